@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# DeepInfer build entry point.
+#   ./build.sh deps    install the Debian packages the build needs (idempotent, no prompts)
+#   ./build.sh build   configure + build (build/bin/deepinfer)
+#   ./build.sh run     deps + build + run the main job on the embedded default model
+#   ./build.sh test    deps + build + every test (ctest)
+#   ./build.sh bench   deps + build + benchmarks
+# Environment: DEEPINFER_ACCELERATOR=cpu|nvidia (default: nvidia when nvcc is found), BUILD_DIR (default build),
+# DEEPINFER_BUILD_TYPE (default Release), DEEPINFER_JOBS (default: number of cores).
+set -euo pipefail
+cd "$(dirname "$0")"
+ROOT=$(pwd)
+BUILD_DIR=${BUILD_DIR:-build}
+JOBS=${DEEPINFER_JOBS:-$(nproc)}
+
+DEB_PACKAGES=(build-essential cmake ninja-build pkg-config git python3 python3-pytest
+  nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev libpcre2-dev libgtest-dev libgmock-dev
+  libbenchmark-dev pybind11-dev clang)
+
+log() { echo "[build.sh] $*" >&2; }
+
+deps() {
+  local missing=()
+  for p in "${DEB_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [ ${#missing[@]} -eq 0 ]; then log "dependencies present"; return; fi
+  log "installing: ${missing[*]}"
+  local SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
+
+accelerator() {
+  local acc=${DEEPINFER_ACCELERATOR:-auto}
+  case "$acc" in
+    ascend) echo "DEEPINFER_ACCELERATOR=ascend: Ascend is not supported by this build (supported: cpu, nvidia)" >&2; exit 2;;
+    cpu|nvidia) ;;
+    auto) if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then acc=nvidia; else acc=cpu; fi;;
+    *) echo "DEEPINFER_ACCELERATOR must be cpu, nvidia or ascend (got '$acc')" >&2; exit 2;;
+  esac
+  if [ "$acc" = nvidia ] && ! command -v nvcc >/dev/null 2>&1; then export PATH=/usr/local/cuda/bin:$PATH; fi
+  echo "$acc"
+}
+
+build() {
+  local acc; acc=$(accelerator)
+  log "accelerator: $acc, build dir: $BUILD_DIR"
+  cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="${DEEPINFER_BUILD_TYPE:-Release}" \
+    -DDEEPINFER_ACCELERATOR="$acc" ${DEEPINFER_CMAKE_ARGS:-} >/dev/null
+  cmake --build "$BUILD_DIR" -j "$JOBS"
+  embedded_model
+}
+
+# Until a trained model is committed under models/, the embedded default is a small random-weight V4.1-shaped
+# checkpoint generated at build time (never committed).
+embedded_model() {
+  local dir="$BUILD_DIR/models/default"
+  if [ -d "$ROOT/models/default" ] && [ -f "$ROOT/models/default/config.json" ]; then return; fi
+  if [ ! -f "$dir/model.safetensors" ] || [ "$ROOT/tools/configs/embedded_default.json" -nt "$dir/model.safetensors" ]; then
+    log "generating the embedded default model in $dir"
+    "$BUILD_DIR/bin/deepinfer" make-checkpoint --config "$ROOT/tools/configs/embedded_default.json" --out "$dir" --seed 1
+  fi
+}
+
+cmd=${1:-run}
+shift || true
+case "$cmd" in
+  deps) deps ;;
+  build) deps; build ;;
+  run)
+    deps; build
+    log "running: deepinfer inspect (embedded default model)"
+    "$BUILD_DIR/bin/deepinfer" inspect "$@"
+    log "success"
+    ;;
+  test)
+    deps; build
+    (cd "$BUILD_DIR" && ctest --output-on-failure -j "$JOBS" -LE gpu "$@")
+    log "success: all tests passed"
+    ;;
+  bench)
+    deps; build
+    if [ -x "$BUILD_DIR/bin/deepinfer_bench" ]; then "$BUILD_DIR/bin/deepinfer_bench" "$@"; else log "no benchmarks built"; fi
+    ;;
+  *) echo "usage: $0 {deps|build|run|test|bench}" >&2; exit 2 ;;
+esac

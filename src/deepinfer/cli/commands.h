@@ -1,0 +1,39 @@
+// Subcommand registration: each *_cmd.cc adds its CLI11 subcommand and a function to run when selected.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <vector>
+
+namespace deepinfer::cli {
+
+class CommandRegistry {
+ public:
+  void add(CLI::App* sub, std::function<int()> run) { commands_.push_back({sub, std::move(run)}); }
+  int run_selected() const {
+    for (const auto& c : commands_)
+      if (c.sub->parsed()) return c.run();
+    return 2;
+  }
+
+ private:
+  struct Entry {
+    CLI::App* sub;
+    std::function<int()> run;
+  };
+  std::vector<Entry> commands_;
+};
+
+// The embedded default model directory (generated at build time until a trained model is committed).
+std::string embedded_model_dir();
+
+void register_inspect(CLI::App& app, CommandRegistry& reg);
+void register_make_checkpoint(CLI::App& app, CommandRegistry& reg);
+
+inline void register_commands(CLI::App& app, CommandRegistry& reg) {
+  register_inspect(app, reg);
+  register_make_checkpoint(app, reg);
+}
+
+}  // namespace deepinfer::cli

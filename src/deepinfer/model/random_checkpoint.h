@@ -1,0 +1,21 @@
+// Writes random-weight checkpoints in the real storage formats (BF16, FP8 e4m3 + block scales, MXFP4 experts)
+// under the real tensor names, for any supported config: what tests, benchmarks and the embedded default model
+// run on until trained weights exist.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace deepinfer {
+
+struct RandomCheckpointOptions {
+  std::string config_path;  // config.json to realise (copied to out_dir)
+  std::string out_dir;
+  uint64_t seed = 0;
+  int64_t shard_bytes = int64_t{4} << 30;  // start a new shard past this size (index json when > 1 shard)
+};
+
+// Returns the number of bytes of tensor data written.
+int64_t write_random_checkpoint(const RandomCheckpointOptions& opts);
+
+}  // namespace deepinfer

@@ -1,0 +1,48 @@
+// The regex engine behind Split pre-tokenizers and Replace normalizers: PCRE2 (JIT) with UTF + UCP.
+//
+// HF `tokenizers` compiles these patterns with Oniguruma (Ruby syntax). The two engines agree on the syntax
+// DeepSeek uses (alternation, classes, \p{..}, {m,n}, lookahead) with one known difference that we translate
+// away: Oniguruma's \s is the Unicode White_Space property while PCRE2's UCP \s also matches U+180E.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+struct pcre2_real_code_8;
+
+namespace deepinfer::tokenizer {
+
+// A [begin, end) byte range.
+using Span = std::pair<uint32_t, uint32_t>;
+
+class Regex {
+ public:
+  // Throws InvalidArgument with PCRE2's message and the offset in the pattern.
+  explicit Regex(std::string_view pattern);
+  // A pattern that matches `literal` verbatim (Split / Replace with {"String": ...}).
+  static std::unique_ptr<Regex> literal(std::string_view literal);
+  ~Regex();
+  Regex(const Regex&) = delete;
+  Regex& operator=(const Regex&) = delete;
+
+  const std::string& pattern() const { return pattern_; }
+
+  // Appends every match in `subject` (valid UTF-8) to *out, left to right, with Oniguruma's iteration rule
+  // for empty matches (one right after the previous match is skipped by advancing one code point).
+  // The subject is matched on its own: lookarounds do not see text around it. Thread-safe.
+  void find_all(std::string_view subject, std::vector<Span>* out) const;
+
+  // The Oniguruma-compatible PCRE2 pattern (exposed for tests).
+  static std::string translate_onig(std::string_view pattern);
+
+ private:
+  std::string pattern_;
+  pcre2_real_code_8* code_ = nullptr;
+  bool jit_ = false;
+};
+
+}  // namespace deepinfer::tokenizer
