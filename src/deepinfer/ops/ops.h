@@ -1,0 +1,321 @@
+// The Backend interface: one virtual function per op, each taking a plain params struct whose fields carry
+// their shapes in comments. Every backend validates the params once at this boundary (validate_* below are
+// shared by all backends) and may then assume them.
+//
+// Conventions
+// - Activations are row-major f32 tensors (the CPU reference computes and accumulates in fp32; a device
+//   backend may accept bf16 where a field says "float").
+// - Linear weights are [out, in] (y = x·Wᵀ), as checkpoints store them.
+// - T = tokens in the call, D = hidden size, H = heads, hd = head dim, rd = rope dim (trailing channels of a
+//   head), hc = mHC streams, N = compressed entries, E = routed experts, k = experts (or entries) per token.
+// - "Optional" fields are left default-constructed (Tensor{}) when unused; check with `.data() != nullptr`.
+//
+// Op families (in this order below): linear/quant, norms, rope, fake-quant, mHC, compressor, indexer +
+// top-k, attention, MoE, Engram. Adding a family (e.g. MLA for the V3 family) means: a section of param
+// structs here, a block of pure virtuals in Backend, a validate_* function, and one file in ops/cpu/.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "deepinfer/core/tensor.h"
+
+namespace deepinfer {
+
+class ThreadPool;
+
+// ============================================================================ linear / quantized weights
+// Storage formats a weight may arrive in (see model/weight_schema.h).
+enum class QuantFormat {
+  kFloat,     // f32 / bf16 / f16 values
+  kFP8Block,  // F8_E4M3 values, one scale (E8M0 or F32) per [block_n, block_k] tile; W = q · s
+  kMXFP4,     // packed e2m1 (I8/U8 [out, in/2], low nibble = even column), one E8M0 scale per 32 inputs
+  kFP8Row32,  // F8_E4M3 values, one scale per 32 consecutive columns of a row (Engram tables)
+};
+
+struct DequantizeParams {
+  Tensor weight;  // [N, K] (kMXFP4: [N, K/2] bytes)
+  Tensor scale;   // kFP8Block: [ceil(N/block_n), ceil(K/block_k)]; kMXFP4/kFP8Row32: [N, ceil(K/32)]; else none
+  QuantFormat format = QuantFormat::kFloat;
+  int block_n = 128;
+  int block_k = 128;
+  Tensor out;  // f32 [N, K]
+};
+
+struct LinearParams {
+  Tensor in;      // f32 [M, K]
+  Tensor weight;  // f32 [N, K]
+  Tensor out;     // f32 [M, N]; must not alias `in`
+};
+
+// Row gather: out[t] = table[ids[t]].
+struct EmbeddingParams {
+  Tensor table;  // f32 [V, D]
+  Tensor ids;    // i64 [T], each in [0, V)
+  Tensor out;    // f32 [T, D]
+};
+
+// ============================================================================ norms
+// out = x · rsqrt(mean(x²) + eps) [· weight], in fp32. May run in place (out == in).
+struct RmsNormParams {
+  Tensor in;      // f32 [M, D]
+  Tensor weight;  // f32 [D], optional (unweighted norm when absent)
+  Tensor out;     // f32 [M, D]
+  float eps = 1e-6f;
+};
+
+// ============================================================================ rope
+// Interleaved-pair rotary embedding on the trailing `inv_freq.numel()*2` channels of every head:
+// (a, b) at channels (2i, 2i+1) of the slice -> (a·cos θ − b·sin θ, a·sin θ + b·cos θ), θ = pos·inv_freq[i]
+// computed in fp32. `inverse` rotates by −θ (removes a query position from attention outputs). In place.
+struct RopeParams {
+  Tensor x;          // f32 [T, H, hd] (H may be 1), modified in place
+  Tensor positions;  // i64 [T], absolute positions
+  Tensor inv_freq;   // f32 [rd/2], from rope_inv_freq()
+  bool inverse = false;
+};
+
+// ============================================================================ fake quantization (QAT)
+// Quantize-dequantize in place, block-wise along the last dimension (MODELS.md §3.3). Rows whose length is
+// not a multiple of the block pass through unchanged, as in the reference.
+enum class FakeQuantKind {
+  kFP8E4M3Ue8m0Block32,  // window KV: s = pow2ceil(max(amax,1e-4)/448), e4m3 RNE
+  kFP4Ue8m0Block32,      // indexer q/k: s = pow2ceil(max(amax, 6·2^-126)/6), e2m1 RNE
+  kFP4E4m3Block16,       // compressed KV: s = e4m3(max(amax, 6·2^-9)/6), e2m1 RNE
+};
+
+struct FakeQuantParams {
+  Tensor x;  // f32 [M, C], modified in place
+  FakeQuantKind kind = FakeQuantKind::kFP8E4M3Ue8m0Block32;
+};
+
+// ============================================================================ mHC (hyper-connections)
+// Coefficients of one mHC site: f̂ = rmsnorm(flatten(X)) (no weight), m = fn·f̂, then
+// pre = σ(m[:hc]·scale0 + base) + hc_eps, post = 2σ(m[hc:2hc]·scale1 + base), comb = Sinkhorn(softmax rows)
+// with `sinkhorn_iters` total normalisations (MODELS.md §2.1).
+struct HcMixParams {
+  Tensor streams;  // f32 [T, hc, D]
+  Tensor fn;       // f32 [(2+hc)·hc, hc·D]
+  Tensor base;     // f32 [(2+hc)·hc]
+  Tensor scale;    // f32 [3]
+  Tensor pre;      // f32 [T, hc] out
+  Tensor post;     // f32 [T, hc] out
+  Tensor comb;     // f32 [T, hc, hc] out; comb[t][j][k]: weight of input stream j in output stream k
+  float norm_eps = 1e-6f;
+  float hc_eps = 1e-6f;
+  int sinkhorn_iters = 20;
+};
+
+// V4 final head: pre = σ(fn·f̂·scale + base) + hc_eps (collapse weights only).
+struct HcHeadParams {
+  Tensor streams;  // f32 [T, hc, D]
+  Tensor fn;       // f32 [hc, hc·D]
+  Tensor base;     // f32 [hc]
+  Tensor scale;    // f32 [1]
+  Tensor pre;      // f32 [T, hc] out
+  float norm_eps = 1e-6f;
+  float hc_eps = 1e-6f;
+};
+
+// out[t] = Σ_k pre[t,k] · streams[t,k].
+struct HcCollapseParams {
+  Tensor streams;  // f32 [T, hc, D]
+  Tensor pre;      // f32 [T, hc]
+  Tensor out;      // f32 [T, D]
+};
+
+// streams[t,k] <- post[t,k]·x[t] + Σ_j comb[t,j,k]·streams[t,j]   (in place).
+struct HcExpandParams {
+  Tensor streams;  // f32 [T, hc, D], in/out
+  Tensor x;        // f32 [T, D], the sublayer output
+  Tensor post;     // f32 [T, hc]
+  Tensor comb;     // f32 [T, hc, hc]
+};
+
+// ============================================================================ compressor
+// Gated pooling of one compressed entry per group: out[g,c] = Σ_s softmax_s(gate[g,s,c])·kv[g,s,c] (fp32).
+// Slots with gate −inf get weight 0 (V4 CSA's missing predecessor window). Position biases are added to
+// `gate` by the caller, which owns the slot layout (plain groups, or V4's overlapping windows).
+struct CompressPoolParams {
+  Tensor kv;    // f32 [G, S, C]
+  Tensor gate;  // f32 [G, S, C]
+  Tensor out;   // f32 [G, C]
+};
+
+// ============================================================================ indexer + top-k
+// Lightning-indexer scores: out[t,n] = Σ_h relu(q[t,h]·keys[n])·score_scale · weights[t,h]·weight_scale, and
+// −inf where entry n is not yet visible to the query (n >= (positions[t]+1) / ratio).
+struct IndexerScoreParams {
+  Tensor q;          // f32 [T, IH, Id]
+  Tensor keys;       // f32 [N, Id]
+  Tensor weights;    // f32 [T, IH] (weights_proj output)
+  Tensor positions;  // i64 [T]
+  Tensor out;        // f32 [T, N]
+  int ratio = 1;
+  float score_scale = 1.0f;   // Id^-0.5
+  float weight_scale = 1.0f;  // IH^-0.5 (V4: also Id^-0.5 folded elsewhere; see the model)
+};
+
+// V4.1 hierarchical level one: block score = max over `block_size` consecutive entries; the block holding
+// the query's newest visible entry is forced in; keep the top `topk_blocks` blocks with finite score.
+struct CandidateBlocksParams {
+  Tensor scores;     // f32 [T, N] (−inf = invisible)
+  Tensor positions;  // i64 [T]
+  Tensor keep;       // u8 [T, N] out: 1 inside a kept block
+  int ratio = 1;
+  int topk_blocks = 1;
+  int block_size = 1;
+};
+
+// Per row: select the top min(k, N) entries by score (restricted to `allowed` when given), discarding
+// picks whose score is −inf. Ties go to the lower index. out: 1 = selected.
+struct TopKMaskParams {
+  Tensor scores;   // f32 [T, N]
+  Tensor allowed;  // u8 [T, N], optional
+  Tensor out;      // u8 [T, N]
+  int k = 1;
+};
+
+// ============================================================================ attention
+// Shared-KV (K = V, one KV head) attention with a learnable per-head sink that only joins the softmax
+// denominator. Keys are the sliding window (visible iff q_pos − window < kv_pos <= q_pos) followed by the
+// compressed entries (visible iff comp_mask[t,n] != 0; all visible when comp_mask is absent).
+// Logits = q·k·scale; softmax in fp32; out = P·V.
+struct SinkAttentionParams {
+  Tensor q;             // f32 [T, H, hd]
+  Tensor q_positions;   // i64 [T]
+  Tensor window_kv;     // f32 [S, hd]
+  Tensor kv_positions;  // i64 [S]
+  Tensor compressed;    // f32 [N, hd], optional (N may be 0)
+  Tensor comp_mask;     // u8 [T, N], optional
+  Tensor sinks;         // f32 [H]
+  Tensor out;           // f32 [T, H, hd]
+  int window = 128;
+  float scale = 1.0f;
+};
+
+// ============================================================================ router + MoE
+enum class RouterScoring { kSigmoid, kSoftmax, kSqrtSoftplus };
+
+// scores = score_fn((x·Wᵀ) / gate_temp); indices = top-k of (scores + bias) (or hash_table[token] when
+// given); weights = scores[indices] / (Σ + 1e-20) · route_scale (normalised when `normalize`).
+struct RouterParams {
+  Tensor x;           // f32 [T, D]
+  Tensor weight;      // f32 [E, D]
+  Tensor bias;        // f32 [E], optional (selection only)
+  Tensor hash_table;  // i32/i64 [V, k], optional: hash routing
+  Tensor token_ids;   // i64 [T], required with hash_table
+  Tensor weights;     // f32 [T, k] out
+  Tensor indices;     // i32 [T, k] out
+  RouterScoring scoring = RouterScoring::kSqrtSoftplus;
+  float gate_temp = 1.0f;
+  float route_scale = 1.0f;
+  bool normalize = true;
+};
+
+// One SwiGLU expert's weights (f32): w1 gate [I, D], w3 up [I, D], w2 down [D, I].
+struct ExpertWeights {
+  Tensor w1, w3, w2;
+};
+
+// out[t] = Σ_j E_{indices[t,j]}(x[t]) · weights[t,j] + shared(x[t]) with the clamped SwiGLU
+// g = min(w1·x, limit), u = clamp(w3·x, ±limit), h = silu(g)·u; `weight_before_w2` applies the routing
+// weight to h (V4.1) instead of the expert output (V4). limit <= 0 disables the clamp.
+struct MoeParams {
+  Tensor x;                            // f32 [T, D]
+  Tensor weights;                      // f32 [T, k]
+  Tensor indices;                      // i32 [T, k]
+  const std::vector<ExpertWeights>* experts = nullptr;  // E entries
+  const ExpertWeights* shared = nullptr;                // optional shared expert (weight 1)
+  Tensor out;                          // f32 [T, D]
+  float swiglu_limit = 0.0f;
+  bool weight_before_w2 = false;
+};
+
+// ============================================================================ Engram
+// N-gram hashing of V4.1 Engram: per token, ids of the 2..n-grams ending there. `tokens[t, s]` is the
+// compressed id s steps back (already padded where look-back is blocked). Rolling h = (tok_0·m_0) XOR
+// (tok_1·m_1) XOR …; after s+1 terms the hash of the (s+1)-gram goes to out[t, s·heads + h] =
+// h mod primes[s, h] + offsets[s·heads + h].
+struct EngramHashParams {
+  Tensor tokens;       // i64 [T, n]
+  Tensor multipliers;  // i64 [n]
+  Tensor primes;       // i64 [n-1, heads]
+  Tensor offsets;      // i64 [(n-1)·heads]
+  Tensor out;          // i64 [T, (n-1)·heads]
+};
+
+// Gated update of the streams: for stream k, dot = Σ_d X_kd·w_kd·K_kd · rsqrt(mean X_k²+eps) ·
+// rsqrt(mean K_k²+eps) / sqrt(D); g = σ(sign(dot)·sqrt(max(|dot|, 1e-6))); X_k += g·V.
+struct EngramGateParams {
+  Tensor streams;  // f32 [T, hc, D], in/out
+  Tensor key;      // f32 [T, hc, D]
+  Tensor value;    // f32 [T, D]
+  Tensor weight;   // f32 [hc, D] (q_weight · k_weight)
+  float eps = 1e-6f;
+};
+
+// ============================================================================ the interface
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // linear / quantized weights
+  virtual void dequantize(const DequantizeParams& p) = 0;
+  virtual void linear(const LinearParams& p) = 0;
+  virtual void embedding(const EmbeddingParams& p) = 0;
+  // norms
+  virtual void rms_norm(const RmsNormParams& p) = 0;
+  // rope
+  virtual void rope(const RopeParams& p) = 0;
+  // fake quantization
+  virtual void fake_quant(const FakeQuantParams& p) = 0;
+  // mHC
+  virtual void hc_mix(const HcMixParams& p) = 0;
+  virtual void hc_head(const HcHeadParams& p) = 0;
+  virtual void hc_collapse(const HcCollapseParams& p) = 0;
+  virtual void hc_expand(const HcExpandParams& p) = 0;
+  // compressor
+  virtual void compress_pool(const CompressPoolParams& p) = 0;
+  // indexer + top-k
+  virtual void indexer_scores(const IndexerScoreParams& p) = 0;
+  virtual void candidate_blocks(const CandidateBlocksParams& p) = 0;
+  virtual void topk_mask(const TopKMaskParams& p) = 0;
+  // attention
+  virtual void sink_attention(const SinkAttentionParams& p) = 0;
+  // router + MoE
+  virtual void router(const RouterParams& p) = 0;
+  virtual void moe(const MoeParams& p) = 0;
+  // Engram
+  virtual void engram_hash(const EngramHashParams& p) = 0;
+  virtual void engram_gate(const EngramGateParams& p) = 0;
+};
+
+// The CPU reference backend (ops/cpu/). num_threads <= 0: all cores.
+std::unique_ptr<Backend> make_cpu_backend(int num_threads = 0);
+
+// ============================================================================ boundary validation
+// Shared by every backend: throws InvalidArgument naming the op and field on a dtype/shape/contiguity
+// mismatch.
+void validate(const DequantizeParams& p);
+void validate(const LinearParams& p);
+void validate(const EmbeddingParams& p);
+void validate(const RmsNormParams& p);
+void validate(const RopeParams& p);
+void validate(const FakeQuantParams& p);
+void validate(const HcMixParams& p);
+void validate(const HcHeadParams& p);
+void validate(const HcCollapseParams& p);
+void validate(const HcExpandParams& p);
+void validate(const CompressPoolParams& p);
+void validate(const IndexerScoreParams& p);
+void validate(const CandidateBlocksParams& p);
+void validate(const TopKMaskParams& p);
+void validate(const SinkAttentionParams& p);
+void validate(const RouterParams& p);
+void validate(const MoeParams& p);
+void validate(const EngramHashParams& p);
+void validate(const EngramGateParams& p);
+
+}  // namespace deepinfer
