@@ -1,0 +1,60 @@
+#include "test_util.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <random>
+
+namespace deepinfer::testing {
+
+namespace fs = std::filesystem;
+
+TempDir::TempDir() {
+  std::random_device rd;
+  for (;;) {
+    path_ = (fs::temp_directory_path() / ("deepinfer_test_" + std::to_string(::getpid()) + "_" + std::to_string(rd())))
+                .string();
+    if (fs::create_directory(path_)) break;
+  }
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  fs::remove_all(path_, ec);
+}
+
+std::string shared_dir() { return DEEPINFER_SHARED_DIR; }
+bool shared_available() { return fs::exists(shared_dir() + "/golden"); }
+std::string test_data_dir() { return DEEPINFER_TEST_DATA_DIR; }
+
+void write_file(const std::string& path, const std::string& content) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f << content;
+}
+
+std::string read_file_or_empty(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(f)), {});
+}
+
+CommandResult run_cli(const std::string& args) {
+#ifdef DEEPINFER_CLI_PATH
+  const std::string cmd = std::string(DEEPINFER_CLI_PATH) + " " + args + " 2>&1";
+#else
+  const std::string cmd = "deepinfer " + args + " 2>&1";
+#endif
+  CommandResult r{-1, ""};
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.output.append(buf.data(), n);
+  int status = ::pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+}  // namespace deepinfer::testing

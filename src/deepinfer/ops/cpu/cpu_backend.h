@@ -1,0 +1,49 @@
+// CpuBackend: the fp32 reference implementation of every op in ops.h. Each op family lives in its own file
+// (linear_cpu.cc, norm_cpu.cc, ...); all of them accumulate in fp32 and split work over the backend's own
+// thread pool where the work is large enough to matter.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "deepinfer/core/thread_pool.h"
+#include "deepinfer/ops/ops.h"
+
+namespace deepinfer {
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(int num_threads = 0);
+
+  void dequantize(const DequantizeParams& p) override;
+  void linear(const LinearParams& p) override;
+  void embedding(const EmbeddingParams& p) override;
+  void rms_norm(const RmsNormParams& p) override;
+  void rope(const RopeParams& p) override;
+  void fake_quant(const FakeQuantParams& p) override;
+  void hc_mix(const HcMixParams& p) override;
+  void hc_head(const HcHeadParams& p) override;
+  void hc_collapse(const HcCollapseParams& p) override;
+  void hc_expand(const HcExpandParams& p) override;
+  void compress_pool(const CompressPoolParams& p) override;
+  void indexer_scores(const IndexerScoreParams& p) override;
+  void candidate_blocks(const CandidateBlocksParams& p) override;
+  void topk_mask(const TopKMaskParams& p) override;
+  void sink_attention(const SinkAttentionParams& p) override;
+  void router(const RouterParams& p) override;
+  void moe(const MoeParams& p) override;
+  void engram_hash(const EngramHashParams& p) override;
+  void engram_gate(const EngramGateParams& p) override;
+
+  // Runs fn(begin, end) over [0, n) on the pool when `work` (roughly multiply-adds) is large, inline otherwise.
+  void parallel_for(int64_t n, int64_t work, const std::function<void(int64_t, int64_t)>& fn);
+
+ private:
+  std::unique_ptr<ThreadPool> pool_;
+};
+
+// fp32 dot product with a fixed, vectorisable summation order (shared by the op files).
+float dot_f32(const float* a, const float* b, int64_t n);
+
+}  // namespace deepinfer

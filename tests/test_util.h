@@ -1,0 +1,37 @@
+// Helpers shared by the unit tests: temporary directories, fixture paths, running the CLI.
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+namespace deepinfer::testing {
+
+// A fresh directory under the system temp dir, removed when the object dies.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+// ../shared beside the checkout (absent on a user's machine: tests that need it skip).
+std::string shared_dir();
+bool shared_available();
+// tests/data in the source tree.
+std::string test_data_dir();
+
+void write_file(const std::string& path, const std::string& content);
+std::string read_file_or_empty(const std::string& path);
+
+struct CommandResult {
+  int exit_code;
+  std::string output;  // stdout and stderr together
+};
+// Runs build/bin/deepinfer with the given argument string (shell-quoted by the caller).
+CommandResult run_cli(const std::string& args);
+
+}  // namespace deepinfer::testing
