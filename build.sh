@@ -5,6 +5,7 @@
 #   ./build.sh run     deps + build + run the main job on the embedded default model
 #   ./build.sh test    deps + build + every test (ctest)
 #   ./build.sh bench   deps + build + benchmarks
+#   ./build.sh fuzz    deps + libFuzzer targets for FUZZ_SECONDS each (default 300)
 # Environment: DEEPINFER_ACCELERATOR=cpu|nvidia (default: nvidia when nvcc is found), BUILD_DIR (default build),
 # DEEPINFER_BUILD_TYPE (default Release), DEEPINFER_JOBS (default: number of cores).
 set -euo pipefail
@@ -14,7 +15,7 @@ BUILD_DIR=${BUILD_DIR:-build}
 JOBS=${DEEPINFER_JOBS:-$(nproc)}
 
 DEB_PACKAGES=(build-essential cmake ninja-build pkg-config git python3 python3-pytest
-  nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev libpcre2-dev libgtest-dev libgmock-dev
+  nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev libpcre2-dev libicu-dev libgtest-dev libgmock-dev
   libbenchmark-dev pybind11-dev clang)
 
 log() { echo "[build.sh] $*" >&2; }
@@ -65,6 +66,23 @@ embedded_model() {
   fi
 }
 
+# libFuzzer targets (clang): a standalone build of the parsers under ASan/UBSan.
+fuzz_targets() {
+  local seconds=$1
+  if ! command -v clang++ >/dev/null 2>&1; then log "clang++ not found: skipping fuzz targets"; return; fi
+  cmake -S "$ROOT/fuzz" -B "$BUILD_DIR/fuzz" -G Ninja -DCMAKE_CXX_COMPILER=clang++ >/dev/null
+  cmake --build "$BUILD_DIR/fuzz" -j "$JOBS"
+  for t in "$ROOT"/fuzz/fuzz_*.cc; do
+    local name; name=$(basename "$t" .cc)
+    local work="$BUILD_DIR/fuzz/corpus-${name#fuzz_}"
+    mkdir -p "$work"
+    log "fuzzing $name for ${seconds}s"
+    "$BUILD_DIR/fuzz/$name" -max_total_time="$seconds" -print_final_stats=0 "$work" "$ROOT/fuzz/corpus/${name#fuzz_}" \
+      >"$BUILD_DIR/fuzz/$name.log" 2>&1 || { tail -n 40 "$BUILD_DIR/fuzz/$name.log"; log "FAILED: $name found a crash"; exit 1; }
+  done
+  log "fuzz targets: no crashes"
+}
+
 cmd=${1:-run}
 shift || true
 case "$cmd" in
@@ -79,11 +97,13 @@ case "$cmd" in
   test)
     deps; build
     (cd "$BUILD_DIR" && ctest --output-on-failure -j "$JOBS" -LE gpu "$@")
+    fuzz_targets "${FUZZ_SECONDS:-20}"
     log "success: all tests passed"
     ;;
   bench)
     deps; build
     if [ -x "$BUILD_DIR/bin/deepinfer_bench" ]; then "$BUILD_DIR/bin/deepinfer_bench" "$@"; else log "no benchmarks built"; fi
     ;;
-  *) echo "usage: $0 {deps|build|run|test|bench}" >&2; exit 2 ;;
+  fuzz) deps; fuzz_targets "${FUZZ_SECONDS:-300}" ;;
+  *) echo "usage: $0 {deps|build|run|test|bench|fuzz}" >&2; exit 2 ;;
 esac
