@@ -1,0 +1,241 @@
+// DeepSeek-V4 / V4.1 forward: embedding into hc streams, per layer (Engram) → attention site → MoE site with
+// mHC mixing, final collapse → norm → head. Attention and the compressors are in deepseek_v4_attention.cc.
+//
+// V4 vs V4.1 in this file:
+//   - mHC collapse weights: V4 collapses each site with its own `pre`; V4.1 (single-pass mHC) with the
+//     previous site's `pre` (one-hot for the first site) and ends with the last FFN site's `pre` instead of
+//     an hc_head.
+//   - MoE: V4.1 applies the routing weight before w2 and scales router logits by 1/gate_temp; V4 has hash
+//     routed layers.
+//   - Engram (V4.1 only) updates the streams at the start of its layers.
+#include "deepinfer/model/deepseek_v4.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "deepinfer/io/checkpoint.h"
+#include "deepinfer/model/deepseek_v4_internal.h"
+#include "deepinfer/ops/rope_table.h"
+
+namespace deepinfer {
+
+std::unique_ptr<DeepseekV4Model> DeepseekV4Model::load(const std::string& dir, Backend& backend,
+                                                       std::optional<std::vector<int64_t>> token_map) {
+  ModelConfig config = load_model_config(dir + "/config.json");
+  DI_CHECK_CODE(config.is_v4_family(), ErrorCode::kUnsupported)
+      << dir << ": model family " << family_name(config.family) << " is not DeepSeek-V4/V4.1";
+  auto ckpt = Checkpoint::open(dir);
+  V4Weights weights = load_v4_weights(config, *ckpt, backend);
+  std::optional<EngramTables> engram;
+  if (config.engram.enabled()) {
+    if (!token_map) token_map = engram_token_map_from_tokenizer(dir + "/tokenizer.json");
+    engram = build_engram_tables(config.engram, std::move(*token_map));
+  }
+  return std::make_unique<DeepseekV4Model>(std::move(config), std::move(weights), std::move(engram), backend);
+}
+
+DeepseekV4Model::DeepseekV4Model(ModelConfig config, V4Weights weights, std::optional<EngramTables> engram,
+                                 Backend& backend)
+    : config_(std::move(config)), w_(std::move(weights)), engram_(std::move(engram)), backend_(backend) {
+  DI_CHECK(!config_.engram.enabled() || engram_.has_value()) << "V4.1 Engram layers need the Engram hash tables";
+  auto table = [](const RopeConfig& r) {
+    std::vector<float> f = rope_inv_freq(r);
+    HostTensor t(DType::kF32, {static_cast<int64_t>(f.size())});
+    std::copy(f.begin(), f.end(), t.data<float>());
+    return t;
+  };
+  main_inv_freq_ = table(config_.rope);
+  compress_inv_freq_ = table(config_.compress_rope);
+}
+
+V4SequenceState DeepseekV4Model::new_sequence() const {
+  V4SequenceState s;
+  s.layers.resize(config_.num_layers);
+  for (auto& l : s.layers) {
+    l.window.capacity = config_.attn.sliding_window;
+    l.window.rows.assign(static_cast<size_t>(l.window.capacity) * config_.attn.head_dim, 0.0f);
+  }
+  return s;
+}
+
+HostTensor DeepseekV4Model::forward(V4SequenceState& seq, std::span<const int64_t> ids, V4ForwardTrace* trace) const {
+  const int64_t T = static_cast<int64_t>(ids.size());
+  const int64_t D = config_.hidden_size, hc = config_.hc.hc_mult, V = config_.vocab_size;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  const bool v41 = config_.family == ModelFamily::kDeepseekV41;
+  DI_CHECK(T > 0) << "forward: empty chunk";
+  DI_CHECK(static_cast<int64_t>(seq.layers.size()) == config_.num_layers) << "forward: state of another model";
+
+  Chunk c;
+  c.T = T;
+  c.p0 = seq.num_tokens;
+  c.positions = HostTensor(DType::kI64, {T});
+  for (int64_t t = 0; t < T; ++t) c.positions.data<int64_t>()[t] = c.p0 + t;
+  HostTensor id_tensor(DType::kI64, {T});
+  std::copy(ids.begin(), ids.end(), id_tensor.data<int64_t>());
+
+  // Embedding, copied into every hc stream: streams [T, hc, D].
+  HostTensor x(DType::kF32, {T, D});
+  backend_.embedding({w_.embed.view(), id_tensor.view(), x.view()});
+  HostTensor streams(DType::kF32, {T, hc, D});
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t k = 0; k < hc; ++k)
+      std::memcpy(streams.data<float>() + (t * hc + k) * D, x.data<float>() + t * D, sizeof(float) * D);
+
+  // V4.1 single-pass mHC: the first site collapses stream 0 only.
+  HostTensor carried_pre(DType::kF32, {T, hc});
+  for (int64_t t = 0; t < T; ++t) carried_pre.data<float>()[t * hc] = 1.0f;
+
+  std::vector<HostTensor> hash_ids;
+  if (engram_) hash_ids = engram_hash_ids(seq, ids);
+  if (trace)
+    for (const auto& h : hash_ids) trace->engram_hash_ids.push_back(copy_tensor(h));
+
+  Selection sel;
+  HostTensor pre(DType::kF32, {T, hc}), post(DType::kF32, {T, hc}), comb(DType::kF32, {T, hc, hc});
+  auto mix = [&](const HostTensor& fn, const HostTensor& base, const HostTensor& scale, HostTensor& pre_out) {
+    backend_.hc_mix({streams.view(), fn.view(), base.view(), scale.view(), pre_out.view(), post.view(), comb.view(),
+                     eps, static_cast<float>(config_.hc.eps), config_.hc.sinkhorn_iters});
+  };
+  auto collapse_norm = [&](const HostTensor& weights, const HostTensor& norm) {
+    HostTensor h(DType::kF32, {T, D});
+    backend_.hc_collapse({streams.view(), weights.view(), h.view()});
+    backend_.rms_norm({h.view(), norm.view(), h.view(), eps});
+    return h;
+  };
+
+  for (int l = 0; l < config_.num_layers; ++l) {
+    const V4LayerWeights& lw = w_.layers[l];
+    if (lw.has_engram) {
+      const auto& ids_of = config_.engram.layer_ids;
+      const int k = static_cast<int>(std::find(ids_of.begin(), ids_of.end(), l) - ids_of.begin());
+      engram_update(l, hash_ids[k], streams);
+    }
+    // Attention site.
+    HostTensor attn_pre(DType::kF32, {T, hc});
+    mix(lw.hc_attn_fn, lw.hc_attn_base, lw.hc_attn_scale, attn_pre);
+    HostTensor h = collapse_norm(v41 ? carried_pre : attn_pre, lw.attn_norm);  // [T, D]
+    if (trace) trace->attn_inputs.push_back(copy_tensor(h));
+    HostTensor y = attention(c, l, h, seq, sel);  // [T, D]
+    if (trace) trace->attn_outputs.push_back(copy_tensor(y));
+    backend_.hc_expand({streams.view(), y.view(), post.view(), comb.view()});
+    // FFN site.
+    HostTensor ffn_pre(DType::kF32, {T, hc});
+    mix(lw.hc_ffn_fn, lw.hc_ffn_base, lw.hc_ffn_scale, ffn_pre);
+    h = collapse_norm(v41 ? attn_pre : ffn_pre, lw.ffn_norm);
+    y = moe(c, l, h, ids);
+    if (trace) trace->ffn_outputs.push_back(copy_tensor(y));
+    backend_.hc_expand({streams.view(), y.view(), post.view(), comb.view()});
+    if (v41) carried_pre = std::move(ffn_pre);
+    if (trace) trace->layer_outputs.push_back(copy_tensor(streams));
+  }
+
+  // Final collapse: V4 computes its own weights with hc_head, V4.1 reuses the last FFN site's `pre`.
+  if (!v41) {
+    backend_.hc_head({streams.view(), w_.hc_head_fn.view(), w_.hc_head_base.view(), w_.hc_head_scale.view(),
+                      pre.view(), eps, static_cast<float>(config_.hc.eps)});
+  }
+  HostTensor hidden = collapse_norm(v41 ? carried_pre : pre, w_.norm);  // [T, D]
+  if (trace) trace->final_hidden = copy_tensor(hidden);
+  HostTensor logits(DType::kF32, {T, V});
+  backend_.linear({hidden.view(), w_.head.view(), logits.view()});
+  seq.num_tokens += T;
+  return logits;
+}
+
+HostTensor DeepseekV4Model::moe(const Chunk& c, int layer, const HostTensor& x, std::span<const int64_t> ids) const {
+  const V4LayerWeights& lw = w_.layers[layer];
+  const auto& m = config_.moe;
+  const int64_t T = c.T, k = m.num_experts_per_tok;
+  const bool v41 = config_.family == ModelFamily::kDeepseekV41;
+  HostTensor weights(DType::kF32, {T, k}), indices(DType::kI32, {T, k}), id_tensor(DType::kI64, {T});
+  std::copy(ids.begin(), ids.end(), id_tensor.data<int64_t>());
+  RouterParams r;
+  r.x = x.view();
+  r.weight = lw.gate.view();
+  if (lw.tid2eid.data<void>() != nullptr) {
+    r.hash_table = lw.tid2eid.view();
+    r.token_ids = id_tensor.view();
+  } else {
+    r.bias = lw.gate_bias.view();
+  }
+  r.weights = weights.view();
+  r.indices = indices.view();
+  r.scoring = m.scoring == ScoringFunc::kSigmoid   ? RouterScoring::kSigmoid
+              : m.scoring == ScoringFunc::kSoftmax ? RouterScoring::kSoftmax
+                                                   : RouterScoring::kSqrtSoftplus;
+  r.gate_temp = static_cast<float>(v41 ? m.gate_temp : 1.0);
+  r.route_scale = static_cast<float>(m.routed_scaling_factor);
+  // V4.1 normalises only with norm_topk_prob and top-k > 1; V4 always does.
+  r.normalize = v41 ? (m.norm_topk_prob && k > 1) : true;
+  backend_.router(r);
+  HostTensor out(DType::kF32, {T, config_.hidden_size});
+  MoeParams p;
+  p.x = x.view();
+  p.weights = weights.view();
+  p.indices = indices.view();
+  p.experts = &lw.experts;
+  p.shared = lw.has_shared ? &lw.shared : nullptr;
+  p.out = out.view();
+  p.swiglu_limit = static_cast<float>(m.swiglu_limit);
+  p.weight_before_w2 = v41;
+  backend_.moe(p);
+  return out;
+}
+
+std::vector<HostTensor> DeepseekV4Model::engram_hash_ids(V4SequenceState& seq, std::span<const int64_t> ids) const {
+  const EngramTables& e = *engram_;
+  const int64_t T = static_cast<int64_t>(ids.size()), n = e.max_ngram, heads = e.heads;
+  constexpr int64_t kDead = -1;  // blocks look-back (image tokens, before the sequence start)
+  // History = the carried look-back followed by this chunk's compressed ids.
+  std::vector<int64_t> history(seq.engram_recent);
+  const int64_t carried = static_cast<int64_t>(history.size());
+  for (int64_t id : ids) {
+    DI_CHECK(id >= 0 && id < static_cast<int64_t>(e.token_map.size())) << "engram: token id " << id << " outside the map";
+    history.push_back(e.token_map[id]);
+  }
+  // tokens[t, s]: compressed id s steps back, or the pad id once look-back is blocked.
+  HostTensor tokens(DType::kI64, {T, n});
+  for (int64_t t = 0; t < T; ++t) {
+    bool blocked = false;
+    for (int64_t s = 0; s < n; ++s) {
+      const int64_t at = carried + t - s;
+      blocked = blocked || at < 0 || history[at] == kDead;
+      tokens.data<int64_t>()[t * n + s] = blocked ? e.pad_id : history[at];
+    }
+  }
+  const int64_t keep = std::min<int64_t>(n - 1, static_cast<int64_t>(history.size()));
+  seq.engram_recent.assign(history.end() - keep, history.end());
+
+  std::vector<HostTensor> out;
+  for (size_t l = 0; l < e.multipliers.size(); ++l) {
+    HostTensor mult(DType::kI64, {n}), primes(DType::kI64, {n - 1, heads}), offsets(DType::kI64, {(n - 1) * heads});
+    std::copy(e.multipliers[l].begin(), e.multipliers[l].end(), mult.data<int64_t>());
+    std::copy(e.primes[l].begin(), e.primes[l].end(), primes.data<int64_t>());
+    std::copy(e.offsets[l].begin(), e.offsets[l].end(), offsets.data<int64_t>());
+    HostTensor rows(DType::kI64, {T, (n - 1) * heads});
+    backend_.engram_hash({tokens.view(), mult.view(), primes.view(), offsets.view(), rows.view()});
+    out.push_back(std::move(rows));
+  }
+  return out;
+}
+
+void DeepseekV4Model::engram_update(int layer, const HostTensor& hash_ids, HostTensor& streams) const {
+  const V4EngramWeights& ew = w_.layers[layer].engram;
+  const int64_t T = hash_ids.shape()[0], cols = hash_ids.shape()[1], ed = ew.table.shape()[1];
+  const int64_t D = config_.hidden_size, hc = config_.hc.hc_mult;
+  // e = table rows of every hash column, flattened: [T, cols·ed]; kv = wkv·e = [K (hc·D) | V (D)].
+  HostTensor rows(DType::kF32, {T * cols, ed});
+  backend_.embedding({ew.table.view(), hash_ids.view().reshape({T * cols}), rows.view()});
+  HostTensor kv(DType::kF32, {T, (hc + 1) * D});
+  backend_.linear({rows.view().reshape({T, cols * ed}), ew.wkv.view(), kv.view()});
+  HostTensor key(DType::kF32, {T, hc, D}), value(DType::kF32, {T, D});
+  for (int64_t t = 0; t < T; ++t) {
+    std::memcpy(key.data<float>() + t * hc * D, kv.data<float>() + t * (hc + 1) * D, sizeof(float) * hc * D);
+    std::memcpy(value.data<float>() + t * D, kv.data<float>() + t * (hc + 1) * D + hc * D, sizeof(float) * D);
+  }
+  backend_.engram_gate({streams.view(), key.view(), value.view(), ew.gate_weight.view(),
+                        static_cast<float>(config_.rms_norm_eps)});
+}
+
+}  // namespace deepinfer

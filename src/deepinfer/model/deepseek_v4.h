@@ -1,0 +1,101 @@
+// DeepSeek-V4 and V4.1 forward pass (text), exact against transformers' deepseek_v4 / deepseek_v41 (cache
+// path). One `forward` call appends a chunk of tokens to a sequence: the per-sequence state below is all
+// that carries across calls, so one-shot prefill, chunked prefill and token-by-token decode give the same
+// logits. The state structs are plain data so that a paged cache manager can own them later.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "deepinfer/core/tensor.h"
+#include "deepinfer/model/deepseek_v4_weights.h"
+#include "deepinfer/model/engram_hash.h"
+#include "deepinfer/model/model_config.h"
+#include "deepinfer/ops/ops.h"
+
+namespace deepinfer {
+
+// Sliding-window KV of one layer: the last `capacity` post-RoPE (V4.1: FP8-fake-quantized) K=V rows; token
+// at position p lives in slot p % capacity.
+struct SwaRing {
+  int64_t capacity = 0;
+  std::vector<float> rows;  // [capacity, hd]
+};
+
+// Tokens a compressor has seen but not yet pooled (an incomplete group), plus the emitted-group counter
+// that fixes each entry's RoPE position (group g covers tokens [g·r, (g+1)·r)).
+struct CompressorState {
+  std::vector<float> pending_kv, pending_gate;  // [n_pending, width] (gate includes V4 position biases)
+  int64_t pending = 0;
+  int64_t emitted = 0;
+  // V4 CSA overlap: the first-half (Ca) slice of the last closed window, [r, width/2] each.
+  std::vector<float> prev_kv, prev_gate;
+};
+
+// Everything a layer keeps per sequence. Compressed entries and indexer keys live on the kv-source layer
+// (V4: every compressed layer is its own source).
+struct V4LayerState {
+  SwaRing window;
+  CompressorState compressor;        // kv sources
+  CompressorState index_compressor;  // V4 CSA: the indexer's own compressor
+  std::vector<float> entries;        // [n_entries, hd], rotated (V4.1: FP4 fake-quantized)
+  std::vector<float> index_keys;     // [n_entries, Id], rotated (V4.1: FP4 fake-quantized)
+  int64_t n_entries = 0;
+};
+
+struct V4SequenceState {
+  int64_t num_tokens = 0;  // tokens already in the cache = position of the next token
+  std::vector<V4LayerState> layers;
+  std::vector<int64_t> engram_recent;  // compressed ids of the last (n-1) tokens, oldest first
+};
+
+// Optional per-call record of intermediates (for tests and debugging).
+struct V4ForwardTrace {
+  std::vector<HostTensor> attn_inputs;    // per layer: attn_norm output [T, D]
+  std::vector<HostTensor> attn_outputs;   // per layer: attention output [T, D]
+  std::vector<HostTensor> ffn_outputs;    // per layer: MoE output [T, D]
+  std::vector<HostTensor> layer_outputs;  // per layer: streams after the layer [T, hc, D]
+  HostTensor final_hidden;                // after the final norm [T, D]
+  std::vector<HostTensor> engram_hash_ids;  // per Engram layer: i64 [T, cols] (absolute table rows)
+};
+
+class DeepseekV4Model {
+ public:
+  // Loads config.json and the safetensors of `dir`. V4.1 checkpoints with Engram layers need the token map:
+  // from `token_map` when given, else built from `dir`/tokenizer.json.
+  static std::unique_ptr<DeepseekV4Model> load(const std::string& dir, Backend& backend,
+                                               std::optional<std::vector<int64_t>> token_map = std::nullopt);
+
+  DeepseekV4Model(ModelConfig config, V4Weights weights, std::optional<EngramTables> engram, Backend& backend);
+
+  const ModelConfig& config() const { return config_; }
+  const std::optional<EngramTables>& engram() const { return engram_; }
+  V4SequenceState new_sequence() const;
+
+  // Appends `ids` to the sequence and returns their logits, f32 [T, vocab].
+  HostTensor forward(V4SequenceState& seq, std::span<const int64_t> ids, V4ForwardTrace* trace = nullptr) const;
+
+ private:
+  struct Chunk;       // per-call activations and positions
+  struct Selection;   // V4.1 per-forward shared top-k / candidate masks
+  // Engram hash ids of this chunk for every Engram layer (advances the sequence's look-back).
+  std::vector<HostTensor> engram_hash_ids(V4SequenceState& seq, std::span<const int64_t> ids) const;
+  void engram_update(int layer, const HostTensor& hash_ids, HostTensor& streams) const;
+  HostTensor attention(const Chunk& c, int layer, const HostTensor& x, V4SequenceState& seq, Selection& sel) const;
+  HostTensor moe(const Chunk& c, int layer, const HostTensor& x, std::span<const int64_t> ids) const;
+  // Compressed branch of one layer: appends closed groups to the source's state.
+  void v4_compress(const Chunk& c, int layer, const HostTensor& x, V4LayerState& st, bool indexer) const;
+  void v41_compress(const Chunk& c, int layer, const HostTensor& x, V4LayerState& st) const;
+
+  ModelConfig config_;
+  V4Weights w_;
+  std::optional<EngramTables> engram_;
+  Backend& backend_;
+  HostTensor main_inv_freq_, compress_inv_freq_;
+};
+
+}  // namespace deepinfer

@@ -1,0 +1,178 @@
+#include "deepinfer/model/deepseek_v4_weights.h"
+
+#include <cstring>
+#include <map>
+#include <sstream>
+
+#include "deepinfer/model/weight_schema.h"
+
+namespace deepinfer {
+namespace {
+
+class Loader {
+ public:
+  Loader(const ModelConfig& c, const Checkpoint& ck, Backend& backend) : c_(c), ck_(ck), backend_(backend) {
+    check_ = check_weights(c, ck);
+    if (!check_.problems.empty()) {
+      std::ostringstream os;
+      os << ck.dir() << ": checkpoint does not match the " << family_name(c.family) << " config ("
+         << check_.problems.size() << " problem(s)):";
+      for (const auto& p : check_.problems) os << "\n  " << p;
+      DI_FAIL(ErrorCode::kInvalidArgument) << os.str();
+    }
+    for (const auto& r : check_.found) by_name_[r.spec->name] = &r;
+  }
+
+  bool has(const std::string& name) const { return by_name_.count(name) != 0; }
+
+  // The tensor named `name` (canonical schema name) as fp32 in its logical shape.
+  HostTensor f32(const std::string& name) {
+    auto it = by_name_.find(name);
+    DI_CHECK_INTERNAL(it != by_name_.end()) << "weight '" << name << "' is not in the schema of this config";
+    const ResolvedWeight& r = *it->second;
+    const Shape& shape = r.spec->shape;
+    HostTensor out(DType::kF32, shape);
+    const Tensor w = ck_.tensor(r.name);
+    DequantizeParams p;
+    p.out = out.view();
+    p.weight = w;
+    switch (r.format) {
+      case WeightFormat::kFloat:
+        // Any-rank float tensor: dequantize as one row.
+        p.format = QuantFormat::kFloat;
+        p.weight = w.reshape({1, w.numel()});
+        p.out = out.view().reshape({1, out.numel()});
+        break;
+      case WeightFormat::kFP8Block:
+        p.scale = ck_.tensor(r.scale->name);
+        if (r.spec->kind == WeightKind::kEngramTable) {
+          p.format = QuantFormat::kFP8Row32;
+        } else {
+          p.format = QuantFormat::kFP8Block;
+          p.block_n = c_.quant.block_n;
+          p.block_k = c_.quant.block_k;
+        }
+        break;
+      case WeightFormat::kMXFP4:
+        p.format = QuantFormat::kMXFP4;
+        p.scale = ck_.tensor(r.scale->name);
+        break;
+      case WeightFormat::kInt:
+        DI_FAIL(ErrorCode::kInternal) << "weight '" << name << "' is an integer table";
+    }
+    backend_.dequantize(p);
+    return out;
+  }
+
+  // An integer table (hash routing) as i64.
+  HostTensor i64(const std::string& name) {
+    const ResolvedWeight& r = *by_name_.at(name);
+    const Tensor w = ck_.tensor(r.name);
+    HostTensor out(DType::kI64, r.spec->shape);
+    for (int64_t i = 0; i < w.numel(); ++i)
+      out.data<int64_t>()[i] = w.dtype() == DType::kI64 ? w.data_as<int64_t>()[i] : w.data_as<int32_t>()[i];
+    return out;
+  }
+
+ private:
+  const ModelConfig& c_;
+  const Checkpoint& ck_;
+  Backend& backend_;
+  WeightCheck check_;
+  std::map<std::string, const ResolvedWeight*> by_name_;
+};
+
+ExpertWeights expert_views(std::vector<HostTensor>& storage, size_t first) {
+  return {storage[first].view(), storage[first + 1].view(), storage[first + 2].view()};
+}
+
+}  // namespace
+
+V4Weights load_v4_weights(const ModelConfig& c, const Checkpoint& ck, Backend& backend) {
+  DI_CHECK(c.is_v4_family()) << "load_v4_weights: " << family_name(c.family) << " is not a V4 family model";
+  Loader ld(c, ck, backend);
+  V4Weights w;
+  w.embed = ld.f32("embed.weight");
+  w.norm = ld.f32("norm.weight");
+  w.head = ld.f32("head.weight");
+  if (ld.has("hc_head_fn")) {
+    w.hc_head_fn = ld.f32("hc_head_fn");
+    w.hc_head_base = ld.f32("hc_head_base");
+    w.hc_head_scale = ld.f32("hc_head_scale");
+  }
+  for (const auto& plan : c.layers) {
+    const std::string L = "layers." + std::to_string(plan.index) + ".";
+    const std::string A = L + "attn.";
+    V4LayerWeights lw;
+    lw.attn_norm = ld.f32(L + "attn_norm.weight");
+    lw.ffn_norm = ld.f32(L + "ffn_norm.weight");
+    lw.hc_attn_fn = ld.f32(L + "hc_attn_fn");
+    lw.hc_attn_base = ld.f32(L + "hc_attn_base");
+    lw.hc_attn_scale = ld.f32(L + "hc_attn_scale");
+    lw.hc_ffn_fn = ld.f32(L + "hc_ffn_fn");
+    lw.hc_ffn_base = ld.f32(L + "hc_ffn_base");
+    lw.hc_ffn_scale = ld.f32(L + "hc_ffn_scale");
+    auto& a = lw.attn;
+    a.wq_a = ld.f32(A + "wq_a.weight");
+    a.q_norm = ld.f32(A + "q_norm.weight");
+    a.wq_b = ld.f32(A + "wq_b.weight");
+    a.wkv = ld.f32(A + "wkv.weight");
+    a.kv_norm = ld.f32(A + "kv_norm.weight");
+    a.wo_a = ld.f32(A + "wo_a.weight");
+    a.wo_b = ld.f32(A + "wo_b.weight");
+    a.sinks = ld.f32(A + "attn_sink");
+    auto opt = [&](HostTensor& dst, const std::string& name) {
+      if (ld.has(name)) dst = ld.f32(name);
+    };
+    opt(a.comp_wkv, A + "compressor.wkv.weight");
+    opt(a.comp_wgate, A + "compressor.wgate.weight");
+    opt(a.comp_ape, A + "compressor.ape");
+    opt(a.comp_norm, A + "compressor.norm.weight");
+    opt(a.idx_wq_b, A + "indexer.wq_b.weight");
+    opt(a.idx_weights_proj, A + "indexer.weights_proj.weight");
+    opt(a.idx_comp_wkv, A + "indexer.compressor.wkv.weight");
+    opt(a.idx_comp_wgate, A + "indexer.compressor.wgate.weight");
+    opt(a.idx_comp_ape, A + "indexer.compressor.ape");
+    opt(a.idx_comp_norm, A + "indexer.compressor.norm.weight");
+    opt(a.idx_wk, A + "indexer.wk.weight");
+    opt(a.idx_k_norm, A + "indexer.k_norm.weight");
+    if (plan.engram) {
+      lw.has_engram = true;
+      lw.engram.table = ld.f32(L + "engram.embed.weight");
+      lw.engram.wkv = ld.f32(L + "engram.wkv.weight");
+      HostTensor q = ld.f32(L + "engram.q_weight"), k = ld.f32(L + "engram.k_weight");
+      lw.engram.gate_weight = HostTensor(DType::kF32, q.shape());
+      for (int64_t i = 0; i < q.numel(); ++i) lw.engram.gate_weight.data<float>()[i] = q.data<float>()[i] * k.data<float>()[i];
+    }
+    const std::string F = L + "ffn.";
+    lw.gate = ld.f32(F + "gate.weight");
+    if (plan.routing == RoutingKind::kHash) {
+      lw.tid2eid = ld.i64(F + "gate.tid2eid");
+    } else {
+      lw.gate_bias = ld.f32(F + "gate.bias");
+    }
+    const int n_experts = c.moe.n_routed_experts;
+    for (int e = 0; e < n_experts; ++e) {
+      const std::string X = F + "experts." + std::to_string(e) + ".";
+      lw.expert_storage.push_back(ld.f32(X + "w1.weight"));
+      lw.expert_storage.push_back(ld.f32(X + "w3.weight"));
+      lw.expert_storage.push_back(ld.f32(X + "w2.weight"));
+    }
+    if (c.moe.n_shared_experts > 0) {
+      lw.expert_storage.push_back(ld.f32(F + "shared_experts.w1.weight"));
+      lw.expert_storage.push_back(ld.f32(F + "shared_experts.w3.weight"));
+      lw.expert_storage.push_back(ld.f32(F + "shared_experts.w2.weight"));
+    }
+    // Views are taken once storage has stopped growing (HostTensor views point at owned buffers, which
+    // move with the vector's elements, so they stay valid).
+    for (int e = 0; e < n_experts; ++e) lw.experts.push_back(expert_views(lw.expert_storage, 3 * e));
+    if (c.moe.n_shared_experts > 0) {
+      lw.shared = expert_views(lw.expert_storage, 3 * n_experts);
+      lw.has_shared = true;
+    }
+    w.layers.push_back(std::move(lw));
+  }
+  return w;
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,53 @@
+// QAT fake quantization on the CPU (MODELS.md §3.3): block-wise quantize to FP8 e4m3 or FP4 e2m1 and
+// dequantize again, with the reference's scale rules. The scale of the FP8 and FP4-index variants is a power
+// of two, so x / s is exact; the FP4 main-KV scale is an e4m3 value and the division rounds like PyTorch's.
+#include <algorithm>
+#include <cmath>
+
+#include "deepinfer/core/dtype.h"
+#include "deepinfer/ops/cpu/cpu_backend.h"
+
+namespace deepinfer {
+namespace {
+
+constexpr float kFp4Max = 6.0f;
+
+// 2^ceil(log2(v)) for positive normal v via the exponent bits (biased exponent − 127 + (mantissa != 0)).
+float pow2_ceil(float v) { return e8m0_to_f32(f32_to_e8m0_ceil(v)); }
+
+void quant_block(float* x, int64_t n, FakeQuantKind kind) {
+  float amax = 0.0f;
+  for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+  switch (kind) {
+    case FakeQuantKind::kFP8E4M3Ue8m0Block32: {
+      const float s = pow2_ceil(std::max(amax, 1e-4f) * static_cast<float>(1.0 / 448.0));
+      for (int64_t i = 0; i < n; ++i)
+        x[i] = e4m3_to_f32(f32_to_e4m3(std::clamp(x[i] / s, -kE4M3Max, kE4M3Max))) * s;
+      break;
+    }
+    case FakeQuantKind::kFP4Ue8m0Block32: {
+      const float s = pow2_ceil(std::max(amax, 6.0f * std::ldexp(1.0f, -126)) * static_cast<float>(1.0 / 6.0));
+      for (int64_t i = 0; i < n; ++i) x[i] = e2m1_to_f32(f32_to_e2m1(std::clamp(x[i] / s, -kFp4Max, kFp4Max))) * s;
+      break;
+    }
+    case FakeQuantKind::kFP4E4m3Block16: {
+      const float s = e4m3_to_f32(f32_to_e4m3(std::max(amax, 6.0f * std::ldexp(1.0f, -9)) / kFp4Max));
+      for (int64_t i = 0; i < n; ++i) x[i] = e2m1_to_f32(f32_to_e2m1(std::clamp(x[i] / s, -kFp4Max, kFp4Max))) * s;
+      break;
+    }
+  }
+}
+
+}  // namespace
+
+void CpuBackend::fake_quant(const FakeQuantParams& p) {
+  validate(p);
+  const int64_t rows = p.x.dim(0), cols = p.x.dim(1);
+  const int64_t block = p.kind == FakeQuantKind::kFP4E4m3Block16 ? 16 : 32;
+  if (cols % block != 0) return;  // the reference leaves unblockable shapes (tiny configs) unquantized
+  float* x = p.x.data_as<float>();
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < cols; b += block) quant_block(x + r * cols + b, block, p.kind);
+}
+
+}  // namespace deepinfer
