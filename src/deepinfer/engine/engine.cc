@@ -1,0 +1,256 @@
+#include "deepinfer/engine/engine.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "deepinfer/core/error.h"
+#include "deepinfer/core/logging.h"
+
+namespace deepinfer {
+
+Engine::Engine(EngineConfig config, ModelRunner& runner, StreamCallback on_delta)
+    : config_(std::move(config)), runner_(runner), on_delta_(std::move(on_delta)), kv_(config_.kv) {
+  validate(config_.scheduler);
+  DI_CHECK(config_.kv.num_state_slots >= config_.scheduler.max_num_seqs)
+      << "num_state_slots (" << config_.kv.num_state_slots << ") must be >= max_num_seqs ("
+      << config_.scheduler.max_num_seqs << ")";
+  const int64_t blocks_per_seq = blocks_for_tokens(config_.scheduler.max_model_len, config_.kv.block_size);
+  DI_CHECK_CODE(blocks_per_seq <= config_.kv.num_blocks, ErrorCode::kResourceExhausted)
+      << "the KV cache has " << config_.kv.num_blocks << " blocks of " << config_.kv.block_size
+      << " tokens but one sequence of max_model_len " << config_.scheduler.max_model_len << " needs "
+      << blocks_per_seq << ": lower max_model_len or give the cache more memory";
+  for (TokenId t : config_.eos_token_ids)
+    DI_CHECK(t >= 0 && t < runner_.vocab_size()) << "eos token id " << t << " outside the vocabulary";
+}
+
+void Engine::add_request(Request r) {
+  const int64_t vocab = runner_.vocab_size();
+  const auto& sc = config_.scheduler;
+  DI_CHECK(!r.request_id.empty()) << "request_id must not be empty";
+  DI_CHECK(!request_seqs_.count(r.request_id)) << "request_id '" << r.request_id << "' is already in use";
+  DI_CHECK(!r.prompt_token_ids.empty()) << "request '" << r.request_id << "': the prompt is empty";
+  const int64_t len = static_cast<int64_t>(r.prompt_token_ids.size());
+  DI_CHECK(len <= sc.max_model_len) << "request '" << r.request_id << "': the prompt has " << len
+                                    << " tokens, more than max_model_len " << sc.max_model_len
+                                    << " (prompts are rejected, never truncated)";
+  for (int64_t i = 0; i < len; ++i) {
+    const TokenId t = r.prompt_token_ids[i];
+    DI_CHECK(t >= 0 && t < vocab) << "request '" << r.request_id << "': prompt token " << i << " is " << t
+                                  << ", outside the vocabulary [0, " << vocab << ")";
+  }
+  validate(r.params, vocab);
+  DI_CHECK(r.params.stop.empty() || config_.detokenize)
+      << "request '" << r.request_id << "': stop strings need an engine configured with a detokenizer";
+
+  auto params = std::make_shared<const SamplingParams>(std::move(r.params));
+  auto& ids = request_seqs_[r.request_id];
+  for (int i = 0; i < params->n; ++i) {
+    auto s = std::make_unique<Sequence>();
+    s->id = next_seq_id_++;
+    s->request_id = r.request_id;
+    s->sample_index = i;
+    s->params = params;
+    s->tokens = r.prompt_token_ids;
+    s->prompt_len = len;
+    waiting_.push_back(s.get());
+    ids.push_back(s->id);
+    sequences_.emplace(s->id, std::move(s));
+  }
+}
+
+RngKey Engine::rng_key(const Sequence& s) const {
+  if (s.params->seed) return {*s.params->seed, static_cast<uint64_t>(s.sample_index)};
+  return {config_.seed, mix64(static_cast<uint64_t>(s.id))};
+}
+
+void Engine::release_cache(Sequence& s) {
+  kv_.release(s.block_table);
+  s.prefix_cursor = {};
+  if (s.state_slot >= 0) {
+    kv_.free_slot(s.state_slot);
+    runner_.release_slot(s.state_slot);
+    s.state_slot = -1;
+  }
+}
+
+void Engine::preempt(Sequence& s) {
+  release_cache(s);
+  s.num_computed = 0;
+  s.persistent_until = 0;
+  s.status = SequenceStatus::kPreempted;
+  ++s.num_preemptions;
+  ++stats_.preemptions;
+  running_.erase(std::find(running_.begin(), running_.end(), &s));
+  // Back in FCFS position: ahead of every newer arrival.
+  const auto pos = std::lower_bound(waiting_.begin(), waiting_.end(), &s,
+                                    [](const Sequence* a, const Sequence* b) { return a->id < b->id; });
+  waiting_.insert(pos, &s);
+}
+
+void Engine::finish(Sequence& s, StopReason reason, std::string stop_string, SequenceDelta* delta) {
+  const bool was_waiting = s.waiting();
+  release_cache(s);
+  s.status = SequenceStatus::kFinished;
+  s.stop_reason = reason;
+  s.stop_string = stop_string;
+  if (was_waiting) {
+    waiting_.erase(std::find(waiting_.begin(), waiting_.end(), &s));
+  } else {
+    running_.erase(std::find(running_.begin(), running_.end(), &s));
+  }
+  delta->finished = true;
+  delta->stop_reason = reason;
+  delta->stop_string = std::move(stop_string);
+
+  CompletedSequence c;
+  c.request_id = s.request_id;
+  c.sample_index = s.sample_index;
+  c.prompt_len = s.prompt_len;
+  c.output_token_ids.assign(s.output().begin(), s.output().end());
+  c.logprobs = std::move(s.logprobs);
+  c.stop_reason = reason;
+  c.stop_string = s.stop_string;
+  c.num_cached_prompt_tokens = s.num_cached_prompt_tokens;
+  c.num_preemptions = s.num_preemptions;
+  finished_.push_back(std::move(c));
+
+  auto& ids = request_seqs_.at(s.request_id);
+  ids.erase(std::find(ids.begin(), ids.end(), s.id));
+  if (ids.empty()) request_seqs_.erase(s.request_id);
+  sequences_.erase(s.id);  // `s` is gone after this line
+}
+
+bool Engine::abort(const std::string& request_id) {
+  const auto it = request_seqs_.find(request_id);
+  if (it == request_seqs_.end()) return false;
+  const std::vector<int64_t> ids = it->second;  // finish() edits the map
+  for (int64_t id : ids) {
+    Sequence& s = seq(id);
+    SequenceDelta d{s.request_id, s.sample_index};
+    finish(s, StopReason::kAborted, "", &d);
+    if (on_delta_) on_delta_(d);
+  }
+  return true;
+}
+
+void Engine::commit(const StepPlan& plan) {
+  for (const Sequence* p : plan.preempted) preempt(seq(p->id));
+  // Adopt every prefix hit before allocating anything: allocation may evict parked blocks, and a block another
+  // admission is about to share must be referenced first.
+  for (const ScheduledSeq& e : plan.scheduled) {
+    if (!e.admitted) continue;
+    Sequence& s = seq(e.seq->id);
+    s.prefix_cursor = kv_.adopt_prefix(e.prefix, s.num_tokens(), s.block_table);
+    s.num_computed = e.start;
+    s.persistent_until = e.prefix.cached_tokens;
+    if (s.num_preemptions == 0) s.num_cached_prompt_tokens = e.prefix.cached_tokens;
+    const auto slot = kv_.allocate_slot();
+    DI_CHECK_INTERNAL(slot.has_value()) << "no free state slot although max_num_seqs allows admission";
+    s.state_slot = *slot;
+    s.reset_state = true;
+    s.status = SequenceStatus::kRunning;
+    waiting_.erase(std::find(waiting_.begin(), waiting_.end(), &s));
+    running_.push_back(&s);
+  }
+  for (const ScheduledSeq& e : plan.scheduled) {
+    Sequence& s = seq(e.seq->id);
+    DI_CHECK_INTERNAL(kv_.allocate(s.block_table, e.num_new_blocks))
+        << "the plan asked for " << e.num_new_blocks << " blocks for sequence " << s.id << " but only "
+        << kv_.num_available_blocks() << " are available";
+  }
+}
+
+StepStats Engine::step() {
+  StepStats st;
+  if (!has_unfinished()) return st;
+  const std::vector<const Sequence*> running(running_.begin(), running_.end());
+  const std::vector<const Sequence*> waiting(waiting_.begin(), waiting_.end());
+  const StepPlan plan = schedule({running, waiting}, kv_, config_.scheduler);
+  st.num_preempted = static_cast<int>(plan.preempted.size());
+  commit(plan);
+  ++stats_.steps;
+  st.num_decodes = plan.num_decodes;
+  st.num_prefills = plan.num_prefills;
+  st.num_batched_tokens = plan.num_batched_tokens;
+  if (plan.scheduled.empty()) return st;
+
+  ModelBatch batch;
+  batch.block_size = kv_.block_size();
+  for (const ScheduledSeq& e : plan.scheduled) {
+    Sequence& s = seq(e.seq->id);
+    BatchEntry b;
+    b.seq_id = s.id;
+    b.token_ids = std::span<const TokenId>(s.tokens).subspan(e.start, e.end - e.start);
+    b.start = e.start;
+    b.block_table = s.block_table;
+    b.state_slot = s.state_slot;
+    b.reset_state = s.reset_state;
+    b.persistent_until = s.persistent_until;
+    b.needs_logits = e.sample;
+    batch.num_tokens += e.end - e.start;
+    batch.num_logits_rows += e.sample ? 1 : 0;
+    if (!s.is_decode()) stats_.prompt_tokens_computed += e.end - e.start;
+    batch.entries.push_back(b);
+  }
+  const int64_t vocab = runner_.vocab_size();
+  logits_.assign(static_cast<size_t>(batch.num_logits_rows * vocab), 0.0f);
+  runner_.execute(batch, logits_);
+
+  int64_t row = 0;
+  std::vector<SequenceDelta> deltas;
+  for (const ScheduledSeq& e : plan.scheduled) {
+    Sequence& s = seq(e.seq->id);
+    s.num_computed = e.end;
+    s.reset_state = false;
+    kv_.cache_full_blocks(s.tokens, s.num_computed, s.block_table, s.prefix_cursor);
+    if (!e.sample) continue;
+    const std::span<const float> logits(logits_.data() + row++ * vocab, vocab);
+    SequenceDelta d{s.request_id, s.sample_index};
+    if (!std::all_of(logits.begin(), logits.end(), [](float v) { return std::isfinite(v) || v == -INFINITY; })) {
+      DI_LOG_ERROR("request '{}': non-finite logits at position {}", s.request_id, s.num_tokens() - 1);
+      finish(s, StopReason::kError, "", &d);
+      ++st.num_finished;
+      deltas.push_back(std::move(d));
+      continue;
+    }
+    SamplingContext ctx{s.prompt(), s.output(), {}, config_.eos_token_ids};
+    SampleResult r = sampler_.sample(logits, *s.params, ctx, rng_key(s), s.num_tokens());
+    s.tokens.push_back(r.token);
+    s.status = SequenceStatus::kDecoding;
+    ++stats_.generated_tokens;
+    d.new_token_ids.push_back(r.token);
+    if (s.params->logprobs) {
+      s.logprobs.push_back(r);
+      d.logprobs.push_back(std::move(r));
+    }
+    const StopCheck stop = check_stop(s, config_.eos_token_ids, config_.scheduler.max_model_len, config_.detokenize);
+    if (stop.reason != StopReason::kNone) {
+      finish(s, stop.reason, stop.stop_string, &d);
+      ++st.num_finished;
+    }
+    deltas.push_back(std::move(d));
+  }
+  stats_.kv = kv_.stats();
+  if (on_delta_)
+    for (const auto& d : deltas) on_delta_(d);
+  return st;
+}
+
+int64_t Engine::run_to_completion(int64_t max_steps) {
+  int64_t n = 0;
+  while (has_unfinished() && (max_steps == 0 || n < max_steps)) {
+    step();
+    ++n;
+  }
+  return n;
+}
+
+std::vector<CompletedSequence> Engine::take_finished() { return std::exchange(finished_, {}); }
+
+void Engine::check_invariants() const {
+  std::vector<const BlockTable*> tables;
+  for (const auto& [id, s] : sequences_) tables.push_back(&s->block_table);
+  kv_.check_invariants(tables);
+}
+
+}  // namespace deepinfer

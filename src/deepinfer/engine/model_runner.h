@@ -1,0 +1,55 @@
+// ModelRunner: the one interface between the engine and a forward pass. The engine hands it a ModelBatch built
+// from the step's plan; it returns one row of logits per entry that needs them. Everything the forward pass
+// needs about the cache is in the batch: where each sequence's paged entries live (block table) and which
+// per-sequence state slot is its own.
+//
+// Cache addressing (see docs/ENGINE.md): a paged cache kind with ratio r (1 for per-token kinds) keeps the entry
+// of token group g of a sequence in block block_table[g*r / block_size] at row (g*r % block_size) / r. A
+// per-sequence kind (SWA ring, compressor pending state, Engram look-back) keeps one record per state slot.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "deepinfer/kv/block_table.h"
+#include "deepinfer/sampling/sampling_params.h"
+
+namespace deepinfer {
+
+struct BatchEntry {
+  int64_t seq_id = 0;
+  std::span<const TokenId> token_ids;  // the tokens at positions [start, start + token_ids.size())
+  int64_t start = 0;                   // position of token_ids[0]
+  std::span<const BlockId> block_table;  // covers every position < start + token_ids.size()
+  int32_t state_slot = -1;
+  // The slot's per-sequence state starts empty at `start` (first chunk after admission or preemption); else it
+  // continues from the previous chunk of this sequence.
+  bool reset_state = false;
+  // Positions below this already have persistent (paged) entries, possibly in blocks shared with other
+  // sequences: the model runs them only to rebuild per-sequence state ("bounded replay") and must not write
+  // their paged entries.
+  int64_t persistent_until = 0;
+  bool needs_logits = false;  // logits of the last position are wanted
+  int64_t end() const { return start + static_cast<int64_t>(token_ids.size()); }
+};
+
+struct ModelBatch {
+  std::vector<BatchEntry> entries;  // decodes first, then prefill chunks
+  int block_size = 0;
+  int64_t num_tokens = 0;      // sum of entry lengths
+  int64_t num_logits_rows = 0;  // entries with needs_logits
+};
+
+class ModelRunner {
+ public:
+  virtual ~ModelRunner() = default;
+  virtual int64_t vocab_size() const = 0;
+  // Runs the batch and writes fp32 logits, row i for the i-th entry with needs_logits, into `logits`
+  // ([num_logits_rows, vocab_size], row-major). A sequence's logits must not depend on the rest of the batch.
+  virtual void execute(const ModelBatch& batch, std::span<float> logits) = 0;
+  // The slot's sequence finished or was preempted; its state may be dropped (the next user resets it anyway).
+  virtual void release_slot(int32_t slot) {}
+};
+
+}  // namespace deepinfer

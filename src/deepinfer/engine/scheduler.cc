@@ -1,0 +1,155 @@
+#include "deepinfer/engine/scheduler.h"
+
+#include <algorithm>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "deepinfer/core/error.h"
+
+namespace deepinfer {
+
+void validate(const SchedulerConfig& c) {
+  DI_CHECK(c.max_num_seqs >= 1) << "max_num_seqs must be >= 1, got " << c.max_num_seqs;
+  DI_CHECK(c.max_num_batched_tokens >= 1) << "max_num_batched_tokens must be >= 1, got " << c.max_num_batched_tokens;
+  DI_CHECK(c.max_model_len >= 1) << "max_model_len must be >= 1, got " << c.max_model_len;
+  DI_CHECK(c.enable_chunked_prefill || c.max_num_batched_tokens >= c.max_model_len)
+      << "without chunked prefill max_num_batched_tokens (" << c.max_num_batched_tokens
+      << ") must be >= max_model_len (" << c.max_model_len << ") or long prompts could never run";
+}
+
+namespace {
+
+// The planning state of one step: budgets left and the block references the plan has already moved.
+class Planner {
+ public:
+  Planner(const SchedulerInput& in, const CacheView& cache, const SchedulerConfig& config)
+      : in_(in), cache_(cache), config_(config) {
+    budget_ = config.max_num_batched_tokens;
+    available_ = cache.num_available_blocks();
+  }
+
+  StepPlan run() {
+    for (const Sequence* s : in_.running)
+      if (s->is_decode()) schedule_running(s);
+    for (const Sequence* s : in_.running)
+      if (!s->is_decode()) schedule_running(s);
+    if (plan_.preempted.empty()) admit_waiting();
+    return std::move(plan_);
+  }
+
+ private:
+  int bs() const { return cache_.block_size(); }
+  bool done(const Sequence* s) const { return scheduled_.count(s) || preempted_.count(s); }
+
+  // Blocks that become used again if `b` is referenced once more: 1 if it is currently available (free would
+  // be impossible for a cached block; parked, or all its references released by this plan's preemptions).
+  bool is_available(BlockId b) const {
+    const auto it = released_.find(b);
+    return cache_.ref_count(b) - (it == released_.end() ? 0 : it->second) == 0 && !revived_.count(b);
+  }
+
+  // Preempts the newest running sequence not yet scheduled this step. Returns it, or nullptr if none.
+  const Sequence* preempt_newest() {
+    for (auto it = in_.running.rbegin(); it != in_.running.rend(); ++it) {
+      const Sequence* v = *it;
+      if (done(v)) continue;
+      preempted_.insert(v);
+      plan_.preempted.push_back(v);
+      for (BlockId b : v->block_table)
+        if (cache_.ref_count(b) - ++released_[b] == 0) ++available_;
+      return v;
+    }
+    return nullptr;
+  }
+
+  // Makes `need` blocks available by preempting, unless `s` itself gets preempted. Returns false then.
+  bool make_room(const Sequence* s, int64_t need) {
+    while (need > available_) {
+      const Sequence* v = preempt_newest();
+      if (v == nullptr || v == s) return false;
+    }
+    return true;
+  }
+
+  void add(const Sequence* s, int64_t start, int64_t end, int64_t new_blocks, bool admitted, PrefixMatch prefix) {
+    DI_CHECK_INTERNAL(end > start && end <= s->num_tokens() && end <= config_.max_model_len)
+        << "bad chunk [" << start << ", " << end << ") for sequence " << s->id << " of " << s->num_tokens()
+        << " tokens";
+    ScheduledSeq e;
+    e.seq = s;
+    e.start = start;
+    e.end = end;
+    e.sample = end == s->num_tokens();
+    e.admitted = admitted;
+    e.prefix = std::move(prefix);
+    e.num_new_blocks = new_blocks;
+    budget_ -= end - start;
+    available_ -= new_blocks;
+    plan_.num_batched_tokens += end - start;
+    (end - start == 1 && s->is_decode() ? plan_.num_decodes : plan_.num_prefills) += 1;
+    scheduled_.insert(s);
+    plan_.scheduled.push_back(std::move(e));
+  }
+
+  void schedule_running(const Sequence* s) {
+    if (done(s) || budget_ <= 0) return;
+    const int64_t start = s->num_computed;
+    const int64_t remaining = s->num_tokens() - start;
+    DI_CHECK_INTERNAL(remaining >= 1) << "running sequence " << s->id << " has nothing to compute";
+    int64_t n = std::min(remaining, budget_);
+    if (!config_.enable_chunked_prefill && n < remaining) return;
+    const int64_t held = static_cast<int64_t>(s->block_table.size());
+    const int64_t need = std::max<int64_t>(0, blocks_for_tokens(start + n, bs()) - held);
+    if (!make_room(s, need)) {
+      if (preempted_.count(s)) return;
+      // Nobody left to preempt (everything else is already scheduled): run what fits, or wait a step.
+      n = std::min(n, (held + available_) * bs() - start);
+      if (n <= 0 || (!config_.enable_chunked_prefill && n < remaining)) return;
+    }
+    add(s, start, start + n, std::max<int64_t>(0, blocks_for_tokens(start + n, bs()) - held), false, {});
+  }
+
+  void admit_waiting() {
+    int64_t running = static_cast<int64_t>(in_.running.size());
+    for (const Sequence* s : in_.waiting) {
+      if (running >= config_.max_num_seqs || budget_ <= 0) return;
+      PrefixMatch m = cache_.match_prefix(s->tokens);
+      const int64_t start = m.compute_from;
+      const int64_t remaining = s->num_tokens() - start;
+      int64_t n = std::min(remaining, budget_);
+      if (!config_.enable_chunked_prefill && n < remaining) return;
+      int64_t revive = 0;
+      for (BlockId b : m.blocks) revive += is_available(b) ? 1 : 0;
+      const int64_t held = static_cast<int64_t>(m.blocks.size());
+      const int64_t room = available_ - revive;  // blocks left for new allocations after adopting the prefix
+      n = std::min(n, (held + room) * bs() - start);
+      // Strict FCFS: if the head cannot start, nobody behind it may (that is what prevents starvation).
+      if (n <= 0 || (!config_.enable_chunked_prefill && n < remaining)) return;
+      for (BlockId b : m.blocks)
+        if (is_available(b)) revived_.insert(b);
+      available_ -= revive;
+      const int64_t need = std::max<int64_t>(0, blocks_for_tokens(start + n, bs()) - held);
+      add(s, start, start + n, need, true, std::move(m));
+      ++running;
+    }
+  }
+
+  const SchedulerInput& in_;
+  const CacheView& cache_;
+  const SchedulerConfig& config_;
+  StepPlan plan_;
+  int64_t budget_ = 0;
+  int64_t available_ = 0;
+  std::unordered_set<const Sequence*> scheduled_;
+  std::unordered_set<const Sequence*> preempted_;
+  std::unordered_map<BlockId, int32_t> released_;  // references dropped by this plan's preemptions
+  std::unordered_set<BlockId> revived_;            // available blocks this plan's admissions take back
+};
+
+}  // namespace
+
+StepPlan schedule(const SchedulerInput& in, const CacheView& cache, const SchedulerConfig& config) {
+  return Planner(in, cache, config).run();
+}
+
+}  // namespace deepinfer
