@@ -154,7 +154,7 @@ struct IndexerScoreParams {
   Tensor out;        // f32 [T, N]
   int ratio = 1;
   float score_scale = 1.0f;   // Id^-0.5
-  float weight_scale = 1.0f;  // IH^-0.5 (V4: also Id^-0.5 folded elsewhere; see the model)
+  float weight_scale = 1.0f;  // IH^-0.5
 };
 
 // V4.1 hierarchical level one: block score = max over `block_size` consecutive entries; the block holding

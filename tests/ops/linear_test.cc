@@ -1,0 +1,93 @@
+// Linear family: dequantization formats, GEMM, embedding — against naive double-precision references.
+#include <gtest/gtest.h>
+
+#include "deepinfer/core/dtype.h"
+#include "op_test_util.h"
+
+namespace deepinfer {
+namespace {
+
+using testing::max_rel_error;
+using testing::random_tensor;
+
+TEST(LinearOp, MatchesNaiveGemm) {
+  auto backend = make_cpu_backend(2);
+  for (auto [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{1, 7, 5}, {13, 64, 33}, {40, 256, 300}}) {
+    HostTensor x = random_tensor({m, k}, 1), w = random_tensor({n, k}, 2), y(DType::kF32, {m, n});
+    backend->linear({x.view(), w.view(), y.view()});
+    std::vector<double> ref(m * n);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j)
+        for (int64_t q = 0; q < k; ++q) ref[i * n + j] += double(x.data<float>()[i * k + q]) * w.data<float>()[j * k + q];
+    EXPECT_LT(max_rel_error(y.data<float>(), ref), 1e-6) << m << "x" << k << "x" << n;  // fp32 accumulation
+  }
+}
+
+TEST(LinearOp, RejectsMismatchedShapes) {
+  auto backend = make_cpu_backend(1);
+  HostTensor x = random_tensor({2, 8}, 1), w = random_tensor({3, 9}, 2), y(DType::kF32, {2, 3});
+  EXPECT_THROW(backend->linear({x.view(), w.view(), y.view()}), Error);
+}
+
+TEST(DequantizeOp, Fp8BlockWithE8M0Scales) {
+  auto backend = make_cpu_backend(1);
+  const int64_t n = 70, k = 50;  // partial edge tiles
+  HostTensor q(DType::kF8E4M3, {n, k}), s(DType::kE8M0, {(n + 31) / 32, (k + 31) / 32}), out(DType::kF32, {n, k});
+  std::mt19937 rng(3);
+  for (int64_t i = 0; i < n * k; ++i) q.data<uint8_t>()[i] = static_cast<uint8_t>(rng() % 0x7E);  // finite codes
+  for (int64_t i = 0; i < s.numel(); ++i) s.data<uint8_t>()[i] = static_cast<uint8_t>(120 + rng() % 10);
+  backend->dequantize({q.view(), s.view(), QuantFormat::kFP8Block, 32, 32, out.view()});
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < k; ++j) {
+      const double scale = std::ldexp(1.0, s.data<uint8_t>()[(i / 32) * s.shape()[1] + j / 32] - 127);
+      ASSERT_EQ(out.data<float>()[i * k + j], e4m3_to_f32(q.data<uint8_t>()[i * k + j]) * scale) << i << "," << j;
+    }
+}
+
+TEST(DequantizeOp, Mxfp4) {
+  auto backend = make_cpu_backend(1);
+  const int64_t n = 6, k = 64;
+  HostTensor q(DType::kU8, {n, k / 2}), s(DType::kE8M0, {n, k / 32}), out(DType::kF32, {n, k});
+  std::mt19937 rng(4);
+  for (int64_t i = 0; i < q.numel(); ++i) q.data<uint8_t>()[i] = static_cast<uint8_t>(rng());
+  for (int64_t i = 0; i < s.numel(); ++i) s.data<uint8_t>()[i] = static_cast<uint8_t>(124 + rng() % 6);
+  backend->dequantize({q.view(), s.view(), QuantFormat::kMXFP4, 0, 0, out.view()});
+  static const float kGrid[8] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6};
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < k; ++j) {
+      const uint8_t byte = q.data<uint8_t>()[i * k / 2 + j / 2];
+      const uint8_t code = (j % 2 == 0) ? (byte & 0xF) : (byte >> 4);  // low nibble = even column
+      const float v = (code & 8 ? -1.f : 1.f) * kGrid[code & 7];
+      ASSERT_EQ(out.data<float>()[i * k + j], v * std::ldexp(1.0f, s.data<uint8_t>()[i * 2 + j / 32] - 127));
+    }
+}
+
+TEST(DequantizeOp, FloatAndFp8Row32) {
+  auto backend = make_cpu_backend(1);
+  HostTensor b(DType::kBF16, {3, 40}), out(DType::kF32, {3, 40});
+  for (int64_t i = 0; i < b.numel(); ++i) b.data<uint16_t>()[i] = f32_to_bf16(0.37f * (i + 1));
+  backend->dequantize({b.view(), Tensor{}, QuantFormat::kFloat, 0, 0, out.view()});
+  for (int64_t i = 0; i < b.numel(); ++i) ASSERT_EQ(out.data<float>()[i], round_bf16(0.37f * (i + 1)));
+  HostTensor q(DType::kF8E4M3, {2, 64}), s(DType::kE8M0, {2, 2}), o2(DType::kF32, {2, 64});
+  for (int64_t i = 0; i < q.numel(); ++i) q.data<uint8_t>()[i] = static_cast<uint8_t>(1 + i % 100);
+  for (int64_t i = 0; i < 4; ++i) s.data<uint8_t>()[i] = static_cast<uint8_t>(125 + i);
+  backend->dequantize({q.view(), s.view(), QuantFormat::kFP8Row32, 0, 0, o2.view()});
+  for (int64_t i = 0; i < 2; ++i)
+    for (int64_t j = 0; j < 64; ++j)
+      ASSERT_EQ(o2.data<float>()[i * 64 + j],
+                e4m3_to_f32(q.data<uint8_t>()[i * 64 + j]) * std::ldexp(1.0f, s.data<uint8_t>()[i * 2 + j / 32] - 127));
+}
+
+TEST(EmbeddingOp, GathersRows) {
+  auto backend = make_cpu_backend(1);
+  HostTensor table = random_tensor({10, 6}, 5), ids = testing::positions_tensor({3, 0, 9, 3}), out(DType::kF32, {4, 6});
+  backend->embedding({table.view(), ids.view(), out.view()});
+  for (int t = 0; t < 4; ++t)
+    for (int d = 0; d < 6; ++d) EXPECT_EQ(out.data<float>()[t * 6 + d], table.data<float>()[ids.data<int64_t>()[t] * 6 + d]);
+  HostTensor bad = testing::positions_tensor({10});
+  HostTensor o1(DType::kF32, {1, 6});
+  EXPECT_THROW(backend->embedding({table.view(), bad.view(), o1.view()}), Error);
+}
+
+}  // namespace
+}  // namespace deepinfer

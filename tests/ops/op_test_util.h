@@ -1,0 +1,46 @@
+// Helpers for the op tests: random (never zero) tensors and error measures against naive references.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "deepinfer/core/tensor.h"
+#include "deepinfer/ops/ops.h"
+
+namespace deepinfer::testing {
+
+// f32 tensor with values uniform in ±[lo, hi] (random sign), so no element is zero.
+inline HostTensor random_tensor(Shape shape, uint32_t seed, float lo = 0.05f, float hi = 1.0f) {
+  HostTensor t(DType::kF32, std::move(shape));
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> mag(lo, hi);
+  std::bernoulli_distribution neg(0.5);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = neg(rng) ? -mag(rng) : mag(rng);
+  return t;
+}
+
+inline HostTensor positions_tensor(const std::vector<int64_t>& pos) {
+  HostTensor t(DType::kI64, {static_cast<int64_t>(pos.size())});
+  for (size_t i = 0; i < pos.size(); ++i) t.data<int64_t>()[i] = pos[i];
+  return t;
+}
+
+inline HostTensor copy_of(const HostTensor& t) {
+  HostTensor out(t.dtype(), t.shape());
+  std::copy(t.data<uint8_t>(), t.data<uint8_t>() + t.view().nbytes(), out.data<uint8_t>());
+  return out;
+}
+
+// max |a − ref| / max(|ref|, floor) over all elements.
+inline double max_rel_error(const float* a, const std::vector<double>& ref, double floor = 1e-6) {
+  double err = 0, scale = floor;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    err = std::max(err, std::fabs(a[i] - ref[i]));
+    scale = std::max(scale, std::fabs(ref[i]));
+  }
+  return err / scale;
+}
+
+}  // namespace deepinfer::testing
