@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Runs on the GPU machine (device tool) in one call: build with CUDA, run the GPU tests (ctest -L gpu) and the
-# CPU tests, run the benchmarks, and write logs + a summary under $OUT.
-#   usage (device tool): bash tools/device_check.sh [quick|full]
+# Runs on the GPU machine (device tool) in one call: build with CUDA, run the GPU tests (ctest -L gpu), a
+# compute-sanitizer memcheck of the op harness, the CUDA micro-benchmark, and (full mode) the CPU tests and the
+# benchmarks; logs + a summary under $OUT.
+#   usage (device tool): bash tools/device_check.sh [gpu|full]      (carry: .deps when the image lacks the -dev
+#   packages: `mkdir -p .deps && cd .deps && apt-get download <packages below>` on an x86-64 Debian/Ubuntu host)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 MODE=${1:-full}
@@ -12,22 +14,45 @@ summary="$OUT/summary.txt"
 : >"$summary"
 note() { echo "$*" | tee -a "$summary"; }
 
-note "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown) mode: $MODE"
-note "gpu: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -1)"
-# The device image has no Debian -dev packages we need preinstalled; install what is missing (no prompts).
-if ! dpkg-query -W nlohmann-json3-dev >/dev/null 2>&1; then
-  export DEBIAN_FRONTEND=noninteractive
-  (apt-get update -qq && apt-get install -y -qq --no-install-recommends nlohmann-json3-dev libcli11-dev libfmt-dev \
-    libspdlog-dev libpcre2-dev libicu-dev libgtest-dev libgmock-dev libbenchmark-dev pkg-config ninja-build) \
-    >"$OUT/apt.log" 2>&1 || note "apt-get failed (see apt.log)"
+note "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo +dirty) mode: $MODE"
+note "gpu: $(nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader 2>/dev/null | head -1)"
+note "tools: $(nvcc --version | tail -1); $(cmake --version | head -1); $(c++ --version | head -1)"
+# The device machine reaches no package registry: the -dev packages travel as .deb files in .deps (carried).
+# They are unpacked aside and copied into /usr without replacing anything the image already has.
+if [ ! -f /usr/include/nlohmann/json.hpp ]; then
+  if ls .deps/*.deb >/dev/null 2>&1; then
+    mkdir -p /tmp/dideps && for f in .deps/*.deb; do dpkg -x "$f" /tmp/dideps; done
+    cp -a --no-clobber /tmp/dideps/usr/. /usr/ && ldconfig
+    note "deps: unpacked $(ls .deps/*.deb | wc -l) carried .deb files"
+  else
+    export DEBIAN_FRONTEND=noninteractive
+    (apt-get update -qq && apt-get install -y -qq --no-install-recommends nlohmann-json3-dev libcli11-dev libfmt-dev \
+      libspdlog-dev libpcre2-dev libicu-dev libgtest-dev libgmock-dev pkg-config ninja-build) \
+      >"$OUT/apt.log" 2>&1 || note "apt-get failed (see apt.log)"
+  fi
 fi
 start=$(date +%s)
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DDEEPINFER_ACCELERATOR=nvidia \
   -DCMAKE_CUDA_ARCHITECTURES=90a >"$OUT/configure.log" 2>&1 || { note "configure FAILED"; tail -30 "$OUT/configure.log"; exit 1; }
-cmake --build build-gpu -j "$(nproc)" >"$OUT/build.log" 2>&1 || { note "build FAILED"; tail -60 "$OUT/build.log"; exit 1; }
-note "build: ok in $(( $(date +%s) - start ))s"
-(cd build-gpu && ctest -L gpu --output-on-failure >"$OUT/gpu_tests.log" 2>&1)
+target=deepinfer_cuda_tests
+[ "$MODE" = full ] && target=all
+cmake --build build-gpu -j "$(nproc)" --target $target >"$OUT/build.log" 2>&1 || {
+  note "build FAILED"; grep -E "error|Error" "$OUT/build.log" | head -40; exit 1; }
+note "build ($target): ok in $(( $(date +%s) - start ))s"
+(cd build-gpu && timeout 420 ctest -L gpu --output-on-failure --timeout 240 >"$OUT/gpu_tests.log" 2>&1)
 note "gpu tests: rc=$? $(grep -E 'tests passed|No tests were found' "$OUT/gpu_tests.log" | tail -1)"
+grep -h "\[cuda-op\]" "$OUT/gpu_tests.log" | sort -u >"$OUT/op_errors.txt"
+note "op comparisons: $(grep -c ' ok' "$OUT/op_errors.txt") ok, $(grep -c 'FAIL' "$OUT/op_errors.txt") FAIL (op_errors.txt)"
+grep -E "FAIL|Failed|failed" "$OUT/gpu_tests.log" | grep -v "0 tests failed" | head -20 | tee -a "$summary"
+bin=build-gpu/bin/deepinfer_cuda_tests
+if command -v compute-sanitizer >/dev/null 2>&1; then
+  timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 "$bin" --gtest_filter='CudaOpTest.*:CudaMoeTest.*' \
+    >"$OUT/memcheck.log" 2>&1
+  note "memcheck (op harness): rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)"
+fi
+timeout 300 "$bin" --gtest_also_run_disabled_tests --gtest_filter='CudaBench.*' >"$OUT/cuda_bench.log" 2>&1
+note "cuda bench: rc=$?"
+grep -h "^\[bench\]" "$OUT/cuda_bench.log" | tee -a "$summary"
 if [ "$MODE" = full ]; then
   (cd build-gpu && ctest -LE gpu -j 16 --output-on-failure >"$OUT/cpu_tests.log" 2>&1)
   note "cpu tests: rc=$? $(grep -E 'tests passed' "$OUT/cpu_tests.log" | tail -1)"
@@ -36,4 +61,5 @@ if [ "$MODE" = full ]; then
     note "bench: rc=$? (bench.log)"
   fi
 fi
+echo "================ summary"
 cat "$summary"

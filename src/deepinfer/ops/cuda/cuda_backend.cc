@@ -1,0 +1,804 @@
+// CudaBackend: validates each op's params at the boundary (ops.h validate + "is it on this device"), takes
+// scratch from the workspace arena, fills the kernel params (kernels.h) and enqueues on the backend stream.
+// GEMMs in f32/bf16 go to cuBLASLt; block-quantized GEMMs and everything else to the own kernels.
+#include "deepinfer/ops/cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <unordered_map>
+
+#include "deepinfer/ops/cuda/kernels.h"
+
+namespace deepinfer {
+
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+constexpr size_t kCublasWorkspaceBytes = 32ull << 20;
+
+void expect_on(const char* op, const char* field, const Tensor& t, const Device& dev) {
+  if (t.numel() == 0 && t.data() == nullptr) return;
+  DI_CHECK(t.device() == dev) << op << ": '" << field << "' must be on cuda:" << dev.index << ", got "
+                              << (t.device().kind == DeviceKind::kCPU ? std::string("cpu")
+                                                                      : "cuda:" + std::to_string(t.device().index));
+}
+
+template <typename T>
+const T* cptr(const Tensor& t) {
+  return t.data() ? t.data_as<T>() : nullptr;
+}
+
+// Validates one quantized matrix of logical shape [n, k] (k = -1: any).
+void validate_quant(const char* op, const char* field, const QuantMatrix& m, const Device& dev) {
+  DI_CHECK(m.weight.data() && m.weight.rank() == 2) << op << ": '" << field << "' weight must be a matrix";
+  DI_CHECK(m.weight.is_contiguous()) << op << ": '" << field << "' must be contiguous";
+  expect_on(op, field, m.weight, dev);
+  const int64_t n = m.weight.dim(0), k = m.cols();
+  switch (m.format) {
+    case QuantFormat::kFloat:
+      DI_CHECK(m.weight.dtype() == DType::kF32 || m.weight.dtype() == DType::kBF16)
+          << op << ": '" << field << "' float weight must be f32 or bf16, got " << m.weight.str();
+      break;
+    case QuantFormat::kFP8Block:
+    case QuantFormat::kFP8Row32: {
+      DI_CHECK(m.weight.dtype() == DType::kF8E4M3) << op << ": '" << field << "' must be fp8_e4m3";
+      DI_CHECK(m.scale.dtype() == DType::kE8M0 || m.scale.dtype() == DType::kF32) << op << ": scale dtype";
+      const bool block = m.format == QuantFormat::kFP8Block;
+      DI_CHECK(!block || (m.block_n > 0 && m.block_k > 0)) << op << ": block sizes must be positive";
+      const Shape want = block ? Shape{ceil_div(n, m.block_n), ceil_div(k, m.block_k)} : Shape{n, ceil_div(k, 32)};
+      DI_CHECK(m.scale.shape() == want && m.scale.is_contiguous())
+          << op << ": '" << field << "' scale must be " << shape_str(want) << ", got " << m.scale.str();
+      expect_on(op, field, m.scale, dev);
+      break;
+    }
+    case QuantFormat::kMXFP4:
+      DI_CHECK(m.weight.dtype() == DType::kU8 || m.weight.dtype() == DType::kI8) << op << ": MXFP4 weight is u8/i8";
+      DI_CHECK(m.scale.dtype() == DType::kE8M0 && m.scale.shape() == Shape({n, k / 32}) && m.scale.is_contiguous())
+          << op << ": '" << field << "' MXFP4 scale must be e8m0 [" << n << ", " << k / 32 << "], got "
+          << m.scale.str();
+      expect_on(op, field, m.scale, dev);
+      break;
+  }
+}
+
+}  // namespace
+
+struct CudaBackend::Impl {
+  cuda::DeviceInfo info;
+  Device device;
+  cuda::Stream stream;
+  cuda::DeviceAllocator alloc;
+  cuda::WorkspaceArena arena{alloc};
+  cuda::DeviceStatus status{alloc};
+  cublasLtHandle_t lt = nullptr;
+  cuda::DeviceBuffer lt_workspace;
+
+  // Device copies of per-expert pointer tables, keyed by the host vector they describe; re-uploaded only
+  // when the pointers change (weights are static, so normally once per layer).
+  struct PtrTable {
+    std::vector<const void*> host;
+    cuda::DeviceBuffer dev;
+  };
+  std::unordered_map<const void*, PtrTable> tables[6];
+
+  explicit Impl(int index) : info(cuda::select_device(index)), device(Device::cuda(index)) {
+    DI_CUBLAS_CHECK(cublasLtCreate(&lt));
+    lt_workspace = cuda::DeviceBuffer(alloc, kCublasWorkspaceBytes);
+  }
+  ~Impl() {
+    if (lt) cublasLtDestroy(lt);
+  }
+
+  cudaStream_t s() const { return stream.get(); }
+
+  const void* const* table(int role, const void* key, const std::vector<const void*>& ptrs) {
+    PtrTable& t = tables[role][key];
+    if (t.host != ptrs || !t.dev.data()) {
+      t.dev = cuda::DeviceBuffer(alloc, sizeof(void*) * ptrs.size());
+      DI_CUDA_CHECK(cudaMemcpyAsync(t.dev.data(), ptrs.data(), sizeof(void*) * ptrs.size(), cudaMemcpyHostToDevice, s()));
+      // The source is pageable host memory; wait so that the vector may change right after (rare path).
+      DI_CUDA_CHECK(cudaStreamSynchronize(s()));
+      t.host = ptrs;
+    }
+    return t.dev.data_as<const void* const>();
+  }
+
+  // out[M, N] (f32, row-major) = x[M, K] · w[N, K]ᵀ with x and w both f32 or both bf16, fp32 accumulate.
+  // Row-major C = X·Wᵀ is column-major Cᵀ = W·Xᵀ: A = W (transposed), B = X, no copies.
+  void lt_matmul(const void* x, const void* w, cudaDataType_t type, float* out, int64_t m, int64_t n, int64_t k) {
+    if (m == 0 || n == 0) return;
+    if (k == 0) {
+      DI_CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(float) * m * n, s()));
+      return;
+    }
+    cublasLtMatmulDesc_t op = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    cublasLtMatmulPreference_t pref = nullptr;
+    // f32 x f32 uses full fp32 (no TF32): the f32 Backend::linear promises CPU-level accuracy.
+    DI_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    DI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+    DI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+    DI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a, type, k, n, k));
+    DI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b, type, k, m, k));
+    DI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c, CUDA_R_32F, n, m, n));
+    DI_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    const size_t ws = lt_workspace.size();
+    DI_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+    cublasLtMatmulHeuristicResult_t heur{};
+    int found = 0;
+    DI_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, op, a, b, c, c, pref, 1, &heur, &found));
+    DI_CHECK_CODE(found > 0, ErrorCode::kUnsupported) << "cuBLASLt has no algorithm for " << m << "x" << n << "x" << k;
+    const float alpha = 1.0f, beta = 0.0f;
+    DI_CUBLAS_CHECK(cublasLtMatmul(lt, op, &alpha, w, a, x, b, &beta, out, c, out, c, &heur.algo,
+                                   lt_workspace.data(), ws, s()));
+    cublasLtMatmulPreferenceDestroy(pref);
+    cublasLtMatrixLayoutDestroy(c);
+    cublasLtMatrixLayoutDestroy(b);
+    cublasLtMatrixLayoutDestroy(a);
+    cublasLtMatmulDescDestroy(op);
+  }
+
+  // Fills the weight fields of a dense GEMM from a QuantMatrix (non-float formats).
+  static void set_weight(cuda::GemmKernelParams& g, const QuantMatrix& w) {
+    g.format = w.format;
+    g.b = w.weight.data();
+    g.b_scale = w.scale.data();
+    g.scale_e8m0 = w.scale.data() == nullptr || w.scale.dtype() == DType::kE8M0;
+    g.block_n = w.block_n;
+    g.block_k = w.block_k;
+    g.scale_cols = w.scale.rank() == 2 ? w.scale.dim(1) : 0;
+    g.n = w.rows();
+    g.k = w.cols();
+  }
+
+  // out[M, N] = in[M, K] · dequant(w)ᵀ; bf16 and f32 weights through cuBLASLt.
+  void quant_linear(const float* in, const QuantMatrix& w, float* out, int64_t m) {
+    const int64_t n = w.rows(), k = w.cols();
+    if (w.format == QuantFormat::kFloat && w.weight.dtype() == DType::kF32) {
+      lt_matmul(in, w.weight.data(), CUDA_R_32F, out, m, n, k);
+    } else if (w.format == QuantFormat::kFloat) {
+      cuda::WorkspaceArena::Scope scope(arena);
+      void* in_bf16 = arena.take(sizeof(uint16_t) * m * k);
+      cuda::run_cast_f32_to_bf16(in, in_bf16, m * k, s());
+      lt_matmul(in_bf16, w.weight.data(), CUDA_R_16BF, out, m, n, k);
+    } else {
+      cuda::GemmKernelParams g;
+      g.a = in;
+      g.lda = k;
+      g.c = out;
+      g.ldc = n;
+      g.m = m;
+      set_weight(g, w);
+      cuda::run_gemm(g, s());
+    }
+  }
+
+  // The MoE pipeline shared by moe() (f32 experts) and moe_quant(): plan, grouped gate/up GEMMs, SwiGLU,
+  // grouped down GEMM into per-slot rows, combine in expert-id order. Tokens go in chunks so that the
+  // per-slot intermediates stay within ~1 GiB of workspace.
+  struct MoeWeights {
+    QuantFormat format;
+    bool scale_e8m0;
+    int block_n, block_k;
+    int64_t scale_cols[3];  // w1, w3, w2
+    const void* const* w[3];
+    const void* const* s[3];
+  };
+  void run_moe(const float* x, const float* weights, const int32_t* indices, float* out, int64_t tokens, int64_t d,
+               int64_t k, int64_t inter, int experts, const MoeWeights& mw, const QuantExpertWeights* shared,
+               float limit, bool before_w2) {
+    const int64_t per_token = k * (3 * inter + d) * 4 + (shared ? (3 * inter + d) * 4 : 0);
+    const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(tokens, (1ll << 30) / per_token));
+    for (int64_t t0 = 0; t0 < tokens; t0 += chunk) {
+      const int64_t tc = std::min(chunk, tokens - t0), slots = tc * k;
+      cuda::WorkspaceArena::Scope scope(arena);
+      int32_t* perm = arena.take_as<int32_t>(std::max<int64_t>(slots, 1));
+      int32_t* group_offsets = arena.take_as<int32_t>(experts + 1);
+      int32_t* tile_offsets = arena.take_as<int32_t>(experts + 1);
+      float* gu = arena.take_as<float>(slots * 2 * inter);
+      float* h = arena.take_as<float>(slots * inter);
+      float* y_slot = arena.take_as<float>(slots * d);
+      const float* xc = x + t0 * d;
+      const float* wc = weights + t0 * k;
+      const int32_t* ic = indices + t0 * k;
+
+      cuda::MoePlanKernelParams plan;
+      plan.indices = ic;
+      plan.slots = slots;
+      plan.experts = experts;
+      plan.perm = perm;
+      plan.group_offsets = group_offsets;
+      plan.tile_offsets = tile_offsets;
+      plan.status = status.word();
+      cuda::run_moe_plan(plan, s());
+
+      cuda::GemmKernelParams g;
+      g.format = mw.format;
+      g.scale_e8m0 = mw.scale_e8m0;
+      g.block_n = mw.block_n;
+      g.block_k = mw.block_k;
+      g.groups = experts;
+      g.group_offsets = group_offsets;
+      g.tile_offsets = tile_offsets;
+      g.max_tiles_m = ceil_div(slots, cuda::kGemmTileM) + experts;
+      g.m = slots;
+      // gate and up: gathered token rows -> gu[pos, 0:I] and gu[pos, I:2I]
+      g.a = xc;
+      g.lda = d;
+      g.a_rows = perm;
+      g.a_row_div = static_cast<int>(k);
+      g.ldc = 2 * inter;
+      g.n = inter;
+      g.k = d;
+      for (int which = 0; which < 2; ++which) {
+        g.c = gu + which * inter;
+        g.b_table = mw.w[which];
+        g.b_scale_table = mw.s[which];
+        g.scale_cols = mw.scale_cols[which];
+        cuda::run_gemm(g, s());
+      }
+      cuda::SwigluKernelParams sw;
+      sw.gu = gu;
+      sw.h = h;
+      sw.rows = slots;
+      sw.inter = inter;
+      sw.limit = limit;
+      sw.weights = before_w2 ? wc : nullptr;
+      sw.weight_rows = perm;
+      sw.rows_used = group_offsets + experts;
+      cuda::run_swiglu(sw, s());
+      // down: h[pos] -> y_slot[perm[pos]]
+      g.a = h;
+      g.lda = inter;
+      g.a_rows = nullptr;
+      g.a_row_div = 1;
+      g.c = y_slot;
+      g.ldc = d;
+      g.c_rows = perm;
+      g.n = d;
+      g.k = inter;
+      g.b_table = mw.w[2];
+      g.b_scale_table = mw.s[2];
+      g.scale_cols = mw.scale_cols[2];
+      cuda::run_gemm(g, s());
+
+      float* shared_out = nullptr;
+      if (shared) {
+        const int64_t si = shared->w1.rows();
+        float* sgu = arena.take_as<float>(tc * 2 * si);
+        float* sh = arena.take_as<float>(tc * si);
+        shared_out = arena.take_as<float>(tc * d);
+        // gate/up into the two halves of sgu: run each as a dense GEMM with ldc = 2·I.
+        for (int which = 0; which < 2; ++which) {
+          const QuantMatrix& w = which == 0 ? shared->w1 : shared->w3;
+          shared_gemm(xc, d, w, sgu + which * si, 2 * si, tc);
+        }
+        cuda::SwigluKernelParams ssw;
+        ssw.gu = sgu;
+        ssw.h = sh;
+        ssw.rows = tc;
+        ssw.inter = si;
+        ssw.limit = limit;
+        cuda::run_swiglu(ssw, s());
+        shared_gemm(sh, si, shared->w2, shared_out, d, tc);
+      }
+      cuda::MoeCombineKernelParams cb;
+      cb.y_slot = y_slot;
+      cb.indices = ic;
+      cb.weights = before_w2 ? nullptr : wc;
+      cb.shared = shared_out;
+      cb.out = out + t0 * d;
+      cb.tokens = tc;
+      cb.k = k;
+      cb.d = d;
+      cb.experts = experts;
+      cuda::run_moe_combine(cb, s());
+    }
+  }
+
+  // c[m, ldc] (first w.rows() columns) = a[m, lda] · dequant(w)ᵀ, any format, through the own GEMM so that
+  // a strided output is fine.
+  void shared_gemm(const float* a, int64_t lda, const QuantMatrix& w, float* c, int64_t ldc, int64_t m) {
+    cuda::GemmKernelParams g;
+    g.a = a;
+    g.lda = lda;
+    g.c = c;
+    g.ldc = ldc;
+    g.m = m;
+    if (w.format == QuantFormat::kFloat && w.weight.dtype() == DType::kBF16) {
+      // The own GEMM reads f32 weights only in kFloat; dequantize bf16 once into scratch.
+      float* wf = arena.take_as<float>(w.rows() * w.cols());
+      cuda::DequantizeKernelParams dq;
+      dq.weight = w.weight.data();
+      dq.format = QuantFormat::kFloat;
+      dq.float_kind = cuda::FloatKind::kBF16;
+      dq.n = w.rows();
+      dq.k = w.cols();
+      dq.out = wf;
+      cuda::run_dequantize(dq, s());
+      g.format = QuantFormat::kFloat;
+      g.b = wf;
+      g.n = w.rows();
+      g.k = w.cols();
+    } else {
+      set_weight(g, w);
+    }
+    cuda::run_gemm(g, s());
+  }
+};
+
+CudaBackend::CudaBackend(int device) : impl_(std::make_unique<Impl>(device)) {}
+CudaBackend::~CudaBackend() = default;
+
+std::unique_ptr<CudaBackend> make_cuda_backend(int device) { return std::make_unique<CudaBackend>(device); }
+
+void CudaBackend::synchronize() { impl_->status.check(impl_->s()); }
+cudaStream_t CudaBackend::stream() const { return impl_->s(); }
+cuda::DeviceAllocator& CudaBackend::allocator() { return impl_->alloc; }
+cuda::WorkspaceArena& CudaBackend::workspace() { return impl_->arena; }
+const cuda::DeviceInfo& CudaBackend::device_info() const { return impl_->info; }
+Device CudaBackend::device() const { return impl_->device; }
+
+// ============================================================================ linear family
+void CudaBackend::dequantize(const DequantizeParams& p) {
+  validate(p);
+  const Device& dev = impl_->device;
+  expect_on("dequantize", "weight", p.weight, dev);
+  expect_on("dequantize", "scale", p.scale, dev);
+  expect_on("dequantize", "out", p.out, dev);
+  cuda::DequantizeKernelParams k;
+  k.weight = p.weight.data();
+  k.scale = p.scale.data();
+  k.scale_e8m0 = !p.scale.data() || p.scale.dtype() == DType::kE8M0;
+  k.format = p.format;
+  k.float_kind = p.weight.dtype() == DType::kBF16  ? cuda::FloatKind::kBF16
+                 : p.weight.dtype() == DType::kF16 ? cuda::FloatKind::kF16
+                                                   : cuda::FloatKind::kF32;
+  k.n = p.out.dim(0);
+  k.k = p.out.dim(1);
+  k.scale_cols = p.scale.rank() == 2 ? p.scale.dim(1) : 0;
+  k.block_n = p.block_n;
+  k.block_k = p.block_k;
+  k.out = p.out.data_as<float>();
+  cuda::run_dequantize(k, impl_->s());
+}
+
+void CudaBackend::linear(const LinearParams& p) {
+  validate(p);
+  const Device& dev = impl_->device;
+  expect_on("linear", "in", p.in, dev);
+  expect_on("linear", "weight", p.weight, dev);
+  expect_on("linear", "out", p.out, dev);
+  impl_->lt_matmul(p.in.data(), p.weight.data(), CUDA_R_32F, p.out.data_as<float>(), p.in.dim(0), p.weight.dim(0),
+                   p.in.dim(1));
+}
+
+void CudaBackend::linear_quant(const QuantLinearParams& p) {
+  const char* op = "linear_quant";
+  const Device& dev = impl_->device;
+  validate_quant(op, "weight", p.weight, dev);
+  DI_CHECK(p.in.dtype() == DType::kF32 && p.in.rank() == 2 && p.in.is_contiguous()) << op << ": in must be f32 [M, K]";
+  DI_CHECK(p.in.dim(1) == p.weight.cols()) << op << ": in " << p.in.str() << " vs weight K " << p.weight.cols();
+  DI_CHECK(p.out.dtype() == DType::kF32 && p.out.shape() == Shape({p.in.dim(0), p.weight.rows()}) &&
+           p.out.is_contiguous())
+      << op << ": out must be f32 [" << p.in.dim(0) << ", " << p.weight.rows() << "], got " << p.out.str();
+  DI_CHECK(p.out.data() != p.in.data() || p.out.numel() == 0) << op << ": out must not alias in";
+  expect_on(op, "in", p.in, dev);
+  expect_on(op, "out", p.out, dev);
+  impl_->quant_linear(p.in.data_as<float>(), p.weight, p.out.data_as<float>(), p.in.dim(0));
+}
+
+void CudaBackend::embedding(const EmbeddingParams& p) {
+  validate(p);
+  const Device& dev = impl_->device;
+  expect_on("embedding", "table", p.table, dev);
+  expect_on("embedding", "ids", p.ids, dev);
+  expect_on("embedding", "out", p.out, dev);
+  cuda::EmbeddingKernelParams k;
+  k.table = p.table.data_as<float>();
+  k.ids = p.ids.data_as<int64_t>();
+  k.out = p.out.data_as<float>();
+  k.tokens = p.ids.dim(0);
+  k.vocab = p.table.dim(0);
+  k.dim = p.table.dim(1);
+  k.status = impl_->status.word();
+  cuda::run_embedding(k, impl_->s());
+}
+
+// ============================================================================ norms, rope, fake quant
+void CudaBackend::rms_norm(const RmsNormParams& p) {
+  validate(p);
+  const Device& dev = impl_->device;
+  expect_on("rms_norm", "in", p.in, dev);
+  expect_on("rms_norm", "weight", p.weight, dev);
+  expect_on("rms_norm", "out", p.out, dev);
+  cuda::RmsNormKernelParams k;
+  k.in = p.in.data_as<float>();
+  k.weight = cptr<float>(p.weight);
+  k.out = p.out.data_as<float>();
+  k.rows = p.in.dim(0);
+  k.dim = p.in.dim(1);
+  k.eps = p.eps;
+  cuda::run_rms_norm(k, impl_->s());
+}
+
+void CudaBackend::rope(const RopeParams& p) {
+  validate(p);
+  const Device& dev = impl_->device;
+  expect_on("rope", "x", p.x, dev);
+  expect_on("rope", "positions", p.positions, dev);
+  expect_on("rope", "inv_freq", p.inv_freq, dev);
+  cuda::RopeKernelParams k;
+  k.x = p.x.data_as<float>();
+  k.positions = p.positions.data_as<int64_t>();
+  k.inv_freq = p.inv_freq.data_as<float>();
+  k.tokens = p.x.dim(0);
+  k.heads = p.x.dim(1);
+  k.hd = p.x.dim(2);
+  k.half = p.inv_freq.dim(0);
+  k.inverse = p.inverse;
+  cuda::run_rope(k, impl_->s());
+}
+
+void CudaBackend::fake_quant(const FakeQuantParams& p) {
+  validate(p);
+  expect_on("fake_quant", "x", p.x, impl_->device);
+  cuda::FakeQuantKernelParams k;
+  k.x = p.x.data_as<float>();
+  k.rows = p.x.dim(0);
+  k.cols = p.x.dim(1);
+  k.kind = p.kind;
+  cuda::run_fake_quant(k, impl_->s());
+}
+
+// ============================================================================ mHC
+void CudaBackend::hc_mix(const HcMixParams& p) {
+  validate(p);
+  const Device& dev = impl_->device;
+  for (auto [name, t] : {std::pair{"streams", &p.streams}, {"fn", &p.fn}, {"base", &p.base}, {"scale", &p.scale},
+                         {"pre", &p.pre}, {"post", &p.post}, {"comb", &p.comb}})
+    expect_on("hc_mix", name, *t, dev);
+  cuda::HcMixKernelParams k;
+  k.streams = p.streams.data_as<float>();
+  k.fn = p.fn.data_as<float>();
+  k.base = p.base.data_as<float>();
+  k.scale = p.scale.data_as<float>();
+  k.pre = p.pre.data_as<float>();
+  k.post = p.post.data_as<float>();
+  k.comb = p.comb.data_as<float>();
+  k.tokens = p.streams.dim(0);
+  k.hc = p.streams.dim(1);
+  k.d = p.streams.dim(2);
+  k.norm_eps = p.norm_eps;
+  k.hc_eps = p.hc_eps;
+  k.sinkhorn_iters = p.sinkhorn_iters;
+  cuda::run_hc_mix(k, impl_->s());
+}
+
+void CudaBackend::hc_head(const HcHeadParams& p) {
+  validate(p);
+  const Device& dev = impl_->device;
+  for (auto [name, t] : {std::pair{"streams", &p.streams}, {"fn", &p.fn}, {"base", &p.base}, {"scale", &p.scale},
+                         {"pre", &p.pre}})
+    expect_on("hc_head", name, *t, dev);
+  cuda::HcMixKernelParams k;
+  k.streams = p.streams.data_as<float>();
+  k.fn = p.fn.data_as<float>();
+  k.base = p.base.data_as<float>();
+  k.scale = p.scale.data_as<float>();
+  k.pre = p.pre.data_as<float>();
+  k.tokens = p.streams.dim(0);
+  k.hc = p.streams.dim(1);
+  k.d = p.streams.dim(2);
+  k.norm_eps = p.norm_eps;
+  k.hc_eps = p.hc_eps;
+  k.head = true;
+  cuda::run_hc_mix(k, impl_->s());
+}
+
+void CudaBackend::hc_collapse(const HcCollapseParams& p) {
+  validate(p);
+  const Device& dev = impl_->device;
+  expect_on("hc_collapse", "streams", p.streams, dev);
+  expect_on("hc_collapse", "pre", p.pre, dev);
+  expect_on("hc_collapse", "out", p.out, dev);
+  cuda::HcCollapseKernelParams k;
+  k.streams = p.streams.data_as<float>();
+  k.pre = p.pre.data_as<float>();
+  k.out = p.out.data_as<float>();
+  k.tokens = p.streams.dim(0);
+  k.hc = p.streams.dim(1);
+  k.d = p.streams.dim(2);
+  cuda::run_hc_collapse(k, impl_->s());
+}
+
+void CudaBackend::hc_expand(const HcExpandParams& p) {
+  validate(p);
+  const Device& dev = impl_->device;
+  for (auto [name, t] : {std::pair{"streams", &p.streams}, {"x", &p.x}, {"post", &p.post}, {"comb", &p.comb}})
+    expect_on("hc_expand", name, *t, dev);
+  cuda::HcExpandKernelParams k;
+  k.streams = p.streams.data_as<float>();
+  k.x = p.x.data_as<float>();
+  k.post = p.post.data_as<float>();
+  k.comb = p.comb.data_as<float>();
+  k.tokens = p.streams.dim(0);
+  k.hc = p.streams.dim(1);
+  k.d = p.streams.dim(2);
+  cuda::run_hc_expand(k, impl_->s());
+}
+
+// ============================================================================ compressor, indexer, top-k
+void CudaBackend::compress_pool(const CompressPoolParams& p) {
+  validate(p);
+  const Device& dev = impl_->device;
+  expect_on("compress_pool", "kv", p.kv, dev);
+  expect_on("compress_pool", "gate", p.gate, dev);
+  expect_on("compress_pool", "out", p.out, dev);
+  cuda::CompressPoolKernelParams k;
+  k.kv = p.kv.data_as<float>();
+  k.gate = p.gate.data_as<float>();
+  k.out = p.out.data_as<float>();
+  k.groups = p.kv.dim(0);
+  k.slots = p.kv.dim(1);
+  k.ch = p.kv.dim(2);
+  cuda::run_compress_pool(k, impl_->s());
+}
+
+void CudaBackend::indexer_scores(const IndexerScoreParams& p) {
+  validate(p);
+  const Device& dev = impl_->device;
+  for (auto [name, t] : {std::pair{"q", &p.q}, {"keys", &p.keys}, {"weights", &p.weights},
+                         {"positions", &p.positions}, {"out", &p.out}})
+    expect_on("indexer_scores", name, *t, dev);
+  cuda::IndexerScoresKernelParams k;
+  k.q = p.q.data_as<float>();
+  k.keys = p.keys.data_as<float>();
+  k.weights = p.weights.data_as<float>();
+  k.positions = p.positions.data_as<int64_t>();
+  k.out = p.out.data_as<float>();
+  k.tokens = p.q.dim(0);
+  k.heads = p.q.dim(1);
+  k.dim = p.q.dim(2);
+  k.n = p.keys.dim(0);
+  k.ratio = p.ratio;
+  k.score_scale = p.score_scale;
+  k.weight_scale = p.weight_scale;
+  cuda::run_indexer_scores(k, impl_->s());
+}
+
+void CudaBackend::candidate_blocks(const CandidateBlocksParams& p) {
+  validate(p);
+  const Device& dev = impl_->device;
+  expect_on("candidate_blocks", "scores", p.scores, dev);
+  expect_on("candidate_blocks", "positions", p.positions, dev);
+  expect_on("candidate_blocks", "keep", p.keep, dev);
+  cuda::WorkspaceArena::Scope scope(impl_->arena);
+  const int64_t tokens = p.scores.dim(0), n = p.scores.dim(1), blocks = ceil_div(n, p.block_size);
+  cuda::CandidateBlocksKernelParams k;
+  k.scores = p.scores.data_as<float>();
+  k.positions = p.positions.data_as<int64_t>();
+  k.keep = p.keep.data_as<uint8_t>();
+  k.block_scores = impl_->arena.take_as<float>(std::max<int64_t>(tokens * blocks, 1));
+  k.block_keep = impl_->arena.take_as<uint8_t>(std::max<int64_t>(tokens * blocks, 1));
+  k.tokens = tokens;
+  k.n = n;
+  k.ratio = p.ratio;
+  k.topk_blocks = p.topk_blocks;
+  k.block_size = p.block_size;
+  cuda::run_candidate_blocks(k, impl_->s());
+}
+
+void CudaBackend::topk_mask(const TopKMaskParams& p) {
+  validate(p);
+  const Device& dev = impl_->device;
+  expect_on("topk_mask", "scores", p.scores, dev);
+  expect_on("topk_mask", "allowed", p.allowed, dev);
+  expect_on("topk_mask", "out", p.out, dev);
+  cuda::TopKMaskKernelParams k;
+  k.scores = p.scores.data_as<float>();
+  k.allowed = cptr<uint8_t>(p.allowed);
+  k.out = p.out.data_as<uint8_t>();
+  k.tokens = p.scores.dim(0);
+  k.n = p.scores.dim(1);
+  k.k = p.k;
+  cuda::run_topk_mask(k, impl_->s());
+}
+
+// ============================================================================ attention
+void CudaBackend::sink_attention(const SinkAttentionParams& p) {
+  validate(p);
+  const Device& dev = impl_->device;
+  for (auto [name, t] : {std::pair{"q", &p.q}, {"q_positions", &p.q_positions}, {"window_kv", &p.window_kv},
+                         {"kv_positions", &p.kv_positions}, {"compressed", &p.compressed}, {"comp_mask", &p.comp_mask},
+                         {"sinks", &p.sinks}, {"out", &p.out}})
+    expect_on("sink_attention", name, *t, dev);
+  cuda::SinkAttentionKernelParams k;
+  k.q = p.q.data_as<float>();
+  k.q_positions = p.q_positions.data_as<int64_t>();
+  k.window_kv = cptr<float>(p.window_kv);
+  k.kv_positions = cptr<int64_t>(p.kv_positions);
+  k.compressed = cptr<float>(p.compressed);
+  k.comp_mask = cptr<uint8_t>(p.comp_mask);
+  k.sinks = p.sinks.data_as<float>();
+  k.out = p.out.data_as<float>();
+  k.tokens = p.q.dim(0);
+  k.heads = p.q.dim(1);
+  k.hd = p.q.dim(2);
+  k.s = p.window_kv.dim(0);
+  k.n_comp = p.compressed.data() ? p.compressed.dim(0) : 0;
+  k.window = p.window;
+  k.scale = p.scale;
+  cuda::run_sink_attention(k, impl_->s());
+}
+
+// ============================================================================ router + MoE
+void CudaBackend::router(const RouterParams& p) {
+  validate(p);
+  const Device& dev = impl_->device;
+  for (auto [name, t] : {std::pair{"x", &p.x}, {"weight", &p.weight}, {"bias", &p.bias}, {"hash_table", &p.hash_table},
+                         {"token_ids", &p.token_ids}, {"weights", &p.weights}, {"indices", &p.indices}})
+    expect_on("router", name, *t, dev);
+  const int64_t tokens = p.x.dim(0), experts = p.weight.dim(0);
+  cuda::WorkspaceArena::Scope scope(impl_->arena);
+  float* logits = impl_->arena.take_as<float>(std::max<int64_t>(tokens * experts, 1));
+  impl_->lt_matmul(p.x.data(), p.weight.data(), CUDA_R_32F, logits, tokens, experts, p.x.dim(1));
+  cuda::RouterSelectKernelParams k;
+  k.logits = logits;
+  k.bias = cptr<float>(p.bias);
+  k.hash_table = p.hash_table.data();
+  k.hash_i64 = p.hash_table.dtype() == DType::kI64;
+  k.hash_rows = p.hash_table.data() ? p.hash_table.dim(0) : 0;
+  k.token_ids = cptr<int64_t>(p.token_ids);
+  k.weights = p.weights.data_as<float>();
+  k.indices = p.indices.data_as<int32_t>();
+  k.tokens = tokens;
+  k.experts = experts;
+  k.k = p.weights.dim(1);
+  k.scoring = p.scoring;
+  k.gate_temp = p.gate_temp;
+  k.route_scale = p.route_scale;
+  k.normalize = p.normalize;
+  k.status = impl_->status.word();
+  cuda::run_router_select(k, impl_->s());
+}
+
+void CudaBackend::moe(const MoeParams& p) {
+  validate(p);
+  const Device& dev = impl_->device;
+  expect_on("moe", "x", p.x, dev);
+  expect_on("moe", "weights", p.weights, dev);
+  expect_on("moe", "indices", p.indices, dev);
+  expect_on("moe", "out", p.out, dev);
+  const auto& experts = *p.experts;
+  std::vector<const void*> ptrs[3];
+  for (const auto& e : experts) {
+    expect_on("moe", "w1", e.w1, dev);
+    expect_on("moe", "w3", e.w3, dev);
+    expect_on("moe", "w2", e.w2, dev);
+    DI_CHECK(e.w1.shape() == experts[0].w1.shape()) << "moe: experts must share one shape on CUDA";
+    ptrs[0].push_back(e.w1.data());
+    ptrs[1].push_back(e.w3.data());
+    ptrs[2].push_back(e.w2.data());
+  }
+  Impl::MoeWeights mw{};
+  mw.format = QuantFormat::kFloat;
+  mw.scale_e8m0 = true;
+  for (int i = 0; i < 3; ++i) {
+    mw.w[i] = impl_->table(i, p.experts, ptrs[i]);
+    mw.s[i] = nullptr;
+  }
+  QuantExpertWeights shared;
+  if (p.shared) {
+    for (auto [name, t] : {std::pair{"shared.w1", &p.shared->w1}, {"shared.w3", &p.shared->w3},
+                           {"shared.w2", &p.shared->w2}})
+      expect_on("moe", name, *t, dev);
+    shared.w1.weight = p.shared->w1;
+    shared.w3.weight = p.shared->w3;
+    shared.w2.weight = p.shared->w2;
+  }
+  impl_->run_moe(p.x.data_as<float>(), p.weights.data_as<float>(), p.indices.data_as<int32_t>(),
+                 p.out.data_as<float>(), p.x.dim(0), p.x.dim(1), p.weights.dim(1), experts[0].w1.dim(0),
+                 static_cast<int>(experts.size()), mw, p.shared ? &shared : nullptr, p.swiglu_limit,
+                 p.weight_before_w2);
+}
+
+void CudaBackend::moe_quant(const QuantMoeParams& p) {
+  const char* op = "moe_quant";
+  const Device& dev = impl_->device;
+  DI_CHECK(p.experts && !p.experts->empty()) << op << ": experts are required";
+  const auto& experts = *p.experts;
+  DI_CHECK(p.x.dtype() == DType::kF32 && p.x.rank() == 2 && p.x.is_contiguous()) << op << ": x must be f32 [T, D]";
+  const int64_t t = p.x.dim(0), d = p.x.dim(1);
+  DI_CHECK(p.weights.dtype() == DType::kF32 && p.weights.rank() == 2 && p.weights.dim(0) == t && p.weights.is_contiguous())
+      << op << ": weights must be f32 [T, k]";
+  const int64_t k = p.weights.dim(1);
+  DI_CHECK(p.indices.dtype() == DType::kI32 && p.indices.shape() == Shape({t, k}) && p.indices.is_contiguous())
+      << op << ": indices must be i32 [T, k]";
+  DI_CHECK(p.out.dtype() == DType::kF32 && p.out.shape() == Shape({t, d}) && p.out.is_contiguous())
+      << op << ": out must be f32 [T, D]";
+  for (auto [name, tt] : {std::pair{"x", &p.x}, {"weights", &p.weights}, {"indices", &p.indices}, {"out", &p.out}})
+    expect_on(op, name, *tt, dev);
+  const QuantExpertWeights& e0 = experts[0];
+  const int64_t inter = e0.w1.rows();
+  auto check_expert = [&](const QuantExpertWeights& e, bool same_as_first) {
+    validate_quant(op, "w1", e.w1, dev);
+    validate_quant(op, "w3", e.w3, dev);
+    validate_quant(op, "w2", e.w2, dev);
+    const int64_t i = e.w1.rows();
+    DI_CHECK(e.w1.cols() == d && e.w3.rows() == i && e.w3.cols() == d && e.w2.rows() == d && e.w2.cols() == i)
+        << op << ": expert shapes must be w1/w3 [I, " << d << "], w2 [" << d << ", I]";
+    if (same_as_first) {
+      DI_CHECK(i == inter && e.w1.format == e0.w1.format && e.w3.format == e0.w1.format &&
+               e.w2.format == e0.w1.format && e.w1.weight.dtype() == e0.w1.weight.dtype() &&
+               e.w1.scale.dtype() == e0.w1.scale.dtype() && e.w1.block_n == e0.w1.block_n &&
+               e.w1.block_k == e0.w1.block_k)
+          << op << ": routed experts must share one shape and format";
+    }
+  };
+  std::vector<const void*> ptrs[6];
+  for (const auto& e : experts) {
+    check_expert(e, true);
+    const QuantMatrix* m[3] = {&e.w1, &e.w3, &e.w2};
+    for (int i = 0; i < 3; ++i) {
+      ptrs[i].push_back(m[i]->weight.data());
+      ptrs[3 + i].push_back(m[i]->scale.data());
+    }
+  }
+  if (p.shared) check_expert(*p.shared, false);
+  DI_CHECK(!(e0.w1.format == QuantFormat::kFloat && e0.w1.weight.dtype() == DType::kBF16))
+      << op << ": bf16 routed experts are not supported on CUDA yet (use f32 or a block format)";
+  Impl::MoeWeights mw{};
+  mw.format = e0.w1.format;
+  mw.scale_e8m0 = !e0.w1.scale.data() || e0.w1.scale.dtype() == DType::kE8M0;
+  mw.block_n = e0.w1.block_n;
+  mw.block_k = e0.w1.block_k;
+  const QuantMatrix* m0[3] = {&e0.w1, &e0.w3, &e0.w2};
+  for (int i = 0; i < 3; ++i) {
+    mw.scale_cols[i] = m0[i]->scale.rank() == 2 ? m0[i]->scale.dim(1) : 0;
+    mw.w[i] = impl_->table(i, p.experts, ptrs[i]);
+    mw.s[i] = mw.format == QuantFormat::kFloat ? nullptr : impl_->table(3 + i, p.experts, ptrs[3 + i]);
+  }
+  impl_->run_moe(p.x.data_as<float>(), p.weights.data_as<float>(), p.indices.data_as<int32_t>(),
+                 p.out.data_as<float>(), t, d, k, inter, static_cast<int>(experts.size()), mw, p.shared,
+                 p.swiglu_limit, p.weight_before_w2);
+}
+
+// ============================================================================ Engram
+void CudaBackend::engram_hash(const EngramHashParams& p) {
+  validate(p);
+  const Device& dev = impl_->device;
+  for (auto [name, t] : {std::pair{"tokens", &p.tokens}, {"multipliers", &p.multipliers}, {"primes", &p.primes},
+                         {"offsets", &p.offsets}, {"out", &p.out}})
+    expect_on("engram_hash", name, *t, dev);
+  cuda::EngramHashKernelParams k;
+  k.tokens = p.tokens.data_as<int64_t>();
+  k.multipliers = p.multipliers.data_as<int64_t>();
+  k.primes = p.primes.data_as<int64_t>();
+  k.offsets = p.offsets.data_as<int64_t>();
+  k.out = p.out.data_as<int64_t>();
+  k.count = p.tokens.dim(0);
+  k.n = p.tokens.dim(1);
+  k.heads = p.primes.dim(1);
+  cuda::run_engram_hash(k, impl_->s());
+}
+
+void CudaBackend::engram_gate(const EngramGateParams& p) {
+  validate(p);
+  const Device& dev = impl_->device;
+  for (auto [name, t] : {std::pair{"streams", &p.streams}, {"key", &p.key}, {"value", &p.value}, {"weight", &p.weight}})
+    expect_on("engram_gate", name, *t, dev);
+  cuda::EngramGateKernelParams k;
+  k.streams = p.streams.data_as<float>();
+  k.key = p.key.data_as<float>();
+  k.value = p.value.data_as<float>();
+  k.weight = p.weight.data_as<float>();
+  k.tokens = p.streams.dim(0);
+  k.hc = p.streams.dim(1);
+  k.d = p.streams.dim(2);
+  k.eps = p.eps;
+  cuda::run_engram_gate(k, impl_->s());
+}
+
+}  // namespace deepinfer

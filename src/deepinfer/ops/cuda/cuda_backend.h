@@ -1,0 +1,103 @@
+// CudaBackend: the Backend interface (ops.h) on one CUDA device (Hopper, sm_90a), plus the quantized-weight
+// entry points the CPU reference does not need (it dequantizes at load): a linear and a MoE that read BF16,
+// FP8 e4m3 block-scaled (UE8M0 or f32 scales, 128x128 / 32x32 / any block) and MXFP4 weights directly.
+//
+// Every tensor passed to an op must live on the CUDA device (Device::cuda), except MoeParams' expert list,
+// which is a host vector of device tensors. Ops are asynchronous: they enqueue work on the backend's stream
+// and return. synchronize() waits for it and raises the errors kernels report through the device status word
+// (bad token / expert ids), which the CPU op would have thrown at once.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "deepinfer/ops/cuda/cuda_runtime.h"
+#include "deepinfer/ops/ops.h"
+
+namespace deepinfer {
+
+// One weight matrix as the checkpoint stores it (see DequantizeParams for the layouts).
+struct QuantMatrix {
+  Tensor weight;  // kFloat: f32/bf16 [N, K]; kFP8Block/kFP8Row32: fp8_e4m3 [N, K]; kMXFP4: u8/i8 [N, K/2]
+  Tensor scale;   // kFP8Block: e8m0/f32 [ceil(N/block_n), ceil(K/block_k)]; kMXFP4: e8m0 [N, K/32];
+                  // kFP8Row32: e8m0/f32 [N, ceil(K/32)]; kFloat: none
+  QuantFormat format = QuantFormat::kFloat;
+  int block_n = 128;
+  int block_k = 128;
+  int64_t rows() const { return weight.dim(0); }
+  int64_t cols() const { return format == QuantFormat::kMXFP4 ? weight.dim(1) * 2 : weight.dim(1); }
+};
+
+// out = in · dequant(W)ᵀ in fp32 accumulation. bf16 weights go through cuBLASLt with the input rounded to
+// bf16; FP8/MXFP4 weights through the own block-dequantizing GEMM (exact products in fp32).
+struct QuantLinearParams {
+  Tensor in;  // f32 [M, K]
+  QuantMatrix weight;
+  Tensor out;  // f32 [M, N]
+};
+
+struct QuantExpertWeights {
+  QuantMatrix w1, w3, w2;  // gate [I, D], up [I, D], down [D, I]
+};
+
+// MoeParams with quantized experts: all routed experts share one format; the shared expert may differ
+// (V4: MXFP4 routed experts, FP8 block-scaled shared expert).
+struct QuantMoeParams {
+  Tensor x;        // f32 [T, D]
+  Tensor weights;  // f32 [T, k]
+  Tensor indices;  // i32 [T, k]
+  const std::vector<QuantExpertWeights>* experts = nullptr;
+  const QuantExpertWeights* shared = nullptr;
+  Tensor out;  // f32 [T, D]
+  float swiglu_limit = 0.0f;
+  bool weight_before_w2 = false;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device = 0);
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  void dequantize(const DequantizeParams& p) override;
+  void linear(const LinearParams& p) override;
+  void embedding(const EmbeddingParams& p) override;
+  void rms_norm(const RmsNormParams& p) override;
+  void rope(const RopeParams& p) override;
+  void fake_quant(const FakeQuantParams& p) override;
+  void hc_mix(const HcMixParams& p) override;
+  void hc_head(const HcHeadParams& p) override;
+  void hc_collapse(const HcCollapseParams& p) override;
+  void hc_expand(const HcExpandParams& p) override;
+  void compress_pool(const CompressPoolParams& p) override;
+  void indexer_scores(const IndexerScoreParams& p) override;
+  void candidate_blocks(const CandidateBlocksParams& p) override;
+  void topk_mask(const TopKMaskParams& p) override;
+  void sink_attention(const SinkAttentionParams& p) override;
+  void router(const RouterParams& p) override;
+  void moe(const MoeParams& p) override;
+  void engram_hash(const EngramHashParams& p) override;
+  void engram_gate(const EngramGateParams& p) override;
+
+  // Quantized-weight entry points (CUDA only).
+  void linear_quant(const QuantLinearParams& p);
+  void moe_quant(const QuantMoeParams& p);
+
+  // Waits for all enqueued work; throws InvalidArgument for bad inputs reported by kernels.
+  void synchronize();
+  cudaStream_t stream() const;
+  cuda::DeviceAllocator& allocator();
+  cuda::WorkspaceArena& workspace();
+  const cuda::DeviceInfo& device_info() const;
+  Device device() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Throws NotFound when the device does not exist (cuda::device_count() says how many do).
+std::unique_ptr<CudaBackend> make_cuda_backend(int device = 0);
+
+}  // namespace deepinfer

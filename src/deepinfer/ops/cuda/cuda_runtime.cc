@@ -1,0 +1,218 @@
+#include "deepinfer/ops/cuda/cuda_runtime.h"
+
+#include <algorithm>
+#include <sstream>
+
+namespace deepinfer::cuda {
+
+void raise_cuda_error(cudaError_t err, const char* expr, const char* file, int line) {
+  const ErrorCode code = err == cudaErrorMemoryAllocation ? ErrorCode::kResourceExhausted : ErrorCode::kInternal;
+  std::ostringstream msg;
+  msg << expr << " failed: " << cudaGetErrorName(err) << " (" << cudaGetErrorString(err) << ")";
+  throw Error(code, msg.str(), file, line);
+}
+
+void raise_cublas_error(cublasStatus_t status, const char* expr, const char* file, int line) {
+  const ErrorCode code = status == CUBLAS_STATUS_ALLOC_FAILED    ? ErrorCode::kResourceExhausted
+                         : status == CUBLAS_STATUS_NOT_SUPPORTED ? ErrorCode::kUnsupported
+                                                                 : ErrorCode::kInternal;
+  std::ostringstream msg;
+  msg << expr << " failed: cuBLAS status " << static_cast<int>(status);
+  throw Error(code, msg.str(), file, line);
+}
+
+int device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();  // clear the "no driver" error so it does not surface at the next check
+    return 0;
+  }
+  return n;
+}
+
+DeviceInfo select_device(int index) {
+  const int n = device_count();
+  DI_CHECK_CODE(index >= 0 && index < n, ErrorCode::kNotFound)
+      << "CUDA device " << index << " requested, " << n << " visible";
+  DI_CUDA_CHECK(cudaSetDevice(index));
+  cudaDeviceProp prop{};
+  DI_CUDA_CHECK(cudaGetDeviceProperties(&prop, index));
+  DeviceInfo info;
+  info.index = index;
+  info.name = prop.name;
+  info.cc_major = prop.major;
+  info.cc_minor = prop.minor;
+  info.sm_count = prop.multiProcessorCount;
+  info.total_memory = prop.totalGlobalMem;
+  info.l2_bytes = static_cast<size_t>(prop.l2CacheSize);
+  info.smem_per_block_optin = prop.sharedMemPerBlockOptin;
+  return info;
+}
+
+Stream::Stream() { DI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
+Stream::~Stream() {
+  if (stream_) cudaStreamDestroy(stream_);  // destructors do not throw; a failure here has nowhere to go
+}
+void Stream::synchronize() const { DI_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+// ---------------------------------------------------------------------------------------------- allocator
+size_t DeviceAllocator::round_size(size_t bytes) {
+  constexpr size_t kSmall = 512, kLarge = 2ull << 20, kSmallLimit = 1ull << 20;
+  if (bytes == 0) bytes = 1;
+  const size_t q = bytes < kSmallLimit ? kSmall : kLarge;
+  return (bytes + q - 1) / q * q;
+}
+
+void* DeviceAllocator::allocate(size_t bytes) {
+  const size_t size = round_size(bytes);
+  // Reuse a cached block of exactly this rounded size, or of up to 2x for small requests; never hand out a
+  // much larger block (it would pin memory a later large request needs).
+  auto it = free_blocks_.lower_bound(size);
+  if (it != free_blocks_.end() && it->first <= size * 2) {
+    void* p = it->second;
+    const size_t got = it->first;
+    free_blocks_.erase(it);
+    cached_bytes_ -= got;
+    live_.emplace(p, got);
+    live_bytes_ += got;
+    return p;
+  }
+  void* p = nullptr;
+  cudaError_t err = cudaMalloc(&p, size);
+  if (err == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    release_cached();
+    err = cudaMalloc(&p, size);
+  }
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    DI_FAIL(ErrorCode::kResourceExhausted) << "cudaMalloc(" << size << ") failed: " << cudaGetErrorString(err)
+                                           << " (live " << live_bytes_ << " B)";
+  }
+  ++malloc_calls_;
+  live_.emplace(p, size);
+  live_bytes_ += size;
+  return p;
+}
+
+void DeviceAllocator::free(void* ptr) {
+  if (!ptr) return;
+  auto it = live_.find(ptr);
+  DI_CHECK_INTERNAL(it != live_.end()) << "DeviceAllocator::free of a pointer it did not allocate";
+  free_blocks_.emplace(it->second, ptr);
+  cached_bytes_ += it->second;
+  live_bytes_ -= it->second;
+  live_.erase(it);
+}
+
+void DeviceAllocator::release_cached() {
+  // Work queued on the stream may still read blocks that were freed to the cache: wait before cudaFree.
+  DI_CUDA_CHECK(cudaDeviceSynchronize());
+  for (auto& [size, p] : free_blocks_) DI_CUDA_CHECK(cudaFree(p));
+  free_blocks_.clear();
+  cached_bytes_ = 0;
+}
+
+DeviceAllocator::~DeviceAllocator() {
+  cudaDeviceSynchronize();
+  for (auto& [size, p] : free_blocks_) cudaFree(p);
+  for (auto& [p, size] : live_) cudaFree(p);
+}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
+  if (this != &o) {
+    reset();
+    alloc_ = o.alloc_;
+    ptr_ = o.ptr_;
+    size_ = o.size_;
+    o.ptr_ = nullptr;
+  }
+  return *this;
+}
+
+void DeviceBuffer::reset() {
+  if (ptr_ && alloc_) alloc_->free(ptr_);
+  ptr_ = nullptr;
+  size_ = 0;
+}
+
+// ---------------------------------------------------------------------------------------------- arena
+WorkspaceArena::WorkspaceArena(DeviceAllocator& alloc, size_t initial_bytes) : alloc_(alloc) {
+  chunks_.push_back({alloc_.allocate(initial_bytes), DeviceAllocator::round_size(initial_bytes)});
+}
+
+WorkspaceArena::~WorkspaceArena() {
+  for (auto& c : chunks_) alloc_.free(c.ptr);
+}
+
+void* WorkspaceArena::take(size_t bytes) {
+  bytes = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  if (offset_ + bytes > chunks_.back().size) {
+    const size_t size = std::max(bytes, chunks_.back().size * 2);
+    chunks_.push_back({alloc_.allocate(size), DeviceAllocator::round_size(size)});
+    offset_ = 0;
+  }
+  void* p = static_cast<char*>(chunks_.back().ptr) + offset_;
+  offset_ += bytes;
+  used_ += bytes;
+  high_water_ = std::max(high_water_, used_);
+  return p;
+}
+
+void WorkspaceArena::rewind(const Mark& m) {
+  // Chunks added after the mark stay until reset(): work queued on the stream may still use them, and the
+  // allocator's cache is stream-ordered only for blocks that are freed, not for blocks that are reused.
+  if (m.chunk == chunks_.size() - 1) {
+    offset_ = m.offset;
+    used_ = m.used;
+  }
+}
+
+void WorkspaceArena::reset() {
+  if (chunks_.size() > 1) {
+    // Merge into one chunk of the high-water size. Freed chunks go back to the allocator's cache; only work
+    // on the same stream can get them again, after the work that used them.
+    const size_t size = high_water_;
+    for (auto& c : chunks_) alloc_.free(c.ptr);
+    chunks_.clear();
+    chunks_.push_back({alloc_.allocate(size), DeviceAllocator::round_size(size)});
+  }
+  offset_ = 0;
+  used_ = 0;
+}
+
+// ---------------------------------------------------------------------------------------------- pinned
+PinnedBuffer::PinnedBuffer(size_t bytes) : size_(bytes) { DI_CUDA_CHECK(cudaMallocHost(&ptr_, bytes)); }
+PinnedBuffer::~PinnedBuffer() {
+  if (ptr_) cudaFreeHost(ptr_);
+}
+PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& o) noexcept {
+  if (this != &o) {
+    if (ptr_) cudaFreeHost(ptr_);
+    ptr_ = o.ptr_;
+    size_ = o.size_;
+    o.ptr_ = nullptr;
+  }
+  return *this;
+}
+
+// ---------------------------------------------------------------------------------------------- status
+DeviceStatus::DeviceStatus(DeviceAllocator& alloc) : buffer_(alloc, sizeof(uint32_t)), host_(sizeof(uint32_t)) {
+  DI_CUDA_CHECK(cudaMemset(buffer_.data(), 0, sizeof(uint32_t)));
+}
+
+void DeviceStatus::check(cudaStream_t stream) {
+  DI_CUDA_CHECK(cudaMemcpyAsync(host_.data(), buffer_.data(), sizeof(uint32_t), cudaMemcpyDeviceToHost, stream));
+  DI_CUDA_CHECK(cudaStreamSynchronize(stream));
+  const uint32_t bits = *host_.data_as<uint32_t>();
+  if (bits == 0) return;
+  DI_CUDA_CHECK(cudaMemsetAsync(buffer_.data(), 0, sizeof(uint32_t), stream));
+  std::ostringstream msg;
+  msg << "device reported bad inputs:";
+  if (bits & kStatusEmbeddingIdRange) msg << " embedding token id out of range;";
+  if (bits & kStatusRouterHashRange) msg << " router token id outside the hash table;";
+  if (bits & kStatusExpertIdRange) msg << " moe expert id out of range;";
+  DI_FAIL(ErrorCode::kInvalidArgument) << msg.str();
+}
+
+}  // namespace deepinfer::cuda

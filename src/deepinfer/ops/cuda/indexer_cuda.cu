@@ -1,0 +1,90 @@
+// Indexer family: lightning-indexer scores with causal visibility, V4.1 candidate blocks, and the top-k
+// selection mask (block radix select, topk.cuh).
+#include "deepinfer/ops/cuda/device_math.cuh"
+#include "deepinfer/ops/cuda/kernels.h"
+#include "deepinfer/ops/cuda/topk.cuh"
+
+namespace deepinfer::cuda {
+namespace {
+
+constexpr int kTopkThreads = 512;
+
+// One warp per (token, entry). Entries the query cannot see yet are −inf and never read (their cache slots
+// may hold anything).
+__global__ void indexer_scores_kernel(IndexerScoresKernelParams p) {
+  const int64_t warp_id = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  if (warp_id >= p.tokens * p.n) return;
+  const int64_t t = warp_id / p.n, e = warp_id % p.n;
+  const int64_t visible = (p.positions[t] + 1) / p.ratio;
+  if (e >= visible) {
+    if (lane == 0) p.out[warp_id] = -INFINITY;
+    return;
+  }
+  const float* key = p.keys + e * p.dim;
+  float acc = 0.0f;
+  for (int64_t h = 0; h < p.heads; ++h) {
+    const float* q = p.q + (t * p.heads + h) * p.dim;
+    float dot = 0.0f;
+    for (int64_t i = lane; i < p.dim; i += 32) dot = fmaf(q[i], key[i], dot);
+    dot = warp_sum(dot);
+    const float s = fmaxf(dot, 0.0f) * p.score_scale;
+    acc = fmaf(s, p.weights[t * p.heads + h] * p.weight_scale, acc);
+  }
+  if (lane == 0) p.out[warp_id] = acc;
+}
+
+__global__ void __launch_bounds__(kTopkThreads) topk_mask_kernel(TopKMaskKernelParams p) {
+  __shared__ TopkSmem sm;
+  const int64_t t = blockIdx.x;
+  const float* s = p.scores + t * p.n;
+  const uint8_t* allowed = p.allowed ? p.allowed + t * p.n : nullptr;
+  auto value = [&](int64_t i) { return (allowed && !allowed[i]) ? -INFINITY : s[i]; };
+  block_topk_mask(value, p.n, p.k, p.out + t * p.n, sm);
+}
+
+__global__ void __launch_bounds__(kTopkThreads) candidate_blocks_kernel(CandidateBlocksKernelParams p) {
+  __shared__ TopkSmem sm;
+  const int64_t t = blockIdx.x, bs = p.block_size;
+  const int64_t blocks = (p.n + bs - 1) / bs;
+  const float* s = p.scores + t * p.n;
+  float* block_score = p.block_scores + t * blocks;
+  uint8_t* block_keep = p.block_keep + t * blocks;
+  // The block holding the newest visible entry is only partly filled; it is always kept.
+  const int64_t visible = (p.positions[t] + 1) / p.ratio;
+  const int64_t forced = visible > 0 ? (visible - 1) / bs : -1;
+  for (int64_t b = threadIdx.x; b < blocks; b += blockDim.x) {
+    float mx = -INFINITY;
+    const int64_t end = (b + 1) * bs < p.n ? (b + 1) * bs : p.n;
+    for (int64_t e = b * bs; e < end; ++e) mx = fmaxf(mx, s[e]);
+    block_score[b] = b == forced ? INFINITY : mx;
+  }
+  __syncthreads();
+  auto value = [&](int64_t i) { return block_score[i]; };
+  block_topk_mask(value, blocks, p.topk_blocks, block_keep, sm);
+  __syncthreads();
+  uint8_t* keep = p.keep + t * p.n;
+  for (int64_t e = threadIdx.x; e < p.n; e += blockDim.x) keep[e] = block_keep[e / bs];
+}
+
+}  // namespace
+
+void run_indexer_scores(const IndexerScoresKernelParams& p, cudaStream_t stream) {
+  if (p.tokens * p.n == 0) return;
+  indexer_scores_kernel<<<grid_1d(p.tokens * p.n * 32, 256), 256, 0, stream>>>(p);
+  DI_CUDA_CHECK_LAUNCH();
+}
+
+void run_topk_mask(const TopKMaskKernelParams& p, cudaStream_t stream) {
+  if (p.tokens == 0 || p.n == 0) return;
+  topk_mask_kernel<<<static_cast<unsigned>(p.tokens), kTopkThreads, 0, stream>>>(p);
+  DI_CUDA_CHECK_LAUNCH();
+}
+
+void run_candidate_blocks(const CandidateBlocksKernelParams& p, cudaStream_t stream) {
+  if (p.tokens == 0 || p.n == 0) return;
+  candidate_blocks_kernel<<<static_cast<unsigned>(p.tokens), kTopkThreads, 0, stream>>>(p);
+  DI_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace deepinfer::cuda

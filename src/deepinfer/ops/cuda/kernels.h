@@ -1,0 +1,271 @@
+// Kernel entry points of the CUDA backend: one plain params struct (raw device pointers + sizes) and one
+// run_<op>(params, stream) per kernel, defined in the op family's .cu file. The backend (cuda_backend.cc)
+// validates the ops.h params, takes scratch from the workspace and fills these structs; nothing here knows
+// about Tensor. Every run_* checks its launch.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "deepinfer/ops/ops.h"
+
+namespace deepinfer::cuda {
+
+// ============================================================================ linear family (linear_cuda.cu)
+// Element type of a float weight stored densely (QuantFormat::kFloat).
+enum class FloatKind : uint8_t { kF32, kBF16, kF16 };
+
+struct DequantizeKernelParams {
+  const void* weight = nullptr;  // [n, k] (MXFP4: [n, k/2] bytes)
+  const void* scale = nullptr;   // see DequantizeParams
+  bool scale_e8m0 = true;        // else f32
+  QuantFormat format = QuantFormat::kFloat;
+  FloatKind float_kind = FloatKind::kF32;
+  int64_t n = 0, k = 0, scale_cols = 0;
+  int block_n = 128, block_k = 128;
+  float* out = nullptr;  // [n, k]
+};
+void run_dequantize(const DequantizeKernelParams& p, cudaStream_t stream);
+
+struct EmbeddingKernelParams {
+  const float* table = nullptr;  // [vocab, dim]
+  const int64_t* ids = nullptr;  // [tokens]
+  float* out = nullptr;          // [tokens, dim]
+  int64_t tokens = 0, vocab = 0, dim = 0;
+  uint32_t* status = nullptr;    // kStatusEmbeddingIdRange on a bad id (that row becomes NaN)
+};
+void run_embedding(const EmbeddingKernelParams& p, cudaStream_t stream);
+
+// f32 -> bf16 (RNE), n elements.
+void run_cast_f32_to_bf16(const float* in, void* out_bf16, int64_t n, cudaStream_t stream);
+
+// ============================================================================ block-dequantizing GEMM (gemm_cuda.cu)
+// C[row(i), :] = A[arow(i), :] · dequant(B_g)ᵀ for the rows i of group g, fp32 accumulation.
+// Dense use: groups = 1, group_offsets = nullptr (rows [0, m)), tables = nullptr (b / b_scale).
+// Grouped use (MoE): rows i in [group_offsets[g], group_offsets[g+1]) use weight table entry g; the grid
+// covers `max_tiles_m` M tiles and each block finds its group through tile_offsets (both from run_moe_plan).
+struct GemmKernelParams {
+  const float* a = nullptr;
+  int64_t lda = 0;
+  const int32_t* a_rows = nullptr;  // optional: A row of gathered row i is a_rows[i] / a_row_div
+  int a_row_div = 1;
+  float* c = nullptr;
+  int64_t ldc = 0;
+  const int32_t* c_rows = nullptr;  // optional: C row of gathered row i
+  QuantFormat format = QuantFormat::kFloat;  // kFloat = f32 weights here
+  const void* b = nullptr;          // [n, k] weight (MXFP4: [n, k/2] bytes)
+  const void* b_scale = nullptr;
+  const void* const* b_table = nullptr;        // [groups] per-group weights (overrides b)
+  const void* const* b_scale_table = nullptr;  // [groups]
+  bool scale_e8m0 = true;
+  int block_n = 128, block_k = 128;
+  int64_t scale_cols = 0;  // columns of the scale matrix
+  int64_t m = 0, n = 0, k = 0;
+  int groups = 1;
+  const int32_t* group_offsets = nullptr;  // [groups + 1], device
+  const int32_t* tile_offsets = nullptr;   // [groups + 1], device: cumulative M tiles
+  int64_t max_tiles_m = 0;                 // grid bound for the grouped case
+};
+constexpr int kGemmTileM = 64;
+void run_gemm(const GemmKernelParams& p, cudaStream_t stream);
+
+// ============================================================================ norms (norm_cuda.cu)
+struct RmsNormKernelParams {
+  const float* in = nullptr;
+  const float* weight = nullptr;  // optional
+  float* out = nullptr;           // may equal in
+  int64_t rows = 0, dim = 0;
+  float eps = 1e-6f;
+};
+void run_rms_norm(const RmsNormKernelParams& p, cudaStream_t stream);
+
+// ============================================================================ rope (rope_cuda.cu)
+struct RopeKernelParams {
+  float* x = nullptr;  // [tokens, heads, hd]
+  const int64_t* positions = nullptr;
+  const float* inv_freq = nullptr;  // [half]
+  int64_t tokens = 0, heads = 0, hd = 0, half = 0;
+  bool inverse = false;
+};
+void run_rope(const RopeKernelParams& p, cudaStream_t stream);
+
+// ============================================================================ fake quant (fake_quant_cuda.cu)
+struct FakeQuantKernelParams {
+  float* x = nullptr;  // [rows, cols], cols % block == 0
+  int64_t rows = 0, cols = 0;
+  FakeQuantKind kind = FakeQuantKind::kFP8E4M3Ue8m0Block32;
+};
+void run_fake_quant(const FakeQuantKernelParams& p, cudaStream_t stream);
+
+// ============================================================================ mHC (hc_cuda.cu)
+struct HcMixKernelParams {
+  const float* streams = nullptr;  // [tokens, hc, d]
+  const float* fn = nullptr;       // [rows, hc*d]; rows = (2+hc)*hc (mix) or hc (head)
+  const float* base = nullptr;
+  const float* scale = nullptr;
+  float* pre = nullptr;
+  float* post = nullptr;  // mix only
+  float* comb = nullptr;  // mix only
+  int64_t tokens = 0, hc = 0, d = 0;
+  float norm_eps = 1e-6f, hc_eps = 1e-6f;
+  int sinkhorn_iters = 20;
+  bool head = false;  // hc_head: only `pre` with scale[0]
+};
+void run_hc_mix(const HcMixKernelParams& p, cudaStream_t stream);
+
+struct HcCollapseKernelParams {
+  const float* streams = nullptr;
+  const float* pre = nullptr;
+  float* out = nullptr;
+  int64_t tokens = 0, hc = 0, d = 0;
+};
+void run_hc_collapse(const HcCollapseKernelParams& p, cudaStream_t stream);
+
+struct HcExpandKernelParams {
+  float* streams = nullptr;  // in/out
+  const float* x = nullptr;
+  const float* post = nullptr;
+  const float* comb = nullptr;
+  int64_t tokens = 0, hc = 0, d = 0;
+};
+void run_hc_expand(const HcExpandKernelParams& p, cudaStream_t stream);
+
+// ============================================================================ compressor (compressor_cuda.cu)
+struct CompressPoolKernelParams {
+  const float* kv = nullptr;
+  const float* gate = nullptr;
+  float* out = nullptr;
+  int64_t groups = 0, slots = 0, ch = 0;
+};
+void run_compress_pool(const CompressPoolKernelParams& p, cudaStream_t stream);
+
+// ============================================================================ indexer + top-k (indexer_cuda.cu)
+struct IndexerScoresKernelParams {
+  const float* q = nullptr;  // [tokens, heads, dim]
+  const float* keys = nullptr;
+  const float* weights = nullptr;
+  const int64_t* positions = nullptr;
+  float* out = nullptr;
+  int64_t tokens = 0, heads = 0, dim = 0, n = 0;
+  int ratio = 1;
+  float score_scale = 1.0f, weight_scale = 1.0f;
+};
+void run_indexer_scores(const IndexerScoresKernelParams& p, cudaStream_t stream);
+
+struct CandidateBlocksKernelParams {
+  const float* scores = nullptr;
+  const int64_t* positions = nullptr;
+  uint8_t* keep = nullptr;
+  float* block_scores = nullptr;    // scratch [tokens, ceil(n / block_size)]
+  uint8_t* block_keep = nullptr;    // scratch [tokens, ceil(n / block_size)]
+  int64_t tokens = 0, n = 0;
+  int ratio = 1, topk_blocks = 1, block_size = 1;
+};
+void run_candidate_blocks(const CandidateBlocksKernelParams& p, cudaStream_t stream);
+
+struct TopKMaskKernelParams {
+  const float* scores = nullptr;
+  const uint8_t* allowed = nullptr;  // optional
+  uint8_t* out = nullptr;
+  int64_t tokens = 0, n = 0;
+  int64_t k = 1;
+};
+void run_topk_mask(const TopKMaskKernelParams& p, cudaStream_t stream);
+
+// ============================================================================ attention (attention_cuda.cu)
+struct SinkAttentionKernelParams {
+  const float* q = nullptr;  // [tokens, heads, hd]
+  const int64_t* q_positions = nullptr;
+  const float* window_kv = nullptr;  // [s, hd]
+  const int64_t* kv_positions = nullptr;
+  const float* compressed = nullptr;  // [n_comp, hd], optional
+  const uint8_t* comp_mask = nullptr;  // [tokens, n_comp], optional
+  const float* sinks = nullptr;
+  float* out = nullptr;
+  int64_t tokens = 0, heads = 0, hd = 0, s = 0, n_comp = 0;
+  int window = 128;
+  float scale = 1.0f;
+};
+void run_sink_attention(const SinkAttentionKernelParams& p, cudaStream_t stream);
+
+// ============================================================================ router + MoE (moe_cuda.cu)
+// After the logits GEMM: score function, optional softmax, bias, top-k (or hash table), weights.
+struct RouterSelectKernelParams {
+  const float* logits = nullptr;  // [tokens, experts], x·Wᵀ
+  const float* bias = nullptr;    // optional
+  const void* hash_table = nullptr;  // optional, [vocab, k] i32/i64
+  bool hash_i64 = false;
+  int64_t hash_rows = 0;
+  const int64_t* token_ids = nullptr;
+  float* weights = nullptr;  // [tokens, k]
+  int32_t* indices = nullptr;
+  int64_t tokens = 0, experts = 0, k = 0;
+  RouterScoring scoring = RouterScoring::kSqrtSoftplus;
+  float gate_temp = 1.0f, route_scale = 1.0f;
+  bool normalize = true;
+  uint32_t* status = nullptr;
+};
+void run_router_select(const RouterSelectKernelParams& p, cudaStream_t stream);
+
+// Groups the T·k (token, slot) pairs by expert: perm lists slot ids (t·k + j) grouped by expert;
+// group_offsets/tile_offsets are [experts + 1]. Slots with a bad expert id raise kStatusExpertIdRange and
+// are left out (their output row stays zero).
+struct MoePlanKernelParams {
+  const int32_t* indices = nullptr;  // [slots]
+  int64_t slots = 0;
+  int experts = 0;
+  int32_t* perm = nullptr;           // [slots]
+  int32_t* group_offsets = nullptr;  // [experts + 1]
+  int32_t* tile_offsets = nullptr;   // [experts + 1]
+  int32_t* cursor = nullptr;         // scratch [experts]
+  uint32_t* status = nullptr;
+};
+void run_moe_plan(const MoePlanKernelParams& p, cudaStream_t stream);
+
+// h[r, i] = silu(min(gu[r, i], limit)) · clamp(gu[r, I + i], ±limit) (· weights[row_weight(r)] if given).
+struct SwigluKernelParams {
+  const float* gu = nullptr;  // [rows, 2·inter]
+  float* h = nullptr;         // [rows, inter]
+  int64_t rows = 0, inter = 0;
+  float limit = 0.0f;
+  const float* weights = nullptr;     // optional [slots]
+  const int32_t* weight_rows = nullptr;  // optional: slot of row r (else r)
+  const int32_t* rows_used = nullptr;    // optional device count of valid rows (group_offsets[E])
+};
+void run_swiglu(const SwigluKernelParams& p, cudaStream_t stream);
+
+// out[t] = Σ_j (in expert-id order) y_slot[t·k + j] (· weights[t·k + j] unless weighted already) + shared[t].
+struct MoeCombineKernelParams {
+  const float* y_slot = nullptr;  // [tokens·k, d]
+  const int32_t* indices = nullptr;
+  const float* weights = nullptr;  // nullptr: already applied
+  const float* shared = nullptr;   // optional [tokens, d]
+  float* out = nullptr;
+  int64_t tokens = 0, k = 0, d = 0;
+  int experts = 0;
+};
+void run_moe_combine(const MoeCombineKernelParams& p, cudaStream_t stream);
+
+// ============================================================================ Engram (engram_cuda.cu)
+struct EngramHashKernelParams {
+  const int64_t* tokens = nullptr;
+  const int64_t* multipliers = nullptr;
+  const int64_t* primes = nullptr;
+  const int64_t* offsets = nullptr;
+  int64_t* out = nullptr;
+  int64_t count = 0, n = 0, heads = 0;
+};
+void run_engram_hash(const EngramHashKernelParams& p, cudaStream_t stream);
+
+struct EngramGateKernelParams {
+  float* streams = nullptr;
+  const float* key = nullptr;
+  const float* value = nullptr;
+  const float* weight = nullptr;
+  int64_t tokens = 0, hc = 0, d = 0;
+  float eps = 1e-6f;
+};
+void run_engram_gate(const EngramGateKernelParams& p, cudaStream_t stream);
+
+}  // namespace deepinfer::cuda

@@ -1,0 +1,95 @@
+// Linear family, elementwise parts: weight dequantization (float, FP8 block-scaled, MXFP4, FP8 per-32 rows)
+// to f32, embedding row gathers, and the f32 -> bf16 cast that feeds cuBLASLt. The GEMMs themselves are in
+// gemm_cuda.cu (own kernel) and cuda_backend.cc (cuBLASLt).
+#include "deepinfer/ops/cuda/cuda_runtime.h"
+#include "deepinfer/ops/cuda/device_math.cuh"
+#include "deepinfer/ops/cuda/kernels.h"
+
+namespace deepinfer::cuda {
+namespace {
+
+__device__ __forceinline__ float load_scale(const void* scale, bool e8m0, int64_t i) {
+  return e8m0 ? e8m0_to_f32_dev(static_cast<const uint8_t*>(scale)[i]) : static_cast<const float*>(scale)[i];
+}
+
+__global__ void dequantize_kernel(DequantizeKernelParams p) {
+  const int64_t total = p.n * p.k;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t i = idx / p.k, j = idx % p.k;
+    float v;
+    switch (p.format) {
+      case QuantFormat::kFloat:
+        if (p.float_kind == FloatKind::kF32) v = static_cast<const float*>(p.weight)[idx];
+        else if (p.float_kind == FloatKind::kBF16) v = bf16_bits_to_f32(static_cast<const uint16_t*>(p.weight)[idx]);
+        else v = __half2float(static_cast<const __half*>(p.weight)[idx]);
+        break;
+      case QuantFormat::kFP8Block:
+        v = e4m3_to_f32_dev(static_cast<const uint8_t*>(p.weight)[idx]) *
+            load_scale(p.scale, p.scale_e8m0, (i / p.block_n) * p.scale_cols + j / p.block_k);
+        break;
+      case QuantFormat::kMXFP4: {
+        const uint8_t byte = static_cast<const uint8_t*>(p.weight)[i * (p.k / 2) + j / 2];
+        v = e2m1_to_f32_dev((j & 1) ? (byte >> 4) : (byte & 0xF)) *
+            e8m0_to_f32_dev(static_cast<const uint8_t*>(p.scale)[i * (p.k / 32) + j / 32]);
+        break;
+      }
+      case QuantFormat::kFP8Row32:
+      default:
+        v = e4m3_to_f32_dev(static_cast<const uint8_t*>(p.weight)[idx]) *
+            load_scale(p.scale, p.scale_e8m0, i * p.scale_cols + j / 32);
+        break;
+    }
+    p.out[idx] = v;
+  }
+}
+
+// One block per token row; 16-byte copies when the row allows it.
+__global__ void embedding_kernel(EmbeddingKernelParams p) {
+  const int64_t t = blockIdx.x;
+  const int64_t id = p.ids[t];
+  float* out = p.out + t * p.dim;
+  if (id < 0 || id >= p.vocab) {
+    if (threadIdx.x == 0) atomicOr(p.status, kStatusEmbeddingIdRange);
+    for (int64_t i = threadIdx.x; i < p.dim; i += blockDim.x) out[i] = __uint_as_float(0x7FC00000u);
+    return;
+  }
+  const float* row = p.table + id * p.dim;
+  if (p.dim % 4 == 0 && ((reinterpret_cast<uintptr_t>(p.table) | reinterpret_cast<uintptr_t>(p.out)) & 15) == 0) {
+    const float4* src = reinterpret_cast<const float4*>(row);
+    float4* dst = reinterpret_cast<float4*>(out);
+    for (int64_t i = threadIdx.x; i < p.dim / 4; i += blockDim.x) dst[i] = src[i];
+  } else {
+    for (int64_t i = threadIdx.x; i < p.dim; i += blockDim.x) out[i] = row[i];
+  }
+}
+
+__global__ void cast_f32_to_bf16_kernel(const float* in, __nv_bfloat16* out, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[i] = __float2bfloat16_rn(in[i]);
+}
+
+}  // namespace
+
+void run_dequantize(const DequantizeKernelParams& p, cudaStream_t stream) {
+  if (p.n * p.k == 0) return;
+  const unsigned blocks = grid_1d(p.n * p.k, 256) > 65536 ? 65536 : grid_1d(p.n * p.k, 256);
+  dequantize_kernel<<<blocks, 256, 0, stream>>>(p);
+  DI_CUDA_CHECK_LAUNCH();
+}
+
+void run_embedding(const EmbeddingKernelParams& p, cudaStream_t stream) {
+  if (p.tokens == 0 || p.dim == 0) return;
+  embedding_kernel<<<static_cast<unsigned>(p.tokens), 256, 0, stream>>>(p);
+  DI_CUDA_CHECK_LAUNCH();
+}
+
+void run_cast_f32_to_bf16(const float* in, void* out_bf16, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  const unsigned blocks = grid_1d(n, 256) > 65536 ? 65536 : grid_1d(n, 256);
+  cast_f32_to_bf16_kernel<<<blocks, 256, 0, stream>>>(in, static_cast<__nv_bfloat16*>(out_bf16), n);
+  DI_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace deepinfer::cuda

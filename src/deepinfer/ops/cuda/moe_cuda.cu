@@ -1,0 +1,215 @@
+// Router selection and the MoE glue kernels: the expert grouping plan (a counting sort of the T·k slots by
+// expert), the clamped SwiGLU between the two grouped GEMMs (gemm_cuda.cu), and the combine that sums the
+// routed outputs in expert-id order (the CPU op's order, and deterministic: no atomics on outputs).
+#include "deepinfer/ops/cuda/cuda_runtime.h"
+#include "deepinfer/ops/cuda/device_math.cuh"
+#include "deepinfer/ops/cuda/kernels.h"
+
+namespace deepinfer::cuda {
+namespace {
+
+constexpr int kRouterThreads = 128;
+constexpr int kMaxTopK = 32;
+
+__device__ __forceinline__ float router_score(RouterScoring s, float x) {
+  switch (s) {
+    case RouterScoring::kSigmoid: return 1.0f / (1.0f + expf(-x));
+    case RouterScoring::kSqrtSoftplus: return sqrtf(x > 20.0f ? x : log1pf(expf(x)));  // torch softplus threshold
+    case RouterScoring::kSoftmax: return x;
+  }
+  return x;
+}
+
+// One block per token; scores and the biased selection keys live in dynamic shared memory [2·E].
+__global__ void __launch_bounds__(kRouterThreads) router_select_kernel(RouterSelectKernelParams p) {
+  extern __shared__ float sm[];
+  __shared__ float red[32];
+  __shared__ int picked[kMaxTopK];
+  float* scores = sm;
+  float* biased = sm + p.experts;
+  const int64_t t = blockIdx.x, e_count = p.experts, k = p.k;
+  const float* logits = p.logits + t * e_count;
+  for (int64_t e = threadIdx.x; e < e_count; e += blockDim.x) scores[e] = router_score(p.scoring, logits[e] / p.gate_temp);
+  if (p.scoring == RouterScoring::kSoftmax) {
+    __syncthreads();
+    float mx = -INFINITY;
+    for (int64_t e = threadIdx.x; e < e_count; e += blockDim.x) mx = fmaxf(mx, scores[e]);
+    mx = block_max(mx, red);
+    float sum = 0.0f;
+    for (int64_t e = threadIdx.x; e < e_count; e += blockDim.x) sum += expf(scores[e] - mx);
+    sum = block_sum(sum, red);
+    for (int64_t e = threadIdx.x; e < e_count; e += blockDim.x) scores[e] = expf(scores[e] - mx) / sum;
+  }
+  for (int64_t e = threadIdx.x; e < e_count; e += blockDim.x) biased[e] = scores[e] + (p.bias ? p.bias[e] : 0.0f);
+  __syncthreads();
+  if (p.hash_table) {
+    if (threadIdx.x == 0) {
+      const int64_t tok = p.token_ids[t];
+      const bool ok = tok >= 0 && tok < p.hash_rows;
+      if (!ok) atomicOr(p.status, kStatusRouterHashRange);
+      for (int64_t j = 0; j < k; ++j) {
+        int64_t id = 0;
+        if (ok) id = p.hash_i64 ? static_cast<const int64_t*>(p.hash_table)[tok * k + j]
+                                : static_cast<const int32_t*>(p.hash_table)[tok * k + j];
+        if (id < 0 || id >= e_count) {
+          atomicOr(p.status, kStatusExpertIdRange);
+          id = 0;
+        }
+        picked[j] = static_cast<int>(id);
+      }
+    }
+  } else if (threadIdx.x < 32) {
+    // k rounds of a warp argmax; ties go to the lower expert id, as the CPU op's partial_sort.
+    const int lane = threadIdx.x;
+    for (int64_t j = 0; j < k; ++j) {
+      float best = -INFINITY;
+      int best_i = -1;
+      for (int64_t e = lane; e < e_count; e += 32) {
+        bool taken = false;
+        for (int64_t q = 0; q < j; ++q) taken |= picked[q] == e;
+        const float v = biased[e];
+        if (!taken && (best_i < 0 || v > best)) {
+          best = v;
+          best_i = static_cast<int>(e);
+        }
+      }
+      for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, best, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, best_i, o);
+        if (oi >= 0 && (best_i < 0 || ov > best || (ov == best && oi < best_i))) {
+          best = ov;
+          best_i = oi;
+        }
+      }
+      if (lane == 0) picked[j] = best_i;
+      __syncwarp();
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float* w = p.weights + t * k;
+    int32_t* idx = p.indices + t * k;
+    float sum = 0.0f;
+    for (int64_t j = 0; j < k; ++j) {
+      idx[j] = picked[j];
+      sum += (w[j] = scores[picked[j]]);
+    }
+    for (int64_t j = 0; j < k; ++j) w[j] = (p.normalize ? w[j] / (sum + 1e-20f) : w[j]) * p.route_scale;
+  }
+}
+
+// Single block: counts per expert, a serial scan (E is a few hundred), then a scatter with per-expert
+// cursors. The order of slots inside an expert's group is arbitrary, which is harmless: every gathered row
+// is computed independently and written to its own slot.
+__global__ void moe_plan_kernel(MoePlanKernelParams p) {
+  extern __shared__ int counts[];  // [experts] counts, then [experts] cursors
+  int* cursor = counts + p.experts;
+  for (int e = threadIdx.x; e < p.experts; e += blockDim.x) counts[e] = 0;
+  __syncthreads();
+  for (int64_t s = threadIdx.x; s < p.slots; s += blockDim.x) {
+    const int e = p.indices[s];
+    if (e < 0 || e >= p.experts) atomicOr(p.status, kStatusExpertIdRange);
+    else atomicAdd(&counts[e], 1);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int rows = 0, tiles = 0;
+    for (int e = 0; e < p.experts; ++e) {
+      p.group_offsets[e] = rows;
+      p.tile_offsets[e] = tiles;
+      cursor[e] = rows;
+      rows += counts[e];
+      tiles += (counts[e] + kGemmTileM - 1) / kGemmTileM;
+    }
+    p.group_offsets[p.experts] = rows;
+    p.tile_offsets[p.experts] = tiles;
+  }
+  __syncthreads();
+  for (int64_t s = threadIdx.x; s < p.slots; s += blockDim.x) {
+    const int e = p.indices[s];
+    if (e >= 0 && e < p.experts) p.perm[atomicAdd(&cursor[e], 1)] = static_cast<int32_t>(s);
+  }
+}
+
+__global__ void swiglu_kernel(SwigluKernelParams p) {
+  const int64_t rows = p.rows_used ? *p.rows_used : p.rows;
+  const int64_t total = rows * p.inter;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = idx / p.inter, i = idx % p.inter;
+    float g = p.gu[r * 2 * p.inter + i], u = p.gu[r * 2 * p.inter + p.inter + i];
+    if (p.limit > 0) {
+      u = fminf(fmaxf(u, -p.limit), p.limit);
+      g = fminf(g, p.limit);
+    }
+    float h = (g / (1.0f + expf(-g))) * u;
+    if (p.weights) h *= p.weights[p.weight_rows ? p.weight_rows[r] : r];
+    p.h[idx] = h;
+  }
+}
+
+__global__ void moe_combine_kernel(MoeCombineKernelParams p) {
+  const int64_t total = p.tokens * p.d;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = idx / p.d, i = idx % p.d;
+    const int32_t* ids = p.indices + t * p.k;
+    // Expert-id order with a selection walk: k is small, and ties (hash routing may repeat an expert) keep
+    // slot order.
+    float acc = 0.0f;
+    int last_id = -1;
+    int64_t last_slot = -1;
+    for (int64_t n = 0; n < p.k; ++n) {
+      int best_id = 0x7fffffff;
+      int64_t best_slot = -1;
+      for (int64_t j = 0; j < p.k; ++j) {
+        const int id = ids[j];
+        const bool after = id > last_id || (id == last_id && j > last_slot);
+        if (after && (id < best_id || (id == best_id && j < best_slot))) {
+          best_id = id;
+          best_slot = j;
+        }
+      }
+      if (best_slot < 0) break;
+      last_id = best_id;
+      last_slot = best_slot;
+      if (best_id < 0 || best_id >= p.experts) continue;  // reported by the plan; the slot holds nothing
+      const float v = p.y_slot[(t * p.k + best_slot) * p.d + i];
+      acc += p.weights ? v * p.weights[t * p.k + best_slot] : v;
+    }
+    if (p.shared) acc += p.shared[idx];
+    p.out[idx] = acc;
+  }
+}
+
+}  // namespace
+
+void run_router_select(const RouterSelectKernelParams& p, cudaStream_t stream) {
+  DI_CHECK_CODE(p.k <= kMaxTopK, ErrorCode::kUnsupported) << "router: top-k " << p.k << " > " << kMaxTopK;
+  if (p.tokens == 0) return;
+  const size_t smem = sizeof(float) * 2 * static_cast<size_t>(p.experts);
+  DI_CHECK_CODE(smem <= 48 * 1024, ErrorCode::kUnsupported) << "router: " << p.experts << " experts";
+  router_select_kernel<<<static_cast<unsigned>(p.tokens), kRouterThreads, smem, stream>>>(p);
+  DI_CUDA_CHECK_LAUNCH();
+}
+
+void run_moe_plan(const MoePlanKernelParams& p, cudaStream_t stream) {
+  const size_t smem = sizeof(int) * 2 * static_cast<size_t>(p.experts);
+  DI_CHECK_CODE(smem <= 48 * 1024, ErrorCode::kUnsupported) << "moe: " << p.experts << " experts";
+  moe_plan_kernel<<<1, 1024, smem, stream>>>(p);
+  DI_CUDA_CHECK_LAUNCH();
+}
+
+void run_swiglu(const SwigluKernelParams& p, cudaStream_t stream) {
+  if (p.rows * p.inter == 0) return;
+  swiglu_kernel<<<grid_1d(p.rows * p.inter, 256), 256, 0, stream>>>(p);
+  DI_CUDA_CHECK_LAUNCH();
+}
+
+void run_moe_combine(const MoeCombineKernelParams& p, cudaStream_t stream) {
+  if (p.tokens * p.d == 0) return;
+  moe_combine_kernel<<<grid_1d(p.tokens * p.d, 256), 256, 0, stream>>>(p);
+  DI_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace deepinfer::cuda

@@ -1,0 +1,178 @@
+// Micro-benchmark of the CUDA ops on large shapes, with the two ceilings measured in the same run (HBM copy
+// bandwidth, cuBLASLt bf16 GEMM rate). Disabled in the normal test run; tools/device_check.sh runs it with
+// --gtest_also_run_disabled_tests --gtest_filter='*Bench*' and keeps the table it prints ([bench] lines).
+// Inputs are random (a 16 MiB random pattern tiled over each buffer: never zeros, cheap to make).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <functional>
+
+#include "cuda/cuda_test_util.h"
+#include "deepinfer/core/dtype.h"
+
+namespace deepinfer {
+namespace {
+
+using testing::CudaOpTest;
+using testing::DeviceTensor;
+
+class CudaBench : public CudaOpTest {
+ protected:
+  DeviceTensor filled(DType dtype, Shape shape, bool e8m0_scale = false, bool e4m3 = false) {
+    DeviceTensor d(gpu(), dtype, shape);
+    const size_t bytes = d.view().nbytes();
+    const size_t pat = std::min<size_t>(bytes, 16u << 20);
+    std::vector<uint8_t> h(pat);
+    std::uniform_int_distribution<int> bd(0, 255);
+    std::uniform_real_distribution<float> fd(-1.0f, 1.0f);
+    if (dtype == DType::kF32) {
+      for (size_t i = 0; i + 4 <= pat; i += 4) {
+        float v = fd(rng());
+        std::memcpy(&h[i], &v, 4);
+      }
+    } else if (dtype == DType::kBF16) {
+      for (size_t i = 0; i + 2 <= pat; i += 2) {
+        uint16_t v = f32_to_bf16(fd(rng()));
+        std::memcpy(&h[i], &v, 2);
+      }
+    } else {
+      for (auto& b : h) {
+        b = static_cast<uint8_t>(bd(rng()));
+        if (e8m0_scale) b = static_cast<uint8_t>(120 + b % 10);
+        if (e4m3 && (b & 0x7F) == 0x7F) b = 0x38;
+      }
+    }
+    for (size_t off = 0; off < bytes; off += pat)
+      EXPECT_EQ(cudaMemcpy(static_cast<char*>(d.data()) + off, h.data(), std::min(pat, bytes - off),
+                           cudaMemcpyHostToDevice),
+                cudaSuccess);
+    return d;
+  }
+  // Median time of one call in ms over `iters` (after 3 warm-ups), measured with events on the stream.
+  double time_ms(const std::function<void()>& fn, int iters = 20) {
+    for (int i = 0; i < 3; ++i) fn();
+    gpu().synchronize();
+    std::vector<cudaEvent_t> ev(iters + 1);
+    for (auto& e : ev) EXPECT_EQ(cudaEventCreate(&e), cudaSuccess);
+    EXPECT_EQ(cudaEventRecord(ev[0], gpu().stream()), cudaSuccess);
+    for (int i = 0; i < iters; ++i) {
+      fn();
+      EXPECT_EQ(cudaEventRecord(ev[i + 1], gpu().stream()), cudaSuccess);
+    }
+    gpu().synchronize();
+    std::vector<float> ms(iters);
+    for (int i = 0; i < iters; ++i) EXPECT_EQ(cudaEventElapsedTime(&ms[i], ev[i], ev[i + 1]), cudaSuccess);
+    for (auto& e : ev) cudaEventDestroy(e);
+    std::sort(ms.begin(), ms.end());
+    return ms[iters / 2];
+  }
+  void report(const std::string& what, double ms, double bytes, double flops) {
+    const double tbs = bytes / (ms * 1e-3) / 1e12, tfs = flops / (ms * 1e-3) / 1e12;
+    std::printf("[bench] %-52s %9.4f ms %8.3f TB/s (%5.1f%% HBM) %8.1f TFLOP/s (%5.1f%% bf16, %5.1f%% fp8)\n",
+                what.c_str(), ms, tbs, 100 * tbs / hbm_tbs_, tfs, 100 * tfs / bf16_tfs_, 100 * tfs / 1440.0);
+    std::fflush(stdout);
+  }
+  double hbm_tbs_ = 4.2, bf16_tfs_ = 790.0;
+};
+
+TEST_F(CudaBench, DISABLED_OpTimings) {
+  std::printf("[bench] device: %s, %d SMs\n", gpu().device_info().name.c_str(), gpu().device_info().sm_count);
+  {  // ceiling 1: device-to-device copy, bytes read + written
+    const size_t bytes = 2ull << 30;
+    DeviceTensor a = filled(DType::kU8, {static_cast<int64_t>(bytes)}), b(gpu(), DType::kU8, {static_cast<int64_t>(bytes)});
+    const double ms = time_ms([&] {
+      DI_CUDA_CHECK(cudaMemcpyAsync(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice, gpu().stream()));
+    }, 10);
+    hbm_tbs_ = 2.0 * bytes / (ms * 1e-3) / 1e12;
+    std::printf("[bench] ceiling HBM copy (2 GiB D2D, read+write): %.3f TB/s\n", hbm_tbs_);
+  }
+  {  // ceiling 2: cuBLASLt bf16 GEMM 8192^3 (through linear_quant: includes the 8192x8192 input cast)
+    const int64_t n = 8192;
+    DeviceTensor x = filled(DType::kF32, {n, n}), w = filled(DType::kBF16, {n, n}), y(gpu(), DType::kF32, {n, n});
+    const double ms = time_ms([&] { gpu().linear_quant({x, {w, Tensor{}, QuantFormat::kFloat}, y}); }, 10);
+    bf16_tfs_ = 2.0 * n * n * n / (ms * 1e-3) / 1e12;
+    std::printf("[bench] ceiling bf16 GEMM 8192^3 via cuBLASLt (+f32->bf16 cast): %.1f TFLOP/s\n", bf16_tfs_);
+  }
+  const int64_t d = 4096;
+  for (int64_t m : {1, 64, 4096}) {  // dense projections, D x D
+    DeviceTensor x = filled(DType::kF32, {m, d}), y(gpu(), DType::kF32, {m, d});
+    DeviceTensor wf = filled(DType::kF32, {d, d}), wb = filled(DType::kBF16, {d, d});
+    DeviceTensor w8 = filled(DType::kF8E4M3, {d, d}, false, true), s8 = filled(DType::kE8M0, {d / 128, d / 128}, true);
+    DeviceTensor w4 = filled(DType::kU8, {d, d / 2}), s4 = filled(DType::kE8M0, {d, d / 32}, true);
+    const double fl = 2.0 * m * d * d, io = 4.0 * m * d * 2;
+    const std::string sz = " M=" + std::to_string(m) + " N=K=4096";
+    report("linear f32 (cuBLASLt fp32)" + sz, time_ms([&] { gpu().linear({x, wf, y}); }), io + 4.0 * d * d, fl);
+    report("linear_quant bf16 (cuBLASLt)" + sz,
+           time_ms([&] { gpu().linear_quant({x, {wb, Tensor{}, QuantFormat::kFloat}, y}); }), io + 2.0 * d * d, fl);
+    report("linear_quant fp8 128x128 (own SIMT)" + sz,
+           time_ms([&] { gpu().linear_quant({x, {w8, s8, QuantFormat::kFP8Block, 128, 128}, y}); }), io + 1.0 * d * d, fl);
+    report("linear_quant mxfp4 (own SIMT)" + sz,
+           time_ms([&] { gpu().linear_quant({x, {w4, s4, QuantFormat::kMXFP4}, y}); }), io + 0.5 * d * d, fl);
+  }
+  {  // MoE: 256 MXFP4 experts D=4096 I=2048, top-6, FP8 shared expert
+    const int64_t e = 256, inter = 2048, k = 6;
+    std::vector<DeviceTensor> keep;
+    keep.reserve(6 * e + 6);
+    std::vector<QuantExpertWeights> experts(e);
+    DeviceTensor pat_w1 = filled(DType::kU8, {inter, d / 2}), pat_s1 = filled(DType::kE8M0, {inter, d / 32}, true);
+    for (int64_t i = 0; i < e; ++i) {
+      // Each expert has its own memory (so bytes really move) holding a copy of one random pattern.
+      for (auto [rows, cols, q] : {std::tuple{inter, d, &experts[i].w1}, {inter, d, &experts[i].w3}, {d, inter, &experts[i].w2}}) {
+        keep.emplace_back(gpu(), DType::kU8, Shape{rows, cols / 2});
+        DI_CUDA_CHECK(cudaMemcpy(keep.back().data(), pat_w1.data(), rows * cols / 2, cudaMemcpyDeviceToDevice));
+        const DeviceTensor& w = keep.back();
+        keep.emplace_back(gpu(), DType::kE8M0, Shape{rows, cols / 32});
+        DI_CUDA_CHECK(cudaMemcpy(keep.back().data(), pat_s1.data(), rows * cols / 32, cudaMemcpyDeviceToDevice));
+        *q = QuantMatrix{w, keep.back(), QuantFormat::kMXFP4};
+      }
+    }
+    QuantExpertWeights shared;
+    DeviceTensor sw1 = filled(DType::kF8E4M3, {inter, d}, false, true), sw3 = filled(DType::kF8E4M3, {inter, d}, false, true);
+    DeviceTensor sw2 = filled(DType::kF8E4M3, {d, inter}, false, true);
+    DeviceTensor ss1 = filled(DType::kE8M0, {inter / 128, d / 128}, true), ss2 = filled(DType::kE8M0, {d / 128, inter / 128}, true);
+    shared.w1 = {sw1, ss1, QuantFormat::kFP8Block};
+    shared.w3 = {sw3, ss1, QuantFormat::kFP8Block};
+    shared.w2 = {sw2, ss2, QuantFormat::kFP8Block};
+    for (int64_t t : {1, 32, 1024}) {
+      HostTensor idx(DType::kI32, {t, k});
+      for (int64_t i = 0; i < t * k; ++i) idx.data<int32_t>()[i] = static_cast<int32_t>((i * 37 + i / k * 11) % e);
+      DeviceTensor x = filled(DType::kF32, {t, d}), wts = filled(DType::kF32, {t, k}), di = up(idx), y(gpu(), DType::kF32, {t, d});
+      const int64_t touched = std::min<int64_t>(e, t * k);
+      const double bytes = touched * 3.0 * inter * d * (0.5 + 1.0 / 32) + 3.0 * inter * d;
+      const double fl = 2.0 * 3 * inter * d * t * (k + 1);
+      report("moe_quant mxfp4 E=256 I=2048 k=6 +fp8 shared T=" + std::to_string(t),
+             time_ms([&] { gpu().moe_quant({x, wts, di, &experts, &shared, y, 10.0f, true}); }, 10), bytes, fl);
+    }
+  }
+  {  // norms, attention, indexer, top-k
+    const int64_t t = 4096;
+    DeviceTensor x = filled(DType::kF32, {t, d}), w = filled(DType::kF32, {d}), y(gpu(), DType::kF32, {t, d});
+    report("rms_norm T=4096 D=4096", time_ms([&] { gpu().rms_norm({x, w, y, 1e-6f}); }), 8.0 * t * d, 3.0 * t * d);
+  }
+  for (int64_t t : {1, 64}) {  // decode-like attention: 64 heads, hd 512, window 128 + 2048 compressed
+    const int64_t h = 64, hd = 512, s = 128, n = 2048;
+    HostTensor qpos(DType::kI64, {t}), kvpos(DType::kI64, {s});
+    for (int64_t i = 0; i < t; ++i) qpos.data<int64_t>()[i] = 100000 + i;
+    for (int64_t i = 0; i < s; ++i) kvpos.data<int64_t>()[i] = 100000 - s + i + t;
+    DeviceTensor q = filled(DType::kF32, {t, h, hd}), kv = filled(DType::kF32, {s, hd}), comp = filled(DType::kF32, {n, hd});
+    DeviceTensor sinks = filled(DType::kF32, {h}), out(gpu(), DType::kF32, {t, h, hd}), dq = up(qpos), dk = up(kvpos);
+    const double bytes = 4.0 * (2 * t * h * hd + (s + n) * hd), fl = 4.0 * t * h * (s + n) * hd;
+    report("sink_attention T=" + std::to_string(t) + " H=64 hd=512 S=128 N=2048",
+           time_ms([&] { gpu().sink_attention({q, dq, kv, dk, comp, Tensor{}, sinks, out, 128, 0.04f}); }), bytes, fl);
+  }
+  {
+    const int64_t t = 64, ih = 64, id = 128, n = 16384;
+    HostTensor pos(DType::kI64, {t});
+    for (int64_t i = 0; i < t; ++i) pos.data<int64_t>()[i] = 4 * n;
+    DeviceTensor q = filled(DType::kF32, {t, ih, id}), keys = filled(DType::kF32, {n, id}), w = filled(DType::kF32, {t, ih});
+    DeviceTensor dp = up(pos), out(gpu(), DType::kF32, {t, n}), mask(gpu(), DType::kU8, {t, n});
+    report("indexer_scores T=64 IH=64 Id=128 N=16384",
+           time_ms([&] { gpu().indexer_scores({q, keys, w, dp, out, 4, 0.088f, 0.125f}); }), 4.0 * (n * id + t * n),
+           2.0 * t * ih * n * id);
+    report("topk_mask T=64 N=16384 k=512", time_ms([&] { gpu().topk_mask({out, Tensor{}, mask, 512}); }),
+           5.0 * t * n, 0);
+  }
+}
+
+}  // namespace
+}  // namespace deepinfer

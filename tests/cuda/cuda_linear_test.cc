@@ -1,0 +1,155 @@
+// Linear family on CUDA against the CPU reference: dequantize (every format, exact), f32 linear (cuBLASLt,
+// full fp32), quantized linear (bf16 via cuBLASLt; FP8 128x128 and 32x32 block scales and MXFP4 via the own
+// dequantizing GEMM), embedding.
+#include <gtest/gtest.h>
+
+#include "cuda/cuda_test_util.h"
+#include "deepinfer/core/dtype.h"
+
+namespace deepinfer {
+namespace {
+
+using testing::CudaOpTest;
+using testing::DeviceTensor;
+
+class CudaLinearTest : public CudaOpTest {
+ protected:
+  // Random e4m3 codes of moderate magnitude (no NaN codes), and power-of-two scales around 1.
+  HostTensor fp8(Shape shape) {
+    HostTensor t(DType::kF8E4M3, shape);
+    std::uniform_real_distribution<float> d(-3.0f, 3.0f);
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      uint8_t c = f32_to_e4m3(d(rng()));
+      t.data<uint8_t>()[i] = (c & 0x7F) == 0 ? 0x38 : c;  // never zero
+    }
+    return t;
+  }
+  HostTensor e8m0(Shape shape) { return retag(ints(DType::kU8, std::move(shape), 121, 131), DType::kE8M0); }
+  static HostTensor retag(const HostTensor& src, DType dtype) {
+    HostTensor t(dtype, src.shape());
+    std::memcpy(t.view().data(), src.view().data(), src.view().nbytes());
+    return t;
+  }
+  HostTensor f32_scales(Shape shape) {
+    HostTensor t(DType::kF32, shape);
+    std::uniform_real_distribution<float> d(0.01f, 2.0f);
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = d(rng());
+    return t;
+  }
+  HostTensor cpu_dequant(const HostTensor& w, const HostTensor& s, QuantFormat f, int64_t n, int64_t k, int bn = 128,
+                         int bk = 128) {
+    HostTensor out(DType::kF32, {n, k});
+    DequantizeParams p;
+    p.weight = w;
+    p.scale = s.view().data() ? s.view() : Tensor{};
+    p.format = f;
+    p.block_n = bn;
+    p.block_k = bk;
+    p.out = out;
+    cpu().dequantize(p);
+    return out;
+  }
+  HostTensor cpu_linear(const HostTensor& x, const HostTensor& w) {
+    HostTensor out(DType::kF32, {x.shape()[0], w.shape()[0]});
+    cpu().linear({x, w, out});
+    return out;
+  }
+};
+
+TEST_F(CudaLinearTest, DequantizeEveryFormatExactly) {
+  const int64_t n = 160, k = 288;  // edge tiles in both directions for 128-blocks
+  struct Case {
+    const char* name;
+    HostTensor w, s;
+    QuantFormat f;
+    int bn, bk;
+  };
+  HostTensor bf16(DType::kBF16, {n, k});
+  {
+    HostTensor r = rand({n, k});
+    for (int64_t i = 0; i < r.numel(); ++i) bf16.data<uint16_t>()[i] = f32_to_bf16(r.data<float>()[i]);
+  }
+  std::vector<Case> cases;
+  cases.push_back({"dequantize bf16", std::move(bf16), HostTensor{}, QuantFormat::kFloat, 128, 128});
+  cases.push_back({"dequantize fp8 128x128 e8m0", fp8({n, k}), e8m0({2, 3}), QuantFormat::kFP8Block, 128, 128});
+  cases.push_back({"dequantize fp8 32x32 f32", fp8({n, k}), f32_scales({5, 9}), QuantFormat::kFP8Block, 32, 32});
+  cases.push_back({"dequantize mxfp4", rand_bytes(DType::kU8, {n, k / 2}), e8m0({n, k / 32}), QuantFormat::kMXFP4, 0, 0});
+  cases.push_back({"dequantize fp8 row32", fp8({n, k}), e8m0({n, k / 32}), QuantFormat::kFP8Row32, 0, 0});
+  for (auto& c : cases) {
+    HostTensor want = cpu_dequant(c.w, c.s, c.f, n, k, c.bn ? c.bn : 128, c.bk ? c.bk : 128);
+    DeviceTensor dw = up(c.w), ds = c.s.view().data() ? up(c.s) : DeviceTensor{}, dout = poisoned({n, k});
+    DequantizeParams p;
+    p.weight = dw;
+    p.scale = c.s.view().data() ? ds.view() : Tensor{};
+    p.format = c.f;
+    p.block_n = c.bn ? c.bn : 128;
+    p.block_k = c.bk ? c.bk : 128;
+    p.out = dout;
+    gpu().dequantize(p);
+    rel_err(c.name, down(dout), want, 0.0);
+  }
+}
+
+TEST_F(CudaLinearTest, F32LinearMatchesCpu) {
+  for (auto [m, n, k] : {std::tuple{1, 300, 520}, {37, 300, 520}, {129, 64, 1000}}) {
+    HostTensor x = rand({m, k}), w = rand({n, k});
+    HostTensor want = cpu_linear(x, w);
+    DeviceTensor dx = up(x), dw = up(w), dout = poisoned({m, n});
+    gpu().linear({dx, dw, dout});
+    rel_err(("linear f32 M=" + std::to_string(m)).c_str(), down(dout), want, 1e-5);
+  }
+}
+
+TEST_F(CudaLinearTest, QuantLinearEveryFormatMatchesCpu) {
+  const int64_t n = 320, k = 512;
+  for (int64_t m : {1, 7, 130}) {
+    HostTensor x = rand({m, k});
+    // FP8 block-scaled weights: 128x128 UE8M0 (V4 checkpoints) and 32x32 (f32 scales), exact products.
+    struct Fp8Case {
+      const char* name;
+      int block;
+      bool f32;
+    };
+    for (const Fp8Case& c : {Fp8Case{"fp8 128x128 e8m0", 128, false}, Fp8Case{"fp8 32x32 e8m0", 32, false},
+                             Fp8Case{"fp8 32x32 f32", 32, true}}) {
+      HostTensor w = fp8({n, k});
+      Shape ss = {(n + c.block - 1) / c.block, (k + c.block - 1) / c.block};
+      HostTensor s = c.f32 ? f32_scales(ss) : e8m0(ss);
+      HostTensor want = cpu_linear(x, cpu_dequant(w, s, QuantFormat::kFP8Block, n, k, c.block, c.block));
+      DeviceTensor dx = up(x), dw = up(w), ds = up(s), dout = poisoned({m, n});
+      gpu().linear_quant({dx, {dw, ds, QuantFormat::kFP8Block, c.block, c.block}, dout});
+      rel_err((std::string("linear_quant ") + c.name + " M=" + std::to_string(m)).c_str(), down(dout), want, 1e-5);
+    }
+    {
+      HostTensor w = rand_bytes(DType::kU8, {n, k / 2}), s = e8m0({n, k / 32});
+      HostTensor want = cpu_linear(x, cpu_dequant(w, s, QuantFormat::kMXFP4, n, k));
+      DeviceTensor dx = up(x), dw = up(w), ds = up(s), dout = poisoned({m, n});
+      gpu().linear_quant({dx, {dw, ds, QuantFormat::kMXFP4}, dout});
+      rel_err(("linear_quant mxfp4 M=" + std::to_string(m)).c_str(), down(dout), want, 1e-5);
+    }
+    {
+      // bf16 weights: cuBLASLt with the input rounded to bf16; the reference keeps x in f32, so the error is
+      // the input rounding (about 2^-9 per element, averaged down over K).
+      HostTensor wf = rand({n, k});
+      HostTensor w(DType::kBF16, {n, k});
+      for (int64_t i = 0; i < wf.numel(); ++i) w.data<uint16_t>()[i] = f32_to_bf16(wf.data<float>()[i]);
+      HostTensor want = cpu_linear(x, cpu_dequant(w, HostTensor{}, QuantFormat::kFloat, n, k));
+      DeviceTensor dx = up(x), dw = up(w), dout = poisoned({m, n});
+      gpu().linear_quant({dx, {dw, Tensor{}, QuantFormat::kFloat}, dout});
+      rel_err(("linear_quant bf16 M=" + std::to_string(m)).c_str(), down(dout), want, 1e-2);
+    }
+  }
+}
+
+TEST_F(CudaLinearTest, EmbeddingGathersRows) {
+  const int64_t v = 1000, d = 260, t = 77;
+  HostTensor table = rand({v, d}), ids = ints(DType::kI64, {t}, 0, v - 1);
+  HostTensor want(DType::kF32, {t, d});
+  cpu().embedding({table, ids, want});
+  DeviceTensor dt = up(table), di = up(ids), dout = poisoned({t, d});
+  gpu().embedding({dt, di, dout});
+  rel_err("embedding", down(dout), want, 0.0);
+}
+
+}  // namespace
+}  // namespace deepinfer

@@ -1,0 +1,135 @@
+// Norm, rope, fake-quant, mHC, compressor and Engram ops on CUDA against the CPU reference.
+#include <gtest/gtest.h>
+
+#include "cuda/cuda_test_util.h"
+
+namespace deepinfer {
+namespace {
+
+using testing::CudaOpTest;
+using testing::DeviceTensor;
+
+TEST_F(CudaOpTest, RmsNormWeightedUnweightedAndInPlace) {
+  for (auto [m, d] : {std::pair{1, 4096}, {37, 1000}, {5, 7168}}) {
+    HostTensor x = rand({m, d}, -3, 3), w = rand({d});
+    for (bool weighted : {true, false}) {
+      HostTensor want(DType::kF32, {m, d});
+      cpu().rms_norm({x, weighted ? w.view() : Tensor{}, want, 1e-6f});
+      DeviceTensor dx = up(x), dw = up(w), dout = poisoned({m, d});
+      gpu().rms_norm({dx, weighted ? dw.view() : Tensor{}, dout, 1e-6f});
+      rel_err(weighted ? "rms_norm weighted" : "rms_norm unweighted", down(dout), want, 1e-6);
+      gpu().rms_norm({dx, weighted ? dw.view() : Tensor{}, dx, 1e-6f});  // in place
+      rel_err("rms_norm in place", down(dx), want, 1e-6);
+    }
+  }
+}
+
+TEST_F(CudaOpTest, RopeForwardAndInverse) {
+  const int64_t t = 19, h = 8, hd = 192, half = 32;
+  HostTensor x = rand({t, h, hd}, -2, 2), pos = ints(DType::kI64, {t}, 0, 70000);
+  HostTensor inv(DType::kF32, {half});
+  for (int64_t i = 0; i < half; ++i) inv.data<float>()[i] = std::pow(10000.0f, -static_cast<float>(i) / half);
+  for (bool inverse : {false, true}) {
+    HostTensor want(DType::kF32, x.shape());
+    std::memcpy(want.view().data(), x.view().data(), x.view().nbytes());
+    cpu().rope({want, pos, inv, inverse});
+    DeviceTensor dx = up(x), dp = up(pos), di = up(inv);
+    gpu().rope({dx, dp, di, inverse});
+    rel_err(inverse ? "rope inverse" : "rope", down(dx), want, 1e-6);
+  }
+}
+
+TEST_F(CudaOpTest, FakeQuantEveryKindMatchesCpuBits) {
+  for (auto kind : {FakeQuantKind::kFP8E4M3Ue8m0Block32, FakeQuantKind::kFP4Ue8m0Block32,
+                    FakeQuantKind::kFP4E4m3Block16}) {
+    // Rows of very different magnitudes exercise the scale rules (including the amax floors).
+    HostTensor x = rand({24, 256}, -1, 1);
+    for (int64_t r = 0; r < 24; ++r) {
+      const float mag = std::ldexp(1.0f, static_cast<int>(r) - 16);
+      for (int64_t c = 0; c < 256; ++c) x.data<float>()[r * 256 + c] *= mag;
+    }
+    HostTensor want(DType::kF32, x.shape());
+    std::memcpy(want.view().data(), x.view().data(), x.view().nbytes());
+    cpu().fake_quant({want, kind});
+    DeviceTensor dx = up(x);
+    gpu().fake_quant({dx, kind});
+    HostTensor got = down(dx);
+    const char* name = kind == FakeQuantKind::kFP8E4M3Ue8m0Block32 ? "fake_quant fp8 e4m3/ue8m0 b32"
+                       : kind == FakeQuantKind::kFP4Ue8m0Block32   ? "fake_quant fp4/ue8m0 b32"
+                                                                   : "fake_quant fp4/e4m3 b16";
+    expect_same_bytes(name, got, want);
+  }
+}
+
+TEST_F(CudaOpTest, HcMixHeadCollapseExpand) {
+  const int64_t t = 9, hc = 4, d = 1024, mix = (2 + hc) * hc;
+  HostTensor streams = rand({t, hc, d}, -2, 2), fn = rand({mix, hc * d}, -0.05f, 0.05f), base = rand({mix});
+  HostTensor scale = rand({3}, 0.5f, 1.5f);
+  HostTensor pre(DType::kF32, {t, hc}), post(DType::kF32, {t, hc}), comb(DType::kF32, {t, hc, hc});
+  cpu().hc_mix({streams, fn, base, scale, pre, post, comb, 1e-6f, 1e-6f, 20});
+  DeviceTensor ds = up(streams), dfn = up(fn), db = up(base), dsc = up(scale);
+  DeviceTensor dpre = poisoned({t, hc}), dpost = poisoned({t, hc}), dcomb = poisoned({t, hc, hc});
+  gpu().hc_mix({ds, dfn, db, dsc, dpre, dpost, dcomb, 1e-6f, 1e-6f, 20});
+  rel_err("hc_mix pre", down(dpre), pre, 1e-5);
+  rel_err("hc_mix post", down(dpost), post, 1e-5);
+  rel_err("hc_mix comb (sinkhorn)", down(dcomb), comb, 1e-5);
+
+  HostTensor hfn = rand({hc, hc * d}, -0.05f, 0.05f), hbase = rand({hc}), hscale = rand({1}, 0.5f, 1.5f);
+  HostTensor hpre(DType::kF32, {t, hc});
+  cpu().hc_head({streams, hfn, hbase, hscale, hpre, 1e-6f, 1e-6f});
+  DeviceTensor dhfn = up(hfn), dhb = up(hbase), dhs = up(hscale), dhpre = poisoned({t, hc});
+  gpu().hc_head({ds, dhfn, dhb, dhs, dhpre, 1e-6f, 1e-6f});
+  rel_err("hc_head", down(dhpre), hpre, 1e-5);
+
+  HostTensor out(DType::kF32, {t, d});
+  cpu().hc_collapse({streams, pre, out});
+  DeviceTensor dout = poisoned({t, d}), dpre_in = up(pre);
+  gpu().hc_collapse({ds, dpre_in, dout});
+  rel_err("hc_collapse", down(dout), out, 1e-6);
+
+  HostTensor y = rand({t, d});
+  HostTensor want(DType::kF32, streams.shape());
+  std::memcpy(want.view().data(), streams.view().data(), streams.view().nbytes());
+  cpu().hc_expand({want, y, post, comb});
+  DeviceTensor dy = up(y), dpost_in = up(post), dcomb_in = up(comb);
+  gpu().hc_expand({ds, dy, dpost_in, dcomb_in});
+  rel_err("hc_expand", down(ds), want, 1e-6);
+}
+
+TEST_F(CudaOpTest, CompressPoolWithMissingSlots) {
+  const int64_t g = 33, s = 8, c = 520;
+  HostTensor kv = rand({g, s, c}), gate = rand({g, s, c}, -4, 4);
+  // V4's missing predecessor window: −inf gates on some slots (never all of a group's).
+  for (int64_t gi = 0; gi < g; gi += 3)
+    for (int64_t si = 0; si < s / 2; ++si)
+      for (int64_t ci = 0; ci < c; ++ci) gate.data<float>()[(gi * s + si) * c + ci] = -INFINITY;
+  HostTensor want(DType::kF32, {g, c});
+  cpu().compress_pool({kv, gate, want});
+  DeviceTensor dkv = up(kv), dg = up(gate), dout = poisoned({g, c});
+  gpu().compress_pool({dkv, dg, dout});
+  rel_err("compress_pool", down(dout), want, 1e-6);
+}
+
+TEST_F(CudaOpTest, EngramHashAndGate) {
+  const int64_t t = 50, n = 4, heads = 8;
+  HostTensor tokens = ints(DType::kI64, {t, n}, 0, 129279), mult = ints(DType::kI64, {n}, 1, 1 << 20);
+  HostTensor primes = ints(DType::kI64, {n - 1, heads}, 100003, 900001), offsets = ints(DType::kI64, {(n - 1) * heads}, 0, 1 << 22);
+  HostTensor want(DType::kI64, {t, (n - 1) * heads});
+  cpu().engram_hash({tokens, mult, primes, offsets, want});
+  DeviceTensor dt = up(tokens), dm = up(mult), dp = up(primes), doff = up(offsets);
+  DeviceTensor dout(gpu(), DType::kI64, {t, (n - 1) * heads});
+  gpu().engram_hash({dt, dm, dp, doff, dout});
+  expect_same_bytes("engram_hash", down(dout), want);
+
+  const int64_t hc = 4, d = 1536;
+  HostTensor streams = rand({t, hc, d}, -2, 2), key = rand({t, hc, d}, -2, 2), value = rand({t, d}), w = rand({hc, d});
+  HostTensor gwant(DType::kF32, streams.shape());
+  std::memcpy(gwant.view().data(), streams.view().data(), streams.view().nbytes());
+  cpu().engram_gate({gwant, key, value, w, 1e-6f});
+  DeviceTensor ds = up(streams), dk = up(key), dv = up(value), dw = up(w);
+  gpu().engram_gate({ds, dk, dv, dw, 1e-6f});
+  rel_err("engram_gate", down(ds), gwant, 1e-6);
+}
+
+}  // namespace
+}  // namespace deepinfer

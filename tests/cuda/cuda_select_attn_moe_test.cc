@@ -1,0 +1,267 @@
+// Indexer scores, candidate blocks, top-k masks, sink attention, router and MoE on CUDA against the CPU
+// reference. Cache slots and keys no query may read are poisoned with NaN: a kernel that reads them fails.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "cuda/cuda_test_util.h"
+#include "deepinfer/core/dtype.h"
+
+namespace deepinfer {
+namespace {
+
+using testing::CudaOpTest;
+using testing::DeviceTensor;
+
+TEST_F(CudaOpTest, IndexerScoresSkipInvisibleKeys) {
+  const int64_t t = 11, ih = 16, id = 128, n = 300, ratio = 4;
+  HostTensor q = rand({t, ih, id}), keys = rand({n, id}), w = rand({t, ih});
+  HostTensor pos = ints(DType::kI64, {t}, 0, ratio * n - 200);
+  int64_t max_visible = 0;
+  for (int64_t i = 0; i < t; ++i) max_visible = std::max(max_visible, (pos.data<int64_t>()[i] + 1) / ratio);
+  for (int64_t e = max_visible; e < n; ++e)
+    for (int64_t c = 0; c < id; ++c) keys.data<float>()[e * id + c] = NAN;
+  HostTensor want(DType::kF32, {t, n});
+  IndexerScoreParams p{q, keys, w, pos, want, static_cast<int>(ratio), 1.0f / std::sqrt(128.0f), 0.25f};
+  cpu().indexer_scores(p);
+  DeviceTensor dq = up(q), dk = up(keys), dw = up(w), dp = up(pos), dout = poisoned({t, n});
+  gpu().indexer_scores({dq, dk, dw, dp, dout, static_cast<int>(ratio), 1.0f / std::sqrt(128.0f), 0.25f});
+  rel_err("indexer_scores", down(dout), want, 1e-5);
+}
+
+TEST_F(CudaOpTest, TopKMaskWithTiesInfAndAllowed) {
+  const int64_t t = 7, n = 1500;
+  HostTensor s = rand({t, n}, -4, 4);
+  for (int64_t i = 0; i < s.numel(); ++i) {
+    s.data<float>()[i] = std::round(s.data<float>()[i] * 8) / 8 + 0.01f;  // many exact ties
+    if (i % 11 == 0) s.data<float>()[i] = -INFINITY;
+  }
+  HostTensor allowed = ints(DType::kU8, {t, n}, 0, 1);
+  for (int k : {1, 64, 700, 2000}) {
+    for (bool with_allowed : {false, true}) {
+      HostTensor want(DType::kU8, {t, n});
+      cpu().topk_mask({s, with_allowed ? allowed.view() : Tensor{}, want, k});
+      DeviceTensor ds = up(s), da = up(allowed), dout = poisoned_bytes(DType::kU8, {t, n});
+      gpu().topk_mask({ds, with_allowed ? da.view() : Tensor{}, dout, k});
+      expect_same_bytes(("topk_mask k=" + std::to_string(k) + (with_allowed ? " allowed" : "")).c_str(), down(dout),
+                        want);
+    }
+  }
+}
+
+TEST_F(CudaOpTest, CandidateBlocksMatchCpu) {
+  const int64_t t = 9, n = 2000, ratio = 4;
+  for (int bs : {1, 16, 64}) {
+    HostTensor pos = ints(DType::kI64, {t}, 0, ratio * n - 1);
+    HostTensor s = rand({t, n}, -3, 3);
+    for (int64_t i = 0; i < t; ++i) {
+      const int64_t visible = (pos.data<int64_t>()[i] + 1) / ratio;
+      for (int64_t e = visible; e < n; ++e) s.data<float>()[i * n + e] = -INFINITY;
+    }
+    HostTensor want(DType::kU8, {t, n});
+    cpu().candidate_blocks({s, pos, want, static_cast<int>(ratio), 5, bs});
+    DeviceTensor ds = up(s), dp = up(pos), dout = poisoned_bytes(DType::kU8, {t, n});
+    gpu().candidate_blocks({ds, dp, dout, static_cast<int>(ratio), 5, bs});
+    expect_same_bytes(("candidate_blocks bs=" + std::to_string(bs)).c_str(), down(dout), want);
+  }
+}
+
+TEST_F(CudaOpTest, SinkAttentionPrefillAndDecodeWithPoisonedSlots) {
+  struct Case {
+    int64_t t, h, hd, s, n;
+    int window;
+  };
+  for (const Case& c : {Case{6, 8, 512, 40, 50, 16}, Case{1, 16, 512, 128, 300, 128}, Case{13, 4, 128, 64, 0, 32}}) {
+    HostTensor q = rand({c.t, c.h, c.hd}), kv = rand({c.s, c.hd}), sinks = rand({c.h}, -1, 2);
+    HostTensor qpos(DType::kI64, {c.t}), kvpos(DType::kI64, {c.s});
+    const int64_t base = 1000;
+    for (int64_t i = 0; i < c.t; ++i) qpos.data<int64_t>()[i] = base + 3 * i;
+    // A ring of window slots holding a spread of positions: some visible, some stale or future.
+    for (int64_t i = 0; i < c.s; ++i) kvpos.data<int64_t>()[i] = base - c.window - 10 + i * 2;
+    for (int64_t i = 0; i < c.s; ++i) {
+      bool any = false;
+      for (int64_t j = 0; j < c.t; ++j) {
+        const int64_t kp = kvpos.data<int64_t>()[i], qp = qpos.data<int64_t>()[j];
+        any |= kp <= qp && kp > qp - c.window;
+      }
+      if (!any)
+        for (int64_t d = 0; d < c.hd; ++d) kv.data<float>()[i * c.hd + d] = NAN;
+    }
+    HostTensor comp = rand({std::max<int64_t>(c.n, 1), c.hd}), mask = ints(DType::kU8, {c.t, std::max<int64_t>(c.n, 1)}, 0, 1);
+    for (int64_t e = 0; e < c.n; ++e) {
+      bool any = false;
+      for (int64_t j = 0; j < c.t; ++j) any |= mask.data<uint8_t>()[j * c.n + e] != 0;
+      if (!any)
+        for (int64_t d = 0; d < c.hd; ++d) comp.data<float>()[e * c.hd + d] = NAN;
+    }
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
+    HostTensor want(DType::kF32, {c.t, c.h, c.hd});
+    SinkAttentionParams cp{q, qpos, kv, kvpos, Tensor{}, Tensor{}, sinks, want, c.window, scale};
+    if (c.n > 0) {
+      cp.compressed = comp.view().reshape({c.n, c.hd});
+      cp.comp_mask = mask;
+    }
+    cpu().sink_attention(cp);
+    DeviceTensor dq = up(q), dqp = up(qpos), dkv = up(kv), dkvp = up(kvpos), dcomp = up(comp), dmask = up(mask);
+    DeviceTensor dsinks = up(sinks), dout = poisoned({c.t, c.h, c.hd});
+    SinkAttentionParams gp{dq, dqp, dkv, dkvp, Tensor{}, Tensor{}, dsinks, dout, c.window, scale};
+    if (c.n > 0) {
+      gp.compressed = dcomp.view().reshape({c.n, c.hd});
+      gp.comp_mask = dmask;
+    }
+    gpu().sink_attention(gp);
+    rel_err(("sink_attention T=" + std::to_string(c.t) + " hd=" + std::to_string(c.hd)).c_str(), down(dout), want,
+            1e-5);
+  }
+}
+
+TEST_F(CudaOpTest, RouterScoringsBiasAndHash) {
+  const int64_t t = 33, d = 64, e = 256, k = 8;
+  HostTensor x = rand({t, d}), w = rand({e, d}), bias = rand({e}, -0.1f, 0.1f);
+  HostTensor hash32 = ints(DType::kI32, {500, k}, 0, e - 1), hash64 = ints(DType::kI64, {500, k}, 0, e - 1);
+  HostTensor tok = ints(DType::kI64, {t}, 0, 499);
+  struct Case {
+    const char* name;
+    RouterScoring scoring;
+    bool bias, normalize;
+    const HostTensor* hash;
+  };
+  for (const Case& c : {Case{"router sqrt-softplus+bias", RouterScoring::kSqrtSoftplus, true, true, nullptr},
+                        Case{"router sigmoid", RouterScoring::kSigmoid, false, true, nullptr},
+                        Case{"router softmax unnormalized", RouterScoring::kSoftmax, false, false, nullptr},
+                        Case{"router hash i32", RouterScoring::kSqrtSoftplus, false, true, &hash32},
+                        Case{"router hash i64", RouterScoring::kSqrtSoftplus, false, true, &hash64}}) {
+    HostTensor ww(DType::kF32, {t, k}), wi(DType::kI32, {t, k});
+    RouterParams p{x, w, c.bias ? bias.view() : Tensor{}, c.hash ? c.hash->view() : Tensor{},
+                   c.hash ? tok.view() : Tensor{}, ww, wi, c.scoring, 1.3f, 2.5f, c.normalize};
+    cpu().router(p);
+    DeviceTensor dx = up(x), dw = up(w), db = up(bias), dtok = up(tok);
+    DeviceTensor dh = c.hash ? up(*c.hash) : DeviceTensor{};
+    DeviceTensor dww = poisoned({t, k}), dwi = poisoned_bytes(DType::kI32, {t, k});
+    RouterParams g{dx, dw, c.bias ? db.view() : Tensor{}, c.hash ? dh.view() : Tensor{}, c.hash ? dtok.view() : Tensor{},
+                   dww, dwi, c.scoring, 1.3f, 2.5f, c.normalize};
+    gpu().router(g);
+    expect_same_bytes((std::string(c.name) + " indices").c_str(), down(dwi), wi);
+    rel_err((std::string(c.name) + " weights").c_str(), down(dww), ww, 1e-5);
+  }
+}
+
+class CudaMoeTest : public CudaOpTest {
+ protected:
+  // Distinct random experts per token (as a top-k would give).
+  HostTensor distinct_indices(int64_t t, int64_t k, int64_t e) {
+    HostTensor idx(DType::kI32, {t, k});
+    std::vector<int32_t> all(e);
+    std::iota(all.begin(), all.end(), 0);
+    for (int64_t i = 0; i < t; ++i) {
+      std::shuffle(all.begin(), all.end(), rng());
+      for (int64_t j = 0; j < k; ++j) idx.data<int32_t>()[i * k + j] = all[j];
+    }
+    return idx;
+  }
+  HostTensor e8m0(Shape shape) {
+    HostTensor t(DType::kE8M0, shape);
+    std::uniform_int_distribution<int> d(122, 128);
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<uint8_t>()[i] = static_cast<uint8_t>(d(rng()));
+    return t;
+  }
+  HostTensor fp8(Shape shape) {
+    HostTensor t(DType::kF8E4M3, shape);
+    std::uniform_real_distribution<float> d(-2.0f, 2.0f);
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      uint8_t c = f32_to_e4m3(d(rng()));
+      t.data<uint8_t>()[i] = (c & 0x7F) == 0 ? 0x30 : c;
+    }
+    return t;
+  }
+  HostTensor dequant(const HostTensor& w, const HostTensor& s, QuantFormat f, int64_t n, int64_t k, int block) {
+    HostTensor out(DType::kF32, {n, k});
+    cpu().dequantize({w, s, f, block, block, out});
+    return out;
+  }
+};
+
+TEST_F(CudaMoeTest, F32ExpertsWithSharedClampAndBothWeightModes) {
+  const int64_t t = 13, d = 96, inter = 64, e = 12, k = 3;
+  std::vector<HostTensor> host;
+  std::vector<DeviceTensor> dev;
+  std::vector<ExpertWeights> cpu_experts, gpu_experts;
+  auto make = [&](ExpertWeights& c, ExpertWeights& g) {
+    for (auto [rows, cols, cw, gw] : {std::tuple{inter, d, &c.w1, &g.w1}, {inter, d, &c.w3, &g.w3}, {d, inter, &c.w2, &g.w2}}) {
+      host.push_back(rand({rows, cols}, -0.3f, 0.3f));
+      dev.push_back(up(host.back()));
+      *cw = host.back();
+      *gw = dev.back();
+    }
+  };
+  host.reserve(3 * (e + 1));
+  dev.reserve(3 * (e + 1));
+  cpu_experts.resize(e);
+  gpu_experts.resize(e);
+  for (int64_t i = 0; i < e; ++i) make(cpu_experts[i], gpu_experts[i]);
+  ExpertWeights cpu_shared, gpu_shared;
+  make(cpu_shared, gpu_shared);
+  HostTensor x = rand({t, d}), weights = rand({t, k}, 0.05f, 1.0f), idx = distinct_indices(t, k, e);
+  DeviceTensor dx = up(x), dwts = up(weights), didx = up(idx);
+  for (float limit : {0.0f, 0.4f})
+    for (bool before : {false, true}) {
+      HostTensor want(DType::kF32, {t, d});
+      cpu().moe({x, weights, idx, &cpu_experts, &cpu_shared, want, limit, before});
+      DeviceTensor dout = poisoned({t, d});
+      gpu().moe({dx, dwts, didx, &gpu_experts, &gpu_shared, dout, limit, before});
+      rel_err(("moe f32 limit=" + std::to_string(limit).substr(0, 3) + (before ? " before_w2" : " after_w2")).c_str(),
+              down(dout), want, 1e-5);
+    }
+}
+
+TEST_F(CudaMoeTest, Mxfp4ExpertsAndFp8SharedMatchDequantizedCpu) {
+  const int64_t t = 21, d = 256, inter = 128, e = 16, k = 4;
+  std::vector<HostTensor> host;
+  std::vector<DeviceTensor> dev;
+  host.reserve(16 * e);
+  dev.reserve(16 * e);
+  std::vector<ExpertWeights> cpu_experts(e);
+  std::vector<QuantExpertWeights> gpu_experts(e);
+  auto keep = [&](HostTensor h) -> std::pair<const HostTensor*, const DeviceTensor*> {
+    host.push_back(std::move(h));
+    dev.push_back(up(host.back()));
+    return {&host.back(), &dev.back()};
+  };
+  for (int64_t i = 0; i < e; ++i) {
+    for (auto [rows, cols, cw, gw] : {std::tuple{inter, d, &cpu_experts[i].w1, &gpu_experts[i].w1},
+                                      {inter, d, &cpu_experts[i].w3, &gpu_experts[i].w3},
+                                      {d, inter, &cpu_experts[i].w2, &gpu_experts[i].w2}}) {
+      auto [hw, dw] = keep(rand_bytes(DType::kU8, {rows, cols / 2}));
+      auto [hs, ds] = keep(e8m0({rows, cols / 32}));
+      auto [hf, df] = keep(dequant(*hw, *hs, QuantFormat::kMXFP4, rows, cols, 128));
+      (void)df;
+      *cw = *hf;
+      *gw = QuantMatrix{*dw, *ds, QuantFormat::kMXFP4};
+    }
+  }
+  ExpertWeights cpu_shared;
+  QuantExpertWeights gpu_shared;
+  for (auto [rows, cols, cw, gw] : {std::tuple{inter, d, &cpu_shared.w1, &gpu_shared.w1},
+                                    {inter, d, &cpu_shared.w3, &gpu_shared.w3},
+                                    {d, inter, &cpu_shared.w2, &gpu_shared.w2}}) {
+    auto [hw, dw] = keep(fp8({rows, cols}));
+    auto [hs, ds] = keep(e8m0({(rows + 127) / 128, (cols + 127) / 128}));
+    auto [hf, df] = keep(dequant(*hw, *hs, QuantFormat::kFP8Block, rows, cols, 128));
+    (void)df;
+    *cw = *hf;
+    *gw = QuantMatrix{*dw, *ds, QuantFormat::kFP8Block, 128, 128};
+  }
+  HostTensor x = rand({t, d}), weights = rand({t, k}, 0.05f, 1.0f), idx = distinct_indices(t, k, e);
+  DeviceTensor dx = up(x), dwts = up(weights), didx = up(idx);
+  for (bool before : {false, true}) {
+    HostTensor want(DType::kF32, {t, d});
+    cpu().moe({x, weights, idx, &cpu_experts, &cpu_shared, want, 10.0f, before});
+    DeviceTensor dout = poisoned({t, d});
+    gpu().moe_quant({dx, dwts, didx, &gpu_experts, &gpu_shared, dout, 10.0f, before});
+    rel_err(before ? "moe_quant mxfp4+fp8 shared before_w2" : "moe_quant mxfp4+fp8 shared", down(dout), want, 1e-5);
+  }
+}
+
+}  // namespace
+}  // namespace deepinfer

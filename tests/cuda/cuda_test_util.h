@@ -1,0 +1,153 @@
+// Helpers for the CUDA op tests: device tensors, fresh random inputs (never zeros), NaN poisoning, and the
+// relative-error comparison against the CPU reference (‖got − want‖ / ‖want‖ in double; NaN never passes).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <random>
+
+#include "deepinfer/core/tensor.h"
+#include "deepinfer/ops/cuda/cuda_backend.h"
+#include "deepinfer/ops/ops.h"
+
+namespace deepinfer::testing {
+
+// Device memory for one tensor, through the backend's caching allocator.
+class DeviceTensor {
+ public:
+  DeviceTensor() = default;
+  DeviceTensor(CudaBackend& be, DType dtype, Shape shape)
+      : buf_(be.allocator(), static_cast<size_t>(std::max<int64_t>(dtype_bytes(dtype, shape_numel(shape)), 1))),
+        view_(buf_.data(), dtype, shape, be.device()) {}
+  const Tensor& view() const { return view_; }
+  operator const Tensor&() const { return view_; }  // NOLINT
+  void* data() const { return buf_.data(); }
+
+ private:
+  cuda::DeviceBuffer buf_;
+  Tensor view_;
+};
+
+class CudaOpTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    be_ = make_cuda_backend(0);
+    cpu_ = make_cpu_backend(0);
+    seed_ = std::random_device{}();
+    rng_.seed(seed_);
+    RecordProperty("seed", static_cast<int>(seed_ & 0x7fffffff));
+  }
+
+  CudaBackend& gpu() { return *be_; }
+  Backend& cpu() { return *cpu_; }
+  std::mt19937_64& rng() { return rng_; }
+
+  // Uniform in [lo, hi), never exactly zero (zeros hide unwritten outputs).
+  HostTensor rand(Shape shape, float lo = -1.0f, float hi = 1.0f) {
+    HostTensor t(DType::kF32, std::move(shape));
+    std::uniform_real_distribution<float> d(lo, hi);
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      float v = d(rng_);
+      t.data<float>()[i] = v == 0.0f ? 1e-3f : v;
+    }
+    return t;
+  }
+  HostTensor rand_bytes(DType dtype, Shape shape, int lo = 0, int hi = 255) {
+    HostTensor t(dtype, std::move(shape));
+    std::uniform_int_distribution<int> d(lo, hi);
+    auto* p = static_cast<uint8_t*>(t.view().data());
+    for (int64_t i = 0; i < t.view().nbytes(); ++i) p[i] = static_cast<uint8_t>(d(rng_));
+    return t;
+  }
+  HostTensor ints(DType dtype, Shape shape, int64_t lo, int64_t hi) {
+    HostTensor t(dtype, std::move(shape));
+    std::uniform_int_distribution<int64_t> d(lo, hi);
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      if (dtype == DType::kI64) t.data<int64_t>()[i] = d(rng_);
+      else if (dtype == DType::kI32) t.data<int32_t>()[i] = static_cast<int32_t>(d(rng_));
+      else t.data<uint8_t>()[i] = static_cast<uint8_t>(d(rng_));
+    }
+    return t;
+  }
+  HostTensor nan_filled(Shape shape) {
+    HostTensor t(DType::kF32, std::move(shape));
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = NAN;
+    return t;
+  }
+
+  DeviceTensor up(const HostTensor& h) {
+    DeviceTensor d(*be_, h.dtype(), h.shape());
+    if (h.view().nbytes() > 0) {
+      EXPECT_EQ(cudaMemcpy(d.data(), h.view().data(), h.view().nbytes(), cudaMemcpyHostToDevice), cudaSuccess);
+    }
+    return d;
+  }
+  // Waits for the backend (raising device-reported errors), then copies back.
+  HostTensor down(const DeviceTensor& d) {
+    be_->synchronize();
+    HostTensor h(d.view().dtype(), d.view().shape());
+    if (h.view().nbytes() > 0) {
+      EXPECT_EQ(cudaMemcpy(h.view().data(), d.data(), h.view().nbytes(), cudaMemcpyDeviceToHost), cudaSuccess);
+    }
+    return h;
+  }
+  // A NaN-poisoned device output of this shape (every element must be written by the op).
+  DeviceTensor poisoned(Shape shape) { return up(nan_filled(std::move(shape))); }
+  DeviceTensor poisoned_bytes(DType dtype, Shape shape) {
+    HostTensor h(dtype, std::move(shape));
+    std::memset(h.view().data(), 0xAB, h.view().nbytes());
+    return up(h);
+  }
+
+  // ‖got − want‖ / ‖want‖; records the figure (and prints it for the device log). Any NaN/inf mismatch
+  // (NaN where the reference is finite, or a differing infinity) returns +inf.
+  double rel_err(const char* what, const HostTensor& got, const HostTensor& want, double tol) {
+    EXPECT_EQ(got.shape(), want.shape()) << what;
+    double num = 0, den = 0;
+    int64_t bad = 0;
+    for (int64_t i = 0; i < want.numel(); ++i) {
+      const double g = got.data<float>()[i], w = want.data<float>()[i];
+      if (std::isinf(w) || std::isinf(g)) {
+        if (g != w) ++bad;
+        continue;
+      }
+      if (std::isnan(w) != std::isnan(g)) ++bad;
+      if (std::isnan(w) || std::isnan(g)) continue;
+      num += (g - w) * (g - w);
+      den += w * w;
+    }
+    const double err = bad ? INFINITY : (den > 0 ? std::sqrt(num / den) : std::sqrt(num));
+    std::printf("[cuda-op] %-40s rel_err=%.3e tol=%.0e %s\n", what, err, tol, err <= tol ? "ok" : "FAIL");
+    std::fflush(stdout);
+    EXPECT_LE(err, tol) << what << " (" << bad << " non-finite mismatches, seed " << seed_ << ")";
+    return err;
+  }
+  // Exact comparison of raw bytes (integer / mask outputs).
+  void expect_same_bytes(const char* what, const HostTensor& got, const HostTensor& want) {
+    ASSERT_EQ(got.view().nbytes(), want.view().nbytes()) << what;
+    const auto* g = static_cast<const uint8_t*>(got.view().data());
+    const auto* w = static_cast<const uint8_t*>(want.view().data());
+    int64_t diff = 0, first = -1;
+    for (int64_t i = 0; i < got.view().nbytes(); ++i)
+      if (g[i] != w[i]) {
+        if (first < 0) first = i;
+        ++diff;
+      }
+    std::printf("[cuda-op] %-40s exact: %lld differing bytes %s\n", what, static_cast<long long>(diff),
+                diff == 0 ? "ok" : "FAIL");
+    std::fflush(stdout);
+    EXPECT_EQ(diff, 0) << what << ": first difference at byte " << first << " (seed " << seed_ << ")";
+  }
+
+  std::unique_ptr<CudaBackend> be_;
+  std::unique_ptr<Backend> cpu_;
+  uint64_t seed_ = 0;
+  std::mt19937_64 rng_;
+};
+
+}  // namespace deepinfer::testing
