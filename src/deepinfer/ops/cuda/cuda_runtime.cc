@@ -6,6 +6,9 @@
 namespace deepinfer::cuda {
 
 void raise_cuda_error(cudaError_t err, const char* expr, const char* file, int line) {
+  // Reset the thread's last-error slot: a non-sticky error that was reported (and perhaps caught) here must
+  // not resurface at the next unrelated DI_CUDA_CHECK_LAUNCH. Sticky errors come back regardless.
+  (void)cudaGetLastError();
   const ErrorCode code = err == cudaErrorMemoryAllocation ? ErrorCode::kResourceExhausted : ErrorCode::kInternal;
   std::ostringstream msg;
   msg << expr << " failed: " << cudaGetErrorName(err) << " (" << cudaGetErrorString(err) << ")";
