@@ -117,6 +117,7 @@ class Bpe : public Model {
     return &id_to_token_[id];
   }
   int32_t vocab_size() const override { return static_cast<int32_t>(id_to_token_.size()); }
+  int32_t num_tokens() const override { return static_cast<int32_t>(token_to_id_.size()); }
 
  private:
   struct Symbol {

@@ -24,6 +24,8 @@ class Model {
   virtual const std::string* id_to_token(int32_t id) const = 0;
   // One past the largest id.
   virtual int32_t vocab_size() const = 0;
+  // Number of tokens (HF's Model::get_vocab_size; differs from vocab_size() when ids have gaps).
+  virtual int32_t num_tokens() const = 0;
 };
 
 // Parses the "model" object; errors name the offending field (e.g. "model.merges[17]").

@@ -67,6 +67,7 @@ std::unique_ptr<Tokenizer> Tokenizer::from_json(std::string_view json_text) {
   const json added = j.value("added_tokens", json::array());
   DI_CHECK(added.is_array()) << "tokenizer.json: added_tokens must be an array";
   int32_t max_id = tok->model_->vocab_size() - 1;
+  int32_t max_added_id = -1;
   for (size_t i = 0; i < added.size(); ++i) {
     const json& t = added[i];
     DI_CHECK(t.is_object()) << "tokenizer.json: added_tokens[" << i << "] must be an object";
@@ -83,15 +84,22 @@ std::unique_ptr<Tokenizer> Tokenizer::from_json(std::string_view json_text) {
     a.lstrip = flag(t, "lstrip", i, false);
     a.rstrip = flag(t, "rstrip", i, false);
     a.single_word = flag(t, "single_word", i, false);
-    // HF gives a token already in the model vocabulary the model's id.
-    if (auto model_id = tok->model_->token_to_id(a.content); model_id && *model_id != a.id) {
-      DI_LOG_WARN("tokenizer.json: added token \"{}\" has id {} but the model vocabulary says {}; using {}",
-                  a.content, a.id, *model_id, *model_id);
-      a.id = *model_id;
+    // HF does not trust the ids in the file: a token in the model vocabulary gets the model's id, a token
+    // already added keeps its first definition, any other gets the next id after the model and the tokens
+    // added so far (AddedVocabulary::add_tokens). Files written by HF agree with this; we warn otherwise.
+    if (tok->added_by_content_.count(a.content)) continue;
+    int32_t id;
+    if (auto model_id = tok->model_->token_to_id(a.content)) {
+      id = *model_id;
+    } else {
+      id = std::max(max_added_id + 1, tok->model_->num_tokens());
     }
-    if (tok->added_by_content_.count(a.content)) continue;  // HF keeps the first definition
-    DI_CHECK(!tok->added_by_id_.count(a.id)) << "tokenizer.json: added_tokens[" << i << "].id " << a.id
-                                             << " is already used by another added token";
+    max_added_id = std::max(max_added_id, id);
+    if (id != a.id) {
+      DI_LOG_WARN("tokenizer.json: added_tokens[{}] \"{}\" has id {} but HF tokenizers assigns {}; using {}", i,
+                  a.content, a.id, id, id);
+      a.id = id;
+    }
     const auto index = static_cast<int32_t>(tok->added_.size());
     tok->added_by_content_.emplace(a.content, a.id);
     tok->added_by_id_.emplace(a.id, index);
@@ -101,10 +109,13 @@ std::unique_ptr<Tokenizer> Tokenizer::from_json(std::string_view json_text) {
   for (size_t i = 0; i < tok->added_.size(); ++i) {
     const AddedToken& a = tok->added_[i];
     if (a.normalized) {
-      // HF matches normalized tokens by their normalized form.
-      tok->normalized_matcher_.add(tok->normalizer_ ? tok->normalizer_->normalize(a.content) : a.content,
-                                   static_cast<int32_t>(i));
+      // HF matches normalized tokens by their normalized form, and id_to_token / decode give that form too
+      // (token_to_id still takes the original content).
+      const std::string form = tok->normalizer_ ? tok->normalizer_->normalize(a.content) : a.content;
+      tok->normalized_matcher_.add(form, static_cast<int32_t>(i));
+      tok->added_strings_.push_back(form);
     } else {
+      tok->added_strings_.push_back(a.content);
       tok->raw_matcher_.add(a.content, static_cast<int32_t>(i));
     }
     tok->skip_special_.push_back(a.special);
@@ -137,7 +148,7 @@ std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const {
 
 std::optional<std::string> Tokenizer::id_to_token(int32_t id) const {
   auto it = added_by_id_.find(id);
-  if (it != added_by_id_.end()) return added_[it->second].content;
+  if (it != added_by_id_.end()) return added_strings_[it->second];
   if (const std::string* t = model_->id_to_token(id)) return *t;
   return std::nullopt;
 }

@@ -71,6 +71,7 @@ class Tokenizer {
   bool byte_level_ = false;  // the pre-tokenizer ends with ByteLevel
 
   std::vector<AddedToken> added_;
+  std::vector<std::string> added_strings_;  // per added token: its string for id_to_token and decode
   std::unordered_map<std::string, int32_t> added_by_content_;
   std::unordered_map<int32_t, int32_t> added_by_id_;  // id → index in added_
   TokenMatcher raw_matcher_;         // normalized=false tokens, matched on the input
