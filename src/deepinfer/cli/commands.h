@@ -31,11 +31,13 @@ std::string embedded_model_dir();
 void register_inspect(CLI::App& app, CommandRegistry& reg);
 void register_make_checkpoint(CLI::App& app, CommandRegistry& reg);
 void register_generate(CLI::App& app, CommandRegistry& reg);
+void register_score(CLI::App& app, CommandRegistry& reg);
 
 inline void register_commands(CLI::App& app, CommandRegistry& reg) {
   register_inspect(app, reg);
   register_make_checkpoint(app, reg);
   register_generate(app, reg);
+  register_score(app, reg);
 }
 
 }  // namespace deepinfer::cli

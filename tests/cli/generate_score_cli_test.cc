@@ -1,0 +1,58 @@
+// `deepinfer generate` and `deepinfer score` end to end on the V4 golden fixture.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "deepinfer/io/safetensors.h"
+#include "test_util.h"
+
+namespace deepinfer {
+namespace {
+
+std::string fixture() { return testing::test_data_dir() + "/golden/deepseek_v4"; }
+
+std::vector<int64_t> golden_ids(const std::string& name) {
+  auto g = SafetensorsFile::open(fixture() + "/golden.safetensors");
+  Tensor t = g->tensor(name);
+  return std::vector<int64_t>(t.data_as<int64_t>(), t.data_as<int64_t>() + t.numel());
+}
+
+std::string join(const std::vector<int64_t>& ids, const char* sep) {
+  std::string s;
+  for (size_t i = 0; i < ids.size(); ++i) s += (i ? sep : "") + std::to_string(ids[i]);
+  return s;
+}
+
+TEST(GenerateCli, GreedyIdsMatchTheFixture) {
+  auto r = testing::run_cli("generate --model " + fixture() + " --prompt-ids " + join(golden_ids("prompt1.input_ids"), ",") +
+                            " --max-tokens 16 --threads 2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find(join(golden_ids("prompt1.generated_ids"), ",")), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("decode_ppl"), std::string::npos) << r.output;
+  EXPECT_NE(testing::run_cli("generate --model " + fixture() + " --prompt-ids 1,x").exit_code, 0);
+}
+
+TEST(ScoreCli, ChunkedAndDecodedLogitsMatchTheFixture) {
+  testing::TempDir tmp;
+  const auto p0 = golden_ids("prompt0.input_ids"), p1 = golden_ids("prompt1.input_ids");
+  testing::write_file(tmp.file("ids.jsonl"), "[" + join(p0, ",") + "]\n[" + join(p1, ",") + "]\n");
+  auto r = testing::run_cli("score --model " + fixture() + " --ids-file " + tmp.file("ids.jsonl") + " --out " +
+                            tmp.file("out.safetensors") + " --chunk 7 --decode-from 40 --threads 2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto out = SafetensorsFile::open(tmp.file("out.safetensors"));
+  auto g = SafetensorsFile::open(fixture() + "/golden.safetensors");
+  for (int i = 0; i < 2; ++i) {
+    Tensor ours = out->tensor("logits." + std::to_string(i));
+    Tensor ref = g->tensor("prompt" + std::to_string(i) + ".logits");
+    ASSERT_EQ(ours.shape(), ref.shape());
+    double err = 0, scale = 0;
+    for (int64_t j = 0; j < ref.numel(); ++j) {
+      err = std::max(err, std::fabs(double(ours.data_as<float>()[j]) - ref.data_as<float>()[j]));
+      scale = std::max(scale, std::fabs(double(ref.data_as<float>()[j])));
+    }
+    EXPECT_LE(err, 1e-4 * scale) << "line " << i;
+  }
+}
+
+}  // namespace
+}  // namespace deepinfer
