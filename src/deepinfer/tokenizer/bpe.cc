@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <queue>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "deepinfer/core/error.h"
 #include "deepinfer/tokenizer/byte_level.h"
@@ -67,43 +68,9 @@ class MergeMap {
   size_t mask_ = 0;
 };
 
-// Word → ids cache shared by all threads. Sharded so that batch encode does not serialize on one lock.
-// Like HF's cache it stops inserting when full instead of evicting.
-class WordCache {
- public:
-  bool get(std::string_view word, std::vector<int32_t>* out) const {
-    const Shard& s = shard(word);
-    std::lock_guard<std::mutex> lock(s.mu);
-    auto it = s.map.find(word);
-    if (it == s.map.end()) return false;
-    out->insert(out->end(), it->second.begin(), it->second.end());
-    return true;
-  }
-  void put(std::string_view word, const int32_t* ids, size_t n) const {
-    Shard& s = shard(word);
-    std::lock_guard<std::mutex> lock(s.mu);
-    if (s.map.size() >= kShardCapacity) return;
-    s.map.emplace(std::string(word), std::vector<int32_t>(ids, ids + n));
-  }
-  static constexpr size_t kMaxWordBytes = 64;
-
- private:
-  static constexpr size_t kShards = 32;
-  static constexpr size_t kShardCapacity = 4096;
-  struct Hash {
-    using is_transparent = void;
-    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-  };
-  struct Shard {
-    mutable std::mutex mu;
-    std::unordered_map<std::string, std::vector<int32_t>, Hash, std::equal_to<>> map;
-  };
-  Shard& shard(std::string_view w) const { return shards_[std::hash<std::string_view>{}(w) % kShards]; }
-  mutable std::array<Shard, kShards> shards_;
-};
-
 class Bpe : public Model {
  public:
+  static constexpr size_t kShortWord = 64;
   explicit Bpe(const json& j);
 
   void encode(std::string_view piece, bool byte_level, std::vector<int32_t>* out) const override;
@@ -128,6 +95,7 @@ class Bpe : public Model {
   };
   void initial_symbols(std::string_view piece, bool byte_level, std::vector<Symbol>* symbols) const;
   void merge_all(std::vector<Symbol>* symbols) const;
+  void merge_short(std::vector<int32_t>* ids) const;
 
   std::vector<std::string> id_to_token_;
   std::vector<bool> present_;
@@ -138,7 +106,9 @@ class Bpe : public Model {
   bool fuse_unk_ = false;
   bool byte_fallback_ = false;
   bool ignore_merges_ = false;
-  WordCache cache_;
+  // True when no two merges produce the same token. Then HF's heap order equals "merge the lowest-rank
+  // adjacent pair, leftmost first", which is cheaper for short words (merge_short).
+  bool unique_merge_results_ = true;
 };
 
 std::string optional_string(const json& j, const char* name) {
@@ -194,6 +164,7 @@ Bpe::Bpe(const json& j) {
   const json& merges = j["merges"];
   DI_CHECK(merges.is_array()) << "tokenizer.json: model.merges must be an array";
   merges_.reserve(merges.size());
+  std::unordered_set<int32_t> produced;
   auto lookup = [&](const std::string& token, size_t i) {
     auto it = token_to_id_.find(token);
     DI_CHECK(it != token_to_id_.end()) << "tokenizer.json: model.merges[" << i << "]: token \"" << token
@@ -222,6 +193,7 @@ Bpe::Bpe(const json& j) {
     const int32_t idb = lookup(b, i);
     const int32_t merged = lookup(a + b, i);
     merges_.insert(ida, idb, {static_cast<uint32_t>(i), merged});
+    if (!produced.insert(merged).second) unique_merge_results_ = false;
   }
 }
 
@@ -326,17 +298,52 @@ void Bpe::encode(std::string_view piece, bool byte_level, std::vector<int32_t>* 
     out->push_back(byte_ids_[static_cast<unsigned char>(piece[0])]);
     return;
   }
-  const bool cacheable = piece.size() <= WordCache::kMaxWordBytes;
-  if (cacheable && cache_.get(piece, out)) return;
   thread_local std::vector<Symbol> symbols;
   symbols.clear();
   initial_symbols(piece, byte_level, &symbols);
+  if (unique_merge_results_ && symbols.size() <= kShortWord) {
+    thread_local std::vector<int32_t> ids;
+    ids.clear();
+    for (const Symbol& s : symbols) ids.push_back(s.id);
+    merge_short(&ids);
+    out->insert(out->end(), ids.begin(), ids.end());
+    return;
+  }
   merge_all(&symbols);
-  const size_t before = out->size();
   for (const Symbol& s : symbols) {
     if (!s.removed) out->push_back(s.id);
   }
-  if (cacheable) cache_.put(piece, out->data() + before, out->size() - before);
+}
+
+void Bpe::merge_short(std::vector<int32_t>* ids_ptr) const {
+  std::vector<int32_t>& ids = *ids_ptr;
+  constexpr uint32_t kNone = UINT32_MAX;
+  // rank[i] / result[i]: the merge of (ids[i], ids[i+1]), kept in step with ids.
+  uint32_t rank[kShortWord];
+  int32_t result[kShortWord];
+  auto lookup = [&](size_t i) {
+    const auto* m = merges_.find(ids[i], ids[i + 1]);
+    rank[i] = m ? m->rank : kNone;
+    result[i] = m ? m->new_id : -1;
+  };
+  size_t n = ids.size();
+  for (size_t i = 0; i + 1 < n; ++i) lookup(i);
+  while (n > 1) {
+    size_t best = 0;
+    for (size_t i = 1; i + 1 < n; ++i)
+      if (rank[i] < rank[best]) best = i;
+    if (rank[best] == kNone) break;
+    ids[best] = result[best];
+    for (size_t i = best + 1; i + 1 < n; ++i) {
+      ids[i] = ids[i + 1];
+      rank[i] = rank[i + 1];
+      result[i] = result[i + 1];
+    }
+    --n;
+    ids.resize(n);
+    if (best > 0) lookup(best - 1);
+    if (best + 1 < n) lookup(best);
+  }
 }
 
 }  // namespace

@@ -57,6 +57,16 @@ std::string Regex::translate_onig(std::string_view p) {
           out += kWhiteSpaceRanges;
           out += "]";
         }
+      } else if (e == 'p' && i + 3 < p.size() && p[i + 1] == '{' && p[i + 3] == '}' &&
+                 !unicode16_additions(p[i + 2]).empty()) {
+        const std::string_view extra = unicode16_additions(p[i + 2]);
+        if (!in_class) out += "[";
+        out += "\\p{";
+        out += p[i + 2];
+        out += "}";
+        out += extra;
+        if (!in_class) out += "]";
+        i += 3;
       } else if (e == 'S' && !in_class) {
         out += "[^";
         out += kWhiteSpaceRanges;

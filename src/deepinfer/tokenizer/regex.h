@@ -3,6 +3,8 @@
 // HF `tokenizers` compiles these patterns with Oniguruma (Ruby syntax). The two engines agree on the syntax
 // DeepSeek uses (alternation, classes, \p{..}, {m,n}, lookahead) with one known difference that we translate
 // away: Oniguruma's \s is the Unicode White_Space property while PCRE2's UCP \s also matches U+180E.
+// Oniguruma in `tokenizers` 0.23 knows Unicode 16.0 and Debian's PCRE2 10.42 Unicode 14.0, so \p{L|N|P|S|M}
+// are widened with the code points those categories gained since (unicode_additions.cc, generated).
 #pragma once
 
 #include <cstdint>
@@ -18,6 +20,10 @@ namespace deepinfer::tokenizer {
 
 // A [begin, end) byte range.
 using Span = std::pair<uint32_t, uint32_t>;
+
+// PCRE2 class items ("\\x{..}-\\x{..}...") for the code points that joined General Category `category`
+// (one of L N P S M) between Unicode 14.0 and 16.0; empty for other letters.
+std::string_view unicode16_additions(char category);
 
 class Regex {
  public:
