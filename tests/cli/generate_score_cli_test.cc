@@ -24,8 +24,8 @@ std::string join(const std::vector<int64_t>& ids, const char* sep) {
 }
 
 TEST(GenerateCli, GreedyIdsMatchTheFixture) {
-  auto r = testing::run_cli("generate --model " + fixture() + " --prompt-ids " + join(golden_ids("prompt1.input_ids"), ",") +
-                            " --max-tokens 16 --threads 2");
+  auto r = testing::run_cli("generate --model " + fixture() + " --prompt-ids " +
+                            join(golden_ids("prompt1.input_ids"), ",") + " --max-tokens 16 --threads 2");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find(join(golden_ids("prompt1.generated_ids"), ",")), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("decode_ppl"), std::string::npos) << r.output;

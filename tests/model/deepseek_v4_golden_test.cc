@@ -71,7 +71,8 @@ class GoldenV4 : public ::testing::TestWithParam<std::string> {
   int64_t vocab() { return f().model->config().vocab_size; }
   std::vector<std::string> prompts() {
     std::vector<std::string> out;
-    for (int i = 0; f().has("prompt" + std::to_string(i) + ".input_ids"); ++i) out.push_back("prompt" + std::to_string(i));
+    for (int i = 0; f().has("prompt" + std::to_string(i) + ".input_ids"); ++i)
+      out.push_back("prompt" + std::to_string(i));
     return out;
   }
 };
@@ -110,7 +111,8 @@ TEST_P(GoldenV4, DecodeLogitsAndGreedy) {
       greedy.push_back(argmax(step.data<float>(), v));
     }
     double abs_err = 0;
-    const double rel = worst_rel_error(rows.data(), ref.data_as<float>(), static_cast<int64_t>(gen.size()), v, &abs_err);
+    const double rel =
+        worst_rel_error(rows.data(), ref.data_as<float>(), static_cast<int64_t>(gen.size()), v, &abs_err);
     std::printf("[%s %s] decode logits: max |dlogit| %.3g (worst row rel %.3g)\n", GetParam().c_str(), p.c_str(),
                 abs_err, rel);
     EXPECT_LE(rel, kRelTol) << p;
@@ -125,8 +127,8 @@ TEST_P(GoldenV4, ChunkedPrefillEqualsOneShot) {
   const int64_t v = vocab(), n = static_cast<int64_t>(ids.size());
   auto seq = f().model->new_sequence();
   HostTensor one_shot = f().model->forward(seq, ids);
-  for (const std::vector<int64_t>& splits : {std::vector<int64_t>{1, 2, 3, 7, 64}, std::vector<int64_t>{17, 100},
-                                            std::vector<int64_t>{5, 9, 31, 130}}) {
+  for (const std::vector<int64_t>& splits :
+       {std::vector<int64_t>{1, 2, 3, 7, 64}, std::vector<int64_t>{17, 100}, std::vector<int64_t>{5, 9, 31, 130}}) {
     auto chunked = f().model->new_sequence();
     std::vector<float> rows;
     int64_t at = 0;
@@ -197,7 +199,8 @@ TEST(GoldenV41Engram, HashLayoutAndIds) {
   const size_t layers = e.multipliers.size();
   ASSERT_EQ(static_cast<int64_t>(layers), mult.dim(0));
   for (size_t l = 0; l < layers; ++l) {
-    for (int64_t i = 0; i < mult.dim(1); ++i) EXPECT_EQ(e.multipliers[l][i], mult.data_as<int64_t>()[l * mult.dim(1) + i]);
+    for (int64_t i = 0; i < mult.dim(1); ++i)
+      EXPECT_EQ(e.multipliers[l][i], mult.data_as<int64_t>()[l * mult.dim(1) + i]);
     const int64_t cols = primes.dim(1) * primes.dim(2);
     for (int64_t i = 0; i < cols; ++i) {
       EXPECT_EQ(e.primes[l][i], primes.data_as<int64_t>()[l * cols + i]);

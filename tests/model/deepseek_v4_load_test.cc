@@ -20,8 +20,11 @@ std::string golden_dir(const std::string& family) { return testing::test_data_di
 TEST(DeepseekV4Load, QuantizedV41CheckpointRunsAndChunksConsistently) {
   testing::TempDir tmp;
   nlohmann::json cfg = nlohmann::json::parse(testing::read_file_or_empty(golden_dir("deepseek_v41") + "/config.json"));
-  cfg["quantization_config"] = {{"quant_method", "fp8"}, {"fmt", "e4m3"}, {"weight_block_size", {32, 32}},
-                                {"scale_fmt", "ue8m0"}, {"expert_dtype", "fp4"}};
+  cfg["quantization_config"] = {{"quant_method", "fp8"},
+                                {"fmt", "e4m3"},
+                                {"weight_block_size", {32, 32}},
+                                {"scale_fmt", "ue8m0"},
+                                {"expert_dtype", "fp4"}};
   testing::write_file(tmp.file("in.json"), cfg.dump());
   RandomCheckpointOptions opts;
   opts.config_path = tmp.file("in.json");
@@ -61,7 +64,7 @@ TEST(DeepseekV4Load, BrokenCheckpointListsEveryProblem) {
   HostTensor wrong(DType::kBF16, {63, 128});
   for (const auto& e : file->entries()) {
     if (e.name == "model.layers.1.attn.wq_a.weight") continue;  // missing
-    if (e.name == "model.layers.2.attn.wkv.weight") {          // wrong shape
+    if (e.name == "model.layers.2.attn.wkv.weight") {           // wrong shape
       items.push_back({e.name, DType::kBF16, {63, 128}, wrong.data<void>()});
       continue;
     }

@@ -41,7 +41,8 @@ TEST(SinkAttentionOp, WindowPlusMaskedCompressedEntries) {
         logits.push_back({d * scale, k});
       };
       for (int64_t s = 0; s < S; ++s)
-        if (kvp[s] <= q_pos.data<int64_t>()[t] && kvp[s] > q_pos.data<int64_t>()[t] - window) add(kv.data<float>() + s * hd);
+        if (kvp[s] <= q_pos.data<int64_t>()[t] && kvp[s] > q_pos.data<int64_t>()[t] - window)
+          add(kv.data<float>() + s * hd);
       for (int64_t n = 0; n < N; ++n)
         if (mask.data<uint8_t>()[t * N + n]) add(comp.data<float>() + n * hd);
       double den = std::exp(double(sinks.data<float>()[h]));

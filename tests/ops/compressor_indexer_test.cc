@@ -50,7 +50,8 @@ TEST(IndexerScoresOp, WeightedReluScoresWithCausalVisibility) {
       double ref = 0;
       for (int64_t h = 0; h < IH; ++h) {
         double d = 0;
-        for (int64_t i = 0; i < Id; ++i) d += double(q.data<float>()[(t * IH + h) * Id + i]) * keys.data<float>()[n * Id + i];
+        for (int64_t i = 0; i < Id; ++i)
+          d += double(q.data<float>()[(t * IH + h) * Id + i]) * keys.data<float>()[n * Id + i];
         ref += std::max(d, 0.0) * 0.25 * w.data<float>()[t * IH + h] * 0.5;
       }
       EXPECT_NEAR(got, ref, 1e-5) << t << "," << n;

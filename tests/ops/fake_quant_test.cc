@@ -41,14 +41,18 @@ TEST(FakeQuantOp, AllThreeKindsMatchBruteForce) {
         float amax = 0;
         for (int64_t i = 0; i < block; ++i) amax = std::max(amax, std::fabs(in[i]));
         double s;
-        if (kind == FakeQuantKind::kFP8E4M3Ue8m0Block32) s = pow2_ceil(std::max(amax, 1e-4f) * float(1.0 / 448));
-        else if (kind == FakeQuantKind::kFP4Ue8m0Block32) s = pow2_ceil(std::max(amax, 6 * std::ldexp(1.f, -126)) * float(1.0 / 6));
-        else s = nearest_even(std::max(amax, 6 * std::ldexp(1.f, -9)) / 6.0f, fp8);
+        if (kind == FakeQuantKind::kFP8E4M3Ue8m0Block32)
+          s = pow2_ceil(std::max(amax, 1e-4f) * float(1.0 / 448));
+        else if (kind == FakeQuantKind::kFP4Ue8m0Block32)
+          s = pow2_ceil(std::max(amax, 6 * std::ldexp(1.f, -126)) * float(1.0 / 6));
+        else
+          s = nearest_even(std::max(amax, 6 * std::ldexp(1.f, -9)) / 6.0f, fp8);
         const auto& grid = kind == FakeQuantKind::kFP8E4M3Ue8m0Block32 ? fp8 : fp4;
         const double mx = grid.back();
         for (int64_t i = 0; i < block; ++i) {
           const double want = nearest_even(std::clamp(double(float(in[i] / float(s))), -mx, mx), grid) * s;
-          ASSERT_EQ(x.data<float>()[r * cols + b + i], static_cast<float>(want)) << "kind " << int(kind) << " row " << r;
+          ASSERT_EQ(x.data<float>()[r * cols + b + i], static_cast<float>(want))
+              << "kind " << int(kind) << " row " << r;
         }
       }
   }

@@ -16,7 +16,8 @@ TEST(HcOps, MixCollapseExpandAndHead) {
   HostTensor x = testing::random_tensor({T, hc, D}, 1), fn = testing::random_tensor({mix, hc * D}, 2, 0.01f, 0.2f);
   HostTensor base = testing::random_tensor({mix}, 3), scale = testing::random_tensor({3}, 4, 0.5f, 1.5f);
   HostTensor pre(DType::kF32, {T, hc}), post(DType::kF32, {T, hc}), comb(DType::kF32, {T, hc, hc});
-  backend->hc_mix({x.view(), fn.view(), base.view(), scale.view(), pre.view(), post.view(), comb.view(), eps, hc_eps, iters});
+  backend->hc_mix(
+      {x.view(), fn.view(), base.view(), scale.view(), pre.view(), post.view(), comb.view(), eps, hc_eps, iters});
   std::vector<double> ref_pre(T * hc), ref_post(T * hc), ref_comb(T * hc * hc);
   for (int64_t t = 0; t < T; ++t) {
     const float* f = x.data<float>() + t * hc * D;
@@ -68,13 +69,15 @@ TEST(HcOps, MixCollapseExpandAndHead) {
   std::vector<double> ref_y(T * D), ref_x(T * hc * D);
   for (int64_t t = 0; t < T; ++t)
     for (int64_t i = 0; i < D; ++i)
-      for (int64_t k = 0; k < hc; ++k) ref_y[t * D + i] += double(pre.data<float>()[t * hc + k]) * x.data<float>()[(t * hc + k) * D + i];
+      for (int64_t k = 0; k < hc; ++k)
+        ref_y[t * D + i] += double(pre.data<float>()[t * hc + k]) * x.data<float>()[(t * hc + k) * D + i];
   EXPECT_LT(testing::max_rel_error(y.data<float>(), ref_y), 1e-6);
   for (int64_t t = 0; t < T; ++t)
     for (int64_t k = 0; k < hc; ++k)
       for (int64_t i = 0; i < D; ++i) {
         double acc = double(post.data<float>()[t * hc + k]) * y.data<float>()[t * D + i];
-        for (int64_t j = 0; j < hc; ++j) acc += double(comb.data<float>()[(t * hc + j) * hc + k]) * x.data<float>()[(t * hc + j) * D + i];
+        for (int64_t j = 0; j < hc; ++j)
+          acc += double(comb.data<float>()[(t * hc + j) * hc + k]) * x.data<float>()[(t * hc + j) * D + i];
         ref_x[(t * hc + k) * D + i] = acc;
       }
   backend->hc_expand({x.view(), y.view(), post.view(), comb.view()});

@@ -18,7 +18,8 @@ TEST(LinearOp, MatchesNaiveGemm) {
     std::vector<double> ref(m * n);
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < n; ++j)
-        for (int64_t q = 0; q < k; ++q) ref[i * n + j] += double(x.data<float>()[i * k + q]) * w.data<float>()[j * k + q];
+        for (int64_t q = 0; q < k; ++q)
+          ref[i * n + j] += double(x.data<float>()[i * k + q]) * w.data<float>()[j * k + q];
     EXPECT_LT(max_rel_error(y.data<float>(), ref), 1e-6) << m << "x" << k << "x" << n;  // fp32 accumulation
   }
 }
@@ -83,7 +84,8 @@ TEST(EmbeddingOp, GathersRows) {
   HostTensor table = random_tensor({10, 6}, 5), ids = testing::positions_tensor({3, 0, 9, 3}), out(DType::kF32, {4, 6});
   backend->embedding({table.view(), ids.view(), out.view()});
   for (int t = 0; t < 4; ++t)
-    for (int d = 0; d < 6; ++d) EXPECT_EQ(out.data<float>()[t * 6 + d], table.data<float>()[ids.data<int64_t>()[t] * 6 + d]);
+    for (int d = 0; d < 6; ++d)
+      EXPECT_EQ(out.data<float>()[t * 6 + d], table.data<float>()[ids.data<int64_t>()[t] * 6 + d]);
   HostTensor bad = testing::positions_tensor({10});
   HostTensor o1(DType::kF32, {1, 6});
   EXPECT_THROW(backend->embedding({table.view(), bad.view(), o1.view()}), Error);

@@ -14,7 +14,8 @@ double silu(double x) { return x / (1 + std::exp(-x)); }
 TEST(RouterOp, SqrtSoftplusBiasedSelectionAndHashRouting) {
   auto backend = make_cpu_backend(1);
   const int64_t T = 5, D = 24, E = 8, k = 3;
-  HostTensor x = testing::random_tensor({T, D}, 1), w = testing::random_tensor({E, D}, 2), b = testing::random_tensor({E}, 3, 0.01f, 0.3f);
+  HostTensor x = testing::random_tensor({T, D}, 1), w = testing::random_tensor({E, D}, 2),
+             b = testing::random_tensor({E}, 3, 0.01f, 0.3f);
   HostTensor weights(DType::kF32, {T, k}), idx(DType::kI32, {T, k});
   RouterParams p;
   p.x = x.view();
@@ -51,7 +52,8 @@ TEST(RouterOp, SqrtSoftplusBiasedSelectionAndHashRouting) {
   p.token_ids = tok.view();
   backend->router(p);
   for (int64_t t = 0; t < T; ++t)
-    for (int64_t j = 0; j < k; ++j) EXPECT_EQ(idx.data<int32_t>()[t * k + j], table.data<int64_t>()[tok.data<int64_t>()[t] * k + j]);
+    for (int64_t j = 0; j < k; ++j)
+      EXPECT_EQ(idx.data<int32_t>()[t * k + j], table.data<int64_t>()[tok.data<int64_t>()[t] * k + j]);
 }
 
 TEST(MoeOp, ClampedSwigluWeightBeforeAndAfterW2) {
@@ -59,12 +61,13 @@ TEST(MoeOp, ClampedSwigluWeightBeforeAndAfterW2) {
   const int64_t T = 4, D = 16, I = 8, E = 3, k = 2;
   std::vector<HostTensor> storage;
   std::vector<ExpertWeights> experts;
-  for (int64_t e = 0; e <= E; ++e) {  // the last one is the shared expert
+  for (int64_t e = 0; e <= E; ++e) {                                        // the last one is the shared expert
     storage.push_back(testing::random_tensor({I, D}, 10 + e, 0.5f, 3.0f));  // large enough to hit the clamps
     storage.push_back(testing::random_tensor({I, D}, 20 + e, 0.5f, 3.0f));
     storage.push_back(testing::random_tensor({D, I}, 30 + e));
   }
-  for (int64_t e = 0; e <= E; ++e) experts.push_back({storage[3 * e].view(), storage[3 * e + 1].view(), storage[3 * e + 2].view()});
+  for (int64_t e = 0; e <= E; ++e)
+    experts.push_back({storage[3 * e].view(), storage[3 * e + 1].view(), storage[3 * e + 2].view()});
   ExpertWeights shared = experts.back();
   experts.pop_back();
   HostTensor x = testing::random_tensor({T, D}, 1), w = testing::random_tensor({T, k}, 2, 0.1f, 1.f);
@@ -126,7 +129,8 @@ TEST(EngramOps, HashMatchesRollingXorAndGateMatchesFormula) {
     for (int64_t s = 1; s < n; ++s) {
       h ^= uint64_t(tokens.data<int64_t>()[t * n + s]) * uint64_t(m[s]);
       for (int64_t hh = 0; hh < heads; ++hh)
-        EXPECT_EQ(out.data<int64_t>()[t * 6 + (s - 1) * heads + hh], int64_t(h % pr[(s - 1) * heads + hh]) + 1000 * ((s - 1) * heads + hh));
+        EXPECT_EQ(out.data<int64_t>()[t * 6 + (s - 1) * heads + hh],
+                  int64_t(h % pr[(s - 1) * heads + hh]) + 1000 * ((s - 1) * heads + hh));
     }
   }
   const int64_t hc = 4, D = 32;

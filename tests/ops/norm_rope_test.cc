@@ -23,7 +23,8 @@ TEST(RmsNormOp, WeightedUnweightedAndInPlace) {
       double ss = 0;
       for (int64_t i = 0; i < d; ++i) ss += double(x.data<float>()[r * d + i]) * x.data<float>()[r * d + i];
       const double inv = 1 / std::sqrt(ss / d + 1e-6);
-      for (int64_t i = 0; i < d; ++i) ref[r * d + i] = x.data<float>()[r * d + i] * inv * (weighted ? w.data<float>()[i] : 1.0);
+      for (int64_t i = 0; i < d; ++i)
+        ref[r * d + i] = x.data<float>()[r * d + i] * inv * (weighted ? w.data<float>()[i] : 1.0);
     }
     EXPECT_LT(max_rel_error(y.data<float>(), ref), 1e-6);
     HostTensor z = testing::copy_of(x);
@@ -49,7 +50,8 @@ TEST(RopeOp, InterleavedPairsOnTrailingSliceAndInverse) {
         if (c < hd - rd) continue;
         const int64_t pair = (c - (hd - rd)) / 2;
         const double theta = double(float(inv_freq.data<float>()[pair] * float(pos.data<int64_t>()[a])));
-        const std::complex<double> z(orig.data<float>()[at - (c - (hd - rd)) % 2], orig.data<float>()[at - (c - (hd - rd)) % 2 + 1]);
+        const std::complex<double> z(orig.data<float>()[at - (c - (hd - rd)) % 2],
+                                     orig.data<float>()[at - (c - (hd - rd)) % 2 + 1]);
         const std::complex<double> r = z * std::polar(1.0, theta);
         ref[at] = (c - (hd - rd)) % 2 == 0 ? r.real() : r.imag();
       }
@@ -65,7 +67,8 @@ TEST(RopeTable, DefaultAndYarnMatchTheFormulas) {
   plain.dim = 16;
   std::vector<float> f = rope_inv_freq(plain);
   ASSERT_EQ(f.size(), 8u);
-  for (int i = 0; i < 8; ++i) EXPECT_NEAR(f[i], std::pow(10000.0, -2.0 * i / 16), 1e-7 * std::pow(10000.0, -2.0 * i / 16));
+  for (int i = 0; i < 8; ++i)
+    EXPECT_NEAR(f[i], std::pow(10000.0, -2.0 * i / 16), 1e-7 * std::pow(10000.0, -2.0 * i / 16));
   RopeConfig yarn = plain;
   yarn.theta = 160000;
   yarn.yarn = true;

@@ -72,7 +72,8 @@ int run_generate(const GenerateArgs& a) {
   auto backend = make_cpu_backend(a.threads);
   auto model = DeepseekV4Model::load(m.dir, *backend, token_map);
   const int64_t vocab = model->config().vocab_size;
-  for (int64_t id : prompt) DI_CHECK(id >= 0 && id < vocab) << "token id " << id << " outside the vocabulary (" << vocab << ")";
+  for (int64_t id : prompt)
+    DI_CHECK(id >= 0 && id < vocab) << "token id " << id << " outside the vocabulary (" << vocab << ")";
 
   auto seq = model->new_sequence();
   const auto t0 = std::chrono::steady_clock::now();
@@ -98,9 +99,10 @@ int run_generate(const GenerateArgs& a) {
   for (size_t i = 0; i < out.size(); ++i) ids += (i ? "," : "") + std::to_string(out[i]);
   std::cout << ids << "\n";
   std::cout << fmt::format("decode_ppl {:.4f}\n", std::exp(nll / static_cast<double>(out.size())));
-  std::cerr << fmt::format("prefill {} tokens in {:.3f} s ({:.1f} tok/s); decode {} tokens in {:.3f} s ({:.1f} tok/s)\n",
-                           prompt.size(), prefill_s, prompt.size() / prefill_s, out.size() - 1, decode_s,
-                           out.size() > 1 ? (out.size() - 1) / decode_s : 0.0);
+  std::cerr << fmt::format(
+      "prefill {} tokens in {:.3f} s ({:.1f} tok/s); decode {} tokens in {:.3f} s ({:.1f} tok/s)\n", prompt.size(),
+      prefill_s, prompt.size() / prefill_s, out.size() - 1, decode_s,
+      out.size() > 1 ? (out.size() - 1) / decode_s : 0.0);
   return 0;
 }
 

@@ -132,8 +132,8 @@ HostTensor DeepseekV4Model::forward(V4SequenceState& seq, std::span<const int64_
 
   // Final collapse: V4 computes its own weights with hc_head, V4.1 reuses the last FFN site's `pre`.
   if (!v41) {
-    backend_.hc_head({streams.view(), w_.hc_head_fn.view(), w_.hc_head_base.view(), w_.hc_head_scale.view(),
-                      pre.view(), eps, static_cast<float>(config_.hc.eps)});
+    backend_.hc_head({streams.view(), w_.hc_head_fn.view(), w_.hc_head_base.view(), w_.hc_head_scale.view(), pre.view(),
+                      eps, static_cast<float>(config_.hc.eps)});
   }
   HostTensor hidden = collapse_norm(v41 ? carried_pre : pre, w_.norm);  // [T, D]
   if (trace) trace->final_hidden = copy_tensor(hidden);
@@ -191,7 +191,8 @@ std::vector<HostTensor> DeepseekV4Model::engram_hash_ids(V4SequenceState& seq, s
   std::vector<int64_t> history(seq.engram_recent);
   const int64_t carried = static_cast<int64_t>(history.size());
   for (int64_t id : ids) {
-    DI_CHECK(id >= 0 && id < static_cast<int64_t>(e.token_map.size())) << "engram: token id " << id << " outside the map";
+    DI_CHECK(id >= 0 && id < static_cast<int64_t>(e.token_map.size()))
+        << "engram: token id " << id << " outside the map";
     history.push_back(e.token_map[id]);
   }
   // tokens[t, s]: compressed id s steps back, or the pad id once look-back is blocked.
@@ -234,8 +235,8 @@ void DeepseekV4Model::engram_update(int layer, const HostTensor& hash_ids, HostT
     std::memcpy(key.data<float>() + t * hc * D, kv.data<float>() + t * (hc + 1) * D, sizeof(float) * hc * D);
     std::memcpy(value.data<float>() + t * D, kv.data<float>() + t * (hc + 1) * D + hc * D, sizeof(float) * D);
   }
-  backend_.engram_gate({streams.view(), key.view(), value.view(), ew.gate_weight.view(),
-                        static_cast<float>(config_.rms_norm_eps)});
+  backend_.engram_gate(
+      {streams.view(), key.view(), value.view(), ew.gate_weight.view(), static_cast<float>(config_.rms_norm_eps)});
 }
 
 }  // namespace deepinfer

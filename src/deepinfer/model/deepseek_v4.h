@@ -55,11 +55,11 @@ struct V4SequenceState {
 
 // Optional per-call record of intermediates (for tests and debugging).
 struct V4ForwardTrace {
-  std::vector<HostTensor> attn_inputs;    // per layer: attn_norm output [T, D]
-  std::vector<HostTensor> attn_outputs;   // per layer: attention output [T, D]
-  std::vector<HostTensor> ffn_outputs;    // per layer: MoE output [T, D]
-  std::vector<HostTensor> layer_outputs;  // per layer: streams after the layer [T, hc, D]
-  HostTensor final_hidden;                // after the final norm [T, D]
+  std::vector<HostTensor> attn_inputs;      // per layer: attn_norm output [T, D]
+  std::vector<HostTensor> attn_outputs;     // per layer: attention output [T, D]
+  std::vector<HostTensor> ffn_outputs;      // per layer: MoE output [T, D]
+  std::vector<HostTensor> layer_outputs;    // per layer: streams after the layer [T, hc, D]
+  HostTensor final_hidden;                  // after the final norm [T, D]
   std::vector<HostTensor> engram_hash_ids;  // per Engram layer: i64 [T, cols] (absolute table rows)
 };
 
@@ -80,8 +80,8 @@ class DeepseekV4Model {
   HostTensor forward(V4SequenceState& seq, std::span<const int64_t> ids, V4ForwardTrace* trace = nullptr) const;
 
  private:
-  struct Chunk;       // per-call activations and positions
-  struct Selection;   // V4.1 per-forward shared top-k / candidate masks
+  struct Chunk;      // per-call activations and positions
+  struct Selection;  // V4.1 per-forward shared top-k / candidate masks
   // Engram hash ids of this chunk for every Engram layer (advances the sequence's look-back).
   std::vector<HostTensor> engram_hash_ids(V4SequenceState& seq, std::span<const int64_t> ids) const;
   void engram_update(int layer, const HostTensor& hash_ids, HostTensor& streams) const;

@@ -29,8 +29,8 @@ HostTensor positions_of(const std::vector<int64_t>& pos) {
 
 // Appends T new rows to a compressor's pending buffer and moves every closed group's rows (G·r of them) out
 // into kv/gate. Returns G.
-int64_t take_closed_groups(CompressorState& cs, const float* kv, const float* gate, int64_t T, int64_t width,
-                           int r, std::vector<float>& out_kv, std::vector<float>& out_gate) {
+int64_t take_closed_groups(CompressorState& cs, const float* kv, const float* gate, int64_t T, int64_t width, int r,
+                           std::vector<float>& out_kv, std::vector<float>& out_gate) {
   cs.pending_kv.insert(cs.pending_kv.end(), kv, kv + T * width);
   cs.pending_gate.insert(cs.pending_gate.end(), gate, gate + T * width);
   cs.pending += T;

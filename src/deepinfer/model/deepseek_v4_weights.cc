@@ -142,7 +142,8 @@ V4Weights load_v4_weights(const ModelConfig& c, const Checkpoint& ck, Backend& b
       lw.engram.wkv = ld.f32(L + "engram.wkv.weight");
       HostTensor q = ld.f32(L + "engram.q_weight"), k = ld.f32(L + "engram.k_weight");
       lw.engram.gate_weight = HostTensor(DType::kF32, q.shape());
-      for (int64_t i = 0; i < q.numel(); ++i) lw.engram.gate_weight.data<float>()[i] = q.data<float>()[i] * k.data<float>()[i];
+      for (int64_t i = 0; i < q.numel(); ++i)
+        lw.engram.gate_weight.data<float>()[i] = q.data<float>()[i] * k.data<float>()[i];
     }
     const std::string F = L + "ffn.";
     lw.gate = ld.f32(F + "gate.weight");

@@ -21,23 +21,23 @@ struct V4AttentionWeights {
   // Compressor (V4 CSA/HCA layers; V4.1 kv-source layers). V4 CSA projects to 2·hd (two window series).
   HostTensor comp_wkv, comp_wgate, comp_ape, comp_norm;  // [w, D], [w, D] (V4.1 r=1: none), [r, w] (V4), [hd]
   // Indexer: query side (index sources) and key side (V4: own compressor; V4.1 kv sources: wk + k_norm).
-  HostTensor idx_wq_b, idx_weights_proj;                                  // [IH·Id, ql], [IH, D]
+  HostTensor idx_wq_b, idx_weights_proj;                                 // [IH·Id, ql], [IH, D]
   HostTensor idx_comp_wkv, idx_comp_wgate, idx_comp_ape, idx_comp_norm;  // V4: [2Id, D] ×2, [r, 2Id], [Id]
-  HostTensor idx_wk, idx_k_norm;                                          // V4.1: [Id, hd], [Id]
+  HostTensor idx_wk, idx_k_norm;                                         // V4.1: [Id, hd], [Id]
 };
 
 struct V4EngramWeights {
-  HostTensor table;               // [rows, engram_head_dim]
-  HostTensor wkv;                 // [(hc+1)·D, cols·engram_head_dim]
-  HostTensor gate_weight;         // [hc, D] = q_weight ⊙ k_weight (only ever used as a product)
+  HostTensor table;        // [rows, engram_head_dim]
+  HostTensor wkv;          // [(hc+1)·D, cols·engram_head_dim]
+  HostTensor gate_weight;  // [hc, D] = q_weight ⊙ k_weight (only ever used as a product)
 };
 
 struct V4LayerWeights {
-  HostTensor attn_norm, ffn_norm;                  // [D]
+  HostTensor attn_norm, ffn_norm;                      // [D]
   HostTensor hc_attn_fn, hc_attn_base, hc_attn_scale;  // [(2+hc)hc, hc·D], [(2+hc)hc], [3]
   HostTensor hc_ffn_fn, hc_ffn_base, hc_ffn_scale;
   V4AttentionWeights attn;
-  HostTensor gate, gate_bias, tid2eid;  // [E, D], [E] (top-k layers), i64 [V, k] (hash layers)
+  HostTensor gate, gate_bias, tid2eid;     // [E, D], [E] (top-k layers), i64 [V, k] (hash layers)
   std::vector<HostTensor> expert_storage;  // owns w1/w3/w2 of every routed expert, then the shared one
   std::vector<ExpertWeights> experts;      // views into expert_storage
   ExpertWeights shared;
@@ -47,9 +47,9 @@ struct V4LayerWeights {
 };
 
 struct V4Weights {
-  HostTensor embed;  // [V, D]
-  HostTensor norm;   // [D]
-  HostTensor head;   // [V, D]
+  HostTensor embed;                                    // [V, D]
+  HostTensor norm;                                     // [D]
+  HostTensor head;                                     // [V, D]
   HostTensor hc_head_fn, hc_head_base, hc_head_scale;  // V4 only: [hc, hc·D], [hc], [1]
   std::vector<V4LayerWeights> layers;
 };

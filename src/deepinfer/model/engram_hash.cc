@@ -59,7 +59,8 @@ class SeedSequence {
       words[i] = v;
     }
     std::vector<uint64_t> out(n);
-    for (size_t i = 0; i < n; ++i) out[i] = static_cast<uint64_t>(words[2 * i]) | (static_cast<uint64_t>(words[2 * i + 1]) << 32);
+    for (size_t i = 0; i < n; ++i)
+      out[i] = static_cast<uint64_t>(words[2 * i]) | (static_cast<uint64_t>(words[2 * i + 1]) << 32);
     return out;
   }
 
@@ -111,7 +112,8 @@ class Pcg64 {
 
  private:
   void step() {
-    const unsigned __int128 mult = (static_cast<unsigned __int128>(0x2360ED051FC65DA4ULL) << 64) | 0x4385DF649FCCF645ULL;
+    const unsigned __int128 mult =
+        (static_cast<unsigned __int128>(0x2360ED051FC65DA4ULL) << 64) | 0x4385DF649FCCF645ULL;
     state_ = state_ * mult + inc_;
   }
   unsigned __int128 state_ = 0, inc_ = 0;
@@ -143,7 +145,8 @@ std::vector<int64_t> engram_multipliers(int layer_id, int max_ngram, int64_t com
   const int64_t bound = std::max<int64_t>(1, (std::numeric_limits<int64_t>::max() / compressed_vocab) / 2);
   Pcg64 rng(static_cast<uint64_t>(10007) * static_cast<uint64_t>(layer_id));
   std::vector<int64_t> out;
-  for (int i = 0; i < max_ngram; ++i) out.push_back(2 * static_cast<int64_t>(rng.bounded(static_cast<uint64_t>(bound - 1))) + 1);
+  for (int i = 0; i < max_ngram; ++i)
+    out.push_back(2 * static_cast<int64_t>(rng.bounded(static_cast<uint64_t>(bound - 1))) + 1);
   return out;
 }
 

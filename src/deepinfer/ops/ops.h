@@ -223,12 +223,12 @@ struct ExpertWeights {
 // g = min(w1·x, limit), u = clamp(w3·x, ±limit), h = silu(g)·u; `weight_before_w2` applies the routing
 // weight to h (V4.1) instead of the expert output (V4). limit <= 0 disables the clamp.
 struct MoeParams {
-  Tensor x;                            // f32 [T, D]
-  Tensor weights;                      // f32 [T, k]
-  Tensor indices;                      // i32 [T, k]
+  Tensor x;                                             // f32 [T, D]
+  Tensor weights;                                       // f32 [T, k]
+  Tensor indices;                                       // i32 [T, k]
   const std::vector<ExpertWeights>* experts = nullptr;  // E entries
   const ExpertWeights* shared = nullptr;                // optional shared expert (weight 1)
-  Tensor out;                          // f32 [T, D]
+  Tensor out;                                           // f32 [T, D]
   float swiglu_limit = 0.0f;
   bool weight_before_w2 = false;
 };

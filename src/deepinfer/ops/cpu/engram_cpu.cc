@@ -41,7 +41,8 @@ void CpuBackend::engram_gate(const EngramGateParams& p) {
       const float* w = p.weight.data_as<float>() + k * d;
       float dot = 0.0f;
       for (int64_t i = 0; i < d; ++i) dot += x[i] * w[i] * key[i];
-      const float rstd = (1.0f / std::sqrt(dot_f32(x, x, d) / d + p.eps)) * (1.0f / std::sqrt(dot_f32(key, key, d) / d + p.eps));
+      const float rstd =
+          (1.0f / std::sqrt(dot_f32(x, x, d) / d + p.eps)) * (1.0f / std::sqrt(dot_f32(key, key, d) / d + p.eps));
       dot = dot * rstd * inv_sqrt_d;
       const float g = 1.0f / (1.0f + std::exp(-std::copysign(std::sqrt(std::max(std::fabs(dot), 1e-6f)), dot)));
       for (int64_t i = 0; i < d; ++i) x[i] += g * v[i];

@@ -21,8 +21,7 @@ void quant_block(float* x, int64_t n, FakeQuantKind kind) {
   switch (kind) {
     case FakeQuantKind::kFP8E4M3Ue8m0Block32: {
       const float s = pow2_ceil(std::max(amax, 1e-4f) * static_cast<float>(1.0 / 448.0));
-      for (int64_t i = 0; i < n; ++i)
-        x[i] = e4m3_to_f32(f32_to_e4m3(std::clamp(x[i] / s, -kE4M3Max, kE4M3Max))) * s;
+      for (int64_t i = 0; i < n; ++i) x[i] = e4m3_to_f32(f32_to_e4m3(std::clamp(x[i] / s, -kE4M3Max, kE4M3Max))) * s;
       break;
     }
     case FakeQuantKind::kFP4Ue8m0Block32: {

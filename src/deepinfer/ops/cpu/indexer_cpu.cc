@@ -15,9 +15,8 @@ std::vector<int64_t> top_finite(const float* scores, int64_t n, int64_t k) {
   std::vector<int64_t> idx(n);
   std::iota(idx.begin(), idx.end(), 0);
   k = std::min(k, n);
-  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int64_t a, int64_t b) {
-    return scores[a] > scores[b] || (scores[a] == scores[b] && a < b);
-  });
+  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
+                    [&](int64_t a, int64_t b) { return scores[a] > scores[b] || (scores[a] == scores[b] && a < b); });
   idx.resize(k);
   // Picks beyond the finite entries come back −inf: they are not selections.
   idx.erase(std::remove_if(idx.begin(), idx.end(), [&](int64_t i) { return scores[i] == -INFINITY; }), idx.end());

@@ -12,9 +12,12 @@ namespace {
 
 float score_fn(RouterScoring s, float x) {
   switch (s) {
-    case RouterScoring::kSigmoid: return 1.0f / (1.0f + std::exp(-x));
-    case RouterScoring::kSqrtSoftplus: return std::sqrt(x > 20.0f ? x : std::log1p(std::exp(x)));  // torch softplus
-    case RouterScoring::kSoftmax: return x;  // normalised over the row below
+    case RouterScoring::kSigmoid:
+      return 1.0f / (1.0f + std::exp(-x));
+    case RouterScoring::kSqrtSoftplus:
+      return std::sqrt(x > 20.0f ? x : std::log1p(std::exp(x)));  // torch softplus
+    case RouterScoring::kSoftmax:
+      return x;  // normalised over the row below
   }
   return x;
 }
