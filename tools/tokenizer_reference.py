@@ -310,9 +310,9 @@ def main():
         docs, sections = build_corpus(size, special_tokens=specials)
         if args.command == "small":
             # The CI subset: every adversarial and generated document kind, trimmed.
-            docs = [d[: 64 << 10] for d in docs]
+            docs = [d[: 16 << 10] for d in docs]
             rng = random.Random(1)
-            docs = docs[:400] + rng.sample(docs[400:], min(len(docs) - 400, 300))
+            docs = docs[:400] + rng.sample(docs[400:], min(len(docs) - 400, 150))
         write_corpus(corpus_path, docs)
         total = sum(len(d) for d in docs)
         log(f"corpus: {len(docs)} documents, {total / 1e6:.1f} MB")
