@@ -1,0 +1,351 @@
+#include "deepinfer/structured/compiled_grammar.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <unordered_map>
+
+#include "deepinfer/core/error.h"
+
+namespace deepinfer::structured {
+namespace {
+
+// Thompson NFA of one rule body.
+struct Nfa {
+  std::vector<std::vector<int>> eps;
+  std::vector<std::vector<std::pair<int, int>>> byte_edges;  // (index into sets, target)
+  std::vector<std::vector<std::pair<int, int>>> call_edges;  // (rule, target)
+  std::vector<ByteSet> sets;
+  int limit = 0;
+
+  int add_state() {
+    DI_CHECK_CODE(static_cast<int>(eps.size()) < limit, ErrorCode::kResourceExhausted)
+        << "grammar rule is too large (more than " << limit << " automaton states; large {m,n} repetitions?)";
+    eps.emplace_back();
+    byte_edges.emplace_back();
+    call_edges.emplace_back();
+    return static_cast<int>(eps.size()) - 1;
+  }
+  int set_id(const ByteSet& s) {
+    for (size_t i = 0; i < sets.size(); ++i)
+      if (sets[i] == s) return static_cast<int>(i);
+    sets.push_back(s);
+    return static_cast<int>(sets.size()) - 1;
+  }
+  // Adds paths s -> t for e. Only adds edges leaving s, entering t, or between fresh states, so alternatives may
+  // share s and t safely.
+  void build(const Expr& e, int s, int t, int num_rules) {
+    switch (e.kind) {
+      case ExprKind::kEmpty:
+        eps[s].push_back(t);
+        return;
+      case ExprKind::kBytes:
+        byte_edges[s].emplace_back(set_id(e.bytes), t);
+        return;
+      case ExprKind::kRule:
+        DI_CHECK(e.rule >= 0 && e.rule < num_rules) << "reference to an unknown grammar rule " << e.rule;
+        call_edges[s].emplace_back(e.rule, t);
+        return;
+      case ExprKind::kAlt:
+        for (const auto& c : e.children) build(*c, s, t, num_rules);
+        return;
+      case ExprKind::kSeq: {
+        int cur = s;
+        for (size_t i = 0; i < e.children.size(); ++i) {
+          int nxt = i + 1 == e.children.size() ? t : add_state();
+          build(*e.children[i], cur, nxt, num_rules);
+          cur = nxt;
+        }
+        return;
+      }
+      case ExprKind::kRepeat: {
+        const Expr& c = *e.children[0];
+        int cur = s;
+        for (int i = 0; i < e.min; ++i) {
+          int nxt = add_state();
+          build(c, cur, nxt, num_rules);
+          cur = nxt;
+        }
+        if (e.max == Expr::kUnbounded) {
+          int loop = add_state(), back = add_state();
+          eps[cur].push_back(loop);
+          build(c, loop, back, num_rules);
+          eps[back].push_back(loop);
+          eps[loop].push_back(t);
+        } else {
+          for (int i = e.min; i < e.max; ++i) {
+            eps[cur].push_back(t);
+            int nxt = i + 1 == e.max ? t : add_state();
+            build(c, cur, nxt, num_rules);
+            cur = nxt;
+          }
+          if (e.max == e.min) eps[cur].push_back(t);
+        }
+        return;
+      }
+    }
+  }
+};
+
+void eps_closure(const Nfa& nfa, std::vector<int>& set, std::vector<char>& seen) {
+  std::vector<int> stack(set.begin(), set.end());
+  for (int s : set) seen[s] = 1;
+  while (!stack.empty()) {
+    int s = stack.back();
+    stack.pop_back();
+    for (int t : nfa.eps[s])
+      if (!seen[t]) {
+        seen[t] = 1;
+        set.push_back(t);
+        stack.push_back(t);
+      }
+  }
+  for (int s : set) seen[s] = 0;
+  std::sort(set.begin(), set.end());
+}
+
+struct RuleDfa {
+  std::vector<std::vector<int32_t>> trans;  // per state, per class; local ids
+  std::vector<std::vector<std::pair<int, int>>> calls;  // (rule, local target)
+  std::vector<bool> accepting;
+  std::vector<uint8_t> byte_class;  // 256
+  int num_classes = 0;
+};
+
+RuleDfa determinize(const Expr& body, int num_rules, const CompileLimits& limits, int dfa_budget) {
+  Nfa nfa;
+  nfa.limit = limits.max_nfa_states_per_rule;
+  int start = nfa.add_state(), final_state = nfa.add_state();
+  nfa.build(body, start, final_state, num_rules);
+
+  RuleDfa dfa;
+  // Byte classes: bytes that belong to exactly the same edge sets behave identically in this rule.
+  dfa.byte_class.assign(256, 0);
+  std::map<std::vector<bool>, int> signatures;
+  std::vector<int> representative;
+  for (int b = 0; b < 256; ++b) {
+    std::vector<bool> sig(nfa.sets.size());
+    for (size_t i = 0; i < nfa.sets.size(); ++i) sig[i] = nfa.sets[i].test(static_cast<uint8_t>(b));
+    auto [it, inserted] = signatures.emplace(std::move(sig), static_cast<int>(representative.size()));
+    if (inserted) representative.push_back(b);
+    dfa.byte_class[b] = static_cast<uint8_t>(it->second);
+  }
+  dfa.num_classes = static_cast<int>(representative.size());
+
+  std::vector<char> seen(nfa.eps.size(), 0);
+  std::map<std::vector<int>, int> ids;
+  std::vector<std::vector<int>> sets;
+  auto intern = [&](std::vector<int> set) -> int {
+    if (set.empty()) return -1;
+    eps_closure(nfa, set, seen);
+    auto it = ids.find(set);
+    if (it != ids.end()) return it->second;
+    DI_CHECK_CODE(static_cast<int>(sets.size()) < dfa_budget, ErrorCode::kResourceExhausted)
+        << "grammar automaton exceeds " << limits.max_dfa_states << " states";
+    int id = static_cast<int>(sets.size());
+    ids.emplace(set, id);
+    sets.push_back(std::move(set));
+    return id;
+  };
+  intern({start});
+  for (size_t d = 0; d < sets.size(); ++d) {
+    std::vector<int32_t> row(dfa.num_classes, -1);
+    for (int c = 0; c < dfa.num_classes; ++c) {
+      uint8_t b = static_cast<uint8_t>(representative[c]);
+      std::vector<int> move;
+      for (int s : sets[d])
+        for (auto [set, t] : nfa.byte_edges[s])
+          if (nfa.sets[set].test(b)) move.push_back(t);
+      std::sort(move.begin(), move.end());
+      move.erase(std::unique(move.begin(), move.end()), move.end());
+      row[c] = intern(std::move(move));
+    }
+    std::map<int, std::vector<int>> by_rule;
+    for (int s : sets[d])
+      for (auto [rule, t] : nfa.call_edges[s]) by_rule[rule].push_back(t);
+    std::vector<std::pair<int, int>> calls;
+    for (auto& [rule, targets] : by_rule) {
+      std::sort(targets.begin(), targets.end());
+      targets.erase(std::unique(targets.begin(), targets.end()), targets.end());
+      calls.emplace_back(rule, intern(std::move(targets)));
+    }
+    dfa.trans.push_back(std::move(row));
+    dfa.calls.push_back(std::move(calls));
+    dfa.accepting.push_back(std::binary_search(sets[d].begin(), sets[d].end(), final_state));
+  }
+  return dfa;
+}
+
+}  // namespace
+
+std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile(const Grammar& grammar, const CompileLimits& limits) {
+  const auto& rules = grammar.rules();
+  const int num_rules = static_cast<int>(rules.size());
+  DI_CHECK(grammar.root() >= 0 && grammar.root() < num_rules) << "grammar has no root rule";
+  for (const Rule& r : rules) DI_CHECK(r.body != nullptr) << "grammar rule '" << r.name << "' is used but not defined";
+
+  auto out = std::make_shared<CompiledGrammar>();
+  out->root_ = grammar.root();
+  std::vector<RuleDfa> dfas;
+  std::vector<int32_t> base(num_rules);
+  int total = 0;
+  for (int r = 0; r < num_rules; ++r) {
+    dfas.push_back(determinize(*rules[r].body, num_rules, limits, limits.max_dfa_states - total));
+    base[r] = total;
+    total += static_cast<int>(dfas.back().trans.size());
+    out->rule_names_.push_back(rules[r].name);
+    out->rule_start_.push_back(base[r]);
+  }
+
+  // Trim: a state is live iff a complete rule body is reachable from it; a rule is productive iff its start is
+  // live. Worklist over reverse edges (a call edge makes its source live once the callee is productive and the
+  // return target is live).
+  std::vector<char> live(total, 0), productive(num_rules, 0);
+  std::vector<std::vector<int32_t>> byte_preds(total);
+  std::vector<std::vector<std::pair<int32_t, int32_t>>> call_sites(num_rules);  // (source, target)
+  std::vector<std::vector<std::pair<int32_t, int32_t>>> call_preds(total);     // by target: (source, callee)
+  std::vector<int32_t> owner(total);
+  std::vector<int32_t> work;
+  for (int r = 0; r < num_rules; ++r) {
+    const RuleDfa& d = dfas[r];
+    for (size_t s = 0; s < d.trans.size(); ++s) {
+      int32_t g = base[r] + static_cast<int32_t>(s);
+      owner[g] = r;
+      for (int32_t t : d.trans[s])
+        if (t >= 0) byte_preds[base[r] + t].push_back(g);
+      for (auto [callee, t] : d.calls[s]) {
+        call_sites[callee].emplace_back(g, base[r] + t);
+        call_preds[base[r] + t].emplace_back(g, callee);
+      }
+      if (d.accepting[s]) {
+        live[g] = 1;
+        work.push_back(g);
+      }
+    }
+  }
+  while (!work.empty()) {
+    int32_t g = work.back();
+    work.pop_back();
+    auto mark = [&](int32_t s) {
+      if (!live[s]) {
+        live[s] = 1;
+        work.push_back(s);
+      }
+    };
+    for (int32_t p : byte_preds[g]) mark(p);
+    for (auto [src, callee] : call_preds[g])
+      if (productive[callee]) mark(src);
+    int r = owner[g];
+    if (g == base[r] && !productive[r]) {
+      productive[r] = 1;
+      for (auto [src, target] : call_sites[r])
+        if (live[target]) mark(src);
+    }
+  }
+  DI_CHECK(productive[out->root_]) << "the grammar matches no string (root rule '" << rules[out->root_].name
+                                   << "' cannot complete; an unsatisfiable schema?)";
+
+  // Lay out the trimmed automaton.
+  for (int r = 0; r < num_rules; ++r) {
+    const RuleDfa& d = dfas[r];
+    out->byte_class_.insert(out->byte_class_.end(), d.byte_class.begin(), d.byte_class.end());
+    for (size_t s = 0; s < d.trans.size(); ++s) {
+      int32_t g = base[r] + static_cast<int32_t>(s);
+      State st;
+      st.rule = r;
+      st.accepting = d.accepting[s];
+      st.trans_offset = static_cast<uint32_t>(out->trans_.size());
+      for (int32_t t : d.trans[s]) {
+        int32_t gt = (t >= 0 && live[base[r] + t]) ? base[r] + t : -1;
+        st.has_bytes |= gt >= 0;
+        out->trans_.push_back(gt);
+      }
+      st.calls_begin = static_cast<uint32_t>(out->calls_.size());
+      for (auto [callee, t] : d.calls[s])
+        if (productive[callee] && live[base[r] + t]) out->calls_.push_back(Call{callee, base[r] + t});
+      st.calls_end = static_cast<uint32_t>(out->calls_.size());
+      (void)g;
+      out->states_.push_back(st);
+    }
+  }
+
+  // Left recursion: rule r "left-calls" c when c is called from a state reachable from r's start through calls
+  // of nullable rules only. A cycle in that graph would make the matcher push forever without reading a byte.
+  std::vector<char> nullable(num_rules, 0);
+  auto reach_without_bytes = [&](int r, auto&& on_call) {
+    std::vector<int32_t> stack{out->rule_start_[r]};
+    std::unordered_map<int32_t, char> seen;
+    seen[stack[0]] = 1;
+    bool accepts = false;
+    while (!stack.empty()) {
+      int32_t s = stack.back();
+      stack.pop_back();
+      accepts |= out->states_[s].accepting;
+      for (const Call* c = out->calls_begin(s); c != out->calls_end(s); ++c) {
+        on_call(c->rule);
+        if (nullable[c->rule] && !seen.count(c->target)) {
+          seen[c->target] = 1;
+          stack.push_back(c->target);
+        }
+      }
+    }
+    return accepts;
+  };
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (int r = 0; r < num_rules; ++r)
+      if (!nullable[r] && productive[r] && reach_without_bytes(r, [](int) {})) {
+        nullable[r] = 1;
+        changed = true;
+      }
+  }
+  std::vector<std::vector<int>> left_calls(num_rules);
+  for (int r = 0; r < num_rules; ++r) {
+    if (!productive[r]) continue;
+    reach_without_bytes(r, [&](int c) { left_calls[r].push_back(c); });
+  }
+  std::vector<char> color(num_rules, 0);
+  std::vector<int> path;
+  auto dfs = [&](auto&& self, int r) -> void {
+    color[r] = 1;
+    path.push_back(r);
+    for (int c : left_calls[r]) {
+      if (color[c] == 1) {
+        std::string cycle;
+        auto it = std::find(path.begin(), path.end(), c);
+        for (; it != path.end(); ++it) cycle += rules[*it].name + " -> ";
+        cycle += rules[c].name;
+        DI_FAIL(ErrorCode::kInvalidArgument) << "left recursion is not supported (rewrite it with repetition): "
+                                             << cycle;
+      }
+      if (color[c] == 0) self(self, c);
+    }
+    path.pop_back();
+    color[r] = 2;
+  };
+  for (int r = 0; r < num_rules; ++r)
+    if (color[r] == 0) dfs(dfs, r);
+  return out;
+}
+
+std::string CompiledGrammar::describe_expected(int32_t state) const {
+  std::string out;
+  for (int b = 0; b < 256; ++b) {
+    if (next(state, static_cast<uint8_t>(b)) < 0) continue;
+    if (out.size() > 40) {
+      out += "...";
+      break;
+    }
+    if (b >= 0x20 && b < 0x7F) {
+      out += static_cast<char>(b);
+    } else {
+      char buf[8];
+      snprintf(buf, sizeof buf, "\\x%02X", b);
+      out += buf;
+    }
+  }
+  for (const Call* c = calls_begin(state); c != calls_end(state); ++c) out += " <" + rule_names_[c->rule] + ">";
+  return out;
+}
+
+}  // namespace deepinfer::structured

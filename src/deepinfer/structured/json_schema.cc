@@ -1,0 +1,667 @@
+#include "deepinfer/structured/json_schema.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <set>
+
+#include "deepinfer/core/error.h"
+#include "deepinfer/structured/json_schema_internal.h"
+#include "deepinfer/structured/regex.h"
+
+namespace deepinfer::structured {
+namespace {
+
+using json = nlohmann::ordered_json;
+using namespace json_internal;
+
+const std::set<std::string, std::less<>> kSupported = {
+    "type",          "enum",          "const",         "properties",       "required",
+    "additionalProperties", "items",  "prefixItems",   "additionalItems",  "minItems",
+    "maxItems",      "minLength",     "maxLength",     "pattern",          "format",
+    "minimum",       "maximum",       "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
+    "anyOf",         "oneOf",         "allOf",         "$ref",             "minProperties",
+    "maxProperties", "uniqueItems",   "unevaluatedProperties", "if", "then", "else"};
+// Validation keywords of drafts 4..2020-12 that this front end does not implement.
+const std::set<std::string, std::less<>> kStandardUnsupported = {
+    "not",           "dependentSchemas", "dependentRequired", "dependencies", "contains", "minContains",
+    "maxContains",   "unevaluatedItems", "$dynamicRef",       "$dynamicAnchor", "$recursiveRef",
+    "$recursiveAnchor", "patternProperties", "propertyNames"};
+
+std::string json_string_literal(const std::string& s) { return json(s).dump(); }
+
+class SchemaCompiler {
+ public:
+  SchemaCompiler(const json& root, const JsonSchemaOptions& options) : root_(root), opt_(options) {
+    index_ids(root_, "#");
+  }
+
+  JsonSchemaGrammar run() {
+    int root_rule = g_.declare_rule("root");
+    g_.set_root(root_rule);
+    g_.define_rule(root_rule, seq_expr({ws(), value(root_, "#"), ws()}));
+    return JsonSchemaGrammar{std::move(g_), std::move(warnings_)};
+  }
+
+  Grammar any_grammar() {
+    int root_rule = g_.declare_rule("root");
+    g_.set_root(root_rule);
+    g_.define_rule(root_rule, seq_expr({ws(), rule_expr(any_value_rule()), ws()}));
+    return std::move(g_);
+  }
+
+ private:
+  // ---- helpers -------------------------------------------------------------------------------------------
+  void warn(const std::string& msg) {
+    if (warned_.insert(msg).second) warnings_.push_back(msg);
+  }
+  void unsupported(const std::string& what, const std::string& path) {
+    if (!opt_.lenient) DI_FAIL(ErrorCode::kUnsupported) << "JSON Schema: " << what << " at " << path << " is not supported";
+    warn(what + " at " + path + " is not supported and was ignored (lenient)");
+  }
+
+  ExprPtr ws() {
+    ByteSet s;
+    for (char c : std::string(" \t\n\r")) s.set(static_cast<uint8_t>(c));
+    if (opt_.max_whitespace == 0) return empty_expr();
+    return repeat_expr(bytes_expr(s), 0, opt_.max_whitespace < 0 ? Expr::kUnbounded : opt_.max_whitespace);
+  }
+
+  ExprPtr json_char() {
+    ByteSet simple;
+    for (char c : std::string("\"\\/bfnrt")) simple.set(static_cast<uint8_t>(c));
+    ByteSet hex;
+    hex.set_range('0', '9');
+    hex.set_range('a', 'f');
+    hex.set_range('A', 'F');
+    ExprPtr escape = seq_expr({byte_expr('\\'), alt_expr({bytes_expr(simple), seq_expr({byte_expr('u'), repeat_expr(bytes_expr(hex), 4, 4)})})});
+    return alt_expr({utf8_ranges_expr({{0x20, 0x21}, {0x23, 0x5B}, {0x5D, kMaxCodepoint}}), escape});
+  }
+
+  int cached_rule(const std::string& key, const std::string& name, const std::function<ExprPtr()>& body) {
+    auto it = rule_cache_.find(key);
+    if (it != rule_cache_.end()) return it->second;
+    int id = g_.declare_rule(g_.fresh_name(name));
+    rule_cache_[key] = id;
+    g_.define_rule(id, body());
+    return id;
+  }
+
+  int any_value_rule() {
+    if (any_rule_ >= 0) return any_rule_;
+    any_rule_ = g_.declare_rule(g_.fresh_name("value"));
+    int str = string_rule(json::object(), "#");
+    int num = cached_rule("number:any", "number", [&] { return number_expr({}, false); });
+    ExprPtr v = rule_expr(any_rule_);
+    ExprPtr member = seq_expr({rule_expr(str), ws(), byte_expr(':'), ws(), v});
+    ExprPtr sep = seq_expr({ws(), byte_expr(','), ws()});
+    int obj = g_.add_rule(g_.fresh_name("object"),
+                          seq_expr({byte_expr('{'), ws(), opt_expr(seq_expr({member, star_expr(seq_expr({sep, member}))})),
+                                    ws(), byte_expr('}')}));
+    int arr = g_.add_rule(g_.fresh_name("array"),
+                          seq_expr({byte_expr('['), ws(), opt_expr(seq_expr({v, star_expr(seq_expr({sep, v}))})), ws(),
+                                    byte_expr(']')}));
+    g_.define_rule(any_rule_, alt_expr({rule_expr(obj), rule_expr(arr), rule_expr(str), rule_expr(num),
+                                        literal_expr("true"), literal_expr("false"), literal_expr("null")}));
+    return any_rule_;
+  }
+
+  // ---- $ref -----------------------------------------------------------------------------------------------
+  void index_ids(const json& s, const std::string& path) {
+    if (s.is_object()) {
+      if (s.contains("$anchor") && s["$anchor"].is_string()) anchors_["#" + s["$anchor"].get<std::string>()] = &s;
+      if (s.contains("$id") && s["$id"].is_string() && path != "#") ids_[s["$id"].get<std::string>()] = &s;
+      for (auto it = s.begin(); it != s.end(); ++it)
+        if (it.key() != "enum" && it.key() != "const" && it.key() != "examples" && it.key() != "default")
+          index_ids(it.value(), path + "/" + it.key());
+    } else if (s.is_array()) {
+      for (size_t i = 0; i < s.size(); ++i) index_ids(s[i], path + "/" + std::to_string(i));
+    }
+  }
+
+  static std::string percent_decode(const std::string& s) {
+    std::string out;
+    for (size_t i = 0; i < s.size(); ++i) {
+      if (s[i] == '%' && i + 2 < s.size() && isxdigit(static_cast<unsigned char>(s[i + 1])) &&
+          isxdigit(static_cast<unsigned char>(s[i + 2]))) {
+        out += static_cast<char>(std::stoi(s.substr(i + 1, 2), nullptr, 16));
+        i += 2;
+      } else {
+        out += s[i];
+      }
+    }
+    return out;
+  }
+
+  const json& resolve(const std::string& ref, const std::string& path) {
+    std::string r = ref;
+    if (root_.is_object() && root_.contains("$id") && root_["$id"].is_string()) {
+      const std::string base = root_["$id"].get<std::string>();
+      if (r.rfind(base, 0) == 0) r = r.substr(base.size());
+    }
+    if (r.empty()) r = "#";
+    if (r[0] != '#') {
+      auto it = ids_.find(r);
+      if (it != ids_.end()) return *it->second;
+      DI_FAIL(ErrorCode::kUnsupported) << "JSON Schema: $ref '" << ref << "' at " << path
+                                       << " points outside the document (remote references are not supported)";
+    }
+    if (r.size() > 1 && r[1] != '/') {
+      auto it = anchors_.find(r);
+      DI_CHECK_CODE(it != anchors_.end(), ErrorCode::kUnsupported) << "JSON Schema: unknown anchor $ref '" << ref << "' at " << path;
+      return *it->second;
+    }
+    const json* cur = &root_;
+    size_t pos = 1;
+    while (pos < r.size()) {
+      size_t next = r.find('/', pos + 1);
+      std::string token = percent_decode(r.substr(pos + 1, next == std::string::npos ? std::string::npos : next - pos - 1));
+      for (size_t i; (i = token.find("~1")) != std::string::npos;) token.replace(i, 2, "/");
+      for (size_t i; (i = token.find("~0")) != std::string::npos;) token.replace(i, 2, "~");
+      if (cur->is_object() && cur->contains(token)) {
+        cur = &(*cur)[token];
+      } else if (cur->is_array() && !token.empty() && token.find_first_not_of("0123456789") == std::string::npos &&
+                 std::stoul(token) < cur->size()) {
+        cur = &(*cur)[std::stoul(token)];
+      } else {
+        DI_FAIL(ErrorCode::kInvalidArgument) << "JSON Schema: $ref '" << ref << "' at " << path << " does not resolve";
+      }
+      pos = next == std::string::npos ? r.size() : next;
+    }
+    return *cur;
+  }
+
+  // A schema with its top-level $ref chain replaced by the target's keywords (for merging).
+  json inline_ref(const json& s, const std::string& path) {
+    json cur = s;
+    for (int hops = 0; cur.is_object() && cur.contains("$ref"); ++hops) {
+      DI_CHECK_CODE(hops < 32, ErrorCode::kUnsupported) << "JSON Schema: $ref chain too long at " << path;
+      json target = resolve(cur["$ref"].get<std::string>(), path);
+      cur.erase("$ref");
+      cur = merge_schemas(cur, target);
+    }
+    return cur;
+  }
+
+  static bool only_annotations(const json& s) {
+    for (auto it = s.begin(); it != s.end(); ++it)
+      if (!is_annotation_keyword(it.key())) return false;
+    return true;
+  }
+
+  // ---- values ---------------------------------------------------------------------------------------------
+  ExprPtr value(const json& s, const std::string& path) {
+    DI_CHECK_CODE(++depth_ < 400, ErrorCode::kUnsupported) << "JSON Schema nesting too deep at " << path;
+    struct DepthGuard {
+      int& d;
+      ~DepthGuard() { --d; }
+    } guard{depth_};
+    if (s.is_boolean()) return s.get<bool>() ? rule_expr(any_value_rule()) : nothing_expr();
+    DI_CHECK(s.is_object()) << "JSON Schema: a schema must be an object or a boolean at " << path;
+    if (s.contains("$ref")) {
+      DI_CHECK(s["$ref"].is_string()) << "JSON Schema: $ref must be a string at " << path;
+      const std::string ref = s["$ref"].get<std::string>();
+      json rest = s;
+      rest.erase("$ref");
+      if (only_annotations(rest)) return rule_expr(ref_rule(ref, path));
+      return value(inline_ref(s, path), path);
+    }
+    if (s.contains("allOf")) {
+      json merged = s;
+      merged.erase("allOf");
+      for (const auto& sub : s["allOf"]) merged = merge_schemas(merged, inline_ref(sub, path + "/allOf"));
+      return value(merged, path);
+    }
+    for (const char* key : {"anyOf", "oneOf"}) {
+      if (!s.contains(key)) continue;
+      json base = s;
+      base.erase(key);
+      std::vector<ExprPtr> alts;
+      const json& branches = s[key];
+      DI_CHECK(branches.is_array() && !branches.empty()) << "JSON Schema: " << key << " must be a non-empty array at " << path;
+      for (size_t i = 0; i < branches.size(); ++i) {
+        std::string p = path + "/" + key + "/" + std::to_string(i);
+        alts.push_back(only_annotations(base) ? value(branches[i], p) : value(merge_schemas(base, inline_ref(branches[i], p)), p));
+      }
+      return alt_expr(std::move(alts));
+    }
+    check_keywords(s, path);
+    std::vector<std::string> types = allowed_types(s, path);
+    if (s.contains("const") || s.contains("enum")) {
+      json values = s.contains("const") ? json::array({s["const"]}) : s["enum"];
+      if (s.contains("const") && s.contains("enum")) {
+        bool found = false;
+        for (const auto& v : s["enum"]) found |= v == s["const"];
+        if (!found) return nothing_expr();
+      }
+      std::vector<ExprPtr> alts;
+      for (const auto& v : values)
+        if (type_allows(types, v)) alts.push_back(literal(v));
+      return alt_expr(std::move(alts));
+    }
+    std::vector<ExprPtr> alts;
+    for (const std::string& t : types) {
+      if (t == "null") alts.push_back(literal_expr("null"));
+      else if (t == "boolean") alts.push_back(alt_expr({literal_expr("true"), literal_expr("false")}));
+      else if (t == "string") alts.push_back(rule_expr(string_rule(s, path)));
+      else if (t == "number" || t == "integer") alts.push_back(rule_expr(number_rule(s, t == "integer", path)));
+      else if (t == "object") alts.push_back(rule_expr(object_rule(s, path)));
+      else if (t == "array") alts.push_back(rule_expr(array_rule(s, path)));
+    }
+    return alt_expr(std::move(alts));
+  }
+
+  int ref_rule(const std::string& ref, const std::string& path) {
+    auto it = ref_rules_.find(ref);
+    if (it != ref_rules_.end()) return it->second;
+    const json& target = resolve(ref, path);
+    std::string name = ref.substr(ref.find_last_of("/#") + 1);
+    for (char& c : name)
+      if (!isalnum(static_cast<unsigned char>(c))) c = '_';
+    int id = g_.declare_rule(g_.fresh_name(name.empty() ? "ref" : "ref_" + name));
+    ref_rules_[ref] = id;
+    g_.define_rule(id, value(target, ref));
+    return id;
+  }
+
+  void check_keywords(const json& s, const std::string& path) {
+    for (auto it = s.begin(); it != s.end(); ++it) {
+      const std::string& k = it.key();
+      if (kSupported.count(k) || is_annotation_keyword(k)) continue;
+      if (kStandardUnsupported.count(k)) {
+        unsupported("keyword '" + k + "'", path);
+      } else {
+        warn("unknown keyword '" + k + "' at " + path + " ignored (no validation meaning)");
+      }
+    }
+    if (s.contains("if") && (s.contains("then") || s.contains("else"))) unsupported("if/then/else", path);
+    if (s.contains("uniqueItems") && s["uniqueItems"] == true) unsupported("uniqueItems: true", path);
+  }
+
+  std::vector<std::string> allowed_types(const json& s, const std::string& path) {
+    static const std::vector<std::string> kAll = {"object", "array", "string", "number", "boolean", "null"};
+    if (!s.contains("type")) return kAll;
+    json t = s["type"].is_array() ? s["type"] : json::array({s["type"]});
+    std::vector<std::string> out;
+    bool has_number = false;
+    for (const auto& x : t) {
+      DI_CHECK(x.is_string()) << "JSON Schema: bad type at " << path;
+      has_number |= x == "number";
+    }
+    for (const auto& x : t) {
+      std::string name = x.get<std::string>();
+      DI_CHECK(std::find(kAll.begin(), kAll.end(), name) != kAll.end() || name == "integer")
+          << "JSON Schema: unknown type '" << name << "' at " << path;
+      if (name == "integer" && has_number) continue;
+      if (std::find(out.begin(), out.end(), name) == out.end()) out.push_back(name);
+    }
+    return out;
+  }
+
+  static bool type_allows(const std::vector<std::string>& types, const json& v) {
+    auto has = [&](const char* t) { return std::find(types.begin(), types.end(), t) != types.end(); };
+    if (v.is_null()) return has("null");
+    if (v.is_boolean()) return has("boolean");
+    if (v.is_string()) return has("string");
+    if (v.is_object()) return has("object");
+    if (v.is_array()) return has("array");
+    if (v.is_number()) {
+      double d = v.get<double>();
+      return has("number") || (has("integer") && std::floor(d) == d);
+    }
+    return false;
+  }
+
+  // A JSON value spelled as in the schema (compact, with optional whitespace between tokens); integral
+  // numbers also match with a zero fraction (1 == 1.0 in JSON Schema).
+  ExprPtr literal(const json& v) {
+    if (v.is_object()) {
+      std::vector<ExprPtr> items{byte_expr('{'), ws()};
+      bool first = true;
+      for (auto it = v.begin(); it != v.end(); ++it) {
+        if (!first) items.insert(items.end(), {ws(), byte_expr(','), ws()});
+        first = false;
+        items.insert(items.end(), {literal_expr(json_string_literal(it.key())), ws(), byte_expr(':'), ws(), literal(it.value())});
+      }
+      items.insert(items.end(), {ws(), byte_expr('}')});
+      return seq_expr(std::move(items));
+    }
+    if (v.is_array()) {
+      std::vector<ExprPtr> items{byte_expr('['), ws()};
+      for (size_t i = 0; i < v.size(); ++i) {
+        if (i) items.insert(items.end(), {ws(), byte_expr(','), ws()});
+        items.push_back(literal(v[i]));
+      }
+      items.insert(items.end(), {ws(), byte_expr(']')});
+      return seq_expr(std::move(items));
+    }
+    if (v.is_number()) {
+      double d = v.get<double>();
+      if (std::floor(d) == d && std::fabs(d) < 1e15) {
+        std::string text = std::to_string(static_cast<int64_t>(d));
+        return seq_expr({literal_expr(text), opt_expr(seq_expr({byte_expr('.'), plus_expr(byte_expr('0'))}))});
+      }
+    }
+    return literal_expr(v.dump());
+  }
+
+  // ---- strings --------------------------------------------------------------------------------------------
+  int string_rule(const json& s, const std::string& path) {
+    int min_len = s.contains("minLength") ? s["minLength"].get<int>() : 0;
+    int max_len = s.contains("maxLength") ? s["maxLength"].get<int>() : Expr::kUnbounded;
+    std::string pattern = s.contains("pattern") ? s["pattern"].get<std::string>() : "";
+    std::string format = s.contains("format") && opt_.enforce_formats ? s["format"].get<std::string>() : "";
+    std::string format_re;
+    if (!format.empty()) {
+      format_re = format_regex(format);
+      if (format_re.empty()) warn("format '" + format + "' at " + path + " is not enforced (unknown format)");
+    }
+    if (!pattern.empty() && !format_re.empty()) {
+      unsupported("pattern together with format '" + format + "'", path);
+      format_re.clear();
+    }
+    bool has_len = min_len > 0 || max_len != Expr::kUnbounded;
+    if (has_len && (!pattern.empty() || !format_re.empty())) {
+      unsupported("minLength/maxLength together with pattern/format", path);
+      has_len = false;
+    }
+    DI_CHECK(max_len == Expr::kUnbounded || max_len >= min_len) << "JSON Schema: maxLength < minLength at " << path;
+    std::string key = "string:" + std::to_string(min_len) + ":" + std::to_string(max_len) + ":" + pattern + ":" + format_re;
+    if (!has_len) key = "string::" + pattern + ":" + format_re;
+    return cached_rule(key, "string", [&] {
+      ExprPtr body;
+      if (!pattern.empty()) {
+        body = regex_to_expr(pattern, CharEncoding::kJsonString, RegexMatch::kSearch);
+      } else if (!format_re.empty()) {
+        body = regex_to_expr(format_re, CharEncoding::kJsonString, RegexMatch::kFull);
+      } else if (has_len) {
+        body = repeat_expr(json_char(), min_len, max_len);
+      } else {
+        body = star_expr(json_char());
+      }
+      return seq_expr({byte_expr('"'), body, byte_expr('"')});
+    });
+  }
+
+  // ---- numbers --------------------------------------------------------------------------------------------
+  int number_rule(const json& s, bool integer, const std::string& path) {
+    NumberBounds b;
+    if (s.contains("minimum")) b.min = s["minimum"].get<double>();
+    if (s.contains("maximum")) b.max = s["maximum"].get<double>();
+    for (auto [key, bound, excl] : {std::tuple{"exclusiveMinimum", &b.min, &b.min_exclusive},
+                                    std::tuple{"exclusiveMaximum", &b.max, &b.max_exclusive}}) {
+      if (!s.contains(key)) continue;
+      const json& v = s[key];
+      if (v.is_boolean()) {  // draft-04: modifies minimum/maximum
+        *excl = v.get<bool>() && bound->has_value();
+      } else {
+        double x = v.get<double>();
+        bool is_min = std::string(key) == "exclusiveMinimum";
+        if (!bound->has_value() || (is_min ? x >= **bound : x <= **bound)) {
+          *bound = x;
+          *excl = true;
+        }
+      }
+    }
+    if (s.contains("multipleOf")) {
+      double m = s["multipleOf"].get<double>();
+      if (m == 1.0) integer = true;
+      else if (!(integer && std::floor(1.0 / m) == 1.0 / m)) unsupported("multipleOf " + s["multipleOf"].dump(), path);
+    }
+    std::string key = std::string(integer ? "integer:" : "number:") + (b.min ? std::to_string(*b.min) : "") + ":" +
+                      (b.max ? std::to_string(*b.max) : "") + ":" + std::to_string(b.min_exclusive) +
+                      std::to_string(b.max_exclusive);
+    if (b.any()) {
+      bool integral = (!b.min || std::floor(*b.min) == *b.min) && (!b.max || std::floor(*b.max) == *b.max);
+      if (!integral && integer) {
+        // Integer bounds can be rounded inward exactly.
+        if (b.min && std::floor(*b.min) != *b.min) b.min = std::ceil(*b.min), b.min_exclusive = false;
+        if (b.max && std::floor(*b.max) != *b.max) b.max = std::floor(*b.max), b.max_exclusive = false;
+      } else if (!integral) {
+        unsupported("non-integral minimum/maximum on a number", path);
+        b = {};
+        key = "number:any";
+      }
+    }
+    return cached_rule(key, integer ? "integer" : "number", [&] { return number_expr(b, integer); });
+  }
+
+  // ---- objects --------------------------------------------------------------------------------------------
+  int object_rule(const json& s, const std::string& path) {
+    struct Prop {
+      std::string name;
+      const json* schema;
+      bool required;
+    };
+    std::vector<Prop> props;
+    std::set<std::string> required;
+    if (s.contains("required"))
+      for (const auto& r : s["required"]) required.insert(r.get<std::string>());
+    static const json kTrue = true;
+    const json* additional = &kTrue;
+    if (s.contains("additionalProperties")) {
+      additional = &s["additionalProperties"];
+    } else if (s.contains("unevaluatedProperties")) {
+      additional = &s["unevaluatedProperties"];  // no composition keywords here, so the same thing
+    }
+    std::set<std::string> declared;
+    if (s.contains("properties"))
+      for (auto it = s["properties"].begin(); it != s["properties"].end(); ++it) {
+        props.push_back(Prop{it.key(), &it.value(), required.count(it.key()) > 0});
+        declared.insert(it.key());
+      }
+    // Required keys without a `properties` entry must still appear: declare them with the additional schema.
+    if (s.contains("required"))
+      for (const auto& r : s["required"])
+        if (!declared.count(r.get<std::string>())) {
+          props.push_back(Prop{r.get<std::string>(), additional, true});
+          declared.insert(r.get<std::string>());
+        }
+    bool extras = !(additional->is_boolean() && !additional->get<bool>());
+    for (const auto& p : props)
+      for (unsigned char c : p.name)
+        if (c < 0x20 || c >= 0x7F || c == '"' || c == '\\') {
+          if (extras) warn("additional properties disallowed at " + path + " (a declared name needs escaping)");
+          extras = false;
+        }
+    size_t num_required = 0;
+    for (const auto& p : props) num_required += p.required;
+    if (s.contains("minProperties") && s["minProperties"].get<double>() > static_cast<double>(num_required))
+      unsupported("minProperties above the number of required properties", path);
+    if (s.contains("maxProperties") && (extras || s["maxProperties"].get<double>() < static_cast<double>(props.size())))
+      unsupported("maxProperties that can bind", path);
+
+    int id = g_.declare_rule(g_.fresh_name("object"));
+    ExprPtr sep = seq_expr({ws(), byte_expr(','), ws()});
+    std::vector<ExprPtr> kv;
+    for (size_t i = 0; i < props.size(); ++i)
+      kv.push_back(seq_expr({literal_expr(json_string_literal(props[i].name)), ws(), byte_expr(':'), ws(),
+                             value(*props[i].schema, path + "/properties/" + props[i].name)}));
+    ExprPtr extra_kv = nothing_expr();
+    if (extras) {
+      std::vector<std::string> names;
+      for (const auto& p : props) names.push_back(p.name);
+      ExprPtr v = value(*additional, path + "/additionalProperties");
+      if (!is_nothing(v)) extra_kv = seq_expr({rule_expr(key_rule(names)), ws(), byte_expr(':'), ws(), v});
+    }
+    ExprPtr extras_tail = is_nothing(extra_kv) ? empty_expr() : star_expr(seq_expr({sep, extra_kv}));
+    ExprPtr body;
+    size_t first_req = props.size();
+    for (size_t i = 0; i < props.size(); ++i)
+      if (props[i].required) {
+        first_req = i;
+        break;
+      }
+    if (first_req < props.size()) {
+      // Optional properties before the first required one each carry their own trailing comma.
+      std::vector<ExprPtr> items;
+      for (size_t i = 0; i < first_req; ++i) items.push_back(opt_expr(seq_expr({kv[i], sep})));
+      items.push_back(kv[first_req]);
+      for (size_t i = first_req + 1; i < props.size(); ++i) {
+        ExprPtr item = seq_expr({sep, kv[i]});
+        items.push_back(props[i].required ? item : opt_expr(item));
+      }
+      items.push_back(extras_tail);
+      body = seq_expr(std::move(items));
+    } else {
+      // Nothing required: the first emitted member has no comma. tail[i] = the members after i, as rules
+      // chained right to left so the grammar stays linear in the number of properties.
+      std::vector<ExprPtr> tail(props.size() + 1);
+      tail[props.size()] = extras_tail;
+      for (size_t i = props.size(); i-- > 0;) {
+        ExprPtr t = seq_expr({opt_expr(seq_expr({sep, kv[i]})), tail[i + 1]});
+        if (props.size() - i > 4) t = rule_expr(g_.add_rule(g_.fresh_name("object_tail"), t));
+        tail[i] = t;
+      }
+      std::vector<ExprPtr> firsts{empty_expr()};
+      for (size_t i = 0; i < props.size(); ++i) firsts.push_back(seq_expr({kv[i], tail[i + 1]}));
+      if (!is_nothing(extra_kv)) firsts.push_back(seq_expr({extra_kv, extras_tail}));
+      body = alt_expr(std::move(firsts));
+    }
+    g_.define_rule(id, seq_expr({byte_expr('{'), ws(), body, ws(), byte_expr('}')}));
+    return id;
+  }
+
+  // A JSON string that is none of `names` (ASCII names that need no escaping).
+  int key_rule(const std::vector<std::string>& names) {
+    std::string key = "key:";
+    for (const auto& n : names) key += json_string_literal(n);
+    return cached_rule(key, "key", [&] {
+      ExprPtr any_char = json_char();
+      // Trie over the names; at each node: end here (if not a name), follow a name, or leave the trie.
+      std::function<ExprPtr(const std::string&)> node = [&](const std::string& prefix) -> ExprPtr {
+        std::set<unsigned char> next;
+        bool is_name = false;
+        for (const auto& n : names) {
+          if (n.size() >= prefix.size() && n.compare(0, prefix.size(), prefix) == 0) {
+            if (n.size() == prefix.size()) is_name = true;
+            else next.insert(static_cast<unsigned char>(n[prefix.size()]));
+          }
+        }
+        std::vector<ExprPtr> alts;
+        if (!is_name) alts.push_back(byte_expr('"'));
+        for (unsigned char c : next) alts.push_back(seq_expr({byte_expr(c), node(prefix + static_cast<char>(c))}));
+        CodepointRanges leave = {{0x20, 0x21}, {0x23, 0x5B}, {0x5D, kMaxCodepoint}};
+        CodepointRanges excluded;
+        for (unsigned char c : next) excluded.emplace_back(c, c);
+        CodepointRanges allowed;
+        for (auto [lo, hi] : complement_ranges(excluded))
+          for (auto [a, b] : leave) {
+            uint32_t x = std::max(lo, a), y = std::min(hi, b);
+            if (x <= y) allowed.emplace_back(x, y);
+          }
+        ExprPtr leave_char = utf8_ranges_expr(allowed);
+        // '\\' is never in `next` (names need no escapes), so an escape always leaves the trie.
+        ExprPtr escape = alt_expr({seq_expr({byte_expr('\\'), bytes_expr([] {
+                                       ByteSet s;
+                                       for (char c : std::string("\"\\/bfnrt")) s.set(static_cast<uint8_t>(c));
+                                       return s;
+                                     }())}),
+                           seq_expr({literal_expr("\\u"), repeat_expr(bytes_expr([] {
+                                                              ByteSet s;
+                                                              s.set_range('0', '9');
+                                                              s.set_range('a', 'f');
+                                                              s.set_range('A', 'F');
+                                                              return s;
+                                                            }()),
+                                                            4, 4)})});
+        alts.push_back(seq_expr({alt_expr({leave_char, escape}), star_expr(any_char), byte_expr('"')}));
+        return alt_expr(std::move(alts));
+      };
+      return seq_expr({byte_expr('"'), node("")});
+    });
+  }
+
+  // ---- arrays ---------------------------------------------------------------------------------------------
+  int array_rule(const json& s, const std::string& path) {
+    std::vector<const json*> prefix;
+    static const json kTrue = true;
+    const json* rest = &kTrue;
+    if (s.contains("prefixItems")) {
+      for (const auto& p : s["prefixItems"]) prefix.push_back(&p);
+      if (s.contains("items")) rest = &s["items"];
+    } else if (s.contains("items") && s["items"].is_array()) {  // draft-04..2019 tuple form
+      for (const auto& p : s["items"]) prefix.push_back(&p);
+      if (s.contains("additionalItems")) rest = &s["additionalItems"];
+    } else if (s.contains("items")) {
+      rest = &s["items"];
+    }
+    int min_items = s.contains("minItems") ? s["minItems"].get<int>() : 0;
+    int max_items = s.contains("maxItems") ? s["maxItems"].get<int>() : Expr::kUnbounded;
+    int id = g_.declare_rule(g_.fresh_name("array"));
+    ExprPtr sep = seq_expr({ws(), byte_expr(','), ws()});
+    ExprPtr rest_item = value(*rest, path + "/items");
+    const int k = static_cast<int>(prefix.size());
+    // After the prefix: (sep item){lo, hi}.
+    int rest_lo = std::max(0, min_items - k);
+    int rest_hi = max_items == Expr::kUnbounded ? Expr::kUnbounded : std::max(0, max_items - k);
+    ExprPtr after_prefix = is_nothing(rest_item) ? (rest_lo == 0 ? empty_expr() : nothing_expr())
+                                                 : repeat_expr(seq_expr({sep, rest_item}), rest_lo, rest_hi);
+    ExprPtr body;
+    if (k == 0) {
+      if (is_nothing(rest_item) || max_items == 0) {
+        body = min_items == 0 ? empty_expr() : nothing_expr();
+      } else {
+        int lo = std::max(0, min_items - 1);
+        int hi = max_items == Expr::kUnbounded ? Expr::kUnbounded : max_items - 1;
+        ExprPtr list = seq_expr({rest_item, repeat_expr(seq_expr({sep, rest_item}), lo, hi)});
+        body = min_items == 0 ? opt_expr(list) : list;
+      }
+    } else {
+      // e(i) = p_i (sep e(i+1))  with the tail optional once minItems is met and cut at maxItems.
+      int limit = max_items == Expr::kUnbounded ? k : std::min(k, max_items);
+      ExprPtr tail = limit == k ? after_prefix : empty_expr();
+      for (int i = limit - 1; i >= 0; --i) {
+        ExprPtr item = value(*prefix[i], path + "/prefixItems/" + std::to_string(i));
+        ExprPtr next = i + 1 < limit ? seq_expr({sep, tail}) : tail;
+        if (i + 1 < limit && i + 1 >= min_items) next = opt_expr(next);
+        tail = seq_expr({item, next});
+      }
+      body = min_items == 0 ? opt_expr(tail) : tail;
+    }
+    g_.define_rule(id, seq_expr({byte_expr('['), ws(), body, ws(), byte_expr(']')}));
+    return id;
+  }
+
+  const json& root_;
+  JsonSchemaOptions opt_;
+  Grammar g_;
+  std::vector<std::string> warnings_;
+  std::set<std::string> warned_;
+  std::map<std::string, int> ref_rules_;
+  std::map<std::string, int> rule_cache_;
+  std::map<std::string, const json*> anchors_, ids_;
+  int any_rule_ = -1;
+  int depth_ = 0;
+};
+
+}  // namespace
+
+JsonSchemaGrammar json_schema_to_grammar(const nlohmann::ordered_json& schema, const JsonSchemaOptions& options) {
+  try {
+    SchemaCompiler compiler(schema, options);
+    return compiler.run();
+  } catch (const nlohmann::json::exception& e) {
+    // A keyword with a value of the wrong JSON type (e.g. "minLength": "3").
+    DI_FAIL(ErrorCode::kInvalidArgument) << "JSON Schema: malformed keyword value: " << e.what();
+  }
+}
+
+JsonSchemaGrammar json_schema_to_grammar(std::string_view schema_text, const JsonSchemaOptions& options) {
+  nlohmann::ordered_json schema;
+  try {
+    schema = nlohmann::ordered_json::parse(schema_text);
+  } catch (const nlohmann::json::exception& e) {
+    DI_FAIL(ErrorCode::kInvalidArgument) << "JSON Schema is not valid JSON: " << e.what();
+  }
+  return json_schema_to_grammar(schema, options);
+}
+
+Grammar any_json_grammar(const JsonSchemaOptions& options) {
+  static const nlohmann::ordered_json kEmpty = nlohmann::ordered_json::object();
+  SchemaCompiler compiler(kEmpty, options);
+  return compiler.any_grammar();
+}
+
+}  // namespace deepinfer::structured

@@ -1,0 +1,45 @@
+// JSON Schema front end (draft 2020-12, with the draft-04..07 spellings found in real schemas: `definitions`,
+// array-form `items` + `additionalItems`, boolean exclusiveMinimum/Maximum).
+//
+// Supported: type (incl. unions), enum, const, properties, required, additionalProperties, items, prefixItems,
+// minItems/maxItems, minLength/maxLength, pattern, format (date-time date time duration email hostname ipv4
+// ipv6 uuid uri uri-reference), minimum/maximum/exclusiveMinimum/exclusiveMaximum (integral bounds),
+// multipleOf 1 for integers, anyOf, oneOf (as anyOf: see docs/STRUCTURED.md), allOf (merged), $ref/$defs
+// (JSON pointers and $anchor, recursion allowed), boolean schemas.
+//
+// Rules the grammar imposes beyond the schema (documented, deliberate):
+//   - object keys appear in `properties` order; additional keys (when allowed) come after the declared ones;
+//   - whitespace between tokens is limited to `max_whitespace` bytes per gap (0 = compact JSON);
+//   - strings use the canonical escapes (\u escapes only for control characters) inside patterns/enums.
+// A validation keyword that is not supported is an error (ErrorCode::kUnsupported) - or, with `lenient`, a
+// warning in the result while the keyword is ignored. Keywords unknown to every draft have no validation
+// meaning and are ignored; each is reported as a warning.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "deepinfer/structured/grammar.h"
+
+namespace deepinfer::structured {
+
+struct JsonSchemaOptions {
+  bool lenient = false;
+  int max_whitespace = 16;    // bytes of [ \t\n\r] allowed in each gap between tokens; -1 = unbounded
+  bool enforce_formats = true;  // false: `format` is an annotation (2020-12 default for validators)
+};
+
+struct JsonSchemaGrammar {
+  Grammar grammar;
+  std::vector<std::string> warnings;
+};
+
+JsonSchemaGrammar json_schema_to_grammar(const nlohmann::ordered_json& schema, const JsonSchemaOptions& options = {});
+JsonSchemaGrammar json_schema_to_grammar(std::string_view schema_text, const JsonSchemaOptions& options = {});
+
+// Any JSON value (the `json_object` request mode uses the object alternative via a schema {"type":"object"}).
+Grammar any_json_grammar(const JsonSchemaOptions& options = {});
+
+}  // namespace deepinfer::structured

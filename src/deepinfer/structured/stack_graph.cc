@@ -1,0 +1,162 @@
+#include "deepinfer/structured/stack_graph.h"
+
+#include <algorithm>
+#include <cstring>
+#include <unordered_set>
+
+#include "deepinfer/core/error.h"
+
+namespace deepinfer::structured {
+
+StackGraph::StackGraph(const CompiledGrammar* grammar) : g_(grammar) {
+  nodes_.push_back(Node{-1, kRoot});    // kRoot
+  nodes_.push_back(Node{-1, kBottom});  // kBottom
+  closure_.assign(2, kUnknown);
+  configs_.emplace_back();  // kDead
+  config_ids_.emplace(std::string(1, '\0'), kDead);
+  closure_[kRoot] = intern({}, kCanEnd);
+  closure_[kBottom] = intern({}, kHitBottom);
+}
+
+uint32_t StackGraph::make_node(int32_t state, uint32_t parent) {
+  uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(state)) << 32) | parent;
+  auto [it, inserted] = node_ids_.emplace(key, static_cast<uint32_t>(nodes_.size()));
+  if (inserted) {
+    nodes_.push_back(Node{state, parent});
+    closure_.push_back(kUnknown);
+  }
+  return it->second;
+}
+
+uint32_t StackGraph::intern(std::vector<uint32_t> leaves, uint8_t flags) {
+  std::string key(1 + leaves.size() * sizeof(uint32_t), '\0');
+  key[0] = static_cast<char>(flags);
+  if (!leaves.empty()) std::memcpy(key.data() + 1, leaves.data(), leaves.size() * sizeof(uint32_t));
+  auto [it, inserted] = config_ids_.emplace(std::move(key), static_cast<uint32_t>(configs_.size()));
+  if (inserted) {
+    Config c;
+    c.leaves = std::move(leaves);
+    c.flags = flags;
+    configs_.push_back(std::move(c));
+  }
+  return it->second;
+}
+
+uint32_t StackGraph::start_config() {
+  return closure(make_node(g_->rule_start(g_->root_rule()), kRoot));
+}
+
+uint32_t StackGraph::detached_config(int32_t state) {
+  DI_CHECK_INTERNAL(g_->state(state).has_bytes) << "detached_config of a state that reads no byte";
+  return intern({make_node(state, kBottom)}, 0);
+}
+
+uint32_t StackGraph::closure(uint32_t node) {
+  if (closure_[node] != kUnknown) return closure_[node];
+  std::vector<uint32_t> leaves;
+  uint8_t flags = 0;
+  std::unordered_set<uint32_t> visited;
+  std::vector<uint32_t> stack{node};
+  while (!stack.empty()) {
+    uint32_t x = stack.back();
+    stack.pop_back();
+    if (!visited.insert(x).second) continue;
+    if (x != node && closure_[x] != kUnknown) {
+      // A frame below us whose expansion is already known (typically the parent after a return).
+      const Config& c = configs_[closure_[x]];
+      leaves.insert(leaves.end(), c.leaves.begin(), c.leaves.end());
+      flags |= c.flags;
+      continue;
+    }
+    if (x == kRoot) {
+      flags |= kCanEnd;
+      continue;
+    }
+    if (x == kBottom) {
+      flags |= kHitBottom;
+      continue;
+    }
+    const int32_t s = nodes_[x].state;
+    const uint32_t parent = nodes_[x].parent;
+    const auto& st = g_->state(s);
+    if (st.has_bytes) leaves.push_back(x);
+    for (const auto* c = g_->calls_begin(s); c != g_->calls_end(s); ++c) {
+      uint32_t ret = make_node(c->target, parent);
+      stack.push_back(make_node(g_->rule_start(c->rule), ret));
+    }
+    if (st.accepting) stack.push_back(parent);
+    DI_CHECK_CODE(visited.size() < 4 * kMaxLeaves, ErrorCode::kResourceExhausted)
+        << "grammar expansion too large (highly ambiguous grammar?)";
+  }
+  std::sort(leaves.begin(), leaves.end());
+  leaves.erase(std::unique(leaves.begin(), leaves.end()), leaves.end());
+  uint32_t id = intern(std::move(leaves), flags);
+  closure_[node] = id;
+  return id;
+}
+
+uint32_t StackGraph::step_slow(uint32_t config, uint8_t byte) {
+  uint32_t result;
+  {
+    const std::vector<uint32_t>& leaves = configs_[config].leaves;
+    if (leaves.size() == 1) {
+      uint32_t leaf = leaves[0];
+      int32_t t = g_->next(nodes_[leaf].state, byte);
+      result = t < 0 ? kDead : closure(make_node(t, nodes_[leaf].parent));
+    } else {
+      std::vector<uint32_t> merged;
+      uint8_t flags = 0;
+      uint32_t single = kDead;
+      int parts = 0;
+      for (size_t i = 0; i < configs_[config].leaves.size(); ++i) {
+        uint32_t leaf = configs_[config].leaves[i];
+        int32_t t = g_->next(nodes_[leaf].state, byte);
+        if (t < 0) continue;
+        uint32_t c = closure(make_node(t, nodes_[leaf].parent));
+        if (c == kDead || c == single) continue;
+        single = c;
+        ++parts;
+        merged.insert(merged.end(), configs_[c].leaves.begin(), configs_[c].leaves.end());
+        flags |= configs_[c].flags;
+      }
+      if (parts <= 1) {
+        result = single;
+      } else {
+        std::sort(merged.begin(), merged.end());
+        merged.erase(std::unique(merged.begin(), merged.end()), merged.end());
+        DI_CHECK_CODE(merged.size() <= kMaxLeaves, ErrorCode::kResourceExhausted)
+            << "more than " << kMaxLeaves << " parser stacks alive (highly ambiguous grammar)";
+        result = intern(std::move(merged), flags);
+      }
+    }
+  }
+  Config& c = configs_[config];
+  if (!c.next) {
+    c.next = std::make_unique<uint32_t[]>(256);
+    std::fill(c.next.get(), c.next.get() + 256, kUnknown);
+  }
+  c.next[byte] = result;
+  return result;
+}
+
+uint32_t StackGraph::without_bottom(uint32_t config) {
+  const Config& c = configs_[config];
+  if (!(c.flags & kHitBottom)) return config;
+  std::vector<uint32_t> leaves = c.leaves;
+  return intern(std::move(leaves), static_cast<uint8_t>(c.flags & ~kHitBottom));
+}
+
+std::string StackGraph::describe(uint32_t config) const {
+  const Config& c = configs_[config];
+  std::string out;
+  if (c.flags & kCanEnd) out += "<end>";
+  for (size_t i = 0; i < c.leaves.size() && i < 8; ++i) {
+    int32_t s = nodes_[c.leaves[i]].state;
+    if (!out.empty()) out += " | ";
+    out += g_->rule_name(g_->state(s).rule) + ": " + g_->describe_expected(s);
+  }
+  if (c.leaves.size() > 8) out += " | ...";
+  return out;
+}
+
+}  // namespace deepinfer::structured

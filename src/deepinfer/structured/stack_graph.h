@@ -1,0 +1,92 @@
+// The pushdown runtime over a CompiledGrammar: sets of parser stacks, hash-consed so that equal stacks and
+// equal stack sets have equal ids, and so that every transition can be memoized.
+//
+// A *node* is one stack frame (global DFA state, parent node): a whole stack is identified by its top node.
+// The parent of a frame holds the state to continue in after the frame's rule returns. Two sentinel parents
+// end every stack:
+//   kRoot   - below the root rule: popping into it means the input so far is a complete sentence;
+//   kBottom - below a *detached* frame, used when precomputing token masks for one DFA state without knowing
+//             the stacks underneath: popping into it means "this rule is done; what follows is up to the context".
+// A *config* is a set of leaf nodes (frames whose state can consume a byte) plus the flags can_end/hit_bottom,
+// i.e. everything the matcher needs to know after some input. Config 0 is the dead config (no way forward).
+// All stacks reached without reading a byte (calls, returns) are expanded eagerly by closure(), which is
+// memoized per node; step() is memoized per (config, byte). Nothing is ever freed: a StackGraph lives as long
+// as one request (matcher) or one compiled grammar (mask cache).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "deepinfer/structured/compiled_grammar.h"
+
+namespace deepinfer::structured {
+
+class StackGraph {
+ public:
+  static constexpr uint32_t kRoot = 0;
+  static constexpr uint32_t kBottom = 1;
+  static constexpr uint32_t kDead = 0;
+
+  explicit StackGraph(const CompiledGrammar* grammar);
+  StackGraph(const StackGraph&) = delete;
+  StackGraph& operator=(const StackGraph&) = delete;
+
+  const CompiledGrammar& grammar() const { return *g_; }
+
+  uint32_t start_config();
+  // The config holding just the frame (state, kBottom); `state` must consume bytes (a leaf state).
+  uint32_t detached_config(int32_t state);
+  // Everything reachable from `node` without reading a byte.
+  uint32_t closure(uint32_t node);
+  uint32_t step(uint32_t config, uint8_t byte) {
+    Config& c = configs_[config];
+    if (c.next && c.next[byte] != kUnknown) return c.next[byte];
+    return step_slow(config, byte);
+  }
+  uint32_t without_bottom(uint32_t config);
+
+  bool dead(uint32_t config) const { return config == kDead; }
+  bool can_end(uint32_t config) const { return configs_[config].flags & kCanEnd; }
+  bool hit_bottom(uint32_t config) const { return configs_[config].flags & kHitBottom; }
+  const std::vector<uint32_t>& leaves(uint32_t config) const { return configs_[config].leaves; }
+  int32_t node_state(uint32_t node) const { return nodes_[node].state; }
+  uint32_t node_parent(uint32_t node) const { return nodes_[node].parent; }
+
+  size_t num_nodes() const { return nodes_.size(); }
+  size_t num_configs() const { return configs_.size(); }
+  // A readable description of what a config expects next, for error messages.
+  std::string describe(uint32_t config) const;
+
+  // Guard against pathological ambiguity: a config with more leaves than this is an error (ResourceExhausted).
+  static constexpr size_t kMaxLeaves = 20000;
+
+ private:
+  static constexpr uint32_t kUnknown = 0xFFFFFFFFu;
+  static constexpr uint8_t kCanEnd = 1, kHitBottom = 2;
+  struct Node {
+    int32_t state;
+    uint32_t parent;
+  };
+  struct Config {
+    std::vector<uint32_t> leaves;  // sorted, unique
+    uint8_t flags = 0;
+    std::unique_ptr<uint32_t[]> next;  // 256 memoized successors, allocated on first step
+  };
+
+  uint32_t make_node(int32_t state, uint32_t parent);
+  uint32_t intern(std::vector<uint32_t> leaves, uint8_t flags);
+  uint32_t step_slow(uint32_t config, uint8_t byte);
+
+  const CompiledGrammar* g_;
+  std::vector<Node> nodes_;
+  std::unordered_map<uint64_t, uint32_t> node_ids_;
+  std::vector<uint32_t> closure_;  // per node, kUnknown until computed
+  std::vector<Config> configs_;
+  std::unordered_map<std::string, uint32_t> config_ids_;
+  std::vector<uint32_t> scratch_;
+};
+
+}  // namespace deepinfer::structured

@@ -1,0 +1,83 @@
+#include "deepinfer/structured/token_mask_cache.h"
+
+#include <algorithm>
+#include <bit>
+
+#include "deepinfer/core/error.h"
+
+namespace deepinfer::structured {
+
+void walk_trie(const TokenTrie& trie, StackGraph& graph, uint32_t config, uint32_t begin, uint32_t end,
+               uint32_t base_depth, std::span<uint64_t> mask, std::vector<uint32_t>* returns,
+               std::vector<uint32_t>& scratch) {
+  if (scratch.size() < trie.max_depth() + 1) scratch.resize(trie.max_depth() + 1);
+  scratch[base_depth] = config;
+  uint32_t i = begin;
+  while (i < end) {
+    const uint32_t d = trie.depth(i);
+    uint32_t c = graph.step(scratch[d - 1], trie.byte(i));
+    if (c == StackGraph::kDead) {
+      i = trie.subtree_end(i);
+      continue;
+    }
+    for (const int32_t* t = trie.tokens_begin(i); t != trie.tokens_end(i); ++t) set_token_bit(mask, *t);
+    if (returns != nullptr && graph.hit_bottom(c)) {
+      if (trie.subtree_end(i) > i + 1) returns->push_back(i);
+      c = graph.without_bottom(c);
+      if (c == StackGraph::kDead) {
+        i = trie.subtree_end(i);
+        continue;
+      }
+    }
+    scratch[d] = c;
+    ++i;
+  }
+}
+
+TokenMaskCache::TokenMaskCache(std::shared_ptr<const CompiledGrammar> grammar,
+                               std::shared_ptr<const TokenizerInfo> tokenizer)
+    : grammar_(std::move(grammar)), tokenizer_(std::move(tokenizer)), graph_(grammar_.get()) {
+  entries_.resize(grammar_->num_states());
+}
+
+const TokenMaskCache::Entry& TokenMaskCache::entry(int32_t state) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (entries_[state]) return *entries_[state];
+  const size_t words = mask_words(vocab().size());
+  scratch_mask_.assign(words, 0);
+  auto e = std::make_unique<Entry>();
+  walk_trie(trie(), graph_, graph_.detached_config(state), 1, trie().num_nodes(), 0, scratch_mask_, &e->returns,
+            scratch_);
+  size_t count = 0;
+  for (uint64_t w : scratch_mask_) count += std::popcount(w);
+  // Small sets are applied bit by bit; a dense OR costs words/4 cycles-ish regardless of the count.
+  if (count * 8 < words) {
+    for (size_t w = 0; w < words; ++w)
+      for (uint64_t bits = scratch_mask_[w]; bits; bits &= bits - 1)
+        e->sparse.push_back(static_cast<int32_t>(w * 64 + std::countr_zero(bits)));
+  } else {
+    e->dense = scratch_mask_;
+  }
+  entries_[state] = std::move(e);
+  return *entries_[state];
+}
+
+void TokenMaskCache::precompute_all() {
+  for (size_t s = 0; s < grammar_->num_states(); ++s)
+    if (grammar_->state(static_cast<int32_t>(s)).has_bytes) entry(static_cast<int32_t>(s));
+}
+
+size_t TokenMaskCache::num_entries() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::count_if(entries_.begin(), entries_.end(), [](const auto& e) { return e != nullptr; });
+}
+
+size_t TokenMaskCache::memory_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t n = 0;
+  for (const auto& e : entries_)
+    if (e) n += sizeof(Entry) + e->dense.size() * 8 + e->sparse.size() * 4 + e->returns.size() * 4;
+  return n;
+}
+
+}  // namespace deepinfer::structured

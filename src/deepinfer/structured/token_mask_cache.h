@@ -1,0 +1,74 @@
+// Per-DFA-state token masks, computed once per (compiled grammar, vocabulary) and shared by every matcher.
+//
+// For a leaf frame in DFA state s the set of allowed tokens splits in two:
+//   - tokens decided by s alone: walking their bytes from the detached frame (s, kBottom) either stays inside
+//     s's rule and the rules it calls, or ends exactly when s's rule returns. Those are valid whatever lies
+//     beneath (a return always lands in a live state) -> `accepted`, a context-independent set;
+//   - tokens whose bytes go on after s's rule returns: they depend on the stack below. Their trie nodes at the
+//     return point are kept as `returns`; at mask time the matcher walks just those subtrees from the real
+//     parent frame. For JSON this is "a string ends inside the token" - a few hundred subtrees that die after a
+//     byte or two.
+// Entries are built lazily (the first mask that needs a state pays a full trie walk), then reused.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <vector>
+
+#include "deepinfer/structured/compiled_grammar.h"
+#include "deepinfer/structured/stack_graph.h"
+#include "deepinfer/structured/vocabulary.h"
+
+namespace deepinfer::structured {
+
+// Bit t of word t / 64 is token t.
+inline void set_token_bit(std::span<uint64_t> mask, int32_t token) {
+  mask[static_cast<size_t>(token) >> 6] |= uint64_t{1} << (token & 63);
+}
+inline bool test_token_bit(std::span<const uint64_t> mask, int32_t token) {
+  return (mask[static_cast<size_t>(token) >> 6] >> (token & 63)) & 1;
+}
+inline size_t mask_words(size_t vocab_size) { return (vocab_size + 63) / 64; }
+
+// Walks the trie nodes [begin, end) (a run of sibling subtrees whose parent is at depth `base_depth`) from
+// `config`, setting the bit of every token whose bytes keep some stack alive. With `returns` non-null (detached
+// walks), a node where the detached frame returns has its tokens accepted and is recorded in `returns`; the walk
+// continues below it only for the paths that did not return.
+void walk_trie(const TokenTrie& trie, StackGraph& graph, uint32_t config, uint32_t begin, uint32_t end,
+               uint32_t base_depth, std::span<uint64_t> mask, std::vector<uint32_t>* returns,
+               std::vector<uint32_t>& scratch);
+
+class TokenMaskCache {
+ public:
+  struct Entry {
+    std::vector<uint64_t> dense;     // accepted tokens as a bitmask, or empty when `sparse` is used
+    std::vector<int32_t> sparse;     // accepted tokens as ids (small sets)
+    std::vector<uint32_t> returns;   // trie nodes (with children) where the state's rule returns
+  };
+
+  TokenMaskCache(std::shared_ptr<const CompiledGrammar> grammar, std::shared_ptr<const TokenizerInfo> tokenizer);
+
+  const CompiledGrammar& grammar() const { return *grammar_; }
+  std::shared_ptr<const CompiledGrammar> grammar_ptr() const { return grammar_; }
+  const Vocabulary& vocab() const { return tokenizer_->vocab; }
+  const TokenTrie& trie() const { return tokenizer_->trie; }
+  // Thread-safe; the reference stays valid for the cache's lifetime.
+  const Entry& entry(int32_t state);
+  // Builds the entries of every state reachable in the grammar (eager compile; optional).
+  void precompute_all();
+  size_t num_entries() const;
+  size_t memory_bytes() const;
+
+ private:
+  std::shared_ptr<const CompiledGrammar> grammar_;
+  std::shared_ptr<const TokenizerInfo> tokenizer_;
+  mutable std::mutex mu_;
+  StackGraph graph_;
+  std::vector<std::unique_ptr<Entry>> entries_;
+  std::vector<uint64_t> scratch_mask_;
+  std::vector<uint32_t> scratch_;
+};
+
+}  // namespace deepinfer::structured

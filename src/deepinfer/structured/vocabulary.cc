@@ -1,0 +1,146 @@
+#include "deepinfer/structured/vocabulary.h"
+
+#include <algorithm>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <unordered_map>
+
+#include "deepinfer/core/error.h"
+#include "deepinfer/structured/grammar.h"
+
+namespace deepinfer::structured {
+
+Vocabulary::Vocabulary(std::vector<std::string> token_bytes, std::vector<int32_t> eos_ids, std::vector<bool> special,
+                       size_t size)
+    : bytes_(std::move(token_bytes)), eos_ids_(std::move(eos_ids)), special_(std::move(special)) {
+  size_ = std::max(size, bytes_.size());
+  DI_CHECK(special_.empty() || special_.size() == bytes_.size())
+      << "special flags: " << special_.size() << " entries for " << bytes_.size() << " tokens";
+  for (int32_t id : eos_ids_) DI_CHECK(id >= 0 && static_cast<size_t>(id) < size_) << "eos id " << id << " out of range";
+}
+
+TokenTrie::TokenTrie(const Vocabulary& vocab) {
+  std::vector<int32_t> ids;
+  for (size_t i = 0; i < vocab.num_bytes_tokens(); ++i) {
+    int32_t id = static_cast<int32_t>(i);
+    if (!vocab.is_special(id) && !vocab.token_bytes(id).empty()) ids.push_back(id);
+  }
+  std::sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) {
+    const std::string& x = vocab.token_bytes(a);
+    const std::string& y = vocab.token_bytes(b);
+    return x != y ? x < y : a < b;
+  });
+  // Sorted order is the trie's pre-order: walk the tokens keeping the current root-to-node path.
+  byte_.push_back(0);
+  depth_.push_back(0);
+  subtree_end_.push_back(0);
+  std::vector<uint32_t> node_tokens_count(1, 0);
+  std::vector<uint32_t> path{0};  // path[d] = node at depth d
+  std::string_view prev;
+  for (int32_t id : ids) {
+    std::string_view cur = vocab.token_bytes(id);
+    size_t lcp = 0;
+    while (lcp < prev.size() && lcp < cur.size() && prev[lcp] == cur[lcp]) ++lcp;
+    while (path.size() > lcp + 1) {
+      subtree_end_[path.back()] = static_cast<uint32_t>(byte_.size());
+      path.pop_back();
+    }
+    for (size_t d = lcp; d < cur.size(); ++d) {
+      uint32_t node = static_cast<uint32_t>(byte_.size());
+      byte_.push_back(static_cast<uint8_t>(cur[d]));
+      depth_.push_back(static_cast<uint32_t>(d + 1));
+      subtree_end_.push_back(0);
+      node_tokens_count.push_back(0);
+      path.push_back(node);
+    }
+    max_depth_ = std::max<uint32_t>(max_depth_, static_cast<uint32_t>(cur.size()));
+    ++node_tokens_count[path.back()];
+    tokens_.push_back(id);
+    prev = cur;
+  }
+  while (!path.empty()) {
+    subtree_end_[path.back()] = static_cast<uint32_t>(byte_.size());
+    path.pop_back();
+  }
+  // Tokens were appended in node order, so offsets are a prefix sum.
+  token_offset_.assign(byte_.size() + 1, 0);
+  for (size_t i = 0; i < byte_.size(); ++i) token_offset_[i + 1] = token_offset_[i] + node_tokens_count[i];
+}
+
+namespace {
+
+// GPT-2's reversible byte <-> printable code point table used by byte-level BPE vocabularies.
+std::unordered_map<uint32_t, uint8_t> byte_level_decoder() {
+  std::vector<int> bs;
+  for (int b = '!'; b <= '~'; ++b) bs.push_back(b);
+  for (int b = 0xA1; b <= 0xAC; ++b) bs.push_back(b);
+  for (int b = 0xAE; b <= 0xFF; ++b) bs.push_back(b);
+  std::vector<uint32_t> cs(bs.begin(), bs.end());
+  int n = 0;
+  for (int b = 0; b < 256; ++b) {
+    if (std::find(bs.begin(), bs.end(), b) == bs.end()) {
+      bs.push_back(b);
+      cs.push_back(256 + n++);
+    }
+  }
+  std::unordered_map<uint32_t, uint8_t> out;
+  for (size_t i = 0; i < bs.size(); ++i) out[cs[i]] = static_cast<uint8_t>(bs[i]);
+  return out;
+}
+
+bool decode_utf8(std::string_view s, std::vector<uint32_t>& out) {
+  out.clear();
+  for (size_t i = 0; i < s.size();) {
+    uint8_t c = static_cast<uint8_t>(s[i]);
+    int n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    uint32_t cp = n == 1 ? c : c & (0x7F >> n);
+    for (int k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<uint8_t>(s[i + k]) & 0x3F);
+    out.push_back(cp);
+    i += n;
+  }
+  return true;
+}
+
+}  // namespace
+
+Vocabulary load_hf_byte_level_vocabulary(const std::string& path, std::string_view eos_token) {
+  std::ifstream in(path);
+  DI_CHECK_CODE(in.good(), ErrorCode::kNotFound) << "cannot open tokenizer file " << path;
+  nlohmann::json j = nlohmann::json::parse(in);
+  const auto& vocab = j.at("model").at("vocab");
+  static const auto decoder = byte_level_decoder();
+  size_t n = 0;
+  for (auto it = vocab.begin(); it != vocab.end(); ++it) n = std::max<size_t>(n, it.value().get<size_t>() + 1);
+  for (const auto& t : j.value("added_tokens", nlohmann::json::array()))
+    n = std::max<size_t>(n, t.at("id").get<size_t>() + 1);
+  std::vector<std::string> bytes(n);
+  std::vector<bool> special(n, true);  // ids that no entry defines are never produced by a grammar
+  std::vector<uint32_t> cps;
+  for (auto it = vocab.begin(); it != vocab.end(); ++it) {
+    size_t id = it.value().get<size_t>();
+    DI_CHECK(decode_utf8(it.key(), cps)) << "token " << id << " is not valid UTF-8 in " << path;
+    std::string b;
+    for (uint32_t cp : cps) {
+      auto d = decoder.find(cp);
+      DI_CHECK(d != decoder.end()) << "token " << id << " is not a byte-level token string";
+      b += static_cast<char>(d->second);
+    }
+    bytes[id] = std::move(b);
+    special[id] = false;
+  }
+  int32_t eos = -1;
+  for (const auto& t : j.value("added_tokens", nlohmann::json::array())) {
+    size_t id = t.at("id").get<size_t>();
+    const std::string content = t.at("content").get<std::string>();
+    bool is_special = t.value("special", false);
+    bytes[id] = is_special ? std::string() : content;
+    special[id] = is_special;
+    if (content == eos_token) eos = static_cast<int32_t>(id);
+  }
+  DI_CHECK_CODE(eos >= 0, ErrorCode::kNotFound) << "EOS token '" << eos_token << "' not found in " << path;
+  return Vocabulary(std::move(bytes), {eos}, std::move(special));
+}
+
+}  // namespace deepinfer::structured

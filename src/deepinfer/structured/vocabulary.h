@@ -1,0 +1,73 @@
+// What structured output needs to know about a tokenizer: token id -> the exact bytes it emits, which ids are
+// control tokens (never produced by a grammar) and which ids end the sequence. Kept apart from
+// deepinfer/tokenizer so that either side can change without the other; the engine adapts one to the other.
+//
+// TokenTrie is the vocabulary as a byte trie in pre-order, the layout the mask computation walks: node i's
+// subtree is [i, subtree_end(i)), so a dead prefix skips all its extensions in one jump.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace deepinfer::structured {
+
+class Vocabulary {
+ public:
+  // `special[i]` marks control tokens (chat markers, BOS/EOS...): they are never allowed by a grammar; the ids
+  // in `eos_ids` are allowed exactly when the grammar may end. `size` may exceed token_bytes.size() (a model's
+  // padded embedding table): the extra ids behave as special tokens.
+  Vocabulary(std::vector<std::string> token_bytes, std::vector<int32_t> eos_ids, std::vector<bool> special = {},
+             size_t size = 0);
+
+  size_t size() const { return size_; }
+  const std::string& token_bytes(int32_t id) const { return bytes_[id]; }
+  bool is_special(int32_t id) const {
+    return static_cast<size_t>(id) >= bytes_.size() || (!special_.empty() && special_[id]);
+  }
+  const std::vector<int32_t>& eos_ids() const { return eos_ids_; }
+  size_t num_bytes_tokens() const { return bytes_.size(); }
+
+ private:
+  std::vector<std::string> bytes_;
+  std::vector<int32_t> eos_ids_;
+  std::vector<bool> special_;
+  size_t size_;
+};
+
+// Reads a Hugging Face tokenizer.json whose model is byte-level BPE (GPT-2 style byte-to-unicode token
+// strings, as DeepSeek's): vocab entries are decoded to bytes, added tokens marked special=true are control
+// tokens, the others are literal text. `eos_token` names the EOS token (must exist).
+Vocabulary load_hf_byte_level_vocabulary(const std::string& tokenizer_json_path, std::string_view eos_token);
+
+class TokenTrie {
+ public:
+  explicit TokenTrie(const Vocabulary& vocab);
+
+  uint32_t num_nodes() const { return static_cast<uint32_t>(byte_.size()); }
+  uint8_t byte(uint32_t node) const { return byte_[node]; }
+  uint32_t depth(uint32_t node) const { return depth_[node]; }
+  uint32_t subtree_end(uint32_t node) const { return subtree_end_[node]; }
+  uint32_t max_depth() const { return max_depth_; }
+  // Token ids whose bytes end exactly at this node.
+  const int32_t* tokens_begin(uint32_t node) const { return tokens_.data() + token_offset_[node]; }
+  const int32_t* tokens_end(uint32_t node) const { return tokens_.data() + token_offset_[node + 1]; }
+
+ private:
+  std::vector<uint8_t> byte_;  // node 0 is the root (empty prefix)
+  std::vector<uint32_t> depth_;
+  std::vector<uint32_t> subtree_end_;
+  std::vector<uint32_t> token_offset_;  // num_nodes + 1
+  std::vector<int32_t> tokens_;
+  uint32_t max_depth_ = 0;
+};
+
+// A vocabulary with its trie, built once per tokenizer and shared by every grammar.
+struct TokenizerInfo {
+  explicit TokenizerInfo(Vocabulary v) : vocab(std::move(v)), trie(vocab) {}
+  Vocabulary vocab;
+  TokenTrie trie;
+};
+
+}  // namespace deepinfer::structured

@@ -1,0 +1,150 @@
+// Token masks over DeepSeek-V3's real 128k vocabulary (../shared; skipped when absent): exactness against a
+// per-token brute-force check along sampled decoding paths, and (disabled by default) the mask benchmark.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "deepinfer/core/error.h"
+#include "deepinfer/structured/ebnf.h"
+#include "deepinfer/structured/json_schema.h"
+#include "deepinfer/structured/regex.h"
+#include "structured_test_helpers.h"
+
+namespace deepinfer::structured {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+std::shared_ptr<const TokenizerInfo> tokenizer_or_skip() { return testing::deepseek_v3_tokenizer(); }
+
+// Compares fill_mask with accepting each token's bytes one by one (and rolling back).
+int check_mask_exact(GrammarMatcher& m, const TokenizerInfo& tok, std::vector<uint64_t>& mask) {
+  m.fill_mask(mask);
+  int mismatches = 0;
+  for (size_t t = 0; t < tok.vocab.size(); ++t) {
+    int32_t id = static_cast<int32_t>(t);
+    bool expected = m.accept_token(id);
+    if (expected) m.rollback(1);
+    if (test_token_bit(mask, id) != expected && ++mismatches <= 5)
+      ADD_FAILURE() << "token " << id << " '" << tok.vocab.token_bytes(id) << "': mask says "
+                    << test_token_bit(mask, id) << ", brute force " << expected;
+  }
+  return mismatches;
+}
+
+// Random decoding: pick a random allowed token (preferring EOS late) and check every mask on the way.
+void random_walk_exact(const std::shared_ptr<const CompiledGrammar>& g, const std::shared_ptr<const TokenizerInfo>& tok,
+                       int steps, uint32_t seed) {
+  auto cache = std::make_shared<TokenMaskCache>(g, tok);
+  GrammarMatcher m(cache);
+  std::vector<uint64_t> mask(mask_words(tok->vocab.size()));
+  std::mt19937 rng(seed);
+  for (int step = 0; step < steps && !m.is_terminated(); ++step) {
+    ASSERT_EQ(check_mask_exact(m, *tok, mask), 0) << "step " << step;
+    std::vector<int32_t> allowed;
+    for (size_t t = 0; t < tok->vocab.size(); ++t)
+      if (test_token_bit(mask, static_cast<int32_t>(t))) allowed.push_back(static_cast<int32_t>(t));
+    ASSERT_FALSE(allowed.empty()) << "dead end at step " << step;
+    int32_t pick = allowed[rng() % allowed.size()];
+    ASSERT_TRUE(m.accept_token(pick)) << m.last_error();
+  }
+}
+
+TEST(StructuredTokenMaskTest, DeepSeekVocabularyDecodes) {
+  auto tok = tokenizer_or_skip();
+  if (!tok) GTEST_SKIP() << "DeepSeek-V3 tokenizer.json absent";
+  EXPECT_GE(tok->vocab.size(), 128000u);
+  ASSERT_EQ(tok->vocab.eos_ids().size(), 1u);
+  EXPECT_TRUE(tok->vocab.is_special(tok->vocab.eos_ids()[0]));
+  int with_space = 0;
+  for (size_t t = 0; t < tok->vocab.num_bytes_tokens(); ++t)
+    with_space += !tok->vocab.token_bytes(static_cast<int32_t>(t)).empty() &&
+                  tok->vocab.token_bytes(static_cast<int32_t>(t))[0] == ' ';
+  EXPECT_GT(with_space, 10000);  // leading-space tokens decoded from the byte-level space
+}
+
+TEST(StructuredTokenMaskTest, JsonSchemaMasksExactAlongRandomPaths) {
+  auto tok = tokenizer_or_skip();
+  if (!tok) GTEST_SKIP() << "DeepSeek-V3 tokenizer.json absent";
+  auto g = testing::compile(json_schema_to_grammar(std::string_view(R"({"type":"object","properties":{
+      "name":{"type":"string","maxLength":12},"age":{"type":"integer","minimum":0,"maximum":150},
+      "tags":{"type":"array","items":{"enum":["a","b c","\"q\""]},"maxItems":3},
+      "next":{"$ref":"#"}},"required":["name"],"additionalProperties":false})")).grammar);
+  random_walk_exact(g, tok, 12, 1);
+  random_walk_exact(g, tok, 12, 2);
+}
+
+TEST(StructuredTokenMaskTest, RegexAndEbnfMasksExact) {
+  auto tok = tokenizer_or_skip();
+  if (!tok) GTEST_SKIP() << "DeepSeek-V3 tokenizer.json absent";
+  random_walk_exact(testing::compile(grammar_from_regex(R"((\d{3}-){2}[A-Za-z ]{1,10}\.)")), tok, 10, 3);
+  random_walk_exact(testing::compile(grammar_from_ebnf(R"G(root ::= "(" expr ")"
+      expr ::= term ( [+*] term )*
+      term ::= [0-9]+ | "(" expr ")" | "x")G")), tok, 10, 4);
+}
+
+// ---- benchmark (not a timed test; run explicitly) ------------------------------------------------------------
+//
+// Reads the cases written by tools/structured_bench.py (schema + token ids of a valid instance, tokenized by
+// the reference tokenizer) so that every engine replays the same token sequences, and prints one JSON line.
+TEST(StructuredTokenMaskTest, DISABLED_Benchmark) {
+  auto tok = tokenizer_or_skip();
+  if (!tok) GTEST_SKIP() << "DeepSeek-V3 tokenizer.json absent";
+  const char* path = std::getenv("DEEPINFER_STRUCTURED_BENCH_CASES");
+  if (!path) GTEST_SKIP() << "set DEEPINFER_STRUCTURED_BENCH_CASES (tools/structured_bench.py writes it)";
+  std::ifstream in(path);
+  std::vector<double> compile_us, first_mask_us, mask_us;
+  int cases = 0, failed = 0, rejected = 0;
+  std::vector<uint64_t> mask(mask_words(tok->vocab.size()));
+  for (std::string line; std::getline(in, line);) {
+    json c = json::parse(line);
+    ++cases;
+    auto t0 = std::chrono::steady_clock::now();
+    std::shared_ptr<TokenMaskCache> cache;
+    try {
+      auto g = CompiledGrammar::compile(json_schema_to_grammar(c["schema"]).grammar);
+      cache = std::make_shared<TokenMaskCache>(g, tok);
+    } catch (const Error&) {
+      ++failed;
+      continue;
+    }
+    compile_us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+    GrammarMatcher m(cache);
+    bool first = true;
+    for (const auto& t : c["tokens"]) {
+      auto a = std::chrono::steady_clock::now();
+      m.fill_mask(mask);
+      double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - a).count();
+      (first ? first_mask_us : mask_us).push_back(us);
+      first = false;
+      if (!m.accept_token(t.get<int32_t>())) {
+        ++rejected;
+        break;
+      }
+    }
+  }
+  auto pct = [](std::vector<double> v, double p) {
+    if (v.empty()) return 0.0;
+    std::sort(v.begin(), v.end());
+    return v[std::min(v.size() - 1, static_cast<size_t>(p * v.size()))];
+  };
+  json out = {{"engine", "deepinfer"},
+              {"cases", cases},
+              {"compile_failed", failed},
+              {"rejected_valid", rejected},
+              {"compile_us_p50", pct(compile_us, 0.5)},
+              {"compile_us_p99", pct(compile_us, 0.99)},
+              {"first_mask_us_p50", pct(first_mask_us, 0.5)},
+              {"mask_us_p50", pct(mask_us, 0.5)},
+              {"mask_us_p99", pct(mask_us, 0.99)},
+              {"masks", mask_us.size()}};
+  std::printf("%s\n", out.dump().c_str());
+}
+
+}  // namespace
+}  // namespace deepinfer::structured
