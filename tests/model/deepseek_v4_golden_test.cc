@@ -233,5 +233,19 @@ TEST(GoldenV41Engram, HashLayoutAndIds) {
   }
 }
 
+// The token map built from the fixture's tokenizer.json equals the reference's, and a model loaded without
+// an explicit map (so from tokenizer.json) gives the fixture's logits.
+TEST(GoldenV41Engram, TokenMapFromTokenizerJson) {
+  Fixture& f = fixture("deepseek_v41");
+  EXPECT_EQ(engram_token_map_from_tokenizer(f.dir + "/tokenizer.json"), f.ids("engram.token_map"));
+  auto model = DeepseekV4Model::load(f.dir, *f.backend);
+  auto ids = f.ids("prompt0.input_ids");
+  auto seq = model->new_sequence();
+  HostTensor logits = model->forward(seq, ids);
+  EXPECT_LE(worst_rel_error(logits.data<float>(), f.tensor("prompt0.logits").data_as<float>(),
+                            static_cast<int64_t>(ids.size()), model->config().vocab_size),
+            kRelTol);
+}
+
 }  // namespace
 }  // namespace deepinfer
