@@ -70,6 +70,12 @@ bool KvCacheManager::allocate(BlockTable& table, int64_t n) {
   return true;
 }
 
+void KvCacheManager::fork(const BlockTable& src, BlockTable& dst) {
+  DI_CHECK_INTERNAL(dst.empty()) << "fork into a non-empty block table";
+  for (BlockId b : src) allocator_.retain(b);
+  dst = src;
+}
+
 void KvCacheManager::release(BlockTable& table) {
   // Tail first: the deepest blocks are parked last-used-earliest, so eviction trims chains from the end.
   for (auto it = table.rbegin(); it != table.rend(); ++it) {

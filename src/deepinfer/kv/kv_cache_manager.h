@@ -82,6 +82,10 @@ class KvCacheManager final : public CacheView {
   PrefixCursor adopt_prefix(const PrefixMatch& match, int64_t query_tokens, BlockTable& table);
   // Appends n blocks, all or nothing: returns false (table unchanged) when not enough blocks are available.
   bool allocate(BlockTable& table, int64_t n);
+  // Shares every block of `src` with an empty `dst` (beam search). Blocks are immutable only once full: a
+  // shared partial last block must be copied before either table writes to it (no copy-on-write here). The
+  // engine's n > 1 samples do not fork; they share the prompt through the prefix cache.
+  void fork(const BlockTable& src, BlockTable& dst);
   // Drops the table's references; blocks the prefix cache holds are parked, the rest freed. Clears the table.
   void release(BlockTable& table);
   // Enters the sequence's full, computed blocks into the prefix cache (tokens[0 : num_computed)). If another
