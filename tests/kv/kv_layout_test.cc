@@ -107,6 +107,25 @@ TEST(KvSizing, TooSmallBudgetIsResourceExhaustedWithTheNumbers) {
   EXPECT_THROW(kv_budget_bytes(1000, 1.5, 0, 0), Error);
 }
 
+TEST(KvSizing, CacheConfigEnablesPrefixReuseOnlyWhereItIsExactOrReplayIsAllowed) {
+  const KvLayout v3 = make_kv_layout(config("deepseek_v3"));
+  const KvSizing s3 = size_kv_cache(v3, int64_t{16} << 20, 4, 1024);
+  const KvCacheConfig k3 = make_kv_cache_config(v3, s3, true, false);
+  EXPECT_TRUE(k3.enable_prefix_cache);
+  EXPECT_EQ(k3.prefix_replay_tokens, 0);
+  EXPECT_EQ(k3.num_blocks, s3.num_blocks);
+  EXPECT_EQ(k3.block_size, v3.block_size);
+  EXPECT_EQ(k3.num_state_slots, 4);
+  const ModelConfig c41 = config("deepseek_v41");
+  const KvLayout v41 = make_kv_layout(c41);
+  const KvSizing s41 = size_kv_cache(v41, int64_t{16} << 20, 4, 1024);
+  EXPECT_FALSE(make_kv_cache_config(v41, s41, true, false).enable_prefix_cache);
+  const KvCacheConfig k41 = make_kv_cache_config(v41, s41, true, true);
+  EXPECT_TRUE(k41.enable_prefix_cache);
+  EXPECT_EQ(k41.prefix_replay_tokens, c41.attn.sliding_window);
+  EXPECT_FALSE(make_kv_cache_config(v3, s3, false, true).enable_prefix_cache);
+}
+
 TEST(KvSizing, RealConfigSizesAndLogs) {
   const KvLayout l = make_kv_layout(config("deepseek_v41"));
   const KvSizing s = size_kv_cache(l, int64_t{64} << 20, 4, 1024);

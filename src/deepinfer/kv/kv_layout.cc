@@ -119,6 +119,17 @@ KvSizing size_kv_cache(const KvLayout& layout, int64_t budget_bytes, int max_num
   return s;
 }
 
+KvCacheConfig make_kv_cache_config(const KvLayout& layout, const KvSizing& sizing, bool enable_prefix_cache,
+                                   bool allow_bounded_replay) {
+  KvCacheConfig k;
+  k.num_blocks = sizing.num_blocks;
+  k.block_size = layout.block_size;
+  k.num_state_slots = sizing.num_state_slots;
+  k.prefix_replay_tokens = layout.replay_tokens();
+  k.enable_prefix_cache = enable_prefix_cache && (k.prefix_replay_tokens == 0 || allow_bounded_replay);
+  return k;
+}
+
 std::string describe_kv_cache(const KvLayout& layout, const KvSizing& s, int64_t max_model_len) {
   std::string out;
   for (const auto& k : layout.kinds) {

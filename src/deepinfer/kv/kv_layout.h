@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "deepinfer/kv/kv_cache_manager.h"
 #include "deepinfer/model/model_config.h"
 #include "deepinfer/model/model_summary.h"
 
@@ -60,6 +61,12 @@ int64_t kv_budget_bytes(int64_t total_bytes, double utilization, int64_t weight_
 // Reserves max_num_seqs state slots, then fills the rest of the budget with blocks. Throws ResourceExhausted
 // when one sequence of max_model_len tokens does not fit, with the numbers needed to fix the configuration.
 KvSizing size_kv_cache(const KvLayout& layout, int64_t budget_bytes, int max_num_seqs, int64_t max_model_len);
+
+// The cache manager's config for a sized layout. A layout whose state is not all prefix-reusable (V4/V4.1's SWA
+// ring) can only reuse prefixes by bounded replay, which is exact for per-sequence state that depends on the last
+// replay_tokens() tokens only; with allow_bounded_replay false the prefix cache is switched off for it.
+KvCacheConfig make_kv_cache_config(const KvLayout& layout, const KvSizing& sizing, bool enable_prefix_cache,
+                                   bool allow_bounded_replay);
 
 // One line per kind plus the totals, for the startup log and `inspect`.
 std::string describe_kv_cache(const KvLayout& layout, const KvSizing& sizing, int64_t max_model_len);
