@@ -233,6 +233,37 @@ TEST(GoldenV41Engram, HashLayoutAndIds) {
   }
 }
 
+// A 700-token V4 prompt (tools/make_v4_long_fixture.py; the fixture model with index_topk 256 so no top-k cut can
+// fall inside a tie): HCA layers hold 43 entries and CSA layers 175; prefilled in uneven chunks, the last 96 rows
+// match transformers' one-shot logits and the cached greedy continuation matches.
+TEST(GoldenV4Long, ChunkedPrefillAndGreedyMatchTransformers) {
+  Fixture& f = fixture("deepseek_v4_long");
+  const auto& g = f.golden;
+  const Tensor ids_t = g->tensor("input_ids"), tail = g->tensor("logits_tail"), gen_t = g->tensor("generated_ids");
+  std::vector<int64_t> ids(ids_t.data_as<int64_t>(), ids_t.data_as<int64_t>() + ids_t.numel());
+  const std::vector<int64_t> gen(gen_t.data_as<int64_t>(), gen_t.data_as<int64_t>() + gen_t.numel());
+  const int64_t v = f.model->config().vocab_size, n = static_cast<int64_t>(ids.size()), rows = tail.dim(0);
+  auto seq = f.model->new_sequence();
+  std::vector<float> logits;
+  int64_t at = 0;
+  for (int64_t len : {int64_t{333}, int64_t{1}, int64_t{2}, int64_t{255}, n}) {
+    len = std::min(len, n - at);
+    HostTensor part = f.model->forward(seq, std::span<const int64_t>(ids.data() + at, len));
+    logits.insert(logits.end(), part.data<float>(), part.data<float>() + len * v);
+    at += len;
+  }
+  double abs_err = 0;
+  const double rel = worst_rel_error(logits.data() + (n - rows) * v, tail.data_as<float>(), rows, v, &abs_err);
+  std::printf("[deepseek_v4 700 tokens] tail logits: max |dlogit| %.3g (worst row rel %.3g)\n", abs_err, rel);
+  EXPECT_LE(rel, kRelTol);
+  std::vector<int64_t> greedy{argmax(logits.data() + (n - 1) * v, v)};
+  while (greedy.size() < gen.size()) {
+    HostTensor step = f.model->forward(seq, std::span<const int64_t>(&greedy.back(), 1));
+    greedy.push_back(argmax(step.data<float>(), v));
+  }
+  EXPECT_EQ(greedy, gen);
+}
+
 // The token map built from the fixture's tokenizer.json equals the reference's, and a model loaded without
 // an explicit map (so from tokenizer.json) gives the fixture's logits.
 TEST(GoldenV41Engram, TokenMapFromTokenizerJson) {
