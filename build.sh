@@ -90,8 +90,9 @@ case "$cmd" in
   build) deps; build ;;
   run)
     deps; build
-    log "running: deepinfer inspect (embedded default model)"
-    "$BUILD_DIR/bin/deepinfer" inspect "$@"
+    log "running: deepinfer inspect + deepinfer offline (embedded default model)"
+    "$BUILD_DIR/bin/deepinfer" inspect >/dev/null
+    "$BUILD_DIR/bin/deepinfer" offline "$@"
     log "success"
     ;;
   test)

@@ -32,12 +32,14 @@ void register_inspect(CLI::App& app, CommandRegistry& reg);
 void register_make_checkpoint(CLI::App& app, CommandRegistry& reg);
 void register_generate(CLI::App& app, CommandRegistry& reg);
 void register_score(CLI::App& app, CommandRegistry& reg);
+void register_offline(CLI::App& app, CommandRegistry& reg);
 
 inline void register_commands(CLI::App& app, CommandRegistry& reg) {
   register_inspect(app, reg);
   register_make_checkpoint(app, reg);
   register_generate(app, reg);
   register_score(app, reg);
+  register_offline(app, reg);
 }
 
 }  // namespace deepinfer::cli
