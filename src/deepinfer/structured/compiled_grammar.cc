@@ -132,8 +132,21 @@ RuleDfa determinize(const Expr& body, int num_rules, const CompileLimits& limits
   }
   dfa.num_classes = static_cast<int>(representative.size());
 
+  // Classes each edge set covers, so a DFA state's moves are computed in one pass over its NFA states.
+  std::vector<std::vector<int>> set_classes(nfa.sets.size());
+  for (size_t i = 0; i < nfa.sets.size(); ++i)
+    for (int c = 0; c < dfa.num_classes; ++c)
+      if (nfa.sets[i].test(static_cast<uint8_t>(representative[c]))) set_classes[i].push_back(c);
+
+  struct VecHash {
+    size_t operator()(const std::vector<int>& v) const {
+      size_t h = v.size();
+      for (int x : v) h = h * 1000003u ^ static_cast<size_t>(x);
+      return h;
+    }
+  };
   std::vector<char> seen(nfa.eps.size(), 0);
-  std::map<std::vector<int>, int> ids;
+  std::unordered_map<std::vector<int>, int, VecHash> ids;
   std::vector<std::vector<int>> sets;
   auto intern = [&](std::vector<int> set) -> int {
     if (set.empty()) return -1;
@@ -148,14 +161,16 @@ RuleDfa determinize(const Expr& body, int num_rules, const CompileLimits& limits
     return id;
   };
   intern({start});
+  std::vector<std::vector<int>> buckets(dfa.num_classes);
   for (size_t d = 0; d < sets.size(); ++d) {
+    for (auto& b : buckets) b.clear();
+    for (int s : sets[d])
+      for (auto [set, t] : nfa.byte_edges[s])
+        for (int c : set_classes[set]) buckets[c].push_back(t);
     std::vector<int32_t> row(dfa.num_classes, -1);
     for (int c = 0; c < dfa.num_classes; ++c) {
-      uint8_t b = static_cast<uint8_t>(representative[c]);
-      std::vector<int> move;
-      for (int s : sets[d])
-        for (auto [set, t] : nfa.byte_edges[s])
-          if (nfa.sets[set].test(b)) move.push_back(t);
+      if (buckets[c].empty()) continue;
+      std::vector<int> move = buckets[c];
       std::sort(move.begin(), move.end());
       move.erase(std::unique(move.begin(), move.end()), move.end());
       row[c] = intern(std::move(move));

@@ -176,7 +176,10 @@ ExprPtr number_expr(const NumberBounds& b, bool integer) {
 }
 
 std::string format_regex(std::string_view format) {
-  static const std::string kDate = R"(\d{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12]\d|3[01]))";
+  // Days per month, with 29 February only in leap years (divisible by 4, centuries only by 400).
+  static const std::string kDate =
+      R"((?:\d{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\d|30)|)"
+      R"(02-(?:0[1-9]|1\d|2[0-8]))|(?:\d\d(?:0[48]|[2468][048]|[13579][26])|(?:[02468][048]|[13579][26])00)-02-29))";
   static const std::string kTime = R"((?:[01]\d|2[0-3]):[0-5]\d:(?:[0-5]\d|60)(?:\.\d+)?(?:[Zz]|[+-](?:[01]\d|2[0-3]):[0-5]\d))";
   static const std::string kOctet = R"((?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d))";
   static const std::string kIpv4 = kOctet + R"((?:\.)" + kOctet + "){3}";
@@ -236,6 +239,22 @@ nlohmann::ordered_json merge_schemas(const nlohmann::ordered_json& a, const nloh
   using json = nlohmann::ordered_json;
   if (a.is_boolean()) return a.get<bool>() ? b : a;
   if (b.is_boolean()) return b.get<bool>() ? a : b;
+  for (const json* s : {&a, &b})
+    for (const char* k : {"unevaluatedProperties", "unevaluatedItems"})
+      DI_CHECK_CODE(!s->contains(k), ErrorCode::kUnsupported)
+          << "JSON Schema: '" << k << "' combined with allOf/anyOf/oneOf/$ref siblings is not supported";
+  // additionalProperties / items only see the properties / prefixItems of their own schema object: merging
+  // would let them see the other side's too.
+  for (auto [x, y] : {std::pair{&a, &b}, std::pair{&b, &a}}) {
+    if (x->contains("additionalProperties") && y->contains("properties")) {
+      for (auto it = (*y)["properties"].begin(); it != (*y)["properties"].end(); ++it)
+        DI_CHECK_CODE(x->contains("properties") && (*x)["properties"].contains(it.key()), ErrorCode::kUnsupported)
+            << "JSON Schema: additionalProperties combined (allOf/anyOf/$ref) with properties declared elsewhere";
+    }
+    if (x->contains("items") && !(*x)["items"].is_array() && !x->contains("prefixItems") &&
+        (y->contains("prefixItems") || (y->contains("items") && (*y)["items"].is_array())))
+      DI_FAIL(ErrorCode::kUnsupported) << "JSON Schema: items combined with prefixItems declared elsewhere";
+  }
   json out = a;
   for (auto it = b.begin(); it != b.end(); ++it) {
     const std::string& k = it.key();

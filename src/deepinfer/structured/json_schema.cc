@@ -61,11 +61,15 @@ class SchemaCompiler {
     warn(what + " at " + path + " is not supported and was ignored (lenient)");
   }
 
+  // Unbounded whitespace is one self-loop and is inlined; bounded whitespace needs max+1 states, so it is one
+  // shared rule rather than a copy in every gap (that kept compile time linear in the schema size).
   ExprPtr ws() {
     ByteSet s;
     for (char c : std::string(" \t\n\r")) s.set(static_cast<uint8_t>(c));
     if (opt_.max_whitespace == 0) return empty_expr();
-    return repeat_expr(bytes_expr(s), 0, opt_.max_whitespace < 0 ? Expr::kUnbounded : opt_.max_whitespace);
+    if (opt_.max_whitespace < 0) return star_expr(bytes_expr(s));
+    if (ws_rule_ < 0) ws_rule_ = g_.add_rule(g_.fresh_name("ws"), repeat_expr(bytes_expr(s), 0, opt_.max_whitespace));
+    return rule_expr(ws_rule_);
   }
 
   ExprPtr json_char() {
@@ -220,6 +224,8 @@ class SchemaCompiler {
       std::vector<ExprPtr> alts;
       const json& branches = s[key];
       DI_CHECK(branches.is_array() && !branches.empty()) << "JSON Schema: " << key << " must be a non-empty array at " << path;
+      if (std::string(key) == "oneOf" && !types_disjoint(branches))
+        warn("oneOf at " + path + " is matched as anyOf (its branches may overlap)");
       for (size_t i = 0; i < branches.size(); ++i) {
         std::string p = path + "/" + key + "/" + std::to_string(i);
         alts.push_back(only_annotations(base) ? value(branches[i], p) : value(merge_schemas(base, inline_ref(branches[i], p)), p));
@@ -250,6 +256,38 @@ class SchemaCompiler {
       else if (t == "array") alts.push_back(rule_expr(array_rule(s, path)));
     }
     return alt_expr(std::move(alts));
+  }
+
+  // oneOf is exact as anyOf when no value can satisfy two branches; checked on explicit types and constants.
+  bool types_disjoint(const json& branches) {
+    std::vector<std::set<std::string>> kinds;
+    for (const auto& b : branches) {
+      std::set<std::string> k;
+      if (!b.is_object()) return false;
+      if (b.contains("const")) {
+        k.insert("const:" + b["const"].dump());
+      } else if (b.contains("enum") && b["enum"].is_array()) {
+        for (const auto& v : b["enum"]) k.insert("const:" + v.dump());
+      } else if (b.contains("type")) {
+        for (const auto& t : b["type"].is_array() ? b["type"] : json::array({b["type"]}))
+          k.insert(t == "integer" ? "number" : t.get<std::string>());
+      } else {
+        return false;
+      }
+      kinds.push_back(std::move(k));
+    }
+    std::set<std::string> all;
+    size_t total = 0;
+    for (const auto& k : kinds) {
+      total += k.size();
+      all.insert(k.begin(), k.end());
+    }
+    // Constants of different spellings could still be equal values (1 vs 1.0) or of a listed type; be strict.
+    bool mixed = false;
+    for (const auto& x : all) mixed |= x.rfind("const:", 0) != 0;
+    return all.size() == total && (!mixed || std::all_of(all.begin(), all.end(), [](const std::string& x) {
+             return x.rfind("const:", 0) != 0;
+           }));
   }
 
   int ref_rule(const std::string& ref, const std::string& path) {
@@ -529,6 +567,8 @@ class SchemaCompiler {
     for (const auto& n : names) key += json_string_literal(n);
     return cached_rule(key, "key", [&] {
       ExprPtr any_char = json_char();
+      // Once a key has left the trie of names, the rest is any string: one shared rule, not a copy per node.
+      int rest = cached_rule("key_rest", "key_rest", [&] { return seq_expr({star_expr(json_char()), byte_expr('"')}); });
       // Trie over the names; at each node: end here (if not a name), follow a name, or leave the trie.
       std::function<ExprPtr(const std::string&)> node = [&](const std::string& prefix) -> ExprPtr {
         std::set<unsigned char> next;
@@ -566,7 +606,7 @@ class SchemaCompiler {
                                                               return s;
                                                             }()),
                                                             4, 4)})});
-        alts.push_back(seq_expr({alt_expr({leave_char, escape}), star_expr(any_char), byte_expr('"')}));
+        alts.push_back(seq_expr({alt_expr({leave_char, escape}), rule_expr(rest)}));
         return alt_expr(std::move(alts));
       };
       return seq_expr({byte_expr('"'), node("")});
@@ -633,6 +673,7 @@ class SchemaCompiler {
   std::map<std::string, int> rule_cache_;
   std::map<std::string, const json*> anchors_, ids_;
   int any_rule_ = -1;
+  int ws_rule_ = -1;
   int depth_ = 0;
 };
 

@@ -118,8 +118,11 @@ Vocabulary load_hf_byte_level_vocabulary(const std::string& path, std::string_vi
   std::vector<std::string> bytes(n);
   std::vector<bool> special(n, true);  // ids that no entry defines are never produced by a grammar
   std::vector<uint32_t> cps;
+  std::vector<bool> added(n, false);  // added tokens may also sit in model.vocab, spelled as plain text
+  for (const auto& t : j.value("added_tokens", nlohmann::json::array())) added[t.at("id").get<size_t>()] = true;
   for (auto it = vocab.begin(); it != vocab.end(); ++it) {
     size_t id = it.value().get<size_t>();
+    if (added[id]) continue;
     DI_CHECK(decode_utf8(it.key(), cps)) << "token " << id << " is not valid UTF-8 in " << path;
     std::string b;
     for (uint32_t cp : cps) {
