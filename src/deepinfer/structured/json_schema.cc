@@ -224,8 +224,10 @@ class SchemaCompiler {
       std::vector<ExprPtr> alts;
       const json& branches = s[key];
       DI_CHECK(branches.is_array() && !branches.empty()) << "JSON Schema: " << key << " must be a non-empty array at " << path;
-      if (std::string(key) == "oneOf" && !types_disjoint(branches))
-        warn("oneOf at " + path + " is matched as anyOf (its branches may overlap)");
+      if (std::string(key) == "oneOf" && !types_disjoint(branches)) {
+        if (opt_.oneof_as_anyof) warn("oneOf at " + path + " is matched as anyOf (its branches may overlap)");
+        else unsupported("oneOf with branches that may overlap", path);
+      }
       for (size_t i = 0; i < branches.size(); ++i) {
         std::string p = path + "/" + key + "/" + std::to_string(i);
         alts.push_back(only_annotations(base) ? value(branches[i], p) : value(merge_schemas(base, inline_ref(branches[i], p)), p));

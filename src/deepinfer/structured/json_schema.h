@@ -29,6 +29,9 @@ struct JsonSchemaOptions {
   bool lenient = false;
   int max_whitespace = 16;    // bytes of [ \t\n\r] allowed in each gap between tokens; -1 = unbounded
   bool enforce_formats = true;  // false: `format` is an annotation (2020-12 default for validators)
+  // oneOf whose branches are not provably disjoint: match it as anyOf with a warning (true), or treat it as
+  // unsupported (false: exact, fewer schemas compile).
+  bool oneof_as_anyof = true;
 };
 
 struct JsonSchemaGrammar {
