@@ -5,7 +5,8 @@ Samples maskbench schemas deterministically (every --stride-th case that has a v
 first valid instance (compact rendering) with the reference `tokenizers` library and DeepSeek-V3's
 tokenizer.json, writes the cases to --out (one JSON line: id, schema, tokens) for DeepInfer's benchmark
 (tests/structured/token_mask_test.cc, DISABLED_Benchmark), and replays the same token sequences through each
-peer on one thread, printing one JSON line per engine:
+peer on one thread, printing one JSON line per engine (times are process CPU time, so that a loaded shared machine
+does not inflate them; wall time would include waiting for a core):
 
   compile_us p50/p99  - schema -> ready matcher (the vocabulary/tokenizer setup is done once, outside)
   first_mask_us p50   - the first mask of each case (lazy engines pay part of the compile here)
@@ -74,7 +75,7 @@ def run_xgrammar(cases, tok_path, vocab, eos):
     bitmask = xgr.allocate_token_bitmask(1, vocab)
     compile_us, first_us, mask_us, failed, rejected = [], [], [], 0, 0
     for c in cases:
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         try:
             cg = compiler.compile_json_schema(json.dumps(c["schema"]), any_whitespace=True, max_whitespace_cnt=16,
                                               strict_mode=False)
@@ -82,11 +83,11 @@ def run_xgrammar(cases, tok_path, vocab, eos):
         except Exception:
             failed += 1
             continue
-        compile_us.append((time.perf_counter() - t0) * 1e6)
+        compile_us.append((time.process_time() - t0) * 1e6)
         for k, t in enumerate(c["tokens"]):
-            a = time.perf_counter()
+            a = time.process_time()
             m.fill_next_token_bitmask(bitmask)
-            (first_us if k == 0 else mask_us).append((time.perf_counter() - a) * 1e6)
+            (first_us if k == 0 else mask_us).append((time.process_time() - a) * 1e6)
             if not m.accept_token(t):
                 rejected += 1
                 break
@@ -101,7 +102,7 @@ def run_llguidance(cases, tok_path, vocab, eos):
     bitmask = lln.allocate_token_bitmask(1, vocab)
     compile_us, first_us, mask_us, failed, rejected = [], [], [], 0, 0
     for c in cases:
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         try:
             grammar = llguidance.LLMatcher.grammar_from_json_schema(
                 json.dumps(c["schema"]), defaults={"whitespace_flexible": True})
@@ -111,11 +112,11 @@ def run_llguidance(cases, tok_path, vocab, eos):
         except Exception:
             failed += 1
             continue
-        compile_us.append((time.perf_counter() - t0) * 1e6)
+        compile_us.append((time.process_time() - t0) * 1e6)
         for k, t in enumerate(c["tokens"]):
-            a = time.perf_counter()
+            a = time.process_time()
             lln.fill_next_token_bitmask(m, bitmask, 0)
-            (first_us if k == 0 else mask_us).append((time.perf_counter() - a) * 1e6)
+            (first_us if k == 0 else mask_us).append((time.process_time() - a) * 1e6)
             if not m.consume_token(t):
                 rejected += 1
                 break
