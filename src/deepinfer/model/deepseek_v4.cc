@@ -25,7 +25,10 @@ std::unique_ptr<DeepseekV4Model> DeepseekV4Model::load(const std::string& dir, B
   DI_CHECK_CODE(config.is_v4_family(), ErrorCode::kUnsupported)
       << dir << ": model family " << family_name(config.family) << " is not DeepSeek-V4/V4.1";
   auto ckpt = Checkpoint::open(dir);
-  V4Weights weights = load_v4_weights(config, *ckpt, backend);
+  // Weights are dequantized on the host; a device backend gets them uploaded by the constructor.
+  std::unique_ptr<Backend> host_backend;
+  if (backend_memory(backend).device().kind != DeviceKind::kCPU) host_backend = make_cpu_backend(0);
+  V4Weights weights = load_v4_weights(config, *ckpt, host_backend ? *host_backend : backend);
   std::optional<EngramTables> engram;
   if (config.engram.enabled()) {
     if (!token_map) token_map = engram_token_map_from_tokenizer(dir + "/tokenizer.json");
@@ -36,16 +39,44 @@ std::unique_ptr<DeepseekV4Model> DeepseekV4Model::load(const std::string& dir, B
 
 DeepseekV4Model::DeepseekV4Model(ModelConfig config, V4Weights weights, std::optional<EngramTables> engram,
                                  Backend& backend)
-    : config_(std::move(config)), w_(std::move(weights)), engram_(std::move(engram)), backend_(backend) {
+    : config_(std::move(config)),
+      w_(std::move(weights)),
+      engram_(std::move(engram)),
+      backend_(backend),
+      memory_(backend_memory(backend)) {
   DI_CHECK(!config_.engram.enabled() || engram_.has_value()) << "V4.1 Engram layers need the Engram hash tables";
-  auto table = [](const RopeConfig& r) {
+  if (memory_.device().kind != DeviceKind::kCPU) upload_weights();
+  auto table = [this](const RopeConfig& r) {
     std::vector<float> f = rope_inv_freq(r);
-    HostTensor t(DType::kF32, {static_cast<int64_t>(f.size())});
-    std::copy(f.begin(), f.end(), t.data<float>());
-    return t;
+    return memory().from_host(DType::kF32, {static_cast<int64_t>(f.size())}, f.data());
   };
   main_inv_freq_ = table(config_.rope);
   compress_inv_freq_ = table(config_.compress_rope);
+}
+
+void DeepseekV4Model::upload_weights() {
+  auto up = [this](OwnedTensor& t) {
+    if (t.view().data() != nullptr) t = memory_.upload(t.view());
+  };
+  for (OwnedTensor* t : {&w_.embed, &w_.norm, &w_.head, &w_.hc_head_fn, &w_.hc_head_base, &w_.hc_head_scale}) up(*t);
+  for (V4LayerWeights& lw : w_.layers) {
+    V4AttentionWeights& a = lw.attn;
+    for (OwnedTensor* t :
+         {&lw.attn_norm, &lw.ffn_norm, &lw.hc_attn_fn, &lw.hc_attn_base, &lw.hc_attn_scale, &lw.hc_ffn_fn,
+          &lw.hc_ffn_base, &lw.hc_ffn_scale, &a.wq_a, &a.q_norm, &a.wq_b, &a.wkv, &a.kv_norm, &a.wo_a, &a.wo_b,
+          &a.sinks, &a.comp_wkv, &a.comp_wgate, &a.comp_ape, &a.comp_norm, &a.idx_wq_b, &a.idx_weights_proj,
+          &a.idx_comp_wkv, &a.idx_comp_wgate, &a.idx_comp_ape, &a.idx_comp_norm, &a.idx_wk, &a.idx_k_norm,
+          &lw.gate, &lw.gate_bias, &lw.tid2eid, &lw.engram.table, &lw.engram.wkv, &lw.engram.gate_weight})
+      up(*t);
+    // Expert views point into expert_storage (w1, w3, w2 per routed expert, then the shared expert).
+    for (OwnedTensor& t : lw.expert_storage) up(t);
+    auto views = [&lw](size_t first) {
+      return ExpertWeights{lw.expert_storage[first].view(), lw.expert_storage[first + 1].view(),
+                           lw.expert_storage[first + 2].view()};
+    };
+    for (size_t e = 0; e < lw.experts.size(); ++e) lw.experts[e] = views(3 * e);
+    if (lw.has_shared) lw.shared = views(3 * lw.experts.size());
+  }
 }
 
 V4SequenceState DeepseekV4Model::new_sequence() const {
@@ -53,7 +84,9 @@ V4SequenceState DeepseekV4Model::new_sequence() const {
   s.layers.resize(config_.num_layers);
   for (auto& l : s.layers) {
     l.window.capacity = config_.attn.sliding_window;
-    l.window.rows.assign(static_cast<size_t>(l.window.capacity) * config_.attn.head_dim, 0.0f);
+    l.window.rows = memory().zeros(DType::kF32, {l.window.capacity, config_.attn.head_dim});
+    l.entries.width = config_.attn.head_dim;
+    l.index_keys.width = config_.attn.index_head_dim;
   }
   return s;
 }
@@ -66,39 +99,40 @@ HostTensor DeepseekV4Model::forward(V4SequenceState& seq, std::span<const int64_
   DI_CHECK(T > 0) << "forward: empty chunk";
   DI_CHECK(static_cast<int64_t>(seq.layers.size()) == config_.num_layers) << "forward: state of another model";
 
+  TensorMemory& mem = memory();
   Chunk c;
   c.T = T;
   c.p0 = seq.num_tokens;
-  c.positions = HostTensor(DType::kI64, {T});
-  for (int64_t t = 0; t < T; ++t) c.positions.data<int64_t>()[t] = c.p0 + t;
-  HostTensor id_tensor(DType::kI64, {T});
-  std::copy(ids.begin(), ids.end(), id_tensor.data<int64_t>());
+  std::vector<int64_t> positions(T);
+  for (int64_t t = 0; t < T; ++t) positions[t] = c.p0 + t;
+  c.positions = mem.from_host(DType::kI64, {T}, positions.data());
+  c.ids = mem.from_host(DType::kI64, {T}, ids.data());
 
   // Embedding, copied into every hc stream: streams [T, hc, D].
-  HostTensor x(DType::kF32, {T, D});
-  backend_.embedding({w_.embed.view(), id_tensor.view(), x.view()});
-  HostTensor streams(DType::kF32, {T, hc, D});
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t k = 0; k < hc; ++k)
-      std::memcpy(streams.data<float>() + (t * hc + k) * D, x.data<float>() + t * D, sizeof(float) * D);
+  OwnedTensor x = mem.zeros(DType::kF32, {T, D});
+  backend_.embedding({w_.embed.view(), c.ids.view(), x.view()});
+  OwnedTensor streams = mem.zeros(DType::kF32, {T, hc, D});
+  mem.copy(streams.view(), Tensor(x.view().data(), DType::kF32, {T, hc, D}, {D, 0, 1}, x.device()));
 
   // V4.1 single-pass mHC: the first site collapses stream 0 only.
-  HostTensor carried_pre(DType::kF32, {T, hc});
-  for (int64_t t = 0; t < T; ++t) carried_pre.data<float>()[t * hc] = 1.0f;
+  std::vector<float> one_hot(static_cast<size_t>(T * hc), 0.0f);
+  for (int64_t t = 0; t < T; ++t) one_hot[t * hc] = 1.0f;
+  OwnedTensor carried_pre = mem.from_host(DType::kF32, {T, hc}, one_hot.data());
 
-  std::vector<HostTensor> hash_ids;
+  std::vector<OwnedTensor> hash_ids;
   if (engram_) hash_ids = engram_hash_ids(seq, ids);
   if (trace)
-    for (const auto& h : hash_ids) trace->engram_hash_ids.push_back(copy_tensor(h));
+    for (const auto& h : hash_ids) trace->engram_hash_ids.push_back(mem.to_host(h));
 
   Selection sel;
-  HostTensor pre(DType::kF32, {T, hc}), post(DType::kF32, {T, hc}), comb(DType::kF32, {T, hc, hc});
-  auto mix = [&](const HostTensor& fn, const HostTensor& base, const HostTensor& scale, HostTensor& pre_out) {
+  OwnedTensor pre = mem.zeros(DType::kF32, {T, hc}), post = mem.zeros(DType::kF32, {T, hc});
+  OwnedTensor comb = mem.zeros(DType::kF32, {T, hc, hc});
+  auto mix = [&](const OwnedTensor& fn, const OwnedTensor& base, const OwnedTensor& scale, OwnedTensor& pre_out) {
     backend_.hc_mix({streams.view(), fn.view(), base.view(), scale.view(), pre_out.view(), post.view(), comb.view(),
                      eps, static_cast<float>(config_.hc.eps), config_.hc.sinkhorn_iters});
   };
-  auto collapse_norm = [&](const HostTensor& weights, const HostTensor& norm) {
-    HostTensor h(DType::kF32, {T, D});
+  auto collapse_norm = [&](const OwnedTensor& weights, const OwnedTensor& norm) {
+    OwnedTensor h = mem.zeros(DType::kF32, {T, D});
     backend_.hc_collapse({streams.view(), weights.view(), h.view()});
     backend_.rms_norm({h.view(), norm.view(), h.view(), eps});
     return h;
@@ -112,22 +146,22 @@ HostTensor DeepseekV4Model::forward(V4SequenceState& seq, std::span<const int64_
       engram_update(l, hash_ids[k], streams);
     }
     // Attention site.
-    HostTensor attn_pre(DType::kF32, {T, hc});
+    OwnedTensor attn_pre = mem.zeros(DType::kF32, {T, hc});
     mix(lw.hc_attn_fn, lw.hc_attn_base, lw.hc_attn_scale, attn_pre);
-    HostTensor h = collapse_norm(v41 ? carried_pre : attn_pre, lw.attn_norm);  // [T, D]
-    if (trace) trace->attn_inputs.push_back(copy_tensor(h));
-    HostTensor y = attention(c, l, h, seq, sel);  // [T, D]
-    if (trace) trace->attn_outputs.push_back(copy_tensor(y));
+    OwnedTensor h = collapse_norm(v41 ? carried_pre : attn_pre, lw.attn_norm);  // [T, D]
+    if (trace) trace->attn_inputs.push_back(mem.to_host(h));
+    OwnedTensor y = attention(c, l, h, seq, sel);  // [T, D]
+    if (trace) trace->attn_outputs.push_back(mem.to_host(y));
     backend_.hc_expand({streams.view(), y.view(), post.view(), comb.view()});
     // FFN site.
-    HostTensor ffn_pre(DType::kF32, {T, hc});
+    OwnedTensor ffn_pre = mem.zeros(DType::kF32, {T, hc});
     mix(lw.hc_ffn_fn, lw.hc_ffn_base, lw.hc_ffn_scale, ffn_pre);
     h = collapse_norm(v41 ? attn_pre : ffn_pre, lw.ffn_norm);
-    y = moe(c, l, h, ids);
-    if (trace) trace->ffn_outputs.push_back(copy_tensor(y));
+    y = moe(c, l, h);
+    if (trace) trace->ffn_outputs.push_back(mem.to_host(y));
     backend_.hc_expand({streams.view(), y.view(), post.view(), comb.view()});
     if (v41) carried_pre = std::move(ffn_pre);
-    if (trace) trace->layer_outputs.push_back(copy_tensor(streams));
+    if (trace) trace->layer_outputs.push_back(mem.to_host(streams));
   }
 
   // Final collapse: V4 computes its own weights with hc_head, V4.1 reuses the last FFN site's `pre`.
@@ -135,27 +169,26 @@ HostTensor DeepseekV4Model::forward(V4SequenceState& seq, std::span<const int64_
     backend_.hc_head({streams.view(), w_.hc_head_fn.view(), w_.hc_head_base.view(), w_.hc_head_scale.view(), pre.view(),
                       eps, static_cast<float>(config_.hc.eps)});
   }
-  HostTensor hidden = collapse_norm(v41 ? carried_pre : pre, w_.norm);  // [T, D]
-  if (trace) trace->final_hidden = copy_tensor(hidden);
-  HostTensor logits(DType::kF32, {T, V});
+  OwnedTensor hidden = collapse_norm(v41 ? carried_pre : pre, w_.norm);  // [T, D]
+  if (trace) trace->final_hidden = mem.to_host(hidden);
+  OwnedTensor logits = mem.zeros(DType::kF32, {T, V});
   backend_.linear({hidden.view(), w_.head.view(), logits.view()});
   seq.num_tokens += T;
-  return logits;
+  return mem.to_host(logits);
 }
 
-HostTensor DeepseekV4Model::moe(const Chunk& c, int layer, const HostTensor& x, std::span<const int64_t> ids) const {
+OwnedTensor DeepseekV4Model::moe(const Chunk& c, int layer, const OwnedTensor& x) const {
   const V4LayerWeights& lw = w_.layers[layer];
   const auto& m = config_.moe;
   const int64_t T = c.T, k = m.num_experts_per_tok;
   const bool v41 = config_.family == ModelFamily::kDeepseekV41;
-  HostTensor weights(DType::kF32, {T, k}), indices(DType::kI32, {T, k}), id_tensor(DType::kI64, {T});
-  std::copy(ids.begin(), ids.end(), id_tensor.data<int64_t>());
+  OwnedTensor weights = memory().zeros(DType::kF32, {T, k}), indices = memory().zeros(DType::kI32, {T, k});
   RouterParams r;
   r.x = x.view();
   r.weight = lw.gate.view();
-  if (lw.tid2eid.data<void>() != nullptr) {
+  if (lw.tid2eid.view().data() != nullptr) {
     r.hash_table = lw.tid2eid.view();
-    r.token_ids = id_tensor.view();
+    r.token_ids = c.ids.view();
   } else {
     r.bias = lw.gate_bias.view();
   }
@@ -169,7 +202,7 @@ HostTensor DeepseekV4Model::moe(const Chunk& c, int layer, const HostTensor& x, 
   // V4.1 normalises only with norm_topk_prob and top-k > 1; V4 always does.
   r.normalize = v41 ? (m.norm_topk_prob && k > 1) : true;
   backend_.router(r);
-  HostTensor out(DType::kF32, {T, config_.hidden_size});
+  OwnedTensor out = memory().zeros(DType::kF32, {T, config_.hidden_size});
   MoeParams p;
   p.x = x.view();
   p.weights = weights.view();
@@ -183,7 +216,7 @@ HostTensor DeepseekV4Model::moe(const Chunk& c, int layer, const HostTensor& x, 
   return out;
 }
 
-std::vector<HostTensor> DeepseekV4Model::engram_hash_ids(V4SequenceState& seq, std::span<const int64_t> ids) const {
+std::vector<OwnedTensor> DeepseekV4Model::engram_hash_ids(V4SequenceState& seq, std::span<const int64_t> ids) const {
   const EngramTables& e = *engram_;
   const int64_t T = static_cast<int64_t>(ids.size()), n = e.max_ngram, heads = e.heads;
   constexpr int64_t kDead = -1;  // blocks look-back (image tokens, before the sequence start)
@@ -196,45 +229,45 @@ std::vector<HostTensor> DeepseekV4Model::engram_hash_ids(V4SequenceState& seq, s
     history.push_back(e.token_map[id]);
   }
   // tokens[t, s]: compressed id s steps back, or the pad id once look-back is blocked.
-  HostTensor tokens(DType::kI64, {T, n});
+  std::vector<int64_t> token_rows(static_cast<size_t>(T * n));
   for (int64_t t = 0; t < T; ++t) {
     bool blocked = false;
     for (int64_t s = 0; s < n; ++s) {
       const int64_t at = carried + t - s;
       blocked = blocked || at < 0 || history[at] == kDead;
-      tokens.data<int64_t>()[t * n + s] = blocked ? e.pad_id : history[at];
+      token_rows[t * n + s] = blocked ? e.pad_id : history[at];
     }
   }
+  TensorMemory& mem = memory();
+  OwnedTensor tokens = mem.from_host(DType::kI64, {T, n}, token_rows.data());
   const int64_t keep = std::min<int64_t>(n - 1, static_cast<int64_t>(history.size()));
   seq.engram_recent.assign(history.end() - keep, history.end());
 
-  std::vector<HostTensor> out;
+  std::vector<OwnedTensor> out;
   for (size_t l = 0; l < e.multipliers.size(); ++l) {
-    HostTensor mult(DType::kI64, {n}), primes(DType::kI64, {n - 1, heads}), offsets(DType::kI64, {(n - 1) * heads});
-    std::copy(e.multipliers[l].begin(), e.multipliers[l].end(), mult.data<int64_t>());
-    std::copy(e.primes[l].begin(), e.primes[l].end(), primes.data<int64_t>());
-    std::copy(e.offsets[l].begin(), e.offsets[l].end(), offsets.data<int64_t>());
-    HostTensor rows(DType::kI64, {T, (n - 1) * heads});
+    OwnedTensor mult = mem.from_host(DType::kI64, {n}, e.multipliers[l].data());
+    OwnedTensor primes = mem.from_host(DType::kI64, {n - 1, heads}, e.primes[l].data());
+    OwnedTensor offsets = mem.from_host(DType::kI64, {(n - 1) * heads}, e.offsets[l].data());
+    OwnedTensor rows = mem.zeros(DType::kI64, {T, (n - 1) * heads});
     backend_.engram_hash({tokens.view(), mult.view(), primes.view(), offsets.view(), rows.view()});
     out.push_back(std::move(rows));
   }
   return out;
 }
 
-void DeepseekV4Model::engram_update(int layer, const HostTensor& hash_ids, HostTensor& streams) const {
+void DeepseekV4Model::engram_update(int layer, const OwnedTensor& hash_ids, OwnedTensor& streams) const {
   const V4EngramWeights& ew = w_.layers[layer].engram;
   const int64_t T = hash_ids.shape()[0], cols = hash_ids.shape()[1], ed = ew.table.shape()[1];
   const int64_t D = config_.hidden_size, hc = config_.hc.hc_mult;
+  TensorMemory& mem = memory();
   // e = table rows of every hash column, flattened: [T, cols·ed]; kv = wkv·e = [K (hc·D) | V (D)].
-  HostTensor rows(DType::kF32, {T * cols, ed});
+  OwnedTensor rows = mem.zeros(DType::kF32, {T * cols, ed});
   backend_.embedding({ew.table.view(), hash_ids.view().reshape({T * cols}), rows.view()});
-  HostTensor kv(DType::kF32, {T, (hc + 1) * D});
+  OwnedTensor kv = mem.zeros(DType::kF32, {T, (hc + 1) * D});
   backend_.linear({rows.view().reshape({T, cols * ed}), ew.wkv.view(), kv.view()});
-  HostTensor key(DType::kF32, {T, hc, D}), value(DType::kF32, {T, D});
-  for (int64_t t = 0; t < T; ++t) {
-    std::memcpy(key.data<float>() + t * hc * D, kv.data<float>() + t * (hc + 1) * D, sizeof(float) * hc * D);
-    std::memcpy(value.data<float>() + t * D, kv.data<float>() + t * (hc + 1) * D + hc * D, sizeof(float) * D);
-  }
+  OwnedTensor key = mem.zeros(DType::kF32, {T, hc, D}), value = mem.zeros(DType::kF32, {T, D});
+  mem.copy(key.view().reshape({T, hc * D}), narrow(kv.view(), 1, 0, hc * D));
+  mem.copy(value.view(), narrow(kv.view(), 1, hc * D, (hc + 1) * D));
   backend_.engram_gate(
       {streams.view(), key.view(), value.view(), ew.gate_weight.view(), static_cast<float>(config_.rms_norm_eps)});
 }

@@ -2,6 +2,10 @@
 // path). One `forward` call appends a chunk of tokens to a sequence: the per-sequence state below is all
 // that carries across calls, so one-shot prefill, chunked prefill and token-by-token decode give the same
 // logits. The state structs are plain data so that a paged cache manager can own them later.
+//
+// Device placement: weights, activations and the per-sequence state live in the backend's memory
+// (backend_memory(): host for the CPU reference, device memory for CudaBackend); weights are uploaded once
+// at construction. Only the returned logits (and a trace) come back to the host.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +19,7 @@
 #include "deepinfer/model/deepseek_v4_weights.h"
 #include "deepinfer/model/engram_hash.h"
 #include "deepinfer/model/model_config.h"
+#include "deepinfer/ops/memory.h"
 #include "deepinfer/ops/ops.h"
 
 namespace deepinfer {
@@ -23,17 +28,17 @@ namespace deepinfer {
 // at position p lives in slot p % capacity.
 struct SwaRing {
   int64_t capacity = 0;
-  std::vector<float> rows;  // [capacity, hd]
+  OwnedTensor rows;  // [capacity, hd]
 };
 
 // Tokens a compressor has seen but not yet pooled (an incomplete group), plus the emitted-group counter
 // that fixes each entry's RoPE position (group g covers tokens [g·r, (g+1)·r)).
 struct CompressorState {
-  std::vector<float> pending_kv, pending_gate;  // [n_pending, width] (gate includes V4 position biases)
+  OwnedTensor pending_kv, pending_gate;  // [n_pending, width] (gate includes V4 position biases)
   int64_t pending = 0;
   int64_t emitted = 0;
-  // V4 CSA overlap: the first-half (Ca) slice of the last closed window, [r, width/2] each.
-  std::vector<float> prev_kv, prev_gate;
+  // V4 CSA overlap: the first-half (Ca) slice of the last closed window, [r, width/2] each (none before it).
+  OwnedTensor prev_kv, prev_gate;
 };
 
 // Everything a layer keeps per sequence. Compressed entries and indexer keys live on the kv-source layer
@@ -42,8 +47,8 @@ struct V4LayerState {
   SwaRing window;
   CompressorState compressor;        // kv sources
   CompressorState index_compressor;  // V4 CSA: the indexer's own compressor
-  std::vector<float> entries;        // [n_entries, hd], rotated (V4.1: FP4 fake-quantized)
-  std::vector<float> index_keys;     // [n_entries, Id], rotated (V4.1: FP4 fake-quantized)
+  RowBuffer entries;                 // [n_entries, hd], rotated (V4.1: FP4 fake-quantized)
+  RowBuffer index_keys;              // [n_entries, Id], rotated (V4.1: FP4 fake-quantized)
   int64_t n_entries = 0;
 };
 
@@ -53,7 +58,7 @@ struct V4SequenceState {
   std::vector<int64_t> engram_recent;  // compressed ids of the last (n-1) tokens, oldest first
 };
 
-// Optional per-call record of intermediates (for tests and debugging).
+// Optional per-call record of intermediates (for tests and debugging), copied to the host.
 struct V4ForwardTrace {
   std::vector<HostTensor> attn_inputs;      // per layer: attn_norm output [T, D]
   std::vector<HostTensor> attn_outputs;     // per layer: attention output [T, D]
@@ -83,19 +88,23 @@ class DeepseekV4Model {
   struct Chunk;      // per-call activations and positions
   struct Selection;  // V4.1 per-forward shared top-k / candidate masks
   // Engram hash ids of this chunk for every Engram layer (advances the sequence's look-back).
-  std::vector<HostTensor> engram_hash_ids(V4SequenceState& seq, std::span<const int64_t> ids) const;
-  void engram_update(int layer, const HostTensor& hash_ids, HostTensor& streams) const;
-  HostTensor attention(const Chunk& c, int layer, const HostTensor& x, V4SequenceState& seq, Selection& sel) const;
-  HostTensor moe(const Chunk& c, int layer, const HostTensor& x, std::span<const int64_t> ids) const;
+  std::vector<OwnedTensor> engram_hash_ids(V4SequenceState& seq, std::span<const int64_t> ids) const;
+  void engram_update(int layer, const OwnedTensor& hash_ids, OwnedTensor& streams) const;
+  OwnedTensor attention(const Chunk& c, int layer, const OwnedTensor& x, V4SequenceState& seq, Selection& sel) const;
+  OwnedTensor moe(const Chunk& c, int layer, const OwnedTensor& x) const;
   // Compressed branch of one layer: appends closed groups to the source's state.
-  void v4_compress(const Chunk& c, int layer, const HostTensor& x, V4LayerState& st, bool indexer) const;
-  void v41_compress(const Chunk& c, int layer, const HostTensor& x, V4LayerState& st) const;
+  void v4_compress(const Chunk& c, int layer, const OwnedTensor& x, V4LayerState& st, bool indexer) const;
+  void v41_compress(const Chunk& c, int layer, const OwnedTensor& x, V4LayerState& st) const;
+  TensorMemory& memory() const { return memory_; }
+  // Moves every weight into memory_ (device backends), re-pointing the expert views.
+  void upload_weights();
 
   ModelConfig config_;
   V4Weights w_;
   std::optional<EngramTables> engram_;
   Backend& backend_;
-  HostTensor main_inv_freq_, compress_inv_freq_;
+  TensorMemory& memory_;  // backend_memory(backend_)
+  OwnedTensor main_inv_freq_, compress_inv_freq_;
 };
 
 }  // namespace deepinfer

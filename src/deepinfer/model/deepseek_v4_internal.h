@@ -12,22 +12,17 @@ namespace deepinfer {
 struct DeepseekV4Model::Chunk {
   int64_t T = 0;
   int64_t p0 = 0;
-  HostTensor positions;  // i64 [T]
+  OwnedTensor positions;  // i64 [T]
+  OwnedTensor ids;        // i64 [T], the token ids
 };
 
 // V4.1 CSA2 selections published within one forward (the reference's per-forward `shared` dict): the
 // latest index source's top-k mask over its group's entries, and the candidate-source block mask.
 struct DeepseekV4Model::Selection {
-  HostTensor topk;        // u8 [T, n_topk]
-  int64_t n_topk = -1;    // entries the mask covers; -1 = none published yet
-  HostTensor candidates;  // u8 [T, n_candidates]
+  OwnedTensor topk;        // u8 [T, n_topk]
+  int64_t n_topk = -1;     // entries the mask covers; -1 = none published yet
+  OwnedTensor candidates;  // u8 [T, n_candidates]
   int64_t n_candidates = -1;
 };
-
-inline HostTensor copy_tensor(const HostTensor& t) {
-  HostTensor out(t.dtype(), t.shape());
-  std::memcpy(out.data<void>(), t.data<void>(), t.view().nbytes());
-  return out;
-}
 
 }  // namespace deepinfer

@@ -82,7 +82,7 @@ class Loader {
   std::map<std::string, const ResolvedWeight*> by_name_;
 };
 
-ExpertWeights expert_views(std::vector<HostTensor>& storage, size_t first) {
+ExpertWeights expert_views(std::vector<OwnedTensor>& storage, size_t first) {
   return {storage[first].view(), storage[first + 1].view(), storage[first + 2].view()};
 }
 
@@ -121,7 +121,7 @@ V4Weights load_v4_weights(const ModelConfig& c, const Checkpoint& ck, Backend& b
     a.wo_a = ld.f32(A + "wo_a.weight");
     a.wo_b = ld.f32(A + "wo_b.weight");
     a.sinks = ld.f32(A + "attn_sink");
-    auto opt = [&](HostTensor& dst, const std::string& name) {
+    auto opt = [&](OwnedTensor& dst, const std::string& name) {
       if (ld.has(name)) dst = ld.f32(name);
     };
     opt(a.comp_wkv, A + "compressor.wkv.weight");
@@ -164,7 +164,7 @@ V4Weights load_v4_weights(const ModelConfig& c, const Checkpoint& ck, Backend& b
       lw.expert_storage.push_back(ld.f32(F + "shared_experts.w3.weight"));
       lw.expert_storage.push_back(ld.f32(F + "shared_experts.w2.weight"));
     }
-    // Views are taken once storage has stopped growing (HostTensor views point at owned buffers, which
+    // Views are taken once storage has stopped growing (OwnedTensor views point at owned buffers, which
     // move with the vector's elements, so they stay valid).
     for (int e = 0; e < n_experts; ++e) lw.experts.push_back(expert_views(lw.expert_storage, 3 * e));
     if (c.moe.n_shared_experts > 0) {

@@ -1,5 +1,6 @@
 // Weights of a DeepSeek-V4 / V4.1 model, dequantized to fp32 host tensors per layer (the CPU reference
-// keeps everything in fp32; FP8-block, MXFP4 and FP8 Engram tables are expanded exactly at load).
+// keeps everything in fp32; FP8-block, MXFP4 and FP8 Engram tables are expanded exactly at load). A device
+// model moves them into its backend's memory once (DeepseekV4Model's constructor).
 // Names come from model/weight_schema.h, so both naming schemes (released checkpoint and transformers)
 // load; a checkpoint with missing or malformed tensors fails with the complete list of problems.
 #pragma once
@@ -9,36 +10,37 @@
 #include "deepinfer/core/tensor.h"
 #include "deepinfer/io/checkpoint.h"
 #include "deepinfer/model/model_config.h"
+#include "deepinfer/ops/memory.h"
 #include "deepinfer/ops/ops.h"
 
 namespace deepinfer {
 
 struct V4AttentionWeights {
-  HostTensor wq_a, q_norm, wq_b;  // [ql, D], [ql], [H·hd, ql]
-  HostTensor wkv, kv_norm;        // [hd, D], [hd]
-  HostTensor wo_a, wo_b;          // [G·ol, H·hd/G], [D, G·ol]
-  HostTensor sinks;               // [H]
+  OwnedTensor wq_a, q_norm, wq_b;  // [ql, D], [ql], [H·hd, ql]
+  OwnedTensor wkv, kv_norm;        // [hd, D], [hd]
+  OwnedTensor wo_a, wo_b;          // [G·ol, H·hd/G], [D, G·ol]
+  OwnedTensor sinks;               // [H]
   // Compressor (V4 CSA/HCA layers; V4.1 kv-source layers). V4 CSA projects to 2·hd (two window series).
-  HostTensor comp_wkv, comp_wgate, comp_ape, comp_norm;  // [w, D], [w, D] (V4.1 r=1: none), [r, w] (V4), [hd]
+  OwnedTensor comp_wkv, comp_wgate, comp_ape, comp_norm;  // [w, D], [w, D] (V4.1 r=1: none), [r, w] (V4), [hd]
   // Indexer: query side (index sources) and key side (V4: own compressor; V4.1 kv sources: wk + k_norm).
-  HostTensor idx_wq_b, idx_weights_proj;                                 // [IH·Id, ql], [IH, D]
-  HostTensor idx_comp_wkv, idx_comp_wgate, idx_comp_ape, idx_comp_norm;  // V4: [2Id, D] ×2, [r, 2Id], [Id]
-  HostTensor idx_wk, idx_k_norm;                                         // V4.1: [Id, hd], [Id]
+  OwnedTensor idx_wq_b, idx_weights_proj;                                 // [IH·Id, ql], [IH, D]
+  OwnedTensor idx_comp_wkv, idx_comp_wgate, idx_comp_ape, idx_comp_norm;  // V4: [2Id, D] ×2, [r, 2Id], [Id]
+  OwnedTensor idx_wk, idx_k_norm;                                         // V4.1: [Id, hd], [Id]
 };
 
 struct V4EngramWeights {
-  HostTensor table;        // [rows, engram_head_dim]
-  HostTensor wkv;          // [(hc+1)·D, cols·engram_head_dim]
-  HostTensor gate_weight;  // [hc, D] = q_weight ⊙ k_weight (only ever used as a product)
+  OwnedTensor table;        // [rows, engram_head_dim]
+  OwnedTensor wkv;          // [(hc+1)·D, cols·engram_head_dim]
+  OwnedTensor gate_weight;  // [hc, D] = q_weight ⊙ k_weight (only ever used as a product)
 };
 
 struct V4LayerWeights {
-  HostTensor attn_norm, ffn_norm;                      // [D]
-  HostTensor hc_attn_fn, hc_attn_base, hc_attn_scale;  // [(2+hc)hc, hc·D], [(2+hc)hc], [3]
-  HostTensor hc_ffn_fn, hc_ffn_base, hc_ffn_scale;
+  OwnedTensor attn_norm, ffn_norm;                      // [D]
+  OwnedTensor hc_attn_fn, hc_attn_base, hc_attn_scale;  // [(2+hc)hc, hc·D], [(2+hc)hc], [3]
+  OwnedTensor hc_ffn_fn, hc_ffn_base, hc_ffn_scale;
   V4AttentionWeights attn;
-  HostTensor gate, gate_bias, tid2eid;     // [E, D], [E] (top-k layers), i64 [V, k] (hash layers)
-  std::vector<HostTensor> expert_storage;  // owns w1/w3/w2 of every routed expert, then the shared one
+  OwnedTensor gate, gate_bias, tid2eid;     // [E, D], [E] (top-k layers), i64 [V, k] (hash layers)
+  std::vector<OwnedTensor> expert_storage;  // owns w1/w3/w2 of every routed expert, then the shared one
   std::vector<ExpertWeights> experts;      // views into expert_storage
   ExpertWeights shared;
   bool has_shared = false;
@@ -47,15 +49,16 @@ struct V4LayerWeights {
 };
 
 struct V4Weights {
-  HostTensor embed;                                    // [V, D]
-  HostTensor norm;                                     // [D]
-  HostTensor head;                                     // [V, D]
-  HostTensor hc_head_fn, hc_head_base, hc_head_scale;  // V4 only: [hc, hc·D], [hc], [1]
+  OwnedTensor embed;                                    // [V, D]
+  OwnedTensor norm;                                     // [D]
+  OwnedTensor head;                                     // [V, D]
+  OwnedTensor hc_head_fn, hc_head_base, hc_head_scale;  // V4 only: [hc, hc·D], [hc], [1]
   std::vector<V4LayerWeights> layers;
 };
 
 // Validates the checkpoint against expected_weights(config) and loads everything (throws InvalidArgument
 // listing every problem when the checkpoint is incomplete or malformed).
+// `backend` dequantizes on the host (a CPU backend).
 V4Weights load_v4_weights(const ModelConfig& config, const Checkpoint& ckpt, Backend& backend);
 
 }  // namespace deepinfer

@@ -4,6 +4,7 @@
 #include "deepinfer/ops/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <memory>
 #include <unordered_map>
 
 #include "deepinfer/ops/cuda/kernels.h"
@@ -61,6 +62,93 @@ void validate_quant(const char* op, const char* field, const QuantMatrix& m, con
   }
 }
 
+// Device tensors of one backend: allocations from its caching allocator (freed blocks are reused by later work
+// on the same stream, which orders them), copies and fills on its stream.
+class CudaMemory final : public TensorMemory {
+ public:
+  CudaMemory(Device device, cuda::DeviceAllocator& alloc, cudaStream_t stream, cuda::DeviceStatus& status)
+      : device_(device), alloc_(alloc), stream_(stream), status_(status) {}
+
+  Device device() const override { return device_; }
+
+  OwnedTensor zeros(DType dtype, Shape shape) override {
+    const size_t bytes = static_cast<size_t>(std::max<int64_t>(dtype_bytes(dtype, shape_numel(shape)), 1));
+    void* p = alloc_.allocate(bytes);
+    DI_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_));
+    std::shared_ptr<void> storage(p, [alloc = &alloc_](void* q) { alloc->free(q); });
+    return OwnedTensor(std::move(storage), Tensor(p, dtype, std::move(shape), device_));
+  }
+
+  void copy(const Tensor& dst, const Tensor& src) override {
+    DI_CHECK(dst.dtype() == src.dtype() && dst.shape() == src.shape())
+        << "copy: " << src.str() << " into " << dst.str();
+    if (dst.numel() == 0) return;
+    const bool dst_dev = on_device(dst), src_dev = on_device(src);
+    const size_t bytes = static_cast<size_t>(dst.nbytes());
+    if (dst_dev && src_dev) {
+      if (dst.is_contiguous() && src.is_contiguous()) {
+        DI_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), bytes, cudaMemcpyDeviceToDevice, stream_));
+      } else {
+        strided(dst, src);
+      }
+    } else if (dst_dev) {
+      DI_CHECK(src.is_contiguous() && dst.is_contiguous()) << "copy host -> device needs contiguous tensors";
+      DI_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), bytes, cudaMemcpyHostToDevice, stream_));
+      // The source is pageable host memory the caller may free or reuse at once: wait for the copy. (A pinned
+      // staging ring would remove this sync; the uploads are a few small index tensors per layer.)
+      DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    } else if (src_dev) {
+      DI_CHECK(src.is_contiguous() && dst.is_contiguous()) << "copy device -> host needs contiguous tensors";
+      DI_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), bytes, cudaMemcpyDeviceToHost, stream_));
+      status_.check(stream_);  // synchronises; a kernel's bad-input report surfaces with the data
+    } else {
+      host_memory().copy(dst, src);
+    }
+  }
+
+  void fill(const Tensor& dst, float value) override {
+    DI_CHECK(dst.dtype() == DType::kF32 && dst.is_contiguous() && on_device(dst)) << "fill: " << dst.str();
+    cuda::run_fill_f32(dst.data_as<float>(), value, dst.numel(), stream_);
+  }
+
+  void add(const Tensor& dst, const Tensor& src) override {
+    DI_CHECK(dst.dtype() == DType::kF32 && src.dtype() == DType::kF32 && dst.shape() == src.shape() &&
+             dst.is_contiguous() && src.is_contiguous() && on_device(dst) && on_device(src))
+        << "add: " << src.str() << " into " << dst.str();
+    cuda::run_add_f32(dst.data_as<float>(), src.data_as<float>(), dst.numel(), stream_);
+  }
+
+  void synchronize() override { status_.check(stream_); }
+
+ private:
+  bool on_device(const Tensor& t) const {
+    if (t.device().kind == DeviceKind::kCPU) return false;
+    DI_CHECK(t.device() == device_) << "copy: tensor on cuda:" << t.device().index << ", backend on cuda:"
+                                    << device_.index;
+    return true;
+  }
+
+  void strided(const Tensor& dst, const Tensor& src) {
+    const int r = dst.rank();
+    DI_CHECK(r >= 1 && r <= 4) << "copy: strided copies take rank 1..4, got " << dst.str();
+    cuda::StridedCopyKernelParams k;
+    for (int i = 0; i < r; ++i) {
+      k.shape[4 - r + i] = dst.shape()[i];
+      k.dst_strides[4 - r + i] = dst.strides()[i];
+      k.src_strides[4 - r + i] = src.strides()[i];
+    }
+    k.dst = dst.data();
+    k.src = src.data();
+    k.elem_bytes = static_cast<int>(dtype_bits(dst.dtype()) / 8);
+    cuda::run_strided_copy(k, stream_);
+  }
+
+  Device device_;
+  cuda::DeviceAllocator& alloc_;
+  cudaStream_t stream_;
+  cuda::DeviceStatus& status_;
+};
+
 }  // namespace
 
 struct CudaBackend::Impl {
@@ -72,6 +160,7 @@ struct CudaBackend::Impl {
   cuda::DeviceStatus status{alloc};
   cublasLtHandle_t lt = nullptr;
   cuda::DeviceBuffer lt_workspace;
+  CudaMemory memory{device, alloc, stream.get(), status};
 
   // Device copies of per-expert pointer tables, keyed by the host vector they describe; re-uploaded only
   // when the pointers change (weights are static, so normally once per layer).
@@ -339,6 +428,7 @@ cuda::DeviceAllocator& CudaBackend::allocator() { return impl_->alloc; }
 cuda::WorkspaceArena& CudaBackend::workspace() { return impl_->arena; }
 const cuda::DeviceInfo& CudaBackend::device_info() const { return impl_->info; }
 Device CudaBackend::device() const { return impl_->device; }
+TensorMemory& CudaBackend::memory() { return impl_->memory; }
 
 // ============================================================================ linear family
 void CudaBackend::dequantize(const DequantizeParams& p) {

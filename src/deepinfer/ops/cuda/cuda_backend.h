@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "deepinfer/ops/cuda/cuda_runtime.h"
+#include "deepinfer/ops/memory.h"
 #include "deepinfer/ops/ops.h"
 
 namespace deepinfer {
@@ -53,7 +54,7 @@ struct QuantMoeParams {
   bool weight_before_w2 = false;
 };
 
-class CudaBackend final : public Backend {
+class CudaBackend final : public Backend, public HasTensorMemory {
  public:
   explicit CudaBackend(int device = 0);
   ~CudaBackend() override;
@@ -79,6 +80,10 @@ class CudaBackend final : public Backend {
   void moe(const MoeParams& p) override;
   void engram_hash(const EngramHashParams& p) override;
   void engram_gate(const EngramGateParams& p) override;
+
+  // Device memory through the caching allocator, copies on the backend stream. Tensors it hands out must
+  // not outlive the backend.
+  TensorMemory& memory() override;
 
   // Quantized-weight entry points (CUDA only).
   void linear_quant(const QuantLinearParams& p);

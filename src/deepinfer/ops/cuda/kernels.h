@@ -268,4 +268,21 @@ struct EngramGateKernelParams {
 };
 void run_engram_gate(const EngramGateKernelParams& p, cudaStream_t stream);
 
+// ============================================================================ memory moves (memory_cuda.cu)
+// Strided copy of up to 4 dimensions (shape padded with leading 1s); strides in elements, src strides may
+// be 0 (broadcast). Element size 1, 2, 4 or 8 bytes.
+struct StridedCopyKernelParams {
+  void* dst = nullptr;
+  const void* src = nullptr;
+  int64_t shape[4] = {1, 1, 1, 1};
+  int64_t dst_strides[4] = {0, 0, 0, 0};
+  int64_t src_strides[4] = {0, 0, 0, 0};
+  int elem_bytes = 4;
+};
+void run_strided_copy(const StridedCopyKernelParams& p, cudaStream_t stream);
+
+// f32: out[i] = value, n elements; out[i] += in[i], n elements.
+void run_fill_f32(float* out, float value, int64_t n, cudaStream_t stream);
+void run_add_f32(float* out, const float* in, int64_t n, cudaStream_t stream);
+
 }  // namespace deepinfer::cuda

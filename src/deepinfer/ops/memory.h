@@ -1,0 +1,95 @@
+// Tensor memory of a backend: owning tensors on the backend's device and the few data moves a model does
+// between ops (layout copies, fills, one add), so that one forward pass runs unchanged on the CPU reference
+// (host memory) and on a device backend (weights, activations and caches stay in device memory).
+//
+// Ordering: a device memory enqueues its copies on the backend's stream, so they are ordered with the ops.
+// Copies from the host return once the host data has been consumed (the source may be freed right after);
+// copies to the host return once the data is there.
+#pragma once
+
+#include <memory>
+#include <utility>
+
+#include "deepinfer/core/tensor.h"
+
+namespace deepinfer {
+
+class Backend;
+
+// An owning tensor on any device (contiguous). Copies share the storage; use TensorMemory::clone for a copy.
+class OwnedTensor {
+ public:
+  OwnedTensor() = default;
+  // Adopts a host tensor's storage (no copy): host-loaded weights keep their buffers.
+  OwnedTensor(HostTensor&& host);  // NOLINT: a HostTensor is an owned host tensor
+  OwnedTensor(std::shared_ptr<void> storage, Tensor view) : storage_(std::move(storage)), view_(std::move(view)) {}
+
+  const Tensor& view() const { return view_; }
+  operator const Tensor&() const { return view_; }  // NOLINT: usable wherever a view is
+  // Host pointer; only meaningful for host tensors (the CPU path and tests).
+  template <typename T>
+  T* data() const {
+    return view_.data_as<T>();
+  }
+  DType dtype() const { return view_.dtype(); }
+  const Shape& shape() const { return view_.shape(); }
+  int64_t numel() const { return view_.numel(); }
+  Device device() const { return view_.device(); }
+
+ private:
+  std::shared_ptr<void> storage_;
+  Tensor view_;
+};
+
+class TensorMemory {
+ public:
+  virtual ~TensorMemory() = default;
+  virtual Device device() const = 0;
+  // Zero-filled contiguous tensor on device().
+  virtual OwnedTensor zeros(DType dtype, Shape shape) = 0;
+  // dst <- src: same dtype and shape. Within device() both may be strided (innermost stride 1, or 0 in src
+  // for a broadcast); between the host and device() both must be contiguous.
+  virtual void copy(const Tensor& dst, const Tensor& src) = 0;
+  // f32 only: dst[...] = value; dst[...] += src[...] (same shape, both on device(), contiguous).
+  virtual void fill(const Tensor& dst, float value) = 0;
+  virtual void add(const Tensor& dst, const Tensor& src) = 0;
+  // Waits for every enqueued op and copy.
+  virtual void synchronize() = 0;
+
+  // Conveniences built on the above.
+  OwnedTensor upload(const Tensor& src);      // a contiguous copy on device() (from the host or device())
+  OwnedTensor clone(const Tensor& src) { return upload(src); }
+  HostTensor to_host(const Tensor& src);      // synchronous
+  template <typename T>
+  OwnedTensor from_host(DType dtype, Shape shape, const T* values) {
+    Tensor src(const_cast<T*>(values), dtype, std::move(shape));
+    return upload(src);
+  }
+};
+
+// Host memory (the CPU reference): stateless, so one instance serves every CPU backend.
+TensorMemory& host_memory();
+
+// Implemented next to Backend by a backend whose tensors live outside host memory (CudaBackend), so that
+// the Backend interface itself does not change. backend_memory() returns it, else host_memory().
+class HasTensorMemory {
+ public:
+  virtual ~HasTensorMemory() = default;
+  virtual TensorMemory& memory() = 0;
+};
+TensorMemory& backend_memory(Backend& backend);
+
+// A view of indices [begin, end) of dimension `dim` (negative counts from the end); strided unless dim is 0.
+Tensor narrow(const Tensor& t, int dim, int64_t begin, int64_t end);
+
+// Rows appended over time (compressed entries, indexer keys), f32 [rows, width]. Storage grows by doubling so
+// that appends cost O(rows added) amortised.
+struct RowBuffer {
+  int64_t width = 0;
+  int64_t rows = 0;
+  OwnedTensor storage;  // [capacity, width]
+  Tensor view() const;  // [rows, width] (null data while empty)
+  void append(TensorMemory& memory, const Tensor& more);  // more: f32 [n, width]
+};
+
+}  // namespace deepinfer
