@@ -2,8 +2,10 @@
 # Runs on the GPU machine (device tool) in one call: build with CUDA, run the GPU tests (ctest -L gpu), a
 # compute-sanitizer memcheck of the op harness, the CUDA micro-benchmark, and (full mode) the CPU tests and the
 # benchmarks; logs + a summary under $OUT.
-#   usage (device tool): bash tools/device_check.sh [gpu|full]      (carry: .deps when the image lacks the -dev
+#   usage (device tool): bash tools/device_check.sh [gpu|full|model]      (carry: .deps when the image lacks the -dev
 #   packages: `mkdir -p .deps && cd .deps && apt-get download <packages below>` on an x86-64 Debian/Ubuntu host)
+#   model: build the CUDA tests (+ the CLI they run) and run every GPU test once, directly, with the golden-model
+#   figures in the summary; no memcheck, no benchmarks, so it fits one 10-minute device call.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 MODE=${1:-full}
@@ -39,6 +41,16 @@ target=deepinfer_cuda_tests
 cmake --build build-gpu -j "$(nproc)" --target $target >"$OUT/build.log" 2>&1 || {
   note "build FAILED"; grep -E "error|Error" "$OUT/build.log" | head -40; exit 1; }
 note "build ($target): ok in $(( $(date +%s) - start ))s"
+if [ "$MODE" = model ]; then
+  timeout 360 build-gpu/bin/deepinfer_cuda_tests >"$OUT/gpu_tests_direct.log" 2>&1
+  note "gpu tests (direct): rc=$? $(grep -E '^\[  PASSED|^\[  FAILED' "$OUT/gpu_tests_direct.log" | tr '\n' ' ')"
+  grep -h "\[cuda-op\]" "$OUT/gpu_tests_direct.log" >"$OUT/op_errors.txt"
+  note "op comparisons: $(grep -c ' ok' "$OUT/op_errors.txt") ok, $(grep -c 'FAIL' "$OUT/op_errors.txt") FAIL (op_errors.txt)"
+  grep -hE "^\[cuda-golden|^\[cuda-offline|^\[perf\]|FAILED  \]" "$OUT/gpu_tests_direct.log" | tee -a "$summary"
+  echo "================ summary"
+  cat "$summary"
+  exit 0
+fi
 (cd build-gpu && timeout 420 ctest -L gpu --output-on-failure --timeout 240 >"$OUT/gpu_tests.log" 2>&1)
 note "gpu tests: rc=$? $(grep -E 'tests passed|No tests were found' "$OUT/gpu_tests.log" | tail -1)"
 bin=build-gpu/bin/deepinfer_cuda_tests

@@ -1,6 +1,7 @@
 // deepinfer offline: the reference's offline flow on the engine — requests → continuous batching with
-// chunked prefill → forward (CPU reference backend) → sampling → per-request diagnostics (tokens, decode
-// perplexity, finite check, speculative acceptance). Text prompts need tokenizer.json in the model directory.
+// chunked prefill → forward (CPU reference backend, or the CUDA backend with --device cuda) → sampling → per-request
+// diagnostics (tokens, decode perplexity, finite check, speculative acceptance). Text prompts need tokenizer.json in
+// the model directory.
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -17,6 +18,9 @@
 #include "deepinfer/io/checkpoint.h"
 #include "deepinfer/kv/kv_layout.h"
 #include "deepinfer/model/deepseek_v4.h"
+#ifdef DEEPINFER_WITH_CUDA
+#include "deepinfer/ops/cuda/cuda_backend.h"
+#endif
 #include "deepinfer/tokenizer/tokenizer.h"
 
 namespace deepinfer::cli {
@@ -37,8 +41,24 @@ struct OfflineArgs {
   int64_t max_num_batched_tokens = 2048;
   int64_t kv_budget_mb = 1024;
   int threads = 0;
+  std::string device = "cpu";
   bool ignore_eos = false;
 };
+
+// The backend for --device: the CPU reference, or CUDA device 0 (weights, activations and caches in device
+// memory; only the logits come back to the host for sampling).
+std::unique_ptr<Backend> make_backend(const std::string& device, int threads) {
+  if (device == "cpu") return make_cpu_backend(threads);
+  DI_CHECK(device == "cuda") << "--device must be cpu or cuda, got '" << device << "'";
+#ifdef DEEPINFER_WITH_CUDA
+  DI_CHECK_CODE(cuda::device_count() > 0, ErrorCode::kNotFound)
+      << "--device cuda: no CUDA device is visible (check nvidia-smi and CUDA_VISIBLE_DEVICES)";
+  return make_cuda_backend(0);
+#else
+  DI_FAIL(ErrorCode::kUnsupported) << "--device cuda: this deepinfer was built without CUDA (configure with "
+                                      "-DDEEPINFER_ACCELERATOR=nvidia)";
+#endif
+}
 
 std::vector<TokenId> parse_ids(const std::string& text, int64_t vocab) {
   std::vector<TokenId> ids;
@@ -70,7 +90,8 @@ int run_offline(const OfflineArgs& a) {
   ResolvedModel m = resolve_model_dir(a.model.empty() ? std::nullopt : std::optional<std::string>(a.model),
                                       env ? std::optional<std::string>(env) : std::nullopt, embedded_model_dir());
   DI_LOG_INFO("model resolved from {}: {}", m.source, m.dir);
-  auto backend = make_cpu_backend(a.threads);
+  auto backend = make_backend(a.device, a.threads);
+  DI_LOG_INFO("device: {}", a.device);
   auto model = DeepseekV4Model::load(m.dir, *backend);
   const ModelConfig& cfg = model->config();
   std::unique_ptr<tokenizer::Tokenizer> tok;
@@ -178,6 +199,8 @@ void register_offline(CLI::App& app, CommandRegistry& reg) {
   sub->add_option("--max-num-batched-tokens", a->max_num_batched_tokens)->check(CLI::PositiveNumber);
   sub->add_option("--kv-budget-mb", a->kv_budget_mb, "host memory for the KV cache (CPU backend)");
   sub->add_option("--threads", a->threads, "CPU threads (0 = all cores)");
+  sub->add_option("--device", a->device, "cpu | cuda (GPU 0; needs a CUDA build)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   sub->add_flag("--ignore-eos", a->ignore_eos);
   reg.add(sub, [a] { return run_offline(*a); });
 }

@@ -1,0 +1,244 @@
+// The golden fixtures (tests/data/golden) through DeepseekV4Model on the CUDA backend, everything in fp32 on
+// the device (weights uploaded once, activations and caches in device memory): full-prompt logits, cached
+// token-by-token decode and greedy continuations against transformers, and the logits against the CPU
+// reference. Tolerance: per row, max |Δlogit| <= 1e-4 · max |logit| (the fixtures' README, as for the CPU).
+// Also `deepinfer offline --device cuda` (the engine on the GPU) reproduces the greedy continuations, and a
+// timing test prints prefill/decode tokens/s on GPU and CPU ([perf] lines, recorded in docs/PERF.md).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <regex>
+#include <sstream>
+
+#include "deepinfer/io/safetensors.h"
+#include "deepinfer/model/deepseek_v4.h"
+#include "deepinfer/ops/cuda/cuda_backend.h"
+#include "test_util.h"
+
+namespace deepinfer {
+namespace {
+
+constexpr double kRelTol = 1e-4;
+
+struct Fixture {
+  std::unique_ptr<SafetensorsFile> golden;
+  // The backends outlive the models (their tensors are freed through the backend's allocator).
+  std::unique_ptr<CudaBackend> gpu;
+  std::unique_ptr<Backend> cpu;
+  std::unique_ptr<DeepseekV4Model> gpu_model, cpu_model;
+
+  std::vector<int64_t> ids(const std::string& name) const {
+    Tensor t = golden->tensor(name);
+    return std::vector<int64_t>(t.data_as<int64_t>(), t.data_as<int64_t>() + t.numel());
+  }
+  bool has(const std::string& name) const { return golden->find(name) != nullptr; }
+};
+
+// Loaded per test (the models are tiny), so no CUDA memory outlives the test into static destruction.
+std::unique_ptr<Fixture> load_fixture(const std::string& family) {
+  auto f = std::make_unique<Fixture>();
+  const std::string dir = testing::test_data_dir() + "/golden/" + family;
+  f->golden = SafetensorsFile::open(dir + "/golden.safetensors");
+  std::optional<std::vector<int64_t>> token_map;
+  if (f->has("engram.token_map")) token_map = f->ids("engram.token_map");
+  f->gpu = make_cuda_backend(0);
+  f->cpu = make_cpu_backend(0);
+  f->gpu_model = DeepseekV4Model::load(dir, *f->gpu, token_map);
+  f->cpu_model = DeepseekV4Model::load(dir, *f->cpu, token_map);
+  return f;
+}
+
+// Worst row of max|a − b| / max|b|.
+double worst_rel_error(const float* a, const float* b, int64_t rows, int64_t v, double* worst_abs = nullptr) {
+  double worst = 0, worst_a = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    double diff = 0, scale = 0;
+    for (int64_t j = 0; j < v; ++j) {
+      const double d = std::fabs(static_cast<double>(a[r * v + j]) - b[r * v + j]);
+      diff = std::isnan(d) ? INFINITY : std::max(diff, d);
+      scale = std::max(scale, std::fabs(static_cast<double>(b[r * v + j])));
+    }
+    worst = std::max(worst, diff / scale);
+    worst_a = std::max(worst_a, diff);
+  }
+  if (worst_abs) *worst_abs = worst_a;
+  return worst;
+}
+
+int64_t argmax(const float* row, int64_t v) { return std::max_element(row, row + v) - row; }
+
+class CudaGolden : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    f_ = load_fixture(GetParam());
+  }
+  Fixture& f() { return *f_; }
+  int64_t vocab() { return f().gpu_model->config().vocab_size; }
+  std::vector<std::string> prompts() {
+    std::vector<std::string> out;
+    for (int i = 0; f().has("prompt" + std::to_string(i) + ".input_ids"); ++i)
+      out.push_back("prompt" + std::to_string(i));
+    return out;
+  }
+
+ private:
+  std::unique_ptr<Fixture> f_;
+};
+
+TEST_P(CudaGolden, WeightsAndStateLiveOnTheDevice) {
+  auto seq = f().gpu_model->new_sequence();
+  ASSERT_FALSE(seq.layers.empty());
+  EXPECT_EQ(seq.layers[0].window.rows.device().kind, DeviceKind::kCUDA);
+  EXPECT_GT(f().gpu->allocator().live_bytes(), 0u);
+}
+
+TEST_P(CudaGolden, FullPromptLogits) {
+  for (const auto& p : prompts()) {
+    auto ids = f().ids(p + ".input_ids");
+    const auto n = static_cast<int64_t>(ids.size());
+    auto seq = f().gpu_model->new_sequence();
+    HostTensor logits = f().gpu_model->forward(seq, ids);
+    auto cpu_seq = f().cpu_model->new_sequence();
+    HostTensor cpu_logits = f().cpu_model->forward(cpu_seq, ids);
+    double abs_err = 0, cpu_abs = 0;
+    const double rel = worst_rel_error(logits.data<float>(), f().golden->tensor(p + ".logits").data_as<float>(), n,
+                                       vocab(), &abs_err);
+    const double rel_cpu = worst_rel_error(logits.data<float>(), cpu_logits.data<float>(), n, vocab(), &cpu_abs);
+    std::printf("[cuda-golden %s %s] full-prompt logits (%lld tokens): vs transformers max |dlogit| %.3g (worst row "
+                "rel %.3g); vs CPU max |dlogit| %.3g (rel %.3g)\n",
+                GetParam().c_str(), p.c_str(), static_cast<long long>(n), abs_err, rel, cpu_abs, rel_cpu);
+    EXPECT_LE(rel, kRelTol) << p;
+    EXPECT_LE(rel_cpu, kRelTol) << p;
+  }
+}
+
+// Cached prefill, then generated_ids one at a time: decode rows equal decode_logits, greedy picks equal
+// generated_ids.
+TEST_P(CudaGolden, DecodeLogitsAndGreedy) {
+  for (const auto& p : prompts()) {
+    auto ids = f().ids(p + ".input_ids");
+    auto gen = f().ids(p + ".generated_ids");
+    const Tensor ref = f().golden->tensor(p + ".decode_logits");
+    const int64_t v = vocab();
+    auto seq = f().gpu_model->new_sequence();
+    HostTensor prefill = f().gpu_model->forward(seq, ids);
+    std::vector<float> rows(prefill.data<float>() + (ids.size() - 1) * v, prefill.data<float>() + ids.size() * v);
+    std::vector<int64_t> greedy{argmax(rows.data(), v)};
+    for (size_t j = 1; j < gen.size(); ++j) {
+      const int64_t tok = gen[j - 1];
+      HostTensor step = f().gpu_model->forward(seq, std::span<const int64_t>(&tok, 1));
+      rows.insert(rows.end(), step.data<float>(), step.data<float>() + v);
+      greedy.push_back(argmax(step.data<float>(), v));
+    }
+    double abs_err = 0;
+    const double rel =
+        worst_rel_error(rows.data(), ref.data_as<float>(), static_cast<int64_t>(gen.size()), v, &abs_err);
+    std::printf("[cuda-golden %s %s] decode logits (%zu steps): max |dlogit| %.3g (worst row rel %.3g)\n",
+                GetParam().c_str(), p.c_str(), gen.size(), abs_err, rel);
+    EXPECT_LE(rel, kRelTol) << p;
+    EXPECT_EQ(greedy, gen) << p;
+  }
+}
+
+// Uneven chunks (inside compress groups, across the window) equal one shot on the device too.
+TEST_P(CudaGolden, ChunkedPrefillEqualsOneShot) {
+  auto ids = f().ids("prompt2.input_ids");
+  const int64_t v = vocab(), n = static_cast<int64_t>(ids.size());
+  auto seq = f().gpu_model->new_sequence();
+  HostTensor one_shot = f().gpu_model->forward(seq, ids);
+  auto chunked = f().gpu_model->new_sequence();
+  std::vector<float> rows;
+  const std::vector<int64_t> splits{1, 2, 3, 7, 64, 130};
+  int64_t at = 0;
+  for (size_t i = 0; at < n; ++i) {
+    const int64_t len = std::min(n - at, i < splits.size() ? splits[i] : n);
+    HostTensor part = f().gpu_model->forward(chunked, std::span<const int64_t>(ids.data() + at, len));
+    rows.insert(rows.end(), part.data<float>(), part.data<float>() + len * v);
+    at += len;
+  }
+  EXPECT_LE(worst_rel_error(rows.data(), one_shot.data<float>(), n, v), 1e-5);
+}
+
+// Tokens/s of one sequence: prefill of prompt2, then 63 greedy decode steps, on the GPU and the CPU reference
+// (all cores of the machine). Best of two runs.
+TEST_P(CudaGolden, PrefillAndDecodeSpeed) {
+  auto ids = f().ids("prompt2.input_ids");
+  const int64_t v = vocab();
+  constexpr int kDecode = 63;
+  auto run = [&](DeepseekV4Model& m, double* prefill_tps, double* decode_tps) {
+    *prefill_tps = *decode_tps = 0;
+    for (int rep = 0; rep < 2; ++rep) {
+      auto seq = m.new_sequence();
+      const auto t0 = std::chrono::steady_clock::now();
+      HostTensor logits = m.forward(seq, ids);  // returns on the host: the device work is done
+      const auto t1 = std::chrono::steady_clock::now();
+      int64_t tok = argmax(logits.data<float>() + (ids.size() - 1) * v, v);
+      for (int j = 0; j < kDecode; ++j) {
+        HostTensor step = m.forward(seq, std::span<const int64_t>(&tok, 1));
+        tok = argmax(step.data<float>(), v);
+      }
+      const auto t2 = std::chrono::steady_clock::now();
+      *prefill_tps = std::max(*prefill_tps, ids.size() / std::chrono::duration<double>(t1 - t0).count());
+      *decode_tps = std::max(*decode_tps, kDecode / std::chrono::duration<double>(t2 - t1).count());
+    }
+  };
+  double gp, gd, cp, cd;
+  run(*f().gpu_model, &gp, &gd);
+  run(*f().cpu_model, &cp, &cd);
+  std::printf("[perf] %s prefill %zu tokens: gpu %.0f tok/s, cpu %.0f tok/s; decode %d tokens batch 1: gpu %.0f "
+              "tok/s, cpu %.0f tok/s\n",
+              GetParam().c_str(), ids.size(), gp, cp, kDecode, gd, cd);
+  EXPECT_GT(gd, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaGolden, ::testing::Values("deepseek_v4", "deepseek_v41"));
+
+// ---------------------------------------------------------------------------- the engine on the GPU
+std::string ids_csv(const Tensor& t) {
+  std::ostringstream os;
+  for (int64_t i = 0; i < t.numel(); ++i) os << (i ? "," : "") << t.data_as<int64_t>()[i];
+  return os.str();
+}
+
+std::map<int, std::string> parse_samples(const std::string& out) {
+  std::map<int, std::string> m;
+  std::regex head(R"(\[sample (\d+)\][^\n]*\n  ids: ([0-9,]*))");
+  for (auto it = std::sregex_iterator(out.begin(), out.end(), head); it != std::sregex_iterator(); ++it)
+    m[std::stoi((*it)[1])] = (*it)[2];
+  return m;
+}
+
+void check_offline_cuda(const std::string& family, const std::string& engine_flags) {
+  const std::string dir = testing::test_data_dir() + "/golden/" + family;
+  auto golden = SafetensorsFile::open(dir + "/golden.safetensors");
+  std::string args = "offline --device cuda --model " + dir + " --max-tokens 16 --ignore-eos " + engine_flags;
+  for (int p = 0; p < 3; ++p) args += " --prompt-ids " + ids_csv(golden->tensor("prompt" + std::to_string(p) + ".input_ids"));
+  auto r = testing::run_cli(args);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto got = parse_samples(r.output);
+  ASSERT_EQ(got.size(), 3u) << r.output;
+  for (int p = 0; p < 3; ++p)
+    EXPECT_EQ(got[p], ids_csv(golden->tensor("prompt" + std::to_string(p) + ".generated_ids")))
+        << family << " prompt " << p << " with " << engine_flags;
+  EXPECT_EQ(r.output.find("finite=NO"), std::string::npos);
+  const auto line = r.output.find("offline:");
+  if (line != std::string::npos)
+    std::printf("[cuda-offline %s %s] %s", family.c_str(), engine_flags.c_str(),
+                r.output.substr(line, r.output.find('\n', line) - line + 1).c_str());
+}
+
+TEST(CudaOfflineCli, GreedyThroughTheEngineOnTheGpuEqualsTransformers) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  check_offline_cuda("deepseek_v41", "--max-num-seqs 4");
+  check_offline_cuda("deepseek_v41", "--max-num-seqs 1 --max-num-batched-tokens 7");
+  check_offline_cuda("deepseek_v4", "--max-num-seqs 2 --max-num-batched-tokens 33");
+}
+
+}  // namespace
+}  // namespace deepinfer
