@@ -1,0 +1,150 @@
+// Chat encoders and the output parser against tests/data/tokenizer/chat_expected.json (tools/make_chat_fixtures.py:
+// V4/V4.1 from deepseek-recipe, V3/V3.1 from DeepSeek's chat templates run by jinja2).
+#include "deepinfer/tokenizer/chat_encoding.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "deepinfer/core/error.h"
+#include "deepinfer/tokenizer/chat_output_parser.h"
+#include "test_util.h"
+
+namespace deepinfer::tokenizer {
+namespace {
+
+using nlohmann::ordered_json;
+
+const ordered_json& fixtures() {
+  static ordered_json j = [] {
+    std::ifstream f(testing::test_data_dir() + "/tokenizer/chat_expected.json");
+    return ordered_json::parse(f);
+  }();
+  return j;
+}
+
+std::string first_diff(const std::string& a, const std::string& b) {
+  size_t i = 0;
+  while (i < a.size() && i < b.size() && a[i] == b[i]) ++i;
+  size_t s = i > 60 ? i - 60 : 0;
+  return "at byte " + std::to_string(i) + "\n  got:      " + a.substr(s, 160) + "\n  expected: " + b.substr(s, 160);
+}
+
+void check_format(const char* key, ChatFormat format) {
+  int n = 0, bad = 0;
+  ChatParseOptions opts;
+  opts.require_json_object_arguments = false;
+  for (const auto& c : fixtures()["cases"]) {
+    if (!c.contains(key)) continue;
+    ++n;
+    ChatRequest req = parse_chat_request(c["conversation"], opts);
+    RenderedPrompt p = render_chat(req, format);
+    const auto& want = c[key];
+    bool ok = p.text == want["text"].get<std::string>();
+    if (ok && want.contains("special_ranges")) {
+      std::vector<std::pair<size_t, size_t>> ranges;
+      for (const auto& r : want["special_ranges"]) ranges.emplace_back(r[0].get<size_t>(), r[1].get<size_t>());
+      ok = ranges == p.special_ranges;
+      if (!ok && bad < 3) ADD_FAILURE() << key << " case " << n - 1 << ": special ranges differ";
+    } else if (!ok && bad < 3) {
+      ADD_FAILURE() << key << " case " << n - 1 << ": " << first_diff(p.text, want["text"].get<std::string>());
+    }
+    bad += !ok;
+  }
+  std::printf("%s: %d/%d conversations exact\n", key, n - bad, n);
+  EXPECT_EQ(bad, 0);
+}
+
+TEST(ChatEncoding, V3MatchesTemplate) { check_format("v3", ChatFormat::kV3); }
+TEST(ChatEncoding, V31MatchesTemplate) { check_format("v31", ChatFormat::kV31); }
+TEST(ChatEncoding, V4MatchesDeepseekRecipe) { check_format("v4", ChatFormat::kV4); }
+TEST(ChatEncoding, V41MatchesDeepseekRecipe) { check_format("v41", ChatFormat::kV41); }
+
+std::string error_of(const char* json) {
+  try {
+    parse_chat_request(ordered_json::parse(json));
+  } catch (const Error& e) {
+    return e.message();
+  }
+  return "";
+}
+
+TEST(ChatEncoding, MalformedMessagesAreClearErrors) {
+  EXPECT_NE(error_of(R"([{"role": "robot", "content": "x"}])").find("messages[0]: unknown role \"robot\""),
+            std::string::npos);
+  EXPECT_NE(error_of(R"([{"role": "assistant", "content": null, "tool_calls": [{"function": {"arguments": "{}"}}]}])")
+                .find("messages[0].tool_calls[0]: missing function name"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"([{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{x"}}]}])")
+                .find("messages[0].tool_calls[0].arguments: not a JSON object"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"([{"role": "user"}])").find("messages[0]: content must be a string"), std::string::npos);
+  EXPECT_NE(error_of(R"({"messages": [], "reasoning_effort": "extreme"})").find("reasoning_effort"), std::string::npos);
+  EXPECT_THROW(parse_chat_format("v5"), Error);
+}
+
+ChatDelta run_parser(ChatFormat format, bool thinking, std::string_view out, size_t piece) {
+  ChatOutputParser p(format, thinking);
+  ChatDelta total;
+  auto add = [&](ChatDelta d) {
+    total.reasoning += d.reasoning;
+    total.content += d.content;
+    for (auto& c : d.tool_calls) total.tool_calls.push_back(std::move(c));
+  };
+  for (size_t i = 0; i < out.size(); i += piece) add(p.feed(out.substr(i, piece)));
+  add(p.finish());
+  return total;
+}
+
+TEST(ChatOutputParser, MatchesDeepseekRecipeAtEverySplit) {
+  int n = 0, bad = 0;
+  for (const auto& c : fixtures()["parses"]) {
+    ++n;
+    const ChatFormat format = c["version"] == "v4" ? ChatFormat::kV4 : ChatFormat::kV41;
+    const std::string out = c["output"];
+    const auto& want = c["expected"];
+    bool ok = true;
+    for (size_t piece : {out.size(), size_t{1}, size_t{2}, size_t{7}}) {
+      ChatDelta got = run_parser(format, c["thinking"].get<bool>(), out, std::max<size_t>(piece, 1));
+      bool same = got.reasoning == want["reasoning"].get<std::string>() &&
+                  got.content == want["content"].get<std::string>() &&
+                  got.tool_calls.size() == want["tool_calls"].size();
+      for (size_t i = 0; same && i < got.tool_calls.size(); ++i)
+        same = got.tool_calls[i].name == want["tool_calls"][i]["name"].get<std::string>() &&
+               got.tool_calls[i].arguments == want["tool_calls"][i]["arguments"].get<std::string>();
+      if (!same && ok && bad < 3) {
+        std::string calls;
+        for (auto& t : got.tool_calls) calls += t.name + " " + t.arguments + "; ";
+        ADD_FAILURE() << "parse " << n - 1 << " piece " << piece << "\n got reasoning=" << ordered_json(got.reasoning)
+                      << " content=" << ordered_json(got.content) << " calls=" << calls << "\n want " << want.dump();
+      }
+      ok = ok && same;
+    }
+    bad += !ok;
+  }
+  std::printf("parser: %d/%d outputs exact at every split\n", n - bad, n);
+  EXPECT_EQ(bad, 0);
+}
+
+TEST(ChatOutputParser, V3ToolCalls) {
+  std::string out = "Sure<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{\"a\": 1}\n```"
+                    "<｜tool▁call▁end｜><｜tool▁calls▁end｜><｜end▁of▁sentence｜>";
+  for (size_t piece : {size_t{1}, size_t{3}, out.size()}) {
+    ChatDelta d = run_parser(ChatFormat::kV3, false, out, piece);
+    EXPECT_EQ(d.content, "Sure");
+    ASSERT_EQ(d.tool_calls.size(), 1u);
+    EXPECT_EQ(d.tool_calls[0].name, "f");
+    EXPECT_EQ(d.tool_calls[0].arguments, "{\"a\": 1}");
+  }
+  std::string out31 = "<think>x</think>"; (void)out31;
+  ChatDelta d = run_parser(ChatFormat::kV31, true, "why\n</think>ok<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>g"
+                                                   "<｜tool▁sep｜>{}<｜tool▁call▁end｜><｜tool▁calls▁end｜>", 1);
+  EXPECT_EQ(d.reasoning, "why");
+  EXPECT_EQ(d.content, "ok");
+  ASSERT_EQ(d.tool_calls.size(), 1u);
+  EXPECT_EQ(d.tool_calls[0].name, "g");
+}
+
+}  // namespace
+}  // namespace deepinfer::tokenizer
