@@ -33,6 +33,7 @@ void register_make_checkpoint(CLI::App& app, CommandRegistry& reg);
 void register_generate(CLI::App& app, CommandRegistry& reg);
 void register_score(CLI::App& app, CommandRegistry& reg);
 void register_offline(CLI::App& app, CommandRegistry& reg);
+void register_tokenize(CLI::App& app, CommandRegistry& reg);
 
 inline void register_commands(CLI::App& app, CommandRegistry& reg) {
   register_inspect(app, reg);
@@ -40,6 +41,7 @@ inline void register_commands(CLI::App& app, CommandRegistry& reg) {
   register_generate(app, reg);
   register_score(app, reg);
   register_offline(app, reg);
+  register_tokenize(app, reg);
 }
 
 }  // namespace deepinfer::cli
