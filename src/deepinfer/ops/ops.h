@@ -11,8 +11,10 @@
 // - "Optional" fields are left default-constructed (Tensor{}) when unused; check with `.data() != nullptr`.
 //
 // Op families (in this order below): linear/quant, norms, rope, fake-quant, mHC, compressor, indexer +
-// top-k, attention, MoE, Engram. Adding a family (e.g. MLA for the V3 family) means: a section of param
-// structs here, a block of pure virtuals in Backend, a validate_* function, and one file in ops/cpu/.
+// top-k, attention, MoE, Engram, MLA (V3 family). Adding a family means: a section of param structs here, a
+// block of virtuals in Backend, a validate_* function, and one file in ops/cpu/. A family added after a
+// backend exists may give its virtuals a default that throws Unsupported until that backend implements them
+// (MLA does: the CUDA backend has no MLA kernels yet).
 #pragma once
 
 #include <cstdint>
@@ -200,6 +202,12 @@ enum class RouterScoring { kSigmoid, kSoftmax, kSqrtSoftplus };
 
 // scores = score_fn((x·Wᵀ) / gate_temp); indices = top-k of (scores + bias) (or hash_table[token] when
 // given); weights = scores[indices] / (Σ + 1e-20) · route_scale (normalised when `normalize`).
+// Group-limited selection (V3 family, n_group > 1): the E experts form n_group groups of contiguous ids; a
+// group scores the sum of its top-2 biased scores (kTop2Sum, V3 noaux_tc) or its best score (kMax, V2
+// group_limited_greedy); experts outside the topk_group best groups get −inf before the top-k. A backend
+// must honour n_group (validate() accepts it), or V3-family routing would silently differ.
+enum class GroupScore { kTop2Sum, kMax };
+
 struct RouterParams {
   Tensor x;           // f32 [T, D]
   Tensor weight;      // f32 [E, D]
@@ -212,6 +220,9 @@ struct RouterParams {
   float gate_temp = 1.0f;
   float route_scale = 1.0f;
   bool normalize = true;
+  int n_group = 1;     // 1: no group limit
+  int topk_group = 1;  // groups kept when n_group > 1
+  GroupScore group_score = GroupScore::kTop2Sum;
 };
 
 // One SwiGLU expert's weights (f32): w1 gate [I, D], w3 up [I, D], w2 down [D, I].
@@ -256,6 +267,28 @@ struct EngramGateParams {
   float eps = 1e-6f;
 };
 
+// ============================================================================ MLA (V3 family)
+// Multi-head latent attention over the MLA cache (MODELS.md Part B §2). A cache row per token holds the
+// normalised latent ĉ (r channels) followed by the RoPE'd shared rope key k_pe (dr channels): the 576-value
+// row of V3. kv_b = kv_b_proj [H·(dn+dv), r]: per head, dn rows W_UK then dv rows W_UV. Query and key of
+// head h are [q_nope | q_pe] and [W_UK,h·ĉ | k_pe]; the value is W_UV,h·ĉ. Causal: key s is visible to
+// query t iff kv_positions[s] <= q_positions[t]. Logits = q·k·scale, softmax in fp32, out = P·V.
+// Two ops compute the same function:
+//   - mla_attention_naive expands every cache row into per-head K = [k_nope | k_pe] and V (cheaper when many
+//     queries share the keys: prefill);
+//   - mla_attention_absorbed folds W_UK into the query (q̃_h = W_UK,hᵀ·q_nope,h, scored against ĉ directly)
+//     and W_UV into the output (o_h = W_UV,h·Σ p·ĉ), never materialising K or V (decode).
+struct MlaAttentionParams {
+  Tensor q;             // f32 [T, H, dn + dr]: per head q_nope | RoPE'd q_pe
+  Tensor q_positions;   // i64 [T]
+  Tensor kv;            // f32 [S, r + dr]: cache rows ĉ | RoPE'd k_pe
+  Tensor kv_positions;  // i64 [S]
+  Tensor kv_b;          // f32 [H·(dn + dv), r]
+  Tensor out;           // f32 [T, H, dv]
+  int rope_dim = 64;    // dr
+  float scale = 1.0f;   // softmax scale, including the YaRN m² correction
+};
+
 // ============================================================================ the interface
 class Backend {
  public:
@@ -290,6 +323,9 @@ class Backend {
   // Engram
   virtual void engram_hash(const EngramHashParams& p) = 0;
   virtual void engram_gate(const EngramGateParams& p) = 0;
+  // MLA (V3 family): the defaults throw Unsupported ("not implemented on this backend").
+  virtual void mla_attention_naive(const MlaAttentionParams& p);
+  virtual void mla_attention_absorbed(const MlaAttentionParams& p);
 };
 
 // The CPU reference backend (ops/cpu/). num_threads <= 0: all cores.
@@ -317,5 +353,6 @@ void validate(const RouterParams& p);
 void validate(const MoeParams& p);
 void validate(const EngramHashParams& p);
 void validate(const EngramGateParams& p);
+void validate(const MlaAttentionParams& p);
 
 }  // namespace deepinfer

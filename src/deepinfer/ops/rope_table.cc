@@ -41,4 +41,12 @@ std::vector<float> rope_inv_freq(const RopeConfig& rope) {
   return inv;
 }
 
+double yarn_attention_factor(const RopeConfig& rope) {
+  if (!rope.yarn) return 1.0;
+  if (rope.attention_factor != 1.0) return rope.attention_factor;
+  auto mscale = [&](double m) { return rope.factor <= 1.0 ? 1.0 : 0.1 * m * std::log(rope.factor) + 1.0; };
+  if (rope.mscale != 0.0 && rope.mscale_all_dim != 0.0) return mscale(rope.mscale) / mscale(rope.mscale_all_dim);
+  return mscale(1.0);
+}
+
 }  // namespace deepinfer

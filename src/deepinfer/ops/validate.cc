@@ -199,6 +199,13 @@ void validate(const RouterParams& p) {
     expect(op, "token_ids", p.token_ids, DType::kI64, {t});
   }
   DI_CHECK(p.gate_temp > 0) << op << ": gate_temp must be positive";
+  DI_CHECK(p.n_group >= 1 && e % p.n_group == 0) << op << ": n_group " << p.n_group << " must divide " << e;
+  DI_CHECK(p.topk_group >= 1 && p.topk_group <= p.n_group)
+      << op << ": topk_group " << p.topk_group << " must be in [1, n_group]";
+  DI_CHECK(p.n_group == 1 || k <= p.topk_group * (e / p.n_group))
+      << op << ": top-k " << k << " exceeds the experts of the kept groups";
+  DI_CHECK(p.n_group == 1 || p.group_score == GroupScore::kMax || e / p.n_group >= 2)
+      << op << ": top-2 group scores need groups of at least 2 experts";
 }
 
 void validate(const MoeParams& p) {
@@ -236,6 +243,24 @@ void validate(const EngramGateParams& p) {
   expect(op, "key", p.key, DType::kF32, p.streams.shape());
   expect(op, "value", p.value, DType::kF32, {p.streams.dim(0), p.streams.dim(2)});
   expect(op, "weight", p.weight, DType::kF32, {p.streams.dim(1), p.streams.dim(2)});
+}
+
+void validate(const MlaAttentionParams& p) {
+  const char* op = "mla_attention";
+  expect(op, "q", p.q, DType::kF32, {-1, -1, -1});
+  const int64_t t = p.q.dim(0), h = p.q.dim(1), dr = p.rope_dim;
+  DI_CHECK(dr > 0 && dr % 2 == 0 && dr < p.q.dim(2)) << op << ": rope_dim " << dr << " vs q " << p.q.str();
+  const int64_t dn = p.q.dim(2) - dr;
+  expect(op, "q_positions", p.q_positions, DType::kI64, {t});
+  expect(op, "kv", p.kv, DType::kF32, {-1, -1});
+  const int64_t s = p.kv.dim(0), r = p.kv.dim(1) - dr;
+  DI_CHECK(r > 0) << op << ": kv rows " << p.kv.str() << " hold no latent beside " << dr << " rope channels";
+  expect(op, "kv_positions", p.kv_positions, DType::kI64, {s});
+  expect(op, "kv_b", p.kv_b, DType::kF32, {-1, r});
+  DI_CHECK(p.kv_b.dim(0) % h == 0 && p.kv_b.dim(0) / h > dn)
+      << op << ": kv_b " << p.kv_b.str() << " must be [H·(dn + dv), r] with H = " << h << ", dn = " << dn;
+  expect(op, "out", p.out, DType::kF32, {t, h, p.kv_b.dim(0) / h - dn});
+  DI_CHECK(p.scale > 0) << op << ": scale must be positive";
 }
 
 }  // namespace deepinfer

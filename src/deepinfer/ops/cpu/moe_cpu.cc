@@ -1,5 +1,5 @@
-// Router and clamped-SwiGLU MoE on the CPU. Routed contributions are summed in expert-id order (as the
-// reference's per-expert dispatch loop does), in fp32, then the shared expert is added.
+// Router (optionally group-limited) and clamped-SwiGLU MoE on the CPU. Routed contributions are summed in
+// expert-id order (as the reference's per-expert dispatch loop does), in fp32, then the shared expert is added.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -45,6 +45,35 @@ void run_expert(const ExpertWeights& e, const float* x, int64_t d, float weight,
   }
 }
 
+// Group-limited routing: experts outside the topk_group best groups get −inf (so, unlike a 0.0 fill, they
+// can never be picked even when every kept score is negative). Ties between groups go to the lower index.
+void mask_dropped_groups(const RouterParams& p, std::vector<float>& biased) {
+  const int64_t groups = p.n_group, per_group = static_cast<int64_t>(biased.size()) / groups;
+  std::vector<float> group_score(groups);
+  for (int64_t g = 0; g < groups; ++g) {
+    const float* s = biased.data() + g * per_group;
+    if (p.group_score == GroupScore::kMax) {
+      group_score[g] = *std::max_element(s, s + per_group);
+    } else {
+      float first = -INFINITY, second = -INFINITY;
+      for (int64_t i = 0; i < per_group; ++i) {
+        if (s[i] > first) {
+          second = first;
+          first = s[i];
+        } else if (s[i] > second) {
+          second = s[i];
+        }
+      }
+      group_score[g] = first + second;
+    }
+  }
+  std::vector<int64_t> order(groups);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return group_score[a] > group_score[b]; });
+  for (int64_t j = p.topk_group; j < groups; ++j)
+    std::fill(biased.begin() + order[j] * per_group, biased.begin() + (order[j] + 1) * per_group, -INFINITY);
+}
+
 }  // namespace
 
 void CpuBackend::router(const RouterParams& p) {
@@ -70,6 +99,7 @@ void CpuBackend::router(const RouterParams& p) {
         idx[j] = static_cast<int32_t>(load_as_f32(p.hash_table.data(), p.hash_table.dtype(), tok * k + j));
     } else {
       for (int64_t e = 0; e < experts; ++e) biased[e] = scores[e] + (p.bias.data() ? p.bias.data_as<float>()[e] : 0.f);
+      if (p.n_group > 1) mask_dropped_groups(p, biased);
       std::iota(order.begin(), order.end(), 0);
       std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int64_t a, int64_t b) {
         return biased[a] > biased[b] || (biased[a] == biased[b] && a < b);
