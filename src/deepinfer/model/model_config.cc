@@ -229,6 +229,9 @@ void parse_v3(const Fields& f, ModelConfig& c) {
                 ErrorCode::kUnsupported)
       << f.what() << ": topk_method '" << topk_method << "' is not supported";
   c.moe.has_bias = topk_method == "noaux_tc";
+  c.moe.topk_method = topk_method == "noaux_tc"   ? TopkMethod::kNoauxTc
+                      : topk_method == "greedy" ? TopkMethod::kGreedy
+                                                : TopkMethod::kGroupLimitedGreedy;
   if (c.moe.n_routed_experts > 0) {
     DI_CHECK(c.moe.n_routed_experts % c.moe.n_group == 0) << f.what() << ": n_routed_experts % n_group != 0";
     DI_CHECK(c.moe.topk_group <= c.moe.n_group) << f.what() << ": topk_group > n_group";

@@ -36,6 +36,9 @@ enum class Csa2Role {
 std::string_view csa2_role_name(Csa2Role r);
 
 enum class RoutingKind { kDense, kTopK, kHash };
+// V3-family expert selection (config `topk_method`): top-k over all experts (V2-Lite), top-k within the best
+// groups by max score (V2), or by the sum of the top-2 biased scores (V3 noaux_tc).
+enum class TopkMethod { kGreedy, kGroupLimitedGreedy, kNoauxTc };
 enum class ScoringFunc { kSigmoid, kSoftmax, kSqrtSoftplus };
 std::string_view scoring_name(ScoringFunc s);
 
@@ -97,6 +100,7 @@ struct MoeConfig {
   double routed_scaling_factor = 1.0;
   ScoringFunc scoring = ScoringFunc::kSigmoid;
   bool has_bias = false;       // e_score_correction_bias / gate.bias
+  TopkMethod topk_method = TopkMethod::kNoauxTc;  // V3 family
   double gate_temp = 1.0;      // V4.1
   double swiglu_limit = 0.0;   // 0: no clamp
 };

@@ -1,0 +1,244 @@
+// DeepSeek-V3 family forward: embedding → per layer [x += MLA(norm(x)); x += FFN(norm(x))] → norm → head,
+// where FFN is a SwiGLU on the first first_k_dense_replace layers and routed experts + shared expert after.
+//
+// V3 vs V2-Lite in this file (both from config, no model_type switches):
+//   - query: q_a_proj → q_a_layernorm → q_b_proj when q_lora_rank is set, a single q_proj when it is null;
+//   - routing: sigmoid + e_score_correction_bias + group-limited top-k, unbiased weights renormalised and
+//     scaled by routed_scaling_factor (V3 noaux_tc), or softmax + plain top-k (V2-Lite greedy).
+//
+// RoPE: the checkpoint's rope slices are interleaved pairs. transformers (rope_interleave) de-interleaves q
+// and k identically before a rotate-half, which leaves q·k unchanged; the rope op rotates the pairs in place,
+// so our cached k_pe keeps the checkpoint's (official code's) channel order.
+#include "deepinfer/model/deepseek_v3.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "deepinfer/io/checkpoint.h"
+#include "deepinfer/ops/rope_table.h"
+
+namespace deepinfer {
+
+namespace {
+
+// transformers builds q_a_layernorm and kv_a_layernorm with the RMSNorm default eps, not rms_norm_eps.
+constexpr float kLatentNormEps = 1e-6f;
+
+void add_in_place(HostTensor& acc, const HostTensor& x) {
+  float* a = acc.data<float>();
+  const float* b = x.data<float>();
+  for (int64_t i = 0; i < acc.numel(); ++i) a[i] += b[i];
+}
+
+HostTensor copy_tensor(const HostTensor& t) {
+  HostTensor out(t.dtype(), t.shape());
+  std::memcpy(out.data<void>(), t.data<void>(), t.view().nbytes());
+  return out;
+}
+
+}  // namespace
+
+// One forward call: T tokens at absolute positions p0 .. p0+T-1; the cache then holds S = p0 + T rows.
+struct DeepseekV3Model::Chunk {
+  int64_t T = 0;
+  int64_t p0 = 0;
+  HostTensor positions;     // i64 [T]
+  HostTensor kv_positions;  // i64 [S]: 0 .. S-1
+};
+
+std::unique_ptr<DeepseekV3Model> DeepseekV3Model::load(const std::string& dir, Backend& backend) {
+  ModelConfig config = load_model_config(dir + "/config.json");
+  DI_CHECK_CODE(config.family == ModelFamily::kDeepseekV3, ErrorCode::kUnsupported)
+      << dir << ": model family " << family_name(config.family) << " is not DeepSeek-V3/V2";
+  auto ckpt = Checkpoint::open(dir);
+  V3Weights weights = load_v3_weights(config, *ckpt, backend);
+  return std::make_unique<DeepseekV3Model>(std::move(config), std::move(weights), backend);
+}
+
+DeepseekV3Model::DeepseekV3Model(ModelConfig config, V3Weights weights, Backend& backend)
+    : config_(std::move(config)), w_(std::move(weights)), backend_(backend) {
+  DI_CHECK(config_.family == ModelFamily::kDeepseekV3) << "DeepseekV3Model: not a V3-family config";
+  const std::vector<float> f = rope_inv_freq(config_.rope);
+  inv_freq_ = HostTensor(DType::kF32, {static_cast<int64_t>(f.size())});
+  std::copy(f.begin(), f.end(), inv_freq_.data<float>());
+  rope_magnitude_ = static_cast<float>(yarn_attention_factor(config_.rope));
+  softmax_scale_ = static_cast<float>(attention_softmax_scale(config_));
+}
+
+V3SequenceState DeepseekV3Model::new_sequence() const {
+  V3SequenceState s;
+  s.kv.resize(config_.num_layers);
+  return s;
+}
+
+HostTensor DeepseekV3Model::forward(V3SequenceState& seq, std::span<const int64_t> ids, V3ForwardTrace* trace) const {
+  const int64_t T = static_cast<int64_t>(ids.size()), D = config_.hidden_size, V = config_.vocab_size;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  DI_CHECK(T > 0) << "forward: empty chunk";
+  DI_CHECK(static_cast<int64_t>(seq.kv.size()) == config_.num_layers) << "forward: state of another model";
+
+  Chunk c;
+  c.T = T;
+  c.p0 = seq.num_tokens;
+  c.positions = HostTensor(DType::kI64, {T});
+  for (int64_t t = 0; t < T; ++t) c.positions.data<int64_t>()[t] = c.p0 + t;
+  c.kv_positions = HostTensor(DType::kI64, {c.p0 + T});
+  for (int64_t s = 0; s < c.p0 + T; ++s) c.kv_positions.data<int64_t>()[s] = s;
+  HostTensor id_tensor(DType::kI64, {T});
+  std::copy(ids.begin(), ids.end(), id_tensor.data<int64_t>());
+
+  // Residual stream x [T, D] starts as the token embeddings (no scaling).
+  HostTensor x(DType::kF32, {T, D});
+  backend_.embedding({w_.embed.view(), id_tensor.view(), x.view()});
+  HostTensor h(DType::kF32, {T, D});
+  for (int l = 0; l < config_.num_layers; ++l) {
+    const V3LayerWeights& lw = w_.layers[l];
+    backend_.rms_norm({x.view(), lw.input_norm.view(), h.view(), eps});
+    add_in_place(x, attention(c, l, h, seq));  // x += MLA(input_layernorm(x))
+    backend_.rms_norm({x.view(), lw.post_attention_norm.view(), h.view(), eps});
+    add_in_place(x, ffn(c, l, h));  // x += FFN(post_attention_layernorm(x))
+    if (trace) trace->layer_outputs.push_back(copy_tensor(x));
+  }
+  backend_.rms_norm({x.view(), w_.norm.view(), h.view(), eps});  // final hidden [T, D]
+  if (trace) trace->final_hidden = copy_tensor(h);
+  HostTensor logits(DType::kF32, {T, V});
+  backend_.linear({h.view(), w_.head.view(), logits.view()});
+  seq.num_tokens += T;
+  return logits;
+}
+
+// Multiply-add counts of the two forms for T queries over S = cached + T keys (per head):
+//   naive:    expand every row, S·(dn+dv)·r, then attend, T·S·(dn+dr+dv);
+//   absorbed: fold the T queries and outputs, T·(dn+dv)·r, then attend in the latent, T·S·(2r+dr).
+// For V3 (r = 512, dn = dv = 128) naive wins from about 170 new tokens on; decode is always absorbed.
+bool DeepseekV3Model::use_absorbed(int64_t tokens, int64_t cached) const {
+  if (mla_form_ != MlaForm::kAuto) return mla_form_ == MlaForm::kAbsorbed;
+  const auto& m = config_.mla;
+  const int64_t r = m.kv_lora_rank, dn = m.qk_nope_head_dim, dr = m.qk_rope_head_dim, dv = m.v_head_dim;
+  const int64_t S = cached + tokens;
+  const int64_t naive = S * (dn + dv) * r + tokens * S * (dn + dr + dv);
+  const int64_t absorbed = tokens * (dn + dv) * r + tokens * S * (2 * r + dr);
+  return absorbed < naive;
+}
+
+HostTensor DeepseekV3Model::attention(const Chunk& c, int layer, const HostTensor& x, V3SequenceState& seq) const {
+  const V3AttentionWeights& a = w_.layers[layer].attn;
+  const auto& m = config_.mla;
+  const int64_t T = c.T, H = config_.num_heads, D = config_.hidden_size;
+  const int64_t dn = m.qk_nope_head_dim, dr = m.qk_rope_head_dim, dv = m.v_head_dim, r = m.kv_lora_rank;
+  const int64_t qk = dn + dr, row = r + dr;
+
+  // Query q [T, H, dn + dr]: per head q_nope | q_pe.
+  HostTensor q(DType::kF32, {T, H * qk});
+  if (m.q_lora_rank > 0) {
+    HostTensor q_latent(DType::kF32, {T, m.q_lora_rank});
+    backend_.linear({x.view(), a.q_a.view(), q_latent.view()});
+    backend_.rms_norm({q_latent.view(), a.q_a_norm.view(), q_latent.view(), kLatentNormEps});
+    backend_.linear({q_latent.view(), a.q_b.view(), q.view()});
+  } else {
+    backend_.linear({x.view(), a.q.view(), q.view()});
+  }
+  const Tensor q_heads = q.view().reshape({T, H, qk});
+  backend_.rope({q_heads, c.positions.view(), inv_freq_.view()});  // rotates the trailing dr channels
+
+  // Compressed KV: kv_a [T, r + dr] = latent c | shared rope key k_pe (one for all heads).
+  HostTensor kv_a(DType::kF32, {T, row});
+  backend_.linear({x.view(), a.kv_a.view(), kv_a.view()});
+  HostTensor latent(DType::kF32, {T, r}), k_pe(DType::kF32, {T, 1, dr});
+  for (int64_t t = 0; t < T; ++t) {
+    std::memcpy(latent.data<float>() + t * r, kv_a.data<float>() + t * row, sizeof(float) * r);
+    std::memcpy(k_pe.data<float>() + t * dr, kv_a.data<float>() + t * row + r, sizeof(float) * dr);
+  }
+  backend_.rms_norm({latent.view(), a.kv_a_norm.view(), latent.view(), kLatentNormEps});  // ĉ; k_pe is not normed
+  backend_.rope({k_pe.view(), c.positions.view(), inv_freq_.view()});
+  if (rope_magnitude_ != 1.0f) {
+    // YaRN's attention_factor multiplies cos and sin, i.e. scales every rotated channel.
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t i = 0; i < dr; ++i) k_pe.data<float>()[t * dr + i] *= rope_magnitude_;
+      for (int64_t hh = 0; hh < H; ++hh)
+        for (int64_t i = 0; i < dr; ++i) q.data<float>()[(t * H + hh) * qk + dn + i] *= rope_magnitude_;
+    }
+  }
+
+  // Append this chunk's cache rows [T, r + dr] = ĉ | RoPE'd k_pe, then attend over all S rows.
+  std::vector<float>& cache = seq.kv[layer];
+  DI_CHECK(static_cast<int64_t>(cache.size()) == c.p0 * row) << "forward: layer " << layer << " cache out of step";
+  cache.resize(static_cast<size_t>((c.p0 + T) * row));
+  for (int64_t t = 0; t < T; ++t) {
+    float* dst = cache.data() + (c.p0 + t) * row;
+    std::memcpy(dst, latent.data<float>() + t * r, sizeof(float) * r);
+    std::memcpy(dst + r, k_pe.data<float>() + t * dr, sizeof(float) * dr);
+  }
+  const int64_t S = c.p0 + T;
+  HostTensor o(DType::kF32, {T, H, dv});
+  MlaAttentionParams p;
+  p.q = q_heads;
+  p.q_positions = c.positions.view();
+  p.kv = Tensor(cache.data(), DType::kF32, {S, row});
+  p.kv_positions = c.kv_positions.view();
+  p.kv_b = a.kv_b.view();
+  p.out = o.view();
+  p.rope_dim = static_cast<int>(dr);
+  p.scale = softmax_scale_;
+  if (use_absorbed(T, c.p0)) {
+    backend_.mla_attention_absorbed(p);
+  } else {
+    backend_.mla_attention_naive(p);
+  }
+
+  // Output projection: concat_h(o_h) [T, H·dv] · W_oᵀ.
+  HostTensor out(DType::kF32, {T, D});
+  backend_.linear({o.view().reshape({T, H * dv}), a.o.view(), out.view()});
+  return out;
+}
+
+HostTensor DeepseekV3Model::ffn(const Chunk& c, int layer, const HostTensor& x) const {
+  const V3LayerWeights& lw = w_.layers[layer];
+  const auto& moe = config_.moe;
+  const int64_t T = c.T;
+  HostTensor out(DType::kF32, {T, config_.hidden_size});
+  MoeParams p;
+  p.x = x.view();
+  p.experts = &lw.experts;
+  p.out = out.view();
+  if (!lw.moe) {
+    // Dense SwiGLU: the layer's one "expert" with weight 1 for every token.
+    HostTensor weights(DType::kF32, {T, 1}), indices(DType::kI32, {T, 1});
+    for (int64_t t = 0; t < T; ++t) weights.data<float>()[t] = 1.0f;
+    p.weights = weights.view();
+    p.indices = indices.view();
+    backend_.moe(p);
+    return out;
+  }
+  const int64_t k = moe.num_experts_per_tok;
+  HostTensor weights(DType::kF32, {T, k}), indices(DType::kI32, {T, k});
+  RouterParams r;
+  r.x = x.view();
+  r.weight = lw.gate.view();
+  if (lw.gate_bias.data<void>() != nullptr) r.bias = lw.gate_bias.view();
+  r.weights = weights.view();
+  r.indices = indices.view();
+  r.route_scale = static_cast<float>(moe.routed_scaling_factor);
+  if (moe.scoring == ScoringFunc::kSigmoid) {
+    r.scoring = RouterScoring::kSigmoid;
+    r.normalize = moe.norm_topk_prob;  // transformers deepseek_v3
+  } else {
+    DI_CHECK_CODE(moe.scoring == ScoringFunc::kSoftmax, ErrorCode::kUnsupported)
+        << "V3 family: scoring_func " << scoring_name(moe.scoring) << " is not supported";
+    r.scoring = RouterScoring::kSoftmax;
+    r.normalize = moe.norm_topk_prob && k > 1;  // DeepSeek-V2 remote code (false for every released V2)
+  }
+  if (moe.topk_method != TopkMethod::kGreedy) {
+    r.n_group = moe.n_group;
+    r.topk_group = moe.topk_group;
+    r.group_score = moe.topk_method == TopkMethod::kNoauxTc ? GroupScore::kTop2Sum : GroupScore::kMax;
+  }
+  backend_.router(r);
+  p.weights = weights.view();
+  p.indices = indices.view();
+  p.shared = lw.has_shared ? &lw.shared : nullptr;
+  backend_.moe(p);
+  return out;
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,67 @@
+// DeepSeek-V3 family forward pass (V3, R1, V3.1: transformers deepseek_v3; V2-Lite: deepseek_v2), exact
+// against transformers' fp32 eager path (MODELS.md Part B). One `forward` call appends a chunk of tokens to
+// a sequence; the per-sequence MLA cache below is all that carries across calls, so one-shot prefill,
+// chunked prefill and token-by-token decode give the same logits. The state is plain data so that a paged
+// cache manager can own it later.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "deepinfer/core/tensor.h"
+#include "deepinfer/model/deepseek_v3_weights.h"
+#include "deepinfer/model/model_config.h"
+#include "deepinfer/ops/ops.h"
+
+namespace deepinfer {
+
+// Per token and layer the MLA cache keeps one row of kv_lora_rank + qk_rope_head_dim values: the normalised
+// latent ĉ followed by the RoPE'd shared rope key (576 values for V3: 1152 B in bf16).
+struct V3SequenceState {
+  int64_t num_tokens = 0;              // tokens already cached = position of the next token
+  std::vector<std::vector<float>> kv;  // per layer: [num_tokens, kv_lora_rank + qk_rope_head_dim]
+};
+
+// Optional per-call record of intermediates (tests, debugging).
+struct V3ForwardTrace {
+  std::vector<HostTensor> layer_outputs;  // per layer: residual stream after the layer [T, D]
+  HostTensor final_hidden;                // after the final norm [T, D]
+};
+
+// Which MLA form attention uses. kAuto picks the cheaper one per call from the op counts (naive for long
+// prefill chunks, absorbed for decode); the others force one (tests, benchmarks).
+enum class MlaForm { kAuto, kNaive, kAbsorbed };
+
+class DeepseekV3Model {
+ public:
+  // Loads config.json and the safetensors of `dir` (model_type deepseek_v3 or deepseek_v2).
+  static std::unique_ptr<DeepseekV3Model> load(const std::string& dir, Backend& backend);
+
+  DeepseekV3Model(ModelConfig config, V3Weights weights, Backend& backend);
+
+  const ModelConfig& config() const { return config_; }
+  V3SequenceState new_sequence() const;
+  void set_mla_form(MlaForm form) { mla_form_ = form; }
+
+  // Appends `ids` to the sequence and returns their logits, f32 [T, vocab].
+  HostTensor forward(V3SequenceState& seq, std::span<const int64_t> ids, V3ForwardTrace* trace = nullptr) const;
+
+ private:
+  struct Chunk;  // per-call positions
+  HostTensor attention(const Chunk& c, int layer, const HostTensor& x, V3SequenceState& seq) const;
+  HostTensor ffn(const Chunk& c, int layer, const HostTensor& x) const;
+  bool use_absorbed(int64_t tokens, int64_t cached) const;
+
+  ModelConfig config_;
+  V3Weights w_;
+  Backend& backend_;
+  HostTensor inv_freq_;          // f32 [qk_rope_head_dim / 2], YaRN-blended
+  float rope_magnitude_ = 1.0f;  // YaRN attention_factor on cos/sin (1 for every released config)
+  float softmax_scale_ = 1.0f;   // qk_head_dim^-0.5 · m²
+  MlaForm mla_form_ = MlaForm::kAuto;
+};
+
+}  // namespace deepinfer

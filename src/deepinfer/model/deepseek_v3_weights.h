@@ -1,0 +1,47 @@
+// Weights of a DeepSeek-V3-family model (V3, R1, V3.1, V2-Lite), dequantized to fp32 host tensors (FP8
+// 128×128 blocks with F32 weight_scale_inv are expanded exactly at load). Names are transformers' (the
+// released checkpoints use them too); the schema is model/weight_schema.h.
+#pragma once
+
+#include <vector>
+
+#include "deepinfer/core/tensor.h"
+#include "deepinfer/io/checkpoint.h"
+#include "deepinfer/model/model_config.h"
+#include "deepinfer/ops/ops.h"
+
+namespace deepinfer {
+
+struct V3AttentionWeights {
+  HostTensor q_a, q_a_norm, q_b;  // q_lora_rank set: [rq, D], [rq], [H·(dn+dr), rq]
+  HostTensor q;                   // q_lora_rank null: [H·(dn+dr), D]
+  HostTensor kv_a, kv_a_norm;     // [r + dr, D], [r]
+  HostTensor kv_b;                // [H·(dn+dv), r]
+  HostTensor o;                   // [D, H·dv]
+};
+
+struct V3LayerWeights {
+  HostTensor input_norm, post_attention_norm;  // [D]
+  V3AttentionWeights attn;
+  bool moe = false;
+  // Dense layers: experts = {the SwiGLU of width intermediate_size}, run as one expert of weight 1.
+  // MoE layers: router gate [E, D], bias [E] (noaux_tc only), the E routed experts and the shared expert
+  // (width moe_intermediate_size · n_shared_experts).
+  HostTensor gate, gate_bias;
+  std::vector<HostTensor> expert_storage;  // w1/w3/w2 of every expert, then the shared one
+  std::vector<ExpertWeights> experts;      // views into expert_storage
+  ExpertWeights shared;
+  bool has_shared = false;
+};
+
+struct V3Weights {
+  HostTensor embed;  // [V, D]
+  HostTensor norm;   // [D]
+  HostTensor head;   // [V, D] (a copy of embed when tied)
+  std::vector<V3LayerWeights> layers;
+};
+
+// Validates the checkpoint against the schema of `config` (every problem listed) and loads it.
+V3Weights load_v3_weights(const ModelConfig& config, const Checkpoint& ckpt, Backend& backend);
+
+}  // namespace deepinfer

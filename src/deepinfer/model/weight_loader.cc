@@ -1,0 +1,67 @@
+#include "deepinfer/model/weight_loader.h"
+
+#include <sstream>
+
+namespace deepinfer {
+
+WeightLoader::WeightLoader(const ModelConfig& config, const Checkpoint& ckpt, Backend& backend)
+    : config_(config), ckpt_(ckpt), backend_(backend), check_(check_weights(config, ckpt)) {
+  if (!check_.problems.empty()) {
+    std::ostringstream os;
+    os << ckpt.dir() << ": checkpoint does not match the " << family_name(config.family) << " config ("
+       << check_.problems.size() << " problem(s)):";
+    for (const auto& p : check_.problems) os << "\n  " << p;
+    DI_FAIL(ErrorCode::kInvalidArgument) << os.str();
+  }
+  for (const auto& r : check_.found) by_name_[r.spec->name] = &r;
+}
+
+HostTensor WeightLoader::f32(const std::string& name) const {
+  auto it = by_name_.find(name);
+  DI_CHECK_INTERNAL(it != by_name_.end()) << "weight '" << name << "' is not in the schema of this config";
+  const ResolvedWeight& r = *it->second;
+  HostTensor out(DType::kF32, r.spec->shape);
+  const Tensor w = ckpt_.tensor(r.name);
+  DequantizeParams p;
+  p.out = out.view();
+  p.weight = w;
+  switch (r.format) {
+    case WeightFormat::kFloat:
+      // Any-rank float tensor: dequantize as one row.
+      p.format = QuantFormat::kFloat;
+      p.weight = w.reshape({1, w.numel()});
+      p.out = out.view().reshape({1, out.numel()});
+      break;
+    case WeightFormat::kFP8Block:
+      p.scale = ckpt_.tensor(r.scale->name);
+      if (r.spec->kind == WeightKind::kEngramTable) {
+        p.format = QuantFormat::kFP8Row32;
+      } else {
+        p.format = QuantFormat::kFP8Block;
+        p.block_n = config_.quant.block_n;
+        p.block_k = config_.quant.block_k;
+      }
+      break;
+    case WeightFormat::kMXFP4:
+      p.format = QuantFormat::kMXFP4;
+      p.scale = ckpt_.tensor(r.scale->name);
+      break;
+    case WeightFormat::kInt:
+      DI_FAIL(ErrorCode::kInternal) << "weight '" << name << "' is an integer table";
+  }
+  backend_.dequantize(p);
+  return out;
+}
+
+HostTensor WeightLoader::i64(const std::string& name) const {
+  auto it = by_name_.find(name);
+  DI_CHECK_INTERNAL(it != by_name_.end()) << "weight '" << name << "' is not in the schema of this config";
+  const ResolvedWeight& r = *it->second;
+  const Tensor w = ckpt_.tensor(r.name);
+  HostTensor out(DType::kI64, r.spec->shape);
+  for (int64_t i = 0; i < w.numel(); ++i)
+    out.data<int64_t>()[i] = w.dtype() == DType::kI64 ? w.data_as<int64_t>()[i] : w.data_as<int32_t>()[i];
+  return out;
+}
+
+}  // namespace deepinfer

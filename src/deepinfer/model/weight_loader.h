@@ -1,0 +1,36 @@
+// Reads a checkpoint's tensors as fp32 host tensors by their canonical schema name (model/weight_schema.h):
+// validates the whole checkpoint against the config first (failing with every problem listed), then
+// dequantizes each requested tensor exactly (FP8 block scales, MXFP4, FP8 row scales) through the backend.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "deepinfer/core/tensor.h"
+#include "deepinfer/io/checkpoint.h"
+#include "deepinfer/model/model_config.h"
+#include "deepinfer/model/weight_schema.h"
+#include "deepinfer/ops/ops.h"
+
+namespace deepinfer {
+
+class WeightLoader {
+ public:
+  // Throws InvalidArgument listing every problem when the checkpoint does not match `config`.
+  WeightLoader(const ModelConfig& config, const Checkpoint& ckpt, Backend& backend);
+
+  bool has(const std::string& name) const { return by_name_.count(name) != 0; }
+  // The tensor named `name` (canonical) as f32 in its logical shape.
+  HostTensor f32(const std::string& name) const;
+  // An integer table (hash routing) as i64.
+  HostTensor i64(const std::string& name) const;
+
+ private:
+  const ModelConfig& config_;
+  const Checkpoint& ckpt_;
+  Backend& backend_;
+  WeightCheck check_;
+  std::map<std::string, const ResolvedWeight*> by_name_;
+};
+
+}  // namespace deepinfer

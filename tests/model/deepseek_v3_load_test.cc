@@ -1,0 +1,142 @@
+// Loading DeepSeek-V3-family checkpoints written by `deepinfer make-checkpoint`: a V2-Lite-shaped model
+// (q_lora_rank null → q_proj, softmax greedy routing, 2 shared experts, no correction bias) and an FP8 V3
+// model (F8_E4M3 weights, 128×128 F32 weight_scale_inv) load, run with finite logits, and give the same
+// logits chunked as one-shot; the MLA forms agree on them.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include <nlohmann/json.hpp>
+
+#include "deepinfer/io/safetensors.h"
+#include "deepinfer/model/deepseek_v3.h"
+#include "test_util.h"
+
+namespace deepinfer {
+namespace {
+
+std::string v3_config_text() {
+  return testing::read_file_or_empty(testing::test_data_dir() + "/golden/deepseek_v3/config.json");
+}
+
+// V2-Lite's structure at fixture size (MODELS.md Part B §1: q_lora_rank null, n_group 1, softmax greedy,
+// routed_scaling_factor 1, norm_topk_prob false, mscale = mscale_all_dim = 0.707).
+nlohmann::json v2_lite_config() {
+  nlohmann::json c = nlohmann::json::parse(v3_config_text());
+  c["model_type"] = "deepseek_v2";
+  c["architectures"] = {"DeepseekV2ForCausalLM"};
+  c["q_lora_rank"] = nullptr;
+  c["n_group"] = 1;
+  c["topk_group"] = 1;
+  c["n_shared_experts"] = 2;
+  c["num_experts_per_tok"] = 6;
+  c["routed_scaling_factor"] = 1.0;
+  c["norm_topk_prob"] = false;
+  c["topk_method"] = "greedy";
+  c["scoring_func"] = "softmax";
+  c["rope_parameters"]["mscale"] = 0.707;
+  c["rope_parameters"]["mscale_all_dim"] = 0.707;
+  return c;
+}
+
+// Writes `config` and runs `deepinfer make-checkpoint` on it; returns the checkpoint dir.
+std::string make_checkpoint(const testing::TempDir& tmp, const nlohmann::json& config) {
+  testing::write_file(tmp.file("in.json"), config.dump(2));
+  const std::string out = tmp.path() + "/ckpt";
+  auto r = testing::run_cli("make-checkpoint --config " + tmp.file("in.json") + " --out " + out + " --seed 3");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  return out;
+}
+
+// One-shot logits over `ids` (finite), then the same ids in chunks of 3, 1, 1, 11, rest: max relative error.
+double chunked_vs_one_shot(const DeepseekV3Model& model, const std::vector<int64_t>& ids, MlaForm form) {
+  const_cast<DeepseekV3Model&>(model).set_mla_form(form);
+  auto one = model.new_sequence();
+  HostTensor full = model.forward(one, ids);
+  for (int64_t i = 0; i < full.numel(); ++i) EXPECT_TRUE(std::isfinite(full.data<float>()[i])) << i;
+  auto chunked = model.new_sequence();
+  std::vector<float> rows;
+  size_t at = 0;
+  for (size_t len : {size_t{3}, size_t{1}, size_t{1}, size_t{11}, ids.size()}) {
+    len = std::min(len, ids.size() - at);
+    if (len == 0) break;
+    HostTensor part = model.forward(chunked, std::span<const int64_t>(ids.data() + at, len));
+    rows.insert(rows.end(), part.data<float>(), part.data<float>() + part.numel());
+    at += len;
+  }
+  double err = 0, scale = 0;
+  for (int64_t i = 0; i < full.numel(); ++i) {
+    err = std::max(err, std::fabs(double(rows[i]) - full.data<float>()[i]));
+    scale = std::max(scale, std::fabs(double(full.data<float>()[i])));
+  }
+  return err / scale;
+}
+
+std::vector<int64_t> some_ids(int n) {
+  std::vector<int64_t> ids;
+  for (int i = 0; i < n; ++i) ids.push_back((i * 37 + 11) % 768);
+  return ids;
+}
+
+TEST(DeepseekV3Load, V2LiteShapedCheckpointLoadsAndChunksConsistently) {
+  testing::TempDir tmp;
+  const std::string dir = make_checkpoint(tmp, v2_lite_config());
+  // The writer realised V2-Lite's names: q_proj, no q_a_*, no correction bias.
+  auto st = SafetensorsFile::open(dir + "/model.safetensors");
+  EXPECT_NE(st->find("model.layers.0.self_attn.q_proj.weight"), nullptr);
+  EXPECT_EQ(st->find("model.layers.0.self_attn.q_a_proj.weight"), nullptr);
+  EXPECT_EQ(st->find("model.layers.1.mlp.gate.e_score_correction_bias"), nullptr);
+  EXPECT_NE(st->find("model.layers.1.mlp.shared_experts.gate_proj.weight"), nullptr);
+
+  auto backend = make_cpu_backend(0);
+  auto model = DeepseekV3Model::load(dir, *backend);
+  const ModelConfig& c = model->config();
+  EXPECT_EQ(c.mla.q_lora_rank, 0);
+  EXPECT_EQ(c.moe.scoring, ScoringFunc::kSoftmax);
+  EXPECT_EQ(c.moe.topk_method, TopkMethod::kGreedy);
+  EXPECT_FALSE(c.moe.has_bias);
+  // V2-Lite's m = 0.1·0.707·ln 4 + 1 enters the softmax scale squared.
+  const double m = 0.1 * 0.707 * std::log(4.0) + 1.0;
+  EXPECT_NEAR(attention_softmax_scale(c), m * m / std::sqrt(48.0), 1e-9);
+  const auto ids = some_ids(40);
+  EXPECT_LE(chunked_vs_one_shot(*model, ids, MlaForm::kAuto), 1e-5);
+  EXPECT_LE(chunked_vs_one_shot(*model, ids, MlaForm::kNaive), 1e-5);
+  EXPECT_LE(chunked_vs_one_shot(*model, ids, MlaForm::kAbsorbed), 1e-5);
+}
+
+TEST(DeepseekV3Load, Fp8CheckpointWithF32BlockScalesRuns) {
+  testing::TempDir tmp;
+  nlohmann::json cfg = nlohmann::json::parse(v3_config_text());
+  cfg["quantization_config"] = {
+      {"quant_method", "fp8"}, {"fmt", "e4m3"}, {"activation_scheme", "dynamic"}, {"weight_block_size", {128, 128}}};
+  const std::string dir = make_checkpoint(tmp, cfg);
+  auto st = SafetensorsFile::open(dir + "/model.safetensors");
+  const SafetensorsEntry* w = st->find("model.layers.0.self_attn.kv_b_proj.weight");
+  const SafetensorsEntry* s = st->find("model.layers.0.self_attn.kv_b_proj.weight_scale_inv");
+  ASSERT_NE(w, nullptr);
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(w->dtype, DType::kF8E4M3);
+  EXPECT_EQ(s->dtype, DType::kF32);
+  EXPECT_EQ(s->shape, (Shape{2, 1}));  // kv_b [256, 32]: partial edge blocks share their block's scale
+  EXPECT_EQ(st->find("model.layers.1.mlp.gate.weight")->dtype, DType::kBF16);  // router stays bf16
+
+  auto backend = make_cpu_backend(0);
+  auto model = DeepseekV3Model::load(dir, *backend);
+  EXPECT_TRUE(model->config().quant.fp8);
+  EXPECT_FALSE(model->config().quant.scale_ue8m0);
+  EXPECT_LE(chunked_vs_one_shot(*model, some_ids(37), MlaForm::kAuto), 1e-5);
+}
+
+TEST(DeepseekV3Load, V4CheckpointIsRejectedWithTheFamily) {
+  auto backend = make_cpu_backend(1);
+  try {
+    DeepseekV3Model::load(testing::test_data_dir() + "/golden/deepseek_v4", *backend);
+    FAIL() << "a V4 checkpoint loaded as V3";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+    EXPECT_NE(std::string(e.what()).find("deepseek_v4"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace deepinfer
