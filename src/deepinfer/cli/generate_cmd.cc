@@ -1,6 +1,6 @@
 // deepinfer generate --model DIR --prompt-ids 1,2,3 --max-tokens N: greedy generation of one sequence with
-// the CPU reference forward (DeepSeek-V4 / V4.1). Prints the generated ids, the decode perplexity (exp of
-// the mean negative log-likelihood of the generated tokens) and the speed.
+// the CPU reference forward (DeepSeek-V3 family or V4 / V4.1, from config.json). Prints the generated ids, the decode
+// perplexity (exp of the mean negative log-likelihood of the generated tokens) and the speed.
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -14,6 +14,7 @@
 #include "deepinfer/core/logging.h"
 #include "deepinfer/io/checkpoint.h"
 #include "deepinfer/io/safetensors.h"
+#include "deepinfer/model/deepseek_v3.h"
 #include "deepinfer/model/deepseek_v4.h"
 
 namespace deepinfer::cli {
@@ -55,29 +56,15 @@ struct GenerateArgs {
   bool stop_at_eos = false;
 };
 
-int run_generate(const GenerateArgs& a) {
-  const char* env = std::getenv("DEEPINFER_HF_MODEL_DIR");
-  ResolvedModel m = resolve_model_dir(a.model.empty() ? std::nullopt : std::optional<std::string>(a.model),
-                                      env ? std::optional<std::string>(env) : std::nullopt, embedded_model_dir());
-  DI_LOG_INFO("model: {} (from {})", m.dir, m.source);
-  DI_CHECK(a.max_tokens >= 1) << "--max-tokens must be >= 1";
-  std::vector<int64_t> prompt = parse_ids(a.prompt_ids);
-  std::optional<std::vector<int64_t>> token_map;
-  if (!a.token_map_file.empty()) {
-    auto f = SafetensorsFile::open(a.token_map_file);
-    Tensor t = f->tensor("engram.token_map");
-    DI_CHECK(t.dtype() == DType::kI64) << a.token_map_file << ": engram.token_map must be I64";
-    token_map = std::vector<int64_t>(t.data_as<int64_t>(), t.data_as<int64_t>() + t.numel());
-  }
-  auto backend = make_cpu_backend(a.threads);
-  auto model = DeepseekV4Model::load(m.dir, *backend, token_map);
-  const int64_t vocab = model->config().vocab_size;
+template <typename Model>
+int greedy(const Model& model, const std::vector<int64_t>& prompt, const GenerateArgs& a) {
+  const int64_t vocab = model.config().vocab_size;
   for (int64_t id : prompt)
     DI_CHECK(id >= 0 && id < vocab) << "token id " << id << " outside the vocabulary (" << vocab << ")";
 
-  auto seq = model->new_sequence();
+  auto seq = model.new_sequence();
   const auto t0 = std::chrono::steady_clock::now();
-  HostTensor logits = model->forward(seq, prompt);
+  HostTensor logits = model.forward(seq, prompt);
   const auto t1 = std::chrono::steady_clock::now();
   const float* row = logits.data<float>() + (prompt.size() - 1) * vocab;
   std::vector<int64_t> out;
@@ -86,10 +73,10 @@ int run_generate(const GenerateArgs& a) {
     const int64_t next = std::max_element(row, row + vocab) - row;
     nll -= log_prob(row, vocab, next);
     out.push_back(next);
-    const auto& eos = model->config().eos_token_ids;
+    const auto& eos = model.config().eos_token_ids;
     if (a.stop_at_eos && std::find(eos.begin(), eos.end(), next) != eos.end()) break;
     if (step + 1 == a.max_tokens) break;
-    logits = model->forward(seq, std::span<const int64_t>(&out.back(), 1));
+    logits = model.forward(seq, std::span<const int64_t>(&out.back(), 1));
     row = logits.data<float>();
   }
   const auto t2 = std::chrono::steady_clock::now();
@@ -106,10 +93,31 @@ int run_generate(const GenerateArgs& a) {
   return 0;
 }
 
+int run_generate(const GenerateArgs& a) {
+  const char* env = std::getenv("DEEPINFER_HF_MODEL_DIR");
+  ResolvedModel m = resolve_model_dir(a.model.empty() ? std::nullopt : std::optional<std::string>(a.model),
+                                      env ? std::optional<std::string>(env) : std::nullopt, embedded_model_dir());
+  DI_LOG_INFO("model: {} (from {})", m.dir, m.source);
+  DI_CHECK(a.max_tokens >= 1) << "--max-tokens must be >= 1";
+  std::vector<int64_t> prompt = parse_ids(a.prompt_ids);
+  std::optional<std::vector<int64_t>> token_map;
+  if (!a.token_map_file.empty()) {
+    auto f = SafetensorsFile::open(a.token_map_file);
+    Tensor t = f->tensor("engram.token_map");
+    DI_CHECK(t.dtype() == DType::kI64) << a.token_map_file << ": engram.token_map must be I64";
+    token_map = std::vector<int64_t>(t.data_as<int64_t>(), t.data_as<int64_t>() + t.numel());
+  }
+  auto backend = make_cpu_backend(a.threads);
+  // The family in config.json picks the forward; both models share new_sequence() / forward().
+  if (load_model_config(m.dir + "/config.json").family == ModelFamily::kDeepseekV3)
+    return greedy(*DeepseekV3Model::load(m.dir, *backend), prompt, a);
+  return greedy(*DeepseekV4Model::load(m.dir, *backend, token_map), prompt, a);
+}
+
 }  // namespace
 
 void register_generate(CLI::App& app, CommandRegistry& reg) {
-  auto* sub = app.add_subcommand("generate", "greedy generation with the CPU reference forward (V4 / V4.1)");
+  auto* sub = app.add_subcommand("generate", "greedy generation with the CPU reference forward (V3 family, V4 / V4.1)");
   auto a = std::make_shared<GenerateArgs>();
   sub->add_option("--model", a->model, "checkpoint directory (default: DEEPINFER_HF_MODEL_DIR, embedded)");
   sub->add_option("--prompt-ids", a->prompt_ids, "comma-separated prompt token ids")->required();

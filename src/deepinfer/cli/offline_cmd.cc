@@ -14,9 +14,11 @@
 #include "deepinfer/cli/commands.h"
 #include "deepinfer/core/logging.h"
 #include "deepinfer/engine/engine.h"
+#include "deepinfer/engine/v3_model_runner.h"
 #include "deepinfer/engine/v4_model_runner.h"
 #include "deepinfer/io/checkpoint.h"
 #include "deepinfer/kv/kv_layout.h"
+#include "deepinfer/model/deepseek_v3.h"
 #include "deepinfer/model/deepseek_v4.h"
 #ifdef DEEPINFER_WITH_CUDA
 #include "deepinfer/ops/cuda/cuda_backend.h"
@@ -92,8 +94,18 @@ int run_offline(const OfflineArgs& a) {
   DI_LOG_INFO("model resolved from {}: {}", m.source, m.dir);
   auto backend = make_backend(a.device, a.threads);
   DI_LOG_INFO("device: {}", a.device);
-  auto model = DeepseekV4Model::load(m.dir, *backend);
-  const ModelConfig& cfg = model->config();
+  // The family in config.json picks the forward and its runner: V3 (V3/R1/V3.1/V2-Lite) or V4/V4.1.
+  std::unique_ptr<DeepseekV3Model> v3;
+  std::unique_ptr<DeepseekV4Model> v4;
+  if (load_model_config(m.dir + "/config.json").family == ModelFamily::kDeepseekV3) {
+    // The V3 forward keeps its activations and MLA cache in host memory and CUDA has no MLA kernels yet.
+    DI_CHECK_CODE(a.device == "cpu", ErrorCode::kUnsupported)
+        << "--device " << a.device << ": the DeepSeek-V3 family runs on the CPU backend only so far";
+    v3 = DeepseekV3Model::load(m.dir, *backend);
+  } else {
+    v4 = DeepseekV4Model::load(m.dir, *backend);
+  }
+  const ModelConfig& cfg = v3 ? v3->config() : v4->config();
   std::unique_ptr<tokenizer::Tokenizer> tok;
   if (std::filesystem::exists(m.dir + "/tokenizer.json")) tok = tokenizer::Tokenizer::from_file(m.dir + "/tokenizer.json");
 
@@ -129,12 +141,17 @@ int run_offline(const OfflineArgs& a) {
   ec.kv.num_blocks = sizing.num_blocks;
   ec.kv.block_size = layout.block_size;
   ec.kv.num_state_slots = sizing.num_state_slots;
-  ec.kv.enable_prefix_cache = V4ModelRunner::prefix_cache_supported();
+  ec.kv.enable_prefix_cache = v3 ? V3ModelRunner::prefix_cache_supported() : V4ModelRunner::prefix_cache_supported();
   ec.seed = a.seed;
   for (int64_t e : cfg.eos_token_ids) ec.eos_token_ids.push_back(static_cast<TokenId>(e));
   if (tok) ec.detokenize = [&tok](std::span<const TokenId> ids) { return tok->decode(ids); };
-  V4ModelRunner runner(*model, sizing.num_state_slots);
-  Engine engine(ec, runner);
+  std::unique_ptr<ModelRunner> runner;
+  if (v3) {
+    runner = std::make_unique<V3ModelRunner>(*v3, sizing.num_state_slots);
+  } else {
+    runner = std::make_unique<V4ModelRunner>(*v4, sizing.num_state_slots);
+  }
+  Engine engine(ec, *runner);
 
   for (size_t i = 0; i < prompts.size(); ++i) {
     Request r;
