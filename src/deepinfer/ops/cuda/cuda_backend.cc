@@ -4,7 +4,10 @@
 #include "deepinfer/ops/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <cstring>
+#include <map>
 #include <memory>
+#include <tuple>
 #include <unordered_map>
 
 #include "deepinfer/ops/cuda/kernels.h"
@@ -67,7 +70,14 @@ void validate_quant(const char* op, const char* field, const QuantMatrix& m, con
 class CudaMemory final : public TensorMemory {
  public:
   CudaMemory(Device device, cuda::DeviceAllocator& alloc, cudaStream_t stream, cuda::DeviceStatus& status)
-      : device_(device), alloc_(alloc), stream_(stream), status_(status) {}
+      : device_(device), alloc_(alloc), stream_(stream), status_(status), staging_(kStagingBytes) {
+    DI_CUDA_CHECK(cudaEventCreateWithFlags(&lap_done_, cudaEventDisableTiming));
+  }
+  ~CudaMemory() override {
+    if (lap_done_) cudaEventDestroy(lap_done_);
+  }
+  CudaMemory(const CudaMemory&) = delete;
+  CudaMemory& operator=(const CudaMemory&) = delete;
 
   Device device() const override { return device_; }
 
@@ -93,10 +103,7 @@ class CudaMemory final : public TensorMemory {
       }
     } else if (dst_dev) {
       DI_CHECK(src.is_contiguous() && dst.is_contiguous()) << "copy host -> device needs contiguous tensors";
-      DI_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), bytes, cudaMemcpyHostToDevice, stream_));
-      // The source is pageable host memory the caller may free or reuse at once: wait for the copy. (A pinned
-      // staging ring would remove this sync; the uploads are a few small index tensors per layer.)
-      DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      upload_bytes(dst.data(), src.data(), bytes);
     } else if (src_dev) {
       DI_CHECK(src.is_contiguous() && dst.is_contiguous()) << "copy device -> host needs contiguous tensors";
       DI_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), bytes, cudaMemcpyDeviceToHost, stream_));
@@ -128,6 +135,28 @@ class CudaMemory final : public TensorMemory {
     return true;
   }
 
+  // The source is pageable host memory that the caller may free or reuse at once. Small uploads (positions,
+  // ids, masks: a few per layer) are staged in a pinned ring and copied asynchronously; a region of the ring is
+  // rewritten only after the stream has passed every copy of the previous lap (one wait per lap). Larger ones
+  // (weights at load) copy directly and wait.
+  void upload_bytes(void* dst, const void* src, size_t bytes) {
+    const size_t padded = (bytes + 255) / 256 * 256;
+    if (padded > kStagingBytes) {
+      DI_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+      DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      return;
+    }
+    if (staging_at_ + padded > kStagingBytes) {
+      DI_CUDA_CHECK(cudaEventRecord(lap_done_, stream_));
+      DI_CUDA_CHECK(cudaEventSynchronize(lap_done_));
+      staging_at_ = 0;
+    }
+    auto* slot = static_cast<uint8_t*>(staging_.data()) + staging_at_;
+    std::memcpy(slot, src, bytes);
+    DI_CUDA_CHECK(cudaMemcpyAsync(dst, slot, bytes, cudaMemcpyHostToDevice, stream_));
+    staging_at_ += padded;
+  }
+
   void strided(const Tensor& dst, const Tensor& src) {
     const int r = dst.rank();
     DI_CHECK(r >= 1 && r <= 4) << "copy: strided copies take rank 1..4, got " << dst.str();
@@ -143,10 +172,14 @@ class CudaMemory final : public TensorMemory {
     cuda::run_strided_copy(k, stream_);
   }
 
+  static constexpr size_t kStagingBytes = 4ull << 20;
   Device device_;
   cuda::DeviceAllocator& alloc_;
   cudaStream_t stream_;
   cuda::DeviceStatus& status_;
+  cuda::PinnedBuffer staging_;
+  size_t staging_at_ = 0;
+  cudaEvent_t lap_done_ = nullptr;
 };
 
 }  // namespace
@@ -175,6 +208,7 @@ struct CudaBackend::Impl {
     lt_workspace = cuda::DeviceBuffer(alloc, kCublasWorkspaceBytes);
   }
   ~Impl() {
+    for (auto& [unused, p] : lt_plans) destroy(p);
     if (lt) cublasLtDestroy(lt);
   }
 
@@ -192,6 +226,59 @@ struct CudaBackend::Impl {
     return t.dev.data_as<const void* const>();
   }
 
+  // A cuBLASLt matmul for one (M, N, K, type): descriptors and the heuristic's algorithm, built once. Decode
+  // repeats the same few shapes every token, and the heuristic query costs more than the tiny GEMM itself.
+  struct LtPlan {
+    cublasLtMatmulDesc_t op = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+  };
+  std::map<std::tuple<int64_t, int64_t, int64_t, int>, LtPlan> lt_plans;
+  static constexpr size_t kMaxLtPlans = 4096;  // prefill chunk lengths vary: bound the cache
+
+  static void destroy(LtPlan& p) {
+    if (p.c) cublasLtMatrixLayoutDestroy(p.c);
+    if (p.b) cublasLtMatrixLayoutDestroy(p.b);
+    if (p.a) cublasLtMatrixLayoutDestroy(p.a);
+    if (p.op) cublasLtMatmulDescDestroy(p.op);
+  }
+
+  const LtPlan& lt_plan(cudaDataType_t type, int64_t m, int64_t n, int64_t k) {
+    const auto key = std::make_tuple(m, n, k, static_cast<int>(type));
+    if (auto it = lt_plans.find(key); it != lt_plans.end()) return it->second;
+    if (lt_plans.size() >= kMaxLtPlans) {
+      for (auto& [unused, p] : lt_plans) destroy(p);
+      lt_plans.clear();
+    }
+    LtPlan p;
+    cublasLtMatmulPreference_t pref = nullptr;
+    try {
+      // f32 x f32 uses full fp32 (no TF32): the f32 Backend::linear promises CPU-level accuracy.
+      DI_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+      const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+      DI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+      DI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+      DI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, type, k, n, k));
+      DI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, type, k, m, k));
+      DI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, n, m, n));
+      DI_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+      const size_t ws = lt_workspace.size();
+      DI_CUBLAS_CHECK(
+          cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+      cublasLtMatmulHeuristicResult_t heur{};
+      int found = 0;
+      DI_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, p.op, p.a, p.b, p.c, p.c, pref, 1, &heur, &found));
+      DI_CHECK_CODE(found > 0, ErrorCode::kUnsupported) << "cuBLASLt has no algorithm for " << m << "x" << n << "x" << k;
+      p.algo = heur.algo;
+    } catch (...) {
+      if (pref) cublasLtMatmulPreferenceDestroy(pref);
+      destroy(p);
+      throw;
+    }
+    cublasLtMatmulPreferenceDestroy(pref);
+    return lt_plans.emplace(key, p).first->second;
+  }
+
   // out[M, N] (f32, row-major) = x[M, K] · w[N, K]ᵀ with x and w both f32 or both bf16, fp32 accumulate.
   // Row-major C = X·Wᵀ is column-major Cᵀ = W·Xᵀ: A = W (transposed), B = X, no copies.
   void lt_matmul(const void* x, const void* w, cudaDataType_t type, float* out, int64_t m, int64_t n, int64_t k) {
@@ -200,32 +287,10 @@ struct CudaBackend::Impl {
       DI_CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(float) * m * n, s()));
       return;
     }
-    cublasLtMatmulDesc_t op = nullptr;
-    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-    cublasLtMatmulPreference_t pref = nullptr;
-    // f32 x f32 uses full fp32 (no TF32): the f32 Backend::linear promises CPU-level accuracy.
-    DI_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    DI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
-    DI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
-    DI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a, type, k, n, k));
-    DI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b, type, k, m, k));
-    DI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c, CUDA_R_32F, n, m, n));
-    DI_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    const size_t ws = lt_workspace.size();
-    DI_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-    cublasLtMatmulHeuristicResult_t heur{};
-    int found = 0;
-    DI_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, op, a, b, c, c, pref, 1, &heur, &found));
-    DI_CHECK_CODE(found > 0, ErrorCode::kUnsupported) << "cuBLASLt has no algorithm for " << m << "x" << n << "x" << k;
+    const LtPlan& p = lt_plan(type, m, n, k);
     const float alpha = 1.0f, beta = 0.0f;
-    DI_CUBLAS_CHECK(cublasLtMatmul(lt, op, &alpha, w, a, x, b, &beta, out, c, out, c, &heur.algo,
-                                   lt_workspace.data(), ws, s()));
-    cublasLtMatmulPreferenceDestroy(pref);
-    cublasLtMatrixLayoutDestroy(c);
-    cublasLtMatrixLayoutDestroy(b);
-    cublasLtMatrixLayoutDestroy(a);
-    cublasLtMatmulDescDestroy(op);
+    DI_CUBLAS_CHECK(cublasLtMatmul(lt, p.op, &alpha, w, p.a, x, p.b, &beta, out, p.c, out, p.c, &p.algo,
+                                   lt_workspace.data(), lt_workspace.size(), s()));
   }
 
   // Fills the weight fields of a dense GEMM from a QuantMatrix (non-float formats).
