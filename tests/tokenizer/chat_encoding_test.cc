@@ -137,7 +137,6 @@ TEST(ChatOutputParser, V3ToolCalls) {
     EXPECT_EQ(d.tool_calls[0].name, "f");
     EXPECT_EQ(d.tool_calls[0].arguments, "{\"a\": 1}");
   }
-  std::string out31 = "<think>x</think>"; (void)out31;
   ChatDelta d = run_parser(ChatFormat::kV31, true, "why\n</think>ok<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>g"
                                                    "<｜tool▁sep｜>{}<｜tool▁call▁end｜><｜tool▁calls▁end｜>", 1);
   EXPECT_EQ(d.reasoning, "why");
