@@ -161,6 +161,13 @@ TEST(ModelConfig, ClearErrorsForBadConfigs) {
   bad = v3;
   bad["hidden_size"] = "big";
   EXPECT_NE(error_of(bad.dump()).find("'hidden_size' must be an integer"), std::string::npos);
+  // Found by fuzz_model_config: an integer too large for int64 (parsed as a double) must not be converted.
+  std::string huge = v3.dump();
+  huge.replace(huge.find("\"bos_token_id\":0"), 16, "\"bos_token_id\":99999999999999999999990");
+  EXPECT_NE(error_of(huge).find("int64 range"), std::string::npos) << error_of(huge);
+  bad = v3;
+  bad["bos_token_id"] = 18446744073709551615ull;
+  EXPECT_NE(error_of(bad.dump()).find("int64 range"), std::string::npos);
   bad = v3;
   bad["num_experts_per_tok"] = 99;
   EXPECT_NE(error_of(bad.dump()).find("num_experts_per_tok"), std::string::npos);

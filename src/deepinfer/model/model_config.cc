@@ -67,8 +67,13 @@ class Fields {
   int64_t i64_or(const char* key, int64_t def) const {
     if (!has(key)) return def;
     const json& v = j_[key];
-    DI_CHECK(v.is_number_integer() || (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>()))
-        << what_ << ": field '" << key << "' must be an integer, got " << v.dump();
+    // Integers beyond int64 arrive as unsigned or as doubles; converting those would be undefined or wrap.
+    const bool in_range = v.is_number_unsigned()  ? v.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX)
+                          : v.is_number_integer() ? true
+                          : v.is_number_float()   ? std::fabs(v.get<double>()) < 9.2e18 &&
+                                                      std::floor(v.get<double>()) == v.get<double>()
+                                                  : false;
+    DI_CHECK(in_range) << what_ << ": field '" << key << "' must be an integer in the int64 range, got " << v.dump();
     return v.is_number_integer() ? v.get<int64_t>() : static_cast<int64_t>(v.get<double>());
   }
   int pos_int(const char* key) const {
