@@ -4,83 +4,10 @@
 #include <map>
 #include <sstream>
 
-#include "deepinfer/model/weight_schema.h"
+#include "deepinfer/model/weight_loader.h"
 
 namespace deepinfer {
 namespace {
-
-class Loader {
- public:
-  Loader(const ModelConfig& c, const Checkpoint& ck, Backend& backend) : c_(c), ck_(ck), backend_(backend) {
-    check_ = check_weights(c, ck);
-    if (!check_.problems.empty()) {
-      std::ostringstream os;
-      os << ck.dir() << ": checkpoint does not match the " << family_name(c.family) << " config ("
-         << check_.problems.size() << " problem(s)):";
-      for (const auto& p : check_.problems) os << "\n  " << p;
-      DI_FAIL(ErrorCode::kInvalidArgument) << os.str();
-    }
-    for (const auto& r : check_.found) by_name_[r.spec->name] = &r;
-  }
-
-  bool has(const std::string& name) const { return by_name_.count(name) != 0; }
-
-  // The tensor named `name` (canonical schema name) as fp32 in its logical shape.
-  HostTensor f32(const std::string& name) {
-    auto it = by_name_.find(name);
-    DI_CHECK_INTERNAL(it != by_name_.end()) << "weight '" << name << "' is not in the schema of this config";
-    const ResolvedWeight& r = *it->second;
-    const Shape& shape = r.spec->shape;
-    HostTensor out(DType::kF32, shape);
-    const Tensor w = ck_.tensor(r.name);
-    DequantizeParams p;
-    p.out = out.view();
-    p.weight = w;
-    switch (r.format) {
-      case WeightFormat::kFloat:
-        // Any-rank float tensor: dequantize as one row.
-        p.format = QuantFormat::kFloat;
-        p.weight = w.reshape({1, w.numel()});
-        p.out = out.view().reshape({1, out.numel()});
-        break;
-      case WeightFormat::kFP8Block:
-        p.scale = ck_.tensor(r.scale->name);
-        if (r.spec->kind == WeightKind::kEngramTable) {
-          p.format = QuantFormat::kFP8Row32;
-        } else {
-          p.format = QuantFormat::kFP8Block;
-          p.block_n = c_.quant.block_n;
-          p.block_k = c_.quant.block_k;
-        }
-        break;
-      case WeightFormat::kMXFP4:
-        p.format = QuantFormat::kMXFP4;
-        p.scale = ck_.tensor(r.scale->name);
-        break;
-      case WeightFormat::kInt:
-        DI_FAIL(ErrorCode::kInternal) << "weight '" << name << "' is an integer table";
-    }
-    backend_.dequantize(p);
-    return out;
-  }
-
-  // An integer table (hash routing) as i64.
-  HostTensor i64(const std::string& name) {
-    const ResolvedWeight& r = *by_name_.at(name);
-    const Tensor w = ck_.tensor(r.name);
-    HostTensor out(DType::kI64, r.spec->shape);
-    for (int64_t i = 0; i < w.numel(); ++i)
-      out.data<int64_t>()[i] = w.dtype() == DType::kI64 ? w.data_as<int64_t>()[i] : w.data_as<int32_t>()[i];
-    return out;
-  }
-
- private:
-  const ModelConfig& c_;
-  const Checkpoint& ck_;
-  Backend& backend_;
-  WeightCheck check_;
-  std::map<std::string, const ResolvedWeight*> by_name_;
-};
 
 ExpertWeights expert_views(std::vector<OwnedTensor>& storage, size_t first) {
   return {storage[first].view(), storage[first + 1].view(), storage[first + 2].view()};
@@ -90,7 +17,7 @@ ExpertWeights expert_views(std::vector<OwnedTensor>& storage, size_t first) {
 
 V4Weights load_v4_weights(const ModelConfig& c, const Checkpoint& ck, Backend& backend) {
   DI_CHECK(c.is_v4_family()) << "load_v4_weights: " << family_name(c.family) << " is not a V4 family model";
-  Loader ld(c, ck, backend);
+  const WeightLoader ld(c, ck, backend);
   V4Weights w;
   w.embed = ld.f32("embed.weight");
   w.norm = ld.f32("norm.weight");
