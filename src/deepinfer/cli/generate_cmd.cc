@@ -1,131 +1,150 @@
-// deepinfer generate --model DIR --prompt-ids 1,2,3 --max-tokens N: greedy generation of one sequence with
-// the CPU reference forward (DeepSeek-V3 family or V4 / V4.1, from config.json). Prints the generated ids, the decode
-// perplexity (exp of the mean negative log-likelihood of the generated tokens) and the speed.
+// deepinfer generate: ad-hoc generation through the Engine. Every prompt (--prompt, --prompts-file lines,
+// --prompt-ids) is submitted at once and the engine batches them (continuous batching, chunked prefill).
+// Results are printed in input order: plain text by default, or one JSON object per request with --json.
+#include <algorithm>
 #include <chrono>
-#include <cmath>
-#include <cstdlib>
 #include <iostream>
-#include <optional>
-#include <sstream>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "deepinfer/cli/commands.h"
+#include "deepinfer/cli/engine_setup.h"
+#include "deepinfer/core/error.h"
 #include "deepinfer/core/logging.h"
-#include "deepinfer/io/checkpoint.h"
-#include "deepinfer/io/safetensors.h"
-#include "deepinfer/model/deepseek_v3.h"
-#include "deepinfer/model/deepseek_v4.h"
 
 namespace deepinfer::cli {
 namespace {
 
-std::vector<int64_t> parse_ids(const std::string& text) {
-  std::vector<int64_t> ids;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    if (item.find_first_not_of(" \t") == std::string::npos) continue;
-    try {
-      size_t used = 0;
-      ids.push_back(std::stoll(item, &used));
-      DI_CHECK(item.find_first_not_of(" \t", used) == std::string::npos) << "bad token id '" << item << "'";
-    } catch (const std::logic_error&) {
-      DI_FAIL(ErrorCode::kInvalidArgument) << "--prompt-ids: '" << item << "' is not an integer";
-    }
-  }
-  DI_CHECK(!ids.empty()) << "--prompt-ids: at least one token id is required";
-  return ids;
-}
-
-// log softmax(row)[id].
-double log_prob(const float* row, int64_t vocab, int64_t id) {
-  double mx = row[0];
-  for (int64_t i = 1; i < vocab; ++i) mx = std::max(mx, static_cast<double>(row[i]));
-  double sum = 0;
-  for (int64_t i = 0; i < vocab; ++i) sum += std::exp(row[i] - mx);
-  return row[id] - mx - std::log(sum);
-}
-
 struct GenerateArgs {
-  std::string model;
-  std::string prompt_ids;
+  EngineSetupArgs setup;
+  std::vector<std::string> prompts;
+  std::string prompts_file;
+  std::vector<std::string> prompt_ids;
   int max_tokens = 16;
-  int threads = 0;
-  std::string token_map_file;
+  float temperature = 0.0f;
+  float top_p = 1.0f;
+  int top_k = 0;
+  std::optional<uint64_t> seed;
+  bool ignore_eos = false;
   bool stop_at_eos = false;
+  bool json = false;
 };
 
-template <typename Model>
-int greedy(const Model& model, const std::vector<int64_t>& prompt, const GenerateArgs& a) {
-  const int64_t vocab = model.config().vocab_size;
-  for (int64_t id : prompt)
-    DI_CHECK(id >= 0 && id < vocab) << "token id " << id << " outside the vocabulary (" << vocab << ")";
-
-  auto seq = model.new_sequence();
-  const auto t0 = std::chrono::steady_clock::now();
-  HostTensor logits = model.forward(seq, prompt);
-  const auto t1 = std::chrono::steady_clock::now();
-  const float* row = logits.data<float>() + (prompt.size() - 1) * vocab;
-  std::vector<int64_t> out;
-  double nll = 0;
-  for (int step = 0; step < a.max_tokens; ++step) {
-    const int64_t next = std::max_element(row, row + vocab) - row;
-    nll -= log_prob(row, vocab, next);
-    out.push_back(next);
-    const auto& eos = model.config().eos_token_ids;
-    if (a.stop_at_eos && std::find(eos.begin(), eos.end(), next) != eos.end()) break;
-    if (step + 1 == a.max_tokens) break;
-    logits = model.forward(seq, std::span<const int64_t>(&out.back(), 1));
-    row = logits.data<float>();
-  }
-  const auto t2 = std::chrono::steady_clock::now();
-  const double prefill_s = std::chrono::duration<double>(t1 - t0).count();
-  const double decode_s = std::chrono::duration<double>(t2 - t1).count();
-  std::string ids;
-  for (size_t i = 0; i < out.size(); ++i) ids += (i ? "," : "") + std::to_string(out[i]);
-  std::cout << ids << "\n";
-  std::cout << fmt::format("decode_ppl {:.4f}\n", std::exp(nll / static_cast<double>(out.size())));
-  std::cerr << fmt::format(
-      "prefill {} tokens in {:.3f} s ({:.1f} tok/s); decode {} tokens in {:.3f} s ({:.1f} tok/s)\n", prompt.size(),
-      prefill_s, prompt.size() / prefill_s, out.size() - 1, decode_s,
-      out.size() > 1 ? (out.size() - 1) / decode_s : 0.0);
-  return 0;
-}
+struct Prompt {
+  std::optional<std::string> text;  // absent for --prompt-ids
+  std::vector<TokenId> ids;
+};
 
 int run_generate(const GenerateArgs& a) {
-  const char* env = std::getenv("DEEPINFER_HF_MODEL_DIR");
-  ResolvedModel m = resolve_model_dir(a.model.empty() ? std::nullopt : std::optional<std::string>(a.model),
-                                      env ? std::optional<std::string>(env) : std::nullopt, embedded_model_dir());
-  DI_LOG_INFO("model: {} (from {})", m.dir, m.source);
-  DI_CHECK(a.max_tokens >= 1) << "--max-tokens must be >= 1";
-  std::vector<int64_t> prompt = parse_ids(a.prompt_ids);
-  std::optional<std::vector<int64_t>> token_map;
-  if (!a.token_map_file.empty()) {
-    auto f = SafetensorsFile::open(a.token_map_file);
-    Tensor t = f->tensor("engram.token_map");
-    DI_CHECK(t.dtype() == DType::kI64) << a.token_map_file << ": engram.token_map must be I64";
-    token_map = std::vector<int64_t>(t.data_as<int64_t>(), t.data_as<int64_t>() + t.numel());
+  // Sampling parameters are checked before the model loads, so a typo fails fast.
+  SamplingParams params;
+  params.temperature = a.temperature;
+  params.top_p = a.top_p;
+  params.top_k = a.top_k;
+  params.seed = a.seed;
+  params.max_tokens = a.max_tokens;
+  params.ignore_eos = a.ignore_eos;
+  params.logprobs = 0;  // the chosen token's log-probability, for decode perplexity
+  validate(params);
+  DI_CHECK(!(a.ignore_eos && a.stop_at_eos)) << "--ignore-eos and --stop-at-eos contradict each other";
+  std::vector<std::string> texts = a.prompts;
+  if (!a.prompts_file.empty())
+    for (auto& p : read_prompts_file(a.prompts_file)) texts.push_back(std::move(p));
+  DI_CHECK(!texts.empty() || !a.prompt_ids.empty())
+      << "no prompt: give --prompt TEXT, --prompts-file FILE or --prompt-ids 1,2,3";
+
+  EngineSetup setup(a.setup);
+  const int64_t vocab = setup.config().vocab_size;
+  std::vector<Prompt> prompts;
+  for (size_t i = 0; i < texts.size(); ++i)
+    prompts.push_back({texts[i], setup.encode(texts[i], fmt::format("prompt {}", i))});
+  for (const auto& p : a.prompt_ids) prompts.push_back({std::nullopt, parse_token_ids(p, vocab, "--prompt-ids")});
+
+  Engine& engine = setup.engine();
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    Request r;
+    r.request_id = std::to_string(i);
+    r.prompt_token_ids = prompts[i].ids;
+    r.params = params;
+    engine.add_request(std::move(r));
   }
-  auto backend = make_cpu_backend(a.threads);
-  // The family in config.json picks the forward; both models share new_sequence() / forward().
-  if (load_model_config(m.dir + "/config.json").family == ModelFamily::kDeepseekV3)
-    return greedy(*DeepseekV3Model::load(m.dir, *backend), prompt, a);
-  return greedy(*DeepseekV4Model::load(m.dir, *backend, token_map), prompt, a);
+  const auto t0 = std::chrono::steady_clock::now();
+  engine.run_to_completion();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::vector<CompletedSequence> done = engine.take_finished();
+  std::sort(done.begin(), done.end(),
+            [](const auto& x, const auto& y) { return std::stoll(x.request_id) < std::stoll(y.request_id); });
+  DI_CHECK_INTERNAL(done.size() == prompts.size()) << done.size() << " results for " << prompts.size() << " prompts";
+
+  int64_t generated = 0;
+  for (size_t i = 0; i < done.size(); ++i) {
+    const CompletedSequence& d = done[i];
+    generated += static_cast<int64_t>(d.output_token_ids.size());
+    const double ppl = decode_perplexity(d.logprobs);
+    if (a.json) {
+      nlohmann::json j;
+      j["index"] = i;
+      if (prompts[i].text) j["prompt"] = *prompts[i].text;
+      j["prompt_token_ids"] = prompts[i].ids;
+      j["token_ids"] = d.output_token_ids;
+      j["text"] = setup.tokenizer() ? nlohmann::json(setup.decode(d.output_token_ids)) : nlohmann::json(nullptr);
+      j["finish_reason"] = stop_reason_name(d.stop_reason);
+      if (!d.stop_string.empty()) j["stop_string"] = d.stop_string;
+      j["num_prompt_tokens"] = d.prompt_len;
+      j["num_tokens"] = d.output_token_ids.size();
+      j["decode_ppl"] = ppl;
+      // Tokens decoded from partial UTF-8 sequences are replaced rather than failing the whole line.
+      std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+      continue;
+    }
+    std::string ids;
+    for (size_t k = 0; k < d.output_token_ids.size(); ++k)
+      ids += (k ? "," : "") + std::to_string(d.output_token_ids[k]);
+    std::cout << fmt::format("[{}] ids: {}\n", i, ids);
+    if (setup.tokenizer())
+      std::cout << fmt::format("[{}] text: {}\n", i, quote_for_display(setup.decode(d.output_token_ids)));
+    std::cout << fmt::format("[{}] prompt_tokens={} tokens={} finish={} decode_ppl {:.4f}\n", i, d.prompt_len,
+                             d.output_token_ids.size(), stop_reason_name(d.stop_reason), ppl);
+  }
+  const EngineStats& st = engine.stats();
+  std::cerr << fmt::format(
+      "generate: {} requests; {} prompt tokens, {} generated tokens in {:.3f} s "
+      "({:.1f} generated tokens/s), {} steps\n",
+      done.size(), st.prompt_tokens_computed, generated, secs, generated / std::max(secs, 1e-9), st.steps);
+  return 0;
 }
 
 }  // namespace
 
 void register_generate(CLI::App& app, CommandRegistry& reg) {
-  auto* sub = app.add_subcommand("generate", "greedy generation with the CPU reference forward (V3 family, V4 / V4.1)");
+  auto* sub = app.add_subcommand("generate", "generate from one or more prompts through the engine (batched)");
   auto a = std::make_shared<GenerateArgs>();
-  sub->add_option("--model", a->model, "checkpoint directory (default: DEEPINFER_HF_MODEL_DIR, embedded)");
-  sub->add_option("--prompt-ids", a->prompt_ids, "comma-separated prompt token ids")->required();
-  sub->add_option("--max-tokens", a->max_tokens, "tokens to generate")->capture_default_str();
-  sub->add_option("--threads", a->threads, "CPU threads (0: all cores)")->capture_default_str();
-  sub->add_option("--engram-token-map", a->token_map_file,
+  EngineSetupArgs& s = a->setup;
+  sub->add_option("--model", s.model, "checkpoint directory (default: DEEPINFER_HF_MODEL_DIR, embedded)");
+  sub->add_option("--prompt", a->prompts, "text prompt (repeatable; needs tokenizer.json in the model directory)");
+  sub->add_option("--prompts-file", a->prompts_file, "file with one text prompt per line");
+  sub->add_option("--prompt-ids", a->prompt_ids, "comma-separated prompt token ids (repeatable)");
+  sub->add_option("--max-tokens", a->max_tokens, "tokens to generate per request")->capture_default_str();
+  sub->add_option("--temperature", a->temperature, "0 = greedy")->capture_default_str();
+  sub->add_option("--top-p", a->top_p, "nucleus sampling, in (0, 1]")->capture_default_str();
+  sub->add_option("--top-k", a->top_k, "keep the k most likely tokens (0 = off)")->capture_default_str();
+  sub->add_option("--seed", a->seed, "per-request seed: the same tokens whatever else is in the batch");
+  sub->add_option("--max-num-seqs", s.max_num_seqs, "sequences batched together")->capture_default_str();
+  sub->add_option("--max-model-len", s.max_model_len, "prompt + output tokens per sequence")->capture_default_str();
+  sub->add_option("--max-num-batched-tokens", s.max_num_batched_tokens, "tokens per engine step")
+      ->capture_default_str();
+  sub->add_option("--kv-budget-mb", s.kv_budget_mb, "host memory for the KV cache (CPU backend)")
+      ->capture_default_str();
+  sub->add_option("--threads", s.threads, "CPU threads (0: all cores)")->capture_default_str();
+  sub->add_option("--device", s.device, "cpu | cuda (GPU 0; needs a CUDA build)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  sub->add_option("--engram-token-map", s.engram_token_map_file,
                   "safetensors file holding engram.token_map (V4.1 Engram; default: built from tokenizer.json)");
-  sub->add_flag("--stop-at-eos", a->stop_at_eos, "stop at an EOS token");
+  sub->add_flag("--ignore-eos", a->ignore_eos, "keep generating past EOS until --max-tokens");
+  sub->add_flag("--stop-at-eos", a->stop_at_eos, "stop at an EOS token (the default; kept for old scripts)");
+  sub->add_flag("--json", a->json, "one JSON object per request, in input order");
   reg.add(sub, [a] { return run_generate(*a); });
 }
 

@@ -1,0 +1,84 @@
+// What `deepinfer generate` and `deepinfer offline` share: resolve the model directory, load the model of the
+// family config.json names on the chosen backend, size the KV cache, and build the Engine with its runner. Also
+// the small text helpers both commands use to read prompts and print results.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "deepinfer/engine/engine.h"
+#include "deepinfer/kv/kv_layout.h"
+#include "deepinfer/model/model_config.h"
+#include "deepinfer/tokenizer/tokenizer.h"
+
+namespace deepinfer {
+class Backend;
+class DeepseekV3Model;
+class DeepseekV4Model;
+}  // namespace deepinfer
+
+namespace deepinfer::cli {
+
+struct EngineSetupArgs {
+  std::string model;                  // empty: DEEPINFER_HF_MODEL_DIR, then the embedded default model
+  std::string device = "cpu";         // cpu | cuda
+  int threads = 0;                    // CPU threads (0: all cores)
+  std::string engram_token_map_file;  // V4.1 Engram token map (default: built from tokenizer.json)
+  int max_num_seqs = 4;
+  int64_t max_model_len = 32768;  // clamped to the model's max_position_embeddings (logged)
+  int64_t max_num_batched_tokens = 2048;
+  // Cache memory: on CUDA, gpu_memory_utilization of the device's memory minus the weights; on the CPU
+  // backend a host budget of kv_budget_mb (gpu_memory_utilization does not apply there).
+  double gpu_memory_utilization = 0.85;
+  int64_t kv_budget_mb = 1024;
+  uint64_t seed = 0;
+};
+
+// Owns everything behind an Engine. Construction logs where the model came from, the cache sizing (tokens
+// that fit, maximum concurrency) and the device.
+class EngineSetup {
+ public:
+  explicit EngineSetup(const EngineSetupArgs& args, StreamCallback on_delta = {});
+  ~EngineSetup();
+
+  Engine& engine() { return *engine_; }
+  const ModelConfig& config() const { return *config_; }
+  // nullptr when the model directory has no tokenizer.json.
+  const tokenizer::Tokenizer* tokenizer() const { return tokenizer_.get(); }
+  const std::string& model_dir() const { return model_dir_; }
+  int64_t max_model_len() const { return max_model_len_; }
+  const KvSizing& kv_sizing() const { return sizing_; }
+
+  // Text → token ids; InvalidArgument naming `what` when there is no tokenizer or the text encodes to nothing.
+  std::vector<TokenId> encode(const std::string& text, const std::string& what) const;
+  // Output ids → text ("" without a tokenizer).
+  std::string decode(std::span<const TokenId> ids) const;
+
+ private:
+  std::string model_dir_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<DeepseekV3Model> v3_;
+  std::unique_ptr<DeepseekV4Model> v4_;
+  const ModelConfig* config_ = nullptr;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
+  KvLayout layout_;
+  KvSizing sizing_;
+  int64_t max_model_len_ = 0;
+  std::unique_ptr<ModelRunner> runner_;
+  std::unique_ptr<Engine> engine_;
+};
+
+// "1,2,3" → ids; InvalidArgument naming `flag` for a non-integer, an id outside [0, vocab) or an empty list.
+std::vector<TokenId> parse_token_ids(const std::string& text, int64_t vocab, const std::string& flag);
+// One prompt per line ('\r\n' accepted). NotFound if unreadable; InvalidArgument for an empty line (it would
+// shift the correspondence between input lines and output records) or a file with no prompts.
+std::vector<std::string> read_prompts_file(const std::string& path);
+// exp(mean negative log-likelihood) of the chosen tokens' logprobs; 0 when there are none.
+double decode_perplexity(const std::vector<SampleResult>& logprobs);
+// Escapes quotes, backslashes and control characters for a one-line quoted display.
+std::string quote_for_display(const std::string& s);
+
+}  // namespace deepinfer::cli
