@@ -33,7 +33,8 @@ void check_family(const std::string& family, const std::string& engine_flags) {
   const std::string dir = testing::test_data_dir() + "/golden/" + family;
   auto golden = SafetensorsFile::open(dir + "/golden.safetensors");
   std::string args = "offline --model " + dir + " --max-tokens 16 --ignore-eos " + engine_flags;
-  for (int p = 0; p < 3; ++p) args += " --prompt-ids " + ids_csv(golden->tensor("prompt" + std::to_string(p) + ".input_ids"));
+  for (int p = 0; p < 3; ++p)
+    args += " --prompt-ids " + ids_csv(golden->tensor("prompt" + std::to_string(p) + ".input_ids"));
   auto r = run_cli(args);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto got = parse_samples(r.output);
@@ -69,6 +70,43 @@ TEST(OfflineCli, BadRequestsGetClearErrors) {
   r = run_cli("offline --model " + dir + " --max-model-len 32 --prompt-ids " + longp);
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("max_model_len"), std::string::npos) << r.output;
+}
+
+TEST(OfflineCli, ReferenceFlagsPrintPerSampleDiagnosticsAndProgress) {
+  const std::string dir = testing::test_data_dir() + "/golden/deepseek_v41";
+  const std::string base = "offline --model_name " + dir +
+                           " --max_model_len 512 --gpu_memory_utilization 0.85 --ep 1 --dp 1 --cp 1 --temperature 0.8 "
+                           "--seed 3 --max-tokens 10 --ignore-eos --prompt 'hello world' --prompt 'a b c d'";
+  auto r = run_cli(base + " --max_num_seqs 2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* s : {"tokens fit", "max concurrency", "model resolved from --model", "text: \"",
+                        "acceptance_rate=n/a", "decode_ppl=", "finite=yes", "tokens=10 stop=max_tokens",
+                        "progress: 2/2 requests done", "prompt_tokens=2", "prompt_tokens=4"})
+    EXPECT_NE(r.output.find(s), std::string::npos) << s << "\n" << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(prompt [0-9.]+ tok/s, generation [0-9.]+ tok/s)"))) << r.output;
+  // --seed gives per-request seeds: the same samples with one sequence at a time.
+  auto one = run_cli(base + " --max_num_seqs 1");
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  EXPECT_EQ(parse_samples(one.output), parse_samples(r.output));
+  EXPECT_EQ(parse_samples(r.output).size(), 2u);
+}
+
+TEST(OfflineCli, UnsupportedLayoutsAndChecksAreClearErrors) {
+  const std::string m = " --model_name " + testing::test_data_dir() + "/golden/deepseek_v4";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--ep 8 --dp 8", "--ep 8 needs multi-GPU support (issue 12)"},
+      {"--ep 2 --cp 8", "--ep 2 needs multi-GPU support (issue 12)"},
+      {"--dp 2", "--dp 2 needs multi-GPU support (issue 12)"},
+      {"--cp 0", "--cp must be >= 1"},
+      {"--check_structured_output", "not wired into the engine"},
+      {"--gpu_memory_utilization 1.5", "gpu_memory_utilization must be in (0, 1]"},
+      {"--temperature -1", "temperature must be"},
+  };
+  for (const auto& [flags, message] : cases) {
+    auto r = run_cli("offline " + flags + m);
+    EXPECT_NE(r.exit_code, 0) << flags;
+    EXPECT_NE(r.output.find(message), std::string::npos) << flags << "\n" << r.output;
+  }
 }
 
 }  // namespace

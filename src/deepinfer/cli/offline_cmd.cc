@@ -1,198 +1,147 @@
-// deepinfer offline: the reference's offline flow on the engine — requests → continuous batching with
-// chunked prefill → forward (CPU reference backend, or the CUDA backend with --device cuda) → sampling → per-request
-// diagnostics (tokens, decode perplexity, finite check, speculative acceptance). Text prompts need tokenizer.json in
-// the model directory.
+// deepinfer offline: the reference's offline example on the engine — requests → continuous batching with
+// chunked prefill → forward (CPU reference backend, or the CUDA backend with --device cuda) → sampling → per-sample
+// diagnostics (text, token count, speculative acceptance rate, decode perplexity, finite check) and a progress line
+// with prompt and generation throughput. The reference's flags (--model_name, --ep/--dp/--cp, --max_model_len,
+// --max_num_seqs, --gpu_memory_utilization, --check_structured_output, --temperature, --seed) are accepted with
+// their defaults; dashed spellings work too.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
-#include <filesystem>
 #include <iostream>
-#include <sstream>
 
 #include <fmt/format.h>
 
 #include "deepinfer/cli/commands.h"
+#include "deepinfer/cli/engine_setup.h"
+#include "deepinfer/cli/structured_check.h"
+#include "deepinfer/core/error.h"
 #include "deepinfer/core/logging.h"
-#include "deepinfer/engine/engine.h"
-#include "deepinfer/engine/v3_model_runner.h"
-#include "deepinfer/engine/v4_model_runner.h"
-#include "deepinfer/io/checkpoint.h"
-#include "deepinfer/kv/kv_layout.h"
-#include "deepinfer/model/deepseek_v3.h"
-#include "deepinfer/model/deepseek_v4.h"
-#ifdef DEEPINFER_WITH_CUDA
-#include "deepinfer/ops/cuda/cuda_backend.h"
-#endif
-#include "deepinfer/tokenizer/tokenizer.h"
 
 namespace deepinfer::cli {
 namespace {
 
 struct OfflineArgs {
-  std::string model;
+  EngineSetupArgs setup;
   std::vector<std::string> prompts;
+  std::string prompts_file;
   std::vector<std::string> prompt_ids;
   int num_prompts = 4;
   int max_tokens = 32;
   float temperature = 0.0f;
   float top_p = 1.0f;
   int top_k = 0;
-  uint64_t seed = 0;
-  int max_num_seqs = 4;
-  int64_t max_model_len = 32768;
-  int64_t max_num_batched_tokens = 2048;
-  int64_t kv_budget_mb = 1024;
-  int threads = 0;
-  std::string device = "cpu";
+  std::optional<uint64_t> seed;
+  int ep = 1, dp = 1, cp = 1;
+  bool check_structured_output = false;
   bool ignore_eos = false;
 };
 
-// The backend for --device: the CPU reference, or CUDA device 0 (weights, activations and caches in device
-// memory; only the logits come back to the host for sampling).
-std::unique_ptr<Backend> make_backend(const std::string& device, int threads) {
-  if (device == "cpu") return make_cpu_backend(threads);
-  DI_CHECK(device == "cuda") << "--device must be cpu or cuda, got '" << device << "'";
-#ifdef DEEPINFER_WITH_CUDA
-  DI_CHECK_CODE(cuda::device_count() > 0, ErrorCode::kNotFound)
-      << "--device cuda: no CUDA device is visible (check nvidia-smi and CUDA_VISIBLE_DEVICES)";
-  return make_cuda_backend(0);
-#else
-  DI_FAIL(ErrorCode::kUnsupported) << "--device cuda: this deepinfer was built without CUDA (configure with "
-                                      "-DDEEPINFER_ACCELERATOR=nvidia)";
-#endif
+// Deterministic pseudo-random prompts (lengths 8, 13, 18, ...) when none are given.
+std::vector<std::vector<TokenId>> random_prompts(int n, uint64_t seed, int64_t vocab) {
+  std::vector<std::vector<TokenId>> prompts;
+  uint64_t s = seed * 6364136223846793005ull + 1442695040888963407ull;
+  for (int i = 0; i < n; ++i) {
+    std::vector<TokenId> ids;
+    for (int j = 0; j < 8 + 5 * i; ++j) {
+      s = s * 6364136223846793005ull + 1442695040888963407ull;
+      ids.push_back(static_cast<TokenId>((s >> 33) % static_cast<uint64_t>(vocab)));
+    }
+    prompts.push_back(std::move(ids));
+  }
+  return prompts;
 }
 
-std::vector<TokenId> parse_ids(const std::string& text, int64_t vocab) {
-  std::vector<TokenId> ids;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    char* end = nullptr;
-    long long v = std::strtoll(item.c_str(), &end, 10);
-    DI_CHECK(end != item.c_str() && *end == '\0') << "--prompt-ids: '" << item << "' is not an integer";
-    DI_CHECK(v >= 0 && v < vocab) << "--prompt-ids: token id " << v << " outside the vocabulary (" << vocab << ")";
-    ids.push_back(static_cast<TokenId>(v));
-  }
-  DI_CHECK(!ids.empty()) << "--prompt-ids: empty prompt";
-  return ids;
-}
-
-std::string escape(const std::string& s) {
-  std::string out;
-  for (char ch : s) {
-    if (ch == '\n') out += "\\n";
-    else if (ch == '"') out += "\\\"";
-    else out += ch;
-  }
-  return out;
+// "prompt X tok/s, generation Y tok/s" over the elapsed time (vLLM's offline progress bar reports the same two).
+std::string throughput(const EngineStats& st, int64_t generated, double secs) {
+  secs = std::max(secs, 1e-9);
+  return fmt::format("prompt {:.1f} tok/s, generation {:.1f} tok/s", st.prompt_tokens_computed / secs,
+                     generated / secs);
 }
 
 int run_offline(const OfflineArgs& a) {
-  const char* env = std::getenv("DEEPINFER_HF_MODEL_DIR");
-  ResolvedModel m = resolve_model_dir(a.model.empty() ? std::nullopt : std::optional<std::string>(a.model),
-                                      env ? std::optional<std::string>(env) : std::nullopt, embedded_model_dir());
-  DI_LOG_INFO("model resolved from {}: {}", m.source, m.dir);
-  auto backend = make_backend(a.device, a.threads);
-  DI_LOG_INFO("device: {}", a.device);
-  // The family in config.json picks the forward and its runner: V3 (V3/R1/V3.1/V2-Lite) or V4/V4.1.
-  std::unique_ptr<DeepseekV3Model> v3;
-  std::unique_ptr<DeepseekV4Model> v4;
-  if (load_model_config(m.dir + "/config.json").family == ModelFamily::kDeepseekV3) {
-    // The V3 forward keeps its activations and MLA cache in host memory and CUDA has no MLA kernels yet.
-    DI_CHECK_CODE(a.device == "cpu", ErrorCode::kUnsupported)
-        << "--device " << a.device << ": the DeepSeek-V3 family runs on the CPU backend only so far";
-    v3 = DeepseekV3Model::load(m.dir, *backend);
-  } else {
-    v4 = DeepseekV4Model::load(m.dir, *backend);
+  // Layout and parameter errors come before the model loads.
+  for (auto [flag, v] : {std::pair{"--ep", a.ep}, std::pair{"--dp", a.dp}, std::pair{"--cp", a.cp}}) {
+    DI_CHECK(v >= 1) << flag << " must be >= 1, got " << v;
+    DI_CHECK_CODE(v == 1, ErrorCode::kUnsupported)
+        << flag << " " << v << " needs multi-GPU support (issue 12); this build runs on one device (" << flag << " 1)";
   }
-  const ModelConfig& cfg = v3 ? v3->config() : v4->config();
-  std::unique_ptr<tokenizer::Tokenizer> tok;
-  if (std::filesystem::exists(m.dir + "/tokenizer.json")) tok = tokenizer::Tokenizer::from_file(m.dir + "/tokenizer.json");
+  SamplingParams params;
+  params.temperature = a.temperature;
+  params.top_p = a.top_p;
+  params.top_k = a.top_k;
+  params.seed = a.seed;
+  params.max_tokens = a.max_tokens;
+  params.ignore_eos = a.ignore_eos;
+  params.logprobs = 0;  // the chosen token's log-probability, for decode perplexity
+  validate(params);
+  std::vector<std::string> texts = a.prompts;
+  if (!a.prompts_file.empty())
+    for (auto& p : read_prompts_file(a.prompts_file)) texts.push_back(std::move(p));
+
+  EngineSetupArgs sa = a.setup;
+  if (a.seed) sa.seed = *a.seed;
+  EngineSetup setup(sa);
+  const int64_t vocab = setup.config().vocab_size;
+  DI_LOG_INFO("parallel layout: ep {} dp {} cp {} (one device)", a.ep, a.dp, a.cp);
+  if (a.check_structured_output) {
+    const int failed = run_structured_output_checks(setup);
+    DI_CHECK_CODE(failed == 0, ErrorCode::kInternal) << failed << " structured output checks failed";
+  }
 
   // Prompts: text (tokenized), explicit ids, or deterministic pseudo-random ids when none are given.
   std::vector<std::vector<TokenId>> prompts;
-  for (const auto& p : a.prompts) {
-    DI_CHECK_CODE(tok != nullptr, ErrorCode::kNotFound)
-        << "--prompt needs " << m.dir << "/tokenizer.json; use --prompt-ids with this model";
-    prompts.push_back(tok->encode(p));
-    DI_CHECK(!prompts.back().empty()) << "prompt '" << p << "' encodes to no tokens";
-  }
-  for (const auto& p : a.prompt_ids) prompts.push_back(parse_ids(p, cfg.vocab_size));
-  if (prompts.empty()) {
-    uint64_t s = a.seed * 6364136223846793005ull + 1442695040888963407ull;
-    for (int i = 0; i < a.num_prompts; ++i) {
-      std::vector<TokenId> ids;
-      for (int j = 0; j < 8 + 5 * i; ++j) {
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        ids.push_back(static_cast<TokenId>((s >> 33) % static_cast<uint64_t>(cfg.vocab_size)));
-      }
-      prompts.push_back(std::move(ids));
-    }
-  }
+  for (size_t i = 0; i < texts.size(); ++i) prompts.push_back(setup.encode(texts[i], fmt::format("prompt {}", i)));
+  for (const auto& p : a.prompt_ids) prompts.push_back(parse_token_ids(p, vocab, "--prompt-ids"));
+  if (prompts.empty()) prompts = random_prompts(a.num_prompts, a.seed.value_or(0), vocab);
 
-  const int64_t max_model_len = std::min<int64_t>(a.max_model_len, cfg.max_position_embeddings);
-  KvLayout layout = make_kv_layout(cfg);
-  KvSizing sizing = size_kv_cache(layout, a.kv_budget_mb * 1000 * 1000, a.max_num_seqs, max_model_len);
-  log_kv_sizing(layout, sizing, max_model_len);
-  EngineConfig ec;
-  ec.scheduler.max_num_seqs = a.max_num_seqs;
-  ec.scheduler.max_model_len = max_model_len;
-  ec.scheduler.max_num_batched_tokens = a.max_num_batched_tokens;
-  ec.kv.num_blocks = sizing.num_blocks;
-  ec.kv.block_size = layout.block_size;
-  ec.kv.num_state_slots = sizing.num_state_slots;
-  ec.kv.enable_prefix_cache = v3 ? V3ModelRunner::prefix_cache_supported() : V4ModelRunner::prefix_cache_supported();
-  ec.seed = a.seed;
-  for (int64_t e : cfg.eos_token_ids) ec.eos_token_ids.push_back(static_cast<TokenId>(e));
-  if (tok) ec.detokenize = [&tok](std::span<const TokenId> ids) { return tok->decode(ids); };
-  std::unique_ptr<ModelRunner> runner;
-  if (v3) {
-    runner = std::make_unique<V3ModelRunner>(*v3, sizing.num_state_slots);
-  } else {
-    runner = std::make_unique<V4ModelRunner>(*v4, sizing.num_state_slots);
-  }
-  Engine engine(ec, *runner);
-
+  Engine& engine = setup.engine();
   for (size_t i = 0; i < prompts.size(); ++i) {
     Request r;
     r.request_id = std::to_string(i);
     r.prompt_token_ids = prompts[i];
-    r.params.temperature = a.temperature;
-    r.params.top_p = a.top_p;
-    r.params.top_k = a.top_k;
-    r.params.max_tokens = a.max_tokens;
-    r.params.ignore_eos = a.ignore_eos;
-    r.params.logprobs = 0;  // the chosen token's log-probability, for decode perplexity
+    r.params = params;
     engine.add_request(std::move(r));
   }
   const auto t0 = std::chrono::steady_clock::now();
-  engine.run_to_completion();
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  auto done = engine.take_finished();
-  std::sort(done.begin(), done.end(), [](const auto& x, const auto& y) { return std::stoi(x.request_id) < std::stoi(y.request_id); });
+  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  std::vector<CompletedSequence> done;
+  while (engine.has_unfinished()) {
+    engine.step();
+    auto finished = engine.take_finished();
+    if (finished.empty()) continue;
+    for (auto& f : finished) done.push_back(std::move(f));
+    std::cerr << fmt::format("progress: {}/{} requests done, {:.2f} s, {}\n", done.size(), prompts.size(), elapsed(),
+                             throughput(engine.stats(), engine.stats().generated_tokens, elapsed()));
+  }
+  const double secs = elapsed();
+  std::sort(done.begin(), done.end(),
+            [](const auto& x, const auto& y) { return std::stoll(x.request_id) < std::stoll(y.request_id); });
   int64_t generated = 0;
   bool all_finite = true;
   for (const auto& d : done) {
-    double nll = 0;
-    for (const auto& lp : d.logprobs) nll -= lp.logprob;
-    const double ppl = d.logprobs.empty() ? 0.0 : std::exp(nll / static_cast<double>(d.logprobs.size()));
-    const bool finite = d.stop_reason != StopReason::kError && std::isfinite(ppl);
+    const double ppl = decode_perplexity(d.logprobs);
+    const bool finite = d.stop_reason != StopReason::kError && std::isfinite(ppl) &&
+                        std::all_of(d.logprobs.begin(), d.logprobs.end(),
+                                    [](const SampleResult& r) { return std::isfinite(r.logprob); });
     all_finite = all_finite && finite;
     generated += static_cast<int64_t>(d.output_token_ids.size());
-    std::cout << fmt::format("[sample {}] prompt_tokens={} tokens={} stop={} decode_ppl={:.4f} finite={} "
-                             "acceptance_rate=n/a (no draft model)\n",
-                             d.request_id, d.prompt_len, d.output_token_ids.size(), stop_reason_name(d.stop_reason),
-                             ppl, finite ? "yes" : "NO");
-    std::ostringstream ids;
-    for (size_t k = 0; k < d.output_token_ids.size(); ++k) ids << (k ? "," : "") << d.output_token_ids[k];
-    std::cout << "  ids: " << ids.str() << "\n";
-    if (tok) std::cout << "  text: \"" << escape(tok->decode(d.output_token_ids)) << "\"\n";
+    std::cout << fmt::format(
+        "[sample {}] prompt_tokens={} tokens={} stop={} decode_ppl={:.4f} finite={} "
+        "acceptance_rate=n/a (no draft model)\n",
+        d.request_id, d.prompt_len, d.output_token_ids.size(), stop_reason_name(d.stop_reason), ppl,
+        finite ? "yes" : "NO");
+    std::string ids;
+    for (size_t k = 0; k < d.output_token_ids.size(); ++k)
+      ids += (k ? "," : "") + std::to_string(d.output_token_ids[k]);
+    std::cout << "  ids: " << ids << "\n";
+    if (setup.tokenizer()) std::cout << "  text: " << quote_for_display(setup.decode(d.output_token_ids)) << "\n";
   }
-  const auto& st = engine.stats();
-  std::cout << fmt::format("offline: {} requests, {} generated tokens in {:.2f} s ({:.1f} tokens/s), {} steps, "
-                           "{} prompt tokens computed, {} preemptions\n",
-                           done.size(), generated, secs, generated / std::max(secs, 1e-9), st.steps,
-                           st.prompt_tokens_computed, st.preemptions);
+  const EngineStats& st = engine.stats();
+  std::cout << fmt::format(
+      "offline: {} requests, {} prompt tokens computed, {} generated tokens in {:.2f} s ({}), {} steps, "
+      "{} preemptions, prefix cache hit rate {:.1f}%\n",
+      done.size(), st.prompt_tokens_computed, generated, secs, throughput(st, generated, secs), st.steps,
+      st.preemptions, 100.0 * st.kv.hit_rate());
   DI_CHECK_CODE(all_finite, ErrorCode::kInternal) << "non-finite values in at least one sample";
   return 0;
 }
@@ -202,23 +151,50 @@ int run_offline(const OfflineArgs& a) {
 void register_offline(CLI::App& app, CommandRegistry& reg) {
   auto* sub = app.add_subcommand("offline", "offline generation through the engine with per-request diagnostics");
   auto a = std::make_shared<OfflineArgs>();
-  sub->add_option("--model,--model_name", a->model, "checkpoint directory (default: DEEPINFER_HF_MODEL_DIR, embedded)");
+  EngineSetupArgs& s = a->setup;
+  sub->add_option("--model_name,--model", s.model,
+                  "checkpoint directory (default: DEEPINFER_HF_MODEL_DIR, then the embedded model)");
   sub->add_option("--prompt", a->prompts, "text prompt (repeatable; needs tokenizer.json)");
+  sub->add_option("--prompts-file", a->prompts_file, "file with one text prompt per line");
   sub->add_option("--prompt-ids", a->prompt_ids, "comma-separated token ids (repeatable)");
-  sub->add_option("--num-prompts", a->num_prompts, "random prompts to run when none are given");
-  sub->add_option("--max-tokens", a->max_tokens, "tokens to generate per request")->check(CLI::PositiveNumber);
-  sub->add_option("--temperature", a->temperature, "0 = greedy");
-  sub->add_option("--top-p", a->top_p);
-  sub->add_option("--top-k", a->top_k);
-  sub->add_option("--seed", a->seed, "engine seed (deterministic sampling)");
-  sub->add_option("--max-num-seqs", a->max_num_seqs)->check(CLI::PositiveNumber);
-  sub->add_option("--max-model-len", a->max_model_len)->check(CLI::PositiveNumber);
-  sub->add_option("--max-num-batched-tokens", a->max_num_batched_tokens)->check(CLI::PositiveNumber);
-  sub->add_option("--kv-budget-mb", a->kv_budget_mb, "host memory for the KV cache (CPU backend)");
-  sub->add_option("--threads", a->threads, "CPU threads (0 = all cores)");
-  sub->add_option("--device", a->device, "cpu | cuda (GPU 0; needs a CUDA build)")
-      ->check(CLI::IsMember({"cpu", "cuda"}));
-  sub->add_flag("--ignore-eos", a->ignore_eos);
+  sub->add_option("--num-prompts", a->num_prompts, "random prompts to run when none are given")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  sub->add_option("--max-tokens,--max_tokens", a->max_tokens, "tokens to generate per request")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  sub->add_option("--temperature", a->temperature, "0 = greedy")->capture_default_str();
+  sub->add_option("--top-p,--top_p", a->top_p)->capture_default_str();
+  sub->add_option("--top-k,--top_k", a->top_k)->capture_default_str();
+  sub->add_option("--seed", a->seed, "per-request seed: deterministic sampling whatever the batch");
+  sub->add_option("--ep", a->ep, "expert-parallel size")->capture_default_str();
+  sub->add_option("--dp", a->dp, "attention data-parallel size")->capture_default_str();
+  sub->add_option("--cp", a->cp, "context-parallel size")->capture_default_str();
+  sub->add_option("--max_num_seqs,--max-num-seqs", s.max_num_seqs, "sequences batched together")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  sub->add_option("--max_model_len,--max-model-len", s.max_model_len,
+                  "prompt + output tokens per sequence (clamped to the model's max_position_embeddings)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  sub->add_option("--max_num_batched_tokens,--max-num-batched-tokens", s.max_num_batched_tokens,
+                  "tokens per engine step")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  sub->add_option("--gpu_memory_utilization,--gpu-memory-utilization", s.gpu_memory_utilization,
+                  "fraction of device memory for weights, activations and the KV cache (CUDA)")
+      ->capture_default_str();
+  sub->add_option("--kv-budget-mb", s.kv_budget_mb, "host memory for the KV cache (CPU backend)")
+      ->capture_default_str();
+  sub->add_flag("--check_structured_output", a->check_structured_output,
+                "run regex, JSON Schema and EBNF constrained generations and report pass/fail");
+  sub->add_option("--threads", s.threads, "CPU threads (0 = all cores)")->capture_default_str();
+  sub->add_option("--device", s.device, "cpu | cuda (GPU 0; needs a CUDA build)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  sub->add_option("--engram-token-map", s.engram_token_map_file,
+                  "safetensors file holding engram.token_map (V4.1 Engram; default: built from tokenizer.json)");
+  sub->add_flag("--ignore-eos", a->ignore_eos, "keep generating past EOS until --max-tokens");
   reg.add(sub, [a] { return run_offline(*a); });
 }
 
