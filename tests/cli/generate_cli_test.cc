@@ -44,7 +44,7 @@ TEST(GenerateCliEngine, BatchedPromptIdsReproduceTransformersInInputOrder) {
   // Three prompts (5, 70, 290 tokens) at once, two sequences at a time, 48-token steps: prefills are chunked and
   // interleaved with decodes; every continuation must still be transformers' greedy one, in input order.
   std::string args =
-      "generate --json --ignore-eos --max-tokens 16 --max-num-seqs 2 --max-num-batched-tokens 48 "
+      "generate --json --ignore-eos --exact-prefill --max-tokens 16 --max-num-seqs 2 --max-num-batched-tokens 48 "
       "--model " +
       v41();
   for (int p : {2, 0, 1}) args += " --prompt-ids " + csv(golden_ids("prompt" + std::to_string(p) + ".input_ids"));

@@ -47,9 +47,33 @@ void check_family(const std::string& family, const std::string& engine_flags) {
 }
 
 TEST(OfflineCli, V41GreedyThroughTheEngineEqualsTransformers) {
-  check_family("deepseek_v41", "--max-num-seqs 4");
+  // transformers runs every layer on every token: --exact-prefill (the default is bounded replay, below).
+  check_family("deepseek_v41", "--exact-prefill --max-num-seqs 4");
   // Tiny token budget: prompts are prefilled in chunks of 7 interleaved with decodes; one state slot at a time.
-  check_family("deepseek_v41", "--max-num-seqs 1 --max-num-batched-tokens 7");
+  check_family("deepseek_v41", "--exact-prefill --max-num-seqs 1 --max-num-batched-tokens 7");
+}
+
+// The default for V4.1 is decoder SWA bounded replay: the decoder layers (3-5 of 6) run on the last 16 (window)
+// prompt tokens only. Its outputs do not depend on batching or chunking, and the saved work is reported:
+// (max(0, 5-16) + (70-16) + (290-16)) tokens x 3 decoder layers = 984 layer-tokens.
+TEST(OfflineCli, V41BoundedReplayIsTheDefaultAndReportsTheSkippedWork) {
+  const std::string dir = testing::test_data_dir() + "/golden/deepseek_v41";
+  auto golden = SafetensorsFile::open(dir + "/golden.safetensors");
+  std::string args = "offline --model " + dir + " --max-tokens 8 --ignore-eos";
+  for (int p = 0; p < 3; ++p)
+    args += " --prompt-ids " + ids_csv(golden->tensor("prompt" + std::to_string(p) + ".input_ids"));
+  auto a = run_cli(args + " --max-num-seqs 4");
+  auto b = run_cli(args + " --max-num-seqs 1 --max-num-batched-tokens 7");
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  EXPECT_EQ(parse_samples(a.output), parse_samples(b.output));
+  EXPECT_EQ(parse_samples(a.output).size(), 3u);
+  EXPECT_EQ(a.output.find("finite=NO"), std::string::npos) << a.output;
+  for (const auto* r : {&a, &b})
+    EXPECT_NE(r->output.find("984 skipped by bounded replay"), std::string::npos) << r->output;
+  auto exact = run_cli(args + " --exact-prefill");
+  ASSERT_EQ(exact.exit_code, 0) << exact.output;
+  EXPECT_NE(exact.output.find(", 0 skipped by bounded replay"), std::string::npos) << exact.output;
 }
 
 TEST(OfflineCli, V4GreedyThroughTheEngineEqualsTransformers) {

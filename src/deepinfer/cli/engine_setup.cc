@@ -24,6 +24,17 @@
 namespace deepinfer::cli {
 namespace {
 
+void log_prefill_mode(const DeepseekV4Model& m, bool exact) {
+  if (m.decoder_start() < 0) return;
+  if (exact) {
+    DI_LOG_INFO("prefill: exact (every layer on every prompt token, transformers parity)");
+  } else {
+    DI_LOG_INFO("prefill: decoder SWA bounded replay (layers {}+ run on the last {} prompt tokens only; "
+                "--exact-prefill for transformers parity)",
+                m.decoder_start(), m.decoder_window());
+  }
+}
+
 // The backend for --device: the CPU reference, or CUDA device 0 (weights, activations and caches in device
 // memory; only the logits come back to the host for sampling).
 std::unique_ptr<Backend> make_backend(const std::string& device, int threads) {
@@ -118,10 +129,13 @@ EngineSetup::EngineSetup(const EngineSetupArgs& a, StreamCallback on_delta) {
   ec.seed = a.seed;
   for (int64_t e : config_->eos_token_ids) ec.eos_token_ids.push_back(static_cast<TokenId>(e));
   if (tokenizer_) ec.detokenize = [tok = tokenizer_.get()](std::span<const TokenId> ids) { return tok->decode(ids); };
+  ModelRunnerOptions ro;
+  ro.exact_prefill = a.exact_prefill;
   if (v3_) {
-    runner_ = std::make_unique<V3ModelRunner>(*v3_, sizing_.num_state_slots);
+    runner_ = std::make_unique<V3ModelRunner>(*v3_, sizing_.num_state_slots, ro);
   } else {
-    runner_ = std::make_unique<V4ModelRunner>(*v4_, sizing_.num_state_slots);
+    runner_ = std::make_unique<V4ModelRunner>(*v4_, sizing_.num_state_slots, ro);
+    log_prefill_mode(*v4_, a.exact_prefill);
   }
   engine_ = std::make_unique<Engine>(ec, *runner_, std::move(on_delta));
 }
@@ -138,6 +152,13 @@ std::vector<TokenId> EngineSetup::encode(const std::string& text, const std::str
 
 std::string EngineSetup::decode(std::span<const TokenId> ids) const {
   return tokenizer_ ? tokenizer_->decode(ids) : std::string();
+}
+
+std::string prefill_work_line(const EngineStats& st) {
+  const int64_t all = st.model.layer_tokens + st.model.layer_tokens_skipped;
+  return fmt::format("prefill work: {} layer-tokens run, {} skipped by bounded replay ({:.1f}% saved)",
+                     st.model.layer_tokens, st.model.layer_tokens_skipped,
+                     all ? 100.0 * static_cast<double>(st.model.layer_tokens_skipped) / all : 0.0);
 }
 
 std::vector<TokenId> parse_token_ids(const std::string& text, int64_t vocab, const std::string& flag) {

@@ -35,6 +35,8 @@ struct EngineSetupArgs {
   double gpu_memory_utilization = 0.85;
   int64_t kv_budget_mb = 1024;
   uint64_t seed = 0;
+  // V4.1: every layer on every prompt token (transformers parity) instead of decoder SWA bounded replay.
+  bool exact_prefill = false;
 };
 
 // Owns everything behind an Engine. Construction logs where the model came from, the cache sizing (tokens
@@ -71,6 +73,8 @@ class EngineSetup {
   std::unique_ptr<Engine> engine_;
 };
 
+// "layer-tokens run, skipped by bounded replay (% saved)" from the engine's stats.
+std::string prefill_work_line(const EngineStats& st);
 // "1,2,3" → ids; InvalidArgument naming `flag` for a non-integer, an id outside [0, vocab) or an empty list.
 std::vector<TokenId> parse_token_ids(const std::string& text, int64_t vocab, const std::string& flag);
 // One prompt per line ('\r\n' accepted). NotFound if unreadable; InvalidArgument for an empty line (it would

@@ -112,6 +112,7 @@ int run_generate(const GenerateArgs& a) {
       "generate: {} requests; {} prompt tokens, {} generated tokens in {:.3f} s "
       "({:.1f} generated tokens/s), {} steps\n",
       done.size(), st.prompt_tokens_computed, generated, secs, generated / std::max(secs, 1e-9), st.steps);
+  std::cerr << prefill_work_line(st) << "\n";
   return 0;
 }
 
@@ -145,6 +146,9 @@ void register_generate(CLI::App& app, CommandRegistry& reg) {
   sub->add_flag("--ignore-eos", a->ignore_eos, "keep generating past EOS until --max-tokens");
   sub->add_flag("--stop-at-eos", a->stop_at_eos, "stop at an EOS token (the default; kept for old scripts)");
   sub->add_flag("--json", a->json, "one JSON object per request, in input order");
+  sub->add_flag("--exact-prefill", s.exact_prefill,
+                "V4.1: run every layer on every prompt token (transformers parity) instead of decoder SWA bounded "
+                "replay");
   reg.add(sub, [a] { return run_generate(*a); });
 }
 

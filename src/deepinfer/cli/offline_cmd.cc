@@ -142,6 +142,7 @@ int run_offline(const OfflineArgs& a) {
       "{} preemptions, prefix cache hit rate {:.1f}%\n",
       done.size(), st.prompt_tokens_computed, generated, secs, throughput(st, generated, secs), st.steps,
       st.preemptions, 100.0 * st.kv.hit_rate());
+  std::cout << prefill_work_line(st) << "\n";
   DI_CHECK_CODE(all_finite, ErrorCode::kInternal) << "non-finite values in at least one sample";
   return 0;
 }
@@ -195,6 +196,9 @@ void register_offline(CLI::App& app, CommandRegistry& reg) {
   sub->add_option("--engram-token-map", s.engram_token_map_file,
                   "safetensors file holding engram.token_map (V4.1 Engram; default: built from tokenizer.json)");
   sub->add_flag("--ignore-eos", a->ignore_eos, "keep generating past EOS until --max-tokens");
+  sub->add_flag("--exact-prefill", s.exact_prefill,
+                "V4.1: run every layer on every prompt token (transformers parity) instead of decoder SWA bounded "
+                "replay");
   reg.add(sub, [a] { return run_offline(*a); });
 }
 

@@ -186,6 +186,7 @@ StepStats Engine::step() {
     b.state_slot = s.state_slot;
     b.reset_state = s.reset_state;
     b.persistent_until = s.persistent_until;
+    b.prompt_len = s.prompt_len;
     b.needs_logits = e.sample;
     batch.num_tokens += e.end - e.start;
     batch.num_logits_rows += e.sample ? 1 : 0;
@@ -231,6 +232,7 @@ StepStats Engine::step() {
     deltas.push_back(std::move(d));
   }
   stats_.kv = kv_.stats();
+  stats_.model = runner_.work_stats();
   if (on_delta_)
     for (const auto& d : deltas) on_delta_(d);
   return st;

@@ -42,6 +42,7 @@ struct EngineStats {
   int64_t generated_tokens = 0;
   int64_t preemptions = 0;
   KvCacheStats kv;
+  ModelWorkStats model;  // the runner's layer-token counts (bounded replay's saved prefill work)
 };
 
 class Engine {

@@ -19,8 +19,8 @@ namespace deepinfer {
 
 struct BatchEntry {
   int64_t seq_id = 0;
-  std::span<const TokenId> token_ids;  // the tokens at positions [start, start + token_ids.size())
-  int64_t start = 0;                   // position of token_ids[0]
+  std::span<const TokenId> token_ids;    // the tokens at positions [start, start + token_ids.size())
+  int64_t start = 0;                     // position of token_ids[0]
   std::span<const BlockId> block_table;  // covers every position < start + token_ids.size()
   int32_t state_slot = -1;
   // The slot's per-sequence state starts empty at `start` (first chunk after admission or preemption); else it
@@ -30,14 +30,30 @@ struct BatchEntry {
   // sequences: the model runs them only to rebuild per-sequence state ("bounded replay") and must not write
   // their paged entries.
   int64_t persistent_until = 0;
+  // The sequence's prompt length (V4.1 bounded replay runs the decoder layers on its last window only; a
+  // recompute after preemption keeps the same split).
+  int64_t prompt_len = 0;
   bool needs_logits = false;  // logits of the last position are wanted
   int64_t end() const { return start + static_cast<int64_t>(token_ids.size()); }
+};
+
+// Options of a model runner that change what the forward computes.
+struct ModelRunnerOptions {
+  // V4.1: run every layer on every prompt token (transformers parity). Off: "decoder SWA bounded replay"
+  // (MODELS.md Part A §2.3), the decoder layers run on the last n_win prompt tokens only.
+  bool exact_prefill = false;
+};
+
+// Prefill work of the runner so far, in layer-tokens (one layer run on one token).
+struct ModelWorkStats {
+  int64_t layer_tokens = 0;          // layer-tokens run
+  int64_t layer_tokens_skipped = 0;  // decoder layer-tokens bounded replay did not run
 };
 
 struct ModelBatch {
   std::vector<BatchEntry> entries;  // decodes first, then prefill chunks
   int block_size = 0;
-  int64_t num_tokens = 0;      // sum of entry lengths
+  int64_t num_tokens = 0;       // sum of entry lengths
   int64_t num_logits_rows = 0;  // entries with needs_logits
 };
 
@@ -50,6 +66,7 @@ class ModelRunner {
   virtual void execute(const ModelBatch& batch, std::span<float> logits) = 0;
   // The slot's sequence finished or was preempted; its state may be dropped (the next user resets it anyway).
   virtual void release_slot(int32_t slot) {}
+  virtual ModelWorkStats work_stats() const { return {}; }
 };
 
 }  // namespace deepinfer

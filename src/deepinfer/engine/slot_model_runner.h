@@ -5,6 +5,7 @@
 // persistent entries move into paged storage.
 #pragma once
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -19,7 +20,8 @@ class SlotModelRunner final : public ModelRunner {
  public:
   using State = decltype(std::declval<const Model&>().new_sequence());
 
-  SlotModelRunner(const Model& model, int32_t num_slots) : model_(model) {
+  SlotModelRunner(const Model& model, int32_t num_slots, ModelRunnerOptions options = {})
+      : model_(model), options_(options) {
     DI_CHECK(num_slots > 0) << "the model runner needs at least one state slot";
     slots_.resize(static_cast<size_t>(num_slots));
   }
@@ -43,18 +45,33 @@ class SlotModelRunner final : public ModelRunner {
             << "the model runner keeps whole caches per slot and cannot start a sequence at position " << e.start
             << " (disable the prefix cache)";
         st = model_.new_sequence();
+        if constexpr (requires { st.decoder_from; }) {
+          if (!options_.exact_prefill) st.decoder_from = model_.bounded_decoder_from(e.prompt_len);
+        }
       }
       DI_CHECK_INTERNAL(st.num_tokens == e.start)
           << "slot " << e.state_slot << " holds " << st.num_tokens << " tokens but the chunk starts at " << e.start;
       std::vector<int64_t> ids(e.token_ids.begin(), e.token_ids.end());
-      auto out = model_.forward(st, ids);  // f32 [T, vocab]
+      const int64_t T = static_cast<int64_t>(ids.size()), layers = model_.config().num_layers;
+      int64_t skipped = 0;  // decoder layer-tokens bounded replay leaves out
+      if constexpr (requires { st.decoder_from; }) {
+        if (model_.decoder_start() >= 0)
+          skipped = std::clamp<int64_t>(st.decoder_from - e.start, 0, T) * (layers - model_.decoder_start());
+      }
+      auto out = model_.forward(st, ids);  // f32 [rows, vocab]: the last rows of the chunk
+      work_.layer_tokens += T * layers - skipped;
+      work_.layer_tokens_skipped += skipped;
       if (e.needs_logits) {
-        const float* last = out.template data<float>() + (static_cast<int64_t>(ids.size()) - 1) * vocab;
+        const int64_t rows = out.shape()[0];
+        DI_CHECK_INTERNAL(rows > 0) << "sequence " << e.seq_id << ": no logits for position " << e.end() - 1;
+        const float* last = out.template data<float>() + (rows - 1) * vocab;
         std::memcpy(logits.data() + row * vocab, last, static_cast<size_t>(vocab) * sizeof(float));
         ++row;
       }
     }
   }
+
+  ModelWorkStats work_stats() const override { return work_; }
 
   void release_slot(int32_t slot) override {
     if (slot >= 0 && slot < static_cast<int32_t>(slots_.size())) slots_[slot] = State{};
@@ -62,7 +79,9 @@ class SlotModelRunner final : public ModelRunner {
 
  private:
   const Model& model_;
+  ModelRunnerOptions options_;
   std::vector<State> slots_;
+  ModelWorkStats work_;
 };
 
 }  // namespace deepinfer

@@ -19,6 +19,24 @@
 
 namespace deepinfer {
 
+namespace {
+
+// The first decoder layer of V4.1's causal encoder-decoder (derived from the schedule, not from layer numbers):
+// the candidate-source layer when its compressor is per-token (ratio 1) and it is the last kv source, so the
+// decoder's only link to the encoder part of a prompt is that compressor's entries.
+int find_decoder_start(const ModelConfig& c) {
+  if (c.family != ModelFamily::kDeepseekV41) return -1;
+  const int l = c.candidate_source_layer_id;
+  if (l < 0 || l >= c.num_layers) return -1;
+  const LayerPlan& p = c.layers[l];
+  if (p.compress_ratio != 1 || p.kv_source != l) return -1;
+  for (int k = l + 1; k < c.num_layers; ++k)
+    if (c.layers[k].kv_source == k) return -1;
+  return l;
+}
+
+}  // namespace
+
 std::unique_ptr<DeepseekV4Model> DeepseekV4Model::load(const std::string& dir, Backend& backend,
                                                        std::optional<std::vector<int64_t>> token_map) {
   ModelConfig config = load_model_config(dir + "/config.json");
@@ -52,6 +70,11 @@ DeepseekV4Model::DeepseekV4Model(ModelConfig config, V4Weights weights, std::opt
   };
   main_inv_freq_ = table(config_.rope);
   compress_inv_freq_ = table(config_.compress_rope);
+  decoder_start_ = find_decoder_start(config_);
+}
+
+int64_t DeepseekV4Model::bounded_decoder_from(int64_t prompt_len) const {
+  return decoder_start_ < 0 ? 0 : std::max<int64_t>(0, prompt_len - decoder_window());
 }
 
 void DeepseekV4Model::upload_weights() {
@@ -61,12 +84,23 @@ void DeepseekV4Model::upload_weights() {
   for (OwnedTensor* t : {&w_.embed, &w_.norm, &w_.head, &w_.hc_head_fn, &w_.hc_head_base, &w_.hc_head_scale}) up(*t);
   for (V4LayerWeights& lw : w_.layers) {
     V4AttentionWeights& a = lw.attn;
-    for (OwnedTensor* t :
-         {&lw.attn_norm, &lw.ffn_norm, &lw.hc_attn_fn, &lw.hc_attn_base, &lw.hc_attn_scale, &lw.hc_ffn_fn,
-          &lw.hc_ffn_base, &lw.hc_ffn_scale, &a.wq_a, &a.q_norm, &a.wq_b, &a.wkv, &a.kv_norm, &a.wo_a, &a.wo_b,
-          &a.sinks, &a.comp_wkv, &a.comp_wgate, &a.comp_ape, &a.comp_norm, &a.idx_wq_b, &a.idx_weights_proj,
-          &a.idx_comp_wkv, &a.idx_comp_wgate, &a.idx_comp_ape, &a.idx_comp_norm, &a.idx_wk, &a.idx_k_norm,
-          &lw.gate, &lw.gate_bias, &lw.tid2eid, &lw.engram.table, &lw.engram.wkv, &lw.engram.gate_weight})
+    for (OwnedTensor* t : {&lw.attn_norm,     &lw.ffn_norm,
+                           &lw.hc_attn_fn,    &lw.hc_attn_base,
+                           &lw.hc_attn_scale, &lw.hc_ffn_fn,
+                           &lw.hc_ffn_base,   &lw.hc_ffn_scale,
+                           &a.wq_a,           &a.q_norm,
+                           &a.wq_b,           &a.wkv,
+                           &a.kv_norm,        &a.wo_a,
+                           &a.wo_b,           &a.sinks,
+                           &a.comp_wkv,       &a.comp_wgate,
+                           &a.comp_ape,       &a.comp_norm,
+                           &a.idx_wq_b,       &a.idx_weights_proj,
+                           &a.idx_comp_wkv,   &a.idx_comp_wgate,
+                           &a.idx_comp_ape,   &a.idx_comp_norm,
+                           &a.idx_wk,         &a.idx_k_norm,
+                           &lw.gate,          &lw.gate_bias,
+                           &lw.tid2eid,       &lw.engram.table,
+                           &lw.engram.wkv,    &lw.engram.gate_weight})
       up(*t);
     // Expert views point into expert_storage (w1, w3, w2 per routed expert, then the shared expert).
     for (OwnedTensor& t : lw.expert_storage) up(t);
@@ -92,7 +126,7 @@ V4SequenceState DeepseekV4Model::new_sequence() const {
 }
 
 HostTensor DeepseekV4Model::forward(V4SequenceState& seq, std::span<const int64_t> ids, V4ForwardTrace* trace) const {
-  const int64_t T = static_cast<int64_t>(ids.size());
+  int64_t T = static_cast<int64_t>(ids.size());  // shrinks to the decoder rows at a bounded-replay split
   const int64_t D = config_.hidden_size, hc = config_.hc.hc_mult, V = config_.vocab_size;
   const float eps = static_cast<float>(config_.rms_norm_eps);
   const bool v41 = config_.family == ModelFamily::kDeepseekV41;
@@ -123,6 +157,9 @@ HostTensor DeepseekV4Model::forward(V4SequenceState& seq, std::span<const int64_
   if (engram_) hash_ids = engram_hash_ids(seq, ids);
   if (trace)
     for (const auto& h : hash_ids) trace->engram_hash_ids.push_back(mem.to_host(h));
+  // Bounded replay: the first `skip` tokens stop after the decoder-start layer's compressor.
+  const int64_t skip = decoder_start_ < 0 ? 0 : std::clamp<int64_t>(seq.decoder_from - c.p0, 0, T);
+  const int64_t total_tokens = T;
 
   Selection sel;
   OwnedTensor pre = mem.zeros(DType::kF32, {T, hc}), post = mem.zeros(DType::kF32, {T, hc});
@@ -138,6 +175,7 @@ HostTensor DeepseekV4Model::forward(V4SequenceState& seq, std::span<const int64_
     return h;
   };
 
+  bool encoder_only = false;  // every token of the chunk stopped at the decoder start
   for (int l = 0; l < config_.num_layers; ++l) {
     const V4LayerWeights& lw = w_.layers[l];
     if (lw.has_engram) {
@@ -149,8 +187,29 @@ HostTensor DeepseekV4Model::forward(V4SequenceState& seq, std::span<const int64_
     OwnedTensor attn_pre = mem.zeros(DType::kF32, {T, hc});
     mix(lw.hc_attn_fn, lw.hc_attn_base, lw.hc_attn_scale, attn_pre);
     OwnedTensor h = collapse_norm(v41 ? carried_pre : attn_pre, lw.attn_norm);  // [T, D]
+    bool run_compressor = true;
+    if (l == decoder_start_) {
+      c.swa_floor = seq.decoder_from;  // decoder windows start at the segment
+      if (skip > 0) {
+        // Every token feeds the decoder-start compressor (the decoder's view of the encoder); only the last
+        // T - skip go on through the decoder layers.
+        v41_compress(c, l, h, seq.layers[l]);
+        run_compressor = false;
+        if (skip == T) {
+          encoder_only = true;
+          break;
+        }
+        auto keep = [&](OwnedTensor& t) { t = mem.clone(t.view().slice(skip, T)); };
+        for (OwnedTensor* t : {&streams, &carried_pre, &attn_pre, &post, &comb, &h, &c.positions, &c.ids}) keep(*t);
+        for (OwnedTensor& ids_k : hash_ids) keep(ids_k);
+        T -= skip;
+        c.T = T;
+        c.p0 += skip;
+        pre = mem.zeros(DType::kF32, {T, hc});
+      }
+    }
     if (trace) trace->attn_inputs.push_back(mem.to_host(h));
-    OwnedTensor y = attention(c, l, h, seq, sel);  // [T, D]
+    OwnedTensor y = attention(c, l, h, seq, sel, run_compressor);  // [T, D]
     if (trace) trace->attn_outputs.push_back(mem.to_host(y));
     backend_.hc_expand({streams.view(), y.view(), post.view(), comb.view()});
     // FFN site.
@@ -164,6 +223,10 @@ HostTensor DeepseekV4Model::forward(V4SequenceState& seq, std::span<const int64_
     if (trace) trace->layer_outputs.push_back(mem.to_host(streams));
   }
 
+  if (encoder_only) {
+    seq.num_tokens += total_tokens;
+    return HostTensor(DType::kF32, {0, V});
+  }
   // Final collapse: V4 computes its own weights with hc_head, V4.1 reuses the last FFN site's `pre`.
   if (!v41) {
     backend_.hc_head({streams.view(), w_.hc_head_fn.view(), w_.hc_head_base.view(), w_.hc_head_scale.view(), pre.view(),
@@ -173,7 +236,7 @@ HostTensor DeepseekV4Model::forward(V4SequenceState& seq, std::span<const int64_
   if (trace) trace->final_hidden = mem.to_host(hidden);
   OwnedTensor logits = mem.zeros(DType::kF32, {T, V});
   backend_.linear({hidden.view(), w_.head.view(), logits.view()});
-  seq.num_tokens += T;
+  seq.num_tokens += total_tokens;
   return mem.to_host(logits);
 }
 

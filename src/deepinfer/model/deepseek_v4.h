@@ -54,6 +54,11 @@ struct V4LayerState {
 
 struct V4SequenceState {
   int64_t num_tokens = 0;  // tokens already in the cache = position of the next token
+  // V4.1 causal encoder-decoder "decoder SWA bounded replay" (MODELS.md Part A §2.3): positions below this run
+  // only the encoder (layers before DeepseekV4Model::decoder_start()) plus the decoder-start layer's
+  // compressor; the decoder layers run from here on and their sliding windows never reach below it.
+  // 0 = every layer on every token (transformers parity).
+  int64_t decoder_from = 0;
   std::vector<V4LayerState> layers;
   std::vector<int64_t> engram_recent;  // compressed ids of the last (n-1) tokens, oldest first
 };
@@ -81,7 +86,19 @@ class DeepseekV4Model {
   const std::optional<EngramTables>& engram() const { return engram_; }
   V4SequenceState new_sequence() const;
 
-  // Appends `ids` to the sequence and returns their logits, f32 [T, vocab].
+  // Causal encoder-decoder split (V4.1): the first decoder layer = the candidate-source layer when it is a
+  // ratio-1 kv source and no later layer owns compressed entries (its compressor is the only decoder state
+  // the encoder part of the prompt feeds); -1 when the model has no such split (V4, other schedules).
+  int decoder_start() const { return decoder_start_; }
+  // Tokens the decoder runs on at the end of a prompt (n_win): the sliding window, so decode finds full
+  // decoder windows.
+  int64_t decoder_window() const { return config_.attn.sliding_window; }
+  // decoder_from for a prompt of `prompt_len` tokens under bounded replay: prompt_len - n_win (>= 0), or 0
+  // without an encoder-decoder split.
+  int64_t bounded_decoder_from(int64_t prompt_len) const;
+
+  // Appends `ids` to the sequence and returns their logits, f32 [T, vocab]; under bounded replay only the rows
+  // at positions >= seq.decoder_from have logits: [T - skipped, vocab] (possibly 0 rows).
   HostTensor forward(V4SequenceState& seq, std::span<const int64_t> ids, V4ForwardTrace* trace = nullptr) const;
 
  private:
@@ -90,7 +107,10 @@ class DeepseekV4Model {
   // Engram hash ids of this chunk for every Engram layer (advances the sequence's look-back).
   std::vector<OwnedTensor> engram_hash_ids(V4SequenceState& seq, std::span<const int64_t> ids) const;
   void engram_update(int layer, const OwnedTensor& hash_ids, OwnedTensor& streams) const;
-  OwnedTensor attention(const Chunk& c, int layer, const OwnedTensor& x, V4SequenceState& seq, Selection& sel) const;
+  // `run_compressor` false: the layer's kv-source compressor already ran (on the whole chunk, before the
+  // encoder-decoder split).
+  OwnedTensor attention(const Chunk& c, int layer, const OwnedTensor& x, V4SequenceState& seq, Selection& sel,
+                        bool run_compressor = true) const;
   OwnedTensor moe(const Chunk& c, int layer, const OwnedTensor& x) const;
   // Compressed branch of one layer: appends closed groups to the source's state.
   void v4_compress(const Chunk& c, int layer, const OwnedTensor& x, V4LayerState& st, bool indexer) const;
@@ -105,6 +125,7 @@ class DeepseekV4Model {
   Backend& backend_;
   TensorMemory& memory_;  // backend_memory(backend_)
   OwnedTensor main_inv_freq_, compress_inv_freq_;
+  int decoder_start_ = -1;
 };
 
 }  // namespace deepinfer

@@ -166,7 +166,7 @@ void DeepseekV4Model::v41_compress(const Chunk& c, int layer, const OwnedTensor&
 }
 
 OwnedTensor DeepseekV4Model::attention(const Chunk& c, int layer, const OwnedTensor& x, V4SequenceState& seq,
-                                       Selection& sel) const {
+                                       Selection& sel, bool run_compressor) const {
   const LayerPlan& plan = config_.layers[layer];
   const V4AttentionWeights& a = w_.layers[layer].attn;
   const auto& ac = config_.attn;
@@ -192,7 +192,7 @@ OwnedTensor DeepseekV4Model::attention(const Chunk& c, int layer, const OwnedTen
 
   // Window keys: the ring's last (window − 1) tokens, then this chunk; then the ring takes the new rows.
   SwaRing& ring = st.window;
-  const int64_t past_begin = std::max<int64_t>(0, c.p0 - (ring.capacity - 1)), n_past = c.p0 - past_begin;
+  const int64_t past_begin = std::max<int64_t>(c.swa_floor, c.p0 - (ring.capacity - 1)), n_past = c.p0 - past_begin;
   OwnedTensor window_kv = mem.zeros(DType::kF32, {n_past + T, hd});
   for_ring_runs(ring.capacity, past_begin, n_past, [&](int64_t slot, int64_t at, int64_t len) {
     mem.copy(window_kv.view().slice(at, at + len), ring.rows.view().slice(slot, slot + len));
@@ -250,7 +250,7 @@ OwnedTensor DeepseekV4Model::attention(const Chunk& c, int layer, const OwnedTen
         comp_mask = mem.from_host(DType::kU8, {T, n}, visible.data());
       }
     } else {
-      if (plan.kv_source == layer) v41_compress(c, layer, x, st);
+      if (plan.kv_source == layer && run_compressor) v41_compress(c, layer, x, st);
       src = &seq.layers[plan.kv_source];
       const int64_t n = src->n_entries;
       if (plan.index_source == layer && n > 0) {

@@ -14,6 +14,7 @@ struct DeepseekV4Model::Chunk {
   int64_t p0 = 0;
   OwnedTensor positions;  // i64 [T]
   OwnedTensor ids;        // i64 [T], the token ids
+  int64_t swa_floor = 0;  // sliding-window keys below this position are not visible (decoder segment start)
 };
 
 // V4.1 CSA2 selections published within one forward (the reference's per-forward `shared` dict): the
