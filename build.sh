@@ -16,7 +16,7 @@ JOBS=${DEEPINFER_JOBS:-$(nproc)}
 
 DEB_PACKAGES=(build-essential cmake ninja-build pkg-config git python3 python3-pytest
   nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev libpcre2-dev libicu-dev libgtest-dev libgmock-dev
-  libbenchmark-dev pybind11-dev clang)
+  libbenchmark-dev pybind11-dev clang python3-jsonschema)
 
 log() { echo "[build.sh] $*" >&2; }
 

@@ -5,6 +5,7 @@
 
 #include "deepinfer/core/error.h"
 #include "deepinfer/core/logging.h"
+#include "deepinfer/engine/structured_output.h"
 
 namespace deepinfer {
 
@@ -21,6 +22,8 @@ Engine::Engine(EngineConfig config, ModelRunner& runner, StreamCallback on_delta
       << blocks_per_seq << ": lower max_model_len or give the cache more memory";
   for (TokenId t : config_.eos_token_ids)
     DI_CHECK(t >= 0 && t < runner_.vocab_size()) << "eos token id " << t << " outside the vocabulary";
+  if (config_.grammar_compiler)
+    check_structured_config(*config_.grammar_compiler, config_.eos_token_ids, runner_.vocab_size());
 }
 
 void Engine::add_request(Request r) {
@@ -42,6 +45,12 @@ void Engine::add_request(Request r) {
   DI_CHECK(r.params.stop.empty() || config_.detokenize)
       << "request '" << r.request_id << "': stop strings need an engine configured with a detokenizer";
 
+  structured::CompiledConstraint constraint;
+  if (r.params.structured.active()) {
+    DI_CHECK(config_.grammar_compiler != nullptr)
+        << "request '" << r.request_id << "': structured output needs an engine configured with a tokenizer";
+    constraint = compile_structured(*config_.grammar_compiler, r.request_id, r.params.structured);
+  }
   auto params = std::make_shared<const SamplingParams>(std::move(r.params));
   auto& ids = request_seqs_[r.request_id];
   for (int i = 0; i < params->n; ++i) {
@@ -52,6 +61,7 @@ void Engine::add_request(Request r) {
     s->params = params;
     s->tokens = r.prompt_token_ids;
     s->prompt_len = len;
+    if (constraint.masks) s->structured = std::make_shared<StructuredState>(StructuredState{constraint});
     waiting_.push_back(s.get());
     ids.push_back(s->id);
     sequences_.emplace(s->id, std::move(s));
@@ -75,6 +85,7 @@ void Engine::release_cache(Sequence& s) {
 
 void Engine::preempt(Sequence& s) {
   release_cache(s);
+  if (s.structured) s.structured->matcher.reset();  // rebuilt from the output when it samples again
   s.num_computed = 0;
   s.persistent_until = 0;
   s.status = SequenceStatus::kPreempted;
@@ -215,7 +226,19 @@ StepStats Engine::step() {
       continue;
     }
     SamplingContext ctx{s.prompt(), s.output(), {}, config_.eos_token_ids};
+    if (s.structured) {
+      const auto outcome = prepare_structured_mask(*s.structured, s, config_.eos_token_ids, logits);
+      if (outcome != StructuredMaskOutcome::kSample) {
+        const bool complete = outcome == StructuredMaskOutcome::kGrammarComplete;
+        finish(s, complete ? StopReason::kGrammarComplete : StopReason::kGrammarDeadEnd, "", &d);
+        ++st.num_finished;
+        deltas.push_back(std::move(d));
+        continue;
+      }
+      ctx.allowed_tokens = s.structured->allowed;
+    }
     SampleResult r = sampler_.sample(logits, *s.params, ctx, rng_key(s), s.num_tokens());
+    if (s.structured) accept_structured_token(*s.structured, r.token);
     s.tokens.push_back(r.token);
     s.status = SequenceStatus::kDecoding;
     ++stats_.generated_tokens;

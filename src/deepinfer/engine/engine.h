@@ -19,6 +19,9 @@
 #include "deepinfer/sampling/sampler.h"
 
 namespace deepinfer {
+namespace structured {
+class GrammarCompiler;
+}
 
 struct EngineConfig {
   SchedulerConfig scheduler;
@@ -26,6 +29,9 @@ struct EngineConfig {
   uint64_t seed = 0;  // the random stream of requests without their own seed
   std::vector<TokenId> eos_token_ids;
   DetokenizeFn detokenize;  // needed only by requests with stop strings
+  // Compiles requests' structured-output constraints (and caches them); needed only by such requests. Its
+  // vocabulary must have the runner's vocab size and EOS ids = eos_token_ids (make_structured_tokenizer_info).
+  std::shared_ptr<structured::GrammarCompiler> grammar_compiler;
 };
 
 struct StepStats {
@@ -53,7 +59,8 @@ class Engine {
 
   // Validates and queues a request (params.n sequences). Throws InvalidArgument naming the problem: empty
   // prompt, token id outside the vocabulary, a prompt longer than max_model_len (never truncated), invalid
-  // sampling params, duplicate request id, stop strings without a detokenizer.
+  // sampling params, duplicate request id, stop strings without a detokenizer, a structured-output constraint
+  // that does not compile (Unsupported for constructs the front ends lack) or without a grammar compiler.
   void add_request(Request request);
   // Finishes every sample of the request with kAborted, frees its cache, streams a final delta. False if no
   // unfinished request has that id.

@@ -22,6 +22,11 @@ enum class StopReason : uint8_t {
   kMaxModelLen,  // prompt + output reached max_model_len
   kAborted,      // Engine::abort
   kError,        // the model produced non-finite logits for this sequence
+  // Structured output: no sampleable token is left. kGrammarComplete: the output is a complete sentence of the
+  // grammar, nothing may follow and EOS is not allowed (ignore_eos, min_tokens). kGrammarDeadEnd: the output is
+  // incomplete and no token of the vocabulary continues it (e.g. the grammar needs a character no token spells).
+  kGrammarComplete,
+  kGrammarDeadEnd,
 };
 std::string_view stop_reason_name(StopReason r);
 

@@ -23,6 +23,8 @@ std::string_view stop_reason_name(StopReason r) {
     case StopReason::kMaxModelLen: return "max_model_len";
     case StopReason::kAborted: return "aborted";
     case StopReason::kError: return "error";
+    case StopReason::kGrammarComplete: return "grammar_complete";
+    case StopReason::kGrammarDeadEnd: return "grammar_dead_end";
   }
   return "?";
 }

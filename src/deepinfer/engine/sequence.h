@@ -14,6 +14,8 @@
 
 namespace deepinfer {
 
+struct StructuredState;  // structured_output.h
+
 // One lifecycle, in order. kRunning covers the prefill chunks (also the recompute after a preemption);
 // kDecoding starts once every token but the newest sampled one is in the cache. A preempted sequence has
 // dropped its cache (recompute policy) and waits again, ahead of newer arrivals.
@@ -44,6 +46,7 @@ struct Sequence {
   bool reset_state = false;  // the next chunk starts the slot's state afresh
 
   std::vector<SampleResult> logprobs;  // per output token, when requested
+  std::shared_ptr<StructuredState> structured;  // set when params->structured is active
   int64_t num_cached_prompt_tokens = 0;
   int num_preemptions = 0;
 

@@ -6,6 +6,22 @@
 
 namespace deepinfer {
 
+std::string_view structured_output_kind_name(StructuredOutputKind k) {
+  switch (k) {
+    case StructuredOutputKind::kNone:
+      return "none";
+    case StructuredOutputKind::kJsonSchema:
+      return "json_schema";
+    case StructuredOutputKind::kJsonObject:
+      return "json_object";
+    case StructuredOutputKind::kRegex:
+      return "regex";
+    case StructuredOutputKind::kGrammar:
+      return "grammar";
+  }
+  return "?";
+}
+
 void validate(const SamplingParams& p, int64_t vocab_size) {
   DI_CHECK(std::isfinite(p.temperature) && p.temperature >= 0.0f)
       << "temperature must be a finite value >= 0 (0 = greedy), got " << p.temperature;
@@ -29,6 +45,16 @@ void validate(const SamplingParams& p, int64_t vocab_size) {
     DI_CHECK(*p.logprobs >= 0 && *p.logprobs <= kMaxTopLogprobs)
         << "logprobs must be in [0, " << kMaxTopLogprobs << "], got " << *p.logprobs;
   for (size_t i = 0; i < p.stop.size(); ++i) DI_CHECK(!p.stop[i].empty()) << "stop[" << i << "] must not be empty";
+  const StructuredOutputParams& so = p.structured;
+  if (so.kind == StructuredOutputKind::kJsonObject || so.kind == StructuredOutputKind::kNone) {
+    DI_CHECK(so.spec.empty()) << "structured output " << structured_output_kind_name(so.kind)
+                              << " takes no spec text, got " << so.spec.size() << " bytes";
+  } else {
+    DI_CHECK(!so.spec.empty()) << "structured output " << structured_output_kind_name(so.kind)
+                               << ": the spec text is empty";
+  }
+  DI_CHECK(so.max_whitespace >= -1) << "structured output max_whitespace must be >= -1 (-1 = unbounded), got "
+                                    << so.max_whitespace;
   for (size_t i = 0; i < p.stop_token_ids.size(); ++i) {
     const TokenId t = p.stop_token_ids[i];
     DI_CHECK(t >= 0 && (vocab_size <= 0 || t < vocab_size))
