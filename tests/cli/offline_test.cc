@@ -122,7 +122,7 @@ TEST(OfflineCli, UnsupportedLayoutsAndChecksAreClearErrors) {
       {"--ep 2 --cp 8", "--ep 2 needs multi-GPU support (issue 12)"},
       {"--dp 2", "--dp 2 needs multi-GPU support (issue 12)"},
       {"--cp 0", "--cp must be >= 1"},
-      {"--check_structured_output", "not wired into the engine"},
+      {"--check_structured_output", "--check_structured_output needs"},  // no tokenizer.json
       {"--gpu_memory_utilization 1.5", "gpu_memory_utilization must be in (0, 1]"},
       {"--temperature -1", "temperature must be"},
   };

@@ -11,6 +11,7 @@
 #include "deepinfer/cli/commands.h"
 #include "deepinfer/core/error.h"
 #include "deepinfer/core/logging.h"
+#include "deepinfer/engine/structured_output.h"
 #include "deepinfer/engine/v3_model_runner.h"
 #include "deepinfer/engine/v4_model_runner.h"
 #include "deepinfer/io/checkpoint.h"
@@ -129,6 +130,10 @@ EngineSetup::EngineSetup(const EngineSetupArgs& a, StreamCallback on_delta) {
   ec.seed = a.seed;
   for (int64_t e : config_->eos_token_ids) ec.eos_token_ids.push_back(static_cast<TokenId>(e));
   if (tokenizer_) ec.detokenize = [tok = tokenizer_.get()](std::span<const TokenId> ids) { return tok->decode(ids); };
+  // Structured output needs token bytes that concatenate (ByteLevel); without it constrained requests are refused.
+  if (tokenizer_ && tokenizer_->token_separator().empty())
+    ec.grammar_compiler = std::make_shared<structured::GrammarCompiler>(
+        make_structured_tokenizer_info(*tokenizer_, ec.eos_token_ids, config_->vocab_size));
   ModelRunnerOptions ro;
   ro.exact_prefill = a.exact_prefill;
   if (v3_) {

@@ -10,6 +10,7 @@
 
 #include "deepinfer/cli/commands.h"
 #include "deepinfer/cli/engine_setup.h"
+#include "deepinfer/cli/structured_check.h"
 #include "deepinfer/core/error.h"
 #include "deepinfer/core/logging.h"
 
@@ -29,6 +30,7 @@ struct GenerateArgs {
   bool ignore_eos = false;
   bool stop_at_eos = false;
   bool json = false;
+  StructuredFlags structured;
 };
 
 struct Prompt {
@@ -46,6 +48,7 @@ int run_generate(const GenerateArgs& a) {
   params.max_tokens = a.max_tokens;
   params.ignore_eos = a.ignore_eos;
   params.logprobs = 0;  // the chosen token's log-probability, for decode perplexity
+  params.structured = structured_params_from_flags(a.structured);
   validate(params);
   DI_CHECK(!(a.ignore_eos && a.stop_at_eos)) << "--ignore-eos and --stop-at-eos contradict each other";
   std::vector<std::string> texts = a.prompts;
@@ -146,6 +149,7 @@ void register_generate(CLI::App& app, CommandRegistry& reg) {
   sub->add_flag("--ignore-eos", a->ignore_eos, "keep generating past EOS until --max-tokens");
   sub->add_flag("--stop-at-eos", a->stop_at_eos, "stop at an EOS token (the default; kept for old scripts)");
   sub->add_flag("--json", a->json, "one JSON object per request, in input order");
+  add_structured_flags(sub, a->structured);
   sub->add_flag("--exact-prefill", s.exact_prefill,
                 "V4.1: run every layer on every prompt token (transformers parity) instead of decoder SWA bounded "
                 "replay");
