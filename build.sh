@@ -7,14 +7,16 @@
 #   ./build.sh bench   deps + build + benchmarks
 #   ./build.sh fuzz    deps + libFuzzer targets for FUZZ_SECONDS each (default 300)
 # Environment: DEEPINFER_ACCELERATOR=cpu|nvidia (default: nvidia when nvcc is found), BUILD_DIR (default build),
-# DEEPINFER_BUILD_TYPE (default Release), DEEPINFER_JOBS (default: number of cores).
+# DEEPINFER_BUILD_TYPE (default Release), DEEPINFER_JOBS (default: number of cores), DEEPINFER_PYTHON (the
+# interpreter the Python module is built for and tested with; default: Debian's /usr/bin/python3, which the
+# python3-* packages below install into). The module lands in $BUILD_DIR/python: PYTHONPATH=$BUILD_DIR/python.
 set -euo pipefail
 cd "$(dirname "$0")"
 ROOT=$(pwd)
 BUILD_DIR=${BUILD_DIR:-build}
 JOBS=${DEEPINFER_JOBS:-$(nproc)}
 
-DEB_PACKAGES=(build-essential cmake ninja-build pkg-config git python3 python3-pytest
+DEB_PACKAGES=(build-essential cmake ninja-build pkg-config git python3 python3-dev python3-pytest python3-setuptools
   nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev libpcre2-dev libicu-dev libgtest-dev libgmock-dev
   libbenchmark-dev pybind11-dev clang python3-jsonschema)
 
@@ -46,11 +48,18 @@ accelerator() {
   echo "$acc"
 }
 
+python_exe() {
+  if [ -n "${DEEPINFER_PYTHON:-}" ]; then echo "$DEEPINFER_PYTHON"
+  elif [ -x /usr/bin/python3 ]; then echo /usr/bin/python3
+  else command -v python3; fi
+}
+
 build() {
   local acc; acc=$(accelerator)
-  log "accelerator: $acc, build dir: $BUILD_DIR"
+  local py; py=$(python_exe)
+  log "accelerator: $acc, build dir: $BUILD_DIR, python: $py"
   cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="${DEEPINFER_BUILD_TYPE:-Release}" \
-    -DDEEPINFER_ACCELERATOR="$acc" ${DEEPINFER_CMAKE_ARGS:-} >/dev/null
+    -DDEEPINFER_ACCELERATOR="$acc" -DPython_EXECUTABLE="$py" ${DEEPINFER_CMAKE_ARGS:-} >/dev/null
   cmake --build "$BUILD_DIR" -j "$JOBS"
   embedded_model
 }
@@ -97,6 +106,7 @@ case "$cmd" in
     ;;
   test)
     deps; build
+    # CTest includes python_tests: pytest over tests/python with PYTHONPATH=$BUILD_DIR/python.
     (cd "$BUILD_DIR" && ctest --output-on-failure -j "$JOBS" -LE gpu "$@")
     fuzz_targets "${FUZZ_SECONDS:-20}"
     log "success: all tests passed"

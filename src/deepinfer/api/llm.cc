@@ -1,0 +1,416 @@
+#include "deepinfer/api/llm.h"
+
+#include <cmath>
+#include <deque>
+#include <filesystem>
+#include <unordered_map>
+
+#include "deepinfer/core/error.h"
+#include "deepinfer/core/logging.h"
+#include "deepinfer/engine/v3_model_runner.h"
+#include "deepinfer/engine/v4_model_runner.h"
+#include "deepinfer/kv/kv_layout.h"
+#include "deepinfer/model/deepseek_v3.h"
+#include "deepinfer/model/deepseek_v4.h"
+#include "deepinfer/ops/ops.h"
+#ifdef DEEPINFER_WITH_CUDA
+#include "deepinfer/ops/cuda/cuda_backend.h"
+#include "deepinfer/ops/cuda/cuda_runtime.h"
+#endif
+#include "deepinfer/tokenizer/chat_encoding.h"
+#include "deepinfer/tokenizer/stream_decoder.h"
+#include "deepinfer/tokenizer/tokenizer.h"
+
+namespace deepinfer::api {
+
+struct Llm::Models {
+  std::unique_ptr<DeepseekV3Model> v3;
+  std::unique_ptr<DeepseekV4Model> v4;
+};
+
+// Decoding state of one sample; its output lives in Session::requests[i].outputs[k].
+struct SampleState {
+  double nll = 0;  // sum of -logprob of the chosen tokens, for decode_ppl
+  std::unique_ptr<tokenizer::StreamDecoder> decoder;
+  bool finished = false;
+};
+
+// The requests of one generate call or stream, their outputs so far and (for a stream) the deltas not yet
+// handed out.
+struct Session {
+  int64_t id = 0;
+  bool streaming = false;
+  std::vector<RequestOutput> requests;            // input order
+  std::vector<std::vector<SampleState>> samples;  // [request][sample]
+  std::vector<int> samples_left;
+  std::vector<bool> added;  // queued in the engine (an add_request error leaves the rest out)
+  std::unordered_map<std::string, int> index_of;
+  std::deque<StreamDelta> pending;
+  std::vector<size_t> pending_done;  // pending entries whose request just finished (request_output to attach)
+  int64_t finished_requests = 0;
+  bool done() const { return finished_requests == static_cast<int64_t>(requests.size()); }
+};
+
+namespace {
+
+std::unique_ptr<Backend> make_backend(const std::string& device, int threads) {
+  if (device == "cpu") return make_cpu_backend(threads);
+#ifdef DEEPINFER_WITH_CUDA
+  DI_CHECK_CODE(cuda::device_count() > 0, ErrorCode::kNotFound)
+      << "device='cuda': no CUDA device is visible (check nvidia-smi and CUDA_VISIBLE_DEVICES)";
+  return make_cuda_backend(0);
+#else
+  DI_FAIL(ErrorCode::kUnsupported) << "device='cuda': this deepinfer was built without CUDA (build with "
+                                      "DEEPINFER_ACCELERATOR=nvidia)";
+#endif
+}
+
+tokenizer::ChatFormat default_chat_format(const ModelConfig& c) {
+  switch (c.family) {
+    case ModelFamily::kDeepseekV41:
+      return tokenizer::ChatFormat::kV41;
+    case ModelFamily::kDeepseekV4:
+      return tokenizer::ChatFormat::kV4;
+    case ModelFamily::kDeepseekV3:
+      return tokenizer::ChatFormat::kV3;
+  }
+  return tokenizer::ChatFormat::kV41;
+}
+
+std::string chat_format_string(tokenizer::ChatFormat f) {
+  switch (f) {
+    case tokenizer::ChatFormat::kV3:
+      return "v3";
+    case tokenizer::ChatFormat::kV31:
+      return "v31";
+    case tokenizer::ChatFormat::kV4:
+      return "v4";
+    case tokenizer::ChatFormat::kV41:
+      return "v41";
+  }
+  return "";
+}
+
+[[noreturn]] void rethrow_with_prefix(const Error& e, const std::string& prefix) {
+  throw Error(e.code(), prefix + e.message(), e.file(), e.line());
+}
+
+}  // namespace
+
+void validate(const LlmConfig& c) {
+  DI_CHECK(c.device == "cpu" || c.device == "cuda") << "device must be 'cpu' or 'cuda', got '" << c.device << "'";
+  DI_CHECK(c.max_model_len > 0) << "max_model_len must be positive, got " << c.max_model_len;
+  DI_CHECK(c.max_num_seqs > 0) << "max_num_seqs must be positive, got " << c.max_num_seqs;
+  DI_CHECK(c.max_num_batched_tokens > 0) << "max_num_batched_tokens must be positive, got " << c.max_num_batched_tokens;
+  DI_CHECK(c.gpu_memory_utilization > 0 && c.gpu_memory_utilization <= 1)
+      << "gpu_memory_utilization must be in (0, 1], got " << c.gpu_memory_utilization;
+  DI_CHECK(c.kv_cache_bytes > 0) << "kv_cache_bytes must be positive, got " << c.kv_cache_bytes;
+  DI_CHECK(c.threads >= 0) << "threads must be >= 0 (0 = all cores), got " << c.threads;
+  DI_CHECK(c.ep >= 1 && c.dp >= 1 && c.cp >= 1)
+      << "ep, dp and cp must be >= 1, got ep=" << c.ep << " dp=" << c.dp << " cp=" << c.cp;
+  DI_CHECK_CODE(c.ep == 1 && c.dp == 1 && c.cp == 1, ErrorCode::kUnsupported)
+      << "ep=" << c.ep << " dp=" << c.dp << " cp=" << c.cp
+      << ": multi-GPU execution (expert/data/context parallel) is not implemented yet; use ep=1 dp=1 cp=1";
+  if (!c.chat_format.empty()) tokenizer::parse_chat_format(c.chat_format);
+}
+
+std::string finish_reason_name(StopReason r) {
+  switch (r) {
+    case StopReason::kNone:
+      return "";
+    case StopReason::kEos:
+    case StopReason::kStopToken:
+    case StopReason::kStopString:
+      return "stop";
+    case StopReason::kMaxTokens:
+    case StopReason::kMaxModelLen:
+      return "length";
+    case StopReason::kAborted:
+      return "abort";
+    case StopReason::kError:
+      return "error";
+  }
+  return "";
+}
+
+Llm::Llm(LlmConfig config) : config_(std::move(config)) {
+  validate(config_);
+  DI_CHECK_CODE(std::filesystem::is_directory(config_.model_dir), ErrorCode::kNotFound)
+      << "model directory '" << config_.model_dir << "' does not exist";
+  const std::string cfg_path = config_.model_dir + "/config.json";
+  DI_CHECK_CODE(std::filesystem::exists(cfg_path), ErrorCode::kNotFound)
+      << "model directory '" << config_.model_dir << "' has no config.json";
+  backend_ = make_backend(config_.device, config_.threads);
+  models_ = std::make_unique<Models>();
+  // The family in config.json picks the forward and its runner: V3 (V3/R1/V3.1/V2-Lite) or V4/V4.1.
+  if (load_model_config(cfg_path).family == ModelFamily::kDeepseekV3) {
+    DI_CHECK_CODE(config_.device == "cpu", ErrorCode::kUnsupported)
+        << "device='" << config_.device << "': the DeepSeek-V3 family runs on the CPU backend only so far";
+    models_->v3 = DeepseekV3Model::load(config_.model_dir, *backend_);
+    model_config_ = &models_->v3->config();
+  } else {
+    models_->v4 = DeepseekV4Model::load(config_.model_dir, *backend_);
+    model_config_ = &models_->v4->config();
+  }
+  const ModelConfig& cfg = *model_config_;
+  const std::string tok_path = config_.model_dir + "/tokenizer.json";
+  if (std::filesystem::exists(tok_path)) tok_ = tokenizer::Tokenizer::from_file(tok_path);
+
+  max_model_len_ = std::min<int64_t>(config_.max_model_len, cfg.max_position_embeddings);
+  KvLayout layout = make_kv_layout(cfg);
+  KvSizing sizing = size_kv_cache(layout, config_.kv_cache_bytes, config_.max_num_seqs, max_model_len_);
+  log_kv_sizing(layout, sizing, max_model_len_);
+  EngineConfig ec;
+  ec.scheduler.max_num_seqs = config_.max_num_seqs;
+  ec.scheduler.max_model_len = max_model_len_;
+  ec.scheduler.max_num_batched_tokens = config_.max_num_batched_tokens;
+  ec.kv.num_blocks = sizing.num_blocks;
+  ec.kv.block_size = layout.block_size;
+  ec.kv.num_state_slots = sizing.num_state_slots;
+  ec.kv.enable_prefix_cache =
+      models_->v3 ? V3ModelRunner::prefix_cache_supported() : V4ModelRunner::prefix_cache_supported();
+  ec.seed = config_.seed;
+  for (int64_t e : cfg.eos_token_ids) ec.eos_token_ids.push_back(static_cast<TokenId>(e));
+  if (tok_) ec.detokenize = [tok = tok_.get()](std::span<const TokenId> ids) { return tok->decode(ids); };
+  if (models_->v3) {
+    runner_ = std::make_unique<V3ModelRunner>(*models_->v3, sizing.num_state_slots);
+  } else {
+    runner_ = std::make_unique<V4ModelRunner>(*models_->v4, sizing.num_state_slots);
+  }
+  auto on_delta = [this](const SequenceDelta& d) {
+    if (active_ == nullptr) return;
+    Session& s = *active_;
+    auto it = s.index_of.find(d.request_id);
+    if (it == s.index_of.end()) return;
+    const int idx = it->second;
+    SampleState& st = s.samples[idx].at(d.sample_index);
+    CompletionOutput& out = s.requests[idx].outputs[d.sample_index];
+    StreamDelta sd;
+    sd.index = idx;
+    sd.sample_index = d.sample_index;
+    sd.token_ids = d.new_token_ids;
+    sd.has_logprobs = out.has_logprobs;
+    out.token_ids.insert(out.token_ids.end(), d.new_token_ids.begin(), d.new_token_ids.end());
+    for (const SampleResult& r : d.logprobs) st.nll -= r.logprob;
+    if (out.has_logprobs) {
+      out.logprobs.insert(out.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
+      sd.logprobs = d.logprobs;
+    }
+    if (st.decoder) {
+      for (TokenId t : d.new_token_ids) sd.text += st.decoder->step(t);
+      if (d.finished) sd.text += st.decoder->finish();
+    }
+    if (d.finished && !st.finished) {
+      st.finished = true;
+      out.finish_reason = finish_reason_name(d.stop_reason);
+      out.engine_stop_reason = std::string(stop_reason_name(d.stop_reason));
+      if (d.stop_reason == StopReason::kStopString) out.stop_string = d.stop_string;
+      if (d.stop_reason == StopReason::kStopToken && !out.token_ids.empty()) out.stop_token_id = out.token_ids.back();
+      if (!out.token_ids.empty()) out.decode_ppl = std::exp(st.nll / static_cast<double>(out.token_ids.size()));
+      if (tok_) out.text = tok_->decode(out.token_ids);
+      sd.finished = true;
+      sd.finish_reason = out.finish_reason;
+      if (--s.samples_left[idx] == 0) {
+        s.requests[idx].finished = true;
+        ++s.finished_requests;
+        if (s.streaming) s.pending_done.push_back(s.pending.size());
+      }
+    }
+    if (s.streaming) s.pending.push_back(std::move(sd));
+  };
+  engine_ = std::make_unique<Engine>(ec, *runner_, on_delta);
+  DI_LOG_INFO("Llm ready: {} ({}) on {}, max_model_len={}, max_num_seqs={}", config_.model_dir, family_name(cfg.family),
+              config_.device, max_model_len_, config_.max_num_seqs);
+}
+
+Llm::~Llm() = default;
+
+const tokenizer::Tokenizer& Llm::tokenizer() const {
+  DI_CHECK_CODE(tok_ != nullptr, ErrorCode::kNotFound)
+      << config_.model_dir << "/tokenizer.json is missing: text prompts, chat and decoding need it (pass token ids)";
+  return *tok_;
+}
+
+std::vector<TokenId> Llm::encode(const std::string& text) const { return tokenizer().encode(text); }
+
+std::string Llm::decode(const std::vector<TokenId>& ids, bool skip_special_tokens) const {
+  return tokenizer().decode(ids, skip_special_tokens);
+}
+
+std::string Llm::chat_format_name() const {
+  return config_.chat_format.empty() ? chat_format_string(default_chat_format(*model_config_))
+                                     : chat_format_string(tokenizer::parse_chat_format(config_.chat_format));
+}
+
+std::vector<TokenId> Llm::encode_chat(const nlohmann::ordered_json& request) const {
+  const tokenizer::Tokenizer& tok = tokenizer();
+  tokenizer::ChatRequest req = tokenizer::parse_chat_request(request);
+  DI_CHECK(!req.messages.empty()) << "chat: messages is empty";
+  auto rendered = tokenizer::render_chat(req, tokenizer::parse_chat_format(chat_format_name()));
+  return tokenizer::encode_prompt(tok, rendered);
+}
+
+EngineStats Llm::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return engine_->stats();
+}
+
+std::unique_ptr<Session> Llm::start_session(const std::vector<PromptInput>& prompts,
+                                            const std::vector<SamplingParams>& params) {
+  DI_CHECK_CODE(active_ == nullptr, ErrorCode::kUnsupported)
+      << "another generation is in progress on this LLM (an unfinished generate_stream): exhaust or close it "
+         "first; concurrent generations on one LLM are not supported";
+  DI_CHECK(params.size() == 1 || params.size() == prompts.size())
+      << "sampling params: pass one for all prompts or one per prompt (" << prompts.size() << " prompts, "
+      << params.size() << " params)";
+  auto s = std::make_unique<Session>();
+  s->id = next_session_++;
+  const size_t n = prompts.size();
+  s->requests.resize(n);
+  s->samples.resize(n);
+  s->samples_left.resize(n);
+  s->added.assign(n, false);
+  std::vector<Request> reqs(n);
+  for (size_t i = 0; i < n; ++i) {
+    const std::string where = "prompts[" + std::to_string(i) + "]: ";
+    const SamplingParams& p = params.size() == 1 ? params[0] : params[i];
+    RequestOutput& ro = s->requests[i];
+    ro.index = static_cast<int>(i);
+    ro.request_id = std::to_string(s->id) + "-" + std::to_string(i);
+    try {
+      validate(p, model_config_->vocab_size);
+      if (prompts[i].text) {
+        ro.prompt = *prompts[i].text;
+        ro.prompt_token_ids = tokenizer().encode(*prompts[i].text);
+        DI_CHECK(!ro.prompt_token_ids.empty()) << "the text encodes to no tokens";
+      } else {
+        ro.prompt_token_ids = prompts[i].token_ids;
+        DI_CHECK(!ro.prompt_token_ids.empty()) << "empty token id list";
+      }
+    } catch (const Error& e) {
+      rethrow_with_prefix(e, where);
+    }
+    s->samples[i].resize(static_cast<size_t>(p.n));
+    s->samples_left[i] = p.n;
+    ro.outputs.resize(static_cast<size_t>(p.n));
+    for (int k = 0; k < p.n; ++k) {
+      ro.outputs[k].index = k;
+      ro.outputs[k].has_logprobs = p.logprobs.has_value();
+      if (tok_) s->samples[i][k].decoder = std::make_unique<tokenizer::StreamDecoder>(*tok_);
+    }
+    s->index_of[ro.request_id] = static_cast<int>(i);
+    Request& r = reqs[i];
+    r.request_id = ro.request_id;
+    r.prompt_token_ids = ro.prompt_token_ids;
+    r.params = p;
+    // The chosen token's logprob is always computed (decode perplexity); it does not change sampling.
+    if (!r.params.logprobs) r.params.logprobs = 0;
+  }
+  active_ = s.get();
+  for (size_t i = 0; i < n; ++i) {
+    try {
+      engine_->add_request(std::move(reqs[i]));
+      s->added[i] = true;
+    } catch (const Error& e) {
+      end_session(*s);
+      rethrow_with_prefix(e, "prompts[" + std::to_string(i) + "]: ");
+    } catch (...) {
+      end_session(*s);
+      throw;
+    }
+  }
+  return s;
+}
+
+void Llm::end_session(Session& s) {
+  for (size_t i = 0; i < s.requests.size(); ++i) {
+    if (s.added[i] && !s.requests[i].finished) engine_->abort(s.requests[i].request_id);
+  }
+  engine_->take_finished();
+  active_ = nullptr;
+}
+
+void Llm::step_session(Session& s) {
+  engine_->step();
+  for (CompletedSequence& c : engine_->take_finished()) {
+    auto it = s.index_of.find(c.request_id);
+    if (it == s.index_of.end()) continue;
+    CompletionOutput& out = s.requests[it->second].outputs.at(c.sample_index);
+    out.num_cached_prompt_tokens = c.num_cached_prompt_tokens;
+    out.num_preemptions = c.num_preemptions;
+  }
+  // Streams get the whole request with the delta that finished it (after the counters above are in).
+  for (size_t at : s.pending_done) {
+    StreamDelta& d = s.pending.at(at);
+    d.request_output = std::make_shared<const RequestOutput>(s.requests[d.index]);
+  }
+  s.pending_done.clear();
+  DI_CHECK_INTERNAL(s.done() || engine_->has_unfinished())
+      << "the engine has no work left but " << s.requests.size() - s.finished_requests << " requests are unfinished";
+}
+
+std::vector<RequestOutput> Llm::generate(const std::vector<PromptInput>& prompts,
+                                         const std::vector<SamplingParams>& params, const ProgressFn& progress) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_ptr<Session> s = start_session(prompts, params);
+  try {
+    const int64_t total = static_cast<int64_t>(s->requests.size());
+    while (!s->done()) {
+      step_session(*s);
+      if (progress) progress(s->finished_requests, total);
+    }
+  } catch (...) {
+    end_session(*s);
+    throw;
+  }
+  end_session(*s);
+  return std::move(s->requests);
+}
+
+std::unique_ptr<GenerationStream> Llm::generate_stream(const std::vector<PromptInput>& prompts,
+                                                       const std::vector<SamplingParams>& params) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_ptr<Session> s = start_session(prompts, params);
+  s->streaming = true;
+  return std::unique_ptr<GenerationStream>(new GenerationStream(*this, std::move(s)));
+}
+
+GenerationStream::GenerationStream(Llm& llm, std::unique_ptr<Session> session)
+    : llm_(llm), session_(std::move(session)) {}
+
+GenerationStream::~GenerationStream() {
+  try {
+    close();
+  } catch (...) {
+    // Aborting cannot fail short of a broken engine; a destructor must not throw.
+  }
+}
+
+std::optional<StreamDelta> GenerationStream::next() {
+  std::lock_guard<std::mutex> lock(llm_.mu_);
+  if (!session_) return std::nullopt;
+  try {
+    while (session_->pending.empty() && !session_->done()) llm_.step_session(*session_);
+  } catch (...) {
+    llm_.end_session(*session_);
+    session_.reset();
+    throw;
+  }
+  if (!session_->pending.empty()) {
+    StreamDelta d = std::move(session_->pending.front());
+    session_->pending.pop_front();
+    return d;
+  }
+  llm_.end_session(*session_);
+  session_.reset();
+  return std::nullopt;
+}
+
+void GenerationStream::close() {
+  std::lock_guard<std::mutex> lock(llm_.mu_);
+  if (!session_) return;
+  llm_.end_session(*session_);
+  session_.reset();
+}
+
+}  // namespace deepinfer::api
