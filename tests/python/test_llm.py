@@ -188,11 +188,14 @@ def test_progress_bar_fallback_and_tqdm(llm, capsys):
 
 
 def make_chat_model(tmp_path, golden_v41):
-    """The golden model with a WordLevel tokenizer that has V4.1's chat special tokens (ids 500..)."""
+    """The V4 golden model (V4 has no Engram, whose token map would change with the tokenizer) with the V4.1
+    fixture's WordLevel tokenizer plus DeepSeek's chat special tokens (ids 500..508). The tokenizer then stops short
+    of the model's 512 ids, as DeepSeek's does: ids past it must add no text instead of failing."""
     d = tmp_path / "chat_model"
     d.mkdir()
+    golden_v4 = os.path.join(os.path.dirname(golden_v41), "deepseek_v4")
     for f in ("config.json", "model.safetensors"):
-        os.symlink(os.path.join(golden_v41, f), d / f)
+        os.symlink(os.path.join(golden_v4, f), d / f)
     tok = json.load(open(os.path.join(golden_v41, "tokenizer.json"), encoding="utf-8"))
     vocab = {w: i for w, i in tok["model"]["vocab"].items() if i < 500}
     specials = ["<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>", "<think>",
@@ -211,11 +214,11 @@ def test_chat_uses_the_cpp_chat_encoder(tmp_path, golden_v41, cli):
     chat_file = tmp_path / "chat.json"
     chat_file.write_text(json.dumps({"messages": messages}, ensure_ascii=False), encoding="utf-8")
     r = subprocess.run([cli, "tokenize", "--tokenizer", str(tmp_path / "chat_model" / "tokenizer.json"), "--chat",
-                        str(chat_file), "--encoding", "v41"], capture_output=True, text=True, timeout=60)
+                        str(chat_file), "--encoding", "v4"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     want = json.loads(r.stdout.strip().splitlines()[-1])
     llm = LLM(model, max_model_len=256, device="cpu")
-    assert llm.chat_format == "v41"
+    assert llm.chat_format == "v4"
     assert llm.encode_chat(messages) == want
     outs = llm.chat([messages, messages[1:]], SamplingParams(temperature=0, max_tokens=3, ignore_eos=True),
                     use_tqdm=False)

@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <deque>
+#include <exception>
+#include <span>
 #include <filesystem>
 #include <unordered_map>
 
@@ -48,6 +50,7 @@ struct Session {
   std::deque<StreamDelta> pending;
   std::vector<size_t> pending_done;  // pending entries whose request just finished (request_output to attach)
   int64_t finished_requests = 0;
+  std::exception_ptr error;  // thrown while handling a delta; rethrown after the step (never into the engine)
   bool done() const { return finished_requests == static_cast<int64_t>(requests.size()); }
 };
 
@@ -89,6 +92,15 @@ std::string chat_format_string(tokenizer::ChatFormat f) {
       return "v41";
   }
   return "";
+}
+
+// The model's vocabulary may be padded past the tokenizer's (DeepSeek's is): such ids contribute no text.
+std::vector<TokenId> known_ids(const tokenizer::Tokenizer& tok, std::span<const TokenId> ids) {
+  std::vector<TokenId> out;
+  out.reserve(ids.size());
+  for (TokenId t : ids)
+    if (tok.is_valid_id(t)) out.push_back(t);
+  return out;
 }
 
 [[noreturn]] void rethrow_with_prefix(const Error& e, const std::string& prefix) {
@@ -171,7 +183,9 @@ Llm::Llm(LlmConfig config) : config_(std::move(config)) {
       models_->v3 ? V3ModelRunner::prefix_cache_supported() : V4ModelRunner::prefix_cache_supported();
   ec.seed = config_.seed;
   for (int64_t e : cfg.eos_token_ids) ec.eos_token_ids.push_back(static_cast<TokenId>(e));
-  if (tok_) ec.detokenize = [tok = tok_.get()](std::span<const TokenId> ids) { return tok->decode(ids); };
+  if (tok_) {
+    ec.detokenize = [tok = tok_.get()](std::span<const TokenId> ids) { return tok->decode(known_ids(*tok, ids)); };
+  }
   if (models_->v3) {
     runner_ = std::make_unique<V3ModelRunner>(*models_->v3, sizing.num_state_slots);
   } else {
@@ -182,45 +196,54 @@ Llm::Llm(LlmConfig config) : config_(std::move(config)) {
     Session& s = *active_;
     auto it = s.index_of.find(d.request_id);
     if (it == s.index_of.end()) return;
-    const int idx = it->second;
-    SampleState& st = s.samples[idx].at(d.sample_index);
-    CompletionOutput& out = s.requests[idx].outputs[d.sample_index];
-    StreamDelta sd;
-    sd.index = idx;
-    sd.sample_index = d.sample_index;
-    sd.token_ids = d.new_token_ids;
-    sd.has_logprobs = out.has_logprobs;
-    out.token_ids.insert(out.token_ids.end(), d.new_token_ids.begin(), d.new_token_ids.end());
-    for (const SampleResult& r : d.logprobs) st.nll -= r.logprob;
-    if (out.has_logprobs) {
-      out.logprobs.insert(out.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
-      sd.logprobs = d.logprobs;
+    try {
+      handle_delta(s, it->second, d);
+    } catch (...) {
+      if (!s.error) s.error = std::current_exception();
     }
-    if (st.decoder) {
-      for (TokenId t : d.new_token_ids) sd.text += st.decoder->step(t);
-      if (d.finished) sd.text += st.decoder->finish();
-    }
-    if (d.finished && !st.finished) {
-      st.finished = true;
-      out.finish_reason = finish_reason_name(d.stop_reason);
-      out.engine_stop_reason = std::string(stop_reason_name(d.stop_reason));
-      if (d.stop_reason == StopReason::kStopString) out.stop_string = d.stop_string;
-      if (d.stop_reason == StopReason::kStopToken && !out.token_ids.empty()) out.stop_token_id = out.token_ids.back();
-      if (!out.token_ids.empty()) out.decode_ppl = std::exp(st.nll / static_cast<double>(out.token_ids.size()));
-      if (tok_) out.text = tok_->decode(out.token_ids);
-      sd.finished = true;
-      sd.finish_reason = out.finish_reason;
-      if (--s.samples_left[idx] == 0) {
-        s.requests[idx].finished = true;
-        ++s.finished_requests;
-        if (s.streaming) s.pending_done.push_back(s.pending.size());
-      }
-    }
-    if (s.streaming) s.pending.push_back(std::move(sd));
   };
   engine_ = std::make_unique<Engine>(ec, *runner_, on_delta);
   DI_LOG_INFO("Llm ready: {} ({}) on {}, max_model_len={}, max_num_seqs={}", config_.model_dir, family_name(cfg.family),
               config_.device, max_model_len_, config_.max_num_seqs);
+}
+
+// Appends one engine delta to its sample's output and, for a stream, queues it with its text.
+void Llm::handle_delta(Session& s, int idx, const SequenceDelta& d) {
+  SampleState& st = s.samples[idx].at(d.sample_index);
+  CompletionOutput& out = s.requests[idx].outputs[d.sample_index];
+  StreamDelta sd;
+  sd.index = idx;
+  sd.sample_index = d.sample_index;
+  sd.token_ids = d.new_token_ids;
+  sd.has_logprobs = out.has_logprobs;
+  out.token_ids.insert(out.token_ids.end(), d.new_token_ids.begin(), d.new_token_ids.end());
+  for (const SampleResult& r : d.logprobs) st.nll -= r.logprob;
+  if (out.has_logprobs) {
+    out.logprobs.insert(out.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
+    sd.logprobs = d.logprobs;
+  }
+  if (st.decoder) {
+    for (TokenId t : d.new_token_ids)
+      if (tok_->is_valid_id(t)) sd.text += st.decoder->step(t);
+    if (d.finished) sd.text += st.decoder->finish();
+  }
+  if (d.finished && !st.finished) {
+    st.finished = true;
+    out.finish_reason = finish_reason_name(d.stop_reason);
+    out.engine_stop_reason = std::string(stop_reason_name(d.stop_reason));
+    if (d.stop_reason == StopReason::kStopString) out.stop_string = d.stop_string;
+    if (d.stop_reason == StopReason::kStopToken && !out.token_ids.empty()) out.stop_token_id = out.token_ids.back();
+    if (!out.token_ids.empty()) out.decode_ppl = std::exp(st.nll / static_cast<double>(out.token_ids.size()));
+    if (tok_) out.text = tok_->decode(known_ids(*tok_, out.token_ids));
+    sd.finished = true;
+    sd.finish_reason = out.finish_reason;
+    if (--s.samples_left[idx] == 0) {
+      s.requests[idx].finished = true;
+      ++s.finished_requests;
+      if (s.streaming) s.pending_done.push_back(s.pending.size());
+    }
+  }
+  if (s.streaming) s.pending.push_back(std::move(sd));
 }
 
 Llm::~Llm() = default;
@@ -332,6 +355,7 @@ void Llm::end_session(Session& s) {
 
 void Llm::step_session(Session& s) {
   engine_->step();
+  if (s.error) std::rethrow_exception(s.error);
   for (CompletedSequence& c : engine_->take_finished()) {
     auto it = s.index_of.find(c.request_id);
     if (it == s.index_of.end()) continue;

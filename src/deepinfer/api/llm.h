@@ -67,8 +67,9 @@ struct PromptInput {
 std::string finish_reason_name(StopReason r);
 
 struct CompletionOutput {
-  int index = 0;     // sample index within the request (0..n-1)
-  std::string text;  // decode of token_ids (a matched stop string is included)
+  int index = 0;  // sample index within the request (0..n-1)
+  // Decode of token_ids (a matched stop string is included; ids past the tokenizer's vocabulary add no text).
+  std::string text;
   std::vector<TokenId> token_ids;
   std::string finish_reason;               // "" while running
   std::string engine_stop_reason;          // the engine's finer reason: "eos", "stop_token", "max_tokens", ...
@@ -168,8 +169,9 @@ class Llm {
   friend class GenerationStream;
   std::unique_ptr<Session> start_session(const std::vector<PromptInput>& prompts,
                                          const std::vector<SamplingParams>& params);
-  void end_session(Session& s);   // aborts unfinished requests; mutex held
-  void step_session(Session& s);  // one engine step; mutex held
+  void end_session(Session& s);                                      // aborts unfinished requests; mutex held
+  void step_session(Session& s);                                     // one engine step; mutex held
+  void handle_delta(Session& s, int index, const SequenceDelta& d);  // the engine's stream callback
   const tokenizer::Tokenizer& tokenizer() const;
 
   LlmConfig config_;
