@@ -308,7 +308,7 @@ PYBIND11_MODULE(_core, m) {
   py::class_<api::Llm>(m, "Llm", "The engine over one model directory (use deepinfer.LLM)")
       .def(py::init([](std::string model_dir, std::string device, int threads, int64_t max_model_len, int max_num_seqs,
                        int64_t max_num_batched_tokens, double gpu_memory_utilization, int64_t kv_cache_bytes, int ep,
-                       int dp, int cp, uint64_t seed, std::string chat_format) {
+                       int dp, int cp, uint64_t seed, std::string chat_format, bool exact_prefill) {
              api::LlmConfig c;
              c.model_dir = std::move(model_dir);
              c.device = std::move(device);
@@ -323,13 +323,14 @@ PYBIND11_MODULE(_core, m) {
              c.cp = cp;
              c.seed = seed;
              c.chat_format = std::move(chat_format);
+             c.exact_prefill = exact_prefill;
              py::gil_scoped_release release;
              return std::make_unique<api::Llm>(std::move(c));
            }),
            py::arg("model_dir"), py::arg("device"), py::arg("threads"), py::arg("max_model_len"),
            py::arg("max_num_seqs"), py::arg("max_num_batched_tokens"), py::arg("gpu_memory_utilization"),
            py::arg("kv_cache_bytes"), py::arg("ep"), py::arg("dp"), py::arg("cp"), py::arg("seed"),
-           py::arg("chat_format"))
+           py::arg("chat_format"), py::arg("exact_prefill"))
       .def(
           "generate",
           [](api::Llm& llm, const py::sequence& prompts, const std::vector<SamplingParams>& params,

@@ -81,7 +81,9 @@ class LLM:
     model: a local Hugging Face directory (config.json + safetensors, tokenizer.json for text). When None,
     DEEPINFER_HF_MODEL_DIR, then the embedded default model of the build. ep/dp/cp other than 1 raise
     NotImplementedError until multi-GPU execution exists. device: "cpu" or "cuda" (default: "cuda" when this
-    build has CUDA and sees a GPU).
+    build has CUDA and sees a GPU). KV cache memory: on CUDA gpu_memory_utilization of the device minus the
+    weights; on the CPU kv_cache_bytes of host memory. exact_prefill (V4.1): every layer on every prompt token
+    (transformers parity) instead of decoder SWA bounded replay.
     """
 
     def __init__(
@@ -100,6 +102,7 @@ class LLM:
         kv_cache_bytes=1 << 30,
         threads=0,
         chat_format=None,
+        exact_prefill=False,
     ):
         self.model_dir, self.model_source = _core.resolve_model_dir(
             model, os.environ.get("DEEPINFER_HF_MODEL_DIR"), _core.embedded_model_dir()
@@ -118,6 +121,7 @@ class LLM:
             cp=cp,
             seed=seed,
             chat_format=chat_format or "",
+            exact_prefill=exact_prefill,
         )
 
     # Model facts.

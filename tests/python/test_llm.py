@@ -28,8 +28,7 @@ def cli_offline(cli, model, args):
 
 
 def test_generate_matches_cli_same_prompts_and_seed(cli, golden_v41):
-    # The CLI queues text prompts first, then id prompts; the same order here gives the same sequence ids, so
-    # unseeded sampling (engine seed + sequence id) draws the same numbers.
+    # The CLI's --seed is the engine seed and every request's seed; it queues text prompts first, then id prompts.
     text = "w1 W2 v3 w4"
     ids = [[7, 300, 12, 5, 9], [100 + i for i in range(40)]]
     args = ["--prompt", text, "--max-tokens", "8", "--temperature", "0.8", "--top-p", "0.95", "--seed", "11",
@@ -40,7 +39,8 @@ def test_generate_matches_cli_same_prompts_and_seed(cli, golden_v41):
     assert sorted(want) == [0, 1, 2]
 
     llm = LLM(golden_v41, max_model_len=512, max_num_seqs=2, seed=11, device="cpu")
-    outs = llm.generate([text] + ids, SamplingParams(temperature=0.8, top_p=0.95, max_tokens=8), use_tqdm=False)
+    outs = llm.generate([text] + ids, SamplingParams(temperature=0.8, top_p=0.95, max_tokens=8, seed=11),
+                        use_tqdm=False)
     assert [o.index for o in outs] == [0, 1, 2]
     assert outs[0].prompt == text and outs[0].prompt_token_ids == llm.encode(text)
     assert outs[1].prompt is None and outs[1].prompt_token_ids == ids[0]

@@ -3,8 +3,8 @@
 #include <cmath>
 #include <deque>
 #include <exception>
-#include <span>
 #include <filesystem>
+#include <span>
 #include <unordered_map>
 
 #include "deepinfer/core/error.h"
@@ -94,6 +94,23 @@ std::string chat_format_string(tokenizer::ChatFormat f) {
   return "";
 }
 
+// The KV cache's memory: on CUDA gpu_memory_utilization of the device minus the weights (the checkpoint's
+// safetensors, uploaded as stored) and 5% for activations, as `deepinfer offline` sizes it; on the CPU backend
+// the host budget kv_cache_bytes.
+int64_t cache_budget_bytes(const LlmConfig& c) {
+#ifdef DEEPINFER_WITH_CUDA
+  if (c.device == "cuda") {
+    int64_t weight_bytes = 0;
+    for (const auto& e : std::filesystem::directory_iterator(c.model_dir))
+      if (e.is_regular_file() && e.path().extension() == ".safetensors")
+        weight_bytes += static_cast<int64_t>(e.file_size());
+    const int64_t total = static_cast<int64_t>(cuda::select_device(0).total_memory);
+    return kv_budget_bytes(total, c.gpu_memory_utilization, weight_bytes, total / 20);
+  }
+#endif
+  return c.kv_cache_bytes;
+}
+
 // The model's vocabulary may be padded past the tokenizer's (DeepSeek's is): such ids contribute no text.
 std::vector<TokenId> known_ids(const tokenizer::Tokenizer& tok, std::span<const TokenId> ids) {
   std::vector<TokenId> out;
@@ -170,26 +187,26 @@ Llm::Llm(LlmConfig config) : config_(std::move(config)) {
 
   max_model_len_ = std::min<int64_t>(config_.max_model_len, cfg.max_position_embeddings);
   KvLayout layout = make_kv_layout(cfg);
-  KvSizing sizing = size_kv_cache(layout, config_.kv_cache_bytes, config_.max_num_seqs, max_model_len_);
+  KvSizing sizing = size_kv_cache(layout, cache_budget_bytes(config_), config_.max_num_seqs, max_model_len_);
   log_kv_sizing(layout, sizing, max_model_len_);
   EngineConfig ec;
   ec.scheduler.max_num_seqs = config_.max_num_seqs;
   ec.scheduler.max_model_len = max_model_len_;
   ec.scheduler.max_num_batched_tokens = config_.max_num_batched_tokens;
-  ec.kv.num_blocks = sizing.num_blocks;
-  ec.kv.block_size = layout.block_size;
-  ec.kv.num_state_slots = sizing.num_state_slots;
-  ec.kv.enable_prefix_cache =
+  const bool prefix_ok =
       models_->v3 ? V3ModelRunner::prefix_cache_supported() : V4ModelRunner::prefix_cache_supported();
+  ec.kv = make_kv_cache_config(layout, sizing, prefix_ok, /*allow_bounded_replay=*/false);
   ec.seed = config_.seed;
   for (int64_t e : cfg.eos_token_ids) ec.eos_token_ids.push_back(static_cast<TokenId>(e));
   if (tok_) {
     ec.detokenize = [tok = tok_.get()](std::span<const TokenId> ids) { return tok->decode(known_ids(*tok, ids)); };
   }
+  ModelRunnerOptions ro;
+  ro.exact_prefill = config_.exact_prefill;
   if (models_->v3) {
-    runner_ = std::make_unique<V3ModelRunner>(*models_->v3, sizing.num_state_slots);
+    runner_ = std::make_unique<V3ModelRunner>(*models_->v3, sizing.num_state_slots, ro);
   } else {
-    runner_ = std::make_unique<V4ModelRunner>(*models_->v4, sizing.num_state_slots);
+    runner_ = std::make_unique<V4ModelRunner>(*models_->v4, sizing.num_state_slots, ro);
   }
   auto on_delta = [this](const SequenceDelta& d) {
     if (active_ == nullptr) return;

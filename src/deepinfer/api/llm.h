@@ -41,10 +41,12 @@ struct LlmConfig {
   int64_t max_model_len = 32768;  // prompt + output; capped at the model's max_position_embeddings
   int max_num_seqs = 4;
   int64_t max_num_batched_tokens = 2048;
-  // (0, 1]. Validated; the KV budget comes from kv_cache_bytes until the CUDA runner keeps paged pools in
-  // device memory (today its blocks are accounting only, docs/ENGINE.md).
+  // KV cache memory: on CUDA gpu_memory_utilization (0, 1] of the device minus the weights; on the CPU backend
+  // the host budget kv_cache_bytes (gpu_memory_utilization is validated but does not apply there).
   double gpu_memory_utilization = 0.85;
   int64_t kv_cache_bytes = int64_t{1} << 30;
+  // V4.1: every layer on every prompt token (transformers parity) instead of decoder SWA bounded replay.
+  bool exact_prefill = false;
   // Expert / data / context parallel sizes: 1 until multi-GPU execution exists (anything else is refused).
   int ep = 1, dp = 1, cp = 1;
   uint64_t seed = 0;        // random stream of requests without their own seed
