@@ -1,7 +1,8 @@
 """Builds deepinfer._core through the project's CMake build (see pyproject.toml).
 
 Environment: DEEPINFER_ACCELERATOR (cpu | nvidia | auto, as ./build.sh), DEEPINFER_JOBS (parallel jobs),
-DEEPINFER_PIP_BUILD_DIR (CMake build directory, default build/pip in the checkout so rebuilds are incremental),
+DEEPINFER_PIP_BUILD_DIR (CMake build directory, default build-pip in the checkout: incremental rebuilds, and at
+the depth of build/ so ccache (base_dir) shares objects with ./build.sh),
 DEEPINFER_CMAKE_ARGS (extra CMake arguments).
 """
 
@@ -20,7 +21,7 @@ ROOT = pathlib.Path(__file__).resolve().parent
 
 class CMakeBuild(build_ext):
     def build_extension(self, ext):
-        build_dir = pathlib.Path(os.environ.get("DEEPINFER_PIP_BUILD_DIR", ROOT / "build" / "pip")).resolve()
+        build_dir = pathlib.Path(os.environ.get("DEEPINFER_PIP_BUILD_DIR", ROOT / "build-pip")).resolve()
         acc = os.environ.get("DEEPINFER_ACCELERATOR", "auto")
         if acc == "ascend":
             sys.exit("DEEPINFER_ACCELERATOR=ascend: Ascend is not supported by this build (supported: cpu, nvidia)")
