@@ -97,10 +97,38 @@ struct PyStream {
   }
 };
 
+// A JSON Schema given as text or as a Python object (dict), as vLLM accepts it.
+std::string schema_text(const py::object& o) {
+  if (py::isinstance<py::str>(o)) return o.cast<std::string>();
+  return py::module_::import("json").attr("dumps")(o).cast<std::string>();
+}
+
+// Python properties over SamplingParams::structured: the spec while that kind is set, else None; setting None
+// clears the constraint if it is of that kind.
+void def_constraint(py::class_<SamplingParams>& c, const char* name, StructuredOutputKind kind) {
+  c.def_property(
+      name,
+      [kind](const SamplingParams& p) -> py::object {
+        if (p.structured.kind != kind) return py::none();
+        return py::str(p.structured.spec);
+      },
+      [kind](SamplingParams& p, const py::object& v) {
+        if (v.is_none()) {
+          if (p.structured.kind == kind) p.structured = {};
+          return;
+        }
+        const bool lenient = p.structured.lenient;
+        p.structured = {kind, kind == StructuredOutputKind::kJsonSchema ? schema_text(v) : v.cast<std::string>()};
+        p.structured.lenient = lenient;
+      });
+}
+
 SamplingParams make_sampling_params(float temperature, float top_p, int top_k, float min_p, float repetition_penalty,
                                     float presence_penalty, float frequency_penalty, std::optional<uint64_t> seed,
                                     std::optional<int> max_tokens, int min_tokens, int n, const py::object& stop,
-                                    std::vector<TokenId> stop_token_ids, bool ignore_eos, std::optional<int> logprobs) {
+                                    std::vector<TokenId> stop_token_ids, bool ignore_eos, std::optional<int> logprobs,
+                                    const py::object& json_schema, bool json_object, std::optional<std::string> regex,
+                                    std::optional<std::string> grammar, bool structured_lenient) {
   SamplingParams p;
   p.temperature = temperature;
   p.top_p = top_p;
@@ -121,6 +149,14 @@ SamplingParams make_sampling_params(float temperature, float top_p, int top_k, f
   p.stop_token_ids = std::move(stop_token_ids);
   p.ignore_eos = ignore_eos;
   p.logprobs = logprobs;
+  const int n_constraints = !json_schema.is_none() + json_object + regex.has_value() + grammar.has_value();
+  if (n_constraints > 1)
+    throw py::value_error("structured output: set at most one of json_schema, json_object, regex, grammar");
+  if (!json_schema.is_none()) p.structured = StructuredOutputParams::json_schema(schema_text(json_schema));
+  if (json_object) p.structured = StructuredOutputParams::json_object();
+  if (regex) p.structured = StructuredOutputParams::regex(*regex);
+  if (grammar) p.structured = StructuredOutputParams::grammar(*grammar);
+  p.structured.lenient = structured_lenient;
   validate(p);
   return p;
 }
@@ -171,15 +207,18 @@ PYBIND11_MODULE(_core, m) {
       "set_log_level", [](const std::string& level) { set_log_level(level); }, py::arg("level"),
       "trace | debug | info | warn | error | off (logs go to stderr)");
 
-  py::class_<SamplingParams>(m, "SamplingParams", "How a request turns logits into tokens and when it stops")
+  py::class_<SamplingParams> sampling(m, "SamplingParams", "How a request turns logits into tokens and when it stops");
+  sampling
       .def(py::init(&make_sampling_params), py::arg("temperature") = 1.0f, py::arg("top_p") = 1.0f,
            py::arg("top_k") = 0, py::arg("min_p") = 0.0f, py::arg("repetition_penalty") = 1.0f,
            py::arg("presence_penalty") = 0.0f, py::arg("frequency_penalty") = 0.0f, py::arg("seed") = py::none(),
            py::arg("max_tokens") = 16, py::arg("min_tokens") = 0, py::arg("n") = 1, py::arg("stop") = py::none(),
            py::arg("stop_token_ids") = std::vector<TokenId>{}, py::arg("ignore_eos") = false,
-           py::arg("logprobs") = py::none(),
+           py::arg("logprobs") = py::none(), py::arg("json_schema") = py::none(), py::arg("json_object") = false,
+           py::arg("regex") = py::none(), py::arg("grammar") = py::none(), py::arg("structured_lenient") = false,
            "Raises ValueError naming the parameter when a value is out of range. max_tokens=None generates up to "
-           "max_model_len.")
+           "max_model_len. Structured output: at most one of json_schema (str or dict), json_object, regex, grammar "
+           "(GBNF with a root rule); structured_lenient turns unsupported JSON Schema keywords into warnings.")
       .def_readwrite("temperature", &SamplingParams::temperature)
       .def_readwrite("top_p", &SamplingParams::top_p)
       .def_readwrite("top_k", &SamplingParams::top_k)
@@ -204,6 +243,20 @@ PYBIND11_MODULE(_core, m) {
            << ", logprobs=" << (p.logprobs ? std::to_string(*p.logprobs) : "None") << ")";
         return os.str();
       });
+  def_constraint(sampling, "json_schema", StructuredOutputKind::kJsonSchema);
+  def_constraint(sampling, "regex", StructuredOutputKind::kRegex);
+  def_constraint(sampling, "grammar", StructuredOutputKind::kGrammar);
+  sampling.def_property(
+      "json_object", [](const SamplingParams& p) { return p.structured.kind == StructuredOutputKind::kJsonObject; },
+      [](SamplingParams& p, bool on) {
+        if (on)
+          p.structured = StructuredOutputParams::json_object();
+        else if (p.structured.kind == StructuredOutputKind::kJsonObject)
+          p.structured = {};
+      });
+  sampling.def_property(
+      "structured_lenient", [](const SamplingParams& p) { return p.structured.lenient; },
+      [](SamplingParams& p, bool v) { p.structured.lenient = v; });
 
   py::class_<api::CompletionOutput>(m, "CompletionOutput", "One sample of a request")
       .def_readonly("index", &api::CompletionOutput::index)

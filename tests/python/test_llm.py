@@ -49,7 +49,7 @@ def test_generate_matches_cli_same_prompts_and_seed(cli, golden_v41):
         assert c.token_ids == want[i][0], f"prompt {i}"
         assert c.decode_ppl == pytest.approx(want[i][1], abs=1e-4)
         assert c.finish_reason == "length" and c.stop_reason is None
-        assert c.text == llm.decode(c.token_ids)
+        assert c.text == llm.decode(c.token_ids, skip_special_tokens=True)
         assert o.acceptance_rate is None and o.finished
 
 

@@ -9,6 +9,7 @@
 
 #include "deepinfer/core/error.h"
 #include "deepinfer/core/logging.h"
+#include "deepinfer/engine/structured_output.h"
 #include "deepinfer/engine/v3_model_runner.h"
 #include "deepinfer/engine/v4_model_runner.h"
 #include "deepinfer/kv/kv_layout.h"
@@ -158,6 +159,10 @@ std::string finish_reason_name(StopReason r) {
       return "abort";
     case StopReason::kError:
       return "error";
+    case StopReason::kGrammarComplete:
+      return "stop";
+    case StopReason::kGrammarDeadEnd:
+      return "error";
   }
   return "";
 }
@@ -200,6 +205,18 @@ Llm::Llm(LlmConfig config) : config_(std::move(config)) {
   for (int64_t e : cfg.eos_token_ids) ec.eos_token_ids.push_back(static_cast<TokenId>(e));
   if (tok_) {
     ec.detokenize = [tok = tok_.get()](std::span<const TokenId> ids) { return tok->decode(known_ids(*tok, ids)); };
+  }
+  // Structured output needs the tokenizer's byte-exact vocabulary; a tokenizer that cannot give one (a decoder
+  // that puts separators between tokens) leaves it off, and such requests fail naming the reason.
+  if (tok_) {
+    try {
+      ec.grammar_compiler = std::make_shared<structured::GrammarCompiler>(
+          make_structured_tokenizer_info(*tok_, ec.eos_token_ids, cfg.vocab_size));
+    } catch (const Error& e) {
+      structured_unavailable_ = e.message();
+    }
+  } else {
+    structured_unavailable_ = config_.model_dir + " has no tokenizer.json";
   }
   ModelRunnerOptions ro;
   ro.exact_prefill = config_.exact_prefill;
@@ -251,7 +268,7 @@ void Llm::handle_delta(Session& s, int idx, const SequenceDelta& d) {
     if (d.stop_reason == StopReason::kStopString) out.stop_string = d.stop_string;
     if (d.stop_reason == StopReason::kStopToken && !out.token_ids.empty()) out.stop_token_id = out.token_ids.back();
     if (!out.token_ids.empty()) out.decode_ppl = std::exp(st.nll / static_cast<double>(out.token_ids.size()));
-    if (tok_) out.text = tok_->decode(known_ids(*tok_, out.token_ids));
+    if (tok_) out.text = tok_->decode(known_ids(*tok_, out.token_ids), /*skip_special_tokens=*/true);
     sd.finished = true;
     sd.finish_reason = out.finish_reason;
     if (--s.samples_left[idx] == 0) {
@@ -319,6 +336,9 @@ std::unique_ptr<Session> Llm::start_session(const std::vector<PromptInput>& prom
     ro.request_id = std::to_string(s->id) + "-" + std::to_string(i);
     try {
       validate(p, model_config_->vocab_size);
+      DI_CHECK_CODE(!p.structured.active() || structured_unavailable_.empty(), ErrorCode::kUnsupported)
+          << "structured output (" << structured_output_kind_name(p.structured.kind)
+          << ") is not available for this model: " << structured_unavailable_;
       if (prompts[i].text) {
         ro.prompt = *prompts[i].text;
         ro.prompt_token_ids = tokenizer().encode(*prompts[i].text);
@@ -336,7 +356,8 @@ std::unique_ptr<Session> Llm::start_session(const std::vector<PromptInput>& prom
     for (int k = 0; k < p.n; ++k) {
       ro.outputs[k].index = k;
       ro.outputs[k].has_logprobs = p.logprobs.has_value();
-      if (tok_) s->samples[i][k].decoder = std::make_unique<tokenizer::StreamDecoder>(*tok_);
+      if (tok_)
+        s->samples[i][k].decoder = std::make_unique<tokenizer::StreamDecoder>(*tok_, /*skip_special_tokens=*/true);
     }
     s->index_of[ro.request_id] = static_cast<int>(i);
     Request& r = reqs[i];

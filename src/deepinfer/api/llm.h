@@ -64,13 +64,14 @@ struct PromptInput {
   static PromptInput from_ids(std::vector<TokenId> ids) { return {std::nullopt, std::move(ids)}; }
 };
 
-// vLLM's finish reasons: "stop" (EOS, stop token, stop string), "length" (max_tokens, max_model_len), "abort",
-// "error" (non-finite logits).
+// vLLM's finish reasons: "stop" (EOS, stop token, stop string, a complete structured-output sentence), "length"
+// (max_tokens, max_model_len), "abort", "error" (non-finite logits, a structured-output dead end).
 std::string finish_reason_name(StopReason r);
 
 struct CompletionOutput {
   int index = 0;  // sample index within the request (0..n-1)
-  // Decode of token_ids (a matched stop string is included; ids past the tokenizer's vocabulary add no text).
+  // Decode of token_ids without special tokens such as EOS (vLLM's skip_special_tokens default); a matched stop
+  // string is included; ids past the tokenizer's vocabulary add no text.
   std::string text;
   std::vector<TokenId> token_ids;
   std::string finish_reason;               // "" while running
@@ -183,6 +184,7 @@ class Llm {
   std::unique_ptr<Models> models_;
   const ModelConfig* model_config_ = nullptr;
   std::unique_ptr<tokenizer::Tokenizer> tok_;
+  std::string structured_unavailable_;  // why structured output is off ("" = available)
   std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<Engine> engine_;
   mutable std::mutex mu_;
