@@ -43,7 +43,8 @@ def parse_args(argv):
     p.add_argument("--max_num_seqs", type=int, default=4)
     p.add_argument("--gpu_memory_utilization", type=float, default=0.85)
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
-    p.add_argument("--seed", type=int, default=0, help="engine seed (deterministic sampling)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of every request (deterministic sampling whatever the batch) and of the engine")
     p.add_argument("--max_tokens", type=int, default=64)
     p.add_argument("--prompt", action="append", default=None, help="prompt text (repeatable)")
     p.add_argument("--num_prompts", type=int, default=4, help="prompts to run when none are given")
@@ -70,13 +71,14 @@ def make_prompts(llm, args):
     if not llm.has_tokenizer:
         rng = random.Random(args.seed)
         print("no tokenizer.json: using random token-id prompts", file=sys.stderr)
-        return [[rng.randrange(llm.vocab_size) for _ in range(8 + 5 * i)] for i in range(len(texts))], texts
+        ids = [[rng.randrange(llm.vocab_size) for _ in range(8 + 5 * i)] for i in range(len(texts))]
+        return ids, [f"<{len(p)} random token ids>" for p in ids]
     if not args.no_chat:
         try:
-            return [llm.encode_chat([{"role": "user", "content": t}]) for t in texts], texts
+            return [llm.encode_chat([{"role": "user", "content": t}]) for t in texts], [repr(t) for t in texts]
         except FileNotFoundError as e:  # the tokenizer lacks the chat format's special tokens
             print(f"chat encoding unavailable ({e}); sending raw text", file=sys.stderr)
-    return [llm.encode(t) for t in texts], texts
+    return [llm.encode(t) for t in texts], [repr(t) for t in texts]
 
 
 def check_structured_output(llm):
@@ -88,8 +90,10 @@ def check_structured_output(llm):
     ok = True
     cases = [
         ("regex", r"[0-9]{3}-[a-z]{2}", lambda s: re.fullmatch(r"[0-9]{3}-[a-z]{2}", s) is not None),
-        ("json_schema", json.dumps({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}),
-         lambda s: isinstance(json.loads(s).get("n"), int)),
+        ("json_schema", json.dumps({"type": "object", "properties": {"n": {"type": "integer", "minimum": 0,
+                                                                            "maximum": 999}},
+                                    "required": ["n"], "additionalProperties": False}),
+         lambda s: 0 <= json.loads(s)["n"] <= 999),
         ("grammar", 'root ::= "yes" | "no"', lambda s: s in ("yes", "no")),
     ]
     for field, value, check in cases:
@@ -103,7 +107,7 @@ def check_structured_output(llm):
             continue
         try:
             good = out.finish_reason == "stop" and check(out.text)
-        except ValueError:
+        except (ValueError, KeyError, TypeError):
             good = False
         print(f"structured {field}: {'ok' if good else 'FAILED'} finish={out.finish_reason} text={out.text!r}")
         ok = ok and good
@@ -123,7 +127,7 @@ def main(argv=None):
     print(f"model resolved from {llm.model_source}: {llm.model_dir} ({llm.model_type}, device {llm.device})",
           file=sys.stderr)
     prompt_ids, texts = make_prompts(llm, args)
-    params = SamplingParams(temperature=args.temperature, max_tokens=args.max_tokens)
+    params = SamplingParams(temperature=args.temperature, max_tokens=args.max_tokens, seed=args.seed)
     outputs = llm.generate(prompt_token_ids=prompt_ids, sampling_params=params)
 
     all_finite = True
@@ -136,7 +140,7 @@ def main(argv=None):
         ppl_s = "n/a" if ppl is None else f"{ppl:.4f}"
         print(f"[sample {out.index}] prompt_tokens={len(out.prompt_token_ids)} tokens={len(o.token_ids)} "
               f"finish={o.finish_reason} acceptance_rate={acc} decode_ppl={ppl_s} finite={'yes' if finite else 'NO'}")
-        print(f"  prompt: {texts[out.index]!r}")
+        print(f"  prompt: {texts[out.index]}")
         print(f"  ids: {','.join(map(str, o.token_ids))}")
         if llm.has_tokenizer:
             print(f"  text: {o.text!r}")

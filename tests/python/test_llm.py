@@ -243,3 +243,13 @@ def test_example_script_end_to_end(example_script, golden_v41):
     r = subprocess.run([sys.executable, example_script, "--ep", "2"], capture_output=True, text=True, env=env,
                        timeout=120)
     assert r.returncode == 2 and "multi-GPU" in r.stderr
+
+
+def test_example_checks_structured_output(example_script, byte_model_dir):
+    env = dict(os.environ, DEEPINFER_HF_MODEL_DIR=byte_model_dir, DEEPINFER_ACCELERATOR="cpu")
+    r = subprocess.run([sys.executable, example_script, "--max_model_len", "320", "--max_tokens", "4",
+                        "--num_prompts", "2", "--check_structured_output"],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    for field in ("regex", "json_schema", "grammar"):
+        assert f"structured {field}: ok finish=stop" in r.stdout, r.stdout
