@@ -125,8 +125,6 @@ EngineSetup::EngineSetup(const EngineSetupArgs& a, StreamCallback on_delta) {
   ec.scheduler.max_num_seqs = a.max_num_seqs;
   ec.scheduler.max_model_len = max_model_len_;
   ec.scheduler.max_num_batched_tokens = a.max_num_batched_tokens;
-  const bool prefix_ok = v3_ ? V3ModelRunner::prefix_cache_supported() : V4ModelRunner::prefix_cache_supported();
-  ec.kv = make_kv_cache_config(layout_, sizing_, prefix_ok, /*allow_bounded_replay=*/false);
   ec.seed = a.seed;
   for (int64_t e : config_->eos_token_ids) ec.eos_token_ids.push_back(static_cast<TokenId>(e));
   if (tokenizer_) ec.detokenize = [tok = tokenizer_.get()](std::span<const TokenId> ids) { return tok->decode(ids); };
@@ -142,6 +140,9 @@ EngineSetup::EngineSetup(const EngineSetupArgs& a, StreamCallback on_delta) {
     runner_ = std::make_unique<V4ModelRunner>(*v4_, sizing_.num_state_slots, ro);
     log_prefill_mode(*v4_, a.exact_prefill);
   }
+  // Prefix reuse when the runner's caches are paged; its replay (if any) rebuilds per-sequence state exactly.
+  ec.kv = make_kv_cache_config(layout_, sizing_, runner_->prefix_cache_supported(), /*allow_bounded_replay=*/true);
+  ec.kv.prefix_replay_tokens = runner_->prefix_replay_tokens();
   engine_ = std::make_unique<Engine>(ec, *runner_, std::move(on_delta));
 }
 

@@ -198,6 +198,7 @@ StepStats Engine::step() {
     b.reset_state = s.reset_state;
     b.persistent_until = s.persistent_until;
     b.prompt_len = s.prompt_len;
+    b.prefix_token_ids = std::span<const TokenId>(s.tokens).first(e.start);
     b.needs_logits = e.sample;
     batch.num_tokens += e.end - e.start;
     batch.num_logits_rows += e.sample ? 1 : 0;

@@ -30,6 +30,8 @@ struct BatchEntry {
   // sequences: the model runs them only to rebuild per-sequence state ("bounded replay") and must not write
   // their paged entries.
   int64_t persistent_until = 0;
+  // The sequence's tokens before `start` (state rebuilt from token ids at a prefix hit: Engram look-back).
+  std::span<const TokenId> prefix_token_ids;
   // The sequence's prompt length (V4.1 bounded replay runs the decoder layers on its last window only; a
   // recompute after preemption keeps the same split).
   int64_t prompt_len = 0;
@@ -67,6 +69,10 @@ class ModelRunner {
   // The slot's sequence finished or was preempted; its state may be dropped (the next user resets it anyway).
   virtual void release_slot(int32_t slot) {}
   virtual ModelWorkStats work_stats() const { return {}; }
+  // Prefix reuse: true when the runner's persistent caches live in the engine's blocks (then a sequence can
+  // start at a prefix hit); the positions before a hit it must re-run to rebuild per-sequence state.
+  virtual bool prefix_cache_supported() const { return false; }
+  virtual int prefix_replay_tokens() const { return 0; }
 };
 
 }  // namespace deepinfer

@@ -65,6 +65,12 @@ DeepseekV3Model::DeepseekV3Model(ModelConfig config, V3Weights weights, Backend&
   softmax_scale_ = static_cast<float>(attention_softmax_scale(config_));
 }
 
+V3KvPages DeepseekV3Model::new_kv_pages(bool) const {
+  V3KvPages p;
+  p.layers.assign(config_.num_layers, PagedRows(config_.mla.kv_lora_rank + config_.mla.qk_rope_head_dim, 1));
+  return p;
+}
+
 V3SequenceState DeepseekV3Model::new_sequence() const {
   V3SequenceState s;
   s.kv.resize(config_.num_layers);
@@ -161,20 +167,31 @@ HostTensor DeepseekV3Model::attention(const Chunk& c, int layer, const HostTenso
   }
 
   // Append this chunk's cache rows [T, r + dr] = ĉ | RoPE'd k_pe, then attend over all S rows.
-  std::vector<float>& cache = seq.kv[layer];
-  DI_CHECK(static_cast<int64_t>(cache.size()) == c.p0 * row) << "forward: layer " << layer << " cache out of step";
-  cache.resize(static_cast<size_t>((c.p0 + T) * row));
+  const int64_t S = c.p0 + T;
+  HostTensor rows(DType::kF32, {T, row});
   for (int64_t t = 0; t < T; ++t) {
-    float* dst = cache.data() + (c.p0 + t) * row;
+    float* dst = rows.data<float>() + t * row;
     std::memcpy(dst, latent.data<float>() + t * r, sizeof(float) * r);
     std::memcpy(dst + r, k_pe.data<float>() + t * dr, sizeof(float) * dr);
   }
-  const int64_t S = c.p0 + T;
+  OwnedTensor paged;  // all S rows gathered from the pages
+  const float* kv_rows = nullptr;
+  if (seq.pages) {
+    PagedRows& pages = seq.pages->layers[layer];
+    pages.write(host_memory(), seq.ref, c.p0, rows.view());
+    paged = pages.gather(host_memory(), seq.ref, 0, S);
+    kv_rows = paged.data<float>();
+  } else {
+    std::vector<float>& cache = seq.kv[layer];
+    DI_CHECK(static_cast<int64_t>(cache.size()) == c.p0 * row) << "forward: layer " << layer << " cache out of step";
+    cache.insert(cache.end(), rows.data<float>(), rows.data<float>() + T * row);
+    kv_rows = cache.data();
+  }
   HostTensor o(DType::kF32, {T, H, dv});
   MlaAttentionParams p;
   p.q = q_heads;
   p.q_positions = c.positions.view();
-  p.kv = Tensor(cache.data(), DType::kF32, {S, row});
+  p.kv = Tensor(const_cast<float*>(kv_rows), DType::kF32, {S, row});
   p.kv_positions = c.kv_positions.view();
   p.kv_b = a.kv_b.view();
   p.out = o.view();

@@ -14,15 +14,25 @@
 #include "deepinfer/core/tensor.h"
 #include "deepinfer/model/deepseek_v3_weights.h"
 #include "deepinfer/model/model_config.h"
+#include "deepinfer/model/paged_rows.h"
 #include "deepinfer/ops/ops.h"
 
 namespace deepinfer {
 
 // Per token and layer the MLA cache keeps one row of kv_lora_rank + qk_rope_head_dim values: the normalised
 // latent ĉ followed by the RoPE'd shared rope key (576 values for V3: 1152 B in bf16).
+// The engine runner's paged MLA cache: per layer one row per token slot of the block pool.
+struct V3KvPages {
+  std::vector<PagedRows> layers;
+};
+
 struct V3SequenceState {
   int64_t num_tokens = 0;              // tokens already cached = position of the next token
   std::vector<std::vector<float>> kv;  // per layer: [num_tokens, kv_lora_rank + qk_rope_head_dim]
+  // Paged mode (the engine's runner): rows live in `pages` at `ref`'s block table instead of `kv`. A row
+  // depends on its token's prefix only, so a sequence may start at any cached position (exact prefix reuse).
+  V3KvPages* pages = nullptr;
+  PageRef ref;
 };
 
 // Optional per-call record of intermediates (tests, debugging).
@@ -44,6 +54,13 @@ class DeepseekV3Model {
 
   const ModelConfig& config() const { return config_; }
   V3SequenceState new_sequence() const;
+  // Paged mode for the engine's runner (the argument, V4.1's bounded replay, does not apply to V3). A paged
+  // sequence may start at any cached position: its rows need nothing but the pages, so no replay.
+  V3KvPages new_kv_pages(bool bounded_decoder = false) const;
+  int prefix_replay_tokens(bool /*bounded_decoder*/) const { return 0; }
+  void start_at(V3SequenceState& seq, int64_t start, std::span<const int64_t> /*prefix_ids*/) const {
+    seq.num_tokens = start;
+  }
   void set_mla_form(MlaForm form) { mla_form_ = form; }
 
   // Appends `ids` to the sequence and returns their logits, f32 [T, vocab].

@@ -125,6 +125,62 @@ V4SequenceState DeepseekV4Model::new_sequence() const {
   return s;
 }
 
+V4KvPages DeepseekV4Model::new_kv_pages(bool bounded_decoder) const {
+  const int L = config_.num_layers;
+  V4KvPages p;
+  p.window.assign(L, PagedRows(config_.attn.head_dim, 1));
+  p.entries.resize(L);
+  p.index_keys.resize(L);
+  for (int l = 0; l < L; ++l) {
+    const int r = config_.layers[l].compress_ratio;
+    if (r <= 0) continue;
+    p.entries[l] = PagedRows(config_.attn.head_dim, r);
+    p.index_keys[l] = PagedRows(config_.attn.index_head_dim, r);
+  }
+  p.ring_from_layer = bounded_decoder && decoder_start_ >= 0 ? decoder_start_ : L;
+  return p;
+}
+
+int DeepseekV4Model::prefix_replay_tokens(bool bounded_decoder) const {
+  int replay = 0;
+  // V4's CSA entry w pools half of window w−1: the window before a hit is re-run to rebuild that slice.
+  if (config_.family != ModelFamily::kDeepseekV41)
+    for (const LayerPlan& p : config_.layers)
+      if (p.attention == AttentionKind::kCSA) replay = std::max(replay, p.compress_ratio);
+  // Bounded replay: decoder windows live in the slot (they depend on the prompt length), rebuilt by re-running
+  // one window of positions; the encoder rows they read are paged, so this is exact.
+  if (bounded_decoder && decoder_start_ >= 0) replay = std::max<int>(replay, config_.attn.sliding_window);
+  return replay;
+}
+
+void DeepseekV4Model::start_at(V4SequenceState& seq, int64_t start, std::span<const int64_t> prefix_ids) const {
+  DI_CHECK_INTERNAL(static_cast<int64_t>(prefix_ids.size()) == start)
+      << "start_at(" << start << ") with " << prefix_ids.size() << " prefix ids";
+  const bool v41 = config_.family == ModelFamily::kDeepseekV41;
+  seq.num_tokens = start;
+  for (int l = 0; l < config_.num_layers; ++l) {
+    const LayerPlan& p = config_.layers[l];
+    const int r = p.compress_ratio;
+    if (r <= 0 || (v41 && p.kv_source != l)) continue;
+    // Groups before the first boundary >= start are cached; the compressors resume there.
+    const int64_t groups = (start + r - 1) / r;
+    V4LayerState& st = seq.layers[l];
+    st.compressor.emitted = groups;
+    st.n_entries = groups;
+    if (!v41 && p.attention == AttentionKind::kCSA) st.index_compressor.emitted = groups;
+  }
+  if (engram_) {
+    const int64_t keep = std::min<int64_t>(engram_->max_ngram - 1, start);
+    seq.engram_recent.clear();
+    for (int64_t i = start - keep; i < start; ++i) {
+      const int64_t id = prefix_ids[i];
+      DI_CHECK(id >= 0 && id < static_cast<int64_t>(engram_->token_map.size()))
+          << "engram: token id " << id << " outside the map";
+      seq.engram_recent.push_back(engram_->token_map[id]);
+    }
+  }
+}
+
 HostTensor DeepseekV4Model::forward(V4SequenceState& seq, std::span<const int64_t> ids, V4ForwardTrace* trace) const {
   int64_t T = static_cast<int64_t>(ids.size());  // shrinks to the decoder rows at a bounded-replay split
   const int64_t D = config_.hidden_size, hc = config_.hc.hc_mult, V = config_.vocab_size;
@@ -193,7 +249,7 @@ HostTensor DeepseekV4Model::forward(V4SequenceState& seq, std::span<const int64_
       if (skip > 0) {
         // Every token feeds the decoder-start compressor (the decoder's view of the encoder); only the last
         // T - skip go on through the decoder layers.
-        v41_compress(c, l, h, seq.layers[l]);
+        v41_compress(c, l, h, seq);
         run_compressor = false;
         if (skip == T) {
           encoder_only = true;

@@ -19,6 +19,7 @@
 #include "deepinfer/model/deepseek_v4_weights.h"
 #include "deepinfer/model/engram_hash.h"
 #include "deepinfer/model/model_config.h"
+#include "deepinfer/model/paged_rows.h"
 #include "deepinfer/ops/memory.h"
 #include "deepinfer/ops/ops.h"
 
@@ -52,6 +53,15 @@ struct V4LayerState {
   int64_t n_entries = 0;
 };
 
+// The engine runner's paged storage (see paged_rows.h): per layer the window rows (per token), and on kv-source
+// layers the compressed entries and indexer keys (per group). Layers from ring_from_layer on keep their window
+// in the per-slot ring instead (V4.1 bounded replay: decoder windows depend on the sequence's prompt length,
+// so they cannot be shared through the prefix cache).
+struct V4KvPages {
+  std::vector<PagedRows> window, entries, index_keys;
+  int ring_from_layer = 0;
+};
+
 struct V4SequenceState {
   int64_t num_tokens = 0;  // tokens already in the cache = position of the next token
   // V4.1 causal encoder-decoder "decoder SWA bounded replay" (MODELS.md Part A §2.3): positions below this run
@@ -61,6 +71,10 @@ struct V4SequenceState {
   int64_t decoder_from = 0;
   std::vector<V4LayerState> layers;
   std::vector<int64_t> engram_recent;  // compressed ids of the last (n-1) tokens, oldest first
+  // Paged mode (the engine's runner): window rows, entries and keys live in `pages` at `ref`'s block table
+  // (the layers' `window`, `entries` and `index_keys` stay empty, except rings from pages->ring_from_layer on).
+  V4KvPages* pages = nullptr;
+  PageRef ref;
 };
 
 // Optional per-call record of intermediates (for tests and debugging), copied to the host.
@@ -85,6 +99,16 @@ class DeepseekV4Model {
   const ModelConfig& config() const { return config_; }
   const std::optional<EngramTables>& engram() const { return engram_; }
   V4SequenceState new_sequence() const;
+
+  // Paged mode for the engine's runner. A paged sequence may start at a prefix hit `start` (a block boundary):
+  // start_at() sets what is rebuilt without running the prefix — compressor counters (a compressor drops the
+  // replayed rows of groups before its next boundary), Engram look-back from the ids — and the engine re-runs
+  // prefix_replay_tokens() positions before the hit for the rest: V4's CSA overlap slice (the last window's
+  // first half) and, with bounded replay, V4.1's decoder windows; 0 for V4.1 exact prefill. Replayed rows are
+  // recomputed bit-identically and not rewritten.
+  V4KvPages new_kv_pages(bool bounded_decoder) const;
+  int prefix_replay_tokens(bool bounded_decoder) const;
+  void start_at(V4SequenceState& seq, int64_t start, std::span<const int64_t> prefix_ids) const;
 
   // Causal encoder-decoder split (V4.1): the first decoder layer = the candidate-source layer when it is a
   // ratio-1 kv source and no later layer owns compressed entries (its compressor is the only decoder state
@@ -113,8 +137,12 @@ class DeepseekV4Model {
                         bool run_compressor = true) const;
   OwnedTensor moe(const Chunk& c, int layer, const OwnedTensor& x) const;
   // Compressed branch of one layer: appends closed groups to the source's state.
-  void v4_compress(const Chunk& c, int layer, const OwnedTensor& x, V4LayerState& st, bool indexer) const;
-  void v41_compress(const Chunk& c, int layer, const OwnedTensor& x, V4LayerState& st) const;
+  void v4_compress(const Chunk& c, int layer, const OwnedTensor& x, V4SequenceState& seq, bool indexer) const;
+  void v41_compress(const Chunk& c, int layer, const OwnedTensor& x, V4SequenceState& seq) const;
+  // Paged or slot-owned storage of a kv-source layer's entries (or indexer keys): append groups from `first`,
+  // and all of them as one [n_entries, width] view (`hold` keeps a gathered copy alive).
+  void store_rows(V4SequenceState& seq, int layer, bool keys, int64_t first, const Tensor& rows) const;
+  Tensor rows_view(const V4SequenceState& seq, int layer, bool keys, OwnedTensor& hold) const;
   TensorMemory& memory() const { return memory_; }
   // Moves every weight into memory_ (device backends), re-pointing the expert views.
   void upload_weights();

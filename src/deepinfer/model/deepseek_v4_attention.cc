@@ -56,12 +56,39 @@ void for_ring_runs(int64_t capacity, int64_t p, int64_t n, F&& f) {
   }
 }
 
+// Rows at the start of a chunk that a compressor has already accounted for: after start_at() at a prefix hit
+// its next group starts at the first group boundary >= start, and the replayed rows before it belong to
+// groups that are already cached.
+int64_t replayed_rows(int64_t p0, int64_t T, const CompressorState& cs, int r) {
+  const int64_t expected = cs.emitted * r + cs.pending;
+  DI_CHECK_INTERNAL(expected >= p0) << "compressor at position " << expected << " but the chunk starts at " << p0;
+  return std::min<int64_t>(expected - p0, T);
+}
+
 }  // namespace
+
+void DeepseekV4Model::store_rows(V4SequenceState& seq, int layer, bool keys, int64_t first, const Tensor& rows) const {
+  if (seq.pages) {
+    (keys ? seq.pages->index_keys : seq.pages->entries)[layer].write(memory(), seq.ref, first, rows);
+  } else {
+    V4LayerState& st = seq.layers[layer];
+    DI_CHECK_INTERNAL((keys ? st.index_keys : st.entries).rows == first) << "layer " << layer << " rows out of step";
+    (keys ? st.index_keys : st.entries).append(memory(), rows);
+  }
+}
+
+Tensor DeepseekV4Model::rows_view(const V4SequenceState& seq, int layer, bool keys, OwnedTensor& hold) const {
+  const V4LayerState& st = seq.layers[layer];
+  if (!seq.pages) return (keys ? st.index_keys : st.entries).view();
+  hold = (keys ? seq.pages->index_keys : seq.pages->entries)[layer].gather(memory(), seq.ref, 0, st.n_entries);
+  return hold.view();
+}
 
 // V4 compressor (main entries, or with `indexer` the indexer's keys). CSA overlaps windows: entry w pools
 // the Ca half of window w−1 with the Cb half of window w over 2r slots; HCA pools its r tokens.
-void DeepseekV4Model::v4_compress(const Chunk& c, int layer, const OwnedTensor& x, V4LayerState& st,
+void DeepseekV4Model::v4_compress(const Chunk& c, int layer, const OwnedTensor& x_all, V4SequenceState& seq,
                                   bool indexer) const {
+  V4LayerState& st = seq.layers[layer];
   const auto& a = w_.layers[layer].attn;
   const OwnedTensor& wkv = indexer ? a.idx_comp_wkv : a.comp_wkv;
   const OwnedTensor& wgate = indexer ? a.idx_comp_wgate : a.comp_wgate;
@@ -70,13 +97,17 @@ void DeepseekV4Model::v4_compress(const Chunk& c, int layer, const OwnedTensor& 
   CompressorState& cs = indexer ? st.index_compressor : st.compressor;
   const int r = config_.layers[layer].compress_ratio;
   const bool overlap = config_.layers[layer].attention == AttentionKind::kCSA;
-  const int64_t width = wkv.shape()[0], dim = norm.shape()[0], T = c.T;
+  const int64_t width = wkv.shape()[0], dim = norm.shape()[0];
   TensorMemory& mem = memory();
+  const int64_t drop = replayed_rows(c.p0, c.T, cs, r);
+  if (drop == c.T) return;
+  const int64_t T = c.T - drop, p0 = c.p0 + drop;
+  const Tensor x = x_all.view().slice(drop, c.T);
 
-  OwnedTensor kv = linear(backend_, mem, x.view(), wkv), gate = linear(backend_, mem, x.view(), wgate);  // [T, width]
+  OwnedTensor kv = linear(backend_, mem, x, wkv), gate = linear(backend_, mem, x, wgate);  // [T, width]
   // Learned position biases join the gate by slot (position mod r); groups start at multiples of r.
   std::vector<int64_t> slot(T);
-  for (int64_t t = 0; t < T; ++t) slot[t] = (c.p0 + t) % r;
+  for (int64_t t = 0; t < T; ++t) slot[t] = (p0 + t) % r;
   OwnedTensor slot_ids = positions_of(mem, slot), bias = mem.zeros(DType::kF32, {T, width});
   backend_.embedding({ape.view(), slot_ids.view(), bias.view()});
   mem.add(gate.view(), bias.view());
@@ -116,7 +147,7 @@ void DeepseekV4Model::v4_compress(const Chunk& c, int layer, const OwnedTensor& 
   for (int64_t g = 0; g < G; ++g) pos[g] = (cs.emitted + g) * r;
   OwnedTensor p = positions_of(mem, pos);
   backend_.rope({pooled.view().reshape({G, 1, dim}), p.view(), compress_inv_freq_.view(), false});
-  (indexer ? st.index_keys : st.entries).append(mem, pooled.view());
+  store_rows(seq, layer, indexer, cs.emitted, pooled.view());
   cs.emitted += G;
   if (!indexer) st.n_entries += G;
 }
@@ -124,20 +155,25 @@ void DeepseekV4Model::v4_compress(const Chunk& c, int layer, const OwnedTensor& 
 // V4.1 kv-source compressor: r = 1 is a plain per-token projection, r > 1 pools r tokens with an fp32
 // softmax gate (no position bias, no overlap). From the pre-RoPE latent it derives the group's indexer keys
 // (k_norm(wk·latent), RoPE, FP4) and its main entries (RoPE, FP4 with e4m3 scales).
-void DeepseekV4Model::v41_compress(const Chunk& c, int layer, const OwnedTensor& x, V4LayerState& st) const {
+void DeepseekV4Model::v41_compress(const Chunk& c, int layer, const OwnedTensor& x_all, V4SequenceState& seq) const {
+  V4LayerState& st = seq.layers[layer];
   const auto& a = w_.layers[layer].attn;
   const int r = config_.layers[layer].compress_ratio;
-  const int64_t hd = config_.attn.head_dim, T = c.T;
+  const int64_t hd = config_.attn.head_dim;
   const float eps = static_cast<float>(config_.rms_norm_eps);
   CompressorState& cs = st.compressor;
   TensorMemory& mem = memory();
+  const int64_t drop = replayed_rows(c.p0, c.T, cs, r);
+  if (drop == c.T) return;
+  const int64_t T = c.T - drop;
+  const Tensor x = x_all.view().slice(drop, c.T);
   OwnedTensor latent;  // [G, hd]
   int64_t G = 0;
   if (r == 1) {
-    latent = linear(backend_, mem, x.view(), a.comp_wkv);
+    latent = linear(backend_, mem, x, a.comp_wkv);
     G = T;
   } else {
-    OwnedTensor kv = linear(backend_, mem, x.view(), a.comp_wkv), gate = linear(backend_, mem, x.view(), a.comp_wgate);
+    OwnedTensor kv = linear(backend_, mem, x, a.comp_wkv), gate = linear(backend_, mem, x, a.comp_wgate);
     OwnedTensor ckv, cgate;
     G = take_closed_groups(mem, cs, kv.view(), gate.view(), r, ckv, cgate);
     if (G == 0) return;
@@ -156,11 +192,11 @@ void DeepseekV4Model::v41_compress(const Chunk& c, int layer, const OwnedTensor&
   rms_norm_inplace(backend_, k.view(), a.idx_k_norm, eps);
   backend_.rope({k.view().reshape({G, 1, id}), p.view(), compress_inv_freq_.view(), false});
   backend_.fake_quant({k.view(), FakeQuantKind::kFP4Ue8m0Block32});
-  st.index_keys.append(mem, k.view());
+  store_rows(seq, layer, /*keys=*/true, cs.emitted, k.view());
 
   backend_.rope({latent.view().reshape({G, 1, hd}), p.view(), compress_inv_freq_.view(), false});
   backend_.fake_quant({latent.view(), FakeQuantKind::kFP4E4m3Block16});
-  st.entries.append(mem, latent.view());
+  store_rows(seq, layer, /*keys=*/false, cs.emitted, latent.view());
   cs.emitted += G;
   st.n_entries += G;
 }
@@ -190,19 +226,26 @@ OwnedTensor DeepseekV4Model::attention(const Chunk& c, int layer, const OwnedTen
   backend_.rope({kv.view().reshape({T, 1, hd}), c.positions.view(), inv_freq, false});
   if (v41) backend_.fake_quant({kv.view(), FakeQuantKind::kFP8E4M3Ue8m0Block32});
 
-  // Window keys: the ring's last (window − 1) tokens, then this chunk; then the ring takes the new rows.
+  // Window keys: the last (window − 1) tokens' rows (paged, or from the slot's ring), then this chunk.
   SwaRing& ring = st.window;
-  const int64_t past_begin = std::max<int64_t>(c.swa_floor, c.p0 - (ring.capacity - 1)), n_past = c.p0 - past_begin;
+  const bool paged_window = seq.pages && layer < seq.pages->ring_from_layer;
+  const int64_t past_begin = std::max<int64_t>(c.swa_floor, c.p0 - (ac.sliding_window - 1)), n_past = c.p0 - past_begin;
   OwnedTensor window_kv = mem.zeros(DType::kF32, {n_past + T, hd});
-  for_ring_runs(ring.capacity, past_begin, n_past, [&](int64_t slot, int64_t at, int64_t len) {
-    mem.copy(window_kv.view().slice(at, at + len), ring.rows.view().slice(slot, slot + len));
-  });
+  if (paged_window) {
+    PagedRows& rows = seq.pages->window[layer];
+    rows.write(mem, seq.ref, c.p0, kv.view());
+    if (n_past > 0) mem.copy(window_kv.view().slice(0, n_past), rows.gather(mem, seq.ref, past_begin, n_past).view());
+  } else {
+    for_ring_runs(ring.capacity, past_begin, n_past, [&](int64_t slot, int64_t at, int64_t len) {
+      mem.copy(window_kv.view().slice(at, at + len), ring.rows.view().slice(slot, slot + len));
+    });
+  }
   mem.copy(window_kv.view().slice(n_past, n_past + T), kv.view());
   std::vector<int64_t> window_pos(n_past + T);
   for (int64_t i = 0; i < n_past + T; ++i) window_pos[i] = past_begin + i;
   OwnedTensor kv_pos = positions_of(mem, window_pos);
   // Only the chunk's last `capacity` rows survive in the ring.
-  const int64_t kept = std::min(T, ring.capacity);
+  const int64_t kept = paged_window ? 0 : std::min(T, ring.capacity);
   for_ring_runs(ring.capacity, c.p0 + T - kept, kept, [&](int64_t slot, int64_t at, int64_t len) {
     const int64_t from = T - kept + at;
     mem.copy(ring.rows.view().slice(slot, slot + len), kv.view().slice(from, from + len));
@@ -210,11 +253,13 @@ OwnedTensor DeepseekV4Model::attention(const Chunk& c, int layer, const OwnedTen
 
   // Compressed branch: entries of the kv source and, per query, which of them to attend.
   const V4LayerState* src = nullptr;
-  OwnedTensor comp_mask;
+  int src_layer = -1;
+  OwnedTensor comp_mask, held_keys, held_entries;
   if (plan.compress_ratio > 0) {
     const int r = plan.compress_ratio;
     const int64_t IH = ac.index_n_heads, Id = ac.index_head_dim;
-    auto index_scores = [&](const V4LayerState& keys_of, bool fp4) {
+    auto index_scores = [&](int keys_layer, bool fp4) {
+      const V4LayerState& keys_of = seq.layers[keys_layer];
       OwnedTensor qi = linear(backend_, mem, q_r.view(), a.idx_wq_b);  // [T, IH·Id]
       backend_.rope({qi.view().reshape({T, IH, Id}), c.positions.view(), compress_inv_freq_.view(), false});
       if (fp4) backend_.fake_quant({qi.view().reshape({T * IH, Id}), FakeQuantKind::kFP4Ue8m0Block32});
@@ -223,7 +268,7 @@ OwnedTensor DeepseekV4Model::attention(const Chunk& c, int layer, const OwnedTen
       OwnedTensor scores = mem.zeros(DType::kF32, {T, n});
       IndexerScoreParams s;
       s.q = qi.view().reshape({T, IH, Id});
-      s.keys = keys_of.index_keys.view();
+      s.keys = rows_view(seq, keys_layer, /*keys=*/true, held_keys);
       s.weights = wts.view();
       s.positions = c.positions.view();
       s.out = scores.view();
@@ -234,13 +279,14 @@ OwnedTensor DeepseekV4Model::attention(const Chunk& c, int layer, const OwnedTen
       return scores;
     };
     if (!v41) {
-      v4_compress(c, layer, x, st, /*indexer=*/false);
+      v4_compress(c, layer, x, seq, /*indexer=*/false);
       src = &st;
+      src_layer = layer;
       const int64_t n = st.n_entries;
       if (plan.attention == AttentionKind::kCSA) {
         comp_mask = mem.zeros(DType::kU8, {T, n});
-        v4_compress(c, layer, x, st, /*indexer=*/true);
-        OwnedTensor scores = index_scores(st, /*fp4=*/false);
+        v4_compress(c, layer, x, seq, /*indexer=*/true);
+        OwnedTensor scores = index_scores(layer, /*fp4=*/false);
         backend_.topk_mask({scores.view(), Tensor{}, comp_mask.view(), ac.index_topk});
       } else {
         // HCA attends every entry the query can see: w < (p + 1) / r.
@@ -250,11 +296,12 @@ OwnedTensor DeepseekV4Model::attention(const Chunk& c, int layer, const OwnedTen
         comp_mask = mem.from_host(DType::kU8, {T, n}, visible.data());
       }
     } else {
-      if (plan.kv_source == layer && run_compressor) v41_compress(c, layer, x, st);
+      if (plan.kv_source == layer && run_compressor) v41_compress(c, layer, x, seq);
       src = &seq.layers[plan.kv_source];
+      src_layer = plan.kv_source;
       const int64_t n = src->n_entries;
       if (plan.index_source == layer && n > 0) {
-        OwnedTensor scores = index_scores(*src, /*fp4=*/true);
+        OwnedTensor scores = index_scores(src_layer, /*fp4=*/true);
         Tensor allowed;
         if (plan.candidate_source) {
           sel.candidates = mem.zeros(DType::kU8, {T, n});
@@ -281,7 +328,7 @@ OwnedTensor DeepseekV4Model::attention(const Chunk& c, int layer, const OwnedTen
   p.window_kv = window_kv.view();
   p.kv_positions = kv_pos.view();
   if (src && src->n_entries > 0) {
-    p.compressed = src->entries.view();
+    p.compressed = rows_view(seq, src_layer, /*keys=*/false, held_entries);
     p.comp_mask = comp_mask.view();
   }
   p.sinks = a.sinks.view();

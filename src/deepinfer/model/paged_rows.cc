@@ -1,0 +1,62 @@
+#include "deepinfer/model/paged_rows.h"
+
+#include <algorithm>
+
+#include "deepinfer/core/error.h"
+
+namespace deepinfer {
+
+template <typename F>
+void PagedRows::for_runs(const PageRef& ref, int64_t first, int64_t n, F&& f) const {
+  const int64_t per_block = ref.block_size / ratio_;
+  DI_CHECK_INTERNAL(per_block > 0 && ref.block_size % ratio_ == 0)
+      << "block size " << ref.block_size << " is not a multiple of the compression ratio " << ratio_;
+  DI_CHECK_INTERNAL((first + n) * ratio_ <= static_cast<int64_t>(ref.block_table.size()) * ref.block_size)
+      << "block table of " << ref.block_table.size() << " blocks does not cover group " << first + n - 1;
+  for (int64_t done = 0; done < n;) {
+    const int64_t g = first + done, block = g / per_block, row = g % per_block;
+    const int64_t len = std::min(n - done, per_block - row);
+    f(static_cast<int64_t>(ref.block_table[block]) * per_block + row, done, len);
+    done += len;
+  }
+}
+
+void PagedRows::reserve(TensorMemory& mem, int64_t blocks, int block_size) {
+  if (blocks <= capacity_blocks_) return;
+  const int64_t per_block = block_size / ratio_;
+  const int64_t cap = std::max<int64_t>(blocks, 2 * capacity_blocks_);
+  OwnedTensor grown = mem.zeros(DType::kF32, {cap * per_block, width_});
+  if (capacity_blocks_ > 0) mem.copy(grown.view().slice(0, capacity_blocks_ * per_block), pool_.view());
+  pool_ = std::move(grown);
+  capacity_blocks_ = cap;
+}
+
+void PagedRows::write(TensorMemory& mem, const PageRef& ref, int64_t first, const Tensor& rows) {
+  const int64_t n = rows.dim(0);
+  DI_CHECK_INTERNAL(rows.dim(1) == width_) << "paged rows of width " << width_ << " written with " << rows.dim(1);
+  DI_CHECK_INTERNAL((first + n) * ratio_ <= static_cast<int64_t>(ref.block_table.size()) * ref.block_size)
+      << "block table of " << ref.block_table.size() << " blocks does not cover group " << first + n - 1;
+  // Groups ending at or below persistent_until exist already.
+  const int64_t skip = std::clamp<int64_t>(ref.persistent_until / ratio_ - first, 0, n);
+  if (skip == n) return;
+  int64_t max_block = 0;
+  for (int64_t b = (first + skip) * ratio_ / ref.block_size; b <= ((first + n) * ratio_ - 1) / ref.block_size; ++b)
+    max_block = std::max<int64_t>(max_block, ref.block_table[b]);
+  reserve(mem, max_block + 1, ref.block_size);
+  for_runs(ref, first + skip, n - skip, [&](int64_t pool_row, int64_t at, int64_t len) {
+    mem.copy(pool_.view().slice(pool_row, pool_row + len), rows.slice(skip + at, skip + at + len));
+  });
+}
+
+OwnedTensor PagedRows::gather(TensorMemory& mem, const PageRef& ref, int64_t first, int64_t n) const {
+  if (n == 0) return OwnedTensor{};
+  OwnedTensor out = mem.zeros(DType::kF32, {n, width_});
+  for_runs(ref, first, n, [&](int64_t pool_row, int64_t at, int64_t len) {
+    DI_CHECK_INTERNAL((pool_row + len) * ratio_ <= capacity_blocks_ * ref.block_size)
+        << "read of paged rows never written (pool row " << pool_row + len - 1 << ")";
+    mem.copy(out.view().slice(at, at + len), pool_.view().slice(pool_row, pool_row + len));
+  });
+  return out;
+}
+
+}  // namespace deepinfer

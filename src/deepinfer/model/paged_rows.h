@@ -1,0 +1,51 @@
+// PagedRows: one paged cache kind of one layer (MLA latents, V4 window rows, compressed entries, indexer keys),
+// stored in the model runner's block pool and addressed through a sequence's block table
+// (engine/model_runner.h): with ratio r (1 for per-token rows), group g lives in block table[g*r / block_size]
+// at row (g*r % block_size) / r. Block ids index the pool directly, so sequences that share a prefix's blocks
+// read the same rows. The pool grows by doubling to the largest block id seen (on the backend's memory), so an
+// engine sized for many blocks only commits what it touches.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "deepinfer/kv/block_table.h"
+#include "deepinfer/ops/memory.h"
+
+namespace deepinfer {
+
+// Where a sequence's paged rows are for one forward call.
+struct PageRef {
+  std::span<const BlockId> block_table;
+  int block_size = 0;
+  // Positions below this already have rows (a prefix hit, possibly in blocks shared with other sequences):
+  // they are never rewritten.
+  int64_t persistent_until = 0;
+};
+
+class PagedRows {
+ public:
+  PagedRows() = default;
+  PagedRows(int64_t width, int ratio) : width_(width), ratio_(ratio) {}
+
+  int64_t width() const { return width_; }
+  int ratio() const { return ratio_; }
+  // rows f32 [n, width] become groups [first, first + n); groups that end at or below persistent_until are
+  // skipped (they exist already).
+  void write(TensorMemory& mem, const PageRef& ref, int64_t first, const Tensor& rows);
+  // Groups [first, first + n) as one contiguous f32 [n, width] tensor (null data when n is 0).
+  OwnedTensor gather(TensorMemory& mem, const PageRef& ref, int64_t first, int64_t n) const;
+
+ private:
+  // Calls f(pool_row, at, len) for the runs of groups [first, first + n) that are contiguous in the pool.
+  template <typename F>
+  void for_runs(const PageRef& ref, int64_t first, int64_t n, F&& f) const;
+  void reserve(TensorMemory& mem, int64_t blocks, int block_size);
+
+  int64_t width_ = 0;
+  int ratio_ = 1;
+  int64_t capacity_blocks_ = 0;
+  OwnedTensor pool_;  // [capacity_blocks * block_size / ratio, width]
+};
+
+}  // namespace deepinfer

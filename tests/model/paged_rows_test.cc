@@ -1,0 +1,66 @@
+// PagedRows: the block-table addressing of model_runner.h (group g of ratio r in block table[g*r / bs], row
+// (g*r % bs) / r), rows below persistent_until never rewritten, pool growth keeping earlier rows, and sequences
+// sharing a prefix block reading the same rows.
+#include "deepinfer/model/paged_rows.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+namespace deepinfer {
+namespace {
+
+HostTensor random_rows(int64_t n, int64_t width, uint32_t seed) {
+  HostTensor t(DType::kF32, {n, width});
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d;
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = d(rng);
+  return t;
+}
+
+void expect_rows(const OwnedTensor& got, const HostTensor& want, int64_t want_first, const std::string& what) {
+  const int64_t n = got.shape()[0], w = got.shape()[1];
+  for (int64_t i = 0; i < n * w; ++i)
+    ASSERT_EQ(got.data<float>()[i], want.data<float>()[want_first * w + i]) << what << " value " << i;
+}
+
+TEST(PagedRows, BlockTableAddressingGrowthAndPersistentRows) {
+  TensorMemory& mem = host_memory();
+  for (int ratio : {1, 2, 4}) {
+    PagedRows rows(6, ratio);
+    const int bs = 8;
+    // Sequence A: scattered, high block ids (the pool grows while writing), in chunks of odd sizes.
+    const std::vector<BlockId> table_a = {9, 2, 30, 5};
+    const int64_t groups = 4 * bs / ratio;
+    HostTensor a = random_rows(groups, 6, 1 + ratio);
+    PageRef ref_a{table_a, bs, 0};
+    for (int64_t at = 0; at < groups;) {
+      const int64_t n = std::min<int64_t>(3, groups - at);
+      rows.write(mem, ref_a, at, a.view().slice(at, at + n));
+      at += n;
+    }
+    expect_rows(rows.gather(mem, ref_a, 0, groups), a, 0, "A");
+    expect_rows(rows.gather(mem, ref_a, 3, 5), a, 3, "A middle");
+    // Sequence B shares A's first two blocks (a prefix hit): writes of its first 2 blocks' groups are skipped,
+    // so A's rows survive; its own rows land in its own blocks.
+    const std::vector<BlockId> table_b = {9, 2, 12};
+    HostTensor b = random_rows(3 * bs / ratio, 6, 100 + ratio);
+    PageRef ref_b{table_b, bs, 2 * bs};
+    rows.write(mem, ref_b, 0, b.view());
+    expect_rows(rows.gather(mem, ref_b, 0, 2 * bs / ratio), a, 0, "B's shared prefix");
+    expect_rows(rows.gather(mem, ref_b, 2 * bs / ratio, bs / ratio), b, 2 * bs / ratio, "B's own block");
+    expect_rows(rows.gather(mem, ref_a, 0, groups), a, 0, "A after B");
+    EXPECT_EQ(rows.gather(mem, ref_a, 0, 0).view().data(), nullptr);
+  }
+}
+
+TEST(PagedRows, TablesThatDoNotCoverTheRowsAreInternalErrors) {
+  PagedRows rows(4, 2);
+  const std::vector<BlockId> table = {0};
+  HostTensor r = random_rows(5, 4, 7);  // groups 0..4 = tokens 0..9 > one block of 8
+  EXPECT_THROW(rows.write(host_memory(), PageRef{table, 8, 0}, 0, r.view()), Error);
+  EXPECT_THROW(rows.gather(host_memory(), PageRef{table, 8, 0}, 0, 2), Error);  // never written
+}
+
+}  // namespace
+}  // namespace deepinfer
