@@ -84,6 +84,7 @@ TEST(V41BoundedReplay, PromptsWithinTheWindowGiveBitIdenticalLogits) {
        {v41().ids("prompt0.input_ids"), std::vector<int64_t>(long_prompt.begin(), long_prompt.begin() + 16)}) {
     // Through the engine's runner: bounded (default) vs --exact-prefill.
     const std::vector<TokenId> tokens(prompt.begin(), prompt.end());
+    const std::vector<BlockId> table = {3};  // one block of 16 tokens in the runner's pages
     std::vector<std::vector<float>> got;
     for (bool exact : {false, true}) {
       V4ModelRunner runner(m, 1, ModelRunnerOptions{exact});
@@ -91,11 +92,13 @@ TEST(V41BoundedReplay, PromptsWithinTheWindowGiveBitIdenticalLogits) {
       BatchEntry e;
       e.token_ids = tokens;
       e.state_slot = 0;
+      e.block_table = table;
       e.reset_state = true;
       e.prompt_len = static_cast<int64_t>(prompt.size());
       e.needs_logits = true;
       b.entries.push_back(e);
       b.num_logits_rows = 1;
+      b.block_size = 16;
       got.emplace_back(m.config().vocab_size);
       runner.execute(b, got.back());
       EXPECT_EQ(runner.work_stats().layer_tokens_skipped, 0);
