@@ -243,6 +243,10 @@ PYBIND11_MODULE(_core, m) {
            << ", logprobs=" << (p.logprobs ? std::to_string(*p.logprobs) : "None") << ")";
         return os.str();
       });
+  sampling.def("clone", [](const SamplingParams& p) { return p; })
+      .def("__copy__", [](const SamplingParams& p) { return p; })
+      .def(
+          "__deepcopy__", [](const SamplingParams& p, const py::dict&) { return p; }, py::arg("memo"));
   def_constraint(sampling, "json_schema", StructuredOutputKind::kJsonSchema);
   def_constraint(sampling, "regex", StructuredOutputKind::kRegex);
   def_constraint(sampling, "grammar", StructuredOutputKind::kGrammar);

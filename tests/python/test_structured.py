@@ -43,6 +43,10 @@ def test_structured_properties_and_errors(byte_model, golden_v41):
     assert sp.regex is None and json.loads(sp.json_schema) == {"type": "string"}
     sp.json_schema = None
     assert sp.json_schema is None
+    import copy
+
+    sp2 = copy.deepcopy(SamplingParams(temperature=0.5, grammar='root ::= "a"', stop=["x"]))
+    assert sp2.grammar == 'root ::= "a"' and sp2.temperature == 0.5 and sp2.stop == ["x"]
     with pytest.raises(ValueError, match="at most one"):
         SamplingParams(regex="a", grammar='root ::= "a"')
     with pytest.raises(ValueError, match=r"prompts\[0\]: .*structured output \(regex\)"):
