@@ -198,9 +198,6 @@ Llm::Llm(LlmConfig config) : config_(std::move(config)) {
   ec.scheduler.max_num_seqs = config_.max_num_seqs;
   ec.scheduler.max_model_len = max_model_len_;
   ec.scheduler.max_num_batched_tokens = config_.max_num_batched_tokens;
-  const bool prefix_ok =
-      models_->v3 ? V3ModelRunner::prefix_cache_supported() : V4ModelRunner::prefix_cache_supported();
-  ec.kv = make_kv_cache_config(layout, sizing, prefix_ok, /*allow_bounded_replay=*/false);
   ec.seed = config_.seed;
   for (int64_t e : cfg.eos_token_ids) ec.eos_token_ids.push_back(static_cast<TokenId>(e));
   if (tok_) {
@@ -225,6 +222,9 @@ Llm::Llm(LlmConfig config) : config_(std::move(config)) {
   } else {
     runner_ = std::make_unique<V4ModelRunner>(*models_->v4, sizing.num_state_slots, ro);
   }
+  // Prefix reuse when the runner's caches are paged; its replay (if any) rebuilds per-sequence state exactly.
+  ec.kv = make_kv_cache_config(layout, sizing, runner_->prefix_cache_supported(), /*allow_bounded_replay=*/true);
+  ec.kv.prefix_replay_tokens = runner_->prefix_replay_tokens();
   auto on_delta = [this](const SequenceDelta& d) {
     if (active_ == nullptr) return;
     Session& s = *active_;
