@@ -448,6 +448,7 @@ PYBIND11_MODULE(_core, m) {
         d["prompt_tokens_computed"] = s.prompt_tokens_computed;
         d["generated_tokens"] = s.generated_tokens;
         d["preemptions"] = s.preemptions;
+        d["prefix_cache_hit_rate"] = s.kv.hit_rate();
         return d;
       });
 }

@@ -81,6 +81,17 @@ def test_per_prompt_params_n_and_logprobs(llm):
         assert s.cumulative_logprob == pytest.approx(-nll, rel=1e-5)
 
 
+def test_prefix_reuse_reported_and_equal_to_cold(llm):
+    prompt = [(i * 37) % 500 for i in range(150)]
+    sp = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
+    cold = llm.generate([prompt], sp, use_tqdm=False)[0].outputs[0]
+    warm = llm.generate([prompt], sp, use_tqdm=False)[0].outputs[0]
+    assert cold.num_cached_prompt_tokens == 0
+    assert warm.num_cached_prompt_tokens >= 64  # at least one full block of the prompt came from the cache
+    assert warm.token_ids == cold.token_ids
+    assert llm.stats()["prefix_cache_hit_rate"] > 0
+
+
 def test_stop_token_and_eos(llm):
     # Greedy once, then stop on its third token: the output ends there with finish_reason "stop".
     base = llm.generate([[10, 11, 12]], SamplingParams(temperature=0, max_tokens=6, ignore_eos=True), use_tqdm=False)
