@@ -4,9 +4,12 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "deepinfer/core/error.h"
+#include "deepinfer/structured/compiled_grammar.h"
+#include "deepinfer/structured/grammar_matcher.h"
 #include "deepinfer/structured/json_schema_internal.h"
 #include "deepinfer/structured/regex.h"
 
@@ -16,18 +19,43 @@ namespace {
 using json = nlohmann::ordered_json;
 using namespace json_internal;
 
-const std::set<std::string, std::less<>> kSupported = {
-    "type",          "enum",          "const",         "properties",       "required",
-    "additionalProperties", "items",  "prefixItems",   "additionalItems",  "minItems",
-    "maxItems",      "minLength",     "maxLength",     "pattern",          "format",
-    "minimum",       "maximum",       "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
-    "anyOf",         "oneOf",         "allOf",         "$ref",             "minProperties",
-    "maxProperties", "uniqueItems",   "unevaluatedProperties", "if", "then", "else"};
+const std::set<std::string, std::less<>> kSupported = {"type",
+                                                       "enum",
+                                                       "const",
+                                                       "properties",
+                                                       "required",
+                                                       "additionalProperties",
+                                                       "items",
+                                                       "prefixItems",
+                                                       "additionalItems",
+                                                       "minItems",
+                                                       "maxItems",
+                                                       "minLength",
+                                                       "maxLength",
+                                                       "pattern",
+                                                       "format",
+                                                       "minimum",
+                                                       "maximum",
+                                                       "exclusiveMinimum",
+                                                       "exclusiveMaximum",
+                                                       "multipleOf",
+                                                       "anyOf",
+                                                       "oneOf",
+                                                       "allOf",
+                                                       "$ref",
+                                                       "minProperties",
+                                                       "maxProperties",
+                                                       "uniqueItems",
+                                                       "unevaluatedProperties",
+                                                       "if",
+                                                       "then",
+                                                       "else",
+                                                       "patternProperties",
+                                                       "propertyNames"};
 // Validation keywords of drafts 4..2020-12 that this front end does not implement.
 const std::set<std::string, std::less<>> kStandardUnsupported = {
-    "not",           "dependentSchemas", "dependentRequired", "dependencies", "contains", "minContains",
-    "maxContains",   "unevaluatedItems", "$dynamicRef",       "$dynamicAnchor", "$recursiveRef",
-    "$recursiveAnchor", "patternProperties", "propertyNames"};
+    "not",         "dependentSchemas", "dependentRequired", "dependencies",   "contains",      "minContains",
+    "maxContains", "unevaluatedItems", "$dynamicRef",       "$dynamicAnchor", "$recursiveRef", "$recursiveAnchor"};
 
 std::string json_string_literal(const std::string& s) { return json(s).dump(); }
 
@@ -57,7 +85,8 @@ class SchemaCompiler {
     if (warned_.insert(msg).second) warnings_.push_back(msg);
   }
   void unsupported(const std::string& what, const std::string& path) {
-    if (!opt_.lenient) DI_FAIL(ErrorCode::kUnsupported) << "JSON Schema: " << what << " at " << path << " is not supported";
+    if (!opt_.lenient)
+      DI_FAIL(ErrorCode::kUnsupported) << "JSON Schema: " << what << " at " << path << " is not supported";
     warn(what + " at " + path + " is not supported and was ignored (lenient)");
   }
 
@@ -79,7 +108,9 @@ class SchemaCompiler {
     hex.set_range('0', '9');
     hex.set_range('a', 'f');
     hex.set_range('A', 'F');
-    ExprPtr escape = seq_expr({byte_expr('\\'), alt_expr({bytes_expr(simple), seq_expr({byte_expr('u'), repeat_expr(bytes_expr(hex), 4, 4)})})});
+    ExprPtr escape =
+        seq_expr({byte_expr('\\'),
+                  alt_expr({bytes_expr(simple), seq_expr({byte_expr('u'), repeat_expr(bytes_expr(hex), 4, 4)})})});
     return alt_expr({utf8_ranges_expr({{0x20, 0x21}, {0x23, 0x5B}, {0x5D, kMaxCodepoint}}), escape});
   }
 
@@ -100,12 +131,13 @@ class SchemaCompiler {
     ExprPtr v = rule_expr(any_rule_);
     ExprPtr member = seq_expr({rule_expr(str), ws(), byte_expr(':'), ws(), v});
     ExprPtr sep = seq_expr({ws(), byte_expr(','), ws()});
-    int obj = g_.add_rule(g_.fresh_name("object"),
-                          seq_expr({byte_expr('{'), ws(), opt_expr(seq_expr({member, star_expr(seq_expr({sep, member}))})),
-                                    ws(), byte_expr('}')}));
-    int arr = g_.add_rule(g_.fresh_name("array"),
-                          seq_expr({byte_expr('['), ws(), opt_expr(seq_expr({v, star_expr(seq_expr({sep, v}))})), ws(),
-                                    byte_expr(']')}));
+    int obj =
+        g_.add_rule(g_.fresh_name("object"),
+                    seq_expr({byte_expr('{'), ws(), opt_expr(seq_expr({member, star_expr(seq_expr({sep, member}))})),
+                              ws(), byte_expr('}')}));
+    int arr = g_.add_rule(
+        g_.fresh_name("array"),
+        seq_expr({byte_expr('['), ws(), opt_expr(seq_expr({v, star_expr(seq_expr({sep, v}))})), ws(), byte_expr(']')}));
     g_.define_rule(any_rule_, alt_expr({rule_expr(obj), rule_expr(arr), rule_expr(str), rule_expr(num),
                                         literal_expr("true"), literal_expr("false"), literal_expr("null")}));
     return any_rule_;
@@ -153,14 +185,16 @@ class SchemaCompiler {
     }
     if (r.size() > 1 && r[1] != '/') {
       auto it = anchors_.find(r);
-      DI_CHECK_CODE(it != anchors_.end(), ErrorCode::kUnsupported) << "JSON Schema: unknown anchor $ref '" << ref << "' at " << path;
+      DI_CHECK_CODE(it != anchors_.end(), ErrorCode::kUnsupported)
+          << "JSON Schema: unknown anchor $ref '" << ref << "' at " << path;
       return *it->second;
     }
     const json* cur = &root_;
     size_t pos = 1;
     while (pos < r.size()) {
       size_t next = r.find('/', pos + 1);
-      std::string token = percent_decode(r.substr(pos + 1, next == std::string::npos ? std::string::npos : next - pos - 1));
+      std::string token =
+          percent_decode(r.substr(pos + 1, next == std::string::npos ? std::string::npos : next - pos - 1));
       for (size_t i; (i = token.find("~1")) != std::string::npos;) token.replace(i, 2, "/");
       for (size_t i; (i = token.find("~0")) != std::string::npos;) token.replace(i, 2, "~");
       if (cur->is_object() && cur->contains(token)) {
@@ -223,14 +257,18 @@ class SchemaCompiler {
       base.erase(key);
       std::vector<ExprPtr> alts;
       const json& branches = s[key];
-      DI_CHECK(branches.is_array() && !branches.empty()) << "JSON Schema: " << key << " must be a non-empty array at " << path;
+      DI_CHECK(branches.is_array() && !branches.empty())
+          << "JSON Schema: " << key << " must be a non-empty array at " << path;
       if (std::string(key) == "oneOf" && !types_disjoint(branches)) {
-        if (opt_.oneof_as_anyof) warn("oneOf at " + path + " is matched as anyOf (its branches may overlap)");
-        else unsupported("oneOf with branches that may overlap", path);
+        if (opt_.oneof_as_anyof)
+          warn("oneOf at " + path + " is matched as anyOf (its branches may overlap)");
+        else
+          unsupported("oneOf with branches that may overlap", path);
       }
       for (size_t i = 0; i < branches.size(); ++i) {
         std::string p = path + "/" + key + "/" + std::to_string(i);
-        alts.push_back(only_annotations(base) ? value(branches[i], p) : value(merge_schemas(base, inline_ref(branches[i], p)), p));
+        alts.push_back(only_annotations(base) ? value(branches[i], p)
+                                              : value(merge_schemas(base, inline_ref(branches[i], p)), p));
       }
       return alt_expr(std::move(alts));
     }
@@ -250,12 +288,18 @@ class SchemaCompiler {
     }
     std::vector<ExprPtr> alts;
     for (const std::string& t : types) {
-      if (t == "null") alts.push_back(literal_expr("null"));
-      else if (t == "boolean") alts.push_back(alt_expr({literal_expr("true"), literal_expr("false")}));
-      else if (t == "string") alts.push_back(rule_expr(string_rule(s, path)));
-      else if (t == "number" || t == "integer") alts.push_back(rule_expr(number_rule(s, t == "integer", path)));
-      else if (t == "object") alts.push_back(rule_expr(object_rule(s, path)));
-      else if (t == "array") alts.push_back(rule_expr(array_rule(s, path)));
+      if (t == "null")
+        alts.push_back(literal_expr("null"));
+      else if (t == "boolean")
+        alts.push_back(alt_expr({literal_expr("true"), literal_expr("false")}));
+      else if (t == "string")
+        alts.push_back(rule_expr(string_rule(s, path)));
+      else if (t == "number" || t == "integer")
+        alts.push_back(rule_expr(number_rule(s, t == "integer", path)));
+      else if (t == "object")
+        alts.push_back(rule_expr(object_rule(s, path)));
+      else if (t == "array")
+        alts.push_back(rule_expr(array_rule(s, path)));
     }
     return alt_expr(std::move(alts));
   }
@@ -362,7 +406,8 @@ class SchemaCompiler {
       for (auto it = v.begin(); it != v.end(); ++it) {
         if (!first) items.insert(items.end(), {ws(), byte_expr(','), ws()});
         first = false;
-        items.insert(items.end(), {literal_expr(json_string_literal(it.key())), ws(), byte_expr(':'), ws(), literal(it.value())});
+        items.insert(items.end(),
+                     {literal_expr(json_string_literal(it.key())), ws(), byte_expr(':'), ws(), literal(it.value())});
       }
       items.insert(items.end(), {ws(), byte_expr('}')});
       return seq_expr(std::move(items));
@@ -407,7 +452,8 @@ class SchemaCompiler {
       has_len = false;
     }
     DI_CHECK(max_len == Expr::kUnbounded || max_len >= min_len) << "JSON Schema: maxLength < minLength at " << path;
-    std::string key = "string:" + std::to_string(min_len) + ":" + std::to_string(max_len) + ":" + pattern + ":" + format_re;
+    std::string key =
+        "string:" + std::to_string(min_len) + ":" + std::to_string(max_len) + ":" + pattern + ":" + format_re;
     if (!has_len) key = "string::" + pattern + ":" + format_re;
     return cached_rule(key, "string", [&] {
       ExprPtr body;
@@ -446,8 +492,10 @@ class SchemaCompiler {
     }
     if (s.contains("multipleOf")) {
       double m = s["multipleOf"].get<double>();
-      if (m == 1.0) integer = true;
-      else if (!(integer && std::floor(1.0 / m) == 1.0 / m)) unsupported("multipleOf " + s["multipleOf"].dump(), path);
+      if (m == 1.0)
+        integer = true;
+      else if (!(integer && std::floor(1.0 / m) == 1.0 / m))
+        unsupported("multipleOf " + s["multipleOf"].dump(), path);
     }
     std::string key = std::string(integer ? "integer:" : "number:") + (b.min ? std::to_string(*b.min) : "") + ":" +
                       (b.max ? std::to_string(*b.max) : "") + ":" + std::to_string(b.min_exclusive) +
@@ -507,10 +555,98 @@ class SchemaCompiler {
         }
     size_t num_required = 0;
     for (const auto& p : props) num_required += p.required;
+    // Extra members: by default any key but a declared one, valued by additionalProperties. patternProperties and
+    // propertyNames narrow the keys (extra_key) in the cases that stay exact; the rest is unsupported.
+    ExprPtr extra_key;
+    const json* extra_value = additional;
+    const bool additional_false = additional->is_boolean() && !additional->get<bool>();
+    if (s.contains("patternProperties")) {
+      const json& pp = s["patternProperties"];
+      DI_CHECK(pp.is_object()) << "JSON Schema: patternProperties must be an object at " << path;
+      if (pp.size() > 1) {
+        unsupported("patternProperties with more than one pattern", path);
+      } else if (pp.size() == 1 && !additional_false) {
+        unsupported("patternProperties without additionalProperties: false", path);
+      } else if (pp.size() == 1) {
+        // Exact when no declared name matches the pattern: the extra keys are then exactly the matching keys.
+        const std::string pattern = pp.begin().key();
+        ExprPtr key = seq_expr(
+            {byte_expr('"'), regex_to_expr(pattern, CharEncoding::kJsonString, RegexMatch::kSearch), byte_expr('"')});
+        std::string clash;
+        for (const auto& p : props)
+          if (clash.empty() && expr_matches(key, json_string_literal(p.name))) clash = p.name;
+        if (!clash.empty()) {
+          unsupported("patternProperties whose pattern matches the declared property '" + clash + "'", path);
+        } else {
+          extra_key = key;
+          extra_value = &pp.begin().value();
+          extras = true;
+        }
+      }
+    }
+    if (s.contains("propertyNames")) {
+      const json pn = inline_ref(s["propertyNames"], path + "/propertyNames");
+      const bool trivial = (pn.is_boolean() && pn.get<bool>()) || (pn.is_object() && only_annotations(pn));
+      if (!trivial) {
+        if (extra_key) {
+          unsupported("propertyNames together with patternProperties", path);
+        } else if (pn.is_object() && (pn.contains("enum") || pn.contains("const"))) {
+          // A finite set of names: declared names must be in it; extra keys are the rest of it.
+          const json names = pn.contains("const") ? json::array({pn["const"]}) : pn["enum"];
+          std::set<std::string> allowed;
+          for (const auto& n : names)
+            if (n.is_string() && (!pn.contains("const") || !pn.contains("enum") ||
+                                  std::find(pn["enum"].begin(), pn["enum"].end(), n) != pn["enum"].end()))
+              allowed.insert(n.get<std::string>());
+          std::string outside;
+          for (const auto& p : props)
+            if (outside.empty() && !allowed.count(p.name)) outside = p.name;
+          if (!outside.empty()) {
+            unsupported("propertyNames that excludes the declared property '" + outside + "'", path);
+          } else if (extras) {
+            std::vector<ExprPtr> keys;
+            for (const auto& n : allowed)
+              if (!declared.count(n)) keys.push_back(literal_expr(json_string_literal(n)));
+            extra_key = alt_expr(std::move(keys));
+            extras = !is_nothing(extra_key);
+          }
+        } else if (pn.is_object() && string_only(pn)) {
+          // Names constrained like a string value: exact for the extra keys when nothing is declared (no exclusion
+          // needed), and for declared names by checking each one.
+          std::string failing;
+          for (const auto& p : props)
+            if (failing.empty() && !string_schema_matches(pn, json_string_literal(p.name), path)) failing = p.name;
+          if (!failing.empty()) {
+            unsupported("propertyNames that excludes the declared property '" + failing + "'", path);
+          } else if (extras && !props.empty()) {
+            unsupported("propertyNames with both declared and additional properties", path);
+          } else if (extras) {
+            json as_string = pn;
+            as_string["type"] = "string";
+            extra_key = rule_expr(string_rule(as_string, path + "/propertyNames"));
+          }
+        } else {
+          unsupported("propertyNames other than an enum/const or a string schema", path);
+        }
+      }
+    }
     if (s.contains("minProperties") && s["minProperties"].get<double>() > static_cast<double>(num_required))
-      unsupported("minProperties above the number of required properties", path);
-    if (s.contains("maxProperties") && (extras || s["maxProperties"].get<double>() < static_cast<double>(props.size())))
-      unsupported("maxProperties that can bind", path);
+      unsupported("minProperties above the number of required properties (duplicate keys cannot be excluded)", path);
+    // maxProperties: exact when every declared property is required (the optional part is then only the extras,
+    // which a counted repetition bounds; a repeated key only lowers the real count).
+    std::optional<int64_t> max_extra;
+    if (s.contains("maxProperties")) {
+      const double m = s["maxProperties"].get<double>();
+      const bool all_required = num_required == props.size();
+      if (m < static_cast<double>(num_required)) {
+        if (all_required || !extras) return g_.add_rule(g_.fresh_name("object"), nothing_expr());
+        unsupported("maxProperties that can bind", path);
+      } else if (all_required) {
+        if (extras) max_extra = static_cast<int64_t>(std::min(m, 1e6)) - static_cast<int64_t>(num_required);
+      } else if (extras || m < static_cast<double>(props.size())) {
+        unsupported("maxProperties that can bind (with optional properties)", path);
+      }
+    }
 
     int id = g_.declare_rule(g_.fresh_name("object"));
     ExprPtr sep = seq_expr({ws(), byte_expr(','), ws()});
@@ -519,13 +655,28 @@ class SchemaCompiler {
       kv.push_back(seq_expr({literal_expr(json_string_literal(props[i].name)), ws(), byte_expr(':'), ws(),
                              value(*props[i].schema, path + "/properties/" + props[i].name)}));
     ExprPtr extra_kv = nothing_expr();
-    if (extras) {
+    if (extras && max_extra.value_or(1) > 0) {
       std::vector<std::string> names;
       for (const auto& p : props) names.push_back(p.name);
-      ExprPtr v = value(*additional, path + "/additionalProperties");
-      if (!is_nothing(v)) extra_kv = seq_expr({rule_expr(key_rule(names)), ws(), byte_expr(':'), ws(), v});
+      ExprPtr v =
+          value(*extra_value, path + (extra_value == additional ? "/additionalProperties" : "/patternProperties"));
+      if (!is_nothing(v))
+        extra_kv = seq_expr({extra_key ? extra_key : rule_expr(key_rule(names)), ws(), byte_expr(':'), ws(), v});
+    }
+    if (max_extra && !is_nothing(extra_kv)) {
+      // With no declared property the first extra is emitted on its own (see below): the tail gets one less.
+      const int64_t tail_max = props.empty() ? *max_extra - 1 : *max_extra;
+      ExprPtr tail =
+          tail_max > 0 ? repeat_expr(seq_expr({sep, extra_kv}), 0, static_cast<int>(tail_max)) : empty_expr();
+      return finish_object(id, props, kv, sep, extra_kv, tail);
     }
     ExprPtr extras_tail = is_nothing(extra_kv) ? empty_expr() : star_expr(seq_expr({sep, extra_kv}));
+    return finish_object(id, props, kv, sep, extra_kv, extras_tail);
+  }
+
+  template <typename Prop>
+  int finish_object(int id, const std::vector<Prop>& props, const std::vector<ExprPtr>& kv, const ExprPtr& sep,
+                    const ExprPtr& extra_kv, const ExprPtr& extras_tail) {
     ExprPtr body;
     size_t first_req = props.size();
     for (size_t i = 0; i < props.size(); ++i)
@@ -563,6 +714,46 @@ class SchemaCompiler {
     return id;
   }
 
+  // Does `text` (bytes) match `e` exactly? For compile-time checks of property names against key patterns.
+  static bool expr_matches(const ExprPtr& e, const std::string& text) {
+    Grammar g;
+    g.set_root(g.add_rule("root", e));
+    try {
+      GrammarMatcher m(CompiledGrammar::compile(g));
+      return m.accept_bytes(text) && m.can_terminate();
+    } catch (const Error&) {
+      return false;  // matches nothing
+    }
+  }
+
+  // A schema whose keywords all constrain strings (so it can describe property names).
+  static bool string_only(const json& s) {
+    for (auto it = s.begin(); it != s.end(); ++it) {
+      const std::string& k = it.key();
+      if (is_annotation_keyword(k) || k == "pattern" || k == "minLength" || k == "maxLength" || k == "format") continue;
+      if (k == "type" && it.value() == "string") continue;
+      return false;
+    }
+    return true;
+  }
+
+  // Does the JSON string literal `quoted` satisfy the string schema `s`? Built in a throwaway compiler.
+  bool string_schema_matches(const json& s, const std::string& quoted, const std::string& path) {
+    json as_string = s;
+    as_string["type"] = "string";
+    JsonSchemaOptions o = opt_;
+    o.lenient = false;
+    try {
+      SchemaCompiler sub(as_string, o);
+      Grammar g = sub.run().grammar;
+      GrammarMatcher m(CompiledGrammar::compile(g));
+      return m.accept_bytes(quoted) && m.can_terminate();
+    } catch (const Error&) {
+      unsupported("propertyNames that cannot be checked", path);
+      return true;
+    }
+  }
+
   // A JSON string that is none of `names` (ASCII names that need no escaping).
   int key_rule(const std::vector<std::string>& names) {
     std::string key = "key:";
@@ -570,15 +761,19 @@ class SchemaCompiler {
     return cached_rule(key, "key", [&] {
       ExprPtr any_char = json_char();
       // Once a key has left the trie of names, the rest is any string: one shared rule, not a copy per node.
-      int rest = cached_rule("key_rest", "key_rest", [&] { return seq_expr({star_expr(json_char()), byte_expr('"')}); });
+      int rest = cached_rule("key_rest", "key_rest", [&] {
+        return seq_expr({star_expr(json_char()), byte_expr('"')});
+      });
       // Trie over the names; at each node: end here (if not a name), follow a name, or leave the trie.
       std::function<ExprPtr(const std::string&)> node = [&](const std::string& prefix) -> ExprPtr {
         std::set<unsigned char> next;
         bool is_name = false;
         for (const auto& n : names) {
           if (n.size() >= prefix.size() && n.compare(0, prefix.size(), prefix) == 0) {
-            if (n.size() == prefix.size()) is_name = true;
-            else next.insert(static_cast<unsigned char>(n[prefix.size()]));
+            if (n.size() == prefix.size())
+              is_name = true;
+            else
+              next.insert(static_cast<unsigned char>(n[prefix.size()]));
           }
         }
         std::vector<ExprPtr> alts;
@@ -596,18 +791,18 @@ class SchemaCompiler {
         ExprPtr leave_char = utf8_ranges_expr(allowed);
         // '\\' is never in `next` (names need no escapes), so an escape always leaves the trie.
         ExprPtr escape = alt_expr({seq_expr({byte_expr('\\'), bytes_expr([] {
-                                       ByteSet s;
-                                       for (char c : std::string("\"\\/bfnrt")) s.set(static_cast<uint8_t>(c));
-                                       return s;
-                                     }())}),
-                           seq_expr({literal_expr("\\u"), repeat_expr(bytes_expr([] {
-                                                              ByteSet s;
-                                                              s.set_range('0', '9');
-                                                              s.set_range('a', 'f');
-                                                              s.set_range('A', 'F');
-                                                              return s;
-                                                            }()),
-                                                            4, 4)})});
+                                               ByteSet s;
+                                               for (char c : std::string("\"\\/bfnrt")) s.set(static_cast<uint8_t>(c));
+                                               return s;
+                                             }())}),
+                                   seq_expr({literal_expr("\\u"), repeat_expr(bytes_expr([] {
+                                                                                ByteSet s;
+                                                                                s.set_range('0', '9');
+                                                                                s.set_range('a', 'f');
+                                                                                s.set_range('A', 'F');
+                                                                                return s;
+                                                                              }()),
+                                                                              4, 4)})});
         alts.push_back(seq_expr({alt_expr({leave_char, escape}), rule_expr(rest)}));
         return alt_expr(std::move(alts));
       };

@@ -5,7 +5,9 @@
 // minItems/maxItems, minLength/maxLength, pattern, format (date-time date time duration email hostname ipv4
 // ipv6 uuid uri uri-reference), minimum/maximum/exclusiveMinimum/exclusiveMaximum (integral bounds),
 // multipleOf 1 for integers, anyOf, oneOf (as anyOf: see docs/STRUCTURED.md), allOf (merged), $ref/$defs
-// (JSON pointers and $anchor, recursion allowed), boolean schemas.
+// (JSON pointers and $anchor, recursion allowed), boolean schemas; patternProperties (one pattern with
+// additionalProperties false), propertyNames (enum/const, or a string schema), maxProperties (all declared
+// properties required) - the exact subsets in docs/STRUCTURED.md.
 //
 // Rules the grammar imposes beyond the schema (documented, deliberate):
 //   - object keys appear in `properties` order; additional keys (when allowed) come after the declared ones;
