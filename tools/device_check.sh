@@ -2,10 +2,13 @@
 # Runs on the GPU machine (device tool) in one call: build with CUDA, run the GPU tests (ctest -L gpu), a
 # compute-sanitizer memcheck of the op harness, the CUDA micro-benchmark, and (full mode) the CPU tests and the
 # benchmarks; logs + a summary under $OUT.
-#   usage (device tool): bash tools/device_check.sh [gpu|full|model]      (carry: .deps when the image lacks the -dev
+#   usage (device tool): bash tools/device_check.sh [gpu|full|model|bench]      (carry: .deps when the image lacks the -dev
 #   packages: `mkdir -p .deps && cd .deps && apt-get download <packages below>` on an x86-64 Debian/Ubuntu host)
 #   model: build the CUDA tests (+ the CLI they run) and run every GPU test once, directly, with the golden-model
 #   figures in the summary; no memcheck, no benchmarks, so it fits one 10-minute device call.
+#   bench: build the CUDA tests + the CLI; the GEMM/MoE comparisons first, then `deepinfer bench --device cuda`
+#   (model slices vs ceilings), the op micro-bench, and the remaining GPU tests, each under its own time limit
+#   so that one 10-minute call returns whatever finished. BENCH_ARGS overrides the bench command's options.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 MODE=${1:-full}
@@ -16,7 +19,8 @@ summary="$OUT/summary.txt"
 : >"$summary"
 note() { echo "$*" | tee -a "$summary"; }
 
-note "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo +dirty) mode: $MODE"
+# A tree copied without .git (git archive into an ignored folder) names its commit in DEVTREE_COMMIT.
+note "commit: $(git rev-parse --short HEAD 2>/dev/null || echo "${DEVTREE_COMMIT:-unknown} (archive)")$(git diff --quiet HEAD 2>/dev/null || echo +dirty) mode: $MODE"
 note "gpu: $(nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader 2>/dev/null | head -1)"
 note "tools: $(nvcc --version | tail -1); $(cmake --version | head -1); $(c++ --version | head -1)"
 # The device machine reaches no package registry: the -dev packages travel as .deb files in .deps (carried).
@@ -38,9 +42,31 @@ cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DDEEPINFER_ACCELERA
   -DCMAKE_CUDA_ARCHITECTURES=90a >"$OUT/configure.log" 2>&1 || { note "configure FAILED"; tail -30 "$OUT/configure.log"; exit 1; }
 target=deepinfer_cuda_tests
 [ "$MODE" = full ] && target=all
+[ "$MODE" = bench ] && target="deepinfer_cuda_tests deepinfer_cli"
 cmake --build build-gpu -j "$(nproc)" --target $target >"$OUT/build.log" 2>&1 || {
   note "build FAILED"; grep -E "error|Error" "$OUT/build.log" | head -40; exit 1; }
 note "build ($target): ok in $(( $(date +%s) - start ))s"
+if [ "$MODE" = bench ]; then
+  bin=build-gpu/bin/deepinfer_cuda_tests
+  timeout 90 "$bin" --gtest_filter='CudaLinearTest.*:CudaMoeTest.*' >"$OUT/gpu_tests.log" 2>&1
+  note "gemm/moe tests: rc=$? $(grep -E '^\[  PASSED|^\[  FAILED' "$OUT/gpu_tests.log" | tr '\n' ' ')"
+  grep -h "\[cuda-op\]" "$OUT/gpu_tests.log" | tee -a "$summary"
+  nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader >>"$summary" 2>&1
+  timeout ${BENCH_TIMEOUT:-200} build-gpu/bin/deepinfer bench --device cuda ${BENCH_ARGS:-} >"$OUT/bench.log" 2>&1
+  note "deepinfer bench: rc=$?"
+  cat "$OUT/bench.log" >>"$summary"
+  timeout 60 "$bin" --gtest_also_run_disabled_tests --gtest_filter='CudaBench.*' >"$OUT/cuda_bench.log" 2>&1
+  note "cuda op bench: rc=$?"
+  grep -h "^\[bench\]" "$OUT/cuda_bench.log" | tee -a "$summary"
+  timeout ${OTHER_TIMEOUT:-60} "$bin" --gtest_filter='-CudaLinearTest.*:CudaMoeTest.*' >>"$OUT/gpu_tests.log" 2>&1
+  note "other gpu tests: rc=$? $(grep -E '^\[  PASSED|^\[  FAILED' "$OUT/gpu_tests.log" | tail -1)"
+  grep -h "\[cuda-op\]" "$OUT/gpu_tests.log" >"$OUT/op_errors.txt"
+  note "op comparisons: $(grep -c ' ok' "$OUT/op_errors.txt") ok, $(grep -c 'FAIL' "$OUT/op_errors.txt") FAIL (op_errors.txt)"
+  grep -h "FAILED  \]" "$OUT/gpu_tests.log" | tee -a "$summary"
+  echo "================ summary"
+  cat "$summary"
+  exit 0
+fi
 if [ "$MODE" = model ]; then
   timeout 360 build-gpu/bin/deepinfer_cuda_tests >"$OUT/gpu_tests_direct.log" 2>&1
   note "gpu tests (direct): rc=$? $(grep -E '^\[  PASSED|^\[  FAILED' "$OUT/gpu_tests_direct.log" | tr '\n' ' ')"

@@ -100,9 +100,13 @@ TEST_F(CudaLinearTest, F32LinearMatchesCpu) {
   }
 }
 
+// Block formats by M: <= 16 rows the weight-streaming kernel (fp32 products, exact up to order: 1e-5); 17..255
+// the bf16 tensor-core kernel and >= 256 cuBLASLt on a bf16 dequantized scratch, both with x rounded to bf16
+// (2^-9 relative per element, ~1e-3 over the output) and f32 scales rounded too: 4e-3.
 TEST_F(CudaLinearTest, QuantLinearEveryFormatMatchesCpu) {
   const int64_t n = 320, k = 512;
-  for (int64_t m : {1, 7, 130}) {
+  for (int64_t m : {1, 7, 130, 300}) {
+    const double tol = m <= 16 ? 1e-5 : 4e-3;
     HostTensor x = rand({m, k});
     // FP8 block-scaled weights: 128x128 UE8M0 (V4 checkpoints) and 32x32 (f32 scales), exact products.
     struct Fp8Case {
@@ -118,14 +122,14 @@ TEST_F(CudaLinearTest, QuantLinearEveryFormatMatchesCpu) {
       HostTensor want = cpu_linear(x, cpu_dequant(w, s, QuantFormat::kFP8Block, n, k, c.block, c.block));
       DeviceTensor dx = up(x), dw = up(w), ds = up(s), dout = poisoned({m, n});
       gpu().linear_quant({dx, {dw, ds, QuantFormat::kFP8Block, c.block, c.block}, dout});
-      rel_err((std::string("linear_quant ") + c.name + " M=" + std::to_string(m)).c_str(), down(dout), want, 1e-5);
+      rel_err((std::string("linear_quant ") + c.name + " M=" + std::to_string(m)).c_str(), down(dout), want, tol);
     }
     {
       HostTensor w = rand_bytes(DType::kU8, {n, k / 2}), s = e8m0({n, k / 32});
       HostTensor want = cpu_linear(x, cpu_dequant(w, s, QuantFormat::kMXFP4, n, k));
       DeviceTensor dx = up(x), dw = up(w), ds = up(s), dout = poisoned({m, n});
       gpu().linear_quant({dx, {dw, ds, QuantFormat::kMXFP4}, dout});
-      rel_err(("linear_quant mxfp4 M=" + std::to_string(m)).c_str(), down(dout), want, 1e-5);
+      rel_err(("linear_quant mxfp4 M=" + std::to_string(m)).c_str(), down(dout), want, tol);
     }
     {
       // bf16 weights: cuBLASLt with the input rounded to bf16; the reference keeps x in f32, so the error is
@@ -138,6 +142,18 @@ TEST_F(CudaLinearTest, QuantLinearEveryFormatMatchesCpu) {
       gpu().linear_quant({dx, {dw, Tensor{}, QuantFormat::kFloat}, dout});
       rel_err(("linear_quant bf16 M=" + std::to_string(m)).c_str(), down(dout), want, 1e-2);
     }
+  }
+}
+
+// K = 200 is not a multiple of 16: both fast kernels fall back to scalar weight staging.
+TEST_F(CudaLinearTest, QuantLinearScalarFallbackMatchesCpu) {
+  const int64_t n = 200, k = 200;
+  for (int64_t m : {5, 40}) {
+    HostTensor x = rand({m, k}), w = fp8({n, k}), s = e8m0({2, 2});
+    HostTensor want = cpu_linear(x, cpu_dequant(w, s, QuantFormat::kFP8Block, n, k));
+    DeviceTensor dx = up(x), dw = up(w), ds = up(s), dout = poisoned({m, n});
+    gpu().linear_quant({dx, {dw, ds, QuantFormat::kFP8Block, 128, 128}, dout});
+    rel_err(("linear_quant fp8 K=200 M=" + std::to_string(m)).c_str(), down(dout), want, m <= 16 ? 1e-5 : 4e-3);
   }
 }
 

@@ -34,6 +34,7 @@ void register_generate(CLI::App& app, CommandRegistry& reg);
 void register_score(CLI::App& app, CommandRegistry& reg);
 void register_offline(CLI::App& app, CommandRegistry& reg);
 void register_tokenize(CLI::App& app, CommandRegistry& reg);
+void register_bench(CLI::App& app, CommandRegistry& reg);
 
 inline void register_commands(CLI::App& app, CommandRegistry& reg) {
   register_inspect(app, reg);
@@ -42,6 +43,7 @@ inline void register_commands(CLI::App& app, CommandRegistry& reg) {
   register_score(app, reg);
   register_offline(app, reg);
   register_tokenize(app, reg);
+  register_bench(app, reg);
 }
 
 }  // namespace deepinfer::cli

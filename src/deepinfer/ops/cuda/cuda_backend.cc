@@ -316,6 +316,26 @@ struct CudaBackend::Impl {
       void* in_bf16 = arena.take(sizeof(uint16_t) * m * k);
       cuda::run_cast_f32_to_bf16(in, in_bf16, m * k, s());
       lt_matmul(in_bf16, w.weight.data(), CUDA_R_16BF, out, m, n, k);
+    } else if (m >= kLtMinRows) {
+      // Many rows: the weight is read once either way, so dequantizing it to a bf16 scratch (N·K·2 bytes
+      // written and read once more) costs little next to the GEMM, and cuBLASLt's bf16 kernels are near peak.
+      cuda::WorkspaceArena::Scope scope(arena);
+      void* w_bf16 = arena.take(sizeof(uint16_t) * n * k);
+      void* in_bf16 = arena.take(sizeof(uint16_t) * m * k);
+      cuda::DequantizeKernelParams dq;
+      dq.weight = w.weight.data();
+      dq.scale = w.scale.data();
+      dq.scale_e8m0 = w.scale.data() == nullptr || w.scale.dtype() == DType::kE8M0;
+      dq.format = w.format;
+      dq.n = n;
+      dq.k = k;
+      dq.scale_cols = w.scale.rank() == 2 ? w.scale.dim(1) : 0;
+      dq.block_n = w.block_n;
+      dq.block_k = w.block_k;
+      dq.out_bf16 = w_bf16;
+      cuda::run_dequantize(dq, s());
+      cuda::run_cast_f32_to_bf16(in, in_bf16, m * k, s());
+      lt_matmul(in_bf16, w_bf16, CUDA_R_16BF, out, m, n, k);
     } else {
       cuda::GemmKernelParams g;
       g.a = in;
@@ -327,6 +347,8 @@ struct CudaBackend::Impl {
       cuda::run_gemm(g, s());
     }
   }
+  // Rows from which a block-format linear goes through cuBLASLt (bf16 scratch) instead of the own kernels.
+  static constexpr int64_t kLtMinRows = 256;
 
   // The MoE pipeline shared by moe() (f32 experts) and moe_quant(): plan, grouped gate/up GEMMs, SwiGLU,
   // grouped down GEMM into per-slot rows, combine in expert-id order. Tokens go in chunks so that the
@@ -338,6 +360,7 @@ struct CudaBackend::Impl {
     int64_t scale_cols[3];  // w1, w3, w2
     const void* const* w[3];
     const void* const* s[3];
+    bool aligned16 = false;  // every expert weight pointer is 16-byte aligned
   };
   void run_moe(const float* x, const float* weights, const int32_t* indices, float* out, int64_t tokens, int64_t d,
                int64_t k, int64_t inter, int experts, const MoeWeights& mw, const QuantExpertWeights* shared,
@@ -350,6 +373,7 @@ struct CudaBackend::Impl {
       int32_t* perm = arena.take_as<int32_t>(std::max<int64_t>(slots, 1));
       int32_t* group_offsets = arena.take_as<int32_t>(experts + 1);
       int32_t* tile_offsets = arena.take_as<int32_t>(experts + 1);
+      int32_t* active_groups = arena.take_as<int32_t>(experts + 1);
       float* gu = arena.take_as<float>(slots * 2 * inter);
       float* h = arena.take_as<float>(slots * inter);
       float* y_slot = arena.take_as<float>(slots * d);
@@ -364,6 +388,7 @@ struct CudaBackend::Impl {
       plan.perm = perm;
       plan.group_offsets = group_offsets;
       plan.tile_offsets = tile_offsets;
+      plan.active_groups = active_groups;
       plan.status = status.word();
       cuda::run_moe_plan(plan, s());
 
@@ -376,6 +401,11 @@ struct CudaBackend::Impl {
       g.group_offsets = group_offsets;
       g.tile_offsets = tile_offsets;
       g.max_tiles_m = ceil_div(slots, cuda::kGemmTileM) + experts;
+      g.active_groups = active_groups;
+      g.tables_aligned16 = mw.aligned16;
+      // Average rows per used expert, assuming spread routing: decode batches (a row or two per expert)
+      // stream weights; prefill (tens of rows per expert) takes the tensor cores. Skew only costs speed.
+      g.rows_hint = ceil_div(slots, std::min<int64_t>(experts, slots));
       g.m = slots;
       // gate and up: gathered token rows -> gu[pos, 0:I] and gu[pos, I:2I]
       g.a = xc;
@@ -905,6 +935,9 @@ void CudaBackend::moe_quant(const QuantMoeParams& p) {
   DI_CHECK(!(e0.w1.format == QuantFormat::kFloat && e0.w1.weight.dtype() == DType::kBF16))
       << op << ": bf16 routed experts are not supported on CUDA yet (use f32 or a block format)";
   Impl::MoeWeights mw{};
+  mw.aligned16 = true;
+  for (const auto& v : ptrs)
+    for (const void* q : v) mw.aligned16 = mw.aligned16 && reinterpret_cast<uintptr_t>(q) % 16 == 0;
   mw.format = e0.w1.format;
   mw.scale_e8m0 = !e0.w1.scale.data() || e0.w1.scale.dtype() == DType::kE8M0;
   mw.block_n = e0.w1.block_n;
@@ -918,6 +951,44 @@ void CudaBackend::moe_quant(const QuantMoeParams& p) {
   impl_->run_moe(p.x.data_as<float>(), p.weights.data_as<float>(), p.indices.data_as<int32_t>(),
                  p.out.data_as<float>(), t, d, k, inter, static_cast<int>(experts.size()), mw, p.shared,
                  p.swiglu_limit, p.weight_before_w2);
+}
+
+// ============================================================================ synthetic-run helpers
+void CudaBackend::fill_random(const RandomFillParams& p) {
+  expect_on("fill_random", "out", p.out, impl_->device);
+  DI_CHECK(p.out.is_contiguous()) << "fill_random: out must be contiguous";
+  DI_CHECK(p.e8m0_low >= 0 && p.e8m0_span >= 1 && p.e8m0_low + p.e8m0_span <= 255)
+      << "fill_random: E8M0 range [" << p.e8m0_low << ", " << p.e8m0_low + p.e8m0_span << ") is not in [0, 255)";
+  cuda::RandomFillKernelParams k;
+  k.out = p.out.data();
+  k.bytes = p.out.nbytes();
+  k.seed = p.seed;
+  k.range = p.range;
+  k.e8m0_low = p.e8m0_low;
+  k.e8m0_span = p.e8m0_span;
+  switch (p.out.dtype()) {
+    case DType::kF32: k.mode = cuda::RandomFillMode::kF32; break;
+    case DType::kF8E4M3: k.mode = cuda::RandomFillMode::kE4M3; break;
+    case DType::kE8M0: k.mode = cuda::RandomFillMode::kE8M0; break;
+    case DType::kBF16: k.mode = cuda::RandomFillMode::kBF16; break;
+    default: k.mode = cuda::RandomFillMode::kBytes; break;
+  }
+  cuda::run_fill_random(k, impl_->s());
+}
+
+void CudaBackend::lt_gemm(const LtGemmParams& p) {
+  const Device& dev = impl_->device;
+  for (auto [name, t] : {std::pair{"x", &p.x}, {"w", &p.w}, {"out", &p.out}}) {
+    expect_on("lt_gemm", name, *t, dev);
+    DI_CHECK(t->rank() == 2 && t->is_contiguous()) << "lt_gemm: " << name << " must be a contiguous matrix";
+  }
+  DI_CHECK(p.x.dtype() == p.w.dtype() && (p.x.dtype() == DType::kBF16 || p.x.dtype() == DType::kF8E4M3))
+      << "lt_gemm: x and w must both be bf16 or both f8_e4m3";
+  const int64_t m = p.x.dim(0), k = p.x.dim(1), n = p.w.dim(0);
+  DI_CHECK(p.w.dim(1) == k && p.out.dtype() == DType::kF32 && p.out.shape() == Shape({m, n}))
+      << "lt_gemm: shapes x [M, K], w [N, K], out f32 [M, N]";
+  impl_->lt_matmul(p.x.data(), p.w.data(), p.x.dtype() == DType::kBF16 ? CUDA_R_16BF : CUDA_R_8F_E4M3,
+                   p.out.data_as<float>(), m, n, k);
 }
 
 // ============================================================================ Engram

@@ -54,6 +54,24 @@ struct QuantMoeParams {
   bool weight_before_w2 = false;
 };
 
+// Random contents for synthetic runs (`deepinfer bench`): f32 uniform in [-range, range), bf16 finite in
+// ±[2^-7, 2), e4m3 codes without NaN, E8M0 scales in [e8m0_low, e8m0_low + e8m0_span), any other dtype uniform bytes.
+struct RandomFillParams {
+  Tensor out;  // contiguous, on the device
+  uint64_t seed = 1;
+  float range = 1.0f;
+  int e8m0_low = 117;
+  int e8m0_span = 4;
+};
+
+// A plain cuBLASLt GEMM, out[M, N] = x[M, K] · w[N, K]ᵀ with x and w both bf16 or both FP8 e4m3 (unit scales),
+// f32 output: the dense-rate ceilings that `deepinfer bench` measures in the same run.
+struct LtGemmParams {
+  Tensor x;    // bf16 / f8_e4m3 [M, K]
+  Tensor w;    // same dtype [N, K]
+  Tensor out;  // f32 [M, N]
+};
+
 class CudaBackend final : public Backend, public HasTensorMemory {
  public:
   explicit CudaBackend(int device = 0);
@@ -88,6 +106,8 @@ class CudaBackend final : public Backend, public HasTensorMemory {
   // Quantized-weight entry points (CUDA only).
   void linear_quant(const QuantLinearParams& p);
   void moe_quant(const QuantMoeParams& p);
+  void fill_random(const RandomFillParams& p);
+  void lt_gemm(const LtGemmParams& p);
 
   // Waits for all enqueued work; throws InvalidArgument for bad inputs reported by kernels.
   void synchronize();

@@ -1,12 +1,18 @@
 // The block-dequantizing GEMM: C = A · dequant(B)ᵀ with B in any QuantFormat (f32, FP8 e4m3 with UE8M0/f32
-// block scales of any block shape, MXFP4, FP8 per-32 rows), dense or grouped by expert (MoE).
-//
-// This is the correct-first version: a 64x64x16 SIMT tile with fp32 FMAs, weights dequantized while they
-// are staged into shared memory. It is exact against the CPU up to summation order, which makes it the
-// reference for faster variants. Where cuBLASLt covers the format (f32, bf16) the backend uses cuBLASLt
-// instead; a wgmma (sm_90a) FP8 variant with the same params is the next step (docs/PERF.md).
+// block scales of any block shape, MXFP4, FP8 per-32 rows), dense or grouped by expert (MoE). Three kernels:
+// - the correct-first SIMT tile (64x64x16, fp32 FMAs): exact up to summation order; f32 weights (the f32 MoE
+//   of the model path) always take it, and it is the reference the faster two were checked against;
+// - a weight-streaming kernel for few rows per group (decode, MoE at small batch): one warp per output column
+//   reads the weight row once with 16-byte loads, fp32 products (exact like the SIMT tile);
+// - a bf16 tensor-core tile (WMMA 16x16x16 on 64x128x32 tiles) for many rows: weights are dequantized into
+//   shared memory as bf16 (exact for e4m3/e2m1 with UE8M0 scales), A is rounded to bf16, fp32 accumulation.
+// Large dense M goes through cuBLASLt instead (cuda_backend.cc: weights dequantized to a bf16 scratch).
 #include "deepinfer/ops/cuda/device_math.cuh"
 #include "deepinfer/ops/cuda/kernels.h"
+
+#include <mma.h>
+
+#include <algorithm>
 
 namespace deepinfer::cuda {
 namespace {
@@ -108,21 +114,357 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(GemmKernelParams p) {
   }
 }
 
+
+// ---------------------------------------------------------------------------- shared by the two fast kernels
+// Which rows [begin, end) of A/C and which weight the y-th group slot covers. Dense: one slot, all rows.
+struct GroupSpan {
+  int g;
+  int64_t begin, end;
+};
+__device__ __forceinline__ bool active_group(const GemmKernelParams& p, int slot, GroupSpan& span) {
+  if (!p.group_offsets) {
+    span = {0, 0, p.m};
+    return slot == 0;
+  }
+  if (slot >= p.active_groups[p.groups]) return false;
+  const int g = p.active_groups[slot];
+  span = {g, p.group_offsets[g], p.group_offsets[g + 1]};
+  return true;
+}
+
+__device__ __forceinline__ float block_scale(const void* s, const GemmKernelParams& p, QuantFormat f, int64_t n,
+                                             int64_t k) {
+  if (f == QuantFormat::kMXFP4) return e8m0_to_f32_dev(static_cast<const uint8_t*>(s)[n * (p.k / 32) + k / 32]);
+  const int64_t si = f == QuantFormat::kFP8Block ? (n / p.block_n) * p.scale_cols + k / p.block_k
+                                                 : n * p.scale_cols + k / 32;
+  return p.scale_e8m0 ? e8m0_to_f32_dev(static_cast<const uint8_t*>(s)[si]) : static_cast<const float*>(s)[si];
+}
+
+// 16 e4m3 codes (little-endian bytes of q) -> f32, two at a time through the hardware fp8x2 -> f16x2 convert.
+__device__ __forceinline__ void decode_fp8x16(const uint4 q, float* w) {
+  const uint32_t words[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const auto pair = static_cast<__nv_fp8x2_storage_t>((words[j] >> (16 * h)) & 0xFFFFu);
+      const float2 f = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3)));
+      w[j * 4 + h * 2] = f.x;
+      w[j * 4 + h * 2 + 1] = f.y;
+    }
+}
+// 2·nbytes e2m1 codes, low nibble first (even column).
+template <int kBytes>
+__device__ __forceinline__ void decode_fp4(const uint32_t* words, float* w) {
+#pragma unroll
+  for (int i = 0; i < kBytes; ++i) {
+    const uint32_t byte = (words[i / 4] >> (8 * (i % 4))) & 0xFFu;
+    w[2 * i] = e2m1_to_f32_dev(static_cast<uint8_t>(byte & 0xF));
+    w[2 * i + 1] = e2m1_to_f32_dev(static_cast<uint8_t>(byte >> 4));
+  }
+}
+
+// ---------------------------------------------------------------------------- weight-streaming kernel
+constexpr int kSkWarps = 8, kSkRows = 8;
+
+// Grid: x = ceil(n / kSkWarps) column blocks, y = group slots. Each warp owns output column n of its group
+// and walks the group's rows kSkRows at a time (the weight row is re-read from L1/L2 after the first pass).
+// kVec: 16-byte weight loads and float4 A loads (the host checked sizes and alignment).
+template <QuantFormat F, bool kVec>
+__global__ void __launch_bounds__(kSkWarps * 32) gemm_skinny_kernel(GemmKernelParams p) {
+  GroupSpan span;
+  if (!active_group(p, blockIdx.y, span)) return;
+  const int lane = threadIdx.x % 32;
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * kSkWarps + threadIdx.x / 32;
+  if (n >= p.n) return;
+  const void* b = p.b_table ? p.b_table[span.g] : p.b;
+  const void* s = p.b_scale_table ? p.b_scale_table[span.g] : p.b_scale;
+  for (int64_t r0 = span.begin; r0 < span.end; r0 += kSkRows) {
+    const float* arow[kSkRows];
+#pragma unroll
+    for (int i = 0; i < kSkRows; ++i) {
+      const int64_t r = r0 + i;
+      arow[i] = r < span.end ? p.a + (p.a_rows ? p.a_rows[r] / p.a_row_div : r) * p.lda : nullptr;
+    }
+    float acc[kSkRows] = {};
+    if constexpr (kVec && F == QuantFormat::kMXFP4) {
+      const uint4* wrow = reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(b) + n * (p.k / 2));
+      const uint8_t* srow = static_cast<const uint8_t*>(s) + n * (p.k / 32);
+#pragma unroll 4
+      for (int64_t c = lane; c < p.k / 32; c += 32) {
+        const uint4 q = __ldg(wrow + c);
+        const float sc = e8m0_to_f32_dev(srow[c]);
+        const uint32_t words[4] = {q.x, q.y, q.z, q.w};
+        float w[32];
+        decode_fp4<16>(words, w);
+#pragma unroll
+        for (int i = 0; i < kSkRows; ++i) {
+          if (!arow[i]) continue;
+          const float4* a4 = reinterpret_cast<const float4*>(arow[i] + c * 32);
+          float d = 0.0f;
+#pragma unroll
+          for (int j = 0; j < 8; ++j) {
+            const float4 av = a4[j];
+            d = fmaf(av.x, w[4 * j], fmaf(av.y, w[4 * j + 1], fmaf(av.z, w[4 * j + 2], fmaf(av.w, w[4 * j + 3], d))));
+          }
+          acc[i] = fmaf(d, sc, acc[i]);
+        }
+      }
+    } else if constexpr (kVec) {  // FP8 block / row32
+      const uint4* wrow = reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(b) + n * p.k);
+#pragma unroll 4
+      for (int64_t c = lane; c < p.k / 16; c += 32) {
+        const uint4 q = __ldg(wrow + c);
+        const float sc = block_scale(s, p, F, n, c * 16);
+        float w[16];
+        decode_fp8x16(q, w);
+#pragma unroll
+        for (int i = 0; i < kSkRows; ++i) {
+          if (!arow[i]) continue;
+          const float4* a4 = reinterpret_cast<const float4*>(arow[i] + c * 16);
+          float d = 0.0f;
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            const float4 av = a4[j];
+            d = fmaf(av.x, w[4 * j], fmaf(av.y, w[4 * j + 1], fmaf(av.z, w[4 * j + 2], fmaf(av.w, w[4 * j + 3], d))));
+          }
+          acc[i] = fmaf(d, sc, acc[i]);
+        }
+      }
+    } else {
+      for (int64_t k = lane; k < p.k; k += 32) {
+        const float w = load_weight<F>(b, s, p, n, k);
+#pragma unroll
+        for (int i = 0; i < kSkRows; ++i)
+          if (arow[i]) acc[i] = fmaf(arow[i][k], w, acc[i]);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kSkRows; ++i) {
+      const float v = warp_sum(acc[i]);
+      const int64_t r = r0 + i;
+      if (lane == 0 && r < span.end) p.c[(p.c_rows ? p.c_rows[r] : r) * p.ldc + n] = v;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------- bf16 tensor-core kernel
+constexpr int kTcM = kGemmTileM, kTcN = 128, kTcK = 32, kTcThreads = 256, kTcLd = kTcK + 8, kTcLdC = kTcN + 4;
+struct TcInputs {
+  __nv_bfloat16 a[kTcM][kTcLd];
+  __nv_bfloat16 b[kTcN][kTcLd];
+};
+union TcShared {
+  TcInputs in;
+  float c[kTcM][kTcLdC];
+};
+
+// One k-step's global data held in registers while the previous step computes (vector path only).
+struct TcStage {
+  float4 a[2];
+  uint4 b;  // FP8: 16 codes; MXFP4: 16 codes in .x/.y
+  float bs;
+};
+
+template <QuantFormat F>
+__device__ __forceinline__ void tc_load(const GemmKernelParams& p, const void* b, const void* s, const int64_t* a_row,
+                                        int64_t n0, int64_t k0, TcStage& st) {
+  const int tid = threadIdx.x;
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    const int idx = tid + e * kTcThreads, r = idx / 8;
+    const int64_t k = k0 + (idx % 8) * 4, ar = a_row[r];
+    st.a[e] = (ar >= 0 && k < p.k) ? __ldg(reinterpret_cast<const float4*>(p.a + ar * p.lda + k)) : make_float4(0, 0, 0, 0);
+  }
+  const int r = tid / 2, half = tid % 2;
+  const int64_t n = n0 + r;
+  st.b = make_uint4(0, 0, 0, 0);
+  st.bs = 0.0f;
+  if constexpr (F == QuantFormat::kMXFP4) {
+    const int64_t k = k0 + 16 * half;
+    if (n < p.n && k < p.k) {
+      const uint2 q = __ldg(reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(b) + n * (p.k / 2) + k / 2));
+      st.b.x = q.x;
+      st.b.y = q.y;
+      st.bs = block_scale(s, p, F, n, k);
+    }
+  } else {
+    const int64_t k = k0 + 16 * half;
+    if (n < p.n && k < p.k) {
+      st.b = __ldg(reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(b) + n * p.k + k));
+      st.bs = block_scale(s, p, F, n, k);
+    }
+  }
+}
+
+template <QuantFormat F>
+__device__ __forceinline__ void tc_store(const TcStage& st, TcInputs& in) {
+  const int tid = threadIdx.x;
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    const int idx = tid + e * kTcThreads, r = idx / 8, c = (idx % 8) * 4;
+    in.a[r][c] = __float2bfloat16_rn(st.a[e].x);
+    in.a[r][c + 1] = __float2bfloat16_rn(st.a[e].y);
+    in.a[r][c + 2] = __float2bfloat16_rn(st.a[e].z);
+    in.a[r][c + 3] = __float2bfloat16_rn(st.a[e].w);
+  }
+  const int r = tid / 2, c0 = 16 * (tid % 2);
+  float w[16];
+  if constexpr (F == QuantFormat::kMXFP4) {
+    const uint32_t words[2] = {st.b.x, st.b.y};
+    decode_fp4<8>(words, w);
+  } else {
+    decode_fp8x16(st.b, w);
+  }
+#pragma unroll
+  for (int j = 0; j < 16; j += 2)
+    *reinterpret_cast<__nv_bfloat162*>(&in.b[r][c0 + j]) = __floats2bfloat162_rn(w[j] * st.bs, w[j + 1] * st.bs);
+}
+
+// Scalar staging for shapes the vector path does not cover (odd K, unaligned rows): correct, slow.
+template <QuantFormat F>
+__device__ __forceinline__ void tc_stage_scalar(const GemmKernelParams& p, const void* b, const void* s,
+                                                const int64_t* a_row, int64_t n0, int64_t k0, TcInputs& in) {
+  for (int idx = threadIdx.x; idx < kTcM * kTcK; idx += kTcThreads) {
+    const int r = idx / kTcK, kk = idx % kTcK;
+    const int64_t k = k0 + kk, ar = a_row[r];
+    in.a[r][kk] = __float2bfloat16_rn((ar >= 0 && k < p.k) ? p.a[ar * p.lda + k] : 0.0f);
+  }
+  for (int idx = threadIdx.x; idx < kTcN * kTcK; idx += kTcThreads) {
+    const int r = idx / kTcK, kk = idx % kTcK;
+    const int64_t k = k0 + kk, n = n0 + r;
+    in.b[r][kk] = __float2bfloat16_rn((n < p.n && k < p.k) ? load_weight<F>(b, s, p, n, k) : 0.0f);
+  }
+}
+
+template <QuantFormat F, bool kVec>
+__global__ void __launch_bounds__(kTcThreads) gemm_tc_kernel(GemmKernelParams p) {
+  namespace wmma = nvcuda::wmma;
+  __shared__ __align__(128) TcShared sm;
+  __shared__ int64_t a_row[kTcM], c_row[kTcM];
+
+  const int64_t tile_m = blockIdx.x;
+  int g = 0;
+  int64_t row_begin, row_end;
+  if (p.group_offsets) {
+    if (tile_m >= p.tile_offsets[p.groups]) return;
+    int lo = 0, hi = p.groups;
+    while (hi - lo > 1) {
+      const int mid = (lo + hi) / 2;
+      if (p.tile_offsets[mid] <= tile_m) lo = mid;
+      else hi = mid;
+    }
+    g = lo;
+    row_begin = p.group_offsets[g] + (tile_m - p.tile_offsets[g]) * kTcM;
+    row_end = p.group_offsets[g + 1];
+  } else {
+    row_begin = tile_m * kTcM;
+    row_end = p.m;
+  }
+  const void* b = p.b_table ? p.b_table[g] : p.b;
+  const void* s = p.b_scale_table ? p.b_scale_table[g] : p.b_scale;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.y) * kTcN;
+  const int tid = threadIdx.x, warp = tid / 32, wm = warp / 4, wn = warp % 4;
+  if (tid < kTcM) {
+    const int64_t i = row_begin + tid;
+    const bool valid = i < row_end;
+    a_row[tid] = !valid ? -1 : (p.a_rows ? p.a_rows[i] / p.a_row_div : i);
+    c_row[tid] = !valid ? -1 : (p.c_rows ? p.c_rows[i] : i);
+  }
+  __syncthreads();
+
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
+
+  TcStage st;
+  if constexpr (kVec) tc_load<F>(p, b, s, a_row, n0, 0, st);
+  for (int64_t k0 = 0; k0 < p.k; k0 += kTcK) {
+    if constexpr (kVec) {
+      tc_store<F>(st, sm.in);
+    } else {
+      tc_stage_scalar<F>(p, b, s, a_row, n0, k0, sm.in);
+    }
+    __syncthreads();
+    if constexpr (kVec) {
+      if (k0 + kTcK < p.k) tc_load<F>(p, b, s, a_row, n0, k0 + kTcK, st);  // in flight during the MMAs
+    }
+#pragma unroll
+    for (int kk = 0; kk < kTcK; kk += 16) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa[2];
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb[2];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) wmma::load_matrix_sync(fa[i], &sm.in.a[wm * 32 + i * 16][kk], kTcLd);
+#pragma unroll
+      for (int j = 0; j < 2; ++j) wmma::load_matrix_sync(fb[j], &sm.in.b[wn * 32 + j * 16][kk], kTcLd);
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+      wmma::store_matrix_sync(&sm.c[wm * 32 + i * 16][wn * 32 + j * 16], acc[i][j], kTcLdC, wmma::mem_row_major);
+  __syncthreads();
+  for (int idx = tid; idx < kTcM * kTcN; idx += kTcThreads) {
+    const int r = idx / kTcN, cc = idx % kTcN;
+    const int64_t cr = c_row[r], n = n0 + cc;
+    if (cr >= 0 && n < p.n) p.c[cr * p.ldc + n] = sm.c[r][cc];
+  }
+}
+
+template <QuantFormat F>
+void launch_fast(const GemmKernelParams& p, bool vec, cudaStream_t stream) {
+  const int64_t rows = p.rows_hint > 0 ? p.rows_hint : p.m;
+  if (rows <= kGemmSkinnyRows) {
+    const int64_t slots = p.group_offsets ? std::min<int64_t>(p.groups, p.m) : 1;
+    DI_CHECK(!p.group_offsets || p.active_groups) << "gemm: grouped skinny launch needs active_groups";
+    const dim3 grid(static_cast<unsigned>(ceil_div(p.n, kSkWarps)), static_cast<unsigned>(std::max<int64_t>(slots, 1)));
+    if (vec) gemm_skinny_kernel<F, true><<<grid, kSkWarps * 32, 0, stream>>>(p);
+    else gemm_skinny_kernel<F, false><<<grid, kSkWarps * 32, 0, stream>>>(p);
+  } else {
+    const int64_t tiles_m = p.group_offsets ? p.max_tiles_m : ceil_div(p.m, kTcM);
+    const int64_t tiles_n = ceil_div(p.n, kTcN);
+    DI_CHECK(tiles_n <= 65535) << "gemm: n = " << p.n << " is too large for one launch";
+    const dim3 grid(static_cast<unsigned>(tiles_m), static_cast<unsigned>(tiles_n));
+    if (vec) gemm_tc_kernel<F, true><<<grid, kTcThreads, 0, stream>>>(p);
+    else gemm_tc_kernel<F, false><<<grid, kTcThreads, 0, stream>>>(p);
+  }
+}
+
 }  // namespace
 
 void run_gemm(const GemmKernelParams& p, cudaStream_t stream) {
   static_assert(kBN == kBM, "the staging loop maps A rows and B rows the same way");
+  static_assert(kTcM == kGemmTileM, "grouped tile offsets are counted in kGemmTileM rows");
+  if (p.m == 0 || p.n == 0) return;
+  if (p.format != QuantFormat::kFloat) {
+    // Vector loads: 16-byte weight chunks never straddle a row or a scale block, A rows are float4-aligned.
+    const auto aligned = [](const void* q, int64_t a) { return reinterpret_cast<uintptr_t>(q) % a == 0; };
+    bool vec = p.lda % 4 == 0 && aligned(p.a, 16) && (p.b_table ? p.tables_aligned16 : aligned(p.b, 16));
+    if (p.format == QuantFormat::kMXFP4) vec = vec && p.k % 32 == 0;
+    else vec = vec && p.k % 16 == 0 && (p.format != QuantFormat::kFP8Block || p.block_k % 16 == 0);
+    switch (p.format) {
+      case QuantFormat::kFP8Block: launch_fast<QuantFormat::kFP8Block>(p, vec, stream); break;
+      case QuantFormat::kMXFP4: launch_fast<QuantFormat::kMXFP4>(p, vec, stream); break;
+      case QuantFormat::kFP8Row32: launch_fast<QuantFormat::kFP8Row32>(p, vec, stream); break;
+      default: break;
+    }
+    DI_CUDA_CHECK_LAUNCH();
+    return;
+  }
   const int64_t tiles_m = p.group_offsets ? p.max_tiles_m : ceil_div(p.m, kBM);
   const int64_t tiles_n = ceil_div(p.n, kBN);
   if (tiles_m == 0 || tiles_n == 0) return;
   DI_CHECK(tiles_n <= 65535) << "gemm: n = " << p.n << " is too large for one launch";
   const dim3 grid(static_cast<unsigned>(tiles_m), static_cast<unsigned>(tiles_n));
-  switch (p.format) {
-    case QuantFormat::kFloat: gemm_kernel<QuantFormat::kFloat><<<grid, kThreads, 0, stream>>>(p); break;
-    case QuantFormat::kFP8Block: gemm_kernel<QuantFormat::kFP8Block><<<grid, kThreads, 0, stream>>>(p); break;
-    case QuantFormat::kMXFP4: gemm_kernel<QuantFormat::kMXFP4><<<grid, kThreads, 0, stream>>>(p); break;
-    case QuantFormat::kFP8Row32: gemm_kernel<QuantFormat::kFP8Row32><<<grid, kThreads, 0, stream>>>(p); break;
-  }
+  gemm_kernel<QuantFormat::kFloat><<<grid, kThreads, 0, stream>>>(p);
   DI_CUDA_CHECK_LAUNCH();
 }
 

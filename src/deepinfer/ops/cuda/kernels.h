@@ -25,6 +25,7 @@ struct DequantizeKernelParams {
   int64_t n = 0, k = 0, scale_cols = 0;
   int block_n = 128, block_k = 128;
   float* out = nullptr;  // [n, k]
+  void* out_bf16 = nullptr;  // [n, k] bf16 (RNE) instead of `out` when set
 };
 void run_dequantize(const DequantizeKernelParams& p, cudaStream_t stream);
 
@@ -39,6 +40,21 @@ void run_embedding(const EmbeddingKernelParams& p, cudaStream_t stream);
 
 // f32 -> bf16 (RNE), n elements.
 void run_cast_f32_to_bf16(const float* in, void* out_bf16, int64_t n, cudaStream_t stream);
+
+// ============================================================================ random fill (random_cuda.cu)
+// kBytes: uniform bytes (MXFP4 codes, u8); kE4M3: uniform e4m3 codes without NaN; kE8M0: scales in
+// [e8m0_low, e8m0_low + e8m0_span); kF32: uniform in [-range, range) (bytes % 4 == 0); kBF16: finite values
+// in ±[2^-7, 2)
+enum class RandomFillMode : uint8_t { kBytes, kE4M3, kE8M0, kF32, kBF16 };
+struct RandomFillKernelParams {
+  void* out = nullptr;  // 8-byte aligned
+  int64_t bytes = 0;
+  uint64_t seed = 0;
+  RandomFillMode mode = RandomFillMode::kBytes;
+  float range = 1.0f;
+  int e8m0_low = 120, e8m0_span = 8;
+};
+void run_fill_random(const RandomFillKernelParams& p, cudaStream_t stream);
 
 // ============================================================================ block-dequantizing GEMM (gemm_cuda.cu)
 // C[row(i), :] = A[arow(i), :] · dequant(B_g)ᵀ for the rows i of group g, fp32 accumulation.
@@ -66,8 +82,16 @@ struct GemmKernelParams {
   const int32_t* group_offsets = nullptr;  // [groups + 1], device
   const int32_t* tile_offsets = nullptr;   // [groups + 1], device: cumulative M tiles
   int64_t max_tiles_m = 0;                 // grid bound for the grouped case
+  // Kernel choice for the block formats (kFloat always takes the exact SIMT kernel): rows_hint (typical rows
+  // per group; 0 = m) <= kGemmSkinnyRows -> a weight-streaming kernel (fp32 products, exact; any row count is
+  // correct, groups with more rows re-read their weight row from cache); more -> bf16 tensor cores (A rounded
+  // to bf16; weights exact in bf16 when their scales are UE8M0).
+  int64_t rows_hint = 0;
+  const int32_t* active_groups = nullptr;  // grouped: [groups + 1] non-empty group ids, count at [groups]
+  bool tables_aligned16 = false;           // every b_table entry is 16-byte aligned (vector weight loads)
 };
 constexpr int kGemmTileM = 64;
+constexpr int kGemmSkinnyRows = 16;
 void run_gemm(const GemmKernelParams& p, cudaStream_t stream);
 
 // ============================================================================ norms (norm_cuda.cu)
@@ -218,6 +242,7 @@ struct MoePlanKernelParams {
   int32_t* perm = nullptr;           // [slots]
   int32_t* group_offsets = nullptr;  // [experts + 1]
   int32_t* tile_offsets = nullptr;   // [experts + 1]
+  int32_t* active_groups = nullptr;  // [experts + 1]: ids of non-empty experts, their count at [experts]
   int32_t* cursor = nullptr;         // scratch [experts]
   uint32_t* status = nullptr;
 };

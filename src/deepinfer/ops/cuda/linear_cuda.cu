@@ -40,7 +40,8 @@ __global__ void dequantize_kernel(DequantizeKernelParams p) {
             load_scale(p.scale, p.scale_e8m0, i * p.scale_cols + j / 32);
         break;
     }
-    p.out[idx] = v;
+    if (p.out_bf16) static_cast<__nv_bfloat16*>(p.out_bf16)[idx] = __float2bfloat16_rn(v);
+    else p.out[idx] = v;
   }
 }
 

@@ -113,8 +113,9 @@ __global__ void moe_plan_kernel(MoePlanKernelParams p) {
   }
   __syncthreads();
   if (threadIdx.x == 0) {
-    int rows = 0, tiles = 0;
+    int rows = 0, tiles = 0, active = 0;
     for (int e = 0; e < p.experts; ++e) {
+      if (counts[e] > 0 && p.active_groups) p.active_groups[active++] = e;
       p.group_offsets[e] = rows;
       p.tile_offsets[e] = tiles;
       cursor[e] = rows;
@@ -123,6 +124,7 @@ __global__ void moe_plan_kernel(MoePlanKernelParams p) {
     }
     p.group_offsets[p.experts] = rows;
     p.tile_offsets[p.experts] = tiles;
+    if (p.active_groups) p.active_groups[p.experts] = active;
   }
   __syncthreads();
   for (int64_t s = threadIdx.x; s < p.slots; s += blockDim.x) {

@@ -1,0 +1,172 @@
+#include "deepinfer/bench/bench_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "deepinfer/core/error.h"
+
+namespace deepinfer::bench {
+
+const char* attn_kind_name(AttnKind k) {
+  switch (k) {
+    case AttnKind::kSwa:
+      return "swa";
+    case AttnKind::kIndexed:
+      return "indexed";
+    case AttnKind::kReuse:
+      return "reuse";
+    case AttnKind::kAllSeen:
+      return "all-seen";
+  }
+  return "?";
+}
+
+namespace {
+void add_layers(BenchModel& m, LayerSpec spec, int count) {
+  for (int i = 0; i < count; ++i) m.layers.push_back(spec);
+}
+}  // namespace
+
+BenchModel v4_flash_slice(int per_kind) {
+  DI_CHECK(per_kind >= 1) << "bench: layers per kind must be >= 1, got " << per_kind;
+  BenchModel m;
+  m.name = "V4-Flash";
+  m.hidden = 4096;
+  m.heads = 64;
+  m.head_dim = 512;
+  m.rope_dim = 64;
+  m.q_lora = 1024;
+  m.o_groups = 8;
+  m.o_lora = 1024;
+  m.window = 128;
+  m.index_heads = 64;
+  m.index_dim = 128;
+  m.index_topk = 512;
+  m.experts = 256;
+  m.topk = 6;
+  m.moe_inter = 2048;
+  m.dense_block = 128;
+  m.weight_before_w2 = false;
+  add_layers(m, {AttnKind::kSwa, 0}, per_kind);
+  add_layers(m, {AttnKind::kIndexed, 4}, per_kind);
+  add_layers(m, {AttnKind::kAllSeen, 128}, per_kind);
+  return m;
+}
+
+BenchModel v41_flash_slice(int per_kind) {
+  DI_CHECK(per_kind >= 1) << "bench: layers per kind must be >= 1, got " << per_kind;
+  BenchModel m;
+  m.name = "V4.1-Flash";
+  m.hidden = 5120;
+  m.heads = 64;
+  m.head_dim = 512;
+  m.rope_dim = 64;
+  m.q_lora = 1280;
+  m.o_groups = 8;
+  m.o_lora = 1024;
+  m.window = 128;
+  m.index_heads = 32;
+  m.index_dim = 128;
+  m.index_topk = 512;
+  m.experts = 384;
+  m.topk = 6;
+  m.moe_inter = 2304;
+  m.dense_block = 32;
+  m.weight_before_w2 = true;
+  add_layers(m, {AttnKind::kSwa, 0}, per_kind);
+  add_layers(m, {AttnKind::kIndexed, 2}, per_kind);
+  add_layers(m, {AttnKind::kReuse, 2}, per_kind);
+  add_layers(m, {AttnKind::kIndexed, 1}, per_kind);
+  add_layers(m, {AttnKind::kReuse, 1}, per_kind);
+  return m;
+}
+
+BenchModel tiny_slice() {
+  BenchModel m;
+  m.name = "tiny";
+  m.hidden = 64;
+  m.heads = 4;
+  m.head_dim = 32;
+  m.rope_dim = 8;
+  m.q_lora = 32;
+  m.o_groups = 2;
+  m.o_lora = 16;
+  m.window = 8;
+  m.index_heads = 2;
+  m.index_dim = 16;
+  m.index_topk = 4;
+  m.experts = 4;
+  m.topk = 2;
+  m.moe_inter = 32;
+  m.dense_block = 32;
+  m.layers = {{AttnKind::kSwa, 0}, {AttnKind::kIndexed, 2}, {AttnKind::kReuse, 2}, {AttnKind::kAllSeen, 4}};
+  return m;
+}
+
+double fp8_block_bytes(int64_t n, int64_t k, int block) {
+  const int64_t bn = (n + block - 1) / block, bk = (k + block - 1) / block;
+  return static_cast<double>(n) * k + static_cast<double>(bn) * bk;
+}
+double mxfp4_bytes(int64_t n, int64_t k) { return static_cast<double>(n) * k / 2 + static_cast<double>(n) * k / 32; }
+
+double expected_distinct_experts(int64_t experts, int64_t topk, int64_t tokens) {
+  if (experts <= 0) return 0;
+  const double miss = 1.0 - static_cast<double>(topk) / static_cast<double>(experts);
+  return static_cast<double>(experts) * (1.0 - std::pow(miss, static_cast<double>(tokens)));
+}
+
+int64_t visible_entries(int64_t pos, int64_t ratio) { return ratio > 0 ? (pos + 1) / ratio : 0; }
+
+StepCost count_step(const BenchModel& m, const StepShape& s) {
+  DI_CHECK(s.seqs >= 1 && s.tokens >= 1 && s.context >= s.tokens)
+      << "bench: a step needs seqs >= 1, tokens >= 1 and context >= tokens (got " << s.seqs << ", " << s.tokens << ", "
+      << s.context << ")";
+  const double t = static_cast<double>(s.seqs * s.tokens);
+  const int64_t d = m.hidden, hhd = m.heads * m.head_dim, g = m.o_groups;
+  const int b = m.dense_block;
+  const int64_t first_pos = s.context - s.tokens, last_pos = s.context - 1;
+  StepCost c;
+  for (const LayerSpec& l : m.layers) {
+    // Dense projections (FP8 block-scaled).
+    c.flops +=
+        2 * t * static_cast<double>(m.q_lora * d + hhd * m.q_lora + m.head_dim * d + m.o_lora * hhd + d * g * m.o_lora);
+    c.weight_bytes += fp8_block_bytes(m.q_lora, d, b) + fp8_block_bytes(hhd, m.q_lora, b) +
+                      fp8_block_bytes(m.head_dim, d, b) + g * fp8_block_bytes(m.o_lora, hhd / g, b) +
+                      fp8_block_bytes(d, g * m.o_lora, b);
+    // mHC coefficients at both sites: fn [(2+hc)·hc, hc·D] f32.
+    const double fn_rows = static_cast<double>((2 + m.hc) * m.hc), fn_cols = static_cast<double>(m.hc * d);
+    c.flops += 2 * 2 * t * fn_rows * fn_cols;
+    c.weight_bytes += 2 * 4 * fn_rows * fn_cols;
+    // Indexer: its q projection and head weights, then one score per (query, head, visible entry).
+    if (l.kind == AttnKind::kIndexed) {
+      c.flops += 2 * t * static_cast<double>(m.index_heads * m.index_dim * m.q_lora + m.index_heads * d);
+      c.weight_bytes +=
+          fp8_block_bytes(m.index_heads * m.index_dim, m.q_lora, b) + fp8_block_bytes(m.index_heads, d, b);
+      for (int64_t p = first_pos; p <= last_pos; ++p)
+        c.flops += s.seqs * 2.0 * m.index_heads * m.index_dim * visible_entries(p, l.ratio);
+      c.cache_bytes += s.seqs * 4.0 * m.index_dim * visible_entries(last_pos, l.ratio);
+    }
+    // Attention: QK and PV over the keys each query sees.
+    for (int64_t p = first_pos; p <= last_pos; ++p) {
+      int64_t keys = std::min(m.window, p + 1);
+      const int64_t vis = visible_entries(p, l.ratio);
+      if (l.kind == AttnKind::kIndexed || l.kind == AttnKind::kReuse) keys += std::min(m.index_topk, vis);
+      if (l.kind == AttnKind::kAllSeen) keys += vis;
+      c.flops += s.seqs * 4.0 * static_cast<double>(hhd) * keys;
+    }
+    int64_t rows = std::min(s.context, m.window + s.tokens - 1);
+    const int64_t vis_last = visible_entries(last_pos, l.ratio);
+    if (l.kind == AttnKind::kIndexed || l.kind == AttnKind::kReuse) rows += std::min(vis_last, m.index_topk * s.tokens);
+    if (l.kind == AttnKind::kAllSeen) rows += vis_last;
+    c.cache_bytes += s.seqs * 4.0 * m.head_dim * rows;
+    // Router (f32 [E, D]) and experts: k routed MXFP4 + the shared FP8 expert per token.
+    c.flops += 2 * t * static_cast<double>(m.experts * d);
+    c.weight_bytes += 4.0 * m.experts * d;
+    c.flops += 2 * t * static_cast<double>(m.topk + m.shared_experts) * 3 * d * m.moe_inter;
+    c.weight_bytes += expected_distinct_experts(m.experts, m.topk, s.seqs * s.tokens) * 3 * mxfp4_bytes(m.moe_inter, d);
+    c.weight_bytes += m.shared_experts * (2 * fp8_block_bytes(m.moe_inter, d, b) + fp8_block_bytes(d, m.moe_inter, b));
+  }
+  return c;
+}
+
+}  // namespace deepinfer::bench

@@ -1,0 +1,81 @@
+// The model side of `deepinfer bench`: a slice of a DeepSeek V4-family model on its real dimensions (a few
+// layers of each attention kind), and the FLOPs and bytes one step of it must move, counted from the
+// dimensions (never measured).
+//
+// What the slice covers per layer: the attention site (mHC coefficients, q/kv projections, the indexer where
+// the layer owns one, sink attention over the SWA window + compressed entries, the grouped output
+// projection) and the MoE site (mHC coefficients, router, routed MXFP4 experts + one shared expert). It
+// leaves out the compressors' pooling, RMSNorm/RoPE/mHC collapse+expand arithmetic (elementwise, < 1% of the
+// FLOPs), Engram, the embedding and the head.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "deepinfer/ops/ops.h"
+
+namespace deepinfer::bench {
+
+// How a layer's attention picks its compressed entries.
+enum class AttnKind {
+  kSwa,      // window only (ratio 0)
+  kIndexed,  // own indexer scores over the compressed entries, top-k (a V4 CSA / V4.1 index-source layer)
+  kReuse,    // attends another layer's top-k selection (no indexer of its own)
+  kAllSeen,  // every visible compressed entry (V4 HCA, ratio 128)
+};
+const char* attn_kind_name(AttnKind k);
+
+struct LayerSpec {
+  AttnKind kind = AttnKind::kSwa;
+  int64_t ratio = 0;  // tokens per compressed entry (0 for kSwa)
+};
+
+struct BenchModel {
+  std::string name;
+  int64_t hidden = 0, heads = 0, head_dim = 0, rope_dim = 0, q_lora = 0, o_groups = 0, o_lora = 0, window = 0;
+  int64_t index_heads = 0, index_dim = 0, index_topk = 0;
+  int64_t experts = 0, topk = 0, moe_inter = 0, shared_experts = 1;
+  int64_t hc = 4;
+  int dense_block = 128;  // FP8 block-scale tile of the dense projections (square, UE8M0 scales)
+  float swiglu_limit = 10.0f;
+  bool weight_before_w2 = false;  // V4.1 applies the routing weight before w2
+  std::vector<LayerSpec> layers;
+};
+
+// Real dimensions (docs: ../shared/docs/MODELS.md §1); `per_kind` layers of each attention kind.
+BenchModel v4_flash_slice(int per_kind = 1);   // SWA, CSA r=4 (indexed), HCA r=128 (all seen)
+BenchModel v41_flash_slice(int per_kind = 1);  // SWA, r=2 source + reuse, r=1 source + reuse
+BenchModel tiny_slice();                       // CPU plumbing: one layer of each kind, small dims
+
+// One step: `seqs` sequences of `tokens` new tokens each, the last of which sits at position context − 1
+// (decode: tokens = 1; prefill: one sequence, tokens = context = the prompt length).
+struct StepShape {
+  bool prefill = false;
+  int64_t seqs = 1;
+  int64_t tokens = 1;
+  int64_t context = 1;
+};
+
+// Counts for one step. flops: multiply-adds × 2 of every matrix product the slice runs (projections,
+// router, experts, mHC coefficient GEMVs, indexer scores and attention over the keys each query may see).
+// bytes: the least that must cross HBM: every weight the step touches once (FP8: 1 B + UE8M0 scales, MXFP4:
+// 0.5 B + 1/32 B, f32 router and mHC 4 B; routed experts: the expected number of distinct experts under
+// uniform routing, E·(1 − (1 − k/E)^T)), plus the f32 window / compressed / indexer-key entries each sequence
+// reads once. Activations are not counted.
+struct StepCost {
+  double flops = 0;
+  double weight_bytes = 0;
+  double cache_bytes = 0;
+  double bytes() const { return weight_bytes + cache_bytes; }
+};
+StepCost count_step(const BenchModel& m, const StepShape& s);
+
+// Pieces of count_step, exposed for the tests.
+double fp8_block_bytes(int64_t n, int64_t k, int block);  // n·k + ceil(n/b)·ceil(k/b)
+double mxfp4_bytes(int64_t n, int64_t k);                 // n·k/2 + n·k/32
+double expected_distinct_experts(int64_t experts, int64_t topk, int64_t tokens);
+// Compressed entries visible to the query at `pos` (entry w covers tokens [w·r, (w+1)·r)).
+int64_t visible_entries(int64_t pos, int64_t ratio);
+
+}  // namespace deepinfer::bench

@@ -1,0 +1,349 @@
+#include "deepinfer/bench/bench_runner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+
+#include "deepinfer/core/error.h"
+#include "deepinfer/ops/rope_table.h"
+
+namespace deepinfer::bench {
+namespace {
+
+// Device-resident state of one slice: weights per layer, caches sized for the largest step, activations
+// sized for the most tokens. The data flow between ops is the model's shapes, not its values: caches and
+// weights are random, and the grouped output projection reads contiguous chunks of the attention output.
+class Slice {
+ public:
+  Slice(BenchTarget& t, const BenchModel& m, const std::vector<StepShape>& shapes, uint64_t seed)
+      : t_(t), m_(m), mem_(t.memory()), seed_(seed) {
+    for (const StepShape& s : shapes) {
+      max_tokens_ = std::max(max_tokens_, s.seqs * s.tokens);
+      max_seqs_ = std::max(max_seqs_, s.seqs);
+      max_context_ = std::max(max_context_, s.context);
+    }
+    const int64_t d = m.hidden, hhd = m.heads * m.head_dim, tt = max_tokens_;
+    streams_ = rnd({tt, m.hc, d}, 1.0f);
+    x_ = rnd({tt, d}, 1.0f);
+    xn_ = rnd({tt, d}, 1.0f);
+    qr_ = rnd({tt, m.q_lora}, 1.0f);
+    q_ = rnd({tt, m.heads, m.head_dim}, 1.0f);
+    kv_ = rnd({tt, m.head_dim}, 1.0f);
+    o_ = rnd({tt, m.heads, m.head_dim}, 1.0f);
+    z_ = rnd({tt, m.o_groups * m.o_lora}, 1.0f);
+    y_ = rnd({tt, d}, 1.0f);
+    pre_ = rnd({tt, m.hc}, 1.0f);
+    post_ = rnd({tt, m.hc}, 1.0f);
+    comb_ = rnd({tt, m.hc, m.hc}, 1.0f);
+    qi_ = rnd({tt, m.index_heads, m.index_dim}, 1.0f);
+    iw_ = rnd({tt, m.index_heads}, 1.0f);
+    rw_ = rnd({tt, m.topk}, 1.0f);
+    ridx_ = mem_.zeros(DType::kI32, {tt, m.topk});
+    sinks_ = rnd({m.heads}, 1.0f);
+    RopeConfig rc;
+    rc.dim = static_cast<int>(m.rope_dim);
+    std::vector<float> inv = rope_inv_freq(rc);
+    inv_freq_ = mem_.from_host(DType::kF32, {static_cast<int64_t>(inv.size())}, inv.data());
+    int64_t max_entries = 1, max_window_rows = 1;
+    for (const StepShape& s : shapes) {
+      max_window_rows = std::max(max_window_rows, s.seqs * std::min(s.context, m.window + s.tokens - 1));
+      for (const LayerSpec& l : m.layers)
+        if (l.ratio > 0)
+          max_entries = std::max(max_entries, s.seqs * std::max<int64_t>(1, visible_entries(s.context - 1, l.ratio)));
+    }
+    int64_t max_scores = 1;
+    for (const StepShape& s : shapes)
+      for (const LayerSpec& l : m.layers)
+        if (l.ratio > 0)
+          max_scores =
+              std::max(max_scores, s.seqs * s.tokens * std::max<int64_t>(1, visible_entries(s.context - 1, l.ratio)));
+    scores_ = rnd({max_scores}, 1.0f);
+    const int b = m.dense_block;
+    for (size_t li = 0; li < m.layers.size(); ++li) {
+      const LayerSpec& spec = m.layers[li];
+      Layer l;
+      l.wq_a = t.fp8_weight(m.q_lora, d, b, next());
+      l.wq_b = t.fp8_weight(hhd, m.q_lora, b, next());
+      l.wkv = t.fp8_weight(m.head_dim, d, b, next());
+      for (int64_t g = 0; g < m.o_groups; ++g) l.wo_a.push_back(t.fp8_weight(m.o_lora, hhd / m.o_groups, b, next()));
+      l.wo_b = t.fp8_weight(d, m.o_groups * m.o_lora, b, next());
+      const int64_t fn_rows = (2 + m.hc) * m.hc;
+      for (Site* site : {&l.attn, &l.ffn}) {
+        site->fn = rnd({fn_rows, m.hc * d}, 1.0f / std::sqrt(static_cast<float>(m.hc * d)));
+        site->base = rnd({fn_rows}, 0.5f);
+        site->scale = rnd({3}, 1.0f);
+      }
+      l.router = rnd({m.experts, d}, 1.0f / std::sqrt(static_cast<float>(d)));
+      l.router_bias = rnd({m.experts}, 0.1f);
+      l.experts = t.experts(m.experts, d, m.moe_inter, b, next());
+      l.window = rnd({max_window_rows, m.head_dim}, 1.0f);
+      if (spec.kind == AttnKind::kIndexed || spec.kind == AttnKind::kAllSeen ||
+          (spec.kind == AttnKind::kReuse && source_of(li) < 0)) {
+        l.compressed = rnd({max_entries, m.head_dim}, 1.0f);
+      }
+      if (spec.kind == AttnKind::kIndexed) {
+        l.wq_idx = t.fp8_weight(m.index_heads * m.index_dim, m.q_lora, b, next());
+        l.wproj = t.fp8_weight(m.index_heads, d, b, next());
+        l.index_keys = rnd({max_entries, m.index_dim}, 1.0f);
+        l.mask = mem_.zeros(DType::kU8, {max_scores});
+      }
+      layers_.push_back(std::move(l));
+    }
+    // A reuse layer without a source of its own ratio before it keeps a fixed random selection.
+    for (size_t li = 0; li < m.layers.size(); ++li)
+      if (m.layers[li].kind == AttnKind::kReuse && source_of(li) < 0) {
+        HostTensor h(DType::kU8, {max_scores});
+        for (int64_t i = 0; i < max_scores; ++i) h.data<uint8_t>()[i] = (i * 2654435761u >> 7) % 8 == 0;
+        layers_[li].mask = mem_.upload(h);
+      }
+  }
+
+  // Host-side inputs of one shape (positions, causal masks), uploaded outside the timed region.
+  void prepare(const StepShape& s) {
+    const int64_t tt = s.seqs * s.tokens;
+    std::vector<int64_t> pos(tt);
+    for (int64_t q = 0; q < s.seqs; ++q)
+      for (int64_t j = 0; j < s.tokens; ++j) pos[q * s.tokens + j] = s.context - s.tokens + j;
+    positions_ = mem_.from_host(DType::kI64, {tt}, pos.data());
+    const int64_t rows = std::min(s.context, m_.window + s.tokens - 1);
+    std::vector<int64_t> kvp(rows);
+    for (int64_t r = 0; r < rows; ++r) kvp[r] = s.context - rows + r;
+    kv_positions_ = mem_.from_host(DType::kI64, {rows}, kvp.data());
+    all_seen_masks_.clear();
+    for (const LayerSpec& l : m_.layers) {
+      if (l.kind != AttnKind::kAllSeen || all_seen_masks_.count(l.ratio)) continue;
+      const int64_t n = visible_entries(s.context - 1, l.ratio);
+      HostTensor h(DType::kU8, {s.tokens, std::max<int64_t>(n, 1)});
+      for (int64_t j = 0; j < s.tokens; ++j)
+        for (int64_t e = 0; e < n; ++e)
+          h.data<uint8_t>()[j * n + e] = e < visible_entries(s.context - s.tokens + j, l.ratio);
+      all_seen_masks_[l.ratio] = mem_.upload(h);
+    }
+  }
+
+  void step(const StepShape& s) {
+    const BenchModel& m = m_;
+    Backend& be = t_.backend();
+    const int64_t tt = s.seqs * s.tokens, d = m.hidden, hhd = m.heads * m.head_dim;
+    const Tensor streams = rows(streams_, tt), x = rows(x_, tt), xn = rows(xn_, tt), qr = rows(qr_, tt);
+    const Tensor q = rows(q_, tt), kv = rows(kv_, tt), o = rows(o_, tt), z = rows(z_, tt), y = rows(y_, tt);
+    const Tensor pre = rows(pre_, tt), post = rows(post_, tt), comb = rows(comb_, tt);
+    const Tensor pos = positions_.view();
+    for (size_t li = 0; li < m.layers.size(); ++li) {
+      const LayerSpec& spec = m.layers[li];
+      Layer& l = layers_[li];
+      // ---- attention site
+      mix(l.attn, streams, pre, post, comb);
+      be.hc_collapse({streams, pre, x});
+      be.rms_norm({x, Tensor{}, xn, 1e-6f});
+      t_.linear(xn, *l.wq_a, qr);
+      be.rms_norm({qr, Tensor{}, qr, 1e-6f});
+      t_.linear(qr, *l.wq_b, q.reshape({tt, hhd}));
+      t_.linear(xn, *l.wkv, kv);
+      be.rms_norm({kv, Tensor{}, kv, 1e-6f});
+      be.rope({q, pos, inv_freq_.view(), false});
+      be.rope({kv.reshape({tt, 1, m.head_dim}), pos, inv_freq_.view(), false});
+      const int src = spec.kind == AttnKind::kReuse ? source_of(li) : static_cast<int>(li);
+      const Layer& owner = src >= 0 ? layers_[src] : l;
+      const int64_t n = visible_entries(s.context - 1, spec.ratio);
+      if (spec.kind == AttnKind::kIndexed) {
+        const Tensor qi = rows(qi_, tt), iw = rows(iw_, tt);
+        t_.linear(qr, *l.wq_idx, qi.reshape({tt, m.index_heads * m.index_dim}));
+        t_.linear(xn, *l.wproj, iw);
+        for (int64_t sq = 0; sq < s.seqs && n > 0; ++sq) {
+          const Tensor keys = seq_rows(l.index_keys, sq, n);
+          const Tensor sc = flat(scores_, sq * s.tokens * n, {s.tokens, n});
+          IndexerScoreParams ip;
+          ip.q = qi.slice(sq * s.tokens, (sq + 1) * s.tokens);
+          ip.keys = keys;
+          ip.weights = iw.slice(sq * s.tokens, (sq + 1) * s.tokens);
+          ip.positions = pos.slice(sq * s.tokens, (sq + 1) * s.tokens);
+          ip.out = sc;
+          ip.ratio = static_cast<int>(spec.ratio);
+          ip.score_scale = 1.0f / std::sqrt(static_cast<float>(m.index_dim));
+          ip.weight_scale = 1.0f / std::sqrt(static_cast<float>(m.index_heads));
+          be.indexer_scores(ip);
+          be.topk_mask({sc, Tensor{}, flat(l.mask, sq * s.tokens * n, {s.tokens, n}), static_cast<int>(m.index_topk)});
+        }
+      }
+      for (int64_t sq = 0; sq < s.seqs; ++sq) {
+        SinkAttentionParams ap;
+        ap.q = q.slice(sq * s.tokens, (sq + 1) * s.tokens);
+        ap.q_positions = pos.slice(sq * s.tokens, (sq + 1) * s.tokens);
+        if (s.tokens > 1) {  // prefill: this step's own kv rows are the window
+          ap.window_kv = kv.slice(sq * s.tokens, (sq + 1) * s.tokens);
+          ap.kv_positions = ap.q_positions;
+        } else {
+          const int64_t wr = kv_positions_.shape()[0];
+          ap.window_kv = seq_rows(l.window, sq, wr);
+          ap.kv_positions = kv_positions_.view();
+        }
+        if (spec.kind != AttnKind::kSwa && n > 0) {
+          ap.compressed = seq_rows(owner.compressed, sq, n);
+          if (spec.kind == AttnKind::kAllSeen) {
+            if (s.tokens > 1) ap.comp_mask = all_seen_masks_.at(spec.ratio).view();
+          } else {
+            ap.comp_mask = flat(src >= 0 ? owner.mask : l.mask, sq * s.tokens * n, {s.tokens, n});
+          }
+        }
+        ap.sinks = sinks_.view();
+        ap.out = o.slice(sq * s.tokens, (sq + 1) * s.tokens);
+        ap.window = static_cast<int>(m.window);
+        ap.scale = 1.0f / std::sqrt(static_cast<float>(m.head_dim));
+        be.sink_attention(ap);
+      }
+      be.rope({o, pos, inv_freq_.view(), true});
+      const int64_t gk = hhd / m.o_groups;
+      for (int64_t g = 0; g < m.o_groups; ++g)
+        t_.linear(flat(o_, g * tt * gk, {tt, gk}), *l.wo_a[g], flat(z_, g * tt * m.o_lora, {tt, m.o_lora}));
+      t_.linear(z, *l.wo_b, y);
+      be.hc_expand({streams, y, post, comb});
+      // ---- MoE site
+      mix(l.ffn, streams, pre, post, comb);
+      be.hc_collapse({streams, pre, x});
+      be.rms_norm({x, Tensor{}, xn, 1e-6f});
+      RouterParams rp;
+      rp.x = xn;
+      rp.weight = l.router.view();
+      rp.bias = l.router_bias.view();
+      rp.weights = rows(rw_, tt);
+      rp.indices = rows(ridx_, tt);
+      rp.route_scale = 1.5f;
+      be.router(rp);
+      t_.moe(xn, rows(rw_, tt), rows(ridx_, tt), *l.experts, y, m.swiglu_limit, m.weight_before_w2);
+      be.hc_expand({streams, y, post, comb});
+    }
+    (void)d;
+  }
+
+ private:
+  struct Site {
+    OwnedTensor fn, base, scale;
+  };
+  struct Layer {
+    std::unique_ptr<BenchWeight> wq_a, wq_b, wkv, wo_b, wq_idx, wproj;
+    std::vector<std::unique_ptr<BenchWeight>> wo_a;
+    Site attn, ffn;
+    OwnedTensor router, router_bias;
+    std::unique_ptr<BenchExperts> experts;
+    OwnedTensor window, compressed, index_keys, mask;
+  };
+
+  // The latest indexed layer with the same ratio before `li` (the reuse layer's source), or -1.
+  int source_of(size_t li) const {
+    for (int j = static_cast<int>(li) - 1; j >= 0; --j)
+      if (m_.layers[j].kind == AttnKind::kIndexed && m_.layers[j].ratio == m_.layers[li].ratio) return j;
+    return -1;
+  }
+  uint64_t next() { return seed_ = seed_ * 6364136223846793005ull + 1442695040888963407ull; }
+  OwnedTensor rnd(Shape shape, float range) { return t_.random(std::move(shape), next(), range); }
+  static Tensor rows(const OwnedTensor& t, int64_t n) { return t.view().slice(0, n); }
+  // Rows [sq·n, (sq+1)·n) of a [rows, width] cache: sequence sq's region.
+  static Tensor seq_rows(const OwnedTensor& t, int64_t sq, int64_t n) { return t.view().slice(sq * n, (sq + 1) * n); }
+  // A contiguous view of `shape` at element offset `off` of a tensor's storage.
+  static Tensor flat(const OwnedTensor& t, int64_t off, Shape shape) {
+    const Tensor& v = t.view();
+    DI_CHECK_INTERNAL(off + shape_numel(shape) <= v.numel()) << "bench: view past the end of a buffer";
+    return Tensor(static_cast<char*>(v.data()) + off * dtype_bytes(v.dtype(), 1), v.dtype(), std::move(shape),
+                  v.device());
+  }
+  void mix(const Site& s, const Tensor& streams, const Tensor& pre, const Tensor& post, const Tensor& comb) {
+    HcMixParams hp;
+    hp.streams = streams;
+    hp.fn = s.fn.view();
+    hp.base = s.base.view();
+    hp.scale = s.scale.view();
+    hp.pre = pre;
+    hp.post = post;
+    hp.comb = comb;
+    hp.sinkhorn_iters = 20;
+    t_.backend().hc_mix(hp);
+  }
+
+  BenchTarget& t_;
+  const BenchModel& m_;
+  TensorMemory& mem_;
+  uint64_t seed_;
+  int64_t max_tokens_ = 1, max_seqs_ = 1, max_context_ = 1;
+  OwnedTensor streams_, x_, xn_, qr_, q_, kv_, o_, z_, y_, pre_, post_, comb_, qi_, iw_, rw_, ridx_, sinks_, inv_freq_;
+  OwnedTensor scores_, positions_, kv_positions_;
+  std::map<int64_t, OwnedTensor> all_seen_masks_;
+  std::vector<Layer> layers_;
+};
+
+std::string human(double v, const char* unit) {
+  const char* pre[] = {"", "K", "M", "G", "T", "P"};
+  int i = 0;
+  while (std::fabs(v) >= 1000 && i < 5) {
+    v /= 1000;
+    ++i;
+  }
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.3g %s%s", v, pre[i], unit);
+  return buf;
+}
+
+}  // namespace
+
+double BenchRow::tokens_per_s() const { return ms > 0 ? shape.seqs * shape.tokens / (ms / 1000.0) : 0; }
+
+std::vector<BenchRow> run_slice(BenchTarget& target, const BenchModel& m, const BenchOptions& o) {
+  DI_CHECK(o.iters >= 1 && o.warmup >= 0) << "bench: iters must be >= 1 and warmup >= 0";
+  std::vector<StepShape> shapes;
+  for (int64_t p : o.prompts) {
+    DI_CHECK(p >= 1) << "bench: prompt length must be >= 1, got " << p;
+    shapes.push_back({true, 1, p, p});
+  }
+  for (int64_t b : o.batches)
+    for (int64_t c : o.contexts) {
+      DI_CHECK(b >= 1 && c >= 1) << "bench: batch and context must be >= 1, got " << b << ", " << c;
+      shapes.push_back({false, b, 1, c});
+    }
+  Slice slice(target, m, shapes, o.seed);
+  std::vector<BenchRow> rows;
+  for (const StepShape& s : shapes) {
+    slice.prepare(s);
+    BenchRow r;
+    r.model = m.name;
+    r.shape = s;
+    r.cost = count_step(m, s);
+    r.ms = target.time_ms([&] { slice.step(s); }, o.warmup, o.iters);
+    rows.push_back(r);
+  }
+  return rows;
+}
+
+std::string format_ceilings(const Ceilings& c) {
+  std::string out = "ceilings (measured in this run): " + c.copy_label + " " + human(c.copy_bytes_per_s, "B/s") + "; " +
+                    c.gemm_label + " " + human(c.gemm_flops_per_s, "FLOP/s");
+  if (c.gemm2_flops_per_s > 0) out += "; " + c.gemm2_label + " " + human(c.gemm2_flops_per_s, "FLOP/s");
+  return out + "\n";
+}
+
+std::string format_table(const std::vector<BenchRow>& rows, const Ceilings& c) {
+  std::string out =
+      "model       phase    batch  context  tokens/s      step ms   FLOP/step   bytes/step  FLOP/s      B/s        "
+      "of-gemm  of-copy  bound\n";
+  for (const BenchRow& r : rows) {
+    const double s = r.ms / 1000.0;
+    const double fr = s > 0 ? r.cost.flops / s : 0, br = s > 0 ? r.cost.bytes() / s : 0;
+    const double gemm = c.gemm_flops_per_s > 0 ? fr / c.gemm_flops_per_s : 0;
+    const double copy = c.copy_bytes_per_s > 0 ? br / c.copy_bytes_per_s : 0;
+    // The floor: the larger of FLOPs at the GEMM rate and bytes at the copy rate.
+    const double t_flop = c.gemm_flops_per_s > 0 ? r.cost.flops / c.gemm_flops_per_s : 0;
+    const double t_byte = c.copy_bytes_per_s > 0 ? r.cost.bytes() / c.copy_bytes_per_s : 0;
+    char buf[320];
+    std::snprintf(buf, sizeof buf,
+                  "%-11s %-8s %5lld %8lld  %-12s %9.3f  %-10s  %-10s  %-10s  %-9s  %6.1f%%  %6.1f%%  %s %.1fx floor\n",
+                  r.model.c_str(), r.shape.prefill ? "prefill" : "decode", static_cast<long long>(r.shape.seqs),
+                  static_cast<long long>(r.shape.context), human(r.tokens_per_s(), "").c_str(), r.ms,
+                  human(r.cost.flops, "").c_str(), human(r.cost.bytes(), "B").c_str(), human(fr, "").c_str(),
+                  human(br, "").c_str(), 100 * gemm, 100 * copy, t_flop >= t_byte ? "flop" : "byte",
+                  std::max(t_flop, t_byte) > 0 ? s / std::max(t_flop, t_byte) : 0.0);
+    out += buf;
+  }
+  return out;
+}
+
+}  // namespace deepinfer::bench

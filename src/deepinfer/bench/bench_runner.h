@@ -1,0 +1,38 @@
+// `deepinfer bench`: runs steps of a BenchModel slice on a BenchTarget with synthetic weights and caches
+// (random, made on the target: no checkpoint) and reports time against the counted FLOPs/bytes and the
+// ceilings the target measured in the same run.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "deepinfer/bench/bench_model.h"
+#include "deepinfer/bench/bench_target.h"
+
+namespace deepinfer::bench {
+
+struct BenchOptions {
+  std::vector<int64_t> prompts = {1024};   // prefill lengths (one sequence)
+  std::vector<int64_t> batches = {1};      // decode batch sizes
+  std::vector<int64_t> contexts = {1024};  // decode context lengths
+  int warmup = 1;
+  int iters = 3;
+  uint64_t seed = 1;
+};
+
+struct BenchRow {
+  std::string model;
+  StepShape shape;
+  StepCost cost;
+  double ms = 0;  // median step time
+  double tokens_per_s() const;
+};
+
+// Every prefill length, then every (batch, context) decode pair.
+std::vector<BenchRow> run_slice(BenchTarget& target, const BenchModel& m, const BenchOptions& o);
+
+// The table printed by the command (one line per row, ratios to the ceilings).
+std::string format_table(const std::vector<BenchRow>& rows, const Ceilings& c);
+std::string format_ceilings(const Ceilings& c);
+
+}  // namespace deepinfer::bench

@@ -1,0 +1,58 @@
+// Where `deepinfer bench` runs: the few things the slice needs beyond the Backend ops, for the CPU reference
+// (f32 weights, dequantized from the same formats) and for the CUDA backend (weights kept in their block
+// formats and read by linear_quant / moe_quant). Each target also measures its own ceilings in the same run.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "deepinfer/ops/memory.h"
+#include "deepinfer/ops/ops.h"
+
+namespace deepinfer::bench {
+
+// A weight [n, k] as the target keeps it (opaque to the slice).
+struct BenchWeight {
+  virtual ~BenchWeight() = default;
+};
+// The routed experts (+ one shared expert) of one MoE layer.
+struct BenchExperts {
+  virtual ~BenchExperts() = default;
+};
+
+// The rates a step is compared with, measured on the target in the same run.
+struct Ceilings {
+  double copy_bytes_per_s = 0;   // device copy, bytes read + written
+  double gemm_flops_per_s = 0;   // dense GEMM in the target's best format for the slice's GEMMs
+  double gemm2_flops_per_s = 0;  // a second dense rate (CUDA: FP8 through cuBLASLt), 0 when not measured
+  std::string gemm_label, gemm2_label, copy_label;
+};
+
+class BenchTarget {
+ public:
+  virtual ~BenchTarget() = default;
+  virtual std::string describe() const = 0;
+  virtual Backend& backend() = 0;
+  TensorMemory& memory() { return backend_memory(backend()); }
+
+  // Uniform random f32 in [-range, range).
+  virtual OwnedTensor random(Shape shape, uint64_t seed, float range) = 0;
+  // FP8 e4m3 [n, k] with block×block UE8M0 scales (random codes, scales chosen to keep outputs O(1)).
+  virtual std::unique_ptr<BenchWeight> fp8_weight(int64_t n, int64_t k, int block, uint64_t seed) = 0;
+  virtual void linear(const Tensor& in, const BenchWeight& w, const Tensor& out) = 0;
+  // experts × (w1, w3 [inter, d], w2 [d, inter]) in MXFP4, plus a shared expert in FP8 (block).
+  virtual std::unique_ptr<BenchExperts> experts(int64_t count, int64_t d, int64_t inter, int block, uint64_t seed) = 0;
+  virtual void moe(const Tensor& x, const Tensor& weights, const Tensor& indices, const BenchExperts& e,
+                   const Tensor& out, float swiglu_limit, bool weight_before_w2) = 0;
+
+  // Median milliseconds of fn over `iters` runs after `warmup` runs (each run waited for).
+  virtual double time_ms(const std::function<void()>& fn, int warmup, int iters) = 0;
+  virtual Ceilings measure_ceilings() = 0;
+};
+
+std::unique_ptr<BenchTarget> make_cpu_target(int threads);
+// Throws Unsupported in a build without CUDA, NotFound without a device.
+std::unique_ptr<BenchTarget> make_cuda_target(int device);
+
+}  // namespace deepinfer::bench

@@ -1,0 +1,169 @@
+// The CUDA backend as a bench target: weights stay in their block formats on the device (FP8 e4m3 with
+// UE8M0 block scales for the dense projections and the shared expert, MXFP4 for the routed experts), filled
+// by a random kernel on the device; linear_quant / moe_quant read them. Ceilings: a device-to-device copy,
+// and cuBLASLt bf16 and FP8 (unit scales) GEMMs at 8192³, all in the same process.
+#include "deepinfer/bench/bench_target.h"
+#include "deepinfer/core/error.h"
+
+#ifdef DEEPINFER_WITH_CUDA
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "deepinfer/ops/cuda/cuda_backend.h"
+#include "deepinfer/ops/cuda/cuda_check.h"
+#endif
+
+namespace deepinfer::bench {
+
+#ifdef DEEPINFER_WITH_CUDA
+namespace {
+
+struct CudaWeight final : BenchWeight {
+  OwnedTensor w, s;
+  QuantMatrix m;
+};
+struct CudaExperts final : BenchExperts {
+  std::vector<OwnedTensor> storage;
+  std::vector<QuantExpertWeights> routed;
+  QuantExpertWeights shared;
+};
+
+class CudaTarget final : public BenchTarget {
+ public:
+  explicit CudaTarget(int device) : be_(make_cuda_backend(device)) {}
+  std::string describe() const override {
+    const auto& i = be_->device_info();
+    return i.name + " (" + std::to_string(i.sm_count) + " SMs, " + std::to_string(i.total_memory >> 20) + " MiB)";
+  }
+  Backend& backend() override { return *be_; }
+
+  OwnedTensor random(Shape shape, uint64_t seed, float range) override {
+    OwnedTensor t = be_->memory().zeros(DType::kF32, std::move(shape));
+    be_->fill_random({t.view(), seed, range});
+    return t;
+  }
+
+  OwnedTensor codes(DType dtype, Shape shape, uint64_t seed, int e8m0_low = 117) {
+    OwnedTensor t = be_->memory().zeros(dtype, std::move(shape));
+    RandomFillParams p;
+    p.out = t.view();
+    p.seed = seed;
+    p.e8m0_low = e8m0_low;
+    p.e8m0_span = 2;
+    be_->fill_random(p);
+    return t;
+  }
+
+  std::unique_ptr<BenchWeight> fp8_weight(int64_t n, int64_t k, int block, uint64_t seed) override {
+    auto w = std::make_unique<CudaWeight>();
+    // |e4m3| reaches 448 and a random code's rms is ~100: scales 2^-12..2^-11 keep outputs O(1).
+    w->w = codes(DType::kF8E4M3, {n, k}, seed);
+    w->s = codes(DType::kE8M0, {(n + block - 1) / block, (k + block - 1) / block}, seed + 1, 115);
+    w->m = QuantMatrix{w->w.view(), w->s.view(), QuantFormat::kFP8Block, block, block};
+    return w;
+  }
+
+  void linear(const Tensor& in, const BenchWeight& w, const Tensor& out) override {
+    be_->linear_quant({in, static_cast<const CudaWeight&>(w).m, out});
+  }
+
+  std::unique_ptr<BenchExperts> experts(int64_t count, int64_t d, int64_t inter, int block, uint64_t seed) override {
+    auto e = std::make_unique<CudaExperts>();
+    e->storage.reserve(6 * count + 6);
+    uint64_t sd = seed;
+    auto keep = [&](OwnedTensor t) -> Tensor {
+      e->storage.push_back(std::move(t));
+      return e->storage.back().view();
+    };
+    auto mxfp4 = [&](int64_t n, int64_t k) {
+      // e2m1 codes have rms ~3: scales 2^-8..2^-7.
+      Tensor w = keep(codes(DType::kU8, {n, k / 2}, ++sd));
+      Tensor s = keep(codes(DType::kE8M0, {n, k / 32}, ++sd, 119));
+      return QuantMatrix{w, s, QuantFormat::kMXFP4};
+    };
+    for (int64_t i = 0; i < count; ++i) e->routed.push_back({mxfp4(inter, d), mxfp4(inter, d), mxfp4(d, inter)});
+    auto fp8 = [&](int64_t n, int64_t k) {
+      Tensor w = keep(codes(DType::kF8E4M3, {n, k}, ++sd));
+      Tensor s = keep(codes(DType::kE8M0, {(n + block - 1) / block, (k + block - 1) / block}, ++sd, 115));
+      return QuantMatrix{w, s, QuantFormat::kFP8Block, block, block};
+    };
+    e->shared = {fp8(inter, d), fp8(inter, d), fp8(d, inter)};
+    return e;
+  }
+
+  void moe(const Tensor& x, const Tensor& weights, const Tensor& indices, const BenchExperts& e, const Tensor& out,
+           float swiglu_limit, bool weight_before_w2) override {
+    const auto& ce = static_cast<const CudaExperts&>(e);
+    be_->moe_quant({x, weights, indices, &ce.routed, &ce.shared, out, swiglu_limit, weight_before_w2});
+  }
+
+  double time_ms(const std::function<void()>& fn, int warmup, int iters) override {
+    for (int i = 0; i < warmup; ++i) fn();
+    be_->synchronize();
+    cudaEvent_t a, b;
+    DI_CUDA_CHECK(cudaEventCreate(&a));
+    DI_CUDA_CHECK(cudaEventCreate(&b));
+    std::vector<double> ms;
+    for (int i = 0; i < iters; ++i) {
+      DI_CUDA_CHECK(cudaEventRecord(a, be_->stream()));
+      fn();
+      DI_CUDA_CHECK(cudaEventRecord(b, be_->stream()));
+      be_->synchronize();
+      float v = 0;
+      DI_CUDA_CHECK(cudaEventElapsedTime(&v, a, b));
+      ms.push_back(v);
+    }
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2];
+  }
+
+  Ceilings measure_ceilings() override {
+    Ceilings c;
+    {
+      const int64_t bytes = 2ll << 30;
+      OwnedTensor src = codes(DType::kU8, {bytes}, 11), dst = be_->memory().zeros(DType::kU8, {bytes});
+      const double ms = time_ms([&] { be_->memory().copy(dst.view(), src.view()); }, 2, 10);
+      c.copy_label = "HBM device copy (2 GiB, read+write)";
+      c.copy_bytes_per_s = 2.0 * bytes / (ms / 1000.0);
+    }
+    const int64_t n = 8192;
+    OwnedTensor out = be_->memory().zeros(DType::kF32, {n, n});
+    {
+      OwnedTensor x = codes(DType::kBF16, {n, n}, 21), w = codes(DType::kBF16, {n, n}, 22);
+      const double ms = time_ms([&] { be_->lt_gemm({x.view(), w.view(), out.view()}); }, 3, 10);
+      c.gemm_label = "cuBLASLt bf16 GEMM 8192^3";
+      c.gemm_flops_per_s = 2.0 * n * n * n / (ms / 1000.0);
+    }
+    try {
+      OwnedTensor x = codes(DType::kF8E4M3, {n, n}, 23), w = codes(DType::kF8E4M3, {n, n}, 24);
+      const double ms = time_ms([&] { be_->lt_gemm({x.view(), w.view(), out.view()}); }, 3, 10);
+      c.gemm2_label = "cuBLASLt FP8 e4m3 GEMM 8192^3 (unit scales)";
+      c.gemm2_flops_per_s = 2.0 * n * n * n / (ms / 1000.0);
+    } catch (const Error& e) {
+      c.gemm2_label = std::string("cuBLASLt FP8 GEMM unavailable: ") + e.what();
+    }
+    return c;
+  }
+
+ private:
+  std::unique_ptr<CudaBackend> be_;
+};
+
+}  // namespace
+
+std::unique_ptr<BenchTarget> make_cuda_target(int device) {
+  DI_CHECK_CODE(cuda::device_count() > 0, ErrorCode::kNotFound)
+      << "bench --device cuda: no CUDA device is visible (check nvidia-smi and CUDA_VISIBLE_DEVICES)";
+  return std::make_unique<CudaTarget>(device);
+}
+#else
+std::unique_ptr<BenchTarget> make_cuda_target(int) {
+  DI_FAIL(ErrorCode::kUnsupported) << "bench --device cuda: this deepinfer was built without CUDA (configure with "
+                                      "-DDEEPINFER_ACCELERATOR=nvidia)";
+}
+#endif
+
+}  // namespace deepinfer::bench

@@ -1,0 +1,89 @@
+// `deepinfer bench`: synthetic prefill/decode steps of a V4-family model slice on its real dimensions, with
+// random weights made on the target (no checkpoint), against ceilings measured in the same run. See
+// bench/bench_runner.h; docs/PERF.md records the results.
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "deepinfer/bench/bench_runner.h"
+#include "deepinfer/cli/commands.h"
+#include "deepinfer/core/error.h"
+
+namespace deepinfer::cli {
+namespace {
+
+struct BenchArgs {
+  std::string device = "cpu";
+  std::vector<std::string> models;
+  int per_kind = 1;
+  std::vector<int64_t> prompts, batches, contexts;
+  int warmup = 1, iters = 3, threads = 0;
+  uint64_t seed = 1;
+};
+
+int run_bench(const BenchArgs& a) {
+  std::unique_ptr<bench::BenchTarget> target =
+      a.device == "cuda" ? bench::make_cuda_target(0) : bench::make_cpu_target(a.threads);
+  const bool cpu = a.device == "cpu";
+  std::vector<std::string> models = a.models;
+  if (models.empty())
+    models = cpu ? std::vector<std::string>{"tiny"} : std::vector<std::string>{"v41-flash", "v4-flash"};
+  bench::BenchOptions o;
+  o.prompts = !a.prompts.empty() ? a.prompts : (cpu ? std::vector<int64_t>{32} : std::vector<int64_t>{1024, 4096});
+  o.batches = !a.batches.empty() ? a.batches : (cpu ? std::vector<int64_t>{1, 4} : std::vector<int64_t>{1, 16, 64});
+  o.contexts = !a.contexts.empty() ? a.contexts : (cpu ? std::vector<int64_t>{64} : std::vector<int64_t>{1024, 8192});
+  o.warmup = a.warmup;
+  o.iters = a.iters;
+  o.seed = a.seed;
+  std::printf("target: %s\n", target->describe().c_str());
+  const bench::Ceilings c = target->measure_ceilings();
+  std::printf("%s", bench::format_ceilings(c).c_str());
+  std::fflush(stdout);
+  for (const std::string& name : models) {
+    bench::BenchModel m;
+    if (name == "v4-flash")
+      m = bench::v4_flash_slice(a.per_kind);
+    else if (name == "v41-flash")
+      m = bench::v41_flash_slice(a.per_kind);
+    else if (name == "tiny")
+      m = bench::tiny_slice();
+    else
+      DI_FAIL(ErrorCode::kInvalidArgument)
+          << "bench --model: unknown slice '" << name << "' (v41-flash, v4-flash, tiny)";
+    std::printf("slice %s: %zu layers (", m.name.c_str(), m.layers.size());
+    for (size_t i = 0; i < m.layers.size(); ++i)
+      std::printf("%s%s r=%lld", i ? ", " : "", bench::attn_kind_name(m.layers[i].kind),
+                  static_cast<long long>(m.layers[i].ratio));
+    std::printf(")\n");
+    std::fflush(stdout);
+    const std::vector<bench::BenchRow> rows = bench::run_slice(*target, m, o);
+    std::printf("%s", bench::format_table(rows, c).c_str());
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void register_bench(CLI::App& app, CommandRegistry& reg) {
+  auto* sub = app.add_subcommand("bench", "synthetic prefill/decode steps of a model slice vs measured ceilings");
+  auto a = std::make_shared<BenchArgs>();
+  sub->add_option("--device", a->device, "cpu | cuda (GPU 0; needs a CUDA build)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  sub->add_option("--model", a->models,
+                  "slice: v41-flash, v4-flash (real dims), tiny (repeatable; default: both "
+                  "real slices on cuda, tiny on cpu)");
+  sub->add_option("--layers-per-kind", a->per_kind, "layers of each attention kind in a real slice")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--prompt", a->prompts, "prefill prompt lengths (repeatable)");
+  sub->add_option("--batch", a->batches, "decode batch sizes (repeatable)");
+  sub->add_option("--context", a->contexts, "decode context lengths (repeatable)");
+  sub->add_option("--warmup", a->warmup, "untimed steps before each shape")->check(CLI::NonNegativeNumber);
+  sub->add_option("--iters", a->iters, "timed steps per shape (median reported)")->check(CLI::PositiveNumber);
+  sub->add_option("--threads", a->threads, "CPU threads (0 = all cores)");
+  sub->add_option("--seed", a->seed, "seed of the random weights");
+  reg.add(sub, [a] { return run_bench(*a); });
+}
+
+}  // namespace deepinfer::cli
