@@ -20,7 +20,11 @@ summary="$OUT/summary.txt"
 note() { echo "$*" | tee -a "$summary"; }
 
 # A tree copied without .git (git archive into an ignored folder) names its commit in DEVTREE_COMMIT.
-note "commit: $(git rev-parse --short HEAD 2>/dev/null || echo "${DEVTREE_COMMIT:-unknown} (archive)")$(git diff --quiet HEAD 2>/dev/null || echo +dirty) mode: $MODE"
+if [ -n "${DEVTREE_COMMIT:-}" ]; then
+  note "commit: $DEVTREE_COMMIT (git archive) mode: $MODE"
+else
+  note "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo +dirty) mode: $MODE"
+fi
 note "gpu: $(nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader 2>/dev/null | head -1)"
 note "tools: $(nvcc --version | tail -1); $(cmake --version | head -1); $(c++ --version | head -1)"
 # The device machine reaches no package registry: the -dev packages travel as .deb files in .deps (carried).

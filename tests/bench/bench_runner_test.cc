@@ -31,7 +31,12 @@ TEST(BenchRunner, TinySliceOnCpu) {
     EXPECT_DOUBLE_EQ(r.cost.flops, want.flops);
     EXPECT_DOUBLE_EQ(r.cost.bytes(), want.bytes());
     EXPECT_NEAR(r.tokens_per_s(), r.shape.seqs * r.shape.tokens / (r.ms / 1000.0), 1e-6 * r.tokens_per_s());
+    ASSERT_EQ(r.segment_ms.size(), static_cast<size_t>(kSegCount));
+    for (int g = 0; g < kSegCount; ++g) EXPECT_GE(r.segment_ms[g], 0.0) << segment_name(g);
+    // Every op group of the slice ran: the tiny slice has an indexed layer, attention and experts in each step.
+    EXPECT_GT(r.segment_ms[kSegIndexer] + r.segment_ms[kSegAttention] + r.segment_ms[kSegExperts], 0.0);
   }
+  EXPECT_NE(format_breakdown(rows).find("experts"), std::string::npos);
   Ceilings c;
   c.copy_bytes_per_s = 1e10;
   c.gemm_flops_per_s = 1e10;

@@ -122,7 +122,9 @@ class Slice {
     }
   }
 
-  void step(const StepShape& s) {
+  // profile: charge each op group's time to its segment (BenchTarget::profile_*).
+  void step(const StepShape& s, bool profile = false) {
+    profile_ = profile;
     const BenchModel& m = m_;
     Backend& be = t_.backend();
     const int64_t tt = s.seqs * s.tokens, d = m.hidden, hhd = m.heads * m.head_dim;
@@ -137,6 +139,7 @@ class Slice {
       mix(l.attn, streams, pre, post, comb);
       be.hc_collapse({streams, pre, x});
       be.rms_norm({x, Tensor{}, xn, 1e-6f});
+      mark(kSegMixNorm);
       t_.linear(xn, *l.wq_a, qr);
       be.rms_norm({qr, Tensor{}, qr, 1e-6f});
       t_.linear(qr, *l.wq_b, q.reshape({tt, hhd}));
@@ -144,6 +147,7 @@ class Slice {
       be.rms_norm({kv, Tensor{}, kv, 1e-6f});
       be.rope({q, pos, inv_freq_.view(), false});
       be.rope({kv.reshape({tt, 1, m.head_dim}), pos, inv_freq_.view(), false});
+      mark(kSegProj);
       const int src = spec.kind == AttnKind::kReuse ? source_of(li) : static_cast<int>(li);
       const Layer& owner = src >= 0 ? layers_[src] : l;
       const int64_t n = visible_entries(s.context - 1, spec.ratio);
@@ -166,6 +170,7 @@ class Slice {
           be.indexer_scores(ip);
           be.topk_mask({sc, Tensor{}, flat(l.mask, sq * s.tokens * n, {s.tokens, n}), static_cast<int>(m.index_topk)});
         }
+        mark(kSegIndexer);
       }
       for (int64_t sq = 0; sq < s.seqs; ++sq) {
         SinkAttentionParams ap;
@@ -193,11 +198,13 @@ class Slice {
         ap.scale = 1.0f / std::sqrt(static_cast<float>(m.head_dim));
         be.sink_attention(ap);
       }
+      mark(kSegAttention);
       be.rope({o, pos, inv_freq_.view(), true});
       const int64_t gk = hhd / m.o_groups;
       for (int64_t g = 0; g < m.o_groups; ++g)
         t_.linear(flat(o_, g * tt * gk, {tt, gk}), *l.wo_a[g], flat(z_, g * tt * m.o_lora, {tt, m.o_lora}));
       t_.linear(z, *l.wo_b, y);
+      mark(kSegProj);
       be.hc_expand({streams, y, post, comb});
       // ---- MoE site
       mix(l.ffn, streams, pre, post, comb);
@@ -210,9 +217,13 @@ class Slice {
       rp.weights = rows(rw_, tt);
       rp.indices = rows(ridx_, tt);
       rp.route_scale = 1.5f;
+      mark(kSegMixNorm);
       be.router(rp);
+      mark(kSegRouter);
       t_.moe(xn, rows(rw_, tt), rows(ridx_, tt), *l.experts, y, m.swiglu_limit, m.weight_before_w2);
+      mark(kSegExperts);
       be.hc_expand({streams, y, post, comb});
+      mark(kSegMixNorm);
     }
     (void)d;
   }
@@ -248,6 +259,9 @@ class Slice {
     return Tensor(static_cast<char*>(v.data()) + off * dtype_bytes(v.dtype(), 1), v.dtype(), std::move(shape),
                   v.device());
   }
+  void mark(int seg) {
+    if (profile_) t_.profile_mark(seg);
+  }
   void mix(const Site& s, const Tensor& streams, const Tensor& pre, const Tensor& post, const Tensor& comb) {
     HcMixParams hp;
     hp.streams = streams;
@@ -265,6 +279,7 @@ class Slice {
   const BenchModel& m_;
   TensorMemory& mem_;
   uint64_t seed_;
+  bool profile_ = false;
   int64_t max_tokens_ = 1, max_seqs_ = 1, max_context_ = 1;
   OwnedTensor streams_, x_, xn_, qr_, q_, kv_, o_, z_, y_, pre_, post_, comb_, qi_, iw_, rw_, ridx_, sinks_, inv_freq_;
   OwnedTensor scores_, positions_, kv_positions_;
@@ -285,6 +300,48 @@ std::string human(double v, const char* unit) {
 }
 
 }  // namespace
+
+const char* segment_name(int s) {
+  switch (s) {
+    case kSegMixNorm:
+      return "mHC+norm";
+    case kSegProj:
+      return "q/kv/o proj";
+    case kSegIndexer:
+      return "indexer";
+    case kSegAttention:
+      return "attention";
+    case kSegRouter:
+      return "router";
+    case kSegExperts:
+      return "experts";
+    default:
+      return "?";
+  }
+}
+
+std::string format_breakdown(const std::vector<BenchRow>& rows) {
+  std::string out =
+      "breakdown (ms of one profiled step; events between op groups):\nmodel       phase    batch  context";
+  for (int g = 0; g < kSegCount; ++g) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "  %12s", segment_name(g));
+    out += buf;
+  }
+  out += "\n";
+  for (const BenchRow& r : rows) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "%-11s %-8s %5lld %8lld", r.model.c_str(), r.shape.prefill ? "prefill" : "decode",
+                  static_cast<long long>(r.shape.seqs), static_cast<long long>(r.shape.context));
+    out += buf;
+    for (int g = 0; g < kSegCount; ++g) {
+      std::snprintf(buf, sizeof buf, "  %12.3f", g < static_cast<int>(r.segment_ms.size()) ? r.segment_ms[g] : 0.0);
+      out += buf;
+    }
+    out += "\n";
+  }
+  return out;
+}
 
 double BenchRow::tokens_per_s() const { return ms > 0 ? shape.seqs * shape.tokens / (ms / 1000.0) : 0; }
 
@@ -309,6 +366,9 @@ std::vector<BenchRow> run_slice(BenchTarget& target, const BenchModel& m, const 
     r.shape = s;
     r.cost = count_step(m, s);
     r.ms = target.time_ms([&] { slice.step(s); }, o.warmup, o.iters);
+    target.profile_begin();
+    slice.step(s, true);
+    r.segment_ms = target.profile_end(kSegCount);
     rows.push_back(r);
   }
   return rows;

@@ -20,11 +20,16 @@ struct BenchOptions {
   uint64_t seed = 1;
 };
 
+// Segments of a step for the time breakdown (one extra profiled run after the timed ones).
+enum Segment { kSegMixNorm, kSegProj, kSegIndexer, kSegAttention, kSegRouter, kSegExperts, kSegCount };
+const char* segment_name(int s);
+
 struct BenchRow {
   std::string model;
   StepShape shape;
   StepCost cost;
-  double ms = 0;  // median step time
+  double ms = 0;                   // median step time
+  std::vector<double> segment_ms;  // kSegCount entries
   double tokens_per_s() const;
 };
 
@@ -34,5 +39,6 @@ std::vector<BenchRow> run_slice(BenchTarget& target, const BenchModel& m, const 
 // The table printed by the command (one line per row, ratios to the ceilings).
 std::string format_table(const std::vector<BenchRow>& rows, const Ceilings& c);
 std::string format_ceilings(const Ceilings& c);
+std::string format_breakdown(const std::vector<BenchRow>& rows);
 
 }  // namespace deepinfer::bench

@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "deepinfer/ops/memory.h"
 #include "deepinfer/ops/ops.h"
@@ -49,6 +50,13 @@ class BenchTarget {
   // Median milliseconds of fn over `iters` runs after `warmup` runs (each run waited for).
   virtual double time_ms(const std::function<void()>& fn, int warmup, int iters) = 0;
   virtual Ceilings measure_ceilings() = 0;
+
+  // Where one run's time goes: profile_mark(seg) charges the time since the previous mark (or
+  // profile_begin) to segment seg; profile_end returns milliseconds per segment (device time on CUDA: events
+  // between the ops on the stream).
+  virtual void profile_begin() = 0;
+  virtual void profile_mark(int segment) = 0;
+  virtual std::vector<double> profile_end(int segments) = 0;
 };
 
 std::unique_ptr<BenchTarget> make_cpu_target(int threads);

@@ -95,10 +95,25 @@ class CpuTarget final : public BenchTarget {
     return ms[ms.size() / 2];
   }
 
+  void profile_begin() override {
+    marks_.clear();
+    last_ = std::chrono::steady_clock::now();
+  }
+  void profile_mark(int segment) override {
+    const auto now = std::chrono::steady_clock::now();
+    marks_.push_back({segment, std::chrono::duration<double, std::milli>(now - last_).count()});
+    last_ = now;
+  }
+  std::vector<double> profile_end(int segments) override {
+    std::vector<double> ms(segments, 0.0);
+    for (const auto& [seg, v] : marks_) ms.at(seg) += v;
+    return ms;
+  }
+
   Ceilings measure_ceilings() override {
     Ceilings c;
-    c.copy_label = "host memcpy (64 MiB)";
-    const size_t bytes = 64u << 20;
+    c.copy_label = "host memcpy (16 MiB)";
+    const size_t bytes = 16u << 20;
     std::vector<uint8_t> a(bytes, 1), b(bytes, 2);
     const double copy_ms = time_ms([&] { std::memcpy(b.data(), a.data(), bytes); }, 1, 5);
     c.copy_bytes_per_s = 2.0 * bytes / (copy_ms / 1000.0);
@@ -126,6 +141,8 @@ class CpuTarget final : public BenchTarget {
 
   int threads_;
   std::unique_ptr<Backend> be_;
+  std::vector<std::pair<int, double>> marks_;
+  std::chrono::steady_clock::time_point last_;
 };
 
 }  // namespace

@@ -120,6 +120,30 @@ class CudaTarget final : public BenchTarget {
     return ms[ms.size() / 2];
   }
 
+  void profile_begin() override {
+    marks_.clear();
+    if (events_.empty()) events_.push_back(new_event());
+    DI_CUDA_CHECK(cudaEventRecord(events_[0], be_->stream()));
+  }
+  void profile_mark(int segment) override {
+    marks_.push_back(segment);
+    if (events_.size() <= marks_.size()) events_.push_back(new_event());
+    DI_CUDA_CHECK(cudaEventRecord(events_[marks_.size()], be_->stream()));
+  }
+  std::vector<double> profile_end(int segments) override {
+    be_->synchronize();
+    std::vector<double> ms(segments, 0.0);
+    for (size_t i = 0; i < marks_.size(); ++i) {
+      float v = 0;
+      DI_CUDA_CHECK(cudaEventElapsedTime(&v, events_[i], events_[i + 1]));
+      ms.at(marks_[i]) += v;
+    }
+    return ms;
+  }
+  ~CudaTarget() override {
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);
+  }
+
   Ceilings measure_ceilings() override {
     Ceilings c;
     {
@@ -149,7 +173,15 @@ class CudaTarget final : public BenchTarget {
   }
 
  private:
+  static cudaEvent_t new_event() {
+    cudaEvent_t e;
+    DI_CUDA_CHECK(cudaEventCreate(&e));
+    return e;
+  }
+
   std::unique_ptr<CudaBackend> be_;
+  std::vector<cudaEvent_t> events_;
+  std::vector<int> marks_;
 };
 
 }  // namespace

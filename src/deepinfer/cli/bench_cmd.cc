@@ -59,6 +59,7 @@ int run_bench(const BenchArgs& a) {
     std::fflush(stdout);
     const std::vector<bench::BenchRow> rows = bench::run_slice(*target, m, o);
     std::printf("%s", bench::format_table(rows, c).c_str());
+    std::printf("%s", bench::format_breakdown(rows).c_str());
     std::fflush(stdout);
   }
   return 0;

@@ -10,6 +10,7 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "deepinfer/ops/cuda/dequant_bf16.h"
 #include "deepinfer/ops/cuda/kernels.h"
 
 namespace deepinfer {
@@ -322,18 +323,22 @@ struct CudaBackend::Impl {
       cuda::WorkspaceArena::Scope scope(arena);
       void* w_bf16 = arena.take(sizeof(uint16_t) * n * k);
       void* in_bf16 = arena.take(sizeof(uint16_t) * m * k);
-      cuda::DequantizeKernelParams dq;
-      dq.weight = w.weight.data();
-      dq.scale = w.scale.data();
-      dq.scale_e8m0 = w.scale.data() == nullptr || w.scale.dtype() == DType::kE8M0;
-      dq.format = w.format;
-      dq.n = n;
-      dq.k = k;
-      dq.scale_cols = w.scale.rank() == 2 ? w.scale.dim(1) : 0;
-      dq.block_n = w.block_n;
-      dq.block_k = w.block_k;
-      dq.out_bf16 = w_bf16;
-      cuda::run_dequantize(dq, s());
+      cuda::GemmKernelParams wp;
+      set_weight(wp, w);
+      if (!cuda::run_dequantize_bf16(wp, w_bf16, s())) {
+        cuda::DequantizeKernelParams dq;
+        dq.weight = w.weight.data();
+        dq.scale = w.scale.data();
+        dq.scale_e8m0 = wp.scale_e8m0;
+        dq.format = w.format;
+        dq.n = n;
+        dq.k = k;
+        dq.scale_cols = wp.scale_cols;
+        dq.block_n = w.block_n;
+        dq.block_k = w.block_k;
+        dq.out_bf16 = w_bf16;
+        cuda::run_dequantize(dq, s());
+      }
       cuda::run_cast_f32_to_bf16(in, in_bf16, m * k, s());
       lt_matmul(in_bf16, w_bf16, CUDA_R_16BF, out, m, n, k);
     } else {
@@ -347,8 +352,9 @@ struct CudaBackend::Impl {
       cuda::run_gemm(g, s());
     }
   }
-  // Rows from which a block-format linear goes through cuBLASLt (bf16 scratch) instead of the own kernels.
-  static constexpr int64_t kLtMinRows = 256;
+  // Rows from which a block-format linear goes through cuBLASLt (bf16 scratch) instead of the own kernels:
+  // the tensor-core kernel's 64x128 tiles leave most SMs idle below that for N of a few thousand.
+  static constexpr int64_t kLtMinRows = 64;
 
   // The MoE pipeline shared by moe() (f32 experts) and moe_quant(): plan, grouped gate/up GEMMs, SwiGLU,
   // grouped down GEMM into per-slot rows, combine in expert-id order. Tokens go in chunks so that the

@@ -8,6 +8,7 @@
 //   shared memory as bf16 (exact for e4m3/e2m1 with UE8M0 scales), A is rounded to bf16, fp32 accumulation.
 // Large dense M goes through cuBLASLt instead (cuda_backend.cc: weights dequantized to a bf16 scratch).
 #include "deepinfer/ops/cuda/device_math.cuh"
+#include "deepinfer/ops/cuda/dequant_bf16.h"
 #include "deepinfer/ops/cuda/kernels.h"
 
 #include <mma.h>
@@ -135,8 +136,16 @@ __device__ __forceinline__ bool active_group(const GemmKernelParams& p, int slot
 __device__ __forceinline__ float block_scale(const void* s, const GemmKernelParams& p, QuantFormat f, int64_t n,
                                              int64_t k) {
   if (f == QuantFormat::kMXFP4) return e8m0_to_f32_dev(static_cast<const uint8_t*>(s)[n * (p.k / 32) + k / 32]);
-  const int64_t si = f == QuantFormat::kFP8Block ? (n / p.block_n) * p.scale_cols + k / p.block_k
-                                                 : n * p.scale_cols + k / 32;
+  // Power-of-two blocks (all checkpoints: 128, 32) index with shifts: 64-bit division is ~100 instructions.
+  int64_t bn, bk;
+  if ((p.block_n & (p.block_n - 1)) == 0 && (p.block_k & (p.block_k - 1)) == 0) {
+    bn = n >> (__ffs(p.block_n) - 1);
+    bk = k >> (__ffs(p.block_k) - 1);
+  } else {
+    bn = n / p.block_n;
+    bk = k / p.block_k;
+  }
+  const int64_t si = f == QuantFormat::kFP8Block ? bn * p.scale_cols + bk : n * p.scale_cols + (k >> 5);
   return p.scale_e8m0 ? e8m0_to_f32_dev(static_cast<const uint8_t*>(s)[si]) : static_cast<const float*>(s)[si];
 }
 
@@ -153,14 +162,19 @@ __device__ __forceinline__ void decode_fp8x16(const uint4 q, float* w) {
       w[j * 4 + h * 2 + 1] = f.y;
     }
 }
-// 2·nbytes e2m1 codes, low nibble first (even column).
+// 2·kBytes e2m1 codes, low nibble first (even column), decoded 2^-14 times too small (callers fold
+// kFp4Unscale into the block scale): a nibble s|e1 e0|m placed as f16 bits s<<15 | (e1 e0 m)<<9 is exactly
+// 2^-14 · e2m1 (normal for e > 0, subnormal for e = 0), so decoding is bit placement plus one f16x2 -> f32x2.
+constexpr float kFp4Unscale = 16384.0f;
 template <int kBytes>
 __device__ __forceinline__ void decode_fp4(const uint32_t* words, float* w) {
 #pragma unroll
   for (int i = 0; i < kBytes; ++i) {
-    const uint32_t byte = (words[i / 4] >> (8 * (i % 4))) & 0xFFu;
-    w[2 * i] = e2m1_to_f32_dev(static_cast<uint8_t>(byte & 0xF));
-    w[2 * i + 1] = e2m1_to_f32_dev(static_cast<uint8_t>(byte >> 4));
+    const uint32_t b = words[i / 4] >> (8 * (i % 4));
+    const uint32_t h = ((b & 0x8u) << 12) | ((b & 0x7u) << 9) | ((b & 0x80u) << 24) | ((b & 0x70u) << 21);
+    const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
+    w[2 * i] = f.x;
+    w[2 * i + 1] = f.y;
   }
 }
 
@@ -207,7 +221,7 @@ __global__ void __launch_bounds__(kSkWarps * 32) gemm_skinny_kernel(GemmKernelPa
             const float4 av = a4[j];
             d = fmaf(av.x, w[4 * j], fmaf(av.y, w[4 * j + 1], fmaf(av.z, w[4 * j + 2], fmaf(av.w, w[4 * j + 3], d))));
           }
-          acc[i] = fmaf(d, sc, acc[i]);
+          acc[i] = fmaf(d * kFp4Unscale, sc, acc[i]);
         }
       }
     } else if constexpr (kVec) {  // FP8 block / row32
@@ -241,9 +255,10 @@ __global__ void __launch_bounds__(kSkWarps * 32) gemm_skinny_kernel(GemmKernelPa
     }
 #pragma unroll
     for (int i = 0; i < kSkRows; ++i) {
-      const float v = warp_sum(acc[i]);
       const int64_t r = r0 + i;
-      if (lane == 0 && r < span.end) p.c[(p.c_rows ? p.c_rows[r] : r) * p.ldc + n] = v;
+      if (r >= span.end) break;  // warp-uniform: decode usually has one row
+      const float v = warp_sum(acc[i]);
+      if (lane == 0) p.c[(p.c_rows ? p.c_rows[r] : r) * p.ldc + n] = v;
     }
   }
 }
@@ -310,15 +325,17 @@ __device__ __forceinline__ void tc_store(const TcStage& st, TcInputs& in) {
   }
   const int r = tid / 2, c0 = 16 * (tid % 2);
   float w[16];
+  float sc = st.bs;
   if constexpr (F == QuantFormat::kMXFP4) {
     const uint32_t words[2] = {st.b.x, st.b.y};
     decode_fp4<8>(words, w);
+    sc *= kFp4Unscale;
   } else {
     decode_fp8x16(st.b, w);
   }
 #pragma unroll
   for (int j = 0; j < 16; j += 2)
-    *reinterpret_cast<__nv_bfloat162*>(&in.b[r][c0 + j]) = __floats2bfloat162_rn(w[j] * st.bs, w[j + 1] * st.bs);
+    *reinterpret_cast<__nv_bfloat162*>(&in.b[r][c0 + j]) = __floats2bfloat162_rn(w[j] * sc, w[j + 1] * sc);
 }
 
 // Scalar staging for shapes the vector path does not cover (odd K, unaligned rows): correct, slow.
@@ -419,6 +436,39 @@ __global__ void __launch_bounds__(kTcThreads) gemm_tc_kernel(GemmKernelParams p)
   }
 }
 
+// ---------------------------------------------------------------------------- dequantize to bf16 (vector path)
+// One 16-byte weight chunk per thread step (16 FP8 or 32 MXFP4 values), written as bf16 with 16-byte stores.
+template <QuantFormat F>
+__global__ void dequant_bf16_kernel(GemmKernelParams p, __nv_bfloat16* out) {
+  constexpr int kVals = F == QuantFormat::kMXFP4 ? 32 : 16;
+  const int64_t per_row = p.k / kVals, total = p.n * per_row;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t n = idx / per_row, k = (idx - n * per_row) * kVals;
+    const uint4 q = __ldg(reinterpret_cast<const uint4*>(p.b) + idx);
+    float w[kVals];
+    float sc = block_scale(p.b_scale, p, F, n, k);
+    if constexpr (F == QuantFormat::kMXFP4) {
+      const uint32_t words[4] = {q.x, q.y, q.z, q.w};
+      decode_fp4<16>(words, w);
+      sc *= kFp4Unscale;
+    } else {
+      decode_fp8x16(q, w);
+    }
+    uint4* dst = reinterpret_cast<uint4*>(out + n * p.k + k);
+#pragma unroll
+    for (int v = 0; v < kVals / 8; ++v) {
+      uint32_t packed[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const __nv_bfloat162 h = __floats2bfloat162_rn(w[8 * v + 2 * j] * sc, w[8 * v + 2 * j + 1] * sc);
+        packed[j] = *reinterpret_cast<const uint32_t*>(&h);
+      }
+      dst[v] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+    }
+  }
+}
+
 template <QuantFormat F>
 void launch_fast(const GemmKernelParams& p, bool vec, cudaStream_t stream) {
   const int64_t rows = p.rows_hint > 0 ? p.rows_hint : p.m;
@@ -440,16 +490,39 @@ void launch_fast(const GemmKernelParams& p, bool vec, cudaStream_t stream) {
 
 }  // namespace
 
+namespace {
+// Vector loads: 16-byte weight chunks never straddle a row or a scale block, A rows are float4-aligned.
+bool vector_ok(const GemmKernelParams& p, bool check_a) {
+  const auto aligned = [](const void* q, int64_t a) { return reinterpret_cast<uintptr_t>(q) % a == 0; };
+  bool vec = (!check_a || (p.lda % 4 == 0 && aligned(p.a, 16))) &&
+             (p.b_table ? p.tables_aligned16 : aligned(p.b, 16));
+  if (p.format == QuantFormat::kMXFP4) return vec && p.k % 32 == 0;
+  return vec && p.k % 16 == 0 && (p.format != QuantFormat::kFP8Block || p.block_k % 16 == 0);
+}
+}  // namespace
+
+bool run_dequantize_bf16(const GemmKernelParams& p, void* out, cudaStream_t stream) {
+  if (p.b_table || !vector_ok(p, false) || reinterpret_cast<uintptr_t>(out) % 16 != 0) return false;
+  if (p.n * p.k == 0) return true;
+  const int64_t chunks = p.n * p.k / (p.format == QuantFormat::kMXFP4 ? 32 : 16);
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(ceil_div(chunks, 256), 4 * 65536));
+  auto* o = static_cast<__nv_bfloat16*>(out);
+  switch (p.format) {
+    case QuantFormat::kFP8Block: dequant_bf16_kernel<QuantFormat::kFP8Block><<<blocks, 256, 0, stream>>>(p, o); break;
+    case QuantFormat::kMXFP4: dequant_bf16_kernel<QuantFormat::kMXFP4><<<blocks, 256, 0, stream>>>(p, o); break;
+    case QuantFormat::kFP8Row32: dequant_bf16_kernel<QuantFormat::kFP8Row32><<<blocks, 256, 0, stream>>>(p, o); break;
+    default: return false;
+  }
+  DI_CUDA_CHECK_LAUNCH();
+  return true;
+}
+
 void run_gemm(const GemmKernelParams& p, cudaStream_t stream) {
   static_assert(kBN == kBM, "the staging loop maps A rows and B rows the same way");
   static_assert(kTcM == kGemmTileM, "grouped tile offsets are counted in kGemmTileM rows");
   if (p.m == 0 || p.n == 0) return;
   if (p.format != QuantFormat::kFloat) {
-    // Vector loads: 16-byte weight chunks never straddle a row or a scale block, A rows are float4-aligned.
-    const auto aligned = [](const void* q, int64_t a) { return reinterpret_cast<uintptr_t>(q) % a == 0; };
-    bool vec = p.lda % 4 == 0 && aligned(p.a, 16) && (p.b_table ? p.tables_aligned16 : aligned(p.b, 16));
-    if (p.format == QuantFormat::kMXFP4) vec = vec && p.k % 32 == 0;
-    else vec = vec && p.k % 16 == 0 && (p.format != QuantFormat::kFP8Block || p.block_k % 16 == 0);
+    const bool vec = vector_ok(p, true);
     switch (p.format) {
       case QuantFormat::kFP8Block: launch_fast<QuantFormat::kFP8Block>(p, vec, stream); break;
       case QuantFormat::kMXFP4: launch_fast<QuantFormat::kMXFP4>(p, vec, stream); break;
