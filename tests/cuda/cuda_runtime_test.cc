@@ -68,6 +68,32 @@ TEST(CudaRuntime, ArenaScopesRewindAndResetMergesChunks) {
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
+// Closing the outermost scope after it grew the arena merges the chunks (nothing else calls reset()): a
+// second scope of the same size then fits without a new chunk and gets the same memory back.
+TEST(CudaRuntime, ArenaOutermostScopeMergesGrowth) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  cuda::select_device(0);
+  cuda::DeviceAllocator alloc;
+  cuda::WorkspaceArena arena(alloc, 1 << 20);
+  void* first = nullptr;
+  {
+    cuda::WorkspaceArena::Scope s(arena);
+    first = arena.take(5 << 20);
+    EXPECT_EQ(cudaMemset(first, 1, 5 << 20), cudaSuccess);
+  }
+  for (int i = 0; i < 4; ++i) {
+    cuda::WorkspaceArena::Scope s(arena);
+    void* p = arena.take(5 << 20);
+    EXPECT_EQ(cudaMemset(p, 2, 5 << 20), cudaSuccess);
+    if (i > 0) {
+      EXPECT_EQ(p, first) << "scope " << i << " did not reuse the merged chunk";
+    }
+    first = p;
+  }
+  EXPECT_EQ(arena.mark().chunk, 0u);  // one chunk
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
 TEST(CudaRuntime, PinnedRoundTripOnStream) {
   if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
   cuda::select_device(0);

@@ -168,6 +168,11 @@ void WorkspaceArena::rewind(const Mark& m) {
   if (m.chunk == chunks_.size() - 1) {
     offset_ = m.offset;
     used_ = m.used;
+  } else if (m.used == 0) {
+    // The outermost scope closed after growing the arena: merge now. Without this, nothing in the engine
+    // calls reset(), every scope that overflows adds a chunk (doubling) and the dead scope's bytes are never
+    // reused: memory grows with each large GEMM/MoE call and each growth is a cudaMalloc.
+    reset();
   }
 }
 
