@@ -179,93 +179,86 @@ __device__ __forceinline__ void decode_fp4(const uint32_t* words, float* w) {
 }
 
 // ---------------------------------------------------------------------------- weight-streaming kernel
-constexpr int kSkWarps = 8, kSkRows = 4;
-constexpr int64_t kSkTargetWarps = 4096;  // ~32 resident warps on each of the H200's 132 SMs
+constexpr int kSkWarps = 8, kSkRows = 8;
 
-// Grid: x column blocks, y = group slots. Each warp walks output columns n = x·kSkWarps + warp, stepping by
-// the grid width (several columns per warp when columns × groups exceed kSkTargetWarps, so that the per-block
-// prologue of dependent loads (group, weight table, row map) is paid once), and for each column the group's
-// rows kSkRows at a time (the weight row is re-read from L1/L2 after the first pass).
+// Grid: x = ceil(n / kSkWarps) column blocks, y = group slots. Each warp owns output column n of its group
+// and walks the group's rows kSkRows at a time (the weight row is re-read from L1/L2 after the first pass).
 // kVec: 16-byte weight loads and float4 A loads (the host checked sizes and alignment).
 template <QuantFormat F, bool kVec>
-__global__ void __launch_bounds__(kSkWarps * 32, 2) gemm_skinny_kernel(GemmKernelParams p) {
+__global__ void __launch_bounds__(kSkWarps * 32) gemm_skinny_kernel(GemmKernelParams p) {
   GroupSpan span;
   if (!active_group(p, blockIdx.y, span)) return;
   const int lane = threadIdx.x % 32;
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * kSkWarps + threadIdx.x / 32;
+  if (n >= p.n) return;
   const void* b = p.b_table ? p.b_table[span.g] : p.b;
   const void* s = p.b_scale_table ? p.b_scale_table[span.g] : p.b_scale;
-  for (int64_t n = static_cast<int64_t>(blockIdx.x) * kSkWarps + threadIdx.x / 32; n < p.n;
-       n += static_cast<int64_t>(gridDim.x) * kSkWarps) {
-    for (int64_t r0 = span.begin; r0 < span.end; r0 += kSkRows) {
-      const int nr = span.end - r0 < kSkRows ? static_cast<int>(span.end - r0) : kSkRows;
-      const float* arow[kSkRows];
+  for (int64_t r0 = span.begin; r0 < span.end; r0 += kSkRows) {
+    const float* arow[kSkRows];
 #pragma unroll
-      for (int i = 0; i < kSkRows; ++i) {
-        const int64_t r = i < nr ? r0 + i : r0;
-        arow[i] = p.a + (p.a_rows ? p.a_rows[r] / p.a_row_div : r) * p.lda;
-      }
-      float acc[kSkRows] = {};
-      if constexpr (kVec && F == QuantFormat::kMXFP4) {
-        const uint4* wrow = reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(b) + n * (p.k / 2));
-        const uint8_t* srow = static_cast<const uint8_t*>(s) + n * (p.k / 32);
-#pragma unroll 2
-        for (int64_t c = lane; c < p.k / 32; c += 32) {
-          const uint4 q = __ldg(wrow + c);
-          const float sc = e8m0_to_f32_dev(__ldg(srow + c)) * kFp4Unscale;
-          const uint32_t words[4] = {q.x, q.y, q.z, q.w};
-          float d[kSkRows] = {};
+    for (int i = 0; i < kSkRows; ++i) {
+      const int64_t r = r0 + i;
+      arow[i] = r < span.end ? p.a + (p.a_rows ? p.a_rows[r] / p.a_row_div : r) * p.lda : nullptr;
+    }
+    float acc[kSkRows] = {};
+    if constexpr (kVec && F == QuantFormat::kMXFP4) {
+      const uint4* wrow = reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(b) + n * (p.k / 2));
+      const uint8_t* srow = static_cast<const uint8_t*>(s) + n * (p.k / 32);
+#pragma unroll 4
+      for (int64_t c = lane; c < p.k / 32; c += 32) {
+        const uint4 q = __ldg(wrow + c);
+        const float sc = e8m0_to_f32_dev(srow[c]);
+        const uint32_t words[4] = {q.x, q.y, q.z, q.w};
+        float w[32];
+        decode_fp4<16>(words, w);
 #pragma unroll
-          for (int j = 0; j < 4; ++j) {  // one 32-bit word (8 values) at a time keeps few registers live
-            float w[8];
-            decode_fp4<4>(&words[j], w);
+        for (int i = 0; i < kSkRows; ++i) {
+          if (!arow[i]) continue;
+          const float4* a4 = reinterpret_cast<const float4*>(arow[i] + c * 32);
+          float d = 0.0f;
 #pragma unroll
-            for (int i = 0; i < kSkRows; ++i) {
-              if (i >= nr) break;
-              const float4* a4 = reinterpret_cast<const float4*>(arow[i] + c * 32 + 8 * j);
-              const float4 u = a4[0], v = a4[1];
-              d[i] = fmaf(u.x, w[0], fmaf(u.y, w[1], fmaf(u.z, w[2], fmaf(u.w, w[3], d[i]))));
-              d[i] = fmaf(v.x, w[4], fmaf(v.y, w[5], fmaf(v.z, w[6], fmaf(v.w, w[7], d[i]))));
-            }
+          for (int j = 0; j < 8; ++j) {
+            const float4 av = a4[j];
+            d = fmaf(av.x, w[4 * j], fmaf(av.y, w[4 * j + 1], fmaf(av.z, w[4 * j + 2], fmaf(av.w, w[4 * j + 3], d))));
           }
-#pragma unroll
-          for (int i = 0; i < kSkRows; ++i) acc[i] = fmaf(d[i], sc, acc[i]);
+          acc[i] = fmaf(d * kFp4Unscale, sc, acc[i]);
         }
-      } else if constexpr (kVec) {  // FP8 block / row32
-        const uint4* wrow = reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(b) + n * p.k);
-#pragma unroll 2
-        for (int64_t c = lane; c < p.k / 16; c += 32) {
-          const uint4 q = __ldg(wrow + c);
-          const float sc = block_scale(s, p, F, n, c * 16);
-          float w[16];
-          decode_fp8x16(q, w);
+      }
+    } else if constexpr (kVec) {  // FP8 block / row32
+      const uint4* wrow = reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(b) + n * p.k);
+#pragma unroll 4
+      for (int64_t c = lane; c < p.k / 16; c += 32) {
+        const uint4 q = __ldg(wrow + c);
+        const float sc = block_scale(s, p, F, n, c * 16);
+        float w[16];
+        decode_fp8x16(q, w);
 #pragma unroll
-          for (int i = 0; i < kSkRows; ++i) {
-            if (i >= nr) break;
-            const float4* a4 = reinterpret_cast<const float4*>(arow[i] + c * 16);
-            float d = 0.0f;
+        for (int i = 0; i < kSkRows; ++i) {
+          if (!arow[i]) continue;
+          const float4* a4 = reinterpret_cast<const float4*>(arow[i] + c * 16);
+          float d = 0.0f;
 #pragma unroll
-            for (int j = 0; j < 4; ++j) {
-              const float4 av = a4[j];
-              d = fmaf(av.x, w[4 * j], fmaf(av.y, w[4 * j + 1], fmaf(av.z, w[4 * j + 2], fmaf(av.w, w[4 * j + 3], d))));
-            }
-            acc[i] = fmaf(d, sc, acc[i]);
+          for (int j = 0; j < 4; ++j) {
+            const float4 av = a4[j];
+            d = fmaf(av.x, w[4 * j], fmaf(av.y, w[4 * j + 1], fmaf(av.z, w[4 * j + 2], fmaf(av.w, w[4 * j + 3], d))));
           }
-        }
-      } else {
-        for (int64_t k = lane; k < p.k; k += 32) {
-          const float w = load_weight<F>(b, s, p, n, k);
-#pragma unroll
-          for (int i = 0; i < kSkRows; ++i)
-            if (i < nr) acc[i] = fmaf(arow[i][k], w, acc[i]);
+          acc[i] = fmaf(d, sc, acc[i]);
         }
       }
+    } else {
+      for (int64_t k = lane; k < p.k; k += 32) {
+        const float w = load_weight<F>(b, s, p, n, k);
 #pragma unroll
-      for (int i = 0; i < kSkRows; ++i) {
-        if (i >= nr) break;  // warp-uniform: decode usually has one row
-        const float v = warp_sum(acc[i]);
-        const int64_t r = r0 + i;
-        if (lane == 0) p.c[(p.c_rows ? p.c_rows[r] : r) * p.ldc + n] = v;
+        for (int i = 0; i < kSkRows; ++i)
+          if (arow[i]) acc[i] = fmaf(arow[i][k], w, acc[i]);
       }
+    }
+#pragma unroll
+    for (int i = 0; i < kSkRows; ++i) {
+      const int64_t r = r0 + i;
+      if (r >= span.end) break;  // warp-uniform: decode usually has one row
+      const float v = warp_sum(acc[i]);
+      if (lane == 0) p.c[(p.c_rows ? p.c_rows[r] : r) * p.ldc + n] = v;
     }
   }
 }
@@ -482,9 +475,7 @@ void launch_fast(const GemmKernelParams& p, bool vec, cudaStream_t stream) {
   if (rows <= kGemmSkinnyRows) {
     const int64_t slots = p.group_offsets ? std::min<int64_t>(p.groups, p.m) : 1;
     DI_CHECK(!p.group_offsets || p.active_groups) << "gemm: grouped skinny launch needs active_groups";
-    const int64_t per_warp = std::max<int64_t>(1, p.n * slots / kSkTargetWarps);  // columns per warp
-    const dim3 grid(static_cast<unsigned>(ceil_div(p.n, kSkWarps * per_warp)),
-                    static_cast<unsigned>(std::max<int64_t>(slots, 1)));
+    const dim3 grid(static_cast<unsigned>(ceil_div(p.n, kSkWarps)), static_cast<unsigned>(std::max<int64_t>(slots, 1)));
     if (vec) gemm_skinny_kernel<F, true><<<grid, kSkWarps * 32, 0, stream>>>(p);
     else gemm_skinny_kernel<F, false><<<grid, kSkWarps * 32, 0, stream>>>(p);
   } else {
