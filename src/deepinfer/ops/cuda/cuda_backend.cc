@@ -353,8 +353,10 @@ struct CudaBackend::Impl {
     }
   }
   // Rows from which a block-format linear goes through cuBLASLt (bf16 scratch) instead of the own kernels:
-  // the tensor-core kernel's 64x128 tiles leave most SMs idle below that for N of a few thousand.
-  static constexpr int64_t kLtMinRows = 64;
+  // past the streaming kernel's few rows. The tensor-core kernel's 64x128 tiles leave most SMs idle for a
+  // dense M of a few rows and N of a few thousand; it serves the grouped MoE, where tiles come from many
+  // experts.
+  static constexpr int64_t kLtMinRows = cuda::kGemmSkinnyRows + 1;
 
   // The MoE pipeline shared by moe() (f32 experts) and moe_quant(): plan, grouped gate/up GEMMs, SwiGLU,
   // grouped down GEMM into per-slot rows, combine in expert-id order. Tokens go in chunks so that the

@@ -91,7 +91,10 @@ struct GemmKernelParams {
   bool tables_aligned16 = false;           // every b_table entry is 16-byte aligned (vector weight loads)
 };
 constexpr int kGemmTileM = 64;
-constexpr int kGemmSkinnyRows = 16;
+// The streaming kernel re-reads A (rows × K) for every output column: cheap from L1 for a row or two, the
+// dominant cost from ~5 rows up (device run 2, docs/PERF.md: 9-16-row MoE groups and M=16 projections ran
+// 5-40x slower than on the tensor-core / cuBLASLt paths).
+constexpr int kGemmSkinnyRows = 4;
 void run_gemm(const GemmKernelParams& p, cudaStream_t stream);
 
 // ============================================================================ norms (norm_cuda.cu)
