@@ -23,8 +23,6 @@ struct BenchArgs {
 };
 
 int run_bench(const BenchArgs& a) {
-  std::unique_ptr<bench::BenchTarget> target =
-      a.device == "cuda" ? bench::make_cuda_target(0) : bench::make_cpu_target(a.threads);
   const bool cpu = a.device == "cpu";
   std::vector<std::string> models = a.models;
   if (models.empty())
@@ -36,21 +34,25 @@ int run_bench(const BenchArgs& a) {
   o.warmup = a.warmup;
   o.iters = a.iters;
   o.seed = a.seed;
+  std::vector<bench::BenchModel> slices;  // resolved before any device work, so a typo fails at once
+  for (const std::string& name : models) {
+    if (name == "v4-flash")
+      slices.push_back(bench::v4_flash_slice(a.per_kind));
+    else if (name == "v41-flash")
+      slices.push_back(bench::v41_flash_slice(a.per_kind));
+    else if (name == "tiny")
+      slices.push_back(bench::tiny_slice());
+    else
+      DI_FAIL(ErrorCode::kInvalidArgument)
+          << "bench --model: unknown slice '" << name << "' (v41-flash, v4-flash, tiny)";
+  }
+  std::unique_ptr<bench::BenchTarget> target =
+      a.device == "cuda" ? bench::make_cuda_target(0) : bench::make_cpu_target(a.threads);
   std::printf("target: %s\n", target->describe().c_str());
   const bench::Ceilings c = target->measure_ceilings();
   std::printf("%s", bench::format_ceilings(c).c_str());
   std::fflush(stdout);
-  for (const std::string& name : models) {
-    bench::BenchModel m;
-    if (name == "v4-flash")
-      m = bench::v4_flash_slice(a.per_kind);
-    else if (name == "v41-flash")
-      m = bench::v41_flash_slice(a.per_kind);
-    else if (name == "tiny")
-      m = bench::tiny_slice();
-    else
-      DI_FAIL(ErrorCode::kInvalidArgument)
-          << "bench --model: unknown slice '" << name << "' (v41-flash, v4-flash, tiny)";
+  for (const bench::BenchModel& m : slices) {
     std::printf("slice %s: %zu layers (", m.name.c_str(), m.layers.size());
     for (size_t i = 0; i < m.layers.size(); ++i)
       std::printf("%s%s r=%lld", i ? ", " : "", bench::attn_kind_name(m.layers[i].kind),

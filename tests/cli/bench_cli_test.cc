@@ -1,0 +1,40 @@
+// `deepinfer bench` end to end on the CPU backend (the tiny slice): the ceilings line, one row per shape and
+// the breakdown; bad options are clear errors.
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "test_util.h"
+
+namespace deepinfer {
+namespace {
+
+using testing::run_cli;
+
+// Table rows of the slice in `phase` (the timing table and the breakdown both print one per shape).
+int rows_of(const std::string& out, const std::string& phase) {
+  std::istringstream in(out);
+  int n = 0;
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("tiny ", 0) == 0 && line.find(" " + phase + " ") != std::string::npos) ++n;
+  return n;
+}
+
+TEST(BenchCli, TinySliceOnCpu) {
+  auto r = run_cli("bench --device cpu --threads 1 --prompt 8 --batch 1 --batch 2 --context 16 --warmup 0 --iters 1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("ceilings (measured in this run)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("slice tiny: 4 layers"), std::string::npos) << r.output;
+  EXPECT_EQ(rows_of(r.output, "prefill"), 2) << r.output;  // 1 prompt length, table + breakdown
+  EXPECT_EQ(rows_of(r.output, "decode"), 4) << r.output;   // 2 batches × 1 context, table + breakdown
+  EXPECT_NE(r.output.find("breakdown"), std::string::npos) << r.output;
+}
+
+TEST(BenchCli, UnknownSliceIsAnError) {
+  auto r = run_cli("bench --device cpu --model v5-giant --iters 1");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("unknown slice 'v5-giant'"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace deepinfer
