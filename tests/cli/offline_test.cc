@@ -55,7 +55,8 @@ TEST(OfflineCli, V41GreedyThroughTheEngineEqualsTransformers) {
 
 // The default for V4.1 is decoder SWA bounded replay: the decoder layers (3-5 of 6) run on the last 16 (window)
 // prompt tokens only. Its outputs do not depend on batching or chunking, and the saved work is reported:
-// (max(0, 5-16) + (70-16) + (290-16)) tokens x 3 decoder layers = 984 layer-tokens.
+// (max(0, 5-16) + (70-16) + (290-16)) tokens x 3 decoder layers = 984 of the (5 + 70 + 290) x 6 = 2190 prompt
+// layer-tokens.
 TEST(OfflineCli, V41BoundedReplayIsTheDefaultAndReportsTheSkippedWork) {
   const std::string dir = testing::test_data_dir() + "/golden/deepseek_v41";
   auto golden = SafetensorsFile::open(dir + "/golden.safetensors");
@@ -70,10 +71,10 @@ TEST(OfflineCli, V41BoundedReplayIsTheDefaultAndReportsTheSkippedWork) {
   EXPECT_EQ(parse_samples(a.output).size(), 3u);
   EXPECT_EQ(a.output.find("finite=NO"), std::string::npos) << a.output;
   for (const auto* r : {&a, &b})
-    EXPECT_NE(r->output.find("984 skipped by bounded replay"), std::string::npos) << r->output;
+    EXPECT_NE(r->output.find("1206 layer-tokens run, 984 skipped by bounded replay"), std::string::npos) << r->output;
   auto exact = run_cli(args + " --exact-prefill");
   ASSERT_EQ(exact.exit_code, 0) << exact.output;
-  EXPECT_NE(exact.output.find(", 0 skipped by bounded replay"), std::string::npos) << exact.output;
+  EXPECT_NE(exact.output.find("2190 layer-tokens run, 0 skipped by bounded replay"), std::string::npos) << exact.output;
 }
 
 TEST(OfflineCli, V4GreedyThroughTheEngineEqualsTransformers) {

@@ -46,7 +46,8 @@ struct ModelRunnerOptions {
   bool exact_prefill = false;
 };
 
-// Prefill work of the runner so far, in layer-tokens (one layer run on one token).
+// Prefill work of the runner so far (prompt positions, including recompute after preemption), in layer-tokens
+// (one layer run on one token).
 struct ModelWorkStats {
   int64_t layer_tokens = 0;          // layer-tokens run
   int64_t layer_tokens_skipped = 0;  // decoder layer-tokens bounded replay did not run

@@ -96,7 +96,8 @@ class SlotModelRunner final : public ModelRunner {
           skipped = std::clamp<int64_t>(st.decoder_from - e.start, 0, T) * (layers - model_.decoder_start());
       }
       auto out = model_.forward(st, ids);  // f32 [rows, vocab]: the last rows of the chunk
-      work_.layer_tokens += T * layers - skipped;
+      const int64_t prompt_tokens = std::clamp<int64_t>(e.prompt_len - e.start, 0, T);  // recompute included
+      work_.layer_tokens += prompt_tokens * layers - skipped;
       work_.layer_tokens_skipped += skipped;
       if (e.needs_logits) {
         const int64_t rows = out.shape()[0];
