@@ -49,6 +49,7 @@ void check_family(const std::string& family, const std::string& engine_flags) {
 TEST(OfflineCli, V41GreedyThroughTheEngineEqualsTransformers) {
   // transformers runs every layer on every token: --exact-prefill (the default is bounded replay, below).
   check_family("deepseek_v41", "--exact-prefill --max-num-seqs 4");
+  check_family("deepseek_v41", "--exact-prefill --max-num-seqs 4 --no-async-scheduling");
   // Tiny token budget: prompts are prefilled in chunks of 7 interleaved with decodes; one state slot at a time.
   check_family("deepseek_v41", "--exact-prefill --max-num-seqs 1 --max-num-batched-tokens 7");
 }

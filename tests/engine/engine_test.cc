@@ -31,7 +31,9 @@ class TestRunner final : public ModelRunner {
  public:
   // ring_window 0: no per-sequence state (like V3's MLA, fully prefix-reusable).
   TestRunner(int32_t num_blocks, int32_t num_slots, const SchedulerConfig& sc, int ring_window = kWindow)
-      : storage_(static_cast<size_t>(num_blocks) * kBlockSize, kPoison), rings_(num_slots), sc_(sc),
+      : storage_(static_cast<size_t>(num_blocks) * kBlockSize, kPoison),
+        rings_(num_slots),
+        sc_(sc),
         window_(ring_window) {}
 
   int64_t vocab_size() const override { return kVocab; }
@@ -54,17 +56,21 @@ class TestRunner final : public ModelRunner {
       } else {
         EXPECT_EQ(ring_end_.at(e.state_slot), e.start) << "slot state does not continue where it stopped";
       }
-      for (int64_t i = 0; i < static_cast<int64_t>(e.token_ids.size()); ++i) {
+      const std::vector<int64_t> ids = resolve_token_ids(batch, e);  // a pending token comes from the last step
+      if (e.pending_row >= 0) ++pending_inputs;
+      for (int64_t i = 0; i < static_cast<int64_t>(ids.size()); ++i) {
         const int64_t pos = e.start + i;
+        const TokenId tok = static_cast<TokenId>(ids[i]);
+        EXPECT_TRUE(tok >= 0 && tok < kVocab) << "unresolved or invalid token " << tok << " at position " << pos;
         TokenId& cell = storage_[e.block_table[pos / kBlockSize] * kBlockSize + pos % kBlockSize];
         if (pos < e.persistent_until) {
-          EXPECT_EQ(cell, e.token_ids[i]) << "replayed position " << pos << " disagrees with the cached block";
+          EXPECT_EQ(cell, tok) << "replayed position " << pos << " disagrees with the cached block";
           ++replayed_tokens;
         } else {
-          cell = e.token_ids[i];
+          cell = tok;
           ++computed_tokens;
         }
-        ring.push_back(e.token_ids[i]);
+        ring.push_back(tok);
         if (static_cast<int>(ring.size()) > window_) ring.erase(ring.begin());
       }
       ring_end_[e.state_slot] = e.end();
@@ -86,7 +92,7 @@ class TestRunner final : public ModelRunner {
       for (TokenId t : ring) h = mix64(h ^ static_cast<uint64_t>(t + 7));
       float* out = logits.data() + row++ * kVocab;
       for (int t = 0; t < kVocab; ++t) out[t] = static_cast<float>(mix64(h + t) % 1000) / 250.0f;  // [0, 4)
-      if (force_next) out[(e.token_ids.back() + 1) % kVocab] = 50.0f;  // "counting" model: next = last + 1
+      if (force_next) out[(ids.back() + 1) % kVocab] = 50.0f;  // "counting" model: next = last + 1
       if (nan_for_seq == e.seq_id) out[0] = std::numeric_limits<float>::quiet_NaN();
     }
     EXPECT_EQ(row, batch.num_logits_rows);
@@ -95,7 +101,7 @@ class TestRunner final : public ModelRunner {
   void release_slot(int32_t slot) override { ring_end_.erase(slot); }
 
   std::vector<int64_t> admission_order;  // sequence ids in the order they first ran
-  bool strict = true;  // false: count ring violations instead of failing
+  bool strict = true;                    // false: count ring violations instead of failing
   int64_t ring_violations = 0;
   bool force_next = false;
   int64_t nan_for_seq = -1;
@@ -103,6 +109,7 @@ class TestRunner final : public ModelRunner {
   int64_t computed_tokens = 0;
   int64_t replayed_tokens = 0;
   int64_t max_batch_tokens = 0;
+  int64_t pending_inputs = 0;  // entries whose input token came from the previous step's sampler output
 
  private:
   std::vector<TokenId> storage_;
@@ -113,7 +120,7 @@ class TestRunner final : public ModelRunner {
   int window_;
 };
 
-struct Setup {
+struct RunSetup {
   int32_t num_blocks = 64;
   int max_num_seqs = 4;
   int64_t budget = 32;
@@ -122,24 +129,34 @@ struct Setup {
   int ring = kWindow;    // the runner's per-sequence state window
   int replay = kWindow;  // what the cache manager is told to replay (must cover `ring` for exact reuse)
   bool strict = true;
+  bool async = true;  // asynchronous scheduling (the engine's default)
+  // Abort a request once it has streamed this many tokens (checked between steps).
+  std::map<std::string, size_t> abort_after = {};
 };
 
 struct RunResult {
   std::map<std::string, std::vector<TokenId>> outputs;  // "id/sample" → tokens
   std::map<std::string, StopReason> reasons;
   std::map<std::string, std::vector<TokenId>> streamed;
+  std::map<std::string, std::vector<float>> logprobs;
+  std::map<std::string, std::string> stop_strings;
+  int64_t pending_inputs = 0;
   EngineStats stats;
   int64_t computed_tokens = 0;
   int64_t replayed_tokens = 0;
   int64_t ring_violations = 0;
 };
 
-EngineConfig make_config(const Setup& s) {
+EngineConfig make_config(const RunSetup& s) {
   EngineConfig c;
   c.scheduler = {.max_num_seqs = s.max_num_seqs, .max_num_batched_tokens = s.budget, .max_model_len = s.max_model_len};
-  c.kv = {.num_blocks = s.num_blocks, .block_size = kBlockSize, .num_state_slots = s.max_num_seqs,
-          .enable_prefix_cache = s.prefix, .prefix_replay_tokens = s.replay};
+  c.kv = {.num_blocks = s.num_blocks,
+          .block_size = kBlockSize,
+          .num_state_slots = s.max_num_seqs,
+          .enable_prefix_cache = s.prefix,
+          .prefix_replay_tokens = s.replay};
   c.seed = 1234;
+  c.async_scheduling = s.async;
   c.eos_token_ids = {kVocab - 1};
   c.detokenize = [](std::span<const TokenId> ids) {
     std::string s;
@@ -177,7 +194,7 @@ std::vector<Request> workload() {
   return rs;
 }
 
-RunResult run(const Setup& s, const std::vector<Request>& requests, bool add_all_first = true) {
+RunResult run(const RunSetup& s, const std::vector<Request>& requests, bool add_all_first = true) {
   const EngineConfig cfg = make_config(s);
   TestRunner runner(s.num_blocks, s.max_num_seqs, cfg.scheduler, s.ring);
   runner.strict = s.strict;
@@ -193,12 +210,18 @@ RunResult run(const Setup& s, const std::vector<Request>& requests, bool add_all
     if (next < requests.size()) engine.add_request(requests[next++]);  // staggered arrivals
     engine.step();
     engine.check_invariants();
+    for (const auto& [id, n] : s.abort_after)
+      if (res.streamed[key(id, 0)].size() >= n) engine.abort(id);  // false once finished: harmless
     if (::testing::Test::HasFailure()) break;
   }
   for (auto& c : engine.take_finished()) {
-    res.outputs[key(c.request_id, c.sample_index)] = c.output_token_ids;
-    res.reasons[key(c.request_id, c.sample_index)] = c.stop_reason;
+    const std::string k = key(c.request_id, c.sample_index);
+    res.outputs[k] = c.output_token_ids;
+    res.reasons[k] = c.stop_reason;
+    res.stop_strings[k] = c.stop_string;
+    for (const auto& lp : c.logprobs) res.logprobs[k].push_back(lp.logprob);
   }
+  res.pending_inputs = runner.pending_inputs;
   res.stats = engine.stats();
   res.computed_tokens = runner.computed_tokens;
   res.replayed_tokens = runner.replayed_tokens;
@@ -503,6 +526,169 @@ TEST(EngineLogprobs, ChosenAndTopLogprobsPerToken) {
     EXPECT_LE(lp.logprob, lp.top_logprobs[0].logprob);
     EXPECT_LE(lp.logprob, 0.0f);
   }
+}
+
+// 40 requests covering every stop kind (EOS, stop token, stop string, max_tokens, max_model_len; aborts come from
+// the run), greedy / seeded / unseeded / filtered sampling, n > 1, penalties, min_tokens, logprobs, shared prefixes.
+std::vector<Request> mixed_workload() {
+  std::vector<Request> rs;
+  const std::vector<TokenId> shared = prompt_of(9, 2);
+  for (int i = 0; i < 40; ++i) {
+    Request r;
+    r.request_id = "m" + std::to_string(i);
+    r.prompt_token_ids = prompt_of(1 + (i * 11) % 23, i);
+    if (i % 5 == 0) r.prompt_token_ids.insert(r.prompt_token_ids.begin(), shared.begin(), shared.end());
+    SamplingParams& p = r.params;
+    switch (i % 4) {
+      case 0:
+        p.temperature = 0;
+        break;
+      case 1:
+        p.seed = 1000 + i;
+        break;
+      case 2:
+        break;  // unseeded: the engine seed and the sequence id
+      case 3:
+        p.temperature = 0.7f;
+        p.top_p = 0.9f;
+        p.top_k = 10;
+        p.seed = i;
+        break;
+    }
+    if (i % 6 == 1) p.stop_token_ids = {static_cast<TokenId>(i % 60), 7};
+    if (i % 6 == 2) p.stop = {"e", "xy"};
+    if (i % 6 == 3) p.ignore_eos = true;
+    if (i % 7 == 0) p.n = 2;
+    if (i % 5 == 4) p.max_tokens = 1 + i % 9;
+    if (i % 5 == 1) p.max_tokens = 30;  // otherwise (no max_tokens): until max_model_len
+    if (i % 8 == 5) p.min_tokens = std::min(3, p.max_tokens.value_or(3));
+    if (i % 9 == 2) {
+      p.presence_penalty = 0.5f;
+      p.frequency_penalty = 0.3f;
+      p.repetition_penalty = 1.2f;
+    }
+    if (i % 10 == 6) p.logprobs = 2;
+    rs.push_back(std::move(r));
+  }
+  return rs;
+}
+
+TEST(EngineAsync, OutputsIdenticalWithAsynchronousSchedulingOnAndOff) {
+  const auto reqs = mixed_workload();
+  const std::map<std::string, size_t> aborts = {{"m5", 3}, {"m12", 1}, {"m30", 6}};
+  std::set<StopReason> reasons_seen;
+  int64_t discarded = 0, preemptions = 0;
+  const std::vector<RunSetup> setups = {
+      {},
+      {.num_blocks = 16, .prefix = false},  // one max_model_len sequence fits: constant preemption
+      {.budget = 5},                        // chunked prefills interleaved with decodes
+      {.num_blocks = 24, .max_num_seqs = 8, .budget = 64},
+      {.num_blocks = 20, .max_num_seqs = 6, .budget = 7},
+  };
+  for (RunSetup s : setups) {
+    for (bool staggered : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "blocks " << s.num_blocks << " seqs " << s.max_num_seqs << " budget "
+                                        << s.budget << (staggered ? " staggered" : ""));
+      s.abort_after = aborts;
+      s.async = false;
+      const RunResult sync = run(s, reqs, !staggered);
+      s.async = true;
+      const RunResult async = run(s, reqs, !staggered);
+      ASSERT_EQ(sync.outputs.size(), 46u);  // 40 requests, 6 with n = 2
+      EXPECT_EQ(async.outputs, sync.outputs);
+      EXPECT_EQ(async.reasons, sync.reasons);
+      EXPECT_EQ(async.stop_strings, sync.stop_strings);
+      EXPECT_EQ(async.logprobs, sync.logprobs);
+      EXPECT_EQ(async.streamed, async.outputs) << "a discarded token was streamed";
+      EXPECT_EQ(async.stats.generated_tokens, sync.stats.generated_tokens);
+      EXPECT_EQ(sync.pending_inputs, 0);
+      EXPECT_GT(async.pending_inputs, 0) << "decodes should take their input from the previous step's samples";
+      EXPECT_EQ(sync.stats.discarded_tokens, 0);
+      for (const auto& [k, r] : sync.reasons) reasons_seen.insert(r);
+      discarded += async.stats.discarded_tokens;
+      preemptions += async.stats.preemptions;
+      if (::testing::Test::HasFailure()) return;
+    }
+  }
+  for (StopReason r : {StopReason::kEos, StopReason::kStopToken, StopReason::kStopString, StopReason::kMaxTokens,
+                       StopReason::kMaxModelLen, StopReason::kAborted})
+    EXPECT_TRUE(reasons_seen.count(r)) << "the workload never stopped with " << stop_reason_name(r);
+  EXPECT_GT(discarded, 0) << "sequences stopping on their content should have had a late sample discarded";
+  EXPECT_GT(preemptions, 0);
+}
+
+TEST(EngineAsync, LengthLimitedSequencesAreNotScheduledPastTheirLastToken) {
+  // max_tokens and max_model_len are known before the token is: no step is wasted on them, nothing is discarded.
+  RunSetup s{.max_model_len = 24};
+  std::vector<Request> reqs;
+  for (int i = 0; i < 6; ++i) {
+    Request r;
+    r.request_id = std::to_string(i);
+    r.prompt_token_ids = prompt_of(i == 5 ? 24 : 3 + i, i);  // the last one is exactly max_model_len long
+    r.params.ignore_eos = true;
+    if (i % 2 == 0) r.params.max_tokens = 2 + i;
+    reqs.push_back(r);
+  }
+  const RunResult async = run(s, reqs);
+  s.async = false;
+  const RunResult sync = run(s, reqs);
+  EXPECT_EQ(async.outputs, sync.outputs);
+  EXPECT_EQ(async.stats.discarded_tokens, 0);
+  EXPECT_EQ(async.computed_tokens, sync.computed_tokens) << "no position may be computed twice or in vain";
+  EXPECT_EQ(async.outputs.at("5/0").size(), 1u);
+  EXPECT_EQ(async.reasons.at("5/0"), StopReason::kMaxModelLen);
+  EXPECT_EQ(async.outputs.at("0/0").size(), 2u);
+  EXPECT_EQ(async.reasons.at("1/0"), StopReason::kMaxModelLen);
+}
+
+// Throws from execute on the given call: the error reaches the caller of step() from the worker thread.
+class FailingRunner final : public ModelRunner {
+ public:
+  explicit FailingRunner(int fail_on) : fail_on_(fail_on) {}
+  int64_t vocab_size() const override { return kVocab; }
+  void execute(const ModelBatch& batch, std::span<float> logits) override {
+    DI_CHECK_CODE(++calls_ != fail_on_, ErrorCode::kResourceExhausted) << "out of device memory in call " << calls_;
+    std::fill(logits.begin(), logits.begin() + batch.num_logits_rows * kVocab, 0.0f);
+  }
+
+ private:
+  int fail_on_;
+  int calls_ = 0;
+};
+
+TEST(EngineAsync, ARunnerErrorOnTheWorkerReachesTheCaller) {
+  for (bool async : {false, true}) {
+    FailingRunner runner(3);
+    Engine engine(make_config({.async = async}), runner);
+    Request r;
+    r.request_id = "x";
+    r.prompt_token_ids = prompt_of(5, 1);
+    r.params.max_tokens = 10;
+    r.params.ignore_eos = true;
+    engine.add_request(r);
+    try {
+      engine.run_to_completion(100);
+      FAIL() << "expected the runner's error";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kResourceExhausted);
+      EXPECT_NE(e.message().find("out of device memory in call 3"), std::string::npos) << e.message();
+    }
+  }  // the engine (and its worker) go away cleanly after the error
+}
+
+TEST(ModelRunnerInterface, PendingTokensResolveFromThePreviousStepsSamples) {
+  const std::vector<TokenId> tokens = {5, 6, kPendingToken};
+  const std::vector<TokenId> prev = {40, 41, 42};
+  ModelBatch b;
+  b.prev_sampled_tokens = prev;
+  BatchEntry e;
+  e.token_ids = tokens;
+  e.pending_row = 2;
+  EXPECT_EQ(resolve_token_ids(b, e), (std::vector<int64_t>{5, 6, 42}));
+  e.pending_row = -1;
+  EXPECT_EQ(resolve_token_ids(b, e), (std::vector<int64_t>{5, 6, -1}));
+  e.pending_row = 3;
+  EXPECT_THROW(resolve_token_ids(b, e), Error);
 }
 
 }  // namespace

@@ -126,6 +126,7 @@ EngineSetup::EngineSetup(const EngineSetupArgs& a, StreamCallback on_delta) {
   ec.scheduler.max_model_len = max_model_len_;
   ec.scheduler.max_num_batched_tokens = a.max_num_batched_tokens;
   ec.seed = a.seed;
+  ec.async_scheduling = a.async_scheduling;
   for (int64_t e : config_->eos_token_ids) ec.eos_token_ids.push_back(static_cast<TokenId>(e));
   if (tokenizer_) ec.detokenize = [tok = tokenizer_.get()](std::span<const TokenId> ids) { return tok->decode(ids); };
   // Structured output needs token bytes that concatenate (ByteLevel); without it constrained requests are refused.
@@ -144,6 +145,9 @@ EngineSetup::EngineSetup(const EngineSetupArgs& a, StreamCallback on_delta) {
   ec.kv = make_kv_cache_config(layout_, sizing_, runner_->prefix_cache_supported(), /*allow_bounded_replay=*/true);
   ec.kv.prefix_replay_tokens = runner_->prefix_replay_tokens();
   engine_ = std::make_unique<Engine>(ec, *runner_, std::move(on_delta));
+  DI_LOG_INFO("scheduling: {} (max_num_seqs {}, max_num_batched_tokens {}, max_model_len {})",
+              a.async_scheduling ? "asynchronous (step N+1 planned while step N runs)" : "synchronous", a.max_num_seqs,
+              a.max_num_batched_tokens, max_model_len_);
 }
 
 EngineSetup::~EngineSetup() = default;

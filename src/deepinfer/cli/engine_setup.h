@@ -37,6 +37,7 @@ struct EngineSetupArgs {
   uint64_t seed = 0;
   // V4.1: every layer on every prompt token (transformers parity) instead of decoder SWA bounded replay.
   bool exact_prefill = false;
+  bool async_scheduling = true;  // plan step N+1 while step N runs (--no-async-scheduling turns it off)
 };
 
 // Owns everything behind an Engine. Construction logs where the model came from, the cache sizing (tokens

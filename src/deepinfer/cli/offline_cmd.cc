@@ -195,6 +195,8 @@ void register_offline(CLI::App& app, CommandRegistry& reg) {
       ->capture_default_str();
   sub->add_option("--engram-token-map", s.engram_token_map_file,
                   "safetensors file holding engram.token_map (V4.1 Engram; default: built from tokenizer.json)");
+  sub->add_flag("!--no-async-scheduling", s.async_scheduling,
+                "plan each step only after the previous one finished (default: plan step N+1 while step N runs)");
   sub->add_flag("--ignore-eos", a->ignore_eos, "keep generating past EOS until --max-tokens");
   sub->add_flag("--exact-prefill", s.exact_prefill,
                 "V4.1: run every layer on every prompt token (transformers parity) instead of decoder SWA bounded "

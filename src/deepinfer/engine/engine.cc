@@ -18,13 +18,16 @@ Engine::Engine(EngineConfig config, ModelRunner& runner, StreamCallback on_delta
   const int64_t blocks_per_seq = blocks_for_tokens(config_.scheduler.max_model_len, config_.kv.block_size);
   DI_CHECK_CODE(blocks_per_seq <= config_.kv.num_blocks, ErrorCode::kResourceExhausted)
       << "the KV cache has " << config_.kv.num_blocks << " blocks of " << config_.kv.block_size
-      << " tokens but one sequence of max_model_len " << config_.scheduler.max_model_len << " needs "
-      << blocks_per_seq << ": lower max_model_len or give the cache more memory";
+      << " tokens but one sequence of max_model_len " << config_.scheduler.max_model_len << " needs " << blocks_per_seq
+      << ": lower max_model_len or give the cache more memory";
   for (TokenId t : config_.eos_token_ids)
     DI_CHECK(t >= 0 && t < runner_.vocab_size()) << "eos token id " << t << " outside the vocabulary";
   if (config_.grammar_compiler)
     check_structured_config(*config_.grammar_compiler, config_.eos_token_ids, runner_.vocab_size());
+  executor_ = std::make_unique<StepExecutor>(runner_, config_.eos_token_ids, config_.async_scheduling);
 }
+
+Engine::~Engine() = default;
 
 void Engine::add_request(Request r) {
   const int64_t vocab = runner_.vocab_size();
@@ -77,15 +80,18 @@ void Engine::release_cache(Sequence& s) {
   kv_.release(s.block_table);
   s.prefix_cursor = {};
   if (s.state_slot >= 0) {
+    // The slot (and the blocks above) may be reused by the next plan at once: every step executes in launch
+    // order, so a step still in flight that uses them runs before any later user. The runner hears of the
+    // release with the next launched step, on the executing thread.
     kv_.free_slot(s.state_slot);
-    runner_.release_slot(s.state_slot);
+    released_slots_.push_back(s.state_slot);
     s.state_slot = -1;
   }
 }
 
 void Engine::preempt(Sequence& s) {
   release_cache(s);
-  if (s.structured) s.structured->matcher.reset();  // rebuilt from the output when it samples again
+  // A structured sequence's grammar matcher lives with the executor's history, which a preemption keeps.
   s.num_computed = 0;
   s.persistent_until = 0;
   s.status = SequenceStatus::kPreempted;
@@ -128,7 +134,8 @@ void Engine::finish(Sequence& s, StopReason reason, std::string stop_string, Seq
   auto& ids = request_seqs_.at(s.request_id);
   ids.erase(std::find(ids.begin(), ids.end(), s.id));
   if (ids.empty()) request_seqs_.erase(s.request_id);
-  sequences_.erase(s.id);  // `s` is gone after this line
+  if (s.registered) dropped_seqs_.push_back(s.id);
+  sequences_.erase(s.id);  // `s` is gone after this line; a step in flight that has it is discarded
 }
 
 bool Engine::abort(const std::string& request_id) {
@@ -137,7 +144,9 @@ bool Engine::abort(const std::string& request_id) {
   const std::vector<int64_t> ids = it->second;  // finish() edits the map
   for (int64_t id : ids) {
     Sequence& s = seq(id);
-    SequenceDelta d{s.request_id, s.sample_index};
+    SequenceDelta d;
+    d.request_id = s.request_id;
+    d.sample_index = s.sample_index;
     finish(s, StopReason::kAborted, "", &d);
     if (on_delta_) on_delta_(d);
   }
@@ -171,77 +180,112 @@ void Engine::commit(const StepPlan& plan) {
   }
 }
 
-StepStats Engine::step() {
-  StepStats st;
-  if (!has_unfinished()) return st;
-  const std::vector<const Sequence*> running(running_.begin(), running_.end());
-  const std::vector<const Sequence*> waiting(waiting_.begin(), waiting_.end());
-  const StepPlan plan = schedule({running, waiting}, kv_, config_.scheduler);
-  st.num_preempted = static_cast<int>(plan.preempted.size());
-  commit(plan);
-  ++stats_.steps;
-  st.num_decodes = plan.num_decodes;
-  st.num_prefills = plan.num_prefills;
-  st.num_batched_tokens = plan.num_batched_tokens;
-  if (plan.scheduled.empty()) return st;
-
-  ModelBatch batch;
-  batch.block_size = kv_.block_size();
+void Engine::launch(const StepPlan& plan) {
+  StepJob job;
+  InflightStep meta;
+  job.batch.block_size = kv_.block_size();
+  job.released_slots = std::exchange(released_slots_, {});
+  job.drops = std::exchange(dropped_seqs_, {});
+  int64_t row = 0;
   for (const ScheduledSeq& e : plan.scheduled) {
     Sequence& s = seq(e.seq->id);
+    if (!s.registered) {
+      DI_CHECK_INTERNAL(s.num_pending == 0) << "sequence " << s.id << " has pending tokens before its first step";
+      // The grammar state moves to the executor: from here on only the executing thread touches it.
+      job.registrations.push_back({s.id, s.tokens, s.prompt_len, s.params, rng_key(s), std::move(s.structured)});
+      s.registered = true;
+    }
+    // Copies: the engine edits tokens and block tables while the step runs.
+    std::vector<TokenId> ids;
+    ids.reserve(static_cast<size_t>(e.end - e.start));
+    for (int64_t p = e.start; p < std::min(e.end, s.num_known()); ++p) ids.push_back(s.tokens[p]);
     BatchEntry b;
+    if (e.end > s.num_known()) {
+      // The last token is the previous step's sample, not processed yet (at most one is pending when planning).
+      DI_CHECK_INTERNAL(e.end == s.num_known() + 1 && s.num_pending == 1 && s.pending_row >= 0)
+          << "sequence " << s.id << ": chunk [" << e.start << ", " << e.end << ") but " << s.num_known()
+          << " known tokens and " << s.num_pending << " pending";
+      ids.push_back(kPendingToken);
+      b.pending_row = s.pending_row;
+    }
+    job.token_storage.push_back(std::move(ids));
+    job.table_storage.push_back(s.block_table);
     b.seq_id = s.id;
-    b.token_ids = std::span<const TokenId>(s.tokens).subspan(e.start, e.end - e.start);
     b.start = e.start;
-    b.block_table = s.block_table;
     b.state_slot = s.state_slot;
     b.reset_state = s.reset_state;
     b.persistent_until = s.persistent_until;
     b.prompt_len = s.prompt_len;
     b.prefix_token_ids = std::span<const TokenId>(s.tokens).first(e.start);
     b.needs_logits = e.sample;
-    batch.num_tokens += e.end - e.start;
-    batch.num_logits_rows += e.sample ? 1 : 0;
+    job.batch.num_tokens += e.end - e.start;
+    job.batch.entries.push_back(b);
     if (!s.is_decode()) stats_.prompt_tokens_computed += e.end - e.start;
-    batch.entries.push_back(b);
-  }
-  const int64_t vocab = runner_.vocab_size();
-  logits_.assign(static_cast<size_t>(batch.num_logits_rows * vocab), 0.0f);
-  runner_.execute(batch, logits_);
 
-  int64_t row = 0;
-  std::vector<SequenceDelta> deltas;
-  for (const ScheduledSeq& e : plan.scheduled) {
-    Sequence& s = seq(e.seq->id);
+    // Optimistically, the step has run: the scheduler plans the next one from here.
+    meta.push_back({s.id, e.end, s.num_preemptions, e.sample ? row : -1});
     s.num_computed = e.end;
     s.reset_state = false;
-    kv_.cache_full_blocks(s.tokens, s.num_computed, s.block_table, s.prefix_cursor);
-    if (!e.sample) continue;
-    const std::span<const float> logits(logits_.data() + row++ * vocab, vocab);
-    SequenceDelta d{s.request_id, s.sample_index};
-    if (!std::all_of(logits.begin(), logits.end(), [](float v) { return std::isfinite(v) || v == -INFINITY; })) {
-      DI_LOG_ERROR("request '{}': non-finite logits at position {}", s.request_id, s.num_tokens() - 1);
-      finish(s, StopReason::kError, "", &d);
+    if (e.sample) {
+      job.samples.push_back({s.id, e.end});
+      ++s.num_pending;
+      s.pending_row = static_cast<int32_t>(row++);
+      const int64_t len = e.end + 1;
+      s.final_pending = (s.params->max_tokens && len - s.prompt_len >= *s.params->max_tokens) ||
+                        len >= config_.scheduler.max_model_len;
+    }
+  }
+  job.batch.num_logits_rows = row;
+  for (size_t i = 0; i < job.batch.entries.size(); ++i) {
+    job.batch.entries[i].token_ids = job.token_storage[i];
+    job.batch.entries[i].block_table = job.table_storage[i];
+  }
+  executor_->submit(std::move(job));
+  inflight_.push_back(std::move(meta));
+}
+
+void Engine::process(StepStats& st) {
+  StepResult res = executor_->wait();
+  stats_.model = res.work;
+  const InflightStep meta = std::move(inflight_.front());
+  inflight_.pop_front();
+  std::vector<SequenceDelta> deltas;
+  for (const InflightEntry& m : meta) {
+    const auto it = sequences_.find(m.seq_id);
+    if (it == sequences_.end()) {  // finished or aborted after this step was launched
+      if (m.row >= 0) {
+        ++st.num_discarded;
+        ++stats_.discarded_tokens;
+      }
+      continue;
+    }
+    Sequence& s = *it->second;
+    // Preempted since launch: the chunk's cache entries were dropped with the blocks, only its token counts.
+    if (s.num_preemptions == m.num_preemptions) kv_.cache_full_blocks(s.tokens, m.end, s.block_table, s.prefix_cursor);
+    if (m.row < 0) continue;
+    --s.num_pending;
+    SequenceDelta d;
+    d.request_id = s.request_id;
+    d.sample_index = s.sample_index;
+    const RowOutcome outcome = res.outcomes[m.row];
+    DI_CHECK_INTERNAL(outcome != RowOutcome::kFailed)
+        << "request '" << s.request_id << "': sampling failed: " << res.errors[m.row];
+    if (outcome != RowOutcome::kSampled) {
+      StopReason reason = StopReason::kError;
+      if (outcome == RowOutcome::kGrammarComplete) reason = StopReason::kGrammarComplete;
+      if (outcome == RowOutcome::kGrammarDeadEnd) reason = StopReason::kGrammarDeadEnd;
+      if (outcome == RowOutcome::kNonFinite)
+        DI_LOG_ERROR("request '{}': non-finite logits at position {}", s.request_id, m.end - 1);
+      finish(s, reason, "", &d);
       ++st.num_finished;
       deltas.push_back(std::move(d));
       continue;
     }
-    SamplingContext ctx{s.prompt(), s.output(), {}, config_.eos_token_ids};
-    if (s.structured) {
-      const auto outcome = prepare_structured_mask(*s.structured, s, config_.eos_token_ids, logits);
-      if (outcome != StructuredMaskOutcome::kSample) {
-        const bool complete = outcome == StructuredMaskOutcome::kGrammarComplete;
-        finish(s, complete ? StopReason::kGrammarComplete : StopReason::kGrammarDeadEnd, "", &d);
-        ++st.num_finished;
-        deltas.push_back(std::move(d));
-        continue;
-      }
-      ctx.allowed_tokens = s.structured->allowed;
-    }
-    SampleResult r = sampler_.sample(logits, *s.params, ctx, rng_key(s), s.num_tokens());
-    if (s.structured) accept_structured_token(*s.structured, r.token);
+    SampleResult& r = res.samples[m.row];
+    DI_CHECK_INTERNAL(s.num_known() == m.end)
+        << "sequence " << s.id << " has " << s.num_known() << " known tokens but its sample is for position " << m.end;
     s.tokens.push_back(r.token);
-    s.status = SequenceStatus::kDecoding;
+    if (s.status == SequenceStatus::kRunning) s.status = SequenceStatus::kDecoding;
     ++stats_.generated_tokens;
     d.new_token_ids.push_back(r.token);
     if (s.params->logprobs) {
@@ -252,13 +296,41 @@ StepStats Engine::step() {
     if (stop.reason != StopReason::kNone) {
       finish(s, stop.reason, stop.stop_string, &d);
       ++st.num_finished;
+    } else {
+      DI_CHECK_INTERNAL(!s.final_pending || s.num_pending > 0)
+          << "sequence " << s.id << " reached its length limit without stopping";
     }
     deltas.push_back(std::move(d));
   }
   stats_.kv = kv_.stats();
-  stats_.model = runner_.work_stats();
   if (on_delta_)
     for (const auto& d : deltas) on_delta_(d);
+}
+
+StepStats Engine::step() {
+  StepStats st;
+  if (!has_unfinished()) return st;
+  bool launched = false;
+  if (!running_.empty() || !waiting_.empty()) {
+    const std::vector<const Sequence*> running(running_.begin(), running_.end());
+    const std::vector<const Sequence*> waiting(waiting_.begin(), waiting_.end());
+    const StepPlan plan = schedule({running, waiting}, kv_, config_.scheduler);
+    st.num_preempted = static_cast<int>(plan.preempted.size());
+    commit(plan);
+    ++stats_.steps;
+    st.num_decodes = plan.num_decodes;
+    st.num_prefills = plan.num_prefills;
+    st.num_batched_tokens = plan.num_batched_tokens;
+    if (!plan.scheduled.empty()) {
+      launch(plan);
+      launched = true;
+    }
+  }
+  // Synchronous: process the step just launched. Asynchronous: keep it running while the previous one is
+  // processed; when nothing new could be launched, drain.
+  const size_t keep = config_.async_scheduling && launched ? 1 : 0;
+  while (inflight_.size() > keep) process(st);
+  stats_.kv = kv_.stats();
   return st;
 }
 

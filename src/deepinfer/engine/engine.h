@@ -1,6 +1,12 @@
 // Engine: requests in, streamed tokens out. One step = schedule (pure) → commit the plan to the cache manager →
-// ModelRunner::execute → sample → append / stop / free → stream deltas. Single-threaded: add_request, abort and
-// step must not run concurrently (an async front end queues calls between steps).
+// launch (ModelRunner::execute + sampling, on the StepExecutor) → append / stop / free → stream deltas.
+//
+// Asynchronous scheduling (EngineConfig::async_scheduling, the default): step() plans and launches step N+1 while
+// step N still runs on the executor's worker thread, assuming each sequence N samples grows by one token (its
+// value reaches N+1 through a placeholder, see BatchEntry::pending_row); then it waits for N and processes N's
+// tokens. A sequence that stops at N is still in N+1: that extra token is discarded, never emitted. Outputs are
+// identical with it on and off. The engine's own API is single-threaded either way: add_request, abort and step
+// must not run concurrently (an async front end queues calls between steps).
 #pragma once
 
 #include <cstdint>
@@ -14,6 +20,7 @@
 #include "deepinfer/engine/request.h"
 #include "deepinfer/engine/scheduler.h"
 #include "deepinfer/engine/sequence.h"
+#include "deepinfer/engine/step_executor.h"
 #include "deepinfer/engine/stop_checker.h"
 #include "deepinfer/kv/kv_cache_manager.h"
 #include "deepinfer/sampling/sampler.h"
@@ -25,13 +32,14 @@ class GrammarCompiler;
 
 struct EngineConfig {
   SchedulerConfig scheduler;
-  KvCacheConfig kv;  // from KvLayout + size_kv_cache; num_state_slots >= scheduler.max_num_seqs
+  KvCacheConfig kv;   // from KvLayout + size_kv_cache; num_state_slots >= scheduler.max_num_seqs
   uint64_t seed = 0;  // the random stream of requests without their own seed
   std::vector<TokenId> eos_token_ids;
   DetokenizeFn detokenize;  // needed only by requests with stop strings
   // Compiles requests' structured-output constraints (and caches them); needed only by such requests. Its
   // vocabulary must have the runner's vocab size and EOS ids = eos_token_ids (make_structured_tokenizer_info).
   std::shared_ptr<structured::GrammarCompiler> grammar_compiler;
+  bool async_scheduling = true;  // plan step N+1 while step N executes (see the file comment)
 };
 
 struct StepStats {
@@ -40,6 +48,7 @@ struct StepStats {
   int64_t num_batched_tokens = 0;
   int num_preempted = 0;
   int num_finished = 0;
+  int num_discarded = 0;  // samples of sequences that had stopped one step earlier (asynchronous scheduling)
 };
 
 struct EngineStats {
@@ -47,6 +56,7 @@ struct EngineStats {
   int64_t prompt_tokens_computed = 0;  // prefill positions run (including recompute after preemption)
   int64_t generated_tokens = 0;
   int64_t preemptions = 0;
+  int64_t discarded_tokens = 0;  // sampled after their sequence had already stopped (asynchronous scheduling)
   KvCacheStats kv;
   ModelWorkStats model;  // the runner's layer-token counts (bounded replay's saved prefill work)
 };
@@ -56,6 +66,7 @@ class Engine {
   // `runner` must outlive the engine. Throws InvalidArgument on an inconsistent config and ResourceExhausted if
   // one sequence of max_model_len tokens cannot fit the cache (progress would not be guaranteed).
   Engine(EngineConfig config, ModelRunner& runner, StreamCallback on_delta = {});
+  ~Engine();
 
   // Validates and queues a request (params.n sequences). Throws InvalidArgument naming the problem: empty
   // prompt, token id outside the vocabulary, a prompt longer than max_model_len (never truncated), invalid
@@ -65,9 +76,10 @@ class Engine {
   // Finishes every sample of the request with kAborted, frees its cache, streams a final delta. False if no
   // unfinished request has that id.
   bool abort(const std::string& request_id);
-  // Runs one step; a no-op when nothing is unfinished.
+  // Runs one step; a no-op when nothing is unfinished. Synchronous: plan, execute, process. Asynchronous: plan and
+  // launch the next step, then process the previous one (so the first call emits nothing).
   StepStats step();
-  bool has_unfinished() const { return !running_.empty() || !waiting_.empty(); }
+  bool has_unfinished() const { return !running_.empty() || !waiting_.empty() || !inflight_.empty(); }
   // Steps until every request finished (or max_steps steps ran; 0 = no limit). Returns the steps run.
   int64_t run_to_completion(int64_t max_steps = 0);
 
@@ -83,7 +95,18 @@ class Engine {
 
  private:
   Sequence& seq(int64_t id) { return *sequences_.at(id); }
+  // What the engine remembers of a launched step to process its results.
+  struct InflightEntry {
+    int64_t seq_id = 0;
+    int64_t end = 0;          // positions below are computed once the step ran
+    int num_preemptions = 0;  // the sequence's count at launch: a preemption since makes the chunk stale
+    int64_t row = -1;         // logits row, -1 if nothing is sampled
+  };
+  using InflightStep = std::vector<InflightEntry>;
+
   void commit(const StepPlan& plan);
+  void launch(const StepPlan& plan);
+  void process(StepStats& st);
   void preempt(Sequence& s);
   void finish(Sequence& s, StopReason reason, std::string stop_string, SequenceDelta* delta);
   void release_cache(Sequence& s);
@@ -93,15 +116,17 @@ class Engine {
   ModelRunner& runner_;
   StreamCallback on_delta_;
   KvCacheManager kv_;
-  Sampler sampler_;
   int64_t next_seq_id_ = 0;
   std::unordered_map<int64_t, std::unique_ptr<Sequence>> sequences_;  // unfinished
-  std::vector<Sequence*> running_;  // admission order
-  std::deque<Sequence*> waiting_;   // ascending id (FCFS)
+  std::vector<Sequence*> running_;                                    // admission order
+  std::deque<Sequence*> waiting_;                                     // ascending id (FCFS)
   std::unordered_map<std::string, std::vector<int64_t>> request_seqs_;
   std::vector<CompletedSequence> finished_;
-  std::vector<float> logits_;
   EngineStats stats_;
+  std::deque<InflightStep> inflight_;       // launched, not processed; oldest first
+  std::vector<int32_t> released_slots_;     // for the runner, with the next launched step
+  std::vector<int64_t> dropped_seqs_;       // for the executor, with the next launched step
+  std::unique_ptr<StepExecutor> executor_;  // last: its worker stops before anything above goes away
 };
 
 }  // namespace deepinfer

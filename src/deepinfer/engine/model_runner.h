@@ -6,6 +6,9 @@
 // Cache addressing (see docs/ENGINE.md): a paged cache kind with ratio r (1 for per-token kinds) keeps the entry
 // of token group g of a sequence in block block_table[g*r / block_size] at row (g*r % block_size) / r. A
 // per-sequence kind (SWA ring, compressor pending state, Engram look-back) keeps one record per state slot.
+//
+// Threading: with asynchronous scheduling the engine calls execute and release_slot from one worker thread, in
+// step order, while it plans the next step; vocab_size may be called from any thread.
 #pragma once
 
 #include <cstdint>
@@ -36,6 +39,11 @@ struct BatchEntry {
   // recompute after preemption keeps the same split).
   int64_t prompt_len = 0;
   bool needs_logits = false;  // logits of the last position are wanted
+  // Asynchronous scheduling: >= 0 when the last token is not known to the host yet: it is the token the previous
+  // step sampled from its logits row `pending_row`, found in ModelBatch::prev_sampled_tokens (token_ids holds
+  // kPendingToken there). A device runner gathers it from the sampler's output buffer on the device, so step N+1
+  // is launched without a host round trip; use resolve_token_ids() on the host.
+  int32_t pending_row = -1;
   int64_t end() const { return start + static_cast<int64_t>(token_ids.size()); }
 };
 
@@ -53,12 +61,22 @@ struct ModelWorkStats {
   int64_t layer_tokens_skipped = 0;  // decoder layer-tokens bounded replay did not run
 };
 
+// The placeholder for a token sampled by the previous, still unfinished step (never a valid token id).
+inline constexpr TokenId kPendingToken = -1;
+
 struct ModelBatch {
   std::vector<BatchEntry> entries;  // decodes first, then prefill chunks
   int block_size = 0;
   int64_t num_tokens = 0;       // sum of entry lengths
   int64_t num_logits_rows = 0;  // entries with needs_logits
+  // The tokens the previous step sampled, one per logits row of that step (what pending_row indexes). On the CPU
+  // a host array the sampler filled; a device executor would point at device memory instead.
+  std::span<const TokenId> prev_sampled_tokens;
 };
+
+// The entry's token ids with a pending last token resolved from batch.prev_sampled_tokens, widened to the models'
+// int64 ids. Throws Internal if a pending row is out of range.
+std::vector<int64_t> resolve_token_ids(const ModelBatch& batch, const BatchEntry& e);
 
 class ModelRunner {
  public:
@@ -68,6 +86,7 @@ class ModelRunner {
   // ([num_logits_rows, vocab_size], row-major). A sequence's logits must not depend on the rest of the batch.
   virtual void execute(const ModelBatch& batch, std::span<float> logits) = 0;
   // The slot's sequence finished or was preempted; its state may be dropped (the next user resets it anyway).
+  // Called in step order with execute (after every step that used the slot), on the thread that executes.
   virtual void release_slot(int32_t slot) {}
   virtual ModelWorkStats work_stats() const { return {}; }
   // Prefix reuse: true when the runner's persistent caches live in the engine's blocks (then a sequence can

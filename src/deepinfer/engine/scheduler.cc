@@ -92,7 +92,8 @@ class Planner {
   }
 
   void schedule_running(const Sequence* s) {
-    if (done(s) || budget_ <= 0) return;
+    // A sequence whose pending token ends it (max_tokens / max_model_len) has nothing more to compute.
+    if (done(s) || budget_ <= 0 || s->final_pending) return;
     const int64_t start = s->num_computed;
     const int64_t remaining = s->num_tokens() - start;
     DI_CHECK_INTERNAL(remaining >= 1) << "running sequence " << s->id << " has nothing to compute";
@@ -113,6 +114,9 @@ class Planner {
     int64_t running = static_cast<int64_t>(in_.running.size());
     for (const Sequence* s : in_.waiting) {
       if (running >= config_.max_num_seqs || budget_ <= 0) return;
+      // A sequence preempted while one of its samples was in flight restarts once that token is known (its
+      // prefix lookup needs the values). The engine processes that step before the next plan, so this is a guard.
+      if (s->num_pending > 0) return;
       PrefixMatch m = cache_.match_prefix(s->tokens);
       const int64_t start = m.compute_from;
       const int64_t remaining = s->num_tokens() - start;

@@ -12,6 +12,8 @@
 // sequence not yet scheduled in this step drops its cache and waits again (ahead of newer arrivals); if that is
 // the needy sequence itself, it is the one preempted. The oldest running sequence therefore always progresses,
 // and since the engine checks that one max_model_len sequence fits the cache, every sequence finishes.
+// Asynchronous scheduling: the plan may be made while the previous step runs. Sequences then count their pending
+// (sampled, value unknown) tokens in num_tokens(); one whose pending token ends it (final_pending) is skipped.
 #pragma once
 
 #include <cstdint>
@@ -24,10 +26,10 @@
 namespace deepinfer {
 
 struct SchedulerConfig {
-  int max_num_seqs = 4;                    // running sequences (each holds a state slot)
-  int64_t max_num_batched_tokens = 2048;   // tokens computed per step, prefill and decode together
-  int64_t max_model_len = 32768;           // prompt + output tokens of one sequence
-  bool enable_chunked_prefill = true;      // false: a prefill runs whole or waits
+  int max_num_seqs = 4;                   // running sequences (each holds a state slot)
+  int64_t max_num_batched_tokens = 2048;  // tokens computed per step, prefill and decode together
+  int64_t max_model_len = 32768;          // prompt + output tokens of one sequence
+  bool enable_chunked_prefill = true;     // false: a prefill runs whole or waits
 };
 void validate(const SchedulerConfig& c);
 
@@ -40,16 +42,16 @@ struct ScheduledSeq {
   const Sequence* seq = nullptr;
   int64_t start = 0;  // compute positions [start, end)
   int64_t end = 0;
-  bool sample = false;    // end == num_tokens: the last position's logits are sampled
-  bool admitted = false;  // waiting → running this step: adopt `prefix`, take a state slot, reset its state
-  PrefixMatch prefix;     // admitted only
+  bool sample = false;         // end == num_tokens: the last position's logits are sampled
+  bool admitted = false;       // waiting → running this step: adopt `prefix`, take a state slot, reset its state
+  PrefixMatch prefix;          // admitted only
   int64_t num_new_blocks = 0;  // blocks to allocate after adopting the prefix
   int64_t num_tokens() const { return end - start; }
 };
 
 struct StepPlan {
-  std::vector<ScheduledSeq> scheduled;      // decodes first, then running prefills, then admissions
-  std::vector<const Sequence*> preempted;   // newest first; released before anything is allocated
+  std::vector<ScheduledSeq> scheduled;     // decodes first, then running prefills, then admissions
+  std::vector<const Sequence*> preempted;  // newest first; released before anything is allocated
   int64_t num_batched_tokens = 0;
   int num_decodes = 0;
   int num_prefills = 0;

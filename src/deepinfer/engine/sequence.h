@@ -42,24 +42,34 @@ struct Sequence {
 
   BlockTable block_table;
   PrefixCursor prefix_cursor;
-  int32_t state_slot = -1;  // per-sequence cache state (SWA ring, compressor state); -1 while not running
+  int32_t state_slot = -1;   // per-sequence cache state (SWA ring, compressor state); -1 while not running
   bool reset_state = false;  // the next chunk starts the slot's state afresh
+
+  // Asynchronous scheduling: tokens sampled by launched steps whose results are not processed yet (0 to 2). The
+  // scheduler counts them (num_tokens) without knowing their values; the newest one is the sample of logits row
+  // `pending_row` of the last launched step. `final_pending`: the newest pending token reaches max_tokens or
+  // max_model_len, so the sequence finishes when it lands and must not be scheduled again.
+  int num_pending = 0;
+  int32_t pending_row = -1;
+  bool final_pending = false;
+  bool registered = false;  // the step executor holds its sampling history
 
   std::vector<SampleResult> logprobs;  // per output token, when requested
   std::shared_ptr<StructuredState> structured;  // set when params->structured is active
   int64_t num_cached_prompt_tokens = 0;
   int num_preemptions = 0;
 
-  int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
-  int64_t num_output() const { return num_tokens() - prompt_len; }
+  // Tokens once every pending sample lands: what the scheduler plans with.
+  int64_t num_tokens() const { return num_known() + num_pending; }
+  // Tokens whose values are known (prompt and processed outputs).
+  int64_t num_known() const { return static_cast<int64_t>(tokens.size()); }
+  int64_t num_output() const { return num_known() - prompt_len; }
   bool finished() const { return status == SequenceStatus::kFinished; }
   bool waiting() const { return status == SequenceStatus::kWaiting || status == SequenceStatus::kPreempted; }
-  // Only the newest token is missing from the cache: the next step is a one-token decode.
+  // Only the newest token (possibly still pending) is missing from the cache: the next step is a one-token decode.
   bool is_decode() const { return !waiting() && num_computed == num_tokens() - 1; }
   std::span<const TokenId> prompt() const { return {tokens.data(), static_cast<size_t>(prompt_len)}; }
-  std::span<const TokenId> output() const {
-    return {tokens.data() + prompt_len, static_cast<size_t>(num_output())};
-  }
+  std::span<const TokenId> output() const { return {tokens.data() + prompt_len, static_cast<size_t>(num_output())}; }
 };
 
 }  // namespace deepinfer

@@ -88,7 +88,7 @@ class SlotModelRunner final : public ModelRunner {
       }
       DI_CHECK_INTERNAL(st.num_tokens == e.start)
           << "slot " << e.state_slot << " holds " << st.num_tokens << " tokens but the chunk starts at " << e.start;
-      std::vector<int64_t> ids(e.token_ids.begin(), e.token_ids.end());
+      const std::vector<int64_t> ids = resolve_token_ids(batch, e);  // a pending token comes from the last step
       const int64_t T = static_cast<int64_t>(ids.size()), layers = model_.config().num_layers;
       int64_t skipped = 0;  // decoder layer-tokens bounded replay leaves out
       if constexpr (requires { st.decoder_from; }) {

@@ -51,7 +51,7 @@ StopCheck check_stop(const Sequence& s, std::span<const TokenId> eos_token_ids, 
   }
   if (p.max_tokens && s.num_output() >= *p.max_tokens) {
     r.reason = StopReason::kMaxTokens;
-  } else if (s.num_tokens() >= max_model_len) {
+  } else if (s.num_known() >= max_model_len) {
     r.reason = StopReason::kMaxModelLen;
   }
   return r;

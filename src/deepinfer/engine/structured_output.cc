@@ -17,13 +17,12 @@ void clear_bit(std::vector<uint64_t>& mask, TokenId t) {
 }
 
 // Recompute after a preemption (or the first sample): replay the output the sequence already has.
-void ensure_matcher(StructuredState& st, const Sequence& s) {
+void ensure_matcher(StructuredState& st, std::span<const TokenId> output) {
   if (st.matcher) return;
   st.matcher = std::make_unique<structured::GrammarMatcher>(st.constraint.masks);
-  for (TokenId t : s.output())
+  for (TokenId t : output)
     DI_CHECK_INTERNAL(st.matcher->accept_token(t))
-        << "request '" << s.request_id
-        << "': replaying the output into the grammar matcher failed: " << st.matcher->last_error();
+        << "replaying the output into the grammar matcher failed: " << st.matcher->last_error();
 }
 
 }  // namespace
@@ -55,12 +54,17 @@ structured::CompiledConstraint compile_structured(structured::GrammarCompiler& c
 
 StructuredMaskOutcome prepare_structured_mask(StructuredState& st, const Sequence& s,
                                               std::span<const TokenId> eos_token_ids, std::span<const float> logits) {
-  ensure_matcher(st, s);
+  return prepare_structured_mask(st, *s.params, s.output(), eos_token_ids, logits);
+}
+
+StructuredMaskOutcome prepare_structured_mask(StructuredState& st, const SamplingParams& p,
+                                              std::span<const TokenId> output, std::span<const TokenId> eos_token_ids,
+                                              std::span<const float> logits) {
+  ensure_matcher(st, output);
   const size_t vocab = logits.size();
   st.mask.resize(structured::mask_words(vocab));
   st.matcher->fill_mask(st.mask);
-  const SamplingParams& p = *s.params;
-  const bool before_min = s.num_output() < p.min_tokens;
+  const bool before_min = static_cast<int64_t>(output.size()) < p.min_tokens;
   if (p.ignore_eos || before_min)
     for (TokenId t : eos_token_ids) clear_bit(st.mask, t);
   if (before_min)

@@ -49,6 +49,11 @@ structured::CompiledConstraint compile_structured(structured::GrammarCompiler& c
 // whose logit is -inf do not count as samplable.
 StructuredMaskOutcome prepare_structured_mask(StructuredState& st, const Sequence& s,
                                               std::span<const TokenId> eos_token_ids, std::span<const float> logits);
+// The same from the sequence's params and output tokens (the step executor's own history, which it samples from
+// on its worker thread without touching the engine's Sequence).
+StructuredMaskOutcome prepare_structured_mask(StructuredState& st, const SamplingParams& p,
+                                              std::span<const TokenId> output, std::span<const TokenId> eos_token_ids,
+                                              std::span<const float> logits);
 
 // Advances the matcher over the sampled token (an Internal error if the mask allowed a token it then rejects).
 void accept_structured_token(StructuredState& st, TokenId token);

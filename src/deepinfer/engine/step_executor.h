@@ -1,0 +1,125 @@
+// StepExecutor: runs the engine's steps — ModelRunner::execute, then sampling of every logits row — in the order
+// they are submitted, either inline (synchronous scheduling) or on one worker thread (asynchronous scheduling:
+// the engine plans and launches step N+1 while step N runs, and processes N's results afterwards).
+//
+// A submitted StepJob owns copies of everything it reads (token ids, block tables), because the engine keeps
+// mutating its sequences while the job runs. Sampling needs each sequence's history (penalties, min_tokens,
+// grammar state), which the engine cannot hand over in time for a step that was launched before the previous
+// step's tokens were known; so the executor keeps its own per-sequence history, registered when a sequence is
+// first scheduled, extended with every token it samples, and dropped when the engine says the sequence is gone.
+// Its history therefore runs ahead of the engine's by the tokens in flight; a token the engine later discards
+// (its sequence stopped one step earlier) only ever lands in a history that is about to be dropped.
+//
+// Tokens sampled in step N feed step N+1 through BatchEntry::pending_row: the executor passes N's sampled-token
+// buffer as ModelBatch::prev_sampled_tokens and the runner resolves the placeholder (resolve_token_ids), which on a
+// device would be a gather from the sampler's output buffer.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "deepinfer/engine/model_runner.h"
+#include "deepinfer/engine/structured_output.h"
+#include "deepinfer/sampling/sampler.h"
+
+namespace deepinfer {
+
+struct StepJob {
+  ModelBatch batch;  // its spans point into the storage below
+  std::vector<std::vector<TokenId>> token_storage;
+  std::vector<std::vector<BlockId>> table_storage;
+  // One per logits row, in row order: whose row it is and the position of the token to sample (the RNG counter).
+  struct Sample {
+    int64_t seq_id = 0;
+    int64_t position = 0;
+  };
+  std::vector<Sample> samples;
+  // Sequences scheduled for the first time: their token history so far, how to sample them.
+  struct Registration {
+    int64_t seq_id = 0;
+    std::vector<TokenId> tokens;
+    int64_t prompt_len = 0;
+    std::shared_ptr<const SamplingParams> params;
+    RngKey key;
+    std::shared_ptr<StructuredState> structured;  // handed over: only the executing thread touches it from now on
+  };
+  std::vector<Registration> registrations;
+  std::vector<int64_t> drops;           // sequences gone (finished, aborted): forget their history
+  std::vector<int32_t> released_slots;  // ModelRunner::release_slot before this step executes
+};
+
+// What became of one logits row.
+enum class RowOutcome : uint8_t {
+  kSampled,
+  kNonFinite,        // NaN or +inf logits: no token
+  kGrammarComplete,  // structured output: nothing may follow (StopReason::kGrammarComplete)
+  kGrammarDeadEnd,   // structured output: no token continues the output (StopReason::kGrammarDeadEnd)
+  kFailed,           // sampling threw; `error` says why (an error only if the sequence is still alive)
+};
+
+struct StepResult {
+  std::vector<SampleResult> samples;  // per logits row
+  std::vector<RowOutcome> outcomes;   // per logits row
+  std::vector<std::string> errors;    // per logits row, for kFailed
+  ModelWorkStats work;                // the runner's counters after this step
+};
+
+class StepExecutor {
+ public:
+  // `async` starts the worker thread. The runner is used only by the executing thread from then on.
+  StepExecutor(ModelRunner& runner, std::vector<TokenId> eos_token_ids, bool async);
+  ~StepExecutor();
+  StepExecutor(const StepExecutor&) = delete;
+  StepExecutor& operator=(const StepExecutor&) = delete;
+
+  // Queues the job (async) or runs it now (sync).
+  void submit(StepJob job);
+  // The result of the oldest submitted job not yet returned, waiting for it; rethrows the error it raised.
+  StepResult wait();
+  int64_t num_submitted_not_returned() const;
+
+ private:
+  struct SeqState {
+    std::vector<TokenId> tokens;  // prompt + every token sampled for it (including ones still in flight)
+    int64_t prompt_len = 0;
+    std::shared_ptr<const SamplingParams> params;
+    RngKey key;
+    // Structured output: the grammar matcher follows this history (its mask fills SamplingContext::allowed_tokens,
+    // it accepts each sampled token), so a preemption does not disturb it.
+    std::shared_ptr<StructuredState> structured;
+  };
+  struct Outcome {
+    StepResult result;
+    std::exception_ptr error;
+  };
+
+  Outcome run(StepJob& job);  // on the executing thread
+  void worker_loop();
+
+  ModelRunner& runner_;
+  const std::vector<TokenId> eos_token_ids_;
+  const Sampler sampler_;
+  // Executing thread only.
+  std::unordered_map<int64_t, SeqState> seqs_;
+  std::vector<TokenId> last_sampled_;  // the previous step's sampled tokens, by logits row
+  std::vector<float> logits_;
+
+  // Shared between the engine thread and the worker.
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<StepJob> jobs_;
+  std::deque<Outcome> outcomes_;
+  int64_t outstanding_ = 0;  // submitted, not returned by wait()
+  bool stop_ = false;
+  std::thread worker_;  // last: started after everything above exists
+};
+
+}  // namespace deepinfer
