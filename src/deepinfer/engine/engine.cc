@@ -216,7 +216,9 @@ void Engine::launch(const StepPlan& plan) {
     b.reset_state = s.reset_state;
     b.persistent_until = s.persistent_until;
     b.prompt_len = s.prompt_len;
-    b.prefix_token_ids = std::span<const TokenId>(s.tokens).first(e.start);
+    // Only a chunk that starts the slot's state reads the prefix ids (all known: the sequence was waiting).
+    job.prefix_storage.emplace_back();
+    if (b.reset_state) job.prefix_storage.back().assign(s.tokens.begin(), s.tokens.begin() + e.start);
     b.needs_logits = e.sample;
     job.batch.num_tokens += e.end - e.start;
     job.batch.entries.push_back(b);
@@ -239,6 +241,7 @@ void Engine::launch(const StepPlan& plan) {
   for (size_t i = 0; i < job.batch.entries.size(); ++i) {
     job.batch.entries[i].token_ids = job.token_storage[i];
     job.batch.entries[i].block_table = job.table_storage[i];
+    job.batch.entries[i].prefix_token_ids = job.prefix_storage[i];
   }
   executor_->submit(std::move(job));
   inflight_.push_back(std::move(meta));

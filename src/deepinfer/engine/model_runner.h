@@ -33,7 +33,8 @@ struct BatchEntry {
   // sequences: the model runs them only to rebuild per-sequence state ("bounded replay") and must not write
   // their paged entries.
   int64_t persistent_until = 0;
-  // The sequence's tokens before `start` (state rebuilt from token ids at a prefix hit: Engram look-back).
+  // The sequence's tokens before `start` (state rebuilt from token ids at a prefix hit: Engram look-back). Set only
+  // with reset_state.
   std::span<const TokenId> prefix_token_ids;
   // The sequence's prompt length (V4.1 bounded replay runs the decoder layers on its last window only; a
   // recompute after preemption keeps the same split).

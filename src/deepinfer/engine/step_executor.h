@@ -36,6 +36,7 @@ struct StepJob {
   ModelBatch batch;  // its spans point into the storage below
   std::vector<std::vector<TokenId>> token_storage;
   std::vector<std::vector<BlockId>> table_storage;
+  std::vector<std::vector<TokenId>> prefix_storage;  // BatchEntry::prefix_token_ids (chunks that reset state)
   // One per logits row, in row order: whose row it is and the position of the token to sample (the RNG counter).
   struct Sample {
     int64_t seq_id = 0;
