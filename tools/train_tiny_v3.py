@@ -276,7 +276,9 @@ def export(model, mtp, cfg, out_dir, shard_mb):
             f.write("\n")
 
     config = cfg.to_dict()
-    for k in ("_name_or_path", "transformers_version", "use_cache", "output_router_logits"):
+    for k in ("_name_or_path", "transformers_version", "use_cache", "output_router_logits", "id2label", "label2id",
+              "chunk_size_feed_forward", "dtype", "output_attentions", "output_hidden_states", "return_dict",
+              "problem_type", "is_encoder_decoder"):
         config.pop(k, None)
     config["architectures"] = ["DeepseekV3ForCausalLM"]
     config["model_type"] = "deepseek_v3"
