@@ -2,7 +2,7 @@
 # DeepInfer build entry point.
 #   ./build.sh deps    install the Debian packages the build needs (idempotent, no prompts)
 #   ./build.sh build   configure + build (build/bin/deepinfer)
-#   ./build.sh run     deps + build + run the main job on the embedded default model
+#   ./build.sh run     deps + build + offline generation on the embedded default model (models/default)
 #   ./build.sh test    deps + build + every test (ctest)
 #   ./build.sh bench   deps + build + benchmarks
 #   ./build.sh fuzz    deps + libFuzzer targets for FUZZ_SECONDS each (default 300)
@@ -64,8 +64,9 @@ build() {
   embedded_model
 }
 
-# Until a trained model is committed under models/, the embedded default is a small random-weight V4.1-shaped
-# checkpoint generated at build time (never committed).
+# The embedded default is the committed trained model models/default (-> models/deepinfer-tiny-v3). Without it
+# (a checkout that dropped models/) it is a small random-weight V4.1-shaped checkpoint generated at build time into
+# $BUILD_DIR/models/default (never committed); tests that need random weights make their own with make-checkpoint.
 embedded_model() {
   local dir="$BUILD_DIR/models/default"
   if [ -d "$ROOT/models/default" ] && [ -f "$ROOT/models/default/config.json" ]; then return; fi
@@ -101,6 +102,11 @@ case "$cmd" in
     deps; build
     log "running: deepinfer inspect + deepinfer offline (embedded default model)"
     "$BUILD_DIR/bin/deepinfer" inspect >/dev/null
+    if [ $# -eq 0 ] && [ -f "$ROOT/models/default/tokenizer.json" ]; then
+      # The trained default model writes English: show it continuing a few text prompts.
+      set -- --prompt "The meaning of life is" --prompt "A fortune cookie says:" \
+        --prompt "The GNU General Public License" --prompt "def fibonacci(n):" --max-tokens 48
+    fi
     "$BUILD_DIR/bin/deepinfer" offline "$@"
     log "success"
     ;;
