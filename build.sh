@@ -6,6 +6,8 @@
 #   ./build.sh test    deps + build + every test (ctest)
 #   ./build.sh bench   deps + build + benchmarks
 #   ./build.sh fuzz    deps + libFuzzer targets for FUZZ_SECONDS each (default 300)
+#   ./build.sh sanitize [ctest args]  deps + an ASan+UBSan build of the unit tests in $BUILD_DIR/asan + CPU CTest
+#                      (a full second compile: not part of `test`; e.g. `./build.sh sanitize -R Tokenizer`)
 # Environment: DEEPINFER_ACCELERATOR=cpu|nvidia (default: nvidia when nvcc is found), BUILD_DIR (default build),
 # DEEPINFER_BUILD_TYPE (default Release), DEEPINFER_JOBS (default: number of cores), DEEPINFER_PYTHON (the
 # interpreter the Python module is built for and tested with; default: Debian's /usr/bin/python3, which the
@@ -93,6 +95,19 @@ fuzz_targets() {
   log "fuzz targets: no crashes"
 }
 
+# ASan+UBSan build of the CPU tests (its own build dir, -O1 -g; see CMakeLists.txt). The Python module is off:
+# an ASan-instrumented extension cannot be loaded into an uninstrumented python3.
+sanitize() {
+  local dir="$BUILD_DIR/asan"
+  log "ASan+UBSan build in $dir"
+  cmake -S "$ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDEEPINFER_ACCELERATOR=cpu -DDEEPINFER_SANITIZE=ON \
+    -DDEEPINFER_PYTHON=OFF ${DEEPINFER_CMAKE_ARGS:-} >/dev/null
+  cmake --build "$dir" -j "$JOBS" --target deepinfer_tests
+  ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1} \
+  UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
+    ctest --test-dir "$dir" --output-on-failure -j "$JOBS" -LE gpu "$@"
+}
+
 cmd=${1:-run}
 shift || true
 case "$cmd" in
@@ -122,5 +137,6 @@ case "$cmd" in
     if [ -x "$BUILD_DIR/bin/deepinfer_bench" ]; then "$BUILD_DIR/bin/deepinfer_bench" "$@"; else log "no benchmarks built"; fi
     ;;
   fuzz) deps; fuzz_targets "${FUZZ_SECONDS:-300}" ;;
-  *) echo "usage: $0 {deps|build|run|test|bench|fuzz}" >&2; exit 2 ;;
+  sanitize) deps; sanitize "$@"; log "success: sanitized tests passed" ;;
+  *) echo "usage: $0 {deps|build|run|test|bench|fuzz|sanitize}" >&2; exit 2 ;;
 esac
