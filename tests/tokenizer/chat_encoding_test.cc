@@ -128,8 +128,9 @@ TEST(ChatOutputParser, MatchesDeepseekRecipeAtEverySplit) {
 }
 
 TEST(ChatOutputParser, V3ToolCalls) {
-  std::string out = "Sure<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{\"a\": 1}\n```"
-                    "<｜tool▁call▁end｜><｜tool▁calls▁end｜><｜end▁of▁sentence｜>";
+  std::string out =
+      "Sure<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{\"a\": 1}\n```"
+      "<｜tool▁call▁end｜><｜tool▁calls▁end｜><｜end▁of▁sentence｜>";
   for (size_t piece : {size_t{1}, size_t{3}, out.size()}) {
     ChatDelta d = run_parser(ChatFormat::kV3, false, out, piece);
     EXPECT_EQ(d.content, "Sure");
@@ -137,12 +138,31 @@ TEST(ChatOutputParser, V3ToolCalls) {
     EXPECT_EQ(d.tool_calls[0].name, "f");
     EXPECT_EQ(d.tool_calls[0].arguments, "{\"a\": 1}");
   }
-  ChatDelta d = run_parser(ChatFormat::kV31, true, "why\n</think>ok<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>g"
-                                                   "<｜tool▁sep｜>{}<｜tool▁call▁end｜><｜tool▁calls▁end｜>", 1);
+  ChatDelta d = run_parser(ChatFormat::kV31, true,
+                           "why\n</think>ok<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>g"
+                           "<｜tool▁sep｜>{}<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+                           1);
   EXPECT_EQ(d.reasoning, "why");
   EXPECT_EQ(d.content, "ok");
   ASSERT_EQ(d.tool_calls.size(), 1u);
   EXPECT_EQ(d.tool_calls[0].name, "g");
+}
+
+// Found while writing fuzz/fuzz_chat_output (its check: fed in chunks == fed whole): a `</think>` inside a tool-call
+// block was dropped when the output came in one piece and kept when it came in pieces. The block's text is the model's
+// call, so it is kept either way.
+TEST(ChatOutputParser, ThinkEndInsideToolBlockIsKeptAtEverySplit) {
+  const std::string out =
+      "Hi<｜DSML｜ calls>\n<｜DSML｜ invoke name=\"f\">\n<｜DSML｜ parameter name=\"q\" string=\"true\">a</think>b"
+      "</｜DSML｜ parameter>\n</｜DSML｜ invoke>\n</｜DSML｜ calls>";
+  for (size_t piece : {out.size(), size_t{1}, size_t{5}}) {
+    ChatDelta d = run_parser(ChatFormat::kV41, false, out, piece);
+    EXPECT_EQ(d.content, "Hi") << "piece " << piece;
+    ASSERT_EQ(d.tool_calls.size(), 1u) << "piece " << piece;
+    EXPECT_EQ(d.tool_calls[0].arguments, "{\"q\": \"a</think>b\"}") << "piece " << piece;
+  }
+  // Before the block it is still dropped.
+  EXPECT_EQ(run_parser(ChatFormat::kV41, false, "x</think>y", 100).content, "xy");
 }
 
 }  // namespace

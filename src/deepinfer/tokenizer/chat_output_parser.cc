@@ -106,12 +106,13 @@ void ChatOutputParser::step(ChatDelta* out, bool final) {
       return;
     }
     if (state_ == State::kContent) {
-      // A `</think>` in the answer is dropped (deepseek-recipe does the same).
-      if (auto t = b.find(kThinkEnd); t != std::string_view::npos) {
+      // A `</think>` in the answer is dropped (deepseek-recipe does the same), but not one inside a tool-call
+      // block: fed in pieces the block starts before that `</think>` arrives, so fed whole it must not matter.
+      auto open = b.find(block_open_);
+      if (auto t = b.find(kThinkEnd); t != std::string_view::npos && t < open) {
         buf_.erase(t, kThinkEnd.size());
         continue;
       }
-      auto open = b.find(block_open_);
       if (open != std::string_view::npos) {
         std::string_view c = b.substr(0, open);
         out->content += c.substr(0, c.size() - trailing_newlines(c));
