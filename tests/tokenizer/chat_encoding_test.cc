@@ -165,5 +165,16 @@ TEST(ChatOutputParser, ThinkEndInsideToolBlockIsKeptAtEverySplit) {
   EXPECT_EQ(run_parser(ChatFormat::kV41, false, "x</think>y", 100).content, "xy");
 }
 
+// Found by fuzz/fuzz_chat_output: dropping a `</think>` from the answer spliced `<｜DSML` + `｜ calls>` into a
+// block opener when fed whole; fed in pieces `<｜DSML` was already content. Now it is content either way.
+TEST(ChatOutputParser, DroppedThinkEndDoesNotSpliceABlockOpener) {
+  const std::string out = "text<｜DSML</think>｜ calls>x\n\n</think>\n<｜DSML｜ calls></｜DSML｜ calls>";
+  for (size_t piece : {out.size(), size_t{1}, size_t{9}}) {
+    ChatDelta d = run_parser(ChatFormat::kV41, false, out, piece);
+    EXPECT_EQ(d.content, "text<｜DSML｜ calls>x") << "piece " << piece;
+    EXPECT_TRUE(d.tool_calls.empty()) << "piece " << piece;
+  }
+}
+
 }  // namespace
 }  // namespace deepinfer::tokenizer

@@ -110,7 +110,14 @@ void ChatOutputParser::step(ChatDelta* out, bool final) {
       // block: fed in pieces the block starts before that `</think>` arrives, so fed whole it must not matter.
       auto open = b.find(block_open_);
       if (auto t = b.find(kThinkEnd); t != std::string_view::npos && t < open) {
-        buf_.erase(t, kThinkEnd.size());
+        // The text before it is final (but its trailing newlines, which a following block drops): erasing the
+        // tag must not splice a marker out of the text around it (`<｜DSML</think>｜ calls>`), which fed in
+        // pieces could already have been emitted.
+        std::string_view c = b.substr(0, t);
+        const size_t keep = trailing_newlines(c);
+        out->content += c.substr(0, c.size() - keep);
+        buf_.erase(0, c.size() - keep);
+        buf_.erase(keep, kThinkEnd.size());
         continue;
       }
       if (open != std::string_view::npos) {
