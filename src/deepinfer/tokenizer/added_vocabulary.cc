@@ -3,6 +3,7 @@
 #include <unicode/uchar.h>
 
 #include <cctype>
+#include <cstring>
 
 #include "deepinfer/tokenizer/utf8.h"
 
@@ -53,8 +54,24 @@ void TokenMatcher::add(std::string_view pattern, int32_t token_index) {
   }
   // The first token listed keeps a duplicated pattern.
   if (terminal_[node] < 0) terminal_[node] = token_index;
-  first_byte_[static_cast<unsigned char>(pattern[0])] = true;
+  const auto first = static_cast<unsigned char>(pattern[0]);
+  if (!first_byte_[first]) first_bytes_.push_back(first);
+  first_byte_[first] = true;
   ++count_;
+}
+
+size_t TokenMatcher::next_candidate(std::string_view text, size_t pos) const {
+  constexpr size_t kMemchrLimit = 3;
+  if (first_bytes_.size() > kMemchrLimit) {
+    while (pos < text.size() && !first_byte_[static_cast<unsigned char>(text[pos])]) ++pos;
+    return pos;
+  }
+  size_t best = text.size();
+  for (unsigned char b : first_bytes_) {
+    const void* hit = std::memchr(text.data() + pos, b, best - pos);
+    if (hit) best = static_cast<size_t>(static_cast<const char*>(hit) - text.data());
+  }
+  return best;
 }
 
 int32_t TokenMatcher::longest_at(std::string_view text, size_t pos, size_t* len) const {
@@ -76,11 +93,7 @@ void TokenMatcher::split(std::string_view text, const std::vector<AddedToken>& t
   const auto n = static_cast<uint32_t>(text.size());
   uint32_t start_offset = 0;
   size_t pos = 0;
-  while (pos < text.size()) {
-    if (!first_byte_[static_cast<unsigned char>(text[pos])]) {
-      ++pos;
-      continue;
-    }
+  while ((pos = next_candidate(text, pos)) < text.size()) {
     size_t len = 0;
     const int32_t t = longest_at(text, pos, &len);
     if (t < 0) {

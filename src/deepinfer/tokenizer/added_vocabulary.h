@@ -50,10 +50,14 @@ class TokenMatcher {
  private:
   // Longest pattern starting at text[pos]: returns the token index or -1, and its length.
   int32_t longest_at(std::string_view text, size_t pos, size_t* len) const;
+  // The first position >= pos where a pattern could start (text.size() if none): memchr over the distinct
+  // first bytes when they are few (DeepSeek's added tokens all start with '<' or U+FF5C), else a table scan.
+  size_t next_candidate(std::string_view text, size_t pos) const;
 
   std::vector<int32_t> terminal_{-1};            // per trie node: token index ending there, or -1
   std::unordered_map<uint64_t, int32_t> edges_;  // (node << 8 | byte) -> child node
   bool first_byte_[256] = {};
+  std::vector<unsigned char> first_bytes_;  // the distinct first bytes, in order of first use
   int count_ = 0;
 };
 

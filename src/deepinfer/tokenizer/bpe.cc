@@ -3,7 +3,8 @@
 // that exact rule (not the textbook "rescan for the lowest rank") because the two differ when two different
 // pairs merge into the same token.
 #include <array>
-#include <mutex>
+#include <atomic>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <queue>
 #include <unordered_map>
@@ -13,6 +14,7 @@
 #include "deepinfer/tokenizer/byte_level.h"
 #include "deepinfer/tokenizer/model.h"
 #include "deepinfer/tokenizer/utf8.h"
+#include "deepinfer/tokenizer/word_cache.h"
 
 namespace deepinfer::tokenizer {
 namespace {
@@ -73,7 +75,9 @@ class Bpe : public Model {
   static constexpr size_t kShortWord = 64;
   explicit Bpe(const json& j);
 
-  void encode(std::string_view piece, bool byte_level, std::vector<int32_t>* out) const override;
+  void encode(std::string_view piece, bool byte_level, std::vector<int32_t>* out) const override {
+    encode_cached(piece, byte_level, cache(byte_level), out);
+  }
   std::optional<int32_t> token_to_id(std::string_view token) const override {
     auto it = token_to_id_.find(std::string(token));
     if (it == token_to_id_.end()) return std::nullopt;
@@ -96,6 +100,13 @@ class Bpe : public Model {
   void initial_symbols(std::string_view piece, bool byte_level, std::vector<Symbol>* symbols) const;
   void merge_all(std::vector<Symbol>* symbols) const;
   void merge_short(std::vector<int32_t>* ids) const;
+  void encode_cached(std::string_view piece, bool byte_level, WordCache& cache, std::vector<int32_t>* out) const;
+  void encode_uncached(std::string_view piece, bool byte_level, std::vector<int32_t>* out) const;
+  WordCache& cache(bool byte_level) const;
+
+  // Identifies this model's word caches among the thread's (never reused, unlike the object's address).
+  const uint64_t cache_owner_ = next_cache_owner_.fetch_add(1) * 2;
+  static inline std::atomic<uint64_t> next_cache_owner_{1};
 
   std::vector<std::string> id_to_token_;
   std::vector<bool> present_;
@@ -186,8 +197,8 @@ Bpe::Bpe(const json& j) {
       a = m[0].get<std::string>();
       b = m[1].get<std::string>();
     } else {
-      DI_FAIL(ErrorCode::kInvalidArgument) << "tokenizer.json: model.merges[" << i
-                                           << "] must be \"a b\" or [\"a\", \"b\"], got " << m.dump();
+      DI_FAIL(ErrorCode::kInvalidArgument)
+          << "tokenizer.json: model.merges[" << i << "] must be \"a b\" or [\"a\", \"b\"], got " << m.dump();
     }
     const int32_t ida = lookup(a, i);
     const int32_t idb = lookup(b, i);
@@ -284,7 +295,50 @@ void Bpe::merge_all(std::vector<Symbol>* symbols_ptr) const {
   }
 }
 
-void Bpe::encode(std::string_view piece, bool byte_level, std::vector<int32_t>* out) const {
+// Each thread keeps the caches of the last few models it used; a thread that alternates between more models
+// than that only loses cache hits.
+WordCache& Bpe::cache(bool byte_level) const {
+  struct Entry {
+    uint64_t owner = 0;
+    std::unique_ptr<WordCache> cache;
+  };
+  constexpr size_t kPerThread = 4;
+  thread_local std::array<Entry, kPerThread> entries;
+  thread_local size_t next_victim = 0;
+  thread_local Entry* last = nullptr;
+  const uint64_t owner = cache_owner_ + (byte_level ? 1 : 0);
+  if (last && last->owner == owner) return *last->cache;
+  for (Entry& e : entries) {
+    if (e.owner == owner) {
+      last = &e;
+      return *e.cache;
+    }
+  }
+  Entry& e = entries[next_victim++ % kPerThread];
+  e.owner = owner;
+  e.cache = std::make_unique<WordCache>();
+  last = &e;
+  return *e.cache;
+}
+
+void Bpe::encode_cached(std::string_view piece, bool byte_level, WordCache& cache, std::vector<int32_t>* out) const {
+  // Single byte pieces are frequent (spaces, punctuation) and need no merge.
+  if (byte_level && piece.size() == 1 && byte_ids_[static_cast<unsigned char>(piece[0])] >= 0) {
+    out->push_back(byte_ids_[static_cast<unsigned char>(piece[0])]);
+    return;
+  }
+  if (piece.empty() || piece.size() > WordCache::kMaxKeyBytes) {
+    encode_uncached(piece, byte_level, out);
+    return;
+  }
+  const WordCache::Key key(piece);
+  if (cache.find(key, out)) return;
+  const size_t before = out->size();
+  encode_uncached(piece, byte_level, out);
+  cache.insert(key, std::span<const int32_t>(out->data() + before, out->size() - before));
+}
+
+void Bpe::encode_uncached(std::string_view piece, bool byte_level, std::vector<int32_t>* out) const {
   if (piece.empty()) return;
   if (ignore_merges_) {
     auto it = token_to_id_.find(byte_level ? bytes_to_alphabet(piece) : std::string(piece));
@@ -292,11 +346,6 @@ void Bpe::encode(std::string_view piece, bool byte_level, std::vector<int32_t>* 
       out->push_back(it->second);
       return;
     }
-  }
-  // Single byte pieces are frequent (spaces, punctuation) and need no merge.
-  if (byte_level && piece.size() == 1 && byte_ids_[static_cast<unsigned char>(piece[0])] >= 0) {
-    out->push_back(byte_ids_[static_cast<unsigned char>(piece[0])]);
-    return;
   }
   thread_local std::vector<Symbol> symbols;
   symbols.clear();

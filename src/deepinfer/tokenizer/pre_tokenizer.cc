@@ -6,6 +6,7 @@
 
 #include "deepinfer/core/error.h"
 #include "deepinfer/tokenizer/regex.h"
+#include "deepinfer/tokenizer/split_matchers.h"
 #include "deepinfer/tokenizer/utf8.h"
 
 namespace deepinfer::tokenizer {
@@ -14,15 +15,14 @@ namespace {
 using nlohmann::json;
 
 // The GPT-2 pattern ByteLevel applies when use_regex is true.
-constexpr const char* kGpt2Pattern =
-    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+constexpr const char* kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
 enum class Behavior { kRemoved, kIsolated, kMergedWithPrevious, kMergedWithNext, kContiguous };
 
 // HF's NormalizedString::split over the alternating (span, is_match) list of one piece.
 class SplitPreTokenizer : public PreTokenizer {
  public:
-  SplitPreTokenizer(std::unique_ptr<Regex> regex, Behavior behavior, bool invert)
+  SplitPreTokenizer(std::unique_ptr<SpanMatcher> regex, Behavior behavior, bool invert)
       : regex_(std::move(regex)), behavior_(behavior), invert_(invert) {}
 
   void pre_tokenize(Pieces* p) const override {
@@ -54,6 +54,20 @@ class SplitPreTokenizer : public PreTokenizer {
     p->views = std::move(out);
   }
 
+  void for_each_piece(std::string_view text, FunctionRef<void(std::string_view)> sink) const override {
+    if (behavior_ != Behavior::kIsolated || invert_) {
+      PreTokenizer::for_each_piece(text, sink);
+      return;
+    }
+    uint32_t prev = 0;
+    regex_->for_each_match(text, [&](uint32_t b, uint32_t e) {
+      if (b > prev) sink(text.substr(prev, b - prev));
+      if (e > b) sink(text.substr(b, e - b));
+      prev = e;
+    });
+    if (prev < text.size()) sink(text.substr(prev));
+  }
+
  private:
   template <typename Part>
   void emit(std::string_view piece, const std::vector<Part>& parts, std::vector<std::string_view>* out) const {
@@ -73,8 +87,8 @@ class SplitPreTokenizer : public PreTokenizer {
         std::vector<Span> acc;
         bool previous_match = false;
         for (const auto& s : parts) {
-          const bool merge = behavior_ == Behavior::kContiguous ? s.is_match == previous_match
-                                                                : (s.is_match && !previous_match);
+          const bool merge =
+              behavior_ == Behavior::kContiguous ? s.is_match == previous_match : (s.is_match && !previous_match);
           if (merge && !acc.empty()) {
             acc.back().second = s.end;
           } else {
@@ -102,7 +116,7 @@ class SplitPreTokenizer : public PreTokenizer {
     }
   }
 
-  std::unique_ptr<Regex> regex_;
+  std::unique_ptr<SpanMatcher> regex_;
   Behavior behavior_;
   bool invert_;
 };
@@ -110,8 +124,8 @@ class SplitPreTokenizer : public PreTokenizer {
 class ByteLevelPreTokenizer : public PreTokenizer {
  public:
   ByteLevelPreTokenizer(bool add_prefix_space, bool use_regex) : add_prefix_space_(add_prefix_space) {
-    if (use_regex) regex_ = std::make_unique<SplitPreTokenizer>(std::make_unique<Regex>(kGpt2Pattern),
-                                                                Behavior::kIsolated, false);
+    if (use_regex)
+      regex_ = std::make_unique<SplitPreTokenizer>(std::make_unique<Regex>(kGpt2Pattern), Behavior::kIsolated, false);
   }
   void pre_tokenize(Pieces* p) const override {
     if (add_prefix_space_) {
@@ -121,6 +135,15 @@ class ByteLevelPreTokenizer : public PreTokenizer {
     }
     if (regex_) regex_->pre_tokenize(p);
   }
+  void for_each_piece(std::string_view text, FunctionRef<void(std::string_view)> sink) const override {
+    if (add_prefix_space_) {
+      PreTokenizer::for_each_piece(text, sink);
+    } else if (regex_) {
+      regex_->for_each_piece(text, sink);
+    } else {
+      sink(text);  // DeepSeek's: the byte→alphabet mapping is left to the model (see the file comment)
+    }
+  }
   bool byte_level() const override { return true; }
 
  private:
@@ -128,11 +151,47 @@ class ByteLevelPreTokenizer : public PreTokenizer {
   std::unique_ptr<SplitPreTokenizer> regex_;
 };
 
+// DeepSeek's Sequence[Split(1), Split(2), Split(3), ByteLevel(no prefix space, no regex)] (split_matchers.h):
+// pre_tokenize goes through the general stages, for_each_piece (the encode path) through the fused scan.
+class DeepSeekPreTokenizer : public PreTokenizer {
+ public:
+  explicit DeepSeekPreTokenizer(std::unique_ptr<PreTokenizer> general) : general_(std::move(general)) {}
+  void pre_tokenize(Pieces* p) const override { general_->pre_tokenize(p); }
+  void for_each_piece(std::string_view text, FunctionRef<void(std::string_view)> sink) const override {
+    deepseek_pieces(text, sink);
+  }
+  bool byte_level() const override { return true; }
+
+ private:
+  std::unique_ptr<PreTokenizer> general_;
+};
+
+// True for exactly the pre_tokenizer object of DeepSeek's tokenizer.json files.
+bool is_deepseek_sequence(const json& j) {
+  if (!j.is_object() || j.value("type", json()) != "Sequence") return false;
+  const json list = j.value("pretokenizers", json());
+  if (!list.is_array() || list.size() != 4) return false;
+  const std::string_view patterns[] = {kDeepSeekDigitsPattern, kDeepSeekCjkPattern, kDeepSeekWordPattern};
+  for (size_t i = 0; i < 3; ++i) {
+    const json& s = list[i];
+    if (!s.is_object() || s.value("type", json()) != "Split" || s.value("behavior", json()) != "Isolated" ||
+        s.value("invert", json(false)) != false || !s.contains("pattern") || !s["pattern"].is_object() ||
+        s["pattern"].size() != 1 || s["pattern"].value("Regex", json()) != patterns[i])
+      return false;
+  }
+  const json& b = list[3];
+  return b.is_object() && b.value("type", json()) == "ByteLevel" && b.value("add_prefix_space", json(true)) == false &&
+         b.value("use_regex", json(true)) == false;
+}
+
 class SequencePreTokenizer : public PreTokenizer {
  public:
   explicit SequencePreTokenizer(std::vector<std::unique_ptr<PreTokenizer>> parts) : parts_(std::move(parts)) {}
   void pre_tokenize(Pieces* p) const override {
     for (const auto& s : parts_) s->pre_tokenize(p);
+  }
+  void for_each_piece(std::string_view text, FunctionRef<void(std::string_view)> sink) const override {
+    stream(0, text, sink);
   }
   bool byte_level() const override {
     for (const auto& s : parts_)
@@ -141,6 +200,14 @@ class SequencePreTokenizer : public PreTokenizer {
   }
 
  private:
+  void stream(size_t stage, std::string_view text, FunctionRef<void(std::string_view)> sink) const {
+    if (stage == parts_.size()) {
+      sink(text);
+      return;
+    }
+    parts_[stage]->for_each_piece(text, [&](std::string_view piece) { stream(stage + 1, piece, sink); });
+  }
+
   std::vector<std::unique_ptr<PreTokenizer>> parts_;
 };
 
@@ -171,6 +238,13 @@ Behavior parse_behavior(const json& j, const std::string& path) {
 
 }  // namespace
 
+void PreTokenizer::for_each_piece(std::string_view text, FunctionRef<void(std::string_view)> sink) const {
+  Pieces pieces;
+  pieces.views.push_back(text);
+  pre_tokenize(&pieces);
+  for (std::string_view piece : pieces.views) sink(piece);
+}
+
 std::unique_ptr<PreTokenizer> parse_pre_tokenizer(const json& j, const std::string& path) {
   if (j.is_null()) return nullptr;
   const json& type_json = field(j, "type", path);
@@ -187,21 +261,25 @@ std::unique_ptr<PreTokenizer> parse_pre_tokenizer(const json& j, const std::stri
       auto p = parse_pre_tokenizer(list[i], sub);
       if (p) parts.push_back(std::move(p));
     }
-    return std::make_unique<SequencePreTokenizer>(std::move(parts));
+    auto sequence = std::make_unique<SequencePreTokenizer>(std::move(parts));
+    if (is_deepseek_sequence(j)) return std::make_unique<DeepSeekPreTokenizer>(std::move(sequence));
+    return sequence;
   }
   if (type == "Split") {
     const json& pattern = field(j, "pattern", path);
-    std::unique_ptr<Regex> regex;
+    std::unique_ptr<SpanMatcher> regex;
     if (pattern.is_object() && pattern.contains("Regex") && pattern["Regex"].is_string()) {
-      regex = std::make_unique<Regex>(pattern["Regex"].get<std::string>());
+      const std::string source = pattern["Regex"].get<std::string>();
+      regex = make_builtin_matcher(source);  // DeepSeek's patterns, without a regex engine
+      if (!regex) regex = std::make_unique<Regex>(source);
     } else if (pattern.is_object() && pattern.contains("String") && pattern["String"].is_string()) {
       regex = Regex::literal(pattern["String"].get<std::string>());
     } else {
-      DI_FAIL(ErrorCode::kInvalidArgument) << "tokenizer.json: " << path
-                                           << ".pattern must be {\"Regex\": ...} or {\"String\": ...}";
+      DI_FAIL(ErrorCode::kInvalidArgument)
+          << "tokenizer.json: " << path << ".pattern must be {\"Regex\": ...} or {\"String\": ...}";
     }
-    return std::make_unique<SplitPreTokenizer>(std::move(regex), parse_behavior(field(j, "behavior", path),
-                                                                                path + ".behavior"),
+    return std::make_unique<SplitPreTokenizer>(std::move(regex),
+                                               parse_behavior(field(j, "behavior", path), path + ".behavior"),
                                                bool_field(j, "invert", path, false));
   }
   if (type == "ByteLevel") {
@@ -209,8 +287,7 @@ std::unique_ptr<PreTokenizer> parse_pre_tokenizer(const json& j, const std::stri
                                                    bool_field(j, "use_regex", path, true));
   }
   if (type == "Whitespace") {
-    return std::make_unique<SplitPreTokenizer>(std::make_unique<Regex>(R"(\w+|[^\w\s]+)"), Behavior::kRemoved,
-                                               true);
+    return std::make_unique<SplitPreTokenizer>(std::make_unique<Regex>(R"(\w+|[^\w\s]+)"), Behavior::kRemoved, true);
   }
   if (type == "WhitespaceSplit") {
     return std::make_unique<SplitPreTokenizer>(std::make_unique<Regex>(R"(\s+)"), Behavior::kRemoved, false);

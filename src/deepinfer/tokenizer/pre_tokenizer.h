@@ -15,6 +15,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "deepinfer/tokenizer/function_ref.h"
+
 namespace deepinfer::tokenizer {
 
 struct Pieces {
@@ -27,6 +29,10 @@ class PreTokenizer {
   virtual ~PreTokenizer() = default;
   // Replaces p->views by their refinement. Empty pieces are dropped, as HF does.
   virtual void pre_tokenize(Pieces* p) const = 0;
+  // Calls `sink` with each piece pre_tokenize would make of {text}, in order (empty pieces may be passed or
+  // not). HF applies every stage to each piece on its own, so a Sequence can stream each piece of one stage
+  // straight into the next and into the model; Split(Isolated) and the plain ByteLevel stream without storage.
+  virtual void for_each_piece(std::string_view text, FunctionRef<void(std::string_view)> sink) const;
   // True when this stage (or a stage inside it) is ByteLevel: pieces are then bytes that the model must
   // read through the byte-level alphabet.
   virtual bool byte_level() const { return false; }

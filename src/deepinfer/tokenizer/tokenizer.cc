@@ -30,8 +30,7 @@ bool parse_decoder_is_byte_level(const json& j) {
       << "tokenizer.json: decoder must be null or an object with a string \"type\"";
   const std::string type = j["type"].get<std::string>();
   if (type == "ByteLevel") return true;
-  DI_FAIL(ErrorCode::kUnsupported) << "tokenizer.json: decoder.type \"" << type
-                                   << "\" is not supported (ByteLevel is)";
+  DI_FAIL(ErrorCode::kUnsupported) << "tokenizer.json: decoder.type \"" << type << "\" is not supported (ByteLevel is)";
 }
 
 }  // namespace
@@ -159,10 +158,11 @@ const std::string& Tokenizer::token_bytes(int32_t id) const {
 }
 
 void Tokenizer::encode_text(std::string_view text, std::vector<int32_t>* out) const {
-  Pieces pieces;
-  pieces.views.push_back(text);
-  if (pre_tokenizer_) pre_tokenizer_->pre_tokenize(&pieces);
-  for (std::string_view piece : pieces.views) model_->encode(piece, byte_level_, out);
+  if (!pre_tokenizer_) {
+    model_->encode(text, byte_level_, out);
+    return;
+  }
+  pre_tokenizer_->for_each_piece(text, [&](std::string_view piece) { model_->encode(piece, byte_level_, out); });
 }
 
 void Tokenizer::encode_normalized(std::string_view text, SpecialTokenMode mode, std::vector<int32_t>* out) const {
@@ -201,8 +201,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view input, SpecialTokenMode 
     return out;
   }
   std::vector<Segment> segments;
-  raw_matcher_.split(input, added_, mode == SpecialTokenMode::kSpecialAsText ? skip_special_ : skip_none_,
-                     &segments);
+  raw_matcher_.split(input, added_, mode == SpecialTokenMode::kSpecialAsText ? skip_special_ : skip_none_, &segments);
   for (const Segment& s : segments) {
     if (s.id >= 0) {
       out.push_back(s.id);

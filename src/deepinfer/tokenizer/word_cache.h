@@ -1,0 +1,128 @@
+// A bounded cache of BPE results per piece (piece bytes → ids), one per thread and model, so lookups need no
+// lock. Natural text repeats a small set of words, so most pieces skip the merge loop entirely.
+//
+// Open addressing over 32-byte slots: a key of up to 16 bytes and up to 3 ids sit in the slot itself, so a hit
+// touches one cache line; longer keys and id lists go to arenas. When it holds kMaxEntries words it is emptied
+// and refilled (cheaper than LRU bookkeeping, and the hot words come back at once).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace deepinfer::tokenizer {
+
+class WordCache {
+ public:
+  static constexpr size_t kMaxKeyBytes = 64;  // longer pieces are rare and not cached
+  static constexpr size_t kMaxEntries = size_t{1} << 16;
+
+  WordCache() : slots_(kSlots) {}
+
+  // The key as two words (for keys of <= 16 bytes: together with the length, they identify it) and a hash.
+  struct Key {
+    std::string_view bytes;
+    uint64_t w0 = 0, w1 = 0, hash = 0;
+    explicit Key(std::string_view s) : bytes(s) {
+      const size_t n = s.size();
+      const char* p = s.data();
+      if (n >= 8) {
+        // First and last 8 bytes (overlapping when n < 16): unique for a given length up to 16.
+        std::memcpy(&w0, p, 8);
+        std::memcpy(&w1, p + n - 8, 8);
+      } else if (n >= 4) {
+        uint32_t a, b;
+        std::memcpy(&a, p, 4);
+        std::memcpy(&b, p + n - 4, 4);
+        w0 = (uint64_t{b} << 32) | a;
+      } else {
+        for (size_t i = 0; i < n; ++i) w0 |= uint64_t{static_cast<unsigned char>(p[i])} << (8 * i);
+      }
+      uint64_t h = (w0 ^ (uint64_t{n} << 56)) * 0x9E3779B97F4A7C15ULL;
+      h ^= (w1 + (h >> 29)) * 0xC2B2AE3D27D4EB4FULL;
+      if (n > 16) {
+        for (size_t i = 8; i + 8 <= n - 8; i += 8) {  // the middle, for long keys
+          uint64_t w;
+          std::memcpy(&w, p + i, 8);
+          h = (h ^ w) * 0xFF51AFD7ED558CCDULL;
+        }
+      }
+      hash = h ^ (h >> 31);
+    }
+  };
+
+  // Appends the cached ids of `key` to *out and returns true, or returns false.
+  bool find(const Key& key, std::vector<int32_t>* out) const {
+    const size_t n = key.bytes.size();
+    for (size_t i = key.hash & kMask;; i = (i + 1) & kMask) {
+      const Slot& s = slots_[i];
+      if (s.key_len == 0) return false;
+      if (s.key_len != n) continue;
+      const bool equal = n <= 16 ? s.k0 == key.w0 && s.k1 == key.w1
+                                 : s.k1 == key.hash && std::memcmp(long_keys_.data() + s.k0, key.bytes.data(), n) == 0;
+      if (!equal) continue;
+      if (s.n_ids <= 3) {
+        out->insert(out->end(), s.ids, s.ids + s.n_ids);
+      } else {
+        const int32_t* ids = long_ids_.data() + s.ids[0];
+        out->insert(out->end(), ids, ids + s.n_ids);
+      }
+      return true;
+    }
+  }
+
+  void insert(const Key& key, std::span<const int32_t> ids) {
+    const size_t n = key.bytes.size();
+    if (n == 0 || n > kMaxKeyBytes || ids.size() > 255) return;
+    if (entries_ == kMaxEntries) clear();
+    size_t i = key.hash & kMask;
+    while (slots_[i].key_len != 0) i = (i + 1) & kMask;
+    Slot& s = slots_[i];
+    s.key_len = static_cast<uint8_t>(n);
+    if (n <= 16) {
+      s.k0 = key.w0;
+      s.k1 = key.w1;
+    } else {
+      s.k0 = long_keys_.size();
+      s.k1 = key.hash;
+      long_keys_.append(key.bytes);
+    }
+    s.n_ids = static_cast<uint8_t>(ids.size());
+    if (ids.size() <= 3) {
+      std::copy(ids.begin(), ids.end(), s.ids);
+    } else {
+      s.ids[0] = static_cast<int32_t>(long_ids_.size());
+      long_ids_.insert(long_ids_.end(), ids.begin(), ids.end());
+    }
+    ++entries_;
+  }
+
+ private:
+  static constexpr size_t kSlots = kMaxEntries * 2;  // load factor <= 1/2
+  static constexpr size_t kMask = kSlots - 1;
+  struct alignas(32) Slot {
+    uint64_t k0 = 0, k1 = 0;  // short key: its words; long key: arena offset and hash
+    uint8_t key_len = 0;      // 0: empty slot
+    uint8_t n_ids = 0;
+    int32_t ids[3] = {};  // n_ids > 3: ids[0] is the offset in long_ids_
+  };
+  static_assert(sizeof(Slot) == 32);
+
+  void clear() {
+    std::fill(slots_.begin(), slots_.end(), Slot{});
+    long_keys_.clear();
+    long_ids_.clear();
+    entries_ = 0;
+  }
+
+  std::vector<Slot> slots_;
+  std::string long_keys_;
+  std::vector<int32_t> long_ids_;
+  size_t entries_ = 0;
+};
+
+}  // namespace deepinfer::tokenizer
