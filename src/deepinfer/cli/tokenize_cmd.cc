@@ -59,7 +59,7 @@ std::vector<int32_t> parse_id_list(const std::string& text) {
     } catch (const std::logic_error&) {
       used = 0;
     }
-    DI_CHECK(used == item.size()) << "--decode: '" << item << "' is not a token id";
+    DI_CHECK(used == item.size() && v >= INT32_MIN && v <= INT32_MAX) << "--decode: '" << item << "' is not a token id";
     ids.push_back(static_cast<int32_t>(v));
   }
   return ids;

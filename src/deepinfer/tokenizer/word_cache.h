@@ -3,7 +3,9 @@
 //
 // Open addressing over 32-byte slots: a key of up to 16 bytes and up to 3 ids sit in the slot itself, so a hit
 // touches one cache line; longer keys and id lists go to arenas. When it holds kMaxEntries words it is emptied
-// and refilled (cheaper than LRU bookkeeping, and the hot words come back at once).
+// and refilled (cheaper than LRU bookkeeping, and the hot words come back at once). In front of it, a small
+// direct-mapped table (256 KB, about L2-sized) keeps the most recently used short words: word frequencies are
+// Zipf-like, so most lookups end there instead of in the 4 MB table.
 #pragma once
 
 #include <algorithm>
@@ -21,7 +23,7 @@ class WordCache {
   static constexpr size_t kMaxKeyBytes = 64;  // longer pieces are rare and not cached
   static constexpr size_t kMaxEntries = size_t{1} << 16;
 
-  WordCache() : slots_(kSlots) {}
+  WordCache() : slots_(kSlots), hot_(kHotSlots) {}
 
   // The key as two words (for keys of <= 16 bytes: together with the length, they identify it) and a hash.
   struct Key {
@@ -56,8 +58,13 @@ class WordCache {
   };
 
   // Appends the cached ids of `key` to *out and returns true, or returns false.
-  bool find(const Key& key, std::vector<int32_t>* out) const {
+  bool find(const Key& key, std::vector<int32_t>* out) {
     const size_t n = key.bytes.size();
+    Slot& hot = hot_[(key.hash >> 40) & (kHotSlots - 1)];
+    if (hot.key_len == n && hot.k0 == key.w0 && hot.k1 == key.w1) {
+      out->insert(out->end(), hot.ids, hot.ids + hot.n_ids);
+      return true;
+    }
     for (size_t i = key.hash & kMask;; i = (i + 1) & kMask) {
       const Slot& s = slots_[i];
       if (s.key_len == 0) return false;
@@ -67,6 +74,7 @@ class WordCache {
       if (!equal) continue;
       if (s.n_ids <= 3) {
         out->insert(out->end(), s.ids, s.ids + s.n_ids);
+        if (n <= 16) hot = s;
       } else {
         const int32_t* ids = long_ids_.data() + s.ids[0];
         out->insert(out->end(), ids, ids + s.n_ids);
@@ -94,6 +102,7 @@ class WordCache {
     s.n_ids = static_cast<uint8_t>(ids.size());
     if (ids.size() <= 3) {
       std::copy(ids.begin(), ids.end(), s.ids);
+      if (n <= 16) hot_[(key.hash >> 40) & (kHotSlots - 1)] = s;
     } else {
       s.ids[0] = static_cast<int32_t>(long_ids_.size());
       long_ids_.insert(long_ids_.end(), ids.begin(), ids.end());
@@ -104,6 +113,7 @@ class WordCache {
  private:
   static constexpr size_t kSlots = kMaxEntries * 2;  // load factor <= 1/2
   static constexpr size_t kMask = kSlots - 1;
+  static constexpr size_t kHotSlots = 8192;  // only short keys with <= 3 ids, always inline
   struct alignas(32) Slot {
     uint64_t k0 = 0, k1 = 0;  // short key: its words; long key: arena offset and hash
     uint8_t key_len = 0;      // 0: empty slot
@@ -114,12 +124,14 @@ class WordCache {
 
   void clear() {
     std::fill(slots_.begin(), slots_.end(), Slot{});
+    std::fill(hot_.begin(), hot_.end(), Slot{});
     long_keys_.clear();
     long_ids_.clear();
     entries_ = 0;
   }
 
   std::vector<Slot> slots_;
+  std::vector<Slot> hot_;
   std::string long_keys_;
   std::vector<int32_t> long_ids_;
   size_t entries_ = 0;
