@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
@@ -152,6 +153,60 @@ TEST(StructuredCheckCli, GenerateWithConstraints) {
     EXPECT_NE(r.exit_code, 0) << flags;
     EXPECT_NE(r.output.find(message), std::string::npos) << flags << "\n" << r.output;
   }
+}
+
+// structured-check: maskbench-format cases -> one JSON line per case and a summary; with --tokenizer the
+// instances also go token by token through the masks.
+TEST(StructuredCheckCli, CasesFileSummaries) {
+  testing::TempDir dir;
+  testing::write_file(dir.file("tokenizer.json"), byte_level_tokenizer_json());
+  const std::string cases =
+      R"({"id":"a","schema":{"type":"object","properties":{"name":{"type":"string"},"n":{"type":"integer"}},)"
+      R"("required":["name"],"additionalProperties":false},"tests":[{"valid":true,"data":"{\n  \"name\": \"x\",\n  \"n\": 3\n}"},)"
+      R"({"valid":false,"data":"{\"n\":3}"},{"valid":false,"data":"{\"name\":1}"}]})"
+      "\n"
+      R"({"id":"b","schema":{"not":{"type":"string"}},"tests":[{"valid":true,"data":"1"}]})"
+      "\n"
+      R"({"id":"c","schema":{"type":"strin"},"tests":[]})"
+      "\n"
+      R"({"id":"d","schema":{"enum":["x","y"]},"tests":[{"valid":true,"data":"\"y\""},{"valid":false,"data":"\"z\""}]})"
+      "\n";
+  testing::write_file(dir.file("cases.jsonl"), cases);
+  for (const std::string extra : {std::string(), " --tokenizer " + dir.file("tokenizer.json") + " --eos '</s>'"}) {
+    const auto r = testing::run_cli("structured-check --cases " + dir.file("cases.jsonl") + extra);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    std::map<std::string, nlohmann::json> lines;
+    nlohmann::json summary;
+    std::istringstream in(r.output);
+    for (std::string line; std::getline(in, line);) {
+      if (line.empty() || line[0] != '{') continue;
+      auto j = nlohmann::json::parse(line);
+      if (j.contains("summary"))
+        summary = j;
+      else
+        lines[j["id"]] = j;
+    }
+    ASSERT_EQ(lines.size(), 4u) << r.output;
+    EXPECT_EQ(summary["cases"], 4);
+    EXPECT_EQ(summary["compiled"], 2);
+    EXPECT_EQ(summary["unsupported"], 1);
+    EXPECT_EQ(summary["invalid_schema"], 1);
+    EXPECT_EQ(summary["valid"], 2);
+    EXPECT_EQ(summary["valid_accepted"], 2);
+    EXPECT_EQ(summary["invalid"], 3);
+    EXPECT_EQ(summary["invalid_rejected"], 3);
+    EXPECT_EQ(lines["b"]["code"], "Unsupported");
+    EXPECT_NE(lines["c"]["error"].get<std::string>().find("strin"), std::string::npos);
+    EXPECT_EQ(lines["a"]["instances"][0]["accepted_verbatim"], true);
+    if (!extra.empty()) {
+      EXPECT_EQ(summary["token_checked"], 5);
+      EXPECT_EQ(summary["token_accepted"], 2) << "the two valid instances, through the masks";
+      EXPECT_EQ(summary["mask_mismatches"], 0);
+    }
+  }
+  const auto missing = testing::run_cli("structured-check --cases " + dir.file("nope.jsonl"));
+  EXPECT_NE(missing.exit_code, 0);
+  EXPECT_NE(missing.output.find("cannot read"), std::string::npos) << missing.output;
 }
 
 }  // namespace

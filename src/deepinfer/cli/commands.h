@@ -35,10 +35,12 @@ void register_score(CLI::App& app, CommandRegistry& reg);
 void register_offline(CLI::App& app, CommandRegistry& reg);
 void register_tokenize(CLI::App& app, CommandRegistry& reg);
 void register_bench(CLI::App& app, CommandRegistry& reg);
+void register_structured_check(CLI::App& app, CommandRegistry& reg);
 
 inline void register_commands(CLI::App& app, CommandRegistry& reg) {
   register_inspect(app, reg);
   register_make_checkpoint(app, reg);
+  register_structured_check(app, reg);
   register_generate(app, reg);
   register_score(app, reg);
   register_offline(app, reg);
