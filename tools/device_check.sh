@@ -43,7 +43,7 @@ if [ ! -f /usr/include/pcre2.h ] || [ ! -f /usr/include/spdlog/spdlog.h ] || [ !
 fi
 start=$(date +%s)
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DDEEPINFER_ACCELERATOR=nvidia \
-  -DCMAKE_CUDA_ARCHITECTURES=90a >"$OUT/configure.log" 2>&1 || { note "configure FAILED"; tail -30 "$OUT/configure.log"; exit 1; }
+  -DCMAKE_CUDA_ARCHITECTURES=90a -DDEEPINFER_PYTHON=OFF >"$OUT/configure.log" 2>&1 || { note "configure FAILED"; tail -30 "$OUT/configure.log"; exit 1; }
 target=deepinfer_cuda_tests
 [ "$MODE" = full ] && target=all
 [ "$MODE" = bench ] && target="deepinfer_cuda_tests deepinfer_cli"
