@@ -20,7 +20,7 @@ JOBS=${DEEPINFER_JOBS:-$(nproc)}
 
 DEB_PACKAGES=(build-essential cmake ninja-build pkg-config git python3 python3-dev python3-pytest python3-setuptools
   nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev libpcre2-dev libicu-dev libgtest-dev libgmock-dev
-  libbenchmark-dev pybind11-dev clang python3-jsonschema)
+  libbenchmark-dev pybind11-dev clang python3-jsonschema libboost-dev)
 
 log() { echo "[build.sh] $*" >&2; }
 

@@ -36,6 +36,7 @@ void register_offline(CLI::App& app, CommandRegistry& reg);
 void register_tokenize(CLI::App& app, CommandRegistry& reg);
 void register_bench(CLI::App& app, CommandRegistry& reg);
 void register_structured_check(CLI::App& app, CommandRegistry& reg);
+void register_serve(CLI::App& app, CommandRegistry& reg);
 
 inline void register_commands(CLI::App& app, CommandRegistry& reg) {
   register_inspect(app, reg);
@@ -46,6 +47,7 @@ inline void register_commands(CLI::App& app, CommandRegistry& reg) {
   register_offline(app, reg);
   register_tokenize(app, reg);
   register_bench(app, reg);
+  register_serve(app, reg);
 }
 
 }  // namespace deepinfer::cli

@@ -1,0 +1,93 @@
+// deepinfer serve: the OpenAI/Anthropic-compatible HTTP server (src/deepinfer/server) on one model. SIGINT /
+// SIGTERM stop accepting, let in-flight requests finish for --drain-timeout seconds, then abort the rest.
+#include <pthread.h>
+#include <csignal>
+#include <cstdlib>
+
+#include "deepinfer/cli/commands.h"
+#include "deepinfer/core/logging.h"
+#include "deepinfer/io/checkpoint.h"
+#include "deepinfer/server/engine_service.h"
+#include "deepinfer/server/http_server.h"
+
+namespace deepinfer::cli {
+namespace {
+
+struct ServeArgs {
+  server::ModelHostOptions model;
+  std::string model_arg;
+  server::HttpServerOptions http;
+  int max_active_requests = 256;
+  int max_n = 16;
+  int64_t max_body_mb = 8;
+  double drain_timeout_s = 30;
+};
+
+int run_serve(ServeArgs a) {
+  const char* env = std::getenv("DEEPINFER_HF_MODEL_DIR");
+  ResolvedModel m = resolve_model_dir(a.model_arg.empty() ? std::nullopt : std::optional<std::string>(a.model_arg),
+                                      env ? std::optional<std::string>(env) : std::nullopt, embedded_model_dir());
+  DI_LOG_INFO("model resolved from {}: {}", m.source, m.dir);
+  a.model.model_dir = m.dir;
+  a.http.max_body_bytes = static_cast<size_t>(a.max_body_mb) << 20;
+  if (a.http.api_key.empty())
+    if (const char* k = std::getenv("DEEPINFER_API_KEY")) a.http.api_key = k;
+
+  // Signals are taken by sigwait on this thread only: block them before any other thread starts.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+
+  auto host = server::ModelHost::load(a.model);
+  server::Metrics metrics;
+  server::EngineService engine(*host, metrics, {a.max_active_requests});
+  server::RequestLimits limits;
+  limits.max_n = a.max_n;
+  server::ServerApi api(*host, limits);
+  server::HttpServer http(api, engine, metrics, a.http);
+  http.start();
+  DI_LOG_INFO("serving model \"{}\" (max_model_len {}) on http://{}:{}{}", host->name(), host->max_model_len(),
+              a.http.host, http.port(), a.http.api_key.empty() ? "" : " (API key required)");
+  int sig = 0;
+  sigwait(&sigs, &sig);
+  DI_LOG_INFO("signal {}: draining {} in-flight requests (up to {} s)", sig, engine.active_requests(),
+              a.drain_timeout_s);
+  http.stop_accepting();
+  engine.drain(std::chrono::milliseconds(static_cast<int64_t>(a.drain_timeout_s * 1000)));
+  http.stop();
+  DI_LOG_INFO("server stopped");
+  return 0;
+}
+
+}  // namespace
+
+void register_serve(CLI::App& app, CommandRegistry& reg) {
+  auto* sub = app.add_subcommand("serve", "OpenAI / Anthropic compatible HTTP server");
+  auto a = std::make_shared<ServeArgs>();
+  sub->add_option("--model,model", a->model_arg, "checkpoint directory (default: DEEPINFER_HF_MODEL_DIR, embedded)");
+  sub->add_option("--served-model-name", a->model.served_model_name, "model id clients use (default: directory name)");
+  sub->add_option("--host", a->http.host, "address to bind (default 127.0.0.1; 0.0.0.0 exposes it to the network)");
+  sub->add_option("--port", a->http.port, "TCP port (0 = any free port)");
+  sub->add_option("--api-key", a->http.api_key,
+                  "require this key (Authorization: Bearer / x-api-key); "
+                  "default DEEPINFER_API_KEY");
+  sub->add_option("--device", a->model.device, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  sub->add_option("--threads", a->model.threads, "CPU threads (0 = all cores)");
+  sub->add_option("--max-num-seqs", a->model.max_num_seqs)->check(CLI::PositiveNumber);
+  sub->add_option("--max-model-len", a->model.max_model_len)->check(CLI::PositiveNumber);
+  sub->add_option("--max-num-batched-tokens", a->model.max_num_batched_tokens)->check(CLI::PositiveNumber);
+  sub->add_option("--kv-budget-mb", a->model.kv_budget_mb)->check(CLI::PositiveNumber);
+  sub->add_option("--seed", a->model.seed, "engine seed for requests without their own");
+  sub->add_option("--chat-format", a->model.chat_format, "v3 | v31 | v4 | v41 (default: from config.json)");
+  sub->add_option("--max-active-requests", a->max_active_requests, "in flight at once; more get 429")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--max-n", a->max_n, "largest n per request")->check(CLI::Range(1, 128));
+  sub->add_option("--max-body-mb", a->max_body_mb, "largest request body")->check(CLI::PositiveNumber);
+  sub->add_option("--io-threads", a->http.io_threads)->check(CLI::PositiveNumber);
+  sub->add_option("--drain-timeout", a->drain_timeout_s, "seconds in-flight requests get after SIGTERM");
+  reg.add(sub, [a] { return run_serve(*a); });
+}
+
+}  // namespace deepinfer::cli

@@ -1,0 +1,62 @@
+// Typed access to a JSON request body: every type or range error is an ApiError 400 naming the field, so the
+// protocol code reads like a schema and never throws nlohmann's type errors at a client.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "deepinfer/sampling/sampling_params.h"
+#include "deepinfer/server/api_error.h"
+
+namespace deepinfer::server {
+
+using Json = nlohmann::ordered_json;
+
+// Parses a request body; malformed JSON or a non-object is a 400.
+Json parse_body(const std::string& body);
+
+class Fields {
+ public:
+  // `prefix` is prepended to field names in errors ("" for the top level, "stream_options." for nested ones).
+  explicit Fields(const Json& obj, std::string prefix = {}) : obj_(obj), prefix_(std::move(prefix)) {}
+
+  // Null when the key is absent or JSON null.
+  const Json* get(const char* key) const;
+  std::optional<double> number(const char* key, double lo, double hi) const;
+  std::optional<int64_t> integer(const char* key, int64_t lo, int64_t hi) const;
+  std::optional<bool> boolean(const char* key) const;
+  std::optional<std::string> string(const char* key) const;
+  // A string or an array of strings (OpenAI's `stop`).
+  std::vector<std::string> string_or_list(const char* key, size_t max_items) const;
+  std::vector<int64_t> integer_list(const char* key, int64_t lo, int64_t hi) const;
+  std::string name(const char* key) const { return prefix_ + key; }
+
+ private:
+  const Json& obj_;
+  std::string prefix_;
+};
+
+// Limits the server enforces on top of SamplingParams' own ranges.
+struct RequestLimits {
+  int max_n = 16;
+  int64_t max_tokens = 0;  // 0 = max_model_len
+};
+
+// SamplingParams from the OpenAI fields (chat and completions; `chat` selects logprobs' shape: a boolean plus
+// top_logprobs, vs an integer). vLLM's extensions top_k, min_p, repetition_penalty, min_tokens, ignore_eos and
+// stop_token_ids are accepted. Unsupported features (logit_bias, response_format other than text) are 400s that
+// say so, never silently ignored.
+SamplingParams parse_openai_sampling(const Json& body, bool chat, int64_t vocab_size, const RequestLimits& limits);
+
+// Runs deepinfer::validate and maps its InvalidArgument to a 400 whose param is the field the message names.
+void validate_sampling(const SamplingParams& p, int64_t vocab_size);
+
+// A prompt of `prompt_len` tokens with `p.max_tokens` must fit max_model_len; 400 "prompt too long" otherwise.
+// Unset max_tokens becomes the room left.
+void fit_to_context(SamplingParams* p, int64_t prompt_len, int64_t max_model_len, const char* prompt_field);
+
+}  // namespace deepinfer::server

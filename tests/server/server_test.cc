@@ -1,0 +1,399 @@
+// The HTTP server driven over real loopback sockets: OpenAI routes, streaming, errors, auth, limits, client
+// disconnects and concurrency, on the golden V4.1 fixture model (random weights, CPU backend).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <set>
+#include <thread>
+
+#include <boost/asio.hpp>
+#include <nlohmann/json.hpp>
+
+#include "deepinfer/io/safetensors.h"
+#include "server/server_test_util.h"
+
+namespace deepinfer::testing {
+namespace {
+
+using Json = nlohmann::json;
+
+std::string golden_dir() { return test_data_dir() + "/golden/deepseek_v41"; }
+
+std::vector<int64_t> golden_ids(const std::string& name) {
+  auto f = SafetensorsFile::open(golden_dir() + "/golden.safetensors");
+  Tensor t = f->tensor(name);
+  return std::vector<int64_t>(t.data_as<int64_t>(), t.data_as<int64_t>() + t.numel());
+}
+
+// One server on the chat fixture for the whole suite (loading is cheap but not free).
+class ServerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    server_ = TestServer::start(make_chat_fixture_dir(dir_->file("model"))).release();
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    delete dir_;
+  }
+  static HttpResult post(const std::string& path, const Json& body) {
+    return http_request(server_->port, "POST", path, body.dump());
+  }
+  static Json chat_body(const std::string& text, int max_tokens) {
+    return {{"model", "test-model"},
+            {"messages", {{{"role", "user"}, {"content", text}}}},
+            {"max_tokens", max_tokens},
+            {"ignore_eos", true}};
+  }
+  static void wait_idle() {
+    for (int i = 0; i < 500 && server_->engine->active_requests() > 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    EXPECT_EQ(server_->engine->active_requests(), 0);
+  }
+  static TempDir* dir_;
+  static TestServer* server_;
+};
+TempDir* ServerTest::dir_ = nullptr;
+TestServer* ServerTest::server_ = nullptr;
+
+TEST_F(ServerTest, HealthAndModels) {
+  auto h = http_request(server_->port, "GET", "/health");
+  EXPECT_EQ(h.status, 200);
+  auto m = http_request(server_->port, "GET", "/v1/models");
+  ASSERT_EQ(m.status, 200);
+  Json j = Json::parse(m.body);
+  ASSERT_EQ(j["data"].size(), 1u);
+  EXPECT_EQ(j["data"][0]["id"], "test-model");
+  EXPECT_EQ(http_request(server_->port, "GET", "/nope").status, 404);
+  EXPECT_EQ(http_request(server_->port, "GET", "/v1/chat/completions").status, 405);
+}
+
+// Greedy completion of the golden prompt through HTTP gives transformers' greedy continuation.
+TEST(ServerGolden, GreedyCompletionMatchesTransformers) {
+  auto s = TestServer::start(golden_dir());
+  const auto prompt = golden_ids("prompt0.input_ids");
+  const auto expected = golden_ids("prompt0.generated_ids");
+  Json body = {{"model", "test-model"}, {"prompt", prompt},   {"max_tokens", expected.size()},
+               {"temperature", 0},      {"ignore_eos", true}, {"return_token_ids", true}};
+  auto r = http_request(s->port, "POST", "/v1/completions", body.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  Json j = Json::parse(r.body);
+  EXPECT_EQ(j["choices"][0]["token_ids"].get<std::vector<int64_t>>(), expected);
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(j["usage"]["prompt_tokens"], prompt.size());
+  EXPECT_EQ(j["usage"]["completion_tokens"], expected.size());
+  // The text is the tokenizer's decode of those ids (WordLevel: space separated).
+  const auto& tok = *s->host->tokenizer();
+  std::vector<int32_t> ids(expected.begin(), expected.end());
+  EXPECT_EQ(j["choices"][0]["text"], tok.decode(ids, /*skip_special_tokens=*/true));
+
+  // Streaming gives the same tokens, then a usage chunk and [DONE].
+  body["stream"] = true;
+  body["stream_options"] = {{"include_usage", true}};
+  auto st = http_request(s->port, "POST", "/v1/completions", body.dump());
+  ASSERT_EQ(st.status, 200);
+  EXPECT_EQ(st.header("Content-Type"), "text/event-stream");
+  auto lines = sse_data_lines(st.body);
+  ASSERT_GE(lines.size(), 3u);
+  EXPECT_EQ(lines.back(), "[DONE]");
+  std::vector<int64_t> streamed;
+  std::string text;
+  for (size_t i = 0; i + 2 < lines.size(); ++i) {
+    Json c = Json::parse(lines[i]);
+    ASSERT_EQ(c["choices"].size(), 1u);
+    for (auto& t : c["choices"][0]["token_ids"]) streamed.push_back(t.get<int64_t>());
+    text += c["choices"][0]["text"].get<std::string>();
+  }
+  EXPECT_EQ(streamed, expected);
+  EXPECT_EQ(text, j["choices"][0]["text"]);
+  Json usage = Json::parse(lines[lines.size() - 2]);
+  EXPECT_TRUE(usage["choices"].empty());
+  EXPECT_EQ(usage["usage"]["completion_tokens"], expected.size());
+}
+
+TEST_F(ServerTest, ChatNonStreamingAndStreamingAgreeWithSeed) {
+  Json body = chat_body("w1 w2 w3", 12);
+  body["temperature"] = 0.8;
+  body["seed"] = 1234;
+  body["n"] = 2;
+  auto r = post("/v1/chat/completions", body);
+  ASSERT_EQ(r.status, 200) << r.body;
+  Json j = Json::parse(r.body);
+  ASSERT_EQ(j["choices"].size(), 2u);
+  EXPECT_EQ(j["object"], "chat.completion");
+  EXPECT_EQ(j["usage"]["completion_tokens"], 24);
+  // usage.prompt_tokens is the chat encoding's length, as /tokenize reports it.
+  auto tk = post("/tokenize", {{"model", "test-model"}, {"messages", body["messages"]}});
+  ASSERT_EQ(tk.status, 200) << tk.body;
+  EXPECT_EQ(j["usage"]["prompt_tokens"], Json::parse(tk.body)["count"]);
+
+  body["stream"] = true;
+  body["stream_options"] = {{"include_usage", true}};
+  auto s = post("/v1/chat/completions", body);
+  ASSERT_EQ(s.status, 200);
+  auto lines = sse_data_lines(s.body);
+  ASSERT_EQ(lines.back(), "[DONE]");
+  std::string content[2], reasoning[2], finish[2];
+  bool saw_role[2] = {false, false};
+  int usage_chunks = 0;
+  for (size_t i = 0; i + 1 < lines.size(); ++i) {
+    Json c = Json::parse(lines[i]);
+    EXPECT_EQ(c["object"], "chat.completion.chunk");
+    if (c["choices"].empty()) {
+      ++usage_chunks;
+      EXPECT_EQ(c["usage"]["completion_tokens"], 24);
+      continue;
+    }
+    int idx = c["choices"][0]["index"];
+    const Json& d = c["choices"][0]["delta"];
+    if (d.contains("role")) saw_role[idx] = true;
+    if (d.contains("content")) content[idx] += d["content"].get<std::string>();
+    if (d.contains("reasoning_content")) reasoning[idx] += d["reasoning_content"].get<std::string>();
+    if (!c["choices"][0]["finish_reason"].is_null()) finish[idx] = c["choices"][0]["finish_reason"];
+  }
+  EXPECT_EQ(usage_chunks, 1);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_TRUE(saw_role[i]);
+    const Json& m = j["choices"][i]["message"];
+    EXPECT_EQ(content[i], m["content"].is_null() ? "" : m["content"].get<std::string>()) << i;
+    EXPECT_EQ(finish[i], j["choices"][i]["finish_reason"]);
+  }
+  wait_idle();
+}
+
+TEST_F(ServerTest, ChatLogprobs) {
+  Json body = chat_body("w5", 4);
+  body["logprobs"] = true;
+  body["top_logprobs"] = 3;
+  auto r = post("/v1/chat/completions", body);
+  ASSERT_EQ(r.status, 200) << r.body;
+  Json lp = Json::parse(r.body)["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(lp.size(), 4u);
+  for (const auto& e : lp) {
+    EXPECT_LE(e["logprob"].get<double>(), 0.0);
+    ASSERT_EQ(e["top_logprobs"].size(), 3u);
+    EXPECT_GE(e["top_logprobs"][0]["logprob"].get<double>(), e["top_logprobs"][2]["logprob"].get<double>());
+  }
+}
+
+TEST_F(ServerTest, BadRequestsAreOpenAIErrorsNamingTheField) {
+  struct Case {
+    std::string body;
+    int status;
+    std::string param;
+  };
+  Json ok = chat_body("w1", 2);
+  auto with = [&](const char* k, Json v) {
+    Json b = ok;
+    b[k] = v;
+    return b.dump();
+  };
+  const std::vector<Case> cases = {
+      {"{not json", 400, "body"},
+      {"[1,2]", 400, "body"},
+      {with("model", "other"), 404, "model"},
+      {with("temperature", "hot"), 400, "temperature"},
+      {with("temperature", -1), 400, "temperature"},
+      {with("top_p", 1.5), 400, "top_p"},
+      {with("top_k", -5), 400, "top_k"},
+      {with("min_p", 2), 400, "min_p"},
+      {with("presence_penalty", 3), 400, "presence_penalty"},
+      {with("frequency_penalty", "x"), 400, "frequency_penalty"},
+      {with("max_tokens", 0), 400, "max_tokens"},
+      {with("max_tokens", 100000), 400, "max_tokens"},
+      {with("n", 0), 400, "n"},
+      {with("n", 1000), 400, "n"},
+      {with("stop", 5), 400, "stop"},
+      {with("seed", "abc"), 400, "seed"},
+      {with("top_logprobs", 50), 400, "top_logprobs"},
+      {with("logit_bias", {{"5", 10}}), 400, "logit_bias"},
+      {with("response_format", {{"type", "json_object"}}), 400, "response_format"},
+      {with("messages", "hello"), 400, "messages"},
+      {with("messages", Json::array()), 400, "messages"},
+      {with("messages", {{{"role", "robot"}, {"content", "x"}}}), 400, "messages"},
+      {with("stream", "yes"), 400, "stream"},
+  };
+  for (const auto& c : cases) {
+    auto r = http_request(server_->port, "POST", "/v1/chat/completions", c.body);
+    EXPECT_EQ(r.status, c.status) << c.body << " -> " << r.body;
+    Json j = Json::parse(r.body, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << r.body;
+    ASSERT_TRUE(j.contains("error")) << r.body;
+    EXPECT_EQ(j["error"]["param"], c.param) << c.body << " -> " << r.body;
+    EXPECT_FALSE(j["error"]["message"].get<std::string>().empty());
+  }
+  // A prompt longer than the context (1024 tokens).
+  std::string longp;
+  for (int i = 0; i < 1100; ++i) longp += "w1 ";
+  auto r = post("/v1/completions", {{"model", "test-model"}, {"prompt", longp}});
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(Json::parse(r.body)["error"]["code"], "context_length_exceeded");
+  r = post("/v1/completions", {{"model", "test-model"}, {"prompt", {1, 2, 99999}}});
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(Json::parse(r.body)["error"]["param"], "prompt");
+  wait_idle();
+}
+
+TEST_F(ServerTest, StopStringIsCutFromTheOutput) {
+  // Greedy output first, then the same request stopping at its third token's text.
+  Json body = {
+      {"model", "test-model"}, {"prompt", "w7 w8"}, {"max_tokens", 8}, {"temperature", 0}, {"ignore_eos", true}};
+  Json full = Json::parse(post("/v1/completions", body).body);
+  std::string text = full["choices"][0]["text"];
+  auto sp = text.find(' ', text.find(' ') + 1);  // start of the third word
+  ASSERT_NE(sp, std::string::npos) << text;
+  std::string third = text.substr(sp, text.find(' ', sp + 1) - sp);
+  body["stop"] = {third};
+  for (bool stream : {false, true}) {
+    body["stream"] = stream;
+    auto r = post("/v1/completions", body);
+    ASSERT_EQ(r.status, 200);
+    std::string got, finish;
+    if (!stream) {
+      Json j = Json::parse(r.body);
+      got = j["choices"][0]["text"];
+      finish = j["choices"][0]["finish_reason"];
+    } else {
+      for (const auto& l : sse_data_lines(r.body)) {
+        if (l == "[DONE]") break;
+        Json c = Json::parse(l);
+        got += c["choices"][0]["text"].get<std::string>();
+        if (!c["choices"][0]["finish_reason"].is_null()) finish = c["choices"][0]["finish_reason"];
+      }
+    }
+    EXPECT_EQ(got, text.substr(0, text.find(third))) << "stream=" << stream;
+    EXPECT_EQ(finish, "stop");
+  }
+}
+
+TEST(ServerAuth, ApiKeyGuardsEveryRouteButHealth) {
+  TempDir dir;
+  server::HttpServerOptions opt;
+  opt.api_key = "sekret";
+  opt.max_body_bytes = 4096;
+  auto s = TestServer::start(golden_dir(), opt);
+  EXPECT_EQ(http_request(s->port, "GET", "/health").status, 200);
+  auto r = http_request(s->port, "GET", "/v1/models");
+  EXPECT_EQ(r.status, 401);
+  EXPECT_EQ(Json::parse(r.body)["error"]["code"], "invalid_api_key");
+  EXPECT_EQ(http_request(s->port, "GET", "/v1/models", "", {{"Authorization", "Bearer wrong"}}).status, 401);
+  EXPECT_EQ(http_request(s->port, "GET", "/metrics").status, 401);
+  EXPECT_EQ(http_request(s->port, "GET", "/v1/models", "", {{"Authorization", "Bearer sekret"}}).status, 200);
+  EXPECT_EQ(http_request(s->port, "GET", "/v1/models", "", {{"x-api-key", "sekret"}}).status, 200);
+  // Body over the limit: 413, and the server keeps serving.
+  auto big =
+      http_request(s->port, "POST", "/v1/completions", std::string(10000, ' '), {{"Authorization", "Bearer sekret"}});
+  EXPECT_EQ(big.status, 413);
+  EXPECT_EQ(http_request(s->port, "GET", "/health").status, 200);
+}
+
+// A client that disconnects mid-stream gets its request aborted: the engine ends up idle with every KV block
+// back, long before the request's max_tokens would have run out.
+TEST_F(ServerTest, DisconnectMidStreamAbortsTheRequest) {
+  namespace net = boost::asio;
+  for (bool stream : {true, false}) {
+    net::io_context ioc;
+    net::ip::tcp::socket sock(ioc);
+    sock.connect({net::ip::make_address("127.0.0.1"), server_->port});
+    Json body = {
+        {"model", "test-model"}, {"prompt", "w1 w2"}, {"max_tokens", 1000}, {"ignore_eos", true}, {"stream", stream}};
+    std::string b = body.dump();
+    std::string req = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+                      std::to_string(b.size()) + "\r\n\r\n" + b;
+    net::write(sock, net::buffer(req));
+    if (stream) {
+      char buf[256];
+      size_t n = sock.read_some(net::buffer(buf));  // the header / first chunk: generation has started
+      EXPECT_GT(n, 0u);
+    } else {
+      for (int i = 0; i < 200 && server_->engine->active_requests() == 0; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      EXPECT_EQ(server_->engine->active_requests(), 1);
+    }
+    sock.close();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < 500 && server_->engine->active_requests() > 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    EXPECT_EQ(server_->engine->active_requests(), 0) << "stream=" << stream;
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  }
+  auto m = http_request(server_->port, "GET", "/metrics");
+  EXPECT_NE(m.body.find("deepinfer_kv_cache_usage_perc{model_name=\"test-model\"} 0\n"), std::string::npos) << m.body;
+  EXPECT_NE(m.body.find("finished_reason=\"aborted\"} 2"), std::string::npos);
+}
+
+// 32 clients at once: each gets exactly one complete answer with its own id.
+TEST_F(ServerTest, ConcurrentRequestsAreEachAnsweredOnce) {
+  constexpr int kClients = 32;
+  std::vector<std::thread> threads;
+  std::vector<HttpResult> results(kClients);
+  for (int i = 0; i < kClients; ++i) {
+    threads.emplace_back([&, i] {
+      Json body = {{"model", "test-model"},
+                   {"prompt", "w" + std::to_string(i) + " w3"},
+                   {"max_tokens", 3 + i % 5},
+                   {"ignore_eos", true},
+                   {"stream", i % 2 == 0}};
+      results[i] = http_request(server_->port, "POST", "/v1/completions", body.dump());
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::set<std::string> ids;
+  for (int i = 0; i < kClients; ++i) {
+    ASSERT_EQ(results[i].status, 200) << results[i].body;
+    int tokens = 0;
+    std::string id;
+    if (i % 2 == 0) {
+      auto lines = sse_data_lines(results[i].body);
+      ASSERT_EQ(lines.back(), "[DONE]");
+      int finishes = 0;
+      for (size_t k = 0; k + 1 < lines.size(); ++k) {
+        Json c = Json::parse(lines[k]);
+        id = c["id"];
+        if (!c["choices"][0]["finish_reason"].is_null()) ++finishes;
+      }
+      EXPECT_EQ(finishes, 1);
+      tokens = 3 + i % 5;
+    } else {
+      Json j = Json::parse(results[i].body);
+      id = j["id"];
+      tokens = j["usage"]["completion_tokens"];
+    }
+    EXPECT_EQ(tokens, 3 + i % 5);
+    ids.insert(id);
+  }
+  EXPECT_EQ(ids.size(), static_cast<size_t>(kClients));
+  wait_idle();
+}
+
+TEST(ServerLimits, FullQueueAnswers429WithRetryAfter) {
+  auto s = TestServer::start(golden_dir(), {}, /*max_active=*/1, /*max_num_seqs=*/1);
+  std::thread slow([&] {
+    Json body = {{"model", "test-model"}, {"prompt", {1, 2}}, {"max_tokens", 300}, {"ignore_eos", true}};
+    http_request(s->port, "POST", "/v1/completions", body.dump());
+  });
+  for (int i = 0; i < 500 && s->engine->active_requests() == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  auto r = http_request(s->port, "POST", "/v1/completions",
+                        Json({{"model", "test-model"}, {"prompt", {1}}, {"max_tokens", 1}}).dump());
+  EXPECT_EQ(r.status, 429);
+  EXPECT_EQ(r.header("Retry-After"), "1");
+  slow.join();
+}
+
+TEST_F(ServerTest, MetricsCountTokensAndLatencies) {
+  post("/v1/completions", {{"model", "test-model"}, {"prompt", "w1"}, {"max_tokens", 3}, {"ignore_eos", true}});
+  auto m = http_request(server_->port, "GET", "/metrics");
+  ASSERT_EQ(m.status, 200);
+  for (const char* name :
+       {"deepinfer_num_requests_running", "deepinfer_num_requests_waiting", "deepinfer_kv_cache_usage_perc",
+        "deepinfer_prefix_cache_hit_rate", "deepinfer_prompt_tokens_total", "deepinfer_generation_tokens_total",
+        "deepinfer_time_to_first_token_seconds_bucket", "deepinfer_inter_token_latency_seconds_count",
+        "deepinfer_e2e_request_latency_seconds_sum"})
+    EXPECT_NE(m.body.find(name), std::string::npos) << name;
+  EXPECT_EQ(m.body.find("deepinfer_generation_tokens_total{model_name=\"test-model\"} 0\n"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace deepinfer::testing
