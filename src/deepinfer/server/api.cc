@@ -4,6 +4,7 @@
 
 #include "deepinfer/core/error.h"
 #include "deepinfer/core/logging.h"
+#include "deepinfer/structured/grammar_compiler.h"
 
 namespace deepinfer::server {
 
@@ -123,6 +124,18 @@ std::vector<TokenId> ServerApi::encode_chat(const Json& chat, SampleOutputOption
   out->thinking = req.thinking;
   out->skip_special_tokens = false;
   return ids;
+}
+
+void ServerApi::check_structured(const SamplingParams& p, const std::string& field) const {
+  if (!p.structured.active()) return;
+  structured::GrammarCompiler* compiler = host_.grammar_compiler();
+  if (!compiler)
+    throw bad_request(field, "structured output is not available for this model: " + host_.structured_unavailable());
+  try {
+    compiler->compile(p.structured);
+  } catch (const Error& e) {
+    throw bad_request(field, e.message());
+  }
 }
 
 HttpReply ServerApi::tokenize(const Json& body) const {

@@ -60,6 +60,9 @@ class ServerApi {
   std::string next_id(const char* prefix);
   // Chat messages (OpenAI shape, content possibly as parts) → prompt ids; fills thinking / format into `out`.
   std::vector<TokenId> encode_chat(const Json& chat_json, SampleOutputOptions* out) const;
+  // Compiles a structured-output constraint now (400 naming `field` if it is invalid or unavailable); the
+  // engine's compile of the same constraint is then a cache hit.
+  void check_structured(const SamplingParams& p, const std::string& field) const;
 
  private:
   const ModelHost& host_;

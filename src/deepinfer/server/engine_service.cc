@@ -157,7 +157,7 @@ void EngineService::loop() {
           active_.emplace(id, std::move(a));
           metrics_.add_prompt_tokens(prompt_len);
         } catch (const Error& e) {
-          add->sink->on_failed(e.code() == ErrorCode::kInvalidArgument ? 400 : 500, e.message());
+          add->sink->on_failed(e.code() == ErrorCode::kInternal ? 500 : 400, e.message());
           std::lock_guard<std::mutex> lock(mu_);
           --num_active_;
         }

@@ -5,11 +5,13 @@
 
 #include "deepinfer/core/error.h"
 #include "deepinfer/core/logging.h"
+#include "deepinfer/engine/structured_output.h"
 #include "deepinfer/engine/v3_model_runner.h"
 #include "deepinfer/engine/v4_model_runner.h"
 #include "deepinfer/kv/kv_layout.h"
 #include "deepinfer/model/deepseek_v3.h"
 #include "deepinfer/model/deepseek_v4.h"
+#include "deepinfer/structured/grammar_compiler.h"
 #ifdef DEEPINFER_WITH_CUDA
 #include "deepinfer/ops/cuda/cuda_backend.h"
 #endif
@@ -81,11 +83,8 @@ std::unique_ptr<ModelHost> ModelHost::load(const ModelHostOptions& o) {
   ec.scheduler.max_num_seqs = o.max_num_seqs;
   ec.scheduler.max_model_len = max_model_len;
   ec.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
-  ec.kv.num_blocks = sizing.num_blocks;
-  ec.kv.block_size = layout.block_size;
-  ec.kv.num_state_slots = sizing.num_state_slots;
-  ec.kv.enable_prefix_cache =
-      h->v3_ ? V3ModelRunner::prefix_cache_supported() : V4ModelRunner::prefix_cache_supported();
+  const bool prefix_ok = h->v3_ ? V3ModelRunner::prefix_cache_supported() : V4ModelRunner::prefix_cache_supported();
+  ec.kv = make_kv_cache_config(layout, sizing, prefix_ok, /*allow_bounded_replay=*/false);
   ec.seed = o.seed;
   for (int64_t e : cfg.eos_token_ids) ec.eos_token_ids.push_back(static_cast<TokenId>(e));
   if (h->tokenizer_) {
@@ -98,6 +97,16 @@ std::unique_ptr<ModelHost> ModelHost::load(const ModelHostOptions& o) {
         if (tok->is_valid_id(id)) valid.push_back(id);
       return tok->decode(valid);
     };
+    // Structured output needs each token's bytes on their own; a tokenizer with separators cannot have it.
+    try {
+      ec.grammar_compiler = std::make_shared<structured::GrammarCompiler>(
+          make_structured_tokenizer_info(*tok, ec.eos_token_ids, cfg.vocab_size));
+    } catch (const Error& e) {
+      h->structured_unavailable_ = e.message();
+      DI_LOG_WARN("structured output disabled: {}", e.message());
+    }
+  } else {
+    h->structured_unavailable_ = "the model directory has no tokenizer.json";
   }
   if (h->v3_)
     h->runner_ = std::make_unique<V3ModelRunner>(*h->v3_, sizing.num_state_slots);

@@ -50,6 +50,9 @@ class ModelHost {
   const EngineConfig& engine_config() const { return engine_config_; }
   ModelRunner& runner() { return *runner_; }
   int64_t created_unix() const { return created_unix_; }
+  // Null when structured output is unavailable; structured_unavailable() says why.
+  structured::GrammarCompiler* grammar_compiler() const { return engine_config_.grammar_compiler.get(); }
+  const std::string& structured_unavailable() const { return structured_unavailable_; }
 
  private:
   ModelHost() = default;
@@ -63,6 +66,7 @@ class ModelHost {
   tokenizer::ChatFormat chat_format_ = tokenizer::ChatFormat::kV41;
   EngineConfig engine_config_;
   int64_t created_unix_ = 0;
+  std::string structured_unavailable_;
 };
 
 }  // namespace deepinfer::server

@@ -338,7 +338,9 @@ PreparedGeneration ServerApi::chat_completions(const Json& body) {
   Fields f(body);
   JobContext ctx;
   std::vector<TokenId> ids = encode_chat(openai_chat_to_encoder_json(body), &ctx.output);
-  SamplingParams p = parse_openai_sampling(body, /*chat=*/true, host_.vocab_size(), limits_);
+  std::string structured_field;
+  SamplingParams p = parse_openai_sampling(body, /*chat=*/true, host_.vocab_size(), limits_, &structured_field);
+  check_structured(p, structured_field);
   fit_to_context(&p, static_cast<int64_t>(ids.size()), host_.max_model_len(), "messages");
   parse_stream(f, &ctx);
   ctx.id = next_id("chatcmpl-");
@@ -389,7 +391,9 @@ PreparedGeneration ServerApi::completions(const Json& body) {
   for (const char* key : {"suffix", "echo"})
     if (const Json* v = f.get(key); v && !(v->is_boolean() && !v->get<bool>()) && !(v->is_string() && v->empty()))
       throw bad_request(key, std::string(key) + " is not supported by this server");
-  SamplingParams p = parse_openai_sampling(body, /*chat=*/false, host_.vocab_size(), limits_);
+  std::string structured_field;
+  SamplingParams p = parse_openai_sampling(body, /*chat=*/false, host_.vocab_size(), limits_, &structured_field);
+  check_structured(p, structured_field);
   if (!f.get("max_tokens") && p.max_tokens == std::nullopt) p.max_tokens = 16;  // OpenAI's completions default
   fit_to_context(&p, static_cast<int64_t>(ids.size()), host_.max_model_len(), "prompt");
   parse_stream(f, &ctx);

@@ -119,7 +119,8 @@ std::vector<int64_t> Fields::integer_list(const char* key, int64_t lo, int64_t h
   return out;
 }
 
-SamplingParams parse_openai_sampling(const Json& body, bool chat, int64_t vocab_size, const RequestLimits& limits) {
+SamplingParams parse_openai_sampling(const Json& body, bool chat, int64_t vocab_size, const RequestLimits& limits,
+                                     std::string* structured_field_out) {
   Fields f(body);
   SamplingParams p;
   if (auto v = f.number("temperature", 0.0, 2.0)) p.temperature = static_cast<float>(*v);
@@ -164,16 +165,47 @@ SamplingParams parse_openai_sampling(const Json& body, bool chat, int64_t vocab_
   }
   if (const Json* lb = f.get("logit_bias"); lb && !(lb->is_object() && lb->empty()))
     throw bad_request("logit_bias", "logit_bias is not supported by this server");
+  // Structured output: OpenAI's response_format, vLLM's guided_* and the regex / grammar extensions.
+  std::string structured_field;
+  auto constrain = [&](StructuredOutputParams sp, const std::string& field) {
+    if (p.structured.active())
+      throw bad_request(field, field + ": only one structured-output constraint per request (" + structured_field +
+                                   " is already set)");
+    p.structured = std::move(sp);
+    structured_field = field;
+  };
+  auto schema_text = [](const Json& v, const std::string& field) {
+    if (v.is_object() || v.is_boolean()) return v.dump();
+    if (v.is_string()) return v.get<std::string>();
+    throw bad_request(field, field + " must be a JSON Schema (an object)");
+  };
   if (const Json* rf = f.get("response_format")) {
     if (!rf->is_object()) throw bad_request("response_format", "response_format must be an object");
     Fields rff(*rf, "response_format.");
     std::string type = rff.string("type").value_or("");
-    if (type != "text")
+    if (type == "json_object") {
+      constrain(StructuredOutputParams::json_object(), "response_format");
+    } else if (type == "json_schema") {
+      const Json* js = rff.get("json_schema");
+      if (!js || !js->is_object())
+        throw bad_request("response_format", "response_format.json_schema must be an object with a \"schema\"");
+      auto sc = js->find("schema");
+      if (sc == js->end()) throw bad_request("response_format", "response_format.json_schema.schema is required");
+      constrain(StructuredOutputParams::json_schema(schema_text(*sc, "response_format.json_schema.schema")),
+                "response_format");
+    } else if (type != "text") {
       throw bad_request("response_format",
-                        "response_format type \"" + type + "\" is not supported yet (only \"text\")");
+                        "response_format.type must be text, json_object or json_schema, got \"" + type + "\"");
+    }
   }
-  for (const char* key : {"guided_json", "guided_regex", "guided_grammar", "guided_choice", "regex", "grammar"})
-    if (f.get(key)) throw bad_request(key, std::string(key) + " (structured output) is not supported yet");
+  if (const Json* g = f.get("guided_json"))
+    constrain(StructuredOutputParams::json_schema(schema_text(*g, "guided_json")), "guided_json");
+  for (const char* key : {"guided_regex", "regex"})
+    if (auto r = f.string(key)) constrain(StructuredOutputParams::regex(*r), key);
+  for (const char* key : {"guided_grammar", "grammar"})
+    if (auto r = f.string(key)) constrain(StructuredOutputParams::grammar(*r), key);
+  if (f.get("guided_choice")) throw bad_request("guided_choice", "guided_choice is not supported; use regex");
+  if (structured_field_out) *structured_field_out = structured_field;
   validate_sampling(p, vocab_size);
   return p;
 }

@@ -48,9 +48,11 @@ struct RequestLimits {
 
 // SamplingParams from the OpenAI fields (chat and completions; `chat` selects logprobs' shape: a boolean plus
 // top_logprobs, vs an integer). vLLM's extensions top_k, min_p, repetition_penalty, min_tokens, ignore_eos and
-// stop_token_ids are accepted. Unsupported features (logit_bias, response_format other than text) are 400s that
-// say so, never silently ignored.
-SamplingParams parse_openai_sampling(const Json& body, bool chat, int64_t vocab_size, const RequestLimits& limits);
+// stop_token_ids are accepted. Structured output comes from response_format (json_object, json_schema), vLLM's
+// guided_json / guided_regex / guided_grammar, or the `regex` / `grammar` extensions; the field that set it goes
+// to `structured_field`. Unsupported features (logit_bias, guided_choice) are 400s that say so, never ignored.
+SamplingParams parse_openai_sampling(const Json& body, bool chat, int64_t vocab_size, const RequestLimits& limits,
+                                     std::string* structured_field = nullptr);
 
 // Runs deepinfer::validate and maps its InvalidArgument to a 400 whose param is the field the message names.
 void validate_sampling(const SamplingParams& p, int64_t vocab_size);

@@ -54,6 +54,7 @@ tokenizer::ChatDelta SampleOutput::feed(const SequenceDelta& d) {
     text = release(true);
     finished_ = true;
     stop_reason_ = d.stop_reason;
+    stop_string_ = d.stop_string;
   } else {
     text = release(false);
   }

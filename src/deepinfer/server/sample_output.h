@@ -34,6 +34,7 @@ class SampleOutput {
 
   bool finished() const { return finished_; }
   StopReason stop_reason() const { return stop_reason_; }
+  const std::string& stop_string() const { return stop_string_; }
   int64_t num_tokens() const { return num_tokens_; }
   bool saw_tool_calls() const { return saw_tool_calls_; }
   // OpenAI's finish_reason: stop / length / tool_calls / abort / error.
@@ -50,6 +51,7 @@ class SampleOutput {
   std::string pending_;  // decoded, not yet released
   bool finished_ = false;
   StopReason stop_reason_ = StopReason::kNone;
+  std::string stop_string_;
   int64_t num_tokens_ = 0;
   bool saw_tool_calls_ = false;
   std::vector<TokenId> token_ids_;
