@@ -385,8 +385,15 @@ TEST(ServerLimits, FullQueueAnswers429WithRetryAfter) {
 }
 
 TEST_F(ServerTest, MetricsCountTokensAndLatencies) {
-  post("/v1/completions", {{"model", "test-model"}, {"prompt", "w1"}, {"max_tokens", 3}, {"ignore_eos", true}});
+  // The same 200-token prompt twice: the second finds its full blocks in the prefix cache.
+  std::vector<int> prompt;
+  for (int i = 0; i < 200; ++i) prompt.push_back((i * 37) % 400);
+  for (int rep = 0; rep < 2; ++rep)
+    post("/v1/completions", {{"model", "test-model"}, {"prompt", prompt}, {"max_tokens", 3}, {"ignore_eos", true}});
   auto m = http_request(server_->port, "GET", "/metrics");
+  std::smatch hits;
+  ASSERT_TRUE(std::regex_search(m.body, hits, std::regex("deepinfer_prefix_cache_hits_total\\{[^}]*\\} (\\d+)")));
+  EXPECT_GE(std::stoi(hits[1]), 128) << m.body;
   ASSERT_EQ(m.status, 200);
   for (const char* name :
        {"deepinfer_num_requests_running", "deepinfer_num_requests_waiting", "deepinfer_kv_cache_usage_perc",
@@ -472,6 +479,162 @@ TEST_F(ServerTest, StructuredOutputUnavailableIsAClear400) {
   auto r = post("/v1/chat/completions", body);
   EXPECT_EQ(r.status, 400);
   EXPECT_NE(r.body.find("structured output is not available"), std::string::npos) << r.body;
+}
+
+}  // namespace
+}  // namespace deepinfer::testing
+
+namespace deepinfer::testing {
+namespace {
+
+using OJson = nlohmann::ordered_json;
+
+// Feeds a job the fixture's tool-call markup as model output (ids of the renamed DSML tokens) and returns the
+// rendered non-streaming body.
+std::string render_tool_call(server::PreparedGeneration& g, bool thinking_text = false) {
+  // "<｜DSML｜ calls> <｜DSML｜ invoke name="get_weather"> <｜DSML｜ parameter name="days" ...> w3
+  //  </｜DSML｜ parameter> </｜DSML｜ invoke> </｜DSML｜ calls>"
+  std::vector<int32_t> ids;
+  if (thinking_text) ids.push_back(12);  // some content first: w3
+  for (int k : {9, 11, 13}) ids.push_back(chat_fixture_id(k));
+  ids.push_back(12);
+  for (int k : {14, 12, 10}) ids.push_back(chat_fixture_id(k));
+  SequenceDelta d;
+  d.request_id = g.request.request_id;
+  d.new_token_ids = ids;
+  d.finished = true;
+  d.stop_reason = StopReason::kEos;
+  g.job->on_delta(d);
+  EXPECT_TRUE(g.job->done());
+  return g.job->epilogue();
+}
+
+TEST_F(ServerTest, ToolCallsAreRenderedPerProtocol) {
+  const OJson tools = OJson::parse(R"([{"type": "function", "function": {"name": "get_weather",
+      "parameters": {"type": "object", "properties": {"days": {"type": "string"}}}}}])");
+  OJson chat = {{"model", "test-model"}, {"messages", {{{"role", "user"}, {"content", "w1"}}}}, {"tools", tools}};
+  auto g = server_->api->chat_completions(chat);
+  Json c = Json::parse(render_tool_call(g));
+  EXPECT_EQ(c["choices"][0]["finish_reason"], "tool_calls");
+  const Json& call = c["choices"][0]["message"]["tool_calls"][0];
+  EXPECT_EQ(call["type"], "function");
+  EXPECT_EQ(call["function"]["name"], "get_weather");
+  EXPECT_TRUE(Json::parse(call["function"]["arguments"].get<std::string>()).contains("days"));
+  EXPECT_TRUE(c["choices"][0]["message"]["content"].is_null());
+
+  OJson msg = {{"model", "test-model"},
+               {"max_tokens", 8},
+               {"messages", {{{"role", "user"}, {"content", "w1"}}}},
+               {"tools", {{{"name", "get_weather"}, {"input_schema", {{"type", "object"}}}}}}};
+  auto gm = server_->api->messages(msg);
+  Json m = Json::parse(render_tool_call(gm, true));
+  EXPECT_EQ(m["stop_reason"], "tool_use");
+  ASSERT_EQ(m["content"].size(), 2u) << m.dump();
+  EXPECT_EQ(m["content"][0]["type"], "text");
+  EXPECT_EQ(m["content"][1]["type"], "tool_use");
+  EXPECT_EQ(m["content"][1]["name"], "get_weather");
+  EXPECT_TRUE(m["content"][1]["input"].contains("days"));
+
+  OJson resp = {{"model", "test-model"}, {"input", "w1"}, {"tools", {{{"type", "function"}, {"name", "get_weather"}}}}};
+  auto gr = server_->api->responses(resp);
+  Json r = Json::parse(render_tool_call(gr));
+  ASSERT_EQ(r["output"].size(), 1u) << r.dump();
+  EXPECT_EQ(r["output"][0]["type"], "function_call");
+  EXPECT_EQ(r["output"][0]["name"], "get_weather");
+}
+
+std::vector<std::pair<std::string, Json>> sse_events(const std::string& body) {
+  std::vector<std::pair<std::string, Json>> out;
+  std::string event;
+  size_t pos = 0;
+  while (pos < body.size()) {
+    size_t nl = body.find('\n', pos);
+    if (nl == std::string::npos) nl = body.size();
+    std::string line = body.substr(pos, nl - pos);
+    if (line.rfind("event: ", 0) == 0) event = line.substr(7);
+    if (line.rfind("data: ", 0) == 0) out.emplace_back(event, Json::parse(line.substr(6)));
+    pos = nl + 1;
+  }
+  return out;
+}
+
+TEST_F(ServerTest, AnthropicMessagesStreamingAndNot) {
+  Json body = {{"model", "test-model"},
+               {"max_tokens", 6},
+               {"system", "w9"},
+               {"messages", {{{"role", "user"}, {"content", {{{"type", "text"}, {"text", "w1 w2"}}}}}}},
+               {"temperature", 0}};
+  auto r = post("/v1/messages", body);
+  ASSERT_EQ(r.status, 200) << r.body;
+  Json m = Json::parse(r.body);
+  EXPECT_EQ(m["type"], "message");
+  EXPECT_EQ(m["role"], "assistant");
+  auto ct = post("/v1/messages/count_tokens", {{"model", "test-model"}, {"system", "w9"}, {"messages", body["messages"]}});
+  ASSERT_EQ(ct.status, 200) << ct.body;
+  EXPECT_EQ(m["usage"]["input_tokens"], Json::parse(ct.body)["input_tokens"]);
+  std::string text;
+  for (const auto& b : m["content"])
+    if (b["type"] == "text") text += b["text"].get<std::string>();
+  if (m["stop_reason"] == "max_tokens") EXPECT_EQ(m["usage"]["output_tokens"], 6);
+
+  body["stream"] = true;
+  auto s = post("/v1/messages", body);
+  ASSERT_EQ(s.status, 200);
+  auto ev = sse_events(s.body);
+  ASSERT_GE(ev.size(), 3u);
+  EXPECT_EQ(ev.front().first, "message_start");
+  EXPECT_EQ(ev.back().first, "message_stop");
+  EXPECT_EQ(ev[ev.size() - 2].first, "message_delta");
+  EXPECT_EQ(ev[ev.size() - 2].second["delta"]["stop_reason"], m["stop_reason"]);
+  std::string streamed;
+  int open = 0;
+  for (const auto& [name, data] : ev) {
+    EXPECT_EQ(data["type"], name);
+    if (name == "content_block_start") ++open;
+    if (name == "content_block_stop") --open;
+    if (name == "content_block_delta" && data["delta"]["type"] == "text_delta")
+      streamed += data["delta"]["text"].get<std::string>();
+  }
+  EXPECT_EQ(open, 0);
+  EXPECT_EQ(streamed, text);
+
+  // Errors use Anthropic's shape.
+  auto e = post("/v1/messages", {{"model", "test-model"}, {"messages", body["messages"]}});
+  EXPECT_EQ(e.status, 400);
+  Json ej = Json::parse(e.body);
+  EXPECT_EQ(ej["type"], "error");
+  EXPECT_EQ(ej["error"]["type"], "invalid_request_error");
+  EXPECT_NE(ej["error"]["message"].get<std::string>().find("max_tokens"), std::string::npos);
+}
+
+TEST_F(ServerTest, ResponsesStreamingAndNot) {
+  Json body = {{"model", "test-model"}, {"input", "w4 w5"}, {"instructions", "w1"}, {"max_output_tokens", 5},
+               {"temperature", 0}, {"ignore_eos", true}};
+  auto r = post("/v1/responses", body);
+  ASSERT_EQ(r.status, 200) << r.body;
+  Json j = Json::parse(r.body);
+  EXPECT_EQ(j["object"], "response");
+  EXPECT_EQ(j["status"], "incomplete");
+  EXPECT_EQ(j["usage"]["output_tokens"], 5);
+  std::string text;
+  for (const auto& it : j["output"])
+    if (it["type"] == "message") text += it["content"][0]["text"].get<std::string>();
+  body["stream"] = true;
+  auto s = post("/v1/responses", body);
+  ASSERT_EQ(s.status, 200);
+  auto ev = sse_events(s.body);
+  ASSERT_GE(ev.size(), 3u);
+  EXPECT_EQ(ev.front().first, "response.created");
+  EXPECT_EQ(ev.back().first, "response.completed");
+  std::string streamed;
+  int64_t seq = 0;
+  for (const auto& [name, data] : ev) {
+    EXPECT_EQ(data["type"], name);
+    EXPECT_EQ(data["sequence_number"], seq++);
+    if (name == "response.output_text.delta") streamed += data["delta"].get<std::string>();
+  }
+  EXPECT_EQ(streamed, text);
+  EXPECT_EQ(ev.back().second["response"]["output"], j["output"]);
 }
 
 }  // namespace

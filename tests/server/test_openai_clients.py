@@ -150,3 +150,37 @@ def test_32_concurrent(oai):
         res = list(ex.map(one, range(32)))
     assert len({r[0] for r in res}) == 32
     assert all(n == 2 + i % 4 for _, n, i in res)
+
+
+def test_responses(oai):
+    r = oai.responses.create(model=MODEL, input="w1 w2", instructions="w3", max_output_tokens=4, temperature=0,
+                             extra_body={"ignore_eos": True})
+    assert r.status == "incomplete" and r.usage.output_tokens == 4
+    events = list(oai.responses.create(model=MODEL, input="w1 w2", instructions="w3", max_output_tokens=4,
+                                       temperature=0, stream=True, extra_body={"ignore_eos": True}))
+    assert events[0].type == "response.created" and events[-1].type == "response.completed"
+    streamed = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert streamed == r.output_text
+
+
+def test_anthropic_messages(anth):
+    kw = dict(model=MODEL, max_tokens=6, system="w9", temperature=0,
+              messages=[{"role": "user", "content": "w1 w2"}])
+    m = anth.messages.create(**kw)
+    assert m.role == "assistant" and m.stop_reason in ("max_tokens", "end_turn")
+    text = "".join(b.text for b in m.content if b.type == "text")
+    with anth.messages.stream(**kw) as s:
+        streamed = "".join(s.text_stream)
+        final = s.get_final_message()
+    assert streamed == text
+    assert final.usage.output_tokens == m.usage.output_tokens
+    n = anth.messages.count_tokens(model=MODEL, system="w9", messages=kw["messages"])
+    assert n.input_tokens == m.usage.input_tokens
+
+
+def test_anthropic_errors(anth):
+    import anthropic
+    with pytest.raises(anthropic.BadRequestError):
+        anth.messages.create(model=MODEL, max_tokens=5, messages=[{"role": "robot", "content": "x"}])
+    with pytest.raises(anthropic.NotFoundError):
+        anth.messages.create(model="nope", max_tokens=5, messages=[{"role": "user", "content": "x"}])

@@ -49,6 +49,12 @@ RouteOutcome ServerApi::handle(const std::string& method, const std::string& pat
           return chat_completions(j);
         case 1:
           return completions(j);
+        case 2:
+          return messages(j);
+        case 3:
+          return count_tokens(j);
+        case 4:
+          return responses(j);
         case 5:
           return tokenize(j);
         default:

@@ -48,6 +48,9 @@ class ServerApi {
   HttpReply models() const;
   PreparedGeneration chat_completions(const Json& body);
   PreparedGeneration completions(const Json& body);
+  PreparedGeneration messages(const Json& body);
+  HttpReply count_tokens(const Json& body) const;
+  PreparedGeneration responses(const Json& body);
   HttpReply tokenize(const Json& body) const;
   HttpReply detokenize(const Json& body) const;
 

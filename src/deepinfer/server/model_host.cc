@@ -83,8 +83,6 @@ std::unique_ptr<ModelHost> ModelHost::load(const ModelHostOptions& o) {
   ec.scheduler.max_num_seqs = o.max_num_seqs;
   ec.scheduler.max_model_len = max_model_len;
   ec.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
-  const bool prefix_ok = h->v3_ ? V3ModelRunner::prefix_cache_supported() : V4ModelRunner::prefix_cache_supported();
-  ec.kv = make_kv_cache_config(layout, sizing, prefix_ok, /*allow_bounded_replay=*/false);
   ec.seed = o.seed;
   for (int64_t e : cfg.eos_token_ids) ec.eos_token_ids.push_back(static_cast<TokenId>(e));
   if (h->tokenizer_) {
@@ -112,6 +110,9 @@ std::unique_ptr<ModelHost> ModelHost::load(const ModelHostOptions& o) {
     h->runner_ = std::make_unique<V3ModelRunner>(*h->v3_, sizing.num_state_slots);
   else
     h->runner_ = std::make_unique<V4ModelRunner>(*h->v4_, sizing.num_state_slots);
+  // Prefix reuse when the runner's caches are paged (as EngineSetup does for the CLI).
+  ec.kv = make_kv_cache_config(layout, sizing, h->runner_->prefix_cache_supported(), /*allow_bounded_replay=*/true);
+  ec.kv.prefix_replay_tokens = h->runner_->prefix_replay_tokens();
   h->created_unix_ =
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   return h;
