@@ -112,11 +112,13 @@ Json anthropic_to_encoder_json(const Json& body) {
     else if (type == "any")
       chat["tool_choice"] = "required";
     else
-      throw bad_request("tool_choice", "tool_choice must be {\"type\": auto | any | none} (naming a tool is not supported)");
+      throw bad_request("tool_choice",
+                        "tool_choice must be {\"type\": auto | any | none} (naming a tool is not supported)");
   }
   bool thinking = false;
   if (const Json* t = f.get("thinking")) {
-    if (!t->is_object()) throw bad_request("thinking", "thinking must be an object {\"type\": \"enabled\" | \"disabled\"}");
+    if (!t->is_object())
+      throw bad_request("thinking", "thinking must be an object {\"type\": \"enabled\" | \"disabled\"}");
     const std::string type = t->value("type", "");
     if (type != "enabled" && type != "disabled")
       throw bad_request("thinking", "thinking.type must be \"enabled\" or \"disabled\", got \"" + type + "\"");
@@ -138,9 +140,10 @@ class MessagesJob final : public GenerationJob {
     const SampleOutput& s = samples_[0];
     if (ctx_.stream) {
       std::string out = close_block();
-      out += sse_event("message_delta", {{"type", "message_delta"},
-                                         {"delta", {{"stop_reason", stop_reason()}, {"stop_sequence", stop_sequence()}}},
-                                         {"usage", {{"output_tokens", completion_tokens_}}}});
+      out +=
+          sse_event("message_delta", {{"type", "message_delta"},
+                                      {"delta", {{"stop_reason", stop_reason()}, {"stop_sequence", stop_sequence()}}},
+                                      {"usage", {{"output_tokens", completion_tokens_}}}});
       return out + sse_event("message_stop", {{"type", "message_stop"}});
     }
     OJson m = message_head();

@@ -39,7 +39,8 @@ RouteOutcome ServerApi::handle(const std::string& method, const std::string& pat
       int kind;
     };
     static const PostRoute routes[] = {
-        {"/v1/chat/completions", 0}, {"/v1/completions", 1}, {"/tokenize", 5}, {"/detokenize", 6}};
+        {"/v1/chat/completions", 0}, {"/v1/completions", 1}, {"/v1/messages", 2}, {"/v1/messages/count_tokens", 3},
+        {"/v1/responses", 4},        {"/tokenize", 5},       {"/detokenize", 6}};
     for (const auto& r : routes) {
       if (path != r.path) continue;
       if (method != "POST") throw ApiError(405, std::string("use POST for ") + r.path);

@@ -54,6 +54,10 @@ class Channel final : public RequestSink, public std::enable_shared_from_this<Ch
     if (failure_) *failure = failure_;
     return out;
   }
+  bool has_pending() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return !deltas_.empty() || failure_.has_value();
+  }
   net::steady_timer& timer() { return timer_; }
   bool disconnected = false;   // strand only
   bool watching_done = false;  // strand only
@@ -216,6 +220,9 @@ struct HttpServer::Impl {
         ok = false;
         break;
       }
+      // A delta that arrived while this coroutine was suspended in a write rang a doorbell nobody waited on: look
+      // again before sleeping. From here to the wait nothing suspends, so any later ring wakes the wait.
+      if (ch->has_pending()) continue;
       ch->timer().expires_at(net::steady_timer::time_point::max());
       beast::error_code ec;
       co_await ch->timer().async_wait(net::redirect_error(net::use_awaitable, ec));

@@ -12,8 +12,7 @@ Json openai_chat_to_encoder_json(const Json& body);  // openai_api.cc
 namespace {
 
 int64_t unix_now() {
-  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 std::string item_text(const Json& content, const std::string& where) {
@@ -103,7 +102,8 @@ Json responses_to_chat(const Json& body) {
     if (!text->is_object()) throw bad_request("text", "text must be an object");
     if (auto fm = text->find("format"); fm != text->end() && fm->is_object()) {
       Json rf = {{"type", fm->value("type", "text")}};
-      if (rf["type"] == "json_schema") rf["json_schema"] = {{"schema", fm->contains("schema") ? (*fm)["schema"] : Json()}};
+      if (rf["type"] == "json_schema")
+        rf["json_schema"] = {{"schema", fm->contains("schema") ? (*fm)["schema"] : Json()}};
       chat["response_format"] = rf;
     }
   }
@@ -116,7 +116,8 @@ class ResponsesJob final : public GenerationJob {
 
   std::string prologue() override {
     OJson r = response("in_progress");
-    return ev("response.created", {{"response", r}}) + ev("response.in_progress", {{"response", r}});
+    std::string out = ev("response.created", {{"response", r}});  // two statements: sequence numbers in order
+    return out + ev("response.in_progress", {{"response", r}});
   }
 
   std::string epilogue() override {
@@ -131,20 +132,18 @@ class ResponsesJob final : public GenerationJob {
     if (!d.reasoning.empty()) {
       if (ctx_.stream) {
         out += open_item("reasoning");
-        out += ev("response.reasoning_text.delta", {{"item_id", item_id()},
-                                                   {"output_index", output_index()},
-                                                   {"content_index", 0},
-                                                   {"delta", d.reasoning}});
+        out += ev(
+            "response.reasoning_text.delta",
+            {{"item_id", item_id()}, {"output_index", output_index()}, {"content_index", 0}, {"delta", d.reasoning}});
       }
       cur("reasoning") += d.reasoning;
     }
     if (!d.content.empty()) {
       if (ctx_.stream) {
         out += open_item("message");
-        out += ev("response.output_text.delta", {{"item_id", item_id()},
-                                                {"output_index", output_index()},
-                                                {"content_index", 0},
-                                                {"delta", d.content}});
+        out +=
+            ev("response.output_text.delta",
+               {{"item_id", item_id()}, {"output_index", output_index()}, {"content_index", 0}, {"delta", d.content}});
       }
       cur("message") += d.content;
     }
@@ -157,10 +156,12 @@ class ResponsesJob final : public GenerationJob {
       it.text = c.arguments;
       items_.push_back(it);
       if (ctx_.stream) {
-        out += ev("response.output_item.added", {{"output_index", output_index()}, {"item", item_json(items_.back(), "in_progress")}});
+        out += ev("response.output_item.added",
+                  {{"output_index", output_index()}, {"item", item_json(items_.back(), "in_progress")}});
         out += ev("response.function_call_arguments.done",
                   {{"item_id", it.id}, {"output_index", output_index()}, {"arguments", it.text}});
-        out += ev("response.output_item.done", {{"output_index", output_index()}, {"item", item_json(items_.back(), "completed")}});
+        out += ev("response.output_item.done",
+                  {{"output_index", output_index()}, {"item", item_json(items_.back(), "completed")}});
         open_ = false;
       }
     }
@@ -198,10 +199,11 @@ class ResponsesJob final : public GenerationJob {
     open_ = true;
     out += ev("response.output_item.added", {{"output_index", output_index()}, {"item", item_json(it, "in_progress")}});
     if (it.kind == "message")
-      out += ev("response.content_part.added", {{"item_id", it.id},
-                                               {"output_index", output_index()},
-                                               {"content_index", 0},
-                                               {"part", {{"type", "output_text"}, {"text", ""}, {"annotations", OJson::array()}}}});
+      out += ev("response.content_part.added",
+                {{"item_id", it.id},
+                 {"output_index", output_index()},
+                 {"content_index", 0},
+                 {"part", {{"type", "output_text"}, {"text", ""}, {"annotations", OJson::array()}}}});
     return out;
   }
   std::string close_item() {
@@ -212,34 +214,33 @@ class ResponsesJob final : public GenerationJob {
     if (it.kind == "message") {
       out += ev("response.output_text.done",
                 {{"item_id", it.id}, {"output_index", output_index()}, {"content_index", 0}, {"text", it.text}});
-      out += ev("response.content_part.done", {{"item_id", it.id},
-                                              {"output_index", output_index()},
-                                              {"content_index", 0},
-                                              {"part", {{"type", "output_text"}, {"text", it.text}, {"annotations", OJson::array()}}}});
+      out += ev("response.content_part.done",
+                {{"item_id", it.id},
+                 {"output_index", output_index()},
+                 {"content_index", 0},
+                 {"part", {{"type", "output_text"}, {"text", it.text}, {"annotations", OJson::array()}}}});
     } else if (it.kind == "reasoning") {
       out += ev("response.reasoning_text.done",
                 {{"item_id", it.id}, {"output_index", output_index()}, {"content_index", 0}, {"text", it.text}});
     }
-    return out + ev("response.output_item.done", {{"output_index", output_index()}, {"item", item_json(it, "completed")}});
+    return out +
+           ev("response.output_item.done", {{"output_index", output_index()}, {"item", item_json(it, "completed")}});
   }
   OJson item_json(const Item& it, const char* status) const {
     if (it.kind == "message")
-      return {{"type", "message"},
-              {"id", it.id},
-              {"status", status},
-              {"role", "assistant"},
-              {"content", OJson::array({{{"type", "output_text"}, {"text", it.text}, {"annotations", OJson::array()}}})}};
+      return {
+          {"type", "message"},
+          {"id", it.id},
+          {"status", status},
+          {"role", "assistant"},
+          {"content", OJson::array({{{"type", "output_text"}, {"text", it.text}, {"annotations", OJson::array()}}})}};
     if (it.kind == "reasoning")
       return {{"type", "reasoning"},
               {"id", it.id},
               {"summary", OJson::array()},
               {"content", OJson::array({{{"type", "reasoning_text"}, {"text", it.text}}})}};
-    return {{"type", "function_call"},
-            {"id", it.id},
-            {"call_id", it.id},
-            {"name", it.name},
-            {"arguments", it.text},
-            {"status", status}};
+    return {{"type", "function_call"}, {"id", it.id},          {"call_id", it.id},
+            {"name", it.name},         {"arguments", it.text}, {"status", status}};
   }
   std::string final_status() const {
     const StopReason r = samples_[0].stop_reason();
