@@ -164,7 +164,7 @@ def test_responses(oai):
 
 
 def test_anthropic_messages(anth):
-    kw = dict(model=MODEL, max_tokens=6, system="w9", temperature=0,
+    kw = dict(model=MODEL, max_tokens=6, system="w9", extra_body={"temperature": 0},
               messages=[{"role": "user", "content": "w1 w2"}])
     m = anth.messages.create(**kw)
     assert m.role == "assistant" and m.stop_reason in ("max_tokens", "end_turn")
