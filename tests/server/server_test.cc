@@ -575,7 +575,9 @@ TEST_F(ServerTest, AnthropicMessagesStreamingAndNot) {
   std::string text;
   for (const auto& b : m["content"])
     if (b["type"] == "text") text += b["text"].get<std::string>();
-  if (m["stop_reason"] == "max_tokens") EXPECT_EQ(m["usage"]["output_tokens"], 6);
+  if (m["stop_reason"] == "max_tokens") {
+    EXPECT_EQ(m["usage"]["output_tokens"], 6);
+  }
 
   body["stream"] = true;
   auto s = post("/v1/messages", body);
