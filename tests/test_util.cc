@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <fstream>
 #include <random>
+#include <regex>
+#include <sstream>
 
 namespace deepinfer::testing {
 
@@ -55,6 +57,20 @@ CommandResult run_cli(const std::string& args) {
   int status = ::pclose(p);
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
+}
+
+std::string ids_csv(const Tensor& t) {
+  std::ostringstream os;
+  for (int64_t i = 0; i < t.numel(); ++i) os << (i ? "," : "") << t.data_as<int64_t>()[i];
+  return os.str();
+}
+
+std::map<int, std::string> parse_offline_samples(const std::string& out) {
+  std::map<int, std::string> m;
+  std::regex head(R"(\[sample (\d+)\][^\n]*\n  ids: ([0-9,]*))");
+  for (auto it = std::sregex_iterator(out.begin(), out.end(), head); it != std::sregex_iterator(); ++it)
+    m[std::stoi((*it)[1])] = (*it)[2];
+  return m;
 }
 
 }  // namespace deepinfer::testing

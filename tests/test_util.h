@@ -1,8 +1,12 @@
 // Helpers shared by the unit tests: temporary directories, fixture paths, running the CLI.
 #pragma once
 
+#include <map>
+
 #include <filesystem>
 #include <string>
+
+#include "deepinfer/core/tensor.h"
 
 namespace deepinfer::testing {
 
@@ -33,5 +37,10 @@ struct CommandResult {
 };
 // Runs build/bin/deepinfer with the given argument string (shell-quoted by the caller).
 CommandResult run_cli(const std::string& args);
+
+// An integer tensor as "a,b,c" (the CLI's --prompt-ids / "ids:" format).
+std::string ids_csv(const Tensor& t);
+// sample index -> generated ids, from `deepinfer offline`'s "[sample i] ..." / "  ids: ..." lines.
+std::map<int, std::string> parse_offline_samples(const std::string& out);
 
 }  // namespace deepinfer::testing

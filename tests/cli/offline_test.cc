@@ -12,22 +12,8 @@
 namespace deepinfer {
 namespace {
 
+using testing::ids_csv;
 using testing::run_cli;
-
-std::string ids_csv(const Tensor& t) {
-  std::ostringstream os;
-  for (int64_t i = 0; i < t.numel(); ++i) os << (i ? "," : "") << t.data_as<int64_t>()[i];
-  return os.str();
-}
-
-// sample index -> generated ids, from the "[sample i] ..." / "  ids: ..." lines.
-std::map<int, std::string> parse_samples(const std::string& out) {
-  std::map<int, std::string> m;
-  std::regex head(R"(\[sample (\d+)\][^\n]*\n  ids: ([0-9,]*))");
-  for (auto it = std::sregex_iterator(out.begin(), out.end(), head); it != std::sregex_iterator(); ++it)
-    m[std::stoi((*it)[1])] = (*it)[2];
-  return m;
-}
 
 void check_family(const std::string& family, const std::string& engine_flags) {
   const std::string dir = testing::test_data_dir() + "/golden/" + family;
@@ -37,7 +23,7 @@ void check_family(const std::string& family, const std::string& engine_flags) {
     args += " --prompt-ids " + ids_csv(golden->tensor("prompt" + std::to_string(p) + ".input_ids"));
   auto r = run_cli(args);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  auto got = parse_samples(r.output);
+  auto got = testing::parse_offline_samples(r.output);
   ASSERT_EQ(got.size(), 3u) << r.output;
   for (int p = 0; p < 3; ++p)
     EXPECT_EQ(got[p], ids_csv(golden->tensor("prompt" + std::to_string(p) + ".generated_ids")))
@@ -68,8 +54,8 @@ TEST(OfflineCli, V41BoundedReplayIsTheDefaultAndReportsTheSkippedWork) {
   auto b = run_cli(args + " --max-num-seqs 1 --max-num-batched-tokens 7");
   ASSERT_EQ(a.exit_code, 0) << a.output;
   ASSERT_EQ(b.exit_code, 0) << b.output;
-  EXPECT_EQ(parse_samples(a.output), parse_samples(b.output));
-  EXPECT_EQ(parse_samples(a.output).size(), 3u);
+  EXPECT_EQ(testing::parse_offline_samples(a.output), testing::parse_offline_samples(b.output));
+  EXPECT_EQ(testing::parse_offline_samples(a.output).size(), 3u);
   EXPECT_EQ(a.output.find("finite=NO"), std::string::npos) << a.output;
   for (const auto* r : {&a, &b})
     EXPECT_NE(r->output.find("1206 layer-tokens run, 984 skipped by bounded replay"), std::string::npos) << r->output;
@@ -113,8 +99,8 @@ TEST(OfflineCli, ReferenceFlagsPrintPerSampleDiagnosticsAndProgress) {
   // --seed gives per-request seeds: the same samples with one sequence at a time.
   auto one = run_cli(base + " --max_num_seqs 1");
   ASSERT_EQ(one.exit_code, 0) << one.output;
-  EXPECT_EQ(parse_samples(one.output), parse_samples(r.output));
-  EXPECT_EQ(parse_samples(r.output).size(), 2u);
+  EXPECT_EQ(testing::parse_offline_samples(one.output), testing::parse_offline_samples(r.output));
+  EXPECT_EQ(testing::parse_offline_samples(r.output).size(), 2u);
 }
 
 TEST(OfflineCli, UnsupportedLayoutsAndChecksAreClearErrors) {

@@ -13,24 +13,10 @@
 namespace deepinfer {
 namespace {
 
+using testing::ids_csv;
 using testing::run_cli;
 
 std::string v3_dir() { return testing::test_data_dir() + "/golden/deepseek_v3"; }
-
-std::string ids_csv(const Tensor& t) {
-  std::ostringstream os;
-  for (int64_t i = 0; i < t.numel(); ++i) os << (i ? "," : "") << t.data_as<int64_t>()[i];
-  return os.str();
-}
-
-// sample index -> generated ids, from the "[sample i] ..." / "  ids: ..." lines.
-std::map<int, std::string> parse_samples(const std::string& out) {
-  std::map<int, std::string> m;
-  std::regex head(R"(\[sample (\d+)\][^\n]*\n  ids: ([0-9,]*))");
-  for (auto it = std::sregex_iterator(out.begin(), out.end(), head); it != std::sregex_iterator(); ++it)
-    m[std::stoi((*it)[1])] = (*it)[2];
-  return m;
-}
 
 void check_offline(const std::string& engine_flags) {
   auto golden = SafetensorsFile::open(v3_dir() + "/golden.safetensors");
@@ -39,7 +25,7 @@ void check_offline(const std::string& engine_flags) {
     args += " --prompt-ids " + ids_csv(golden->tensor("prompt" + std::to_string(p) + ".input_ids"));
   auto r = run_cli(args);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  auto got = parse_samples(r.output);
+  auto got = testing::parse_offline_samples(r.output);
   ASSERT_EQ(got.size(), 3u) << r.output;
   for (int p = 0; p < 3; ++p)
     EXPECT_EQ(got[p], ids_csv(golden->tensor("prompt" + std::to_string(p) + ".generated_ids")))

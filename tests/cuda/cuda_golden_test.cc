@@ -226,20 +226,6 @@ TEST_P(CudaGolden, PrefillAndDecodeSpeed) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaGolden, ::testing::Values("deepseek_v4", "deepseek_v41"));
 
 // ---------------------------------------------------------------------------- the engine on the GPU
-std::string ids_csv(const Tensor& t) {
-  std::ostringstream os;
-  for (int64_t i = 0; i < t.numel(); ++i) os << (i ? "," : "") << t.data_as<int64_t>()[i];
-  return os.str();
-}
-
-std::map<int, std::string> parse_samples(const std::string& out) {
-  std::map<int, std::string> m;
-  std::regex head(R"(\[sample (\d+)\][^\n]*\n  ids: ([0-9,]*))");
-  for (auto it = std::sregex_iterator(out.begin(), out.end(), head); it != std::sregex_iterator(); ++it)
-    m[std::stoi((*it)[1])] = (*it)[2];
-  return m;
-}
-
 void check_offline_cuda(const std::string& family, const std::string& engine_flags) {
   const std::string dir = testing::test_data_dir() + "/golden/" + family;
   auto golden = SafetensorsFile::open(dir + "/golden.safetensors");
@@ -247,13 +233,13 @@ void check_offline_cuda(const std::string& family, const std::string& engine_fla
   std::string args =
       "offline --device cuda --exact-prefill --model " + dir + " --max-tokens 16 --ignore-eos " + engine_flags;
   for (int p = 0; p < 3; ++p)
-    args += " --prompt-ids " + ids_csv(golden->tensor("prompt" + std::to_string(p) + ".input_ids"));
+    args += " --prompt-ids " + testing::ids_csv(golden->tensor("prompt" + std::to_string(p) + ".input_ids"));
   auto r = testing::run_cli(args);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  auto got = parse_samples(r.output);
+  auto got = testing::parse_offline_samples(r.output);
   ASSERT_EQ(got.size(), 3u) << r.output;
   for (int p = 0; p < 3; ++p)
-    EXPECT_EQ(got[p], ids_csv(golden->tensor("prompt" + std::to_string(p) + ".generated_ids")))
+    EXPECT_EQ(got[p], testing::ids_csv(golden->tensor("prompt" + std::to_string(p) + ".generated_ids")))
         << family << " prompt " << p << " with " << engine_flags;
   EXPECT_EQ(r.output.find("finite=NO"), std::string::npos);
   const auto line = r.output.find("offline:");
@@ -277,12 +263,12 @@ TEST(CudaOfflineCli, BoundedReplayPrefillOnTheGpuEqualsTheCpu) {
   auto golden = SafetensorsFile::open(dir + "/golden.safetensors");
   std::string args = " --model " + dir + " --max-tokens 16 --ignore-eos --max-num-seqs 2 --max-num-batched-tokens 33";
   for (int p = 0; p < 3; ++p)
-    args += " --prompt-ids " + ids_csv(golden->tensor("prompt" + std::to_string(p) + ".input_ids"));
+    args += " --prompt-ids " + testing::ids_csv(golden->tensor("prompt" + std::to_string(p) + ".input_ids"));
   auto gpu = testing::run_cli("offline --device cuda" + args);
   auto cpu = testing::run_cli("offline --device cpu" + args);
   ASSERT_EQ(gpu.exit_code, 0) << gpu.output;
   ASSERT_EQ(cpu.exit_code, 0) << cpu.output;
-  auto g = parse_samples(gpu.output), c = parse_samples(cpu.output);
+  auto g = testing::parse_offline_samples(gpu.output), c = testing::parse_offline_samples(cpu.output);
   ASSERT_EQ(g.size(), 3u) << gpu.output;
   EXPECT_EQ(g, c) << gpu.output << "\n---- cpu\n" << cpu.output;
   EXPECT_NE(gpu.output.find("skipped"), std::string::npos) << "the default V4.1 prefill should report skipped work";
