@@ -64,6 +64,12 @@ if [ "$MODE" = bench ]; then
   grep -h "^\[bench\]" "$OUT/cuda_bench.log" | tee -a "$summary"
   timeout ${OTHER_TIMEOUT:-60} "$bin" --gtest_filter='-CudaLinearTest.*:CudaMoeTest.*' >>"$OUT/gpu_tests.log" 2>&1
   note "other gpu tests: rc=$? $(grep -E '^\[  PASSED|^\[  FAILED' "$OUT/gpu_tests.log" | tail -1)"
+  # MEMCHECK_FILTER: a gtest filter to run once more under compute-sanitizer memcheck (new kernels).
+  if [ -n "${MEMCHECK_FILTER:-}" ] && command -v compute-sanitizer >/dev/null 2>&1; then
+    timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 "$bin" --gtest_filter="$MEMCHECK_FILTER" \
+      >"$OUT/memcheck.log" 2>&1
+    note "memcheck ($MEMCHECK_FILTER): rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)"
+  fi
   grep -h "\[cuda-op\]" "$OUT/gpu_tests.log" >"$OUT/op_errors.txt"
   note "op comparisons: $(grep -c ' ok' "$OUT/op_errors.txt") ok, $(grep -c 'FAIL' "$OUT/op_errors.txt") FAIL (op_errors.txt)"
   grep -h "FAILED  \]" "$OUT/gpu_tests.log" | tee -a "$summary"

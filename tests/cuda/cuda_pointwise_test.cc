@@ -40,8 +40,8 @@ TEST_F(CudaOpTest, RopeForwardAndInverse) {
 }
 
 TEST_F(CudaOpTest, FakeQuantEveryKindMatchesCpuBits) {
-  for (auto kind : {FakeQuantKind::kFP8E4M3Ue8m0Block32, FakeQuantKind::kFP4Ue8m0Block32,
-                    FakeQuantKind::kFP4E4m3Block16}) {
+  for (auto kind :
+       {FakeQuantKind::kFP8E4M3Ue8m0Block32, FakeQuantKind::kFP4Ue8m0Block32, FakeQuantKind::kFP4E4m3Block16}) {
     // Rows of very different magnitudes exercise the scale rules (including the amax floors).
     HostTensor x = rand({24, 256}, -1, 1);
     for (int64_t r = 0; r < 24; ++r) {
@@ -58,6 +58,25 @@ TEST_F(CudaOpTest, FakeQuantEveryKindMatchesCpuBits) {
                        : kind == FakeQuantKind::kFP4Ue8m0Block32   ? "fake_quant fp4/ue8m0 b32"
                                                                    : "fake_quant fp4/e4m3 b16";
     expect_same_bytes(name, got, want);
+  }
+}
+
+// The split-K coefficient kernel at the real V4-Flash size (hc·D = 16384: 32 splits) with one token and with
+// several token tiles (70 tokens = 9 tiles of 8).
+TEST_F(CudaOpTest, HcMixRealSizeSplitK) {
+  const int64_t hc = 4, d = 4096, mix = (2 + hc) * hc;
+  for (int64_t t : {1, 70}) {
+    HostTensor streams = rand({t, hc, d}, -2, 2), fn = rand({mix, hc * d}, -0.01f, 0.01f), base = rand({mix});
+    HostTensor scale = rand({3}, 0.5f, 1.5f);
+    HostTensor pre(DType::kF32, {t, hc}), post(DType::kF32, {t, hc}), comb(DType::kF32, {t, hc, hc});
+    cpu().hc_mix({streams, fn, base, scale, pre, post, comb, 1e-6f, 1e-6f, 20});
+    DeviceTensor ds = up(streams), dfn = up(fn), db = up(base), dsc = up(scale);
+    DeviceTensor dpre = poisoned({t, hc}), dpost = poisoned({t, hc}), dcomb = poisoned({t, hc, hc});
+    gpu().hc_mix({ds, dfn, db, dsc, dpre, dpost, dcomb, 1e-6f, 1e-6f, 20});
+    const std::string n = " D=4096 T=" + std::to_string(t);
+    rel_err(("hc_mix pre" + n).c_str(), down(dpre), pre, 1e-5);
+    rel_err(("hc_mix post" + n).c_str(), down(dpost), post, 1e-5);
+    rel_err(("hc_mix comb" + n).c_str(), down(dcomb), comb, 1e-5);
   }
 }
 
@@ -113,7 +132,8 @@ TEST_F(CudaOpTest, CompressPoolWithMissingSlots) {
 TEST_F(CudaOpTest, EngramHashAndGate) {
   const int64_t t = 50, n = 4, heads = 8;
   HostTensor tokens = ints(DType::kI64, {t, n}, 0, 129279), mult = ints(DType::kI64, {n}, 1, 1 << 20);
-  HostTensor primes = ints(DType::kI64, {n - 1, heads}, 100003, 900001), offsets = ints(DType::kI64, {(n - 1) * heads}, 0, 1 << 22);
+  HostTensor primes = ints(DType::kI64, {n - 1, heads}, 100003, 900001),
+             offsets = ints(DType::kI64, {(n - 1) * heads}, 0, 1 << 22);
   HostTensor want(DType::kI64, {t, (n - 1) * heads});
   cpu().engram_hash({tokens, mult, primes, offsets, want});
   DeviceTensor dt = up(tokens), dm = up(mult), dp = up(primes), doff = up(offsets);

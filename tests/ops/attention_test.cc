@@ -1,7 +1,10 @@
 // Sink attention against a naive double-precision reference (window visibility, compressed mask, sinks).
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "op_test_util.h"
+#include "ops/paged_attention_case.h"
 
 namespace deepinfer {
 namespace {
@@ -51,6 +54,86 @@ TEST(SinkAttentionOp, WindowPlusMaskedCompressedEntries) {
         for (int64_t i = 0; i < hd; ++i) ref[(t * H + h) * hd + i] += std::exp(l.first) / den * l.second[i];
     }
   EXPECT_LT(testing::max_rel_error(out.data<float>(), ref), 1e-5);
+}
+
+// paged_sink_attention must compute sink_attention of each query over its gathered rows: the window rows
+// (q_pos − window, q_pos] at or above the sequence's floor, then the comp_idx entries in their order. Same
+// arithmetic on the CPU, so the outputs are bit-identical; NaN in every unused pool row proves none is read.
+TEST(PagedSinkAttentionOp, EqualsSinkAttentionOverGatheredRows) {
+  auto backend = make_cpu_backend(2);
+  for (int64_t tokens_per_seq : {1, 5}) {
+    testing::PagedAttentionSpec spec;
+    spec.tokens_per_seq = tokens_per_seq;
+    const testing::PagedAttentionCase c = testing::make_paged_attention_case(spec, 7 + tokens_per_seq);
+    HostTensor out(DType::kF32, {c.tokens, spec.heads, spec.hd});
+    backend->paged_sink_attention(c.params(out.view()));
+    const int64_t bs = spec.block_size, per_block = bs / spec.ratio, mb = c.tables.shape()[1];
+    for (int64_t t = 0; t < c.tokens; ++t) {
+      const int64_t b = c.q_seq.data<int32_t>()[t], pos = c.q_pos.data<int64_t>()[t];
+      const int32_t* table = c.tables.data<int32_t>() + b * mb;
+      const int64_t lo = std::max<int64_t>({pos - spec.window + 1, c.window_begin.data<int64_t>()[b], 0});
+      HostTensor win(DType::kF32, {pos - lo + 1, spec.hd}), wpos(DType::kI64, {pos - lo + 1});
+      for (int64_t w = lo; w <= pos; ++w) {
+        std::memcpy(win.data<float>() + (w - lo) * spec.hd,
+                    c.window_pool.data<float>() + (table[w / bs] * bs + w % bs) * spec.hd, spec.hd * sizeof(float));
+        wpos.data<int64_t>()[w - lo] = w;
+      }
+      std::vector<int32_t> sel;
+      for (int64_t k = 0; k < spec.k_sel; ++k)
+        if (c.comp_idx.data<int32_t>()[t * spec.k_sel + k] >= 0)
+          sel.push_back(c.comp_idx.data<int32_t>()[t * spec.k_sel + k]);
+      ASSERT_FALSE(sel.empty());
+      HostTensor comp(DType::kF32, {static_cast<int64_t>(sel.size()), spec.hd});
+      for (size_t k = 0; k < sel.size(); ++k) {
+        const int64_t e = sel[k], row = table[e * spec.ratio / bs] * per_block + (e * spec.ratio % bs) / spec.ratio;
+        std::memcpy(comp.data<float>() + k * spec.hd, c.comp_pool.data<float>() + row * spec.hd,
+                    spec.hd * sizeof(float));
+      }
+      HostTensor want(DType::kF32, {1, spec.heads, spec.hd});
+      SinkAttentionParams sp;
+      sp.q = c.q.view().slice(t, t + 1);
+      sp.q_positions = c.q_pos.view().slice(t, t + 1);
+      sp.window_kv = win.view();
+      sp.kv_positions = wpos.view();
+      sp.compressed = comp.view();
+      sp.sinks = c.sinks.view();
+      sp.out = want.view();
+      sp.window = spec.window;
+      sp.scale = 1.0f / std::sqrt(static_cast<float>(spec.hd));
+      backend->sink_attention(sp);
+      const float* got = out.data<float>() + t * spec.heads * spec.hd;
+      for (int64_t i = 0; i < spec.heads * spec.hd; ++i) ASSERT_FALSE(std::isnan(got[i])) << "token " << t;
+      EXPECT_EQ(std::memcmp(got, want.data<float>(), spec.heads * spec.hd * sizeof(float)), 0)
+          << "token " << t << " of " << c.tokens << " (" << tokens_per_seq << " per sequence)";
+    }
+  }
+}
+
+TEST(PagedSinkAttentionOp, BadPagesAndShapesAreClearErrors) {
+  auto backend = make_cpu_backend(1);
+  testing::PagedAttentionSpec spec;
+  testing::PagedAttentionCase c = testing::make_paged_attention_case(spec, 3);
+  HostTensor out(DType::kF32, {c.tokens, spec.heads, spec.hd});
+  auto expect_error = [&](const PagedSinkAttentionParams& p, const char* needle) {
+    try {
+      backend->paged_sink_attention(p);
+      ADD_FAILURE() << "no error, expected one mentioning '" << needle << "'";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  PagedSinkAttentionParams p = c.params(out.view());
+  p.comp_ratio = 3;  // does not divide block_size 16
+  expect_error(p, "comp_ratio");
+  c.q_seq.data<int32_t>()[0] = static_cast<int32_t>(spec.seqs);
+  expect_error(c.params(out.view()), "q_seq[0]");
+  c.q_seq.data<int32_t>()[0] = 0;
+  c.comp_idx.data<int32_t>()[0] = 1 << 20;  // far beyond the sequence's block table
+  expect_error(c.params(out.view()), "beyond its block table");
+  c.comp_idx.data<int32_t>()[0] = 0;
+  for (int64_t j = 0; j < c.tables.shape()[1]; ++j) c.tables.data<int32_t>()[j] = 1 << 20;  // outside the pool
+  expect_error(c.params(out.view()), "outside the");
 }
 
 }  // namespace

@@ -159,6 +159,7 @@ StepCost count_step(const BenchModel& m, const StepShape& s) {
     if (l.kind == AttnKind::kIndexed || l.kind == AttnKind::kReuse) rows += std::min(vis_last, m.index_topk * s.tokens);
     if (l.kind == AttnKind::kAllSeen) rows += vis_last;
     c.cache_bytes += s.seqs * 4.0 * m.head_dim * rows;
+    c.attention_bytes += s.seqs * 4.0 * m.head_dim * rows;
     // Router (f32 [E, D]) and experts: k routed MXFP4 + the shared FP8 expert per token.
     c.flops += 2 * t * static_cast<double>(m.experts * d);
     c.weight_bytes += 4.0 * m.experts * d;

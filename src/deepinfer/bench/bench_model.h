@@ -67,6 +67,7 @@ struct StepCost {
   double flops = 0;
   double weight_bytes = 0;
   double cache_bytes = 0;
+  double attention_bytes = 0;  // the part of cache_bytes that sink attention reads (window rows + entries)
   double bytes() const { return weight_bytes + cache_bytes; }
 };
 StepCost count_step(const BenchModel& m, const StepShape& s);

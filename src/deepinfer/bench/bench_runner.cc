@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <map>
 
 #include "deepinfer/core/error.h"
@@ -10,6 +11,9 @@
 
 namespace deepinfer::bench {
 namespace {
+
+constexpr int64_t kBlockSize = 256;  // paged-cache block (a multiple of every ratio, 128 included)
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Device-resident state of one slice: weights per layer, caches sized for the largest step, activations
 // sized for the most tokens. The data flow between ops is the model's shapes, not its values: caches and
@@ -45,13 +49,17 @@ class Slice {
     rc.dim = static_cast<int>(m.rope_dim);
     std::vector<float> inv = rope_inv_freq(rc);
     inv_freq_ = mem_.from_host(DType::kF32, {static_cast<int64_t>(inv.size())}, inv.data());
-    int64_t max_entries = 1, max_window_rows = 1;
+    // Paged caches as the engine keeps them: blocks of kBlockSize positions, each sequence's blocks spread over
+    // the pool (block ids interleaved across sequences); window rows at id·bs + p % bs, entries of ratio r at
+    // id·(bs/r) + ... (PagedRows). One window pool serves every layer (its contents do not matter here).
+    int64_t max_entries = 1, max_blocks = 1;
     for (const StepShape& s : shapes) {
-      max_window_rows = std::max(max_window_rows, s.seqs * std::min(s.context, m.window + s.tokens - 1));
+      max_blocks = std::max(max_blocks, s.seqs * ceil_div(s.context, kBlockSize));
       for (const LayerSpec& l : m.layers)
         if (l.ratio > 0)
           max_entries = std::max(max_entries, s.seqs * std::max<int64_t>(1, visible_entries(s.context - 1, l.ratio)));
     }
+    window_pool_ = rnd({max_blocks * kBlockSize, m.head_dim}, 1.0f);
     int64_t max_scores = 1;
     for (const StepShape& s : shapes)
       for (const LayerSpec& l : m.layers)
@@ -77,10 +85,9 @@ class Slice {
       l.router = rnd({m.experts, d}, 1.0f / std::sqrt(static_cast<float>(d)));
       l.router_bias = rnd({m.experts}, 0.1f);
       l.experts = t.experts(m.experts, d, m.moe_inter, b, next());
-      l.window = rnd({max_window_rows, m.head_dim}, 1.0f);
       if (spec.kind == AttnKind::kIndexed || spec.kind == AttnKind::kAllSeen ||
           (spec.kind == AttnKind::kReuse && source_of(li) < 0)) {
-        l.compressed = rnd({max_entries, m.head_dim}, 1.0f);
+        l.compressed = rnd({max_blocks * (kBlockSize / spec.ratio), m.head_dim}, 1.0f);
       }
       if (spec.kind == AttnKind::kIndexed) {
         l.wq_idx = t.fp8_weight(m.index_heads * m.index_dim, m.q_lora, b, next());
@@ -90,13 +97,6 @@ class Slice {
       }
       layers_.push_back(std::move(l));
     }
-    // A reuse layer without a source of its own ratio before it keeps a fixed random selection.
-    for (size_t li = 0; li < m.layers.size(); ++li)
-      if (m.layers[li].kind == AttnKind::kReuse && source_of(li) < 0) {
-        HostTensor h(DType::kU8, {max_scores});
-        for (int64_t i = 0; i < max_scores; ++i) h.data<uint8_t>()[i] = (i * 2654435761u >> 7) % 8 == 0;
-        layers_[li].mask = mem_.upload(h);
-      }
   }
 
   // Host-side inputs of one shape (positions, causal masks), uploaded outside the timed region.
@@ -106,21 +106,41 @@ class Slice {
     for (int64_t q = 0; q < s.seqs; ++q)
       for (int64_t j = 0; j < s.tokens; ++j) pos[q * s.tokens + j] = s.context - s.tokens + j;
     positions_ = mem_.from_host(DType::kI64, {tt}, pos.data());
-    const int64_t rows = std::min(s.context, m_.window + s.tokens - 1);
-    std::vector<int64_t> kvp(rows);
-    for (int64_t r = 0; r < rows; ++r) kvp[r] = s.context - rows + r;
-    kv_positions_ = mem_.from_host(DType::kI64, {rows}, kvp.data());
-    all_seen_masks_.clear();
+    // Block b of sequence q gets id b·seqs + q: a sequence's pages are never adjacent.
+    const int64_t nb = ceil_div(s.context, kBlockSize);
+    std::vector<int32_t> tables(s.seqs * nb), qseq(tt);
+    for (int64_t q = 0; q < s.seqs; ++q)
+      for (int64_t b = 0; b < nb; ++b) tables[q * nb + b] = static_cast<int32_t>(b * s.seqs + q);
+    for (int64_t i = 0; i < tt; ++i) qseq[i] = static_cast<int32_t>(i / s.tokens);
+    tables_ = mem_.from_host(DType::kI32, {s.seqs, nb}, tables.data());
+    q_seq_ = mem_.from_host(DType::kI32, {tt}, qseq.data());
+    std::vector<int64_t> begin(s.seqs, 0);
+    window_begin_ = mem_.from_host(DType::kI64, {s.seqs}, begin.data());
+    // Selected entries per query: every visible one (all-seen layers) or min(top-k, visible) spread over them
+    // (the selection's values do not change the cost; the indexer's own top-k is timed separately).
+    comp_idx_.clear();
     for (const LayerSpec& l : m_.layers) {
-      if (l.kind != AttnKind::kAllSeen || all_seen_masks_.count(l.ratio)) continue;
-      const int64_t n = visible_entries(s.context - 1, l.ratio);
-      HostTensor h(DType::kU8, {s.tokens, std::max<int64_t>(n, 1)});
-      for (int64_t j = 0; j < s.tokens; ++j)
-        for (int64_t e = 0; e < n; ++e)
-          h.data<uint8_t>()[j * n + e] = e < visible_entries(s.context - s.tokens + j, l.ratio);
-      all_seen_masks_[l.ratio] = mem_.upload(h);
+      if (l.ratio <= 0) continue;
+      const bool all = l.kind == AttnKind::kAllSeen;
+      const int64_t key = all ? -l.ratio : l.ratio;
+      if (comp_idx_.count(key)) continue;
+      const int64_t k = std::max<int64_t>(1, all ? visible_entries(s.context - 1, l.ratio)
+                                                 : std::min(m_.index_topk, visible_entries(s.context - 1, l.ratio)));
+      std::vector<int32_t> idx(tt * k, -1);
+      for (int64_t i = 0; i < tt; ++i) {
+        const int64_t vis = visible_entries(pos[i], l.ratio), n = std::min(k, vis);
+        for (int64_t j = 0; j < n; ++j) idx[i * k + j] = static_cast<int32_t>(all || vis <= k ? j : j * vis / k);
+      }
+      comp_idx_[key] = mem_.from_host(DType::kI32, {tt, k}, idx.data());
     }
   }
+
+  // The state a step updates in place (the residual streams) of the current shape: saved, restored, read.
+  OwnedTensor save(const StepShape& s) { return mem_.clone(rows(streams_, s.seqs * s.tokens)); }
+  void restore(const StepShape& s, const OwnedTensor& saved) {
+    mem_.copy(rows(streams_, s.seqs * s.tokens), saved.view());
+  }
+  HostTensor result(const StepShape& s) { return mem_.to_host(rows(streams_, s.seqs * s.tokens)); }
 
   // profile: charge each op group's time to its segment (BenchTarget::profile_*).
   void step(const StepShape& s, bool profile = false) {
@@ -170,34 +190,27 @@ class Slice {
           be.indexer_scores(ip);
           be.topk_mask({sc, Tensor{}, flat(l.mask, sq * s.tokens * n, {s.tokens, n}), static_cast<int>(m.index_topk)});
         }
-        mark(kSegIndexer);
       }
-      for (int64_t sq = 0; sq < s.seqs; ++sq) {
-        SinkAttentionParams ap;
-        ap.q = q.slice(sq * s.tokens, (sq + 1) * s.tokens);
-        ap.q_positions = pos.slice(sq * s.tokens, (sq + 1) * s.tokens);
-        if (s.tokens > 1) {  // prefill: this step's own kv rows are the window
-          ap.window_kv = kv.slice(sq * s.tokens, (sq + 1) * s.tokens);
-          ap.kv_positions = ap.q_positions;
-        } else {
-          const int64_t wr = kv_positions_.shape()[0];
-          ap.window_kv = seq_rows(l.window, sq, wr);
-          ap.kv_positions = kv_positions_.view();
-        }
-        if (spec.kind != AttnKind::kSwa && n > 0) {
-          ap.compressed = seq_rows(owner.compressed, sq, n);
-          if (spec.kind == AttnKind::kAllSeen) {
-            if (s.tokens > 1) ap.comp_mask = all_seen_masks_.at(spec.ratio).view();
-          } else {
-            ap.comp_mask = flat(src >= 0 ? owner.mask : l.mask, sq * s.tokens * n, {s.tokens, n});
-          }
-        }
-        ap.sinks = sinks_.view();
-        ap.out = o.slice(sq * s.tokens, (sq + 1) * s.tokens);
-        ap.window = static_cast<int>(m.window);
-        ap.scale = 1.0f / std::sqrt(static_cast<float>(m.head_dim));
-        be.sink_attention(ap);
+      if (spec.kind == AttnKind::kIndexed) mark(kSegIndexer);
+      // All sequences in one launch, reading the pages in place.
+      PagedSinkAttentionParams ap;
+      ap.q = q;
+      ap.q_positions = pos;
+      ap.q_seq = q_seq_.view();
+      ap.block_tables = tables_.view();
+      ap.window_pool = window_pool_.view();
+      ap.window_begin = window_begin_.view();
+      if (spec.kind != AttnKind::kSwa && n > 0) {
+        ap.comp_pool = owner.compressed.view();
+        ap.comp_idx = comp_idx_.at(spec.kind == AttnKind::kAllSeen ? -spec.ratio : spec.ratio).view();
+        ap.comp_ratio = static_cast<int>(spec.ratio);
       }
+      ap.sinks = sinks_.view();
+      ap.out = o;
+      ap.block_size = kBlockSize;
+      ap.window = static_cast<int>(m.window);
+      ap.scale = 1.0f / std::sqrt(static_cast<float>(m.head_dim));
+      be.paged_sink_attention(ap);
       mark(kSegAttention);
       be.rope({o, pos, inv_freq_.view(), true});
       const int64_t gk = hhd / m.o_groups;
@@ -238,7 +251,7 @@ class Slice {
     Site attn, ffn;
     OwnedTensor router, router_bias;
     std::unique_ptr<BenchExperts> experts;
-    OwnedTensor window, compressed, index_keys, mask;
+    OwnedTensor compressed, index_keys, mask;
   };
 
   // The latest indexed layer with the same ratio before `li` (the reuse layer's source), or -1.
@@ -282,8 +295,8 @@ class Slice {
   bool profile_ = false;
   int64_t max_tokens_ = 1, max_seqs_ = 1, max_context_ = 1;
   OwnedTensor streams_, x_, xn_, qr_, q_, kv_, o_, z_, y_, pre_, post_, comb_, qi_, iw_, rw_, ridx_, sinks_, inv_freq_;
-  OwnedTensor scores_, positions_, kv_positions_;
-  std::map<int64_t, OwnedTensor> all_seen_masks_;
+  OwnedTensor scores_, positions_, window_pool_, tables_, q_seq_, window_begin_;
+  std::map<int64_t, OwnedTensor> comp_idx_;  // by ratio (negative: every visible entry)
   std::vector<Layer> layers_;
 };
 
@@ -299,7 +312,61 @@ std::string human(double v, const char* unit) {
   return buf;
 }
 
+// Bytes that differ between two f32 tensors and the largest absolute difference (NaN == NaN bitwise).
+std::string compare(const HostTensor& a, const HostTensor& b) {
+  int64_t diff = 0;
+  double max_abs = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    const float x = a.data<float>()[i], y = b.data<float>()[i];
+    if (std::memcmp(&x, &y, sizeof x) != 0) {
+      ++diff;
+      max_abs = std::max(max_abs, std::fabs(static_cast<double>(x) - y));
+    }
+  }
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%lld of %lld values differ (max |d| %.3g)", static_cast<long long>(diff),
+                static_cast<long long>(a.numel()), max_abs);
+  return buf;
+}
+
+// Decode as one graph: the replay must give the eager step's output (two eager runs from the same state
+// show whether the step itself is deterministic), then its median time.
+void graph_step(BenchTarget& target, Slice& slice, const StepShape& s, const BenchOptions& o, BenchRow& r) {
+  try {
+    const OwnedTensor start = slice.save(s);
+    slice.step(s);
+    const HostTensor eager = slice.result(s);
+    slice.restore(s, start);
+    slice.step(s);
+    const HostTensor eager2 = slice.result(s);
+    slice.restore(s, start);
+    if (!target.capture([&] { slice.step(s); })) {
+      r.graph_note = "no graphs on this target";
+      return;
+    }
+    target.replay();
+    const HostTensor replayed = slice.result(s);
+    r.graph_note = "replay vs eager: " + compare(replayed, eager) + "; eager vs eager: " + compare(eager2, eager);
+    r.graph_ms = target.time_ms([&] { target.replay(); }, o.warmup, o.iters);
+  } catch (const Error& e) {
+    r.graph_note = std::string("graph failed: ") + e.what();
+  }
+}
+
 }  // namespace
+
+std::string format_graphs(const std::vector<BenchRow>& rows) {
+  std::string out = "decode step as a CUDA graph (eager ms, replay ms, speed-up; output check):\n";
+  for (const BenchRow& r : rows) {
+    if (r.shape.prefill || r.graph_note.empty()) continue;
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "%-11s batch %4lld context %6lld  eager %9.3f  graph %9.3f  %5.2fx  ",
+                  r.model.c_str(), static_cast<long long>(r.shape.seqs), static_cast<long long>(r.shape.context), r.ms,
+                  r.graph_ms, r.graph_ms > 0 ? r.ms / r.graph_ms : 0.0);
+    out += buf + r.graph_note + "\n";
+  }
+  return out;
+}
 
 const char* segment_name(int s) {
   switch (s) {
@@ -328,7 +395,7 @@ std::string format_breakdown(const std::vector<BenchRow>& rows) {
     std::snprintf(buf, sizeof buf, "  %12s", segment_name(g));
     out += buf;
   }
-  out += "\n";
+  out += "  attn-bytes  attn-B/s\n";
   for (const BenchRow& r : rows) {
     char buf[96];
     std::snprintf(buf, sizeof buf, "%-11s %-8s %5lld %8lld", r.model.c_str(), r.shape.prefill ? "prefill" : "decode",
@@ -338,7 +405,11 @@ std::string format_breakdown(const std::vector<BenchRow>& rows) {
       std::snprintf(buf, sizeof buf, "  %12.3f", g < static_cast<int>(r.segment_ms.size()) ? r.segment_ms[g] : 0.0);
       out += buf;
     }
-    out += "\n";
+    // Bytes sink attention must read (window rows + selected entries, f32) over its measured time.
+    const double attn_ms = kSegAttention < static_cast<int>(r.segment_ms.size()) ? r.segment_ms[kSegAttention] : 0.0;
+    std::snprintf(buf, sizeof buf, "  %-10s  %s\n", human(r.cost.attention_bytes, "B").c_str(),
+                  attn_ms > 0 ? human(r.cost.attention_bytes / (attn_ms / 1000.0), "B/s").c_str() : "-");
+    out += buf;
   }
   return out;
 }
@@ -369,6 +440,7 @@ std::vector<BenchRow> run_slice(BenchTarget& target, const BenchModel& m, const 
     target.profile_begin();
     slice.step(s, true);
     r.segment_ms = target.profile_end(kSegCount);
+    if (!s.prefill && o.graphs) graph_step(target, slice, s, o, r);
     rows.push_back(r);
   }
   return rows;

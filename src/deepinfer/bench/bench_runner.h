@@ -18,6 +18,7 @@ struct BenchOptions {
   int warmup = 1;
   int iters = 3;
   uint64_t seed = 1;
+  bool graphs = true;  // decode: also time the step replayed as one captured graph (targets that have graphs)
 };
 
 // Segments of a step for the time breakdown (one extra profiled run after the timed ones).
@@ -30,6 +31,8 @@ struct BenchRow {
   StepCost cost;
   double ms = 0;                   // median step time
   std::vector<double> segment_ms;  // kSegCount entries
+  double graph_ms = 0;             // median step time as a graph replay (0: not measured)
+  std::string graph_note;          // replay vs eager output check, or why there is no graph figure
   double tokens_per_s() const;
 };
 
@@ -40,5 +43,7 @@ std::vector<BenchRow> run_slice(BenchTarget& target, const BenchModel& m, const 
 std::string format_table(const std::vector<BenchRow>& rows, const Ceilings& c);
 std::string format_ceilings(const Ceilings& c);
 std::string format_breakdown(const std::vector<BenchRow>& rows);
+// Decode rows with a graph figure: eager vs replayed step time and the output check.
+std::string format_graphs(const std::vector<BenchRow>& rows);
 
 }  // namespace deepinfer::bench

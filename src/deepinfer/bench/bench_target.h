@@ -57,6 +57,14 @@ class BenchTarget {
   virtual void profile_begin() = 0;
   virtual void profile_mark(int segment) = 0;
   virtual std::vector<double> profile_end(int segments) = 0;
+
+  // Records the device work `fn` enqueues as a graph for replay() (CUDA graphs); false when the target has
+  // none. fn is not executed by the capture. Throws when the work cannot be captured.
+  virtual bool capture(const std::function<void()>& fn) {
+    (void)fn;
+    return false;
+  }
+  virtual void replay() {}
 };
 
 std::unique_ptr<BenchTarget> make_cpu_target(int threads);

@@ -140,6 +140,13 @@ class CudaTarget final : public BenchTarget {
     }
     return ms;
   }
+  bool capture(const std::function<void()>& fn) override {
+    graph_.reset();
+    graph_ = be_->capture_graph(fn);
+    return true;
+  }
+  void replay() override { graph_->replay(); }
+
   ~CudaTarget() override {
     for (cudaEvent_t e : events_) cudaEventDestroy(e);
   }
@@ -180,6 +187,7 @@ class CudaTarget final : public BenchTarget {
   }
 
   std::unique_ptr<CudaBackend> be_;
+  std::unique_ptr<CudaGraph> graph_;
   std::vector<cudaEvent_t> events_;
   std::vector<int> marks_;
 };

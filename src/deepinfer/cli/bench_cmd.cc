@@ -20,6 +20,7 @@ struct BenchArgs {
   std::vector<int64_t> prompts, batches, contexts;
   int warmup = 1, iters = 3, threads = 0;
   uint64_t seed = 1;
+  bool no_graphs = false;
 };
 
 int run_bench(const BenchArgs& a) {
@@ -34,6 +35,7 @@ int run_bench(const BenchArgs& a) {
   o.warmup = a.warmup;
   o.iters = a.iters;
   o.seed = a.seed;
+  o.graphs = !a.no_graphs;
   std::vector<bench::BenchModel> slices;  // resolved before any device work, so a typo fails at once
   for (const std::string& name : models) {
     if (name == "v4-flash")
@@ -62,6 +64,7 @@ int run_bench(const BenchArgs& a) {
     const std::vector<bench::BenchRow> rows = bench::run_slice(*target, m, o);
     std::printf("%s", bench::format_table(rows, c).c_str());
     std::printf("%s", bench::format_breakdown(rows).c_str());
+    std::printf("%s", bench::format_graphs(rows).c_str());
     std::fflush(stdout);
   }
   return 0;
@@ -86,6 +89,7 @@ void register_bench(CLI::App& app, CommandRegistry& reg) {
   sub->add_option("--iters", a->iters, "timed steps per shape (median reported)")->check(CLI::PositiveNumber);
   sub->add_option("--threads", a->threads, "CPU threads (0 = all cores)");
   sub->add_option("--seed", a->seed, "seed of the random weights");
+  sub->add_flag("--no-graphs", a->no_graphs, "decode: skip the CUDA-graph replay timing and its output check");
   reg.add(sub, [a] { return run_bench(*a); });
 }
 

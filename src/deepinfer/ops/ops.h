@@ -197,6 +197,30 @@ struct SinkAttentionParams {
   float scale = 1.0f;
 };
 
+// The same function as sink_attention for a batch of sequences, reading the paged caches in place (no gather
+// copy): query t of sequence b = q_seq[t] sees the window rows of positions (q_pos − window, q_pos] that are
+// >= window_begin[b] (rows below it are not in the cache: bounded replay, or never written), then the
+// compressed entries listed in comp_idx[t] (entries < 0 are padding). Pages follow PagedRows: position p of
+// sequence b is window_pool row table[b, p / bs]·bs + p % bs; compressed entry g (ratio r, bs % r == 0) is
+// comp_pool row table[b, g·r / bs]·(bs / r) + (g·r % bs) / r. A block id outside the pool, or a position or entry
+// beyond the table, raises an error (on CUDA through the device status word, that query's output becomes NaN).
+struct PagedSinkAttentionParams {
+  Tensor q;             // f32 [T, H, hd]
+  Tensor q_positions;   // i64 [T]
+  Tensor q_seq;         // i32 [T], each in [0, B)
+  Tensor block_tables;  // i32 [B, max_blocks]
+  Tensor window_pool;   // f32 [rows, hd]
+  Tensor window_begin;  // i64 [B]
+  Tensor comp_pool;     // f32 [rows', hd], optional
+  Tensor comp_idx;      // i32 [T, K], optional (required with comp_pool)
+  Tensor sinks;         // f32 [H]
+  Tensor out;           // f32 [T, H, hd]
+  int block_size = 64;
+  int comp_ratio = 1;
+  int window = 128;
+  float scale = 1.0f;
+};
+
 // ============================================================================ router + MoE
 enum class RouterScoring { kSigmoid, kSoftmax, kSqrtSoftplus };
 
@@ -317,6 +341,7 @@ class Backend {
   virtual void topk_mask(const TopKMaskParams& p) = 0;
   // attention
   virtual void sink_attention(const SinkAttentionParams& p) = 0;
+  virtual void paged_sink_attention(const PagedSinkAttentionParams& p) = 0;
   // router + MoE
   virtual void router(const RouterParams& p) = 0;
   virtual void moe(const MoeParams& p) = 0;
@@ -349,6 +374,7 @@ void validate(const IndexerScoreParams& p);
 void validate(const CandidateBlocksParams& p);
 void validate(const TopKMaskParams& p);
 void validate(const SinkAttentionParams& p);
+void validate(const PagedSinkAttentionParams& p);
 void validate(const RouterParams& p);
 void validate(const MoeParams& p);
 void validate(const EngramHashParams& p);

@@ -182,6 +182,30 @@ void validate(const SinkAttentionParams& p) {
   DI_CHECK(p.window >= 1) << op << ": window must be >= 1";
 }
 
+void validate(const PagedSinkAttentionParams& p) {
+  const char* op = "paged_sink_attention";
+  expect(op, "q", p.q, DType::kF32, {-1, -1, -1});
+  const int64_t t = p.q.dim(0), h = p.q.dim(1), hd = p.q.dim(2);
+  expect(op, "q_positions", p.q_positions, DType::kI64, {t});
+  expect(op, "q_seq", p.q_seq, DType::kI32, {t});
+  expect(op, "block_tables", p.block_tables, DType::kI32, {-1, -1});
+  const int64_t b = p.block_tables.dim(0);
+  expect(op, "window_pool", p.window_pool, DType::kF32, {-1, hd});
+  expect(op, "window_begin", p.window_begin, DType::kI64, {b});
+  if (present(p.comp_pool)) {
+    expect(op, "comp_pool", p.comp_pool, DType::kF32, {-1, hd});
+    expect(op, "comp_idx", p.comp_idx, DType::kI32, {t, -1});
+  } else {
+    DI_CHECK(!present(p.comp_idx)) << op << ": comp_idx without comp_pool";
+  }
+  expect(op, "sinks", p.sinks, DType::kF32, {h});
+  expect(op, "out", p.out, DType::kF32, {t, h, hd});
+  DI_CHECK(p.window >= 1) << op << ": window must be >= 1";
+  DI_CHECK(p.block_size >= 1) << op << ": block_size must be >= 1, got " << p.block_size;
+  DI_CHECK(p.comp_ratio >= 1 && p.block_size % p.comp_ratio == 0)
+      << op << ": comp_ratio " << p.comp_ratio << " must be >= 1 and divide block_size " << p.block_size;
+}
+
 void validate(const RouterParams& p) {
   const char* op = "router";
   expect(op, "x", p.x, DType::kF32, {-1, -1});

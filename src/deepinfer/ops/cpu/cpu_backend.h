@@ -31,6 +31,7 @@ class CpuBackend final : public Backend {
   void candidate_blocks(const CandidateBlocksParams& p) override;
   void topk_mask(const TopKMaskParams& p) override;
   void sink_attention(const SinkAttentionParams& p) override;
+  void paged_sink_attention(const PagedSinkAttentionParams& p) override;
   void router(const RouterParams& p) override;
   void moe(const MoeParams& p) override;
   void engram_hash(const EngramHashParams& p) override;

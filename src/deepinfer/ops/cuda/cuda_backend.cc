@@ -131,8 +131,8 @@ class CudaMemory final : public TensorMemory {
  private:
   bool on_device(const Tensor& t) const {
     if (t.device().kind == DeviceKind::kCPU) return false;
-    DI_CHECK(t.device() == device_) << "copy: tensor on cuda:" << t.device().index << ", backend on cuda:"
-                                    << device_.index;
+    DI_CHECK(t.device() == device_) << "copy: tensor on cuda:" << t.device().index
+                                    << ", backend on cuda:" << device_.index;
     return true;
   }
 
@@ -219,7 +219,8 @@ struct CudaBackend::Impl {
     PtrTable& t = tables[role][key];
     if (t.host != ptrs || !t.dev.data()) {
       t.dev = cuda::DeviceBuffer(alloc, sizeof(void*) * ptrs.size());
-      DI_CUDA_CHECK(cudaMemcpyAsync(t.dev.data(), ptrs.data(), sizeof(void*) * ptrs.size(), cudaMemcpyHostToDevice, s()));
+      DI_CUDA_CHECK(
+          cudaMemcpyAsync(t.dev.data(), ptrs.data(), sizeof(void*) * ptrs.size(), cudaMemcpyHostToDevice, s()));
       // The source is pageable host memory; wait so that the vector may change right after (rare path).
       DI_CUDA_CHECK(cudaStreamSynchronize(s()));
       t.host = ptrs;
@@ -269,7 +270,8 @@ struct CudaBackend::Impl {
       cublasLtMatmulHeuristicResult_t heur{};
       int found = 0;
       DI_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, p.op, p.a, p.b, p.c, p.c, pref, 1, &heur, &found));
-      DI_CHECK_CODE(found > 0, ErrorCode::kUnsupported) << "cuBLASLt has no algorithm for " << m << "x" << n << "x" << k;
+      DI_CHECK_CODE(found > 0, ErrorCode::kUnsupported)
+          << "cuBLASLt has no algorithm for " << m << "x" << n << "x" << k;
       p.algo = heur.algo;
     } catch (...) {
       if (pref) cublasLtMatmulPreferenceDestroy(pref);
@@ -526,6 +528,42 @@ CudaBackend::~CudaBackend() = default;
 std::unique_ptr<CudaBackend> make_cuda_backend(int device) { return std::make_unique<CudaBackend>(device); }
 
 void CudaBackend::synchronize() { impl_->status.check(impl_->s()); }
+
+CudaGraph::~CudaGraph() {
+  if (exec_) cudaGraphExecDestroy(exec_);
+}
+
+void CudaGraph::replay() { DI_CUDA_CHECK(cudaGraphLaunch(exec_, stream_)); }
+
+std::unique_ptr<CudaGraph> CudaBackend::capture_graph(const std::function<void()>& enqueue) {
+  cudaStream_t s = impl_->s();
+  const size_t allocs = impl_->alloc.allocate_calls(), chunks = impl_->arena.chunk_count();
+  const void* base = impl_->arena.base();
+  DI_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  std::string failure;
+  try {
+    enqueue();
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  cudaGraph_t graph = nullptr;
+  const cudaError_t end = cudaStreamEndCapture(s, &graph);
+  (void)cudaGetLastError();
+  if (failure.empty() && end != cudaSuccess) failure = std::string("capture failed: ") + cudaGetErrorString(end);
+  if (failure.empty() &&
+      (impl_->alloc.allocate_calls() != allocs || impl_->arena.chunk_count() != chunks || impl_->arena.base() != base))
+    failure = "device memory was allocated inside the capture (run the work once eagerly first)";
+  if (!failure.empty()) {
+    if (graph) cudaGraphDestroy(graph);
+    DI_FAIL(ErrorCode::kInvalidArgument) << "capture_graph: " << failure;
+  }
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  DI_CUDA_CHECK(inst);
+  return std::make_unique<CudaGraph>(exec, s);
+}
+
 cudaStream_t CudaBackend::stream() const { return impl_->s(); }
 cuda::DeviceAllocator& CudaBackend::allocator() { return impl_->alloc; }
 cuda::WorkspaceArena& CudaBackend::workspace() { return impl_->arena; }
@@ -649,8 +687,13 @@ void CudaBackend::fake_quant(const FakeQuantParams& p) {
 void CudaBackend::hc_mix(const HcMixParams& p) {
   validate(p);
   const Device& dev = impl_->device;
-  for (auto [name, t] : {std::pair{"streams", &p.streams}, {"fn", &p.fn}, {"base", &p.base}, {"scale", &p.scale},
-                         {"pre", &p.pre}, {"post", &p.post}, {"comb", &p.comb}})
+  for (auto [name, t] : {std::pair{"streams", &p.streams},
+                         {"fn", &p.fn},
+                         {"base", &p.base},
+                         {"scale", &p.scale},
+                         {"pre", &p.pre},
+                         {"post", &p.post},
+                         {"comb", &p.comb}})
     expect_on("hc_mix", name, *t, dev);
   cuda::HcMixKernelParams k;
   k.streams = p.streams.data_as<float>();
@@ -666,14 +709,18 @@ void CudaBackend::hc_mix(const HcMixParams& p) {
   k.norm_eps = p.norm_eps;
   k.hc_eps = p.hc_eps;
   k.sinkhorn_iters = p.sinkhorn_iters;
+  cuda::WorkspaceArena::Scope scope(impl_->arena);
+  k.splits = cuda::hc_mix_splits(k.hc, k.d);
+  k.partial = impl_->arena.take_as<float>(
+      std::max<int64_t>(1, k.splits * k.tokens * ((k.head ? k.hc : (2 + k.hc) * k.hc) + 1)));
   cuda::run_hc_mix(k, impl_->s());
 }
 
 void CudaBackend::hc_head(const HcHeadParams& p) {
   validate(p);
   const Device& dev = impl_->device;
-  for (auto [name, t] : {std::pair{"streams", &p.streams}, {"fn", &p.fn}, {"base", &p.base}, {"scale", &p.scale},
-                         {"pre", &p.pre}})
+  for (auto [name, t] :
+       {std::pair{"streams", &p.streams}, {"fn", &p.fn}, {"base", &p.base}, {"scale", &p.scale}, {"pre", &p.pre}})
     expect_on("hc_head", name, *t, dev);
   cuda::HcMixKernelParams k;
   k.streams = p.streams.data_as<float>();
@@ -687,6 +734,10 @@ void CudaBackend::hc_head(const HcHeadParams& p) {
   k.norm_eps = p.norm_eps;
   k.hc_eps = p.hc_eps;
   k.head = true;
+  cuda::WorkspaceArena::Scope scope(impl_->arena);
+  k.splits = cuda::hc_mix_splits(k.hc, k.d);
+  k.partial = impl_->arena.take_as<float>(
+      std::max<int64_t>(1, k.splits * k.tokens * ((k.head ? k.hc : (2 + k.hc) * k.hc) + 1)));
   cuda::run_hc_mix(k, impl_->s());
 }
 
@@ -742,8 +793,8 @@ void CudaBackend::compress_pool(const CompressPoolParams& p) {
 void CudaBackend::indexer_scores(const IndexerScoreParams& p) {
   validate(p);
   const Device& dev = impl_->device;
-  for (auto [name, t] : {std::pair{"q", &p.q}, {"keys", &p.keys}, {"weights", &p.weights},
-                         {"positions", &p.positions}, {"out", &p.out}})
+  for (auto [name, t] :
+       {std::pair{"q", &p.q}, {"keys", &p.keys}, {"weights", &p.weights}, {"positions", &p.positions}, {"out", &p.out}})
     expect_on("indexer_scores", name, *t, dev);
   cuda::IndexerScoresKernelParams k;
   k.q = p.q.data_as<float>();
@@ -803,9 +854,14 @@ void CudaBackend::topk_mask(const TopKMaskParams& p) {
 void CudaBackend::sink_attention(const SinkAttentionParams& p) {
   validate(p);
   const Device& dev = impl_->device;
-  for (auto [name, t] : {std::pair{"q", &p.q}, {"q_positions", &p.q_positions}, {"window_kv", &p.window_kv},
-                         {"kv_positions", &p.kv_positions}, {"compressed", &p.compressed}, {"comp_mask", &p.comp_mask},
-                         {"sinks", &p.sinks}, {"out", &p.out}})
+  for (auto [name, t] : {std::pair{"q", &p.q},
+                         {"q_positions", &p.q_positions},
+                         {"window_kv", &p.window_kv},
+                         {"kv_positions", &p.kv_positions},
+                         {"compressed", &p.compressed},
+                         {"comp_mask", &p.comp_mask},
+                         {"sinks", &p.sinks},
+                         {"out", &p.out}})
     expect_on("sink_attention", name, *t, dev);
   cuda::SinkAttentionKernelParams k;
   k.q = p.q.data_as<float>();
@@ -826,12 +882,69 @@ void CudaBackend::sink_attention(const SinkAttentionParams& p) {
   cuda::run_sink_attention(k, impl_->s());
 }
 
+void CudaBackend::paged_sink_attention(const PagedSinkAttentionParams& p) {
+  validate(p);
+  const Device& dev = impl_->device;
+  for (auto [name, t] : {std::pair{"q", &p.q},
+                         {"q_positions", &p.q_positions},
+                         {"q_seq", &p.q_seq},
+                         {"block_tables", &p.block_tables},
+                         {"window_pool", &p.window_pool},
+                         {"window_begin", &p.window_begin},
+                         {"comp_pool", &p.comp_pool},
+                         {"comp_idx", &p.comp_idx},
+                         {"sinks", &p.sinks},
+                         {"out", &p.out}})
+    expect_on("paged_sink_attention", name, *t, dev);
+  cuda::PagedSinkAttentionKernelParams k;
+  k.q = p.q.data_as<float>();
+  k.q_positions = p.q_positions.data_as<int64_t>();
+  k.q_seq = p.q_seq.data_as<int32_t>();
+  k.block_tables = p.block_tables.data_as<int32_t>();
+  k.window_pool = cptr<float>(p.window_pool);
+  k.window_begin = p.window_begin.data_as<int64_t>();
+  k.comp_pool = cptr<float>(p.comp_pool);
+  k.comp_idx = cptr<int32_t>(p.comp_idx);
+  k.sinks = p.sinks.data_as<float>();
+  k.out = p.out.data_as<float>();
+  k.tokens = p.q.dim(0);
+  k.heads = p.q.dim(1);
+  k.hd = p.q.dim(2);
+  k.seqs = p.block_tables.dim(0);
+  k.max_blocks = p.block_tables.dim(1);
+  k.window_rows = p.window_pool.dim(0);
+  k.comp_rows = p.comp_pool.data() ? p.comp_pool.dim(0) : 0;
+  k.k_sel = p.comp_pool.data() ? p.comp_idx.dim(1) : 0;
+  k.block_size = p.block_size;
+  k.comp_ratio = p.comp_ratio;
+  k.window = p.window;
+  k.scale = p.scale;
+  k.status = impl_->status.word();
+  const int64_t max_slots = p.window + k.k_sel;
+  k.splits = cuda::paged_attention_splits(k.tokens, k.heads, max_slots, impl_->info.sm_count);
+  k.slots_per_split = ceil_div(ceil_div(max_slots, k.splits), 32) * 32;
+  k.splits = static_cast<int>(ceil_div(max_slots, k.slots_per_split));
+  cuda::WorkspaceArena::Scope scope(impl_->arena);
+  if (k.splits > 1) {
+    const int64_t parts = k.tokens * k.heads * k.splits;
+    k.part_o = impl_->arena.take_as<float>(parts * k.hd);
+    k.part_m = impl_->arena.take_as<float>(parts);
+    k.part_l = impl_->arena.take_as<float>(parts);
+  }
+  cuda::run_paged_sink_attention(k, impl_->s());
+}
+
 // ============================================================================ router + MoE
 void CudaBackend::router(const RouterParams& p) {
   validate(p);
   const Device& dev = impl_->device;
-  for (auto [name, t] : {std::pair{"x", &p.x}, {"weight", &p.weight}, {"bias", &p.bias}, {"hash_table", &p.hash_table},
-                         {"token_ids", &p.token_ids}, {"weights", &p.weights}, {"indices", &p.indices}})
+  for (auto [name, t] : {std::pair{"x", &p.x},
+                         {"weight", &p.weight},
+                         {"bias", &p.bias},
+                         {"hash_table", &p.hash_table},
+                         {"token_ids", &p.token_ids},
+                         {"weights", &p.weights},
+                         {"indices", &p.indices}})
     expect_on("router", name, *t, dev);
   const int64_t tokens = p.x.dim(0), experts = p.weight.dim(0);
   cuda::WorkspaceArena::Scope scope(impl_->arena);
@@ -884,17 +997,16 @@ void CudaBackend::moe(const MoeParams& p) {
   }
   QuantExpertWeights shared;
   if (p.shared) {
-    for (auto [name, t] : {std::pair{"shared.w1", &p.shared->w1}, {"shared.w3", &p.shared->w3},
-                           {"shared.w2", &p.shared->w2}})
+    for (auto [name, t] :
+         {std::pair{"shared.w1", &p.shared->w1}, {"shared.w3", &p.shared->w3}, {"shared.w2", &p.shared->w2}})
       expect_on("moe", name, *t, dev);
     shared.w1.weight = p.shared->w1;
     shared.w3.weight = p.shared->w3;
     shared.w2.weight = p.shared->w2;
   }
-  impl_->run_moe(p.x.data_as<float>(), p.weights.data_as<float>(), p.indices.data_as<int32_t>(),
-                 p.out.data_as<float>(), p.x.dim(0), p.x.dim(1), p.weights.dim(1), experts[0].w1.dim(0),
-                 static_cast<int>(experts.size()), mw, p.shared ? &shared : nullptr, p.swiglu_limit,
-                 p.weight_before_w2);
+  impl_->run_moe(p.x.data_as<float>(), p.weights.data_as<float>(), p.indices.data_as<int32_t>(), p.out.data_as<float>(),
+                 p.x.dim(0), p.x.dim(1), p.weights.dim(1), experts[0].w1.dim(0), static_cast<int>(experts.size()), mw,
+                 p.shared ? &shared : nullptr, p.swiglu_limit, p.weight_before_w2);
 }
 
 void CudaBackend::moe_quant(const QuantMoeParams& p) {
@@ -904,7 +1016,8 @@ void CudaBackend::moe_quant(const QuantMoeParams& p) {
   const auto& experts = *p.experts;
   DI_CHECK(p.x.dtype() == DType::kF32 && p.x.rank() == 2 && p.x.is_contiguous()) << op << ": x must be f32 [T, D]";
   const int64_t t = p.x.dim(0), d = p.x.dim(1);
-  DI_CHECK(p.weights.dtype() == DType::kF32 && p.weights.rank() == 2 && p.weights.dim(0) == t && p.weights.is_contiguous())
+  DI_CHECK(p.weights.dtype() == DType::kF32 && p.weights.rank() == 2 && p.weights.dim(0) == t &&
+           p.weights.is_contiguous())
       << op << ": weights must be f32 [T, k]";
   const int64_t k = p.weights.dim(1);
   DI_CHECK(p.indices.dtype() == DType::kI32 && p.indices.shape() == Shape({t, k}) && p.indices.is_contiguous())
@@ -956,9 +1069,8 @@ void CudaBackend::moe_quant(const QuantMoeParams& p) {
     mw.w[i] = impl_->table(i, p.experts, ptrs[i]);
     mw.s[i] = mw.format == QuantFormat::kFloat ? nullptr : impl_->table(3 + i, p.experts, ptrs[3 + i]);
   }
-  impl_->run_moe(p.x.data_as<float>(), p.weights.data_as<float>(), p.indices.data_as<int32_t>(),
-                 p.out.data_as<float>(), t, d, k, inter, static_cast<int>(experts.size()), mw, p.shared,
-                 p.swiglu_limit, p.weight_before_w2);
+  impl_->run_moe(p.x.data_as<float>(), p.weights.data_as<float>(), p.indices.data_as<int32_t>(), p.out.data_as<float>(),
+                 t, d, k, inter, static_cast<int>(experts.size()), mw, p.shared, p.swiglu_limit, p.weight_before_w2);
 }
 
 // ============================================================================ synthetic-run helpers
@@ -975,11 +1087,21 @@ void CudaBackend::fill_random(const RandomFillParams& p) {
   k.e8m0_low = p.e8m0_low;
   k.e8m0_span = p.e8m0_span;
   switch (p.out.dtype()) {
-    case DType::kF32: k.mode = cuda::RandomFillMode::kF32; break;
-    case DType::kF8E4M3: k.mode = cuda::RandomFillMode::kE4M3; break;
-    case DType::kE8M0: k.mode = cuda::RandomFillMode::kE8M0; break;
-    case DType::kBF16: k.mode = cuda::RandomFillMode::kBF16; break;
-    default: k.mode = cuda::RandomFillMode::kBytes; break;
+    case DType::kF32:
+      k.mode = cuda::RandomFillMode::kF32;
+      break;
+    case DType::kF8E4M3:
+      k.mode = cuda::RandomFillMode::kE4M3;
+      break;
+    case DType::kE8M0:
+      k.mode = cuda::RandomFillMode::kE8M0;
+      break;
+    case DType::kBF16:
+      k.mode = cuda::RandomFillMode::kBF16;
+      break;
+    default:
+      k.mode = cuda::RandomFillMode::kBytes;
+      break;
   }
   cuda::run_fill_random(k, impl_->s());
 }
@@ -1003,8 +1125,11 @@ void CudaBackend::lt_gemm(const LtGemmParams& p) {
 void CudaBackend::engram_hash(const EngramHashParams& p) {
   validate(p);
   const Device& dev = impl_->device;
-  for (auto [name, t] : {std::pair{"tokens", &p.tokens}, {"multipliers", &p.multipliers}, {"primes", &p.primes},
-                         {"offsets", &p.offsets}, {"out", &p.out}})
+  for (auto [name, t] : {std::pair{"tokens", &p.tokens},
+                         {"multipliers", &p.multipliers},
+                         {"primes", &p.primes},
+                         {"offsets", &p.offsets},
+                         {"out", &p.out}})
     expect_on("engram_hash", name, *t, dev);
   cuda::EngramHashKernelParams k;
   k.tokens = p.tokens.data_as<int64_t>();

@@ -8,6 +8,7 @@
 // (bad token / expert ids), which the CPU op would have thrown at once.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -72,6 +73,21 @@ struct LtGemmParams {
   Tensor out;  // f32 [M, N]
 };
 
+// A CUDA graph of backend work, replayed on the backend stream. It keeps the device addresses it was captured
+// with: the tensors it reads and writes must stay alive (and in place) while it is replayed.
+class CudaGraph {
+ public:
+  CudaGraph(cudaGraphExec_t exec, cudaStream_t stream) : exec_(exec), stream_(stream) {}
+  ~CudaGraph();
+  CudaGraph(const CudaGraph&) = delete;
+  CudaGraph& operator=(const CudaGraph&) = delete;
+  void replay();
+
+ private:
+  cudaGraphExec_t exec_;
+  cudaStream_t stream_;
+};
+
 class CudaBackend final : public Backend, public HasTensorMemory {
  public:
   explicit CudaBackend(int device = 0);
@@ -94,6 +110,7 @@ class CudaBackend final : public Backend, public HasTensorMemory {
   void candidate_blocks(const CandidateBlocksParams& p) override;
   void topk_mask(const TopKMaskParams& p) override;
   void sink_attention(const SinkAttentionParams& p) override;
+  void paged_sink_attention(const PagedSinkAttentionParams& p) override;
   void router(const RouterParams& p) override;
   void moe(const MoeParams& p) override;
   void engram_hash(const EngramHashParams& p) override;
@@ -108,6 +125,12 @@ class CudaBackend final : public Backend, public HasTensorMemory {
   void moe_quant(const QuantMoeParams& p);
   void fill_random(const RandomFillParams& p);
   void lt_gemm(const LtGemmParams& p);
+
+  // Captures the work `enqueue` puts on the backend stream into a graph (decode steps are launch-bound). Run it
+  // once eagerly first: inside the capture nothing may synchronise, upload through the staging ring, or take
+  // new device memory (allocator or workspace growth), since a graph replays fixed addresses; any of these
+  // ends the capture with an InvalidArgument error naming it.
+  std::unique_ptr<CudaGraph> capture_graph(const std::function<void()>& enqueue);
 
   // Waits for all enqueued work; throws InvalidArgument for bad inputs reported by kernels.
   void synchronize();

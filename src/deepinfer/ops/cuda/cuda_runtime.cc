@@ -67,6 +67,7 @@ size_t DeviceAllocator::round_size(size_t bytes) {
 }
 
 void* DeviceAllocator::allocate(size_t bytes) {
+  ++allocate_calls_;
   const size_t size = round_size(bytes);
   // Reuse a cached block of exactly this rounded size, or of up to 2x for small requests; never hand out a
   // much larger block (it would pin memory a later large request needs).
@@ -89,8 +90,8 @@ void* DeviceAllocator::allocate(size_t bytes) {
   }
   if (err != cudaSuccess) {
     (void)cudaGetLastError();
-    DI_FAIL(ErrorCode::kResourceExhausted) << "cudaMalloc(" << size << ") failed: " << cudaGetErrorString(err)
-                                           << " (live " << live_bytes_ << " B)";
+    DI_FAIL(ErrorCode::kResourceExhausted)
+        << "cudaMalloc(" << size << ") failed: " << cudaGetErrorString(err) << " (live " << live_bytes_ << " B)";
   }
   ++malloc_calls_;
   live_.emplace(p, size);
@@ -220,6 +221,9 @@ void DeviceStatus::check(cudaStream_t stream) {
   if (bits & kStatusEmbeddingIdRange) msg << " embedding token id out of range;";
   if (bits & kStatusRouterHashRange) msg << " router token id outside the hash table;";
   if (bits & kStatusExpertIdRange) msg << " moe expert id out of range;";
+  if (bits & kStatusPagedAttentionRange)
+    msg << " paged_sink_attention: a sequence index, position/entry beyond its block table, or block id outside the "
+           "pool;";
   DI_FAIL(ErrorCode::kInvalidArgument) << msg.str();
 }
 

@@ -61,18 +61,19 @@ class DeviceAllocator {
   DeviceAllocator& operator=(const DeviceAllocator&) = delete;
 
   void* allocate(size_t bytes);
-  void free(void* ptr);  // nullptr is a no-op; unknown pointers throw
+  void free(void* ptr);   // nullptr is a no-op; unknown pointers throw
   void release_cached();  // cudaFree every cached block (not the live ones)
 
   size_t live_bytes() const { return live_bytes_; }
   size_t cached_bytes() const { return cached_bytes_; }
   size_t cuda_malloc_calls() const { return malloc_calls_; }
+  size_t allocate_calls() const { return allocate_calls_; }  // every allocate(), cached or not
   static size_t round_size(size_t bytes);
 
  private:
-  std::unordered_map<void*, size_t> live_;     // ptr -> rounded size
-  std::multimap<size_t, void*> free_blocks_;   // rounded size -> ptr
-  size_t live_bytes_ = 0, cached_bytes_ = 0, malloc_calls_ = 0;
+  std::unordered_map<void*, size_t> live_;    // ptr -> rounded size
+  std::multimap<size_t, void*> free_blocks_;  // rounded size -> ptr
+  size_t live_bytes_ = 0, cached_bytes_ = 0, malloc_calls_ = 0, allocate_calls_ = 0;
 };
 
 // RAII device buffer from a DeviceAllocator.
@@ -118,6 +119,9 @@ class WorkspaceArena {
   }
   void reset();
   size_t high_water() const { return high_water_; }
+  // The first chunk and the chunk count: both unchanged over a region means no memory it used was replaced.
+  const void* base() const { return chunks_.empty() ? nullptr : chunks_.front().ptr; }
+  size_t chunk_count() const { return chunks_.size(); }
 
   struct Mark {
     size_t chunk, offset, used;
@@ -178,6 +182,7 @@ enum DeviceStatusBits : uint32_t {
   kStatusEmbeddingIdRange = 1u << 0,
   kStatusRouterHashRange = 1u << 1,
   kStatusExpertIdRange = 1u << 2,
+  kStatusPagedAttentionRange = 1u << 3,
 };
 
 class DeviceStatus {

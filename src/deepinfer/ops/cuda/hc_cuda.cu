@@ -1,7 +1,8 @@
 // mHC on the GPU: site coefficients (norm + small projection + sigmoid gates + Sinkhorn), the V4 head's
-// collapse weights, collapse and expand. The coefficient kernel runs one block per token: the projection is
-// (2+hc)·hc dot products of length hc·D, one warp per row; the Sinkhorn iterations on the hc×hc matrix are
-// a handful of flops and run on one thread in the CPU op's order.
+// collapse weights, collapse and expand. The coefficients are a GEMV per token, (2+hc)·hc rows of length hc·D
+// (1.5 MB of fn for V4-Flash): split over hc·D in 512-element chunks so ~32 blocks stream fn at once (one block
+// per token walked it alone: ~0.65 ms a site), then a small kernel sums the splits in fixed order and runs
+// the gates and the Sinkhorn iterations on one thread per token in the CPU op's order.
 #include "deepinfer/ops/cuda/device_math.cuh"
 #include "deepinfer/ops/cuda/kernels.h"
 
@@ -13,27 +14,82 @@ constexpr int kMaxMixRows = (2 + kMaxHc) * kMaxHc;
 
 __device__ __forceinline__ float sigmoid_dev(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-__global__ void hc_mix_kernel(HcMixKernelParams p) {
-  __shared__ float red[32];
-  __shared__ float m[kMaxMixRows];
-  __shared__ float c[kMaxHc * kMaxHc];
-  const int64_t t = blockIdx.x, hc = p.hc, n = hc * p.d;
-  const int64_t rows = p.head ? hc : (2 + hc) * hc;
-  const float* f = p.streams + t * n;
-  float ss = 0.0f;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss = fmaf(f[i], f[i], ss);
-  ss = block_sum(ss, red);
-  const float inv = 1.0f / sqrtf(ss / static_cast<float>(n) + p.norm_eps);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  for (int64_t r = warp; r < rows; r += warps) {
-    const float* w = p.fn + r * n;
-    float acc = 0.0f;
-    for (int64_t i = lane; i < n; i += 32) acc = fmaf(w[i], __fmul_rn(f[i], inv), acc);
-    acc = warp_sum(acc);
-    if (lane == 0) m[r] = acc;
+// Split-K partial sums: block (split, token tile) reads its fn chunk once into registers (each warp owns rows
+// warp, warp + 8, ...) and dots it with the chunk of every token of the tile; it also sums the chunk's f².
+// part[(split·tokens + t)·(rows + 1) + r] = Σ_chunk fn[r]·f, and [.. + rows] = Σ_chunk f².
+constexpr int kMixThreads = 256;
+constexpr int kMixWarps = kMixThreads / 32;
+constexpr int kMixChunk = 512;  // elements of hc·D per split: 16 per lane
+constexpr int kMixTokensPerBlock = 8;
+
+// kMixRowsPerWarp: fn rows a warp keeps in registers (3 covers hc <= 4: 24 rows over 8 warps).
+template <int kMixRowsPerWarp>
+__global__ void __launch_bounds__(kMixThreads) hc_mix_partial_kernel(HcMixKernelParams p) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t n = p.hc * p.d, rows = p.head ? p.hc : (2 + p.hc) * p.hc;
+  const int64_t c0 = static_cast<int64_t>(blockIdx.x) * kMixChunk;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kMixTokensPerBlock;
+  const int64_t t1 = min(p.tokens, t0 + kMixTokensPerBlock);
+  constexpr int kPer = kMixChunk / 32;
+  float w[kMixRowsPerWarp][kPer];
+#pragma unroll
+  for (int j = 0; j < kMixRowsPerWarp; ++j) {
+    const int64_t r = warp + j * kMixWarps;
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) {
+      const int64_t i = c0 + lane + 32 * e;
+      w[j][e] = r < rows && i < n ? __ldg(p.fn + r * n + i) : 0.0f;
+    }
   }
-  __syncthreads();
-  if (threadIdx.x != 0) return;
+  for (int64_t t = t0; t < t1; ++t) {
+    float f[kPer];
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) {
+      const int64_t i = c0 + lane + 32 * e;
+      f[e] = i < n ? __ldg(p.streams + t * n + i) : 0.0f;
+    }
+    float* out = p.partial + (blockIdx.x * p.tokens + t) * (rows + 1);
+#pragma unroll
+    for (int j = 0; j < kMixRowsPerWarp; ++j) {
+      const int64_t r = warp + j * kMixWarps;
+      if (r >= rows) break;
+      float acc = 0.0f;
+#pragma unroll
+      for (int e = 0; e < kPer; ++e) acc = fmaf(w[j][e], f[e], acc);
+      acc = warp_sum(acc);
+      if (lane == 0) out[r] = acc;
+    }
+    if (warp == kMixWarps - 1) {
+      float ss = 0.0f;
+#pragma unroll
+      for (int e = 0; e < kPer; ++e) ss = fmaf(f[e], f[e], ss);
+      ss = warp_sum(ss);
+      if (lane == 0) out[rows] = ss;
+    }
+  }
+}
+
+// One warp per token: sums the splits' partials in split order, then the gates and Sinkhorn on lane 0 (a
+// few hundred flops on a 4×4 matrix, in the CPU op's order).
+__global__ void hc_mix_finish_kernel(HcMixKernelParams p) {
+  __shared__ float m_all[4][kMaxMixRows + 1];
+  __shared__ float c_all[4][kMaxHc * kMaxHc];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * 4 + warp;
+  if (t >= p.tokens) return;
+  const int64_t hc = p.hc, n = hc * p.d, rows = p.head ? hc : (2 + hc) * hc;
+  float* m = m_all[warp];
+  float* c = c_all[warp];
+  for (int64_t r = lane; r <= rows; r += 32) {
+    float acc = 0.0f;
+    for (int s = 0; s < p.splits; ++s) acc += p.partial[(s * p.tokens + t) * (rows + 1) + r];
+    m[r] = acc;
+  }
+  __syncwarp();
+  if (lane != 0) return;
+  // m·rsqrt(mean f² + eps): the norm folded in after the dot (f̂ = f·inv, so fn·f̂ = inv·(fn·f)).
+  const float inv = 1.0f / sqrtf(m[rows] / static_cast<float>(n) + p.norm_eps);
+  for (int64_t r = 0; r < rows; ++r) m[r] *= inv;
   float* pre = p.pre + t * hc;
   if (p.head) {
     for (int64_t k = 0; k < hc; ++k) pre[k] = sigmoid_dev(m[k] * p.scale[0] + p.base[k]) + p.hc_eps;
@@ -111,10 +167,20 @@ __global__ void hc_expand_kernel(HcExpandKernelParams p) {
 
 }  // namespace
 
+int hc_mix_splits(int64_t hc, int64_t d) { return static_cast<int>(ceil_div(hc * d, kMixChunk)); }
+
 void run_hc_mix(const HcMixKernelParams& p, cudaStream_t stream) {
   DI_CHECK(p.hc >= 1 && p.hc <= kMaxHc) << "hc_mix: hc = " << p.hc << " (the CUDA kernel supports 1.." << kMaxHc << ")";
+  DI_CHECK_INTERNAL(p.partial && p.splits == hc_mix_splits(p.hc, p.d)) << "hc_mix: partial buffer / splits";
   if (p.tokens == 0) return;
-  hc_mix_kernel<<<static_cast<unsigned>(p.tokens), 256, 0, stream>>>(p);
+  const dim3 grid(static_cast<unsigned>(p.splits), static_cast<unsigned>(ceil_div(p.tokens, kMixTokensPerBlock)));
+  const int64_t rows = p.head ? p.hc : (2 + p.hc) * p.hc;
+  if (rows <= 3 * kMixWarps)
+    hc_mix_partial_kernel<3><<<grid, kMixThreads, 0, stream>>>(p);
+  else
+    hc_mix_partial_kernel<(kMaxMixRows + kMixWarps - 1) / kMixWarps><<<grid, kMixThreads, 0, stream>>>(p);
+  DI_CUDA_CHECK_LAUNCH();
+  hc_mix_finish_kernel<<<static_cast<unsigned>(ceil_div(p.tokens, 4)), 128, 0, stream>>>(p);
   DI_CUDA_CHECK_LAUNCH();
 }
 
@@ -125,7 +191,8 @@ void run_hc_collapse(const HcCollapseKernelParams& p, cudaStream_t stream) {
 }
 
 void run_hc_expand(const HcExpandKernelParams& p, cudaStream_t stream) {
-  DI_CHECK(p.hc >= 1 && p.hc <= kMaxHc) << "hc_expand: hc = " << p.hc << " (the CUDA kernel supports 1.." << kMaxHc << ")";
+  DI_CHECK(p.hc >= 1 && p.hc <= kMaxHc) << "hc_expand: hc = " << p.hc << " (the CUDA kernel supports 1.." << kMaxHc
+                                        << ")";
   if (p.tokens * p.d == 0) return;
   hc_expand_kernel<<<grid_1d(p.tokens * p.d, 256), 256, 0, stream>>>(p);
   DI_CUDA_CHECK_LAUNCH();

@@ -24,7 +24,7 @@ struct DequantizeKernelParams {
   FloatKind float_kind = FloatKind::kF32;
   int64_t n = 0, k = 0, scale_cols = 0;
   int block_n = 128, block_k = 128;
-  float* out = nullptr;  // [n, k]
+  float* out = nullptr;      // [n, k]
   void* out_bf16 = nullptr;  // [n, k] bf16 (RNE) instead of `out` when set
 };
 void run_dequantize(const DequantizeKernelParams& p, cudaStream_t stream);
@@ -34,7 +34,7 @@ struct EmbeddingKernelParams {
   const int64_t* ids = nullptr;  // [tokens]
   float* out = nullptr;          // [tokens, dim]
   int64_t tokens = 0, vocab = 0, dim = 0;
-  uint32_t* status = nullptr;    // kStatusEmbeddingIdRange on a bad id (that row becomes NaN)
+  uint32_t* status = nullptr;  // kStatusEmbeddingIdRange on a bad id (that row becomes NaN)
 };
 void run_embedding(const EmbeddingKernelParams& p, cudaStream_t stream);
 
@@ -68,9 +68,9 @@ struct GemmKernelParams {
   int a_row_div = 1;
   float* c = nullptr;
   int64_t ldc = 0;
-  const int32_t* c_rows = nullptr;  // optional: C row of gathered row i
+  const int32_t* c_rows = nullptr;           // optional: C row of gathered row i
   QuantFormat format = QuantFormat::kFloat;  // kFloat = f32 weights here
-  const void* b = nullptr;          // [n, k] weight (MXFP4: [n, k/2] bytes)
+  const void* b = nullptr;                   // [n, k] weight (MXFP4: [n, k/2] bytes)
   const void* b_scale = nullptr;
   const void* const* b_table = nullptr;        // [groups] per-group weights (overrides b)
   const void* const* b_scale_table = nullptr;  // [groups]
@@ -138,7 +138,11 @@ struct HcMixKernelParams {
   float norm_eps = 1e-6f, hc_eps = 1e-6f;
   int sinkhorn_iters = 20;
   bool head = false;  // hc_head: only `pre` with scale[0]
+  // Scratch of splits·tokens·(rows + 1) floats for the split-K partial sums, splits = hc_mix_splits(hc, d).
+  float* partial = nullptr;
+  int splits = 0;
 };
+int hc_mix_splits(int64_t hc, int64_t d);
 void run_hc_mix(const HcMixKernelParams& p, cudaStream_t stream);
 
 struct HcCollapseKernelParams {
@@ -184,8 +188,8 @@ struct CandidateBlocksKernelParams {
   const float* scores = nullptr;
   const int64_t* positions = nullptr;
   uint8_t* keep = nullptr;
-  float* block_scores = nullptr;    // scratch [tokens, ceil(n / block_size)]
-  uint8_t* block_keep = nullptr;    // scratch [tokens, ceil(n / block_size)]
+  float* block_scores = nullptr;  // scratch [tokens, ceil(n / block_size)]
+  uint8_t* block_keep = nullptr;  // scratch [tokens, ceil(n / block_size)]
   int64_t tokens = 0, n = 0;
   int ratio = 1, topk_blocks = 1, block_size = 1;
 };
@@ -206,7 +210,7 @@ struct SinkAttentionKernelParams {
   const int64_t* q_positions = nullptr;
   const float* window_kv = nullptr;  // [s, hd]
   const int64_t* kv_positions = nullptr;
-  const float* compressed = nullptr;  // [n_comp, hd], optional
+  const float* compressed = nullptr;   // [n_comp, hd], optional
   const uint8_t* comp_mask = nullptr;  // [tokens, n_comp], optional
   const float* sinks = nullptr;
   float* out = nullptr;
@@ -216,11 +220,38 @@ struct SinkAttentionKernelParams {
 };
 void run_sink_attention(const SinkAttentionKernelParams& p, cudaStream_t stream);
 
+// Paged sink attention (attention_paged_cuda.cu), see PagedSinkAttentionParams. `splits` > 1 splits each
+// query's key slots into chunks of `slots_per_split`; the partial buffers then hold [tokens, heads, splits]
+// (part_o with hd per entry).
+struct PagedSinkAttentionKernelParams {
+  const float* q = nullptr;  // [tokens, heads, hd]
+  const int64_t* q_positions = nullptr;
+  const int32_t* q_seq = nullptr;
+  const int32_t* block_tables = nullptr;  // [seqs, max_blocks]
+  const float* window_pool = nullptr;     // [window_rows, hd]
+  const int64_t* window_begin = nullptr;  // [seqs]
+  const float* comp_pool = nullptr;       // [comp_rows, hd], optional
+  const int32_t* comp_idx = nullptr;      // [tokens, k_sel]
+  const float* sinks = nullptr;
+  float* out = nullptr;
+  float *part_o = nullptr, *part_m = nullptr, *part_l = nullptr;
+  int64_t tokens = 0, heads = 0, hd = 0, seqs = 0, max_blocks = 0, window_rows = 0, comp_rows = 0, k_sel = 0;
+  int64_t slots_per_split = 0;
+  int splits = 1;
+  int block_size = 64, comp_ratio = 1;
+  int64_t window = 128;
+  float scale = 1.0f;
+  uint32_t* status = nullptr;
+};
+// Splits for a launch: enough blocks to fill the SMs, at least 64 key slots each.
+int paged_attention_splits(int64_t tokens, int64_t heads, int64_t max_slots, int sm_count);
+void run_paged_sink_attention(const PagedSinkAttentionKernelParams& p, cudaStream_t stream);
+
 // ============================================================================ router + MoE (moe_cuda.cu)
 // After the logits GEMM: score function, optional softmax, bias, top-k (or hash table), weights.
 struct RouterSelectKernelParams {
-  const float* logits = nullptr;  // [tokens, experts], x·Wᵀ
-  const float* bias = nullptr;    // optional
+  const float* logits = nullptr;     // [tokens, experts], x·Wᵀ
+  const float* bias = nullptr;       // optional
   const void* hash_table = nullptr;  // optional, [vocab, k] i32/i64
   bool hash_i64 = false;
   int64_t hash_rows = 0;
@@ -257,7 +288,7 @@ struct SwigluKernelParams {
   float* h = nullptr;         // [rows, inter]
   int64_t rows = 0, inter = 0;
   float limit = 0.0f;
-  const float* weights = nullptr;     // optional [slots]
+  const float* weights = nullptr;        // optional [slots]
   const int32_t* weight_rows = nullptr;  // optional: slot of row r (else r)
   const int32_t* rows_used = nullptr;    // optional device count of valid rows (group_offsets[E])
 };

@@ -1,0 +1,294 @@
+// Paged sink attention (PagedSinkAttentionParams): all sequences of a step in one launch, key rows read
+// straight from the paged pools through the block tables (no gather copy).
+//
+// Work split (flash-decoding): a block is (head group, query token, key split). Its 4 warps each own 2 heads and
+// walk the split's key slots (window positions, then the selected compressed entries) in groups of 32: each
+// lane resolves one slot to a pool row (or nothing: out of the window, padding, a bad page), a ballot compacts
+// the valid ones, and they are processed 4 at a time. Each key row is loaded once into registers (16-byte loads
+// when hd % 128 == 0) and used for both heads; the 8 dot products of a 4-key group are finished with one
+// reduce-scatter over the warp (9 shuffles instead of 40). fp32 throughout, online softmax per head.
+// With one split the block applies the sink and writes the output; with several, each split writes its
+// unnormalised partial (o, running max, sum) and a combine kernel merges them in split order (deterministic).
+#include <algorithm>
+
+#include "deepinfer/ops/cuda/cuda_runtime.h"
+#include "deepinfer/ops/cuda/device_math.cuh"
+#include "deepinfer/ops/cuda/kernels.h"
+
+namespace deepinfer::cuda {
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kHeadsPerWarp = 2;
+constexpr int kHeadsPerBlock = kWarps * kHeadsPerWarp;
+constexpr int kKeysPerGroup = 4;
+constexpr unsigned kFull = 0xffffffffu;
+
+// Dims a lane owns: with kVec (hd % 128 == 0) element e is dim 4·lane + 128·(e/4) + e%4 (float4 loads);
+// otherwise lane + 32·e. kPer = hd / 32 rounded up (at most 16).
+template <int kPer, bool kVec>
+__device__ __forceinline__ void load_row(const float* __restrict__ row, int hd, int lane, float (&v)[kPer]) {
+  if constexpr (kVec) {
+#pragma unroll
+    for (int j = 0; j < kPer / 4; ++j) {
+      const float4 x = __ldg(reinterpret_cast<const float4*>(row + 4 * lane + 128 * j));
+      v[4 * j] = x.x;
+      v[4 * j + 1] = x.y;
+      v[4 * j + 2] = x.z;
+      v[4 * j + 3] = x.w;
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) {
+      const int i = lane + 32 * e;
+      v[e] = i < hd ? __ldg(row + i) : 0.0f;
+    }
+  }
+}
+
+template <int kPer, bool kVec>
+__device__ __forceinline__ void store_row(float* row, int hd, int lane, const float (&v)[kPer], float mul) {
+  if constexpr (kVec) {
+#pragma unroll
+    for (int j = 0; j < kPer / 4; ++j)
+      *reinterpret_cast<float4*>(row + 4 * lane + 128 * j) =
+          make_float4(v[4 * j] * mul, v[4 * j + 1] * mul, v[4 * j + 2] * mul, v[4 * j + 3] * mul);
+  } else {
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) {
+      const int i = lane + 32 * e;
+      if (i < hd) row[i] = v[e] * mul;
+    }
+  }
+}
+
+// Pool row of group g (ratio r) of a sequence, or nullptr (and a status bit) when the page is bad.
+__device__ __forceinline__ const float* page_row(const PagedSinkAttentionKernelParams& p, const int32_t* table,
+                                                 const float* pool, int64_t pool_rows, int64_t g, int r) {
+  const int64_t blk = g * r / p.block_size;
+  if (g < 0 || blk >= p.max_blocks) {
+    atomicOr(p.status, kStatusPagedAttentionRange);
+    return nullptr;
+  }
+  const int64_t id = table[blk], per_block = p.block_size / r, row = id * per_block + (g * r % p.block_size) / r;
+  if (id < 0 || row >= pool_rows) {
+    atomicOr(p.status, kStatusPagedAttentionRange);
+    return nullptr;
+  }
+  return pool + row * p.hd;
+}
+
+template <int kPer, bool kVec>
+__global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(PagedSinkAttentionKernelParams p) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t t = blockIdx.y;
+  const int split = blockIdx.z;
+  const int h0 = blockIdx.x * kHeadsPerBlock + warp * kHeadsPerWarp;
+  if (h0 >= p.heads) return;  // whole warp: no block-level sync below
+  const int hd = static_cast<int>(p.hd);
+
+  // This query's key slots: window positions [lo, pos], then the comp_idx row.
+  const int b = p.q_seq[t];
+  const int64_t pos = p.q_positions[t];
+  int64_t lo = 0, n_window = 0, n_slots = 0;
+  const int32_t* table = nullptr;
+  if (b < 0 || b >= p.seqs) {
+    if (split == 0 && warp == 0 && lane == 0) atomicOr(p.status, kStatusPagedAttentionRange);
+  } else {
+    table = p.block_tables + static_cast<int64_t>(b) * p.max_blocks;
+    lo = max(max(pos - p.window + 1, p.window_begin[b]), int64_t{0});
+    n_window = pos >= lo ? pos - lo + 1 : 0;
+    n_slots = n_window + p.k_sel;
+  }
+  const int64_t begin = min(n_slots, static_cast<int64_t>(split) * p.slots_per_split);
+  const int64_t end = min(n_slots, begin + p.slots_per_split);
+
+  float q[kHeadsPerWarp][kPer], o[kHeadsPerWarp][kPer], m[kHeadsPerWarp], l[kHeadsPerWarp];
+#pragma unroll
+  for (int hh = 0; hh < kHeadsPerWarp; ++hh) {
+    const int h = min(h0 + hh, static_cast<int>(p.heads) - 1);  // a missing second head duplicates the first
+    load_row<kPer, kVec>(p.q + (t * p.heads + h) * p.hd, hd, lane, q[hh]);
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) o[hh][e] = 0.0f;
+    m[hh] = -INFINITY;
+    l[hh] = 0.0f;
+  }
+
+  for (int64_t base = begin; base < end; base += 32) {
+    const int64_t slot = base + lane;
+    const float* mine = nullptr;
+    if (slot < end) {
+      if (slot < n_window) {
+        mine = page_row(p, table, p.window_pool, p.window_rows, lo + slot, 1);
+      } else {
+        const int32_t e = p.comp_idx[t * p.k_sel + (slot - n_window)];
+        if (e >= 0) mine = page_row(p, table, p.comp_pool, p.comp_rows, e, p.comp_ratio);
+      }
+    }
+    unsigned valid = __ballot_sync(kFull, mine != nullptr);
+    while (valid) {
+      // Up to 4 valid rows of this group, in slot order.
+      const float* rows[kKeysPerGroup];
+#pragma unroll
+      for (int c = 0; c < kKeysPerGroup; ++c) {
+        const int src = valid ? __ffs(valid) - 1 : 0;
+        const unsigned long long ptr = __shfl_sync(kFull, reinterpret_cast<unsigned long long>(mine), src);
+        rows[c] = valid ? reinterpret_cast<const float*>(ptr) : nullptr;
+        valid &= valid - 1;
+      }
+      float key[kKeysPerGroup][kPer];
+#pragma unroll
+      for (int c = 0; c < kKeysPerGroup; ++c) {
+        if (rows[c]) {
+          load_row<kPer, kVec>(rows[c], hd, lane, key[c]);
+        } else {
+#pragma unroll
+          for (int e = 0; e < kPer; ++e) key[c][e] = 0.0f;
+        }
+      }
+      // v[hh·4 + c]: this lane's part of q_hh · key_c.
+      float v[kHeadsPerWarp * kKeysPerGroup];
+#pragma unroll
+      for (int hh = 0; hh < kHeadsPerWarp; ++hh)
+#pragma unroll
+        for (int c = 0; c < kKeysPerGroup; ++c) {
+          float acc = 0.0f;
+#pragma unroll
+          for (int e = 0; e < kPer; ++e) acc = fmaf(q[hh][e], key[c][e], acc);
+          v[hh * kKeysPerGroup + c] = acc;
+        }
+      // Reduce-scatter: after it, lane L holds the full dot of index (L >> 2) & 7.
+      {
+        const bool hi4 = lane & 16, hi3 = lane & 8, hi2 = lane & 4;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const float send = hi4 ? v[i] : v[i + 4], keep = hi4 ? v[i + 4] : v[i];
+          v[i] = keep + __shfl_xor_sync(kFull, send, 16);
+        }
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const float send = hi3 ? v[i] : v[i + 2], keep = hi3 ? v[i + 2] : v[i];
+          v[i] = keep + __shfl_xor_sync(kFull, send, 8);
+        }
+        const float send = hi2 ? v[0] : v[1], keep = hi2 ? v[1] : v[0];
+        v[0] = keep + __shfl_xor_sync(kFull, send, 4);
+        v[0] += __shfl_xor_sync(kFull, v[0], 2);
+        v[0] += __shfl_xor_sync(kFull, v[0], 1);
+      }
+      const float mine_dot = v[0];
+#pragma unroll
+      for (int hh = 0; hh < kHeadsPerWarp; ++hh) {
+        float logit[kKeysPerGroup];
+        float mx = m[hh];
+#pragma unroll
+        for (int c = 0; c < kKeysPerGroup; ++c) {
+          logit[c] = __shfl_sync(kFull, mine_dot, (hh * kKeysPerGroup + c) * 4) * p.scale;
+          if (rows[c]) mx = fmaxf(mx, logit[c]);
+        }
+        const float corr = expf(m[hh] - mx);  // m = −inf before the first key: 0
+        float w[kKeysPerGroup], sum = 0.0f;
+#pragma unroll
+        for (int c = 0; c < kKeysPerGroup; ++c) {
+          w[c] = rows[c] ? expf(logit[c] - mx) : 0.0f;
+          sum += w[c];
+        }
+        l[hh] = l[hh] * corr + sum;
+        m[hh] = mx;
+#pragma unroll
+        for (int e = 0; e < kPer; ++e) {
+          float acc = o[hh][e] * corr;
+#pragma unroll
+          for (int c = 0; c < kKeysPerGroup; ++c) acc = fmaf(w[c], key[c][e], acc);
+          o[hh][e] = acc;
+        }
+      }
+    }
+  }
+
+#pragma unroll
+  for (int hh = 0; hh < kHeadsPerWarp; ++hh) {
+    const int h = h0 + hh;
+    if (h >= p.heads) break;
+    const int64_t th = t * p.heads + h;
+    if (p.splits == 1) {
+      // The sink joins the denominator only: out = Σ w·v / (Σ w + exp(sink − M)) with M = max(m, sink).
+      const float sink = p.sinks[h], mx = fmaxf(m[hh], sink);
+      const float denom = l[hh] * expf(m[hh] - mx) + expf(sink - mx);
+      store_row<kPer, kVec>(p.out + th * p.hd, hd, lane, o[hh], expf(m[hh] - mx) / denom);
+    } else {
+      const int64_t at = th * p.splits + split;
+      store_row<kPer, kVec>(p.part_o + at * p.hd, hd, lane, o[hh], 1.0f);
+      if (lane == 0) {
+        p.part_m[at] = m[hh];
+        p.part_l[at] = l[hh];
+      }
+    }
+  }
+}
+
+// One block per (token, head): merges the splits' partials in split order and applies the sink.
+__global__ void paged_attention_combine_kernel(PagedSinkAttentionKernelParams p) {
+  const int64_t th = blockIdx.x;
+  const int h = static_cast<int>(th % p.heads);
+  const float* pm = p.part_m + th * p.splits;
+  const float* pl = p.part_l + th * p.splits;
+  const float sink = p.sinks[h];
+  float mx = sink;
+  for (int s = 0; s < p.splits; ++s) mx = fmaxf(mx, pm[s]);
+  float denom = expf(sink - mx);
+  for (int s = 0; s < p.splits; ++s) denom += pl[s] * expf(pm[s] - mx);
+  const float inv = 1.0f / denom;
+  for (int64_t i = threadIdx.x; i < p.hd; i += blockDim.x) {
+    float acc = 0.0f;
+    for (int s = 0; s < p.splits; ++s) acc = fmaf(p.part_o[(th * p.splits + s) * p.hd + i], expf(pm[s] - mx), acc);
+    p.out[th * p.hd + i] = acc * inv;
+  }
+}
+
+template <int kPer, bool kVec>
+void launch(const PagedSinkAttentionKernelParams& p, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(ceil_div(p.heads, kHeadsPerBlock)), static_cast<unsigned>(p.tokens),
+                  static_cast<unsigned>(p.splits));
+  paged_attention_kernel<kPer, kVec><<<grid, kWarps * 32, 0, stream>>>(p);
+  DI_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+int paged_attention_splits(int64_t tokens, int64_t heads, int64_t max_slots, int sm_count) {
+  // Enough blocks for ~3 per SM in two waves; a split keeps at least 64 slots.
+  const int64_t blocks = std::max<int64_t>(1, tokens * ceil_div(heads, kHeadsPerBlock));
+  const int64_t want = ceil_div(6ll * sm_count, blocks);
+  const int64_t most = std::max<int64_t>(1, ceil_div(max_slots, 64));
+  return static_cast<int>(std::max<int64_t>(1, std::min({want, most, int64_t{64}})));
+}
+
+void run_paged_sink_attention(const PagedSinkAttentionKernelParams& p, cudaStream_t stream) {
+  DI_CHECK_CODE(p.hd <= 512 && p.hd % 32 == 0, ErrorCode::kUnsupported)
+      << "paged_sink_attention: head dim " << p.hd << " must be a multiple of 32 and <= 512 on CUDA";
+  DI_CHECK_INTERNAL(p.splits >= 1 && (p.splits == 1 || (p.part_o && p.part_m && p.part_l)))
+      << "paged_sink_attention: " << p.splits << " splits without partial buffers";
+  if (p.tokens * p.heads == 0) return;
+  switch (p.hd) {
+    case 512:
+      launch<16, true>(p, stream);
+      break;
+    case 256:
+      launch<8, true>(p, stream);
+      break;
+    case 128:
+      launch<4, true>(p, stream);
+      break;
+    default:
+      if (p.hd <= 64)
+        launch<2, false>(p, stream);
+      else
+        launch<16, false>(p, stream);
+  }
+  if (p.splits > 1) {
+    paged_attention_combine_kernel<<<static_cast<unsigned>(p.tokens * p.heads), 128, 0, stream>>>(p);
+    DI_CUDA_CHECK_LAUNCH();
+  }
+}
+
+}  // namespace deepinfer::cuda

@@ -1,0 +1,90 @@
+// CUDA graphs of backend work: a decode-like op chain (mHC coefficients, collapse, RMSNorm, a cuBLASLt linear,
+// paged sink attention over shuffled pages, mHC expand) captured once and replayed must give the eager chain's
+// output bit for bit, also after the inputs were overwritten in place (the graph reads the buffers, not a
+// copy). Capturing work that synchronises or allocates fails with a clear error.
+#include "cuda_test_util.h"
+#include "ops/paged_attention_case.h"
+
+namespace deepinfer::testing {
+namespace {
+
+TEST_F(CudaOpTest, GraphReplayEqualsEager) {
+  PagedAttentionSpec spec;
+  spec.seqs = 4;
+  spec.heads = 8;
+  spec.hd = 128;
+  spec.k_sel = 32;
+  const PagedAttentionCase c = make_paged_attention_case(spec, rng()());
+  const int64_t t = c.tokens, hc = 4, d = 256, mix = (2 + hc) * hc, hhd = spec.heads * spec.hd;
+  HostTensor streams0 = rand({t, hc, d}), fn = rand({mix, hc * d}, -0.05f, 0.05f), base = rand({mix});
+  HostTensor scale = rand({3}, 0.5f, 1.5f), wq = rand({hhd, d}, -0.1f, 0.1f), wo = rand({d, hhd}, -0.05f, 0.05f);
+  DeviceTensor streams = up(streams0), dfn = up(fn), db = up(base), dsc = up(scale), dwq = up(wq), dwo = up(wo);
+  DeviceTensor pre = poisoned({t, hc}), post = poisoned({t, hc}), comb = poisoned({t, hc, hc});
+  DeviceTensor x = poisoned({t, d}), q = poisoned({t, spec.heads, spec.hd}), o = poisoned({t, spec.heads, spec.hd});
+  DeviceTensor y = poisoned({t, d});
+  DeviceTensor dqp = up(c.q_pos), dqs = up(c.q_seq), dt = up(c.tables), dw = up(c.window_pool);
+  DeviceTensor dwb = up(c.window_begin), dc = up(c.comp_pool), di = up(c.comp_idx), dsk = up(c.sinks);
+  auto chain = [&] {
+    gpu().hc_mix({streams, dfn, db, dsc, pre, post, comb, 1e-6f, 1e-6f, 20});
+    gpu().hc_collapse({streams, pre, x});
+    gpu().rms_norm({x, Tensor{}, x, 1e-6f});
+    gpu().linear({x, dwq, q.view().reshape({t, hhd})});
+    PagedSinkAttentionParams p = c.params(o);
+    p.q = q;
+    p.q_positions = dqp;
+    p.q_seq = dqs;
+    p.block_tables = dt;
+    p.window_pool = dw;
+    p.window_begin = dwb;
+    p.comp_pool = dc;
+    p.comp_idx = di;
+    p.sinks = dsk;
+    gpu().paged_sink_attention(p);
+    gpu().linear({o.view().reshape({t, hhd}), dwo, y});
+    gpu().hc_expand({streams, y, post, comb});
+  };
+  auto reset = [&](const HostTensor& h) {
+    ASSERT_EQ(cudaMemcpy(streams.data(), h.view().data(), h.view().nbytes(), cudaMemcpyHostToDevice), cudaSuccess);
+  };
+  chain();  // eager, also warms plans and the workspace
+  const HostTensor eager = down(streams);
+  reset(streams0);
+  std::unique_ptr<CudaGraph> graph = gpu().capture_graph(chain);
+  graph->replay();
+  expect_same_bytes("graph replay == eager (streams)", down(streams), eager);
+  // New inputs in the same buffers: the replay must read them.
+  const HostTensor streams1 = rand({t, hc, d});
+  reset(streams1);
+  chain();
+  const HostTensor eager1 = down(streams);
+  reset(streams1);
+  graph->replay();
+  expect_same_bytes("graph replay == eager (new inputs)", down(streams), eager1);
+  EXPECT_NE(std::memcmp(eager.view().data(), eager1.view().data(), eager.view().nbytes()), 0);
+}
+
+TEST_F(CudaOpTest, GraphCaptureRejectsSyncAndAllocation) {
+  try {
+    gpu().capture_graph([&] { gpu().synchronize(); });
+    ADD_FAILURE() << "capturing a synchronize did not fail";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+  }
+  try {
+    gpu().capture_graph([&] { DeviceTensor t(gpu(), DType::kF32, {1 << 20}); });
+    ADD_FAILURE() << "capturing an allocation did not fail";
+  } catch (const Error& e) {
+    // A cached block is caught by the allocation count, a fresh cudaMalloc by CUDA itself: both end the capture.
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+  }
+  // The stream still works after a failed capture.
+  HostTensor a = rand({64, 32});
+  DeviceTensor da = up(a), dout = poisoned({64, 32});
+  gpu().rms_norm({da, Tensor{}, dout, 1e-6f});
+  HostTensor want(DType::kF32, {64, 32});
+  cpu().rms_norm({a, Tensor{}, want, 1e-6f});
+  rel_err("rms_norm after a failed capture", down(dout), want, 1e-6);
+}
+
+}  // namespace
+}  // namespace deepinfer::testing

@@ -1,0 +1,89 @@
+// paged_sink_attention on the GPU against the CPU reference: several sequences in one launch, shuffled pages,
+// NaN in every pool row no query may read, decode (one query per sequence, split over the keys and merged) and
+// prefill-style chunks; head dims on the float4 path (512, 128) and the scalar path (64, with a head count that
+// leaves a warp's second head empty). fp32 arithmetic in a different summation order: tolerance 1e-5.
+#include "cuda_test_util.h"
+#include "ops/paged_attention_case.h"
+
+namespace deepinfer::testing {
+namespace {
+
+TEST_F(CudaOpTest, PagedSinkAttentionMatchesCpu) {
+  struct Case {
+    const char* name;
+    PagedAttentionSpec spec;
+  };
+  auto spec = [](int64_t seqs, int64_t heads, int64_t hd, int64_t tps, int64_t k_sel, int bs, int ratio, int window,
+                 int64_t min_ctx, int64_t max_ctx) {
+    PagedAttentionSpec s;
+    s.seqs = seqs;
+    s.heads = heads;
+    s.hd = hd;
+    s.tokens_per_seq = tps;
+    s.k_sel = k_sel;
+    s.block_size = bs;
+    s.ratio = ratio;
+    s.window = window;
+    s.min_context = min_ctx;
+    s.max_context = max_ctx;
+    return s;
+  };
+  const Case cases[] = {
+      {"decode B=5 H=64 hd=512 (split keys)", spec(5, 64, 512, 1, 512, 64, 4, 128, 200, 4000)},
+      {"prefill B=2x9 H=64 hd=512", spec(2, 64, 512, 9, 96, 64, 2, 128, 100, 900)},
+      {"decode B=160 H=64 hd=128 (one split)", spec(160, 64, 128, 1, 64, 32, 1, 64, 40, 500)},
+      {"decode B=7 H=6 hd=64 (scalar path)", spec(7, 6, 64, 1, 40, 16, 4, 32, 20, 700)},
+      {"no compressed entries B=3 H=16 hd=256", spec(3, 16, 256, 3, 0, 16, 1, 48, 10, 200)},
+  };
+  for (const Case& k : cases) {
+    const PagedAttentionCase c = make_paged_attention_case(k.spec, rng()());
+    HostTensor want(DType::kF32, {c.tokens, k.spec.heads, k.spec.hd});
+    cpu().paged_sink_attention(c.params(want.view()));
+    DeviceTensor dq = up(c.q), dqp = up(c.q_pos), dqs = up(c.q_seq), dt = up(c.tables), dw = up(c.window_pool);
+    DeviceTensor dwb = up(c.window_begin), dc = up(c.comp_pool), di = up(c.comp_idx), dsk = up(c.sinks);
+    DeviceTensor dout = poisoned({c.tokens, k.spec.heads, k.spec.hd});
+    PagedSinkAttentionParams p = c.params(dout);
+    p.q = dq;
+    p.q_positions = dqp;
+    p.q_seq = dqs;
+    p.block_tables = dt;
+    p.window_pool = dw;
+    p.window_begin = dwb;
+    if (k.spec.k_sel > 0) {
+      p.comp_pool = dc;
+      p.comp_idx = di;
+    }
+    p.sinks = dsk;
+    gpu().paged_sink_attention(p);
+    rel_err((std::string("paged_sink_attention ") + k.name).c_str(), down(dout), want, 1e-5);
+  }
+}
+
+TEST_F(CudaOpTest, PagedSinkAttentionBadPageRaisesStatus) {
+  PagedAttentionSpec s;
+  PagedAttentionCase c = make_paged_attention_case(s, rng()());
+  for (int64_t j = 0; j < c.tables.shape()[1]; ++j) c.tables.data<int32_t>()[j] = 1 << 20;  // outside the pool
+  DeviceTensor dq = up(c.q), dqp = up(c.q_pos), dqs = up(c.q_seq), dt = up(c.tables), dw = up(c.window_pool);
+  DeviceTensor dwb = up(c.window_begin), dc = up(c.comp_pool), di = up(c.comp_idx), dsk = up(c.sinks);
+  DeviceTensor dout = poisoned({c.tokens, s.heads, s.hd});
+  PagedSinkAttentionParams p = c.params(dout);
+  p.q = dq;
+  p.q_positions = dqp;
+  p.q_seq = dqs;
+  p.block_tables = dt;
+  p.window_pool = dw;
+  p.window_begin = dwb;
+  p.comp_pool = dc;
+  p.comp_idx = di;
+  p.sinks = dsk;
+  gpu().paged_sink_attention(p);
+  try {
+    gpu().synchronize();
+    ADD_FAILURE() << "no error for block ids outside the pool";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("paged_sink_attention"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace deepinfer::testing
