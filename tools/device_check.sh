@@ -2,7 +2,7 @@
 # Runs on the GPU machine (device tool) in one call: build with CUDA, run the GPU tests (ctest -L gpu), a
 # compute-sanitizer memcheck of the op harness, the CUDA micro-benchmark, and (full mode) the CPU tests and the
 # benchmarks; logs + a summary under $OUT.
-#   usage (device tool): bash tools/device_check.sh [gpu|full|model|bench]      (carry: .deps when the image lacks the -dev
+#   usage (device tool): bash tools/device_check.sh [gpu|full|model|bench|ci]      (carry: .deps when the image lacks the -dev
 #   packages: `mkdir -p .deps && cd .deps && apt-get download <packages below>` on an x86-64 Debian/Ubuntu host)
 #   model: build the CUDA tests (+ the CLI they run) and run every GPU test once, directly, with the golden-model
 #   figures in the summary; no memcheck, no benchmarks, so it fits one 10-minute device call.
@@ -10,6 +10,8 @@
 #   (model slices vs ceilings), the op micro-bench, and the remaining GPU tests, each under its own time limit
 #   so that one 10-minute call returns whatever finished. BENCH_ARGS overrides the bench command's options;
 #   SKIP_OP_BENCH=1 skips the op micro-bench; MEMCHECK_FILTER runs those tests again under memcheck.
+#   ci: build everything, every GPU test once, MEMCHECK_FILTER under memcheck, the op micro-bench (rows matching
+#   BENCH_FILTER in the summary) and the CPU suite on all cores: the checks a landing needs, in one call.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 MODE=${1:-full}
@@ -47,6 +49,7 @@ cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DDEEPINFER_ACCELERA
   -DCMAKE_CUDA_ARCHITECTURES=90a -DDEEPINFER_PYTHON=OFF >"$OUT/configure.log" 2>&1 || { note "configure FAILED"; tail -30 "$OUT/configure.log"; exit 1; }
 target=deepinfer_cuda_tests
 [ "$MODE" = full ] && target=all
+[ "$MODE" = ci ] && target=all
 [ "$MODE" = bench ] && target="deepinfer_cuda_tests deepinfer_cli"
 cmake --build build-gpu -j "$(nproc)" --target $target >"$OUT/build.log" 2>&1 || {
   note "build FAILED"; grep -E "error|Error" "$OUT/build.log" | head -40; exit 1; }
@@ -76,6 +79,31 @@ if [ "$MODE" = bench ]; then
   grep -h "\[cuda-op\]" "$OUT/gpu_tests.log" >"$OUT/op_errors.txt"
   note "op comparisons: $(grep -c ' ok' "$OUT/op_errors.txt") ok, $(grep -c 'FAIL' "$OUT/op_errors.txt") FAIL (op_errors.txt)"
   grep -h "FAILED  \]" "$OUT/gpu_tests.log" | tee -a "$summary"
+  echo "================ summary"
+  cat "$summary"
+  exit 0
+fi
+if [ "$MODE" = ci ]; then
+  # Everything a landing needs in one call: the whole build (CUDA config, as CI on a machine with nvcc), every
+  # GPU test once, MEMCHECK_FILTER under memcheck, the op micro-bench rows matching BENCH_FILTER, then the CPU
+  # suite (ctest -LE gpu) on all cores.
+  timeout 300 build-gpu/bin/deepinfer_cuda_tests >"$OUT/gpu_tests_direct.log" 2>&1
+  note "gpu tests (direct): rc=$? $(grep -E '^\[  PASSED|^\[  FAILED' "$OUT/gpu_tests_direct.log" | tr '\n' ' ')"
+  grep -h "\[cuda-op\]" "$OUT/gpu_tests_direct.log" >"$OUT/op_errors.txt"
+  note "op comparisons: $(grep -c ' ok' "$OUT/op_errors.txt") ok, $(grep -c 'FAIL' "$OUT/op_errors.txt") FAIL (op_errors.txt)"
+  grep -hE "FAILED  \]" "$OUT/gpu_tests_direct.log" | tee -a "$summary"
+  if [ -n "${MEMCHECK_FILTER:-}" ] && command -v compute-sanitizer >/dev/null 2>&1; then
+    timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/bin/deepinfer_cuda_tests \
+      --gtest_filter="$MEMCHECK_FILTER" >"$OUT/memcheck.log" 2>&1
+    note "memcheck ($MEMCHECK_FILTER): rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)"
+  fi
+  timeout 120 build-gpu/bin/deepinfer_cuda_tests --gtest_also_run_disabled_tests --gtest_filter='CudaBench.*' \
+    >"$OUT/cuda_bench.log" 2>&1
+  note "cuda op bench: rc=$?"
+  grep -h "^\[bench\]" "$OUT/cuda_bench.log" | grep -E "${BENCH_FILTER:-.}" | tee -a "$summary"
+  (cd build-gpu && timeout 360 ctest -LE gpu -j "$(nproc)" --output-on-failure >"$OUT/cpu_tests.log" 2>&1)
+  note "cpu tests: rc=$? $(grep -E 'tests passed|tests failed' "$OUT/cpu_tests.log" | tail -1)"
+  grep -E "^\s+[0-9]+ - .*\(Failed|Timeout|Exception\)" "$OUT/cpu_tests.log" | head -20 | tee -a "$summary"
   echo "================ summary"
   cat "$summary"
   exit 0

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <numeric>
 
 #include "cuda/cuda_test_util.h"
 #include "deepinfer/core/dtype.h"
@@ -43,9 +44,9 @@ class CudaBench : public CudaOpTest {
       }
     }
     for (size_t off = 0; off < bytes; off += pat)
-      EXPECT_EQ(cudaMemcpy(static_cast<char*>(d.data()) + off, h.data(), std::min(pat, bytes - off),
-                           cudaMemcpyHostToDevice),
-                cudaSuccess);
+      EXPECT_EQ(
+          cudaMemcpy(static_cast<char*>(d.data()) + off, h.data(), std::min(pat, bytes - off), cudaMemcpyHostToDevice),
+          cudaSuccess);
     return d;
   }
   // Median time of one call in ms over `iters` (after 3 warm-ups), measured with events on the stream.
@@ -79,10 +80,11 @@ TEST_F(CudaBench, DISABLED_OpTimings) {
   std::printf("[bench] device: %s, %d SMs\n", gpu().device_info().name.c_str(), gpu().device_info().sm_count);
   {  // ceiling 1: device-to-device copy, bytes read + written
     const size_t bytes = 2ull << 30;
-    DeviceTensor a = filled(DType::kU8, {static_cast<int64_t>(bytes)}), b(gpu(), DType::kU8, {static_cast<int64_t>(bytes)});
-    const double ms = time_ms([&] {
-      DI_CUDA_CHECK(cudaMemcpyAsync(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice, gpu().stream()));
-    }, 10);
+    DeviceTensor a = filled(DType::kU8, {static_cast<int64_t>(bytes)}),
+                 b(gpu(), DType::kU8, {static_cast<int64_t>(bytes)});
+    const double ms = time_ms(
+        [&] { DI_CUDA_CHECK(cudaMemcpyAsync(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice, gpu().stream())); },
+        10);
     hbm_tbs_ = 2.0 * bytes / (ms * 1e-3) / 1e12;
     std::printf("[bench] ceiling HBM copy (2 GiB D2D, read+write): %.3f TB/s\n", hbm_tbs_);
   }
@@ -102,12 +104,18 @@ TEST_F(CudaBench, DISABLED_OpTimings) {
     const double fl = 2.0 * m * d * d, io = 4.0 * m * d * 2;
     const std::string sz = " M=" + std::to_string(m) + " N=K=4096";
     report("linear f32 (cuBLASLt fp32)" + sz, time_ms([&] { gpu().linear({x, wf, y}); }), io + 4.0 * d * d, fl);
-    report("linear_quant bf16 (cuBLASLt)" + sz,
-           time_ms([&] { gpu().linear_quant({x, {wb, Tensor{}, QuantFormat::kFloat}, y}); }), io + 2.0 * d * d, fl);
-    report("linear_quant fp8 128x128 (own SIMT)" + sz,
-           time_ms([&] { gpu().linear_quant({x, {w8, s8, QuantFormat::kFP8Block, 128, 128}, y}); }), io + 1.0 * d * d, fl);
-    report("linear_quant mxfp4 (own SIMT)" + sz,
-           time_ms([&] { gpu().linear_quant({x, {w4, s4, QuantFormat::kMXFP4}, y}); }), io + 0.5 * d * d, fl);
+    report("linear_quant bf16 (cuBLASLt)" + sz, time_ms([&] {
+             gpu().linear_quant({x, {wb, Tensor{}, QuantFormat::kFloat}, y});
+           }),
+           io + 2.0 * d * d, fl);
+    report("linear_quant fp8 128x128 (own SIMT)" + sz, time_ms([&] {
+             gpu().linear_quant({x, {w8, s8, QuantFormat::kFP8Block, 128, 128}, y});
+           }),
+           io + 1.0 * d * d, fl);
+    report("linear_quant mxfp4 (own SIMT)" + sz, time_ms([&] {
+             gpu().linear_quant({x, {w4, s4, QuantFormat::kMXFP4}, y});
+           }),
+           io + 0.5 * d * d, fl);
   }
   {  // MoE: 256 MXFP4 experts D=4096 I=2048, top-6, FP8 shared expert
     const int64_t e = 256, inter = 2048, k = 6;
@@ -117,7 +125,8 @@ TEST_F(CudaBench, DISABLED_OpTimings) {
     DeviceTensor pat_w1 = filled(DType::kU8, {inter, d / 2}), pat_s1 = filled(DType::kE8M0, {inter, d / 32}, true);
     for (int64_t i = 0; i < e; ++i) {
       // Each expert has its own memory (so bytes really move) holding a copy of one random pattern.
-      for (auto [rows, cols, q] : {std::tuple{inter, d, &experts[i].w1}, {inter, d, &experts[i].w3}, {d, inter, &experts[i].w2}}) {
+      for (auto [rows, cols, q] :
+           {std::tuple{inter, d, &experts[i].w1}, {inter, d, &experts[i].w3}, {d, inter, &experts[i].w2}}) {
         keep.emplace_back(gpu(), DType::kU8, Shape{rows, cols / 2});
         DI_CUDA_CHECK(cudaMemcpy(keep.back().data(), pat_w1.data(), rows * cols / 2, cudaMemcpyDeviceToDevice));
         const DeviceTensor& w = keep.back();
@@ -127,21 +136,29 @@ TEST_F(CudaBench, DISABLED_OpTimings) {
       }
     }
     QuantExpertWeights shared;
-    DeviceTensor sw1 = filled(DType::kF8E4M3, {inter, d}, false, true), sw3 = filled(DType::kF8E4M3, {inter, d}, false, true);
+    DeviceTensor sw1 = filled(DType::kF8E4M3, {inter, d}, false, true),
+                 sw3 = filled(DType::kF8E4M3, {inter, d}, false, true);
     DeviceTensor sw2 = filled(DType::kF8E4M3, {d, inter}, false, true);
-    DeviceTensor ss1 = filled(DType::kE8M0, {inter / 128, d / 128}, true), ss2 = filled(DType::kE8M0, {d / 128, inter / 128}, true);
+    DeviceTensor ss1 = filled(DType::kE8M0, {inter / 128, d / 128}, true),
+                 ss2 = filled(DType::kE8M0, {d / 128, inter / 128}, true);
     shared.w1 = {sw1, ss1, QuantFormat::kFP8Block};
     shared.w3 = {sw3, ss1, QuantFormat::kFP8Block};
     shared.w2 = {sw2, ss2, QuantFormat::kFP8Block};
     for (int64_t t : {1, 32, 1024}) {
       HostTensor idx(DType::kI32, {t, k});
       for (int64_t i = 0; i < t * k; ++i) idx.data<int32_t>()[i] = static_cast<int32_t>((i * 37 + i / k * 11) % e);
-      DeviceTensor x = filled(DType::kF32, {t, d}), wts = filled(DType::kF32, {t, k}), di = up(idx), y(gpu(), DType::kF32, {t, d});
+      DeviceTensor x = filled(DType::kF32, {t, d}), wts = filled(DType::kF32, {t, k}), di = up(idx),
+                   y(gpu(), DType::kF32, {t, d});
       const int64_t touched = std::min<int64_t>(e, t * k);
       const double bytes = touched * 3.0 * inter * d * (0.5 + 1.0 / 32) + 3.0 * inter * d;
       const double fl = 2.0 * 3 * inter * d * t * (k + 1);
       report("moe_quant mxfp4 E=256 I=2048 k=6 +fp8 shared T=" + std::to_string(t),
-             time_ms([&] { gpu().moe_quant({x, wts, di, &experts, &shared, y, 10.0f, true}); }, 10), bytes, fl);
+             time_ms(
+                 [&] {
+                   gpu().moe_quant({x, wts, di, &experts, &shared, y, 10.0f, true});
+                 },
+                 10),
+             bytes, fl);
     }
   }
   {  // norms, attention, indexer, top-k
@@ -154,22 +171,70 @@ TEST_F(CudaBench, DISABLED_OpTimings) {
     HostTensor qpos(DType::kI64, {t}), kvpos(DType::kI64, {s});
     for (int64_t i = 0; i < t; ++i) qpos.data<int64_t>()[i] = 100000 + i;
     for (int64_t i = 0; i < s; ++i) kvpos.data<int64_t>()[i] = 100000 - s + i + t;
-    DeviceTensor q = filled(DType::kF32, {t, h, hd}), kv = filled(DType::kF32, {s, hd}), comp = filled(DType::kF32, {n, hd});
+    DeviceTensor q = filled(DType::kF32, {t, h, hd}), kv = filled(DType::kF32, {s, hd}),
+                 comp = filled(DType::kF32, {n, hd});
     DeviceTensor sinks = filled(DType::kF32, {h}), out(gpu(), DType::kF32, {t, h, hd}), dq = up(qpos), dk = up(kvpos);
     const double bytes = 4.0 * (2 * t * h * hd + (s + n) * hd), fl = 4.0 * t * h * (s + n) * hd;
-    report("sink_attention T=" + std::to_string(t) + " H=64 hd=512 S=128 N=2048",
-           time_ms([&] { gpu().sink_attention({q, dq, kv, dk, comp, Tensor{}, sinks, out, 128, 0.04f}); }), bytes, fl);
+    report("sink_attention T=" + std::to_string(t) + " H=64 hd=512 S=128 N=2048", time_ms([&] {
+             gpu().sink_attention({q, dq, kv, dk, comp, Tensor{}, sinks, out, 128, 0.04f});
+           }),
+           bytes, fl);
+  }
+  for (int64_t b : {1, 16, 128}) {  // paged decode attention: b sequences, 64 heads, hd 512, window 128 + 512 entries
+    const int64_t h = 64, hd = 512, ctx = 8192, bs = 64, nb = ctx / bs, k = 512;
+    std::vector<int32_t> ids(b * nb), sel(b * k), seqs(b);
+    std::iota(ids.begin(), ids.end(), 0);
+    std::shuffle(ids.begin(), ids.end(), rng());
+    std::vector<int64_t> pos(b, ctx - 1), begin(b, 0);
+    for (int64_t i = 0; i < b; ++i) {
+      seqs[i] = static_cast<int32_t>(i);
+      for (int64_t j = 0; j < k; ++j) sel[i * k + j] = static_cast<int32_t>(j * (ctx / 4 / k));  // ratio-4 entries
+    }
+    auto upv = [&](DType dt, Shape shape, const void* src) {
+      HostTensor ht(dt, shape);
+      std::memcpy(ht.view().data(), src, ht.view().nbytes());
+      return up(ht);
+    };
+    DeviceTensor q = filled(DType::kF32, {b, h, hd}), win = filled(DType::kF32, {b * nb * bs, hd});
+    DeviceTensor comp = filled(DType::kF32, {b * nb * bs / 4, hd}), sinks = filled(DType::kF32, {h});
+    DeviceTensor out(gpu(), DType::kF32, {b, h, hd}), dpos = upv(DType::kI64, {b}, pos.data());
+    DeviceTensor dseq = upv(DType::kI32, {b}, seqs.data()), dtab = upv(DType::kI32, {b, nb}, ids.data());
+    DeviceTensor dbeg = upv(DType::kI64, {b}, begin.data()), dsel = upv(DType::kI32, {b, k}, sel.data());
+    PagedSinkAttentionParams ap{q, dpos, dseq,  dtab, win, dbeg, comp, dsel, sinks, out, static_cast<int>(bs),
+                                4, 128,  0.044f};
+    const double bytes = 4.0 * (2 * b * h * hd + b * (128 + k) * hd), fl = 4.0 * b * h * (128 + k) * hd;
+    report("paged_sink_attention B=" + std::to_string(b) + " H=64 hd=512 window 128 + 512 sel",
+           time_ms([&] { gpu().paged_sink_attention(ap); }), bytes, fl);
+  }
+  for (int64_t t : {1, 8}) {  // MLA absorbed decode, V3 dims, one sequence of 4096 cached tokens
+    const int64_t h = 128, dn = 128, dr = 64, r = 512, dv = 128, s = 4096;
+    HostTensor qpos(DType::kI64, {t}), kvpos(DType::kI64, {s});
+    for (int64_t i = 0; i < t; ++i) qpos.data<int64_t>()[i] = s - t + i;
+    for (int64_t i = 0; i < s; ++i) kvpos.data<int64_t>()[i] = i;
+    DeviceTensor q = filled(DType::kF32, {t, h, dn + dr}), kv = filled(DType::kF32, {s, r + dr});
+    DeviceTensor kvb = filled(DType::kF32, {h * (dn + dv), r}), out(gpu(), DType::kF32, {t, h, dv});
+    DeviceTensor dq = up(qpos), dk = up(kvpos);
+    const double bytes = 4.0 * (s * (r + dr) + h * (dn + dv) * r + t * h * (dn + dr + dv));
+    const double fl = 2.0 * t * h * (s * (r + dr + r) + (dn + dv) * r);
+    report("mla_attention_absorbed V3 T=" + std::to_string(t) + " H=128 S=4096 (f32 kv_b 64 MB)", time_ms([&] {
+             gpu().mla_attention_absorbed({q, dq, kv, dk, kvb, out, static_cast<int>(dr), 0.07f});
+           }),
+           bytes, fl);
   }
   {
     const int64_t t = 64, ih = 64, id = 128, n = 16384;
     HostTensor pos(DType::kI64, {t});
     for (int64_t i = 0; i < t; ++i) pos.data<int64_t>()[i] = 4 * n;
-    DeviceTensor q = filled(DType::kF32, {t, ih, id}), keys = filled(DType::kF32, {n, id}), w = filled(DType::kF32, {t, ih});
+    DeviceTensor q = filled(DType::kF32, {t, ih, id}), keys = filled(DType::kF32, {n, id}),
+                 w = filled(DType::kF32, {t, ih});
     DeviceTensor dp = up(pos), out(gpu(), DType::kF32, {t, n}), mask(gpu(), DType::kU8, {t, n});
-    report("indexer_scores T=64 IH=64 Id=128 N=16384",
-           time_ms([&] { gpu().indexer_scores({q, keys, w, dp, out, 4, 0.088f, 0.125f}); }), 4.0 * (n * id + t * n),
-           2.0 * t * ih * n * id);
-    report("topk_mask T=64 N=16384 k=512", time_ms([&] { gpu().topk_mask({out, Tensor{}, mask, 512}); }),
+    report("indexer_scores T=64 IH=64 Id=128 N=16384", time_ms([&] {
+             gpu().indexer_scores({q, keys, w, dp, out, 4, 0.088f, 0.125f});
+           }),
+           4.0 * (n * id + t * n), 2.0 * t * ih * n * id);
+    report("topk_mask T=64 N=16384 k=512", time_ms([&] {
+             gpu().topk_mask({out, Tensor{}, mask, 512});
+           }),
            5.0 * t * n, 0);
   }
 }

@@ -14,7 +14,7 @@
 // top-k, attention, MoE, Engram, MLA (V3 family). Adding a family means: a section of param structs here, a
 // block of virtuals in Backend, a validate_* function, and one file in ops/cpu/. A family added after a
 // backend exists may give its virtuals a default that throws Unsupported until that backend implements them
-// (MLA does: the CUDA backend has no MLA kernels yet).
+// (MLA did, before the CUDA backend had MLA kernels).
 #pragma once
 
 #include <cstdint>

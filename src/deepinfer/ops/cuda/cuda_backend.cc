@@ -934,6 +934,45 @@ void CudaBackend::paged_sink_attention(const PagedSinkAttentionParams& p) {
   cuda::run_paged_sink_attention(k, impl_->s());
 }
 
+// ============================================================================ MLA
+void CudaBackend::mla_attention_naive(const MlaAttentionParams& p) { mla_attention_absorbed(p); }
+
+void CudaBackend::mla_attention_absorbed(const MlaAttentionParams& p) {
+  validate(p);
+  const Device& dev = impl_->device;
+  for (auto [name, t] : {std::pair{"q", &p.q},
+                         {"q_positions", &p.q_positions},
+                         {"kv", &p.kv},
+                         {"kv_positions", &p.kv_positions},
+                         {"kv_b", &p.kv_b},
+                         {"out", &p.out}})
+    expect_on("mla_attention", name, *t, dev);
+  cuda::MlaKernelParams k;
+  k.q = p.q.data_as<float>();
+  k.q_positions = p.q_positions.data_as<int64_t>();
+  k.kv = cptr<float>(p.kv);
+  k.kv_positions = cptr<int64_t>(p.kv_positions);
+  k.kv_b = p.kv_b.data_as<float>();
+  k.out = p.out.data_as<float>();
+  k.tokens = p.q.dim(0);
+  k.heads = p.q.dim(1);
+  k.s = p.kv.dim(0);
+  k.dr = p.rope_dim;
+  k.dn = p.q.dim(2) - k.dr;
+  k.r = p.kv.dim(1) - k.dr;
+  k.dv = p.kv_b.dim(0) / k.heads - k.dn;
+  k.scale = p.scale;
+  k.splits = cuda::mla_splits(k.tokens, k.heads, k.s, impl_->info.sm_count);
+  k.keys_per_split = ceil_div(k.s, k.splits);
+  cuda::WorkspaceArena::Scope scope(impl_->arena);
+  const int64_t th = std::max<int64_t>(1, k.tokens * k.heads), parts = th * k.splits;
+  k.q_full = impl_->arena.take_as<float>(th * (k.r + k.dr));
+  k.part_o = impl_->arena.take_as<float>(parts * k.r);
+  k.part_m = impl_->arena.take_as<float>(parts);
+  k.part_l = impl_->arena.take_as<float>(parts);
+  cuda::run_mla_attention(k, impl_->s());
+}
+
 // ============================================================================ router + MoE
 void CudaBackend::router(const RouterParams& p) {
   validate(p);

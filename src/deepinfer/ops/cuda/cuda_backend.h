@@ -115,6 +115,10 @@ class CudaBackend final : public Backend, public HasTensorMemory {
   void moe(const MoeParams& p) override;
   void engram_hash(const EngramHashParams& p) override;
   void engram_gate(const EngramGateParams& p) override;
+  // Both MLA forms run the absorbed kernels on CUDA (the same function; the naive form's expansion only pays
+  // off on the CPU for long prefill chunks).
+  void mla_attention_naive(const MlaAttentionParams& p) override;
+  void mla_attention_absorbed(const MlaAttentionParams& p) override;
 
   // Device memory through the caching allocator, copies on the backend stream. Tensors it hands out must
   // not outlive the backend.

@@ -247,6 +247,26 @@ struct PagedSinkAttentionKernelParams {
 int paged_attention_splits(int64_t tokens, int64_t heads, int64_t max_slots, int sm_count);
 void run_paged_sink_attention(const PagedSinkAttentionKernelParams& p, cudaStream_t stream);
 
+// ============================================================================ MLA (mla_cuda.cu)
+// Absorbed-form MLA (MlaAttentionParams). Scratch from the caller: q_full [tokens, heads, r + dr] and the split
+// partials [tokens, heads, splits] (part_o with r per entry), splits = mla_splits(...), keys_per_split =
+// ceil(s / splits).
+struct MlaKernelParams {
+  const float* q = nullptr;  // [tokens, heads, dn + dr]
+  const int64_t* q_positions = nullptr;
+  const float* kv = nullptr;  // [s, r + dr]
+  const int64_t* kv_positions = nullptr;
+  const float* kv_b = nullptr;  // [heads·(dn + dv), r]
+  float* out = nullptr;         // [tokens, heads, dv]
+  float* q_full = nullptr;
+  float *part_o = nullptr, *part_m = nullptr, *part_l = nullptr;
+  int64_t tokens = 0, heads = 0, s = 0, dn = 0, dr = 0, dv = 0, r = 0, keys_per_split = 0;
+  int splits = 1;
+  float scale = 1.0f;
+};
+int mla_splits(int64_t tokens, int64_t heads, int64_t s, int sm_count);
+void run_mla_attention(const MlaKernelParams& p, cudaStream_t stream);
+
 // ============================================================================ router + MoE (moe_cuda.cu)
 // After the logits GEMM: score function, optional softmax, bias, top-k (or hash table), weights.
 struct RouterSelectKernelParams {
