@@ -108,7 +108,7 @@ TEST(ServerGolden, GreedyCompletionMatchesTransformers) {
     text += c["choices"][0]["text"].get<std::string>();
   }
   EXPECT_EQ(streamed, expected);
-  EXPECT_EQ(text, j["choices"][0]["text"]);
+  EXPECT_EQ(text, j["choices"][0]["text"].get<std::string>());
   Json usage = Json::parse(lines[lines.size() - 2]);
   EXPECT_TRUE(usage["choices"].empty());
   EXPECT_EQ(usage["usage"]["completion_tokens"], expected.size());
