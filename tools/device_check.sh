@@ -102,10 +102,12 @@ if [ "$MODE" = ci ]; then
   (cd build-gpu && timeout 240 ctest -LE gpu -j "$(nproc)" --output-on-failure >"$OUT/cpu_tests.log" 2>&1)
   note "cpu tests: rc=$? $(grep -E 'tests passed|tests failed' "$OUT/cpu_tests.log" | tail -1)"
   grep -E "^\s+[0-9]+ - .*\(Failed|Timeout|Exception\)" "$OUT/cpu_tests.log" | head -20 | tee -a "$summary"
-  timeout 90 build-gpu/bin/deepinfer_cuda_tests --gtest_also_run_disabled_tests --gtest_filter='CudaBench.*' \
-    >"$OUT/cuda_bench.log" 2>&1
-  note "cuda op bench: rc=$?"
-  grep -h "^\[bench\]" "$OUT/cuda_bench.log" | grep -E "${BENCH_FILTER:-.}" | tee -a "$summary"
+  if [ -z "${SKIP_OP_BENCH:-}" ]; then
+    timeout 90 build-gpu/bin/deepinfer_cuda_tests --gtest_also_run_disabled_tests --gtest_filter='CudaBench.*' \
+      >"$OUT/cuda_bench.log" 2>&1
+    note "cuda op bench: rc=$?"
+    grep -h "^\[bench\]" "$OUT/cuda_bench.log" | grep -E "${BENCH_FILTER:-.}" | tee -a "$summary"
+  fi
   echo "================ summary"
   cat "$summary"
   exit 0

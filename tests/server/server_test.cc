@@ -159,7 +159,7 @@ TEST_F(ServerTest, ChatNonStreamingAndStreamingAgreeWithSeed) {
     EXPECT_TRUE(saw_role[i]);
     const Json& m = j["choices"][i]["message"];
     EXPECT_EQ(content[i], m["content"].is_null() ? "" : m["content"].get<std::string>()) << i;
-    EXPECT_EQ(finish[i], j["choices"][i]["finish_reason"]);
+    EXPECT_EQ(finish[i], j["choices"][i]["finish_reason"].get<std::string>());
   }
   wait_idle();
 }
