@@ -56,6 +56,26 @@ TEST_F(CudaOpTest, PagedSinkAttentionMatchesCpu) {
     p.sinks = dsk;
     gpu().paged_sink_attention(p);
     rel_err((std::string("paged_sink_attention ") + k.name).c_str(), down(dout), want, 1e-5);
+    if (k.spec.k_sel == 0) continue;
+    // The mask form: the selected set as u8 [T, N] over the entries (N = the largest selected id + 1).
+    int32_t n = 1;
+    for (int64_t i = 0; i < c.comp_idx.numel(); ++i) n = std::max(n, c.comp_idx.data<int32_t>()[i] + 1);
+    HostTensor mask(DType::kU8, {c.tokens, n});
+    std::memset(mask.view().data(), 0, mask.view().nbytes());
+    for (int64_t t = 0; t < c.tokens; ++t)
+      for (int64_t j = 0; j < k.spec.k_sel; ++j)
+        if (const int32_t e = c.comp_idx.data<int32_t>()[t * k.spec.k_sel + j]; e >= 0)
+          mask.data<uint8_t>()[t * n + e] = 1;
+    PagedSinkAttentionParams cm = c.params(want.view());
+    cm.comp_idx = Tensor{};
+    cm.comp_mask = mask.view();
+    cpu().paged_sink_attention(cm);
+    DeviceTensor dmask = up(mask), dout2 = poisoned({c.tokens, k.spec.heads, k.spec.hd});
+    p.comp_idx = Tensor{};
+    p.comp_mask = dmask;
+    p.out = dout2;
+    gpu().paged_sink_attention(p);
+    rel_err((std::string("paged_sink_attention mask form ") + k.name).c_str(), down(dout2), want, 1e-5);
   }
 }
 

@@ -109,6 +109,71 @@ TEST(PagedSinkAttentionOp, EqualsSinkAttentionOverGatheredRows) {
   }
 }
 
+// The mask form (the model's top-k selection as u8 [T, N]) against sink_attention over all N gathered entries with
+// the same mask: the model's previous path, bit-identical.
+TEST(PagedSinkAttentionOp, MaskFormEqualsSinkAttentionWithMask) {
+  auto backend = make_cpu_backend(2);
+  testing::PagedAttentionSpec spec;
+  spec.tokens_per_seq = 4;
+  spec.seqs = 2;
+  testing::PagedAttentionCase c = testing::make_paged_attention_case(spec, 21);
+  const int64_t bs = spec.block_size, per_block = bs / spec.ratio, mb = c.tables.shape()[1];
+  // Entries 0..N-1 of every sequence must exist for the gathered reference: N = the fewest closed groups.
+  int64_t n = 1 << 30;
+  for (int64_t b = 0; b < spec.seqs; ++b) n = std::min(n, (c.context[b] - spec.tokens_per_seq + 1) / spec.ratio);
+  ASSERT_GT(n, 4);
+  HostTensor& comp_pool = c.comp_pool;
+  HostTensor mask(DType::kU8, {c.tokens, n});
+  for (int64_t b = 0; b < spec.seqs; ++b)
+    for (int64_t e = 0; e < n; ++e) {
+      const int32_t* table = c.tables.data<int32_t>() + b * mb;
+      float* row = comp_pool.data<float>() +
+                   (table[e * spec.ratio / bs] * per_block + (e * spec.ratio % bs) / spec.ratio) * spec.hd;
+      for (int64_t i = 0; i < spec.hd; ++i) row[i] = std::sin(0.37f * static_cast<float>(i + 11 * e + 101 * b));
+    }
+  for (int64_t i = 0; i < c.tokens * n; ++i) mask.data<uint8_t>()[i] = (i * 7 + i / 5) % 3 == 0;
+  HostTensor out(DType::kF32, {c.tokens, spec.heads, spec.hd});
+  PagedSinkAttentionParams p = c.params(out.view());
+  p.comp_pool = comp_pool.view();
+  p.comp_idx = Tensor{};
+  p.comp_mask = mask.view();
+  backend->paged_sink_attention(p);
+  for (int64_t t = 0; t < c.tokens; ++t) {
+    const int64_t b = c.q_seq.data<int32_t>()[t], pos = c.q_pos.data<int64_t>()[t];
+    const int32_t* table = c.tables.data<int32_t>() + b * mb;
+    const int64_t lo = std::max<int64_t>({pos - spec.window + 1, c.window_begin.data<int64_t>()[b], 0});
+    HostTensor win(DType::kF32, {pos - lo + 1, spec.hd}), wpos(DType::kI64, {pos - lo + 1});
+    for (int64_t w = lo; w <= pos; ++w) {
+      std::memcpy(win.data<float>() + (w - lo) * spec.hd,
+                  c.window_pool.data<float>() + (table[w / bs] * bs + w % bs) * spec.hd, spec.hd * sizeof(float));
+      wpos.data<int64_t>()[w - lo] = w;
+    }
+    HostTensor comp(DType::kF32, {n, spec.hd});
+    for (int64_t e = 0; e < n; ++e)
+      std::memcpy(comp.data<float>() + e * spec.hd,
+                  comp_pool.data<float>() +
+                      (table[e * spec.ratio / bs] * per_block + (e * spec.ratio % bs) / spec.ratio) * spec.hd,
+                  spec.hd * sizeof(float));
+    HostTensor want(DType::kF32, {1, spec.heads, spec.hd});
+    SinkAttentionParams sp;
+    sp.q = c.q.view().slice(t, t + 1);
+    sp.q_positions = c.q_pos.view().slice(t, t + 1);
+    sp.window_kv = win.view();
+    sp.kv_positions = wpos.view();
+    sp.compressed = comp.view();
+    sp.comp_mask = mask.view().slice(t, t + 1);
+    sp.sinks = c.sinks.view();
+    sp.out = want.view();
+    sp.window = spec.window;
+    sp.scale = 1.0f / std::sqrt(static_cast<float>(spec.hd));
+    backend->sink_attention(sp);
+    EXPECT_EQ(std::memcmp(out.data<float>() + t * spec.heads * spec.hd, want.data<float>(),
+                          spec.heads * spec.hd * sizeof(float)),
+              0)
+        << "token " << t;
+  }
+}
+
 TEST(PagedSinkAttentionOp, BadPagesAndShapesAreClearErrors) {
   auto backend = make_cpu_backend(1);
   testing::PagedAttentionSpec spec;

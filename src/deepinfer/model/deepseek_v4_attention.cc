@@ -230,20 +230,23 @@ OwnedTensor DeepseekV4Model::attention(const Chunk& c, int layer, const OwnedTen
   SwaRing& ring = st.window;
   const bool paged_window = seq.pages && layer < seq.pages->ring_from_layer;
   const int64_t past_begin = std::max<int64_t>(c.swa_floor, c.p0 - (ac.sliding_window - 1)), n_past = c.p0 - past_begin;
-  OwnedTensor window_kv = mem.zeros(DType::kF32, {n_past + T, hd});
+  // Paged windows are attended in place (paged_sink_attention below): this chunk's rows go into the pages and
+  // nothing is gathered. The ring path gathers its rows into window_kv.
+  OwnedTensor window_kv = paged_window ? OwnedTensor{} : mem.zeros(DType::kF32, {n_past + T, hd});
   if (paged_window) {
-    PagedRows& rows = seq.pages->window[layer];
-    rows.write(mem, seq.ref, c.p0, kv.view());
-    if (n_past > 0) mem.copy(window_kv.view().slice(0, n_past), rows.gather(mem, seq.ref, past_begin, n_past).view());
+    seq.pages->window[layer].write(mem, seq.ref, c.p0, kv.view());
   } else {
     for_ring_runs(ring.capacity, past_begin, n_past, [&](int64_t slot, int64_t at, int64_t len) {
       mem.copy(window_kv.view().slice(at, at + len), ring.rows.view().slice(slot, slot + len));
     });
   }
-  mem.copy(window_kv.view().slice(n_past, n_past + T), kv.view());
-  std::vector<int64_t> window_pos(n_past + T);
-  for (int64_t i = 0; i < n_past + T; ++i) window_pos[i] = past_begin + i;
-  OwnedTensor kv_pos = positions_of(mem, window_pos);
+  OwnedTensor kv_pos;
+  if (!paged_window) {
+    mem.copy(window_kv.view().slice(n_past, n_past + T), kv.view());
+    std::vector<int64_t> window_pos(n_past + T);
+    for (int64_t i = 0; i < n_past + T; ++i) window_pos[i] = past_begin + i;
+    kv_pos = positions_of(mem, window_pos);
+  }
   // Only the chunk's last `capacity` rows survive in the ring.
   const int64_t kept = paged_window ? 0 : std::min(T, ring.capacity);
   for_ring_runs(ring.capacity, c.p0 + T - kept, kept, [&](int64_t slot, int64_t at, int64_t len) {
@@ -322,20 +325,49 @@ OwnedTensor DeepseekV4Model::attention(const Chunk& c, int layer, const OwnedTen
 
   // Sink attention over [window ∥ selected entries]: out [T, H, hd].
   OwnedTensor attn = mem.zeros(DType::kF32, {T, H, hd});
-  SinkAttentionParams p;
-  p.q = q.view().reshape({T, H, hd});
-  p.q_positions = c.positions.view();
-  p.window_kv = window_kv.view();
-  p.kv_positions = kv_pos.view();
-  if (src && src->n_entries > 0) {
-    p.compressed = rows_view(seq, src_layer, /*keys=*/false, held_entries);
-    p.comp_mask = comp_mask.view();
+  if (paged_window) {
+    // In place over the pages: window rows of positions >= past_begin, then the selected entries of the kv
+    // source (the same keys in the same order as the gathered form below).
+    const std::vector<int32_t> table(seq.ref.block_table.begin(), seq.ref.block_table.end());
+    const std::vector<int32_t> zeros(T, 0);
+    OwnedTensor tables = mem.from_host(DType::kI32, {1, static_cast<int64_t>(table.size())}, table.data());
+    OwnedTensor q_seq = mem.from_host(DType::kI32, {T}, zeros.data());
+    OwnedTensor begin = positions_of(mem, {past_begin});
+    PagedSinkAttentionParams p;
+    p.q = q.view().reshape({T, H, hd});
+    p.q_positions = c.positions.view();
+    p.q_seq = q_seq.view();
+    p.block_tables = tables.view();
+    p.window_pool = seq.pages->window[layer].pool();
+    p.window_begin = begin.view();
+    if (src && src->n_entries > 0) {
+      const PagedRows& entries = seq.pages->entries[src_layer];
+      p.comp_pool = entries.pool();
+      p.comp_mask = comp_mask.view();
+      p.comp_ratio = entries.ratio();
+    }
+    p.sinks = a.sinks.view();
+    p.out = attn.view();
+    p.block_size = seq.ref.block_size;
+    p.window = ac.sliding_window;
+    p.scale = static_cast<float>(attention_softmax_scale(config_));
+    backend_.paged_sink_attention(p);
+  } else {
+    SinkAttentionParams p;
+    p.q = q.view().reshape({T, H, hd});
+    p.q_positions = c.positions.view();
+    p.window_kv = window_kv.view();
+    p.kv_positions = kv_pos.view();
+    if (src && src->n_entries > 0) {
+      p.compressed = rows_view(seq, src_layer, /*keys=*/false, held_entries);
+      p.comp_mask = comp_mask.view();
+    }
+    p.sinks = a.sinks.view();
+    p.out = attn.view();
+    p.window = ac.sliding_window;
+    p.scale = static_cast<float>(attention_softmax_scale(config_));
+    backend_.sink_attention(p);
   }
-  p.sinks = a.sinks.view();
-  p.out = attn.view();
-  p.window = ac.sliding_window;
-  p.scale = static_cast<float>(attention_softmax_scale(config_));
-  backend_.sink_attention(p);
   // K = V carried the keys' RoPE: rotate the output back by the query position.
   backend_.rope({attn.view(), c.positions.view(), inv_freq, true});
 

@@ -30,6 +30,8 @@ class PagedRows {
 
   int64_t width() const { return width_; }
   int ratio() const { return ratio_; }
+  // The whole pool [capacity rows, width] (rows by PagedRows' layout), for ops that read pages in place.
+  Tensor pool() const { return pool_.view(); }
   // rows f32 [n, width] become groups [first, first + n); groups that end at or below persistent_until are
   // skipped (they exist already).
   void write(TensorMemory& mem, const PageRef& ref, int64_t first, const Tensor& rows);

@@ -200,9 +200,10 @@ struct SinkAttentionParams {
 // The same function as sink_attention for a batch of sequences, reading the paged caches in place (no gather
 // copy): query t of sequence b = q_seq[t] sees the window rows of positions (q_pos − window, q_pos] that are
 // >= window_begin[b] (rows below it are not in the cache: bounded replay, or never written), then the
-// compressed entries listed in comp_idx[t] (entries < 0 are padding). Pages follow PagedRows: position p of
-// sequence b is window_pool row table[b, p / bs]·bs + p % bs; compressed entry g (ratio r, bs % r == 0) is
-// comp_pool row table[b, g·r / bs]·(bs / r) + (g·r % bs) / r. A block id outside the pool, or a position or entry
+// compressed entries listed in comp_idx[t] (entries < 0 are padding) or, instead, those e with comp_mask[t, e] != 0
+// in increasing e (the same keys in the same order as sink_attention over gathered rows). Pages follow PagedRows:
+// position p of sequence b is window_pool row table[b, p / bs]·bs + p % bs; compressed entry g (ratio r, bs % r == 0)
+// is comp_pool row table[b, g·r / bs]·(bs / r) + (g·r % bs) / r. A block id outside the pool, or a position or entry
 // beyond the table, raises an error (on CUDA through the device status word, that query's output becomes NaN).
 struct PagedSinkAttentionParams {
   Tensor q;             // f32 [T, H, hd]
@@ -212,7 +213,8 @@ struct PagedSinkAttentionParams {
   Tensor window_pool;   // f32 [rows, hd]
   Tensor window_begin;  // i64 [B]
   Tensor comp_pool;     // f32 [rows', hd], optional
-  Tensor comp_idx;      // i32 [T, K], optional (required with comp_pool)
+  Tensor comp_idx;      // i32 [T, K], optional: with comp_pool, exactly one of comp_idx / comp_mask
+  Tensor comp_mask;     // u8 [T, N], optional
   Tensor sinks;         // f32 [H]
   Tensor out;           // f32 [T, H, hd]
   int block_size = 64;

@@ -194,9 +194,12 @@ void validate(const PagedSinkAttentionParams& p) {
   expect(op, "window_begin", p.window_begin, DType::kI64, {b});
   if (present(p.comp_pool)) {
     expect(op, "comp_pool", p.comp_pool, DType::kF32, {-1, hd});
-    expect(op, "comp_idx", p.comp_idx, DType::kI32, {t, -1});
+    DI_CHECK(present(p.comp_idx) != present(p.comp_mask))
+        << op << ": comp_pool needs exactly one of comp_idx / comp_mask";
+    if (present(p.comp_idx)) expect(op, "comp_idx", p.comp_idx, DType::kI32, {t, -1});
+    if (present(p.comp_mask)) expect(op, "comp_mask", p.comp_mask, DType::kU8, {t, -1});
   } else {
-    DI_CHECK(!present(p.comp_idx)) << op << ": comp_idx without comp_pool";
+    DI_CHECK(!present(p.comp_idx) && !present(p.comp_mask)) << op << ": comp_idx / comp_mask without comp_pool";
   }
   expect(op, "sinks", p.sinks, DType::kF32, {h});
   expect(op, "out", p.out, DType::kF32, {t, h, hd});

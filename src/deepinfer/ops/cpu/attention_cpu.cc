@@ -62,7 +62,8 @@ void CpuBackend::paged_sink_attention(const PagedSinkAttentionParams& p) {
   const int64_t seqs = p.block_tables.dim(0), max_blocks = p.block_tables.dim(1), bs = p.block_size;
   const int64_t r = p.comp_ratio, per_block = bs / r;
   const bool comp = p.comp_pool.data() != nullptr;
-  const int64_t k_sel = comp ? p.comp_idx.dim(1) : 0;
+  const bool by_mask = comp && p.comp_mask.data() != nullptr;
+  const int64_t k_sel = !comp ? 0 : (by_mask ? p.comp_mask.dim(1) : p.comp_idx.dim(1));
   const int32_t* tables = p.block_tables.data_as<int32_t>();
   // Pool row of group g (ratio rr, per_blk groups per block) of sequence b, checked against the table and pool.
   auto row_of = [&](int64_t b, int64_t g, int64_t rr, int64_t per_blk, const Tensor& pool, const char* what) {
@@ -84,7 +85,8 @@ void CpuBackend::paged_sink_attention(const PagedSinkAttentionParams& p) {
     for (int64_t w = std::max<int64_t>(lo, 0); w <= pos; ++w)
       keys[t].push_back(row_of(b, w, 1, bs, p.window_pool, "window position"));
     for (int64_t j = 0; j < k_sel; ++j) {
-      const int64_t e = p.comp_idx.data_as<int32_t>()[t * k_sel + j];
+      const int64_t e = by_mask ? (p.comp_mask.data_as<uint8_t>()[t * k_sel + j] ? j : -1)
+                                : p.comp_idx.data_as<int32_t>()[t * k_sel + j];
       if (e >= 0) keys[t].push_back(row_of(b, e, r, per_block, p.comp_pool, "compressed entry"));
     }
   }

@@ -121,7 +121,8 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(PagedSinkA
       if (slot < n_window) {
         mine = page_row(p, table, p.window_pool, p.window_rows, lo + slot, 1);
       } else {
-        const int32_t e = p.comp_idx[t * p.k_sel + (slot - n_window)];
+        const int64_t j = slot - n_window;
+        const int64_t e = p.comp_mask ? (p.comp_mask[t * p.k_sel + j] ? j : -1) : p.comp_idx[t * p.k_sel + j];
         if (e >= 0) mine = page_row(p, table, p.comp_pool, p.comp_rows, e, p.comp_ratio);
       }
     }

@@ -893,6 +893,7 @@ void CudaBackend::paged_sink_attention(const PagedSinkAttentionParams& p) {
                          {"window_begin", &p.window_begin},
                          {"comp_pool", &p.comp_pool},
                          {"comp_idx", &p.comp_idx},
+                         {"comp_mask", &p.comp_mask},
                          {"sinks", &p.sinks},
                          {"out", &p.out}})
     expect_on("paged_sink_attention", name, *t, dev);
@@ -905,6 +906,7 @@ void CudaBackend::paged_sink_attention(const PagedSinkAttentionParams& p) {
   k.window_begin = p.window_begin.data_as<int64_t>();
   k.comp_pool = cptr<float>(p.comp_pool);
   k.comp_idx = cptr<int32_t>(p.comp_idx);
+  k.comp_mask = cptr<uint8_t>(p.comp_mask);
   k.sinks = p.sinks.data_as<float>();
   k.out = p.out.data_as<float>();
   k.tokens = p.q.dim(0);
@@ -914,7 +916,7 @@ void CudaBackend::paged_sink_attention(const PagedSinkAttentionParams& p) {
   k.max_blocks = p.block_tables.dim(1);
   k.window_rows = p.window_pool.dim(0);
   k.comp_rows = p.comp_pool.data() ? p.comp_pool.dim(0) : 0;
-  k.k_sel = p.comp_pool.data() ? p.comp_idx.dim(1) : 0;
+  k.k_sel = !p.comp_pool.data() ? 0 : (p.comp_mask.data() ? p.comp_mask.dim(1) : p.comp_idx.dim(1));
   k.block_size = p.block_size;
   k.comp_ratio = p.comp_ratio;
   k.window = p.window;

@@ -231,7 +231,8 @@ struct PagedSinkAttentionKernelParams {
   const float* window_pool = nullptr;     // [window_rows, hd]
   const int64_t* window_begin = nullptr;  // [seqs]
   const float* comp_pool = nullptr;       // [comp_rows, hd], optional
-  const int32_t* comp_idx = nullptr;      // [tokens, k_sel]
+  const int32_t* comp_idx = nullptr;      // [tokens, k_sel], or
+  const uint8_t* comp_mask = nullptr;     // [tokens, k_sel]: entry e where comp_mask[t, e] != 0
   const float* sinks = nullptr;
   float* out = nullptr;
   float *part_o = nullptr, *part_m = nullptr, *part_l = nullptr;
