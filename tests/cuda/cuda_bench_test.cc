@@ -200,8 +200,21 @@ TEST_F(CudaBench, DISABLED_OpTimings) {
     DeviceTensor out(gpu(), DType::kF32, {b, h, hd}), dpos = upv(DType::kI64, {b}, pos.data());
     DeviceTensor dseq = upv(DType::kI32, {b}, seqs.data()), dtab = upv(DType::kI32, {b, nb}, ids.data());
     DeviceTensor dbeg = upv(DType::kI64, {b}, begin.data()), dsel = upv(DType::kI32, {b, k}, sel.data());
-    PagedSinkAttentionParams ap{q, dpos, dseq,  dtab, win, dbeg, comp, dsel, sinks, out, static_cast<int>(bs),
-                                4, 128,  0.044f};
+    PagedSinkAttentionParams ap;
+    ap.q = q;
+    ap.q_positions = dpos;
+    ap.q_seq = dseq;
+    ap.block_tables = dtab;
+    ap.window_pool = win;
+    ap.window_begin = dbeg;
+    ap.comp_pool = comp;
+    ap.comp_idx = dsel;
+    ap.sinks = sinks;
+    ap.out = out;
+    ap.block_size = static_cast<int>(bs);
+    ap.comp_ratio = 4;
+    ap.window = 128;
+    ap.scale = 0.044f;
     const double bytes = 4.0 * (2 * b * h * hd + b * (128 + k) * hd), fl = 4.0 * b * h * (128 + k) * hd;
     report("paged_sink_attention B=" + std::to_string(b) + " H=64 hd=512 window 128 + 512 sel",
            time_ms([&] { gpu().paged_sink_attention(ap); }), bytes, fl);
