@@ -161,6 +161,63 @@ TEST_F(CudaBench, DISABLED_OpTimings) {
              bytes, fl);
     }
   }
+  {  // V3 671B shapes (D=7168): the MoE layer as the checkpoint stores it (FP8 128x128 experts with f32 scales,
+     // 256 routed, top-8, one shared of I=2048) and the MLA projections, at decode batch 1/64/128 and a 4096-token
+     // prefill chunk.
+    const int64_t dv3 = 7168, e = 256, inter = 2048, k = 8;
+    std::vector<DeviceTensor> keep;
+    keep.reserve(6 * e + 6);
+    std::vector<QuantExpertWeights> experts(e);
+    DeviceTensor pat_up = filled(DType::kF8E4M3, {inter, dv3}, false, true);
+    DeviceTensor pat_su = filled(DType::kF32, {inter / 128, dv3 / 128}),
+                 pat_sd = filled(DType::kF32, {dv3 / 128, inter / 128});
+    for (int64_t i = 0; i < e; ++i) {
+      for (auto [rows, cols, q] :
+           {std::tuple{inter, dv3, &experts[i].w1}, {inter, dv3, &experts[i].w3}, {dv3, inter, &experts[i].w2}}) {
+        keep.emplace_back(gpu(), DType::kF8E4M3, Shape{rows, cols});
+        DI_CUDA_CHECK(cudaMemcpy(keep.back().data(), pat_up.data(), rows * cols, cudaMemcpyDeviceToDevice));
+        *q = QuantMatrix{keep.back(), rows == inter ? pat_su.view() : pat_sd.view(), QuantFormat::kFP8Block, 128, 128};
+      }
+    }
+    QuantExpertWeights shared = experts[0];  // same shape; its own call reads it once more
+    for (int64_t t : {1, 64, 128, 4096}) {
+      HostTensor idx(DType::kI32, {t, k});
+      for (int64_t i = 0; i < t * k; ++i) idx.data<int32_t>()[i] = static_cast<int32_t>((i * 37 + i / k * 11) % e);
+      DeviceTensor x = filled(DType::kF32, {t, dv3}), wts = filled(DType::kF32, {t, k}), di = up(idx),
+                   y(gpu(), DType::kF32, {t, dv3});
+      const int64_t touched = std::min<int64_t>(e, t * k);
+      const double bytes = (touched + 1) * 3.0 * inter * dv3 * (1.0 + 4.0 / (128 * 128)) + 8.0 * t * dv3;
+      const double fl = 2.0 * 3 * inter * dv3 * t * (k + 1);
+      report("V3 moe_quant fp8-block E=256 I=2048 D=7168 k=8 +shared T=" + std::to_string(t),
+             time_ms(
+                 [&] {
+                   gpu().moe_quant({x, wts, di, &experts, &shared, y, 0.0f, false});
+                 },
+                 10),
+             bytes, fl);
+    }
+    // MLA projections of one layer (FP8 128x128, f32 scales): q_a 7168->1536, q_b 1536->24576, kv_a 7168->576,
+    // o 16384->7168.
+    struct Proj {
+      const char* name;
+      int64_t n, kk;
+    };
+    for (int64_t t : {1, 64, 128, 4096}) {
+      for (const Proj& pr :
+           {Proj{"q_a", 1536, 7168}, Proj{"q_b", 24576, 1536}, Proj{"kv_a", 576, 7168}, Proj{"o", 7168, 16384}}) {
+        const int64_t np = (pr.n + 127) / 128 * 128;  // kv_a 576 pads its last scale block
+        DeviceTensor x = filled(DType::kF32, {t, pr.kk}), y(gpu(), DType::kF32, {t, pr.n});
+        DeviceTensor w = filled(DType::kF8E4M3, {pr.n, pr.kk}, false, true);
+        DeviceTensor sc = filled(DType::kF32, {np / 128, pr.kk / 128});
+        report(std::string("V3 linear_quant fp8 ") + pr.name + " M=" + std::to_string(t) +
+                   " N=" + std::to_string(pr.n) + " K=" + std::to_string(pr.kk),
+               time_ms([&] {
+                 gpu().linear_quant({x, {w, sc, QuantFormat::kFP8Block, 128, 128}, y});
+               }),
+               1.0 * pr.n * pr.kk + 4.0 * t * (pr.n + pr.kk), 2.0 * t * pr.n * pr.kk);
+      }
+    }
+  }
   {  // norms, attention, indexer, top-k
     const int64_t t = 4096;
     DeviceTensor x = filled(DType::kF32, {t, d}), w = filled(DType::kF32, {d}), y(gpu(), DType::kF32, {t, d});
@@ -219,8 +276,10 @@ TEST_F(CudaBench, DISABLED_OpTimings) {
     report("paged_sink_attention B=" + std::to_string(b) + " H=64 hd=512 window 128 + 512 sel",
            time_ms([&] { gpu().paged_sink_attention(ap); }), bytes, fl);
   }
-  for (int64_t t : {1, 8}) {  // MLA absorbed decode, V3 dims, one sequence of 4096 cached tokens
-    const int64_t h = 128, dn = 128, dr = 64, r = 512, dv = 128, s = 4096;
+  // MLA absorbed, V3 dims: decode (T=1, 8) of one sequence of 4096 cached tokens, and a causal prefill chunk of
+  // 1024 tokens (T = S; the CUDA naive form runs the absorbed kernel).
+  for (auto [t, s] : {std::pair<int64_t, int64_t>{1, 4096}, {8, 4096}, {1024, 1024}}) {
+    const int64_t h = 128, dn = 128, dr = 64, r = 512, dv = 128;
     HostTensor qpos(DType::kI64, {t}), kvpos(DType::kI64, {s});
     for (int64_t i = 0; i < t; ++i) qpos.data<int64_t>()[i] = s - t + i;
     for (int64_t i = 0; i < s; ++i) kvpos.data<int64_t>()[i] = i;
@@ -228,8 +287,10 @@ TEST_F(CudaBench, DISABLED_OpTimings) {
     DeviceTensor kvb = filled(DType::kF32, {h * (dn + dv), r}), out(gpu(), DType::kF32, {t, h, dv});
     DeviceTensor dq = up(qpos), dk = up(kvpos);
     const double bytes = 4.0 * (s * (r + dr) + h * (dn + dv) * r + t * h * (dn + dr + dv));
-    const double fl = 2.0 * t * h * (s * (r + dr + r) + (dn + dv) * r);
-    report("mla_attention_absorbed V3 T=" + std::to_string(t) + " H=128 S=4096 (f32 kv_b 64 MB)", time_ms([&] {
+    // Causal: query i sees s - t + 1 + i keys, so the mean is s - (t - 1) / 2.
+    const double fl = 2.0 * t * h * ((s - (t - 1) / 2.0) * (r + dr + r) + (dn + dv) * r);
+    report("mla_attention_absorbed V3 T=" + std::to_string(t) + " H=128 S=" + std::to_string(s) + " (f32 kv_b 64 MB)",
+           time_ms([&] {
              gpu().mla_attention_absorbed({q, dq, kv, dk, kvb, out, static_cast<int>(dr), 0.07f});
            }),
            bytes, fl);

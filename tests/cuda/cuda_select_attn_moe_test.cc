@@ -88,7 +88,8 @@ TEST_F(CudaOpTest, SinkAttentionPrefillAndDecodeWithPoisonedSlots) {
       if (!any)
         for (int64_t d = 0; d < c.hd; ++d) kv.data<float>()[i * c.hd + d] = NAN;
     }
-    HostTensor comp = rand({std::max<int64_t>(c.n, 1), c.hd}), mask = ints(DType::kU8, {c.t, std::max<int64_t>(c.n, 1)}, 0, 1);
+    HostTensor comp = rand({std::max<int64_t>(c.n, 1), c.hd}),
+               mask = ints(DType::kU8, {c.t, std::max<int64_t>(c.n, 1)}, 0, 1);
     for (int64_t e = 0; e < c.n; ++e) {
       bool any = false;
       for (int64_t j = 0; j < c.t; ++j) any |= mask.data<uint8_t>()[j * c.n + e] != 0;
@@ -133,14 +134,66 @@ TEST_F(CudaOpTest, RouterScoringsBiasAndHash) {
                         Case{"router hash i32", RouterScoring::kSqrtSoftplus, false, true, &hash32},
                         Case{"router hash i64", RouterScoring::kSqrtSoftplus, false, true, &hash64}}) {
     HostTensor ww(DType::kF32, {t, k}), wi(DType::kI32, {t, k});
-    RouterParams p{x, w, c.bias ? bias.view() : Tensor{}, c.hash ? c.hash->view() : Tensor{},
-                   c.hash ? tok.view() : Tensor{}, ww, wi, c.scoring, 1.3f, 2.5f, c.normalize};
+    RouterParams p{x,
+                   w,
+                   c.bias ? bias.view() : Tensor{},
+                   c.hash ? c.hash->view() : Tensor{},
+                   c.hash ? tok.view() : Tensor{},
+                   ww,
+                   wi,
+                   c.scoring,
+                   1.3f,
+                   2.5f,
+                   c.normalize};
     cpu().router(p);
     DeviceTensor dx = up(x), dw = up(w), db = up(bias), dtok = up(tok);
     DeviceTensor dh = c.hash ? up(*c.hash) : DeviceTensor{};
     DeviceTensor dww = poisoned({t, k}), dwi = poisoned_bytes(DType::kI32, {t, k});
-    RouterParams g{dx, dw, c.bias ? db.view() : Tensor{}, c.hash ? dh.view() : Tensor{}, c.hash ? dtok.view() : Tensor{},
-                   dww, dwi, c.scoring, 1.3f, 2.5f, c.normalize};
+    RouterParams g{dx,
+                   dw,
+                   c.bias ? db.view() : Tensor{},
+                   c.hash ? dh.view() : Tensor{},
+                   c.hash ? dtok.view() : Tensor{},
+                   dww,
+                   dwi,
+                   c.scoring,
+                   1.3f,
+                   2.5f,
+                   c.normalize};
+    gpu().router(g);
+    expect_same_bytes((std::string(c.name) + " indices").c_str(), down(dwi), wi);
+    rel_err((std::string(c.name) + " weights").c_str(), down(dww), ww, 1e-5);
+  }
+}
+
+// V3-family routing: group-limited top-k (V3 noaux_tc: sigmoid + bias, groups by top-2 sum; V2 group-limited
+// greedy: softmax, groups by max) must pick the CPU op's experts exactly.
+TEST_F(CudaOpTest, RouterGroupLimited) {
+  const int64_t t = 37, d = 64, e = 256, k = 8;
+  HostTensor x = rand({t, d}), w = rand({e, d}), bias = rand({e}, -0.1f, 0.1f);
+  struct Case {
+    const char* name;
+    RouterScoring scoring;
+    bool bias;
+    int n_group, topk_group;
+    GroupScore group_score;
+  };
+  for (const Case& c :
+       {Case{"router V3 noaux_tc 8 groups top-4", RouterScoring::kSigmoid, true, 8, 4, GroupScore::kTop2Sum},
+        Case{"router V2 group-limited greedy 16 groups top-3", RouterScoring::kSoftmax, false, 16, 3,
+             GroupScore::kMax}}) {
+    HostTensor ww(DType::kF32, {t, k}), wi(DType::kI32, {t, k});
+    RouterParams p{x, w, c.bias ? bias.view() : Tensor{}, Tensor{}, Tensor{}, ww, wi, c.scoring, 1.0f, 2.5f, true};
+    p.n_group = c.n_group;
+    p.topk_group = c.topk_group;
+    p.group_score = c.group_score;
+    cpu().router(p);
+    DeviceTensor dx = up(x), dw = up(w), db = up(bias);
+    DeviceTensor dww = poisoned({t, k}), dwi = poisoned_bytes(DType::kI32, {t, k});
+    RouterParams g{dx, dw, c.bias ? db.view() : Tensor{}, Tensor{}, Tensor{}, dww, dwi, c.scoring, 1.0f, 2.5f, true};
+    g.n_group = c.n_group;
+    g.topk_group = c.topk_group;
+    g.group_score = c.group_score;
     gpu().router(g);
     expect_same_bytes((std::string(c.name) + " indices").c_str(), down(dwi), wi);
     rel_err((std::string(c.name) + " weights").c_str(), down(dww), ww, 1e-5);
@@ -188,7 +241,8 @@ TEST_F(CudaMoeTest, F32ExpertsWithSharedClampAndBothWeightModes) {
   std::vector<DeviceTensor> dev;
   std::vector<ExpertWeights> cpu_experts, gpu_experts;
   auto make = [&](ExpertWeights& c, ExpertWeights& g) {
-    for (auto [rows, cols, cw, gw] : {std::tuple{inter, d, &c.w1, &g.w1}, {inter, d, &c.w3, &g.w3}, {d, inter, &c.w2, &g.w2}}) {
+    for (auto [rows, cols, cw, gw] :
+         {std::tuple{inter, d, &c.w1, &g.w1}, {inter, d, &c.w3, &g.w3}, {d, inter, &c.w2, &g.w2}}) {
       host.push_back(rand({rows, cols}, -0.3f, 0.3f));
       dev.push_back(up(host.back()));
       *cw = host.back();
@@ -264,8 +318,8 @@ TEST_F(CudaMoeTest, Mxfp4ExpertsAndFp8SharedMatchDequantizedCpu) {
       cpu().moe({x, weights, idx, &cpu_experts, &cpu_shared, want, 10.0f, before});
       DeviceTensor dout = poisoned({t, d});
       gpu().moe_quant({dx, dwts, didx, &gpu_experts, &gpu_shared, dout, 10.0f, before});
-      const std::string name = std::string("moe_quant mxfp4+fp8 shared") + (before ? " before_w2" : "") + " T=" +
-                               std::to_string(t);
+      const std::string name =
+          std::string("moe_quant mxfp4+fp8 shared") + (before ? " before_w2" : "") + " T=" + std::to_string(t);
       const bool tensor_cores = t > 4;
       rel_err(name.c_str(), down(dout), want, tensor_cores ? 4e-3 : 1e-5);
     }

@@ -178,8 +178,11 @@ TEST(GoldenV3, CacheHoldsOneLatentRowPerTokenAndLayer) {
   auto seq = f.model->new_sequence();
   f.model->forward(seq, ids);
   const auto& m = f.model->config().mla;
-  for (const auto& layer : seq.kv)
-    EXPECT_EQ(layer.size(), ids.size() * static_cast<size_t>(m.kv_lora_rank + m.qk_rope_head_dim));
+  for (const auto& layer : seq.kv) {
+    EXPECT_EQ(layer.rows, static_cast<int64_t>(ids.size()));
+    EXPECT_EQ(layer.view().shape(),
+              (Shape{static_cast<int64_t>(ids.size()), static_cast<int64_t>(m.kv_lora_rank + m.qk_rope_head_dim)}));
+  }
 }
 
 }  // namespace

@@ -178,8 +178,6 @@ Llm::Llm(LlmConfig config) : config_(std::move(config)) {
   models_ = std::make_unique<Models>();
   // The family in config.json picks the forward and its runner: V3 (V3/R1/V3.1/V2-Lite) or V4/V4.1.
   if (load_model_config(cfg_path).family == ModelFamily::kDeepseekV3) {
-    DI_CHECK_CODE(config_.device == "cpu", ErrorCode::kUnsupported)
-        << "device='" << config_.device << "': the DeepSeek-V3 family runs on the CPU backend only so far";
     models_->v3 = DeepseekV3Model::load(config_.model_dir, *backend_);
     model_config_ = &models_->v3->config();
   } else {

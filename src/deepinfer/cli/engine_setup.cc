@@ -30,9 +30,10 @@ void log_prefill_mode(const DeepseekV4Model& m, bool exact) {
   if (exact) {
     DI_LOG_INFO("prefill: exact (every layer on every prompt token, transformers parity)");
   } else {
-    DI_LOG_INFO("prefill: decoder SWA bounded replay (layers {}+ run on the last {} prompt tokens only; "
-                "--exact-prefill for transformers parity)",
-                m.decoder_start(), m.decoder_window());
+    DI_LOG_INFO(
+        "prefill: decoder SWA bounded replay (layers {}+ run on the last {} prompt tokens only; "
+        "--exact-prefill for transformers parity)",
+        m.decoder_start(), m.decoder_window());
   }
 }
 
@@ -92,9 +93,6 @@ EngineSetup::EngineSetup(const EngineSetupArgs& a, StreamCallback on_delta) {
 
   // The family in config.json picks the forward and its runner: V3 (V3/R1/V3.1/V2-Lite) or V4/V4.1.
   if (load_model_config(m.dir + "/config.json").family == ModelFamily::kDeepseekV3) {
-    // The V3 forward keeps its activations and MLA cache in host memory and CUDA has no MLA kernels yet.
-    DI_CHECK_CODE(a.device == "cpu", ErrorCode::kUnsupported)
-        << "--device " << a.device << ": the DeepSeek-V3 family runs on the CPU backend only so far";
     v3_ = DeepseekV3Model::load(m.dir, *backend_);
     config_ = &v3_->config();
   } else {

@@ -12,7 +12,8 @@
 #include "deepinfer/model/deepseek_v3.h"
 
 #include <algorithm>
-#include <cstring>
+#include <numeric>
+#include <vector>
 
 #include "deepinfer/io/checkpoint.h"
 #include "deepinfer/ops/rope_table.h"
@@ -24,16 +25,21 @@ namespace {
 // transformers builds q_a_layernorm and kv_a_layernorm with the RMSNorm default eps, not rms_norm_eps.
 constexpr float kLatentNormEps = 1e-6f;
 
-void add_in_place(HostTensor& acc, const HostTensor& x) {
-  float* a = acc.data<float>();
-  const float* b = x.data<float>();
-  for (int64_t i = 0; i < acc.numel(); ++i) a[i] += b[i];
+// YaRN's attention_factor multiplies cos and sin, i.e. scales every rotated channel: the trailing `dr` channels
+// of each row of t [rows, width]. No released config has a factor other than 1, so this rare path goes through
+// the host rather than adding a scale op to every backend.
+void scale_trailing(TensorMemory& mem, const Tensor& t, int64_t dr, float factor) {
+  HostTensor h = mem.to_host(t);
+  const int64_t width = t.shape().back(), rows = t.numel() / width;
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = width - dr; j < width; ++j) h.data<float>()[i * width + j] *= factor;
+  mem.copy(t, h.view());
 }
 
-HostTensor copy_tensor(const HostTensor& t) {
-  HostTensor out(t.dtype(), t.shape());
-  std::memcpy(out.data<void>(), t.data<void>(), t.view().nbytes());
-  return out;
+OwnedTensor positions_from(TensorMemory& mem, int64_t first, int64_t n) {
+  std::vector<int64_t> v(static_cast<size_t>(n));
+  std::iota(v.begin(), v.end(), first);
+  return mem.from_host(DType::kI64, {n}, v.data());
 }
 
 }  // namespace
@@ -42,8 +48,8 @@ HostTensor copy_tensor(const HostTensor& t) {
 struct DeepseekV3Model::Chunk {
   int64_t T = 0;
   int64_t p0 = 0;
-  HostTensor positions;     // i64 [T]
-  HostTensor kv_positions;  // i64 [S]: 0 .. S-1
+  OwnedTensor positions;     // i64 [T]
+  OwnedTensor kv_positions;  // i64 [S]: 0 .. S-1
 };
 
 std::unique_ptr<DeepseekV3Model> DeepseekV3Model::load(const std::string& dir, Backend& backend) {
@@ -56,13 +62,36 @@ std::unique_ptr<DeepseekV3Model> DeepseekV3Model::load(const std::string& dir, B
 }
 
 DeepseekV3Model::DeepseekV3Model(ModelConfig config, V3Weights weights, Backend& backend)
-    : config_(std::move(config)), w_(std::move(weights)), backend_(backend) {
+    : config_(std::move(config)), w_(std::move(weights)), backend_(backend), memory_(backend_memory(backend)) {
   DI_CHECK(config_.family == ModelFamily::kDeepseekV3) << "DeepseekV3Model: not a V3-family config";
+  if (memory_.device().kind != DeviceKind::kCPU) upload_weights();
   const std::vector<float> f = rope_inv_freq(config_.rope);
-  inv_freq_ = HostTensor(DType::kF32, {static_cast<int64_t>(f.size())});
-  std::copy(f.begin(), f.end(), inv_freq_.data<float>());
+  inv_freq_ = memory().from_host(DType::kF32, {static_cast<int64_t>(f.size())}, f.data());
   rope_magnitude_ = static_cast<float>(yarn_attention_factor(config_.rope));
   softmax_scale_ = static_cast<float>(attention_softmax_scale(config_));
+}
+
+// Each weight is loaded (and FP8-dequantized) on the host, then copied once to the device; the host copy is
+// released as its OwnedTensor is replaced.
+void DeepseekV3Model::upload_weights() {
+  auto up = [this](OwnedTensor& t) {
+    if (t.view().data() != nullptr) t = memory_.upload(t.view());
+  };
+  for (OwnedTensor* t : {&w_.embed, &w_.norm, &w_.head}) up(*t);
+  for (V3LayerWeights& lw : w_.layers) {
+    V3AttentionWeights& a = lw.attn;
+    for (OwnedTensor* t : {&lw.input_norm, &lw.post_attention_norm, &a.q_a, &a.q_a_norm, &a.q_b, &a.q, &a.kv_a,
+                           &a.kv_a_norm, &a.kv_b, &a.o, &lw.gate, &lw.gate_bias})
+      up(*t);
+    // Expert views point into expert_storage (w1, w3, w2 per expert, then the shared expert).
+    for (OwnedTensor& t : lw.expert_storage) up(t);
+    auto views = [&lw](size_t first) {
+      return ExpertWeights{lw.expert_storage[first].view(), lw.expert_storage[first + 1].view(),
+                           lw.expert_storage[first + 2].view()};
+    };
+    for (size_t e = 0; e < lw.experts.size(); ++e) lw.experts[e] = views(3 * e);
+    if (lw.has_shared) lw.shared = views(3 * lw.experts.size());
+  }
 }
 
 V3KvPages DeepseekV3Model::new_kv_pages(bool) const {
@@ -74,6 +103,7 @@ V3KvPages DeepseekV3Model::new_kv_pages(bool) const {
 V3SequenceState DeepseekV3Model::new_sequence() const {
   V3SequenceState s;
   s.kv.resize(config_.num_layers);
+  for (RowBuffer& b : s.kv) b.width = config_.mla.kv_lora_rank + config_.mla.qk_rope_head_dim;
   return s;
 }
 
@@ -82,35 +112,33 @@ HostTensor DeepseekV3Model::forward(V3SequenceState& seq, std::span<const int64_
   const float eps = static_cast<float>(config_.rms_norm_eps);
   DI_CHECK(T > 0) << "forward: empty chunk";
   DI_CHECK(static_cast<int64_t>(seq.kv.size()) == config_.num_layers) << "forward: state of another model";
+  TensorMemory& mem = memory();
 
   Chunk c;
   c.T = T;
   c.p0 = seq.num_tokens;
-  c.positions = HostTensor(DType::kI64, {T});
-  for (int64_t t = 0; t < T; ++t) c.positions.data<int64_t>()[t] = c.p0 + t;
-  c.kv_positions = HostTensor(DType::kI64, {c.p0 + T});
-  for (int64_t s = 0; s < c.p0 + T; ++s) c.kv_positions.data<int64_t>()[s] = s;
-  HostTensor id_tensor(DType::kI64, {T});
-  std::copy(ids.begin(), ids.end(), id_tensor.data<int64_t>());
+  c.positions = positions_from(mem, c.p0, T);
+  c.kv_positions = positions_from(mem, 0, c.p0 + T);
+  const OwnedTensor id_tensor = mem.from_host(DType::kI64, {T}, ids.data());
 
   // Residual stream x [T, D] starts as the token embeddings (no scaling).
-  HostTensor x(DType::kF32, {T, D});
+  OwnedTensor x = mem.zeros(DType::kF32, {T, D});
   backend_.embedding({w_.embed.view(), id_tensor.view(), x.view()});
-  HostTensor h(DType::kF32, {T, D});
+  OwnedTensor h = mem.zeros(DType::kF32, {T, D});
   for (int l = 0; l < config_.num_layers; ++l) {
     const V3LayerWeights& lw = w_.layers[l];
     backend_.rms_norm({x.view(), lw.input_norm.view(), h.view(), eps});
-    add_in_place(x, attention(c, l, h, seq));  // x += MLA(input_layernorm(x))
+    mem.add(x, attention(c, l, h, seq));  // x += MLA(input_layernorm(x))
     backend_.rms_norm({x.view(), lw.post_attention_norm.view(), h.view(), eps});
-    add_in_place(x, ffn(c, l, h));  // x += FFN(post_attention_layernorm(x))
-    if (trace) trace->layer_outputs.push_back(copy_tensor(x));
+    mem.add(x, ffn(c, l, h));  // x += FFN(post_attention_layernorm(x))
+    if (trace) trace->layer_outputs.push_back(mem.to_host(x));
   }
   backend_.rms_norm({x.view(), w_.norm.view(), h.view(), eps});  // final hidden [T, D]
-  if (trace) trace->final_hidden = copy_tensor(h);
-  HostTensor logits(DType::kF32, {T, V});
+  if (trace) trace->final_hidden = mem.to_host(h);
+  OwnedTensor logits = mem.zeros(DType::kF32, {T, V});
   backend_.linear({h.view(), w_.head.view(), logits.view()});
   seq.num_tokens += T;
-  return logits;
+  return mem.to_host(logits);
 }
 
 // Multiply-add counts of the two forms for T queries over S = cached + T keys (per head):
@@ -127,20 +155,22 @@ bool DeepseekV3Model::use_absorbed(int64_t tokens, int64_t cached) const {
   return absorbed < naive;
 }
 
-HostTensor DeepseekV3Model::attention(const Chunk& c, int layer, const HostTensor& x, V3SequenceState& seq) const {
+OwnedTensor DeepseekV3Model::attention(const Chunk& c, int layer, const OwnedTensor& x, V3SequenceState& seq) const {
   const V3AttentionWeights& a = w_.layers[layer].attn;
   const auto& m = config_.mla;
   const int64_t T = c.T, H = config_.num_heads, D = config_.hidden_size;
   const int64_t dn = m.qk_nope_head_dim, dr = m.qk_rope_head_dim, dv = m.v_head_dim, r = m.kv_lora_rank;
   const int64_t qk = dn + dr, row = r + dr;
+  TensorMemory& mem = memory();
 
   // Query q [T, H, dn + dr]: per head q_nope | q_pe.
-  HostTensor q(DType::kF32, {T, H * qk});
+  OwnedTensor q = mem.zeros(DType::kF32, {T, H * qk});
   if (m.q_lora_rank > 0) {
-    HostTensor q_latent(DType::kF32, {T, m.q_lora_rank});
+    OwnedTensor q_latent = mem.zeros(DType::kF32, {T, m.q_lora_rank});
+    OwnedTensor q_normed = mem.zeros(DType::kF32, {T, m.q_lora_rank});
     backend_.linear({x.view(), a.q_a.view(), q_latent.view()});
-    backend_.rms_norm({q_latent.view(), a.q_a_norm.view(), q_latent.view(), kLatentNormEps});
-    backend_.linear({q_latent.view(), a.q_b.view(), q.view()});
+    backend_.rms_norm({q_latent.view(), a.q_a_norm.view(), q_normed.view(), kLatentNormEps});
+    backend_.linear({q_normed.view(), a.q_b.view(), q.view()});
   } else {
     backend_.linear({x.view(), a.q.view(), q.view()});
   }
@@ -148,50 +178,42 @@ HostTensor DeepseekV3Model::attention(const Chunk& c, int layer, const HostTenso
   backend_.rope({q_heads, c.positions.view(), inv_freq_.view()});  // rotates the trailing dr channels
 
   // Compressed KV: kv_a [T, r + dr] = latent c | shared rope key k_pe (one for all heads).
-  HostTensor kv_a(DType::kF32, {T, row});
+  OwnedTensor kv_a = mem.zeros(DType::kF32, {T, row});
   backend_.linear({x.view(), a.kv_a.view(), kv_a.view()});
-  HostTensor latent(DType::kF32, {T, r}), k_pe(DType::kF32, {T, 1, dr});
-  for (int64_t t = 0; t < T; ++t) {
-    std::memcpy(latent.data<float>() + t * r, kv_a.data<float>() + t * row, sizeof(float) * r);
-    std::memcpy(k_pe.data<float>() + t * dr, kv_a.data<float>() + t * row + r, sizeof(float) * dr);
-  }
-  backend_.rms_norm({latent.view(), a.kv_a_norm.view(), latent.view(), kLatentNormEps});  // ĉ; k_pe is not normed
+  OwnedTensor latent = mem.zeros(DType::kF32, {T, r}), k_pe = mem.zeros(DType::kF32, {T, 1, dr});
+  mem.copy(latent, narrow(kv_a, 1, 0, r));
+  mem.copy(k_pe.view().reshape({T, dr}), narrow(kv_a, 1, r, row));
+  // Cache rows [T, r + dr] = ĉ | RoPE'd k_pe (k_pe is not normed).
+  OwnedTensor rows = mem.zeros(DType::kF32, {T, row}), latent_normed = mem.zeros(DType::kF32, {T, r});
+  backend_.rms_norm({latent.view(), a.kv_a_norm.view(), latent_normed.view(), kLatentNormEps});
+  mem.copy(narrow(rows, 1, 0, r), latent_normed.view());
   backend_.rope({k_pe.view(), c.positions.view(), inv_freq_.view()});
   if (rope_magnitude_ != 1.0f) {
-    // YaRN's attention_factor multiplies cos and sin, i.e. scales every rotated channel.
-    for (int64_t t = 0; t < T; ++t) {
-      for (int64_t i = 0; i < dr; ++i) k_pe.data<float>()[t * dr + i] *= rope_magnitude_;
-      for (int64_t hh = 0; hh < H; ++hh)
-        for (int64_t i = 0; i < dr; ++i) q.data<float>()[(t * H + hh) * qk + dn + i] *= rope_magnitude_;
-    }
+    scale_trailing(mem, k_pe.view().reshape({T, dr}), dr, rope_magnitude_);
+    scale_trailing(mem, q_heads, dr, rope_magnitude_);
   }
+  mem.copy(narrow(rows, 1, r, row), k_pe.view().reshape({T, dr}));
 
-  // Append this chunk's cache rows [T, r + dr] = ĉ | RoPE'd k_pe, then attend over all S rows.
+  // Append the chunk's rows, then attend over all S rows.
   const int64_t S = c.p0 + T;
-  HostTensor rows(DType::kF32, {T, row});
-  for (int64_t t = 0; t < T; ++t) {
-    float* dst = rows.data<float>() + t * row;
-    std::memcpy(dst, latent.data<float>() + t * r, sizeof(float) * r);
-    std::memcpy(dst + r, k_pe.data<float>() + t * dr, sizeof(float) * dr);
-  }
   OwnedTensor paged;  // all S rows gathered from the pages
-  const float* kv_rows = nullptr;
+  Tensor kv_rows;
   if (seq.pages) {
     PagedRows& pages = seq.pages->layers[layer];
-    pages.write(host_memory(), seq.ref, c.p0, rows.view());
-    paged = pages.gather(host_memory(), seq.ref, 0, S);
-    kv_rows = paged.data<float>();
+    pages.write(mem, seq.ref, c.p0, rows.view());
+    paged = pages.gather(mem, seq.ref, 0, S);
+    kv_rows = paged.view();
   } else {
-    std::vector<float>& cache = seq.kv[layer];
-    DI_CHECK(static_cast<int64_t>(cache.size()) == c.p0 * row) << "forward: layer " << layer << " cache out of step";
-    cache.insert(cache.end(), rows.data<float>(), rows.data<float>() + T * row);
-    kv_rows = cache.data();
+    RowBuffer& cache = seq.kv[layer];
+    DI_CHECK(cache.rows == c.p0) << "forward: layer " << layer << " cache out of step";
+    cache.append(mem, rows.view());
+    kv_rows = cache.view();
   }
-  HostTensor o(DType::kF32, {T, H, dv});
+  OwnedTensor o = mem.zeros(DType::kF32, {T, H, dv});
   MlaAttentionParams p;
   p.q = q_heads;
   p.q_positions = c.positions.view();
-  p.kv = Tensor(const_cast<float*>(kv_rows), DType::kF32, {S, row});
+  p.kv = kv_rows;
   p.kv_positions = c.kv_positions.view();
   p.kv_b = a.kv_b.view();
   p.out = o.view();
@@ -204,35 +226,36 @@ HostTensor DeepseekV3Model::attention(const Chunk& c, int layer, const HostTenso
   }
 
   // Output projection: concat_h(o_h) [T, H·dv] · W_oᵀ.
-  HostTensor out(DType::kF32, {T, D});
+  OwnedTensor out = mem.zeros(DType::kF32, {T, D});
   backend_.linear({o.view().reshape({T, H * dv}), a.o.view(), out.view()});
   return out;
 }
 
-HostTensor DeepseekV3Model::ffn(const Chunk& c, int layer, const HostTensor& x) const {
+OwnedTensor DeepseekV3Model::ffn(const Chunk& c, int layer, const OwnedTensor& x) const {
   const V3LayerWeights& lw = w_.layers[layer];
   const auto& moe = config_.moe;
   const int64_t T = c.T;
-  HostTensor out(DType::kF32, {T, config_.hidden_size});
+  TensorMemory& mem = memory();
+  OwnedTensor out = mem.zeros(DType::kF32, {T, config_.hidden_size});
   MoeParams p;
   p.x = x.view();
   p.experts = &lw.experts;
   p.out = out.view();
   if (!lw.moe) {
     // Dense SwiGLU: the layer's one "expert" with weight 1 for every token.
-    HostTensor weights(DType::kF32, {T, 1}), indices(DType::kI32, {T, 1});
-    for (int64_t t = 0; t < T; ++t) weights.data<float>()[t] = 1.0f;
+    OwnedTensor weights = mem.zeros(DType::kF32, {T, 1}), indices = mem.zeros(DType::kI32, {T, 1});
+    mem.fill(weights, 1.0f);
     p.weights = weights.view();
     p.indices = indices.view();
     backend_.moe(p);
     return out;
   }
   const int64_t k = moe.num_experts_per_tok;
-  HostTensor weights(DType::kF32, {T, k}), indices(DType::kI32, {T, k});
+  OwnedTensor weights = mem.zeros(DType::kF32, {T, k}), indices = mem.zeros(DType::kI32, {T, k});
   RouterParams r;
   r.x = x.view();
   r.weight = lw.gate.view();
-  if (lw.gate_bias.data<void>() != nullptr) r.bias = lw.gate_bias.view();
+  if (lw.gate_bias.view().data() != nullptr) r.bias = lw.gate_bias.view();
   r.weights = weights.view();
   r.indices = indices.view();
   r.route_scale = static_cast<float>(moe.routed_scaling_factor);

@@ -1,8 +1,9 @@
 // DeepSeek-V3 family forward pass (V3, R1, V3.1: transformers deepseek_v3; V2-Lite: deepseek_v2), exact
-// against transformers' fp32 eager path (MODELS.md Part B). One `forward` call appends a chunk of tokens to
-// a sequence; the per-sequence MLA cache below is all that carries across calls, so one-shot prefill,
-// chunked prefill and token-by-token decode give the same logits. The state is plain data so that a paged
-// cache manager can own it later.
+// against transformers' fp32 eager path (MODELS.md Part B). Weights, activations and the MLA cache live in the
+// backend's memory (host for the CPU reference, device memory for CUDA); only the logits come back. One `forward` call
+// appends a chunk of tokens to a sequence; the per-sequence MLA cache below is all that carries across calls, so
+// one-shot prefill, chunked prefill and token-by-token decode give the same logits. The state is plain data so that a
+// paged cache manager can own it later.
 #pragma once
 
 #include <cstdint>
@@ -27,8 +28,8 @@ struct V3KvPages {
 };
 
 struct V3SequenceState {
-  int64_t num_tokens = 0;              // tokens already cached = position of the next token
-  std::vector<std::vector<float>> kv;  // per layer: [num_tokens, kv_lora_rank + qk_rope_head_dim]
+  int64_t num_tokens = 0;     // tokens already cached = position of the next token
+  std::vector<RowBuffer> kv;  // per layer: [num_tokens, kv_lora_rank + qk_rope_head_dim] on the model's device
   // Paged mode (the engine's runner): rows live in `pages` at `ref`'s block table instead of `kv`. A row
   // depends on its token's prefix only, so a sequence may start at any cached position (exact prefix reuse).
   V3KvPages* pages = nullptr;
@@ -68,14 +69,19 @@ class DeepseekV3Model {
 
  private:
   struct Chunk;  // per-call positions
-  HostTensor attention(const Chunk& c, int layer, const HostTensor& x, V3SequenceState& seq) const;
-  HostTensor ffn(const Chunk& c, int layer, const HostTensor& x) const;
+  OwnedTensor attention(const Chunk& c, int layer, const OwnedTensor& x, V3SequenceState& seq) const;
+  OwnedTensor ffn(const Chunk& c, int layer, const OwnedTensor& x) const;
   bool use_absorbed(int64_t tokens, int64_t cached) const;
+  void upload_weights();
+  // The backend's tensor memory (host for the CPU reference, device memory for CUDA); mutable state of the
+  // backend, not of the model, so const forward calls may allocate through it.
+  TensorMemory& memory() const { return memory_; }
 
   ModelConfig config_;
   V3Weights w_;
   Backend& backend_;
-  HostTensor inv_freq_;          // f32 [qk_rope_head_dim / 2], YaRN-blended
+  TensorMemory& memory_;
+  OwnedTensor inv_freq_;         // f32 [qk_rope_head_dim / 2], YaRN-blended
   float rope_magnitude_ = 1.0f;  // YaRN attention_factor on cos/sin (1 for every released config)
   float softmax_scale_ = 1.0f;   // qk_head_dim^-0.5 · m²
   MlaForm mla_form_ = MlaForm::kAuto;

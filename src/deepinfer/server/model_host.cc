@@ -61,8 +61,6 @@ std::unique_ptr<ModelHost> ModelHost::load(const ModelHostOptions& o) {
   h->backend_ = make_backend(o.device, o.threads);
   h->config_ = load_model_config(o.model_dir + "/config.json");
   if (h->config_.family == ModelFamily::kDeepseekV3) {
-    DI_CHECK_CODE(o.device == "cpu", ErrorCode::kUnsupported)
-        << "--device " << o.device << ": the DeepSeek-V3 family runs on the CPU backend only so far";
     h->v3_ = DeepseekV3Model::load(o.model_dir, *h->backend_);
   } else {
     h->v4_ = DeepseekV4Model::load(o.model_dir, *h->backend_);

@@ -1007,6 +1007,9 @@ void CudaBackend::router(const RouterParams& p) {
   k.gate_temp = p.gate_temp;
   k.route_scale = p.route_scale;
   k.normalize = p.normalize;
+  k.n_group = p.n_group;
+  k.topk_group = p.topk_group;
+  k.group_score = p.group_score;
   k.status = impl_->status.word();
   cuda::run_router_select(k, impl_->s());
 }

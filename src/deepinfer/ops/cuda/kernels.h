@@ -283,6 +283,8 @@ struct RouterSelectKernelParams {
   RouterScoring scoring = RouterScoring::kSqrtSoftplus;
   float gate_temp = 1.0f, route_scale = 1.0f;
   bool normalize = true;
+  int n_group = 1, topk_group = 1;  // group-limited selection (V3 family) when n_group > 1
+  GroupScore group_score = GroupScore::kTop2Sum;
   uint32_t* status = nullptr;
 };
 void run_router_select(const RouterSelectKernelParams& p, cudaStream_t stream);

@@ -10,12 +10,16 @@ namespace {
 
 constexpr int kRouterThreads = 128;
 constexpr int kMaxTopK = 32;
+constexpr int kMaxGroups = 64;
 
 __device__ __forceinline__ float router_score(RouterScoring s, float x) {
   switch (s) {
-    case RouterScoring::kSigmoid: return 1.0f / (1.0f + expf(-x));
-    case RouterScoring::kSqrtSoftplus: return sqrtf(x > 20.0f ? x : log1pf(expf(x)));  // torch softplus threshold
-    case RouterScoring::kSoftmax: return x;
+    case RouterScoring::kSigmoid:
+      return 1.0f / (1.0f + expf(-x));
+    case RouterScoring::kSqrtSoftplus:
+      return sqrtf(x > 20.0f ? x : log1pf(expf(x)));  // torch softplus threshold
+    case RouterScoring::kSoftmax:
+      return x;
   }
   return x;
 }
@@ -29,7 +33,8 @@ __global__ void __launch_bounds__(kRouterThreads) router_select_kernel(RouterSel
   float* biased = sm + p.experts;
   const int64_t t = blockIdx.x, e_count = p.experts, k = p.k;
   const float* logits = p.logits + t * e_count;
-  for (int64_t e = threadIdx.x; e < e_count; e += blockDim.x) scores[e] = router_score(p.scoring, logits[e] / p.gate_temp);
+  for (int64_t e = threadIdx.x; e < e_count; e += blockDim.x)
+    scores[e] = router_score(p.scoring, logits[e] / p.gate_temp);
   if (p.scoring == RouterScoring::kSoftmax) {
     __syncthreads();
     float mx = -INFINITY;
@@ -42,6 +47,41 @@ __global__ void __launch_bounds__(kRouterThreads) router_select_kernel(RouterSel
   }
   for (int64_t e = threadIdx.x; e < e_count; e += blockDim.x) biased[e] = scores[e] + (p.bias ? p.bias[e] : 0.0f);
   __syncthreads();
+  if (p.n_group > 1 && !p.hash_table) {
+    // Group-limited routing (the CPU op's mask_dropped_groups): a group scores its top-2 sum (kTop2Sum) or its
+    // max (kMax); experts outside the topk_group best groups get −inf. Groups are few (8 for V3), so one thread
+    // per group scores and thread 0 ranks them, ties to the lower group index.
+    __shared__ float group_score[kMaxGroups];
+    const int64_t per_group = e_count / p.n_group;
+    for (int g = threadIdx.x; g < p.n_group; g += blockDim.x) {
+      const float* s = biased + g * per_group;
+      float first = -INFINITY, second = -INFINITY;
+      for (int64_t i = 0; i < per_group; ++i) {
+        if (s[i] > first) {
+          second = first;
+          first = s[i];
+        } else if (s[i] > second) {
+          second = s[i];
+        }
+      }
+      group_score[g] = p.group_score == GroupScore::kMax ? first : first + second;
+    }
+    __syncthreads();
+    __shared__ bool keep[kMaxGroups];
+    if (threadIdx.x == 0) {
+      for (int g = 0; g < p.n_group; ++g) keep[g] = false;
+      for (int j = 0; j < p.topk_group; ++j) {
+        int best = -1;
+        for (int g = 0; g < p.n_group; ++g)
+          if (!keep[g] && (best < 0 || group_score[g] > group_score[best])) best = g;
+        keep[best] = true;
+      }
+    }
+    __syncthreads();
+    for (int64_t e = threadIdx.x; e < e_count; e += blockDim.x)
+      if (!keep[e / per_group]) biased[e] = -INFINITY;
+    __syncthreads();
+  }
   if (p.hash_table) {
     if (threadIdx.x == 0) {
       const int64_t tok = p.token_ids[t];
@@ -49,8 +89,9 @@ __global__ void __launch_bounds__(kRouterThreads) router_select_kernel(RouterSel
       if (!ok) atomicOr(p.status, kStatusRouterHashRange);
       for (int64_t j = 0; j < k; ++j) {
         int64_t id = 0;
-        if (ok) id = p.hash_i64 ? static_cast<const int64_t*>(p.hash_table)[tok * k + j]
-                                : static_cast<const int32_t*>(p.hash_table)[tok * k + j];
+        if (ok)
+          id = p.hash_i64 ? static_cast<const int64_t*>(p.hash_table)[tok * k + j]
+                          : static_cast<const int32_t*>(p.hash_table)[tok * k + j];
         if (id < 0 || id >= e_count) {
           atomicOr(p.status, kStatusExpertIdRange);
           id = 0;
@@ -108,8 +149,10 @@ __global__ void moe_plan_kernel(MoePlanKernelParams p) {
   __syncthreads();
   for (int64_t s = threadIdx.x; s < p.slots; s += blockDim.x) {
     const int e = p.indices[s];
-    if (e < 0 || e >= p.experts) atomicOr(p.status, kStatusExpertIdRange);
-    else atomicAdd(&counts[e], 1);
+    if (e < 0 || e >= p.experts)
+      atomicOr(p.status, kStatusExpertIdRange);
+    else
+      atomicAdd(&counts[e], 1);
   }
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -188,6 +231,8 @@ __global__ void moe_combine_kernel(MoeCombineKernelParams p) {
 
 void run_router_select(const RouterSelectKernelParams& p, cudaStream_t stream) {
   DI_CHECK_CODE(p.k <= kMaxTopK, ErrorCode::kUnsupported) << "router: top-k " << p.k << " > " << kMaxTopK;
+  DI_CHECK_CODE(p.n_group <= kMaxGroups, ErrorCode::kUnsupported)
+      << "router: n_group " << p.n_group << " > " << kMaxGroups;
   if (p.tokens == 0) return;
   const size_t smem = sizeof(float) * 2 * static_cast<size_t>(p.experts);
   DI_CHECK_CODE(smem <= 48 * 1024, ErrorCode::kUnsupported) << "router: " << p.experts << " experts";
