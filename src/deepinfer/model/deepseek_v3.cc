@@ -57,7 +57,10 @@ std::unique_ptr<DeepseekV3Model> DeepseekV3Model::load(const std::string& dir, B
   DI_CHECK_CODE(config.family == ModelFamily::kDeepseekV3, ErrorCode::kUnsupported)
       << dir << ": model family " << family_name(config.family) << " is not DeepSeek-V3/V2";
   auto ckpt = Checkpoint::open(dir);
-  V3Weights weights = load_v3_weights(config, *ckpt, backend);
+  // Weights are dequantized on the host; a device backend gets them uploaded by the constructor.
+  std::unique_ptr<Backend> host_backend;
+  if (backend_memory(backend).device().kind != DeviceKind::kCPU) host_backend = make_cpu_backend(0);
+  V3Weights weights = load_v3_weights(config, *ckpt, host_backend ? *host_backend : backend);
   return std::make_unique<DeepseekV3Model>(std::move(config), std::move(weights), backend);
 }
 
