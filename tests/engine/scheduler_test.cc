@@ -15,8 +15,8 @@ constexpr int kBs = 4;
 class SchedulerTest : public ::testing::Test {
  protected:
   void make_cache(int32_t blocks, bool prefix = false) {
-    kv_ = std::make_unique<KvCacheManager>(KvCacheConfig{
-        .num_blocks = blocks, .block_size = kBs, .num_state_slots = 8, .enable_prefix_cache = prefix});
+    kv_ = std::make_unique<KvCacheManager>(
+        KvCacheConfig{.num_blocks = blocks, .block_size = kBs, .num_state_slots = 8, .enable_prefix_cache = prefix});
   }
 
   // A sequence with `num_tokens` tokens (prompt_len of them prompt) of which `computed` are in the cache.
@@ -210,6 +210,86 @@ TEST_F(SchedulerTest, NothingToScheduleGivesAnEmptyPlan) {
   EXPECT_THROW(validate(config_), Error);
   config_ = {.max_num_seqs = 1, .max_num_batched_tokens = 8, .max_model_len = 64, .enable_chunked_prefill = false};
   EXPECT_THROW(validate(config_), Error);
+}
+
+// ---- scheduling policies (scheduling_policy.h) ----
+
+TEST_F(SchedulerTest, PriorityPolicyAdmitsLowerValuesFirstTiesInArrivalOrder) {
+  make_cache(32);
+  config_.max_num_seqs = 2;
+  config_.max_num_batched_tokens = 100;
+  config_.policy = SchedulingPolicyKind::kPriority;
+  Sequence* a = add(3, 0);
+  Sequence* b = add(3, 0);
+  Sequence* c = add(3, 0);
+  Sequence* d = add(3, 0);
+  a->priority = 5;
+  b->priority = 1;
+  c->priority = 5;
+  d->priority = 1;
+  const StepPlan p = plan();
+  ASSERT_EQ(p.scheduled.size(), 2u);
+  EXPECT_EQ(p.scheduled[0].seq, b);
+  EXPECT_EQ(p.scheduled[1].seq, d);
+  // FCFS ignores the priorities.
+  config_.policy = SchedulingPolicyKind::kFcfs;
+  const StepPlan q = plan();
+  ASSERT_EQ(q.scheduled.size(), 2u);
+  EXPECT_EQ(q.scheduled[0].seq, a);
+  EXPECT_EQ(q.scheduled[1].seq, b);
+}
+
+TEST_F(SchedulerTest, PriorityPolicyHeadOfLineIsTheMostUrgentWaitingSequence) {
+  make_cache(6);
+  config_.max_num_batched_tokens = 64;
+  config_.enable_chunked_prefill = false;
+  config_.policy = SchedulingPolicyKind::kPriority;
+  Sequence* small = add(3, 0);  // arrived first, would fit
+  Sequence* big = add(40, 0);   // more urgent, does not fit now
+  small->priority = 2;
+  big->priority = 0;
+  EXPECT_TRUE(plan().scheduled.empty()) << "a less urgent sequence overtook the head of the priority queue";
+  big->priority = 3;
+  const StepPlan p = plan();
+  ASSERT_EQ(p.scheduled.size(), 1u);
+  EXPECT_EQ(p.scheduled[0].seq, small);
+}
+
+TEST_F(SchedulerTest, PriorityPolicyPreemptsTheLeastUrgentRunningSequence) {
+  make_cache(6);
+  Sequence* a = add(9, 8);
+  Sequence* b = add(9, 8);
+  Sequence* c = add(9, 8);  // all 6 blocks held; every decode needs a 3rd block
+  a->priority = 9;          // oldest but least urgent
+  b->priority = 0;
+  c->priority = 1;
+  config_.policy = SchedulingPolicyKind::kPriority;
+  const StepPlan p = plan();
+  ASSERT_EQ(p.preempted.size(), 1u);
+  EXPECT_EQ(p.preempted[0], a);
+  ASSERT_EQ(p.scheduled.size(), 2u);
+  EXPECT_EQ(p.scheduled[0].seq, b);  // decodes in priority order
+  EXPECT_EQ(p.scheduled[1].seq, c);
+  // FCFS preempts the newest whatever the priorities.
+  config_.policy = SchedulingPolicyKind::kFcfs;
+  const StepPlan q = plan();
+  ASSERT_EQ(q.preempted.size(), 1u);
+  EXPECT_EQ(q.preempted[0], c);
+}
+
+TEST_F(SchedulerTest, PolicyNamesParseAndBadNamesAreRejected) {
+  EXPECT_EQ(parse_scheduling_policy("fcfs"), SchedulingPolicyKind::kFcfs);
+  EXPECT_EQ(parse_scheduling_policy("priority"), SchedulingPolicyKind::kPriority);
+  EXPECT_EQ(scheduling_policy_name(SchedulingPolicyKind::kPriority), "priority");
+  EXPECT_EQ(make_scheduling_policy(SchedulingPolicyKind::kPriority)->kind(), SchedulingPolicyKind::kPriority);
+  try {
+    parse_scheduling_policy("lifo");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(e.message().find("'fcfs' or 'priority'"), std::string::npos) << e.message();
+    EXPECT_NE(e.message().find("lifo"), std::string::npos) << e.message();
+  }
 }
 
 }  // namespace

@@ -9,27 +9,12 @@
 
 #include "deepinfer/core/error.h"
 #include "deepinfer/core/logging.h"
-#include "deepinfer/engine/structured_output.h"
-#include "deepinfer/engine/v3_model_runner.h"
-#include "deepinfer/engine/v4_model_runner.h"
-#include "deepinfer/kv/kv_layout.h"
-#include "deepinfer/model/deepseek_v3.h"
-#include "deepinfer/model/deepseek_v4.h"
-#include "deepinfer/ops/ops.h"
-#ifdef DEEPINFER_WITH_CUDA
-#include "deepinfer/ops/cuda/cuda_backend.h"
-#include "deepinfer/ops/cuda/cuda_runtime.h"
-#endif
+#include "deepinfer/engine/engine_factory.h"
 #include "deepinfer/tokenizer/chat_encoding.h"
 #include "deepinfer/tokenizer/stream_decoder.h"
 #include "deepinfer/tokenizer/tokenizer.h"
 
 namespace deepinfer::api {
-
-struct Llm::Models {
-  std::unique_ptr<DeepseekV3Model> v3;
-  std::unique_ptr<DeepseekV4Model> v4;
-};
 
 // Decoding state of one sample; its output lives in Session::requests[i].outputs[k].
 struct SampleState {
@@ -57,18 +42,6 @@ struct Session {
 
 namespace {
 
-std::unique_ptr<Backend> make_backend(const std::string& device, int threads) {
-  if (device == "cpu") return make_cpu_backend(threads);
-#ifdef DEEPINFER_WITH_CUDA
-  DI_CHECK_CODE(cuda::device_count() > 0, ErrorCode::kNotFound)
-      << "device='cuda': no CUDA device is visible (check nvidia-smi and CUDA_VISIBLE_DEVICES)";
-  return make_cuda_backend(0);
-#else
-  DI_FAIL(ErrorCode::kUnsupported) << "device='cuda': this deepinfer was built without CUDA (build with "
-                                      "DEEPINFER_ACCELERATOR=nvidia)";
-#endif
-}
-
 tokenizer::ChatFormat default_chat_format(const ModelConfig& c) {
   switch (c.family) {
     case ModelFamily::kDeepseekV41:
@@ -93,23 +66,6 @@ std::string chat_format_string(tokenizer::ChatFormat f) {
       return "v41";
   }
   return "";
-}
-
-// The KV cache's memory: on CUDA gpu_memory_utilization of the device minus the weights (the checkpoint's
-// safetensors, uploaded as stored) and 5% for activations, as `deepinfer offline` sizes it; on the CPU backend
-// the host budget kv_cache_bytes.
-int64_t cache_budget_bytes(const LlmConfig& c) {
-#ifdef DEEPINFER_WITH_CUDA
-  if (c.device == "cuda") {
-    int64_t weight_bytes = 0;
-    for (const auto& e : std::filesystem::directory_iterator(c.model_dir))
-      if (e.is_regular_file() && e.path().extension() == ".safetensors")
-        weight_bytes += static_cast<int64_t>(e.file_size());
-    const int64_t total = static_cast<int64_t>(cuda::select_device(0).total_memory);
-    return kv_budget_bytes(total, c.gpu_memory_utilization, weight_bytes, total / 20);
-  }
-#endif
-  return c.kv_cache_bytes;
 }
 
 // The model's vocabulary may be padded past the tokenizer's (DeepSeek's is): such ids contribute no text.
@@ -174,55 +130,24 @@ Llm::Llm(LlmConfig config) : config_(std::move(config)) {
   const std::string cfg_path = config_.model_dir + "/config.json";
   DI_CHECK_CODE(std::filesystem::exists(cfg_path), ErrorCode::kNotFound)
       << "model directory '" << config_.model_dir << "' has no config.json";
-  backend_ = make_backend(config_.device, config_.threads);
-  models_ = std::make_unique<Models>();
-  // The family in config.json picks the forward and its runner: V3 (V3/R1/V3.1/V2-Lite) or V4/V4.1.
-  if (load_model_config(cfg_path).family == ModelFamily::kDeepseekV3) {
-    models_->v3 = DeepseekV3Model::load(config_.model_dir, *backend_);
-    model_config_ = &models_->v3->config();
-  } else {
-    models_->v4 = DeepseekV4Model::load(config_.model_dir, *backend_);
-    model_config_ = &models_->v4->config();
-  }
+  EngineStackOptions o;
+  o.model_dir = config_.model_dir;
+  o.device = config_.device;
+  o.threads = config_.threads;
+  o.max_num_seqs = config_.max_num_seqs;
+  o.max_model_len = config_.max_model_len;
+  o.max_num_batched_tokens = config_.max_num_batched_tokens;
+  o.gpu_memory_utilization = config_.gpu_memory_utilization;
+  o.host_kv_budget_bytes = config_.kv_cache_bytes;
+  o.seed = config_.seed;
+  o.exact_prefill = config_.exact_prefill;
+  o.spelling = OptionSpelling::kKeyword;
+  stack_ = load_engine_stack(o);
+  model_config_ = stack_->config;
+  tok_ = stack_->tokenizer.get();
+  structured_unavailable_ = stack_->structured_unavailable;
+  max_model_len_ = stack_->max_model_len;
   const ModelConfig& cfg = *model_config_;
-  const std::string tok_path = config_.model_dir + "/tokenizer.json";
-  if (std::filesystem::exists(tok_path)) tok_ = tokenizer::Tokenizer::from_file(tok_path);
-
-  max_model_len_ = std::min<int64_t>(config_.max_model_len, cfg.max_position_embeddings);
-  KvLayout layout = make_kv_layout(cfg);
-  KvSizing sizing = size_kv_cache(layout, cache_budget_bytes(config_), config_.max_num_seqs, max_model_len_);
-  log_kv_sizing(layout, sizing, max_model_len_);
-  EngineConfig ec;
-  ec.scheduler.max_num_seqs = config_.max_num_seqs;
-  ec.scheduler.max_model_len = max_model_len_;
-  ec.scheduler.max_num_batched_tokens = config_.max_num_batched_tokens;
-  ec.seed = config_.seed;
-  for (int64_t e : cfg.eos_token_ids) ec.eos_token_ids.push_back(static_cast<TokenId>(e));
-  if (tok_) {
-    ec.detokenize = [tok = tok_.get()](std::span<const TokenId> ids) { return tok->decode(known_ids(*tok, ids)); };
-  }
-  // Structured output needs the tokenizer's byte-exact vocabulary; a tokenizer that cannot give one (a decoder
-  // that puts separators between tokens) leaves it off, and such requests fail naming the reason.
-  if (tok_) {
-    try {
-      ec.grammar_compiler = std::make_shared<structured::GrammarCompiler>(
-          make_structured_tokenizer_info(*tok_, ec.eos_token_ids, cfg.vocab_size));
-    } catch (const Error& e) {
-      structured_unavailable_ = e.message();
-    }
-  } else {
-    structured_unavailable_ = config_.model_dir + " has no tokenizer.json";
-  }
-  ModelRunnerOptions ro;
-  ro.exact_prefill = config_.exact_prefill;
-  if (models_->v3) {
-    runner_ = std::make_unique<V3ModelRunner>(*models_->v3, sizing.num_state_slots, ro);
-  } else {
-    runner_ = std::make_unique<V4ModelRunner>(*models_->v4, sizing.num_state_slots, ro);
-  }
-  // Prefix reuse when the runner's caches are paged; its replay (if any) rebuilds per-sequence state exactly.
-  ec.kv = make_kv_cache_config(layout, sizing, runner_->prefix_cache_supported(), /*allow_bounded_replay=*/true);
-  ec.kv.prefix_replay_tokens = runner_->prefix_replay_tokens();
   auto on_delta = [this](const SequenceDelta& d) {
     if (active_ == nullptr) return;
     Session& s = *active_;
@@ -234,7 +159,7 @@ Llm::Llm(LlmConfig config) : config_(std::move(config)) {
       if (!s.error) s.error = std::current_exception();
     }
   };
-  engine_ = std::make_unique<Engine>(ec, *runner_, on_delta);
+  engine_ = stack_->make_engine(on_delta);
   DI_LOG_INFO("Llm ready: {} ({}) on {}, max_model_len={}, max_num_seqs={}", config_.model_dir, family_name(cfg.family),
               config_.device, max_model_len_, config_.max_num_seqs);
 }
@@ -278,7 +203,7 @@ void Llm::handle_delta(Session& s, int idx, const SequenceDelta& d) {
   if (s.streaming) s.pending.push_back(std::move(sd));
 }
 
-Llm::~Llm() = default;
+Llm::~Llm() { engine_.reset(); }  // before the runner it drives
 
 const tokenizer::Tokenizer& Llm::tokenizer() const {
   DI_CHECK_CODE(tok_ != nullptr, ErrorCode::kNotFound)

@@ -27,6 +27,7 @@
 
 namespace deepinfer {
 class Backend;
+struct EngineStack;
 namespace tokenizer {
 class Tokenizer;
 }
@@ -179,13 +180,10 @@ class Llm {
 
   LlmConfig config_;
   int64_t max_model_len_ = 0;
-  std::unique_ptr<Backend> backend_;
-  struct Models;
-  std::unique_ptr<Models> models_;
+  std::unique_ptr<EngineStack> stack_;  // backend, model, tokenizer, runner, engine config
   const ModelConfig* model_config_ = nullptr;
-  std::unique_ptr<tokenizer::Tokenizer> tok_;
+  const tokenizer::Tokenizer* tok_ = nullptr;
   std::string structured_unavailable_;  // why structured output is off ("" = available)
-  std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<Engine> engine_;
   mutable std::mutex mu_;
   Session* active_ = nullptr;  // the session the engine's deltas belong to

@@ -10,15 +10,10 @@
 #include <vector>
 
 #include "deepinfer/engine/engine.h"
+#include "deepinfer/engine/engine_factory.h"
 #include "deepinfer/kv/kv_layout.h"
 #include "deepinfer/model/model_config.h"
 #include "deepinfer/tokenizer/tokenizer.h"
-
-namespace deepinfer {
-class Backend;
-class DeepseekV3Model;
-class DeepseekV4Model;
-}  // namespace deepinfer
 
 namespace deepinfer::cli {
 
@@ -37,23 +32,24 @@ struct EngineSetupArgs {
   uint64_t seed = 0;
   // V4.1: every layer on every prompt token (transformers parity) instead of decoder SWA bounded replay.
   bool exact_prefill = false;
-  bool async_scheduling = true;  // plan step N+1 while step N runs (--no-async-scheduling turns it off)
+  bool async_scheduling = true;            // plan step N+1 while step N runs (--no-async-scheduling turns it off)
+  std::string scheduling_policy = "fcfs";  // fcfs | priority
 };
 
-// Owns everything behind an Engine. Construction logs where the model came from, the cache sizing (tokens
-// that fit, maximum concurrency) and the device.
+// Owns everything behind an Engine (engine/engine_factory.h's EngineStack). Construction logs where the model came
+// from, the cache sizing (tokens that fit, maximum concurrency) and the device.
 class EngineSetup {
  public:
   explicit EngineSetup(const EngineSetupArgs& args, StreamCallback on_delta = {});
   ~EngineSetup();
 
   Engine& engine() { return *engine_; }
-  const ModelConfig& config() const { return *config_; }
+  const ModelConfig& config() const { return *stack_->config; }
   // nullptr when the model directory has no tokenizer.json.
-  const tokenizer::Tokenizer* tokenizer() const { return tokenizer_.get(); }
-  const std::string& model_dir() const { return model_dir_; }
-  int64_t max_model_len() const { return max_model_len_; }
-  const KvSizing& kv_sizing() const { return sizing_; }
+  const tokenizer::Tokenizer* tokenizer() const { return stack_->tokenizer.get(); }
+  const std::string& model_dir() const { return stack_->model_dir; }
+  int64_t max_model_len() const { return stack_->max_model_len; }
+  const KvSizing& kv_sizing() const { return stack_->sizing; }
 
   // Text → token ids; InvalidArgument naming `what` when there is no tokenizer or the text encodes to nothing.
   std::vector<TokenId> encode(const std::string& text, const std::string& what) const;
@@ -61,16 +57,7 @@ class EngineSetup {
   std::string decode(std::span<const TokenId> ids) const;
 
  private:
-  std::string model_dir_;
-  std::unique_ptr<Backend> backend_;
-  std::unique_ptr<DeepseekV3Model> v3_;
-  std::unique_ptr<DeepseekV4Model> v4_;
-  const ModelConfig* config_ = nullptr;
-  std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
-  KvLayout layout_;
-  KvSizing sizing_;
-  int64_t max_model_len_ = 0;
-  std::unique_ptr<ModelRunner> runner_;
+  std::unique_ptr<EngineStack> stack_;
   std::unique_ptr<Engine> engine_;
 };
 

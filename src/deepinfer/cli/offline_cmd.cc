@@ -195,6 +195,9 @@ void register_offline(CLI::App& app, CommandRegistry& reg) {
       ->capture_default_str();
   sub->add_option("--engram-token-map", s.engram_token_map_file,
                   "safetensors file holding engram.token_map (V4.1 Engram; default: built from tokenizer.json)");
+  sub->add_option("--scheduling-policy", s.scheduling_policy, "fcfs | priority (requests' priority, lower first)")
+      ->check(CLI::IsMember({"fcfs", "priority"}))
+      ->capture_default_str();
   sub->add_flag("!--no-async-scheduling", s.async_scheduling,
                 "plan each step only after the previous one finished (default: plan step N+1 while step N runs)");
   sub->add_flag("--ignore-eos", a->ignore_eos, "keep generating past EOS until --max-tokens");

@@ -79,6 +79,13 @@ void register_serve(CLI::App& app, CommandRegistry& reg) {
   sub->add_option("--max-model-len", a->model.max_model_len)->check(CLI::PositiveNumber);
   sub->add_option("--max-num-batched-tokens", a->model.max_num_batched_tokens)->check(CLI::PositiveNumber);
   sub->add_option("--kv-budget-mb", a->model.kv_budget_mb)->check(CLI::PositiveNumber);
+  sub->add_option("--gpu-memory-utilization", a->model.gpu_memory_utilization,
+                  "CUDA: share of device memory for weights, activations and the KV cache")
+      ->check(CLI::Range(0.0, 1.0));
+  sub->add_option("--scheduling-policy", a->model.scheduling_policy,
+                  "fcfs | priority (requests' priority, lower first)")
+      ->check(CLI::IsMember({"fcfs", "priority"}))
+      ->capture_default_str();
   sub->add_option("--seed", a->model.seed, "engine seed for requests without their own");
   sub->add_option("--chat-format", a->model.chat_format, "v3 | v31 | v4 | v41 (default: from config.json)");
   sub->add_option("--max-active-requests", a->max_active_requests, "in flight at once; more get 429")

@@ -24,6 +24,8 @@ Engine::Engine(EngineConfig config, ModelRunner& runner, StreamCallback on_delta
     DI_CHECK(t >= 0 && t < runner_.vocab_size()) << "eos token id " << t << " outside the vocabulary";
   if (config_.grammar_compiler)
     check_structured_config(*config_.grammar_compiler, config_.eos_token_ids, runner_.vocab_size());
+  policy_ = make_scheduling_policy(config_.scheduler.policy);
+  runner_.set_num_blocks(config_.kv.num_blocks);
   executor_ = std::make_unique<StepExecutor>(runner_, config_.eos_token_ids, config_.async_scheduling);
 }
 
@@ -62,6 +64,7 @@ void Engine::add_request(Request r) {
     s->request_id = r.request_id;
     s->sample_index = i;
     s->params = params;
+    s->priority = r.priority;
     s->tokens = r.prompt_token_ids;
     s->prompt_len = len;
     if (constraint.masks) s->structured = std::make_shared<StructuredState>(StructuredState{constraint});
@@ -317,7 +320,7 @@ StepStats Engine::step() {
   if (!running_.empty() || !waiting_.empty()) {
     const std::vector<const Sequence*> running(running_.begin(), running_.end());
     const std::vector<const Sequence*> waiting(waiting_.begin(), waiting_.end());
-    const StepPlan plan = schedule({running, waiting}, kv_, config_.scheduler);
+    const StepPlan plan = schedule({running, waiting}, kv_, config_.scheduler, *policy_);
     st.num_preempted = static_cast<int>(plan.preempted.size());
     commit(plan);
     ++stats_.steps;

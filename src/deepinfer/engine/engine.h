@@ -123,9 +123,10 @@ class Engine {
   std::unordered_map<std::string, std::vector<int64_t>> request_seqs_;
   std::vector<CompletedSequence> finished_;
   EngineStats stats_;
-  std::deque<InflightStep> inflight_;       // launched, not processed; oldest first
-  std::vector<int32_t> released_slots_;     // for the runner, with the next launched step
-  std::vector<int64_t> dropped_seqs_;       // for the executor, with the next launched step
+  std::deque<InflightStep> inflight_;    // launched, not processed; oldest first
+  std::vector<int32_t> released_slots_;  // for the runner, with the next launched step
+  std::vector<int64_t> dropped_seqs_;    // for the executor, with the next launched step
+  std::unique_ptr<SchedulingPolicy> policy_;
   std::unique_ptr<StepExecutor> executor_;  // last: its worker stops before anything above goes away
 };
 

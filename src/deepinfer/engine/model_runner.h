@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "deepinfer/kv/block_table.h"
+#include "deepinfer/kv/kv_footprint.h"
 #include "deepinfer/sampling/sampling_params.h"
 
 namespace deepinfer {
@@ -94,6 +95,15 @@ class ModelRunner {
   // start at a prefix hit); the positions before a hit it must re-run to rebuild per-sequence state.
   virtual bool prefix_cache_supported() const { return false; }
   virtual int prefix_replay_tokens() const { return 0; }
+  // The bytes its caches take per block of the engine's pool and per state slot, as allocated (cache sizing uses
+  // them; see kv_footprint.h). Zero for a runner whose caches are not sized by the engine.
+  virtual KvFootprint kv_footprint(int /*block_size*/) const { return {}; }
+  // The engine's pool has num_blocks blocks: page storage never grows past them. Called by the Engine's
+  // constructor, before any execute.
+  virtual void set_num_blocks(int32_t /*num_blocks*/) {}
+  // What the caches hold now (pages and slot states), to check kv_footprint against. Not thread-safe with
+  // execute: call it between steps of a synchronous engine.
+  virtual KvAllocation kv_allocation() const { return {}; }
 };
 
 }  // namespace deepinfer

@@ -34,7 +34,9 @@ struct Request {
   std::string request_id;  // unique among unfinished requests
   std::vector<TokenId> prompt_token_ids;
   SamplingParams params;
-  // Informational (latency metrics); FCFS order is the order of add_request calls.
+  // The priority scheduling policy serves lower values first (ties in arrival order), as vLLM's; FCFS ignores it.
+  int priority = 0;
+  // Informational (latency metrics); arrival (FCFS) order is the order of add_request calls.
   std::chrono::steady_clock::time_point arrival_time = std::chrono::steady_clock::now();
 };
 

@@ -22,16 +22,22 @@ namespace {
 // The planning state of one step: budgets left and the block references the plan has already moved.
 class Planner {
  public:
-  Planner(const SchedulerInput& in, const CacheView& cache, const SchedulerConfig& config)
-      : in_(in), cache_(cache), config_(config) {
+  Planner(const SchedulerInput& in, const CacheView& cache, const SchedulerConfig& config,
+          const SchedulingPolicy& policy)
+      : running_(in.running.begin(), in.running.end()),
+        waiting_(in.waiting.begin(), in.waiting.end()),
+        cache_(cache),
+        config_(config) {
+    policy.order(running_);
+    policy.order(waiting_);
     budget_ = config.max_num_batched_tokens;
     available_ = cache.num_available_blocks();
   }
 
   StepPlan run() {
-    for (const Sequence* s : in_.running)
+    for (const Sequence* s : running_)
       if (s->is_decode()) schedule_running(s);
-    for (const Sequence* s : in_.running)
+    for (const Sequence* s : running_)
       if (!s->is_decode()) schedule_running(s);
     if (plan_.preempted.empty()) admit_waiting();
     return std::move(plan_);
@@ -48,9 +54,10 @@ class Planner {
     return cache_.ref_count(b) - (it == released_.end() ? 0 : it->second) == 0 && !revived_.count(b);
   }
 
-  // Preempts the newest running sequence not yet scheduled this step. Returns it, or nullptr if none.
+  // Preempts the last running sequence in the policy's order (FCFS: the newest) not yet scheduled this step.
+  // Returns it, or nullptr if none.
   const Sequence* preempt_newest() {
-    for (auto it = in_.running.rbegin(); it != in_.running.rend(); ++it) {
+    for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
       const Sequence* v = *it;
       if (done(v)) continue;
       preempted_.insert(v);
@@ -111,8 +118,8 @@ class Planner {
   }
 
   void admit_waiting() {
-    int64_t running = static_cast<int64_t>(in_.running.size());
-    for (const Sequence* s : in_.waiting) {
+    int64_t running = static_cast<int64_t>(running_.size());
+    for (const Sequence* s : waiting_) {
       if (running >= config_.max_num_seqs || budget_ <= 0) return;
       // A sequence preempted while one of its samples was in flight restarts once that token is known (its
       // prefix lookup needs the values). The engine processes that step before the next plan, so this is a guard.
@@ -127,7 +134,7 @@ class Planner {
       const int64_t held = static_cast<int64_t>(m.blocks.size());
       const int64_t room = available_ - revive;  // blocks left for new allocations after adopting the prefix
       n = std::min(n, (held + room) * bs() - start);
-      // Strict FCFS: if the head cannot start, nobody behind it may (that is what prevents starvation).
+      // Strict queue order: if the head cannot start, nobody behind it may (under FCFS that prevents starvation).
       if (n <= 0 || (!config_.enable_chunked_prefill && n < remaining)) return;
       for (BlockId b : m.blocks)
         if (is_available(b)) revived_.insert(b);
@@ -138,7 +145,8 @@ class Planner {
     }
   }
 
-  const SchedulerInput& in_;
+  std::vector<const Sequence*> running_;  // in the policy's order
+  std::vector<const Sequence*> waiting_;
   const CacheView& cache_;
   const SchedulerConfig& config_;
   StepPlan plan_;
@@ -152,8 +160,13 @@ class Planner {
 
 }  // namespace
 
+StepPlan schedule(const SchedulerInput& in, const CacheView& cache, const SchedulerConfig& config,
+                  const SchedulingPolicy& policy) {
+  return Planner(in, cache, config, policy).run();
+}
+
 StepPlan schedule(const SchedulerInput& in, const CacheView& cache, const SchedulerConfig& config) {
-  return Planner(in, cache, config).run();
+  return schedule(in, cache, config, *make_scheduling_policy(config.policy));
 }
 
 }  // namespace deepinfer

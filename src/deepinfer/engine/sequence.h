@@ -27,6 +27,7 @@ struct Sequence {
   std::string request_id;
   int sample_index = 0;
   std::shared_ptr<const SamplingParams> params;
+  int priority = 0;  // Request::priority (the priority scheduling policy serves lower values first)
 
   std::vector<TokenId> tokens;  // prompt then output
   int64_t prompt_len = 0;
@@ -54,7 +55,7 @@ struct Sequence {
   bool final_pending = false;
   bool registered = false;  // the step executor holds its sampling history
 
-  std::vector<SampleResult> logprobs;  // per output token, when requested
+  std::vector<SampleResult> logprobs;           // per output token, when requested
   std::shared_ptr<StructuredState> structured;  // set when params->structured is active
   int64_t num_cached_prompt_tokens = 0;
   int num_preemptions = 0;

@@ -81,6 +81,7 @@ class SlotModelRunner final : public ModelRunner {
         if constexpr (requires { st.decoder_from; }) {
           if (!options_.exact_prefill) st.decoder_from = model_.bounded_decoder_from(e.prompt_len);
         }
+        if constexpr (requires { st.mla_naive_until; }) st.mla_naive_until = model_.mla_naive_until(e.prompt_len);
       }
       if constexpr (kPaged) {
         st.pages = &pages_;
@@ -110,6 +111,30 @@ class SlotModelRunner final : public ModelRunner {
   }
 
   ModelWorkStats work_stats() const override { return work_; }
+
+  KvFootprint kv_footprint(int block_size) const override {
+    KvFootprint f;
+    if constexpr (kPaged) {
+      f.bytes_per_block = pages_.bytes_per_block(block_size);
+      f.bytes_per_slot = model_.slot_bytes_bound(!options_.exact_prefill);
+    }
+    return f;
+  }
+  void set_num_blocks(int32_t num_blocks) override {
+    if constexpr (kPaged) pages_.set_max_blocks(num_blocks);
+  }
+  KvAllocation kv_allocation() const override {
+    KvAllocation a;
+    if constexpr (kPaged) {
+      a.page_bytes = pages_.bytes_allocated();
+      for (const State& st : slots_) {
+        const int64_t b = model_.slot_bytes(st);
+        a.slot_bytes += b;
+        a.max_slot_bytes = std::max(a.max_slot_bytes, b);
+      }
+    }
+    return a;
+  }
 
   void release_slot(int32_t slot) override {
     if (slot >= 0 && slot < static_cast<int32_t>(slots_.size())) slots_[slot] = State{};

@@ -52,10 +52,12 @@ double KvLayout::bytes_per_token() const {
 }
 
 int64_t KvLayout::bytes_per_block() const {
+  if (storage) return storage->bytes_per_block;
   return static_cast<int64_t>(std::ceil(bytes_per_token() * block_size));
 }
 
 int64_t KvLayout::bytes_per_sequence() const {
+  if (storage) return storage->bytes_per_slot;
   int64_t t = 0;
   for (const auto& k : kinds) t += k.kind.bytes_per_sequence;
   return t;
@@ -139,6 +141,12 @@ std::string describe_kv_cache(const KvLayout& layout, const KvSizing& s, int64_t
                        k.kind.format,
                        k.prefix_reusable ? "" : fmt::format("  (prefix reuse re-runs the last {} tokens)", k.replay_tokens));
   }
+  if (layout.storage)
+    out += fmt::format(
+        "  as the model runner stores them: {} B/block ({:.1f} B/token; design formats above {:.1f} B/token), "
+        "{} B per state slot\n",
+        layout.storage->bytes_per_block, static_cast<double>(layout.storage->bytes_per_block) / layout.block_size,
+        layout.bytes_per_token(), layout.storage->bytes_per_slot);
   out += fmt::format(
       "KV cache: {} blocks x {} tokens ({} B/block) + {} state slots ({} B each) = {:.1f} MiB; {} tokens fit, "
       "max concurrency {} at max_model_len {}",

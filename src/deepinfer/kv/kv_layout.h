@@ -14,10 +14,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "deepinfer/kv/kv_cache_manager.h"
+#include "deepinfer/kv/kv_footprint.h"
 #include "deepinfer/model/model_config.h"
 #include "deepinfer/model/model_summary.h"
 
@@ -25,18 +27,22 @@ namespace deepinfer {
 
 struct CacheKindSpec {
   CacheKind kind;
-  bool paged = false;            // stored in token blocks (bytes_per_token > 0)
-  bool prefix_reusable = true;   // see the file comment
-  int replay_tokens = 0;         // not reusable: tokens before a prefix boundary to re-run to rebuild it
+  bool paged = false;           // stored in token blocks (bytes_per_token > 0)
+  bool prefix_reusable = true;  // see the file comment
+  int replay_tokens = 0;        // not reusable: tokens before a prefix boundary to re-run to rebuild it
 };
 
 struct KvLayout {
   int block_size = 0;
   std::vector<CacheKindSpec> kinds;
 
-  double bytes_per_token() const;      // paged kinds, all layers
-  int64_t bytes_per_block() const;     // rounded up
-  int64_t bytes_per_sequence() const;  // per-sequence kinds, all layers
+  // What the model runner really allocates (ModelRunner::kv_footprint). When set, sizing and the startup log
+  // count it instead of the kinds' design formats, so a memory budget admits exactly the blocks that fit.
+  std::optional<KvFootprint> storage;
+
+  double bytes_per_token() const;      // design formats: paged kinds, all layers
+  int64_t bytes_per_block() const;     // storage's, else the design formats' (rounded up)
+  int64_t bytes_per_sequence() const;  // storage's per slot, else the design's per-sequence kinds, all layers
   // Tokens before a prefix hit that must be re-run: max replay_tokens over non-reusable kinds (0: exact reuse).
   int replay_tokens() const;
 };

@@ -103,6 +103,28 @@ V3KvPages DeepseekV3Model::new_kv_pages(bool) const {
   return p;
 }
 
+int64_t V3KvPages::bytes_per_block(int block_size) const {
+  int64_t b = 0;
+  for (const PagedRows& r : layers) b += r.bytes_per_block(block_size);
+  return b;
+}
+
+int64_t V3KvPages::bytes_allocated() const {
+  int64_t b = 0;
+  for (const PagedRows& r : layers) b += r.bytes_allocated();
+  return b;
+}
+
+void V3KvPages::set_max_blocks(int64_t blocks) {
+  for (PagedRows& r : layers) r.set_max_blocks(blocks);
+}
+
+int64_t DeepseekV3Model::slot_bytes(const V3SequenceState& s) const {
+  int64_t b = 0;
+  for (const auto& layer : s.kv) b += static_cast<int64_t>(layer.size() * sizeof(float));
+  return b;
+}
+
 V3SequenceState DeepseekV3Model::new_sequence() const {
   V3SequenceState s;
   s.kv.resize(config_.num_layers);
@@ -222,7 +244,24 @@ OwnedTensor DeepseekV3Model::attention(const Chunk& c, int layer, const OwnedTen
   p.out = o.view();
   p.rope_dim = static_cast<int>(dr);
   p.scale = softmax_scale_;
-  if (use_absorbed(T, c.p0)) {
+  if (mla_form_ == MlaForm::kAuto && seq.mla_naive_until >= 0) {
+    // Rows [0, n_naive) of the chunk are below mla_naive_until. Each form is row-invariant, so splitting the
+    // query rows gives the same rows as one call.
+    const int64_t n_naive = std::clamp<int64_t>(seq.mla_naive_until - c.p0, 0, T);
+    MlaAttentionParams part = p;
+    if (n_naive > 0) {
+      part.q = q_heads.slice(0, n_naive);
+      part.q_positions = c.positions.view().slice(0, n_naive);
+      part.out = o.view().slice(0, n_naive);
+      backend_.mla_attention_naive(part);
+    }
+    if (n_naive < T) {
+      part.q = q_heads.slice(n_naive, T);
+      part.q_positions = c.positions.view().slice(n_naive, T);
+      part.out = o.view().slice(n_naive, T);
+      backend_.mla_attention_absorbed(part);
+    }
+  } else if (use_absorbed(T, c.p0)) {
     backend_.mla_attention_absorbed(p);
   } else {
     backend_.mla_attention_naive(p);

@@ -25,6 +25,9 @@ namespace deepinfer {
 // The engine runner's paged MLA cache: per layer one row per token slot of the block pool.
 struct V3KvPages {
   std::vector<PagedRows> layers;
+  int64_t bytes_per_block(int block_size) const;
+  int64_t bytes_allocated() const;
+  void set_max_blocks(int64_t blocks);
 };
 
 struct V3SequenceState {
@@ -34,6 +37,11 @@ struct V3SequenceState {
   // depends on its token's prefix only, so a sequence may start at any cached position (exact prefix reuse).
   V3KvPages* pages = nullptr;
   PageRef ref;
+  // MlaForm::kAuto, set by the engine's runner: query rows at positions below this use the naive form, the rest
+  // the absorbed one. The two forms round differently, so the form must be a function of the row's position, not
+  // of the chunk it arrives in (a prefix hit or a recompute after preemption changes the chunks); -1: choose per
+  // call from the chunk's op counts (standalone forward).
+  int64_t mla_naive_until = -1;
 };
 
 // Optional per-call record of intermediates (tests, debugging).
@@ -59,10 +67,18 @@ class DeepseekV3Model {
   // sequence may start at any cached position: its rows need nothing but the pages, so no replay.
   V3KvPages new_kv_pages(bool bounded_decoder = false) const;
   int prefix_replay_tokens(bool /*bounded_decoder*/) const { return 0; }
+  // Per-slot state of a paged sequence: the position and the MLA form split only (the rows are paged).
+  int64_t slot_bytes_bound(bool /*bounded_decoder*/) const { return 0; }
+  int64_t slot_bytes(const V3SequenceState& s) const;
   void start_at(V3SequenceState& seq, int64_t start, std::span<const int64_t> /*prefix_ids*/) const {
     seq.num_tokens = start;
   }
   void set_mla_form(MlaForm form) { mla_form_ = form; }
+  // V3SequenceState::mla_naive_until for a sequence whose prompt has `prompt_len` tokens: the form the op counts
+  // pick for the whole prompt in one chunk applies to every prompt row (naive for long prompts), generated rows
+  // use the absorbed form. Chunking then never changes a row's form, so prefix hits and recomputes are bitwise
+  // equal to one-shot runs.
+  int64_t mla_naive_until(int64_t prompt_len) const { return use_absorbed(prompt_len, 0) ? 0 : prompt_len; }
 
   // Appends `ids` to the sequence and returns their logits, f32 [T, vocab].
   HostTensor forward(V3SequenceState& seq, std::span<const int64_t> ids, V3ForwardTrace* trace = nullptr) const;

@@ -131,14 +131,70 @@ V4KvPages DeepseekV4Model::new_kv_pages(bool bounded_decoder) const {
   p.window.assign(L, PagedRows(config_.attn.head_dim, 1));
   p.entries.resize(L);
   p.index_keys.resize(L);
+  const bool v41 = config_.family == ModelFamily::kDeepseekV41;
   for (int l = 0; l < L; ++l) {
-    const int r = config_.layers[l].compress_ratio;
-    if (r <= 0) continue;
+    const LayerPlan& plan = config_.layers[l];
+    const int r = plan.compress_ratio;
+    // Pools only where rows are written (the footprint counts every pool): V4 compresses on every compressed
+    // layer and keeps indexer keys on CSA layers; V4.1 writes both on kv-source layers only.
+    if (r <= 0 || (v41 && plan.kv_source != l)) continue;
     p.entries[l] = PagedRows(config_.attn.head_dim, r);
-    p.index_keys[l] = PagedRows(config_.attn.index_head_dim, r);
+    if (v41 || plan.attention == AttentionKind::kCSA) p.index_keys[l] = PagedRows(config_.attn.index_head_dim, r);
   }
   p.ring_from_layer = bounded_decoder && decoder_start_ >= 0 ? decoder_start_ : L;
+  for (int l = p.ring_from_layer; l < L; ++l) p.window[l] = PagedRows();  // windows kept in the slot's ring
   return p;
+}
+
+int64_t V4KvPages::bytes_per_block(int block_size) const {
+  int64_t b = 0;
+  for (const auto* kind : {&window, &entries, &index_keys})
+    for (const PagedRows& r : *kind) b += r.bytes_per_block(block_size);
+  return b;
+}
+
+int64_t V4KvPages::bytes_allocated() const {
+  int64_t b = 0;
+  for (const auto* kind : {&window, &entries, &index_keys})
+    for (const PagedRows& r : *kind) b += r.bytes_allocated();
+  return b;
+}
+
+void V4KvPages::set_max_blocks(int64_t blocks) {
+  for (auto* kind : {&window, &entries, &index_keys})
+    for (PagedRows& r : *kind) r.set_max_blocks(blocks);
+}
+
+int64_t DeepseekV4Model::slot_bytes_bound(bool /*bounded_decoder*/) const {
+  const int64_t f32 = dtype_bytes(DType::kF32, 1);
+  // new_sequence() allocates every layer's ring, paged or not.
+  int64_t b = config_.num_layers * config_.attn.sliding_window * config_.attn.head_dim * f32;
+  for (int l = 0; l < config_.num_layers; ++l) {
+    const int r = config_.layers[l].compress_ratio;
+    if (r <= 0) continue;
+    const auto& a = w_.layers[l].attn;
+    const bool overlap = config_.layers[l].attention == AttentionKind::kCSA;
+    // A compressor keeps < r pending rows of kv and gate [width], and with overlap the last window's Ca half
+    // (kv and gate [r, width / 2]).
+    for (const OwnedTensor* wkv : {&a.comp_wkv, &a.idx_comp_wkv}) {
+      if (wkv->view().data() == nullptr) continue;
+      const int64_t width = wkv->shape()[0];
+      b += 2 * (r - 1) * width * f32 + (overlap ? r * width * f32 : 0);
+    }
+  }
+  if (engram_) b += static_cast<int64_t>(engram_->max_ngram - 1) * static_cast<int64_t>(sizeof(int64_t));
+  return b;
+}
+
+int64_t DeepseekV4Model::slot_bytes(const V4SequenceState& s) const {
+  auto bytes = [](const OwnedTensor& t) { return t.view().data() ? dtype_bytes(t.dtype(), t.numel()) : 0; };
+  int64_t b = static_cast<int64_t>(s.engram_recent.size() * sizeof(int64_t));
+  for (const V4LayerState& l : s.layers) {
+    b += bytes(l.window.rows) + bytes(l.entries.storage) + bytes(l.index_keys.storage);
+    for (const CompressorState* c : {&l.compressor, &l.index_compressor})
+      b += bytes(c->pending_kv) + bytes(c->pending_gate) + bytes(c->prev_kv) + bytes(c->prev_gate);
+  }
+  return b;
 }
 
 int DeepseekV4Model::prefix_replay_tokens(bool bounded_decoder) const {

@@ -60,6 +60,9 @@ struct V4LayerState {
 struct V4KvPages {
   std::vector<PagedRows> window, entries, index_keys;
   int ring_from_layer = 0;
+  int64_t bytes_per_block(int block_size) const;
+  int64_t bytes_allocated() const;
+  void set_max_blocks(int64_t blocks);
 };
 
 struct V4SequenceState {
@@ -108,6 +111,11 @@ class DeepseekV4Model {
   // recomputed bit-identically and not rewritten.
   V4KvPages new_kv_pages(bool bounded_decoder) const;
   int prefix_replay_tokens(bool bounded_decoder) const;
+  // The most a paged sequence's per-slot state holds: the sliding-window rings (allocated for every layer by
+  // new_sequence), compressors' pending rows and V4 CSA overlap slices, Engram look-back ids. slot_bytes()
+  // measures a state.
+  int64_t slot_bytes_bound(bool bounded_decoder) const;
+  int64_t slot_bytes(const V4SequenceState& s) const;
   void start_at(V4SequenceState& seq, int64_t start, std::span<const int64_t> prefix_ids) const;
 
   // Causal encoder-decoder split (V4.1): the first decoder layer = the candidate-source layer when it is a

@@ -21,11 +21,28 @@ void PagedRows::for_runs(const PageRef& ref, int64_t first, int64_t n, F&& f) co
   }
 }
 
+namespace {
+constexpr DType kPageDType = DType::kF32;
+}  // namespace
+
+int64_t PagedRows::bytes_per_block(int block_size) const {
+  if (width_ == 0) return 0;
+  return dtype_bytes(kPageDType, block_size / ratio_ * width_);
+}
+
+int64_t PagedRows::bytes_allocated() const {
+  return pool_.view().data() ? dtype_bytes(pool_.dtype(), pool_.numel()) : 0;
+}
+
 void PagedRows::reserve(TensorMemory& mem, int64_t blocks, int block_size) {
   if (blocks <= capacity_blocks_) return;
+  DI_CHECK_INTERNAL(max_blocks_ == 0 || blocks <= max_blocks_)
+      << "block id " << blocks - 1 << " beyond the pool of " << max_blocks_ << " blocks";
   const int64_t per_block = block_size / ratio_;
-  const int64_t cap = std::max<int64_t>(blocks, 2 * capacity_blocks_);
-  OwnedTensor grown = mem.zeros(DType::kF32, {cap * per_block, width_});
+  // Doubling amortises growth; it never passes the engine's pool, so the pages stay inside the cache budget.
+  int64_t cap = std::max<int64_t>(blocks, 2 * capacity_blocks_);
+  if (max_blocks_ > 0) cap = std::min(cap, max_blocks_);
+  OwnedTensor grown = mem.zeros(kPageDType, {cap * per_block, width_});
   if (capacity_blocks_ > 0) mem.copy(grown.view().slice(0, capacity_blocks_ * per_block), pool_.view());
   pool_ = std::move(grown);
   capacity_blocks_ = cap;

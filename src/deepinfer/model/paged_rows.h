@@ -32,6 +32,12 @@ class PagedRows {
   int ratio() const { return ratio_; }
   // The whole pool [capacity rows, width] (rows by PagedRows' layout), for ops that read pages in place.
   Tensor pool() const { return pool_.view(); }
+  // Bytes one block of the pool takes (block_size / ratio rows of f32 [width]); 0 for an unused kind.
+  int64_t bytes_per_block(int block_size) const;
+  // Bytes the pool holds now.
+  int64_t bytes_allocated() const;
+  // The engine's pool has `blocks` blocks: growth by doubling stops there (0: unbounded).
+  void set_max_blocks(int64_t blocks) { max_blocks_ = blocks; }
   // rows f32 [n, width] become groups [first, first + n); groups that end at or below persistent_until are
   // skipped (they exist already).
   void write(TensorMemory& mem, const PageRef& ref, int64_t first, const Tensor& rows);
@@ -47,6 +53,7 @@ class PagedRows {
   int64_t width_ = 0;
   int ratio_ = 1;
   int64_t capacity_blocks_ = 0;
+  int64_t max_blocks_ = 0;
   OwnedTensor pool_;  // [capacity_blocks * block_size / ratio, width]
 };
 

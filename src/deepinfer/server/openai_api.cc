@@ -1,5 +1,7 @@
 // OpenAI routes: POST /v1/chat/completions and POST /v1/completions, streaming (SSE ending in `data: [DONE]`)
 // and not.
+#include <limits>
+
 #include <fmt/format.h>
 
 #include "deepinfer/server/api.h"
@@ -7,6 +9,12 @@
 namespace deepinfer::server {
 
 namespace {
+
+// vLLM's request extension: the priority scheduling policy serves lower values first (the FCFS policy ignores it).
+int parse_priority(const Fields& f) {
+  return static_cast<int>(
+      f.integer("priority", std::numeric_limits<int>::min(), std::numeric_limits<int>::max()).value_or(0));
+}
 
 int64_t now_unix() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -355,6 +363,7 @@ PreparedGeneration ServerApi::chat_completions(const Json& body) {
   g.request.request_id = ctx.id;
   g.request.prompt_token_ids = std::move(ids);
   g.request.params = std::move(p);
+  g.request.priority = parse_priority(f);
   g.job = std::make_unique<ChatCompletionJob>(std::move(ctx));
   return g;
 }
@@ -412,6 +421,7 @@ PreparedGeneration ServerApi::completions(const Json& body) {
   g.request.request_id = ctx.id;
   g.request.prompt_token_ids = std::move(ids);
   g.request.params = std::move(p);
+  g.request.priority = parse_priority(f);
   g.job = std::make_unique<CompletionJob>(std::move(ctx), return_ids);
   return g;
 }

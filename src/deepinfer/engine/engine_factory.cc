@@ -1,0 +1,197 @@
+#include "deepinfer/engine/engine_factory.h"
+
+#include <filesystem>
+#include <optional>
+#include <vector>
+
+#include "deepinfer/core/error.h"
+#include "deepinfer/core/logging.h"
+#include "deepinfer/engine/structured_output.h"
+#include "deepinfer/engine/v3_model_runner.h"
+#include "deepinfer/engine/v4_model_runner.h"
+#include "deepinfer/io/safetensors.h"
+#include "deepinfer/model/deepseek_v3.h"
+#include "deepinfer/model/deepseek_v4.h"
+#include "deepinfer/structured/grammar_compiler.h"
+#ifdef DEEPINFER_WITH_CUDA
+#include "deepinfer/ops/cuda/cuda_backend.h"
+#include "deepinfer/ops/cuda/cuda_runtime.h"
+#endif
+
+namespace deepinfer {
+namespace {
+
+// "--device cuda" or "device='cuda'".
+std::string option(const EngineStackOptions& o, const std::string& name, const std::string& value) {
+  if (o.spelling == OptionSpelling::kKeyword) return name + "='" + value + "'";
+  std::string flag = "--" + name;
+  for (char& c : flag)
+    if (c == '_') c = '-';
+  return flag + " " + value;
+}
+
+// The CPU reference, or CUDA device 0 (weights, activations and caches in device memory; only the logits come
+// back to the host for sampling).
+std::unique_ptr<Backend> make_backend(const EngineStackOptions& o) {
+  if (o.device == "cpu") return make_cpu_backend(o.threads);
+  DI_CHECK(o.device == "cuda") << (o.spelling == OptionSpelling::kKeyword ? "device must be 'cpu' or 'cuda', got '"
+                                                                          : "--device must be cpu or cuda, got '")
+                               << o.device << "'";
+  const std::string dev = option(o, "device", o.device);
+#ifdef DEEPINFER_WITH_CUDA
+  DI_CHECK_CODE(cuda::device_count() > 0, ErrorCode::kNotFound)
+      << dev << ": no CUDA device is visible (check nvidia-smi and CUDA_VISIBLE_DEVICES)";
+  return make_cuda_backend(0);
+#else
+  DI_FAIL(ErrorCode::kUnsupported) << dev
+                                   << ": this deepinfer was built without CUDA (configure with "
+                                      "-DDEEPINFER_ACCELERATOR=nvidia)";
+#endif
+}
+
+void log_prefill_mode(const DeepseekV4Model& m, bool exact) {
+  if (m.decoder_start() < 0) return;
+  if (exact) {
+    DI_LOG_INFO("prefill: exact (every layer on every prompt token, transformers parity)");
+  } else {
+    DI_LOG_INFO(
+        "prefill: decoder SWA bounded replay (layers {}+ run on the last {} prompt tokens only; "
+        "--exact-prefill for transformers parity)",
+        m.decoder_start(), m.decoder_window());
+  }
+}
+
+// Config vocabularies are padded past the tokenizer's: ids that name no token add no text (never throw).
+std::vector<TokenId> known_ids(const tokenizer::Tokenizer& tok, std::span<const TokenId> ids) {
+  std::vector<TokenId> out;
+  out.reserve(ids.size());
+  for (TokenId t : ids)
+    if (tok.is_valid_id(t)) out.push_back(t);
+  return out;
+}
+
+}  // namespace
+
+EngineStack::~EngineStack() = default;
+
+std::unique_ptr<Engine> EngineStack::make_engine(StreamCallback on_delta) {
+  return std::make_unique<Engine>(engine_config, *runner, std::move(on_delta));
+}
+
+int64_t kv_cache_budget_bytes(const EngineStackOptions& o) {
+  DI_CHECK(o.gpu_memory_utilization > 0.0 && o.gpu_memory_utilization <= 1.0)
+      << "gpu_memory_utilization must be in (0, 1], got " << o.gpu_memory_utilization;
+  DI_CHECK(o.host_kv_budget_bytes > 0) << "the host KV cache budget must be positive, got " << o.host_kv_budget_bytes
+                                       << " bytes";
+#ifdef DEEPINFER_WITH_CUDA
+  if (o.device == "cuda") {
+    // The weights' footprint on the device: the checkpoint's safetensors files (uploaded as stored).
+    int64_t weight_bytes = 0;
+    for (const auto& e : std::filesystem::directory_iterator(o.model_dir))
+      if (e.is_regular_file() && e.path().extension() == ".safetensors")
+        weight_bytes += static_cast<int64_t>(e.file_size());
+    const cuda::DeviceInfo info = cuda::select_device(0);
+    // Activations of the reference forward are small next to the weights at these batch sizes; keep 5% of the
+    // device for them and the allocator's slack.
+    const int64_t total = static_cast<int64_t>(info.total_memory);
+    const int64_t budget = kv_budget_bytes(total, o.gpu_memory_utilization, weight_bytes, total / 20);
+    DI_LOG_INFO("cache budget: {:.2f} * {:.1f} GiB ({}) - weights - activations = {:.1f} MiB", o.gpu_memory_utilization,
+                static_cast<double>(total) / (1 << 30), info.name, static_cast<double>(budget) / (1 << 20));
+    return budget;
+  }
+#endif
+  DI_LOG_INFO("cache budget: {:.1f} MB of host memory (gpu_memory_utilization applies to devices)",
+              static_cast<double>(o.host_kv_budget_bytes) / 1e6);
+  return o.host_kv_budget_bytes;
+}
+
+std::unique_ptr<EngineStack> load_engine_stack(const EngineStackOptions& o) {
+  namespace fs = std::filesystem;
+  DI_CHECK(o.max_num_seqs > 0) << "max_num_seqs must be positive, got " << o.max_num_seqs;
+  DI_CHECK(o.max_model_len > 0) << "max_model_len must be positive, got " << o.max_model_len;
+  DI_CHECK(o.max_num_batched_tokens > 0) << "max_num_batched_tokens must be positive, got " << o.max_num_batched_tokens;
+  const std::string cfg_path = o.model_dir + "/config.json";
+  DI_CHECK_CODE(fs::exists(cfg_path), ErrorCode::kNotFound)
+      << "model directory '" << o.model_dir << "' has no config.json";
+  auto st = std::make_unique<EngineStack>();
+  EngineStack& s = *st;
+  s.model_dir = o.model_dir;
+  const int64_t budget = kv_cache_budget_bytes(o);
+  s.backend = make_backend(o);
+  DI_LOG_INFO("device: {}", o.device);
+
+  // The family in config.json picks the forward and its runner: V3 (V3/R1/V3.1/V2-Lite) or V4/V4.1.
+  if (load_model_config(cfg_path).family == ModelFamily::kDeepseekV3) {
+    s.v3 = DeepseekV3Model::load(o.model_dir, *s.backend);
+    s.config = &s.v3->config();
+  } else {
+    std::optional<std::vector<int64_t>> token_map;
+    if (!o.engram_token_map_file.empty()) {
+      auto f = SafetensorsFile::open(o.engram_token_map_file);
+      Tensor t = f->tensor("engram.token_map");
+      DI_CHECK(t.dtype() == DType::kI64) << o.engram_token_map_file << ": engram.token_map must be I64";
+      token_map = std::vector<int64_t>(t.data_as<int64_t>(), t.data_as<int64_t>() + t.numel());
+    }
+    s.v4 = DeepseekV4Model::load(o.model_dir, *s.backend, std::move(token_map));
+    s.config = &s.v4->config();
+  }
+  const ModelConfig& cfg = *s.config;
+  if (fs::exists(o.model_dir + "/tokenizer.json"))
+    s.tokenizer = tokenizer::Tokenizer::from_file(o.model_dir + "/tokenizer.json");
+  else
+    DI_LOG_WARN("{} has no tokenizer.json: only token-id prompts are accepted", o.model_dir);
+
+  s.max_model_len = o.max_model_len;
+  if (cfg.max_position_embeddings > 0 && s.max_model_len > cfg.max_position_embeddings) {
+    DI_LOG_INFO("max_model_len {} exceeds the model's max_position_embeddings {}: using {}", o.max_model_len,
+                cfg.max_position_embeddings, cfg.max_position_embeddings);
+    s.max_model_len = cfg.max_position_embeddings;
+  }
+
+  // The runner first: the cache is sized from what it really stores per block and per slot.
+  ModelRunnerOptions ro;
+  ro.exact_prefill = o.exact_prefill;
+  if (s.v3) {
+    s.runner = std::make_unique<V3ModelRunner>(*s.v3, o.max_num_seqs, ro);
+  } else {
+    s.runner = std::make_unique<V4ModelRunner>(*s.v4, o.max_num_seqs, ro);
+    log_prefill_mode(*s.v4, o.exact_prefill);
+  }
+  s.layout = make_kv_layout(cfg);
+  s.layout.storage = s.runner->kv_footprint(s.layout.block_size);
+  s.sizing = size_kv_cache(s.layout, budget, o.max_num_seqs, s.max_model_len);
+  log_kv_sizing(s.layout, s.sizing, s.max_model_len);
+
+  EngineConfig& ec = s.engine_config;
+  ec.scheduler.max_num_seqs = o.max_num_seqs;
+  ec.scheduler.max_model_len = s.max_model_len;
+  ec.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
+  ec.scheduler.policy = o.scheduling_policy;
+  ec.seed = o.seed;
+  ec.async_scheduling = o.async_scheduling;
+  for (int64_t e : cfg.eos_token_ids) ec.eos_token_ids.push_back(static_cast<TokenId>(e));
+  if (s.tokenizer) {
+    const tokenizer::Tokenizer* tok = s.tokenizer.get();
+    ec.detokenize = [tok](std::span<const TokenId> ids) { return tok->decode(known_ids(*tok, ids)); };
+    // Structured output needs each token's bytes on their own; a tokenizer with separators cannot give them, and
+    // constrained requests then fail naming the reason.
+    try {
+      ec.grammar_compiler = std::make_shared<structured::GrammarCompiler>(
+          make_structured_tokenizer_info(*tok, ec.eos_token_ids, cfg.vocab_size));
+    } catch (const Error& e) {
+      s.structured_unavailable = e.message();
+      DI_LOG_WARN("structured output disabled: {}", e.message());
+    }
+  } else {
+    s.structured_unavailable = o.model_dir + " has no tokenizer.json";
+  }
+  // Prefix reuse when the runner's caches are paged; its replay (if any) rebuilds per-sequence state exactly.
+  ec.kv = make_kv_cache_config(s.layout, s.sizing, s.runner->prefix_cache_supported(), /*allow_bounded_replay=*/true);
+  ec.kv.prefix_replay_tokens = s.runner->prefix_replay_tokens();
+  DI_LOG_INFO("scheduling: {}, policy {} (max_num_seqs {}, max_num_batched_tokens {}, max_model_len {})",
+              o.async_scheduling ? "asynchronous (step N+1 planned while step N runs)" : "synchronous",
+              scheduling_policy_name(o.scheduling_policy), o.max_num_seqs, o.max_num_batched_tokens, s.max_model_len);
+  return st;
+}
+
+}  // namespace deepinfer

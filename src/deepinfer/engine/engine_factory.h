@@ -1,0 +1,76 @@
+// load_engine_stack: a checkpoint directory → everything an Engine needs (backend, the forward of the family
+// config.json names, tokenizer, model runner, cache sizing, EngineConfig). The one setup path behind
+// `deepinfer generate/offline` (cli/engine_setup), the Python binding (api/llm) and the server
+// (server/model_host); each adds only its own front-end concerns.
+//
+// Cache sizing counts what the runner really allocates (ModelRunner::kv_footprint: f32 page rows of every paged
+// kind and layer, the per-slot state), not the design formats, so the memory budget admits exactly the blocks
+// that fit; the startup log shows both.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "deepinfer/engine/engine.h"
+#include "deepinfer/engine/model_runner.h"
+#include "deepinfer/kv/kv_layout.h"
+#include "deepinfer/model/model_config.h"
+#include "deepinfer/tokenizer/tokenizer.h"
+
+namespace deepinfer {
+
+class Backend;
+class DeepseekV3Model;
+class DeepseekV4Model;
+
+// How error messages name an option: "--device cuda" (command line, server) or "device='cuda'" (Python).
+enum class OptionSpelling { kFlag, kKeyword };
+
+struct EngineStackOptions {
+  std::string model_dir;              // config.json + safetensors (tokenizer.json optional)
+  std::string device = "cpu";         // cpu | cuda (device 0)
+  int threads = 0;                    // CPU threads (0: all cores)
+  std::string engram_token_map_file;  // V4.1 Engram token map (default: built from tokenizer.json)
+  int max_num_seqs = 4;
+  int64_t max_model_len = 32768;  // capped at the model's max_position_embeddings (logged)
+  int64_t max_num_batched_tokens = 2048;
+  SchedulingPolicyKind scheduling_policy = SchedulingPolicyKind::kFcfs;
+  // Cache memory: on CUDA gpu_memory_utilization of the device minus the weights and 5% for activations; on the
+  // CPU backend host_kv_budget_bytes (gpu_memory_utilization is validated but does not apply there).
+  double gpu_memory_utilization = 0.85;
+  int64_t host_kv_budget_bytes = 1000 * 1000 * 1000;
+  uint64_t seed = 0;
+  // V4.1: every layer on every prompt token (transformers parity) instead of decoder SWA bounded replay.
+  bool exact_prefill = false;
+  bool async_scheduling = true;
+  OptionSpelling spelling = OptionSpelling::kFlag;
+};
+
+// Owns the parts; make_engine() builds an Engine over them (the stack must outlive it).
+struct EngineStack {
+  ~EngineStack();
+  std::string model_dir;
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<DeepseekV3Model> v3;
+  std::unique_ptr<DeepseekV4Model> v4;
+  const ModelConfig* config = nullptr;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer;  // null without tokenizer.json
+  std::string structured_unavailable;               // why structured output is off ("" = available)
+  int64_t max_model_len = 0;
+  KvLayout layout;  // layout.storage = the runner's footprint
+  KvSizing sizing;
+  std::unique_ptr<ModelRunner> runner;
+  EngineConfig engine_config;
+
+  std::unique_ptr<Engine> make_engine(StreamCallback on_delta = {});
+};
+
+// Throws NotFound (no config.json, no CUDA device), Unsupported (CUDA without a CUDA build, V3 on CUDA),
+// InvalidArgument naming the option, ResourceExhausted when one max_model_len sequence does not fit the budget.
+std::unique_ptr<EngineStack> load_engine_stack(const EngineStackOptions& options);
+
+// The bytes the KV cache may use for `options` (logged): see EngineStackOptions.
+int64_t kv_cache_budget_bytes(const EngineStackOptions& options);
+
+}  // namespace deepinfer

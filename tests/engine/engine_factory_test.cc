@@ -1,0 +1,243 @@
+// load_engine_stack (engine/engine_factory.h), the one setup path of the CLI, the Python binding and the server, on
+// the golden-fixture models:
+//   - the cache is sized from the runner's real footprint: a budget of k blocks gives k blocks; one sequence
+//     filling k blocks makes the runner allocate exactly k * bytes_per_block; the caches never hold more than the
+//     budget at any step, and a slot never holds more than bytes_per_slot;
+//   - admission stops at that limit: a workload larger than the cache finishes through preemption with the same
+//     tokens as a roomy cache (instead of growing past the budget);
+//   - errors name the option in the front end's spelling;
+//   - the scheduling policy reaches the engine (priority: lower values first).
+#include "deepinfer/engine/engine_factory.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "deepinfer/core/error.h"
+#include "deepinfer/io/safetensors.h"
+#include "test_util.h"
+
+namespace deepinfer {
+namespace {
+
+std::string golden_dir(const std::string& family) { return testing::test_data_dir() + "/golden/" + family; }
+
+EngineStackOptions options_for(const std::string& family) {
+  EngineStackOptions o;
+  o.model_dir = golden_dir(family);
+  o.threads = 1;
+  o.max_num_seqs = 3;
+  o.max_model_len = 256;
+  o.max_num_batched_tokens = 64;
+  o.async_scheduling = false;  // the test reads the runner's allocations between steps
+  auto golden = SafetensorsFile::open(o.model_dir + "/golden.safetensors");
+  if (golden->find("engram.token_map")) o.engram_token_map_file = o.model_dir + "/golden.safetensors";
+  return o;
+}
+
+std::vector<TokenId> prompt_of(const std::string& family, int offset, int len) {
+  auto golden = SafetensorsFile::open(golden_dir(family) + "/golden.safetensors");
+  Tensor t = golden->tensor("prompt2.input_ids");
+  std::vector<TokenId> ids;
+  for (int i = 0; i < len; ++i) ids.push_back(static_cast<TokenId>(t.data_as<int64_t>()[(offset + i) % t.numel()]));
+  return ids;
+}
+
+struct Param {
+  std::string family;
+  bool exact_prefill = true;
+  std::string name() const { return family + (exact_prefill ? "" : "_bounded"); }
+};
+
+class EngineFactory : public ::testing::TestWithParam<Param> {
+ protected:
+  EngineStackOptions options() const {
+    EngineStackOptions o = options_for(GetParam().family);
+    o.exact_prefill = GetParam().exact_prefill;
+    return o;
+  }
+
+  // Six requests of 120 prompt tokens + 12 generated, all at once; greedy. Checks the allocations against the
+  // budget and the footprint after every step. Returns the outputs by request id.
+  std::map<std::string, std::vector<TokenId>> run(EngineStack& stack, int64_t budget, EngineStats* stats) {
+    auto engine = stack.make_engine();
+    for (int i = 0; i < 6; ++i) {
+      Request r;
+      r.request_id = "r" + std::to_string(i);
+      r.prompt_token_ids = prompt_of(GetParam().family, 7 * i, 120);
+      r.params.max_tokens = 12;
+      r.params.temperature = 0;
+      r.params.ignore_eos = true;
+      engine->add_request(std::move(r));
+    }
+    const KvFootprint f = *stack.layout.storage;
+    int64_t peak = 0;
+    while (engine->has_unfinished()) {
+      engine->step();
+      const KvAllocation a = stack.runner->kv_allocation();
+      peak = std::max(peak, a.total());
+      EXPECT_LE(a.total(), budget) << "the caches outgrew the budget";
+      EXPECT_LE(a.page_bytes, static_cast<int64_t>(stack.sizing.num_blocks) * f.bytes_per_block);
+      EXPECT_LE(a.max_slot_bytes, f.bytes_per_slot) << "a slot holds more than the footprint says";
+    }
+    std::map<std::string, std::vector<TokenId>> out;
+    for (auto& c : engine->take_finished()) {
+      EXPECT_EQ(c.output_token_ids.size(), 12u) << c.request_id;
+      out[c.request_id] = c.output_token_ids;
+    }
+    *stats = engine->stats();
+    EXPECT_GT(peak, 0);
+    return out;
+  }
+};
+
+TEST_P(EngineFactory, CacheSizedFromTheRunnersRealFootprintAdmitsExactlyWhatFits) {
+  // Read the footprint, then give the cache room for the slots and one block more than one max_model_len sequence
+  // needs, plus a fraction of a block that must not buy another one.
+  EngineStackOptions o = options();
+  auto probe = load_engine_stack(o);
+  ASSERT_TRUE(probe->layout.storage.has_value());
+  const KvFootprint f = *probe->layout.storage;
+  const int bs = probe->layout.block_size;
+  ASSERT_GT(f.bytes_per_block, 0);
+  // The runner stores f32 rows: more than the design formats (bf16/fp8 latents, one window ring per sequence).
+  EXPECT_GT(f.bytes_per_block, probe->layout.bytes_per_token() * bs);
+  const int64_t blocks_per_seq = (o.max_model_len + bs - 1) / bs;
+  const int32_t want_blocks = static_cast<int32_t>(blocks_per_seq + 1);  // fewer than the 6 requests need
+  o.host_kv_budget_bytes = o.max_num_seqs * f.bytes_per_slot + want_blocks * f.bytes_per_block + f.bytes_per_block / 2;
+  auto tight = load_engine_stack(o);
+  EXPECT_EQ(tight->sizing.num_blocks, want_blocks);
+  EXPECT_EQ(tight->engine_config.kv.num_blocks, want_blocks);
+  EngineStats tight_stats;
+  const auto got = run(*tight, o.host_kv_budget_bytes, &tight_stats);
+  EXPECT_GT(tight_stats.preemptions, 0) << "the workload fit: the test did not reach the cache limit";
+
+  EngineStackOptions roomy_o = options();
+  roomy_o.host_kv_budget_bytes = 64 * 1000 * 1000;
+  auto roomy = load_engine_stack(roomy_o);
+  EngineStats roomy_stats;
+  const auto want = run(*roomy, roomy_o.host_kv_budget_bytes, &roomy_stats);
+  EXPECT_EQ(roomy_stats.preemptions, 0);
+  EXPECT_EQ(got, want) << "preemption at the cache limit changed outputs";
+}
+
+TEST_P(EngineFactory, ReportedBytesPerBlockAreTheBytesAllocatedPerBlock) {
+  // One sequence whose prompt fills every block of the pool exactly: every paged kind of every layer writes rows
+  // into every block (block_size is a multiple of every compression ratio), so each pool grows to the whole pool.
+  EngineStackOptions o = options();
+  auto probe = load_engine_stack(o);
+  const KvFootprint f = *probe->layout.storage;
+  const int bs = probe->layout.block_size;
+  o.max_model_len = 2 * bs;
+  o.max_num_batched_tokens = 2 * bs;
+  o.host_kv_budget_bytes = o.max_num_seqs * f.bytes_per_slot + 2 * f.bytes_per_block;
+  auto stack = load_engine_stack(o);
+  ASSERT_EQ(stack->sizing.num_blocks, 2);
+  auto engine = stack->make_engine();
+  Request r;
+  r.request_id = "fill";
+  r.prompt_token_ids = prompt_of(GetParam().family, 0, 2 * bs);
+  r.params.temperature = 0;
+  engine->add_request(std::move(r));
+  engine->run_to_completion();
+  ASSERT_EQ(engine->take_finished().size(), 1u);
+  EXPECT_EQ(stack->runner->kv_allocation().page_bytes, 2 * f.bytes_per_block)
+      << "the runner allocates a different number of bytes per block than it reports";
+}
+
+TEST_P(EngineFactory, ABudgetBelowOneSequenceIsRefusedWithTheNumbers) {
+  EngineStackOptions o = options();
+  auto probe = load_engine_stack(o);
+  const KvFootprint f = *probe->layout.storage;
+  // One byte short of the slots plus one block: less than one max_model_len sequence.
+  o.host_kv_budget_bytes = o.max_num_seqs * f.bytes_per_slot + f.bytes_per_block - 1;
+  try {
+    load_engine_stack(o);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kResourceExhausted);
+    EXPECT_NE(e.message().find("max_model_len"), std::string::npos) << e.message();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Golden, EngineFactory,
+                         ::testing::Values(Param{"deepseek_v3"}, Param{"deepseek_v4"}, Param{"deepseek_v41"},
+                                           Param{"deepseek_v41", false}),
+                         [](const auto& info) { return info.param.name(); });
+
+template <typename F>
+void expect_error(F&& f, ErrorCode code, const std::string& text) {
+  try {
+    f();
+    ADD_FAILURE() << "no error; expected: " << text;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), code) << e.message();
+    EXPECT_NE(e.message().find(text), std::string::npos) << e.message();
+  }
+}
+
+TEST(EngineFactoryErrors, NameTheOptionInTheFrontEndsSpelling) {
+  EngineStackOptions o = options_for("deepseek_v3");
+  testing::TempDir empty;
+  EngineStackOptions missing = o;
+  missing.model_dir = empty.path();
+  expect_error([&] { load_engine_stack(missing); }, ErrorCode::kNotFound, "has no config.json");
+  EngineStackOptions bad = o;
+  bad.device = "tpu";
+  expect_error([&] { load_engine_stack(bad); }, ErrorCode::kInvalidArgument, "--device must be cpu or cuda, got 'tpu'");
+  bad.spelling = OptionSpelling::kKeyword;
+  expect_error([&] { load_engine_stack(bad); }, ErrorCode::kInvalidArgument,
+               "device must be 'cpu' or 'cuda', got 'tpu'");
+  EngineStackOptions util = o;
+  util.gpu_memory_utilization = 1.5;
+  expect_error([&] { load_engine_stack(util); }, ErrorCode::kInvalidArgument,
+               "gpu_memory_utilization must be in (0, 1]");
+  EngineStackOptions seqs = o;
+  seqs.max_num_seqs = 0;
+  expect_error([&] { load_engine_stack(seqs); }, ErrorCode::kInvalidArgument, "max_num_seqs must be positive");
+#ifndef DEEPINFER_WITH_CUDA
+  EngineStackOptions cuda = o;
+  cuda.device = "cuda";
+  expect_error([&] { load_engine_stack(cuda); }, ErrorCode::kUnsupported,
+               "--device cuda: this deepinfer was built without CUDA");
+  cuda.spelling = OptionSpelling::kKeyword;
+  expect_error([&] { load_engine_stack(cuda); }, ErrorCode::kUnsupported,
+               "device='cuda': this deepinfer was built without CUDA");
+#endif
+}
+
+// With max_num_seqs 1 the policy alone decides the order requests run in.
+std::vector<std::string> finishing_order(SchedulingPolicyKind policy) {
+  EngineStackOptions o = options_for("deepseek_v41");
+  o.max_num_seqs = 1;
+  o.scheduling_policy = policy;
+  auto stack = load_engine_stack(o);
+  auto engine = stack->make_engine();
+  const int priorities[] = {3, 0, 2, 0};
+  for (int i = 0; i < 4; ++i) {
+    Request r;
+    r.request_id = "p" + std::to_string(i);
+    r.prompt_token_ids = prompt_of("deepseek_v41", i, 10);
+    r.params.max_tokens = 2;
+    r.params.ignore_eos = true;
+    r.priority = priorities[i];
+    engine->add_request(std::move(r));
+  }
+  std::vector<std::string> order;
+  while (engine->has_unfinished()) {
+    engine->step();
+    for (auto& c : engine->take_finished()) order.push_back(c.request_id);
+  }
+  return order;
+}
+
+TEST(EngineFactoryPolicy, PriorityRunsLowerValuesFirstFcfsRunsInArrivalOrder) {
+  EXPECT_EQ(finishing_order(SchedulingPolicyKind::kPriority), (std::vector<std::string>{"p1", "p3", "p2", "p0"}));
+  EXPECT_EQ(finishing_order(SchedulingPolicyKind::kFcfs), (std::vector<std::string>{"p0", "p1", "p2", "p3"}));
+}
+
+}  // namespace
+}  // namespace deepinfer
