@@ -67,6 +67,17 @@ TEST(GenerateCliEngine, BatchedPromptIdsReproduceTransformersInInputOrder) {
   EXPECT_NE(r.output.find("tokens fit"), std::string::npos) << "the startup log must give the cache capacity";
 }
 
+TEST(GenerateCliEngine, SchedulingPolicyFlagReachesTheEngineAndBadNamesAreRejected) {
+  const std::string ids = " --prompt-ids " + csv(golden_ids("prompt0.input_ids"));
+  auto r = run_cli("generate --json --ignore-eos --max-tokens 4 --scheduling-policy priority --model " + v41() + ids);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("policy priority"), std::string::npos) << r.output;
+  ASSERT_EQ(records(r.output).size(), 1u) << r.output;
+  auto bad = run_cli("generate --scheduling-policy lifo --model " + v41() + ids);
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("lifo"), std::string::npos) << bad.output;
+}
+
 TEST(GenerateCliEngine, TextPromptsFromFlagsAndFileAgreeAndSeededSamplingIgnoresTheBatch) {
   testing::TempDir tmp;
   const std::vector<std::string> texts = {"hello world", "the quick brown fox", "a b c d e f g"};
