@@ -121,7 +121,8 @@ void V3KvPages::set_max_blocks(int64_t blocks) {
 
 int64_t DeepseekV3Model::slot_bytes(const V3SequenceState& s) const {
   int64_t b = 0;
-  for (const auto& layer : s.kv) b += static_cast<int64_t>(layer.size() * sizeof(float));
+  for (const RowBuffer& layer : s.kv)
+    if (layer.storage.view().data()) b += dtype_bytes(layer.storage.dtype(), layer.storage.numel());
   return b;
 }
 
