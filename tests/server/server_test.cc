@@ -320,7 +320,9 @@ TEST_F(ServerTest, DisconnectMidStreamAbortsTheRequest) {
     EXPECT_EQ(server_->engine->active_requests(), 0) << "stream=" << stream;
     EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
   }
+  // Exact, not eventually: the gauges are published before the request stops counting as active.
   auto m = http_request(server_->port, "GET", "/metrics");
+  EXPECT_NE(m.body.find("deepinfer_kv_cache_usage_perc{model_name=\"test-model\"} 0\n"), std::string::npos) << m.body;
   EXPECT_NE(m.body.find("finished_reason=\"aborted\"} 2"), std::string::npos);
 }
 

@@ -12,11 +12,13 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -53,12 +55,8 @@ def free_port():
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def server():
-    if not os.path.exists(CLI):
-        pytest.skip(f"{CLI} not built")
-    d = tempfile.mkdtemp()
-    make_fixture(d)
+def start_server(d):
+    """`deepinfer serve` on the fixture in `d`; returns (process, base url) once /health answers."""
     port = free_port()
     proc = subprocess.Popen([CLI, "--log-level", "warn", "serve", "--model", d, "--served-model-name", MODEL,
                              "--port", str(port), "--api-key", KEY, "--threads", "1", "--kv-budget-mb", "64"],
@@ -72,10 +70,25 @@ def server():
             if proc.poll() is not None:
                 raise RuntimeError("server exited: " + proc.stderr.read().decode())
             time.sleep(0.05)
+    return proc, url
+
+
+@pytest.fixture(scope="module")
+def fixture_dir():
+    if not os.path.exists(CLI):
+        pytest.skip(f"{CLI} not built")
+    d = tempfile.mkdtemp()
+    make_fixture(d)
+    yield d
+    shutil.rmtree(d)
+
+
+@pytest.fixture(scope="module")
+def server(fixture_dir):
+    proc, url = start_server(fixture_dir)
     yield url
     proc.terminate()
     assert proc.wait(timeout=30) == 0
-    shutil.rmtree(d)
 
 
 @pytest.fixture(scope="module")
@@ -184,3 +197,39 @@ def test_anthropic_errors(anth):
         anth.messages.create(model=MODEL, max_tokens=5, messages=[{"role": "robot", "content": "x"}])
     with pytest.raises(anthropic.NotFoundError):
         anth.messages.create(model="nope", max_tokens=5, messages=[{"role": "user", "content": "x"}])
+
+
+def test_sigterm_drains(fixture_dir):
+    """SIGTERM: the request in flight runs to its end, a new one gets 503 (as does /health), and the process
+    exits 0 once nothing is left."""
+    openai = pytest.importorskip("openai", reason="the openai client is not installed (pip install openai)")
+    proc, url = start_server(fixture_dir)
+    try:
+        client = openai.OpenAI(base_url=url + "/v1", api_key=KEY, max_retries=0)
+        stream = client.completions.create(model=MODEL, prompt="w1", max_tokens=400, stream=True, temperature=0,
+                                           stream_options={"include_usage": True}, extra_body={"ignore_eos": True})
+        it = iter(stream)
+        first = next(it)
+        proc.send_signal(signal.SIGTERM)
+        # The server starts draining at once; ask until it says so (the signal is handled asynchronously).
+        deadline = time.time() + 10
+        status = None
+        while time.time() < deadline and status != 503:
+            try:
+                client.completions.create(model=MODEL, prompt="w2", max_tokens=2)
+                status = 200
+            except openai.APIStatusError as e:
+                status = e.status_code
+            time.sleep(0.02)
+        assert status == 503, "a request sent during the drain was not refused with 503"
+        with pytest.raises(urllib.error.HTTPError) as health:
+            urllib.request.urlopen(url + "/health", timeout=5)
+        assert health.value.code == 503
+        chunks = [first] + list(it)
+        assert chunks[-1].usage.completion_tokens == 400
+        assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["length"]
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

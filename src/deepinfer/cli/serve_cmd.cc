@@ -56,6 +56,8 @@ int run_serve(ServeArgs a) {
               a.drain_timeout_s);
   http.stop_accepting();
   engine.drain(std::chrono::milliseconds(static_cast<int64_t>(a.drain_timeout_s * 1000)));
+  // The finished requests' last events (final chunk, usage, [DONE]) are written by the I/O threads.
+  if (!http.wait_for_replies(std::chrono::seconds(5))) DI_LOG_WARN("drain: replies still being written after 5 s");
   http.stop();
   DI_LOG_INFO("server stopped");
   return 0;

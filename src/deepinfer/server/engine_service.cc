@@ -97,6 +97,10 @@ void EngineService::on_delta(const SequenceDelta& d) {
     metrics_.count_finished(finish_reason_label(d.stop_reason));
     if (--a.remaining == 0) {
       active_.erase(it);
+      // The engine has released this request's cache by now (finish() runs before its delta). Publish before a
+      // waiter can see the request gone, so that "no active requests" never meets a stale KV-usage gauge (the
+      // engine thread may go to sleep right after this).
+      publish_gauges();
       std::lock_guard<std::mutex> lock(mu_);
       --num_active_;
     }
@@ -104,7 +108,11 @@ void EngineService::on_delta(const SequenceDelta& d) {
 }
 
 void EngineService::fail_all(const std::string& message) {
-  for (auto& [id, a] : active_) {
+  // Taken out first: the aborts' final deltas come back through on_delta, which must neither find these
+  // requests (they already got on_failed) nor erase from a map being iterated.
+  std::unordered_map<std::string, Active> failed;
+  failed.swap(active_);
+  for (auto& [id, a] : failed) {
     a.sink->on_failed(500, message);
     try {
       engine_->abort(id);
@@ -112,9 +120,10 @@ void EngineService::fail_all(const std::string& message) {
       DI_LOG_ERROR("abort of {} after an engine failure: {}", id, e.what());
     }
   }
+  const int n = static_cast<int>(failed.size());
+  publish_gauges();
   std::lock_guard<std::mutex> lock(mu_);
-  num_active_ -= static_cast<int>(active_.size());
-  active_.clear();
+  num_active_ -= n;
 }
 
 void EngineService::publish_gauges() {

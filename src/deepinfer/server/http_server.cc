@@ -87,6 +87,7 @@ struct HttpServer::Impl {
   std::vector<std::thread> threads;
   std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
   std::atomic<bool> accepting{false};
+  std::atomic<int> replying{0};  // generation replies being written (see wait_for_replies)
   std::once_flag stopped;
 
   Impl(ServerApi& a, EngineService& e, Metrics& m, HttpServerOptions o)
@@ -151,6 +152,12 @@ struct HttpServer::Impl {
   net::awaitable<bool> generate(beast::tcp_stream& stream, PreparedGeneration g, unsigned version, bool keep_alive,
                                 ErrorStyle style) {
     auto ex = co_await net::this_coro::executor;
+    // Counted from here until the coroutine ends, i.e. until the reply's last bytes are written.
+    struct Replying {
+      std::atomic<int>& n;
+      explicit Replying(std::atomic<int>& c) : n(c) { ++n; }
+      ~Replying() { --n; }
+    } replying_guard(replying);
     auto ch = std::make_shared<Channel>(ex);
     GenerationJob& job = *g.job;
     const std::string id = g.request.request_id;
@@ -331,19 +338,25 @@ uint16_t HttpServer::port() const {
   return ec ? 0 : ep.port();
 }
 
-void HttpServer::stop_accepting() {
-  Impl& m = *impl_;
-  if (!m.accepting.exchange(false)) return;
-  net::post(m.ioc, [&m] {
-    beast::error_code ec;
-    m.acceptor.close(ec);
-  });
+void HttpServer::stop_accepting() { impl_->accepting = false; }
+
+bool HttpServer::wait_for_replies(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (impl_->replying > 0) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
 }
 
 void HttpServer::stop() {
   Impl& m = *impl_;
   std::call_once(m.stopped, [&m, this] {
     stop_accepting();
+    net::post(m.ioc, [&m] {
+      beast::error_code ec;
+      m.acceptor.close(ec);
+    });
     // The engine thread posts to connection strands: it must be gone before the I/O context stops.
     m.engine.shutdown();
     m.work.reset();

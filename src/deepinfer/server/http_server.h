@@ -30,8 +30,13 @@ class HttpServer {
   // Binds and starts the I/O threads. Throws InvalidArgument naming host:port when it cannot bind.
   void start();
   uint16_t port() const;
-  // Stops accepting connections; /health answers 503 from then on. In-flight requests continue.
+  // Starts a drain: /health answers 503 from then on, and so do new generation requests once the engine stops
+  // accepting (EngineService::drain). Connections are still accepted, so that new clients get that 503 rather
+  // than a refused connection; in-flight requests continue.
   void stop_accepting();
+  // Waits until no generation reply is being written (after EngineService::drain the engine is done, but the
+  // last events may still be on their way to the socket); false on timeout.
+  bool wait_for_replies(std::chrono::milliseconds timeout);
   // Shuts the engine (its final deltas go nowhere) and the I/O threads down. Idempotent.
   void stop();
 

@@ -2,6 +2,7 @@
 // (rank, position); an entry is stale when the pair at its position no longer produces its new id. We keep
 // that exact rule (not the textbook "rescan for the lowest rank") because the two differ when two different
 // pairs merge into the same token.
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <memory>
@@ -21,52 +22,51 @@ namespace {
 
 using nlohmann::json;
 
-// Open-addressing map (left id, right id) → (rank, new id). Lookups dominate encode time.
+// Open-addressing map (left id, right id) → merge value, one 8-byte word per entry so that a lookup costs one
+// cache miss (encode time on first-seen words is dominated by these lookups): left id, right id and value
+// packed as 21 + 21 + 22 bits. The value is the merge's priority (lower merges first) from which Bpe derives
+// the new id (see Bpe::merge_value_is_id_).
 class MergeMap {
  public:
-  struct Value {
-    uint32_t rank;
-    int32_t new_id;
-  };
+  static constexpr int kIdBits = 21;
+  static constexpr int kValueBits = 22;
+  static constexpr uint32_t kMaxId = (uint32_t{1} << kIdBits) - 2;  // all-ones ids mark an empty entry
+  static constexpr uint32_t kMaxValue = (uint32_t{1} << kValueBits) - 1;
+  static constexpr uint32_t kNone = UINT32_MAX;
 
   void reserve(size_t n) {
     size_t cap = 16;
     while (cap < n * 2) cap <<= 1;
-    keys_.assign(cap, kEmpty);
-    values_.assign(cap, Value{0, -1});
+    entries_.assign(cap, kEmpty);
     mask_ = cap - 1;
   }
   // Later merges of the same pair overwrite earlier ones, like HF's HashMap collect.
-  void insert(int32_t a, int32_t b, Value v) {
+  void insert(int32_t a, int32_t b, uint32_t value) {
     const uint64_t key = pack(a, b);
     size_t i = hash(key) & mask_;
-    while (keys_[i] != kEmpty && keys_[i] != key) i = (i + 1) & mask_;
-    keys_[i] = key;
-    values_[i] = v;
+    while (entries_[i] != kEmpty && (entries_[i] >> kValueBits) != key) i = (i + 1) & mask_;
+    entries_[i] = (key << kValueBits) | value;
   }
-  const Value* find(int32_t a, int32_t b) const {
+  // The value of the merge (a, b), or kNone.
+  uint32_t find(int32_t a, int32_t b) const {
     const uint64_t key = pack(a, b);
-    size_t i = hash(key) & mask_;
-    while (true) {
-      if (keys_[i] == key) return &values_[i];
-      if (keys_[i] == kEmpty) return nullptr;
-      i = (i + 1) & mask_;
+    for (size_t i = hash(key) & mask_;; i = (i + 1) & mask_) {
+      const uint64_t e = entries_[i];
+      if ((e >> kValueBits) == key) return static_cast<uint32_t>(e & kMaxValue);
+      if (e == kEmpty) return kNone;
     }
   }
 
  private:
   static constexpr uint64_t kEmpty = ~uint64_t{0};
   static uint64_t pack(int32_t a, int32_t b) {
-    return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
+    return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << kIdBits) | static_cast<uint32_t>(b);
   }
   static size_t hash(uint64_t k) {
-    k ^= k >> 33;
-    k *= 0xff51afd7ed558ccdULL;
-    k ^= k >> 33;
-    return static_cast<size_t>(k);
+    k *= 0x9E3779B97F4A7C15ULL;
+    return static_cast<size_t>(k ^ (k >> 29));
   }
-  std::vector<uint64_t> keys_;
-  std::vector<Value> values_;
+  std::vector<uint64_t> entries_;
   size_t mask_ = 0;
 };
 
@@ -99,8 +99,13 @@ class Bpe : public Model {
   };
   void initial_symbols(std::string_view piece, bool byte_level, std::vector<Symbol>* symbols) const;
   void merge_all(std::vector<Symbol>* symbols) const;
-  void merge_short(std::vector<int32_t>* ids) const;
   void encode_cached(std::string_view piece, bool byte_level, WordCache& cache, std::vector<int32_t>* out) const;
+  // Merges ids[0, n) in place (unique_merge_results_ only); returns the new count.
+  size_t merge_short(int32_t* ids, size_t n) const;
+  // The id a merge with this MergeMap value produces.
+  int32_t merged_id(uint32_t value) const {
+    return merge_value_is_id_ ? static_cast<int32_t>(value) : merge_result_[value];
+  }
   void encode_uncached(std::string_view piece, bool byte_level, std::vector<int32_t>* out) const;
   WordCache& cache(bool byte_level) const;
 
@@ -112,6 +117,12 @@ class Bpe : public Model {
   std::vector<bool> present_;
   std::unordered_map<std::string, int32_t> token_to_id_;
   MergeMap merges_;
+  // Values in merges_: the new id itself when the new ids grow with the rank (then comparing ids orders merges
+  // like comparing ranks, and a lookup needs no second load; true for DeepSeek's files), else the rank, with
+  // merge_result_[rank] the new id.
+  bool merge_value_is_id_ = true;
+  std::vector<int32_t> merge_result_;
+  bool all_bytes_present_ = false;       // byte level: every byte has an alphabet token (no unk handling needed)
   std::array<int32_t, 256> byte_ids_{};  // id of each byte's alphabet token, -1 if absent
   int32_t unk_id_ = -1;
   bool fuse_unk_ = false;
@@ -174,7 +185,16 @@ Bpe::Bpe(const json& j) {
 
   const json& merges = j["merges"];
   DI_CHECK(merges.is_array()) << "tokenizer.json: model.merges must be an array";
-  merges_.reserve(merges.size());
+  DI_CHECK_CODE(merges.size() <= MergeMap::kMaxValue, ErrorCode::kUnsupported)
+      << "tokenizer.json: model.merges has " << merges.size() << " entries; at most " << MergeMap::kMaxValue
+      << " are supported";
+  DI_CHECK_CODE(id_to_token_.size() <= MergeMap::kMaxId, ErrorCode::kUnsupported)
+      << "tokenizer.json: model.vocab ids must be below " << MergeMap::kMaxId;
+  struct Merge {
+    int32_t a, b, merged;
+  };
+  std::vector<Merge> parsed;
+  parsed.reserve(merges.size());
   std::unordered_set<int32_t> produced;
   auto lookup = [&](const std::string& token, size_t i) {
     auto it = token_to_id_.find(token);
@@ -203,9 +223,17 @@ Bpe::Bpe(const json& j) {
     const int32_t ida = lookup(a, i);
     const int32_t idb = lookup(b, i);
     const int32_t merged = lookup(a + b, i);
-    merges_.insert(ida, idb, {static_cast<uint32_t>(i), merged});
     if (!produced.insert(merged).second) unique_merge_results_ = false;
+    if (!parsed.empty() && merged <= parsed.back().merged) merge_value_is_id_ = false;
+    parsed.push_back({ida, idb, merged});
   }
+  merges_.reserve(parsed.size());
+  for (size_t i = 0; i < parsed.size(); ++i) {
+    const Merge& m = parsed[i];
+    merges_.insert(m.a, m.b, merge_value_is_id_ ? static_cast<uint32_t>(m.merged) : static_cast<uint32_t>(i));
+    if (!merge_value_is_id_) merge_result_.push_back(m.merged);
+  }
+  all_bytes_present_ = std::all_of(byte_ids_.begin(), byte_ids_.end(), [](int32_t id) { return id >= 0; });
 }
 
 void Bpe::initial_symbols(std::string_view piece, bool byte_level, std::vector<Symbol>* symbols) const {
@@ -270,9 +298,12 @@ void Bpe::merge_all(std::vector<Symbol>* symbols_ptr) const {
   std::vector<Candidate> storage;
   storage.reserve(static_cast<size_t>(n));
   std::priority_queue<Candidate> queue(std::less<Candidate>(), std::move(storage));
-  for (int32_t i = 0; i + 1 < n; ++i) {
-    if (const auto* m = merges_.find(sym[i].id, sym[i + 1].id)) queue.push({m->rank, i, m->new_id});
-  }
+  // `rank` holds the MergeMap value: it orders merges like the rank does.
+  auto push = [&](int32_t pos, int32_t left, int32_t right) {
+    const uint32_t v = merges_.find(left, right);
+    if (v != MergeMap::kNone) queue.push({v, pos, merged_id(v)});
+  };
+  for (int32_t i = 0; i + 1 < n; ++i) push(i, sym[i].id, sym[i + 1].id);
   while (!queue.empty()) {
     const Candidate top = queue.top();
     queue.pop();
@@ -280,18 +311,14 @@ void Bpe::merge_all(std::vector<Symbol>* symbols_ptr) const {
     if (cur.removed || cur.next == -1) continue;
     const int32_t next_pos = cur.next;
     const Symbol right = sym[next_pos];
-    const auto* m = merges_.find(cur.id, right.id);
-    if (m == nullptr || m->new_id != top.new_id) continue;  // stale entry
+    const uint32_t v = merges_.find(cur.id, right.id);
+    if (v == MergeMap::kNone || merged_id(v) != top.new_id) continue;  // stale entry
     cur.id = top.new_id;
     cur.next = right.next;
     sym[next_pos].removed = true;
     if (right.next >= 0 && right.next < n) sym[right.next].prev = top.pos;
-    if (cur.prev >= 0) {
-      if (const auto* pm = merges_.find(sym[cur.prev].id, cur.id)) queue.push({pm->rank, cur.prev, pm->new_id});
-    }
-    if (cur.next >= 0 && cur.next < n) {
-      if (const auto* nm = merges_.find(cur.id, sym[cur.next].id)) queue.push({nm->rank, top.pos, nm->new_id});
-    }
+    if (cur.prev >= 0) push(cur.prev, sym[cur.prev].id, cur.id);
+    if (cur.next >= 0 && cur.next < n) push(top.pos, cur.id, sym[cur.next].id);
   }
 }
 
@@ -347,15 +374,21 @@ void Bpe::encode_uncached(std::string_view piece, bool byte_level, std::vector<i
       return;
     }
   }
+  if (unique_merge_results_ && byte_level && all_bytes_present_ && piece.size() <= kShortWord) {
+    int32_t ids[kShortWord];
+    for (size_t i = 0; i < piece.size(); ++i) ids[i] = byte_ids_[static_cast<unsigned char>(piece[i])];
+    const size_t n = merge_short(ids, piece.size());
+    out->insert(out->end(), ids, ids + n);
+    return;
+  }
   thread_local std::vector<Symbol> symbols;
   symbols.clear();
   initial_symbols(piece, byte_level, &symbols);
   if (unique_merge_results_ && symbols.size() <= kShortWord) {
-    thread_local std::vector<int32_t> ids;
-    ids.clear();
-    for (const Symbol& s : symbols) ids.push_back(s.id);
-    merge_short(&ids);
-    out->insert(out->end(), ids.begin(), ids.end());
+    int32_t ids[kShortWord];
+    for (size_t i = 0; i < symbols.size(); ++i) ids[i] = symbols[i].id;
+    const size_t n = merge_short(ids, symbols.size());
+    out->insert(out->end(), ids, ids + n);
     return;
   }
   merge_all(&symbols);
@@ -364,35 +397,25 @@ void Bpe::encode_uncached(std::string_view piece, bool byte_level, std::vector<i
   }
 }
 
-void Bpe::merge_short(std::vector<int32_t>* ids_ptr) const {
-  std::vector<int32_t>& ids = *ids_ptr;
-  constexpr uint32_t kNone = UINT32_MAX;
-  // rank[i] / result[i]: the merge of (ids[i], ids[i+1]), kept in step with ids.
-  uint32_t rank[kShortWord];
-  int32_t result[kShortWord];
-  auto lookup = [&](size_t i) {
-    const auto* m = merges_.find(ids[i], ids[i + 1]);
-    rank[i] = m ? m->rank : kNone;
-    result[i] = m ? m->new_id : -1;
-  };
-  size_t n = ids.size();
-  for (size_t i = 0; i + 1 < n; ++i) lookup(i);
+size_t Bpe::merge_short(int32_t* ids, size_t n) const {
+  // value[i]: the MergeMap value of (ids[i], ids[i+1]), kept in step with ids; the lowest merges first.
+  uint32_t value[kShortWord];
+  for (size_t i = 0; i + 1 < n; ++i) value[i] = merges_.find(ids[i], ids[i + 1]);
   while (n > 1) {
     size_t best = 0;
     for (size_t i = 1; i + 1 < n; ++i)
-      if (rank[i] < rank[best]) best = i;
-    if (rank[best] == kNone) break;
-    ids[best] = result[best];
-    for (size_t i = best + 1; i + 1 < n; ++i) {
-      ids[i] = ids[i + 1];
-      rank[i] = rank[i + 1];
-      result[i] = result[i + 1];
-    }
+      if (value[i] < value[best]) best = i;
+    if (value[best] == MergeMap::kNone) break;
+    ids[best] = merged_id(value[best]);
     --n;
-    ids.resize(n);
-    if (best > 0) lookup(best - 1);
-    if (best + 1 < n) lookup(best);
+    for (size_t i = best + 1; i < n; ++i) {
+      ids[i] = ids[i + 1];
+      value[i] = value[i + 1];
+    }
+    if (best > 0) value[best - 1] = merges_.find(ids[best - 1], ids[best]);
+    if (best + 1 < n) value[best] = merges_.find(ids[best], ids[best + 1]);
   }
+  return n;
 }
 
 }  // namespace
