@@ -82,7 +82,17 @@ void DeepseekV4Model::upload_weights() {
     if (t.view().data() != nullptr) t = memory_.upload(t.view());
   };
   for (OwnedTensor* t : {&w_.embed, &w_.norm, &w_.head, &w_.hc_head_fn, &w_.hc_head_base, &w_.hc_head_scale}) up(*t);
-  for (V4LayerWeights& lw : w_.layers) {
+  std::vector<V4LayerWeights*> blocks;
+  for (V4LayerWeights& lw : w_.layers) blocks.push_back(&lw);
+  if (w_.dspark) {
+    V4DsparkWeights& d = *w_.dspark;
+    for (OwnedTensor* t : {&d.main_proj, &d.main_norm, &d.norm, &d.markov_embed, &d.markov_head, &d.confidence,
+                           &d.hc_head_fn, &d.hc_head_base, &d.hc_head_scale})
+      up(*t);
+    for (V4LayerWeights& lw : d.layers) blocks.push_back(&lw);
+  }
+  for (V4LayerWeights* block : blocks) {
+    V4LayerWeights& lw = *block;
     V4AttentionWeights& a = lw.attn;
     for (OwnedTensor* t : {&lw.attn_norm,     &lw.ffn_norm,
                            &lw.hc_attn_fn,    &lw.hc_attn_base,
@@ -237,7 +247,8 @@ void DeepseekV4Model::start_at(V4SequenceState& seq, int64_t start, std::span<co
   }
 }
 
-HostTensor DeepseekV4Model::forward(V4SequenceState& seq, std::span<const int64_t> ids, V4ForwardTrace* trace) const {
+HostTensor DeepseekV4Model::forward(V4SequenceState& seq, std::span<const int64_t> ids, V4ForwardTrace* trace,
+                                    V4StreamCapture* capture) const {
   int64_t T = static_cast<int64_t>(ids.size());  // shrinks to the decoder rows at a bounded-replay split
   const int64_t D = config_.hidden_size, hc = config_.hc.hc_mult, V = config_.vocab_size;
   const float eps = static_cast<float>(config_.rms_norm_eps);
@@ -287,6 +298,13 @@ HostTensor DeepseekV4Model::forward(V4SequenceState& seq, std::span<const int64_
     return h;
   };
 
+  std::vector<OwnedTensor> captured;  // per capture layer: [rows of the chunk that reached it, D]
+  if (capture) {
+    for (size_t i = 0; i < capture->layers.size(); ++i)
+      DI_CHECK(capture->layers[i] >= 0 && capture->layers[i] < config_.num_layers &&
+               (i == 0 || capture->layers[i] > capture->layers[i - 1]))
+          << "forward: capture layers must be ascending layer ids in [0, " << config_.num_layers << ")";
+  }
   bool encoder_only = false;  // every token of the chunk stopped at the decoder start
   for (int l = 0; l < config_.num_layers; ++l) {
     const V4LayerWeights& lw = w_.layers[l];
@@ -294,6 +312,14 @@ HostTensor DeepseekV4Model::forward(V4SequenceState& seq, std::span<const int64_
       const auto& ids_of = config_.engram.layer_ids;
       const int k = static_cast<int>(std::find(ids_of.begin(), ids_of.end(), l) - ids_of.begin());
       engram_update(l, hash_ids[k], streams);
+    }
+    if (capture && std::find(capture->layers.begin(), capture->layers.end(), l) != capture->layers.end()) {
+      // Mean over the hc copies: a collapse with uniform weights.
+      std::vector<float> uniform(static_cast<size_t>(T * hc), 1.0f / static_cast<float>(hc));
+      OwnedTensor weights = mem.from_host(DType::kF32, {T, hc}, uniform.data());
+      OwnedTensor mean = mem.zeros(DType::kF32, {T, D});
+      backend_.hc_collapse({streams.view(), weights.view(), mean.view()});
+      captured.push_back(std::move(mean));
     }
     // Attention site.
     OwnedTensor attn_pre = mem.zeros(DType::kF32, {T, hc});
@@ -335,6 +361,17 @@ HostTensor DeepseekV4Model::forward(V4SequenceState& seq, std::span<const int64_
     if (trace) trace->layer_outputs.push_back(mem.to_host(streams));
   }
 
+  if (capture) {
+    // Layers before a bounded-replay split saw every token of the chunk; keep the rows all layers saw.
+    const int64_t n = encoder_only ? 0 : T, width = static_cast<int64_t>(capture->layers.size()) * D;
+    capture->first_position = encoder_only ? seq.num_tokens + total_tokens : c.p0;
+    capture->rows = mem.zeros(DType::kF32, {n, width});
+    if (n > 0)
+      for (size_t i = 0; i < captured.size(); ++i) {
+        const int64_t rows = captured[i].shape()[0];
+        mem.copy(narrow(capture->rows.view(), 1, i * D, (i + 1) * D), captured[i].view().slice(rows - n, rows));
+      }
+  }
   if (encoder_only) {
     seq.num_tokens += total_tokens;
     return HostTensor(DType::kF32, {0, V});

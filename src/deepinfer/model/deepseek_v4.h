@@ -90,6 +90,16 @@ struct V4ForwardTrace {
   std::vector<HostTensor> engram_hash_ids;  // per Engram layer: i64 [T, cols] (absolute table rows)
 };
 
+// DSpark context capture (MODELS.md Part A §4): for each layer in `layers` (ascending), the mean over the hc
+// copies of the streams entering that layer's attention site, concatenated along features. `rows` is
+// [n, |layers|·D] in backend memory for the chunk's positions first_position .. first_position + n - 1 (under
+// bounded replay only the decoder rows: positions >= decoder_from). Does not change the forward's outputs.
+struct V4StreamCapture {
+  std::vector<int> layers;
+  OwnedTensor rows;
+  int64_t first_position = 0;
+};
+
 class DeepseekV4Model {
  public:
   // Loads config.json and the safetensors of `dir`. V4.1 checkpoints with Engram layers need the token map:
@@ -131,7 +141,15 @@ class DeepseekV4Model {
 
   // Appends `ids` to the sequence and returns their logits, f32 [T, vocab]; under bounded replay only the rows
   // at positions >= seq.decoder_from have logits: [T - skipped, vocab] (possibly 0 rows).
-  HostTensor forward(V4SequenceState& seq, std::span<const int64_t> ids, V4ForwardTrace* trace = nullptr) const;
+  // `capture` (optional) records the averaged attention-input streams of chosen layers (the DSpark context).
+  HostTensor forward(V4SequenceState& seq, std::span<const int64_t> ids, V4ForwardTrace* trace = nullptr,
+                     V4StreamCapture* capture = nullptr) const;
+
+  // For the DSpark draft, which runs with the target's backend, embedding, head and main RoPE table.
+  const V4Weights& weights() const { return w_; }
+  Backend& backend() const { return backend_; }
+  TensorMemory& memory() const { return memory_; }
+  const OwnedTensor& main_inv_freq() const { return main_inv_freq_; }
 
  private:
   struct Chunk;      // per-call activations and positions
@@ -151,7 +169,6 @@ class DeepseekV4Model {
   // and all of them as one [n_entries, width] view (`hold` keeps a gathered copy alive).
   void store_rows(V4SequenceState& seq, int layer, bool keys, int64_t first, const Tensor& rows) const;
   Tensor rows_view(const V4SequenceState& seq, int layer, bool keys, OwnedTensor& hold) const;
-  TensorMemory& memory() const { return memory_; }
   // Moves every weight into memory_ (device backends), re-pointing the expert views.
   void upload_weights();
 

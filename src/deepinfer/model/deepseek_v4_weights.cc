@@ -27,8 +27,8 @@ V4Weights load_v4_weights(const ModelConfig& c, const Checkpoint& ck, Backend& b
     w.hc_head_base = ld.f32("hc_head_base");
     w.hc_head_scale = ld.f32("hc_head_scale");
   }
-  for (const auto& plan : c.layers) {
-    const std::string L = "layers." + std::to_string(plan.index) + ".";
+  // One block under prefix L: `plan` null for a DSpark draft block (SWA only, top-k routing, no Engram).
+  auto load_block = [&](const std::string& L, const LayerPlan* plan, int n_experts) {
     const std::string A = L + "attn.";
     V4LayerWeights lw;
     lw.attn_norm = ld.f32(L + "attn_norm.weight");
@@ -49,7 +49,7 @@ V4Weights load_v4_weights(const ModelConfig& c, const Checkpoint& ck, Backend& b
     a.wo_b = ld.f32(A + "wo_b.weight");
     a.sinks = ld.f32(A + "attn_sink");
     auto opt = [&](OwnedTensor& dst, const std::string& name) {
-      if (ld.has(name)) dst = ld.f32(name);
+      if (plan && ld.has(name)) dst = ld.f32(name);
     };
     opt(a.comp_wkv, A + "compressor.wkv.weight");
     opt(a.comp_wgate, A + "compressor.wgate.weight");
@@ -63,7 +63,7 @@ V4Weights load_v4_weights(const ModelConfig& c, const Checkpoint& ck, Backend& b
     opt(a.idx_comp_norm, A + "indexer.compressor.norm.weight");
     opt(a.idx_wk, A + "indexer.wk.weight");
     opt(a.idx_k_norm, A + "indexer.k_norm.weight");
-    if (plan.engram) {
+    if (plan && plan->engram) {
       lw.has_engram = true;
       lw.engram.table = ld.f32(L + "engram.embed.weight");
       lw.engram.wkv = ld.f32(L + "engram.wkv.weight");
@@ -74,12 +74,11 @@ V4Weights load_v4_weights(const ModelConfig& c, const Checkpoint& ck, Backend& b
     }
     const std::string F = L + "ffn.";
     lw.gate = ld.f32(F + "gate.weight");
-    if (plan.routing == RoutingKind::kHash) {
+    if (plan && plan->routing == RoutingKind::kHash) {
       lw.tid2eid = ld.i64(F + "gate.tid2eid");
     } else {
       lw.gate_bias = ld.f32(F + "gate.bias");
     }
-    const int n_experts = c.moe.n_routed_experts;
     for (int e = 0; e < n_experts; ++e) {
       const std::string X = F + "experts." + std::to_string(e) + ".";
       lw.expert_storage.push_back(ld.f32(X + "w1.weight"));
@@ -98,7 +97,27 @@ V4Weights load_v4_weights(const ModelConfig& c, const Checkpoint& ck, Backend& b
       lw.shared = expert_views(lw.expert_storage, 3 * n_experts);
       lw.has_shared = true;
     }
-    w.layers.push_back(std::move(lw));
+    return lw;
+  };
+  for (const auto& plan : c.layers)
+    w.layers.push_back(load_block("layers." + std::to_string(plan.index) + ".", &plan, c.moe.n_routed_experts));
+  if (c.draft.kind == DraftKind::kDSpark && ld.has_draft()) {
+    V4DsparkWeights d;
+    const std::string first = "mtp.0.", last = "mtp." + std::to_string(c.draft.num_layers - 1) + ".";
+    for (int i = 0; i < c.draft.num_layers; ++i)
+      d.layers.push_back(load_block("mtp." + std::to_string(i) + ".", nullptr, c.draft.n_routed_experts));
+    d.main_proj = ld.f32(first + "main_proj.weight");
+    d.main_norm = ld.f32(first + "main_norm.weight");
+    d.norm = ld.f32(last + "norm.weight");
+    d.markov_embed = ld.f32(last + "markov_head.embed.weight");
+    d.markov_head = ld.f32(last + "markov_head.head.weight");
+    d.confidence = ld.f32(last + "confidence_head.proj.weight");
+    if (c.family != ModelFamily::kDeepseekV41) {
+      d.hc_head_fn = ld.f32(last + "hc_head_fn");
+      d.hc_head_base = ld.f32(last + "hc_head_base");
+      d.hc_head_scale = ld.f32(last + "hc_head_scale");
+    }
+    w.dspark = std::move(d);
   }
   return w;
 }

@@ -5,6 +5,7 @@
 // load; a checkpoint with missing or malformed tensors fails with the complete list of problems.
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include "deepinfer/core/tensor.h"
@@ -48,12 +49,25 @@ struct V4LayerWeights {
   V4EngramWeights engram;
 };
 
+// DSpark draft (`mtp.i.*`, MODELS.md Part A §4): SWA-only blocks with their own routed-expert count, the context
+// projection (first block), the final norm and the Markov / confidence heads (last block). Embedding and head
+// are the target's.
+struct V4DsparkWeights {
+  std::vector<V4LayerWeights> layers;
+  OwnedTensor main_proj, main_norm;                     // [D, n_targets·D], [D]
+  OwnedTensor norm;                                     // [D]
+  OwnedTensor markov_embed, markov_head;                // [V, r] each
+  OwnedTensor confidence;                               // [1, D + r]
+  OwnedTensor hc_head_fn, hc_head_base, hc_head_scale;  // V4-Flash-0731 only
+};
+
 struct V4Weights {
   OwnedTensor embed;                                    // [V, D]
   OwnedTensor norm;                                     // [D]
   OwnedTensor head;                                     // [V, D]
   OwnedTensor hc_head_fn, hc_head_base, hc_head_scale;  // V4 only: [hc, hc·D], [hc], [1]
   std::vector<V4LayerWeights> layers;
+  std::optional<V4DsparkWeights> dspark;  // present when the config has a DSpark draft and the checkpoint its tensors
 };
 
 // Validates the checkpoint against expected_weights(config) and loads everything (throws InvalidArgument

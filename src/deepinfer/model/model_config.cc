@@ -333,6 +333,39 @@ std::vector<int> v4_compress_ratios(const Fields& f, int num_layers) {
   return ratios;
 }
 
+// Entries of compress_ratios (the list also covers the draft layers: V4-Flash-0731 and V4.1 end with one 0 per
+// DSpark layer), or 0 when the config lists layer_types instead.
+int ratio_entries(const Fields& f) { return static_cast<int>(f.ints("compress_ratios").size()); }
+
+// DSpark draft (V4.1, V4-Flash-0731): recognised by its block size. The draft layer count is
+// num_nextn_predict_layers, or, where a config leaves that 0, the compress_ratios entries past the main layers.
+void parse_dspark(const Fields& f, ModelConfig& c, int ratio_entries) {
+  c.draft.block_size = f.int_or("dspark_block_size", 0);
+  if (c.draft.block_size <= 0) {
+    if (c.family == ModelFamily::kDeepseekV41) c.draft.kind = DraftKind::kNone;
+    return;
+  }
+  c.draft.noise_token_id = f.i64_or("dspark_noise_token_id", 0);
+  c.draft.target_layer_ids = f.ints("dspark_target_layer_ids");
+  c.draft.markov_rank = f.int_or("dspark_markov_rank", 0);
+  c.draft.n_routed_experts = f.int_or("dspark_n_routed_experts", 0);
+  c.draft.num_experts_per_tok = f.int_or("dspark_num_experts_per_tok", 0);
+  if (c.draft.num_layers == 0 && ratio_entries > c.num_layers) c.draft.num_layers = ratio_entries - c.num_layers;
+  c.draft.kind = c.draft.num_layers > 0 ? DraftKind::kDSpark : DraftKind::kNone;
+  for (int l : c.draft.target_layer_ids)
+    DI_CHECK(l >= 0 && l < c.num_layers) << f.what() << ": dspark target layer " << l << " out of range";
+  if (c.draft.kind != DraftKind::kDSpark) return;
+  const auto& t = c.draft.target_layer_ids;
+  DI_CHECK(!t.empty()) << f.what() << ": dspark_target_layer_ids must list the target layers the draft reads";
+  for (size_t i = 1; i < t.size(); ++i)
+    DI_CHECK(t[i] > t[i - 1]) << f.what() << ": dspark_target_layer_ids must be strictly increasing";
+  DI_CHECK(c.draft.markov_rank > 0) << f.what() << ": dspark_markov_rank must be positive";
+  if (c.draft.n_routed_experts == 0) c.draft.n_routed_experts = c.moe.n_routed_experts;
+  if (c.draft.num_experts_per_tok == 0) c.draft.num_experts_per_tok = c.moe.num_experts_per_tok;
+  DI_CHECK(c.draft.num_experts_per_tok >= 1 && c.draft.num_experts_per_tok <= c.draft.n_routed_experts)
+      << f.what() << ": dspark_num_experts_per_tok must be in [1, dspark_n_routed_experts]";
+}
+
 void parse_v4(const Fields& f, ModelConfig& c) {
   const json& j = f.raw();
   c.family = ModelFamily::kDeepseekV4;
@@ -375,6 +408,7 @@ void parse_v4(const Fields& f, ModelConfig& c) {
     p.routing = hash[l] ? RoutingKind::kHash : RoutingKind::kTopK;
     c.layers.push_back(p);
   }
+  parse_dspark(f, c, ratio_entries(f));  // V4-Flash-0731
 }
 
 void parse_v41(const Fields& f, ModelConfig& c) {
@@ -461,16 +495,7 @@ void parse_v41(const Fields& f, ModelConfig& c) {
       c.layers[l].engram = true;
     }
   }
-  // DSpark draft (V4.1 always drafts with DSpark when draft layers exist).
-  c.draft.block_size = f.int_or("dspark_block_size", 0);
-  c.draft.noise_token_id = f.i64_or("dspark_noise_token_id", 0);
-  c.draft.target_layer_ids = f.ints("dspark_target_layer_ids");
-  c.draft.markov_rank = f.int_or("dspark_markov_rank", 0);
-  c.draft.n_routed_experts = f.int_or("dspark_n_routed_experts", 0);
-  c.draft.num_experts_per_tok = f.int_or("dspark_num_experts_per_tok", 0);
-  c.draft.kind = c.draft.num_layers > 0 ? DraftKind::kDSpark : DraftKind::kNone;
-  for (int l : c.draft.target_layer_ids)
-    DI_CHECK(l >= 0 && l < c.num_layers) << f.what() << ": dspark target layer " << l << " out of range";
+  parse_dspark(f, c, ratio_entries(f));
 }
 
 }  // namespace

@@ -20,6 +20,8 @@ class WeightLoader {
   WeightLoader(const ModelConfig& config, const Checkpoint& ckpt, Backend& backend);
 
   bool has(const std::string& name) const { return by_name_.count(name) != 0; }
+  // The checkpoint carries the config's draft tensors (WeightSpec::draft; all of them, or the constructor threw).
+  bool has_draft() const { return check_.has_draft; }
   // The tensor named `name` (canonical) as f32 in its logical shape.
   HostTensor f32(const std::string& name) const;
   // An integer table (hash routing) as i64.

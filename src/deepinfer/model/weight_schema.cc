@@ -54,6 +54,8 @@ class SpecBuilder {
     add(name, std::move(shape), WeightKind::kIntTable, false, layer);
   }
   std::vector<WeightSpec> take() { return std::move(specs_); }
+  // Specs added while set are draft tensors (WeightSpec::draft).
+  void set_draft(bool on) { draft_ = on; }
 
  private:
   void add(const std::string& name, Shape shape, WeightKind kind, bool quantized, int layer, bool is_expert = false) {
@@ -64,7 +66,8 @@ class SpecBuilder {
     s.kind = kind;
     s.quantized = quantized;
     s.layer = layer;
-    s.expert = is_expert;
+    s.expert = is_expert && !draft_;  // draft experts do not count toward the target's active parameters
+    s.draft = draft_;
     specs_.push_back(std::move(s));
   }
 
@@ -82,6 +85,13 @@ class SpecBuilder {
       return {"model.hc_head.hc_" + part, "hc_head.hc_" + part, with_model(name)};
     }
     out.push_back(with_model(name));
+    // DSpark Markov head: the reference names its factors markov_w1 (embedding) / markov_w2 (projection).
+    for (const auto& [ours, theirs] :
+         {std::pair<std::string, std::string>{"markov_head.embed.weight", "markov_head.markov_w1.weight"},
+          {"markov_head.head.weight", "markov_head.markov_w2.weight"}}) {
+      auto at = name.find(ours);
+      if (at != std::string::npos) out.push_back(name.substr(0, at) + theirs);
+    }
     const std::string kv_norm = ".attn.kv_norm.weight";
     auto pos = name.find(kv_norm);
     if (pos != std::string::npos) {
@@ -94,6 +104,7 @@ class SpecBuilder {
 
   const ModelConfig& c_;
   std::vector<WeightSpec> specs_;
+  bool draft_ = false;
 };
 
 void v3_specs(const ModelConfig& c, SpecBuilder& b) {
@@ -142,6 +153,76 @@ void v3_specs(const ModelConfig& c, SpecBuilder& b) {
   }
   b.vec("model.norm.weight", {D});
   if (!c.tie_word_embeddings) b.embedding("lm_head.weight", {c.vocab_size, D});
+}
+
+// The tensors of one V4 block (attention with its own SWA branch only, MoE with `E` routed experts) under prefix L.
+void v4_block_specs(const ModelConfig& c, SpecBuilder& b, const std::string& L, int l, int64_t E) {
+  const int64_t D = c.hidden_size, H = c.num_heads, hc = c.hc.hc_mult;
+  const auto& a = c.attn;
+  const int64_t hd = a.head_dim, ql = a.q_lora_rank, G = a.o_groups, ol = a.o_lora_rank;
+  const int64_t n_mix = (2 + hc) * hc;
+  b.vec(L + "attn_norm.weight", {D}, l);
+  b.vec(L + "ffn_norm.weight", {D}, l);
+  for (const char* site : {"attn", "ffn"}) {
+    b.vec(L + "hc_" + site + "_fn", {n_mix, hc * D}, l);
+    b.vec(L + "hc_" + site + "_base", {n_mix}, l);
+    b.vec(L + "hc_" + site + "_scale", {3}, l);
+  }
+  const std::string A = L + "attn.";
+  b.lin(A + "wq_a.weight", {ql, D}, true, l);
+  b.vec(A + "q_norm.weight", {ql}, l);
+  b.lin(A + "wq_b.weight", {H * hd, ql}, true, l);
+  b.lin(A + "wkv.weight", {hd, D}, true, l);
+  b.vec(A + "kv_norm.weight", {hd}, l);
+  b.lin(A + "wo_a.weight", {G * ol, H * hd / G}, true, l);
+  b.lin(A + "wo_b.weight", {D, G * ol}, true, l);
+  b.vec(A + "attn_sink", {H}, l);
+  const std::string F = L + "ffn.";
+  const int64_t I = c.moe.moe_intermediate_size;
+  b.lin(F + "gate.weight", {E, D}, false, l);
+  b.vec(F + "gate.bias", {E}, l);
+  for (int64_t x = 0; x < E; ++x) {
+    const std::string X = F + "experts." + std::to_string(x) + ".";
+    b.expert(X + "w1.weight", {I, D}, l);
+    b.expert(X + "w3.weight", {I, D}, l);
+    b.expert(X + "w2.weight", {D, I}, l);
+  }
+  if (c.moe.n_shared_experts > 0) {
+    const int64_t S = I * c.moe.n_shared_experts;
+    b.lin(F + "shared_experts.w1.weight", {S, D}, true, l);
+    b.lin(F + "shared_experts.w3.weight", {S, D}, true, l);
+    b.lin(F + "shared_experts.w2.weight", {D, S}, true, l);
+  }
+}
+
+// DSpark draft (MODELS.md Part A §4-5): `mtp.i.*` blocks (SWA only, their own expert count), the context
+// projection on the first, the final norm, Markov and confidence heads (V4-0731: and an hc_head) on the last.
+void dspark_specs(const ModelConfig& c, SpecBuilder& b) {
+  const auto& d = c.draft;
+  const int64_t D = c.hidden_size, hc = c.hc.hc_mult, V = c.vocab_size, r = d.markov_rank;
+  const int64_t n_targets = static_cast<int64_t>(d.target_layer_ids.size());
+  b.set_draft(true);
+  for (int i = 0; i < d.num_layers; ++i) {
+    const std::string M = "mtp." + std::to_string(i) + ".";
+    const int l = c.num_layers + i;
+    v4_block_specs(c, b, M, l, d.n_routed_experts);
+    if (i == 0) {
+      b.lin(M + "main_proj.weight", {D, n_targets * D}, true, l);
+      b.vec(M + "main_norm.weight", {D}, l);
+    }
+    if (i + 1 == d.num_layers) {
+      b.vec(M + "norm.weight", {D}, l);
+      b.embedding(M + "markov_head.embed.weight", {V, r});
+      b.embedding(M + "markov_head.head.weight", {V, r});
+      b.lin(M + "confidence_head.proj.weight", {1, D + r}, false, l);
+      if (c.family != ModelFamily::kDeepseekV41) {
+        b.vec(M + "hc_head_fn", {hc, hc * D}, l);
+        b.vec(M + "hc_head_base", {hc}, l);
+        b.vec(M + "hc_head_scale", {1}, l);
+      }
+    }
+  }
+  b.set_draft(false);
 }
 
 void v4_specs(const ModelConfig& c, SpecBuilder& b) {
@@ -239,6 +320,7 @@ void v4_specs(const ModelConfig& c, SpecBuilder& b) {
     b.vec("hc_head_base", {hc});
     b.vec("hc_head_scale", {1});
   }
+  if (c.draft.kind == DraftKind::kDSpark) dspark_specs(c, b);
 }
 
 bool is_float_storage(DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16; }
@@ -263,19 +345,25 @@ WeightCheck check_weights(const ModelConfig& c, const Checkpoint& ck) {
   WeightCheck out;
   std::set<std::string> used;
   out.specs = expected_weights(c);  // ResolvedWeight::spec points into this vector (stable after this line)
-  for (const auto& s : out.specs) {
-    const SafetensorsEntry* w = nullptr;
-    std::string found_name;
-    for (const std::string& n : [&] {
-           std::vector<std::string> v{s.name};
-           v.insert(v.end(), s.aliases.begin(), s.aliases.end());
-           return v;
-         }()) {
-      if ((w = ck.find(n)) != nullptr) {
+  auto lookup = [&](const WeightSpec& s, std::string& found_name) -> const SafetensorsEntry* {
+    std::vector<std::string> names{s.name};
+    names.insert(names.end(), s.aliases.begin(), s.aliases.end());
+    for (const std::string& n : names) {
+      if (const SafetensorsEntry* e = ck.find(n)) {
         found_name = n;
-        break;
+        return e;
       }
     }
+    return nullptr;
+  };
+  for (const auto& s : out.specs) {
+    std::string ignored;
+    if (s.draft && lookup(s, ignored) != nullptr) out.has_draft = true;
+  }
+  for (const auto& s : out.specs) {
+    if (s.draft && !out.has_draft) continue;  // no draft in this checkpoint: complete without one
+    std::string found_name;
+    const SafetensorsEntry* w = lookup(s, found_name);
     if (w == nullptr) {
       out.problems.push_back("missing tensor '" + s.name + "' " + shape_str(s.shape));
       continue;

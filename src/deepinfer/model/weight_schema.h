@@ -31,6 +31,9 @@ struct WeightSpec {
   bool quantized = false;  // kLinear/kExpert/kEngramTable: the config stores it quantized
   int layer = -1;          // -1: global
   bool expert = false;     // a routed expert (counts toward active params only top-k / n_routed)
+  // Draft-model tensor (DSpark `mtp.*`): all-or-none. A checkpoint without any of them is complete (the draft is
+  // then unavailable); one with some of them must have all.
+  bool draft = false;
 };
 
 // Storage the checkpoint actually uses for one spec.
@@ -62,6 +65,7 @@ struct WeightCheck {
   std::vector<ResolvedWeight> found;  // spec pointers point into `specs`
   std::vector<std::string> problems;
   std::vector<std::string> unused;
+  bool has_draft = false;  // the draft tensors are present (and valid unless `problems` says otherwise)
 };
 WeightCheck check_weights(const ModelConfig& c, const Checkpoint& ck);
 
