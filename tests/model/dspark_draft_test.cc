@@ -17,64 +17,11 @@
 
 #include "deepinfer/io/safetensors.h"
 #include "deepinfer/model/random_checkpoint.h"
+#include "model/dspark_fixture.h"
 #include "test_util.h"
 
 namespace deepinfer {
 namespace {
-
-// A generated checkpoint of the golden tiny config of `family` with 3 DSpark draft layers.
-struct DraftFixture {
-  testing::TempDir tmp;
-  std::string dir;
-  std::vector<int64_t> token_map;
-  std::unique_ptr<Backend> backend;
-  std::unique_ptr<DeepseekV4Model> model;
-};
-
-nlohmann::json dspark_config(const std::string& family) {
-  nlohmann::json root = nlohmann::json::parse(
-      testing::read_file_or_empty(testing::test_data_dir() + "/golden/" + family + "/config.json"));
-  nlohmann::json& c = root.contains("text_config") ? root["text_config"] : root;
-  const int64_t V = c["vocab_size"].get<int64_t>();
-  const int layers = c["num_hidden_layers"].get<int>();
-  c["num_nextn_predict_layers"] = 3;
-  c["dspark_block_size"] = 5;
-  c["dspark_noise_token_id"] = V - 3;
-  c["dspark_target_layer_ids"] = {layers - 3, layers - 2, layers - 1};
-  c["dspark_markov_rank"] = 32;
-  c["dspark_n_routed_experts"] = 4;
-  c["dspark_num_experts_per_tok"] = 2;
-  return root;
-}
-
-DraftFixture& fixture(const std::string& family) {
-  static std::map<std::string, std::unique_ptr<DraftFixture>> cache;
-  auto& f = cache[family];
-  if (!f) {
-    f = std::make_unique<DraftFixture>();
-    const nlohmann::json cfg = dspark_config(family);
-    testing::write_file(f->tmp.file("in.json"), cfg.dump());
-    RandomCheckpointOptions opts;
-    opts.config_path = f->tmp.file("in.json");
-    opts.out_dir = f->dir = f->tmp.path() + "/ckpt";
-    opts.seed = 5;
-    write_random_checkpoint(opts);
-    f->backend = make_cpu_backend(0);
-    const nlohmann::json& c = cfg.contains("text_config") ? cfg["text_config"] : cfg;
-    f->token_map.resize(c["vocab_size"].get<size_t>());
-    for (size_t i = 0; i < f->token_map.size(); ++i) f->token_map[i] = static_cast<int64_t>(i % 256);
-    f->model = DeepseekV4Model::load(f->dir, *f->backend, f->token_map);
-  }
-  return *f;
-}
-
-std::vector<int64_t> prompt(int n, int64_t V) {
-  std::vector<int64_t> ids;
-  for (int i = 0; i < n; ++i) ids.push_back((i * 37 + 11) % (V - 8));
-  return ids;
-}
-
-int64_t argmax(std::span<const float> row) { return std::max_element(row.begin(), row.end()) - row.begin(); }
 
 // ---------------------------------------------------------------------------------------------------------------
 // Host reference: the DSpark formulas written out directly (RoPE, FP8 fake-quant, mHC coefficients and MoE come
@@ -312,12 +259,12 @@ double max_abs(const Mat& a) {
 class DsparkDraftTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(DsparkDraftTest, CaptureIsTheMeanOfTheAttentionInputStreamsAndLeavesLogitsAlone) {
-  DraftFixture& f = fixture(GetParam());
+  testing::DraftFixture& f = testing::dspark_fixture(GetParam());
   const DeepseekV4Model& m = *f.model;
   const ModelConfig& c = m.config();
   ASSERT_EQ(c.draft.kind, DraftKind::kDSpark);
   ASSERT_TRUE(m.weights().dspark.has_value());
-  const std::vector<int64_t> ids = prompt(11, c.vocab_size);
+  const std::vector<int64_t> ids = testing::dspark_prompt(11, c.vocab_size);
   auto plain_seq = m.new_sequence();
   HostTensor plain = m.forward(plain_seq, ids);
   DsparkDraft draft(m);
@@ -348,13 +295,13 @@ TEST_P(DsparkDraftTest, CaptureIsTheMeanOfTheAttentionInputStreamsAndLeavesLogit
 }
 
 TEST_P(DsparkDraftTest, BlockMatchesTheReferenceAndIsNonCausal) {
-  DraftFixture& f = fixture(GetParam());
+  testing::DraftFixture& f = testing::dspark_fixture(GetParam());
   const DeepseekV4Model& m = *f.model;
   const ModelConfig& c = m.config();
   DsparkDraft draft(m);
   // A prompt longer than the draft window: only the last `window` positions are context.
   const int64_t N = draft.window() + 5, D = c.hidden_size, V = c.vocab_size;
-  const std::vector<int64_t> ids = prompt(static_cast<int>(N), V);
+  const std::vector<int64_t> ids = testing::dspark_prompt(static_cast<int>(N), V);
   V4StreamCapture cap = draft.make_capture();
   auto seq = m.new_sequence();
   m.forward(seq, ids, nullptr, &cap);
@@ -382,12 +329,12 @@ TEST_P(DsparkDraftTest, BlockMatchesTheReferenceAndIsNonCausal) {
 }
 
 TEST_P(DsparkDraftTest, MarkovHeadIsSequentialAndConfidenceIsAProbability) {
-  DraftFixture& f = fixture(GetParam());
+  testing::DraftFixture& f = testing::dspark_fixture(GetParam());
   const DeepseekV4Model& m = *f.model;
   const ModelConfig& c = m.config();
   DsparkDraft draft(m);
   const int64_t V = c.vocab_size, D = c.hidden_size, B = draft.block_size();
-  const std::vector<int64_t> ids = prompt(9, V);
+  const std::vector<int64_t> ids = testing::dspark_prompt(9, V);
   V4StreamCapture cap = draft.make_capture();
   auto seq = m.new_sequence();
   m.forward(seq, ids, nullptr, &cap);
@@ -397,12 +344,12 @@ TEST_P(DsparkDraftTest, MarkovHeadIsSequentialAndConfidenceIsAProbability) {
   const DsparkBlockOutput base = draft.block(ctx, anchor);
   Reference ref{m, *f.backend};
   const DsparkProposal greedy =
-      draft.propose(ctx, anchor, static_cast<int>(B), [](int, std::span<const float> row) { return argmax(row); });
+      draft.propose(ctx, anchor, static_cast<int>(B), [](int, std::span<const float> row) { return testing::argmax_of(row); });
   ASSERT_EQ(greedy.tokens.size(), static_cast<size_t>(B));
   ASSERT_EQ(greedy.confidence.size(), static_cast<size_t>(B));
   int64_t x = anchor;
   for (int64_t i = 0; i < B; ++i) {
-    // logits_i = U_i + head_M·embed_M[x_i], x_{i+1} = argmax(logits_i), c_i = σ(proj·[h_i ; embed_M[x_i]]).
+    // logits_i = U_i + head_M·embed_M[x_i], x_{i+1} = testing::argmax_of(logits_i), c_i = σ(proj·[h_i ; embed_M[x_i]]).
     const Mat bias = ref.markov_bias(x);
     const float* row = greedy.logits.data<float>() + i * V;
     for (int64_t v = 0; v < V; ++v)
@@ -411,14 +358,14 @@ TEST_P(DsparkDraftTest, MarkovHeadIsSequentialAndConfidenceIsAProbability) {
     EXPECT_NEAR(greedy.confidence[i], conf, 1e-5);
     EXPECT_GT(greedy.confidence[i], 0.0f);
     EXPECT_LT(greedy.confidence[i], 1.0f);
-    EXPECT_EQ(greedy.tokens[i], argmax({row, static_cast<size_t>(V)}));
+    EXPECT_EQ(greedy.tokens[i], testing::argmax_of({row, static_cast<size_t>(V)}));
     x = greedy.tokens[i];
   }
   // Forcing another first token changes logits_1 by exactly the difference of the two Markov biases and leaves
   // logits_0 (and the shared block pass) alone.
   const int64_t other = (greedy.tokens[0] + 1) % V;
   const DsparkProposal forced =
-      draft.propose(ctx, anchor, 2, [&](int i, std::span<const float> row) { return i == 0 ? other : argmax(row); });
+      draft.propose(ctx, anchor, 2, [&](int i, std::span<const float> row) { return i == 0 ? other : testing::argmax_of(row); });
   EXPECT_EQ(max_abs(forced.logits.data<float>(), greedy.logits.data<float>(), V), 0.0);
   const Mat b0 = ref.markov_bias(greedy.tokens[0]), b1 = ref.markov_bias(other);
   double moved = 0;
@@ -431,11 +378,11 @@ TEST_P(DsparkDraftTest, MarkovHeadIsSequentialAndConfidenceIsAProbability) {
 }
 
 TEST_P(DsparkDraftTest, RollbackLeavesTheCacheAsIfNeverAppended) {
-  DraftFixture& f = fixture(GetParam());
+  testing::DraftFixture& f = testing::dspark_fixture(GetParam());
   const DeepseekV4Model& m = *f.model;
   DsparkDraft draft(m, /*rollback_slack=*/6);
   const int64_t V = m.config().vocab_size, N = draft.window() + 3;
-  const std::vector<int64_t> ids = prompt(static_cast<int>(N + 4), V);
+  const std::vector<int64_t> ids = testing::dspark_prompt(static_cast<int>(N + 4), V);
   V4StreamCapture cap = draft.make_capture();
   auto seq = m.new_sequence();
   m.forward(seq, ids, nullptr, &cap);
@@ -467,20 +414,20 @@ TEST_P(DsparkDraftTest, RollbackLeavesTheCacheAsIfNeverAppended) {
 // whatever the (random) draft proposes. The target re-runs the kept sequence each step, so no target rollback is
 // involved here: this checks the draft-side bookkeeping (context positions, anchor, acceptance).
 TEST_P(DsparkDraftTest, GreedySpeculativeLoopEqualsGreedyDecoding) {
-  DraftFixture& f = fixture(GetParam());
+  testing::DraftFixture& f = testing::dspark_fixture(GetParam());
   const DeepseekV4Model& m = *f.model;
   const int64_t V = m.config().vocab_size;
-  const std::vector<int64_t> ids = prompt(12, V);
+  const std::vector<int64_t> ids = testing::dspark_prompt(12, V);
   const int kNew = 14;
   std::vector<int64_t> plain;
   {
     auto seq = m.new_sequence();
     HostTensor logits = m.forward(seq, ids);
-    int64_t next = argmax({logits.data<float>() + (logits.shape()[0] - 1) * V, static_cast<size_t>(V)});
+    int64_t next = testing::argmax_of({logits.data<float>() + (logits.shape()[0] - 1) * V, static_cast<size_t>(V)});
     while (static_cast<int>(plain.size()) < kNew) {
       plain.push_back(next);
       logits = m.forward(seq, std::vector<int64_t>{next});
-      next = argmax({logits.data<float>(), static_cast<size_t>(V)});
+      next = testing::argmax_of({logits.data<float>(), static_cast<size_t>(V)});
     }
   }
   DsparkDraft draft(m);
@@ -492,21 +439,21 @@ TEST_P(DsparkDraftTest, GreedySpeculativeLoopEqualsGreedyDecoding) {
     auto seq = m.new_sequence();
     HostTensor logits = m.forward(seq, ids, nullptr, &cap);
     draft.append_context(ctx, cap);
-    anchor = argmax({logits.data<float>() + (logits.shape()[0] - 1) * V, static_cast<size_t>(V)});
+    anchor = testing::argmax_of({logits.data<float>() + (logits.shape()[0] - 1) * V, static_cast<size_t>(V)});
   }
   int steps = 0, accepted = 0;
   while (static_cast<int>(spec.size()) < kNew) {
     const int64_t P = static_cast<int64_t>(kept.size());
     ASSERT_EQ(ctx.num_positions, P);
     const DsparkProposal d =
-        draft.propose(ctx, anchor, draft.block_size(), [](int, std::span<const float> row) { return argmax(row); });
+        draft.propose(ctx, anchor, draft.block_size(), [](int, std::span<const float> row) { return testing::argmax_of(row); });
     std::vector<int64_t> chunk = kept;
     chunk.push_back(anchor);
     chunk.insert(chunk.end(), d.tokens.begin(), d.tokens.end());
     V4StreamCapture cap = draft.make_capture();
     auto seq = m.new_sequence();
     HostTensor logits = m.forward(seq, chunk, nullptr, &cap);
-    auto row = [&](int64_t pos) { return argmax({logits.data<float>() + pos * V, static_cast<size_t>(V)}); };
+    auto row = [&](int64_t pos) { return testing::argmax_of({logits.data<float>() + pos * V, static_cast<size_t>(V)}); };
     size_t a = 0;
     while (a < d.tokens.size() && d.tokens[a] == row(P + static_cast<int64_t>(a))) ++a;
     const int64_t bonus = row(P + static_cast<int64_t>(a));
@@ -527,10 +474,46 @@ TEST_P(DsparkDraftTest, GreedySpeculativeLoopEqualsGreedyDecoding) {
   RecordProperty("accepted_drafts", accepted);
 }
 
+// The engine runner's feature forward: same logits, the capture as host rows, NaN rows for positions that
+// never reached the target layers (V4.1 bounded replay runs the decoder only on the prompt's last window).
+TEST_P(DsparkDraftTest, ForwardFeaturesPadPositionsWithoutCapture) {
+  testing::DraftFixture& f = testing::dspark_fixture(GetParam());
+  const DeepseekV4Model& m = *f.model;
+  const int64_t V = m.config().vocab_size, T = m.decoder_window() + 6;
+  const int64_t F = static_cast<int64_t>(m.config().draft.target_layer_ids.size()) * m.config().hidden_size;
+  const std::vector<int64_t> ids = testing::dspark_prompt(static_cast<int>(T), V);
+  DsparkDraft draft(m);
+  V4StreamCapture cap = draft.make_capture();
+  auto seq = m.new_sequence();
+  const HostTensor logits = m.forward(seq, ids, nullptr, &cap);
+  const Mat rows = host(cap.rows.view());
+  auto bounded = m.new_sequence();
+  bounded.decoder_from = m.bounded_decoder_from(T);
+  for (const int64_t from : {int64_t{0}, bounded.decoder_from}) {
+    auto s = m.new_sequence();
+    s.decoder_from = from;
+    std::vector<float> features;
+    const HostTensor out = m.forward_features(s, ids, &features);
+    ASSERT_EQ(features.size(), static_cast<size_t>(T * F));
+    EXPECT_EQ(out.shape()[0], T - from);
+    for (int64_t t = 0; t < T; ++t) {
+      if (t < from) {
+        EXPECT_TRUE(std::isnan(features[t * F])) << t;
+      } else if (from == 0) {
+        EXPECT_EQ(std::memcmp(&features[t * F], &rows[t * F], sizeof(float) * F), 0) << t;
+        EXPECT_EQ(std::memcmp(out.data<float>() + t * V, logits.data<float>() + t * V, sizeof(float) * V), 0) << t;
+      } else {
+        EXPECT_FALSE(std::isnan(features[t * F])) << t;
+      }
+    }
+  }
+  if (m.decoder_start() >= 0) EXPECT_GT(bounded.decoder_from, 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Families, DsparkDraftTest, ::testing::Values("deepseek_v41", "deepseek_v4"));
 
 TEST(DsparkDraftLoad, WithoutDraftTensorsDsparkIsUnavailableAndPartialDraftFailsToLoad) {
-  DraftFixture& f = fixture("deepseek_v41");
+  testing::DraftFixture& f = testing::dspark_fixture("deepseek_v41");
   auto file = SafetensorsFile::open(f.dir + "/model.safetensors");
   for (const bool partial : {false, true}) {
     testing::TempDir tmp;
@@ -583,7 +566,7 @@ std::string config_error(const nlohmann::json& j) {
 }
 
 TEST(DsparkConfig, DraftLayersFromTrailingRatiosAndBadFields) {
-  nlohmann::json root = dspark_config("deepseek_v41");
+  nlohmann::json root = testing::dspark_config("deepseek_v41");
   nlohmann::json& t = root["text_config"];
   // V4.1 / V4-0731 configs list one compress ratio per draft layer after the main layers.
   t["num_nextn_predict_layers"] = 0;

@@ -77,3 +77,26 @@ TEST(DsparkPolicy, ExpectedAcceptedAndBadInput) {
 
 }  // namespace
 }  // namespace deepinfer
+
+namespace deepinfer::spec {
+namespace {
+
+TEST(DsparkBudgetPolicy, ChoosesWithinTheStepBudget) {
+  DsparkBudgetPolicy policy(0.5, 0);
+  const std::vector<float> a = {0.9f, 0.9f, 0.2f}, b = {0.95f, 0.6f, 0.9f};
+  // Candidate 2 drafted without confidences (verify all, survival 1); candidate 1's confidences cover more
+  // positions than it drafted (only the drafted count matters).
+  const std::vector<DraftCandidate> cands = {{3, a}, {2, b}, {2, {}}};
+  std::vector<int> out(3);
+  // Survival a: 0.9, 0.81, 0.162 (cut); b: 0.95, 0.57; c: 1, 1.
+  policy.choose(cands, 100, out);
+  EXPECT_EQ(out, (std::vector<int>{2, 2, 2}));
+  policy.choose(cands, 3, out);  // gains 1, 1 (c), then 0.95 (b) before 0.9 (a)
+  EXPECT_EQ(out, (std::vector<int>{0, 1, 2}));
+  policy.choose(cands, 0, out);
+  EXPECT_EQ(out, (std::vector<int>{0, 0, 0}));
+  EXPECT_THROW(DsparkBudgetPolicy(-0.1), Error);
+}
+
+}  // namespace
+}  // namespace deepinfer::spec

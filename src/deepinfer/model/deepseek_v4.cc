@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "deepinfer/io/checkpoint.h"
 #include "deepinfer/model/deepseek_v4_internal.h"
@@ -387,6 +388,23 @@ HostTensor DeepseekV4Model::forward(V4SequenceState& seq, std::span<const int64_
   backend_.linear({hidden.view(), w_.head.view(), logits.view()});
   seq.num_tokens += total_tokens;
   return mem.to_host(logits);
+}
+
+HostTensor DeepseekV4Model::forward_features(V4SequenceState& seq, std::span<const int64_t> ids,
+                                             std::vector<float>* features) const {
+  DI_CHECK_CODE(config_.draft.kind == DraftKind::kDSpark, ErrorCode::kUnsupported)
+      << "forward_features: the model has no DSpark draft (its features are the draft's target-layer streams)";
+  V4StreamCapture capture{config_.draft.target_layer_ids, {}, 0};
+  const int64_t p0 = seq.num_tokens, T = static_cast<int64_t>(ids.size());
+  HostTensor logits = forward(seq, ids, nullptr, &capture);
+  const int64_t F = static_cast<int64_t>(capture.layers.size()) * config_.hidden_size;
+  features->assign(static_cast<size_t>(T * F), std::numeric_limits<float>::quiet_NaN());
+  const int64_t n = capture.rows.shape()[0];
+  if (n > 0) {
+    HostTensor rows = memory().to_host(capture.rows.view());
+    std::copy_n(rows.data<float>(), n * F, features->data() + (capture.first_position - p0) * F);
+  }
+  return logits;
 }
 
 OwnedTensor DeepseekV4Model::moe(const Chunk& c, int layer, const OwnedTensor& x) const {

@@ -145,6 +145,11 @@ class DeepseekV4Model {
   HostTensor forward(V4SequenceState& seq, std::span<const int64_t> ids, V4ForwardTrace* trace = nullptr,
                      V4StreamCapture* capture = nullptr) const;
 
+  // Speculative decoding with DSpark (spec/dspark_proposer.h): forward() that also returns, per position of the
+  // chunk, the DSpark context features (the V4StreamCapture of the draft's target layers) as host rows
+  // [T, |targets|·D]; rows of positions that did not reach the target layers (bounded replay) are NaN.
+  HostTensor forward_features(V4SequenceState& seq, std::span<const int64_t> ids, std::vector<float>* features) const;
+
   // For the DSpark draft, which runs with the target's backend, embedding, head and main RoPE table.
   const V4Weights& weights() const { return w_; }
   Backend& backend() const { return backend_; }

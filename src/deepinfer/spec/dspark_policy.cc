@@ -54,4 +54,33 @@ std::vector<int> dspark_verify_lengths(std::span<const std::span<const float>> c
   return len;
 }
 
+namespace spec {
+
+DsparkBudgetPolicy::DsparkBudgetPolicy(double threshold, int min_tokens) {
+  DI_CHECK(threshold >= 0.0 && threshold <= 1.0) << "confidence threshold " << threshold << " outside [0, 1]";
+  DI_CHECK(min_tokens >= 0) << "DSpark policy: min_tokens " << min_tokens << " must be >= 0";
+  params_.threshold = threshold;
+  params_.min_tokens = min_tokens;
+}
+
+void DsparkBudgetPolicy::choose(std::span<const DraftCandidate> cands, int64_t budget, std::span<int> out) const {
+  DI_CHECK_INTERNAL(out.size() == cands.size()) << "policy: " << out.size() << " outputs for " << cands.size();
+  std::vector<std::vector<float>> sure(cands.size());
+  std::vector<std::span<const float>> conf(cands.size());
+  for (size_t i = 0; i < cands.size(); ++i) {
+    const size_t n = static_cast<size_t>(std::max(0, cands[i].num_drafted));
+    if (cands[i].confidence.size() >= n) {
+      conf[i] = cands[i].confidence.first(n);
+    } else {
+      sure[i].assign(n, 1.0f);
+      conf[i] = sure[i];
+    }
+  }
+  DsparkPolicyParams p = params_;
+  p.token_budget = std::max<int64_t>(0, budget);
+  const std::vector<int> len = dspark_verify_lengths(conf, p);
+  std::copy(len.begin(), len.end(), out.begin());
+}
+
+}  // namespace spec
 }  // namespace deepinfer

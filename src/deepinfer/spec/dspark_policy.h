@@ -12,6 +12,8 @@
 #include <span>
 #include <vector>
 
+#include "deepinfer/spec/policy.h"
+
 namespace deepinfer {
 
 struct DsparkPolicyParams {
@@ -29,4 +31,18 @@ std::vector<int> dspark_verify_lengths(std::span<const std::span<const float>> c
 // Expected accepted draft tokens when verifying the first k drafts: Σ_{j=1..k} Π_{i<j} c_i.
 double dspark_expected_accepted(std::span<const float> confidence, int k);
 
+namespace spec {
+
+// The engine's VerifyPolicy for DSpark: dspark_verify_lengths over the step's candidates with the step's budget.
+// A candidate without confidences counts every draft as sure (survival 1), so it verifies all it drafted first.
+class DsparkBudgetPolicy final : public VerifyPolicy {
+ public:
+  explicit DsparkBudgetPolicy(double threshold, int min_tokens = 1);
+  void choose(std::span<const DraftCandidate> cands, int64_t budget, std::span<int> out) const override;
+
+ private:
+  DsparkPolicyParams params_;
+};
+
+}  // namespace spec
 }  // namespace deepinfer

@@ -1,0 +1,74 @@
+// A generated DeepSeek-V4.1 / V4-0731-shaped checkpoint with DSpark draft weights (the golden tiny config of a
+// family plus 3 draft layers), shared by the DSpark tests. Built once per family per test binary.
+#pragma once
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "deepinfer/model/deepseek_v4.h"
+#include "deepinfer/model/random_checkpoint.h"
+#include "test_util.h"
+
+namespace deepinfer::testing {
+
+// A generated checkpoint of the golden tiny config of `family` with 3 DSpark draft layers.
+struct DraftFixture {
+  TempDir tmp;
+  std::string dir;
+  std::vector<int64_t> token_map;
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<DeepseekV4Model> model;
+};
+
+inline nlohmann::json dspark_config(const std::string& family) {
+  nlohmann::json root = nlohmann::json::parse(
+      read_file_or_empty(test_data_dir() + "/golden/" + family + "/config.json"));
+  nlohmann::json& c = root.contains("text_config") ? root["text_config"] : root;
+  const int64_t V = c["vocab_size"].get<int64_t>();
+  const int layers = c["num_hidden_layers"].get<int>();
+  c["num_nextn_predict_layers"] = 3;
+  c["dspark_block_size"] = 5;
+  c["dspark_noise_token_id"] = V - 3;
+  c["dspark_target_layer_ids"] = {layers - 3, layers - 2, layers - 1};
+  c["dspark_markov_rank"] = 32;
+  c["dspark_n_routed_experts"] = 4;
+  c["dspark_num_experts_per_tok"] = 2;
+  return root;
+}
+
+inline DraftFixture& dspark_fixture(const std::string& family) {
+  static std::map<std::string, std::unique_ptr<DraftFixture>> cache;
+  auto& f = cache[family];
+  if (!f) {
+    f = std::make_unique<DraftFixture>();
+    const nlohmann::json cfg = dspark_config(family);
+    write_file(f->tmp.file("in.json"), cfg.dump());
+    RandomCheckpointOptions opts;
+    opts.config_path = f->tmp.file("in.json");
+    opts.out_dir = f->dir = f->tmp.path() + "/ckpt";
+    opts.seed = 5;
+    write_random_checkpoint(opts);
+    f->backend = make_cpu_backend(0);
+    const nlohmann::json& c = cfg.contains("text_config") ? cfg["text_config"] : cfg;
+    f->token_map.resize(c["vocab_size"].get<size_t>());
+    for (size_t i = 0; i < f->token_map.size(); ++i) f->token_map[i] = static_cast<int64_t>(i % 256);
+    f->model = DeepseekV4Model::load(f->dir, *f->backend, f->token_map);
+  }
+  return *f;
+}
+
+inline std::vector<int64_t> dspark_prompt(int n, int64_t V) {
+  std::vector<int64_t> ids;
+  for (int i = 0; i < n; ++i) ids.push_back((i * 37 + 11) % (V - 8));
+  return ids;
+}
+
+inline int64_t argmax_of(std::span<const float> row) { return std::max_element(row.begin(), row.end()) - row.begin(); }
+
+}  // namespace deepinfer::testing
