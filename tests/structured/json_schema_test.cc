@@ -7,6 +7,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -148,6 +149,88 @@ TEST(JsonSchemaTest, PatternPropertiesPropertyNamesMaxProperties) {
   EXPECT_THROW(schema(R"({"type":"object","properties":{"a":{}},"maxProperties":0,"required":["a"]})"),
                Error);                                                                 // matches nothing
   EXPECT_THROW(schema(R"({"properties":{"a":{},"b":{}},"maxProperties":1})"), Error);  // optional: unsupported
+}
+
+// Several string keywords together are the intersection of their languages (product automaton).
+TEST(JsonSchemaTest, PatternFormatAndLengthIntersect) {
+  auto g = schema(R"({"type":"string","pattern":"^[a-z]+[0-9]*$","minLength":3,"maxLength":5})");
+  for (const char* ok : {R"("abc")", R"("ab1")", R"("a1234")", R"("abcde")", R"("abc12")"})
+    EXPECT_TRUE(matches(g, ok)) << ok;
+  for (const char* bad : {R"("ab")", R"("abcdef")", R"("a12345")", R"("1abc")", R"("ABC")", R"("a")"})
+    EXPECT_FALSE(matches(g, bad)) << bad;
+  // Unanchored pattern (search semantics) with a length bound: the match may sit anywhere in the string.
+  auto search = schema(R"({"type":"string","pattern":"x\\d","maxLength":4})");
+  for (const char* ok : {R"("x1")", R"("ax1")", R"("abx1")", R"("x1ab")"}) EXPECT_TRUE(matches(search, ok)) << ok;
+  for (const char* bad : {R"("abcx1")", R"("abcd")", R"("x")"}) EXPECT_FALSE(matches(search, bad)) << bad;
+  // Lengths count characters, not bytes or escapes.
+  auto chars = schema(R"({"type":"string","pattern":"^[^0-9]*$","minLength":2,"maxLength":2})");
+  for (const char* ok : {R"("日本")", R"("ab")", R"("é!")"}) EXPECT_TRUE(matches(chars, ok)) << ok;
+  for (const char* bad : {R"("日")", R"("a1")", R"("日本語")"}) EXPECT_FALSE(matches(chars, bad)) << bad;
+  // format and pattern; format and length.
+  auto fp = schema(R"({"type":"string","format":"date","pattern":"^2024-"})");
+  EXPECT_TRUE(matches(fp, R"("2024-02-29")"));
+  EXPECT_FALSE(matches(fp, R"("2023-02-28")"));  // a date, not 2024
+  EXPECT_FALSE(matches(fp, R"("2024-")"));       // the pattern, not a date
+  auto fl = schema(R"({"type":"string","format":"email","maxLength":7})");
+  EXPECT_TRUE(matches(fl, R"("a@b.com")"));
+  EXPECT_FALSE(matches(fl, R"("ab@c.com")"));
+  EXPECT_FALSE(matches(fl, R"("abcdefg")"));
+  // An empty intersection is an empty language: a required property of that type makes the schema unsatisfiable.
+  EXPECT_THROW(schema(R"({"type":"string","pattern":"^a{5}$","maxLength":3})"), Error);
+  auto opt_prop = schema(R"({"type":"object","properties":{"s":{"type":"string","pattern":"^a{5}$","maxLength":3}}})");
+  EXPECT_TRUE(matches(opt_prop, "{}"));
+  EXPECT_FALSE(matches(opt_prop, R"({"s":"aaaaa"})"));
+}
+
+// Non-integral bounds and multipleOf 10^-k on numbers, checked against exact decimal arithmetic on a grid of
+// spellings (integers scaled by 1000 so the comparison itself is exact).
+TEST(JsonSchemaTest, DecimalBoundsAndDecimalMultipleOf) {
+  auto spell = [](int64_t milli, int extra_zeros) {
+    std::string sign = milli < 0 ? "-" : "";
+    int64_t a = milli < 0 ? -milli : milli;
+    std::string frac = std::to_string(a % 1000);
+    frac = std::string(3 - frac.size(), '0') + frac;
+    while (!frac.empty() && frac.back() == '0') frac.pop_back();
+    std::string out = sign + std::to_string(a / 1000);
+    if (!frac.empty() || extra_zeros) out += "." + frac + std::string(extra_zeros, '0');
+    if (out.size() >= 2 && out.back() == '.') out += '0';
+    return out;
+  };
+  struct Case {
+    const char* schema;
+    std::function<bool(int64_t)> ok;  // on value * 1000
+  };
+  const std::vector<Case> cases = {
+      {R"({"type":"number","minimum":0.5,"maximum":2.25})", [](int64_t v) { return v >= 500 && v <= 2250; }},
+      {R"({"type":"number","exclusiveMinimum":-1.5,"exclusiveMaximum":0.125})",
+       [](int64_t v) { return v > -1500 && v < 125; }},
+      {R"({"type":"number","minimum":-2.75,"maximum":-0.25})", [](int64_t v) { return v >= -2750 && v <= -250; }},
+      {R"({"type":"number","exclusiveMinimum":0.1})", [](int64_t v) { return v > 100; }},
+      {R"({"type":"number","maximum":-0.001})", [](int64_t v) { return v <= -1; }},
+      {R"({"type":"number","minimum":1,"exclusiveMaximum":1.5})", [](int64_t v) { return v >= 1000 && v < 1500; }},
+      {R"({"type":"number","multipleOf":0.01,"minimum":-1})", [](int64_t v) { return v >= -1000 && v % 10 == 0; }},
+      {R"({"type":"number","multipleOf":0.1})", [](int64_t v) { return v % 100 == 0; }},
+  };
+  for (const Case& c : cases) {
+    auto g = schema(c.schema);
+    for (int64_t v = -3100; v <= 3100; v += 5)
+      for (int zeros : {0, 2}) {
+        const std::string text = spell(v, zeros);
+        const bool is_negative_zero = text[0] == '-' && v == 0;
+        if (is_negative_zero) continue;
+        EXPECT_EQ(matches(g, text), c.ok(v)) << c.schema << " on " << text;
+      }
+  }
+  // Long fractions compare digit by digit.
+  auto g = schema(R"({"type":"number","minimum":0.3333,"maximum":0.3334})");
+  for (const char* ok : {"0.3333", "0.33331", "0.33339999", "0.3334", "0.33340000"}) EXPECT_TRUE(matches(g, ok)) << ok;
+  for (const char* bad : {"0.3332999", "0.33340001", "0.333", "0.34", "1e-1", "0"})
+    EXPECT_FALSE(matches(g, bad)) << bad;
+  // Integers round non-integral bounds inward; other multipleOf values stay unsupported.
+  auto i = schema(R"({"type":"integer","minimum":0.5,"maximum":3.5})");
+  for (int v = -2; v <= 5; ++v) EXPECT_EQ(matches(i, std::to_string(v)), v >= 1 && v <= 3) << v;
+  EXPECT_THROW(schema(R"({"type":"number","multipleOf":0.3})"), Error);
+  EXPECT_THROW(schema(R"({"type":"integer","multipleOf":3})"), Error);
 }
 
 TEST(JsonSchemaTest, UnsupportedKeywordsAreErrorsOrWarnings) {

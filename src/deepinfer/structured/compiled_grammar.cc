@@ -10,6 +10,9 @@
 namespace deepinfer::structured {
 namespace {
 
+struct RuleDfa;
+RuleDfa determinize(const Expr& body, int num_rules, const CompileLimits& limits, int dfa_budget);
+
 // Thompson NFA of one rule body.
 struct Nfa {
   std::vector<std::vector<int>> eps;
@@ -17,6 +20,8 @@ struct Nfa {
   std::vector<std::vector<std::pair<int, int>>> call_edges;  // (rule, target)
   std::vector<ByteSet> sets;
   int limit = 0;
+  const CompileLimits* limits = nullptr;
+  int dfa_budget = 0;
 
   int add_state() {
     DI_CHECK_CODE(static_cast<int>(eps.size()) < limit, ErrorCode::kResourceExhausted)
@@ -58,6 +63,9 @@ struct Nfa {
         }
         return;
       }
+      case ExprKind::kAnd:
+        build_intersection(e, s, t, num_rules);
+        return;
       case ExprKind::kRepeat: {
         const Expr& c = *e.children[0];
         int cur = s;
@@ -85,6 +93,8 @@ struct Nfa {
       }
     }
   }
+  // Product of the operands' DFAs, laid out as fresh NFA states between s and t.
+  void build_intersection(const Expr& e, int s, int t, int num_rules);
 };
 
 void eps_closure(const Nfa& nfa, std::vector<int>& set, std::vector<char>& seen) {
@@ -105,7 +115,7 @@ void eps_closure(const Nfa& nfa, std::vector<int>& set, std::vector<char>& seen)
 }
 
 struct RuleDfa {
-  std::vector<std::vector<int32_t>> trans;  // per state, per class; local ids
+  std::vector<std::vector<int32_t>> trans;              // per state, per class; local ids
   std::vector<std::vector<std::pair<int, int>>> calls;  // (rule, local target)
   std::vector<bool> accepting;
   std::vector<uint8_t> byte_class;  // 256
@@ -115,6 +125,8 @@ struct RuleDfa {
 RuleDfa determinize(const Expr& body, int num_rules, const CompileLimits& limits, int dfa_budget) {
   Nfa nfa;
   nfa.limit = limits.max_nfa_states_per_rule;
+  nfa.limits = &limits;
+  nfa.dfa_budget = dfa_budget;
   int start = nfa.add_state(), final_state = nfa.add_state();
   nfa.build(body, start, final_state, num_rules);
 
@@ -191,6 +203,61 @@ RuleDfa determinize(const Expr& body, int num_rules, const CompileLimits& limits
   return dfa;
 }
 
+void Nfa::build_intersection(const Expr& e, int s, int t, int num_rules) {
+  std::vector<RuleDfa> parts;
+  for (const auto& c : e.children) {
+    parts.push_back(determinize(*c, num_rules, *limits, dfa_budget));
+    for (const auto& calls : parts.back().calls)
+      DI_CHECK_CODE(calls.empty(), ErrorCode::kUnsupported)
+          << "grammar: an intersection operand refers to a rule (only regular operands are supported)";
+  }
+  struct VecHash {
+    size_t operator()(const std::vector<int32_t>& v) const {
+      size_t h = v.size();
+      for (int32_t x : v) h = h * 1000003u ^ static_cast<size_t>(x);
+      return h;
+    }
+  };
+  std::unordered_map<std::vector<int32_t>, int, VecHash> ids;
+  std::vector<std::vector<int32_t>> tuples;
+  auto id_of = [&](std::vector<int32_t> tuple) {
+    auto [it, inserted] = ids.emplace(tuple, 0);
+    if (inserted) {
+      DI_CHECK_CODE(static_cast<int>(tuples.size()) < dfa_budget, ErrorCode::kResourceExhausted)
+          << "grammar intersection exceeds " << limits->max_dfa_states << " states";
+      it->second = add_state();
+      tuples.push_back(std::move(tuple));
+    }
+    return it->second;
+  };
+  const int start = id_of(std::vector<int32_t>(parts.size(), 0));  // (before indexing eps: it may grow)
+  eps[s].push_back(start);
+  std::vector<std::pair<std::vector<int32_t>, ByteSet>> moves;
+  for (size_t i = 0; i < tuples.size(); ++i) {
+    const int from = ids.at(tuples[i]);
+    bool accepting = true;
+    for (size_t p = 0; p < parts.size(); ++p) accepting &= static_cast<bool>(parts[p].accepting[tuples[i][p]]);
+    if (accepting) eps[from].push_back(t);
+    moves.clear();
+    for (int b = 0; b < 256; ++b) {
+      std::vector<int32_t> next(parts.size());
+      bool live = true;
+      for (size_t p = 0; p < parts.size() && live; ++p) {
+        next[p] = parts[p].trans[tuples[i][p]][parts[p].byte_class[b]];
+        live = next[p] >= 0;
+      }
+      if (!live) continue;
+      auto it = std::find_if(moves.begin(), moves.end(), [&](const auto& m) { return m.first == next; });
+      if (it == moves.end()) it = moves.insert(moves.end(), {std::move(next), ByteSet{}});
+      it->second.set(static_cast<uint8_t>(b));
+    }
+    for (auto& [next, bytes] : moves) {
+      const int to = id_of(next);  // may grow the state vectors: index again below
+      byte_edges[from].emplace_back(set_id(bytes), to);
+    }
+  }
+}
+
 }  // namespace
 
 std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile(const Grammar& grammar, const CompileLimits& limits) {
@@ -218,7 +285,7 @@ std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile(const Grammar& g
   std::vector<char> live(total, 0), productive(num_rules, 0);
   std::vector<std::vector<int32_t>> byte_preds(total);
   std::vector<std::vector<std::pair<int32_t, int32_t>>> call_sites(num_rules);  // (source, target)
-  std::vector<std::vector<std::pair<int32_t, int32_t>>> call_preds(total);     // by target: (source, callee)
+  std::vector<std::vector<std::pair<int32_t, int32_t>>> call_preds(total);      // by target: (source, callee)
   std::vector<int32_t> owner(total);
   std::vector<int32_t> work;
   for (int r = 0; r < num_rules; ++r) {
@@ -264,6 +331,7 @@ std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile(const Grammar& g
   for (int r = 0; r < num_rules; ++r) {
     const RuleDfa& d = dfas[r];
     out->byte_class_.insert(out->byte_class_.end(), d.byte_class.begin(), d.byte_class.end());
+    out->num_classes_.push_back(d.num_classes);
     for (size_t s = 0; s < d.trans.size(); ++s) {
       int32_t g = base[r] + static_cast<int32_t>(s);
       State st;
@@ -330,8 +398,8 @@ std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile(const Grammar& g
         auto it = std::find(path.begin(), path.end(), c);
         for (; it != path.end(); ++it) cycle += rules[*it].name + " -> ";
         cycle += rules[c].name;
-        DI_FAIL(ErrorCode::kInvalidArgument) << "left recursion is not supported (rewrite it with repetition): "
-                                             << cycle;
+        DI_FAIL(ErrorCode::kInvalidArgument)
+            << "left recursion is not supported (rewrite it with repetition): " << cycle;
       }
       if (color[c] == 0) self(self, c);
     }
@@ -340,6 +408,46 @@ std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile(const Grammar& g
   };
   for (int r = 0; r < num_rules; ++r)
     if (color[r] == 0) dfs(dfs, r);
+  return out;
+}
+
+std::string CompiledGrammar::detached_signature(int32_t state, size_t max_states) const {
+  // Discovery order makes the numbering canonical: equal signatures <=> the same automaton up to renaming.
+  std::unordered_map<int32_t, uint32_t> state_ids, rule_ids;
+  std::vector<int32_t> order{state};
+  state_ids.emplace(state, 0);
+  std::string out;
+  auto put = [&out](uint32_t v) { out.append(reinterpret_cast<const char*>(&v), sizeof v); };
+  bool too_big = false;
+  auto id_of = [&](int32_t s) -> uint32_t {
+    if (s < 0) return 0xFFFFFFFFu;
+    auto [it, inserted] = state_ids.emplace(s, static_cast<uint32_t>(order.size()));
+    if (inserted) {
+      order.push_back(s);
+      too_big |= order.size() > max_states;
+    }
+    return it->second;
+  };
+  for (size_t i = 0; i < order.size() && !too_big; ++i) {
+    const int32_t s = order[i];
+    const State& st = states_[s];
+    // A rule's byte classes once, at its first state; later states of the rule name the rule by its index.
+    auto [rit, new_rule] = rule_ids.emplace(st.rule, static_cast<uint32_t>(rule_ids.size()));
+    put(rit->second);
+    const int32_t classes = num_classes_[st.rule];
+    if (new_rule) {
+      put(static_cast<uint32_t>(classes));
+      out.append(reinterpret_cast<const char*>(&byte_class_[static_cast<size_t>(st.rule) * 256]), 256);
+    }
+    put(static_cast<uint32_t>(st.accepting) | (static_cast<uint32_t>(st.has_bytes) << 1));
+    for (int32_t c = 0; c < classes; ++c) put(id_of(trans_[st.trans_offset + c]));
+    put(st.calls_end - st.calls_begin);
+    for (const Call* c = calls_begin(s); c != calls_end(s); ++c) {
+      put(id_of(rule_start_[c->rule]));
+      put(id_of(c->target));
+    }
+  }
+  if (too_big) out.clear();
   return out;
 }
 

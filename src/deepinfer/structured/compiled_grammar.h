@@ -20,7 +20,7 @@
 namespace deepinfer::structured {
 
 struct CompileLimits {
-  int max_dfa_states = 2'000'000;   // over all rules
+  int max_dfa_states = 2'000'000;  // over all rules
   int max_nfa_states_per_rule = 4'000'000;
 };
 
@@ -57,12 +57,19 @@ class CompiledGrammar {
   const std::string& rule_name(int rule) const { return rule_names_[rule]; }
   // Bytes that may follow from this state inside its own rule (for error messages).
   std::string describe_expected(int32_t state) const;
+  // A canonical description of everything a frame in `state` can do without looking below itself: the states
+  // reachable from it by bytes and calls (callee bodies included), renumbered in discovery order, with their
+  // byte moves, calls and accepting flags. Two states with equal signatures (in this grammar or another one)
+  // accept exactly the same byte strings from a detached frame, so their token-mask entries are equal. Empty
+  // when more than `max_states` states are reachable (the caller then does not share).
+  std::string detached_signature(int32_t state, size_t max_states) const;
 
  private:
   std::vector<State> states_;
   std::vector<Call> calls_;
   std::vector<int32_t> trans_;
-  std::vector<uint8_t> byte_class_;  // 256 per rule
+  std::vector<uint8_t> byte_class_;   // 256 per rule
+  std::vector<int32_t> num_classes_;  // per rule
   std::vector<int32_t> rule_start_;
   std::vector<std::string> rule_names_;
   int root_ = 0;

@@ -39,8 +39,7 @@ class EbnfParser {
         fail("rule '" + name + "' is used but never defined");
       }
     int root = g_.find_rule(root_name);
-    DI_CHECK(root >= 0 && defined_.count(std::string(root_name)))
-        << "EBNF grammar has no '" << root_name << "' rule";
+    DI_CHECK(root >= 0 && defined_.count(std::string(root_name))) << "EBNF grammar has no '" << root_name << "' rule";
     g_.set_root(root);
     return std::move(g_);
   }
@@ -171,7 +170,10 @@ class EbnfParser {
     for (int i = 0; i < digits; ++i) {
       if (pos_ >= text_.size()) fail("truncated escape");
       char c = text_[pos_++];
-      int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+      int d = c >= '0' && c <= '9'   ? c - '0'
+              : c >= 'a' && c <= 'f' ? c - 'a' + 10
+              : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                     : -1;
       if (d < 0) fail("bad hex digit in escape");
       v = v * 16 + d;
     }
@@ -187,14 +189,30 @@ class EbnfParser {
       if (pos_ >= text_.size()) fail("trailing backslash");
       char e = text_[pos_++];
       switch (e) {
-        case 'n': return '\n';
-        case 'r': return '\r';
-        case 't': return '\t';
-        case 'x': return parse_hex(2);
-        case 'u': return parse_hex(4);
-        case 'U': return parse_hex(8);
-        case '\\': case '"': case '\'': case '[': case ']': case '-': case '^': case '/': return static_cast<uint8_t>(e);
-        default: --pos_; fail(std::string("unknown escape \\") + e);
+        case 'n':
+          return '\n';
+        case 'r':
+          return '\r';
+        case 't':
+          return '\t';
+        case 'x':
+          return parse_hex(2);
+        case 'u':
+          return parse_hex(4);
+        case 'U':
+          return parse_hex(8);
+        case '\\':
+        case '"':
+        case '\'':
+        case '[':
+        case ']':
+        case '-':
+        case '^':
+        case '/':
+          return static_cast<uint8_t>(e);
+        default:
+          --pos_;
+          fail(std::string("unknown escape \\") + e);
       }
     }
     int n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;

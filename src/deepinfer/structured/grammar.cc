@@ -174,6 +174,17 @@ ExprPtr repeat_expr(ExprPtr item, int min, int max) {
   return e;
 }
 
+ExprPtr and_expr(std::vector<ExprPtr> items) {
+  DI_CHECK(!items.empty()) << "and_expr needs at least one operand";
+  for (const auto& it : items)
+    if (is_nothing(it)) return it;
+  if (items.size() == 1) return items[0];
+  auto e = std::make_shared<Expr>();
+  e->kind = ExprKind::kAnd;
+  e->children = std::move(items);
+  return e;
+}
+
 ExprPtr rule_expr(int rule) {
   auto e = std::make_shared<Expr>();
   e->kind = ExprKind::kRule;
@@ -276,14 +287,15 @@ void print_expr(const Grammar& g, const Expr& e, std::string& out) {
       break;
     }
     case ExprKind::kSeq:
-    case ExprKind::kAlt: {
+    case ExprKind::kAlt:
+    case ExprKind::kAnd: {
       if (e.children.empty()) {
         out += "(!)";
         break;
       }
       out += '(';
       for (size_t i = 0; i < e.children.size(); ++i) {
-        if (i) out += e.kind == ExprKind::kAlt ? " | " : " ";
+        if (i) out += e.kind == ExprKind::kAlt ? " | " : e.kind == ExprKind::kAnd ? " & " : " ";
         print_expr(g, *e.children[i], out);
       }
       out += ')';

@@ -3,8 +3,9 @@
 // A Grammar is a set of named rules over *bytes*; each rule's body is an expression tree of byte sets,
 // sequences, alternations, bounded/unbounded repetitions and references to other rules. References make it a
 // context-free grammar (recursion for JSON Schema $ref and EBNF); everything inside one rule body is regular and
-// becomes one DFA in CompiledGrammar. Front ends work on code points and lower them to UTF-8 byte sequences with
-// utf8_ranges(), so the matcher never needs to know about characters.
+// becomes one DFA in CompiledGrammar. Intersection (kAnd) of regular operands is allowed too. Front ends work on code
+// points and lower them to UTF-8 byte sequences with utf8_ranges(), so the matcher never needs to know about
+// characters.
 #pragma once
 
 #include <array>
@@ -55,7 +56,7 @@ CodepointRanges normalize_ranges(CodepointRanges ranges);
 // Complement within the Unicode scalar values (surrogates D800-DFFF are never members).
 CodepointRanges complement_ranges(const CodepointRanges& ranges);
 
-enum class ExprKind : uint8_t { kEmpty, kBytes, kSeq, kAlt, kRepeat, kRule };
+enum class ExprKind : uint8_t { kEmpty, kBytes, kSeq, kAlt, kRepeat, kRule, kAnd };
 
 struct Expr;
 using ExprPtr = std::shared_ptr<const Expr>;
@@ -63,7 +64,7 @@ using ExprPtr = std::shared_ptr<const Expr>;
 struct Expr {
   ExprKind kind = ExprKind::kEmpty;
   ByteSet bytes;                  // kBytes
-  std::vector<ExprPtr> children;  // kSeq, kAlt (an empty kAlt matches nothing), kRepeat (exactly one)
+  std::vector<ExprPtr> children;  // kSeq, kAlt (an empty kAlt matches nothing), kRepeat (exactly one), kAnd
   int min = 0;                    // kRepeat
   int max = 0;                    // kRepeat; kUnbounded for no upper limit
   int rule = -1;                  // kRule: index into Grammar::rules
@@ -83,6 +84,10 @@ inline ExprPtr opt_expr(ExprPtr item) { return repeat_expr(std::move(item), 0, 1
 inline ExprPtr star_expr(ExprPtr item) { return repeat_expr(std::move(item), 0, Expr::kUnbounded); }
 inline ExprPtr plus_expr(ExprPtr item) { return repeat_expr(std::move(item), 1, Expr::kUnbounded); }
 ExprPtr rule_expr(int rule);
+// The intersection of the operands' languages (e.g. a JSON Schema pattern and a length bound). The operands must
+// not reference rules (they are regular): CompiledGrammar builds the product of their DFAs and rejects a rule
+// reference inside with Unsupported.
+ExprPtr and_expr(std::vector<ExprPtr> items);
 // The UTF-8 encodings of every scalar value in `ranges` (surrogates excluded), as byte-set sequences.
 ExprPtr utf8_ranges_expr(const CodepointRanges& ranges);
 void append_utf8(std::string& out, uint32_t cp);

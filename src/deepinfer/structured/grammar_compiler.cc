@@ -59,6 +59,7 @@ GrammarCompiler::GrammarCompiler(std::shared_ptr<const TokenizerInfo> tokenizer,
                                  CompileLimits limits)
     : tokenizer_(std::move(tokenizer)), max_entries_(max_entries), limits_(limits) {
   DI_CHECK(tokenizer_ != nullptr) << "GrammarCompiler needs a tokenizer";
+  mask_store_ = std::make_shared<SharedMaskStore>(tokenizer_.get());
   DI_CHECK(max_entries_ >= 1) << "GrammarCompiler: max_entries must be >= 1";
 }
 
@@ -79,7 +80,7 @@ CompiledConstraint GrammarCompiler::compile(const StructuredOutputParams& params
   CompiledConstraint c;
   try {
     auto grammar = compile_constraint_grammar(params, &c.warnings, limits_);
-    c.masks = std::make_shared<TokenMaskCache>(std::move(grammar), tokenizer_);
+    c.masks = std::make_shared<TokenMaskCache>(std::move(grammar), tokenizer_, mask_store_);
   } catch (...) {
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.failures;

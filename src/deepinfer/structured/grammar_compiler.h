@@ -1,7 +1,8 @@
 // GrammarCompiler: a request's structured-output constraint (sampling_params.h) -> the shared token-mask cache
 // its matchers run on. One compiler per tokenizer (vocabulary + trie built once); each distinct constraint
 // (kind, spec text, options) is compiled once and kept in an LRU cache, so many requests with the same schema
-// share one CompiledGrammar and one TokenMaskCache (whose per-state masks warm up across requests).
+// share one CompiledGrammar and one TokenMaskCache (whose per-state masks warm up across requests); all caches share
+// one SharedMaskStore, so states whose automaton another constraint already had start warm too.
 //
 //   auto compiler = std::make_shared<GrammarCompiler>(tokenizer_info);
 //   CompiledConstraint c = compiler->compile(params.structured);   // throws on a bad spec
@@ -60,6 +61,9 @@ class GrammarCompiler {
   };
 
   std::shared_ptr<const TokenizerInfo> tokenizer_;
+  // Token-mask entries of every constraint compiled here, by state signature (token_mask_cache.h): the JSON
+  // string/number rules of a new schema start warm.
+  std::shared_ptr<SharedMaskStore> mask_store_;
   size_t max_entries_;
   CompileLimits limits_;
   mutable std::mutex mu_;

@@ -90,8 +90,8 @@ bool GrammarMatcher::accept_token(int32_t token) {
 }
 
 void GrammarMatcher::rollback(int n) {
-  DI_CHECK(n >= 0 && n <= num_accepted()) << "cannot roll back " << n << " steps; only " << num_accepted()
-                                          << " were accepted";
+  DI_CHECK(n >= 0 && n <= num_accepted())
+      << "cannot roll back " << n << " steps; only " << num_accepted() << " were accepted";
   history_.resize(history_.size() - n);
 }
 
@@ -120,6 +120,20 @@ void GrammarMatcher::fill_mask(std::span<uint64_t> mask) {
     for (uint32_t node : e.returns)
       walk_trie(trie, graph_, parent, node + 1, trie.subtree_end(node), trie.depth(node), mask, nullptr, scratch_);
   }
+  if (can_terminate())
+    for (int32_t t : vocab.eos_ids()) set_token_bit(mask, t);
+}
+
+void GrammarMatcher::fill_mask_uncached(std::span<uint64_t> mask) {
+  DI_CHECK(masks_ != nullptr) << "fill_mask_uncached needs a matcher built with a vocabulary";
+  const Vocabulary& vocab = masks_->vocab();
+  DI_CHECK(mask.size() == mask_words(vocab.size()))
+      << "mask has " << mask.size() << " words; the vocabulary needs " << mask_words(vocab.size());
+  std::fill(mask.begin(), mask.end(), 0);
+  const Step& cur = history_.back();
+  if (cur.terminated) return;
+  const TokenTrie& trie = masks_->trie();
+  walk_trie(trie, graph_, cur.config, 1, trie.num_nodes(), 0, mask, nullptr, scratch_);  // (no control tokens)
   if (can_terminate())
     for (int32_t t : vocab.eos_ids()) set_token_bit(mask, t);
 }

@@ -45,6 +45,9 @@ class GrammarMatcher {
   bool is_terminated() const { return history_.back().terminated; }
   // mask.size() must be mask_words(vocab size). Needs the TokenMaskCache constructor.
   void fill_mask(std::span<uint64_t> mask);
+  // The same mask computed without the per-state cache: one walk of the whole vocabulary trie from the current
+  // parser stacks (milliseconds). The reference the cached path is tested against.
+  void fill_mask_uncached(std::span<uint64_t> mask);
   // Bytes that every continuation must start with (jump-forward decoding); empty when there is a choice.
   std::string forced_bytes(size_t max_bytes = 256);
 

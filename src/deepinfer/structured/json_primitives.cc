@@ -1,4 +1,5 @@
 // Number ranges, string formats and schema merging for the JSON Schema front end.
+#include <charconv>
 #include <cmath>
 #include <set>
 #include <string>
@@ -9,15 +10,20 @@
 namespace deepinfer::structured::json_internal {
 namespace {
 
-ExprPtr digit_range(char lo, char hi) { return bytes_expr(ByteSet::range(static_cast<uint8_t>(lo), static_cast<uint8_t>(hi))); }
+ExprPtr digit_range(char lo, char hi) {
+  return bytes_expr(ByteSet::range(static_cast<uint8_t>(lo), static_cast<uint8_t>(hi)));
+}
 
 // Equal-length decimal strings lo <= hi: every string of that length between them.
 ExprPtr same_length_range(const std::string& lo, const std::string& hi) {
   size_t n = lo.size();
   if (n == 0) return empty_expr();
-  if (lo[0] == hi[0]) return seq_expr({byte_expr(static_cast<uint8_t>(lo[0])), same_length_range(lo.substr(1), hi.substr(1))});
+  if (lo[0] == hi[0])
+    return seq_expr({byte_expr(static_cast<uint8_t>(lo[0])), same_length_range(lo.substr(1), hi.substr(1))});
   const std::string zeros(n - 1, '0'), nines(n - 1, '9');
-  if (lo.substr(1) == zeros && hi.substr(1) == nines) return seq_expr({digit_range(lo[0], hi[0]), repeat_expr(digit_range('0', '9'), static_cast<int>(n - 1), static_cast<int>(n - 1))});
+  if (lo.substr(1) == zeros && hi.substr(1) == nines)
+    return seq_expr({digit_range(lo[0], hi[0]),
+                     repeat_expr(digit_range('0', '9'), static_cast<int>(n - 1), static_cast<int>(n - 1))});
   std::vector<ExprPtr> alts;
   alts.push_back(seq_expr({byte_expr(static_cast<uint8_t>(lo[0])), same_length_range(lo.substr(1), nines)}));
   if (lo[0] + 1 <= hi[0] - 1)
@@ -38,11 +44,15 @@ enum FracKind : int { kFracNone = 0, kFracZero = 1, kFracNonzero = 2, kFracAny =
 ExprPtr frac_expr(int kind) {
   ExprPtr digits = plus_expr(digit_range('0', '9'));
   switch (kind) {
-    case kFracZero: return opt_expr(seq_expr({byte_expr('.'), plus_expr(byte_expr('0'))}));
+    case kFracZero:
+      return opt_expr(seq_expr({byte_expr('.'), plus_expr(byte_expr('0'))}));
     case kFracNonzero:
-      return seq_expr({byte_expr('.'), star_expr(digit_range('0', '9')), digit_range('1', '9'), star_expr(digit_range('0', '9'))});
-    case kFracAny: return opt_expr(seq_expr({byte_expr('.'), digits}));
-    default: return nothing_expr();
+      return seq_expr(
+          {byte_expr('.'), star_expr(digit_range('0', '9')), digit_range('1', '9'), star_expr(digit_range('0', '9'))});
+    case kFracAny:
+      return opt_expr(seq_expr({byte_expr('.'), digits}));
+    default:
+      return nothing_expr();
   }
 }
 
@@ -83,6 +93,103 @@ std::vector<Piece> pieces(std::vector<uint64_t> points, F kind_at) {
   return out;
 }
 
+// ---- decimal (non-integral) bounds -------------------------------------------------------------------------
+// A bound c is taken as the exact decimal of its shortest round-trip spelling (0.1 is 1/10, as a reader of the
+// schema means it), split into integer digits and fraction digits without trailing zeros.
+struct Decimal {
+  bool negative = false;
+  std::string int_digits;   // no leading zeros ("0" for zero)
+  std::string frac_digits;  // no trailing zeros; empty for an integral value
+};
+
+Decimal to_decimal(double v) {
+  char buf[400];
+  auto r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::fixed);
+  DI_CHECK_INTERNAL(r.ec == std::errc()) << "cannot format numeric bound " << v;
+  std::string text(buf, r.ptr);
+  Decimal d;
+  if (!text.empty() && text[0] == '-') {
+    d.negative = true;
+    text.erase(0, 1);
+  }
+  const size_t dot = text.find('.');
+  d.int_digits = text.substr(0, dot);
+  if (dot != std::string::npos) d.frac_digits = text.substr(dot + 1);
+  while (!d.frac_digits.empty() && d.frac_digits.back() == '0') d.frac_digits.pop_back();
+  if (d.int_digits.empty()) d.int_digits = "0";
+  if (d.int_digits == "0" && d.frac_digits.empty()) d.negative = false;  // -0
+  return d;
+}
+
+// Digit strings D (empty allowed) compared as fractions 0.D against 0.F (F without trailing zeros), padding the
+// shorter one with zeros. `greater`: keep D > F (or >= with `or_equal`); else D < F (or <=).
+ExprPtr fraction_digits_cmp(const std::string& f, bool greater, bool or_equal) {
+  ExprPtr any = star_expr(digit_range('0', '9'));
+  ExprPtr nonzero = seq_expr({any, digit_range('1', '9'), any});
+  // From the end backwards: tail = the strings for the suffix of F from position k on, after equal prefixes.
+  // At k == |F| the rest of F is zeros: D's rest r compares as r vs 0.
+  ExprPtr tail = greater ? (or_equal ? any : nonzero) : (or_equal ? star_expr(byte_expr('0')) : nothing_expr());
+  for (size_t k = f.size(); k-- > 0;) {
+    const char c = f[k];
+    std::vector<ExprPtr> alts;
+    // D ends here: its padding is zeros against F's nonzero rest, so D < F.
+    if (!greater) alts.push_back(empty_expr());
+    if (greater && c < '9') alts.push_back(seq_expr({digit_range(static_cast<char>(c + 1), '9'), any}));
+    if (!greater && c > '0') alts.push_back(seq_expr({digit_range('0', static_cast<char>(c - 1)), any}));
+    alts.push_back(seq_expr({byte_expr(static_cast<uint8_t>(c)), tail}));
+    tail = alt_expr(std::move(alts));
+  }
+  return tail;
+}
+
+// Spellings "[.D]" (no fraction, or '.' and at least one digit) whose fraction digits satisfy the comparison.
+ExprPtr fraction_cmp(const std::string& f, bool greater, bool or_equal) {
+  ExprPtr digits = fraction_digits_cmp(f, greater, or_equal);
+  // The empty D is in the language iff 0 compares as wanted against 0.F.
+  const bool empty_ok = greater ? (or_equal && f.empty()) : (or_equal || !f.empty());
+  ExprPtr dotted = seq_expr({byte_expr('.'), and_expr({digits, plus_expr(digit_range('0', '9'))})});
+  return empty_ok ? alt_expr({empty_expr(), dotted}) : dotted;
+}
+
+uint64_t parse_u64(const std::string& digits) {
+  DI_CHECK_CODE(digits.size() <= 17, ErrorCode::kUnsupported)
+      << "numeric bound with " << digits.size() << " integer digits is too large";
+  return std::stoull(digits);
+}
+
+// Magnitudes |x| = I.D (I without leading zeros) with |x| > m (greater) or < m, or equal too with or_equal.
+ExprPtr magnitude_cmp(const Decimal& m, bool greater, bool or_equal) {
+  const uint64_t i = parse_u64(m.int_digits);
+  ExprPtr any_frac = opt_expr(seq_expr({byte_expr('.'), plus_expr(digit_range('0', '9'))}));
+  std::vector<ExprPtr> alts;
+  if (greater) {
+    alts.push_back(seq_expr({nonneg_int_range_expr(i + 1, std::nullopt), any_frac}));
+  } else if (i > 0) {
+    alts.push_back(seq_expr({nonneg_int_range_expr(0, i - 1), any_frac}));
+  }
+  alts.push_back(seq_expr({literal_expr(m.int_digits), fraction_cmp(m.frac_digits, greater, or_equal)}));
+  return alt_expr(std::move(alts));
+}
+
+// Number spellings without exponent whose value is >= c (lower) or <= c, strictly with `exclusive`.
+ExprPtr decimal_bound_expr(double c, bool lower, bool exclusive) {
+  const Decimal d = to_decimal(c);
+  const bool or_equal = !exclusive;
+  ExprPtr any_mag =
+      seq_expr({alt_expr({byte_expr('0'), seq_expr({digit_range('1', '9'), star_expr(digit_range('0', '9'))})}),
+                opt_expr(seq_expr({byte_expr('.'), plus_expr(digit_range('0', '9'))}))});
+  ExprPtr minus = byte_expr('-');
+  if (lower) {
+    // x >= c. c >= 0: non-negative spellings with |x| >= c. c < 0: every non-negative spelling, and negative
+    // ones with |x| <= |c|.
+    if (!d.negative) return magnitude_cmp(d, true, or_equal);
+    return alt_expr({any_mag, seq_expr({minus, magnitude_cmp(d, false, or_equal)})});
+  }
+  // x <= c. c >= 0: every negative spelling and non-negative ones with |x| <= c. c < 0: negative with |x| >= |c|.
+  if (!d.negative) return alt_expr({seq_expr({minus, any_mag}), magnitude_cmp(d, false, or_equal)});
+  return seq_expr({minus, magnitude_cmp(d, true, or_equal)});
+}
+
 }  // namespace
 
 ExprPtr nonneg_int_range_expr(uint64_t lo, std::optional<uint64_t> hi) {
@@ -95,8 +202,17 @@ ExprPtr nonneg_int_range_expr(uint64_t lo, std::optional<uint64_t> hi) {
     if (l > h) continue;
     alts.push_back(same_length_range(std::to_string(l), std::to_string(h)));
   }
-  if (!hi) alts.push_back(seq_expr({digit_range('1', '9'), repeat_expr(digit_range('0', '9'), static_cast<int>(a.size()), Expr::kUnbounded)}));
+  if (!hi)
+    alts.push_back(seq_expr(
+        {digit_range('1', '9'), repeat_expr(digit_range('0', '9'), static_cast<int>(a.size()), Expr::kUnbounded)}));
   return alt_expr(std::move(alts));
+}
+
+ExprPtr decimal_places_expr(int k) {
+  ExprPtr digit = digit_range('0', '9');
+  ExprPtr int_part = alt_expr({byte_expr('0'), seq_expr({digit_range('1', '9'), star_expr(digit)})});
+  ExprPtr frac = and_expr({plus_expr(digit), seq_expr({repeat_expr(digit, 0, k), star_expr(byte_expr('0'))})});
+  return seq_expr({opt_expr(byte_expr('-')), int_part, opt_expr(seq_expr({byte_expr('.'), frac}))});
 }
 
 ExprPtr number_expr(const NumberBounds& b, bool integer) {
@@ -118,6 +234,15 @@ ExprPtr number_expr(const NumberBounds& b, bool integer) {
                                      plus_expr(digit_range('0', '9'))}));
     return seq_expr({opt_expr(byte_expr('-')), int_part, frac_expr(kFracAny), exp});
   }
+  const bool integral = (!b.min || std::floor(*b.min) == *b.min) && (!b.max || std::floor(*b.max) == *b.max);
+  if (!integral) {
+    DI_CHECK_INTERNAL(!integer) << "integer bounds are rounded to integers before number_expr";
+    // Each bound is a language of spellings; the number is in their intersection (no exponent form).
+    std::vector<ExprPtr> parts;
+    if (b.min) parts.push_back(decimal_bound_expr(*b.min, true, b.min_exclusive));
+    if (b.max) parts.push_back(decimal_bound_expr(*b.max, false, b.max_exclusive));
+    return and_expr(std::move(parts));
+  }
   std::optional<int64_t> lo, hi;
   if (b.min) lo = integral_bound(*b.min);
   if (b.max) hi = integral_bound(*b.max);
@@ -128,14 +253,18 @@ ExprPtr number_expr(const NumberBounds& b, bool integer) {
     int k = all;
     if (lo && *lo >= 0) {
       uint64_t l = static_cast<uint64_t>(*lo);
-      if (i < l) k = kFracNone;
-      else if (i == l && b.min_exclusive) k &= kFracNonzero;
+      if (i < l)
+        k = kFracNone;
+      else if (i == l && b.min_exclusive)
+        k &= kFracNonzero;
     }
     if (hi) {
       if (*hi < 0) return static_cast<int>(kFracNone);
       uint64_t h = static_cast<uint64_t>(*hi);
-      if (i > h) k = kFracNone;
-      else if (i == h) k &= b.max_exclusive ? kFracNone : kFracZero;
+      if (i > h)
+        k = kFracNone;
+      else if (i == h)
+        k &= b.max_exclusive ? kFracNone : kFracZero;
     }
     return k & all;
   };
@@ -146,8 +275,10 @@ ExprPtr number_expr(const NumberBounds& b, bool integer) {
     if (lo) {
       if (*lo >= 0) return static_cast<int>(kFracNone);
       uint64_t m = static_cast<uint64_t>(-*lo);
-      if (i > m) k = kFracNone;
-      else if (i == m) k &= b.min_exclusive ? kFracNone : kFracZero;
+      if (i > m)
+        k = kFracNone;
+      else if (i == m)
+        k &= b.min_exclusive ? kFracNone : kFracZero;
     }
     if (hi && *hi <= 0) {
       uint64_t m = static_cast<uint64_t>(-*hi);
@@ -180,7 +311,8 @@ std::string format_regex(std::string_view format) {
   static const std::string kDate =
       R"((?:\d{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\d|30)|)"
       R"(02-(?:0[1-9]|1\d|2[0-8]))|(?:\d\d(?:0[48]|[2468][048]|[13579][26])|(?:[02468][048]|[13579][26])00)-02-29))";
-  static const std::string kTime = R"((?:[01]\d|2[0-3]):[0-5]\d:(?:[0-5]\d|60)(?:\.\d+)?(?:[Zz]|[+-](?:[01]\d|2[0-3]):[0-5]\d))";
+  static const std::string kTime =
+      R"((?:[01]\d|2[0-3]):[0-5]\d:(?:[0-5]\d|60)(?:\.\d+)?(?:[Zz]|[+-](?:[01]\d|2[0-3]):[0-5]\d))";
   static const std::string kOctet = R"((?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d))";
   static const std::string kIpv4 = kOctet + R"((?:\.)" + kOctet + "){3}";
   static const std::string kH16 = "[0-9a-fA-F]{1,4}";
@@ -206,19 +338,17 @@ std::string format_regex(std::string_view format) {
   // A practical email subset: local part of atext/dots, '@', a hostname.
   if (format == "email") return R"([A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*@)" + kHostname;
   // URI: scheme ':' then characters allowed in URIs (RFC 3986 unreserved, reserved and percent escapes).
-  if (format == "uri")
-    return R"([A-Za-z][A-Za-z0-9+.\-]*:(?:[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=]|%[0-9A-Fa-f]{2})*)";
-  if (format == "uri-reference")
-    return R"((?:[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=]|%[0-9A-Fa-f]{2})*)";
+  if (format == "uri") return R"([A-Za-z][A-Za-z0-9+.\-]*:(?:[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=]|%[0-9A-Fa-f]{2})*)";
+  if (format == "uri-reference") return R"((?:[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=]|%[0-9A-Fa-f]{2})*)";
   return {};
 }
 
 bool is_annotation_keyword(std::string_view key) {
   static const std::set<std::string, std::less<>> kKeys = {
-      "title",      "description", "default",     "examples",         "$comment",        "$schema",
-      "$id",        "id",          "deprecated",  "readOnly",         "writeOnly",       "$defs",
-      "definitions", "$anchor",    "contentMediaType", "contentEncoding", "contentSchema", "$vocabulary",
-      "example"};
+      "title",           "description",   "default",     "examples",   "$comment",
+      "$schema",         "$id",           "id",          "deprecated", "readOnly",
+      "writeOnly",       "$defs",         "definitions", "$anchor",    "contentMediaType",
+      "contentEncoding", "contentSchema", "$vocabulary", "example"};
   return kKeys.count(key) > 0;
 }
 
@@ -281,18 +411,24 @@ nlohmann::ordered_json merge_schemas(const nlohmann::ordered_json& a, const nloh
       json result = json::array();
       for (const auto& x : type_list(cur))
         for (const auto& y : type_list(v)) {
-          if (x == y) result.push_back(x);
-          else if ((x == "integer" && y == "number") || (x == "number" && y == "integer")) result.push_back("integer");
+          if (x == y)
+            result.push_back(x);
+          else if ((x == "integer" && y == "number") || (x == "number" && y == "integer"))
+            result.push_back("integer");
         }
       cur = result;
     } else if (k == "minimum" || k == "minLength" || k == "minItems" || k == "minProperties" ||
                k == "exclusiveMinimum") {
-      if (cur.is_number() && v.is_number()) cur = cur.get<double>() >= v.get<double>() ? cur : v;
-      else DI_FAIL(ErrorCode::kUnsupported) << "allOf merge of '" << k << "'";
+      if (cur.is_number() && v.is_number())
+        cur = cur.get<double>() >= v.get<double>() ? cur : v;
+      else
+        DI_FAIL(ErrorCode::kUnsupported) << "allOf merge of '" << k << "'";
     } else if (k == "maximum" || k == "maxLength" || k == "maxItems" || k == "maxProperties" ||
                k == "exclusiveMaximum") {
-      if (cur.is_number() && v.is_number()) cur = cur.get<double>() <= v.get<double>() ? cur : v;
-      else DI_FAIL(ErrorCode::kUnsupported) << "allOf merge of '" << k << "'";
+      if (cur.is_number() && v.is_number())
+        cur = cur.get<double>() <= v.get<double>() ? cur : v;
+      else
+        DI_FAIL(ErrorCode::kUnsupported) << "allOf merge of '" << k << "'";
     } else if (k == "enum") {
       json result = json::array();
       for (const auto& x : cur)
@@ -305,13 +441,11 @@ nlohmann::ordered_json merge_schemas(const nlohmann::ordered_json& a, const nloh
     } else if (k == "const") {
       if (!json_equal_numbers(cur, v)) return false;
     } else if (k == "items" || k == "additionalProperties" || k == "additionalItems" || k == "propertyNames") {
-      if (cur.is_array() || v.is_array())
-        DI_FAIL(ErrorCode::kUnsupported) << "allOf merge of array-form '" << k << "'";
+      if (cur.is_array() || v.is_array()) DI_FAIL(ErrorCode::kUnsupported) << "allOf merge of array-form '" << k << "'";
       cur = merge_schemas(cur, v);
     } else if (k == "anyOf" || k == "oneOf") {
       // (a1 | a2) & (b1 | b2) = a1&b1 | a1&b2 | ...
-      DI_CHECK_CODE(cur.size() * v.size() <= 64, ErrorCode::kUnsupported)
-          << "allOf of two large " << k << " lists";
+      DI_CHECK_CODE(cur.size() * v.size() <= 64, ErrorCode::kUnsupported) << "allOf of two large " << k << " lists";
       json result = json::array();
       for (const auto& x : cur)
         for (const auto& y : v) result.push_back(json{{"allOf", json::array({x, y})}});

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <map>
 #include <optional>
@@ -432,6 +433,7 @@ class SchemaCompiler {
   }
 
   // ---- strings --------------------------------------------------------------------------------------------
+  static constexpr int kMaxLengthWithPattern = 256;
   int string_rule(const json& s, const std::string& path) {
     int min_len = s.contains("minLength") ? s["minLength"].get<int>() : 0;
     int max_len = s.contains("maxLength") ? s["maxLength"].get<int>() : Expr::kUnbounded;
@@ -442,31 +444,25 @@ class SchemaCompiler {
       format_re = format_regex(format);
       if (format_re.empty()) warn("format '" + format + "' at " + path + " is not enforced (unknown format)");
     }
-    if (!pattern.empty() && !format_re.empty()) {
-      unsupported("pattern together with format '" + format + "'", path);
-      format_re.clear();
-    }
     bool has_len = min_len > 0 || max_len != Expr::kUnbounded;
-    if (has_len && (!pattern.empty() || !format_re.empty())) {
-      unsupported("minLength/maxLength together with pattern/format", path);
+    DI_CHECK(max_len == Expr::kUnbounded || max_len >= min_len) << "JSON Schema: maxLength < minLength at " << path;
+    // A length bound next to a pattern/format is a product automaton: (pattern states) x (bound + 1). Keep it
+    // small; larger bounds stay unsupported (a length of thousands next to a pattern would take seconds).
+    if (has_len && (!pattern.empty() || !format_re.empty()) && std::max(min_len, max_len) > kMaxLengthWithPattern) {
+      unsupported(
+          "minLength/maxLength above " + std::to_string(kMaxLengthWithPattern) + " together with pattern/format", path);
       has_len = false;
     }
-    DI_CHECK(max_len == Expr::kUnbounded || max_len >= min_len) << "JSON Schema: maxLength < minLength at " << path;
     std::string key =
         "string:" + std::to_string(min_len) + ":" + std::to_string(max_len) + ":" + pattern + ":" + format_re;
-    if (!has_len) key = "string::" + pattern + ":" + format_re;
     return cached_rule(key, "string", [&] {
-      ExprPtr body;
-      if (!pattern.empty()) {
-        body = regex_to_expr(pattern, CharEncoding::kJsonString, RegexMatch::kSearch);
-      } else if (!format_re.empty()) {
-        body = regex_to_expr(format_re, CharEncoding::kJsonString, RegexMatch::kFull);
-      } else if (has_len) {
-        body = repeat_expr(json_char(), min_len, max_len);
-      } else {
-        body = star_expr(json_char());
-      }
-      return seq_expr({byte_expr('"'), body, byte_expr('"')});
+      // Each keyword is a language over the string's JSON-encoded bytes; several keywords = their intersection
+      // (CompiledGrammar builds the product automaton). Lengths count characters: one json_char() each.
+      std::vector<ExprPtr> parts;
+      if (!pattern.empty()) parts.push_back(regex_to_expr(pattern, CharEncoding::kJsonString, RegexMatch::kSearch));
+      if (!format_re.empty()) parts.push_back(regex_to_expr(format_re, CharEncoding::kJsonString, RegexMatch::kFull));
+      if (has_len || parts.empty()) parts.push_back(repeat_expr(json_char(), min_len, max_len));
+      return seq_expr({byte_expr('"'), and_expr(std::move(parts)), byte_expr('"')});
     });
   }
 
@@ -490,28 +486,42 @@ class SchemaCompiler {
         }
       }
     }
+    // multipleOf: 1 makes an integer; 1/n on an integer is no constraint; 10^-k on a number bounds the fraction
+    // digits (the others are not regular over decimal spellings in a form we build: unsupported).
+    int fraction_digits = -1;
     if (s.contains("multipleOf")) {
-      double m = s["multipleOf"].get<double>();
-      if (m == 1.0)
+      const double m = s["multipleOf"].get<double>();
+      DI_CHECK(m > 0) << "JSON Schema: multipleOf must be > 0 at " << path;
+      const double inv = std::round(1.0 / m);
+      int k = 0;
+      for (double p = 1; p < inv && k < 18; p *= 10) ++k;
+      if (m == 1.0) {
         integer = true;
-      else if (!(integer && std::floor(1.0 / m) == 1.0 / m))
+      } else if (integer && std::floor(1.0 / m) == 1.0 / m) {
+        // every integer qualifies
+      } else if (!integer && m < 1 && std::pow(10.0, k) == inv && std::fabs(1.0 / m - inv) < 1e-9 * inv) {
+        fraction_digits = k;
+      } else {
         unsupported("multipleOf " + s["multipleOf"].dump(), path);
-    }
-    std::string key = std::string(integer ? "integer:" : "number:") + (b.min ? std::to_string(*b.min) : "") + ":" +
-                      (b.max ? std::to_string(*b.max) : "") + ":" + std::to_string(b.min_exclusive) +
-                      std::to_string(b.max_exclusive);
-    if (b.any()) {
-      bool integral = (!b.min || std::floor(*b.min) == *b.min) && (!b.max || std::floor(*b.max) == *b.max);
-      if (!integral && integer) {
-        // Integer bounds can be rounded inward exactly.
-        if (b.min && std::floor(*b.min) != *b.min) b.min = std::ceil(*b.min), b.min_exclusive = false;
-        if (b.max && std::floor(*b.max) != *b.max) b.max = std::floor(*b.max), b.max_exclusive = false;
-      } else if (!integral) {
-        unsupported("non-integral minimum/maximum on a number", path);
-        b = {};
-        key = "number:any";
       }
     }
+    auto spell = [](double v) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.17g", v);
+      return std::string(buf);
+    };
+    if (integer && b.any()) {
+      // Non-integral bounds on an integer can be rounded inward exactly.
+      if (b.min && std::floor(*b.min) != *b.min) b.min = std::ceil(*b.min), b.min_exclusive = false;
+      if (b.max && std::floor(*b.max) != *b.max) b.max = std::floor(*b.max), b.max_exclusive = false;
+    }
+    std::string key = std::string(integer ? "integer:" : "number:") + (b.min ? spell(*b.min) : "") + ":" +
+                      (b.max ? spell(*b.max) : "") + ":" + std::to_string(b.min_exclusive) +
+                      std::to_string(b.max_exclusive) + ":" + std::to_string(fraction_digits);
+    if (fraction_digits >= 0)
+      return cached_rule(key, "number", [&] {
+        return and_expr({number_expr(b, false), decimal_places_expr(fraction_digits)});
+      });
     return cached_rule(key, integer ? "integer" : "number", [&] { return number_expr(b, integer); });
   }
 

@@ -29,7 +29,7 @@ namespace deepinfer::structured {
 
 struct JsonSchemaOptions {
   bool lenient = false;
-  int max_whitespace = 16;    // bytes of [ \t\n\r] allowed in each gap between tokens; -1 = unbounded
+  int max_whitespace = 16;      // bytes of [ \t\n\r] allowed in each gap between tokens; -1 = unbounded
   bool enforce_formats = true;  // false: `format` is an annotation (2020-12 default for validators)
   // oneOf whose branches are not provably disjoint: match it as anyOf with a warning (true), or treat it as
   // unsupported (false: exact, fewer schemas compile).

@@ -17,9 +17,14 @@ struct NumberBounds {
   bool any() const { return min.has_value() || max.has_value(); }
 };
 
-// JSON number text in [min, max] (integer: only integral values, spelled `12` or `12.0`). Bounds must be
-// integral (throws Unsupported otherwise). With bounds, exponent notation is not generated.
+// JSON number text in [min, max] (integer: only integral values, spelled `12` or `12.0`; integer bounds must be
+// integral). A non-integral bound on a number is compared as the exact decimal of its shortest spelling. With
+// bounds, exponent notation is not generated.
 ExprPtr number_expr(const NumberBounds& bounds, bool integer);
+
+// Number spellings without exponent whose value has at most `k` decimal places (trailing zeros allowed): the
+// multiples of 10^-k.
+ExprPtr decimal_places_expr(int k);
 
 // Decimal spellings (no sign, no leading zeros) of the integers in [lo, hi]; hi = nullopt means unbounded.
 ExprPtr nonneg_int_range_expr(uint64_t lo, std::optional<uint64_t> hi);

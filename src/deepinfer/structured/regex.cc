@@ -11,7 +11,7 @@ namespace {
 const CodepointRanges kDigit = {{'0', '9'}};
 const CodepointRanges kWord = {{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}};
 // ECMAScript WhiteSpace + LineTerminator.
-const CodepointRanges kSpace = {{0x09, 0x0D}, {0x20, 0x20},     {0xA0, 0xA0},     {0x1680, 0x1680},
+const CodepointRanges kSpace = {{0x09, 0x0D},     {0x20, 0x20},     {0xA0, 0xA0},     {0x1680, 0x1680},
                                 {0x2000, 0x200A}, {0x2028, 0x2029}, {0x202F, 0x202F}, {0x205F, 0x205F},
                                 {0x3000, 0x3000}, {0xFEFF, 0xFEFF}};
 const CodepointRanges kDot = complement_ranges({{'\n', '\n'}, {'\r', '\r'}, {0x2028, 0x2029}});
@@ -160,7 +160,10 @@ class RegexParser {
     for (int i = 0; i < digits; ++i) {
       if (pos_ >= cps_.size()) fail_syntax("truncated hex escape");
       uint32_t c = cps_[pos_++];
-      int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+      int d = c >= '0' && c <= '9'   ? c - '0'
+              : c >= 'a' && c <= 'f' ? c - 'a' + 10
+              : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                     : -1;
       if (d < 0) fail_syntax("bad hex digit");
       v = v * 16 + d;
     }
@@ -172,17 +175,28 @@ class RegexParser {
     if (pos_ >= cps_.size()) fail_syntax("trailing backslash");
     uint32_t c = cps_[pos_++];
     switch (c) {
-      case 'd': return kDigit;
-      case 'D': return complement_ranges(kDigit);
-      case 'w': return kWord;
-      case 'W': return complement_ranges(kWord);
-      case 's': return kSpace;
-      case 'S': return complement_ranges(kSpace);
-      case 'n': return {{'\n', '\n'}};
-      case 'r': return {{'\r', '\r'}};
-      case 't': return {{'\t', '\t'}};
-      case 'f': return {{'\f', '\f'}};
-      case 'v': return {{'\v', '\v'}};
+      case 'd':
+        return kDigit;
+      case 'D':
+        return complement_ranges(kDigit);
+      case 'w':
+        return kWord;
+      case 'W':
+        return complement_ranges(kWord);
+      case 's':
+        return kSpace;
+      case 'S':
+        return complement_ranges(kSpace);
+      case 'n':
+        return {{'\n', '\n'}};
+      case 'r':
+        return {{'\r', '\r'}};
+      case 't':
+        return {{'\t', '\t'}};
+      case 'f':
+        return {{'\f', '\f'}};
+      case 'v':
+        return {{'\v', '\v'}};
       case '0':
         if (pos_ < cps_.size() && cps_[pos_] >= '0' && cps_[pos_] <= '9') fail_unsupported("octal escape");
         return {{0, 0}};

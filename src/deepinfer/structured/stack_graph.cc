@@ -42,9 +42,7 @@ uint32_t StackGraph::intern(std::vector<uint32_t> leaves, uint8_t flags) {
   return it->second;
 }
 
-uint32_t StackGraph::start_config() {
-  return closure(make_node(g_->rule_start(g_->root_rule()), kRoot));
-}
+uint32_t StackGraph::start_config() { return closure(make_node(g_->rule_start(g_->root_rule()), kRoot)); }
 
 uint32_t StackGraph::detached_config(int32_t state) {
   DI_CHECK_INTERNAL(g_->state(state).has_bytes) << "detached_config of a state that reads no byte";
@@ -137,6 +135,36 @@ uint32_t StackGraph::step_slow(uint32_t config, uint8_t byte) {
   }
   c.next[byte] = result;
   return result;
+}
+
+const uint64_t* StackGraph::self_loops_slow(uint32_t config) {
+  uint64_t bits[2] = {0, 0};
+  if (configs_[config].leaves.size() == 1) {
+    const uint32_t leaf = configs_[config].leaves[0];
+    // step(config, b) = closure((next(s, b), parent)); when next(s, b) == s that is closure(leaf), which is this
+    // config exactly when the config is the leaf's own closure.
+    if (closure(leaf) == config) {
+      const int32_t s = nodes_[leaf].state;
+      bool high = true;  // bucket 127: byte 127 and every non-ASCII byte
+      for (int b = 0; b < 256; ++b) {
+        const bool loops = g_->next(s, static_cast<uint8_t>(b)) == s;
+        if (b < 127) {
+          if (loops) bits[b >> 6] |= uint64_t{1} << (b & 63);
+        } else {
+          high &= loops;
+        }
+      }
+      if (high) bits[1] |= uint64_t{1} << 63;
+    }
+  }
+  if (loops_known_.size() < configs_.size()) {
+    loops_known_.resize(configs_.size(), 0);
+    loops_.resize(configs_.size() * 2, 0);
+  }
+  loops_[static_cast<size_t>(config) * 2] = bits[0];
+  loops_[static_cast<size_t>(config) * 2 + 1] = bits[1];
+  loops_known_[config] = 1;
+  return &loops_[static_cast<size_t>(config) * 2];
 }
 
 uint32_t StackGraph::without_bottom(uint32_t config) {

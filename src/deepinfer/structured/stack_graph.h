@@ -47,6 +47,12 @@ class StackGraph {
     return step_slow(config, byte);
   }
   uint32_t without_bottom(uint32_t config);
+  // Bytes b (as TokenTrie::byte_bucket bits, 2 words) with step(config, b) == config for sure. Exact for a config
+  // of one leaf that is its own closure (the usual "inside a string" state); empty otherwise (conservative).
+  const uint64_t* self_loops(uint32_t config) {
+    if (config < loops_known_.size() && loops_known_[config]) return &loops_[static_cast<size_t>(config) * 2];
+    return self_loops_slow(config);
+  }
 
   bool dead(uint32_t config) const { return config == kDead; }
   bool can_end(uint32_t config) const { return configs_[config].flags & kCanEnd; }
@@ -79,6 +85,7 @@ class StackGraph {
   uint32_t make_node(int32_t state, uint32_t parent);
   uint32_t intern(std::vector<uint32_t> leaves, uint8_t flags);
   uint32_t step_slow(uint32_t config, uint8_t byte);
+  const uint64_t* self_loops_slow(uint32_t config);
 
   const CompiledGrammar* g_;
   std::vector<Node> nodes_;
@@ -87,6 +94,8 @@ class StackGraph {
   std::vector<Config> configs_;
   std::unordered_map<std::string, uint32_t> config_ids_;
   std::vector<uint32_t> scratch_;
+  std::vector<uint64_t> loops_;       // 2 words per config
+  std::vector<uint8_t> loops_known_;  // per config
 };
 
 }  // namespace deepinfer::structured

@@ -29,25 +29,68 @@ void walk_trie(const TokenTrie& trie, StackGraph& graph, uint32_t config, uint32
         continue;
       }
     }
+    const uint32_t end_of_subtree = trie.subtree_end(i);
+    if (end_of_subtree > i + 1 && !graph.hit_bottom(c)) {
+      // Every byte below loops on c: all tokens of the subtree are allowed and none returns. Take them at once.
+      const uint64_t* below = trie.below_bytes(i);
+      const uint64_t* loops = graph.self_loops(c);
+      if ((below[0] & ~loops[0]) == 0 && (below[1] & ~loops[1]) == 0) {
+        for (const int32_t* t = trie.tokens_begin(i + 1); t != trie.tokens_begin(end_of_subtree); ++t)
+          set_token_bit(mask, *t);
+        i = end_of_subtree;
+        continue;
+      }
+    }
     scratch[d] = c;
     ++i;
   }
 }
 
+std::shared_ptr<const MaskEntry> SharedMaskStore::find(const std::string& signature) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(signature);
+  return it == entries_.end() ? nullptr : it->second;
+}
+
+std::shared_ptr<const MaskEntry> SharedMaskStore::insert(std::string signature,
+                                                         std::shared_ptr<const MaskEntry> entry) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(signature);
+  if (it != entries_.end()) return it->second;
+  const size_t bytes = entry->memory_bytes() + signature.size();
+  if (bytes_ + bytes > max_bytes_) return entry;
+  bytes_ += bytes;
+  entries_.emplace(std::move(signature), entry);
+  return entry;
+}
+
+size_t SharedMaskStore::num_entries() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return entries_.size();
+}
+
+size_t SharedMaskStore::memory_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return bytes_;
+}
+
 TokenMaskCache::TokenMaskCache(std::shared_ptr<const CompiledGrammar> grammar,
-                               std::shared_ptr<const TokenizerInfo> tokenizer)
-    : grammar_(std::move(grammar)), tokenizer_(std::move(tokenizer)), graph_(grammar_.get()) {
+                               std::shared_ptr<const TokenizerInfo> tokenizer, std::shared_ptr<SharedMaskStore> store)
+    : grammar_(std::move(grammar)),
+      tokenizer_(std::move(tokenizer)),
+      store_(store ? std::move(store) : std::make_shared<SharedMaskStore>(tokenizer_.get())),
+      graph_(grammar_.get()) {
+  DI_CHECK_INTERNAL(store_->tokenizer() == tokenizer_.get()) << "a SharedMaskStore serves one tokenizer";
   entries_.resize(grammar_->num_states());
 }
 
-const TokenMaskCache::Entry& TokenMaskCache::entry(int32_t state) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (entries_[state]) return *entries_[state];
+std::shared_ptr<const TokenMaskCache::Entry> TokenMaskCache::compute(int32_t state) {
   const size_t words = mask_words(vocab().size());
   scratch_mask_.assign(words, 0);
-  auto e = std::make_unique<Entry>();
+  auto e = std::make_shared<Entry>();
   walk_trie(trie(), graph_, graph_.detached_config(state), 1, trie().num_nodes(), 0, scratch_mask_, &e->returns,
             scratch_);
+  ++walks_;
   size_t count = 0;
   for (uint64_t w : scratch_mask_) count += std::popcount(w);
   // Small sets are applied bit by bit; a dense OR costs words/4 cycles-ish regardless of the count.
@@ -57,6 +100,19 @@ const TokenMaskCache::Entry& TokenMaskCache::entry(int32_t state) {
         e->sparse.push_back(static_cast<int32_t>(w * 64 + std::countr_zero(bits)));
   } else {
     e->dense = scratch_mask_;
+  }
+  return e;
+}
+
+const TokenMaskCache::Entry& TokenMaskCache::entry(int32_t state) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (entries_[state]) return *entries_[state];
+  std::string signature = grammar_->detached_signature(state, kMaxSignatureStates);
+  std::shared_ptr<const Entry> e;
+  if (!signature.empty()) e = store_->find(signature);
+  if (!e) {
+    e = compute(state);
+    if (!signature.empty()) e = store_->insert(std::move(signature), std::move(e));
   }
   entries_[state] = std::move(e);
   return *entries_[state];
@@ -72,11 +128,16 @@ size_t TokenMaskCache::num_entries() const {
   return std::count_if(entries_.begin(), entries_.end(), [](const auto& e) { return e != nullptr; });
 }
 
+size_t TokenMaskCache::num_walks() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return walks_;
+}
+
 size_t TokenMaskCache::memory_bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
   size_t n = 0;
   for (const auto& e : entries_)
-    if (e) n += sizeof(Entry) + e->dense.size() * 8 + e->sparse.size() * 4 + e->returns.size() * 4;
+    if (e) n += e->memory_bytes();
   return n;
 }
 

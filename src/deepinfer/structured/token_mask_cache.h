@@ -8,13 +8,19 @@
 //     return point are kept as `returns`; at mask time the matcher walks just those subtrees from the real
 //     parent frame. For JSON this is "a string ends inside the token" - a few hundred subtrees that die after a
 //     byte or two.
-// Entries are built lazily (the first mask that needs a state pays a full trie walk), then reused.
+// Entries are built lazily (the first mask that needs a state pays a full trie walk), then reused. An entry
+// depends only on the automaton reachable from its state (CompiledGrammar::detached_signature), so entries are
+// keyed by that signature in a SharedMaskStore: states with the same sub-automaton - the JSON string, number and
+// whitespace rules of every schema, the N copies of an inline string rule - pay for one walk, within a grammar
+// and, when a store is shared by the grammars of one tokenizer (GrammarCompiler does), across grammars.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <span>
+#include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "deepinfer/structured/compiled_grammar.h"
@@ -40,15 +46,44 @@ void walk_trie(const TokenTrie& trie, StackGraph& graph, uint32_t config, uint32
                uint32_t base_depth, std::span<uint64_t> mask, std::vector<uint32_t>* returns,
                std::vector<uint32_t>& scratch);
 
+struct MaskEntry {
+  std::vector<uint64_t> dense;    // accepted tokens as a bitmask, or empty when `sparse` is used
+  std::vector<int32_t> sparse;    // accepted tokens as ids (small sets)
+  std::vector<uint32_t> returns;  // trie nodes (with children) where the state's rule returns
+  size_t memory_bytes() const { return sizeof(MaskEntry) + dense.size() * 8 + sparse.size() * 4 + returns.size() * 4; }
+};
+
+// Mask entries by detached signature, for one tokenizer (entries hold its trie node ids). Thread-safe. Stops
+// adding once `max_bytes` is reached (entries already handed out stay valid: shared ownership).
+class SharedMaskStore {
+ public:
+  explicit SharedMaskStore(const TokenizerInfo* tokenizer, size_t max_bytes = size_t{256} << 20)
+      : tokenizer_(tokenizer), max_bytes_(max_bytes) {}
+  const TokenizerInfo* tokenizer() const { return tokenizer_; }
+  std::shared_ptr<const MaskEntry> find(const std::string& signature) const;
+  // Returns the stored entry for `signature` (an earlier one if another thread got there first).
+  std::shared_ptr<const MaskEntry> insert(std::string signature, std::shared_ptr<const MaskEntry> entry);
+  size_t num_entries() const;
+  size_t memory_bytes() const;
+
+ private:
+  const TokenizerInfo* tokenizer_;
+  size_t max_bytes_;
+  mutable std::mutex mu_;
+  std::unordered_map<std::string, std::shared_ptr<const MaskEntry>> entries_;
+  size_t bytes_ = 0;
+};
+
 class TokenMaskCache {
  public:
-  struct Entry {
-    std::vector<uint64_t> dense;     // accepted tokens as a bitmask, or empty when `sparse` is used
-    std::vector<int32_t> sparse;     // accepted tokens as ids (small sets)
-    std::vector<uint32_t> returns;   // trie nodes (with children) where the state's rule returns
-  };
+  using Entry = MaskEntry;
+  // Signatures larger than this many states are not computed (the state gets a private entry).
+  static constexpr size_t kMaxSignatureStates = 512;
 
-  TokenMaskCache(std::shared_ptr<const CompiledGrammar> grammar, std::shared_ptr<const TokenizerInfo> tokenizer);
+  // `store` (optional) shares entries with other grammars of the same tokenizer; without one the cache keeps a
+  // private store, which still shares entries between the states of this grammar.
+  TokenMaskCache(std::shared_ptr<const CompiledGrammar> grammar, std::shared_ptr<const TokenizerInfo> tokenizer,
+                 std::shared_ptr<SharedMaskStore> store = nullptr);
 
   const CompiledGrammar& grammar() const { return *grammar_; }
   std::shared_ptr<const CompiledGrammar> grammar_ptr() const { return grammar_; }
@@ -59,14 +94,21 @@ class TokenMaskCache {
   // Builds the entries of every state reachable in the grammar (eager compile; optional).
   void precompute_all();
   size_t num_entries() const;
-  size_t memory_bytes() const;
+  size_t memory_bytes() const;  // of the entries this grammar uses (shared ones counted in full)
+  // Trie walks this cache did (entries not found in the store).
+  size_t num_walks() const;
+  const SharedMaskStore& store() const { return *store_; }
 
  private:
+  std::shared_ptr<const Entry> compute(int32_t state);
+
   std::shared_ptr<const CompiledGrammar> grammar_;
   std::shared_ptr<const TokenizerInfo> tokenizer_;
+  std::shared_ptr<SharedMaskStore> store_;
   mutable std::mutex mu_;
   StackGraph graph_;
-  std::vector<std::unique_ptr<Entry>> entries_;
+  std::vector<std::shared_ptr<const Entry>> entries_;
+  size_t walks_ = 0;
   std::vector<uint64_t> scratch_mask_;
   std::vector<uint32_t> scratch_;
 };

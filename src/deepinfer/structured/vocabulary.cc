@@ -17,7 +17,8 @@ Vocabulary::Vocabulary(std::vector<std::string> token_bytes, std::vector<int32_t
   size_ = std::max(size, bytes_.size());
   DI_CHECK(special_.empty() || special_.size() == bytes_.size())
       << "special flags: " << special_.size() << " entries for " << bytes_.size() << " tokens";
-  for (int32_t id : eos_ids_) DI_CHECK(id >= 0 && static_cast<size_t>(id) < size_) << "eos id " << id << " out of range";
+  for (int32_t id : eos_ids_)
+    DI_CHECK(id >= 0 && static_cast<size_t>(id) < size_) << "eos id " << id << " out of range";
 }
 
 TokenTrie::TokenTrie(const Vocabulary& vocab) {
@@ -66,6 +67,22 @@ TokenTrie::TokenTrie(const Vocabulary& vocab) {
   // Tokens were appended in node order, so offsets are a prefix sum.
   token_offset_.assign(byte_.size() + 1, 0);
   for (size_t i = 0; i < byte_.size(); ++i) token_offset_[i + 1] = token_offset_[i] + node_tokens_count[i];
+  // Descendant byte sets, children before parents (reverse pre-order); a node's parent is the nearest earlier
+  // node one level up.
+  below_.assign(byte_.size() * 2, 0);
+  std::vector<uint32_t> last_at_depth(max_depth_ + 1, 0);
+  std::vector<uint32_t> parent(byte_.size(), 0);
+  for (uint32_t i = 1; i < byte_.size(); ++i) {
+    parent[i] = last_at_depth[depth_[i] - 1];
+    last_at_depth[depth_[i]] = i;
+  }
+  for (uint32_t i = static_cast<uint32_t>(byte_.size()); i-- > 1;) {
+    const uint32_t p = parent[i];
+    const int bucket = byte_bucket(byte_[i]);
+    below_[p * 2 + (bucket >> 6)] |= uint64_t{1} << (bucket & 63);
+    below_[p * 2] |= below_[i * 2];
+    below_[p * 2 + 1] |= below_[i * 2 + 1];
+  }
 }
 
 namespace {

@@ -53,6 +53,11 @@ class TokenTrie {
   // Token ids whose bytes end exactly at this node.
   const int32_t* tokens_begin(uint32_t node) const { return tokens_.data() + token_offset_[node]; }
   const int32_t* tokens_end(uint32_t node) const { return tokens_.data() + token_offset_[node + 1]; }
+  // Bytes on the edges below this node (its strict descendants) as a 128-bit set, bit byte_bucket(b): lets a walk
+  // take a whole subtree at once when every byte in it loops on the current parser state (JSON string content).
+  const uint64_t* below_bytes(uint32_t node) const { return &below_[static_cast<size_t>(node) * 2]; }
+  // Bytes 0..126 are their own bucket; 127 and all non-ASCII bytes share bucket 127.
+  static int byte_bucket(uint8_t b) { return b < 127 ? b : 127; }
 
  private:
   std::vector<uint8_t> byte_;  // node 0 is the root (empty prefix)
@@ -60,6 +65,7 @@ class TokenTrie {
   std::vector<uint32_t> subtree_end_;
   std::vector<uint32_t> token_offset_;  // num_nodes + 1
   std::vector<int32_t> tokens_;
+  std::vector<uint64_t> below_;  // 2 words per node
   uint32_t max_depth_ = 0;
 };
 
