@@ -7,8 +7,9 @@
 
 The model comes from --model_name (a local Hugging Face directory), else DEEPINFER_HF_MODEL_DIR, else the
 build's embedded default; the log says which. DEEPINFER_ACCELERATOR=nvidia runs on CUDA device 0, cpu on the CPU
-backend (default: CUDA when this build has it and sees a GPU). The reference defaults to EP8/DP8; this engine
-runs one device so far, so --ep/--dp/--cp default to 1 and anything else stops with a clear error.
+backend (default: CUDA when this build has it and sees a GPU). The reference defaults to EP8/DP8; here --ep/--dp
+default to 1 and larger values run in-process ranks on the CPU backend (docs/PARALLEL.md); --cp other than 1 stops
+with a clear error until context parallelism exists.
 
 Per sample it prints the token count, finish reason, acceptance rate (n/a until speculative decoding exists) and
 decode_ppl, and exits non-zero when any value is non-finite.
@@ -34,8 +35,8 @@ def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model_name", default=None, help="local HF model directory (default: DEEPINFER_HF_MODEL_DIR, "
                    "then the embedded default)")
-    p.add_argument("--ep", type=int, default=1, help="expert-parallel size (1 until multi-GPU exists)")
-    p.add_argument("--dp", type=int, default=1, help="data-parallel size (1 until multi-GPU exists)")
+    p.add_argument("--ep", type=int, default=1, help="expert-parallel size (> 1: in-process ranks on the CPU backend)")
+    p.add_argument("--dp", type=int, default=1, help="attention data-parallel size (> 1: in-process ranks on the CPU backend)")
     p.add_argument("--cp", type=int, default=1, help="context-parallel size (1 until multi-GPU exists)")
     p.add_argument("--check_structured_output", action="store_true",
                    help="also check regex / JSON Schema / EBNF constrained generation on the same LLM")

@@ -44,6 +44,12 @@ if [ ! -f /usr/include/pcre2.h ] || [ ! -f /usr/include/spdlog/spdlog.h ] || [ !
       >"$OUT/apt.log" 2>&1 || note "apt-get failed (see apt.log)"
   fi
 fi
+# NCCL (multi-GPU): the CUDA toolkit's, else the nvidia-nccl-cu13 pip package (headers + libnccl.so.2).
+if [ -z "${NCCL_ROOT:-}" ] && [ ! -f /usr/local/cuda/include/nccl.h ]; then
+  NCCL_ROOT=$(python3 -c "import nvidia.nccl as n; print(list(n.__path__)[0])" 2>/dev/null || true)
+fi
+[ -n "${NCCL_ROOT:-}" ] && export NCCL_ROOT && export LD_LIBRARY_PATH="$NCCL_ROOT/lib:${LD_LIBRARY_PATH:-}"
+note "nccl: ${NCCL_ROOT:-cuda toolkit} $(ls ${NCCL_ROOT:-/usr/local/cuda}/lib*/libnccl.so* 2>/dev/null | head -1)"
 start=$(date +%s)
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DDEEPINFER_ACCELERATOR=nvidia \
   -DCMAKE_CUDA_ARCHITECTURES=90a -DDEEPINFER_PYTHON=OFF >"$OUT/configure.log" 2>&1 || { note "configure FAILED"; tail -30 "$OUT/configure.log"; exit 1; }

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <tuple>
 
 #include "deepinfer/core/error.h"
 #include "deepinfer/io/safetensors.h"
@@ -79,6 +80,35 @@ TEST(LlmApi, GreedyOutputsInInputOrderEqualTransformers) {
     EXPECT_FALSE(o.has_logprobs);  // computed for decode_ppl, not handed out unasked
     EXPECT_TRUE(o.logprobs.empty());
     EXPECT_FALSE(outs[i].acceptance_rate.has_value());
+  }
+}
+
+// DP2 x EP2 (two in-process ranks, each with its own requests and half the experts) and EP2 with EPLB every 3
+// steps: still transformers' greedy continuations.
+TEST(LlmApi, ExpertAndDataParallelGreedyEqualsTransformers) {
+  auto golden = SafetensorsFile::open(golden_dir() + "/golden.safetensors");
+  for (auto [ep, dp, eplb] : {std::tuple{2, 2, 0}, std::tuple{2, 1, 3}}) {
+    LlmConfig c = small_config();
+    c.exact_prefill = true;
+    c.ep = ep;
+    c.dp = dp;
+    c.eplb_interval = eplb;
+    c.threads = 2;
+    Llm llm(c);
+    std::vector<PromptInput> prompts;
+    for (int p = 0; p < 3; ++p)
+      prompts.push_back(PromptInput::from_ids(ids_of(golden->tensor("prompt" + std::to_string(p) + ".input_ids"))));
+    SamplingParams sp;
+    sp.temperature = 0;
+    sp.max_tokens = 8;
+    sp.ignore_eos = true;
+    auto outs = llm.generate(prompts, {sp});
+    ASSERT_EQ(outs.size(), 3u);
+    for (int p = 0; p < 3; ++p) {
+      std::vector<TokenId> want = ids_of(golden->tensor("prompt" + std::to_string(p) + ".generated_ids"));
+      want.resize(8);
+      EXPECT_EQ(outs[p].outputs[0].token_ids, want) << "ep " << ep << " dp " << dp << " prompt " << p;
+    }
   }
 }
 
@@ -166,8 +196,14 @@ TEST(LlmApi, ErrorsNameThePromptAndLeaveTheEngineUsable) {
 
 TEST(LlmApi, ConfigErrors) {
   LlmConfig c = small_config();
-  c.ep = 2;
+  c.cp = 2;
   EXPECT_EQ(code_of([&] { Llm x(c); }), ErrorCode::kUnsupported);
+  c = small_config();
+  c.ep = 0;
+  EXPECT_EQ(code_of([&] { Llm x(c); }), ErrorCode::kInvalidArgument);
+  c = small_config();
+  c.ep = 64;  // more EP ranks than routed experts
+  EXPECT_EQ(code_of([&] { Llm x(c); }), ErrorCode::kInvalidArgument);
   c = small_config();
   c.device = "tpu";
   EXPECT_EQ(code_of([&] { Llm x(c); }), ErrorCode::kInvalidArgument);

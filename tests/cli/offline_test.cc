@@ -106,9 +106,10 @@ TEST(OfflineCli, ReferenceFlagsPrintPerSampleDiagnosticsAndProgress) {
 TEST(OfflineCli, UnsupportedLayoutsAndChecksAreClearErrors) {
   const std::string m = " --model_name " + testing::test_data_dir() + "/golden/deepseek_v4";
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"--ep 8 --dp 8", "--ep 8 needs multi-GPU support (issue 12)"},
-      {"--ep 2 --cp 8", "--ep 2 needs multi-GPU support (issue 12)"},
-      {"--dp 2", "--dp 2 needs multi-GPU support (issue 12)"},
+      {"--ep 2 --cp 8", "--cp 8 needs context parallelism"},
+      {"--ep 16", "--ep 16: the model has only 8 routed experts"},
+      {"--ep 0", "--ep must be >= 1"},
+      {"--eplb-interval 2", "--eplb-interval needs expert parallelism"},
       {"--cp 0", "--cp must be >= 1"},
       {"--check_structured_output", "--check_structured_output needs"},  // no tokenizer.json
       {"--gpu_memory_utilization 1.5", "gpu_memory_utilization must be in (0, 1]"},
@@ -118,6 +119,25 @@ TEST(OfflineCli, UnsupportedLayoutsAndChecksAreClearErrors) {
     auto r = run_cli("offline " + flags + m);
     EXPECT_NE(r.exit_code, 0) << flags;
     EXPECT_NE(r.output.find(message), std::string::npos) << flags << "\n" << r.output;
+  }
+}
+
+// Expert and attention data parallelism with in-process ranks: the same greedy ids as one rank (EP2, EP4 with
+// replicated attention, DP2 x EP2 with EPLB every 2 steps).
+TEST(OfflineCli, ExpertAndDataParallelGiveTheSingleRankOutput) {
+  const std::string base = "offline --model_name " + testing::test_data_dir() +
+                           "/golden/deepseek_v4 --max_model_len 128 --num-prompts 3 --max-tokens 5 --threads 2 "
+                           "--ignore-eos";
+  auto one = run_cli(base);
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const auto expect = testing::parse_offline_samples(one.output);
+  ASSERT_EQ(expect.size(), 3u);
+  for (const std::string flags : {" --ep 2", " --ep 4", " --ep 2 --dp 2 --eplb-interval 2"}) {
+    auto r = run_cli(base + flags);
+    ASSERT_EQ(r.exit_code, 0) << flags << "\n" << r.output;
+    EXPECT_EQ(testing::parse_offline_samples(r.output), expect) << flags;
+    EXPECT_NE(r.output.find("parallel layout: world"), std::string::npos) << r.output;
+    if (flags.find("eplb") != std::string::npos) EXPECT_NE(r.output.find("EPLB: "), std::string::npos) << r.output;
   }
 }
 

@@ -115,10 +115,12 @@ def test_errors_raise_python_exceptions(llm, golden_v41):
         llm.generate([[1], [2]], [SamplingParams(), SamplingParams(), SamplingParams()], use_tqdm=False)
     with pytest.raises(TypeError, match=r"prompts\[0\]"):
         llm.generate([3.5], use_tqdm=False)
-    with pytest.raises(NotImplementedError, match="multi-GPU"):
-        LLM(golden_v41, ep=2)
-    with pytest.raises(NotImplementedError, match="multi-GPU"):
+    with pytest.raises(NotImplementedError, match="context parallelism"):
+        LLM(golden_v41, cp=2)
+    with pytest.raises(NotImplementedError, match="context parallelism"):
         LLM(golden_v41, dp=8, cp=2)
+    with pytest.raises(ValueError, match="routed experts"):
+        LLM(golden_v41, ep=64, device="cpu")
     with pytest.raises(ValueError, match="gpu_memory_utilization"):
         LLM(golden_v41, gpu_memory_utilization=0)
     with pytest.raises(FileNotFoundError, match="does not exist"):
@@ -251,9 +253,9 @@ def test_example_script_end_to_end(example_script, golden_v41):
     for l in lines:
         assert "tokens=6" in l and "acceptance_rate=n/a" in l and "finite=yes" in l
         assert re.search(r"decode_ppl=[0-9]+\.[0-9]{4}", l)
-    r = subprocess.run([sys.executable, example_script, "--ep", "2"], capture_output=True, text=True, env=env,
+    r = subprocess.run([sys.executable, example_script, "--cp", "2"], capture_output=True, text=True, env=env,
                        timeout=120)
-    assert r.returncode == 2 and "multi-GPU" in r.stderr
+    assert r.returncode == 2 and "context parallelism" in r.stderr
 
 
 def test_example_checks_structured_output(example_script, byte_model_dir):

@@ -10,6 +10,7 @@
 #include "deepinfer/core/error.h"
 #include "deepinfer/core/logging.h"
 #include "deepinfer/engine/engine_factory.h"
+#include "deepinfer/parallel/communicator.h"
 #include "deepinfer/tokenizer/chat_encoding.h"
 #include "deepinfer/tokenizer/stream_decoder.h"
 #include "deepinfer/tokenizer/tokenizer.h"
@@ -94,9 +95,16 @@ void validate(const LlmConfig& c) {
   DI_CHECK(c.threads >= 0) << "threads must be >= 0 (0 = all cores), got " << c.threads;
   DI_CHECK(c.ep >= 1 && c.dp >= 1 && c.cp >= 1)
       << "ep, dp and cp must be >= 1, got ep=" << c.ep << " dp=" << c.dp << " cp=" << c.cp;
-  DI_CHECK_CODE(c.ep == 1 && c.dp == 1 && c.cp == 1, ErrorCode::kUnsupported)
-      << "ep=" << c.ep << " dp=" << c.dp << " cp=" << c.cp
-      << ": multi-GPU execution (expert/data/context parallel) is not implemented yet; use ep=1 dp=1 cp=1";
+  DI_CHECK_CODE(c.cp == 1, ErrorCode::kUnsupported)
+      << "cp=" << c.cp << ": context parallelism is not implemented yet; use cp=1";
+  // ep/dp > 1 run their ranks as threads of this process, which only the CPU backend computes in; on GPUs each
+  // rank is its own process (docs/PARALLEL.md).
+  DI_CHECK_CODE(c.device == "cpu" || (c.ep == 1 && c.dp == 1), ErrorCode::kUnsupported)
+      << "ep=" << c.ep << " dp=" << c.dp << " on device='" << c.device
+      << "': in-process expert/data parallelism runs on the CPU backend only; on GPUs launch one process per GPU";
+  ParallelLayout::make(c.ep, c.dp);  // InvalidArgument for a bad layout
+  DI_CHECK(c.eplb_interval >= 0 && c.eplb_slots >= 0)
+      << "eplb_interval and eplb_slots must be >= 0, got " << c.eplb_interval << " and " << c.eplb_slots;
   if (!c.chat_format.empty()) tokenizer::parse_chat_format(c.chat_format);
 }
 
@@ -142,6 +150,10 @@ Llm::Llm(LlmConfig config) : config_(std::move(config)) {
   o.seed = config_.seed;
   o.exact_prefill = config_.exact_prefill;
   o.spelling = OptionSpelling::kKeyword;
+  o.ep = config_.ep;
+  o.dp = config_.dp;
+  o.eplb_interval = config_.eplb_interval;
+  o.eplb_slots = config_.eplb_slots;
   stack_ = load_engine_stack(o);
   model_config_ = stack_->config;
   tok_ = stack_->tokenizer.get();

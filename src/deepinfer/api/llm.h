@@ -48,8 +48,11 @@ struct LlmConfig {
   int64_t kv_cache_bytes = int64_t{1} << 30;
   // V4.1: every layer on every prompt token (transformers parity) instead of decoder SWA bounded replay.
   bool exact_prefill = false;
-  // Expert / data / context parallel sizes: 1 until multi-GPU execution exists (anything else is refused).
+  // Expert / attention data / context parallel sizes (docs/PARALLEL.md). ep/dp > 1 run in-process ranks on the CPU
+  // backend; cp > 1 is refused until context parallelism exists.
   int ep = 1, dp = 1, cp = 1;
+  // EPLB (ep > 1): re-place experts every eplb_interval engine steps (0: off), eplb_slots slots per EP rank (0: auto).
+  int eplb_interval = 0, eplb_slots = 0;
   uint64_t seed = 0;        // random stream of requests without their own seed
   std::string chat_format;  // "" = from the model family (v3, v31, v4, v41)
 };
@@ -140,7 +143,7 @@ class GenerationStream {
 
 class Llm {
  public:
-  // Loads the model (Unsupported for ep/dp/cp != 1 or --device cuda without CUDA, NotFound for a missing
+  // Loads the model (Unsupported for cp != 1, ep/dp > 1 on cuda, or --device cuda without CUDA, NotFound for a missing
   // directory or file, InvalidArgument naming a bad field).
   explicit Llm(LlmConfig config);
   ~Llm();

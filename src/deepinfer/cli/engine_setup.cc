@@ -8,10 +8,30 @@
 #include <fmt/format.h>
 
 #include "deepinfer/cli/commands.h"
+#include "deepinfer/cli/process_world.h"
 #include "deepinfer/core/error.h"
 #include "deepinfer/core/logging.h"
+#include "deepinfer/io/safetensors.h"
+#include "deepinfer/model/deepseek_v4.h"
+#include "deepinfer/parallel/parallel_model_runner.h"
+#ifdef DEEPINFER_WITH_CUDA
+#include "deepinfer/ops/cuda/cuda_backend.h"
+#endif
 
 namespace deepinfer::cli {
+namespace {
+
+// One rank's backend in a process per GPU: CUDA device `gpu`.
+std::unique_ptr<Backend> make_rank_cuda_backend([[maybe_unused]] int gpu) {
+#ifdef DEEPINFER_WITH_CUDA
+  return make_cuda_backend(gpu);
+#else
+  DI_FAIL(ErrorCode::kUnsupported) << "--device cuda: this deepinfer was built without CUDA (configure with "
+                                      "-DDEEPINFER_ACCELERATOR=nvidia)";
+#endif
+}
+
+}  // namespace
 
 EngineSetup::EngineSetup(const EngineSetupArgs& a, StreamCallback on_delta) {
   DI_CHECK(a.kv_budget_mb >= 1) << "kv_budget_mb must be >= 1, got " << a.kv_budget_mb;
@@ -33,6 +53,51 @@ EngineSetup::EngineSetup(const EngineSetupArgs& a, StreamCallback on_delta) {
   o.exact_prefill = a.exact_prefill;
   o.async_scheduling = a.async_scheduling;
   o.scheduling_policy = parse_scheduling_policy(a.scheduling_policy);
+  o.ep = a.ep;
+  o.dp = a.dp;
+  o.eplb_interval = a.eplb_interval;
+  o.eplb_slots = a.eplb_slots;
+  const ParallelLayout playout = ParallelLayout::make(a.ep, a.dp);
+  if (playout.world > 1 && a.device == "cuda") {
+    // One process per GPU, joined before anything touches a device; the ranks run the V4 family
+    // (DistributedModelRunner).
+    DI_CHECK_CODE(load_model_config(m.dir + "/config.json").family != ModelFamily::kDeepseekV3, ErrorCode::kUnsupported)
+        << "--device cuda with --ep/--dp > 1: the DeepSeek-V3 family runs expert parallelism on the CPU backend only "
+           "so far";
+    process_world_ = ProcessWorld::start(playout);
+    DI_LOG_INFO("parallel layout: {} (one process per GPU, NCCL)", playout.str());
+    const int gpu = process_world_->env().local_rank;
+    auto make_rank_backend = [gpu](int) { return make_rank_cuda_backend(gpu); };
+    auto load = [dir = m.dir](std::optional<std::vector<int64_t>> token_map) {
+      return [dir, token_map](Backend& b) { return DeepseekV4Model::load(dir, b, token_map); };
+    };
+    if (!process_world_->is_driver()) {
+      // A worker: serve rank 0's jobs until it stops, then the command ends (no engine here). The options match
+      // the driver's (load_engine_stack: one state slot per max_num_seqs).
+      ParallelRunnerOptions po;
+      po.layout = playout;
+      po.num_slots = a.max_num_seqs;
+      po.runner.exact_prefill = a.exact_prefill;
+      po.model_dir = m.dir;
+      po.eplb_interval = a.eplb_interval;
+      po.eplb_slots = a.eplb_slots;
+      std::optional<std::vector<int64_t>> token_map;
+      if (!a.engram_token_map_file.empty()) {
+        auto f = SafetensorsFile::open(a.engram_token_map_file);
+        Tensor t = f->tensor("engram.token_map");
+        DI_CHECK(t.dtype() == DType::kI64) << a.engram_token_map_file << ": engram.token_map must be I64";
+        token_map = std::vector<int64_t>(t.data_as<int64_t>(), t.data_as<int64_t>() + t.numel());
+      }
+      run_parallel_worker<DeepseekV4Model>(process_world_->comm(), po, make_rank_backend, load(token_map));
+      worker_ = true;
+      return;
+    }
+    o.make_parallel_runner = [this, make_rank_backend, load](const ParallelRunnerOptions& po,
+                                                             std::optional<std::vector<int64_t>> token_map) {
+      return std::unique_ptr<ModelRunner>(std::make_unique<DistributedModelRunner<DeepseekV4Model>>(
+          process_world_->comm(), po, make_rank_backend, load(std::move(token_map))));
+    };
+  }
   stack_ = load_engine_stack(o);
   engine_ = stack_->make_engine(std::move(on_delta));
 }

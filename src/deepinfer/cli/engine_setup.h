@@ -17,6 +17,8 @@
 
 namespace deepinfer::cli {
 
+class ProcessWorld;
+
 struct EngineSetupArgs {
   std::string model;                  // empty: DEEPINFER_HF_MODEL_DIR, then the embedded default model
   std::string device = "cpu";         // cpu | cuda
@@ -34,6 +36,11 @@ struct EngineSetupArgs {
   bool exact_prefill = false;
   bool async_scheduling = true;            // plan step N+1 while step N runs (--no-async-scheduling turns it off)
   std::string scheduling_policy = "fcfs";  // fcfs | priority
+  // Expert / attention data parallel sizes (docs/PARALLEL.md). > 1 on the CPU backend: ranks are threads of this
+  // process; with --device cuda one process per GPU over NCCL (ProcessWorld). EPLB every eplb_interval steps (0: off)
+  // with eplb_slots slots per EP rank.
+  int ep = 1, dp = 1;
+  int eplb_interval = 0, eplb_slots = 0;
 };
 
 // Owns everything behind an Engine (engine/engine_factory.h's EngineStack). Construction logs where the model came
@@ -43,6 +50,9 @@ class EngineSetup {
   explicit EngineSetup(const EngineSetupArgs& args, StreamCallback on_delta = {});
   ~EngineSetup();
 
+  // A multi-process worker (rank > 0 of --device cuda --ep/--dp): it already served rank 0 until it stopped;
+  // there is no engine, and the command should just exit.
+  bool is_worker() const { return worker_; }
   Engine& engine() { return *engine_; }
   const ModelConfig& config() const { return *stack_->config; }
   // nullptr when the model directory has no tokenizer.json.
@@ -57,8 +67,12 @@ class EngineSetup {
   std::string decode(std::span<const TokenId> ids) const;
 
  private:
+  // --device cuda with ep/dp > 1: this process's rank. Declared first so it is destroyed last: the runner's stop
+  // reaches the workers before ~ProcessWorld waits for them.
+  std::unique_ptr<ProcessWorld> process_world_;
   std::unique_ptr<EngineStack> stack_;
   std::unique_ptr<Engine> engine_;
+  bool worker_ = false;
 };
 
 // "layer-tokens run, skipped by bounded replay (% saved)" from the engine's stats.

@@ -16,6 +16,7 @@
 #include "deepinfer/cli/structured_check.h"
 #include "deepinfer/core/error.h"
 #include "deepinfer/core/logging.h"
+#include "deepinfer/parallel/communicator.h"
 
 namespace deepinfer::cli {
 namespace {
@@ -32,6 +33,7 @@ struct OfflineArgs {
   int top_k = 0;
   std::optional<uint64_t> seed;
   int ep = 1, dp = 1, cp = 1;
+  int eplb_interval = 0, eplb_slots = 0;
   bool check_structured_output = false;
   bool ignore_eos = false;
 };
@@ -60,11 +62,14 @@ std::string throughput(const EngineStats& st, int64_t generated, double secs) {
 
 int run_offline(const OfflineArgs& a) {
   // Layout and parameter errors come before the model loads.
-  for (auto [flag, v] : {std::pair{"--ep", a.ep}, std::pair{"--dp", a.dp}, std::pair{"--cp", a.cp}}) {
+  for (auto [flag, v] : {std::pair{"--ep", a.ep}, std::pair{"--dp", a.dp}, std::pair{"--cp", a.cp}})
     DI_CHECK(v >= 1) << flag << " must be >= 1, got " << v;
-    DI_CHECK_CODE(v == 1, ErrorCode::kUnsupported)
-        << flag << " " << v << " needs multi-GPU support (issue 12); this build runs on one device (" << flag << " 1)";
-  }
+  DI_CHECK_CODE(a.cp == 1, ErrorCode::kUnsupported)
+      << "--cp " << a.cp << " needs context parallelism (issue 12), which this build does not have yet (--cp 1)";
+  DI_CHECK(a.eplb_interval >= 0) << "--eplb-interval must be >= 0, got " << a.eplb_interval;
+  DI_CHECK(a.eplb_slots >= 0) << "--eplb-slots must be >= 0, got " << a.eplb_slots;
+  DI_CHECK(a.eplb_interval == 0 || a.ep > 1) << "--eplb-interval needs expert parallelism (--ep > 1)";
+  ParallelLayout::make(a.ep, a.dp);  // divisibility errors before the model loads
   SamplingParams params;
   params.temperature = a.temperature;
   params.top_p = a.top_p;
@@ -80,9 +85,13 @@ int run_offline(const OfflineArgs& a) {
 
   EngineSetupArgs sa = a.setup;
   if (a.seed) sa.seed = *a.seed;
+  sa.ep = a.ep;
+  sa.dp = a.dp;
+  sa.eplb_interval = a.eplb_interval;
+  sa.eplb_slots = a.eplb_slots;
   EngineSetup setup(sa);
+  if (setup.is_worker()) return 0;  // rank > 0 of a multi-process run: served rank 0's steps
   const int64_t vocab = setup.config().vocab_size;
-  DI_LOG_INFO("parallel layout: ep {} dp {} cp {} (one device)", a.ep, a.dp, a.cp);
   if (a.check_structured_output) {
     const int failed = run_structured_output_checks(setup);
     DI_CHECK_CODE(failed == 0, ErrorCode::kInternal) << failed << " structured output checks failed";
@@ -171,6 +180,11 @@ void register_offline(CLI::App& app, CommandRegistry& reg) {
   sub->add_option("--ep", a->ep, "expert-parallel size")->capture_default_str();
   sub->add_option("--dp", a->dp, "attention data-parallel size")->capture_default_str();
   sub->add_option("--cp", a->cp, "context-parallel size")->capture_default_str();
+  sub->add_option("--eplb-interval", a->eplb_interval,
+                  "EP load balancing: re-place experts (with redundant replicas) every N engine steps (0 = off)")
+      ->capture_default_str();
+  sub->add_option("--eplb-slots", a->eplb_slots, "EPLB expert slots per EP rank (0 = ceil(experts / ep) + 1)")
+      ->capture_default_str();
   sub->add_option("--max_num_seqs,--max-num-seqs", s.max_num_seqs, "sequences batched together")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();

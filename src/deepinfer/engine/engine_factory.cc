@@ -12,6 +12,7 @@
 #include "deepinfer/io/safetensors.h"
 #include "deepinfer/model/deepseek_v3.h"
 #include "deepinfer/model/deepseek_v4.h"
+#include "deepinfer/parallel/parallel_model_runner.h"
 #include "deepinfer/structured/grammar_compiler.h"
 #ifdef DEEPINFER_WITH_CUDA
 #include "deepinfer/ops/cuda/cuda_backend.h"
@@ -116,23 +117,33 @@ std::unique_ptr<EngineStack> load_engine_stack(const EngineStackOptions& o) {
   auto st = std::make_unique<EngineStack>();
   EngineStack& s = *st;
   s.model_dir = o.model_dir;
+  const ParallelLayout playout = ParallelLayout::make(o.ep, o.dp);
+  const bool parallel = playout.world > 1;
+  DI_CHECK_CODE(!parallel || o.device == "cpu" || o.make_parallel_runner, ErrorCode::kUnsupported)
+      << option(o, "device", o.device) << " with ep*dp > 1: the in-process ranks run on the CPU backend";
   const int64_t budget = kv_cache_budget_bytes(o);
-  s.backend = make_backend(o);
+  if (!parallel) s.backend = make_backend(o);  // parallel: every rank makes its own
   DI_LOG_INFO("device: {}", o.device);
 
-  // The family in config.json picks the forward and its runner: V3 (V3/R1/V3.1/V2-Lite) or V4/V4.1.
-  if (load_model_config(cfg_path).family == ModelFamily::kDeepseekV3) {
+  std::optional<std::vector<int64_t>> token_map;
+  if (!o.engram_token_map_file.empty()) {
+    auto f = SafetensorsFile::open(o.engram_token_map_file);
+    Tensor t = f->tensor("engram.token_map");
+    DI_CHECK(t.dtype() == DType::kI64) << o.engram_token_map_file << ": engram.token_map must be I64";
+    token_map = std::vector<int64_t>(t.data_as<int64_t>(), t.data_as<int64_t>() + t.numel());
+  }
+  if (parallel) {
+    s.parallel_config = load_model_config(cfg_path);
+    s.config = &s.parallel_config;
+    DI_CHECK(s.parallel_config.moe.n_routed_experts >= o.ep)
+        << option(o, "ep", std::to_string(o.ep)) << ": the model has " << s.parallel_config.moe.n_routed_experts
+        << " routed experts per layer (each EP rank needs at least one)";
+  } else if (load_model_config(cfg_path).family == ModelFamily::kDeepseekV3) {
+    // The family in config.json picks the forward and its runner: V3 (V3/R1/V3.1/V2-Lite) or V4/V4.1.
     s.v3 = DeepseekV3Model::load(o.model_dir, *s.backend);
     s.config = &s.v3->config();
   } else {
-    std::optional<std::vector<int64_t>> token_map;
-    if (!o.engram_token_map_file.empty()) {
-      auto f = SafetensorsFile::open(o.engram_token_map_file);
-      Tensor t = f->tensor("engram.token_map");
-      DI_CHECK(t.dtype() == DType::kI64) << o.engram_token_map_file << ": engram.token_map must be I64";
-      token_map = std::vector<int64_t>(t.data_as<int64_t>(), t.data_as<int64_t>() + t.numel());
-    }
-    s.v4 = DeepseekV4Model::load(o.model_dir, *s.backend, std::move(token_map));
+    s.v4 = DeepseekV4Model::load(o.model_dir, *s.backend, token_map);
     s.config = &s.v4->config();
   }
   const ModelConfig& cfg = *s.config;
@@ -151,14 +162,29 @@ std::unique_ptr<EngineStack> load_engine_stack(const EngineStackOptions& o) {
   // The runner first: the cache is sized from what it really stores per block and per slot.
   ModelRunnerOptions ro;
   ro.exact_prefill = o.exact_prefill;
-  if (s.v3) {
+  if (parallel) {
+    ParallelRunnerOptions po;
+    po.layout = playout;
+    po.num_slots = o.max_num_seqs;
+    po.runner = ro;
+    po.model_dir = o.model_dir;
+    po.eplb_interval = o.eplb_interval;
+    po.eplb_slots = o.eplb_slots;
+    if (o.make_parallel_runner) {
+      s.runner = o.make_parallel_runner(po, token_map);
+    } else {
+      s.runner = make_parallel_runner(po, o.threads, token_map);
+      DI_LOG_INFO("parallel layout: {} (in-process ranks)", playout.str());
+    }
+  } else if (s.v3) {
     s.runner = std::make_unique<V3ModelRunner>(*s.v3, o.max_num_seqs, ro);
   } else {
     s.runner = std::make_unique<V4ModelRunner>(*s.v4, o.max_num_seqs, ro);
     log_prefill_mode(*s.v4, o.exact_prefill);
   }
   s.layout = make_kv_layout(cfg);
-  s.layout.storage = s.runner->kv_footprint(s.layout.block_size);
+  // The parallel runners' caches live in their ranks: the design formats size the cache.
+  if (!parallel) s.layout.storage = s.runner->kv_footprint(s.layout.block_size);
   s.sizing = size_kv_cache(s.layout, budget, o.max_num_seqs, s.max_model_len);
   log_kv_sizing(s.layout, s.sizing, s.max_model_len);
 

@@ -9,8 +9,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "deepinfer/engine/engine.h"
 #include "deepinfer/engine/model_runner.h"
@@ -23,6 +26,7 @@ namespace deepinfer {
 class Backend;
 class DeepseekV3Model;
 class DeepseekV4Model;
+struct ParallelRunnerOptions;
 
 // How error messages name an option: "--device cuda" (command line, server) or "device='cuda'" (Python).
 enum class OptionSpelling { kFlag, kKeyword };
@@ -45,6 +49,14 @@ struct EngineStackOptions {
   bool exact_prefill = false;
   bool async_scheduling = true;
   OptionSpelling spelling = OptionSpelling::kFlag;
+  // Expert / attention data parallel sizes (docs/PARALLEL.md). ep * dp > 1: the ranks load their own models and
+  // the stack holds only the config; by default they are threads of this process on CPU backends
+  // (parallel/parallel_model_runner.h). EPLB every eplb_interval steps (0: off) with eplb_slots slots per EP rank.
+  int ep = 1, dp = 1;
+  int eplb_interval = 0, eplb_slots = 0;
+  // ep * dp > 1: makes the runner instead of the in-process ranks (the CLI's one process per GPU over NCCL).
+  std::function<std::unique_ptr<ModelRunner>(const ParallelRunnerOptions&, std::optional<std::vector<int64_t>>)>
+      make_parallel_runner;
 };
 
 // Owns the parts; make_engine() builds an Engine over them (the stack must outlive it).
@@ -55,6 +67,7 @@ struct EngineStack {
   std::unique_ptr<DeepseekV3Model> v3;
   std::unique_ptr<DeepseekV4Model> v4;
   const ModelConfig* config = nullptr;
+  ModelConfig parallel_config;                      // ep * dp > 1: the ranks own the models, config points here
   std::unique_ptr<tokenizer::Tokenizer> tokenizer;  // null without tokenizer.json
   std::string structured_unavailable;               // why structured output is off ("" = available)
   int64_t max_model_len = 0;

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "deepinfer/io/checkpoint.h"
+#include "deepinfer/model/weight_loader.h"
 #include "deepinfer/ops/rope_table.h"
 
 namespace deepinfer {
@@ -320,8 +321,54 @@ OwnedTensor DeepseekV3Model::ffn(const Chunk& c, int layer, const OwnedTensor& x
   p.weights = weights.view();
   p.indices = indices.view();
   p.shared = lw.has_shared ? &lw.shared : nullptr;
-  backend_.moe(p);
+  if (ep_) {
+    ep_->moe(backend_, layer, p);
+  } else {
+    backend_.moe(p);
+  }
   return out;
+}
+
+void DeepseekV3Model::idle_forward() const {
+  DI_CHECK_INTERNAL(ep_ != nullptr) << "idle_forward without expert parallelism";
+  for (int l = 0; l < config_.num_layers; ++l)
+    if (w_.layers[l].moe) ep_->idle(backend_, l, w_.layers[l].experts, 0.0f, false);
+}
+
+bool DeepseekV3Model::has_expert(int layer, int expert) const {
+  const V3LayerWeights& lw = w_.layers.at(layer);
+  return lw.moe && expert >= 0 && expert < static_cast<int>(lw.experts.size()) &&
+         lw.experts[expert].w1.data() != nullptr;
+}
+
+void DeepseekV3Model::retain_experts(int layer, const std::vector<bool>& keep) {
+  V3LayerWeights& lw = w_.layers.at(layer);
+  DI_CHECK(lw.moe && keep.size() == lw.experts.size())
+      << "retain_experts: layer " << layer << " has " << lw.experts.size() << " routed experts, got " << keep.size()
+      << " flags";
+  for (size_t e = 0; e < keep.size(); ++e) {
+    if (keep[e]) continue;
+    for (size_t i = 0; i < 3; ++i) lw.expert_storage[3 * e + i] = HostTensor();
+    lw.experts[e] = ExpertWeights{};
+  }
+}
+
+void DeepseekV3Model::load_experts(const std::string& dir, int layer, const std::vector<int>& experts) {
+  V3LayerWeights& lw = w_.layers.at(layer);
+  DI_CHECK(lw.moe) << "load_experts: layer " << layer << " is dense";
+  auto ckpt = Checkpoint::open(dir);
+  WeightLoader ld(config_, *ckpt, backend_);
+  const std::string M = "model.layers." + std::to_string(config_.layers.at(layer).index) + ".mlp.experts.";
+  for (int e : experts) {
+    DI_CHECK(e >= 0 && e < static_cast<int>(lw.experts.size())) << "load_experts: expert " << e << " out of range";
+    if (has_expert(layer, e)) continue;
+    const std::string X = M + std::to_string(e) + ".";
+    lw.expert_storage[3 * e] = ld.f32(X + "gate_proj.weight");
+    lw.expert_storage[3 * e + 1] = ld.f32(X + "up_proj.weight");
+    lw.expert_storage[3 * e + 2] = ld.f32(X + "down_proj.weight");
+    lw.experts[e] = {lw.expert_storage[3 * e].view(), lw.expert_storage[3 * e + 1].view(),
+                     lw.expert_storage[3 * e + 2].view()};
+  }
 }
 
 }  // namespace deepinfer

@@ -17,6 +17,7 @@
 #include "deepinfer/model/model_config.h"
 #include "deepinfer/model/paged_rows.h"
 #include "deepinfer/ops/ops.h"
+#include "deepinfer/parallel/expert_parallel.h"
 
 namespace deepinfer {
 
@@ -79,6 +80,18 @@ class DeepseekV3Model {
   // use the absorbed form. Chunking then never changes a row's form, so prefix hits and recomputes are bitwise
   // equal to one-shot runs.
   int64_t mla_naive_until(int64_t prompt_len) const { return use_absorbed(prompt_len, 0) ? 0 : prompt_len; }
+  // Expert parallelism: routed experts run across the EP group of `ep` (nullptr: all local). Every rank of the
+  // group then makes the same sequence of forward()/idle_forward() calls; see parallel/expert_parallel.h.
+  void set_expert_parallel(ExpertParallel* ep) { ep_ = ep; }
+  ExpertParallel* expert_parallel() const { return ep_; }
+  // A forward without tokens: takes part in every MoE layer's exchange (EP ranks with fewer sequences).
+  void idle_forward() const;
+  // Frees the routed experts of MoE layer `layer` that `keep` (by expert id) does not mark (EP: the rank holds
+  // only its placement's experts).
+  void retain_experts(int layer, const std::vector<bool>& keep);
+  // Loads the listed routed experts of `layer` from `dir` again (EPLB moving an expert onto this rank).
+  void load_experts(const std::string& dir, int layer, const std::vector<int>& experts);
+  bool has_expert(int layer, int expert) const;
 
   // Appends `ids` to the sequence and returns their logits, f32 [T, vocab].
   HostTensor forward(V3SequenceState& seq, std::span<const int64_t> ids, V3ForwardTrace* trace = nullptr) const;
@@ -101,6 +114,7 @@ class DeepseekV3Model {
   float rope_magnitude_ = 1.0f;  // YaRN attention_factor on cos/sin (1 for every released config)
   float softmax_scale_ = 1.0f;   // qk_head_dim^-0.5 · m²
   MlaForm mla_form_ = MlaForm::kAuto;
+  ExpertParallel* ep_ = nullptr;
 };
 
 }  // namespace deepinfer

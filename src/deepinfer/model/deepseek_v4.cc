@@ -10,6 +10,8 @@
 //   - Engram (V4.1 only) updates the streams at the start of its layers.
 #include "deepinfer/model/deepseek_v4.h"
 
+#include "deepinfer/model/weight_loader.h"
+
 #include <algorithm>
 #include <cstring>
 #include <limits>
@@ -306,7 +308,8 @@ HostTensor DeepseekV4Model::forward(V4SequenceState& seq, std::span<const int64_
                (i == 0 || capture->layers[i] > capture->layers[i - 1]))
           << "forward: capture layers must be ascending layer ids in [0, " << config_.num_layers << ")";
   }
-  bool encoder_only = false;  // every token of the chunk stopped at the decoder start
+  bool encoder_only = false;            // every token of the chunk stopped at the decoder start
+  int stopped_at = config_.num_layers;  // the first layer an encoder-only chunk did not run
   for (int l = 0; l < config_.num_layers; ++l) {
     const V4LayerWeights& lw = w_.layers[l];
     if (lw.has_engram) {
@@ -336,6 +339,7 @@ HostTensor DeepseekV4Model::forward(V4SequenceState& seq, std::span<const int64_
         run_compressor = false;
         if (skip == T) {
           encoder_only = true;
+          stopped_at = l;
           break;
         }
         auto keep = [&](OwnedTensor& t) { t = mem.clone(t.view().slice(skip, T)); };
@@ -374,6 +378,12 @@ HostTensor DeepseekV4Model::forward(V4SequenceState& seq, std::span<const int64_
       }
   }
   if (encoder_only) {
+    // EP: the other ranks of the group still run these layers' exchanges.
+    if (ep_) {
+      for (int l = stopped_at; l < config_.num_layers; ++l)
+        ep_->idle(backend_, l, w_.layers[l].experts, static_cast<float>(config_.moe.swiglu_limit),
+                  config_.family == ModelFamily::kDeepseekV41);
+    }
     seq.num_tokens += total_tokens;
     return HostTensor(DType::kF32, {0, V});
   }
@@ -442,8 +452,57 @@ OwnedTensor DeepseekV4Model::moe(const Chunk& c, int layer, const OwnedTensor& x
   p.out = out.view();
   p.swiglu_limit = static_cast<float>(m.swiglu_limit);
   p.weight_before_w2 = v41;
-  backend_.moe(p);
+  if (ep_) {
+    ep_->moe(backend_, layer, p);
+  } else {
+    backend_.moe(p);
+  }
   return out;
+}
+
+void DeepseekV4Model::idle_forward() const {
+  DI_CHECK_INTERNAL(ep_ != nullptr) << "idle_forward without expert parallelism";
+  for (int l = 0; l < config_.num_layers; ++l)
+    ep_->idle(backend_, l, w_.layers[l].experts, static_cast<float>(config_.moe.swiglu_limit),
+              config_.family == ModelFamily::kDeepseekV41);
+}
+
+bool DeepseekV4Model::has_expert(int layer, int expert) const {
+  const V4LayerWeights& lw = w_.layers.at(layer);
+  return expert >= 0 && expert < static_cast<int>(lw.experts.size()) && lw.experts[expert].w1.data() != nullptr;
+}
+
+void DeepseekV4Model::retain_experts(int layer, const std::vector<bool>& keep) {
+  V4LayerWeights& lw = w_.layers.at(layer);
+  DI_CHECK(keep.size() == lw.experts.size()) << "retain_experts: layer " << layer << " has " << lw.experts.size()
+                                             << " routed experts, got " << keep.size() << " flags";
+  for (size_t e = 0; e < keep.size(); ++e) {
+    if (keep[e]) continue;
+    for (size_t i = 0; i < 3; ++i) lw.expert_storage[3 * e + i] = OwnedTensor();
+    lw.experts[e] = ExpertWeights{};
+  }
+}
+
+void DeepseekV4Model::load_experts(const std::string& dir, int layer, const std::vector<int>& experts) {
+  V4LayerWeights& lw = w_.layers.at(layer);
+  auto ckpt = Checkpoint::open(dir);
+  // Dequantized on the host (as load() does), then moved into this backend's memory.
+  std::unique_ptr<Backend> host_backend = make_cpu_backend(1);
+  WeightLoader ld(config_, *ckpt, *host_backend);
+  const std::string X0 = "layers." + std::to_string(config_.layers.at(layer).index) + ".ffn.experts.";
+  for (int e : experts) {
+    DI_CHECK(e >= 0 && e < static_cast<int>(lw.experts.size())) << "load_experts: expert " << e << " out of range";
+    if (has_expert(layer, e)) continue;
+    const std::string X = X0 + std::to_string(e) + ".";
+    const char* names[3] = {"w1.weight", "w3.weight", "w2.weight"};
+    for (size_t i = 0; i < 3; ++i) {
+      HostTensor h = ld.f32(X + names[i]);
+      lw.expert_storage[3 * e + i] =
+          memory_.device().kind == DeviceKind::kCPU ? OwnedTensor(std::move(h)) : memory_.upload(h.view());
+    }
+    lw.experts[e] = {lw.expert_storage[3 * e].view(), lw.expert_storage[3 * e + 1].view(),
+                     lw.expert_storage[3 * e + 2].view()};
+  }
 }
 
 std::vector<OwnedTensor> DeepseekV4Model::engram_hash_ids(V4SequenceState& seq, std::span<const int64_t> ids) const {

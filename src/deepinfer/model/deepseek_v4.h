@@ -22,6 +22,7 @@
 #include "deepinfer/model/paged_rows.h"
 #include "deepinfer/ops/memory.h"
 #include "deepinfer/ops/ops.h"
+#include "deepinfer/parallel/expert_parallel.h"
 
 namespace deepinfer {
 
@@ -156,6 +157,18 @@ class DeepseekV4Model {
   TensorMemory& memory() const { return memory_; }
   const OwnedTensor& main_inv_freq() const { return main_inv_freq_; }
 
+  // Expert parallelism: routed experts run across the EP group of `ep` (nullptr: all local). Every rank of the
+  // group then makes the same sequence of forward()/idle_forward() calls; see parallel/expert_parallel.h.
+  void set_expert_parallel(ExpertParallel* ep) { ep_ = ep; }
+  ExpertParallel* expert_parallel() const { return ep_; }
+  // A forward without tokens: takes part in every MoE layer's exchange (EP ranks with fewer sequences).
+  void idle_forward() const;
+  // Frees the routed experts of `layer` that `keep` (by expert id) does not mark; load_experts reads the listed
+  // ones from `dir` again (EPLB moving an expert onto this rank).
+  void retain_experts(int layer, const std::vector<bool>& keep);
+  void load_experts(const std::string& dir, int layer, const std::vector<int>& experts);
+  bool has_expert(int layer, int expert) const;
+
  private:
   struct Chunk;      // per-call activations and positions
   struct Selection;  // V4.1 per-forward shared top-k / candidate masks
@@ -184,6 +197,7 @@ class DeepseekV4Model {
   TensorMemory& memory_;  // backend_memory(backend_)
   OwnedTensor main_inv_freq_, compress_inv_freq_;
   int decoder_start_ = -1;
+  ExpertParallel* ep_ = nullptr;
 };
 
 }  // namespace deepinfer

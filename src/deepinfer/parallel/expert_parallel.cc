@@ -1,0 +1,271 @@
+// Dispatch packs one row per (token, expert) pair: the token's hidden row, the routing weight and the expert's
+// slot on the destination rank (d + 2 floats; slots are small integers, exact in f32). Combine returns one
+// output row per pair in the order it was sent, so the sender needs no ids back.
+#include "deepinfer/parallel/expert_parallel.h"
+
+#include <algorithm>
+#include <numeric>
+#include <sstream>
+
+#include "deepinfer/core/error.h"
+#include "deepinfer/ops/memory.h"
+
+namespace deepinfer {
+
+ExpertPlacement ExpertPlacement::contiguous(int num_experts, int ep_size) {
+  DI_CHECK(ep_size >= 1) << "expert placement: EP size must be >= 1, got " << ep_size;
+  DI_CHECK(num_experts >= ep_size) << "expert placement: " << num_experts << " routed experts cannot be split over "
+                                   << ep_size << " EP ranks (each rank needs at least one)";
+  std::vector<std::vector<int>> lists(ep_size);
+  for (int r = 0; r < ep_size; ++r) {
+    const int begin = static_cast<int>(int64_t{r} * num_experts / ep_size);
+    const int end = static_cast<int>(int64_t{r + 1} * num_experts / ep_size);
+    for (int e = begin; e < end; ++e) lists[r].push_back(e);
+  }
+  return from_rank_experts(num_experts, std::move(lists));
+}
+
+ExpertPlacement ExpertPlacement::from_rank_experts(int num_experts, std::vector<std::vector<int>> rank_experts) {
+  DI_CHECK(!rank_experts.empty()) << "expert placement: no ranks";
+  ExpertPlacement p;
+  p.num_experts_ = num_experts;
+  p.expert_ranks_.assign(num_experts, {});
+  for (int r = 0; r < static_cast<int>(rank_experts.size()); ++r) {
+    for (int e : rank_experts[r]) {
+      DI_CHECK(e >= 0 && e < num_experts)
+          << "expert placement: rank " << r << " holds expert " << e << ", outside [0, " << num_experts << ")";
+      DI_CHECK(p.expert_ranks_[e].empty() || p.expert_ranks_[e].back() != r)
+          << "expert placement: rank " << r << " holds expert " << e << " twice";
+      p.expert_ranks_[e].push_back(r);
+    }
+  }
+  for (int e = 0; e < num_experts; ++e)
+    DI_CHECK(!p.expert_ranks_[e].empty()) << "expert placement: expert " << e << " is on no rank";
+  p.rank_experts_ = std::move(rank_experts);
+  return p;
+}
+
+int ExpertPlacement::slot_of(int rank, int expert) const {
+  const std::vector<int>& l = rank_experts_.at(rank);
+  auto it = std::find(l.begin(), l.end(), expert);
+  return it == l.end() ? -1 : static_cast<int>(it - l.begin());
+}
+
+int ExpertPlacement::max_slots() const {
+  size_t m = 0;
+  for (const auto& l : rank_experts_) m = std::max(m, l.size());
+  return static_cast<int>(m);
+}
+
+std::string ExpertPlacement::str() const {
+  std::ostringstream s;
+  for (int r = 0; r < ep_size(); ++r) {
+    s << (r ? " " : "") << "r" << r << ":[";
+    for (size_t i = 0; i < rank_experts_[r].size(); ++i) s << (i ? " " : "") << rank_experts_[r][i];
+    s << "]";
+  }
+  return s.str();
+}
+
+void ExpertLoad::resize(int layers, int experts) {
+  num_layers = layers;
+  num_experts = experts;
+  counts.assign(static_cast<size_t>(layers) * experts, 0);
+}
+
+ExpertParallel::ExpertParallel(Communicator& ep_group, Communicator& replicas, std::vector<ExpertPlacement> placements)
+    : ep_(ep_group), replicas_(replicas), placements_(std::move(placements)) {
+  int experts = 0;
+  for (const ExpertPlacement& p : placements_) {
+    if (p.num_experts() == 0) continue;  // dense layer
+    DI_CHECK(p.ep_size() == ep_.size()) << "expert parallel: a placement for " << p.ep_size()
+                                        << " ranks in an EP group of " << ep_.size();
+    experts = std::max(experts, p.num_experts());
+  }
+  load_.resize(static_cast<int>(placements_.size()), experts);
+  computed_.assign(placements_.size(), 0);
+}
+
+void ExpertParallel::clear_counters() {
+  load_.clear();
+  std::fill(computed_.begin(), computed_.end(), 0);
+}
+
+void ExpertParallel::set_placement(int layer, ExpertPlacement p) {
+  DI_CHECK(layer >= 0 && layer < num_layers()) << "expert parallel: layer " << layer << " out of range";
+  DI_CHECK(p.ep_size() == ep_.size()) << "expert parallel: a placement for " << p.ep_size()
+                                      << " ranks in an EP group of " << ep_.size();
+  placements_[layer] = std::move(p);
+}
+
+void ExpertParallel::idle(Backend& backend, int layer, const std::vector<ExpertWeights>& experts, float swiglu_limit,
+                          bool weight_before_w2) {
+  // Any held expert gives the hidden size; a rank always holds at least one (ExpertPlacement guarantees it only
+  // for E >= ep, which contiguous() requires).
+  const std::vector<int>& mine = placements_.at(layer).experts_on(ep_.rank());
+  DI_CHECK_INTERNAL(!mine.empty()) << "expert parallel: rank " << ep_.rank() << " holds no expert of layer " << layer;
+  const int64_t d = experts.at(mine[0]).w1.dim(1);
+  MoeParams p;
+  p.x = Tensor(nullptr, DType::kF32, {0, d});
+  p.weights = Tensor(nullptr, DType::kF32, {0, 1});
+  p.indices = Tensor(nullptr, DType::kI32, {0, 1});
+  p.out = Tensor(nullptr, DType::kF32, {0, d});
+  p.experts = &experts;
+  p.swiglu_limit = swiglu_limit;
+  p.weight_before_w2 = weight_before_w2;
+  moe(backend, layer, p);
+}
+
+void ExpertParallel::moe(Backend& backend, int layer, const MoeParams& p) {
+  DI_CHECK_INTERNAL(layer >= 0 && layer < num_layers() && placements_[layer].num_experts() > 0)
+      << "expert parallel: layer " << layer << " has no expert placement";
+  DI_CHECK(p.experts != nullptr) << "expert parallel moe: experts are required";
+  const int64_t T = p.x.dim(0), d = p.x.dim(1), k = p.weights.dim(1);
+  TensorMemory& mem = backend_memory(backend);
+  HostTensor x, idx, w;
+  if (T > 0) {
+    x = mem.to_host(p.x);
+    idx = mem.to_host(p.indices);
+    w = mem.to_host(p.weights);
+  }
+  // This replica's share of the tokens (all of them without replicated attention).
+  const int64_t R = replicas_.size(), i = replicas_.rank();
+  const int64_t t0 = T * i / R, t1 = T * (i + 1) / R;
+  std::vector<float> out_host(static_cast<size_t>(T * d), 0.0f);
+  exchange(backend, layer, p, T > 0 ? x.data<float>() : nullptr, T > 0 ? idx.data<int32_t>() : nullptr,
+           T > 0 ? w.data<float>() : nullptr, t0, t1, d, out_host.data() + t0 * d);
+  if (R > 1) {
+    std::vector<int64_t> counts;
+    std::vector<float> all =
+        replicas_.all_gather_v(std::span<const float>(out_host.data() + t0 * d, (t1 - t0) * d), &counts);
+    DI_CHECK_INTERNAL(static_cast<int64_t>(all.size()) == T * d)
+        << "expert parallel: replicas of one shard hold different token counts ("
+        << all.size() / std::max<int64_t>(d, 1) << " rows gathered, " << T << " here)";
+    out_host = std::move(all);
+  }
+  if (T > 0) mem.copy(p.out, Tensor(out_host.data(), DType::kF32, {T, d}));
+  (void)k;
+}
+
+void ExpertParallel::exchange(Backend& backend, int layer, const MoeParams& p, const float* x, const int32_t* idx,
+                              const float* w, int64_t t0, int64_t t1, int64_t d, float* out) {
+  const ExpertPlacement& pl = placements_[layer];
+  const int ep = ep_.size(), me = ep_.rank();
+  const int64_t k = p.weights.dim(1), row = d + 2;
+  TensorMemory& mem = backend_memory(backend);
+
+  // Dispatch: group this share's pairs by destination rank; a replicated expert is picked round-robin by token.
+  std::vector<std::vector<int64_t>> pairs(ep);  // pair id t·k + j, in send order
+  for (int64_t t = t0; t < t1; ++t) {
+    for (int64_t j = 0; j < k; ++j) {
+      const int e = idx[t * k + j];
+      DI_CHECK(e >= 0 && e < pl.num_experts()) << "expert parallel moe: expert id " << e << " out of range";
+      load_.add(layer, e, 1);
+      const std::vector<int>& holders = pl.ranks_of(e);
+      pairs[holders[static_cast<size_t>(t) % holders.size()]].push_back(t * k + j);
+    }
+  }
+  std::vector<int64_t> send_counts(ep);
+  std::vector<float> send;
+  for (int r = 0; r < ep; ++r) {
+    send_counts[r] = static_cast<int64_t>(pairs[r].size()) * row;
+    for (int64_t pid : pairs[r]) {
+      const int64_t t = pid / k;
+      send.insert(send.end(), x + t * d, x + (t + 1) * d);
+      send.push_back(w[pid]);
+      send.push_back(static_cast<float>(pl.slot_of(r, idx[pid])));
+    }
+  }
+  const std::vector<int64_t> recv_counts = ep_.exchange_counts(send_counts);
+  const int64_t recv_total = std::accumulate(recv_counts.begin(), recv_counts.end(), int64_t{0});
+  std::vector<float> recv(recv_total);
+  ep_.all_to_all_v(send.data(), send_counts, recv.data(), recv_counts, DType::kF32);
+
+  // Expert compute: one backend MoE call over every received pair, each row with its one expert (k = 1).
+  const int64_t P = recv_total / row;
+  computed_[layer] += P;
+  std::vector<float> results(static_cast<size_t>(P * d));
+  if (P > 0) {
+    const std::vector<int>& slots = pl.experts_on(me);
+    std::vector<ExpertWeights> local;
+    local.reserve(slots.size());
+    for (int e : slots) local.push_back(p.experts->at(e));
+    HostTensor xin(DType::kF32, {P, d}), win(DType::kF32, {P, 1}), iin(DType::kI32, {P, 1});
+    for (int64_t q = 0; q < P; ++q) {
+      const float* r = recv.data() + q * row;
+      std::copy(r, r + d, xin.data<float>() + q * d);
+      win.data<float>()[q] = r[d];
+      const int slot = static_cast<int>(r[d + 1]);
+      DI_CHECK_INTERNAL(slot >= 0 && slot < static_cast<int>(slots.size()))
+          << "expert parallel: slot " << slot << " on rank " << me << " of layer " << layer;
+      iin.data<int32_t>()[q] = slot;
+    }
+    OwnedTensor xd = mem.upload(xin), wd = mem.upload(win), id = mem.upload(iin), od = mem.zeros(DType::kF32, {P, d});
+    MoeParams q;
+    q.x = xd.view();
+    q.weights = wd.view();
+    q.indices = id.view();
+    q.experts = &local;
+    q.out = od.view();
+    q.swiglu_limit = p.swiglu_limit;
+    q.weight_before_w2 = p.weight_before_w2;
+    backend.moe(q);
+    HostTensor oh = mem.to_host(od.view());
+    std::copy(oh.data<float>(), oh.data<float>() + P * d, results.data());
+  }
+
+  // Combine: the rows go back to their senders in the order received.
+  std::vector<int64_t> back_send(ep), back_recv(ep);
+  for (int r = 0; r < ep; ++r) {
+    back_send[r] = recv_counts[r] / row * d;
+    back_recv[r] = static_cast<int64_t>(pairs[r].size()) * d;
+  }
+  const int64_t n_pairs = (t1 - t0) * k;
+  std::vector<float> returned(static_cast<size_t>(n_pairs * d));
+  ep_.all_to_all_v(results.data(), back_send, returned.data(), back_recv, DType::kF32);
+  std::vector<const float*> contribution(static_cast<size_t>(n_pairs));
+  int64_t at = 0;
+  for (int r = 0; r < ep; ++r)
+    for (int64_t pid : pairs[r]) contribution[pid - t0 * k] = returned.data() + (at++) * d;
+
+  // Shared expert on this share, locally: an expert of weight 1 applied before w2 (the reference's form).
+  std::vector<float> shared;
+  if (p.shared && t1 > t0) {
+    const int64_t n = t1 - t0;
+    std::vector<ExpertWeights> one{*p.shared};
+    HostTensor xs(DType::kF32, {n, d}), ws(DType::kF32, {n, 1}), is(DType::kI32, {n, 1});
+    std::copy(x + t0 * d, x + t1 * d, xs.data<float>());
+    std::fill(ws.data<float>(), ws.data<float>() + n, 1.0f);
+    OwnedTensor xd = mem.upload(xs), wd = mem.upload(ws), id = mem.upload(is), od = mem.zeros(DType::kF32, {n, d});
+    MoeParams q;
+    q.x = xd.view();
+    q.weights = wd.view();
+    q.indices = id.view();
+    q.experts = &one;
+    q.out = od.view();
+    q.swiglu_limit = p.swiglu_limit;
+    q.weight_before_w2 = true;
+    backend.moe(q);
+    HostTensor oh = mem.to_host(od.view());
+    shared.assign(oh.data<float>(), oh.data<float>() + n * d);
+  }
+
+  // Sum in expert-id order from zero (ties in id keep slot order, as the reference's small sort does), then shared.
+  std::vector<int64_t> order(k);
+  for (int64_t t = t0; t < t1; ++t) {
+    float* y = out + (t - t0) * d;
+    std::fill(y, y + d, 0.0f);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return idx[t * k + a] < idx[t * k + b]; });
+    for (int64_t j : order) {
+      const float* c = contribution[(t - t0) * k + j];
+      for (int64_t o = 0; o < d; ++o) y[o] += c[o];
+    }
+    if (!shared.empty()) {
+      const float* s = shared.data() + (t - t0) * d;
+      for (int64_t o = 0; o < d; ++o) y[o] += s[o];
+    }
+  }
+}
+
+}  // namespace deepinfer

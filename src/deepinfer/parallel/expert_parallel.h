@@ -1,0 +1,99 @@
+// Expert parallelism (EP): the routed experts of every MoE layer are spread over the ranks of an EP group; a
+// token's (expert, weight) pairs are dispatched to the ranks holding those experts and their outputs come back
+// (all-to-all with per-peer counts both ways). The shared expert runs where the token lives.
+//
+// Exactness: the owner of a token sums the returned expert outputs in expert-id order, starting from zero, and
+// then adds the shared expert's output, which is the order and arithmetic of the CPU reference MoE op; each
+// expert output is computed by the same op on the same row. So on the CPU backend an EP run is bit-identical to a
+// single-rank run (tests/parallel). A device backend gives the same greedy tokens within its own tolerance.
+//
+// Replicated attention (DP shard with several ranks, e.g. --ep 8 without --dp): the replicas of a shard hold the
+// same tokens; each dispatches a contiguous share of them and the finished rows are all-gathered among the
+// replicas, so no expert computes a token twice.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "deepinfer/ops/ops.h"
+#include "deepinfer/parallel/communicator.h"
+
+namespace deepinfer {
+
+// Where the routed experts of one layer live in an EP group. A rank holds an ordered list of experts (its
+// slots); an expert may be on several ranks (EPLB redundant replicas). Every expert is on at least one rank.
+class ExpertPlacement {
+ public:
+  ExpertPlacement() = default;
+  // rank r holds experts [r·E/ep, (r+1)·E/ep) (E not divisible by ep: the first ranks get one more).
+  static ExpertPlacement contiguous(int num_experts, int ep_size);
+  // Explicit lists; throws InvalidArgument naming an expert on no rank or out of range.
+  static ExpertPlacement from_rank_experts(int num_experts, std::vector<std::vector<int>> rank_experts);
+
+  int num_experts() const { return num_experts_; }
+  int ep_size() const { return static_cast<int>(rank_experts_.size()); }
+  const std::vector<int>& experts_on(int rank) const { return rank_experts_.at(rank); }
+  const std::vector<int>& ranks_of(int expert) const { return expert_ranks_.at(expert); }
+  // The slot of `expert` on `rank`, or -1.
+  int slot_of(int rank, int expert) const;
+  int max_slots() const;
+  std::string str() const;  // "r0:[0 1 5] r1:[2 3 4 5]"
+  bool operator==(const ExpertPlacement& o) const { return rank_experts_ == o.rank_experts_; }
+
+ private:
+  int num_experts_ = 0;
+  std::vector<std::vector<int>> rank_experts_;  // rank -> experts in slot order
+  std::vector<std::vector<int>> expert_ranks_;  // expert -> ranks holding it, ascending
+};
+
+// Tokens routed to each expert of each layer (what EPLB plans from), counted where tokens are dispatched.
+struct ExpertLoad {
+  int num_layers = 0, num_experts = 0;
+  std::vector<int64_t> counts;  // [layer · num_experts + expert]
+  void resize(int layers, int experts);
+  int64_t at(int layer, int expert) const { return counts[static_cast<size_t>(layer) * num_experts + expert]; }
+  void add(int layer, int expert, int64_t n) { counts[static_cast<size_t>(layer) * num_experts + expert] += n; }
+  void clear() { std::fill(counts.begin(), counts.end(), 0); }
+};
+
+class ExpertParallel {
+ public:
+  // `ep_group`: the ranks sharing the experts; `replicas`: the ranks of this rank's DP shard inside the EP group
+  // (size 1 when every rank serves its own requests). placements: one per model layer (dense layers: ignored).
+  ExpertParallel(Communicator& ep_group, Communicator& replicas, std::vector<ExpertPlacement> placements);
+
+  // One routed-MoE layer across the EP group, with the contract of Backend::moe for p (p.experts indexed by
+  // global expert id; only the entries this rank's placement holds are read). Collective over the EP group:
+  // every rank calls it for the same layers in the same order, with 0 tokens when it has none (idle()).
+  void moe(Backend& backend, int layer, const MoeParams& p);
+  // Takes part in one layer's exchange without tokens (a rank with fewer sequences this step, or a forward that
+  // stopped before the layer).
+  void idle(Backend& backend, int layer, const std::vector<ExpertWeights>& experts, float swiglu_limit,
+            bool weight_before_w2);
+
+  Communicator& ep_group() const { return ep_; }
+  Communicator& replicas() const { return replicas_; }
+  const ExpertPlacement& placement(int layer) const { return placements_.at(layer); }
+  void set_placement(int layer, ExpertPlacement p);
+  int num_layers() const { return static_cast<int>(placements_.size()); }
+  // Counted since construction or the last clear (this rank's dispatches only; EPLB sums them over the world).
+  ExpertLoad& load() { return load_; }
+  const ExpertLoad& load() const { return load_; }
+  // (token, expert) pairs this rank computed per layer (its measured share of the layer's expert work).
+  const std::vector<int64_t>& computed() const { return computed_; }
+  void clear_counters();
+
+ private:
+  // The exchange for this rank's share [t0, t1) of the tokens; writes the finished rows to out_host.
+  void exchange(Backend& backend, int layer, const MoeParams& p, const float* x, const int32_t* idx, const float* w,
+                int64_t t0, int64_t t1, int64_t d, float* out_host);
+
+  Communicator& ep_;
+  Communicator& replicas_;
+  std::vector<ExpertPlacement> placements_;
+  ExpertLoad load_;
+  std::vector<int64_t> computed_;
+};
+
+}  // namespace deepinfer
