@@ -136,7 +136,7 @@ std::unique_ptr<EngineStack> load_engine_stack(const EngineStackOptions& o) {
     s.parallel_config = load_model_config(cfg_path);
     s.config = &s.parallel_config;
     DI_CHECK(s.parallel_config.moe.n_routed_experts >= o.ep)
-        << option(o, "ep", std::to_string(o.ep)) << ": the model has " << s.parallel_config.moe.n_routed_experts
+        << option(o, "ep", std::to_string(o.ep)) << ": the model has only " << s.parallel_config.moe.n_routed_experts
         << " routed experts per layer (each EP rank needs at least one)";
   } else if (load_model_config(cfg_path).family == ModelFamily::kDeepseekV3) {
     // The family in config.json picks the forward and its runner: V3 (V3/R1/V3.1/V2-Lite) or V4/V4.1.
