@@ -2,10 +2,12 @@
 // lock. Natural text repeats a small set of words, so most pieces skip the merge loop entirely.
 //
 // Open addressing over 32-byte slots: a key of up to 16 bytes and up to 3 ids sit in the slot itself, so a hit
-// touches one cache line; longer keys and id lists go to arenas. When it holds kMaxEntries words it is emptied
-// and refilled (cheaper than LRU bookkeeping, and the hot words come back at once). In front of it, a small
-// direct-mapped table (256 KB, about L2-sized) keeps the most recently used short words: word frequencies are
-// Zipf-like, so most lookups end there instead of in the 4 MB table.
+// touches one cache line; longer keys and id lists go to arenas. The table starts small and doubles (so short
+// inputs cost little memory); when it holds kMaxEntries words it is emptied and refilled (cheaper than LRU
+// bookkeeping, and the hot words come back at once). kMaxEntries is sized for large corpora: a 21 MB mixed corpus
+// has ~132k distinct pieces, and a table that must be emptied within one pass re-runs BPE on its hot words. In front of
+// it, a small direct-mapped table (256 KB, about L2-sized) keeps the most recently used short words: word frequencies
+// are Zipf-like, so most lookups end there instead of in the 4 MB table.
 #pragma once
 
 #include <algorithm>
@@ -20,10 +22,10 @@ namespace deepinfer::tokenizer {
 
 class WordCache {
  public:
-  static constexpr size_t kMaxKeyBytes = 64;  // longer pieces are rare and not cached
-  static constexpr size_t kMaxEntries = size_t{1} << 16;
+  static constexpr size_t kMaxKeyBytes = 64;              // longer pieces are rare and not cached
+  static constexpr size_t kMaxEntries = size_t{1} << 18;  // 16 MB of slots at most
 
-  WordCache() : slots_(kSlots), hot_(kHotSlots) {}
+  WordCache() : slots_(kInitialSlots), hot_(kHotSlots), mask_(kInitialSlots - 1) {}
 
   // The key as two words (for keys of <= 16 bytes: together with the length, they identify it) and a hash.
   struct Key {
@@ -44,8 +46,7 @@ class WordCache {
       } else {
         for (size_t i = 0; i < n; ++i) w0 |= uint64_t{static_cast<unsigned char>(p[i])} << (8 * i);
       }
-      uint64_t h = (w0 ^ (uint64_t{n} << 56)) * 0x9E3779B97F4A7C15ULL;
-      h ^= (w1 + (h >> 29)) * 0xC2B2AE3D27D4EB4FULL;
+      uint64_t h = head_hash(w0, w1, n);
       if (n > 16) {
         for (size_t i = 8; i + 8 <= n - 8; i += 8) {  // the middle, for long keys
           uint64_t w;
@@ -57,6 +58,15 @@ class WordCache {
     }
   };
 
+  static uint64_t head_hash(uint64_t w0, uint64_t w1, size_t n) {
+    uint64_t h = (w0 ^ (uint64_t{n} << 56)) * 0x9E3779B97F4A7C15ULL;
+    return h ^ (w1 + (h >> 29)) * 0xC2B2AE3D27D4EB4FULL;
+  }
+  static uint64_t short_hash(uint64_t w0, uint64_t w1, size_t n) {
+    const uint64_t h = head_hash(w0, w1, n);
+    return h ^ (h >> 31);
+  }
+
   // Appends the cached ids of `key` to *out and returns true, or returns false.
   bool find(const Key& key, std::vector<int32_t>* out) {
     const size_t n = key.bytes.size();
@@ -65,7 +75,7 @@ class WordCache {
       out->insert(out->end(), hot.ids, hot.ids + hot.n_ids);
       return true;
     }
-    for (size_t i = key.hash & kMask;; i = (i + 1) & kMask) {
+    for (size_t i = key.hash & mask_;; i = (i + 1) & mask_) {
       const Slot& s = slots_[i];
       if (s.key_len == 0) return false;
       if (s.key_len != n) continue;
@@ -86,10 +96,12 @@ class WordCache {
   void insert(const Key& key, std::span<const int32_t> ids) {
     const size_t n = key.bytes.size();
     if (n == 0 || n > kMaxKeyBytes || ids.size() > 255) return;
-    if (entries_ == kMaxEntries) clear();
-    size_t i = key.hash & kMask;
-    while (slots_[i].key_len != 0) i = (i + 1) & kMask;
-    Slot& s = slots_[i];
+    if (entries_ == kMaxEntries) {
+      clear();
+    } else if (2 * (entries_ + 1) > slots_.size()) {
+      grow();
+    }
+    Slot& s = slots_[free_slot(key.hash)];
     s.key_len = static_cast<uint8_t>(n);
     if (n <= 16) {
       s.k0 = key.w0;
@@ -111,8 +123,8 @@ class WordCache {
   }
 
  private:
-  static constexpr size_t kSlots = kMaxEntries * 2;  // load factor <= 1/2
-  static constexpr size_t kMask = kSlots - 1;
+  static constexpr size_t kMaxSlots = kMaxEntries * 2;  // load factor <= 1/2
+  static constexpr size_t kInitialSlots = size_t{1} << 12;
   static constexpr size_t kHotSlots = 8192;  // only short keys with <= 3 ids, always inline
   struct alignas(32) Slot {
     uint64_t k0 = 0, k1 = 0;  // short key: its words; long key: arena offset and hash
@@ -122,8 +134,26 @@ class WordCache {
   };
   static_assert(sizeof(Slot) == 32);
 
+  size_t free_slot(uint64_t hash) const {
+    size_t i = hash & mask_;
+    while (slots_[i].key_len != 0) i = (i + 1) & mask_;
+    return i;
+  }
+
+  // Doubles the table; the slots keep their arena offsets, and long keys keep their hash in k1. Short keys are
+  // rehashed from their words, which is why the hash of a short key depends only on (w0, w1, length).
+  void grow() {
+    std::vector<Slot> old(std::min(slots_.size() * 2, kMaxSlots));
+    old.swap(slots_);
+    mask_ = slots_.size() - 1;
+    for (const Slot& s : old) {
+      if (s.key_len == 0) continue;
+      slots_[free_slot(s.key_len <= 16 ? short_hash(s.k0, s.k1, s.key_len) : s.k1)] = s;
+    }
+  }
+
   void clear() {
-    std::fill(slots_.begin(), slots_.end(), Slot{});
+    std::fill(slots_.begin(), slots_.end(), Slot{});  // keeps the grown size: the workload refills it
     std::fill(hot_.begin(), hot_.end(), Slot{});
     long_keys_.clear();
     long_ids_.clear();
@@ -132,6 +162,7 @@ class WordCache {
 
   std::vector<Slot> slots_;
   std::vector<Slot> hot_;
+  size_t mask_;
   std::string long_keys_;
   std::vector<int32_t> long_ids_;
   size_t entries_ = 0;
