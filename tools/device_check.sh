@@ -10,6 +10,8 @@
 #   (model slices vs ceilings), the op micro-bench, and the remaining GPU tests, each under its own time limit
 #   so that one 10-minute call returns whatever finished. BENCH_ARGS overrides the bench command's options;
 #   SKIP_OP_BENCH=1 skips the op micro-bench; MEMCHECK_FILTER runs those tests again under memcheck.
+#   tok: a CPU build of the CLI only, then tools/tokenizer_bench.py (ours vs HF `tokenizers`, same corpus, same run)
+#   on a quiet many-core machine; TOKBENCH_DIR holds corpus.bin (or corpus.bin.gz), TOKENIZER_JSON the vocabulary.
 #   ci: build everything, every GPU test once, MEMCHECK_FILTER under memcheck, the op micro-bench (rows matching
 #   BENCH_FILTER in the summary) and the CPU suite on all cores: the checks a landing needs, in one call.
 set -uo pipefail
@@ -51,6 +53,23 @@ fi
 [ -n "${NCCL_ROOT:-}" ] && export NCCL_ROOT && export LD_LIBRARY_PATH="$NCCL_ROOT/lib:${LD_LIBRARY_PATH:-}"
 note "nccl: ${NCCL_ROOT:-cuda toolkit} $(ls ${NCCL_ROOT:-/usr/local/cuda}/lib*/libnccl.so* 2>/dev/null | head -1)"
 start=$(date +%s)
+if [ "$MODE" = tok ]; then
+  cmake -S . -B build-tok -G Ninja -DCMAKE_BUILD_TYPE=Release -DDEEPINFER_ACCELERATOR=cpu -DDEEPINFER_PYTHON=OFF \
+    >"$OUT/configure.log" 2>&1 && cmake --build build-tok -j "$(nproc)" --target deepinfer_cli >"$OUT/build.log" 2>&1 ||
+    { note "build FAILED"; tail -30 "$OUT/build.log" | tee -a "$summary"; exit 1; }
+  note "build (cpu cli): ok in $(( $(date +%s) - start ))s; cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
+  dir=${TOKBENCH_DIR:?TOKBENCH_DIR: a folder with corpus.bin or corpus.bin.gz}
+  work=/tmp/tokbench && mkdir -p $work
+  if [ -f "$dir/corpus.bin.gz" ]; then gunzip -c "$dir/corpus.bin.gz" >$work/corpus.bin; else cp "$dir/corpus.bin" $work/; fi
+  for r in 1 2 3; do  # cold word cache: one pass per process
+    build-tok/bin/deepinfer tokenize --tokenizer "${TOKENIZER_JSON:?}" --bench $work/corpus.bin --threads 1 --repeat 1 \
+      2>/dev/null | tail -1 | sed "s/^/cold pass $r: /" | tee -a "$summary"
+  done
+  python3 tools/tokenizer_bench.py --cli build-tok/bin/deepinfer --tokenizer "$TOKENIZER_JSON" --dir $work \
+    --repeat ${TOKBENCH_REPEAT:-2} >"$OUT/tokbench.json" 2>"$OUT/tokbench.err"
+  note "tokenizer_bench: rc=$?"; cat "$OUT/tokbench.json" >>"$summary"; tail -5 "$OUT/tokbench.err" >>"$summary"
+  exit 0
+fi
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DDEEPINFER_ACCELERATOR=nvidia \
   -DCMAKE_CUDA_ARCHITECTURES=90a -DDEEPINFER_PYTHON=OFF >"$OUT/configure.log" 2>&1 || { note "configure FAILED"; tail -30 "$OUT/configure.log"; exit 1; }
 target=deepinfer_cuda_tests
