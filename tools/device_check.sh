@@ -11,7 +11,7 @@
 #   so that one 10-minute call returns whatever finished. BENCH_ARGS overrides the bench command's options;
 #   SKIP_OP_BENCH=1 skips the op micro-bench; MEMCHECK_FILTER runs those tests again under memcheck.
 #   tok: a CPU build of the CLI only, then tools/tokenizer_bench.py (ours vs HF `tokenizers`, same corpus, same run)
-#   on a quiet many-core machine; TOKBENCH_DIR holds corpus.bin (or corpus.bin.gz), TOKENIZER_JSON the vocabulary.
+#   on a quiet many-core machine; TOKBENCH_DIR holds corpus.bin (or corpus.bin.xz), TOKENIZER_JSON the vocabulary.
 #   ci: build everything, every GPU test once, MEMCHECK_FILTER under memcheck, the op micro-bench (rows matching
 #   BENCH_FILTER in the summary) and the CPU suite on all cores: the checks a landing needs, in one call.
 set -uo pipefail
@@ -60,7 +60,7 @@ if [ "$MODE" = tok ]; then
   note "build (cpu cli): ok in $(( $(date +%s) - start ))s; cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
   dir=${TOKBENCH_DIR:?TOKBENCH_DIR: a folder with corpus.bin or corpus.bin.gz}
   work=/tmp/tokbench && mkdir -p $work
-  if [ -f "$dir/corpus.bin.gz" ]; then gunzip -c "$dir/corpus.bin.gz" >$work/corpus.bin; else cp "$dir/corpus.bin" $work/; fi
+  if [ -f "$dir/corpus.bin.xz" ]; then xz -dc "$dir/corpus.bin.xz" >$work/corpus.bin; else cp "$dir/corpus.bin" $work/; fi
   for r in 1 2 3; do  # cold word cache: one pass per process
     build-tok/bin/deepinfer tokenize --tokenizer "${TOKENIZER_JSON:?}" --bench $work/corpus.bin --threads 1 --repeat 1 \
       2>/dev/null | tail -1 | sed "s/^/cold pass $r: /" | tee -a "$summary"
