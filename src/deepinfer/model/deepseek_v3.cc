@@ -46,11 +46,16 @@ OwnedTensor positions_from(TensorMemory& mem, int64_t first, int64_t n) {
 }  // namespace
 
 // One forward call: T tokens at absolute positions p0 .. p0+T-1; the cache then holds S = p0 + T rows.
+// One forward call over a chunk of `total` tokens at absolute positions p0 .. p0+total-1; the cache then holds
+// S = p0 + total rows. This rank computes T of them (all, or its CP share) at `positions` (ascending).
 struct DeepseekV3Model::Chunk {
   int64_t T = 0;
+  int64_t total = 0;
   int64_t p0 = 0;
-  OwnedTensor positions;     // i64 [T]
-  OwnedTensor kv_positions;  // i64 [S]: 0 .. S-1
+  std::vector<int64_t> host_positions;  // [T]
+  OwnedTensor positions;                // i64 [T]
+  OwnedTensor kv_positions;             // i64 [S]: 0 .. S-1
+  const CpShard* cp = nullptr;
 };
 
 std::unique_ptr<DeepseekV3Model> DeepseekV3Model::load(const std::string& dir, Backend& backend) {
@@ -134,19 +139,35 @@ V3SequenceState DeepseekV3Model::new_sequence() const {
   return s;
 }
 
-HostTensor DeepseekV3Model::forward(V3SequenceState& seq, std::span<const int64_t> ids, V3ForwardTrace* trace) const {
-  const int64_t T = static_cast<int64_t>(ids.size()), D = config_.hidden_size, V = config_.vocab_size;
+HostTensor DeepseekV3Model::forward(V3SequenceState& seq, std::span<const int64_t> ids, V3ForwardTrace* trace,
+                                    const CpShard* cp) const {
+  const int64_t total = static_cast<int64_t>(ids.size()), D = config_.hidden_size, V = config_.vocab_size;
   const float eps = static_cast<float>(config_.rms_norm_eps);
-  DI_CHECK(T > 0) << "forward: empty chunk";
+  DI_CHECK(total > 0) << "forward: empty chunk";
   DI_CHECK(static_cast<int64_t>(seq.kv.size()) == config_.num_layers) << "forward: state of another model";
+  DI_CHECK(!cp || cp->total_tokens() == total)
+      << "forward: CP shard for " << (cp ? cp->total_tokens() : 0) << " tokens, chunk of " << total;
   TensorMemory& mem = memory();
+  // This rank's tokens: chunk offsets (all of them without CP).
+  std::vector<int64_t> local(cp ? cp->local() : std::vector<int64_t>{});
+  if (!cp)
+    for (int64_t t = 0; t < total; ++t) local.push_back(t);
+  const int64_t T = static_cast<int64_t>(local.size());
 
   Chunk c;
   c.T = T;
+  c.total = total;
+  c.cp = cp;
   c.p0 = seq.num_tokens;
-  c.positions = positions_from(mem, c.p0, T);
-  c.kv_positions = positions_from(mem, 0, c.p0 + T);
-  const OwnedTensor id_tensor = mem.from_host(DType::kI64, {T}, ids.data());
+  std::vector<int64_t> local_ids(T);
+  c.host_positions.resize(T);
+  for (int64_t t = 0; t < T; ++t) {
+    c.host_positions[t] = c.p0 + local[t];
+    local_ids[t] = ids[local[t]];
+  }
+  c.positions = mem.from_host(DType::kI64, {T}, c.host_positions.data());
+  c.kv_positions = positions_from(mem, 0, c.p0 + total);
+  const OwnedTensor id_tensor = mem.from_host(DType::kI64, {T}, local_ids.data());
 
   // Residual stream x [T, D] starts as the token embeddings (no scaling).
   OwnedTensor x = mem.zeros(DType::kF32, {T, D});
@@ -164,7 +185,7 @@ HostTensor DeepseekV3Model::forward(V3SequenceState& seq, std::span<const int64_
   if (trace) trace->final_hidden = mem.to_host(h);
   OwnedTensor logits = mem.zeros(DType::kF32, {T, V});
   backend_.linear({h.view(), w_.head.view(), logits.view()});
-  seq.num_tokens += T;
+  seq.num_tokens += total;
   return mem.to_host(logits);
 }
 
@@ -221,8 +242,14 @@ OwnedTensor DeepseekV3Model::attention(const Chunk& c, int layer, const OwnedTen
   }
   mem.copy(narrow(rows, 1, r, row), k_pe.view().reshape({T, dr}));
 
+  // Under CP every rank's rows are all-gathered: the cache gets the whole chunk [total, r + dr] in chunk order.
+  if (c.cp) {
+    OwnedTensor all = mem.zeros(DType::kF32, {c.total, row});
+    c.cp->all_gather_rows(mem, rows.view(), all.view());
+    rows = std::move(all);
+  }
   // Append the chunk's rows, then attend over all S rows.
-  const int64_t S = c.p0 + T;
+  const int64_t S = c.p0 + c.total;
   OwnedTensor paged;  // all S rows gathered from the pages
   Tensor kv_rows;
   if (seq.pages) {
@@ -249,7 +276,9 @@ OwnedTensor DeepseekV3Model::attention(const Chunk& c, int layer, const OwnedTen
   if (mla_form_ == MlaForm::kAuto && seq.mla_naive_until >= 0) {
     // Rows [0, n_naive) of the chunk are below mla_naive_until. Each form is row-invariant, so splitting the
     // query rows gives the same rows as one call.
-    const int64_t n_naive = std::clamp<int64_t>(seq.mla_naive_until - c.p0, 0, T);
+    // (Under CP the rank's positions ascend, so its rows below the bound are a prefix too.)
+    const int64_t n_naive = std::lower_bound(c.host_positions.begin(), c.host_positions.end(), seq.mla_naive_until) -
+                            c.host_positions.begin();
     MlaAttentionParams part = p;
     if (n_naive > 0) {
       part.q = q_heads.slice(0, n_naive);
@@ -263,7 +292,7 @@ OwnedTensor DeepseekV3Model::attention(const Chunk& c, int layer, const OwnedTen
       part.out = o.view().slice(n_naive, T);
       backend_.mla_attention_absorbed(part);
     }
-  } else if (use_absorbed(T, c.p0)) {
+  } else if (use_absorbed(c.total, c.p0)) {  // the whole chunk decides: every CP rank picks the one-rank form
     backend_.mla_attention_absorbed(p);
   } else {
     backend_.mla_attention_naive(p);

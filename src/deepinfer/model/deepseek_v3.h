@@ -18,6 +18,7 @@
 #include "deepinfer/model/paged_rows.h"
 #include "deepinfer/ops/ops.h"
 #include "deepinfer/parallel/expert_parallel.h"
+#include "deepinfer/parallel/context_parallel.h"
 
 namespace deepinfer {
 
@@ -94,7 +95,12 @@ class DeepseekV3Model {
   bool has_expert(int layer, int expert) const;
 
   // Appends `ids` to the sequence and returns their logits, f32 [T, vocab].
-  HostTensor forward(V3SequenceState& seq, std::span<const int64_t> ids, V3ForwardTrace* trace = nullptr) const;
+  // Context parallel (`cp`, a prefill chunk split across a CP group): every rank passes the whole chunk `ids` and
+  // the same starting state; the rank computes its own tokens (cp->local()) and returns their logits in that
+  // order, [cp->local_tokens(), vocab], while its cache receives every token's rows (all-gathered), so afterwards
+  // each rank's state equals the one-rank state and decode can continue on any of them.
+  HostTensor forward(V3SequenceState& seq, std::span<const int64_t> ids, V3ForwardTrace* trace = nullptr,
+                     const CpShard* cp = nullptr) const;
 
  private:
   struct Chunk;  // per-call positions

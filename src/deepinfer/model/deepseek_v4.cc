@@ -251,22 +251,37 @@ void DeepseekV4Model::start_at(V4SequenceState& seq, int64_t start, std::span<co
 }
 
 HostTensor DeepseekV4Model::forward(V4SequenceState& seq, std::span<const int64_t> ids, V4ForwardTrace* trace,
-                                    V4StreamCapture* capture) const {
-  int64_t T = static_cast<int64_t>(ids.size());  // shrinks to the decoder rows at a bounded-replay split
+                                    V4StreamCapture* capture, const CpShard* cp) const {
+  const int64_t total_tokens = static_cast<int64_t>(ids.size());
   const int64_t D = config_.hidden_size, hc = config_.hc.hc_mult, V = config_.vocab_size;
   const float eps = static_cast<float>(config_.rms_norm_eps);
   const bool v41 = config_.family == ModelFamily::kDeepseekV41;
-  DI_CHECK(T > 0) << "forward: empty chunk";
+  DI_CHECK(total_tokens > 0) << "forward: empty chunk";
   DI_CHECK(static_cast<int64_t>(seq.layers.size()) == config_.num_layers) << "forward: state of another model";
+  DI_CHECK(!cp || cp->total_tokens() == total_tokens)
+      << "forward: CP shard for " << (cp ? cp->total_tokens() : 0) << " tokens, chunk of " << total_tokens;
+  // Captured rows would be this rank's zig-zag rows, not the chunk's; the DSpark capture runs without CP.
+  DI_CHECK_CODE(!(capture && cp), ErrorCode::kUnsupported) << "forward: stream capture with a CP shard";
+  // This rank's tokens (chunk offsets); T shrinks to the decoder rows at a bounded-replay split.
+  std::vector<int64_t> local(cp ? cp->local() : std::vector<int64_t>{});
+  if (!cp)
+    for (int64_t t = 0; t < total_tokens; ++t) local.push_back(t);
+  int64_t T = static_cast<int64_t>(local.size());
 
   TensorMemory& mem = memory();
   Chunk c;
   c.T = T;
+  c.total = total_tokens;
+  c.cp = cp;
   c.p0 = seq.num_tokens;
-  std::vector<int64_t> positions(T);
-  for (int64_t t = 0; t < T; ++t) positions[t] = c.p0 + t;
-  c.positions = mem.from_host(DType::kI64, {T}, positions.data());
-  c.ids = mem.from_host(DType::kI64, {T}, ids.data());
+  std::vector<int64_t> local_ids(T);
+  c.host_positions.resize(T);
+  for (int64_t t = 0; t < T; ++t) {
+    c.host_positions[t] = c.p0 + local[t];
+    local_ids[t] = ids[local[t]];
+  }
+  c.positions = mem.from_host(DType::kI64, {T}, c.host_positions.data());
+  c.ids = mem.from_host(DType::kI64, {T}, local_ids.data());
 
   // Embedding, copied into every hc stream: streams [T, hc, D].
   OwnedTensor x = mem.zeros(DType::kF32, {T, D});
@@ -279,13 +294,22 @@ HostTensor DeepseekV4Model::forward(V4SequenceState& seq, std::span<const int64_
   for (int64_t t = 0; t < T; ++t) one_hot[t * hc] = 1.0f;
   OwnedTensor carried_pre = mem.from_host(DType::kF32, {T, hc}, one_hot.data());
 
-  std::vector<OwnedTensor> hash_ids;
-  if (engram_) hash_ids = engram_hash_ids(seq, ids);
+  // Engram look-back needs the preceding ids: hashed over the whole chunk, then this rank's rows kept.
+  std::vector<OwnedTensor> hash_ids, chunk_hash_ids;
+  if (engram_) chunk_hash_ids = engram_hash_ids(seq, ids);
+  for (const OwnedTensor& all : chunk_hash_ids) {
+    if (!cp) {
+      hash_ids.push_back(all);
+      continue;
+    }
+    OwnedTensor mine = mem.zeros(DType::kI64, {T, all.shape()[1]});
+    cp->select_rows(mem, all.view(), mine.view());
+    hash_ids.push_back(std::move(mine));
+  }
   if (trace)
     for (const auto& h : hash_ids) trace->engram_hash_ids.push_back(mem.to_host(h));
   // Bounded replay: the first `skip` tokens stop after the decoder-start layer's compressor.
-  const int64_t skip = decoder_start_ < 0 ? 0 : std::clamp<int64_t>(seq.decoder_from - c.p0, 0, T);
-  const int64_t total_tokens = T;
+  const int64_t skip = decoder_start_ < 0 ? 0 : std::clamp<int64_t>(seq.decoder_from - c.p0, 0, total_tokens);
 
   Selection sel;
   OwnedTensor pre = mem.zeros(DType::kF32, {T, hc}), post = mem.zeros(DType::kF32, {T, hc});
@@ -332,6 +356,26 @@ HostTensor DeepseekV4Model::forward(V4SequenceState& seq, std::span<const int64_
     bool run_compressor = true;
     if (l == decoder_start_) {
       c.swa_floor = seq.decoder_from;  // decoder windows start at the segment
+      if (skip > 0 && cp) {
+        // CP ends at the split: gather every per-token tensor and go on as one rank over the whole chunk (the
+        // decoder segment is one window of tokens; every rank runs it).
+        auto gather = [&](OwnedTensor& t) {
+          Shape s = t.shape();
+          s[0] = total_tokens;
+          OwnedTensor all = mem.zeros(t.dtype(), s);
+          cp->all_gather_rows(mem, t.view(), all.view());
+          t = std::move(all);
+        };
+        for (OwnedTensor* t : {&streams, &carried_pre, &attn_pre, &post, &comb, &h}) gather(*t);
+        hash_ids = chunk_hash_ids;
+        T = total_tokens;
+        c.T = T;
+        c.cp = nullptr;
+        c.host_positions.resize(T);
+        for (int64_t t = 0; t < T; ++t) c.host_positions[t] = c.p0 + t;
+        c.positions = mem.from_host(DType::kI64, {T}, c.host_positions.data());
+        c.ids = mem.from_host(DType::kI64, {T}, ids.data());
+      }
       if (skip > 0) {
         // Every token feeds the decoder-start compressor (the decoder's view of the encoder); only the last
         // T - skip go on through the decoder layers.
@@ -347,7 +391,9 @@ HostTensor DeepseekV4Model::forward(V4SequenceState& seq, std::span<const int64_
         for (OwnedTensor& ids_k : hash_ids) keep(ids_k);
         T -= skip;
         c.T = T;
+        c.total = T;
         c.p0 += skip;
+        c.host_positions.erase(c.host_positions.begin(), c.host_positions.begin() + skip);
         pre = mem.zeros(DType::kF32, {T, hc});
       }
     }

@@ -23,6 +23,7 @@
 #include "deepinfer/ops/memory.h"
 #include "deepinfer/ops/ops.h"
 #include "deepinfer/parallel/expert_parallel.h"
+#include "deepinfer/parallel/context_parallel.h"
 
 namespace deepinfer {
 
@@ -143,8 +144,15 @@ class DeepseekV4Model {
   // Appends `ids` to the sequence and returns their logits, f32 [T, vocab]; under bounded replay only the rows
   // at positions >= seq.decoder_from have logits: [T - skipped, vocab] (possibly 0 rows).
   // `capture` (optional) records the averaged attention-input streams of chosen layers (the DSpark context).
+  //
+  // Context parallel (`cp`, a prefill chunk split across a CP group): every rank passes the whole chunk `ids` and
+  // the same starting state, computes its own tokens (cp->local()) and returns their logits in that order; the
+  // window rows and the compressors' per-token projections are all-gathered, so each rank's state afterwards
+  // equals the one-rank state. At a bounded-replay split the chunk's decoder segment (one window of tokens) is
+  // gathered and every rank runs it whole, returning the same rows as one rank.
+  // `cp` and `capture` do not combine (kUnsupported).
   HostTensor forward(V4SequenceState& seq, std::span<const int64_t> ids, V4ForwardTrace* trace = nullptr,
-                     V4StreamCapture* capture = nullptr) const;
+                     V4StreamCapture* capture = nullptr, const CpShard* cp = nullptr) const;
 
   // Speculative decoding with DSpark (spec/dspark_proposer.h): forward() that also returns, per position of the
   // chunk, the DSpark context features (the V4StreamCapture of the draft's target layers) as host rows
@@ -183,6 +191,9 @@ class DeepseekV4Model {
   // Compressed branch of one layer: appends closed groups to the source's state.
   void v4_compress(const Chunk& c, int layer, const OwnedTensor& x, V4SequenceState& seq, bool indexer) const;
   void v41_compress(const Chunk& c, int layer, const OwnedTensor& x, V4SequenceState& seq) const;
+  // w·x for the chunk's rows [drop, total) in chunk order, [total − drop, out]: under CP each rank projects its own
+  // rows and they are all-gathered (compressor groups pool rows of several ranks).
+  OwnedTensor chunk_rows(const Chunk& c, const OwnedTensor& x, const OwnedTensor& w, int64_t drop) const;
   // Paged or slot-owned storage of a kv-source layer's entries (or indexer keys): append groups from `first`,
   // and all of them as one [n_entries, width] view (`hold` keeps a gathered copy alive).
   void store_rows(V4SequenceState& seq, int layer, bool keys, int64_t first, const Tensor& rows) const;

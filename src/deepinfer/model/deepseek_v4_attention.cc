@@ -84,6 +84,16 @@ Tensor DeepseekV4Model::rows_view(const V4SequenceState& seq, int layer, bool ke
   return hold.view();
 }
 
+OwnedTensor DeepseekV4Model::chunk_rows(const Chunk& c, const OwnedTensor& x, const OwnedTensor& w,
+                                        int64_t drop) const {
+  TensorMemory& mem = memory();
+  if (!c.cp) return linear(backend_, mem, x.view().slice(drop, c.total), w);
+  OwnedTensor mine = linear(backend_, mem, x.view(), w);
+  OwnedTensor all = mem.zeros(DType::kF32, {c.total, w.shape()[0]});
+  c.cp->all_gather_rows(mem, mine.view(), all.view());
+  return drop == 0 ? all : mem.clone(all.view().slice(drop, c.total));
+}
+
 // V4 compressor (main entries, or with `indexer` the indexer's keys). CSA overlaps windows: entry w pools
 // the Ca half of window w−1 with the Cb half of window w over 2r slots; HCA pools its r tokens.
 void DeepseekV4Model::v4_compress(const Chunk& c, int layer, const OwnedTensor& x_all, V4SequenceState& seq,
@@ -99,12 +109,11 @@ void DeepseekV4Model::v4_compress(const Chunk& c, int layer, const OwnedTensor& 
   const bool overlap = config_.layers[layer].attention == AttentionKind::kCSA;
   const int64_t width = wkv.shape()[0], dim = norm.shape()[0];
   TensorMemory& mem = memory();
-  const int64_t drop = replayed_rows(c.p0, c.T, cs, r);
-  if (drop == c.T) return;
-  const int64_t T = c.T - drop, p0 = c.p0 + drop;
-  const Tensor x = x_all.view().slice(drop, c.T);
+  const int64_t drop = replayed_rows(c.p0, c.total, cs, r);
+  if (drop == c.total) return;
+  const int64_t T = c.total - drop, p0 = c.p0 + drop;
 
-  OwnedTensor kv = linear(backend_, mem, x, wkv), gate = linear(backend_, mem, x, wgate);  // [T, width]
+  OwnedTensor kv = chunk_rows(c, x_all, wkv, drop), gate = chunk_rows(c, x_all, wgate, drop);  // [T, width]
   // Learned position biases join the gate by slot (position mod r); groups start at multiples of r.
   std::vector<int64_t> slot(T);
   for (int64_t t = 0; t < T; ++t) slot[t] = (p0 + t) % r;
@@ -163,17 +172,16 @@ void DeepseekV4Model::v41_compress(const Chunk& c, int layer, const OwnedTensor&
   const float eps = static_cast<float>(config_.rms_norm_eps);
   CompressorState& cs = st.compressor;
   TensorMemory& mem = memory();
-  const int64_t drop = replayed_rows(c.p0, c.T, cs, r);
-  if (drop == c.T) return;
-  const int64_t T = c.T - drop;
-  const Tensor x = x_all.view().slice(drop, c.T);
+  const int64_t drop = replayed_rows(c.p0, c.total, cs, r);
+  if (drop == c.total) return;
+  const int64_t T = c.total - drop;
   OwnedTensor latent;  // [G, hd]
   int64_t G = 0;
   if (r == 1) {
-    latent = linear(backend_, mem, x, a.comp_wkv);
+    latent = chunk_rows(c, x_all, a.comp_wkv, drop);
     G = T;
   } else {
-    OwnedTensor kv = linear(backend_, mem, x, a.comp_wkv), gate = linear(backend_, mem, x, a.comp_wgate);
+    OwnedTensor kv = chunk_rows(c, x_all, a.comp_wkv, drop), gate = chunk_rows(c, x_all, a.comp_wgate, drop);
     OwnedTensor ckv, cgate;
     G = take_closed_groups(mem, cs, kv.view(), gate.view(), r, ckv, cgate);
     if (G == 0) return;
@@ -225,6 +233,13 @@ OwnedTensor DeepseekV4Model::attention(const Chunk& c, int layer, const OwnedTen
   rms_norm_inplace(backend_, kv.view(), a.kv_norm, eps);
   backend_.rope({kv.view().reshape({T, 1, hd}), c.positions.view(), inv_freq, false});
   if (v41) backend_.fake_quant({kv.view(), FakeQuantKind::kFP8E4M3Ue8m0Block32});
+  // The chunk's window rows [chunk_n, hd] in chunk order: under CP every rank's rows (all queries may read them).
+  const int64_t chunk_n = c.total;
+  if (c.cp) {
+    OwnedTensor all = mem.zeros(DType::kF32, {chunk_n, hd});
+    c.cp->all_gather_rows(mem, kv.view(), all.view());
+    kv = std::move(all);
+  }
 
   // Window keys: the last (window − 1) tokens' rows (paged, or from the slot's ring), then this chunk.
   SwaRing& ring = st.window;
@@ -232,7 +247,7 @@ OwnedTensor DeepseekV4Model::attention(const Chunk& c, int layer, const OwnedTen
   const int64_t past_begin = std::max<int64_t>(c.swa_floor, c.p0 - (ac.sliding_window - 1)), n_past = c.p0 - past_begin;
   // Paged windows are attended in place (paged_sink_attention below): this chunk's rows go into the pages and
   // nothing is gathered. The ring path gathers its rows into window_kv.
-  OwnedTensor window_kv = paged_window ? OwnedTensor{} : mem.zeros(DType::kF32, {n_past + T, hd});
+  OwnedTensor window_kv = paged_window ? OwnedTensor{} : mem.zeros(DType::kF32, {n_past + chunk_n, hd});
   if (paged_window) {
     seq.pages->window[layer].write(mem, seq.ref, c.p0, kv.view());
   } else {
@@ -242,15 +257,15 @@ OwnedTensor DeepseekV4Model::attention(const Chunk& c, int layer, const OwnedTen
   }
   OwnedTensor kv_pos;
   if (!paged_window) {
-    mem.copy(window_kv.view().slice(n_past, n_past + T), kv.view());
-    std::vector<int64_t> window_pos(n_past + T);
-    for (int64_t i = 0; i < n_past + T; ++i) window_pos[i] = past_begin + i;
+    mem.copy(window_kv.view().slice(n_past, n_past + chunk_n), kv.view());
+    std::vector<int64_t> window_pos(n_past + chunk_n);
+    for (int64_t i = 0; i < n_past + chunk_n; ++i) window_pos[i] = past_begin + i;
     kv_pos = positions_of(mem, window_pos);
   }
   // Only the chunk's last `capacity` rows survive in the ring.
-  const int64_t kept = paged_window ? 0 : std::min(T, ring.capacity);
-  for_ring_runs(ring.capacity, c.p0 + T - kept, kept, [&](int64_t slot, int64_t at, int64_t len) {
-    const int64_t from = T - kept + at;
+  const int64_t kept = paged_window ? 0 : std::min(chunk_n, ring.capacity);
+  for_ring_runs(ring.capacity, c.p0 + chunk_n - kept, kept, [&](int64_t slot, int64_t at, int64_t len) {
+    const int64_t from = chunk_n - kept + at;
     mem.copy(ring.rows.view().slice(slot, slot + len), kv.view().slice(from, from + len));
   });
 
@@ -285,41 +300,41 @@ OwnedTensor DeepseekV4Model::attention(const Chunk& c, int layer, const OwnedTen
       v4_compress(c, layer, x, seq, /*indexer=*/false);
       src = &st;
       src_layer = layer;
-      const int64_t n = st.n_entries;
+      const int64_t ne = st.n_entries;
       if (plan.attention == AttentionKind::kCSA) {
-        comp_mask = mem.zeros(DType::kU8, {T, n});
+        comp_mask = mem.zeros(DType::kU8, {T, ne});
         v4_compress(c, layer, x, seq, /*indexer=*/true);
         OwnedTensor scores = index_scores(layer, /*fp4=*/false);
         backend_.topk_mask({scores.view(), Tensor{}, comp_mask.view(), ac.index_topk});
       } else {
         // HCA attends every entry the query can see: w < (p + 1) / r.
-        std::vector<uint8_t> visible(static_cast<size_t>(T * n));
+        std::vector<uint8_t> visible(static_cast<size_t>(T * ne));
         for (int64_t t = 0; t < T; ++t)
-          for (int64_t e = 0; e < n; ++e) visible[t * n + e] = e < (c.p0 + t + 1) / r;
-        comp_mask = mem.from_host(DType::kU8, {T, n}, visible.data());
+          for (int64_t e = 0; e < ne; ++e) visible[t * ne + e] = e < (c.host_positions[t] + 1) / r;
+        comp_mask = mem.from_host(DType::kU8, {T, ne}, visible.data());
       }
     } else {
       if (plan.kv_source == layer && run_compressor) v41_compress(c, layer, x, seq);
       src = &seq.layers[plan.kv_source];
       src_layer = plan.kv_source;
-      const int64_t n = src->n_entries;
-      if (plan.index_source == layer && n > 0) {
+      const int64_t ne = src->n_entries;
+      if (plan.index_source == layer && ne > 0) {
         OwnedTensor scores = index_scores(src_layer, /*fp4=*/true);
         Tensor allowed;
         if (plan.candidate_source) {
-          sel.candidates = mem.zeros(DType::kU8, {T, n});
+          sel.candidates = mem.zeros(DType::kU8, {T, ne});
           backend_.candidate_blocks({scores.view(), c.positions.view(), sel.candidates.view(), r,
                                      ac.candidate_topk_blocks, ac.candidate_block_size});
-          sel.n_candidates = n;
-        } else if (plan.csa2_role == Csa2Role::kReindex && sel.n_candidates == n) {
+          sel.n_candidates = ne;
+        } else if (plan.csa2_role == Csa2Role::kReindex && sel.n_candidates == ne) {
           allowed = sel.candidates.view();
         }
-        sel.topk = mem.zeros(DType::kU8, {T, n});
+        sel.topk = mem.zeros(DType::kU8, {T, ne});
         backend_.topk_mask({scores.view(), allowed, sel.topk.view(), ac.index_topk});
-        sel.n_topk = n;
+        sel.n_topk = ne;
       }
       // Reuse layers read the latest published selection; without one over these entries, none is attended.
-      comp_mask = sel.n_topk == n ? mem.clone(sel.topk.view()) : mem.zeros(DType::kU8, {T, n});
+      comp_mask = sel.n_topk == ne ? mem.clone(sel.topk.view()) : mem.zeros(DType::kU8, {T, ne});
     }
   }
 

@@ -8,13 +8,17 @@
 
 namespace deepinfer {
 
-// One forward call: T tokens at absolute positions p0 .. p0+T-1.
+// One forward call over a chunk of `total` tokens at absolute positions p0 .. p0+total-1, of which this rank
+// computes T (all of them, or its context-parallel share `cp->local()`).
 struct DeepseekV4Model::Chunk {
   int64_t T = 0;
+  int64_t total = 0;
   int64_t p0 = 0;
-  OwnedTensor positions;  // i64 [T]
-  OwnedTensor ids;        // i64 [T], the token ids
-  int64_t swa_floor = 0;  // sliding-window keys below this position are not visible (decoder segment start)
+  OwnedTensor positions;                // i64 [T]
+  std::vector<int64_t> host_positions;  // the same on the host
+  OwnedTensor ids;                      // i64 [T], the token ids
+  int64_t swa_floor = 0;        // sliding-window keys below this position are not visible (decoder segment start)
+  const CpShard* cp = nullptr;  // set while the chunk is split across a CP group
 };
 
 // V4.1 CSA2 selections published within one forward (the reference's per-forward `shared` dict): the
