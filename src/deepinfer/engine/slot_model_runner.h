@@ -19,6 +19,7 @@
 #include "deepinfer/core/error.h"
 #include "deepinfer/engine/model_runner.h"
 #include "deepinfer/model/paged_rows.h"
+#include "deepinfer/parallel/context_parallel.h"
 
 namespace deepinfer {
 
@@ -45,6 +46,7 @@ class SlotModelRunner final : public ModelRunner {
       : model_(model), options_(options) {
     DI_CHECK(num_slots > 0) << "the model runner needs at least one state slot";
     slots_.resize(static_cast<size_t>(num_slots));
+    cp_.resize(static_cast<size_t>(num_slots));
     if constexpr (kPaged) pages_ = model_.new_kv_pages(!options_.exact_prefill);
   }
 
@@ -82,6 +84,7 @@ class SlotModelRunner final : public ModelRunner {
           if (!options_.exact_prefill) st.decoder_from = model_.bounded_decoder_from(e.prompt_len);
         }
         if constexpr (requires { st.mla_naive_until; }) st.mla_naive_until = model_.mla_naive_until(e.prompt_len);
+        reset_cp(e.state_slot, st, e.start);
       }
       if constexpr (kPaged) {
         st.pages = &pages_;
@@ -96,7 +99,7 @@ class SlotModelRunner final : public ModelRunner {
         if (model_.decoder_start() >= 0)
           skipped = std::clamp<int64_t>(st.decoder_from - e.start, 0, T) * (layers - model_.decoder_start());
       }
-      auto out = model_.forward(st, ids);  // f32 [rows, vocab]: the last rows of the chunk
+      auto out = forward(e, st, ids);  // f32 [rows, vocab]; the last row is the chunk's last position
       const int64_t prompt_tokens = std::clamp<int64_t>(e.prompt_len - e.start, 0, T);  // recompute included
       work_.layer_tokens += prompt_tokens * layers - skipped;
       work_.layer_tokens_skipped += skipped;
@@ -137,10 +140,71 @@ class SlotModelRunner final : public ModelRunner {
   }
 
   void release_slot(int32_t slot) override {
-    if (slot >= 0 && slot < static_cast<int32_t>(slots_.size())) slots_[slot] = State{};
+    if (slot >= 0 && slot < static_cast<int32_t>(slots_.size())) {
+      slots_[slot] = State{};
+      cp_[slot] = CpScratch{};
+    }
   }
 
+  // Context parallelism for prefill (parallel/context_parallel.h): a prompt chunk of a sequence that started at
+  // position 0 is split zig-zag across `cp` ranks when it has at least 2·cp tokens; rank 0 runs on the slot's
+  // state, ranks 1..cp−1 on scratch states that the prompt's last chunk frees. cp 1 = off.
+  void set_context_parallel(int cp, CpLauncher launcher) {
+    DI_CHECK(cp >= 1) << "context-parallel size " << cp << " must be >= 1";
+    DI_CHECK(cp == 1 || launcher) << "context parallel (cp " << cp << ") needs a launcher";
+    cp_size_ = cp;
+    cp_launcher_ = std::move(launcher);
+  }
+  // Prompt chunks that ran context-parallel so far (tests, logs).
+  int64_t cp_chunks() const { return cp_chunks_; }
+
  private:
+  // Ranks 1..cp−1 of a slot's sequence: their states mirror the slot's through position `synced` (−1: none).
+  struct CpScratch {
+    std::vector<State> ranks;
+    int64_t synced = -1;
+  };
+
+  void reset_cp(int32_t slot, const State& st, int64_t start) {
+    CpScratch& s = cp_[slot];
+    s = CpScratch{};
+    // A sequence starting at a prefix hit has rows only in the pages; scratch ranks could not read them.
+    if (cp_size_ == 1 || start != 0) return;
+    for (int r = 1; r < cp_size_; ++r) {
+      State h = model_.new_sequence();
+      if constexpr (requires { h.decoder_from; }) h.decoder_from = st.decoder_from;
+      if constexpr (requires { h.mla_naive_until; }) h.mla_naive_until = st.mla_naive_until;
+      s.ranks.push_back(std::move(h));
+    }
+    s.synced = 0;
+  }
+
+  auto forward(const BatchEntry& e, State& st, const std::vector<int64_t>& ids) {
+    CpScratch& s = cp_[e.state_slot];
+    const int64_t T = static_cast<int64_t>(ids.size());
+    const bool prompt = e.start < e.prompt_len;
+    if (!(prompt && s.synced == e.start && cp_splittable(T, cp_size_))) {
+      s = CpScratch{};  // the slot moves on without the scratch ranks
+      return model_.forward(st, ids);
+    }
+    const int n = cp_size_;
+    decltype(model_.forward(st, ids)) out;
+    cp_launcher_(n, [&](int rank, const AllGatherBytes& all_gather) {
+      CpShard shard(rank, n, T, all_gather);
+      State& mine = rank == 0 ? st : s.ranks[static_cast<size_t>(rank - 1)];
+      auto rows = model_.forward(mine, ids, nullptr, &shard);
+      if (rank == 0) out = std::move(rows);  // rank 0 owns the chunk's last token
+    });
+    ++cp_chunks_;
+    s.synced = e.end();
+    if (e.end() >= e.prompt_len) s = CpScratch{};  // decode runs on rank 0 alone
+    return out;
+  }
+
+  int cp_size_ = 1;
+  CpLauncher cp_launcher_;
+  std::vector<CpScratch> cp_;
+  int64_t cp_chunks_ = 0;
   const Model& model_;
   ModelRunnerOptions options_;
   std::vector<State> slots_;

@@ -1,0 +1,161 @@
+// The engine with context-parallel prefill (SlotModelRunner::set_context_parallel, in-process ranks): every logits
+// row the sampler sees and every output id are bit-identical to the same engine without CP, on the golden models,
+// with chunked prefill (budget 48 → chunks of varying length), several sequences per step, a prompt too short to
+// split, and prefix-cache hits (which run on one rank).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <memory>
+
+#include "deepinfer/engine/engine.h"
+#include "deepinfer/engine/v3_model_runner.h"
+#include "deepinfer/engine/v4_model_runner.h"
+#include "deepinfer/io/safetensors.h"
+#include "parallel/cp_test_group.h"
+#include "test_util.h"
+
+namespace deepinfer {
+namespace {
+
+class Recorder final : public ModelRunner {
+ public:
+  explicit Recorder(ModelRunner& inner) : inner_(inner) {}
+  int64_t vocab_size() const override { return inner_.vocab_size(); }
+  void execute(const ModelBatch& batch, std::span<float> logits) override {
+    inner_.execute(batch, logits);
+    int64_t row = 0;
+    const int64_t v = vocab_size();
+    for (const BatchEntry& e : batch.entries) {
+      if (!e.needs_logits) continue;
+      rows[e.seq_id].emplace_back(logits.begin() + row * v, logits.begin() + (row + 1) * v);
+      ++row;
+    }
+  }
+  void release_slot(int32_t slot) override { inner_.release_slot(slot); }
+  bool prefix_cache_supported() const override { return inner_.prefix_cache_supported(); }
+  int prefix_replay_tokens() const override { return inner_.prefix_replay_tokens(); }
+  std::map<int64_t, std::vector<std::vector<float>>> rows;
+
+ private:
+  ModelRunner& inner_;
+};
+
+CpLauncher thread_launcher() {
+  return [](int n, const std::function<void(int, const AllGatherBytes&)>& fn) {
+    testing::CpTestGroup group(n);
+    group.run([&](int rank) { fn(rank, group.all_gather(rank)); });
+  };
+}
+
+struct Case {
+  std::string family;
+  int cp = 2;
+  bool exact_prefill = true;
+  std::string name() const { return family + "_cp" + std::to_string(cp) + (exact_prefill ? "" : "_bounded"); }
+};
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name(); }
+
+struct Result {
+  std::map<int64_t, std::vector<std::vector<float>>> rows;
+  std::map<std::string, std::vector<TokenId>> out;
+  int64_t cp_chunks = 0;
+};
+
+class CpRunner : public ::testing::TestWithParam<Case> {};
+
+TEST_P(CpRunner, EngineOutputsEqualOneRank) {
+  const Case& c = GetParam();
+  const std::string dir = testing::test_data_dir() + "/golden/" + c.family;
+  auto backend = make_cpu_backend(0);
+  auto golden = SafetensorsFile::open(dir + "/golden.safetensors");
+  auto ids = [&](const std::string& n) {
+    Tensor t = golden->tensor(n);
+    return std::vector<int64_t>(t.data_as<int64_t>(), t.data_as<int64_t>() + t.numel());
+  };
+  std::unique_ptr<DeepseekV3Model> v3;
+  std::unique_ptr<DeepseekV4Model> v4;
+  if (c.family == "deepseek_v3") {
+    v3 = DeepseekV3Model::load(dir, *backend);
+  } else {
+    std::optional<std::vector<int64_t>> map;
+    if (golden->find("engram.token_map")) map = ids("engram.token_map");
+    v4 = DeepseekV4Model::load(dir, *backend, map);
+  }
+  std::vector<TokenId> base;
+  for (int64_t t : ids("prompt2.input_ids")) base.push_back(static_cast<TokenId>(t));
+  // a: 97 tokens; b: shares a's first 64 (a prefix hit once a is cached: one rank); s: 5 tokens (< 2·cp for cp 4);
+  // d: 131 tokens, submitted with a.
+  const std::vector<std::pair<std::string, std::vector<TokenId>>> first = {
+      {"a", std::vector<TokenId>(base.begin(), base.begin() + 97)},
+      {"s", std::vector<TokenId>(base.begin() + 7, base.begin() + 12)},
+      {"d", std::vector<TokenId>(base.begin() + 100, base.begin() + 231)}};
+  std::vector<TokenId> b(base.begin(), base.begin() + 64);
+  b.insert(b.end(), base.begin() + 240, base.begin() + 280);
+
+  auto run = [&](int cp) {
+    ModelRunnerOptions o;
+    o.exact_prefill = c.exact_prefill;
+    std::unique_ptr<ModelRunner> inner;
+    int64_t (*chunks)(ModelRunner&) = nullptr;
+    if (v3) {
+      auto r = std::make_unique<V3ModelRunner>(*v3, 8, o);
+      r->set_context_parallel(cp, cp > 1 ? thread_launcher() : CpLauncher{});
+      inner = std::move(r);
+      chunks = [](ModelRunner& m) { return static_cast<V3ModelRunner&>(m).cp_chunks(); };
+    } else {
+      auto r = std::make_unique<V4ModelRunner>(*v4, 8, o);
+      r->set_context_parallel(cp, cp > 1 ? thread_launcher() : CpLauncher{});
+      inner = std::move(r);
+      chunks = [](ModelRunner& m) { return static_cast<V4ModelRunner&>(m).cp_chunks(); };
+    }
+    Recorder rec(*inner);
+    EngineConfig ec;
+    ec.scheduler.max_num_seqs = 4;
+    ec.scheduler.max_model_len = 320;
+    ec.scheduler.max_num_batched_tokens = 48;
+    ec.kv.num_blocks = 128;
+    ec.kv.block_size = 16;
+    ec.kv.num_state_slots = 8;
+    ec.kv.enable_prefix_cache = true;
+    ec.kv.prefix_replay_tokens = inner->prefix_replay_tokens();
+    Engine engine(ec, rec);
+    Result r;
+    for (const auto& wave : {first, std::vector<std::pair<std::string, std::vector<TokenId>>>{{"b", b}}}) {
+      for (const auto& [id, prompt] : wave) {
+        Request q;
+        q.request_id = id;
+        q.prompt_token_ids = prompt;
+        q.params.max_tokens = 5;
+        q.params.temperature = 0.0f;
+        q.params.ignore_eos = true;
+        engine.add_request(std::move(q));
+      }
+      while (engine.has_unfinished()) engine.step();
+      for (auto& d : engine.take_finished()) r.out[d.request_id] = d.output_token_ids;
+    }
+    r.rows = std::move(rec.rows);
+    r.cp_chunks = chunks(*inner);
+    return r;
+  };
+  const Result one = run(1), par = run(c.cp);
+  EXPECT_EQ(one.cp_chunks, 0);
+  EXPECT_GE(par.cp_chunks, 4) << "too few prompt chunks ran context-parallel for the test to mean anything";
+  ASSERT_EQ(one.out, par.out);
+  ASSERT_EQ(one.rows.size(), par.rows.size());
+  for (const auto& [seq, rows] : one.rows) {
+    const auto& other = par.rows.at(seq);
+    ASSERT_EQ(rows.size(), other.size()) << "sequence " << seq;
+    for (size_t i = 0; i < rows.size(); ++i)
+      EXPECT_EQ(0, std::memcmp(rows[i].data(), other[i].data(), rows[i].size() * sizeof(float)))
+          << "sequence " << seq << " logits row " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Golden, CpRunner,
+                         ::testing::Values(Case{"deepseek_v3", 2}, Case{"deepseek_v4", 4}, Case{"deepseek_v41", 2},
+                                           Case{"deepseek_v41", 4, false}),
+                         [](const auto& info) { return info.param.name(); });
+
+}  // namespace
+}  // namespace deepinfer
