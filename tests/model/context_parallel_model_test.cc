@@ -10,6 +10,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <type_traits>
 
 #include "deepinfer/io/safetensors.h"
 #include "deepinfer/model/deepseek_v3.h"

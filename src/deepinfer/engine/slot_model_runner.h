@@ -192,7 +192,13 @@ class SlotModelRunner final : public ModelRunner {
     cp_launcher_(n, [&](int rank, const AllGatherBytes& all_gather) {
       CpShard shard(rank, n, T, all_gather);
       State& mine = rank == 0 ? st : s.ranks[static_cast<size_t>(rank - 1)];
-      auto rows = model_.forward(mine, ids, nullptr, &shard);
+      // V4's forward takes a stream-capture pointer before the shard; V3's does not.
+      auto rows = [&] {
+        if constexpr (requires { model_.forward(mine, ids, nullptr, nullptr, &shard); })
+          return model_.forward(mine, ids, nullptr, nullptr, &shard);
+        else
+          return model_.forward(mine, ids, nullptr, &shard);
+      }();
       if (rank == 0) out = std::move(rows);  // rank 0 owns the chunk's last token
     });
     ++cp_chunks_;
