@@ -8,8 +8,8 @@
 The model comes from --model_name (a local Hugging Face directory), else DEEPINFER_HF_MODEL_DIR, else the
 build's embedded default; the log says which. DEEPINFER_ACCELERATOR=nvidia runs on CUDA device 0, cpu on the CPU
 backend (default: CUDA when this build has it and sees a GPU). The reference defaults to EP8/DP8; here --ep/--dp
-default to 1 and larger values run in-process ranks on the CPU backend (docs/PARALLEL.md); --cp other than 1 stops
-with a clear error until context parallelism exists.
+default to 1 and larger values run in-process ranks on the CPU backend (docs/PARALLEL.md); --cp N splits long prompt
+chunks zig-zag over N in-process ranks on the CPU backend (docs/CONTEXT_PARALLEL.md).
 
 Per sample it prints the token count, finish reason, acceptance rate (n/a until speculative decoding exists) and
 decode_ppl, and exits non-zero when any value is non-finite.
@@ -37,7 +37,7 @@ def parse_args(argv):
                    "then the embedded default)")
     p.add_argument("--ep", type=int, default=1, help="expert-parallel size (> 1: in-process ranks on the CPU backend)")
     p.add_argument("--dp", type=int, default=1, help="attention data-parallel size (> 1: in-process ranks on the CPU backend)")
-    p.add_argument("--cp", type=int, default=1, help="context-parallel size (1 until multi-GPU exists)")
+    p.add_argument("--cp", type=int, default=1, help="context-parallel size (prefill; in-process ranks on the CPU backend)")
     p.add_argument("--check_structured_output", action="store_true",
                    help="also check regex / JSON Schema / EBNF constrained generation on the same LLM")
     p.add_argument("--max_model_len", type=int, default=32768)

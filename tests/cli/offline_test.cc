@@ -106,7 +106,7 @@ TEST(OfflineCli, ReferenceFlagsPrintPerSampleDiagnosticsAndProgress) {
 TEST(OfflineCli, UnsupportedLayoutsAndChecksAreClearErrors) {
   const std::string m = " --model_name " + testing::test_data_dir() + "/golden/deepseek_v4";
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"--ep 2 --cp 8", "--cp 8 needs context parallelism"},
+      {"--ep 2 --cp 8", "--cp 8 together with ep*dp > 1 is not supported yet"},
       {"--ep 16", "--ep 16: the model has only 8 routed experts"},
       {"--ep 0", "--ep must be >= 1"},
       {"--eplb-interval 2", "--eplb-interval needs expert parallelism"},
@@ -138,6 +138,29 @@ TEST(OfflineCli, ExpertAndDataParallelGiveTheSingleRankOutput) {
     EXPECT_EQ(testing::parse_offline_samples(r.output), expect) << flags;
     EXPECT_NE(r.output.find("parallel layout: world"), std::string::npos) << r.output;
     if (flags.find("eplb") != std::string::npos) EXPECT_NE(r.output.find("EPLB: "), std::string::npos) << r.output;
+  }
+}
+
+// Context parallelism with in-process ranks: long prompt chunks split zig-zag over 2 and 3 ranks give one rank's
+// samples (V3 MLA and V4.1, chunked prefill under a 24-token budget; the 41-token prompt spans two chunks).
+TEST(OfflineCli, ContextParallelGivesTheSingleRankOutput) {
+  std::string ids;
+  for (int i = 0; i < 41; ++i) ids += (i ? "," : "") + std::to_string(20 + (13 * i) % 90);
+  for (const char* model : {"deepseek_v3", "deepseek_v41"}) {
+    const std::string base = "offline --model_name " + testing::test_data_dir() + "/golden/" + model +
+                             " --max_model_len 128 --max-tokens 4 --threads 2 --ignore-eos --temperature 0 "
+                             "--max-num-batched-tokens 24 --prompt-ids " +
+                             ids + " --prompt-ids 5,6,7,8,9,10";
+    auto one = run_cli(base);
+    ASSERT_EQ(one.exit_code, 0) << one.output;
+    const auto expect = testing::parse_offline_samples(one.output);
+    ASSERT_EQ(expect.size(), 2u);
+    for (const std::string flags : {" --cp 2", " --cp 3"}) {
+      auto r = run_cli(base + flags);
+      ASSERT_EQ(r.exit_code, 0) << model << flags << "\n" << r.output;
+      EXPECT_EQ(testing::parse_offline_samples(r.output), expect) << model << flags;
+      EXPECT_NE(r.output.find("context parallel: prompt chunks"), std::string::npos) << r.output;
+    }
   }
 }
 

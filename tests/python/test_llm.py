@@ -53,6 +53,20 @@ def test_generate_matches_cli_same_prompts_and_seed(cli, golden_v41):
         assert o.acceptance_rate is None and o.finished
 
 
+def test_context_parallel_prefill_equals_one_rank(golden_v41):
+    # Prompts of >= 2*cp tokens run zig-zag over cp in-process ranks; greedy and sampled ids equal cp=1's.
+    prompts = [[100 + (7 * i) % 200 for i in range(47)], [5, 6, 7], [300 + i for i in range(20)]]
+    params = [SamplingParams(temperature=0, max_tokens=6, ignore_eos=True),
+              SamplingParams(temperature=0.9, max_tokens=6, seed=5, ignore_eos=True),
+              SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)]
+    got = {}
+    for cp in (1, 2, 3):
+        llm = LLM(golden_v41, max_model_len=256, max_num_seqs=2, max_num_batched_tokens=32, seed=1, device="cpu",
+                  cp=cp)
+        got[cp] = [o.outputs[0].token_ids for o in llm.generate(prompts, params, use_tqdm=False)]
+    assert got[2] == got[1] and got[3] == got[1]
+
+
 def test_input_order_kept_with_one_slot(llm):
     greedy = SamplingParams(temperature=0, max_tokens=5, ignore_eos=True)
     prompts = [[3] * 60, [4, 5], [6] * 20, [7, 8, 9]]
@@ -115,9 +129,7 @@ def test_errors_raise_python_exceptions(llm, golden_v41):
         llm.generate([[1], [2]], [SamplingParams(), SamplingParams(), SamplingParams()], use_tqdm=False)
     with pytest.raises(TypeError, match=r"prompts\[0\]"):
         llm.generate([3.5], use_tqdm=False)
-    with pytest.raises(NotImplementedError, match="context parallelism"):
-        LLM(golden_v41, cp=2)
-    with pytest.raises(NotImplementedError, match="context parallelism"):
+    with pytest.raises(NotImplementedError, match="cp='2' together with ep"):
         LLM(golden_v41, dp=8, cp=2)
     with pytest.raises(ValueError, match="routed experts"):
         LLM(golden_v41, ep=64, device="cpu")
@@ -253,9 +265,12 @@ def test_example_script_end_to_end(example_script, golden_v41):
     for l in lines:
         assert "tokens=6" in l and "acceptance_rate=n/a" in l and "finite=yes" in l
         assert re.search(r"decode_ppl=[0-9]+\.[0-9]{4}", l)
-    r = subprocess.run([sys.executable, example_script, "--cp", "2"], capture_output=True, text=True, env=env,
-                       timeout=120)
-    assert r.returncode == 2 and "context parallelism" in r.stderr
+    r2 = subprocess.run([sys.executable, example_script, "--max_model_len", "256", "--max_tokens", "6",
+                         "--num_prompts", "3", "--temperature", "0.5", "--seed", "2", "--cp", "2"],
+                        capture_output=True, text=True, env=env, timeout=300)
+    assert r2.returncode == 0, r2.stdout + r2.stderr
+    assert "context parallel" in r2.stderr
+    assert [l for l in r2.stdout.splitlines() if l.startswith("[sample ")] == lines
 
 
 def test_example_checks_structured_output(example_script, byte_model_dir):

@@ -95,8 +95,6 @@ void validate(const LlmConfig& c) {
   DI_CHECK(c.threads >= 0) << "threads must be >= 0 (0 = all cores), got " << c.threads;
   DI_CHECK(c.ep >= 1 && c.dp >= 1 && c.cp >= 1)
       << "ep, dp and cp must be >= 1, got ep=" << c.ep << " dp=" << c.dp << " cp=" << c.cp;
-  DI_CHECK_CODE(c.cp == 1, ErrorCode::kUnsupported)
-      << "cp=" << c.cp << ": context parallelism is not implemented yet; use cp=1";
   // ep/dp > 1 run their ranks as threads of this process, which only the CPU backend computes in; on GPUs each
   // rank is its own process (docs/PARALLEL.md).
   DI_CHECK_CODE(c.device == "cpu" || (c.ep == 1 && c.dp == 1), ErrorCode::kUnsupported)
@@ -154,6 +152,7 @@ Llm::Llm(LlmConfig config) : config_(std::move(config)) {
   o.dp = config_.dp;
   o.eplb_interval = config_.eplb_interval;
   o.eplb_slots = config_.eplb_slots;
+  o.cp = config_.cp;
   stack_ = load_engine_stack(o);
   model_config_ = stack_->config;
   tok_ = stack_->tokenizer.get();

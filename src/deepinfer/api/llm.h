@@ -49,7 +49,7 @@ struct LlmConfig {
   // V4.1: every layer on every prompt token (transformers parity) instead of decoder SWA bounded replay.
   bool exact_prefill = false;
   // Expert / attention data / context parallel sizes (docs/PARALLEL.md). ep/dp > 1 run in-process ranks on the CPU
-  // backend; cp > 1 is refused until context parallelism exists.
+  // backend; cp > 1 runs context-parallel prefill over cp in-process ranks (CPU backend, not with ep/dp > 1).
   int ep = 1, dp = 1, cp = 1;
   // EPLB (ep > 1): re-place experts every eplb_interval engine steps (0: off), eplb_slots slots per EP rank (0: auto).
   int eplb_interval = 0, eplb_slots = 0;
@@ -143,8 +143,8 @@ class GenerationStream {
 
 class Llm {
  public:
-  // Loads the model (Unsupported for cp != 1, ep/dp > 1 on cuda, or --device cuda without CUDA, NotFound for a missing
-  // directory or file, InvalidArgument naming a bad field).
+  // Loads the model (Unsupported for cp > 1 off the CPU backend or with ep/dp > 1, ep/dp > 1 on cuda, or --device cuda
+  // without CUDA, NotFound for a missing directory or file, InvalidArgument naming a bad field).
   explicit Llm(LlmConfig config);
   ~Llm();
   Llm(const Llm&) = delete;

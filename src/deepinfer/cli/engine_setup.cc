@@ -57,6 +57,7 @@ EngineSetup::EngineSetup(const EngineSetupArgs& a, StreamCallback on_delta) {
   o.dp = a.dp;
   o.eplb_interval = a.eplb_interval;
   o.eplb_slots = a.eplb_slots;
+  o.cp = a.cp;
   const ParallelLayout playout = ParallelLayout::make(a.ep, a.dp);
   if (playout.world > 1 && a.device == "cuda") {
     // One process per GPU, joined before anything touches a device; the ranks run the V4 family

@@ -41,6 +41,7 @@ struct EngineSetupArgs {
   // with eplb_slots slots per EP rank.
   int ep = 1, dp = 1;
   int eplb_interval = 0, eplb_slots = 0;
+  int cp = 1;  // context-parallel prefill over cp in-process ranks (CPU backend)
 };
 
 // Owns everything behind an Engine (engine/engine_factory.h's EngineStack). Construction logs where the model came

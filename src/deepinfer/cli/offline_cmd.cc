@@ -64,8 +64,6 @@ int run_offline(const OfflineArgs& a) {
   // Layout and parameter errors come before the model loads.
   for (auto [flag, v] : {std::pair{"--ep", a.ep}, std::pair{"--dp", a.dp}, std::pair{"--cp", a.cp}})
     DI_CHECK(v >= 1) << flag << " must be >= 1, got " << v;
-  DI_CHECK_CODE(a.cp == 1, ErrorCode::kUnsupported)
-      << "--cp " << a.cp << " needs context parallelism (issue 12), which this build does not have yet (--cp 1)";
   DI_CHECK(a.eplb_interval >= 0) << "--eplb-interval must be >= 0, got " << a.eplb_interval;
   DI_CHECK(a.eplb_slots >= 0) << "--eplb-slots must be >= 0, got " << a.eplb_slots;
   DI_CHECK(a.eplb_interval == 0 || a.ep > 1) << "--eplb-interval needs expert parallelism (--ep > 1)";
@@ -89,6 +87,7 @@ int run_offline(const OfflineArgs& a) {
   sa.dp = a.dp;
   sa.eplb_interval = a.eplb_interval;
   sa.eplb_slots = a.eplb_slots;
+  sa.cp = a.cp;
   EngineSetup setup(sa);
   if (setup.is_worker()) return 0;  // rank > 0 of a multi-process run: served rank 0's steps
   const int64_t vocab = setup.config().vocab_size;

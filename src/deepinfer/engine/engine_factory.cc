@@ -121,6 +121,13 @@ std::unique_ptr<EngineStack> load_engine_stack(const EngineStackOptions& o) {
   const bool parallel = playout.world > 1;
   DI_CHECK_CODE(!parallel || o.device == "cpu" || o.make_parallel_runner, ErrorCode::kUnsupported)
       << option(o, "device", o.device) << " with ep*dp > 1: the in-process ranks run on the CPU backend";
+  DI_CHECK(o.cp >= 1) << option(o, "cp", std::to_string(o.cp)) << ": must be >= 1";
+  DI_CHECK_CODE(o.cp == 1 || !parallel, ErrorCode::kUnsupported)
+      << option(o, "cp", std::to_string(o.cp)) << " together with ep*dp > 1 is not supported yet (docs/PARALLEL.md)";
+  DI_CHECK_CODE(o.cp == 1 || o.device == "cpu", ErrorCode::kUnsupported)
+      << option(o, "cp", std::to_string(o.cp)) << " on " << option(o, "device", o.device)
+      << ": context parallelism runs its ranks as threads on the CPU backend so far; across GPUs it needs one "
+         "process per GPU over NCCL, which is not wired yet (docs/CONTEXT_PARALLEL.md)";
   const int64_t budget = kv_cache_budget_bytes(o);
   if (!parallel) s.backend = make_backend(o);  // parallel: every rank makes its own
   DI_LOG_INFO("device: {}", o.device);
@@ -177,11 +184,18 @@ std::unique_ptr<EngineStack> load_engine_stack(const EngineStackOptions& o) {
       DI_LOG_INFO("parallel layout: {} (in-process ranks)", playout.str());
     }
   } else if (s.v3) {
-    s.runner = std::make_unique<V3ModelRunner>(*s.v3, o.max_num_seqs, ro);
+    auto r = std::make_unique<V3ModelRunner>(*s.v3, o.max_num_seqs, ro);
+    if (o.cp > 1) r->set_context_parallel(o.cp, make_in_process_cp_launcher(o.cp));
+    s.runner = std::move(r);
   } else {
-    s.runner = std::make_unique<V4ModelRunner>(*s.v4, o.max_num_seqs, ro);
+    auto r = std::make_unique<V4ModelRunner>(*s.v4, o.max_num_seqs, ro);
+    if (o.cp > 1) r->set_context_parallel(o.cp, make_in_process_cp_launcher(o.cp));
+    s.runner = std::move(r);
     log_prefill_mode(*s.v4, o.exact_prefill);
   }
+  if (o.cp > 1)
+    DI_LOG_INFO("context parallel: prompt chunks of >= {} tokens split zig-zag over {} in-process ranks", 2 * o.cp,
+                o.cp);
   s.layout = make_kv_layout(cfg);
   // The parallel runners' caches live in their ranks: the design formats size the cache.
   if (!parallel) s.layout.storage = s.runner->kv_footprint(s.layout.block_size);

@@ -54,6 +54,9 @@ struct EngineStackOptions {
   // (parallel/parallel_model_runner.h). EPLB every eplb_interval steps (0: off) with eplb_slots slots per EP rank.
   int ep = 1, dp = 1;
   int eplb_interval = 0, eplb_slots = 0;
+  // Context-parallel size for prefill (docs/CONTEXT_PARALLEL.md): prompt chunks of >= 2·cp tokens run zig-zag over
+  // cp in-process ranks that share the model (CPU backend; not combined with ep/dp yet).
+  int cp = 1;
   // ep * dp > 1: makes the runner instead of the in-process ranks (the CLI's one process per GPU over NCCL).
   std::function<std::unique_ptr<ModelRunner>(const ParallelRunnerOptions&, std::optional<std::vector<int64_t>>)>
       make_parallel_runner;

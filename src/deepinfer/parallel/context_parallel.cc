@@ -1,10 +1,12 @@
 #include "deepinfer/parallel/context_parallel.h"
 
 #include <algorithm>
+#include <memory>
 #include <utility>
 
 #include "deepinfer/core/error.h"
 #include "deepinfer/ops/memory.h"
+#include "deepinfer/parallel/in_process_communicator.h"
 
 namespace deepinfer {
 
@@ -86,6 +88,20 @@ void CpShard::select_rows(TensorMemory& mem, const Tensor& all, const Tensor& mi
     mem.copy(mine.slice(at, at + p.size()), all.slice(p.begin, p.end));
     at += p.size();
   }
+}
+
+CpLauncher make_in_process_cp_launcher(int cp) {
+  DI_CHECK(cp >= 1) << "context-parallel size " << cp << " must be >= 1";
+  auto world = std::make_shared<InProcessWorld>(cp);
+  return [world](int n, const std::function<void(int rank, const AllGatherBytes&)>& fn) {
+    DI_CHECK_INTERNAL(n == world->size()) << "CP launch over " << n << " ranks on a world of " << world->size();
+    world->run_on_all([&fn](Communicator& comm) {
+      const AllGatherBytes all_gather = [&comm](const void* send, void* recv, size_t bytes) {
+        comm.all_gather(send, recv, static_cast<int64_t>(bytes), DType::kU8);
+      };
+      fn(comm.rank(), all_gather);
+    });
+  };
 }
 
 }  // namespace deepinfer

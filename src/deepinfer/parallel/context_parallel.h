@@ -50,6 +50,11 @@ using AllGatherBytes = std::function<void(const void* send, void* recv, size_t b
 // error): the runner's handle on whatever hosts the ranks (in-process threads over a Communicator on the CPU).
 using CpLauncher = std::function<void(int n, const std::function<void(int rank, const AllGatherBytes&)>& fn)>;
 
+// A launcher over `cp` persistent in-process rank threads (InProcessWorld) whose all-gather is the world
+// communicator's: how the engine runs CP on the CPU backend (the ranks share the model's weights and backend).
+// Calls with n != cp throw.
+CpLauncher make_in_process_cp_launcher(int cp);
+
 // One rank's view of a CP group for one forward call over a chunk of `total_tokens` tokens.
 class CpShard {
  public:
