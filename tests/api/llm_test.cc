@@ -197,7 +197,11 @@ TEST(LlmApi, ErrorsNameThePromptAndLeaveTheEngineUsable) {
 TEST(LlmApi, ConfigErrors) {
   LlmConfig c = small_config();
   c.cp = 2;
+  c.dp = 2;  // CP is not combined with ep/dp yet
   EXPECT_EQ(code_of([&] { Llm x(c); }), ErrorCode::kUnsupported);
+  c = small_config();
+  c.cp = 0;
+  EXPECT_EQ(code_of([&] { Llm x(c); }), ErrorCode::kInvalidArgument);
   c = small_config();
   c.ep = 0;
   EXPECT_EQ(code_of([&] { Llm x(c); }), ErrorCode::kInvalidArgument);
