@@ -223,6 +223,11 @@ TEST(ParallelModelRunner, GoldenV3EpDpEqualsSingleRank) {
   check<DeepseekV3Model>(golden("deepseek_v3"), {{2, 1}, {4, 1}, {2, 2}, {4, 2}});
 }
 
+// V4 CSA layers (r = 4) under chunked prefill: some sequences' first chunk is shorter than one compress group.
+TEST(ParallelModelRunner, GoldenV4EpDpEqualsSingleRank) {
+  check<DeepseekV4Model>(golden("deepseek_v4"), {{2, 1}, {2, 2}, {4, 2}});
+}
+
 TEST(ParallelModelRunner, GoldenV41EpDpEqualsSingleRankExactAndBounded) {
   check<DeepseekV4Model>(golden("deepseek_v41"), {{4, 1}, {2, 2}}, /*exact_prefill=*/true);
   check<DeepseekV4Model>(golden("deepseek_v41"), {{2, 2}}, /*exact_prefill=*/false);

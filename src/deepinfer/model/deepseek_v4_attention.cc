@@ -304,8 +304,12 @@ OwnedTensor DeepseekV4Model::attention(const Chunk& c, int layer, const OwnedTen
       if (plan.attention == AttentionKind::kCSA) {
         comp_mask = mem.zeros(DType::kU8, {T, ne});
         v4_compress(c, layer, x, seq, /*indexer=*/true);
-        OwnedTensor scores = index_scores(layer, /*fp4=*/false);
-        backend_.topk_mask({scores.view(), Tensor{}, comp_mask.view(), ac.index_topk});
+        // Before the first group of r tokens closes there is nothing to score (and paged storage holds no rows to
+        // gather): a sequence's first chunk can be shorter than r under chunked prefill.
+        if (ne > 0) {
+          OwnedTensor scores = index_scores(layer, /*fp4=*/false);
+          backend_.topk_mask({scores.view(), Tensor{}, comp_mask.view(), ac.index_topk});
+        }
       } else {
         // HCA attends every entry the query can see: w < (p + 1) / r.
         std::vector<uint8_t> visible(static_cast<size_t>(T * ne));
