@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (device tool) in one call: build with CUDA, run the GPU tests (ctest -L gpu), a
-# compute-sanitizer memcheck of the op harness, the CUDA micro-benchmark, and (full mode) the CPU tests and the
+# compute-sanitizer memcheck and racecheck of the op harness, the CUDA micro-benchmark, and (full mode) the CPU tests and the
 # benchmarks; logs + a summary under $OUT.
 #   usage (device tool): bash tools/device_check.sh [gpu|full|model|bench|ci]      (carry: .deps when the image lacks the -dev
 #   packages: `mkdir -p .deps && cd .deps && apt-get download <packages below>` on an x86-64 Debian/Ubuntu host)
 #   model: build the CUDA tests (+ the CLI they run) and run every GPU test once, directly, with the golden-model
-#   figures in the summary; no memcheck, no benchmarks, so it fits one 10-minute device call.
+#   figures in the summary; no benchmarks, so it fits one 10-minute device call; MEMCHECK_FILTER / RACECHECK_FILTER
+#   (a gtest filter, or "harness" for the op harness) run those tests again under compute-sanitizer memcheck / racecheck.
 #   bench: build the CUDA tests + the CLI; the GEMM/MoE comparisons first, then `deepinfer bench --device cuda`
 #   (model slices vs ceilings), the op micro-bench, and the remaining GPU tests, each under its own time limit
 #   so that one 10-minute call returns whatever finished. BENCH_ARGS overrides the bench command's options;
 #   SKIP_OP_BENCH=1 skips the op micro-bench; MEMCHECK_FILTER runs those tests again under memcheck.
 #   tok: a CPU build of the CLI only, then tools/tokenizer_bench.py (ours vs HF `tokenizers`, same corpus, same run)
 #   on a quiet many-core machine; TOKBENCH_DIR holds corpus.bin (or corpus.bin.xz), TOKENIZER_JSON the vocabulary.
-#   ci: build everything, every GPU test once, MEMCHECK_FILTER under memcheck, the op micro-bench (rows matching
+#   ci: build everything, every GPU test once, MEMCHECK_FILTER under memcheck, the op harness under racecheck
+#   (RACECHECK_FILTER overrides which tests), the op micro-bench (rows matching
 #   BENCH_FILTER in the summary) and the CPU suite on all cores: the checks a landing needs, in one call.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -23,6 +25,18 @@ export PATH=/usr/local/cuda/bin:$PATH
 summary="$OUT/summary.txt"
 : >"$summary"
 note() { echo "$*" | tee -a "$summary"; }
+# The op harness under compute-sanitizer: memcheck (out-of-bounds / misaligned / leaked device memory) and
+# racecheck (shared-memory hazards between threads of a block). GraphCaptureRejectsSyncAndAllocation provokes CUDA
+# API errors on purpose, so it is left out of both.
+OP_HARNESS='CudaOpTest.*:CudaMoeTest.*:CudaSampleTest.*:-CudaOpTest.GraphCaptureRejectsSyncAndAllocation'
+sanitize() {  # tool filter seconds; filter "harness" = $OP_HARNESS
+  [ "$2" = harness ] && set -- "$1" "$OP_HARNESS" "$3"
+  command -v compute-sanitizer >/dev/null 2>&1 || { note "$1: compute-sanitizer not found"; return; }
+  timeout "$3" compute-sanitizer --tool "$1" --error-exitcode 9 build-gpu/bin/deepinfer_cuda_tests \
+    --gtest_filter="$2" >"$OUT/$1.log" 2>&1
+  local rc=$?
+  note "$1 ($2): rc=$rc$([ $rc = 124 ] && echo ' (timed out)') $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$1.log" | tail -1) $(grep -E '^\[  PASSED|^\[  FAILED' "$OUT/$1.log" | tr '\n' ' ')"
+}
 
 # A tree copied without .git (git archive into an ignored folder) names its commit in DEVTREE_COMMIT.
 if [ -n "${DEVTREE_COMMIT:-}" ]; then
@@ -124,6 +138,7 @@ if [ "$MODE" = ci ]; then
       --gtest_filter="$MEMCHECK_FILTER" >"$OUT/memcheck.log" 2>&1
     note "memcheck ($MEMCHECK_FILTER): rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)"
   fi
+  sanitize racecheck "${RACECHECK_FILTER:-$OP_HARNESS}" "${RACECHECK_TIMEOUT:-200}"
   (cd build-gpu && timeout 240 ctest -LE gpu -j "$(nproc)" --output-on-failure >"$OUT/cpu_tests.log" 2>&1)
   note "cpu tests: rc=$? $(grep -E 'tests passed|tests failed' "$OUT/cpu_tests.log" | tail -1)"
   grep -E "^\s+[0-9]+ - .*\(Failed|Timeout|Exception\)" "$OUT/cpu_tests.log" | head -20 | tee -a "$summary"
@@ -143,6 +158,8 @@ if [ "$MODE" = model ]; then
   grep -h "\[cuda-op\]" "$OUT/gpu_tests_direct.log" >"$OUT/op_errors.txt"
   note "op comparisons: $(grep -c ' ok' "$OUT/op_errors.txt") ok, $(grep -c 'FAIL' "$OUT/op_errors.txt") FAIL (op_errors.txt)"
   grep -hE "^\[cuda-golden|^\[cuda-offline|^\[perf\]|FAILED  \]" "$OUT/gpu_tests_direct.log" | tee -a "$summary"
+  [ -n "${MEMCHECK_FILTER:-}" ] && sanitize memcheck "$MEMCHECK_FILTER" "${MEMCHECK_TIMEOUT:-150}"
+  [ -n "${RACECHECK_FILTER:-}" ] && sanitize racecheck "$RACECHECK_FILTER" "${RACECHECK_TIMEOUT:-200}"
   echo "================ summary"
   cat "$summary"
   exit 0
@@ -155,11 +172,8 @@ timeout 240 "$bin" >"$OUT/gpu_tests_direct.log" 2>&1
 grep -h "\[cuda-op\]" "$OUT/gpu_tests_direct.log" >"$OUT/op_errors.txt"
 note "op comparisons: $(grep -c ' ok' "$OUT/op_errors.txt") ok, $(grep -c 'FAIL' "$OUT/op_errors.txt") FAIL (op_errors.txt)"
 grep -E "FAIL|Failed|failed" "$OUT/gpu_tests.log" | grep -v "0 tests failed" | head -20 | tee -a "$summary"
-if command -v compute-sanitizer >/dev/null 2>&1; then
-  timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 "$bin" --gtest_filter='CudaOpTest.*:CudaMoeTest.*' \
-    >"$OUT/memcheck.log" 2>&1
-  note "memcheck (op harness): rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" | tail -1)"
-fi
+sanitize memcheck "$OP_HARNESS" 240
+sanitize racecheck "$OP_HARNESS" 300
 timeout 300 "$bin" --gtest_also_run_disabled_tests --gtest_filter='CudaBench.*' >"$OUT/cuda_bench.log" 2>&1
 note "cuda bench: rc=$?"
 grep -h "^\[bench\]" "$OUT/cuda_bench.log" | tee -a "$summary"

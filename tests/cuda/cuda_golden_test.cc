@@ -274,5 +274,33 @@ TEST(CudaOfflineCli, BoundedReplayPrefillOnTheGpuEqualsTheCpu) {
   EXPECT_NE(gpu.output.find("skipped"), std::string::npos) << "the default V4.1 prefill should report skipped work";
 }
 
+// The engine on the GPU against the engine on the CPU with the same flags: greedy, and seeded sampling (the same
+// counter-based draws on both, so equal logits give equal tokens). Every golden family; the batch changes size
+// as the prompts finish prefill at different steps.
+void check_offline_cuda_equals_cpu(const std::string& family, const std::string& flags) {
+  const std::string dir = testing::test_data_dir() + "/golden/" + family;
+  auto golden = SafetensorsFile::open(dir + "/golden.safetensors");
+  std::string args = " --model " + dir + " --max-tokens 16 --ignore-eos " + flags;
+  for (int p = 0; golden->find("prompt" + std::to_string(p) + ".input_ids"); ++p)
+    args += " --prompt-ids " + testing::ids_csv(golden->tensor("prompt" + std::to_string(p) + ".input_ids"));
+  auto gpu = testing::run_cli("offline --device cuda" + args);
+  auto cpu = testing::run_cli("offline --device cpu" + args);
+  ASSERT_EQ(gpu.exit_code, 0) << gpu.output;
+  ASSERT_EQ(cpu.exit_code, 0) << cpu.output;
+  auto g = testing::parse_offline_samples(gpu.output), c = testing::parse_offline_samples(cpu.output);
+  ASSERT_GE(g.size(), 3u) << gpu.output;
+  EXPECT_EQ(g, c) << family << " " << flags << "\n" << gpu.output << "\n---- cpu\n" << cpu.output;
+  std::printf("[cuda-offline %s %s] gpu == cpu: %s\n", family.c_str(), flags.c_str(), g == c ? "yes" : "NO");
+}
+
+TEST(CudaOfflineCli, GreedyAndSeededSamplingOnTheGpuEqualTheCpu) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  const std::string sampled = "--temperature 0.8 --top-p 0.9 --top-k 50 --seed 7";
+  for (const std::string family : {"deepseek_v4", "deepseek_v41", "deepseek_v3"}) {
+    check_offline_cuda_equals_cpu(family, "--max-num-seqs 3 --max-num-batched-tokens 33");
+    check_offline_cuda_equals_cpu(family, "--max-num-seqs 3 --max-num-batched-tokens 33 " + sampled);
+  }
+}
+
 }  // namespace
 }  // namespace deepinfer

@@ -1118,6 +1118,50 @@ void CudaBackend::moe_quant(const QuantMoeParams& p) {
 }
 
 // ============================================================================ synthetic-run helpers
+// ============================================================================ sampling
+void CudaBackend::sample(const DeviceSampleParams& p) {
+  const char* op = "sample";
+  const Device& dev = impl_->device;
+  DI_CHECK(p.logits.dtype() == DType::kF32 && p.logits.rank() == 2 && p.logits.is_contiguous())
+      << op << ": logits must be contiguous f32 [rows, vocab], got " << p.logits.str();
+  const int64_t rows = p.logits.dim(0), vocab = p.logits.dim(1);
+  DI_CHECK(vocab > 0 && vocab < (int64_t{1} << 31)) << op << ": vocab " << vocab << " outside [1, 2^31)";
+  auto check = [&](const char* field, const Tensor& t, DType dtype, Shape shape) {
+    DI_CHECK(t.dtype() == dtype && t.shape() == shape && t.is_contiguous())
+        << op << ": '" << field << "' must be contiguous " << dtype_name(dtype) << " " << shape_str(shape) << ", got "
+        << t.str();
+    expect_on(op, field, t, dev);
+  };
+  check("logits", p.logits, DType::kF32, {rows, vocab});
+  check("temperature", p.temperature, DType::kF32, {rows});
+  check("top_k", p.top_k, DType::kI32, {rows});
+  check("top_p", p.top_p, DType::kF32, {rows});
+  check("min_p", p.min_p, DType::kF32, {rows});
+  check("rng", p.rng, DType::kI64, {rows, 3});
+  check("out", p.out, DType::kI32, {rows});
+  cuda::SampleKernelParams k;
+  if (p.allowed.data()) {
+    DI_CHECK(p.allowed.dtype() == DType::kI32 && p.allowed.rank() == 2 && p.allowed.dim(0) == rows &&
+             p.allowed.dim(1) * 32 >= vocab && p.allowed.is_contiguous())
+        << op << ": 'allowed' must be contiguous i32 [" << rows << ", >= " << ceil_div(vocab, 32) << "], got "
+        << p.allowed.str();
+    expect_on(op, "allowed", p.allowed, dev);
+    k.allowed = p.allowed.data_as<uint32_t>();
+    k.mask_words = p.allowed.dim(1);
+  }
+  k.logits = p.logits.data_as<float>();
+  k.temperature = p.temperature.data_as<float>();
+  k.top_k = p.top_k.data_as<int32_t>();
+  k.top_p = p.top_p.data_as<float>();
+  k.min_p = p.min_p.data_as<float>();
+  k.rng = p.rng.data_as<uint64_t>();
+  k.out = p.out.data_as<int32_t>();
+  k.rows = rows;
+  k.vocab = vocab;
+  k.status = impl_->status.word();
+  cuda::run_sample(k, impl_->s());
+}
+
 void CudaBackend::fill_random(const RandomFillParams& p) {
   expect_on("fill_random", "out", p.out, impl_->device);
   DI_CHECK(p.out.is_contiguous()) << "fill_random: out must be contiguous";

@@ -73,6 +73,23 @@ struct LtGemmParams {
   Tensor out;  // f32 [M, N]
 };
 
+// Sampling on the device, one row per sequence: the CPU Sampler (sampling/sampler.h) from the token mask on —
+// mask → temperature → top-k → top-p → min-p, then the inverse-CDF draw with the same counter-based uniform
+// (rng_uniform(RngKey{seed, stream}, position)), or argmax when the temperature is 0 — so a seeded row gives the
+// CPU's token whenever the logits agree (up to a cumulative mass within double rounding of a threshold).
+// Penalties and min-tokens need the sequence's history and stay on the host (fold min-tokens into `allowed`).
+// Every tensor on the device; the per-row params are device tensors so that a captured step can rewrite them.
+struct DeviceSampleParams {
+  Tensor logits;       // f32 [R, V]
+  Tensor temperature;  // f32 [R]; 0 = greedy
+  Tensor top_k;        // i32 [R]; <= 0 or >= V: off
+  Tensor top_p;        // f32 [R]; >= 1: off
+  Tensor min_p;        // f32 [R]; <= 0: off
+  Tensor rng;          // i64 [R, 3]: RngKey seed, RngKey stream (bit patterns), position in [0, 2^32)
+  Tensor allowed;      // optional i32 [R, W >= ceil(V/32)]: bit t of word t/32 set = token t allowed
+  Tensor out;          // i32 [R]: the token; -1 where the row has NaN/+inf logits or nothing allowed to sample
+};
+
 // A CUDA graph of backend work, replayed on the backend stream. It keeps the device addresses it was captured
 // with: the tensors it reads and writes must stay alive (and in place) while it is replayed.
 class CudaGraph {
@@ -129,6 +146,8 @@ class CudaBackend final : public Backend, public HasTensorMemory {
   void moe_quant(const QuantMoeParams& p);
   void fill_random(const RandomFillParams& p);
   void lt_gemm(const LtGemmParams& p);
+  // Raises (at synchronize) InvalidArgument for a position outside [0, 2^32).
+  void sample(const DeviceSampleParams& p);
 
   // Captures the work `enqueue` puts on the backend stream into a graph (decode steps are launch-bound). Run it
   // once eagerly first: inside the capture nothing may synchronise, upload through the staging ring, or take

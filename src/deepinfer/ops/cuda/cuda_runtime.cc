@@ -224,6 +224,7 @@ void DeviceStatus::check(cudaStream_t stream) {
   if (bits & kStatusPagedAttentionRange)
     msg << " paged_sink_attention: a sequence index, position/entry beyond its block table, or block id outside the "
            "pool;";
+  if (bits & kStatusSampleRange) msg << " sample: an rng position outside [0, 2^32);";
   DI_FAIL(ErrorCode::kInvalidArgument) << msg.str();
 }
 

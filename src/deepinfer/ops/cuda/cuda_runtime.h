@@ -183,6 +183,7 @@ enum DeviceStatusBits : uint32_t {
   kStatusRouterHashRange = 1u << 1,
   kStatusExpertIdRange = 1u << 2,
   kStatusPagedAttentionRange = 1u << 3,
+  kStatusSampleRange = 1u << 4,
 };
 
 class DeviceStatus {

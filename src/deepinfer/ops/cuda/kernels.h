@@ -363,6 +363,24 @@ struct StridedCopyKernelParams {
 };
 void run_strided_copy(const StridedCopyKernelParams& p, cudaStream_t stream);
 
+// ============================================================================ sampling (sampling_cuda.cu)
+// One block per row: the CPU Sampler's chain from the token mask on (mask → temperature → top-k → top-p →
+// min-p), then inverse-CDF sampling with the same Philox draw (sampling/rng.h), or argmax for temperature 0.
+struct SampleKernelParams {
+  const float* logits = nullptr;       // [rows, vocab]
+  const float* temperature = nullptr;  // [rows]; 0 = greedy
+  const int32_t* top_k = nullptr;      // [rows]; <= 0 or >= vocab: off
+  const float* top_p = nullptr;        // [rows]; >= 1: off
+  const float* min_p = nullptr;        // [rows]; <= 0: off
+  const uint64_t* rng = nullptr;       // [rows, 3]: seed, stream, position
+  const uint32_t* allowed = nullptr;   // [rows, mask_words] bit t of word t/32 = token t allowed; null: all
+  int64_t mask_words = 0;
+  int32_t* out = nullptr;  // [rows]: the token; -1 for a row with NaN/+inf logits or nothing left to sample
+  int64_t rows = 0, vocab = 0;
+  uint32_t* status = nullptr;  // kStatusSampleRange for a position outside [0, 2^32) (that row gets -1)
+};
+void run_sample(const SampleKernelParams& p, cudaStream_t stream);
+
 // f32: out[i] = value, n elements; out[i] += in[i], n elements.
 void run_fill_f32(float* out, float value, int64_t n, cudaStream_t stream);
 void run_add_f32(float* out, const float* in, int64_t n, cudaStream_t stream);
