@@ -73,7 +73,8 @@ TEST_F(CudaLinearTest, DequantizeEveryFormatExactly) {
   cases.push_back({"dequantize bf16", std::move(bf16), HostTensor{}, QuantFormat::kFloat, 128, 128});
   cases.push_back({"dequantize fp8 128x128 e8m0", fp8({n, k}), e8m0({2, 3}), QuantFormat::kFP8Block, 128, 128});
   cases.push_back({"dequantize fp8 32x32 f32", fp8({n, k}), f32_scales({5, 9}), QuantFormat::kFP8Block, 32, 32});
-  cases.push_back({"dequantize mxfp4", rand_bytes(DType::kU8, {n, k / 2}), e8m0({n, k / 32}), QuantFormat::kMXFP4, 0, 0});
+  cases.push_back(
+      {"dequantize mxfp4", rand_bytes(DType::kU8, {n, k / 2}), e8m0({n, k / 32}), QuantFormat::kMXFP4, 0, 0});
   cases.push_back({"dequantize fp8 row32", fp8({n, k}), e8m0({n, k / 32}), QuantFormat::kFP8Row32, 0, 0});
   for (auto& c : cases) {
     HostTensor want = cpu_dequant(c.w, c.s, c.f, n, k, c.bn ? c.bn : 128, c.bk ? c.bk : 128);
@@ -166,6 +167,28 @@ TEST_F(CudaLinearTest, EmbeddingGathersRows) {
   DeviceTensor dt = up(table), di = up(ids), dout = poisoned({t, d});
   gpu().embedding({dt, di, dout});
   rel_err("embedding", down(dout), want, 0.0);
+}
+
+// LinearPrecision::kBF16: the same GEMM as the CPU op on bf16-rounded input and weight (fp32 accumulation, so
+// only the summation order differs); switching back gives the fp32 result again.
+TEST_F(CudaLinearTest, LinearBf16PrecisionEqualsRoundedInputs) {
+  for (auto [m, n, k] : {std::tuple{1, 512, 256}, {37, 300, 1000}, {130, 64, 4096}}) {
+    HostTensor x = rand({m, k}, -2, 2), w = rand({n, k}, -0.5f, 0.5f);
+    HostTensor xr(DType::kF32, {m, k}), wr(DType::kF32, {n, k}), want(DType::kF32, {m, n}), want32(DType::kF32, {m, n});
+    for (int64_t i = 0; i < x.numel(); ++i) xr.data<float>()[i] = round_bf16(x.data<float>()[i]);
+    for (int64_t i = 0; i < w.numel(); ++i) wr.data<float>()[i] = round_bf16(w.data<float>()[i]);
+    cpu().linear({xr, wr, want});
+    cpu().linear({x, w, want32});
+    DeviceTensor dx = up(x), dw = up(w), dout = poisoned({m, n});
+    gpu().set_linear_precision(LinearPrecision::kBF16);
+    gpu().linear({dx, dw, dout});
+    rel_err("linear bf16 precision vs rounded CPU", down(dout), want, 1e-5);
+    const double vs32 = rel_err("linear bf16 precision vs fp32 (loose)", down(dout), want32, 1e-2);
+    EXPECT_GT(vs32, 1e-5) << "the bf16 mode should round";
+    gpu().set_linear_precision(LinearPrecision::kF32);
+    gpu().linear({dx, dw, dout});
+    rel_err("linear back to fp32", down(dout), want32, 1e-5);
+  }
 }
 
 }  // namespace

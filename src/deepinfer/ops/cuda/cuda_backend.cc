@@ -195,6 +195,7 @@ struct CudaBackend::Impl {
   cublasLtHandle_t lt = nullptr;
   cuda::DeviceBuffer lt_workspace;
   CudaMemory memory{device, alloc, stream.get(), status};
+  LinearPrecision linear_precision = LinearPrecision::kF32;
 
   // Device copies of per-expert pointer tables, keyed by the host vector they describe; re-uploaded only
   // when the pointers change (weights are static, so normally once per layer).
@@ -601,9 +602,20 @@ void CudaBackend::linear(const LinearParams& p) {
   expect_on("linear", "in", p.in, dev);
   expect_on("linear", "weight", p.weight, dev);
   expect_on("linear", "out", p.out, dev);
-  impl_->lt_matmul(p.in.data(), p.weight.data(), CUDA_R_32F, p.out.data_as<float>(), p.in.dim(0), p.weight.dim(0),
-                   p.in.dim(1));
+  const int64_t m = p.in.dim(0), n = p.weight.dim(0), k = p.in.dim(1);
+  if (impl_->linear_precision == LinearPrecision::kBF16) {
+    cuda::WorkspaceArena::Scope scope(impl_->arena);
+    void* w_bf16 = impl_->arena.take(sizeof(uint16_t) * n * k);
+    void* in_bf16 = impl_->arena.take(sizeof(uint16_t) * m * k);
+    cuda::run_cast_f32_to_bf16(p.weight.data_as<float>(), w_bf16, n * k, impl_->s());
+    cuda::run_cast_f32_to_bf16(p.in.data_as<float>(), in_bf16, m * k, impl_->s());
+    impl_->lt_matmul(in_bf16, w_bf16, CUDA_R_16BF, p.out.data_as<float>(), m, n, k);
+    return;
+  }
+  impl_->lt_matmul(p.in.data(), p.weight.data(), CUDA_R_32F, p.out.data_as<float>(), m, n, k);
 }
+
+void CudaBackend::set_linear_precision(LinearPrecision p) { impl_->linear_precision = p; }
 
 void CudaBackend::linear_quant(const QuantLinearParams& p) {
   const char* op = "linear_quant";

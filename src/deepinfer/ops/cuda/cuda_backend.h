@@ -105,6 +105,11 @@ class CudaGraph {
   cudaStream_t stream_;
 };
 
+// GEMM precision of CudaBackend::linear (f32 weights): kF32 = cuBLASLt in fp32 without TF32 (the default, exact
+// against the CPU reference); kBF16 = input and weight rounded to bf16 (RNE; lossless for weights stored as bf16),
+// fp32 accumulation and output: the dense GEMMs of a bf16 deployment, for measuring its error on the golden models.
+enum class LinearPrecision : uint8_t { kF32, kBF16 };
+
 class CudaBackend final : public Backend, public HasTensorMemory {
  public:
   explicit CudaBackend(int device = 0);
@@ -148,6 +153,8 @@ class CudaBackend final : public Backend, public HasTensorMemory {
   void lt_gemm(const LtGemmParams& p);
   // Raises (at synchronize) InvalidArgument for a position outside [0, 2^32).
   void sample(const DeviceSampleParams& p);
+  // Applies to linear() calls enqueued from now on (a casting scratch copy of the weight per call: a test mode).
+  void set_linear_precision(LinearPrecision p);
 
   // Captures the work `enqueue` puts on the backend stream into a graph (decode steps are launch-bound). Run it
   // once eagerly first: inside the capture nothing may synchronise, upload through the staging ring, or take
