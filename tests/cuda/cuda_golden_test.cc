@@ -21,6 +21,7 @@
 #include <regex>
 #include <sstream>
 
+#include "bf16_linear_backend.h"
 #include "deepinfer/io/safetensors.h"
 #include "deepinfer/model/deepseek_v4.h"
 #include "deepinfer/ops/cuda/cuda_backend.h"
@@ -225,49 +226,78 @@ TEST_P(CudaGolden, PrefillAndDecodeSpeed) {
 
 // bf16 GEMMs on the device (LinearPrecision::kBF16: every dense projection and the head take bf16-rounded inputs,
 // fp32 accumulation; the weights are bf16 values already, so only activations round). The rest (mHC, norms,
-// attention, compressors, indexer, MoE experts) stays fp32. Per-row error against transformers' fp32 logits,
-// full prompt and cached decode (fed generated_ids), and how often the per-step argmax still equals the greedy
-// ids. Tolerances: bf16 keeps 8 significant bits (relative rounding 2^-9 ≈ 2e-3 per input); see the constants.
-TEST_P(CudaGolden, Bf16GemmsWithinStatedTolerance) {
-  constexpr double kBf16RowTol = 5e-2, kBf16MedianTol = 1e-2, kMinGreedyAgreement = 0.8;
-  f().gpu->set_linear_precision(LinearPrecision::kBF16);
-  const int64_t v = vocab();
-  std::vector<double> rows_all;
-  double worst_full = 0, worst_decode = 0;
+// attention, compressors, indexer, MoE experts) stays fp32. The fixtures have no bf16 reference, and these tiny
+// random models amplify the 2^-9 input rounding a lot (V4's CSA top-k and V4.1's FP8/FP4 fake-quant and top-k
+// flip on it): the same computation on the CPU reference (Bf16LinearBackend) is off transformers' fp32 logits by
+// a median row of 5.6e-3 (V4) / 9.7e-2 (V4.1), worst rows 0.59 / 0.94, greedy picks 47 / 38 of 48 (measured
+// here, commit 5d801c3). So the stated tolerance is relative to that bf16 reference: the GPU's median row error
+// vs transformers within 1.5× the CPU bf16 one (+1e-4), and at most 3 fewer greedy picks equal; the GPU-vs-CPU
+// bf16 row errors are printed. H200 (same commit): median 6.4e-3 / 9.7e-2, greedy 47 / 37 of 48.
+struct Bf16Run {
+  std::vector<float> rows;  // every full-prompt row, then every decode row, of every prompt
+  std::vector<double> errors;
+  double worst = 0, median = 0;
   int agree = 0, steps = 0;
-  for (const auto& p : prompts()) {
-    auto ids = f().ids(p + ".input_ids");
-    auto gen = f().ids(p + ".generated_ids");
+};
+
+Bf16Run run_against_golden(const DeepseekV4Model& m, const SafetensorsFile& golden,
+                           const std::vector<std::string>& ps) {
+  Bf16Run out;
+  const int64_t v = m.config().vocab_size;
+  for (const auto& p : ps) {
+    auto read = [&](const std::string& name) {
+      Tensor t = golden.tensor(name);
+      return std::vector<int64_t>(t.data_as<int64_t>(), t.data_as<int64_t>() + t.numel());
+    };
+    const auto ids = read(p + ".input_ids"), gen = read(p + ".generated_ids");
     const auto n = static_cast<int64_t>(ids.size());
-    auto seq = f().gpu_model->new_sequence();
-    HostTensor logits = f().gpu_model->forward(seq, ids);
-    const auto full = sorted_row_errors(logits.data<float>(), f().golden->tensor(p + ".logits").data_as<float>(), n, v);
-    worst_full = std::max(worst_full, full.back());
-    rows_all.insert(rows_all.end(), full.begin(), full.end());
+    auto seq = m.new_sequence();
+    HostTensor logits = m.forward(seq, ids);
+    const float* ref = golden.tensor(p + ".logits").data_as<float>();
+    for (int64_t r = 0; r < n; ++r)
+      out.errors.push_back(worst_rel_error(logits.data<float>() + r * v, ref + r * v, 1, v));
+    out.rows.insert(out.rows.end(), logits.data<float>(), logits.data<float>() + n * v);
     // Cached decode after the prefill above, fed the reference continuation (no drift from a flipped pick).
-    const Tensor ref = f().golden->tensor(p + ".decode_logits");
-    std::vector<float> rows(logits.data<float>() + (n - 1) * v, logits.data<float>() + n * v);
-    for (size_t j = 1; j < gen.size(); ++j) {
-      const int64_t tok = gen[j - 1];
-      HostTensor step = f().gpu_model->forward(seq, std::span<const int64_t>(&tok, 1));
-      rows.insert(rows.end(), step.data<float>(), step.data<float>() + v);
+    const float* dref = golden.tensor(p + ".decode_logits").data_as<float>();
+    std::vector<float> last(logits.data<float>() + (n - 1) * v, logits.data<float>() + n * v);
+    for (size_t j = 0; j < gen.size(); ++j) {
+      if (j > 0) {
+        const int64_t tok = gen[j - 1];
+        HostTensor step = m.forward(seq, std::span<const int64_t>(&tok, 1));
+        last.assign(step.data<float>(), step.data<float>() + v);
+      }
+      out.errors.push_back(worst_rel_error(last.data(), dref + j * v, 1, v));
+      out.rows.insert(out.rows.end(), last.begin(), last.end());
+      out.agree += argmax(last.data(), v) == gen[j];
+      ++out.steps;
     }
-    const auto dec = sorted_row_errors(rows.data(), ref.data_as<float>(), static_cast<int64_t>(gen.size()), v);
-    worst_decode = std::max(worst_decode, dec.back());
-    rows_all.insert(rows_all.end(), dec.begin(), dec.end());
-    for (size_t j = 0; j < gen.size(); ++j, ++steps) agree += argmax(rows.data() + j * v, v) == gen[j];
   }
-  std::sort(rows_all.begin(), rows_all.end());
-  const double median = rows_all[rows_all.size() / 2];
+  std::vector<double> sorted = out.errors;
+  std::sort(sorted.begin(), sorted.end());
+  out.worst = sorted.back();
+  out.median = sorted[sorted.size() / 2];
+  return out;
+}
+
+TEST_P(CudaGolden, Bf16GemmsWithinStatedTolerance) {
+  f().gpu->set_linear_precision(LinearPrecision::kBF16);
+  const std::string dir = testing::test_data_dir() + "/golden/" + GetParam();
+  std::optional<std::vector<int64_t>> token_map;
+  if (f().has("engram.token_map")) token_map = f().ids("engram.token_map");
+  testing::Bf16LinearBackend cpu_bf16(make_cpu_backend(0));
+  auto cpu_model = DeepseekV4Model::load(dir, cpu_bf16, token_map);
+  const Bf16Run gpu = run_against_golden(*f().gpu_model, *f().golden, prompts());
+  const Bf16Run cpu = run_against_golden(*cpu_model, *f().golden, prompts());
+  const int64_t v = vocab(), rows = static_cast<int64_t>(gpu.rows.size()) / v;
+  const auto vs_cpu = sorted_row_errors(gpu.rows.data(), cpu.rows.data(), rows, v);
   std::printf(
-      "[cuda-golden %s bf16] worst row rel vs transformers: full prompt %.3g, decode %.3g; median row %.3g; "
-      "greedy picks equal %d of %d\n",
-      GetParam().c_str(), worst_full, worst_decode, median, agree, steps);
-  EXPECT_LE(worst_full, kBf16RowTol);
-  EXPECT_LE(worst_decode, kBf16RowTol);
-  EXPECT_LE(median, kBf16MedianTol);
-  EXPECT_GT(median, 1e-6) << "bf16 GEMMs should differ from fp32: is the precision switch applied?";
-  EXPECT_GE(agree, kMinGreedyAgreement * steps);
+      "[cuda-golden %s bf16] vs transformers fp32, per row: gpu median %.3g worst %.3g, greedy %d of %d; cpu bf16 "
+      "reference median %.3g worst %.3g, greedy %d of %d; gpu vs cpu bf16: median %.3g worst %.3g\n",
+      GetParam().c_str(), gpu.median, gpu.worst, gpu.agree, gpu.steps, cpu.median, cpu.worst, cpu.agree, cpu.steps,
+      vs_cpu[vs_cpu.size() / 2], vs_cpu.back());
+  EXPECT_LE(gpu.median, 1.5 * cpu.median + 1e-4);
+  EXPECT_GE(gpu.agree, cpu.agree - 3);
+  EXPECT_GT(gpu.median, 1e-4) << "bf16 GEMMs should be off the fp32 reference (fp32: ~1e-6): is the switch applied?";
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaGolden, ::testing::Values("deepseek_v4", "deepseek_v41"));

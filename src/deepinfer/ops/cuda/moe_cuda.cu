@@ -100,14 +100,17 @@ __global__ void __launch_bounds__(kRouterThreads) router_select_kernel(RouterSel
       }
     }
   } else if (threadIdx.x < 32) {
-    // k rounds of a warp argmax; ties go to the lower expert id, as the CPU op's partial_sort.
+    // k rounds of a warp argmax; ties go to the lower expert id, as the CPU op's partial_sort. Each lane keeps
+    // its own copy of the picks so far (lane 0's result, broadcast), so no lane reads a shared slot another
+    // lane wrote in the previous round (compute-sanitizer racecheck flagged that handoff through `picked`).
     const int lane = threadIdx.x;
+    int mine[kMaxTopK];
     for (int64_t j = 0; j < k; ++j) {
       float best = -INFINITY;
       int best_i = -1;
       for (int64_t e = lane; e < e_count; e += 32) {
         bool taken = false;
-        for (int64_t q = 0; q < j; ++q) taken |= picked[q] == e;
+        for (int64_t q = 0; q < j; ++q) taken |= mine[q] == e;
         const float v = biased[e];
         if (!taken && (best_i < 0 || v > best)) {
           best = v;
@@ -122,8 +125,9 @@ __global__ void __launch_bounds__(kRouterThreads) router_select_kernel(RouterSel
           best_i = oi;
         }
       }
+      best_i = __shfl_sync(0xffffffffu, best_i, 0);
+      mine[j] = best_i;
       if (lane == 0) picked[j] = best_i;
-      __syncwarp();
     }
   }
   __syncthreads();
