@@ -229,10 +229,13 @@ TEST_P(CudaGolden, PrefillAndDecodeSpeed) {
 // attention, compressors, indexer, MoE experts) stays fp32. The fixtures have no bf16 reference, and these tiny
 // random models amplify the 2^-9 input rounding a lot (V4's CSA top-k and V4.1's FP8/FP4 fake-quant and top-k
 // flip on it): the same computation on the CPU reference (Bf16LinearBackend) is off transformers' fp32 logits by
-// a median row of 5.6e-3 (V4) / 9.7e-2 (V4.1), worst rows 0.59 / 0.94, greedy picks 47 / 38 of 48 (measured
-// here, commit 5d801c3). So the stated tolerance is relative to that bf16 reference: the GPU's median row error
-// vs transformers within 1.5× the CPU bf16 one (+1e-4), and at most 3 fewer greedy picks equal; the GPU-vs-CPU
-// bf16 row errors are printed. H200 (same commit): median 6.4e-3 / 9.7e-2, greedy 47 / 37 of 48.
+// a median row of 5.6e-3 (V4) / 9.7e-2 (V4.1), worst rows 0.59 / 0.94, greedy picks 47 / 38 of 48. So the
+// stated tolerance is relative to that bf16 reference: the GPU's median row error vs transformers within 1.5× the
+// CPU bf16 one (+1e-4), and at most 3 fewer greedy picks equal. H200, commit 10b67a5: GPU median 6.4e-3 / 9.7e-2,
+// worst 0.59 / 0.94, greedy 47 / 37 of 48. GPU vs CPU, both bf16: median row 2.8e-3 / 1.4e-2, worst 0.40 / 0.49
+// (a last-bit fp32 difference moves an activation across a bf16 rounding boundary, and the model amplifies it
+// as above), so no row-wise bound between the two is asserted; CudaLinearTest.LinearBf16PrecisionEqualsRoundedInputs
+// holds the op itself to 1e-5 against the rounded CPU GEMM.
 struct Bf16Run {
   std::vector<float> rows;  // every full-prompt row, then every decode row, of every prompt
   std::vector<double> errors;
