@@ -644,5 +644,104 @@ TEST_F(ServerTest, ResponsesStreamingAndNot) {
   EXPECT_EQ(final_text, text);
 }
 
+// The fixture's tool call fed one token per delta to a streaming job; returns the whole SSE text.
+std::string stream_tool_call(server::PreparedGeneration& g) {
+  std::vector<int32_t> ids;
+  for (int k : {9, 11, 13}) ids.push_back(chat_fixture_id(k));
+  ids.push_back(12);
+  for (int k : {14, 12, 10}) ids.push_back(chat_fixture_id(k));
+  std::string out = g.job->prologue();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    SequenceDelta d;
+    d.request_id = g.request.request_id;
+    d.new_token_ids = {ids[i]};
+    d.finished = i + 1 == ids.size();
+    d.stop_reason = d.finished ? StopReason::kEos : StopReason::kNone;
+    out += g.job->on_delta(d);
+  }
+  EXPECT_TRUE(g.job->done());
+  out += g.job->epilogue();
+  if (auto done = out.find("data: [DONE]"); done != std::string::npos) out.erase(done);  // not JSON
+  return out;
+}
+
+// Streamed tool calls arrive in pieces while the model writes them (name first, arguments in several pieces) and
+// add up to the non-streaming reply's call, in each protocol's event shape.
+TEST_F(ServerTest, ToolCallArgumentsStreamPerProtocol) {
+  const OJson tools = OJson::parse(R"([{"type": "function", "function": {"name": "get_weather",
+      "parameters": {"type": "object", "properties": {"days": {"type": "string"}}}}}])");
+  OJson chat = {{"model", "test-model"}, {"messages", {{{"role", "user"}, {"content", "w1"}}}}, {"tools", tools}};
+  auto whole = server_->api->chat_completions(chat);
+  const Json want = Json::parse(render_tool_call(whole))["choices"][0]["message"]["tool_calls"][0];
+  chat["stream"] = true;
+  auto g = server_->api->chat_completions(chat);
+  std::string name, args, finish;
+  int pieces = 0;
+  for (const auto& [event, data] : sse_events(stream_tool_call(g))) {
+    if (!data.contains("choices")) continue;
+    const Json& c = data["choices"][0];
+    if (!c["finish_reason"].is_null()) finish = c["finish_reason"];
+    if (!c["delta"].contains("tool_calls")) continue;
+    const Json& tc = c["delta"]["tool_calls"][0];
+    EXPECT_EQ(tc["index"], 0);
+    if (tc.contains("id")) {
+      EXPECT_TRUE(name.empty()) << "id and name come once";
+      EXPECT_EQ(tc["type"], "function");
+      name = tc["function"]["name"];
+    }
+    args += tc["function"]["arguments"].get<std::string>();
+    ++pieces;
+  }
+  EXPECT_EQ(name, "get_weather");
+  EXPECT_EQ(args, want["function"]["arguments"].get<std::string>());
+  EXPECT_GE(pieces, 3) << "the arguments did not stream in pieces";
+  EXPECT_EQ(finish, "tool_calls");
+
+  OJson msg = {{"model", "test-model"},
+               {"max_tokens", 8},
+               {"messages", {{{"role", "user"}, {"content", "w1"}}}},
+               {"tools", {{{"name", "get_weather"}, {"input_schema", {{"type", "object"}}}}}}};
+  auto gm_whole = server_->api->messages(msg);
+  const Json want_input = Json::parse(render_tool_call(gm_whole))["content"][0]["input"];
+  msg["stream"] = true;
+  auto gm = server_->api->messages(msg);
+  std::string partial, stop_reason;
+  int starts = 0, json_pieces = 0;
+  for (const auto& [event, data] : sse_events(stream_tool_call(gm))) {
+    if (event == "content_block_start" && data["content_block"]["type"] == "tool_use") {
+      ++starts;
+      EXPECT_EQ(data["content_block"]["name"], "get_weather");
+      EXPECT_EQ(data["content_block"]["input"], Json::object());
+    }
+    if (event == "content_block_delta" && data["delta"]["type"] == "input_json_delta") {
+      partial += data["delta"]["partial_json"].get<std::string>();
+      ++json_pieces;
+    }
+    if (event == "message_delta") stop_reason = data["delta"]["stop_reason"];
+  }
+  EXPECT_EQ(starts, 1);
+  EXPECT_GE(json_pieces, 2);
+  EXPECT_EQ(Json::parse(partial), want_input);
+  EXPECT_EQ(stop_reason, "tool_use");
+
+  OJson resp = {{"model", "test-model"}, {"input", "w1"}, {"tools", {{{"type", "function"}, {"name", "get_weather"}}}}};
+  auto gr_whole = server_->api->responses(resp);
+  const Json want_item = Json::parse(render_tool_call(gr_whole))["output"][0];
+  resp["stream"] = true;
+  auto gr = server_->api->responses(resp);
+  std::string deltas, done_args;
+  Json final_output;
+  for (const auto& [event, data] : sse_events(stream_tool_call(gr))) {
+    if (event == "response.output_item.added") EXPECT_EQ(data["item"]["name"], "get_weather");
+    if (event == "response.function_call_arguments.delta") deltas += data["delta"].get<std::string>();
+    if (event == "response.function_call_arguments.done") done_args = data["arguments"];
+    if (event == "response.completed") final_output = data["response"]["output"];
+  }
+  EXPECT_EQ(deltas, want_item["arguments"].get<std::string>());
+  EXPECT_EQ(done_args, deltas);
+  ASSERT_EQ(final_output.size(), 1u) << final_output.dump();
+  EXPECT_EQ(final_output[0]["arguments"], want_item["arguments"]);
+}
+
 }  // namespace
 }  // namespace deepinfer::testing

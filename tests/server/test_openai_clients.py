@@ -233,3 +233,126 @@ def test_sigterm_drains(fixture_dir):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+# Tool calls through HTTP on a real model: the embedded tiny V3 model (byte-level BPE, so structured output works)
+# is forced by a `regex` constraint to write DeepSeek-V3 tool-call markup; greedy decoding makes the arguments the
+# same with and without streaming, so the streamed pieces, put together by each client's streaming helper, must
+# equal the non-streaming reply's call.
+TINY = os.path.join(ROOT, "models", "default")
+TOOL_REGEX = ("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n"
+              '\\{"city": "[a-z]{3,12}", "days": [1-9]\\}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>')
+WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "weather forecast",
+                                            "parameters": {"type": "object", "properties": {
+                                                "city": {"type": "string"}, "days": {"type": "integer"}}}}}
+
+
+def make_tiny_chat_fixture(d):
+    """The tiny model with a tokenizer that has V3's chat special tokens: its tokenizer only has BOS / EOS / pad,
+    so the results of the last BPE merges (unused by other merges) are renamed to `<｜User｜>` / `<｜Assistant｜>`
+    and their merges dropped. Weights are the model's; the text those two ids stood for just encodes longer."""
+    for f in os.listdir(TINY):
+        if f.endswith(".safetensors") or f.endswith(".json") and f != "tokenizer.json":
+            os.symlink(os.path.join(TINY, f), os.path.join(d, f))
+    with open(os.path.join(TINY, "tokenizer.json"), encoding="utf-8") as f:
+        tok = json.load(f)
+    merges = tok["model"]["merges"]
+    vocab = tok["model"]["vocab"]
+    parts = {p for m in merges for p in (m if isinstance(m, list) else m.split(" "))}
+    added = []
+    for name in ["<｜User｜>", "<｜Assistant｜>"]:
+        while True:
+            m = merges.pop()
+            a, b = m if isinstance(m, list) else m.split(" ")
+            if a + b not in parts:
+                break
+        tid = vocab.pop(a + b)
+        vocab[name] = tid
+        added.append(dict(id=tid, content=name, single_word=False, lstrip=False, rstrip=False, normalized=False,
+                          special=True))
+    tok["added_tokens"] += added
+    with open(os.path.join(d, "tokenizer.json"), "w", encoding="utf-8") as f:
+        json.dump(tok, f, ensure_ascii=False)
+
+
+@pytest.fixture(scope="module")
+def tiny_server():
+    if not os.path.exists(CLI):
+        pytest.skip(f"{CLI} not built")
+    if not os.path.exists(os.path.join(TINY, "config.json")):
+        pytest.skip(f"{TINY} is missing")
+    d = tempfile.mkdtemp()
+    make_tiny_chat_fixture(d)
+    proc, url = start_server(d)
+    yield url
+    proc.terminate()
+    assert proc.wait(timeout=30) == 0
+    shutil.rmtree(d)
+
+
+def test_chat_tool_call_streams_incrementally(tiny_server):
+    openai = pytest.importorskip("openai", reason="the openai client is not installed (pip install openai)")
+    client = openai.OpenAI(base_url=tiny_server + "/v1", api_key=KEY, max_retries=0)
+    kw = dict(model=MODEL, messages=[{"role": "user", "content": "What is the weather in Paris?"}],
+              tools=[WEATHER], max_tokens=400, temperature=0, extra_body={"regex": TOOL_REGEX})
+    full = client.chat.completions.create(**kw)
+    assert full.choices[0].finish_reason == "tool_calls"
+    call = full.choices[0].message.tool_calls[0]
+    assert call.function.name == "get_weather"
+    want = json.loads(call.function.arguments)
+    assert set(want) == {"city", "days"}
+    # Raw chunks: id / type / name once, then the arguments in several pieces.
+    chunks = list(client.chat.completions.create(stream=True, **kw))
+    pieces = [tc for c in chunks if c.choices and c.choices[0].delta.tool_calls for tc in c.choices[0].delta.tool_calls]
+    assert len(pieces) >= 3, pieces
+    assert pieces[0].id and pieces[0].type == "function" and pieces[0].function.name == "get_weather"
+    assert all(p.index == 0 and p.id is None for p in pieces[1:])
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["tool_calls"]
+    # The client's streaming helper reassembles them.
+    with client.chat.completions.stream(**kw) as s:
+        for _ in s:
+            pass
+        final = s.get_final_completion()
+    got = final.choices[0].message.tool_calls[0]
+    assert got.function.name == "get_weather"
+    assert got.function.arguments == call.function.arguments
+    assert json.loads(got.function.arguments) == want
+
+
+def test_responses_function_call_streams_incrementally(tiny_server):
+    openai = pytest.importorskip("openai", reason="the openai client is not installed (pip install openai)")
+    client = openai.OpenAI(base_url=tiny_server + "/v1", api_key=KEY, max_retries=0)
+    kw = dict(model=MODEL, input="What is the weather in Paris?", max_output_tokens=400, temperature=0,
+              tools=[{"type": "function", "name": "get_weather", "parameters": WEATHER["function"]["parameters"]}],
+              extra_body={"regex": TOOL_REGEX})
+    r = client.responses.create(**kw)
+    calls = [o for o in r.output if o.type == "function_call"]
+    assert len(calls) == 1 and calls[0].name == "get_weather"
+    events = list(client.responses.create(stream=True, **kw))
+    deltas = [e.delta for e in events if e.type == "response.function_call_arguments.delta"]
+    assert len(deltas) >= 2, [e.type for e in events]
+    done = [e for e in events if e.type == "response.function_call_arguments.done"]
+    assert len(done) == 1 and done[0].arguments == "".join(deltas) == calls[0].arguments
+    final = events[-1].response
+    assert [o.arguments for o in final.output if o.type == "function_call"] == [calls[0].arguments]
+
+
+def test_anthropic_tool_use_streams_incrementally(tiny_server):
+    anthropic = pytest.importorskip("anthropic", reason="the anthropic client is not installed (pip install anthropic)")
+    client = anthropic.Anthropic(base_url=tiny_server, api_key=KEY, max_retries=0)
+    kw = dict(model=MODEL, max_tokens=400, messages=[{"role": "user", "content": "What is the weather in Paris?"}],
+              tools=[{"name": "get_weather", "description": "weather forecast",
+                      "input_schema": WEATHER["function"]["parameters"]}],
+              extra_body={"temperature": 0, "regex": TOOL_REGEX})
+    m = client.messages.create(**kw)
+    assert m.stop_reason == "tool_use"
+    uses = [b for b in m.content if b.type == "tool_use"]
+    assert len(uses) == 1 and uses[0].name == "get_weather"
+    with client.messages.stream(**kw) as s:
+        partial = [e.partial_json for e in s if e.type == "input_json"]
+        final = s.get_final_message()
+    assert len(partial) >= 2
+    streamed = [b for b in final.content if b.type == "tool_use"]
+    assert len(streamed) == 1 and streamed[0].input == uses[0].input
+    assert json.loads("".join(partial)) == uses[0].input
+    assert final.stop_reason == "tool_use"

@@ -84,6 +84,22 @@ TEST(ChatEncoding, MalformedMessagesAreClearErrors) {
   EXPECT_THROW(parse_chat_format("v5"), Error);
 }
 
+// Streamed tool calls put back together: name from the first piece, arguments concatenated.
+std::vector<ParsedToolCall> reassemble(const std::vector<ToolCallDelta>& deltas) {
+  std::vector<ParsedToolCall> calls;
+  for (const auto& d : deltas) {
+    if (d.index == static_cast<int>(calls.size())) {
+      calls.push_back({d.name, ""});
+    } else {
+      EXPECT_TRUE(d.name.empty()) << "only a call's first piece names it";
+      EXPECT_LT(d.index, static_cast<int>(calls.size())) << "calls stream in order";
+      if (d.index >= static_cast<int>(calls.size())) continue;
+    }
+    calls[static_cast<size_t>(d.index)].arguments += d.arguments;
+  }
+  return calls;
+}
+
 ChatDelta run_parser(ChatFormat format, bool thinking, std::string_view out, size_t piece) {
   ChatOutputParser p(format, thinking);
   ChatDelta total;
@@ -91,10 +107,75 @@ ChatDelta run_parser(ChatFormat format, bool thinking, std::string_view out, siz
     total.reasoning += d.reasoning;
     total.content += d.content;
     for (auto& c : d.tool_calls) total.tool_calls.push_back(std::move(c));
+    for (auto& c : d.tool_call_deltas) total.tool_call_deltas.push_back(std::move(c));
   };
   for (size_t i = 0; i < out.size(); i += piece) add(p.feed(out.substr(i, piece)));
   add(p.finish());
+  // Whenever the block closed, the streamed calls add up to the complete ones, at every split.
+  if (!total.tool_calls.empty()) {
+    std::vector<ParsedToolCall> streamed = reassemble(total.tool_call_deltas);
+    EXPECT_EQ(streamed.size(), total.tool_calls.size()) << "piece " << piece << ": " << out;
+    for (size_t i = 0; i < std::min(streamed.size(), total.tool_calls.size()); ++i) {
+      EXPECT_EQ(streamed[i].name, total.tool_calls[i].name) << "piece " << piece << ": " << out;
+      EXPECT_EQ(streamed[i].arguments, total.tool_calls[i].arguments) << "piece " << piece << ": " << out;
+    }
+  }
   return total;
+}
+
+// Feeds `out` one byte at a time and returns the tool-call pieces that came out before the block closed.
+std::vector<ToolCallDelta> pieces_before_close(ChatFormat format, std::string_view out) {
+  ChatOutputParser p(format, false);
+  std::vector<ToolCallDelta> early;
+  for (char ch : out) {
+    ChatDelta d = p.feed(std::string_view(&ch, 1));
+    if (!d.tool_calls.empty()) break;
+    for (auto& c : d.tool_call_deltas) early.push_back(std::move(c));
+  }
+  return early;
+}
+
+TEST(ChatOutputParser, ToolCallArgumentsStreamBeforeTheBlockCloses) {
+  // DSML string parameter: its text streams (escaped) while written; a non-string parameter when it closes.
+  const std::string dsml =
+      "<｜DSML｜ calls>\n<｜DSML｜ invoke name=\"search\">\n<｜DSML｜ parameter name=\"q\" string=\"true\">"
+      "caf\xc3\xa9 \"x\"\n</｜DSML｜ parameter>\n<｜DSML｜ parameter name=\"n\" string=\"false\">[1, 2]"
+      "</｜DSML｜ parameter>\n</｜DSML｜ invoke>\n</｜DSML｜ calls>";
+  std::vector<ToolCallDelta> early = pieces_before_close(ChatFormat::kV41, dsml);
+  ASSERT_GT(early.size(), 5u) << "the arguments did not stream";
+  EXPECT_EQ(early[0].name, "search");
+  std::string args;
+  for (auto& d : early) {
+    args += d.arguments;
+    // No piece ends inside a UTF-8 character (each is valid JSON-string text on its own).
+    EXPECT_EQ(ordered_json(d.arguments).dump(-1, ' ', false, nlohmann::json::error_handler_t::strict).size() > 0, true);
+  }
+  EXPECT_EQ(args, "{\"q\": \"caf\xc3\xa9 \\\"x\\\"\\n\", \"n\": [1, 2]}");
+  ChatDelta whole = run_parser(ChatFormat::kV41, false, dsml, 1);
+  ASSERT_EQ(whole.tool_calls.size(), 1u);
+  EXPECT_EQ(whole.tool_calls[0].arguments, args);
+
+  // V3: the fenced JSON streams byte by byte; the closing fence never does.
+  const std::string v3 =
+      "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{\"a\": \"\xe2\x82\xac\"}\n```"
+      "<｜tool▁call▁end｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>g\n```json\n{}\n```<｜tool▁call▁end｜>"
+      "<｜tool▁calls▁end｜>";
+  early = pieces_before_close(ChatFormat::kV3, v3);
+  ASSERT_GE(early.size(), 3u);
+  std::vector<ParsedToolCall> calls = reassemble(early);
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_EQ(calls[0].name, "f");
+  EXPECT_EQ(calls[0].arguments, "{\"a\": \"\xe2\x82\xac\"}");
+  EXPECT_EQ(calls[1].name, "g");
+  EXPECT_EQ(calls[1].arguments, "{}");
+  for (size_t piece = 1; piece < 12; ++piece) run_parser(ChatFormat::kV3, false, v3, piece);
+  // V3.1: name <sep> arguments.
+  ChatDelta d31 = run_parser(ChatFormat::kV31, false,
+                             "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>h<｜tool▁sep｜>{\"k\": [1]}<｜tool▁call▁end｜>"
+                             "<｜tool▁calls▁end｜>",
+                             1);
+  ASSERT_EQ(reassemble(d31.tool_call_deltas).size(), 1u);
+  EXPECT_EQ(reassemble(d31.tool_call_deltas)[0].arguments, "{\"k\": [1]}");
 }
 
 TEST(ChatOutputParser, MatchesDeepseekRecipeAtEverySplit) {

@@ -137,7 +137,6 @@ class MessagesJob final : public GenerationJob {
   }
 
   std::string epilogue() override {
-    const SampleOutput& s = samples_[0];
     if (ctx_.stream) {
       std::string out = close_block();
       out +=
@@ -155,7 +154,7 @@ class MessagesJob final : public GenerationJob {
     m["content"] = content;
     m["stop_reason"] = stop_reason();
     m["stop_sequence"] = stop_sequence();
-    m["usage"]["output_tokens"] = s.num_tokens();
+    m["usage"] = anthropic_usage_json();
     return dump_json(m);
   }
 
@@ -164,19 +163,14 @@ class MessagesJob final : public GenerationJob {
 
  protected:
   std::string emit(int, const tokenizer::ChatDelta& d, const SequenceDelta&) override {
-    std::vector<OJson> calls;
-    for (const auto& c : d.tool_calls) {
-      OJson input = OJson::parse(c.arguments, nullptr, false);
-      if (input.is_discarded() || !input.is_object()) input = OJson::object();
-      calls.push_back({{"type", "tool_use"},
-                       {"id", fmt::format("toolu_{}_{}", ctx_.id.substr(ctx_.id.size() - 8), num_calls_++)},
-                       {"name", c.name},
-                       {"input", input}});
-    }
     if (!ctx_.stream) {
       reasoning_ += d.reasoning;
       text_ += d.content;
-      for (auto& c : calls) calls_.push_back(std::move(c));
+      for (const auto& c : d.tool_calls) {
+        OJson input = OJson::parse(c.arguments, nullptr, false);
+        if (input.is_discarded() || !input.is_object()) input = OJson::object();
+        calls_.push_back({{"type", "tool_use"}, {"id", tool_id(num_calls_++)}, {"name", c.name}, {"input", input}});
+      }
       return {};
     }
     std::string out;
@@ -188,17 +182,21 @@ class MessagesJob final : public GenerationJob {
       out += open_block("text", {{"type", "text"}, {"text", ""}});
       out += delta({{"type", "text_delta"}, {"text", d.content}});
     }
-    for (auto& c : calls) {
-      OJson start = c;
-      start["input"] = OJson::object();
-      out += open_block("tool_use", start, /*force_new=*/true);
-      out += delta({{"type", "input_json_delta"}, {"partial_json", dump_json(c["input"])}});
-      calls_.push_back(std::move(c));
+    // Tool calls stream as the model writes them: a tool_use block per call, its input as input_json_delta pieces.
+    for (const auto& t : d.tool_call_deltas) {
+      if (t.index >= num_calls_) {
+        num_calls_ = t.index + 1;
+        out += open_block(
+            "tool_use", {{"type", "tool_use"}, {"id", tool_id(t.index)}, {"name", t.name}, {"input", OJson::object()}},
+            /*force_new=*/true);
+      }
+      if (!t.arguments.empty()) out += delta({{"type", "input_json_delta"}, {"partial_json", t.arguments}});
     }
     return out;
   }
 
  private:
+  std::string tool_id(int call) const { return fmt::format("toolu_{}_{}", ctx_.id.substr(ctx_.id.size() - 8), call); }
   OJson message_head() const {
     return {{"id", ctx_.id},
             {"type", "message"},
@@ -253,44 +251,35 @@ class MessagesJob final : public GenerationJob {
   bool started_ = false;
 };
 
-// Anthropic sampling fields, validated through the OpenAI parser under their OpenAI names.
-SamplingParams anthropic_sampling(const Json& body, int64_t vocab, const RequestLimits& limits) {
-  Fields f(body);
-  if (!f.get("max_tokens")) throw bad_request("max_tokens", "max_tokens is required");
-  Json o = Json::object();
-  for (const char* k : {"max_tokens", "temperature", "top_p", "top_k"})
-    if (const Json* v = f.get(k)) o[k] = *v;
-  if (const Json* v = f.get("stop_sequences")) o["stop"] = *v;
-  try {
-    return parse_openai_sampling(o, /*chat=*/true, vocab, limits);
-  } catch (const ApiError& e) {
-    if (e.param() == "stop") throw bad_request("stop_sequences", e.message());
-    throw;
-  }
+// Anthropic's sampling fields plus the OpenAI-named extensions this server accepts on every route.
+SamplingParams anthropic_sampling(const Json& body, int64_t vocab, const RequestLimits& limits,
+                                  std::string* structured_field) {
+  if (!Fields(body).get("max_tokens")) throw bad_request("max_tokens", "max_tokens is required");
+  return parse_aliased_sampling(body,
+                                {{"max_tokens", "max_tokens"},
+                                 {"temperature", "temperature"},
+                                 {"top_p", "top_p"},
+                                 {"top_k", "top_k"},
+                                 {"stop_sequences", "stop"},
+                                 {"seed", "seed"},
+                                 {"ignore_eos", "ignore_eos"},
+                                 {"regex", "regex"},
+                                 {"grammar", "grammar"}},
+                                Json::object(), vocab, limits, structured_field);
 }
 
 }  // namespace
 
 PreparedGeneration ServerApi::messages(const Json& body) {
   check_model(body);
-  Fields f(body);
-  JobContext ctx;
-  std::vector<TokenId> ids = encode_chat(anthropic_to_encoder_json(body), &ctx.output);
-  SamplingParams p = anthropic_sampling(body, host_.vocab_size(), limits_);
-  fit_to_context(&p, static_cast<int64_t>(ids.size()), host_.max_model_len(), "messages");
-  ctx.stream = f.boolean("stream").value_or(false);
-  ctx.id = next_id("msg_");
-  ctx.model = host_.name();
-  ctx.prompt_len = static_cast<int64_t>(ids.size());
-  ctx.n = 1;
-  ctx.output.stop = p.stop;
-  ctx.output.eos_token_ids = host_.engine_config().eos_token_ids;
-  PreparedGeneration g;
-  g.request.request_id = ctx.id;
-  g.request.prompt_token_ids = std::move(ids);
-  g.request.params = std::move(p);
-  g.job = std::make_unique<MessagesJob>(std::move(ctx));
-  return g;
+  GenerationSpec spec = new_spec("msg_");
+  spec.prompt = encode_chat(anthropic_to_encoder_json(body), &spec.ctx.output);
+  std::string structured_field;
+  spec.params = anthropic_sampling(body, host_.vocab_size(), limits_, &structured_field);
+  check_structured(spec.params, structured_field);
+  fit_to_context(&spec.params, static_cast<int64_t>(spec.prompt.size()), host_.max_model_len(), "messages");
+  spec.ctx.stream = Fields(body).boolean("stream").value_or(false);
+  return prepare_generation<MessagesJob>(std::move(spec));
 }
 
 HttpReply ServerApi::count_tokens(const Json& body) const {

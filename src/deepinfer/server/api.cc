@@ -109,6 +109,14 @@ std::string ServerApi::next_id(const char* prefix) {
   return fmt::format("{}{:016x}", prefix, (counter_.fetch_add(1) + 1) * 0x9E3779B97F4A7C15ull);
 }
 
+GenerationSpec ServerApi::new_spec(const char* id_prefix) {
+  GenerationSpec s;
+  s.ctx.id = next_id(id_prefix);
+  s.ctx.model = host_.name();
+  s.eos_token_ids = host_.engine_config().eos_token_ids;
+  return s;
+}
+
 std::vector<TokenId> ServerApi::encode_chat(const Json& chat, SampleOutputOptions* out) const {
   const tokenizer::Tokenizer& tok = require_tokenizer("chat");
   tokenizer::ChatRequest req;

@@ -25,11 +25,6 @@ struct HttpReply {
   std::vector<std::pair<std::string, std::string>> headers;
 };
 
-struct PreparedGeneration {
-  Request request;
-  std::unique_ptr<GenerationJob> job;
-};
-
 using RouteOutcome = std::variant<HttpReply, PreparedGeneration>;
 
 // Which error body shape a path uses.
@@ -61,6 +56,8 @@ class ServerApi {
   void check_model(const Json& body) const;
   const tokenizer::Tokenizer& require_tokenizer(const char* what) const;
   std::string next_id(const char* prefix);
+  // A GenerationSpec with this server's id, model name and EOS ids filled in.
+  GenerationSpec new_spec(const char* id_prefix);
   // Chat messages (OpenAI shape, content possibly as parts) → prompt ids; fills thinking / format into `out`.
   std::vector<TokenId> encode_chat(const Json& chat_json, SampleOutputOptions* out) const;
   // Compiles a structured-output constraint now (400 naming `field` if it is invalid or unavailable); the

@@ -1,5 +1,7 @@
 #include "deepinfer/server/generation_job.h"
 
+#include <chrono>
+
 namespace deepinfer::server {
 
 std::string dump_json(const OJson& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
@@ -36,6 +38,35 @@ OJson GenerationJob::usage_json() const {
   return {{"prompt_tokens", ctx_.prompt_len},
           {"completion_tokens", completion_tokens_},
           {"total_tokens", ctx_.prompt_len + completion_tokens_}};
+}
+
+OJson GenerationJob::anthropic_usage_json() const {
+  return {{"input_tokens", ctx_.prompt_len}, {"output_tokens", completion_tokens_}};
+}
+
+OJson GenerationJob::responses_usage_json() const {
+  return {{"input_tokens", ctx_.prompt_len},
+          {"input_tokens_details", {{"cached_tokens", 0}}},
+          {"output_tokens", completion_tokens_},
+          {"output_tokens_details", {{"reasoning_tokens", 0}}},
+          {"total_tokens", ctx_.prompt_len + completion_tokens_}};
+}
+
+JobContext finish_context(GenerationSpec* spec, Request* request) {
+  JobContext ctx = std::move(spec->ctx);
+  if (ctx.created == 0)
+    ctx.created =
+        std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  ctx.prompt_len = static_cast<int64_t>(spec->prompt.size());
+  ctx.n = spec->params.n;
+  ctx.logprobs = spec->params.logprobs;
+  ctx.output.stop = spec->params.stop;
+  ctx.output.eos_token_ids = std::move(spec->eos_token_ids);
+  request->request_id = ctx.id;
+  request->prompt_token_ids = std::move(spec->prompt);
+  request->params = std::move(spec->params);
+  request->priority = spec->priority;
+  return ctx;
 }
 
 }  // namespace deepinfer::server

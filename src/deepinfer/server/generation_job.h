@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "deepinfer/engine/request.h"
+#include "deepinfer/sampling/sampling_params.h"
 #include "deepinfer/server/api_error.h"
 #include "deepinfer/server/sample_output.h"
 
@@ -57,12 +58,45 @@ class GenerationJob {
   // One sample's new text. Returns SSE text to send now (streaming) or "" (accumulated for the epilogue).
   virtual std::string emit(int index, const tokenizer::ChatDelta& delta, const SequenceDelta& d) = 0;
   std::string token_text(TokenId id) const;
-  OJson usage_json() const;
+  // The usage block in each API's shape.
+  OJson usage_json() const;            // OpenAI chat / completions
+  OJson anthropic_usage_json() const;  // messages
+  OJson responses_usage_json() const;  // responses
 
   JobContext ctx_;
   std::vector<SampleOutput> samples_;
   int num_finished_ = 0;
   int64_t completion_tokens_ = 0;
 };
+
+// An engine request and the job that renders its deltas.
+struct PreparedGeneration {
+  Request request;
+  std::unique_ptr<GenerationJob> job;
+};
+
+// What a route has parsed; prepare_generation derives the rest of the JobContext (prompt_len, n, logprobs, stop,
+// eos) from the prompt and the sampling params the same way for every API.
+struct GenerationSpec {
+  JobContext ctx;  // id, model, stream, include_usage, output (tokenizer, chat format, thinking) set by the route
+  std::vector<TokenId> prompt;
+  SamplingParams params;
+  int priority = 0;
+  std::vector<TokenId> eos_token_ids;
+};
+
+template <class Job, class... Args>
+PreparedGeneration prepare_generation(GenerationSpec spec, Args&&... job_args);
+
+// Fills the derived JobContext fields and the request (the part of prepare_generation that is not a template).
+JobContext finish_context(GenerationSpec* spec, Request* request);
+
+template <class Job, class... Args>
+PreparedGeneration prepare_generation(GenerationSpec spec, Args&&... job_args) {
+  PreparedGeneration g;
+  JobContext ctx = finish_context(&spec, &g.request);
+  g.job = std::make_unique<Job>(std::move(ctx), std::forward<Args>(job_args)...);
+  return g;
+}
 
 }  // namespace deepinfer::server

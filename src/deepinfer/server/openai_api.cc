@@ -16,10 +16,6 @@ int parse_priority(const Fields& f) {
       f.integer("priority", std::numeric_limits<int>::min(), std::numeric_limits<int>::max()).value_or(0));
 }
 
-int64_t now_unix() {
-  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
 // OpenAI content: a string or an array of parts; only text parts are understood.
 std::string flatten_content(const Json& content, const std::string& where) {
   if (content.is_null() || content.is_string()) return content.is_null() ? std::string() : content.get<std::string>();
@@ -168,13 +164,25 @@ class ChatCompletionJob final : public GenerationJob {
     if (ctx_.logprobs)
       for (const auto& r : sd.logprobs) lps.push_back(logprob_entry(r));
     OJson calls = OJson::array();
-    for (const auto& c : d.tool_calls) {
-      OJson call = {{"id", fmt::format("call_{}_{}_{}", ctx_.id.substr(ctx_.id.size() - 8), index, a.num_calls)},
-                    {"type", "function"},
-                    {"function", {{"name", c.name}, {"arguments", c.arguments}}}};
-      if (ctx_.stream) call = with_index(call, a.num_calls);
-      ++a.num_calls;
-      calls.push_back(call);
+    if (!ctx_.stream) {
+      for (const auto& c : d.tool_calls)
+        calls.push_back({{"id", call_id(index, a.num_calls++)},
+                         {"type", "function"},
+                         {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+    } else {
+      // Streamed as the model writes them: id, type and name with a call's first piece, then argument pieces.
+      for (const auto& t : d.tool_call_deltas) {
+        OJson call = {{"index", t.index}};
+        if (t.index >= a.num_calls) {
+          a.num_calls = t.index + 1;
+          call["id"] = call_id(index, t.index);
+          call["type"] = "function";
+          call["function"] = {{"name", t.name}, {"arguments", t.arguments}};
+        } else {
+          call["function"] = {{"arguments", t.arguments}};
+        }
+        calls.push_back(std::move(call));
+      }
     }
     if (!ctx_.stream) {
       a.reasoning += d.reasoning;
@@ -191,7 +199,7 @@ class ChatCompletionJob final : public GenerationJob {
     } else if (!lps.empty()) {
       out += sse_data(chunk(index, OJson::object(), lp_field, nullptr));
     }
-    if (!calls.empty()) out += sse_data(chunk(index, {{"tool_calls", calls}}, nullptr, nullptr));
+    for (auto& c : calls) out += sse_data(chunk(index, {{"tool_calls", OJson::array({c})}}, nullptr, nullptr));
     if (sd.finished)
       out += sse_data(chunk(index, OJson::object(), nullptr, samples_[static_cast<size_t>(index)].finish_reason()));
     return out;
@@ -205,10 +213,8 @@ class ChatCompletionJob final : public GenerationJob {
     int num_calls = 0;
   };
 
-  static OJson with_index(const OJson& call, int index) {
-    OJson c = {{"index", index}};
-    for (auto it = call.begin(); it != call.end(); ++it) c[it.key()] = it.value();
-    return c;
+  std::string call_id(int sample, int call) const {
+    return fmt::format("call_{}_{}_{}", ctx_.id.substr(ctx_.id.size() - 8), sample, call);
   }
 
   OJson base(const char* object) const {
@@ -344,28 +350,15 @@ void parse_stream(const Fields& f, JobContext* ctx) {
 PreparedGeneration ServerApi::chat_completions(const Json& body) {
   check_model(body);
   Fields f(body);
-  JobContext ctx;
-  std::vector<TokenId> ids = encode_chat(openai_chat_to_encoder_json(body), &ctx.output);
+  GenerationSpec spec = new_spec("chatcmpl-");
+  spec.prompt = encode_chat(openai_chat_to_encoder_json(body), &spec.ctx.output);
   std::string structured_field;
-  SamplingParams p = parse_openai_sampling(body, /*chat=*/true, host_.vocab_size(), limits_, &structured_field);
-  check_structured(p, structured_field);
-  fit_to_context(&p, static_cast<int64_t>(ids.size()), host_.max_model_len(), "messages");
-  parse_stream(f, &ctx);
-  ctx.id = next_id("chatcmpl-");
-  ctx.model = host_.name();
-  ctx.created = now_unix();
-  ctx.prompt_len = static_cast<int64_t>(ids.size());
-  ctx.n = p.n;
-  ctx.logprobs = p.logprobs;
-  ctx.output.stop = p.stop;
-  ctx.output.eos_token_ids = host_.engine_config().eos_token_ids;
-  PreparedGeneration g;
-  g.request.request_id = ctx.id;
-  g.request.prompt_token_ids = std::move(ids);
-  g.request.params = std::move(p);
-  g.request.priority = parse_priority(f);
-  g.job = std::make_unique<ChatCompletionJob>(std::move(ctx));
-  return g;
+  spec.params = parse_openai_sampling(body, /*chat=*/true, host_.vocab_size(), limits_, &structured_field);
+  check_structured(spec.params, structured_field);
+  fit_to_context(&spec.params, static_cast<int64_t>(spec.prompt.size()), host_.max_model_len(), "messages");
+  parse_stream(f, &spec.ctx);
+  spec.priority = parse_priority(f);
+  return prepare_generation<ChatCompletionJob>(std::move(spec));
 }
 
 PreparedGeneration ServerApi::completions(const Json& body) {
@@ -377,12 +370,12 @@ PreparedGeneration ServerApi::completions(const Json& body) {
   const Json* one = prompt;
   if (prompt->is_array() && prompt->size() == 1 && ((*prompt)[0].is_string() || (*prompt)[0].is_array()))
     one = &(*prompt)[0];
-  std::vector<TokenId> ids;
-  JobContext ctx;
+  GenerationSpec spec = new_spec("cmpl-");
+  std::vector<TokenId>& ids = spec.prompt;
   if (one->is_string()) {
     const auto& tok = require_tokenizer("a text prompt");
     ids = tok.encode(one->get<std::string>());
-    ctx.output.tok = &tok;
+    spec.ctx.output.tok = &tok;
   } else if (one->is_array() && !one->empty() && (*one)[0].is_number()) {
     for (size_t i = 0; i < one->size(); ++i) {
       const Json& t = (*one)[i];
@@ -390,7 +383,7 @@ PreparedGeneration ServerApi::completions(const Json& body) {
         throw bad_request("prompt", fmt::format("prompt[{}] must be a token id in [0, {})", i, host_.vocab_size()));
       ids.push_back(static_cast<TokenId>(t.get<int64_t>()));
     }
-    ctx.output.tok = host_.tokenizer();
+    spec.ctx.output.tok = host_.tokenizer();
   } else if (prompt->is_array() && prompt->size() > 1) {
     throw bad_request("prompt", "a batch of prompts is not supported; send one request per prompt");
   } else {
@@ -401,29 +394,17 @@ PreparedGeneration ServerApi::completions(const Json& body) {
     if (const Json* v = f.get(key); v && !(v->is_boolean() && !v->get<bool>()) && !(v->is_string() && v->empty()))
       throw bad_request(key, std::string(key) + " is not supported by this server");
   std::string structured_field;
-  SamplingParams p = parse_openai_sampling(body, /*chat=*/false, host_.vocab_size(), limits_, &structured_field);
-  check_structured(p, structured_field);
-  if (!f.get("max_tokens") && p.max_tokens == std::nullopt) p.max_tokens = 16;  // OpenAI's completions default
-  fit_to_context(&p, static_cast<int64_t>(ids.size()), host_.max_model_len(), "prompt");
-  parse_stream(f, &ctx);
-  ctx.id = next_id("cmpl-");
-  ctx.model = host_.name();
-  ctx.created = now_unix();
-  ctx.prompt_len = static_cast<int64_t>(ids.size());
-  ctx.n = p.n;
-  ctx.logprobs = p.logprobs;
-  ctx.output.chat = false;
-  ctx.output.skip_special_tokens = f.boolean("skip_special_tokens").value_or(true);
-  ctx.output.stop = p.stop;
-  ctx.output.eos_token_ids = host_.engine_config().eos_token_ids;
+  spec.params = parse_openai_sampling(body, /*chat=*/false, host_.vocab_size(), limits_, &structured_field);
+  check_structured(spec.params, structured_field);
+  if (!f.get("max_tokens") && spec.params.max_tokens == std::nullopt)
+    spec.params.max_tokens = 16;  // OpenAI's completions default
+  fit_to_context(&spec.params, static_cast<int64_t>(ids.size()), host_.max_model_len(), "prompt");
+  parse_stream(f, &spec.ctx);
+  spec.ctx.output.chat = false;
+  spec.ctx.output.skip_special_tokens = f.boolean("skip_special_tokens").value_or(true);
+  spec.priority = parse_priority(f);
   const bool return_ids = f.boolean("return_token_ids").value_or(false);
-  PreparedGeneration g;
-  g.request.request_id = ctx.id;
-  g.request.prompt_token_ids = std::move(ids);
-  g.request.params = std::move(p);
-  g.request.priority = parse_priority(f);
-  g.job = std::make_unique<CompletionJob>(std::move(ctx), return_ids);
-  return g;
+  return prepare_generation<CompletionJob>(std::move(spec), return_ids);
 }
 
 }  // namespace deepinfer::server

@@ -210,6 +210,29 @@ SamplingParams parse_openai_sampling(const Json& body, bool chat, int64_t vocab_
   return p;
 }
 
+SamplingParams parse_aliased_sampling(const Json& body, std::initializer_list<FieldAlias> fields, Json openai_view,
+                                      int64_t vocab_size, const RequestLimits& limits, std::string* structured_field) {
+  Fields f(body);
+  for (const FieldAlias& a : fields)
+    if (const Json* v = f.get(a.name)) openai_view[a.openai_name] = *v;
+  auto client_name = [&](const std::string& openai_name) {
+    for (const FieldAlias& a : fields)
+      if (openai_name == a.openai_name) return std::string(a.name);
+    return openai_name;
+  };
+  try {
+    SamplingParams p = parse_openai_sampling(openai_view, /*chat=*/true, vocab_size, limits, structured_field);
+    if (structured_field && !structured_field->empty()) *structured_field = client_name(*structured_field);
+    return p;
+  } catch (const ApiError& e) {
+    const std::string name = client_name(e.param());
+    if (name == e.param()) throw;
+    std::string message = e.message();
+    if (message.rfind(e.param(), 0) == 0) message = name + message.substr(e.param().size());
+    throw ApiError(e.status(), message, name, e.type(), e.code());
+  }
+}
+
 void validate_sampling(const SamplingParams& p, int64_t vocab_size) {
   try {
     validate(p, vocab_size);

@@ -54,6 +54,20 @@ struct RequestLimits {
 SamplingParams parse_openai_sampling(const Json& body, bool chat, int64_t vocab_size, const RequestLimits& limits,
                                      std::string* structured_field = nullptr);
 
+// Another API's spelling of an OpenAI request field (Anthropic's stop_sequences is OpenAI's stop).
+struct FieldAlias {
+  const char* name;
+  const char* openai_name;
+};
+
+// Sampling params of an API that spells OpenAI's fields its own way (messages, responses): the `fields` present in
+// `body` are copied under their OpenAI names into `openai_view` (which may already hold converted fields, such as
+// the Responses API's text.format as response_format), parsed by parse_openai_sampling as a chat request, and any
+// error (and `structured_field`) names the client's field, not OpenAI's.
+SamplingParams parse_aliased_sampling(const Json& body, std::initializer_list<FieldAlias> fields, Json openai_view,
+                                      int64_t vocab_size, const RequestLimits& limits,
+                                      std::string* structured_field = nullptr);
+
 // Runs deepinfer::validate and maps its InvalidArgument to a 400 whose param is the field the message names.
 void validate_sampling(const SamplingParams& p, int64_t vocab_size);
 

@@ -11,10 +11,6 @@ Json openai_chat_to_encoder_json(const Json& body);  // openai_api.cc
 
 namespace {
 
-int64_t unix_now() {
-  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
 std::string item_text(const Json& content, const std::string& where) {
   if (content.is_string()) return content.get<std::string>();
   if (!content.is_array()) throw bad_request("input", where + " must be a string or an array of content parts");
@@ -94,20 +90,39 @@ Json responses_to_chat(const Json& body) {
     if (!r->is_object()) throw bad_request("reasoning", "reasoning must be an object");
     if (auto e = Fields(*r, "reasoning.").string("effort")) chat["reasoning_effort"] = *e;
   }
-  for (const char* k : {"temperature", "top_p", "top_k", "min_p", "seed", "stop", "presence_penalty",
-                        "frequency_penalty", "repetition_penalty", "ignore_eos"})
-    if (const Json* v = f.get(k)) chat[k] = *v;
-  if (const Json* v = f.get("max_output_tokens")) chat["max_tokens"] = *v;
+  return chat;
+}
+
+// The Responses API's sampling fields (OpenAI's, max_output_tokens, text.format) plus this server's extensions.
+SamplingParams responses_sampling(const Json& body, int64_t vocab, const RequestLimits& limits,
+                                  std::string* structured_field) {
+  Fields f(body);
+  Json view = Json::object();
   if (const Json* text = f.get("text")) {
     if (!text->is_object()) throw bad_request("text", "text must be an object");
     if (auto fm = text->find("format"); fm != text->end() && fm->is_object()) {
       Json rf = {{"type", fm->value("type", "text")}};
       if (rf["type"] == "json_schema")
         rf["json_schema"] = {{"schema", fm->contains("schema") ? (*fm)["schema"] : Json()}};
-      chat["response_format"] = rf;
+      view["response_format"] = rf;
     }
   }
-  return chat;
+  return parse_aliased_sampling(body,
+                                {{"temperature", "temperature"},
+                                 {"top_p", "top_p"},
+                                 {"top_k", "top_k"},
+                                 {"min_p", "min_p"},
+                                 {"seed", "seed"},
+                                 {"stop", "stop"},
+                                 {"presence_penalty", "presence_penalty"},
+                                 {"frequency_penalty", "frequency_penalty"},
+                                 {"repetition_penalty", "repetition_penalty"},
+                                 {"ignore_eos", "ignore_eos"},
+                                 {"max_output_tokens", "max_tokens"},
+                                 {"regex", "regex"},
+                                 {"grammar", "grammar"},
+                                 {"text.format", "response_format"}},
+                                std::move(view), vocab, limits, structured_field);
 }
 
 class ResponsesJob final : public GenerationJob {
@@ -147,23 +162,35 @@ class ResponsesJob final : public GenerationJob {
       }
       cur("message") += d.content;
     }
-    for (const auto& c : d.tool_calls) {
-      if (ctx_.stream) out += close_item();
-      Item it;
-      it.kind = "function_call";
-      it.id = fmt::format("fc_{}_{}", ctx_.id.substr(ctx_.id.size() - 8), items_.size());
-      it.name = c.name;
-      it.text = c.arguments;
-      items_.push_back(it);
-      if (ctx_.stream) {
+    if (!ctx_.stream) {
+      for (const auto& c : d.tool_calls) {
+        Item it;
+        it.kind = "function_call";
+        it.id = fmt::format("fc_{}_{}", ctx_.id.substr(ctx_.id.size() - 8), items_.size());
+        it.name = c.name;
+        it.text = c.arguments;
+        items_.push_back(it);
+      }
+      return out;
+    }
+    // Streamed function calls: an output item per call, its arguments as function_call_arguments.delta events.
+    for (const auto& t : d.tool_call_deltas) {
+      if (t.index >= num_calls_) {
+        num_calls_ = t.index + 1;
+        out += close_item();
+        Item it;
+        it.kind = "function_call";
+        it.id = fmt::format("fc_{}_{}", ctx_.id.substr(ctx_.id.size() - 8), items_.size());
+        it.name = t.name;
+        items_.push_back(it);
+        open_ = true;
         out += ev("response.output_item.added",
                   {{"output_index", output_index()}, {"item", item_json(items_.back(), "in_progress")}});
-        out += ev("response.function_call_arguments.done",
-                  {{"item_id", it.id}, {"output_index", output_index()}, {"arguments", it.text}});
-        out += ev("response.output_item.done",
-                  {{"output_index", output_index()}, {"item", item_json(items_.back(), "completed")}});
-        open_ = false;
       }
+      if (t.arguments.empty()) continue;
+      items_.back().text += t.arguments;
+      out += ev("response.function_call_arguments.delta",
+                {{"item_id", items_.back().id}, {"output_index", output_index()}, {"delta", t.arguments}});
     }
     return out;
   }
@@ -219,6 +246,9 @@ class ResponsesJob final : public GenerationJob {
                  {"output_index", output_index()},
                  {"content_index", 0},
                  {"part", {{"type", "output_text"}, {"text", it.text}, {"annotations", OJson::array()}}}});
+    } else if (it.kind == "function_call") {
+      out += ev("response.function_call_arguments.done",
+                {{"item_id", it.id}, {"output_index", output_index()}, {"arguments", it.text}});
     } else if (it.kind == "reasoning") {
       out += ev("response.reasoning_text.done",
                 {{"item_id", it.id}, {"output_index", output_index()}, {"content_index", 0}, {"text", it.text}});
@@ -263,14 +293,7 @@ class ResponsesJob final : public GenerationJob {
                {"tools", OJson::array()}};
     if (status == "incomplete") r["incomplete_details"] = {{"reason", "max_output_tokens"}};
     if (status != "in_progress") {
-      std::string text;
-      for (const auto& it : items_)
-        if (it.kind == "message") text += it.text;
-      r["usage"] = {{"input_tokens", ctx_.prompt_len},
-                    {"input_tokens_details", {{"cached_tokens", 0}}},
-                    {"output_tokens", completion_tokens_},
-                    {"output_tokens_details", {{"reasoning_tokens", 0}}},
-                    {"total_tokens", ctx_.prompt_len + completion_tokens_}};
+      r["usage"] = responses_usage_json();
     } else {
       r["usage"] = nullptr;
     }
@@ -279,6 +302,7 @@ class ResponsesJob final : public GenerationJob {
 
   std::vector<Item> items_;
   bool open_ = false;  // streaming: the last item is open
+  int num_calls_ = 0;  // streaming: function calls started
   int64_t seq_ = 0;
 };
 
@@ -286,29 +310,14 @@ class ResponsesJob final : public GenerationJob {
 
 PreparedGeneration ServerApi::responses(const Json& body) {
   check_model(body);
-  Fields f(body);
-  const Json chat = responses_to_chat(body);
-  JobContext ctx;
-  std::vector<TokenId> ids = encode_chat(openai_chat_to_encoder_json(chat), &ctx.output);
+  GenerationSpec spec = new_spec("resp_");
+  spec.prompt = encode_chat(openai_chat_to_encoder_json(responses_to_chat(body)), &spec.ctx.output);
   std::string structured_field;
-  SamplingParams p = parse_openai_sampling(chat, /*chat=*/true, host_.vocab_size(), limits_, &structured_field);
-  if (structured_field == "response_format") structured_field = "text.format";
-  check_structured(p, structured_field);
-  fit_to_context(&p, static_cast<int64_t>(ids.size()), host_.max_model_len(), "input");
-  ctx.stream = f.boolean("stream").value_or(false);
-  ctx.id = next_id("resp_");
-  ctx.model = host_.name();
-  ctx.created = unix_now();
-  ctx.prompt_len = static_cast<int64_t>(ids.size());
-  ctx.n = 1;
-  ctx.output.stop = p.stop;
-  ctx.output.eos_token_ids = host_.engine_config().eos_token_ids;
-  PreparedGeneration g;
-  g.request.request_id = ctx.id;
-  g.request.prompt_token_ids = std::move(ids);
-  g.request.params = std::move(p);
-  g.job = std::make_unique<ResponsesJob>(std::move(ctx));
-  return g;
+  spec.params = responses_sampling(body, host_.vocab_size(), limits_, &structured_field);
+  check_structured(spec.params, structured_field);
+  fit_to_context(&spec.params, static_cast<int64_t>(spec.prompt.size()), host_.max_model_len(), "input");
+  spec.ctx.stream = Fields(body).boolean("stream").value_or(false);
+  return prepare_generation<ResponsesJob>(std::move(spec));
 }
 
 }  // namespace deepinfer::server

@@ -30,6 +30,25 @@ size_t trailing_newlines(std::string_view s) {
   return n;
 }
 
+// Bytes of `s` up to the last complete UTF-8 character (an unfinished sequence at the end waits for its rest).
+size_t complete_utf8(std::string_view s) {
+  size_t n = s.size();
+  for (size_t back = 1; back <= 3 && back <= n; ++back) {
+    const auto c = static_cast<unsigned char>(s[n - back]);
+    if ((c & 0xC0) == 0x80) continue;  // continuation byte: look further back for the lead
+    const size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+    return need > back ? n - back : n;
+  }
+  return n;
+}
+
+// JSON string body (no quotes) of `s`, escaped as nlohmann's dump escapes it, so pieces concatenate to the
+// escape of the whole.
+std::string json_escape(std::string_view s) {
+  std::string q = nlohmann::ordered_json(std::string(s)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return q.substr(1, q.size() - 2);
+}
+
 std::string attr(std::string_view tag, std::string_view key) {
   std::string k = std::string(key) + "=\"";
   auto p = tag.find(k);
@@ -134,8 +153,9 @@ void ChatOutputParser::step(ChatDelta* out, bool final) {
       buf_.erase(0, safe.size());
       return;
     }
-    // kToolBlock: wait for the whole block.
+    // kToolBlock: calls stream as they are written; the block's complete parse comes when it closes.
     auto close = b.find(block_close_);
+    stream_tool_block(close == std::string_view::npos ? b : b.substr(0, close), out);
     if (close == std::string_view::npos) {
       if (final) {  // truncated block: its text is content, as nothing can be called
         out->content += b;
@@ -144,9 +164,211 @@ void ChatOutputParser::step(ChatDelta* out, bool final) {
       return;
     }
     parse_tool_block(b.substr(block_open_.size(), close - block_open_.size()), out);
+    // What the stream lacks of the complete calls (a malformed call the scan could not follow) is sent now.
+    for (size_t i = 0; i < out->tool_calls.size(); ++i) {
+      const ParsedToolCall& c = out->tool_calls[i];
+      if (i >= streamed_args_.size()) {
+        start_call(out, c.name);
+        emit_arguments(out, c.arguments);
+      } else if (c.arguments.size() > streamed_args_[i].size() && c.arguments.starts_with(streamed_args_[i])) {
+        ToolCallDelta d;
+        d.index = static_cast<int>(i);
+        d.arguments = c.arguments.substr(streamed_args_[i].size());
+        streamed_args_[i] = c.arguments;
+        out->tool_call_deltas.push_back(std::move(d));
+      }
+    }
     saw_tool_calls_ = true;
     buf_.clear();  // what follows the block (the end of sentence) is not content
     state_ = State::kDone;
+  }
+}
+
+void ChatOutputParser::start_call(ChatDelta* out, std::string name) {
+  ToolCallDelta d;
+  d.index = static_cast<int>(streamed_args_.size());
+  d.name = std::move(name);
+  streamed_args_.emplace_back();
+  out->tool_call_deltas.push_back(std::move(d));
+}
+
+void ChatOutputParser::emit_arguments(ChatDelta* out, std::string_view piece) {
+  if (piece.empty() || streamed_args_.empty()) return;
+  const int index = static_cast<int>(streamed_args_.size()) - 1;
+  streamed_args_.back() += piece;
+  if (out->tool_call_deltas.empty() || out->tool_call_deltas.back().index != index) {
+    ToolCallDelta d;
+    d.index = index;
+    out->tool_call_deltas.push_back(std::move(d));
+  }
+  out->tool_call_deltas.back().arguments += piece;
+}
+
+void ChatOutputParser::stream_tool_block(std::string_view block, ChatDelta* out) {
+  if (stream_pos_ == 0) stream_pos_ = block_open_.size();
+  if (stream_pos_ > block.size()) return;
+  if (format_ == ChatFormat::kV4 || format_ == ChatFormat::kV41)
+    stream_dsml(block, out);
+  else
+    stream_v3(block, out);
+}
+
+// DSML: <invoke name="f"> (<parameter name="k" string="true|false">value</parameter>)* </invoke>, arguments
+// spelled as parse_tool_block spells them: {"k": value, ...}.
+void ChatOutputParser::stream_dsml(std::string_view block, ChatDelta* out) {
+  const bool v41 = format_ == ChatFormat::kV41;
+  const std::string inv_open = v41 ? "<｜DSML｜ invoke" : "<｜DSML｜invoke";
+  const std::string inv_close = v41 ? "</｜DSML｜ invoke>" : "</｜DSML｜invoke>";
+  const std::string par_open = v41 ? "<｜DSML｜ parameter" : "<｜DSML｜parameter";
+  const std::string par_close = v41 ? "</｜DSML｜ parameter>" : "</｜DSML｜parameter>";
+  constexpr auto npos = std::string_view::npos;
+  for (;;) {
+    switch (call_state_) {
+      case CallState::kBetween: {
+        size_t p = block.find(inv_open, stream_pos_);
+        if (p == npos) return;
+        size_t te = block.find('>', p);
+        if (te == npos) return;
+        start_call(out, attr(block.substr(p, te - p), "name"));
+        params_started_ = false;
+        stream_pos_ = te + 1;
+        call_state_ = CallState::kArgs;
+        break;
+      }
+      case CallState::kArgs: {
+        size_t p = block.find(par_open, stream_pos_);
+        size_t e = block.find(inv_close, stream_pos_);
+        if (e != npos && (p == npos || e < p)) {
+          emit_arguments(out, params_started_ ? "}" : "{}");
+          stream_pos_ = e + inv_close.size();
+          call_state_ = CallState::kBetween;
+          break;
+        }
+        if (p == npos) return;
+        size_t te = block.find('>', p);
+        if (te == npos) return;
+        std::string_view tag = block.substr(p, te - p);
+        param_is_string_ = attr(tag, "string") == "true";
+        std::string head = params_started_ ? ", " : "{";
+        head +=
+            nlohmann::ordered_json(attr(tag, "name")).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+        head += ": ";
+        if (param_is_string_) head += '"';
+        emit_arguments(out, head);
+        params_started_ = true;
+        stream_pos_ = te + 1;
+        call_state_ = CallState::kParam;
+        break;
+      }
+      case CallState::kParam: {
+        size_t pe = block.find(par_close, stream_pos_);
+        if (pe == npos) {
+          if (!param_is_string_) return;  // a number / object / ... is spelled once it is whole
+          std::string_view rest = block.substr(stream_pos_);
+          rest = rest.substr(0, rest.size() - held_suffix(rest, {std::string_view(par_close)}));
+          rest = rest.substr(0, complete_utf8(rest));
+          emit_arguments(out, json_escape(rest));
+          stream_pos_ += rest.size();
+          return;
+        }
+        std::string value(block.substr(stream_pos_, pe - stream_pos_));
+        if (param_is_string_) {
+          emit_arguments(out, json_escape(value) + "\"");
+        } else {
+          auto v = nlohmann::ordered_json::parse(value, nullptr, /*allow_exceptions=*/false);
+          emit_arguments(out, chat_detail::dump_spaced(v.is_discarded() ? nlohmann::ordered_json(value) : v));
+        }
+        stream_pos_ = pe + par_close.size();
+        call_state_ = CallState::kArgs;
+        break;
+      }
+      default:
+        return;
+    }
+  }
+}
+
+// V3 / V3.1: <call begin> [function <sep> name "\n" ["```json\n"] | name <sep>] arguments ["\n```"] <call end>.
+void ChatOutputParser::stream_v3(std::string_view block, ChatDelta* out) {
+  constexpr std::string_view kCallBegin = "<｜tool▁call▁begin｜>", kCallEnd = "<｜tool▁call▁end｜>",
+                             kSep = "<｜tool▁sep｜>", kFenceOpen = "```json\n", kFenceClose = "\n```";
+  static const std::string kFencedEnd = std::string(kFenceClose) + std::string(kCallEnd);
+  constexpr auto npos = std::string_view::npos;
+  for (;;) {
+    switch (call_state_) {
+      case CallState::kBetween: {
+        size_t p = block.find(kCallBegin, stream_pos_);
+        if (p == npos) return;
+        stream_pos_ = p + kCallBegin.size();
+        call_state_ = CallState::kHead;
+        break;
+      }
+      case CallState::kHead: {
+        size_t sep = block.find(kSep, stream_pos_);
+        size_t end = block.find(kCallEnd, stream_pos_);
+        if (end != npos && (sep == npos || end < sep)) {  // no separator: parse_tool_block stops here too
+          call_state_ = CallState::kBroken;
+          return;
+        }
+        if (sep == npos) return;
+        std::string_view before = block.substr(stream_pos_, sep - stream_pos_);
+        const size_t after = sep + kSep.size();
+        if (before != "function") {  // V3.1: name <sep> arguments
+          start_call(out, std::string(before));
+          v3_fenced_ = false;
+          stream_pos_ = after;
+          call_state_ = CallState::kArgs;
+          break;
+        }
+        size_t nl = block.find('\n', after);
+        if (end != npos && (nl == npos || nl > end)) {  // a name and no arguments
+          start_call(out, std::string(block.substr(after, end - after)));
+          stream_pos_ = end + kCallEnd.size();
+          call_state_ = CallState::kBetween;
+          break;
+        }
+        if (nl == npos) return;
+        start_call(out, std::string(block.substr(after, nl - after)));
+        v3_fenced_ = true;
+        stream_pos_ = nl + 1;
+        call_state_ = CallState::kFence;
+        break;
+      }
+      case CallState::kFence: {
+        size_t end = block.find(kCallEnd, stream_pos_);
+        std::string_view a = block.substr(stream_pos_, end == npos ? npos : end - stream_pos_);
+        if (a.starts_with(kFenceOpen)) {
+          stream_pos_ += kFenceOpen.size();
+        } else if (end == npos && kFenceOpen.starts_with(a)) {
+          return;  // could still become the fence
+        }
+        call_state_ = CallState::kArgs;
+        break;
+      }
+      case CallState::kArgs: {
+        size_t end = block.find(kCallEnd, stream_pos_);
+        if (end == npos) {
+          std::string_view rest = block.substr(stream_pos_);
+          const size_t hold =
+              v3_fenced_ ? held_suffix(rest, {kCallEnd, std::string_view(kFencedEnd)}) : held_suffix(rest, {kCallEnd});
+          rest = rest.substr(0, rest.size() - hold);
+          rest = rest.substr(0, complete_utf8(rest));
+          emit_arguments(out, rest);
+          stream_pos_ += rest.size();
+          return;
+        }
+        std::string_view rest = block.substr(stream_pos_, end - stream_pos_);
+        if (v3_fenced_ && (streamed_args_.back() + std::string(rest)).ends_with(kFenceClose) &&
+            rest.size() >= kFenceClose.size())
+          rest.remove_suffix(kFenceClose.size());
+        emit_arguments(out, rest);
+        stream_pos_ = end + kCallEnd.size();
+        call_state_ = CallState::kBetween;
+        break;
+      }
+      default:
+        return;
+    }
   }
 }
 
