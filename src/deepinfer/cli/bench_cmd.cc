@@ -90,6 +90,7 @@ void register_bench(CLI::App& app, CommandRegistry& reg) {
   sub->add_option("--threads", a->threads, "CPU threads (0 = all cores)");
   sub->add_option("--seed", a->seed, "seed of the random weights");
   sub->add_flag("--no-graphs", a->no_graphs, "decode: skip the CUDA-graph replay timing and its output check");
+  register_bench_serve(sub, reg);
   reg.add(sub, [a] { return run_bench(*a); });
 }
 

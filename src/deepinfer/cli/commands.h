@@ -35,6 +35,8 @@ void register_score(CLI::App& app, CommandRegistry& reg);
 void register_offline(CLI::App& app, CommandRegistry& reg);
 void register_tokenize(CLI::App& app, CommandRegistry& reg);
 void register_bench(CLI::App& app, CommandRegistry& reg);
+// `bench serve`, a subcommand of `bench` (registered by register_bench before `bench` itself, so it is matched first).
+void register_bench_serve(CLI::App* bench_cmd, CommandRegistry& reg);
 void register_structured_check(CLI::App& app, CommandRegistry& reg);
 void register_serve(CLI::App& app, CommandRegistry& reg);
 
