@@ -363,19 +363,19 @@ ServeBenchReport run_serve_bench(const ServeBenchOptions& o) {
 }
 
 std::string ServeBenchReport::to_json() const {
-  Json j = {{"model", model},
-            {"dataset", distribution},
-            {"num_prompts", num_prompts},
-            {"completed", completed},
-            {"failed", failed},
-            {"max_concurrency", max_concurrency},
-            {"request_rate", std::isfinite(request_rate) ? Json(request_rate) : Json("inf")},
-            {"duration_s", wall_s},
-            {"total_input_tokens", input_tokens},
-            {"total_output_tokens", output_tokens},
-            {"request_throughput", request_throughput},
-            {"output_throughput", output_throughput},
-            {"total_token_throughput", total_token_throughput}};
+  nlohmann::ordered_json j = {{"model", model},
+                              {"dataset", distribution},
+                              {"num_prompts", num_prompts},
+                              {"completed", completed},
+                              {"failed", failed},
+                              {"max_concurrency", max_concurrency},
+                              {"request_rate", std::isfinite(request_rate) ? Json(request_rate) : Json("inf")},
+                              {"duration_s", wall_s},
+                              {"total_input_tokens", input_tokens},
+                              {"total_output_tokens", output_tokens},
+                              {"request_throughput", request_throughput},
+                              {"output_throughput", output_throughput},
+                              {"total_token_throughput", total_token_throughput}};
   for (const auto& [name, s] :
        {std::pair<const char*, const LatencyStats*>{"ttft", &ttft}, {"tpot", &tpot}, {"itl", &itl}, {"e2el", &e2e}}) {
     j[fmt::format("mean_{}_ms", name)] = s->mean_ms;
