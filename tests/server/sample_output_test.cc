@@ -19,6 +19,19 @@ struct Collected {
   std::string finish;
 };
 
+// Every piece the client gets is whole UTF-8 (a token that ends inside a character waits for the rest).
+bool valid_utf8(const std::string& s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    for (size_t k = 1; k < n; ++k)
+      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
+    i += n;
+  }
+  return true;
+}
+
 // Streams `ids` in deltas of `chunk` tokens; the last delta is final with `reason`.
 Collected run(const SampleOutputOptions& o, const std::vector<int32_t>& ids, size_t chunk, StopReason reason,
               const std::string& stop_string = {}) {
@@ -33,6 +46,8 @@ Collected run(const SampleOutputOptions& o, const std::vector<int32_t>& ids, siz
       d.stop_string = stop_string;
     }
     auto delta = out.feed(d);
+    EXPECT_TRUE(valid_utf8(delta.content)) << "chunk " << chunk << " at token " << i;
+    EXPECT_TRUE(valid_utf8(delta.reasoning)) << "chunk " << chunk << " at token " << i;
     c.reasoning += delta.reasoning;
     c.content += delta.content;
     for (auto& t : delta.tool_calls) c.calls.push_back(t);
@@ -44,8 +59,12 @@ Collected run(const SampleOutputOptions& o, const std::vector<int32_t>& ids, siz
 
 TEST(SampleOutput, PlainTextIsTheDecodeForEverySplit) {
   auto tok = bpe();
-  const std::string text = "Hello wörld, 日本 and more text";
+  const std::string text = "Hello wörld, 日本 and more text 🙂 ÿ";
   auto ids = tok->encode(text);
+  // The byte-level vocabulary splits some of these characters over several tokens.
+  int partial = 0;
+  for (auto id : ids) partial += !valid_utf8(tok->token_bytes(id));
+  EXPECT_GT(partial, 0) << "the test needs tokens that end inside a character";
   SampleOutputOptions o;
   o.tok = tok.get();
   for (size_t chunk : {1u, 2u, 3u, 100u}) {

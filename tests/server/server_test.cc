@@ -164,6 +164,47 @@ TEST_F(ServerTest, ChatNonStreamingAndStreamingAgreeWithSeed) {
   wait_idle();
 }
 
+// Thinking on / off (and OpenAI's reasoning_effort, Anthropic's thinking block) reaches the chat encoding and the
+// output split: with thinking on and no `</think>` in the (random) output, everything generated is reasoning.
+TEST_F(ServerTest, ThinkingAndReasoningEffort) {
+  auto prompt_and_message = [&](const char* key, Json value) {
+    Json body = chat_body("w1 w2", 4);
+    body["temperature"] = 0;
+    if (key) body[key] = value;
+    auto r = post("/v1/chat/completions", body);
+    EXPECT_EQ(r.status, 200) << r.body;
+    Json j = Json::parse(r.body);
+    return std::make_pair(j["usage"]["prompt_tokens"].get<int>(), j["choices"][0]["message"]);
+  };
+  auto [off_len, off] = prompt_and_message(nullptr, nullptr);
+  auto [on_len, on] = prompt_and_message("thinking", true);
+  auto [eff_len, eff] = prompt_and_message("reasoning_effort", "high");
+  auto [none_len, none] = prompt_and_message("reasoning_effort", "none");
+  EXPECT_FALSE(off.contains("reasoning_content")) << off.dump();
+  ASSERT_TRUE(on.contains("reasoning_content")) << on.dump();
+  EXPECT_FALSE(on["reasoning_content"].get<std::string>().empty()) << on.dump();
+  EXPECT_TRUE(eff.contains("reasoning_content")) << eff.dump();
+  EXPECT_EQ(none_len, off_len);
+  EXPECT_EQ(none, off);
+  // The encoding itself changes with thinking (V4.1 opens the assistant turn with <think> instead of </think>).
+  auto tk_off = post("/tokenize", {{"model", "test-model"}, {"messages", chat_body("w1 w2", 4)["messages"]}});
+  auto tk_on =
+      post("/tokenize", {{"model", "test-model"}, {"messages", chat_body("w1 w2", 4)["messages"]}, {"thinking", true}});
+  EXPECT_NE(Json::parse(tk_off.body)["tokens"], Json::parse(tk_on.body)["tokens"]);
+  EXPECT_EQ(Json::parse(tk_off.body)["count"], off_len);
+  EXPECT_EQ(Json::parse(tk_on.body)["count"], on_len);
+  (void)eff_len;
+  Json msg = {{"model", "test-model"},
+              {"max_tokens", 4},
+              {"temperature", 0},
+              {"thinking", {{"type", "enabled"}, {"budget_tokens", 1024}}},
+              {"messages", {{{"role", "user"}, {"content", "w1 w2"}}}}};
+  auto m = post("/v1/messages", msg);
+  ASSERT_EQ(m.status, 200) << m.body;
+  EXPECT_EQ(Json::parse(m.body)["content"][0]["type"], "thinking") << m.body;
+  wait_idle();
+}
+
 TEST_F(ServerTest, ChatLogprobs) {
   Json body = chat_body("w5", 4);
   body["logprobs"] = true;
@@ -231,6 +272,12 @@ TEST_F(ServerTest, BadRequestsAreOpenAIErrorsNamingTheField) {
   auto r = post("/v1/completions", {{"model", "test-model"}, {"prompt", longp}});
   EXPECT_EQ(r.status, 400);
   EXPECT_EQ(Json::parse(r.body)["error"]["code"], "context_length_exceeded");
+  // Prompt + max_tokens over the context, each alone within it: 400 naming max_tokens.
+  std::vector<int> p600(600, 5);
+  r = post("/v1/completions", {{"model", "test-model"}, {"prompt", p600}, {"max_tokens", 600}});
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(Json::parse(r.body)["error"]["code"], "context_length_exceeded");
+  EXPECT_EQ(Json::parse(r.body)["error"]["param"], "max_tokens");
   r = post("/v1/completions", {{"model", "test-model"}, {"prompt", {1, 2, 99999}}});
   EXPECT_EQ(r.status, 400);
   EXPECT_EQ(Json::parse(r.body)["error"]["param"], "prompt");
@@ -283,6 +330,17 @@ TEST(ServerAuth, ApiKeyGuardsEveryRouteButHealth) {
   EXPECT_EQ(http_request(s->port, "GET", "/metrics").status, 401);
   EXPECT_EQ(http_request(s->port, "GET", "/v1/models", "", {{"Authorization", "Bearer sekret"}}).status, 200);
   EXPECT_EQ(http_request(s->port, "GET", "/v1/models", "", {{"x-api-key", "sekret"}}).status, 200);
+  // Every inference route, before its body is even parsed; Anthropic routes answer in Anthropic's shape.
+  for (const char* path : {"/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages",
+                           "/v1/messages/count_tokens", "/tokenize", "/detokenize"}) {
+    auto u = http_request(s->port, "POST", path, R"({"model": "test-model"})", {{"Authorization", "Bearer wrong"}});
+    EXPECT_EQ(u.status, 401) << path;
+    Json j = Json::parse(u.body);
+    if (std::string(path).rfind("/v1/messages", 0) == 0)
+      EXPECT_EQ(j["error"]["type"], "authentication_error") << path << " " << u.body;
+    else
+      EXPECT_EQ(j["error"]["code"], "invalid_api_key") << path << " " << u.body;
+  }
   // Body over the limit: 413, and the server keeps serving.
   auto big =
       http_request(s->port, "POST", "/v1/completions", std::string(10000, ' '), {{"Authorization", "Bearer sekret"}});
@@ -400,7 +458,8 @@ TEST_F(ServerTest, MetricsCountTokensAndLatencies) {
        {"deepinfer_num_requests_running", "deepinfer_num_requests_waiting", "deepinfer_kv_cache_usage_perc",
         "deepinfer_prefix_cache_hit_rate", "deepinfer_prompt_tokens_total", "deepinfer_generation_tokens_total",
         "deepinfer_time_to_first_token_seconds_bucket", "deepinfer_inter_token_latency_seconds_count",
-        "deepinfer_e2e_request_latency_seconds_sum"})
+        "deepinfer_e2e_request_latency_seconds_sum", "deepinfer_spec_decode_num_draft_tokens_total",
+        "deepinfer_spec_decode_num_accepted_tokens_total", "deepinfer_spec_decode_acceptance_rate"})
     EXPECT_NE(m.body.find(name), std::string::npos) << name;
   EXPECT_EQ(m.body.find("deepinfer_generation_tokens_total{model_name=\"test-model\"} 0\n"), std::string::npos);
 }
@@ -466,6 +525,17 @@ TEST(ServerStructured, JsonSchemaOutputParsesAndBadSchemasAre400) {
   r = http_request(s->port, "POST", "/v1/completions", bad.dump());
   EXPECT_EQ(r.status, 400) << r.body;
   EXPECT_EQ(Json::parse(r.body)["error"]["param"], "regex");
+  bad = {{"model", "test-model"}, {"prompt", {5}}, {"grammar", "root ::= \"a\" undefined_rule"}};
+  r = http_request(s->port, "POST", "/v1/completions", bad.dump());
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(Json::parse(r.body)["error"]["param"], "grammar");
+  // A GBNF grammar constraint: the output is in its language.
+  Json gr = {
+      {"model", "test-model"}, {"prompt", {5}}, {"max_tokens", 50}, {"grammar", "root ::= (\"yes\" | \"no\") \"!\""}};
+  r = http_request(s->port, "POST", "/v1/completions", gr.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  const std::string g = Json::parse(r.body)["choices"][0]["text"];
+  EXPECT_TRUE(g == "yes!" || g == "no!") << g;
   // A regex constraint: the whole output matches it.
   Json rx = {{"model", "test-model"}, {"prompt", {5}}, {"max_tokens", 50}, {"regex", "(ab|cd){2}x"}};
   r = http_request(s->port, "POST", "/v1/completions", rx.dump());

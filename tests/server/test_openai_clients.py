@@ -356,3 +356,49 @@ def test_anthropic_tool_use_streams_incrementally(tiny_server):
     assert len(streamed) == 1 and streamed[0].input == uses[0].input
     assert json.loads("".join(partial)) == uses[0].input
     assert final.stop_reason == "tool_use"
+
+
+def test_default_bind_is_loopback(server):
+    """`deepinfer serve` without --host listens on 127.0.0.1 only (Linux: read from /proc/net/tcp{,6})."""
+    port = int(server.rsplit(":", 1)[1])
+    listening = []
+    for path in ("/proc/net/tcp", "/proc/net/tcp6"):
+        if not os.path.exists(path):
+            pytest.skip("no /proc/net/tcp")
+        with open(path) as f:
+            for line in f.readlines()[1:]:
+                local, state = line.split()[1], line.split()[3]
+                addr, p = local.split(":")
+                if state == "0A" and int(p, 16) == port:
+                    listening.append(addr)
+    assert listening == ["0100007F"], listening
+
+
+def test_chat_n_and_seed(oai):
+    kw = dict(model=MODEL, messages=[{"role": "user", "content": "w1 w2"}], max_tokens=6, n=2, seed=11,
+              temperature=1.0, extra_body={"ignore_eos": True})
+    a = oai.chat.completions.create(**kw)
+    b = oai.chat.completions.create(**kw)
+    assert [c.index for c in a.choices] == [0, 1]
+    assert [c.message.content for c in a.choices] == [c.message.content for c in b.choices]
+    assert a.usage.completion_tokens == 12
+
+
+def test_json_schema_through_clients(tiny_server):
+    openai = pytest.importorskip("openai", reason="the openai client is not installed (pip install openai)")
+    client = openai.OpenAI(base_url=tiny_server + "/v1", api_key=KEY, max_retries=0)
+    schema = {"type": "object", "properties": {"color": {"enum": ["red", "green", "blue"]}}, "required": ["color"],
+              "additionalProperties": False}
+    r = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Pick a color."}],
+                                       max_tokens=60, temperature=0,
+                                       response_format={"type": "json_schema",
+                                                        "json_schema": {"name": "c", "schema": schema}})
+    assert r.choices[0].finish_reason == "stop"
+    assert json.loads(r.choices[0].message.content)["color"] in ("red", "green", "blue")
+    resp = client.responses.create(model=MODEL, input="Pick a color.", max_output_tokens=60, temperature=0,
+                                   text={"format": {"type": "json_schema", "name": "c", "schema": schema}})
+    assert json.loads(resp.output_text)["color"] in ("red", "green", "blue")
+    with pytest.raises(openai.BadRequestError) as e:
+        client.responses.create(model=MODEL, input="x", text={"format": {"type": "json_schema", "name": "c",
+                                                                         "schema": {"type": "nonsense"}}})
+    assert e.value.body["param"] == "text.format"

@@ -19,6 +19,7 @@ struct ServeArgs {
   server::HttpServerOptions http;
   int max_active_requests = 256;
   int max_n = 16;
+  int64_t max_tokens = 0;
   int64_t max_body_mb = 8;
   double drain_timeout_s = 30;
 };
@@ -45,6 +46,7 @@ int run_serve(ServeArgs a) {
   server::EngineService engine(*host, metrics, {a.max_active_requests});
   server::RequestLimits limits;
   limits.max_n = a.max_n;
+  limits.max_tokens = a.max_tokens;
   server::ServerApi api(*host, limits);
   server::HttpServer http(api, engine, metrics, a.http);
   http.start();
@@ -93,6 +95,8 @@ void register_serve(CLI::App& app, CommandRegistry& reg) {
   sub->add_option("--max-active-requests", a->max_active_requests, "in flight at once; more get 429")
       ->check(CLI::PositiveNumber);
   sub->add_option("--max-n", a->max_n, "largest n per request")->check(CLI::Range(1, 128));
+  sub->add_option("--max-tokens", a->max_tokens, "largest max_tokens per request (0 = the context)")
+      ->check(CLI::NonNegativeNumber);
   sub->add_option("--max-body-mb", a->max_body_mb, "largest request body")->check(CLI::PositiveNumber);
   sub->add_option("--io-threads", a->http.io_threads)->check(CLI::PositiveNumber);
   sub->add_option("--drain-timeout", a->drain_timeout_s, "seconds in-flight requests get after SIGTERM");

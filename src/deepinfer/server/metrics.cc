@@ -88,6 +88,23 @@ std::string Metrics::render(const std::string& model) const {
       gauges_.prefix_query_tokens ? static_cast<double>(gauges_.prefix_hit_tokens) / gauges_.prefix_query_tokens : 0.0);
   head("deepinfer_num_preemptions_total", "counter", "Sequences preempted (recompute).");
   o += fmt::format("deepinfer_num_preemptions_total{} {}\n", lbl, gauges_.preemptions);
+  head("deepinfer_spec_decode_num_drafts_total", "counter", "Speculative verification steps (sequence-steps).");
+  o += fmt::format("deepinfer_spec_decode_num_drafts_total{} {}\n", lbl, gauges_.spec_steps);
+  head("deepinfer_spec_decode_num_draft_tokens_total", "counter", "Draft tokens verified.");
+  o += fmt::format("deepinfer_spec_decode_num_draft_tokens_total{} {}\n", lbl, gauges_.spec_draft_tokens);
+  head("deepinfer_spec_decode_num_accepted_tokens_total", "counter", "Draft tokens accepted.");
+  o += fmt::format("deepinfer_spec_decode_num_accepted_tokens_total{} {}\n", lbl, gauges_.spec_accepted_tokens);
+  head("deepinfer_spec_decode_acceptance_rate", "gauge",
+       "spec_decode_num_accepted_tokens_total / spec_decode_num_draft_tokens_total (0 without drafts).");
+  o += fmt::format("deepinfer_spec_decode_acceptance_rate{} {}\n", lbl,
+                   gauges_.spec_draft_tokens > 0 ? static_cast<double>(gauges_.spec_accepted_tokens) /
+                                                       static_cast<double>(gauges_.spec_draft_tokens)
+                                                 : 0.0);
+  head("deepinfer_spec_decode_num_accepted_tokens_per_pos_total", "counter", "Accepted draft tokens by position.");
+  for (size_t i = 0; i < gauges_.spec_accepted_per_pos.size(); ++i)
+    o +=
+        fmt::format("deepinfer_spec_decode_num_accepted_tokens_per_pos_total{{model_name=\"{}\",position=\"{}\"}} {}\n",
+                    model, i, gauges_.spec_accepted_per_pos[i]);
   head("deepinfer_prompt_tokens_total", "counter", "Prompt tokens of admitted requests.");
   o += fmt::format("deepinfer_prompt_tokens_total{} {}\n", lbl, prompt_tokens_);
   head("deepinfer_generation_tokens_total", "counter", "Generated tokens.");
