@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -133,6 +135,58 @@ std::vector<ToolCallDelta> pieces_before_close(ChatFormat format, std::string_vi
     for (auto& c : d.tool_call_deltas) early.push_back(std::move(c));
   }
   return early;
+}
+
+// Random well-formed tool-call blocks (any number of calls and parameters; values with quotes, backslashes,
+// newlines, multi-byte characters, JSON and not-quite-JSON) fed at random splits: the streamed pieces always add
+// up to the complete calls (run_parser checks it) and every piece is whole UTF-8.
+TEST(ChatOutputParser, StreamedToolCallsAddUpOnRandomBlocks) {
+  std::mt19937 rng(7);
+  const std::vector<std::string> atoms = {"a",    "Z",    " ", "\"", "\\", "\n",  "\t",   "{",   "}", "[1, 2]", "é",
+                                          "日本", "🙂", "<", "</", "｜", "```", "null", "3.5", "-", ":"};
+  auto value = [&] {
+    std::string v;
+    for (int i = static_cast<int>(rng() % 6); i > 0; --i) v += atoms[rng() % atoms.size()];
+    return v;
+  };
+  for (int iter = 0; iter < 300; ++iter) {
+    const bool dsml = iter % 2 == 0;
+    const bool v41 = iter % 4 == 0;
+    std::string out = "pre";
+    const int ncalls = 1 + static_cast<int>(rng() % 3);
+    if (dsml) {
+      const std::string sp = v41 ? " " : "";
+      out += "\n\n<｜DSML｜" + std::string(v41 ? " calls" : "tool_calls") + ">\n";
+      for (int c = 0; c < ncalls; ++c) {
+        out += "<｜DSML｜" + sp + "invoke name=\"f" + std::to_string(c) + "\">\n";
+        for (int k = static_cast<int>(rng() % 4); k > 0; --k) {
+          const bool str = rng() % 2;
+          std::string v =
+              str ? value() : std::vector<std::string>{"1", "[1, {\"a\": null}]", "true", "x y", ""}[rng() % 5];
+          out += "<｜DSML｜" + sp + "parameter name=\"p" + std::to_string(k) + "\" string=\"" +
+                 (str ? "true" : "false") + "\">" + v + "</｜DSML｜" + sp + "parameter>\n";
+        }
+        out += "</｜DSML｜" + sp + "invoke>\n";
+      }
+      out += "</｜DSML｜" + std::string(v41 ? " calls" : "tool_calls") + ">";
+    } else {
+      out += "<｜tool▁calls▁begin｜>";
+      for (int c = 0; c < ncalls; ++c) {
+        const bool fenced = rng() % 2;
+        out += "<｜tool▁call▁begin｜>function<｜tool▁sep｜>g" + std::to_string(c) + "\n" + (fenced ? "```json\n" : "") +
+               "{\"k\": \"" + value() + "\"}" + (fenced ? "\n```" : "") + "<｜tool▁call▁end｜>";
+      }
+      out += "<｜tool▁calls▁end｜>";
+    }
+    const ChatFormat format = dsml ? (v41 ? ChatFormat::kV41 : ChatFormat::kV4) : ChatFormat::kV3;
+    for (size_t piece : {size_t{1}, size_t{1} + rng() % 5, size_t{3} + rng() % 17}) {
+      ChatDelta d = run_parser(format, false, out, piece);
+      ASSERT_EQ(d.tool_calls.size(), static_cast<size_t>(ncalls)) << out;
+      for (const auto& t : d.tool_call_deltas)
+        EXPECT_NO_THROW((void)ordered_json(t.arguments).dump(-1, ' ', false, nlohmann::json::error_handler_t::strict))
+            << "a piece splits a UTF-8 character: " << out;
+    }
+  }
 }
 
 TEST(ChatOutputParser, ToolCallArgumentsStreamBeforeTheBlockCloses) {
