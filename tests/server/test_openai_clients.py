@@ -55,11 +55,12 @@ def free_port():
         return s.getsockname()[1]
 
 
-def start_server(d):
+def start_server(d, *extra):
     """`deepinfer serve` on the fixture in `d`; returns (process, base url) once /health answers."""
     port = free_port()
     proc = subprocess.Popen([CLI, "--log-level", "warn", "serve", "--model", d, "--served-model-name", MODEL,
-                             "--port", str(port), "--api-key", KEY, "--threads", "1", "--kv-budget-mb", "64"],
+                             "--port", str(port), "--api-key", KEY, "--threads", "1", "--kv-budget-mb", "64",
+                             *extra],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"
     for _ in range(300):
@@ -234,6 +235,29 @@ def test_sigterm_drains(fixture_dir):
             proc.kill()
             proc.wait()
 
+
+def test_sigterm_drain_timeout_aborts(fixture_dir):
+    """SIGTERM with a short --drain-timeout: a request that would run much longer is aborted (finish_reason
+    "abort", its stream still closed properly) and the process exits 0 soon after."""
+    openai = pytest.importorskip("openai", reason="the openai client is not installed (pip install openai)")
+    proc, url = start_server(fixture_dir, "--drain-timeout", "0.3")
+    try:
+        client = openai.OpenAI(base_url=url + "/v1", api_key=KEY, max_retries=0)
+        stream = client.completions.create(model=MODEL, prompt="w1", max_tokens=1000, stream=True, temperature=0,
+                                           stream_options={"include_usage": True}, extra_body={"ignore_eos": True})
+        it = iter(stream)
+        first = next(it)
+        t0 = time.time()
+        proc.send_signal(signal.SIGTERM)
+        chunks = [first] + list(it)
+        assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["abort"]
+        assert chunks[-1].usage.completion_tokens < 1000
+        assert proc.wait(timeout=30) == 0
+        assert time.time() - t0 < 15
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 # Tool calls through HTTP on a real model: the embedded tiny V3 model (byte-level BPE, so structured output works)
 # is forced by a `regex` constraint to write DeepSeek-V3 tool-call markup; greedy decoding makes the arguments the
