@@ -735,6 +735,48 @@ std::string stream_tool_call(server::PreparedGeneration& g) {
   return out;
 }
 
+// max_tokens cuts the tool-call block: the non-streaming reply keeps the block's text as content (nothing can be
+// called), a stream that already sent the call's pieces does not repeat it as content; both finish with "length".
+TEST_F(ServerTest, TruncatedToolCallBlock) {
+  OJson chat = {{"model", "test-model"}, {"messages", {{{"role", "user"}, {"content", "w1"}}}}};
+  std::vector<int32_t> ids = {12};  // content "w3", then a block cut before </parameter>
+  for (int k : {9, 11, 13}) ids.push_back(chat_fixture_id(k));
+  ids.push_back(12);
+  for (bool stream : {false, true}) {
+    chat["stream"] = stream;
+    auto g = server_->api->chat_completions(chat);
+    std::string out = stream ? g.job->prologue() : "";
+    for (size_t i = 0; i < ids.size(); ++i) {
+      SequenceDelta d;
+      d.request_id = g.request.request_id;
+      d.new_token_ids = {ids[i]};
+      d.finished = i + 1 == ids.size();
+      d.stop_reason = d.finished ? StopReason::kMaxTokens : StopReason::kNone;
+      out += g.job->on_delta(d);
+    }
+    out += g.job->epilogue();
+    if (!stream) {
+      Json c = Json::parse(out)["choices"][0];
+      EXPECT_EQ(c["finish_reason"], "length");
+      EXPECT_NE(c["message"]["content"].get<std::string>().find("DSML"), std::string::npos) << out;
+      continue;
+    }
+    if (auto done = out.find("data: [DONE]"); done != std::string::npos) out.erase(done);
+    std::string content, finish, name;
+    for (const auto& [event, data] : sse_events(out)) {
+      const Json& c = data["choices"][0];
+      if (c["delta"].contains("content")) content += c["delta"]["content"].get<std::string>();
+      if (c["delta"].contains("tool_calls") && c["delta"]["tool_calls"][0].contains("id"))
+        name = c["delta"]["tool_calls"][0]["function"]["name"];
+      if (!c["finish_reason"].is_null()) finish = c["finish_reason"];
+    }
+    EXPECT_EQ(name, "get_weather");
+    EXPECT_EQ(content.find("DSML"), std::string::npos) << content;
+    EXPECT_FALSE(content.empty());
+    EXPECT_EQ(finish, "length");
+  }
+}
+
 // Streamed tool calls arrive in pieces while the model writes them (name first, arguments in several pieces) and
 // add up to the non-streaming reply's call, in each protocol's event shape.
 TEST_F(ServerTest, ToolCallArgumentsStreamPerProtocol) {

@@ -20,6 +20,8 @@ std::string GenerationJob::on_delta(const SequenceDelta& d) {
   SampleOutput& s = samples_[static_cast<size_t>(d.sample_index)];
   if (s.finished()) return {};
   tokenizer::ChatDelta delta = s.feed(d);
+  // A stream already carried the pieces of a tool-call block the output then cut off: its raw text is not content.
+  if (ctx_.stream && delta.streamed_block_at != std::string::npos) delta.content.resize(delta.streamed_block_at);
   completion_tokens_ += static_cast<int64_t>(d.new_token_ids.size());
   if (d.finished) ++num_finished_;
   return emit(d.sample_index, delta, d);

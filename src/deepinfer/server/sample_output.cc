@@ -62,9 +62,12 @@ tokenizer::ChatDelta SampleOutput::feed(const SequenceDelta& d) {
     out = parser_->feed(text);
     if (d.finished) {
       tokenizer::ChatDelta tail = parser_->finish();
+      if (tail.streamed_block_at != std::string::npos)
+        out.streamed_block_at = out.content.size() + tail.streamed_block_at;
       out.reasoning += tail.reasoning;
       out.content += tail.content;
       for (auto& c : tail.tool_calls) out.tool_calls.push_back(std::move(c));
+      for (auto& c : tail.tool_call_deltas) out.tool_call_deltas.push_back(std::move(c));
     }
     saw_tool_calls_ = saw_tool_calls_ || !out.tool_calls.empty();
   } else {

@@ -158,6 +158,7 @@ void ChatOutputParser::step(ChatDelta* out, bool final) {
     stream_tool_block(close == std::string_view::npos ? b : b.substr(0, close), out);
     if (close == std::string_view::npos) {
       if (final) {  // truncated block: its text is content, as nothing can be called
+        if (!streamed_args_.empty()) out->streamed_block_at = out->content.size();
         out->content += b;
         buf_.clear();
       }

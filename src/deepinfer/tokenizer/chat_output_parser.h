@@ -46,6 +46,9 @@ struct ChatDelta {
   std::string content;
   std::vector<ParsedToolCall> tool_calls;       // complete calls, all at once when the block closes
   std::vector<ToolCallDelta> tool_call_deltas;  // the same calls streamed: name first, then argument pieces
+  // A block cut off by the end of the output is content (nothing can be called), but a streaming client already
+  // got its calls' pieces: `content` from this offset on is that block's text, which a stream leaves out.
+  size_t streamed_block_at = std::string::npos;
   bool empty() const { return reasoning.empty() && content.empty() && tool_calls.empty() && tool_call_deltas.empty(); }
 };
 
