@@ -525,6 +525,21 @@ TEST(ServerStructured, JsonSchemaOutputParsesAndBadSchemasAre400) {
   r = http_request(s->port, "POST", "/v1/completions", bad.dump());
   EXPECT_EQ(r.status, 400) << r.body;
   EXPECT_EQ(Json::parse(r.body)["error"]["param"], "regex");
+  // json_object: any JSON object.
+  Json jo = {{"model", "test-model"},
+             {"prompt", {5, 6}},
+             {"max_tokens", 200},
+             {"seed", 3},
+             {"response_format", {{"type", "json_object"}}}};
+  r = http_request(s->port, "POST", "/v1/completions", jo.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  Json jc = Json::parse(r.body)["choices"][0];
+  if (jc["finish_reason"] == "stop") {
+    EXPECT_TRUE(Json::parse(jc["text"].get<std::string>(), nullptr, false).is_object()) << jc.dump();
+  } else {  // cut by max_tokens: still a prefix of an object
+    const std::string t = jc["text"];
+    EXPECT_EQ(t[t.find_first_not_of(" \t\n\r")], '{') << jc.dump();
+  }
   bad = {{"model", "test-model"}, {"prompt", {5}}, {"grammar", "root ::= \"a\" undefined_rule"}};
   r = http_request(s->port, "POST", "/v1/completions", bad.dump());
   EXPECT_EQ(r.status, 400) << r.body;
