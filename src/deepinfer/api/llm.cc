@@ -104,6 +104,10 @@ void validate(const LlmConfig& c) {
   DI_CHECK(c.eplb_interval >= 0 && c.eplb_slots >= 0)
       << "eplb_interval and eplb_slots must be >= 0, got " << c.eplb_interval << " and " << c.eplb_slots;
   if (!c.chat_format.empty()) tokenizer::parse_chat_format(c.chat_format);
+  DI_CHECK(c.speculative == "off" || c.speculative == "mtp" || c.speculative == "dspark")
+      << "speculative must be 'off', 'mtp' or 'dspark', got '" << c.speculative << "'";
+  DI_CHECK(c.num_draft_tokens >= 1 && c.num_draft_tokens <= 16)
+      << "num_draft_tokens must be in [1, 16], got " << c.num_draft_tokens;
 }
 
 std::string finish_reason_name(StopReason r) {
@@ -153,6 +157,8 @@ Llm::Llm(LlmConfig config) : config_(std::move(config)) {
   o.eplb_interval = config_.eplb_interval;
   o.eplb_slots = config_.eplb_slots;
   o.cp = config_.cp;
+  o.speculative = config_.speculative;
+  o.num_draft_tokens = config_.num_draft_tokens;
   stack_ = load_engine_stack(o);
   model_config_ = stack_->config;
   tok_ = stack_->tokenizer.get();
@@ -334,6 +340,13 @@ void Llm::step_session(Session& s) {
     CompletionOutput& out = s.requests[it->second].outputs.at(c.sample_index);
     out.num_cached_prompt_tokens = c.num_cached_prompt_tokens;
     out.num_preemptions = c.num_preemptions;
+    if (config_.speculative != "off") {
+      RequestOutput& ro = s.requests[it->second];
+      ro.num_draft_tokens = ro.num_draft_tokens.value_or(0) + c.spec.drafted;
+      ro.num_accepted_tokens = ro.num_accepted_tokens.value_or(0) + c.spec.accepted;
+      if (*ro.num_draft_tokens > 0)
+        ro.acceptance_rate = static_cast<double>(*ro.num_accepted_tokens) / static_cast<double>(*ro.num_draft_tokens);
+    }
   }
   // Streams get the whole request with the delta that finished it (after the counters above are in).
   for (size_t at : s.pending_done) {

@@ -55,6 +55,10 @@ struct LlmConfig {
   int eplb_interval = 0, eplb_slots = 0;
   uint64_t seed = 0;        // random stream of requests without their own seed
   std::string chat_format;  // "" = from the model family (v3, v31, v4, v41)
+  // Speculative decoding (docs/SPECULATIVE.md): "off", "mtp" (V3 family with MTP weights) or "dspark" (not in this
+  // build yet); num_draft_tokens drafts are verified per decode step.
+  std::string speculative = "off";
+  int num_draft_tokens = 1;
 };
 
 // Throws InvalidArgument / Unsupported naming the field.
@@ -97,7 +101,7 @@ struct RequestOutput {
   std::vector<TokenId> prompt_token_ids;
   std::vector<CompletionOutput> outputs;  // by sample index
   bool finished = false;
-  // Speculative decoding statistics; unset until speculative decoding exists.
+  // Speculative decoding statistics over the request's finished samples; unset when speculation is off.
   std::optional<double> acceptance_rate;
   std::optional<int64_t> num_draft_tokens, num_accepted_tokens;
 };

@@ -58,6 +58,8 @@ EngineSetup::EngineSetup(const EngineSetupArgs& a, StreamCallback on_delta) {
   o.eplb_interval = a.eplb_interval;
   o.eplb_slots = a.eplb_slots;
   o.cp = a.cp;
+  o.speculative = a.speculative;
+  o.num_draft_tokens = a.num_draft_tokens;
   const ParallelLayout playout = ParallelLayout::make(a.ep, a.dp);
   if (playout.world > 1 && a.device == "cuda") {
     // One process per GPU, joined before anything touches a device; the ranks run the V4 family

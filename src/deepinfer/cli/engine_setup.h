@@ -42,6 +42,9 @@ struct EngineSetupArgs {
   int ep = 1, dp = 1;
   int eplb_interval = 0, eplb_slots = 0;
   int cp = 1;  // context-parallel prefill over cp in-process ranks (CPU backend)
+  // Speculative decoding (--speculative off|mtp|dspark, --num-draft-tokens N): see docs/SPECULATIVE.md.
+  std::string speculative = "off";
+  int num_draft_tokens = 1;
 };
 
 // Owns everything behind an Engine (engine/engine_factory.h's EngineStack). Construction logs where the model came

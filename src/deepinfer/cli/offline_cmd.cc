@@ -38,6 +38,17 @@ struct OfflineArgs {
   bool ignore_eos = false;
 };
 
+// "acceptance_rate=0.750 mean_accepted_len=1.75 drafted=.. accepted=.. accepted_by_position=a/b,c/d" (n/a when off).
+std::string spec_line(const SpecStats& s, bool on) {
+  if (!on) return "acceptance_rate=n/a (no draft model)";
+  if (s.drafted == 0) return "acceptance_rate=n/a (no drafts verified)";
+  std::string per;
+  for (size_t j = 0; j < s.drafted_at.size(); ++j)
+    per += fmt::format("{}{}/{}", j ? "," : "", s.accepted_at[j], s.drafted_at[j]);
+  return fmt::format("acceptance_rate={:.3f} mean_accepted_len={:.2f} drafted={} accepted={} accepted_by_position={}",
+                     s.acceptance_rate(), s.mean_accepted_length(), s.drafted, s.accepted, per);
+}
+
 // Deterministic pseudo-random prompts (lengths 8, 13, 18, ...) when none are given.
 std::vector<std::vector<TokenId>> random_prompts(int n, uint64_t seed, int64_t vocab) {
   std::vector<std::vector<TokenId>> prompts;
@@ -103,6 +114,7 @@ int run_offline(const OfflineArgs& a) {
   if (prompts.empty()) prompts = random_prompts(a.num_prompts, a.seed.value_or(0), vocab);
 
   Engine& engine = setup.engine();
+  const bool setup_spec = a.setup.speculative != "off";
   for (size_t i = 0; i < prompts.size(); ++i) {
     Request r;
     r.request_id = std::to_string(i);
@@ -133,11 +145,9 @@ int run_offline(const OfflineArgs& a) {
                                     [](const SampleResult& r) { return std::isfinite(r.logprob); });
     all_finite = all_finite && finite;
     generated += static_cast<int64_t>(d.output_token_ids.size());
-    std::cout << fmt::format(
-        "[sample {}] prompt_tokens={} tokens={} stop={} decode_ppl={:.4f} finite={} "
-        "acceptance_rate=n/a (no draft model)\n",
-        d.request_id, d.prompt_len, d.output_token_ids.size(), stop_reason_name(d.stop_reason), ppl,
-        finite ? "yes" : "NO");
+    std::cout << fmt::format("[sample {}] prompt_tokens={} tokens={} stop={} decode_ppl={:.4f} finite={} {}\n",
+                             d.request_id, d.prompt_len, d.output_token_ids.size(), stop_reason_name(d.stop_reason),
+                             ppl, finite ? "yes" : "NO", spec_line(d.spec, setup_spec));
     std::string ids;
     for (size_t k = 0; k < d.output_token_ids.size(); ++k)
       ids += (k ? "," : "") + std::to_string(d.output_token_ids[k]);
@@ -145,6 +155,7 @@ int run_offline(const OfflineArgs& a) {
     if (setup.tokenizer()) std::cout << "  text: " << quote_for_display(setup.decode(d.output_token_ids)) << "\n";
   }
   const EngineStats& st = engine.stats();
+  if (setup_spec) std::cout << "speculative: " << spec_line(st.spec, true) << "\n";
   std::cout << fmt::format(
       "offline: {} requests, {} prompt tokens computed, {} generated tokens in {:.2f} s ({}), {} steps, "
       "{} preemptions, prefix cache hit rate {:.1f}%\n",
@@ -214,6 +225,13 @@ void register_offline(CLI::App& app, CommandRegistry& reg) {
   sub->add_flag("!--no-async-scheduling", s.async_scheduling,
                 "plan each step only after the previous one finished (default: plan step N+1 while step N runs)");
   sub->add_flag("--ignore-eos", a->ignore_eos, "keep generating past EOS until --max-tokens");
+  sub->add_option("--speculative", s.speculative,
+                  "speculative decoding: off | mtp (V3 family with an MTP layer) | dspark (not in this build yet)")
+      ->check(CLI::IsMember({"off", "mtp", "dspark"}))
+      ->capture_default_str();
+  sub->add_option("--num-draft-tokens,--num_draft_tokens", s.num_draft_tokens, "draft tokens verified per step")
+      ->check(CLI::Range(1, 16))
+      ->capture_default_str();
   sub->add_flag("--exact-prefill", s.exact_prefill,
                 "V4.1: run every layer on every prompt token (transformers parity) instead of decoder SWA bounded "
                 "replay");

@@ -9,9 +9,22 @@
 
 namespace deepinfer {
 
+namespace {
+EngineConfig with_speculation(EngineConfig c) {
+  DI_CHECK(c.num_draft_tokens >= 0) << "num_draft_tokens must be >= 0, got " << c.num_draft_tokens;
+  if (c.num_draft_tokens > 0) {
+    c.async_scheduling = false;  // a step's token count is known only after verification
+    c.scheduler.num_lookahead_tokens = c.num_draft_tokens;
+  }
+  return c;
+}
+}  // namespace
+
 Engine::Engine(EngineConfig config, ModelRunner& runner, StreamCallback on_delta)
-    : config_(std::move(config)), runner_(runner), on_delta_(std::move(on_delta)), kv_(config_.kv) {
+    : config_(with_speculation(std::move(config))), runner_(runner), on_delta_(std::move(on_delta)), kv_(config_.kv) {
   validate(config_.scheduler);
+  DI_CHECK_CODE(config_.num_draft_tokens == 0 || runner_.speculative(), ErrorCode::kUnsupported)
+      << "num_draft_tokens " << config_.num_draft_tokens << " needs a model runner with a draft proposer";
   DI_CHECK(config_.kv.num_state_slots >= config_.scheduler.max_num_seqs)
       << "num_state_slots (" << config_.kv.num_state_slots << ") must be >= max_num_seqs ("
       << config_.scheduler.max_num_seqs << ")";
@@ -26,7 +39,11 @@ Engine::Engine(EngineConfig config, ModelRunner& runner, StreamCallback on_delta
     check_structured_config(*config_.grammar_compiler, config_.eos_token_ids, runner_.vocab_size());
   policy_ = make_scheduling_policy(config_.scheduler.policy);
   runner_.set_num_blocks(config_.kv.num_blocks);
-  executor_ = std::make_unique<StepExecutor>(runner_, config_.eos_token_ids, config_.async_scheduling);
+  std::unique_ptr<spec::VerifyPolicy> policy;
+  if (config_.draft_confidence_threshold > 0)
+    policy = std::make_unique<spec::ConfidencePolicy>(config_.draft_confidence_threshold);
+  executor_ =
+      std::make_unique<StepExecutor>(runner_, config_.eos_token_ids, config_.async_scheduling, std::move(policy));
 }
 
 Engine::~Engine() = default;
@@ -132,6 +149,7 @@ void Engine::finish(Sequence& s, StopReason reason, std::string stop_string, Seq
   c.stop_string = s.stop_string;
   c.num_cached_prompt_tokens = s.num_cached_prompt_tokens;
   c.num_preemptions = s.num_preemptions;
+  c.spec = s.spec;
   finished_.push_back(std::move(c));
 
   auto& ids = request_seqs_.at(s.request_id);
@@ -232,7 +250,16 @@ void Engine::launch(const StepPlan& plan) {
     s.num_computed = e.end;
     s.reset_state = false;
     if (e.sample) {
-      job.samples.push_back({s.id, e.end});
+      StepJob::Sample smp{s.id, e.end};
+      smp.entry = static_cast<int32_t>(job.batch.entries.size() - 1);
+      if (e.lookahead > 0) {
+        // Drafts: at most the reserved positions, and never past max_tokens (the step emits drafts + 1 tokens).
+        int64_t cap = e.lookahead;
+        if (s.params->max_tokens) cap = std::min<int64_t>(cap, *s.params->max_tokens - (e.end + 1 - s.prompt_len));
+        smp.max_drafts = static_cast<int>(std::max<int64_t>(0, cap));
+        job.draft_budget += smp.max_drafts;
+      }
+      job.samples.push_back(smp);
       ++s.num_pending;
       s.pending_row = static_cast<int32_t>(row++);
       const int64_t len = e.end + 1;
@@ -266,8 +293,12 @@ void Engine::process(StepStats& st) {
       continue;
     }
     Sequence& s = *it->second;
+    // A verification step also computed the positions of its accepted drafts (every emitted token but the last).
+    const int64_t extra =
+        m.row >= 0 && res.outcomes[m.row] == RowOutcome::kSampled ? static_cast<int64_t>(res.more[m.row].size()) : 0;
     // Preempted since launch: the chunk's cache entries were dropped with the blocks, only its token counts.
-    if (s.num_preemptions == m.num_preemptions) kv_.cache_full_blocks(s.tokens, m.end, s.block_table, s.prefix_cursor);
+    const bool current = s.num_preemptions == m.num_preemptions;
+    if (current && extra == 0) kv_.cache_full_blocks(s.tokens, m.end, s.block_table, s.prefix_cursor);
     if (m.row < 0) continue;
     --s.num_pending;
     SequenceDelta d;
@@ -287,18 +318,29 @@ void Engine::process(StepStats& st) {
       deltas.push_back(std::move(d));
       continue;
     }
-    SampleResult& r = res.samples[m.row];
     DI_CHECK_INTERNAL(s.num_known() == m.end)
         << "sequence " << s.id << " has " << s.num_known() << " known tokens but its sample is for position " << m.end;
-    s.tokens.push_back(r.token);
-    if (s.status == SequenceStatus::kRunning) s.status = SequenceStatus::kDecoding;
-    ++stats_.generated_tokens;
-    d.new_token_ids.push_back(r.token);
-    if (s.params->logprobs) {
-      s.logprobs.push_back(r);
-      d.logprobs.push_back(std::move(r));
+    s.spec.add(res.drafted[m.row], res.accepted[m.row]);
+    stats_.spec.add(res.drafted[m.row], res.accepted[m.row]);
+    if (extra > 0 && current) {
+      // Synchronous only (speculation turns asynchronous scheduling off): nothing else is in flight.
+      s.num_computed += extra;
     }
-    const StopCheck stop = check_stop(s, config_.eos_token_ids, config_.scheduler.max_model_len, config_.detokenize);
+    StopCheck stop;
+    for (int64_t k = 0; k <= extra && stop.reason == StopReason::kNone; ++k) {
+      SampleResult& r = k == 0 ? res.samples[m.row] : res.more[m.row][k - 1];
+      s.tokens.push_back(r.token);
+      if (s.status == SequenceStatus::kRunning) s.status = SequenceStatus::kDecoding;
+      ++stats_.generated_tokens;
+      d.new_token_ids.push_back(r.token);
+      if (s.params->logprobs) {
+        s.logprobs.push_back(r);
+        d.logprobs.push_back(std::move(r));
+      }
+      stop = check_stop(s, config_.eos_token_ids, config_.scheduler.max_model_len, config_.detokenize);
+    }
+    if (extra > 0 && current)  // a stop inside the accepted run leaves fewer known tokens than computed positions
+      kv_.cache_full_blocks(s.tokens, std::min(s.num_computed, s.num_known()), s.block_table, s.prefix_cursor);
     if (stop.reason != StopReason::kNone) {
       finish(s, stop.reason, stop.stop_string, &d);
       ++st.num_finished;

@@ -40,6 +40,12 @@ struct EngineConfig {
   // vocabulary must have the runner's vocab size and EOS ids = eos_token_ids (make_structured_tokenizer_info).
   std::shared_ptr<structured::GrammarCompiler> grammar_compiler;
   bool async_scheduling = true;  // plan step N+1 while step N executes (see the file comment)
+  // Speculative decoding (docs/SPECULATIVE.md): drafts verified per decode step, 0 = off. Needs a runner with a
+  // draft proposer (ModelRunner::speculative) and runs with synchronous scheduling (the number of tokens a step
+  // adds is known only after it ran). confidence_threshold > 0 picks the verification length from the draft's
+  // confidences (ConfidencePolicy), else every draft is verified (FixedLengthPolicy).
+  int num_draft_tokens = 0;
+  double draft_confidence_threshold = 0.0;
 };
 
 struct StepStats {
@@ -59,6 +65,7 @@ struct EngineStats {
   int64_t discarded_tokens = 0;  // sampled after their sequence had already stopped (asynchronous scheduling)
   KvCacheStats kv;
   ModelWorkStats model;  // the runner's layer-token counts (bounded replay's saved prefill work)
+  SpecStats spec;        // speculative decoding (all zero when off)
 };
 
 class Engine {

@@ -13,6 +13,7 @@
 #include "deepinfer/model/deepseek_v3.h"
 #include "deepinfer/model/deepseek_v4.h"
 #include "deepinfer/parallel/parallel_model_runner.h"
+#include "deepinfer/spec/mtp_proposer.h"
 #include "deepinfer/structured/grammar_compiler.h"
 #ifdef DEEPINFER_WITH_CUDA
 #include "deepinfer/ops/cuda/cuda_backend.h"
@@ -114,14 +115,29 @@ std::unique_ptr<EngineStack> load_engine_stack(const EngineStackOptions& o) {
   const std::string cfg_path = o.model_dir + "/config.json";
   DI_CHECK_CODE(fs::exists(cfg_path), ErrorCode::kNotFound)
       << "model directory '" << o.model_dir << "' has no config.json";
+  DI_CHECK(o.speculative == "off" || o.speculative == "mtp" || o.speculative == "dspark")
+      << (o.spelling == OptionSpelling::kKeyword ? "speculative must be 'off', 'mtp' or 'dspark', got '"
+                                                 : "--speculative must be off, mtp or dspark, got '")
+      << o.speculative << "'";
+  DI_CHECK(o.num_draft_tokens >= 1 && o.num_draft_tokens <= 16)
+      << option(o, "num_draft_tokens", std::to_string(o.num_draft_tokens)) << ": must be in [1, 16]";
+  DI_CHECK_CODE(o.speculative != "dspark", ErrorCode::kUnsupported)
+      << option(o, "speculative", o.speculative)
+      << ": the DSpark proposer (V4.1, V4-Flash-0731) is not wired into the engine yet";
   auto st = std::make_unique<EngineStack>();
   EngineStack& s = *st;
   s.model_dir = o.model_dir;
   const ParallelLayout playout = ParallelLayout::make(o.ep, o.dp);
   const bool parallel = playout.world > 1;
+  DI_CHECK_CODE(!parallel || o.speculative == "off", ErrorCode::kUnsupported)
+      << option(o, "speculative", o.speculative) << " with ep*dp > 1: speculative decoding runs on one rank only";
   DI_CHECK_CODE(!parallel || o.device == "cpu" || o.make_parallel_runner, ErrorCode::kUnsupported)
       << option(o, "device", o.device) << " with ep*dp > 1: the in-process ranks run on the CPU backend";
   DI_CHECK(o.cp >= 1) << option(o, "cp", std::to_string(o.cp)) << ": must be >= 1";
+  // The MTP proposer needs the target's hidden state of every prompt position on one rank.
+  DI_CHECK_CODE(o.cp == 1 || o.speculative == "off", ErrorCode::kUnsupported)
+      << option(o, "speculative", o.speculative) << " together with " << option(o, "cp", std::to_string(o.cp))
+      << " is not supported yet";
   DI_CHECK_CODE(o.cp == 1 || !parallel, ErrorCode::kUnsupported)
       << option(o, "cp", std::to_string(o.cp)) << " together with ep*dp > 1 is not supported yet (docs/PARALLEL.md)";
   DI_CHECK_CODE(o.cp == 1 || o.device == "cpu", ErrorCode::kUnsupported)
@@ -186,8 +202,12 @@ std::unique_ptr<EngineStack> load_engine_stack(const EngineStackOptions& o) {
   } else if (s.v3) {
     auto r = std::make_unique<V3ModelRunner>(*s.v3, o.max_num_seqs, ro);
     if (o.cp > 1) r->set_context_parallel(o.cp, make_in_process_cp_launcher(o.cp));
+    if (o.speculative == "mtp") r->set_proposer(std::make_unique<spec::MtpProposer>(*s.v3, o.max_num_seqs));
     s.runner = std::move(r);
   } else {
+    DI_CHECK_CODE(o.speculative != "mtp", ErrorCode::kUnsupported)
+        << option(o, "speculative", o.speculative)
+        << ": MTP drafting is implemented for the DeepSeek-V3 family only (V4-Flash base MTP is not yet)";
     auto r = std::make_unique<V4ModelRunner>(*s.v4, o.max_num_seqs, ro);
     if (o.cp > 1) r->set_context_parallel(o.cp, make_in_process_cp_launcher(o.cp));
     s.runner = std::move(r);
@@ -228,6 +248,11 @@ std::unique_ptr<EngineStack> load_engine_stack(const EngineStackOptions& o) {
   // Prefix reuse when the runner's caches are paged; its replay (if any) rebuilds per-sequence state exactly.
   ec.kv = make_kv_cache_config(s.layout, s.sizing, s.runner->prefix_cache_supported(), /*allow_bounded_replay=*/true);
   ec.kv.prefix_replay_tokens = s.runner->prefix_replay_tokens();
+  if (o.speculative != "off") {
+    ec.num_draft_tokens = o.num_draft_tokens;
+    DI_LOG_INFO("speculative decoding: {} with {} draft token(s) per step (synchronous scheduling)", o.speculative,
+                o.num_draft_tokens);
+  }
   DI_LOG_INFO("scheduling: {}, policy {} (max_num_seqs {}, max_num_batched_tokens {}, max_model_len {})",
               o.async_scheduling ? "asynchronous (step N+1 planned while step N runs)" : "synchronous",
               scheduling_policy_name(o.scheduling_policy), o.max_num_seqs, o.max_num_batched_tokens, s.max_model_len);

@@ -57,6 +57,10 @@ struct EngineStackOptions {
   // Context-parallel size for prefill (docs/CONTEXT_PARALLEL.md): prompt chunks of >= 2·cp tokens run zig-zag over
   // cp in-process ranks that share the model (CPU backend; not combined with ep/dp yet).
   int cp = 1;
+  // Speculative decoding (docs/SPECULATIVE.md): off | mtp (V3 family with MTP weights) | dspark; num_draft_tokens
+  // drafts verified per decode step (synchronous scheduling then).
+  std::string speculative = "off";
+  int num_draft_tokens = 1;
   // ep * dp > 1: makes the runner instead of the in-process ranks (the CLI's one process per GPU over NCCL).
   std::function<std::unique_ptr<ModelRunner>(const ParallelRunnerOptions&, std::optional<std::vector<int64_t>>)>
       make_parallel_runner;

@@ -15,4 +15,8 @@ std::vector<int64_t> resolve_token_ids(const ModelBatch& batch, const BatchEntry
   return ids;
 }
 
+spec::Draft ModelRunner::propose(const spec::DraftRequest&) {
+  DI_FAIL(ErrorCode::kUnsupported) << "this model runner has no draft proposer";
+}
+
 }  // namespace deepinfer

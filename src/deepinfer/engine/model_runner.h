@@ -15,9 +15,12 @@
 #include <span>
 #include <vector>
 
+#include <optional>
+
 #include "deepinfer/kv/block_table.h"
 #include "deepinfer/kv/kv_footprint.h"
 #include "deepinfer/sampling/sampling_params.h"
+#include "deepinfer/spec/proposer.h"
 
 namespace deepinfer {
 
@@ -41,6 +44,9 @@ struct BatchEntry {
   // recompute after preemption keeps the same split).
   int64_t prompt_len = 0;
   bool needs_logits = false;  // logits of the last position are wanted
+  // Logits rows wanted (with needs_logits): the last num_logits positions, in position order. More than 1 for a
+  // speculative verification chunk [t, d_1 .. d_n] (n + 1 rows).
+  int32_t num_logits = 1;
   // Asynchronous scheduling: >= 0 when the last token is not known to the host yet: it is the token the previous
   // step sampled from its logits row `pending_row`, found in ModelBatch::prev_sampled_tokens (token_ids holds
   // kPendingToken there). A device runner gathers it from the sampler's output buffer on the device, so step N+1
@@ -70,7 +76,7 @@ struct ModelBatch {
   std::vector<BatchEntry> entries;  // decodes first, then prefill chunks
   int block_size = 0;
   int64_t num_tokens = 0;       // sum of entry lengths
-  int64_t num_logits_rows = 0;  // entries with needs_logits
+  int64_t num_logits_rows = 0;  // sum of num_logits over the entries with needs_logits
   // The tokens the previous step sampled, one per logits row of that step (what pending_row indexes). On the CPU
   // a host array the sampler filled; a device executor would point at device memory instead.
   std::span<const TokenId> prev_sampled_tokens;
@@ -104,6 +110,19 @@ class ModelRunner {
   // What the caches hold now (pages and slot states), to check kv_footprint against. Not thread-safe with
   // execute: call it between steps of a synchronous engine.
   virtual KvAllocation kv_allocation() const { return {}; }
+
+  // Speculative decoding (docs/SPECULATIVE.md). A runner with a draft proposer drafts on the executing thread;
+  // after sampling every step the executor calls commit_step, which truncates the target's caches to the kept
+  // positions and feeds the proposer.
+  virtual bool speculative() const { return false; }
+  virtual spec::Draft propose(const spec::DraftRequest& req);
+  // Per batch entry, in order: how many of its positions the sequence keeps (the whole chunk except for a
+  // verification chunk with rejected drafts) and the token sampled after them, if any.
+  struct Kept {
+    int64_t positions = 0;
+    std::optional<TokenId> next_token;
+  };
+  virtual void commit_step(const ModelBatch& batch, std::span<const Kept> kept) {}
 };
 
 }  // namespace deepinfer

@@ -54,6 +54,30 @@ struct SequenceDelta {
 using StreamCallback = std::function<void(const SequenceDelta&)>;
 
 // A finished sample, kept until Engine::take_finished.
+// Speculative decoding counters. Position j counts the verification steps that verified a draft at j (0-based)
+// and those that accepted it; accepted tokens = sum of accepted_at.
+struct SpecStats {
+  int64_t steps = 0;  // verification steps (decode steps that verified at least one draft)
+  int64_t drafted = 0;
+  int64_t accepted = 0;
+  std::vector<int64_t> drafted_at, accepted_at;
+  void add(int drafted_n, int accepted_n) {
+    if (drafted_n <= 0) return;
+    ++steps;
+    drafted += drafted_n;
+    accepted += accepted_n;
+    if (drafted_at.size() < static_cast<size_t>(drafted_n)) {
+      drafted_at.resize(drafted_n, 0);
+      accepted_at.resize(drafted_n, 0);
+    }
+    for (int j = 0; j < drafted_n; ++j) ++drafted_at[j];
+    for (int j = 0; j < accepted_n; ++j) ++accepted_at[j];
+  }
+  // Accepted / verified drafts; tokens per verification step (accepted + 1).
+  double acceptance_rate() const { return drafted > 0 ? static_cast<double>(accepted) / drafted : 0.0; }
+  double mean_accepted_length() const { return steps > 0 ? 1.0 + static_cast<double>(accepted) / steps : 0.0; }
+};
+
 struct CompletedSequence {
   std::string request_id;
   int sample_index = 0;
@@ -64,6 +88,7 @@ struct CompletedSequence {
   std::string stop_string;
   int64_t num_cached_prompt_tokens = 0;  // persistent cache entries taken from the prefix cache at admission
   int num_preemptions = 0;
+  SpecStats spec;  // this sample's speculative decoding counters
 };
 
 }  // namespace deepinfer

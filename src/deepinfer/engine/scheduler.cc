@@ -12,6 +12,7 @@ void validate(const SchedulerConfig& c) {
   DI_CHECK(c.max_num_seqs >= 1) << "max_num_seqs must be >= 1, got " << c.max_num_seqs;
   DI_CHECK(c.max_num_batched_tokens >= 1) << "max_num_batched_tokens must be >= 1, got " << c.max_num_batched_tokens;
   DI_CHECK(c.max_model_len >= 1) << "max_model_len must be >= 1, got " << c.max_model_len;
+  DI_CHECK(c.num_lookahead_tokens >= 0) << "num_lookahead_tokens must be >= 0, got " << c.num_lookahead_tokens;
   DI_CHECK(c.enable_chunked_prefill || c.max_num_batched_tokens >= c.max_model_len)
       << "without chunked prefill max_num_batched_tokens (" << c.max_num_batched_tokens
       << ") must be >= max_model_len (" << c.max_model_len << ") or long prompts could never run";
@@ -114,7 +115,24 @@ class Planner {
       n = std::min(n, (held + available_) * bs() - start);
       if (n <= 0 || (!config_.enable_chunked_prefill && n < remaining)) return;
     }
-    add(s, start, start + n, std::max<int64_t>(0, blocks_for_tokens(start + n, bs()) - held), false, {});
+    const int64_t base_blocks = std::max<int64_t>(0, blocks_for_tokens(start + n, bs()) - held);
+    add(s, start, start + n, base_blocks, false, {});
+    if (config_.num_lookahead_tokens > 0 && remaining == 1 && n == 1 && s->is_decode()) {
+      // Draft positions: within the budget, below max_model_len (the token after the last draft still fits),
+      // and in blocks that are free now (never preempt for a speculation).
+      int64_t look = std::min<int64_t>({config_.num_lookahead_tokens, budget_, config_.max_model_len - start - 2});
+      const int64_t have = held + base_blocks;
+      look = std::min(look, (have + available_) * bs() - (start + 1));
+      if (look > 0) {
+        const int64_t extra = std::max<int64_t>(0, blocks_for_tokens(start + 1 + look, bs()) - have);
+        ScheduledSeq& e = plan_.scheduled.back();
+        e.lookahead = look;
+        e.num_new_blocks += extra;
+        available_ -= extra;
+        budget_ -= look;
+        plan_.num_batched_tokens += look;
+      }
+    }
   }
 
   void admit_waiting() {

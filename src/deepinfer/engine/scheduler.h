@@ -35,6 +35,9 @@ struct SchedulerConfig {
   int64_t max_model_len = 32768;          // prompt + output tokens of one sequence
   bool enable_chunked_prefill = true;     // false: a prefill runs whole or waits
   SchedulingPolicyKind policy = SchedulingPolicyKind::kFcfs;
+  // Speculative decoding: positions a decode may verify beyond its token (drafts), reserved in the token budget
+  // and in blocks when they fit without preempting anyone (else fewer, down to none).
+  int num_lookahead_tokens = 0;
 };
 void validate(const SchedulerConfig& c);
 
@@ -50,7 +53,8 @@ struct ScheduledSeq {
   bool sample = false;         // end == num_tokens: the last position's logits are sampled
   bool admitted = false;       // waiting → running this step: adopt `prefix`, take a state slot, reset its state
   PrefixMatch prefix;          // admitted only
-  int64_t num_new_blocks = 0;  // blocks to allocate after adopting the prefix
+  int64_t num_new_blocks = 0;  // blocks to allocate after adopting the prefix (lookahead included)
+  int64_t lookahead = 0;       // decodes: draft positions reserved after `end` (num_lookahead_tokens)
   int64_t num_tokens() const { return end - start; }
 };
 

@@ -59,6 +59,7 @@ struct Sequence {
   std::shared_ptr<StructuredState> structured;  // set when params->structured is active
   int64_t num_cached_prompt_tokens = 0;
   int num_preemptions = 0;
+  SpecStats spec;
 
   // Tokens once every pending sample lands: what the scheduler plans with.
   int64_t num_tokens() const { return num_known() + num_pending; }

@@ -12,6 +12,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
+#include <optional>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -36,6 +38,19 @@ struct PagesOf<M, std::void_t<decltype(std::declval<const M&>().new_kv_pages(tru
 };
 }  // namespace detail
 
+// Speculative decoding hooks a model may have (docs/SPECULATIVE.md): the proposer's features of every position
+// of a chunk, and exact truncation of a sequence's caches (the rollback after rejected drafts). A model without
+// truncate cannot speculate yet (V4/V4.1 need a deep copy of their per-sequence state to roll back; OwnedTensor
+// copies share storage, so a plain copy is no snapshot).
+template <typename M, typename S>
+concept HasFeatureForward = requires(const M& m, S& s, std::span<const int64_t> ids, std::vector<float>* f) {
+  m.forward_features(s, ids, f);
+};
+template <typename M, typename S>
+concept HasTruncate = requires(const M& m, S& s, int64_t n) {
+  m.truncate(s, n);
+};
+
 template <typename Model>
 class SlotModelRunner final : public ModelRunner {
  public:
@@ -50,6 +65,22 @@ class SlotModelRunner final : public ModelRunner {
     if constexpr (kPaged) pages_ = model_.new_kv_pages(!options_.exact_prefill);
   }
 
+  // Turns speculative decoding on: `proposer` drafts for every sequence and observes every chunk.
+  void set_proposer(std::unique_ptr<spec::Proposer> proposer) {
+    DI_CHECK_CODE(!proposer || (HasTruncate<Model, State>), ErrorCode::kUnsupported)
+        << "speculative decoding: rolling back this model's caches after rejected drafts is not implemented yet";
+    if (proposer && proposer->feature_dim() > 0) {
+      DI_CHECK_CODE((HasFeatureForward<Model, State>), ErrorCode::kUnsupported)
+          << "draft proposer '" << proposer->name() << "' needs target features this model does not provide";
+    }
+    proposer_ = std::move(proposer);
+  }
+  bool speculative() const override { return proposer_ != nullptr; }
+  spec::Draft propose(const spec::DraftRequest& req) override {
+    DI_CHECK_CODE(proposer_ != nullptr, ErrorCode::kUnsupported) << "no draft proposer";
+    return proposer_->propose(req);
+  }
+
   int64_t vocab_size() const override { return model_.config().vocab_size; }
   bool prefix_cache_supported() const override { return kPaged; }
   int prefix_replay_tokens() const override {
@@ -62,6 +93,8 @@ class SlotModelRunner final : public ModelRunner {
     DI_CHECK(static_cast<int64_t>(logits.size()) >= batch.num_logits_rows * vocab)
         << "logits buffer holds " << logits.size() << " values, need " << batch.num_logits_rows * vocab;
     int64_t row = 0;
+    if (proposer_) step_.assign(batch.entries.size(), {});
+    size_t entry_index = 0;
     // Sequences are independent: each entry advances only its own slot and its own pages' rows, so batch
     // composition cannot change a sequence's logits (batch invariance).
     for (const BatchEntry& e : batch.entries) {
@@ -99,16 +132,27 @@ class SlotModelRunner final : public ModelRunner {
         if (model_.decoder_start() >= 0)
           skipped = std::clamp<int64_t>(st.decoder_from - e.start, 0, T) * (layers - model_.decoder_start());
       }
-      auto out = forward(e, st, ids);  // f32 [rows, vocab]; the last row is the chunk's last position
+      if (proposer_) step_[entry_index].ids = ids;
+      auto out = [&] {
+        if constexpr (HasFeatureForward<Model, State>) {
+          if (proposer_ && proposer_->feature_dim() > 0)
+            return model_.forward_features(st, ids, &step_[entry_index].features);
+        }
+        return forward(e, st, ids);  // f32 [rows, vocab]: the last rows of the chunk
+      }();
+      ++entry_index;
       const int64_t prompt_tokens = std::clamp<int64_t>(e.prompt_len - e.start, 0, T);  // recompute included
       work_.layer_tokens += prompt_tokens * layers - skipped;
       work_.layer_tokens_skipped += skipped;
       if (e.needs_logits) {
-        const int64_t rows = out.shape()[0];
-        DI_CHECK_INTERNAL(rows > 0) << "sequence " << e.seq_id << ": no logits for position " << e.end() - 1;
-        const float* last = out.template data<float>() + (rows - 1) * vocab;
-        std::memcpy(logits.data() + row * vocab, last, static_cast<size_t>(vocab) * sizeof(float));
-        ++row;
+        const int64_t rows = out.shape()[0], want = e.num_logits;
+        DI_CHECK_INTERNAL(want >= 1 && want <= T)
+            << "sequence " << e.seq_id << ": " << want << " logits rows of a " << T << "-token chunk";
+        DI_CHECK_CODE(rows >= want, ErrorCode::kUnsupported) << "sequence " << e.seq_id << ": the model returned "
+                                                             << rows << " logits rows, verification needs " << want;
+        const float* first = out.template data<float>() + (rows - want) * vocab;
+        std::memcpy(logits.data() + row * vocab, first, static_cast<size_t>(want * vocab) * sizeof(float));
+        row += want;
       }
     }
   }
@@ -139,11 +183,48 @@ class SlotModelRunner final : public ModelRunner {
     return a;
   }
 
+  void commit_step(const ModelBatch& batch, std::span<const Kept> kept) override {
+    if (!proposer_) return;
+    DI_CHECK_INTERNAL(kept.size() == batch.entries.size() && step_.size() == batch.entries.size())
+        << "commit_step: " << kept.size() << " kept counts for " << batch.entries.size() << " entries";
+    for (size_t i = 0; i < kept.size(); ++i) {
+      const BatchEntry& e = batch.entries[i];
+      StepEntry& se = step_[i];
+      State& st = slots_[e.state_slot];
+      const int64_t T = static_cast<int64_t>(se.ids.size()), n = kept[i].positions;
+      DI_CHECK_INTERNAL(n >= 1 && n <= T) << "sequence " << e.seq_id << " keeps " << n << " of " << T << " positions";
+      if (n < T) {
+        if constexpr (HasTruncate<Model, State>) {
+          model_.truncate(st, e.start + n);
+        } else {
+          DI_FAIL(ErrorCode::kInternal) << "sequence " << e.seq_id << ": no rollback for this model";
+        }
+      }
+      std::vector<TokenId> ids(se.ids.begin(), se.ids.begin() + n);
+      spec::TargetChunk c;
+      c.slot = e.state_slot;
+      c.reset = e.reset_state;
+      c.prefix_ids = e.prefix_token_ids;
+      c.start = e.start;
+      c.ids = ids;
+      c.feature_dim = proposer_->feature_dim();
+      if (c.feature_dim > 0) {
+        DI_CHECK_INTERNAL(static_cast<int64_t>(se.features.size()) == T * c.feature_dim)
+            << "sequence " << e.seq_id << ": " << se.features.size() << " feature values for " << T << " positions";
+        c.features = std::span<const float>(se.features).first(static_cast<size_t>(n * c.feature_dim));
+      }
+      c.next_token = kept[i].next_token;
+      proposer_->observe(c);
+    }
+    step_.clear();
+  }
+
   void release_slot(int32_t slot) override {
     if (slot >= 0 && slot < static_cast<int32_t>(slots_.size())) {
       slots_[slot] = State{};
       cp_[slot] = CpScratch{};
     }
+    if (proposer_) proposer_->release_slot(slot);
   }
 
   // Context parallelism for prefill (parallel/context_parallel.h): a prompt chunk of a sequence that started at
@@ -216,6 +297,13 @@ class SlotModelRunner final : public ModelRunner {
   std::vector<State> slots_;
   typename detail::PagesOf<Model>::type pages_{};
   ModelWorkStats work_;
+  // Speculative decoding: what commit_step needs of each entry of the step just executed.
+  struct StepEntry {
+    std::vector<int64_t> ids;
+    std::vector<float> features;  // [T, proposer feature_dim]
+  };
+  std::unique_ptr<spec::Proposer> proposer_;
+  std::vector<StepEntry> step_;
 };
 
 }  // namespace deepinfer

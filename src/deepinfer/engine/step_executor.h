@@ -29,6 +29,7 @@
 #include "deepinfer/engine/model_runner.h"
 #include "deepinfer/engine/structured_output.h"
 #include "deepinfer/sampling/sampler.h"
+#include "deepinfer/spec/policy.h"
 
 namespace deepinfer {
 
@@ -41,8 +42,13 @@ struct StepJob {
   struct Sample {
     int64_t seq_id = 0;
     int64_t position = 0;
+    // Speculative decoding: the batch entry (a one-token decode) and the most drafts it may verify (0: none).
+    // The executor drafts (ModelRunner::propose), extends the entry to [t, d_1 .. d_n] and verifies.
+    int32_t entry = -1;
+    int max_drafts = 0;
   };
   std::vector<Sample> samples;
+  int64_t draft_budget = 0;  // verification tokens the step may add (the scheduler reserved them)
   // Sequences scheduled for the first time: their token history so far, how to sample them.
   struct Registration {
     int64_t seq_id = 0;
@@ -67,16 +73,22 @@ enum class RowOutcome : uint8_t {
 };
 
 struct StepResult {
-  std::vector<SampleResult> samples;  // per logits row
-  std::vector<RowOutcome> outcomes;   // per logits row
-  std::vector<std::string> errors;    // per logits row, for kFailed
-  ModelWorkStats work;                // the runner's counters after this step
+  // Per sample (StepJob::samples; one logits row each without speculation).
+  std::vector<SampleResult> samples;  // the first token sampled
+  std::vector<RowOutcome> outcomes;
+  std::vector<std::string> errors;  // for kFailed
+  // Speculative decoding: the tokens emitted after the first (accepted drafts, then the correction or bonus), the
+  // drafts verified and how many were accepted. Cache entries exist for every emitted token but the last.
+  std::vector<std::vector<SampleResult>> more;
+  std::vector<int> drafted, accepted;
+  ModelWorkStats work;  // the runner's counters after this step
 };
 
 class StepExecutor {
  public:
   // `async` starts the worker thread. The runner is used only by the executing thread from then on.
-  StepExecutor(ModelRunner& runner, std::vector<TokenId> eos_token_ids, bool async);
+  StepExecutor(ModelRunner& runner, std::vector<TokenId> eos_token_ids, bool async,
+               std::unique_ptr<spec::VerifyPolicy> policy = nullptr);
   ~StepExecutor();
   StepExecutor(const StepExecutor&) = delete;
   StepExecutor& operator=(const StepExecutor&) = delete;
@@ -101,13 +113,22 @@ class StepExecutor {
     StepResult result;
     std::exception_ptr error;
   };
+  // Verifies n drafts of one sample against its logits rows r0 .. r0 + n, extending the history with every
+  // emitted token; fills the sample's entries of `res`.
+  void verify_row(SeqState& st, const StepJob::Sample& smp, const spec::Draft& draft, int n, int64_t r0, int64_t vocab,
+                  StepResult& res, int64_t sample);
 
   Outcome run(StepJob& job);  // on the executing thread
+  // Speculative: drafts for the samples that may verify some, extending their batch entries. Returns per sample
+  // the drafts to verify (those beyond the count are ignored).
+  std::vector<spec::Draft> draft(StepJob& job, std::vector<int>& verify_counts);
+
   void worker_loop();
 
   ModelRunner& runner_;
   const std::vector<TokenId> eos_token_ids_;
   const Sampler sampler_;
+  const std::unique_ptr<spec::VerifyPolicy> policy_;
   // Executing thread only.
   std::unordered_map<int64_t, SeqState> seqs_;
   std::vector<TokenId> last_sampled_;  // the previous step's sampled tokens, by logits row

@@ -54,9 +54,24 @@ struct DeepseekV3Model::Chunk {
   int64_t p0 = 0;
   std::vector<int64_t> host_positions;  // [T]
   OwnedTensor positions;                // i64 [T]
-  OwnedTensor kv_positions;             // i64 [S]: 0 .. S-1
+  int64_t kv_base = 0;                  // first cached position (0 but for an MTP cache started at a prefix hit)
+  OwnedTensor kv_positions;             // i64 [S - kv_base]: kv_base .. S-1
   const CpShard* cp = nullptr;
 };
+
+// A whole chunk on this rank (no context parallelism): the MTP module's calls.
+DeepseekV3Model::Chunk DeepseekV3Model::make_chunk(int64_t p0, int64_t T, int64_t kv_base) const {
+  Chunk c;
+  c.T = T;
+  c.total = T;
+  c.p0 = p0;
+  c.kv_base = kv_base;
+  c.host_positions.resize(T);
+  for (int64_t t = 0; t < T; ++t) c.host_positions[t] = p0 + t;
+  c.positions = memory().from_host(DType::kI64, {T}, c.host_positions.data());
+  c.kv_positions = positions_from(memory(), kv_base, p0 + T - kv_base);
+  return c;
+}
 
 std::unique_ptr<DeepseekV3Model> DeepseekV3Model::load(const std::string& dir, Backend& backend) {
   ModelConfig config = load_model_config(dir + "/config.json");
@@ -87,7 +102,14 @@ void DeepseekV3Model::upload_weights() {
     if (t.view().data() != nullptr) t = memory_.upload(t.view());
   };
   for (OwnedTensor* t : {&w_.embed, &w_.norm, &w_.head}) up(*t);
-  for (V3LayerWeights& lw : w_.layers) {
+  std::vector<V3LayerWeights*> blocks;
+  for (V3LayerWeights& lw : w_.layers) blocks.push_back(&lw);
+  for (V3MtpWeights& m : w_.mtp) {
+    for (OwnedTensor* t : {&m.enorm, &m.hnorm, &m.eh_proj, &m.head_norm}) up(*t);
+    blocks.push_back(&m.block);
+  }
+  for (V3LayerWeights* block : blocks) {
+    V3LayerWeights& lw = *block;
     V3AttentionWeights& a = lw.attn;
     for (OwnedTensor* t : {&lw.input_norm, &lw.post_attention_norm, &a.q_a, &a.q_a_norm, &a.q_b, &a.q, &a.kv_a,
                            &a.kv_a_norm, &a.kv_b, &a.o, &lw.gate, &lw.gate_bias})
@@ -166,7 +188,8 @@ HostTensor DeepseekV3Model::forward(V3SequenceState& seq, std::span<const int64_
     local_ids[t] = ids[local[t]];
   }
   c.positions = mem.from_host(DType::kI64, {T}, c.host_positions.data());
-  c.kv_positions = positions_from(mem, 0, c.p0 + total);
+  c.kv_base = seq.pages ? 0 : seq.kv_base;
+  c.kv_positions = positions_from(mem, c.kv_base, c.p0 + total - c.kv_base);
   const OwnedTensor id_tensor = mem.from_host(DType::kI64, {T}, local_ids.data());
 
   // Residual stream x [T, D] starts as the token embeddings (no scaling).
@@ -176,16 +199,85 @@ HostTensor DeepseekV3Model::forward(V3SequenceState& seq, std::span<const int64_
   for (int l = 0; l < config_.num_layers; ++l) {
     const V3LayerWeights& lw = w_.layers[l];
     backend_.rms_norm({x.view(), lw.input_norm.view(), h.view(), eps});
-    mem.add(x, attention(c, l, h, seq));  // x += MLA(input_layernorm(x))
+    mem.add(x, attention(c, l, lw, h, seq));  // x += MLA(input_layernorm(x))
     backend_.rms_norm({x.view(), lw.post_attention_norm.view(), h.view(), eps});
-    mem.add(x, ffn(c, l, h));  // x += FFN(post_attention_layernorm(x))
-    if (trace) trace->layer_outputs.push_back(mem.to_host(x));
+    mem.add(x, ffn(c, l, lw, h));  // x += FFN(post_attention_layernorm(x))
+    if (trace && trace->want_layer_outputs) trace->layer_outputs.push_back(mem.to_host(x));
   }
   backend_.rms_norm({x.view(), w_.norm.view(), h.view(), eps});  // final hidden [T, D]
   if (trace) trace->final_hidden = mem.to_host(h);
   OwnedTensor logits = mem.zeros(DType::kF32, {T, V});
   backend_.linear({h.view(), w_.head.view(), logits.view()});
   seq.num_tokens += total;
+  return mem.to_host(logits);
+}
+
+HostTensor DeepseekV3Model::forward_features(V3SequenceState& seq, std::span<const int64_t> ids,
+                                             std::vector<float>* features) const {
+  V3ForwardTrace trace;
+  trace.want_layer_outputs = false;
+  HostTensor logits = forward(seq, ids, &trace);
+  const float* h = trace.final_hidden.data<float>();
+  features->assign(h, h + trace.final_hidden.numel());
+  return logits;
+}
+
+void DeepseekV3Model::truncate(V3SequenceState& seq, int64_t n) const {
+  DI_CHECK_INTERNAL(n >= seq.kv_base && n <= seq.num_tokens)
+      << "truncate to " << n << " tokens of a sequence holding [" << seq.kv_base << ", " << seq.num_tokens << ")";
+  if (!seq.pages) {
+    // Unused slots (an MTP state's main-layer slots) stay empty; the storage is kept for the next appends.
+    for (RowBuffer& cache : seq.kv)
+      if (cache.rows > 0) cache.rows = n - seq.kv_base;
+  }
+  seq.num_tokens = n;
+}
+
+V3SequenceState DeepseekV3Model::new_mtp_sequence(int64_t base) const {
+  V3SequenceState s;
+  s.kv.resize(config_.num_layers + 1);  // only the last slot (the MTP block's) is used
+  for (RowBuffer& b : s.kv) b.width = config_.mla.kv_lora_rank + config_.mla.qk_rope_head_dim;
+  s.num_tokens = base;
+  s.kv_base = base;
+  return s;
+}
+
+HostTensor DeepseekV3Model::mtp_forward(V3SequenceState& mtp, std::span<const float> hidden,
+                                        std::span<const int64_t> next_ids, HostTensor* out_hidden) const {
+  DI_CHECK(!w_.mtp.empty()) << "mtp_forward: the checkpoint has no MTP weights";
+  const int64_t T = static_cast<int64_t>(next_ids.size()), D = config_.hidden_size, V = config_.vocab_size;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  DI_CHECK(T > 0) << "mtp_forward: empty chunk";
+  DI_CHECK(static_cast<int64_t>(hidden.size()) == T * D)
+      << "mtp_forward: " << hidden.size() << " hidden values for " << T << " positions of width " << D;
+  DI_CHECK(static_cast<int64_t>(mtp.kv.size()) == config_.num_layers + 1 && !mtp.pages)
+      << "mtp_forward: not an MTP state (new_mtp_sequence)";
+  TensorMemory& mem = memory();
+  const V3MtpWeights& m = w_.mtp[0];
+  const Chunk c = make_chunk(mtp.num_tokens, T, mtp.kv_base);
+  const OwnedTensor id_tensor = mem.from_host(DType::kI64, {T}, next_ids.data());
+  // cat = [enorm(embed(t_{i+1})) ; hnorm(h_i)] (embedding first), z = cat · eh_projᵀ.
+  OwnedTensor e = mem.zeros(DType::kF32, {T, D}), cat = mem.zeros(DType::kF32, {T, 2 * D});
+  backend_.embedding({w_.embed.view(), id_tensor.view(), e.view()});
+  const Tensor cat_e = narrow(cat, 1, 0, D), cat_h = narrow(cat, 1, D, 2 * D);
+  OwnedTensor e_n = mem.zeros(DType::kF32, {T, D}), h_n = mem.zeros(DType::kF32, {T, D});
+  backend_.rms_norm({e.view(), m.enorm.view(), e_n.view(), eps});
+  const OwnedTensor h_in = mem.from_host(DType::kF32, {T, D}, hidden.data());
+  backend_.rms_norm({h_in.view(), m.hnorm.view(), h_n.view(), eps});
+  mem.copy(cat_e, e_n.view());
+  mem.copy(cat_h, h_n.view());
+  OwnedTensor x = mem.zeros(DType::kF32, {T, D}), h = mem.zeros(DType::kF32, {T, D});
+  backend_.linear({cat.view(), m.eh_proj.view(), x.view()});
+  const V3LayerWeights& lw = m.block;
+  backend_.rms_norm({x.view(), lw.input_norm.view(), h.view(), eps});
+  mem.add(x, attention(c, config_.num_layers, lw, h, mtp));
+  backend_.rms_norm({x.view(), lw.post_attention_norm.view(), h.view(), eps});
+  mem.add(x, ffn(c, config_.num_layers, lw, h));
+  backend_.rms_norm({x.view(), m.head_norm.view(), h.view(), eps});
+  OwnedTensor logits = mem.zeros(DType::kF32, {T, V});
+  backend_.linear({h.view(), w_.head.view(), logits.view()});
+  mtp.num_tokens += T;
+  if (out_hidden) *out_hidden = mem.to_host(x);
   return mem.to_host(logits);
 }
 
@@ -203,8 +295,9 @@ bool DeepseekV3Model::use_absorbed(int64_t tokens, int64_t cached) const {
   return absorbed < naive;
 }
 
-OwnedTensor DeepseekV3Model::attention(const Chunk& c, int layer, const OwnedTensor& x, V3SequenceState& seq) const {
-  const V3AttentionWeights& a = w_.layers[layer].attn;
+OwnedTensor DeepseekV3Model::attention(const Chunk& c, int layer, const V3LayerWeights& lw, const OwnedTensor& x,
+                                       V3SequenceState& seq) const {
+  const V3AttentionWeights& a = lw.attn;
   const auto& m = config_.mla;
   const int64_t T = c.T, H = config_.num_heads, D = config_.hidden_size;
   const int64_t dn = m.qk_nope_head_dim, dr = m.qk_rope_head_dim, dv = m.v_head_dim, r = m.kv_lora_rank;
@@ -259,7 +352,7 @@ OwnedTensor DeepseekV3Model::attention(const Chunk& c, int layer, const OwnedTen
     kv_rows = paged.view();
   } else {
     RowBuffer& cache = seq.kv[layer];
-    DI_CHECK(cache.rows == c.p0) << "forward: layer " << layer << " cache out of step";
+    DI_CHECK(cache.rows == c.p0 - c.kv_base) << "forward: layer " << layer << " cache out of step";
     cache.append(mem, rows.view());
     kv_rows = cache.view();
   }
@@ -304,8 +397,7 @@ OwnedTensor DeepseekV3Model::attention(const Chunk& c, int layer, const OwnedTen
   return out;
 }
 
-OwnedTensor DeepseekV3Model::ffn(const Chunk& c, int layer, const OwnedTensor& x) const {
-  const V3LayerWeights& lw = w_.layers[layer];
+OwnedTensor DeepseekV3Model::ffn(const Chunk& c, int layer, const V3LayerWeights& lw, const OwnedTensor& x) const {
   const auto& moe = config_.moe;
   const int64_t T = c.T;
   TensorMemory& mem = memory();
@@ -350,7 +442,8 @@ OwnedTensor DeepseekV3Model::ffn(const Chunk& c, int layer, const OwnedTensor& x
   p.weights = weights.view();
   p.indices = indices.view();
   p.shared = lw.has_shared ? &lw.shared : nullptr;
-  if (ep_) {
+  // The MTP block (layer == num_layers) keeps all its experts: expert parallelism covers the main layers only.
+  if (ep_ && layer < config_.num_layers) {
     ep_->moe(backend_, layer, p);
   } else {
     backend_.moe(p);

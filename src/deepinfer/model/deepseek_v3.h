@@ -17,8 +17,8 @@
 #include "deepinfer/model/model_config.h"
 #include "deepinfer/model/paged_rows.h"
 #include "deepinfer/ops/ops.h"
-#include "deepinfer/parallel/expert_parallel.h"
 #include "deepinfer/parallel/context_parallel.h"
+#include "deepinfer/parallel/expert_parallel.h"
 
 namespace deepinfer {
 
@@ -44,10 +44,14 @@ struct V3SequenceState {
   // of the chunk it arrives in (a prefix hit or a recompute after preemption changes the chunks); -1: choose per
   // call from the chunk's op counts (standalone forward).
   int64_t mla_naive_until = -1;
+  // Unpaged only: the first position `kv` holds (an MTP cache that starts at a prefix-cache hit has no rows for
+  // the skipped positions; attention then covers [kv_base, num_tokens)).
+  int64_t kv_base = 0;
 };
 
 // Optional per-call record of intermediates (tests, debugging).
 struct V3ForwardTrace {
+  bool want_layer_outputs = true;
   std::vector<HostTensor> layer_outputs;  // per layer: residual stream after the layer [T, D]
   HostTensor final_hidden;                // after the final norm [T, D]
 };
@@ -101,11 +105,30 @@ class DeepseekV3Model {
   // each rank's state equals the one-rank state and decode can continue on any of them.
   HostTensor forward(V3SequenceState& seq, std::span<const int64_t> ids, V3ForwardTrace* trace = nullptr,
                      const CpShard* cp = nullptr) const;
+  // forward, also returning the final hidden state of every position ([T, D] row-major: the MTP's h_i).
+  HostTensor forward_features(V3SequenceState& seq, std::span<const int64_t> ids, std::vector<float>* features) const;
+  // Speculative rollback: the sequence keeps its first n tokens, as if nothing after them had been run (a row
+  // depends only on its prefix, so dropping the tail is exact). Paged rows past n are overwritten later.
+  void truncate(V3SequenceState& seq, int64_t n) const;
+
+  // MTP (MODELS.md Part B §5). num_mtp_layers() is 0 when the checkpoint has no MTP weights.
+  int num_mtp_layers() const { return static_cast<int>(w_.mtp.size()); }
+  // An MTP module's cache (unpaged), empty, first position `base`.
+  V3SequenceState new_mtp_sequence(int64_t base = 0) const;
+  // Runs MTP module 0 on positions [mtp.num_tokens, + T): row t of `hidden` [T, D] is the hidden state feeding
+  // that position (the target's final hidden state h_i, or the module's own previous output when chaining) and
+  // next_ids[t] is t_{i+1}. Appends to the module's cache; returns the logits for t_{i+2}, f32 [T, vocab], and
+  // the block's output [T, D] (before shared_head.norm) in *out_hidden when given.
+  HostTensor mtp_forward(V3SequenceState& mtp, std::span<const float> hidden, std::span<const int64_t> next_ids,
+                         HostTensor* out_hidden = nullptr) const;
 
  private:
   struct Chunk;  // per-call positions
-  OwnedTensor attention(const Chunk& c, int layer, const OwnedTensor& x, V3SequenceState& seq) const;
-  OwnedTensor ffn(const Chunk& c, int layer, const OwnedTensor& x) const;
+  // `layer` indexes the cache (the MTP module's cache slot is num_layers); `lw` are the block's weights.
+  OwnedTensor attention(const Chunk& c, int layer, const V3LayerWeights& lw, const OwnedTensor& x,
+                        V3SequenceState& seq) const;
+  OwnedTensor ffn(const Chunk& c, int layer, const V3LayerWeights& lw, const OwnedTensor& x) const;
+  Chunk make_chunk(int64_t p0, int64_t T, int64_t kv_base) const;
   bool use_absorbed(int64_t tokens, int64_t cached) const;
   void upload_weights();
   // The backend's tensor memory (host for the CPU reference, device memory for CUDA); mutable state of the

@@ -12,7 +12,7 @@ V3Weights load_v3_weights(const ModelConfig& c, const Checkpoint& ck, Backend& b
   w.embed = ld.f32("model.embed_tokens.weight");
   w.norm = ld.f32("model.norm.weight");
   w.head = ld.f32(c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
-  for (const auto& plan : c.layers) {
+  auto load_layer = [&](const LayerPlan& plan) {
     const std::string L = "model.layers." + std::to_string(plan.index) + ".";
     const std::string A = L + "self_attn.";
     V3LayerWeights lw;
@@ -58,7 +58,22 @@ V3Weights load_v3_weights(const ModelConfig& c, const Checkpoint& ck, Backend& b
         lw.has_shared = true;
       }
     }
-    w.layers.push_back(std::move(lw));
+    return lw;
+  };
+  for (const auto& plan : c.layers) w.layers.push_back(load_layer(plan));
+  if (c.draft.kind == DraftKind::kMTP) {
+    for (int k = 0; k < c.draft.num_layers; ++k) {
+      const LayerPlan plan = mtp_layer_plan(c, k);
+      const std::string L = "model.layers." + std::to_string(plan.index) + ".";
+      if (!ld.has(L + "eh_proj.weight")) break;  // optional: the checkpoint carries no MTP weights
+      V3MtpWeights m;
+      m.enorm = ld.f32(L + "enorm.weight");
+      m.hnorm = ld.f32(L + "hnorm.weight");
+      m.eh_proj = ld.f32(L + "eh_proj.weight");
+      m.head_norm = ld.f32(L + "shared_head.norm.weight");
+      m.block = load_layer(plan);
+      w.mtp.push_back(std::move(m));
+    }
   }
   return w;
 }

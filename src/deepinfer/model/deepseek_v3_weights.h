@@ -35,11 +35,22 @@ struct V3LayerWeights {
   bool has_shared = false;
 };
 
+// One MTP module (MODELS.md Part B §5): z = eh_proj([enorm(embed(t_{i+1})) ; hnorm(h_i)]), one decoder block,
+// then shared_head.norm and the main head (the module's embedding and head copies are the main ones).
+struct V3MtpWeights {
+  OwnedTensor enorm, hnorm;  // [D]
+  OwnedTensor eh_proj;       // [D, 2D]
+  OwnedTensor head_norm;     // [D] shared_head.norm
+  V3LayerWeights block;
+};
+
 struct V3Weights {
   OwnedTensor embed;  // [V, D]
   OwnedTensor norm;   // [D]
   OwnedTensor head;   // [V, D] (a copy of embed when tied)
   std::vector<V3LayerWeights> layers;
+  // The checkpoint's MTP modules; empty when the config has none or the checkpoint lacks them (optional).
+  std::vector<V3MtpWeights> mtp;
 };
 
 // Validates the checkpoint against the schema of `config` (every problem listed) and loads it.

@@ -213,6 +213,15 @@ void parse_common(const Fields& f, ModelConfig& c) {
   }
 }
 
+LayerPlan v3_layer_plan(const ModelConfig& c, int l) {
+  LayerPlan p;
+  p.index = l;
+  p.attention = AttentionKind::kMLA;
+  const bool moe = c.moe.n_routed_experts > 0 && l >= c.moe.first_k_dense_replace && l % c.moe.moe_layer_freq == 0;
+  p.routing = moe ? RoutingKind::kTopK : RoutingKind::kDense;
+  return p;
+}
+
 void parse_v3(const Fields& f, ModelConfig& c) {
   const json& j = f.raw();
   c.family = ModelFamily::kDeepseekV3;
@@ -252,14 +261,7 @@ void parse_v3(const Fields& f, ModelConfig& c) {
   }
   c.rope = parse_rope(rope, f.what() + " rope", 10000.0, c.mla.qk_rope_head_dim);
   c.draft.kind = c.draft.num_layers > 0 ? DraftKind::kMTP : DraftKind::kNone;
-  for (int l = 0; l < c.num_layers; ++l) {
-    LayerPlan p;
-    p.index = l;
-    p.attention = AttentionKind::kMLA;
-    const bool moe = c.moe.n_routed_experts > 0 && l >= c.moe.first_k_dense_replace && l % c.moe.moe_layer_freq == 0;
-    p.routing = moe ? RoutingKind::kTopK : RoutingKind::kDense;
-    c.layers.push_back(p);
-  }
+  for (int l = 0; l < c.num_layers; ++l) c.layers.push_back(v3_layer_plan(c, l));
 }
 
 // V4 / V4.1 attention fields shared by both.
@@ -499,6 +501,12 @@ void parse_v41(const Fields& f, ModelConfig& c) {
 }
 
 }  // namespace
+
+LayerPlan mtp_layer_plan(const ModelConfig& c, int k) {
+  DI_CHECK(c.family == ModelFamily::kDeepseekV3) << "MTP layers are V3-family layers";
+  DI_CHECK(k >= 0 && k < c.draft.num_layers) << "MTP layer " << k << " of " << c.draft.num_layers;
+  return v3_layer_plan(c, c.num_layers + k);
+}
 
 ModelConfig parse_model_config(const std::string& text, const std::string& what) {
   json root;

@@ -192,5 +192,7 @@ ModelConfig load_model_config(const std::string& path);
 
 // The softmax scale of attention logits (V3: with the YaRN m^2 correction; V4: head_dim^-0.5).
 double attention_softmax_scale(const ModelConfig& c);
+// V3 family: the plan of MTP layer k (checkpoint index num_layers + k; MoE by the same rule as main layers).
+LayerPlan mtp_layer_plan(const ModelConfig& c, int k);
 
 }  // namespace deepinfer

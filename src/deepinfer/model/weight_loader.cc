@@ -18,7 +18,9 @@ WeightLoader::WeightLoader(const ModelConfig& config, const Checkpoint& ckpt, Ba
 
 HostTensor WeightLoader::f32(const std::string& name) const {
   auto it = by_name_.find(name);
-  DI_CHECK_INTERNAL(it != by_name_.end()) << "weight '" << name << "' is not in the schema of this config";
+  // An optional (draft) tensor the checkpoint lacks lands here too, so this is the user's error, not ours.
+  DI_CHECK(it != by_name_.end()) << ckpt_.dir() << ": weight '" << name
+                                 << "' is missing from the checkpoint (or not in the schema of this config)";
   const ResolvedWeight& r = *it->second;
   HostTensor out(DType::kF32, r.spec->shape);
   const Tensor w = ckpt_.tensor(r.name);
@@ -55,7 +57,9 @@ HostTensor WeightLoader::f32(const std::string& name) const {
 
 HostTensor WeightLoader::i64(const std::string& name) const {
   auto it = by_name_.find(name);
-  DI_CHECK_INTERNAL(it != by_name_.end()) << "weight '" << name << "' is not in the schema of this config";
+  // An optional (draft) tensor the checkpoint lacks lands here too, so this is the user's error, not ours.
+  DI_CHECK(it != by_name_.end()) << ckpt_.dir() << ": weight '" << name
+                                 << "' is missing from the checkpoint (or not in the schema of this config)";
   const ResolvedWeight& r = *it->second;
   const Tensor w = ckpt_.tensor(r.name);
   HostTensor out(DType::kI64, r.spec->shape);

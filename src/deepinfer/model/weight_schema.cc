@@ -9,10 +9,14 @@ namespace deepinfer {
 
 std::string_view weight_format_name(WeightFormat f) {
   switch (f) {
-    case WeightFormat::kFloat: return "float";
-    case WeightFormat::kFP8Block: return "fp8-block";
-    case WeightFormat::kMXFP4: return "mxfp4";
-    case WeightFormat::kInt: return "int";
+    case WeightFormat::kFloat:
+      return "float";
+    case WeightFormat::kFP8Block:
+      return "fp8-block";
+    case WeightFormat::kMXFP4:
+      return "mxfp4";
+    case WeightFormat::kInt:
+      return "int";
   }
   return "?";
 }
@@ -39,14 +43,18 @@ class SpecBuilder {
  public:
   explicit SpecBuilder(const ModelConfig& c) : c_(c) {}
 
-  void vec(const std::string& name, Shape shape, int layer = -1) { add(name, std::move(shape), WeightKind::kVector, false, layer); }
+  void vec(const std::string& name, Shape shape, int layer = -1) {
+    add(name, std::move(shape), WeightKind::kVector, false, layer);
+  }
   void lin(const std::string& name, Shape shape, bool quantizable, int layer = -1) {
     add(name, std::move(shape), WeightKind::kLinear, quantizable && c_.quant.fp8, layer);
   }
   void expert(const std::string& name, Shape shape, int layer) {
     add(name, std::move(shape), WeightKind::kExpert, c_.quant.fp8, layer, true);
   }
-  void embedding(const std::string& name, Shape shape) { add(name, std::move(shape), WeightKind::kEmbedding, false, -1); }
+  void embedding(const std::string& name, Shape shape) {
+    add(name, std::move(shape), WeightKind::kEmbedding, false, -1);
+  }
   void engram_table(const std::string& name, Shape shape, int layer) {
     add(name, std::move(shape), WeightKind::kEngramTable, c_.quant.fp8, layer);
   }
@@ -112,7 +120,7 @@ void v3_specs(const ModelConfig& c, SpecBuilder& b) {
   const auto& m = c.mla;
   const int64_t qk = m.qk_nope_head_dim + m.qk_rope_head_dim;
   b.embedding("model.embed_tokens.weight", {c.vocab_size, D});
-  for (const auto& p : c.layers) {
+  auto layer_specs = [&](const LayerPlan& p) {
     const std::string L = "model.layers." + std::to_string(p.index) + ".";
     const int l = p.index;
     b.vec(L + "input_layernorm.weight", {D}, l);
@@ -133,7 +141,7 @@ void v3_specs(const ModelConfig& c, SpecBuilder& b) {
       b.lin(L + "mlp.gate_proj.weight", {I, D}, true, l);
       b.lin(L + "mlp.up_proj.weight", {I, D}, true, l);
       b.lin(L + "mlp.down_proj.weight", {D, I}, true, l);
-      continue;
+      return;
     }
     const int64_t E = c.moe.n_routed_experts, I = c.moe.moe_intermediate_size;
     b.lin(L + "mlp.gate.weight", {E, D}, false, l);
@@ -150,9 +158,25 @@ void v3_specs(const ModelConfig& c, SpecBuilder& b) {
       b.lin(L + "mlp.shared_experts.up_proj.weight", {S, D}, true, l);
       b.lin(L + "mlp.shared_experts.down_proj.weight", {D, S}, true, l);
     }
-  }
+  };
+  for (const auto& p : c.layers) layer_specs(p);
   b.vec("model.norm.weight", {D});
   if (!c.tie_word_embeddings) b.embedding("lm_head.weight", {c.vocab_size, D});
+  // MTP layers (MODELS.md Part B §5): a full decoder block plus enorm, hnorm, eh_proj and the shared head's
+  // norm. Their embed_tokens / shared_head.head copies are the main embedding and head and are not read.
+  if (c.draft.kind == DraftKind::kMTP) {
+    b.set_draft(true);
+    for (int k = 0; k < c.draft.num_layers; ++k) {
+      const LayerPlan p = mtp_layer_plan(c, k);
+      const std::string L = "model.layers." + std::to_string(p.index) + ".";
+      layer_specs(p);
+      b.vec(L + "enorm.weight", {D}, p.index);
+      b.vec(L + "hnorm.weight", {D}, p.index);
+      b.lin(L + "eh_proj.weight", {D, 2 * D}, true, p.index);
+      b.vec(L + "shared_head.norm.weight", {D}, p.index);
+    }
+    b.set_draft(false);
+  }
 }
 
 // The tensors of one V4 block (attention with its own SWA branch only, MoE with `E` routed experts) under prefix L.
