@@ -12,6 +12,9 @@
       with the main model's greedy pick at i+1 on the held-out windows, and the acceptance rate along greedy
       generations from held-out prompts (32 prompt tokens, 96 generated; the MTP drafts the token after next
       from h[i] and the just-emitted token, accepted iff the main model's next greedy token equals it).
+  tiny_model_eval.py spec-prompts --val DIR/val.jsonl [--model DIR] [--prompts 64] [--prompt-len 32]
+      The held-out prompts mtp-acceptance uses (the same stride over the held-out token stream), one line of
+      comma-separated ids each, for `deepinfer offline --prompt-ids` (docs/PERF.md, speculative decoding entry).
   tiny_model_eval.py hf-greedy --prompt TEXT [--model DIR] [--max-tokens N]
       transformers' greedy continuation (fp32, eager attention; prompt without BOS as `deepinfer` encodes it):
       the ids the C++ test tests/model/tiny_model_test.cc expects.
@@ -120,6 +123,13 @@ def mtp_acceptance(a):
     print(f"greedy generation from {a.prompts} held-out prompts: {drafts} drafts, acceptance {rate:.4f}")
 
 
+def spec_prompts(a):
+    _, _, ids = heldout_windows(a.model, a.val, 1024, 0)
+    stride = max(1, (len(ids) - a.prompt_len) // a.prompts)  # as train_tiny_v3.greedy_acceptance
+    for i in range(a.prompts):
+        print(",".join(str(t) for t in ids[i * stride: i * stride + a.prompt_len]))
+
+
 def hf_greedy(a):
     import torch
     from tokenizers import Tokenizer
@@ -150,12 +160,18 @@ def main():
     p.add_argument("--model", default=DEFAULT_MODEL)
     p.add_argument("--window", type=int, default=1024)
     p.add_argument("--prompts", type=int, default=64)
+    p = sub.add_parser("spec-prompts")
+    p.add_argument("--val", required=True)
+    p.add_argument("--model", default=DEFAULT_MODEL)
+    p.add_argument("--prompts", type=int, default=64)
+    p.add_argument("--prompt-len", type=int, default=32)
     p = sub.add_parser("hf-greedy")
     p.add_argument("--prompt", required=True)
     p.add_argument("--model", default=DEFAULT_MODEL)
     p.add_argument("--max-tokens", type=int, default=32)
     a = ap.parse_args()
-    {"heldout-ppl": heldout_ppl, "mtp-acceptance": mtp_acceptance, "hf-greedy": hf_greedy}[a.cmd](a)
+    {"heldout-ppl": heldout_ppl, "mtp-acceptance": mtp_acceptance, "spec-prompts": spec_prompts,
+     "hf-greedy": hf_greedy}[a.cmd](a)
 
 
 if __name__ == "__main__":
