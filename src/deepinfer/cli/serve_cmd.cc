@@ -92,6 +92,9 @@ void register_serve(CLI::App& app, CommandRegistry& reg) {
       ->capture_default_str();
   sub->add_option("--seed", a->model.seed, "engine seed for requests without their own");
   sub->add_option("--chat-format", a->model.chat_format, "v3 | v31 | v4 | v41 (default: from config.json)");
+  sub->add_option("--speculative", a->model.speculative,
+                  "speculative decoding: off | mtp (V3 family with an MTP layer) | dspark (not wired yet)");
+  sub->add_option("--num-draft-tokens", a->model.num_draft_tokens, "draft tokens verified per step");
   sub->add_option("--max-active-requests", a->max_active_requests, "in flight at once; more get 429")
       ->check(CLI::PositiveNumber);
   sub->add_option("--max-n", a->max_n, "largest n per request")->check(CLI::Range(1, 128));

@@ -136,6 +136,10 @@ void EngineService::publish_gauges() {
   g.prefix_query_tokens = st.kv.prefix_query_tokens;
   g.prefix_hit_tokens = st.kv.prefix_hit_tokens;
   g.preemptions = st.preemptions;
+  g.spec_steps = st.spec.steps;
+  g.spec_draft_tokens = st.spec.drafted;
+  g.spec_accepted_tokens = st.spec.accepted;
+  g.spec_accepted_per_pos = st.spec.accepted_at;
   metrics_.set_gauges(g);
 }
 

@@ -47,6 +47,8 @@ std::unique_ptr<ModelHost> ModelHost::load(const ModelHostOptions& o) {
   so.gpu_memory_utilization = o.gpu_memory_utilization;
   so.seed = o.seed;
   so.scheduling_policy = parse_scheduling_policy(o.scheduling_policy);
+  so.speculative = o.speculative;
+  so.num_draft_tokens = o.num_draft_tokens;
   h->stack_ = load_engine_stack(so);
   h->chat_format_ =
       o.chat_format.empty() ? default_chat_format(h->config().family) : tokenizer::parse_chat_format(o.chat_format);

@@ -30,6 +30,8 @@ struct ModelHostOptions {
   uint64_t seed = 0;
   std::string scheduling_policy = "fcfs";  // fcfs | priority (the requests' "priority" field, lower first)
   std::string chat_format;                 // "" = from the config family (V3 → v3, V4 → v4, V4.1 → v41)
+  std::string speculative = "off";         // off | mtp | dspark (docs/SPECULATIVE.md)
+  int num_draft_tokens = 1;
 };
 
 class ModelHost {
