@@ -303,7 +303,8 @@ PYBIND11_MODULE(_core, m) {
       .def_readonly("prompt_token_ids", &api::RequestOutput::prompt_token_ids)
       .def_readonly("outputs", &api::RequestOutput::outputs)
       .def_readonly("finished", &api::RequestOutput::finished)
-      .def_readonly("acceptance_rate", &api::RequestOutput::acceptance_rate, "None until speculative decoding exists")
+      .def_readonly("acceptance_rate", &api::RequestOutput::acceptance_rate,
+                    "accepted / verified drafts over the finished samples; None without speculative decoding")
       .def_readonly("num_draft_tokens", &api::RequestOutput::num_draft_tokens)
       .def_readonly("num_accepted_tokens", &api::RequestOutput::num_accepted_tokens)
       .def("__repr__", [](const api::RequestOutput& r) {
@@ -365,7 +366,8 @@ PYBIND11_MODULE(_core, m) {
   py::class_<api::Llm>(m, "Llm", "The engine over one model directory (use deepinfer.LLM)")
       .def(py::init([](std::string model_dir, std::string device, int threads, int64_t max_model_len, int max_num_seqs,
                        int64_t max_num_batched_tokens, double gpu_memory_utilization, int64_t kv_cache_bytes, int ep,
-                       int dp, int cp, uint64_t seed, std::string chat_format, bool exact_prefill) {
+                       int dp, int cp, uint64_t seed, std::string chat_format, bool exact_prefill,
+                       std::string speculative, int num_draft_tokens) {
              api::LlmConfig c;
              c.model_dir = std::move(model_dir);
              c.device = std::move(device);
@@ -381,13 +383,15 @@ PYBIND11_MODULE(_core, m) {
              c.seed = seed;
              c.chat_format = std::move(chat_format);
              c.exact_prefill = exact_prefill;
+             c.speculative = std::move(speculative);
+             c.num_draft_tokens = num_draft_tokens;
              py::gil_scoped_release release;
              return std::make_unique<api::Llm>(std::move(c));
            }),
            py::arg("model_dir"), py::arg("device"), py::arg("threads"), py::arg("max_model_len"),
            py::arg("max_num_seqs"), py::arg("max_num_batched_tokens"), py::arg("gpu_memory_utilization"),
            py::arg("kv_cache_bytes"), py::arg("ep"), py::arg("dp"), py::arg("cp"), py::arg("seed"),
-           py::arg("chat_format"), py::arg("exact_prefill"))
+           py::arg("chat_format"), py::arg("exact_prefill"), py::arg("speculative"), py::arg("num_draft_tokens"))
       .def(
           "generate",
           [](api::Llm& llm, const py::sequence& prompts, const std::vector<SamplingParams>& params,

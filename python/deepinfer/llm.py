@@ -104,6 +104,8 @@ class LLM:
         threads=0,
         chat_format=None,
         exact_prefill=False,
+        speculative="off",
+        num_draft_tokens=1,
     ):
         self.model_dir, self.model_source = _core.resolve_model_dir(
             model, os.environ.get("DEEPINFER_HF_MODEL_DIR"), _core.embedded_model_dir()
@@ -123,6 +125,8 @@ class LLM:
             seed=seed,
             chat_format=chat_format or "",
             exact_prefill=exact_prefill,
+            speculative=speculative,
+            num_draft_tokens=num_draft_tokens,
         )
 
     # Model facts.

@@ -5,6 +5,7 @@ engine runs."""
 import json
 import math
 import os
+import pathlib
 import re
 import shutil
 import subprocess
@@ -65,6 +66,24 @@ def test_context_parallel_prefill_equals_one_rank(golden_v41):
                   cp=cp)
         got[cp] = [o.outputs[0].token_ids for o in llm.generate(prompts, params, use_tqdm=False)]
     assert got[2] == got[1] and got[3] == got[1]
+
+
+def test_speculative_mtp_equals_plain_on_the_tiny_model():
+    # The embedded tiny model has a trained MTP layer: greedy ids with drafts equal those without, and the request
+    # reports its acceptance (None without speculation).
+    prompts = ["The meaning of life is", "A fortune cookie says:"]
+    params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
+    tiny = str(pathlib.Path(__file__).resolve().parents[2] / "models" / "deepinfer-tiny-v3")
+    plain = LLM(tiny, max_model_len=256, max_num_seqs=2, device="cpu")
+    spec = LLM(tiny, max_model_len=256, max_num_seqs=2, device="cpu", speculative="mtp", num_draft_tokens=2)
+    a = plain.generate(prompts, params, use_tqdm=False)
+    b = spec.generate(prompts, params, use_tqdm=False)
+    assert [o.outputs[0].token_ids for o in b] == [o.outputs[0].token_ids for o in a]
+    assert all(o.acceptance_rate is None for o in a)
+    assert all(o.acceptance_rate is not None and 0 < o.acceptance_rate <= 1 for o in b)
+    assert all(0 < o.num_accepted_tokens <= o.num_draft_tokens for o in b)
+    with pytest.raises(ValueError, match="speculative"):
+        LLM(tiny, max_model_len=256, device="cpu", speculative="eagle")
 
 
 def test_input_order_kept_with_one_slot(llm):
