@@ -13,7 +13,7 @@
 #   SKIP_OP_BENCH=1 skips the op micro-bench; MEMCHECK_FILTER runs those tests again under memcheck.
 #   tok: a CPU build of the CLI only, then tools/tokenizer_bench.py (ours vs HF `tokenizers`, same corpus, same run)
 #   on a quiet many-core machine; TOKBENCH_DIR holds corpus.bin (or corpus.bin.xz), TOKENIZER_JSON the vocabulary.
-#   ci: build everything, every GPU test once, MEMCHECK_FILTER under memcheck, the op harness under racecheck
+#   ci: (SPEC_PROMPTS=FILE adds tools/spec_gpu_bench.sh) build everything, every GPU test once, MEMCHECK_FILTER under memcheck, the op harness under racecheck
 #   (RACECHECK_FILTER overrides which tests), the op micro-bench (rows matching
 #   BENCH_FILTER in the summary) and the CPU suite on all cores: the checks a landing needs, in one call.
 set -uo pipefail
@@ -142,6 +142,10 @@ if [ "$MODE" = ci ]; then
   (cd build-gpu && timeout 240 ctest -LE gpu -j "$(nproc)" --output-on-failure >"$OUT/cpu_tests.log" 2>&1)
   note "cpu tests: rc=$? $(grep -E 'tests passed|tests failed' "$OUT/cpu_tests.log" | tail -1)"
   grep -E "^\s+[0-9]+ - .*\(Failed|Timeout|Exception\)" "$OUT/cpu_tests.log" | head -20 | tee -a "$summary"
+  # SPEC_PROMPTS: MTP speculative decoding on the tiny model, off vs K = 1, 2 (docs/PERF.md).
+  if [ -n "${SPEC_PROMPTS:-}" ]; then
+    PROMPTS="$SPEC_PROMPTS" timeout 120 bash tools/spec_gpu_bench.sh | tee -a "$summary"
+  fi
   if [ -z "${SKIP_OP_BENCH:-}" ]; then
     timeout 90 build-gpu/bin/deepinfer_cuda_tests --gtest_also_run_disabled_tests --gtest_filter='CudaBench.*' \
       >"$OUT/cuda_bench.log" 2>&1
