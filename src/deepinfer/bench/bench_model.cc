@@ -109,6 +109,34 @@ double fp8_block_bytes(int64_t n, int64_t k, int block) {
 }
 double mxfp4_bytes(int64_t n, int64_t k) { return static_cast<double>(n) * k / 2 + static_cast<double>(n) * k / 32; }
 
+const char* bench_format_name(BenchFormat f) {
+  switch (f) {
+    case BenchFormat::kFP8Block:
+      return "fp8-block";
+    case BenchFormat::kMXFP4:
+      return "mxfp4";
+    case BenchFormat::kBF16:
+      return "bf16";
+    case BenchFormat::kF32:
+      return "f32";
+  }
+  return "?";
+}
+
+double format_bytes(BenchFormat f, int64_t n, int64_t k, int block) {
+  switch (f) {
+    case BenchFormat::kFP8Block:
+      return fp8_block_bytes(n, k, block);
+    case BenchFormat::kMXFP4:
+      return mxfp4_bytes(n, k);
+    case BenchFormat::kBF16:
+      return 2.0 * static_cast<double>(n) * k;
+    case BenchFormat::kF32:
+      return 4.0 * static_cast<double>(n) * k;
+  }
+  return 0;
+}
+
 double expected_distinct_experts(int64_t experts, int64_t topk, int64_t tokens) {
   if (experts <= 0) return 0;
   const double miss = 1.0 - static_cast<double>(topk) / static_cast<double>(experts);

@@ -72,6 +72,17 @@ struct StepCost {
 };
 StepCost count_step(const BenchModel& m, const StepShape& s);
 
+// How a synthetic weight is stored on the target (and so how many bytes a step reads of it).
+enum class BenchFormat {
+  kFP8Block,  // e4m3 + one UE8M0 scale per block×block tile
+  kMXFP4,     // e2m1 pairs + one UE8M0 scale per 32 inputs
+  kBF16,
+  kF32,
+};
+const char* bench_format_name(BenchFormat f);
+// Bytes of an [n, k] weight in format f (FP8: with its scales; `block` only matters for kFP8Block).
+double format_bytes(BenchFormat f, int64_t n, int64_t k, int block);
+
 // Pieces of count_step, exposed for the tests.
 double fp8_block_bytes(int64_t n, int64_t k, int block);  // n·k + ceil(n/b)·ceil(k/b)
 double mxfp4_bytes(int64_t n, int64_t k);                 // n·k/2 + n·k/32

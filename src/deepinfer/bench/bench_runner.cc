@@ -18,7 +18,7 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // Device-resident state of one slice: weights per layer, caches sized for the largest step, activations
 // sized for the most tokens. The data flow between ops is the model's shapes, not its values: caches and
 // weights are random, and the grouped output projection reads contiguous chunks of the attention output.
-class Slice {
+class Slice final : public SliceState {
  public:
   Slice(BenchTarget& t, const BenchModel& m, const std::vector<StepShape>& shapes, uint64_t seed)
       : t_(t), m_(m), mem_(t.memory()), seed_(seed) {
@@ -84,7 +84,15 @@ class Slice {
       }
       l.router = rnd({m.experts, d}, 1.0f / std::sqrt(static_cast<float>(d)));
       l.router_bias = rnd({m.experts}, 0.1f);
-      l.experts = t.experts(m.experts, d, m.moe_inter, b, next());
+      ExpertSpec es;
+      es.count = m.experts;
+      es.d = d;
+      es.inter = m.moe_inter;
+      es.routed = BenchFormat::kMXFP4;
+      es.shared_inter = m.shared_experts * m.moe_inter;
+      es.shared = BenchFormat::kFP8Block;
+      es.block = b;
+      l.experts = t.experts(es, next());
       if (spec.kind == AttnKind::kIndexed || spec.kind == AttnKind::kAllSeen ||
           (spec.kind == AttnKind::kReuse && source_of(li) < 0)) {
         l.compressed = rnd({max_blocks * (kBlockSize / spec.ratio), m.head_dim}, 1.0f);
@@ -99,8 +107,8 @@ class Slice {
     }
   }
 
-  // Host-side inputs of one shape (positions, causal masks), uploaded outside the timed region.
-  void prepare(const StepShape& s) {
+  // Positions, block tables and the selected entries of one shape.
+  void prepare(const StepShape& s) override {
     const int64_t tt = s.seqs * s.tokens;
     std::vector<int64_t> pos(tt);
     for (int64_t q = 0; q < s.seqs; ++q)
@@ -136,14 +144,14 @@ class Slice {
   }
 
   // The state a step updates in place (the residual streams) of the current shape: saved, restored, read.
-  OwnedTensor save(const StepShape& s) { return mem_.clone(rows(streams_, s.seqs * s.tokens)); }
-  void restore(const StepShape& s, const OwnedTensor& saved) {
+  OwnedTensor save(const StepShape& s) override { return mem_.clone(rows(streams_, s.seqs * s.tokens)); }
+  void restore(const StepShape& s, const OwnedTensor& saved) override {
     mem_.copy(rows(streams_, s.seqs * s.tokens), saved.view());
   }
-  HostTensor result(const StepShape& s) { return mem_.to_host(rows(streams_, s.seqs * s.tokens)); }
+  HostTensor result(const StepShape& s) override { return mem_.to_host(rows(streams_, s.seqs * s.tokens)); }
 
   // profile: charge each op group's time to its segment (BenchTarget::profile_*).
-  void step(const StepShape& s, bool profile = false) {
+  void step(const StepShape& s, bool profile) override {
     profile_ = profile;
     const BenchModel& m = m_;
     Backend& be = t_.backend();
@@ -331,16 +339,16 @@ std::string compare(const HostTensor& a, const HostTensor& b) {
 
 // Decode as one graph: the replay must give the eager step's output (two eager runs from the same state
 // show whether the step itself is deterministic), then its median time.
-void graph_step(BenchTarget& target, Slice& slice, const StepShape& s, const BenchOptions& o, BenchRow& r) {
+void graph_step(BenchTarget& target, SliceState& slice, const StepShape& s, const BenchOptions& o, BenchRow& r) {
   try {
     const OwnedTensor start = slice.save(s);
-    slice.step(s);
+    slice.step(s, false);
     const HostTensor eager = slice.result(s);
     slice.restore(s, start);
-    slice.step(s);
+    slice.step(s, false);
     const HostTensor eager2 = slice.result(s);
     slice.restore(s, start);
-    if (!target.capture([&] { slice.step(s); })) {
+    if (!target.capture([&] { slice.step(s, false); })) {
       r.graph_note = "no graphs on this target";
       return;
     }
@@ -416,7 +424,7 @@ std::string format_breakdown(const std::vector<BenchRow>& rows) {
 
 double BenchRow::tokens_per_s() const { return ms > 0 ? shape.seqs * shape.tokens / (ms / 1000.0) : 0; }
 
-std::vector<BenchRow> run_slice(BenchTarget& target, const BenchModel& m, const BenchOptions& o) {
+std::vector<StepShape> bench_shapes(const BenchOptions& o) {
   DI_CHECK(o.iters >= 1 && o.warmup >= 0) << "bench: iters must be >= 1 and warmup >= 0";
   std::vector<StepShape> shapes;
   for (int64_t p : o.prompts) {
@@ -428,15 +436,20 @@ std::vector<BenchRow> run_slice(BenchTarget& target, const BenchModel& m, const 
       DI_CHECK(b >= 1 && c >= 1) << "bench: batch and context must be >= 1, got " << b << ", " << c;
       shapes.push_back({false, b, 1, c});
     }
-  Slice slice(target, m, shapes, o.seed);
+  return shapes;
+}
+
+std::vector<BenchRow> run_shapes(BenchTarget& target, SliceState& slice, const std::string& model,
+                                 const std::vector<StepShape>& shapes,
+                                 const std::function<StepCost(const StepShape&)>& cost, const BenchOptions& o) {
   std::vector<BenchRow> rows;
   for (const StepShape& s : shapes) {
     slice.prepare(s);
     BenchRow r;
-    r.model = m.name;
+    r.model = model;
     r.shape = s;
-    r.cost = count_step(m, s);
-    r.ms = target.time_ms([&] { slice.step(s); }, o.warmup, o.iters);
+    r.cost = cost(s);
+    r.ms = target.time_ms([&] { slice.step(s, false); }, o.warmup, o.iters);
     target.profile_begin();
     slice.step(s, true);
     r.segment_ms = target.profile_end(kSegCount);
@@ -444,6 +457,13 @@ std::vector<BenchRow> run_slice(BenchTarget& target, const BenchModel& m, const 
     rows.push_back(r);
   }
   return rows;
+}
+
+std::vector<BenchRow> run_slice(BenchTarget& target, const BenchModel& m, const BenchOptions& o) {
+  const std::vector<StepShape> shapes = bench_shapes(o);
+  Slice slice(target, m, shapes, o.seed);
+  return run_shapes(
+      target, slice, m.name, shapes, [&m](const StepShape& s) { return count_step(m, s); }, o);
 }
 
 std::string format_ceilings(const Ceilings& c) {

@@ -3,9 +3,11 @@
 // ceilings the target measured in the same run.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "deepinfer/bench/bench_mla_model.h"
 #include "deepinfer/bench/bench_model.h"
 #include "deepinfer/bench/bench_target.h"
 
@@ -38,6 +40,28 @@ struct BenchRow {
 
 // Every prefill length, then every (batch, context) decode pair.
 std::vector<BenchRow> run_slice(BenchTarget& target, const BenchModel& m, const BenchOptions& o);
+// The same for an MLA model (V3 family; bench_mla_runner.cc).
+std::vector<BenchRow> run_mla_slice(BenchTarget& target, const MlaBenchModel& m, const BenchOptions& o);
+
+// The device state of one slice as the runner drives it (V4 family: bench_runner.cc, MLA: bench_mla_runner.cc).
+class SliceState {
+ public:
+  virtual ~SliceState() = default;
+  // Host-side inputs of one shape, uploaded outside the timed region.
+  virtual void prepare(const StepShape& s) = 0;
+  // One step; with `profile`, each op group's time is charged to its Segment (BenchTarget::profile_mark).
+  virtual void step(const StepShape& s, bool profile) = 0;
+  // The state a step updates in place: saved, restored, read back (the graph-replay check).
+  virtual OwnedTensor save(const StepShape& s) = 0;
+  virtual void restore(const StepShape& s, const OwnedTensor& saved) = 0;
+  virtual HostTensor result(const StepShape& s) = 0;
+};
+// The shapes of o in run order (prefill lengths, then (batch, context) pairs); validates o.
+std::vector<StepShape> bench_shapes(const BenchOptions& o);
+// Times every shape on a prepared slice: median step, one profiled step, the decode graph check.
+std::vector<BenchRow> run_shapes(BenchTarget& target, SliceState& slice, const std::string& model,
+                                 const std::vector<StepShape>& shapes,
+                                 const std::function<StepCost(const StepShape&)>& cost, const BenchOptions& o);
 
 // The table printed by the command (one line per row, ratios to the ceilings).
 std::string format_table(const std::vector<BenchRow>& rows, const Ceilings& c);

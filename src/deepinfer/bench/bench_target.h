@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "deepinfer/bench/bench_model.h"
 #include "deepinfer/ops/memory.h"
 #include "deepinfer/ops/ops.h"
 
@@ -17,9 +18,19 @@ namespace deepinfer::bench {
 struct BenchWeight {
   virtual ~BenchWeight() = default;
 };
-// The routed experts (+ one shared expert) of one MoE layer.
+// The routed experts (+ an optional shared expert) of one MoE layer.
 struct BenchExperts {
   virtual ~BenchExperts() = default;
+};
+
+// What BenchTarget::experts makes: `count` routed SwiGLU experts w1, w3 [inter, d], w2 [d, inter] in one format
+// (moe_quant takes one format for all routed experts) and a shared expert of width shared_inter (0: none).
+struct ExpertSpec {
+  int64_t count = 0, d = 0, inter = 0;
+  BenchFormat routed = BenchFormat::kMXFP4;
+  int64_t shared_inter = 0;
+  BenchFormat shared = BenchFormat::kFP8Block;
+  int block = 128;  // FP8 block tile (square)
 };
 
 // The rates a step is compared with, measured on the target in the same run.
@@ -39,11 +50,14 @@ class BenchTarget {
 
   // Uniform random f32 in [-range, range).
   virtual OwnedTensor random(Shape shape, uint64_t seed, float range) = 0;
-  // FP8 e4m3 [n, k] with block×block UE8M0 scales (random codes, scales chosen to keep outputs O(1)).
-  virtual std::unique_ptr<BenchWeight> fp8_weight(int64_t n, int64_t k, int block, uint64_t seed) = 0;
+  // A random [n, k] weight in format f (FP8: e4m3 codes with block×block UE8M0 scales chosen to keep outputs
+  // O(1); bf16/f32: values O(1/sqrt(k))). Throws Unsupported for a format the target cannot multiply by.
+  virtual std::unique_ptr<BenchWeight> weight(BenchFormat f, int64_t n, int64_t k, int block, uint64_t seed) = 0;
+  std::unique_ptr<BenchWeight> fp8_weight(int64_t n, int64_t k, int block, uint64_t seed) {
+    return weight(BenchFormat::kFP8Block, n, k, block, seed);
+  }
   virtual void linear(const Tensor& in, const BenchWeight& w, const Tensor& out) = 0;
-  // experts × (w1, w3 [inter, d], w2 [d, inter]) in MXFP4, plus a shared expert in FP8 (block).
-  virtual std::unique_ptr<BenchExperts> experts(int64_t count, int64_t d, int64_t inter, int block, uint64_t seed) = 0;
+  virtual std::unique_ptr<BenchExperts> experts(const ExpertSpec& spec, uint64_t seed) = 0;
   virtual void moe(const Tensor& x, const Tensor& weights, const Tensor& indices, const BenchExperts& e,
                    const Tensor& out, float swiglu_limit, bool weight_before_w2) = 0;
 

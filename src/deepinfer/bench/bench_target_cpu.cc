@@ -2,6 +2,7 @@
 // and dequantized to f32 once, since the CPU ops take f32 weights. Meant for tiny dims (the plumbing test).
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -20,6 +21,7 @@ struct CpuExperts final : BenchExperts {
   std::vector<HostTensor> storage;
   std::vector<ExpertWeights> routed;
   ExpertWeights shared;
+  bool has_shared = false;
 };
 
 class CpuTarget final : public BenchTarget {
@@ -39,16 +41,9 @@ class CpuTarget final : public BenchTarget {
     return OwnedTensor(std::move(t));
   }
 
-  std::unique_ptr<BenchWeight> fp8_weight(int64_t n, int64_t k, int block, uint64_t seed) override {
-    std::mt19937_64 rng(seed);
-    HostTensor q(DType::kF8E4M3, {n, k}), s(DType::kE8M0, {(n + block - 1) / block, (k + block - 1) / block});
-    for (int64_t i = 0; i < q.numel(); ++i) {
-      uint8_t c = static_cast<uint8_t>(rng());
-      q.data<uint8_t>()[i] = (c & 0x7F) == 0x7F ? 0x38 : c;
-    }
-    for (int64_t i = 0; i < s.numel(); ++i) s.data<uint8_t>()[i] = static_cast<uint8_t>(115 + rng() % 2);
+  std::unique_ptr<BenchWeight> weight(BenchFormat f, int64_t n, int64_t k, int block, uint64_t seed) override {
     auto w = std::make_unique<CpuWeight>();
-    w->w = dequant(q, s, QuantFormat::kFP8Block, n, k, block);
+    w->w = draw(f, n, k, block, seed);
     return w;
   }
 
@@ -56,31 +51,33 @@ class CpuTarget final : public BenchTarget {
     be_->linear({in, static_cast<const CpuWeight&>(w).w.view(), out});
   }
 
-  std::unique_ptr<BenchExperts> experts(int64_t count, int64_t d, int64_t inter, int block, uint64_t seed) override {
+  std::unique_ptr<BenchExperts> experts(const ExpertSpec& spec, uint64_t seed) override {
     auto e = std::make_unique<CpuExperts>();
-    e->storage.reserve(3 * count + 3);
+    e->storage.reserve(3 * spec.count + 3);
     std::mt19937_64 rng(seed);
-    auto mxfp4 = [&](int64_t n, int64_t k) -> Tensor {
-      HostTensor q(DType::kU8, {n, k / 2}), s(DType::kE8M0, {n, k / 32});
-      for (int64_t i = 0; i < q.numel(); ++i) q.data<uint8_t>()[i] = static_cast<uint8_t>(rng());
-      for (int64_t i = 0; i < s.numel(); ++i) s.data<uint8_t>()[i] = static_cast<uint8_t>(119 + rng() % 2);
-      e->storage.push_back(dequant(q, s, QuantFormat::kMXFP4, n, k, 32));
-      return e->storage.back().view();
+    auto one = [&](BenchFormat f, int64_t inter) {
+      ExpertWeights x;
+      Tensor* out[3] = {&x.w1, &x.w3, &x.w2};
+      for (int i = 0; i < 3; ++i) {
+        const bool down = i == 2;
+        e->storage.push_back(draw(f, down ? spec.d : inter, down ? inter : spec.d, spec.block, rng()));
+        *out[i] = e->storage.back().view();
+      }
+      return x;
     };
-    for (int64_t i = 0; i < count; ++i) e->routed.push_back({mxfp4(inter, d), mxfp4(inter, d), mxfp4(d, inter)});
-    auto fp8 = [&](int64_t n, int64_t k) -> Tensor {
-      auto w = fp8_weight(n, k, block, rng());
-      e->storage.push_back(std::move(static_cast<CpuWeight&>(*w).w));
-      return e->storage.back().view();
-    };
-    e->shared = {fp8(inter, d), fp8(inter, d), fp8(d, inter)};
+    for (int64_t i = 0; i < spec.count; ++i) e->routed.push_back(one(spec.routed, spec.inter));
+    if (spec.shared_inter > 0) {
+      e->shared = one(spec.shared, spec.shared_inter);
+      e->has_shared = true;
+    }
     return e;
   }
 
   void moe(const Tensor& x, const Tensor& weights, const Tensor& indices, const BenchExperts& e, const Tensor& out,
            float swiglu_limit, bool weight_before_w2) override {
     const auto& ce = static_cast<const CpuExperts&>(e);
-    be_->moe({x, weights, indices, &ce.routed, &ce.shared, out, swiglu_limit, weight_before_w2});
+    be_->moe(
+        {x, weights, indices, &ce.routed, ce.has_shared ? &ce.shared : nullptr, out, swiglu_limit, weight_before_w2});
   }
 
   double time_ms(const std::function<void()>& fn, int warmup, int iters) override {
@@ -126,6 +123,41 @@ class CpuTarget final : public BenchTarget {
   }
 
  private:
+  // An f32 [n, k] weight with the values of format f: FP8/MXFP4 codes dequantized, bf16 rounded.
+  HostTensor draw(BenchFormat f, int64_t n, int64_t k, int block, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    switch (f) {
+      case BenchFormat::kFP8Block: {
+        HostTensor q(DType::kF8E4M3, {n, k}), s(DType::kE8M0, {(n + block - 1) / block, (k + block - 1) / block});
+        for (int64_t i = 0; i < q.numel(); ++i) {
+          uint8_t c = static_cast<uint8_t>(rng());
+          q.data<uint8_t>()[i] = (c & 0x7F) == 0x7F ? 0x38 : c;  // no NaN codes
+        }
+        for (int64_t i = 0; i < s.numel(); ++i) s.data<uint8_t>()[i] = static_cast<uint8_t>(115 + rng() % 2);
+        return dequant(q, s, QuantFormat::kFP8Block, n, k, block);
+      }
+      case BenchFormat::kMXFP4: {
+        DI_CHECK(k % 32 == 0) << "bench: MXFP4 weight needs k % 32 == 0, got " << k;
+        HostTensor q(DType::kU8, {n, k / 2}), s(DType::kE8M0, {n, k / 32});
+        for (int64_t i = 0; i < q.numel(); ++i) q.data<uint8_t>()[i] = static_cast<uint8_t>(rng());
+        for (int64_t i = 0; i < s.numel(); ++i) s.data<uint8_t>()[i] = static_cast<uint8_t>(119 + rng() % 2);
+        return dequant(q, s, QuantFormat::kMXFP4, n, k, 32);
+      }
+      case BenchFormat::kBF16:
+      case BenchFormat::kF32: {
+        HostTensor t(DType::kF32, {n, k});
+        const float range = 1.0f / std::sqrt(static_cast<float>(k));
+        std::uniform_real_distribution<float> u(-range, range);
+        for (int64_t i = 0; i < t.numel(); ++i) {
+          const float v = u(rng);
+          t.data<float>()[i] = f == BenchFormat::kBF16 ? bf16_to_f32(f32_to_bf16(v)) : v;
+        }
+        return t;
+      }
+    }
+    DI_FAIL(ErrorCode::kInternal) << "bench: unknown weight format";
+  }
+
   HostTensor dequant(const HostTensor& q, const HostTensor& s, QuantFormat f, int64_t n, int64_t k, int block) {
     HostTensor out(DType::kF32, {n, k});
     DequantizeParams p;

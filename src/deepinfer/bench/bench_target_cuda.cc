@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "deepinfer/ops/cuda/cuda_backend.h"
 #include "deepinfer/ops/cuda/cuda_check.h"
@@ -20,13 +21,14 @@ namespace deepinfer::bench {
 namespace {
 
 struct CudaWeight final : BenchWeight {
-  OwnedTensor w, s;
+  std::vector<OwnedTensor> storage;
   QuantMatrix m;
 };
 struct CudaExperts final : BenchExperts {
   std::vector<OwnedTensor> storage;
   std::vector<QuantExpertWeights> routed;
   QuantExpertWeights shared;
+  bool has_shared = false;
 };
 
 class CudaTarget final : public BenchTarget {
@@ -55,12 +57,32 @@ class CudaTarget final : public BenchTarget {
     return t;
   }
 
-  std::unique_ptr<BenchWeight> fp8_weight(int64_t n, int64_t k, int block, uint64_t seed) override {
+  // One [n, k] matrix in format f, its storage kept in `keep`.
+  QuantMatrix matrix(BenchFormat f, int64_t n, int64_t k, int block, uint64_t seed, std::vector<OwnedTensor>& keep) {
+    switch (f) {
+      case BenchFormat::kFP8Block:
+        // |e4m3| reaches 448 and a random code's rms is ~100: scales 2^-12..2^-11 keep outputs O(1).
+        keep.push_back(codes(DType::kF8E4M3, {n, k}, seed));
+        keep.push_back(codes(DType::kE8M0, {(n + block - 1) / block, (k + block - 1) / block}, seed + 1, 115));
+        return QuantMatrix{keep[keep.size() - 2].view(), keep.back().view(), QuantFormat::kFP8Block, block, block};
+      case BenchFormat::kMXFP4:
+        // e2m1 codes have rms ~3: scales 2^-8..2^-7.
+        keep.push_back(codes(DType::kU8, {n, k / 2}, seed));
+        keep.push_back(codes(DType::kE8M0, {n, k / 32}, seed + 1, 119));
+        return QuantMatrix{keep[keep.size() - 2].view(), keep.back().view(), QuantFormat::kMXFP4};
+      case BenchFormat::kBF16:
+        keep.push_back(codes(DType::kBF16, {n, k}, seed));
+        return QuantMatrix{keep.back().view(), Tensor{}, QuantFormat::kFloat};
+      case BenchFormat::kF32:
+        keep.push_back(random({n, k}, seed, 1.0f / std::sqrt(static_cast<float>(k))));
+        return QuantMatrix{keep.back().view(), Tensor{}, QuantFormat::kFloat};
+    }
+    DI_FAIL(ErrorCode::kInternal) << "bench: unknown weight format";
+  }
+
+  std::unique_ptr<BenchWeight> weight(BenchFormat f, int64_t n, int64_t k, int block, uint64_t seed) override {
     auto w = std::make_unique<CudaWeight>();
-    // |e4m3| reaches 448 and a random code's rms is ~100: scales 2^-12..2^-11 keep outputs O(1).
-    w->w = codes(DType::kF8E4M3, {n, k}, seed);
-    w->s = codes(DType::kE8M0, {(n + block - 1) / block, (k + block - 1) / block}, seed + 1, 115);
-    w->m = QuantMatrix{w->w.view(), w->s.view(), QuantFormat::kFP8Block, block, block};
+    w->m = matrix(f, n, k, block, seed, w->storage);
     return w;
   }
 
@@ -68,34 +90,32 @@ class CudaTarget final : public BenchTarget {
     be_->linear_quant({in, static_cast<const CudaWeight&>(w).m, out});
   }
 
-  std::unique_ptr<BenchExperts> experts(int64_t count, int64_t d, int64_t inter, int block, uint64_t seed) override {
+  std::unique_ptr<BenchExperts> experts(const ExpertSpec& spec, uint64_t seed) override {
+    DI_CHECK_CODE(spec.routed != BenchFormat::kBF16, ErrorCode::kUnsupported)
+        << "bench --device cuda: moe_quant has no bf16 routed-expert path (use f32 or a block format)";
     auto e = std::make_unique<CudaExperts>();
-    e->storage.reserve(6 * count + 6);
+    e->storage.reserve(6 * spec.count + 6);  // views point into it: no reallocation
     uint64_t sd = seed;
-    auto keep = [&](OwnedTensor t) -> Tensor {
-      e->storage.push_back(std::move(t));
-      return e->storage.back().view();
+    auto one = [&](BenchFormat f, int64_t inter) {
+      QuantExpertWeights x;
+      x.w1 = matrix(f, inter, spec.d, spec.block, sd += 2, e->storage);
+      x.w3 = matrix(f, inter, spec.d, spec.block, sd += 2, e->storage);
+      x.w2 = matrix(f, spec.d, inter, spec.block, sd += 2, e->storage);
+      return x;
     };
-    auto mxfp4 = [&](int64_t n, int64_t k) {
-      // e2m1 codes have rms ~3: scales 2^-8..2^-7.
-      Tensor w = keep(codes(DType::kU8, {n, k / 2}, ++sd));
-      Tensor s = keep(codes(DType::kE8M0, {n, k / 32}, ++sd, 119));
-      return QuantMatrix{w, s, QuantFormat::kMXFP4};
-    };
-    for (int64_t i = 0; i < count; ++i) e->routed.push_back({mxfp4(inter, d), mxfp4(inter, d), mxfp4(d, inter)});
-    auto fp8 = [&](int64_t n, int64_t k) {
-      Tensor w = keep(codes(DType::kF8E4M3, {n, k}, ++sd));
-      Tensor s = keep(codes(DType::kE8M0, {(n + block - 1) / block, (k + block - 1) / block}, ++sd, 115));
-      return QuantMatrix{w, s, QuantFormat::kFP8Block, block, block};
-    };
-    e->shared = {fp8(inter, d), fp8(inter, d), fp8(d, inter)};
+    for (int64_t i = 0; i < spec.count; ++i) e->routed.push_back(one(spec.routed, spec.inter));
+    if (spec.shared_inter > 0) {
+      e->shared = one(spec.shared, spec.shared_inter);
+      e->has_shared = true;
+    }
     return e;
   }
 
   void moe(const Tensor& x, const Tensor& weights, const Tensor& indices, const BenchExperts& e, const Tensor& out,
            float swiglu_limit, bool weight_before_w2) override {
     const auto& ce = static_cast<const CudaExperts&>(e);
-    be_->moe_quant({x, weights, indices, &ce.routed, &ce.shared, out, swiglu_limit, weight_before_w2});
+    be_->moe_quant(
+        {x, weights, indices, &ce.routed, ce.has_shared ? &ce.shared : nullptr, out, swiglu_limit, weight_before_w2});
   }
 
   double time_ms(const std::function<void()>& fn, int warmup, int iters) override {

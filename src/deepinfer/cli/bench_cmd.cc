@@ -1,4 +1,5 @@
-// `deepinfer bench`: synthetic prefill/decode steps of a V4-family model slice on its real dimensions, with
+// `deepinfer bench`: synthetic prefill/decode steps of a model slice (V4 family, or the MLA family: V3 and
+// V2-Lite) on its real dimensions, with
 // random weights made on the target (no checkpoint), against ceilings measured in the same run. See
 // bench/bench_runner.h; docs/PERF.md records the results.
 #include <cstdio>
@@ -17,6 +18,7 @@ struct BenchArgs {
   std::string device = "cpu";
   std::vector<std::string> models;
   int per_kind = 1;
+  int v3_moe_layers = 2;
   std::vector<int64_t> prompts, batches, contexts;
   int warmup = 1, iters = 3, threads = 0;
   uint64_t seed = 1;
@@ -37,8 +39,15 @@ int run_bench(const BenchArgs& a) {
   o.seed = a.seed;
   o.graphs = !a.no_graphs;
   std::vector<bench::BenchModel> slices;  // resolved before any device work, so a typo fails at once
+  std::vector<bench::MlaBenchModel> mla;
   for (const std::string& name : models) {
-    if (name == "v4-flash")
+    if (name == "v3")
+      mla.push_back(bench::v3_slice(a.v3_moe_layers));
+    else if (name == "v2-lite")
+      mla.push_back(bench::v2_lite_model());
+    else if (name == "tiny-mla")
+      mla.push_back(bench::tiny_mla());
+    else if (name == "v4-flash")
       slices.push_back(bench::v4_flash_slice(a.per_kind));
     else if (name == "v41-flash")
       slices.push_back(bench::v41_flash_slice(a.per_kind));
@@ -46,7 +55,7 @@ int run_bench(const BenchArgs& a) {
       slices.push_back(bench::tiny_slice());
     else
       DI_FAIL(ErrorCode::kInvalidArgument)
-          << "bench --model: unknown slice '" << name << "' (v41-flash, v4-flash, tiny)";
+          << "bench --model: unknown slice '" << name << "' (v41-flash, v4-flash, v3, v2-lite, tiny, tiny-mla)";
   }
   std::unique_ptr<bench::BenchTarget> target =
       a.device == "cuda" ? bench::make_cuda_target(0) : bench::make_cpu_target(a.threads);
@@ -67,6 +76,19 @@ int run_bench(const BenchArgs& a) {
     std::printf("%s", bench::format_graphs(rows).c_str());
     std::fflush(stdout);
   }
+  for (const bench::MlaBenchModel& m : mla) {
+    std::printf(
+        "slice %s (MLA): %lld dense + %lld MoE layers, projections %s, FFN %s; attention: naive (prefill) / "
+        "absorbed (decode) MLA op, one call per sequence\n",
+        m.name.c_str(), static_cast<long long>(m.dense_layers), static_cast<long long>(m.moe_layers),
+        bench::bench_format_name(m.proj_format), bench::bench_format_name(m.ffn_format));
+    std::fflush(stdout);
+    const std::vector<bench::BenchRow> rows = bench::run_mla_slice(*target, m, o);
+    std::printf("%s", bench::format_table(rows, c).c_str());
+    std::printf("%s", bench::format_breakdown(rows).c_str());
+    std::printf("%s", bench::format_graphs(rows).c_str());
+    std::fflush(stdout);
+  }
   return 0;
 }
 
@@ -78,8 +100,10 @@ void register_bench(CLI::App& app, CommandRegistry& reg) {
   sub->add_option("--device", a->device, "cpu | cuda (GPU 0; needs a CUDA build)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   sub->add_option("--model", a->models,
-                  "slice: v41-flash, v4-flash (real dims), tiny (repeatable; default: both "
-                  "real slices on cuda, tiny on cpu)");
+                  "slice: v41-flash, v4-flash, v3, v2-lite (real dims), tiny, tiny-mla (repeatable; default: "
+                  "v41-flash and v4-flash on cuda, tiny on cpu)");
+  sub->add_option("--v3-moe-layers", a->v3_moe_layers, "MoE layers of the v3 slice (after its one dense layer)")
+      ->check(CLI::PositiveNumber);
   sub->add_option("--layers-per-kind", a->per_kind, "layers of each attention kind in a real slice")
       ->check(CLI::PositiveNumber);
   sub->add_option("--prompt", a->prompts, "prefill prompt lengths (repeatable)");
