@@ -10,7 +10,8 @@
 #   bench: build the CUDA tests + the CLI; the GEMM/MoE comparisons first, then `deepinfer bench --device cuda`
 #   (model slices vs ceilings), the op micro-bench, and the remaining GPU tests, each under its own time limit
 #   so that one 10-minute call returns whatever finished. BENCH_ARGS overrides the bench command's options;
-#   SKIP_OP_BENCH=1 skips the op micro-bench; MEMCHECK_FILTER runs those tests again under memcheck.
+#   SKIP_OP_BENCH=1 skips the op micro-bench; MEMCHECK_FILTER runs those tests again under memcheck; OTHER_FILTER
+#   picks the remaining GPU tests (a gtest filter; default all).
 #   tok: a CPU build of the CLI only, then tools/tokenizer_bench.py (ours vs HF `tokenizers`, same corpus, same run)
 #   on a quiet many-core machine; TOKBENCH_DIR holds corpus.bin (or corpus.bin.xz), TOKENIZER_JSON the vocabulary.
 #   ci: (SPEC_PROMPTS=FILE adds tools/spec_gpu_bench.sh) build everything, every GPU test once, MEMCHECK_FILTER under memcheck, the op harness under racecheck
@@ -109,8 +110,10 @@ if [ "$MODE" = bench ]; then
     note "cuda op bench: rc=$?"
     grep -h "^\[bench\]" "$OUT/cuda_bench.log" | tee -a "$summary"
   fi
-  timeout ${OTHER_TIMEOUT:-60} "$bin" --gtest_filter='-CudaLinearTest.*:CudaMoeTest.*' >>"$OUT/gpu_tests.log" 2>&1
+  # OTHER_FILTER: which of the remaining GPU tests to run (default: all of them).
+  timeout ${OTHER_TIMEOUT:-60} "$bin" --gtest_filter="${OTHER_FILTER:--CudaLinearTest.*:CudaMoeTest.*}" >>"$OUT/gpu_tests.log" 2>&1
   note "other gpu tests: rc=$? $(grep -E '^\[  PASSED|^\[  FAILED' "$OUT/gpu_tests.log" | tail -1)"
+  grep -hE "^\[cuda-golden|^\[cuda-v3" "$OUT/gpu_tests.log" | tee -a "$summary"
   # MEMCHECK_FILTER: a gtest filter to run once more under compute-sanitizer memcheck (new kernels).
   if [ -n "${MEMCHECK_FILTER:-}" ] && command -v compute-sanitizer >/dev/null 2>&1; then
     timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 "$bin" --gtest_filter="$MEMCHECK_FILTER" \

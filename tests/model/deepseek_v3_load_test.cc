@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 
 #include <nlohmann/json.hpp>
 
@@ -125,6 +127,37 @@ TEST(DeepseekV3Load, Fp8CheckpointWithF32BlockScalesRuns) {
   EXPECT_TRUE(model->config().quant.fp8);
   EXPECT_FALSE(model->config().quant.scale_ue8m0);
   EXPECT_LE(chunked_vs_one_shot(*model, some_ids(37), MlaForm::kAuto), 1e-5);
+}
+
+// FP8 matrices kept in their format (what a device backend does by default) on the CPU reference: linear_quant /
+// moe_quant dequantize exactly, so the logits equal the f32-weight model's bit for bit, while the weights take
+// about a quarter of the bytes for the FP8 matrices.
+TEST(DeepseekV3Load, Fp8WeightsKeptQuantizedMatchF32Exactly) {
+  testing::TempDir tmp;
+  nlohmann::json cfg = nlohmann::json::parse(v3_config_text());
+  cfg["quantization_config"] = {
+      {"quant_method", "fp8"}, {"fmt", "e4m3"}, {"activation_scheme", "dynamic"}, {"weight_block_size", {128, 128}}};
+  const std::string dir = make_checkpoint(tmp, cfg);
+  auto backend = make_cpu_backend(0);
+  auto f32 = DeepseekV3Model::load(dir, *backend);  // kAuto on the CPU: f32
+  auto fp8 = DeepseekV3Model::load(dir, *backend, V3WeightStorage::kFP8);
+  const auto ids = some_ids(21);
+  for (MlaForm form : {MlaForm::kNaive, MlaForm::kAbsorbed}) {
+    f32->set_mla_form(form);
+    fp8->set_mla_form(form);
+    auto a = f32->new_sequence(), b = fp8->new_sequence();
+    HostTensor la = f32->forward(a, ids), lb = fp8->forward(b, ids);
+    ASSERT_EQ(la.numel(), lb.numel());
+    EXPECT_EQ(std::memcmp(la.data<float>(), lb.data<float>(), la.numel() * sizeof(float)), 0);
+    const int64_t tok = 5;
+    la = f32->forward(a, std::span<const int64_t>(&tok, 1));
+    lb = fp8->forward(b, std::span<const int64_t>(&tok, 1));
+    EXPECT_EQ(std::memcmp(la.data<float>(), lb.data<float>(), la.numel() * sizeof(float)), 0);
+  }
+  // Everything but the f32 embedding/head, norms, router and kv_b shrinks 4×: the whole model to under 60% here.
+  std::printf("[v3-fp8] weight bytes: f32 %lld, FP8 kept %lld (%.2fx)\n", static_cast<long long>(f32->weight_bytes()),
+              static_cast<long long>(fp8->weight_bytes()), double(f32->weight_bytes()) / fp8->weight_bytes());
+  EXPECT_LT(fp8->weight_bytes(), 0.6 * f32->weight_bytes());
 }
 
 TEST(DeepseekV3Load, V4CheckpointIsRejectedWithTheFamily) {

@@ -73,15 +73,19 @@ DeepseekV3Model::Chunk DeepseekV3Model::make_chunk(int64_t p0, int64_t T, int64_
   return c;
 }
 
-std::unique_ptr<DeepseekV3Model> DeepseekV3Model::load(const std::string& dir, Backend& backend) {
+std::unique_ptr<DeepseekV3Model> DeepseekV3Model::load(const std::string& dir, Backend& backend,
+                                                       V3WeightStorage storage) {
   ModelConfig config = load_model_config(dir + "/config.json");
   DI_CHECK_CODE(config.family == ModelFamily::kDeepseekV3, ErrorCode::kUnsupported)
       << dir << ": model family " << family_name(config.family) << " is not DeepSeek-V3/V2";
   auto ckpt = Checkpoint::open(dir);
-  // Weights are dequantized on the host; a device backend gets them uploaded by the constructor.
+  // Weights are read (and dequantized where kept f32) on the host; a device backend gets them uploaded by the
+  // constructor, FP8 matrices in their format unless told otherwise.
   std::unique_ptr<Backend> host_backend;
-  if (backend_memory(backend).device().kind != DeviceKind::kCPU) host_backend = make_cpu_backend(0);
-  V3Weights weights = load_v3_weights(config, *ckpt, host_backend ? *host_backend : backend);
+  const bool device = backend_memory(backend).device().kind != DeviceKind::kCPU;
+  if (device) host_backend = make_cpu_backend(0);
+  const bool keep_fp8 = storage == V3WeightStorage::kFP8 || (storage == V3WeightStorage::kAuto && device);
+  V3Weights weights = load_v3_weights(config, *ckpt, host_backend ? *host_backend : backend, keep_fp8);
   return std::make_unique<DeepseekV3Model>(std::move(config), std::move(weights), backend);
 }
 
@@ -101,6 +105,14 @@ void DeepseekV3Model::upload_weights() {
   auto up = [this](OwnedTensor& t) {
     if (t.view().data() != nullptr) t = memory_.upload(t.view());
   };
+  auto up_matrix = [&](V3Matrix& m) {
+    up(m.f32);
+    if (!m.quantized()) return;
+    up(m.codes);
+    up(m.scales);
+    m.quant.weight = m.codes.view();
+    m.quant.scale = m.scales.view();
+  };
   for (OwnedTensor* t : {&w_.embed, &w_.norm, &w_.head}) up(*t);
   std::vector<V3LayerWeights*> blocks;
   for (V3LayerWeights& lw : w_.layers) blocks.push_back(&lw);
@@ -111,9 +123,25 @@ void DeepseekV3Model::upload_weights() {
   for (V3LayerWeights* block : blocks) {
     V3LayerWeights& lw = *block;
     V3AttentionWeights& a = lw.attn;
-    for (OwnedTensor* t : {&lw.input_norm, &lw.post_attention_norm, &a.q_a, &a.q_a_norm, &a.q_b, &a.q, &a.kv_a,
-                           &a.kv_a_norm, &a.kv_b, &a.o, &lw.gate, &lw.gate_bias})
+    for (OwnedTensor* t :
+         {&lw.input_norm, &lw.post_attention_norm, &a.q_a_norm, &a.kv_a_norm, &a.kv_b, &lw.gate, &lw.gate_bias})
       up(*t);
+    for (V3Matrix* m : {&a.q_a, &a.q_b, &a.q, &a.kv_a, &a.o}) up_matrix(*m);
+    // Quantized experts: codes and scales per matrix, in the order load_v3_weights pushed them (w1, w3, w2 of
+    // every expert, then the shared one); the QuantMatrix views are re-pointed below.
+    if (lw.quant_experts) {
+      for (OwnedTensor& t : lw.quant_storage) up(t);
+      size_t i = 0;
+      auto repoint = [&](QuantExpertWeights& e) {
+        for (QuantMatrix* m : {&e.w1, &e.w3, &e.w2}) {
+          m->weight = lw.quant_storage[i++].view();
+          m->scale = lw.quant_storage[i++].view();
+        }
+      };
+      for (QuantExpertWeights& e : lw.qexperts) repoint(e);
+      if (lw.has_shared) repoint(lw.qshared);
+      continue;
+    }
     // Expert views point into expert_storage (w1, w3, w2 per expert, then the shared expert).
     for (OwnedTensor& t : lw.expert_storage) up(t);
     auto views = [&lw](size_t first) {
@@ -281,6 +309,13 @@ HostTensor DeepseekV3Model::mtp_forward(V3SequenceState& mtp, std::span<const fl
   return mem.to_host(logits);
 }
 
+void DeepseekV3Model::linear(const Tensor& in, const V3Matrix& w, const Tensor& out) const {
+  if (w.quantized())
+    backend_.linear_quant({in, w.quant, out});
+  else
+    backend_.linear({in, w.f32.view(), out});
+}
+
 // Multiply-add counts of the two forms for T queries over S = cached + T keys (per head):
 //   naive:    expand every row, S·(dn+dv)·r, then attend, T·S·(dn+dr+dv);
 //   absorbed: fold the T queries and outputs, T·(dn+dv)·r, then attend in the latent, T·S·(2r+dr).
@@ -309,18 +344,18 @@ OwnedTensor DeepseekV3Model::attention(const Chunk& c, int layer, const V3LayerW
   if (m.q_lora_rank > 0) {
     OwnedTensor q_latent = mem.zeros(DType::kF32, {T, m.q_lora_rank});
     OwnedTensor q_normed = mem.zeros(DType::kF32, {T, m.q_lora_rank});
-    backend_.linear({x.view(), a.q_a.view(), q_latent.view()});
+    linear(x.view(), a.q_a, q_latent.view());
     backend_.rms_norm({q_latent.view(), a.q_a_norm.view(), q_normed.view(), kLatentNormEps});
-    backend_.linear({q_normed.view(), a.q_b.view(), q.view()});
+    linear(q_normed.view(), a.q_b, q.view());
   } else {
-    backend_.linear({x.view(), a.q.view(), q.view()});
+    linear(x.view(), a.q, q.view());
   }
   const Tensor q_heads = q.view().reshape({T, H, qk});
   backend_.rope({q_heads, c.positions.view(), inv_freq_.view()});  // rotates the trailing dr channels
 
   // Compressed KV: kv_a [T, r + dr] = latent c | shared rope key k_pe (one for all heads).
   OwnedTensor kv_a = mem.zeros(DType::kF32, {T, row});
-  backend_.linear({x.view(), a.kv_a.view(), kv_a.view()});
+  linear(x.view(), a.kv_a, kv_a.view());
   OwnedTensor latent = mem.zeros(DType::kF32, {T, r}), k_pe = mem.zeros(DType::kF32, {T, 1, dr});
   mem.copy(latent, narrow(kv_a, 1, 0, r));
   mem.copy(k_pe.view().reshape({T, dr}), narrow(kv_a, 1, r, row));
@@ -393,7 +428,7 @@ OwnedTensor DeepseekV3Model::attention(const Chunk& c, int layer, const V3LayerW
 
   // Output projection: concat_h(o_h) [T, H·dv] · W_oᵀ.
   OwnedTensor out = mem.zeros(DType::kF32, {T, D});
-  backend_.linear({o.view().reshape({T, H * dv}), a.o.view(), out.view()});
+  linear(o.view().reshape({T, H * dv}), a.o, out.view());
   return out;
 }
 
@@ -406,13 +441,21 @@ OwnedTensor DeepseekV3Model::ffn(const Chunk& c, int layer, const V3LayerWeights
   p.x = x.view();
   p.experts = &lw.experts;
   p.out = out.view();
+  // Experts kept FP8: the same call through moe_quant (no expert parallelism on that path yet).
+  auto run = [&](const MoeParams& mp) {
+    if (!lw.quant_experts) return backend_.moe(mp);
+    DI_CHECK_CODE(!ep_, ErrorCode::kUnsupported)
+        << "V3 family: expert parallelism with FP8 experts kept quantized (load with V3WeightStorage::kF32)";
+    backend_.moe_quant({mp.x, mp.weights, mp.indices, &lw.qexperts, mp.shared ? &lw.qshared : nullptr, mp.out,
+                        mp.swiglu_limit, mp.weight_before_w2});
+  };
   if (!lw.moe) {
     // Dense SwiGLU: the layer's one "expert" with weight 1 for every token.
     OwnedTensor weights = mem.zeros(DType::kF32, {T, 1}), indices = mem.zeros(DType::kI32, {T, 1});
     mem.fill(weights, 1.0f);
     p.weights = weights.view();
     p.indices = indices.view();
-    backend_.moe(p);
+    run(p);
     return out;
   }
   const int64_t k = moe.num_experts_per_tok;
@@ -443,10 +486,10 @@ OwnedTensor DeepseekV3Model::ffn(const Chunk& c, int layer, const V3LayerWeights
   p.indices = indices.view();
   p.shared = lw.has_shared ? &lw.shared : nullptr;
   // The MTP block (layer == num_layers) keeps all its experts: expert parallelism covers the main layers only.
-  if (ep_ && layer < config_.num_layers) {
+  if (ep_ && layer < config_.num_layers && !lw.quant_experts) {
     ep_->moe(backend_, layer, p);
   } else {
-    backend_.moe(p);
+    run(p);
   }
   return out;
 }
@@ -465,6 +508,8 @@ bool DeepseekV3Model::has_expert(int layer, int expert) const {
 
 void DeepseekV3Model::retain_experts(int layer, const std::vector<bool>& keep) {
   V3LayerWeights& lw = w_.layers.at(layer);
+  DI_CHECK_CODE(!lw.quant_experts, ErrorCode::kUnsupported)
+      << "retain_experts: FP8 experts kept quantized (load with V3WeightStorage::kF32 for expert parallelism)";
   DI_CHECK(lw.moe && keep.size() == lw.experts.size())
       << "retain_experts: layer " << layer << " has " << lw.experts.size() << " routed experts, got " << keep.size()
       << " flags";
@@ -478,6 +523,8 @@ void DeepseekV3Model::retain_experts(int layer, const std::vector<bool>& keep) {
 void DeepseekV3Model::load_experts(const std::string& dir, int layer, const std::vector<int>& experts) {
   V3LayerWeights& lw = w_.layers.at(layer);
   DI_CHECK(lw.moe) << "load_experts: layer " << layer << " is dense";
+  DI_CHECK_CODE(!lw.quant_experts, ErrorCode::kUnsupported)
+      << "load_experts: FP8 experts kept quantized (load with V3WeightStorage::kF32 for expert parallelism)";
   auto ckpt = Checkpoint::open(dir);
   WeightLoader ld(config_, *ckpt, backend_);
   const std::string M = "model.layers." + std::to_string(config_.layers.at(layer).index) + ".mlp.experts.";

@@ -62,12 +62,16 @@ enum class MlaForm { kAuto, kNaive, kAbsorbed };
 
 class DeepseekV3Model {
  public:
-  // Loads config.json and the safetensors of `dir` (model_type deepseek_v3 or deepseek_v2).
-  static std::unique_ptr<DeepseekV3Model> load(const std::string& dir, Backend& backend);
+  // Loads config.json and the safetensors of `dir` (model_type deepseek_v3 or deepseek_v2). FP8 block-scaled
+  // projections and experts stay in their format on a device backend (storage kAuto).
+  static std::unique_ptr<DeepseekV3Model> load(const std::string& dir, Backend& backend,
+                                               V3WeightStorage storage = V3WeightStorage::kAuto);
 
   DeepseekV3Model(ModelConfig config, V3Weights weights, Backend& backend);
 
   const ModelConfig& config() const { return config_; }
+  // Bytes the weights take in the backend's memory (FP8 kept quantized: about a quarter of f32).
+  int64_t weight_bytes() const { return v3_weight_bytes(w_); }
   V3SequenceState new_sequence() const;
   // Paged mode for the engine's runner (the argument, V4.1's bounded replay, does not apply to V3). A paged
   // sequence may start at any cached position: its rows need nothing but the pages, so no replay.
@@ -130,6 +134,8 @@ class DeepseekV3Model {
   OwnedTensor ffn(const Chunk& c, int layer, const V3LayerWeights& lw, const OwnedTensor& x) const;
   Chunk make_chunk(int64_t p0, int64_t T, int64_t kv_base) const;
   bool use_absorbed(int64_t tokens, int64_t cached) const;
+  // out = in · Wᵀ through linear or linear_quant, as the weight is kept.
+  void linear(const Tensor& in, const V3Matrix& w, const Tensor& out) const;
   void upload_weights();
   // The backend's tensor memory (host for the CPU reference, device memory for CUDA); mutable state of the
   // backend, not of the model, so const forward calls may allocate through it.

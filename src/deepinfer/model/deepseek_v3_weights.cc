@@ -1,13 +1,71 @@
 #include "deepinfer/model/deepseek_v3_weights.h"
 
+#include <cstring>
+#include <optional>
+
 #include "deepinfer/model/weight_loader.h"
 
 namespace deepinfer {
+namespace {
 
-V3Weights load_v3_weights(const ModelConfig& c, const Checkpoint& ck, Backend& backend) {
+int64_t bytes_of(const OwnedTensor& t) { return t.view().data() ? dtype_bytes(t.dtype(), t.numel()) : 0; }
+
+// A host copy of a checkpoint tensor (the checkpoint's mapping is closed after loading).
+HostTensor host_copy(const Tensor& t) {
+  HostTensor h(t.dtype(), t.shape());
+  std::memcpy(h.data<uint8_t>(), t.data(), static_cast<size_t>(t.nbytes()));
+  return h;
+}
+
+}  // namespace
+
+int64_t V3Matrix::bytes() const { return bytes_of(f32) + bytes_of(codes) + bytes_of(scales); }
+
+int64_t v3_weight_bytes(const V3Weights& w) {
+  int64_t b = bytes_of(w.embed) + bytes_of(w.norm) + bytes_of(w.head);
+  std::vector<const V3LayerWeights*> blocks;
+  for (const V3LayerWeights& lw : w.layers) blocks.push_back(&lw);
+  for (const V3MtpWeights& m : w.mtp) {
+    b += bytes_of(m.enorm) + bytes_of(m.hnorm) + bytes_of(m.eh_proj) + bytes_of(m.head_norm);
+    blocks.push_back(&m.block);
+  }
+  for (const V3LayerWeights* block : blocks) {
+    const V3LayerWeights& lw = *block;
+    const V3AttentionWeights& a = lw.attn;
+    b += bytes_of(lw.input_norm) + bytes_of(lw.post_attention_norm) + bytes_of(lw.gate) + bytes_of(lw.gate_bias);
+    b += a.q_a.bytes() + a.q_b.bytes() + a.q.bytes() + a.kv_a.bytes() + a.o.bytes();
+    b += bytes_of(a.q_a_norm) + bytes_of(a.kv_a_norm) + bytes_of(a.kv_b);
+    for (const OwnedTensor& t : lw.expert_storage) b += bytes_of(t);
+    for (const OwnedTensor& t : lw.quant_storage) b += bytes_of(t);
+  }
+  return b;
+}
+
+V3Weights load_v3_weights(const ModelConfig& c, const Checkpoint& ck, Backend& backend, bool keep_fp8) {
   DI_CHECK(c.family == ModelFamily::kDeepseekV3)
       << "load_v3_weights: " << family_name(c.family) << " is not a DeepSeek-V3 family model";
   WeightLoader ld(c, ck, backend);
+  // A matrix in its stored FP8 format when asked and stored so, else f32.
+  auto quant = [&](const std::string& name, std::vector<OwnedTensor>& storage) -> std::optional<QuantMatrix> {
+    Tensor codes, scales;
+    if (!keep_fp8 || !ld.fp8_block(name, &codes, &scales)) return std::nullopt;
+    storage.push_back(host_copy(codes));
+    storage.push_back(host_copy(scales));
+    return QuantMatrix{storage[storage.size() - 2].view(), storage.back().view(), QuantFormat::kFP8Block,
+                       c.quant.block_n, c.quant.block_k};
+  };
+  auto mat = [&](const std::string& name) {
+    V3Matrix m;
+    std::vector<OwnedTensor> storage;
+    if (auto q = quant(name, storage)) {
+      m.codes = std::move(storage[0]);
+      m.scales = std::move(storage[1]);
+      m.quant = *q;
+    } else {
+      m.f32 = ld.f32(name);
+    }
+    return m;
+  };
   V3Weights w;
   w.embed = ld.f32("model.embed_tokens.weight");
   w.norm = ld.f32("model.norm.weight");
@@ -20,18 +78,31 @@ V3Weights load_v3_weights(const ModelConfig& c, const Checkpoint& ck, Backend& b
     lw.post_attention_norm = ld.f32(L + "post_attention_layernorm.weight");
     V3AttentionWeights& a = lw.attn;
     if (c.mla.q_lora_rank > 0) {
-      a.q_a = ld.f32(A + "q_a_proj.weight");
+      a.q_a = mat(A + "q_a_proj.weight");
       a.q_a_norm = ld.f32(A + "q_a_layernorm.weight");
-      a.q_b = ld.f32(A + "q_b_proj.weight");
+      a.q_b = mat(A + "q_b_proj.weight");
     } else {
-      a.q = ld.f32(A + "q_proj.weight");
+      a.q = mat(A + "q_proj.weight");
     }
-    a.kv_a = ld.f32(A + "kv_a_proj_with_mqa.weight");
+    a.kv_a = mat(A + "kv_a_proj_with_mqa.weight");
     a.kv_a_norm = ld.f32(A + "kv_a_layernorm.weight");
     a.kv_b = ld.f32(A + "kv_b_proj.weight");
-    a.o = ld.f32(A + "o_proj.weight");
+    a.o = mat(A + "o_proj.weight");
 
     const std::string M = L + "mlp.";
+    // Quantized experts: every expert of the layer (and the dense MLP) must be stored FP8, or all go f32.
+    lw.quant_experts =
+        keep_fp8 && ld.is_fp8_block(M + (plan.routing == RoutingKind::kTopK ? "experts.0." : "") + "gate_proj.weight");
+    auto quant_mlp = [&](const std::string& prefix) {
+      QuantExpertWeights e;
+      for (auto [dst, name] :
+           {std::pair{&e.w1, "gate_proj.weight"}, {&e.w3, "up_proj.weight"}, {&e.w2, "down_proj.weight"}}) {
+        auto q = quant(prefix + name, lw.quant_storage);
+        DI_CHECK(q.has_value()) << prefix << name << ": expected FP8 block-scaled like the layer's other experts";
+        *dst = *q;
+      }
+      return e;
+    };
     auto push_mlp = [&](const std::string& prefix) {
       lw.expert_storage.push_back(ld.f32(prefix + "gate_proj.weight"));
       lw.expert_storage.push_back(ld.f32(prefix + "up_proj.weight"));
@@ -42,7 +113,21 @@ V3Weights load_v3_weights(const ModelConfig& c, const Checkpoint& ck, Backend& b
               lw.expert_storage[first + 2].view()};
     };
     lw.moe = plan.routing == RoutingKind::kTopK;
-    if (!lw.moe) {
+    if (lw.quant_experts) {
+      // Device tensors do not move with their OwnedTensor, nor host buffers: views stay valid as storage grows.
+      if (!lw.moe) {
+        lw.qexperts.push_back(quant_mlp(M));
+      } else {
+        lw.gate = ld.f32(M + "gate.weight");
+        if (c.moe.has_bias) lw.gate_bias = ld.f32(M + "gate.e_score_correction_bias");
+        for (int e = 0; e < c.moe.n_routed_experts; ++e)
+          lw.qexperts.push_back(quant_mlp(M + "experts." + std::to_string(e) + "."));
+        if (c.moe.n_shared_experts > 0) {
+          lw.qshared = quant_mlp(M + "shared_experts.");
+          lw.has_shared = true;
+        }
+      }
+    } else if (!lw.moe) {
       push_mlp(M);
       lw.experts.push_back(views(0));
     } else {

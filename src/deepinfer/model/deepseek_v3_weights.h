@@ -1,6 +1,8 @@
-// Weights of a DeepSeek-V3-family model (V3, R1, V3.1, V2-Lite), dequantized to fp32 tensors (FP8 128×128
-// blocks with F32 weight_scale_inv are expanded exactly at load, on the host); a device model uploads them once. Names
-// are transformers' (the released checkpoints use them too); the schema is model/weight_schema.h.
+// Weights of a DeepSeek-V3-family model (V3, R1, V3.1, V2-Lite). The CPU reference keeps every tensor in fp32 (FP8
+// 128×128 blocks with F32 weight_scale_inv are expanded exactly at load); a device model keeps the FP8 block-scaled
+// projections and experts in their stored format (read in place by linear_quant / moe_quant, 1 B a weight instead
+// of 4) and uploads everything once. Names are transformers' (the released checkpoints use them too); the schema is
+// model/weight_schema.h.
 #pragma once
 
 #include <vector>
@@ -13,12 +15,29 @@
 
 namespace deepinfer {
 
+// How FP8 block-scaled matrices are kept. kAuto: in their format on a device backend, f32 on the CPU reference;
+// kF32: always f32; kFP8: in their format on any backend (the CPU then dequantizes per call: tests).
+enum class V3WeightStorage { kAuto, kF32, kFP8 };
+
+// A projection matrix [N, K] as the model keeps it: f32, or the checkpoint's e4m3 codes + block scales.
+struct V3Matrix {
+  OwnedTensor f32;            // kept in f32
+  OwnedTensor codes, scales;  // kept quantized: fp8_e4m3 [N, K], f32/e8m0 [ceil(N/bn), ceil(K/bk)]
+  QuantMatrix quant;          // views into codes / scales
+  bool quantized() const { return codes.view().data() != nullptr; }
+  bool empty() const { return !quantized() && f32.view().data() == nullptr; }
+  int64_t bytes() const;
+};
+
 struct V3AttentionWeights {
-  OwnedTensor q_a, q_a_norm, q_b;  // q_lora_rank set: [rq, D], [rq], [H·(dn+dr), rq]
-  OwnedTensor q;                   // q_lora_rank null: [H·(dn+dr), D]
-  OwnedTensor kv_a, kv_a_norm;     // [r + dr, D], [r]
-  OwnedTensor kv_b;                // [H·(dn+dv), r]
-  OwnedTensor o;                   // [D, H·dv]
+  V3Matrix q_a;           // q_lora_rank set: [rq, D]
+  OwnedTensor q_a_norm;   // [rq]
+  V3Matrix q_b;           // [H·(dn+dr), rq]
+  V3Matrix q;             // q_lora_rank null: [H·(dn+dr), D]
+  V3Matrix kv_a;          // [r + dr, D]
+  OwnedTensor kv_a_norm;  // [r]
+  OwnedTensor kv_b;       // [H·(dn+dv), r], f32 always (the MLA ops read it as such)
+  V3Matrix o;             // [D, H·dv]
 };
 
 struct V3LayerWeights {
@@ -33,6 +52,12 @@ struct V3LayerWeights {
   std::vector<ExpertWeights> experts;       // views into expert_storage
   ExpertWeights shared;
   bool has_shared = false;
+  // FP8 experts kept quantized (quant_experts): the same experts as QuantMatrix views into quant_storage (codes,
+  // scales per matrix); `experts` and `expert_storage` then stay empty.
+  bool quant_experts = false;
+  std::vector<OwnedTensor> quant_storage;
+  std::vector<QuantExpertWeights> qexperts;
+  QuantExpertWeights qshared;
 };
 
 // One MTP module (MODELS.md Part B §5): z = eh_proj([enorm(embed(t_{i+1})) ; hnorm(h_i)]), one decoder block,
@@ -53,7 +78,10 @@ struct V3Weights {
   std::vector<V3MtpWeights> mtp;
 };
 
-// Validates the checkpoint against the schema of `config` (every problem listed) and loads it.
-V3Weights load_v3_weights(const ModelConfig& config, const Checkpoint& ckpt, Backend& backend);
+// Validates the checkpoint against the schema of `config` (every problem listed) and loads it; `keep_fp8`: FP8
+// block-scaled matrices stay in their format (host copies of codes and scales), the rest is f32.
+V3Weights load_v3_weights(const ModelConfig& config, const Checkpoint& ckpt, Backend& backend, bool keep_fp8 = false);
+// Bytes of every weight tensor (the memory the weights take on their device).
+int64_t v3_weight_bytes(const V3Weights& w);
 
 }  // namespace deepinfer

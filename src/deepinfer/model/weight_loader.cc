@@ -55,6 +55,20 @@ HostTensor WeightLoader::f32(const std::string& name) const {
   return out;
 }
 
+bool WeightLoader::is_fp8_block(const std::string& name) const {
+  auto it = by_name_.find(name);
+  return it != by_name_.end() && it->second->format == WeightFormat::kFP8Block &&
+         it->second->spec->kind != WeightKind::kEngramTable && it->second->scale != nullptr;
+}
+
+bool WeightLoader::fp8_block(const std::string& name, Tensor* codes, Tensor* scales) const {
+  if (!is_fp8_block(name)) return false;
+  const ResolvedWeight& r = *by_name_.at(name);
+  *codes = ckpt_.tensor(r.name);
+  *scales = ckpt_.tensor(r.scale->name);
+  return true;
+}
+
 HostTensor WeightLoader::i64(const std::string& name) const {
   auto it = by_name_.find(name);
   // An optional (draft) tensor the checkpoint lacks lands here too, so this is the user's error, not ours.

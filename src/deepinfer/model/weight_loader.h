@@ -24,6 +24,11 @@ class WeightLoader {
   bool has_draft() const { return check_.has_draft; }
   // The tensor named `name` (canonical) as f32 in its logical shape.
   HostTensor f32(const std::string& name) const;
+  // Whether `name` is stored FP8 e4m3 with per-block scales (kFP8Block, not an Engram row table).
+  bool is_fp8_block(const std::string& name) const;
+  // Its stored codes [N, K] and block scales (views into the checkpoint, valid while it is open); false when
+  // is_fp8_block(name) is not.
+  bool fp8_block(const std::string& name, Tensor* codes, Tensor* scales) const;
   // An integer table (hash routing) as i64.
   HostTensor i64(const std::string& name) const;
 

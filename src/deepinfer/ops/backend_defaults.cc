@@ -1,9 +1,56 @@
-// Default bodies of Backend virtuals added after a backend existed: they throw Unsupported so a backend
-// that has not implemented an op family fails loudly and by name instead of silently computing something else.
+// Default bodies of Backend virtuals added after a backend existed: the MLA ones throw Unsupported so a backend
+// that has not implemented an op family fails loudly and by name instead of silently computing something else;
+// the quantized-weight ones are the reference (dequantize exactly to f32, then the f32 op).
 #include "deepinfer/core/error.h"
+#include "deepinfer/ops/memory.h"
 #include "deepinfer/ops/ops.h"
 
 namespace deepinfer {
+namespace {
+
+// f32 [rows, cols] of m on the backend's memory (m itself when it already is f32).
+OwnedTensor dequantized(Backend& be, const QuantMatrix& m, const char* op) {
+  DI_CHECK(m.weight.data() != nullptr && m.weight.rank() == 2) << op << ": weight must be a matrix";
+  TensorMemory& mem = backend_memory(be);
+  if (m.format == QuantFormat::kFloat && m.weight.dtype() == DType::kF32) return mem.upload(m.weight);
+  OwnedTensor out = mem.zeros(DType::kF32, {m.rows(), m.cols()});
+  DequantizeParams p;
+  p.weight = m.weight;
+  p.scale = m.scale;
+  p.format = m.format;
+  p.block_n = m.block_n;
+  p.block_k = m.block_k;
+  p.out = out.view();
+  be.dequantize(p);
+  return out;
+}
+
+}  // namespace
+
+void Backend::linear_quant(const QuantLinearParams& p) {
+  const OwnedTensor w = dequantized(*this, p.weight, "linear_quant");
+  linear({p.in, w.view(), p.out});
+}
+
+void Backend::moe_quant(const QuantMoeParams& p) {
+  DI_CHECK(p.experts != nullptr) << "moe_quant: experts are required";
+  std::vector<OwnedTensor> storage;
+  std::vector<ExpertWeights> experts;
+  auto expand = [&](const QuantExpertWeights& q) {
+    ExpertWeights e;
+    if (q.w1.weight.data() == nullptr) return e;  // not resident
+    for (auto [dst, src] : {std::pair{&e.w1, &q.w1}, {&e.w3, &q.w3}, {&e.w2, &q.w2}}) {
+      storage.push_back(dequantized(*this, *src, "moe_quant"));
+      *dst = storage.back().view();
+    }
+    return e;
+  };
+  storage.reserve(3 * p.experts->size() + 3);
+  for (const QuantExpertWeights& q : *p.experts) experts.push_back(expand(q));
+  ExpertWeights shared;
+  if (p.shared) shared = expand(*p.shared);
+  moe({p.x, p.weights, p.indices, &experts, p.shared ? &shared : nullptr, p.out, p.swiglu_limit, p.weight_before_w2});
+}
 
 void Backend::mla_attention_naive(const MlaAttentionParams&) {
   DI_FAIL(ErrorCode::kUnsupported) << "mla_attention_naive: not implemented on this backend";

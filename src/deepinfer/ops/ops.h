@@ -51,6 +51,47 @@ struct LinearParams {
   Tensor out;     // f32 [M, N]; must not alias `in`
 };
 
+// One weight matrix as the checkpoint stores it (see DequantizeParams for the layouts).
+struct QuantMatrix {
+  Tensor weight;  // kFloat: f32/bf16 [N, K]; kFP8Block/kFP8Row32: fp8_e4m3 [N, K]; kMXFP4: u8/i8 [N, K/2]
+  Tensor scale;   // kFP8Block: e8m0/f32 [ceil(N/block_n), ceil(K/block_k)]; kMXFP4: e8m0 [N, K/32];
+                  // kFP8Row32: e8m0/f32 [N, ceil(K/32)]; kFloat: none
+  QuantFormat format = QuantFormat::kFloat;
+  int block_n = 128;
+  int block_k = 128;
+  int64_t rows() const { return weight.dim(0); }
+  int64_t cols() const { return format == QuantFormat::kMXFP4 ? weight.dim(1) * 2 : weight.dim(1); }
+};
+
+// out = in · dequant(W)ᵀ in fp32 accumulation. The Backend default (the CPU reference) dequantizes W to f32
+// and runs linear(). CUDA: bf16 weights go through cuBLASLt with the input rounded to bf16; FP8/MXFP4 weights
+// through the own block-dequantizing GEMM (exact products in fp32 for few rows, bf16-rounded inputs on the
+// tensor-core tiles for many).
+struct QuantLinearParams {
+  Tensor in;  // f32 [M, K]
+  QuantMatrix weight;
+  Tensor out;  // f32 [M, N]
+};
+
+struct QuantExpertWeights {
+  QuantMatrix w1, w3, w2;  // gate [I, D], up [I, D], down [D, I]
+};
+
+// MoeParams with quantized experts: all routed experts share one format; the shared expert may differ
+// (V4: MXFP4 routed experts, FP8 block-scaled shared expert). The Backend default dequantizes every expert to
+// f32 per call and runs moe() (a reference, not a fast path). A routed expert with no weight is not resident
+// (expert parallelism) and must not be selected.
+struct QuantMoeParams {
+  Tensor x;        // f32 [T, D]
+  Tensor weights;  // f32 [T, k]
+  Tensor indices;  // i32 [T, k]
+  const std::vector<QuantExpertWeights>* experts = nullptr;
+  const QuantExpertWeights* shared = nullptr;
+  Tensor out;  // f32 [T, D]
+  float swiglu_limit = 0.0f;
+  bool weight_before_w2 = false;
+};
+
 // Row gather: out[t] = table[ids[t]].
 struct EmbeddingParams {
   Tensor table;  // f32 [V, D]
@@ -323,6 +364,8 @@ class Backend {
   // linear / quantized weights
   virtual void dequantize(const DequantizeParams& p) = 0;
   virtual void linear(const LinearParams& p) = 0;
+  // Weights in their stored format; the defaults dequantize to f32 and run linear / moe.
+  virtual void linear_quant(const QuantLinearParams& p);
   virtual void embedding(const EmbeddingParams& p) = 0;
   // norms
   virtual void rms_norm(const RmsNormParams& p) = 0;
@@ -347,6 +390,7 @@ class Backend {
   // router + MoE
   virtual void router(const RouterParams& p) = 0;
   virtual void moe(const MoeParams& p) = 0;
+  virtual void moe_quant(const QuantMoeParams& p);
   // Engram
   virtual void engram_hash(const EngramHashParams& p) = 0;
   virtual void engram_gate(const EngramGateParams& p) = 0;

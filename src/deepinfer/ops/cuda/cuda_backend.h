@@ -1,6 +1,6 @@
-// CudaBackend: the Backend interface (ops.h) on one CUDA device (Hopper, sm_90a), plus the quantized-weight
-// entry points the CPU reference does not need (it dequantizes at load): a linear and a MoE that read BF16,
-// FP8 e4m3 block-scaled (UE8M0 or f32 scales, 128x128 / 32x32 / any block) and MXFP4 weights directly.
+// CudaBackend: the Backend interface (ops.h) on one CUDA device (Hopper, sm_90a). Its linear_quant / moe_quant
+// read BF16, FP8 e4m3 block-scaled (UE8M0 or f32 scales, 128x128 / 32x32 / any block) and MXFP4 weights
+// directly (the Backend defaults dequantize to f32 first).
 //
 // Every tensor passed to an op must live on the CUDA device (Device::cuda), except MoeParams' expert list,
 // which is a host vector of device tensors. Ops are asynchronous: they enqueue work on the backend's stream
@@ -17,43 +17,6 @@
 #include "deepinfer/ops/ops.h"
 
 namespace deepinfer {
-
-// One weight matrix as the checkpoint stores it (see DequantizeParams for the layouts).
-struct QuantMatrix {
-  Tensor weight;  // kFloat: f32/bf16 [N, K]; kFP8Block/kFP8Row32: fp8_e4m3 [N, K]; kMXFP4: u8/i8 [N, K/2]
-  Tensor scale;   // kFP8Block: e8m0/f32 [ceil(N/block_n), ceil(K/block_k)]; kMXFP4: e8m0 [N, K/32];
-                  // kFP8Row32: e8m0/f32 [N, ceil(K/32)]; kFloat: none
-  QuantFormat format = QuantFormat::kFloat;
-  int block_n = 128;
-  int block_k = 128;
-  int64_t rows() const { return weight.dim(0); }
-  int64_t cols() const { return format == QuantFormat::kMXFP4 ? weight.dim(1) * 2 : weight.dim(1); }
-};
-
-// out = in · dequant(W)ᵀ in fp32 accumulation. bf16 weights go through cuBLASLt with the input rounded to
-// bf16; FP8/MXFP4 weights through the own block-dequantizing GEMM (exact products in fp32).
-struct QuantLinearParams {
-  Tensor in;  // f32 [M, K]
-  QuantMatrix weight;
-  Tensor out;  // f32 [M, N]
-};
-
-struct QuantExpertWeights {
-  QuantMatrix w1, w3, w2;  // gate [I, D], up [I, D], down [D, I]
-};
-
-// MoeParams with quantized experts: all routed experts share one format; the shared expert may differ
-// (V4: MXFP4 routed experts, FP8 block-scaled shared expert).
-struct QuantMoeParams {
-  Tensor x;        // f32 [T, D]
-  Tensor weights;  // f32 [T, k]
-  Tensor indices;  // i32 [T, k]
-  const std::vector<QuantExpertWeights>* experts = nullptr;
-  const QuantExpertWeights* shared = nullptr;
-  Tensor out;  // f32 [T, D]
-  float swiglu_limit = 0.0f;
-  bool weight_before_w2 = false;
-};
 
 // Random contents for synthetic runs (`deepinfer bench`): f32 uniform in [-range, range), bf16 finite in
 // ±[2^-7, 2), e4m3 codes without NaN, E8M0 scales in [e8m0_low, e8m0_low + e8m0_span), any other dtype uniform bytes.
@@ -146,9 +109,9 @@ class CudaBackend final : public Backend, public HasTensorMemory {
   // not outlive the backend.
   TensorMemory& memory() override;
 
-  // Quantized-weight entry points (CUDA only).
-  void linear_quant(const QuantLinearParams& p);
-  void moe_quant(const QuantMoeParams& p);
+  // Quantized weights read in place (no f32 copy).
+  void linear_quant(const QuantLinearParams& p) override;
+  void moe_quant(const QuantMoeParams& p) override;
   void fill_random(const RandomFillParams& p);
   void lt_gemm(const LtGemmParams& p);
   // Raises (at synchronize) InvalidArgument for a position outside [0, 2^32).
