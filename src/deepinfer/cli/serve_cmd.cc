@@ -21,6 +21,9 @@ struct ServeArgs {
   int max_n = 16;
   int64_t max_tokens = 0;
   int64_t max_body_mb = 8;
+  int64_t max_header_kb = 16;
+  int64_t max_constraint_kb = 64;
+  server::RequestLimits limits;
   double drain_timeout_s = 30;
 };
 
@@ -31,6 +34,7 @@ int run_serve(ServeArgs a) {
   DI_LOG_INFO("model resolved from {}: {}", m.source, m.dir);
   a.model.model_dir = m.dir;
   a.http.max_body_bytes = static_cast<size_t>(a.max_body_mb) << 20;
+  a.http.max_header_bytes = static_cast<size_t>(a.max_header_kb) << 10;
   if (a.http.api_key.empty())
     if (const char* k = std::getenv("DEEPINFER_API_KEY")) a.http.api_key = k;
 
@@ -44,9 +48,10 @@ int run_serve(ServeArgs a) {
   auto host = server::ModelHost::load(a.model);
   server::Metrics metrics;
   server::EngineService engine(*host, metrics, {a.max_active_requests});
-  server::RequestLimits limits;
+  server::RequestLimits limits = a.limits;
   limits.max_n = a.max_n;
   limits.max_tokens = a.max_tokens;
+  limits.max_constraint_bytes = static_cast<size_t>(a.max_constraint_kb) << 10;
   server::ServerApi api(*host, limits);
   server::HttpServer http(api, engine, metrics, a.http);
   http.start();
@@ -100,7 +105,19 @@ void register_serve(CLI::App& app, CommandRegistry& reg) {
   sub->add_option("--max-n", a->max_n, "largest n per request")->check(CLI::Range(1, 128));
   sub->add_option("--max-tokens", a->max_tokens, "largest max_tokens per request (0 = the context)")
       ->check(CLI::NonNegativeNumber);
-  sub->add_option("--max-body-mb", a->max_body_mb, "largest request body")->check(CLI::PositiveNumber);
+  sub->add_option("--max-body-mb", a->max_body_mb, "largest request body; larger: 413")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  sub->add_option("--max-header-kb", a->max_header_kb, "largest request line + headers; larger: 431")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  sub->add_option("--max-json-depth", a->limits.max_json_depth, "deepest array/object nesting in a body; deeper: 400")
+      ->check(CLI::Range(8, 4096))
+      ->capture_default_str();
+  sub->add_option("--max-constraint-kb", a->max_constraint_kb,
+                  "largest structured-output constraint (JSON Schema / regex / grammar text); larger: 400")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   sub->add_option("--io-threads", a->http.io_threads)->check(CLI::PositiveNumber);
   sub->add_option("--drain-timeout", a->drain_timeout_s, "seconds in-flight requests get after SIGTERM");
   reg.add(sub, [a] { return run_serve(*a); });

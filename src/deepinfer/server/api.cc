@@ -44,7 +44,7 @@ RouteOutcome ServerApi::handle(const std::string& method, const std::string& pat
     for (const auto& r : routes) {
       if (path != r.path) continue;
       if (method != "POST") throw ApiError(405, std::string("use POST for ") + r.path);
-      Json j = parse_body(body);
+      Json j = parse_body(body, limits_.max_json_depth);
       switch (r.kind) {
         case 0:
           return chat_completions(j);

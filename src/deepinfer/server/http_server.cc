@@ -13,6 +13,7 @@
 
 #include "deepinfer/core/error.h"
 #include "deepinfer/core/logging.h"
+#include "deepinfer/server/api_key.h"
 
 namespace deepinfer::server {
 
@@ -110,10 +111,11 @@ struct HttpServer::Impl {
 
   bool authorized(const http::request<http::string_body>& req) const {
     if (opt.api_key.empty()) return true;
-    auto auth = req.find(http::field::authorization);
-    if (auth != req.end() && auth->value() == "Bearer " + opt.api_key) return true;
-    auto x = req.find("x-api-key");
-    return x != req.end() && x->value() == opt.api_key;
+    auto value = [&req](auto field) {
+      auto it = req.find(field);
+      return it == req.end() ? std::string_view{} : std::string_view(it->value().data(), it->value().size());
+    };
+    return api_key_matches(value(http::field::authorization), value("x-api-key"), opt.api_key);
   }
 
   template <class Stream>
@@ -258,17 +260,27 @@ struct HttpServer::Impl {
     for (;;) {
       http::request_parser<http::string_body> parser;
       parser.body_limit(opt.max_body_bytes);
+      parser.header_limit(static_cast<uint32_t>(std::min<size_t>(opt.max_header_bytes, UINT32_MAX)));
       beast::error_code ec;
       stream.expires_after(opt.idle_timeout);
       co_await http::async_read(stream, buffer, parser, net::redirect_error(net::use_awaitable, ec));
+      // Over a limit or not HTTP: one error reply naming the problem, then close (the rest of the stream cannot
+      // be trusted to start at a request boundary).
+      std::optional<ApiError> refuse;
       if (ec == http::error::body_limit) {
-        HttpReply r = error_reply(
-            ApiError(413, "request body larger than " + std::to_string(opt.max_body_bytes) + " bytes", "body"),
-            ErrorStyle::kOpenAI);
-        co_await write_reply(stream, r, 11, false);
+        refuse = ApiError(413, "request body larger than " + std::to_string(opt.max_body_bytes) + " bytes", "body");
+      } else if (ec == http::error::header_limit) {
+        refuse = ApiError(
+            431, "request line and headers larger than " + std::to_string(opt.max_header_bytes) + " bytes", "headers");
+      } else if (ec && ec.category() == http::make_error_code(http::error::bad_target).category() &&
+                 ec != http::error::end_of_stream && ec != http::error::partial_message) {
+        refuse = ApiError(400, "malformed HTTP request: " + ec.message());
+      }
+      if (refuse) {
+        co_await write_reply(stream, error_reply(*refuse, ErrorStyle::kOpenAI), 11, false);
         break;
       }
-      if (ec) break;           // end of stream, timeout, malformed HTTP: close
+      if (ec) break;           // end of stream, timeout, connection error: close
       stream.expires_never();  // the read's timer must not close the socket during a long generation
       http::request<http::string_body> req = parser.release();
       const bool keep_alive = req.keep_alive();

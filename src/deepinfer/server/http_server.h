@@ -16,9 +16,10 @@ namespace deepinfer::server {
 
 struct HttpServerOptions {
   std::string host = "127.0.0.1";
-  uint16_t port = 8000;  // 0: an ephemeral port (see HttpServer::port)
-  std::string api_key;   // non-empty: every route but /health needs it (Bearer or x-api-key)
-  size_t max_body_bytes = 8u << 20;
+  uint16_t port = 8000;                 // 0: an ephemeral port (see HttpServer::port)
+  std::string api_key;                  // non-empty: every route but /health needs it (Bearer or x-api-key)
+  size_t max_body_bytes = 8u << 20;     // larger: 413
+  size_t max_header_bytes = 16u << 10;  // request line + headers; larger: 431
   int io_threads = 2;
   std::chrono::seconds idle_timeout{120};  // a connection with no complete request for this long is closed
 };

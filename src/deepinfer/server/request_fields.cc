@@ -1,5 +1,6 @@
 #include "deepinfer/server/request_fields.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "deepinfer/core/error.h"
@@ -10,7 +11,36 @@ namespace {
 std::string type_name(const Json& j) { return j.type_name(); }
 }  // namespace
 
-Json parse_body(const std::string& body) {
+int json_nesting_depth(std::string_view text, int limit) {
+  int depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+      if (deepest > limit) return limit + 1;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+Json parse_body(const std::string& body, int max_depth) {
+  if (json_nesting_depth(body, max_depth) > max_depth)
+    throw ApiError(400, "request body nests arrays/objects deeper than " + std::to_string(max_depth) + " levels",
+                   "body");
   Json j;
   try {
     j = Json::parse(body);
@@ -168,6 +198,10 @@ SamplingParams parse_openai_sampling(const Json& body, bool chat, int64_t vocab_
   // Structured output: OpenAI's response_format, vLLM's guided_* and the regex / grammar extensions.
   std::string structured_field;
   auto constrain = [&](StructuredOutputParams sp, const std::string& field) {
+    if (sp.spec.size() > limits.max_constraint_bytes)
+      throw bad_request(field, field + ": the constraint is " + std::to_string(sp.spec.size()) +
+                                   " bytes, more than this server's limit of " +
+                                   std::to_string(limits.max_constraint_bytes));
     if (p.structured.active())
       throw bad_request(field, field + ": only one structured-output constraint per request (" + structured_field +
                                    " is already set)");

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -16,8 +17,13 @@ namespace deepinfer::server {
 
 using Json = nlohmann::ordered_json;
 
-// Parses a request body; malformed JSON or a non-object is a 400.
-Json parse_body(const std::string& body);
+// Parses a request body; malformed JSON, a non-object, or arrays/objects nested deeper than `max_depth` levels
+// (checked before parsing, so that no deep tree is ever built) is a 400.
+Json parse_body(const std::string& body, int max_depth = 128);
+
+// The deepest array/object nesting in a JSON text (brackets inside strings do not count); stops counting and
+// returns `limit + 1` as soon as the depth exceeds `limit`. Malformed text gives some depth; the parser rejects it.
+int json_nesting_depth(std::string_view text, int limit);
 
 class Fields {
  public:
@@ -44,6 +50,11 @@ class Fields {
 struct RequestLimits {
   int max_n = 16;
   int64_t max_tokens = 0;  // 0 = max_model_len
+  // Arrays/objects nested deeper than this in a request body: 400 (bounds every recursive walk of the body).
+  int max_json_depth = 128;
+  // A structured-output constraint (JSON Schema text, regex, EBNF grammar) longer than this: 400. Compiling one
+  // runs on the engine thread, so its size is bounded as well as its automaton (structured::CompileLimits).
+  size_t max_constraint_bytes = 64u << 10;
 };
 
 // SamplingParams from the OpenAI fields (chat and completions; `chat` selects logprobs' shape: a boolean plus

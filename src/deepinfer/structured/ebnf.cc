@@ -12,6 +12,9 @@ bool is_name_char(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
 }
 
+constexpr int kMaxGroupDepth = 256;
+constexpr int kMaxStackedQuantifiers = 4;
+
 class EbnfParser {
  public:
   explicit EbnfParser(std::string_view text) : text_(text) {}
@@ -129,9 +132,13 @@ class EbnfParser {
 
   ExprPtr parse_quantified() {
     ExprPtr e = parse_primary();
-    for (;;) {
+    for (int stacked = 0;; ++stacked) {
       if (pos_ >= text_.size()) return e;
       char c = text_[pos_];
+      // Each quantifier wraps the expression once more: a long run of them would build a tree deep enough to
+      // overflow the stack of every recursive pass over it.
+      if (stacked == kMaxStackedQuantifiers && (c == '*' || c == '+' || c == '?' || c == '{'))
+        fail("quantifiers nested deeper than " + std::to_string(kMaxStackedQuantifiers) + " on one item");
       if (c == '*') {
         ++pos_;
         e = star_expr(e);
@@ -251,7 +258,10 @@ class EbnfParser {
     }
     if (c == '(') {
       ++pos_;
+      // The parser recurses once per group level: bound it before the stack does.
+      if (++group_depth_ > kMaxGroupDepth) fail("groups nested deeper than " + std::to_string(kMaxGroupDepth));
       ExprPtr inner = parse_alternation(true);
+      --group_depth_;
       skip_space();
       if (!eat_str(")")) fail("expected ')'");
       return inner;
@@ -271,6 +281,7 @@ class EbnfParser {
 
   std::string_view text_;
   size_t pos_ = 0;
+  int group_depth_ = 0;
   Grammar g_;
   std::map<std::string, size_t> defined_, referenced_;
 };

@@ -25,6 +25,9 @@ ExprPtr hex_digit_ci(uint8_t nibble) {
   return bytes_expr(s);
 }
 
+constexpr int kMaxGroupDepth = 256;
+constexpr int kMaxStackedQuantifiers = 4;
+
 class RegexParser {
  public:
   RegexParser(std::string_view pattern, CharEncoding encoding) : pattern_(pattern), encoding_(encoding) {
@@ -120,7 +123,11 @@ class RegexParser {
   }
 
   ExprPtr parse_quantifiers(ExprPtr atom) {
-    for (;;) {
+    for (int stacked = 0;; ++stacked) {
+      // Each quantifier wraps the expression once more: a long run of them ("a??????...") would build a tree deep
+      // enough to overflow the stack of every recursive pass over it.
+      if (stacked == kMaxStackedQuantifiers && pos_ < cps_.size() && (peek('*') || peek('+') || peek('?') || peek('{')))
+        fail_syntax("quantifiers nested deeper than " + std::to_string(kMaxStackedQuantifiers) + " on one atom");
       int min = 0, max = 0;
       if (eat('*')) {
         min = 0, max = Expr::kUnbounded;
@@ -318,7 +325,10 @@ class RegexParser {
             fail_unsupported("inline flags or other (?...) group");
           }
         }
+        // The parser recurses once per group level: bound it before the stack does.
+        if (++group_depth_ > kMaxGroupDepth) fail_syntax("groups nested deeper than " + std::to_string(kMaxGroupDepth));
         ExprPtr inner = parse_alternation();
+        --group_depth_;
         if (!eat(')')) fail_syntax("missing ')'");
         return inner;
       }
@@ -346,6 +356,7 @@ class RegexParser {
   std::vector<uint32_t> cps_;
   std::vector<size_t> offsets_;
   size_t pos_ = 0;
+  int group_depth_ = 0;
 };
 
 }  // namespace
