@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <map>
 #include <set>
@@ -39,7 +40,11 @@ class TestRunner final : public ModelRunner {
   int64_t vocab_size() const override { return kVocab; }
 
   void execute(const ModelBatch& batch, std::span<float> logits) override {
-    ++steps;
+    // Before touching any state, as a workspace allocation at the start of a forward pass would fail.
+    if (++steps == throw_on_step || (throw_from_step > 0 && steps >= throw_from_step)) {
+      for (const BatchEntry& e : batch.entries) failed_seqs_.insert(e.seq_id);
+      DI_FAIL(ErrorCode::kResourceExhausted) << "workspace allocation failed (injected) in step " << steps;
+    }
     EXPECT_LE(batch.num_tokens, sc_.max_num_batched_tokens) << "token budget exceeded";
     EXPECT_LE(static_cast<int>(batch.entries.size()), sc_.max_num_seqs) << "max_num_seqs exceeded";
     EXPECT_EQ(batch.block_size, kBlockSize);
@@ -47,6 +52,12 @@ class TestRunner final : public ModelRunner {
     std::set<int32_t> slots;
     int64_t row = 0;
     for (const BatchEntry& e : batch.entries) {
+      if (failed_seqs_.count(e.seq_id)) {
+        // In a step launched behind the failed one (asynchronous scheduling): its cache was never written and the
+        // engine discards this row, so only the row count matters.
+        if (e.needs_logits) std::fill_n(logits.data() + row++ * kVocab, kVocab, 0.0f);
+        continue;
+      }
       if (seen_.insert(e.seq_id).second) admission_order.push_back(e.seq_id);
       EXPECT_TRUE(slots.insert(e.state_slot).second) << "two entries share state slot " << e.state_slot;
       EXPECT_GE(static_cast<int64_t>(e.block_table.size()) * kBlockSize, e.end()) << "block table too short";
@@ -105,6 +116,8 @@ class TestRunner final : public ModelRunner {
   int64_t ring_violations = 0;
   bool force_next = false;
   int64_t nan_for_seq = -1;
+  int64_t throw_on_step = -1;    // execute throws ResourceExhausted on this call (1-based)
+  int64_t throw_from_step = -1;  // ... and on every call from this one on
   int64_t steps = 0;
   int64_t computed_tokens = 0;
   int64_t replayed_tokens = 0;
@@ -116,6 +129,7 @@ class TestRunner final : public ModelRunner {
   std::vector<std::vector<TokenId>> rings_;
   std::map<int32_t, int64_t> ring_end_;
   std::set<int64_t> seen_;
+  std::set<int64_t> failed_seqs_;  // in the step that threw
   SchedulerConfig sc_;
   int window_;
 };
@@ -132,6 +146,9 @@ struct RunSetup {
   bool async = true;  // asynchronous scheduling (the engine's default)
   // Abort a request once it has streamed this many tokens (checked between steps).
   std::map<std::string, size_t> abort_after = {};
+  std::function<bool(int64_t)> allocation_fault = {};  // KvCacheConfig::allocation_fault
+  int64_t throw_on_step = -1;                          // TestRunner::throw_on_step
+  int64_t throw_from_step = -1;                        // TestRunner::throw_from_step
 };
 
 struct RunResult {
@@ -155,6 +172,7 @@ EngineConfig make_config(const RunSetup& s) {
           .num_state_slots = s.max_num_seqs,
           .enable_prefix_cache = s.prefix,
           .prefix_replay_tokens = s.replay};
+  c.kv.allocation_fault = s.allocation_fault;
   c.seed = 1234;
   c.async_scheduling = s.async;
   c.eos_token_ids = {kVocab - 1};
@@ -198,6 +216,8 @@ RunResult run(const RunSetup& s, const std::vector<Request>& requests, bool add_
   const EngineConfig cfg = make_config(s);
   TestRunner runner(s.num_blocks, s.max_num_seqs, cfg.scheduler, s.ring);
   runner.strict = s.strict;
+  runner.throw_on_step = s.throw_on_step;
+  runner.throw_from_step = s.throw_from_step;
   RunResult res;
   Engine engine(cfg, runner, [&](const SequenceDelta& d) {
     auto& v = res.streamed[key(d.request_id, d.sample_index)];
@@ -641,39 +661,86 @@ TEST(EngineAsync, LengthLimitedSequencesAreNotScheduledPastTheirLastToken) {
   EXPECT_EQ(async.reasons.at("1/0"), StopReason::kMaxModelLen);
 }
 
-// Throws from execute on the given call: the error reaches the caller of step() from the worker thread.
-class FailingRunner final : public ModelRunner {
- public:
-  explicit FailingRunner(int fail_on) : fail_on_(fail_on) {}
-  int64_t vocab_size() const override { return kVocab; }
-  void execute(const ModelBatch& batch, std::span<float> logits) override {
-    DI_CHECK_CODE(++calls_ != fail_on_, ErrorCode::kResourceExhausted) << "out of device memory in call " << calls_;
-    std::fill(logits.begin(), logits.begin() + batch.num_logits_rows * kVocab, 0.0f);
-  }
-
- private:
-  int fail_on_;
-  int calls_ = 0;
-};
-
-TEST(EngineAsync, ARunnerErrorOnTheWorkerReachesTheCaller) {
+// Fault injection: a step whose execution throws (a workspace allocation failing with ResourceExhausted) finishes
+// the sequences in that step with StopReason::kError; every other sequence runs on to exactly the output of a run
+// without the fault, and nothing leaks (run() checks blocks and slots).
+TEST(EngineFaults, AFailedStepFinishesOnlyItsSequencesAndTheEngineServesOn) {
+  const auto reqs = workload();
   for (bool async : {false, true}) {
-    FailingRunner runner(3);
-    Engine engine(make_config({.async = async}), runner);
-    Request r;
-    r.request_id = "x";
-    r.prompt_token_ids = prompt_of(5, 1);
-    r.params.max_tokens = 10;
-    r.params.ignore_eos = true;
-    engine.add_request(r);
-    try {
-      engine.run_to_completion(100);
-      FAIL() << "expected the runner's error";
-    } catch (const Error& e) {
-      EXPECT_EQ(e.code(), ErrorCode::kResourceExhausted);
-      EXPECT_NE(e.message().find("out of device memory in call 3"), std::string::npos) << e.message();
+    const RunResult clean = run({.max_num_seqs = 2, .async = async}, reqs, /*add_all_first=*/false);
+    for (int64_t step : {1, 4, 9}) {
+      const RunResult r = run({.max_num_seqs = 2, .async = async, .throw_on_step = step}, reqs, false);
+      ASSERT_EQ(r.outputs.size(), clean.outputs.size());
+      EXPECT_EQ(r.stats.failed_steps, 1) << "step " << step;
+      int errors = 0;
+      for (const auto& [k, out] : r.outputs) {
+        const std::vector<TokenId>& want = clean.outputs.at(k);
+        if (r.reasons.at(k) == StopReason::kError) {
+          ++errors;
+          ASSERT_LE(out.size(), want.size()) << k;
+          EXPECT_TRUE(std::equal(out.begin(), out.end(), want.begin())) << k << ": not a prefix of the clean output";
+        } else {
+          EXPECT_EQ(r.reasons.at(k), clean.reasons.at(k)) << k;
+          EXPECT_EQ(out, want) << k << " (step " << step << ", async " << async << ")";
+        }
+      }
+      EXPECT_GE(errors, 1) << "the failed step had sequences";
+      EXPECT_LE(errors, 2) << "max_num_seqs 2: at most two sequences were in the failed step";
     }
-  }  // the engine (and its worker) go away cleanly after the error
+  }
+}
+
+// A fault that persists (every step from the first or the third on throws): every request ends with an error,
+// none hangs and nothing leaks.
+TEST(EngineFaults, PersistentStepFailuresEndEveryRequestWithoutLeaks) {
+  for (bool async : {false, true}) {
+    for (int64_t from : {1, 3}) {
+      const RunResult r = run({.max_num_seqs = 2, .async = async, .throw_from_step = from}, workload(), false);
+      ASSERT_EQ(r.outputs.size(), 10u);
+      int errors = 0;
+      for (const auto& [k, reason] : r.reasons) errors += reason == StopReason::kError;
+      EXPECT_EQ(errors, from == 1 ? 10 : errors) << "async " << async;
+      EXPECT_GE(errors, 8) << "async " << async << " from " << from;
+    }
+  }
+}
+
+// Fault injection in the KV block pool: allocations that fail (although the plan had room) preempt the sequence,
+// which resumes later with the same output; a failure that persists finishes only that sequence with kError.
+TEST(EngineFaults, KvAllocationFailuresPreemptAndResumeWithIdenticalOutputs) {
+  const auto reqs = workload();
+  for (bool async : {false, true}) {
+    const RunResult clean = run({.async = async}, reqs);
+    int64_t calls = 0;
+    const RunResult r = run({.async = async, .allocation_fault = [&](int64_t) { return ++calls % 3 == 0; }}, reqs);
+    EXPECT_GT(r.stats.allocation_failures, 0);
+    EXPECT_GE(r.stats.preemptions, r.stats.allocation_failures);
+    EXPECT_EQ(r.outputs, clean.outputs) << "async " << async;
+    for (const auto& [k, reason] : r.reasons) EXPECT_EQ(reason, StopReason::kMaxTokens) << k;
+  }
+}
+
+TEST(EngineFaults, PersistentKvAllocationFailureFailsOnlyThatRequest) {
+  // "big" arrives first and its whole 59-token prompt fits the step budget, so every attempt to admit it asks for
+  // 15 blocks (block size 4) at once; no other request ever needs more than 10. The fault hits exactly those.
+  std::vector<Request> reqs = workload();
+  Request big;
+  big.request_id = "big";
+  big.prompt_token_ids = prompt_of(59, 3);
+  big.params.max_tokens = 4;
+  big.params.ignore_eos = true;
+  reqs.insert(reqs.begin(), big);
+  const RunResult clean = run({.budget = 64}, reqs);
+  ASSERT_EQ(clean.reasons.at("big/0"), StopReason::kMaxTokens);
+  const RunResult r = run({.budget = 64, .allocation_fault = [](int64_t n) { return n >= 12; }}, reqs);
+  EXPECT_EQ(r.reasons.at("big/0"), StopReason::kError);
+  EXPECT_TRUE(r.outputs.at("big/0").empty());
+  EXPECT_EQ(r.stats.allocation_failures, 8) << "kMaxAllocationFailures attempts, then given up";
+  for (const auto& [k, out] : clean.outputs) {
+    if (k == "big/0") continue;
+    EXPECT_EQ(r.outputs.at(k), out) << k;
+    EXPECT_EQ(r.reasons.at(k), StopReason::kMaxTokens) << k;
+  }
 }
 
 TEST(ModelRunnerInterface, PendingTokensResolveFromThePreviousStepsSamples) {

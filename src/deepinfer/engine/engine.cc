@@ -174,7 +174,13 @@ bool Engine::abort(const std::string& request_id) {
   return true;
 }
 
-void Engine::commit(const StepPlan& plan) {
+namespace {
+// Consecutive failed block allocations after which a sequence is given up on (finished with kError) rather than
+// preempted once more: a fault that persists must not turn into a request that never ends.
+constexpr int kMaxAllocationFailures = 8;
+}  // namespace
+
+void Engine::commit(StepPlan& plan) {
   for (const Sequence* p : plan.preempted) preempt(seq(p->id));
   // Adopt every prefix hit before allocating anything: allocation may evict parked blocks, and a block another
   // admission is about to share must be referenced first.
@@ -193,12 +199,33 @@ void Engine::commit(const StepPlan& plan) {
     waiting_.erase(std::find(waiting_.begin(), waiting_.end(), &s));
     running_.push_back(&s);
   }
+  // The plan only asks for blocks that are available, so an allocation fails only when the pool says so
+  // (KvCacheConfig::allocation_fault): that sequence sits this step out, preempted, and the rest run.
+  std::vector<ScheduledSeq> kept;
+  kept.reserve(plan.scheduled.size());
   for (const ScheduledSeq& e : plan.scheduled) {
     Sequence& s = seq(e.seq->id);
-    DI_CHECK_INTERNAL(kv_.allocate(s.block_table, e.num_new_blocks))
-        << "the plan asked for " << e.num_new_blocks << " blocks for sequence " << s.id << " but only "
-        << kv_.num_available_blocks() << " are available";
+    if (kv_.allocate(s.block_table, e.num_new_blocks)) {
+      s.num_allocation_failures = 0;
+      kept.push_back(e);
+      continue;
+    }
+    ++stats_.allocation_failures;
+    if (++s.num_allocation_failures < kMaxAllocationFailures) {
+      DI_LOG_WARN("request '{}': {} KV blocks could not be allocated; preempted, will retry", s.request_id,
+                  e.num_new_blocks);
+      preempt(s);
+      continue;
+    }
+    DI_LOG_ERROR("request '{}': KV block allocation failed {} times in a row; finished with an error", s.request_id,
+                 s.num_allocation_failures);
+    SequenceDelta d;
+    d.request_id = s.request_id;
+    d.sample_index = s.sample_index;
+    finish(s, StopReason::kError, "", &d);
+    if (on_delta_) on_delta_(d);
   }
+  plan.scheduled = std::move(kept);
 }
 
 void Engine::launch(const StepPlan& plan) {
@@ -278,11 +305,38 @@ void Engine::launch(const StepPlan& plan) {
 }
 
 void Engine::process(StepStats& st) {
-  StepResult res = executor_->wait();
-  stats_.model = res.work;
+  StepResult res;
+  std::string step_error;
+  try {
+    res = executor_->wait();
+  } catch (const std::exception& e) {
+    step_error = e.what();
+  }
   const InflightStep meta = std::move(inflight_.front());
   inflight_.pop_front();
   std::vector<SequenceDelta> deltas;
+  if (!step_error.empty()) {
+    // The step's sequences lose their cache entries and pending samples: finish them with an error (the
+    // executor kept their histories consistent for any step launched behind this one, whose rows for them are
+    // then discarded). Sequences outside the step carry on.
+    ++stats_.failed_steps;
+    DI_LOG_ERROR("step failed, finishing its {} sequences: {}", meta.size(), step_error);
+    for (const InflightEntry& m : meta) {
+      const auto it = sequences_.find(m.seq_id);
+      if (it == sequences_.end()) continue;
+      SequenceDelta d;
+      d.request_id = it->second->request_id;
+      d.sample_index = it->second->sample_index;
+      finish(*it->second, StopReason::kError, "", &d);
+      ++st.num_finished;
+      deltas.push_back(std::move(d));
+    }
+    stats_.kv = kv_.stats();
+    if (on_delta_)
+      for (const auto& d : deltas) on_delta_(d);
+    return;
+  }
+  stats_.model = res.work;
   for (const InflightEntry& m : meta) {
     const auto it = sequences_.find(m.seq_id);
     if (it == sequences_.end()) {  // finished or aborted after this step was launched
@@ -362,7 +416,7 @@ StepStats Engine::step() {
   if (!running_.empty() || !waiting_.empty()) {
     const std::vector<const Sequence*> running(running_.begin(), running_.end());
     const std::vector<const Sequence*> waiting(waiting_.begin(), waiting_.end());
-    const StepPlan plan = schedule({running, waiting}, kv_, config_.scheduler, *policy_);
+    StepPlan plan = schedule({running, waiting}, kv_, config_.scheduler, *policy_);
     st.num_preempted = static_cast<int>(plan.preempted.size());
     commit(plan);
     ++stats_.steps;

@@ -63,6 +63,12 @@ struct EngineStats {
   int64_t generated_tokens = 0;
   int64_t preemptions = 0;
   int64_t discarded_tokens = 0;  // sampled after their sequence had already stopped (asynchronous scheduling)
+  // Block allocations that failed although the plan had room (KvCacheConfig::allocation_fault): the sequence was
+  // preempted and retried, or after kMaxAllocationFailures in a row finished with StopReason::kError.
+  int64_t allocation_failures = 0;
+  // Steps whose execution threw (e.g. ResourceExhausted from a workspace): their sequences finished with
+  // StopReason::kError; every other sequence carried on.
+  int64_t failed_steps = 0;
   KvCacheStats kv;
   ModelWorkStats model;  // the runner's layer-token counts (bounded replay's saved prefill work)
   SpecStats spec;        // speculative decoding (all zero when off)
@@ -111,7 +117,8 @@ class Engine {
   };
   using InflightStep = std::vector<InflightEntry>;
 
-  void commit(const StepPlan& plan);
+  // Drops from `plan` the sequences whose blocks could not be allocated (see allocation failures below).
+  void commit(StepPlan& plan);
   void launch(const StepPlan& plan);
   void process(StepStats& st);
   void preempt(Sequence& s);

@@ -21,7 +21,7 @@ enum class StopReason : uint8_t {
   kMaxTokens,    // params.max_tokens outputs
   kMaxModelLen,  // prompt + output reached max_model_len
   kAborted,      // Engine::abort
-  kError,        // the model produced non-finite logits for this sequence
+  kError,        // non-finite logits, a failed step (e.g. ResourceExhausted) or repeated KV allocation failures
   // Structured output: no sampleable token is left. kGrammarComplete: the output is a complete sentence of the
   // grammar, nothing may follow and EOS is not allowed (ignore_eos, min_tokens). kGrammarDeadEnd: the output is
   // incomplete and no token of the vocabulary continues it (e.g. the grammar needs a character no token spells).

@@ -60,6 +60,7 @@ struct Sequence {
   int64_t num_cached_prompt_tokens = 0;
   int num_preemptions = 0;
   SpecStats spec;
+  int num_allocation_failures = 0;  // consecutive failed block allocations (Engine::commit)
 
   // Tokens once every pending sample lands: what the scheduler plans with.
   int64_t num_tokens() const { return num_known() + num_pending; }

@@ -207,6 +207,15 @@ StepExecutor::Outcome StepExecutor::run(StepJob& job) {
     last_sampled_ = std::move(sampled);
   } catch (...) {
     out.error = std::current_exception();
+    // A step launched behind this one reads this step's samples (prev_sampled_tokens by row) and expects every
+    // sampled sequence's history one token longer: keep both consistent with placeholders. The engine finishes
+    // the failed step's sequences, so the placeholders are never part of an output.
+    last_sampled_.assign(static_cast<size_t>(job.batch.num_logits_rows), 0);
+    for (const StepJob::Sample& smp : job.samples) {
+      const auto it = seqs_.find(smp.seq_id);
+      if (it != seqs_.end() && static_cast<int64_t>(it->second.tokens.size()) == smp.position)
+        it->second.tokens.push_back(0);
+    }
   }
   return out;
 }

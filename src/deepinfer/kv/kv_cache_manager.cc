@@ -62,6 +62,7 @@ std::optional<BlockId> KvCacheManager::take_block() {
 bool KvCacheManager::allocate(BlockTable& table, int64_t n) {
   DI_CHECK_INTERNAL(n >= 0) << "allocate of " << n << " blocks";
   if (n > num_available_blocks()) return false;
+  if (n > 0 && config_.allocation_fault && config_.allocation_fault(n)) return false;
   for (int64_t i = 0; i < n; ++i) {
     const auto b = take_block();
     DI_CHECK_INTERNAL(b.has_value()) << "block accounting out of sync: " << num_available_blocks() << " available";

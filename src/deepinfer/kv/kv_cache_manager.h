@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <vector>
@@ -26,14 +27,17 @@ struct KvCacheConfig {
   // Positions before a prefix hit that a new sequence must still run to rebuild state that is not
   // prefix-reusable (KvLayout::replay_tokens: the SWA window for V4/V4.1, 0 for V3).
   int prefix_replay_tokens = 0;
+  // Fault injection (tests, soak runs): asked before each allocate() of n > 0 blocks; true makes that allocation
+  // fail as if the pool were exhausted. Passed by construction so that no test reaches into a global.
+  std::function<bool(int64_t n)> allocation_fault;
 };
 
 // A prefix-cache hit for a sequence that has not started (or restarts after preemption).
 struct PrefixMatch {
-  std::vector<BlockId> blocks;        // cached blocks covering [0, cached_tokens)
-  std::vector<PrefixNodeId> nodes;    // their tree nodes
-  int64_t cached_tokens = 0;          // persistent cache entries for these positions already exist
-  int64_t compute_from = 0;           // first position the model must run: cached_tokens - replay, >= 0
+  std::vector<BlockId> blocks;      // cached blocks covering [0, cached_tokens)
+  std::vector<PrefixNodeId> nodes;  // their tree nodes
+  int64_t cached_tokens = 0;        // persistent cache entries for these positions already exist
+  int64_t compute_from = 0;         // first position the model must run: cached_tokens - replay, >= 0
 };
 
 // Read-only queries the scheduler plans with. The scheduler never mutates the cache: the engine commits a plan.
@@ -55,9 +59,9 @@ struct PrefixCursor {
 };
 
 struct KvCacheStats {
-  int64_t prefix_queries = 0;        // sequences admitted with a lookup
-  int64_t prefix_query_tokens = 0;   // their token counts
-  int64_t prefix_hit_tokens = 0;     // tokens whose persistent cache came from the prefix cache
+  int64_t prefix_queries = 0;       // sequences admitted with a lookup
+  int64_t prefix_query_tokens = 0;  // their token counts
+  int64_t prefix_hit_tokens = 0;    // tokens whose persistent cache came from the prefix cache
   int64_t evictions = 0;
   double hit_rate() const {
     return prefix_query_tokens ? static_cast<double>(prefix_hit_tokens) / prefix_query_tokens : 0.0;
@@ -80,7 +84,8 @@ class KvCacheManager final : public CacheView {
   // Takes references on a match's blocks into an empty table and returns the cursor after them.
   // `query_tokens` is the sequence length, for the hit-rate statistics.
   PrefixCursor adopt_prefix(const PrefixMatch& match, int64_t query_tokens, BlockTable& table);
-  // Appends n blocks, all or nothing: returns false (table unchanged) when not enough blocks are available.
+  // Appends n blocks, all or nothing: returns false (table unchanged) when not enough blocks are available or
+  // config.allocation_fault says this allocation fails.
   bool allocate(BlockTable& table, int64_t n);
   // Shares every block of `src` with an empty `dst` (beam search). Blocks are immutable only once full: a
   // shared partial last block must be copied before either table writes to it (no copy-on-write here). The
