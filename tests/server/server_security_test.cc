@@ -67,6 +67,21 @@ TEST(RequestLimits, JsonNestingDepthIgnoresStrings) {
   EXPECT_EQ(server::json_nesting_depth("", 10), 0);
 }
 
+// Found by fuzz_request_body: a number too large for a double is nlohmann's out_of_range, not parse_error, and
+// escaped as a 500 (a crash in the fuzzer). It is a 400 naming the body like any other invalid JSON.
+TEST(RequestLimits, NumbersBeyondDoubleRangeAre400) {
+  for (const char* body : {R"({"max_tokens": 1e999})", R"({"temperature": -1e400, "prompt": "x"})",
+                           R"({"mos":66666666666666666666e55550.9})"}) {
+    try {
+      server::parse_body(body);
+      ADD_FAILURE() << body << " parsed";
+    } catch (const server::ApiError& e) {
+      EXPECT_EQ(e.status(), 400) << body;
+      EXPECT_NE(std::string(e.what()).find("not valid JSON"), std::string::npos) << e.what();
+    }
+  }
+}
+
 class ServerSecurityTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {

@@ -44,7 +44,8 @@ Json parse_body(const std::string& body, int max_depth) {
   Json j;
   try {
     j = Json::parse(body);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
+    // parse_error for bad syntax, out_of_range for a number JSON allows but a double cannot hold (1e999).
     throw ApiError(400, std::string("request body is not valid JSON: ") + e.what(), "body");
   }
   if (!j.is_object()) throw ApiError(400, "request body must be a JSON object, got " + type_name(j), "body");
