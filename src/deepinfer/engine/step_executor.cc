@@ -131,13 +131,13 @@ StepExecutor::Outcome StepExecutor::run(StepJob& job) {
       const StepJob::Sample& smp = job.samples[row];
       const int64_t r0 = first_row;
       first_row += 1 + verify[row];
+      const auto it = seqs_.find(smp.seq_id);
+      DI_CHECK_INTERNAL(it != seqs_.end()) << "sampling unregistered sequence " << smp.seq_id;
+      SeqState& st = it->second;
+      DI_CHECK_INTERNAL(static_cast<int64_t>(st.tokens.size()) == smp.position)
+          << "sequence " << smp.seq_id << ": the executor's history has " << st.tokens.size()
+          << " tokens but the step samples position " << smp.position;
       if (verify[row] > 0) {
-        const auto it = seqs_.find(smp.seq_id);
-        DI_CHECK_INTERNAL(it != seqs_.end()) << "sampling unregistered sequence " << smp.seq_id;
-        SeqState& st = it->second;
-        DI_CHECK_INTERNAL(static_cast<int64_t>(st.tokens.size()) == smp.position)
-            << "sequence " << smp.seq_id << ": the executor's history has " << st.tokens.size()
-            << " tokens but the step samples position " << smp.position;
         try {
           verify_row(st, smp, drafts[row], verify[row], r0, vocab, res, row);
         } catch (const std::exception& e) {
@@ -150,12 +150,6 @@ StepExecutor::Outcome StepExecutor::run(StepJob& job) {
         sampled[row] = st.tokens.back();
         continue;
       }
-      const auto it = seqs_.find(smp.seq_id);
-      DI_CHECK_INTERNAL(it != seqs_.end()) << "sampling unregistered sequence " << smp.seq_id;
-      SeqState& st = it->second;
-      DI_CHECK_INTERNAL(static_cast<int64_t>(st.tokens.size()) == smp.position)
-          << "sequence " << smp.seq_id << ": the executor's history has " << st.tokens.size()
-          << " tokens but the step samples position " << smp.position;
       const std::span<const float> logits(logits_.data() + r0 * vocab, static_cast<size_t>(vocab));
       // Whatever happens to this row, the history grows by one token, so a step launched behind this one (which
       // may feed this row's token to the model, its output then discarded) stays consistent: id 0 stands in.
