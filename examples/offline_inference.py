@@ -11,7 +11,8 @@ backend (default: CUDA when this build has it and sees a GPU). The reference def
 default to 1 and larger values run in-process ranks on the CPU backend (docs/PARALLEL.md); --cp N splits long prompt
 chunks zig-zag over N in-process ranks on the CPU backend (docs/CONTEXT_PARALLEL.md).
 
-Per sample it prints the token count, finish reason, acceptance rate (n/a until speculative decoding exists) and
+Per sample it prints the token count, finish reason, acceptance rate (with --speculative mtp on a V3-family model with
+an MTP layer, e.g. the embedded tiny model; n/a otherwise) and
 decode_ppl, and exits non-zero when any value is non-finite.
 """
 
@@ -38,6 +39,9 @@ def parse_args(argv):
     p.add_argument("--ep", type=int, default=1, help="expert-parallel size (> 1: in-process ranks on the CPU backend)")
     p.add_argument("--dp", type=int, default=1, help="attention data-parallel size (> 1: in-process ranks on the CPU backend)")
     p.add_argument("--cp", type=int, default=1, help="context-parallel size (prefill; in-process ranks on the CPU backend)")
+    p.add_argument("--speculative", default="off", choices=["off", "mtp", "dspark"],
+                   help="speculative decoding (mtp: V3-family checkpoints with an MTP layer; docs/SPECULATIVE.md)")
+    p.add_argument("--num_draft_tokens", type=int, default=1, help="draft tokens per step with --speculative")
     p.add_argument("--check_structured_output", action="store_true",
                    help="also check regex / JSON Schema / EBNF constrained generation on the same LLM")
     p.add_argument("--max_model_len", type=int, default=32768)
@@ -121,7 +125,8 @@ def main(argv=None):
     try:
         llm = LLM(model=args.model_name, max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
                   gpu_memory_utilization=args.gpu_memory_utilization, ep=args.ep, dp=args.dp, cp=args.cp,
-                  device=device, seed=args.seed)
+                  device=device, seed=args.seed, speculative=args.speculative,
+                  num_draft_tokens=args.num_draft_tokens)
     except (ValueError, FileNotFoundError, NotImplementedError, MemoryError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -290,6 +290,16 @@ def test_example_script_end_to_end(example_script, golden_v41):
     assert r2.returncode == 0, r2.stdout + r2.stderr
     assert "context parallel" in r2.stderr
     assert [l for l in r2.stdout.splitlines() if l.startswith("[sample ")] == lines
+    # The embedded tiny model has a trained MTP layer: speculation reports an acceptance rate, same greedy text.
+    env3 = {k: v for k, v in env.items() if k != "DEEPINFER_HF_MODEL_DIR"}
+    base = [sys.executable, example_script, "--max_model_len", "256", "--max_tokens", "12", "--num_prompts", "2"]
+    plain = subprocess.run(base, capture_output=True, text=True, env=env3, timeout=300)
+    spec = subprocess.run(base + ["--speculative", "mtp", "--num_draft_tokens", "2"], capture_output=True, text=True,
+                          env=env3, timeout=300)
+    assert plain.returncode == 0 and spec.returncode == 0, plain.stderr + spec.stderr
+    strip = lambda out: [re.sub(r" acceptance_rate=\S+", "", l) for l in out.splitlines() if l.startswith("[sample ")]
+    assert strip(spec.stdout) == strip(plain.stdout) and len(strip(plain.stdout)) == 2
+    assert re.search(r"acceptance_rate=[0-9]\.[0-9]{3}", spec.stdout), spec.stdout
 
 
 def test_example_checks_structured_output(example_script, byte_model_dir):
