@@ -101,8 +101,9 @@ TEST(TokenizerV3, AdversarialInputs) {
 TEST(TokenizerBatch, EqualsSequentialEncode) {
   const Tokenizer* tok = load("synthetic_bpe.json");
   std::vector<std::string> texts;
-  for (int i = 0; i < 200; ++i) texts.push_back(std::string(i % 17, 'a') + " Hello world 12345 <s> ab" +
-                                                std::to_string(i) + std::string(i % 5, '\n'));
+  for (int i = 0; i < 200; ++i)
+    texts.push_back(std::string(i % 17, 'a') + " Hello world 12345 <s> ab" + std::to_string(i) +
+                    std::string(i % 5, '\n'));
   ThreadPool pool(4);
   const auto batch = tok->encode_batch(texts, pool);
   ASSERT_EQ(batch.size(), texts.size());
@@ -150,7 +151,11 @@ TEST(TokenizerRegex, OnigurumaWhiteSpace) {
   // Oniguruma's \s is White_Space: U+180E is not in it, U+3000 and U+0085 are.
   Regex re("\\s+");
   std::vector<Span> m;
-  re.find_all("a\xe1\xa0\x8e" "b\xe3\x80\x80" "c\xc2\x85", &m);
+  re.find_all(
+      "a\xe1\xa0\x8e"
+      "b\xe3\x80\x80"
+      "c\xc2\x85",
+      &m);
   ASSERT_EQ(m.size(), 2u);
   EXPECT_EQ(m[0], Span(5, 8));
   EXPECT_EQ(m[1], Span(9, 11));
@@ -170,6 +175,10 @@ TEST(TokenizerJson, MalformedFilesNameTheField) {
   json good = json::parse(read_text_file(data_path("synthetic_bpe.json")));
   EXPECT_NO_THROW(Tokenizer::from_json(good.dump()));
   EXPECT_NE(load_error("{not json").find("not valid JSON"), std::string::npos);
+  // A number JSON allows but no double holds (fuzz_tokenizer_json found it escaping as an uncaught out_of_range).
+  EXPECT_NE(load_error("{\"model\": {\"vocab\": {\"a\": 1" + std::string(400, '5') + "}}}").find("not valid JSON"),
+            std::string::npos);
+  EXPECT_NE(load_error("[1e999]").find("not valid JSON"), std::string::npos);
   EXPECT_NE(load_error("{}").find("model is missing"), std::string::npos);
 
   json j = good;

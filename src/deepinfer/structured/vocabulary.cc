@@ -125,7 +125,12 @@ bool decode_utf8(std::string_view s, std::vector<uint32_t>& out) {
 Vocabulary load_hf_byte_level_vocabulary(const std::string& path, std::string_view eos_token) {
   std::ifstream in(path);
   DI_CHECK_CODE(in.good(), ErrorCode::kNotFound) << "cannot open tokenizer file " << path;
-  nlohmann::json j = nlohmann::json::parse(in);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    DI_FAIL(ErrorCode::kInvalidArgument) << path << ": not valid JSON (" << e.what() << ")";
+  }
   const auto& vocab = j.at("model").at("vocab");
   static const auto decoder = byte_level_decoder();
   size_t n = 0;

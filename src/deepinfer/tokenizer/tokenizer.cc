@@ -48,7 +48,7 @@ std::unique_ptr<Tokenizer> Tokenizer::from_json(std::string_view json_text) {
   json j;
   try {
     j = json::parse(json_text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number no double holds (1e999)
     DI_FAIL(ErrorCode::kInvalidArgument) << "tokenizer.json is not valid JSON: " << e.what();
   }
   DI_CHECK(j.is_object()) << "tokenizer.json: the top level must be an object";
