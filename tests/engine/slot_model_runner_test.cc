@@ -16,34 +16,13 @@
 #include "deepinfer/engine/v3_model_runner.h"
 #include "deepinfer/engine/v4_model_runner.h"
 #include "deepinfer/io/safetensors.h"
+#include "logits_recorder.h"
 #include "test_util.h"
 
 namespace deepinfer {
 namespace {
 
-// Forwards to a runner and keeps every logits row it produced, per sequence, in order.
-class Recorder final : public ModelRunner {
- public:
-  explicit Recorder(ModelRunner& inner) : inner_(inner) {}
-  int64_t vocab_size() const override { return inner_.vocab_size(); }
-  void execute(const ModelBatch& batch, std::span<float> logits) override {
-    inner_.execute(batch, logits);
-    int64_t row = 0;
-    const int64_t v = vocab_size();
-    for (const BatchEntry& e : batch.entries) {
-      if (!e.needs_logits) continue;
-      rows[e.seq_id].emplace_back(logits.begin() + row * v, logits.begin() + (row + 1) * v);
-      ++row;
-    }
-  }
-  void release_slot(int32_t slot) override { inner_.release_slot(slot); }
-  bool prefix_cache_supported() const override { return inner_.prefix_cache_supported(); }
-  int prefix_replay_tokens() const override { return inner_.prefix_replay_tokens(); }
-  std::map<int64_t, std::vector<std::vector<float>>> rows;
-
- private:
-  ModelRunner& inner_;
-};
+using Recorder = testing::LogitsRecorder;
 
 struct Model {
   std::unique_ptr<Backend> backend;
