@@ -2,7 +2,7 @@
 # Runs on the GPU machine (device tool) in one call: build with CUDA, run the GPU tests (ctest -L gpu), a
 # compute-sanitizer memcheck and racecheck of the op harness, the CUDA micro-benchmark, and (full mode) the CPU tests and the
 # benchmarks; logs + a summary under $OUT.
-#   usage (device tool): bash tools/device_check.sh [gpu|full|model|bench|ci]      (carry: .deps when the image lacks the -dev
+#   usage (device tool): bash tools/device_check.sh [gpu|full|model|bench|ci|multigpu]      (carry: .deps when the image lacks the -dev
 #   packages: `mkdir -p .deps && cd .deps && apt-get download <packages below>` on an x86-64 Debian/Ubuntu host)
 #   model: build the CUDA tests (+ the CLI they run) and run every GPU test once, directly, with the golden-model
 #   figures in the summary; no benchmarks, so it fits one 10-minute device call; MEMCHECK_FILTER / RACECHECK_FILTER
@@ -14,6 +14,9 @@
 #   picks the remaining GPU tests (a gtest filter; default all).
 #   tok: a CPU build of the CLI only, then tools/tokenizer_bench.py (ours vs HF `tokenizers`, same corpus, same run)
 #   on a quiet many-core machine; TOKBENCH_DIR holds corpus.bin (or corpus.bin.xz), TOKENIZER_JSON the vocabulary.
+#   multigpu: build the CUDA tests + the CLI, run the two-GPU tests (CudaMultiGpu.*, ctest label multigpu: EP2,
+#   DP2xEP2 and CP2 greedy == one GPU over NCCL) with their figures in the summary, then tools/multigpu_bench.sh
+#   (one GPU vs --ep 2 / --ep 2 --dp 2 / --cp 2 throughput; MULTIGPU_BENCH=0 skips it).
 #   ci: (SPEC_PROMPTS=FILE adds tools/spec_gpu_bench.sh) build everything, every GPU test once, MEMCHECK_FILTER under memcheck, the op harness under racecheck
 #   (RACECHECK_FILTER overrides which tests), the op micro-bench (rows matching
 #   BENCH_FILTER in the summary) and the CPU suite on all cores: the checks a landing needs, in one call.
@@ -24,6 +27,9 @@ OUT=${OUT:-/tmp/deepinfer-out}
 mkdir -p "$OUT"
 export PATH=/usr/local/cuda/bin:$PATH
 summary="$OUT/summary.txt"
+# NVLink multicast stays off (it can take a shared host's GPUs down): NCCL, PyTorch and NVSHMEM, also in the
+# processes deepinfer spawns (they inherit this environment).
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 : >"$summary"
 note() { echo "$*" | tee -a "$summary"; }
 # The op harness under compute-sanitizer: memcheck (out-of-bounds / misaligned / leaked device memory) and
@@ -91,6 +97,7 @@ target=deepinfer_cuda_tests
 [ "$MODE" = full ] && target=all
 [ "$MODE" = ci ] && target=all
 [ "$MODE" = bench ] && target="deepinfer_cuda_tests deepinfer_cli"
+[ "$MODE" = multigpu ] && target="deepinfer_cuda_tests deepinfer_cli"
 keep=()
 [ "$MODE" = ci ] && keep=(-- -k 0)  # ci: build what compiles, list every failure, test what was built
 cmake --build build-gpu -j "$(nproc)" --target $target "${keep[@]}" >"$OUT/build.log" 2>&1 || {
@@ -123,6 +130,22 @@ if [ "$MODE" = bench ]; then
   grep -h "\[cuda-op\]" "$OUT/gpu_tests.log" >"$OUT/op_errors.txt"
   note "op comparisons: $(grep -c ' ok' "$OUT/op_errors.txt") ok, $(grep -c 'FAIL' "$OUT/op_errors.txt") FAIL (op_errors.txt)"
   grep -h "FAILED  \]" "$OUT/gpu_tests.log" | tee -a "$summary"
+  echo "================ summary"
+  cat "$summary"
+  exit 0
+fi
+if [ "$MODE" = multigpu ]; then
+  note "gpus: $(nvidia-smi -L 2>/dev/null | wc -l); NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE"
+  nvidia-smi topo -m >"$OUT/topo.txt" 2>&1
+  (cd build-gpu && ctest -N -L multigpu | tail -1 | sed 's/^/ctest -L multigpu: /') | tee -a "$summary"
+  timeout ${MULTIGPU_TIMEOUT:-330} build-gpu/bin/deepinfer_cuda_tests --gtest_filter="${MULTIGPU_FILTER:-CudaMultiGpu.*}" \
+    >"$OUT/multigpu_tests.log" 2>&1
+  note "multigpu tests: rc=$? $(grep -E '^\[  PASSED|^\[  FAILED|^\[  SKIPPED' "$OUT/multigpu_tests.log" | tr '\n' ' ')"
+  grep -hE "^\[cuda-multigpu\]|^\[       OK|FAILED  \]" "$OUT/multigpu_tests.log" | tee -a "$summary"
+  if [ "${MULTIGPU_BENCH:-1}" != 0 ]; then
+    timeout ${BENCH_TIMEOUT:-240} bash tools/multigpu_bench.sh 2>&1 | tee "$OUT/multigpu_bench.log" | grep "mgbench" |
+      tee -a "$summary"
+  fi
   echo "================ summary"
   cat "$summary"
   exit 0

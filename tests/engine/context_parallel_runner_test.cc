@@ -1,7 +1,8 @@
 // The engine with context-parallel prefill (SlotModelRunner::set_context_parallel, in-process ranks): every logits
 // row the sampler sees and every output id are bit-identical to the same engine without CP, on the golden models,
 // with chunked prefill (budget 48 → chunks of varying length), several sequences per step, a prompt too short to
-// split, and prefix-cache hits (which run on one rank).
+// split, and prefix-cache hits (which run on one rank). The "processes" cases run the one-process-per-rank protocol
+// (CpDriverRunner on rank 0, followers on the others) over the in-process communicator.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -12,6 +13,8 @@
 #include "deepinfer/engine/v3_model_runner.h"
 #include "deepinfer/engine/v4_model_runner.h"
 #include "deepinfer/io/safetensors.h"
+#include "deepinfer/parallel/cp_process_runner.h"
+#include "deepinfer/parallel/in_process_communicator.h"
 #include "logits_recorder.h"
 #include "parallel/cp_test_group.h"
 #include "test_util.h"
@@ -32,7 +35,12 @@ struct Case {
   std::string family;
   int cp = 2;
   bool exact_prefill = true;
-  std::string name() const { return family + "_cp" + std::to_string(cp) + (exact_prefill ? "" : "_bounded"); }
+  // One "process" per rank (CpDriverRunner + followers, parallel/cp_process_runner.h) with the in-process
+  // communicator standing in for NCCL, instead of the runner hosting every rank.
+  bool processes = false;
+  std::string name() const {
+    return family + "_cp" + std::to_string(cp) + (exact_prefill ? "" : "_bounded") + (processes ? "_processes" : "");
+  }
 };
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name(); }
 
@@ -73,23 +81,24 @@ TEST_P(CpRunner, EngineOutputsEqualOneRank) {
   std::vector<TokenId> b(base.begin(), base.begin() + 64);
   b.insert(b.end(), base.begin() + 240, base.begin() + 280);
 
-  auto run = [&](int cp) {
-    ModelRunnerOptions o;
-    o.exact_prefill = c.exact_prefill;
-    std::unique_ptr<ModelRunner> inner;
-    int64_t (*chunks)(ModelRunner&) = nullptr;
+  ModelRunnerOptions o;
+  o.exact_prefill = c.exact_prefill;
+  // A runner hosting rank 0 (or every rank) of `cp`, or a follower; cp_chunks() of the runner.
+  auto make_runner = [&](int cp, CpLauncher launcher, bool follower) -> std::unique_ptr<ModelRunner> {
     if (v3) {
       auto r = std::make_unique<V3ModelRunner>(*v3, 8, o);
-      r->set_context_parallel(cp, cp > 1 ? thread_launcher() : CpLauncher{});
-      inner = std::move(r);
-      chunks = [](ModelRunner& m) { return static_cast<V3ModelRunner&>(m).cp_chunks(); };
-    } else {
-      auto r = std::make_unique<V4ModelRunner>(*v4, 8, o);
-      r->set_context_parallel(cp, cp > 1 ? thread_launcher() : CpLauncher{});
-      inner = std::move(r);
-      chunks = [](ModelRunner& m) { return static_cast<V4ModelRunner&>(m).cp_chunks(); };
+      r->set_context_parallel(cp, std::move(launcher), follower);
+      return r;
     }
-    Recorder rec(*inner);
+    auto r = std::make_unique<V4ModelRunner>(*v4, 8, o);
+    r->set_context_parallel(cp, std::move(launcher), follower);
+    return r;
+  };
+  auto chunks = [&](ModelRunner& m) {
+    return v3 ? static_cast<V3ModelRunner&>(m).cp_chunks() : static_cast<V4ModelRunner&>(m).cp_chunks();
+  };
+  auto engine_run = [&](ModelRunner& inner, ModelRunner& counted) {
+    Recorder rec(inner);
     EngineConfig ec;
     ec.scheduler.max_num_seqs = 4;
     ec.scheduler.max_model_len = 320;
@@ -98,7 +107,7 @@ TEST_P(CpRunner, EngineOutputsEqualOneRank) {
     ec.kv.block_size = 16;
     ec.kv.num_state_slots = 8;
     ec.kv.enable_prefix_cache = true;
-    ec.kv.prefix_replay_tokens = inner->prefix_replay_tokens();
+    ec.kv.prefix_replay_tokens = inner.prefix_replay_tokens();
     Engine engine(ec, rec);
     Result r;
     for (const auto& wave : {first, std::vector<std::pair<std::string, std::vector<TokenId>>>{{"b", b}}}) {
@@ -115,7 +124,28 @@ TEST_P(CpRunner, EngineOutputsEqualOneRank) {
       for (auto& d : engine.take_finished()) r.out[d.request_id] = d.output_token_ids;
     }
     r.rows = std::move(rec.rows);
-    r.cp_chunks = chunks(*inner);
+    r.cp_chunks = chunks(counted);
+    return r;
+  };
+  auto run = [&](int cp) {
+    if (!c.processes || cp == 1) {
+      auto inner = make_runner(cp, cp > 1 ? thread_launcher() : CpLauncher{}, false);
+      return engine_run(*inner, *inner);
+    }
+    Result r;
+    int64_t follower_chunks = -1;
+    InProcessWorld::run(cp, [&](Communicator& world) {
+      auto runner = make_runner(cp, make_communicator_cp_launcher(world), world.rank() != 0);
+      if (world.rank() == 0) {
+        ModelRunner& rank0 = *runner;
+        CpDriverRunner driver(world, std::move(runner));
+        r = engine_run(driver, rank0);
+      } else {
+        run_cp_follower(world, *runner);
+        if (world.rank() == cp - 1) follower_chunks = chunks(*runner);
+      }
+    });
+    EXPECT_EQ(follower_chunks, r.cp_chunks) << "the last follower ran a different number of CP chunks";
     return r;
   };
   const Result one = run(1), par = run(c.cp);
@@ -134,7 +164,8 @@ TEST_P(CpRunner, EngineOutputsEqualOneRank) {
 
 INSTANTIATE_TEST_SUITE_P(Golden, CpRunner,
                          ::testing::Values(Case{"deepseek_v3", 2}, Case{"deepseek_v4", 4}, Case{"deepseek_v41", 2},
-                                           Case{"deepseek_v41", 4, false}),
+                                           Case{"deepseek_v41", 4, false}, Case{"deepseek_v3", 2, true, true},
+                                           Case{"deepseek_v4", 3, true, true}, Case{"deepseek_v41", 2, false, true}),
                          [](const auto& info) { return info.param.name(); });
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <type_traits>
 
 #include <fmt/format.h>
 
@@ -12,7 +13,9 @@
 #include "deepinfer/core/error.h"
 #include "deepinfer/core/logging.h"
 #include "deepinfer/io/safetensors.h"
+#include "deepinfer/model/deepseek_v3.h"
 #include "deepinfer/model/deepseek_v4.h"
+#include "deepinfer/parallel/cp_process_runner.h"
 #include "deepinfer/parallel/parallel_model_runner.h"
 #ifdef DEEPINFER_WITH_CUDA
 #include "deepinfer/ops/cuda/cuda_backend.h"
@@ -29,6 +32,26 @@ std::unique_ptr<Backend> make_rank_cuda_backend([[maybe_unused]] int gpu) {
   DI_FAIL(ErrorCode::kUnsupported) << "--device cuda: this deepinfer was built without CUDA (configure with "
                                       "-DDEEPINFER_ACCELERATOR=nvidia)";
 #endif
+}
+
+// The V4.1 Engram token map from --engram-token-map (nullopt: the model builds it from tokenizer.json).
+std::optional<std::vector<int64_t>> read_token_map(const std::string& file) {
+  if (file.empty()) return std::nullopt;
+  auto f = SafetensorsFile::open(file);
+  Tensor t = f->tensor("engram.token_map");
+  DI_CHECK(t.dtype() == DType::kI64) << file << ": engram.token_map must be I64";
+  return std::vector<int64_t>(t.data_as<int64_t>(), t.data_as<int64_t>() + t.numel());
+}
+
+// Loads the model of one rank on its backend (V3 family: f32 experts, which expert parallelism needs).
+template <typename Model>
+std::function<std::unique_ptr<Model>(Backend&)> model_loader(const std::string& dir,
+                                                             std::optional<std::vector<int64_t>> token_map) {
+  if constexpr (std::is_same_v<Model, DeepseekV3Model>) {
+    return [dir](Backend& b) { return DeepseekV3Model::load(dir, b, V3WeightStorage::kF32); };
+  } else {
+    return [dir, token_map](Backend& b) { return DeepseekV4Model::load(dir, b, token_map); };
+  }
 }
 
 }  // namespace
@@ -61,48 +84,75 @@ EngineSetup::EngineSetup(const EngineSetupArgs& a, StreamCallback on_delta) {
   o.speculative = a.speculative;
   o.num_draft_tokens = a.num_draft_tokens;
   const ParallelLayout playout = ParallelLayout::make(a.ep, a.dp);
+  auto v3_family = [&] { return load_model_config(m.dir + "/config.json").family == ModelFamily::kDeepseekV3; };
   if (playout.world > 1 && a.device == "cuda") {
-    // One process per GPU, joined before anything touches a device; the ranks run the V4 family
-    // (DistributedModelRunner).
-    DI_CHECK_CODE(load_model_config(m.dir + "/config.json").family != ModelFamily::kDeepseekV3, ErrorCode::kUnsupported)
-        << "--device cuda with --ep/--dp > 1: the DeepSeek-V3 family runs expert parallelism on the CPU backend only "
-           "so far";
+    // One process per GPU, joined before anything touches a device (DistributedModelRunner).
+    DI_CHECK_CODE(a.cp == 1, ErrorCode::kUnsupported)
+        << "--cp " << a.cp << " together with --ep/--dp > 1 is not supported yet (docs/PARALLEL.md)";
     process_world_ = ProcessWorld::start(playout);
     DI_LOG_INFO("parallel layout: {} (one process per GPU, NCCL)", playout.str());
-    const int gpu = process_world_->env().local_rank;
-    auto make_rank_backend = [gpu](int) { return make_rank_cuda_backend(gpu); };
-    auto load = [dir = m.dir](std::optional<std::vector<int64_t>> token_map) {
-      return [dir, token_map](Backend& b) { return DeepseekV4Model::load(dir, b, token_map); };
-    };
+    if (v3_family())
+      start_expert_parallel<DeepseekV3Model>(a, m.dir, playout, o);
+    else
+      start_expert_parallel<DeepseekV4Model>(a, m.dir, playout, o);
+    if (worker_) return;
+  } else if (a.cp > 1 && a.device == "cuda") {
+    // Context parallelism across GPUs: one process per CP rank; rank 0 runs the engine (CpDriverRunner).
+    process_world_ = ProcessWorld::start(ParallelLayout::make(1, 1, a.cp));
+    DI_LOG_INFO("context parallel: {} processes (one per GPU, NCCL)", a.cp);
     if (!process_world_->is_driver()) {
-      // A worker: serve rank 0's jobs until it stops, then the command ends (no engine here). The options match
-      // the driver's (load_engine_stack: one state slot per max_num_seqs).
-      ParallelRunnerOptions po;
-      po.layout = playout;
-      po.num_slots = a.max_num_seqs;
-      po.runner.exact_prefill = a.exact_prefill;
-      po.model_dir = m.dir;
-      po.eplb_interval = a.eplb_interval;
-      po.eplb_slots = a.eplb_slots;
-      std::optional<std::vector<int64_t>> token_map;
-      if (!a.engram_token_map_file.empty()) {
-        auto f = SafetensorsFile::open(a.engram_token_map_file);
-        Tensor t = f->tensor("engram.token_map");
-        DI_CHECK(t.dtype() == DType::kI64) << a.engram_token_map_file << ": engram.token_map must be I64";
-        token_map = std::vector<int64_t>(t.data_as<int64_t>(), t.data_as<int64_t>() + t.numel());
-      }
-      run_parallel_worker<DeepseekV4Model>(process_world_->comm(), po, make_rank_backend, load(token_map));
+      if (v3_family())
+        follow_context_parallel<DeepseekV3Model>(a, m.dir);
+      else
+        follow_context_parallel<DeepseekV4Model>(a, m.dir);
       worker_ = true;
       return;
     }
-    o.make_parallel_runner = [this, make_rank_backend, load](const ParallelRunnerOptions& po,
-                                                             std::optional<std::vector<int64_t>> token_map) {
-      return std::unique_ptr<ModelRunner>(std::make_unique<DistributedModelRunner<DeepseekV4Model>>(
-          process_world_->comm(), po, make_rank_backend, load(std::move(token_map))));
-    };
+    o.cp_world = &process_world_->comm();
   }
   stack_ = load_engine_stack(o);
   engine_ = stack_->make_engine(std::move(on_delta));
+}
+
+template <typename Model>
+void EngineSetup::start_expert_parallel(const EngineSetupArgs& a, const std::string& dir, const ParallelLayout& layout,
+                                        EngineStackOptions& o) {
+  const int gpu = process_world_->env().local_rank;
+  auto make_rank_backend = [gpu](int) { return make_rank_cuda_backend(gpu); };
+  if (!process_world_->is_driver()) {
+    // A worker: serve rank 0's jobs until it stops, then the command ends (no engine here). The options match
+    // the driver's (load_engine_stack: one state slot per max_num_seqs).
+    ParallelRunnerOptions po;
+    po.layout = layout;
+    po.num_slots = a.max_num_seqs;
+    po.runner.exact_prefill = a.exact_prefill;
+    po.model_dir = dir;
+    po.eplb_interval = a.eplb_interval;
+    po.eplb_slots = a.eplb_slots;
+    run_parallel_worker<Model>(process_world_->comm(), po, make_rank_backend,
+                               model_loader<Model>(dir, read_token_map(a.engram_token_map_file)));
+    worker_ = true;
+    return;
+  }
+  o.make_parallel_runner = [this, make_rank_backend, dir](const ParallelRunnerOptions& po,
+                                                          std::optional<std::vector<int64_t>> token_map) {
+    return std::unique_ptr<ModelRunner>(std::make_unique<DistributedModelRunner<Model>>(
+        process_world_->comm(), po, make_rank_backend, model_loader<Model>(dir, std::move(token_map))));
+  };
+}
+
+template <typename Model>
+void EngineSetup::follow_context_parallel(const EngineSetupArgs& a, const std::string& dir) {
+  Communicator& world = process_world_->comm();
+  std::unique_ptr<Backend> backend = make_rank_cuda_backend(process_world_->env().local_rank);
+  std::unique_ptr<Model> model = model_loader<Model>(dir, read_token_map(a.engram_token_map_file))(*backend);
+  // The driver's runner options (load_engine_stack: one state slot per max_num_seqs).
+  ModelRunnerOptions ro;
+  ro.exact_prefill = a.exact_prefill;
+  SlotModelRunner<Model> follower(*model, a.max_num_seqs, ro);
+  follower.set_context_parallel(world.size(), make_communicator_cp_launcher(world), /*follower=*/true);
+  run_cp_follower(world, follower);
+  DI_LOG_INFO("context-parallel follower: rank {} ran {} prompt chunk(s)", world.rank(), follower.cp_chunks());
 }
 
 EngineSetup::~EngineSetup() {

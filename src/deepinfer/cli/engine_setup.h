@@ -13,6 +13,7 @@
 #include "deepinfer/engine/engine_factory.h"
 #include "deepinfer/kv/kv_layout.h"
 #include "deepinfer/model/model_config.h"
+#include "deepinfer/parallel/communicator.h"
 #include "deepinfer/tokenizer/tokenizer.h"
 
 namespace deepinfer::cli {
@@ -41,7 +42,7 @@ struct EngineSetupArgs {
   // with eplb_slots slots per EP rank.
   int ep = 1, dp = 1;
   int eplb_interval = 0, eplb_slots = 0;
-  int cp = 1;  // context-parallel prefill over cp in-process ranks (CPU backend)
+  int cp = 1;  // context-parallel prefill: cp in-process ranks (CPU backend) or cp processes (--device cuda)
   // Speculative decoding (--speculative off|mtp|dspark, --num-draft-tokens N): see docs/SPECULATIVE.md.
   std::string speculative = "off";
   int num_draft_tokens = 1;
@@ -54,7 +55,7 @@ class EngineSetup {
   explicit EngineSetup(const EngineSetupArgs& args, StreamCallback on_delta = {});
   ~EngineSetup();
 
-  // A multi-process worker (rank > 0 of --device cuda --ep/--dp): it already served rank 0 until it stopped;
+  // A multi-process worker (rank > 0 of --device cuda --ep/--dp/--cp): it already served rank 0 until it stopped;
   // there is no engine, and the command should just exit.
   bool is_worker() const { return worker_; }
   Engine& engine() { return *engine_; }
@@ -77,6 +78,14 @@ class EngineSetup {
   std::unique_ptr<EngineStack> stack_;
   std::unique_ptr<Engine> engine_;
   bool worker_ = false;
+
+  // --device cuda --ep/--dp: rank 0 gets a DistributedModelRunner factory in `o`; other ranks serve until stopped.
+  template <typename Model>
+  void start_expert_parallel(const EngineSetupArgs& a, const std::string& dir, const ParallelLayout& layout,
+                             EngineStackOptions& o);
+  // --device cuda --cp N, ranks > 0: a CP follower over this process's GPU until rank 0 stops.
+  template <typename Model>
+  void follow_context_parallel(const EngineSetupArgs& a, const std::string& dir);
 };
 
 // "layer-tokens run, skipped by bounded replay (% saved)" from the engine's stats.

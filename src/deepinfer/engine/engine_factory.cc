@@ -12,6 +12,7 @@
 #include "deepinfer/io/safetensors.h"
 #include "deepinfer/model/deepseek_v3.h"
 #include "deepinfer/model/deepseek_v4.h"
+#include "deepinfer/parallel/cp_process_runner.h"
 #include "deepinfer/parallel/parallel_model_runner.h"
 #include "deepinfer/spec/mtp_proposer.h"
 #include "deepinfer/structured/grammar_compiler.h"
@@ -49,6 +50,11 @@ std::unique_ptr<Backend> make_backend(const EngineStackOptions& o) {
                                    << ": this deepinfer was built without CUDA (configure with "
                                       "-DDEEPINFER_ACCELERATOR=nvidia)";
 #endif
+}
+
+// The CP ranks' host: this process's rank of a process world, or in-process threads.
+CpLauncher cp_launcher(const EngineStackOptions& o) {
+  return o.cp_world ? make_communicator_cp_launcher(*o.cp_world) : make_in_process_cp_launcher(o.cp);
 }
 
 void log_prefill_mode(const DeepseekV4Model& m, bool exact) {
@@ -140,10 +146,12 @@ std::unique_ptr<EngineStack> load_engine_stack(const EngineStackOptions& o) {
       << " is not supported yet";
   DI_CHECK_CODE(o.cp == 1 || !parallel, ErrorCode::kUnsupported)
       << option(o, "cp", std::to_string(o.cp)) << " together with ep*dp > 1 is not supported yet (docs/PARALLEL.md)";
-  DI_CHECK_CODE(o.cp == 1 || o.device == "cpu", ErrorCode::kUnsupported)
+  DI_CHECK_CODE(o.cp == 1 || o.device == "cpu" || o.cp_world, ErrorCode::kUnsupported)
       << option(o, "cp", std::to_string(o.cp)) << " on " << option(o, "device", o.device)
-      << ": context parallelism runs its ranks as threads on the CPU backend so far; across GPUs it needs one "
-         "process per GPU over NCCL, which is not wired yet (docs/CONTEXT_PARALLEL.md)";
+      << ": in-process context-parallel ranks run on the CPU backend; across GPUs they run one process per GPU "
+         "over NCCL (the deepinfer CLI; docs/CONTEXT_PARALLEL.md)";
+  DI_CHECK_INTERNAL(!o.cp_world || o.cp_world->size() == o.cp)
+      << "cp " << o.cp << " with a process world of " << o.cp_world->size();
   const int64_t budget = kv_cache_budget_bytes(o);
   if (!parallel) s.backend = make_backend(o);  // parallel: every rank makes its own
   DI_LOG_INFO("device: {}", o.device);
@@ -201,7 +209,7 @@ std::unique_ptr<EngineStack> load_engine_stack(const EngineStackOptions& o) {
     }
   } else if (s.v3) {
     auto r = std::make_unique<V3ModelRunner>(*s.v3, o.max_num_seqs, ro);
-    if (o.cp > 1) r->set_context_parallel(o.cp, make_in_process_cp_launcher(o.cp));
+    if (o.cp > 1) r->set_context_parallel(o.cp, cp_launcher(o));
     if (o.speculative == "mtp") r->set_proposer(std::make_unique<spec::MtpProposer>(*s.v3, o.max_num_seqs));
     s.runner = std::move(r);
   } else {
@@ -209,13 +217,14 @@ std::unique_ptr<EngineStack> load_engine_stack(const EngineStackOptions& o) {
         << option(o, "speculative", o.speculative)
         << ": MTP drafting is implemented for the DeepSeek-V3 family only (V4-Flash base MTP is not yet)";
     auto r = std::make_unique<V4ModelRunner>(*s.v4, o.max_num_seqs, ro);
-    if (o.cp > 1) r->set_context_parallel(o.cp, make_in_process_cp_launcher(o.cp));
+    if (o.cp > 1) r->set_context_parallel(o.cp, cp_launcher(o));
     s.runner = std::move(r);
     log_prefill_mode(*s.v4, o.exact_prefill);
   }
+  if (o.cp_world) s.runner = std::make_unique<CpDriverRunner>(*o.cp_world, std::move(s.runner));
   if (o.cp > 1)
-    DI_LOG_INFO("context parallel: prompt chunks of >= {} tokens split zig-zag over {} in-process ranks", 2 * o.cp,
-                o.cp);
+    DI_LOG_INFO("context parallel: prompt chunks of >= {} tokens split zig-zag over {} {}", 2 * o.cp, o.cp,
+                o.cp_world ? "processes (one per GPU)" : "in-process ranks");
   s.layout = make_kv_layout(cfg);
   // The parallel runners' caches live in their ranks: the design formats size the cache.
   if (!parallel) s.layout.storage = s.runner->kv_footprint(s.layout.block_size);

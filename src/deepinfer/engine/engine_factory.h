@@ -24,6 +24,7 @@
 namespace deepinfer {
 
 class Backend;
+class Communicator;
 class DeepseekV3Model;
 class DeepseekV4Model;
 struct ParallelRunnerOptions;
@@ -55,8 +56,12 @@ struct EngineStackOptions {
   int ep = 1, dp = 1;
   int eplb_interval = 0, eplb_slots = 0;
   // Context-parallel size for prefill (docs/CONTEXT_PARALLEL.md): prompt chunks of >= 2·cp tokens run zig-zag over
-  // cp in-process ranks that share the model (CPU backend; not combined with ep/dp yet).
+  // cp ranks: in-process ranks that share the model (CPU backend), or with cp_world one process per rank (not
+  // combined with ep/dp yet).
   int cp = 1;
+  // cp > 1 with one process per rank (the CLI's --device cuda --cp N over NCCL): this process is rank 0 of cp_world,
+  // whose other ranks run run_cp_follower (parallel/cp_process_runner.h). Must outlive the stack.
+  Communicator* cp_world = nullptr;
   // Speculative decoding (docs/SPECULATIVE.md): off | mtp (V3 family with MTP weights) | dspark; num_draft_tokens
   // drafts verified per decode step (synchronous scheduling then).
   std::string speculative = "off";

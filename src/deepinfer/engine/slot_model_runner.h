@@ -89,6 +89,7 @@ class SlotModelRunner final : public ModelRunner {
   }
 
   void execute(const ModelBatch& batch, std::span<float> logits) override {
+    if (cp_follower_) return follow(batch);
     const int64_t vocab = vocab_size();
     DI_CHECK(static_cast<int64_t>(logits.size()) >= batch.num_logits_rows * vocab)
         << "logits buffer holds " << logits.size() << " values, need " << batch.num_logits_rows * vocab;
@@ -113,10 +114,7 @@ class SlotModelRunner final : public ModelRunner {
               << "the model runner keeps whole caches per slot and cannot start a sequence at position " << e.start
               << " (disable the prefix cache)";
         }
-        if constexpr (requires { st.decoder_from; }) {
-          if (!options_.exact_prefill) st.decoder_from = model_.bounded_decoder_from(e.prompt_len);
-        }
-        if constexpr (requires { st.mla_naive_until; }) st.mla_naive_until = model_.mla_naive_until(e.prompt_len);
+        set_prefill_form(st, e.prompt_len);
         reset_cp(e.state_slot, st, e.start);
       }
       if constexpr (kPaged) {
@@ -230,11 +228,18 @@ class SlotModelRunner final : public ModelRunner {
   // Context parallelism for prefill (parallel/context_parallel.h): a prompt chunk of a sequence that started at
   // position 0 is split zig-zag across `cp` ranks when it has at least 2·cp tokens; rank 0 runs on the slot's
   // state, ranks 1..cp−1 on scratch states that the prompt's last chunk frees. cp 1 = off.
-  void set_context_parallel(int cp, CpLauncher launcher) {
+  //
+  // `follower`: this runner hosts one rank > 0 of a CP group whose rank 0 (the engine's runner) lives in another
+  // process (one process per GPU, parallel/cp_process_runner.h). It gets the same batches in the same order, makes
+  // the same split decisions, runs only the CP prompt chunks (its shard, on a scratch state; the launcher runs only
+  // this process's rank) and writes no logits; everything else runs on rank 0 alone.
+  void set_context_parallel(int cp, CpLauncher launcher, bool follower = false) {
     DI_CHECK(cp >= 1) << "context-parallel size " << cp << " must be >= 1";
     DI_CHECK(cp == 1 || launcher) << "context parallel (cp " << cp << ") needs a launcher";
+    DI_CHECK(!follower || cp > 1) << "a context-parallel follower needs cp > 1, got " << cp;
     cp_size_ = cp;
     cp_launcher_ = std::move(launcher);
+    cp_follower_ = follower;
   }
   // Prompt chunks that ran context-parallel so far (tests, logs).
   int64_t cp_chunks() const { return cp_chunks_; }
@@ -260,19 +265,59 @@ class SlotModelRunner final : public ModelRunner {
     s.synced = 0;
   }
 
+  // Prefill form of a new sequence (V4.1 bounded replay's decoder start, V3's naive-MLA span).
+  void set_prefill_form(State& st, int64_t prompt_len) const {
+    if constexpr (requires { st.decoder_from; }) {
+      if (!options_.exact_prefill) st.decoder_from = model_.bounded_decoder_from(prompt_len);
+    }
+    if constexpr (requires { st.mla_naive_until; }) st.mla_naive_until = model_.mla_naive_until(prompt_len);
+  }
+
+  // Whether this chunk runs context-parallel: a prompt chunk of a sequence whose scratch ranks are in step, long
+  // enough to give every rank a token. Every rank of the group decides alike from the same batches.
+  bool cp_chunk(const BatchEntry& e) const {
+    const CpScratch& s = cp_[e.state_slot];
+    return e.start < e.prompt_len && s.synced == e.start &&
+           cp_splittable(static_cast<int64_t>(e.token_ids.size()), cp_size_);
+  }
+
+  // A follower's step (set_context_parallel): the bookkeeping of every entry, the forward of its CP chunks only.
+  void follow(const ModelBatch& batch) {
+    for (const BatchEntry& e : batch.entries) {
+      DI_CHECK_INTERNAL(e.state_slot >= 0 && e.state_slot < static_cast<int32_t>(slots_.size()))
+          << "state slot " << e.state_slot << " out of range";
+      if (e.reset_state) {
+        State st = model_.new_sequence();
+        set_prefill_form(st, e.prompt_len);
+        reset_cp(e.state_slot, st, e.start);
+      }
+      if (!cp_chunk(e)) {
+        cp_[e.state_slot] = CpScratch{};  // rank 0 runs it alone, as the driver does
+        continue;
+      }
+      run_cp(e, nullptr, resolve_token_ids(batch, e));
+    }
+  }
+
   auto forward(const BatchEntry& e, State& st, const std::vector<int64_t>& ids) {
-    CpScratch& s = cp_[e.state_slot];
-    const int64_t T = static_cast<int64_t>(ids.size());
-    const bool prompt = e.start < e.prompt_len;
-    if (!(prompt && s.synced == e.start && cp_splittable(T, cp_size_))) {
-      s = CpScratch{};  // the slot moves on without the scratch ranks
+    if (!cp_chunk(e)) {
+      cp_[e.state_slot] = CpScratch{};  // the slot moves on without the scratch ranks
       return model_.forward(st, ids);
     }
+    return run_cp(e, &st, ids);
+  }
+
+  // One CP chunk on the launcher's ranks; rank 0 runs on `st` (the slot's state; nullptr on a follower, which
+  // hosts no rank 0) and returns its logits rows, the others on their scratch states.
+  auto run_cp(const BatchEntry& e, State* st, const std::vector<int64_t>& ids) {
+    CpScratch& s = cp_[e.state_slot];
+    const int64_t T = static_cast<int64_t>(ids.size());
     const int n = cp_size_;
-    decltype(model_.forward(st, ids)) out;
+    decltype(model_.forward(*st, ids)) out;
     cp_launcher_(n, [&](int rank, const AllGatherBytes& all_gather) {
+      DI_CHECK_INTERNAL(rank > 0 || st != nullptr) << "context parallel: a follower asked to run rank 0";
       CpShard shard(rank, n, T, all_gather);
-      State& mine = rank == 0 ? st : s.ranks[static_cast<size_t>(rank - 1)];
+      State& mine = rank == 0 ? *st : s.ranks[static_cast<size_t>(rank - 1)];
       // V4's forward takes a stream-capture pointer before the shard; V3's does not.
       auto rows = [&] {
         if constexpr (requires { model_.forward(mine, ids, nullptr, nullptr, &shard); })
@@ -289,6 +334,7 @@ class SlotModelRunner final : public ModelRunner {
   }
 
   int cp_size_ = 1;
+  bool cp_follower_ = false;
   CpLauncher cp_launcher_;
   std::vector<CpScratch> cp_;
   int64_t cp_chunks_ = 0;

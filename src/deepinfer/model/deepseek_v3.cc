@@ -529,15 +529,19 @@ void DeepseekV3Model::load_experts(const std::string& dir, int layer, const std:
   DI_CHECK_CODE(!lw.quant_experts, ErrorCode::kUnsupported)
       << "load_experts: FP8 experts kept quantized (load with V3WeightStorage::kF32 for expert parallelism)";
   auto ckpt = Checkpoint::open(dir);
-  WeightLoader ld(config_, *ckpt, backend_);
+  // Read (and dequantized) on the host, as load() does, then moved into this backend's memory.
+  std::unique_ptr<Backend> host_backend = make_cpu_backend(1);
+  WeightLoader ld(config_, *ckpt, *host_backend);
+  const bool device = memory_.device().kind != DeviceKind::kCPU;
+  auto place = [&](HostTensor h) { return device ? memory_.upload(h.view()) : OwnedTensor(std::move(h)); };
   const std::string M = "model.layers." + std::to_string(config_.layers.at(layer).index) + ".mlp.experts.";
   for (int e : experts) {
     DI_CHECK(e >= 0 && e < static_cast<int>(lw.experts.size())) << "load_experts: expert " << e << " out of range";
     if (has_expert(layer, e)) continue;
     const std::string X = M + std::to_string(e) + ".";
-    lw.expert_storage[3 * e] = ld.f32(X + "gate_proj.weight");
-    lw.expert_storage[3 * e + 1] = ld.f32(X + "up_proj.weight");
-    lw.expert_storage[3 * e + 2] = ld.f32(X + "down_proj.weight");
+    lw.expert_storage[3 * e] = place(ld.f32(X + "gate_proj.weight"));
+    lw.expert_storage[3 * e + 1] = place(ld.f32(X + "up_proj.weight"));
+    lw.expert_storage[3 * e + 2] = place(ld.f32(X + "down_proj.weight"));
     lw.experts[e] = {lw.expert_storage[3 * e].view(), lw.expert_storage[3 * e + 1].view(),
                      lw.expert_storage[3 * e + 2].view()};
   }

@@ -170,8 +170,10 @@ class NcclCommunicator final : public Communicator {
   Staged stage(const void* in, int64_t in_bytes, void* out, int64_t out_bytes) {
     DI_CUDA_OK(cudaSetDevice(device_));
     Staged s;
-    // A zero-byte piece may come as nullptr from either side; decide by the non-null buffer.
-    s.host = !(is_device_pointer(in) || (in == nullptr && in_bytes == 0));
+    // Host staging when either side is host memory. An empty piece may come as nullptr (a rank with no tokens that
+    // still receives others' rows): a null buffer says nothing, the other side decides.
+    auto host = [](const void* p) { return p != nullptr && !is_device_pointer(p); };
+    s.host = host(in) || host(out);
     if (!s.host) {
       s.in = const_cast<void*>(in);
       s.out = out;
@@ -180,15 +182,15 @@ class NcclCommunicator final : public Communicator {
     reserve(in_bytes + out_bytes);
     s.in = scratch_;
     s.out = static_cast<char*>(scratch_) + in_bytes;
-    if (in_bytes > 0) DI_CUDA_OK(cudaMemcpyAsync(s.in, in, in_bytes, cudaMemcpyHostToDevice, stream_));
+    if (in_bytes > 0) DI_CUDA_OK(cudaMemcpyAsync(s.in, in, in_bytes, cudaMemcpyDefault, stream_));
     return s;
   }
 
   // Copies the results back to host buffers and waits for the stream.
   void unstage(const Staged& s, void* dst, int64_t in_place_bytes, int64_t out_bytes) {
     if (s.host) {
-      if (in_place_bytes > 0) DI_CUDA_OK(cudaMemcpyAsync(dst, s.in, in_place_bytes, cudaMemcpyDeviceToHost, stream_));
-      if (out_bytes > 0) DI_CUDA_OK(cudaMemcpyAsync(dst, s.out, out_bytes, cudaMemcpyDeviceToHost, stream_));
+      if (in_place_bytes > 0) DI_CUDA_OK(cudaMemcpyAsync(dst, s.in, in_place_bytes, cudaMemcpyDefault, stream_));
+      if (out_bytes > 0) DI_CUDA_OK(cudaMemcpyAsync(dst, s.out, out_bytes, cudaMemcpyDefault, stream_));
     }
     DI_CUDA_OK(cudaStreamSynchronize(stream_));
   }
