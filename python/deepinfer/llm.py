@@ -80,8 +80,9 @@ class LLM:
 
     model: a local Hugging Face directory (config.json + safetensors, tokenizer.json for text). When None,
     DEEPINFER_HF_MODEL_DIR, then the embedded default model of the build. ep/dp > 1 run expert / attention
-    data parallelism with in-process ranks on the CPU backend (docs/PARALLEL.md); cp other than 1 raises
-    NotImplementedError until context parallelism exists. device: "cpu" or "cuda" (default: "cuda" when this
+    data parallelism with in-process ranks on the CPU backend (docs/PARALLEL.md); cp > 1 splits long prompt chunks
+    zig-zag over cp in-process ranks (CPU backend; with ep/dp each DP shard's ranks are its CP group, so the world
+    lcm(ep, dp·cp) must be dp·cp; docs/CONTEXT_PARALLEL.md). device: "cpu" or "cuda" (default: "cuda" when this
     build has CUDA and sees a GPU). KV cache memory: on CUDA gpu_memory_utilization of the device minus the
     weights; on the CPU kv_cache_bytes of host memory. exact_prefill (V4.1): every layer on every prompt token
     (transformers parity) instead of decoder SWA bounded replay.

@@ -197,8 +197,8 @@ TEST(LlmApi, ErrorsNameThePromptAndLeaveTheEngineUsable) {
 TEST(LlmApi, ConfigErrors) {
   LlmConfig c = small_config();
   c.cp = 2;
-  c.dp = 2;  // CP is not combined with ep/dp yet
-  EXPECT_EQ(code_of([&] { Llm x(c); }), ErrorCode::kUnsupported);
+  c.ep = 4;  // world lcm(4, 2) = 4, but with CP the world must be dp·cp = 2
+  EXPECT_EQ(code_of([&] { Llm x(c); }), ErrorCode::kInvalidArgument);
   c = small_config();
   c.cp = 0;
   EXPECT_EQ(code_of([&] { Llm x(c); }), ErrorCode::kInvalidArgument);

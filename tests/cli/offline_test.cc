@@ -106,7 +106,7 @@ TEST(OfflineCli, ReferenceFlagsPrintPerSampleDiagnosticsAndProgress) {
 TEST(OfflineCli, UnsupportedLayoutsAndChecksAreClearErrors) {
   const std::string m = " --model_name " + testing::test_data_dir() + "/golden/deepseek_v4";
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"--ep 2 --cp 8", "--cp 8 together with ep*dp > 1 is not supported yet"},
+      {"--ep 4 --cp 2", "must be dp·cp = 2; pick ep dividing dp·cp"},
       {"--ep 16", "--ep 16: the model has only 8 routed experts"},
       {"--ep 0", "--ep must be >= 1"},
       {"--eplb-interval 2", "--eplb-interval needs expert parallelism"},
@@ -142,7 +142,8 @@ TEST(OfflineCli, ExpertAndDataParallelGiveTheSingleRankOutput) {
 }
 
 // Context parallelism with in-process ranks: long prompt chunks split zig-zag over 2 and 3 ranks give one rank's
-// samples (V3 MLA and V4.1, chunked prefill under a 24-token budget; the 41-token prompt spans two chunks).
+// samples (V3 MLA and V4.1, chunked prefill under a 24-token budget; the 41-token prompt spans two chunks), also
+// combined with EP2 (the shard's two ranks are the CP group).
 TEST(OfflineCli, ContextParallelGivesTheSingleRankOutput) {
   std::string ids;
   for (int i = 0; i < 41; ++i) ids += (i ? "," : "") + std::to_string(20 + (13 * i) % 90);
@@ -155,7 +156,7 @@ TEST(OfflineCli, ContextParallelGivesTheSingleRankOutput) {
     ASSERT_EQ(one.exit_code, 0) << one.output;
     const auto expect = testing::parse_offline_samples(one.output);
     ASSERT_EQ(expect.size(), 2u);
-    for (const std::string flags : {" --cp 2", " --cp 3"}) {
+    for (const std::string flags : {" --cp 2", " --cp 3", " --ep 2 --cp 2"}) {
       auto r = run_cli(base + flags);
       ASSERT_EQ(r.exit_code, 0) << model << flags << "\n" << r.output;
       EXPECT_EQ(testing::parse_offline_samples(r.output), expect) << model << flags;

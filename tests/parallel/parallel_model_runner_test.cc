@@ -94,7 +94,7 @@ std::unique_ptr<M> load_model(const Model& m, Backend& b) {
 
 template <typename M>
 void check(const Model& m, const std::vector<std::pair<int, int>>& layouts, bool exact_prefill = true,
-           int eplb_slots = 0) {
+           int eplb_slots = 0, int cp = 1) {
   ModelRunnerOptions ro;
   ro.exact_prefill = exact_prefill;
   auto backend = make_cpu_backend(2);
@@ -103,9 +103,9 @@ void check(const Model& m, const std::vector<std::pair<int, int>>& layouts, bool
   const auto ref = run(single, 24);
   ASSERT_FALSE(ref.empty());
   for (auto [ep, dp] : layouts) {
-    SCOPED_TRACE("ep " + std::to_string(ep) + " dp " + std::to_string(dp));
+    SCOPED_TRACE("ep " + std::to_string(ep) + " dp " + std::to_string(dp) + " cp " + std::to_string(cp));
     ParallelRunnerOptions po;
-    po.layout = ParallelLayout::make(ep, dp);
+    po.layout = ParallelLayout::make(ep, dp, 0, cp);
     po.num_slots = 4;
     po.runner = ro;
     po.model_dir = m.dir;
@@ -124,6 +124,12 @@ void check(const Model& m, const std::vector<std::pair<int, int>>& layouts, bool
       for (size_t i = 0; i < rows.size(); ++i)
         ASSERT_EQ(0, std::memcmp(rows[i].data(), got.at(seq)[i].data(), rows[i].size() * sizeof(float)))
             << "sequence " << seq << " logits row " << i << " differs from the single-rank run";
+    }
+    if (cp > 1) {
+      // Rank 0 and the last rank of shard 0 (its last CP rank) split the same prompt chunks.
+      const int64_t chunks = par.rank_runner(0).cp_chunks();
+      EXPECT_GE(chunks, 2) << "too few prompt chunks ran context-parallel for the test to mean anything";
+      EXPECT_EQ(par.rank_runner(cp - 1).cp_chunks(), chunks);
     }
     if (eplb_slots > 0) {
       ASSERT_FALSE(report.layers.empty());
@@ -208,6 +214,30 @@ TEST(ParallelModelRunner, GoldenV4EpDpEqualsSingleRank) {
 TEST(ParallelModelRunner, GoldenV41EpDpEqualsSingleRankExactAndBounded) {
   check<DeepseekV4Model>(golden("deepseek_v41"), {{4, 1}, {2, 2}}, /*exact_prefill=*/true);
   check<DeepseekV4Model>(golden("deepseek_v41"), {{2, 2}}, /*exact_prefill=*/false);
+}
+
+// CP with EP (and DP): each DP shard's ranks are its CP group; the MoE exchange runs per rank's own rows, and a
+// follower pairs the chunks rank 0 runs alone with idle forwards.
+TEST(ParallelModelRunner, GoldenContextWithExpertParallelEqualsSingleRank) {
+  check<DeepseekV3Model>(golden("deepseek_v3"), {{2, 1}, {2, 2}}, true, 0, /*cp=*/2);
+  check<DeepseekV4Model>(golden("deepseek_v4"), {{2, 1}}, true, 0, /*cp=*/2);
+  check<DeepseekV4Model>(golden("deepseek_v41"), {{2, 1}, {2, 2}}, /*exact_prefill=*/false, 0, /*cp=*/2);
+  check<DeepseekV4Model>(golden("deepseek_v41"), {{2, 1}}, /*exact_prefill=*/true, /*eplb_slots=*/5, /*cp=*/2);
+}
+
+TEST(ParallelLayout, ContextParallelNeedsTheShardRanks) {
+  const ParallelLayout l = ParallelLayout::make(2, 1, 0, 2);
+  EXPECT_EQ(l.world, 2);
+  EXPECT_EQ(l.replicas(), 2);
+  EXPECT_EQ(ParallelLayout::make(2, 4, 0, 2).world, 8);
+  EXPECT_EQ(ParallelLayout::make(2, 1, 0, 8).world, 8);  // the reference's --ep 2 --cp 8
+  try {
+    ParallelLayout::make(4, 1, 0, 2);  // world lcm(4, 2) = 4 but a shard's CP group has 2 ranks
+    FAIL() << "expected InvalidArgument";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("dp·cp"), std::string::npos) << e.what();
+  }
 }
 
 TEST(ParallelModelRunner, TinyV3WithEplbMidRun) {

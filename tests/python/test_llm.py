@@ -148,8 +148,8 @@ def test_errors_raise_python_exceptions(llm, golden_v41):
         llm.generate([[1], [2]], [SamplingParams(), SamplingParams(), SamplingParams()], use_tqdm=False)
     with pytest.raises(TypeError, match=r"prompts\[0\]"):
         llm.generate([3.5], use_tqdm=False)
-    with pytest.raises(NotImplementedError, match="cp='2' together with ep"):
-        LLM(golden_v41, dp=8, cp=2)
+    with pytest.raises(ValueError, match="must be dp·cp"):
+        LLM(golden_v41, ep=4, cp=2, device="cpu")
     with pytest.raises(ValueError, match="routed experts"):
         LLM(golden_v41, ep=64, device="cpu")
     with pytest.raises(ValueError, match="gpu_memory_utilization"):

@@ -83,12 +83,12 @@ EngineSetup::EngineSetup(const EngineSetupArgs& a, StreamCallback on_delta) {
   o.cp = a.cp;
   o.speculative = a.speculative;
   o.num_draft_tokens = a.num_draft_tokens;
-  const ParallelLayout playout = ParallelLayout::make(a.ep, a.dp);
+  const bool ep_dp = ParallelLayout::make(a.ep, a.dp).world > 1;
+  const ParallelLayout playout = ParallelLayout::make(a.ep, a.dp, 0, ep_dp ? a.cp : 1);
   auto v3_family = [&] { return load_model_config(m.dir + "/config.json").family == ModelFamily::kDeepseekV3; };
   if (playout.world > 1 && a.device == "cuda") {
-    // One process per GPU, joined before anything touches a device (DistributedModelRunner).
-    DI_CHECK_CODE(a.cp == 1, ErrorCode::kUnsupported)
-        << "--cp " << a.cp << " together with --ep/--dp > 1 is not supported yet (docs/PARALLEL.md)";
+    // One process per GPU, joined before anything touches a device (DistributedModelRunner; with --cp each DP
+    // shard's ranks are its CP group).
     process_world_ = ProcessWorld::start(playout);
     DI_LOG_INFO("parallel layout: {} (one process per GPU, NCCL)", playout.str());
     if (v3_family())

@@ -78,7 +78,8 @@ int run_offline(const OfflineArgs& a) {
   DI_CHECK(a.eplb_interval >= 0) << "--eplb-interval must be >= 0, got " << a.eplb_interval;
   DI_CHECK(a.eplb_slots >= 0) << "--eplb-slots must be >= 0, got " << a.eplb_slots;
   DI_CHECK(a.eplb_interval == 0 || a.ep > 1) << "--eplb-interval needs expert parallelism (--ep > 1)";
-  ParallelLayout::make(a.ep, a.dp);  // divisibility errors before the model loads
+  // Divisibility errors before the model loads (with ep·dp > 1 each DP shard's ranks are its CP group).
+  ParallelLayout::make(a.ep, a.dp, 0, ParallelLayout::make(a.ep, a.dp).world > 1 ? a.cp : 1);
   SamplingParams params;
   params.temperature = a.temperature;
   params.top_p = a.top_p;

@@ -133,20 +133,19 @@ std::unique_ptr<EngineStack> load_engine_stack(const EngineStackOptions& o) {
   auto st = std::make_unique<EngineStack>();
   EngineStack& s = *st;
   s.model_dir = o.model_dir;
-  const ParallelLayout playout = ParallelLayout::make(o.ep, o.dp);
-  const bool parallel = playout.world > 1;
+  DI_CHECK(o.cp >= 1) << option(o, "cp", std::to_string(o.cp)) << ": must be >= 1";
+  // EP/DP runners (ep·dp > 1) host CP themselves: each DP shard's ranks are its CP group.
+  const bool parallel = ParallelLayout::make(o.ep, o.dp).world > 1;
+  const ParallelLayout playout = ParallelLayout::make(o.ep, o.dp, 0, parallel ? o.cp : 1);
   DI_CHECK_CODE(!parallel || o.speculative == "off", ErrorCode::kUnsupported)
       << option(o, "speculative", o.speculative) << " with ep*dp > 1: speculative decoding runs on one rank only";
   DI_CHECK_CODE(!parallel || o.device == "cpu" || o.make_parallel_runner, ErrorCode::kUnsupported)
       << option(o, "device", o.device) << " with ep*dp > 1: the in-process ranks run on the CPU backend";
-  DI_CHECK(o.cp >= 1) << option(o, "cp", std::to_string(o.cp)) << ": must be >= 1";
   // The MTP proposer needs the target's hidden state of every prompt position on one rank.
   DI_CHECK_CODE(o.cp == 1 || o.speculative == "off", ErrorCode::kUnsupported)
       << option(o, "speculative", o.speculative) << " together with " << option(o, "cp", std::to_string(o.cp))
       << " is not supported yet";
-  DI_CHECK_CODE(o.cp == 1 || !parallel, ErrorCode::kUnsupported)
-      << option(o, "cp", std::to_string(o.cp)) << " together with ep*dp > 1 is not supported yet (docs/PARALLEL.md)";
-  DI_CHECK_CODE(o.cp == 1 || o.device == "cpu" || o.cp_world, ErrorCode::kUnsupported)
+  DI_CHECK_CODE(o.cp == 1 || parallel || o.device == "cpu" || o.cp_world, ErrorCode::kUnsupported)
       << option(o, "cp", std::to_string(o.cp)) << " on " << option(o, "device", o.device)
       << ": in-process context-parallel ranks run on the CPU backend; across GPUs they run one process per GPU "
          "over NCCL (the deepinfer CLI; docs/CONTEXT_PARALLEL.md)";
@@ -224,7 +223,9 @@ std::unique_ptr<EngineStack> load_engine_stack(const EngineStackOptions& o) {
   if (o.cp_world) s.runner = std::make_unique<CpDriverRunner>(*o.cp_world, std::move(s.runner));
   if (o.cp > 1)
     DI_LOG_INFO("context parallel: prompt chunks of >= {} tokens split zig-zag over {} {}", 2 * o.cp, o.cp,
-                o.cp_world ? "processes (one per GPU)" : "in-process ranks");
+                parallel     ? "ranks of each DP shard"
+                : o.cp_world ? "processes (one per GPU)"
+                             : "in-process ranks");
   s.layout = make_kv_layout(cfg);
   // The parallel runners' caches live in their ranks: the design formats size the cache.
   if (!parallel) s.layout.storage = s.runner->kv_footprint(s.layout.block_size);

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <type_traits>
@@ -232,14 +233,17 @@ class SlotModelRunner final : public ModelRunner {
   // `follower`: this runner hosts one rank > 0 of a CP group whose rank 0 (the engine's runner) lives in another
   // process (one process per GPU, parallel/cp_process_runner.h). It gets the same batches in the same order, makes
   // the same split decisions, runs only the CP prompt chunks (its shard, on a scratch state; the launcher runs only
-  // this process's rank) and writes no logits; everything else runs on rank 0 alone.
-  void set_context_parallel(int cp, CpLauncher launcher, bool follower = false) {
+  // this process's rank) and writes no logits; everything else runs on rank 0 alone. `skipped` (followers only) runs
+  // once for every entry rank 0 runs alone: with expert parallelism, the idle forward that pairs rank 0's MoE
+  // exchanges.
+  void set_context_parallel(int cp, CpLauncher launcher, bool follower = false, std::function<void()> skipped = {}) {
     DI_CHECK(cp >= 1) << "context-parallel size " << cp << " must be >= 1";
     DI_CHECK(cp == 1 || launcher) << "context parallel (cp " << cp << ") needs a launcher";
     DI_CHECK(!follower || cp > 1) << "a context-parallel follower needs cp > 1, got " << cp;
     cp_size_ = cp;
     cp_launcher_ = std::move(launcher);
     cp_follower_ = follower;
+    cp_skipped_ = std::move(skipped);
   }
   // Prompt chunks that ran context-parallel so far (tests, logs).
   int64_t cp_chunks() const { return cp_chunks_; }
@@ -293,6 +297,7 @@ class SlotModelRunner final : public ModelRunner {
       }
       if (!cp_chunk(e)) {
         cp_[e.state_slot] = CpScratch{};  // rank 0 runs it alone, as the driver does
+        if (cp_skipped_) cp_skipped_();
         continue;
       }
       run_cp(e, nullptr, resolve_token_ids(batch, e));
@@ -335,6 +340,7 @@ class SlotModelRunner final : public ModelRunner {
 
   int cp_size_ = 1;
   bool cp_follower_ = false;
+  std::function<void()> cp_skipped_;
   CpLauncher cp_launcher_;
   std::vector<CpScratch> cp_;
   int64_t cp_chunks_ = 0;

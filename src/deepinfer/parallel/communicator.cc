@@ -55,16 +55,21 @@ int64_t Communicator::all_reduce_sum(int64_t v) {
   return v;
 }
 
-ParallelLayout ParallelLayout::make(int ep, int dp, int world) {
+ParallelLayout ParallelLayout::make(int ep, int dp, int world, int cp) {
   DI_CHECK(ep >= 1) << "parallel layout: ep must be >= 1, got " << ep;
   DI_CHECK(dp >= 1) << "parallel layout: dp must be >= 1, got " << dp;
+  DI_CHECK(cp >= 1) << "parallel layout: cp must be >= 1, got " << cp;
   DI_CHECK(world >= 0) << "parallel layout: world size must be >= 1, got " << world;
   ParallelLayout l;
   l.ep = ep;
   l.dp = dp;
-  l.world = world == 0 ? std::lcm(ep, dp) : world;
+  l.cp = cp;
+  l.world = world == 0 ? std::lcm(ep, dp * cp) : world;
   DI_CHECK(l.world % ep == 0) << "parallel layout: world size " << l.world << " is not divisible by the EP size " << ep;
   DI_CHECK(l.world % dp == 0) << "parallel layout: world size " << l.world << " is not divisible by the DP size " << dp;
+  DI_CHECK(cp == 1 || l.world == dp * cp)
+      << "parallel layout: with cp " << cp << " every rank of a DP shard is a CP rank, so the world (" << l.world
+      << " = lcm(ep " << ep << ", dp·cp " << dp * cp << ")) must be dp·cp = " << dp * cp << "; pick ep dividing dp·cp";
   return l;
 }
 
@@ -72,6 +77,7 @@ std::string ParallelLayout::str() const {
   std::ostringstream s;
   s << "world " << world << " = " << world / ep << " EP group(s) of " << ep << ", " << dp << " DP shard(s) of "
     << replicas() << " rank(s)";
+  if (cp > 1) s << " (each shard's ranks a CP group)";
   return s.str();
 }
 

@@ -66,9 +66,12 @@ struct ParallelLayout {
   int world = 1;
   int ep = 1;  // expert-parallel group size: the routed experts are partitioned across ep ranks
   int dp = 1;  // attention data-parallel shards: a rank serves the requests of shard dp_shard(rank)
+  // Context parallelism with EP/DP: the replicas of a DP shard form its CP group (cp == replicas()): long prompt
+  // chunks of the shard's sequences are split zig-zag across them; 1 = off.
+  int cp = 1;
 
-  // world defaults to lcm(ep, dp) when 0.
-  static ParallelLayout make(int ep, int dp, int world = 0);
+  // world defaults to lcm(ep, dp·cp) when 0; cp > 1 needs world == dp·cp (InvalidArgument naming the sizes).
+  static ParallelLayout make(int ep, int dp, int world = 0, int cp = 1);
   int ep_group(int rank) const { return rank / ep; }  // EP groups are contiguous rank ranges
   int ep_rank(int rank) const { return rank % ep; }
   int replicas() const { return world / dp; }                 // ranks serving the same requests

@@ -31,6 +31,7 @@
 #include "deepinfer/model/model_config.h"
 #include "deepinfer/ops/ops.h"
 #include "deepinfer/parallel/communicator.h"
+#include "deepinfer/parallel/cp_process_runner.h"
 #include "deepinfer/parallel/dp_balancer.h"
 #include "deepinfer/parallel/eplb.h"
 #include "deepinfer/parallel/expert_parallel.h"
@@ -73,10 +74,25 @@ class RankWorker {
     model_ = load(*backend_);
     ep_group_ = world.split(L.ep_group(r), r);
     replicas_ = world.split(L.ep_group(r) * L.dp + L.dp_shard(r), r);  // the shard's replicas in this EP group
-    ep_ = std::make_unique<ExpertParallel>(*ep_group_, *replicas_, initial_placements(model_->config(), L.ep));
+    // With CP the replicas of a shard do not hold the same tokens (each runs its zig-zag rows, or rank 0 runs a chunk
+    // alone): every rank dispatches its own tokens (a group of one), and the whole shard is the CP group.
+    if (L.cp > 1) {
+      cp_group_ = world.split(L.dp_shard(r), r);
+      self_ = world.split(r, 0);
+      DI_CHECK_INTERNAL(cp_group_->size() == L.cp)
+          << "parallel runner: a CP group of " << cp_group_->size() << " ranks for cp " << L.cp;
+    }
+    ep_ = std::make_unique<ExpertParallel>(*ep_group_, L.cp > 1 ? *self_ : *replicas_,
+                                           initial_placements(model_->config(), L.ep));
     model_->set_expert_parallel(ep_.get());
     keep_placed_experts();
     runner_ = std::make_unique<SlotModelRunner<Model>>(*model_, options_.num_slots, options_.runner);
+    if (L.cp > 1) {
+      const bool follower = cp_group_->rank() != 0;
+      runner_->set_context_parallel(
+          L.cp, make_communicator_cp_launcher(*cp_group_), follower,
+          follower ? std::function<void()>([this] { model_->idle_forward(); }) : std::function<void()>());
+    }
   }
 
   // Runs a job (every rank, collective). kStep: rank 0's `logits` receives every shard's rows
@@ -187,7 +203,7 @@ class RankWorker {
   ParallelRunnerOptions options_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Model> model_;
-  std::unique_ptr<Communicator> ep_group_, replicas_;
+  std::unique_ptr<Communicator> ep_group_, replicas_, cp_group_, self_;
   std::unique_ptr<ExpertParallel> ep_;
   std::unique_ptr<SlotModelRunner<Model>> runner_;
 };
@@ -271,6 +287,7 @@ class ParallelModelRunner final : public ModelRunner {
   }
   const EplbReport& last_eplb_report() const { return last_eplb_; }
   const Model& model(int rank) const { return workers_.at(rank)->model(); }
+  const SlotModelRunner<Model>& rank_runner(int rank) const { return workers_.at(rank)->runner(); }
   const ExpertParallel& expert_parallel(int rank) const { return workers_.at(rank)->expert_parallel(); }
   const DpBalancer& balancer() const { return driver_.balancer(); }
 
