@@ -56,8 +56,8 @@ struct EngineStackOptions {
   int ep = 1, dp = 1;
   int eplb_interval = 0, eplb_slots = 0;
   // Context-parallel size for prefill (docs/CONTEXT_PARALLEL.md): prompt chunks of >= 2·cp tokens run zig-zag over
-  // cp ranks: in-process ranks that share the model (CPU backend), or with cp_world one process per rank (not
-  // combined with ep/dp yet).
+  // cp ranks: in-process ranks that share the model (CPU backend), or with cp_world one process per rank; with
+  // ep·dp > 1 the EP/DP runner hosts it (each DP shard's ranks are its CP group, world = dp·cp).
   int cp = 1;
   // cp > 1 with one process per rank (the CLI's --device cuda --cp N over NCCL): this process is rank 0 of cp_world,
   // whose other ranks run run_cp_follower (parallel/cp_process_runner.h). Must outlive the stack.

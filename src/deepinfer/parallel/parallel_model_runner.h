@@ -13,6 +13,11 @@
 // Each rank keeps only its placement's routed experts (the rest are freed after loading); EPLB (rebalance) re-plans
 // the placement from the counted loads between steps and loads / frees experts to match.
 //
+// Context parallelism (layout.cp > 1): the ranks of a DP shard are its CP group. The shard's first rank runs the
+// entries; the others are CP followers (SlotModelRunner::set_context_parallel) that run their zig-zag rows of long
+// prompt chunks and an idle forward for every entry the first rank runs alone. The shard's ranks then hold different
+// tokens, so each dispatches its own rows to the EP group (no replica split).
+//
 // Prefix caching is off with dp > 1: a shard's paged rows exist on its own ranks only, and a prefix hit could come
 // from another shard's blocks.
 #pragma once
