@@ -1,8 +1,8 @@
 // Speculative decoding through the Engine: greedy output with drafts equals greedy output without, token for
 // token, with batching, chunked prefill, prefix cache, preemption and stop conditions inside an accepted run; on the
 // tiny model with its trained MTP layer, on a random V3 checkpoint with MTP weights, and with a scripted proposer
-// (exact continuations with deliberate mistakes) on the V3 and V4.1 golden fixtures, which exercises partial acceptance
-// and so the rollback (V4.1 refuses: its rollback is not implemented yet).
+// (exact continuations with deliberate mistakes) on the V3, V4 and V4.1 golden fixtures, which exercises partial
+// acceptance and so the rollback.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -354,18 +354,20 @@ class ScriptedProposer final : public spec::Proposer {
 };
 
 template <typename Model, typename Runner>
-void scripted_equals(const Model& m, const std::vector<Request>& reqs, const Opts& o) {
-  Runner plain(m, o.max_num_seqs);
-  const Result base = run_engine(plain, m.config(), reqs, 0, o);
+Result scripted_equals(const Model& m, const std::vector<Request>& reqs, const Opts& o, int stagger = 0,
+                       ModelRunnerOptions ro = {}) {
+  Runner plain(m, o.max_num_seqs, ro);
+  const Result base = run_engine(plain, m.config(), reqs, 0, o, stagger);
   std::map<std::vector<TokenId>, std::pair<size_t, std::vector<TokenId>>> script;
   for (const Request& r : reqs) script[r.prompt_token_ids] = {r.prompt_token_ids.size(), base.out.at(r.request_id)};
-  Runner runner(m, o.max_num_seqs);
+  Runner runner(m, o.max_num_seqs, ro);
   auto p = std::make_unique<ScriptedProposer>(script, m.config().vocab_size, o.max_num_seqs);
   runner.set_proposer(std::move(p));
-  const Result spec = run_engine(runner, m.config(), reqs, 3, o);
+  Result spec = run_engine(runner, m.config(), reqs, 3, o, stagger);
   EXPECT_EQ(spec.out, base.out);
   EXPECT_GT(spec.stats.spec.accepted, 0);
   EXPECT_LT(spec.stats.spec.accepted, spec.stats.spec.drafted);  // partial acceptance: rollbacks happened
+  return spec;
 }
 
 TEST(SpecEngineScripted, V3GoldenRollback) {
@@ -375,19 +377,63 @@ TEST(SpecEngineScripted, V3GoldenRollback) {
   for (int i = 0; i < 3; ++i)
     reqs.push_back(greedy_request("r" + std::to_string(i), random_prompt(4 + 11 * i, 60 + i, 768), 20));
   scripted_equals<DeepseekV3Model, V3ModelRunner>(*m, reqs, {});
+  Opts o;
+  o.budget = 16;
+  scripted_equals<DeepseekV3Model, V3ModelRunner>(*m, reqs, o);
 }
 
-// V4.1 cannot speculate yet (no rollback of its per-sequence state): a clear error, not wrong output.
-TEST(SpecEngineScripted, V41RefusesWithoutRollback) {
+// V4 / V4.1 (DeepseekV4Model::truncate): paged windows, compressed entries and indexer keys, slot rings (V4.1 bounded
+// replay's decoder windows), compressor state and Engram look-back rolled back after every partial acceptance, in a
+// batch with chunked prefill.
+std::vector<Request> golden_requests(int64_t vocab) {
+  std::vector<Request> reqs;
+  for (int i = 0; i < 3; ++i)
+    reqs.push_back(greedy_request("r" + std::to_string(i), random_prompt(4 + 11 * i, 80 + i, vocab), 24));
+  return reqs;
+}
+
+TEST(SpecEngineScripted, V4GoldenRollback) {
+  auto backend = make_cpu_backend(1);
+  auto m = DeepseekV4Model::load(testing::test_data_dir() + "/golden/deepseek_v4", *backend);
+  Opts o;
+  o.budget = 16;  // chunked prefill of the longer prompts
+  scripted_equals<DeepseekV4Model, V4ModelRunner>(*m, golden_requests(m->config().vocab_size), o);
+}
+
+TEST(SpecEngineScripted, V41GoldenRollbackBoundedAndExact) {
   auto backend = make_cpu_backend(1);
   auto m = DeepseekV4Model::load(testing::test_data_dir() + "/golden/deepseek_v41", *backend);
-  V4ModelRunner runner(*m, 2);
-  try {
-    runner.set_proposer(std::make_unique<ScriptedProposer>(
-        std::map<std::vector<TokenId>, std::pair<size_t, std::vector<TokenId>>>{}, m->config().vocab_size, 2));
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+  Opts o;
+  o.budget = 16;
+  for (bool exact : {false, true}) {
+    SCOPED_TRACE(exact ? "exact prefill" : "bounded replay");
+    ModelRunnerOptions ro;
+    ro.exact_prefill = exact;
+    scripted_equals<DeepseekV4Model, V4ModelRunner>(*m, golden_requests(m->config().vocab_size), o, 0, ro);
+  }
+}
+
+// Prefix-cache hits (a shared 40-token prefix) and preemption with recompute while speculating on V4 and V4.1.
+TEST(SpecEngineScripted, V4FamilyPreemptionAndPrefixCache) {
+  for (const char* family : {"deepseek_v4", "deepseek_v41"}) {
+    SCOPED_TRACE(family);
+    auto backend = make_cpu_backend(1);
+    auto m = DeepseekV4Model::load(testing::test_data_dir() + "/golden/" + family, *backend);
+    const std::vector<TokenId> shared = random_prompt(40, 91, m->config().vocab_size);
+    std::vector<Request> reqs;
+    for (int i = 0; i < 4; ++i) {
+      std::vector<TokenId> p = shared;
+      p.push_back(static_cast<TokenId>(100 + i));
+      reqs.push_back(greedy_request("p" + std::to_string(i), p, 30));
+    }
+    Opts o;
+    o.num_blocks = 8;  // as in SpecEngineMtp.PreemptionAndPrefixCache: room for one whole sequence, not four
+    o.max_model_len = 96;
+    const Result spec = scripted_equals<DeepseekV4Model, V4ModelRunner>(*m, reqs, o, /*stagger=*/1);
+    EXPECT_GT(spec.stats.preemptions, 0);
+    int64_t cached = 0;
+    for (const auto& [id, d] : spec.done) cached += d.num_cached_prompt_tokens;
+    EXPECT_GT(cached, 0);
   }
 }
 

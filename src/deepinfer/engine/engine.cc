@@ -195,6 +195,7 @@ void Engine::commit(StepPlan& plan) {
     DI_CHECK_INTERNAL(slot.has_value()) << "no free state slot although max_num_seqs allows admission";
     s.state_slot = *slot;
     s.reset_state = true;
+    s.last_chunk_sampled = false;
     s.status = SequenceStatus::kRunning;
     waiting_.erase(std::find(waiting_.begin(), waiting_.end(), &s));
     running_.push_back(&s);
@@ -276,6 +277,7 @@ void Engine::launch(const StepPlan& plan) {
     meta.push_back({s.id, e.end, s.num_preemptions, e.sample ? row : -1});
     s.num_computed = e.end;
     s.reset_state = false;
+    s.last_chunk_sampled = e.sample;
     if (e.sample) {
       StepJob::Sample smp{s.id, e.end};
       smp.entry = static_cast<int32_t>(job.batch.entries.size() - 1);

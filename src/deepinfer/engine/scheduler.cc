@@ -117,7 +117,7 @@ class Planner {
     }
     const int64_t base_blocks = std::max<int64_t>(0, blocks_for_tokens(start + n, bs()) - held);
     add(s, start, start + n, base_blocks, false, {});
-    if (config_.num_lookahead_tokens > 0 && remaining == 1 && n == 1 && s->is_decode()) {
+    if (config_.num_lookahead_tokens > 0 && remaining == 1 && n == 1 && s->is_decode() && s->last_chunk_sampled) {
       // Draft positions: within the budget, below max_model_len (the token after the last draft still fits),
       // and in blocks that are free now (never preempt for a speculation).
       int64_t look = std::min<int64_t>({config_.num_lookahead_tokens, budget_, config_.max_model_len - start - 2});

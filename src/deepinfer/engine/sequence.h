@@ -61,6 +61,10 @@ struct Sequence {
   int num_preemptions = 0;
   SpecStats spec;
   int num_allocation_failures = 0;  // consecutive failed block allocations (Engine::commit)
+  // Speculative decoding: the last chunk ran sampled its next token, so a draft proposer has observed every
+  // position before the newest token and knows that token (not so after a prompt or recompute chunk that did not
+  // end the sequence, whose one-token remainder is not a decode the proposer can draft for).
+  bool last_chunk_sampled = false;
 
   // Tokens once every pending sample lands: what the scheduler plans with.
   int64_t num_tokens() const { return num_known() + num_pending; }

@@ -40,9 +40,9 @@ struct PagesOf<M, std::void_t<decltype(std::declval<const M&>().new_kv_pages(tru
 }  // namespace detail
 
 // Speculative decoding hooks a model may have (docs/SPECULATIVE.md): the proposer's features of every position
-// of a chunk, and exact truncation of a sequence's caches (the rollback after rejected drafts). A model without
-// truncate cannot speculate yet (V4/V4.1 need a deep copy of their per-sequence state to roll back; OwnedTensor
-// copies share storage, so a plain copy is no snapshot).
+// of a chunk, and exact truncation of a sequence's caches to a prefix of its last chunk (the rollback after
+// rejected drafts; V4/V4.1 states record what a chunk changed when their `record_undo` is set). A model without
+// truncate cannot speculate.
 template <typename M, typename S>
 concept HasFeatureForward = requires(const M& m, S& s, std::span<const int64_t> ids, std::vector<float>* f) {
   m.forward_features(s, ids, f);
@@ -122,6 +122,7 @@ class SlotModelRunner final : public ModelRunner {
         st.pages = &pages_;
         st.ref = PageRef{e.block_table, batch.block_size, e.persistent_until};
       }
+      if constexpr (requires { st.record_undo; }) st.record_undo = proposer_ != nullptr;
       DI_CHECK_INTERNAL(st.num_tokens == e.start)
           << "slot " << e.state_slot << " holds " << st.num_tokens << " tokens but the chunk starts at " << e.start;
       const std::vector<int64_t> ids = resolve_token_ids(batch, e);  // a pending token comes from the last step

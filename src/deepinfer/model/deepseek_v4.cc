@@ -262,6 +262,13 @@ HostTensor DeepseekV4Model::forward(V4SequenceState& seq, std::span<const int64_
       << "forward: CP shard for " << (cp ? cp->total_tokens() : 0) << " tokens, chunk of " << total_tokens;
   // Captured rows would be this rank's zig-zag rows, not the chunk's; the DSpark capture runs without CP.
   DI_CHECK_CODE(!(capture && cp), ErrorCode::kUnsupported) << "forward: stream capture with a CP shard";
+  if (seq.record_undo) {
+    seq.undo.emplace();
+    seq.undo->p0 = seq.num_tokens;
+    seq.undo->layers.resize(static_cast<size_t>(config_.num_layers));
+  } else {
+    seq.undo.reset();
+  }
   // This rank's tokens (chunk offsets); T shrinks to the decoder rows at a bounded-replay split.
   std::vector<int64_t> local(cp ? cp->local() : std::vector<int64_t>{});
   if (!cp)
@@ -577,6 +584,10 @@ std::vector<OwnedTensor> DeepseekV4Model::engram_hash_ids(V4SequenceState& seq, 
   OwnedTensor tokens = mem.from_host(DType::kI64, {T, n}, token_rows.data());
   const int64_t keep = std::min<int64_t>(n - 1, static_cast<int64_t>(history.size()));
   seq.engram_recent.assign(history.end() - keep, history.end());
+  if (seq.undo) {
+    seq.undo->engram_carried = carried;
+    seq.undo->engram_history = std::move(history);
+  }
 
   std::vector<OwnedTensor> out;
   for (size_t l = 0; l < e.multipliers.size(); ++l) {

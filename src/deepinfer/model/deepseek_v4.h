@@ -22,8 +22,8 @@
 #include "deepinfer/model/paged_rows.h"
 #include "deepinfer/ops/memory.h"
 #include "deepinfer/ops/ops.h"
-#include "deepinfer/parallel/expert_parallel.h"
 #include "deepinfer/parallel/context_parallel.h"
+#include "deepinfer/parallel/expert_parallel.h"
 
 namespace deepinfer {
 
@@ -67,6 +67,35 @@ struct V4KvPages {
   void set_max_blocks(int64_t blocks);
 };
 
+// What the last forward changed in a sequence's per-slot state, recorded when V4SequenceState::record_undo is set,
+// so that DeepseekV4Model::truncate can take back the chunk's last positions exactly (speculative decoding's
+// rollback after rejected drafts). Everything that is positional needs nothing: paged rows and compressed entries
+// past the kept length are ignored and rewritten before anything reads them. What a chunk overwrites or folds is
+// kept here: the ring slots it overwrote, and per compressor the state before the chunk plus every row it saw
+// since its last closed group (the pending rows of any shorter prefix are a slice of them).
+struct V4Undo {
+  int64_t p0 = 0;  // num_tokens before the forward
+  // Engram look-back before the forward followed by the chunk's compressed ids; `carried` of them came before.
+  std::vector<int64_t> engram_history;
+  int64_t engram_carried = 0;
+  struct Ring {
+    int64_t first = 0;     // the chunk wrote the ring slots of positions [first, first + rows)
+    OwnedTensor old_rows;  // [rows, hd]: what those slots held before (null: nothing written)
+    int64_t chunk_first = 0;
+    OwnedTensor chunk_rows;  // the chunk's rows from position chunk_first (a chunk longer than the ring)
+  };
+  struct Compressor {
+    bool ran = false;
+    CompressorState before;  // a copy is a snapshot: a forward replaces the tensors, never writes into them
+    OwnedTensor kv, gate;    // [n, width]: rows of positions [before.emitted·r, ...) (r > 1; gate with V4 biases)
+  };
+  struct Layer {
+    Ring ring;
+    Compressor compressor, index_compressor;
+  };
+  std::vector<Layer> layers;
+};
+
 struct V4SequenceState {
   int64_t num_tokens = 0;  // tokens already in the cache = position of the next token
   // V4.1 causal encoder-decoder "decoder SWA bounded replay" (MODELS.md Part A §2.3): positions below this run
@@ -80,6 +109,9 @@ struct V4SequenceState {
   // (the layers' `window`, `entries` and `index_keys` stay empty, except rings from pages->ring_from_layer on).
   V4KvPages* pages = nullptr;
   PageRef ref;
+  // Speculative decoding: every forward records what truncate() needs (V4Undo) when set.
+  bool record_undo = false;
+  std::optional<V4Undo> undo;
 };
 
 // Optional per-call record of intermediates (for tests and debugging), copied to the host.
@@ -158,6 +190,11 @@ class DeepseekV4Model {
   // chunk, the DSpark context features (the V4StreamCapture of the draft's target layers) as host rows
   // [T, |targets|·D]; rows of positions that did not reach the target layers (bounded replay) are NaN.
   HostTensor forward_features(V4SequenceState& seq, std::span<const int64_t> ids, std::vector<float>* features) const;
+
+  // Rollback after rejected drafts: the sequence becomes bit-identical to one that was fed only its first
+  // `num_tokens` tokens, which must lie within the last forward's chunk (or end it); that forward must have run
+  // with record_undo set. Consumes the undo record.
+  void truncate(V4SequenceState& seq, int64_t num_tokens) const;
 
   // For the DSpark draft, which runs with the target's backend, embedding, head and main RoPE table.
   const V4Weights& weights() const { return w_; }

@@ -45,17 +45,6 @@ int64_t take_closed_groups(TensorMemory& mem, CompressorState& cs, const Tensor&
   return groups;
 }
 
-// Calls f(slot, offset, len) for the runs of ring slots that hold positions [p, p + n), n <= capacity, in
-// position order (at most two runs: the ring wraps once).
-template <typename F>
-void for_ring_runs(int64_t capacity, int64_t p, int64_t n, F&& f) {
-  for (int64_t done = 0; done < n;) {
-    const int64_t slot = (p + done) % capacity, len = std::min(n - done, capacity - slot);
-    f(slot, done, len);
-    done += len;
-  }
-}
-
 // Rows at the start of a chunk that a compressor has already accounted for: after start_at() at a prefix hit
 // its next group starts at the first group boundary >= start, and the replayed rows before it belong to
 // groups that are already cached.
@@ -121,7 +110,17 @@ void DeepseekV4Model::v4_compress(const Chunk& c, int layer, const OwnedTensor& 
   backend_.embedding({ape.view(), slot_ids.view(), bias.view()});
   mem.add(gate.view(), bias.view());
   OwnedTensor ckv, cgate;
+  V4Undo::Compressor* undo = nullptr;
+  if (seq.undo) {
+    undo = &(indexer ? seq.undo->layers[layer].index_compressor : seq.undo->layers[layer].compressor);
+    undo->ran = true;
+    undo->before = cs;
+  }
   const int64_t G = take_closed_groups(mem, cs, kv.view(), gate.view(), r, ckv, cgate);
+  if (undo) {
+    undo->kv = ckv;
+    undo->gate = cgate;
+  }
   if (G == 0) return;
 
   const int64_t slots = overlap ? 2 * r : r;
@@ -175,6 +174,11 @@ void DeepseekV4Model::v41_compress(const Chunk& c, int layer, const OwnedTensor&
   const int64_t drop = replayed_rows(c.p0, c.total, cs, r);
   if (drop == c.total) return;
   const int64_t T = c.total - drop;
+  V4Undo::Compressor* undo = seq.undo ? &seq.undo->layers[layer].compressor : nullptr;
+  if (undo) {
+    undo->ran = true;
+    undo->before = cs;
+  }
   OwnedTensor latent;  // [G, hd]
   int64_t G = 0;
   if (r == 1) {
@@ -184,6 +188,10 @@ void DeepseekV4Model::v41_compress(const Chunk& c, int layer, const OwnedTensor&
     OwnedTensor kv = chunk_rows(c, x_all, a.comp_wkv, drop), gate = chunk_rows(c, x_all, a.comp_wgate, drop);
     OwnedTensor ckv, cgate;
     G = take_closed_groups(mem, cs, kv.view(), gate.view(), r, ckv, cgate);
+    if (undo) {
+      undo->kv = ckv;
+      undo->gate = cgate;
+    }
     if (G == 0) return;
     latent = mem.zeros(DType::kF32, {G, hd});
     backend_.compress_pool({ckv.view().slice(0, G * r).reshape({G, r, hd}),
@@ -264,6 +272,19 @@ OwnedTensor DeepseekV4Model::attention(const Chunk& c, int layer, const OwnedTen
   }
   // Only the chunk's last `capacity` rows survive in the ring.
   const int64_t kept = paged_window ? 0 : std::min(chunk_n, ring.capacity);
+  if (seq.undo && kept > 0) {
+    V4Undo::Ring& u = seq.undo->layers[layer].ring;
+    u.first = c.p0 + chunk_n - kept;
+    u.old_rows = mem.zeros(DType::kF32, {kept, hd});
+    for_ring_runs(ring.capacity, u.first, kept, [&](int64_t slot, int64_t at, int64_t len) {
+      mem.copy(u.old_rows.view().slice(at, at + len), ring.rows.view().slice(slot, slot + len));
+    });
+    // Truncated inside a chunk longer than the ring, the window holds chunk rows the ring never got.
+    if (chunk_n > kept) {
+      u.chunk_first = c.p0;
+      u.chunk_rows = kv;
+    }
+  }
   for_ring_runs(ring.capacity, c.p0 + chunk_n - kept, kept, [&](int64_t slot, int64_t at, int64_t len) {
     const int64_t from = chunk_n - kept + at;
     mem.copy(ring.rows.view().slice(slot, slot + len), kv.view().slice(from, from + len));

@@ -1,6 +1,8 @@
 // Private pieces shared by deepseek_v4.cc and deepseek_v4_attention.cc.
 #pragma once
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -29,5 +31,16 @@ struct DeepseekV4Model::Selection {
   OwnedTensor candidates;  // u8 [T, n_candidates]
   int64_t n_candidates = -1;
 };
+
+// Calls f(slot, offset, len) for the runs of ring slots that hold positions [p, p + n), n <= capacity, in
+// position order (at most two runs: the ring wraps once).
+template <typename F>
+void for_ring_runs(int64_t capacity, int64_t p, int64_t n, F&& f) {
+  for (int64_t done = 0; done < n;) {
+    const int64_t slot = (p + done) % capacity, len = std::min(n - done, capacity - slot);
+    f(slot, done, len);
+    done += len;
+  }
+}
 
 }  // namespace deepinfer
