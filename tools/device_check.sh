@@ -17,6 +17,10 @@
 #   multigpu: build the CUDA tests + the CLI, run the two-GPU tests (CudaMultiGpu.*, ctest label multigpu: EP2,
 #   DP2xEP2 and CP2 greedy == one GPU over NCCL) with their figures in the summary, then tools/multigpu_bench.sh
 #   (one GPU vs --ep 2 / --ep 2 --dp 2 / --cp 2 throughput; MULTIGPU_BENCH=0 skips it).
+#   structured: a CPU build of the CLI only, then tools/structured_sweep.py (`deepinfer structured-check` over every
+#   case of SWEEP_CASES, a maskbench JSON Lines file (.gz/.xz), on all cores); with SWEEP_TOKENIZER (.json/.xz) a second
+#   pass feeds every SWEEP_TOKEN_STRIDE-th case token by token through the masks for SWEEP_TOKEN_SECONDS at most
+#   (SWEEP_SECONDS bounds the first pass the same way; the summary then says how many cases finished).
 #   ci: (SPEC_PROMPTS=FILE adds tools/spec_gpu_bench.sh) build everything, every GPU test once, MEMCHECK_FILTER under memcheck, the op harness under racecheck
 #   (RACECHECK_FILTER overrides which tests), the op micro-bench (rows matching
 #   BENCH_FILTER in the summary) and the CPU suite on all cores: the checks a landing needs, in one call.
@@ -89,6 +93,32 @@ if [ "$MODE" = tok ]; then
   python3 tools/tokenizer_bench.py --cli build-tok/bin/deepinfer --tokenizer "$TOKENIZER_JSON" --dir $work \
     --repeat ${TOKBENCH_REPEAT:-2} >"$OUT/tokbench.json" 2>"$OUT/tokbench.err"
   note "tokenizer_bench: rc=$?"; cat "$OUT/tokbench.json" >>"$summary"; tail -5 "$OUT/tokbench.err" >>"$summary"
+  exit 0
+fi
+if [ "$MODE" = structured ]; then
+  cmake -S . -B build-tok -G Ninja -DCMAKE_BUILD_TYPE=Release -DDEEPINFER_ACCELERATOR=cpu -DDEEPINFER_PYTHON=OFF \
+    >"$OUT/configure.log" 2>&1 && cmake --build build-tok -j "$(nproc)" --target deepinfer_cli >"$OUT/build.log" 2>&1 ||
+    { note "build FAILED"; tail -30 "$OUT/build.log" | tee -a "$summary"; exit 1; }
+  note "build (cpu cli): ok in $(( $(date +%s) - start ))s; cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2) x $(nproc)"
+  cases=${SWEEP_CASES:?SWEEP_CASES: maskbench cases (.jsonl, .jsonl.gz or .jsonl.xz)}
+  case "$cases" in *.xz) xz -dc "$cases" >/tmp/sweep_cases.jsonl && cases=/tmp/sweep_cases.jsonl ;; esac
+  tok=()  # SWEEP_TOKENIZER: a second pass through the token masks (below), not the coverage pass
+  if [ -n "${SWEEP_TOKENIZER:-}" ]; then
+    case "$SWEEP_TOKENIZER" in *.xz) xz -dc "$SWEEP_TOKENIZER" >/tmp/sweep_tokenizer.json && SWEEP_TOKENIZER=/tmp/sweep_tokenizer.json ;; esac
+    tok=(--tokenizer "$SWEEP_TOKENIZER")
+  fi
+  start=$(date +%s)
+  python3 tools/structured_sweep.py --cli build-tok/bin/deepinfer --cases "$cases" --jobs "$(nproc)" \
+    --case-timeout "${SWEEP_CASE_TIMEOUT:-60}" --deadline "${SWEEP_SECONDS:-0}" --out "$OUT/sweep" >"$OUT/sweep.txt" \
+    2>"$OUT/sweep.err"
+  note "structured_sweep: rc=$? in $(( $(date +%s) - start ))s"; cat "$OUT/sweep.txt" >>"$summary"; tail -5 "$OUT/sweep.err" >>"$summary"
+  if [ ${#tok[@]} -gt 0 ]; then  # then the token-mask path on every SWEEP_TOKEN_STRIDE-th case, for what time is left
+    start=$(date +%s)
+    python3 tools/structured_sweep.py --cli build-tok/bin/deepinfer --cases "$cases" --jobs "$(nproc)" \
+      --stride "${SWEEP_TOKEN_STRIDE:-1}" --deadline "${SWEEP_TOKEN_SECONDS:-120}" "${tok[@]}" --out "$OUT/sweep_tok" \
+      >"$OUT/sweep_tok.txt" 2>"$OUT/sweep_tok.err"
+    note "structured_sweep with tokens: rc=$? in $(( $(date +%s) - start ))s"; tail -4 "$OUT/sweep_tok.txt" >>"$summary"
+  fi
   exit 0
 fi
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DDEEPINFER_ACCELERATOR=nvidia \

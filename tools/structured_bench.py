@@ -155,7 +155,7 @@ def main():
         for c in cases:
             f.write(json.dumps(c) + "\n")
     print(json.dumps({"cases_written": len(cases), "path": args.out, "vocab": vocab}), flush=True)
-    for engine in args.engines.split(","):
+    for engine in [e for e in args.engines.split(",") if e]:  # --engines "" only writes the cases
         fn = {"xgrammar": run_xgrammar, "llguidance": run_llguidance}[engine]
         print(json.dumps(fn(cases, args.tokenizer, vocab, eos)), flush=True)
 

@@ -3,6 +3,8 @@
 // (compiled, or the error and its code; per instance accepted or rejected, compact and verbatim) and a summary
 // line with the counts. With --tokenizer, each compact instance is also tokenized and fed token by token, every
 // token checked against the matcher's full-vocabulary mask first (the path constrained decoding takes).
+#include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -105,6 +107,8 @@ int run_structured_check(const StructuredCheckArgs& a) {
     }
     DI_CHECK(c.is_object() && c.contains("schema")) << "--cases line " << ln + 1 << ": needs a \"schema\"";
     ++cases;
+    const auto started = std::chrono::steady_clock::now();
+    const int64_t mismatches_before = mask_mismatches;
     json out;
     out["id"] = c.value("id", "line " + std::to_string(ln + 1));
     StructuredOutputParams p = StructuredOutputParams::json_schema(
@@ -178,7 +182,11 @@ int run_structured_check(const StructuredCheckArgs& a) {
       }
       out["instances"] = std::move(instances);
     }
-    std::cout << out.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
+    if (mask_mismatches > mismatches_before) out["mask_mismatches"] = mask_mismatches - mismatches_before;
+    out["ms"] =
+        std::round(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count());
+    // Flushed per case: a driver (tools/structured_sweep.py) watches progress and restarts after a hung case.
+    std::cout << out.dump(-1, ' ', false, json::error_handler_t::replace) << std::endl;
   }
   json summary{{"summary", true},
                {"cases", cases},

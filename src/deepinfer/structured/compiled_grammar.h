@@ -47,6 +47,8 @@ class CompiledGrammar {
     const State& st = states_[state];
     return trans_[st.trans_offset + byte_class_[static_cast<size_t>(st.rule) * 256 + b]];
   }
+  // Bytes of one class behave alike in every state of `rule`: next(s, b) depends on b only through its class.
+  uint8_t byte_class(int rule, uint8_t b) const { return byte_class_[static_cast<size_t>(rule) * 256 + b]; }
   const State& state(int32_t s) const { return states_[s]; }
   const Call* calls_begin(int32_t s) const { return calls_.data() + states_[s].calls_begin; }
   const Call* calls_end(int32_t s) const { return calls_.data() + states_[s].calls_end; }

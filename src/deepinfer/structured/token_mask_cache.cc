@@ -9,11 +9,23 @@ namespace deepinfer::structured {
 
 void walk_trie(const TokenTrie& trie, StackGraph& graph, uint32_t config, uint32_t begin, uint32_t end,
                uint32_t base_depth, std::span<uint64_t> mask, std::vector<uint32_t>* returns,
-               std::vector<uint32_t>& scratch) {
+               std::vector<uint32_t>& scratch, const SliceBounds* slices) {
   if (scratch.size() < trie.max_depth() + 1) scratch.resize(trie.max_depth() + 1);
   scratch[base_depth] = config;
+  // Slice tokens of at most S characters are already in the mask; those of D or more are dead: a subtree of slice
+  // tokens none of whose lengths lies in (S, D) needs no visit.
+  const uint32_t alive = slices ? slices->all_alive : 0;
+  const uint32_t dead = slices ? slices->all_dead : SliceBounds::kUnlimited;
+  const bool use_slices = slices != nullptr && (alive > 0 || dead != SliceBounds::kUnlimited);
   uint32_t i = begin;
   while (i < end) {
+    if (use_slices) {
+      const uint32_t most = trie.slice_max_chars(i);
+      if (most != 0 && (most <= alive || trie.slice_min_chars(i) >= dead || dead <= alive + 1)) {
+        i = trie.subtree_end(i);
+        continue;
+      }
+    }
     const uint32_t d = trie.depth(i);
     uint32_t c = graph.step(scratch[d - 1], trie.byte(i));
     if (c == StackGraph::kDead) {
@@ -79,17 +91,24 @@ TokenMaskCache::TokenMaskCache(std::shared_ptr<const CompiledGrammar> grammar,
     : grammar_(std::move(grammar)),
       tokenizer_(std::move(tokenizer)),
       store_(store ? std::move(store) : std::make_shared<SharedMaskStore>(tokenizer_.get())),
-      graph_(grammar_.get()) {
+      graph_(grammar_.get()),
+      slices_(&graph_, std::min(kMaxSliceChars, tokenizer_->trie.max_slice_chars())) {
   DI_CHECK_INTERNAL(store_->tokenizer() == tokenizer_.get()) << "a SharedMaskStore serves one tokenizer";
   entries_.resize(grammar_->num_states());
 }
 
 std::shared_ptr<const TokenMaskCache::Entry> TokenMaskCache::compute(int32_t state) {
   const size_t words = mask_words(vocab().size());
-  scratch_mask_.assign(words, 0);
+  const uint32_t root = graph_.detached_config(state);
+  const SliceBounds sb = slices_.bounds(root);
+  if (sb.all_alive > 0) {
+    const uint64_t* m = trie().slice_mask_upto(sb.all_alive);
+    scratch_mask_.assign(m, m + words);
+  } else {
+    scratch_mask_.assign(words, 0);
+  }
   auto e = std::make_shared<Entry>();
-  walk_trie(trie(), graph_, graph_.detached_config(state), 1, trie().num_nodes(), 0, scratch_mask_, &e->returns,
-            scratch_);
+  walk_trie(trie(), graph_, root, 1, trie().num_nodes(), 0, scratch_mask_, &e->returns, scratch_, &sb);
   ++walks_;
   size_t count = 0;
   for (uint64_t w : scratch_mask_) count += std::popcount(w);

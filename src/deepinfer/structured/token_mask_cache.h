@@ -8,7 +8,9 @@
 //     return point are kept as `returns`; at mask time the matcher walks just those subtrees from the real
 //     parent frame. For JSON this is "a string ends inside the token" - a few hundred subtrees that die after a
 //     byte or two.
-// Entries are built lazily (the first mask that needs a state pays a full trie walk), then reused. An entry
+// Entries are built lazily (the first mask that needs a state pays a trie walk), then reused. The walk takes the
+// vocabulary's content-slice tokens (vocabulary.h) from precomputed masks where the state provably accepts them
+// (content_slices.h): inside JSON strings, bounded or not, it visits only the few thousand other tokens. An entry
 // depends only on the automaton reachable from its state (CompiledGrammar::detached_signature), so entries are
 // keyed by that signature in a SharedMaskStore: states with the same sub-automaton - the JSON string, number and
 // whitespace rules of every schema, the N copies of an inline string rule - pay for one walk, within a grammar
@@ -24,6 +26,7 @@
 #include <vector>
 
 #include "deepinfer/structured/compiled_grammar.h"
+#include "deepinfer/structured/content_slices.h"
 #include "deepinfer/structured/stack_graph.h"
 #include "deepinfer/structured/vocabulary.h"
 
@@ -41,10 +44,12 @@ inline size_t mask_words(size_t vocab_size) { return (vocab_size + 63) / 64; }
 // Walks the trie nodes [begin, end) (a run of sibling subtrees whose parent is at depth `base_depth`) from
 // `config`, setting the bit of every token whose bytes keep some stack alive. With `returns` non-null (detached
 // walks), a node where the detached frame returns has its tokens accepted and is recorded in `returns`; the walk
-// continues below it only for the paths that did not return.
+// continues below it only for the paths that did not return. With `slices` (the bounds of `config`, for a walk
+// from the trie root whose mask already holds TokenTrie::slice_mask_upto(slices->all_alive)), subtrees of slice
+// tokens whose lengths are all decided by the bounds are skipped.
 void walk_trie(const TokenTrie& trie, StackGraph& graph, uint32_t config, uint32_t begin, uint32_t end,
                uint32_t base_depth, std::span<uint64_t> mask, std::vector<uint32_t>* returns,
-               std::vector<uint32_t>& scratch);
+               std::vector<uint32_t>& scratch, const SliceBounds* slices = nullptr);
 
 struct MaskEntry {
   std::vector<uint64_t> dense;    // accepted tokens as a bitmask, or empty when `sparse` is used
@@ -79,6 +84,9 @@ class TokenMaskCache {
   using Entry = MaskEntry;
   // Signatures larger than this many states are not computed (the state gets a private entry).
   static constexpr size_t kMaxSignatureStates = 512;
+  // Content-slice lengths examined per state (longer slice tokens are walked): bounds the analysis of long
+  // counted repetitions; 124,838 of DeepSeek-V3's 124,894 slice tokens have at most 32 characters.
+  static constexpr uint32_t kMaxSliceChars = 32;
 
   // `store` (optional) shares entries with other grammars of the same tokenizer; without one the cache keeps a
   // private store, which still shares entries between the states of this grammar.
@@ -107,6 +115,7 @@ class TokenMaskCache {
   std::shared_ptr<SharedMaskStore> store_;
   mutable std::mutex mu_;
   StackGraph graph_;
+  ContentSliceAnalyzer slices_;
   std::vector<std::shared_ptr<const Entry>> entries_;
   size_t walks_ = 0;
   std::vector<uint64_t> scratch_mask_;

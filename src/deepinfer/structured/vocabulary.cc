@@ -21,6 +21,36 @@ Vocabulary::Vocabulary(std::vector<std::string> token_bytes, std::vector<int32_t
     DI_CHECK(id >= 0 && static_cast<size_t>(id) < size_) << "eos id " << id << " out of range";
 }
 
+int slice_utf8_next(int state, uint8_t b) {
+  switch (state) {
+    case 0:
+      if (b < 0x80) return b >= 0x20 && b != '"' && b != '\\' && b != 0x7F ? 0 : -1;
+      if (b >= 0xC2 && b <= 0xDF) return 1;
+      if (b == 0xE0) return 2;
+      if ((b >= 0xE1 && b <= 0xEC) || b == 0xEE || b == 0xEF) return 3;
+      if (b == 0xED) return 4;
+      if (b == 0xF0) return 5;
+      if (b >= 0xF1 && b <= 0xF3) return 6;
+      if (b == 0xF4) return 7;
+      return -1;
+    case 1:  // one continuation byte left
+      return b >= 0x80 && b <= 0xBF ? 0 : -1;
+    case 2:  // after E0: no overlongs
+      return b >= 0xA0 && b <= 0xBF ? 1 : -1;
+    case 3:
+      return b >= 0x80 && b <= 0xBF ? 1 : -1;
+    case 4:  // after ED: no surrogates
+      return b >= 0x80 && b <= 0x9F ? 1 : -1;
+    case 5:  // after F0: no overlongs
+      return b >= 0x90 && b <= 0xBF ? 3 : -1;
+    case 6:
+      return b >= 0x80 && b <= 0xBF ? 3 : -1;
+    case 7:  // after F4: nothing above U+10FFFF
+      return b >= 0x80 && b <= 0x8F ? 3 : -1;
+  }
+  return -1;
+}
+
 TokenTrie::TokenTrie(const Vocabulary& vocab) {
   std::vector<int32_t> ids;
   for (size_t i = 0; i < vocab.num_bytes_tokens(); ++i) {
@@ -83,6 +113,48 @@ TokenTrie::TokenTrie(const Vocabulary& vocab) {
     below_[p * 2] |= below_[i * 2];
     below_[p * 2 + 1] |= below_[i * 2 + 1];
   }
+  // Content slices: classify each token, then fold (min, max) characters up the tree; a subtree with any other
+  // token gets max 0. Node 0 (the root) is never skipped by a walk, its value does not matter.
+  const size_t n = byte_.size();
+  slice_min_.assign(n, 255);
+  slice_max_.assign(n, 0);
+  std::vector<uint8_t> clean(n, 1);  // no non-slice token in the subtree
+  mask_words_ = (vocab.size() + 63) / 64;
+  std::vector<std::pair<int32_t, uint32_t>> slice_tokens;  // (id, chars)
+  for (uint32_t i = 1; i < n; ++i) {
+    for (const int32_t* t = tokens_begin(i); t != tokens_end(i); ++t) {
+      const std::string& b = vocab.token_bytes(*t);
+      int state = 0;
+      uint32_t chars = 0;
+      for (size_t k = 0; k < b.size() && state >= 0; ++k) {
+        state = slice_utf8_next(state, static_cast<uint8_t>(b[k]));
+        chars += state == 0;
+      }
+      if (state != 0 || chars > 255) {
+        clean[i] = 0;
+        continue;
+      }
+      slice_tokens.emplace_back(*t, chars);
+      max_slice_chars_ = std::max(max_slice_chars_, chars);
+      slice_min_[i] = std::min<uint8_t>(slice_min_[i], static_cast<uint8_t>(chars));
+      slice_max_[i] = std::max<uint8_t>(slice_max_[i], static_cast<uint8_t>(chars));
+    }
+  }
+  for (uint32_t i = static_cast<uint32_t>(n); i-- > 1;) {
+    const uint32_t p = parent[i];
+    if (p == 0) continue;
+    clean[p] &= clean[i];
+    slice_min_[p] = std::min(slice_min_[p], slice_min_[i]);
+    slice_max_[p] = std::max(slice_max_[p], slice_max_[i]);
+  }
+  for (uint32_t i = 0; i < n; ++i)
+    if (!clean[i]) slice_max_[i] = 0;
+  slice_masks_.assign(static_cast<size_t>(max_slice_chars_ + 1) * mask_words_, 0);
+  for (const auto& [id, chars] : slice_tokens)
+    slice_masks_[chars * mask_words_ + (static_cast<size_t>(id) >> 6)] |= uint64_t{1} << (id & 63);
+  for (uint32_t L = 1; L <= max_slice_chars_; ++L)
+    for (size_t w = 0; w < mask_words_; ++w)
+      slice_masks_[L * mask_words_ + w] |= slice_masks_[(L - 1) * mask_words_ + w];
 }
 
 namespace {
