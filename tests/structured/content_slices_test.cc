@@ -31,28 +31,59 @@ TEST(ContentSlicesTest, Utf8AutomatonAcceptsExactlyWellFormedSliceCharacters) {
     return st;
   };
   EXPECT_EQ(run("a b~"), 0);
-  EXPECT_EQ(run("\xC3\xA9"), 0);            // é
-  EXPECT_EQ(run("\xE4\xB8\xAD"), 0);        // 中
-  EXPECT_EQ(run("\xF0\x9F\x98\x80"), 0);    // emoji
-  EXPECT_EQ(run("\xE4\xB8"), 1);            // incomplete: not at a boundary
-  EXPECT_EQ(run("\""), -1);                 // needs escaping in JSON
+  EXPECT_EQ(run("\xC3\xA9"), 0);          // é
+  EXPECT_EQ(run("\xE4\xB8\xAD"), 0);      // 中
+  EXPECT_EQ(run("\xF0\x9F\x98\x80"), 0);  // emoji
+  EXPECT_EQ(run("\xE4\xB8"), 1);          // incomplete: not at a boundary
+  EXPECT_EQ(run("\""), -1);               // needs escaping in JSON
   EXPECT_EQ(run("\\"), -1);
   EXPECT_EQ(run("\n"), -1);
   EXPECT_EQ(run("\x7F"), -1);
-  EXPECT_EQ(run("\xC0\x80"), -1);           // overlong
-  EXPECT_EQ(run("\xE0\x80\x80"), -1);       // overlong
-  EXPECT_EQ(run("\xED\xA0\x80"), -1);       // surrogate
-  EXPECT_EQ(run("\xF4\x90\x80\x80"), -1);   // above U+10FFFF
-  EXPECT_EQ(run("\x80"), -1);               // continuation without a lead
+  EXPECT_EQ(run("\xC0\x80"), -1);          // overlong
+  EXPECT_EQ(run("\xE0\x80\x80"), -1);      // overlong
+  EXPECT_EQ(run("\xED\xA0\x80"), -1);      // surrogate
+  EXPECT_EQ(run("\xF4\x90\x80\x80"), -1);  // above U+10FFFF
+  EXPECT_EQ(run("\x80"), -1);              // continuation without a lead
 }
 
 // A vocabulary with slice tokens of several lengths (ASCII and multi-byte) and others (quotes, escapes, partial
 // UTF-8, newlines), so that subtrees mix both kinds.
 std::shared_ptr<const TokenizerInfo> toy_tokenizer() {
-  std::vector<std::string> t = {"<eos>", "a", "ab", "abc", "abcd", "abcdefgh", "a\"", "a\",", "\"", "\",", "\\",
-                                "\\n", "\\u00e9", " ", "  ", "        ", "\n", "x", "xy", "xyz\"", "\xE4", "\xE4\xB8",
-                                "\xE4\xB8\xAD", "\xE4\xB8\xAD\xE6\x96\x87", "\xC3\xA9t\xC3\xA9", "0", "12", "-",
-                                "\xC3", "b\xC3", "}", ",\"", "\":", "\"}", "q\x7F"};
+  std::vector<std::string> t = {"<eos>",
+                                "a",
+                                "ab",
+                                "abc",
+                                "abcd",
+                                "abcdefgh",
+                                "a\"",
+                                "a\",",
+                                "\"",
+                                "\",",
+                                "\\",
+                                "\\n",
+                                "\\u00e9",
+                                " ",
+                                "  ",
+                                "        ",
+                                "\n",
+                                "x",
+                                "xy",
+                                "xyz\"",
+                                "\xE4",
+                                "\xE4\xB8",
+                                "\xE4\xB8\xAD",
+                                "\xE4\xB8\xAD\xE6\x96\x87",
+                                "\xC3\xA9t\xC3\xA9",
+                                "0",
+                                "12",
+                                "-",
+                                "\xC3",
+                                "b\xC3",
+                                "}",
+                                ",\"",
+                                "\":",
+                                "\"}",
+                                "q\x7F"};
   for (int c = 'a'; c <= 'z'; ++c) t.push_back(std::string(1, static_cast<char>(c)) + "_");
   std::vector<bool> special(t.size(), false);
   special[0] = true;
@@ -80,7 +111,7 @@ TEST(ContentSlicesTest, TrieKnowsSliceSubtreesAndLengths) {
     }
     return found;
   };
-  EXPECT_EQ(trie.slice_max_chars(node_of("a")), 0);  // "a\"" below: not a slice subtree
+  EXPECT_EQ(trie.slice_max_chars(node_of("a")), 0);   // "a\"" below: not a slice subtree
   EXPECT_EQ(trie.slice_max_chars(node_of("ab")), 8);  // ab abc abcd abcdefgh
   EXPECT_EQ(trie.slice_min_chars(node_of("ab")), 2);
   EXPECT_EQ(trie.slice_max_chars(node_of("\xE4")), 0);  // partial characters
@@ -161,14 +192,18 @@ void expect_masks_equal_along(const std::shared_ptr<const CompiledGrammar>& g,
     size_t diff = 0;
     for (size_t w = 0; w < cached.size(); ++w) diff += std::popcount(cached[w] ^ uncached[w]);
     ASSERT_EQ(diff, 0u) << "after " << i << " bytes of '" << text << "'";
-    if (i < text.size()) ASSERT_TRUE(m.accept_bytes(text.substr(i, 1))) << m.last_error();
+    if (i < text.size()) {
+      ASSERT_TRUE(m.accept_bytes(text.substr(i, 1))) << m.last_error();
+    }
   }
 }
 
 TEST(ContentSlicesTest, ToyVocabularyMasksEqualUncached) {
   auto tok = toy_tokenizer();
   auto js = [](const char* s) { return testing::compile(json_schema_to_grammar(std::string_view(s)).grammar); };
-  expect_masks_equal_along(js(R"({"type":"string","maxLength":6})"), tok, "\"ab\xE4\xB8\xAD" "cd\"");
+  expect_masks_equal_along(js(R"({"type":"string","maxLength":6})"), tok,
+                           "\"ab\xE4\xB8\xAD"
+                           "cd\"");
   expect_masks_equal_along(js(R"({"type":"string","minLength":2,"maxLength":3})"), tok, "\"xyz\"");
   expect_masks_equal_along(js(R"({"type":"string"})"), tok, "\"abc \\n\xC3\xA9t\xC3\xA9\"");
   expect_masks_equal_along(js(R"({"type":"string","pattern":"^[a-z_]{2,4}$"})"), tok, "\"ab_\"");
@@ -184,7 +219,8 @@ TEST(ContentSlicesTest, DeepSeekVocabularyBoundedStringsMasksEqualUncached) {
   auto js = [](const char* s) { return testing::compile(json_schema_to_grammar(std::string_view(s)).grammar); };
   // Filled to the bound: every remaining length from 12 down to 0 is visited.
   expect_masks_equal_along(js(R"({"type":"string","maxLength":12})"), tok,
-                           "\"ab \xE4\xB8\xAD\xE6\x96\x87" "cd\xC3\xA9xyzw\"");
+                           "\"ab \xE4\xB8\xAD\xE6\x96\x87"
+                           "cd\xC3\xA9xyzw\"");
   expect_masks_equal_along(js(R"({"type":"object","properties":{"id":{"type":"string","minLength":2,"maxLength":4}},
       "required":["id"]})"),
                            tok, "{\"id\":\"a\xF0\x9F\x98\x80z\",\"extra\":1}");

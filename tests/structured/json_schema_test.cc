@@ -37,6 +37,21 @@ TEST(JsonSchemaTest, TypesAndUnions) {
   EXPECT_THROW(schema("false"), Error);  // matches nothing: a compile error, not a grammar that blocks forever
 }
 
+// Drafts 3/4 define an integer as a number without a fraction part: 1.0 is not one there (found by the full
+// maskbench sweep: Github_easy---o24544 labels {"id": 12345.0} invalid under draft-04).
+TEST(JsonSchemaTest, Draft04IntegersHaveNoFraction) {
+  auto d4 = schema(R"({"$schema":"http://json-schema.org/draft-04/schema#","type":"object",
+      "properties":{"id":{"type":"integer"},"n":{"type":"integer","minimum":2,"maximum":40},
+      "x":{"type":"number","multipleOf":1}}})");
+  for (const char* ok : {R"({"id":12345})", R"({"id":-3,"n":40})", R"({"x":4.0})", R"({"n":2})"})
+    EXPECT_TRUE(matches(d4, ok)) << ok;
+  for (const char* bad : {R"({"id":12345.0})", R"({"n":3.0})", R"({"id":1.5})", R"({"n":41})"})
+    EXPECT_FALSE(matches(d4, bad)) << bad;
+  auto d2020 = schema(R"({"$schema":"https://json-schema.org/draft/2020-12/schema","type":"integer"})");
+  EXPECT_TRUE(matches(d2020, "12345.0"));
+  EXPECT_TRUE(matches(schema(R"({"type":"integer"})"), "7.00"));
+}
+
 TEST(JsonSchemaTest, ObjectsRequiredOptionalAndAdditional) {
   auto g = schema(R"({"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"string"},
                       "c":{"type":"boolean"}},"required":["b"],"additionalProperties":false})");

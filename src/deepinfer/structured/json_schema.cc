@@ -64,6 +64,12 @@ class SchemaCompiler {
  public:
   SchemaCompiler(const json& root, const JsonSchemaOptions& options) : root_(root), opt_(options) {
     index_ids(root_, "#");
+    // Drafts 3 and 4 define an integer as a number "without a fraction or exponent part": 1.0 is not one there
+    // (from draft 6 on it is). maskbench labels follow the declared draft.
+    if (root_.is_object() && root_.contains("$schema") && root_["$schema"].is_string()) {
+      const std::string d = root_["$schema"].get<std::string>();
+      integer_without_fraction_ = d.find("draft-04") != std::string::npos || d.find("draft-03") != std::string::npos;
+    }
   }
 
   JsonSchemaGrammar run() {
@@ -488,6 +494,7 @@ class SchemaCompiler {
     }
     // multipleOf: 1 makes an integer; 1/n on an integer is no constraint; 10^-k on a number bounds the fraction
     // digits (the others are not regular over decimal spellings in a form we build: unsupported).
+    const bool integer_type = integer;  // (multipleOf 1 on a number still admits 1.0 in every draft)
     int fraction_digits = -1;
     if (s.contains("multipleOf")) {
       const double m = s["multipleOf"].get<double>();
@@ -522,6 +529,17 @@ class SchemaCompiler {
       return cached_rule(key, "number", [&] {
         return and_expr({number_expr(b, false), decimal_places_expr(fraction_digits)});
       });
+    if (integer_type && integer_without_fraction_) {
+      // Drafts 3/4: the integer spellings without a fraction part.
+      return cached_rule(key + ":plain", "integer", [&] {
+        ExprPtr digits = plus_expr(bytes_expr([] {
+          ByteSet d;
+          for (int c = '0'; c <= '9'; ++c) d.set(c);
+          return d;
+        }()));
+        return and_expr({number_expr(b, true), seq_expr({opt_expr(byte_expr('-')), digits})});
+      });
+    }
     return cached_rule(key, integer ? "integer" : "number", [&] { return number_expr(b, integer); });
   }
 
@@ -872,6 +890,7 @@ class SchemaCompiler {
   }
 
   const json& root_;
+  bool integer_without_fraction_ = false;
   JsonSchemaOptions opt_;
   Grammar g_;
   std::vector<std::string> warnings_;
