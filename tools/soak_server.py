@@ -323,13 +323,19 @@ def send_and_abort(port, route, body, after_bytes, timeout):
 
 # ---- the run ---------------------------------------------------------------------------------------------------
 
-def proc_sample(pid):
-    rss_kb = 0
+def proc_memory(pid):
+    """VmRSS and its anonymous part (the heap; the rest is the mapped weights and libraries), in MB."""
+    kb = {}
     with open(f"/proc/{pid}/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
-                rss_kb = int(line.split()[1])
-    return rss_kb / 1024.0, len(os.listdir(f"/proc/{pid}/fd"))
+            key = line.split(":")[0]
+            if key in ("VmRSS", "RssAnon"):
+                kb[key] = int(line.split()[1])
+    return kb.get("VmRSS", 0) / 1024.0, kb.get("RssAnon", 0) / 1024.0
+
+
+def proc_sample(pid):
+    return proc_memory(pid)[0], len(os.listdir(f"/proc/{pid}/fd"))
 
 
 def metrics(port):
@@ -350,6 +356,9 @@ def main():
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=8, help="largest max_tokens of a request")
     ap.add_argument("--threads", type=int, default=0, help="the server's CPU threads (0: its default)")
+    ap.add_argument("--kv-budget-mb", type=int, default=32,
+                    help="the server's KV cache (prefix cache included): the CPU pool grows by doubling up to this "
+                         "as the prefix cache fills it, so RSS flattens once it is reached")
     ap.add_argument("--time-limit", type=float, default=1200, help="stop sending after this many seconds")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--sample-every", type=int, default=0, help="RSS/fd sample period (default: requests / 50)")
@@ -363,7 +372,7 @@ def main():
     model_dir = make_chat_model(src, os.path.join(workdir, "model"))
     port = free_port()
     cmd = [args.cli, "--log-level", "error", "serve", "--port", str(port), "--device", "cpu", "--served-model-name", MODEL,
-           "--max-num-seqs", str(max(4, args.concurrency))]
+           "--max-num-seqs", str(max(4, args.concurrency)), "--kv-budget-mb", str(args.kv_budget_mb)]
     cmd += ["--model", model_dir]
     if args.threads:
         cmd += ["--threads", str(args.threads)]
@@ -436,7 +445,8 @@ def main():
                 if state["done"] % sample_every == 0 or state["done"] == warmup:
                     rss, fds = proc_sample(server.pid)
                     samples.append({"requests": state["done"], "seconds": round(time.time() - start, 1),
-                                    "rss_mb": round(rss, 1), "fds": fds})
+                                    "rss_mb": round(rss, 1), "anon_mb": round(proc_memory(server.pid)[1], 1),
+                                    "fds": fds})
 
     threads = [threading.Thread(target=worker) for _ in range(args.concurrency)]
     for t in threads:
@@ -456,7 +466,7 @@ def main():
     time.sleep(0.5)  # closed abort sockets: let the server's side of them close too
     rss, fds = proc_sample(server.pid)
     samples.append({"requests": state["done"], "seconds": round(time.time() - start, 1), "rss_mb": round(rss, 1),
-                    "fds": fds, "final": True})
+                    "anon_mb": round(proc_memory(server.pid)[1], 1), "fds": fds, "final": True})
 
     lost = [i for i in range(sent) if answered[i] != 1]
     if lost:

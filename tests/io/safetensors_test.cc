@@ -51,8 +51,30 @@ TEST(Safetensors, WriteThenReadRoundTrip) {
   EXPECT_EQ(std::memcmp(t.data(), a.data(), 12), 0);
   EXPECT_EQ(load_as_f32(f->tensor("a.packed").data(), DType::kFP4E2M1, 1), 1.0f);  // nibble 2 of byte 0x21
   EXPECT_EQ(f->tensor("c.ids").data_as<int64_t>()[1], -7);
-  EXPECT_EQ(reinterpret_cast<uintptr_t>(f->tensor("a.packed").data()) % 8, 0u);  // header padded to 8
+  // Header padded to 8 and tensors ordered by element size: each starts at a multiple of its element size, though
+  // the 3-byte fp4 tensor sorts before the i64 one by name (UBSan: reading c.ids misaligned was undefined).
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(f->tensor("c.ids").data()) % 8, 0u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(f->tensor("b.weight").data()) % 2, 0u);
   EXPECT_THROW(f->tensor("nope"), Error);
+}
+
+TEST(Safetensors, RejectsMisalignedTensors) {
+  TempDir dir;
+  // A valid header whose I64 tensor starts 3 bytes into an 8-aligned data section: mapped in place, it would be read
+  // through misaligned pointers.
+  std::string header = R"({"a":{"dtype":"U8","shape":[3],"data_offsets":[0,3]},"b":{"dtype":"I64","shape":[1],)"
+                       R"("data_offsets":[3,11]}})";
+  while ((8 + header.size()) % 8 != 0) header.push_back(' ');
+  write_raw(dir.file("m.safetensors"), header, 11);
+  const std::string err = open_error(dir.file("m.safetensors"));
+  EXPECT_NE(err.find("tensor 'b' (I64) starts at byte"), std::string::npos) << err;
+  EXPECT_NE(err.find("not a multiple of its 8-byte element size"), std::string::npos) << err;
+  // The same tensors, I64 first: accepted.
+  std::string ok = R"({"b":{"dtype":"I64","shape":[1],"data_offsets":[0,8]},"a":{"dtype":"U8","shape":[3],)"
+                   R"("data_offsets":[8,11]}})";
+  while ((8 + ok.size()) % 8 != 0) ok.push_back(' ');
+  write_raw(dir.file("ok.safetensors"), ok, 11);
+  EXPECT_EQ(open_error(dir.file("ok.safetensors")), "");
 }
 
 TEST(Safetensors, RejectsMalformedFiles) {
@@ -103,8 +125,8 @@ TEST(Safetensors, RejectsTruncatedAndTinyFiles) {
 }
 
 TEST(Safetensors, AcceptsEveryDTypeName) {
-  for (const char* name : {"F32", "F16", "BF16", "F64", "F8_E4M3", "F8_E5M2", "F8_E8M0", "I8", "U8", "I16", "I32",
-                           "I64", "BOOL"}) {
+  for (const char* name :
+       {"F32", "F16", "BF16", "F64", "F8_E4M3", "F8_E5M2", "F8_E8M0", "I8", "U8", "I16", "I32", "I64", "BOOL"}) {
     std::string h = std::string(R"({"t":{"dtype":")") + name + R"(","shape":[0],"data_offsets":[0,0]}})";
     EXPECT_NO_THROW(parse_safetensors_header(h, 0, nullptr, "mem")) << name;
   }

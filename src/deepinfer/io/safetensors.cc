@@ -15,6 +15,9 @@ using nlohmann::json;
 namespace {
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;  // the reference implementation's limit
 
+// The alignment a tensor of `t` needs: its element size (1 for sub-byte and byte types).
+uint64_t element_alignment(DType t) { return static_cast<uint64_t>(std::max(1, dtype_bits(t) / 8)); }
+
 uint64_t checked_u64(const json& v, const std::string& what, const std::string& field) {
   DI_CHECK(v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0))
       << what << ": " << field << " must be a non-negative integer, got " << v.dump();
@@ -69,8 +72,8 @@ std::vector<SafetensorsEntry> parse_safetensors_header(std::string_view text, ui
     e.begin = checked_u64(v["data_offsets"][0], where, "data_offsets[0]");
     e.end = checked_u64(v["data_offsets"][1], where, "data_offsets[1]");
     DI_CHECK(e.begin <= e.end) << where << " has data_offsets begin " << e.begin << " > end " << e.end;
-    DI_CHECK(e.end <= data_size) << where << " ends at byte " << e.end << " but the data section has only "
-                                 << data_size << " bytes (truncated file?)";
+    DI_CHECK(e.end <= data_size) << where << " ends at byte " << e.end << " but the data section has only " << data_size
+                                 << " bytes (truncated file?)";
     const uint64_t expected = static_cast<uint64_t>(dtype_bytes(e.dtype, static_cast<int64_t>(numel)));
     DI_CHECK(e.end - e.begin == expected) << where << " shape " << shape_str(e.shape) << " of " << dt << " needs "
                                           << expected << " bytes but data_offsets give " << (e.end - e.begin);
@@ -97,11 +100,22 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
   uint64_t header_len = 0;
   std::memcpy(&header_len, f->file_.data(), 8);  // little-endian on every supported host
   DI_CHECK(header_len <= kMaxHeaderBytes) << path << ": header length " << header_len << " exceeds the limit";
-  DI_CHECK(header_len <= size - 8) << path << ": header length " << header_len << " exceeds the file size "
-                                   << size << " (truncated file?)";
+  DI_CHECK(header_len <= size - 8) << path << ": header length " << header_len << " exceeds the file size " << size
+                                   << " (truncated file?)";
   std::string_view text(reinterpret_cast<const char*>(f->file_.data() + 8), header_len);
   f->data_offset_ = 8 + header_len;
   f->entries_ = parse_safetensors_header(text, size - f->data_offset_, &f->metadata_, path);
+  // Tensors are used in place (typed loads from the mapping, whose base is page-aligned): a tensor whose file offset
+  // is not a multiple of its element size would be read through misaligned pointers (undefined behaviour, found by
+  // UBSan). Writers keep every tensor aligned by ordering them by element size (the safetensors library does so,
+  // and write_safetensors below).
+  for (const SafetensorsEntry& e : f->entries_) {
+    const uint64_t align = element_alignment(e.dtype);
+    DI_CHECK(e.end == e.begin || (f->data_offset_ + e.begin) % align == 0)
+        << path << ": tensor '" << e.name << "' (" << dtype_safetensors_name(e.dtype) << ") starts at byte "
+        << f->data_offset_ + e.begin << " of the file, not a multiple of its " << align
+        << "-byte element size; tensors are mapped in place and must be aligned";
+  }
   for (size_t i = 0; i < f->entries_.size(); ++i) f->index_[f->entries_[i].name] = i;
   return f;
 }
@@ -126,7 +140,12 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsWri
                        const std::map<std::string, std::string>& metadata) {
   std::vector<const SafetensorsWriteItem*> sorted;
   for (const auto& it : items) sorted.push_back(&it);
-  std::sort(sorted.begin(), sorted.end(), [](auto* a, auto* b) { return a->name < b->name; });
+  // Larger elements first, then by name: every tensor starts at a multiple of its element size (each one before
+  // it has a size that is a multiple of an element size at least as large), which SafetensorsFile::open requires.
+  std::sort(sorted.begin(), sorted.end(), [](auto* a, auto* b) {
+    const uint64_t ea = element_alignment(a->dtype), eb = element_alignment(b->dtype);
+    return ea != eb ? ea > eb : a->name < b->name;
+  });
   json header = json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t offset = 0;
