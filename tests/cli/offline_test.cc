@@ -110,6 +110,7 @@ TEST(OfflineCli, UnsupportedLayoutsAndChecksAreClearErrors) {
       {"--ep 16", "--ep 16: the model has only 8 routed experts"},
       {"--ep 0", "--ep must be >= 1"},
       {"--eplb-interval 2", "--eplb-interval needs expert parallelism"},
+      {"--ep-fp8-dispatch", "--ep-fp8-dispatch needs expert parallelism"},
       {"--cp 0", "--cp must be >= 1"},
       {"--check_structured_output", "--check_structured_output needs"},  // no tokenizer.json
       {"--gpu_memory_utilization 1.5", "gpu_memory_utilization must be in (0, 1]"},
@@ -139,6 +140,11 @@ TEST(OfflineCli, ExpertAndDataParallelGiveTheSingleRankOutput) {
     EXPECT_NE(r.output.find("parallel layout: world"), std::string::npos) << r.output;
     if (flags.find("eplb") != std::string::npos) EXPECT_NE(r.output.find("EPLB: "), std::string::npos) << r.output;
   }
+  // FP8 dispatch is lossy (exactness: ExpertParallel.Fp8Dispatch*); here it runs through the CLI and finishes
+  // every sample.
+  auto fp8 = run_cli(base + " --ep 2 --ep-fp8-dispatch");
+  ASSERT_EQ(fp8.exit_code, 0) << fp8.output;
+  EXPECT_EQ(testing::parse_offline_samples(fp8.output).size(), 3u) << fp8.output;
 }
 
 // Context parallelism with in-process ranks: long prompt chunks split zig-zag over 2 and 3 ranks give one rank's

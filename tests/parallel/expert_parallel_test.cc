@@ -6,7 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 
 #include "deepinfer/parallel/in_process_communicator.h"
@@ -86,7 +88,7 @@ HostTensor reference(const MoeCase& c, const MoeData& m) {
 // Runs the EP MoE on `world` ranks with EP group = world; `replicas` ranks share each token set. Returns each
 // rank's output. Rank r's tokens: the rows [r·T/shards, (r+1)·T/shards) of its shard when DP, all when replicated.
 std::vector<HostTensor> run_ep(const MoeCase& c, const MoeData& m, int world, int replicas,
-                               const std::vector<ExpertPlacement>& placement_per_layer) {
+                               const std::vector<ExpertPlacement>& placement_per_layer, bool fp8 = false) {
   std::vector<HostTensor> outs(world);
   const int shards = world / replicas;
   InProcessWorld::run(world, [&](Communicator& comm) {
@@ -94,6 +96,7 @@ std::vector<HostTensor> run_ep(const MoeCase& c, const MoeData& m, int world, in
     auto backend = make_cpu_backend(1);
     auto rep = comm.split(shard, r);
     ExpertParallel ep(comm, *rep, placement_per_layer);
+    ep.set_fp8_dispatch(fp8);
     const int64_t t0 = c.T * shard / shards, t1 = c.T * (shard + 1) / shards;
     HostTensor out(DType::kF32, {t1 - t0, c.D});
     MoeParams p = params(c, m, out.view());
@@ -182,6 +185,74 @@ TEST(ExpertParallel, CountsLoadPerExpert) {
     counted[comm.rank()] = ep.load().counts;
   });
   for (int e = 0; e < c.E; ++e) EXPECT_EQ(counted[0][e] + counted[1][e], expect[e]) << "expert " << e;
+}
+
+// FP8 dispatch rounds each dispatched row to e4m3 with one scale per 128 columns: within e4m3's half-ulp (2^-4
+// relative, plus the subnormal floor of scale·2^-10) of the row, non-finite blocks arrive as NaN.
+TEST(ExpertParallel, Fp8DispatchRowRoundTrip) {
+  std::mt19937 gen(3);
+  for (int64_t d : {1, 24, 128, 300}) {
+    HostTensor x = random_tensor({d}, gen, 3.0f);
+    x.data<float>()[d / 2] *= 50.0f;  // one large column: the other columns of its block use the same scale
+    std::vector<float> packed(fp8_dispatch_row_floats(d)), back(d);
+    EXPECT_LT(static_cast<int64_t>(packed.size()) * 4, d * 4 / 3 + 4 * ((d + 127) / 128) + 4) << d;
+    fp8_dispatch_pack(x.data<float>(), d, packed.data());
+    fp8_dispatch_unpack(packed.data(), d, back.data());
+    for (int64_t i = 0; i < d; ++i) {
+      const float v = x.data<float>()[i], scale = packed[i / 128];
+      EXPECT_LE(std::fabs(back[i] - v), std::fabs(v) * 0.0625f + scale * 0.001f) << "d " << d << " col " << i;
+    }
+  }
+  std::vector<float> x(200, 1.0f), packed(fp8_dispatch_row_floats(200)), back(200);
+  x[150] = std::numeric_limits<float>::infinity();
+  fp8_dispatch_pack(x.data(), 200, packed.data());
+  fp8_dispatch_unpack(packed.data(), 200, back.data());
+  EXPECT_NEAR(back[0], 1.0f, 1e-6f);  // a finite block is untouched by its neighbour
+  for (int i = 128; i < 200; ++i) EXPECT_TRUE(std::isnan(back[i])) << i;
+}
+
+// The FP8-dispatch EP MoE is exactly the single-rank MoE whose routed experts read the e4m3-rounded rows (the
+// shared expert reads the exact row): bitwise, for EP 1/2/4 and both weight positions.
+TEST(ExpertParallel, Fp8DispatchEqualsTheMoeOfTheRoundedRows) {
+  for (bool before : {false, true}) {
+    MoeCase c;
+    c.D = 160;  // two scale blocks, the second partial
+    c.before_w2 = before;
+    c.limit = before ? 0.7f : 0.0f;
+    const MoeData m = make_data(c);
+    auto backend = make_cpu_backend(1);
+    MoeData rounded = make_data(c);
+    for (int64_t t = 0; t < c.T; ++t) {
+      std::vector<float> packed(fp8_dispatch_row_floats(c.D));
+      fp8_dispatch_pack(m.x.data<float>() + t * c.D, c.D, packed.data());
+      fp8_dispatch_unpack(packed.data(), c.D, rounded.x.data<float>() + t * c.D);
+    }
+    // Routed experts on the rounded rows, then (the op's order) the shared expert's output on the exact rows.
+    HostTensor ref(DType::kF32, {c.T, c.D}), shared_out(DType::kF32, {c.T, c.D});
+    MoeParams r = params(c, rounded, ref.view());
+    r.shared = nullptr;
+    backend->moe(r);
+    std::vector<ExpertWeights> one{m.shared};
+    HostTensor ones(DType::kF32, {c.T, 1}), zero(DType::kI32, {c.T, 1});
+    std::fill(ones.data<float>(), ones.data<float>() + c.T, 1.0f);
+    std::fill(zero.data<int32_t>(), zero.data<int32_t>() + c.T, 0);
+    MoeParams s = params(c, m, shared_out.view());
+    s.weights = ones.view();
+    s.indices = zero.view();
+    s.experts = &one;
+    s.shared = nullptr;
+    s.weight_before_w2 = true;
+    backend->moe(s);
+    for (int64_t i = 0; i < c.T * c.D; ++i) ref.data<float>()[i] += shared_out.data<float>()[i];
+    bool differs_from_exact = false;
+    const HostTensor exact = reference(c, m);
+    for (int64_t i = 0; i < c.T * c.D; ++i) differs_from_exact |= exact.data<float>()[i] != ref.data<float>()[i];
+    EXPECT_TRUE(differs_from_exact) << "the rounding must be visible, or this test proves nothing";
+    for (int world : {1, 2, 4}) {
+      SCOPED_TRACE("FP8 EP" + std::to_string(world) + (before ? " before_w2" : ""));
+      expect_bitwise(c, ref, run_ep(c, m, world, 1, {ExpertPlacement::contiguous(c.E, world)}, /*fp8=*/true), 1);
+    }
+  }
 }
 
 }  // namespace

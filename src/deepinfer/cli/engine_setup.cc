@@ -80,6 +80,7 @@ EngineSetup::EngineSetup(const EngineSetupArgs& a, StreamCallback on_delta) {
   o.dp = a.dp;
   o.eplb_interval = a.eplb_interval;
   o.eplb_slots = a.eplb_slots;
+  o.ep_fp8_dispatch = a.ep_fp8_dispatch;
   o.cp = a.cp;
   o.speculative = a.speculative;
   o.num_draft_tokens = a.num_draft_tokens;
@@ -129,6 +130,7 @@ void EngineSetup::start_expert_parallel(const EngineSetupArgs& a, const std::str
     po.model_dir = dir;
     po.eplb_interval = a.eplb_interval;
     po.eplb_slots = a.eplb_slots;
+    po.fp8_dispatch = a.ep_fp8_dispatch;
     run_parallel_worker<Model>(process_world_->comm(), po, make_rank_backend,
                                model_loader<Model>(dir, read_token_map(a.engram_token_map_file)));
     worker_ = true;

@@ -42,6 +42,7 @@ struct EngineSetupArgs {
   // with eplb_slots slots per EP rank.
   int ep = 1, dp = 1;
   int eplb_interval = 0, eplb_slots = 0;
+  bool ep_fp8_dispatch = false;  // MoE token dispatch in FP8 (lossy, fewer bytes between ranks)
   int cp = 1;  // context-parallel prefill: cp in-process ranks (CPU backend) or cp processes (--device cuda)
   // Speculative decoding (--speculative off|mtp|dspark, --num-draft-tokens N): see docs/SPECULATIVE.md.
   std::string speculative = "off";

@@ -34,6 +34,7 @@ struct OfflineArgs {
   std::optional<uint64_t> seed;
   int ep = 1, dp = 1, cp = 1;
   int eplb_interval = 0, eplb_slots = 0;
+  bool ep_fp8_dispatch = false;
   bool check_structured_output = false;
   bool ignore_eos = false;
 };
@@ -78,6 +79,7 @@ int run_offline(const OfflineArgs& a) {
   DI_CHECK(a.eplb_interval >= 0) << "--eplb-interval must be >= 0, got " << a.eplb_interval;
   DI_CHECK(a.eplb_slots >= 0) << "--eplb-slots must be >= 0, got " << a.eplb_slots;
   DI_CHECK(a.eplb_interval == 0 || a.ep > 1) << "--eplb-interval needs expert parallelism (--ep > 1)";
+  DI_CHECK(!a.ep_fp8_dispatch || a.ep > 1) << "--ep-fp8-dispatch needs expert parallelism (--ep > 1)";
   // Divisibility errors before the model loads (with ep·dp > 1 each DP shard's ranks are its CP group).
   ParallelLayout::make(a.ep, a.dp, 0, ParallelLayout::make(a.ep, a.dp).world > 1 ? a.cp : 1);
   SamplingParams params;
@@ -99,6 +101,7 @@ int run_offline(const OfflineArgs& a) {
   sa.dp = a.dp;
   sa.eplb_interval = a.eplb_interval;
   sa.eplb_slots = a.eplb_slots;
+  sa.ep_fp8_dispatch = a.ep_fp8_dispatch;
   sa.cp = a.cp;
   EngineSetup setup(sa);
   if (setup.is_worker()) return 0;  // rank > 0 of a multi-process run: served rank 0's steps
@@ -196,6 +199,8 @@ void register_offline(CLI::App& app, CommandRegistry& reg) {
       ->capture_default_str();
   sub->add_option("--eplb-slots", a->eplb_slots, "EPLB expert slots per EP rank (0 = ceil(experts / ep) + 1)")
       ->capture_default_str();
+  sub->add_flag("--ep-fp8-dispatch", a->ep_fp8_dispatch,
+                "send MoE token rows between EP ranks in FP8 e4m3 with per-128 scales (lossy, ~3.9x fewer bytes)");
   sub->add_option("--max_num_seqs,--max-num-seqs", s.max_num_seqs, "sequences batched together")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();

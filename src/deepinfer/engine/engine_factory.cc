@@ -200,6 +200,7 @@ std::unique_ptr<EngineStack> load_engine_stack(const EngineStackOptions& o) {
     po.model_dir = o.model_dir;
     po.eplb_interval = o.eplb_interval;
     po.eplb_slots = o.eplb_slots;
+    po.fp8_dispatch = o.ep_fp8_dispatch;
     if (o.make_parallel_runner) {
       s.runner = o.make_parallel_runner(po, token_map);
     } else {

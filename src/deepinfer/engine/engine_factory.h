@@ -55,6 +55,7 @@ struct EngineStackOptions {
   // (parallel/parallel_model_runner.h). EPLB every eplb_interval steps (0: off) with eplb_slots slots per EP rank.
   int ep = 1, dp = 1;
   int eplb_interval = 0, eplb_slots = 0;
+  bool ep_fp8_dispatch = false;  // MoE token dispatch in FP8 (lossy; ParallelRunnerOptions::fp8_dispatch)
   // Context-parallel size for prefill (docs/CONTEXT_PARALLEL.md): prompt chunks of >= 2·cp tokens run zig-zag over
   // cp ranks: in-process ranks that share the model (CPU backend), or with cp_world one process per rank; with
   // ep·dp > 1 the EP/DP runner hosts it (each DP shard's ranks are its CP group, world = dp·cp).

@@ -4,13 +4,50 @@
 #include "deepinfer/parallel/expert_parallel.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <numeric>
 #include <sstream>
 
+#include "deepinfer/core/dtype.h"
 #include "deepinfer/core/error.h"
 #include "deepinfer/ops/memory.h"
 
 namespace deepinfer {
+
+namespace {
+int64_t fp8_blocks(int64_t d) { return (d + kFp8DispatchBlock - 1) / kFp8DispatchBlock; }
+}  // namespace
+
+// Layout: the block scales, then the e4m3 bytes (zero-padded to whole floats).
+int64_t fp8_dispatch_row_floats(int64_t d) { return fp8_blocks(d) + (d + 3) / 4; }
+
+void fp8_dispatch_pack(const float* x, int64_t d, float* packed) {
+  const int64_t nb = fp8_blocks(d);
+  std::vector<uint8_t> bytes(static_cast<size_t>((d + 3) / 4 * 4), 0);
+  for (int64_t b = 0; b < nb; ++b) {
+    const int64_t c0 = b * kFp8DispatchBlock, c1 = std::min(d, c0 + kFp8DispatchBlock);
+    float amax = 0.0f;
+    bool finite = true;
+    for (int64_t c = c0; c < c1; ++c) {
+      amax = std::max(amax, std::fabs(x[c]));
+      finite = finite && std::isfinite(x[c]);
+    }
+    // A non-finite block arrives as NaN for the finite checks downstream; throwing here would leave the other
+    // ranks waiting in the collective.
+    const float scale = !finite ? std::nanf("") : amax > 0.0f ? amax / 448.0f : 1.0f;
+    packed[b] = scale;
+    // Clamped so that amax / scale rounding a hair above 448 never encodes as NaN.
+    for (int64_t c = c0; c < c1; ++c) bytes[c] = f32_to_e4m3(std::clamp(x[c] / scale, -448.0f, 448.0f));
+  }
+  std::memcpy(packed + nb, bytes.data(), bytes.size());
+}
+
+void fp8_dispatch_unpack(const float* packed, int64_t d, float* x) {
+  const int64_t nb = fp8_blocks(d);
+  const auto* bytes = reinterpret_cast<const uint8_t*>(packed + nb);
+  for (int64_t c = 0; c < d; ++c) x[c] = e4m3_to_f32(bytes[c]) * packed[c / kFp8DispatchBlock];
+}
 
 ExpertPlacement ExpertPlacement::contiguous(int num_experts, int ep_size) {
   DI_CHECK(ep_size >= 1) << "expert placement: EP size must be >= 1, got " << ep_size;
@@ -151,7 +188,7 @@ void ExpertParallel::exchange(Backend& backend, int layer, const MoeParams& p, c
                               const float* w, int64_t t0, int64_t t1, int64_t d, float* out) {
   const ExpertPlacement& pl = placements_[layer];
   const int ep = ep_.size(), me = ep_.rank();
-  const int64_t k = p.weights.dim(1), row = d + 2;
+  const int64_t k = p.weights.dim(1), xw = fp8_dispatch_ ? fp8_dispatch_row_floats(d) : d, row = xw + 2;
   TensorMemory& mem = backend_memory(backend);
 
   // Dispatch: group this share's pairs by destination rank; a replicated expert is picked round-robin by token.
@@ -171,7 +208,12 @@ void ExpertParallel::exchange(Backend& backend, int layer, const MoeParams& p, c
     send_counts[r] = static_cast<int64_t>(pairs[r].size()) * row;
     for (int64_t pid : pairs[r]) {
       const int64_t t = pid / k;
-      send.insert(send.end(), x + t * d, x + (t + 1) * d);
+      if (fp8_dispatch_) {
+        send.resize(send.size() + xw);
+        fp8_dispatch_pack(x + t * d, d, send.data() + send.size() - xw);
+      } else {
+        send.insert(send.end(), x + t * d, x + (t + 1) * d);
+      }
       send.push_back(w[pid]);
       send.push_back(static_cast<float>(pl.slot_of(r, idx[pid])));
     }
@@ -193,9 +235,13 @@ void ExpertParallel::exchange(Backend& backend, int layer, const MoeParams& p, c
     HostTensor xin(DType::kF32, {P, d}), win(DType::kF32, {P, 1}), iin(DType::kI32, {P, 1});
     for (int64_t q = 0; q < P; ++q) {
       const float* r = recv.data() + q * row;
-      std::copy(r, r + d, xin.data<float>() + q * d);
-      win.data<float>()[q] = r[d];
-      const int slot = static_cast<int>(r[d + 1]);
+      if (fp8_dispatch_) {
+        fp8_dispatch_unpack(r, d, xin.data<float>() + q * d);
+      } else {
+        std::copy(r, r + d, xin.data<float>() + q * d);
+      }
+      win.data<float>()[q] = r[xw];
+      const int slot = static_cast<int>(r[xw + 1]);
       DI_CHECK_INTERNAL(slot >= 0 && slot < static_cast<int>(slots.size()))
           << "expert parallel: slot " << slot << " on rank " << me << " of layer " << layer;
       iin.data<int32_t>()[q] = slot;

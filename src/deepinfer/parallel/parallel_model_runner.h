@@ -54,6 +54,8 @@ struct ParallelRunnerOptions {
   // rank (0: ceil(E / ep) + 1, i.e. one redundant replica per rank).
   int eplb_interval = 0;
   int eplb_slots = 0;
+  // MoE dispatch in FP8 (ExpertParallel::set_fp8_dispatch): lossy, ~3.9x fewer dispatch bytes.
+  bool fp8_dispatch = false;
 };
 
 // The MoE layers of a model config and their routed expert count (dense layers get an empty placement).
@@ -89,6 +91,7 @@ class RankWorker {
     }
     ep_ = std::make_unique<ExpertParallel>(*ep_group_, L.cp > 1 ? *self_ : *replicas_,
                                            initial_placements(model_->config(), L.ep));
+    ep_->set_fp8_dispatch(options_.fp8_dispatch);
     model_->set_expert_parallel(ep_.get());
     keep_placed_experts();
     runner_ = std::make_unique<SlotModelRunner<Model>>(*model_, options_.num_slots, options_.runner);
