@@ -49,6 +49,7 @@ class Bf16LinearBackend final : public Backend {
   void engram_gate(const EngramGateParams& p) override { inner_->engram_gate(p); }
   void mla_attention_naive(const MlaAttentionParams& p) override { inner_->mla_attention_naive(p); }
   void mla_attention_absorbed(const MlaAttentionParams& p) override { inner_->mla_attention_absorbed(p); }
+  void paged_mla_attention(const PagedMlaAttentionParams& p) override { inner_->paged_mla_attention(p); }
 
  private:
   std::unique_ptr<Backend> inner_;

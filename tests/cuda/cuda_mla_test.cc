@@ -3,6 +3,7 @@
 // masks; cache rows no query may see are NaN; a query that sees nothing gets zeros. The CUDA naive entry point
 // runs the same kernels and is compared with the CPU naive form. fp32 in another summation order: 2e-5.
 #include "cuda_test_util.h"
+#include "ops/paged_mla_case.h"
 
 namespace deepinfer::testing {
 namespace {
@@ -38,6 +39,99 @@ TEST_F(CudaOpTest, MlaAttentionMatchesCpu) {
     rel_err(("mla naive entry" + n).c_str(), down(dnaive), want_naive, 2e-5);
     if (c.t > 1)
       for (int64_t i = 0; i < c.h * c.dv; ++i) ASSERT_EQ(got.data<float>()[i], 0.0f) << "query with no visible key";
+  }
+}
+
+// The paged decode kernels against the CPU's paged op: several sequences of different lengths over shuffled,
+// non-contiguous pages (one block shared by two sequences), unused pool rows NaN, the output NaN-poisoned; small
+// dims (4 heads: a partial head group, r = 64) and V3's (128 heads, r = 512, dr = 64), one query per sequence and
+// three. fp32 in another summation order (split-K merged by log-sum-exp): 2e-5.
+TEST_F(CudaOpTest, PagedMlaAttentionMatchesCpu) {
+  struct Case {
+    PagedMlaSpec spec;
+    const char* name;
+  };
+  std::vector<Case> cases;
+  {
+    PagedMlaSpec s;
+    s.seqs = 5;
+    s.min_context = 1;
+    s.max_context = 200;
+    cases.push_back({s, "small decode"});
+    s.tokens_per_seq = 3;
+    s.min_context = 3;
+    cases.push_back({s, "small 3/seq"});
+  }
+  {
+    PagedMlaSpec s;
+    s.seqs = 3;
+    s.heads = 128;
+    s.dn = 128;
+    s.dr = 64;
+    s.dv = 128;
+    s.r = 512;
+    s.block_size = 64;
+    s.min_context = 40;
+    s.max_context = 700;
+    cases.push_back({s, "V3 decode"});
+    s.seqs = 40;  // more than one 32-token group in the absorb and project kernels
+    s.min_context = 1;
+    s.max_context = 100;
+    cases.push_back({s, "V3 decode B=40"});
+    s.seqs = 2;
+    s.tokens_per_seq = 2;
+    s.min_context = 300;
+    s.max_context = 400;
+    cases.push_back({s, "V3 2/seq"});
+  }
+  for (const Case& k : cases) {
+    const PagedMlaCase c = make_paged_mla_case(k.spec, rng()());
+    const Shape out_shape{c.tokens, k.spec.heads, k.spec.dv};
+    HostTensor want(DType::kF32, out_shape);
+    cpu().paged_mla_attention(c.params(want.view()));
+    DeviceTensor dq = up(c.q), dpos = up(c.q_pos), dseq = up(c.q_seq), dtab = up(c.tables), dpool = up(c.pool),
+                 dkvb = up(c.kv_b), dout = poisoned(out_shape);
+    PagedMlaAttentionParams p;
+    p.q = dq;
+    p.q_positions = dpos;
+    p.q_seq = dseq;
+    p.block_tables = dtab;
+    p.kv_pool = dpool;
+    p.kv_b = dkvb;
+    p.out = dout;
+    p.block_size = k.spec.block_size;
+    p.rope_dim = static_cast<int>(k.spec.dr);
+    p.scale = c.scale;
+    gpu().paged_mla_attention(p);
+    rel_err((std::string("paged mla ") + k.name).c_str(), down(dout), want, 2e-5);
+  }
+}
+
+// A block id outside the pool is reported by the device status word (the next synchronize throws).
+TEST_F(CudaOpTest, PagedMlaAttentionReportsBadPages) {
+  PagedMlaSpec s;
+  s.seqs = 2;
+  PagedMlaCase c = make_paged_mla_case(s, 9);
+  c.tables.data<int32_t>()[0] = 1 << 20;
+  DeviceTensor dq = up(c.q), dpos = up(c.q_pos), dseq = up(c.q_seq), dtab = up(c.tables), dpool = up(c.pool),
+               dkvb = up(c.kv_b), dout = poisoned({c.tokens, s.heads, s.dv});
+  PagedMlaAttentionParams p;
+  p.q = dq;
+  p.q_positions = dpos;
+  p.q_seq = dseq;
+  p.block_tables = dtab;
+  p.kv_pool = dpool;
+  p.kv_b = dkvb;
+  p.out = dout;
+  p.block_size = s.block_size;
+  p.rope_dim = static_cast<int>(s.dr);
+  p.scale = c.scale;
+  gpu().paged_mla_attention(p);
+  try {
+    gpu().synchronize();
+    ADD_FAILURE() << "no error for a block id outside the pool";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("paged_mla_attention"), std::string::npos) << e.what();
   }
 }
 

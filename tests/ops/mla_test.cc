@@ -8,6 +8,7 @@
 #include "deepinfer/model/model_config.h"
 #include "deepinfer/ops/rope_table.h"
 #include "op_test_util.h"
+#include "paged_mla_case.h"
 
 namespace deepinfer {
 namespace {
@@ -106,6 +107,84 @@ TEST(MlaAttentionOp, RejectsInconsistentShapes) {
   MlaAttentionParams p = params(c, ok, 1.0f);
   p.rope_dim = 12;  // leaves no nope channels in q
   EXPECT_THROW(backend->mla_attention_absorbed(p), Error);
+}
+
+// The paged op is the absorbed op over each sequence's rows gathered in position order, bit for bit (the CPU
+// backend shares the arithmetic): decode (one query per sequence) and a few queries per sequence, shuffled
+// non-contiguous pages, a shared first block, NaN in every pool row no query may read.
+TEST(MlaAttentionOp, PagedEqualsAbsorbedOverGatheredRows) {
+  auto backend = make_cpu_backend(2);
+  for (int64_t per_seq : {1, 3}) {
+    testing::PagedMlaSpec spec;
+    spec.seqs = 4;
+    spec.tokens_per_seq = per_seq;
+    spec.min_context = 5;
+    spec.max_context = 90;
+    const testing::PagedMlaCase c = testing::make_paged_mla_case(spec, 17 + per_seq);
+    HostTensor out(DType::kF32, {c.tokens, spec.heads, spec.dv});
+    backend->paged_mla_attention(c.params(out.view()));
+    for (int64_t b = 0; b < spec.seqs; ++b) {
+      const int64_t n = c.context[b], t0 = b * per_seq;
+      const HostTensor rows = c.gathered(b, n);
+      std::vector<int64_t> kp(n);
+      std::iota(kp.begin(), kp.end(), 0);
+      const HostTensor kv_pos = testing::positions_tensor(kp);
+      MlaAttentionParams p;
+      p.q = c.q.view().slice(t0, t0 + per_seq);
+      p.q_positions = c.q_pos.view().slice(t0, t0 + per_seq);
+      p.kv = rows.view();
+      p.kv_positions = kv_pos.view();
+      p.kv_b = c.kv_b.view();
+      HostTensor want(DType::kF32, {per_seq, spec.heads, spec.dv});
+      p.out = want.view();
+      p.rope_dim = static_cast<int>(spec.dr);
+      p.scale = c.scale;
+      backend->mla_attention_absorbed(p);
+      const float* got = out.data<float>() + t0 * spec.heads * spec.dv;
+      for (int64_t i = 0; i < want.numel(); ++i) {
+        ASSERT_FALSE(std::isnan(got[i])) << "sequence " << b << " read an unused (NaN) pool row";
+        ASSERT_EQ(got[i], want.data<float>()[i]) << "sequence " << b << " value " << i << " (" << per_seq << "/seq)";
+      }
+    }
+  }
+}
+
+TEST(MlaAttentionOp, PagedRejectsBadTablesAndShapes) {
+  auto backend = make_cpu_backend(1);
+  testing::PagedMlaSpec spec;
+  spec.seqs = 2;
+  spec.min_context = 20;
+  spec.max_context = 40;
+  const testing::PagedMlaCase c = testing::make_paged_mla_case(spec, 5);
+  HostTensor out(DType::kF32, {c.tokens, spec.heads, spec.dv});
+  auto expect_invalid = [&](const PagedMlaAttentionParams& p, const char* what) {
+    try {
+      backend->paged_mla_attention(p);
+      ADD_FAILURE() << "no error for " << what;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << what << ": " << e.what();
+    }
+  };
+  {
+    testing::PagedMlaCase bad = testing::make_paged_mla_case(spec, 5);
+    bad.tables.data<int32_t>()[0] = 1 << 20;  // outside the pool
+    expect_invalid(bad.params(out.view()), "a block id outside the pool");
+  }
+  {
+    testing::PagedMlaCase bad = testing::make_paged_mla_case(spec, 5);
+    for (int64_t t = 0; t < c.tokens; ++t) bad.q_pos.data<int64_t>()[t] = c.max_blocks * spec.block_size;
+    expect_invalid(bad.params(out.view()), "a position beyond the block table");
+  }
+  {
+    testing::PagedMlaCase bad = testing::make_paged_mla_case(spec, 5);
+    for (int64_t t = 0; t < c.tokens; ++t) bad.q_seq.data<int32_t>()[t] = static_cast<int32_t>(spec.seqs);
+    expect_invalid(bad.params(out.view()), "a sequence index outside the tables");
+  }
+  HostTensor wrong(DType::kF32, {c.tokens, spec.heads, spec.dv + 1});
+  expect_invalid(c.params(wrong.view()), "an output of the wrong width");
+  PagedMlaAttentionParams p = c.params(out.view());
+  p.block_size = 0;
+  expect_invalid(p, "block_size 0");
 }
 
 // Brute-force V3 routing in double: sigmoid, bias, group score = top-2 sum (or max), keep the best groups,

@@ -1,8 +1,9 @@
 // `deepinfer bench` for the MLA family: layers of a MlaBenchModel on a BenchTarget with random weights and caches.
-// Attention uses the existing MLA ops over each sequence's contiguous cache rows: the naive form for prefill, the
-// absorbed form for decode, one call (= one set of launches) per sequence, since those ops take one sequence's
-// rows. The cache rows are random (one pool serves every layer: its contents do not change the cost) and the
-// step does not append to it.
+// Prefill attention: the naive MLA op over each sequence's cache rows, one call per sequence. Decode: one
+// paged_mla_attention call for all sequences (the V3 model's decode_batch path; pages of kBlock rows, each
+// sequence's blocks contiguous in the pool), or with BenchOptions::mla_paged_decode off the absorbed op once per
+// sequence (the path before). The cache rows are random (one pool serves every layer: its contents do not change
+// the cost) and the step does not append to it.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -14,10 +15,12 @@
 namespace deepinfer::bench {
 namespace {
 
+constexpr int64_t kBlock = 64;  // decode pages (the engine's default block size)
+
 class MlaSlice final : public SliceState {
  public:
-  MlaSlice(BenchTarget& t, const MlaBenchModel& m, const std::vector<StepShape>& shapes, uint64_t seed)
-      : t_(t), m_(m), mem_(t.memory()), seed_(seed) {
+  MlaSlice(BenchTarget& t, const MlaBenchModel& m, const std::vector<StepShape>& shapes, uint64_t seed, bool paged)
+      : t_(t), m_(m), mem_(t.memory()), seed_(seed), paged_(paged) {
     for (const StepShape& s : shapes) {
       max_tokens_ = std::max(max_tokens_, s.seqs * s.tokens);
       max_seqs_ = std::max(max_seqs_, s.seqs);
@@ -40,7 +43,8 @@ class MlaSlice final : public SliceState {
     rc.dim = static_cast<int>(m.rope_dim);
     const std::vector<float> inv = rope_inv_freq(rc);
     inv_freq_ = mem_.from_host(DType::kF32, {static_cast<int64_t>(inv.size())}, inv.data());
-    // Sequence q's rows are pool rows [q·max_context, q·max_context + context).
+    // Sequence q's rows are pool rows [q·max_context, q·max_context + context) (whole kBlock-row pages).
+    max_context_ = (max_context_ + kBlock - 1) / kBlock * kBlock;
     pool_ = rnd({max_seqs_ * max_context_, m.row()}, 1.0f);
     std::vector<int64_t> kvpos(static_cast<size_t>(max_context_));
     std::iota(kvpos.begin(), kvpos.end(), int64_t{0});
@@ -84,6 +88,15 @@ class MlaSlice final : public SliceState {
     for (int64_t q = 0; q < s.seqs; ++q)
       for (int64_t j = 0; j < s.tokens; ++j) pos[q * s.tokens + j] = s.context - s.tokens + j;
     positions_ = mem_.from_host(DType::kI64, {tt}, pos.data());
+    // Paged decode: sequence q's page j is block q·(max_context / kBlock) + j; token rows map to their sequence.
+    const int64_t blocks = (s.context + kBlock - 1) / kBlock, per_seq = max_context_ / kBlock;
+    std::vector<int32_t> tables(static_cast<size_t>(s.seqs * blocks)), q_seq(static_cast<size_t>(tt));
+    for (int64_t q = 0; q < s.seqs; ++q) {
+      for (int64_t j = 0; j < blocks; ++j) tables[q * blocks + j] = static_cast<int32_t>(q * per_seq + j);
+      for (int64_t j = 0; j < s.tokens; ++j) q_seq[q * s.tokens + j] = static_cast<int32_t>(q);
+    }
+    tables_ = mem_.from_host(DType::kI32, {s.seqs, blocks}, tables.data());
+    q_seq_ = mem_.from_host(DType::kI32, {tt}, q_seq.data());
   }
 
   OwnedTensor save(const StepShape& s) override { return mem_.clone(rows(x_, s.seqs * s.tokens)); }
@@ -117,7 +130,21 @@ class MlaSlice final : public SliceState {
       be.rope({q, pos, inv_freq_.view(), false});
       be.rope({kv_a.reshape({tt, 1, m.row()}), pos, inv_freq_.view(), false});
       mark(kSegProj);
-      for (int64_t sq = 0; sq < s.seqs; ++sq) {
+      if (!s.prefill && paged_) {
+        PagedMlaAttentionParams p;
+        p.q = q;
+        p.q_positions = pos;
+        p.q_seq = q_seq_.view();
+        p.block_tables = tables_.view();
+        p.kv_pool = pool_.view();
+        p.kv_b = l.kv_b.view();
+        p.out = o;
+        p.block_size = static_cast<int>(kBlock);
+        p.rope_dim = static_cast<int>(m.rope_dim);
+        p.scale = scale;
+        be.paged_mla_attention(p);
+      }
+      for (int64_t sq = 0; sq < s.seqs && (s.prefill || !paged_); ++sq) {
         MlaAttentionParams p;
         p.q = q.slice(sq * s.tokens, (sq + 1) * s.tokens);
         p.q_positions = pos.slice(sq * s.tokens, (sq + 1) * s.tokens);
@@ -186,7 +213,8 @@ class MlaSlice final : public SliceState {
   bool profile_ = false;
   int64_t max_tokens_ = 1, max_seqs_ = 1, max_context_ = 1;
   OwnedTensor x_, xn_, q_latent_, q_, kv_a_, o_, y_, rw_, ridx_, ones_, zero_idx_, inv_freq_, pool_, kv_positions_;
-  OwnedTensor positions_;
+  OwnedTensor positions_, tables_, q_seq_;
+  bool paged_ = true;
   std::vector<Layer> layers_;
 };
 
@@ -194,7 +222,7 @@ class MlaSlice final : public SliceState {
 
 std::vector<BenchRow> run_mla_slice(BenchTarget& target, const MlaBenchModel& m, const BenchOptions& o) {
   const std::vector<StepShape> shapes = bench_shapes(o);
-  MlaSlice slice(target, m, shapes, o.seed);
+  MlaSlice slice(target, m, shapes, o.seed, o.mla_paged_decode);
   return run_shapes(
       target, slice, m.name, shapes, [&m](const StepShape& s) { return count_mla_step(m, s); }, o);
 }

@@ -21,6 +21,9 @@ struct BenchOptions {
   int iters = 3;
   uint64_t seed = 1;
   bool graphs = true;  // decode: also time the step replayed as one captured graph (targets that have graphs)
+  // MLA decode attention: one paged_mla_attention call for all sequences (pages read in place), or the
+  // one-sequence absorbed op once per sequence (the path before the paged kernel; for before/after rows).
+  bool mla_paged_decode = true;
 };
 
 // Segments of a step for the time breakdown (one extra profiled run after the timed ones).

@@ -23,6 +23,8 @@ struct BenchArgs {
   int warmup = 1, iters = 3, threads = 0;
   uint64_t seed = 1;
   bool no_graphs = false;
+  bool no_prefill = false;
+  bool mla_per_sequence = false;
 };
 
 int run_bench(const BenchArgs& a) {
@@ -32,12 +34,14 @@ int run_bench(const BenchArgs& a) {
     models = cpu ? std::vector<std::string>{"tiny"} : std::vector<std::string>{"v41-flash", "v4-flash"};
   bench::BenchOptions o;
   o.prompts = !a.prompts.empty() ? a.prompts : (cpu ? std::vector<int64_t>{32} : std::vector<int64_t>{1024, 4096});
+  if (a.no_prefill) o.prompts.clear();
   o.batches = !a.batches.empty() ? a.batches : (cpu ? std::vector<int64_t>{1, 4} : std::vector<int64_t>{1, 16, 64});
   o.contexts = !a.contexts.empty() ? a.contexts : (cpu ? std::vector<int64_t>{64} : std::vector<int64_t>{1024, 8192});
   o.warmup = a.warmup;
   o.iters = a.iters;
   o.seed = a.seed;
   o.graphs = !a.no_graphs;
+  o.mla_paged_decode = !a.mla_per_sequence;
   std::vector<bench::BenchModel> slices;  // resolved before any device work, so a typo fails at once
   std::vector<bench::MlaBenchModel> mla;
   for (const std::string& name : models) {
@@ -78,10 +82,11 @@ int run_bench(const BenchArgs& a) {
   }
   for (const bench::MlaBenchModel& m : mla) {
     std::printf(
-        "slice %s (MLA): %lld dense + %lld MoE layers, projections %s, FFN %s; attention: naive (prefill) / "
-        "absorbed (decode) MLA op, one call per sequence\n",
+        "slice %s (MLA): %lld dense + %lld MoE layers, projections %s, FFN %s; attention: naive MLA op per "
+        "sequence (prefill), %s (decode)\n",
         m.name.c_str(), static_cast<long long>(m.dense_layers), static_cast<long long>(m.moe_layers),
-        bench::bench_format_name(m.proj_format), bench::bench_format_name(m.ffn_format));
+        bench::bench_format_name(m.proj_format), bench::bench_format_name(m.ffn_format),
+        o.mla_paged_decode ? "one paged MLA call for all sequences" : "absorbed MLA op per sequence");
     std::fflush(stdout);
     const std::vector<bench::BenchRow> rows = bench::run_mla_slice(*target, m, o);
     std::printf("%s", bench::format_table(rows, c).c_str());
@@ -114,6 +119,9 @@ void register_bench(CLI::App& app, CommandRegistry& reg) {
   sub->add_option("--threads", a->threads, "CPU threads (0 = all cores)");
   sub->add_option("--seed", a->seed, "seed of the random weights");
   sub->add_flag("--no-graphs", a->no_graphs, "decode: skip the CUDA-graph replay timing and its output check");
+  sub->add_flag("--no-prefill", a->no_prefill, "decode shapes only");
+  sub->add_flag("--mla-per-sequence-decode", a->mla_per_sequence,
+                "MLA slices: decode attention as one absorbed-MLA call per sequence (the path before the paged kernel)");
   register_bench_serve(sub, reg);
   reg.add(sub, [a] { return run_bench(*a); });
 }

@@ -11,10 +11,12 @@
 #pragma once
 
 #include <algorithm>
+#include <concepts>
 #include <cstring>
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -50,6 +52,14 @@ concept HasFeatureForward = requires(const M& m, S& s, std::span<const int64_t> 
 template <typename M, typename S>
 concept HasTruncate = requires(const M& m, S& s, int64_t n) {
   m.truncate(s, n);
+};
+
+// Batched decode (V3 family): one token for each of several paged sequences in one call (model-wide batching of
+// the projections, one paged attention call per layer).
+template <typename M, typename S>
+concept HasDecodeBatch = requires(const M& m, S& s, std::span<S* const> seqs, std::span<const int64_t> ids) {
+  { m.decode_batchable(s) } -> std::convertible_to<bool>;
+  m.decode_batch(seqs, ids);
 };
 
 template <typename Model>
@@ -97,6 +107,10 @@ class SlotModelRunner final : public ModelRunner {
     int64_t row = 0;
     if (proposer_) step_.assign(batch.entries.size(), {});
     size_t entry_index = 0;
+    // Decode entries the model can batch wait here and run together after the loop (their logits rows are
+    // reserved in entry order).
+    std::vector<State*> decode_states;
+    std::vector<int64_t> decode_ids, decode_rows;
     // Sequences are independent: each entry advances only its own slot and its own pages' rows, so batch
     // composition cannot change a sequence's logits (batch invariance).
     for (const BatchEntry& e : batch.entries) {
@@ -133,6 +147,23 @@ class SlotModelRunner final : public ModelRunner {
           skipped = std::clamp<int64_t>(st.decoder_from - e.start, 0, T) * (layers - model_.decoder_start());
       }
       if (proposer_) step_[entry_index].ids = ids;
+      if constexpr (HasDecodeBatch<Model, State>) {
+        if (!proposer_ && T == 1 && model_.decode_batchable(st)) {
+          cp_[e.state_slot] = CpScratch{};  // as forward(): the slot moves on without scratch ranks
+          const int64_t prompt_tokens = std::clamp<int64_t>(e.prompt_len - e.start, 0, T);
+          work_.layer_tokens += prompt_tokens * layers;
+          decode_states.push_back(&st);
+          decode_ids.push_back(ids[0]);
+          decode_rows.push_back(e.needs_logits ? row : -1);
+          if (e.needs_logits) {
+            DI_CHECK_INTERNAL(e.num_logits == 1)
+                << "sequence " << e.seq_id << ": " << e.num_logits << " logits rows of a 1-token chunk";
+            ++row;
+          }
+          ++entry_index;
+          continue;
+        }
+      }
       auto out = [&] {
         if constexpr (HasFeatureForward<Model, State>) {
           if (proposer_ && proposer_->feature_dim() > 0)
@@ -153,6 +184,15 @@ class SlotModelRunner final : public ModelRunner {
         const float* first = out.template data<float>() + (rows - want) * vocab;
         std::memcpy(logits.data() + row * vocab, first, static_cast<size_t>(want * vocab) * sizeof(float));
         row += want;
+      }
+    }
+    if constexpr (HasDecodeBatch<Model, State>) {
+      if (!decode_states.empty()) {
+        const auto out = model_.decode_batch(std::span<State* const>(decode_states), decode_ids);
+        for (size_t i = 0; i < decode_states.size(); ++i)
+          if (decode_rows[i] >= 0)
+            std::memcpy(logits.data() + decode_rows[i] * vocab, out.template data<float>() + i * vocab,
+                        static_cast<size_t>(vocab) * sizeof(float));
       }
     }
   }

@@ -57,6 +57,10 @@ struct DeepseekV3Model::Chunk {
   int64_t kv_base = 0;                  // first cached position (0 but for an MTP cache started at a prefix hit)
   OwnedTensor kv_positions;             // i64 [S - kv_base]: kv_base .. S-1
   const CpShard* cp = nullptr;
+  // decode_batch: row t is the next token of batch[t] (at host_positions[t]), attended through the pages.
+  std::span<V3SequenceState* const> batch;
+  OwnedTensor q_seq;   // i32 [T]: 0 .. T-1
+  OwnedTensor tables;  // i32 [T, max_blocks], -1 past a sequence's blocks
 };
 
 // A whole chunk on this rank (no context parallelism): the MTP module's calls.
@@ -253,6 +257,65 @@ HostTensor DeepseekV3Model::forward_features(V3SequenceState& seq, std::span<con
   return logits;
 }
 
+bool DeepseekV3Model::decode_batchable(const V3SequenceState& seq) const {
+  if (!seq.pages || ep_) return false;
+  if (mla_form_ != MlaForm::kAuto) return mla_form_ == MlaForm::kAbsorbed;
+  return seq.mla_naive_until >= 0 ? seq.num_tokens >= seq.mla_naive_until : use_absorbed(1, seq.num_tokens);
+}
+
+HostTensor DeepseekV3Model::decode_batch(std::span<V3SequenceState* const> seqs, std::span<const int64_t> ids) const {
+  const int64_t B = static_cast<int64_t>(seqs.size()), D = config_.hidden_size, V = config_.vocab_size;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  DI_CHECK(B > 0 && static_cast<int64_t>(ids.size()) == B)
+      << "decode_batch: " << ids.size() << " token ids for " << B << " sequences";
+  TensorMemory& mem = memory();
+  const int bs = seqs[0]->ref.block_size;
+  Chunk c;
+  c.T = B;
+  c.total = B;
+  c.batch = seqs;
+  c.host_positions.resize(B);
+  int64_t max_blocks = 1;
+  for (int64_t b = 0; b < B; ++b) {
+    const V3SequenceState& s = *seqs[b];
+    DI_CHECK_INTERNAL(decode_batchable(s) && s.pages == seqs[0]->pages && s.ref.block_size == bs &&
+                      static_cast<int64_t>(s.kv.size()) == config_.num_layers)
+        << "decode_batch: sequence " << b << " is not a paged decode sequence of this batch";
+    c.host_positions[b] = s.num_tokens;
+    const int64_t need = s.num_tokens / bs + 1;
+    DI_CHECK_INTERNAL(static_cast<int64_t>(s.ref.block_table.size()) >= need)
+        << "decode_batch: sequence " << b << " at position " << s.num_tokens << " has " << s.ref.block_table.size()
+        << " blocks of " << bs;
+    max_blocks = std::max(max_blocks, need);
+  }
+  std::vector<int32_t> tables(static_cast<size_t>(B * max_blocks), -1), q_seq(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B; ++b) {
+    q_seq[b] = static_cast<int32_t>(b);
+    const int64_t need = seqs[b]->num_tokens / bs + 1;
+    for (int64_t j = 0; j < need; ++j) tables[b * max_blocks + j] = static_cast<int32_t>(seqs[b]->ref.block_table[j]);
+  }
+  c.positions = mem.from_host(DType::kI64, {B}, c.host_positions.data());
+  c.q_seq = mem.from_host(DType::kI32, {B}, q_seq.data());
+  c.tables = mem.from_host(DType::kI32, {B, max_blocks}, tables.data());
+  const OwnedTensor id_tensor = mem.from_host(DType::kI64, {B}, ids.data());
+
+  OwnedTensor x = mem.zeros(DType::kF32, {B, D});
+  backend_.embedding({w_.embed.view(), id_tensor.view(), x.view()});
+  OwnedTensor h = mem.zeros(DType::kF32, {B, D});
+  for (int l = 0; l < config_.num_layers; ++l) {
+    const V3LayerWeights& lw = w_.layers[l];
+    backend_.rms_norm({x.view(), lw.input_norm.view(), h.view(), eps});
+    mem.add(x, attention(c, l, lw, h, *seqs[0]));
+    backend_.rms_norm({x.view(), lw.post_attention_norm.view(), h.view(), eps});
+    mem.add(x, ffn(c, l, lw, h));
+  }
+  backend_.rms_norm({x.view(), w_.norm.view(), h.view(), eps});
+  OwnedTensor logits = mem.zeros(DType::kF32, {B, V});
+  backend_.linear({h.view(), w_.head.view(), logits.view()});
+  for (V3SequenceState* s : seqs) ++s->num_tokens;
+  return mem.to_host(logits);
+}
+
 void DeepseekV3Model::truncate(V3SequenceState& seq, int64_t n) const {
   DI_CHECK_INTERNAL(n >= seq.kv_base && n <= seq.num_tokens)
       << "truncate to " << n << " tokens of a sequence holding [" << seq.kv_base << ", " << seq.num_tokens << ")";
@@ -373,6 +436,27 @@ OwnedTensor DeepseekV3Model::attention(const Chunk& c, int layer, const V3LayerW
   }
   mem.copy(narrow(rows, 1, r, row), k_pe.view().reshape({T, dr}));
 
+  if (!c.batch.empty()) {
+    // decode_batch: each row goes to its sequence's pages, then one paged call attends every sequence in place.
+    PagedRows& pages = c.batch[0]->pages->layers[layer];
+    for (int64_t t = 0; t < T; ++t) pages.write(mem, c.batch[t]->ref, c.host_positions[t], rows.view().slice(t, t + 1));
+    OwnedTensor o = mem.zeros(DType::kF32, {T, H, dv});
+    PagedMlaAttentionParams p;
+    p.q = q_heads;
+    p.q_positions = c.positions.view();
+    p.q_seq = c.q_seq.view();
+    p.block_tables = c.tables.view();
+    p.kv_pool = pages.pool();
+    p.kv_b = a.kv_b.view();
+    p.out = o.view();
+    p.block_size = c.batch[0]->ref.block_size;
+    p.rope_dim = static_cast<int>(dr);
+    p.scale = softmax_scale_;
+    backend_.paged_mla_attention(p);
+    OwnedTensor out = mem.zeros(DType::kF32, {T, D});
+    linear(o.view().reshape({T, H * dv}), a.o, out.view());
+    return out;
+  }
   // Under CP every rank's rows are all-gathered: the cache gets the whole chunk [total, r + dr] in chunk order.
   if (c.cp) {
     OwnedTensor all = mem.zeros(DType::kF32, {c.total, row});

@@ -111,6 +111,14 @@ class DeepseekV3Model {
                      const CpShard* cp = nullptr) const;
   // forward, also returning the final hidden state of every position ([T, D] row-major: the MTP's h_i).
   HostTensor forward_features(V3SequenceState& seq, std::span<const int64_t> ids, std::vector<float>* features) const;
+  // One decode token for each of several paged sequences (the engine runner's decode entries), all layers run over
+  // the B rows at once and attention is one paged_mla_attention call per layer (the pages read in place). Every
+  // sequence must satisfy decode_batchable() and share the same pages. Returns f32 [B, vocab], row b the logits of
+  // ids[b]; the same function as forward(*seqs[b], {ids[b]}) (bit-identical on the CPU backend).
+  HostTensor decode_batch(std::span<V3SequenceState* const> seqs, std::span<const int64_t> ids) const;
+  // Whether decode_batch may run this sequence's next token: paged, the absorbed form at its position, no expert
+  // parallelism (its ranks must make identical call sequences).
+  bool decode_batchable(const V3SequenceState& seq) const;
   // Speculative rollback: the sequence keeps its first n tokens, as if nothing after them had been run (a row
   // depends only on its prefix, so dropping the tail is exact). Paged rows past n are overwritten later.
   void truncate(V3SequenceState& seq, int64_t n) const;

@@ -60,4 +60,8 @@ void Backend::mla_attention_absorbed(const MlaAttentionParams&) {
   DI_FAIL(ErrorCode::kUnsupported) << "mla_attention_absorbed: not implemented on this backend";
 }
 
+void Backend::paged_mla_attention(const PagedMlaAttentionParams&) {
+  DI_FAIL(ErrorCode::kUnsupported) << "paged_mla_attention: not implemented on this backend";
+}
+
 }  // namespace deepinfer

@@ -356,6 +356,26 @@ struct MlaAttentionParams {
   float scale = 1.0f;   // softmax scale, including the YaRN m² correction
 };
 
+// The absorbed form for a batch of sequences, reading the paged MLA cache in place (no gather copy): query t of
+// sequence b = q_seq[t] attends the rows of positions 0 .. q_positions[t] of that sequence (causal; every position
+// below a query's is cached). Position p of sequence b is kv_pool row table[b, p / block_size]·block_size +
+// p % block_size (PagedRows' layout). Same function as mla_attention_absorbed over those rows gathered in order;
+// the CPU backend computes it with the same arithmetic (bit-identical). A position beyond the table or a block id
+// outside the pool raises an error (on CUDA through the device status word; that query's output becomes NaN).
+// Decode: one (or a few) query tokens per sequence, all sequences of a step in one call.
+struct PagedMlaAttentionParams {
+  Tensor q;             // f32 [T, H, dn + dr]: per head q_nope | RoPE'd q_pe
+  Tensor q_positions;   // i64 [T]
+  Tensor q_seq;         // i32 [T], each in [0, B)
+  Tensor block_tables;  // i32 [B, max_blocks]
+  Tensor kv_pool;       // f32 [rows, r + dr]: cache rows ĉ | RoPE'd k_pe
+  Tensor kv_b;          // f32 [H·(dn + dv), r]
+  Tensor out;           // f32 [T, H, dv]
+  int block_size = 64;
+  int rope_dim = 64;   // dr
+  float scale = 1.0f;  // softmax scale, including the YaRN m² correction
+};
+
 // ============================================================================ the interface
 class Backend {
  public:
@@ -397,6 +417,7 @@ class Backend {
   // MLA (V3 family): the defaults throw Unsupported ("not implemented on this backend").
   virtual void mla_attention_naive(const MlaAttentionParams& p);
   virtual void mla_attention_absorbed(const MlaAttentionParams& p);
+  virtual void paged_mla_attention(const PagedMlaAttentionParams& p);
 };
 
 // The CPU reference backend (ops/cpu/). num_threads <= 0: all cores.
@@ -426,5 +447,6 @@ void validate(const MoeParams& p);
 void validate(const EngramHashParams& p);
 void validate(const EngramGateParams& p);
 void validate(const MlaAttentionParams& p);
+void validate(const PagedMlaAttentionParams& p);
 
 }  // namespace deepinfer

@@ -290,4 +290,24 @@ void validate(const MlaAttentionParams& p) {
   DI_CHECK(p.scale > 0) << op << ": scale must be positive";
 }
 
+void validate(const PagedMlaAttentionParams& p) {
+  const char* op = "paged_mla_attention";
+  expect(op, "q", p.q, DType::kF32, {-1, -1, -1});
+  const int64_t t = p.q.dim(0), h = p.q.dim(1), dr = p.rope_dim;
+  DI_CHECK(dr > 0 && dr % 2 == 0 && dr < p.q.dim(2)) << op << ": rope_dim " << dr << " vs q " << p.q.str();
+  const int64_t dn = p.q.dim(2) - dr;
+  expect(op, "q_positions", p.q_positions, DType::kI64, {t});
+  expect(op, "q_seq", p.q_seq, DType::kI32, {t});
+  expect(op, "block_tables", p.block_tables, DType::kI32, {-1, -1});
+  expect(op, "kv_pool", p.kv_pool, DType::kF32, {-1, -1});
+  const int64_t r = p.kv_pool.dim(1) - dr;
+  DI_CHECK(r > 0) << op << ": kv_pool rows " << p.kv_pool.str() << " hold no latent beside " << dr << " rope channels";
+  expect(op, "kv_b", p.kv_b, DType::kF32, {-1, r});
+  DI_CHECK(p.kv_b.dim(0) % h == 0 && p.kv_b.dim(0) / h > dn)
+      << op << ": kv_b " << p.kv_b.str() << " must be [H·(dn + dv), r] with H = " << h << ", dn = " << dn;
+  expect(op, "out", p.out, DType::kF32, {t, h, p.kv_b.dim(0) / h - dn});
+  DI_CHECK(p.block_size >= 1) << op << ": block_size must be >= 1, got " << p.block_size;
+  DI_CHECK(p.scale > 0) << op << ": scale must be positive";
+}
+
 }  // namespace deepinfer

@@ -987,6 +987,48 @@ void CudaBackend::mla_attention_absorbed(const MlaAttentionParams& p) {
   cuda::run_mla_attention(k, impl_->s());
 }
 
+void CudaBackend::paged_mla_attention(const PagedMlaAttentionParams& p) {
+  validate(p);
+  const Device& dev = impl_->device;
+  for (auto [name, t] : {std::pair{"q", &p.q},
+                         {"q_positions", &p.q_positions},
+                         {"q_seq", &p.q_seq},
+                         {"block_tables", &p.block_tables},
+                         {"kv_pool", &p.kv_pool},
+                         {"kv_b", &p.kv_b},
+                         {"out", &p.out}})
+    expect_on("paged_mla_attention", name, *t, dev);
+  cuda::PagedMlaKernelParams k;
+  k.q = p.q.data_as<float>();
+  k.q_positions = p.q_positions.data_as<int64_t>();
+  k.q_seq = p.q_seq.data_as<int32_t>();
+  k.block_tables = p.block_tables.data_as<int32_t>();
+  k.kv_pool = cptr<float>(p.kv_pool);
+  k.kv_b = p.kv_b.data_as<float>();
+  k.out = p.out.data_as<float>();
+  k.tokens = p.q.dim(0);
+  k.heads = p.q.dim(1);
+  k.seqs = p.block_tables.dim(0);
+  k.max_blocks = p.block_tables.dim(1);
+  k.pool_rows = p.kv_pool.dim(0);
+  k.dr = p.rope_dim;
+  k.dn = p.q.dim(2) - k.dr;
+  k.r = p.kv_pool.dim(1) - k.dr;
+  k.dv = p.kv_b.dim(0) / k.heads - k.dn;
+  k.block_size = p.block_size;
+  k.scale = p.scale;
+  k.status = impl_->status.word();
+  // The longest query the tables allow bounds the splits (positions live on the device).
+  k.splits = cuda::paged_mla_splits(k.tokens, k.heads, k.max_blocks * k.block_size, impl_->info.sm_count);
+  cuda::WorkspaceArena::Scope scope(impl_->arena);
+  const int64_t th = std::max<int64_t>(1, k.tokens * k.heads), parts = th * k.splits;
+  k.q_full = impl_->arena.take_as<float>(th * (k.r + k.dr));
+  k.part_o = impl_->arena.take_as<float>(parts * k.r);
+  k.part_m = impl_->arena.take_as<float>(parts);
+  k.part_l = impl_->arena.take_as<float>(parts);
+  cuda::run_paged_mla_attention(k, impl_->s());
+}
+
 // ============================================================================ router + MoE
 void CudaBackend::router(const RouterParams& p) {
   validate(p);

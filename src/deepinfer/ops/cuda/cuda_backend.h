@@ -104,6 +104,7 @@ class CudaBackend final : public Backend, public HasTensorMemory {
   // off on the CPU for long prefill chunks).
   void mla_attention_naive(const MlaAttentionParams& p) override;
   void mla_attention_absorbed(const MlaAttentionParams& p) override;
+  void paged_mla_attention(const PagedMlaAttentionParams& p) override;
 
   // Device memory through the caching allocator, copies on the backend stream. Tensors it hands out must
   // not outlive the backend.

@@ -268,6 +268,29 @@ struct MlaKernelParams {
 int mla_splits(int64_t tokens, int64_t heads, int64_t s, int sm_count);
 void run_mla_attention(const MlaKernelParams& p, cudaStream_t stream);
 
+// Paged absorbed-form MLA (PagedMlaAttentionParams, mla_paged_cuda.cu). Scratch from the caller: q_full
+// [tokens, heads, r + dr] and the split partials [tokens, heads, splits] (part_o with r per entry), splits =
+// paged_mla_splits(...).
+struct PagedMlaKernelParams {
+  const float* q = nullptr;  // [tokens, heads, dn + dr]
+  const int64_t* q_positions = nullptr;
+  const int32_t* q_seq = nullptr;
+  const int32_t* block_tables = nullptr;  // [seqs, max_blocks]
+  const float* kv_pool = nullptr;         // [pool_rows, r + dr]
+  const float* kv_b = nullptr;            // [heads·(dn + dv), r]
+  float* out = nullptr;                   // [tokens, heads, dv]
+  float* q_full = nullptr;
+  float *part_o = nullptr, *part_m = nullptr, *part_l = nullptr;
+  int64_t tokens = 0, heads = 0, seqs = 0, max_blocks = 0, pool_rows = 0, dn = 0, dr = 0, dv = 0, r = 0;
+  int splits = 1;
+  int block_size = 64;
+  float scale = 1.0f;
+  uint32_t* status = nullptr;
+};
+// Splits for a launch: about two blocks per SM, at most one per 32-key tile of the longest query.
+int paged_mla_splits(int64_t tokens, int64_t heads, int64_t max_keys, int sm_count);
+void run_paged_mla_attention(const PagedMlaKernelParams& p, cudaStream_t stream);
+
 // ============================================================================ router + MoE (moe_cuda.cu)
 // After the logits GEMM: score function, optional softmax, bias, top-k (or hash table), weights.
 struct RouterSelectKernelParams {

@@ -1,0 +1,143 @@
+// A CPU Backend that reproduces the rounding of the CUDA backend's quantized GEMMs (linear_quant / moe_quant with FP8
+// or other non-f32 weights), to tell rounding apart from bugs: the CUDA path takes exact fp32 products for few rows
+// (<= 4 rows, or <= 4 routed rows per used expert on average: the weight-streaming kernel) and, for more, rounds
+// both the input and the dequantized weight to bf16 (RNE) before fp32 accumulation (tensor-core tiles / cuBLASLt
+// on a bf16 weight copy). Here the same values are rounded and the products summed in fp32 on the CPU, so the two
+// differ in summation order only. Every other op forwards to the inner backend. Host memory only.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "deepinfer/core/dtype.h"
+#include "deepinfer/core/error.h"
+#include "deepinfer/core/tensor.h"
+#include "deepinfer/ops/ops.h"
+
+namespace deepinfer::testing {
+
+class Bf16GemmEmulationBackend final : public Backend {
+ public:
+  static constexpr int64_t kExactRows = 4;  // cuda::kGemmSkinnyRows
+
+  explicit Bf16GemmEmulationBackend(std::unique_ptr<Backend> inner) : inner_(std::move(inner)) {}
+
+  void linear_quant(const QuantLinearParams& p) override {
+    const int64_t m = p.in.dim(0);
+    HostTensor w = dequantized(p.weight);
+    if (m <= kExactRows) return inner_->linear({p.in, w.view(), p.out});
+    HostTensor in = rounded(p.in);
+    round_in_place(w);
+    inner_->linear({in.view(), w.view(), p.out});
+  }
+
+  void moe_quant(const QuantMoeParams& p) override {
+    DI_CHECK(p.experts != nullptr) << "moe_quant: experts are required";
+    const int64_t T = p.x.dim(0), D = p.x.dim(1), k = p.weights.dim(1);
+    const int64_t E = static_cast<int64_t>(p.experts->size()), slots = T * k;
+    const bool routed_bf16 = slots > 0 && (slots + std::min(E, slots) - 1) / std::min(E, slots) > kExactRows;
+    const bool shared_bf16 = T > kExactRows;
+    std::vector<std::vector<HostTensor>> cache(static_cast<size_t>(E) + 1);
+    auto weights_of = [&](int64_t e, const QuantExpertWeights& q, bool bf16) -> const std::vector<HostTensor>& {
+      std::vector<HostTensor>& w = cache[e];
+      if (w.empty())
+        for (const QuantMatrix* m : {&q.w1, &q.w3, &q.w2}) {
+          w.push_back(dequantized(*m));
+          if (bf16) round_in_place(w.back());
+        }
+      return w;
+    };
+    const float* x = p.x.data_as<float>();
+    float* out = p.out.data_as<float>();
+    std::vector<float> xr(D), h, y(D);
+    // One expert on one token row: y = W2·(silu(min(W1·x, L))·clamp(W3·x, ±L) [· weight]).
+    auto expert = [&](const std::vector<HostTensor>& w, bool bf16, float weight_in_h) {
+      const int64_t I = w[0].shape()[0];
+      h.assign(I, 0.0f);
+      for (int64_t i = 0; i < I; ++i) {
+        float g = 0, u = 0;
+        for (int64_t d = 0; d < D; ++d) {
+          g += w[0].data<float>()[i * D + d] * xr[d];
+          u += w[1].data<float>()[i * D + d] * xr[d];
+        }
+        if (p.swiglu_limit > 0) {
+          g = std::min(g, p.swiglu_limit);
+          u = std::clamp(u, -p.swiglu_limit, p.swiglu_limit);
+        }
+        const float v = g / (1.0f + std::exp(-g)) * u * weight_in_h;
+        h[i] = bf16 ? round_bf16(v) : v;
+      }
+      for (int64_t d = 0; d < D; ++d) {
+        float acc = 0;
+        for (int64_t i = 0; i < I; ++i) acc += w[2].data<float>()[d * I + i] * h[i];
+        y[d] = acc;
+      }
+    };
+    for (int64_t t = 0; t < T; ++t) {
+      std::fill(out + t * D, out + (t + 1) * D, 0.0f);
+      for (int64_t j = 0; j < k; ++j) {
+        const int64_t e = p.indices.data_as<int32_t>()[t * k + j];
+        const float wt = p.weights.data_as<float>()[t * k + j];
+        DI_CHECK(e >= 0 && e < E) << "moe_quant: expert id " << e;
+        for (int64_t d = 0; d < D; ++d) xr[d] = routed_bf16 ? round_bf16(x[t * D + d]) : x[t * D + d];
+        expert(weights_of(e, (*p.experts)[e], routed_bf16), routed_bf16, p.weight_before_w2 ? wt : 1.0f);
+        for (int64_t d = 0; d < D; ++d) out[t * D + d] += p.weight_before_w2 ? y[d] : wt * y[d];
+      }
+      if (p.shared) {
+        for (int64_t d = 0; d < D; ++d) xr[d] = shared_bf16 ? round_bf16(x[t * D + d]) : x[t * D + d];
+        expert(weights_of(E, *p.shared, shared_bf16), shared_bf16, 1.0f);
+        for (int64_t d = 0; d < D; ++d) out[t * D + d] += y[d];
+      }
+    }
+  }
+
+  void linear(const LinearParams& p) override { inner_->linear(p); }
+  void dequantize(const DequantizeParams& p) override { inner_->dequantize(p); }
+  void embedding(const EmbeddingParams& p) override { inner_->embedding(p); }
+  void rms_norm(const RmsNormParams& p) override { inner_->rms_norm(p); }
+  void rope(const RopeParams& p) override { inner_->rope(p); }
+  void fake_quant(const FakeQuantParams& p) override { inner_->fake_quant(p); }
+  void hc_mix(const HcMixParams& p) override { inner_->hc_mix(p); }
+  void hc_head(const HcHeadParams& p) override { inner_->hc_head(p); }
+  void hc_collapse(const HcCollapseParams& p) override { inner_->hc_collapse(p); }
+  void hc_expand(const HcExpandParams& p) override { inner_->hc_expand(p); }
+  void compress_pool(const CompressPoolParams& p) override { inner_->compress_pool(p); }
+  void indexer_scores(const IndexerScoreParams& p) override { inner_->indexer_scores(p); }
+  void candidate_blocks(const CandidateBlocksParams& p) override { inner_->candidate_blocks(p); }
+  void topk_mask(const TopKMaskParams& p) override { inner_->topk_mask(p); }
+  void sink_attention(const SinkAttentionParams& p) override { inner_->sink_attention(p); }
+  void paged_sink_attention(const PagedSinkAttentionParams& p) override { inner_->paged_sink_attention(p); }
+  void router(const RouterParams& p) override { inner_->router(p); }
+  void moe(const MoeParams& p) override { inner_->moe(p); }
+  void engram_hash(const EngramHashParams& p) override { inner_->engram_hash(p); }
+  void engram_gate(const EngramGateParams& p) override { inner_->engram_gate(p); }
+  void mla_attention_naive(const MlaAttentionParams& p) override { inner_->mla_attention_naive(p); }
+  void mla_attention_absorbed(const MlaAttentionParams& p) override { inner_->mla_attention_absorbed(p); }
+  void paged_mla_attention(const PagedMlaAttentionParams& p) override { inner_->paged_mla_attention(p); }
+
+ private:
+  HostTensor dequantized(const QuantMatrix& m) {
+    HostTensor w(DType::kF32, {m.rows(), m.cols()});
+    if (m.format == QuantFormat::kFloat && m.weight.dtype() == DType::kF32) {
+      std::copy_n(m.weight.data_as<float>(), w.numel(), w.data<float>());
+    } else {
+      inner_->dequantize({m.weight, m.scale, m.format, m.block_n, m.block_k, w.view()});
+    }
+    return w;
+  }
+  static HostTensor rounded(const Tensor& t) {
+    DI_CHECK(t.is_contiguous()) << "bf16 emulation: contiguous input only";
+    HostTensor h(DType::kF32, t.shape());
+    for (int64_t i = 0; i < t.numel(); ++i) h.data<float>()[i] = round_bf16(t.data_as<float>()[i]);
+    return h;
+  }
+  static void round_in_place(HostTensor& t) {
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = round_bf16(t.data<float>()[i]);
+  }
+
+  std::unique_ptr<Backend> inner_;
+};
+
+}  // namespace deepinfer::testing
