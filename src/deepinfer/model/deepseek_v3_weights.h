@@ -15,9 +15,9 @@
 
 namespace deepinfer {
 
-// How FP8 block-scaled matrices are kept. kAuto: f32 (FP8-native on devices is opt-in until its accuracy on CUDA is
-// settled: see deepseek_v3.cc); kF32: always f32; kFP8: in their format on any backend (the CPU then dequantizes
-// per call: tests).
+// How FP8 block-scaled matrices are kept. kAuto: f32 (FP8-native on devices is opt-in: bf16-level accuracy in
+// prefill, no expert parallelism; see deepseek_v3.cc); kF32: always f32; kFP8: in their format on any backend (the CPU
+// then dequantizes per call: tests).
 enum class V3WeightStorage { kAuto, kF32, kFP8 };
 
 // A projection matrix [N, K] as the model keeps it: f32, or the checkpoint's e4m3 codes + block scales.
