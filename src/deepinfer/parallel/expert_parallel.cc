@@ -24,7 +24,10 @@ int64_t fp8_dispatch_row_floats(int64_t d) { return fp8_blocks(d) + (d + 3) / 4;
 
 void fp8_dispatch_pack(const float* x, int64_t d, float* packed) {
   const int64_t nb = fp8_blocks(d);
-  std::vector<uint8_t> bytes(static_cast<size_t>((d + 3) / 4 * 4), 0);
+  // The bytes go straight into the packed row (byte access may alias any object): no per-row allocation on the
+  // dispatch path.
+  auto* bytes = reinterpret_cast<uint8_t*>(packed + nb);
+  std::fill(bytes + d, bytes + (d + 3) / 4 * 4, uint8_t{0});
   for (int64_t b = 0; b < nb; ++b) {
     const int64_t c0 = b * kFp8DispatchBlock, c1 = std::min(d, c0 + kFp8DispatchBlock);
     float amax = 0.0f;
@@ -40,7 +43,6 @@ void fp8_dispatch_pack(const float* x, int64_t d, float* packed) {
     // Clamped so that amax / scale rounding a hair above 448 never encodes as NaN.
     for (int64_t c = c0; c < c1; ++c) bytes[c] = f32_to_e4m3(std::clamp(x[c] / scale, -448.0f, 448.0f));
   }
-  std::memcpy(packed + nb, bytes.data(), bytes.size());
 }
 
 void fp8_dispatch_unpack(const float* packed, int64_t d, float* x) {
