@@ -1,6 +1,7 @@
 // Number ranges, string formats and schema merging for the JSON Schema front end.
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <set>
 #include <string>
 
@@ -337,9 +338,58 @@ std::string format_regex(std::string_view format) {
   if (format == "uuid") return "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}";
   // A practical email subset: local part of atext/dots, '@', a hostname.
   if (format == "email") return R"([A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*@)" + kHostname;
-  // URI: scheme ':' then characters allowed in URIs (RFC 3986 unreserved, reserved and percent escapes).
-  if (format == "uri") return R"([A-Za-z][A-Za-z0-9+.\-]*:(?:[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=]|%[0-9A-Fa-f]{2})*)";
-  if (format == "uri-reference") return R"((?:[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=]|%[0-9A-Fa-f]{2})*)";
+  // URI (RFC 3986) and IRI (RFC 3987, the same grammar with `ucschar` among the unreserved characters and
+  // `iprivate` in queries): the generic syntax exactly - authority (userinfo, IP literal, port), the path forms,
+  // query and fragment.
+  static const std::string kUcschar = [] {
+    std::string r = R"(\u00A0-\uD7FF\uF900-\uFDCF\uFDF0-\uFFEF)";
+    for (int plane = 1; plane <= 14; ++plane) {
+      char buf[40];
+      std::snprintf(buf, sizeof buf, "\\u{%X0000}-\\u{%XFFFD}", plane, plane);
+      if (plane == 14) std::snprintf(buf, sizeof buf, "\\u{E1000}-\\u{EFFFD}");
+      r += buf;
+    }
+    return r;
+  }();
+  static const std::string kIprivate = R"(\uE000-\uF8FF\u{F0000}-\u{FFFFD}\u{100000}-\u{10FFFD})";
+  auto uri_regex = [&](bool iri, bool reference) {
+    const std::string u = iri ? kUcschar : "";  // extra unreserved characters
+    const std::string pct = "%[0-9A-Fa-f]{2}";
+    auto cls = [&](const std::string& extra) {
+      return "(?:[A-Za-z0-9\\-._~!$&'()*+,;=" + u + extra + "]|" + pct + ")";
+    };
+    const std::string pchar = cls(":@");
+    const std::string segment = pchar + "*", segment_nz = pchar + "+";
+    const std::string ip_literal = R"(\[(?:)" + kIpv6 + R"(|[vV][0-9A-Fa-f]+\.[A-Za-z0-9\-._~!$&'()*+,;=:]+)\])";
+    const std::string authority = "(?:" + cls(":") + "*@)?(?:" + ip_literal + "|" + cls("") + "*)(?::[0-9]*)?";
+    const std::string abempty = "(?:/" + segment + ")*";
+    const std::string absolute = "/(?:" + segment_nz + abempty + ")?";
+    const std::string rootless = segment_nz + abempty;
+    const std::string noscheme = cls("@") + "+" + abempty;
+    const std::string query = "(?:[A-Za-z0-9\\-._~!$&'()*+,;=:@/?" + u + (iri ? kIprivate : "") + "]|" + pct + ")*";
+    const std::string fragment = "(?:[A-Za-z0-9\\-._~!$&'()*+,;=:@/?" + u + "]|" + pct + ")*";
+    const std::string tail = R"((?:\?)" + query + ")?(?:#" + fragment + ")?";
+    const std::string absolute_uri =
+        "[A-Za-z][A-Za-z0-9+.\\-]*:(?://" + authority + abempty + "|" + absolute + "|" + rootless + ")?" + tail;
+    if (!reference) return absolute_uri;
+    return "(?:" + absolute_uri + "|(?://" + authority + abempty + "|" + absolute + "|" + noscheme + ")?" + tail + ")";
+  };
+  if (format == "uri") return uri_regex(false, false);
+  if (format == "uri-reference") return uri_regex(false, true);
+  if (format == "iri") return uri_regex(true, false);
+  if (format == "iri-reference") return uri_regex(true, true);
+  // URI Template (RFC 6570, level 4): literals and {operator varspec,...} expressions, braces balanced.
+  if (format == "uri-template") {
+    const std::string pct = "%[0-9A-Fa-f]{2}";
+    const std::string varchar = "(?:[A-Za-z0-9_]|" + pct + ")";
+    const std::string varspec = varchar + R"((?:\.?)" + varchar + R"()*(?::[1-9][0-9]{0,3}|\*)?)";
+    return R"((?:[!#$&(-;=?-\[\]_a-z~)" + kUcschar + kIprivate + "]|" + pct + R"(|\{[+#./;?&=,!@|]?)" + varspec +
+           "(?:," + varspec + R"()*\})*)";
+  }
+  // JSON Pointer (RFC 6901) and Relative JSON Pointer.
+  static const std::string kPointer = "(?:/(?:[^~/]|~[01])*)*";
+  if (format == "json-pointer") return kPointer;
+  if (format == "relative-json-pointer") return "(?:0|[1-9][0-9]*)(?:#|" + kPointer + ")";
   return {};
 }
 

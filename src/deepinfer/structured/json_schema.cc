@@ -60,6 +60,16 @@ const std::set<std::string, std::less<>> kStandardUnsupported = {
 
 std::string json_string_literal(const std::string& s) { return json(s).dump(); }
 
+}  // namespace
+
+namespace json_internal {
+bool is_validation_keyword(std::string_view key) {
+  return kSupported.count(key) > 0 || kStandardUnsupported.count(key) > 0;
+}
+}  // namespace json_internal
+
+namespace {
+
 class SchemaCompiler {
  public:
   SchemaCompiler(const json& root, const JsonSchemaOptions& options) : root_(root), opt_(options) {
@@ -267,10 +277,13 @@ class SchemaCompiler {
       DI_CHECK(branches.is_array() && !branches.empty())
           << "JSON Schema: " << key << " must be a non-empty array at " << path;
       if (std::string(key) == "oneOf" && !types_disjoint(branches)) {
-        if (opt_.oneof_as_anyof)
+        if (opt_.oneof_as_anyof) {
           warn("oneOf at " + path + " is matched as anyOf (its branches may overlap)");
-        else
+        } else if (auto exact = exact_one_of(base, branches, path)) {
+          return *exact;
+        } else {
           unsupported("oneOf with branches that may overlap", path);
+        }
       }
       for (size_t i = 0; i < branches.size(); ++i) {
         std::string p = path + "/" + key + "/" + std::to_string(i);
@@ -309,6 +322,76 @@ class SchemaCompiler {
         alts.push_back(rule_expr(array_rule(s, path)));
     }
     return alt_expr(std::move(alts));
+  }
+
+  // oneOf = for each branch i: base & B_i & not B_j for every j != i. Pairs proven disjoint need no negation; the
+  // others are made exclusive with negate_schema's alternatives (required keys absent, other types, type-only
+  // properties violated: the "exactly one of these keys" idiom) - exact, or stricter with a warning where B_j has
+  // constraints its negation cannot write. nullopt when B_j's negation is nothing we can write at all.
+  std::optional<ExprPtr> exact_one_of(const json& base, const json& branches, const std::string& path) {
+    const RefInliner inliner = [&](const json& x) { return inline_ref(x, path + "/oneOf"); };
+    const size_t n = branches.size();
+    std::vector<json> merged(n);
+    for (size_t i = 0; i < n; ++i)
+      merged[i] = merge_schemas(base, inline_ref(branches[i], path + "/oneOf/" + std::to_string(i)));
+    std::vector<std::vector<bool>> apart(n, std::vector<bool>(n, true));
+    bool all_apart = true;
+    for (size_t i = 0; i < n; ++i)
+      for (size_t j = i + 1; j < n; ++j) {
+        apart[i][j] = apart[j][i] = schemas_disjoint(merged[i], merged[j], inliner);
+        all_apart &= apart[i][j];
+      }
+    std::vector<ExprPtr> alts;
+    for (size_t i = 0; i < n; ++i) {
+      const std::string p = path + "/oneOf/" + std::to_string(i);
+      if (all_apart) {
+        alts.push_back(only_annotations(base) ? value(branches[i], p) : value(merged[i], p));
+        continue;
+      }
+      std::vector<json> conj{merged[i]};
+      for (size_t j = 0; j < n; ++j) {
+        if (j == i || apart[i][j]) continue;
+        std::vector<json> next;
+        for (const json& c : conj) {
+          bool approximate = false;
+          const std::vector<json> negated = negate_schema(branches[j], c, inliner, &approximate);
+          if (approximate && negated.empty()) return std::nullopt;
+          if (approximate)
+            warn("oneOf at " + path + ": branch " + std::to_string(i) + " rejects instances that fail branch " +
+                 std::to_string(j) + " only through keywords its negation cannot express (stricter, never looser)");
+          for (const json& alt : negated) {
+            json m = apply_alternative(c, alt);
+            if (!(m.is_boolean() && !m.get<bool>())) next.push_back(std::move(m));
+          }
+        }
+        DI_CHECK_CODE(next.size() <= 64, ErrorCode::kUnsupported)
+            << "JSON Schema: oneOf at " << path << " needs more than 64 exclusive branches";
+        conj = std::move(next);
+      }
+      for (size_t k = 0; k < conj.size(); ++k) alts.push_back(value(conj[k], p));
+    }
+    return alt_expr(std::move(alts));
+  }
+
+  // c & alt for one of negate_schema's alternatives. A member alternative ({type: object, [required: [k]],
+  // properties: {k: X}}) is applied by declaring k in c with (c's schema for k) & X: declaring it is what
+  // merge_schemas refuses next to c's additionalProperties in general (that keyword stops applying to k), but
+  // here the declared schema is exactly what applied to k before, narrowed by X.
+  static json apply_alternative(const json& c, const json& alt) {
+    if (!c.is_object() || !alt.is_object() || !alt.contains("properties")) return merge_schemas(c, alt);
+    json out = merge_schemas(c, json{{"type", "object"}});
+    if (!out.is_object()) return out;
+    for (auto p = alt["properties"].begin(); p != alt["properties"].end(); ++p) {
+      const std::string& k = p.key();
+      json current = true;
+      if (out.contains("properties") && out["properties"].contains(k))
+        current = out["properties"][k];
+      else if (out.contains("additionalProperties") && !out.contains("patternProperties"))
+        current = out["additionalProperties"];
+      out["properties"][k] = apply_alternative(current, p.value());
+    }
+    if (alt.contains("required")) out = merge_schemas(out, json{{"required", alt["required"]}});
+    return out;
   }
 
   // oneOf is exact as anyOf when no value can satisfy two branches; checked on explicit types and constants.
@@ -448,7 +531,12 @@ class SchemaCompiler {
     std::string format_re;
     if (!format.empty()) {
       format_re = format_regex(format);
-      if (format_re.empty()) warn("format '" + format + "' at " + path + " is not enforced (unknown format)");
+      // Formats of the standard vocabulary that have no exact grammar here are errors like any unsupported
+      // keyword; formats outside it are annotations (the 2020-12 default for unknown formats) with a warning.
+      if (format_re.empty() && (format == "regex" || format == "idn-email" || format == "idn-hostname"))
+        unsupported("format '" + format + "'", path);
+      else if (format_re.empty())
+        warn("format '" + format + "' at " + path + " is not enforced (unknown format)");
     }
     bool has_len = min_len > 0 || max_len != Expr::kUnbounded;
     DI_CHECK(max_len == Expr::kUnbounded || max_len >= min_len) << "JSON Schema: maxLength < minLength at " << path;

@@ -4,8 +4,8 @@
 // Supported: type (incl. unions), enum, const, properties, required, additionalProperties, items, prefixItems,
 // minItems/maxItems, minLength/maxLength, pattern, format (date-time date time duration email hostname ipv4
 // ipv6 uuid uri uri-reference), minimum/maximum/exclusiveMinimum/exclusiveMaximum (integral bounds),
-// multipleOf 1 for integers, anyOf, oneOf (as anyOf: see docs/STRUCTURED.md), allOf (merged), $ref/$defs
-// (JSON pointers and $anchor, recursion allowed), boolean schemas; patternProperties (one pattern with
+// multipleOf 1 for integers, anyOf, oneOf (exact: disjoint or made exclusive, docs/STRUCTURED.md), allOf (merged),
+// $ref/$defs (JSON pointers and $anchor, recursion allowed), boolean schemas; patternProperties (one pattern with
 // additionalProperties false), propertyNames (enum/const, or a string schema), maxProperties (all declared
 // properties required) - the exact subsets in docs/STRUCTURED.md.
 //
@@ -31,9 +31,9 @@ struct JsonSchemaOptions {
   bool lenient = false;
   int max_whitespace = 16;      // bytes of [ \t\n\r] allowed in each gap between tokens; -1 = unbounded
   bool enforce_formats = true;  // false: `format` is an annotation (2020-12 default for validators)
-  // oneOf whose branches are not provably disjoint: match it as anyOf with a warning (true), or treat it as
-  // unsupported (false: exact, fewer schemas compile).
-  bool oneof_as_anyof = true;
+  // oneOf whose branches are not provably disjoint and cannot be made exclusive (json_one_of.cc): unsupported
+  // (false: exact), or matched as anyOf with a warning (true: accepts instances valid for two branches).
+  bool oneof_as_anyof = false;
 };
 
 struct JsonSchemaGrammar {

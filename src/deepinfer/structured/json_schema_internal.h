@@ -1,6 +1,7 @@
 // Pieces of the JSON Schema front end shared between its files (not a public API).
 #pragma once
 
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -38,5 +39,25 @@ nlohmann::ordered_json merge_schemas(const nlohmann::ordered_json& a, const nloh
 
 // Keywords with no effect on validation (annotations, identifiers, containers handled elsewhere).
 bool is_annotation_keyword(std::string_view key);
+
+// A validation keyword of some draft (supported or not); other keys are ignored with a warning (json_schema.cc).
+bool is_validation_keyword(std::string_view key);
+
+// ---- exact oneOf (json_one_of.cc) ----
+// Replaces a schema's top-level $ref chain by the target's keywords (SchemaCompiler::inline_ref); may throw.
+using RefInliner = std::function<nlohmann::ordered_json(const nlohmann::ordered_json&)>;
+
+// True only when no JSON value satisfies both schemas: a sound, incomplete proof from `type`, `const`/`enum`, and
+// required object members whose schemas are (recursively) disjoint or forbidden on the other side.
+bool schemas_disjoint(const nlohmann::ordered_json& a, const nlohmann::ordered_json& b, const RefInliner& inline_ref);
+
+// Alternatives whose union lies inside not(b), within `context` (the schema they will be merged into): "required
+// member k absent", "not of b's type", "member k present with a value outside b's schema for it" (when that schema
+// is type-only, or disjoint from the context's schema for k). Exactly not(b) unless *approximate is set: then the
+// instances that fail b only through another keyword (a pattern, a nested constraint, ...) are missing - sound for
+// oneOf (its branch accepts fewer instances), never more. An empty list with *approximate unset: b accepts all.
+std::vector<nlohmann::ordered_json> negate_schema(const nlohmann::ordered_json& b,
+                                                  const nlohmann::ordered_json& context, const RefInliner& inline_ref,
+                                                  bool* approximate);
 
 }  // namespace deepinfer::structured::json_internal
