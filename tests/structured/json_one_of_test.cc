@@ -126,6 +126,16 @@ TEST(JsonOneOfTest, OverlapThatCannotBeExcludedIsUnsupported) {
   auto r = convert(s, approx);
   EXPECT_TRUE(warned(r, "matched as anyOf"));
   EXPECT_TRUE(matches(compile(r.grammar), R"("ab")"));  // the documented approximation: valid for both
+  // Up to draft 7 keywords next to $ref are ignored, while the compiler merges them: such a branch cannot be
+  // used to prove or negate (its "required" would be assumed), so the oneOf is unsupported there.
+  const std::string legacy = R"({"$schema":"http://json-schema.org/draft-07/schema#","type":"object",
+      "definitions":{"a":{"properties":{"a":{"type":"string"}}}},
+      "oneOf":[{"$ref":"#/definitions/a","required":["a"]},{"required":["b"]}]})";
+  EXPECT_THROW(convert(legacy), Error);
+  auto modern = schema(R"({"type":"object","definitions":{"a":{"properties":{"a":{"type":"string"}}}},
+      "oneOf":[{"$ref":"#/definitions/a","required":["a"]},{"required":["b"]}]})");
+  EXPECT_TRUE(matches(modern, R"({"a":"x"})"));
+  EXPECT_FALSE(matches(modern, R"({"a":"x","b":1})"));
   // Every branch satisfied whenever the object is valid: the schema is unsatisfiable, a compile error.
   EXPECT_THROW(schema(R"({"type":"object","properties":{"a":{},"b":{}},"required":["a","b"],
       "oneOf":[{"required":["a"]},{"required":["b"]}]})"),

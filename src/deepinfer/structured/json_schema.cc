@@ -79,6 +79,10 @@ class SchemaCompiler {
     if (root_.is_object() && root_.contains("$schema") && root_["$schema"].is_string()) {
       const std::string d = root_["$schema"].get<std::string>();
       integer_without_fraction_ = d.find("draft-04") != std::string::npos || d.find("draft-03") != std::string::npos;
+      // Up to draft 7, keywords next to $ref are ignored; this compiler merges them (stricter, so harmless for a
+      // plain schema), which would make oneOf's disjointness proofs and negations unsound: see exact_one_of.
+      ref_siblings_ignored_ = integer_without_fraction_ || d.find("draft-06") != std::string::npos ||
+                              d.find("draft-07") != std::string::npos;
     }
   }
 
@@ -329,8 +333,21 @@ class SchemaCompiler {
   // properties violated: the "exactly one of these keys" idiom) - exact, or stricter with a warning where B_j has
   // constraints its negation cannot write. nullopt when B_j's negation is nothing we can write at all.
   std::optional<ExprPtr> exact_one_of(const json& base, const json& branches, const std::string& path) {
-    const RefInliner inliner = [&](const json& x) { return inline_ref(x, path + "/oneOf"); };
+    // Where the draft ignores $ref siblings, a schema with both is stronger here than in truth: proofs and
+    // negations must not use it (the proof then fails, the negation leaves it out: both sound).
+    auto merged_ref_siblings = [&](const json& x) {
+      if (!ref_siblings_ignored_ || !x.is_object() || !x.contains("$ref")) return false;
+      for (auto it = x.begin(); it != x.end(); ++it)
+        if (it.key() != "$ref" && !is_annotation_keyword(it.key()) && is_validation_keyword(it.key())) return true;
+      return false;
+    };
+    const RefInliner inliner = [&](const json& x) {
+      DI_CHECK_CODE(!merged_ref_siblings(x), ErrorCode::kUnsupported) << "JSON Schema: $ref with siblings in oneOf";
+      return inline_ref(x, path + "/oneOf");
+    };
     const size_t n = branches.size();
+    for (const auto& b : branches)
+      if (merged_ref_siblings(b)) return std::nullopt;
     std::vector<json> merged(n);
     for (size_t i = 0; i < n; ++i)
       merged[i] = merge_schemas(base, inline_ref(branches[i], path + "/oneOf/" + std::to_string(i)));
@@ -979,6 +996,7 @@ class SchemaCompiler {
 
   const json& root_;
   bool integer_without_fraction_ = false;
+  bool ref_siblings_ignored_ = false;
   JsonSchemaOptions opt_;
   Grammar g_;
   std::vector<std::string> warnings_;
