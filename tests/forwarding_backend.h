@@ -35,6 +35,7 @@ class ForwardingBackend : public Backend {
   void mla_attention_naive(const MlaAttentionParams& p) override { inner_->mla_attention_naive(p); }
   void mla_attention_absorbed(const MlaAttentionParams& p) override { inner_->mla_attention_absorbed(p); }
   void paged_mla_attention(const PagedMlaAttentionParams& p) override { inner_->paged_mla_attention(p); }
+  void scatter_rows(const ScatterRowsParams& p) override { inner_->scatter_rows(p); }
 
  protected:
   std::unique_ptr<Backend> inner_;

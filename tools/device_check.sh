@@ -21,7 +21,7 @@
 #   case of SWEEP_CASES, a maskbench JSON Lines file (.gz/.xz), on all cores); with SWEEP_TOKENIZER (.json/.xz) a second
 #   pass feeds every SWEEP_TOKEN_STRIDE-th case token by token through the masks for SWEEP_TOKEN_SECONDS at most
 #   (SWEEP_SECONDS bounds the first pass the same way; the summary then says how many cases finished).
-#   ci: (SPEC_PROMPTS=FILE adds tools/spec_gpu_bench.sh) build everything, every GPU test once, MEMCHECK_FILTER under memcheck, the op harness under racecheck
+#   ci: (SPEC_PROMPTS=FILE adds tools/spec_gpu_bench.sh, GRAPH_BENCH=1 tools/decode_graph_bench.sh) build everything, every GPU test once, MEMCHECK_FILTER under memcheck, the op harness under racecheck
 #   (RACECHECK_FILTER overrides which tests), the op micro-bench (rows matching
 #   BENCH_FILTER in the summary) and the CPU suite on all cores: the checks a landing needs, in one call.
 set -uo pipefail
@@ -38,8 +38,8 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 note() { echo "$*" | tee -a "$summary"; }
 # The op harness under compute-sanitizer: memcheck (out-of-bounds / misaligned / leaked device memory) and
 # racecheck (shared-memory hazards between threads of a block). GraphCaptureRejectsSyncAndAllocation provokes CUDA
-# API errors on purpose, so it is left out of both.
-OP_HARNESS='CudaOpTest.*:CudaMoeTest.*:CudaSampleTest.*:-CudaOpTest.GraphCaptureRejectsSyncAndAllocation'
+# API errors on purpose, so it is left out of both (RecordedWorkKeepsItsTemporariesApart too).
+OP_HARNESS='CudaOpTest.*:CudaMoeTest.*:CudaSampleTest.*:-CudaOpTest.GraphCaptureRejectsSyncAndAllocation:CudaOpTest.RecordedWorkKeepsItsTemporariesApart'
 sanitize() {  # tool filter seconds; filter "harness" = $OP_HARNESS
   [ "$2" = harness ] && set -- "$1" "$OP_HARNESS" "$3"
   command -v compute-sanitizer >/dev/null 2>&1 || { note "$1: compute-sanitizer not found"; return; }
@@ -188,7 +188,7 @@ if [ "$MODE" = ci ]; then
   note "gpu tests (direct): rc=$? $(grep -E '^\[  PASSED|^\[  FAILED' "$OUT/gpu_tests_direct.log" | tr '\n' ' ')"
   grep -h "\[cuda-op\]" "$OUT/gpu_tests_direct.log" >"$OUT/op_errors.txt"
   note "op comparisons: $(grep -c ' ok' "$OUT/op_errors.txt") ok, $(grep -c 'FAIL' "$OUT/op_errors.txt") FAIL (op_errors.txt)"
-  grep -hE "FAILED  \]" "$OUT/gpu_tests_direct.log" | tee -a "$summary"
+  grep -hE "FAILED  \]|decode graphs" "$OUT/gpu_tests_direct.log" | tee -a "$summary"
   if [ -n "${MEMCHECK_FILTER:-}" ] && command -v compute-sanitizer >/dev/null 2>&1; then
     timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/bin/deepinfer_cuda_tests \
       --gtest_filter="$MEMCHECK_FILTER" >"$OUT/memcheck.log" 2>&1
@@ -201,6 +201,10 @@ if [ "$MODE" = ci ]; then
   # SPEC_PROMPTS: MTP speculative decoding on the tiny model, off vs K = 1, 2 (docs/PERF.md).
   if [ -n "${SPEC_PROMPTS:-}" ]; then
     PROMPTS="$SPEC_PROMPTS" timeout 120 bash tools/spec_gpu_bench.sh | tee -a "$summary"
+  fi
+  # GRAPH_BENCH=1: decode graphs on vs --enforce-eager in the engine (docs/PERF.md).
+  if [ -n "${GRAPH_BENCH:-}" ]; then
+    CLI=build-gpu/bin/deepinfer timeout "${GRAPH_BENCH_TIMEOUT:-240}" bash tools/decode_graph_bench.sh | tee -a "$summary"
   fi
   if [ -z "${SKIP_OP_BENCH:-}" ]; then
     timeout 90 build-gpu/bin/deepinfer_cuda_tests --gtest_also_run_disabled_tests --gtest_filter='CudaBench.*' \

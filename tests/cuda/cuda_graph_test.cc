@@ -1,7 +1,12 @@
 // CUDA graphs of backend work: a decode-like op chain (mHC coefficients, collapse, RMSNorm, a cuBLASLt linear,
 // paged sink attention over shuffled pages, mHC expand) captured once and replayed must give the eager chain's
 // output bit for bit, also after the inputs were overwritten in place (the graph reads the buffers, not a
-// copy). Capturing work that synchronises or allocates fails with a clear error.
+// copy). Capturing work that synchronises or allocates fails with a clear error. Also the recording API the model's
+// decode graphs use (pool-owned temporaries) and scatter_rows, the device-addressed cache write they need.
+#include <algorithm>
+#include <numeric>
+#include <vector>
+
 #include "cuda_test_util.h"
 #include "ops/paged_attention_case.h"
 
@@ -84,6 +89,86 @@ TEST_F(CudaOpTest, GraphCaptureRejectsSyncAndAllocation) {
   HostTensor want(DType::kF32, {64, 32});
   cpu().rms_norm({a, Tensor{}, want, 1e-6f});
   rel_err("rms_norm after a failed capture", down(dout), want, 1e-6);
+}
+
+TEST_F(CudaOpTest, ScatterRowsMatchesCpu) {
+  const int64_t rows = 40, width = 576, n = 97;
+  HostTensor src = rand({rows, width}), dst0 = rand({n, width});
+  std::vector<int64_t> targets(n);
+  std::iota(targets.begin(), targets.end(), 0);
+  std::shuffle(targets.begin(), targets.end(), rng());
+  HostTensor index(DType::kI64, {rows});
+  for (int64_t t = 0; t < rows; ++t) index.data<int64_t>()[t] = t % 5 == 2 ? -1 : targets[t];
+  DeviceTensor dsrc = up(src), dindex = up(index), ddst = up(dst0);
+  gpu().scatter_rows({dsrc, dindex, ddst});
+  HostTensor want(DType::kF32, {n, width});
+  std::memcpy(want.view().data(), dst0.view().data(), dst0.view().nbytes());
+  cpu().scatter_rows({src, index, want});
+  expect_same_bytes("scatter_rows == CPU", down(ddst), want);
+  // An index outside [-1, n) is reported at the next synchronize and writes nothing.
+  index.data<int64_t>()[3] = n;
+  DeviceTensor dbad = up(index);
+  gpu().scatter_rows({dsrc, dbad, ddst});
+  try {
+    gpu().synchronize();
+    ADD_FAILURE() << "an out-of-range scatter index was not reported";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("scatter_rows"), std::string::npos) << e.what();
+  }
+}
+
+// Recorded work (Backend::record): temporaries taken inside come from the recording pool, so memory allocated
+// afterwards through the shared cache never overlaps them and replays leave it alone; a replay reads whatever the
+// input buffers hold then and equals the eager chain bit for bit.
+TEST_F(CudaOpTest, RecordedWorkKeepsItsTemporariesApart) {
+  const int64_t t = 24, d = 192, n = 80;
+  HostTensor a0 = rand({t, d}), w = rand({n, d}, -0.1f, 0.1f);
+  DeviceTensor da = up(a0), dw = up(w), out = poisoned({t, n});
+  TensorMemory& mem = gpu().memory();
+  auto chain = [&] {
+    OwnedTensor normed = mem.zeros(DType::kF32, {t, d});
+    gpu().rms_norm({da, Tensor{}, normed.view(), 1e-6f});
+    OwnedTensor y = mem.zeros(DType::kF32, {t, n});
+    gpu().linear({normed.view(), dw, y.view()});
+    mem.copy(out, y.view());
+  };
+  std::unique_ptr<RecordingPool> pool = gpu().new_recording_pool();
+  ASSERT_NE(pool, nullptr);
+  std::unique_ptr<RecordedWork> rec = gpu().record(chain, *pool);  // runs the chain now
+  HostTensor normed(DType::kF32, {t, d}), want(DType::kF32, {t, n});
+  cpu().rms_norm({a0, Tensor{}, normed, 1e-6f});
+  cpu().linear({normed, w, want});
+  rel_err("recorded chain (its eager run) vs CPU", down(out), want, 1e-5);
+  // Same-sized shared allocations after the recording: were the temporaries in the shared cache, these would get
+  // their blocks and the replay would overwrite them.
+  std::vector<DeviceTensor> others;
+  std::vector<HostTensor> contents;
+  for (int i = 0; i < 4; ++i) {
+    contents.push_back(rand({t, d}));
+    others.push_back(up(contents.back()));
+    contents.push_back(rand({t, n}));
+    others.push_back(up(contents.back()));
+  }
+  const HostTensor a1 = rand({t, d});
+  ASSERT_EQ(cudaMemcpy(da.data(), a1.view().data(), a1.view().nbytes(), cudaMemcpyHostToDevice), cudaSuccess);
+  chain();
+  const HostTensor eager1 = down(out);
+  ASSERT_EQ(cudaMemcpy(out.data(), nan_filled({t, n}).view().data(), eager1.view().nbytes(), cudaMemcpyHostToDevice),
+            cudaSuccess);
+  rec->replay();
+  expect_same_bytes("replay with new inputs == eager", down(out), eager1);
+  for (size_t i = 0; i < others.size(); ++i)
+    expect_same_bytes("shared allocation untouched", down(others[i]), contents[i]);
+  // Work that synchronises cannot be recorded: a clear error, and the stream still works.
+  try {
+    gpu().record([&] { gpu().synchronize(); }, *pool);
+    ADD_FAILURE() << "recording a synchronize did not fail";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+  }
+  rec->replay();
+  expect_same_bytes("replay after a failed recording", down(out), eager1);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <memory>
 
@@ -177,6 +178,43 @@ TEST_F(CudaGoldenV3, BatchedPagedDecode) {
   }
 }
 
+// Decode steps recorded as CUDA graphs (model/decode_graphs.h): every step equals the same padded step launched
+// eagerly bit for bit, and stays within the golden tolerance of the CPU. The prompts run twice, the second copies
+// stopping early, so the batch shrinks across padding buckets (6 -> 8, 3 -> 4, ...), the block tables widen across
+// width buckets and the page pools grow (dropping and re-recording every graph) while decoding.
+TEST_F(CudaGoldenV3, DecodeGraphsReplayEqualsEagerPaddedSteps) {
+  std::vector<std::vector<int64_t>> ids, gens;
+  for (int copy = 0; copy < 2; ++copy)
+    for (const auto& p : f().prompts()) {
+      ids.push_back(f().ids(p + ".input_ids"));
+      gens.push_back(f().ids(p + ".generated_ids"));
+      if (copy == 1) gens.back().resize(std::max<size_t>(2, gens.back().size() / 2));
+    }
+  DecodeGraphs graphs(*f().gpu), padded(*f().gpu, 256, /*record=*/false);
+  const auto replayed = testing::v3_paged_decode(*f().gpu_model, ids, gens, /*batched=*/true, &graphs);
+  const auto eager = testing::v3_paged_decode(*f().gpu_model, ids, gens, /*batched=*/true, &padded);
+  const auto cpu = testing::v3_paged_decode(*f().cpu_model, ids, gens, /*batched=*/true);
+  const int64_t v = f().vocab();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const auto n = static_cast<int64_t>(gens[i].size());
+    ASSERT_EQ(replayed[i].size(), eager[i].size());
+    EXPECT_EQ(std::memcmp(replayed[i].data(), eager[i].data(), replayed[i].size() * sizeof(float)), 0)
+        << "sequence " << i << ": a replayed step differs from the same step launched eagerly";
+    EXPECT_LE(worst_rel_error(replayed[i].data(), cpu[i].data(), n, v), kRelTol) << "sequence " << i;
+    std::vector<int64_t> greedy;
+    for (int64_t j = 0; j < n; ++j) greedy.push_back(argmax(replayed[i].data() + j * v, v));
+    EXPECT_EQ(greedy, gens[i]) << "sequence " << i;
+  }
+  const DecodeGraphStats& st = graphs.stats();
+  std::printf("[cuda-golden deepseek_v3] decode graphs: %lld recorded, %lld replayed, %lld eager, %lld drops\n",
+              static_cast<long long>(st.recorded), static_cast<long long>(st.replays), static_cast<long long>(st.eager),
+              static_cast<long long>(st.dropped));
+  EXPECT_GE(st.recorded, 2);
+  EXPECT_GE(st.replays, 1);
+  EXPECT_EQ(st.eager, 0);
+  EXPECT_EQ(padded.stats().padded_eager, st.recorded + st.replays);
+}
+
 // Uneven chunks (the cache grows across calls) equal one shot on the device too.
 TEST_F(CudaGoldenV3, ChunkedPrefillEqualsOneShot) {
   auto prompts = f().prompts();
@@ -242,6 +280,14 @@ TEST(CudaOfflineV3, TinyV3ModelGreedyOnTheGpuEqualsCpu) {
                                          "100,200,300,400,500,600,700,800,900,1000,1100,1200"};
   check_offline_v3(dir, prompts, "--max-num-seqs 3", nullptr);
   check_offline_v3(dir, prompts, "--max-num-seqs 1 --max-num-batched-tokens 5", nullptr);
+  check_offline_v3(dir, prompts, "--max-num-seqs 3 --enforce-eager", nullptr);
+  // The engine's decode went through recorded graphs by default, and not with --enforce-eager.
+  std::string args = " --model " + dir + " --max-tokens 16 --ignore-eos --max-num-seqs 3";
+  for (const auto& p : prompts) args += " --prompt-ids " + p;
+  const auto graphs = testing::run_cli("offline --device cuda" + args);
+  const auto eager = testing::run_cli("offline --device cuda --enforce-eager" + args);
+  EXPECT_NE(graphs.output.find("decode graphs:"), std::string::npos) << graphs.output;
+  EXPECT_EQ(eager.output.find("decode graphs:"), std::string::npos) << eager.output;
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <memory>
 
 #include "deepinfer/io/safetensors.h"
@@ -145,6 +146,32 @@ TEST(GoldenV3, BatchedPagedDecodeEqualsPerSequence) {
     std::printf("[deepseek_v3 prompt%zu] batched paged decode: worst row rel %.3g\n", i, rel);
     EXPECT_LE(rel, kRelTol) << "prompt " << i;
   }
+}
+
+// The decode-graph path's step inputs on the CPU: DecodeGraphs without recording pads each step to its bucket (rows
+// repeating row 0 that write no cache row) and feeds the persistent input buffers, as a recorded step would. The CPU
+// ops are row-independent, so the real rows must equal one forward() per sequence bit for bit; a recording
+// DecodeGraphs is disabled on the CPU (no graphs) and leaves the batch unpadded.
+TEST(GoldenV3, PaddedDecodeStepsEqualPerSequence) {
+  Fixture& f = fixture();
+  std::vector<std::vector<int64_t>> ids, gens;
+  for (int copy = 0; copy < 2; ++copy)
+    for (const auto& p : prompts()) {
+      ids.push_back(f.ids(p + ".input_ids"));
+      gens.push_back(f.ids(p + ".generated_ids"));
+      if (copy == 1) gens.back().resize(std::max<size_t>(2, gens.back().size() / 2));
+    }
+  DecodeGraphs padded(*f.backend, 256, /*record=*/false);
+  const auto stepped = testing::v3_paged_decode(*f.model, ids, gens, /*batched=*/true, &padded);
+  const auto single = testing::v3_paged_decode(*f.model, ids, gens, /*batched=*/false);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    ASSERT_EQ(stepped[i].size(), single[i].size());
+    EXPECT_EQ(std::memcmp(stepped[i].data(), single[i].data(), stepped[i].size() * sizeof(float)), 0)
+        << "sequence " << i;
+  }
+  EXPECT_GT(padded.stats().padded_eager, 0);
+  EXPECT_EQ(padded.stats().recorded, 0);
+  EXPECT_FALSE(f.model->new_decode_graphs()->enabled());
 }
 
 // Prefill in chunks (single tokens, uneven splits; auto picks absorbed for the small chunks and naive for the

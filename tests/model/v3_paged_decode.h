@@ -16,7 +16,8 @@ namespace deepinfer::testing {
 // Per prompt: the logits rows of its continuation [gen.size(), vocab] (row 0 from the prefill's last position).
 inline std::vector<std::vector<float>> v3_paged_decode(const DeepseekV3Model& model,
                                                        const std::vector<std::vector<int64_t>>& prompts,
-                                                       const std::vector<std::vector<int64_t>>& gens, bool batched) {
+                                                       const std::vector<std::vector<int64_t>>& gens, bool batched,
+                                                       DecodeGraphs* graphs = nullptr) {
   constexpr int kBlock = 4;
   const int64_t v = model.config().vocab_size, n = static_cast<int64_t>(prompts.size());
   V3KvPages pages = model.new_kv_pages();
@@ -56,7 +57,7 @@ inline std::vector<std::vector<float>> v3_paged_decode(const DeepseekV3Model& mo
         which.push_back(i);
       }
     if (batched) {
-      HostTensor logits = model.decode_batch(std::span<V3SequenceState* const>(active), tokens);
+      HostTensor logits = model.decode_batch(std::span<V3SequenceState* const>(active), tokens, graphs);
       for (size_t k = 0; k < active.size(); ++k)
         rows[which[k]].insert(rows[which[k]].end(), logits.data<float>() + k * v, logits.data<float>() + (k + 1) * v);
     } else {

@@ -74,6 +74,7 @@ EngineSetup::EngineSetup(const EngineSetupArgs& a, StreamCallback on_delta) {
   o.host_kv_budget_bytes = a.kv_budget_mb * 1000 * 1000;
   o.seed = a.seed;
   o.exact_prefill = a.exact_prefill;
+  o.decode_graphs = !a.enforce_eager;
   o.async_scheduling = a.async_scheduling;
   o.scheduling_policy = parse_scheduling_policy(a.scheduling_policy);
   o.ep = a.ep;
@@ -127,6 +128,7 @@ void EngineSetup::start_expert_parallel(const EngineSetupArgs& a, const std::str
     po.layout = layout;
     po.num_slots = a.max_num_seqs;
     po.runner.exact_prefill = a.exact_prefill;
+    po.runner.decode_graphs = !a.enforce_eager;
     po.model_dir = dir;
     po.eplb_interval = a.eplb_interval;
     po.eplb_slots = a.eplb_slots;
@@ -151,6 +153,7 @@ void EngineSetup::follow_context_parallel(const EngineSetupArgs& a, const std::s
   // The driver's runner options (load_engine_stack: one state slot per max_num_seqs).
   ModelRunnerOptions ro;
   ro.exact_prefill = a.exact_prefill;
+  ro.decode_graphs = !a.enforce_eager;
   SlotModelRunner<Model> follower(*model, a.max_num_seqs, ro);
   follower.set_context_parallel(world.size(), make_communicator_cp_launcher(world), /*follower=*/true);
   run_cp_follower(world, follower);
@@ -177,7 +180,12 @@ std::string prefill_work_line(const EngineStats& st) {
   const int64_t all = st.model.layer_tokens + st.model.layer_tokens_skipped;
   return fmt::format("prefill work: {} layer-tokens run, {} skipped by bounded replay ({:.1f}% saved)",
                      st.model.layer_tokens, st.model.layer_tokens_skipped,
-                     all ? 100.0 * static_cast<double>(st.model.layer_tokens_skipped) / all : 0.0);
+                     all ? 100.0 * static_cast<double>(st.model.layer_tokens_skipped) / all : 0.0) +
+         (st.model.decode_graph_recordings > 0
+              ? fmt::format("\ndecode graphs: {} recorded, {} steps replayed, {} batched steps eager",
+                            st.model.decode_graph_recordings, st.model.decode_graph_replays,
+                            st.model.decode_steps_eager)
+              : std::string());
 }
 
 std::vector<TokenId> parse_token_ids(const std::string& text, int64_t vocab, const std::string& flag) {

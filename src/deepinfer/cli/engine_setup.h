@@ -36,6 +36,7 @@ struct EngineSetupArgs {
   // V4.1: every layer on every prompt token (transformers parity) instead of decoder SWA bounded replay.
   bool exact_prefill = false;
   bool async_scheduling = true;            // plan step N+1 while step N runs (--no-async-scheduling turns it off)
+  bool enforce_eager = false;              // --enforce-eager: no decode graphs (ModelRunnerOptions::decode_graphs)
   std::string scheduling_policy = "fcfs";  // fcfs | priority
   // Expert / attention data parallel sizes (docs/PARALLEL.md). > 1 on the CPU backend: ranks are threads of this
   // process; with --device cuda one process per GPU over NCCL (ProcessWorld). EPLB every eplb_interval steps (0: off)

@@ -96,6 +96,8 @@ void register_serve(CLI::App& app, CommandRegistry& reg) {
       ->check(CLI::IsMember({"fcfs", "priority"}))
       ->capture_default_str();
   sub->add_option("--seed", a->model.seed, "engine seed for requests without their own");
+  sub->add_flag("--enforce-eager", a->model.enforce_eager,
+                "CUDA: launch every decode step op by op (default: batched decode steps recorded as CUDA graphs)");
   sub->add_option("--chat-format", a->model.chat_format, "v3 | v31 | v4 | v41 (default: from config.json)");
   sub->add_option("--speculative", a->model.speculative,
                   "speculative decoding: off | mtp (V3 family with an MTP layer) | dspark (not wired yet)");

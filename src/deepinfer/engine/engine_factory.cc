@@ -192,6 +192,7 @@ std::unique_ptr<EngineStack> load_engine_stack(const EngineStackOptions& o) {
   // The runner first: the cache is sized from what it really stores per block and per slot.
   ModelRunnerOptions ro;
   ro.exact_prefill = o.exact_prefill;
+  ro.decode_graphs = o.decode_graphs;
   if (parallel) {
     ParallelRunnerOptions po;
     po.layout = playout;

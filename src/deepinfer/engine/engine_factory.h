@@ -49,6 +49,7 @@ struct EngineStackOptions {
   // V4.1: every layer on every prompt token (transformers parity) instead of decoder SWA bounded replay.
   bool exact_prefill = false;
   bool async_scheduling = true;
+  bool decode_graphs = true;  // ModelRunnerOptions::decode_graphs
   OptionSpelling spelling = OptionSpelling::kFlag;
   // Expert / attention data parallel sizes (docs/PARALLEL.md). ep * dp > 1: the ranks load their own models and
   // the stack holds only the config; by default they are threads of this process on CPU backends

@@ -60,6 +60,9 @@ struct ModelRunnerOptions {
   // V4.1: run every layer on every prompt token (transformers parity). Off: "decoder SWA bounded replay"
   // (MODELS.md Part A §2.3), the decoder layers run on the last n_win prompt tokens only.
   bool exact_prefill = false;
+  // Batched decode steps recorded once per padded shape and replayed (CUDA graphs, model/decode_graphs.h), where
+  // the model and backend support it; off = every step launched op by op (vLLM's --enforce-eager).
+  bool decode_graphs = true;
 };
 
 // Prefill work of the runner so far (prompt positions, including recompute after preemption), in layer-tokens
@@ -67,6 +70,8 @@ struct ModelRunnerOptions {
 struct ModelWorkStats {
   int64_t layer_tokens = 0;          // layer-tokens run
   int64_t layer_tokens_skipped = 0;  // decoder layer-tokens bounded replay did not run
+  // Batched decode steps (ModelRunnerOptions::decode_graphs): recorded, replayed, run eagerly.
+  int64_t decode_graph_recordings = 0, decode_graph_replays = 0, decode_steps_eager = 0;
 };
 
 // The placeholder for a token sampled by the previous, still unfinished step (never a valid token id).

@@ -23,6 +23,7 @@
 
 #include "deepinfer/core/error.h"
 #include "deepinfer/engine/model_runner.h"
+#include "deepinfer/model/decode_graphs.h"
 #include "deepinfer/model/paged_rows.h"
 #include "deepinfer/parallel/context_parallel.h"
 
@@ -62,6 +63,14 @@ concept HasDecodeBatch = requires(const M& m, S& s, std::span<S* const> seqs, st
   m.decode_batch(seqs, ids);
 };
 
+// Decode graphs (model/decode_graphs.h): batched decode steps recorded and replayed on backends that can record.
+template <typename M, typename S>
+concept HasDecodeGraphs = requires(const M& m, std::span<S* const> seqs, std::span<const int64_t> ids,
+                                   DecodeGraphs* g) {
+  { m.new_decode_graphs() } -> std::convertible_to<std::unique_ptr<DecodeGraphs>>;
+  m.decode_batch(seqs, ids, g);
+};
+
 template <typename Model>
 class SlotModelRunner final : public ModelRunner {
  public:
@@ -74,7 +83,16 @@ class SlotModelRunner final : public ModelRunner {
     slots_.resize(static_cast<size_t>(num_slots));
     cp_.resize(static_cast<size_t>(num_slots));
     if constexpr (kPaged) pages_ = model_.new_kv_pages(!options_.exact_prefill);
+    if constexpr (HasDecodeGraphs<Model, State>) {
+      if (options_.decode_graphs) {
+        graphs_ = model_.new_decode_graphs();
+        if (!graphs_->enabled()) graphs_.reset();  // the backend cannot record (the CPU)
+      }
+    }
   }
+
+  // Recorded decode steps (nullptr: none, every step eager).
+  const DecodeGraphs* decode_graphs() const { return graphs_.get(); }
 
   // Turns speculative decoding on: `proposer` drafts for every sequence and observes every chunk.
   void set_proposer(std::unique_ptr<spec::Proposer> proposer) {
@@ -188,7 +206,12 @@ class SlotModelRunner final : public ModelRunner {
     }
     if constexpr (HasDecodeBatch<Model, State>) {
       if (!decode_states.empty()) {
-        const auto out = model_.decode_batch(std::span<State* const>(decode_states), decode_ids);
+        const auto out = [&] {
+          if constexpr (HasDecodeGraphs<Model, State>)
+            return model_.decode_batch(std::span<State* const>(decode_states), decode_ids, graphs_.get());
+          else
+            return model_.decode_batch(std::span<State* const>(decode_states), decode_ids);
+        }();
         for (size_t i = 0; i < decode_states.size(); ++i)
           if (decode_rows[i] >= 0)
             std::memcpy(logits.data() + decode_rows[i] * vocab, out.template data<float>() + i * vocab,
@@ -197,7 +220,15 @@ class SlotModelRunner final : public ModelRunner {
     }
   }
 
-  ModelWorkStats work_stats() const override { return work_; }
+  ModelWorkStats work_stats() const override {
+    ModelWorkStats w = work_;
+    if (graphs_) {
+      w.decode_graph_recordings = graphs_->stats().recorded;
+      w.decode_graph_replays = graphs_->stats().replays;
+      w.decode_steps_eager = graphs_->stats().eager + graphs_->stats().padded_eager;
+    }
+    return w;
+  }
 
   KvFootprint kv_footprint(int block_size) const override {
     KvFootprint f;
@@ -397,6 +428,7 @@ class SlotModelRunner final : public ModelRunner {
   };
   std::unique_ptr<spec::Proposer> proposer_;
   std::vector<StepEntry> step_;
+  std::unique_ptr<DecodeGraphs> graphs_;
 };
 
 }  // namespace deepinfer

@@ -57,10 +57,13 @@ struct DeepseekV3Model::Chunk {
   int64_t kv_base = 0;                  // first cached position (0 but for an MTP cache started at a prefix hit)
   OwnedTensor kv_positions;             // i64 [S - kv_base]: kv_base .. S-1
   const CpShard* cp = nullptr;
-  // decode_batch: row t is the next token of batch[t] (at host_positions[t]), attended through the pages.
-  std::span<V3SequenceState* const> batch;
-  OwnedTensor q_seq;   // i32 [T]: 0 .. T-1
-  OwnedTensor tables;  // i32 [T, max_blocks], -1 past a sequence's blocks
+  // decode_step: row t is the next token of a paged sequence at positions[t], its cache row written to pool row
+  // write_rows[t] of every layer (device data only, so that the step can be recorded).
+  V3KvPages* decode_pages = nullptr;
+  int block_size = 0;
+  OwnedTensor q_seq;       // i32 [T]: the block-table row of each query row
+  OwnedTensor tables;      // i32 [rows, max_blocks], -1 past a sequence's blocks
+  OwnedTensor write_rows;  // i64 [T]
 };
 
 // A whole chunk on this rank (no context parallelism): the MTP module's calls.
@@ -265,57 +268,114 @@ bool DeepseekV3Model::decode_batchable(const V3SequenceState& seq) const {
   return seq.mla_naive_until >= 0 ? seq.num_tokens >= seq.mla_naive_until : use_absorbed(1, seq.num_tokens);
 }
 
-HostTensor DeepseekV3Model::decode_batch(std::span<V3SequenceState* const> seqs, std::span<const int64_t> ids) const {
-  const int64_t B = static_cast<int64_t>(seqs.size()), D = config_.hidden_size, V = config_.vocab_size;
-  const float eps = static_cast<float>(config_.rms_norm_eps);
+HostTensor DeepseekV3Model::decode_batch(std::span<V3SequenceState* const> seqs, std::span<const int64_t> ids,
+                                         DecodeGraphs* graphs) const {
+  const int64_t B = static_cast<int64_t>(seqs.size()), V = config_.vocab_size;
   DI_CHECK(B > 0 && static_cast<int64_t>(ids.size()) == B)
       << "decode_batch: " << ids.size() << " token ids for " << B << " sequences";
   TensorMemory& mem = memory();
+  V3KvPages* pages = seqs[0]->pages;
   const int bs = seqs[0]->ref.block_size;
-  Chunk c;
-  c.T = B;
-  c.total = B;
-  c.batch = seqs;
-  c.host_positions.resize(B);
   int64_t max_blocks = 1;
+  std::vector<int64_t> positions(B), write_rows(B);
   for (int64_t b = 0; b < B; ++b) {
-    const V3SequenceState& s = *seqs[b];
-    DI_CHECK_INTERNAL(decode_batchable(s) && s.pages == seqs[0]->pages && s.ref.block_size == bs &&
-                      static_cast<int64_t>(s.kv.size()) == config_.num_layers)
+    V3SequenceState& s = *seqs[b];
+    DI_CHECK_INTERNAL(decode_batchable(s) && s.pages == pages && s.ref.block_size == bs &&
+                      static_cast<int64_t>(pages->layers.size()) == config_.num_layers)
         << "decode_batch: sequence " << b << " is not a paged decode sequence of this batch";
-    c.host_positions[b] = s.num_tokens;
+    positions[b] = s.num_tokens;
     const int64_t need = s.num_tokens / bs + 1;
     DI_CHECK_INTERNAL(static_cast<int64_t>(s.ref.block_table.size()) >= need)
         << "decode_batch: sequence " << b << " at position " << s.num_tokens << " has " << s.ref.block_table.size()
         << " blocks of " << bs;
     max_blocks = std::max(max_blocks, need);
+    // Every layer's pool grows alike and puts the row at the same place.
+    for (int l = 0; l < config_.num_layers; ++l) {
+      const int64_t at = pages->layers[l].row_for_write(mem, s.ref, s.num_tokens);
+      DI_CHECK_INTERNAL(l == 0 || at == write_rows[b]) << "decode_batch: layer pools out of step";
+      write_rows[b] = at;
+    }
   }
-  std::vector<int32_t> tables(static_cast<size_t>(B * max_blocks), -1), q_seq(static_cast<size_t>(B));
-  for (int64_t b = 0; b < B; ++b) {
-    q_seq[b] = static_cast<int32_t>(b);
-    const int64_t need = seqs[b]->num_tokens / bs + 1;
-    for (int64_t j = 0; j < need; ++j) tables[b * max_blocks + j] = static_cast<int32_t>(seqs[b]->ref.block_table[j]);
+  // Padded to (rows, width): rows past B repeat row 0 and write nothing.
+  auto host_inputs = [&](int64_t rows, int64_t width, std::vector<int64_t>& id, std::vector<int64_t>& pos,
+                         std::vector<int32_t>& q_seq, std::vector<int32_t>& tables, std::vector<int64_t>& write) {
+    id.assign(rows, ids[0]);
+    pos.assign(rows, positions[0]);
+    write.assign(rows, -1);
+    q_seq.resize(rows);
+    tables.assign(static_cast<size_t>(rows * width), -1);
+    for (int64_t b = 0; b < rows; ++b) {
+      const int64_t src = b < B ? b : 0;
+      if (b < B) {
+        id[b] = ids[b];
+        pos[b] = positions[b];
+        write[b] = write_rows[b];
+      }
+      q_seq[b] = static_cast<int32_t>(b);
+      const int64_t need = positions[src] / bs + 1;
+      for (int64_t j = 0; j < need; ++j) tables[b * width + j] = static_cast<int32_t>(seqs[src]->ref.block_table[j]);
+    }
+  };
+  std::vector<int64_t> h_ids, h_pos, h_write;
+  std::vector<int32_t> h_q_seq, h_tables;
+  const int64_t rows = graphs && graphs->enabled() && rope_magnitude_ == 1.0f ? graphs->batch_bucket(B) : 0;
+  HostTensor logits;
+  if (rows > 0) {
+    const int64_t width = DecodeGraphs::width_bucket(max_blocks);
+    const DecodeStepInputs in = graphs->inputs(mem, rows, width, V);
+    std::vector<const void*> deps;
+    for (const PagedRows& p : pages->layers) deps.push_back(p.pool().data());
+    graphs->depend_on(std::move(deps));
+    host_inputs(rows, width, h_ids, h_pos, h_q_seq, h_tables, h_write);
+    mem.copy(in.ids, Tensor(h_ids.data(), DType::kI64, {rows}));
+    mem.copy(in.positions, Tensor(h_pos.data(), DType::kI64, {rows}));
+    mem.copy(in.q_seq, Tensor(h_q_seq.data(), DType::kI32, {rows}));
+    mem.copy(in.tables, Tensor(h_tables.data(), DType::kI32, {rows, width}));
+    mem.copy(in.write_rows, Tensor(h_write.data(), DType::kI64, {rows}));
+    graphs->run(rows, width, [&] { decode_step(in, pages, bs); });
+    logits = mem.to_host(in.logits.slice(0, B));
+  } else {
+    if (graphs) graphs->count_eager();
+    host_inputs(B, max_blocks, h_ids, h_pos, h_q_seq, h_tables, h_write);
+    const OwnedTensor id = mem.from_host(DType::kI64, {B}, h_ids.data());
+    const OwnedTensor pos = mem.from_host(DType::kI64, {B}, h_pos.data());
+    const OwnedTensor q_seq = mem.from_host(DType::kI32, {B}, h_q_seq.data());
+    const OwnedTensor tables = mem.from_host(DType::kI32, {B, max_blocks}, h_tables.data());
+    const OwnedTensor write = mem.from_host(DType::kI64, {B}, h_write.data());
+    const OwnedTensor out = mem.zeros(DType::kF32, {B, V});
+    decode_step({id.view(), pos.view(), q_seq.view(), tables.view(), write.view(), out.view()}, pages, bs);
+    logits = mem.to_host(out);
   }
-  c.positions = mem.from_host(DType::kI64, {B}, c.host_positions.data());
-  c.q_seq = mem.from_host(DType::kI32, {B}, q_seq.data());
-  c.tables = mem.from_host(DType::kI32, {B, max_blocks}, tables.data());
-  const OwnedTensor id_tensor = mem.from_host(DType::kI64, {B}, ids.data());
+  for (V3SequenceState* s : seqs) ++s->num_tokens;
+  return logits;
+}
 
+void DeepseekV3Model::decode_step(const DecodeStepInputs& in, V3KvPages* pages, int block_size) const {
+  const int64_t B = in.ids.dim(0), D = config_.hidden_size;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  TensorMemory& mem = memory();
+  Chunk c;
+  c.T = B;
+  c.total = B;
+  c.positions = OwnedTensor(nullptr, in.positions);
+  c.decode_pages = pages;
+  c.block_size = block_size;
+  c.q_seq = OwnedTensor(nullptr, in.q_seq);
+  c.tables = OwnedTensor(nullptr, in.tables);
+  c.write_rows = OwnedTensor(nullptr, in.write_rows);
   OwnedTensor x = mem.zeros(DType::kF32, {B, D});
-  backend_.embedding({w_.embed.view(), id_tensor.view(), x.view()});
+  backend_.embedding({w_.embed.view(), in.ids, x.view()});
   OwnedTensor h = mem.zeros(DType::kF32, {B, D});
+  V3SequenceState unused;  // the decode branch of attention() reads only the chunk
   for (int l = 0; l < config_.num_layers; ++l) {
     const V3LayerWeights& lw = w_.layers[l];
     backend_.rms_norm({x.view(), lw.input_norm.view(), h.view(), eps});
-    mem.add(x, attention(c, l, lw, h, *seqs[0]));
+    mem.add(x, attention(c, l, lw, h, unused));
     backend_.rms_norm({x.view(), lw.post_attention_norm.view(), h.view(), eps});
     mem.add(x, ffn(c, l, lw, h));
   }
   backend_.rms_norm({x.view(), w_.norm.view(), h.view(), eps});
-  OwnedTensor logits = mem.zeros(DType::kF32, {B, V});
-  backend_.linear({h.view(), w_.head.view(), logits.view()});
-  for (V3SequenceState* s : seqs) ++s->num_tokens;
-  return mem.to_host(logits);
+  backend_.linear({h.view(), w_.head.view(), in.logits});
 }
 
 void DeepseekV3Model::truncate(V3SequenceState& seq, int64_t n) const {
@@ -438,10 +498,10 @@ OwnedTensor DeepseekV3Model::attention(const Chunk& c, int layer, const V3LayerW
   }
   mem.copy(narrow(rows, 1, r, row), k_pe.view().reshape({T, dr}));
 
-  if (!c.batch.empty()) {
-    // decode_batch: each row goes to its sequence's pages, then one paged call attends every sequence in place.
-    PagedRows& pages = c.batch[0]->pages->layers[layer];
-    for (int64_t t = 0; t < T; ++t) pages.write(mem, c.batch[t]->ref, c.host_positions[t], rows.view().slice(t, t + 1));
+  if (c.decode_pages) {
+    // decode_step: each row goes to its sequence's pages, then one paged call attends every sequence in place.
+    PagedRows& pages = c.decode_pages->layers[layer];
+    backend_.scatter_rows({rows.view(), c.write_rows.view(), pages.pool()});
     OwnedTensor o = mem.zeros(DType::kF32, {T, H, dv});
     PagedMlaAttentionParams p;
     p.q = q_heads;
@@ -451,7 +511,7 @@ OwnedTensor DeepseekV3Model::attention(const Chunk& c, int layer, const V3LayerW
     p.kv_pool = pages.pool();
     p.kv_b = a.kv_b.view();
     p.out = o.view();
-    p.block_size = c.batch[0]->ref.block_size;
+    p.block_size = c.block_size;
     p.rope_dim = static_cast<int>(dr);
     p.scale = softmax_scale_;
     backend_.paged_mla_attention(p);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "deepinfer/core/tensor.h"
+#include "deepinfer/model/decode_graphs.h"
 #include "deepinfer/model/deepseek_v3_weights.h"
 #include "deepinfer/model/model_config.h"
 #include "deepinfer/model/paged_rows.h"
@@ -115,10 +116,15 @@ class DeepseekV3Model {
   // the B rows at once and attention is one paged_mla_attention call per layer (the pages read in place). Every
   // sequence must satisfy decode_batchable() and share the same pages. Returns f32 [B, vocab], row b the logits of
   // ids[b]; the same function as forward(*seqs[b], {ids[b]}) (bit-identical on the CPU backend).
-  HostTensor decode_batch(std::span<V3SequenceState* const> seqs, std::span<const int64_t> ids) const;
+  // With `graphs` (enabled on CUDA) the step is recorded per padded shape and replayed (model/decode_graphs.h); a
+  // padded row computes the same as an unpadded one, so replays give the eager step's logits.
+  HostTensor decode_batch(std::span<V3SequenceState* const> seqs, std::span<const int64_t> ids,
+                          DecodeGraphs* graphs = nullptr) const;
   // Whether decode_batch may run this sequence's next token: paged, the absorbed form at its position, no expert
   // parallelism (its ranks must make identical call sequences).
   bool decode_batchable(const V3SequenceState& seq) const;
+  // Recorded decode steps for decode_batch (enabled() only on a backend that records: CUDA).
+  std::unique_ptr<DecodeGraphs> new_decode_graphs() const { return std::make_unique<DecodeGraphs>(backend_); }
   // Speculative rollback: the sequence keeps its first n tokens, as if nothing after them had been run (a row
   // depends only on its prefix, so dropping the tail is exact). Paged rows past n are overwritten later.
   void truncate(V3SequenceState& seq, int64_t n) const;
@@ -141,6 +147,9 @@ class DeepseekV3Model {
                         V3SequenceState& seq) const;
   OwnedTensor ffn(const Chunk& c, int layer, const V3LayerWeights& lw, const OwnedTensor& x) const;
   Chunk make_chunk(int64_t p0, int64_t T, int64_t kv_base) const;
+  // decode_batch's work from device inputs only (recordable): the layers over the step's rows, logits into
+  // in.logits.
+  void decode_step(const DecodeStepInputs& in, V3KvPages* pages, int block_size) const;
   bool use_absorbed(int64_t tokens, int64_t cached) const;
   // out = in · Wᵀ through linear or linear_quant, as the weight is kept.
   void linear(const Tensor& in, const V3Matrix& w, const Tensor& out) const;

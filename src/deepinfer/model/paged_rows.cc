@@ -65,6 +65,16 @@ void PagedRows::write(TensorMemory& mem, const PageRef& ref, int64_t first, cons
   });
 }
 
+int64_t PagedRows::row_for_write(TensorMemory& mem, const PageRef& ref, int64_t g) {
+  DI_CHECK_INTERNAL((g + 1) * ratio_ <= static_cast<int64_t>(ref.block_table.size()) * ref.block_size)
+      << "block table of " << ref.block_table.size() << " blocks does not cover group " << g;
+  if ((g + 1) * ratio_ <= ref.persistent_until) return -1;
+  const int64_t per_block = ref.block_size / ratio_;
+  const int64_t block = ref.block_table[g / per_block];
+  reserve(mem, block + 1, ref.block_size);
+  return block * per_block + g % per_block;
+}
+
 OwnedTensor PagedRows::gather(TensorMemory& mem, const PageRef& ref, int64_t first, int64_t n) const {
   if (n == 0) return OwnedTensor{};
   OwnedTensor out = mem.zeros(DType::kF32, {n, width_});

@@ -41,6 +41,9 @@ class PagedRows {
   // rows f32 [n, width] become groups [first, first + n); groups that end at or below persistent_until are
   // skipped (they exist already).
   void write(TensorMemory& mem, const PageRef& ref, int64_t first, const Tensor& rows);
+  // The pool row group `g` goes to when written by the device (scatter_rows), the pool grown to hold it; -1 for
+  // a group that exists already (ends at or below persistent_until). Growth moves the pool: take pool() after.
+  int64_t row_for_write(TensorMemory& mem, const PageRef& ref, int64_t g);
   // Groups [first, first + n) as one contiguous f32 [n, width] tensor (null data when n is 0).
   OwnedTensor gather(TensorMemory& mem, const PageRef& ref, int64_t first, int64_t n) const;
 

@@ -64,4 +64,8 @@ void Backend::paged_mla_attention(const PagedMlaAttentionParams&) {
   DI_FAIL(ErrorCode::kUnsupported) << "paged_mla_attention: not implemented on this backend";
 }
 
+std::unique_ptr<RecordedWork> Backend::record(const std::function<void()>&, RecordingPool&) {
+  DI_FAIL(ErrorCode::kUnsupported) << "record: this backend cannot record work (no graphs)";
+}
+
 }  // namespace deepinfer

@@ -11,13 +11,14 @@
 // - "Optional" fields are left default-constructed (Tensor{}) when unused; check with `.data() != nullptr`.
 //
 // Op families (in this order below): linear/quant, norms, rope, fake-quant, mHC, compressor, indexer +
-// top-k, attention, MoE, Engram, MLA (V3 family). Adding a family means: a section of param structs here, a
-// block of virtuals in Backend, a validate_* function, and one file in ops/cpu/. A family added after a
-// backend exists may give its virtuals a default that throws Unsupported until that backend implements them
-// (MLA did, before the CUDA backend had MLA kernels).
+// top-k, attention, MoE, Engram, MLA (V3 family), paged cache writes. Adding a family means: a section of param structs
+// here, a block of virtuals in Backend, a validate_* function, and one file in ops/cpu/. A family added after a backend
+// exists may give its virtuals a default that throws Unsupported until that backend implements them (MLA did, before
+// the CUDA backend had MLA kernels).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -376,6 +377,30 @@ struct PagedMlaAttentionParams {
   float scale = 1.0f;  // softmax scale, including the YaRN m² correction
 };
 
+// ============================================================================ paged cache writes
+// dst[index[t]] = src[t] for every row t with index[t] >= 0 (-1 leaves no row). The rows a decode step appends to
+// the paged caches, addressed by device data so that a recorded step (CUDA graph) replays with new positions.
+struct ScatterRowsParams {
+  Tensor src;    // f32 [T, W]
+  Tensor index;  // i64 [T], each in [-1, N)
+  Tensor dst;    // f32 [N, W]
+};
+
+// ============================================================================ recorded work
+// Work recorded once and replayed with the buffers it was recorded with (CUDA graphs: decode steps are
+// launch-bound). Whatever those buffers hold at a replay is what the replay reads.
+class RecordedWork {
+ public:
+  virtual ~RecordedWork() = default;
+  virtual void replay() = 0;
+};
+// Memory the temporaries of recordings live in (set apart from everything else; one pool may serve several
+// recordings that never run concurrently). Opaque to callers.
+class RecordingPool {
+ public:
+  virtual ~RecordingPool() = default;
+};
+
 // ============================================================================ the interface
 class Backend {
  public:
@@ -418,6 +443,16 @@ class Backend {
   virtual void mla_attention_naive(const MlaAttentionParams& p);
   virtual void mla_attention_absorbed(const MlaAttentionParams& p);
   virtual void paged_mla_attention(const PagedMlaAttentionParams& p);
+  // paged cache writes
+  virtual void scatter_rows(const ScatterRowsParams& p) = 0;
+
+  // Recording (CUDA graphs). new_recording_pool() is nullptr where the backend cannot record (the CPU).
+  // record() runs `enqueue` eagerly (the work happens now; it may run more than once, so it must be idempotent:
+  // same inputs, same outputs) and returns it recorded. Inside `enqueue`, memory the work takes from the
+  // backend's memory comes from `pool` and must not outlive the call; nothing may synchronise or upload from the
+  // host. The default throws Unsupported.
+  virtual std::unique_ptr<RecordingPool> new_recording_pool() { return nullptr; }
+  virtual std::unique_ptr<RecordedWork> record(const std::function<void()>& enqueue, RecordingPool& pool);
 };
 
 // The CPU reference backend (ops/cpu/). num_threads <= 0: all cores.
@@ -448,5 +483,6 @@ void validate(const EngramHashParams& p);
 void validate(const EngramGateParams& p);
 void validate(const MlaAttentionParams& p);
 void validate(const PagedMlaAttentionParams& p);
+void validate(const ScatterRowsParams& p);
 
 }  // namespace deepinfer

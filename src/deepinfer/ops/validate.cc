@@ -310,4 +310,11 @@ void validate(const PagedMlaAttentionParams& p) {
   DI_CHECK(p.scale > 0) << op << ": scale must be positive";
 }
 
+void validate(const ScatterRowsParams& p) {
+  const char* op = "scatter_rows";
+  expect(op, "src", p.src, DType::kF32, {-1, -1});
+  expect(op, "index", p.index, DType::kI64, {p.src.dim(0)});
+  expect(op, "dst", p.dst, DType::kF32, {-1, p.src.dim(1)});
+}
+
 }  // namespace deepinfer

@@ -46,6 +46,7 @@ std::unique_ptr<ModelHost> ModelHost::load(const ModelHostOptions& o) {
   so.host_kv_budget_bytes = o.kv_budget_mb * 1000 * 1000;
   so.gpu_memory_utilization = o.gpu_memory_utilization;
   so.seed = o.seed;
+  so.decode_graphs = !o.enforce_eager;
   so.scheduling_policy = parse_scheduling_policy(o.scheduling_policy);
   so.speculative = o.speculative;
   so.num_draft_tokens = o.num_draft_tokens;

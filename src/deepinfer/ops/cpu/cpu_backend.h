@@ -39,6 +39,7 @@ class CpuBackend final : public Backend {
   void mla_attention_naive(const MlaAttentionParams& p) override;
   void mla_attention_absorbed(const MlaAttentionParams& p) override;
   void paged_mla_attention(const PagedMlaAttentionParams& p) override;
+  void scatter_rows(const ScatterRowsParams& p) override;
 
   // Runs fn(begin, end) over [0, n) on the pool when `work` (roughly multiply-adds) is large, inline otherwise.
   void parallel_for(int64_t n, int64_t work, const std::function<void(int64_t, int64_t)>& fn);

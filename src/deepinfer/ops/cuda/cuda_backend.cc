@@ -190,7 +190,8 @@ struct CudaBackend::Impl {
   Device device;
   cuda::Stream stream;
   cuda::DeviceAllocator alloc;
-  cuda::WorkspaceArena arena{alloc};
+  cuda::WorkspaceArena arena{alloc};  // the shared one; ws() is the one ops use now
+  cuda::WorkspaceArena* active_arena = &arena;
   cuda::DeviceStatus status{alloc};
   cublasLtHandle_t lt = nullptr;
   cuda::DeviceBuffer lt_workspace;
@@ -215,10 +216,13 @@ struct CudaBackend::Impl {
   }
 
   cudaStream_t s() const { return stream.get(); }
+  // Scratch of the ops: the shared arena, or a recording pool's own while recording.
+  cuda::WorkspaceArena& ws() { return *active_arena; }
 
   const void* const* table(int role, const void* key, const std::vector<const void*>& ptrs) {
     PtrTable& t = tables[role][key];
     if (t.host != ptrs || !t.dev.data()) {
+      cuda::ScopedAllocatorPool shared(alloc, nullptr);  // the table outlives any recording that first needs it
       t.dev = cuda::DeviceBuffer(alloc, sizeof(void*) * ptrs.size());
       DI_CUDA_CHECK(
           cudaMemcpyAsync(t.dev.data(), ptrs.data(), sizeof(void*) * ptrs.size(), cudaMemcpyHostToDevice, s()));
@@ -316,16 +320,16 @@ struct CudaBackend::Impl {
     if (w.format == QuantFormat::kFloat && w.weight.dtype() == DType::kF32) {
       lt_matmul(in, w.weight.data(), CUDA_R_32F, out, m, n, k);
     } else if (w.format == QuantFormat::kFloat) {
-      cuda::WorkspaceArena::Scope scope(arena);
-      void* in_bf16 = arena.take(sizeof(uint16_t) * m * k);
+      cuda::WorkspaceArena::Scope scope(ws());
+      void* in_bf16 = ws().take(sizeof(uint16_t) * m * k);
       cuda::run_cast_f32_to_bf16(in, in_bf16, m * k, s());
       lt_matmul(in_bf16, w.weight.data(), CUDA_R_16BF, out, m, n, k);
     } else if (m >= kLtMinRows) {
       // Many rows: the weight is read once either way, so dequantizing it to a bf16 scratch (N·K·2 bytes
       // written and read once more) costs little next to the GEMM, and cuBLASLt's bf16 kernels are near peak.
-      cuda::WorkspaceArena::Scope scope(arena);
-      void* w_bf16 = arena.take(sizeof(uint16_t) * n * k);
-      void* in_bf16 = arena.take(sizeof(uint16_t) * m * k);
+      cuda::WorkspaceArena::Scope scope(ws());
+      void* w_bf16 = ws().take(sizeof(uint16_t) * n * k);
+      void* in_bf16 = ws().take(sizeof(uint16_t) * m * k);
       cuda::GemmKernelParams wp;
       set_weight(wp, w);
       if (!cuda::run_dequantize_bf16(wp, w_bf16, s())) {
@@ -380,14 +384,14 @@ struct CudaBackend::Impl {
     const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(tokens, (1ll << 30) / per_token));
     for (int64_t t0 = 0; t0 < tokens; t0 += chunk) {
       const int64_t tc = std::min(chunk, tokens - t0), slots = tc * k;
-      cuda::WorkspaceArena::Scope scope(arena);
-      int32_t* perm = arena.take_as<int32_t>(std::max<int64_t>(slots, 1));
-      int32_t* group_offsets = arena.take_as<int32_t>(experts + 1);
-      int32_t* tile_offsets = arena.take_as<int32_t>(experts + 1);
-      int32_t* active_groups = arena.take_as<int32_t>(experts + 1);
-      float* gu = arena.take_as<float>(slots * 2 * inter);
-      float* h = arena.take_as<float>(slots * inter);
-      float* y_slot = arena.take_as<float>(slots * d);
+      cuda::WorkspaceArena::Scope scope(ws());
+      int32_t* perm = ws().take_as<int32_t>(std::max<int64_t>(slots, 1));
+      int32_t* group_offsets = ws().take_as<int32_t>(experts + 1);
+      int32_t* tile_offsets = ws().take_as<int32_t>(experts + 1);
+      int32_t* active_groups = ws().take_as<int32_t>(experts + 1);
+      float* gu = ws().take_as<float>(slots * 2 * inter);
+      float* h = ws().take_as<float>(slots * inter);
+      float* y_slot = ws().take_as<float>(slots * d);
       const float* xc = x + t0 * d;
       const float* wc = weights + t0 * k;
       const int32_t* ic = indices + t0 * k;
@@ -461,9 +465,9 @@ struct CudaBackend::Impl {
       float* shared_out = nullptr;
       if (shared) {
         const int64_t si = shared->w1.rows();
-        float* sgu = arena.take_as<float>(tc * 2 * si);
-        float* sh = arena.take_as<float>(tc * si);
-        shared_out = arena.take_as<float>(tc * d);
+        float* sgu = ws().take_as<float>(tc * 2 * si);
+        float* sh = ws().take_as<float>(tc * si);
+        shared_out = ws().take_as<float>(tc * d);
         // gate/up into the two halves of sgu: run each as a dense GEMM with ldc = 2·I.
         for (int which = 0; which < 2; ++which) {
           const QuantMatrix& w = which == 0 ? shared->w1 : shared->w3;
@@ -503,7 +507,7 @@ struct CudaBackend::Impl {
     g.m = m;
     if (w.format == QuantFormat::kFloat && w.weight.dtype() == DType::kBF16) {
       // The own GEMM reads f32 weights only in kFloat; dequantize bf16 once into scratch.
-      float* wf = arena.take_as<float>(w.rows() * w.cols());
+      float* wf = ws().take_as<float>(w.rows() * w.cols());
       cuda::DequantizeKernelParams dq;
       dq.weight = w.weight.data();
       dq.format = QuantFormat::kFloat;
@@ -565,9 +569,109 @@ std::unique_ptr<CudaGraph> CudaBackend::capture_graph(const std::function<void()
   return std::make_unique<CudaGraph>(exec, s);
 }
 
+namespace {
+
+// A recording pool: allocator blocks and a workspace arena of its own, so that nothing outside the recordings
+// ever gets the addresses they replay.
+class CudaRecordingPool final : public RecordingPool {
+ public:
+  explicit CudaRecordingPool(cuda::DeviceAllocator& alloc) : alloc_(alloc) {
+    cuda::ScopedAllocatorPool mine(alloc_, &pool_);
+    arena_ = std::make_unique<cuda::WorkspaceArena>(alloc_, 1ull << 20);
+  }
+  ~CudaRecordingPool() override {
+    arena_.reset();
+    alloc_.release_pool(pool_);
+  }
+  cuda::AllocatorPool& pool() { return pool_; }
+  cuda::WorkspaceArena& arena() { return *arena_; }
+
+ private:
+  cuda::DeviceAllocator& alloc_;
+  cuda::AllocatorPool pool_;
+  std::unique_ptr<cuda::WorkspaceArena> arena_;
+};
+
+class CudaRecordedWork final : public RecordedWork {
+ public:
+  explicit CudaRecordedWork(std::unique_ptr<CudaGraph> graph) : graph_(std::move(graph)) {}
+  void replay() override { graph_->replay(); }
+
+ private:
+  std::unique_ptr<CudaGraph> graph_;
+};
+
+}  // namespace
+
+std::unique_ptr<RecordingPool> CudaBackend::new_recording_pool() {
+  return std::make_unique<CudaRecordingPool>(impl_->alloc);
+}
+
+std::unique_ptr<RecordedWork> CudaBackend::record(const std::function<void()>& enqueue, RecordingPool& pool) {
+  auto* rp = dynamic_cast<CudaRecordingPool*>(&pool);
+  DI_CHECK(rp != nullptr) << "record: the pool was not made by this backend";
+  cuda::ScopedAllocatorPool mine(impl_->alloc, &rp->pool());
+  struct ArenaSwap {
+    Impl& impl;
+    cuda::WorkspaceArena* prev;
+    ~ArenaSwap() { impl.active_arena = prev; }
+  } swap{*impl_, impl_->active_arena};
+  impl_->active_arena = &rp->arena();
+  // Eager runs until one takes no new device memory: the pool then holds every block the work needs, and the
+  // capture, starting from the same free pool, takes the same blocks without a cudaMalloc (which a capture
+  // forbids). The arena merges its chunks when its outermost scope closes, so it settles in the same way.
+  for (int run = 0;; ++run) {
+    const size_t mallocs = impl_->alloc.cuda_malloc_calls();
+    const void* base = rp->arena().base();
+    enqueue();
+    if (impl_->alloc.cuda_malloc_calls() == mallocs && rp->arena().base() == base) break;
+    DI_CHECK_INTERNAL(run < 4) << "record: the work still takes new device memory after " << run + 1 << " runs";
+  }
+  const size_t mallocs = impl_->alloc.cuda_malloc_calls();
+  cudaStream_t s = impl_->s();
+  DI_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  std::string failure;
+  try {
+    enqueue();
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  cudaGraph_t graph = nullptr;
+  const cudaError_t end = cudaStreamEndCapture(s, &graph);
+  (void)cudaGetLastError();
+  if (failure.empty() && end != cudaSuccess) failure = std::string("capture failed: ") + cudaGetErrorString(end);
+  if (failure.empty() && impl_->alloc.cuda_malloc_calls() != mallocs)
+    failure = "the recorded work took new device memory on its last run";
+  if (!failure.empty()) {
+    if (graph) cudaGraphDestroy(graph);
+    DI_FAIL(ErrorCode::kInvalidArgument) << "record: " << failure;
+  }
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  DI_CUDA_CHECK(inst);
+  return std::make_unique<CudaRecordedWork>(std::make_unique<CudaGraph>(exec, s));
+}
+
+void CudaBackend::scatter_rows(const ScatterRowsParams& p) {
+  validate(p);
+  const Device& dev = impl_->device;
+  for (auto [name, t] : {std::pair{"src", &p.src}, {"index", &p.index}, {"dst", &p.dst}})
+    expect_on("scatter_rows", name, *t, dev);
+  cuda::ScatterRowsKernelParams k;
+  k.src = p.src.data_as<float>();
+  k.index = p.index.data_as<int64_t>();
+  k.dst = p.dst.data_as<float>();
+  k.rows = p.src.dim(0);
+  k.width = p.src.dim(1);
+  k.dst_rows = p.dst.dim(0);
+  k.status = impl_->status.word();
+  cuda::run_scatter_rows(k, impl_->s());
+}
+
 cudaStream_t CudaBackend::stream() const { return impl_->s(); }
 cuda::DeviceAllocator& CudaBackend::allocator() { return impl_->alloc; }
-cuda::WorkspaceArena& CudaBackend::workspace() { return impl_->arena; }
+cuda::WorkspaceArena& CudaBackend::workspace() { return impl_->ws(); }
 const cuda::DeviceInfo& CudaBackend::device_info() const { return impl_->info; }
 Device CudaBackend::device() const { return impl_->device; }
 TensorMemory& CudaBackend::memory() { return impl_->memory; }
@@ -604,9 +708,9 @@ void CudaBackend::linear(const LinearParams& p) {
   expect_on("linear", "out", p.out, dev);
   const int64_t m = p.in.dim(0), n = p.weight.dim(0), k = p.in.dim(1);
   if (impl_->linear_precision == LinearPrecision::kBF16) {
-    cuda::WorkspaceArena::Scope scope(impl_->arena);
-    void* w_bf16 = impl_->arena.take(sizeof(uint16_t) * n * k);
-    void* in_bf16 = impl_->arena.take(sizeof(uint16_t) * m * k);
+    cuda::WorkspaceArena::Scope scope(impl_->ws());
+    void* w_bf16 = impl_->ws().take(sizeof(uint16_t) * n * k);
+    void* in_bf16 = impl_->ws().take(sizeof(uint16_t) * m * k);
     cuda::run_cast_f32_to_bf16(p.weight.data_as<float>(), w_bf16, n * k, impl_->s());
     cuda::run_cast_f32_to_bf16(p.in.data_as<float>(), in_bf16, m * k, impl_->s());
     impl_->lt_matmul(in_bf16, w_bf16, CUDA_R_16BF, p.out.data_as<float>(), m, n, k);
@@ -721,10 +825,10 @@ void CudaBackend::hc_mix(const HcMixParams& p) {
   k.norm_eps = p.norm_eps;
   k.hc_eps = p.hc_eps;
   k.sinkhorn_iters = p.sinkhorn_iters;
-  cuda::WorkspaceArena::Scope scope(impl_->arena);
+  cuda::WorkspaceArena::Scope scope(impl_->ws());
   k.splits = cuda::hc_mix_splits(k.hc, k.d);
-  k.partial = impl_->arena.take_as<float>(
-      std::max<int64_t>(1, k.splits * k.tokens * ((k.head ? k.hc : (2 + k.hc) * k.hc) + 1)));
+  k.partial =
+      impl_->ws().take_as<float>(std::max<int64_t>(1, k.splits * k.tokens * ((k.head ? k.hc : (2 + k.hc) * k.hc) + 1)));
   cuda::run_hc_mix(k, impl_->s());
 }
 
@@ -746,10 +850,10 @@ void CudaBackend::hc_head(const HcHeadParams& p) {
   k.norm_eps = p.norm_eps;
   k.hc_eps = p.hc_eps;
   k.head = true;
-  cuda::WorkspaceArena::Scope scope(impl_->arena);
+  cuda::WorkspaceArena::Scope scope(impl_->ws());
   k.splits = cuda::hc_mix_splits(k.hc, k.d);
-  k.partial = impl_->arena.take_as<float>(
-      std::max<int64_t>(1, k.splits * k.tokens * ((k.head ? k.hc : (2 + k.hc) * k.hc) + 1)));
+  k.partial =
+      impl_->ws().take_as<float>(std::max<int64_t>(1, k.splits * k.tokens * ((k.head ? k.hc : (2 + k.hc) * k.hc) + 1)));
   cuda::run_hc_mix(k, impl_->s());
 }
 
@@ -830,14 +934,14 @@ void CudaBackend::candidate_blocks(const CandidateBlocksParams& p) {
   expect_on("candidate_blocks", "scores", p.scores, dev);
   expect_on("candidate_blocks", "positions", p.positions, dev);
   expect_on("candidate_blocks", "keep", p.keep, dev);
-  cuda::WorkspaceArena::Scope scope(impl_->arena);
+  cuda::WorkspaceArena::Scope scope(impl_->ws());
   const int64_t tokens = p.scores.dim(0), n = p.scores.dim(1), blocks = ceil_div(n, p.block_size);
   cuda::CandidateBlocksKernelParams k;
   k.scores = p.scores.data_as<float>();
   k.positions = p.positions.data_as<int64_t>();
   k.keep = p.keep.data_as<uint8_t>();
-  k.block_scores = impl_->arena.take_as<float>(std::max<int64_t>(tokens * blocks, 1));
-  k.block_keep = impl_->arena.take_as<uint8_t>(std::max<int64_t>(tokens * blocks, 1));
+  k.block_scores = impl_->ws().take_as<float>(std::max<int64_t>(tokens * blocks, 1));
+  k.block_keep = impl_->ws().take_as<uint8_t>(std::max<int64_t>(tokens * blocks, 1));
   k.tokens = tokens;
   k.n = n;
   k.ratio = p.ratio;
@@ -938,12 +1042,12 @@ void CudaBackend::paged_sink_attention(const PagedSinkAttentionParams& p) {
   k.splits = cuda::paged_attention_splits(k.tokens, k.heads, max_slots, impl_->info.sm_count);
   k.slots_per_split = ceil_div(ceil_div(max_slots, k.splits), 32) * 32;
   k.splits = static_cast<int>(ceil_div(max_slots, k.slots_per_split));
-  cuda::WorkspaceArena::Scope scope(impl_->arena);
+  cuda::WorkspaceArena::Scope scope(impl_->ws());
   if (k.splits > 1) {
     const int64_t parts = k.tokens * k.heads * k.splits;
-    k.part_o = impl_->arena.take_as<float>(parts * k.hd);
-    k.part_m = impl_->arena.take_as<float>(parts);
-    k.part_l = impl_->arena.take_as<float>(parts);
+    k.part_o = impl_->ws().take_as<float>(parts * k.hd);
+    k.part_m = impl_->ws().take_as<float>(parts);
+    k.part_l = impl_->ws().take_as<float>(parts);
   }
   cuda::run_paged_sink_attention(k, impl_->s());
 }
@@ -978,12 +1082,12 @@ void CudaBackend::mla_attention_absorbed(const MlaAttentionParams& p) {
   k.scale = p.scale;
   k.splits = cuda::mla_splits(k.tokens, k.heads, k.s, impl_->info.sm_count);
   k.keys_per_split = ceil_div(k.s, k.splits);
-  cuda::WorkspaceArena::Scope scope(impl_->arena);
+  cuda::WorkspaceArena::Scope scope(impl_->ws());
   const int64_t th = std::max<int64_t>(1, k.tokens * k.heads), parts = th * k.splits;
-  k.q_full = impl_->arena.take_as<float>(th * (k.r + k.dr));
-  k.part_o = impl_->arena.take_as<float>(parts * k.r);
-  k.part_m = impl_->arena.take_as<float>(parts);
-  k.part_l = impl_->arena.take_as<float>(parts);
+  k.q_full = impl_->ws().take_as<float>(th * (k.r + k.dr));
+  k.part_o = impl_->ws().take_as<float>(parts * k.r);
+  k.part_m = impl_->ws().take_as<float>(parts);
+  k.part_l = impl_->ws().take_as<float>(parts);
   cuda::run_mla_attention(k, impl_->s());
 }
 
@@ -1020,12 +1124,12 @@ void CudaBackend::paged_mla_attention(const PagedMlaAttentionParams& p) {
   k.status = impl_->status.word();
   // The longest query the tables allow bounds the splits (positions live on the device).
   k.splits = cuda::paged_mla_splits(k.tokens, k.heads, k.max_blocks * k.block_size, impl_->info.sm_count);
-  cuda::WorkspaceArena::Scope scope(impl_->arena);
+  cuda::WorkspaceArena::Scope scope(impl_->ws());
   const int64_t th = std::max<int64_t>(1, k.tokens * k.heads), parts = th * k.splits;
-  k.q_full = impl_->arena.take_as<float>(th * (k.r + k.dr));
-  k.part_o = impl_->arena.take_as<float>(parts * k.r);
-  k.part_m = impl_->arena.take_as<float>(parts);
-  k.part_l = impl_->arena.take_as<float>(parts);
+  k.q_full = impl_->ws().take_as<float>(th * (k.r + k.dr));
+  k.part_o = impl_->ws().take_as<float>(parts * k.r);
+  k.part_m = impl_->ws().take_as<float>(parts);
+  k.part_l = impl_->ws().take_as<float>(parts);
   cuda::run_paged_mla_attention(k, impl_->s());
 }
 
@@ -1042,8 +1146,8 @@ void CudaBackend::router(const RouterParams& p) {
                          {"indices", &p.indices}})
     expect_on("router", name, *t, dev);
   const int64_t tokens = p.x.dim(0), experts = p.weight.dim(0);
-  cuda::WorkspaceArena::Scope scope(impl_->arena);
-  float* logits = impl_->arena.take_as<float>(std::max<int64_t>(tokens * experts, 1));
+  cuda::WorkspaceArena::Scope scope(impl_->ws());
+  float* logits = impl_->ws().take_as<float>(std::max<int64_t>(tokens * experts, 1));
   impl_->lt_matmul(p.x.data(), p.weight.data(), CUDA_R_32F, logits, tokens, experts, p.x.dim(1));
   cuda::RouterSelectKernelParams k;
   k.logits = logits;

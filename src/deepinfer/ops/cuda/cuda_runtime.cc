@@ -1,6 +1,7 @@
 #include "deepinfer/ops/cuda/cuda_runtime.h"
 
 #include <algorithm>
+#include <iterator>
 #include <sstream>
 
 namespace deepinfer::cuda {
@@ -71,12 +72,13 @@ void* DeviceAllocator::allocate(size_t bytes) {
   const size_t size = round_size(bytes);
   // Reuse a cached block of exactly this rounded size, or of up to 2x for small requests; never hand out a
   // much larger block (it would pin memory a later large request needs).
-  auto it = free_blocks_.lower_bound(size);
-  if (it != free_blocks_.end() && it->first <= size * 2) {
+  std::multimap<size_t, void*>& blocks = pool_ ? pool_->free_blocks : free_blocks_;
+  auto it = blocks.lower_bound(size);
+  if (it != blocks.end() && it->first <= size * 2) {
     void* p = it->second;
     const size_t got = it->first;
-    free_blocks_.erase(it);
-    cached_bytes_ -= got;
+    blocks.erase(it);
+    if (!pool_) cached_bytes_ -= got;
     live_.emplace(p, got);
     live_bytes_ += got;
     return p;
@@ -96,6 +98,10 @@ void* DeviceAllocator::allocate(size_t bytes) {
   ++malloc_calls_;
   live_.emplace(p, size);
   live_bytes_ += size;
+  if (pool_) {
+    pool_of_.emplace(p, pool_);
+    pool_->owned_bytes += size;
+  }
   return p;
 }
 
@@ -103,10 +109,33 @@ void DeviceAllocator::free(void* ptr) {
   if (!ptr) return;
   auto it = live_.find(ptr);
   DI_CHECK_INTERNAL(it != live_.end()) << "DeviceAllocator::free of a pointer it did not allocate";
-  free_blocks_.emplace(it->second, ptr);
-  cached_bytes_ += it->second;
+  if (auto owner = pool_of_.find(ptr); owner != pool_of_.end()) {
+    owner->second->free_blocks.emplace(it->second, ptr);
+  } else {
+    free_blocks_.emplace(it->second, ptr);
+    cached_bytes_ += it->second;
+  }
   live_bytes_ -= it->second;
   live_.erase(it);
+}
+
+AllocatorPool* DeviceAllocator::use_pool(AllocatorPool* pool) {
+  AllocatorPool* prev = pool_;
+  pool_ = pool;
+  return prev;
+}
+
+void DeviceAllocator::release_pool(AllocatorPool& pool) {
+  DI_CHECK_INTERNAL(pool_ != &pool) << "release_pool of the active pool";
+  // A replay may still be running on the stream.
+  DI_CUDA_CHECK(cudaDeviceSynchronize());
+  for (auto& [size, p] : pool.free_blocks) {
+    pool_of_.erase(p);
+    DI_CUDA_CHECK(cudaFree(p));
+  }
+  pool.free_blocks.clear();
+  for (auto it = pool_of_.begin(); it != pool_of_.end();) it = it->second == &pool ? pool_of_.erase(it) : std::next(it);
+  pool.owned_bytes = 0;
 }
 
 void DeviceAllocator::release_cached() {
@@ -121,6 +150,8 @@ DeviceAllocator::~DeviceAllocator() {
   cudaDeviceSynchronize();
   for (auto& [size, p] : free_blocks_) cudaFree(p);
   for (auto& [p, size] : live_) cudaFree(p);
+  for (auto& [p, pool] : pool_of_)
+    if (!live_.count(p)) cudaFree(p);  // free blocks of pools never released
 }
 
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
@@ -225,6 +256,7 @@ void DeviceStatus::check(cudaStream_t stream) {
     msg << " paged_sink_attention / paged_mla_attention: a sequence index, position/entry beyond its block table, or "
            "block id outside the pool;";
   if (bits & kStatusSampleRange) msg << " sample: an rng position outside [0, 2^32);";
+  if (bits & kStatusScatterRange) msg << " scatter_rows: a row index outside [-1, destination rows);";
   DI_FAIL(ErrorCode::kInvalidArgument) << msg.str();
 }
 

@@ -50,6 +50,14 @@ class Stream {
   cudaStream_t stream_ = nullptr;
 };
 
+// Blocks set apart for recorded work (CUDA graphs). A graph replays the addresses its recording ran with, so
+// the temporaries of a recording must never be handed to anyone else: blocks taken while a pool is active
+// belong to that pool and go back to its own free list when freed, whatever is active then.
+struct AllocatorPool {
+  std::multimap<size_t, void*> free_blocks;  // rounded size -> ptr
+  size_t owned_bytes = 0;
+};
+
 // Caching allocator: freed blocks go to a free list keyed by rounded size and are handed out again before
 // cudaMalloc is asked; cudaMalloc failing once triggers a release of the cache and one retry. Sizes are
 // rounded (512 B below 1 MiB, 2 MiB above) so that steps of slightly varying shapes reuse blocks.
@@ -70,10 +78,33 @@ class DeviceAllocator {
   size_t allocate_calls() const { return allocate_calls_; }  // every allocate(), cached or not
   static size_t round_size(size_t bytes);
 
+  // Allocations made from now on come from `pool` (nullptr: the shared cache again); returns the previous one.
+  AllocatorPool* use_pool(AllocatorPool* pool);
+  AllocatorPool* active_pool() const { return pool_; }
+  // Gives the pool's memory back (after a device sync): free blocks are cudaFree'd, blocks still live become
+  // ordinary shared blocks. The pool must not be active.
+  void release_pool(AllocatorPool& pool);
+
  private:
-  std::unordered_map<void*, size_t> live_;    // ptr -> rounded size
-  std::multimap<size_t, void*> free_blocks_;  // rounded size -> ptr
+  std::unordered_map<void*, size_t> live_;             // ptr -> rounded size
+  std::multimap<size_t, void*> free_blocks_;           // rounded size -> ptr
+  std::unordered_map<void*, AllocatorPool*> pool_of_;  // blocks owned by a pool
+  AllocatorPool* pool_ = nullptr;
   size_t live_bytes_ = 0, cached_bytes_ = 0, malloc_calls_ = 0, allocate_calls_ = 0;
+};
+
+// Makes `pool` the allocator's active pool for a scope (nullptr: the shared cache, e.g. for memory that outlives
+// a recording), restoring the previous one on exit.
+class ScopedAllocatorPool {
+ public:
+  ScopedAllocatorPool(DeviceAllocator& alloc, AllocatorPool* pool) : alloc_(alloc), prev_(alloc.use_pool(pool)) {}
+  ~ScopedAllocatorPool() { alloc_.use_pool(prev_); }
+  ScopedAllocatorPool(const ScopedAllocatorPool&) = delete;
+  ScopedAllocatorPool& operator=(const ScopedAllocatorPool&) = delete;
+
+ private:
+  DeviceAllocator& alloc_;
+  AllocatorPool* prev_;
 };
 
 // RAII device buffer from a DeviceAllocator.
@@ -184,6 +215,7 @@ enum DeviceStatusBits : uint32_t {
   kStatusExpertIdRange = 1u << 2,
   kStatusPagedAttentionRange = 1u << 3,
   kStatusSampleRange = 1u << 4,
+  kStatusScatterRange = 1u << 5,
 };
 
 class DeviceStatus {

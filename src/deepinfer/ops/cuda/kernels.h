@@ -408,4 +408,15 @@ void run_sample(const SampleKernelParams& p, cudaStream_t stream);
 void run_fill_f32(float* out, float value, int64_t n, cudaStream_t stream);
 void run_add_f32(float* out, const float* in, int64_t n, cudaStream_t stream);
 
+// dst[index[t]] = src[t] for index[t] >= 0 (ops.h ScatterRowsParams); an index outside [-1, dst_rows) raises
+// kStatusScatterRange and writes nothing for that row.
+struct ScatterRowsKernelParams {
+  const float* src = nullptr;      // [rows, width]
+  const int64_t* index = nullptr;  // [rows]
+  float* dst = nullptr;            // [dst_rows, width]
+  int64_t rows = 0, width = 0, dst_rows = 0;
+  uint32_t* status = nullptr;
+};
+void run_scatter_rows(const ScatterRowsKernelParams& p, cudaStream_t stream);
+
 }  // namespace deepinfer::cuda

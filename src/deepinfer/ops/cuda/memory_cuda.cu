@@ -2,6 +2,7 @@
 // column slices, broadcasts into the mHC streams, group scatter), an f32 fill and an f32 add. One thread per
 // element; these are bandwidth-trivial next to the GEMMs and exist so that no activation leaves the device.
 #include "deepinfer/ops/cuda/cuda_check.h"
+#include "deepinfer/ops/cuda/cuda_runtime.h"
 #include "deepinfer/ops/cuda/kernels.h"
 
 namespace deepinfer::cuda {
@@ -32,6 +33,21 @@ __global__ void add_kernel(float* out, const float* in, int64_t n) {
   if (i < n) out[i] += in[i];
 }
 
+// One block per row; threads stride over the row's width.
+__global__ void scatter_rows_kernel(ScatterRowsKernelParams p) {
+  const int64_t t = blockIdx.x;
+  const int64_t at = p.index[t];
+  if (at < 0) {
+    if (at != -1 && threadIdx.x == 0) atomicOr(p.status, kStatusScatterRange);
+    return;
+  }
+  if (at >= p.dst_rows) {
+    if (threadIdx.x == 0) atomicOr(p.status, kStatusScatterRange);
+    return;
+  }
+  for (int64_t j = threadIdx.x; j < p.width; j += blockDim.x) p.dst[at * p.width + j] = p.src[t * p.width + j];
+}
+
 constexpr int kThreads = 256;
 unsigned blocks_for(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
 
@@ -41,11 +57,20 @@ void run_strided_copy(const StridedCopyKernelParams& p, cudaStream_t stream) {
   const int64_t n = p.shape[0] * p.shape[1] * p.shape[2] * p.shape[3];
   if (n == 0) return;
   switch (p.elem_bytes) {
-    case 1: strided_copy_kernel<uint8_t><<<blocks_for(n), kThreads, 0, stream>>>(p, n); break;
-    case 2: strided_copy_kernel<uint16_t><<<blocks_for(n), kThreads, 0, stream>>>(p, n); break;
-    case 4: strided_copy_kernel<uint32_t><<<blocks_for(n), kThreads, 0, stream>>>(p, n); break;
-    case 8: strided_copy_kernel<uint64_t><<<blocks_for(n), kThreads, 0, stream>>>(p, n); break;
-    default: DI_FAIL(ErrorCode::kInternal) << "strided copy: element size " << p.elem_bytes;
+    case 1:
+      strided_copy_kernel<uint8_t><<<blocks_for(n), kThreads, 0, stream>>>(p, n);
+      break;
+    case 2:
+      strided_copy_kernel<uint16_t><<<blocks_for(n), kThreads, 0, stream>>>(p, n);
+      break;
+    case 4:
+      strided_copy_kernel<uint32_t><<<blocks_for(n), kThreads, 0, stream>>>(p, n);
+      break;
+    case 8:
+      strided_copy_kernel<uint64_t><<<blocks_for(n), kThreads, 0, stream>>>(p, n);
+      break;
+    default:
+      DI_FAIL(ErrorCode::kInternal) << "strided copy: element size " << p.elem_bytes;
   }
   DI_CUDA_CHECK_LAUNCH();
 }
@@ -59,6 +84,12 @@ void run_fill_f32(float* out, float value, int64_t n, cudaStream_t stream) {
 void run_add_f32(float* out, const float* in, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
   add_kernel<<<blocks_for(n), kThreads, 0, stream>>>(out, in, n);
+  DI_CUDA_CHECK_LAUNCH();
+}
+
+void run_scatter_rows(const ScatterRowsKernelParams& p, cudaStream_t stream) {
+  if (p.rows == 0) return;
+  scatter_rows_kernel<<<static_cast<unsigned>(p.rows), 128, 0, stream>>>(p);
   DI_CUDA_CHECK_LAUNCH();
 }
 
