@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Decode graphs on vs off in the engine (docs/PERF.md): a random-weight V3-shaped checkpoint with FP8 block-scaled
-# weights kept FP8 on the GPU (hidden 2048, 16 heads, MLA ranks 768/512, 8 layers of which 7 MoE with 32 routed
-# experts of width 1024, top-6, vocab 32768; about 1.3 B parameters), then the same `deepinfer offline` workload with
+# weights kept FP8 on the GPU (hidden 2048, 16 heads, MLA ranks 768/512, 8 layers of which 7 MoE with 16 routed
+# experts of width 1024, top-4, vocab 32768; about 0.8 B parameters), then the same `deepinfer offline` workload with
 # the default (batched decode steps replayed as CUDA graphs) and with --enforce-eager, at several batch sizes. One
-# "[graphbench]" line per run: the engine's own throughput line (model load excluded) and the decode-graph counters.
+# "[graphbench]" line per run: the decode step time (median wall time of the engine steps that ran no prompt token),
+# the engine's throughput line (model load excluded) and the decode-graph counters.
 #   usage: bash tools/decode_graph_bench.sh   (CLI=build-gpu/bin/deepinfer; BATCHES, MAX_TOKENS override)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -15,7 +16,7 @@ import json, sys
 c = json.load(open("tests/data/golden/deepseek_v3/config.json"))
 c.update(hidden_size=2048, num_attention_heads=16, num_key_value_heads=16, q_lora_rank=768, kv_lora_rank=512,
          qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128, qk_head_dim=192, head_dim=64,
-         intermediate_size=5632, moe_intermediate_size=1024, n_routed_experts=32, num_experts_per_tok=6,
+         intermediate_size=5632, moe_intermediate_size=1024, n_routed_experts=16, num_experts_per_tok=4,
          n_group=4, topk_group=2, num_hidden_layers=8, vocab_size=32768, max_position_embeddings=4096,
          num_nextn_predict_layers=0)
 c["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
@@ -28,10 +29,10 @@ t0=$(date +%s.%N)
 echo "[graphbench] checkpoint: $(du -sh "$work/model" | cut -f1) in $(python3 -c "print(f'{$(date +%s.%N)-$t0:.1f}')") s"
 for b in ${BATCHES:-1 8 64}; do
   for mode in "" "--enforce-eager"; do
-    workload="--num-prompts $b --max-tokens ${MAX_TOKENS:-128} --ignore-eos --max-num-seqs $b --max-num-batched-tokens 8192"
+    workload="--num-prompts $b --max-tokens ${MAX_TOKENS:-256} --ignore-eos --max-num-seqs $b --max-num-batched-tokens 8192"
     timeout ${RUN_TIMEOUT:-120} "$cli" offline --device cuda --model "$work/model" $workload $mode >"$work/run.log" 2>&1
     rc=$?
-    echo "[graphbench] batch $b ${mode:-graphs}: rc=$rc; $(grep -h '^offline:' "$work/run.log" | head -1) $(grep -h '^decode graphs:' "$work/run.log" | head -1)"
+    echo "[graphbench] batch $b ${mode:-graphs}: rc=$rc; $(grep -h '^decode steps:' "$work/run.log" | head -1); $(grep -h '^offline:' "$work/run.log" | head -1) $(grep -h '^decode graphs:' "$work/run.log" | head -1)"
     [ $rc = 0 ] || tail -5 "$work/run.log"
   done
 done

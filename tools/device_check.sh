@@ -21,6 +21,7 @@
 #   case of SWEEP_CASES, a maskbench JSON Lines file (.gz/.xz), on all cores); with SWEEP_TOKENIZER (.json/.xz) a second
 #   pass feeds every SWEEP_TOKEN_STRIDE-th case token by token through the masks for SWEEP_TOKEN_SECONDS at most
 #   (SWEEP_SECONDS bounds the first pass the same way; the summary then says how many cases finished).
+#   graphbench: build the CUDA CLI only, then tools/decode_graph_bench.sh (decode graphs vs --enforce-eager).
 #   ci: (SPEC_PROMPTS=FILE adds tools/spec_gpu_bench.sh, GRAPH_BENCH=1 tools/decode_graph_bench.sh) build everything, every GPU test once, MEMCHECK_FILTER under memcheck, the op harness under racecheck
 #   (RACECHECK_FILTER overrides which tests), the op micro-bench (rows matching
 #   BENCH_FILTER in the summary) and the CPU suite on all cores: the checks a landing needs, in one call.
@@ -128,11 +129,16 @@ target=deepinfer_cuda_tests
 [ "$MODE" = ci ] && target=all
 [ "$MODE" = bench ] && target="deepinfer_cuda_tests deepinfer_cli"
 [ "$MODE" = multigpu ] && target="deepinfer_cuda_tests deepinfer_cli"
+[ "$MODE" = graphbench ] && target=deepinfer_cli
 keep=()
 [ "$MODE" = ci ] && keep=(-- -k 0)  # ci: build what compiles, list every failure, test what was built
 cmake --build build-gpu -j "$(nproc)" --target $target "${keep[@]}" >"$OUT/build.log" 2>&1 || {
   note "build FAILED"; grep -E "FAILED:|error:" "$OUT/build.log" | head -40 | tee -a "$summary"; [ "$MODE" = ci ] || exit 1; }
 note "build ($target): ok in $(( $(date +%s) - start ))s"
+if [ "$MODE" = graphbench ]; then
+  CLI=build-gpu/bin/deepinfer timeout "${GRAPH_BENCH_TIMEOUT:-400}" bash tools/decode_graph_bench.sh | tee -a "$summary"
+  exit 0
+fi
 if [ "$MODE" = bench ]; then
   bin=build-gpu/bin/deepinfer_cuda_tests
   timeout 90 "$bin" --gtest_filter='CudaLinearTest.*:CudaMoeTest.*' >"$OUT/gpu_tests.log" 2>&1

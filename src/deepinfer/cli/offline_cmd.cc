@@ -129,8 +129,14 @@ int run_offline(const OfflineArgs& a) {
   const auto t0 = std::chrono::steady_clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
   std::vector<CompletedSequence> done;
+  // Wall time of the steps that computed no prompt token: the decode phase's step time (steps per second).
+  std::vector<double> decode_ms;
   while (engine.has_unfinished()) {
+    const int64_t prompt_before = engine.stats().prompt_tokens_computed;
+    const auto s0 = std::chrono::steady_clock::now();
     engine.step();
+    if (engine.stats().prompt_tokens_computed == prompt_before)
+      decode_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - s0).count());
     auto finished = engine.take_finished();
     if (finished.empty()) continue;
     for (auto& f : finished) done.push_back(std::move(f));
@@ -166,6 +172,17 @@ int run_offline(const OfflineArgs& a) {
       done.size(), st.prompt_tokens_computed, generated, secs, throughput(st, generated, secs), st.steps,
       st.preemptions, 100.0 * st.kv.hit_rate());
   std::cout << prefill_work_line(st) << "\n";
+  if (!decode_ms.empty()) {
+    std::sort(decode_ms.begin(), decode_ms.end());
+    const double median = decode_ms[decode_ms.size() / 2], p90 = decode_ms[decode_ms.size() * 9 / 10];
+    std::cout << fmt::format(
+        "decode steps: {} (steps without prompt tokens), median {:.3f} ms, p90 {:.3f} ms, {:.1f} steps/s; model "
+        "runner {:.3f} ms per step overall, batched decode {:.3f} ms per call ({} calls)\n",
+        decode_ms.size(), median, p90, 1000.0 / median,
+        1000.0 * st.model.execute_seconds / static_cast<double>(std::max<int64_t>(st.steps, 1)),
+        1000.0 * st.model.decode_batch_seconds / static_cast<double>(std::max<int64_t>(st.model.decode_batches, 1)),
+        st.model.decode_batches);
+  }
   DI_CHECK_CODE(all_finite, ErrorCode::kInternal) << "non-finite values in at least one sample";
   return 0;
 }

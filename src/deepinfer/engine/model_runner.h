@@ -72,6 +72,10 @@ struct ModelWorkStats {
   int64_t layer_tokens_skipped = 0;  // decoder layer-tokens bounded replay did not run
   // Batched decode steps (ModelRunnerOptions::decode_graphs): recorded, replayed, run eagerly.
   int64_t decode_graph_recordings = 0, decode_graph_replays = 0, decode_steps_eager = 0;
+  // Host wall time inside execute() (the model's work, waited for) and in its batched decode part: subtracted from
+  // a step's time, what the engine spends around the model.
+  double execute_seconds = 0, decode_batch_seconds = 0;
+  int64_t decode_batches = 0;
 };
 
 // The placeholder for a token sampled by the previous, still unfinished step (never a valid token id).

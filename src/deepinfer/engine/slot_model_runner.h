@@ -11,6 +11,7 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <concepts>
 #include <cstring>
 #include <functional>
@@ -119,6 +120,12 @@ class SlotModelRunner final : public ModelRunner {
 
   void execute(const ModelBatch& batch, std::span<float> logits) override {
     if (cp_follower_) return follow(batch);
+    const auto t0 = std::chrono::steady_clock::now();
+    struct Timer {
+      double& total;
+      std::chrono::steady_clock::time_point t0;
+      ~Timer() { total += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
+    } timer{work_.execute_seconds, t0};
     const int64_t vocab = vocab_size();
     DI_CHECK(static_cast<int64_t>(logits.size()) >= batch.num_logits_rows * vocab)
         << "logits buffer holds " << logits.size() << " values, need " << batch.num_logits_rows * vocab;
@@ -206,6 +213,8 @@ class SlotModelRunner final : public ModelRunner {
     }
     if constexpr (HasDecodeBatch<Model, State>) {
       if (!decode_states.empty()) {
+        Timer decode_timer{work_.decode_batch_seconds, std::chrono::steady_clock::now()};
+        ++work_.decode_batches;
         const auto out = [&] {
           if constexpr (HasDecodeGraphs<Model, State>)
             return model_.decode_batch(std::span<State* const>(decode_states), decode_ids, graphs_.get());
