@@ -540,10 +540,12 @@ CudaGraph::~CudaGraph() {
 
 void CudaGraph::replay() { DI_CUDA_CHECK(cudaGraphLaunch(exec_, stream_)); }
 
-std::unique_ptr<CudaGraph> CudaBackend::capture_graph(const std::function<void()>& enqueue) {
-  cudaStream_t s = impl_->s();
-  const size_t allocs = impl_->alloc.allocate_calls(), chunks = impl_->arena.chunk_count();
-  const void* base = impl_->arena.base();
+namespace {
+
+// The work `enqueue` puts on stream `s`, captured and instantiated. `memory_moved` (checked after the capture) names
+// memory the work took inside it, which a replay would not own; any failure is InvalidArgument prefixed by `op`.
+std::unique_ptr<CudaGraph> capture_on(cudaStream_t s, const char* op, const std::function<void()>& enqueue,
+                                      const std::function<const char*()>& memory_moved) {
   DI_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
   std::string failure;
   try {
@@ -555,18 +557,30 @@ std::unique_ptr<CudaGraph> CudaBackend::capture_graph(const std::function<void()
   const cudaError_t end = cudaStreamEndCapture(s, &graph);
   (void)cudaGetLastError();
   if (failure.empty() && end != cudaSuccess) failure = std::string("capture failed: ") + cudaGetErrorString(end);
-  if (failure.empty() &&
-      (impl_->alloc.allocate_calls() != allocs || impl_->arena.chunk_count() != chunks || impl_->arena.base() != base))
-    failure = "device memory was allocated inside the capture (run the work once eagerly first)";
+  if (failure.empty()) {
+    if (const char* moved = memory_moved()) failure = moved;
+  }
   if (!failure.empty()) {
     if (graph) cudaGraphDestroy(graph);
-    DI_FAIL(ErrorCode::kInvalidArgument) << "capture_graph: " << failure;
+    DI_FAIL(ErrorCode::kInvalidArgument) << op << ": " << failure;
   }
   cudaGraphExec_t exec = nullptr;
   const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
   cudaGraphDestroy(graph);
   DI_CUDA_CHECK(inst);
   return std::make_unique<CudaGraph>(exec, s);
+}
+
+}  // namespace
+
+std::unique_ptr<CudaGraph> CudaBackend::capture_graph(const std::function<void()>& enqueue) {
+  const size_t allocs = impl_->alloc.allocate_calls(), chunks = impl_->arena.chunk_count();
+  const void* base = impl_->arena.base();
+  return capture_on(impl_->s(), "capture_graph", enqueue, [&]() -> const char* {
+    const bool moved =
+        impl_->alloc.allocate_calls() != allocs || impl_->arena.chunk_count() != chunks || impl_->arena.base() != base;
+    return moved ? "device memory was allocated inside the capture (run the work once eagerly first)" : nullptr;
+  });
 }
 
 namespace {
@@ -628,29 +642,10 @@ std::unique_ptr<RecordedWork> CudaBackend::record(const std::function<void()>& e
     DI_CHECK_INTERNAL(run < 4) << "record: the work still takes new device memory after " << run + 1 << " runs";
   }
   const size_t mallocs = impl_->alloc.cuda_malloc_calls();
-  cudaStream_t s = impl_->s();
-  DI_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  std::string failure;
-  try {
-    enqueue();
-  } catch (const std::exception& e) {
-    failure = e.what();
-  }
-  cudaGraph_t graph = nullptr;
-  const cudaError_t end = cudaStreamEndCapture(s, &graph);
-  (void)cudaGetLastError();
-  if (failure.empty() && end != cudaSuccess) failure = std::string("capture failed: ") + cudaGetErrorString(end);
-  if (failure.empty() && impl_->alloc.cuda_malloc_calls() != mallocs)
-    failure = "the recorded work took new device memory on its last run";
-  if (!failure.empty()) {
-    if (graph) cudaGraphDestroy(graph);
-    DI_FAIL(ErrorCode::kInvalidArgument) << "record: " << failure;
-  }
-  cudaGraphExec_t exec = nullptr;
-  const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
-  cudaGraphDestroy(graph);
-  DI_CUDA_CHECK(inst);
-  return std::make_unique<CudaRecordedWork>(std::make_unique<CudaGraph>(exec, s));
+  return std::make_unique<CudaRecordedWork>(capture_on(impl_->s(), "record", enqueue, [&]() -> const char* {
+    return impl_->alloc.cuda_malloc_calls() != mallocs ? "the recorded work took new device memory on its last run"
+                                                       : nullptr;
+  }));
 }
 
 void CudaBackend::scatter_rows(const ScatterRowsParams& p) {
