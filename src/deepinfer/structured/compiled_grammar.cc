@@ -411,29 +411,50 @@ std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile(const Grammar& g
   return out;
 }
 
-std::string CompiledGrammar::detached_signature(int32_t state, size_t max_states) const {
+std::string CompiledGrammar::detached_signature(int32_t state, size_t max_states,
+                                                std::vector<uint32_t>* scratch) const {
   // Discovery order makes the numbering canonical: equal signatures <=> the same automaton up to renaming.
-  std::unordered_map<int32_t, uint32_t> state_ids, rule_ids;
+  // ids: [0, num_states) state ids, then [num_states, num_states + num_rules) rule ids; kNone = not seen yet.
+  // After them, one flag word per state: 1 = known to reach more than max_states states. Whatever reaches such a
+  // state reaches all it does, so the walk stops there at once (the flags assume one max_states per scratch).
+  constexpr uint32_t kNone = 0xFFFFFFFFu;
+  std::vector<uint32_t> local;
+  std::vector<uint32_t>& ids = scratch != nullptr ? *scratch : local;
+  const size_t n_states = states_.size();
+  const size_t big_at = n_states + rule_names_.size();
+  if (ids.size() != big_at + n_states) {
+    ids.assign(big_at + n_states, kNone);
+    std::fill(ids.begin() + static_cast<std::ptrdiff_t>(big_at), ids.end(), 0u);
+  }
+  if (ids[big_at + state]) return {};
   std::vector<int32_t> order{state};
-  state_ids.emplace(state, 0);
+  std::vector<int32_t> rules_seen;
+  ids[state] = 0;
   std::string out;
   auto put = [&out](uint32_t v) { out.append(reinterpret_cast<const char*>(&v), sizeof v); };
   bool too_big = false;
   auto id_of = [&](int32_t s) -> uint32_t {
-    if (s < 0) return 0xFFFFFFFFu;
-    auto [it, inserted] = state_ids.emplace(s, static_cast<uint32_t>(order.size()));
-    if (inserted) {
+    if (s < 0) return kNone;
+    too_big |= ids[big_at + s] != 0;
+    uint32_t& id = ids[s];
+    if (id == kNone) {
+      id = static_cast<uint32_t>(order.size());
       order.push_back(s);
       too_big |= order.size() > max_states;
     }
-    return it->second;
+    return id;
   };
   for (size_t i = 0; i < order.size() && !too_big; ++i) {
     const int32_t s = order[i];
     const State& st = states_[s];
     // A rule's byte classes once, at its first state; later states of the rule name the rule by its index.
-    auto [rit, new_rule] = rule_ids.emplace(st.rule, static_cast<uint32_t>(rule_ids.size()));
-    put(rit->second);
+    uint32_t& rid = ids[n_states + st.rule];
+    const bool new_rule = rid == kNone;
+    if (new_rule) {
+      rid = static_cast<uint32_t>(rules_seen.size());
+      rules_seen.push_back(st.rule);
+    }
+    put(rid);
     const int32_t classes = num_classes_[st.rule];
     if (new_rule) {
       put(static_cast<uint32_t>(classes));
@@ -447,7 +468,12 @@ std::string CompiledGrammar::detached_signature(int32_t state, size_t max_states
       put(id_of(c->target));
     }
   }
-  if (too_big) out.clear();
+  for (int32_t s : order) ids[s] = kNone;
+  for (int32_t r : rules_seen) ids[n_states + r] = kNone;
+  if (too_big) {
+    ids[big_at + state] = 1;
+    out.clear();
+  }
   return out;
 }
 

@@ -64,7 +64,10 @@ class CompiledGrammar {
   // byte moves, calls and accepting flags. Two states with equal signatures (in this grammar or another one)
   // accept exactly the same byte strings from a detached frame, so their token-mask entries are equal. Empty
   // when more than `max_states` states are reachable (the caller then does not share).
-  std::string detached_signature(int32_t state, size_t max_states) const;
+  // `scratch` (optional, reused across calls with the same max_states) replaces the hash maps of the renumbering
+  // by arrays indexed by state and rule, and remembers the states found to reach more than max_states: a later
+  // walk that meets one stops there (most of the cost was walks running into the limit).
+  std::string detached_signature(int32_t state, size_t max_states, std::vector<uint32_t>* scratch = nullptr) const;
 
  private:
   std::vector<State> states_;

@@ -126,7 +126,7 @@ std::shared_ptr<const TokenMaskCache::Entry> TokenMaskCache::compute(int32_t sta
 const TokenMaskCache::Entry& TokenMaskCache::entry(int32_t state) {
   std::lock_guard<std::mutex> lock(mu_);
   if (entries_[state]) return *entries_[state];
-  std::string signature = grammar_->detached_signature(state, kMaxSignatureStates);
+  std::string signature = grammar_->detached_signature(state, kMaxSignatureStates, &sig_scratch_);
   std::shared_ptr<const Entry> e;
   if (!signature.empty()) e = store_->find(signature);
   if (!e) {

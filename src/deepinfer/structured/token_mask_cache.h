@@ -120,6 +120,7 @@ class TokenMaskCache {
   size_t walks_ = 0;
   std::vector<uint64_t> scratch_mask_;
   std::vector<uint32_t> scratch_;
+  std::vector<uint32_t> sig_scratch_;  // detached_signature's renumbering arrays
 };
 
 }  // namespace deepinfer::structured
