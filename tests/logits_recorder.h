@@ -30,6 +30,7 @@ class LogitsRecorder final : public ModelRunner {
   void release_slot(int32_t slot) override { inner_.release_slot(slot); }
   bool prefix_cache_supported() const override { return inner_.prefix_cache_supported(); }
   int prefix_replay_tokens() const override { return inner_.prefix_replay_tokens(); }
+  ModelWorkStats work_stats() const override { return inner_.work_stats(); }
   std::map<int64_t, std::vector<std::vector<float>>> rows;
   std::function<void(int)> after_step;
   int steps = 0;

@@ -79,6 +79,7 @@ struct RunConfig {
   int64_t budget = 512;
   int max_num_seqs = 4;
   int64_t max_model_len = 320;
+  bool batch_decode = true;  // ModelRunnerOptions::batch_decode
 };
 
 // Per request id: every logits row sampled from, and the output ids.
@@ -92,10 +93,11 @@ void PrintTo(const Case& c, std::ostream* os) { *os << c.name(); }
 
 class PagedRunner : public ::testing::TestWithParam<Case> {
  protected:
-  std::unique_ptr<ModelRunner> make_runner() {
+  std::unique_ptr<ModelRunner> make_runner(bool batch_decode) {
     Model& m = model(GetParam().family);
     ModelRunnerOptions o;
     o.exact_prefill = GetParam().exact_prefill;
+    o.batch_decode = batch_decode;
     if (m.v3) {
       m.v3->set_mla_form(GetParam().form);
       return std::make_unique<V3ModelRunner>(*m.v3, 8, o);
@@ -106,7 +108,7 @@ class PagedRunner : public ::testing::TestWithParam<Case> {
   // Runs the waves of requests one after the other on one engine (a wave's requests are submitted together).
   RunResult run(const std::vector<std::vector<std::pair<std::string, std::vector<TokenId>>>>& waves,
                 const RunConfig& rc) {
-    auto inner = make_runner();
+    auto inner = make_runner(rc.batch_decode);
     Recorder rec(*inner);
     EXPECT_TRUE(inner->prefix_cache_supported());
     EngineConfig ec;
@@ -201,6 +203,43 @@ TEST_P(PagedRunner, PreemptedAndResumedEqualsUninterrupted) {
   const RunResult got = run({wave}, tight);
   EXPECT_GT(got.stats.preemptions, 0) << "the cache was not tight enough to preempt";
   for (const auto& [id, prompt] : wave) expect_same(got, ref, id);
+}
+
+// Batched decode (every batchable decode entry of a step through the model's decode_batch) == one forward per
+// sequence, bitwise, in steps that mix decodes with chunked prefill, prefix hits (with replayed positions) and
+// recompute preemption.
+TEST_P(PagedRunner, BatchedDecodeEqualsPerSequence) {
+  if (GetParam().form == MlaForm::kNaive && GetParam().family == "deepseek_v3")
+    GTEST_SKIP() << "V3's naive MLA form has no batched decode";
+  const auto& base = model(GetParam().family).base;
+  const std::span<const TokenId> all(base);
+  const auto a = std::vector<TokenId>(base.begin(), base.begin() + 120);
+  const std::vector<std::pair<std::string, std::vector<TokenId>>> wave = {
+      {"B", cat(all.subspan(0, 70), all.subspan(200, 30))},  // hit in A's blocks
+      {"C", cat(all.subspan(0, 33), all.subspan(230, 7))},   // hit, then a short tail
+      {"D", std::vector<TokenId>(base.begin() + 150, base.begin() + 155)},
+      {"E", std::vector<TokenId>(base.begin() + 160, base.begin() + 161)},  // a 1-token prompt
+      {"F", std::vector<TokenId>(base.begin() + 170, base.begin() + 287)}};
+  RunConfig rc;
+  rc.budget = 40;  // prompts run in chunks next to the decodes of the others
+  rc.max_num_seqs = 5;
+  for (int tight = 0; tight < 2; ++tight) {
+    SCOPED_TRACE(tight ? "tight cache" : "roomy cache");
+    if (tight) {
+      rc.num_blocks = 14;  // F alone needs 8 blocks of 16: decoding preempts and resumes by recompute
+      rc.max_model_len = 200;
+    }
+    rc.batch_decode = true;
+    const RunResult on = run({{{"A", a}}, wave}, rc);
+    rc.batch_decode = false;
+    const RunResult off = run({{{"A", a}}, wave}, rc);
+    EXPECT_GT(on.stats.kv.prefix_hit_tokens, 0);
+    if (tight) EXPECT_GT(on.stats.preemptions, 0) << "the cache was not tight enough to preempt";
+    EXPECT_GT(on.stats.model.batched_decodes, 0);
+    EXPECT_EQ(off.stats.model.batched_decodes, 0);
+    expect_same(on, off, "A");
+    for (const auto& [id, prompt] : wave) expect_same(on, off, id);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Golden, PagedRunner,

@@ -76,6 +76,7 @@ EngineSetup::EngineSetup(const EngineSetupArgs& a, StreamCallback on_delta) {
   o.exact_prefill = a.exact_prefill;
   o.decode_graphs = !a.enforce_eager;
   o.async_scheduling = a.async_scheduling;
+  o.batch_decode = a.batch_decode;
   o.scheduling_policy = parse_scheduling_policy(a.scheduling_policy);
   o.ep = a.ep;
   o.dp = a.dp;

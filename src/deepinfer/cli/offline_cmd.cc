@@ -249,6 +249,9 @@ void register_offline(CLI::App& app, CommandRegistry& reg) {
                 "plan each step only after the previous one finished (default: plan step N+1 while step N runs)");
   sub->add_flag("--enforce-eager", s.enforce_eager,
                 "CUDA: launch every decode step op by op (default: batched decode steps recorded as CUDA graphs)");
+  sub->add_flag("!--no-batch-decode", s.batch_decode,
+                "run each decode as its own forward (default: one batched decode forward per step where the model "
+                "has one)");
   sub->add_flag("--ignore-eos", a->ignore_eos, "keep generating past EOS until --max-tokens");
   sub->add_option("--speculative", s.speculative,
                   "speculative decoding: off | mtp (V3 family with an MTP layer) | dspark (not in this build yet)")

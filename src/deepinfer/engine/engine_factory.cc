@@ -193,6 +193,7 @@ std::unique_ptr<EngineStack> load_engine_stack(const EngineStackOptions& o) {
   ModelRunnerOptions ro;
   ro.exact_prefill = o.exact_prefill;
   ro.decode_graphs = o.decode_graphs;
+  ro.batch_decode = o.batch_decode;
   if (parallel) {
     ParallelRunnerOptions po;
     po.layout = playout;

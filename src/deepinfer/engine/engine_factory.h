@@ -48,6 +48,7 @@ struct EngineStackOptions {
   uint64_t seed = 0;
   // V4.1: every layer on every prompt token (transformers parity) instead of decoder SWA bounded replay.
   bool exact_prefill = false;
+  bool batch_decode = true;  // ModelRunnerOptions::batch_decode
   bool async_scheduling = true;
   bool decode_graphs = true;  // ModelRunnerOptions::decode_graphs
   OptionSpelling spelling = OptionSpelling::kFlag;

@@ -63,6 +63,9 @@ struct ModelRunnerOptions {
   // Batched decode steps recorded once per padded shape and replayed (CUDA graphs, model/decode_graphs.h), where
   // the model and backend support it; off = every step launched op by op (vLLM's --enforce-eager).
   bool decode_graphs = true;
+  // Run the decode entries of a step together through the model's decode_batch (models with one: the V3 and V4
+  // families) where the model allows it. Off: one forward per sequence (the comparison, and a fallback).
+  bool batch_decode = true;
 };
 
 // Prefill work of the runner so far (prompt positions, including recompute after preemption), in layer-tokens
@@ -76,6 +79,7 @@ struct ModelWorkStats {
   // a step's time, what the engine spends around the model.
   double execute_seconds = 0, decode_batch_seconds = 0;
   int64_t decode_batches = 0;
+  int64_t batched_decodes = 0;  // decode tokens that ran through the model's decode_batch
 };
 
 // The placeholder for a token sampled by the previous, still unfinished step (never a valid token id).

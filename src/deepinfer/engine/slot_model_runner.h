@@ -56,8 +56,8 @@ concept HasTruncate = requires(const M& m, S& s, int64_t n) {
   m.truncate(s, n);
 };
 
-// Batched decode (V3 family): one token for each of several paged sequences in one call (model-wide batching of
-// the projections, one paged attention call per layer).
+// Batched decode (V3 and V4 families): one token for each of several paged sequences in one call (model-wide
+// batching of the per-token work, one paged attention call per layer where the windows are paged).
 template <typename M, typename S>
 concept HasDecodeBatch = requires(const M& m, S& s, std::span<S* const> seqs, std::span<const int64_t> ids) {
   { m.decode_batchable(s) } -> std::convertible_to<bool>;
@@ -173,7 +173,7 @@ class SlotModelRunner final : public ModelRunner {
       }
       if (proposer_) step_[entry_index].ids = ids;
       if constexpr (HasDecodeBatch<Model, State>) {
-        if (!proposer_ && T == 1 && model_.decode_batchable(st)) {
+        if (options_.batch_decode && !proposer_ && T == 1 && model_.decode_batchable(st)) {
           cp_[e.state_slot] = CpScratch{};  // as forward(): the slot moves on without scratch ranks
           const int64_t prompt_tokens = std::clamp<int64_t>(e.prompt_len - e.start, 0, T);
           work_.layer_tokens += prompt_tokens * layers;
@@ -221,6 +221,7 @@ class SlotModelRunner final : public ModelRunner {
           else
             return model_.decode_batch(std::span<State* const>(decode_states), decode_ids);
         }();
+        work_.batched_decodes += static_cast<int64_t>(decode_states.size());
         for (size_t i = 0; i < decode_states.size(); ++i)
           if (decode_rows[i] >= 0)
             std::memcpy(logits.data() + decode_rows[i] * vocab, out.template data<float>() + i * vocab,

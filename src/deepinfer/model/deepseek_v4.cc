@@ -559,8 +559,13 @@ void DeepseekV4Model::load_experts(const std::string& dir, int layer, const std:
 }
 
 std::vector<OwnedTensor> DeepseekV4Model::engram_hash_ids(V4SequenceState& seq, std::span<const int64_t> ids) const {
+  const std::vector<int64_t> tokens = engram_token_rows(seq, ids);
+  return engram_hash_rows(tokens, static_cast<int64_t>(ids.size()));
+}
+
+std::vector<int64_t> DeepseekV4Model::engram_token_rows(V4SequenceState& seq, std::span<const int64_t> ids) const {
   const EngramTables& e = *engram_;
-  const int64_t T = static_cast<int64_t>(ids.size()), n = e.max_ngram, heads = e.heads;
+  const int64_t T = static_cast<int64_t>(ids.size()), n = e.max_ngram;
   constexpr int64_t kDead = -1;  // blocks look-back (image tokens, before the sequence start)
   // History = the carried look-back followed by this chunk's compressed ids.
   std::vector<int64_t> history(seq.engram_recent);
@@ -580,15 +585,20 @@ std::vector<OwnedTensor> DeepseekV4Model::engram_hash_ids(V4SequenceState& seq, 
       token_rows[t * n + s] = blocked ? e.pad_id : history[at];
     }
   }
-  TensorMemory& mem = memory();
-  OwnedTensor tokens = mem.from_host(DType::kI64, {T, n}, token_rows.data());
   const int64_t keep = std::min<int64_t>(n - 1, static_cast<int64_t>(history.size()));
   seq.engram_recent.assign(history.end() - keep, history.end());
   if (seq.undo) {
     seq.undo->engram_carried = carried;
     seq.undo->engram_history = std::move(history);
   }
+  return token_rows;
+}
 
+std::vector<OwnedTensor> DeepseekV4Model::engram_hash_rows(const std::vector<int64_t>& token_rows, int64_t T) const {
+  const EngramTables& e = *engram_;
+  const int64_t n = e.max_ngram, heads = e.heads;
+  TensorMemory& mem = memory();
+  OwnedTensor tokens = mem.from_host(DType::kI64, {T, n}, token_rows.data());
   std::vector<OwnedTensor> out;
   for (size_t l = 0; l < e.multipliers.size(); ++l) {
     OwnedTensor mult = mem.from_host(DType::kI64, {n}, e.multipliers[l].data());

@@ -186,6 +186,18 @@ class DeepseekV4Model {
   HostTensor forward(V4SequenceState& seq, std::span<const int64_t> ids, V4ForwardTrace* trace = nullptr,
                      V4StreamCapture* capture = nullptr, const CpShard* cp = nullptr) const;
 
+  // Batched decode (the engine runner's decode step, docs/ENGINE.md): the next token `ids[b]` of each paged
+  // sequence `seqs[b]` in one pass, f32 logits [B, vocab] (row b = what forward(*seqs[b], {ids[b]}) returns).
+  // Every per-token piece runs once over all B rows (embedding, mHC, norms, projections, RoPE, Engram, MoE, head);
+  // only per-sequence state is handled per sequence (compressor groups, indexer scoring and top-k over each
+  // sequence's entries, ring windows). Paged windows are attended in one paged_sink_attention call for all rows.
+  // On the CPU reference the result is bit-identical to one forward() per sequence. Every sequence must satisfy
+  // decode_batchable() and share the same pages (kInvalidArgument otherwise).
+  HostTensor decode_batch(std::span<V4SequenceState* const> seqs, std::span<const int64_t> ids) const;
+  // Whether decode_batch may run this sequence's next token: paged, no expert parallelism, no undo recording
+  // (speculative decoding), and under bounded replay a position that runs the whole model (>= decoder_from).
+  bool decode_batchable(const V4SequenceState& seq) const;
+
   // Speculative decoding with DSpark (spec/dspark_proposer.h): forward() that also returns, per position of the
   // chunk, the DSpark context features (the V4StreamCapture of the draft's target layers) as host rows
   // [T, |targets|·D]; rows of positions that did not reach the target layers (bounded replay) are NaN.
@@ -219,6 +231,10 @@ class DeepseekV4Model {
   struct Selection;  // V4.1 per-forward shared top-k / candidate masks
   // Engram hash ids of this chunk for every Engram layer (advances the sequence's look-back).
   std::vector<OwnedTensor> engram_hash_ids(V4SequenceState& seq, std::span<const int64_t> ids) const;
+  // The two halves of engram_hash_ids: the look-back token rows [T, max_ngram] on the host (advances the
+  // look-back), and the hash ids of such rows for every Engram layer.
+  std::vector<int64_t> engram_token_rows(V4SequenceState& seq, std::span<const int64_t> ids) const;
+  std::vector<OwnedTensor> engram_hash_rows(const std::vector<int64_t>& token_rows, int64_t T) const;
   void engram_update(int layer, const OwnedTensor& hash_ids, OwnedTensor& streams) const;
   // `run_compressor` false: the layer's kv-source compressor already ran (on the whole chunk, before the
   // encoder-decoder split).
@@ -228,6 +244,17 @@ class DeepseekV4Model {
   // Compressed branch of one layer: appends closed groups to the source's state.
   void v4_compress(const Chunk& c, int layer, const OwnedTensor& x, V4SequenceState& seq, bool indexer) const;
   void v41_compress(const Chunk& c, int layer, const OwnedTensor& x, V4SequenceState& seq) const;
+  // The compressors after their projections: `kv` and `gate` [n, width] are the rows of the next n positions
+  // the compressor has not seen (V4: gate with the position biases; V4.1 ratio 1: no gate).
+  void v4_compress_rows(int layer, const Tensor& kv, const Tensor& gate, V4SequenceState& seq, bool indexer) const;
+  void v41_compress_rows(int layer, const Tensor& kv, const Tensor& gate, V4SequenceState& seq) const;
+  // decode_batch's pieces (deepseek_v4_decode_batch.cc): per layer the batched projections before attention,
+  // the per-sequence state and attention, and the batched output projection.
+  struct DecodeBatch;
+  struct DecodeQkv;
+  DecodeQkv decode_qkv(const DecodeBatch& d, int layer, const OwnedTensor& x) const;
+  OwnedTensor decode_attention(DecodeBatch& d, int layer, const OwnedTensor& x) const;
+  OwnedTensor decode_output(const DecodeBatch& d, int layer, OwnedTensor& attn) const;
   // w·x for the chunk's rows [drop, total) in chunk order, [total − drop, out]: under CP each rank projects its own
   // rows and they are all-gathered (compressor groups pool rows of several ranks).
   OwnedTensor chunk_rows(const Chunk& c, const OwnedTensor& x, const OwnedTensor& w, int64_t drop) const;

@@ -45,15 +45,6 @@ int64_t take_closed_groups(TensorMemory& mem, CompressorState& cs, const Tensor&
   return groups;
 }
 
-// Rows at the start of a chunk that a compressor has already accounted for: after start_at() at a prefix hit
-// its next group starts at the first group boundary >= start, and the replayed rows before it belong to
-// groups that are already cached.
-int64_t replayed_rows(int64_t p0, int64_t T, const CompressorState& cs, int r) {
-  const int64_t expected = cs.emitted * r + cs.pending;
-  DI_CHECK_INTERNAL(expected >= p0) << "compressor at position " << expected << " but the chunk starts at " << p0;
-  return std::min<int64_t>(expected - p0, T);
-}
-
 }  // namespace
 
 void DeepseekV4Model::store_rows(V4SequenceState& seq, int layer, bool keys, int64_t first, const Tensor& rows) const {
@@ -92,11 +83,9 @@ void DeepseekV4Model::v4_compress(const Chunk& c, int layer, const OwnedTensor& 
   const OwnedTensor& wkv = indexer ? a.idx_comp_wkv : a.comp_wkv;
   const OwnedTensor& wgate = indexer ? a.idx_comp_wgate : a.comp_wgate;
   const OwnedTensor& ape = indexer ? a.idx_comp_ape : a.comp_ape;
-  const OwnedTensor& norm = indexer ? a.idx_comp_norm : a.comp_norm;
   CompressorState& cs = indexer ? st.index_compressor : st.compressor;
   const int r = config_.layers[layer].compress_ratio;
-  const bool overlap = config_.layers[layer].attention == AttentionKind::kCSA;
-  const int64_t width = wkv.shape()[0], dim = norm.shape()[0];
+  const int64_t width = wkv.shape()[0];
   TensorMemory& mem = memory();
   const int64_t drop = replayed_rows(c.p0, c.total, cs, r);
   if (drop == c.total) return;
@@ -109,6 +98,19 @@ void DeepseekV4Model::v4_compress(const Chunk& c, int layer, const OwnedTensor& 
   OwnedTensor slot_ids = positions_of(mem, slot), bias = mem.zeros(DType::kF32, {T, width});
   backend_.embedding({ape.view(), slot_ids.view(), bias.view()});
   mem.add(gate.view(), bias.view());
+  v4_compress_rows(layer, kv.view(), gate.view(), seq, indexer);
+}
+
+void DeepseekV4Model::v4_compress_rows(int layer, const Tensor& kv, const Tensor& gate, V4SequenceState& seq,
+                                       bool indexer) const {
+  V4LayerState& st = seq.layers[layer];
+  const auto& a = w_.layers[layer].attn;
+  const OwnedTensor& norm = indexer ? a.idx_comp_norm : a.comp_norm;
+  CompressorState& cs = indexer ? st.index_compressor : st.compressor;
+  const int r = config_.layers[layer].compress_ratio;
+  const bool overlap = config_.layers[layer].attention == AttentionKind::kCSA;
+  const int64_t width = kv.dim(1), dim = norm.shape()[0];
+  TensorMemory& mem = memory();
   OwnedTensor ckv, cgate;
   V4Undo::Compressor* undo = nullptr;
   if (seq.undo) {
@@ -116,7 +118,7 @@ void DeepseekV4Model::v4_compress(const Chunk& c, int layer, const OwnedTensor& 
     undo->ran = true;
     undo->before = cs;
   }
-  const int64_t G = take_closed_groups(mem, cs, kv.view(), gate.view(), r, ckv, cgate);
+  const int64_t G = take_closed_groups(mem, cs, kv, gate, r, ckv, cgate);
   if (undo) {
     undo->kv = ckv;
     undo->gate = cgate;
@@ -164,6 +166,16 @@ void DeepseekV4Model::v4_compress(const Chunk& c, int layer, const OwnedTensor& 
 // softmax gate (no position bias, no overlap). From the pre-RoPE latent it derives the group's indexer keys
 // (k_norm(wk·latent), RoPE, FP4) and its main entries (RoPE, FP4 with e4m3 scales).
 void DeepseekV4Model::v41_compress(const Chunk& c, int layer, const OwnedTensor& x_all, V4SequenceState& seq) const {
+  const auto& a = w_.layers[layer].attn;
+  const int r = config_.layers[layer].compress_ratio;
+  const int64_t drop = replayed_rows(c.p0, c.total, seq.layers[layer].compressor, r);
+  if (drop == c.total) return;
+  const OwnedTensor kv = chunk_rows(c, x_all, a.comp_wkv, drop);
+  const OwnedTensor gate = r == 1 ? OwnedTensor{} : chunk_rows(c, x_all, a.comp_wgate, drop);
+  v41_compress_rows(layer, kv.view(), gate.view(), seq);
+}
+
+void DeepseekV4Model::v41_compress_rows(int layer, const Tensor& kv, const Tensor& gate, V4SequenceState& seq) const {
   V4LayerState& st = seq.layers[layer];
   const auto& a = w_.layers[layer].attn;
   const int r = config_.layers[layer].compress_ratio;
@@ -171,9 +183,7 @@ void DeepseekV4Model::v41_compress(const Chunk& c, int layer, const OwnedTensor&
   const float eps = static_cast<float>(config_.rms_norm_eps);
   CompressorState& cs = st.compressor;
   TensorMemory& mem = memory();
-  const int64_t drop = replayed_rows(c.p0, c.total, cs, r);
-  if (drop == c.total) return;
-  const int64_t T = c.total - drop;
+  const int64_t T = kv.dim(0);
   V4Undo::Compressor* undo = seq.undo ? &seq.undo->layers[layer].compressor : nullptr;
   if (undo) {
     undo->ran = true;
@@ -182,12 +192,11 @@ void DeepseekV4Model::v41_compress(const Chunk& c, int layer, const OwnedTensor&
   OwnedTensor latent;  // [G, hd]
   int64_t G = 0;
   if (r == 1) {
-    latent = chunk_rows(c, x_all, a.comp_wkv, drop);
+    latent = mem.clone(kv);
     G = T;
   } else {
-    OwnedTensor kv = chunk_rows(c, x_all, a.comp_wkv, drop), gate = chunk_rows(c, x_all, a.comp_wgate, drop);
     OwnedTensor ckv, cgate;
-    G = take_closed_groups(mem, cs, kv.view(), gate.view(), r, ckv, cgate);
+    G = take_closed_groups(mem, cs, kv, gate, r, ckv, cgate);
     if (undo) {
       undo->kv = ckv;
       undo->gate = cgate;

@@ -32,6 +32,15 @@ struct DeepseekV4Model::Selection {
   int64_t n_candidates = -1;
 };
 
+// Rows at the start of a chunk that a compressor has already accounted for: after start_at() at a prefix hit
+// its next group starts at the first group boundary >= start, and the replayed rows before it belong to
+// groups that are already cached.
+inline int64_t replayed_rows(int64_t p0, int64_t T, const CompressorState& cs, int r) {
+  const int64_t expected = cs.emitted * r + cs.pending;
+  DI_CHECK_INTERNAL(expected >= p0) << "compressor at position " << expected << " but the chunk starts at " << p0;
+  return std::min<int64_t>(expected - p0, T);
+}
+
 // Calls f(slot, offset, len) for the runs of ring slots that hold positions [p, p + n), n <= capacity, in
 // position order (at most two runs: the ring wraps once).
 template <typename F>

@@ -281,6 +281,7 @@ class ParallelModelRunner final : public ModelRunner {
       const ModelWorkStats w = workers_[r]->runner().work_stats();
       s.layer_tokens += w.layer_tokens;
       s.layer_tokens_skipped += w.layer_tokens_skipped;
+      s.batched_decodes += w.batched_decodes;
     }
     return s;
   }

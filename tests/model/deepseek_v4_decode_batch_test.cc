@@ -1,0 +1,302 @@
+// DeepseekV4Model::decode_batch (the engine's batched decode step) on the V4 and V4.1 golden models and on
+// generated V4.1 checkpoints with compress ratios 2 and 128: paged sequences of different lengths decode in
+// lockstep, all active ones per step in one decode_batch call, and every logit must be bit-identical to one
+// forward() per sequence (the CPU ops are row-independent). The prompt lengths put the sequences of one batch in
+// different phases: some close a compressor group in the step and others do not (r = 2, 4, 16, 128; V4's CSA
+// overlap and indexer, V4.1's shared selections and candidate blocks), windows past the ring wrap, prompts shorter
+// than a window, starts at a prefix hit in another sequence's blocks (with the replayed positions), and V4.1
+// bounded replay (decoder windows in the slot's ring, decoder_from per sequence).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <random>
+
+#include "deepinfer/io/safetensors.h"
+#include "deepinfer/model/deepseek_v4.h"
+#include "deepinfer/model/random_checkpoint.h"
+#include "test_util.h"
+
+namespace deepinfer {
+namespace {
+
+// Block size of the pages: a multiple of every compress ratio (paged entries need it); 128 for ratio 128.
+constexpr int kBlock = 16;
+
+std::string golden_dir(const std::string& family) { return testing::test_data_dir() + "/golden/" + family; }
+
+std::vector<int64_t> ids_of(const SafetensorsFile& f, const std::string& name) {
+  Tensor t = f.tensor(name);
+  return std::vector<int64_t>(t.data_as<int64_t>(), t.data_as<int64_t>() + t.numel());
+}
+
+std::vector<int64_t> random_ids(int64_t n, int64_t vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int64_t> pick(3, vocab - 1);
+  std::vector<int64_t> ids(n);
+  for (auto& id : ids) id = pick(rng);
+  return ids;
+}
+
+struct Loaded {
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<SafetensorsFile> golden;  // golden models only
+  std::unique_ptr<DeepseekV4Model> model;
+  std::unique_ptr<testing::TempDir> tmp;  // generated checkpoints
+};
+
+Loaded& golden_model(const std::string& family) {
+  static std::map<std::string, std::unique_ptr<Loaded>> cache;
+  auto& m = cache[family];
+  if (!m) {
+    m = std::make_unique<Loaded>();
+    m->backend = make_cpu_backend(0);
+    m->golden = SafetensorsFile::open(golden_dir(family) + "/golden.safetensors");
+    std::optional<std::vector<int64_t>> map;
+    if (m->golden->find("engram.token_map")) map = ids_of(*m->golden, "engram.token_map");
+    m->model = DeepseekV4Model::load(golden_dir(family), *m->backend, map);
+  }
+  return *m;
+}
+
+// The V4.1 golden config with both kv sources (layers 1 and 3) at ratio `r` for layer 1 (and its reuse layer 2).
+Loaded& generated_v41(int r) {
+  static std::map<int, std::unique_ptr<Loaded>> cache;
+  auto& m = cache[r];
+  if (!m) {
+    m = std::make_unique<Loaded>();
+    m->tmp = std::make_unique<testing::TempDir>();
+    nlohmann::json cfg =
+        nlohmann::json::parse(testing::read_file_or_empty(golden_dir("deepseek_v41") + "/config.json"));
+    auto& tc = cfg["text_config"];
+    tc["compress_ratios"] = {0, r, r, 1, 1, 1};
+    tc["index_topk"] = 4;
+    tc["candidate_topk_blocks"] = 2;
+    tc["candidate_block_size"] = 2;
+    testing::write_file(m->tmp->file("in.json"), cfg.dump());
+    RandomCheckpointOptions opts;
+    opts.config_path = m->tmp->file("in.json");
+    opts.out_dir = m->tmp->path() + "/ckpt";
+    opts.seed = 7 + r;
+    write_random_checkpoint(opts);
+    m->backend = make_cpu_backend(0);
+    std::vector<int64_t> token_map(tc["vocab_size"].get<int64_t>());
+    for (size_t i = 0; i < token_map.size(); ++i) token_map[i] = static_cast<int64_t>((i * 7) % 256);
+    m->model = DeepseekV4Model::load(opts.out_dir, *m->backend, token_map);
+  }
+  return *m;
+}
+
+// One paged sequence: its prompt, the ids it decodes, and optionally a prefix hit of `hit` positions (a block
+// multiple) in the blocks of an earlier sequence `share` whose prompt starts the same.
+struct Spec {
+  std::vector<int64_t> prompt, gen;
+  int share = -1;
+  int64_t hit = 0;
+};
+
+// Specs of the given prompt lengths, `steps` decode ids each, random ids; share: (index, of, hit) triples.
+std::vector<Spec> make_specs(const DeepseekV4Model& m, const std::vector<int64_t>& lengths, int steps,
+                             const std::vector<std::array<int64_t, 3>>& shares = {}) {
+  const int64_t V = m.config().vocab_size;
+  std::vector<Spec> specs;
+  for (size_t i = 0; i < lengths.size(); ++i)
+    specs.push_back({random_ids(lengths[i], V, 100 + static_cast<uint32_t>(i)),
+                     random_ids(steps + static_cast<int64_t>(i % 3), V, 900 + static_cast<uint32_t>(i))});
+  for (const auto& [i, of, hit] : shares) {
+    EXPECT_TRUE(of < i && hit <= lengths[of] && hit <= lengths[i]) << "bad share spec " << i;
+    std::copy_n(specs[of].prompt.begin(), hit, specs[i].prompt.begin());
+    specs[i].share = static_cast<int>(of);
+    specs[i].hit = hit;
+  }
+  return specs;
+}
+
+// Prefills every spec (forward, paged, block ids shuffled), then decodes all active sequences per step, batched
+// (one decode_batch) or one forward() each. Returns per spec its decode logits rows, flattened.
+std::vector<std::vector<float>> paged_decode(const DeepseekV4Model& m, const std::vector<Spec>& specs, bool bounded,
+                                             bool batched, int block = kBlock) {
+  const int64_t v = m.config().vocab_size, n = static_cast<int64_t>(specs.size());
+  V4KvPages pages = m.new_kv_pages(bounded);
+  std::vector<int64_t> need(n);
+  int64_t blocks = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    need[i] = static_cast<int64_t>(specs[i].prompt.size() + specs[i].gen.size()) / block + 1;
+    blocks += need[i];
+  }
+  std::vector<BlockId> pool(blocks);
+  std::iota(pool.begin(), pool.end(), 0);
+  std::shuffle(pool.begin(), pool.end(), std::mt19937(5));
+  std::vector<std::vector<BlockId>> tables(n);
+  std::vector<V4SequenceState> seqs;
+  seqs.reserve(n);
+  int64_t next = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const Spec& s = specs[i];
+    const int64_t shared = s.share >= 0 ? s.hit / block : 0;
+    if (shared > 0) tables[i].assign(tables[s.share].begin(), tables[s.share].begin() + shared);
+    tables[i].insert(tables[i].end(), pool.begin() + next, pool.begin() + next + need[i] - shared);
+    next += need[i] - shared;
+    V4SequenceState st = m.new_sequence();
+    st.pages = &pages;
+    st.decoder_from = bounded ? m.bounded_decoder_from(static_cast<int64_t>(s.prompt.size())) : 0;
+    const int64_t start = s.share >= 0 ? std::max<int64_t>(0, s.hit - m.prefix_replay_tokens(bounded)) : 0;
+    if (start > 0) m.start_at(st, start, std::span<const int64_t>(s.prompt).first(start));
+    st.ref = PageRef{tables[i], block, s.share >= 0 ? s.hit : 0};
+    m.forward(st, std::span<const int64_t>(s.prompt).subspan(start));
+    seqs.push_back(std::move(st));
+  }
+  std::vector<std::vector<float>> rows(n);
+  size_t longest = 0;
+  for (const Spec& s : specs) longest = std::max(longest, s.gen.size());
+  for (size_t j = 0; j < longest; ++j) {
+    std::vector<V4SequenceState*> active;
+    std::vector<int64_t> tokens, which;
+    for (int64_t i = 0; i < n; ++i)
+      if (j < specs[i].gen.size()) {
+        active.push_back(&seqs[i]);
+        tokens.push_back(specs[i].gen[j]);
+        which.push_back(i);
+      }
+    // Rotate the batch order each step: a row's result must not depend on its place in the batch.
+    std::rotate(active.begin(), active.begin() + static_cast<int64_t>(j % active.size()), active.end());
+    std::rotate(tokens.begin(), tokens.begin() + static_cast<int64_t>(j % tokens.size()), tokens.end());
+    std::rotate(which.begin(), which.begin() + static_cast<int64_t>(j % which.size()), which.end());
+    if (batched) {
+      for (V4SequenceState* s : active) EXPECT_TRUE(m.decode_batchable(*s));
+      HostTensor logits = m.decode_batch(std::span<V4SequenceState* const>(active), tokens);
+      EXPECT_EQ(logits.shape()[0], static_cast<int64_t>(active.size()));
+      for (size_t k = 0; k < active.size(); ++k)
+        rows[which[k]].insert(rows[which[k]].end(), logits.data<float>() + k * v, logits.data<float>() + (k + 1) * v);
+    } else {
+      for (size_t k = 0; k < active.size(); ++k) {
+        HostTensor logits = m.forward(*active[k], std::span<const int64_t>(&tokens[k], 1));
+        rows[which[k]].insert(rows[which[k]].end(), logits.data<float>(), logits.data<float>() + v);
+      }
+    }
+  }
+  return rows;
+}
+
+void expect_batched_equals_single(const DeepseekV4Model& m, const std::vector<Spec>& specs, bool bounded,
+                                  int block = kBlock) {
+  const auto batched = paged_decode(m, specs, bounded, /*batched=*/true, block);
+  const auto single = paged_decode(m, specs, bounded, /*batched=*/false, block);
+  const int64_t v = m.config().vocab_size;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    ASSERT_EQ(batched[i].size(), specs[i].gen.size() * v) << "sequence " << i;
+    ASSERT_EQ(batched[i].size(), single[i].size()) << "sequence " << i;
+    bool finite = true;
+    for (float x : batched[i]) finite = finite && std::isfinite(x);
+    EXPECT_TRUE(finite) << "sequence " << i;
+    for (size_t j = 0; j < batched[i].size(); ++j)
+      ASSERT_EQ(std::memcmp(&batched[i][j], &single[i][j], sizeof(float)), 0)
+          << "sequence " << i << " (prompt " << specs[i].prompt.size() << ") step " << j / v << " logit " << j % v
+          << ": batched " << batched[i][j] << " vs " << single[i][j];
+  }
+}
+
+// Prompt lengths around the compressor and window boundaries: 1 (a first token), below / at / past the window
+// (16), every residue mod 4 and mod 16, long ones past several groups; 8–10 decode steps each, so every step's
+// batch mixes sequences that close a group with ones that do not.
+const std::vector<int64_t> kLengths = {1, 3, 6, 15, 16, 17, 30, 33, 47, 62, 70, 101};
+
+TEST(V4DecodeBatch, GoldenV4EqualsPerSequence) {
+  const DeepseekV4Model& m = *golden_model("deepseek_v4").model;
+  // 9 and 11 start at prefix hits (32 and 64 positions) in 8's and 10's blocks; V4 replays the CSA window.
+  expect_batched_equals_single(m, make_specs(m, kLengths, 8, {{{9, 8, 32}}, {{11, 10, 64}}}), false);
+}
+
+TEST(V4DecodeBatch, GoldenV41EqualsPerSequence) {
+  const DeepseekV4Model& m = *golden_model("deepseek_v41").model;
+  for (bool bounded : {false, true}) {
+    SCOPED_TRACE(bounded ? "bounded replay" : "exact prefill");
+    expect_batched_equals_single(m, make_specs(m, kLengths, 8, {{{9, 8, 32}}, {{11, 10, 64}}}), bounded);
+  }
+}
+
+TEST(V4DecodeBatch, GeneratedV41Ratio2EqualsPerSequence) {
+  const DeepseekV4Model& m = *generated_v41(2).model;
+  for (bool bounded : {false, true})
+    expect_batched_equals_single(m, make_specs(m, {2, 5, 9, 16, 17, 40, 41}, 6, {{{6, 5, 32}}}), bounded);
+}
+
+TEST(V4DecodeBatch, GeneratedV41Ratio128EqualsPerSequence) {
+  // Groups close at 128 and 256: the batch has sequences crossing a boundary and ones far from it.
+  const DeepseekV4Model& m = *generated_v41(128).model;
+  expect_batched_equals_single(m, make_specs(m, {5, 124, 126, 127, 128, 200, 253}, 6, {{{6, 5, 128}}}),
+                               /*bounded=*/true, /*block=*/128);
+}
+
+// Against the transformers goldens: the batched decode of the golden prompts reproduces decode_logits.
+TEST(V4DecodeBatch, GoldenDecodeLogitsWithinTolerance) {
+  for (const std::string family : {"deepseek_v4", "deepseek_v41"}) {
+    Loaded& l = golden_model(family);
+    std::vector<Spec> specs;
+    for (int i = 0; l.golden->find("prompt" + std::to_string(i) + ".input_ids"); ++i) {
+      const std::string p = "prompt" + std::to_string(i);
+      Spec s{ids_of(*l.golden, p + ".input_ids"), ids_of(*l.golden, p + ".generated_ids")};
+      s.gen.pop_back();  // the decode inputs are generated_ids[0 .. n-2]
+      specs.push_back(std::move(s));
+    }
+    const auto rows = paged_decode(*l.model, specs, /*bounded=*/false, /*batched=*/true);
+    const int64_t v = l.model->config().vocab_size;
+    for (size_t i = 0; i < specs.size(); ++i) {
+      const Tensor ref = l.golden->tensor("prompt" + std::to_string(i) + ".decode_logits");
+      for (size_t j = 0; j < specs[i].gen.size(); ++j) {
+        const float* a = rows[i].data() + j * v;
+        const float* b = ref.data_as<float>() + (j + 1) * v;  // row 0 is the prefill's last row
+        double diff = 0, scale = 0;
+        for (int64_t k = 0; k < v; ++k) {
+          diff = std::max(diff, std::fabs(static_cast<double>(a[k]) - b[k]));
+          scale = std::max(scale, std::fabs(static_cast<double>(b[k])));
+        }
+        EXPECT_LE(diff / scale, 1e-4) << family << " prompt " << i << " step " << j;
+      }
+    }
+  }
+}
+
+TEST(V4DecodeBatch, BadInputIsRejected) {
+  const DeepseekV4Model& m = *golden_model("deepseek_v4").model;
+  V4KvPages pages = m.new_kv_pages(false);
+  std::vector<BlockId> table{0, 1};
+  V4SequenceState a = m.new_sequence(), b = m.new_sequence(), unpaged = m.new_sequence();
+  for (V4SequenceState* s : {&a, &b}) {
+    s->pages = &pages;
+    s->ref = PageRef{table, kBlock, 0};
+  }
+  const std::vector<int64_t> one{5}, two{5, 6};
+  auto run = [&](std::vector<V4SequenceState*> seqs, const std::vector<int64_t>& ids) {
+    m.decode_batch(std::span<V4SequenceState* const>(seqs), ids);
+  };
+  auto expect_error = [&](const std::function<void()>& f, const std::string& what) {
+    try {
+      f();
+      ADD_FAILURE() << "no error, expected: " << what;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  expect_error([&] { run({&a, &b}, one); }, "1 token ids for 2 sequences");
+  expect_error([&] { run({}, {}); }, "no sequences");
+  expect_error([&] { run({&a, &a}, two); }, "appears twice");
+  expect_error([&] { run({&a, &unpaged}, two); }, "cannot be batched");
+  expect_error([&] { run({&a}, {m.config().vocab_size}); }, "outside the vocabulary");
+  b.record_undo = true;
+  expect_error([&] { run({&a, &b}, two); }, "cannot be batched");
+  EXPECT_FALSE(m.decode_batchable(b));
+  EXPECT_FALSE(m.decode_batchable(unpaged));
+  EXPECT_TRUE(m.decode_batchable(a));
+}
+
+}  // namespace
+}  // namespace deepinfer
