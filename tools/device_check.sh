@@ -22,7 +22,8 @@
 #   pass feeds every SWEEP_TOKEN_STRIDE-th case token by token through the masks for SWEEP_TOKEN_SECONDS at most
 #   (SWEEP_SECONDS bounds the first pass the same way; the summary then says how many cases finished).
 #   graphbench: build the CUDA CLI only, then tools/decode_graph_bench.sh (decode graphs vs --enforce-eager).
-#   ci: (SPEC_PROMPTS=FILE adds tools/spec_gpu_bench.sh, GRAPH_BENCH=1 tools/decode_graph_bench.sh) build everything, every GPU test once, MEMCHECK_FILTER under memcheck, the op harness under racecheck
+#   ci: (SPEC_PROMPTS=FILE adds tools/spec_gpu_bench.sh, GRAPH_BENCH=1 tools/decode_graph_bench.sh, V4BATCH_BENCH=1
+#   tools/v4_decode_batch_bench.sh) build everything, every GPU test once, MEMCHECK_FILTER under memcheck, the op harness under racecheck
 #   (RACECHECK_FILTER overrides which tests), the op micro-bench (rows matching
 #   BENCH_FILTER in the summary) and the CPU suite on all cores: the checks a landing needs, in one call.
 set -uo pipefail
@@ -211,6 +212,10 @@ if [ "$MODE" = ci ]; then
   # GRAPH_BENCH=1: decode graphs on vs --enforce-eager in the engine (docs/PERF.md).
   if [ -n "${GRAPH_BENCH:-}" ]; then
     CLI=build-gpu/bin/deepinfer timeout "${GRAPH_BENCH_TIMEOUT:-240}" bash tools/decode_graph_bench.sh | tee -a "$summary"
+  fi
+  # V4BATCH_BENCH=1: V4.1 batched decode on vs --no-batch-decode in the engine (docs/PERF.md).
+  if [ -n "${V4BATCH_BENCH:-}" ]; then
+    CLI=build-gpu/bin/deepinfer timeout "${V4BATCH_BENCH_TIMEOUT:-150}" bash tools/v4_decode_batch_bench.sh | tee -a "$summary"
   fi
   if [ -z "${SKIP_OP_BENCH:-}" ]; then
     timeout 90 build-gpu/bin/deepinfer_cuda_tests --gtest_also_run_disabled_tests --gtest_filter='CudaBench.*' \
