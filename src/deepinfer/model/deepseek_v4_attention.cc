@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "deepinfer/model/deepseek_v4_internal.h"
+#include "deepinfer/model/v4_grouped_output.h"
 
 namespace deepinfer {
 namespace {
@@ -420,19 +421,8 @@ OwnedTensor DeepseekV4Model::attention(const Chunk& c, int layer, const OwnedTen
   // K = V carried the keys' RoPE: rotate the output back by the query position.
   backend_.rope({attn.view(), c.positions.view(), inv_freq, true});
 
-  // Grouped low-rank output: heads split into G groups, z_g = wo_a[g]·o_g, out = wo_b·[z_0 … z_{G−1}].
-  const int64_t G = ac.o_groups, ol = ac.o_lora_rank, gw = H * hd / G;
-  OwnedTensor z = mem.zeros(DType::kF32, {T, G * ol}), og = mem.zeros(DType::kF32, {T, gw});
-  OwnedTensor zg = mem.zeros(DType::kF32, {T, ol});
-  const Tensor heads = attn.view().reshape({T, H * hd});
-  for (int64_t g = 0; g < G; ++g) {
-    mem.copy(og.view(), narrow(heads, 1, g * gw, (g + 1) * gw));
-    backend_.linear({og.view(), a.wo_a.view().slice(g * ol, (g + 1) * ol), zg.view()});
-    mem.copy(narrow(z.view(), 1, g * ol, (g + 1) * ol), zg.view());
-  }
-  OwnedTensor out = mem.zeros(DType::kF32, {T, D});
-  backend_.linear({z.view(), a.wo_b.view(), out.view()});
-  return out;
+  return v4_grouped_output(backend_, mem, attn.view().reshape({T, H * hd}), a.wo_a.view(), a.wo_b.view(), ac.o_groups,
+                           ac.o_lora_rank);
 }
 
 }  // namespace deepinfer

@@ -20,6 +20,7 @@
 #include <set>
 
 #include "deepinfer/model/deepseek_v4_internal.h"
+#include "deepinfer/model/v4_grouped_output.h"
 
 namespace deepinfer {
 namespace {
@@ -120,24 +121,13 @@ DeepseekV4Model::DecodeQkv DeepseekV4Model::decode_qkv(const DecodeBatch& d, int
 OwnedTensor DeepseekV4Model::decode_output(const DecodeBatch& d, int layer, OwnedTensor& attn) const {
   const V4AttentionWeights& a = w_.layers[layer].attn;
   const auto& ac = config_.attn;
-  const int64_t B = d.B, H = config_.num_heads, hd = ac.head_dim, D = config_.hidden_size;
+  const int64_t B = d.B, H = config_.num_heads, hd = ac.head_dim;
   const Tensor inv_freq = config_.layers[layer].compress_rope ? compress_inv_freq_.view() : main_inv_freq_.view();
   TensorMemory& mem = memory();
   // K = V carried the keys' RoPE: rotate the output back by the query position.
   backend_.rope({attn.view(), d.rows.positions.view(), inv_freq, true});
-  // Grouped low-rank output: z_g = wo_a[g]·o_g, out = wo_b·[z_0 … z_{G−1}].
-  const int64_t G = ac.o_groups, ol = ac.o_lora_rank, gw = H * hd / G;
-  OwnedTensor z = mem.zeros(DType::kF32, {B, G * ol}), og = mem.zeros(DType::kF32, {B, gw});
-  OwnedTensor zg = mem.zeros(DType::kF32, {B, ol});
-  const Tensor heads = attn.view().reshape({B, H * hd});
-  for (int64_t g = 0; g < G; ++g) {
-    mem.copy(og.view(), narrow(heads, 1, g * gw, (g + 1) * gw));
-    backend_.linear({og.view(), a.wo_a.view().slice(g * ol, (g + 1) * ol), zg.view()});
-    mem.copy(narrow(z.view(), 1, g * ol, (g + 1) * ol), zg.view());
-  }
-  OwnedTensor out = mem.zeros(DType::kF32, {B, D});
-  backend_.linear({z.view(), a.wo_b.view(), out.view()});
-  return out;
+  return v4_grouped_output(backend_, mem, attn.view().reshape({B, H * hd}), a.wo_a.view(), a.wo_b.view(), ac.o_groups,
+                           ac.o_lora_rank);
 }
 
 OwnedTensor DeepseekV4Model::decode_attention(DecodeBatch& d, int layer, const OwnedTensor& x) const {

@@ -1,4 +1,5 @@
 #include "deepinfer/model/dspark_draft.h"
+#include "deepinfer/model/v4_grouped_output.h"
 
 #include <algorithm>
 #include <cmath>
@@ -140,18 +141,8 @@ OwnedTensor DsparkDraft::attention(int layer, const Tensor& x, const DsparkConte
   b.sink_attention(p);
   b.rope({attn.view(), positions.view(), inv_freq, true});
 
-  const int64_t G = c.attn.o_groups, ol = c.attn.o_lora_rank, gw = H * hd / G;
-  OwnedTensor z = mem.zeros(DType::kF32, {B, G * ol}), og = mem.zeros(DType::kF32, {B, gw});
-  OwnedTensor zg = mem.zeros(DType::kF32, {B, ol});
-  const Tensor heads = attn.view().reshape({B, H * hd});
-  for (int64_t g = 0; g < G; ++g) {
-    mem.copy(og.view(), narrow(heads, 1, g * gw, (g + 1) * gw));
-    b.linear({og.view(), a.wo_a.view().slice(g * ol, (g + 1) * ol), zg.view()});
-    mem.copy(narrow(z.view(), 1, g * ol, (g + 1) * ol), zg.view());
-  }
-  OwnedTensor out = mem.zeros(DType::kF32, {B, D});
-  b.linear({z.view(), a.wo_b.view(), out.view()});
-  return out;
+  return v4_grouped_output(b, mem, attn.view().reshape({B, H * hd}), a.wo_a.view(), a.wo_b.view(), c.attn.o_groups,
+                           c.attn.o_lora_rank);
 }
 
 OwnedTensor DsparkDraft::moe(int layer, const Tensor& x) const {
