@@ -233,7 +233,7 @@ OwnedTensor DeepseekV4Model::attention(const Chunk& c, int layer, const OwnedTen
   const V4AttentionWeights& a = w_.layers[layer].attn;
   const auto& ac = config_.attn;
   const bool v41 = config_.family == ModelFamily::kDeepseekV41;
-  const int64_t T = c.T, H = config_.num_heads, hd = ac.head_dim, D = config_.hidden_size;
+  const int64_t T = c.T, H = config_.num_heads, hd = ac.head_dim;
   const float eps = static_cast<float>(config_.rms_norm_eps);
   const Tensor inv_freq = plan.compress_rope ? compress_inv_freq_.view() : main_inv_freq_.view();
   V4LayerState& st = seq.layers[layer];

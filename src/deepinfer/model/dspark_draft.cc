@@ -98,7 +98,7 @@ OwnedTensor DsparkDraft::attention(int layer, const Tensor& x, const DsparkConte
   const V4AttentionWeights& a = w().layers[layer].attn;
   Backend& b = target_.backend();
   TensorMemory& mem = target_.memory();
-  const int64_t B = x.dim(0), H = c.num_heads, hd = c.attn.head_dim, D = c.hidden_size;
+  const int64_t B = x.dim(0), H = c.num_heads, hd = c.attn.head_dim;
   const float eps = static_cast<float>(c.rms_norm_eps);
   const Tensor inv_freq = target_.main_inv_freq().view();
 
