@@ -27,6 +27,23 @@ t0=$(date +%s.%N)
 "$cli" make-checkpoint --config "$work/config.json" --out "$work/model" --seed 5 >"$work/make.log" 2>&1 ||
   { echo "[graphbench] make-checkpoint FAILED"; tail -5 "$work/make.log"; exit 1; }
 echo "[graphbench] checkpoint: $(du -sh "$work/model" | cut -f1) in $(python3 -c "print(f'{$(date +%s.%N)-$t0:.1f}')") s"
+if [ -n "${NCU:-}" ]; then  # per-kernel GPU time of an eager decode run instead of the timing loop
+  ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  b=${NCU_BATCH:-1}
+  timeout ${NCU_TIMEOUT:-300} "$ncu" --clock-control none --csv --print-units base --metrics gpu__time_duration.sum \
+    --launch-skip ${NCU_SKIP:-0} --launch-count ${NCU_COUNT:-3000} "$cli" offline --device cuda --model "$work/model" \
+    --num-prompts $b --max-tokens ${MAX_TOKENS:-16} --ignore-eos --max-num-seqs $b --enforce-eager >"$work/ncu.csv" 2>"$work/ncu.err"
+  echo "[graphbench] ncu rc=$? ($ncu)"; tail -3 "$work/ncu.err"
+  python3 tools/ncu_kernel_summary.py "$work/ncu.csv" 40
+  if [ -n "${NCU_DETAIL:-}" ]; then  # a kernel-name regex: ncu's speed-of-light, memory and occupancy sections
+    timeout ${NCU_TIMEOUT:-300} "$ncu" --clock-control none --kernel-name "regex:$NCU_DETAIL" \
+      --launch-skip ${NCU_DETAIL_SKIP:-100} --launch-count ${NCU_DETAIL_COUNT:-4} --section SpeedOfLight \
+      --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats "$cli" offline --device cuda \
+      --model "$work/model" --num-prompts $b --max-tokens ${MAX_TOKENS:-16} --ignore-eos --max-num-seqs $b \
+      --enforce-eager 2>&1 | grep -v "^\[" | tail -${NCU_DETAIL_LINES:-200}
+  fi
+  exit 0
+fi
 for b in ${BATCHES:-1 8 64}; do
   for mode in "" "--enforce-eager"; do
     workload="--num-prompts $b --max-tokens ${MAX_TOKENS:-256} --ignore-eos --max-num-seqs $b --max-num-batched-tokens 8192"

@@ -235,8 +235,10 @@ class CudaMoeTest : public CudaOpTest {
   }
 };
 
+// T=1 and T=13 (4 rows per used expert) run the weight-streaming kernel for the routed experts, T=40 (10 rows)
+// the SIMT tile; the shared expert (a dense GEMM of T rows) streams at T=1 only. Both are fp32 products.
 TEST_F(CudaMoeTest, F32ExpertsWithSharedClampAndBothWeightModes) {
-  const int64_t t = 13, d = 96, inter = 64, e = 12, k = 3;
+  const int64_t d = 96, inter = 64, e = 12, k = 3;
   std::vector<HostTensor> host;
   std::vector<DeviceTensor> dev;
   std::vector<ExpertWeights> cpu_experts, gpu_experts;
@@ -256,17 +258,21 @@ TEST_F(CudaMoeTest, F32ExpertsWithSharedClampAndBothWeightModes) {
   for (int64_t i = 0; i < e; ++i) make(cpu_experts[i], gpu_experts[i]);
   ExpertWeights cpu_shared, gpu_shared;
   make(cpu_shared, gpu_shared);
-  HostTensor x = rand({t, d}), weights = rand({t, k}, 0.05f, 1.0f), idx = distinct_indices(t, k, e);
-  DeviceTensor dx = up(x), dwts = up(weights), didx = up(idx);
-  for (float limit : {0.0f, 0.4f})
-    for (bool before : {false, true}) {
-      HostTensor want(DType::kF32, {t, d});
-      cpu().moe({x, weights, idx, &cpu_experts, &cpu_shared, want, limit, before});
-      DeviceTensor dout = poisoned({t, d});
-      gpu().moe({dx, dwts, didx, &gpu_experts, &gpu_shared, dout, limit, before});
-      rel_err(("moe f32 limit=" + std::to_string(limit).substr(0, 3) + (before ? " before_w2" : " after_w2")).c_str(),
-              down(dout), want, 1e-5);
-    }
+  for (int64_t t : {1, 13, 40}) {
+    HostTensor x = rand({t, d}), weights = rand({t, k}, 0.05f, 1.0f), idx = distinct_indices(t, k, e);
+    DeviceTensor dx = up(x), dwts = up(weights), didx = up(idx);
+    for (float limit : {0.0f, 0.4f})
+      for (bool before : {false, true}) {
+        HostTensor want(DType::kF32, {t, d});
+        cpu().moe({x, weights, idx, &cpu_experts, &cpu_shared, want, limit, before});
+        DeviceTensor dout = poisoned({t, d});
+        gpu().moe({dx, dwts, didx, &gpu_experts, &gpu_shared, dout, limit, before});
+        rel_err(("moe f32 T=" + std::to_string(t) + " limit=" + std::to_string(limit).substr(0, 3) +
+                 (before ? " before_w2" : " after_w2"))
+                    .c_str(),
+                down(dout), want, 1e-5);
+      }
+  }
 }
 
 // The routed experts' kernel follows the average rows per used expert, T·k / min(E, T·k): T=3 (1 row) runs

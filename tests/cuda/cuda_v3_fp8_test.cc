@@ -37,18 +37,26 @@ double worst_rel(const HostTensor& a, const HostTensor& b, int64_t v) {
   return worst;
 }
 
-TEST(CudaV3Fp8, NativeFp8WeightsWithinTheBf16RoundingBudget) {
-  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
-  testing::TempDir tmp;
+// A random FP8 checkpoint of the golden fixture's shape under tmp (empty on failure, reported).
+std::string make_fp8_checkpoint(testing::TempDir& tmp) {
   nlohmann::json cfg =
       nlohmann::json::parse(testing::read_file_or_empty(testing::test_data_dir() + "/golden/deepseek_v3/config.json"));
-  ASSERT_FALSE(cfg.is_null());
+  EXPECT_FALSE(cfg.is_null());
+  if (cfg.is_null()) return "";
   cfg["quantization_config"] = {
       {"quant_method", "fp8"}, {"fmt", "e4m3"}, {"activation_scheme", "dynamic"}, {"weight_block_size", {128, 128}}};
   testing::write_file(tmp.file("in.json"), cfg.dump(2));
   const std::string dir = tmp.path() + "/ckpt";
   auto r = testing::run_cli("make-checkpoint --config " + tmp.file("in.json") + " --out " + dir + " --seed 5");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  return r.exit_code == 0 ? dir : "";
+}
+
+TEST(CudaV3Fp8, NativeFp8WeightsWithinTheBf16RoundingBudget) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  testing::TempDir tmp;
+  const std::string dir = make_fp8_checkpoint(tmp);
+  ASSERT_FALSE(dir.empty());
 
   auto gpu = make_cuda_backend(0);
   auto cpu = make_cpu_backend(0);
@@ -96,6 +104,30 @@ TEST(CudaV3Fp8, NativeFp8WeightsWithinTheBf16RoundingBudget) {
               static_cast<long long>(native->weight_bytes()), static_cast<long long>(gpu_f32->weight_bytes()),
               double(gpu_f32->weight_bytes()) / native->weight_bytes());
   EXPECT_LT(native->weight_bytes(), 0.6 * gpu_f32->weight_bytes());
+}
+
+// The engine keeps an FP8 checkpoint FP8 on CUDA by default (--weight-format auto) and dequantizes it with
+// --weight-format f32 or on the CPU. Prompts of <= 4 tokens and one sequence at a time keep every GEMM on the exact
+// few-row path (fp32 products of the FP8 values), so the GPU's greedy ids must equal the CPU's f32 reference.
+TEST(CudaV3Fp8, EngineKeepsFp8WeightsOnCudaByDefault) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  testing::TempDir tmp;
+  const std::string dir = make_fp8_checkpoint(tmp);
+  ASSERT_FALSE(dir.empty());
+  std::string args = " --model " + dir + " --max-tokens 12 --ignore-eos --max-num-seqs 1";
+  for (const char* p : {"7,300,41", "5", "120,9,77,401"}) args += std::string(" --prompt-ids ") + p;
+  const auto fp8 = testing::run_cli("offline --device cuda" + args);
+  const auto f32 = testing::run_cli("offline --device cuda --weight-format f32" + args);
+  const auto cpu = testing::run_cli("offline --device cpu" + args);
+  for (const auto* r : {&fp8, &f32, &cpu}) ASSERT_EQ(r->exit_code, 0) << r->output;
+  EXPECT_NE(fp8.output.find("weights: FP8 block-scaled matrices kept quantized"), std::string::npos) << fp8.output;
+  EXPECT_NE(f32.output.find("weights: f32, FP8 block-scaled matrices dequantized"), std::string::npos) << f32.output;
+  EXPECT_NE(cpu.output.find("weights: f32, FP8 block-scaled matrices dequantized"), std::string::npos) << cpu.output;
+  const auto want = testing::parse_offline_samples(cpu.output);
+  ASSERT_EQ(want.size(), 3u) << cpu.output;
+  EXPECT_EQ(testing::parse_offline_samples(fp8.output), want) << fp8.output;
+  EXPECT_EQ(testing::parse_offline_samples(f32.output), want) << f32.output;
+  EXPECT_EQ(fp8.output.find("finite=NO"), std::string::npos);
 }
 
 }  // namespace

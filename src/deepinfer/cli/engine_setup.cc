@@ -77,6 +77,7 @@ EngineSetup::EngineSetup(const EngineSetupArgs& a, StreamCallback on_delta) {
   o.decode_graphs = !a.enforce_eager;
   o.async_scheduling = a.async_scheduling;
   o.batch_decode = a.batch_decode;
+  o.weight_format = a.weight_format;
   o.scheduling_policy = parse_scheduling_policy(a.scheduling_policy);
   o.ep = a.ep;
   o.dp = a.dp;
@@ -86,6 +87,7 @@ EngineSetup::EngineSetup(const EngineSetupArgs& a, StreamCallback on_delta) {
   o.cp = a.cp;
   o.speculative = a.speculative;
   o.num_draft_tokens = a.num_draft_tokens;
+  keep_v3_fp8_weights(o);  // a bad --weight-format fails here, before any rank process starts
   const bool ep_dp = ParallelLayout::make(a.ep, a.dp).world > 1;
   const ParallelLayout playout = ParallelLayout::make(a.ep, a.dp, 0, ep_dp ? a.cp : 1);
   auto v3_family = [&] { return load_model_config(m.dir + "/config.json").family == ModelFamily::kDeepseekV3; };

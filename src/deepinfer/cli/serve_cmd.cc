@@ -96,6 +96,12 @@ void register_serve(CLI::App& app, CommandRegistry& reg) {
       ->check(CLI::IsMember({"fcfs", "priority"}))
       ->capture_default_str();
   sub->add_option("--seed", a->model.seed, "engine seed for requests without their own");
+  sub->add_option(
+         "--weight-format", a->model.weight_format,
+         "how a V3-family FP8 checkpoint's weights are held: auto (FP8 kept on CUDA in one process, f32 on the CPU and "
+         "under ep/dp/cp), f32 (dequantized: exact against the f32 reference) or fp8 (kept quantized)")
+      ->check(CLI::IsMember({"auto", "f32", "fp8"}))
+      ->capture_default_str();
   sub->add_flag("--enforce-eager", a->model.enforce_eager,
                 "CUDA: launch every decode step op by op (default: batched decode steps recorded as CUDA graphs)");
   sub->add_option("--chat-format", a->model.chat_format, "v3 | v31 | v4 | v41 (default: from config.json)");

@@ -113,6 +113,18 @@ int64_t kv_cache_budget_bytes(const EngineStackOptions& o) {
   return o.host_kv_budget_bytes;
 }
 
+bool keep_v3_fp8_weights(const EngineStackOptions& o) {
+  DI_CHECK(o.weight_format == "auto" || o.weight_format == "f32" || o.weight_format == "fp8")
+      << option(o, "weight_format", o.weight_format) << ": must be auto, f32 or fp8";
+  // Expert parallelism moves f32 experts between ranks; one-process-per-GPU CP followers load f32 weights, and
+  // the driver must compute with the same weights as they do.
+  const bool single = ParallelLayout::make(o.ep, o.dp).world == 1 && o.cp == 1;
+  DI_CHECK_CODE(o.weight_format != "fp8" || single, ErrorCode::kUnsupported)
+      << option(o, "weight_format", o.weight_format) << " with ep*dp > 1 or cp > 1: those ranks hold f32 weights";
+  if (o.weight_format == "auto") return single && o.device == "cuda";
+  return o.weight_format == "fp8";
+}
+
 std::unique_ptr<EngineStack> load_engine_stack(const EngineStackOptions& o) {
   namespace fs = std::filesystem;
   DI_CHECK(o.max_num_seqs > 0) << "max_num_seqs must be positive, got " << o.max_num_seqs;
@@ -151,6 +163,7 @@ std::unique_ptr<EngineStack> load_engine_stack(const EngineStackOptions& o) {
          "over NCCL (the deepinfer CLI; docs/CONTEXT_PARALLEL.md)";
   DI_CHECK_INTERNAL(!o.cp_world || o.cp_world->size() == o.cp)
       << "cp " << o.cp << " with a process world of " << o.cp_world->size();
+  const bool keep_fp8 = keep_v3_fp8_weights(o);
   const int64_t budget = kv_cache_budget_bytes(o);
   if (!parallel) s.backend = make_backend(o);  // parallel: every rank makes its own
   DI_LOG_INFO("device: {}", o.device);
@@ -170,9 +183,14 @@ std::unique_ptr<EngineStack> load_engine_stack(const EngineStackOptions& o) {
         << " routed experts per layer (each EP rank needs at least one)";
   } else if (load_model_config(cfg_path).family == ModelFamily::kDeepseekV3) {
     // The family in config.json picks the forward and its runner: V3 (V3/R1/V3.1/V2-Lite) or V4/V4.1.
-    s.v3 = DeepseekV3Model::load(o.model_dir, *s.backend);
+    s.v3 = DeepseekV3Model::load(o.model_dir, *s.backend, keep_fp8 ? V3WeightStorage::kFP8 : V3WeightStorage::kF32);
+    DI_LOG_INFO("weights: {}", keep_fp8 ? "FP8 block-scaled matrices kept quantized (--weight-format)"
+                                        : "f32, FP8 block-scaled matrices dequantized at load (--weight-format)");
     s.config = &s.v3->config();
   } else {
+    DI_CHECK_CODE(o.weight_format != "fp8", ErrorCode::kUnsupported)
+        << option(o, "weight_format", o.weight_format)
+        << ": V4/V4.1 weights are dequantized to f32 on every backend (quantized V4 weights are not implemented yet)";
     s.v4 = DeepseekV4Model::load(o.model_dir, *s.backend, token_map);
     s.config = &s.v4->config();
   }

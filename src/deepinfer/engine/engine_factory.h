@@ -51,6 +51,11 @@ struct EngineStackOptions {
   bool batch_decode = true;  // ModelRunnerOptions::batch_decode
   bool async_scheduling = true;
   bool decode_graphs = true;  // ModelRunnerOptions::decode_graphs
+  // How a V3-family checkpoint's FP8 block-scaled weights are held: "auto" keeps them FP8 on CUDA in one process
+  // (the GEMMs dequantize in the kernel: a quarter of f32's bytes per decode step) and dequantizes them to f32 on
+  // the CPU reference and under expert parallelism (which moves f32 experts); "f32" always dequantizes (exact
+  // against the f32 reference); "fp8" always keeps them. V4/V4.1 weights are f32 on every backend for now.
+  std::string weight_format = "auto";
   OptionSpelling spelling = OptionSpelling::kFlag;
   // Expert / attention data parallel sizes (docs/PARALLEL.md). ep * dp > 1: the ranks load their own models and
   // the stack holds only the config; by default they are threads of this process on CPU backends
@@ -97,6 +102,10 @@ struct EngineStack {
 // Throws NotFound (no config.json, no CUDA device), Unsupported (CUDA without a CUDA build, V3 on CUDA),
 // InvalidArgument naming the option, ResourceExhausted when one max_model_len sequence does not fit the budget.
 std::unique_ptr<EngineStack> load_engine_stack(const EngineStackOptions& options);
+
+// Whether a V3-family model keeps its FP8 weights quantized under these options (weight_format resolved against
+// the device and the parallel layout); InvalidArgument / Unsupported for a weight_format they cannot have.
+bool keep_v3_fp8_weights(const EngineStackOptions& options);
 
 // The bytes the KV cache may use for `options` (logged): see EngineStackOptions.
 int64_t kv_cache_budget_bytes(const EngineStackOptions& options);

@@ -1,14 +1,14 @@
 // The block-dequantizing GEMM: C = A · dequant(B)ᵀ with B in any QuantFormat (f32, FP8 e4m3 with UE8M0/f32
 // block scales of any block shape, MXFP4, FP8 per-32 rows), dense or grouped by expert (MoE). Three kernels:
-// - the correct-first SIMT tile (64x64x16, fp32 FMAs): exact up to summation order; f32 weights (the f32 MoE
-//   of the model path) always take it, and it is the reference the faster two were checked against;
-// - a weight-streaming kernel for few rows per group (decode, MoE at small batch): one warp per output column
-//   reads the weight row once with 16-byte loads, fp32 products (exact like the SIMT tile);
+// - the correct-first SIMT tile (64x64x16, fp32 FMAs): exact up to summation order; f32 weights with more than a
+//   few rows take it, and it is the reference the faster two were checked against;
+// - a weight-streaming kernel for few rows per group (decode, MoE at small batch; every format, f32 too): one warp
+//   per output column reads the weight row once with 16-byte loads, fp32 products (exact like the SIMT tile);
 // - a bf16 tensor-core tile (WMMA 16x16x16 on 64x128x32 tiles) for many rows: weights are dequantized into
 //   shared memory as bf16 (exact for e4m3/e2m1 with UE8M0 scales), A is rounded to bf16, fp32 accumulation.
 // Large dense M goes through cuBLASLt instead (cuda_backend.cc: weights dequantized to a bf16 scratch).
-#include "deepinfer/ops/cuda/device_math.cuh"
 #include "deepinfer/ops/cuda/dequant_bf16.h"
+#include "deepinfer/ops/cuda/device_math.cuh"
 #include "deepinfer/ops/cuda/kernels.h"
 
 #include <mma.h>
@@ -30,10 +30,10 @@ __device__ __forceinline__ float load_weight(const void* b, const void* s, const
     return e2m1_to_f32_dev((k & 1) ? (byte >> 4) : (byte & 0xF)) *
            e8m0_to_f32_dev(static_cast<const uint8_t*>(s)[n * (p.k / 32) + k / 32]);
   } else {
-    const int64_t si = F == QuantFormat::kFP8Block ? (n / p.block_n) * p.scale_cols + k / p.block_k
-                                                   : n * p.scale_cols + k / 32;
-    const float scale = p.scale_e8m0 ? e8m0_to_f32_dev(static_cast<const uint8_t*>(s)[si])
-                                     : static_cast<const float*>(s)[si];
+    const int64_t si =
+        F == QuantFormat::kFP8Block ? (n / p.block_n) * p.scale_cols + k / p.block_k : n * p.scale_cols + k / 32;
+    const float scale =
+        p.scale_e8m0 ? e8m0_to_f32_dev(static_cast<const uint8_t*>(s)[si]) : static_cast<const float*>(s)[si];
     return e4m3_to_f32_dev(static_cast<const uint8_t*>(b)[n * p.k + k]) * scale;
   }
 }
@@ -53,8 +53,10 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(GemmKernelParams p) {
     int lo = 0, hi = p.groups;  // largest g with tile_offsets[g] <= tile_m (its group has tiles left)
     while (hi - lo > 1) {
       const int mid = (lo + hi) / 2;
-      if (p.tile_offsets[mid] <= tile_m) lo = mid;
-      else hi = mid;
+      if (p.tile_offsets[mid] <= tile_m)
+        lo = mid;
+      else
+        hi = mid;
     }
     g = lo;
     row_begin = p.group_offsets[g] + (tile_m - p.tile_offsets[g]) * kBM;
@@ -114,7 +116,6 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(GemmKernelParams p) {
     }
   }
 }
-
 
 // ---------------------------------------------------------------------------- shared by the two fast kernels
 // Which rows [begin, end) of A/C and which weight the y-th group slot covers. Dense: one slot, all rows.
@@ -224,6 +225,18 @@ __global__ void __launch_bounds__(kSkWarps * 32) gemm_skinny_kernel(GemmKernelPa
           acc[i] = fmaf(d * kFp4Unscale, sc, acc[i]);
         }
       }
+    } else if constexpr (kVec && F == QuantFormat::kFloat) {
+      const float4* wrow = reinterpret_cast<const float4*>(static_cast<const float*>(b) + n * p.k);
+#pragma unroll 4
+      for (int64_t c = lane; c < p.k / 4; c += 32) {
+        const float4 w = __ldg(wrow + c);
+#pragma unroll
+        for (int i = 0; i < kSkRows; ++i) {
+          if (!arow[i]) continue;
+          const float4 av = reinterpret_cast<const float4*>(arow[i])[c];
+          acc[i] = fmaf(av.x, w.x, fmaf(av.y, w.y, fmaf(av.z, w.z, fmaf(av.w, w.w, acc[i]))));
+        }
+      }
     } else if constexpr (kVec) {  // FP8 block / row32
       const uint4* wrow = reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(b) + n * p.k);
 #pragma unroll 4
@@ -289,7 +302,8 @@ __device__ __forceinline__ void tc_load(const GemmKernelParams& p, const void* b
   for (int e = 0; e < 2; ++e) {
     const int idx = tid + e * kTcThreads, r = idx / 8;
     const int64_t k = k0 + (idx % 8) * 4, ar = a_row[r];
-    st.a[e] = (ar >= 0 && k < p.k) ? __ldg(reinterpret_cast<const float4*>(p.a + ar * p.lda + k)) : make_float4(0, 0, 0, 0);
+    st.a[e] =
+        (ar >= 0 && k < p.k) ? __ldg(reinterpret_cast<const float4*>(p.a + ar * p.lda + k)) : make_float4(0, 0, 0, 0);
   }
   const int r = tid / 2, half = tid % 2;
   const int64_t n = n0 + r;
@@ -368,8 +382,10 @@ __global__ void __launch_bounds__(kTcThreads) gemm_tc_kernel(GemmKernelParams p)
     int lo = 0, hi = p.groups;
     while (hi - lo > 1) {
       const int mid = (lo + hi) / 2;
-      if (p.tile_offsets[mid] <= tile_m) lo = mid;
-      else hi = mid;
+      if (p.tile_offsets[mid] <= tile_m)
+        lo = mid;
+      else
+        hi = mid;
     }
     g = lo;
     row_begin = p.group_offsets[g] + (tile_m - p.tile_offsets[g]) * kTcM;
@@ -476,15 +492,19 @@ void launch_fast(const GemmKernelParams& p, bool vec, cudaStream_t stream) {
     const int64_t slots = p.group_offsets ? std::min<int64_t>(p.groups, p.m) : 1;
     DI_CHECK(!p.group_offsets || p.active_groups) << "gemm: grouped skinny launch needs active_groups";
     const dim3 grid(static_cast<unsigned>(ceil_div(p.n, kSkWarps)), static_cast<unsigned>(std::max<int64_t>(slots, 1)));
-    if (vec) gemm_skinny_kernel<F, true><<<grid, kSkWarps * 32, 0, stream>>>(p);
-    else gemm_skinny_kernel<F, false><<<grid, kSkWarps * 32, 0, stream>>>(p);
+    if (vec)
+      gemm_skinny_kernel<F, true><<<grid, kSkWarps * 32, 0, stream>>>(p);
+    else
+      gemm_skinny_kernel<F, false><<<grid, kSkWarps * 32, 0, stream>>>(p);
   } else {
     const int64_t tiles_m = p.group_offsets ? p.max_tiles_m : ceil_div(p.m, kTcM);
     const int64_t tiles_n = ceil_div(p.n, kTcN);
     DI_CHECK(tiles_n <= 65535) << "gemm: n = " << p.n << " is too large for one launch";
     const dim3 grid(static_cast<unsigned>(tiles_m), static_cast<unsigned>(tiles_n));
-    if (vec) gemm_tc_kernel<F, true><<<grid, kTcThreads, 0, stream>>>(p);
-    else gemm_tc_kernel<F, false><<<grid, kTcThreads, 0, stream>>>(p);
+    if (vec)
+      gemm_tc_kernel<F, true><<<grid, kTcThreads, 0, stream>>>(p);
+    else
+      gemm_tc_kernel<F, false><<<grid, kTcThreads, 0, stream>>>(p);
   }
 }
 
@@ -494,8 +514,7 @@ namespace {
 // Vector loads: 16-byte weight chunks never straddle a row or a scale block, A rows are float4-aligned.
 bool vector_ok(const GemmKernelParams& p, bool check_a) {
   const auto aligned = [](const void* q, int64_t a) { return reinterpret_cast<uintptr_t>(q) % a == 0; };
-  bool vec = (!check_a || (p.lda % 4 == 0 && aligned(p.a, 16))) &&
-             (p.b_table ? p.tables_aligned16 : aligned(p.b, 16));
+  bool vec = (!check_a || (p.lda % 4 == 0 && aligned(p.a, 16))) && (p.b_table ? p.tables_aligned16 : aligned(p.b, 16));
   if (p.format == QuantFormat::kMXFP4) return vec && p.k % 32 == 0;
   return vec && p.k % 16 == 0 && (p.format != QuantFormat::kFP8Block || p.block_k % 16 == 0);
 }
@@ -508,10 +527,17 @@ bool run_dequantize_bf16(const GemmKernelParams& p, void* out, cudaStream_t stre
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(ceil_div(chunks, 256), 4 * 65536));
   auto* o = static_cast<__nv_bfloat16*>(out);
   switch (p.format) {
-    case QuantFormat::kFP8Block: dequant_bf16_kernel<QuantFormat::kFP8Block><<<blocks, 256, 0, stream>>>(p, o); break;
-    case QuantFormat::kMXFP4: dequant_bf16_kernel<QuantFormat::kMXFP4><<<blocks, 256, 0, stream>>>(p, o); break;
-    case QuantFormat::kFP8Row32: dequant_bf16_kernel<QuantFormat::kFP8Row32><<<blocks, 256, 0, stream>>>(p, o); break;
-    default: return false;
+    case QuantFormat::kFP8Block:
+      dequant_bf16_kernel<QuantFormat::kFP8Block><<<blocks, 256, 0, stream>>>(p, o);
+      break;
+    case QuantFormat::kMXFP4:
+      dequant_bf16_kernel<QuantFormat::kMXFP4><<<blocks, 256, 0, stream>>>(p, o);
+      break;
+    case QuantFormat::kFP8Row32:
+      dequant_bf16_kernel<QuantFormat::kFP8Row32><<<blocks, 256, 0, stream>>>(p, o);
+      break;
+    default:
+      return false;
   }
   DI_CUDA_CHECK_LAUNCH();
   return true;
@@ -521,13 +547,27 @@ void run_gemm(const GemmKernelParams& p, cudaStream_t stream) {
   static_assert(kBN == kBM, "the staging loop maps A rows and B rows the same way");
   static_assert(kTcM == kGemmTileM, "grouped tile offsets are counted in kGemmTileM rows");
   if (p.m == 0 || p.n == 0) return;
+  const bool vec = vector_ok(p, true);
+  if (p.format == QuantFormat::kFloat && (p.rows_hint > 0 ? p.rows_hint : p.m) <= kGemmSkinnyRows) {
+    // Few rows (decode, MoE at small batch): stream the f32 weight once; the SIMT tile reads it at a tenth of
+    // the bandwidth (64-row tiles with one row used: 296 us for a 4-expert decode GEMM on the H200).
+    launch_fast<QuantFormat::kFloat>(p, vec, stream);
+    DI_CUDA_CHECK_LAUNCH();
+    return;
+  }
   if (p.format != QuantFormat::kFloat) {
-    const bool vec = vector_ok(p, true);
     switch (p.format) {
-      case QuantFormat::kFP8Block: launch_fast<QuantFormat::kFP8Block>(p, vec, stream); break;
-      case QuantFormat::kMXFP4: launch_fast<QuantFormat::kMXFP4>(p, vec, stream); break;
-      case QuantFormat::kFP8Row32: launch_fast<QuantFormat::kFP8Row32>(p, vec, stream); break;
-      default: break;
+      case QuantFormat::kFP8Block:
+        launch_fast<QuantFormat::kFP8Block>(p, vec, stream);
+        break;
+      case QuantFormat::kMXFP4:
+        launch_fast<QuantFormat::kMXFP4>(p, vec, stream);
+        break;
+      case QuantFormat::kFP8Row32:
+        launch_fast<QuantFormat::kFP8Row32>(p, vec, stream);
+        break;
+      default:
+        break;
     }
     DI_CUDA_CHECK_LAUNCH();
     return;

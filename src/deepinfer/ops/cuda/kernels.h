@@ -82,7 +82,7 @@ struct GemmKernelParams {
   const int32_t* group_offsets = nullptr;  // [groups + 1], device
   const int32_t* tile_offsets = nullptr;   // [groups + 1], device: cumulative M tiles
   int64_t max_tiles_m = 0;                 // grid bound for the grouped case
-  // Kernel choice for the block formats (kFloat always takes the exact SIMT kernel): rows_hint (typical rows
+  // Kernel choice (kFloat past kGemmSkinnyRows takes the exact SIMT kernel): rows_hint (typical rows
   // per group; 0 = m) <= kGemmSkinnyRows -> a weight-streaming kernel (fp32 products, exact; any row count is
   // correct, groups with more rows re-read their weight row from cache); more -> bf16 tensor cores (A rounded
   // to bf16; weights exact in bf16 when their scales are UE8M0).
