@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "deepinfer/io/safetensors.h"
+#include "model/dspark_fixture.h"
 #include "test_util.h"
 
 namespace deepinfer {
@@ -169,6 +170,37 @@ TEST(OfflineCli, ContextParallelGivesTheSingleRankOutput) {
       EXPECT_NE(r.output.find("context parallel: prompt chunks"), std::string::npos) << r.output;
     }
   }
+}
+
+// --speculative dspark on a generated V4-Flash-0731-shaped checkpoint with DSpark draft weights: the same greedy ids
+// as without, and the DSpark diagnostics per sample and in total.
+TEST(OfflineCli, DsparkSpeculationKeepsGreedyOutputAndPrintsAcceptance) {
+  const testing::DraftFixture& f = testing::dspark_fixture("deepseek_v4");
+  const int64_t V = f.model->config().vocab_size;
+  std::string args = "offline --model " + f.dir + " --max-tokens 12 --ignore-eos --max-num-batched-tokens 16";
+  for (int p = 0; p < 3; ++p) {
+    std::string csv;
+    for (int64_t t : testing::dspark_prompt(6 + 9 * p, V - p)) csv += (csv.empty() ? "" : ",") + std::to_string(t);
+    args += " --prompt-ids " + csv;
+  }
+  auto plain = run_cli(args);
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  auto spec = run_cli(args + " --speculative dspark --num-draft-tokens 4 --draft-confidence-threshold 0.2");
+  ASSERT_EQ(spec.exit_code, 0) << spec.output;
+  EXPECT_EQ(testing::parse_offline_samples(spec.output), testing::parse_offline_samples(plain.output));
+  EXPECT_EQ(testing::parse_offline_samples(spec.output).size(), 3u);
+  const std::regex per_sample(R"(acceptance_rate=[0-9.]+ mean_accepted_len=[0-9.]+ drafted=[0-9]+ accepted=[0-9]+ )"
+                              R"(accepted_by_position=[0-9]+/[0-9]+)");
+  auto begin = std::sregex_iterator(spec.output.begin(), spec.output.end(), per_sample);
+  EXPECT_GE(std::distance(begin, std::sregex_iterator()), 3) << spec.output;  // each sample, then the total
+  EXPECT_NE(spec.output.find("speculative: acceptance_rate="), std::string::npos) << spec.output;
+  // A checkpoint without DSpark weights, and a V3 one: clear errors naming the option.
+  auto no_draft = run_cli("offline --model " + testing::test_data_dir() + "/golden/deepseek_v4 --speculative dspark");
+  EXPECT_NE(no_draft.exit_code, 0);
+  EXPECT_NE(no_draft.output.find("--speculative dspark"), std::string::npos) << no_draft.output;
+  auto v3 = run_cli("offline --model " + testing::test_data_dir() + "/golden/deepseek_v3 --speculative dspark");
+  EXPECT_NE(v3.exit_code, 0);
+  EXPECT_NE(v3.output.find("--speculative dspark: DSpark drafting needs"), std::string::npos) << v3.output;
 }
 
 }  // namespace

@@ -2,7 +2,8 @@
 // token, with batching, chunked prefill, prefix cache, preemption and stop conditions inside an accepted run; on the
 // tiny model with its trained MTP layer, on a random V3 checkpoint with MTP weights, and with a scripted proposer
 // (exact continuations with deliberate mistakes) on the V3, V4 and V4.1 golden fixtures, which exercises partial
-// acceptance and so the rollback.
+// acceptance and so the rollback; and with the DSpark proposer on generated V4.1 / V4-0731-shaped checkpoints that
+// carry draft weights (confidence-scheduled lengths, a per-step draft budget, lossless sampling).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -20,7 +21,9 @@
 #include "deepinfer/model/deepseek_v4.h"
 #include "deepinfer/model/random_checkpoint.h"
 #include "deepinfer/sampling/rng.h"
+#include "deepinfer/spec/dspark_proposer.h"
 #include "deepinfer/spec/mtp_proposer.h"
+#include "model/dspark_fixture.h"
 #include "test_util.h"
 
 namespace deepinfer {
@@ -33,6 +36,8 @@ struct Opts {
   int block_size = 16;
   bool prefix_cache = true;
   int64_t max_model_len = 256;
+  double threshold = 0;      // EngineConfig::draft_confidence_threshold
+  int64_t draft_budget = 0;  // EngineConfig::draft_token_budget
 };
 
 struct Result {
@@ -54,6 +59,8 @@ Result run_engine(Runner& runner, const ModelConfig& mc, const std::vector<Reque
   c.seed = 3;
   for (int64_t e : mc.eos_token_ids) c.eos_token_ids.push_back(static_cast<TokenId>(e));
   c.num_draft_tokens = k;
+  c.draft_confidence_threshold = o.threshold;
+  c.draft_token_budget = o.draft_budget;
   Engine engine(c, runner);
   Result r;
   // `stagger` > 0: add one request every `stagger` steps (later requests can hit the prefix cache).
@@ -434,6 +441,118 @@ TEST(SpecEngineScripted, V4FamilyPreemptionAndPrefixCache) {
     int64_t cached = 0;
     for (const auto& [id, d] : spec.done) cached += d.num_cached_prompt_tokens;
     EXPECT_GT(cached, 0);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// DSpark proposer through the engine, on generated V4.1 and V4-Flash-0731-shaped checkpoints that carry DSpark draft
+// weights (tests/model/dspark_fixture.h): the draft reads the target's captured layer streams of every verified
+// position (V4.1 bounded replay: NaN rows for the prompt part the decoder skipped), drafts a block, the confidence
+// policy picks each request's verification length within the step's draft budget, and the target rolls back.
+
+Result run_dspark(const DeepseekV4Model& m, const std::vector<Request>& reqs, int k, const Opts& o, int stagger = 0) {
+  V4ModelRunner runner(m, o.max_num_seqs);
+  if (k > 0) runner.set_proposer(std::make_unique<spec::DsparkProposer>(m, o.max_num_seqs));
+  return run_engine(runner, m.config(), reqs, k, o, stagger);
+}
+
+void print_acceptance(const std::string& what, const SpecStats& s) {
+  std::cout << what << ": drafted " << s.drafted << ", accepted " << s.accepted << ", mean accepted length "
+            << s.mean_accepted_length() << "\n";
+}
+
+TEST(SpecEngineDspark, GreedyEqualsNonSpeculativeInABatch) {
+  for (const char* family : {"deepseek_v41", "deepseek_v4"}) {
+    SCOPED_TRACE(family);
+    const DeepseekV4Model& m = *testing::dspark_fixture(family).model;
+    std::vector<Request> reqs;
+    for (int i = 0; i < 4; ++i)
+      reqs.push_back(greedy_request("r" + std::to_string(i), random_prompt(5 + 12 * i, 300 + i, m.config().vocab_size),
+                                    14 + 3 * i));
+    Opts o;
+    o.budget = 16;  // chunked prefill; V4.1 prompts longer than the decoder window run bounded replay
+    const Result base = run_dspark(m, reqs, 0, o);
+    struct Case {
+      int k;
+      double threshold;
+      int64_t draft_budget;
+    };
+    for (const Case& c : {Case{4, 0.0, 0}, Case{5, 0.3, 3}, Case{3, 0.0, 1}}) {
+      Opts so = o;
+      so.threshold = c.threshold;
+      so.draft_budget = c.draft_budget;
+      const Result spec = run_dspark(m, reqs, c.k, so);
+      const std::string what = std::string(family) + " k " + std::to_string(c.k) + " threshold " +
+                               std::to_string(c.threshold) + " budget " + std::to_string(c.draft_budget);
+      EXPECT_EQ(spec.out, base.out) << what;
+      EXPECT_GT(spec.stats.spec.drafted, 0) << what;
+      ASSERT_EQ(spec.stats.spec.drafted_at.size(), static_cast<size_t>(c.k)) << what;
+      for (int j = 1; j < c.k; ++j) EXPECT_LE(spec.stats.spec.drafted_at[j], spec.stats.spec.drafted_at[j - 1]);
+      // A per-step cap of one draft token: never more drafts than steps.
+      if (c.draft_budget == 1) EXPECT_LE(spec.stats.spec.drafted, spec.stats.steps) << what;
+      print_acceptance(what, spec.stats.spec);
+    }
+  }
+}
+
+TEST(SpecEngineDspark, PreemptionAndPrefixCache) {
+  const DeepseekV4Model& m = *testing::dspark_fixture("deepseek_v41").model;
+  const std::vector<TokenId> shared = random_prompt(40, 71, m.config().vocab_size);
+  std::vector<Request> reqs;
+  for (int i = 0; i < 4; ++i) {
+    std::vector<TokenId> p = shared;
+    p.push_back(static_cast<TokenId>(100 + i));
+    reqs.push_back(greedy_request("p" + std::to_string(i), p, 30));
+  }
+  Opts o;
+  o.num_blocks = 8;
+  o.max_model_len = 96;
+  const Result base = run_dspark(m, reqs, 0, o, /*stagger=*/1);
+  const Result spec = run_dspark(m, reqs, 4, o, /*stagger=*/1);
+  EXPECT_EQ(spec.out, base.out);
+  EXPECT_GT(spec.stats.preemptions, 0);
+  EXPECT_GT(spec.stats.spec.drafted, 0);
+  int64_t cached = 0;
+  for (const auto& [id, d] : spec.done) cached += d.num_cached_prompt_tokens;
+  EXPECT_GT(cached, 0);
+}
+
+// Lossless sampling with DSpark drafts (greedy point masses from the Markov head): the same two-sample chi-square
+// test as for MTP, at the verified output positions 1 and 2.
+TEST(SpecEngineDspark, SampledOutputsKeepTheDistribution) {
+  const DeepseekV4Model& m = *testing::dspark_fixture("deepseek_v41").model;
+  constexpr int kSeeds = 240;
+  const std::vector<TokenId> prompt = random_prompt(9, 5, m.config().vocab_size);
+  auto run = [&](int k, uint64_t seed_base) {
+    std::vector<Request> reqs;
+    for (int i = 0; i < kSeeds; ++i) {
+      Request r = greedy_request("s" + std::to_string(i), prompt, 3);
+      r.params.temperature = 1.0f;
+      r.params.top_k = 4;
+      r.params.seed = seed_base + i;
+      reqs.push_back(r);
+    }
+    Opts o;
+    o.max_num_seqs = 32;
+    o.budget = 256;
+    const Result res = run_dspark(m, reqs, k, o);
+    std::array<std::vector<TokenId>, 3> at;
+    for (const auto& [id, toks] : res.out)
+      for (size_t j = 0; j < toks.size() && j < 3; ++j) at[j].push_back(toks[j]);
+    return std::make_pair(at, res.stats.spec);
+  };
+  const auto [plain, plain_stats] = run(0, 1000);
+  const auto [spec, spec_stats] = run(2, 5000);
+  print_acceptance("sampled", spec_stats);
+  EXPECT_GT(spec_stats.accepted, 0);
+  EXPECT_LT(spec_stats.accepted, spec_stats.drafted);
+  for (int j = 1; j < 3; ++j) {
+    int df = 0;
+    const double chi2 = two_sample_chi_square(plain[j], spec[j], &df);
+    ASSERT_GE(df, 2) << "position " << j;
+    EXPECT_LT(chi2, chi_square_critical(df)) << "position " << j << ", df " << df;
+    std::cout << "position " << j << ": chi-square " << chi2 << ", df " << df << ", 0.1% critical "
+              << chi_square_critical(df) << "\n";
   }
 }
 

@@ -55,8 +55,9 @@ struct LlmConfig {
   int eplb_interval = 0, eplb_slots = 0;
   uint64_t seed = 0;        // random stream of requests without their own seed
   std::string chat_format;  // "" = from the model family (v3, v31, v4, v41)
-  // Speculative decoding (docs/SPECULATIVE.md): "off", "mtp" (V3 family with MTP weights) or "dspark" (not in this
-  // build yet); num_draft_tokens drafts are verified per decode step.
+  // Speculative decoding (docs/SPECULATIVE.md): "off", "mtp" (V3 family with MTP weights) or "dspark" (V4.1 /
+  // V4-Flash-0731 with DSpark draft weights; verification lengths from its confidence head, threshold 0.3); up to
+  // num_draft_tokens drafts are verified per decode step.
   std::string speculative = "off";
   int num_draft_tokens = 1;
 };

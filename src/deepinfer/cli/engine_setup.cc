@@ -87,6 +87,8 @@ EngineSetup::EngineSetup(const EngineSetupArgs& a, StreamCallback on_delta) {
   o.cp = a.cp;
   o.speculative = a.speculative;
   o.num_draft_tokens = a.num_draft_tokens;
+  o.draft_confidence_threshold = a.draft_confidence_threshold;
+  o.draft_token_budget = a.draft_token_budget;
   keep_v3_fp8_weights(o);  // a bad --weight-format fails here, before any rank process starts
   const bool ep_dp = ParallelLayout::make(a.ep, a.dp).world > 1;
   const ParallelLayout playout = ParallelLayout::make(a.ep, a.dp, 0, ep_dp ? a.cp : 1);

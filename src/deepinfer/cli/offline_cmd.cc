@@ -260,11 +260,20 @@ void register_offline(CLI::App& app, CommandRegistry& reg) {
                 "has one)");
   sub->add_flag("--ignore-eos", a->ignore_eos, "keep generating past EOS until --max-tokens");
   sub->add_option("--speculative", s.speculative,
-                  "speculative decoding: off | mtp (V3 family with an MTP layer) | dspark (not in this build yet)")
+                  "speculative decoding: off | mtp (V3 family with an MTP layer) | dspark (V4.1 / V4-Flash-0731 with "
+                  "DSpark draft weights)")
       ->check(CLI::IsMember({"off", "mtp", "dspark"}))
       ->capture_default_str();
   sub->add_option("--num-draft-tokens,--num_draft_tokens", s.num_draft_tokens, "draft tokens verified per step")
       ->check(CLI::Range(1, 16))
+      ->capture_default_str();
+  sub->add_option("--draft-confidence-threshold", s.draft_confidence_threshold,
+                  "dspark: verify the longest draft prefix whose confidence survival stays >= this (0: all drafts)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  sub->add_option("--draft-token-budget", s.draft_token_budget,
+                  "dspark: at most this many draft tokens verified per step across the batch (0: no cap)")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   sub->add_flag("--exact-prefill", s.exact_prefill,
                 "V4.1: run every layer on every prompt token (transformers parity) instead of decoder SWA bounded "

@@ -106,8 +106,13 @@ void register_serve(CLI::App& app, CommandRegistry& reg) {
                 "CUDA: launch every decode step op by op (default: batched decode steps recorded as CUDA graphs)");
   sub->add_option("--chat-format", a->model.chat_format, "v3 | v31 | v4 | v41 (default: from config.json)");
   sub->add_option("--speculative", a->model.speculative,
-                  "speculative decoding: off | mtp (V3 family with an MTP layer) | dspark (not wired yet)");
+                  "speculative decoding: off | mtp (V3 family with an MTP layer) | dspark (V4.1 / V4-Flash-0731 with "
+                  "DSpark draft weights)");
   sub->add_option("--num-draft-tokens", a->model.num_draft_tokens, "draft tokens verified per step");
+  sub->add_option("--draft-confidence-threshold", a->model.draft_confidence_threshold,
+                  "dspark: verify the longest draft prefix whose confidence survival stays >= this (0: all drafts)");
+  sub->add_option("--draft-token-budget", a->model.draft_token_budget,
+                  "dspark: at most this many draft tokens verified per step across the batch (0: no cap)");
   sub->add_option("--max-active-requests", a->max_active_requests, "in flight at once; more get 429")
       ->check(CLI::PositiveNumber);
   sub->add_option("--max-n", a->max_n, "largest n per request")->check(CLI::Range(1, 128));

@@ -6,12 +6,14 @@
 #include "deepinfer/core/error.h"
 #include "deepinfer/core/logging.h"
 #include "deepinfer/engine/structured_output.h"
+#include "deepinfer/spec/dspark_policy.h"
 
 namespace deepinfer {
 
 namespace {
 EngineConfig with_speculation(EngineConfig c) {
   DI_CHECK(c.num_draft_tokens >= 0) << "num_draft_tokens must be >= 0, got " << c.num_draft_tokens;
+  DI_CHECK(c.draft_token_budget >= 0) << "draft_token_budget must be >= 0, got " << c.draft_token_budget;
   if (c.num_draft_tokens > 0) {
     c.async_scheduling = false;  // a step's token count is known only after verification
     c.scheduler.num_lookahead_tokens = c.num_draft_tokens;
@@ -41,7 +43,7 @@ Engine::Engine(EngineConfig config, ModelRunner& runner, StreamCallback on_delta
   runner_.set_num_blocks(config_.kv.num_blocks);
   std::unique_ptr<spec::VerifyPolicy> policy;
   if (config_.draft_confidence_threshold > 0)
-    policy = std::make_unique<spec::ConfidencePolicy>(config_.draft_confidence_threshold);
+    policy = std::make_unique<spec::DsparkBudgetPolicy>(config_.draft_confidence_threshold);
   executor_ =
       std::make_unique<StepExecutor>(runner_, config_.eos_token_ids, config_.async_scheduling, std::move(policy));
 }
@@ -297,6 +299,7 @@ void Engine::launch(const StepPlan& plan) {
     }
   }
   job.batch.num_logits_rows = row;
+  if (config_.draft_token_budget > 0) job.draft_budget = std::min(job.draft_budget, config_.draft_token_budget);
   for (size_t i = 0; i < job.batch.entries.size(); ++i) {
     job.batch.entries[i].token_ids = job.token_storage[i];
     job.batch.entries[i].block_table = job.table_storage[i];

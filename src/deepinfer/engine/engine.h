@@ -42,10 +42,13 @@ struct EngineConfig {
   bool async_scheduling = true;  // plan step N+1 while step N executes (see the file comment)
   // Speculative decoding (docs/SPECULATIVE.md): drafts verified per decode step, 0 = off. Needs a runner with a
   // draft proposer (ModelRunner::speculative) and runs with synchronous scheduling (the number of tokens a step
-  // adds is known only after it ran). confidence_threshold > 0 picks the verification length from the draft's
-  // confidences (ConfidencePolicy), else every draft is verified (FixedLengthPolicy).
+  // adds is known only after it ran). confidence_threshold > 0 picks the verification lengths from the drafts'
+  // confidences (DsparkBudgetPolicy: per request the prefix whose survival stays above the threshold, the step's
+  // draft tokens to the largest expected gain), else every draft is verified (FixedLengthPolicy).
+  // draft_token_budget > 0 caps the draft tokens one step verifies across the batch.
   int num_draft_tokens = 0;
   double draft_confidence_threshold = 0.0;
+  int64_t draft_token_budget = 0;
 };
 
 struct StepStats {

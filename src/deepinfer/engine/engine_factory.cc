@@ -12,8 +12,10 @@
 #include "deepinfer/io/safetensors.h"
 #include "deepinfer/model/deepseek_v3.h"
 #include "deepinfer/model/deepseek_v4.h"
+#include "deepinfer/model/dspark_draft.h"
 #include "deepinfer/parallel/cp_process_runner.h"
 #include "deepinfer/parallel/parallel_model_runner.h"
+#include "deepinfer/spec/dspark_proposer.h"
 #include "deepinfer/spec/mtp_proposer.h"
 #include "deepinfer/structured/grammar_compiler.h"
 #ifdef DEEPINFER_WITH_CUDA
@@ -139,9 +141,10 @@ std::unique_ptr<EngineStack> load_engine_stack(const EngineStackOptions& o) {
       << o.speculative << "'";
   DI_CHECK(o.num_draft_tokens >= 1 && o.num_draft_tokens <= 16)
       << option(o, "num_draft_tokens", std::to_string(o.num_draft_tokens)) << ": must be in [1, 16]";
-  DI_CHECK_CODE(o.speculative != "dspark", ErrorCode::kUnsupported)
-      << option(o, "speculative", o.speculative)
-      << ": the DSpark proposer (V4.1, V4-Flash-0731) is not wired into the engine yet";
+  DI_CHECK(o.draft_confidence_threshold >= 0.0 && o.draft_confidence_threshold <= 1.0)
+      << option(o, "draft_confidence_threshold", std::to_string(o.draft_confidence_threshold)) << ": must be in [0, 1]";
+  DI_CHECK(o.draft_token_budget >= 0) << option(o, "draft_token_budget", std::to_string(o.draft_token_budget))
+                                      << ": must be >= 0 (0: no cap)";
   auto st = std::make_unique<EngineStack>();
   EngineStack& s = *st;
   s.model_dir = o.model_dir;
@@ -231,6 +234,10 @@ std::unique_ptr<EngineStack> load_engine_stack(const EngineStackOptions& o) {
     auto r = std::make_unique<V3ModelRunner>(*s.v3, o.max_num_seqs, ro);
     if (o.cp > 1) r->set_context_parallel(o.cp, cp_launcher(o));
     if (o.speculative == "mtp") r->set_proposer(std::make_unique<spec::MtpProposer>(*s.v3, o.max_num_seqs));
+    DI_CHECK_CODE(o.speculative != "dspark", ErrorCode::kUnsupported)
+        << option(o, "speculative", o.speculative)
+        << ": DSpark drafting needs a DeepSeek-V4.1 or V4-Flash-0731 checkpoint with DSpark draft weights (this is "
+           "a DeepSeek-V3 family model; its MTP layer drafts with --speculative mtp)";
     s.runner = std::move(r);
   } else {
     DI_CHECK_CODE(o.speculative != "mtp", ErrorCode::kUnsupported)
@@ -238,6 +245,11 @@ std::unique_ptr<EngineStack> load_engine_stack(const EngineStackOptions& o) {
         << ": MTP drafting is implemented for the DeepSeek-V3 family only (V4-Flash base MTP is not yet)";
     auto r = std::make_unique<V4ModelRunner>(*s.v4, o.max_num_seqs, ro);
     if (o.cp > 1) r->set_context_parallel(o.cp, cp_launcher(o));
+    if (o.speculative == "dspark") {
+      const std::string why = DsparkDraft::unavailable_reason(*s.v4);
+      DI_CHECK_CODE(why.empty(), ErrorCode::kUnsupported) << option(o, "speculative", o.speculative) << ": " << why;
+      r->set_proposer(std::make_unique<spec::DsparkProposer>(*s.v4, o.max_num_seqs));
+    }
     s.runner = std::move(r);
     log_prefill_mode(*s.v4, o.exact_prefill);
   }
@@ -281,6 +293,14 @@ std::unique_ptr<EngineStack> load_engine_stack(const EngineStackOptions& o) {
   ec.kv.prefix_replay_tokens = s.runner->prefix_replay_tokens();
   if (o.speculative != "off") {
     ec.num_draft_tokens = o.num_draft_tokens;
+    if (o.speculative == "dspark") {
+      ec.draft_confidence_threshold = o.draft_confidence_threshold;
+      ec.draft_token_budget = o.draft_token_budget;
+      DI_LOG_INFO(
+          "DSpark: blocks of {} drafts, verification length from the confidence head (survival >= {}), per-step "
+          "draft token budget {} (0: no cap)",
+          s.v4->config().draft.block_size, o.draft_confidence_threshold, o.draft_token_budget);
+    }
     DI_LOG_INFO("speculative decoding: {} with {} draft token(s) per step (synchronous scheduling)", o.speculative,
                 o.num_draft_tokens);
   }

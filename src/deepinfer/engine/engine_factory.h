@@ -74,6 +74,11 @@ struct EngineStackOptions {
   // drafts verified per decode step (synchronous scheduling then).
   std::string speculative = "off";
   int num_draft_tokens = 1;
+  // dspark: per request the longest draft prefix whose confidence survival stays >= the threshold is verified (0:
+  // every draft), and at most draft_token_budget draft tokens per step across the batch (0: no cap beyond the
+  // scheduler's reservation of num_draft_tokens per decode); see spec/dspark_policy.h.
+  double draft_confidence_threshold = 0.3;
+  int64_t draft_token_budget = 0;
   // ep * dp > 1: makes the runner instead of the in-process ranks (the CLI's one process per GPU over NCCL).
   std::function<std::unique_ptr<ModelRunner>(const ParallelRunnerOptions&, std::optional<std::vector<int64_t>>)>
       make_parallel_runner;
