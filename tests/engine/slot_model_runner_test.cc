@@ -80,6 +80,7 @@ struct RunConfig {
   int max_num_seqs = 4;
   int64_t max_model_len = 320;
   bool batch_decode = true;  // ModelRunnerOptions::batch_decode
+  int max_tokens = 6;
 };
 
 // Per request id: every logits row sampled from, and the output ids.
@@ -87,6 +88,7 @@ struct RunResult {
   std::map<std::string, std::vector<std::vector<float>>> rows;
   std::map<std::string, std::vector<TokenId>> out;
   EngineStats stats;
+  int64_t deepest_hit_past_prompt = 0;  // the most cached positions past its prompt a restarting sequence reused
 };
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name(); }
@@ -120,16 +122,21 @@ class PagedRunner : public ::testing::TestWithParam<Case> {
     ec.kv.num_state_slots = 8;
     ec.kv.enable_prefix_cache = rc.prefix_cache;
     ec.kv.prefix_replay_tokens = inner->prefix_replay_tokens();
+    RunResult r;
+    rec.on_batch = [&](const ModelBatch& b) {
+      for (const BatchEntry& e : b.entries)
+        if (e.reset_state)
+          r.deepest_hit_past_prompt = std::max(r.deepest_hit_past_prompt, e.persistent_until - e.prompt_len);
+    };
     Engine engine(ec, rec);
     std::map<int64_t, std::string> id_of;
     int64_t next_seq = 0;
-    RunResult r;
     for (const auto& wave : waves) {
       for (const auto& [id, prompt] : wave) {
         Request q;
         q.request_id = id;
         q.prompt_token_ids = prompt;
-        q.params.max_tokens = 6;
+        q.params.max_tokens = rc.max_tokens;
         q.params.temperature = 0.0f;  // greedy: outputs depend on the logits only
         q.params.ignore_eos = true;
         engine.add_request(std::move(q));
@@ -240,6 +247,34 @@ TEST_P(PagedRunner, BatchedDecodeEqualsPerSequence) {
     expect_same(on, off, "A");
     for (const auto& [id, prompt] : wave) expect_same(on, off, id);
   }
+}
+
+// A recompute after preemption whose own cached blocks reach far past its prompt: the prefix replay must rebuild
+// what is not paged up to the hit exactly. Under V4.1 bounded replay that is every decoder layer's window, and a
+// decoder layer's window rows depend on the previous decoder layer's window: one window of replay (enough for a hit
+// inside the prompt, where the replay reaches decoder_from) left the decoder rows of the hit wrong (issue 9).
+TEST_P(PagedRunner, PreemptedFarPastThePromptEqualsUninterrupted) {
+  const auto& base = model(GetParam().family).base;
+  const std::span<const TokenId> all(base);
+  // Two 20-token prompts generating 100 tokens each (8 blocks of 16 at the end) on 13 blocks: decoding preempts,
+  // and the preempted sequence restarts from its own parked blocks, many positions past its prompt. (With one window
+  // of replay, V4.1 bounded gave logits off by ~1e-3 after such a restart.)
+  std::vector<std::pair<std::string, std::vector<TokenId>>> wave;
+  for (int i = 0; i < 2; ++i) wave.emplace_back("R" + std::to_string(i), cat(all.subspan(30 * i, 20), {}));
+  RunConfig roomy;
+  roomy.prefix_cache = false;
+  roomy.max_tokens = 100;
+  const RunResult ref = run({wave}, roomy);
+  EXPECT_EQ(ref.stats.preemptions, 0);
+  RunConfig tight = roomy;
+  tight.prefix_cache = true;
+  tight.num_blocks = 13;
+  tight.max_model_len = 128;
+  tight.budget = 64;
+  const RunResult got = run({wave}, tight);
+  EXPECT_GT(got.stats.preemptions, 0) << "the cache was not tight enough to preempt";
+  EXPECT_GE(got.deepest_hit_past_prompt, 32) << "no restart hit its own blocks far past its prompt";
+  for (const auto& [id, prompt] : wave) expect_same(got, ref, id);
 }
 
 INSTANTIATE_TEST_SUITE_P(Golden, PagedRunner,

@@ -32,7 +32,10 @@ Seq run_sequence(KvCacheManager& kv, std::vector<TokenId> tokens) {
 }
 
 KvCacheManager make_kv(int32_t blocks, int replay = 0) {
-  return KvCacheManager({.num_blocks = blocks, .block_size = 4, .num_state_slots = 4, .enable_prefix_cache = true,
+  return KvCacheManager({.num_blocks = blocks,
+                         .block_size = 4,
+                         .num_state_slots = 4,
+                         .enable_prefix_cache = true,
                          .prefix_replay_tokens = replay});
 }
 
@@ -67,6 +70,27 @@ TEST(PrefixCache, ReplayWindowMovesComputeStartBack) {
   m = kv.match_prefix(iota_tokens(5));
   EXPECT_EQ(m.cached_tokens, 4);
   EXPECT_EQ(m.compute_from, 0);
+}
+
+// A hit past the sequence's prompt (a recompute after preemption) replays the window plus the hit's distance past
+// the prompt, up to prefix_replay_tokens_past_prompt; a hit inside the prompt keeps the window.
+TEST(PrefixCache, ReplayGrowsForAHitPastThePrompt) {
+  KvCacheManager kv({.num_blocks = 16,
+                     .block_size = 4,
+                     .num_state_slots = 4,
+                     .enable_prefix_cache = true,
+                     .prefix_replay_tokens = 2,
+                     .prefix_replay_tokens_past_prompt = 7});
+  run_sequence(kv, iota_tokens(14));  // 3 full blocks
+  const std::vector<TokenId> t = iota_tokens(20);
+  EXPECT_EQ(kv.match_prefix(t).compute_from, 10);                     // no prompt length: all prompt
+  EXPECT_EQ(kv.match_prefix(t, /*prompt_len=*/12).compute_from, 10);  // the hit ends inside the prompt
+  EXPECT_EQ(kv.match_prefix(t, /*prompt_len=*/10).compute_from, 8);   // 2 past: replay 2 + 2
+  EXPECT_EQ(kv.match_prefix(t, /*prompt_len=*/3).compute_from, 5);    // 9 past: replay capped at 7
+  // Without the cap, the window as before.
+  auto plain = make_kv(16, /*replay=*/2);
+  run_sequence(plain, iota_tokens(14));
+  EXPECT_EQ(plain.match_prefix(t, /*prompt_len=*/3).compute_from, 10);
 }
 
 TEST(PrefixCache, HitsShareBlocksAndCountStatistics) {

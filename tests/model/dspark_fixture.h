@@ -7,6 +7,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -17,7 +18,8 @@
 
 namespace deepinfer::testing {
 
-// A generated checkpoint of the golden tiny config of `family` with 3 DSpark draft layers.
+// A generated checkpoint of the golden tiny config of `family` with 3 DSpark draft layers (vocabulary size `vocab`
+// when > 0).
 struct DraftFixture {
   TempDir tmp;
   std::string dir;
@@ -26,10 +28,17 @@ struct DraftFixture {
   std::unique_ptr<DeepseekV4Model> model;
 };
 
-inline nlohmann::json dspark_config(const std::string& family) {
-  nlohmann::json root = nlohmann::json::parse(
-      read_file_or_empty(test_data_dir() + "/golden/" + family + "/config.json"));
+// `vocab` > 0 replaces the golden vocabulary size (a small vocabulary makes a random model's sampled
+// distribution broad enough for random drafts to be accepted now and then).
+inline nlohmann::json dspark_config(const std::string& family, int64_t vocab = 0) {
+  nlohmann::json root =
+      nlohmann::json::parse(read_file_or_empty(test_data_dir() + "/golden/" + family + "/config.json"));
   nlohmann::json& c = root.contains("text_config") ? root["text_config"] : root;
+  if (vocab > 0) {
+    c["vocab_size"] = vocab;
+    // The fixture's token map (id % 256) then has only `vocab` compressed ids.
+    if (c.contains("engram_compressed_vocab_size")) c["engram_compressed_vocab_size"] = std::min<int64_t>(vocab, 256);
+  }
   const int64_t V = c["vocab_size"].get<int64_t>();
   const int layers = c["num_hidden_layers"].get<int>();
   c["num_nextn_predict_layers"] = 3;
@@ -42,12 +51,12 @@ inline nlohmann::json dspark_config(const std::string& family) {
   return root;
 }
 
-inline DraftFixture& dspark_fixture(const std::string& family) {
-  static std::map<std::string, std::unique_ptr<DraftFixture>> cache;
-  auto& f = cache[family];
+inline DraftFixture& dspark_fixture(const std::string& family, int64_t vocab = 0) {
+  static std::map<std::pair<std::string, int64_t>, std::unique_ptr<DraftFixture>> cache;
+  auto& f = cache[{family, vocab}];
   if (!f) {
     f = std::make_unique<DraftFixture>();
-    const nlohmann::json cfg = dspark_config(family);
+    const nlohmann::json cfg = dspark_config(family, vocab);
     write_file(f->tmp.file("in.json"), cfg.dump());
     RandomCheckpointOptions opts;
     opts.config_path = f->tmp.file("in.json");

@@ -11,6 +11,13 @@
 namespace deepinfer {
 
 namespace {
+// A hit past the prompt may need a longer replay than the config's (ModelRunner::prefix_replay_tokens_past_prompt).
+EngineConfig with_runner_replay(EngineConfig c, const ModelRunner& runner) {
+  if (c.kv.prefix_replay_tokens_past_prompt == 0)
+    c.kv.prefix_replay_tokens_past_prompt = runner.prefix_replay_tokens_past_prompt();
+  return c;
+}
+
 EngineConfig with_speculation(EngineConfig c) {
   DI_CHECK(c.num_draft_tokens >= 0) << "num_draft_tokens must be >= 0, got " << c.num_draft_tokens;
   DI_CHECK(c.draft_token_budget >= 0) << "draft_token_budget must be >= 0, got " << c.draft_token_budget;
@@ -23,7 +30,10 @@ EngineConfig with_speculation(EngineConfig c) {
 }  // namespace
 
 Engine::Engine(EngineConfig config, ModelRunner& runner, StreamCallback on_delta)
-    : config_(with_speculation(std::move(config))), runner_(runner), on_delta_(std::move(on_delta)), kv_(config_.kv) {
+    : config_(with_runner_replay(with_speculation(std::move(config)), runner)),
+      runner_(runner),
+      on_delta_(std::move(on_delta)),
+      kv_(config_.kv) {
   validate(config_.scheduler);
   DI_CHECK_CODE(config_.num_draft_tokens == 0 || runner_.speculative(), ErrorCode::kUnsupported)
       << "num_draft_tokens " << config_.num_draft_tokens << " needs a model runner with a draft proposer";

@@ -114,6 +114,10 @@ class ModelRunner {
   // start at a prefix hit); the positions before a hit it must re-run to rebuild per-sequence state.
   virtual bool prefix_cache_supported() const { return false; }
   virtual int prefix_replay_tokens() const { return 0; }
+  // The most positions to re-run for a hit past the prompt (a recompute after preemption): the replay grows by the
+  // hit's distance past the prompt up to this (V4.1 bounded replay's decoder windows). The engine fills
+  // KvCacheConfig::prefix_replay_tokens_past_prompt from it.
+  virtual int prefix_replay_tokens_past_prompt() const { return prefix_replay_tokens(); }
   // The bytes its caches take per block of the engine's pool and per state slot, as allocated (cache sizing uses
   // them; see kv_footprint.h). Zero for a runner whose caches are not sized by the engine.
   virtual KvFootprint kv_footprint(int /*block_size*/) const { return {}; }

@@ -55,7 +55,8 @@ using StreamCallback = std::function<void(const SequenceDelta&)>;
 
 // A finished sample, kept until Engine::take_finished.
 // Speculative decoding counters. Position j counts the verification steps that verified a draft at j (0-based)
-// and those that accepted it; accepted tokens = sum of accepted_at.
+// and those that accepted it; accepted tokens = sum of accepted_at. The per-position vectors are as long as the
+// longest verification so far (at most k; shorter when the policy or the per-step draft budget never let k through).
 struct SpecStats {
   int64_t steps = 0;  // verification steps (decode steps that verified at least one draft)
   int64_t drafted = 0;

@@ -142,7 +142,7 @@ class Planner {
       // A sequence preempted while one of its samples was in flight restarts once that token is known (its
       // prefix lookup needs the values). The engine processes that step before the next plan, so this is a guard.
       if (s->num_pending > 0) return;
-      PrefixMatch m = cache_.match_prefix(s->tokens);
+      PrefixMatch m = cache_.match_prefix(s->tokens, s->prompt_len);
       const int64_t start = m.compute_from;
       const int64_t remaining = s->num_tokens() - start;
       int64_t n = std::min(remaining, budget_);

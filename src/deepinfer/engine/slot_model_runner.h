@@ -117,6 +117,10 @@ class SlotModelRunner final : public ModelRunner {
     if constexpr (kPaged) return model_.prefix_replay_tokens(!options_.exact_prefill);
     return 0;
   }
+  int prefix_replay_tokens_past_prompt() const override {
+    if constexpr (kPaged) return model_.prefix_replay_tokens_past_prompt(!options_.exact_prefill);
+    return 0;
+  }
 
   void execute(const ModelBatch& batch, std::span<float> logits) override {
     if (cp_follower_) return follow(batch);

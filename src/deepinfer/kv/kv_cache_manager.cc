@@ -11,13 +11,14 @@ KvCacheManager::KvCacheManager(const KvCacheConfig& config)
   DI_CHECK(config.block_size > 0) << "block_size must be positive, got " << config.block_size;
   DI_CHECK(config.num_state_slots >= 0) << "num_state_slots must be >= 0, got " << config.num_state_slots;
   DI_CHECK(config.prefix_replay_tokens >= 0) << "prefix_replay_tokens must be >= 0";
+  DI_CHECK(config.prefix_replay_tokens_past_prompt >= 0) << "prefix_replay_tokens_past_prompt must be >= 0";
   for (int32_t s = config.num_state_slots - 1; s >= 0; --s) free_slots_.push_back(s);
   slot_in_use_.assign(config.num_state_slots, 0);
 }
 
 int32_t KvCacheManager::num_available_blocks() const { return allocator_.num_free() + prefix_.num_parked(); }
 
-PrefixMatch KvCacheManager::match_prefix(std::span<const TokenId> tokens) const {
+PrefixMatch KvCacheManager::match_prefix(std::span<const TokenId> tokens, int64_t prompt_len) const {
   PrefixMatch m;
   if (!config_.enable_prefix_cache || tokens.empty()) return m;
   // The last token is always computed: its logits are what the step is for.
@@ -26,7 +27,10 @@ PrefixMatch KvCacheManager::match_prefix(std::span<const TokenId> tokens) const 
   m.blocks = std::move(found.blocks);
   m.nodes = std::move(found.nodes);
   m.cached_tokens = static_cast<int64_t>(m.blocks.size()) * config_.block_size;
-  m.compute_from = std::max<int64_t>(0, m.cached_tokens - config_.prefix_replay_tokens);
+  int64_t replay = config_.prefix_replay_tokens;
+  if (prompt_len >= 0 && m.cached_tokens > prompt_len && config_.prefix_replay_tokens_past_prompt > replay)
+    replay = std::min<int64_t>(config_.prefix_replay_tokens_past_prompt, replay + m.cached_tokens - prompt_len);
+  m.compute_from = std::max<int64_t>(0, m.cached_tokens - replay);
   return m;
 }
 

@@ -27,6 +27,10 @@ struct KvCacheConfig {
   // Positions before a prefix hit that a new sequence must still run to rebuild state that is not
   // prefix-reusable (KvLayout::replay_tokens: the SWA window for V4/V4.1, 0 for V3).
   int prefix_replay_tokens = 0;
+  // A hit past a sequence's prompt (a recompute after preemption) replays prefix_replay_tokens plus the hit's
+  // distance past the prompt, up to this many (ModelRunner::prefix_replay_tokens_past_prompt; the Engine fills it
+  // in from its runner when 0). Below prefix_replay_tokens it has no effect.
+  int prefix_replay_tokens_past_prompt = 0;
   // Fault injection (tests, soak runs): asked before each allocate() of n > 0 blocks; true makes that allocation
   // fail as if the pool were exhausted. Passed by construction so that no test reaches into a global.
   std::function<bool(int64_t n)> allocation_fault;
@@ -49,7 +53,8 @@ class CacheView {
   virtual int32_t num_available_blocks() const = 0;  // free + parked
   virtual int32_t ref_count(BlockId b) const = 0;
   // Longest cached prefix of `tokens`, leaving at least one token to compute (the model must produce logits).
-  virtual PrefixMatch match_prefix(std::span<const TokenId> tokens) const = 0;
+  // `prompt_len`: how many of `tokens` are the prompt (-1: all), for the replay of a hit past the prompt.
+  virtual PrefixMatch match_prefix(std::span<const TokenId> tokens, int64_t prompt_len = -1) const = 0;
 };
 
 // How far a sequence's own blocks have been entered into the prefix cache.
@@ -77,7 +82,7 @@ class KvCacheManager final : public CacheView {
   int32_t num_blocks() const override { return allocator_.num_blocks(); }
   int32_t num_available_blocks() const override;
   int32_t ref_count(BlockId b) const override { return allocator_.ref_count(b); }
-  PrefixMatch match_prefix(std::span<const TokenId> tokens) const override;
+  PrefixMatch match_prefix(std::span<const TokenId> tokens, int64_t prompt_len = -1) const override;
 
   const KvCacheConfig& config() const { return config_; }
 

@@ -78,6 +78,7 @@ class DeepseekV3Model {
   // sequence may start at any cached position: its rows need nothing but the pages, so no replay.
   V3KvPages new_kv_pages(bool bounded_decoder = false) const;
   int prefix_replay_tokens(bool /*bounded_decoder*/) const { return 0; }
+  int prefix_replay_tokens_past_prompt(bool /*bounded_decoder*/) const { return 0; }
   // Per-slot state of a paged sequence: the position and the MLA form split only (the rows are paged).
   int64_t slot_bytes_bound(bool /*bounded_decoder*/) const { return 0; }
   int64_t slot_bytes(const V3SequenceState& s) const;

@@ -222,6 +222,19 @@ int DeepseekV4Model::prefix_replay_tokens(bool bounded_decoder) const {
   return replay;
 }
 
+int DeepseekV4Model::prefix_replay_tokens_past_prompt(bool bounded_decoder) const {
+  const int replay = prefix_replay_tokens(bounded_decoder);
+  if (!bounded_decoder || decoder_start_ < 0) return replay;
+  // A hit past the prompt (a recompute after preemption) starts the replay above decoder_from, where the decoder
+  // windows have rows the replay does not rebuild. Only the first decoder layer's window rows come from paged
+  // (encoder) rows alone; layer d0 + k's row at a replayed position also reads layer d0 + k − 1's window over the
+  // W − 1 positions before it, so it is exact only k·(W − 1) positions into the replay. The first new token reads
+  // the last decoder layer's window: L decoder layers need L·(W − 1) replayed positions (or a replay reaching
+  // decoder_from, which is exact by construction).
+  const int layers = config_.num_layers - decoder_start_, w = static_cast<int>(config_.attn.sliding_window);
+  return std::max(replay, layers * (w - 1));
+}
+
 void DeepseekV4Model::start_at(V4SequenceState& seq, int64_t start, std::span<const int64_t> prefix_ids) const {
   DI_CHECK_INTERNAL(static_cast<int64_t>(prefix_ids.size()) == start)
       << "start_at(" << start << ") with " << prefix_ids.size() << " prefix ids";

@@ -152,9 +152,12 @@ class DeepseekV4Model {
   // replayed rows of groups before its next boundary), Engram look-back from the ids — and the engine re-runs
   // prefix_replay_tokens() positions before the hit for the rest: V4's CSA overlap slice (the last window's
   // first half) and, with bounded replay, V4.1's decoder windows; 0 for V4.1 exact prefill. Replayed rows are
-  // recomputed bit-identically and not rewritten.
+  // recomputed bit-identically and not rewritten. One window suffices for a hit inside the prompt (the replay then
+  // reaches decoder_from); a hit past the prompt (recompute after preemption) needs up to
+  // prefix_replay_tokens_past_prompt(): decoder layers × (window − 1) under bounded replay.
   V4KvPages new_kv_pages(bool bounded_decoder) const;
   int prefix_replay_tokens(bool bounded_decoder) const;
+  int prefix_replay_tokens_past_prompt(bool bounded_decoder) const;
   // The most a paged sequence's per-slot state holds: the sliding-window rings (allocated for every layer by
   // new_sequence), compressors' pending rows and V4 CSA overlap slices, Engram look-back ids. slot_bytes()
   // measures a state.

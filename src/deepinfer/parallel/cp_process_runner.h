@@ -36,6 +36,7 @@ class CpDriverRunner final : public ModelRunner {
   ModelWorkStats work_stats() const override { return inner_->work_stats(); }
   bool prefix_cache_supported() const override { return inner_->prefix_cache_supported(); }
   int prefix_replay_tokens() const override { return inner_->prefix_replay_tokens(); }
+  int prefix_replay_tokens_past_prompt() const override { return inner_->prefix_replay_tokens_past_prompt(); }
   KvFootprint kv_footprint(int block_size) const override { return inner_->kv_footprint(block_size); }
   void set_num_blocks(int32_t num_blocks) override { inner_->set_num_blocks(num_blocks); }
   KvAllocation kv_allocation() const override { return inner_->kv_allocation(); }

@@ -255,6 +255,9 @@ class ParallelModelRunner final : public ModelRunner {
     return options_.layout.dp == 1 && workers_[0]->runner().prefix_cache_supported();
   }
   int prefix_replay_tokens() const override { return workers_[0]->runner().prefix_replay_tokens(); }
+  int prefix_replay_tokens_past_prompt() const override {
+    return workers_[0]->runner().prefix_replay_tokens_past_prompt();
+  }
 
   void execute(const ModelBatch& batch, std::span<float> logits) override {
     DI_CHECK(static_cast<int64_t>(logits.size()) >= batch.num_logits_rows * vocab_size())
@@ -345,6 +348,7 @@ class DistributedModelRunner final : public ModelRunner {
     return options_.layout.dp == 1 && worker_->runner().prefix_cache_supported();
   }
   int prefix_replay_tokens() const override { return worker_->runner().prefix_replay_tokens(); }
+  int prefix_replay_tokens_past_prompt() const override { return worker_->runner().prefix_replay_tokens_past_prompt(); }
   void execute(const ModelBatch& batch, std::span<float> logits) override {
     run(driver_.step_job(batch), logits);
     if (auto job = driver_.eplb_job(worker_->model().config())) {
