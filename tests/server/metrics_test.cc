@@ -22,6 +22,7 @@ TEST(Metrics, SpeculativeAcceptance) {
   g.spec_steps = 10;
   g.spec_draft_tokens = 40;
   g.spec_accepted_tokens = 30;
+  g.spec_draft_per_pos = {10, 10, 10, 10};
   g.spec_accepted_per_pos = {10, 9, 7, 4};
   m.set_gauges(g);
   const std::string t = m.render("tiny");
@@ -31,6 +32,8 @@ TEST(Metrics, SpeculativeAcceptance) {
   EXPECT_DOUBLE_EQ(value_of(t, "deepinfer_spec_decode_acceptance_rate{model_name=\"tiny\"}"), 0.75);
   EXPECT_EQ(value_of(t, "deepinfer_spec_decode_num_accepted_tokens_per_pos_total{model_name=\"tiny\",position=\"2\"}"),
             7);
+  EXPECT_EQ(value_of(t, "deepinfer_spec_decode_num_draft_tokens_per_pos_total{model_name=\"tiny\",position=\"3\"}"),
+            10);
   // Every sample line belongs to a metric announced with # TYPE.
   std::smatch mt;
   std::string rest = t;

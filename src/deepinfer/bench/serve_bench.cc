@@ -6,7 +6,9 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <set>
 #include <thread>
@@ -61,8 +63,9 @@ http::request<http::string_body> make_request(const ServeBenchOptions& o, http::
   return req;
 }
 
-// One small request/response (model list, tokenize).
-Json call_json(const ServeBenchOptions& o, http::verb verb, const std::string& target, const std::string& body) {
+// One small request/response: the status and the body (kNotFound when nothing listens).
+std::pair<int, std::string> call(const ServeBenchOptions& o, http::verb verb, const std::string& target,
+                                 const std::string& body) {
   net::io_context ioc;
   beast::tcp_stream stream(ioc);
   beast::error_code ec;
@@ -74,9 +77,51 @@ Json call_json(const ServeBenchOptions& o, http::verb verb, const std::string& t
   http::response<http::string_body> res;
   http::read(stream, buf, res);
   stream.socket().shutdown(net::ip::tcp::socket::shutdown_both, ec);
-  DI_CHECK_CODE(res.result_int() == 200, ErrorCode::kNotFound)
-      << "bench serve: " << target << " answered " << res.result_int() << ": " << res.body();
-  return Json::parse(res.body());
+  return {res.result_int(), res.body()};
+}
+
+// Model list, tokenize: must answer 200 with JSON.
+Json call_json(const ServeBenchOptions& o, http::verb verb, const std::string& target, const std::string& body) {
+  auto [status, text] = call(o, verb, target, body);
+  DI_CHECK_CODE(status == 200, ErrorCode::kNotFound)
+      << "bench serve: " << target << " answered " << status << ": " << text;
+  return Json::parse(text);
+}
+
+// The value of the first sample line of `series` (name without labels), or `missing`.
+double prometheus_value(const std::string& text, const std::string& series, double missing) {
+  size_t at = 0;
+  while ((at = text.find(series, at)) != std::string::npos) {
+    const bool line_start = at == 0 || text[at - 1] == '\n';
+    const size_t after = at + series.size();
+    if (line_start && after < text.size() && (text[after] == '{' || text[after] == ' ')) {
+      const size_t eol = std::min(text.find('\n', after), text.size());
+      const size_t sp = text.rfind(' ', eol - 1);
+      if (sp != std::string::npos && sp >= after) return std::strtod(text.c_str() + sp + 1, nullptr);
+    }
+    at = after;
+  }
+  return missing;
+}
+
+// The server's spec counters after what was in flight has retired (the engine publishes its counters with the
+// running / waiting gauges after each step, so both at zero means the last step is counted), or nullopt when the
+// server has no /metrics (not a deepinfer server): the report then has no speculative section.
+std::optional<SpecDecodeStats> scrape_spec(const ServeBenchOptions& o, bool settle) {
+  const auto deadline = Clock::now() + std::chrono::seconds(5);
+  for (;;) {
+    std::pair<int, std::string> r;
+    try {
+      r = call(o, http::verb::get, "/metrics", "");
+    } catch (const std::exception&) {
+      return std::nullopt;
+    }
+    if (r.first != 200) return std::nullopt;
+    const bool idle = prometheus_value(r.second, "deepinfer_num_requests_running", 0) == 0 &&
+                      prometheus_value(r.second, "deepinfer_num_requests_waiting", 0) == 0;
+    if (!settle || idle || Clock::now() >= deadline) return parse_spec_decode_metrics(r.second);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
 }
 
 struct Outcome {
@@ -246,6 +291,71 @@ std::vector<std::pair<int, int>> sample_lengths(const ServeBenchOptions& o) {
   return out;
 }
 
+double SpecDecodeStats::acceptance_rate() const {
+  return drafted > 0 ? static_cast<double>(accepted) / static_cast<double>(drafted) : 0.0;
+}
+double SpecDecodeStats::mean_accepted_length() const {
+  return steps > 0 ? 1.0 + static_cast<double>(accepted) / static_cast<double>(steps) : 0.0;
+}
+double SpecDecodeStats::acceptance_at(size_t j) const {
+  return j < drafted_at.size() && drafted_at[j] > 0 && j < accepted_at.size()
+             ? static_cast<double>(accepted_at[j]) / static_cast<double>(drafted_at[j])
+             : 0.0;
+}
+
+SpecDecodeStats parse_spec_decode_metrics(const std::string& text) {
+  SpecDecodeStats s;
+  auto count = [&](const char* series) { return static_cast<int64_t>(prometheus_value(text, series, 0)); };
+  s.steps = count("deepinfer_spec_decode_num_drafts_total");
+  s.drafted = count("deepinfer_spec_decode_num_draft_tokens_total");
+  s.accepted = count("deepinfer_spec_decode_num_accepted_tokens_total");
+  // Per-position series: NAME{model_name="...",position="J"} V.
+  auto per_pos = [&](const std::string& series, std::vector<int64_t>* out) {
+    size_t at = 0;
+    while ((at = text.find(series + "{", at)) != std::string::npos) {
+      const size_t eol = std::min(text.find('\n', at), text.size());
+      const std::string line = text.substr(at, eol - at);
+      at = eol;
+      const size_t p = line.find("position=\"");
+      const size_t sp = line.rfind(' ');
+      if (p == std::string::npos || sp == std::string::npos) continue;
+      const long j = std::strtol(line.c_str() + p + 10, nullptr, 10);
+      if (j < 0 || j > 4096) continue;
+      if (out->size() <= static_cast<size_t>(j)) out->resize(static_cast<size_t>(j) + 1, 0);
+      (*out)[static_cast<size_t>(j)] = static_cast<int64_t>(std::strtod(line.c_str() + sp + 1, nullptr));
+    }
+  };
+  per_pos("deepinfer_spec_decode_num_draft_tokens_per_pos_total", &s.drafted_at);
+  per_pos("deepinfer_spec_decode_num_accepted_tokens_per_pos_total", &s.accepted_at);
+  const size_t n = std::max(s.drafted_at.size(), s.accepted_at.size());
+  s.drafted_at.resize(n, 0);
+  s.accepted_at.resize(n, 0);
+  return s;
+}
+
+SpecDecodeStats spec_decode_delta(const SpecDecodeStats& before, const SpecDecodeStats& after) {
+  DI_CHECK(after.steps >= before.steps && after.drafted >= before.drafted && after.accepted >= before.accepted)
+      << "bench serve: the server's speculative-decoding counters went down during the run (was it restarted?)";
+  SpecDecodeStats d;
+  d.steps = after.steps - before.steps;
+  d.drafted = after.drafted - before.drafted;
+  d.accepted = after.accepted - before.accepted;
+  const size_t n = std::max(after.drafted_at.size(), before.drafted_at.size());
+  d.drafted_at.assign(n, 0);
+  d.accepted_at.assign(n, 0);
+  auto at = [](const std::vector<int64_t>& v, size_t j) { return j < v.size() ? v[j] : 0; };
+  for (size_t j = 0; j < n; ++j) {
+    d.drafted_at[j] = at(after.drafted_at, j) - at(before.drafted_at, j);
+    d.accepted_at[j] = at(after.accepted_at, j) - at(before.accepted_at, j);
+  }
+  // Positions no step of this run reached carry nothing.
+  while (!d.drafted_at.empty() && d.drafted_at.back() == 0 && d.accepted_at.back() == 0) {
+    d.drafted_at.pop_back();
+    d.accepted_at.pop_back();
+  }
+  return d;
+}
+
 ServeBenchReport run_serve_bench(const ServeBenchOptions& o) {
   DI_CHECK(is_loopback(o.host)) << "bench serve: --host must be a loopback address (this is a load generator for "
                                    "a local server), got '"
@@ -270,6 +380,8 @@ ServeBenchReport run_serve_bench(const ServeBenchOptions& o) {
   std::vector<int64_t> pool;
   for (const auto& t : tok["tokens"]) pool.push_back(t.get<int64_t>());
   DI_CHECK_CODE(!pool.empty(), ErrorCode::kNotFound) << "bench serve: /tokenize returned no tokens";
+
+  const std::optional<SpecDecodeStats> spec_before = scrape_spec(o, /*settle=*/false);
 
   std::vector<std::pair<int, int>> lengths = sample_lengths(o);
   std::mt19937_64 rng(o.seed ^ 0x5bd1e995u);
@@ -329,6 +441,10 @@ ServeBenchReport run_serve_bench(const ServeBenchOptions& o) {
   const auto t1 = Clock::now();
   all_done = true;
   watchdog.join();
+  if (spec_before) {
+    if (const std::optional<SpecDecodeStats> after = scrape_spec(o, /*settle=*/true))
+      rep.spec = spec_decode_delta(*spec_before, *after);
+  }
 
   rep.distribution = o.lengths == LengthDistribution::kRandom ? "random" : "sharegpt";
   rep.num_prompts = o.num_prompts;
@@ -382,6 +498,18 @@ std::string ServeBenchReport::to_json() const {
     j[fmt::format("median_{}_ms", name)] = s->median_ms;
     j[fmt::format("p99_{}_ms", name)] = s->p99_ms;
   }
+  if (spec.steps > 0) {
+    std::vector<double> per;
+    for (size_t i = 0; i < spec.drafted_at.size(); ++i) per.push_back(spec.acceptance_at(i));
+    j["spec_decode"] = {{"num_drafts", spec.steps},
+                        {"num_draft_tokens", spec.drafted},
+                        {"num_accepted_tokens", spec.accepted},
+                        {"acceptance_rate", spec.acceptance_rate()},
+                        {"mean_acceptance_length", spec.mean_accepted_length()},
+                        {"num_draft_tokens_per_pos", spec.drafted_at},
+                        {"num_accepted_tokens_per_pos", spec.accepted_at},
+                        {"acceptance_rate_per_pos", per}};
+  }
   if (!first_error.empty()) j["first_error"] = first_error;
   return j.dump(1);
 }
@@ -410,6 +538,17 @@ std::string ServeBenchReport::table() const {
     row(fmt::format("Mean {} (ms):", name), fmt::format("{:.2f}", s->mean_ms));
     row(fmt::format("Median {} (ms):", name), fmt::format("{:.2f}", s->median_ms));
     row(fmt::format("P99 {} (ms):", name), fmt::format("{:.2f}", s->p99_ms));
+  }
+  if (spec.steps > 0) {
+    t += fmt::format("{:-^50}\n", std::string("Speculative Decoding"));
+    row("Acceptance rate (%):", fmt::format("{:.2f}", 100 * spec.acceptance_rate()));
+    row("Mean acceptance length:", fmt::format("{:.2f}", spec.mean_accepted_length()));
+    row("Drafts (verification steps):", std::to_string(spec.steps));
+    row("Draft tokens:", std::to_string(spec.drafted));
+    row("Accepted tokens:", std::to_string(spec.accepted));
+    t += "Per-position acceptance (%):\n";
+    for (size_t i = 0; i < spec.drafted_at.size(); ++i)
+      row(fmt::format("  Position {}:", i), fmt::format("{:.2f}", 100 * spec.acceptance_at(i)));
   }
   t += std::string(50, '=') + "\n";
   if (!first_error.empty()) t += "first error: " + first_error + "\n";

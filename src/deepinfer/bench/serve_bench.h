@@ -7,6 +7,10 @@
 // the server's /tokenize returns; outputs are exactly their length (`ignore_eos`). Definitions: TTFT = request sent
 // → first streamed chunk with tokens; ITL = gap between consecutive chunks with tokens of one request; TPOT =
 // (end-to-end - TTFT) / (output tokens - 1) per request; throughputs = totals / wall time of the run.
+//
+// Speculative decoding: the server's /metrics counters (deepinfer_spec_decode_*) are read before and after the run;
+// when the run verified drafts, the report adds their difference: acceptance rate, mean acceptance length (tokens
+// per verification step) and acceptance per draft position (vLLM's `bench serve` shows the same).
 #pragma once
 
 #include <cstdint>
@@ -44,6 +48,22 @@ struct LatencyStats {
 };
 LatencyStats latency_stats(std::vector<double> seconds);
 
+// The speculative-decoding counters of a deepinfer server's /metrics (all zero without speculation).
+struct SpecDecodeStats {
+  int64_t steps = 0;                             // verification steps (sequence-steps that verified at least one draft)
+  int64_t drafted = 0;                           // draft tokens verified
+  int64_t accepted = 0;                          // of them accepted
+  std::vector<int64_t> drafted_at, accepted_at;  // by draft position (index 0 = the first draft)
+
+  double acceptance_rate() const;        // accepted / drafted (0 without drafts)
+  double mean_accepted_length() const;   // 1 + accepted / steps: tokens a verification step adds (0 without steps)
+  double acceptance_at(size_t j) const;  // accepted_at[j] / drafted_at[j] (0 where nothing was drafted)
+};
+// Parses the deepinfer_spec_decode_* series of a Prometheus text exposition (absent series count as zero).
+SpecDecodeStats parse_spec_decode_metrics(const std::string& prometheus_text);
+// after - before, per counter and position (a server restart in between is an InvalidArgument).
+SpecDecodeStats spec_decode_delta(const SpecDecodeStats& before, const SpecDecodeStats& after);
+
 struct ServeBenchReport {
   std::string model, distribution;
   int num_prompts = 0, completed = 0, failed = 0, max_concurrency = 0;
@@ -53,6 +73,7 @@ struct ServeBenchReport {
   double request_throughput = 0, output_throughput = 0, total_token_throughput = 0;  // per second
   LatencyStats ttft, tpot, itl, e2e;
   std::string first_error;
+  SpecDecodeStats spec;  // what the run's requests verified (steps == 0: no speculation, or no /metrics)
 
   std::string to_json() const;
   std::string table() const;

@@ -27,6 +27,10 @@ struct BenchServeArgs {
   std::string model_arg;
   int threads = 0;
   int64_t kv_budget_mb = 0;
+  std::string speculative = "off";  // as `serve` (docs/SPECULATIVE.md)
+  int num_draft_tokens = 1;
+  double draft_confidence_threshold = 0.3;
+  int64_t draft_token_budget = 0;
 };
 
 int run_bench_serve(BenchServeArgs a) {
@@ -36,6 +40,9 @@ int run_bench_serve(BenchServeArgs a) {
   std::unique_ptr<server::EngineService> engine;
   std::unique_ptr<server::ServerApi> api;
   std::unique_ptr<server::HttpServer> http;
+  DI_CHECK(a.bench.port == 0 || a.speculative == "off")
+      << "bench serve: --speculative configures the server started in this process; with --port the running "
+         "server's own settings apply (its /metrics still gives the acceptance)";
   if (a.bench.port == 0) {
     const char* env = std::getenv("DEEPINFER_HF_MODEL_DIR");
     ResolvedModel m = resolve_model_dir(a.model_arg.empty() ? std::nullopt : std::optional<std::string>(a.model_arg),
@@ -45,6 +52,10 @@ int run_bench_serve(BenchServeArgs a) {
     mo.threads = a.threads;
     mo.max_num_seqs = a.bench.max_concurrency;
     if (a.kv_budget_mb > 0) mo.kv_budget_mb = a.kv_budget_mb;
+    mo.speculative = a.speculative;
+    mo.num_draft_tokens = a.num_draft_tokens;
+    mo.draft_confidence_threshold = a.draft_confidence_threshold;
+    mo.draft_token_budget = a.draft_token_budget;
     host = server::ModelHost::load(mo);
     metrics = std::make_unique<server::Metrics>();
     engine = std::make_unique<server::EngineService>(*host, *metrics,
@@ -84,6 +95,15 @@ void register_bench_serve(CLI::App* bench_cmd, CommandRegistry& reg) {
   sub->add_option("--model", a->model_arg, "in-process server: checkpoint directory (default: embedded model)");
   sub->add_option("--threads", a->threads, "in-process server: CPU threads (0 = all cores)");
   sub->add_option("--kv-budget-mb", a->kv_budget_mb, "in-process server: host KV cache budget");
+  sub->add_option("--speculative", a->speculative,
+                  "in-process server: speculative decoding off | mtp | dspark (as `serve`); the report then shows "
+                  "acceptance per draft position from /metrics")
+      ->capture_default_str();
+  sub->add_option("--num-draft-tokens", a->num_draft_tokens, "in-process server: draft tokens verified per step");
+  sub->add_option("--draft-confidence-threshold", a->draft_confidence_threshold,
+                  "in-process server, dspark: verify the longest draft prefix whose confidence survival stays >= this");
+  sub->add_option("--draft-token-budget", a->draft_token_budget,
+                  "in-process server, dspark: draft tokens verified per step across the batch at most (0: no cap)");
   sub->add_option("--served-model", a->bench.model, "model id to request (default: the server's first)");
   sub->add_option("--dataset", a->dataset, "length distribution: random (uniform) | sharegpt (log-normal, synthetic)")
       ->capture_default_str();

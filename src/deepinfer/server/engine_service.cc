@@ -139,6 +139,7 @@ void EngineService::publish_gauges() {
   g.spec_steps = st.spec.steps;
   g.spec_draft_tokens = st.spec.drafted;
   g.spec_accepted_tokens = st.spec.accepted;
+  g.spec_draft_per_pos = st.spec.drafted_at;
   g.spec_accepted_per_pos = st.spec.accepted_at;
   metrics_.set_gauges(g);
 }

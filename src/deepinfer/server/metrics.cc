@@ -100,6 +100,11 @@ std::string Metrics::render(const std::string& model) const {
                    gauges_.spec_draft_tokens > 0 ? static_cast<double>(gauges_.spec_accepted_tokens) /
                                                        static_cast<double>(gauges_.spec_draft_tokens)
                                                  : 0.0);
+  head("deepinfer_spec_decode_num_draft_tokens_per_pos_total", "counter",
+       "Draft tokens verified by position (acceptance at a position = accepted / verified there).");
+  for (size_t i = 0; i < gauges_.spec_draft_per_pos.size(); ++i)
+    o += fmt::format("deepinfer_spec_decode_num_draft_tokens_per_pos_total{{model_name=\"{}\",position=\"{}\"}} {}\n",
+                     model, i, gauges_.spec_draft_per_pos[i]);
   head("deepinfer_spec_decode_num_accepted_tokens_per_pos_total", "counter", "Accepted draft tokens by position.");
   for (size_t i = 0; i < gauges_.spec_accepted_per_pos.size(); ++i)
     o +=

@@ -33,10 +33,11 @@ struct EngineGauges {
   int64_t prefix_hit_tokens = 0;
   int64_t preemptions = 0;
   // Speculative decoding (all zero when it is off): verification steps, drafted / accepted tokens, and accepted
-  // tokens by draft position (index 0 = the first draft).
+  // and accepted tokens by draft position (index 0 = the first draft).
   int64_t spec_steps = 0;
   int64_t spec_draft_tokens = 0;
   int64_t spec_accepted_tokens = 0;
+  std::vector<int64_t> spec_draft_per_pos;
   std::vector<int64_t> spec_accepted_per_pos;
 };
 
