@@ -143,6 +143,52 @@ TEST(ContentSlicesTest, TrieKnowsSliceSubtreesAndLengths) {
   }
 }
 
+// The residual trie (TokenTrie::residual) is the full trie minus exactly the subtrees whose tokens are all slice
+// tokens of at most residual_slice_chars() characters, in pre-order, with subtree ends that match the full trie's.
+void expect_residual_trie_exact(const TokenTrie& trie) {
+  const auto& res = trie.residual();
+  const uint32_t T = trie.residual_slice_chars();
+  auto dropped = [&](uint32_t i) { return i > 0 && trie.slice_max_chars(i) != 0 && trie.slice_max_chars(i) <= T; };
+  std::vector<int32_t> index(trie.num_nodes(), -1);
+  ASSERT_FALSE(res.empty());
+  EXPECT_EQ(res[0].node, 0u);
+  for (size_t r = 0; r < res.size(); ++r) {
+    if (r > 0) ASSERT_LT(res[r - 1].node, res[r].node);
+    index[res[r].node] = static_cast<int32_t>(r);
+    EXPECT_EQ(res[r].depth, trie.depth(res[r].node));
+    EXPECT_EQ(res[r].byte, trie.byte(res[r].node));
+  }
+  size_t kept = 0;
+  for (uint32_t i = 0; i < trie.num_nodes();) {
+    if (dropped(i)) {  // the whole subtree is gone
+      for (uint32_t j = i; j < trie.subtree_end(i); ++j) ASSERT_EQ(index[j], -1) << j;
+      i = trie.subtree_end(i);
+      continue;
+    }
+    ASSERT_GE(index[i], 0) << "node " << i << " should be kept";
+    ++kept;
+    // The residual subtree ends at the first kept node past the full subtree.
+    uint32_t next = trie.subtree_end(i);
+    while (next < trie.num_nodes() && index[next] < 0) ++next;
+    const uint32_t expected_end = next < trie.num_nodes() ? static_cast<uint32_t>(index[next]) : res.size();
+    EXPECT_EQ(res[index[i]].subtree_end, expected_end) << "node " << i;
+    ++i;
+  }
+  EXPECT_EQ(kept, res.size());
+}
+
+TEST(ContentSlicesTest, ResidualTrieDropsExactlyTheShortSliceSubtrees) {
+  auto tok = toy_tokenizer();
+  EXPECT_EQ(tok->trie.residual_slice_chars(), 8u);  // min(32, the longest slice token)
+  expect_residual_trie_exact(tok->trie);
+  EXPECT_LT(tok->trie.residual().size(), tok->trie.num_nodes());
+  auto ds = testing::deepseek_v3_tokenizer();
+  if (!ds) GTEST_SKIP() << "DeepSeek-V3 tokenizer.json absent";
+  expect_residual_trie_exact(ds->trie);
+  EXPECT_EQ(ds->trie.residual_slice_chars(), 32u);
+  EXPECT_LT(ds->trie.residual().size() * 10, ds->trie.num_nodes());  // ~20k of 272k nodes
+}
+
 TEST(ContentSlicesTest, BoundsOfStringStates) {
   auto bounds_after = [](const std::string& schema, const std::string& prefix) {
     auto g = testing::compile(json_schema_to_grammar(std::string_view(schema)).grammar);
@@ -174,10 +220,23 @@ TEST(ContentSlicesTest, BoundsOfStringStates) {
   // Outside a string only '"' (not a slice character) or whitespace may come: nothing alive for sure.
   b = bounds_after(R"({"type":"string"})", "");
   EXPECT_EQ(b.all_alive, 0u);
+  // "Any key but the declared names" (one DFA state per name prefix): every run stays alive (a longer name is
+  // always allowed), inside a declared name's prefix too - the closure check proves it without levels.
+  const std::string keys = R"({"type":"object","properties":{"alpha":{},"alps":{},"beta":{}}})";
+  b = bounds_after(keys, "{\"al");
+  EXPECT_EQ(b.all_alive, 32u);
+  EXPECT_EQ(b.all_dead, SliceBounds::kUnlimited);
+  b = bounds_after(keys, "{\"alph");
+  EXPECT_EQ(b.all_alive, 32u);
   // A const string: one run lives, the others die; after the const's length everything is dead.
+  // Through a config (not a detached DFA state) the levels stop once S = 0 is known: D is only looked for when
+  // every run dies at once.
   b = bounds_after(R"({"const":"abc"})", "\"");
   EXPECT_EQ(b.all_alive, 0u);
-  EXPECT_EQ(b.all_dead, 4u);
+  EXPECT_EQ(b.all_dead, SliceBounds::kUnlimited);
+  b = bounds_after(R"({"const":"abc"})", "\"abc");
+  EXPECT_EQ(b.all_alive, 0u);
+  EXPECT_EQ(b.all_dead, 1u);
 }
 
 // Cached masks (slice-accelerated entries) against the uncached walk at every position of `text`.
@@ -225,6 +284,10 @@ TEST(ContentSlicesTest, DeepSeekVocabularyBoundedStringsMasksEqualUncached) {
       "required":["id"]})"),
                            tok, "{\"id\":\"a\xF0\x9F\x98\x80z\",\"extra\":1}");
   expect_masks_equal_along(js(R"({"type":"string","format":"email","maxLength":10})"), tok, "\"a.b@cd.io\"");
+  // Keys that are prefixes / extensions of declared names, through the residual walk of the key states.
+  expect_masks_equal_along(js(R"({"type":"object","properties":{"name":{"type":"integer"},"names":{},"nameless":{}},
+      "additionalProperties":{"type":"boolean"}})"),
+                           tok, "{\"name\":1,\"nam\":true,\"namex\":false,\"n\\u00e9\":true}");
 }
 
 }  // namespace

@@ -36,7 +36,7 @@ const ContentSliceAnalyzer::CharStep& ContentSliceAnalyzer::state_char_step(int3
   const int rule = g.state(state).rule;
   auto r = std::make_unique<CharStep>();
   std::vector<std::pair<int32_t, int>> frontier{{state, 0}}, seen{{state, 0}};
-  while (!frontier.empty() && !r->unknown) {
+  while (!frontier.empty() && !r->other_unknown) {
     const auto [s, u] = frontier.back();
     frontier.pop_back();
     for (const auto& [b, nu] : representatives(rule, u)) {
@@ -45,6 +45,11 @@ const ContentSliceAnalyzer::CharStep& ContentSliceAnalyzer::state_char_step(int3
         r->dies = true;
       } else if (!clean_state(g, n)) {
         r->unknown = true;  // the frame may return or call here: leave it to the config-level analysis
+        if (nu == 0 && !g.state(n).accepting && !g.state(n).has_bytes) {
+          r->callers.push_back(n);  // calls only (closed_from may see through it)
+          continue;
+        }
+        r->other_unknown = true;
         break;
       } else if (nu == 0) {
         r->next.push_back(static_cast<uint32_t>(n));
@@ -103,6 +108,52 @@ const ContentSliceAnalyzer::CharStep& ContentSliceAnalyzer::config_char_step(uin
   r.next.erase(std::unique(r.next.begin(), r.next.end()), r.next.end());
   ++config_steps_made_;
   return config_steps_.emplace(config, std::move(r)).first->second;
+}
+
+bool ContentSliceAnalyzer::closed_from(int32_t state, int depth) {
+  const CompiledGrammar& g = graph_->grammar();
+  if (state_closed_.empty()) state_closed_.resize(g.num_states(), 0);
+  if (state_closed_[state] != 0) return state_closed_[state] == 1;  // known, or inside an enclosing walk: no
+  const int8_t mark = static_cast<int8_t>(2 + depth);               // this walk's "visited, pending"
+  std::vector<int32_t> visited{state}, frontier{state};
+  state_closed_[state] = mark;
+  bool closed = true;
+  while (!frontier.empty() && closed) {
+    const int32_t s = frontier.back();
+    frontier.pop_back();
+    const CharStep& st = state_char_step(s);
+    if (st.dies || st.other_unknown) {
+      closed = false;
+      break;
+    }
+    // A state that only calls: the run goes on in the callees, which never return on slice characters when their
+    // start states are clean and closed - so the caller's continuation is never reached by a run.
+    for (int32_t c : st.callers) {
+      for (const auto* call = g.calls_begin(c); call != g.calls_end(c) && closed; ++call) {
+        const int32_t start = g.rule_start(call->rule);
+        closed = depth < 3 && clean_state(g, start) && closed_from(start, depth + 1);
+      }
+      if (!closed) break;
+    }
+    if (!closed) break;
+    for (uint32_t n : st.next) {
+      const int8_t known = state_closed_[n];
+      if (known == 1 || known == mark) continue;  // closed already, or in this walk
+      if (known != 0) {                           // known not closed, or pending in an enclosing walk
+        closed = false;
+        break;
+      }
+      state_closed_[n] = mark;
+      visited.push_back(static_cast<int32_t>(n));
+      frontier.push_back(static_cast<int32_t>(n));
+    }
+  }
+  // Success: every visited state's reachable set lies inside this closed one (callees included). Failure says
+  // nothing about the other visited states (they may not reach the failing one), nor, inside an enclosing walk,
+  // about this one.
+  for (int32_t v : visited) state_closed_[v] = closed ? 1 : 0;
+  if (!closed && depth == 0) state_closed_[state] = -1;
+  return closed;
 }
 
 template <typename StepFn>
@@ -165,6 +216,11 @@ SliceBounds ContentSliceAnalyzer::bounds(uint32_t config) {
     // A detached frame: while every state reached is clean, configs are single frames over DFA states, and the
     // analysis runs on the rule's DFA alone (no configs made). One "unknown" step sends it to the config level.
     const int32_t root = graph_->node_state(leaves[0]);
+    if (closed_from(root)) {
+      sb.all_alive = max_chars_;
+      bounds_.emplace(config, sb);
+      return sb;
+    }
     bool any_unknown = false, unused = false;
     auto by_state = [&](uint32_t s) {
       const CharStep* st = &state_char_step(static_cast<int32_t>(s));
@@ -175,6 +231,16 @@ SliceBounds ContentSliceAnalyzer::bounds(uint32_t config) {
     done = !any_unknown;
   }
   if (!done) {
+    // Config level, where each level costs closures: when the first character already refuses some run (S = 0,
+    // object and array punctuation), the levels would only look for D, which the walk's dead-subtree skipping
+    // mostly gets anyway; stop there unless every run dies at once (D = 1).
+    const CharStep& first = config_char_step(config);
+    if (first.dies || first.unknown) {
+      sb.all_alive = 0;
+      if (first.next.empty() && !first.unknown) sb.all_dead = 1;
+      bounds_.emplace(config, sb);
+      return sb;
+    }
     const size_t budget_end = config_steps_made_ + kMaxConfigSteps;
     bool gave_up = false;
     auto by_config = [&](uint32_t c) -> const CharStep* {

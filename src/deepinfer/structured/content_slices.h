@@ -15,6 +15,10 @@
 // config after it is that one frame) - JSON string and key rules, whose bounded forms have a state per position
 // and, for "any key but the declared names", one per name prefix: thousands of states, cheap at this level.
 // Otherwise items are configs of the StackGraph (each new one costs a closure), within a budget per call.
+// Before the levels, a detached frame gets one closure check: when no clean DFA state reachable from it by slice
+// characters refuses a character or leaves the clean states (string content, "any key but the declared names"
+// with its state per name prefix), S is the maximum at once, and every state of that set is known closed too -
+// the level-by-level sets of a large key automaton cost milliseconds, the check visits each state once.
 #pragma once
 
 #include <cstdint>
@@ -50,11 +54,20 @@ class ContentSliceAnalyzer {
     bool dies = false;           // some character (or a byte of one) kills every stack
     bool unknown = false;        // some byte prefix reaches the bottom of a detached frame (configs), or a state
                                  // that is not clean (DFA states)
+    // DFA states only: the unclean states reached at a character boundary that just call rules (no bytes of their
+    // own, not accepting) - "any key but the names" once it leaves the names calls the shared rest-of-string rule.
+    // `unknown` is set for them too; closed_from looks into their callees. other_unknown: unknown for another reason.
+    std::vector<int32_t> callers;
+    bool other_unknown = false;
   };
   // One byte per (byte class of `rule`, next UTF-8 state) among the bytes that continue a slice character.
   const std::vector<std::pair<uint8_t, int8_t>>& representatives(int rule, int utf8_state);
   const CharStep& state_char_step(int32_t state);
   const CharStep& config_char_step(uint32_t config);
+  // True when every slice run from `state` stays in clean live DFA states (S unlimited, D none).
+  // A state that only calls rules counts when every callee's start state is clean and closed (`depth` bounds
+  // that nesting).
+  bool closed_from(int32_t state, int depth = 0);
   template <typename StepFn>
   SliceBounds levels(uint32_t start, StepFn&& step, bool* gave_up);
 
@@ -62,6 +75,7 @@ class ContentSliceAnalyzer {
   uint32_t max_chars_;
   std::vector<std::vector<std::pair<uint8_t, int8_t>>> reps_;  // per (rule, UTF-8 state)
   std::vector<std::unique_ptr<CharStep>> state_steps_;         // per DFA state
+  std::vector<int8_t> state_closed_;  // per DFA state: closed_from is 1 true / -1 false / 0 not known (2 in a walk)
   std::unordered_map<uint32_t, CharStep> config_steps_;
   size_t config_steps_made_ = 0;
   std::unordered_map<uint32_t, SliceBounds> bounds_;

@@ -58,6 +58,49 @@ void walk_trie(const TokenTrie& trie, StackGraph& graph, uint32_t config, uint32
   }
 }
 
+// walk_trie from the root over TokenTrie::residual(), for a detached config whose slice bound S is at least
+// residual_slice_chars() (the mask already holds those slice tokens). The dropped subtrees are exactly the ones
+// walk_trie would skip for such S; no node where the frame returns is among them (every byte prefix of a slice run
+// of <= S characters stays below the bottom), so `returns` and the self-loop shortcut see the full trie's subtrees.
+static void walk_residual(const TokenTrie& trie, StackGraph& graph, uint32_t config, std::span<uint64_t> mask,
+                          std::vector<uint32_t>* returns, std::vector<uint32_t>& scratch) {
+  const std::vector<TokenTrie::ResidualNode>& res = trie.residual();
+  if (scratch.size() < trie.max_depth() + 1) scratch.resize(trie.max_depth() + 1);
+  scratch[0] = config;
+  const uint32_t end = static_cast<uint32_t>(res.size());
+  uint32_t r = 1;
+  while (r < end) {
+    const TokenTrie::ResidualNode& rn = res[r];
+    uint32_t c = graph.step(scratch[rn.depth - 1], rn.byte);
+    if (c == StackGraph::kDead) {
+      r = rn.subtree_end;
+      continue;
+    }
+    const uint32_t i = rn.node;
+    for (const int32_t* t = trie.tokens_begin(i); t != trie.tokens_end(i); ++t) set_token_bit(mask, *t);
+    if (returns != nullptr && graph.hit_bottom(c)) {
+      if (trie.subtree_end(i) > i + 1) returns->push_back(i);
+      c = graph.without_bottom(c);
+      if (c == StackGraph::kDead) {
+        r = rn.subtree_end;
+        continue;
+      }
+    }
+    if (rn.subtree_end > r + 1 && !graph.hit_bottom(c)) {
+      const uint64_t* below = trie.below_bytes(i);
+      const uint64_t* loops = graph.self_loops(c);
+      if ((below[0] & ~loops[0]) == 0 && (below[1] & ~loops[1]) == 0) {
+        for (const int32_t* t = trie.tokens_begin(i + 1); t != trie.tokens_begin(trie.subtree_end(i)); ++t)
+          set_token_bit(mask, *t);
+        r = rn.subtree_end;
+        continue;
+      }
+    }
+    scratch[rn.depth] = c;
+    ++r;
+  }
+}
+
 std::shared_ptr<const MaskEntry> SharedMaskStore::find(const std::string& signature) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = entries_.find(signature);
@@ -108,7 +151,11 @@ std::shared_ptr<const TokenMaskCache::Entry> TokenMaskCache::compute(int32_t sta
     scratch_mask_.assign(words, 0);
   }
   auto e = std::make_shared<Entry>();
-  walk_trie(trie(), graph_, root, 1, trie().num_nodes(), 0, scratch_mask_, &e->returns, scratch_, &sb);
+  const uint32_t residual_chars = trie().residual_slice_chars();
+  if (residual_chars > 0 && sb.all_alive >= residual_chars)
+    walk_residual(trie(), graph_, root, scratch_mask_, &e->returns, scratch_);
+  else
+    walk_trie(trie(), graph_, root, 1, trie().num_nodes(), 0, scratch_mask_, &e->returns, scratch_, &sb);
   ++walks_;
   size_t count = 0;
   for (uint64_t w : scratch_mask_) count += std::popcount(w);

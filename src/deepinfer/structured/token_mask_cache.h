@@ -83,7 +83,7 @@ class TokenMaskCache {
  public:
   using Entry = MaskEntry;
   // Signatures larger than this many states are not computed (the state gets a private entry).
-  static constexpr size_t kMaxSignatureStates = 512;
+  static constexpr size_t kMaxSignatureStates = 128;
   // Content-slice lengths examined per state (longer slice tokens are walked): bounds the analysis of long
   // counted repetitions; 124,838 of DeepSeek-V3's 124,894 slice tokens have at most 32 characters.
   static constexpr uint32_t kMaxSliceChars = 32;

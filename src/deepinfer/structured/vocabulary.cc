@@ -155,6 +155,25 @@ TokenTrie::TokenTrie(const Vocabulary& vocab) {
   for (uint32_t L = 1; L <= max_slice_chars_; ++L)
     for (size_t w = 0; w < mask_words_; ++w)
       slice_masks_[L * mask_words_ + w] |= slice_masks_[(L - 1) * mask_words_ + w];
+  // Residual trie: drop every subtree of slice tokens of at most T characters (the same test as walk_trie's skip
+  // for S = T, D unlimited); subtree ends are filled when the pre-order path unwinds.
+  const uint32_t T = residual_slice_chars();
+  DI_CHECK_INTERNAL(max_depth_ < 65536) << "token of " << max_depth_ << " bytes";
+  std::vector<uint32_t> rpath;  // residual indices of the current root-to-node path
+  for (uint32_t i = 0; i < n;) {
+    if (i > 0 && slice_max_[i] != 0 && slice_max_[i] <= T) {
+      i = subtree_end_[i];
+      continue;
+    }
+    while (!rpath.empty() && depth_[residual_[rpath.back()].node] >= depth_[i]) {
+      residual_[rpath.back()].subtree_end = static_cast<uint32_t>(residual_.size());
+      rpath.pop_back();
+    }
+    rpath.push_back(static_cast<uint32_t>(residual_.size()));
+    residual_.push_back(ResidualNode{i, 0, static_cast<uint16_t>(depth_[i]), byte_[i]});
+    ++i;
+  }
+  for (uint32_t r : rpath) residual_[r].subtree_end = static_cast<uint32_t>(residual_.size());
 }
 
 namespace {
