@@ -110,6 +110,30 @@ TEST(JsonOneOfTest, InexpressibleNegationIsStricterWithAWarning) {
   EXPECT_FALSE(matches(g, R"({"a":"1","b":"yy"})"));  // valid (b fails its pattern) but left out: stricter
 }
 
+// When the stricter branches leave nothing (Github_trivial---o10020: two objects closed by additionalProperties:
+// false, each with its own optional key - the negation of "no other key" cannot be written), the schema is
+// satisfiable ({"key":"a"} is valid) and the compiler's limitation is reported as Unsupported, not as an
+// unsatisfiable schema.
+TEST(JsonOneOfTest, StricterBranchesThatLeaveNothingAreUnsupported) {
+  const std::string s = R"({"type":"object","oneOf":[
+      {"additionalProperties":false,"properties":{"key":{"type":"string","pattern":"^[a-z]+$"}}},
+      {"additionalProperties":false,"properties":{"keys":{"type":"array","items":{"type":"string"}}}}]})";
+  try {
+    convert(s);
+    FAIL() << "expected Unsupported";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
+    EXPECT_NE(std::string(e.what()).find("leave no instance"), std::string::npos) << e.what();
+  }
+  // A schema that really has no instance is still reported as such (InvalidArgument from the compiler).
+  try {
+    compile(convert(R"({"type":"integer","minimum":5,"maximum":3})").grammar);
+    FAIL() << "expected an empty language";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+  }
+}
+
 // Overlapping branches that cannot be made exclusive are Unsupported by default; the anyOf approximation is an
 // explicit opt-in.
 TEST(JsonOneOfTest, OverlapThatCannotBeExcludedIsUnsupported) {

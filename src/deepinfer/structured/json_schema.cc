@@ -90,6 +90,18 @@ class SchemaCompiler {
     int root_rule = g_.declare_rule("root");
     g_.set_root(root_rule);
     g_.define_rule(root_rule, seq_expr({ws(), value(root_, "#"), ws()}));
+    if (stricter_oneof_) {
+      // A oneOf branch made stricter than the schema (its negation of another branch could not be expressed) can
+      // leave no instance at all; that is this compiler's limitation, not an unsatisfiable schema.
+      try {
+        CompiledGrammar::compile(g_);
+      } catch (const Error& e) {
+        if (e.code() == ErrorCode::kInvalidArgument &&
+            std::string_view(e.what()).find("matches no string") != std::string_view::npos)
+          DI_FAIL(ErrorCode::kUnsupported) << "JSON Schema: oneOf branches made exclusive more strictly than the "
+                                              "schema (negations it cannot express) leave no instance";
+      }
+    }
     return JsonSchemaGrammar{std::move(g_), std::move(warnings_)};
   }
 
@@ -373,6 +385,7 @@ class SchemaCompiler {
           bool approximate = false;
           const std::vector<json> negated = negate_schema(branches[j], c, inliner, &approximate);
           if (approximate && negated.empty()) return std::nullopt;
+          if (approximate) stricter_oneof_ = true;
           if (approximate)
             warn("oneOf at " + path + ": branch " + std::to_string(i) + " rejects instances that fail branch " +
                  std::to_string(j) + " only through keywords its negation cannot express (stricter, never looser)");
@@ -1000,6 +1013,7 @@ class SchemaCompiler {
   JsonSchemaOptions opt_;
   Grammar g_;
   std::vector<std::string> warnings_;
+  bool stricter_oneof_ = false;  // some oneOf branch rejects more than the schema does (see the warnings)
   std::set<std::string> warned_;
   std::map<std::string, int> ref_rules_;
   std::map<std::string, int> rule_cache_;
