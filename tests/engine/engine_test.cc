@@ -251,6 +251,39 @@ RunResult run(const RunSetup& s, const std::vector<Request>& requests, bool add_
   return res;
 }
 
+// Log-probabilities of a step's rows are computed on a thread pool from 4 rows up: a wide batch (pool) must give
+// the values of one sequence at a time (inline), bit for bit, for the chosen token only (logprobs = 0) and with
+// top entries.
+TEST(EngineLogprobs, ManyRowsOnThePoolEqualOneRowAtATime) {
+  std::vector<Request> reqs;
+  for (int i = 0; i < 12; ++i) {
+    Request r;
+    r.request_id = "l" + std::to_string(i);
+    r.prompt_token_ids = prompt_of(3 + i % 5, 5 * i + 1);
+    r.params.max_tokens = 6;
+    r.params.logprobs = i % 3 == 0 ? 2 : 0;
+    if (i % 2)
+      r.params.seed = 77 + i;
+    else
+      r.params.temperature = 0;
+    reqs.push_back(std::move(r));
+  }
+  RunSetup wide;
+  wide.max_num_seqs = 12;
+  wide.budget = 64;
+  wide.num_blocks = 128;
+  RunSetup narrow = wide;
+  narrow.max_num_seqs = 1;
+  const RunResult a = run(wide, reqs), b = run(narrow, reqs);
+  ASSERT_EQ(a.outputs.size(), 12u);
+  EXPECT_EQ(a.outputs, b.outputs);
+  EXPECT_EQ(a.logprobs, b.logprobs);
+  for (const auto& [k, lps] : a.logprobs) {
+    EXPECT_EQ(lps.size(), a.outputs.at(k).size()) << k;
+    for (float lp : lps) EXPECT_LE(lp, 0.0f) << k;
+  }
+}
+
 TEST(EngineEndToEnd, StreamedTokensEqualFinalOutputsAndLengthsFollowMaxTokens) {
   const auto reqs = workload();
   const RunResult r = run({}, reqs);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <random>
 
 namespace deepinfer {
@@ -29,7 +30,8 @@ TEST(SamplerGreedy, ArgmaxAfterPenaltiesLowestIdOnTies) {
   EXPECT_EQ(s.sample(l, p, SamplingContext{{}, out, {}, {}}, {}, 1).token, 2);
   // Greedy ignores the RNG and the filters: same token for every key and position.
   p.top_k = 3;
-  for (uint64_t seed = 0; seed < 5; ++seed) EXPECT_EQ(s.sample(l, p, SamplingContext{{}, out, {}, {}}, {seed, 1}, 7).token, 2);
+  for (uint64_t seed = 0; seed < 5; ++seed)
+    EXPECT_EQ(s.sample(l, p, SamplingContext{{}, out, {}, {}}, {seed, 1}, 7).token, 2);
 }
 
 // Sampled frequencies match the processed softmax: each token within 5 standard errors, and filtered tokens
@@ -78,15 +80,37 @@ TEST(SamplerDistribution, HotTemperatureWithPenalties) {
     EXPECT_NEAR(static_cast<double>(counts[t]) / kN, expected[t], 5 * std::sqrt(expected[t] * (1 - expected[t]) / kN));
 }
 
+// logprobs = 0 takes a shortcut (no vocabulary-sized output): the same value as log_softmax, bit for bit, also with
+// -inf entries; top entries sorted, the chosen token's value equal to its log_softmax entry.
+TEST(SamplerLogprobs, ChosenTokenShortcutEqualsLogSoftmax) {
+  Sampler s;
+  for (uint64_t seed = 0; seed < 20; ++seed) {
+    std::vector<float> logits = random_logits(5000, static_cast<uint32_t>(seed));
+    for (size_t i = seed; i < logits.size(); i += 97) logits[i] = -std::numeric_limits<float>::infinity();
+    const std::vector<float> lp = log_softmax(logits);
+    for (int k : {0, 3}) {
+      SamplingParams p;
+      p.seed = seed;
+      p.logprobs = k;
+      const SampleResult r = s.sample(logits, p, SamplingContext{}, RngKey{seed, 1}, 4);
+      EXPECT_EQ(r.logprob, lp[r.token]) << seed << " k=" << k;
+      ASSERT_EQ(r.top_logprobs.size(), static_cast<size_t>(k));
+      for (int j = 0; j < k; ++j) EXPECT_EQ(r.top_logprobs[j].logprob, lp[r.top_logprobs[j].token]);
+    }
+  }
+}
+
 TEST(SamplerDeterminism, SameKeyAndPositionSameToken) {
   Sampler s;
   SamplingParams p;
   p.temperature = 1.0f;
   const auto logits = random_logits(1000, 4);
-  for (int pos = 0; pos < 50; ++pos) EXPECT_EQ(s.sample(logits, p, {}, {9, 1}, pos).token, s.sample(logits, p, {}, {9, 1}, pos).token);
+  for (int pos = 0; pos < 50; ++pos)
+    EXPECT_EQ(s.sample(logits, p, {}, {9, 1}, pos).token, s.sample(logits, p, {}, {9, 1}, pos).token);
   // Different streams give different draws somewhere.
   int differ = 0;
-  for (int pos = 0; pos < 50; ++pos) differ += s.sample(logits, p, {}, {9, 1}, pos).token != s.sample(logits, p, {}, {9, 2}, pos).token;
+  for (int pos = 0; pos < 50; ++pos)
+    differ += s.sample(logits, p, {}, {9, 1}, pos).token != s.sample(logits, p, {}, {9, 2}, pos).token;
   EXPECT_GT(differ, 10);
 }
 

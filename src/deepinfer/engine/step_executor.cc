@@ -172,7 +172,7 @@ StepExecutor::Outcome StepExecutor::run(StepJob& job) {
             ctx.allowed_tokens = st.structured->allowed;
         }
         if (outcome == RowOutcome::kSampled) {
-          SampleResult r = sampler_.sample(logits, *st.params, ctx, st.key, smp.position);
+          SampleResult r = sampler_.sample_token(logits, *st.params, ctx, st.key, smp.position);
           if (st.structured) accept_structured_token(*st.structured, r.token);
           sampled[row] = r.token;
           res.samples[row] = std::move(r);
@@ -185,6 +185,7 @@ StepExecutor::Outcome StepExecutor::run(StepJob& job) {
       }
       st.tokens.push_back(sampled[row]);
     }
+    add_logprobs(job, verify, res);
     if (runner_.speculative()) {
       // Per entry: the positions kept (a verification chunk keeps one per emitted token) and the next token.
       std::vector<ModelRunner::Kept> kept(job.batch.entries.size());
@@ -212,6 +213,30 @@ StepExecutor::Outcome StepExecutor::run(StepJob& job) {
     }
   }
   return out;
+}
+
+void StepExecutor::add_logprobs(const StepJob& job, const std::vector<int>& verify, StepResult& res) {
+  const int64_t vocab = runner_.vocab_size();
+  std::vector<int64_t> rows;  // sampled rows that asked for log-probabilities
+  std::vector<int64_t> first_row(job.samples.size());
+  for (int64_t row = 0, r0 = 0; row < static_cast<int64_t>(job.samples.size()); r0 += 1 + verify[row], ++row) {
+    first_row[row] = r0;
+    if (verify[row] > 0 || res.outcomes[row] != RowOutcome::kSampled) continue;
+    if (seqs_.at(job.samples[row].seq_id).params->logprobs) rows.push_back(row);
+  }
+  auto fill = [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t row = rows[i];
+      const std::span<const float> logits(logits_.data() + first_row[row] * vocab, static_cast<size_t>(vocab));
+      Sampler::add_logprobs(res.samples[row], logits, *seqs_.at(job.samples[row].seq_id).params);
+    }
+  };
+  constexpr int64_t kMinParallelRows = 4;
+  if (static_cast<int64_t>(rows.size()) < kMinParallelRows) return fill(0, static_cast<int64_t>(rows.size()));
+  if (!logprob_pool_)
+    logprob_pool_ =
+        std::make_unique<ThreadPool>(static_cast<int>(std::clamp<unsigned>(std::thread::hardware_concurrency(), 1, 8)));
+  logprob_pool_->parallel_for(static_cast<int64_t>(rows.size()), fill);
 }
 
 std::vector<spec::Draft> StepExecutor::draft(StepJob& job, std::vector<int>& verify) {

@@ -45,6 +45,7 @@ std::vector<TokenLogprob> top_logprobs(std::span<const float> logprobs, int k) {
   std::vector<int32_t> ids(logprobs.size());
   std::iota(ids.begin(), ids.end(), 0);
   k = std::min<int>(k, static_cast<int>(ids.size()));
+  if (k <= 0) return {};
   auto better = [&](int32_t a, int32_t b) { return logprobs[a] != logprobs[b] ? logprobs[a] > logprobs[b] : a < b; };
   std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), better);
   std::vector<TokenLogprob> out;
@@ -64,17 +65,45 @@ std::vector<float> Sampler::process(std::span<const float> logits, const Samplin
 
 SampleResult Sampler::sample(std::span<const float> logits, const SamplingParams& p, const SamplingContext& ctx,
                              const RngKey& key, int64_t position) const {
+  SampleResult r = sample_token(logits, p, ctx, key, position);
+  add_logprobs(r, logits, p);
+  return r;
+}
+
+SampleResult Sampler::sample_token(std::span<const float> logits, const SamplingParams& p, const SamplingContext& ctx,
+                                   const RngKey& key, int64_t position) const {
   DI_CHECK(!logits.empty()) << "cannot sample from an empty logits row";
   const std::vector<float> row = process(logits, p, ctx);
   SampleResult r;
   r.token = p.greedy() ? argmax(row) : sample_from_logits(row, rng_uniform(key, position));
   DI_CHECK_INTERNAL(r.token >= 0) << "no token left to sample (all logits -inf or NaN)";
-  if (p.logprobs) {
-    const std::vector<float> lp = log_softmax(logits);
-    r.logprob = lp[r.token];
-    r.top_logprobs = top_logprobs(lp, *p.logprobs);
-  }
   return r;
+}
+
+namespace {
+// log_softmax(logits)[token] without the vocabulary-sized output: the same max, sum order and rounding.
+float token_logprob(std::span<const float> logits, TokenId token) {
+  const float kNegInf = -std::numeric_limits<float>::infinity();
+  float mx = kNegInf;
+  for (float v : logits) mx = std::max(mx, v);
+  if (mx == kNegInf || logits[token] == kNegInf) return kNegInf;
+  double sum = 0;
+  for (float v : logits)
+    if (v != kNegInf) sum += std::exp(static_cast<double>(v) - mx);
+  const double lse = mx + std::log(sum);
+  return static_cast<float>(logits[token] - lse);
+}
+}  // namespace
+
+void Sampler::add_logprobs(SampleResult& r, std::span<const float> logits, const SamplingParams& p) {
+  if (!p.logprobs) return;
+  if (*p.logprobs == 0) {  // the chosen token's only (offline's decode perplexity)
+    r.logprob = token_logprob(logits, r.token);
+    return;
+  }
+  const std::vector<float> lp = log_softmax(logits);
+  r.logprob = lp[r.token];
+  r.top_logprobs = top_logprobs(lp, *p.logprobs);
 }
 
 }  // namespace deepinfer

@@ -20,7 +20,7 @@ struct TokenLogprob {
 
 struct SampleResult {
   TokenId token = 0;
-  float logprob = 0.0f;  // raw-model logprob of `token`; only filled when params.logprobs is set
+  float logprob = 0.0f;                    // raw-model logprob of `token`; only filled when params.logprobs is set
   std::vector<TokenLogprob> top_logprobs;  // params.logprobs entries, most likely first (lower id on ties)
 };
 
@@ -31,11 +31,15 @@ class Sampler {
   // `position` is the position of the token being sampled (the sequence length before it), which keys the RNG.
   SampleResult sample(std::span<const float> logits, const SamplingParams& p, const SamplingContext& ctx,
                       const RngKey& key, int64_t position) const;
+  // `sample` in two parts: the token alone, then the log-probabilities of params.logprobs (a pass over the whole
+  // vocabulary per row, which the engine runs for many rows at once on several threads).
+  SampleResult sample_token(std::span<const float> logits, const SamplingParams& p, const SamplingContext& ctx,
+                            const RngKey& key, int64_t position) const;
+  static void add_logprobs(SampleResult& r, std::span<const float> logits, const SamplingParams& p);
 
   // The logits after the processor chain that `sample` would use (greedy: mask and penalties only). For tests
   // and for the speculative verifier, which needs the processed distribution itself.
-  std::vector<float> process(std::span<const float> logits, const SamplingParams& p,
-                             const SamplingContext& ctx) const;
+  std::vector<float> process(std::span<const float> logits, const SamplingParams& p, const SamplingContext& ctx) const;
 
  private:
   LogitsProcessorChain standard_;
