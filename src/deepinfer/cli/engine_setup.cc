@@ -56,6 +56,17 @@ std::function<std::unique_ptr<Model>(Backend&)> model_loader(const std::string& 
 
 }  // namespace
 
+void add_device_execution_flags(CLI::App* sub, std::string& weight_format, bool& enforce_eager) {
+  sub->add_option(
+         "--weight-format", weight_format,
+         "how a V3-family FP8 checkpoint's weights are held: auto (FP8 kept on CUDA in one process, f32 on the CPU and "
+         "under ep/dp/cp), f32 (dequantized: exact against the f32 reference) or fp8 (kept quantized)")
+      ->check(CLI::IsMember({"auto", "f32", "fp8"}))
+      ->capture_default_str();
+  sub->add_flag("--enforce-eager", enforce_eager,
+                "CUDA: launch every decode step op by op (default: batched decode steps recorded as CUDA graphs)");
+}
+
 EngineSetup::EngineSetup(const EngineSetupArgs& a, StreamCallback on_delta) {
   DI_CHECK(a.kv_budget_mb >= 1) << "kv_budget_mb must be >= 1, got " << a.kv_budget_mb;
   const char* env = std::getenv("DEEPINFER_HF_MODEL_DIR");

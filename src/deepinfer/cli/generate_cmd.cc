@@ -151,14 +151,7 @@ void register_generate(CLI::App& app, CommandRegistry& reg) {
       ->capture_default_str();
   sub->add_flag("!--no-async-scheduling", s.async_scheduling,
                 "plan each step only after the previous one finished (default: plan step N+1 while step N runs)");
-  sub->add_option(
-         "--weight-format", s.weight_format,
-         "how a V3-family FP8 checkpoint's weights are held: auto (FP8 kept on CUDA in one process, f32 on the CPU and "
-         "under ep/dp/cp), f32 (dequantized: exact against the f32 reference) or fp8 (kept quantized)")
-      ->check(CLI::IsMember({"auto", "f32", "fp8"}))
-      ->capture_default_str();
-  sub->add_flag("--enforce-eager", s.enforce_eager,
-                "CUDA: launch every decode step op by op (default: batched decode steps recorded as CUDA graphs)");
+  add_device_execution_flags(sub, s.weight_format, s.enforce_eager);
   sub->add_flag("--ignore-eos", a->ignore_eos, "keep generating past EOS until --max-tokens");
   sub->add_flag("--stop-at-eos", a->stop_at_eos, "stop at an EOS token (the default; kept for old scripts)");
   sub->add_flag("--json", a->json, "one JSON object per request, in input order");

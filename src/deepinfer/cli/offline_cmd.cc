@@ -247,14 +247,7 @@ void register_offline(CLI::App& app, CommandRegistry& reg) {
       ->capture_default_str();
   sub->add_flag("!--no-async-scheduling", s.async_scheduling,
                 "plan each step only after the previous one finished (default: plan step N+1 while step N runs)");
-  sub->add_option(
-         "--weight-format", s.weight_format,
-         "how a V3-family FP8 checkpoint's weights are held: auto (FP8 kept on CUDA in one process, f32 on the CPU and "
-         "under ep/dp/cp), f32 (dequantized: exact against the f32 reference) or fp8 (kept quantized)")
-      ->check(CLI::IsMember({"auto", "f32", "fp8"}))
-      ->capture_default_str();
-  sub->add_flag("--enforce-eager", s.enforce_eager,
-                "CUDA: launch every decode step op by op (default: batched decode steps recorded as CUDA graphs)");
+  add_device_execution_flags(sub, s.weight_format, s.enforce_eager);
   sub->add_flag("!--no-batch-decode", s.batch_decode,
                 "run each decode as its own forward (default: one batched decode forward per step where the model "
                 "has one)");

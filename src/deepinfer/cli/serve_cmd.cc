@@ -96,14 +96,7 @@ void register_serve(CLI::App& app, CommandRegistry& reg) {
       ->check(CLI::IsMember({"fcfs", "priority"}))
       ->capture_default_str();
   sub->add_option("--seed", a->model.seed, "engine seed for requests without their own");
-  sub->add_option(
-         "--weight-format", a->model.weight_format,
-         "how a V3-family FP8 checkpoint's weights are held: auto (FP8 kept on CUDA in one process, f32 on the CPU and "
-         "under ep/dp/cp), f32 (dequantized: exact against the f32 reference) or fp8 (kept quantized)")
-      ->check(CLI::IsMember({"auto", "f32", "fp8"}))
-      ->capture_default_str();
-  sub->add_flag("--enforce-eager", a->model.enforce_eager,
-                "CUDA: launch every decode step op by op (default: batched decode steps recorded as CUDA graphs)");
+  add_device_execution_flags(sub, a->model.weight_format, a->model.enforce_eager);
   sub->add_option("--chat-format", a->model.chat_format, "v3 | v31 | v4 | v41 (default: from config.json)");
   sub->add_option("--speculative", a->model.speculative,
                   "speculative decoding: off | mtp (V3 family with an MTP layer) | dspark (V4.1 / V4-Flash-0731 with "
