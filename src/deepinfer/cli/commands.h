@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 
 #include <functional>
+#include <string>
 #include <vector>
 
 namespace deepinfer::cli {
@@ -27,6 +28,10 @@ class CommandRegistry {
 
 // The embedded default model directory (generated at build time until a trained model is committed).
 std::string embedded_model_dir();
+
+// --weight-format and --enforce-eager, spelled and checked the same in offline, generate and serve (defined in
+// engine_setup.cc, next to the options they set).
+void add_device_execution_flags(CLI::App* sub, std::string& weight_format, bool& enforce_eager);
 
 void register_inspect(CLI::App& app, CommandRegistry& reg);
 void register_make_checkpoint(CLI::App& app, CommandRegistry& reg);

@@ -16,16 +16,9 @@
 #include "deepinfer/parallel/communicator.h"
 #include "deepinfer/tokenizer/tokenizer.h"
 
-namespace CLI {
-class App;
-}
-
 namespace deepinfer::cli {
 
 class ProcessWorld;
-
-// --weight-format and --enforce-eager, spelled and checked the same in offline, generate and serve.
-void add_device_execution_flags(CLI::App* sub, std::string& weight_format, bool& enforce_eager);
 
 struct EngineSetupArgs {
   std::string model;                  // empty: DEEPINFER_HF_MODEL_DIR, then the embedded default model
