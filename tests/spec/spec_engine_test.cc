@@ -156,15 +156,21 @@ TEST(SpecEngineMtp, GreedyEqualsNonSpeculativeInABatch) {
   }
 }
 
-TEST(SpecEngineMtp, PreemptionAndPrefixCache) {
-  const DeepseekV3Model& m = *tiny().model;
+// Four greedy requests of 30 tokens whose prompts share a 40-token prefix (prefix-cache hits under preemption).
+std::vector<Request> shared_prefix_requests(uint64_t seed, int64_t vocab) {
+  const std::vector<TokenId> shared = random_prompt(40, seed, vocab);
   std::vector<Request> reqs;
-  const std::vector<TokenId> shared = random_prompt(40, 77, m.config().vocab_size);
   for (int i = 0; i < 4; ++i) {
     std::vector<TokenId> p = shared;
     p.push_back(static_cast<TokenId>(100 + i));
     reqs.push_back(greedy_request("p" + std::to_string(i), p, 30));
   }
+  return reqs;
+}
+
+TEST(SpecEngineMtp, PreemptionAndPrefixCache) {
+  const DeepseekV3Model& m = *tiny().model;
+  const std::vector<Request> reqs = shared_prefix_requests(77, m.config().vocab_size);
   Opts o;
   // Each sequence ends at 71 tokens = 5 blocks (2 of them the shared prefix), so 4 running sequences need
   // 2 + 4 * 3 = 14 blocks; 8 hold one sequence's whole length (max_model_len 96 = 6 blocks) but not four.
@@ -509,13 +515,7 @@ TEST(SpecEngineDspark, GreedyEqualsNonSpeculativeInABatch) {
 
 TEST(SpecEngineDspark, PreemptionAndPrefixCache) {
   const DeepseekV4Model& m = *testing::dspark_fixture("deepseek_v41").model;
-  const std::vector<TokenId> shared = random_prompt(40, 71, m.config().vocab_size);
-  std::vector<Request> reqs;
-  for (int i = 0; i < 4; ++i) {
-    std::vector<TokenId> p = shared;
-    p.push_back(static_cast<TokenId>(100 + i));
-    reqs.push_back(greedy_request("p" + std::to_string(i), p, 30));
-  }
+  const std::vector<Request> reqs = shared_prefix_requests(71, m.config().vocab_size);
   Opts o;
   o.num_blocks = 8;
   o.max_model_len = 96;
