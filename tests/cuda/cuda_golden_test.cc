@@ -25,6 +25,7 @@
 #include "deepinfer/io/safetensors.h"
 #include "deepinfer/model/deepseek_v4.h"
 #include "deepinfer/ops/cuda/cuda_backend.h"
+#include "model/v4_paged_decode.h"
 #include "test_util.h"
 
 namespace deepinfer {
@@ -170,6 +171,50 @@ TEST_P(CudaGolden, DecodeLogitsAndGreedy) {
     EXPECT_LE(rel, kRelTol) << p;
     EXPECT_EQ(greedy, gen) << p;
   }
+}
+
+// Decode recorded in pieces (model/decode_graphs.h): every replayed step equals the same padded step launched
+// eagerly bit for bit, and follows the CPU's per-sequence decode (rows within the golden tolerances; the V4.1
+// selections may flip a near-tie top-k on a few random-prompt rows, which only the worst rows show). Twelve
+// sequences of different lengths (two at prefix hits) decode 8-10 steps, so the batch shrinks across buckets
+// (12 -> 16, 8, 4, ...) and the pieces are recorded once per bucket.
+TEST_P(CudaGolden, DecodeGraphsReplayEqualsEagerPaddedSteps) {
+  const DeepseekV4Model& gpu = *f().gpu_model;
+  const auto specs =
+      testing::make_specs(gpu, {1, 3, 6, 15, 16, 17, 30, 33, 47, 62, 70, 101}, 8, {{{9, 8, 32}}, {{11, 10, 64}}});
+  const bool bounded = GetParam() == "deepseek_v41";
+  DecodeGraphs graphs(*f().gpu), padded(*f().gpu, 256, /*record=*/false);
+  const auto replayed = testing::paged_decode(gpu, specs, bounded, /*batched=*/true, testing::kV4Block, &graphs);
+  const auto eager = testing::paged_decode(gpu, specs, bounded, /*batched=*/true, testing::kV4Block, &padded);
+  const auto cpu = testing::paged_decode(*f().cpu_model, specs, bounded, /*batched=*/false);
+  const int64_t v = vocab();
+  std::vector<double> errors;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const auto n = static_cast<int64_t>(specs[i].gen.size());
+    ASSERT_EQ(replayed[i].size(), static_cast<size_t>(n * v)) << "sequence " << i;
+    ASSERT_EQ(eager[i].size(), replayed[i].size()) << "sequence " << i;
+    EXPECT_EQ(std::memcmp(replayed[i].data(), eager[i].data(), replayed[i].size() * sizeof(float)), 0)
+        << "sequence " << i << ": a replayed step differs from the same step launched eagerly";
+    const auto e = sorted_row_errors(replayed[i].data(), cpu[i].data(), n, v);
+    errors.insert(errors.end(), e.begin(), e.end());
+  }
+  std::sort(errors.begin(), errors.end());
+  const double median = errors[errors.size() / 2], p90 = errors[errors.size() * 9 / 10];
+  std::printf("[cuda-golden %s] graph decode vs CPU per-sequence, row rel error: median %.3g p90 %.3g worst %.3g\n",
+              GetParam().c_str(), median, p90, errors.back());
+  EXPECT_LE(median, kMedianRowTol);
+  EXPECT_LE(p90, kRelTol);
+  const DecodeGraphStats& st = graphs.stats();
+  std::printf("[cuda-golden %s] decode graphs: %lld recorded, %lld replayed, %lld eager, %lld drops\n",
+              GetParam().c_str(), static_cast<long long>(st.recorded), static_cast<long long>(st.replays),
+              static_cast<long long>(st.eager), static_cast<long long>(st.dropped));
+  EXPECT_GE(st.recorded, gpu.config().num_layers + 1);  // one bucket's pieces at least
+  EXPECT_GE(st.replays, 1);
+  EXPECT_EQ(st.eager, 0);
+  size_t steps = 0;
+  for (const auto& sp : specs) steps = std::max(steps, sp.gen.size());
+  EXPECT_EQ(padded.stats().padded_eager, static_cast<int64_t>(steps));  // every step took the padded path
+  EXPECT_LE(st.replays, static_cast<int64_t>(steps));
 }
 
 // Uneven chunks (inside compress groups, across the window) equal one shot on the device too.

@@ -23,26 +23,21 @@
 #include "deepinfer/model/deepseek_v4.h"
 #include "deepinfer/model/random_checkpoint.h"
 #include "test_util.h"
+#include "v4_paged_decode.h"
 
 namespace deepinfer {
 namespace {
 
-// Block size of the pages: a multiple of every compress ratio (paged entries need it); 128 for ratio 128.
-constexpr int kBlock = 16;
+using testing::make_specs;
+using testing::paged_decode;
+using testing::Spec;
+constexpr int kBlock = testing::kV4Block;
 
 std::string golden_dir(const std::string& family) { return testing::test_data_dir() + "/golden/" + family; }
 
 std::vector<int64_t> ids_of(const SafetensorsFile& f, const std::string& name) {
   Tensor t = f.tensor(name);
   return std::vector<int64_t>(t.data_as<int64_t>(), t.data_as<int64_t>() + t.numel());
-}
-
-std::vector<int64_t> random_ids(int64_t n, int64_t vocab, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int64_t> pick(3, vocab - 1);
-  std::vector<int64_t> ids(n);
-  for (auto& id : ids) id = pick(rng);
-  return ids;
 }
 
 struct Loaded {
@@ -94,113 +89,31 @@ Loaded& generated_v41(int r) {
   return *m;
 }
 
-// One paged sequence: its prompt, the ids it decodes, and optionally a prefix hit of `hit` positions (a block
-// multiple) in the blocks of an earlier sequence `share` whose prompt starts the same.
-struct Spec {
-  std::vector<int64_t> prompt, gen;
-  int share = -1;
-  int64_t hit = 0;
-};
-
-// Specs of the given prompt lengths, `steps` decode ids each, random ids; share: (index, of, hit) triples.
-std::vector<Spec> make_specs(const DeepseekV4Model& m, const std::vector<int64_t>& lengths, int steps,
-                             const std::vector<std::array<int64_t, 3>>& shares = {}) {
-  const int64_t V = m.config().vocab_size;
-  std::vector<Spec> specs;
-  for (size_t i = 0; i < lengths.size(); ++i)
-    specs.push_back({random_ids(lengths[i], V, 100 + static_cast<uint32_t>(i)),
-                     random_ids(steps + static_cast<int64_t>(i % 3), V, 900 + static_cast<uint32_t>(i))});
-  for (const auto& [i, of, hit] : shares) {
-    EXPECT_TRUE(of < i && hit <= lengths[of] && hit <= lengths[i]) << "bad share spec " << i;
-    std::copy_n(specs[of].prompt.begin(), hit, specs[i].prompt.begin());
-    specs[i].share = static_cast<int>(of);
-    specs[i].hit = hit;
-  }
-  return specs;
-}
-
-// Prefills every spec (forward, paged, block ids shuffled), then decodes all active sequences per step, batched
-// (one decode_batch) or one forward() each. Returns per spec its decode logits rows, flattened.
-std::vector<std::vector<float>> paged_decode(const DeepseekV4Model& m, const std::vector<Spec>& specs, bool bounded,
-                                             bool batched, int block = kBlock) {
-  const int64_t v = m.config().vocab_size, n = static_cast<int64_t>(specs.size());
-  V4KvPages pages = m.new_kv_pages(bounded);
-  std::vector<int64_t> need(n);
-  int64_t blocks = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    need[i] = static_cast<int64_t>(specs[i].prompt.size() + specs[i].gen.size()) / block + 1;
-    blocks += need[i];
-  }
-  std::vector<BlockId> pool(blocks);
-  std::iota(pool.begin(), pool.end(), 0);
-  std::shuffle(pool.begin(), pool.end(), std::mt19937(5));
-  std::vector<std::vector<BlockId>> tables(n);
-  std::vector<V4SequenceState> seqs;
-  seqs.reserve(n);
-  int64_t next = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const Spec& s = specs[i];
-    const int64_t shared = s.share >= 0 ? s.hit / block : 0;
-    if (shared > 0) tables[i].assign(tables[s.share].begin(), tables[s.share].begin() + shared);
-    tables[i].insert(tables[i].end(), pool.begin() + next, pool.begin() + next + need[i] - shared);
-    next += need[i] - shared;
-    V4SequenceState st = m.new_sequence();
-    st.pages = &pages;
-    st.decoder_from = bounded ? m.bounded_decoder_from(static_cast<int64_t>(s.prompt.size())) : 0;
-    const int64_t start = s.share >= 0 ? std::max<int64_t>(0, s.hit - m.prefix_replay_tokens(bounded)) : 0;
-    if (start > 0) m.start_at(st, start, std::span<const int64_t>(s.prompt).first(start));
-    st.ref = PageRef{tables[i], block, s.share >= 0 ? s.hit : 0};
-    m.forward(st, std::span<const int64_t>(s.prompt).subspan(start));
-    seqs.push_back(std::move(st));
-  }
-  std::vector<std::vector<float>> rows(n);
-  size_t longest = 0;
-  for (const Spec& s : specs) longest = std::max(longest, s.gen.size());
-  for (size_t j = 0; j < longest; ++j) {
-    std::vector<V4SequenceState*> active;
-    std::vector<int64_t> tokens, which;
-    for (int64_t i = 0; i < n; ++i)
-      if (j < specs[i].gen.size()) {
-        active.push_back(&seqs[i]);
-        tokens.push_back(specs[i].gen[j]);
-        which.push_back(i);
-      }
-    // Rotate the batch order each step: a row's result must not depend on its place in the batch.
-    std::rotate(active.begin(), active.begin() + static_cast<int64_t>(j % active.size()), active.end());
-    std::rotate(tokens.begin(), tokens.begin() + static_cast<int64_t>(j % tokens.size()), tokens.end());
-    std::rotate(which.begin(), which.begin() + static_cast<int64_t>(j % which.size()), which.end());
-    if (batched) {
-      for (V4SequenceState* s : active) EXPECT_TRUE(m.decode_batchable(*s));
-      HostTensor logits = m.decode_batch(std::span<V4SequenceState* const>(active), tokens);
-      EXPECT_EQ(logits.shape()[0], static_cast<int64_t>(active.size()));
-      for (size_t k = 0; k < active.size(); ++k)
-        rows[which[k]].insert(rows[which[k]].end(), logits.data<float>() + k * v, logits.data<float>() + (k + 1) * v);
-    } else {
-      for (size_t k = 0; k < active.size(); ++k) {
-        HostTensor logits = m.forward(*active[k], std::span<const int64_t>(&tokens[k], 1));
-        rows[which[k]].insert(rows[which[k]].end(), logits.data<float>(), logits.data<float>() + v);
-      }
-    }
-  }
-  return rows;
-}
-
+// Batched (and batched padded to graph buckets, as decode graphs run it: DecodeGraphs without recording) equals
+// one forward() per sequence, bit for bit.
 void expect_batched_equals_single(const DeepseekV4Model& m, const std::vector<Spec>& specs, bool bounded,
                                   int block = kBlock) {
-  const auto batched = paged_decode(m, specs, bounded, /*batched=*/true, block);
+  DecodeGraphs padding(m.backend(), 256, /*record=*/false);
   const auto single = paged_decode(m, specs, bounded, /*batched=*/false, block);
   const int64_t v = m.config().vocab_size;
-  for (size_t i = 0; i < specs.size(); ++i) {
-    ASSERT_EQ(batched[i].size(), specs[i].gen.size() * v) << "sequence " << i;
-    ASSERT_EQ(batched[i].size(), single[i].size()) << "sequence " << i;
-    bool finite = true;
-    for (float x : batched[i]) finite = finite && std::isfinite(x);
-    EXPECT_TRUE(finite) << "sequence " << i;
-    for (size_t j = 0; j < batched[i].size(); ++j)
-      ASSERT_EQ(std::memcmp(&batched[i][j], &single[i][j], sizeof(float)), 0)
-          << "sequence " << i << " (prompt " << specs[i].prompt.size() << ") step " << j / v << " logit " << j % v
-          << ": batched " << batched[i][j] << " vs " << single[i][j];
+  for (DecodeGraphs* graphs : {static_cast<DecodeGraphs*>(nullptr), &padding}) {
+    SCOPED_TRACE(graphs ? "padded to batch buckets" : "unpadded");
+    const auto batched = paged_decode(m, specs, bounded, /*batched=*/true, block, graphs);
+    for (size_t i = 0; i < specs.size(); ++i) {
+      ASSERT_EQ(batched[i].size(), specs[i].gen.size() * v) << "sequence " << i;
+      ASSERT_EQ(batched[i].size(), single[i].size()) << "sequence " << i;
+      bool finite = true;
+      for (float x : batched[i]) finite = finite && std::isfinite(x);
+      EXPECT_TRUE(finite) << "sequence " << i;
+      for (size_t j = 0; j < batched[i].size(); ++j)
+        ASSERT_EQ(std::memcmp(&batched[i][j], &single[i][j], sizeof(float)), 0)
+            << "sequence " << i << " (prompt " << specs[i].prompt.size() << ") step " << j / v << " logit " << j % v
+            << ": batched " << batched[i][j] << " vs " << single[i][j];
+    }
   }
+  // Every step went through the padded path (no recording on the CPU).
+  EXPECT_GT(padding.stats().padded_eager, 0);
+  EXPECT_EQ(padding.stats().recorded, 0);
 }
 
 // Prompt lengths around the compressor and window boundaries: 1 (a first token), below / at / past the window

@@ -34,8 +34,42 @@ int64_t DecodeGraphs::width_bucket(int64_t width) {
 }
 
 void DecodeGraphs::drop_all() {
-  if (!recorded_.empty()) ++stats_.dropped;
+  if (!recorded_.empty() || !pieces_.empty()) ++stats_.dropped;
   recorded_.clear();
+  pieces_.clear();
+}
+
+Tensor DecodeGraphs::buffer(TensorMemory& mem, int slot, DType dtype, const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  OwnedTensor& buf = buffers_[slot];
+  if (buf.view().data() == nullptr || buf.dtype() != dtype || buf.view().numel() < n) {
+    drop_all();
+    buf = mem.zeros(dtype, {std::max<int64_t>(n, 1)});
+  }
+  return buf.view().slice(0, n).reshape(shape);
+}
+
+void DecodeGraphs::run_piece(int64_t batch, int64_t piece, const std::function<void()>& enqueue) {
+  DI_CHECK_INTERNAL(enabled()) << "decode graphs: the backend cannot record";
+  if (!record_) {
+    enqueue();
+    if (piece == 0) ++stats_.padded_eager;
+    return;
+  }
+  auto& slot = pieces_[{batch, piece}];
+  if (slot) {
+    slot->replay();
+    if (piece == 0) ++stats_.replays;
+    return;
+  }
+  try {
+    slot = backend_.record(enqueue, *pool_);
+  } catch (...) {
+    pieces_.erase({batch, piece});
+    throw;
+  }
+  ++stats_.recorded;
 }
 
 DecodeStepInputs DecodeGraphs::inputs(TensorMemory& mem, int64_t batch, int64_t width, int64_t vocab) {

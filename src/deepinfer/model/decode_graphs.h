@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <utility>
@@ -60,6 +61,16 @@ class DecodeGraphs {
   void depend_on(std::vector<const void*> deps);
   // Replays the step of (batch, width), recording it first (`enqueue` runs it eagerly then) if there is none.
   void run(int64_t batch, int64_t width, const std::function<void()>& enqueue);
+
+  // Steps recorded in pieces, with eager work between them (V4: each layer's per-sequence compressor / indexer /
+  // attention middle runs eagerly between recordings of the batched rest; the pieces do not depend on the table
+  // width). A piece must read and write only persistent memory across the boundary: buffer() gives it. The
+  // stats count a step (replayed, or padded eager) at piece 0, and every recording made.
+  // A persistent buffer `slot` viewed as `shape` (the first elements of an allocation that only grows; zeros when
+  // first made). Growing one drops every recording (they read the old address).
+  Tensor buffer(TensorMemory& mem, int slot, DType dtype, const std::vector<int64_t>& shape);
+  // Replays piece `piece` of the step of `batch` rows, recording it first if there is none.
+  void run_piece(int64_t batch, int64_t piece, const std::function<void()>& enqueue);
   void count_eager() { ++stats_.eager; }
   const DecodeGraphStats& stats() const { return stats_; }
 
@@ -70,7 +81,8 @@ class DecodeGraphs {
   int64_t max_batch_;
   bool record_;
   std::unique_ptr<RecordingPool> pool_;
-  std::map<std::pair<int64_t, int64_t>, std::unique_ptr<RecordedWork>> recorded_;
+  std::map<std::pair<int64_t, int64_t>, std::unique_ptr<RecordedWork>> recorded_, pieces_;
+  std::map<int, OwnedTensor> buffers_;
   std::vector<const void*> deps_;
   int64_t batch_cap_ = 0, width_cap_ = 0, vocab_ = 0;
   OwnedTensor ids_, positions_, q_seq_, tables_, write_rows_, logits_;

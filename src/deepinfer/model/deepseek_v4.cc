@@ -359,7 +359,7 @@ HostTensor DeepseekV4Model::forward(V4SequenceState& seq, std::span<const int64_
     if (lw.has_engram) {
       const auto& ids_of = config_.engram.layer_ids;
       const int k = static_cast<int>(std::find(ids_of.begin(), ids_of.end(), l) - ids_of.begin());
-      engram_update(l, hash_ids[k], streams);
+      engram_update(l, hash_ids[k].view(), streams.view());
     }
     if (capture && std::find(capture->layers.begin(), capture->layers.end(), l) != capture->layers.end()) {
       // Mean over the hc copies: a collapse with uniform weights.
@@ -624,21 +624,21 @@ std::vector<OwnedTensor> DeepseekV4Model::engram_hash_rows(const std::vector<int
   return out;
 }
 
-void DeepseekV4Model::engram_update(int layer, const OwnedTensor& hash_ids, OwnedTensor& streams) const {
+void DeepseekV4Model::engram_update(int layer, const Tensor& hash_ids, const Tensor& streams) const {
   const V4EngramWeights& ew = w_.layers[layer].engram;
-  const int64_t T = hash_ids.shape()[0], cols = hash_ids.shape()[1], ed = ew.table.shape()[1];
+  const int64_t T = hash_ids.dim(0), cols = hash_ids.dim(1), ed = ew.table.shape()[1];
   const int64_t D = config_.hidden_size, hc = config_.hc.hc_mult;
   TensorMemory& mem = memory();
   // e = table rows of every hash column, flattened: [T, cols·ed]; kv = wkv·e = [K (hc·D) | V (D)].
   OwnedTensor rows = mem.zeros(DType::kF32, {T * cols, ed});
-  backend_.embedding({ew.table.view(), hash_ids.view().reshape({T * cols}), rows.view()});
+  backend_.embedding({ew.table.view(), hash_ids.reshape({T * cols}), rows.view()});
   OwnedTensor kv = mem.zeros(DType::kF32, {T, (hc + 1) * D});
   backend_.linear({rows.view().reshape({T, cols * ed}), ew.wkv.view(), kv.view()});
   OwnedTensor key = mem.zeros(DType::kF32, {T, hc, D}), value = mem.zeros(DType::kF32, {T, D});
   mem.copy(key.view().reshape({T, hc * D}), narrow(kv.view(), 1, 0, hc * D));
   mem.copy(value.view(), narrow(kv.view(), 1, hc * D, (hc + 1) * D));
   backend_.engram_gate(
-      {streams.view(), key.view(), value.view(), ew.gate_weight.view(), static_cast<float>(config_.rms_norm_eps)});
+      {streams, key.view(), value.view(), ew.gate_weight.view(), static_cast<float>(config_.rms_norm_eps)});
 }
 
 }  // namespace deepinfer

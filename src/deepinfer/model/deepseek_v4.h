@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "deepinfer/core/tensor.h"
+#include "deepinfer/model/decode_graphs.h"
 #include "deepinfer/model/deepseek_v4_weights.h"
 #include "deepinfer/model/engram_hash.h"
 #include "deepinfer/model/model_config.h"
@@ -196,7 +197,13 @@ class DeepseekV4Model {
   // sequence's entries, ring windows). Paged windows are attended in one paged_sink_attention call for all rows.
   // On the CPU reference the result is bit-identical to one forward() per sequence. Every sequence must satisfy
   // decode_batchable() and share the same pages (kInvalidArgument otherwise).
-  HostTensor decode_batch(std::span<V4SequenceState* const> seqs, std::span<const int64_t> ids) const;
+  // With `graphs` (enabled on CUDA) the step runs padded to a batch bucket and its batched parts are recorded in
+  // pieces (model/decode_graphs.h) and replayed: piece k finishes layer k−1 and runs layer k up to its attention;
+  // each layer's per-sequence middle (compressors, indexer, attention) runs eagerly between two pieces.
+  HostTensor decode_batch(std::span<V4SequenceState* const> seqs, std::span<const int64_t> ids,
+                          DecodeGraphs* graphs = nullptr) const;
+  // Recorded decode pieces for decode_batch (enabled() only on a backend that records: CUDA).
+  std::unique_ptr<DecodeGraphs> new_decode_graphs() const { return std::make_unique<DecodeGraphs>(backend_); }
   // Whether decode_batch may run this sequence's next token: paged, no expert parallelism, no undo recording
   // (speculative decoding), and under bounded replay a position that runs the whole model (>= decoder_from).
   bool decode_batchable(const V4SequenceState& seq) const;
@@ -238,7 +245,7 @@ class DeepseekV4Model {
   // look-back), and the hash ids of such rows for every Engram layer.
   std::vector<int64_t> engram_token_rows(V4SequenceState& seq, std::span<const int64_t> ids) const;
   std::vector<OwnedTensor> engram_hash_rows(const std::vector<int64_t>& token_rows, int64_t T) const;
-  void engram_update(int layer, const OwnedTensor& hash_ids, OwnedTensor& streams) const;
+  void engram_update(int layer, const Tensor& hash_ids, const Tensor& streams) const;
   // `run_compressor` false: the layer's kv-source compressor already ran (on the whole chunk, before the
   // encoder-decoder split).
   OwnedTensor attention(const Chunk& c, int layer, const OwnedTensor& x, V4SequenceState& seq, Selection& sel,
@@ -253,11 +260,14 @@ class DeepseekV4Model {
   void v41_compress_rows(int layer, const Tensor& kv, const Tensor& gate, V4SequenceState& seq) const;
   // decode_batch's pieces (deepseek_v4_decode_batch.cc): per layer the batched projections before attention,
   // the per-sequence state and attention, and the batched output projection.
+  // Piece k (0 .. num_layers) only reads and writes the step's device buffers (recordable, idempotent); the
+  // middle of layer k runs between pieces k and k + 1.
   struct DecodeBatch;
   struct DecodeQkv;
-  DecodeQkv decode_qkv(const DecodeBatch& d, int layer, const OwnedTensor& x) const;
-  OwnedTensor decode_attention(DecodeBatch& d, int layer, const OwnedTensor& x) const;
-  OwnedTensor decode_output(const DecodeBatch& d, int layer, OwnedTensor& attn) const;
+  DecodeQkv decode_qkv_views(const DecodeBatch& d, int layer) const;
+  void decode_piece(const DecodeBatch& d, int piece) const;
+  void decode_layer_head(const DecodeBatch& d, int layer, const Tensor& carried_pre) const;
+  void decode_middle(DecodeBatch& d, int layer) const;
   // w·x for the chunk's rows [drop, total) in chunk order, [total − drop, out]: under CP each rank projects its own
   // rows and they are all-gathered (compressor groups pool rows of several ranks).
   OwnedTensor chunk_rows(const Chunk& c, const OwnedTensor& x, const OwnedTensor& w, int64_t drop) const;

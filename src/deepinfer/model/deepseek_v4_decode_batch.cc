@@ -3,17 +3,19 @@
 // decode step reads each weight once instead of B times.
 //
 // Per layer the work falls into three stages:
-//   1. batched (decode_qkv): Engram, mHC mix/collapse, norms, query / window-row / compressor / indexer
-//      projections and RoPE over all rows. Its inputs (positions, ids, slot ids) are uploaded once per step in
-//      DecodeBatch, so the stage makes no host round trip: the unit a later CUDA graph can capture per layer.
-//   2. per sequence: what is genuinely per-sequence state — window rows into the pages (or the slot's ring),
-//      compressor pending rows and closing groups, indexer scoring and top-k over each sequence's own entries —
-//      then attention: paged windows in one paged_sink_attention call over all rows (one block table per
-//      sequence), ring windows (V4.1 bounded replay's decoder layers) per sequence on row slices.
-//   3. batched (decode_output + MoE site): inverse RoPE, grouped output projection, mHC expand, router and
-//      experts over all rows.
+//   1. batched: Engram, mHC mix/collapse, norms, query / window-row / compressor / indexer projections and RoPE
+//      over all rows, into the step's buffers.
+//   2. per sequence (the "middle"): what is genuinely per-sequence state — window rows into the pages (or the
+//      slot's ring), compressor pending rows and closing groups, indexer scoring and top-k over each sequence's
+//      own entries — then attention: paged windows in one paged_sink_attention call over all rows (one block
+//      table per sequence), ring windows (V4.1 bounded replay's decoder layers) per sequence on row slices.
+//   3. batched: grouped output projection, mHC expand, router and experts over all rows.
+// Stage 3 of layer l and stage 1 of layer l + 1 form one "piece" (piece 0: the embedding and layer 0's stage 1;
+// the last: the head). A piece reads and writes only the step's buffers — persistent ones under decode graphs,
+// where the batch is padded to a bucket and each piece is recorded once per bucket and replayed; the middles run
+// eagerly between the pieces (their shapes and branches follow each sequence's position and entry counts).
 // The CPU ops are row-independent, so on the CPU reference every row is bit-identical to forward() of that
-// sequence alone (tests/model/deepseek_v4_decode_batch_test.cc).
+// sequence alone, padded or not (tests/model/deepseek_v4_decode_batch_test.cc).
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -35,27 +37,73 @@ void rms_norm_inplace(Backend& b, const Tensor& x, const OwnedTensor& w, float e
   b.rms_norm({x, w.view().data() != nullptr ? w.view() : Tensor{}, x, eps});
 }
 
-}  // namespace
+// Collapse of the streams by `weights` [R, hc], then RMSNorm: [R, D].
+OwnedTensor collapse_norm(Backend& b, TensorMemory& mem, const Tensor& streams, const Tensor& weights,
+                          const OwnedTensor& norm, float eps) {
+  OwnedTensor h = mem.zeros(DType::kF32, {streams.dim(0), streams.dim(2)});
+  b.hc_collapse({streams, weights, h.view()});
+  b.rms_norm({h.view(), norm.view(), h.view(), eps});
+  return h;
+}
 
-// One decode step's inputs, in backend memory once per step.
-struct DeepseekV4Model::DecodeBatch {
-  std::span<V4SequenceState* const> seqs;
-  int64_t B = 0;
-  Chunk rows;                        // T = total = B: positions [B], ids [B] (the MoE's hash routing)
-  OwnedTensor q_seq;                 // i32 [B]: row b is sequence b
-  OwnedTensor tables;                // i32 [B, max_blocks], −1 past each sequence's blocks
-  std::map<int, OwnedTensor> slots;  // V4 compressor position-bias slots per ratio r: i64 [B], position mod r
-  std::vector<Selection> sel;        // V4.1 per-sequence selections of this step
+Tensor row(const Tensor& t, int64_t b) { return t.slice(b, b + 1); }
+
+// The step's buffers (DecodeGraphs::buffer slots under graphs); double-buffered ones take slot and slot + 1.
+enum Slot : int {
+  kIds,
+  kPositions,
+  kOneHot,
+  kAttn,
+  kLogits,
+  kQ,
+  kKv,
+  kCompKv,
+  kCompGate,
+  kIndexKv,
+  kIndexGate,
+  kQi,
+  kIndexWeights,
+  kStreams = 20,
+  kAttnPre = 22,
+  kPost = 24,
+  kComb = 26,
+  kRatioSlots = 1000,  // + compress ratio
+  kHashIds = 2000,     // + Engram layer index
 };
 
-// Stage 1's outputs for one layer (tensors a layer does not use stay empty).
+}  // namespace
+
+// One decode step: inputs and the buffers its pieces and middles pass on.
+struct DeepseekV4Model::DecodeBatch {
+  std::span<V4SequenceState* const> seqs;
+  int64_t B = 0;                 // sequences
+  int64_t R = 0;                 // rows of the batched stages: B, or B padded to a graph bucket
+  Chunk rows;                    // T = total = R: positions, ids [R] (rows past B repeat row 0); host_positions [B]
+  Tensor positions;              // i64 [B]: the sequences' rows of rows.positions
+  OwnedTensor q_seq;             // i32 [B]: row b is sequence b
+  OwnedTensor tables;            // i32 [B, max_blocks], −1 past each sequence's blocks
+  std::map<int, Tensor> slots;   // V4 compressor position-bias slots per ratio r: i64 [R], position mod r
+  std::vector<Tensor> hash_ids;  // Engram hash ids per Engram layer: i64 [R, cols]
+  std::vector<Selection> sel;    // V4.1 per-sequence selections of this step
+  // Piece k writes index k % 2 of the double-buffered ones and reads (k − 1) % 2, so running a piece again (as
+  // recording does) gives the same result.
+  Tensor streams[2];                     // [R, hc, D]
+  Tensor attn_pre[2], post[2], comb[2];  // the attention site's mHC mix of the piece's layer
+  Tensor one_hot;                        // V4.1: [R, hc], the first site collapses stream 0 only
+  // Stage 1's rows of the current layer, flat (decode_qkv_views shapes them), and stage 2's output.
+  Tensor q, kv, comp_kv, comp_gate, index_kv, index_gate, qi, index_weights;
+  Tensor attn;                     // [R, H, hd]: attention of rows < B, inverse-rotated by the query position
+  Tensor logits;                   // [R, vocab]
+  std::vector<OwnedTensor> owned;  // the buffers' storage without graphs
+};
+
+// Stage 1's rows of one layer, views [R, width] into the step's buffers (empty where the layer has none).
 struct DeepseekV4Model::DecodeQkv {
-  OwnedTensor q_r;                   // [B, q_lora]
-  OwnedTensor q;                     // [B, H, hd], rotated
-  OwnedTensor kv;                    // [B, hd]: the window rows, rotated (V4.1: FP8-fake-quantized)
-  OwnedTensor comp_kv, comp_gate;    // compressor rows [B, width] (V4: gate with position biases)
-  OwnedTensor index_kv, index_gate;  // V4 CSA: the indexer compressor's rows
-  OwnedTensor qi, index_weights;     // indexer queries [B, IH·Id] (rotated) and head weights [B, IH]
+  Tensor q;                     // [R, H·hd], rotated
+  Tensor kv;                    // [R, hd]: the window rows, rotated (V4.1: FP8-fake-quantized)
+  Tensor comp_kv, comp_gate;    // compressor rows (V4: gate with position biases)
+  Tensor index_kv, index_gate;  // V4 CSA: the indexer compressor's rows
+  Tensor qi, index_weights;     // indexer queries [R, IH·Id] (rotated) and head weights [R, IH]
 };
 
 bool DeepseekV4Model::decode_batchable(const V4SequenceState& seq) const {
@@ -63,74 +111,149 @@ bool DeepseekV4Model::decode_batchable(const V4SequenceState& seq) const {
          static_cast<int64_t>(seq.layers.size()) == config_.num_layers && seq.num_tokens >= seq.decoder_from;
 }
 
-DeepseekV4Model::DecodeQkv DeepseekV4Model::decode_qkv(const DecodeBatch& d, int layer, const OwnedTensor& x) const {
+DeepseekV4Model::DecodeQkv DeepseekV4Model::decode_qkv_views(const DecodeBatch& d, int layer) const {
   const LayerPlan& plan = config_.layers[layer];
   const V4AttentionWeights& a = w_.layers[layer].attn;
-  const auto& ac = config_.attn;
   const bool v41 = config_.family == ModelFamily::kDeepseekV41;
-  const int64_t B = d.B, H = config_.num_heads, hd = ac.head_dim;
-  const float eps = static_cast<float>(config_.rms_norm_eps);
-  const Tensor inv_freq = plan.compress_rope ? compress_inv_freq_.view() : main_inv_freq_.view();
-  const Tensor positions = d.rows.positions.view();
-  TensorMemory& mem = memory();
-  DecodeQkv o;
-  o.q_r = linear(backend_, mem, x.view(), a.wq_a);
-  rms_norm_inplace(backend_, o.q_r.view(), a.q_norm, eps);
-  o.q = linear(backend_, mem, o.q_r.view(), a.wq_b);
-  if (ac.q_head_norm) rms_norm_inplace(backend_, o.q.view().reshape({B * H, hd}), OwnedTensor{}, eps);
-  backend_.rope({o.q.view().reshape({B, H, hd}), positions, inv_freq, false});
-  o.kv = linear(backend_, mem, x.view(), a.wkv);
-  rms_norm_inplace(backend_, o.kv.view(), a.kv_norm, eps);
-  backend_.rope({o.kv.view().reshape({B, 1, hd}), positions, inv_freq, false});
-  if (v41) backend_.fake_quant({o.kv.view(), FakeQuantKind::kFP8E4M3Ue8m0Block32});
   const int r = plan.compress_ratio;
+  auto take = [&](const Tensor& flat, int64_t width) { return flat.slice(0, d.R * width).reshape({d.R, width}); };
+  auto out_of = [](const OwnedTensor& w) { return w.shape()[0]; };
+  DecodeQkv o;
+  o.q = take(d.q, out_of(a.wq_b));
+  o.kv = take(d.kv, out_of(a.wkv));
   if (r <= 0) return o;
   bool scores = false;
   if (!v41) {
-    // Position biases join the gate by slot (position mod r).
-    auto project = [&](const OwnedTensor& wkv, const OwnedTensor& wgate, const OwnedTensor& ape, OwnedTensor& kv,
-                       OwnedTensor& gate) {
-      kv = linear(backend_, mem, x.view(), wkv);
-      gate = linear(backend_, mem, x.view(), wgate);
-      OwnedTensor bias = mem.zeros(DType::kF32, {B, wkv.shape()[0]});
-      backend_.embedding({ape.view(), d.slots.at(r).view(), bias.view()});
-      mem.add(gate.view(), bias.view());
-    };
-    project(a.comp_wkv, a.comp_wgate, a.comp_ape, o.comp_kv, o.comp_gate);
+    o.comp_kv = take(d.comp_kv, out_of(a.comp_wkv));
+    o.comp_gate = take(d.comp_gate, out_of(a.comp_wgate));
     if (plan.attention == AttentionKind::kCSA) {
-      project(a.idx_comp_wkv, a.idx_comp_wgate, a.idx_comp_ape, o.index_kv, o.index_gate);
+      o.index_kv = take(d.index_kv, out_of(a.idx_comp_wkv));
+      o.index_gate = take(d.index_gate, out_of(a.idx_comp_wgate));
       scores = true;
     }
   } else {
     if (plan.kv_source == layer) {
-      o.comp_kv = linear(backend_, mem, x.view(), a.comp_wkv);
-      if (r > 1) o.comp_gate = linear(backend_, mem, x.view(), a.comp_wgate);
+      o.comp_kv = take(d.comp_kv, out_of(a.comp_wkv));
+      if (r > 1) o.comp_gate = take(d.comp_gate, out_of(a.comp_wgate));
     }
     scores = plan.index_source == layer;
   }
   if (scores) {
-    const int64_t IH = ac.index_n_heads, Id = ac.index_head_dim;
-    o.qi = linear(backend_, mem, o.q_r.view(), a.idx_wq_b);
-    backend_.rope({o.qi.view().reshape({B, IH, Id}), positions, compress_inv_freq_.view(), false});
-    if (v41) backend_.fake_quant({o.qi.view().reshape({B * IH, Id}), FakeQuantKind::kFP4Ue8m0Block32});
-    o.index_weights = linear(backend_, mem, x.view(), a.idx_weights_proj);
+    o.qi = take(d.qi, out_of(a.idx_wq_b));
+    o.index_weights = take(d.index_weights, out_of(a.idx_weights_proj));
   }
   return o;
 }
 
-OwnedTensor DeepseekV4Model::decode_output(const DecodeBatch& d, int layer, OwnedTensor& attn) const {
-  const V4AttentionWeights& a = w_.layers[layer].attn;
+void DeepseekV4Model::decode_layer_head(const DecodeBatch& d, int layer, const Tensor& carried_pre) const {
+  const V4LayerWeights& lw = w_.layers[layer];
+  const LayerPlan& plan = config_.layers[layer];
+  const V4AttentionWeights& a = lw.attn;
   const auto& ac = config_.attn;
-  const int64_t B = d.B, H = config_.num_heads, hd = ac.head_dim;
-  const Tensor inv_freq = config_.layers[layer].compress_rope ? compress_inv_freq_.view() : main_inv_freq_.view();
+  const bool v41 = config_.family == ModelFamily::kDeepseekV41;
+  const int64_t R = d.R, H = config_.num_heads, hd = ac.head_dim;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  const int cur = layer % 2;
+  const Tensor& streams = d.streams[cur];
   TensorMemory& mem = memory();
-  // K = V carried the keys' RoPE: rotate the output back by the query position.
-  backend_.rope({attn.view(), d.rows.positions.view(), inv_freq, true});
-  return v4_grouped_output(backend_, mem, attn.view().reshape({B, H * hd}), a.wo_a.view(), a.wo_b.view(), ac.o_groups,
-                           ac.o_lora_rank);
+  if (lw.has_engram) {
+    const auto& ids_of = config_.engram.layer_ids;
+    const auto k = static_cast<size_t>(std::find(ids_of.begin(), ids_of.end(), layer) - ids_of.begin());
+    engram_update(layer, d.hash_ids[k], streams);
+  }
+  // Attention site: mHC mix (its post / comb wait for the attention output in the next piece), collapse, norm.
+  backend_.hc_mix({streams, lw.hc_attn_fn.view(), lw.hc_attn_base.view(), lw.hc_attn_scale.view(), d.attn_pre[cur],
+                   d.post[cur], d.comb[cur], eps, static_cast<float>(config_.hc.eps), config_.hc.sinkhorn_iters});
+  const OwnedTensor x = collapse_norm(backend_, mem, streams, v41 ? carried_pre : d.attn_pre[cur], lw.attn_norm, eps);
+
+  // Stage 1: the projections, into the step's buffers.
+  const DecodeQkv o = decode_qkv_views(d, layer);
+  const Tensor inv_freq = plan.compress_rope ? compress_inv_freq_.view() : main_inv_freq_.view();
+  const Tensor positions = d.rows.positions.view();
+  OwnedTensor q_r = linear(backend_, mem, x.view(), a.wq_a);
+  rms_norm_inplace(backend_, q_r.view(), a.q_norm, eps);
+  backend_.linear({q_r.view(), a.wq_b.view(), o.q});
+  if (ac.q_head_norm) rms_norm_inplace(backend_, o.q.reshape({R * H, hd}), OwnedTensor{}, eps);
+  backend_.rope({o.q.reshape({R, H, hd}), positions, inv_freq, false});
+  backend_.linear({x.view(), a.wkv.view(), o.kv});
+  rms_norm_inplace(backend_, o.kv, a.kv_norm, eps);
+  backend_.rope({o.kv.reshape({R, 1, hd}), positions, inv_freq, false});
+  if (v41) backend_.fake_quant({o.kv, FakeQuantKind::kFP8E4M3Ue8m0Block32});
+  const int r = plan.compress_ratio;
+  if (r <= 0) return;
+  if (!v41) {
+    // Position biases join the gate by slot (position mod r).
+    auto project = [&](const OwnedTensor& wkv, const OwnedTensor& wgate, const OwnedTensor& ape, const Tensor& kv,
+                       const Tensor& gate) {
+      backend_.linear({x.view(), wkv.view(), kv});
+      backend_.linear({x.view(), wgate.view(), gate});
+      OwnedTensor bias = mem.zeros(DType::kF32, {R, wkv.shape()[0]});
+      backend_.embedding({ape.view(), d.slots.at(r), bias.view()});
+      mem.add(gate, bias.view());
+    };
+    project(a.comp_wkv, a.comp_wgate, a.comp_ape, o.comp_kv, o.comp_gate);
+    if (o.index_kv.data() != nullptr)
+      project(a.idx_comp_wkv, a.idx_comp_wgate, a.idx_comp_ape, o.index_kv, o.index_gate);
+  } else if (o.comp_kv.data() != nullptr) {
+    backend_.linear({x.view(), a.comp_wkv.view(), o.comp_kv});
+    if (o.comp_gate.data() != nullptr) backend_.linear({x.view(), a.comp_wgate.view(), o.comp_gate});
+  }
+  if (o.qi.data() != nullptr) {
+    const int64_t IH = ac.index_n_heads, Id = ac.index_head_dim;
+    backend_.linear({q_r.view(), a.idx_wq_b.view(), o.qi});
+    backend_.rope({o.qi.reshape({R, IH, Id}), positions, compress_inv_freq_.view(), false});
+    if (v41) backend_.fake_quant({o.qi.reshape({R * IH, Id}), FakeQuantKind::kFP4Ue8m0Block32});
+    backend_.linear({x.view(), a.idx_weights_proj.view(), o.index_weights});
+  }
 }
 
-OwnedTensor DeepseekV4Model::decode_attention(DecodeBatch& d, int layer, const OwnedTensor& x) const {
+void DeepseekV4Model::decode_piece(const DecodeBatch& d, int k) const {
+  const int L = config_.num_layers;
+  const int64_t R = d.R, D = config_.hidden_size, hc = config_.hc.hc_mult;
+  const int64_t H = config_.num_heads, hd = config_.attn.head_dim;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  const bool v41 = config_.family == ModelFamily::kDeepseekV41;
+  TensorMemory& mem = memory();
+  if (k == 0) {
+    // Embedding, copied into every hc stream.
+    OwnedTensor x = mem.zeros(DType::kF32, {R, D});
+    backend_.embedding({w_.embed.view(), d.rows.ids.view(), x.view()});
+    mem.copy(d.streams[0], Tensor(x.view().data(), DType::kF32, {R, hc, D}, {D, 0, 1}, x.device()));
+    decode_layer_head(d, 0, d.one_hot);
+    return;
+  }
+  const int l = k - 1, prev = l % 2;
+  const V4LayerWeights& lw = w_.layers[l];
+  const Tensor& streams = d.streams[k % 2];
+  mem.copy(streams, d.streams[prev]);
+  // Layer l's attention output (the middle left it inverse-rotated): grouped output projection, mHC expand.
+  OwnedTensor y = v4_grouped_output(backend_, mem, d.attn.reshape({R, H * hd}), lw.attn.wo_a.view(),
+                                    lw.attn.wo_b.view(), config_.attn.o_groups, config_.attn.o_lora_rank);
+  backend_.hc_expand({streams, y.view(), d.post[prev], d.comb[prev]});
+  // FFN site: router and experts over every row.
+  OwnedTensor ffn_pre = mem.zeros(DType::kF32, {R, hc}), post = mem.zeros(DType::kF32, {R, hc});
+  OwnedTensor comb = mem.zeros(DType::kF32, {R, hc, hc});
+  backend_.hc_mix({streams, lw.hc_ffn_fn.view(), lw.hc_ffn_base.view(), lw.hc_ffn_scale.view(), ffn_pre.view(),
+                   post.view(), comb.view(), eps, static_cast<float>(config_.hc.eps), config_.hc.sinkhorn_iters});
+  OwnedTensor h = collapse_norm(backend_, mem, streams, v41 ? d.attn_pre[prev] : ffn_pre.view(), lw.ffn_norm, eps);
+  y = moe(d.rows, l, h);
+  backend_.hc_expand({streams, y.view(), post.view(), comb.view()});
+  if (k < L) {
+    decode_layer_head(d, k, ffn_pre.view());  // V4.1 carries the FFN site's pre into the next attention site
+    return;
+  }
+  // Final collapse (V4: hc_head; V4.1: the last FFN site's `pre`), norm, head.
+  OwnedTensor pre;
+  if (!v41) {
+    pre = mem.zeros(DType::kF32, {R, hc});
+    backend_.hc_head({streams, w_.hc_head_fn.view(), w_.hc_head_base.view(), w_.hc_head_scale.view(), pre.view(), eps,
+                      static_cast<float>(config_.hc.eps)});
+  }
+  const OwnedTensor hidden = collapse_norm(backend_, mem, streams, v41 ? ffn_pre.view() : pre.view(), w_.norm, eps);
+  backend_.linear({hidden.view(), w_.head.view(), d.logits});
+}
+
+void DeepseekV4Model::decode_middle(DecodeBatch& d, int layer) const {
   const LayerPlan& plan = config_.layers[layer];
   const V4AttentionWeights& a = w_.layers[layer].attn;
   const auto& ac = config_.attn;
@@ -139,15 +262,12 @@ OwnedTensor DeepseekV4Model::decode_attention(DecodeBatch& d, int layer, const O
   const int r = plan.compress_ratio;
   TensorMemory& mem = memory();
   V4KvPages& pages = *d.seqs[0]->pages;
-
-  // Stage 1: batched projections.
-  DecodeQkv in = decode_qkv(d, layer, x);
+  const DecodeQkv in = decode_qkv_views(d, layer);
 
   // Stage 2, per sequence: window rows, compressors (each sequence's pending rows and closing groups).
   const bool paged_window = layer < pages.ring_from_layer;
   const bool floored = decoder_start_ >= 0 && layer >= decoder_start_;  // decoder windows start at decoder_from
   std::vector<int64_t> past_begin(B);
-  auto row = [](const OwnedTensor& t, int64_t b) { return t.view().slice(b, b + 1); };
   for (int64_t b = 0; b < B; ++b) {
     V4SequenceState& seq = *d.seqs[b];
     const int64_t p = d.rows.host_positions[b];
@@ -179,7 +299,7 @@ OwnedTensor DeepseekV4Model::decode_attention(DecodeBatch& d, int layer, const O
       s.q = row(in.qi, b).reshape({1, IH, Id});
       s.keys = rows_view(seq, src_layer, /*keys=*/true, held_keys);
       s.weights = row(in.index_weights, b);
-      s.positions = row(d.rows.positions, b);
+      s.positions = row(d.positions, b);
       s.out = scores.view();
       s.ratio = r;
       s.score_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(Id)));
@@ -213,7 +333,7 @@ OwnedTensor DeepseekV4Model::decode_attention(DecodeBatch& d, int layer, const O
         Tensor allowed;
         if (plan.candidate_source) {
           sel.candidates = mem.zeros(DType::kU8, {1, ne});
-          backend_.candidate_blocks({scores.view(), row(d.rows.positions, b), sel.candidates.view(), r,
+          backend_.candidate_blocks({scores.view(), row(d.positions, b), sel.candidates.view(), r,
                                      ac.candidate_topk_blocks, ac.candidate_block_size});
           sel.n_candidates = ne;
         } else if (plan.csa2_role == Csa2Role::kReindex && sel.n_candidates == ne) {
@@ -229,14 +349,14 @@ OwnedTensor DeepseekV4Model::decode_attention(DecodeBatch& d, int layer, const O
   }
 
   // Attention over [window ∥ selected entries]: out [B, H, hd].
-  OwnedTensor attn = mem.zeros(DType::kF32, {B, H, hd});
+  const Tensor attn = d.attn.slice(0, B);
   const float scale = static_cast<float>(attention_softmax_scale(config_));
   if (paged_window) {
     // One call for every row, in place over the pages; a row's mask is zero past its sequence's entries.
     OwnedTensor mask, begin = mem.from_host(DType::kI64, {B}, past_begin.data());
     PagedSinkAttentionParams p;
-    p.q = in.q.view().reshape({B, H, hd});
-    p.q_positions = d.rows.positions.view();
+    p.q = in.q.slice(0, B).reshape({B, H, hd});
+    p.q_positions = d.positions;
     p.q_seq = d.q_seq.view();
     p.block_tables = d.tables.view();
     p.window_pool = pages.window[layer].pool();
@@ -245,7 +365,7 @@ OwnedTensor DeepseekV4Model::decode_attention(DecodeBatch& d, int layer, const O
       mask = mem.zeros(DType::kU8, {B, n_max});
       for (int64_t b = 0; b < B; ++b) {
         const int64_t ne = masks[b].shape()[1];
-        if (ne > 0) mem.copy(narrow(row(mask, b), 1, 0, ne), masks[b].view());
+        if (ne > 0) mem.copy(narrow(row(mask.view(), b), 1, 0, ne), masks[b].view());
       }
       const PagedRows& entries = pages.entries[src_layer];
       p.comp_pool = entries.pool();
@@ -253,7 +373,7 @@ OwnedTensor DeepseekV4Model::decode_attention(DecodeBatch& d, int layer, const O
       p.comp_ratio = entries.ratio();
     }
     p.sinks = a.sinks.view();
-    p.out = attn.view();
+    p.out = attn;
     p.block_size = d.seqs[0]->ref.block_size;
     p.window = ac.sliding_window;
     p.scale = scale;
@@ -276,7 +396,7 @@ OwnedTensor DeepseekV4Model::decode_attention(DecodeBatch& d, int layer, const O
       mem.copy(ring.rows.view().slice(slot, slot + 1), row(in.kv, b));
       SinkAttentionParams sp;
       sp.q = row(in.q, b).reshape({1, H, hd});
-      sp.q_positions = row(d.rows.positions, b);
+      sp.q_positions = row(d.positions, b);
       sp.window_kv = window_kv.view();
       sp.kv_positions = kv_pos.view();
       if (r > 0 && seq.layers[src_layer].n_entries > 0) {
@@ -291,14 +411,16 @@ OwnedTensor DeepseekV4Model::decode_attention(DecodeBatch& d, int layer, const O
     }
   }
 
-  // Stage 3 (its first half): batched output projection.
-  return decode_output(d, layer, attn);
+  // K = V carried the keys' RoPE: rotate the output back by the query position.
+  const Tensor inv_freq = plan.compress_rope ? compress_inv_freq_.view() : main_inv_freq_.view();
+  backend_.rope({attn, d.positions, inv_freq, true});
 }
 
-HostTensor DeepseekV4Model::decode_batch(std::span<V4SequenceState* const> seqs, std::span<const int64_t> ids) const {
+HostTensor DeepseekV4Model::decode_batch(std::span<V4SequenceState* const> seqs, std::span<const int64_t> ids,
+                                         DecodeGraphs* graphs) const {
   const int64_t B = static_cast<int64_t>(seqs.size());
   const int64_t D = config_.hidden_size, hc = config_.hc.hc_mult, V = config_.vocab_size;
-  const float eps = static_cast<float>(config_.rms_norm_eps);
+  const int64_t H = config_.num_heads, hd = config_.attn.head_dim;
   const bool v41 = config_.family == ModelFamily::kDeepseekV41;
   DI_CHECK(B > 0) << "decode_batch: no sequences";
   DI_CHECK(static_cast<int64_t>(ids.size()) == B)
@@ -326,100 +448,126 @@ HostTensor DeepseekV4Model::decode_batch(std::span<V4SequenceState* const> seqs,
     max_blocks = std::max(max_blocks, need);
   }
 
-  // The step's inputs, uploaded once.
+  // Rows of the batched stages: padded to a bucket under graphs, rows past B repeating row 0's inputs.
+  const int64_t bucket = graphs && graphs->enabled() ? graphs->batch_bucket(B) : 0;
+  const int64_t R = bucket > 0 ? bucket : B;
   TensorMemory& mem = memory();
   DecodeBatch d;
   d.seqs = seqs;
   d.B = B;
+  d.R = R;
   d.sel.resize(static_cast<size_t>(B));
-  d.rows.T = d.rows.total = B;
-  d.rows.host_positions.resize(B);
-  std::vector<int32_t> tables(static_cast<size_t>(B * max_blocks), -1), q_seq(static_cast<size_t>(B));
-  for (int64_t b = 0; b < B; ++b) {
-    const V4SequenceState& s = *seqs[b];
-    d.rows.host_positions[b] = s.num_tokens;
-    q_seq[b] = static_cast<int32_t>(b);
-    for (int64_t j = 0; j < s.num_tokens / bs + 1; ++j)
-      tables[b * max_blocks + j] = static_cast<int32_t>(s.ref.block_table[j]);
+  auto buffer = [&](int slot, DType dtype, const Shape& shape) {
+    if (bucket > 0) return graphs->buffer(mem, slot, dtype, shape);
+    d.owned.push_back(mem.zeros(dtype, shape));
+    return d.owned.back().view();
+  };
+  std::vector<int64_t> positions(static_cast<size_t>(R)), tokens(static_cast<size_t>(R));
+  for (int64_t b = 0; b < R; ++b) {
+    positions[b] = seqs[b < B ? b : 0]->num_tokens;
+    tokens[b] = ids[b < B ? b : 0];
   }
-  d.rows.positions = mem.from_host(DType::kI64, {B}, d.rows.host_positions.data());
-  d.rows.ids = mem.from_host(DType::kI64, {B}, ids.data());
-  d.q_seq = mem.from_host(DType::kI32, {B}, q_seq.data());
-  d.tables = mem.from_host(DType::kI32, {B, max_blocks}, tables.data());
+  d.rows.T = d.rows.total = R;
+  d.rows.host_positions.assign(positions.begin(), positions.begin() + B);
+  const Tensor pos_buf = buffer(kPositions, DType::kI64, {R}), ids_buf = buffer(kIds, DType::kI64, {R});
+  mem.copy(pos_buf, Tensor(positions.data(), DType::kI64, {R}));
+  mem.copy(ids_buf, Tensor(tokens.data(), DType::kI64, {R}));
+  d.rows.positions = OwnedTensor(nullptr, pos_buf);
+  d.rows.ids = OwnedTensor(nullptr, ids_buf);
+  d.positions = pos_buf.slice(0, B);
   if (!v41) {
     for (const LayerPlan& plan : config_.layers) {
       const int r = plan.compress_ratio;
       if (r <= 0 || d.slots.count(r)) continue;
-      std::vector<int64_t> slot(static_cast<size_t>(B));
-      for (int64_t b = 0; b < B; ++b) slot[b] = d.rows.host_positions[b] % r;
-      d.slots[r] = mem.from_host(DType::kI64, {B}, slot.data());
+      std::vector<int64_t> slot(static_cast<size_t>(R));
+      for (int64_t b = 0; b < R; ++b) slot[b] = positions[b] % r;
+      d.slots[r] = buffer(kRatioSlots + r, DType::kI64, {R});
+      mem.copy(d.slots[r], Tensor(slot.data(), DType::kI64, {R}));
     }
   }
+  std::vector<float> one_hot(static_cast<size_t>(R * hc), 0.0f);
+  for (int64_t b = 0; b < R; ++b) one_hot[b * hc] = 1.0f;
+  d.one_hot = buffer(kOneHot, DType::kF32, {R, hc});
+  mem.copy(d.one_hot, Tensor(one_hot.data(), DType::kF32, {R, hc}));
+  for (int i = 0; i < 2; ++i) {
+    d.streams[i] = buffer(kStreams + i, DType::kF32, {R, hc, D});
+    d.attn_pre[i] = buffer(kAttnPre + i, DType::kF32, {R, hc});
+    d.post[i] = buffer(kPost + i, DType::kF32, {R, hc});
+    d.comb[i] = buffer(kComb + i, DType::kF32, {R, hc, hc});
+  }
+  // Stage 1's buffers, each as wide as its widest layer.
+  std::map<int, int64_t> widths;
+  auto widen = [&](int slot, const OwnedTensor& w) {
+    if (w.view().data() != nullptr) widths[slot] = std::max(widths[slot], w.shape()[0]);
+  };
+  for (int l = 0; l < config_.num_layers; ++l) {
+    const V4AttentionWeights& a = w_.layers[l].attn;
+    widen(kQ, a.wq_b);
+    widen(kKv, a.wkv);
+    widen(kCompKv, a.comp_wkv);
+    widen(kCompGate, a.comp_wgate);
+    widen(kIndexKv, a.idx_comp_wkv);
+    widen(kIndexGate, a.idx_comp_wgate);
+    widen(kQi, a.idx_wq_b);
+    widen(kIndexWeights, a.idx_weights_proj);
+  }
+  for (auto [slot, field] : {std::pair{kQ, &d.q},
+                             {kKv, &d.kv},
+                             {kCompKv, &d.comp_kv},
+                             {kCompGate, &d.comp_gate},
+                             {kIndexKv, &d.index_kv},
+                             {kIndexGate, &d.index_gate},
+                             {kQi, &d.qi},
+                             {kIndexWeights, &d.index_weights}})
+    if (widths.count(slot)) *field = buffer(slot, DType::kF32, {R * widths[slot]});
+  d.attn = buffer(kAttn, DType::kF32, {R, H, hd});
+  d.logits = buffer(kLogits, DType::kF32, {R, V});
+  if (R > B) mem.fill(d.attn.slice(B, R), 0.0f);  // padding rows attend nothing
+
+  // The per-sequence middle's inputs.
+  std::vector<int32_t> tables(static_cast<size_t>(B * max_blocks), -1), q_seq(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B; ++b) {
+    const V4SequenceState& s = *seqs[b];
+    q_seq[b] = static_cast<int32_t>(b);
+    for (int64_t j = 0; j < s.num_tokens / bs + 1; ++j)
+      tables[b * max_blocks + j] = static_cast<int32_t>(s.ref.block_table[j]);
+  }
+  d.q_seq = mem.from_host(DType::kI32, {B}, q_seq.data());
+  d.tables = mem.from_host(DType::kI32, {B, max_blocks}, tables.data());
   for (V4SequenceState* s : seqs) s->undo.reset();
   // Engram look-back rows of every sequence (each advances its own), hashed in one call per Engram layer.
-  std::vector<OwnedTensor> hash_ids;
   if (engram_) {
+    const int64_t n = engram_->max_ngram;
     std::vector<int64_t> token_rows;
     for (int64_t b = 0; b < B; ++b) {
       const std::vector<int64_t> t = engram_token_rows(*seqs[b], ids.subspan(b, 1));
       token_rows.insert(token_rows.end(), t.begin(), t.end());
     }
-    hash_ids = engram_hash_rows(token_rows, B);
-  }
-
-  // Embedding, copied into every hc stream: streams [B, hc, D].
-  OwnedTensor x = mem.zeros(DType::kF32, {B, D});
-  backend_.embedding({w_.embed.view(), d.rows.ids.view(), x.view()});
-  OwnedTensor streams = mem.zeros(DType::kF32, {B, hc, D});
-  mem.copy(streams.view(), Tensor(x.view().data(), DType::kF32, {B, hc, D}, {D, 0, 1}, x.device()));
-  // V4.1 single-pass mHC: the first site collapses stream 0 only.
-  std::vector<float> one_hot(static_cast<size_t>(B * hc), 0.0f);
-  for (int64_t b = 0; b < B; ++b) one_hot[b * hc] = 1.0f;
-  OwnedTensor carried_pre = mem.from_host(DType::kF32, {B, hc}, one_hot.data());
-  OwnedTensor pre = mem.zeros(DType::kF32, {B, hc}), post = mem.zeros(DType::kF32, {B, hc});
-  OwnedTensor comb = mem.zeros(DType::kF32, {B, hc, hc});
-  auto mix = [&](const OwnedTensor& fn, const OwnedTensor& base, const OwnedTensor& scale, OwnedTensor& pre_out) {
-    backend_.hc_mix({streams.view(), fn.view(), base.view(), scale.view(), pre_out.view(), post.view(), comb.view(),
-                     eps, static_cast<float>(config_.hc.eps), config_.hc.sinkhorn_iters});
-  };
-  auto collapse_norm = [&](const OwnedTensor& weights, const OwnedTensor& norm) {
-    OwnedTensor h = mem.zeros(DType::kF32, {B, D});
-    backend_.hc_collapse({streams.view(), weights.view(), h.view()});
-    backend_.rms_norm({h.view(), norm.view(), h.view(), eps});
-    return h;
-  };
-
-  for (int l = 0; l < config_.num_layers; ++l) {
-    const V4LayerWeights& lw = w_.layers[l];
-    if (lw.has_engram) {
-      const auto& ids_of = config_.engram.layer_ids;
-      const auto k = static_cast<size_t>(std::find(ids_of.begin(), ids_of.end(), l) - ids_of.begin());
-      engram_update(l, hash_ids[k], streams);
+    for (int64_t b = B; b < R; ++b) token_rows.insert(token_rows.end(), token_rows.begin(), token_rows.begin() + n);
+    std::vector<OwnedTensor> hashed = engram_hash_rows(token_rows, R);
+    for (size_t k = 0; k < hashed.size(); ++k) {
+      if (bucket > 0) {
+        d.hash_ids.push_back(graphs->buffer(mem, kHashIds + static_cast<int>(k), DType::kI64, hashed[k].shape()));
+        mem.copy(d.hash_ids.back(), hashed[k].view());
+      } else {
+        d.hash_ids.push_back(hashed[k].view());
+        d.owned.push_back(std::move(hashed[k]));
+      }
     }
-    // Attention site.
-    OwnedTensor attn_pre = mem.zeros(DType::kF32, {B, hc});
-    mix(lw.hc_attn_fn, lw.hc_attn_base, lw.hc_attn_scale, attn_pre);
-    OwnedTensor h = collapse_norm(v41 ? carried_pre : attn_pre, lw.attn_norm);
-    OwnedTensor y = decode_attention(d, l, h);
-    backend_.hc_expand({streams.view(), y.view(), post.view(), comb.view()});
-    // FFN site: router and experts over every row.
-    OwnedTensor ffn_pre = mem.zeros(DType::kF32, {B, hc});
-    mix(lw.hc_ffn_fn, lw.hc_ffn_base, lw.hc_ffn_scale, ffn_pre);
-    h = collapse_norm(v41 ? attn_pre : ffn_pre, lw.ffn_norm);
-    y = moe(d.rows, l, h);
-    backend_.hc_expand({streams.view(), y.view(), post.view(), comb.view()});
-    if (v41) carried_pre = std::move(ffn_pre);
   }
-  // Final collapse (V4: hc_head; V4.1: the last FFN site's `pre`), norm, head.
-  if (!v41) {
-    backend_.hc_head({streams.view(), w_.hc_head_fn.view(), w_.hc_head_base.view(), w_.hc_head_scale.view(), pre.view(),
-                      eps, static_cast<float>(config_.hc.eps)});
+
+  // Piece k, then layer k's middle.
+  for (int k = 0; k <= config_.num_layers; ++k) {
+    if (bucket > 0) {
+      graphs->run_piece(R, k, [&] { decode_piece(d, k); });
+    } else {
+      decode_piece(d, k);
+    }
+    if (k < config_.num_layers) decode_middle(d, k);
   }
-  OwnedTensor hidden = collapse_norm(v41 ? carried_pre : pre, w_.norm);
-  OwnedTensor logits = mem.zeros(DType::kF32, {B, V});
-  backend_.linear({hidden.view(), w_.head.view(), logits.view()});
+  if (graphs && bucket == 0) graphs->count_eager();
   for (V4SequenceState* s : seqs) ++s->num_tokens;
-  return mem.to_host(logits);
+  return mem.to_host(d.logits.slice(0, B));
 }
 
 }  // namespace deepinfer
