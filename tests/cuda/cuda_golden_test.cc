@@ -174,8 +174,8 @@ TEST_P(CudaGolden, DecodeLogitsAndGreedy) {
 }
 
 // Decode recorded in pieces (model/decode_graphs.h): every replayed step equals the same padded step launched
-// eagerly bit for bit, and follows the CPU's per-sequence decode (rows within the golden tolerances; the V4.1
-// selections may flip a near-tie top-k on a few random-prompt rows, which only the worst rows show). Twelve
+// eagerly bit for bit, and follows the CPU's per-sequence decode within the golden tolerance (measured on the
+// H200: worst row 1.1e-6 (V4) / 1.3e-6 (V4.1), median 6e-7). Twelve
 // sequences of different lengths (two at prefix hits) decode 8-10 steps, so the batch shrinks across buckets
 // (12 -> 16, 8, 4, ...) and the pieces are recorded once per bucket.
 TEST_P(CudaGolden, DecodeGraphsReplayEqualsEagerPaddedSteps) {
@@ -203,7 +203,7 @@ TEST_P(CudaGolden, DecodeGraphsReplayEqualsEagerPaddedSteps) {
   std::printf("[cuda-golden %s] graph decode vs CPU per-sequence, row rel error: median %.3g p90 %.3g worst %.3g\n",
               GetParam().c_str(), median, p90, errors.back());
   EXPECT_LE(median, kMedianRowTol);
-  EXPECT_LE(p90, kRelTol);
+  EXPECT_LE(errors.back(), kRelTol);
   const DecodeGraphStats& st = graphs.stats();
   std::printf("[cuda-golden %s] decode graphs: %lld recorded, %lld replayed, %lld eager, %lld drops\n",
               GetParam().c_str(), static_cast<long long>(st.recorded), static_cast<long long>(st.replays),
