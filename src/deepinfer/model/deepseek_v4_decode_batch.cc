@@ -264,25 +264,60 @@ void DeepseekV4Model::decode_middle(DecodeBatch& d, int layer) const {
   V4KvPages& pages = *d.seqs[0]->pages;
   const DecodeQkv in = decode_qkv_views(d, layer);
 
-  // Stage 2, per sequence: window rows, compressors (each sequence's pending rows and closing groups).
+  // Stage 2: window rows into the pages, one scatter for all rows (ring layers write their rings below).
   const bool paged_window = layer < pages.ring_from_layer;
   const bool floored = decoder_start_ >= 0 && layer >= decoder_start_;  // decoder windows start at decoder_from
+  auto scatter = [&](PagedRows& kind, const Tensor& rows, const std::vector<int64_t>& groups) {
+    std::vector<int64_t> at(groups.size());
+    for (size_t b = 0; b < groups.size(); ++b) at[b] = kind.row_for_write(mem, d.seqs[b]->ref, groups[b]);
+    const OwnedTensor index = mem.from_host(DType::kI64, {static_cast<int64_t>(at.size())}, at.data());
+    backend_.scatter_rows({rows, index.view(), kind.pool()});  // pool() after row_for_write: growth moves it
+  };
+  if (paged_window) scatter(pages.window[layer], in.kv.slice(0, B), d.rows.host_positions);
   std::vector<int64_t> past_begin(B);
   for (int64_t b = 0; b < B; ++b) {
-    V4SequenceState& seq = *d.seqs[b];
-    const int64_t p = d.rows.host_positions[b];
-    past_begin[b] = std::max<int64_t>(floored ? seq.decoder_from : 0, p - (ac.sliding_window - 1));
-    if (paged_window) pages.window[layer].write(mem, seq.ref, p, row(in.kv, b));
-    if (r <= 0) continue;
-    V4LayerState& st = seq.layers[layer];
-    // A compressor already past this position (replayed rows after a prefix hit) skips it, as in forward().
-    auto fresh = [&](const CompressorState& cs) { return replayed_rows(p, 1, cs, r) == 0; };
-    if (!v41) {
-      if (fresh(st.compressor)) v4_compress_rows(layer, row(in.comp_kv, b), row(in.comp_gate, b), seq, false);
-      if (plan.attention == AttentionKind::kCSA && fresh(st.index_compressor))
-        v4_compress_rows(layer, row(in.index_kv, b), row(in.index_gate, b), seq, true);
-    } else if (plan.kv_source == layer && fresh(st.compressor)) {
-      v41_compress_rows(layer, row(in.comp_kv, b), r > 1 ? row(in.comp_gate, b) : Tensor{}, seq);
+    past_begin[b] =
+        std::max<int64_t>(floored ? d.seqs[b]->decoder_from : 0, d.rows.host_positions[b] - (ac.sliding_window - 1));
+  }
+  // Compressors: each sequence's pending rows and closing groups. A compressor already past this position
+  // (replayed rows after a prefix hit) skips it, as in forward().
+  auto fresh = [&](int64_t b, const CompressorState& cs) {
+    return replayed_rows(d.rows.host_positions[b], 1, cs, r) == 0;
+  };
+  bool batch_groups = v41 && r == 1 && plan.kv_source == layer;
+  for (int64_t b = 0; b < B && batch_groups; ++b) batch_groups = fresh(b, d.seqs[b]->layers[layer].compressor);
+  if (batch_groups) {
+    // V4.1 ratio 1: every row is a group; v41_compress_rows over all sequences at once (row-independent ops).
+    const float eps = static_cast<float>(config_.rms_norm_eps);
+    const int64_t id = ac.index_head_dim;
+    std::vector<int64_t> groups(B);
+    for (int64_t b = 0; b < B; ++b) groups[b] = d.seqs[b]->layers[layer].compressor.emitted;
+    OwnedTensor latent = mem.clone(in.comp_kv.slice(0, B));  // [B, hd]
+    rms_norm_inplace(backend_, latent.view(), a.comp_norm, eps);
+    const OwnedTensor pos = mem.from_host(DType::kI64, {B}, groups.data());
+    OwnedTensor k = linear(backend_, mem, latent.view(), a.idx_wk);  // indexer keys from the unrotated latent
+    rms_norm_inplace(backend_, k.view(), a.idx_k_norm, eps);
+    backend_.rope({k.view().reshape({B, 1, id}), pos.view(), compress_inv_freq_.view(), false});
+    backend_.fake_quant({k.view(), FakeQuantKind::kFP4Ue8m0Block32});
+    scatter(pages.index_keys[layer], k.view(), groups);
+    backend_.rope({latent.view().reshape({B, 1, hd}), pos.view(), compress_inv_freq_.view(), false});
+    backend_.fake_quant({latent.view(), FakeQuantKind::kFP4E4m3Block16});
+    scatter(pages.entries[layer], latent.view(), groups);
+    for (int64_t b = 0; b < B; ++b) {
+      ++d.seqs[b]->layers[layer].compressor.emitted;
+      ++d.seqs[b]->layers[layer].n_entries;
+    }
+  } else if (r > 0) {
+    for (int64_t b = 0; b < B; ++b) {
+      V4SequenceState& seq = *d.seqs[b];
+      V4LayerState& st = seq.layers[layer];
+      if (!v41) {
+        if (fresh(b, st.compressor)) v4_compress_rows(layer, row(in.comp_kv, b), row(in.comp_gate, b), seq, false);
+        if (plan.attention == AttentionKind::kCSA && fresh(b, st.index_compressor))
+          v4_compress_rows(layer, row(in.index_kv, b), row(in.index_gate, b), seq, true);
+      } else if (plan.kv_source == layer && fresh(b, st.compressor)) {
+        v41_compress_rows(layer, row(in.comp_kv, b), r > 1 ? row(in.comp_gate, b) : Tensor{}, seq);
+      }
     }
   }
 
