@@ -85,6 +85,9 @@ struct DeepseekV4Model::DecodeBatch {
   std::map<int, Tensor> slots;   // V4 compressor position-bias slots per ratio r: i64 [R], position mod r
   std::vector<Tensor> hash_ids;  // Engram hash ids per Engram layer: i64 [R, cols]
   std::vector<Selection> sel;    // V4.1 per-sequence selections of this step
+  // Compressed entries gathered from the pages per (sequence, kv-source layer) for the ring layers: a source's
+  // entries do not change after its own layer, and V4.1's reuse layers read the same ones.
+  std::map<std::pair<int64_t, int>, OwnedTensor> entries;
   // Piece k writes index k % 2 of the double-buffered ones and reads (k − 1) % 2, so running a piece again (as
   // recording does) gives the same result.
   Tensor streams[2];                     // [R, hc, D]
@@ -379,7 +382,8 @@ void DeepseekV4Model::decode_middle(DecodeBatch& d, int layer) const {
         sel.n_topk = ne;
       }
       // Reuse layers read the latest published selection; without one over these entries, none is attended.
-      mask = sel.n_topk == ne ? mem.clone(sel.topk.view()) : mem.zeros(DType::kU8, {1, ne});
+      // (A view: the selection outlives this layer's attention.)
+      mask = sel.n_topk == ne ? OwnedTensor(nullptr, sel.topk.view()) : mem.zeros(DType::kU8, {1, ne});
     }
   }
 
@@ -414,28 +418,37 @@ void DeepseekV4Model::decode_middle(DecodeBatch& d, int layer) const {
     p.scale = scale;
     backend_.paged_sink_attention(p);
   } else {
-    // The slot's ring (V4.1 bounded replay's decoder layers): gathered per sequence, as forward() does.
+    // The slot's ring (V4.1 bounded replay's decoder layers): gathered per sequence, as forward() does, into one
+    // buffer with one upload of the window positions for all sequences.
+    std::vector<int64_t> first(B + 1, 0), window_pos;
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t n = d.rows.host_positions[b] - past_begin[b] + 1;
+      first[b + 1] = first[b] + n;
+      for (int64_t i = 0; i < n; ++i) window_pos.push_back(past_begin[b] + i);
+    }
+    OwnedTensor windows = mem.zeros(DType::kF32, {first[B], hd});
+    const OwnedTensor kv_pos = mem.from_host(DType::kI64, {first[B]}, window_pos.data());
     for (int64_t b = 0; b < B; ++b) {
       V4SequenceState& seq = *d.seqs[b];
       SwaRing& ring = seq.layers[layer].window;
       const int64_t p = d.rows.host_positions[b], n_past = p - past_begin[b];
-      OwnedTensor window_kv = mem.zeros(DType::kF32, {n_past + 1, hd});
+      const Tensor window_kv = windows.view().slice(first[b], first[b + 1]);
       for_ring_runs(ring.capacity, past_begin[b], n_past, [&](int64_t slot, int64_t at, int64_t len) {
-        mem.copy(window_kv.view().slice(at, at + len), ring.rows.view().slice(slot, slot + len));
+        mem.copy(window_kv.slice(at, at + len), ring.rows.view().slice(slot, slot + len));
       });
-      mem.copy(window_kv.view().slice(n_past, n_past + 1), row(in.kv, b));
-      std::vector<int64_t> window_pos(static_cast<size_t>(n_past + 1));
-      for (int64_t i = 0; i <= n_past; ++i) window_pos[i] = past_begin[b] + i;
-      OwnedTensor kv_pos = mem.from_host(DType::kI64, {n_past + 1}, window_pos.data()), held_entries;
+      mem.copy(window_kv.slice(n_past, n_past + 1), row(in.kv, b));
       const int64_t slot = p % ring.capacity;
       mem.copy(ring.rows.view().slice(slot, slot + 1), row(in.kv, b));
       SinkAttentionParams sp;
       sp.q = row(in.q, b).reshape({1, H, hd});
       sp.q_positions = row(d.positions, b);
-      sp.window_kv = window_kv.view();
-      sp.kv_positions = kv_pos.view();
+      sp.window_kv = window_kv;
+      sp.kv_positions = kv_pos.view().slice(first[b], first[b + 1]);
       if (r > 0 && seq.layers[src_layer].n_entries > 0) {
-        sp.compressed = rows_view(seq, src_layer, /*keys=*/false, held_entries);
+        OwnedTensor& held = d.entries[{b, src_layer}];
+        if (held.view().data() == nullptr || held.shape()[0] != seq.layers[src_layer].n_entries)
+          rows_view(seq, src_layer, /*keys=*/false, held);
+        sp.compressed = held.view();
         sp.comp_mask = masks[b].view();
       }
       sp.sinks = a.sinks.view();
