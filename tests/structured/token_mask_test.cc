@@ -113,6 +113,13 @@ TEST(StructuredTokenMaskTest, JsonSchemaMasksExactAlongRandomPaths) {
                                 .grammar);
   random_walk_exact(g, tok, 6, 1);
   random_walk_exact(g, tok, 6, 2);
+  // Keys in any order with extras between them (the set-of-seen-keys rules): random tokens reach other orders.
+  auto any_order = testing::compile(json_schema_to_grammar(std::string_view(R"({"type":"object","properties":{
+      "a":{"type":"integer"},"ab":{"type":"string","maxLength":3},"b":{"type":"boolean"}},"required":["b"],
+      "additionalProperties":{"type":"null"}})"))
+                                        .grammar);
+  random_walk_exact(any_order, tok, 8, 5);
+  random_walk_exact(any_order, tok, 8, 6);
 }
 
 TEST(StructuredTokenMaskTest, RegexAndEbnfMasksExact) {
@@ -194,6 +201,10 @@ TEST(StructuredTokenMaskTest, DISABLED_Benchmark) {
     std::ifstream in(path);
     for (std::string line; std::getline(in, line);) cases.push_back(json::parse(line));
   }
+  // DEEPINFER_STRUCTURED_BENCH_ANY_ORDER=N overrides JsonSchemaOptions::any_order_max_properties (to compare).
+  JsonSchemaOptions options;
+  if (const char* v = std::getenv("DEEPINFER_STRUCTURED_BENCH_ANY_ORDER"))
+    options.any_order_max_properties = std::atoi(v);
   std::vector<uint64_t> mask(mask_words(tok->vocab.size()));
   for (const bool shared : {false, true}) {
     auto store = shared ? std::make_shared<SharedMaskStore>(tok.get()) : nullptr;
@@ -204,7 +215,7 @@ TEST(StructuredTokenMaskTest, DISABLED_Benchmark) {
       double t0 = cpu_now_us();
       std::shared_ptr<TokenMaskCache> cache;
       try {
-        auto g = CompiledGrammar::compile(json_schema_to_grammar(c["schema"]).grammar);
+        auto g = CompiledGrammar::compile(json_schema_to_grammar(c["schema"], options).grammar);
         cache = std::make_shared<TokenMaskCache>(g, tok, store);
       } catch (const Error&) {
         ++failed;

@@ -1,6 +1,7 @@
 #include "deepinfer/structured/compiled_grammar.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <map>
 #include <unordered_map>
@@ -132,15 +133,30 @@ RuleDfa determinize(const Expr& body, int num_rules, const CompileLimits& limits
 
   RuleDfa dfa;
   // Byte classes: bytes that belong to exactly the same edge sets behave identically in this rule.
+  // Partition refinement, one edge set at a time (no per-byte signature vectors: a rule of a few states is
+  // compiled in microseconds, and JSON Schema objects in any key order make thousands of them); classes are then
+  // numbered by their first byte, as a signature map in byte order would number them.
+  std::array<int, 256> cls{};
+  int num = 1;
+  std::array<int, 512> split;
+  for (const ByteSet& set : nfa.sets) {
+    std::fill(split.begin(), split.begin() + 2 * num, -1);
+    int next = 0;
+    for (int b = 0; b < 256; ++b) {
+      int& slot = split[2 * cls[b] + (set.test(static_cast<uint8_t>(b)) ? 1 : 0)];
+      if (slot < 0) slot = next++;
+      cls[b] = slot;
+    }
+    num = next;
+  }
   dfa.byte_class.assign(256, 0);
-  std::map<std::vector<bool>, int> signatures;
-  std::vector<int> representative;
+  std::vector<int> renumber(num, -1), representative;
   for (int b = 0; b < 256; ++b) {
-    std::vector<bool> sig(nfa.sets.size());
-    for (size_t i = 0; i < nfa.sets.size(); ++i) sig[i] = nfa.sets[i].test(static_cast<uint8_t>(b));
-    auto [it, inserted] = signatures.emplace(std::move(sig), static_cast<int>(representative.size()));
-    if (inserted) representative.push_back(b);
-    dfa.byte_class[b] = static_cast<uint8_t>(it->second);
+    if (renumber[cls[b]] < 0) {
+      renumber[cls[b]] = static_cast<int>(representative.size());
+      representative.push_back(b);
+    }
+    dfa.byte_class[b] = static_cast<uint8_t>(renumber[cls[b]]);
   }
   dfa.num_classes = static_cast<int>(representative.size());
 

@@ -796,10 +796,16 @@ class SchemaCompiler {
 
     int id = g_.declare_rule(g_.fresh_name("object"));
     ExprPtr sep = seq_expr({ws(), byte_expr(','), ws()});
+    // Declared keys in any order when the set automaton stays small (no counted extras: those stay at the end).
+    const bool any_order = !max_extra && !props.empty() && any_order_fits(props);
     std::vector<ExprPtr> kv;
-    for (size_t i = 0; i < props.size(); ++i)
+    for (size_t i = 0; i < props.size(); ++i) {
       kv.push_back(seq_expr({literal_expr(json_string_literal(props[i].name)), ws(), byte_expr(':'), ws(),
                              value(*props[i].schema, path + "/properties/" + props[i].name)}));
+      // The any-order rules refer to each member 2^(n-1) times: one rule per member, called from all of them.
+      if (any_order && !is_nothing(kv.back()))
+        kv.back() = rule_expr(g_.add_rule(g_.fresh_name(g_.rules()[id].name + "_m" + std::to_string(i)), kv.back()));
+    }
     ExprPtr extra_kv = nothing_expr();
     if (extras && max_extra.value_or(1) > 0) {
       std::vector<std::string> names;
@@ -817,7 +823,56 @@ class SchemaCompiler {
       return finish_object(id, props, kv, sep, extra_kv, tail);
     }
     ExprPtr extras_tail = is_nothing(extra_kv) ? empty_expr() : star_expr(seq_expr({sep, extra_kv}));
+    if (any_order) return finish_object_any_order(id, props, kv, sep, extra_kv, extras_tail);
     return finish_object(id, props, kv, sep, extra_kv, extras_tail);
+  }
+
+  // The any-order construction has one rule per set of seen declared keys (2^n), each a few states (the members
+  // are calls): bounded by the property count.
+  template <typename Prop>
+  bool any_order_fits(const std::vector<Prop>& props) const {
+    return static_cast<int>(props.size()) <= std::min(opt_.any_order_max_properties, kMaxAnyOrderProperties);
+  }
+  static constexpr int kMaxAnyOrderProperties = 16;
+
+  // Declared properties in any order, each at most once, every required one present; extra members (keys that
+  // are no declared name) anywhere between them. With member_i = "name_i" ws : ws value_i (a rule) and S = the
+  // declared keys seen so far,
+  //   rest(S) = (sep extra)* ( sep member_i rest(S + i)  for i not in S  |  empty if S holds every required key ).
+  // Exact: a sentence is a permutation of a subset of the members containing the required ones, with extras
+  // interleaved, and every such object is a sentence (no declared key twice: extra keys exclude declared names).
+  // After a separator the parser holds one stack per unseen member until the key's bytes tell them apart; the
+  // members' mask entries are shared by every position.
+  template <typename Prop>
+  int finish_object_any_order(int id, const std::vector<Prop>& props, const std::vector<ExprPtr>& kv,
+                              const ExprPtr& sep, const ExprPtr& extra_kv, const ExprPtr& extras_tail) {
+    const size_t n = props.size();
+    uint32_t required = 0;
+    for (size_t i = 0; i < n; ++i)
+      if (props[i].required) required |= uint32_t{1} << i;
+    const std::string base = g_.rules()[id].name + "_r";
+    std::vector<int> rest(size_t{1} << n, -1);
+    auto define_rest = [&](uint32_t seen) {
+      std::vector<ExprPtr> members;
+      for (size_t i = 0; i < n; ++i)
+        if (!(seen >> i & 1)) members.push_back(seq_expr({kv[i], rule_expr(rest[seen | uint32_t{1} << i])}));
+      ExprPtr next = seq_expr({sep, alt_expr(std::move(members))});
+      if ((seen & required) == required) next = alt_expr({next, empty_expr()});
+      // Names derived from the object's (unique) name: fresh_name("object_rest") would probe every earlier one.
+      rest[seen] = g_.add_rule(g_.fresh_name(base + std::to_string(seen)), seq_expr({extras_tail, next}));
+    };
+    // Sets in decreasing order, so rest(S + i) exists when rest(S) is built.
+    for (uint32_t seen = (uint32_t{1} << n); seen-- > 1;) define_rest(seen);
+    // The first member carries no separator; with extras first, the seen set is still empty.
+    std::vector<ExprPtr> firsts;
+    if (required == 0) firsts.push_back(empty_expr());
+    for (size_t i = 0; i < n; ++i) firsts.push_back(seq_expr({kv[i], rule_expr(rest[uint32_t{1} << i])}));
+    if (!is_nothing(extra_kv)) {
+      define_rest(0);
+      firsts.push_back(seq_expr({extra_kv, rule_expr(rest[0])}));
+    }
+    g_.define_rule(id, seq_expr({byte_expr('{'), ws(), alt_expr(std::move(firsts)), ws(), byte_expr('}')}));
+    return id;
   }
 
   template <typename Prop>

@@ -10,7 +10,9 @@
 // properties required) - the exact subsets in docs/STRUCTURED.md.
 //
 // Rules the grammar imposes beyond the schema (documented, deliberate):
-//   - object keys appear in `properties` order; additional keys (when allowed) come after the declared ones;
+//   - objects with more than `any_order_max_properties` declared properties (or a bound on their additional
+//     ones) take their keys in `properties` order, additional keys after the declared ones; smaller objects
+//     take declared and additional keys in any order;
 //   - whitespace between tokens is limited to `max_whitespace` bytes per gap (0 = compact JSON);
 //   - strings use the canonical escapes (\u escapes only for control characters) inside patterns/enums.
 // A validation keyword that is not supported is an error (ErrorCode::kUnsupported) - or, with `lenient`, a
@@ -34,6 +36,9 @@ struct JsonSchemaOptions {
   // oneOf whose branches are not provably disjoint and cannot be made exclusive (json_one_of.cc): unsupported
   // (false: exact), or matched as anyOf with a warning (true: accepts instances valid for two branches).
   bool oneof_as_anyof = false;
+  // Objects with at most this many declared properties take them in any order (one grammar rule per set of seen
+  // keys, also bounded by the bytes of the names); larger ones follow `properties` order. 0: always in order.
+  int any_order_max_properties = 8;
 };
 
 struct JsonSchemaGrammar {

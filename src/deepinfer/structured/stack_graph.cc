@@ -51,6 +51,15 @@ uint32_t StackGraph::detached_config(int32_t state) {
 
 uint32_t StackGraph::closure(uint32_t node) {
   if (closure_[node] != kUnknown) return closure_[node];
+  {
+    // The common frame (inside a rule: no call, not accepting) is its own closure; skip the general search.
+    const int32_t s = nodes_[node].state;
+    if (!g_->state(s).accepting && g_->calls_begin(s) == g_->calls_end(s)) {
+      const uint32_t id = g_->state(s).has_bytes ? intern({node}, 0) : intern({}, 0);
+      closure_[node] = id;
+      return id;
+    }
+  }
   std::vector<uint32_t> leaves;
   uint8_t flags = 0;
   std::unordered_set<uint32_t> visited;

@@ -157,8 +157,10 @@ std::shared_ptr<const TokenMaskCache::Entry> TokenMaskCache::compute(int32_t sta
   else
     walk_trie(trie(), graph_, root, 1, trie().num_nodes(), 0, scratch_mask_, &e->returns, scratch_, &sb);
   ++walks_;
+  // Most words of a small entry are zero: skip them (std::popcount is a library call without -mpopcnt).
   size_t count = 0;
-  for (uint64_t w : scratch_mask_) count += std::popcount(w);
+  for (uint64_t w : scratch_mask_)
+    if (w != 0) count += std::popcount(w);
   // Small sets are applied bit by bit; a dense OR costs words/4 cycles-ish regardless of the count.
   if (count * 8 < words) {
     for (size_t w = 0; w < words; ++w)
