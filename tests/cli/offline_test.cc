@@ -203,5 +203,38 @@ TEST(OfflineCli, DsparkSpeculationKeepsGreedyOutputAndPrintsAcceptance) {
   EXPECT_NE(v3.output.find("--speculative dspark: DSpark drafting needs"), std::string::npos) << v3.output;
 }
 
+// --speculative mtp on a generated V4-Flash-base-shaped checkpoint with its MTP module: the same greedy ids as
+// without (greedy and sampled draft modes), acceptance printed; clear errors where the module is missing.
+TEST(OfflineCli, V4MtpSpeculationKeepsGreedyOutputAndPrintsAcceptance) {
+  const testing::DraftFixture& f = testing::v4_mtp_fixture();
+  const int64_t V = f.model->config().vocab_size;
+  std::string args = "offline --model " + f.dir + " --max-tokens 10 --ignore-eos --max-num-batched-tokens 16";
+  for (int p = 0; p < 2; ++p) {
+    std::string csv;
+    for (int64_t t : testing::dspark_prompt(7 + 11 * p, V - p)) csv += (csv.empty() ? "" : ",") + std::to_string(t);
+    args += " --prompt-ids " + csv;
+  }
+  auto plain = run_cli(args);
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  for (const std::string mode : {"greedy", "sampled"}) {
+    auto spec = run_cli(args + " --speculative mtp --num-draft-tokens 2 --draft-sampling " + mode);
+    ASSERT_EQ(spec.exit_code, 0) << spec.output;
+    EXPECT_EQ(testing::parse_offline_samples(spec.output), testing::parse_offline_samples(plain.output)) << mode;
+    EXPECT_NE(spec.output.find("speculative: acceptance_rate="), std::string::npos) << spec.output;
+  }
+  // The V4 golden checkpoint has no MTP layers; DSpark checkpoints draft with dspark; dspark refuses sampled drafts.
+  auto none = run_cli("offline --model " + testing::test_data_dir() + "/golden/deepseek_v4 --speculative mtp");
+  EXPECT_NE(none.exit_code, 0);
+  EXPECT_NE(none.output.find("--speculative mtp: the model config has no V4 MTP layers"), std::string::npos)
+      << none.output;
+  auto dspark = run_cli("offline --model " + testing::dspark_fixture("deepseek_v4").dir + " --speculative mtp");
+  EXPECT_NE(dspark.exit_code, 0);
+  EXPECT_NE(dspark.output.find("drafts with --speculative dspark"), std::string::npos) << dspark.output;
+  auto sampled_dspark = run_cli("offline --model " + testing::dspark_fixture("deepseek_v4").dir +
+                                " --speculative dspark --draft-sampling sampled");
+  EXPECT_NE(sampled_dspark.exit_code, 0);
+  EXPECT_NE(sampled_dspark.output.find("--draft-sampling sampled"), std::string::npos) << sampled_dspark.output;
+}
+
 }  // namespace
 }  // namespace deepinfer

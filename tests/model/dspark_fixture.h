@@ -1,5 +1,6 @@
-// A generated DeepSeek-V4.1 / V4-0731-shaped checkpoint with DSpark draft weights (the golden tiny config of a
-// family plus 3 draft layers), shared by the DSpark tests. Built once per family per test binary.
+// Generated checkpoints with draft weights, shared by the DSpark and V4 MTP tests: DeepSeek-V4.1 / V4-0731-shaped
+// with DSpark draft weights (the golden tiny config of a family plus 3 draft layers), and V4-Flash-base-shaped with
+// one MTP module. Built once per family per test binary.
 #pragma once
 
 #include <algorithm>
@@ -68,6 +69,28 @@ inline DraftFixture& dspark_fixture(const std::string& family, int64_t vocab = 0
     f->token_map.resize(c["vocab_size"].get<size_t>());
     for (size_t i = 0; i < f->token_map.size(); ++i) f->token_map[i] = static_cast<int64_t>(i % 256);
     f->model = DeepseekV4Model::load(f->dir, *f->backend, f->token_map);
+  }
+  return *f;
+}
+
+// A generated DeepSeek-V4-Flash-base-shaped checkpoint (the golden tiny V4 config) with one MTP module
+// (`mtp.0.*`); `vocab` > 0 replaces the vocabulary size. Built once per vocabulary per test binary.
+inline DraftFixture& v4_mtp_fixture(int64_t vocab = 0) {
+  static std::map<int64_t, std::unique_ptr<DraftFixture>> cache;
+  auto& f = cache[vocab];
+  if (!f) {
+    f = std::make_unique<DraftFixture>();
+    nlohmann::json cfg = nlohmann::json::parse(read_file_or_empty(test_data_dir() + "/golden/deepseek_v4/config.json"));
+    if (vocab > 0) cfg["vocab_size"] = vocab;
+    cfg["num_nextn_predict_layers"] = 1;
+    write_file(f->tmp.file("in.json"), cfg.dump());
+    RandomCheckpointOptions opts;
+    opts.config_path = f->tmp.file("in.json");
+    opts.out_dir = f->dir = f->tmp.path() + "/ckpt";
+    opts.seed = 9;
+    write_random_checkpoint(opts);
+    f->backend = make_cpu_backend(0);
+    f->model = DeepseekV4Model::load(f->dir, *f->backend);
   }
   return *f;
 }

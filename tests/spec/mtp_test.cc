@@ -11,6 +11,8 @@
 #include "deepinfer/model/deepseek_v3.h"
 #include "deepinfer/model/deepseek_v3_weights.h"
 #include "deepinfer/model/random_checkpoint.h"
+#include "deepinfer/sampling/rng.h"
+#include "deepinfer/sampling/sampling_params.h"
 #include "deepinfer/spec/mtp_proposer.h"
 #include "test_util.h"
 
@@ -191,6 +193,87 @@ TEST(MtpModule, RandomCheckpointCarriesMtpWeightsAndProposerNeedsThem) {
     EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
     EXPECT_NE(std::string(e.what()).find("no MTP weights"), std::string::npos) << e.what();
   }
+}
+
+// Sampled drafts (MtpDraftSampling::kSampled): the proposer reports q = softmax(module logits / T) with every draft
+// and draws the draft from it with the sequence's random stream. Over many streams the first draft's frequencies fit
+// q (Pearson goodness of fit against the 0.1% critical value; q's tail pooled so every bin expects >= 5). A greedy
+// request still gets the argmax point mass; a greedy proposer never reports q.
+TEST(MtpProposer, SampledDraftsFollowTheReportedDistribution) {
+  const DeepseekV3Model& m = *tiny().model;
+  const int64_t V = m.config().vocab_size;
+  spec::MtpProposer sampled(m, 1, spec::MtpDraftSampling::kSampled), greedy(m, 1);
+  auto seq = m.new_sequence();
+  std::vector<float> h;
+  const HostTensor logits = m.forward_features(seq, kPrompt, &h);
+  const float* last = logits.data<float>() + (logits.shape()[0] - 1) * V;
+  const TokenId next = static_cast<TokenId>(std::max_element(last, last + V) - last);
+  const std::vector<TokenId> ids(kPrompt.begin(), kPrompt.end());
+  spec::TargetChunk c;
+  c.slot = 0;
+  c.reset = true;
+  c.ids = ids;
+  c.features = h;
+  c.feature_dim = m.config().hidden_size;
+  c.next_token = next;
+  sampled.observe(c);
+  greedy.observe(c);
+  SamplingParams params;
+  params.temperature = 0.9f;
+  spec::DraftRequest req;
+  req.slot = 0;
+  req.max_tokens = 2;
+  req.position = static_cast<int64_t>(kPrompt.size()) + 1;
+  req.params = &params;
+
+  const spec::Draft g = greedy.propose(req);
+  ASSERT_EQ(g.tokens.size(), 2u);
+  EXPECT_TRUE(g.probs.empty());
+  std::vector<float> q0;
+  constexpr int kDraws = 2000;
+  std::vector<int> counts(static_cast<size_t>(V), 0);
+  for (int i = 0; i < kDraws; ++i) {
+    req.key = RngKey{17, static_cast<uint64_t>(i)};
+    const spec::Draft d = sampled.propose(req);
+    ASSERT_EQ(d.tokens.size(), 2u);
+    ASSERT_EQ(d.probs.size(), 2u);
+    for (const auto& q : d.probs) {
+      ASSERT_EQ(static_cast<int64_t>(q.size()), V);
+      double sum = 0;
+      for (float v : q) sum += v;
+      ASSERT_NEAR(sum, 1.0, 1e-4);
+    }
+    EXPECT_GT(d.probs[1][d.tokens[1]], 0.0f);
+    if (q0.empty()) q0 = d.probs[0];
+    ASSERT_EQ(d.probs[0], q0);  // the first draft's q depends only on the observed state
+    ++counts[d.tokens[0]];
+  }
+  // q0 is the module's softmax at the request's temperature (the greedy draft is its mode).
+  EXPECT_EQ(std::max_element(q0.begin(), q0.end()) - q0.begin(), g.tokens[0]);
+  double chi2 = 0, tail_expected = 0;
+  int tail_count = 0, bins = 0;
+  for (int64_t t = 0; t < V; ++t) {
+    const double e = q0[t] * kDraws;
+    if (e >= 5) {
+      chi2 += (counts[t] - e) * (counts[t] - e) / e;
+      ++bins;
+    } else {
+      tail_expected += e;
+      tail_count += counts[t];
+    }
+  }
+  if (tail_expected > 0) {
+    chi2 += (tail_count - tail_expected) * (tail_count - tail_expected) / tail_expected;
+    ++bins;
+  }
+  const double k = bins - 1, z = 3.09, cw = 1 - 2 / (9 * k) + z * std::sqrt(2 / (9 * k));
+  ASSERT_GE(bins, 4);
+  EXPECT_LT(chi2, k * cw * cw * cw) << bins << " bins";
+  // A greedy request gets the argmax even from the sampling proposer.
+  params.temperature = 0;
+  const spec::Draft gs = sampled.propose(req);
+  EXPECT_EQ(gs.tokens, g.tokens);
+  EXPECT_TRUE(gs.probs.empty());
 }
 
 }  // namespace

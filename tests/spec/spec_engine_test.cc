@@ -120,10 +120,24 @@ const Tiny& tiny() {
   return t;
 }
 
-Result run_mtp(const DeepseekV3Model& m, const std::vector<Request>& reqs, int k, const Opts& o, int stagger = 0) {
+Result run_mtp(const DeepseekV3Model& m, const std::vector<Request>& reqs, int k, const Opts& o, int stagger = 0,
+               spec::MtpDraftSampling sampling = spec::MtpDraftSampling::kGreedy) {
   V3ModelRunner runner(m, o.max_num_seqs);
-  if (k > 0) runner.set_proposer(std::make_unique<spec::MtpProposer>(m, o.max_num_seqs));
+  if (k > 0) runner.set_proposer(std::make_unique<spec::MtpProposer>(m, o.max_num_seqs, sampling));
   return run_engine(runner, m.config(), reqs, k, o, stagger);
+}
+
+// V4-Flash base MTP (model/v4_mtp_draft.h) on a generated V4-shaped checkpoint with `mtp.0.*` weights.
+Result run_v4_mtp(const DeepseekV4Model& m, const std::vector<Request>& reqs, int k, const Opts& o, int stagger = 0,
+                  spec::MtpDraftSampling sampling = spec::MtpDraftSampling::kGreedy) {
+  V4ModelRunner runner(m, o.max_num_seqs);
+  if (k > 0) runner.set_proposer(std::make_unique<spec::V4MtpProposer>(m, o.max_num_seqs, sampling));
+  return run_engine(runner, m.config(), reqs, k, o, stagger);
+}
+
+void print_acceptance(const std::string& what, const SpecStats& s) {
+  std::cout << what << ": drafted " << s.drafted << ", accepted " << s.accepted << ", mean accepted length "
+            << s.mean_accepted_length() << "\n";
 }
 
 const std::vector<TokenId> kText = {587, 2535, 305, 2607, 307};  // "The meaning of life is"
@@ -326,6 +340,129 @@ TEST(SpecEngineMtp, RandomCheckpointGreedyEquals) {
   EXPECT_GT(spec.stats.spec.drafted, 0);
 }
 
+// Sampled MTP drafts (MtpDraftSampling::kSampled): drafts drawn from the module's q = softmax(logits / T) and
+// verified with q by the rejection sampler. The same two-sample chi-square test as above against plain sampling,
+// at the verified positions 1 and 2; the trained tiny MTP layer's sampled drafts are accepted often and rejected
+// often, so both branches of the sampler (min(1, p/q) acceptance, residual norm(max(0, p − q))) are exercised.
+TEST(SpecEngineMtp, SampledDraftsKeepTheDistribution) {
+  const DeepseekV3Model& m = *tiny().model;
+  constexpr int kSeeds = 240;
+  auto run = [&](int k, uint64_t seed_base, spec::MtpDraftSampling sampling) {
+    std::vector<Request> reqs;
+    for (int i = 0; i < kSeeds; ++i) {
+      Request r = greedy_request("s" + std::to_string(i), kText, 3);
+      r.params.temperature = 1.0f;
+      r.params.top_k = 6;
+      r.params.seed = seed_base + i;
+      reqs.push_back(r);
+    }
+    Opts o;
+    o.max_num_seqs = 32;
+    o.budget = 256;
+    const Result res = run_mtp(m, reqs, k, o, 0, sampling);
+    std::array<std::vector<TokenId>, 3> at;
+    for (const auto& [id, toks] : res.out)
+      for (size_t j = 0; j < toks.size() && j < 3; ++j) at[j].push_back(toks[j]);
+    return std::make_pair(at, res.stats.spec);
+  };
+  const auto [plain, plain_stats] = run(0, 1000, spec::MtpDraftSampling::kGreedy);
+  const auto [spec, spec_stats] = run(2, 5000, spec::MtpDraftSampling::kSampled);
+  print_acceptance("sampled MTP drafts", spec_stats);
+  EXPECT_GT(spec_stats.accepted, spec_stats.drafted / 10);
+  EXPECT_LT(spec_stats.accepted, spec_stats.drafted);
+  for (int j = 1; j < 3; ++j) {
+    int df = 0;
+    const double chi2 = two_sample_chi_square(plain[j], spec[j], &df);
+    ASSERT_GE(df, 3) << "position " << j;
+    EXPECT_LT(chi2, chi_square_critical(df)) << "position " << j << ", df " << df;
+    std::cout << "sampled drafts, position " << j << ": chi-square " << chi2 << ", df " << df << ", 0.1% critical "
+              << chi_square_critical(df) << "\n";
+  }
+}
+
+// V4-Flash base MTP through the engine: the target hands the module its final streams of every verified position,
+// the module drafts (random weights: mostly wrong, so nearly every step rolls the target's V4 caches and the
+// module's window back), and greedy output equals greedy output without speculation token for token, in a batch
+// with chunked prefill across the module's window (16) and ring.
+// On an 8-token vocabulary the random module's drafts are right now and then: partial acceptance and rollback of
+// the rest.
+TEST(SpecEngineMtp, V4FlashGreedyEqualsNonSpeculativeInABatch) {
+  for (int64_t vocab : {0, 8}) {
+    const DeepseekV4Model& m = *testing::v4_mtp_fixture(vocab).model;
+    std::vector<Request> reqs;
+    for (int i = 0; i < 4; ++i)
+      reqs.push_back(greedy_request("r" + std::to_string(i), random_prompt(5 + 12 * i, 500 + i, m.config().vocab_size),
+                                    14 + 3 * i));
+    Opts o;
+    o.budget = 16;  // chunked prefill
+    const Result base = run_v4_mtp(m, reqs, 0, o);
+    for (int k : {1, 3}) {
+      const std::string what = "vocab " + std::to_string(m.config().vocab_size) + " k " + std::to_string(k);
+      const Result spec = run_v4_mtp(m, reqs, k, o);
+      EXPECT_EQ(spec.out, base.out) << what;
+      EXPECT_GT(spec.stats.spec.drafted, 0) << what;
+      if (vocab == 8) {
+        EXPECT_GT(spec.stats.spec.accepted, 0) << what;
+        EXPECT_LT(spec.stats.spec.accepted, spec.stats.spec.drafted) << what;
+      }
+      print_acceptance("V4 MTP " + what, spec.stats.spec);
+    }
+  }
+}
+
+TEST(SpecEngineMtp, V4FlashPreemptionAndPrefixCache) {
+  const DeepseekV4Model& m = *testing::v4_mtp_fixture().model;
+  const std::vector<Request> reqs = shared_prefix_requests(73, m.config().vocab_size);
+  Opts o;
+  o.num_blocks = 8;
+  o.max_model_len = 96;
+  const Result base = run_v4_mtp(m, reqs, 0, o, /*stagger=*/1);
+  const Result spec = run_v4_mtp(m, reqs, 3, o, /*stagger=*/1);
+  EXPECT_EQ(spec.out, base.out);
+  EXPECT_GT(spec.stats.preemptions, 0);
+  EXPECT_GT(spec.stats.spec.drafted, 0);
+  int64_t cached = 0;
+  for (const auto& [id, d] : spec.done) cached += d.num_cached_prompt_tokens;
+  EXPECT_GT(cached, 0);
+}
+
+// Sampled V4 MTP drafts on an 8-token vocabulary (so the random module's drafts are accepted a measurable fraction
+// of the time): outputs keep the distribution of plain sampling.
+TEST(SpecEngineMtp, V4FlashSampledDraftsKeepTheDistribution) {
+  const DeepseekV4Model& m = *testing::v4_mtp_fixture(/*vocab=*/8).model;
+  constexpr int kSeeds = 240;
+  const std::vector<TokenId> prompt = random_prompt(9, 6, m.config().vocab_size);
+  auto run = [&](int k, uint64_t seed_base) {
+    std::vector<Request> reqs;
+    for (int i = 0; i < kSeeds; ++i) {
+      Request r = greedy_request("s" + std::to_string(i), prompt, 4);
+      r.params.temperature = 1.5f;
+      r.params.seed = seed_base + i;
+      reqs.push_back(r);
+    }
+    Opts o;
+    o.max_num_seqs = 32;
+    o.budget = 256;
+    const Result res = run_v4_mtp(m, reqs, k, o, 0, spec::MtpDraftSampling::kSampled);
+    std::array<std::vector<TokenId>, 3> at;
+    for (const auto& [id, toks] : res.out)
+      for (size_t j = 0; j < toks.size() && j < 3; ++j) at[j].push_back(toks[j]);
+    return std::make_pair(at, res.stats.spec);
+  };
+  const auto [plain, plain_stats] = run(0, 1000);
+  const auto [spec, spec_stats] = run(2, 5000);
+  print_acceptance("V4 sampled MTP drafts", spec_stats);
+  EXPECT_GT(spec_stats.accepted, 10);
+  EXPECT_LT(spec_stats.accepted, spec_stats.drafted);
+  for (int j = 1; j < 3; ++j) {
+    int df = 0;
+    const double chi2 = two_sample_chi_square(plain[j], spec[j], &df);
+    ASSERT_GE(df, 3) << "position " << j;
+    EXPECT_LT(chi2, chi_square_critical(df)) << "position " << j << ", df " << df;
+    std::cout << "V4 sampled drafts, position " << j << ": chi-square " << chi2 << ", df " << df << "\n";
+  }
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // Scripted proposer: knows each prompt's greedy continuation and drafts it, wrong at every third position. It
 // tracks each slot's tokens from observe (reset prefix + kept ids + next token), as a real proposer must.
@@ -464,11 +601,6 @@ Result run_dspark(const DeepseekV4Model& m, const std::vector<Request>& reqs, in
   V4ModelRunner runner(m, o.max_num_seqs);
   if (k > 0) runner.set_proposer(std::make_unique<spec::DsparkProposer>(m, o.max_num_seqs));
   return run_engine(runner, m.config(), reqs, k, o, stagger);
-}
-
-void print_acceptance(const std::string& what, const SpecStats& s) {
-  std::cout << what << ": drafted " << s.drafted << ", accepted " << s.accepted << ", mean accepted length "
-            << s.mean_accepted_length() << "\n";
 }
 
 TEST(SpecEngineDspark, GreedyEqualsNonSpeculativeInABatch) {

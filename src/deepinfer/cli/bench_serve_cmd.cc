@@ -29,6 +29,7 @@ struct BenchServeArgs {
   int64_t kv_budget_mb = 0;
   std::string speculative = "off";  // as `serve` (docs/SPECULATIVE.md)
   int num_draft_tokens = 1;
+  std::string draft_sampling = "greedy";
   double draft_confidence_threshold = 0.3;
   int64_t draft_token_budget = 0;
 };
@@ -54,6 +55,7 @@ int run_bench_serve(BenchServeArgs a) {
     if (a.kv_budget_mb > 0) mo.kv_budget_mb = a.kv_budget_mb;
     mo.speculative = a.speculative;
     mo.num_draft_tokens = a.num_draft_tokens;
+    mo.draft_sampling = a.draft_sampling;
     mo.draft_confidence_threshold = a.draft_confidence_threshold;
     mo.draft_token_budget = a.draft_token_budget;
     host = server::ModelHost::load(mo);
@@ -100,6 +102,9 @@ void register_bench_serve(CLI::App* bench_cmd, CommandRegistry& reg) {
                   "acceptance per draft position from /metrics")
       ->capture_default_str();
   sub->add_option("--num-draft-tokens", a->num_draft_tokens, "in-process server: draft tokens verified per step");
+  sub->add_option("--draft-sampling", a->draft_sampling, "in-process server, mtp: greedy | sampled drafts (as `serve`)")
+      ->check(CLI::IsMember({"greedy", "sampled"}))
+      ->capture_default_str();
   sub->add_option("--draft-confidence-threshold", a->draft_confidence_threshold,
                   "in-process server, dspark: verify the longest draft prefix whose confidence survival stays >= this");
   sub->add_option("--draft-token-budget", a->draft_token_budget,

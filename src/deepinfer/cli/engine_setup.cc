@@ -98,6 +98,7 @@ EngineSetup::EngineSetup(const EngineSetupArgs& a, StreamCallback on_delta) {
   o.cp = a.cp;
   o.speculative = a.speculative;
   o.num_draft_tokens = a.num_draft_tokens;
+  o.draft_sampling = a.draft_sampling;
   o.draft_confidence_threshold = a.draft_confidence_threshold;
   o.draft_token_budget = a.draft_token_budget;
   keep_v3_fp8_weights(o);  // a bad --weight-format fails here, before any rank process starts

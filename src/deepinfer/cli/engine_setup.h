@@ -50,6 +50,7 @@ struct EngineSetupArgs {
   // Speculative decoding (--speculative off|mtp|dspark, --num-draft-tokens N): see docs/SPECULATIVE.md.
   std::string speculative = "off";
   int num_draft_tokens = 1;
+  std::string draft_sampling = "greedy";    // mtp (--draft-sampling greedy|sampled)
   double draft_confidence_threshold = 0.3;  // dspark (--draft-confidence-threshold)
   int64_t draft_token_budget = 0;           // dspark (--draft-token-budget, 0: no cap)
 };

@@ -253,12 +253,17 @@ void register_offline(CLI::App& app, CommandRegistry& reg) {
                 "has one)");
   sub->add_flag("--ignore-eos", a->ignore_eos, "keep generating past EOS until --max-tokens");
   sub->add_option("--speculative", s.speculative,
-                  "speculative decoding: off | mtp (V3 family with an MTP layer) | dspark (V4.1 / V4-Flash-0731 with "
-                  "DSpark draft weights)")
+                  "speculative decoding: off | mtp (V3 family or V4-Flash base with an MTP layer) | dspark (V4.1 / "
+                  "V4-Flash-0731 with DSpark draft weights)")
       ->check(CLI::IsMember({"off", "mtp", "dspark"}))
       ->capture_default_str();
   sub->add_option("--num-draft-tokens,--num_draft_tokens", s.num_draft_tokens, "draft tokens verified per step")
       ->check(CLI::Range(1, 16))
+      ->capture_default_str();
+  sub->add_option("--draft-sampling", s.draft_sampling,
+                  "mtp: greedy (argmax drafts) | sampled (drafts drawn from the MTP module's softmax at the request's "
+                  "temperature, verified with that distribution)")
+      ->check(CLI::IsMember({"greedy", "sampled"}))
       ->capture_default_str();
   sub->add_option("--draft-confidence-threshold", s.draft_confidence_threshold,
                   "dspark: verify the longest draft prefix whose confidence survival stays >= this (0: all drafts)")

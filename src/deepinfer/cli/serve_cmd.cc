@@ -99,9 +99,13 @@ void register_serve(CLI::App& app, CommandRegistry& reg) {
   add_device_execution_flags(sub, a->model.weight_format, a->model.enforce_eager);
   sub->add_option("--chat-format", a->model.chat_format, "v3 | v31 | v4 | v41 (default: from config.json)");
   sub->add_option("--speculative", a->model.speculative,
-                  "speculative decoding: off | mtp (V3 family with an MTP layer) | dspark (V4.1 / V4-Flash-0731 with "
-                  "DSpark draft weights)");
+                  "speculative decoding: off | mtp (V3 family or V4-Flash base with an MTP layer) | dspark (V4.1 / "
+                  "V4-Flash-0731 with DSpark draft weights)");
   sub->add_option("--num-draft-tokens", a->model.num_draft_tokens, "draft tokens verified per step");
+  sub->add_option("--draft-sampling", a->model.draft_sampling,
+                  "mtp: greedy (argmax drafts) | sampled (drafts drawn from the MTP module's softmax at the request's "
+                  "temperature, verified with that distribution)")
+      ->check(CLI::IsMember({"greedy", "sampled"}));
   sub->add_option("--draft-confidence-threshold", a->model.draft_confidence_threshold,
                   "dspark: verify the longest draft prefix whose confidence survival stays >= this (0: all drafts)");
   sub->add_option("--draft-token-budget", a->model.draft_token_budget,

@@ -35,6 +35,10 @@ std::string option(const EngineStackOptions& o, const std::string& name, const s
   return flag + " " + value;
 }
 
+spec::MtpDraftSampling mtp_draft_sampling(const EngineStackOptions& o) {
+  return o.draft_sampling == "sampled" ? spec::MtpDraftSampling::kSampled : spec::MtpDraftSampling::kGreedy;
+}
+
 // The CPU reference, or CUDA device 0 (weights, activations and caches in device memory; only the logits come
 // back to the host for sampling).
 std::unique_ptr<Backend> make_backend(const EngineStackOptions& o) {
@@ -141,6 +145,11 @@ std::unique_ptr<EngineStack> load_engine_stack(const EngineStackOptions& o) {
       << o.speculative << "'";
   DI_CHECK(o.num_draft_tokens >= 1 && o.num_draft_tokens <= 16)
       << option(o, "num_draft_tokens", std::to_string(o.num_draft_tokens)) << ": must be in [1, 16]";
+  DI_CHECK(o.draft_sampling == "greedy" || o.draft_sampling == "sampled")
+      << option(o, "draft_sampling", o.draft_sampling) << ": must be greedy or sampled";
+  DI_CHECK(o.draft_sampling == "greedy" || o.speculative == "mtp")
+      << option(o, "draft_sampling", o.draft_sampling) << ": sampled drafts are for --speculative mtp (DSpark drafts "
+      << "greedily from its Markov head)";
   DI_CHECK(o.draft_confidence_threshold >= 0.0 && o.draft_confidence_threshold <= 1.0)
       << option(o, "draft_confidence_threshold", std::to_string(o.draft_confidence_threshold)) << ": must be in [0, 1]";
   DI_CHECK(o.draft_token_budget >= 0) << option(o, "draft_token_budget", std::to_string(o.draft_token_budget))
@@ -233,18 +242,24 @@ std::unique_ptr<EngineStack> load_engine_stack(const EngineStackOptions& o) {
   } else if (s.v3) {
     auto r = std::make_unique<V3ModelRunner>(*s.v3, o.max_num_seqs, ro);
     if (o.cp > 1) r->set_context_parallel(o.cp, cp_launcher(o));
-    if (o.speculative == "mtp") r->set_proposer(std::make_unique<spec::MtpProposer>(*s.v3, o.max_num_seqs));
+    if (o.speculative == "mtp")
+      r->set_proposer(std::make_unique<spec::MtpProposer>(*s.v3, o.max_num_seqs, mtp_draft_sampling(o)));
     DI_CHECK_CODE(o.speculative != "dspark", ErrorCode::kUnsupported)
         << option(o, "speculative", o.speculative)
         << ": DSpark drafting needs a DeepSeek-V4.1 or V4-Flash-0731 checkpoint with DSpark draft weights (this is "
            "a DeepSeek-V3 family model; its MTP layer drafts with --speculative mtp)";
     s.runner = std::move(r);
   } else {
-    DI_CHECK_CODE(o.speculative != "mtp", ErrorCode::kUnsupported)
-        << option(o, "speculative", o.speculative)
-        << ": MTP drafting is implemented for the DeepSeek-V3 family only (V4-Flash base MTP is not yet)";
     auto r = std::make_unique<V4ModelRunner>(*s.v4, o.max_num_seqs, ro);
     if (o.cp > 1) r->set_context_parallel(o.cp, cp_launcher(o));
+    if (o.speculative == "mtp") {
+      const std::string why = V4MtpDraft::unavailable_reason(*s.v4);
+      DI_CHECK_CODE(why.empty(), ErrorCode::kUnsupported)
+          << option(o, "speculative", o.speculative) << ": " << why
+          << (s.v4->config().draft.kind == DraftKind::kDSpark ? " (this checkpoint drafts with --speculative dspark)"
+                                                              : "");
+      r->set_proposer(std::make_unique<spec::V4MtpProposer>(*s.v4, o.max_num_seqs, mtp_draft_sampling(o)));
+    }
     if (o.speculative == "dspark") {
       const std::string why = DsparkDraft::unavailable_reason(*s.v4);
       DI_CHECK_CODE(why.empty(), ErrorCode::kUnsupported) << option(o, "speculative", o.speculative) << ": " << why;

@@ -70,10 +70,13 @@ struct EngineStackOptions {
   // cp > 1 with one process per rank (the CLI's --device cuda --cp N over NCCL): this process is rank 0 of cp_world,
   // whose other ranks run run_cp_follower (parallel/cp_process_runner.h). Must outlive the stack.
   Communicator* cp_world = nullptr;
-  // Speculative decoding (docs/SPECULATIVE.md): off | mtp (V3 family with MTP weights) | dspark; num_draft_tokens
-  // drafts verified per decode step (synchronous scheduling then).
+  // Speculative decoding (docs/SPECULATIVE.md): off | mtp (V3 family or V4-Flash base with MTP weights) | dspark;
+  // num_draft_tokens drafts verified per decode step (synchronous scheduling then).
   std::string speculative = "off";
   int num_draft_tokens = 1;
+  // mtp: greedy (argmax point masses) or sampled (drawn from the module's softmax at the request's temperature,
+  // verified with that q; greedy requests keep argmax drafts); see spec/mtp_proposer.h.
+  std::string draft_sampling = "greedy";
   // dspark: per request the longest draft prefix whose confidence survival stays >= the threshold is verified (0:
   // every draft), and at most draft_token_budget draft tokens per step across the batch (0: no cap beyond the
   // scheduler's reservation of num_draft_tokens per decode); see spec/dspark_policy.h.

@@ -94,6 +94,13 @@ void DeepseekV4Model::upload_weights() {
       up(*t);
     for (V4LayerWeights& lw : d.layers) blocks.push_back(&lw);
   }
+  if (w_.mtp) {
+    V4MtpWeights& m = *w_.mtp;
+    for (OwnedTensor* t :
+         {&m.enorm, &m.hnorm, &m.e_proj, &m.h_proj, &m.norm, &m.hc_head_fn, &m.hc_head_base, &m.hc_head_scale})
+      up(*t);
+    blocks.push_back(&m.block);
+  }
   for (V4LayerWeights* block : blocks) {
     V4LayerWeights& lw = *block;
     V4AttentionWeights& a = lw.attn;
@@ -347,6 +354,8 @@ HostTensor DeepseekV4Model::forward(V4SequenceState& seq, std::span<const int64_
 
   std::vector<OwnedTensor> captured;  // per capture layer: [rows of the chunk that reached it, D]
   if (capture) {
+    DI_CHECK(!capture->final_streams || capture->layers.empty())
+        << "forward: a capture takes either layer streams or the final streams";
     for (size_t i = 0; i < capture->layers.size(); ++i)
       DI_CHECK(capture->layers[i] >= 0 && capture->layers[i] < config_.num_layers &&
                (i == 0 || capture->layers[i] > capture->layers[i - 1]))
@@ -434,10 +443,13 @@ HostTensor DeepseekV4Model::forward(V4SequenceState& seq, std::span<const int64_
 
   if (capture) {
     // Layers before a bounded-replay split saw every token of the chunk; keep the rows all layers saw.
-    const int64_t n = encoder_only ? 0 : T, width = static_cast<int64_t>(capture->layers.size()) * D;
+    const int64_t n = encoder_only ? 0 : T;
+    const int64_t width = capture->final_streams ? hc * D : static_cast<int64_t>(capture->layers.size()) * D;
     capture->first_position = encoder_only ? seq.num_tokens + total_tokens : c.p0;
     capture->rows = mem.zeros(DType::kF32, {n, width});
-    if (n > 0)
+    if (n > 0 && capture->final_streams)
+      mem.copy(capture->rows.view(), streams.view().reshape({n, width}));
+    else if (n > 0)
       for (size_t i = 0; i < captured.size(); ++i) {
         const int64_t rows = captured[i].shape()[0];
         mem.copy(narrow(capture->rows.view(), 1, i * D, (i + 1) * D), captured[i].view().slice(rows - n, rows));
@@ -466,14 +478,24 @@ HostTensor DeepseekV4Model::forward(V4SequenceState& seq, std::span<const int64_
   return mem.to_host(logits);
 }
 
+int64_t DeepseekV4Model::feature_dim() const {
+  if (config_.draft.kind == DraftKind::kMTP) return static_cast<int64_t>(config_.hc.hc_mult) * config_.hidden_size;
+  return static_cast<int64_t>(config_.draft.target_layer_ids.size()) * config_.hidden_size;
+}
+
 HostTensor DeepseekV4Model::forward_features(V4SequenceState& seq, std::span<const int64_t> ids,
                                              std::vector<float>* features) const {
-  DI_CHECK_CODE(config_.draft.kind == DraftKind::kDSpark, ErrorCode::kUnsupported)
-      << "forward_features: the model has no DSpark draft (its features are the draft's target-layer streams)";
-  V4StreamCapture capture{config_.draft.target_layer_ids, {}, 0};
+  DI_CHECK_CODE(config_.draft.kind == DraftKind::kDSpark || config_.draft.kind == DraftKind::kMTP,
+                ErrorCode::kUnsupported)
+      << "forward_features: the model has no draft (DSpark or MTP layers) whose features it could capture";
+  V4StreamCapture capture;
+  if (config_.draft.kind == DraftKind::kDSpark)
+    capture.layers = config_.draft.target_layer_ids;
+  else
+    capture.final_streams = true;
   const int64_t p0 = seq.num_tokens, T = static_cast<int64_t>(ids.size());
   HostTensor logits = forward(seq, ids, nullptr, &capture);
-  const int64_t F = static_cast<int64_t>(capture.layers.size()) * config_.hidden_size;
+  const int64_t F = feature_dim();
   features->assign(static_cast<size_t>(T * F), std::numeric_limits<float>::quiet_NaN());
   const int64_t n = capture.rows.shape()[0];
   if (n > 0) {

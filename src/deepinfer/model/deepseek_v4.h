@@ -129,10 +129,13 @@ struct V4ForwardTrace {
 // copies of the streams entering that layer's attention site, concatenated along features. `rows` is
 // [n, |layers|·D] in backend memory for the chunk's positions first_position .. first_position + n - 1 (under
 // bounded replay only the decoder rows: positions >= decoder_from). Does not change the forward's outputs.
+// MTP capture (V4 base MTP, `final_streams` set, `layers` empty): the hc streams after the last layer (before
+// hc_head), rows [n, hc·D].
 struct V4StreamCapture {
   std::vector<int> layers;
   OwnedTensor rows;
   int64_t first_position = 0;
+  bool final_streams = false;
 };
 
 class DeepseekV4Model {
@@ -208,9 +211,11 @@ class DeepseekV4Model {
   // (speculative decoding), and under bounded replay a position that runs the whole model (>= decoder_from).
   bool decode_batchable(const V4SequenceState& seq) const;
 
-  // Speculative decoding with DSpark (spec/dspark_proposer.h): forward() that also returns, per position of the
-  // chunk, the DSpark context features (the V4StreamCapture of the draft's target layers) as host rows
-  // [T, |targets|·D]; rows of positions that did not reach the target layers (bounded replay) are NaN.
+  // Speculative decoding (spec/dspark_proposer.h, spec/mtp_proposer.h): forward() that also returns, per position
+  // of the chunk, the draft's features as host rows [T, feature_dim()]: with a DSpark draft its context (the
+  // V4StreamCapture of the draft's target layers, |targets|·D), with MTP layers the final streams before hc_head
+  // (hc·D); rows of positions that did not reach those layers (bounded replay) are NaN.
+  int64_t feature_dim() const;
   HostTensor forward_features(V4SequenceState& seq, std::span<const int64_t> ids, std::vector<float>* features) const;
 
   // Rollback after rejected drafts: the sequence becomes bit-identical to one that was fed only its first

@@ -119,6 +119,21 @@ V4Weights load_v4_weights(const ModelConfig& c, const Checkpoint& ck, Backend& b
     }
     w.dspark = std::move(d);
   }
+  if (c.draft.kind == DraftKind::kMTP && ld.has_draft()) {
+    // Only the first MTP module drafts (V4-Flash has one).
+    V4MtpWeights m;
+    const std::string M = "mtp.0.";
+    m.block = load_block(M, nullptr, c.moe.n_routed_experts);
+    m.enorm = ld.f32(M + "enorm.weight");
+    m.hnorm = ld.f32(M + "hnorm.weight");
+    m.e_proj = ld.f32(M + "e_proj.weight");
+    m.h_proj = ld.f32(M + "h_proj.weight");
+    m.norm = ld.f32(M + "norm.weight");
+    m.hc_head_fn = ld.f32(M + "hc_head_fn");
+    m.hc_head_base = ld.f32(M + "hc_head_base");
+    m.hc_head_scale = ld.f32(M + "hc_head_scale");
+    w.mtp = std::move(m);
+  }
   return w;
 }
 

@@ -42,7 +42,7 @@ struct V4LayerWeights {
   V4AttentionWeights attn;
   OwnedTensor gate, gate_bias, tid2eid;     // [E, D], [E] (top-k layers), i64 [V, k] (hash layers)
   std::vector<OwnedTensor> expert_storage;  // owns w1/w3/w2 of every routed expert, then the shared one
-  std::vector<ExpertWeights> experts;      // views into expert_storage
+  std::vector<ExpertWeights> experts;       // views into expert_storage
   ExpertWeights shared;
   bool has_shared = false;
   bool has_engram = false;
@@ -61,6 +61,18 @@ struct V4DsparkWeights {
   OwnedTensor hc_head_fn, hc_head_base, hc_head_scale;  // V4-Flash-0731 only
 };
 
+// V4-Flash base MTP module (`mtp.0.*`, MODELS.md Part A §4; the wiring of vLLM's deepseek_v4_mtp): per stream k the
+// block's input is h_proj(hnorm(X_k)) + e_proj(enorm(embed(next token))), X = the target's streams before hc_head;
+// one V4 block (SWA only, main RoPE, top-k routing); its own hc_head → norm → the target's head. Embedding and
+// head are the target's.
+struct V4MtpWeights {
+  V4LayerWeights block;
+  OwnedTensor enorm, hnorm;                             // [D]
+  OwnedTensor e_proj, h_proj;                           // [D, D]
+  OwnedTensor norm;                                     // [D]
+  OwnedTensor hc_head_fn, hc_head_base, hc_head_scale;  // [hc, hc·D], [hc], [1]
+};
+
 struct V4Weights {
   OwnedTensor embed;                                    // [V, D]
   OwnedTensor norm;                                     // [D]
@@ -68,6 +80,7 @@ struct V4Weights {
   OwnedTensor hc_head_fn, hc_head_base, hc_head_scale;  // V4 only: [hc, hc·D], [hc], [1]
   std::vector<V4LayerWeights> layers;
   std::optional<V4DsparkWeights> dspark;  // present when the config has a DSpark draft and the checkpoint its tensors
+  std::optional<V4MtpWeights> mtp;        // present when the config has MTP layers and the checkpoint their tensors
 };
 
 // Validates the checkpoint against expected_weights(config) and loads everything (throws InvalidArgument

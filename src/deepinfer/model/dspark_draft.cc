@@ -1,19 +1,10 @@
 #include "deepinfer/model/dspark_draft.h"
-#include "deepinfer/model/v4_grouped_output.h"
+#include "deepinfer/model/v4_draft_block.h"
 
 #include <algorithm>
 #include <cmath>
 
 namespace deepinfer {
-namespace {
-
-OwnedTensor linear(Backend& b, TensorMemory& mem, const Tensor& x, const OwnedTensor& w) {
-  OwnedTensor out = mem.zeros(DType::kF32, {x.dim(0), w.shape()[0]});
-  b.linear({x, w.view(), out.view()});
-  return out;
-}
-
-}  // namespace
 
 std::string DsparkDraft::unavailable_reason(const DeepseekV4Model& target) {
   const ModelConfig& c = target.config();
@@ -61,18 +52,13 @@ void DsparkDraft::append_context(DsparkContext& ctx, const Tensor& rows, int64_t
   Backend& b = target_.backend();
   TensorMemory& mem = target_.memory();
   const float eps = static_cast<float>(c.rms_norm_eps);
-  OwnedTensor main_x = linear(b, mem, rows.slice(skip, n), w().main_proj);
+  OwnedTensor main_x = v4_draft_linear(target_, rows.slice(skip, n), w().main_proj);
   b.rms_norm({main_x.view(), w().main_norm.view(), main_x.view(), eps});
   std::vector<int64_t> pos(static_cast<size_t>(keep));
   for (int64_t i = 0; i < keep; ++i) pos[i] = first_position + skip + i;
   OwnedTensor positions = mem.from_host(DType::kI64, {keep}, pos.data());
-  const int64_t hd = c.attn.head_dim;
   for (int l = 0; l < c.draft.num_layers; ++l) {
-    const V4AttentionWeights& a = w().layers[l].attn;
-    OwnedTensor kv = linear(b, mem, main_x.view(), a.wkv);
-    b.rms_norm({kv.view(), a.kv_norm.view(), kv.view(), eps});
-    b.rope({kv.view().reshape({keep, 1, hd}), positions.view(), target_.main_inv_freq().view(), false});
-    if (c.family == ModelFamily::kDeepseekV41) b.fake_quant({kv.view(), FakeQuantKind::kFP8E4M3Ue8m0Block32});
+    OwnedTensor kv = v4_draft_kv(target_, w().layers[l].attn, main_x.view(), positions);
     for (int64_t i = 0; i < keep; ++i) {
       const int64_t slot = pos[i] % ctx.capacity;
       mem.copy(ctx.rings[l].view().slice(slot, slot + 1), kv.view().slice(i, i + 1));
@@ -99,18 +85,8 @@ OwnedTensor DsparkDraft::attention(int layer, const Tensor& x, const DsparkConte
   Backend& b = target_.backend();
   TensorMemory& mem = target_.memory();
   const int64_t B = x.dim(0), H = c.num_heads, hd = c.attn.head_dim;
-  const float eps = static_cast<float>(c.rms_norm_eps);
-  const Tensor inv_freq = target_.main_inv_freq().view();
-
-  OwnedTensor q_r = linear(b, mem, x, a.wq_a);
-  b.rms_norm({q_r.view(), a.q_norm.view(), q_r.view(), eps});
-  OwnedTensor q = linear(b, mem, q_r.view(), a.wq_b);
-  if (c.attn.q_head_norm) b.rms_norm({q.view().reshape({B * H, hd}), Tensor{}, q.view().reshape({B * H, hd}), eps});
-  b.rope({q.view().reshape({B, H, hd}), positions.view(), inv_freq, false});
-  OwnedTensor kv = linear(b, mem, x, a.wkv);
-  b.rms_norm({kv.view(), a.kv_norm.view(), kv.view(), eps});
-  b.rope({kv.view().reshape({B, 1, hd}), positions.view(), inv_freq, false});
-  if (c.family == ModelFamily::kDeepseekV41) b.fake_quant({kv.view(), FakeQuantKind::kFP8E4M3Ue8m0Block32});
+  OwnedTensor q = v4_draft_queries(target_, a, x, positions);
+  OwnedTensor kv = v4_draft_kv(target_, a, x, positions);
 
   // Context keys: the window before the anchor, in position order.
   std::vector<int64_t> slots;
@@ -139,44 +115,11 @@ OwnedTensor DsparkDraft::attention(int layer, const Tensor& x, const DsparkConte
   p.window = static_cast<int>(B);
   p.scale = static_cast<float>(attention_softmax_scale(c));
   b.sink_attention(p);
-  b.rope({attn.view(), positions.view(), inv_freq, true});
-
-  return v4_grouped_output(b, mem, attn.view().reshape({B, H * hd}), a.wo_a.view(), a.wo_b.view(), c.attn.o_groups,
-                           c.attn.o_lora_rank);
+  return v4_draft_output(target_, a, attn, positions);
 }
 
 OwnedTensor DsparkDraft::moe(int layer, const Tensor& x) const {
-  const ModelConfig& c = config();
-  const V4LayerWeights& lw = w().layers[layer];
-  const bool v41 = c.family == ModelFamily::kDeepseekV41;
-  TensorMemory& mem = target_.memory();
-  const int64_t T = x.dim(0), k = c.draft.num_experts_per_tok;
-  OwnedTensor weights = mem.zeros(DType::kF32, {T, k}), indices = mem.zeros(DType::kI32, {T, k});
-  RouterParams r;
-  r.x = x;
-  r.weight = lw.gate.view();
-  r.bias = lw.gate_bias.view();
-  r.weights = weights.view();
-  r.indices = indices.view();
-  r.scoring = c.moe.scoring == ScoringFunc::kSigmoid   ? RouterScoring::kSigmoid
-              : c.moe.scoring == ScoringFunc::kSoftmax ? RouterScoring::kSoftmax
-                                                       : RouterScoring::kSqrtSoftplus;
-  r.gate_temp = static_cast<float>(v41 ? c.moe.gate_temp : 1.0);
-  r.route_scale = static_cast<float>(c.moe.routed_scaling_factor);
-  r.normalize = v41 ? (c.moe.norm_topk_prob && k > 1) : true;
-  target_.backend().router(r);
-  OwnedTensor out = mem.zeros(DType::kF32, {T, c.hidden_size});
-  MoeParams p;
-  p.x = x;
-  p.weights = weights.view();
-  p.indices = indices.view();
-  p.experts = &lw.experts;
-  p.shared = lw.has_shared ? &lw.shared : nullptr;
-  p.out = out.view();
-  p.swiglu_limit = static_cast<float>(c.moe.swiglu_limit);
-  p.weight_before_w2 = v41;
-  target_.backend().moe(p);
-  return out;
+  return v4_draft_moe(target_, w().layers[layer], x, config().draft.num_experts_per_tok);
 }
 
 DsparkBlockOutput DsparkDraft::block(const DsparkContext& ctx, int64_t anchor) const {
@@ -246,7 +189,7 @@ std::vector<float> DsparkDraft::markov_bias(int64_t token) const {
   OwnedTensor id = mem.from_host(DType::kI64, {1}, &token);
   OwnedTensor e = mem.zeros(DType::kF32, {1, r});
   b.embedding({w().markov_embed.view(), id.view(), e.view()});
-  OwnedTensor bias = linear(b, mem, e.view(), w().markov_head);
+  OwnedTensor bias = v4_draft_linear(target_, e.view(), w().markov_head);
   HostTensor host = mem.to_host(bias);
   return std::vector<float>(host.data<float>(), host.data<float>() + V);
 }
@@ -265,7 +208,7 @@ float DsparkDraft::confidence(std::span<const float> hidden, int64_t token) cons
   OwnedTensor e = mem.zeros(DType::kF32, {1, r});
   b.embedding({w().markov_embed.view(), id.view(), e.view()});
   mem.copy(narrow(features.view(), 1, D, D + r), e.view());
-  HostTensor z = mem.to_host(linear(b, mem, features.view(), w().confidence));
+  HostTensor z = mem.to_host(v4_draft_linear(target_, features.view(), w().confidence));
   return static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(z.data<float>()[0]))));
 }
 

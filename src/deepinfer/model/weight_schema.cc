@@ -249,6 +249,28 @@ void dspark_specs(const ModelConfig& c, SpecBuilder& b) {
   b.set_draft(false);
 }
 
+// V4-Flash base MTP modules (MODELS.md Part A §4; vLLM deepseek_v4_mtp): `mtp.i.*` = one V4 block (SWA only,
+// the target's expert count) plus enorm, hnorm, e_proj, h_proj, the shared head's norm and an hc_head. Embedding
+// and head are the target's.
+void v4_mtp_specs(const ModelConfig& c, SpecBuilder& b) {
+  const int64_t D = c.hidden_size, hc = c.hc.hc_mult;
+  b.set_draft(true);
+  for (int i = 0; i < c.draft.num_layers; ++i) {
+    const std::string M = "mtp." + std::to_string(i) + ".";
+    const int l = c.num_layers + i;
+    v4_block_specs(c, b, M, l, c.moe.n_routed_experts);
+    b.vec(M + "enorm.weight", {D}, l);
+    b.vec(M + "hnorm.weight", {D}, l);
+    b.lin(M + "e_proj.weight", {D, D}, true, l);
+    b.lin(M + "h_proj.weight", {D, D}, true, l);
+    b.vec(M + "norm.weight", {D}, l);
+    b.vec(M + "hc_head_fn", {hc, hc * D}, l);
+    b.vec(M + "hc_head_base", {hc}, l);
+    b.vec(M + "hc_head_scale", {1}, l);
+  }
+  b.set_draft(false);
+}
+
 void v4_specs(const ModelConfig& c, SpecBuilder& b) {
   const int64_t D = c.hidden_size, H = c.num_heads, hc = c.hc.hc_mult;
   const auto& a = c.attn;
@@ -345,6 +367,7 @@ void v4_specs(const ModelConfig& c, SpecBuilder& b) {
     b.vec("hc_head_scale", {1});
   }
   if (c.draft.kind == DraftKind::kDSpark) dspark_specs(c, b);
+  if (c.draft.kind == DraftKind::kMTP && c.family == ModelFamily::kDeepseekV4) v4_mtp_specs(c, b);
 }
 
 bool is_float_storage(DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16; }

@@ -51,6 +51,7 @@ std::unique_ptr<ModelHost> ModelHost::load(const ModelHostOptions& o) {
   so.scheduling_policy = parse_scheduling_policy(o.scheduling_policy);
   so.speculative = o.speculative;
   so.num_draft_tokens = o.num_draft_tokens;
+  so.draft_sampling = o.draft_sampling;
   so.draft_confidence_threshold = o.draft_confidence_threshold;
   so.draft_token_budget = o.draft_token_budget;
   h->stack_ = load_engine_stack(so);

@@ -34,6 +34,7 @@ struct ModelHostOptions {
   std::string chat_format;                 // "" = from the config family (V3 → v3, V4 → v4, V4.1 → v41)
   std::string speculative = "off";         // off | mtp | dspark (docs/SPECULATIVE.md)
   int num_draft_tokens = 1;
+  std::string draft_sampling = "greedy";    // mtp: greedy | sampled
   double draft_confidence_threshold = 0.3;  // dspark
   int64_t draft_token_budget = 0;           // dspark, 0 = no cap
 };

@@ -1,28 +1,69 @@
 #include "deepinfer/spec/mtp_proposer.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "deepinfer/core/error.h"
 #include "deepinfer/sampling/sampler.h"
 
 namespace deepinfer::spec {
 
-MtpProposer::MtpProposer(const DeepseekV3Model& model, int32_t num_slots) : model_(model) {
-  DI_CHECK_CODE(model.num_mtp_layers() > 0, ErrorCode::kUnsupported)
+V3MtpModule::V3MtpModule(const DeepseekV3Model& m) : model(m) {
+  DI_CHECK_CODE(m.num_mtp_layers() > 0, ErrorCode::kUnsupported)
       << "--speculative mtp: the checkpoint has no MTP weights (num_nextn_predict_layers = "
-      << model.config().draft.num_layers << ")";
+      << m.config().draft.num_layers << ")";
+}
+
+std::vector<float> mtp_draft_distribution(std::span<const float> logits, float temperature) {
+  DI_CHECK(temperature > 0) << "MTP draft distribution: temperature must be > 0, got " << temperature;
+  double mx = -INFINITY;
+  for (float v : logits) mx = std::max(mx, static_cast<double>(v));
+  std::vector<double> e(logits.size());
+  double sum = 0;
+  for (size_t i = 0; i < logits.size(); ++i) sum += e[i] = std::exp((logits[i] - mx) / temperature);
+  std::vector<float> q(logits.size());
+  for (size_t i = 0; i < logits.size(); ++i) q[i] = static_cast<float>(e[i] / sum);
+  return q;
+}
+
+namespace {
+
+// Inverse-CDF draw from q with a uniform u in [0, 1); never a token of probability 0.
+TokenId draw_from(const std::vector<float>& q, double u) {
+  double acc = 0;
+  TokenId last = -1;
+  for (size_t i = 0; i < q.size(); ++i) {
+    if (q[i] <= 0) continue;
+    last = static_cast<TokenId>(i);
+    acc += q[i];
+    if (u < acc) return last;
+  }
+  return last;  // rounding left u above the total
+}
+
+}  // namespace
+
+template <typename Module>
+BasicMtpProposer<Module>::BasicMtpProposer(const typename Module::Model& model, int32_t num_slots,
+                                           MtpDraftSampling sampling)
+    : module_(model), sampling_(sampling) {
   DI_CHECK(num_slots > 0) << "MtpProposer needs at least one slot";
   slots_.resize(static_cast<size_t>(num_slots));
 }
 
-MtpProposer::Slot& MtpProposer::slot(int32_t s) {
+template <typename Module>
+typename BasicMtpProposer<Module>::Slot& BasicMtpProposer<Module>::slot(int32_t s) {
   DI_CHECK_INTERNAL(s >= 0 && s < static_cast<int32_t>(slots_.size())) << "MTP proposer: slot " << s;
   return slots_[s];
 }
 
-void MtpProposer::release_slot(int32_t s) {
+template <typename Module>
+void BasicMtpProposer<Module>::release_slot(int32_t s) {
   if (s >= 0 && s < static_cast<int32_t>(slots_.size())) slots_[s] = Slot{};
 }
 
-void MtpProposer::observe(const TargetChunk& c) {
+template <typename Module>
+void BasicMtpProposer<Module>::observe(const TargetChunk& c) {
   Slot& st = slot(c.slot);
   const int64_t D = feature_dim(), n = static_cast<int64_t>(c.ids.size());
   DI_CHECK_INTERNAL(c.feature_dim == D && static_cast<int64_t>(c.features.size()) == n * D)
@@ -30,70 +71,87 @@ void MtpProposer::observe(const TargetChunk& c) {
   if (c.reset || !st.active) {
     st = Slot{};
     st.active = true;
-    st.cache = model_.new_mtp_sequence(c.start);
+    st.cache = module_.new_cache(c.start);
   }
   // Rows to run: the pending position (its next token is this chunk's first), then every chunk position whose
   // next token is known. Anything the cache holds past that is a rolled-back speculation.
-  std::vector<float> hidden;
+  std::vector<float> features;
   std::vector<int64_t> next;
   int64_t first = c.start;  // the position the first row runs at
-  if (!st.pending_hidden.empty()) {
-    DI_CHECK_INTERNAL(c.start == st.cache.num_tokens + 1 && n > 0)
-        << "MTP proposer: chunk at " << c.start << " after a pending position " << st.cache.num_tokens;
-    first = st.cache.num_tokens;
-    hidden = std::move(st.pending_hidden);
+  const int64_t end = Module::end(st.cache);
+  if (!st.pending_features.empty()) {
+    DI_CHECK_INTERNAL(c.start == end + 1 && n > 0)
+        << "MTP proposer: chunk at " << c.start << " after a pending position " << end;
+    first = end;
+    features = std::move(st.pending_features);
     next.push_back(c.ids[0]);
-    st.pending_hidden.clear();
+    st.pending_features.clear();
   } else {
-    DI_CHECK_INTERNAL(c.start <= st.cache.num_tokens && c.start >= st.cache.kv_base)
-        << "MTP proposer: chunk at " << c.start << " but the cache covers [" << st.cache.kv_base << ", "
-        << st.cache.num_tokens << ")";
-    model_.truncate(st.cache, c.start);
+    DI_CHECK_INTERNAL(c.start <= end && c.start >= Module::begin(st.cache))
+        << "MTP proposer: chunk at " << c.start << " but the cache covers [" << Module::begin(st.cache) << ", " << end
+        << ")";
+    module_.truncate(st.cache, c.start);
   }
   for (int64_t i = 0; i < n; ++i) {
     const float* h = c.features.data() + i * D;
     if (i + 1 < n || c.next_token) {
-      hidden.insert(hidden.end(), h, h + D);
+      features.insert(features.end(), h, h + D);
       next.push_back(i + 1 < n ? c.ids[i + 1] : *c.next_token);
     } else {
-      st.pending_hidden.assign(h, h + D);
+      st.pending_features.assign(h, h + D);
     }
   }
   st.last_logits.clear();
-  st.last_hidden.clear();
+  st.last_features.clear();
   if (next.empty()) return;
-  DI_CHECK_INTERNAL(first == st.cache.num_tokens)
-      << "MTP proposer: rows from " << first << ", cache at " << st.cache.num_tokens;
-  HostTensor out_hidden;
-  const HostTensor logits = model_.mtp_forward(st.cache, hidden, next, &out_hidden);
+  DI_CHECK_INTERNAL(first == Module::end(st.cache))
+      << "MTP proposer: rows from " << first << ", cache at " << Module::end(st.cache);
+  HostTensor out_features;
+  const HostTensor logits = module_.forward(st.cache, features, next, &out_features);
   if (!c.next_token) return;  // no draft before the sequence's next token is known
   const int64_t rows = logits.shape()[0], V = logits.shape()[1];
   const float* lr = logits.data<float>() + (rows - 1) * V;
-  const float* hr = out_hidden.data<float>() + (rows - 1) * D;
+  const float* hr = out_features.data<float>() + (rows - 1) * D;
   st.last_logits.assign(lr, lr + V);
-  st.last_hidden.assign(hr, hr + D);
+  st.last_features.assign(hr, hr + D);
 }
 
-Draft MtpProposer::propose(const DraftRequest& req) {
+template <typename Module>
+Draft BasicMtpProposer<Module>::propose(const DraftRequest& req) {
   Slot& st = slot(req.slot);
   Draft d;
   if (req.max_tokens <= 0 || st.last_logits.empty()) return d;  // nothing observed yet: verify nothing
-  const int64_t exact = st.cache.num_tokens;
-  std::vector<float> logits = st.last_logits, hidden = st.last_hidden;
+  const float temperature = req.params ? req.params->temperature : 0.0f;
+  const bool sampled = sampling_ == MtpDraftSampling::kSampled && temperature > 0;
+  const int64_t exact = Module::end(st.cache);
+  std::vector<float> logits = st.last_logits, features = st.last_features;
   for (int j = 0; j < req.max_tokens; ++j) {
-    const TokenId t = argmax(logits);
-    if (t < 0) break;
+    TokenId t;
+    if (sampled) {
+      std::vector<float> q = mtp_draft_distribution(logits, temperature);
+      t = draw_from(q, rng_uniform(req.key, req.position + j, kDraftRngDrawBase));
+      d.probs.push_back(std::move(q));
+    } else {
+      t = argmax(logits);
+    }
+    if (t < 0) {
+      if (sampled) d.probs.pop_back();
+      break;
+    }
     d.tokens.push_back(t);
     if (j + 1 == req.max_tokens) break;
-    // Chain: the module at the next position, fed its own output hidden and the token it just drafted.
-    HostTensor out_hidden;
+    // Chain: the module at the next position, fed its own output features and the token it just drafted.
+    HostTensor out_features;
     const int64_t id = t;
-    const HostTensor l = model_.mtp_forward(st.cache, hidden, std::span<const int64_t>(&id, 1), &out_hidden);
+    const HostTensor l = module_.forward(st.cache, features, std::span<const int64_t>(&id, 1), &out_features);
     logits.assign(l.data<float>(), l.data<float>() + l.numel());
-    hidden.assign(out_hidden.data<float>(), out_hidden.data<float>() + out_hidden.numel());
+    features.assign(out_features.data<float>(), out_features.data<float>() + out_features.numel());
   }
-  model_.truncate(st.cache, exact);  // chained rows are speculative
+  module_.truncate(st.cache, exact);  // chained rows are speculative
   return d;
 }
+
+template class BasicMtpProposer<V3MtpModule>;
+template class BasicMtpProposer<V4MtpModule>;
 
 }  // namespace deepinfer::spec
