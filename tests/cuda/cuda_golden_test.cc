@@ -25,6 +25,7 @@
 #include "deepinfer/io/safetensors.h"
 #include "deepinfer/model/deepseek_v4.h"
 #include "deepinfer/ops/cuda/cuda_backend.h"
+#include "model/dspark_fixture.h"
 #include "model/v4_paged_decode.h"
 #include "test_util.h"
 
@@ -424,6 +425,57 @@ TEST(CudaOfflineCli, GreedyAndSeededSamplingOnTheGpuEqualTheCpu) {
   for (const std::string family : {"deepseek_v4", "deepseek_v41", "deepseek_v3"}) {
     check_offline_cuda_equals_cpu(family, "--max-num-seqs 3 --max-num-batched-tokens 33");
     check_offline_cuda_equals_cpu(family, "--max-num-seqs 3 --max-num-batched-tokens 33 " + sampled);
+  }
+}
+
+// Speculative decoding through the engine on the GPU: DSpark (generated V4.1 and V4-Flash-0731 checkpoints with
+// draft weights) and V4-Flash base MTP (the golden V4 target with its module): greedy with speculation gives the
+// greedy ids without it and the CPU's, and seeded sampling with speculation gives the CPU's ids (the same
+// counter-based draws on both backends).
+TEST(CudaOfflineCli, SpeculationOnTheGpuEqualsTheCpu) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  struct Case {
+    std::string name, dir, spec;
+    int64_t vocab;
+  };
+  const testing::DraftFixture& v41 = testing::dspark_fixture("deepseek_v41");
+  const testing::DraftFixture& v4 = testing::dspark_fixture("deepseek_v4");
+  const std::string mtp_dir = testing::test_data_dir() + "/golden/deepseek_v4_mtp";
+  const nlohmann::json mtp_config = nlohmann::json::parse(testing::read_file_or_empty(mtp_dir + "/config.json"));
+  const std::vector<Case> cases = {
+      {"dspark v4.1", v41.dir, "--speculative dspark --num-draft-tokens 4 --draft-confidence-threshold 0.2",
+       v41.model->config().vocab_size},
+      {"dspark v4-0731", v4.dir, "--speculative dspark --num-draft-tokens 4 --draft-confidence-threshold 0.2",
+       v4.model->config().vocab_size},
+      {"mtp v4-flash", mtp_dir, "--speculative mtp --num-draft-tokens 2", mtp_config["vocab_size"].get<int64_t>()},
+  };
+  for (const Case& c : cases) {
+    std::string args = " --model " + c.dir + " --max-tokens 12 --ignore-eos --max-num-batched-tokens 16";
+    for (int p = 0; p < 3; ++p) {
+      std::string csv;
+      for (int64_t t : testing::dspark_prompt(6 + 9 * p, c.vocab - p))
+        csv += (csv.empty() ? "" : ",") + std::to_string(t);
+      args += " --prompt-ids " + csv;
+    }
+    const std::string sampled = " --temperature 0.8 --top-k 50 --seed 7";
+    auto plain = testing::run_cli("offline --device cuda" + args);
+    auto gpu = testing::run_cli("offline --device cuda" + args + " " + c.spec);
+    auto cpu = testing::run_cli("offline --device cpu" + args + " " + c.spec);
+    auto gpu_sampled = testing::run_cli("offline --device cuda" + args + " " + c.spec + sampled);
+    auto cpu_sampled = testing::run_cli("offline --device cpu" + args + " " + c.spec + sampled);
+    for (const auto* r : {&plain, &gpu, &cpu, &gpu_sampled, &cpu_sampled}) ASSERT_EQ(r->exit_code, 0) << r->output;
+    const auto g = testing::parse_offline_samples(gpu.output);
+    ASSERT_EQ(g.size(), 3u) << gpu.output;
+    EXPECT_EQ(g, testing::parse_offline_samples(plain.output)) << c.name << ": speculation changed greedy ids";
+    EXPECT_EQ(g, testing::parse_offline_samples(cpu.output)) << c.name << ": gpu != cpu";
+    EXPECT_EQ(testing::parse_offline_samples(gpu_sampled.output), testing::parse_offline_samples(cpu_sampled.output))
+        << c.name << ": seeded sampling, gpu != cpu";
+    std::printf("[cuda-spec %s] greedy == without: %s, gpu == cpu greedy / sampled: %s / %s\n", c.name.c_str(),
+                g == testing::parse_offline_samples(plain.output) ? "yes" : "NO",
+                g == testing::parse_offline_samples(cpu.output) ? "yes" : "NO",
+                testing::parse_offline_samples(gpu_sampled.output) == testing::parse_offline_samples(cpu_sampled.output)
+                    ? "yes"
+                    : "NO");
   }
 }
 
