@@ -440,6 +440,9 @@ TEST(CudaOfflineCli, SpeculationOnTheGpuEqualsTheCpu) {
   };
   const testing::DraftFixture& v41 = testing::dspark_fixture("deepseek_v41");
   const testing::DraftFixture& v4 = testing::dspark_fixture("deepseek_v4");
+  // V4.1's Engram reads its token map from the tokenizer: the golden one serves the generated checkpoint.
+  testing::write_file(v41.dir + "/tokenizer.json",
+                      testing::read_file_or_empty(testing::test_data_dir() + "/golden/deepseek_v41/tokenizer.json"));
   const std::string mtp_dir = testing::test_data_dir() + "/golden/deepseek_v4_mtp";
   const nlohmann::json mtp_config = nlohmann::json::parse(testing::read_file_or_empty(mtp_dir + "/config.json"));
   const std::vector<Case> cases = {
