@@ -3,11 +3,12 @@
 #   ./build.sh deps    install the Debian packages the build needs (idempotent, no prompts)
 #   ./build.sh build   configure + build (build/bin/deepinfer)
 #   ./build.sh run     deps + build + offline generation on the embedded default model (models/default)
-#   ./build.sh test    deps + build + every test (ctest)
+#   ./build.sh test    deps + build + every test (ctest), the fuzz targets for FUZZ_SECONDS each (default 20) and the
+#                      unit and integration tests under ASan+UBSan (the filter of `sanitize`; CI = this)
 #   ./build.sh bench   deps + build + benchmarks
 #   ./build.sh fuzz    deps + libFuzzer targets for FUZZ_SECONDS each (default 300)
 #   ./build.sh sanitize [gtest filter]  deps + build + the unit and integration tests under ASan+UBSan (clang,
-#                      $BUILD_DIR/fuzz/sanitized_tests; not part of `test` yet; e.g. `./build.sh sanitize 'Engine*'`)
+#                      $BUILD_DIR/fuzz/sanitized_tests; `test` runs the default filter; e.g. `./build.sh sanitize '*'`)
 #   ./build.sh tsan [gtest filter]  deps + build + the HTTP server's and the engine's threading tests under TSan
 #                      (clang, $BUILD_DIR/fuzz/tsan_server_tests; not part of `test`: docs/RELIABILITY.md)
 # Environment: DEEPINFER_ACCELERATOR=cpu|nvidia (default: nvidia when nvcc is found), BUILD_DIR (default build),
@@ -93,13 +94,25 @@ fuzz_targets() {
   if ! command -v clang++ >/dev/null 2>&1; then log "clang++ not found: skipping fuzz targets"; return; fi
   configure_fuzz
   cmake --build "$BUILD_DIR/fuzz" -j "$JOBS"
-  for t in "$ROOT"/fuzz/fuzz_*.cc; do
-    local name; name=$(basename "$t" .cc)
-    local work="$BUILD_DIR/fuzz/corpus-${name#fuzz_}"
-    mkdir -p "$work"
-    log "fuzzing $name for ${seconds}s"
-    "$BUILD_DIR/fuzz/$name" -max_total_time="$seconds" -print_final_stats=0 "$work" "$ROOT/fuzz/corpus/${name#fuzz_}" \
-      >"$BUILD_DIR/fuzz/$name.log" 2>&1 || { tail -n 40 "$BUILD_DIR/fuzz/$name.log"; log "FAILED: $name found a crash"; exit 1; }
+  # $JOBS targets at a time (each libFuzzer process is single-threaded): CI's 10 x 20 s take 100 s of wall time on
+  # 2 cores instead of 200 s.
+  local targets=("$ROOT"/fuzz/fuzz_*.cc) i j
+  for ((i = 0; i < ${#targets[@]}; i += JOBS)); do
+    local pids=() names=()
+    for ((j = i; j < i + JOBS && j < ${#targets[@]}; j++)); do
+      local name; name=$(basename "${targets[$j]}" .cc)
+      local work="$BUILD_DIR/fuzz/corpus-${name#fuzz_}"
+      mkdir -p "$work"
+      log "fuzzing $name for ${seconds}s"
+      "$BUILD_DIR/fuzz/$name" -max_total_time="$seconds" -print_final_stats=0 "$work" "$ROOT/fuzz/corpus/${name#fuzz_}" \
+        >"$BUILD_DIR/fuzz/$name.log" 2>&1 &
+      pids+=($!)
+      names+=("$name")
+    done
+    for ((j = 0; j < ${#pids[@]}; j++)); do
+      wait "${pids[$j]}" ||
+        { tail -n 40 "$BUILD_DIR/fuzz/${names[$j]}.log"; log "FAILED: ${names[$j]} found a crash"; exit 1; }
+    done
   done
   log "fuzz targets: no crashes"
 }
@@ -176,6 +189,7 @@ case "$cmd" in
     # CTest includes python_tests: pytest over tests/python with PYTHONPATH=$BUILD_DIR/python.
     (cd "$BUILD_DIR" && ctest --output-on-failure -j "$JOBS" -LE gpu "$@")
     fuzz_targets "${FUZZ_SECONDS:-20}"
+    sanitized_tests
     log "success: all tests passed"
     ;;
   bench)
