@@ -128,6 +128,9 @@ SANITIZED_FILTER='-TokenizerReference.*:SpecEngineMtp.*:BatchInvariance.*:JsonSc
 SANITIZED_FILTER+=':StructuredTokenMaskTest.CachedMasksEqualUncachedOverManySchemas'
 SANITIZED_FILTER+=':StructuredTokenMaskTest.JsonSchemaMasksExactAlongRandomPaths'
 SANITIZED_FILTER+=':StructuredTokenMaskTest.RegexAndEbnfMasksExact'
+# DSpark's lossless-sampling chi-square test (4 engine runs of 240 seeded requests): the slowest test left in the filter
+# (8.5 s uninstrumented); SpecEngineDspark's greedy, batched and preemption tests, which run, take the same paths.
+SANITIZED_FILTER+=':SpecEngineDspark.SampledOutputsKeepTheDistribution'
 sanitized_tests() {
   local filter=${1:-$SANITIZED_FILTER}
   if ! command -v clang++ >/dev/null 2>&1; then log "clang++ not found: skipping the sanitized tests"; return; fi
