@@ -1,4 +1,4 @@
-# ASan+UBSan build of the unit and integration tests (`./build.sh sanitize`; not in `./build.sh test` yet:
+# ASan+UBSan build of the unit and integration tests (`./build.sh sanitize`; not in `./build.sh test`:
 # docs/RELIABILITY.md has its cost and coverage). Included by fuzz/CMakeLists.txt so that the ~30 parser, tokenizer and structured
 # sources the fuzz targets already compile instrumented are linked as they are, not compiled a second time.
 # The rest of the library is compiled here once: model, ops, kv and sampling (the tiny model's forward and the
