@@ -6,6 +6,8 @@
 // carry draft weights (confidence-scheduled lengths, a per-step draft budget, lossless sampling).
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -182,23 +184,33 @@ std::vector<Request> shared_prefix_requests(uint64_t seed, int64_t vocab) {
   return reqs;
 }
 
-TEST(SpecEngineMtp, PreemptionAndPrefixCache) {
-  const DeepseekV3Model& m = *tiny().model;
-  const std::vector<Request> reqs = shared_prefix_requests(77, m.config().vocab_size);
+// Speculation with k drafts under preemption and prefix-cache hits (shared_prefix_requests): the outputs of
+// `run(reqs, k, opts)` equal those without speculation. Each sequence ends at 71 tokens = 5 blocks (2 of them the
+// shared prefix), so 4 running sequences need 2 + 4 * 3 = 14 blocks; 8 hold one sequence's whole length
+// (max_model_len 96 = 6 blocks) but not four. Returns the speculative run.
+Result expect_lossless_under_preemption(const std::function<Result(const std::vector<Request>&, int, const Opts&)>& run,
+                                        const std::vector<Request>& reqs, int k) {
   Opts o;
-  // Each sequence ends at 71 tokens = 5 blocks (2 of them the shared prefix), so 4 running sequences need
-  // 2 + 4 * 3 = 14 blocks; 8 hold one sequence's whole length (max_model_len 96 = 6 blocks) but not four.
   o.num_blocks = 8;
   o.max_model_len = 96;
-  const Result base = run_mtp(m, reqs, 0, o, /*stagger=*/1);
-  const Result spec = run_mtp(m, reqs, 2, o, /*stagger=*/1);
+  const Result base = run(reqs, 0, o);
+  Result spec = run(reqs, k, o);
   EXPECT_EQ(spec.out, base.out);
   EXPECT_GT(base.stats.preemptions, 0);
   EXPECT_GT(spec.stats.preemptions, 0);  // a speculating sequence was preempted and recomputed
-  EXPECT_GT(spec.stats.spec.accepted, 0);
+  EXPECT_GT(spec.stats.spec.drafted, 0);
   int64_t cached = 0;
   for (const auto& [id, d] : spec.done) cached += d.num_cached_prompt_tokens;
   EXPECT_GT(cached, 0);
+  return spec;
+}
+
+TEST(SpecEngineMtp, PreemptionAndPrefixCache) {
+  const DeepseekV3Model& m = *tiny().model;
+  const Result spec = expect_lossless_under_preemption(
+      [&](const auto& reqs, int k, const Opts& o) { return run_mtp(m, reqs, k, o, /*stagger=*/1); },
+      shared_prefix_requests(77, m.config().vocab_size), 2);
+  EXPECT_GT(spec.stats.spec.accepted, 0);
 }
 
 TEST(SpecEngineMtp, StopsInsideAnAcceptedRun) {
@@ -412,18 +424,9 @@ TEST(SpecEngineMtp, V4FlashGreedyEqualsNonSpeculativeInABatch) {
 
 TEST(SpecEngineMtp, V4FlashPreemptionAndPrefixCache) {
   const DeepseekV4Model& m = *testing::v4_mtp_fixture().model;
-  const std::vector<Request> reqs = shared_prefix_requests(73, m.config().vocab_size);
-  Opts o;
-  o.num_blocks = 8;
-  o.max_model_len = 96;
-  const Result base = run_v4_mtp(m, reqs, 0, o, /*stagger=*/1);
-  const Result spec = run_v4_mtp(m, reqs, 3, o, /*stagger=*/1);
-  EXPECT_EQ(spec.out, base.out);
-  EXPECT_GT(spec.stats.preemptions, 0);
-  EXPECT_GT(spec.stats.spec.drafted, 0);
-  int64_t cached = 0;
-  for (const auto& [id, d] : spec.done) cached += d.num_cached_prompt_tokens;
-  EXPECT_GT(cached, 0);
+  expect_lossless_under_preemption(
+      [&](const auto& reqs, int k, const Opts& o) { return run_v4_mtp(m, reqs, k, o, /*stagger=*/1); },
+      shared_prefix_requests(73, m.config().vocab_size), 3);
 }
 
 // Sampled V4 MTP drafts on an 8-token vocabulary (so the random module's drafts are accepted a measurable fraction
@@ -647,18 +650,9 @@ TEST(SpecEngineDspark, GreedyEqualsNonSpeculativeInABatch) {
 
 TEST(SpecEngineDspark, PreemptionAndPrefixCache) {
   const DeepseekV4Model& m = *testing::dspark_fixture("deepseek_v41").model;
-  const std::vector<Request> reqs = shared_prefix_requests(71, m.config().vocab_size);
-  Opts o;
-  o.num_blocks = 8;
-  o.max_model_len = 96;
-  const Result base = run_dspark(m, reqs, 0, o, /*stagger=*/1);
-  const Result spec = run_dspark(m, reqs, 4, o, /*stagger=*/1);
-  EXPECT_EQ(spec.out, base.out);
-  EXPECT_GT(spec.stats.preemptions, 0);
-  EXPECT_GT(spec.stats.spec.drafted, 0);
-  int64_t cached = 0;
-  for (const auto& [id, d] : spec.done) cached += d.num_cached_prompt_tokens;
-  EXPECT_GT(cached, 0);
+  expect_lossless_under_preemption(
+      [&](const auto& reqs, int k, const Opts& o) { return run_dspark(m, reqs, k, o, /*stagger=*/1); },
+      shared_prefix_requests(71, m.config().vocab_size), 4);
 }
 
 // Lossless sampling with DSpark drafts (greedy point masses from the Markov head, accepted with probability p(d)):
