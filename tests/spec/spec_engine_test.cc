@@ -105,6 +105,21 @@ Request greedy_request(const std::string& id, std::vector<TokenId> prompt, int m
   return r;
 }
 
+// `n` sampled requests "s0" .. of one prompt, request i seeded seed_base + i (top_k 0: no top-k), for the
+// distribution tests.
+std::vector<Request> seeded_requests(int n, const std::vector<TokenId>& prompt, int max_tokens, float temperature,
+                                     int top_k, uint64_t seed_base) {
+  std::vector<Request> reqs;
+  for (int i = 0; i < n; ++i) {
+    Request r = greedy_request("s" + std::to_string(i), prompt, max_tokens);
+    r.params.temperature = temperature;
+    r.params.top_k = top_k;
+    r.params.seed = seed_base + i;
+    reqs.push_back(r);
+  }
+  return reqs;
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // Tiny model, MTP proposer.
 
@@ -293,14 +308,7 @@ TEST(SpecEngineMtp, SampledOutputsKeepTheDistribution) {
   const DeepseekV3Model& m = *tiny().model;
   constexpr int kSeeds = 240;
   auto run = [&](int k, float temperature, uint64_t seed_base, int max_tokens = 3) {
-    std::vector<Request> reqs;
-    for (int i = 0; i < kSeeds; ++i) {
-      Request r = greedy_request("s" + std::to_string(i), kText, max_tokens);
-      r.params.temperature = temperature;
-      r.params.top_k = 6;
-      r.params.seed = seed_base + i;
-      reqs.push_back(r);
-    }
+    const std::vector<Request> reqs = seeded_requests(kSeeds, kText, max_tokens, temperature, 6, seed_base);
     Opts o;
     o.max_num_seqs = 32;
     o.budget = 256;
@@ -360,14 +368,7 @@ TEST(SpecEngineMtp, SampledDraftsKeepTheDistribution) {
   const DeepseekV3Model& m = *tiny().model;
   constexpr int kSeeds = 240;
   auto run = [&](int k, uint64_t seed_base, spec::MtpDraftSampling sampling) {
-    std::vector<Request> reqs;
-    for (int i = 0; i < kSeeds; ++i) {
-      Request r = greedy_request("s" + std::to_string(i), kText, 3);
-      r.params.temperature = 1.0f;
-      r.params.top_k = 6;
-      r.params.seed = seed_base + i;
-      reqs.push_back(r);
-    }
+    const std::vector<Request> reqs = seeded_requests(kSeeds, kText, 3, 1.0f, 6, seed_base);
     Opts o;
     o.max_num_seqs = 32;
     o.budget = 256;
@@ -436,13 +437,7 @@ TEST(SpecEngineMtp, V4FlashSampledDraftsKeepTheDistribution) {
   constexpr int kSeeds = 240;
   const std::vector<TokenId> prompt = random_prompt(9, 6, m.config().vocab_size);
   auto run = [&](int k, uint64_t seed_base) {
-    std::vector<Request> reqs;
-    for (int i = 0; i < kSeeds; ++i) {
-      Request r = greedy_request("s" + std::to_string(i), prompt, 4);
-      r.params.temperature = 1.5f;
-      r.params.seed = seed_base + i;
-      reqs.push_back(r);
-    }
+    const std::vector<Request> reqs = seeded_requests(kSeeds, prompt, 4, 1.5f, 0, seed_base);
     Opts o;
     o.max_num_seqs = 32;
     o.budget = 256;
@@ -666,13 +661,7 @@ TEST(SpecEngineDspark, SampledOutputsKeepTheDistribution) {
   constexpr int kSeeds = 240;
   const std::vector<TokenId> prompt = random_prompt(9, 5, m.config().vocab_size);
   auto run = [&](int k, float temperature, uint64_t seed_base, double threshold = 0) {
-    std::vector<Request> reqs;
-    for (int i = 0; i < kSeeds; ++i) {
-      Request r = greedy_request("s" + std::to_string(i), prompt, 4);
-      r.params.temperature = temperature;
-      r.params.seed = seed_base + i;
-      reqs.push_back(r);
-    }
+    const std::vector<Request> reqs = seeded_requests(kSeeds, prompt, 4, temperature, 0, seed_base);
     Opts o;
     o.max_num_seqs = 32;
     o.budget = 256;
