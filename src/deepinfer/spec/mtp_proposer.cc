@@ -1,9 +1,7 @@
 #include "deepinfer/spec/mtp_proposer.h"
 
-#include <algorithm>
-#include <cmath>
-
 #include "deepinfer/core/error.h"
+#include "deepinfer/sampling/logits_processors.h"
 #include "deepinfer/sampling/sampler.h"
 
 namespace deepinfer::spec {
@@ -14,34 +12,22 @@ V3MtpModule::V3MtpModule(const DeepseekV3Model& m) : model(m) {
       << m.config().draft.num_layers << ")";
 }
 
-std::vector<float> mtp_draft_distribution(std::span<const float> logits, float temperature) {
-  DI_CHECK(temperature > 0) << "MTP draft distribution: temperature must be > 0, got " << temperature;
-  double mx = -INFINITY;
-  for (float v : logits) mx = std::max(mx, static_cast<double>(v));
-  std::vector<double> e(logits.size());
-  double sum = 0;
-  for (size_t i = 0; i < logits.size(); ++i) sum += e[i] = std::exp((logits[i] - mx) / temperature);
-  std::vector<float> q(logits.size());
-  for (size_t i = 0; i < logits.size(); ++i) q[i] = static_cast<float>(e[i] / sum);
-  return q;
-}
-
 namespace {
 
-// Inverse-CDF draw from q with a uniform u in [0, 1); never a token of probability 0.
-TokenId draw_from(const std::vector<float>& q, double u) {
-  double acc = 0;
-  TokenId last = -1;
-  for (size_t i = 0; i < q.size(); ++i) {
-    if (q[i] <= 0) continue;
-    last = static_cast<TokenId>(i);
-    acc += q[i];
-    if (u < acc) return last;
-  }
-  return last;  // rounding left u above the total
+std::vector<float> divided(std::span<const float> logits, float temperature) {
+  DI_CHECK(temperature > 0) << "MTP draft distribution: temperature must be > 0, got " << temperature;
+  std::vector<float> out(logits.begin(), logits.end());
+  for (float& v : out) v /= temperature;
+  return out;
 }
 
+std::vector<float> as_floats(const std::vector<double>& p) { return std::vector<float>(p.begin(), p.end()); }
+
 }  // namespace
+
+std::vector<float> mtp_draft_distribution(std::span<const float> logits, float temperature) {
+  return as_floats(softmax(divided(logits, temperature)));
+}
 
 template <typename Module>
 BasicMtpProposer<Module>::BasicMtpProposer(const typename Module::Model& model, int32_t num_slots,
@@ -128,9 +114,10 @@ Draft BasicMtpProposer<Module>::propose(const DraftRequest& req) {
   for (int j = 0; j < req.max_tokens; ++j) {
     TokenId t;
     if (sampled) {
-      std::vector<float> q = mtp_draft_distribution(logits, temperature);
-      t = draw_from(q, rng_uniform(req.key, req.position + j, kDraftRngDrawBase));
-      d.probs.push_back(std::move(q));
+      // q = softmax(logits / T), drawn by the sampler's inverse CDF over the same scaled row.
+      const std::vector<float> scaled = divided(logits, temperature);
+      t = sample_from_logits(scaled, rng_uniform(req.key, req.position + j, kDraftRngDrawBase));
+      d.probs.push_back(as_floats(softmax(scaled)));
     } else {
       t = argmax(logits);
     }
