@@ -533,10 +533,12 @@ HostTensor DeepseekV4Model::decode_batch(std::span<V4SequenceState* const> seqs,
       mem.copy(d.slots[r], Tensor(slot.data(), DType::kI64, {R}));
     }
   }
-  std::vector<float> one_hot(static_cast<size_t>(R * hc), 0.0f);
-  for (int64_t b = 0; b < R; ++b) one_hot[b * hc] = 1.0f;
-  d.one_hot = buffer(kOneHot, DType::kF32, {R, hc});
-  mem.copy(d.one_hot, Tensor(one_hot.data(), DType::kF32, {R, hc}));
+  if (v41) {
+    std::vector<float> one_hot(static_cast<size_t>(R * hc), 0.0f);
+    for (int64_t b = 0; b < R; ++b) one_hot[b * hc] = 1.0f;
+    d.one_hot = buffer(kOneHot, DType::kF32, {R, hc});
+    mem.copy(d.one_hot, Tensor(one_hot.data(), DType::kF32, {R, hc}));
+  }
   for (int i = 0; i < 2; ++i) {
     d.streams[i] = buffer(kStreams + i, DType::kF32, {R, hc, D});
     d.attn_pre[i] = buffer(kAttnPre + i, DType::kF32, {R, hc});
