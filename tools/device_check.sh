@@ -22,6 +22,11 @@
 #   pass feeds every SWEEP_TOKEN_STRIDE-th case token by token through the masks for SWEEP_TOKEN_SECONDS at most
 #   (SWEEP_SECONDS bounds the first pass the same way; the summary then says how many cases finished).
 #   graphbench: build the CUDA CLI only, then tools/decode_graph_bench.sh (decode graphs vs --enforce-eager).
+#   peer: build the CUDA CLI only (no tests: no GTest needed), then in the same call `deepinfer bench --device cuda
+#   --model v4-flash` and tools/peer_transformers_v4.py (transformers' DeepseekV4 on the same slice, bf16, its best
+#   attention) on the same shapes, and tools/peer_join.py: a table with the speed-up per row (peer_table.md).
+#   PEER_PROMPTS / PEER_BATCHES / PEER_CONTEXTS: the shapes (default "1024 4096 8192" / "1 16 64" / "1024");
+#   BENCH_TIMEOUT / PEER_TIMEOUT bound each side. The peer runs even when our build fails.
 #   ci: (SPEC_PROMPTS=FILE adds tools/spec_gpu_bench.sh, GRAPH_BENCH=1 tools/decode_graph_bench.sh, V4BATCH_BENCH=1
 #   tools/v4_decode_batch_bench.sh) build everything, every GPU test once, MEMCHECK_FILTER under memcheck, the op harness under racecheck
 #   (RACECHECK_FILTER overrides which tests), the op micro-bench (rows matching
@@ -62,10 +67,12 @@ note "tools: $(nvcc --version | tail -1); $(cmake --version | head -1); $(c++ --
 # The device machine reaches no package registry: the -dev packages travel as .deb files in .deps (carried).
 # They are unpacked aside and copied into /usr without replacing anything the image already has.
 if [ ! -f /usr/include/pcre2.h ] || [ ! -f /usr/include/spdlog/spdlog.h ] || [ ! -d /usr/include/gtest ]; then
-  if ls .deps/*.deb >/dev/null 2>&1; then
-    mkdir -p /tmp/dideps && for f in .deps/*.deb; do dpkg -x "$f" /tmp/dideps; done
+  if compgen -G ".deps/*.deb" >/dev/null || compgen -G ".deps/*.tar.xz" >/dev/null; then
+    # .deb files, or .tar.xz archives of an extracted usr/ tree (trimmed to fit the transfer limit).
+    mkdir -p /tmp/dideps && for f in .deps/*.deb; do [ -f "$f" ] && dpkg -x "$f" /tmp/dideps; done
+    for f in .deps/*.tar.xz; do [ -f "$f" ] && tar -C /tmp/dideps -xJf "$f"; done
     cp -a --update=none /tmp/dideps/usr/. /usr/ && ldconfig
-    note "deps: unpacked $(ls .deps/*.deb | wc -l) carried .deb files"
+    note "deps: unpacked $(ls .deps/*.deb .deps/*.tar.xz 2>/dev/null | wc -l) carried files"
   else
     export DEBIAN_FRONTEND=noninteractive
     (apt-get update -qq && apt-get install -y -qq --no-install-recommends nlohmann-json3-dev libcli11-dev libfmt-dev \
@@ -121,6 +128,39 @@ if [ "$MODE" = structured ]; then
       >"$OUT/sweep_tok.txt" 2>"$OUT/sweep_tok.err"
     note "structured_sweep with tokens: rc=$? in $(( $(date +%s) - start ))s"; tail -4 "$OUT/sweep_tok.txt" >>"$summary"
   fi
+  exit 0
+fi
+if [ "$MODE" = peer ]; then
+  # Ours first, then the peer, one after the other on the same GPU; the peer runs even if our build failed.
+  prompts=${PEER_PROMPTS:-1024 4096 8192} batches=${PEER_BATCHES:-1 16 64} contexts=${PEER_CONTEXTS:-1024}
+  shape=()
+  for p in $prompts; do shape+=(--prompt "$p"); done
+  for b in $batches; do shape+=(--batch "$b"); done
+  for c in $contexts; do shape+=(--context "$c"); done
+  if cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DDEEPINFER_ACCELERATOR=nvidia \
+      -DCMAKE_CUDA_ARCHITECTURES=90a -DDEEPINFER_PYTHON=OFF -DDEEPINFER_BUILD_TESTS=OFF >"$OUT/configure.log" 2>&1 &&
+    cmake --build build-gpu -j "$(nproc)" --target deepinfer_cli >"$OUT/build.log" 2>&1; then
+    note "build (deepinfer_cli): ok in $(( $(date +%s) - start ))s"
+    timeout "${BENCH_TIMEOUT:-150}" build-gpu/bin/deepinfer bench --device cuda --model v4-flash "${shape[@]}" \
+      >"$OUT/bench_v4.log" 2>&1
+    note "deepinfer bench (v4-flash): rc=$?"
+    cat "$OUT/bench_v4.log" >>"$summary"
+  else
+    note "build FAILED (configure.log / build.log); the peer runs anyway"
+    grep -hE "FAILED:|error:|Could NOT|CMake Error" "$OUT/configure.log" "$OUT/build.log" 2>/dev/null | head -20 | tee -a "$summary"
+  fi
+  nvidia-smi --query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader >>"$summary" 2>&1
+  PYTHONUNBUFFERED=1 timeout "${PEER_TIMEOUT:-240}" python3 tools/peer_transformers_v4.py --device cuda "${shape[@]}" \
+    >"$OUT/peer.jsonl" 2>"$OUT/peer.err"
+  note "peer (transformers): rc=$? $(grep -c '"kind": "row"' "$OUT/peer.jsonl") rows"
+  tail -5 "$OUT/peer.err" >>"$summary"
+  cat "$OUT/peer.jsonl" >>"$summary"
+  touch "$OUT/bench_v4.log"
+  python3 tools/peer_join.py --ours "$OUT/bench_v4.log" --peer "$OUT/peer.jsonl" >"$OUT/peer_table.md" 2>&1
+  note "peer_join: rc=$?"
+  cat "$OUT/peer_table.md" >>"$summary"
+  echo "================ summary"
+  cat "$summary"
   exit 0
 fi
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DDEEPINFER_ACCELERATOR=nvidia \
