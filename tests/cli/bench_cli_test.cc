@@ -2,6 +2,7 @@
 // the breakdown; bad options are clear errors.
 #include <gtest/gtest.h>
 
+#include <regex>
 #include <sstream>
 
 #include "test_util.h"
@@ -28,6 +29,18 @@ TEST(BenchCli, TinySliceOnCpu) {
   EXPECT_EQ(rows_of(r.output, "prefill"), 2) << r.output;  // 1 prompt length, table + breakdown
   EXPECT_EQ(rows_of(r.output, "decode"), 4) << r.output;   // 2 batches × 1 context, table + breakdown
   EXPECT_NE(r.output.find("breakdown"), std::string::npos) << r.output;
+  // The reference's decode figures per decode row; no drafts in the bench, so delivered == full acceptance.
+  EXPECT_NE(r.output.find("decode as the reference reports it"), std::string::npos) << r.output;
+  const std::regex rate(R"(tiny\s+batch\s+([0-9]+) context\s+16  avg_SPS\s+([0-9.]+) steps/s  delivered\s+([0-9.]+) )"
+                        R"(tokens/s  full-acceptance\s+([0-9.]+) tokens/s)");
+  int rates = 0;
+  for (auto it = std::sregex_iterator(r.output.begin(), r.output.end(), rate); it != std::sregex_iterator(); ++it) {
+    const std::smatch& m = *it;
+    ++rates;
+    EXPECT_EQ(m[3].str(), m[4].str()) << m[0];
+    EXPECT_NEAR(std::stod(m[3]), std::stod(m[2]) * std::stod(m[1]), 0.01 * std::stod(m[3]) + 0.1) << m[0];
+  }
+  EXPECT_EQ(rates, 2) << r.output;  // batch 1 and 2
 }
 
 TEST(BenchCli, UnknownSliceIsAnError) {

@@ -104,6 +104,57 @@ TEST(OfflineCli, ReferenceFlagsPrintPerSampleDiagnosticsAndProgress) {
   EXPECT_EQ(testing::parse_offline_samples(r.output).size(), 2u);
 }
 
+// The summary's "decode rate:" line (bench/decode_rate.h) parsed: avg_SPS, steps, seconds, mean batch, delivered
+// tokens/s, what the acceptance was, the full-acceptance figure and its draft length.
+struct DecodeRateLine {
+  double sps = 0, seconds = 0, batch = 0, delivered = 0, full = 0;
+  int64_t steps = 0;
+  std::string delivered_text, full_text, acceptance;
+  int draft_length = -1;
+};
+DecodeRateLine parse_decode_rate(const std::string& out) {
+  static const std::regex re(
+      R"(decode rate: avg_SPS ([0-9.]+) steps/s \(([0-9]+) steps in ([0-9.]+) s, mean batch ([0-9.]+)\); )"
+      R"(delivered ([0-9.]+) tokens/s \(([^)]*)\); full-acceptance assumption ([0-9.]+) tokens/s )"
+      R"(\(avg_SPS x batch x \(1 \+ ([0-9]+)\)\))");
+  std::smatch m;
+  DecodeRateLine d;
+  if (!std::regex_search(out, m, re)) return d;
+  d.sps = std::stod(m[1]);
+  d.steps = std::stoll(m[2]);
+  d.seconds = std::stod(m[3]);
+  d.batch = std::stod(m[4]);
+  d.delivered_text = m[5];
+  d.delivered = std::stod(m[5]);
+  d.acceptance = m[6];
+  d.full_text = m[7];
+  d.full = std::stod(m[7]);
+  d.draft_length = std::stoi(m[8]);
+  return d;
+}
+
+// Two prompts of the V4 golden model, 8 tokens each, batched: the first token comes from the prefill step, the
+// other 7 from 7 decode steps of both sequences; without drafts every decoded token is delivered.
+TEST(OfflineCli, DecodeRateAsTheReferenceReportsIt) {
+  const std::string dir = testing::test_data_dir() + "/golden/deepseek_v4";
+  for (const char* flags : {"", " --no-async-scheduling"}) {
+    auto r = run_cli("offline --model " + dir +
+                     " --max-tokens 8 --ignore-eos --max-num-seqs 2 --prompt-ids 5,6,7 "
+                     "--prompt-ids 9,10,11,12 --speculative off" +
+                     std::string(flags));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const DecodeRateLine d = parse_decode_rate(r.output);
+    ASSERT_EQ(d.draft_length, 0) << r.output;
+    EXPECT_EQ(d.steps, 7) << r.output;
+    EXPECT_DOUBLE_EQ(d.batch, 2.0) << r.output;
+    EXPECT_EQ(d.acceptance, "no speculation");
+    EXPECT_EQ(d.delivered_text, d.full_text) << r.output;  // no drafts: delivered == full acceptance
+    EXPECT_GT(d.sps, 0);
+    EXPECT_NEAR(d.sps, d.steps / d.seconds, 0.01 * d.sps + 0.01) << r.output;
+    EXPECT_NEAR(d.delivered, d.sps * d.batch, 0.01 * d.delivered + 0.1) << r.output;
+  }
+}
+
 TEST(OfflineCli, UnsupportedLayoutsAndChecksAreClearErrors) {
   const std::string m = " --model_name " + testing::test_data_dir() + "/golden/deepseek_v4";
   const std::vector<std::pair<std::string, std::string>> cases = {
@@ -221,6 +272,15 @@ TEST(OfflineCli, V4MtpSpeculationKeepsGreedyOutputAndPrintsAcceptance) {
     ASSERT_EQ(spec.exit_code, 0) << spec.output;
     EXPECT_EQ(testing::parse_offline_samples(spec.output), testing::parse_offline_samples(plain.output)) << mode;
     EXPECT_NE(spec.output.find("speculative: acceptance_rate="), std::string::npos) << spec.output;
+    // Reference-style decode figures: full acceptance counts 1 + 2 tokens per sequence step, delivered the
+    // measured ones; the two agree only if every draft was accepted.
+    const DecodeRateLine d = parse_decode_rate(spec.output);
+    ASSERT_EQ(d.draft_length, 2) << spec.output;
+    EXPECT_GT(d.steps, 0) << spec.output;
+    EXPECT_EQ(d.acceptance.rfind("measured acceptance ", 0), 0u) << spec.output;
+    EXPECT_NEAR(d.full, d.sps * d.batch * 3, 0.01 * d.full + 0.1) << spec.output;
+    EXPECT_LE(d.delivered, d.full + 0.1) << spec.output;
+    EXPECT_GE(d.delivered, d.sps * d.batch * 0.99 - 0.1) << spec.output;  // at least one token per sequence step
   }
   // The V4 golden checkpoint has no MTP layers; DSpark checkpoints draft with dspark; dspark refuses sampled drafts.
   auto none = run_cli("offline --model " + testing::test_data_dir() + "/golden/deepseek_v4 --speculative mtp");

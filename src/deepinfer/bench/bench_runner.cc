@@ -6,6 +6,7 @@
 #include <cstring>
 #include <map>
 
+#include "deepinfer/bench/decode_rate.h"
 #include "deepinfer/core/error.h"
 #include "deepinfer/ops/rope_table.h"
 
@@ -372,6 +373,34 @@ std::string format_graphs(const std::vector<BenchRow>& rows) {
                   r.model.c_str(), static_cast<long long>(r.shape.seqs), static_cast<long long>(r.shape.context), r.ms,
                   r.graph_ms, r.graph_ms > 0 ? r.ms / r.graph_ms : 0.0);
     out += buf + r.graph_note + "\n";
+  }
+  return out;
+}
+
+std::string format_decode_rates(const std::vector<BenchRow>& rows) {
+  std::string out =
+      "decode as the reference reports it (avg_SPS = 1 / median step; no drafts in the bench: delivered = "
+      "full-acceptance, draft length 0):\n";
+  for (const BenchRow& r : rows) {
+    if (r.shape.prefill || r.ms <= 0) continue;
+    // One step of `seqs` sequences in the median step time.
+    DecodeCounts c{1, r.ms / 1000.0, r.shape.seqs, 0, 0, 0, 0};
+    const DecodeRate d = decode_rate(c);
+    char buf[256];
+    std::snprintf(buf, sizeof buf,
+                  "%-11s batch %4lld context %6lld  avg_SPS %9.2f steps/s  delivered %11.1f tokens/s  "
+                  "full-acceptance %11.1f tokens/s",
+                  r.model.c_str(), static_cast<long long>(r.shape.seqs), static_cast<long long>(r.shape.context),
+                  d.avg_sps, d.delivered_tokens_per_s, d.full_acceptance_tokens_per_s);
+    out += buf;
+    if (r.graph_ms > 0) {
+      c.seconds = r.graph_ms / 1000.0;
+      const DecodeRate g = decode_rate(c);
+      std::snprintf(buf, sizeof buf, "  (graph: avg_SPS %9.2f, delivered %11.1f tokens/s)", g.avg_sps,
+                    g.delivered_tokens_per_s);
+      out += buf;
+    }
+    out += "\n";
   }
   return out;
 }

@@ -72,5 +72,9 @@ std::string format_ceilings(const Ceilings& c);
 std::string format_breakdown(const std::vector<BenchRow>& rows);
 // Decode rows with a graph figure: eager vs replayed step time and the output check.
 std::string format_graphs(const std::vector<BenchRow>& rows);
+// Decode rows the way the reference reports decode (bench/decode_rate.h): avg_SPS (1 / median step), delivered
+// tokens/s and the full-acceptance figure; the bench runs no drafts, so the two token figures are equal (draft
+// length 0). Rows with a graph figure give the same for the replayed step.
+std::string format_decode_rates(const std::vector<BenchRow>& rows);
 
 }  // namespace deepinfer::bench

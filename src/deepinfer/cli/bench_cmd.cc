@@ -78,6 +78,7 @@ int run_bench(const BenchArgs& a) {
     std::printf("%s", bench::format_table(rows, c).c_str());
     std::printf("%s", bench::format_breakdown(rows).c_str());
     std::printf("%s", bench::format_graphs(rows).c_str());
+    std::printf("%s", bench::format_decode_rates(rows).c_str());
     std::fflush(stdout);
   }
   for (const bench::MlaBenchModel& m : mla) {
@@ -92,6 +93,7 @@ int run_bench(const BenchArgs& a) {
     std::printf("%s", bench::format_table(rows, c).c_str());
     std::printf("%s", bench::format_breakdown(rows).c_str());
     std::printf("%s", bench::format_graphs(rows).c_str());
+    std::printf("%s", bench::format_decode_rates(rows).c_str());
     std::fflush(stdout);
   }
   return 0;
@@ -120,8 +122,9 @@ void register_bench(CLI::App& app, CommandRegistry& reg) {
   sub->add_option("--seed", a->seed, "seed of the random weights");
   sub->add_flag("--no-graphs", a->no_graphs, "decode: skip the CUDA-graph replay timing and its output check");
   sub->add_flag("--no-prefill", a->no_prefill, "decode shapes only");
-  sub->add_flag("--mla-per-sequence-decode", a->mla_per_sequence,
-                "MLA slices: decode attention as one absorbed-MLA call per sequence (the path before the paged kernel)");
+  sub->add_flag(
+      "--mla-per-sequence-decode", a->mla_per_sequence,
+      "MLA slices: decode attention as one absorbed-MLA call per sequence (the path before the paged kernel)");
   register_bench_serve(sub, reg);
   reg.add(sub, [a] { return run_bench(*a); });
 }

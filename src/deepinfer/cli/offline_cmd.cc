@@ -1,7 +1,9 @@
 // deepinfer offline: the reference's offline example on the engine — requests → continuous batching with
 // chunked prefill → forward (CPU reference backend, or the CUDA backend with --device cuda) → sampling → per-sample
-// diagnostics (text, token count, speculative acceptance rate, decode perplexity, finite check) and a progress line
-// with prompt and generation throughput. The reference's flags (--model_name, --ep/--dp/--cp, --max_model_len,
+// diagnostics (text, token count, speculative acceptance rate, decode perplexity, finite check), a progress line
+// with prompt and generation throughput, and the decode phase as the reference reports it (avg_SPS, delivered
+// tokens/s, tokens/s under the full-acceptance assumption). The reference's flags (--model_name, --ep/--dp/--cp,
+// --max_model_len,
 // --max_num_seqs, --gpu_memory_utilization, --check_structured_output, --temperature, --seed) are accepted with
 // their defaults; dashed spellings work too.
 #include <algorithm>
@@ -11,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include "deepinfer/bench/decode_rate.h"
 #include "deepinfer/cli/commands.h"
 #include "deepinfer/cli/engine_setup.h"
 #include "deepinfer/cli/structured_check.h"
@@ -131,12 +134,26 @@ int run_offline(const OfflineArgs& a) {
   std::vector<CompletedSequence> done;
   // Wall time of the steps that computed no prompt token: the decode phase's step time (steps per second).
   std::vector<double> decode_ms;
+  // The decode phase as the reference reports it (avg_SPS, delivered and full-acceptance tokens/s): the calls that
+  // launched no prompt token; a call that launched nothing (draining the last step) adds its time only.
+  bench::DecodeCounts decode;
+  decode.draft_length = setup_spec ? a.setup.num_draft_tokens : 0;
   while (engine.has_unfinished()) {
     const int64_t prompt_before = engine.stats().prompt_tokens_computed;
+    const int64_t drafted_before = engine.stats().spec.drafted, accepted_before = engine.stats().spec.accepted;
     const auto s0 = std::chrono::steady_clock::now();
-    engine.step();
-    if (engine.stats().prompt_tokens_computed == prompt_before)
-      decode_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - s0).count());
+    const StepStats step = engine.step();
+    if (engine.stats().prompt_tokens_computed == prompt_before) {
+      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - s0).count();
+      decode_ms.push_back(ms);
+      decode.seconds += ms / 1000.0;
+      if (step.num_decodes > 0) ++decode.steps;
+      decode.sequence_steps += step.num_decodes;
+      // Speculation runs synchronously: the drafts verified in this call are this step's.
+      decode.drafted += engine.stats().spec.drafted - drafted_before;
+      decode.accepted += engine.stats().spec.accepted - accepted_before;
+      decode.discarded += step.num_discarded;
+    }
     auto finished = engine.take_finished();
     if (finished.empty()) continue;
     for (auto& f : finished) done.push_back(std::move(f));
@@ -183,6 +200,10 @@ int run_offline(const OfflineArgs& a) {
         1000.0 * st.model.decode_batch_seconds / static_cast<double>(std::max<int64_t>(st.model.decode_batches, 1)),
         st.model.decode_batches);
   }
+  // A discard is counted when the step that sampled it is processed, one call after its launch (asynchronous
+  // scheduling): one from a step that also ran prompt tokens is not among the counted sequence steps.
+  decode.discarded = std::min(decode.discarded, decode.sequence_steps + decode.accepted);
+  std::cout << "decode rate: " << bench::format_decode_rate(decode, bench::decode_rate(decode)) << "\n";
   DI_CHECK_CODE(all_finite, ErrorCode::kInternal) << "non-finite values in at least one sample";
   return 0;
 }
