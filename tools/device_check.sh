@@ -27,6 +27,8 @@
 #   attention) on the same shapes, and tools/peer_join.py: a table with the speed-up per row (peer_table.md).
 #   PEER_PROMPTS / PEER_BATCHES / PEER_CONTEXTS: the shapes (default "1024 4096 8192" / "1 16 64" / "1024");
 #   BENCH_TIMEOUT / PEER_TIMEOUT bound each side. The peer runs even when our build fails.
+#   model with BI_BENCH=1: then tools/batch_invariant_bench.sh (the bench slices with and without --batch-invariant);
+#   with NCU_SLICE=1 an ncu per-kernel time summary of one synthetic decode step (NCU_SLICE_ARGS).
 #   ci: (SPEC_PROMPTS=FILE adds tools/spec_gpu_bench.sh, GRAPH_BENCH=1 tools/decode_graph_bench.sh, V4BATCH_BENCH=1
 #   tools/v4_decode_batch_bench.sh) build everything, every GPU test once, MEMCHECK_FILTER under memcheck, the op harness under racecheck
 #   (RACECHECK_FILTER overrides which tests), the op micro-bench (rows matching
@@ -235,7 +237,7 @@ if [ "$MODE" = ci ]; then
   note "gpu tests (direct): rc=$? $(grep -E '^\[  PASSED|^\[  FAILED' "$OUT/gpu_tests_direct.log" | tr '\n' ' ')"
   grep -h "\[cuda-op\]" "$OUT/gpu_tests_direct.log" >"$OUT/op_errors.txt"
   note "op comparisons: $(grep -c ' ok' "$OUT/op_errors.txt") ok, $(grep -c 'FAIL' "$OUT/op_errors.txt") FAIL (op_errors.txt)"
-  grep -hE "FAILED  \]|decode graphs" "$OUT/gpu_tests_direct.log" | tee -a "$summary"
+  grep -hE "FAILED  \]|decode graphs|^\[batch-invariance\]" "$OUT/gpu_tests_direct.log" | tee -a "$summary"
   if [ -n "${MEMCHECK_FILTER:-}" ] && command -v compute-sanitizer >/dev/null 2>&1; then
     timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/bin/deepinfer_cuda_tests \
       --gtest_filter="$MEMCHECK_FILTER" >"$OUT/memcheck.log" 2>&1
@@ -272,9 +274,24 @@ if [ "$MODE" = model ]; then
   note "gpu tests (direct): rc=$? $(grep -E '^\[  PASSED|^\[  FAILED' "$OUT/gpu_tests_direct.log" | tr '\n' ' ')"
   grep -h "\[cuda-op\]" "$OUT/gpu_tests_direct.log" >"$OUT/op_errors.txt"
   note "op comparisons: $(grep -c ' ok' "$OUT/op_errors.txt") ok, $(grep -c 'FAIL' "$OUT/op_errors.txt") FAIL (op_errors.txt)"
-  grep -hE "^\[cuda-golden|^\[cuda-offline|^\[perf\]|FAILED  \]" "$OUT/gpu_tests_direct.log" | tee -a "$summary"
+  grep -hE "^\[cuda-golden|^\[cuda-offline|^\[perf\]|^\[batch-invariance\]|FAILED  \]" "$OUT/gpu_tests_direct.log" |
+    tee -a "$summary"
   [ -n "${MEMCHECK_FILTER:-}" ] && sanitize memcheck "$MEMCHECK_FILTER" "${MEMCHECK_TIMEOUT:-150}"
   [ -n "${RACECHECK_FILTER:-}" ] && sanitize racecheck "$RACECHECK_FILTER" "${RACECHECK_TIMEOUT:-200}"
+  # BI_BENCH=1: the slices with and without --batch-invariant (docs/PERF.md).
+  [ -n "${BI_BENCH:-}" ] && CLI=build-gpu/bin/deepinfer bash tools/batch_invariant_bench.sh | tee -a "$summary"
+  # NCU_SLICE=1: per-kernel GPU time of one synthetic decode step (NCU_SLICE_ARGS: bench options; default the
+  # V4.1-Flash slice at batch 1, context 4k), summed per kernel name (tools/ncu_kernel_summary.py).
+  if [ -n "${NCU_SLICE:-}" ]; then
+    ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    # shellcheck disable=SC2086
+    timeout "${NCU_TIMEOUT:-150}" "$ncu" --clock-control none --csv --print-units base --metrics gpu__time_duration.sum \
+      --kernel-name "regex:${NCU_KERNELS:-gemm|moe|swiglu|router|combine|plan|hc_|rms|rope|attention|indexer|topk|dequant|cast|embed|scatter|compress|engram}" \
+      build-gpu/bin/deepinfer bench --device cuda ${NCU_SLICE_ARGS:---model v41-flash --no-prefill --batch 1 --context 4096 --warmup 0 --iters 1 --no-graphs} \
+      >"$OUT/ncu_slice.csv" 2>"$OUT/ncu_slice.err"
+    note "ncu slice: rc=$? ($ncu)"
+    python3 tools/ncu_kernel_summary.py "$OUT/ncu_slice.csv" 40 | tee -a "$summary"
+  fi
   echo "================ summary"
   cat "$summary"
   exit 0

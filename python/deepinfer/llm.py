@@ -85,7 +85,8 @@ class LLM:
     lcm(ep, dp·cp) must be dp·cp; docs/CONTEXT_PARALLEL.md). device: "cpu" or "cuda" (default: "cuda" when this
     build has CUDA and sees a GPU). KV cache memory: on CUDA gpu_memory_utilization of the device minus the
     weights; on the CPU kv_cache_bytes of host memory. exact_prefill (V4.1): every layer on every prompt token
-    (transformers parity) instead of decoder SWA bounded replay.
+    (transformers parity) instead of decoder SWA bounded replay. batch_invariant: a request's output is
+    bit-identical whatever else is in the batch (CUDA: fixed-order kernels, slower; the CPU backend always is).
     """
 
     def __init__(
@@ -107,6 +108,7 @@ class LLM:
         exact_prefill=False,
         speculative="off",
         num_draft_tokens=1,
+        batch_invariant=False,
     ):
         self.model_dir, self.model_source = _core.resolve_model_dir(
             model, os.environ.get("DEEPINFER_HF_MODEL_DIR"), _core.embedded_model_dir()
@@ -128,6 +130,7 @@ class LLM:
             exact_prefill=exact_prefill,
             speculative=speculative,
             num_draft_tokens=num_draft_tokens,
+            batch_invariant=batch_invariant,
         )
 
     # Model facts.

@@ -191,5 +191,52 @@ TEST_F(CudaLinearTest, LinearBf16PrecisionEqualsRoundedInputs) {
   }
 }
 
+// Batch-invariant mode: every GEMM is the fp32 FMA chain over K (the column-chain kernel up to 8 rows, the SIMT
+// tile above), so a row's output is the same bytes whether it runs alone, in a short run, in 11 rows or in all
+// 37, in any order; and exact fp32 products against the CPU reference (1e-5), bf16 weights included (x stays f32).
+// K = 200 is not a multiple of the 16-wide k-steps (zero padding on both kernels).
+TEST_F(CudaLinearTest, BatchInvariantModeRowsDoNotDependOnTheBatch) {
+  gpu().set_batch_invariant(true);
+  const int64_t m = 37, n = 300;
+  struct Case {
+    std::string name;
+    int64_t k;
+    HostTensor w, s;
+    QuantFormat f;
+    int block;
+  };
+  std::vector<Case> cases;
+  cases.push_back({"f32", 520, rand({n, 520}), HostTensor{}, QuantFormat::kFloat, 0});
+  cases.push_back({"fp8 128x128 e8m0", 512, fp8({n, 512}), e8m0({3, 4}), QuantFormat::kFP8Block, 128});
+  cases.push_back({"fp8 32x32 f32", 512, fp8({n, 512}), f32_scales({10, 16}), QuantFormat::kFP8Block, 32});
+  cases.push_back({"fp8 128x128 K=200", 200, fp8({n, 200}), e8m0({3, 2}), QuantFormat::kFP8Block, 128});
+  cases.push_back({"mxfp4", 512, rand_bytes(DType::kU8, {n, 256}), e8m0({n, 16}), QuantFormat::kMXFP4, 0});
+  {
+    HostTensor wf = rand({n, 512}), w(DType::kBF16, {n, 512});
+    for (int64_t i = 0; i < wf.numel(); ++i) w.data<uint16_t>()[i] = f32_to_bf16(wf.data<float>()[i]);
+    cases.push_back({"bf16", 512, std::move(w), HostTensor{}, QuantFormat::kFloat, 0});
+  }
+  for (const Case& c : cases) {
+    const bool f32 = c.w.dtype() == DType::kF32;
+    const HostTensor x = rand({m, c.k});
+    const int block = c.block ? c.block : 128;
+    const HostTensor want = f32 ? cpu_linear(x, c.w) : cpu_linear(x, cpu_dequant(c.w, c.s, c.f, n, c.k, block, block));
+    const DeviceTensor dw = up(c.w), ds = c.s.view().data() ? up(c.s) : DeviceTensor{};
+    auto call = [&](const HostTensor& xs) {
+      const DeviceTensor dx = up(xs), dout = poisoned({xs.shape()[0], n});
+      if (f32)
+        gpu().linear({dx, dw, dout});
+      else
+        gpu().linear_quant({dx, {dw, ds.view(), c.f, block, block}, dout});
+      return down(dout);
+    };
+    const HostTensor full = call(x);
+    rel_err(("batch-invariant linear " + c.name).c_str(), full, want, 1e-5);
+    for (const auto& rows : invariance_subsets(m))
+      expect_rows_bitwise("batch-invariant linear " + c.name + " rows=" + std::to_string(rows.size()),
+                          call(take_rows(x, rows)), full, rows);
+  }
+}
+
 }  // namespace
 }  // namespace deepinfer

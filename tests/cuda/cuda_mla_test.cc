@@ -2,6 +2,8 @@
 // (H=128, dn=128, dr=64, r=512, dv=128), decode (one query, split over the keys) and a few queries with causal
 // masks; cache rows no query may see are NaN; a query that sees nothing gets zeros. The CUDA naive entry point
 // runs the same kernels and is compared with the CPU naive form. fp32 in another summation order: 2e-5.
+#include <numeric>
+
 #include "cuda_test_util.h"
 #include "ops/paged_mla_case.h"
 
@@ -133,6 +135,77 @@ TEST_F(CudaOpTest, PagedMlaAttentionReportsBadPages) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("paged_mla_attention"), std::string::npos) << e.what();
   }
+}
+
+// Batch-invariant mode: absorbed MLA splits a query's keys at fixed 256-key boundaries (not by the token count),
+// paged MLA at fixed 8-tile (256-key) splits whatever the table width; a query's output is the same bytes alone or
+// in the whole call — the paged full call also gets 40 extra table columns, which changes the split count.
+TEST_F(CudaOpTest, MlaAttentionBatchInvariantMode) {
+  gpu().set_batch_invariant(true);
+  {
+    const int64_t t = 6, h = 16, dn = 32, dr = 16, r = 128, dv = 32, s = 700;
+    const HostTensor q = rand({t, h, dn + dr}), kv = rand({s, r + dr}), kv_b = rand({h * (dn + dv), r}, -0.1f, 0.1f);
+    HostTensor qpos(DType::kI64, {t}), kvpos(DType::kI64, {s});
+    for (int64_t i = 0; i < s; ++i) kvpos.data<int64_t>()[i] = i;
+    for (int64_t i = 0; i < t; ++i) qpos.data<int64_t>()[i] = s - 1 - 97 * i;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(dn + dr));
+    const DeviceTensor dkv = up(kv), dkvp = up(kvpos), dkvb = up(kv_b);
+    auto call = [&](const std::vector<int64_t>& rows) {
+      const DeviceTensor dq = up(take_rows(q, rows)), dqp = up(take_rows(qpos, rows)),
+                         dout = poisoned({static_cast<int64_t>(rows.size()), h, dv});
+      gpu().mla_attention_absorbed({dq, dqp, dkv, dkvp, dkvb, dout, static_cast<int>(dr), scale});
+      return down(dout);
+    };
+    std::vector<int64_t> all(t);
+    std::iota(all.begin(), all.end(), 0);
+    const HostTensor full = call(all);
+    HostTensor want(DType::kF32, {t, h, dv});
+    cpu().mla_attention_absorbed({q, qpos, kv, kvpos, kv_b, want, static_cast<int>(dr), scale});
+    rel_err("batch-invariant mla absorbed", full, want, 2e-5);
+    for (const auto& rows : invariance_subsets(t))
+      expect_rows_bitwise("batch-invariant mla absorbed queries=" + std::to_string(rows.size()), call(rows), full,
+                          rows);
+  }
+  PagedMlaSpec spec;
+  spec.seqs = 7;
+  spec.heads = 128;
+  spec.dn = 128;
+  spec.dr = 64;
+  spec.dv = 128;
+  spec.r = 512;
+  spec.block_size = 64;
+  spec.min_context = 40;
+  spec.max_context = 1500;
+  const PagedMlaCase c = make_paged_mla_case(spec, rng()());
+  HostTensor want(DType::kF32, {c.tokens, spec.heads, spec.dv});
+  cpu().paged_mla_attention(c.params(want.view()));
+  const int64_t width = c.tables.shape()[1];
+  HostTensor wide(DType::kI32, {c.tables.shape()[0], width + 40});
+  for (int64_t b = 0; b < c.tables.shape()[0]; ++b)
+    for (int64_t j = 0; j < width + 40; ++j)
+      wide.data<int32_t>()[b * (width + 40) + j] = j < width ? c.tables.data<int32_t>()[b * width + j] : -1;
+  const DeviceTensor dpool = up(c.pool), dkvb = up(c.kv_b), dtab = up(c.tables), dwide = up(wide);
+  auto call = [&](const std::vector<int64_t>& rows, const DeviceTensor& tables) {
+    const DeviceTensor dq = up(take_rows(c.q, rows)), dpos = up(take_rows(c.q_pos, rows)),
+                       dseq = up(take_rows(c.q_seq, rows)),
+                       dout = poisoned({static_cast<int64_t>(rows.size()), spec.heads, spec.dv});
+    PagedMlaAttentionParams p = c.params(dout);
+    p.q = dq;
+    p.q_positions = dpos;
+    p.q_seq = dseq;
+    p.block_tables = tables;
+    p.kv_pool = dpool;
+    p.kv_b = dkvb;
+    gpu().paged_mla_attention(p);
+    return down(dout);
+  };
+  std::vector<int64_t> all(c.tokens);
+  std::iota(all.begin(), all.end(), 0);
+  const HostTensor full = call(all, dwide);
+  rel_err("batch-invariant paged mla", full, want, 2e-5);
+  for (const auto& rows : invariance_subsets(c.tokens))
+    expect_rows_bitwise("batch-invariant paged mla queries=" + std::to_string(rows.size()), call(rows, dtab), full,
+                        rows);
 }
 
 }  // namespace

@@ -2,6 +2,8 @@
 // NaN in every pool row no query may read, decode (one query per sequence, split over the keys and merged) and
 // prefill-style chunks; head dims on the float4 path (512, 128) and the scalar path (64, with a head count that
 // leaves a warp's second head empty). fp32 arithmetic in a different summation order: tolerance 1e-5.
+#include <numeric>
+
 #include "cuda_test_util.h"
 #include "ops/paged_attention_case.h"
 
@@ -102,6 +104,68 @@ TEST_F(CudaOpTest, PagedSinkAttentionBadPageRaisesStatus) {
     ADD_FAILURE() << "no error for block ids outside the pool";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("paged_sink_attention"), std::string::npos) << e.what();
+  }
+}
+
+// Batch-invariant mode: a query's keys split at fixed 256-slot boundaries and the splits always merged by the
+// combine kernel, so its output is the same bytes when it runs alone, with a few others, or in a call whose
+// longest query needs more splits (the full call's selection is padded with 600 unselected columns: three more,
+// empty, splits for every query). Against the CPU op: 1e-5.
+TEST_F(CudaOpTest, PagedSinkAttentionBatchInvariantMode) {
+  gpu().set_batch_invariant(true);
+  PagedAttentionSpec decode;
+  decode.seqs = 9;
+  decode.heads = 64;
+  decode.hd = 512;
+  decode.k_sel = 512;
+  decode.block_size = 64;
+  decode.window = 128;
+  decode.min_context = 30;
+  decode.max_context = 4000;
+  PagedAttentionSpec prefill;
+  prefill.seqs = 3;
+  prefill.heads = 16;
+  prefill.hd = 128;
+  prefill.tokens_per_seq = 5;
+  prefill.k_sel = 96;
+  prefill.ratio = 2;
+  prefill.min_context = 10;
+  prefill.max_context = 900;
+  for (const PagedAttentionSpec& spec : {decode, prefill}) {
+    const PagedAttentionCase c = make_paged_attention_case(spec, rng()());
+    HostTensor want(DType::kF32, {c.tokens, spec.heads, spec.hd});
+    cpu().paged_sink_attention(c.params(want.view()));
+    const DeviceTensor dt = up(c.tables), dw = up(c.window_pool), dwb = up(c.window_begin), dc = up(c.comp_pool),
+                       dsk = up(c.sinks);
+    auto call = [&](const std::vector<int64_t>& rows, int64_t pad) {
+      HostTensor idx(DType::kI32, {static_cast<int64_t>(rows.size()), spec.k_sel + pad});
+      for (size_t i = 0; i < rows.size(); ++i)
+        for (int64_t j = 0; j < spec.k_sel + pad; ++j)
+          idx.data<int32_t>()[i * (spec.k_sel + pad) + j] =
+              j < spec.k_sel ? c.comp_idx.data<int32_t>()[rows[i] * spec.k_sel + j] : -1;
+      const DeviceTensor dq = up(take_rows(c.q, rows)), dqp = up(take_rows(c.q_pos, rows)),
+                         dqs = up(take_rows(c.q_seq, rows)), di = up(idx),
+                         dout = poisoned({static_cast<int64_t>(rows.size()), spec.heads, spec.hd});
+      PagedSinkAttentionParams p = c.params(dout);
+      p.q = dq;
+      p.q_positions = dqp;
+      p.q_seq = dqs;
+      p.block_tables = dt;
+      p.window_pool = dw;
+      p.window_begin = dwb;
+      p.comp_pool = dc;
+      p.comp_idx = di;
+      p.sinks = dsk;
+      gpu().paged_sink_attention(p);
+      return down(dout);
+    };
+    std::vector<int64_t> all(c.tokens);
+    std::iota(all.begin(), all.end(), 0);
+    const HostTensor full = call(all, 600);
+    const std::string name = "batch-invariant paged_sink_attention hd=" + std::to_string(spec.hd);
+    rel_err(name.c_str(), full, want, 1e-5);
+    for (const auto& rows : invariance_subsets(c.tokens))
+      expect_rows_bitwise(name + " queries=" + std::to_string(rows.size()), call(rows, 0), full, rows);
   }
 }
 

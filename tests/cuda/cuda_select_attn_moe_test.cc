@@ -233,6 +233,53 @@ class CudaMoeTest : public CudaOpTest {
     cpu().dequantize({w, s, f, block, block, out});
     return out;
   }
+  // MXFP4 routed experts (E8M0 per 32) and an FP8 128x128 shared expert on the device, with their f32
+  // dequantized copies for the CPU op.
+  struct QuantMoe {
+    std::vector<HostTensor> host;
+    std::vector<DeviceTensor> dev;
+    std::vector<ExpertWeights> cpu_experts;
+    std::vector<QuantExpertWeights> gpu_experts;
+    ExpertWeights cpu_shared;
+    QuantExpertWeights gpu_shared;
+  };
+  std::unique_ptr<QuantMoe> quant_moe(int64_t d, int64_t inter, int64_t e) {
+    auto q = std::make_unique<QuantMoe>();
+    std::vector<HostTensor>& host = q->host;
+    std::vector<DeviceTensor>& dev = q->dev;
+    host.reserve(16 * e);
+    dev.reserve(16 * e);
+    q->cpu_experts.resize(e);
+    q->gpu_experts.resize(e);
+    auto keep = [&](HostTensor h) -> std::pair<const HostTensor*, const DeviceTensor*> {
+      host.push_back(std::move(h));
+      dev.push_back(up(host.back()));
+      return {&host.back(), &dev.back()};
+    };
+    for (int64_t i = 0; i < e; ++i) {
+      for (auto [rows, cols, cw, gw] : {std::tuple{inter, d, &q->cpu_experts[i].w1, &q->gpu_experts[i].w1},
+                                        {inter, d, &q->cpu_experts[i].w3, &q->gpu_experts[i].w3},
+                                        {d, inter, &q->cpu_experts[i].w2, &q->gpu_experts[i].w2}}) {
+        auto [hw, dw] = keep(rand_bytes(DType::kU8, {rows, cols / 2}));
+        auto [hs, ds] = keep(e8m0({rows, cols / 32}));
+        auto [hf, df] = keep(dequant(*hw, *hs, QuantFormat::kMXFP4, rows, cols, 128));
+        (void)df;
+        *cw = *hf;
+        *gw = QuantMatrix{*dw, *ds, QuantFormat::kMXFP4};
+      }
+    }
+    for (auto [rows, cols, cw, gw] : {std::tuple{inter, d, &q->cpu_shared.w1, &q->gpu_shared.w1},
+                                      {inter, d, &q->cpu_shared.w3, &q->gpu_shared.w3},
+                                      {d, inter, &q->cpu_shared.w2, &q->gpu_shared.w2}}) {
+      auto [hw, dw] = keep(fp8({rows, cols}));
+      auto [hs, ds] = keep(e8m0({(rows + 127) / 128, (cols + 127) / 128}));
+      auto [hf, df] = keep(dequant(*hw, *hs, QuantFormat::kFP8Block, rows, cols, 128));
+      (void)df;
+      *cw = *hf;
+      *gw = QuantMatrix{*dw, *ds, QuantFormat::kFP8Block, 128, 128};
+    }
+    return q;
+  }
 };
 
 // T=1 and T=13 (4 rows per used expert) run the weight-streaming kernel for the routed experts, T=40 (10 rows)
@@ -281,41 +328,11 @@ TEST_F(CudaMoeTest, F32ExpertsWithSharedClampAndBothWeightModes) {
 // bf16 with UE8M0 scales). The shared expert is a dense GEMM of T rows: tensor cores from T=5.
 TEST_F(CudaMoeTest, Mxfp4ExpertsAndFp8SharedMatchDequantizedCpu) {
   const int64_t d = 256, inter = 128, e = 16, k = 4;
-  std::vector<HostTensor> host;
-  std::vector<DeviceTensor> dev;
-  host.reserve(16 * e);
-  dev.reserve(16 * e);
-  std::vector<ExpertWeights> cpu_experts(e);
-  std::vector<QuantExpertWeights> gpu_experts(e);
-  auto keep = [&](HostTensor h) -> std::pair<const HostTensor*, const DeviceTensor*> {
-    host.push_back(std::move(h));
-    dev.push_back(up(host.back()));
-    return {&host.back(), &dev.back()};
-  };
-  for (int64_t i = 0; i < e; ++i) {
-    for (auto [rows, cols, cw, gw] : {std::tuple{inter, d, &cpu_experts[i].w1, &gpu_experts[i].w1},
-                                      {inter, d, &cpu_experts[i].w3, &gpu_experts[i].w3},
-                                      {d, inter, &cpu_experts[i].w2, &gpu_experts[i].w2}}) {
-      auto [hw, dw] = keep(rand_bytes(DType::kU8, {rows, cols / 2}));
-      auto [hs, ds] = keep(e8m0({rows, cols / 32}));
-      auto [hf, df] = keep(dequant(*hw, *hs, QuantFormat::kMXFP4, rows, cols, 128));
-      (void)df;
-      *cw = *hf;
-      *gw = QuantMatrix{*dw, *ds, QuantFormat::kMXFP4};
-    }
-  }
-  ExpertWeights cpu_shared;
-  QuantExpertWeights gpu_shared;
-  for (auto [rows, cols, cw, gw] : {std::tuple{inter, d, &cpu_shared.w1, &gpu_shared.w1},
-                                    {inter, d, &cpu_shared.w3, &gpu_shared.w3},
-                                    {d, inter, &cpu_shared.w2, &gpu_shared.w2}}) {
-    auto [hw, dw] = keep(fp8({rows, cols}));
-    auto [hs, ds] = keep(e8m0({(rows + 127) / 128, (cols + 127) / 128}));
-    auto [hf, df] = keep(dequant(*hw, *hs, QuantFormat::kFP8Block, rows, cols, 128));
-    (void)df;
-    *cw = *hf;
-    *gw = QuantMatrix{*dw, *ds, QuantFormat::kFP8Block, 128, 128};
-  }
+  const std::unique_ptr<QuantMoe> q = quant_moe(d, inter, e);
+  const std::vector<ExpertWeights>& cpu_experts = q->cpu_experts;
+  const std::vector<QuantExpertWeights>& gpu_experts = q->gpu_experts;
+  const ExpertWeights& cpu_shared = q->cpu_shared;
+  const QuantExpertWeights& gpu_shared = q->gpu_shared;
   for (int64_t t : {3, 21, 300}) {
     HostTensor x = rand({t, d}), weights = rand({t, k}, 0.05f, 1.0f), idx = distinct_indices(t, k, e);
     DeviceTensor dx = up(x), dwts = up(weights), didx = up(idx);
@@ -329,6 +346,32 @@ TEST_F(CudaMoeTest, Mxfp4ExpertsAndFp8SharedMatchDequantizedCpu) {
       const bool tensor_cores = t > 4;
       rel_err(name.c_str(), down(dout), want, tensor_cores ? 4e-3 : 1e-5);
     }
+  }
+}
+
+// Batch-invariant mode: the routed experts' grouped GEMMs and the shared expert are fp32 FMA chains whatever the
+// rows per expert (chain kernel for groups counted as few, SIMT tiles above: T=60 with k=4 of 16 experts gives
+// ~15 rows per expert, the subsets 1-11 tokens), so a token's output is the same bytes alone, in a few tokens or
+// in all 60, in any order; exact fp32 products against the dequantized CPU op (1e-5).
+TEST_F(CudaMoeTest, BatchInvariantModeTokensDoNotDependOnTheBatch) {
+  gpu().set_batch_invariant(true);
+  const int64_t d = 256, inter = 128, e = 16, k = 4, t = 60;
+  const std::unique_ptr<QuantMoe> q = quant_moe(d, inter, e);
+  const HostTensor x = rand({t, d}), weights = rand({t, k}, 0.05f, 1.0f), idx = distinct_indices(t, k, e);
+  for (bool before : {false, true}) {
+    auto call = [&](const HostTensor& xs, const HostTensor& ws, const HostTensor& is) {
+      const DeviceTensor dx = up(xs), dwts = up(ws), didx = up(is), dout = poisoned({xs.shape()[0], d});
+      gpu().moe_quant({dx, dwts, didx, &q->gpu_experts, &q->gpu_shared, dout, 10.0f, before});
+      return down(dout);
+    };
+    const HostTensor full = call(x, weights, idx);
+    HostTensor want(DType::kF32, {t, d});
+    cpu().moe({x, weights, idx, &q->cpu_experts, &q->cpu_shared, want, 10.0f, before});
+    const std::string name = std::string("batch-invariant moe_quant") + (before ? " before_w2" : "");
+    rel_err(name.c_str(), full, want, 1e-5);
+    for (const auto& rows : invariance_subsets(t))
+      expect_rows_bitwise(name + " tokens=" + std::to_string(rows.size()),
+                          call(take_rows(x, rows), take_rows(weights, rows), take_rows(idx, rows)), full, rows);
   }
 }
 

@@ -4,11 +4,14 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <memory>
 #include <random>
+#include <string>
+#include <vector>
 
 #include "deepinfer/core/tensor.h"
 #include "deepinfer/ops/cuda/cuda_backend.h"
@@ -68,9 +71,12 @@ class CudaOpTest : public ::testing::Test {
     HostTensor t(dtype, std::move(shape));
     std::uniform_int_distribution<int64_t> d(lo, hi);
     for (int64_t i = 0; i < t.numel(); ++i) {
-      if (dtype == DType::kI64) t.data<int64_t>()[i] = d(rng_);
-      else if (dtype == DType::kI32) t.data<int32_t>()[i] = static_cast<int32_t>(d(rng_));
-      else t.data<uint8_t>()[i] = static_cast<uint8_t>(d(rng_));
+      if (dtype == DType::kI64)
+        t.data<int64_t>()[i] = d(rng_);
+      else if (dtype == DType::kI32)
+        t.data<int32_t>()[i] = static_cast<int32_t>(d(rng_));
+      else
+        t.data<uint8_t>()[i] = static_cast<uint8_t>(d(rng_));
     }
     return t;
   }
@@ -142,6 +148,49 @@ class CudaOpTest : public ::testing::Test {
                 diff == 0 ? "ok" : "FAIL");
     std::fflush(stdout);
     EXPECT_EQ(diff, 0) << what << ": first difference at byte " << first << " (seed " << seed_ << ")";
+  }
+
+  // Batch-invariant mode (CudaBackend::set_batch_invariant): row subsets of an m-row call to run on their own —
+  // single rows, short runs (the few-row kernels), a run of 11 (the tiled ones), all but the first row, and all rows
+  // reversed. The results must equal the full call's rows byte for byte.
+  static std::vector<std::vector<int64_t>> invariance_subsets(int64_t m) {
+    auto run = [](int64_t a, int64_t b) {
+      std::vector<int64_t> v;
+      for (int64_t i = a; i < b; ++i) v.push_back(i);
+      return v;
+    };
+    std::vector<std::vector<int64_t>> out = {
+        {0}, {m / 2}, {m - 1}, run(1, std::min<int64_t>(m, 4)), run(std::max<int64_t>(0, m - 8), m), run(1, m)};
+    if (m > 12) out.push_back(run(2, 13));
+    std::vector<int64_t> reversed = run(0, m);
+    std::reverse(reversed.begin(), reversed.end());
+    out.push_back(reversed);
+    return out;
+  }
+  // Rows `rows` of x's first dimension, in that order.
+  static HostTensor take_rows(const HostTensor& x, const std::vector<int64_t>& rows) {
+    Shape shape = x.shape();
+    const int64_t row_bytes = x.view().nbytes() / shape[0];
+    shape[0] = static_cast<int64_t>(rows.size());
+    HostTensor out(x.dtype(), shape);
+    for (size_t i = 0; i < rows.size(); ++i)
+      std::memcpy(static_cast<uint8_t*>(out.view().data()) + i * row_bytes,
+                  static_cast<const uint8_t*>(x.view().data()) + rows[i] * row_bytes, row_bytes);
+    return out;
+  }
+  // part's row i must be full's row rows[i], byte for byte.
+  void expect_rows_bitwise(const std::string& what, const HostTensor& part, const HostTensor& full,
+                           const std::vector<int64_t>& rows) {
+    const int64_t row_bytes = full.view().nbytes() / full.shape()[0];
+    ASSERT_EQ(part.view().nbytes(), row_bytes * static_cast<int64_t>(rows.size())) << what;
+    int64_t differ = 0;
+    for (size_t i = 0; i < rows.size(); ++i)
+      differ += std::memcmp(static_cast<const uint8_t*>(part.view().data()) + i * row_bytes,
+                            static_cast<const uint8_t*>(full.view().data()) + rows[i] * row_bytes, row_bytes) != 0;
+    if (differ)
+      std::printf("[cuda-op] %-40s %lld of %zu rows differ: FAIL\n", what.c_str(), static_cast<long long>(differ),
+                  rows.size());
+    EXPECT_EQ(differ, 0) << what << ": rows computed in a smaller batch differ (seed " << seed_ << ")";
   }
 
   std::unique_ptr<CudaBackend> be_;

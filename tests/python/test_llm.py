@@ -68,6 +68,21 @@ def test_context_parallel_prefill_equals_one_rank(golden_v41):
     assert got[2] == got[1] and got[3] == got[1]
 
 
+def test_batch_invariant_output_does_not_depend_on_the_batch(golden_v41):
+    # The flag reaches the engine; a seeded request's ids alone equal its ids among others (the CPU reference is
+    # batch-invariant with or without it; CUDA's mode is tested on the GPU).
+    x = [100 + (7 * i) % 200 for i in range(31)]
+    others = [[5 + i for i in range(3 + 4 * j)] for j in range(5)]
+    p = SamplingParams(temperature=0.8, max_tokens=6, seed=3, ignore_eos=True)
+    alone = LLM(golden_v41, max_model_len=256, max_num_seqs=1, device="cpu", batch_invariant=True)
+    want = alone.generate([x], [p], use_tqdm=False)[0].outputs[0].token_ids
+    crowd = LLM(golden_v41, max_model_len=256, max_num_seqs=6, max_num_batched_tokens=16, device="cpu",
+                batch_invariant=True)
+    outs = crowd.generate(others[:2] + [x] + others[2:], [SamplingParams(max_tokens=5, seed=9)] * 2 + [p] +
+                          [SamplingParams(max_tokens=5, seed=9)] * 3, use_tqdm=False)
+    assert outs[2].outputs[0].token_ids == want
+
+
 def test_speculative_mtp_equals_plain_on_the_tiny_model():
     # The embedded tiny model has a trained MTP layer: greedy ids with drafts equal those without, and the request
     # reports its acceptance (None without speculation).

@@ -151,6 +151,7 @@ Llm::Llm(LlmConfig config) : config_(std::move(config)) {
   o.host_kv_budget_bytes = config_.kv_cache_bytes;
   o.seed = config_.seed;
   o.exact_prefill = config_.exact_prefill;
+  o.batch_invariant = config_.batch_invariant;
   o.spelling = OptionSpelling::kKeyword;
   o.ep = config_.ep;
   o.dp = config_.dp;

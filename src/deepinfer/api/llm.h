@@ -48,6 +48,8 @@ struct LlmConfig {
   int64_t kv_cache_bytes = int64_t{1} << 30;
   // V4.1: every layer on every prompt token (transformers parity) instead of decoder SWA bounded replay.
   bool exact_prefill = false;
+  // A request's output independent of the rest of the batch (EngineStackOptions::batch_invariant; CUDA: slower).
+  bool batch_invariant = false;
   // Expert / attention data / context parallel sizes (docs/PARALLEL.md). ep/dp > 1 run in-process ranks on the CPU
   // backend; cp > 1 runs context-parallel prefill over cp in-process ranks (CPU backend, not with ep/dp > 1).
   int ep = 1, dp = 1, cp = 1;

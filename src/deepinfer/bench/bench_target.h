@@ -82,7 +82,8 @@ class BenchTarget {
 };
 
 std::unique_ptr<BenchTarget> make_cpu_target(int threads);
-// Throws Unsupported in a build without CUDA, NotFound without a device.
-std::unique_ptr<BenchTarget> make_cuda_target(int device);
+// Throws Unsupported in a build without CUDA, NotFound without a device. batch_invariant: the backend's
+// batch-invariant mode (CudaBackend::set_batch_invariant), to measure its cost.
+std::unique_ptr<BenchTarget> make_cuda_target(int device, bool batch_invariant = false);
 
 }  // namespace deepinfer::bench

@@ -33,10 +33,13 @@ struct CudaExperts final : BenchExperts {
 
 class CudaTarget final : public BenchTarget {
  public:
-  explicit CudaTarget(int device) : be_(make_cuda_backend(device)) {}
+  CudaTarget(int device, bool batch_invariant) : be_(make_cuda_backend(device)) {
+    be_->set_batch_invariant(batch_invariant);
+  }
   std::string describe() const override {
     const auto& i = be_->device_info();
-    return i.name + " (" + std::to_string(i.sm_count) + " SMs, " + std::to_string(i.total_memory >> 20) + " MiB)";
+    return i.name + " (" + std::to_string(i.sm_count) + " SMs, " + std::to_string(i.total_memory >> 20) + " MiB)" +
+           (be_->batch_invariant() ? ", batch-invariant mode" : "");
   }
   Backend& backend() override { return *be_; }
 
@@ -214,13 +217,13 @@ class CudaTarget final : public BenchTarget {
 
 }  // namespace
 
-std::unique_ptr<BenchTarget> make_cuda_target(int device) {
+std::unique_ptr<BenchTarget> make_cuda_target(int device, bool batch_invariant) {
   DI_CHECK_CODE(cuda::device_count() > 0, ErrorCode::kNotFound)
       << "bench --device cuda: no CUDA device is visible (check nvidia-smi and CUDA_VISIBLE_DEVICES)";
-  return std::make_unique<CudaTarget>(device);
+  return std::make_unique<CudaTarget>(device, batch_invariant);
 }
 #else
-std::unique_ptr<BenchTarget> make_cuda_target(int) {
+std::unique_ptr<BenchTarget> make_cuda_target(int, bool) {
   DI_FAIL(ErrorCode::kUnsupported) << "bench --device cuda: this deepinfer was built without CUDA (configure with "
                                       "-DDEEPINFER_ACCELERATOR=nvidia)";
 }

@@ -23,6 +23,7 @@ struct BenchArgs {
   int warmup = 1, iters = 3, threads = 0;
   uint64_t seed = 1;
   bool no_graphs = false;
+  bool batch_invariant = false;
   bool no_prefill = false;
   bool mla_per_sequence = false;
 };
@@ -62,7 +63,7 @@ int run_bench(const BenchArgs& a) {
           << "bench --model: unknown slice '" << name << "' (v41-flash, v4-flash, v3, v2-lite, tiny, tiny-mla)";
   }
   std::unique_ptr<bench::BenchTarget> target =
-      a.device == "cuda" ? bench::make_cuda_target(0) : bench::make_cpu_target(a.threads);
+      a.device == "cuda" ? bench::make_cuda_target(0, a.batch_invariant) : bench::make_cpu_target(a.threads);
   std::printf("target: %s\n", target->describe().c_str());
   const bench::Ceilings c = target->measure_ceilings();
   std::printf("%s", bench::format_ceilings(c).c_str());
@@ -121,6 +122,8 @@ void register_bench(CLI::App& app, CommandRegistry& reg) {
   sub->add_option("--threads", a->threads, "CPU threads (0 = all cores)");
   sub->add_option("--seed", a->seed, "seed of the random weights");
   sub->add_flag("--no-graphs", a->no_graphs, "decode: skip the CUDA-graph replay timing and its output check");
+  sub->add_flag("--batch-invariant", a->batch_invariant,
+                "CUDA: run the slices in the backend's batch-invariant mode (to measure its cost)");
   sub->add_flag("--no-prefill", a->no_prefill, "decode shapes only");
   sub->add_flag(
       "--mla-per-sequence-decode", a->mla_per_sequence,

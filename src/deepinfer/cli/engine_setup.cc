@@ -25,9 +25,11 @@ namespace deepinfer::cli {
 namespace {
 
 // One rank's backend in a process per GPU: CUDA device `gpu`.
-std::unique_ptr<Backend> make_rank_cuda_backend([[maybe_unused]] int gpu) {
+std::unique_ptr<Backend> make_rank_cuda_backend([[maybe_unused]] int gpu, [[maybe_unused]] bool batch_invariant) {
 #ifdef DEEPINFER_WITH_CUDA
-  return make_cuda_backend(gpu);
+  auto backend = make_cuda_backend(gpu);
+  backend->set_batch_invariant(batch_invariant);
+  return backend;
 #else
   DI_FAIL(ErrorCode::kUnsupported) << "--device cuda: this deepinfer was built without CUDA (configure with "
                                       "-DDEEPINFER_ACCELERATOR=nvidia)";
@@ -56,7 +58,7 @@ std::function<std::unique_ptr<Model>(Backend&)> model_loader(const std::string& 
 
 }  // namespace
 
-void add_device_execution_flags(CLI::App* sub, std::string& weight_format, bool& enforce_eager) {
+void add_device_execution_flags(CLI::App* sub, std::string& weight_format, bool& enforce_eager, bool& batch_invariant) {
   sub->add_option(
          "--weight-format", weight_format,
          "how a V3-family FP8 checkpoint's weights are held: auto (FP8 kept on CUDA in one process, f32 on the CPU and "
@@ -65,6 +67,9 @@ void add_device_execution_flags(CLI::App* sub, std::string& weight_format, bool&
       ->capture_default_str();
   sub->add_flag("--enforce-eager", enforce_eager,
                 "CUDA: launch every decode step op by op (default: batched decode steps recorded as CUDA graphs)");
+  sub->add_flag("--batch-invariant", batch_invariant,
+                "a request's output is bit-identical whatever else is in the batch (CUDA: fixed-order GEMMs and "
+                "attention splits, slower; the CPU backend always is)");
 }
 
 EngineSetup::EngineSetup(const EngineSetupArgs& a, StreamCallback on_delta) {
@@ -86,6 +91,7 @@ EngineSetup::EngineSetup(const EngineSetupArgs& a, StreamCallback on_delta) {
   o.seed = a.seed;
   o.exact_prefill = a.exact_prefill;
   o.decode_graphs = !a.enforce_eager;
+  o.batch_invariant = a.batch_invariant;
   o.async_scheduling = a.async_scheduling;
   o.batch_decode = a.batch_decode;
   o.weight_format = a.weight_format;
@@ -137,7 +143,8 @@ template <typename Model>
 void EngineSetup::start_expert_parallel(const EngineSetupArgs& a, const std::string& dir, const ParallelLayout& layout,
                                         EngineStackOptions& o) {
   const int gpu = process_world_->env().local_rank;
-  auto make_rank_backend = [gpu](int) { return make_rank_cuda_backend(gpu); };
+  const bool invariant = a.batch_invariant;
+  auto make_rank_backend = [gpu, invariant](int) { return make_rank_cuda_backend(gpu, invariant); };
   if (!process_world_->is_driver()) {
     // A worker: serve rank 0's jobs until it stops, then the command ends (no engine here). The options match
     // the driver's (load_engine_stack: one state slot per max_num_seqs).
@@ -165,7 +172,7 @@ void EngineSetup::start_expert_parallel(const EngineSetupArgs& a, const std::str
 template <typename Model>
 void EngineSetup::follow_context_parallel(const EngineSetupArgs& a, const std::string& dir) {
   Communicator& world = process_world_->comm();
-  std::unique_ptr<Backend> backend = make_rank_cuda_backend(process_world_->env().local_rank);
+  std::unique_ptr<Backend> backend = make_rank_cuda_backend(process_world_->env().local_rank, a.batch_invariant);
   std::unique_ptr<Model> model = model_loader<Model>(dir, read_token_map(a.engram_token_map_file))(*backend);
   // The driver's runner options (load_engine_stack: one state slot per max_num_seqs).
   ModelRunnerOptions ro;

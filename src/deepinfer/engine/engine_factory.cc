@@ -50,7 +50,9 @@ std::unique_ptr<Backend> make_backend(const EngineStackOptions& o) {
 #ifdef DEEPINFER_WITH_CUDA
   DI_CHECK_CODE(cuda::device_count() > 0, ErrorCode::kNotFound)
       << dev << ": no CUDA device is visible (check nvidia-smi and CUDA_VISIBLE_DEVICES)";
-  return make_cuda_backend(0);
+  auto backend = make_cuda_backend(0);
+  backend->set_batch_invariant(o.batch_invariant);
+  return backend;
 #else
   DI_FAIL(ErrorCode::kUnsupported) << dev
                                    << ": this deepinfer was built without CUDA (configure with "

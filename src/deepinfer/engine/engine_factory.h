@@ -51,6 +51,9 @@ struct EngineStackOptions {
   bool batch_decode = true;  // ModelRunnerOptions::batch_decode
   bool async_scheduling = true;
   bool decode_graphs = true;  // ModelRunnerOptions::decode_graphs
+  // CUDA: CudaBackend::set_batch_invariant (a request's output independent of the rest of the batch). The CPU
+  // reference is batch-invariant by construction (every row the same sequential arithmetic), so it ignores this.
+  bool batch_invariant = false;
   // How a V3-family checkpoint's FP8 block-scaled weights are held: "auto" keeps them FP8 on CUDA in one process
   // (the GEMMs dequantize in the kernel: a quarter of f32's bytes per decode step) and dequantizes them to f32 on
   // the CPU reference and under expert parallelism (which moves f32 experts); "f32" always dequantizes (exact

@@ -47,6 +47,7 @@ std::unique_ptr<ModelHost> ModelHost::load(const ModelHostOptions& o) {
   so.gpu_memory_utilization = o.gpu_memory_utilization;
   so.seed = o.seed;
   so.decode_graphs = !o.enforce_eager;
+  so.batch_invariant = o.batch_invariant;
   so.weight_format = o.weight_format;
   so.scheduling_policy = parse_scheduling_policy(o.scheduling_policy);
   so.speculative = o.speculative;

@@ -29,6 +29,7 @@ struct ModelHostOptions {
   double gpu_memory_utilization = 0.85;  // CUDA: share of the device for weights, activations and the cache
   uint64_t seed = 0;
   bool enforce_eager = false;              // no decode graphs (EngineSetupArgs::enforce_eager)
+  bool batch_invariant = false;            // EngineStackOptions::batch_invariant
   std::string weight_format = "auto";      // auto | f32 | fp8 (EngineStackOptions::weight_format)
   std::string scheduling_policy = "fcfs";  // fcfs | priority (the requests' "priority" field, lower first)
   std::string chat_format;                 // "" = from the config family (V3 → v3, V4 → v4, V4.1 → v41)

@@ -211,7 +211,7 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(PagedSinkA
     const int h = h0 + hh;
     if (h >= p.heads) break;
     const int64_t th = t * p.heads + h;
-    if (p.splits == 1) {
+    if (p.splits == 1 && !p.always_combine) {
       // The sink joins the denominator only: out = Σ w·v / (Σ w + exp(sink − M)) with M = max(m, sink).
       const float sink = p.sinks[h], mx = fmaxf(m[hh], sink);
       const float denom = l[hh] * expf(m[hh] - mx) + expf(sink - mx);
@@ -241,7 +241,12 @@ __global__ void paged_attention_combine_kernel(PagedSinkAttentionKernelParams p)
   const float inv = 1.0f / denom;
   for (int64_t i = threadIdx.x; i < p.hd; i += blockDim.x) {
     float acc = 0.0f;
-    for (int s = 0; s < p.splits; ++s) acc = fmaf(p.part_o[(th * p.splits + s) * p.hd + i], expf(pm[s] - mx), acc);
+    for (int s = 0; s < p.splits; ++s) {
+      // A split without keys adds exactly nothing (skipping it also keeps a −0 sum's sign): batch-invariant
+      // mode merges a query's splits with the empty ones that a longer query of the call needed.
+      if (pm[s] == -INFINITY) continue;
+      acc = fmaf(p.part_o[(th * p.splits + s) * p.hd + i], expf(pm[s] - mx), acc);
+    }
     p.out[th * p.hd + i] = acc * inv;
   }
 }
@@ -267,7 +272,7 @@ int paged_attention_splits(int64_t tokens, int64_t heads, int64_t max_slots, int
 void run_paged_sink_attention(const PagedSinkAttentionKernelParams& p, cudaStream_t stream) {
   DI_CHECK_CODE(p.hd <= 512 && p.hd % 32 == 0, ErrorCode::kUnsupported)
       << "paged_sink_attention: head dim " << p.hd << " must be a multiple of 32 and <= 512 on CUDA";
-  DI_CHECK_INTERNAL(p.splits >= 1 && (p.splits == 1 || (p.part_o && p.part_m && p.part_l)))
+  DI_CHECK_INTERNAL(p.splits >= 1 && ((p.splits == 1 && !p.always_combine) || (p.part_o && p.part_m && p.part_l)))
       << "paged_sink_attention: " << p.splits << " splits without partial buffers";
   if (p.tokens * p.heads == 0) return;
   switch (p.hd) {
@@ -286,7 +291,7 @@ void run_paged_sink_attention(const PagedSinkAttentionKernelParams& p, cudaStrea
       else
         launch<16, false>(p, stream);
   }
-  if (p.splits > 1) {
+  if (p.splits > 1 || p.always_combine) {
     paged_attention_combine_kernel<<<static_cast<unsigned>(p.tokens * p.heads), 128, 0, stream>>>(p);
     DI_CUDA_CHECK_LAUNCH();
   }

@@ -197,6 +197,7 @@ struct CudaBackend::Impl {
   cuda::DeviceBuffer lt_workspace;
   CudaMemory memory{device, alloc, stream.get(), status};
   LinearPrecision linear_precision = LinearPrecision::kF32;
+  bool batch_invariant = false;  // set_batch_invariant
 
   // Device copies of per-expert pointer tables, keyed by the host vector they describe; re-uploaded only
   // when the pointers change (weights are static, so normally once per layer).
@@ -301,6 +302,26 @@ struct CudaBackend::Impl {
                                    lt_workspace.data(), lt_workspace.size(), s()));
   }
 
+  // out[M, N] = x[M, K] · w[N, K]ᵀ, all f32: cuBLASLt in full fp32, or in batch-invariant mode the own GEMM
+  // (cuBLASLt's algorithm, and so a row's summation order, changes with M).
+  void f32_matmul(const float* x, const float* w, float* out, int64_t m, int64_t n, int64_t k) {
+    if (!batch_invariant) {
+      lt_matmul(x, w, CUDA_R_32F, out, m, n, k);
+      return;
+    }
+    cuda::GemmKernelParams g;
+    g.a = x;
+    g.lda = k;
+    g.c = out;
+    g.ldc = n;
+    g.m = m;
+    g.n = n;
+    g.k = k;
+    g.b = w;
+    g.batch_invariant = true;
+    cuda::run_gemm(g, s());
+  }
+
   // Fills the weight fields of a dense GEMM from a QuantMatrix (non-float formats).
   static void set_weight(cuda::GemmKernelParams& g, const QuantMatrix& w) {
     g.format = w.format;
@@ -317,6 +338,11 @@ struct CudaBackend::Impl {
   // out[M, N] = in[M, K] · dequant(w)ᵀ; bf16 and f32 weights through cuBLASLt.
   void quant_linear(const float* in, const QuantMatrix& w, float* out, int64_t m) {
     const int64_t n = w.rows(), k = w.cols();
+    if (batch_invariant) {
+      cuda::WorkspaceArena::Scope scope(ws());
+      shared_gemm(in, k, w, out, n, m);
+      return;
+    }
     if (w.format == QuantFormat::kFloat && w.weight.dtype() == DType::kF32) {
       lt_matmul(in, w.weight.data(), CUDA_R_32F, out, m, n, k);
     } else if (w.format == QuantFormat::kFloat) {
@@ -418,6 +444,7 @@ struct CudaBackend::Impl {
       g.max_tiles_m = ceil_div(slots, cuda::kGemmTileM) + experts;
       g.active_groups = active_groups;
       g.tables_aligned16 = mw.aligned16;
+      g.batch_invariant = batch_invariant;
       // Average rows per used expert, assuming spread routing: decode batches (a row or two per expert)
       // stream weights; prefill (tens of rows per expert) takes the tensor cores. Skew only costs speed.
       g.rows_hint = ceil_div(slots, std::min<int64_t>(experts, slots));
@@ -497,7 +524,8 @@ struct CudaBackend::Impl {
   }
 
   // c[m, ldc] (first w.rows() columns) = a[m, lda] · dequant(w)ᵀ, any format, through the own GEMM so that
-  // a strided output is fine.
+  // a strided output is fine (and batch-invariant when the backend is). Takes scratch from ws(): the caller
+  // holds the scope.
   void shared_gemm(const float* a, int64_t lda, const QuantMatrix& w, float* c, int64_t ldc, int64_t m) {
     cuda::GemmKernelParams g;
     g.a = a;
@@ -505,6 +533,7 @@ struct CudaBackend::Impl {
     g.c = c;
     g.ldc = ldc;
     g.m = m;
+    g.batch_invariant = batch_invariant;
     if (w.format == QuantFormat::kFloat && w.weight.dtype() == DType::kBF16) {
       // The own GEMM reads f32 weights only in kFloat; dequantize bf16 once into scratch.
       float* wf = ws().take_as<float>(w.rows() * w.cols());
@@ -711,10 +740,22 @@ void CudaBackend::linear(const LinearParams& p) {
     impl_->lt_matmul(in_bf16, w_bf16, CUDA_R_16BF, p.out.data_as<float>(), m, n, k);
     return;
   }
-  impl_->lt_matmul(p.in.data(), p.weight.data(), CUDA_R_32F, p.out.data_as<float>(), m, n, k);
+  impl_->f32_matmul(p.in.data_as<float>(), p.weight.data_as<float>(), p.out.data_as<float>(), m, n, k);
 }
 
-void CudaBackend::set_linear_precision(LinearPrecision p) { impl_->linear_precision = p; }
+void CudaBackend::set_linear_precision(LinearPrecision p) {
+  DI_CHECK(p == LinearPrecision::kF32 || !impl_->batch_invariant)
+      << "CudaBackend: bf16 linear precision and batch-invariant mode do not combine";
+  impl_->linear_precision = p;
+}
+
+void CudaBackend::set_batch_invariant(bool on) {
+  DI_CHECK(!on || impl_->linear_precision == LinearPrecision::kF32)
+      << "CudaBackend: bf16 linear precision and batch-invariant mode do not combine";
+  impl_->batch_invariant = on;
+}
+
+bool CudaBackend::batch_invariant() const { return impl_->batch_invariant; }
 
 void CudaBackend::linear_quant(const QuantLinearParams& p) {
   const char* op = "linear_quant";
@@ -1034,11 +1075,18 @@ void CudaBackend::paged_sink_attention(const PagedSinkAttentionParams& p) {
   k.scale = p.scale;
   k.status = impl_->status.word();
   const int64_t max_slots = p.window + k.k_sel;
-  k.splits = cuda::paged_attention_splits(k.tokens, k.heads, max_slots, impl_->info.sm_count);
-  k.slots_per_split = ceil_div(ceil_div(max_slots, k.splits), 32) * 32;
-  k.splits = static_cast<int>(ceil_div(max_slots, k.slots_per_split));
+  if (impl_->batch_invariant) {
+    // Split boundaries fixed in slot space: a query's partition depends on its own slots only.
+    k.slots_per_split = cuda::kBatchInvariantSlotsPerSplit;
+    k.splits = static_cast<int>(std::max<int64_t>(1, ceil_div(max_slots, k.slots_per_split)));
+    k.always_combine = true;
+  } else {
+    k.splits = cuda::paged_attention_splits(k.tokens, k.heads, max_slots, impl_->info.sm_count);
+    k.slots_per_split = ceil_div(ceil_div(max_slots, k.splits), 32) * 32;
+    k.splits = static_cast<int>(ceil_div(max_slots, k.slots_per_split));
+  }
   cuda::WorkspaceArena::Scope scope(impl_->ws());
-  if (k.splits > 1) {
+  if (k.splits > 1 || k.always_combine) {
     const int64_t parts = k.tokens * k.heads * k.splits;
     k.part_o = impl_->ws().take_as<float>(parts * k.hd);
     k.part_m = impl_->ws().take_as<float>(parts);
@@ -1075,8 +1123,13 @@ void CudaBackend::mla_attention_absorbed(const MlaAttentionParams& p) {
   k.r = p.kv.dim(1) - k.dr;
   k.dv = p.kv_b.dim(0) / k.heads - k.dn;
   k.scale = p.scale;
-  k.splits = cuda::mla_splits(k.tokens, k.heads, k.s, impl_->info.sm_count);
-  k.keys_per_split = ceil_div(k.s, k.splits);
+  if (impl_->batch_invariant) {
+    k.keys_per_split = cuda::kBatchInvariantSlotsPerSplit;
+    k.splits = static_cast<int>(std::max<int64_t>(1, ceil_div(k.s, k.keys_per_split)));
+  } else {
+    k.splits = cuda::mla_splits(k.tokens, k.heads, k.s, impl_->info.sm_count);
+    k.keys_per_split = ceil_div(k.s, k.splits);
+  }
   cuda::WorkspaceArena::Scope scope(impl_->ws());
   const int64_t th = std::max<int64_t>(1, k.tokens * k.heads), parts = th * k.splits;
   k.q_full = impl_->ws().take_as<float>(th * (k.r + k.dr));
@@ -1118,7 +1171,10 @@ void CudaBackend::paged_mla_attention(const PagedMlaAttentionParams& p) {
   k.scale = p.scale;
   k.status = impl_->status.word();
   // The longest query the tables allow bounds the splits (positions live on the device).
-  k.splits = cuda::paged_mla_splits(k.tokens, k.heads, k.max_blocks * k.block_size, impl_->info.sm_count);
+  if (impl_->batch_invariant)
+    std::tie(k.splits, k.tiles_per_split) = cuda::paged_mla_invariant_splits(k.max_blocks * k.block_size);
+  else
+    k.splits = cuda::paged_mla_splits(k.tokens, k.heads, k.max_blocks * k.block_size, impl_->info.sm_count);
   cuda::WorkspaceArena::Scope scope(impl_->ws());
   const int64_t th = std::max<int64_t>(1, k.tokens * k.heads), parts = th * k.splits;
   k.q_full = impl_->ws().take_as<float>(th * (k.r + k.dr));
@@ -1143,7 +1199,7 @@ void CudaBackend::router(const RouterParams& p) {
   const int64_t tokens = p.x.dim(0), experts = p.weight.dim(0);
   cuda::WorkspaceArena::Scope scope(impl_->ws());
   float* logits = impl_->ws().take_as<float>(std::max<int64_t>(tokens * experts, 1));
-  impl_->lt_matmul(p.x.data(), p.weight.data(), CUDA_R_32F, logits, tokens, experts, p.x.dim(1));
+  impl_->f32_matmul(p.x.data_as<float>(), p.weight.data_as<float>(), logits, tokens, experts, p.x.dim(1));
   cuda::RouterSelectKernelParams k;
   k.logits = logits;
   k.bias = cptr<float>(p.bias);

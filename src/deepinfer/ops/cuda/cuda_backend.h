@@ -123,6 +123,14 @@ class CudaBackend final : public Backend, public HasTensorMemory {
   void sample(const DeviceSampleParams& p);
   // Applies to linear() calls enqueued from now on (a casting scratch copy of the weight per call: a test mode).
   void set_linear_precision(LinearPrecision p);
+  // Batch-invariant mode (`--batch-invariant`), for ops enqueued from now on: a row's (token's) result is bit-identical
+  // whatever else shares the call — every GEMM (linear, linear_quant, the router, MoE experts) is the same
+  // fp32 FMA chain over K for any row count (no cuBLASLt, no bf16 tensor-core tiles, no M-dependent kernel
+  // choice), attention splits a query's keys at fixed boundaries (256 slots) and always merges the splits in
+  // order. Norms, mHC, RoPE, the indexer and the samplers are per row already. Slower (docs/PERF.md); not with
+  // LinearPrecision::kBF16.
+  void set_batch_invariant(bool on);
+  bool batch_invariant() const;
 
   // Captures the work `enqueue` puts on the backend stream into a graph (decode steps are launch-bound). Run it
   // once eagerly first: inside the capture nothing may synchronise, upload through the staging ring, or take

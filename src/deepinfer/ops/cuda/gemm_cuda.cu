@@ -7,6 +7,8 @@
 // - a bf16 tensor-core tile (WMMA 16x16x16 on 64x128x32 tiles) for many rows: weights are dequantized into
 //   shared memory as bf16 (exact for e4m3/e2m1 with UE8M0 scales), A is rounded to bf16, fp32 accumulation.
 // Large dense M goes through cuBLASLt instead (cuda_backend.cc: weights dequantized to a bf16 scratch).
+// Batch-invariant mode (GemmKernelParams::batch_invariant) uses only the SIMT tile and a few-row kernel with the
+// identical arithmetic (the column chain).
 #include "deepinfer/ops/cuda/dequant_bf16.h"
 #include "deepinfer/ops/cuda/device_math.cuh"
 #include "deepinfer/ops/cuda/kernels.h"
@@ -273,6 +275,70 @@ __global__ void __launch_bounds__(kSkWarps * 32) gemm_skinny_kernel(GemmKernelPa
       const float v = warp_sum(acc[i]);
       if (lane == 0) p.c[(p.c_rows ? p.c_rows[r] : r) * p.ldc + n] = v;
     }
+  }
+}
+
+// ---------------------------------------------------------------------------- column-chain kernel
+// Batch-invariant few-row GEMM: the same per-output arithmetic as the SIMT tile — acc = fma(a[k], w[k], acc) for
+// k = 0, 1, ... over K rounded up to kBK with zero padding, w dequantized to f32 by load_weight — so a row's output
+// is bit-identical whether it is computed here or in a 64-row tile. Parallel over columns only (no split of K):
+// a block stages a [kChCols × kChK] weight slice in shared memory with all its threads (coalesced), then warp w
+// runs the chain of row w of the pass, lane c the chain of column c.
+constexpr int kChWarps = 8, kChCols = 32, kChK = 128;
+static_assert(kChK % kBK == 0, "a chain stage must end on a SIMT k-step");
+
+template <QuantFormat F>
+__global__ void __launch_bounds__(kChWarps * 32) gemm_chain_kernel(GemmKernelParams p) {
+  __shared__ float ws[kChCols][kChK + 1];
+  __shared__ float as[kChWarps][kChK];
+  GroupSpan span;
+  if (!active_group(p, blockIdx.y, span)) return;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kChCols;
+  const void* b = p.b_table ? p.b_table[span.g] : p.b;
+  const void* s = p.b_scale_table ? p.b_scale_table[span.g] : p.b_scale;
+  const int64_t k_pad = (p.k + kBK - 1) / kBK * kBK;
+  for (int64_t r0 = span.begin; r0 < span.end; r0 += kChWarps) {
+    const int64_t r = r0 + warp;
+    const bool has_row = r < span.end;
+    const int64_t a_row = has_row ? (p.a_rows ? p.a_rows[r] / p.a_row_div : r) : -1;
+    float acc = 0.0f;
+    for (int64_t k0 = 0; k0 < k_pad; k0 += kChK) {
+#pragma unroll 4
+      for (int idx = tid; idx < kChCols * kChK; idx += kChWarps * 32) {
+        const int c = idx / kChK, kk = idx % kChK;
+        const int64_t n = n0 + c, k = k0 + kk;
+        ws[c][kk] = (n < p.n && k < p.k) ? load_weight<F>(b, s, p, n, k) : 0.0f;
+      }
+      for (int kk = lane; kk < kChK; kk += 32) {
+        const int64_t k = k0 + kk;
+        as[warp][kk] = (a_row >= 0 && k < p.k) ? p.a[a_row * p.lda + k] : 0.0f;
+      }
+      __syncthreads();
+      const int steps = static_cast<int>(min(int64_t{kChK}, k_pad - k0));
+      if (has_row)
+        for (int kk = 0; kk < steps; ++kk) acc = fmaf(as[warp][kk], ws[lane][kk], acc);
+      __syncthreads();
+    }
+    const int64_t n = n0 + lane;
+    if (has_row && n < p.n) p.c[(p.c_rows ? p.c_rows[r] : r) * p.ldc + n] = acc;
+  }
+}
+
+template <QuantFormat F>
+void launch_invariant(const GemmKernelParams& p, cudaStream_t stream) {
+  const int64_t rows = p.rows_hint > 0 ? p.rows_hint : p.m;
+  if (rows <= kChWarps) {
+    const int64_t slots = p.group_offsets ? std::min<int64_t>(p.groups, p.m) : 1;
+    DI_CHECK(!p.group_offsets || p.active_groups) << "gemm: grouped chain launch needs active_groups";
+    const dim3 grid(static_cast<unsigned>(ceil_div(p.n, kChCols)), static_cast<unsigned>(std::max<int64_t>(slots, 1)));
+    gemm_chain_kernel<F><<<grid, kChWarps * 32, 0, stream>>>(p);
+  } else {
+    const int64_t tiles_m = p.group_offsets ? p.max_tiles_m : ceil_div(p.m, kBM);
+    const int64_t tiles_n = ceil_div(p.n, kBN);
+    if (tiles_m == 0 || tiles_n == 0) return;
+    DI_CHECK(tiles_n <= 65535) << "gemm: n = " << p.n << " is too large for one launch";
+    gemm_kernel<F><<<dim3(static_cast<unsigned>(tiles_m), static_cast<unsigned>(tiles_n)), kThreads, 0, stream>>>(p);
   }
 }
 
@@ -547,6 +613,24 @@ void run_gemm(const GemmKernelParams& p, cudaStream_t stream) {
   static_assert(kBN == kBM, "the staging loop maps A rows and B rows the same way");
   static_assert(kTcM == kGemmTileM, "grouped tile offsets are counted in kGemmTileM rows");
   if (p.m == 0 || p.n == 0) return;
+  if (p.batch_invariant) {
+    switch (p.format) {
+      case QuantFormat::kFloat:
+        launch_invariant<QuantFormat::kFloat>(p, stream);
+        break;
+      case QuantFormat::kFP8Block:
+        launch_invariant<QuantFormat::kFP8Block>(p, stream);
+        break;
+      case QuantFormat::kMXFP4:
+        launch_invariant<QuantFormat::kMXFP4>(p, stream);
+        break;
+      case QuantFormat::kFP8Row32:
+        launch_invariant<QuantFormat::kFP8Row32>(p, stream);
+        break;
+    }
+    DI_CUDA_CHECK_LAUNCH();
+    return;
+  }
   const bool vec = vector_ok(p, true);
   if (p.format == QuantFormat::kFloat && (p.rows_hint > 0 ? p.rows_hint : p.m) <= kGemmSkinnyRows) {
     // Few rows (decode, MoE at small batch): stream the f32 weight once; the SIMT tile reads it at a tenth of

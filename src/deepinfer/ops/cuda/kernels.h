@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <utility>
 
 #include "deepinfer/ops/ops.h"
 
@@ -89,6 +90,11 @@ struct GemmKernelParams {
   int64_t rows_hint = 0;
   const int32_t* active_groups = nullptr;  // grouped: [groups + 1] non-empty group ids, count at [groups]
   bool tables_aligned16 = false;           // every b_table entry is 16-byte aligned (vector weight loads)
+  // Batch-invariant mode: every output is the same fp32 FMA chain over k = 0, 1, ..., K-1 (weights dequantized to
+  // f32 first) whatever m, the group sizes and rows_hint are — the SIMT tile for many rows, a column-chain
+  // kernel with the identical per-output arithmetic for few rows — so a row's result never depends on which
+  // other rows share the call.
+  bool batch_invariant = false;
 };
 constexpr int kGemmTileM = 64;
 // The streaming kernel re-reads A (rows × K) for every output column: cheap from L1 for a row or two, the
@@ -239,6 +245,10 @@ struct PagedSinkAttentionKernelParams {
   int64_t tokens = 0, heads = 0, hd = 0, seqs = 0, max_blocks = 0, window_rows = 0, comp_rows = 0, k_sel = 0;
   int64_t slots_per_split = 0;
   int splits = 1;
+  // Write partials and merge them in the combine kernel even with one split: batch-invariant mode, where the
+  // split boundaries are fixed (kBatchInvariantSlotsPerSplit) and a query's result must not depend on whether
+  // the longest query of the call needed more splits (empty splits merge as exact zeros).
+  bool always_combine = false;
   int block_size = 64, comp_ratio = 1;
   int64_t window = 128;
   float scale = 1.0f;
@@ -246,6 +256,8 @@ struct PagedSinkAttentionKernelParams {
 };
 // Splits for a launch: enough blocks to fill the SMs, at least 64 key slots each.
 int paged_attention_splits(int64_t tokens, int64_t heads, int64_t max_slots, int sm_count);
+// Batch-invariant mode: key slots per split, whatever the batch.
+constexpr int64_t kBatchInvariantSlotsPerSplit = 256;
 void run_paged_sink_attention(const PagedSinkAttentionKernelParams& p, cudaStream_t stream);
 
 // ============================================================================ MLA (mla_cuda.cu)
@@ -283,12 +295,19 @@ struct PagedMlaKernelParams {
   float *part_o = nullptr, *part_m = nullptr, *part_l = nullptr;
   int64_t tokens = 0, heads = 0, seqs = 0, max_blocks = 0, pool_rows = 0, dn = 0, dr = 0, dv = 0, r = 0;
   int splits = 1;
+  // > 0: each split covers this many 32-key tiles (batch-invariant mode: split boundaries depend only on the
+  // query's own keys); 0: a query's tiles are divided evenly over `splits`.
+  int64_t tiles_per_split = 0;
   int block_size = 64;
   float scale = 1.0f;
   uint32_t* status = nullptr;
 };
 // Splits for a launch: about two blocks per SM, at most one per 32-key tile of the longest query.
 int paged_mla_splits(int64_t tokens, int64_t heads, int64_t max_keys, int sm_count);
+// Batch-invariant mode: (splits, tiles_per_split) for queries of up to max_keys keys — 8 tiles (256 keys) per
+// split while that fits the combine's split limit, so invariance holds for keys <= 64 · 256 = 16,384; longer
+// tables widen the splits (and a query's result then depends on the longest table of the call).
+std::pair<int, int64_t> paged_mla_invariant_splits(int64_t max_keys);
 void run_paged_mla_attention(const PagedMlaKernelParams& p, cudaStream_t stream);
 
 // ============================================================================ router + MoE (moe_cuda.cu)

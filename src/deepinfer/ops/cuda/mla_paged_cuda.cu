@@ -167,7 +167,8 @@ __global__ void __launch_bounds__(kThreads, 1) paged_mla_attend_kernel(PagedMlaK
     table = p.block_tables + static_cast<int64_t>(b) * p.max_blocks;
     n_keys = pos + 1 > 0 ? pos + 1 : 0;
   }
-  const int64_t tiles = (n_keys + kKeys - 1) / kKeys, per_split = (tiles + p.splits - 1) / p.splits;
+  const int64_t tiles = (n_keys + kKeys - 1) / kKeys;
+  const int64_t per_split = p.tiles_per_split > 0 ? p.tiles_per_split : (tiles + p.splits - 1) / p.splits;
   const int64_t k_begin = min(n_keys, split * per_split * kKeys);
   const int64_t k_end = min(n_keys, k_begin + per_split * kKeys);
   const int64_t n_tiles = (k_end - k_begin + kKeys - 1) / kKeys;
@@ -382,6 +383,12 @@ int paged_mla_splits(int64_t tokens, int64_t heads, int64_t max_keys, int sm_cou
   const int64_t blocks = std::max<int64_t>(1, tokens * ceil_div(heads, kHeads));
   const int64_t want = ceil_div(2ll * sm_count, blocks);
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({want, ceil_div(max_keys, kKeys), kMaxSplits})));
+}
+
+std::pair<int, int64_t> paged_mla_invariant_splits(int64_t max_keys) {
+  const int64_t tiles = std::max<int64_t>(1, ceil_div(max_keys, kKeys));
+  const int64_t per_split = std::max<int64_t>(8, ceil_div(tiles, kMaxSplits));
+  return {static_cast<int>(ceil_div(tiles, per_split)), per_split};
 }
 
 void run_paged_mla_attention(const PagedMlaKernelParams& p, cudaStream_t stream) {
