@@ -6,6 +6,8 @@
 # "[graphbench]" line per run: the decode step time (median wall time of the engine steps that ran no prompt token),
 # the engine's throughput line (model load excluded) and the decode-graph counters.
 #   usage: bash tools/decode_graph_bench.sh   (CLI=build-gpu/bin/deepinfer; BATCHES, MAX_TOKENS override)
+#   IDLE=1: instead, an nsys timeline of the same offline run (graphs and --enforce-eager, IDLE_BATCHES) and the GPU's
+#   idle share over its decode part (tools/gpu_idle.py).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 cli=${CLI:-build-gpu/bin/deepinfer}
@@ -27,6 +29,24 @@ t0=$(date +%s.%N)
 "$cli" make-checkpoint --config "$work/config.json" --out "$work/model" --seed 5 >"$work/make.log" 2>&1 ||
   { echo "[graphbench] make-checkpoint FAILED"; tail -5 "$work/make.log"; exit 1; }
 echo "[graphbench] checkpoint: $(du -sh "$work/model" | cut -f1) in $(python3 -c "print(f'{$(date +%s.%N)-$t0:.1f}')") s"
+if [ -n "${IDLE:-}" ]; then  # GPU idle share of a decode-heavy run (nsys timeline, tools/gpu_idle.py) instead
+  nsys=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems*/bin/nsys /usr/local/cuda/nsight-systems*/bin/nsys 2>/dev/null | head -1)
+  [ -n "$nsys" ] || { echo "[gpu-idle] nsys not found"; exit 0; }
+  for b in ${IDLE_BATCHES:-1 16 64}; do
+    for mode in graphs eager; do
+      flag=""
+      [ "$mode" = eager ] && flag=--enforce-eager
+      timeout ${IDLE_TIMEOUT:-90} "$nsys" profile -t cuda --cuda-graph-trace=node -o "$work/idle_${b}_$mode" \
+        --force-overwrite true "$cli" offline --device cuda --model "$work/model" --num-prompts $b \
+        --max-tokens ${MAX_TOKENS:-96} --ignore-eos --max-num-seqs $b $flag >"$work/idle_${b}_$mode.log" 2>&1
+      "$nsys" stats --report cuda_gpu_trace --format csv --force-export true --output "$work/idle_${b}_$mode" \
+        "$work/idle_${b}_$mode.nsys-rep" >/dev/null 2>&1
+      python3 tools/gpu_idle.py "$work/idle_${b}_${mode}_cuda_gpu_trace.csv" --label "batch $b $mode" ||
+        tail -3 "$work/idle_${b}_$mode.log"
+    done
+  done
+  exit 0
+fi
 if [ -n "${NCU:-}" ]; then  # per-kernel GPU time of an eager decode run instead of the timing loop
   ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
   b=${NCU_BATCH:-1}

@@ -28,7 +28,8 @@
 #   PEER_PROMPTS / PEER_BATCHES / PEER_CONTEXTS: the shapes (default "1024 4096 8192" / "1 16 64" / "1024");
 #   BENCH_TIMEOUT / PEER_TIMEOUT bound each side. The peer runs even when our build fails.
 #   model with BI_BENCH=1: then tools/batch_invariant_bench.sh (the bench slices with and without --batch-invariant);
-#   with NCU_SLICE=1 an ncu per-kernel time summary of one synthetic decode step (NCU_SLICE_ARGS).
+#   with NCU_SLICE=1 an ncu per-kernel time summary of one synthetic decode step (NCU_SLICE_ARGS); with IDLE_BENCH=1
+#   the GPU idle share of decode-heavy engine runs (nsys, tools/decode_graph_bench.sh IDLE=1).
 #   ci: (SPEC_PROMPTS=FILE adds tools/spec_gpu_bench.sh, GRAPH_BENCH=1 tools/decode_graph_bench.sh, V4BATCH_BENCH=1
 #   tools/v4_decode_batch_bench.sh) build everything, every GPU test once, MEMCHECK_FILTER under memcheck, the op harness under racecheck
 #   (RACECHECK_FILTER overrides which tests), the op micro-bench (rows matching
@@ -280,6 +281,9 @@ if [ "$MODE" = model ]; then
   [ -n "${RACECHECK_FILTER:-}" ] && sanitize racecheck "$RACECHECK_FILTER" "${RACECHECK_TIMEOUT:-200}"
   # BI_BENCH=1: the slices with and without --batch-invariant (docs/PERF.md).
   [ -n "${BI_BENCH:-}" ] && CLI=build-gpu/bin/deepinfer bash tools/batch_invariant_bench.sh | tee -a "$summary"
+  # IDLE_BENCH=1: GPU idle share of decode-heavy engine runs (tools/decode_graph_bench.sh IDLE=1, nsys).
+  [ -n "${IDLE_BENCH:-}" ] && CLI=build-gpu/bin/deepinfer IDLE=1 timeout "${IDLE_BENCH_TIMEOUT:-240}" \
+    bash tools/decode_graph_bench.sh | tee -a "$summary"
   # NCU_SLICE=1: per-kernel GPU time of one synthetic decode step (NCU_SLICE_ARGS: bench options; default the
   # V4.1-Flash slice at batch 1, context 4k), summed per kernel name (tools/ncu_kernel_summary.py).
   if [ -n "${NCU_SLICE:-}" ]; then
