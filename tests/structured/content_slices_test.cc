@@ -44,6 +44,15 @@ TEST(ContentSlicesTest, Utf8AutomatonAcceptsExactlyWellFormedSliceCharacters) {
   EXPECT_EQ(run("\xED\xA0\x80"), -1);      // surrogate
   EXPECT_EQ(run("\xF4\x90\x80\x80"), -1);  // above U+10FFFF
   EXPECT_EQ(run("\x80"), -1);              // continuation without a lead
+  // The line separators ECMAScript's '.' refuses are not slice characters; their neighbours are.
+  EXPECT_EQ(run("\xE2\x80\xA8"), -1);  // U+2028
+  EXPECT_EQ(run("\xE2\x80\xA9"), -1);  // U+2029
+  EXPECT_EQ(run("\xE2\x80\xA7"), 0);   // U+2027
+  EXPECT_EQ(run("\xE2\x80\xAA"), 0);   // U+202A
+  EXPECT_EQ(run("\xE2\x80\x94"), 0);   // em dash
+  EXPECT_EQ(run("\xE2\x82\xAC"), 0);   // euro sign
+  EXPECT_EQ(run("\xE2\x80"), 9);
+  EXPECT_EQ(run("\xE2\x81"), 1);
 }
 
 // A vocabulary with slice tokens of several lengths (ASCII and multi-byte) and others (quotes, escapes, partial
@@ -83,7 +92,12 @@ std::shared_ptr<const TokenizerInfo> toy_tokenizer() {
                                 ",\"",
                                 "\":",
                                 "\"}",
-                                "q\x7F"};
+                                "q\x7F",
+                                "\xE2\x80\x94",               // em dash
+                                "\xE2\x80\x94x",              // em dash, x
+                                "\xE2\x80\xA8",               // U+2028: not a slice token
+                                "x\xE2\x80\xA9",              // x, U+2029
+                                "\xE2\x80\x94\xE2\x80\xA8"};  // em dash, U+2028
   for (int c = 'a'; c <= 'z'; ++c) t.push_back(std::string(1, static_cast<char>(c)) + "_");
   std::vector<bool> special(t.size(), false);
   special[0] = true;
@@ -119,6 +133,9 @@ TEST(ContentSlicesTest, TrieKnowsSliceSubtreesAndLengths) {
   EXPECT_EQ(trie.slice_min_chars(node_of("\xE4\xB8\xAD")), 1);
   EXPECT_EQ(trie.slice_max_chars(node_of("\xC3\xA9")), 3);  // "été": 3 characters, 5 bytes
   EXPECT_EQ(trie.slice_max_chars(node_of("q")), 0);         // q\x7F
+  EXPECT_EQ(trie.slice_max_chars(node_of("\xE2\x80\x94x")), 2);
+  EXPECT_EQ(trie.slice_max_chars(node_of("\xE2\x80\x94")), 0);  // em dash + U+2028 below
+  EXPECT_EQ(trie.slice_max_chars(node_of("\xE2\x80\xA8")), 0);
   EXPECT_EQ(trie.max_slice_chars(), 8u);
   // Cumulative masks: every slice token of at most L characters, nothing else.
   const size_t words = mask_words(v.size());
@@ -217,6 +234,18 @@ TEST(ContentSlicesTest, BoundsOfStringStates) {
   b = bounds_after(R"({"type":"string","pattern":"^[a-z]+$"})", "\"");
   EXPECT_EQ(b.all_alive, 0u);
   EXPECT_EQ(b.all_dead, SliceBounds::kUnlimited);
+  // '.' refuses only line terminators, none of them a slice character: `.` strings are closed like plain ones,
+  // as keys too (patternProperties "^.*$").
+  b = bounds_after(R"({"type":"string","pattern":"^.*$"})", "\"");
+  EXPECT_EQ(b.all_alive, 32u);
+  EXPECT_EQ(b.all_dead, SliceBounds::kUnlimited);
+  b = bounds_after(R"({"type":"string","pattern":"^.{0,3}$"})", "\"a");
+  EXPECT_EQ(b.all_alive, 2u);
+  EXPECT_EQ(b.all_dead, 3u);
+  b = bounds_after(R"({"type":"object","patternProperties":{"^.*$":{"type":"integer"}},
+      "additionalProperties":false})",
+                   "{\"k");
+  EXPECT_EQ(b.all_alive, 32u);
   // Outside a string only '"' (not a slice character) or whitespace may come: nothing alive for sure.
   b = bounds_after(R"({"type":"string"})", "");
   EXPECT_EQ(b.all_alive, 0u);
@@ -270,6 +299,15 @@ TEST(ContentSlicesTest, ToyVocabularyMasksEqualUncached) {
       "additionalProperties":{"type":"string","maxLength":1}})"),
                            tok, "{\"ab\":\"xy\",\"abc\":\"q\"}");
   expect_masks_equal_along(testing::compile(grammar_from_regex("\"[^\"]{0,3}\"x")), tok, "\"a b\"x");
+  // '.' strings and keys take slices; the tokens with U+2028 / U+2029 are walked and refused, those with other
+  // E2 80 xx characters taken.
+  expect_masks_equal_along(js(R"({"type":"string","pattern":"^.*$"})"), tok, "\"a\xE2\x80\x94x\"");
+  expect_masks_equal_along(js(R"({"type":"string","pattern":"^.{1,3}$"})"), tok, "\"\xE2\x80\x94ab\"");
+  expect_masks_equal_along(js(R"({"type":"object","patternProperties":{"^.*$":{"type":"string","pattern":"^.+$"}},
+      "additionalProperties":false})"),
+                           tok, "{\"x\xE2\x80\x94\":\"\xE2\x80\x94\",\"ab\":\"c\"}");
+  // A plain string still takes U+2028 (JSON allows it unescaped): through the walk now.
+  expect_masks_equal_along(js(R"({"type":"string"})"), tok, "\"\xE2\x80\xA8x\xE2\x80\xA9\"");
 }
 
 TEST(ContentSlicesTest, DeepSeekVocabularyBoundedStringsMasksEqualUncached) {
@@ -284,6 +322,9 @@ TEST(ContentSlicesTest, DeepSeekVocabularyBoundedStringsMasksEqualUncached) {
       "required":["id"]})"),
                            tok, "{\"id\":\"a\xF0\x9F\x98\x80z\",\"extra\":1}");
   expect_masks_equal_along(js(R"({"type":"string","format":"email","maxLength":10})"), tok, "\"a.b@cd.io\"");
+  expect_masks_equal_along(js(R"({"type":"object","patternProperties":{"^.*$":{"type":"string","pattern":"^.{2,}$"}},
+      "additionalProperties":false})"),
+                           tok, "{\"k\xE2\x80\x94y\":\"ab \xE4\xB8\xAD\",\"z\":\"..\"}");
   // Keys that are prefixes / extensions of declared names, through the residual walk of the key states.
   expect_masks_equal_along(js(R"({"type":"object","properties":{"name":{"type":"integer"},"names":{},"nameless":{}},
       "additionalProperties":{"type":"boolean"}})"),

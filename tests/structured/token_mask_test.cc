@@ -132,6 +132,53 @@ TEST(StructuredTokenMaskTest, RegexAndEbnfMasksExact) {
                     tok, 5, 4);
 }
 
+// Masks against brute force at every byte of `text` (a text the grammar accepts), with a fresh cache.
+void masks_exact_along(const std::shared_ptr<const CompiledGrammar>& g, const std::shared_ptr<const TokenizerInfo>& tok,
+                       const std::string& text) {
+  auto cache = std::make_shared<TokenMaskCache>(g, tok);
+  GrammarMatcher m(cache);
+  std::vector<uint64_t> mask(mask_words(tok->vocab.size()));
+  for (size_t i = 0; i <= text.size(); ++i) {
+    ASSERT_EQ(check_mask_exact(m, *tok, mask), 0) << "after " << i << " bytes of " << text;
+    if (i < text.size()) ASSERT_TRUE(m.accept_bytes(text.substr(i, 1))) << m.last_error();
+  }
+}
+
+// StackGraph::closed_class: the character class a pattern's state stays in, and the trie walk that takes whole
+// subtrees of it (walk_trie's subtree sets). The uncached reference walk takes them too, so the masks are checked
+// against brute force here, along strings of patterns and formats whose states are not self-loops: a URI (scheme,
+// authority, port, path, query, fragment states), hex runs of a fixed length, `.` strings, a long counted
+// repetition (one state per position).
+TEST(StructuredTokenMaskTest, PatternClassesAndLongRepetitionsMasksExact) {
+  auto js = [](const char* s) { return testing::compile(json_schema_to_grammar(std::string_view(s)).grammar); };
+  {
+    auto g = js(R"({"type":"string","pattern":"^[a-z0-9-]+$"})");
+    StackGraph graph(g.get());
+    uint32_t c = graph.start_config();
+    for (char b : std::string("\"ab")) c = graph.step(c, static_cast<uint8_t>(b));
+    ASSERT_EQ(graph.leaves(c).size(), 1u);
+    const uint64_t* cls = graph.closed_class(graph.node_state(graph.leaves(c)[0]));
+    for (int b = 0; b < 128; ++b) {
+      const bool in = (b >= 'a' && b <= 'z') || (b >= '0' && b <= '9') || b == '-';
+      EXPECT_EQ(b < 127 && ((cls[b >> 6] >> (b & 63)) & 1), in) << "byte " << b;
+    }
+    // Before the first character the state is not in the loop, but the class is the same: every run of it lives.
+    const uint64_t* first =
+        graph.closed_class(graph.node_state(graph.leaves(graph.step(graph.start_config(), '"'))[0]));
+    EXPECT_EQ(first[0], cls[0]);
+    EXPECT_EQ(first[1], cls[1]);
+  }
+  auto tok = tokenizer_or_skip();
+  if (!tok) GTEST_SKIP() << "DeepSeek-V3 tokenizer.json absent";
+  masks_exact_along(js(R"({"type":"string","format":"uri"})"), tok, "\"http://a.io:8/p%20?x#f\"");
+  masks_exact_along(js(R"({"type":"string","pattern":"^[A-Fa-f\\d]{6}$"})"), tok, "\"0a1B2c\"");
+  masks_exact_along(
+      js(R"({"type":"object","patternProperties":{"^.*$":{"type":"string","pattern":"^[a-z]+(-[a-z]+)*$"}},
+      "additionalProperties":false})"),
+      tok, "{\"\xE2\x80\x94\":\"a-b\"}");
+  masks_exact_along(js(R"({"type":"string","minLength":4,"maxLength":3000})"), tok, "\"ab\xC3\xA9 \"");
+}
+
 // The cached mask (per-state entries shared through one SharedMaskStore by every grammar, as GrammarCompiler
 // runs them) against the uncached reference (one walk of the whole trie from the real parser stacks), along
 // random decoding paths over many real schemas: every 97th maskbench case that compiles, ~16 steps each. The

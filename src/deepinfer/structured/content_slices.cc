@@ -115,15 +115,22 @@ bool ContentSliceAnalyzer::closed_from(int32_t state, int depth) {
   if (state_closed_.empty()) state_closed_.resize(g.num_states(), 0);
   if (state_closed_[state] != 0) return state_closed_[state] == 1;  // known, or inside an enclosing walk: no
   const int8_t mark = static_cast<int8_t>(2 + depth);               // this walk's "visited, pending"
-  std::vector<int32_t> visited{state}, frontier{state};
+  // visited[i] was reached from visited[from[i]] (the search tree): a state that fails for sure fails every state
+  // on its tree path too, which is what makes the positions of a long counted repetition (`maxLength: 32767`: a
+  // chain of 32k states that dies at its end) one step each instead of a walk to the end of the chain each.
+  std::vector<int32_t> visited{state}, frontier{0};
+  std::vector<uint32_t> from{0};
   state_closed_[state] = mark;
   bool closed = true;
+  int64_t failed_at = -1;  // index in visited of a state known not to be closed (-1: none, or not for sure)
   while (!frontier.empty() && closed) {
-    const int32_t s = frontier.back();
+    const int32_t at = frontier.back();
+    const int32_t s = visited[at];
     frontier.pop_back();
     const CharStep& st = state_char_step(s);
     if (st.dies || st.other_unknown) {
       closed = false;
+      failed_at = at;
       break;
     }
     // A state that only calls: the run goes on in the callees, which never return on slice characters when their
@@ -141,19 +148,31 @@ bool ContentSliceAnalyzer::closed_from(int32_t state, int depth) {
       if (known == 1 || known == mark) continue;  // closed already, or in this walk
       if (known != 0) {                           // known not closed, or pending in an enclosing walk
         closed = false;
+        if (known == -1) failed_at = at;
         break;
       }
       state_closed_[n] = mark;
+      frontier.push_back(static_cast<int32_t>(visited.size()));
+      from.push_back(static_cast<uint32_t>(at));
       visited.push_back(static_cast<int32_t>(n));
-      frontier.push_back(static_cast<int32_t>(n));
     }
   }
   // Success: every visited state's reachable set lies inside this closed one (callees included). Failure says
   // nothing about the other visited states (they may not reach the failing one), nor, inside an enclosing walk,
-  // about this one.
-  for (int32_t v : visited) state_closed_[v] = closed ? 1 : 0;
-  if (!closed && depth == 0) state_closed_[state] = -1;
-  return closed;
+  // about this one - except for the tree path to a state that fails for sure.
+  if (closed) {
+    for (int32_t v : visited) state_closed_[v] = 1;
+    return true;
+  }
+  if (failed_at >= 0)
+    for (int64_t i = failed_at;; i = from[i]) {
+      state_closed_[visited[i]] = -1;
+      if (i == 0) break;
+    }
+  for (int32_t v : visited)
+    if (state_closed_[v] == mark) state_closed_[v] = 0;
+  if (depth == 0) state_closed_[state] = -1;
+  return false;
 }
 
 template <typename StepFn>
@@ -199,6 +218,10 @@ SliceBounds ContentSliceAnalyzer::levels(uint32_t start, StepFn&& step, bool* ga
       break;
     }
     if (next.size() > kMaxLevelSize) break;
+    // Past S, the levels only look for D: worth it while they stay small (bounded strings and fixed-length
+    // patterns: one state per position); a pattern whose runs branch out (a URI) would cost up to 32 sorted levels
+    // of thousands of states for a D that the walk's dead subtrees mostly give anyway.
+    if (alive_known && next.size() > kMaxDeadSearchLevel) break;
     level.swap(next);
   }
   if (!alive_known) sb.all_alive = std::min(k, max_chars_);

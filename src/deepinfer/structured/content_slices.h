@@ -45,6 +45,8 @@ class ContentSliceAnalyzer {
 
   // Levels larger than this end the analysis early (S is then what was verified so far).
   static constexpr size_t kMaxLevelSize = 4096;
+  // Once S is known, levels larger than this end the search for D (D stays unlimited).
+  static constexpr size_t kMaxDeadSearchLevel = 8;
   // New config-level steps one bounds() call may make; past it S is what was verified so far.
   static constexpr size_t kMaxConfigSteps = 64;
 

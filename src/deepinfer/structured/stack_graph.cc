@@ -146,8 +146,8 @@ uint32_t StackGraph::step_slow(uint32_t config, uint8_t byte) {
   return result;
 }
 
-const uint64_t* StackGraph::self_loops_slow(uint32_t config) {
-  uint64_t bits[2] = {0, 0};
+const uint64_t* StackGraph::subtree_sets_slow(uint32_t config) {
+  uint64_t bits[4] = {0, 0, 0, 0};
   if (configs_[config].leaves.size() == 1) {
     const uint32_t leaf = configs_[config].leaves[0];
     // step(config, b) = closure((next(s, b), parent)); when next(s, b) == s that is closure(leaf), which is this
@@ -164,16 +164,113 @@ const uint64_t* StackGraph::self_loops_slow(uint32_t config) {
         }
       }
       if (high) bits[1] |= uint64_t{1} << 63;
+      // The class of a clean state: its frames never look at the parent while reading bytes of the class.
+      const uint64_t* cls = closed_class(s);
+      bits[2] = cls[0];
+      bits[3] = cls[1];
     }
   }
   if (loops_known_.size() < configs_.size()) {
     loops_known_.resize(configs_.size(), 0);
-    loops_.resize(configs_.size() * 2, 0);
+    loops_.resize(configs_.size() * 4, 0);
   }
-  loops_[static_cast<size_t>(config) * 2] = bits[0];
-  loops_[static_cast<size_t>(config) * 2 + 1] = bits[1];
+  std::copy(bits, bits + 4, &loops_[static_cast<size_t>(config) * 4]);
   loops_known_[config] = 1;
-  return &loops_[static_cast<size_t>(config) * 2];
+  return &loops_[static_cast<size_t>(config) * 4];
+}
+
+const uint64_t* StackGraph::closed_class(int32_t state) {
+  if (class_known_.empty()) {
+    class_known_.assign(g_->num_states(), 0);
+    class_.assign(g_->num_states() * 2, 0);
+  }
+  uint64_t* out = &class_[static_cast<size_t>(state) * 2];
+  if (class_known_[state]) return out;
+  class_known_[state] = 1;
+  auto clean = [&](int32_t s) {
+    const auto& st = g_->state(s);
+    return st.has_bytes && !st.accepting && g_->calls_begin(s) == g_->calls_end(s);
+  };
+  if (!clean(state)) return out;
+  // Work on the rule's byte classes: one representative byte per class (next() depends only on the class), among
+  // the printable ASCII bytes but '"' and '\\' (in a JSON string they end it or start an escape, whose states
+  // refuse nearly everything: they would only shrink the class).
+  const int rule = g_->state(state).rule;
+  std::vector<uint8_t> reps;
+  {
+    bool seen[256] = {};
+    for (int b = 0x20; b < 0x7F; ++b) {
+      const uint8_t c = g_->byte_class(rule, static_cast<uint8_t>(b));
+      if (b != '"' && b != '\\' && !seen[c]) {
+        seen[c] = true;
+        reps.push_back(static_cast<uint8_t>(b));
+      }
+    }
+  }
+  // Rounds: search the states reachable with the remaining classes in BFS order; at the first state that refuses
+  // some class (dies, or reaches a state that is not clean), drop the refused classes if it is `state` itself, else
+  // the class of the edge that reached it (`%` into a URI's percent-escape state, which refuses all but hex
+  // digits: dropping the digits instead would leave little). Each round drops a class, so the result is closed when
+  // a round finds nothing to drop; it need not be the largest such set.
+  std::vector<int32_t>& reach = class_reach_;
+  std::vector<int32_t> via;  // index in reps of the edge that first reached reach[i]
+  std::vector<uint8_t> drop;
+  if (class_stamp_.size() != g_->num_states()) class_stamp_.assign(g_->num_states(), 0);
+  for (int round = 0; !reps.empty(); ++round) {
+    if (round == kMaxClassRounds) return out;
+    ++stamp_;
+    reach.assign(1, state);
+    via.assign(1, -1);
+    class_stamp_[state] = stamp_;
+    drop.assign(reps.size(), 0);
+    bool dropping = false;
+    for (size_t i = 0; i < reach.size() && !dropping; ++i) {
+      for (size_t k = 0; k < reps.size(); ++k) {
+        const int32_t t = g_->next(reach[i], reps[k]);
+        if (t < 0 || !clean(t)) {
+          dropping = true;
+          if (i == 0) {
+            drop[k] = 1;
+            continue;
+          }
+          drop[via[i]] = 1;
+          break;
+        }
+        if (class_stamp_[t] != stamp_) {
+          class_stamp_[t] = stamp_;
+          reach.push_back(t);
+          via.push_back(static_cast<int32_t>(k));
+          if (reach.size() > kMaxClassStates) {
+            // Give up, for the states seen too (their own sets are likely as large): bounds the work per state of
+            // the grammar, where a chain (a long counted repetition) would otherwise search again from every
+            // position.
+            for (int32_t r : reach) class_known_[r] = 1;
+            return out;
+          }
+        }
+      }
+    }
+    if (!dropping) break;
+    size_t kept = 0;
+    for (size_t k = 0; k < reps.size(); ++k)
+      if (!drop[k]) reps[kept++] = reps[k];
+    reps.resize(kept);
+  }
+  if (reps.empty()) return out;
+  std::vector<uint8_t> classes;
+  for (uint8_t b : reps) classes.push_back(g_->byte_class(rule, b));
+  for (int b = 0; b < 127; ++b)
+    if (std::find(classes.begin(), classes.end(), g_->byte_class(rule, static_cast<uint8_t>(b))) != classes.end())
+      out[b >> 6] |= uint64_t{1} << (b & 63);
+  // Every state of the final reachable set has the same property with the same bytes (its own reachable set is a
+  // subset): remember it for them too.
+  for (int32_t r : reach) {
+    if (class_known_[r]) continue;
+    class_known_[r] = 1;
+    class_[static_cast<size_t>(r) * 2] = out[0];
+    class_[static_cast<size_t>(r) * 2 + 1] = out[1];
+  }
+  return out;
 }
 
 uint32_t StackGraph::without_bottom(uint32_t config) {

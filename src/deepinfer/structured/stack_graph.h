@@ -47,12 +47,24 @@ class StackGraph {
     return step_slow(config, byte);
   }
   uint32_t without_bottom(uint32_t config);
-  // Bytes b (as TokenTrie::byte_bucket bits, 2 words) with step(config, b) == config for sure. Exact for a config
-  // of one leaf that is its own closure (the usual "inside a string" state); empty otherwise (conservative).
-  const uint64_t* self_loops(uint32_t config) {
-    if (config < loops_known_.size() && loops_known_[config]) return &loops_[static_cast<size_t>(config) * 2];
-    return self_loops_slow(config);
+  // Byte sets (TokenTrie::byte_bucket bits) that let a trie walk take a whole subtree at once: when every byte below
+  // a trie node lies in one of them, every token of the subtree keeps `config` alive and none reaches the bottom.
+  // Words [0, 2): the bytes b with step(config, b) == config (the usual "inside a string" loop); words [2, 4): the
+  // closed ASCII class of the leaf's DFA state (closed_class). Exact for a config of one leaf that is its own
+  // closure; empty otherwise (conservative).
+  const uint64_t* subtree_sets(uint32_t config) {
+    if (config < loops_known_.size() && loops_known_[config]) return &loops_[static_cast<size_t>(config) * 4];
+    return subtree_sets_slow(config);
   }
+  // A set A of ASCII bytes (byte_bucket bits, 2 words; bucket 127 never) such that every state reachable from
+  // `state` by bytes of A is clean (reads bytes, calls nothing, not accepting) and moves on every byte of A to
+  // such a state again: any byte string over A keeps a frame in `state` alive, without a call or a return,
+  // whatever lies below it. A pattern's or format's character class (`[a-z0-9-]+`, a URI's path characters) is
+  // such a set, where the self-loop bytes of one DFA state are only part of it. Empty when `state` is not clean or
+  // the reachable set exceeds kMaxClassStates. Memoized per state.
+  const uint64_t* closed_class(int32_t state);
+  static constexpr size_t kMaxClassStates = 128;
+  static constexpr int kMaxClassRounds = 24;
 
   bool dead(uint32_t config) const { return config == kDead; }
   bool can_end(uint32_t config) const { return configs_[config].flags & kCanEnd; }
@@ -85,7 +97,7 @@ class StackGraph {
   uint32_t make_node(int32_t state, uint32_t parent);
   uint32_t intern(std::vector<uint32_t> leaves, uint8_t flags);
   uint32_t step_slow(uint32_t config, uint8_t byte);
-  const uint64_t* self_loops_slow(uint32_t config);
+  const uint64_t* subtree_sets_slow(uint32_t config);
 
   const CompiledGrammar* g_;
   std::vector<Node> nodes_;
@@ -94,8 +106,13 @@ class StackGraph {
   std::vector<Config> configs_;
   std::unordered_map<std::string, uint32_t> config_ids_;
   std::vector<uint32_t> scratch_;
-  std::vector<uint64_t> loops_;       // 2 words per config
-  std::vector<uint8_t> loops_known_;  // per config
+  std::vector<uint64_t> loops_;        // 4 words per config (subtree_sets)
+  std::vector<uint8_t> loops_known_;   // per config
+  std::vector<uint64_t> class_;        // 2 words per DFA state (closed_class)
+  std::vector<uint8_t> class_known_;   // per DFA state
+  std::vector<uint32_t> class_stamp_;  // per DFA state: in closed_class's current reachable set
+  uint32_t stamp_ = 0;
+  std::vector<int32_t> class_reach_;
 };
 
 }  // namespace deepinfer::structured

@@ -7,6 +7,11 @@
 
 namespace deepinfer::structured {
 
+// Every byte below the node lies in one of the config's subtree sets (StackGraph::subtree_sets).
+static inline bool takes_whole_subtree(const uint64_t* below, const uint64_t* sets) {
+  return ((below[0] & ~sets[0]) | (below[1] & ~sets[1])) == 0 || ((below[0] & ~sets[2]) | (below[1] & ~sets[3])) == 0;
+}
+
 void walk_trie(const TokenTrie& trie, StackGraph& graph, uint32_t config, uint32_t begin, uint32_t end,
                uint32_t base_depth, std::span<uint64_t> mask, std::vector<uint32_t>* returns,
                std::vector<uint32_t>& scratch, const SliceBounds* slices) {
@@ -43,10 +48,9 @@ void walk_trie(const TokenTrie& trie, StackGraph& graph, uint32_t config, uint32
     }
     const uint32_t end_of_subtree = trie.subtree_end(i);
     if (end_of_subtree > i + 1 && !graph.hit_bottom(c)) {
-      // Every byte below loops on c: all tokens of the subtree are allowed and none returns. Take them at once.
-      const uint64_t* below = trie.below_bytes(i);
-      const uint64_t* loops = graph.self_loops(c);
-      if ((below[0] & ~loops[0]) == 0 && (below[1] & ~loops[1]) == 0) {
+      // Every byte below loops on c, or stays in c's closed class: all tokens of the subtree are allowed and none
+      // returns. Take them at once.
+      if (takes_whole_subtree(trie.below_bytes(i), graph.subtree_sets(c))) {
         for (const int32_t* t = trie.tokens_begin(i + 1); t != trie.tokens_begin(end_of_subtree); ++t)
           set_token_bit(mask, *t);
         i = end_of_subtree;
@@ -87,9 +91,7 @@ static void walk_residual(const TokenTrie& trie, StackGraph& graph, uint32_t con
       }
     }
     if (rn.subtree_end > r + 1 && !graph.hit_bottom(c)) {
-      const uint64_t* below = trie.below_bytes(i);
-      const uint64_t* loops = graph.self_loops(c);
-      if ((below[0] & ~loops[0]) == 0 && (below[1] & ~loops[1]) == 0) {
+      if (takes_whole_subtree(trie.below_bytes(i), graph.subtree_sets(c))) {
         for (const int32_t* t = trie.tokens_begin(i + 1); t != trie.tokens_begin(trie.subtree_end(i)); ++t)
           set_token_bit(mask, *t);
         r = rn.subtree_end;

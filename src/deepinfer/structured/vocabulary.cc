@@ -27,6 +27,7 @@ int slice_utf8_next(int state, uint8_t b) {
       if (b < 0x80) return b >= 0x20 && b != '"' && b != '\\' && b != 0x7F ? 0 : -1;
       if (b >= 0xC2 && b <= 0xDF) return 1;
       if (b == 0xE0) return 2;
+      if (b == 0xE2) return 8;
       if ((b >= 0xE1 && b <= 0xEC) || b == 0xEE || b == 0xEF) return 3;
       if (b == 0xED) return 4;
       if (b == 0xF0) return 5;
@@ -47,6 +48,10 @@ int slice_utf8_next(int state, uint8_t b) {
       return b >= 0x80 && b <= 0xBF ? 3 : -1;
     case 7:  // after F4: nothing above U+10FFFF
       return b >= 0x80 && b <= 0x8F ? 3 : -1;
+    case 8:  // after E2: E2 80 may lead to U+2028 / U+2029
+      return b == 0x80 ? 9 : b >= 0x81 && b <= 0xBF ? 1 : -1;
+    case 9:  // after E2 80: not U+2028 (A8) / U+2029 (A9), see vocabulary.h
+      return b >= 0x80 && b <= 0xBF && b != 0xA8 && b != 0xA9 ? 0 : -1;
   }
   return -1;
 }

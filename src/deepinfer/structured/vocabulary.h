@@ -6,11 +6,15 @@
 // subtree is [i, subtree_end(i)), so a dead prefix skips all its extensions in one jump.
 //
 // Content slices: most tokens (124,894 of DeepSeek-V3's 127,997 byte tokens) are runs of complete UTF-8
-// characters none of which is '"', '\\', 0x7F or a control character - text that may stand unescaped inside a
-// JSON string. The trie knows, per node, whether every token below it is such a run and how many characters those
-// tokens have, and keeps bitmasks of all such tokens up to each length. Where a grammar state provably accepts
-// every run of up to S such characters (string content, maxLength positions), the mask computation ORs one
-// precomputed mask and skips those subtrees instead of walking them (the "slicer" idea of llguidance).
+// characters none of which is '"', '\\', 0x7F, a control character, U+2028 or U+2029 - text that may stand
+// unescaped inside a JSON string. The two line separators are left out because ECMAScript's '.' refuses them:
+// with them in, every `.`-pattern string (`^.*$` keys, `.{1,64}`) refused a slice character and lost the
+// shortcut (S = 0, a full-trie walk); without them such strings are closed over slices like plain strings, and
+// the tokens that hold one (none in DeepSeek-V3's vocabulary) are walked. The trie knows, per node, whether every token
+// below it is such a run and how many characters those tokens have, and keeps bitmasks of all such tokens up to each
+// length. Where a grammar state provably accepts every run of up to S such characters (string content, maxLength
+// positions), the mask computation ORs one precomputed mask and skips those subtrees instead of walking them (the
+// "slicer" idea of llguidance).
 #pragma once
 
 #include <algorithm>
@@ -51,9 +55,9 @@ Vocabulary load_hf_byte_level_vocabulary(const std::string& tokenizer_json_path,
 
 // The byte automaton of one content-slice character (see above): state 0 is a character boundary; returns the
 // next state (0 when the byte completes a character) or -1 when the byte cannot continue a slice character.
-// Well-formed UTF-8 only (no overlongs, no surrogates, nothing above U+10FFFF).
+// Well-formed UTF-8 only (no overlongs, no surrogates, nothing above U+10FFFF), and not U+2028 / U+2029.
 int slice_utf8_next(int state, uint8_t byte);
-inline constexpr int kSliceUtf8States = 8;
+inline constexpr int kSliceUtf8States = 10;
 
 class TokenTrie {
  public:
