@@ -302,7 +302,9 @@ TEST(ContentSlicesTest, ToyVocabularyMasksEqualUncached) {
   // '.' strings and keys take slices; the tokens with U+2028 / U+2029 are walked and refused, those with other
   // E2 80 xx characters taken.
   expect_masks_equal_along(js(R"({"type":"string","pattern":"^.*$"})"), tok, "\"a\xE2\x80\x94x\"");
-  expect_masks_equal_along(js(R"({"type":"string","pattern":"^.{1,3}$"})"), tok, "\"\xE2\x80\x94ab\"");
+  expect_masks_equal_along(js(R"({"type":"string","pattern":"^.{1,3}$"})"), tok,
+                           "\"\xE2\x80\x94"
+                           "ab\"");
   expect_masks_equal_along(js(R"({"type":"object","patternProperties":{"^.*$":{"type":"string","pattern":"^.+$"}},
       "additionalProperties":false})"),
                            tok, "{\"x\xE2\x80\x94\":\"\xE2\x80\x94\",\"ab\":\"c\"}");

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <set>
 
 #include "deepinfer/core/error.h"
 #include "deepinfer/structured/ebnf.h"
@@ -81,6 +82,33 @@ TEST(GrammarMatcherTest, EmptyLanguageAndUndefinedRules) {
   EXPECT_THROW(ebnf("nothing ::= \"x\""), Error);  // no root
 }
 
+// Structurally equal rules compile once: every call goes to one of them (the copies get no states of their own),
+// also for rules that become equal once the rules they call are merged; the language does not change. Recursive
+// copies stay apart (conservative).
+TEST(GrammarMatcherTest, EqualRulesAreCompiledOnce) {
+  auto g = ebnf(R"G(root ::= "<" list1 "|" list2 "|" list3 "|" r1 "|" r2 ">"
+                  list1 ::= "[" item1 ("," item1)* "]"
+                  list2 ::= "[" item2 ("," item2)* "]"
+                  list3 ::= "[" item2 ("," item2)* "]" "!"
+                  item1 ::= "a" [0-9]*
+                  item2 ::= "a" [0-9]*
+                  r1 ::= "(" r1 ")" | "x"
+                  r2 ::= "(" r2 ")" | "x")G");
+  std::set<std::string> called;
+  size_t states_of[16] = {};
+  for (size_t s = 0; s < g->num_states(); ++s) {
+    const int32_t st = static_cast<int32_t>(s);
+    ++states_of[g->state(st).rule];
+    for (const auto* c = g->calls_begin(st); c != g->calls_end(st); ++c) called.insert(g->rule_name(c->rule));
+  }
+  EXPECT_EQ(called, (std::set<std::string>{"list1", "list3", "item1", "r1", "r2"}));
+  for (int r = 0; r < static_cast<int>(g->num_rules()); ++r)
+    if (g->rule_name(r) == "list2" || g->rule_name(r) == "item2") EXPECT_LE(states_of[r], 1u) << g->rule_name(r);
+  EXPECT_TRUE(matches(g, "<[a1,a]|[a]|[a2]!|((x))|x>"));
+  EXPECT_FALSE(matches(g, "<[a1,a]|[a]|[a2]|((x))|x>"));
+  EXPECT_FALSE(matches(g, "<[a1,a]|[b]|[a2]!|((x))|x>"));
+}
+
 TEST(GrammarMatcherTest, ForcedBytesJumpForward) {
   auto g = ebnf(R"(root ::= "{\"name\": \"" [a-z]+ "\"}")");
   GrammarMatcher m(g);
@@ -140,13 +168,13 @@ TEST(RegexTest, UnsupportedConstructsAreRejectedClearly) {
 
 TEST(RegexTest, SearchSemanticsAndJsonEscaping) {
   Grammar g;
-  g.set_root(g.add_rule("root", seq_expr({byte_expr('"'),
-                                          regex_to_expr(R"(^a"b\n)", CharEncoding::kJsonString, RegexMatch::kSearch),
-                                          byte_expr('"')})));
+  g.set_root(g.add_rule(
+      "root", seq_expr({byte_expr('"'), regex_to_expr(R"(^a"b\n)", CharEncoding::kJsonString, RegexMatch::kSearch),
+                        byte_expr('"')})));
   auto c = compile(g);
   EXPECT_TRUE(matches(c, R"("a\"b\nxyz")"));
   EXPECT_TRUE(matches(c, R"("a\"b\u000A")"));
-  EXPECT_FALSE(matches(c, "\"a\"b\n\""));  // raw quote/newline inside a JSON string
+  EXPECT_FALSE(matches(c, "\"a\"b\n\""));    // raw quote/newline inside a JSON string
   EXPECT_FALSE(matches(c, R"("xa\"b\n")"));  // anchored at the start
   Grammar g2;
   g2.set_root(g2.add_rule("root", regex_to_expr("b+", CharEncoding::kUtf8, RegexMatch::kSearch)));
@@ -185,16 +213,17 @@ TEST(EbnfTest, SyntaxErrorsHaveLineAndColumn) {
 
 // A small vocabulary where every mask can be checked against brute force.
 std::shared_ptr<const TokenizerInfo> toy_tokenizer() {
-  std::vector<std::string> tokens = {"<eos>", "{", "}", "\"", "\":", "\",", "\"}", "a", "ab", "abc", ":", ",", " ",
-                                     "1", "12", "1.", ".5", "e", "null", "nu", "ll", "true", "[", "]", "],", "\\",
-                                     "\\n", "\"a\"", "é", "\xC3", "\xA9", "{\"", "\":\"", "0", "-", "x y", "\n  "};
+  std::vector<std::string> tokens = {"<eos>", "{",    "}",     "\"", "\":", "\",", "\"}", "a",     "ab",   "abc",
+                                     ":",     ",",    " ",     "1",  "12",  "1.",  ".5",  "e",     "null", "nu",
+                                     "ll",    "true", "[",     "]",  "],",  "\\",  "\\n", "\"a\"", "é",    "\xC3",
+                                     "\xA9",  "{\"",  "\":\"", "0",  "-",   "x y", "\n  "};
   std::vector<bool> special(tokens.size(), false);
   special[0] = true;
   return std::make_shared<const TokenizerInfo>(Vocabulary(tokens, {0}, special, 70));
 }
 
-void expect_masks_exact(const std::shared_ptr<const CompiledGrammar>& g, const std::shared_ptr<const TokenizerInfo>& tok,
-                        const std::vector<std::string>& prefixes) {
+void expect_masks_exact(const std::shared_ptr<const CompiledGrammar>& g,
+                        const std::shared_ptr<const TokenizerInfo>& tok, const std::vector<std::string>& prefixes) {
   auto cache = std::make_shared<TokenMaskCache>(g, tok);
   std::vector<uint64_t> mask(mask_words(tok->vocab.size()));
   for (const std::string& prefix : prefixes) {

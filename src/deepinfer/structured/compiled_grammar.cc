@@ -12,7 +12,8 @@ namespace deepinfer::structured {
 namespace {
 
 struct RuleDfa;
-RuleDfa determinize(const Expr& body, int num_rules, const CompileLimits& limits, int dfa_budget);
+RuleDfa determinize(const Expr& body, int num_rules, const CompileLimits& limits, int dfa_budget,
+                    const std::vector<int>* rule_map = nullptr);
 
 // Thompson NFA of one rule body.
 struct Nfa {
@@ -23,6 +24,7 @@ struct Nfa {
   int limit = 0;
   const CompileLimits* limits = nullptr;
   int dfa_budget = 0;
+  const std::vector<int>* rule_map = nullptr;  // references to rule r call (*rule_map)[r] (rule_representatives)
 
   int add_state() {
     DI_CHECK_CODE(static_cast<int>(eps.size()) < limit, ErrorCode::kResourceExhausted)
@@ -50,7 +52,7 @@ struct Nfa {
         return;
       case ExprKind::kRule:
         DI_CHECK(e.rule >= 0 && e.rule < num_rules) << "reference to an unknown grammar rule " << e.rule;
-        call_edges[s].emplace_back(e.rule, t);
+        call_edges[s].emplace_back(rule_map != nullptr ? (*rule_map)[e.rule] : e.rule, t);
         return;
       case ExprKind::kAlt:
         for (const auto& c : e.children) build(*c, s, t, num_rules);
@@ -123,8 +125,10 @@ struct RuleDfa {
   int num_classes = 0;
 };
 
-RuleDfa determinize(const Expr& body, int num_rules, const CompileLimits& limits, int dfa_budget) {
+RuleDfa determinize(const Expr& body, int num_rules, const CompileLimits& limits, int dfa_budget,
+                    const std::vector<int>* rule_map) {
   Nfa nfa;
+  nfa.rule_map = rule_map;
   nfa.limit = limits.max_nfa_states_per_rule;
   nfa.limits = &limits;
   nfa.dfa_budget = dfa_budget;
@@ -274,6 +278,90 @@ void Nfa::build_intersection(const Expr& e, int s, int t, int num_rules) {
   }
 }
 
+// Structurally equal rules: for each rule, the rule that stands for it (itself when it has no earlier equal).
+// Front ends copy subschemas per branch - each anyOf / oneOf branch merged with its parent gets its own array,
+// object and string rules - and copies of one rule would each pay their own trie walks for the same masks (their
+// DFA states differ), where one rule's states share the mask entries. Two rules are equal when their bodies are
+// the same expression tree with references to equal rules; rounds map references to their representatives, so
+// equal rules that call equal copies are found in the next round (recursive copies never are: a conservative
+// answer, the rules just stay apart). The root stands for its class, so it keeps its name in messages.
+std::vector<int> rule_representatives(const Grammar& grammar) {
+  const auto& rules = grammar.rules();
+  const int n = static_cast<int>(rules.size());
+  std::vector<int> rep(n);
+  for (int r = 0; r < n; ++r) rep[r] = r;
+  std::vector<int> order;  // the root first: it becomes its class's representative
+  order.push_back(grammar.root());
+  for (int r = 0; r < n; ++r)
+    if (r != grammar.root()) order.push_back(r);
+  // Rules of different shapes (the body hashed with every reference alike) are never equal, whatever the rounds
+  // decide about the rules they call: only rules that share a shape with another one take part.
+  std::unordered_map<const Expr*, uint64_t> shapes;
+  auto shape_of = [&](auto&& self, const Expr& e) -> uint64_t {
+    auto mix = [](uint64_t h, uint64_t v) { return (h ^ v) * 0x100000001B3ull + (h >> 29); };
+    uint64_t h = mix(0xCBF29CE484222325ull, static_cast<uint64_t>(e.kind));
+    if (e.kind == ExprKind::kBytes)
+      for (uint64_t w : e.bytes.words()) h = mix(h, w);
+    if (e.children.empty()) return h;  // leaves: cheaper to hash again than to memoize
+    if (auto it = shapes.find(&e); it != shapes.end()) return it->second;
+    if (e.kind == ExprKind::kRepeat) h = mix(mix(h, static_cast<uint32_t>(e.min)), static_cast<uint32_t>(e.max));
+    for (const auto& c : e.children) h = mix(h, self(self, *c));
+    shapes.emplace(&e, h);
+    return h;
+  };
+  std::unordered_map<uint64_t, int> shape_count;
+  std::vector<uint64_t> rule_shape(n);
+  for (int r = 0; r < n; ++r) ++shape_count[rule_shape[r] = shape_of(shape_of, *rules[r].body)];
+  std::vector<int> candidates;
+  for (int r : order)
+    if (shape_count[rule_shape[r]] > 1) candidates.push_back(r);
+  if (candidates.empty()) return rep;
+  // Hash-consing: equal subtrees get equal ids. Expressions are DAGs: ids are memoized per node - for the whole
+  // computation where no rule is referenced below (`fixed`), per round where one is (its id follows `rep`).
+  std::unordered_map<const Expr*, uint32_t> fixed, memo;
+  std::unordered_map<std::string, uint32_t> ids;
+  std::string key;
+  // Returns the node's id; *refs tells whether a rule is referenced in it.
+  auto id_of = [&](auto&& self, const Expr& e, bool* refs) -> uint32_t {
+    if (auto it = fixed.find(&e); it != fixed.end()) return it->second;
+    if (auto it = memo.find(&e); it != memo.end()) {
+      *refs = true;
+      return it->second;
+    }
+    bool below = e.kind == ExprKind::kRule;
+    std::vector<uint32_t> kids;
+    kids.reserve(e.children.size());
+    for (const auto& c : e.children) kids.push_back(self(self, *c, &below));
+    key.clear();
+    key.push_back(static_cast<char>(e.kind));
+    auto put = [&](const void* p, size_t bytes) { key.append(static_cast<const char*>(p), bytes); };
+    if (e.kind == ExprKind::kBytes) put(e.bytes.words().data(), sizeof(uint64_t) * 4);
+    if (e.kind == ExprKind::kRepeat) {
+      put(&e.min, sizeof e.min);
+      put(&e.max, sizeof e.max);
+    }
+    if (e.kind == ExprKind::kRule) {
+      const int target = e.rule >= 0 && e.rule < n ? rep[e.rule] : e.rule;
+      put(&target, sizeof target);
+    }
+    if (!kids.empty()) put(kids.data(), kids.size() * sizeof(uint32_t));
+    const uint32_t id = ids.emplace(key, static_cast<uint32_t>(ids.size())).first->second;
+    (below ? memo : fixed).emplace(&e, id);
+    *refs |= below;
+    return id;
+  };
+  for (int round = 0; round < 4; ++round) {
+    memo.clear();
+    std::unordered_map<uint32_t, int> first;  // body id -> representative
+    std::vector<int> next = rep;
+    bool any_refs = false;
+    for (int r : candidates) next[r] = first.emplace(id_of(id_of, *rules[r].body, &any_refs), r).first->second;
+    if (next == rep) break;
+    rep = std::move(next);
+  }
+  return rep;
+}
+
 }  // namespace
 
 std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile(const Grammar& grammar, const CompileLimits& limits) {
@@ -287,8 +375,11 @@ std::shared_ptr<const CompiledGrammar> CompiledGrammar::compile(const Grammar& g
   std::vector<RuleDfa> dfas;
   std::vector<int32_t> base(num_rules);
   int total = 0;
+  // A rule that another one stands for is never called: it gets the empty language (no states to trim or walk).
+  const std::vector<int> rep = rule_representatives(grammar);
   for (int r = 0; r < num_rules; ++r) {
-    dfas.push_back(determinize(*rules[r].body, num_rules, limits, limits.max_dfa_states - total));
+    dfas.push_back(determinize(rep[r] == r ? *rules[r].body : *nothing_expr(), num_rules, limits,
+                               limits.max_dfa_states - total, &rep));
     base[r] = total;
     total += static_cast<int>(dfas.back().trans.size());
     out->rule_names_.push_back(rules[r].name);

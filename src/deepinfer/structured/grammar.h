@@ -44,6 +44,7 @@ class ByteSet {
     return *this;
   }
   bool operator==(const ByteSet& o) const { return bits_ == o.bits_; }
+  const std::array<uint64_t, 4>& words() const { return bits_; }
 
  private:
   std::array<uint64_t, 4> bits_{};

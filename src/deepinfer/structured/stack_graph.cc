@@ -207,6 +207,16 @@ const uint64_t* StackGraph::closed_class(int32_t state) {
       }
     }
   }
+  // A state that keeps only a few bytes (a name's next letters, a number's digits) would only get a class that
+  // few subtrees lie in, for rounds of searching: skip it.
+  {
+    int kept_bytes = 0;
+    for (int b = 0x20; b < 0x7F; ++b) {
+      const int32_t t = g_->next(state, static_cast<uint8_t>(b));
+      kept_bytes += t >= 0 && clean(t);
+    }
+    if (kept_bytes < kMinClassBytes) return out;
+  }
   // Rounds: search the states reachable with the remaining classes in BFS order; at the first state that refuses
   // some class (dies, or reaches a state that is not clean), drop the refused classes if it is `state` itself, else
   // the class of the edge that reached it (`%` into a URI's percent-escape state, which refuses all but hex

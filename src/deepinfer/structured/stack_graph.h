@@ -60,11 +60,13 @@ class StackGraph {
   // `state` by bytes of A is clean (reads bytes, calls nothing, not accepting) and moves on every byte of A to
   // such a state again: any byte string over A keeps a frame in `state` alive, without a call or a return,
   // whatever lies below it. A pattern's or format's character class (`[a-z0-9-]+`, a URI's path characters) is
-  // such a set, where the self-loop bytes of one DFA state are only part of it. Empty when `state` is not clean or
-  // the reachable set exceeds kMaxClassStates. Memoized per state.
+  // such a set, where the self-loop bytes of one DFA state are only part of it. Empty when `state` is not clean,
+  // keeps fewer than kMinClassBytes bytes itself, or the search exceeds kMaxClassStates states or kMaxClassRounds
+  // rounds. Memoized per state.
   const uint64_t* closed_class(int32_t state);
   static constexpr size_t kMaxClassStates = 128;
   static constexpr int kMaxClassRounds = 24;
+  static constexpr int kMinClassBytes = 16;  // fewer printable ASCII bytes kept by the state itself: no class
 
   bool dead(uint32_t config) const { return config == kDead; }
   bool can_end(uint32_t config) const { return configs_[config].flags & kCanEnd; }
