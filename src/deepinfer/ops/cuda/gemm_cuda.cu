@@ -32,8 +32,15 @@ __device__ __forceinline__ float load_weight(const void* b, const void* s, const
     return e2m1_to_f32_dev((k & 1) ? (byte >> 4) : (byte & 0xF)) *
            e8m0_to_f32_dev(static_cast<const uint8_t*>(s)[n * (p.k / 32) + k / 32]);
   } else {
-    const int64_t si =
-        F == QuantFormat::kFP8Block ? (n / p.block_n) * p.scale_cols + k / p.block_k : n * p.scale_cols + k / 32;
+    // Power-of-two blocks (every checkpoint: 128, 32) index with shifts: a 64-bit division is ~100 instructions
+    // per weight here (the SIMT tile and the batch-invariant chain kernel call this once per element).
+    int64_t si = n * p.scale_cols + (k >> 5);  // kFP8Row32
+    if constexpr (F == QuantFormat::kFP8Block) {
+      if ((p.block_n & (p.block_n - 1)) == 0 && (p.block_k & (p.block_k - 1)) == 0)
+        si = (n >> (__ffs(p.block_n) - 1)) * p.scale_cols + (k >> (__ffs(p.block_k) - 1));
+      else
+        si = (n / p.block_n) * p.scale_cols + k / p.block_k;
+    }
     const float scale =
         p.scale_e8m0 ? e8m0_to_f32_dev(static_cast<const uint8_t*>(s)[si]) : static_cast<const float*>(s)[si];
     return e4m3_to_f32_dev(static_cast<const uint8_t*>(b)[n * p.k + k]) * scale;
@@ -182,7 +189,7 @@ __device__ __forceinline__ void decode_fp4(const uint32_t* words, float* w) {
 }
 
 // ---------------------------------------------------------------------------- weight-streaming kernel
-constexpr int kSkWarps = 8, kSkRows = 8;
+constexpr int kSkWarps = 8, kSkRows = 8, kSkAhead = 4;
 
 // Grid: x = ceil(n / kSkWarps) column blocks, y = group slots. Each warp owns output column n of its group
 // and walks the group's rows kSkRows at a time (the weight row is re-read from L1/L2 after the first pass).
@@ -207,57 +214,94 @@ __global__ void __launch_bounds__(kSkWarps * 32) gemm_skinny_kernel(GemmKernelPa
     if constexpr (kVec && F == QuantFormat::kMXFP4) {
       const uint4* wrow = reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(b) + n * (p.k / 2));
       const uint8_t* srow = static_cast<const uint8_t*>(s) + n * (p.k / 32);
-#pragma unroll 4
-      for (int64_t c = lane; c < p.k / 32; c += 32) {
-        const uint4 q = __ldg(wrow + c);
-        const float sc = e8m0_to_f32_dev(srow[c]);
-        const uint32_t words[4] = {q.x, q.y, q.z, q.w};
-        float w[32];
-        decode_fp4<16>(words, w);
+      const int64_t chunks = p.k / 32;
+      // kSkAhead chunks' loads are issued before any is used, so that each lane keeps several 16-byte loads in
+      // flight (a single outstanding load per lane held the kernel at ~0.25 TB/s: ncu, docs/PERF.md); the
+      // products are still added in chunk order.
+      for (int64_t c0 = lane; c0 < chunks; c0 += 32 * kSkAhead) {
+        uint4 q[kSkAhead];
+        uint8_t e[kSkAhead];
 #pragma unroll
-        for (int i = 0; i < kSkRows; ++i) {
-          if (!arow[i]) continue;
-          const float4* a4 = reinterpret_cast<const float4*>(arow[i] + c * 32);
-          float d = 0.0f;
+        for (int u = 0; u < kSkAhead; ++u) {
+          const int64_t c = c0 + 32 * u;
+          q[u] = c < chunks ? __ldg(wrow + c) : make_uint4(0, 0, 0, 0);
+          e[u] = c < chunks ? srow[c] : 0;
+        }
 #pragma unroll
-          for (int j = 0; j < 8; ++j) {
-            const float4 av = a4[j];
-            d = fmaf(av.x, w[4 * j], fmaf(av.y, w[4 * j + 1], fmaf(av.z, w[4 * j + 2], fmaf(av.w, w[4 * j + 3], d))));
+        for (int u = 0; u < kSkAhead; ++u) {
+          const int64_t c = c0 + 32 * u;
+          if (c >= chunks) break;
+          const float sc = e8m0_to_f32_dev(e[u]);
+          const uint32_t words[4] = {q[u].x, q[u].y, q[u].z, q[u].w};
+          float w[32];
+          decode_fp4<16>(words, w);
+#pragma unroll
+          for (int i = 0; i < kSkRows; ++i) {
+            if (!arow[i]) continue;
+            const float4* a4 = reinterpret_cast<const float4*>(arow[i] + c * 32);
+            float d = 0.0f;
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+              const float4 av = a4[j];
+              d = fmaf(av.x, w[4 * j], fmaf(av.y, w[4 * j + 1], fmaf(av.z, w[4 * j + 2], fmaf(av.w, w[4 * j + 3], d))));
+            }
+            acc[i] = fmaf(d * kFp4Unscale, sc, acc[i]);
           }
-          acc[i] = fmaf(d * kFp4Unscale, sc, acc[i]);
         }
       }
     } else if constexpr (kVec && F == QuantFormat::kFloat) {
       const float4* wrow = reinterpret_cast<const float4*>(static_cast<const float*>(b) + n * p.k);
-#pragma unroll 4
-      for (int64_t c = lane; c < p.k / 4; c += 32) {
-        const float4 w = __ldg(wrow + c);
+      const int64_t chunks = p.k / 4;
+      for (int64_t c0 = lane; c0 < chunks; c0 += 32 * kSkAhead) {
+        float4 wq[kSkAhead];
 #pragma unroll
-        for (int i = 0; i < kSkRows; ++i) {
-          if (!arow[i]) continue;
-          const float4 av = reinterpret_cast<const float4*>(arow[i])[c];
-          acc[i] = fmaf(av.x, w.x, fmaf(av.y, w.y, fmaf(av.z, w.z, fmaf(av.w, w.w, acc[i]))));
+        for (int u = 0; u < kSkAhead; ++u) {
+          const int64_t c = c0 + 32 * u;
+          wq[u] = c < chunks ? __ldg(wrow + c) : make_float4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int u = 0; u < kSkAhead; ++u) {
+          const int64_t c = c0 + 32 * u;
+          if (c >= chunks) break;
+          const float4 w = wq[u];
+#pragma unroll
+          for (int i = 0; i < kSkRows; ++i) {
+            if (!arow[i]) continue;
+            const float4 av = reinterpret_cast<const float4*>(arow[i])[c];
+            acc[i] = fmaf(av.x, w.x, fmaf(av.y, w.y, fmaf(av.z, w.z, fmaf(av.w, w.w, acc[i]))));
+          }
         }
       }
     } else if constexpr (kVec) {  // FP8 block / row32
       const uint4* wrow = reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(b) + n * p.k);
-#pragma unroll 4
-      for (int64_t c = lane; c < p.k / 16; c += 32) {
-        const uint4 q = __ldg(wrow + c);
-        const float sc = block_scale(s, p, F, n, c * 16);
-        float w[16];
-        decode_fp8x16(q, w);
+      const int64_t chunks = p.k / 16;
+      for (int64_t c0 = lane; c0 < chunks; c0 += 32 * kSkAhead) {
+        uint4 wq[kSkAhead];
 #pragma unroll
-        for (int i = 0; i < kSkRows; ++i) {
-          if (!arow[i]) continue;
-          const float4* a4 = reinterpret_cast<const float4*>(arow[i] + c * 16);
-          float d = 0.0f;
+        for (int u = 0; u < kSkAhead; ++u) {
+          const int64_t c = c0 + 32 * u;
+          wq[u] = c < chunks ? __ldg(wrow + c) : make_uint4(0, 0, 0, 0);
+        }
 #pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            const float4 av = a4[j];
-            d = fmaf(av.x, w[4 * j], fmaf(av.y, w[4 * j + 1], fmaf(av.z, w[4 * j + 2], fmaf(av.w, w[4 * j + 3], d))));
+        for (int u = 0; u < kSkAhead; ++u) {
+          const int64_t c = c0 + 32 * u;
+          if (c >= chunks) break;
+          const uint4 q = wq[u];
+          const float sc = block_scale(s, p, F, n, c * 16);
+          float w[16];
+          decode_fp8x16(q, w);
+#pragma unroll
+          for (int i = 0; i < kSkRows; ++i) {
+            if (!arow[i]) continue;
+            const float4* a4 = reinterpret_cast<const float4*>(arow[i] + c * 16);
+            float d = 0.0f;
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+              const float4 av = a4[j];
+              d = fmaf(av.x, w[4 * j], fmaf(av.y, w[4 * j + 1], fmaf(av.z, w[4 * j + 2], fmaf(av.w, w[4 * j + 3], d))));
+            }
+            acc[i] = fmaf(d, sc, acc[i]);
           }
-          acc[i] = fmaf(d, sc, acc[i]);
         }
       }
     } else {
@@ -284,7 +328,7 @@ __global__ void __launch_bounds__(kSkWarps * 32) gemm_skinny_kernel(GemmKernelPa
 // is bit-identical whether it is computed here or in a 64-row tile. Parallel over columns only (no split of K):
 // a block stages a [kChCols × kChK] weight slice in shared memory with all its threads (coalesced), then warp w
 // runs the chain of row w of the pass, lane c the chain of column c.
-constexpr int kChWarps = 8, kChCols = 32, kChK = 128;
+constexpr int kChWarps = 8, kChCols = 32, kChK = 256;
 static_assert(kChK % kBK == 0, "a chain stage must end on a SIMT k-step");
 
 template <QuantFormat F>
@@ -298,17 +342,34 @@ __global__ void __launch_bounds__(kChWarps * 32) gemm_chain_kernel(GemmKernelPar
   const void* b = p.b_table ? p.b_table[span.g] : p.b;
   const void* s = p.b_scale_table ? p.b_scale_table[span.g] : p.b_scale;
   const int64_t k_pad = (p.k + kBK - 1) / kBK * kBK;
+  // f32 weights with K % 4 == 0 and a 16-byte aligned matrix: vector staging (a chunk never straddles a row or K).
+  const bool f32_vec = F == QuantFormat::kFloat && p.k % 4 == 0 && reinterpret_cast<uintptr_t>(b) % 16 == 0;
   for (int64_t r0 = span.begin; r0 < span.end; r0 += kChWarps) {
     const int64_t r = r0 + warp;
     const bool has_row = r < span.end;
     const int64_t a_row = has_row ? (p.a_rows ? p.a_rows[r] / p.a_row_div : r) : -1;
     float acc = 0.0f;
     for (int64_t k0 = 0; k0 < k_pad; k0 += kChK) {
+      if (f32_vec) {  // 16-byte loads, a warp reading 512 contiguous bytes of one column; the same values
 #pragma unroll 4
-      for (int idx = tid; idx < kChCols * kChK; idx += kChWarps * 32) {
-        const int c = idx / kChK, kk = idx % kChK;
-        const int64_t n = n0 + c, k = k0 + kk;
-        ws[c][kk] = (n < p.n && k < p.k) ? load_weight<F>(b, s, p, n, k) : 0.0f;
+        for (int idx = tid; idx < kChCols * (kChK / 4); idx += kChWarps * 32) {
+          const int c = idx / (kChK / 4), kk = 4 * (idx % (kChK / 4));
+          const int64_t n = n0 + c, k = k0 + kk;
+          float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+          if (n < p.n && k < p.k)
+            v = __ldg(reinterpret_cast<const float4*>(static_cast<const float*>(b) + n * p.k + k));
+          ws[c][kk] = v.x;
+          ws[c][kk + 1] = v.y;
+          ws[c][kk + 2] = v.z;
+          ws[c][kk + 3] = v.w;
+        }
+      } else {
+#pragma unroll 4
+        for (int idx = tid; idx < kChCols * kChK; idx += kChWarps * 32) {
+          const int c = idx / kChK, kk = idx % kChK;
+          const int64_t n = n0 + c, k = k0 + kk;
+          ws[c][kk] = (n < p.n && k < p.k) ? load_weight<F>(b, s, p, n, k) : 0.0f;
+        }
       }
       for (int kk = lane; kk < kChK; kk += 32) {
         const int64_t k = k0 + kk;

@@ -70,18 +70,25 @@ __global__ void __launch_bounds__(kMixThreads) hc_mix_partial_kernel(HcMixKernel
 }
 
 // One warp per token: sums the splits' partials in split order, then the gates and Sinkhorn on lane 0 (a
-// few hundred flops on a 4×4 matrix, in the CPU op's order).
+// few hundred flops on a 4×4 matrix, in the CPU op's order). kHc > 0: hc fixed at compile time, so the matrix lives
+// in registers (the loops unroll to constant indices) — the same operations in the same order as the generic
+// kHc = 0 form, whose matrix sits in shared memory and whose ~2,000 dependent shared-memory accesses and
+// divisions made it ~55 µs a call on the H200 (ncu, docs/PERF.md).
+template <int kHc>
 __global__ void hc_mix_finish_kernel(HcMixKernelParams p) {
   __shared__ float m_all[4][kMaxMixRows + 1];
-  __shared__ float c_all[4][kMaxHc * kMaxHc];
+  __shared__ float c_all[4][kHc > 0 ? 1 : kMaxHc * kMaxHc];
+  float c_reg[kHc > 0 ? kHc * kHc : 1];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t t = static_cast<int64_t>(blockIdx.x) * 4 + warp;
   if (t >= p.tokens) return;
-  const int64_t hc = p.hc, n = hc * p.d, rows = p.head ? hc : (2 + hc) * hc;
+  const int64_t hc = kHc > 0 ? kHc : p.hc, n = hc * p.d, rows = p.head ? hc : (2 + hc) * hc;
   float* m = m_all[warp];
-  float* c = c_all[warp];
+  float* c = kHc > 0 ? c_reg : c_all[warp];
   for (int64_t r = lane; r <= rows; r += 32) {
     float acc = 0.0f;
+    // Unrolled so that several partials are in flight; still summed in split order.
+#pragma unroll 8
     for (int s = 0; s < p.splits; ++s) acc += p.partial[(s * p.tokens + t) * (rows + 1) + r];
     m[r] = acc;
   }
@@ -92,40 +99,53 @@ __global__ void hc_mix_finish_kernel(HcMixKernelParams p) {
   for (int64_t r = 0; r < rows; ++r) m[r] *= inv;
   float* pre = p.pre + t * hc;
   if (p.head) {
+#pragma unroll
     for (int64_t k = 0; k < hc; ++k) pre[k] = sigmoid_dev(m[k] * p.scale[0] + p.base[k]) + p.hc_eps;
     return;
   }
   float* post = p.post + t * hc;
+#pragma unroll
   for (int64_t k = 0; k < hc; ++k) {
     pre[k] = sigmoid_dev(m[k] * p.scale[0] + p.base[k]) + p.hc_eps;
     post[k] = 2.0f * sigmoid_dev(m[hc + k] * p.scale[1] + p.base[hc + k]);
   }
-  // c[j*hc + k]: row softmax + eps, one column normalisation, then (row, column) pairs; denominators + eps.
+// c[j*hc + k]: row softmax + eps, one column normalisation, then (row, column) pairs; denominators + eps.
+#pragma unroll
   for (int64_t j = 0; j < hc; ++j) {
     float mx = -INFINITY;
+#pragma unroll
     for (int64_t k = 0; k < hc; ++k) {
       c[j * hc + k] = m[2 * hc + j * hc + k] * p.scale[2] + p.base[2 * hc + j * hc + k];
       mx = fmaxf(mx, c[j * hc + k]);
     }
     float sum = 0.0f;
+#pragma unroll
     for (int64_t k = 0; k < hc; ++k) sum += (c[j * hc + k] = expf(c[j * hc + k] - mx));
+#pragma unroll
     for (int64_t k = 0; k < hc; ++k) c[j * hc + k] = c[j * hc + k] / sum + p.hc_eps;
   }
   for (int it = 0; it < p.sinkhorn_iters; ++it) {
     if (it > 0) {
+#pragma unroll
       for (int64_t j = 0; j < hc; ++j) {
         float sum = 0.0f;
+#pragma unroll
         for (int64_t k = 0; k < hc; ++k) sum += c[j * hc + k];
+#pragma unroll
         for (int64_t k = 0; k < hc; ++k) c[j * hc + k] /= sum + p.hc_eps;
       }
     }
+#pragma unroll
     for (int64_t k = 0; k < hc; ++k) {
       float sum = 0.0f;
+#pragma unroll
       for (int64_t j = 0; j < hc; ++j) sum += c[j * hc + k];
+#pragma unroll
       for (int64_t j = 0; j < hc; ++j) c[j * hc + k] /= sum + p.hc_eps;
     }
   }
   float* comb = p.comb + t * hc * hc;
+#pragma unroll
   for (int64_t i = 0; i < hc * hc; ++i) comb[i] = c[i];
 }
 
@@ -180,7 +200,11 @@ void run_hc_mix(const HcMixKernelParams& p, cudaStream_t stream) {
   else
     hc_mix_partial_kernel<(kMaxMixRows + kMixWarps - 1) / kMixWarps><<<grid, kMixThreads, 0, stream>>>(p);
   DI_CUDA_CHECK_LAUNCH();
-  hc_mix_finish_kernel<<<static_cast<unsigned>(ceil_div(p.tokens, 4)), 128, 0, stream>>>(p);
+  const unsigned blocks = static_cast<unsigned>(ceil_div(p.tokens, 4));
+  if (p.hc == 4)  // V4 / V4.1
+    hc_mix_finish_kernel<4><<<blocks, 128, 0, stream>>>(p);
+  else
+    hc_mix_finish_kernel<0><<<blocks, 128, 0, stream>>>(p);
   DI_CUDA_CHECK_LAUNCH();
 }
 
