@@ -189,7 +189,7 @@ __device__ __forceinline__ void decode_fp4(const uint32_t* words, float* w) {
 }
 
 // ---------------------------------------------------------------------------- weight-streaming kernel
-constexpr int kSkWarps = 8, kSkRows = 8, kSkAhead = 4;
+constexpr int kSkWarps = 8, kSkRows = 8;
 
 // Grid: x = ceil(n / kSkWarps) column blocks, y = group slots. Each warp owns output column n of its group
 // and walks the group's rows kSkRows at a time (the weight row is re-read from L1/L2 after the first pass).
@@ -214,94 +214,57 @@ __global__ void __launch_bounds__(kSkWarps * 32) gemm_skinny_kernel(GemmKernelPa
     if constexpr (kVec && F == QuantFormat::kMXFP4) {
       const uint4* wrow = reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(b) + n * (p.k / 2));
       const uint8_t* srow = static_cast<const uint8_t*>(s) + n * (p.k / 32);
-      const int64_t chunks = p.k / 32;
-      // kSkAhead chunks' loads are issued before any is used, so that each lane keeps several 16-byte loads in
-      // flight (a single outstanding load per lane held the kernel at ~0.25 TB/s: ncu, docs/PERF.md); the
-      // products are still added in chunk order.
-      for (int64_t c0 = lane; c0 < chunks; c0 += 32 * kSkAhead) {
-        uint4 q[kSkAhead];
-        uint8_t e[kSkAhead];
+#pragma unroll 4
+      for (int64_t c = lane; c < p.k / 32; c += 32) {
+        const uint4 q = __ldg(wrow + c);
+        const float sc = e8m0_to_f32_dev(srow[c]);
+        const uint32_t words[4] = {q.x, q.y, q.z, q.w};
+        float w[32];
+        decode_fp4<16>(words, w);
 #pragma unroll
-        for (int u = 0; u < kSkAhead; ++u) {
-          const int64_t c = c0 + 32 * u;
-          q[u] = c < chunks ? __ldg(wrow + c) : make_uint4(0, 0, 0, 0);
-          e[u] = c < chunks ? srow[c] : 0;
-        }
+        for (int i = 0; i < kSkRows; ++i) {
+          if (!arow[i]) continue;
+          const float4* a4 = reinterpret_cast<const float4*>(arow[i] + c * 32);
+          float d = 0.0f;
 #pragma unroll
-        for (int u = 0; u < kSkAhead; ++u) {
-          const int64_t c = c0 + 32 * u;
-          if (c >= chunks) break;
-          const float sc = e8m0_to_f32_dev(e[u]);
-          const uint32_t words[4] = {q[u].x, q[u].y, q[u].z, q[u].w};
-          float w[32];
-          decode_fp4<16>(words, w);
-#pragma unroll
-          for (int i = 0; i < kSkRows; ++i) {
-            if (!arow[i]) continue;
-            const float4* a4 = reinterpret_cast<const float4*>(arow[i] + c * 32);
-            float d = 0.0f;
-#pragma unroll
-            for (int j = 0; j < 8; ++j) {
-              const float4 av = a4[j];
-              d = fmaf(av.x, w[4 * j], fmaf(av.y, w[4 * j + 1], fmaf(av.z, w[4 * j + 2], fmaf(av.w, w[4 * j + 3], d))));
-            }
-            acc[i] = fmaf(d * kFp4Unscale, sc, acc[i]);
+          for (int j = 0; j < 8; ++j) {
+            const float4 av = a4[j];
+            d = fmaf(av.x, w[4 * j], fmaf(av.y, w[4 * j + 1], fmaf(av.z, w[4 * j + 2], fmaf(av.w, w[4 * j + 3], d))));
           }
+          acc[i] = fmaf(d * kFp4Unscale, sc, acc[i]);
         }
       }
     } else if constexpr (kVec && F == QuantFormat::kFloat) {
       const float4* wrow = reinterpret_cast<const float4*>(static_cast<const float*>(b) + n * p.k);
-      const int64_t chunks = p.k / 4;
-      for (int64_t c0 = lane; c0 < chunks; c0 += 32 * kSkAhead) {
-        float4 wq[kSkAhead];
+#pragma unroll 4
+      for (int64_t c = lane; c < p.k / 4; c += 32) {
+        const float4 w = __ldg(wrow + c);
 #pragma unroll
-        for (int u = 0; u < kSkAhead; ++u) {
-          const int64_t c = c0 + 32 * u;
-          wq[u] = c < chunks ? __ldg(wrow + c) : make_float4(0, 0, 0, 0);
-        }
-#pragma unroll
-        for (int u = 0; u < kSkAhead; ++u) {
-          const int64_t c = c0 + 32 * u;
-          if (c >= chunks) break;
-          const float4 w = wq[u];
-#pragma unroll
-          for (int i = 0; i < kSkRows; ++i) {
-            if (!arow[i]) continue;
-            const float4 av = reinterpret_cast<const float4*>(arow[i])[c];
-            acc[i] = fmaf(av.x, w.x, fmaf(av.y, w.y, fmaf(av.z, w.z, fmaf(av.w, w.w, acc[i]))));
-          }
+        for (int i = 0; i < kSkRows; ++i) {
+          if (!arow[i]) continue;
+          const float4 av = reinterpret_cast<const float4*>(arow[i])[c];
+          acc[i] = fmaf(av.x, w.x, fmaf(av.y, w.y, fmaf(av.z, w.z, fmaf(av.w, w.w, acc[i]))));
         }
       }
     } else if constexpr (kVec) {  // FP8 block / row32
       const uint4* wrow = reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(b) + n * p.k);
-      const int64_t chunks = p.k / 16;
-      for (int64_t c0 = lane; c0 < chunks; c0 += 32 * kSkAhead) {
-        uint4 wq[kSkAhead];
+#pragma unroll 4
+      for (int64_t c = lane; c < p.k / 16; c += 32) {
+        const uint4 q = __ldg(wrow + c);
+        const float sc = block_scale(s, p, F, n, c * 16);
+        float w[16];
+        decode_fp8x16(q, w);
 #pragma unroll
-        for (int u = 0; u < kSkAhead; ++u) {
-          const int64_t c = c0 + 32 * u;
-          wq[u] = c < chunks ? __ldg(wrow + c) : make_uint4(0, 0, 0, 0);
-        }
+        for (int i = 0; i < kSkRows; ++i) {
+          if (!arow[i]) continue;
+          const float4* a4 = reinterpret_cast<const float4*>(arow[i] + c * 16);
+          float d = 0.0f;
 #pragma unroll
-        for (int u = 0; u < kSkAhead; ++u) {
-          const int64_t c = c0 + 32 * u;
-          if (c >= chunks) break;
-          const uint4 q = wq[u];
-          const float sc = block_scale(s, p, F, n, c * 16);
-          float w[16];
-          decode_fp8x16(q, w);
-#pragma unroll
-          for (int i = 0; i < kSkRows; ++i) {
-            if (!arow[i]) continue;
-            const float4* a4 = reinterpret_cast<const float4*>(arow[i] + c * 16);
-            float d = 0.0f;
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-              const float4 av = a4[j];
-              d = fmaf(av.x, w[4 * j], fmaf(av.y, w[4 * j + 1], fmaf(av.z, w[4 * j + 2], fmaf(av.w, w[4 * j + 3], d))));
-            }
-            acc[i] = fmaf(d, sc, acc[i]);
+          for (int j = 0; j < 4; ++j) {
+            const float4 av = a4[j];
+            d = fmaf(av.x, w[4 * j], fmaf(av.y, w[4 * j + 1], fmaf(av.z, w[4 * j + 2], fmaf(av.w, w[4 * j + 3], d))));
           }
+          acc[i] = fmaf(d, sc, acc[i]);
         }
       }
     } else {
