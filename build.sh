@@ -3,13 +3,13 @@
 #   ./build.sh deps    install the Debian packages the build needs (idempotent, no prompts)
 #   ./build.sh build   configure + build (build/bin/deepinfer)
 #   ./build.sh run     deps + build + offline generation on the embedded default model (models/default)
-#   ./build.sh test    deps + build + every test (ctest) and the fuzz targets for FUZZ_SECONDS each (default 20); CI
-#                      runs this
+#   ./build.sh test    deps + build + every test (ctest), then the unit and integration tests under ASan+UBSan
+#                      (SANITIZED_FILTER below) and the fuzz targets for FUZZ_SECONDS each (default 20); CI runs this.
+#                      Each step's wall and CPU seconds are logged and written to $BUILD_DIR/test_times.txt
 #   ./build.sh bench   deps + build + benchmarks
 #   ./build.sh fuzz    deps + libFuzzer targets for FUZZ_SECONDS each (default 300)
-#   ./build.sh sanitize [gtest filter]  deps + build + the unit and integration tests under ASan+UBSan (clang,
-#                      $BUILD_DIR/fuzz/sanitized_tests; not part of `test`: its cold cost would take CI near 30 min,
-#                      docs/RELIABILITY.md "CI cost"; e.g. `./build.sh sanitize '*'`)
+#   ./build.sh sanitize [gtest filter]  deps + build + the unit and integration tests under ASan+UBSan alone (clang,
+#                      $BUILD_DIR/fuzz/sanitized_tests; `test` runs them with SANITIZED_FILTER; `'*'` runs all)
 #   ./build.sh tsan [gtest filter]  deps + build + the HTTP server's and the engine's threading tests under TSan
 #                      (clang, $BUILD_DIR/fuzz/tsan_server_tests; not part of `test`: docs/RELIABILITY.md)
 # Environment: DEEPINFER_ACCELERATOR=cpu|nvidia (default: nvidia when nvcc is found), BUILD_DIR (default build),
@@ -82,49 +82,91 @@ embedded_model() {
   fi
 }
 
-# The clang build of fuzz/ (the fuzz targets and the sanitized tests); tests that run the CLI run $BUILD_DIR's.
+# Wall and CPU seconds of each step of `test` (CI's timing breakdown, docs/RELIABILITY.md "CI cost"). CPU: user + sys
+# of the finished children of this shell, from /proc (fields 16-17 of /proc/PID/stat, in clock ticks).
+children_cpu() { awk -v hz="$(getconf CLK_TCK)" '{ printf "%d", ($16 + $17) / hz }' "/proc/$$/stat"; }
+STEP_NAME="" STEP_T0=0 STEP_C0=0 STEP_LOAD=""
+step_begin() { STEP_NAME=$1 STEP_T0=$SECONDS STEP_C0=$(children_cpu) STEP_LOAD=$(cut -d' ' -f1 /proc/loadavg); }
+step_end() {
+  local line
+  line=$(printf '%-28s %6d s wall %6d CPU-s  load %s -> %s' "$STEP_NAME" $((SECONDS - STEP_T0)) \
+    $(($(children_cpu) - STEP_C0)) "$STEP_LOAD" "$(cut -d' ' -f1 /proc/loadavg)")
+  log "time: $line"
+  echo "$line" >>"$BUILD_DIR/test_times.txt"
+}
+
+# The clang project of fuzz/ (libFuzzer targets, and the ASan+UBSan and TSan test binaries); tests that run the CLI
+# run $BUILD_DIR's. `fuzz_build TARGET...` builds the given targets in one ninja run (default: the fuzz targets).
+have_clang() { command -v clang++ >/dev/null 2>&1 || { log "clang++ not found: skipping $1"; return 1; }; }
 configure_fuzz() {
   mkdir -p "$BUILD_DIR"
   cmake -S "$ROOT/fuzz" -B "$BUILD_DIR/fuzz" -G Ninja -DCMAKE_CXX_COMPILER=clang++ \
     -DDEEPINFER_CLI="$(cd "$BUILD_DIR" && pwd)/bin/deepinfer" >/dev/null
 }
+fuzz_build() { configure_fuzz; cmake --build "$BUILD_DIR/fuzz" -j "$JOBS" --target "${@:-all}"; }
 
-# libFuzzer targets (clang): a standalone build of the parsers under ASan/UBSan.
-fuzz_targets() {
-  local seconds=$1
-  if ! command -v clang++ >/dev/null 2>&1; then log "clang++ not found: skipping fuzz targets"; return; fi
-  configure_fuzz
-  cmake --build "$BUILD_DIR/fuzz" -j "$JOBS"
-  # $JOBS targets at a time (each libFuzzer process is single-threaded): CI's 10 x 20 s take 100 s of wall time on
-  # 2 cores instead of 200 s.
-  local targets=("$ROOT"/fuzz/fuzz_*.cc) i j
-  for ((i = 0; i < ${#targets[@]}; i += JOBS)); do
-    local pids=() names=()
-    for ((j = i; j < i + JOBS && j < ${#targets[@]}; j++)); do
-      local name; name=$(basename "${targets[$j]}" .cc)
-      local work="$BUILD_DIR/fuzz/corpus-${name#fuzz_}"
-      mkdir -p "$work"
-      log "fuzzing $name for ${seconds}s"
-      "$BUILD_DIR/fuzz/$name" -max_total_time="$seconds" -print_final_stats=0 "$work" "$ROOT/fuzz/corpus/${name#fuzz_}" \
-        >"$BUILD_DIR/fuzz/$name.log" 2>&1 &
-      pids+=($!)
-      names+=("$name")
-    done
-    for ((j = 0; j < ${#pids[@]}; j++)); do
-      wait "${pids[$j]}" ||
-        { tail -n 40 "$BUILD_DIR/fuzz/${names[$j]}.log"; log "FAILED: ${names[$j]} found a crash"; exit 1; }
-    done
-  done
-  log "fuzz targets: no crashes"
+# One libFuzzer target for $2 seconds (each process is single-threaded), and one shard of the sanitized tests.
+fuzz_job() {
+  local name=$1 seconds=$2 work="$BUILD_DIR/fuzz/corpus-${1#fuzz_}"
+  mkdir -p "$work"
+  "$BUILD_DIR/fuzz/$name" -max_total_time="$seconds" -print_final_stats=0 "$work" "$ROOT/fuzz/corpus/${name#fuzz_}"
+}
+sanitized_job() {
+  local shard=$1 shards=$2 filter=$3
+  ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:strict_string_checks=1:check_initialization_order=1} \
+  UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$shard \
+    "$BUILD_DIR/fuzz/sanitized_tests" --gtest_filter="$filter" --gtest_brief=1
 }
 
+# Runs jobs ("fuzz:NAME" or "san:SHARD") $JOBS at a time, in the order given (the longest first), each logging to
+# $BUILD_DIR/fuzz/NAME.log; a failed job (a crash, a sanitizer report, a failed test) fails the pool once all
+# have finished. One queue for both kinds: the 20 s fuzz runs fill the cores while the last shards finish.
+# Uses FUZZ_SECONDS_RUN, SAN_SHARDS and SAN_FILTER.
+run_jobs() {
+  local -A running=()
+  local failed=() job pid rc log
+  job_log() { case $1 in fuzz:*) echo "$BUILD_DIR/fuzz/${1#fuzz:}.log" ;; san:*) echo "$BUILD_DIR/fuzz/sanitized_tests.${1#san:}.log" ;; esac; }
+  reap() {
+    rc=0
+    wait -n -p pid "${!running[@]}" || rc=$?
+    if [ "$rc" -ne 0 ]; then
+      log "FAILED (exit $rc): ${running[$pid]} (log: $(job_log "${running[$pid]}"))"
+      failed+=("${running[$pid]}")
+    fi
+    unset "running[$pid]"
+  }
+  for job in "$@"; do
+    while [ ${#running[@]} -ge "$JOBS" ]; do reap; done
+    log=$(job_log "$job")
+    case $job in
+      fuzz:*) fuzz_job "${job#fuzz:}" "$FUZZ_SECONDS_RUN" >"$log" 2>&1 & ;;
+      san:*) sanitized_job "${job#san:}" "$SAN_SHARDS" "$SAN_FILTER" >"$log" 2>&1 & ;;
+    esac
+    running[$!]=$job
+  done
+  while [ ${#running[@]} -gt 0 ]; do reap; done
+  if [ ${#failed[@]} -gt 0 ]; then
+    for job in "${failed[@]}"; do
+      log "--- $job: $(job_log "$job")"
+      { grep -B2 -A40 -m1 "ERROR: AddressSanitizer\|ERROR: LeakSanitizer\|runtime error:\|==ERROR\|\[  FAILED  \]" \
+          "$(job_log "$job")" || tail -n 40 "$(job_log "$job")"; } | head -n 80
+    done
+    log "FAILED: ${failed[*]}"
+    exit 1
+  fi
+}
+
+# The fuzz targets and the sanitized-test shards as run_jobs items: shards first (the longer ones).
+fuzz_items() { local t; for t in "$ROOT"/fuzz/fuzz_*.cc; do echo "fuzz:$(basename "$t" .cc)"; done; }
+san_items() { local i; for ((i = 0; i < SAN_SHARDS; i++)); do echo "san:$i"; done; }
+
 # The unit and integration tests under ASan+UBSan (fuzz/sanitized_tests.cmake: it links the objects the fuzz
-# targets compile instrumented and compiles the rest of the library once). Sharded over $JOBS processes; any report
-# (UBSan aborts: no recover) or failed test fails the build. The filter leaves out the suites that are minutes of
+# targets compile instrumented and compiles the rest of the library once), in SAN_SHARDS gtest shards (default
+# 4 per job: the tests' costs are uneven, and a shard's length bounds the run's tail); any report (UBSan aborts: no
+# recover) or failed test fails the build. The filter leaves out the suites that are minutes of
 # model or tokenizer-corpus work under ASan and reach no code the others miss, and the four exhaustive mask-equality
-# property tests of structured/ (41% of the run's CPU time: the same matcher code, over hundreds of schemas, that the
-# other structured tests and the fuzz targets reach); `./build.sh sanitize '*'` runs everything
-# (docs/RELIABILITY.md has the cost of both).
+# property tests of structured/ (the same matcher code, over hundreds of schemas, that the other structured tests and
+# the fuzz targets reach); `./build.sh sanitize '*'` runs everything (docs/RELIABILITY.md has the cost of both).
 SANITIZED_FILTER='-TokenizerReference.*:SpecEngineMtp.*:BatchInvariance.*:JsonSchemaTest.MaskbenchSample'
 SANITIZED_FILTER+=':StructuredTokenMaskTest.CachedMasksEqualUncachedOverManySchemas'
 SANITIZED_FILTER+=':StructuredTokenMaskTest.JsonSchemaMasksExactAlongRandomPaths'
@@ -132,36 +174,15 @@ SANITIZED_FILTER+=':StructuredTokenMaskTest.RegexAndEbnfMasksExact'
 # DSpark's lossless-sampling chi-square test (4 engine runs of 240 seeded requests): the slowest test left in the filter
 # (8.5 s uninstrumented); SpecEngineDspark's greedy, batched and preemption tests, which run, take the same paths.
 SANITIZED_FILTER+=':SpecEngineDspark.SampledOutputsKeepTheDistribution'
-sanitized_tests() {
-  local filter=${1:-$SANITIZED_FILTER}
-  if ! command -v clang++ >/dev/null 2>&1; then log "clang++ not found: skipping the sanitized tests"; return; fi
-  local dir="$BUILD_DIR/fuzz"
-  configure_fuzz
-  cmake --build "$dir" -j "$JOBS" --target sanitized_tests
-  log "ASan+UBSan tests ($JOBS shards, filter '$filter')"
-  local pids=() i
-  for ((i = 0; i < JOBS; i++)); do
-    ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:strict_string_checks=1:check_initialization_order=1} \
-    UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} GTEST_TOTAL_SHARDS=$JOBS GTEST_SHARD_INDEX=$i \
-      "$dir/sanitized_tests" --gtest_filter="$filter" --gtest_brief=1 >"$dir/sanitized_tests.$i.log" 2>&1 &
-    pids+=($!)
-  done
-  local failed=0
-  for ((i = 0; i < JOBS; i++)); do
-    if ! wait "${pids[$i]}"; then tail -n 60 "$dir/sanitized_tests.$i.log"; failed=1; fi
-  done
-  [ $failed -eq 0 ] || { log "FAILED: sanitized tests (logs: $dir/sanitized_tests.*.log)"; exit 1; }
-  log "ASan+UBSan tests: passed, no reports"
-}
+SAN_SHARDS=${DEEPINFER_SAN_SHARDS:-$((4 * JOBS))}
 
 # The HTTP server's tests and the engine's threading tests under ThreadSanitizer (fuzz/tsan_server_tests.cmake).
 # One process: the server tests run their own I/O and engine threads. Any report fails (TSan exits 66).
 tsan_tests() {
   local filter=${1:-*}
-  if ! command -v clang++ >/dev/null 2>&1; then log "clang++ not found: skipping the TSan tests"; return; fi
+  have_clang "the TSan tests" || return 0
   local dir="$BUILD_DIR/fuzz"
-  configure_fuzz
-  cmake --build "$dir" -j "$JOBS" --target tsan_server_tests
+  fuzz_build tsan_server_tests
   log "TSan tests (filter '$filter')"
   TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=0:second_deadlock_stack=1} \
     "$dir/tsan_server_tests" --gtest_filter="$filter" --gtest_brief=1 >"$dir/tsan_server_tests.log" 2>&1 ||
@@ -189,18 +210,43 @@ case "$cmd" in
     log "success"
     ;;
   test)
-    deps; build
+    rm -f "$BUILD_DIR/test_times.txt"
+    step_begin "deps + build"; deps; build; step_end
     # CTest includes python_tests: pytest over tests/python with PYTHONPATH=$BUILD_DIR/python.
-    (cd "$BUILD_DIR" && ctest --output-on-failure -j "$JOBS" -LE gpu "$@")
-    fuzz_targets "${FUZZ_SECONDS:-20}"
-    log "success: all tests passed"
+    step_begin "ctest"; (cd "$BUILD_DIR" && ctest --output-on-failure -j "$JOBS" -LE gpu "$@"); step_end
+    if have_clang "the fuzz targets and the sanitized tests"; then
+      step_begin "fuzz + sanitized build"; fuzz_build all sanitized_tests; step_end
+      FUZZ_SECONDS_RUN=${FUZZ_SECONDS:-20} SAN_FILTER=$SANITIZED_FILTER
+      log "ASan+UBSan tests ($SAN_SHARDS shards, filter '$SAN_FILTER') and fuzz targets (${FUZZ_SECONDS_RUN}s each), $JOBS at a time"
+      step_begin "sanitized tests + fuzzing"; run_jobs $(san_items) $(fuzz_items); step_end
+      log "sanitized tests: passed, no reports; fuzz targets: no crashes"
+    fi
+    log "success: all tests passed ($BUILD_DIR/test_times.txt: wall and CPU seconds of each step)"
     ;;
   bench)
     deps; build
     if [ -x "$BUILD_DIR/bin/deepinfer_bench" ]; then "$BUILD_DIR/bin/deepinfer_bench" "$@"; else log "no benchmarks built"; fi
     ;;
-  fuzz) deps; fuzz_targets "${FUZZ_SECONDS:-300}" ;;
-  sanitize) deps; build; sanitized_tests "$@"; log "success: sanitized tests passed" ;;
+  fuzz)
+    deps
+    if have_clang "the fuzz targets"; then
+      fuzz_build all
+      FUZZ_SECONDS_RUN=${FUZZ_SECONDS:-300}
+      log "fuzz targets (${FUZZ_SECONDS_RUN}s each, $JOBS at a time)"
+      run_jobs $(fuzz_items)
+      log "fuzz targets: no crashes"
+    fi
+    ;;
+  sanitize)
+    deps; build
+    if have_clang "the sanitized tests"; then
+      fuzz_build sanitized_tests
+      SAN_FILTER=${1:-$SANITIZED_FILTER}
+      log "ASan+UBSan tests ($SAN_SHARDS shards, $JOBS at a time, filter '$SAN_FILTER')"
+      run_jobs $(san_items)
+      log "success: sanitized tests passed, no reports"
+    fi
+    ;;
   tsan) deps; build; tsan_tests "$@"; log "success: TSan tests passed" ;;
   *) echo "usage: $0 {deps|build|run|test|bench|fuzz|sanitize|tsan}" >&2; exit 2 ;;
 esac

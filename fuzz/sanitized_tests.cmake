@@ -1,5 +1,5 @@
-# ASan+UBSan build of the unit and integration tests (`./build.sh sanitize`; not in `./build.sh test`:
-# docs/RELIABILITY.md has its cost and coverage). Included by fuzz/CMakeLists.txt so that the ~30 parser, tokenizer and structured
+# ASan+UBSan build of the unit and integration tests (`./build.sh test` runs it with build.sh's SANITIZED_FILTER,
+# `./build.sh sanitize` alone; docs/RELIABILITY.md has its cost and coverage). Included by fuzz/CMakeLists.txt so that the ~30 parser, tokenizer and structured
 # sources the fuzz targets already compile instrumented are linked as they are, not compiled a second time.
 # The rest of the library is compiled here once: model, ops, kv and sampling (the tiny model's forward and the
 # samplers: the hot loops) at -O1; engine, server, parallel, spec, api and core at -O0, which halves their compile

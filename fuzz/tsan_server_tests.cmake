@@ -3,8 +3,10 @@
 # every instrumented object built for it. The server tests load a real model (the golden V4.1 checkpoint) through
 # ModelHost, so the whole library but cli/, bench/ and ops/cuda is compiled: model, ops, kv, sampling and tokenizer
 # (the forward and the samplers: the hot loops) at -O1, the rest at -O0 (Boost.Beast and the engine are the most
-# expensive files to build). Tests: tests/server/*_test.cc (HTTP server, engine service, disconnects, security)
-# and tests/engine/{engine,scheduler}_test.cc (the asynchronous step executor, as tools/tsan_engine_tests.sh).
+# expensive files to build). Tests: tests/server/*_test.cc (HTTP server, engine service, disconnects, security),
+# tests/engine/{engine,scheduler}_test.cc (the asynchronous step executor, as tools/tsan_engine_tests.sh), and the
+# multi-rank threads: tests/parallel/*_test.cc (the in-process Communicator, EP / DP / CP runners with one thread per
+# rank, the TCP bootstrap) and tests/engine/context_parallel_runner_test.cc.
 find_package(GTest REQUIRED)
 find_package(Boost 1.74 REQUIRED)
 find_package(Threads REQUIRED)
@@ -24,9 +26,11 @@ target_link_libraries(tsan_deepinfer PUBLIC nlohmann_json::nlohmann_json fmt::fm
   ICU::uc Boost::headers Threads::Threads)
 target_link_options(tsan_deepinfer PUBLIC -fsanitize=thread)
 
-file(GLOB TSAN_TEST_SOURCES CONFIGURE_DEPENDS ${DEEPINFER_ROOT}/tests/server/*_test.cc)
+file(GLOB TSAN_TEST_SOURCES CONFIGURE_DEPENDS ${DEEPINFER_ROOT}/tests/server/*_test.cc
+  ${DEEPINFER_ROOT}/tests/parallel/*_test.cc)
 add_executable(tsan_server_tests EXCLUDE_FROM_ALL ${TSAN_TEST_SOURCES} ${DEEPINFER_ROOT}/tests/engine/engine_test.cc
-  ${DEEPINFER_ROOT}/tests/engine/scheduler_test.cc ${DEEPINFER_ROOT}/tests/test_util.cc
+  ${DEEPINFER_ROOT}/tests/engine/scheduler_test.cc ${DEEPINFER_ROOT}/tests/engine/context_parallel_runner_test.cc
+  ${DEEPINFER_ROOT}/tests/test_util.cc
   ${DEEPINFER_ROOT}/tests/server/server_test_util.cc)
 target_include_directories(tsan_server_tests PRIVATE ${DEEPINFER_ROOT}/tests)
 target_compile_options(tsan_server_tests PRIVATE -O0 ${TSAN_FLAGS})
