@@ -34,17 +34,7 @@ TEST_F(CudaOpTest, GraphReplayEqualsEager) {
     gpu().hc_collapse({streams, pre, x});
     gpu().rms_norm({x, Tensor{}, x, 1e-6f});
     gpu().linear({x, dwq, q.view().reshape({t, hhd})});
-    PagedSinkAttentionParams p = c.params(o);
-    p.q = q;
-    p.q_positions = dqp;
-    p.q_seq = dqs;
-    p.block_tables = dt;
-    p.window_pool = dw;
-    p.window_begin = dwb;
-    p.comp_pool = dc;
-    p.comp_idx = di;
-    p.sinks = dsk;
-    gpu().paged_sink_attention(p);
+    gpu().paged_sink_attention(c.params({q, dqp, dqs, dt, dw, dwb, dc, di, dsk}, o));
     gpu().linear({o.view().reshape({t, hhd}), dwo, y});
     gpu().hc_expand({streams, y, post, comb});
   };

@@ -44,18 +44,7 @@ TEST_F(CudaOpTest, PagedSinkAttentionMatchesCpu) {
     DeviceTensor dq = up(c.q), dqp = up(c.q_pos), dqs = up(c.q_seq), dt = up(c.tables), dw = up(c.window_pool);
     DeviceTensor dwb = up(c.window_begin), dc = up(c.comp_pool), di = up(c.comp_idx), dsk = up(c.sinks);
     DeviceTensor dout = poisoned({c.tokens, k.spec.heads, k.spec.hd});
-    PagedSinkAttentionParams p = c.params(dout);
-    p.q = dq;
-    p.q_positions = dqp;
-    p.q_seq = dqs;
-    p.block_tables = dt;
-    p.window_pool = dw;
-    p.window_begin = dwb;
-    if (k.spec.k_sel > 0) {
-      p.comp_pool = dc;
-      p.comp_idx = di;
-    }
-    p.sinks = dsk;
+    PagedSinkAttentionParams p = c.params({dq, dqp, dqs, dt, dw, dwb, dc, di, dsk}, dout);
     gpu().paged_sink_attention(p);
     rel_err((std::string("paged_sink_attention ") + k.name).c_str(), down(dout), want, 1e-5);
     if (k.spec.k_sel == 0) continue;
@@ -88,17 +77,7 @@ TEST_F(CudaOpTest, PagedSinkAttentionBadPageRaisesStatus) {
   DeviceTensor dq = up(c.q), dqp = up(c.q_pos), dqs = up(c.q_seq), dt = up(c.tables), dw = up(c.window_pool);
   DeviceTensor dwb = up(c.window_begin), dc = up(c.comp_pool), di = up(c.comp_idx), dsk = up(c.sinks);
   DeviceTensor dout = poisoned({c.tokens, s.heads, s.hd});
-  PagedSinkAttentionParams p = c.params(dout);
-  p.q = dq;
-  p.q_positions = dqp;
-  p.q_seq = dqs;
-  p.block_tables = dt;
-  p.window_pool = dw;
-  p.window_begin = dwb;
-  p.comp_pool = dc;
-  p.comp_idx = di;
-  p.sinks = dsk;
-  gpu().paged_sink_attention(p);
+  gpu().paged_sink_attention(c.params({dq, dqp, dqs, dt, dw, dwb, dc, di, dsk}, dout));
   try {
     gpu().synchronize();
     ADD_FAILURE() << "no error for block ids outside the pool";
@@ -146,17 +125,7 @@ TEST_F(CudaOpTest, PagedSinkAttentionBatchInvariantMode) {
       const DeviceTensor dq = up(take_rows(c.q, rows)), dqp = up(take_rows(c.q_pos, rows)),
                          dqs = up(take_rows(c.q_seq, rows)), di = up(idx),
                          dout = poisoned({static_cast<int64_t>(rows.size()), spec.heads, spec.hd});
-      PagedSinkAttentionParams p = c.params(dout);
-      p.q = dq;
-      p.q_positions = dqp;
-      p.q_seq = dqs;
-      p.block_tables = dt;
-      p.window_pool = dw;
-      p.window_begin = dwb;
-      p.comp_pool = dc;
-      p.comp_idx = di;
-      p.sinks = dsk;
-      gpu().paged_sink_attention(p);
+      gpu().paged_sink_attention(c.params({dq, dqp, dqs, dt, dw, dwb, dc, di, dsk}, dout));
       return down(dout);
     };
     std::vector<int64_t> all(c.tokens);

@@ -48,6 +48,25 @@ struct PagedAttentionCase {
     p.scale = 1.0f / std::sqrt(static_cast<float>(spec.hd));
     return p;
   }
+  // params() over other (e.g. device) copies of the inputs; comp_pool / comp_idx only when the case selects any.
+  struct Inputs {
+    Tensor q, q_positions, q_seq, block_tables, window_pool, window_begin, comp_pool, comp_idx, sinks;
+  };
+  PagedSinkAttentionParams params(const Inputs& in, const Tensor& out) const {
+    PagedSinkAttentionParams p = params(out);
+    p.q = in.q;
+    p.q_positions = in.q_positions;
+    p.q_seq = in.q_seq;
+    p.block_tables = in.block_tables;
+    p.window_pool = in.window_pool;
+    p.window_begin = in.window_begin;
+    if (spec.k_sel > 0) {
+      p.comp_pool = in.comp_pool;
+      p.comp_idx = in.comp_idx;
+    }
+    p.sinks = in.sinks;
+    return p;
+  }
 };
 
 inline void fill_uniform(HostTensor& t, std::mt19937_64& rng, float lo, float hi) {
