@@ -28,7 +28,8 @@
 #   PEER_PROMPTS / PEER_BATCHES / PEER_CONTEXTS: the shapes (default "1024 4096 8192" / "1 16 64" / "1024");
 #   BENCH_TIMEOUT / PEER_TIMEOUT bound each side. The peer runs even when our build fails.
 #   model with BI_BENCH=1: then tools/batch_invariant_bench.sh (the bench slices with and without --batch-invariant);
-#   with NCU_SLICE=1 an ncu per-kernel time summary of one synthetic decode step (NCU_SLICE_ARGS); with IDLE_BENCH=1
+#   with NCU_SLICE=1 (also in ci) an ncu per-kernel time summary of one synthetic decode step (NCU_SLICE_ARGS;
+#   NCU_DETAIL=REGEX adds ncu's sections for those kernels); with IDLE_BENCH=1
 #   the GPU idle share of decode-heavy engine runs (nsys, tools/decode_graph_bench.sh IDLE=1).
 #   ci: (SPEC_PROMPTS=FILE adds tools/spec_gpu_bench.sh, GRAPH_BENCH=1 tools/decode_graph_bench.sh, V4BATCH_BENCH=1
 #   tools/v4_decode_batch_bench.sh) build everything, every GPU test once, MEMCHECK_FILTER under memcheck, the op harness under racecheck
@@ -57,6 +58,31 @@ sanitize() {  # tool filter seconds; filter "harness" = $OP_HARNESS
     --gtest_filter="$2" >"$OUT/$1.log" 2>&1
   local rc=$?
   note "$1 ($2): rc=$rc$([ $rc = 124 ] && echo ' (timed out)') $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$1.log" | tail -1) $(grep -E '^\[  PASSED|^\[  FAILED' "$OUT/$1.log" | tr '\n' ' ')"
+}
+
+# NCU_SLICE=1: per-kernel GPU time of one synthetic decode step (NCU_SLICE_ARGS: bench options; default the
+# V4.1-Flash slice at batch 1, context 4k), summed per kernel name (tools/ncu_kernel_summary.py); NCU_DETAIL=REGEX
+# then ncu's speed-of-light, memory, occupancy, launch and warp-stall sections for the first 2 matching launches.
+ncu_slice() {
+  [ -n "${NCU_SLICE:-}" ] || return 0
+  local ncu args
+  ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  args=${NCU_SLICE_ARGS:---model v41-flash --no-prefill --batch 1 --context 4096 --warmup 0 --iters 1 --no-graphs}
+  # shellcheck disable=SC2086
+  timeout "${NCU_TIMEOUT:-150}" "$ncu" --clock-control none --csv --print-units base --metrics gpu__time_duration.sum \
+    --kernel-name "regex:${NCU_KERNELS:-gemm|moe|swiglu|router|combine|plan|hc_|rms|rope|attention|indexer|topk|dequant|cast|embed|scatter|compress|engram}" \
+    build-gpu/bin/deepinfer bench --device cuda $args >"$OUT/ncu_slice.csv" 2>"$OUT/ncu_slice.err"
+  note "ncu slice: rc=$? ($ncu)"
+  python3 tools/ncu_kernel_summary.py "$OUT/ncu_slice.csv" 40 | tee -a "$summary"
+  if [ -n "${NCU_DETAIL:-}" ]; then
+    # shellcheck disable=SC2086
+    timeout "${NCU_TIMEOUT:-150}" "$ncu" --clock-control none --kernel-name "regex:$NCU_DETAIL" --launch-count 2 \
+      --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
+      --section WarpStateStats build-gpu/bin/deepinfer bench --device cuda $args >"$OUT/ncu_detail.txt" 2>&1
+    note "ncu detail ($NCU_DETAIL): rc=$?"
+    grep -E "^  [a-z_:<>, ]+\(|Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per|Block Limit|Grid Size|Waves Per SM|Warp Cycles Per Issued|Stall|L1/TEX Hit|L2 Hit" \
+      "$OUT/ncu_detail.txt" | head -80 | tee -a "$summary"
+  fi
 }
 
 # A tree copied without .git (git archive into an ignored folder) names its commit in DEVTREE_COMMIT.
@@ -260,6 +286,7 @@ if [ "$MODE" = ci ]; then
   if [ -n "${V4BATCH_BENCH:-}" ]; then
     CLI=build-gpu/bin/deepinfer timeout "${V4BATCH_BENCH_TIMEOUT:-150}" bash tools/v4_decode_batch_bench.sh | tee -a "$summary"
   fi
+  ncu_slice
   if [ -z "${SKIP_OP_BENCH:-}" ]; then
     timeout 90 build-gpu/bin/deepinfer_cuda_tests --gtest_also_run_disabled_tests --gtest_filter='CudaBench.*' \
       >"$OUT/cuda_bench.log" 2>&1
@@ -284,18 +311,7 @@ if [ "$MODE" = model ]; then
   # IDLE_BENCH=1: GPU idle share of decode-heavy engine runs (tools/decode_graph_bench.sh IDLE=1, nsys).
   [ -n "${IDLE_BENCH:-}" ] && CLI=build-gpu/bin/deepinfer IDLE=1 timeout "${IDLE_BENCH_TIMEOUT:-240}" \
     bash tools/decode_graph_bench.sh | tee -a "$summary"
-  # NCU_SLICE=1: per-kernel GPU time of one synthetic decode step (NCU_SLICE_ARGS: bench options; default the
-  # V4.1-Flash slice at batch 1, context 4k), summed per kernel name (tools/ncu_kernel_summary.py).
-  if [ -n "${NCU_SLICE:-}" ]; then
-    ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-    # shellcheck disable=SC2086
-    timeout "${NCU_TIMEOUT:-150}" "$ncu" --clock-control none --csv --print-units base --metrics gpu__time_duration.sum \
-      --kernel-name "regex:${NCU_KERNELS:-gemm|moe|swiglu|router|combine|plan|hc_|rms|rope|attention|indexer|topk|dequant|cast|embed|scatter|compress|engram}" \
-      build-gpu/bin/deepinfer bench --device cuda ${NCU_SLICE_ARGS:---model v41-flash --no-prefill --batch 1 --context 4096 --warmup 0 --iters 1 --no-graphs} \
-      >"$OUT/ncu_slice.csv" 2>"$OUT/ncu_slice.err"
-    note "ncu slice: rc=$? ($ncu)"
-    python3 tools/ncu_kernel_summary.py "$OUT/ncu_slice.csv" 40 | tee -a "$summary"
-  fi
+  ncu_slice
   echo "================ summary"
   cat "$summary"
   exit 0
