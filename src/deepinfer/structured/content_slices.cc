@@ -35,7 +35,15 @@ const ContentSliceAnalyzer::CharStep& ContentSliceAnalyzer::state_char_step(int3
   const CompiledGrammar& g = graph_->grammar();
   const int rule = g.state(state).rule;
   auto r = std::make_unique<CharStep>();
-  std::vector<std::pair<int32_t, int>> frontier{{state, 0}}, seen{{state, 0}};
+  // Scratch vectors (this is called for every state of a key automaton: thousands, each worth a few hundred ns).
+  auto& frontier = step_frontier_;
+  auto& seen = step_seen_;
+  auto& next = step_next_;
+  auto& callers = step_callers_;
+  frontier.assign(1, {state, 0});
+  seen.assign(1, {state, 0});
+  next.clear();
+  callers.clear();
   while (!frontier.empty() && !r->other_unknown) {
     const auto [s, u] = frontier.back();
     frontier.pop_back();
@@ -46,21 +54,25 @@ const ContentSliceAnalyzer::CharStep& ContentSliceAnalyzer::state_char_step(int3
       } else if (!clean_state(g, n)) {
         r->unknown = true;  // the frame may return or call here: leave it to the config-level analysis
         if (nu == 0 && !g.state(n).accepting && !g.state(n).has_bytes) {
-          r->callers.push_back(n);  // calls only (closed_from may see through it)
+          callers.push_back(n);  // calls only (closed_from may see through it)
           continue;
         }
         r->other_unknown = true;
         break;
       } else if (nu == 0) {
-        r->next.push_back(static_cast<uint32_t>(n));
+        next.push_back(static_cast<uint32_t>(n));
       } else if (std::find(seen.begin(), seen.end(), std::make_pair(n, static_cast<int>(nu))) == seen.end()) {
         seen.emplace_back(n, nu);
         frontier.emplace_back(n, nu);
       }
     }
   }
-  std::sort(r->next.begin(), r->next.end());
-  r->next.erase(std::unique(r->next.begin(), r->next.end()), r->next.end());
+  std::sort(next.begin(), next.end());
+  next.erase(std::unique(next.begin(), next.end()), next.end());
+  r->next.assign(next.begin(), next.end());
+  std::sort(callers.begin(), callers.end());
+  callers.erase(std::unique(callers.begin(), callers.end()), callers.end());
+  r->callers.assign(callers.begin(), callers.end());
   slot = std::move(r);
   return *slot;
 }

@@ -81,6 +81,9 @@ class ContentSliceAnalyzer {
   std::unordered_map<uint32_t, CharStep> config_steps_;
   size_t config_steps_made_ = 0;
   std::unordered_map<uint32_t, SliceBounds> bounds_;
+  std::vector<std::pair<int32_t, int>> step_frontier_, step_seen_;  // state_char_step's scratch
+  std::vector<uint32_t> step_next_;
+  std::vector<int32_t> step_callers_;
 };
 
 }  // namespace deepinfer::structured

@@ -139,8 +139,12 @@ uint32_t StackGraph::step_slow(uint32_t config, uint8_t byte) {
   }
   Config& c = configs_[config];
   if (!c.next) {
-    c.next = std::make_unique<uint32_t[]>(256);
-    std::fill(c.next.get(), c.next.get() + 256, kUnknown);
+    if (next_pool_.empty() || next_pool_used_ == kTablesPerChunk) {
+      next_pool_.push_back(std::make_unique<uint32_t[]>(256 * kTablesPerChunk));
+      next_pool_used_ = 0;
+    }
+    c.next = next_pool_.back().get() + 256 * next_pool_used_++;
+    std::fill(c.next, c.next + 256, kUnknown);
   }
   c.next[byte] = result;
   return result;

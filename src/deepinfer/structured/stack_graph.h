@@ -93,7 +93,7 @@ class StackGraph {
   struct Config {
     std::vector<uint32_t> leaves;  // sorted, unique
     uint8_t flags = 0;
-    std::unique_ptr<uint32_t[]> next;  // 256 memoized successors, allocated on first step
+    uint32_t* next = nullptr;  // 256 memoized successors from next_pool_, taken on the first step
   };
 
   uint32_t make_node(int32_t state, uint32_t parent);
@@ -108,6 +108,11 @@ class StackGraph {
   std::vector<Config> configs_;
   std::unordered_map<std::string, uint32_t> config_ids_;
   std::vector<uint32_t> scratch_;
+  // Successor tables in chunks: a trie walk makes hundreds of configs, and a heap block per table cost about as
+  // much as the walk's other work per config.
+  std::vector<std::unique_ptr<uint32_t[]>> next_pool_;
+  size_t next_pool_used_ = 0;  // tables taken from the last chunk
+  static constexpr size_t kTablesPerChunk = 64;
   std::vector<uint64_t> loops_;        // 4 words per config (subtree_sets)
   std::vector<uint8_t> loops_known_;   // per config
   std::vector<uint64_t> class_;        // 2 words per DFA state (closed_class)
