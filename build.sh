@@ -123,6 +123,7 @@ sanitized_job() {
 # have finished. One queue for both kinds: the 20 s fuzz runs fill the cores while the last shards finish.
 # Uses FUZZ_SECONDS_RUN, SAN_SHARDS and SAN_FILTER.
 run_jobs() {
+  if ((BASH_VERSINFO[0] * 100 + BASH_VERSINFO[1] < 501)); then log "bash >= 5.1 needed (wait -n -p)"; exit 2; fi
   local -A running=()
   local failed=() job pid rc log
   job_log() { case $1 in fuzz:*) echo "$BUILD_DIR/fuzz/${1#fuzz:}.log" ;; san:*) echo "$BUILD_DIR/fuzz/sanitized_tests.${1#san:}.log" ;; esac; }
