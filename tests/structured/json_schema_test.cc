@@ -162,6 +162,28 @@ TEST(JsonSchemaTest, ArraysStringsNumbers) {
   EXPECT_FALSE(matches(fmt, R"("2024-13-01T00:00:00Z")"));
 }
 
+// Count keywords are non-negative integers below 2^31: 2.0 counts as 2; a fraction, a negative value or one beyond
+// int is an InvalidArgument naming the keyword (a fuzz find: "minLength": 2.2e41 was converted to int, undefined).
+TEST(JsonSchemaTest, CountKeywordsMustBeNonNegativeIntegersInRange) {
+  auto two = schema(R"({"type":"string","maxLength":2.0})");
+  EXPECT_TRUE(matches(two, R"("ab")"));
+  EXPECT_FALSE(matches(two, R"("abc")"));
+  for (
+      const char* bad :
+      {R"({"type": "string", "pattern": "ab+", "minLength": 222222222222222222222222222222222222222222, "maxLength": 4})",
+       R"({"type":"string","maxLength":-1})", R"({"type":"string","minLength":1.5})",
+       R"({"type":"array","maxItems":1e300})", R"({"type":"array","minItems":-3})",
+       R"({"type":"string","maxLength":2147483648})"}) {
+    try {
+      schema(bad);
+      ADD_FAILURE() << "accepted: " << bad;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << bad;
+      EXPECT_NE(std::string(e.what()).find("must be a non-negative integer"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(JsonSchemaTest, EnumConstCombinatorsAndRefs) {
   auto e = schema(R"({"enum":["a",1,null,{"k":[true]}]})");
   for (const char* ok : {R"("a")", "1", "1.0", "null", R"({"k":[true]})", R"({ "k" : [ true ] })"})

@@ -551,11 +551,23 @@ class SchemaCompiler {
     return literal_expr(v.dump());
   }
 
+  // A count keyword (minLength, maxItems, ...): a non-negative integer (3.0 counts, as JSON Schema allows) below
+  // 2^31. A value outside int must be an error here: converting it is undefined (the fuzzer found
+  // "minLength": 2.2e41).
+  static int count_keyword(const json& s, const char* key, int absent, const std::string& path) {
+    if (!s.contains(key)) return absent;
+    const json& v = s[key];
+    const double d = v.is_number() ? v.get<double>() : -1.0;
+    DI_CHECK(v.is_number() && d >= 0 && d < 2147483647.0 && std::floor(d) == d)
+        << "JSON Schema: '" << key << "' at " << path << " must be a non-negative integer below 2^31, got " << v.dump();
+    return static_cast<int>(d);
+  }
+
   // ---- strings --------------------------------------------------------------------------------------------
   static constexpr int kMaxLengthWithPattern = 256;
   int string_rule(const json& s, const std::string& path) {
-    int min_len = s.contains("minLength") ? s["minLength"].get<int>() : 0;
-    int max_len = s.contains("maxLength") ? s["maxLength"].get<int>() : Expr::kUnbounded;
+    int min_len = count_keyword(s, "minLength", 0, path);
+    int max_len = count_keyword(s, "maxLength", Expr::kUnbounded, path);
     std::string pattern = s.contains("pattern") ? s["pattern"].get<std::string>() : "";
     std::string format = s.contains("format") && opt_.enforce_formats ? s["format"].get<std::string>() : "";
     std::string format_re;
@@ -1025,8 +1037,8 @@ class SchemaCompiler {
     } else if (s.contains("items")) {
       rest = &s["items"];
     }
-    int min_items = s.contains("minItems") ? s["minItems"].get<int>() : 0;
-    int max_items = s.contains("maxItems") ? s["maxItems"].get<int>() : Expr::kUnbounded;
+    int min_items = count_keyword(s, "minItems", 0, path);
+    int max_items = count_keyword(s, "maxItems", Expr::kUnbounded, path);
     int id = g_.declare_rule(g_.fresh_name("array"));
     ExprPtr sep = seq_expr({ws(), byte_expr(','), ws()});
     ExprPtr rest_item = value(*rest, path + "/items");
