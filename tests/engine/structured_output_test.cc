@@ -418,7 +418,7 @@ TEST(StructuredOutputEngineTest, InvalidConstraintsAreRejected) {
       {StructuredOutputParams::json_schema(R"({"type":"strin"})"), ErrorCode::kInvalidArgument, "strin"},
       {StructuredOutputParams::json_schema(R"({"not":{"type":"string"}})"), ErrorCode::kUnsupported, "not"},
       {StructuredOutputParams::json_schema(R"({"minLength":"3","type":"string"})"), ErrorCode::kInvalidArgument,
-       "malformed keyword value"},
+       "must be a non-negative integer"},
       {StructuredOutputParams::json_schema(""), ErrorCode::kInvalidArgument, "empty"},
       {StructuredOutputParams::regex("(ab"), ErrorCode::kInvalidArgument, "regex"},
       {StructuredOutputParams::regex("(a)\\1"), ErrorCode::kUnsupported, "backreference"},
