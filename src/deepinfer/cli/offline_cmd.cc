@@ -3,9 +3,8 @@
 // diagnostics (text, token count, speculative acceptance rate, decode perplexity, finite check), a progress line
 // with prompt and generation throughput, and the decode phase as the reference reports it (avg_SPS, delivered
 // tokens/s, tokens/s under the full-acceptance assumption). The reference's flags (--model_name, --ep/--dp/--cp,
-// --max_model_len,
-// --max_num_seqs, --gpu_memory_utilization, --check_structured_output, --temperature, --seed) are accepted with
-// their defaults; dashed spellings work too.
+// --max_model_len, --max_num_seqs, --gpu_memory_utilization, --check_structured_output, --temperature, --seed) are
+// accepted with their defaults; dashed spellings work too.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
