@@ -28,6 +28,7 @@
 #   PEER_PROMPTS / PEER_BATCHES / PEER_CONTEXTS: the shapes (default "1024 4096 8192" / "1 16 64" / "1024");
 #   BENCH_TIMEOUT / PEER_TIMEOUT bound each side. The peer runs even when our build fails.
 #   model with BI_BENCH=1: then tools/batch_invariant_bench.sh (the bench slices with and without --batch-invariant);
+#   with SLICE_BENCH=1 (model) `deepinfer bench` decode of the V4 slices (SLICE_BENCH_ARGS);
 #   with NCU_SLICE=1 (also in ci) an ncu per-kernel time summary of one synthetic decode step (NCU_SLICE_ARGS;
 #   NCU_DETAIL=REGEX adds ncu's sections for those kernels); with IDLE_BENCH=1
 #   the GPU idle share of decode-heavy engine runs (nsys, tools/decode_graph_bench.sh IDLE=1).
@@ -306,6 +307,15 @@ if [ "$MODE" = model ]; then
     tee -a "$summary"
   [ -n "${MEMCHECK_FILTER:-}" ] && sanitize memcheck "$MEMCHECK_FILTER" "${MEMCHECK_TIMEOUT:-150}"
   [ -n "${RACECHECK_FILTER:-}" ] && sanitize racecheck "$RACECHECK_FILTER" "${RACECHECK_TIMEOUT:-200}"
+  # SLICE_BENCH=1: the synthetic slices (SLICE_BENCH_ARGS: bench options; default decode of both V4 slices).
+  if [ -n "${SLICE_BENCH:-}" ]; then
+    # shellcheck disable=SC2086
+    timeout "${BENCH_TIMEOUT:-150}" build-gpu/bin/deepinfer bench --device cuda \
+      ${SLICE_BENCH_ARGS:---model v4-flash --model v41-flash --no-prefill --batch 1 --batch 16 --batch 64 --context 4096 --no-graphs} \
+      >"$OUT/slice_bench.log" 2>&1
+    note "slice bench: rc=$? (slice_bench.log)"
+    grep -E "^\||avg_SPS|ceiling" "$OUT/slice_bench.log" | head -80 | tee -a "$summary"
+  fi
   # BI_BENCH=1: the slices with and without --batch-invariant (docs/PERF.md).
   [ -n "${BI_BENCH:-}" ] && CLI=build-gpu/bin/deepinfer bash tools/batch_invariant_bench.sh | tee -a "$summary"
   # IDLE_BENCH=1: GPU idle share of decode-heavy engine runs (tools/decode_graph_bench.sh IDLE=1, nsys).

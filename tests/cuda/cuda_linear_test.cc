@@ -146,6 +146,35 @@ TEST_F(CudaLinearTest, QuantLinearEveryFormatMatchesCpu) {
   }
 }
 
+// The column-group streaming kernel (block formats, <= 4 rows): K split over 1-8 warps per column group (K = 512
+// with MXFP4 leaves half the lanes idle; 2048 / 4096 are the decode shapes; 7168 takes several chunks per lane),
+// N not a multiple of the column group (a partial last block), every row count of its three variants. fp32
+// products: exact up to summation order (1e-5).
+TEST_F(CudaLinearTest, QuantLinearStreamingShapesMatchCpu) {
+  for (auto [n, k] : {std::pair<int64_t, int64_t>{300, 512}, {264, 2048}, {136, 4096}, {72, 7168}}) {
+    for (int64_t m : {1, 2, 3, 4}) {
+      const HostTensor x = rand({m, k});
+      const std::string shape = " N=" + std::to_string(n) + " K=" + std::to_string(k) + " M=" + std::to_string(m);
+      for (const auto& [name, block, f32] : {std::tuple{"fp8 128x128 e8m0", 128, false}, {"fp8 32x32 f32", 32, true}}) {
+        const HostTensor w = fp8({n, k});
+        const Shape ss = {(n + block - 1) / block, (k + block - 1) / block};
+        const HostTensor s = f32 ? f32_scales(ss) : e8m0(ss);
+        const HostTensor want = cpu_linear(x, cpu_dequant(w, s, QuantFormat::kFP8Block, n, k, block, block));
+        DeviceTensor dx = up(x), dw = up(w), ds = up(s), dout = poisoned({m, n});
+        gpu().linear_quant({dx, {dw, ds, QuantFormat::kFP8Block, block, block}, dout});
+        rel_err((std::string("linear_quant ") + name + shape).c_str(), down(dout), want, 1e-5);
+      }
+      {
+        const HostTensor w = rand_bytes(DType::kU8, {n, k / 2}), s = e8m0({n, k / 32});
+        const HostTensor want = cpu_linear(x, cpu_dequant(w, s, QuantFormat::kMXFP4, n, k));
+        DeviceTensor dx = up(x), dw = up(w), ds = up(s), dout = poisoned({m, n});
+        gpu().linear_quant({dx, {dw, ds, QuantFormat::kMXFP4}, dout});
+        rel_err(("linear_quant mxfp4" + shape).c_str(), down(dout), want, 1e-5);
+      }
+    }
+  }
+}
+
 // K = 200 is not a multiple of 16: the streaming kernel falls back to scalar weight loads (M = 3) and the
 // cuBLASLt path to the generic dequantize kernel (M = 40, 100).
 TEST_F(CudaLinearTest, QuantLinearScalarFallbackMatchesCpu) {

@@ -349,6 +349,25 @@ TEST_F(CudaMoeTest, Mxfp4ExpertsAndFp8SharedMatchDequantizedCpu) {
   }
 }
 
+// Decode-like shapes for the grouped column-group streaming kernel: hidden 2048 (gate/up K = 2048), inter 512 (down
+// K = 512), 1, 2 and 4 rows per used expert (its three row variants), T <= 4 so the shared expert streams too.
+TEST_F(CudaMoeTest, Mxfp4ExpertsStreamAtDecodeShapes) {
+  const int64_t d = 2048, inter = 512;
+  for (auto [e, k, tokens] : {std::tuple<int64_t, int64_t, std::vector<int64_t>>{8, 2, {1, 3}}, {2, 2, {2, 4}}}) {
+    const std::unique_ptr<QuantMoe> q = quant_moe(d, inter, e);
+    for (int64_t t : tokens) {
+      HostTensor x = rand({t, d}), weights = rand({t, k}, 0.05f, 1.0f), idx = distinct_indices(t, k, e);
+      DeviceTensor dx = up(x), dwts = up(weights), didx = up(idx);
+      HostTensor want(DType::kF32, {t, d});
+      cpu().moe({x, weights, idx, &q->cpu_experts, &q->cpu_shared, want, 10.0f, false});
+      DeviceTensor dout = poisoned({t, d});
+      gpu().moe_quant({dx, dwts, didx, &q->gpu_experts, &q->gpu_shared, dout, 10.0f, false});
+      rel_err(("moe_quant streaming E=" + std::to_string(e) + " T=" + std::to_string(t)).c_str(), down(dout), want,
+              1e-5);
+    }
+  }
+}
+
 // Batch-invariant mode: the routed experts' grouped GEMMs and the shared expert are fp32 FMA chains whatever the
 // rows per expert (chain kernel for groups counted as few, SIMT tiles above: T=60 with k=4 of 16 experts gives
 // ~15 rows per expert, the subsets 1-11 tokens), so a token's output is the same bytes alone, in a few tokens or
