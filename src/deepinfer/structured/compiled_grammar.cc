@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "deepinfer/core/error.h"
+#include "deepinfer/structured/dfa_minimize.h"
 
 namespace deepinfer::structured {
 namespace {
@@ -125,6 +126,47 @@ struct RuleDfa {
   int num_classes = 0;
 };
 
+// Merges the states with equal futures (dfa_minimize.h says why); a call of rule r is the letter
+// num_classes + r. The start stays state 0. Rules of more than kMaxMinimizedStates states are left as they are:
+// those are long counted repetitions (`maxLength: 32767`: 819k states), where minimization halves the states
+// but adds ~0.35 s to a compile that is already the documented counted-repetition limit.
+constexpr int32_t kMaxMinimizedStates = 1 << 16;
+void minimize(RuleDfa& dfa) {
+  const int32_t n = static_cast<int32_t>(dfa.trans.size());
+  if (n <= 1 || n > kMaxMinimizedStates) return;
+  std::vector<DfaEdge> edges;
+  std::vector<uint8_t> accepting(n);
+  for (int32_t s = 0; s < n; ++s) {
+    accepting[s] = dfa.accepting[s] ? 1 : 0;
+    for (int32_t c = 0; c < dfa.num_classes; ++c)
+      if (dfa.trans[s][c] >= 0) edges.push_back(DfaEdge{s, c, dfa.trans[s][c]});
+    for (auto [rule, t] : dfa.calls[s]) edges.push_back(DfaEdge{s, dfa.num_classes + rule, t});
+  }
+  const std::vector<int32_t> block = minimize_dfa(n, accepting, edges);
+  const int32_t blocks = *std::max_element(block.begin(), block.end()) + 1;
+  if (blocks == n) return;
+  RuleDfa out;
+  out.byte_class = std::move(dfa.byte_class);
+  out.num_classes = dfa.num_classes;
+  out.trans.resize(blocks);
+  out.calls.resize(blocks);
+  out.accepting.resize(blocks);
+  std::vector<char> done(blocks, 0);
+  for (int32_t s = 0; s < n; ++s) {
+    const int32_t b = block[s];
+    if (done[b]) continue;  // every state of a block has the same moves up to blocks
+    done[b] = 1;
+    std::vector<int32_t>& row = out.trans[b];
+    row = std::move(dfa.trans[s]);
+    for (int32_t& t : row)
+      if (t >= 0) t = block[t];
+    out.calls[b] = std::move(dfa.calls[s]);
+    for (auto& call : out.calls[b]) call.second = block[call.second];
+    out.accepting[b] = dfa.accepting[s];
+  }
+  dfa = std::move(out);
+}
+
 RuleDfa determinize(const Expr& body, int num_rules, const CompileLimits& limits, int dfa_budget,
                     const std::vector<int>* rule_map) {
   Nfa nfa;
@@ -220,6 +262,7 @@ RuleDfa determinize(const Expr& body, int num_rules, const CompileLimits& limits
     dfa.calls.push_back(std::move(calls));
     dfa.accepting.push_back(std::binary_search(sets[d].begin(), sets[d].end(), final_state));
   }
+  minimize(dfa);
   return dfa;
 }
 
