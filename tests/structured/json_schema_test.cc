@@ -10,6 +10,7 @@
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <random>
 
 #include "deepinfer/core/error.h"
@@ -133,6 +134,101 @@ TEST(JsonSchemaTest, AnyOrderObjectsMatchAnIndependentCheckOnRandomMembers) {
     EXPECT_GT(accepted, 50);  // both verdicts are exercised
     EXPECT_GT(rejected, 50);
   }
+}
+
+// Objects with more declared properties than any order allows: the required keys come in any order, the optional
+// ones in `properties` order relative to each other (each at most once), extras anywhere. The check below is
+// written from that rule and JSON Schema's (no key twice, required present, additionalProperties), not from the
+// grammar.
+TEST(JsonSchemaTest, LargeObjectsTakeRequiredKeysInAnyOrderMatchingAnIndependentCheck) {
+  const size_t n = 12;
+  const std::vector<bool> required = {false, false, true, false, false, true, false, false, false, true, false, true};
+  const std::vector<std::string> extra_names = {"p", "p1x", "zz", "p12", ""};
+  std::string props;
+  std::string req;
+  for (size_t k = 0; k < n; ++k) {
+    props += (k ? "," : "") + std::string("\"p") + std::to_string(k) + "\":{\"type\":\"integer\"}";
+    if (required[k]) req += (req.empty() ? "\"p" : ",\"p") + std::to_string(k) + "\"";
+  }
+  std::mt19937 rng(77);
+  for (const bool additional : {false, true}) {
+    const std::string text = R"({"type":"object","properties":{)" + props + R"(},"required":[)" + req +
+                             R"(],"additionalProperties":)" + (additional ? R"({"type":"boolean"}})" : "false}");
+    auto g = schema(text);
+    int accepted = 0, rejected = 0, reordered_required = 0;
+    for (int trial = 0; trial < 1500; ++trial) {
+      std::vector<size_t> keys(n);
+      std::iota(keys.begin(), keys.end(), 0);
+      std::shuffle(keys.begin(), keys.end(), rng);
+      keys.resize(rng() % (n + 1));
+      if (rng() % 2 == 0) {  // the optional keys in increasing order, in the slots they hold
+        std::vector<size_t> slots, values;
+        for (size_t m = 0; m < keys.size(); ++m)
+          if (!required[keys[m]]) {
+            slots.push_back(m);
+            values.push_back(keys[m]);
+          }
+        std::sort(values.begin(), values.end());
+        for (size_t i = 0; i < slots.size(); ++i) keys[slots[i]] = values[i];
+      }
+      if (rng() % 2 == 0) {  // every required key, at a random place
+        for (size_t k = 0; k < n; ++k)
+          if (required[k] && std::find(keys.begin(), keys.end(), k) == keys.end())
+            keys.insert(keys.begin() + rng() % (keys.size() + 1), k);
+      }
+      if (rng() % 6 == 0) keys.insert(keys.begin() + rng() % (keys.size() + 1), rng() % n);
+      std::string inst = "{";
+      std::vector<int> count(n, 0);
+      bool ok = true, first = true;
+      size_t last_optional = 0;
+      bool any_optional = false;
+      std::vector<size_t> required_seen;
+      auto separator = [&] {
+        if (!first) inst += rng() % 4 == 0 ? " , " : ",";
+        first = false;
+      };
+      for (size_t m = 0; m <= keys.size(); ++m) {
+        if (rng() % 6 == 0) {
+          separator();
+          const bool wrong_type = rng() % 8 == 0;
+          inst += "\"" + extra_names[rng() % extra_names.size()] + "\":" + (wrong_type ? "1" : "false");
+          ok = ok && additional && !wrong_type;
+        }
+        if (m == keys.size()) break;
+        separator();
+        const size_t k = keys[m];
+        const bool wrong_type = rng() % 12 == 0;
+        ++count[k];
+        inst += "\"p" + std::to_string(k) + "\":" + (wrong_type ? "\"1\"" : std::to_string(m));
+        ok = ok && !wrong_type;
+        if (!required[k]) {
+          ok = ok && (!any_optional || k > last_optional);  // the documented restriction
+          last_optional = k;
+          any_optional = true;
+        } else {
+          required_seen.push_back(k);
+        }
+      }
+      inst += "}";
+      for (size_t k = 0; k < n; ++k) ok = ok && count[k] <= 1 && (!required[k] || count[k] == 1);
+      reordered_required += ok && !std::is_sorted(required_seen.begin(), required_seen.end());
+      EXPECT_EQ(matches(g, inst), ok) << inst << " (additionalProperties " << additional << ")";
+      (ok ? accepted : rejected)++;
+    }
+    EXPECT_GT(accepted, 50);  // both verdicts are exercised, and accepted objects out of properties order too
+    EXPECT_GT(rejected, 50);
+    EXPECT_GT(reordered_required, 20);
+  }
+  // Too many required keys to track (9 of 12): properties order as before.
+  std::string all_req;
+  for (size_t k = 0; k < 9; ++k) all_req += (k ? ",\"p" : "\"p") + std::to_string(k) + "\"";
+  auto in_order = schema(R"({"type":"object","properties":{)" + props + R"(},"required":[)" + all_req + "]}");
+  std::string sorted = "{", swapped;
+  for (size_t k = 0; k < 9; ++k) sorted += (k ? ",\"p" : "\"p") + std::to_string(k) + "\":1";
+  swapped = sorted;
+  std::swap(swapped[3], swapped[10]);  // "p0" <-> "p1"
+  EXPECT_TRUE(matches(in_order, sorted + "}"));
+  EXPECT_FALSE(matches(in_order, swapped + "}")) << swapped;
 }
 
 TEST(JsonSchemaTest, ArraysStringsNumbers) {

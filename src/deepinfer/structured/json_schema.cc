@@ -810,12 +810,14 @@ class SchemaCompiler {
     ExprPtr sep = seq_expr({ws(), byte_expr(','), ws()});
     // Declared keys in any order when the set automaton stays small (no counted extras: those stay at the end).
     const bool any_order = !max_extra && !props.empty() && any_order_fits(props);
+    const bool required_any_order =
+        !any_order && !max_extra && opt_.any_order_max_properties > 0 && required_any_order_fits(props, num_required);
     std::vector<ExprPtr> kv;
     for (size_t i = 0; i < props.size(); ++i) {
       kv.push_back(seq_expr({literal_expr(json_string_literal(props[i].name)), ws(), byte_expr(':'), ws(),
                              value(*props[i].schema, path + "/properties/" + props[i].name)}));
       // The any-order rules refer to each member 2^(n-1) times: one rule per member, called from all of them.
-      if (any_order && !is_nothing(kv.back()))
+      if ((any_order || required_any_order) && !is_nothing(kv.back()))
         kv.back() = rule_expr(g_.add_rule(g_.fresh_name(g_.rules()[id].name + "_m" + std::to_string(i)), kv.back()));
     }
     ExprPtr extra_kv = nothing_expr();
@@ -836,7 +838,64 @@ class SchemaCompiler {
     }
     ExprPtr extras_tail = is_nothing(extra_kv) ? empty_expr() : star_expr(seq_expr({sep, extra_kv}));
     if (any_order) return finish_object_any_order(id, props, kv, sep, extra_kv, extras_tail);
+    if (required_any_order) return finish_object_required_any_order(id, props, kv, sep, extra_kv, extras_tail);
     return finish_object(id, props, kv, sep, extra_kv, extras_tail);
+  }
+
+  // Objects too large for any order: the required keys may still come in any order when their sets, times the
+  // positions among the optional keys, stay few (see finish_object_required_any_order).
+  template <typename Prop>
+  static bool required_any_order_fits(const std::vector<Prop>& props, size_t num_required) {
+    if (num_required == 0 || num_required > kMaxTrackedRequired) return false;
+    const size_t optional = props.size() - num_required;
+    // Rules x alternatives per rule: the grammar's size.
+    return (size_t{1} << num_required) * (optional + 1) * (props.size() + 2) <= kMaxTrackedAlternatives;
+  }
+  static constexpr size_t kMaxTrackedRequired = 8;
+  static constexpr size_t kMaxTrackedAlternatives = 40000;
+
+  // Required keys in any order, each once; optional keys in `properties` order relative to each other, each at
+  // most once, anywhere between the required ones; extra members anywhere. The state after a member is
+  // (S = required keys seen, p = optional keys before index p of the optional list are behind us):
+  //   rest(S, p) = (sep extra)* ( sep req_i rest(S + i, p)        for required i not in S
+  //                             | sep opt_j rest(S, j + 1)        for optional j >= p
+  //                             | empty                           if S holds every required key ).
+  // Exact for the language it accepts, which is a superset of `properties` order and a subset of the valid
+  // objects: no declared key twice (required ones are tracked, optional ones strictly increase, extra keys exclude
+  // declared names), every required key present. 2^r * (optional + 1) rules for r required keys (bounded by
+  // required_any_order_fits), where any order for all n keys needs 2^n.
+  template <typename Prop>
+  int finish_object_required_any_order(int id, const std::vector<Prop>& props, const std::vector<ExprPtr>& kv,
+                                       const ExprPtr& sep, const ExprPtr& extra_kv, const ExprPtr& extras_tail) {
+    std::vector<size_t> req, opt;
+    for (size_t i = 0; i < props.size(); ++i) (props[i].required ? req : opt).push_back(i);
+    const size_t r = req.size(), u = opt.size();
+    const uint32_t all = (uint32_t{1} << r) - 1;
+    const std::string base = g_.rules()[id].name + "_q";
+    // rest[S * (u + 1) + p]
+    std::vector<int> rest((size_t{1} << r) * (u + 1));
+    for (uint32_t seen = 0; seen <= all; ++seen)
+      for (size_t p = 0; p <= u; ++p)
+        rest[seen * (u + 1) + p] =
+            g_.declare_rule(g_.fresh_name(base + std::to_string(seen) + "_" + std::to_string(p)));
+    auto at = [&](uint32_t seen, size_t p) { return rule_expr(rest[seen * (u + 1) + p]); };
+    for (uint32_t seen = 0; seen <= all; ++seen)
+      for (size_t p = 0; p <= u; ++p) {
+        std::vector<ExprPtr> members;
+        for (size_t k = 0; k < r; ++k)
+          if (!(seen >> k & 1)) members.push_back(seq_expr({kv[req[k]], at(seen | uint32_t{1} << k, p)}));
+        for (size_t j = p; j < u; ++j) members.push_back(seq_expr({kv[opt[j]], at(seen, j + 1)}));
+        ExprPtr next = members.empty() ? nothing_expr() : seq_expr({sep, alt_expr(std::move(members))});
+        if (seen == all) next = alt_expr({next, empty_expr()});
+        g_.define_rule(rest[seen * (u + 1) + p], seq_expr({extras_tail, next}));
+      }
+    // The first member carries no separator (r >= 1: the object is never empty).
+    std::vector<ExprPtr> firsts;
+    for (size_t k = 0; k < r; ++k) firsts.push_back(seq_expr({kv[req[k]], at(uint32_t{1} << k, 0)}));
+    for (size_t j = 0; j < u; ++j) firsts.push_back(seq_expr({kv[opt[j]], at(0, j + 1)}));
+    if (!is_nothing(extra_kv)) firsts.push_back(seq_expr({extra_kv, at(0, 0)}));
+    g_.define_rule(id, seq_expr({byte_expr('{'), ws(), alt_expr(std::move(firsts)), ws(), byte_expr('}')}));
+    return id;
   }
 
   // The any-order construction has one rule per set of seen declared keys (2^n), each a few states (the members
