@@ -77,7 +77,8 @@ ncu_slice() {
   python3 tools/ncu_kernel_summary.py "$OUT/ncu_slice.csv" 40 | tee -a "$summary"
   if [ -n "${NCU_DETAIL:-}" ]; then
     # shellcheck disable=SC2086
-    timeout "${NCU_TIMEOUT:-150}" "$ncu" --clock-control none --kernel-name "regex:$NCU_DETAIL" --launch-count 2 \
+    timeout "${NCU_TIMEOUT:-150}" "$ncu" --clock-control none --kernel-name-base "${NCU_DETAIL_BASE:-function}" \
+      --kernel-name "regex:$NCU_DETAIL" --launch-count 2 \
       --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
       --section WarpStateStats build-gpu/bin/deepinfer bench --device cuda $args >"$OUT/ncu_detail.txt" 2>&1
     note "ncu detail ($NCU_DETAIL): rc=$?"

@@ -148,10 +148,10 @@ TEST_F(CudaLinearTest, QuantLinearEveryFormatMatchesCpu) {
 
 // The column-group streaming kernel (block formats, <= 4 rows): K split over 1-8 warps per column group (K = 512
 // with MXFP4 leaves half the lanes idle; 2048 / 4096 are the decode shapes; 7168 takes several chunks per lane),
-// N not a multiple of the column group (a partial last block), every row count of its three variants. fp32
-// products: exact up to summation order (1e-5).
+// N not a multiple of the column group (a partial last block) or large (20000: 2,500 blocks), every row count of
+// its three variants. fp32 products: exact up to summation order (1e-5).
 TEST_F(CudaLinearTest, QuantLinearStreamingShapesMatchCpu) {
-  for (auto [n, k] : {std::pair<int64_t, int64_t>{300, 512}, {264, 2048}, {136, 4096}, {72, 7168}}) {
+  for (auto [n, k] : {std::pair<int64_t, int64_t>{300, 512}, {264, 2048}, {136, 4096}, {72, 7168}, {20000, 1024}}) {
     for (int64_t m : {1, 2, 3, 4}) {
       const HostTensor x = rand({m, k});
       const std::string shape = " N=" + std::to_string(n) + " K=" + std::to_string(k) + " M=" + std::to_string(m);
