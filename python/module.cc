@@ -455,6 +455,14 @@ PYBIND11_MODULE(_core, m) {
         d["generated_tokens"] = s.generated_tokens;
         d["preemptions"] = s.preemptions;
         d["prefix_cache_hit_rate"] = s.kv.hit_rate();
+        // GPU idle between decode steps (CUDA; engine/gpu_idle.h): None on the CPU backend.
+        const ModelWorkStats& w = s.model;
+        d["gpu_timed_decode_steps"] = w.gpu_timed_decode_steps;
+        d["gpu_decode_gap_seconds"] = w.gpu_decode_gap_seconds;
+        d["gpu_decode_span_seconds"] = w.gpu_decode_span_seconds;
+        d["gpu_idle_between_decode_steps"] =
+            w.gpu_decode_span_seconds > 0 ? py::object(py::float_(w.gpu_decode_gap_seconds / w.gpu_decode_span_seconds))
+                                          : py::object(py::none());
         return d;
       });
 }

@@ -30,8 +30,9 @@
 #   model with BI_BENCH=1: then tools/batch_invariant_bench.sh (the bench slices with and without --batch-invariant);
 #   with SLICE_BENCH=1 (model) `deepinfer bench` decode of the V4 slices (SLICE_BENCH_ARGS);
 #   with NCU_SLICE=1 (also in ci) an ncu per-kernel time summary of one synthetic decode step (NCU_SLICE_ARGS;
-#   NCU_DETAIL=REGEX adds ncu's sections for those kernels); with IDLE_BENCH=1
-#   the GPU idle share of decode-heavy engine runs (nsys, tools/decode_graph_bench.sh IDLE=1).
+#   NCU_DETAIL=REGEX adds ncu's sections for those kernels); with IDLE_BENCH=1 (model or ci)
+#   the GPU idle between decode steps of greedy engine runs, from CUDA events (no nsys: tools/gpu_idle_bench.sh,
+#   device argmax vs host argmax vs the logprobs path at batch 1/8/64; IDLE_BENCH_TIMEOUT, default 400 s).
 #   ci: (SPEC_PROMPTS=FILE adds tools/spec_gpu_bench.sh, GRAPH_BENCH=1 tools/decode_graph_bench.sh, V4BATCH_BENCH=1
 #   tools/v4_decode_batch_bench.sh) build everything, every GPU test once, MEMCHECK_FILTER under memcheck, the op harness under racecheck
 #   (RACECHECK_FILTER overrides which tests), the op micro-bench (rows matching
@@ -51,7 +52,7 @@ note() { echo "$*" | tee -a "$summary"; }
 # The op harness under compute-sanitizer: memcheck (out-of-bounds / misaligned / leaked device memory) and
 # racecheck (shared-memory hazards between threads of a block). GraphCaptureRejectsSyncAndAllocation provokes CUDA
 # API errors on purpose, so it is left out of both (RecordedWorkKeepsItsTemporariesApart too).
-OP_HARNESS='CudaOpTest.*:CudaMoeTest.*:CudaSampleTest.*:-CudaOpTest.GraphCaptureRejectsSyncAndAllocation:CudaOpTest.RecordedWorkKeepsItsTemporariesApart'
+OP_HARNESS='CudaOpTest.*:CudaMoeTest.*:CudaSampleTest.*:CudaArgmaxTest.*:-CudaOpTest.GraphCaptureRejectsSyncAndAllocation:CudaOpTest.RecordedWorkKeepsItsTemporariesApart'
 sanitize() {  # tool filter seconds; filter "harness" = $OP_HARNESS
   [ "$2" = harness ] && set -- "$1" "$OP_HARNESS" "$3"
   command -v compute-sanitizer >/dev/null 2>&1 || { note "$1: compute-sanitizer not found"; return; }
@@ -284,6 +285,10 @@ if [ "$MODE" = ci ]; then
   if [ -n "${GRAPH_BENCH:-}" ]; then
     CLI=build-gpu/bin/deepinfer timeout "${GRAPH_BENCH_TIMEOUT:-240}" bash tools/decode_graph_bench.sh | tee -a "$summary"
   fi
+  # IDLE_BENCH=1: GPU idle between decode steps (CUDA events; tools/gpu_idle_bench.sh, docs/PERF.md).
+  if [ -n "${IDLE_BENCH:-}" ]; then
+    CLI=build-gpu/bin/deepinfer timeout "${IDLE_BENCH_TIMEOUT:-400}" bash tools/gpu_idle_bench.sh | tee -a "$summary"
+  fi
   # V4BATCH_BENCH=1: V4.1 batched decode on vs --no-batch-decode in the engine (docs/PERF.md).
   if [ -n "${V4BATCH_BENCH:-}" ]; then
     CLI=build-gpu/bin/deepinfer timeout "${V4BATCH_BENCH_TIMEOUT:-150}" bash tools/v4_decode_batch_bench.sh | tee -a "$summary"
@@ -319,9 +324,9 @@ if [ "$MODE" = model ]; then
   fi
   # BI_BENCH=1: the slices with and without --batch-invariant (docs/PERF.md).
   [ -n "${BI_BENCH:-}" ] && CLI=build-gpu/bin/deepinfer bash tools/batch_invariant_bench.sh | tee -a "$summary"
-  # IDLE_BENCH=1: GPU idle share of decode-heavy engine runs (tools/decode_graph_bench.sh IDLE=1, nsys).
-  [ -n "${IDLE_BENCH:-}" ] && CLI=build-gpu/bin/deepinfer IDLE=1 timeout "${IDLE_BENCH_TIMEOUT:-240}" \
-    bash tools/decode_graph_bench.sh | tee -a "$summary"
+  # IDLE_BENCH=1: GPU idle between decode steps (CUDA events; tools/gpu_idle_bench.sh, docs/PERF.md).
+  [ -n "${IDLE_BENCH:-}" ] && CLI=build-gpu/bin/deepinfer timeout "${IDLE_BENCH_TIMEOUT:-400}" \
+    bash tools/gpu_idle_bench.sh | tee -a "$summary"
   ncu_slice
   echo "================ summary"
   cat "$summary"

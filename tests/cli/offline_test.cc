@@ -296,5 +296,29 @@ TEST(OfflineCli, V4MtpSpeculationKeepsGreedyOutputAndPrintsAcceptance) {
   EXPECT_NE(sampled_dspark.output.find("--draft-sampling sampled"), std::string::npos) << sampled_dspark.output;
 }
 
+// --no-logprobs: greedy steps take the fast path (ModelRunner::execute_argmax; on the CPU the host reduction) and
+// give the ids of the default run; the CPU has no device timeline, so the GPU-idle figure is n/a.
+TEST(OfflineCli, NoLogprobsTakesTheGreedyFastPathWithTheSameIds) {
+  const std::string dir = testing::test_data_dir() + "/golden/deepseek_v41";
+  const std::string base = "offline --model " + dir + " --num-prompts 3 --max-tokens 8 --ignore-eos --max-num-seqs 2";
+  auto with = run_cli(base);
+  auto without = run_cli(base + " --no-logprobs");
+  ASSERT_EQ(with.exit_code, 0) << with.output;
+  ASSERT_EQ(without.exit_code, 0) << without.output;
+  EXPECT_EQ(testing::parse_offline_samples(with.output), testing::parse_offline_samples(without.output));
+  EXPECT_EQ(testing::parse_offline_samples(without.output).size(), 3u);
+  EXPECT_NE(without.output.find("decode_ppl=n/a (--no-logprobs)"), std::string::npos) << without.output;
+  EXPECT_NE(without.output.find("finite=yes"), std::string::npos) << without.output;
+  EXPECT_NE(with.output.find("gpu idle between decode steps: n/a"), std::string::npos) << with.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(without.output, m,
+                                std::regex(R"(greedy fast path: (\d+) steps argmax on the device, (\d+) on the host)")))
+      << without.output;
+  EXPECT_EQ(m[1], "0");
+  EXPECT_GT(std::stoi(m[2]), 0);
+  ASSERT_TRUE(std::regex_search(with.output, m, std::regex(R"(greedy fast path: (\d+) steps .*, (\d+) on the host)")));
+  EXPECT_EQ(m[2], "0") << "logprobs keep every step on the general path";
+}
+
 }  // namespace
 }  // namespace deepinfer

@@ -138,6 +138,10 @@ def test_prefix_reuse_reported_and_equal_to_cold(llm):
     assert warm.num_cached_prompt_tokens >= 64  # at least one full block of the prompt came from the cache
     assert warm.token_ids == cold.token_ids
     assert llm.stats()["prefix_cache_hit_rate"] > 0
+    # GPU idle between decode steps is measured on CUDA only (CUDA events): None on the CPU backend.
+    st = llm.stats()
+    assert st["gpu_idle_between_decode_steps"] is None
+    assert st["gpu_timed_decode_steps"] == 0
 
 
 def test_stop_token_and_eos(llm):

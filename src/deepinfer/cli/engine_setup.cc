@@ -94,6 +94,7 @@ EngineSetup::EngineSetup(const EngineSetupArgs& a, StreamCallback on_delta) {
   o.batch_invariant = a.batch_invariant;
   o.async_scheduling = a.async_scheduling;
   o.batch_decode = a.batch_decode;
+  o.device_argmax = a.device_argmax;
   o.weight_format = a.weight_format;
   o.scheduling_policy = parse_scheduling_policy(a.scheduling_policy);
   o.ep = a.ep;

@@ -38,6 +38,7 @@ struct EngineSetupArgs {
   bool async_scheduling = true;        // plan step N+1 while step N runs (--no-async-scheduling turns it off)
   bool enforce_eager = false;          // --enforce-eager: no decode graphs (ModelRunnerOptions::decode_graphs)
   bool batch_invariant = false;        // --batch-invariant (EngineStackOptions::batch_invariant)
+  bool device_argmax = true;           // --no-device-argmax: ModelRunnerOptions::device_argmax off
   bool batch_decode = true;            // one decode_batch per step for the decodes (--no-batch-decode: per sequence)
   std::string weight_format = "auto";  // --weight-format auto|f32|fp8 (EngineStackOptions::weight_format)
   std::string scheduling_policy = "fcfs";  // fcfs | priority

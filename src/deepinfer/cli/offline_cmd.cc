@@ -18,6 +18,7 @@
 #include "deepinfer/cli/structured_check.h"
 #include "deepinfer/core/error.h"
 #include "deepinfer/core/logging.h"
+#include "deepinfer/engine/gpu_idle.h"
 #include "deepinfer/parallel/communicator.h"
 
 namespace deepinfer::cli {
@@ -39,6 +40,9 @@ struct OfflineArgs {
   bool ep_fp8_dispatch = false;
   bool check_structured_output = false;
   bool ignore_eos = false;
+  // The chosen token's log-probability (decode perplexity). Off: greedy steps can take the fast path (the argmax on
+  // the device, ModelRunner::execute_argmax), which a logprob's pass over the raw row excludes.
+  bool logprobs = true;
 };
 
 // "acceptance_rate=0.750 mean_accepted_len=1.75 drafted=.. accepted=.. accepted_by_position=a/b,c/d" (n/a when off).
@@ -91,7 +95,7 @@ int run_offline(const OfflineArgs& a) {
   params.seed = a.seed;
   params.max_tokens = a.max_tokens;
   params.ignore_eos = a.ignore_eos;
-  params.logprobs = 0;  // the chosen token's log-probability, for decode perplexity
+  if (a.logprobs) params.logprobs = 0;  // the chosen token's log-probability, for decode perplexity
   validate(params);
   std::vector<std::string> texts = a.prompts;
   if (!a.prompts_file.empty())
@@ -171,9 +175,10 @@ int run_offline(const OfflineArgs& a) {
                                     [](const SampleResult& r) { return std::isfinite(r.logprob); });
     all_finite = all_finite && finite;
     generated += static_cast<int64_t>(d.output_token_ids.size());
-    std::cout << fmt::format("[sample {}] prompt_tokens={} tokens={} stop={} decode_ppl={:.4f} finite={} {}\n",
+    std::cout << fmt::format("[sample {}] prompt_tokens={} tokens={} stop={} decode_ppl={} finite={} {}\n",
                              d.request_id, d.prompt_len, d.output_token_ids.size(), stop_reason_name(d.stop_reason),
-                             ppl, finite ? "yes" : "NO", spec_line(d.spec, setup_spec));
+                             a.logprobs ? fmt::format("{:.4f}", ppl) : std::string("n/a (--no-logprobs)"),
+                             finite ? "yes" : "NO", spec_line(d.spec, setup_spec));
     std::string ids;
     for (size_t k = 0; k < d.output_token_ids.size(); ++k)
       ids += (k ? "," : "") + std::to_string(d.output_token_ids[k]);
@@ -203,6 +208,11 @@ int run_offline(const OfflineArgs& a) {
   // scheduling): one from a step that also ran prompt tokens is not among the counted sequence steps.
   decode.discarded = std::min(decode.discarded, decode.sequence_steps + decode.accepted);
   std::cout << "decode rate: " << bench::format_decode_rate(decode, bench::decode_rate(decode)) << "\n";
+  std::cout << format_gpu_idle(st.model.gpu_timed_decode_steps, st.model.gpu_decode_gap_seconds,
+                               st.model.gpu_decode_span_seconds)
+            << fmt::format("; greedy fast path: {} steps argmax on the device, {} on the host",
+                           st.model.argmax_steps_device, st.model.argmax_steps_host)
+            << "\n";
   DI_CHECK_CODE(all_finite, ErrorCode::kInternal) << "non-finite values in at least one sample";
   return 0;
 }
@@ -272,6 +282,12 @@ void register_offline(CLI::App& app, CommandRegistry& reg) {
                 "run each decode as its own forward (default: one batched decode forward per step where the model "
                 "has one)");
   sub->add_flag("--ignore-eos", a->ignore_eos, "keep generating past EOS until --max-tokens");
+  sub->add_flag("!--no-logprobs", a->logprobs,
+                "skip the chosen tokens' log-probabilities (decode_ppl n/a): greedy steps then take the fast path "
+                "(argmax of the logits on the device on CUDA, only token ids copied back)");
+  sub->add_flag("!--no-device-argmax", s.device_argmax,
+                "CUDA: greedy fast-path steps copy the full logits rows to the host and take the argmax there (the "
+                "comparison for the device argmax)");
   sub->add_option("--speculative", s.speculative,
                   "speculative decoding: off | mtp (V3 family or V4-Flash base with an MTP layer) | dspark (V4.1 / "
                   "V4-Flash-0731 with DSpark draft weights)")

@@ -21,6 +21,7 @@
 #ifdef DEEPINFER_WITH_CUDA
 #include "deepinfer/ops/cuda/cuda_backend.h"
 #include "deepinfer/ops/cuda/cuda_runtime.h"
+#include "deepinfer/ops/cuda/cuda_step_hooks.h"
 #endif
 
 namespace deepinfer {
@@ -33,6 +34,16 @@ std::string option(const EngineStackOptions& o, const std::string& name, const s
   for (char& c : flag)
     if (c == '_') c = '-';
   return flag + " " + value;
+}
+
+// The runner's device hooks on CUDA (GPU timeline, greedy fast path on the device); none on the CPU.
+template <typename Runner>
+void set_device_hooks(Runner& r, Backend& backend, const EngineStackOptions& o) {
+#ifdef DEEPINFER_WITH_CUDA
+  if (o.device == "cuda") r.set_device_hooks(make_cuda_step_hooks(static_cast<CudaBackend&>(backend)));
+#else
+  (void)r, (void)backend, (void)o;
+#endif
 }
 
 spec::MtpDraftSampling mtp_draft_sampling(const EngineStackOptions& o) {
@@ -226,6 +237,7 @@ std::unique_ptr<EngineStack> load_engine_stack(const EngineStackOptions& o) {
   ro.exact_prefill = o.exact_prefill;
   ro.decode_graphs = o.decode_graphs;
   ro.batch_decode = o.batch_decode;
+  ro.device_argmax = o.device_argmax;
   if (parallel) {
     ParallelRunnerOptions po;
     po.layout = playout;
@@ -243,6 +255,7 @@ std::unique_ptr<EngineStack> load_engine_stack(const EngineStackOptions& o) {
     }
   } else if (s.v3) {
     auto r = std::make_unique<V3ModelRunner>(*s.v3, o.max_num_seqs, ro);
+    set_device_hooks(*r, *s.backend, o);
     if (o.cp > 1) r->set_context_parallel(o.cp, cp_launcher(o));
     if (o.speculative == "mtp")
       r->set_proposer(std::make_unique<spec::MtpProposer>(*s.v3, o.max_num_seqs, mtp_draft_sampling(o)));
@@ -253,6 +266,7 @@ std::unique_ptr<EngineStack> load_engine_stack(const EngineStackOptions& o) {
     s.runner = std::move(r);
   } else {
     auto r = std::make_unique<V4ModelRunner>(*s.v4, o.max_num_seqs, ro);
+    set_device_hooks(*r, *s.backend, o);
     if (o.cp > 1) r->set_context_parallel(o.cp, cp_launcher(o));
     if (o.speculative == "mtp") {
       const std::string why = V4MtpDraft::unavailable_reason(*s.v4);

@@ -51,6 +51,7 @@ struct EngineStackOptions {
   bool batch_decode = true;  // ModelRunnerOptions::batch_decode
   bool async_scheduling = true;
   bool decode_graphs = true;  // ModelRunnerOptions::decode_graphs
+  bool device_argmax = true;  // ModelRunnerOptions::device_argmax (the greedy fast path's argmax on the device)
   // CUDA: CudaBackend::set_batch_invariant (a request's output independent of the rest of the batch). The CPU
   // reference is batch-invariant by construction (every row the same sequential arithmetic), so it ignores this.
   bool batch_invariant = false;

@@ -1,6 +1,7 @@
 #include "deepinfer/engine/model_runner.h"
 
 #include "deepinfer/core/error.h"
+#include "deepinfer/engine/greedy_argmax.h"
 
 namespace deepinfer {
 
@@ -13,6 +14,19 @@ std::vector<int64_t> resolve_token_ids(const ModelBatch& batch, const BatchEntry
     ids.back() = batch.prev_sampled_tokens[e.pending_row];
   }
   return ids;
+}
+
+void ModelRunner::execute_argmax(const ModelBatch& batch, std::span<TokenId> tokens, std::span<uint8_t> non_finite) {
+  const int64_t rows = batch.num_logits_rows, vocab = vocab_size();
+  DI_CHECK_INTERNAL(static_cast<int64_t>(tokens.size()) >= rows && static_cast<int64_t>(non_finite.size()) >= rows)
+      << "execute_argmax: room for " << tokens.size() << " tokens, " << rows << " rows";
+  std::vector<float> logits(static_cast<size_t>(rows * vocab));
+  execute(batch, logits);
+  for (int64_t r = 0; r < rows; ++r) {
+    const RowArgmax a = host_row_argmax(std::span<const float>(logits).subspan(r * vocab, vocab));
+    tokens[r] = a.token;
+    non_finite[r] = a.non_finite ? 1 : 0;
+  }
 }
 
 spec::Draft ModelRunner::propose(const spec::DraftRequest&) {

@@ -66,6 +66,10 @@ struct ModelRunnerOptions {
   // Run the decode entries of a step together through the model's decode_batch (models with one: the V3 and V4
   // families) where the model allows it. Off: one forward per sequence (the comparison, and a fallback).
   bool batch_decode = true;
+  // The greedy fast path (ModelRunner::execute_argmax) reduces the logits rows to their argmax on the device where
+  // the runner has device hooks (CUDA) and copies back only those. Off: execute() and the host argmax (the
+  // comparison: the full logits rows copied to the host).
+  bool device_argmax = true;
 };
 
 // Prefill work of the runner so far (prompt positions, including recompute after preemption), in layer-tokens
@@ -80,6 +84,14 @@ struct ModelWorkStats {
   double execute_seconds = 0, decode_batch_seconds = 0;
   int64_t decode_batches = 0;
   int64_t batched_decodes = 0;  // decode tokens that ran through the model's decode_batch
+  // GPU idle between decode steps (CUDA only: events on the backend's stream when a step's execute begins and ends,
+  // engine/gpu_idle.h): per decode step (no prompt position) that followed another step, the gap between the two
+  // on the GPU, and the span = the gaps plus those steps' own GPU time. Zero steps on backends without a timeline.
+  int64_t gpu_timed_decode_steps = 0;
+  double gpu_decode_gap_seconds = 0, gpu_decode_span_seconds = 0;
+  // Steps that ran through execute_argmax reducing on the device (the greedy fast path), and through its host
+  // fallback.
+  int64_t argmax_steps_device = 0, argmax_steps_host = 0;
 };
 
 // The placeholder for a token sampled by the previous, still unfinished step (never a valid token id).
@@ -106,6 +118,12 @@ class ModelRunner {
   // Runs the batch and writes fp32 logits, row i for the i-th entry with needs_logits, into `logits`
   // ([num_logits_rows, vocab_size], row-major). A sequence's logits must not depend on the rest of the batch.
   virtual void execute(const ModelBatch& batch, std::span<float> logits) = 0;
+  // The greedy fast path (StepExecutor, for a step whose every row is sampled greedily with no processor that
+  // needs the host): per logits row its argmax (sampling/sampler.h argmax: lowest id on ties, -inf and NaN
+  // skipped, -1 when nothing is left) and 1 in `non_finite` when the row holds NaN or +inf (the executor's
+  // kNonFinite), instead of the rows. The default runs execute() and reduces on the host; a device runner reduces
+  // on the device and copies back only these. Both spans hold num_logits_rows entries.
+  virtual void execute_argmax(const ModelBatch& batch, std::span<TokenId> tokens, std::span<uint8_t> non_finite);
   // The slot's sequence finished or was preempted; its state may be dropped (the next user resets it anyway).
   // Called in step order with execute (after every step that used the slot), on the thread that executes.
   virtual void release_slot(int32_t slot) {}

@@ -23,6 +23,8 @@
 #include <vector>
 
 #include "deepinfer/core/error.h"
+#include "deepinfer/engine/device_step_hooks.h"
+#include "deepinfer/engine/greedy_argmax.h"
 #include "deepinfer/engine/model_runner.h"
 #include "deepinfer/model/decode_graphs.h"
 #include "deepinfer/model/paged_rows.h"
@@ -95,6 +97,10 @@ class SlotModelRunner final : public ModelRunner {
   // Recorded decode steps (nullptr: none, every step eager).
   const DecodeGraphs* decode_graphs() const { return graphs_.get(); }
 
+  // Device hooks (CUDA: ops/cuda/cuda_step_hooks.h): the GPU timeline of every step, and the greedy fast path's
+  // argmax of batched decode logits on the device (with ModelRunnerOptions::device_argmax).
+  void set_device_hooks(std::unique_ptr<DeviceStepHooks> hooks) { hooks_ = std::move(hooks); }
+
   // Turns speculative decoding on: `proposer` drafts for every sequence and observes every chunk.
   void set_proposer(std::unique_ptr<spec::Proposer> proposer) {
     DI_CHECK_CODE(!proposer || (HasTruncate<Model, State>), ErrorCode::kUnsupported)
@@ -124,15 +130,75 @@ class SlotModelRunner final : public ModelRunner {
 
   void execute(const ModelBatch& batch, std::span<float> logits) override {
     if (cp_follower_) return follow(batch);
+    const int64_t vocab = vocab_size();
+    DI_CHECK(static_cast<int64_t>(logits.size()) >= batch.num_logits_rows * vocab)
+        << "logits buffer holds " << logits.size() << " values, need " << batch.num_logits_rows * vocab;
+    run(batch, logits, nullptr);
+  }
+
+  // The greedy fast path: rows from forward() (prefill chunks, unbatched decodes) are reduced on the host as they
+  // come back; the batched decode rows on the device when there are hooks (only ids and flags cross over).
+  // device_argmax off: execute() and the host reduction of the copied rows (the comparison).
+  void execute_argmax(const ModelBatch& batch, std::span<TokenId> tokens, std::span<uint8_t> non_finite) override {
+    if (cp_follower_ || !options_.device_argmax) {
+      ++work_.argmax_steps_host;
+      return ModelRunner::execute_argmax(batch, tokens, non_finite);
+    }
+    DI_CHECK_INTERNAL(static_cast<int64_t>(tokens.size()) >= batch.num_logits_rows &&
+                      static_cast<int64_t>(non_finite.size()) >= batch.num_logits_rows)
+        << "execute_argmax: room for " << tokens.size() << " tokens, " << batch.num_logits_rows << " rows";
+    const ArgmaxOut am{tokens, non_finite};
+    run(batch, {}, &am);
+  }
+
+  ModelWorkStats work_stats() const override {
+    ModelWorkStats w = work_;
+    if (graphs_) {
+      w.decode_graph_recordings = graphs_->stats().recorded;
+      w.decode_graph_replays = graphs_->stats().replays;
+      w.decode_steps_eager = graphs_->stats().eager + graphs_->stats().padded_eager;
+    }
+    if (hooks_) {
+      w.gpu_timed_decode_steps = hooks_->timed_decode_steps();
+      w.gpu_decode_gap_seconds = hooks_->decode_gap_seconds();
+      w.gpu_decode_span_seconds = hooks_->decode_span_seconds();
+    }
+    return w;
+  }
+
+ private:
+  // execute_argmax's outputs, by logits row.
+  struct ArgmaxOut {
+    std::span<TokenId> tokens;
+    std::span<uint8_t> non_finite;
+    void put(int64_t row, std::span<const float> logits) const {
+      const RowArgmax a = host_row_argmax(logits);
+      tokens[row] = a.token;
+      non_finite[row] = a.non_finite ? 1 : 0;
+    }
+  };
+
+  // One step: logits rows into `logits`, or (am set) their argmax into `am`.
+  void run(const ModelBatch& batch, std::span<float> logits, const ArgmaxOut* am) {
     const auto t0 = std::chrono::steady_clock::now();
     struct Timer {
       double& total;
       std::chrono::steady_clock::time_point t0;
       ~Timer() { total += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
     } timer{work_.execute_seconds, t0};
+    // The GPU timeline's events around the step's work (also when it throws, so they stay paired).
+    struct Timeline {
+      DeviceStepHooks* hooks;
+      bool decode;
+      ~Timeline() {
+        if (hooks) hooks->step_end(decode);
+      }
+    } timeline{hooks_.get(),
+               !batch.entries.empty() && std::all_of(batch.entries.begin(), batch.entries.end(),
+                                                     [](const BatchEntry& e) { return e.start >= e.prompt_len; })};
+    if (hooks_) hooks_->step_begin();
+    bool device_reduced = false;
     const int64_t vocab = vocab_size();
-    DI_CHECK(static_cast<int64_t>(logits.size()) >= batch.num_logits_rows * vocab)
-        << "logits buffer holds " << logits.size() << " values, need " << batch.num_logits_rows * vocab;
     int64_t row = 0;
     if (proposer_) step_.assign(batch.entries.size(), {});
     size_t entry_index = 0;
@@ -211,7 +277,11 @@ class SlotModelRunner final : public ModelRunner {
         DI_CHECK_CODE(rows >= want, ErrorCode::kUnsupported) << "sequence " << e.seq_id << ": the model returned "
                                                              << rows << " logits rows, verification needs " << want;
         const float* first = out.template data<float>() + (rows - want) * vocab;
-        std::memcpy(logits.data() + row * vocab, first, static_cast<size_t>(want * vocab) * sizeof(float));
+        if (am) {
+          for (int64_t i = 0; i < want; ++i) am->put(row + i, std::span<const float>(first + i * vocab, vocab));
+        } else {
+          std::memcpy(logits.data() + row * vocab, first, static_cast<size_t>(want * vocab) * sizeof(float));
+        }
         row += want;
       }
     }
@@ -219,31 +289,48 @@ class SlotModelRunner final : public ModelRunner {
       if (!decode_states.empty()) {
         Timer decode_timer{work_.decode_batch_seconds, std::chrono::steady_clock::now()};
         ++work_.decode_batches;
-        const auto out = [&] {
-          if constexpr (HasDecodeGraphs<Model, State>)
-            return model_.decode_batch(std::span<State* const>(decode_states), decode_ids, graphs_.get());
-          else
-            return model_.decode_batch(std::span<State* const>(decode_states), decode_ids);
-        }();
-        work_.batched_decodes += static_cast<int64_t>(decode_states.size());
-        for (size_t i = 0; i < decode_states.size(); ++i)
-          if (decode_rows[i] >= 0)
-            std::memcpy(logits.data() + decode_rows[i] * vocab, out.template data<float>() + i * vocab,
-                        static_cast<size_t>(vocab) * sizeof(float));
+        const std::span<State* const> states(decode_states);
+        const size_t n = decode_states.size();
+        if constexpr (requires(const DeviceLogitsFn* f) {
+                        model_.decode_batch(states, decode_ids, graphs_.get(), f);
+                      }) {
+          if (am && hooks_) {
+            // Only B ids and flags come back, not [B, vocab] floats.
+            std::vector<TokenId> tokens(n);
+            std::vector<uint8_t> non_finite(n);
+            const DeviceLogitsFn reduce = [&](const Tensor& l) { hooks_->argmax(l, tokens, non_finite); };
+            model_.decode_batch(states, decode_ids, graphs_.get(), &reduce);
+            for (size_t i = 0; i < n; ++i)
+              if (decode_rows[i] >= 0) {
+                am->tokens[decode_rows[i]] = tokens[i];
+                am->non_finite[decode_rows[i]] = non_finite[i];
+              }
+            device_reduced = true;
+          }
+        }
+        if (!device_reduced) {
+          const auto out = [&] {
+            if constexpr (HasDecodeGraphs<Model, State>)
+              return model_.decode_batch(states, decode_ids, graphs_.get());
+            else
+              return model_.decode_batch(states, decode_ids);
+          }();
+          for (size_t i = 0; i < n; ++i) {
+            if (decode_rows[i] < 0) continue;
+            const float* r = out.template data<float>() + i * vocab;
+            if (am)
+              am->put(decode_rows[i], std::span<const float>(r, vocab));
+            else
+              std::memcpy(logits.data() + decode_rows[i] * vocab, r, static_cast<size_t>(vocab) * sizeof(float));
+          }
+        }
+        work_.batched_decodes += static_cast<int64_t>(n);
       }
     }
+    if (am) ++(device_reduced ? work_.argmax_steps_device : work_.argmax_steps_host);
   }
 
-  ModelWorkStats work_stats() const override {
-    ModelWorkStats w = work_;
-    if (graphs_) {
-      w.decode_graph_recordings = graphs_->stats().recorded;
-      w.decode_graph_replays = graphs_->stats().replays;
-      w.decode_steps_eager = graphs_->stats().eager + graphs_->stats().padded_eager;
-    }
-    return w;
-  }
-
+ public:
   KvFootprint kv_footprint(int block_size) const override {
     KvFootprint f;
     if constexpr (kPaged) {
@@ -443,6 +530,7 @@ class SlotModelRunner final : public ModelRunner {
   std::unique_ptr<spec::Proposer> proposer_;
   std::vector<StepEntry> step_;
   std::unique_ptr<DecodeGraphs> graphs_;
+  std::unique_ptr<DeviceStepHooks> hooks_;
 };
 
 }  // namespace deepinfer

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "deepinfer/core/error.h"
+#include "deepinfer/engine/greedy_argmax.h"
 #include "deepinfer/spec/verifier.h"
 
 namespace deepinfer {
@@ -113,6 +114,10 @@ StepExecutor::Outcome StepExecutor::run(StepJob& job) {
     const std::vector<spec::Draft> drafts = draft(job, verify);
     const int64_t rows = job.batch.num_logits_rows;
     job.batch.prev_sampled_tokens = last_sampled_;
+    if (greedy_fast_path(job)) {
+      run_greedy(job, out.result);
+      return out;
+    }
     logits_.assign(static_cast<size_t>(rows * vocab), 0.0f);
     runner_.execute(job.batch, logits_);
 
@@ -213,6 +218,53 @@ StepExecutor::Outcome StepExecutor::run(StepJob& job) {
     }
   }
   return out;
+}
+
+bool StepExecutor::greedy_fast_path(const StepJob& job) const {
+  if (runner_.speculative() || job.samples.empty()) return false;
+  for (const StepJob::Sample& smp : job.samples) {
+    const auto it = seqs_.find(smp.seq_id);
+    if (it == seqs_.end()) return false;  // the general path raises the error
+    const SeqState& st = it->second;
+    if (st.structured || !greedy_fast_path_row(*st.params, smp.position - st.prompt_len)) return false;
+  }
+  return true;
+}
+
+void StepExecutor::run_greedy(StepJob& job, StepResult& res) {
+  const int64_t n = static_cast<int64_t>(job.samples.size());
+  std::vector<TokenId> tokens(static_cast<size_t>(n), -1);
+  std::vector<uint8_t> non_finite(static_cast<size_t>(n), 0);
+  runner_.execute_argmax(job.batch, tokens, non_finite);
+  res.work = runner_.work_stats();
+  res.samples.resize(static_cast<size_t>(n));
+  res.outcomes.assign(static_cast<size_t>(n), RowOutcome::kSampled);
+  res.errors.resize(static_cast<size_t>(n));
+  res.more.resize(static_cast<size_t>(n));
+  res.drafted.assign(static_cast<size_t>(n), 0);
+  res.accepted.assign(static_cast<size_t>(n), 0);
+  std::vector<TokenId> sampled(static_cast<size_t>(n), 0);
+  // As the general path: one logits row per sample, the history grows by one token whatever happens (id 0 stands
+  // in for a row that gave none).
+  for (int64_t row = 0; row < n; ++row) {
+    const StepJob::Sample& smp = job.samples[row];
+    SeqState& st = seqs_.at(smp.seq_id);
+    DI_CHECK_INTERNAL(static_cast<int64_t>(st.tokens.size()) == smp.position)
+        << "sequence " << smp.seq_id << ": the executor's history has " << st.tokens.size()
+        << " tokens but the step samples position " << smp.position;
+    if (non_finite[row]) {
+      res.outcomes[row] = RowOutcome::kNonFinite;
+    } else if (tokens[row] < 0) {
+      // Sampler::sample_token's error for a row with nothing left (every logit -inf).
+      res.outcomes[row] = RowOutcome::kFailed;
+      res.errors[row] = "no token left to sample (all logits -inf or NaN)";
+    } else {
+      sampled[row] = tokens[row];
+      res.samples[row].token = tokens[row];
+    }
+    st.tokens.push_back(sampled[row]);
+  }
+  last_sampled_ = std::move(sampled);
 }
 
 void StepExecutor::add_logprobs(const StepJob& job, const std::vector<int>& verify, StepResult& res) {

@@ -120,6 +120,9 @@ class StepExecutor {
                   StepResult& res, int64_t sample);
 
   Outcome run(StepJob& job);  // on the executing thread
+  // The greedy fast path: every row of the step is the plain argmax of its logits (greedy_argmax.h), no drafts.
+  bool greedy_fast_path(const StepJob& job) const;
+  void run_greedy(StepJob& job, StepResult& res);
   // Speculative: drafts for the samples that may verify some, extending their batch entries. Returns per sample
   // the drafts to verify (those beyond the count are ignored).
   std::vector<spec::Draft> draft(StepJob& job, std::vector<int>& verify_counts);

@@ -34,6 +34,11 @@ struct DecodeStepInputs {
   Tensor logits;      // f32 [batch, vocab] (the step's output)
 };
 
+// What consumes a batched decode step's logits (f32 [B, vocab]) while they are still on the device: a model's
+// decode_batch given one calls it instead of copying the rows to the host (the engine's greedy fast path reduces
+// them to token ids there, engine/device_step_hooks.h).
+using DeviceLogitsFn = std::function<void(const Tensor& logits)>;
+
 struct DecodeGraphStats {
   int64_t recorded = 0;      // recordings made (each ran the step eagerly too)
   int64_t replays = 0;       // steps served by a replay

@@ -269,7 +269,7 @@ bool DeepseekV3Model::decode_batchable(const V3SequenceState& seq) const {
 }
 
 HostTensor DeepseekV3Model::decode_batch(std::span<V3SequenceState* const> seqs, std::span<const int64_t> ids,
-                                         DecodeGraphs* graphs) const {
+                                         DecodeGraphs* graphs, const DeviceLogitsFn* device_logits) const {
   const int64_t B = static_cast<int64_t>(seqs.size()), V = config_.vocab_size;
   DI_CHECK(B > 0 && static_cast<int64_t>(ids.size()) == B)
       << "decode_batch: " << ids.size() << " token ids for " << B << " sequences";
@@ -333,7 +333,10 @@ HostTensor DeepseekV3Model::decode_batch(std::span<V3SequenceState* const> seqs,
     mem.copy(in.tables, Tensor(h_tables.data(), DType::kI32, {rows, width}));
     mem.copy(in.write_rows, Tensor(h_write.data(), DType::kI64, {rows}));
     graphs->run(rows, width, [&] { decode_step(in, pages, bs); });
-    logits = mem.to_host(in.logits.slice(0, B));
+    if (device_logits)
+      (*device_logits)(in.logits.slice(0, B));
+    else
+      logits = mem.to_host(in.logits.slice(0, B));
   } else {
     if (graphs) graphs->count_eager();
     host_inputs(B, max_blocks, h_ids, h_pos, h_q_seq, h_tables, h_write);
@@ -344,7 +347,10 @@ HostTensor DeepseekV3Model::decode_batch(std::span<V3SequenceState* const> seqs,
     const OwnedTensor write = mem.from_host(DType::kI64, {B}, h_write.data());
     const OwnedTensor out = mem.zeros(DType::kF32, {B, V});
     decode_step({id.view(), pos.view(), q_seq.view(), tables.view(), write.view(), out.view()}, pages, bs);
-    logits = mem.to_host(out);
+    if (device_logits)
+      (*device_logits)(out.view());
+    else
+      logits = mem.to_host(out);
   }
   for (V3SequenceState* s : seqs) ++s->num_tokens;
   return logits;

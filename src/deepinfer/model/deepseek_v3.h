@@ -119,8 +119,9 @@ class DeepseekV3Model {
   // ids[b]; the same function as forward(*seqs[b], {ids[b]}) (bit-identical on the CPU backend).
   // With `graphs` (enabled on CUDA) the step is recorded per padded shape and replayed (model/decode_graphs.h); a
   // padded row computes the same as an unpadded one, so replays give the eager step's logits.
+  // With `device_logits` the logits are handed to it on the device and the result is empty (no host copy).
   HostTensor decode_batch(std::span<V3SequenceState* const> seqs, std::span<const int64_t> ids,
-                          DecodeGraphs* graphs = nullptr) const;
+                          DecodeGraphs* graphs = nullptr, const DeviceLogitsFn* device_logits = nullptr) const;
   // Whether decode_batch may run this sequence's next token: paged, the absorbed form at its position, no expert
   // parallelism (its ranks must make identical call sequences).
   bool decode_batchable(const V3SequenceState& seq) const;

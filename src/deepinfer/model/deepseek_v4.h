@@ -203,8 +203,9 @@ class DeepseekV4Model {
   // With `graphs` (enabled on CUDA) the step runs padded to a batch bucket and its batched parts are recorded in
   // pieces (model/decode_graphs.h) and replayed: piece k finishes layer k−1 and runs layer k up to its attention;
   // each layer's per-sequence middle (compressors, indexer, attention) runs eagerly between two pieces.
+  // With `device_logits` the logits are handed to it on the device and the result is empty (no host copy).
   HostTensor decode_batch(std::span<V4SequenceState* const> seqs, std::span<const int64_t> ids,
-                          DecodeGraphs* graphs = nullptr) const;
+                          DecodeGraphs* graphs = nullptr, const DeviceLogitsFn* device_logits = nullptr) const;
   // Recorded decode pieces for decode_batch (enabled() only on a backend that records: CUDA).
   std::unique_ptr<DecodeGraphs> new_decode_graphs() const { return std::make_unique<DecodeGraphs>(backend_); }
   // Whether decode_batch may run this sequence's next token: paged, no expert parallelism, no undo recording

@@ -465,7 +465,7 @@ void DeepseekV4Model::decode_middle(DecodeBatch& d, int layer) const {
 }
 
 HostTensor DeepseekV4Model::decode_batch(std::span<V4SequenceState* const> seqs, std::span<const int64_t> ids,
-                                         DecodeGraphs* graphs) const {
+                                         DecodeGraphs* graphs, const DeviceLogitsFn* device_logits) const {
   const int64_t B = static_cast<int64_t>(seqs.size());
   const int64_t D = config_.hidden_size, hc = config_.hc.hc_mult, V = config_.vocab_size;
   const int64_t H = config_.num_heads, hd = config_.attn.head_dim;
@@ -617,6 +617,10 @@ HostTensor DeepseekV4Model::decode_batch(std::span<V4SequenceState* const> seqs,
   }
   if (graphs && bucket == 0) graphs->count_eager();
   for (V4SequenceState* s : seqs) ++s->num_tokens;
+  if (device_logits) {
+    (*device_logits)(d.logits.slice(0, B));
+    return {};
+  }
   return mem.to_host(d.logits.slice(0, B));
 }
 

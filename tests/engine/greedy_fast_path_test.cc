@@ -1,0 +1,213 @@
+// The greedy fast path (engine/greedy_argmax.h, ModelRunner::execute_argmax, StepExecutor): which steps take it,
+// and that taking it changes nothing — the same tokens and row outcomes as the general path's Sampler, over rows
+// with ties, -inf entries, NaN and +inf (kNonFinite) and all -inf (kFailed).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <memory>
+
+#include "deepinfer/engine/greedy_argmax.h"
+#include "deepinfer/engine/step_executor.h"
+#include "deepinfer/sampling/sampler.h"
+
+namespace deepinfer {
+namespace {
+
+constexpr int64_t kVocab = 16;
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// Logits that depend only on (sequence, position); some sequences have special rows.
+std::vector<float> row_for(int64_t seq, int64_t pos) {
+  std::vector<float> r(kVocab);
+  for (int64_t t = 0; t < kVocab; ++t) r[t] = static_cast<float>(((seq * 7 + pos * 3 + t * 5) % 11) / 2);  // ties
+  switch (seq) {
+    case 100:  // NaN: kNonFinite
+      r[3] = std::numeric_limits<float>::quiet_NaN();
+      break;
+    case 101:  // +inf: kNonFinite
+      r[5] = kInf;
+      break;
+    case 102:  // every entry -inf: nothing to sample
+      std::fill(r.begin(), r.end(), -kInf);
+      break;
+    case 103:  // -inf entries and -0 / +0 ties
+      for (int64_t t = 0; t < kVocab; ++t) r[t] = t % 3 == 0 ? -kInf : (t % 2 ? -0.0f : 0.0f);
+      break;
+    default:
+      break;
+  }
+  return r;
+}
+
+class FakeRunner final : public ModelRunner {
+ public:
+  int64_t vocab_size() const override { return kVocab; }
+  void execute(const ModelBatch& batch, std::span<float> logits) override {
+    ++executes;
+    int64_t row = 0;
+    for (const BatchEntry& e : batch.entries) {
+      if (!e.needs_logits) continue;
+      const std::vector<float> r = row_for(e.seq_id, e.end());
+      std::copy(r.begin(), r.end(), logits.begin() + row++ * kVocab);
+    }
+  }
+  void execute_argmax(const ModelBatch& batch, std::span<TokenId> tokens, std::span<uint8_t> non_finite) override {
+    ++argmax_calls;
+    ModelRunner::execute_argmax(batch, tokens, non_finite);  // the default: execute + the host reduction
+  }
+  bool speculative() const override { return spec; }
+  int executes = 0, argmax_calls = 0;
+  bool spec = false;
+};
+
+struct Seq {
+  int64_t id;
+  SamplingParams params;
+  int64_t outputs = 0;  // tokens already sampled after the 3-token prompt
+};
+
+// One step over `seqs` (each a one-token decode or its first step), registering them first.
+StepResult run_step(StepExecutor& ex, const std::vector<Seq>& seqs) {
+  StepJob job;
+  job.token_storage.resize(seqs.size());
+  for (const Seq& s : seqs) {
+    std::vector<TokenId> history = {1, 2, 3};
+    for (int64_t i = 0; i < s.outputs; ++i) history.push_back(4);
+    StepJob::Registration r;
+    r.seq_id = s.id;
+    r.tokens = history;
+    r.prompt_len = 3;
+    r.params = std::make_shared<SamplingParams>(s.params);
+    job.registrations.push_back(std::move(r));
+    job.token_storage[job.batch.entries.size()] = {history.back()};
+    BatchEntry e;
+    e.seq_id = s.id;
+    e.token_ids = job.token_storage[job.batch.entries.size()];
+    e.start = static_cast<int64_t>(history.size()) - 1;
+    e.state_slot = static_cast<int32_t>(job.batch.entries.size());
+    e.needs_logits = true;
+    e.prompt_len = 3;
+    job.batch.entries.push_back(e);
+    job.samples.push_back({s.id, static_cast<int64_t>(history.size()), static_cast<int32_t>(job.samples.size()), 0});
+  }
+  job.batch.num_tokens = static_cast<int64_t>(seqs.size());
+  job.batch.num_logits_rows = static_cast<int64_t>(seqs.size());
+  ex.submit(std::move(job));
+  return ex.wait();
+}
+
+SamplingParams greedy() {
+  SamplingParams p;
+  p.temperature = 0.0f;
+  return p;
+}
+
+TEST(GreedyFastPath, RowEligibility) {
+  EXPECT_TRUE(greedy_fast_path_row(greedy(), 0));
+  SamplingParams p = greedy();
+  p.temperature = 0.7f;
+  EXPECT_FALSE(greedy_fast_path_row(p, 0));
+  p = greedy();
+  p.logprobs = 0;
+  EXPECT_FALSE(greedy_fast_path_row(p, 0));
+  p = greedy();
+  p.repetition_penalty = 1.1f;
+  EXPECT_FALSE(greedy_fast_path_row(p, 0));
+  p = greedy();
+  p.presence_penalty = 0.5f;
+  EXPECT_FALSE(greedy_fast_path_row(p, 0));
+  p = greedy();
+  p.frequency_penalty = -0.5f;
+  EXPECT_FALSE(greedy_fast_path_row(p, 0));
+  p = greedy();
+  p.structured = StructuredOutputParams::json_object();
+  EXPECT_FALSE(greedy_fast_path_row(p, 0));
+  p = greedy();
+  p.min_tokens = 2;
+  EXPECT_FALSE(greedy_fast_path_row(p, 1));  // EOS still suppressed
+  EXPECT_TRUE(greedy_fast_path_row(p, 2));
+  p = greedy();
+  p.top_k = 5;  // filters after the temperature: greedy ignores them
+  p.top_p = 0.5f;
+  EXPECT_TRUE(greedy_fast_path_row(p, 0));
+}
+
+TEST(GreedyFastPath, HostRowArgmaxIsTheSamplersArgmaxAndFlagsNaNAndPlusInf) {
+  for (int64_t seq : {1, 2, 100, 101, 102, 103}) {
+    const std::vector<float> r = row_for(seq, 9);
+    const RowArgmax a = host_row_argmax(r);
+    EXPECT_EQ(a.token, argmax(r)) << "sequence " << seq;
+    EXPECT_EQ(a.non_finite, seq == 100 || seq == 101) << "sequence " << seq;
+  }
+  EXPECT_EQ(host_row_argmax(row_for(102, 9)).token, -1);
+  EXPECT_EQ(host_row_argmax(row_for(103, 9)).token, 1);  // the lowest id of the +0 / -0 tie
+}
+
+TEST(GreedyFastPath, TheExecutorTakesItOnlyWhenEveryRowQualifies) {
+  struct Case {
+    std::string name;
+    std::function<void(SamplingParams&, int64_t&)> change;  // applied to the second sequence
+    bool fast;
+  };
+  const std::vector<Case> cases = {
+      {"all greedy", [](SamplingParams&, int64_t&) {}, true},
+      {"sampled row", [](SamplingParams& p, int64_t&) { p.temperature = 0.8f; }, false},
+      {"logprobs", [](SamplingParams& p, int64_t&) { p.logprobs = 0; }, false},
+      {"repetition penalty", [](SamplingParams& p, int64_t&) { p.repetition_penalty = 1.2f; }, false},
+      {"min_tokens ahead", [](SamplingParams& p, int64_t&) { p.min_tokens = 3; }, false},
+      {"min_tokens reached",
+       [](SamplingParams& p, int64_t& outputs) {
+         p.min_tokens = 3;
+         outputs = 3;
+       },
+       true},
+  };
+  for (const Case& c : cases) {
+    FakeRunner runner;
+    StepExecutor ex(runner, {0}, /*async=*/false);
+    std::vector<Seq> seqs = {{1, greedy()}, {2, greedy()}};
+    c.change(seqs[1].params, seqs[1].outputs);
+    const StepResult res = run_step(ex, seqs);
+    EXPECT_EQ(runner.argmax_calls, c.fast ? 1 : 0) << c.name;
+    EXPECT_EQ(runner.executes, 1) << c.name;
+    ASSERT_EQ(res.outcomes.size(), 2u);
+    EXPECT_EQ(res.outcomes[0], RowOutcome::kSampled) << c.name;
+  }
+  // A speculative runner verifies drafts from the processed rows: never the fast path.
+  FakeRunner runner;
+  runner.spec = true;
+  StepExecutor ex(runner, {0}, false);
+  run_step(ex, {{1, greedy()}});
+  EXPECT_EQ(runner.argmax_calls, 0);
+}
+
+TEST(GreedyFastPath, SameTokensAndOutcomesAsTheSampler) {
+  // The same rows once through the fast path and once through the general path (a logprobs request in the step
+  // keeps it there).
+  const std::vector<int64_t> ids = {1, 2, 3, 100, 101, 102, 103};
+  FakeRunner fast_runner, slow_runner;
+  StepExecutor fast(fast_runner, {0}, false), slow(slow_runner, {0}, false);
+  std::vector<Seq> seqs;
+  for (int64_t id : ids) seqs.push_back({id, greedy()});
+  std::vector<Seq> with_logprobs = seqs;
+  with_logprobs.push_back({50, greedy()});
+  with_logprobs.back().params.logprobs = 0;
+  const StepResult a = run_step(fast, seqs), b = run_step(slow, with_logprobs);
+  EXPECT_EQ(fast_runner.argmax_calls, 1);
+  EXPECT_EQ(slow_runner.argmax_calls, 0);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    EXPECT_EQ(a.outcomes[i], b.outcomes[i]) << "sequence " << ids[i];
+    if (a.outcomes[i] == RowOutcome::kSampled) EXPECT_EQ(a.samples[i].token, b.samples[i].token) << ids[i];
+  }
+  EXPECT_EQ(a.outcomes[3], RowOutcome::kNonFinite);
+  EXPECT_EQ(a.outcomes[4], RowOutcome::kNonFinite);
+  EXPECT_EQ(a.outcomes[5], RowOutcome::kFailed);
+  EXPECT_FALSE(a.errors[5].empty());
+  EXPECT_EQ(a.outcomes[6], RowOutcome::kSampled);
+  EXPECT_EQ(a.samples[6].token, 1);
+  EXPECT_EQ(a.samples[0].token, argmax(row_for(1, 3)));  // the entry ends at position 3
+}
+
+}  // namespace
+}  // namespace deepinfer

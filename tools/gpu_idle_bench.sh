@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# GPU idle between decode steps in the engine, without nsys: `deepinfer offline --device cuda` prints it from CUDA
+# events on the backend's stream (engine/gpu_idle.h: per decode step the gap since the previous step's end, over the
+# gaps plus the steps' own GPU time). Greedy runs at several batch sizes on the V4.1 and V3 golden test models and
+# on a random-weight V3-shaped FP8 checkpoint of ~0.8 B parameters (tools/decode_graph_bench.sh's), each in three
+# modes:
+#   fast     --no-logprobs: every step takes the greedy fast path, the argmax on the device (ids copied back)
+#   host     --no-logprobs --no-device-argmax: the same steps with the full [rows, vocab] logits copied to the host
+#   logprobs the default offline run (the chosen token's logprob: the general path, host sampling)
+# One "[gpu-idle]" line per run: the idle figure, the fast-path step counts and the decode-steps line.
+#   usage: bash tools/gpu_idle_bench.sh   (CLI=build-gpu/bin/deepinfer; BATCHES, MODES, MODELS, MAX_TOKENS override)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+cli=${CLI:-build-gpu/bin/deepinfer}
+work=${BENCH_DIR:-/tmp/gpu_idle_bench}
+mkdir -p "$work"
+models=${MODELS:-"golden-v41 golden-v3 v3-0.8b"}
+if [[ " $models " == *" v3-0.8b "* ]] && [ ! -f "$work/v3/config.json" ]; then
+  mkdir -p "$work/v3"
+  python3 - "$work/v3-config.json" <<'PY'
+import json, sys
+c = json.load(open("tests/data/golden/deepseek_v3/config.json"))
+c.update(hidden_size=2048, num_attention_heads=16, num_key_value_heads=16, q_lora_rank=768, kv_lora_rank=512,
+         qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128, qk_head_dim=192, head_dim=64,
+         intermediate_size=5632, moe_intermediate_size=1024, n_routed_experts=16, num_experts_per_tok=4,
+         n_group=4, topk_group=2, num_hidden_layers=8, vocab_size=32768, max_position_embeddings=4096,
+         num_nextn_predict_layers=0)
+c["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+                            "weight_block_size": [128, 128]}
+json.dump(c, open(sys.argv[1], "w"), indent=1)
+PY
+  "$cli" make-checkpoint --config "$work/v3-config.json" --out "$work/v3" --seed 5 >"$work/make.log" 2>&1 ||
+    { echo "[gpu-idle] make-checkpoint FAILED"; tail -5 "$work/make.log"; }
+fi
+dir_of() {
+  case $1 in
+    golden-v41) echo tests/data/golden/deepseek_v41 ;;
+    golden-v3) echo tests/data/golden/deepseek_v3 ;;
+    v3-0.8b) echo "$work/v3" ;;
+    *) echo "$1" ;;  # a checkpoint directory
+  esac
+}
+for m in $models; do
+  dir=$(dir_of "$m")
+  [ -f "$dir/config.json" ] || { echo "[gpu-idle] $m: no checkpoint at $dir"; continue; }
+  for b in ${BATCHES:-1 8 64}; do
+    for mode in ${MODES:-fast host logprobs}; do
+      case $mode in
+        fast) flags=--no-logprobs ;;
+        host) flags="--no-logprobs --no-device-argmax" ;;
+        *) flags="" ;;
+      esac
+      log="$work/run_${m}_${b}_$mode.log"
+      # shellcheck disable=SC2086
+      timeout "${RUN_TIMEOUT:-90}" "$cli" offline --device cuda --model "$dir" --num-prompts "$b" \
+        --max-tokens "${MAX_TOKENS:-128}" --ignore-eos --max-num-seqs "$b" --max-num-batched-tokens 8192 $flags \
+        >"$log" 2>&1
+      rc=$?
+      echo "[gpu-idle] $m batch $b $mode: rc=$rc; $(grep -h '^gpu idle between decode steps' "$log" | head -1);" \
+        "$(grep -h '^decode steps:' "$log" | head -1 | cut -d';' -f1)"
+      [ $rc = 0 ] || tail -3 "$log"
+    done
+  done
+done
