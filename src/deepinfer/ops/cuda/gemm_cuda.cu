@@ -159,11 +159,11 @@ __device__ __forceinline__ float block_scale(const void* s, const GemmKernelPara
   return p.scale_e8m0 ? e8m0_to_f32_dev(static_cast<const uint8_t*>(s)[si]) : static_cast<const float*>(s)[si];
 }
 
-// 16 e4m3 codes (little-endian bytes of q) -> f32, two at a time through the hardware fp8x2 -> f16x2 convert.
-__device__ __forceinline__ void decode_fp8x16(const uint4 q, float* w) {
-  const uint32_t words[4] = {q.x, q.y, q.z, q.w};
+// 8 e4m3 codes (two words, little-endian) -> f32, two at a time through the hardware fp8x2 -> f16x2 convert.
+__device__ __forceinline__ void decode_fp8x8(uint32_t lo, uint32_t hi, float* w) {
+  const uint32_t words[2] = {lo, hi};
 #pragma unroll
-  for (int j = 0; j < 4; ++j)
+  for (int j = 0; j < 2; ++j)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const auto pair = static_cast<__nv_fp8x2_storage_t>((words[j] >> (16 * h)) & 0xFFFFu);
@@ -171,6 +171,11 @@ __device__ __forceinline__ void decode_fp8x16(const uint4 q, float* w) {
       w[j * 4 + h * 2] = f.x;
       w[j * 4 + h * 2 + 1] = f.y;
     }
+}
+// 16 e4m3 codes (little-endian bytes of q) -> f32.
+__device__ __forceinline__ void decode_fp8x16(const uint4 q, float* w) {
+  decode_fp8x8(q.x, q.y, w);
+  decode_fp8x8(q.z, q.w, w + 8);
 }
 // 2·kBytes e2m1 codes, low nibble first (even column), decoded 2^-14 times too small (callers fold
 // kFp4Unscale into the block scale): a nibble s|e1 e0|m placed as f16 bits s<<15 | (e1 e0 m)<<9 is exactly
@@ -302,20 +307,6 @@ __global__ void __launch_bounds__(kSkWarps * 32, kSkRows == kSkRowsNarrow ? 3 : 
 template <QuantFormat F>
 constexpr int kStChunk = F == QuantFormat::kMXFP4 ? 32 : 16;  // weights per 16-byte chunk
 constexpr int kStWarps = 8;
-
-// 8 e4m3 codes (two words, little-endian) -> f32.
-__device__ __forceinline__ void decode_fp8x8(uint32_t lo, uint32_t hi, float* w) {
-  const uint32_t words[2] = {lo, hi};
-#pragma unroll
-  for (int j = 0; j < 2; ++j)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const auto pair = static_cast<__nv_fp8x2_storage_t>((words[j] >> (16 * h)) & 0xFFFFu);
-      const float2 f = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3)));
-      w[j * 4 + h * 2] = f.x;
-      w[j * 4 + h * 2 + 1] = f.y;
-    }
-}
 
 // 8 e2m1 codes of one word (code i in bits 4i..4i+3) -> w[i], 2^-14 times too small like decode_fp4: codes i and
 // i + 4 sit 16 bits apart, so one pair of shifts and masks places both as the halves of an f16x2 (about half the
