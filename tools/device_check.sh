@@ -267,7 +267,8 @@ if [ "$MODE" = ci ]; then
   note "gpu tests (direct): rc=$? $(grep -E '^\[  PASSED|^\[  FAILED' "$OUT/gpu_tests_direct.log" | tr '\n' ' ')"
   grep -h "\[cuda-op\]" "$OUT/gpu_tests_direct.log" >"$OUT/op_errors.txt"
   note "op comparisons: $(grep -c ' ok' "$OUT/op_errors.txt") ok, $(grep -c 'FAIL' "$OUT/op_errors.txt") FAIL (op_errors.txt)"
-  grep -hE "FAILED  \]|decode graphs|^\[batch-invariance\]" "$OUT/gpu_tests_direct.log" | tee -a "$summary"
+  grep -hE "FAILED  \]|decode graphs|^\[batch-invariance\]|^\[cuda-greedy-fast-path|^\[cuda-gpu-idle|^\[cuda-argmax|^\[cuda-timeline" \
+    "$OUT/gpu_tests_direct.log" | tee -a "$summary"
   if [ -n "${MEMCHECK_FILTER:-}" ] && command -v compute-sanitizer >/dev/null 2>&1; then
     timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 build-gpu/bin/deepinfer_cuda_tests \
       --gtest_filter="$MEMCHECK_FILTER" >"$OUT/memcheck.log" 2>&1
@@ -309,7 +310,7 @@ if [ "$MODE" = model ]; then
   note "gpu tests (direct): rc=$? $(grep -E '^\[  PASSED|^\[  FAILED' "$OUT/gpu_tests_direct.log" | tr '\n' ' ')"
   grep -h "\[cuda-op\]" "$OUT/gpu_tests_direct.log" >"$OUT/op_errors.txt"
   note "op comparisons: $(grep -c ' ok' "$OUT/op_errors.txt") ok, $(grep -c 'FAIL' "$OUT/op_errors.txt") FAIL (op_errors.txt)"
-  grep -hE "^\[cuda-golden|^\[cuda-offline|^\[perf\]|^\[batch-invariance\]|FAILED  \]" "$OUT/gpu_tests_direct.log" |
+  grep -hE "^\[cuda-golden|^\[cuda-offline|^\[perf\]|^\[batch-invariance\]|^\[cuda-greedy-fast-path|^\[cuda-gpu-idle|^\[cuda-argmax|^\[cuda-timeline|FAILED  \]" "$OUT/gpu_tests_direct.log" |
     tee -a "$summary"
   [ -n "${MEMCHECK_FILTER:-}" ] && sanitize memcheck "$MEMCHECK_FILTER" "${MEMCHECK_TIMEOUT:-150}"
   [ -n "${RACECHECK_FILTER:-}" ] && sanitize racecheck "$RACECHECK_FILTER" "${RACECHECK_TIMEOUT:-200}"

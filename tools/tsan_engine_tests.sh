@@ -11,8 +11,8 @@ mkdir -p "$out"
 cd "$out"
 flags="-std=c++20 -O1 -g -fsanitize=thread -ffunction-sections -fdata-sections -DSPDLOG_FMT_EXTERNAL -I$root/src -I$root/tests"
 srcs="engine/engine.cc engine/scheduler.cc engine/sequence.cc engine/stop_checker.cc engine/step_executor.cc
-      engine/model_runner.cc engine/structured_output.cc engine/scheduling_policy.cc kv/block_allocator.cc kv/kv_cache_manager.cc
-      kv/prefix_cache.cc core/error.cc core/logging.cc"
+      engine/model_runner.cc engine/greedy_argmax.cc engine/structured_output.cc engine/scheduling_policy.cc kv/block_allocator.cc kv/kv_cache_manager.cc
+      kv/prefix_cache.cc core/error.cc core/logging.cc core/thread_pool.cc spec/verifier.cc spec/dspark_policy.cc"
 for f in "$root"/src/deepinfer/sampling/*.cc "$root"/src/deepinfer/structured/*.cc; do
   srcs="$srcs ${f#"$root"/src/deepinfer/}"
 done
