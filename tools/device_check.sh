@@ -22,6 +22,8 @@
 #   pass feeds every SWEEP_TOKEN_STRIDE-th case token by token through the masks for SWEEP_TOKEN_SECONDS at most
 #   (SWEEP_SECONDS bounds the first pass the same way; the summary then says how many cases finished).
 #   graphbench: build the CUDA CLI only, then tools/decode_graph_bench.sh (decode graphs vs --enforce-eager).
+#   idlebench: build the CUDA CLI only, then tools/gpu_idle_bench.sh (GPU idle between decode steps from CUDA events:
+#   device argmax vs host argmax vs the logprobs path, batch 1/8/64; MODELS / BATCHES / MODES / MAX_TOKENS narrow it).
 #   peer: build the CUDA CLI only (no tests: no GTest needed), then in the same call `deepinfer bench --device cuda
 #   --model v4-flash` and tools/peer_transformers_v4.py (transformers' DeepseekV4 on the same slice, bf16, its best
 #   attention) on the same shapes, and tools/peer_join.py: a table with the speed-up per row (peer_table.md).
@@ -203,6 +205,7 @@ target=deepinfer_cuda_tests
 [ "$MODE" = bench ] && target="deepinfer_cuda_tests deepinfer_cli"
 [ "$MODE" = multigpu ] && target="deepinfer_cuda_tests deepinfer_cli"
 [ "$MODE" = graphbench ] && target=deepinfer_cli
+[ "$MODE" = idlebench ] && target=deepinfer_cli
 keep=()
 [ "$MODE" = ci ] && keep=(-- -k 0)  # ci: build what compiles, list every failure, test what was built
 cmake --build build-gpu -j "$(nproc)" --target $target "${keep[@]}" >"$OUT/build.log" 2>&1 || {
@@ -210,6 +213,12 @@ cmake --build build-gpu -j "$(nproc)" --target $target "${keep[@]}" >"$OUT/build
 note "build ($target): ok in $(( $(date +%s) - start ))s"
 if [ "$MODE" = graphbench ]; then
   CLI=build-gpu/bin/deepinfer timeout "${GRAPH_BENCH_TIMEOUT:-400}" bash tools/decode_graph_bench.sh | tee -a "$summary"
+  exit 0
+fi
+if [ "$MODE" = idlebench ]; then
+  CLI=build-gpu/bin/deepinfer timeout "${IDLE_BENCH_TIMEOUT:-400}" bash tools/gpu_idle_bench.sh | tee -a "$summary"
+  echo "================ summary"
+  cat "$summary"
   exit 0
 fi
 if [ "$MODE" = bench ]; then
