@@ -227,8 +227,12 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(PagedSinkA
   }
 }
 
-// One block per (token, head): merges the splits' partials in split order and applies the sink.
+// One block per (token, head): merges the splits' partials in split order and applies the sink. Each split's
+// factor expf(m_s - max) is evaluated once into shared memory (not once per output element and split: 18 µs a
+// call at batch 1 on the H200, ncu), then every thread runs its elements' sums in split order as before.
 __global__ void paged_attention_combine_kernel(PagedSinkAttentionKernelParams p) {
+  extern __shared__ float factor[];  // [splits]
+  __shared__ float inv_denom;
   const int64_t th = blockIdx.x;
   const int h = static_cast<int>(th % p.heads);
   const float* pm = p.part_m + th * p.splits;
@@ -236,16 +240,22 @@ __global__ void paged_attention_combine_kernel(PagedSinkAttentionKernelParams p)
   const float sink = p.sinks[h];
   float mx = sink;
   for (int s = 0; s < p.splits; ++s) mx = fmaxf(mx, pm[s]);
-  float denom = expf(sink - mx);
-  for (int s = 0; s < p.splits; ++s) denom += pl[s] * expf(pm[s] - mx);
-  const float inv = 1.0f / denom;
+  for (int s = threadIdx.x; s < p.splits; s += blockDim.x) factor[s] = expf(pm[s] - mx);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float denom = expf(sink - mx);
+    for (int s = 0; s < p.splits; ++s) denom += pl[s] * factor[s];
+    inv_denom = 1.0f / denom;
+  }
+  __syncthreads();
+  const float inv = inv_denom;
   for (int64_t i = threadIdx.x; i < p.hd; i += blockDim.x) {
     float acc = 0.0f;
     for (int s = 0; s < p.splits; ++s) {
       // A split without keys adds exactly nothing (skipping it also keeps a −0 sum's sign): batch-invariant
       // mode merges a query's splits with the empty ones that a longer query of the call needed.
       if (pm[s] == -INFINITY) continue;
-      acc = fmaf(p.part_o[(th * p.splits + s) * p.hd + i], expf(pm[s] - mx), acc);
+      acc = fmaf(p.part_o[(th * p.splits + s) * p.hd + i], factor[s], acc);
     }
     p.out[th * p.hd + i] = acc * inv;
   }
@@ -292,7 +302,10 @@ void run_paged_sink_attention(const PagedSinkAttentionKernelParams& p, cudaStrea
         launch<16, false>(p, stream);
   }
   if (p.splits > 1 || p.always_combine) {
-    paged_attention_combine_kernel<<<static_cast<unsigned>(p.tokens * p.heads), 128, 0, stream>>>(p);
+    const size_t smem = sizeof(float) * static_cast<size_t>(p.splits);
+    DI_CHECK_CODE(smem <= 48 * 1024, ErrorCode::kUnsupported)
+        << "paged_sink_attention: " << p.splits << " splits to combine (at most " << 48 * 1024 / sizeof(float) << ")";
+    paged_attention_combine_kernel<<<static_cast<unsigned>(p.tokens * p.heads), 128, smem, stream>>>(p);
     DI_CUDA_CHECK_LAUNCH();
   }
 }

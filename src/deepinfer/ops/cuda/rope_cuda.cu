@@ -7,17 +7,24 @@
 namespace deepinfer::cuda {
 namespace {
 
-// One block per token; threads walk (head, pair) with the pair index fastest.
+// One block per token. The angles depend on the token and the pair only, so the block evaluates each pair's
+// double-precision cos / sin once into shared memory (heads x fewer trigonometric calls than one per (head, pair):
+// 7.2 µs a call at batch 1 on the H200, ncu) and then walks (head, pair) with the pair index fastest.
 __global__ void rope_kernel(RopeKernelParams p) {
+  extern __shared__ float cs[];  // [2][half]: cos, then sin
   const int64_t t = blockIdx.x;
   const float fpos = static_cast<float>(p.positions[t]);
   const int64_t offset = p.hd - 2 * p.half;
+  for (int64_t i = threadIdx.x; i < p.half; i += blockDim.x) {
+    const float theta = __fmul_rn(p.inv_freq[i], fpos);
+    cs[i] = static_cast<float>(cos(static_cast<double>(theta)));
+    const float s = static_cast<float>(sin(static_cast<double>(theta)));
+    cs[p.half + i] = p.inverse ? -s : s;
+  }
+  __syncthreads();
   for (int64_t idx = threadIdx.x; idx < p.heads * p.half; idx += blockDim.x) {
     const int64_t h = idx / p.half, i = idx % p.half;
-    const float theta = __fmul_rn(p.inv_freq[i], fpos);
-    const float c = static_cast<float>(cos(static_cast<double>(theta)));
-    float s = static_cast<float>(sin(static_cast<double>(theta)));
-    if (p.inverse) s = -s;
+    const float c = cs[i], s = cs[p.half + i];
     float* v = p.x + (t * p.heads + h) * p.hd + offset + 2 * i;
     const float a = v[0], b = v[1];
     v[0] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
@@ -29,7 +36,9 @@ __global__ void rope_kernel(RopeKernelParams p) {
 
 void run_rope(const RopeKernelParams& p, cudaStream_t stream) {
   if (p.tokens == 0 || p.half == 0 || p.heads == 0) return;
-  rope_kernel<<<static_cast<unsigned>(p.tokens), 256, 0, stream>>>(p);
+  const size_t smem = 2 * sizeof(float) * static_cast<size_t>(p.half);
+  DI_CHECK_CODE(smem <= 48 * 1024, ErrorCode::kUnsupported) << "rope: " << p.half << " rotated pairs";
+  rope_kernel<<<static_cast<unsigned>(p.tokens), 256, smem, stream>>>(p);
   DI_CUDA_CHECK_LAUNCH();
 }
 
