@@ -190,7 +190,9 @@ TEST(OfflineCli, ExpertAndDataParallelGiveTheSingleRankOutput) {
     ASSERT_EQ(r.exit_code, 0) << flags << "\n" << r.output;
     EXPECT_EQ(testing::parse_offline_samples(r.output), expect) << flags;
     EXPECT_NE(r.output.find("parallel layout: world"), std::string::npos) << r.output;
-    if (flags.find("eplb") != std::string::npos) EXPECT_NE(r.output.find("EPLB: "), std::string::npos) << r.output;
+    if (flags.find("eplb") != std::string::npos) {
+      EXPECT_NE(r.output.find("EPLB: "), std::string::npos) << r.output;
+    }
   }
   // FP8 dispatch is lossy (exactness: ExpertParallel.Fp8Dispatch*); here it runs through the CLI and finishes
   // every sample.

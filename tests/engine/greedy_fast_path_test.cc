@@ -198,7 +198,9 @@ TEST(GreedyFastPath, SameTokensAndOutcomesAsTheSampler) {
   EXPECT_EQ(slow_runner.argmax_calls, 0);
   for (size_t i = 0; i < ids.size(); ++i) {
     EXPECT_EQ(a.outcomes[i], b.outcomes[i]) << "sequence " << ids[i];
-    if (a.outcomes[i] == RowOutcome::kSampled) EXPECT_EQ(a.samples[i].token, b.samples[i].token) << ids[i];
+    if (a.outcomes[i] == RowOutcome::kSampled) {
+      EXPECT_EQ(a.samples[i].token, b.samples[i].token) << ids[i];
+    }
   }
   EXPECT_EQ(a.outcomes[3], RowOutcome::kNonFinite);
   EXPECT_EQ(a.outcomes[4], RowOutcome::kNonFinite);

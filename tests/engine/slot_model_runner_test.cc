@@ -241,7 +241,9 @@ TEST_P(PagedRunner, BatchedDecodeEqualsPerSequence) {
     rc.batch_decode = false;
     const RunResult off = run({{{"A", a}}, wave}, rc);
     EXPECT_GT(on.stats.kv.prefix_hit_tokens, 0);
-    if (tight) EXPECT_GT(on.stats.preemptions, 0) << "the cache was not tight enough to preempt";
+    if (tight) {
+      EXPECT_GT(on.stats.preemptions, 0) << "the cache was not tight enough to preempt";
+    }
     EXPECT_GT(on.stats.model.batched_decodes, 0);
     EXPECT_EQ(off.stats.model.batched_decodes, 0);
     expect_same(on, off, "A");

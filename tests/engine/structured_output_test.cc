@@ -436,8 +436,9 @@ TEST(StructuredOutputEngineTest, InvalidConstraintsAreRejected) {
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), c.code) << c.so.spec << ": " << e.message();
       EXPECT_NE(e.message().find(c.needle), std::string::npos) << c.so.spec << ": " << e.message();
-      if (c.so.kind != StructuredOutputKind::kJsonObject && !c.so.spec.empty())
+      if (c.so.kind != StructuredOutputKind::kJsonObject && !c.so.spec.empty()) {
         EXPECT_NE(e.message().find("request 'bad'"), std::string::npos) << e.message();
+      }
     }
   }
   EXPECT_FALSE(h.engine->has_unfinished());

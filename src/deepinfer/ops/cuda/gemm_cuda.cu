@@ -1,9 +1,11 @@
 // The block-dequantizing GEMM: C = A · dequant(B)ᵀ with B in any QuantFormat (f32, FP8 e4m3 with UE8M0/f32
-// block scales of any block shape, MXFP4, FP8 per-32 rows), dense or grouped by expert (MoE). Three kernels:
+// block scales of any block shape, MXFP4, FP8 per-32 rows), dense or grouped by expert (MoE). The kernels:
 // - the correct-first SIMT tile (64x64x16, fp32 FMAs): exact up to summation order; f32 weights with more than a
-//   few rows take it, and it is the reference the faster two were checked against;
-// - a weight-streaming kernel for few rows per group (decode, MoE at small batch; every format, f32 too): one warp
-//   per output column reads the weight row once with 16-byte loads, fp32 products (exact like the SIMT tile);
+//   few rows take it, and it is the reference the faster ones were checked against;
+// - weight streaming for few rows per group (decode, MoE at small batch), fp32 products (exact like the SIMT
+//   tile): the column-group kernel for the block formats with 16-byte chunks (a block owns 4-8 columns, its
+//   warps split K, every activation chunk serves all the block's columns), and the older one-column-per-warp
+//   kernel for f32 weights and for shapes without 16-byte chunks;
 // - a bf16 tensor-core tile (WMMA 16x16x16 on 64x128x32 tiles) for many rows: weights are dequantized into
 //   shared memory as bf16 (exact for e4m3/e2m1 with UE8M0 scales), A is rounded to bf16, fp32 accumulation.
 // Large dense M goes through cuBLASLt instead (cuda_backend.cc: weights dequantized to a bf16 scratch).
