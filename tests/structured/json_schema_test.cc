@@ -231,6 +231,20 @@ TEST(JsonSchemaTest, LargeObjectsTakeRequiredKeysInAnyOrderMatchingAnIndependent
   EXPECT_FALSE(matches(in_order, swapped + "}")) << swapped;
 }
 
+// An escaped spelling of a declared key is that key: it must not pass as an extra key (where it would skip the
+// declared value's schema or repeat the key). Escapes of characters no declared name continues with stay free.
+TEST(JsonSchemaTest, EscapedSpellingsOfDeclaredKeysAreNotExtraKeys) {
+  auto g = schema(R"({"type":"object","properties":{"a":{"type":"integer"},"b/c":{"type":"integer"}},
+                      "additionalProperties":{"type":"string"}})");
+  for (const char* bad : {R"({"\u0061":"x"})", R"({"\u0061":1})", R"({"a":1,"\u0061":"x"})", R"({"b\/c":"x"})",
+                          R"({"b\u002fc":"x"})", R"({"b\u002Fc":"x"})", R"({"\u0062/c":"x"})"})
+    EXPECT_FALSE(matches(g, bad)) << bad;
+  for (const char* ok :
+       {R"({"a":1,"x\u0061":"s"})", R"({"\u00e9":"s"})", R"({"\ud83d\ude00":"s"})", R"({"\"q":"s","a\/":"t"})",
+        R"({"b\u00e9":"s","b/c":2})", R"({"a\n":"s"})", R"({"\u1234a":"s"})"})
+    EXPECT_TRUE(matches(g, ok)) << ok;
+}
+
 TEST(JsonSchemaTest, ArraysStringsNumbers) {
   auto arr = schema(R"({"type":"array","prefixItems":[{"type":"string"},{"type":"integer"}],
                         "items":{"type":"boolean"},"minItems":1,"maxItems":3})");

@@ -134,6 +134,8 @@ class SchemaCompiler {
     return rule_expr(ws_rule_);
   }
 
+  // One character of a JSON string: raw, a short escape or any `\uXXXX` (one automaton for every string; a
+  // surrogate pair counts as two characters here - see docs/STRUCTURED.md "What is left").
   ExprPtr json_char() {
     ByteSet simple;
     for (char c : std::string("\"\\/bfnrt")) simple.set(static_cast<uint8_t>(c));
@@ -1026,12 +1028,35 @@ class SchemaCompiler {
     }
   }
 
+  // The escapes that leave the names' trie at a node whose names continue with `next` (printable ASCII, never
+  // '"' or '\\'). An escaped spelling of a `next` character must not leave - `{"\u0061": ...}` would pass as an
+  // extra key beside a declared "a" (a duplicate, or a value checked against the wrong schema) - so inside the trie
+  // only escapes of characters that no name has leave: the short escapes (`\/` unless '/' continues a name) and
+  // `\uXXXX` from U+0080 up. `\u0000`-`\u007F` are refused there (false negatives only; declared keys are matched
+  // in their canonical spelling, and escapes after the key has left the trie are free). One shape for every node
+  // but `\/`: node-specific classes of hex digits made the key rules' DFAs ~2x costlier to build.
+  static ExprPtr escape_leaving(const std::set<unsigned char>& next) {
+    auto hex_from = [](char first) {  // hex digits from `first` ('0'-'9') up, either case
+      ByteSet s = ByteSet::range(static_cast<uint8_t>(first), '9');
+      s.set_range('a', 'f');
+      s.set_range('A', 'F');
+      return s;
+    };
+    const ByteSet hex = hex_from('0'), hex_from_1 = hex_from('1'), hex_from_8 = hex_from('8');
+    ByteSet simple;
+    for (char c : std::string("\"\\bfnrt")) simple.set(static_cast<uint8_t>(c));
+    if (!next.count('/')) simple.set('/');
+    ExprPtr u = alt_expr({seq_expr({bytes_expr(hex_from_1), repeat_expr(bytes_expr(hex), 3, 3)}),
+                          seq_expr({byte_expr('0'), bytes_expr(hex_from_1), repeat_expr(bytes_expr(hex), 2, 2)}),
+                          seq_expr({literal_expr("00"), bytes_expr(hex_from_8), bytes_expr(hex)})});
+    return seq_expr({byte_expr('\\'), alt_expr({bytes_expr(simple), seq_expr({byte_expr('u'), u})})});
+  }
+
   // A JSON string that is none of `names` (ASCII names that need no escaping).
   int key_rule(const std::vector<std::string>& names) {
     std::string key = "key:";
     for (const auto& n : names) key += json_string_literal(n);
     return cached_rule(key, "key", [&] {
-      ExprPtr any_char = json_char();
       // Once a key has left the trie of names, the rest is any string: one shared rule, not a copy per node.
       int rest = cached_rule("key_rest", "key_rest", [&] {
         return seq_expr({star_expr(json_char()), byte_expr('"')});
@@ -1060,22 +1085,7 @@ class SchemaCompiler {
             uint32_t x = std::max(lo, a), y = std::min(hi, b);
             if (x <= y) allowed.emplace_back(x, y);
           }
-        ExprPtr leave_char = utf8_ranges_expr(allowed);
-        // '\\' is never in `next` (names need no escapes), so an escape always leaves the trie.
-        ExprPtr escape = alt_expr({seq_expr({byte_expr('\\'), bytes_expr([] {
-                                               ByteSet s;
-                                               for (char c : std::string("\"\\/bfnrt")) s.set(static_cast<uint8_t>(c));
-                                               return s;
-                                             }())}),
-                                   seq_expr({literal_expr("\\u"), repeat_expr(bytes_expr([] {
-                                                                                ByteSet s;
-                                                                                s.set_range('0', '9');
-                                                                                s.set_range('a', 'f');
-                                                                                s.set_range('A', 'F');
-                                                                                return s;
-                                                                              }()),
-                                                                              4, 4)})});
-        alts.push_back(seq_expr({alt_expr({leave_char, escape}), rule_expr(rest)}));
+        alts.push_back(seq_expr({alt_expr({utf8_ranges_expr(allowed), escape_leaving(next)}), rule_expr(rest)}));
         return alt_expr(std::move(alts));
       };
       return seq_expr({byte_expr('"'), node("")});
