@@ -245,6 +245,22 @@ TEST(JsonSchemaTest, EscapedSpellingsOfDeclaredKeysAreNotExtraKeys) {
     EXPECT_TRUE(matches(g, ok)) << ok;
 }
 
+// Lengths count code points: a surrogate pair is one character. Written as two \u escapes it must not make up a
+// minLength of 2 (accepted invalid before), and it fits maxLength 1.
+TEST(JsonSchemaTest, SurrogatePairsCountAsOneCharacter) {
+  auto min2 = schema(R"({"type":"string","minLength":2})");
+  for (const char* bad : {R"("\ud83d\ude00")", R"("\uD83D\uDE00")", R"("a")", "\"\xF0\x9F\x98\x80\""})
+    EXPECT_FALSE(matches(min2, bad)) << bad;
+  for (const char* ok :
+       {R"("\ud83d\ude00x")", R"("ab")", R"("\u00e9\u00e9")", R"("\ude00\ude00")", R"("\ud83d\ude00\ud83d\ude00")"})
+    EXPECT_TRUE(matches(min2, ok)) << ok;
+  auto one = schema(R"({"type":"string","minLength":1,"maxLength":1})");
+  for (const char* ok : {R"("\ud83d\ude00")", "\"\xF0\x9F\x98\x80\"", R"("\n")", R"("\u0041")"})
+    EXPECT_TRUE(matches(one, ok)) << ok;
+  for (const char* bad : {R"("\ud83d\ude00a")", R"("")", R"("ab")", R"("\ud83d")"})
+    EXPECT_FALSE(matches(one, bad)) << bad;
+}
+
 TEST(JsonSchemaTest, ArraysStringsNumbers) {
   auto arr = schema(R"({"type":"array","prefixItems":[{"type":"string"},{"type":"integer"}],
                         "items":{"type":"boolean"},"minItems":1,"maxItems":3})");

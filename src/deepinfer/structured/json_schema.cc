@@ -149,6 +149,28 @@ class SchemaCompiler {
     return alt_expr({utf8_ranges_expr({{0x20, 0x21}, {0x23, 0x5B}, {0x5D, kMaxCodepoint}}), escape});
   }
 
+  // One character as JSON Schema counts it (a code point after decoding): a surrogate pair `\uD83D\uDE00` is one;
+  // a lone high surrogate is refused (were it one character, the pair would also parse as two); a lone low
+  // surrogate is one. Refusing lone high surrogates costs false negatives only.
+  ExprPtr counted_json_char() {
+    auto set_of = [](const char* chars) {
+      ByteSet s;
+      for (const char* c = chars; *c; ++c) s.set(static_cast<uint8_t>(*c));
+      return s;
+    };
+    const ByteSet hex = set_of("0123456789abcdefABCDEF"), not_d = set_of("0123456789abcefABCEF"), d = set_of("dD");
+    const ByteSet below_surrogates = set_of("01234567"), high = set_of("89abAB"), low = set_of("cdefCDEF");
+    auto hex2 = [&] { return repeat_expr(bytes_expr(hex), 2, 2); };
+    ExprPtr u = alt_expr({seq_expr({bytes_expr(not_d), repeat_expr(bytes_expr(hex), 3, 3)}),
+                          seq_expr({bytes_expr(d), bytes_expr(below_surrogates), hex2()}),
+                          seq_expr({bytes_expr(d), bytes_expr(low), hex2()}),
+                          seq_expr({bytes_expr(d), bytes_expr(high), hex2(), literal_expr("\\u"), bytes_expr(d),
+                                    bytes_expr(low), hex2()})});
+    ExprPtr escape = seq_expr(
+        {byte_expr('\\'), alt_expr({bytes_expr(set_of("\"\\/bfnrt")), seq_expr({byte_expr('u'), std::move(u)})})});
+    return alt_expr({utf8_ranges_expr({{0x20, 0x21}, {0x23, 0x5B}, {0x5D, kMaxCodepoint}}), std::move(escape)});
+  }
+
   int cached_rule(const std::string& key, const std::string& name, const std::function<ExprPtr()>& body) {
     auto it = rule_cache_.find(key);
     if (it != rule_cache_.end()) return it->second;
@@ -599,7 +621,14 @@ class SchemaCompiler {
       std::vector<ExprPtr> parts;
       if (!pattern.empty()) parts.push_back(regex_to_expr(pattern, CharEncoding::kJsonString, RegexMatch::kSearch));
       if (!format_re.empty()) parts.push_back(regex_to_expr(format_re, CharEncoding::kJsonString, RegexMatch::kFull));
-      if (has_len || parts.empty()) parts.push_back(repeat_expr(json_char(), min_len, max_len));
+      // json_char() counts a surrogate pair as two characters, which is stricter for maxLength but would let
+      // minLength 2 accept the one character "\ud83d\ude00": the first min_len characters are counted exactly.
+      if (has_len || parts.empty())
+        parts.push_back(
+            min_len == 0 ? repeat_expr(json_char(), 0, max_len)
+                         : seq_expr({repeat_expr(counted_json_char(), min_len, min_len),
+                                     repeat_expr(json_char(), 0,
+                                                 max_len == Expr::kUnbounded ? Expr::kUnbounded : max_len - min_len)}));
       return seq_expr({byte_expr('"'), and_expr(std::move(parts)), byte_expr('"')});
     });
   }
