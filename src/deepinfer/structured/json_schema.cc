@@ -1075,8 +1075,10 @@ class SchemaCompiler {
     ByteSet simple;
     for (char c : std::string("\"\\bfnrt")) simple.set(static_cast<uint8_t>(c));
     if (!next.count('/')) simple.set('/');
-    ExprPtr u = alt_expr({seq_expr({bytes_expr(hex_from_1), repeat_expr(bytes_expr(hex), 3, 3)}),
-                          seq_expr({byte_expr('0'), bytes_expr(hex_from_1), repeat_expr(bytes_expr(hex), 2, 2)}),
+    // U+0080 and up, factored so that the paths share their tails: (d1 != 0 hex | 0 d2 != 0) hex hex | 00 [8-f] hex.
+    ExprPtr u = alt_expr({seq_expr({alt_expr({seq_expr({bytes_expr(hex_from_1), bytes_expr(hex)}),
+                                              seq_expr({byte_expr('0'), bytes_expr(hex_from_1)})}),
+                                    bytes_expr(hex), bytes_expr(hex)}),
                           seq_expr({literal_expr("00"), bytes_expr(hex_from_8), bytes_expr(hex)})});
     return seq_expr({byte_expr('\\'), alt_expr({bytes_expr(simple), seq_expr({byte_expr('u'), u})})});
   }
