@@ -13,18 +13,7 @@ cd "$(dirname "$0")/.."
 cli=${CLI:-build-gpu/bin/deepinfer}
 work=${BENCH_DIR:-/tmp/graphbench}
 mkdir -p "$work/model"
-python3 - "$work/config.json" <<'PY'
-import json, sys
-c = json.load(open("tests/data/golden/deepseek_v3/config.json"))
-c.update(hidden_size=2048, num_attention_heads=16, num_key_value_heads=16, q_lora_rank=768, kv_lora_rank=512,
-         qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128, qk_head_dim=192, head_dim=64,
-         intermediate_size=5632, moe_intermediate_size=1024, n_routed_experts=16, num_experts_per_tok=4,
-         n_group=4, topk_group=2, num_hidden_layers=8, vocab_size=32768, max_position_embeddings=4096,
-         num_nextn_predict_layers=0)
-c["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
-                            "weight_block_size": [128, 128]}
-json.dump(c, open(sys.argv[1], "w"), indent=1)
-PY
+python3 tools/v3_fp8_bench_config.py "$work/config.json"
 t0=$(date +%s.%N)
 "$cli" make-checkpoint --config "$work/config.json" --out "$work/model" --seed 5 >"$work/make.log" 2>&1 ||
   { echo "[graphbench] make-checkpoint FAILED"; tail -5 "$work/make.log"; exit 1; }

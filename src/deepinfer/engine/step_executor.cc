@@ -8,8 +8,19 @@
 #include "deepinfer/spec/verifier.h"
 
 namespace deepinfer {
-
 namespace {
+
+// Every per-sample field sized for n samples: sampled, no error, no drafts.
+void size_result(StepResult& res, int64_t n) {
+  const auto count = static_cast<size_t>(n);
+  res.samples.resize(count);
+  res.outcomes.assign(count, RowOutcome::kSampled);
+  res.errors.resize(count);
+  res.more.resize(count);
+  res.drafted.assign(count, 0);
+  res.accepted.assign(count, 0);
+}
+
 bool finite_row(std::span<const float> logits) {
   return std::all_of(logits.begin(), logits.end(), [](float v) { return std::isfinite(v) || v == -INFINITY; });
 }
@@ -123,12 +134,7 @@ StepExecutor::Outcome StepExecutor::run(StepJob& job) {
 
     StepResult& res = out.result;
     res.work = runner_.work_stats();
-    res.samples.resize(static_cast<size_t>(num_samples));
-    res.outcomes.assign(static_cast<size_t>(num_samples), RowOutcome::kSampled);
-    res.errors.resize(static_cast<size_t>(num_samples));
-    res.more.resize(static_cast<size_t>(num_samples));
-    res.drafted.assign(static_cast<size_t>(num_samples), 0);
-    res.accepted.assign(static_cast<size_t>(num_samples), 0);
+    size_result(res, num_samples);
     std::vector<TokenId> sampled(static_cast<size_t>(num_samples), 0);
     std::vector<int64_t> kept_of_sample(static_cast<size_t>(num_samples), 1);  // positions its entry keeps
     int64_t first_row = 0;
@@ -237,12 +243,7 @@ void StepExecutor::run_greedy(StepJob& job, StepResult& res) {
   std::vector<uint8_t> non_finite(static_cast<size_t>(n), 0);
   runner_.execute_argmax(job.batch, tokens, non_finite);
   res.work = runner_.work_stats();
-  res.samples.resize(static_cast<size_t>(n));
-  res.outcomes.assign(static_cast<size_t>(n), RowOutcome::kSampled);
-  res.errors.resize(static_cast<size_t>(n));
-  res.more.resize(static_cast<size_t>(n));
-  res.drafted.assign(static_cast<size_t>(n), 0);
-  res.accepted.assign(static_cast<size_t>(n), 0);
+  size_result(res, n);
   std::vector<TokenId> sampled(static_cast<size_t>(n), 0);
   // As the general path: one logits row per sample, the history grows by one token whatever happens (id 0 stands
   // in for a row that gave none).
