@@ -10,8 +10,10 @@
 #   ./build.sh fuzz    deps + libFuzzer targets for FUZZ_SECONDS each (default 300)
 #   ./build.sh sanitize [gtest filter]  deps + build + the unit and integration tests under ASan+UBSan alone (clang,
 #                      $BUILD_DIR/fuzz/sanitized_tests; `test` runs them with SANITIZED_FILTER; `'*'` runs all)
-#   ./build.sh tsan [gtest filter]  deps + build + the HTTP server's and the engine's threading tests under TSan
-#                      (clang, $BUILD_DIR/fuzz/tsan_server_tests; not part of `test`: docs/RELIABILITY.md)
+#   ./build.sh tsan [gtest filter]  deps + build + the HTTP server's, the engine's and parallel/'s threading tests
+#                      under TSan (clang, $BUILD_DIR/fuzz/tsan_server_tests; not part of `test`: docs/RELIABILITY.md)
+#   ./build.sh tsan-serve  deps + build + `deepinfer serve` built with TSan under tools/soak_server.py
+#                      (TSAN_SERVE_REQUESTS, default 300)
 # Environment: DEEPINFER_ACCELERATOR=cpu|nvidia (default: nvidia when nvcc is found), BUILD_DIR (default build),
 # DEEPINFER_BUILD_TYPE (default Release), DEEPINFER_JOBS (default: number of cores), DEEPINFER_PYTHON (the
 # interpreter the Python module is built for and tested with; default: Debian's /usr/bin/python3, which the
@@ -193,6 +195,27 @@ tsan_tests() {
   log "TSan tests: passed, no reports"
 }
 
+# `deepinfer serve` under TSan (fuzz/tsan_server_tests.cmake's tsan_deepinfer_cli): tools/soak_server.py's mixed
+# requests (every protocol, streaming, constraints, bad requests, client aborts) and the SIGTERM drain at the end.
+# Reports go to files (the server's stderr is the soak's); any report, or a soak failure, fails.
+tsan_serve() {
+  have_clang "the TSan server" || return 0
+  local dir="$BUILD_DIR/fuzz/tsan-serve"
+  fuzz_build tsan_deepinfer_cli
+  rm -rf "$dir" && mkdir -p "$dir"
+  log "TSan deepinfer serve: soak of ${TSAN_SERVE_REQUESTS:-300} requests (reports: $dir/report.*)"
+  # The RSS check is the soak's leak check; TSan's shadow memory grows with the heap, so it is not meaningful here.
+  TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=0:second_deadlock_stack=1}:log_path="$dir/report" \
+    python3 "$ROOT/tools/soak_server.py" --cli "$BUILD_DIR/fuzz/deepinfer_tsan" --requests "${TSAN_SERVE_REQUESTS:-300}" \
+    --concurrency 4 --max-tokens 4 --threads 2 --time-limit 1200 --rss-slack-mb 100000 >"$dir/soak.log" 2>&1 ||
+    { tail -n 30 "$dir/soak.log"; log "FAILED: the soak against the TSan server (log: $dir/soak.log)"; exit 1; }
+  if compgen -G "$dir/report.*" >/dev/null; then
+    head -n 120 "$dir"/report.*; log "FAILED: ThreadSanitizer reports in $dir"; exit 1
+  fi
+  tail -n 5 "$dir/soak.log"
+  log "TSan server: soak passed, no reports"
+}
+
 cmd=${1:-run}
 shift || true
 case "$cmd" in
@@ -249,5 +272,6 @@ case "$cmd" in
     fi
     ;;
   tsan) deps; build; tsan_tests "$@"; log "success: TSan tests passed" ;;
-  *) echo "usage: $0 {deps|build|run|test|bench|fuzz|sanitize|tsan}" >&2; exit 2 ;;
+  tsan-serve) deps; build; tsan_serve; log "success: TSan server soak passed" ;;
+  *) echo "usage: $0 {deps|build|run|test|bench|fuzz|sanitize|tsan|tsan-serve}" >&2; exit 2 ;;
 esac

@@ -38,3 +38,13 @@ target_link_libraries(tsan_server_tests PRIVATE tsan_deepinfer GTest::gtest GTes
 target_compile_definitions(tsan_server_tests PRIVATE
   DEEPINFER_TEST_DATA_DIR="${DEEPINFER_ROOT}/tests/data"
   DEEPINFER_SHARED_DIR="${DEEPINFER_ROOT}/../shared")  # DEEPINFER_CLI_PATH: on test_util.cc (sanitized_tests.cmake)
+
+# `deepinfer` itself under TSan (`./build.sh tsan-serve`: the soak's mixed requests, aborts and the SIGTERM drain
+# against `deepinfer serve`, tools/soak_server.py). The CLI sources and bench/ (the CLI's bench commands; the TSan
+# library leaves it out) at -O0 over tsan_deepinfer; the binary is deepinfer_tsan in this build directory.
+find_package(CLI11 REQUIRED)
+file(GLOB TSAN_CLI_SOURCES CONFIGURE_DEPENDS ${SRC}/deepinfer/cli/*.cc ${SRC}/deepinfer/bench/*.cc)
+add_executable(tsan_deepinfer_cli EXCLUDE_FROM_ALL ${TSAN_CLI_SOURCES})
+set_target_properties(tsan_deepinfer_cli PROPERTIES OUTPUT_NAME deepinfer_tsan)
+target_compile_options(tsan_deepinfer_cli PRIVATE -O0 ${TSAN_FLAGS})
+target_link_libraries(tsan_deepinfer_cli PRIVATE tsan_deepinfer CLI11::CLI11)
