@@ -17,10 +17,16 @@ bool greedy_fast_path_row(const SamplingParams& p, int64_t outputs);
 
 // One row's reduction: sampling/sampler.h argmax (lowest id on ties, -inf and NaN skipped, -1 if nothing is
 // left) and whether it holds NaN or +inf (StepExecutor's kNonFinite: such a row is never sampled).
+// No NaN and no +inf (-inf is a masked-out token, not an error): a row the executor may sample.
+bool finite_row(std::span<const float> row);
+
 struct RowArgmax {
   TokenId token = -1;
   bool non_finite = false;
 };
 RowArgmax host_row_argmax(std::span<const float> row);
+
+// execute_argmax's output spans hold at least `rows` entries (Internal error otherwise).
+void check_argmax_room(int64_t rows, std::span<TokenId> tokens, std::span<uint8_t> non_finite);
 
 }  // namespace deepinfer

@@ -18,9 +18,9 @@ std::vector<int64_t> resolve_token_ids(const ModelBatch& batch, const BatchEntry
 
 void ModelRunner::execute_argmax(const ModelBatch& batch, std::span<TokenId> tokens, std::span<uint8_t> non_finite) {
   const int64_t rows = batch.num_logits_rows, vocab = vocab_size();
-  DI_CHECK_INTERNAL(static_cast<int64_t>(tokens.size()) >= rows && static_cast<int64_t>(non_finite.size()) >= rows)
-      << "execute_argmax: room for " << tokens.size() << " tokens, " << rows << " rows";
-  std::vector<float> logits(static_cast<size_t>(rows * vocab));
+  check_argmax_room(rows, tokens, non_finite);
+  std::vector<float>& logits = argmax_logits_;
+  logits.assign(static_cast<size_t>(rows * vocab), 0.0f);  // as the general path hands execute() its rows
   execute(batch, logits);
   for (int64_t r = 0; r < rows; ++r) {
     const RowArgmax a = host_row_argmax(std::span<const float>(logits).subspan(r * vocab, vocab));

@@ -158,6 +158,9 @@ class ModelRunner {
     std::optional<TokenId> next_token;
   };
   virtual void commit_step(const ModelBatch& batch, std::span<const Kept> kept) {}
+
+ private:
+  std::vector<float> argmax_logits_;  // the default execute_argmax's rows, kept between steps
 };
 
 }  // namespace deepinfer

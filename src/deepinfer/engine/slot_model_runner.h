@@ -144,9 +144,7 @@ class SlotModelRunner final : public ModelRunner {
       ++work_.argmax_steps_host;
       return ModelRunner::execute_argmax(batch, tokens, non_finite);
     }
-    DI_CHECK_INTERNAL(static_cast<int64_t>(tokens.size()) >= batch.num_logits_rows &&
-                      static_cast<int64_t>(non_finite.size()) >= batch.num_logits_rows)
-        << "execute_argmax: room for " << tokens.size() << " tokens, " << batch.num_logits_rows << " rows";
+    check_argmax_room(batch.num_logits_rows, tokens, non_finite);
     const ArgmaxOut am{tokens, non_finite};
     run(batch, {}, &am);
   }

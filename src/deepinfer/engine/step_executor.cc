@@ -21,10 +21,6 @@ void size_result(StepResult& res, int64_t n) {
   res.accepted.assign(count, 0);
 }
 
-bool finite_row(std::span<const float> logits) {
-  return std::all_of(logits.begin(), logits.end(), [](float v) { return std::isfinite(v) || v == -INFINITY; });
-}
-
 SampleResult with_logprobs(TokenId token, std::span<const float> raw, const SamplingParams& p) {
   SampleResult r;
   r.token = token;
@@ -258,7 +254,7 @@ void StepExecutor::run_greedy(StepJob& job, StepResult& res) {
     } else if (tokens[row] < 0) {
       // Sampler::sample_token's error for a row with nothing left (every logit -inf).
       res.outcomes[row] = RowOutcome::kFailed;
-      res.errors[row] = "no token left to sample (all logits -inf or NaN)";
+      res.errors[row] = kNoTokenLeft;
     } else {
       sampled[row] = tokens[row];
       res.samples[row].token = tokens[row];

@@ -76,7 +76,7 @@ SampleResult Sampler::sample_token(std::span<const float> logits, const Sampling
   const std::vector<float> row = process(logits, p, ctx);
   SampleResult r;
   r.token = p.greedy() ? argmax(row) : sample_from_logits(row, rng_uniform(key, position));
-  DI_CHECK_INTERNAL(r.token >= 0) << "no token left to sample (all logits -inf or NaN)";
+  DI_CHECK_INTERNAL(r.token >= 0) << kNoTokenLeft;
   return r;
 }
 

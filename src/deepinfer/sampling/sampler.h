@@ -46,6 +46,9 @@ class Sampler {
   LogitsProcessorChain greedy_;
 };
 
+// What sampling reports for a row with no token left (every logit -inf or NaN); the greedy fast path reports it too.
+inline constexpr const char* kNoTokenLeft = "no token left to sample (all logits -inf or NaN)";
+
 // argmax, lowest id on ties; -1 if every entry is -inf.
 TokenId argmax(std::span<const float> logits);
 // The first token whose cumulative probability exceeds u * total, walking ids in order. `u` in [0, 1).

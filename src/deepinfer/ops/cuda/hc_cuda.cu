@@ -109,22 +109,20 @@ __device__ __forceinline__ void finish_sinkhorn4(const HcMixKernelParams& p, con
   if (lane < kHc * kHc) p.comb[t * kHc * kHc + lane] = c;
 }
 
-// One warp per token: sums the splits' partials in split order, then the gates and Sinkhorn on lane 0 (a
-// few hundred flops on a 4×4 matrix, in the CPU op's order). kHc > 0: hc fixed at compile time, so the matrix lives
-// in registers (the loops unroll to constant indices) — the same operations in the same order as the generic
-// kHc = 0 form, whose matrix sits in shared memory and whose ~2,000 dependent shared-memory accesses and
-// divisions made it ~55 µs a call on the H200 (ncu, docs/PERF.md).
+// One warp per token: sums the splits' partials in split order, then the gates and Sinkhorn in the CPU op's order.
+// kHc = 4 (V4 / V4.1) hands the non-head finish to finish_sinkhorn4 (16 lanes); every other case — the head's
+// gates, or hc unknown at compile time (kHc = 0) — runs on lane 0 with the matrix in shared memory (~55 µs a call
+// for a non-head hc = 4 on the H200: ~2,000 dependent shared-memory accesses and divisions; docs/PERF.md).
 template <int kHc>
 __global__ void hc_mix_finish_kernel(HcMixKernelParams p) {
   __shared__ float m_all[4][kMaxMixRows + 1];
-  __shared__ float c_all[4][kHc > 0 ? 1 : kMaxHc * kMaxHc];
-  float c_reg[kHc > 0 ? kHc * kHc : 1];
+  __shared__ float c_all[4][kMaxHc * kMaxHc];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t t = static_cast<int64_t>(blockIdx.x) * 4 + warp;
   if (t >= p.tokens) return;
   const int64_t hc = kHc > 0 ? kHc : p.hc, n = hc * p.d, rows = p.head ? hc : (2 + hc) * hc;
   float* m = m_all[warp];
-  float* c = kHc > 0 ? c_reg : c_all[warp];
+  float* c = c_all[warp];
   for (int64_t r = lane; r <= rows; r += 32) {
     float acc = 0.0f;
     // Unrolled so that several partials are in flight; still summed in split order.
