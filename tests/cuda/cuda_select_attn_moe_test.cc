@@ -256,7 +256,8 @@ class CudaMoeTest : public CudaOpTest {
     ExpertWeights cpu_shared;
     QuantExpertWeights gpu_shared;
   };
-  std::unique_ptr<QuantMoe> quant_moe(int64_t d, int64_t inter, int64_t e) {
+  // Routed experts in `routed` (MXFP4: E8M0 per 32; FP8 block: 128 x 128 E8M0 blocks).
+  std::unique_ptr<QuantMoe> quant_moe(int64_t d, int64_t inter, int64_t e, QuantFormat routed = QuantFormat::kMXFP4) {
     auto q = std::make_unique<QuantMoe>();
     std::vector<HostTensor>& host = q->host;
     std::vector<DeviceTensor>& dev = q->dev;
@@ -273,6 +274,15 @@ class CudaMoeTest : public CudaOpTest {
       for (auto [rows, cols, cw, gw] : {std::tuple{inter, d, &q->cpu_experts[i].w1, &q->gpu_experts[i].w1},
                                         {inter, d, &q->cpu_experts[i].w3, &q->gpu_experts[i].w3},
                                         {d, inter, &q->cpu_experts[i].w2, &q->gpu_experts[i].w2}}) {
+        if (routed == QuantFormat::kFP8Block) {
+          auto [hw, dw] = keep(fp8({rows, cols}));
+          auto [hs, ds] = keep(e8m0({(rows + 127) / 128, (cols + 127) / 128}));
+          auto [hf, df] = keep(dequant(*hw, *hs, QuantFormat::kFP8Block, rows, cols, 128));
+          (void)df;
+          *cw = *hf;
+          *gw = QuantMatrix{*dw, *ds, QuantFormat::kFP8Block, 128, 128};
+          continue;
+        }
         auto [hw, dw] = keep(rand_bytes(DType::kU8, {rows, cols / 2}));
         auto [hs, ds] = keep(e8m0({rows, cols / 32}));
         auto [hf, df] = keep(dequant(*hw, *hs, QuantFormat::kMXFP4, rows, cols, 128));
@@ -358,6 +368,31 @@ TEST_F(CudaMoeTest, Mxfp4ExpertsAndFp8SharedMatchDequantizedCpu) {
           std::string("moe_quant mxfp4+fp8 shared") + (before ? " before_w2" : "") + " T=" + std::to_string(t);
       const bool tensor_cores = t > 4;
       rel_err(name.c_str(), down(dout), want, tensor_cores ? 4e-3 : 1e-5);
+    }
+  }
+}
+
+// The pipelined mma.sync kernel (gemm_mma_cuda.cu; many rows per expert in a block format, x and h as bf16):
+// MXFP4 and FP8-block routed experts, hidden 640 (gate/up K = 640: 20 k-steps; down N = 640: a partial 256-column
+// tile), inter 320 (gate/up N: a partial tile; down K = 320), 24 experts of which each token takes 6. T = 40 gives
+// ~10 rows per expert (one partial 64-row tile each), T = 700 ~175 (three tiles, the last partial). Tolerance as
+// for the WMMA tile: x and h rounded to bf16 (~1e-3 relative), weights exact in bf16.
+TEST_F(CudaMoeTest, PipelinedTensorCoreExpertsMatchCpu) {
+  const int64_t d = 640, inter = 320, e = 24, k = 6;
+  for (QuantFormat f : {QuantFormat::kMXFP4, QuantFormat::kFP8Block}) {
+    const std::unique_ptr<QuantMoe> q = quant_moe(d, inter, e, f);
+    for (int64_t t : {40, 700}) {
+      HostTensor x = rand({t, d}), weights = rand({t, k}, 0.05f, 1.0f), idx = distinct_indices(t, k, e);
+      DeviceTensor dx = up(x), dwts = up(weights), didx = up(idx);
+      for (bool before : {false, true}) {
+        HostTensor want(DType::kF32, {t, d});
+        cpu().moe({x, weights, idx, &q->cpu_experts, &q->cpu_shared, want, 10.0f, before});
+        DeviceTensor dout = poisoned({t, d});
+        gpu().moe_quant({dx, dwts, didx, &q->gpu_experts, &q->gpu_shared, dout, 10.0f, before});
+        const std::string name = std::string("moe_quant mma ") + (f == QuantFormat::kMXFP4 ? "mxfp4" : "fp8") +
+                                 (before ? " before_w2" : "") + " T=" + std::to_string(t);
+        rel_err(name.c_str(), down(dout), want, 4e-3);
+      }
     }
   }
 }

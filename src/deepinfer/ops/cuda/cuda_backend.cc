@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <tuple>
@@ -406,7 +407,12 @@ struct CudaBackend::Impl {
   void run_moe(const float* x, const float* weights, const int32_t* indices, float* out, int64_t tokens, int64_t d,
                int64_t k, int64_t inter, int experts, const MoeWeights& mw, const QuantExpertWeights* shared,
                float limit, bool before_w2) {
-    const int64_t per_token = k * (3 * inter + d) * 4 + (shared ? (3 * inter + d) * 4 : 0);
+    // Many rows per expert in block formats: the mma.sync kernel reads bf16 copies of x and of the SwiGLU output.
+    const bool bf16_inputs =
+        !batch_invariant && mw.format != QuantFormat::kFloat &&
+        ceil_div(tokens * k, std::min<int64_t>(experts, std::max<int64_t>(tokens * k, 1))) > cuda::kGemmSkinnyRows;
+    const int64_t per_token =
+        k * (3 * inter + d) * 4 + (shared ? (3 * inter + d) * 4 : 0) + (bf16_inputs ? (d + k * inter) * 2 : 0);
     const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(tokens, (1ll << 30) / per_token));
     for (int64_t t0 = 0; t0 < tokens; t0 += chunk) {
       const int64_t tc = std::min(chunk, tokens - t0), slots = tc * k;
@@ -419,6 +425,13 @@ struct CudaBackend::Impl {
       float* h = ws().take_as<float>(slots * inter);
       float* y_slot = ws().take_as<float>(slots * d);
       const float* xc = x + t0 * d;
+      void* xc16 = nullptr;
+      void* h16 = nullptr;
+      if (bf16_inputs) {
+        xc16 = ws().take(sizeof(uint16_t) * tc * d);
+        h16 = ws().take(sizeof(uint16_t) * slots * inter);
+        cuda::run_cast_f32_to_bf16(xc, xc16, tc * d, s());
+      }
       const float* wc = weights + t0 * k;
       const int32_t* ic = indices + t0 * k;
 
@@ -451,6 +464,7 @@ struct CudaBackend::Impl {
       g.m = slots;
       // gate and up: gathered token rows -> gu[pos, 0:I] and gu[pos, I:2I]
       g.a = xc;
+      g.a_bf16 = xc16;
       g.lda = d;
       g.a_rows = perm;
       g.a_row_div = static_cast<int>(k);
@@ -474,8 +488,10 @@ struct CudaBackend::Impl {
       sw.weight_rows = perm;
       sw.rows_used = group_offsets + experts;
       cuda::run_swiglu(sw, s());
+      if (h16) cuda::run_cast_f32_to_bf16(h, h16, slots * inter, s());
       // down: h[pos] -> y_slot[perm[pos]]
       g.a = h;
+      g.a_bf16 = h16;
       g.lda = inter;
       g.a_rows = nullptr;
       g.a_row_div = 1;

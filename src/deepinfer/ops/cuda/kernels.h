@@ -65,6 +65,9 @@ void run_fill_random(const RandomFillKernelParams& p, cudaStream_t stream);
 struct GemmKernelParams {
   const float* a = nullptr;
   int64_t lda = 0;
+  // Optional bf16 copy of A (same lda, row for row): with it, grouped/dense block-format GEMMs of many rows take
+  // the pipelined mma.sync kernel (gemm_mma_cuda.cu), which would otherwise round A to bf16 itself per tile.
+  const void* a_bf16 = nullptr;
   const int32_t* a_rows = nullptr;  // optional: A row of gathered row i is a_rows[i] / a_row_div
   int a_row_div = 1;
   float* c = nullptr;

@@ -1,0 +1,63 @@
+// Weight decoding shared by the GEMM kernels (gemm_cuda.cu, gemm_mma_cuda.cu): block scales, e4m3 and e2m1
+// codes to f32 through the hardware f16 paths.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include "deepinfer/ops/cuda/device_math.cuh"
+#include "deepinfer/ops/cuda/kernels.h"
+
+namespace deepinfer::cuda {
+
+__device__ __forceinline__ float block_scale(const void* s, const GemmKernelParams& p, QuantFormat f, int64_t n,
+                                             int64_t k) {
+  if (f == QuantFormat::kMXFP4) return e8m0_to_f32_dev(static_cast<const uint8_t*>(s)[n * (p.k / 32) + k / 32]);
+  // Power-of-two blocks (all checkpoints: 128, 32) index with shifts: 64-bit division is ~100 instructions.
+  int64_t bn, bk;
+  if ((p.block_n & (p.block_n - 1)) == 0 && (p.block_k & (p.block_k - 1)) == 0) {
+    bn = n >> (__ffs(p.block_n) - 1);
+    bk = k >> (__ffs(p.block_k) - 1);
+  } else {
+    bn = n / p.block_n;
+    bk = k / p.block_k;
+  }
+  const int64_t si = f == QuantFormat::kFP8Block ? bn * p.scale_cols + bk : n * p.scale_cols + (k >> 5);
+  return p.scale_e8m0 ? e8m0_to_f32_dev(static_cast<const uint8_t*>(s)[si]) : static_cast<const float*>(s)[si];
+}
+
+// 8 e4m3 codes (two words, little-endian) -> f32, two at a time through the hardware fp8x2 -> f16x2 convert.
+__device__ __forceinline__ void decode_fp8x8(uint32_t lo, uint32_t hi, float* w) {
+  const uint32_t words[2] = {lo, hi};
+#pragma unroll
+  for (int j = 0; j < 2; ++j)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const auto pair = static_cast<__nv_fp8x2_storage_t>((words[j] >> (16 * h)) & 0xFFFFu);
+      const float2 f = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3)));
+      w[j * 4 + h * 2] = f.x;
+      w[j * 4 + h * 2 + 1] = f.y;
+    }
+}
+// 16 e4m3 codes (little-endian bytes of q) -> f32.
+__device__ __forceinline__ void decode_fp8x16(const uint4 q, float* w) {
+  decode_fp8x8(q.x, q.y, w);
+  decode_fp8x8(q.z, q.w, w + 8);
+}
+// 2·kBytes e2m1 codes, low nibble first (even column), decoded 2^-14 times too small (callers fold
+// kFp4Unscale into the block scale): a nibble s|e1 e0|m placed as f16 bits s<<15 | (e1 e0 m)<<9 is exactly
+// 2^-14 · e2m1 (normal for e > 0, subnormal for e = 0), so decoding is bit placement plus one f16x2 -> f32x2.
+constexpr float kFp4Unscale = 16384.0f;
+template <int kBytes>
+__device__ __forceinline__ void decode_fp4(const uint32_t* words, float* w) {
+#pragma unroll
+  for (int i = 0; i < kBytes; ++i) {
+    const uint32_t b = words[i / 4] >> (8 * (i % 4));
+    const uint32_t h = ((b & 0x8u) << 12) | ((b & 0x7u) << 9) | ((b & 0x80u) << 24) | ((b & 0x70u) << 21);
+    const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
+    w[2 * i] = f.x;
+    w[2 * i + 1] = f.y;
+  }
+}
+
+}  // namespace deepinfer::cuda

@@ -1,0 +1,269 @@
+// The pipelined tensor-core GEMM for block-format weights and many rows (prefill: the MoE experts' grouped GEMMs,
+// tens to hundreds of rows per expert). C = A · dequant(B)ᵀ with A given as bf16 (p.a_bf16), weights FP8 / MXFP4,
+// fp32 accumulation in mma.sync m16n8k16 bf16.
+//
+// Why this shape: the WMMA tile of gemm_cuda.cu ran at ~12% of the bf16 rate on a V4-Flash prefill (ncu: L1-bound
+// on f32 A staging and fragment loads, 25% occupancy, one k-step in flight). Here a 64 x 256 block tile walks K in
+// steps of 32 through a 4-stage cp.async ring (A rows gathered through a_rows as 16-byte copies, the weight rows
+// as raw bytes); each thread decodes its own weight row of a step into a bf16 tile (double-buffered, so one
+// barrier per step), and 8 warps (2 x 4, 32 x 64 each) feed mma.sync from ldmatrix. Weights are exact in bf16
+// (e4m3 / e2m1 times a UE8M0 scale), A is the caller's bf16 rounding: the same products as the WMMA tile.
+#include "deepinfer/ops/cuda/gemm_mma.h"
+
+#include <cuda_bf16.h>
+
+#include "deepinfer/ops/cuda/cuda_check.h"
+#include "deepinfer/ops/cuda/device_math.cuh"
+#include "deepinfer/ops/cuda/gemm_decode.cuh"
+
+namespace deepinfer::cuda {
+namespace {
+
+constexpr int kMmaM = kGemmTileM, kMmaN = 256, kMmaK = 32, kMmaThreads = 256, kMmaStages = 4;
+// 40 bf16 (80 bytes) per smem row: the 8 row addresses of an ldmatrix phase fall in distinct 16-byte bank groups.
+constexpr int kMmaLd = kMmaK + 8;
+static_assert(kMmaM == 64 && kMmaThreads == 4 * kMmaM, "A staging: one 16-byte chunk per thread");
+static_assert(kMmaN == kMmaThreads, "weight staging and decoding: one weight row per thread");
+
+template <QuantFormat F>
+constexpr int kRawBytes = F == QuantFormat::kMXFP4 ? kMmaK / 2 : kMmaK;  // one row's codes of a k-step
+
+template <QuantFormat F>
+struct MmaSmem {
+  __nv_bfloat16 a[kMmaStages][kMmaM][kMmaLd];
+  uint8_t raw[kMmaStages][kMmaN][kRawBytes<F>];
+  __nv_bfloat16 b[2][kMmaN][kMmaLd];
+  int64_t a_row[kMmaM], c_row[kMmaM];
+};
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+// 16 bytes global -> shared, asynchronously; zero-filled when !valid (nothing is read then).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* src) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(src))
+               : "memory");
+}
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+// 8 decoded weights times the row's scale -> one 16-byte bf16 store.
+__device__ __forceinline__ void store8(const float* w, float sc, __nv_bfloat16* dst) {
+  *reinterpret_cast<uint4*>(dst) = make_uint4(pack_bf16x2(w[0] * sc, w[1] * sc), pack_bf16x2(w[2] * sc, w[3] * sc),
+                                              pack_bf16x2(w[4] * sc, w[5] * sc), pack_bf16x2(w[6] * sc, w[7] * sc));
+}
+
+template <QuantFormat F>
+__global__ void __launch_bounds__(kMmaThreads, 2) gemm_mma_kernel(GemmKernelParams p) {
+  extern __shared__ __align__(128) uint8_t smem_bytes[];
+  MmaSmem<F>& sm = *reinterpret_cast<MmaSmem<F>*>(smem_bytes);
+
+  // Which rows this M tile covers: the plan's tiles (kGemmTileM rows each) per group, or plain row tiles.
+  const int64_t tile_m = blockIdx.y;
+  int g = 0;
+  int64_t row_begin, row_end;
+  if (p.group_offsets) {
+    if (tile_m >= p.tile_offsets[p.groups]) return;
+    int lo = 0, hi = p.groups;
+    while (hi - lo > 1) {
+      const int mid = (lo + hi) / 2;
+      if (p.tile_offsets[mid] <= tile_m)
+        lo = mid;
+      else
+        hi = mid;
+    }
+    g = lo;
+    row_begin = p.group_offsets[g] + (tile_m - p.tile_offsets[g]) * kMmaM;
+    row_end = p.group_offsets[g + 1];
+  } else {
+    row_begin = tile_m * kMmaM;
+    row_end = p.m;
+  }
+  const uint8_t* b = static_cast<const uint8_t*>(p.b_table ? p.b_table[g] : p.b);
+  const void* s = p.b_scale_table ? p.b_scale_table[g] : p.b_scale;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kMmaN;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wm = warp >> 2, wn = warp & 3;
+  if (tid < kMmaM) {
+    const int64_t i = row_begin + tid;
+    const bool valid = i < row_end;
+    sm.a_row[tid] = !valid ? -1 : (p.a_rows ? p.a_rows[i] / p.a_row_div : i);
+    sm.c_row[tid] = !valid ? -1 : (p.c_rows ? p.c_rows[i] : i);
+  }
+  __syncthreads();
+
+  // This thread's copies of a k-step: A row tid / 4, its 16-byte chunk tid % 4; weight row n0 + tid (all of it).
+  const int a_r = tid >> 2, a_c = (tid & 3) * 8;
+  const int64_t a_src_row = sm.a_row[a_r];
+  const __nv_bfloat16* a_src =
+      static_cast<const __nv_bfloat16*>(p.a_bf16) + (a_src_row >= 0 ? a_src_row * p.lda : 0) + a_c;
+  const int64_t n = n0 + tid;
+  const bool n_ok = n < p.n;
+  const uint8_t* b_src = b + (n_ok ? n : 0) * (F == QuantFormat::kMXFP4 ? p.k / 2 : p.k);
+  const int ktiles = static_cast<int>(p.k / kMmaK);
+
+  auto issue = [&](int kt) {
+    if (kt < ktiles) {
+      const int st = kt % kMmaStages;
+      cp_async16(&sm.a[st][a_r][a_c], a_src + static_cast<int64_t>(kt) * kMmaK, a_src_row >= 0);
+      const uint8_t* src = b_src + static_cast<int64_t>(kt) * kRawBytes<F>;
+#pragma unroll
+      for (int c = 0; c < kRawBytes<F> / 16; ++c) cp_async16(&sm.raw[st][tid][16 * c], src + 16 * c, n_ok);
+    }
+    cp_async_commit();
+  };
+  auto scale_of = [&](int kt) -> float {
+    if (!n_ok || kt >= ktiles) return 0.0f;
+    const float sc = block_scale(s, p, F, n, static_cast<int64_t>(kt) * kMmaK);
+    return F == QuantFormat::kMXFP4 ? sc * kFp4Unscale : sc;
+  };
+  // This thread's weight row of step kt, decoded and scaled, into the bf16 tile kt % 2.
+  auto decode = [&](int kt, float sc) {
+    const uint4 q0 = *reinterpret_cast<const uint4*>(&sm.raw[kt % kMmaStages][tid][0]);
+    __nv_bfloat16* dst = &sm.b[kt & 1][tid][0];
+    float w[8];
+    if constexpr (F == QuantFormat::kMXFP4) {
+      const uint32_t words[4] = {q0.x, q0.y, q0.z, q0.w};
+#pragma unroll
+      for (int v = 0; v < 4; ++v) {
+        decode_fp4<4>(&words[v], w);
+        store8(w, sc, dst + 8 * v);
+      }
+    } else {
+      const uint4 q1 = *reinterpret_cast<const uint4*>(&sm.raw[kt % kMmaStages][tid][16]);
+      const uint32_t words[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
+#pragma unroll
+      for (int v = 0; v < 4; ++v) {
+        decode_fp8x8(words[2 * v], words[2 * v + 1], w);
+        store8(w, sc, dst + 8 * v);
+      }
+    }
+  };
+
+  float acc[2][8][4];
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+
+#pragma unroll
+  for (int st = 0; st < kMmaStages - 1; ++st) issue(st);
+  float sc_next = scale_of(1);
+  {
+    const float sc0 = scale_of(0);
+    cp_async_wait<kMmaStages - 2>();  // step 0: this thread's own weight row is all decode(0) reads
+    decode(0, sc0);
+  }
+
+  for (int kt = 0; kt < ktiles; ++kt) {
+    // Step kt + 1 has landed (this thread's copies); the barrier publishes everyone's, the bf16 tile of step kt,
+    // and that every warp is done with step kt - 1's slots, which the next issue and decode overwrite.
+    cp_async_wait<kMmaStages - 3>();
+    __syncthreads();
+    issue(kt + kMmaStages - 1);
+    if (kt + 1 < ktiles) {
+      const float sc = sc_next;
+      sc_next = scale_of(kt + 2);
+      decode(kt + 1, sc);
+    }
+    const __nv_bfloat16(*as)[kMmaLd] = sm.a[kt % kMmaStages];
+    const __nv_bfloat16(*bs)[kMmaLd] = sm.b[kt & 1];
+#pragma unroll
+    for (int kk = 0; kk < kMmaK; kk += 16) {
+      uint32_t af[2][4];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) ldmatrix_x4(af[i], &as[wm * 32 + i * 16 + (lane & 15)][kk + (lane >> 4) * 8]);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        uint32_t bf[4];  // n-tiles 2j and 2j + 1: (k 0-7, k 8-15) each
+        ldmatrix_x4(bf, &bs[wn * 64 + j * 16 + (lane & 7) + ((lane >> 4) << 3)][kk + ((lane >> 3) & 1) * 8]);
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          mma_bf16(acc[i][2 * j], af[i], bf[0], bf[1]);
+          mma_bf16(acc[i][2 * j + 1], af[i], bf[2], bf[3]);
+        }
+      }
+    }
+  }
+
+  // Accumulator (i, j): rows lane / 4 and + 8 of m16-tile i, columns 2 (lane % 4) + {0, 1} of n8-tile j.
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = wm * 32 + i * 16 + (lane >> 2) + 8 * h;
+      const int64_t cr = sm.c_row[r];
+      if (cr < 0) continue;
+      float* crow = p.c + cr * p.ldc;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const int64_t col = n0 + wn * 64 + j * 8 + (lane & 3) * 2;
+        if (col < p.n) crow[col] = acc[i][j][2 * h];
+        if (col + 1 < p.n) crow[col + 1] = acc[i][j][2 * h + 1];
+      }
+    }
+}
+
+template <QuantFormat F>
+void launch(const GemmKernelParams& p, cudaStream_t stream) {
+  const int64_t tiles_m = p.group_offsets ? p.max_tiles_m : ceil_div(p.m, kMmaM);
+  const int64_t tiles_n = ceil_div(p.n, kMmaN);
+  if (tiles_m == 0 || tiles_n == 0) return;
+  DI_CHECK(tiles_m <= 65535) << "gemm: " << tiles_m << " row tiles are too many for one launch";
+  const size_t smem = sizeof(MmaSmem<F>);
+  DI_CUDA_CHECK(
+      cudaFuncSetAttribute(gemm_mma_kernel<F>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  // x = column tiles (fastest): the blocks running together share an A tile and sweep one expert's weight.
+  gemm_mma_kernel<F>
+      <<<dim3(static_cast<unsigned>(tiles_n), static_cast<unsigned>(tiles_m)), kMmaThreads, smem, stream>>>(p);
+  DI_CUDA_CHECK_LAUNCH();
+}
+
+bool aligned(const void* q, uintptr_t a) { return reinterpret_cast<uintptr_t>(q) % a == 0; }
+
+}  // namespace
+
+bool run_gemm_mma(const GemmKernelParams& p, cudaStream_t stream) {
+  if (!p.a_bf16 || p.batch_invariant || p.format == QuantFormat::kFloat) return false;
+  if (p.k <= 0 || p.k % kMmaK != 0) return false;
+  if (p.format == QuantFormat::kFP8Block && p.block_k % kMmaK != 0) return false;
+  if (p.lda % 8 != 0 || !aligned(p.a_bf16, 16)) return false;
+  if (p.b_table ? !p.tables_aligned16 : !aligned(p.b, 16)) return false;
+  if (p.m == 0 || p.n == 0) return true;
+  switch (p.format) {
+    case QuantFormat::kFP8Block:
+      launch<QuantFormat::kFP8Block>(p, stream);
+      return true;
+    case QuantFormat::kMXFP4:
+      launch<QuantFormat::kMXFP4>(p, stream);
+      return true;
+    case QuantFormat::kFP8Row32:
+      launch<QuantFormat::kFP8Row32>(p, stream);
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace deepinfer::cuda
