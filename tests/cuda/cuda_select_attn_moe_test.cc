@@ -80,6 +80,74 @@ TEST_F(CudaOpTest, CandidateBlocksMatchCpu) {
   }
 }
 
+// The indexer's top-512 at decode and prefill sizes: one row over 1k..16k entries (decode: N = context / ratio),
+// 64 rows of 16k, 256 short rows, and rows longer than the kernel's register cache (20000: the re-reading path).
+// Continuous scores have distinct keys (the radix passes stop early); scores on a 1/4 grid tie across the
+// 512th place (ties go to the lower index) and hold both −0 and +0 (equal to the CPU, so they must tie too);
+// the third mode adds a −inf tail of unseen entries per row, longer than n − 512 in some rows.
+TEST_F(CudaOpTest, TopKMaskDecodeShapesMatchCpu) {
+  struct Shape {
+    int64_t t, n;
+  };
+  for (const Shape& sh : {Shape{1, 1024}, Shape{1, 4096}, Shape{1, 16384}, Shape{64, 16384}, Shape{3, 20000},
+                          Shape{256, 2048}, Shape{2, 300}}) {
+    for (int mode = 0; mode < 3; ++mode) {
+      const int64_t t = sh.t, n = sh.n;
+      HostTensor s = rand({t, n}, -4, 4);
+      if (mode >= 1)
+        for (int64_t i = 0; i < s.numel(); ++i) s.data<float>()[i] = std::round(s.data<float>()[i] * 4) / 4;
+      if (mode == 2) {
+        HostTensor visible = ints(DType::kI64, {t}, 0, n);
+        for (int64_t r = 0; r < t; ++r)
+          for (int64_t e = visible.data<int64_t>()[r]; e < n; ++e) s.data<float>()[r * n + e] = -INFINITY;
+      }
+      for (int k : {512, 1}) {
+        HostTensor want(DType::kU8, {t, n});
+        cpu().topk_mask({s, Tensor{}, want, k});
+        DeviceTensor ds = up(s), dout = poisoned_bytes(DType::kU8, {t, n});
+        gpu().topk_mask({ds, Tensor{}, dout, k});
+        expect_same_bytes(("topk_mask T=" + std::to_string(t) + " N=" + std::to_string(n) + " k=" + std::to_string(k) +
+                           " mode=" + std::to_string(mode))
+                              .c_str(),
+                          down(dout), want);
+      }
+    }
+  }
+}
+
+// Candidate blocks at decode and prefill sizes: block sizes under a warp (one thread per block max) and of one
+// or more warps (a warp per block), with the block maxima on a grid so that they tie across the kept count.
+TEST_F(CudaOpTest, CandidateBlocksDecodeShapesMatchCpu) {
+  struct Case {
+    int64_t t, n;
+    int bs, topk;
+  };
+  const int64_t ratio = 4;
+  for (const Case& c : {Case{1, 16384, 64, 32}, Case{1, 16384, 8, 128}, Case{64, 16384, 128, 16},
+                        Case{256, 4096, 32, 8}, Case{1, 1000, 64, 64}, Case{5, 20000, 16, 1500}}) {
+    for (bool grid : {false, true}) {
+      HostTensor pos = ints(DType::kI64, {c.t}, 0, ratio * c.n - 1);
+      HostTensor s = rand({c.t, c.n}, -3, 3);
+      for (int64_t i = 0; i < c.t; ++i) {
+        const int64_t visible = (pos.data<int64_t>()[i] + 1) / ratio;
+        for (int64_t e = 0; e < c.n; ++e) {
+          float& v = s.data<float>()[i * c.n + e];
+          if (grid) v = std::round(v * 2) / 2;
+          if (e >= visible) v = -INFINITY;
+        }
+      }
+      HostTensor want(DType::kU8, {c.t, c.n});
+      cpu().candidate_blocks({s, pos, want, static_cast<int>(ratio), c.topk, c.bs});
+      DeviceTensor ds = up(s), dp = up(pos), dout = poisoned_bytes(DType::kU8, {c.t, c.n});
+      gpu().candidate_blocks({ds, dp, dout, static_cast<int>(ratio), c.topk, c.bs});
+      expect_same_bytes(("candidate_blocks T=" + std::to_string(c.t) + " N=" + std::to_string(c.n) +
+                         " bs=" + std::to_string(c.bs) + " top=" + std::to_string(c.topk) + (grid ? " grid" : ""))
+                            .c_str(),
+                        down(dout), want);
+    }
+  }
+}
+
 TEST_F(CudaOpTest, SinkAttentionPrefillAndDecodeWithPoisonedSlots) {
   struct Case {
     int64_t t, h, hd, s, n;

@@ -7,7 +7,10 @@
 namespace deepinfer::cuda {
 namespace {
 
-constexpr int kTopkThreads = 512;
+// Top-k rows: one block per row. 1024 threads with 16 keys each hold a row of up to 16384 entries (a 64k
+// context at ratio 4) in registers; longer rows re-read their scores once per radix pass.
+constexpr int kTopkThreads = 1024;
+constexpr int kTopkItems = 16;
 
 // One warp per (token, entry). Entries the query cannot see yet are −inf and never read (their cache slots
 // may hold anything).
@@ -81,7 +84,7 @@ __global__ void __launch_bounds__(kTopkThreads) topk_mask_kernel(TopKMaskKernelP
   const float* s = p.scores + t * p.n;
   const uint8_t* allowed = p.allowed ? p.allowed + t * p.n : nullptr;
   auto value = [&](int64_t i) { return (allowed && !allowed[i]) ? -INFINITY : s[i]; };
-  block_topk_mask(value, p.n, p.k, p.out + t * p.n, sm);
+  block_topk_mask<kTopkItems>(value, p.n, p.k, p.out + t * p.n, sm);
 }
 
 __global__ void __launch_bounds__(kTopkThreads) candidate_blocks_kernel(CandidateBlocksKernelParams p) {
@@ -94,15 +97,27 @@ __global__ void __launch_bounds__(kTopkThreads) candidate_blocks_kernel(Candidat
   // The block holding the newest visible entry is only partly filled; it is always kept.
   const int64_t visible = (p.positions[t] + 1) / p.ratio;
   const int64_t forced = visible > 0 ? (visible - 1) / bs : -1;
-  for (int64_t b = threadIdx.x; b < blocks; b += blockDim.x) {
-    float mx = -INFINITY;
-    const int64_t end = (b + 1) * bs < p.n ? (b + 1) * bs : p.n;
-    for (int64_t e = b * bs; e < end; ++e) mx = fmaxf(mx, s[e]);
-    block_score[b] = b == forced ? INFINITY : mx;
+  if (bs >= 32) {
+    // A warp per block: coalesced loads, one warp max.
+    const int lane = threadIdx.x & 31;
+    for (int64_t b = threadIdx.x >> 5; b < blocks; b += blockDim.x >> 5) {
+      float mx = -INFINITY;
+      const int64_t end = (b + 1) * bs < p.n ? (b + 1) * bs : p.n;
+      for (int64_t e = b * bs + lane; e < end; e += 32) mx = fmaxf(mx, s[e]);
+      mx = warp_max(mx);
+      if (lane == 0) block_score[b] = b == forced ? INFINITY : mx;
+    }
+  } else {
+    for (int64_t b = threadIdx.x; b < blocks; b += blockDim.x) {
+      float mx = -INFINITY;
+      const int64_t end = (b + 1) * bs < p.n ? (b + 1) * bs : p.n;
+      for (int64_t e = b * bs; e < end; ++e) mx = fmaxf(mx, s[e]);
+      block_score[b] = b == forced ? INFINITY : mx;
+    }
   }
   __syncthreads();
   auto value = [&](int64_t i) { return block_score[i]; };
-  block_topk_mask(value, blocks, p.topk_blocks, block_keep, sm);
+  block_topk_mask<kTopkItems>(value, blocks, p.topk_blocks, block_keep, sm);
   __syncthreads();
   uint8_t* keep = p.keep + t * p.n;
   for (int64_t e = threadIdx.x; e < p.n; e += blockDim.x) keep[e] = block_keep[e / bs];
