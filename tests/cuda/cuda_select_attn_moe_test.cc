@@ -281,6 +281,70 @@ TEST_F(CudaOpTest, RouterGroupLimited) {
   }
 }
 
+// V4 / V4.1 routing shapes: 256 and 384 experts, top-6, T = 1 (decode), 64, 256 and 2048 (prefill). The gate
+// weight is the identity (d = E), so the logits are the test's values exactly on both sides. Logits on a 1/32
+// grid in [-2, 2] and a bias on a 1/8 grid in [-0.5, 0.5] give many exactly equal biased scores (which must go
+// to the lower expert id), while distinct ones stay >= 1e-5 apart (checked in double over both grids, for both
+// score functions), far beyond the few-ulp difference of the CPU's and the GPU's exp/log1p.
+TEST_F(CudaOpTest, RouterDecodeShapesWithTies) {
+  const int64_t k = 6;
+  for (int64_t e : {int64_t{256}, int64_t{384}}) {
+    HostTensor eye(DType::kF32, {e, e});
+    std::fill(eye.data<float>(), eye.data<float>() + eye.numel(), 0.0f);
+    for (int64_t i = 0; i < e; ++i) eye.data<float>()[i * e + i] = 1.0f;
+    HostTensor bias = rand({e}, -0.5f, 0.5f);
+    for (int64_t i = 0; i < e; ++i) bias.data<float>()[i] = std::round(bias.data<float>()[i] * 8) / 8;
+    HostTensor hash = ints(DType::kI32, {300, k}, 0, e - 1);
+    DeviceTensor deye = up(eye), db = up(bias), dh = up(hash);
+    for (int64_t t : {int64_t{1}, int64_t{64}, int64_t{256}, int64_t{2048}}) {
+      HostTensor x = rand({t, e}, -2, 2);
+      for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = std::round(x.data<float>()[i] * 32) / 32;
+      HostTensor tok = ints(DType::kI64, {t}, 0, 299);
+      DeviceTensor dx = up(x), dtok = up(tok);
+      struct Case {
+        const char* name;
+        RouterScoring scoring;
+        bool bias, normalize, hash;
+      };
+      for (const Case& c : {Case{"sqrt-softplus+bias", RouterScoring::kSqrtSoftplus, true, true, false},
+                            Case{"sigmoid+bias", RouterScoring::kSigmoid, true, true, false},
+                            Case{"sqrt-softplus unnormalized", RouterScoring::kSqrtSoftplus, false, false, false},
+                            Case{"hash", RouterScoring::kSqrtSoftplus, false, true, true}}) {
+        const std::string name =
+            std::string("router E=") + std::to_string(e) + " T=" + std::to_string(t) + " " + c.name;
+        HostTensor ww(DType::kF32, {t, k}), wi(DType::kI32, {t, k});
+        RouterParams p{x,
+                       eye,
+                       c.bias ? bias.view() : Tensor{},
+                       c.hash ? hash.view() : Tensor{},
+                       c.hash ? tok.view() : Tensor{},
+                       ww,
+                       wi,
+                       c.scoring,
+                       1.0f,
+                       2.5f,
+                       c.normalize};
+        cpu().router(p);
+        DeviceTensor dww = poisoned({t, k}), dwi = poisoned_bytes(DType::kI32, {t, k});
+        RouterParams g{dx,
+                       deye,
+                       c.bias ? db.view() : Tensor{},
+                       c.hash ? dh.view() : Tensor{},
+                       c.hash ? dtok.view() : Tensor{},
+                       dww,
+                       dwi,
+                       c.scoring,
+                       1.0f,
+                       2.5f,
+                       c.normalize};
+        gpu().router(g);
+        expect_same_bytes((name + " indices").c_str(), down(dwi), wi);
+        rel_err((name + " weights").c_str(), down(dww), ww, 1e-5);
+      }
+    }
+  }
+}
+
 class CudaMoeTest : public CudaOpTest {
  protected:
   // Distinct random experts per token (as a top-k would give).

@@ -4,6 +4,7 @@
 #include "deepinfer/ops/cuda/cuda_runtime.h"
 #include "deepinfer/ops/cuda/device_math.cuh"
 #include "deepinfer/ops/cuda/kernels.h"
+#include "deepinfer/ops/cuda/topk.cuh"
 
 namespace deepinfer::cuda {
 namespace {
@@ -83,55 +84,52 @@ __global__ void __launch_bounds__(kRouterThreads) router_select_kernel(RouterSel
     __syncthreads();
   }
   if (p.hash_table) {
-    if (threadIdx.x == 0) {
+    for (int64_t j = threadIdx.x; j < k; j += blockDim.x) {
       const int64_t tok = p.token_ids[t];
       const bool ok = tok >= 0 && tok < p.hash_rows;
-      if (!ok) atomicOr(p.status, kStatusRouterHashRange);
-      for (int64_t j = 0; j < k; ++j) {
-        int64_t id = 0;
-        if (ok)
-          id = p.hash_i64 ? static_cast<const int64_t*>(p.hash_table)[tok * k + j]
-                          : static_cast<const int32_t*>(p.hash_table)[tok * k + j];
-        if (id < 0 || id >= e_count) {
-          atomicOr(p.status, kStatusExpertIdRange);
-          id = 0;
-        }
-        picked[j] = static_cast<int>(id);
+      if (!ok && j == 0) atomicOr(p.status, kStatusRouterHashRange);
+      int64_t id = 0;
+      if (ok)
+        id = p.hash_i64 ? static_cast<const int64_t*>(p.hash_table)[tok * k + j]
+                        : static_cast<const int32_t*>(p.hash_table)[tok * k + j];
+      if (id < 0 || id >= e_count) {
+        atomicOr(p.status, kStatusExpertIdRange);
+        id = 0;
       }
+      picked[j] = static_cast<int>(id);
     }
-  } else if (threadIdx.x < 32) {
-    // k rounds of a warp argmax; ties go to the lower expert id, as the CPU op's partial_sort. Each lane keeps
-    // its own copy of the picks so far (lane 0's result, broadcast), so no lane reads a shared slot another
-    // lane wrote in the previous round (compute-sanitizer racecheck flagged that handoff through `picked`).
-    const int lane = threadIdx.x;
-    int mine[kMaxTopK];
-    for (int64_t j = 0; j < k; ++j) {
-      float best = -INFINITY;
-      int best_i = -1;
-      for (int64_t e = lane; e < e_count; e += 32) {
-        bool taken = false;
-        for (int64_t q = 0; q < j; ++q) taken |= mine[q] == e;
-        const float v = biased[e];
-        if (!taken && (best_i < 0 || v > best)) {
-          best = v;
-          best_i = static_cast<int>(e);
+  } else {
+    // The selection runs on order-preserving integer keys (topk.cuh's float_key: −0 keyed as +0, so the
+    // CPU's equal scores stay equal), written over the biased scores in place by the thread that computed them.
+    uint32_t* keys = reinterpret_cast<uint32_t*>(biased);
+    for (int64_t e = threadIdx.x; e < e_count; e += blockDim.x) keys[e] = float_key(biased[e]);
+    __syncthreads();
+    if (threadIdx.x < 32) {
+      // k rounds of a warp argmax; ties go to the lower expert id, as the CPU op's partial_sort. Lane l owns
+      // experts l, l + 32, ...: it scans them for its best untaken key (in index order, so its own ties keep
+      // the lower id), one warp max finds the best key and one warp min the lowest id holding it. The owner
+      // lane then zeroes the winner's key, which no real score maps to (−inf is 0x007fffff), so only that lane
+      // reads and writes the slot and no handoff between lanes goes through shared memory.
+      const int lane = threadIdx.x;
+      for (int64_t j = 0; j < k; ++j) {
+        uint32_t best = 0, best_i = 0xffffffffu;
+        for (int64_t e = lane; e < e_count; e += 32) {
+          const uint32_t key = keys[e];
+          if (key > best) {
+            best = key;
+            best_i = static_cast<uint32_t>(e);
+          }
         }
+        const uint32_t top = __reduce_max_sync(0xffffffffu, best);
+        const uint32_t win = __reduce_min_sync(0xffffffffu, best == top ? best_i : 0xffffffffu);
+        if (static_cast<int64_t>(win % 32) == lane) keys[win] = 0;
+        if (lane == 0) picked[j] = static_cast<int>(win);
       }
-      for (int o = 16; o > 0; o >>= 1) {
-        const float ov = __shfl_xor_sync(0xffffffffu, best, o);
-        const int oi = __shfl_xor_sync(0xffffffffu, best_i, o);
-        if (oi >= 0 && (best_i < 0 || ov > best || (ov == best && oi < best_i))) {
-          best = ov;
-          best_i = oi;
-        }
-      }
-      best_i = __shfl_sync(0xffffffffu, best_i, 0);
-      mine[j] = best_i;
-      if (lane == 0) picked[j] = best_i;
     }
   }
   __syncthreads();
   if (threadIdx.x == 0) {
+    // The CPU op's arithmetic: the sum in pick order, then one division per weight.
     float* w = p.weights + t * k;
     int32_t* idx = p.indices + t * k;
     float sum = 0.0f;
