@@ -7,6 +7,8 @@
 
 #include "cuda/cuda_test_util.h"
 #include "deepinfer/core/dtype.h"
+#include "deepinfer/ops/cuda/cuda_runtime.h"
+#include "deepinfer/ops/cuda/kernels.h"
 
 namespace deepinfer {
 namespace {
@@ -340,6 +342,63 @@ TEST_F(CudaOpTest, RouterDecodeShapesWithTies) {
         gpu().router(g);
         expect_same_bytes((name + " indices").c_str(), down(dwi), wi);
         rel_err((name + " weights").c_str(), down(dww), ww, 1e-5);
+      }
+    }
+  }
+}
+
+// The expert grouping plan (run directly: the MoE tests see it only through their outputs) at decode and prefill
+// sizes, k = 6: perm must hold every valid slot once, grouped by expert in id order; the row and tile offsets
+// and the list of non-empty experts must match a host count; out-of-range ids are left out and reported.
+TEST_F(CudaOpTest, MoePlanGroupsSlotsByExpert) {
+  const int64_t k = 6;
+  for (int64_t e : {int64_t{256}, int64_t{384}}) {
+    for (int64_t t : {int64_t{1}, int64_t{64}, int64_t{256}, int64_t{4096}}) {
+      for (bool bad : {false, true}) {
+        const int64_t slots = t * k;
+        // Skewed towards the first experts so that some groups span several GEMM tiles.
+        HostTensor idx = ints(DType::kI32, {slots}, 0, e - 1);
+        int32_t* ids = idx.data<int32_t>();
+        for (int64_t s = 0; s < slots; s += 3) ids[s] = ids[s] % 8;
+        if (bad) {
+          ids[0] = -1;
+          ids[slots - 1] = static_cast<int32_t>(e);
+        }
+        HostTensor zero = ints(DType::kI32, {1}, 0, 0);
+        DeviceTensor di = up(idx), dstatus = up(zero), dperm = poisoned_bytes(DType::kI32, {slots});
+        DeviceTensor dgo = poisoned_bytes(DType::kI32, {e + 1}), dto = poisoned_bytes(DType::kI32, {e + 1});
+        DeviceTensor dag = poisoned_bytes(DType::kI32, {e + 1}), dcur = poisoned_bytes(DType::kI32, {e});
+        cuda::MoePlanKernelParams p;
+        p.indices = static_cast<const int32_t*>(di.data());
+        p.slots = slots;
+        p.experts = static_cast<int>(e);
+        p.perm = static_cast<int32_t*>(dperm.data());
+        p.group_offsets = static_cast<int32_t*>(dgo.data());
+        p.tile_offsets = static_cast<int32_t*>(dto.data());
+        p.active_groups = static_cast<int32_t*>(dag.data());
+        p.cursor = static_cast<int32_t*>(dcur.data());
+        p.status = static_cast<uint32_t*>(dstatus.data());
+        cuda::run_moe_plan(p, nullptr);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        const HostTensor perm = down(dperm), go = down(dgo), to = down(dto), ag = down(dag), st = down(dstatus);
+        std::vector<std::vector<int32_t>> want(e);
+        for (int64_t s = 0; s < slots; ++s)
+          if (ids[s] >= 0 && ids[s] < e) want[ids[s]].push_back(static_cast<int32_t>(s));
+        const std::string name = "moe_plan E=" + std::to_string(e) + " T=" + std::to_string(t) + (bad ? " bad" : "");
+        int64_t rows = 0, tiles = 0, active = 0, wrong = 0;
+        for (int64_t x = 0; x < e; ++x) {
+          const int64_t c = static_cast<int64_t>(want[x].size());
+          wrong += go.data<int32_t>()[x] != rows || to.data<int32_t>()[x] != tiles;
+          if (c > 0) wrong += ag.data<int32_t>()[active++] != x;
+          std::vector<int32_t> got(perm.data<int32_t>() + rows, perm.data<int32_t>() + rows + c);
+          std::sort(got.begin(), got.end());
+          wrong += got != want[x];
+          rows += c;
+          tiles += (c + cuda::kGemmTileM - 1) / cuda::kGemmTileM;
+        }
+        wrong += go.data<int32_t>()[e] != rows || to.data<int32_t>()[e] != tiles || ag.data<int32_t>()[e] != active;
+        EXPECT_EQ(wrong, 0) << name << " (seed " << seed_ << ")";
+        EXPECT_EQ((st.data<uint32_t>()[0] & cuda::kStatusExpertIdRange) != 0, bad) << name;
       }
     }
   }

@@ -141,13 +141,41 @@ __global__ void __launch_bounds__(kRouterThreads) router_select_kernel(RouterSel
   }
 }
 
-// Single block: counts per expert, a serial scan (E is a few hundred), then a scatter with per-expert
-// cursors. The order of slots inside an expert's group is arbitrary, which is harmless: every gathered row
-// is computed independently and written to its own slot.
-__global__ void moe_plan_kernel(MoePlanKernelParams p) {
+// Inclusive sum over the block of three counters at once (blockDim.x a multiple of 32); `carry` (in shared
+// memory, updated by the call) holds the totals of the earlier chunks, `sums` 32 × 3 words. Contains
+// __syncthreads: call from all threads.
+__device__ __forceinline__ void block_scan3(int (&v)[3], int* carry, int* sums) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int q = 0; q < 3; ++q)
+    for (int o = 1; o < 32; o <<= 1) {
+      const int up = __shfl_up_sync(0xffffffffu, v[q], o);
+      if (lane >= o) v[q] += up;
+    }
+  if (lane == 31)
+    for (int q = 0; q < 3; ++q) sums[warp * 3 + q] = v[q];
+  __syncthreads();
+  int add[3] = {carry[0], carry[1], carry[2]};
+  for (int w = 0; w < warp; ++w)
+    for (int q = 0; q < 3; ++q) add[q] += sums[w * 3 + q];
+  for (int q = 0; q < 3; ++q) v[q] += add[q];
+  __syncthreads();  // every thread has read carry and sums
+  if (threadIdx.x == blockDim.x - 1)
+    for (int q = 0; q < 3; ++q) carry[q] = v[q];
+  __syncthreads();
+}
+
+// Single block: counts per expert (shared atomics), one block-wide scan of (rows, tiles, non-empty experts)
+// over the experts, then a scatter with per-expert cursors. The scan replaces a serial walk by one thread over
+// all E experts (384 for V4.1), whose dependent shared-memory loads made it the kernel's latency. The order of
+// slots inside an expert's group is arbitrary, which is harmless: every gathered row is computed independently
+// and written to its own slot.
+__global__ void __launch_bounds__(1024) moe_plan_kernel(MoePlanKernelParams p) {
   extern __shared__ int counts[];  // [experts] counts, then [experts] cursors
+  __shared__ int carry[3], sums[32 * 3];
   int* cursor = counts + p.experts;
   for (int e = threadIdx.x; e < p.experts; e += blockDim.x) counts[e] = 0;
+  if (threadIdx.x < 3) carry[threadIdx.x] = 0;
   __syncthreads();
   for (int64_t s = threadIdx.x; s < p.slots; s += blockDim.x) {
     const int e = p.indices[s];
@@ -157,19 +185,23 @@ __global__ void moe_plan_kernel(MoePlanKernelParams p) {
       atomicAdd(&counts[e], 1);
   }
   __syncthreads();
-  if (threadIdx.x == 0) {
-    int rows = 0, tiles = 0, active = 0;
-    for (int e = 0; e < p.experts; ++e) {
-      if (counts[e] > 0 && p.active_groups) p.active_groups[active++] = e;
+  for (int base = 0; base < p.experts; base += blockDim.x) {
+    const int e = base + threadIdx.x;
+    const int c = e < p.experts ? counts[e] : 0;
+    int v[3] = {c, (c + kGemmTileM - 1) / kGemmTileM, c > 0 ? 1 : 0};
+    block_scan3(v, carry, sums);
+    if (e < p.experts) {
+      const int rows = v[0] - c;  // exclusive
       p.group_offsets[e] = rows;
-      p.tile_offsets[e] = tiles;
+      p.tile_offsets[e] = v[1] - (c + kGemmTileM - 1) / kGemmTileM;
       cursor[e] = rows;
-      rows += counts[e];
-      tiles += (counts[e] + kGemmTileM - 1) / kGemmTileM;
+      if (c > 0 && p.active_groups) p.active_groups[v[2] - 1] = e;
     }
-    p.group_offsets[p.experts] = rows;
-    p.tile_offsets[p.experts] = tiles;
-    if (p.active_groups) p.active_groups[p.experts] = active;
+  }
+  if (threadIdx.x == 0) {
+    p.group_offsets[p.experts] = carry[0];
+    p.tile_offsets[p.experts] = carry[1];
+    if (p.active_groups) p.active_groups[p.experts] = carry[2];
   }
   __syncthreads();
   for (int64_t s = threadIdx.x; s < p.slots; s += blockDim.x) {
