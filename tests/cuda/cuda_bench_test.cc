@@ -10,6 +10,7 @@
 
 #include "cuda/cuda_test_util.h"
 #include "deepinfer/core/dtype.h"
+#include "deepinfer/ops/cuda/kernels.h"
 
 namespace deepinfer {
 namespace {
@@ -310,6 +311,55 @@ TEST_F(CudaBench, DISABLED_OpTimings) {
              gpu().topk_mask({out, Tensor{}, mask, 512});
            }),
            5.0 * t * n, 0);
+  }
+}
+
+// The small latency-bound selection kernels at decode shapes (issue #7): one row per call, so the figure is the
+// kernel's latency plus the gap between back-to-back launches on the stream (ncu gives the kernel alone).
+// router includes its x·Wᵀ GEMM (cuBLASLt) before router_select; moe_plan runs the kernel directly.
+TEST_F(CudaBench, DISABLED_SmallSelectTimings) {
+  auto us = [](const std::string& what, double ms) {
+    std::printf("[bench] %-52s %9.2f us/call\n", what.c_str(), ms * 1e3);
+    std::fflush(stdout);
+  };
+  for (int64_t n : {int64_t{1024}, int64_t{4096}, int64_t{16384}, int64_t{65536}}) {
+    for (int64_t t : {int64_t{1}, int64_t{64}}) {
+      HostTensor pos(DType::kI64, {t});
+      for (int64_t i = 0; i < t; ++i) pos.data<int64_t>()[i] = 4 * n - 1;
+      DeviceTensor s = filled(DType::kF32, {t, n}), mask(gpu(), DType::kU8, {t, n}), dp = up(pos);
+      us("topk_mask T=" + std::to_string(t) + " N=" + std::to_string(n) + " k=512", time_ms([&] {
+           gpu().topk_mask({s, Tensor{}, mask, 512});
+         }));
+      us("candidate_blocks T=" + std::to_string(t) + " N=" + std::to_string(n) + " bs=64 top=32", time_ms([&] {
+           gpu().candidate_blocks({s, dp, mask, 4, 32, 64});
+         }));
+    }
+  }
+  for (int64_t e : {int64_t{256}, int64_t{384}}) {
+    for (int64_t t : {int64_t{1}, int64_t{64}, int64_t{256}}) {
+      const int64_t d = 4096, k = 6;
+      DeviceTensor x = filled(DType::kF32, {t, d}), w = filled(DType::kF32, {e, d}), b = filled(DType::kF32, {e});
+      DeviceTensor ww(gpu(), DType::kF32, {t, k}), wi(gpu(), DType::kI32, {t, k});
+      us("router sqrt-softplus+bias E=" + std::to_string(e) + " T=" + std::to_string(t) + " k=6 (with GEMM)",
+         time_ms([&] {
+           gpu().router({x, w, b, Tensor{}, Tensor{}, ww, wi, RouterScoring::kSqrtSoftplus, 1.0f, 2.5f, true});
+         }));
+      HostTensor ids(DType::kI32, {t * k});
+      for (int64_t i = 0; i < t * k; ++i) ids.data<int32_t>()[i] = static_cast<int32_t>((i * 37) % e);
+      DeviceTensor di = up(ids), perm(gpu(), DType::kI32, {t * k}), go(gpu(), DType::kI32, {e + 1}),
+                   to(gpu(), DType::kI32, {e + 1}), ag(gpu(), DType::kI32, {e + 1}), st(gpu(), DType::kI32, {1});
+      cuda::MoePlanKernelParams p;
+      p.indices = static_cast<const int32_t*>(di.data());
+      p.slots = t * k;
+      p.experts = static_cast<int>(e);
+      p.perm = static_cast<int32_t*>(perm.data());
+      p.group_offsets = static_cast<int32_t*>(go.data());
+      p.tile_offsets = static_cast<int32_t*>(to.data());
+      p.active_groups = static_cast<int32_t*>(ag.data());
+      p.status = static_cast<uint32_t*>(st.data());
+      us("moe_plan E=" + std::to_string(e) + " T=" + std::to_string(t) + " k=6",
+         time_ms([&] { cuda::run_moe_plan(p, gpu().stream()); }));
+    }
   }
 }
 
