@@ -51,8 +51,10 @@ __device__ __forceinline__ void for_items(int64_t n, Fn&& fn) {
   }
 }
 
-// One shared atomic per distinct bin in the warp (bins < 256; inactive lanes pass active = false).
+// One shared atomic per distinct bin in the warp (bins < 256; inactive lanes pass active = false). After the
+// first pass most keys fall outside the chosen prefix: a warp with no key in play skips the match.
 __device__ __forceinline__ void warp_hist_add(uint32_t* hist, uint32_t bin, bool active) {
+  if (!__any_sync(0xffffffffu, active)) return;
   const uint32_t peers = __match_any_sync(0xffffffffu, active ? bin : 0x100u);
   const int lane = threadIdx.x & 31;
   if (active && __ffs(peers) - 1 == lane) atomicAdd(&hist[bin], static_cast<uint32_t>(__popc(peers)));
