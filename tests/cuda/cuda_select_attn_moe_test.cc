@@ -537,8 +537,8 @@ TEST_F(CudaMoeTest, F32ExpertsWithSharedClampAndBothWeightModes) {
 }
 
 // The routed experts' kernel follows the average rows per used expert, T·k / min(E, T·k): T=3 (1 row) runs
-// the weight-streaming kernel (fp32 products: exact up to order); T=21 (6 rows) and T=300 (75 rows, two M
-// tiles per expert) the bf16 tensor-core kernel (x and h rounded to bf16: ~1e-3 relative; weights exact in
+// the weight-streaming kernel (fp32 products: exact up to order); T=21 (6 rows) and T=300 (75 rows) the bf16
+// tensor-core kernel (the pipelined mma.sync one) (x and h rounded to bf16: ~1e-3 relative; weights exact in
 // bf16 with UE8M0 scales). The shared expert is a dense GEMM of T rows: tensor cores from T=5.
 TEST_F(CudaMoeTest, Mxfp4ExpertsAndFp8SharedMatchDequantizedCpu) {
   const int64_t d = 256, inter = 128, e = 16, k = 4;
@@ -566,8 +566,9 @@ TEST_F(CudaMoeTest, Mxfp4ExpertsAndFp8SharedMatchDequantizedCpu) {
 // The pipelined mma.sync kernel (gemm_mma_cuda.cu; many rows per expert in a block format, x and h as bf16):
 // MXFP4 and FP8-block routed experts, hidden 640 (gate/up K = 640: 20 k-steps; down N = 640: a partial 256-column
 // tile), inter 320 (gate/up N: a partial tile; down K = 320), 24 experts of which each token takes 6. T = 40 gives
-// ~10 rows per expert (one partial 64-row tile each), T = 700 ~175 (three tiles, the last partial). Tolerance as
-// for the WMMA tile: x and h rounded to bf16 (~1e-3 relative), weights exact in bf16.
+// ~10 rows per expert (one partial 128-row tile each), T = 700 ~175 (two tiles, the second partial). Tolerance:
+// x and h are rounded to bf16 (each ~2^-9 / sqrt(3) = 1.1e-3 rms relative), the SwiGLU between compounds them;
+// the first H200 run measured 3.0-4.2e-3 over these shapes, so 8e-3 (a misplaced tile or a wrong scale is O(1)).
 TEST_F(CudaMoeTest, PipelinedTensorCoreExpertsMatchCpu) {
   const int64_t d = 640, inter = 320, e = 24, k = 6;
   for (QuantFormat f : {QuantFormat::kMXFP4, QuantFormat::kFP8Block}) {
@@ -582,7 +583,7 @@ TEST_F(CudaMoeTest, PipelinedTensorCoreExpertsMatchCpu) {
         gpu().moe_quant({dx, dwts, didx, &q->gpu_experts, &q->gpu_shared, dout, 10.0f, before});
         const std::string name = std::string("moe_quant mma ") + (f == QuantFormat::kMXFP4 ? "mxfp4" : "fp8") +
                                  (before ? " before_w2" : "") + " T=" + std::to_string(t);
-        rel_err(name.c_str(), down(dout), want, 4e-3);
+        rel_err(name.c_str(), down(dout), want, 8e-3);
       }
     }
   }
