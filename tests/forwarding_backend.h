@@ -24,6 +24,7 @@ class ForwardingBackend : public Backend {
   void hc_expand(const HcExpandParams& p) override { inner_->hc_expand(p); }
   void compress_pool(const CompressPoolParams& p) override { inner_->compress_pool(p); }
   void indexer_scores(const IndexerScoreParams& p) override { inner_->indexer_scores(p); }
+  void paged_indexer_scores(const PagedIndexerScoreParams& p) override { inner_->paged_indexer_scores(p); }
   void candidate_blocks(const CandidateBlocksParams& p) override { inner_->candidate_blocks(p); }
   void topk_mask(const TopKMaskParams& p) override { inner_->topk_mask(p); }
   void sink_attention(const SinkAttentionParams& p) override { inner_->sink_attention(p); }

@@ -5,10 +5,11 @@
 // Per layer the work falls into three stages:
 //   1. batched: Engram, mHC mix/collapse, norms, query / window-row / compressor / indexer projections and RoPE
 //      over all rows, into the step's buffers.
-//   2. per sequence (the "middle"): what is genuinely per-sequence state — window rows into the pages (or the
-//      slot's ring), compressor pending rows and closing groups, indexer scoring and top-k over each sequence's
-//      own entries — then attention: paged windows in one paged_sink_attention call over all rows (one block
-//      table per sequence), ring windows (V4.1 bounded replay's decoder layers) per sequence on row slices.
+//   2. the "middle", over per-sequence state: window rows into the pages (or the slot's ring), compressor pending
+//      rows and closing groups (per sequence), the indexer over each sequence's own entries (one
+//      paged_indexer_scores call reading every sequence's keys in its pages, one top-k over the [B, n_max] scores),
+//      then attention: paged windows in one paged_sink_attention call over all rows (one block table per
+//      sequence), ring windows (V4.1 bounded replay's decoder layers) per sequence on row slices.
 //   3. batched: grouped output projection, mHC expand, router and experts over all rows.
 // Stage 3 of layer l and stage 1 of layer l + 1 form one "piece" (piece 0: the embedding and layer 0's stage 1;
 // the last: the head). A piece reads and writes only the step's buffers — persistent ones under decode graphs,
@@ -48,6 +49,113 @@ OwnedTensor collapse_norm(Backend& b, TensorMemory& mem, const Tensor& streams, 
 
 Tensor row(const Tensor& t, int64_t b) { return t.slice(b, b + 1); }
 
+// The first n columns of row b of a contiguous [rows, width] tensor, as a contiguous [1, n] view.
+Tensor row_prefix(const Tensor& t, int64_t b, int64_t n) {
+  return Tensor(static_cast<uint8_t*>(t.data()) + dtype_bytes(t.dtype(), b * t.dim(1)), t.dtype(), {1, n}, t.device());
+}
+
+// V4.1's selections during one decode step (forward()'s Selection, for all rows at once). An index layer scores every
+// row in one call and selects with one top-k over [B, n_max]; what it publishes stays alive for the whole step. Per
+// row the state is forward()'s: the top-k (and candidates) published last, over how many entries; a row without
+// entries at an index layer keeps what it had.
+class StepSelections {
+ public:
+  void reset(int64_t rows) {
+    topk_.assign(static_cast<size_t>(rows), {});
+    candidates_.assign(static_cast<size_t>(rows), {});
+  }
+
+  // Publishes layer `plan`'s selection from its scores [B, n] (−inf past each row's ne[b] entries).
+  void select(Backend& be, TensorMemory& mem, const LayerPlan& plan, const V4AttentionConfig& ac, int r,
+              const Tensor& scores, const Tensor& positions, const std::vector<int64_t>& ne,
+              const std::vector<int64_t>& host_positions) {
+    const int64_t B = static_cast<int64_t>(ne.size()), n = scores.dim(1);
+    Tensor allowed;
+    if (plan.candidate_source) {
+      OwnedTensor c = mem.zeros(DType::kU8, {B, n});
+      be.candidate_blocks({scores, positions, c.view(), r, ac.candidate_topk_blocks, ac.candidate_block_size});
+      // The block of the newest visible entry is forced in; a row whose query sees past its entries would force a
+      // block of padding over [B, n] (none over its own entries): such a row runs alone, as before.
+      for (int64_t b = 0; b < B; ++b)
+        if (ne[b] > 0 && (host_positions[b] + 1) / r > ne[b])
+          be.candidate_blocks({row_prefix(scores, b, ne[b]), positions.slice(b, b + 1), row_prefix(c.view(), b, ne[b]),
+                               r, ac.candidate_topk_blocks, ac.candidate_block_size});
+      publish(candidates_, std::move(c), ne);
+    } else if (plan.csa2_role == Csa2Role::kReindex) {
+      allowed = candidates_for(mem, ne, n);
+    }
+    OwnedTensor t = mem.zeros(DType::kU8, {B, n});
+    be.topk_mask({scores, allowed, t.view(), ac.index_topk});
+    publish(topk_, std::move(t), ne);
+  }
+
+  // The entries each row attends over ne[b] entries, u8 [B, n_max]: its latest top-k when that covers exactly these
+  // entries, none otherwise. The latest published top-k itself when it is that already (the common case).
+  Tensor attended(TensorMemory& mem, const std::vector<int64_t>& ne, int64_t n_max) {
+    bool direct = latest_topk_ >= 0 && held_[latest_topk_].shape()[1] == n_max;
+    for (size_t b = 0; b < ne.size() && direct; ++b) {
+      const bool covers = ne[b] > 0 && topk_[b].n == ne[b];
+      // A row attending nothing needs a zero row: one whose sequence had no entries when it was published.
+      direct = covers ? topk_[b].at == latest_topk_ : latest_counts_[b] == 0;
+    }
+    if (direct) return held_[latest_topk_].view();
+    OwnedTensor m = mem.zeros(DType::kU8, {static_cast<int64_t>(ne.size()), n_max});
+    for (size_t b = 0; b < ne.size(); ++b)
+      if (ne[b] > 0 && topk_[b].n == ne[b])
+        mem.copy(row_prefix(m.view(), b, ne[b]), row_prefix(held_[topk_[b].at].view(), b, ne[b]));
+    held_.push_back(std::move(m));
+    return held_.back().view();
+  }
+
+ private:
+  struct RowMask {
+    int at = -1;     // held_ index
+    int64_t n = -1;  // entries it covers; -1: none published yet
+  };
+
+  void publish(std::vector<RowMask>& rows, OwnedTensor&& mask, const std::vector<int64_t>& ne) {
+    held_.push_back(std::move(mask));
+    const int at = static_cast<int>(held_.size()) - 1;
+    for (size_t b = 0; b < ne.size(); ++b)
+      if (ne[b] > 0) rows[b] = {at, ne[b]};
+    if (&rows == &topk_) {
+      latest_topk_ = at;
+      latest_counts_ = ne;
+    }
+  }
+
+  // Reindex: a row whose candidates cover exactly its entries is restricted to them, the others are not.
+  Tensor candidates_for(TensorMemory& mem, const std::vector<int64_t>& ne, int64_t n) {
+    const int64_t B = static_cast<int64_t>(ne.size());
+    int source = -1;  // the candidates tensor of the restricted rows, when they all use one
+    bool any = false, direct = true;
+    for (int64_t b = 0; b < B; ++b) {
+      if (ne[b] == 0) continue;
+      if (candidates_[b].n != ne[b]) {
+        direct = false;
+        continue;
+      }
+      any = true;
+      if (source < 0) source = candidates_[b].at;
+      direct = direct && source == candidates_[b].at;
+    }
+    if (!any) return {};
+    if (direct && held_[source].shape()[1] == n) return held_[source].view();
+    std::vector<uint8_t> ones(static_cast<size_t>(B * n), 1);
+    OwnedTensor a = mem.from_host(DType::kU8, {B, n}, ones.data());
+    for (int64_t b = 0; b < B; ++b)
+      if (ne[b] > 0 && candidates_[b].n == ne[b])
+        mem.copy(row_prefix(a.view(), b, ne[b]), row_prefix(held_[candidates_[b].at].view(), b, ne[b]));
+    held_.push_back(std::move(a));
+    return held_.back().view();
+  }
+
+  std::vector<OwnedTensor> held_;  // every mask published this step (rows view them until the step ends)
+  std::vector<RowMask> topk_, candidates_;
+  int latest_topk_ = -1;
+  std::vector<int64_t> latest_counts_;  // ne per row when the latest top-k was published
+};
+
 // The step's buffers (DecodeGraphs::buffer slots under graphs); double-buffered ones take slot and slot + 1.
 enum Slot : int {
   kIds,
@@ -84,7 +192,7 @@ struct DeepseekV4Model::DecodeBatch {
   OwnedTensor tables;            // i32 [B, max_blocks], −1 past each sequence's blocks
   std::map<int, Tensor> slots;   // V4 compressor position-bias slots per ratio r: i64 [R], position mod r
   std::vector<Tensor> hash_ids;  // Engram hash ids per Engram layer: i64 [R, cols]
-  std::vector<Selection> sel;    // V4.1 per-sequence selections of this step
+  StepSelections sel;            // V4.1 selections of this step
   // Compressed entries gathered from the pages per (sequence, kv-source layer) for the ring layers: a source's
   // entries do not change after its own layer, and V4.1's reuse layers read the same ones.
   std::map<std::pair<int64_t, int>, OwnedTensor> entries;
@@ -324,75 +432,69 @@ void DeepseekV4Model::decode_middle(DecodeBatch& d, int layer) const {
     }
   }
 
-  // Stage 2, per sequence: which compressed entries of the kv source each row attends (u8 [1, n_b]).
+  // Stage 2, the selection: which compressed entries of the kv source each row attends, as one u8 [B, n_max] mask
+  // (row b is zero past its sequence's n_b entries; masks[b] views its first n_b columns for the ring path).
   const int src_layer = r <= 0 ? -1 : (v41 ? plan.kv_source : layer);
-  std::vector<OwnedTensor> masks(static_cast<size_t>(B));
+  std::vector<int64_t> ne(static_cast<size_t>(B), 0);
   int64_t n_max = 0;
-  if (r > 0) {
-    const int64_t IH = ac.index_n_heads, Id = ac.index_head_dim;
-    auto index_scores = [&](int64_t b, V4SequenceState& seq) {
-      const int64_t n = seq.layers[src_layer].n_entries;
-      OwnedTensor scores = mem.zeros(DType::kF32, {1, n}), held_keys;
-      IndexerScoreParams s;
-      s.q = row(in.qi, b).reshape({1, IH, Id});
-      s.keys = rows_view(seq, src_layer, /*keys=*/true, held_keys);
-      s.weights = row(in.index_weights, b);
-      s.positions = row(d.positions, b);
+  for (int64_t b = 0; b < B && r > 0; ++b) n_max = std::max(n_max, ne[b] = d.seqs[b]->layers[src_layer].n_entries);
+  Tensor mask;
+  OwnedTensor mask_storage;
+  if (n_max > 0) {
+    const bool scores_here = v41 ? plan.index_source == layer : plan.attention == AttentionKind::kCSA;
+    OwnedTensor scores;
+    if (scores_here) {
+      // One launch for every row, reading each sequence's indexer keys in its pages (no gather copy); a row's
+      // scores are −inf past its entries, so one top-k over [B, n_max] picks for each row what a top-k over its
+      // own [1, n_b] scores picks (−inf picks are dropped; padding ranks after every real entry).
+      const int64_t IH = ac.index_n_heads, Id = ac.index_head_dim;
+      const PagedRows& keys = pages.index_keys[src_layer];
+      const OwnedTensor counts = mem.from_host(DType::kI64, {B}, ne.data());
+      scores = mem.zeros(DType::kF32, {B, n_max});
+      PagedIndexerScoreParams s;
+      s.q = in.qi.slice(0, B).reshape({B, IH, Id});
+      s.weights = in.index_weights.slice(0, B);
+      s.positions = d.positions;
+      s.q_seq = d.q_seq.view();
+      s.n_entries = counts.view();
+      s.block_tables = d.tables.view();
+      s.key_pool = keys.pool();
       s.out = scores.view();
+      s.block_size = d.seqs[0]->ref.block_size;
+      s.key_ratio = keys.ratio();
       s.ratio = r;
       s.score_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(Id)));
       s.weight_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(IH)));
-      backend_.indexer_scores(s);
-      return scores;
-    };
-    for (int64_t b = 0; b < B; ++b) {
-      V4SequenceState& seq = *d.seqs[b];
-      const int64_t ne = seq.layers[src_layer].n_entries, p = d.rows.host_positions[b];
-      n_max = std::max(n_max, ne);
-      OwnedTensor& mask = masks[b];
-      if (!v41) {
-        if (plan.attention == AttentionKind::kCSA) {
-          mask = mem.zeros(DType::kU8, {1, ne});
-          if (ne > 0) {
-            OwnedTensor scores = index_scores(b, seq);
-            backend_.topk_mask({scores.view(), Tensor{}, mask.view(), ac.index_topk});
-          }
-        } else {
-          // HCA attends every entry the query can see: w < (p + 1) / r.
-          std::vector<uint8_t> visible(static_cast<size_t>(ne));
-          for (int64_t e = 0; e < ne; ++e) visible[e] = e < (p + 1) / r;
-          mask = mem.from_host(DType::kU8, {1, ne}, visible.data());
-        }
-        continue;
+      backend_.paged_indexer_scores(s);
+    }
+    if (!v41) {
+      OwnedTensor m;
+      if (scores_here) {
+        m = mem.zeros(DType::kU8, {B, n_max});
+        backend_.topk_mask({scores.view(), Tensor{}, m.view(), ac.index_topk});
+      } else {
+        // HCA attends every entry the query can see: e < (p + 1) / r.
+        std::vector<uint8_t> visible(static_cast<size_t>(B * n_max), 0);
+        for (int64_t b = 0; b < B; ++b)
+          for (int64_t e = 0; e < ne[b]; ++e) visible[b * n_max + e] = e < (d.rows.host_positions[b] + 1) / r;
+        m = mem.from_host(DType::kU8, {B, n_max}, visible.data());
       }
-      Selection& sel = d.sel[b];
-      if (plan.index_source == layer && ne > 0) {
-        OwnedTensor scores = index_scores(b, seq);
-        Tensor allowed;
-        if (plan.candidate_source) {
-          sel.candidates = mem.zeros(DType::kU8, {1, ne});
-          backend_.candidate_blocks({scores.view(), row(d.positions, b), sel.candidates.view(), r,
-                                     ac.candidate_topk_blocks, ac.candidate_block_size});
-          sel.n_candidates = ne;
-        } else if (plan.csa2_role == Csa2Role::kReindex && sel.n_candidates == ne) {
-          allowed = sel.candidates.view();
-        }
-        sel.topk = mem.zeros(DType::kU8, {1, ne});
-        backend_.topk_mask({scores.view(), allowed, sel.topk.view(), ac.index_topk});
-        sel.n_topk = ne;
-      }
-      // Reuse layers read the latest published selection; without one over these entries, none is attended.
-      // (A view: the selection outlives this layer's attention.)
-      mask = sel.n_topk == ne ? OwnedTensor(nullptr, sel.topk.view()) : mem.zeros(DType::kU8, {1, ne});
+      mask = m.view();
+      mask_storage = std::move(m);
+    } else {
+      if (scores_here) d.sel.select(backend_, mem, plan, ac, r, scores.view(), d.positions, ne, d.rows.host_positions);
+      mask = d.sel.attended(mem, ne, n_max);
     }
   }
+  std::vector<Tensor> masks(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B && n_max > 0; ++b) masks[b] = row_prefix(mask, b, ne[b]);
 
   // Attention over [window ∥ selected entries]: out [B, H, hd].
   const Tensor attn = d.attn.slice(0, B);
   const float scale = static_cast<float>(attention_softmax_scale(config_));
   if (paged_window) {
     // One call for every row, in place over the pages; a row's mask is zero past its sequence's entries.
-    OwnedTensor mask, begin = mem.from_host(DType::kI64, {B}, past_begin.data());
+    const OwnedTensor begin = mem.from_host(DType::kI64, {B}, past_begin.data());
     PagedSinkAttentionParams p;
     p.q = in.q.slice(0, B).reshape({B, H, hd});
     p.q_positions = d.positions;
@@ -401,14 +503,9 @@ void DeepseekV4Model::decode_middle(DecodeBatch& d, int layer) const {
     p.window_pool = pages.window[layer].pool();
     p.window_begin = begin.view();
     if (n_max > 0) {
-      mask = mem.zeros(DType::kU8, {B, n_max});
-      for (int64_t b = 0; b < B; ++b) {
-        const int64_t ne = masks[b].shape()[1];
-        if (ne > 0) mem.copy(narrow(row(mask.view(), b), 1, 0, ne), masks[b].view());
-      }
       const PagedRows& entries = pages.entries[src_layer];
       p.comp_pool = entries.pool();
-      p.comp_mask = mask.view();
+      p.comp_mask = mask;
       p.comp_ratio = entries.ratio();
     }
     p.sinks = a.sinks.view();
@@ -449,7 +546,7 @@ void DeepseekV4Model::decode_middle(DecodeBatch& d, int layer) const {
         if (held.view().data() == nullptr || held.shape()[0] != seq.layers[src_layer].n_entries)
           rows_view(seq, src_layer, /*keys=*/false, held);
         sp.compressed = held.view();
-        sp.comp_mask = masks[b].view();
+        sp.comp_mask = masks[b];
       }
       sp.sinks = a.sinks.view();
       sp.out = row(attn, b);
@@ -504,7 +601,7 @@ HostTensor DeepseekV4Model::decode_batch(std::span<V4SequenceState* const> seqs,
   d.seqs = seqs;
   d.B = B;
   d.R = R;
-  d.sel.resize(static_cast<size_t>(B));
+  d.sel.reset(B);
   auto buffer = [&](int slot, DType dtype, const Shape& shape) {
     if (bucket > 0) return graphs->buffer(mem, slot, dtype, shape);
     d.owned.push_back(mem.zeros(dtype, shape));

@@ -201,6 +201,31 @@ struct IndexerScoreParams {
   float weight_scale = 1.0f;  // IH^-0.5
 };
 
+// indexer_scores for a batch of sequences, reading each sequence's keys from the paged pool in place (no gather
+// copy): row t of sequence b = q_seq[t] scores b's entries e < n_entries[t] with the same per-entry arithmetic as
+// indexer_scores over those keys gathered in order (bit-identical per entry), and out[t, e] = −inf for e >=
+// n_entries[t] and for entries the query cannot see yet (e >= (positions[t] + 1) / ratio); such keys are never
+// read. Pages follow PagedRows: entry g of sequence b is key_pool row table[b, g·kr / bs]·(bs / kr) +
+// (g·kr % bs) / kr with kr = key_ratio, bs = block_size. A block id outside the pool, an entry beyond the table or
+// q_seq outside [0, B) raises an error (on CUDA through the device status word; that row's scores become NaN).
+// Decode: one query row per sequence, every sequence of a step in one call; top-k over [T, N] then selects
+// exactly what it selects per row over [1, n_entries[t]] (padding is −inf, after every real entry).
+struct PagedIndexerScoreParams {
+  Tensor q;             // f32 [T, IH, Id]
+  Tensor weights;       // f32 [T, IH] (weights_proj output)
+  Tensor positions;     // i64 [T]
+  Tensor q_seq;         // i32 [T], each in [0, B)
+  Tensor n_entries;     // i64 [T], each in [0, N]
+  Tensor block_tables;  // i32 [B, max_blocks]
+  Tensor key_pool;      // f32 [rows, Id]
+  Tensor out;           // f32 [T, N]
+  int block_size = 64;
+  int key_ratio = 1;          // the pool's pages: block_size / key_ratio rows per block
+  int ratio = 1;              // visibility, as in indexer_scores
+  float score_scale = 1.0f;   // Id^-0.5
+  float weight_scale = 1.0f;  // IH^-0.5
+};
+
 // V4.1 hierarchical level one: block score = max over `block_size` consecutive entries; the block holding
 // the query's newest visible entry is forced in; keep the top `topk_blocks` blocks with finite score.
 struct CandidateBlocksParams {
@@ -427,6 +452,7 @@ class Backend {
   virtual void compress_pool(const CompressPoolParams& p) = 0;
   // indexer + top-k
   virtual void indexer_scores(const IndexerScoreParams& p) = 0;
+  virtual void paged_indexer_scores(const PagedIndexerScoreParams& p) = 0;
   virtual void candidate_blocks(const CandidateBlocksParams& p) = 0;
   virtual void topk_mask(const TopKMaskParams& p) = 0;
   // attention
@@ -473,6 +499,7 @@ void validate(const HcCollapseParams& p);
 void validate(const HcExpandParams& p);
 void validate(const CompressPoolParams& p);
 void validate(const IndexerScoreParams& p);
+void validate(const PagedIndexerScoreParams& p);
 void validate(const CandidateBlocksParams& p);
 void validate(const TopKMaskParams& p);
 void validate(const SinkAttentionParams& p);

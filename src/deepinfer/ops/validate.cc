@@ -148,6 +148,23 @@ void validate(const IndexerScoreParams& p) {
   DI_CHECK(p.ratio >= 1) << op << ": ratio must be >= 1";
 }
 
+void validate(const PagedIndexerScoreParams& p) {
+  const char* op = "paged_indexer_scores";
+  expect(op, "q", p.q, DType::kF32, {-1, -1, -1});
+  const int64_t t = p.q.dim(0), ih = p.q.dim(1);
+  expect(op, "weights", p.weights, DType::kF32, {t, ih});
+  expect(op, "positions", p.positions, DType::kI64, {t});
+  expect(op, "q_seq", p.q_seq, DType::kI32, {t});
+  expect(op, "n_entries", p.n_entries, DType::kI64, {t});
+  expect(op, "block_tables", p.block_tables, DType::kI32, {-1, -1});
+  expect(op, "key_pool", p.key_pool, DType::kF32, {-1, p.q.dim(2)});
+  expect(op, "out", p.out, DType::kF32, {t, -1});
+  DI_CHECK(p.ratio >= 1) << op << ": ratio must be >= 1";
+  DI_CHECK(p.block_size >= 1) << op << ": block_size must be >= 1, got " << p.block_size;
+  DI_CHECK(p.key_ratio >= 1 && p.block_size % p.key_ratio == 0)
+      << op << ": key_ratio " << p.key_ratio << " must be >= 1 and divide block_size " << p.block_size;
+}
+
 void validate(const CandidateBlocksParams& p) {
   const char* op = "candidate_blocks";
   expect(op, "scores", p.scores, DType::kF32, {-1, -1});

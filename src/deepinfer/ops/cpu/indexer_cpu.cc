@@ -1,10 +1,12 @@
-// Indexer family on the CPU: lightning-indexer scores with causal visibility, V4.1 candidate blocks, and
-// the top-k selection mask. Ties in top-k go to the lower index (PyTorch leaves tie order unspecified).
+// Indexer family on the CPU: lightning-indexer scores with causal visibility (over contiguous keys, or over
+// paged keys for a batch of sequences), V4.1 candidate blocks, and the top-k selection mask. Ties in top-k go to the
+// lower index (PyTorch leaves tie order unspecified).
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <vector>
 
+#include "deepinfer/core/error.h"
 #include "deepinfer/ops/cpu/cpu_backend.h"
 
 namespace deepinfer {
@@ -44,6 +46,58 @@ void CpuBackend::indexer_scores(const IndexerScoreParams& p) {
         float acc = 0.0f;
         for (int64_t h = 0; h < heads; ++h) {
           const float s = std::max(dot_f32(q + (t * heads + h) * dim, keys + e * dim, dim), 0.0f) * p.score_scale;
+          acc += s * (w[t * heads + h] * p.weight_scale);
+        }
+        out[t * n + e] = acc;
+      }
+    }
+  });
+}
+
+void CpuBackend::paged_indexer_scores(const PagedIndexerScoreParams& p) {
+  validate(p);
+  const int64_t tokens = p.q.dim(0), heads = p.q.dim(1), dim = p.q.dim(2), n = p.out.dim(1);
+  const int64_t seqs = p.block_tables.dim(0), max_blocks = p.block_tables.dim(1);
+  const int64_t bs = p.block_size, kr = p.key_ratio, per_block = bs / kr, pool_rows = p.key_pool.dim(0);
+  const float* q = p.q.data_as<float>();
+  const float* pool = p.key_pool.data_as<float>();
+  const float* w = p.weights.data_as<float>();
+  const int64_t* pos = p.positions.data_as<int64_t>();
+  const int32_t* seq = p.q_seq.data_as<int32_t>();
+  const int64_t* entries = p.n_entries.data_as<int64_t>();
+  const int32_t* tables = p.block_tables.data_as<int32_t>();
+  float* out = p.out.data_as<float>();
+  // Row t scores entries [0, count[t]); the pool row of each is checked before any work.
+  std::vector<int64_t> count(tokens);
+  std::vector<const float*> key(tokens * n, nullptr);
+  for (int64_t t = 0; t < tokens; ++t) {
+    const int64_t b = seq[t];
+    DI_CHECK(b >= 0 && b < seqs) << "paged_indexer_scores: q_seq[" << t << "] = " << b << " outside [0, " << seqs
+                                 << ")";
+    DI_CHECK(entries[t] >= 0 && entries[t] <= n)
+        << "paged_indexer_scores: n_entries[" << t << "] = " << entries[t] << " outside [0, " << n << "]";
+    count[t] = std::min(entries[t], (pos[t] + 1) / p.ratio);
+    for (int64_t g = 0; g < count[t]; ++g) {
+      const int64_t blk = g * kr / bs;
+      DI_CHECK(blk < max_blocks) << "paged_indexer_scores: entry " << g << " of sequence " << b
+                                 << " is beyond its block table (" << max_blocks << " blocks)";
+      const int64_t id = tables[b * max_blocks + blk], row = id * per_block + (g * kr % bs) / kr;
+      DI_CHECK(id >= 0 && row < pool_rows) << "paged_indexer_scores: block id " << id << " of sequence " << b
+                                           << " is outside the pool of " << pool_rows << " rows";
+      key[t * n + g] = pool + row * dim;
+    }
+  }
+  // The arithmetic of indexer_scores per entry (bit-identical to it over the same keys gathered in order).
+  parallel_for(tokens, tokens * heads * n * dim, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      for (int64_t e = 0; e < n; ++e) {
+        if (e >= count[t]) {
+          out[t * n + e] = -INFINITY;
+          continue;
+        }
+        float acc = 0.0f;
+        for (int64_t h = 0; h < heads; ++h) {
+          const float s = std::max(dot_f32(q + (t * heads + h) * dim, key[t * n + e], dim), 0.0f) * p.score_scale;
           acc += s * (w[t * heads + h] * p.weight_scale);
         }
         out[t * n + e] = acc;

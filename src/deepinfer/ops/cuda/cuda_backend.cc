@@ -980,6 +980,43 @@ void CudaBackend::indexer_scores(const IndexerScoreParams& p) {
   cuda::run_indexer_scores(k, impl_->s());
 }
 
+void CudaBackend::paged_indexer_scores(const PagedIndexerScoreParams& p) {
+  validate(p);
+  const Device& dev = impl_->device;
+  for (auto [name, t] : {std::pair{"q", &p.q},
+                         {"weights", &p.weights},
+                         {"positions", &p.positions},
+                         {"q_seq", &p.q_seq},
+                         {"n_entries", &p.n_entries},
+                         {"block_tables", &p.block_tables},
+                         {"key_pool", &p.key_pool},
+                         {"out", &p.out}})
+    expect_on("paged_indexer_scores", name, *t, dev);
+  cuda::IndexerScoresKernelParams k;
+  k.q = p.q.data_as<float>();
+  k.keys = p.key_pool.data_as<float>();
+  k.weights = p.weights.data_as<float>();
+  k.positions = p.positions.data_as<int64_t>();
+  k.out = p.out.data_as<float>();
+  k.tokens = p.q.dim(0);
+  k.heads = p.q.dim(1);
+  k.dim = p.q.dim(2);
+  k.n = p.out.dim(1);
+  k.ratio = p.ratio;
+  k.score_scale = p.score_scale;
+  k.weight_scale = p.weight_scale;
+  k.q_seq = p.q_seq.data_as<int32_t>();
+  k.n_entries = p.n_entries.data_as<int64_t>();
+  k.block_tables = p.block_tables.data_as<int32_t>();
+  k.seqs = p.block_tables.dim(0);
+  k.max_blocks = p.block_tables.dim(1);
+  k.pool_rows = p.key_pool.dim(0);
+  k.block_size = p.block_size;
+  k.key_ratio = p.key_ratio;
+  k.status = impl_->status.word();
+  cuda::run_indexer_scores(k, impl_->s());
+}
+
 void CudaBackend::candidate_blocks(const CandidateBlocksParams& p) {
   validate(p);
   const Device& dev = impl_->device;

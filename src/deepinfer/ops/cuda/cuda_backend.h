@@ -92,6 +92,7 @@ class CudaBackend final : public Backend, public HasTensorMemory {
   void hc_expand(const HcExpandParams& p) override;
   void compress_pool(const CompressPoolParams& p) override;
   void indexer_scores(const IndexerScoreParams& p) override;
+  void paged_indexer_scores(const PagedIndexerScoreParams& p) override;
   void candidate_blocks(const CandidateBlocksParams& p) override;
   void topk_mask(const TopKMaskParams& p) override;
   void sink_attention(const SinkAttentionParams& p) override;

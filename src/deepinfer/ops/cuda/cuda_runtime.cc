@@ -253,7 +253,8 @@ void DeviceStatus::check(cudaStream_t stream) {
   if (bits & kStatusRouterHashRange) msg << " router token id outside the hash table;";
   if (bits & kStatusExpertIdRange) msg << " moe expert id out of range;";
   if (bits & kStatusPagedAttentionRange)
-    msg << " paged_sink_attention / paged_mla_attention: a sequence index, position/entry beyond its block table, or "
+    msg << " paged_sink_attention / paged_mla_attention / paged_indexer_scores: a sequence index, position/entry "
+           "beyond its block table, or "
            "block id outside the pool;";
   if (bits & kStatusSampleRange) msg << " sample: an rng position outside [0, 2^32);";
   if (bits & kStatusScatterRange) msg << " scatter_rows: a row index outside [-1, destination rows);";

@@ -1,5 +1,7 @@
-// Indexer family: lightning-indexer scores with causal visibility, V4.1 candidate blocks, and the top-k
-// selection mask (block radix select, topk.cuh).
+// Indexer family: lightning-indexer scores with causal visibility (over contiguous keys, or paged keys for a
+// batch of sequences: one launch for a decode step's rows), V4.1 candidate blocks, and the top-k selection mask
+// (block radix select, topk.cuh).
+#include "deepinfer/ops/cuda/cuda_runtime.h"
 #include "deepinfer/ops/cuda/device_math.cuh"
 #include "deepinfer/ops/cuda/kernels.h"
 #include "deepinfer/ops/cuda/topk.cuh"
@@ -12,6 +14,36 @@ namespace {
 constexpr int kTopkThreads = 1024;
 constexpr int kTopkItems = 16;
 
+// Entries token t scores: the visible ones, and with paged keys only those below its sequence's entry count.
+// -1: a bad q_seq / n_entries (status set): the whole row becomes NaN.
+__device__ __forceinline__ int64_t scored_entries(const IndexerScoresKernelParams& p, int64_t t, bool report) {
+  int64_t count = (p.positions[t] + 1) / p.ratio;
+  if (p.block_tables == nullptr) return count;
+  const int64_t b = p.q_seq[t], n = p.n_entries[t];
+  if (b < 0 || b >= p.seqs || n < 0 || n > p.n) {
+    if (report) atomicOr(p.status, kStatusPagedAttentionRange);
+    return -1;
+  }
+  return count < n ? count : n;
+}
+
+// Key of entry e (< scored_entries) for token t, or nullptr (status set) when its page is bad.
+__device__ __forceinline__ const float* entry_key(const IndexerScoresKernelParams& p, int64_t t, int64_t e) {
+  if (p.block_tables == nullptr) return p.keys + e * p.dim;
+  const int64_t blk = e * p.key_ratio / p.block_size;
+  if (blk >= p.max_blocks) {
+    atomicOr(p.status, kStatusPagedAttentionRange);
+    return nullptr;
+  }
+  const int64_t id = p.block_tables[p.q_seq[t] * p.max_blocks + blk];
+  const int64_t row = id * (p.block_size / p.key_ratio) + (e * p.key_ratio % p.block_size) / p.key_ratio;
+  if (id < 0 || row >= p.pool_rows) {
+    atomicOr(p.status, kStatusPagedAttentionRange);
+    return nullptr;
+  }
+  return p.keys + row * p.dim;
+}
+
 // One warp per (token, entry). Entries the query cannot see yet are −inf and never read (their cache slots
 // may hold anything).
 __global__ void indexer_scores_kernel(IndexerScoresKernelParams p) {
@@ -19,12 +51,17 @@ __global__ void indexer_scores_kernel(IndexerScoresKernelParams p) {
   const int lane = threadIdx.x & 31;
   if (warp_id >= p.tokens * p.n) return;
   const int64_t t = warp_id / p.n, e = warp_id % p.n;
-  const int64_t visible = (p.positions[t] + 1) / p.ratio;
-  if (e >= visible) {
-    if (lane == 0) p.out[warp_id] = -INFINITY;
+  const int64_t count = scored_entries(p, t, e == 0 && lane == 0);
+  if (e >= count) {
+    if (lane == 0) p.out[warp_id] = count < 0 ? NAN : -INFINITY;
     return;
   }
-  const float* key = p.keys + e * p.dim;
+  const float* key = lane == 0 ? entry_key(p, t, e) : nullptr;
+  key = reinterpret_cast<const float*>(__shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(key), 0));
+  if (key == nullptr) {
+    if (lane == 0) p.out[warp_id] = NAN;
+    return;
+  }
   float acc = 0.0f;
   for (int64_t h = 0; h < p.heads; ++h) {
     const float* q = p.q + (t * p.heads + h) * p.dim;
@@ -55,15 +92,21 @@ __global__ void __launch_bounds__(kIdxWarps * 32)
   for (int64_t i = threadIdx.x; i < p.heads * p.dim; i += blockDim.x) qs[(i / p.dim) * dp + i % p.dim] = q[i];
   for (int64_t h = threadIdx.x; h < p.heads; h += blockDim.x) ws[h] = p.weights[t * p.heads + h] * p.weight_scale;
   __syncthreads();
-  const int64_t visible = (p.positions[t] + 1) / p.ratio;
+  const int64_t count = scored_entries(p, t, blockIdx.x == 0 && threadIdx.x == 0);
   const int64_t e0 = static_cast<int64_t>(blockIdx.x) * per_block, e1 = min(p.n, e0 + per_block);
   float* key = ks + warp * p.dim;
   for (int64_t e = e0 + warp; e < e1; e += kIdxWarps) {
-    if (e >= visible) {
-      if (lane == 0) p.out[t * p.n + e] = -INFINITY;
+    if (e >= count) {
+      if (lane == 0) p.out[t * p.n + e] = count < 0 ? NAN : -INFINITY;
       continue;
     }
-    for (int64_t i = lane; i < p.dim; i += 32) key[i] = p.keys[e * p.dim + i];
+    const float* src = lane == 0 ? entry_key(p, t, e) : nullptr;
+    src = reinterpret_cast<const float*>(__shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(src), 0));
+    if (src == nullptr) {
+      if (lane == 0) p.out[t * p.n + e] = NAN;
+      continue;
+    }
+    for (int64_t i = lane; i < p.dim; i += 32) key[i] = src[i];
     __syncwarp();
     float acc = 0.0f;
     for (int64_t h = lane; h < p.heads; h += 32) {

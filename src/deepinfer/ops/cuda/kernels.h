@@ -182,14 +182,22 @@ void run_compress_pool(const CompressPoolKernelParams& p, cudaStream_t stream);
 
 // ============================================================================ indexer + top-k (indexer_cuda.cu)
 struct IndexerScoresKernelParams {
-  const float* q = nullptr;  // [tokens, heads, dim]
-  const float* keys = nullptr;
+  const float* q = nullptr;     // [tokens, heads, dim]
+  const float* keys = nullptr;  // [n, dim]; paged: the pool [pool_rows, dim]
   const float* weights = nullptr;
   const int64_t* positions = nullptr;
   float* out = nullptr;
   int64_t tokens = 0, heads = 0, dim = 0, n = 0;
   int ratio = 1;
   float score_scale = 1.0f, weight_scale = 1.0f;
+  // Paged keys (PagedIndexerScoreParams) when block_tables is set: token t reads sequence q_seq[t]'s entries
+  // below n_entries[t] through its block table; bad pages set `status` (kStatusPagedAttentionRange).
+  const int32_t* q_seq = nullptr;
+  const int64_t* n_entries = nullptr;
+  const int32_t* block_tables = nullptr;  // [seqs, max_blocks]
+  int64_t seqs = 0, max_blocks = 0, pool_rows = 0;
+  int block_size = 1, key_ratio = 1;
+  uint32_t* status = nullptr;
 };
 void run_indexer_scores(const IndexerScoresKernelParams& p, cudaStream_t stream);
 
