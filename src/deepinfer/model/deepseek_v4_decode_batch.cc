@@ -24,6 +24,7 @@
 
 #include "deepinfer/model/deepseek_v4_internal.h"
 #include "deepinfer/model/v4_grouped_output.h"
+#include "deepinfer/model/v4_step_selections.h"
 
 namespace deepinfer {
 namespace {
@@ -48,113 +49,6 @@ OwnedTensor collapse_norm(Backend& b, TensorMemory& mem, const Tensor& streams, 
 }
 
 Tensor row(const Tensor& t, int64_t b) { return t.slice(b, b + 1); }
-
-// The first n columns of row b of a contiguous [rows, width] tensor, as a contiguous [1, n] view.
-Tensor row_prefix(const Tensor& t, int64_t b, int64_t n) {
-  return Tensor(static_cast<uint8_t*>(t.data()) + dtype_bytes(t.dtype(), b * t.dim(1)), t.dtype(), {1, n}, t.device());
-}
-
-// V4.1's selections during one decode step (forward()'s Selection, for all rows at once). An index layer scores every
-// row in one call and selects with one top-k over [B, n_max]; what it publishes stays alive for the whole step. Per
-// row the state is forward()'s: the top-k (and candidates) published last, over how many entries; a row without
-// entries at an index layer keeps what it had.
-class StepSelections {
- public:
-  void reset(int64_t rows) {
-    topk_.assign(static_cast<size_t>(rows), {});
-    candidates_.assign(static_cast<size_t>(rows), {});
-  }
-
-  // Publishes layer `plan`'s selection from its scores [B, n] (−inf past each row's ne[b] entries).
-  void select(Backend& be, TensorMemory& mem, const LayerPlan& plan, const V4AttentionConfig& ac, int r,
-              const Tensor& scores, const Tensor& positions, const std::vector<int64_t>& ne,
-              const std::vector<int64_t>& host_positions) {
-    const int64_t B = static_cast<int64_t>(ne.size()), n = scores.dim(1);
-    Tensor allowed;
-    if (plan.candidate_source) {
-      OwnedTensor c = mem.zeros(DType::kU8, {B, n});
-      be.candidate_blocks({scores, positions, c.view(), r, ac.candidate_topk_blocks, ac.candidate_block_size});
-      // The block of the newest visible entry is forced in; a row whose query sees past its entries would force a
-      // block of padding over [B, n] (none over its own entries): such a row runs alone, as before.
-      for (int64_t b = 0; b < B; ++b)
-        if (ne[b] > 0 && (host_positions[b] + 1) / r > ne[b])
-          be.candidate_blocks({row_prefix(scores, b, ne[b]), positions.slice(b, b + 1), row_prefix(c.view(), b, ne[b]),
-                               r, ac.candidate_topk_blocks, ac.candidate_block_size});
-      publish(candidates_, std::move(c), ne);
-    } else if (plan.csa2_role == Csa2Role::kReindex) {
-      allowed = candidates_for(mem, ne, n);
-    }
-    OwnedTensor t = mem.zeros(DType::kU8, {B, n});
-    be.topk_mask({scores, allowed, t.view(), ac.index_topk});
-    publish(topk_, std::move(t), ne);
-  }
-
-  // The entries each row attends over ne[b] entries, u8 [B, n_max]: its latest top-k when that covers exactly these
-  // entries, none otherwise. The latest published top-k itself when it is that already (the common case).
-  Tensor attended(TensorMemory& mem, const std::vector<int64_t>& ne, int64_t n_max) {
-    bool direct = latest_topk_ >= 0 && held_[latest_topk_].shape()[1] == n_max;
-    for (size_t b = 0; b < ne.size() && direct; ++b) {
-      const bool covers = ne[b] > 0 && topk_[b].n == ne[b];
-      // A row attending nothing needs a zero row: one whose sequence had no entries when it was published.
-      direct = covers ? topk_[b].at == latest_topk_ : latest_counts_[b] == 0;
-    }
-    if (direct) return held_[latest_topk_].view();
-    OwnedTensor m = mem.zeros(DType::kU8, {static_cast<int64_t>(ne.size()), n_max});
-    for (size_t b = 0; b < ne.size(); ++b)
-      if (ne[b] > 0 && topk_[b].n == ne[b])
-        mem.copy(row_prefix(m.view(), b, ne[b]), row_prefix(held_[topk_[b].at].view(), b, ne[b]));
-    held_.push_back(std::move(m));
-    return held_.back().view();
-  }
-
- private:
-  struct RowMask {
-    int at = -1;     // held_ index
-    int64_t n = -1;  // entries it covers; -1: none published yet
-  };
-
-  void publish(std::vector<RowMask>& rows, OwnedTensor&& mask, const std::vector<int64_t>& ne) {
-    held_.push_back(std::move(mask));
-    const int at = static_cast<int>(held_.size()) - 1;
-    for (size_t b = 0; b < ne.size(); ++b)
-      if (ne[b] > 0) rows[b] = {at, ne[b]};
-    if (&rows == &topk_) {
-      latest_topk_ = at;
-      latest_counts_ = ne;
-    }
-  }
-
-  // Reindex: a row whose candidates cover exactly its entries is restricted to them, the others are not.
-  Tensor candidates_for(TensorMemory& mem, const std::vector<int64_t>& ne, int64_t n) {
-    const int64_t B = static_cast<int64_t>(ne.size());
-    int source = -1;  // the candidates tensor of the restricted rows, when they all use one
-    bool any = false, direct = true;
-    for (int64_t b = 0; b < B; ++b) {
-      if (ne[b] == 0) continue;
-      if (candidates_[b].n != ne[b]) {
-        direct = false;
-        continue;
-      }
-      any = true;
-      if (source < 0) source = candidates_[b].at;
-      direct = direct && source == candidates_[b].at;
-    }
-    if (!any) return {};
-    if (direct && held_[source].shape()[1] == n) return held_[source].view();
-    std::vector<uint8_t> ones(static_cast<size_t>(B * n), 1);
-    OwnedTensor a = mem.from_host(DType::kU8, {B, n}, ones.data());
-    for (int64_t b = 0; b < B; ++b)
-      if (ne[b] > 0 && candidates_[b].n == ne[b])
-        mem.copy(row_prefix(a.view(), b, ne[b]), row_prefix(held_[candidates_[b].at].view(), b, ne[b]));
-    held_.push_back(std::move(a));
-    return held_.back().view();
-  }
-
-  std::vector<OwnedTensor> held_;  // every mask published this step (rows view them until the step ends)
-  std::vector<RowMask> topk_, candidates_;
-  int latest_topk_ = -1;
-  std::vector<int64_t> latest_counts_;  // ne per row when the latest top-k was published
-};
 
 // The step's buffers (DecodeGraphs::buffer slots under graphs); double-buffered ones take slot and slot + 1.
 enum Slot : int {
@@ -192,7 +86,7 @@ struct DeepseekV4Model::DecodeBatch {
   OwnedTensor tables;            // i32 [B, max_blocks], −1 past each sequence's blocks
   std::map<int, Tensor> slots;   // V4 compressor position-bias slots per ratio r: i64 [R], position mod r
   std::vector<Tensor> hash_ids;  // Engram hash ids per Engram layer: i64 [R, cols]
-  StepSelections sel;            // V4.1 selections of this step
+  V4StepSelections sel;          // V4.1 selections of this step
   // Compressed entries gathered from the pages per (sequence, kv-source layer) for the ring layers: a source's
   // entries do not change after its own layer, and V4.1's reuse layers read the same ones.
   std::map<std::pair<int64_t, int>, OwnedTensor> entries;
