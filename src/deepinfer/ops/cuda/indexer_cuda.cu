@@ -88,12 +88,17 @@ __global__ void __launch_bounds__(kIdxWarps * 32)
   float* ws = qs + p.heads * dp;  // [heads]
   float* ks = ws + p.heads;       // [kIdxWarps][dim]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t count = scored_entries(p, t, blockIdx.x == 0 && threadIdx.x == 0);
+  const int64_t e0 = static_cast<int64_t>(blockIdx.x) * per_block, e1 = min(p.n, e0 + per_block);
+  if (e0 >= count) {
+    // Nothing to score (a batched call's padding past a short sequence): skip staging the queries.
+    for (int64_t e = e0 + threadIdx.x; e < e1; e += blockDim.x) p.out[t * p.n + e] = count < 0 ? NAN : -INFINITY;
+    return;
+  }
   const float* q = p.q + t * p.heads * p.dim;
   for (int64_t i = threadIdx.x; i < p.heads * p.dim; i += blockDim.x) qs[(i / p.dim) * dp + i % p.dim] = q[i];
   for (int64_t h = threadIdx.x; h < p.heads; h += blockDim.x) ws[h] = p.weights[t * p.heads + h] * p.weight_scale;
   __syncthreads();
-  const int64_t count = scored_entries(p, t, blockIdx.x == 0 && threadIdx.x == 0);
-  const int64_t e0 = static_cast<int64_t>(blockIdx.x) * per_block, e1 = min(p.n, e0 + per_block);
   float* key = ks + warp * p.dim;
   for (int64_t e = e0 + warp; e < e1; e += kIdxWarps) {
     if (e >= count) {
