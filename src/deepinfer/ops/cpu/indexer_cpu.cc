@@ -69,7 +69,10 @@ void CpuBackend::paged_indexer_scores(const PagedIndexerScoreParams& p) {
   float* out = p.out.data_as<float>();
   // Row t scores entries [0, count[t]); the pool row of each is checked before any work.
   std::vector<int64_t> count(tokens);
-  std::vector<const float*> key(tokens * n, nullptr);
+  auto key_of = [&](int64_t t, int64_t g) {
+    const int64_t id = tables[seq[t] * max_blocks + g * kr / bs];
+    return pool + (id * per_block + (g * kr % bs) / kr) * dim;
+  };
   for (int64_t t = 0; t < tokens; ++t) {
     const int64_t b = seq[t];
     DI_CHECK(b >= 0 && b < seqs) << "paged_indexer_scores: q_seq[" << t << "] = " << b << " outside [0, " << seqs
@@ -84,7 +87,6 @@ void CpuBackend::paged_indexer_scores(const PagedIndexerScoreParams& p) {
       const int64_t id = tables[b * max_blocks + blk], row = id * per_block + (g * kr % bs) / kr;
       DI_CHECK(id >= 0 && row < pool_rows) << "paged_indexer_scores: block id " << id << " of sequence " << b
                                            << " is outside the pool of " << pool_rows << " rows";
-      key[t * n + g] = pool + row * dim;
     }
   }
   // The arithmetic of indexer_scores per entry (bit-identical to it over the same keys gathered in order).
@@ -97,7 +99,7 @@ void CpuBackend::paged_indexer_scores(const PagedIndexerScoreParams& p) {
         }
         float acc = 0.0f;
         for (int64_t h = 0; h < heads; ++h) {
-          const float s = std::max(dot_f32(q + (t * heads + h) * dim, key[t * n + e], dim), 0.0f) * p.score_scale;
+          const float s = std::max(dot_f32(q + (t * heads + h) * dim, key_of(t, e), dim), 0.0f) * p.score_scale;
           acc += s * (w[t * heads + h] * p.weight_scale);
         }
         out[t * n + e] = acc;
