@@ -566,7 +566,7 @@ TEST_F(CudaMoeTest, Mxfp4ExpertsAndFp8SharedMatchDequantizedCpu) {
 // The pipelined mma.sync kernel (gemm_mma_cuda.cu; many rows per expert in a block format, x and h as bf16):
 // MXFP4 and FP8-block routed experts, hidden 640 (gate/up K = 640: 20 k-steps; down N = 640: a partial 256-column
 // tile), inter 320 (gate/up N: a partial tile; down K = 320), 24 experts of which each token takes 6. T = 40 gives
-// ~10 rows per expert (one partial 128-row tile each), T = 700 ~175 (two tiles, the second partial). Tolerance:
+// ~10 rows per expert (one partial 64-row tile each), T = 700 ~175 (three tiles, the last partial). Tolerance:
 // x and h are rounded to bf16 (each ~2^-9 / sqrt(3) = 1.1e-3 rms relative), the SwiGLU between compounds them;
 // the first H200 run measured 3.0-4.2e-3 over these shapes, so 8e-3 (a misplaced tile or a wrong scale is O(1)).
 TEST_F(CudaMoeTest, PipelinedTensorCoreExpertsMatchCpu) {

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <cstdlib>
 #include <map>
 #include <memory>
 #include <tuple>
@@ -411,8 +410,13 @@ struct CudaBackend::Impl {
     const bool bf16_inputs =
         !batch_invariant && mw.format != QuantFormat::kFloat &&
         ceil_div(tokens * k, std::min<int64_t>(experts, std::max<int64_t>(tokens * k, 1))) > cuda::kGemmSkinnyRows;
-    const int64_t per_token =
-        k * (3 * inter + d) * 4 + (shared ? (3 * inter + d) * 4 : 0) + (bf16_inputs ? (d + k * inter) * 2 : 0);
+    // The shared expert is a dense GEMM of the chunk's rows: the same kernel from a few rows (its own bf16 copy
+    // of the SwiGLU output).
+    const bool shared_bf16 =
+        shared && !batch_invariant && shared->w1.format != QuantFormat::kFloat && tokens > cuda::kGemmSkinnyRows;
+    const int64_t per_token = k * (3 * inter + d) * 4 + (shared ? (3 * inter + d) * 4 : 0) +
+                              (bf16_inputs ? k * inter * 2 : 0) + (bf16_inputs || shared_bf16 ? d * 2 : 0) +
+                              (shared_bf16 ? shared->w1.rows() * 2 : 0);
     const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(tokens, (1ll << 30) / per_token));
     for (int64_t t0 = 0; t0 < tokens; t0 += chunk) {
       const int64_t tc = std::min(chunk, tokens - t0), slots = tc * k;
@@ -427,9 +431,9 @@ struct CudaBackend::Impl {
       const float* xc = x + t0 * d;
       void* xc16 = nullptr;
       void* h16 = nullptr;
-      if (bf16_inputs) {
+      if (bf16_inputs) h16 = ws().take(sizeof(uint16_t) * slots * inter);
+      if (bf16_inputs || (shared_bf16 && tc > cuda::kGemmSkinnyRows)) {
         xc16 = ws().take(sizeof(uint16_t) * tc * d);
-        h16 = ws().take(sizeof(uint16_t) * slots * inter);
         cuda::run_cast_f32_to_bf16(xc, xc16, tc * d, s());
       }
       const float* wc = weights + t0 * k;
@@ -464,7 +468,7 @@ struct CudaBackend::Impl {
       g.m = slots;
       // gate and up: gathered token rows -> gu[pos, 0:I] and gu[pos, I:2I]
       g.a = xc;
-      g.a_bf16 = xc16;
+      g.a_bf16 = bf16_inputs ? xc16 : nullptr;
       g.lda = d;
       g.a_rows = perm;
       g.a_row_div = static_cast<int>(k);
@@ -514,7 +518,7 @@ struct CudaBackend::Impl {
         // gate/up into the two halves of sgu: run each as a dense GEMM with ldc = 2·I.
         for (int which = 0; which < 2; ++which) {
           const QuantMatrix& w = which == 0 ? shared->w1 : shared->w3;
-          shared_gemm(xc, d, w, sgu + which * si, 2 * si, tc);
+          shared_gemm(xc, d, w, sgu + which * si, 2 * si, tc, shared_bf16 ? xc16 : nullptr);
         }
         cuda::SwigluKernelParams ssw;
         ssw.gu = sgu;
@@ -523,7 +527,12 @@ struct CudaBackend::Impl {
         ssw.inter = si;
         ssw.limit = limit;
         cuda::run_swiglu(ssw, s());
-        shared_gemm(sh, si, shared->w2, shared_out, d, tc);
+        void* sh16 = nullptr;
+        if (shared_bf16 && xc16) {
+          sh16 = ws().take(sizeof(uint16_t) * tc * si);
+          cuda::run_cast_f32_to_bf16(sh, sh16, tc * si, s());
+        }
+        shared_gemm(sh, si, shared->w2, shared_out, d, tc, sh16);
       }
       cuda::MoeCombineKernelParams cb;
       cb.y_slot = y_slot;
@@ -541,10 +550,12 @@ struct CudaBackend::Impl {
 
   // c[m, ldc] (first w.rows() columns) = a[m, lda] · dequant(w)ᵀ, any format, through the own GEMM so that
   // a strided output is fine (and batch-invariant when the backend is). Takes scratch from ws(): the caller
-  // holds the scope.
-  void shared_gemm(const float* a, int64_t lda, const QuantMatrix& w, float* c, int64_t ldc, int64_t m) {
+  // holds the scope. a_bf16: an optional bf16 copy of a (same lda) for the mma.sync kernel (block formats).
+  void shared_gemm(const float* a, int64_t lda, const QuantMatrix& w, float* c, int64_t ldc, int64_t m,
+                   const void* a_bf16 = nullptr) {
     cuda::GemmKernelParams g;
     g.a = a;
+    g.a_bf16 = a_bf16;
     g.lda = lda;
     g.c = c;
     g.ldc = ldc;

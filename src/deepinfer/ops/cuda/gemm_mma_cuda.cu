@@ -3,14 +3,14 @@
 // fp32 accumulation in mma.sync m16n8k16 bf16.
 //
 // Why this shape: the WMMA tile of gemm_cuda.cu ran at ~12% of the bf16 rate on a V4-Flash prefill (ncu: L1-bound
-// on f32 A staging and fragment loads, 25% occupancy, one k-step in flight). Here a 128 x 128 block tile walks K
-// in steps of 32 through a 4-stage cp.async ring (A rows gathered through a_rows as 16-byte copies, the weight
-// rows as raw bytes); two threads decode each weight row of a step into a bf16 tile (double-buffered, so one
-// barrier per step), and 8 warps (4 x 2, 32 x 64 each) feed mma.sync from ldmatrix. Decoding is most of the
-// instructions issued (~5 a weight against 1/32 of an mma), so the tile is as tall as the experts' row counts
-// allow: 128 rows halve the decodes per product of a 64-row tile (ncu, V4-Flash prefill: 2.57 ms a call at
-// 64 x 256, issue-bound at 4 warps a scheduler). Weights are exact in bf16
-// (e4m3 / e2m1 times a UE8M0 scale), A is the caller's bf16 rounding: the same products as the WMMA tile.
+// on f32 A staging and fragment loads, 25% occupancy, one k-step in flight). Here a 64 x 256 block tile walks K in
+// steps of 32 through a 4-stage cp.async ring (A rows gathered through a_rows as 16-byte copies, the weight rows
+// as raw bytes); each thread decodes its own weight row of a step into a bf16 tile (double-buffered, so one
+// barrier per step), and 8 warps (2 x 4, 32 x 64 each) feed mma.sync from ldmatrix. ncu on a V4-Flash prefill
+// (8192 tokens, MXFP4 gate/up calls): 4.23 ms a call with the WMMA tile -> 2.57 ms here. A 128 x 128 tile with two
+// decoding threads per weight row (half the decodes per product) measured 2.72 ms: the kernel is latency-bound
+// (issue slots 44% busy, ~9 cycles between a warp's instructions at 4 warps a scheduler), not decode-bound. Weights are
+// exact in bf16 (e4m3 / e2m1 times a UE8M0 scale), A is the caller's bf16 rounding: the same products as the WMMA tile.
 #include "deepinfer/ops/cuda/gemm_mma.h"
 
 #include <cuda_bf16.h>
@@ -22,11 +22,11 @@
 namespace deepinfer::cuda {
 namespace {
 
-constexpr int kMmaM = 2 * kGemmTileM, kMmaN = 128, kMmaK = 32, kMmaThreads = 256, kMmaStages = 4;
+constexpr int kMmaM = kGemmTileM, kMmaN = 256, kMmaK = 32, kMmaThreads = 256, kMmaStages = 4;
 // 40 bf16 (80 bytes) per smem row: the 8 row addresses of an ldmatrix phase fall in distinct 16-byte bank groups.
 constexpr int kMmaLd = kMmaK + 8;
-static_assert(kMmaM == 128 && 2 * kMmaThreads == 4 * kMmaM, "A staging: two 16-byte chunks per thread");
-static_assert(2 * kMmaN == kMmaThreads, "weight decoding: two threads per weight row");
+static_assert(kMmaM == 64 && kMmaThreads == 4 * kMmaM, "A staging: one 16-byte chunk per thread");
+static_assert(kMmaN == kMmaThreads, "weight staging and decoding: one weight row per thread");
 
 template <QuantFormat F>
 constexpr int kRawBytes = F == QuantFormat::kMXFP4 ? kMmaK / 2 : kMmaK;  // one row's codes of a k-step
@@ -52,15 +52,15 @@ template <int kPending>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
+// No "memory" clobber: a barrier always separates the stores to a tile from its ldmatrix reads, and without the
+// clobber the compiler may interleave the next step's decoding (other buffers) with these loads.
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* src) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(src))
-               : "memory");
+               : "r"(smem_addr(src)));
 }
 __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
       "{%0,%1,%2,%3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
@@ -82,8 +82,6 @@ __global__ void __launch_bounds__(kMmaThreads, 2) gemm_mma_kernel(GemmKernelPara
   MmaSmem<F>& sm = *reinterpret_cast<MmaSmem<F>*>(smem_bytes);
 
   // Which rows this M tile covers: the plan's tiles (kGemmTileM rows each) per group, or plain row tiles.
-  // Grouped: y walks the plan's kGemmTileM-row tiles; the even ones of a group start a 128-row tile here, the odd
-  // ones have nothing to do (the plan's offsets serve every kernel; a block that exits at once costs little).
   const int64_t tile_m = blockIdx.y;
   int g = 0;
   int64_t row_begin, row_end;
@@ -98,9 +96,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) gemm_mma_kernel(GemmKernelPara
         hi = mid;
     }
     g = lo;
-    const int64_t local = tile_m - p.tile_offsets[g];
-    if (local % 2) return;
-    row_begin = p.group_offsets[g] + local * kGemmTileM;
+    row_begin = p.group_offsets[g] + (tile_m - p.tile_offsets[g]) * kMmaM;
     row_end = p.group_offsets[g + 1];
   } else {
     row_begin = tile_m * kMmaM;
@@ -109,7 +105,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) gemm_mma_kernel(GemmKernelPara
   const uint8_t* b = static_cast<const uint8_t*>(p.b_table ? p.b_table[g] : p.b);
   const void* s = p.b_scale_table ? p.b_scale_table[g] : p.b_scale;
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kMmaN;
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wm = warp & 3, wn = warp >> 2;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wm = warp >> 2, wn = warp & 3;
   if (tid < kMmaM) {
     const int64_t i = row_begin + tid;
     const bool valid = i < row_end;
@@ -118,57 +114,48 @@ __global__ void __launch_bounds__(kMmaThreads, 2) gemm_mma_kernel(GemmKernelPara
   }
   __syncthreads();
 
-  // This thread's copies of a k-step: A rows tid / 4 and 64 + tid / 4, 16-byte chunk tid % 4 of each; the weight
-  // bytes of row tid / 2 (MXFP4: threads 0-127, a whole row each; FP8: half a row each). Decoding: row tid / 2,
-  // values 16 (tid % 2) .. + 15.
+  // This thread's copies of a k-step: A row tid / 4, its 16-byte chunk tid % 4; weight row n0 + tid (all of it).
   const int a_r = tid >> 2, a_c = (tid & 3) * 8;
-  const __nv_bfloat16* a16 = static_cast<const __nv_bfloat16*>(p.a_bf16);
-  const int64_t a_src_row[2] = {sm.a_row[a_r], sm.a_row[a_r + 64]};
-  const __nv_bfloat16* a_src[2] = {a16 + (a_src_row[0] >= 0 ? a_src_row[0] * p.lda : 0) + a_c,
-                                   a16 + (a_src_row[1] >= 0 ? a_src_row[1] * p.lda : 0) + a_c};
-  const int d_row = tid >> 1, d_half = tid & 1;
-  const int64_t n = n0 + d_row;
+  const int64_t a_src_row = sm.a_row[a_r];
+  const __nv_bfloat16* a_src =
+      static_cast<const __nv_bfloat16*>(p.a_bf16) + (a_src_row >= 0 ? a_src_row * p.lda : 0) + a_c;
+  const int64_t n = n0 + tid;
   const bool n_ok = n < p.n;
-  constexpr bool kFp4 = F == QuantFormat::kMXFP4;
-  const int c_row = kFp4 ? tid : tid >> 1, c_off = kFp4 ? 0 : 16 * (tid & 1);  // the weight copy's row / offset
-  const bool c_ok = (!kFp4 || tid < kMmaN) && n0 + c_row < p.n;
-  const uint8_t* b_src = b + (c_ok ? n0 + c_row : 0) * (kFp4 ? p.k / 2 : p.k) + c_off;
+  const uint8_t* b_src = b + (n_ok ? n : 0) * (F == QuantFormat::kMXFP4 ? p.k / 2 : p.k);
   const int ktiles = static_cast<int>(p.k / kMmaK);
 
   auto issue = [&](int kt) {
     if (kt < ktiles) {
       const int st = kt % kMmaStages;
+      cp_async16(&sm.a[st][a_r][a_c], a_src + static_cast<int64_t>(kt) * kMmaK, a_src_row >= 0);
+      const uint8_t* src = b_src + static_cast<int64_t>(kt) * kRawBytes<F>;
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
-        cp_async16(&sm.a[st][a_r + 64 * h][a_c], a_src[h] + static_cast<int64_t>(kt) * kMmaK, a_src_row[h] >= 0);
-      if (!kFp4 || tid < kMmaN)
-        cp_async16(&sm.raw[st][c_row][c_off], b_src + static_cast<int64_t>(kt) * kRawBytes<F>, c_ok);
+      for (int c = 0; c < kRawBytes<F> / 16; ++c) cp_async16(&sm.raw[st][tid][16 * c], src + 16 * c, n_ok);
     }
     cp_async_commit();
   };
   auto scale_of = [&](int kt) -> float {
     if (!n_ok || kt >= ktiles) return 0.0f;
     const float sc = block_scale(s, p, F, n, static_cast<int64_t>(kt) * kMmaK);
-    return kFp4 ? sc * kFp4Unscale : sc;
+    return F == QuantFormat::kMXFP4 ? sc * kFp4Unscale : sc;
   };
-  // Row d_row's values 16 d_half .. + 15 of step kt, decoded and scaled, into the bf16 tile kt % 2.
+  // This thread's weight row of step kt, decoded and scaled, into the bf16 tile kt % 2.
   auto decode = [&](int kt, float sc) {
-    const uint8_t* src = &sm.raw[kt % kMmaStages][d_row][d_half * kRawBytes<F> / 2];
-    __nv_bfloat16* dst = &sm.b[kt & 1][d_row][16 * d_half];
+    const uint4 q0 = *reinterpret_cast<const uint4*>(&sm.raw[kt % kMmaStages][tid][0]);
+    __nv_bfloat16* dst = &sm.b[kt & 1][tid][0];
     float w[8];
-    if constexpr (kFp4) {
-      const uint2 q = *reinterpret_cast<const uint2*>(src);
-      const uint32_t words[2] = {q.x, q.y};
+    if constexpr (F == QuantFormat::kMXFP4) {
+      const uint32_t words[4] = {q0.x, q0.y, q0.z, q0.w};
 #pragma unroll
-      for (int v = 0; v < 2; ++v) {
+      for (int v = 0; v < 4; ++v) {
         decode_fp4<4>(&words[v], w);
         store8(w, sc, dst + 8 * v);
       }
     } else {
-      const uint4 q = *reinterpret_cast<const uint4*>(src);
-      const uint32_t words[4] = {q.x, q.y, q.z, q.w};
+      const uint4 q1 = *reinterpret_cast<const uint4*>(&sm.raw[kt % kMmaStages][tid][16]);
+      const uint32_t words[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
 #pragma unroll
-      for (int v = 0; v < 2; ++v) {
+      for (int v = 0; v < 4; ++v) {
         decode_fp8x8(words[2 * v], words[2 * v + 1], w);
         store8(w, sc, dst + 8 * v);
       }
@@ -188,8 +175,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) gemm_mma_kernel(GemmKernelPara
   float sc_next = scale_of(1);
   {
     const float sc0 = scale_of(0);
-    cp_async_wait<kMmaStages - 2>();
-    __syncthreads();  // step 0's weight bytes: a decoding thread reads another's copy (FP8: its neighbour's)
+    cp_async_wait<kMmaStages - 2>();  // step 0: this thread's own weight row is all decode(0) reads
     decode(0, sc0);
   }
 
@@ -199,29 +185,37 @@ __global__ void __launch_bounds__(kMmaThreads, 2) gemm_mma_kernel(GemmKernelPara
     cp_async_wait<kMmaStages - 3>();
     __syncthreads();
     issue(kt + kMmaStages - 1);
+    const __nv_bfloat16(*as)[kMmaLd] = sm.a[kt % kMmaStages];
+    const __nv_bfloat16(*bs)[kMmaLd] = sm.b[kt & 1];
+    // Fragments of a 16-wide half of the step: A for the warp's two m16 tiles, B for its eight n8 tiles.
+    uint32_t af[2][4], bf[4][4];
+    auto load_frags = [&](int kk) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) ldmatrix_x4(af[i], &as[wm * 32 + i * 16 + (lane & 15)][kk + (lane >> 4) * 8]);
+#pragma unroll
+      for (int j = 0; j < 4; ++j)  // n-tiles 2j and 2j + 1: (k 0-7, k 8-15) each
+        ldmatrix_x4(bf[j], &bs[wn * 64 + j * 16 + (lane & 7) + ((lane >> 4) << 3)][kk + ((lane >> 3) & 1) * 8]);
+    };
+    auto mmas = [&]() {
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          mma_bf16(acc[i][2 * j], af[i], bf[j][0], bf[j][1]);
+          mma_bf16(acc[i][2 * j + 1], af[i], bf[j][2], bf[j][3]);
+        }
+    };
+    // The first half's fragments are requested before the next step is decoded, so their latency hides behind
+    // the decoding (ncu: the kernel was latency-bound, ~9 cycles between a warp's instructions).
+    load_frags(0);
     if (kt + 1 < ktiles) {
       const float sc = sc_next;
       sc_next = scale_of(kt + 2);
       decode(kt + 1, sc);
     }
-    const __nv_bfloat16(*as)[kMmaLd] = sm.a[kt % kMmaStages];
-    const __nv_bfloat16(*bs)[kMmaLd] = sm.b[kt & 1];
-#pragma unroll
-    for (int kk = 0; kk < kMmaK; kk += 16) {
-      uint32_t af[2][4];
-#pragma unroll
-      for (int i = 0; i < 2; ++i) ldmatrix_x4(af[i], &as[wm * 32 + i * 16 + (lane & 15)][kk + (lane >> 4) * 8]);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        uint32_t bf[4];  // n-tiles 2j and 2j + 1: (k 0-7, k 8-15) each
-        ldmatrix_x4(bf, &bs[wn * 64 + j * 16 + (lane & 7) + ((lane >> 4) << 3)][kk + ((lane >> 3) & 1) * 8]);
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          mma_bf16(acc[i][2 * j], af[i], bf[0], bf[1]);
-          mma_bf16(acc[i][2 * j + 1], af[i], bf[2], bf[3]);
-        }
-      }
-    }
+    mmas();
+    load_frags(16);
+    mmas();
   }
 
   // Accumulator (i, j): rows lane / 4 and + 8 of m16-tile i, columns 2 (lane % 4) + {0, 1} of n8-tile j.
