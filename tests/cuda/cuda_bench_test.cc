@@ -363,5 +363,65 @@ TEST_F(CudaBench, DISABLED_SmallSelectTimings) {
   }
 }
 
+// The decode indexer of one CSA layer at V4-Flash's shape (64 heads x 128, ratio 4, top 512) for 64 sequences of
+// `ctx` tokens, pages of 64 tokens (16 entries) in shuffled order: the batched path (paged_indexer_scores reading the
+// pages, one topk_mask over [64, n]) against the per-sequence path it replaced (each sequence's keys gathered out of
+// its pages run by run, then indexer_scores and topk_mask of one row). Both figures include the launch gaps.
+TEST_F(CudaBench, DISABLED_DecodeIndexerTimings) {
+  const int64_t B = 64, IH = 64, Id = 128, r = 4, bs = 64, per_block = bs / r;
+  TensorMemory& mem = gpu().memory();
+  for (int64_t ctx : {int64_t{1024}, int64_t{4096}, int64_t{16384}}) {
+    const int64_t n = ctx / r, blocks = ctx / bs + 1;
+    std::vector<int32_t> ids(B * blocks);
+    std::iota(ids.begin(), ids.end(), 0);
+    std::shuffle(ids.begin(), ids.end(), rng());
+    HostTensor tables(DType::kI32, {B, blocks}), pos(DType::kI64, {B}), seq(DType::kI32, {B}), cnt(DType::kI64, {B});
+    std::copy(ids.begin(), ids.end(), tables.data<int32_t>());
+    for (int64_t b = 0; b < B; ++b) {
+      pos.data<int64_t>()[b] = ctx;
+      seq.data<int32_t>()[b] = static_cast<int32_t>(b);
+      cnt.data<int64_t>()[b] = n;
+    }
+    DeviceTensor pool = filled(DType::kF32, {B * blocks * per_block, Id}), q = filled(DType::kF32, {B, IH, Id});
+    DeviceTensor w = filled(DType::kF32, {B, IH}), dt = up(tables), dp = up(pos), ds = up(seq), dn = up(cnt);
+    DeviceTensor scores(gpu(), DType::kF32, {B, n}), mask(gpu(), DType::kU8, {B, n});
+    const float score_scale = 1.0f / std::sqrt(static_cast<float>(Id)), weight_scale = 0.125f;
+    const double batched = time_ms([&] {
+      PagedIndexerScoreParams p;
+      p.q = q;
+      p.weights = w;
+      p.positions = dp;
+      p.q_seq = ds;
+      p.n_entries = dn;
+      p.block_tables = dt;
+      p.key_pool = pool;
+      p.out = scores;
+      p.block_size = static_cast<int>(bs);
+      p.key_ratio = static_cast<int>(r);
+      p.ratio = static_cast<int>(r);
+      p.score_scale = score_scale;
+      p.weight_scale = weight_scale;
+      gpu().paged_indexer_scores(p);
+      gpu().topk_mask({scores, Tensor{}, mask, 512});
+    });
+    DeviceTensor keys(gpu(), DType::kF32, {n, Id}), s1(gpu(), DType::kF32, {1, n}), m1(gpu(), DType::kU8, {1, n});
+    const double per_sequence = time_ms([&] {
+      for (int64_t b = 0; b < B; ++b) {
+        for (int64_t j = 0; j * per_block < n; ++j) {
+          const int64_t id = ids[b * blocks + j], len = std::min(per_block, n - j * per_block);
+          mem.copy(keys.view().slice(j * per_block, j * per_block + len),
+                   pool.view().slice(id * per_block, id * per_block + len));
+        }
+        gpu().indexer_scores({q.view().slice(b, b + 1), keys, w.view().slice(b, b + 1), dp.view().slice(b, b + 1), s1,
+                              static_cast<int>(r), score_scale, weight_scale});
+        gpu().topk_mask({s1, Tensor{}, m1, 512});
+      }
+    });
+    std::printf("[bench] decode indexer B=64 ctx=%-6lld batched %8.3f ms, per-sequence %8.3f ms (%.1fx)\n",
+                static_cast<long long>(ctx), batched, per_sequence, per_sequence / batched);
+    std::fflush(stdout);
+  }
+}
+
 }  // namespace
 }  // namespace deepinfer
