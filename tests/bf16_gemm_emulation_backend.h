@@ -1,8 +1,8 @@
 // A CPU Backend that reproduces the rounding of the CUDA backend's quantized GEMMs (linear_quant / moe_quant with FP8
 // or other non-f32 weights), to tell rounding apart from bugs: the CUDA path takes exact fp32 products for few rows
-// (<= 4 rows, or <= 4 routed rows per used expert on average: the weight-streaming kernel) and, for more, rounds
-// both the input and the dequantized weight to bf16 (RNE) before fp32 accumulation (tensor-core tiles / cuBLASLt
-// on a bf16 weight copy). Here the same values are rounded and the products summed in fp32 on the CPU, so the two
+// (<= 4 rows, or < 3 routed rows per used expert on average in a block format: the weight-streaming kernel) and,
+// for more, rounds both the input and the dequantized weight to bf16 (RNE) before fp32 accumulation (tensor-core
+// tiles / cuBLASLt on a bf16 weight copy). Here the same values are rounded and the products summed in fp32 on the CPU, so the two
 // differ in summation order only. Every other op forwards to the inner backend. Host memory only.
 #pragma once
 
@@ -21,7 +21,8 @@ namespace deepinfer::testing {
 
 class Bf16GemmEmulationBackend final : public ForwardingBackend {
  public:
-  static constexpr int64_t kExactRows = 4;  // cuda::kGemmSkinnyRows
+  static constexpr int64_t kExactRows = 4;   // cuda::kGemmSkinnyRows
+  static constexpr int64_t kMmaMinRows = 3;  // cuda::kGemmMmaMinRows
 
   explicit Bf16GemmEmulationBackend(std::unique_ptr<Backend> inner) : ForwardingBackend(std::move(inner)) {}
 
@@ -38,7 +39,11 @@ class Bf16GemmEmulationBackend final : public ForwardingBackend {
     DI_CHECK(p.experts != nullptr) << "moe_quant: experts are required";
     const int64_t T = p.x.dim(0), D = p.x.dim(1), k = p.weights.dim(1);
     const int64_t E = static_cast<int64_t>(p.experts->size()), slots = T * k;
-    const bool routed_bf16 = slots > 0 && (slots + std::min(E, slots) - 1) / std::min(E, slots) > kExactRows;
+    // Routed experts in a block format take the mma.sync kernel (bf16 x and h) from kMmaMinRows rows per used
+    // expert on average (cuda::kGemmMmaMinRows), f32 ones the exact kernels up to kExactRows.
+    const int64_t rows_per_expert = slots > 0 ? (slots + std::min(E, slots) - 1) / std::min(E, slots) : 0;
+    const bool block_format = !p.experts->empty() && (*p.experts)[0].w1.format != QuantFormat::kFloat;
+    const bool routed_bf16 = slots > 0 && rows_per_expert >= (block_format ? kMmaMinRows : kExactRows + 1);
     const bool shared_bf16 = T > kExactRows;
     std::vector<std::vector<HostTensor>> cache(static_cast<size_t>(E) + 1);
     auto weights_of = [&](int64_t e, const QuantExpertWeights& q, bool bf16) -> const std::vector<HostTensor>& {

@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "deepinfer/ops/cuda/dequant_bf16.h"
+#include "deepinfer/ops/cuda/gemm_mma.h"
 #include "deepinfer/ops/cuda/kernels.h"
 
 namespace deepinfer {
@@ -409,11 +410,11 @@ struct CudaBackend::Impl {
     // Many rows per expert in block formats: the mma.sync kernel reads bf16 copies of x and of the SwiGLU output.
     const bool bf16_inputs =
         !batch_invariant && mw.format != QuantFormat::kFloat &&
-        ceil_div(tokens * k, std::min<int64_t>(experts, std::max<int64_t>(tokens * k, 1))) > cuda::kGemmSkinnyRows;
-    // The shared expert is a dense GEMM of the chunk's rows: the same kernel from a few rows (its own bf16 copy
-    // of the SwiGLU output).
-    const bool shared_bf16 =
-        shared && !batch_invariant && shared->w1.format != QuantFormat::kFloat && tokens > cuda::kGemmSkinnyRows;
+        ceil_div(tokens * k, std::min<int64_t>(experts, std::max<int64_t>(tokens * k, 1))) >= cuda::kGemmMmaMinRows;
+    // The shared expert is a dense GEMM of the chunk's rows: the same kernel once its tiles fill the device (with
+    // its own bf16 copy of the SwiGLU output).
+    const bool shared_bf16 = shared && !batch_invariant && shared->w1.format != QuantFormat::kFloat &&
+                             cuda::gemm_mma_dense_fills(tokens, shared->w1.rows());
     const int64_t per_token = k * (3 * inter + d) * 4 + (shared ? (3 * inter + d) * 4 : 0) +
                               (bf16_inputs ? k * inter * 2 : 0) + (bf16_inputs || shared_bf16 ? d * 2 : 0) +
                               (shared_bf16 ? shared->w1.rows() * 2 : 0);
@@ -432,7 +433,8 @@ struct CudaBackend::Impl {
       void* xc16 = nullptr;
       void* h16 = nullptr;
       if (bf16_inputs) h16 = ws().take(sizeof(uint16_t) * slots * inter);
-      if (bf16_inputs || (shared_bf16 && tc > cuda::kGemmSkinnyRows)) {
+      const bool shared_mma = shared_bf16 && cuda::gemm_mma_dense_fills(tc, shared->w1.rows());
+      if (bf16_inputs || shared_mma) {
         xc16 = ws().take(sizeof(uint16_t) * tc * d);
         cuda::run_cast_f32_to_bf16(xc, xc16, tc * d, s());
       }
@@ -518,7 +520,7 @@ struct CudaBackend::Impl {
         // gate/up into the two halves of sgu: run each as a dense GEMM with ldc = 2·I.
         for (int which = 0; which < 2; ++which) {
           const QuantMatrix& w = which == 0 ? shared->w1 : shared->w3;
-          shared_gemm(xc, d, w, sgu + which * si, 2 * si, tc, shared_bf16 ? xc16 : nullptr);
+          shared_gemm(xc, d, w, sgu + which * si, 2 * si, tc, shared_mma ? xc16 : nullptr);
         }
         cuda::SwigluKernelParams ssw;
         ssw.gu = sgu;
@@ -528,7 +530,7 @@ struct CudaBackend::Impl {
         ssw.limit = limit;
         cuda::run_swiglu(ssw, s());
         void* sh16 = nullptr;
-        if (shared_bf16 && xc16) {
+        if (shared_mma) {
           sh16 = ws().take(sizeof(uint16_t) * tc * si);
           cuda::run_cast_f32_to_bf16(sh, sh16, tc * si, s());
         }

@@ -23,9 +23,11 @@ __global__ void fake_quant_kernel(float* x, int64_t blocks) {
     const float s = pow2_ceil_dev(__fmul_rn(fmaxf(amax, 1e-4f), static_cast<float>(1.0 / 448.0)));
 #pragma unroll
     for (int i = 0; i < kBlock; ++i)
-      v[i] = __fmul_rn(e4m3_to_f32_dev(f32_to_e4m3_dev(fminf(fmaxf(__fdiv_rn(v[i], s), -kE4M3MaxDev), kE4M3MaxDev))), s);
+      v[i] =
+          __fmul_rn(e4m3_to_f32_dev(f32_to_e4m3_dev(fminf(fmaxf(__fdiv_rn(v[i], s), -kE4M3MaxDev), kE4M3MaxDev))), s);
   } else if constexpr (K == FakeQuantKind::kFP4Ue8m0Block32) {
-    const float s = pow2_ceil_dev(__fmul_rn(fmaxf(amax, 6.0f * 1.1754943508222875e-38f), static_cast<float>(1.0 / 6.0)));
+    const float s =
+        pow2_ceil_dev(__fmul_rn(fmaxf(amax, 6.0f * 1.1754943508222875e-38f), static_cast<float>(1.0 / 6.0)));
 #pragma unroll
     for (int i = 0; i < kBlock; ++i)
       v[i] = __fmul_rn(e2m1_to_f32_dev(f32_to_e2m1_dev(fminf(fmaxf(__fdiv_rn(v[i], s), -kFp4Max), kFp4Max))), s);

@@ -750,7 +750,8 @@ __global__ void dequant_bf16_kernel(GemmKernelParams p, __nv_bfloat16* out) {
 template <QuantFormat F>
 void launch_fast(const GemmKernelParams& p, bool vec, cudaStream_t stream) {
   const int64_t rows = p.rows_hint > 0 ? p.rows_hint : p.m;
-  if (rows <= kGemmSkinnyRows) {
+  const bool mma_rows = p.a_bf16 && p.group_offsets && rows >= kGemmMmaMinRows;
+  if (rows <= kGemmSkinnyRows && !mma_rows) {
     const int64_t slots = p.group_offsets ? std::min<int64_t>(p.groups, p.m) : 1;
     DI_CHECK(!p.group_offsets || p.active_groups) << "gemm: grouped skinny launch needs active_groups";
     if constexpr (F != QuantFormat::kFloat) {

@@ -255,12 +255,15 @@ bool aligned(const void* q, uintptr_t a) { return reinterpret_cast<uintptr_t>(q)
 
 }  // namespace
 
+bool gemm_mma_dense_fills(int64_t m, int64_t n) { return ceil_div(m, kMmaM) * ceil_div(n, kMmaN) >= 128; }
+
 bool run_gemm_mma(const GemmKernelParams& p, cudaStream_t stream) {
   if (!p.a_bf16 || p.batch_invariant || p.format == QuantFormat::kFloat) return false;
   if (p.k <= 0 || p.k % kMmaK != 0) return false;
   if (p.format == QuantFormat::kFP8Block && p.block_k % kMmaK != 0) return false;
   if (p.lda % 8 != 0 || !aligned(p.a_bf16, 16)) return false;
   if (p.b_table ? !p.tables_aligned16 : !aligned(p.b, 16)) return false;
+  if (!p.group_offsets && !gemm_mma_dense_fills(p.m, p.n)) return false;
   if (p.m == 0 || p.n == 0) return true;
   switch (p.format) {
     case QuantFormat::kFP8Block:

@@ -20,9 +20,12 @@ __global__ void dequantize_kernel(DequantizeKernelParams p) {
     float v;
     switch (p.format) {
       case QuantFormat::kFloat:
-        if (p.float_kind == FloatKind::kF32) v = static_cast<const float*>(p.weight)[idx];
-        else if (p.float_kind == FloatKind::kBF16) v = bf16_bits_to_f32(static_cast<const uint16_t*>(p.weight)[idx]);
-        else v = __half2float(static_cast<const __half*>(p.weight)[idx]);
+        if (p.float_kind == FloatKind::kF32)
+          v = static_cast<const float*>(p.weight)[idx];
+        else if (p.float_kind == FloatKind::kBF16)
+          v = bf16_bits_to_f32(static_cast<const uint16_t*>(p.weight)[idx]);
+        else
+          v = __half2float(static_cast<const __half*>(p.weight)[idx]);
         break;
       case QuantFormat::kFP8Block:
         v = e4m3_to_f32_dev(static_cast<const uint8_t*>(p.weight)[idx]) *
@@ -40,8 +43,10 @@ __global__ void dequantize_kernel(DequantizeKernelParams p) {
             load_scale(p.scale, p.scale_e8m0, i * p.scale_cols + j / 32);
         break;
     }
-    if (p.out_bf16) static_cast<__nv_bfloat16*>(p.out_bf16)[idx] = __float2bfloat16_rn(v);
-    else p.out[idx] = v;
+    if (p.out_bf16)
+      static_cast<__nv_bfloat16*>(p.out_bf16)[idx] = __float2bfloat16_rn(v);
+    else
+      p.out[idx] = v;
   }
 }
 
