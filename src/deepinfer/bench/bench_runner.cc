@@ -101,7 +101,8 @@ class Slice final : public SliceState {
       if (spec.kind == AttnKind::kIndexed) {
         l.wq_idx = t.fp8_weight(m.index_heads * m.index_dim, m.q_lora, b, next());
         l.wproj = t.fp8_weight(m.index_heads, d, b, next());
-        l.index_keys = rnd({max_entries, m.index_dim}, 1.0f);
+        // Contiguous per sequence for prefill, paged like the compressed entries for batched decode.
+        l.index_keys = rnd({std::max(max_entries, max_blocks * (kBlockSize / spec.ratio)), m.index_dim}, 1.0f);
         l.mask = mem_.zeros(DType::kU8, {max_scores});
       }
       layers_.push_back(std::move(l));
@@ -128,6 +129,7 @@ class Slice final : public SliceState {
     // Selected entries per query: every visible one (all-seen layers) or min(top-k, visible) spread over them
     // (the selection's values do not change the cost; the indexer's own top-k is timed separately).
     comp_idx_.clear();
+    n_entries_.clear();
     for (const LayerSpec& l : m_.layers) {
       if (l.ratio <= 0) continue;
       const bool all = l.kind == AttnKind::kAllSeen;
@@ -141,6 +143,12 @@ class Slice final : public SliceState {
         for (int64_t j = 0; j < n; ++j) idx[i * k + j] = static_cast<int32_t>(all || vis <= k ? j : j * vis / k);
       }
       comp_idx_[key] = mem_.from_host(DType::kI32, {tt, k}, idx.data());
+    }
+    // Entries each decode row's sequence holds, per indexed ratio (the batched indexer's row bound).
+    for (const LayerSpec& l : m_.layers) {
+      if (l.kind != AttnKind::kIndexed || n_entries_.count(l.ratio)) continue;
+      std::vector<int64_t> ne(tt, visible_entries(s.context - 1, l.ratio));
+      n_entries_[l.ratio] = mem_.from_host(DType::kI64, {tt}, ne.data());
     }
   }
 
@@ -184,7 +192,28 @@ class Slice final : public SliceState {
         const Tensor qi = rows(qi_, tt), iw = rows(iw_, tt);
         t_.linear(qr, *l.wq_idx, qi.reshape({tt, m.index_heads * m.index_dim}));
         t_.linear(xn, *l.wproj, iw);
-        for (int64_t sq = 0; sq < s.seqs && n > 0; ++sq) {
+        if (s.tokens == 1 && n > 0) {
+          // Decode as the engine's batched step runs it: every sequence's keys read in their pages in one call,
+          // one top-k over the [B, n] scores.
+          const Tensor sc = flat(scores_, 0, {tt, n});
+          PagedIndexerScoreParams ip;
+          ip.q = qi;
+          ip.weights = iw;
+          ip.positions = pos;
+          ip.q_seq = q_seq_.view();
+          ip.n_entries = n_entries_.at(spec.ratio).view();
+          ip.block_tables = tables_.view();
+          ip.key_pool = l.index_keys.view();
+          ip.out = sc;
+          ip.block_size = static_cast<int>(kBlockSize);
+          ip.key_ratio = static_cast<int>(spec.ratio);
+          ip.ratio = static_cast<int>(spec.ratio);
+          ip.score_scale = 1.0f / std::sqrt(static_cast<float>(m.index_dim));
+          ip.weight_scale = 1.0f / std::sqrt(static_cast<float>(m.index_heads));
+          be.paged_indexer_scores(ip);
+          be.topk_mask({sc, Tensor{}, flat(l.mask, 0, {tt, n}), static_cast<int>(m.index_topk)});
+        }
+        for (int64_t sq = 0; sq < s.seqs && n > 0 && s.tokens > 1; ++sq) {
           const Tensor keys = seq_rows(l.index_keys, sq, n);
           const Tensor sc = flat(scores_, sq * s.tokens * n, {s.tokens, n});
           IndexerScoreParams ip;
@@ -305,7 +334,8 @@ class Slice final : public SliceState {
   int64_t max_tokens_ = 1, max_seqs_ = 1, max_context_ = 1;
   OwnedTensor streams_, x_, xn_, qr_, q_, kv_, o_, z_, y_, pre_, post_, comb_, qi_, iw_, rw_, ridx_, sinks_, inv_freq_;
   OwnedTensor scores_, positions_, window_pool_, tables_, q_seq_, window_begin_;
-  std::map<int64_t, OwnedTensor> comp_idx_;  // by ratio (negative: every visible entry)
+  std::map<int64_t, OwnedTensor> comp_idx_;   // by ratio (negative: every visible entry)
+  std::map<int64_t, OwnedTensor> n_entries_;  // i64 [tokens], by indexed ratio
   std::vector<Layer> layers_;
 };
 
