@@ -65,10 +65,10 @@ TEST_F(CudaOpTest, FakeQuantEveryKindMatchesCpuBits) {
 }
 
 // The split-K coefficient kernel at the real V4-Flash size (hc·D = 16384: 32 splits) with one token and with
-// several token tiles (70 tokens = 9 tiles of 8).
+// several token tiles (70 tokens = 9 tiles of 8; 2100, a long prefill's 66 tiles of 32 with a short last one).
 TEST_F(CudaOpTest, HcMixRealSizeSplitK) {
   const int64_t hc = 4, d = 4096, mix = (2 + hc) * hc;
-  for (int64_t t : {1, 70}) {
+  for (int64_t t : {1, 70, 2100}) {
     HostTensor streams = rand({t, hc, d}, -2, 2), fn = rand({mix, hc * d}, -0.01f, 0.01f), base = rand({mix});
     HostTensor scale = rand({3}, 0.5f, 1.5f);
     HostTensor pre(DType::kF32, {t, hc}), post(DType::kF32, {t, hc}), comb(DType::kF32, {t, hc, hc});
