@@ -34,7 +34,8 @@
 #   with NCU_SLICE=1 (also in ci) an ncu per-kernel time summary of one synthetic decode step (NCU_SLICE_ARGS;
 #   NCU_DETAIL=REGEX adds ncu's sections for those kernels); with IDLE_BENCH=1 (model or ci)
 #   the GPU idle between decode steps of greedy engine runs, from CUDA events (no nsys: tools/gpu_idle_bench.sh,
-#   device argmax vs host argmax vs the logprobs path at batch 1/8/64; IDLE_BENCH_TIMEOUT, default 400 s).
+#   device argmax vs the default logprobs run on the device and on the host at batch 1/8/64; IDLE_BENCH_TIMEOUT,
+#   default 400 s).
 #   ci: (SPEC_PROMPTS=FILE adds tools/spec_gpu_bench.sh, GRAPH_BENCH=1 tools/decode_graph_bench.sh, V4BATCH_BENCH=1
 #   tools/v4_decode_batch_bench.sh) build everything, every GPU test once, MEMCHECK_FILTER under memcheck, the op harness under racecheck
 #   (RACECHECK_FILTER overrides which tests), the op micro-bench (rows matching

@@ -2,11 +2,13 @@
 # GPU idle between decode steps in the engine, without nsys: `deepinfer offline --device cuda` prints it from CUDA
 # events on the backend's stream (engine/gpu_idle.h: per decode step the gap since the previous step's end, over the
 # gaps plus the steps' own GPU time). Greedy runs at several batch sizes on the V4.1 and V3 golden test models and
-# on a random-weight V3-shaped FP8 checkpoint of ~0.8 B parameters (tools/decode_graph_bench.sh's), each in three
-# modes:
-#   fast     --no-logprobs: every step takes the greedy fast path, the argmax on the device (ids copied back)
-#   host     --no-logprobs --no-device-argmax: the same steps with the full [rows, vocab] logits copied to the host
-#   logprobs the default offline run (the chosen token's logprob: the general path, host sampling)
+# on a random-weight V3-shaped FP8 checkpoint of ~0.8 B parameters (tools/decode_graph_bench.sh's), each in the modes
+# of MODES (default: fast logprobs logprobs-host):
+#   fast          --no-logprobs: every step takes the greedy fast path, the argmax on the device (ids copied back)
+#   host          --no-logprobs --no-device-argmax: the same steps with the full [rows, vocab] logits copied back
+#   logprobs      the default offline run: the fast path with the chosen token's logprob (decode perplexity) also
+#                 reduced on the device (ids and logprobs copied back); expected close to `fast`
+#   logprobs-host the default run with --no-device-argmax: rows copied back, argmax and logprob on the host
 # One "[gpu-idle]" line per run: the idle figure, the fast-path step counts and the decode-steps line.
 #   usage: bash tools/gpu_idle_bench.sh   (CLI=build-gpu/bin/deepinfer; BATCHES, MODES, MODELS, MAX_TOKENS override)
 set -uo pipefail
@@ -33,10 +35,11 @@ for m in $models; do
   dir=$(dir_of "$m")
   [ -f "$dir/config.json" ] || { echo "[gpu-idle] $m: no checkpoint at $dir"; continue; }
   for b in ${BATCHES:-1 8 64}; do
-    for mode in ${MODES:-fast host logprobs}; do
+    for mode in ${MODES:-fast logprobs logprobs-host}; do
       case $mode in
         fast) flags=--no-logprobs ;;
         host) flags="--no-logprobs --no-device-argmax" ;;
+        logprobs-host) flags=--no-device-argmax ;;
         *) flags="" ;;
       esac
       log="$work/run_${m}_${b}_$mode.log"

@@ -298,8 +298,9 @@ TEST(OfflineCli, V4MtpSpeculationKeepsGreedyOutputAndPrintsAcceptance) {
   EXPECT_NE(sampled_dspark.output.find("--draft-sampling sampled"), std::string::npos) << sampled_dspark.output;
 }
 
-// --no-logprobs: greedy steps take the fast path (ModelRunner::execute_argmax; on the CPU the host reduction) and
-// give the ids of the default run; the CPU has no device timeline, so the GPU-idle figure is n/a.
+// Greedy steps take the fast path (ModelRunner::execute_argmax; on the CPU the host reduction) with and without the
+// chosen tokens' logprobs the default run asks for, and give the same ids; the CPU has no device timeline, so the
+// GPU-idle figure is n/a.
 TEST(OfflineCli, NoLogprobsTakesTheGreedyFastPathWithTheSameIds) {
   const std::string dir = testing::test_data_dir() + "/golden/deepseek_v41";
   const std::string base = "offline --model " + dir + " --num-prompts 3 --max-tokens 8 --ignore-eos --max-num-seqs 2";
@@ -318,8 +319,13 @@ TEST(OfflineCli, NoLogprobsTakesTheGreedyFastPathWithTheSameIds) {
       << without.output;
   EXPECT_EQ(m[1], "0");
   EXPECT_GT(std::stoi(m[2]), 0);
-  ASSERT_TRUE(std::regex_search(with.output, m, std::regex(R"(greedy fast path: (\d+) steps .*, (\d+) on the host)")));
-  EXPECT_EQ(m[2], "0") << "logprobs keep every step on the general path";
+  ASSERT_TRUE(std::regex_search(with.output, m,
+                                std::regex(R"(greedy fast path: (\d+) steps argmax on the device, (\d+) on the host)")))
+      << with.output;
+  EXPECT_EQ(m[1], "0");
+  EXPECT_GT(std::stoi(m[2]), 0) << "the chosen tokens' logprobs keep the fast path";
+  EXPECT_NE(with.output.find("finite=yes"), std::string::npos) << with.output;
+  EXPECT_TRUE(std::regex_search(with.output, std::regex(R"(decode_ppl=[0-9]+\.[0-9]{4} )"))) << with.output;
 }
 
 }  // namespace

@@ -90,8 +90,9 @@ TEST(CudaOfflineCli, GreedyFastPathOnTheDeviceEqualsHostArgmaxAndTheCpu) {
   check_family("deepseek_v3", "--max-num-seqs 3 --max-num-batched-tokens 33 --enforce-eager", false);
 }
 
-// The idle figure is also there with the logprobs the default offline run asks for (general path everywhere).
-TEST(CudaOfflineCli, GpuIdleFigureWithTheGeneralPath) {
+// The default offline run asks for the chosen tokens' logprobs (decode perplexity): its greedy steps take the fast
+// path too (ids and logprobs reduced on the device), and the idle figure is there.
+TEST(CudaOfflineCli, GpuIdleFigureWithTheDefaultLogprobs) {
   if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
   const std::string dir = testing::test_data_dir() + "/golden/deepseek_v41";
   auto r = testing::run_cli("offline --device cuda --model " + dir + " --num-prompts 4 --max-tokens 24 --ignore-eos");
@@ -102,7 +103,9 @@ TEST(CudaOfflineCli, GpuIdleFigureWithTheGeneralPath) {
   EXPECT_GE(l->percent, 0.0);
   EXPECT_LE(l->percent, 100.0);
   EXPECT_GT(l->steps, 0);
-  EXPECT_EQ(l->device_steps, 0) << "logprobs keep every step on the general path";
+  EXPECT_GT(l->device_steps, 0) << "the chosen tokens' logprobs keep the fast path on the device";
+  EXPECT_NE(r.output.find("finite=yes"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("finite=NO"), std::string::npos) << r.output;
   std::printf("[cuda-gpu-idle v41 logprobs] %.2f%% over %lld steps\n", l->percent, static_cast<long long>(l->steps));
 }
 

@@ -1,12 +1,15 @@
 // SlotModelRunner's device hooks (engine/device_step_hooks.h) exercised on the CPU with fake hooks, so the plumbing
 // that CUDA uses is tested where no GPU is: every step is bracketed by step_begin / step_end with the right decode
-// flag, and a greedy step without logprobs hands the batched decode logits to the hooks' argmax (the models'
-// decode_batch DeviceLogitsFn) instead of returning them, with the ids landing in the right logits rows. The
-// engine's greedy outputs must equal those without hooks and with device_argmax off, on V3, V4 and V4.1.
+// flag, and a greedy step (without logprobs, or with the chosen token's) hands the batched decode logits to the
+// hooks' argmax (the models' decode_batch DeviceLogitsFn) instead of returning them, with the ids and logprobs
+// landing in the right logits rows. The engine's greedy outputs must equal those without hooks and with
+// device_argmax off, and the logprobs those of the general path (top logprobs), on V3, V4 and V4.1.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
 #include <memory>
+#include <optional>
 
 #include "deepinfer/engine/engine.h"
 #include "deepinfer/engine/greedy_argmax.h"
@@ -21,7 +24,7 @@ namespace {
 // What the fake hooks saw (outlives them: the runner owns the hooks).
 struct Seen {
   bool open = false;
-  int begins = 0, ends = 0, decodes = 0, calls = 0;
+  int begins = 0, ends = 0, decodes = 0, calls = 0, logprob_calls = 0;
   int64_t reduced_rows = 0;
 };
 
@@ -43,16 +46,14 @@ class FakeHooks final : public DeviceStepHooks {
   int64_t timed_decode_steps() const override { return 7; }
   double decode_gap_seconds() const override { return 0.25; }
   double decode_span_seconds() const override { return 2.0; }
-  void argmax(const Tensor& logits, std::span<TokenId> tokens, std::span<uint8_t> non_finite) override {
+  void argmax(const Tensor& logits, const ArgmaxRows& out) override {
     EXPECT_TRUE(s_.open) << "argmax outside a step";
     const int64_t rows = logits.dim(0), vocab = logits.dim(1);
-    EXPECT_EQ(static_cast<int64_t>(tokens.size()), rows);
-    for (int64_t r = 0; r < rows; ++r) {
-      const RowArgmax a = host_row_argmax(std::span<const float>(logits.data_as<float>() + r * vocab, vocab));
-      tokens[r] = a.token;
-      non_finite[r] = a.non_finite;
-    }
+    EXPECT_EQ(static_cast<int64_t>(out.tokens.size()), rows);
+    if (out.wants_logprobs()) EXPECT_EQ(static_cast<int64_t>(out.logprobs.size()), rows);
+    for (int64_t r = 0; r < rows; ++r) out.put(r, std::span<const float>(logits.data_as<float>() + r * vocab, vocab));
     ++s_.calls;
+    s_.logprob_calls += out.wants_logprobs() ? 1 : 0;
     s_.reduced_rows += rows;
   }
 
@@ -98,10 +99,12 @@ Loaded& load(const std::string& family) {
 
 struct RunResult {
   std::map<std::string, std::vector<TokenId>> out;
+  std::map<std::string, std::vector<float>> logprobs;  // the chosen tokens'
   EngineStats stats;
 };
 
-RunResult run(const std::string& family, Seen* hooks, bool device_argmax, bool logprobs) {
+// `logprobs`: unset none, 0 the chosen token's (the fast path), k > 0 also the top k (the general path).
+RunResult run(const std::string& family, Seen* hooks, bool device_argmax, std::optional<int> logprobs) {
   Loaded& m = load(family);
   ModelRunnerOptions o;
   o.device_argmax = device_argmax;
@@ -136,11 +139,14 @@ RunResult run(const std::string& family, Seen* hooks, bool device_argmax, bool l
       q.params.max_tokens = 8;
       q.params.temperature = 0.0f;
       q.params.ignore_eos = true;
-      if (logprobs) q.params.logprobs = 0;
+      q.params.logprobs = logprobs;
       engine.add_request(std::move(q));
     }
     while (engine.has_unfinished()) engine.step();
-    for (auto& d : engine.take_finished()) res.out[d.request_id] = d.output_token_ids;
+    for (auto& d : engine.take_finished()) {
+      res.out[d.request_id] = d.output_token_ids;
+      for (const SampleResult& r : d.logprobs) res.logprobs[d.request_id].push_back(r.logprob);
+    }
     res.stats = engine.stats();
   }
   return res;
@@ -149,7 +155,7 @@ RunResult run(const std::string& family, Seen* hooks, bool device_argmax, bool l
 class DeviceHooksRunner : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(DeviceHooksRunner, GreedyStepsReduceOnTheHooksWithTheSameIds) {
-  const RunResult plain = run(GetParam(), nullptr, true, false);
+  const RunResult plain = run(GetParam(), nullptr, true, std::nullopt);
   ASSERT_EQ(plain.out.size(), 3u);
   EXPECT_EQ(plain.stats.model.argmax_steps_device, 0) << "no hooks: nothing reduces on a device";
   EXPECT_GT(plain.stats.model.argmax_steps_host, 0);
@@ -157,7 +163,7 @@ TEST_P(DeviceHooksRunner, GreedyStepsReduceOnTheHooksWithTheSameIds) {
 
   Seen seen;
   Seen* hooks = &seen;
-  const RunResult fast = run(GetParam(), hooks, true, false);
+  const RunResult fast = run(GetParam(), hooks, true, std::nullopt);
   EXPECT_EQ(fast.out, plain.out);
   EXPECT_EQ(hooks->begins, hooks->ends);
   EXPECT_GT(hooks->begins, 0);
@@ -172,7 +178,7 @@ TEST_P(DeviceHooksRunner, GreedyStepsReduceOnTheHooksWithTheSameIds) {
 
   Seen off_seen;
   Seen* off = &off_seen;
-  const RunResult host = run(GetParam(), off, false, false);  // device_argmax off: the rows come back
+  const RunResult host = run(GetParam(), off, false, std::nullopt);  // device_argmax off: the rows come back
   EXPECT_EQ(host.out, plain.out);
   EXPECT_EQ(off->calls, 0);
   EXPECT_EQ(off->begins, off->ends);
@@ -181,11 +187,34 @@ TEST_P(DeviceHooksRunner, GreedyStepsReduceOnTheHooksWithTheSameIds) {
 
   Seen general_seen;
   Seen* general = &general_seen;
-  const RunResult lp = run(GetParam(), general, true, true);  // logprobs: the general path, rows on the host
-  EXPECT_EQ(lp.out, plain.out);
+  const RunResult top = run(GetParam(), general, true, 1);  // top logprobs: the general path, rows on the host
+  EXPECT_EQ(top.out, plain.out);
   EXPECT_EQ(general->calls, 0);
   EXPECT_GT(general->begins, 0) << "the timeline covers every step, fast path or not";
-  EXPECT_EQ(lp.stats.model.argmax_steps_device + lp.stats.model.argmax_steps_host, 0);
+  EXPECT_EQ(top.stats.model.argmax_steps_device + top.stats.model.argmax_steps_host, 0);
+  ASSERT_EQ(top.logprobs.size(), 3u);
+
+  // The chosen token's logprob only: the fast path, the batched decode rows reduced (logprobs too) by the hooks.
+  Seen lp_seen;
+  Seen* lp_hooks = &lp_seen;
+  const RunResult lp = run(GetParam(), lp_hooks, true, 0);
+  EXPECT_EQ(lp.out, plain.out);
+  EXPECT_GT(lp_hooks->calls, 0) << "the chosen tokens' logprobs keep the batched decode rows on the hooks";
+  EXPECT_EQ(lp_hooks->logprob_calls, lp_hooks->calls);
+  EXPECT_EQ(lp.stats.model.argmax_steps_device, lp_hooks->calls);
+  EXPECT_EQ(lp.logprobs, top.logprobs) << "the host reduction is the general path's arithmetic, bit for bit";
+  // And with device_argmax off (the rows copied back, the host reduction of ModelRunner::execute_argmax).
+  Seen lp_off_seen;
+  Seen* lp_off = &lp_off_seen;
+  const RunResult lp_host = run(GetParam(), lp_off, false, 0);
+  EXPECT_EQ(lp_host.out, plain.out);
+  EXPECT_EQ(lp_off->calls, 0);
+  EXPECT_GT(lp_host.stats.model.argmax_steps_host, 0);
+  EXPECT_EQ(lp_host.logprobs, top.logprobs);
+  for (const auto& [id, v] : lp.logprobs) {
+    EXPECT_EQ(v.size(), lp.out.at(id).size()) << "one logprob per token";
+    for (float x : v) EXPECT_TRUE(std::isfinite(x) && x <= 0.0f) << x;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Golden, DeviceHooksRunner, ::testing::Values("deepseek_v3", "deepseek_v4", "deepseek_v41"));

@@ -3,12 +3,14 @@
 // with ties, -inf entries, NaN and +inf (kNonFinite) and all -inf (kFailed).
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <memory>
 
 #include "deepinfer/engine/greedy_argmax.h"
 #include "deepinfer/engine/step_executor.h"
+#include "deepinfer/sampling/logits_processors.h"
 #include "deepinfer/sampling/sampler.h"
 
 namespace deepinfer {
@@ -52,12 +54,13 @@ class FakeRunner final : public ModelRunner {
       std::copy(r.begin(), r.end(), logits.begin() + row++ * kVocab);
     }
   }
-  void execute_argmax(const ModelBatch& batch, std::span<TokenId> tokens, std::span<uint8_t> non_finite) override {
+  void execute_argmax(const ModelBatch& batch, const ArgmaxRows& out) override {
     ++argmax_calls;
-    ModelRunner::execute_argmax(batch, tokens, non_finite);  // the default: execute + the host reduction
+    logprob_calls += out.wants_logprobs() ? 1 : 0;
+    ModelRunner::execute_argmax(batch, out);  // the default: execute + the host reduction
   }
   bool speculative() const override { return spec; }
-  int executes = 0, argmax_calls = 0;
+  int executes = 0, argmax_calls = 0, logprob_calls = 0;
   bool spec = false;
 };
 
@@ -109,7 +112,11 @@ TEST(GreedyFastPath, RowEligibility) {
   p.temperature = 0.7f;
   EXPECT_FALSE(greedy_fast_path_row(p, 0));
   p = greedy();
-  p.logprobs = 0;
+  p.logprobs = 0;  // the chosen token's logprob only: one more reduction of the raw row
+  EXPECT_TRUE(greedy_fast_path_row(p, 0));
+  EXPECT_TRUE(greedy_row_wants_logprob(p));
+  EXPECT_FALSE(greedy_row_wants_logprob(greedy()));
+  p.logprobs = 1;  // top logprobs: a log_softmax over the row on the host
   EXPECT_FALSE(greedy_fast_path_row(p, 0));
   p = greedy();
   p.repetition_penalty = 1.1f;
@@ -153,7 +160,8 @@ TEST(GreedyFastPath, TheExecutorTakesItOnlyWhenEveryRowQualifies) {
   const std::vector<Case> cases = {
       {"all greedy", [](SamplingParams&, int64_t&) {}, true},
       {"sampled row", [](SamplingParams& p, int64_t&) { p.temperature = 0.8f; }, false},
-      {"logprobs", [](SamplingParams& p, int64_t&) { p.logprobs = 0; }, false},
+      {"chosen token's logprob", [](SamplingParams& p, int64_t&) { p.logprobs = 0; }, true},
+      {"top logprobs", [](SamplingParams& p, int64_t&) { p.logprobs = 3; }, false},
       {"repetition penalty", [](SamplingParams& p, int64_t&) { p.repetition_penalty = 1.2f; }, false},
       {"min_tokens ahead", [](SamplingParams& p, int64_t&) { p.min_tokens = 3; }, false},
       {"min_tokens reached",
@@ -183,7 +191,7 @@ TEST(GreedyFastPath, TheExecutorTakesItOnlyWhenEveryRowQualifies) {
 }
 
 TEST(GreedyFastPath, SameTokensAndOutcomesAsTheSampler) {
-  // The same rows once through the fast path and once through the general path (a logprobs request in the step
+  // The same rows once through the fast path and once through the general path (a top-logprobs request in the step
   // keeps it there).
   const std::vector<int64_t> ids = {1, 2, 3, 100, 101, 102, 103};
   FakeRunner fast_runner, slow_runner;
@@ -192,7 +200,7 @@ TEST(GreedyFastPath, SameTokensAndOutcomesAsTheSampler) {
   for (int64_t id : ids) seqs.push_back({id, greedy()});
   std::vector<Seq> with_logprobs = seqs;
   with_logprobs.push_back({50, greedy()});
-  with_logprobs.back().params.logprobs = 0;
+  with_logprobs.back().params.logprobs = 2;
   const StepResult a = run_step(fast, seqs), b = run_step(slow, with_logprobs);
   EXPECT_EQ(fast_runner.argmax_calls, 1);
   EXPECT_EQ(slow_runner.argmax_calls, 0);
@@ -209,6 +217,59 @@ TEST(GreedyFastPath, SameTokensAndOutcomesAsTheSampler) {
   EXPECT_EQ(a.outcomes[6], RowOutcome::kSampled);
   EXPECT_EQ(a.samples[6].token, 1);
   EXPECT_EQ(a.samples[0].token, argmax(row_for(1, 3)));  // the entry ends at position 3
+}
+
+TEST(GreedyFastPath, ChosenTokenLogprobsEqualTheGeneralPathsBitForBit) {
+  // Every row asks for its chosen token's logprob: the fast path, reducing on the host here (sampler.h token_logprob
+  // per row). The general path gets the same rows with one top-logprobs row added; its chosen-token logprobs come
+  // from Sampler::add_logprobs. Rows without logprobs in a fast step that has some keep logprob 0, as there.
+  const std::vector<int64_t> ids = {1, 2, 3, 100, 101, 102, 103, 4};
+  FakeRunner fast_runner, slow_runner;
+  StepExecutor fast(fast_runner, {0}, false), slow(slow_runner, {0}, false);
+  std::vector<Seq> seqs;
+  for (int64_t id : ids) {
+    seqs.push_back({id, greedy()});
+    if (id != 4) seqs.back().params.logprobs = 0;  // sequence 4: no logprobs
+  }
+  std::vector<Seq> general = seqs;
+  general.push_back({50, greedy()});
+  general.back().params.logprobs = 2;
+  const StepResult a = run_step(fast, seqs), b = run_step(slow, general);
+  EXPECT_EQ(fast_runner.argmax_calls, 1);
+  EXPECT_EQ(fast_runner.logprob_calls, 1);
+  EXPECT_EQ(slow_runner.argmax_calls, 0);
+  int sampled = 0;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    ASSERT_EQ(a.outcomes[i], b.outcomes[i]) << "sequence " << ids[i];
+    if (a.outcomes[i] != RowOutcome::kSampled) continue;
+    ++sampled;
+    EXPECT_EQ(a.samples[i].token, b.samples[i].token) << ids[i];
+    // Bit for bit: the same float arithmetic in the same order.
+    EXPECT_EQ(std::bit_cast<uint32_t>(a.samples[i].logprob), std::bit_cast<uint32_t>(b.samples[i].logprob))
+        << "sequence " << ids[i] << ": " << a.samples[i].logprob << " vs " << b.samples[i].logprob;
+    EXPECT_TRUE(a.samples[i].top_logprobs.empty());
+    if (ids[i] == 4) {
+      EXPECT_EQ(a.samples[i].logprob, 0.0f);
+    } else {
+      EXPECT_LT(a.samples[i].logprob, 0.0f) << "ties: the chosen token's probability is below 1";
+      EXPECT_EQ(a.samples[i].logprob, token_logprob(row_for(ids[i], 3), a.samples[i].token));
+    }
+  }
+  EXPECT_EQ(sampled, 5);  // all but the NaN / +inf rows (kNonFinite) and the all -inf row (kFailed)
+}
+
+// The host reduction: the logprob only when asked, 0 for rows without a token or with NaN / +inf.
+TEST(GreedyFastPath, HostRowArgmaxLogprob) {
+  const std::vector<float> r = row_for(1, 9);
+  EXPECT_EQ(host_row_argmax(r).logprob, 0.0f);
+  const RowArgmax a = host_row_argmax(r, true);
+  EXPECT_EQ(a.logprob, token_logprob(r, a.token));
+  EXPECT_EQ(a.logprob, log_softmax(r)[a.token]);
+  for (int64_t seq : {100, 101, 102}) EXPECT_EQ(host_row_argmax(row_for(seq, 9), true).logprob, 0.0f) << seq;
+  // -inf entries and a -0 / +0 tie: the max is 0, ten tokens of 16 share it, the others are -inf: log(1/10).
+  const std::vector<float> z = row_for(103, 9);
+  EXPECT_EQ(host_row_argmax(z, true).logprob, log_softmax(z)[1]);
+  EXPECT_NEAR(host_row_argmax(z, true).logprob, -std::log(10.0), 1e-6);
 }
 
 }  // namespace

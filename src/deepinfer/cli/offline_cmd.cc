@@ -40,8 +40,8 @@ struct OfflineArgs {
   bool ep_fp8_dispatch = false;
   bool check_structured_output = false;
   bool ignore_eos = false;
-  // The chosen token's log-probability (decode perplexity). Off: greedy steps can take the fast path (the argmax on
-  // the device, ModelRunner::execute_argmax), which a logprob's pass over the raw row excludes.
+  // The chosen token's log-probability (decode perplexity). Greedy steps take the fast path either way
+  // (ModelRunner::execute_argmax: the argmax, and this logprob, reduced on the device); off saves that reduction.
   bool logprobs = true;
 };
 
@@ -283,11 +283,12 @@ void register_offline(CLI::App& app, CommandRegistry& reg) {
                 "has one)");
   sub->add_flag("--ignore-eos", a->ignore_eos, "keep generating past EOS until --max-tokens");
   sub->add_flag("!--no-logprobs", a->logprobs,
-                "skip the chosen tokens' log-probabilities (decode_ppl n/a): greedy steps then take the fast path "
-                "(argmax of the logits on the device on CUDA, only token ids copied back)");
+                "skip the chosen tokens' log-probabilities (decode_ppl n/a). Greedy steps take the fast path either "
+                "way (on CUDA the argmax, and the chosen token's log-probability, reduced on the device: only ids "
+                "and log-probabilities copied back)");
   sub->add_flag("!--no-device-argmax", s.device_argmax,
-                "CUDA: greedy fast-path steps copy the full logits rows to the host and take the argmax there (the "
-                "comparison for the device argmax)");
+                "CUDA: greedy fast-path steps copy the full logits rows to the host and take the argmax (and the "
+                "log-probability) there (the comparison for the device reduction)");
   sub->add_option("--speculative", s.speculative,
                   "speculative decoding: off | mtp (V3 family or V4-Flash base with an MTP layer) | dspark (V4.1 / "
                   "V4-Flash-0731 with DSpark draft weights)")

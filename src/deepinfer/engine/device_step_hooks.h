@@ -8,6 +8,7 @@
 #include <span>
 
 #include "deepinfer/core/tensor.h"
+#include "deepinfer/engine/greedy_argmax.h"
 #include "deepinfer/sampling/sampling_params.h"
 
 namespace deepinfer {
@@ -23,9 +24,11 @@ class DeviceStepHooks {
   virtual int64_t timed_decode_steps() const = 0;
   virtual double decode_gap_seconds() const = 0;
   virtual double decode_span_seconds() const = 0;
-  // f32 [rows, vocab] logits on the device → per row the argmax (sampling/sampler.h argmax) and 1 where the row
-  // holds NaN or +inf, on the host (waits for them; `tokens` and `non_finite` hold `rows` entries).
-  virtual void argmax(const Tensor& logits, std::span<TokenId> tokens, std::span<uint8_t> non_finite) = 0;
+  // f32 [rows, vocab] logits on the device → per row the argmax (sampling/sampler.h argmax), 1 where the row
+  // holds NaN or +inf and, when `out.logprobs` is not empty, the chosen token's logprob (within rounding of the
+  // host's token_logprob: see ops/cuda/argmax_cuda.h), on the host (waits for them; `out`'s spans hold `rows`
+  // entries).
+  virtual void argmax(const Tensor& logits, const ArgmaxRows& out) = 0;
 };
 
 }  // namespace deepinfer

@@ -16,17 +16,13 @@ std::vector<int64_t> resolve_token_ids(const ModelBatch& batch, const BatchEntry
   return ids;
 }
 
-void ModelRunner::execute_argmax(const ModelBatch& batch, std::span<TokenId> tokens, std::span<uint8_t> non_finite) {
+void ModelRunner::execute_argmax(const ModelBatch& batch, const ArgmaxRows& out) {
   const int64_t rows = batch.num_logits_rows, vocab = vocab_size();
-  check_argmax_room(rows, tokens, non_finite);
+  out.check_room(rows);
   std::vector<float>& logits = argmax_logits_;
   logits.assign(static_cast<size_t>(rows * vocab), 0.0f);  // as the general path hands execute() its rows
   execute(batch, logits);
-  for (int64_t r = 0; r < rows; ++r) {
-    const RowArgmax a = host_row_argmax(std::span<const float>(logits).subspan(r * vocab, vocab));
-    tokens[r] = a.token;
-    non_finite[r] = a.non_finite ? 1 : 0;
-  }
+  for (int64_t r = 0; r < rows; ++r) out.put(r, std::span<const float>(logits).subspan(r * vocab, vocab));
 }
 
 spec::Draft ModelRunner::propose(const spec::DraftRequest&) {

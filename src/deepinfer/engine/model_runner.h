@@ -17,6 +17,7 @@
 
 #include <optional>
 
+#include "deepinfer/engine/greedy_argmax.h"
 #include "deepinfer/kv/block_table.h"
 #include "deepinfer/kv/kv_footprint.h"
 #include "deepinfer/sampling/sampling_params.h"
@@ -120,10 +121,11 @@ class ModelRunner {
   virtual void execute(const ModelBatch& batch, std::span<float> logits) = 0;
   // The greedy fast path (StepExecutor, for a step whose every row is sampled greedily with no processor that
   // needs the host): per logits row its argmax (sampling/sampler.h argmax: lowest id on ties, -inf and NaN
-  // skipped, -1 when nothing is left) and 1 in `non_finite` when the row holds NaN or +inf (the executor's
-  // kNonFinite), instead of the rows. The default runs execute() and reduces on the host; a device runner reduces
-  // on the device and copies back only these. Both spans hold num_logits_rows entries.
-  virtual void execute_argmax(const ModelBatch& batch, std::span<TokenId> tokens, std::span<uint8_t> non_finite);
+  // skipped, -1 when nothing is left), 1 in `out.non_finite` when the row holds NaN or +inf (the executor's
+  // kNonFinite) and, when `out.logprobs` is not empty, the chosen token's logprob (greedy_argmax.h), instead of the
+  // rows. The default runs execute() and reduces on the host; a device runner reduces on the device and copies back
+  // only these. Every span of `out` holds num_logits_rows entries.
+  virtual void execute_argmax(const ModelBatch& batch, const ArgmaxRows& out);
   // The slot's sequence finished or was preempted; its state may be dropped (the next user resets it anyway).
   // Called in step order with execute (after every step that used the slot), on the thread that executes.
   virtual void release_slot(int32_t slot) {}

@@ -137,16 +137,16 @@ class SlotModelRunner final : public ModelRunner {
   }
 
   // The greedy fast path: rows from forward() (prefill chunks, unbatched decodes) are reduced on the host as they
-  // come back; the batched decode rows on the device when there are hooks (only ids and flags cross over).
+  // come back; the batched decode rows on the device when there are hooks (only ids, flags and the
+  // chosen tokens' logprobs cross over).
   // device_argmax off: execute() and the host reduction of the copied rows (the comparison).
-  void execute_argmax(const ModelBatch& batch, std::span<TokenId> tokens, std::span<uint8_t> non_finite) override {
+  void execute_argmax(const ModelBatch& batch, const ArgmaxRows& out) override {
     if (cp_follower_ || !options_.device_argmax) {
       ++work_.argmax_steps_host;
-      return ModelRunner::execute_argmax(batch, tokens, non_finite);
+      return ModelRunner::execute_argmax(batch, out);
     }
-    check_argmax_room(batch.num_logits_rows, tokens, non_finite);
-    const ArgmaxOut am{tokens, non_finite};
-    run(batch, {}, &am);
+    out.check_room(batch.num_logits_rows);
+    run(batch, {}, &out);
   }
 
   ModelWorkStats work_stats() const override {
@@ -165,19 +165,8 @@ class SlotModelRunner final : public ModelRunner {
   }
 
  private:
-  // execute_argmax's outputs, by logits row.
-  struct ArgmaxOut {
-    std::span<TokenId> tokens;
-    std::span<uint8_t> non_finite;
-    void put(int64_t row, std::span<const float> logits) const {
-      const RowArgmax a = host_row_argmax(logits);
-      tokens[row] = a.token;
-      non_finite[row] = a.non_finite ? 1 : 0;
-    }
-  };
-
   // One step: logits rows into `logits`, or (am set) their argmax into `am`.
-  void run(const ModelBatch& batch, std::span<float> logits, const ArgmaxOut* am) {
+  void run(const ModelBatch& batch, std::span<float> logits, const ArgmaxRows* am) {
     const auto t0 = std::chrono::steady_clock::now();
     struct Timer {
       double& total;
@@ -293,15 +282,18 @@ class SlotModelRunner final : public ModelRunner {
                         model_.decode_batch(states, decode_ids, graphs_.get(), f);
                       }) {
           if (am && hooks_) {
-            // Only B ids and flags come back, not [B, vocab] floats.
+            // Only B ids, flags (and logprobs) come back, not [B, vocab] floats.
             std::vector<TokenId> tokens(n);
             std::vector<uint8_t> non_finite(n);
-            const DeviceLogitsFn reduce = [&](const Tensor& l) { hooks_->argmax(l, tokens, non_finite); };
+            std::vector<float> logprobs(am->wants_logprobs() ? n : 0);
+            const ArgmaxRows batch_out{tokens, non_finite, logprobs};
+            const DeviceLogitsFn reduce = [&](const Tensor& l) { hooks_->argmax(l, batch_out); };
             model_.decode_batch(states, decode_ids, graphs_.get(), &reduce);
             for (size_t i = 0; i < n; ++i)
               if (decode_rows[i] >= 0) {
                 am->tokens[decode_rows[i]] = tokens[i];
                 am->non_finite[decode_rows[i]] = non_finite[i];
+                if (am->wants_logprobs()) am->logprobs[decode_rows[i]] = logprobs[i];
               }
             device_reduced = true;
           }

@@ -237,7 +237,13 @@ void StepExecutor::run_greedy(StepJob& job, StepResult& res) {
   const int64_t n = static_cast<int64_t>(job.samples.size());
   std::vector<TokenId> tokens(static_cast<size_t>(n), -1);
   std::vector<uint8_t> non_finite(static_cast<size_t>(n), 0);
-  runner_.execute_argmax(job.batch, tokens, non_finite);
+  // The chosen tokens' logprobs when a row asks for them (one more reduction of each raw row, on the device where
+  // the runner reduces there).
+  const bool want_logprobs = std::any_of(job.samples.begin(), job.samples.end(), [&](const StepJob::Sample& smp) {
+    return greedy_row_wants_logprob(*seqs_.at(smp.seq_id).params);
+  });
+  std::vector<float> logprobs(want_logprobs ? static_cast<size_t>(n) : 0, 0.0f);
+  runner_.execute_argmax(job.batch, ArgmaxRows{tokens, non_finite, logprobs});
   res.work = runner_.work_stats();
   size_result(res, n);
   std::vector<TokenId> sampled(static_cast<size_t>(n), 0);
@@ -258,6 +264,7 @@ void StepExecutor::run_greedy(StepJob& job, StepResult& res) {
     } else {
       sampled[row] = tokens[row];
       res.samples[row].token = tokens[row];
+      if (greedy_row_wants_logprob(*st.params)) res.samples[row].logprob = logprobs[row];
     }
     st.tokens.push_back(sampled[row]);
   }

@@ -80,8 +80,6 @@ SampleResult Sampler::sample_token(std::span<const float> logits, const Sampling
   return r;
 }
 
-namespace {
-// log_softmax(logits)[token] without the vocabulary-sized output: the same max, sum order and rounding.
 float token_logprob(std::span<const float> logits, TokenId token) {
   const float kNegInf = -std::numeric_limits<float>::infinity();
   float mx = kNegInf;
@@ -93,7 +91,6 @@ float token_logprob(std::span<const float> logits, TokenId token) {
   const double lse = mx + std::log(sum);
   return static_cast<float>(logits[token] - lse);
 }
-}  // namespace
 
 void Sampler::add_logprobs(SampleResult& r, std::span<const float> logits, const SamplingParams& p) {
   if (!p.logprobs) return;

@@ -53,6 +53,10 @@ inline constexpr const char* kNoTokenLeft = "no token left to sample (all logits
 TokenId argmax(std::span<const float> logits);
 // The first token whose cumulative probability exceeds u * total, walking ids in order. `u` in [0, 1).
 TokenId sample_from_logits(std::span<const float> logits, double u);
+// log_softmax(logits)[token] without the vocabulary-sized output: the float max, then the sum of exp(x - max) over
+// the entries that are not -inf in double, in id order, and (x[token] - (max + log(sum))) rounded to float — the
+// same arithmetic as log_softmax, so bit-identical to it. -inf when the token's logit (or every logit) is -inf.
+float token_logprob(std::span<const float> logits, TokenId token);
 // The k most likely tokens of a row (descending, lower id on ties) with their log-probabilities.
 std::vector<TokenLogprob> top_logprobs(std::span<const float> logprobs, int k);
 

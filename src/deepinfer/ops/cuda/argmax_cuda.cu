@@ -20,9 +20,30 @@ __device__ __forceinline__ Best better(Best a, Best b) {
   return a.id < b.id ? a : b;
 }
 
+// The sum over the row of exp(double(x) - m), -inf entries left out: each thread adds its entries in id order,
+// then a fixed butterfly within each warp (a + b == b + a, so every lane holds the same value) and the warps' sums
+// in warp order. Called by every thread of the block; the result is valid in thread 0.
+__device__ double row_exp_sum(const float* x, int64_t V, double m, double* warp_sum) {
+  double acc = 0.0;
+  for (int64_t i = threadIdx.x; i < V; i += kThreads) {
+    const float v = x[i];
+    if (v != -INFINITY) acc += exp(static_cast<double>(v) - m);
+  }
+  for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  if ((threadIdx.x & 31) == 0) warp_sum[threadIdx.x >> 5] = acc;
+  __syncthreads();
+  double sum = 0.0;
+  if (threadIdx.x == 0)
+    for (int w = 0; w < kWarps; ++w) sum += warp_sum[w];
+  return sum;
+}
+
 __global__ void __launch_bounds__(kThreads) argmax_kernel(ArgmaxKernelParams p) {
   __shared__ Best warp_best[kWarps];
   __shared__ int warp_bad[kWarps];
+  __shared__ Best row_best;
+  __shared__ int row_bad;
+  __shared__ double warp_sum[kWarps];
   const int64_t row = blockIdx.x, V = p.vocab;
   const float* x = p.logits + row * V;
   Best best{0.0f, -1};
@@ -57,6 +78,22 @@ __global__ void __launch_bounds__(kThreads) argmax_kernel(ArgmaxKernelParams p) 
     }
     p.out[row] = static_cast<int32_t>(b.id);
     p.out[p.rows + row] = any_bad;
+    row_best = b;
+    row_bad = any_bad;
+  }
+  if (p.logprobs == nullptr) return;
+  __syncthreads();
+  const Best b = row_best;
+  if (row_bad || b.id < 0) {  // the executor samples neither: no pass over the row
+    if (threadIdx.x == 0) p.logprobs[row] = 0.0f;
+    return;
+  }
+  // b.v is the row's max as the host's float max finds it (the first largest value in id order, ±0 included).
+  const double m = static_cast<double>(b.v);
+  const double sum = row_exp_sum(x, V, m, warp_sum);
+  if (threadIdx.x == 0) {
+    const double lse = m + log(sum);
+    p.logprobs[row] = static_cast<float>(static_cast<double>(x[b.id]) - lse);
   }
 }
 

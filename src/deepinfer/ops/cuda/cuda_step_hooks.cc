@@ -2,6 +2,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstring>
 #include <optional>
 #include <vector>
 
@@ -50,28 +51,36 @@ class CudaStepHooks final : public DeviceStepHooks {
   double decode_gap_seconds() const override { return timeline_.meter().gap_seconds(); }
   double decode_span_seconds() const override { return timeline_.meter().span_seconds(); }
 
-  void argmax(const Tensor& logits, std::span<TokenId> tokens, std::span<uint8_t> non_finite) override {
+  void argmax(const Tensor& logits, const ArgmaxRows& out) override {
     DI_CHECK(logits.dtype() == DType::kF32 && logits.rank() == 2 && logits.is_contiguous() &&
              logits.device() == backend_.device())
         << "argmax: logits must be contiguous f32 [rows, vocab] on the backend's device, got " << logits.str();
     const int64_t rows = logits.dim(0);
-    DI_CHECK_INTERNAL(static_cast<int64_t>(tokens.size()) == rows && static_cast<int64_t>(non_finite.size()) == rows)
-        << "argmax: " << tokens.size() << " tokens for " << rows << " rows";
+    const bool lp = out.wants_logprobs();
+    DI_CHECK_INTERNAL(static_cast<int64_t>(out.tokens.size()) == rows &&
+                      static_cast<int64_t>(out.non_finite.size()) == rows &&
+                      (!lp || static_cast<int64_t>(out.logprobs.size()) == rows))
+        << "argmax: " << out.tokens.size() << " tokens, " << out.non_finite.size() << " flags, " << out.logprobs.size()
+        << " logprobs for " << rows << " rows";
     if (rows == 0) return;
+    // One i32 buffer, one copy back: ids, flags, then (when wanted) the logprobs' float bits.
+    const int64_t words = (lp ? 3 : 2) * rows;
     TensorMemory& mem = backend_.memory();
-    if (out_.numel() < 2 * rows) out_ = mem.zeros(DType::kI32, {2 * rows});
+    if (out_.numel() < words) out_ = mem.zeros(DType::kI32, {3 * rows});
     cuda::ArgmaxKernelParams p;
     p.logits = logits.data_as<float>();
     p.rows = rows;
     p.vocab = logits.dim(1);
     p.out = out_.data<int32_t>();
+    p.logprobs = lp ? reinterpret_cast<float*>(out_.data<int32_t>() + 2 * rows) : nullptr;
     cuda::run_argmax(p, backend_.stream());
-    host_.resize(static_cast<size_t>(2 * rows));
+    host_.resize(static_cast<size_t>(words));
     // Waits, and raises what kernels of the step reported (as the logits copy it replaces would).
-    mem.copy(Tensor(host_.data(), DType::kI32, {2 * rows}), out_.view().slice(0, 2 * rows));
+    mem.copy(Tensor(host_.data(), DType::kI32, {words}), out_.view().slice(0, words));
     for (int64_t r = 0; r < rows; ++r) {
-      tokens[r] = host_[r];
-      non_finite[r] = host_[rows + r] ? 1 : 0;
+      out.tokens[r] = host_[r];
+      out.non_finite[r] = host_[rows + r] ? 1 : 0;
+      if (lp) std::memcpy(&out.logprobs[r], &host_[2 * rows + r], sizeof(float));
     }
   }
 
@@ -121,7 +130,7 @@ class CudaStepHooks final : public DeviceStepHooks {
   int start_ = -1;
   bool broken_ = false;
   StepTimeline timeline_;
-  OwnedTensor out_;  // i32 [2 * rows]: argmax ids, then non-finite flags
+  OwnedTensor out_;  // i32 [3 * rows]: argmax ids, non-finite flags, logprobs (float bits)
   std::vector<int32_t> host_;
 };
 

@@ -1,6 +1,6 @@
 // The CUDA backend's DeviceStepHooks (engine/device_step_hooks.h): timing events on the backend's stream around
 // every step (engine/gpu_idle.h reads them once they have completed, never waiting), and the greedy fast path's
-// row argmax (argmax_cuda.h) with only [rows] ids and flags copied back.
+// row argmax (argmax_cuda.h) with only [rows] ids and flags (and the chosen tokens' logprobs) copied back.
 #pragma once
 
 #include <memory>
