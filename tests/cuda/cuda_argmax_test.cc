@@ -105,12 +105,12 @@ float ulp_of(float x) {
 // entries that are not -inf in double, lse = max + log(sum) in double and float(x[id] - lse); only the order of the
 // sum (the host adds in id order, the device a fixed tree) and the libraries' double exp / log differ. So the
 // double lse values differ by a few double ulps at most in practice (and, bounding each sequential rounding,
-// never by more than (V + 1024) * 2^-53 + 4 double ulps of |lse|), and after rounding to float the results are
-// equal except where that tiny difference straddles a float rounding boundary: one float ulp. The assertion is
-// "at most 1 float ulp" (with that double bound added, which only matters where the logprob is so close to 0 that
-// its float ulp is below the double resolution of lse: a dominant token, p ≈ 1 - 1e-8; there both sides carry
-// the same cancellation of max - (max + log(sum)) and differ by ~1e-15 absolute). Every row is also deterministic
-// run to run (bit-equal on a second call), and the counts of bit-equal rows are printed.
+// never by more than (V + 1024) * 2^-53 + 4 double ulps of max(|lse|, log V)), and after rounding to float the results
+// are equal except where that tiny difference straddles a float rounding boundary: one float ulp. The assertion is "at
+// most 1 float ulp" (with that double bound added, which only matters where the logprob is so close to 0 that its float
+// ulp is below the double resolution of lse: a dominant token, p ≈ 1 - 1e-8; there both sides carry the same
+// cancellation of max - (max + log(sum)) and differ by ~1e-14 absolute). Every row is also deterministic run to run
+// (bit-equal on a second call), and the counts of bit-equal rows are printed.
 TEST_F(CudaArgmaxTest, LogprobMatchesTheHost) {
   auto hooks = make_cuda_step_hooks(gpu());
   const float nan = std::numeric_limits<float>::quiet_NaN();
@@ -183,8 +183,9 @@ TEST_F(CudaArgmaxTest, LogprobMatchesTheHost) {
       float mx = -kInf;
       for (float v : row) mx = std::max(mx, v);
       const double lse = static_cast<double>(mx) - static_cast<double>(host);
-      const double double_bound = static_cast<double>(vocab + 1024) * 0x1p-53 +
-                                  4.0 * (std::nextafter(std::fabs(lse), INFINITY) - std::fabs(lse));
+      const double scale = std::max(std::fabs(lse), std::log(static_cast<double>(vocab)));
+      const double double_bound =
+          static_cast<double>(vocab + 1024) * 0x1p-53 + 4.0 * (std::nextafter(scale, INFINITY) - scale);
       const double diff = std::fabs(static_cast<double>(lp[r]) - static_cast<double>(host));
       const double ulps = diff / ulp_of(host);
       worst_ulps = std::max(worst_ulps, ulps);
@@ -202,7 +203,7 @@ TEST_F(CudaArgmaxTest, LogprobMatchesTheHost) {
       "further apart within the double bound (near 0); worst %.2f float ulps\n",
       static_cast<long long>(total), static_cast<long long>(bit_equal), static_cast<long long>(one_ulp),
       static_cast<long long>(near_zero), worst_ulps);
-  EXPECT_GT(total, 100);
+  EXPECT_GE(total, 70);  // 60 rows of the three large vocabularies and 10 of 513 have a token to sample
 }
 
 // Logprobs whose values are known: a uniform row (-log V), a single finite entry (0), a tie of two at the max with

@@ -22,14 +22,14 @@
 namespace deepinfer {
 namespace {
 
-struct Run {
+struct Outputs {
   std::map<std::string, std::vector<TokenId>> ids;
   std::map<std::string, std::vector<float>> logprobs;  // the chosen tokens'
   ModelWorkStats work;
 };
 
 // Greedy requests over the golden prompts; `logprobs` 0: the chosen token's, k > 0: also the top k.
-Run run(const std::string& family, bool device_argmax, bool graphs, int logprobs) {
+Outputs run(const std::string& family, bool device_argmax, bool graphs, int logprobs) {
   const std::string dir = testing::test_data_dir() + "/golden/" + family;
   EngineStackOptions o;
   o.model_dir = dir;
@@ -43,7 +43,7 @@ Run run(const std::string& family, bool device_argmax, bool graphs, int logprobs
   auto golden = SafetensorsFile::open(dir + "/golden.safetensors");
   if (golden->find("engram.token_map")) o.engram_token_map_file = dir + "/golden.safetensors";
   auto stack = load_engine_stack(o);
-  Run res;
+  Outputs res;
   {
     auto engine = stack->make_engine();
     for (int p = 0; golden->find("prompt" + std::to_string(p) + ".input_ids"); ++p) {
@@ -74,7 +74,7 @@ float ulp_of(float x) {
 }
 
 // Per token: |a - b| <= 1 float ulp of b + 1e-11; returns the largest distance in float ulps of b.
-double compare(const Run& a, const Run& b, const std::string& what) {
+double compare(const Outputs& a, const Outputs& b, const std::string& what) {
   double worst = 0;
   EXPECT_EQ(a.ids, b.ids) << what;
   for (const auto& [id, want] : b.logprobs) {
@@ -102,9 +102,9 @@ TEST(CudaGreedyLogprob, DeviceLogprobsEqualTheHostsWithinOneUlp) {
   for (const std::string family : {"deepseek_v41", "deepseek_v4", "deepseek_v3"}) {
     for (bool graphs : {true, false}) {
       const std::string name = family + (graphs ? " graphs" : " eager");
-      const Run fast = run(family, true, graphs, 0);
-      const Run host = run(family, false, graphs, 0);
-      const Run general = run(family, true, graphs, 1);
+      const Outputs fast = run(family, true, graphs, 0);
+      const Outputs host = run(family, false, graphs, 0);
+      const Outputs general = run(family, true, graphs, 1);
       ASSERT_GE(fast.ids.size(), 3u) << name;
       EXPECT_GT(fast.work.argmax_steps_device, 0) << name << ": the chosen tokens' logprobs keep the fast path";
       EXPECT_EQ(host.work.argmax_steps_device, 0) << name;
@@ -114,8 +114,8 @@ TEST(CudaGreedyLogprob, DeviceLogprobsEqualTheHostsWithinOneUlp) {
       const double host_general = compare(host, general, name + ": host fast path vs general path");
       int64_t tokens = 0, equal = 0;
       for (const auto& [id, v] : host.logprobs)
-        for (size_t k = 0; k < v.size() && k < fast.logprobs[id].size(); ++k, ++tokens)
-          equal += v[k] == fast.logprobs[id][k] ? 1 : 0;
+        for (size_t k = 0; k < v.size() && k < fast.logprobs.at(id).size(); ++k, ++tokens)
+          equal += v[k] == fast.logprobs.at(id)[k] ? 1 : 0;
       std::printf(
           "[cuda-greedy-logprob %s] ids equal: %s; %lld of %lld logprobs bit-equal device vs host (worst %.2f float "
           "ulps), host vs general path worst %.2f ulps; device steps %lld\n",
