@@ -73,6 +73,11 @@ class CudaStepHooks final : public DeviceStepHooks {
     p.vocab = logits.dim(1);
     p.out = out_.data<int32_t>();
     p.logprobs = lp ? reinterpret_cast<float*>(out_.data<int32_t>() + 2 * rows) : nullptr;
+    if (lp) {
+      const int64_t scratch = cuda::argmax_logprob_scratch(rows, p.vocab);
+      if (partial_.numel() < scratch) partial_ = mem.zeros(DType::kF64, {scratch});
+      p.partial = partial_.data<double>();
+    }
     cuda::run_argmax(p, backend_.stream());
     host_.resize(static_cast<size_t>(words));
     // Waits, and raises what kernels of the step reported (as the logits copy it replaces would).
@@ -130,7 +135,8 @@ class CudaStepHooks final : public DeviceStepHooks {
   int start_ = -1;
   bool broken_ = false;
   StepTimeline timeline_;
-  OwnedTensor out_;  // i32 [3 * rows]: argmax ids, non-finite flags, logprobs (float bits)
+  OwnedTensor out_;      // i32 [3 * rows]: argmax ids, non-finite flags, logprobs (float bits)
+  OwnedTensor partial_;  // f64: the logprob sums' chunks (argmax_cuda.h)
   std::vector<int32_t> host_;
 };
 
