@@ -110,7 +110,7 @@ float ulp_of(float x) {
 // most 1 float ulp" (with that double bound added, which only matters where the logprob is so close to 0 that its float
 // ulp is below the double resolution of lse: a dominant token, p ≈ 1 - 1e-8; there both sides carry the same
 // cancellation of max - (max + log(sum)) and differ by ~1e-14 absolute). Every row is also deterministic run to run
-// (bit-equal on a second call), and the counts of bit-equal rows are printed.
+// (bit-equal on a second call) and batch-invariant (bit-equal alone), and the counts of bit-equal rows are printed.
 TEST_F(CudaArgmaxTest, LogprobMatchesTheHost) {
   auto hooks = make_cuda_step_hooks(gpu());
   const float nan = std::numeric_limits<float>::quiet_NaN();
@@ -160,6 +160,15 @@ TEST_F(CudaArgmaxTest, LogprobMatchesTheHost) {
     std::vector<float> lp(n, nan), lp2(n, nan);
     hooks->argmax(d.view(), ArgmaxRows{tokens, flags, lp});
     hooks->argmax(d.view(), ArgmaxRows{tokens2, flags2, lp2});
+    // Batch invariance: a row alone gives the same bits as in the batch (the sum's order depends on V only).
+    for (int64_t r = 0; r < n; r += 5) {
+      TokenId t1 = -7;
+      uint8_t f1 = 7;
+      float l1 = nan;
+      hooks->argmax(d.view().slice(r, r + 1), ArgmaxRows{{&t1, 1}, {&f1, 1}, {&l1, 1}});
+      EXPECT_EQ(t1, tokens[r]) << "vocab " << vocab << " row " << r << " alone";
+      EXPECT_EQ(std::bit_cast<uint32_t>(l1), std::bit_cast<uint32_t>(lp[r])) << "vocab " << vocab << " row " << r;
+    }
     for (int64_t r = 0; r < n; ++r) {
       const std::span<const float> row(h.data<float>() + r * vocab, static_cast<size_t>(vocab));
       const std::string where =
