@@ -1,7 +1,7 @@
 // The block-dequantizing GEMM: C = A · dequant(B)ᵀ with B in any QuantFormat (f32, FP8 e4m3 with UE8M0/f32
 // block scales of any block shape, MXFP4, FP8 per-32 rows), dense or grouped by expert (MoE). The kernels:
-// - the correct-first SIMT tile (64x64x16, fp32 FMAs): exact up to summation order; f32 weights with more than a
-//   few rows take it, and it is the reference the faster ones were checked against;
+// - the SIMT tile (128x128x16, fp32 FMA chains in k order): f32 weights with more than a few rows and every
+//   many-row GEMM of batch-invariant mode take it;
 // - weight streaming for few rows per group (decode, MoE at small batch), fp32 products (exact like the SIMT
 //   tile): the column-group kernel for the block formats with 16-byte chunks (a block owns 4-8 columns, its
 //   warps split K, every activation chunk serves all the block's columns), and the older one-column-per-warp
@@ -24,7 +24,7 @@
 namespace deepinfer::cuda {
 namespace {
 
-constexpr int kBM = kGemmTileM, kBN = 64, kBK = 16, kThreads = 256;
+constexpr int kBK = 16, kThreads = 256;
 
 template <QuantFormat F>
 __device__ __forceinline__ float load_weight(const void* b, const void* s, const GemmKernelParams& p, int64_t n,
@@ -51,13 +51,102 @@ __device__ __forceinline__ float load_weight(const void* b, const void* s, const
   }
 }
 
-template <QuantFormat F>
-__global__ void __launch_bounds__(kThreads) gemm_kernel(GemmKernelParams p) {
-  __shared__ float as[kBK][kBM + 4];
-  __shared__ float bs[kBK][kBN + 4];
-  __shared__ int64_t a_row[kBM], c_row[kBM];
+// The SIMT tile: 128 x 128 outputs per block, 8 x 8 per thread (rows ty·4 + {0..3} and 64 + ty·4 + {0..3}, the
+// same for columns: float4 shared loads without bank conflicts), K in steps of kBK with the next step's global
+// loads in registers while the current one computes (double-buffered shared memory, one barrier a step). Every
+// output is fmaf(a_k, w_k, acc) for k = 0, 1, ... over K rounded up to kBK (zeros past K), from acc = 0: the
+// column-chain kernel's chain, so batch-invariant mode may mix the two (tests compare them bit for bit). The
+// previous 64 x 64 tile with 4 x 4 per thread and per-element staging ran the batch-invariant prefill at ~6x the
+// default mode's time (docs/PERF.md).
+constexpr int kSm = 128, kSmPad = kSm + 4;
+// Grouped tiles come from the plan in kGemmTileM rows: a 128-row tile starts at every other one.
+static_assert(kSm == 2 * kGemmTileM, "SIMT tile = two plan tiles");
 
-  // Which rows this block owns: a plain M tile, or a tile of one expert's gathered rows.
+// One k-step's global data of a thread: vector path (K % 16 == 0 and aligned rows): 2 A chunks of 4 k each and
+// 2 weight chunks of 4 k each (decoded with their scale); scalar path: 8 A and 8 weight elements.
+struct SmStage {
+  float a[8], w[8];
+};
+
+template <QuantFormat F, bool kVec>
+__device__ __forceinline__ void sm_load(const GemmKernelParams& p, const void* b, const void* s, const int64_t* a_row,
+                                        int64_t n0, int64_t k0, SmStage& st) {
+  const int tid = threadIdx.x;
+#pragma unroll
+  for (int e = 0; e < 2 * (1 + !kVec * 3); ++e) {
+    if constexpr (kVec) {
+      const int c = tid + e * kThreads, r = c / 4;
+      const int64_t k = k0 + (c % 4) * 4, ar = a_row[r], n = n0 + r;
+      float4 av = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (ar >= 0 && k < p.k) av = __ldg(reinterpret_cast<const float4*>(p.a + ar * p.lda + k));
+      st.a[4 * e] = av.x;
+      st.a[4 * e + 1] = av.y;
+      st.a[4 * e + 2] = av.z;
+      st.a[4 * e + 3] = av.w;
+      float w[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      if (n < p.n && k < p.k) {
+        if constexpr (F == QuantFormat::kFloat) {
+          const float4 wv = __ldg(reinterpret_cast<const float4*>(static_cast<const float*>(b) + n * p.k + k));
+          w[0] = wv.x;
+          w[1] = wv.y;
+          w[2] = wv.z;
+          w[3] = wv.w;
+        } else if constexpr (F == QuantFormat::kMXFP4) {
+          const uint32_t word =
+              __ldg(reinterpret_cast<const uint16_t*>(static_cast<const uint8_t*>(b) + n * (p.k / 2) + k / 2));
+          float d[4];
+          decode_fp4<2>(&word, d);
+          // (v·2^-14)·2^14 is v exactly; times the scale it is load_weight's product, whatever the scale's size.
+          const float sc = block_scale(s, p, F, n, k);
+#pragma unroll
+          for (int j = 0; j < 4; ++j) w[j] = (d[j] * kFp4Unscale) * sc;
+        } else {
+          const uint32_t word = __ldg(reinterpret_cast<const uint32_t*>(static_cast<const uint8_t*>(b) + n * p.k + k));
+          float d[8];
+          decode_fp8x8(word, 0u, d);
+          const float sc = block_scale(s, p, F, n, k);
+#pragma unroll
+          for (int j = 0; j < 4; ++j) w[j] = d[j] * sc;
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < 4; ++j) st.w[4 * e + j] = w[j];
+    } else {
+      const int idx = tid + e * kThreads, r = idx / kBK, kk = idx % kBK;
+      const int64_t k = k0 + kk, ar = a_row[r], n = n0 + r;
+      st.a[e] = (ar >= 0 && k < p.k) ? p.a[ar * p.lda + k] : 0.0f;
+      st.w[e] = (n < p.n && k < p.k) ? load_weight<F>(b, s, p, n, k) : 0.0f;
+    }
+  }
+}
+
+template <bool kVec>
+__device__ __forceinline__ void sm_store(const SmStage& st, float (*as)[kSmPad], float (*bs)[kSmPad]) {
+  const int tid = threadIdx.x;
+#pragma unroll
+  for (int e = 0; e < 2 * (1 + !kVec * 3); ++e) {
+    if constexpr (kVec) {
+      const int c = tid + e * kThreads, r = c / 4, kq = (c % 4) * 4;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        as[kq + j][r] = st.a[4 * e + j];
+        bs[kq + j][r] = st.w[4 * e + j];
+      }
+    } else {
+      const int idx = tid + e * kThreads, r = idx / kBK, kk = idx % kBK;
+      as[kk][r] = st.a[e];
+      bs[kk][r] = st.w[e];
+    }
+  }
+}
+
+template <QuantFormat F, bool kVec>
+__global__ void __launch_bounds__(kThreads, 1) gemm_kernel(GemmKernelParams p) {
+  __shared__ __align__(16) float as[2][kBK][kSmPad];
+  __shared__ __align__(16) float bs[2][kBK][kSmPad];
+  __shared__ int64_t a_row[kSm], c_row[kSm];
+
+  // Which rows this block owns: a plain M tile, or a tile of one expert's gathered rows (every other plan tile).
   const int64_t tile_m = blockIdx.x;
   int g = 0;
   int64_t row_begin, row_end;
@@ -72,18 +161,20 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(GemmKernelParams p) {
         hi = mid;
     }
     g = lo;
-    row_begin = p.group_offsets[g] + (tile_m - p.tile_offsets[g]) * kBM;
+    const int64_t local = tile_m - p.tile_offsets[g];
+    if (local % 2) return;
+    row_begin = p.group_offsets[g] + local * kGemmTileM;
     row_end = p.group_offsets[g + 1];
   } else {
-    row_begin = tile_m * kBM;
+    row_begin = tile_m * kSm;
     row_end = p.m;
   }
   const void* b = p.b_table ? p.b_table[g] : p.b;
   const void* s = p.b_scale_table ? p.b_scale_table[g] : p.b_scale;
-  const int64_t n0 = static_cast<int64_t>(blockIdx.y) * kBN;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.y) * kSm;
 
   const int tid = threadIdx.x;
-  if (tid < kBM) {
+  if (tid < kSm) {
     const int64_t i = row_begin + tid;
     const bool valid = i < row_end;
     a_row[tid] = !valid ? -1 : (p.a_rows ? p.a_rows[i] / p.a_row_div : i);
@@ -92,42 +183,60 @@ __global__ void __launch_bounds__(kThreads) gemm_kernel(GemmKernelParams p) {
   __syncthreads();
 
   const int tx = tid % 16, ty = tid / 16;
-  float acc[4][4] = {};
-  for (int64_t k0 = 0; k0 < p.k; k0 += kBK) {
+  float acc[8][8];
 #pragma unroll
-    for (int e = 0; e < (kBM * kBK) / kThreads; ++e) {
-      const int idx = tid + e * kThreads, r = idx / kBK, kk = idx % kBK;
-      const int64_t k = k0 + kk;
-      const int64_t ar = a_row[r];
-      as[kk][r] = (ar >= 0 && k < p.k) ? p.a[ar * p.lda + k] : 0.0f;
-      const int64_t n = n0 + r;  // kBN == kBM: the same mapping stages B
-      bs[kk][r] = (n < p.n && k < p.k) ? load_weight<F>(b, s, p, n, k) : 0.0f;
-    }
-    __syncthreads();
+  for (int i = 0; i < 8; ++i)
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc[i][j] = 0.0f;
+  SmStage st;
+  sm_load<F, kVec>(p, b, s, a_row, n0, 0, st);
+  sm_store<kVec>(st, as[0], bs[0]);
+  __syncthreads();
+  int buf = 0;
+  for (int64_t k0 = 0; k0 < p.k; k0 += kBK) {
+    const bool more = k0 + kBK < p.k;
+    if (more) sm_load<F, kVec>(p, b, s, a_row, n0, k0 + kBK, st);  // in flight during the FMAs
 #pragma unroll
     for (int kk = 0; kk < kBK; ++kk) {
-      float av[4], bv[4];
+      const float4 a0 = *reinterpret_cast<const float4*>(&as[buf][kk][ty * 4]);
+      const float4 a1 = *reinterpret_cast<const float4*>(&as[buf][kk][64 + ty * 4]);
+      const float4 b0 = *reinterpret_cast<const float4*>(&bs[buf][kk][tx * 4]);
+      const float4 b1 = *reinterpret_cast<const float4*>(&bs[buf][kk][64 + tx * 4]);
+      const float av[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+      const float bv[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
 #pragma unroll
-      for (int i = 0; i < 4; ++i) av[i] = as[kk][ty * 4 + i];
+      for (int i = 0; i < 8; ++i)
 #pragma unroll
-      for (int j = 0; j < 4; ++j) bv[j] = bs[kk][tx * 4 + j];
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+        for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
     }
+    if (more) sm_store<kVec>(st, as[buf ^ 1], bs[buf ^ 1]);
     __syncthreads();
+    buf ^= 1;
   }
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int64_t cr = c_row[ty * 4 + i];
+  for (int i = 0; i < 8; ++i) {
+    const int64_t cr = c_row[(i < 4 ? 0 : 64) + ty * 4 + i % 4];
     if (cr < 0) continue;
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int64_t n = n0 + tx * 4 + j;
+    for (int j = 0; j < 8; ++j) {
+      const int64_t n = n0 + (j < 4 ? 0 : 64) + tx * 4 + j % 4;
       if (n < p.n) p.c[cr * p.ldc + n] = acc[i][j];
     }
   }
+}
+
+// Launches the SIMT tile over m rows (dense) or the plan's tiles (grouped).
+template <QuantFormat F>
+void launch_simt(const GemmKernelParams& p, bool vec, cudaStream_t stream) {
+  const int64_t tiles_m = p.group_offsets ? p.max_tiles_m : ceil_div(p.m, kSm);
+  const int64_t tiles_n = ceil_div(p.n, kSm);
+  if (tiles_m == 0 || tiles_n == 0) return;
+  DI_CHECK(tiles_n <= 65535) << "gemm: n = " << p.n << " is too large for one launch";
+  const dim3 grid(static_cast<unsigned>(tiles_m), static_cast<unsigned>(tiles_n));
+  if (vec)
+    gemm_kernel<F, true><<<grid, kThreads, 0, stream>>>(p);
+  else
+    gemm_kernel<F, false><<<grid, kThreads, 0, stream>>>(p);
 }
 
 // ---------------------------------------------------------------------------- shared by the two fast kernels
@@ -522,7 +631,7 @@ __global__ void __launch_bounds__(kChWarps * 32) gemm_chain_kernel(GemmKernelPar
 }
 
 template <QuantFormat F>
-void launch_invariant(const GemmKernelParams& p, cudaStream_t stream) {
+void launch_invariant(const GemmKernelParams& p, bool vec, cudaStream_t stream) {
   const int64_t rows = p.rows_hint > 0 ? p.rows_hint : p.m;
   if (rows <= kChWarps) {
     const int64_t slots = p.group_offsets ? std::min<int64_t>(p.groups, p.m) : 1;
@@ -530,11 +639,7 @@ void launch_invariant(const GemmKernelParams& p, cudaStream_t stream) {
     const dim3 grid(static_cast<unsigned>(ceil_div(p.n, kChCols)), static_cast<unsigned>(std::max<int64_t>(slots, 1)));
     gemm_chain_kernel<F><<<grid, kChWarps * 32, 0, stream>>>(p);
   } else {
-    const int64_t tiles_m = p.group_offsets ? p.max_tiles_m : ceil_div(p.m, kBM);
-    const int64_t tiles_n = ceil_div(p.n, kBN);
-    if (tiles_m == 0 || tiles_n == 0) return;
-    DI_CHECK(tiles_n <= 65535) << "gemm: n = " << p.n << " is too large for one launch";
-    gemm_kernel<F><<<dim3(static_cast<unsigned>(tiles_m), static_cast<unsigned>(tiles_n)), kThreads, 0, stream>>>(p);
+    launch_simt<F>(p, vec, stream);
   }
 }
 
@@ -831,22 +936,22 @@ bool run_dequantize_bf16(const GemmKernelParams& p, void* out, cudaStream_t stre
 }
 
 void run_gemm(const GemmKernelParams& p, cudaStream_t stream) {
-  static_assert(kBN == kBM, "the staging loop maps A rows and B rows the same way");
   static_assert(kTcM == kGemmTileM, "grouped tile offsets are counted in kGemmTileM rows");
   if (p.m == 0 || p.n == 0) return;
   if (p.batch_invariant) {
+    const bool vec = vector_ok(p, true);
     switch (p.format) {
       case QuantFormat::kFloat:
-        launch_invariant<QuantFormat::kFloat>(p, stream);
+        launch_invariant<QuantFormat::kFloat>(p, vec, stream);
         break;
       case QuantFormat::kFP8Block:
-        launch_invariant<QuantFormat::kFP8Block>(p, stream);
+        launch_invariant<QuantFormat::kFP8Block>(p, vec, stream);
         break;
       case QuantFormat::kMXFP4:
-        launch_invariant<QuantFormat::kMXFP4>(p, stream);
+        launch_invariant<QuantFormat::kMXFP4>(p, vec, stream);
         break;
       case QuantFormat::kFP8Row32:
-        launch_invariant<QuantFormat::kFP8Row32>(p, stream);
+        launch_invariant<QuantFormat::kFP8Row32>(p, vec, stream);
         break;
     }
     DI_CUDA_CHECK_LAUNCH();
@@ -877,12 +982,7 @@ void run_gemm(const GemmKernelParams& p, cudaStream_t stream) {
     DI_CUDA_CHECK_LAUNCH();
     return;
   }
-  const int64_t tiles_m = p.group_offsets ? p.max_tiles_m : ceil_div(p.m, kBM);
-  const int64_t tiles_n = ceil_div(p.n, kBN);
-  if (tiles_m == 0 || tiles_n == 0) return;
-  DI_CHECK(tiles_n <= 65535) << "gemm: n = " << p.n << " is too large for one launch";
-  const dim3 grid(static_cast<unsigned>(tiles_m), static_cast<unsigned>(tiles_n));
-  gemm_kernel<QuantFormat::kFloat><<<grid, kThreads, 0, stream>>>(p);
+  launch_simt<QuantFormat::kFloat>(p, vec, stream);
   DI_CUDA_CHECK_LAUNCH();
 }
 
