@@ -316,7 +316,8 @@ if [ "$MODE" = ci ]; then
   exit 0
 fi
 if [ "$MODE" = model ]; then
-  timeout 360 build-gpu/bin/deepinfer_cuda_tests >"$OUT/gpu_tests_direct.log" 2>&1
+  # MODEL_FILTER: a gtest filter to run only those GPU tests (a re-check after a fix).
+  timeout 360 build-gpu/bin/deepinfer_cuda_tests ${MODEL_FILTER:+--gtest_filter="$MODEL_FILTER"} >"$OUT/gpu_tests_direct.log" 2>&1
   note "gpu tests (direct): rc=$? $(grep -E '^\[  PASSED|^\[  FAILED' "$OUT/gpu_tests_direct.log" | tr '\n' ' ')"
   grep -h "\[cuda-op\]" "$OUT/gpu_tests_direct.log" >"$OUT/op_errors.txt"
   note "op comparisons: $(grep -c ' ok' "$OUT/op_errors.txt") ok, $(grep -c 'FAIL' "$OUT/op_errors.txt") FAIL (op_errors.txt)"

@@ -4,7 +4,6 @@
 #include "deepinfer/ops/cuda/cuda_backend.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -411,9 +410,7 @@ struct CudaBackend::Impl {
     // Many rows per expert in block formats: the mma.sync kernel reads bf16 copies of x and of the SwiGLU output.
     const bool bf16_inputs =
         !batch_invariant && mw.format != QuantFormat::kFloat &&
-        ceil_div(tokens * k, std::min<int64_t>(experts, std::max<int64_t>(tokens * k, 1))) >=
-            (std::getenv("DEEPINFER_AB_MMA_MIN_ROWS") ? std::atoi(std::getenv("DEEPINFER_AB_MMA_MIN_ROWS"))
-                                                      : cuda::kGemmMmaMinRows);  // TEMPORARY A/B switch
+        ceil_div(tokens * k, std::min<int64_t>(experts, std::max<int64_t>(tokens * k, 1))) >= cuda::kGemmMmaMinRows;
     // The shared expert is a dense GEMM of the chunk's rows: the same kernel once its tiles fill the device (with
     // its own bf16 copy of the SwiGLU output).
     const bool shared_bf16 = shared && !batch_invariant && shared->w1.format != QuantFormat::kFloat &&

@@ -66,7 +66,8 @@ class CudaStepHooks final : public DeviceStepHooks {
     // One i32 buffer, one copy back: ids, flags, then (when wanted) the logprobs' float bits.
     const int64_t words = (lp ? 3 : 2) * rows;
     TensorMemory& mem = backend_.memory();
-    if (out_.numel() < words) out_ = mem.zeros(DType::kI32, {3 * rows});
+    // (An empty OwnedTensor's numel() is 1, the empty product: test the data too.)
+    if (!out_.data<int32_t>() || out_.numel() < words) out_ = mem.zeros(DType::kI32, {3 * rows});
     cuda::ArgmaxKernelParams p;
     p.logits = logits.data_as<float>();
     p.rows = rows;
@@ -75,7 +76,7 @@ class CudaStepHooks final : public DeviceStepHooks {
     p.logprobs = lp ? reinterpret_cast<float*>(out_.data<int32_t>() + 2 * rows) : nullptr;
     if (lp) {
       const int64_t scratch = cuda::argmax_logprob_scratch(rows, p.vocab);
-      if (partial_.numel() < scratch) partial_ = mem.zeros(DType::kF64, {scratch});
+      if (!partial_.data<double>() || partial_.numel() < scratch) partial_ = mem.zeros(DType::kF64, {scratch});
       p.partial = partial_.data<double>();
     }
     cuda::run_argmax(p, backend_.stream());
