@@ -147,28 +147,9 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_kernel(GemmKernelParams p) {
   __shared__ int64_t a_row[kSm], c_row[kSm];
 
   // Which rows this block owns: a plain M tile, or a tile of one expert's gathered rows (every other plan tile).
-  const int64_t tile_m = blockIdx.x;
-  int g = 0;
+  int g;
   int64_t row_begin, row_end;
-  if (p.group_offsets) {
-    if (tile_m >= p.tile_offsets[p.groups]) return;
-    int lo = 0, hi = p.groups;  // largest g with tile_offsets[g] <= tile_m (its group has tiles left)
-    while (hi - lo > 1) {
-      const int mid = (lo + hi) / 2;
-      if (p.tile_offsets[mid] <= tile_m)
-        lo = mid;
-      else
-        hi = mid;
-    }
-    g = lo;
-    const int64_t local = tile_m - p.tile_offsets[g];
-    if (local % 2) return;
-    row_begin = p.group_offsets[g] + local * kGemmTileM;
-    row_end = p.group_offsets[g + 1];
-  } else {
-    row_begin = tile_m * kSm;
-    row_end = p.m;
-  }
+  if (!gemm_tile_rows(p, blockIdx.x, kSm / kGemmTileM, g, row_begin, row_end)) return;
   const void* b = p.b_table ? p.b_table[g] : p.b;
   const void* s = p.b_scale_table ? p.b_scale_table[g] : p.b_scale;
   const int64_t n0 = static_cast<int64_t>(blockIdx.y) * kSm;
@@ -741,26 +722,9 @@ __global__ void __launch_bounds__(kTcThreads) gemm_tc_kernel(GemmKernelParams p)
   __shared__ __align__(128) TcShared sm;
   __shared__ int64_t a_row[kTcM], c_row[kTcM];
 
-  const int64_t tile_m = blockIdx.x;
-  int g = 0;
+  int g;
   int64_t row_begin, row_end;
-  if (p.group_offsets) {
-    if (tile_m >= p.tile_offsets[p.groups]) return;
-    int lo = 0, hi = p.groups;
-    while (hi - lo > 1) {
-      const int mid = (lo + hi) / 2;
-      if (p.tile_offsets[mid] <= tile_m)
-        lo = mid;
-      else
-        hi = mid;
-    }
-    g = lo;
-    row_begin = p.group_offsets[g] + (tile_m - p.tile_offsets[g]) * kTcM;
-    row_end = p.group_offsets[g + 1];
-  } else {
-    row_begin = tile_m * kTcM;
-    row_end = p.m;
-  }
+  if (!gemm_tile_rows(p, blockIdx.x, 1, g, row_begin, row_end)) return;
   const void* b = p.b_table ? p.b_table[g] : p.b;
   const void* s = p.b_scale_table ? p.b_scale_table[g] : p.b_scale;
   const int64_t n0 = static_cast<int64_t>(blockIdx.y) * kTcN;

@@ -1,5 +1,5 @@
-// Weight decoding shared by the GEMM kernels (gemm_cuda.cu, gemm_mma_cuda.cu): block scales, e4m3 and e2m1
-// codes to f32 through the hardware f16 paths.
+// Shared by the GEMM kernels (gemm_cuda.cu, gemm_mma_cuda.cu): the rows of an M tile (the MoE plan's tiles), block
+// scales, and e4m3 / e2m1 codes to f32 through the hardware f16 paths.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -9,6 +9,34 @@
 #include "deepinfer/ops/cuda/kernels.h"
 
 namespace deepinfer::cuda {
+
+// The rows [begin, end) and the group g of M tile `tile`, for a kernel whose tiles span `span` of the plan's
+// kGemmTileM-row tiles. Grouped (MoE): every span-th plan tile of a group starts a kernel tile; false for the others
+// and past the plan's tiles (the block has nothing to do). Dense: rows tile·span·kGemmTileM .. of [0, m).
+__device__ __forceinline__ bool gemm_tile_rows(const GemmKernelParams& p, int64_t tile, int span, int& g,
+                                               int64_t& begin, int64_t& end) {
+  g = 0;
+  if (!p.group_offsets) {
+    begin = tile * span * kGemmTileM;
+    end = p.m;
+    return true;
+  }
+  if (tile >= p.tile_offsets[p.groups]) return false;
+  int lo = 0, hi = p.groups;  // the largest g with tile_offsets[g] <= tile (its group has tiles left)
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    if (p.tile_offsets[mid] <= tile)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  g = lo;
+  const int64_t local = tile - p.tile_offsets[g];
+  if (local % span) return false;
+  begin = p.group_offsets[g] + local * kGemmTileM;
+  end = p.group_offsets[g + 1];
+  return true;
+}
 
 __device__ __forceinline__ float block_scale(const void* s, const GemmKernelParams& p, QuantFormat f, int64_t n,
                                              int64_t k) {

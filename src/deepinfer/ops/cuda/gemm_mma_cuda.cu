@@ -82,26 +82,9 @@ __global__ void __launch_bounds__(kMmaThreads, 2) gemm_mma_kernel(GemmKernelPara
   MmaSmem<F>& sm = *reinterpret_cast<MmaSmem<F>*>(smem_bytes);
 
   // Which rows this M tile covers: the plan's tiles (kGemmTileM rows each) per group, or plain row tiles.
-  const int64_t tile_m = blockIdx.y;
-  int g = 0;
+  int g;
   int64_t row_begin, row_end;
-  if (p.group_offsets) {
-    if (tile_m >= p.tile_offsets[p.groups]) return;
-    int lo = 0, hi = p.groups;
-    while (hi - lo > 1) {
-      const int mid = (lo + hi) / 2;
-      if (p.tile_offsets[mid] <= tile_m)
-        lo = mid;
-      else
-        hi = mid;
-    }
-    g = lo;
-    row_begin = p.group_offsets[g] + (tile_m - p.tile_offsets[g]) * kMmaM;
-    row_end = p.group_offsets[g + 1];
-  } else {
-    row_begin = tile_m * kMmaM;
-    row_end = p.m;
-  }
+  if (!gemm_tile_rows(p, blockIdx.y, 1, g, row_begin, row_end)) return;
   const uint8_t* b = static_cast<const uint8_t*>(p.b_table ? p.b_table[g] : p.b);
   const void* s = p.b_scale_table ? p.b_scale_table[g] : p.b_scale;
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kMmaN;
