@@ -73,7 +73,7 @@ TEST(PagedIndexerScoresOp, MatchesNaiveReferenceAndPerSequenceScoresBitwise) {
       }
       // The per-sequence path: byte for byte.
       const HostTensor want = per_row_scores(*backend, c, t);
-      EXPECT_EQ(std::memcmp(got, want.data<float>(), sizeof(float) * ne), 0) << "row " << t;
+      if (ne > 0) EXPECT_EQ(std::memcmp(got, want.data<float>(), sizeof(float) * ne), 0) << "row " << t;
     }
   }
 }
