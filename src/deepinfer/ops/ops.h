@@ -207,7 +207,8 @@ struct IndexerScoreParams {
 // n_entries[t] and for entries the query cannot see yet (e >= (positions[t] + 1) / ratio); such keys are never
 // read. Pages follow PagedRows: entry g of sequence b is key_pool row table[b, g·kr / bs]·(bs / kr) +
 // (g·kr % bs) / kr with kr = key_ratio, bs = block_size. A block id outside the pool, an entry beyond the table or
-// q_seq outside [0, B) raises an error (on CUDA through the device status word; that row's scores become NaN).
+// q_seq outside [0, B) raises an error (on CUDA through the device status word; the entries behind a bad page
+// become NaN, and a bad q_seq or n_entries makes the whole row NaN).
 // Decode: one query row per sequence, every sequence of a step in one call; top-k over [T, N] then selects
 // exactly what it selects per row over [1, n_entries[t]] (padding is −inf, after every real entry).
 struct PagedIndexerScoreParams {
