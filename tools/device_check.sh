@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (device tool) in one call: build with CUDA, run the GPU tests (ctest -L gpu), a
 # compute-sanitizer memcheck and racecheck of the op harness, the CUDA micro-benchmark, and (full mode) the CPU tests and the
-# benchmarks; logs + a summary under $OUT.
+# benchmarks; logs + a summary under $OUT (more than 8 files there are packed into $OUT/logs.tgz on exit: the device
+# tool returns at most 8).
 #   usage (device tool): bash tools/device_check.sh [gpu|full|model|bench|ci|multigpu]      (carry: .deps when the image lacks the -dev
 #   packages: `mkdir -p .deps && cd .deps && apt-get download <packages below>` on an x86-64 Debian/Ubuntu host)
 #   model: build the CUDA tests (+ the CLI they run) and run every GPU test once, directly, with the golden-model
 #   figures in the summary; no benchmarks, so it fits one 10-minute device call; MEMCHECK_FILTER / RACECHECK_FILTER
-#   (a gtest filter, or "harness" for the op harness) run those tests again under compute-sanitizer memcheck / racecheck.
+#   (a gtest filter, or "harness" for the op harness) run those tests again under compute-sanitizer memcheck / racecheck;
+#   MODEL_FILTER runs only the GPU tests it matches.
 #   bench: build the CUDA tests + the CLI; the GEMM/MoE comparisons first, then `deepinfer bench --device cuda`
 #   (model slices vs ceilings), the op micro-bench, and the remaining GPU tests, each under its own time limit
 #   so that one 10-minute call returns whatever finished. BENCH_ARGS overrides the bench command's options;
@@ -52,6 +54,15 @@ summary="$OUT/summary.txt"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 : >"$summary"
 note() { echo "$*" | tee -a "$summary"; }
+# The device tool brings back at most 8 files from $OUT: on exit, when there are more, everything but the summary
+# goes into logs.tgz (PACK_OUT=0 leaves the files as they are).
+pack_out() {
+  [ "${PACK_OUT:-1}" = 1 ] || return 0
+  [ "$(find "$OUT" -type f | wc -l)" -le 8 ] && return 0
+  (cd "$OUT" && tar czf /tmp/deepinfer-logs.tgz --exclude=./summary.txt --exclude=./logs.tgz . &&
+    mv /tmp/deepinfer-logs.tgz logs.tgz && find . -type f ! -name summary.txt ! -name logs.tgz -delete)
+}
+trap pack_out EXIT
 # The op harness under compute-sanitizer: memcheck (out-of-bounds / misaligned / leaked device memory) and
 # racecheck (shared-memory hazards between threads of a block). GraphCaptureRejectsSyncAndAllocation provokes CUDA
 # API errors on purpose, so it is left out of both (RecordedWorkKeepsItsTemporariesApart too).
