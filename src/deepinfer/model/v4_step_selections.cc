@@ -7,9 +7,7 @@
 
 namespace deepinfer {
 
-Tensor row_prefix(const Tensor& t, int64_t b, int64_t n) {
-  return Tensor(static_cast<uint8_t*>(t.data()) + dtype_bytes(t.dtype(), b * t.dim(1)), t.dtype(), {1, n}, t.device());
-}
+Tensor row_prefix(const Tensor& t, int64_t b, int64_t n) { return t.row(b).slice(0, n).reshape({1, n}); }
 
 void V4StepSelections::reset(int64_t rows) {
   held_.clear();

@@ -971,25 +971,36 @@ void CudaBackend::compress_pool(const CompressPoolParams& p) {
   cuda::run_compress_pool(k, impl_->s());
 }
 
+namespace {
+// The fields indexer_scores and paged_indexer_scores share: queries, weights, positions, output, scales.
+cuda::IndexerScoresKernelParams indexer_kernel_params(const Tensor& q, const Tensor& weights, const Tensor& positions,
+                                                      const Tensor& out, int ratio, float score_scale,
+                                                      float weight_scale) {
+  cuda::IndexerScoresKernelParams k;
+  k.q = q.data_as<float>();
+  k.weights = weights.data_as<float>();
+  k.positions = positions.data_as<int64_t>();
+  k.out = out.data_as<float>();
+  k.tokens = q.dim(0);
+  k.heads = q.dim(1);
+  k.dim = q.dim(2);
+  k.ratio = ratio;
+  k.score_scale = score_scale;
+  k.weight_scale = weight_scale;
+  return k;
+}
+}  // namespace
+
 void CudaBackend::indexer_scores(const IndexerScoreParams& p) {
   validate(p);
   const Device& dev = impl_->device;
   for (auto [name, t] :
        {std::pair{"q", &p.q}, {"keys", &p.keys}, {"weights", &p.weights}, {"positions", &p.positions}, {"out", &p.out}})
     expect_on("indexer_scores", name, *t, dev);
-  cuda::IndexerScoresKernelParams k;
-  k.q = p.q.data_as<float>();
+  cuda::IndexerScoresKernelParams k =
+      indexer_kernel_params(p.q, p.weights, p.positions, p.out, p.ratio, p.score_scale, p.weight_scale);
   k.keys = p.keys.data_as<float>();
-  k.weights = p.weights.data_as<float>();
-  k.positions = p.positions.data_as<int64_t>();
-  k.out = p.out.data_as<float>();
-  k.tokens = p.q.dim(0);
-  k.heads = p.q.dim(1);
-  k.dim = p.q.dim(2);
   k.n = p.keys.dim(0);
-  k.ratio = p.ratio;
-  k.score_scale = p.score_scale;
-  k.weight_scale = p.weight_scale;
   cuda::run_indexer_scores(k, impl_->s());
 }
 
@@ -1005,19 +1016,10 @@ void CudaBackend::paged_indexer_scores(const PagedIndexerScoreParams& p) {
                          {"key_pool", &p.key_pool},
                          {"out", &p.out}})
     expect_on("paged_indexer_scores", name, *t, dev);
-  cuda::IndexerScoresKernelParams k;
-  k.q = p.q.data_as<float>();
+  cuda::IndexerScoresKernelParams k =
+      indexer_kernel_params(p.q, p.weights, p.positions, p.out, p.ratio, p.score_scale, p.weight_scale);
   k.keys = p.key_pool.data_as<float>();
-  k.weights = p.weights.data_as<float>();
-  k.positions = p.positions.data_as<int64_t>();
-  k.out = p.out.data_as<float>();
-  k.tokens = p.q.dim(0);
-  k.heads = p.q.dim(1);
-  k.dim = p.q.dim(2);
   k.n = p.out.dim(1);
-  k.ratio = p.ratio;
-  k.score_scale = p.score_scale;
-  k.weight_scale = p.weight_scale;
   k.q_seq = p.q_seq.data_as<int32_t>();
   k.n_entries = p.n_entries.data_as<int64_t>();
   k.block_tables = p.block_tables.data_as<int32_t>();

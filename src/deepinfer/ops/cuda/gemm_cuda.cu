@@ -352,21 +352,6 @@ template <QuantFormat F>
 constexpr int kStChunk = F == QuantFormat::kMXFP4 ? 32 : 16;  // weights per 16-byte chunk
 constexpr int kStWarps = 8;
 
-// 8 e2m1 codes of one word (code i in bits 4i..4i+3) -> w[i], 2^-14 times too small like decode_fp4: codes i and
-// i + 4 sit 16 bits apart, so one pair of shifts and masks places both as the halves of an f16x2 (about half the
-// integer work of decoding byte by byte).
-__device__ __forceinline__ void decode_fp4x8_pairs(uint32_t x, float* w) {
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const uint32_t mag = (i < 3 ? x << (9 - 4 * i) : x >> 3) & 0x0E000E00u;
-    const uint32_t sign = (x << (12 - 4 * i)) & 0x80008000u;
-    const uint32_t h = mag | sign;
-    const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
-    w[i] = f.x;
-    w[i + 4] = f.y;
-  }
-}
-
 // v[0..V) of every lane -> the lane's return value is the sum over the warp of v[idx], idx = (lane >> (5 - log2 V))
 // ... spelled out: each halving step with xor mask m keeps the upper half on lanes with (lane & m).
 template <int V>

@@ -131,7 +131,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) gemm_mma_kernel(GemmKernelPara
       const uint32_t words[4] = {q0.x, q0.y, q0.z, q0.w};
 #pragma unroll
       for (int v = 0; v < 4; ++v) {
-        decode_fp4<4>(&words[v], w);
+        decode_fp4x8_pairs(words[v], w);  // the streaming kernels' decode: half the integer work
         store8(w, sc, dst + 8 * v);
       }
     } else {
