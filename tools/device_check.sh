@@ -8,7 +8,7 @@
 #   model: build the CUDA tests (+ the CLI they run) and run every GPU test once, directly, with the golden-model
 #   figures in the summary; no benchmarks, so it fits one 10-minute device call; MEMCHECK_FILTER / RACECHECK_FILTER
 #   (a gtest filter, or "harness" for the op harness) run those tests again under compute-sanitizer memcheck / racecheck;
-#   MODEL_FILTER runs only the GPU tests it matches.
+#   MODEL_FILTER runs only the GPU tests it matches; OP_BENCH_FILTER runs those CudaBench micro-benchmarks.
 #   bench: build the CUDA tests + the CLI; the GEMM/MoE comparisons first, then `deepinfer bench --device cuda`
 #   (model slices vs ceilings), the op micro-bench, and the remaining GPU tests, each under its own time limit
 #   so that one 10-minute call returns whatever finished. BENCH_ARGS overrides the bench command's options;
@@ -344,6 +344,13 @@ if [ "$MODE" = model ]; then
       >"$OUT/slice_bench.log" 2>&1
     note "slice bench: rc=$? (slice_bench.log)"
     grep -E "^\||avg_SPS|ceiling" "$OUT/slice_bench.log" | head -80 | tee -a "$summary"
+  fi
+  # OP_BENCH_FILTER: these op micro-benchmarks (a gtest filter over CudaBench.*), their [bench] lines in the summary.
+  if [ -n "${OP_BENCH_FILTER:-}" ]; then
+    timeout "${OP_BENCH_TIMEOUT:-150}" build-gpu/bin/deepinfer_cuda_tests --gtest_also_run_disabled_tests \
+      --gtest_filter="$OP_BENCH_FILTER" >"$OUT/op_bench.log" 2>&1
+    note "op bench ($OP_BENCH_FILTER): rc=$?"
+    grep -h "^\[bench\]" "$OUT/op_bench.log" | tee -a "$summary"
   fi
   # BI_BENCH=1: the slices with and without --batch-invariant (docs/PERF.md).
   [ -n "${BI_BENCH:-}" ] && CLI=build-gpu/bin/deepinfer bash tools/batch_invariant_bench.sh | tee -a "$summary"

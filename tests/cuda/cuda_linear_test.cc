@@ -49,6 +49,13 @@ class CudaLinearTest : public CudaOpTest {
     cpu().dequantize(p);
     return out;
   }
+  // x with every element rounded to bf16: the decode GEMMs of UE8M0-scaled weights take A as bf16 (weights exact),
+  // so against this input only the summation order differs.
+  static HostTensor bf16_rows(const HostTensor& x) {
+    HostTensor r(DType::kF32, x.shape());
+    for (int64_t i = 0; i < x.numel(); ++i) r.data<float>()[i] = round_bf16(x.data<float>()[i]);
+    return r;
+  }
   HostTensor cpu_linear(const HostTensor& x, const HostTensor& w) {
     HostTensor out(DType::kF32, {x.shape()[0], w.shape()[0]});
     cpu().linear({x, w, out});
@@ -109,6 +116,10 @@ TEST_F(CudaLinearTest, QuantLinearEveryFormatMatchesCpu) {
   for (int64_t m : {1, 7, 40, 130, 300}) {
     const double tol = m <= 4 ? 1e-5 : 4e-3;
     HostTensor x = rand({m, k});
+    // Up to 4 rows with UE8M0 scales: the tensor-core streaming kernel (A in bf16, exact weights): against the
+    // rounded input at the fp32 tolerance; f32 scales stream in fp32 (exact products) against x itself.
+    const HostTensor xr = bf16_rows(x);
+    const HostTensor& xq = m <= 4 ? xr : x;
     // FP8 block-scaled weights: 128x128 UE8M0 (V4 checkpoints) and 32x32 (f32 scales), exact products.
     struct Fp8Case {
       const char* name;
@@ -120,14 +131,14 @@ TEST_F(CudaLinearTest, QuantLinearEveryFormatMatchesCpu) {
       HostTensor w = fp8({n, k});
       Shape ss = {(n + c.block - 1) / c.block, (k + c.block - 1) / c.block};
       HostTensor s = c.f32 ? f32_scales(ss) : e8m0(ss);
-      HostTensor want = cpu_linear(x, cpu_dequant(w, s, QuantFormat::kFP8Block, n, k, c.block, c.block));
+      HostTensor want = cpu_linear(c.f32 ? x : xq, cpu_dequant(w, s, QuantFormat::kFP8Block, n, k, c.block, c.block));
       DeviceTensor dx = up(x), dw = up(w), ds = up(s), dout = poisoned({m, n});
       gpu().linear_quant({dx, {dw, ds, QuantFormat::kFP8Block, c.block, c.block}, dout});
       rel_err((std::string("linear_quant ") + c.name + " M=" + std::to_string(m)).c_str(), down(dout), want, tol);
     }
     {
       HostTensor w = rand_bytes(DType::kU8, {n, k / 2}), s = e8m0({n, k / 32});
-      HostTensor want = cpu_linear(x, cpu_dequant(w, s, QuantFormat::kMXFP4, n, k));
+      HostTensor want = cpu_linear(xq, cpu_dequant(w, s, QuantFormat::kMXFP4, n, k));
       DeviceTensor dx = up(x), dw = up(w), ds = up(s), dout = poisoned({m, n});
       gpu().linear_quant({dx, {dw, ds, QuantFormat::kMXFP4}, dout});
       rel_err(("linear_quant mxfp4 M=" + std::to_string(m)).c_str(), down(dout), want, tol);
@@ -146,27 +157,38 @@ TEST_F(CudaLinearTest, QuantLinearEveryFormatMatchesCpu) {
   }
 }
 
-// The column-group streaming kernel (block formats, <= 4 rows): K split over 1-8 warps per column group (K = 512
-// with MXFP4 leaves half the lanes idle; 2048 / 4096 are the decode shapes; 7168 takes several chunks per lane),
-// N not a multiple of the column group (a partial last block) or large (20000: 2,500 blocks), every row count of
-// its three variants. fp32 products: exact up to summation order (1e-5).
+// The decode GEMMs (<= 4 rows). UE8M0 scales take the tensor-core streaming kernel (gemm_stream_mma_cuda.cu): K
+// split over 1-8 warps per 16-row tile (K = 512 with MXFP4 is 4 steps; 2048 / 4096 the decode shapes; 7168 at 3-4
+// rows does not fit its activation stage, so it makes two passes over the weights), N not a multiple of 16 (a
+// partial last tile) or large (20000: 1,250 tiles), every row count; FP8 128x128, 32x32 and per-32-column scales
+// and MXFP4 (e2m1 and e4m3 subnormal codes included). A is rounded to bf16 there and the weights are exact, so
+// against the rounded input only the summation order differs (1e-5). f32 scales take the fp32 column-group
+// kernel (exact products) against x itself.
 TEST_F(CudaLinearTest, QuantLinearStreamingShapesMatchCpu) {
   for (auto [n, k] : {std::pair<int64_t, int64_t>{300, 512}, {264, 2048}, {136, 4096}, {72, 7168}, {20000, 1024}}) {
     for (int64_t m : {1, 2, 3, 4}) {
-      const HostTensor x = rand({m, k});
+      const HostTensor x = rand({m, k}), xq = bf16_rows(x);
       const std::string shape = " N=" + std::to_string(n) + " K=" + std::to_string(k) + " M=" + std::to_string(m);
-      for (const auto& [name, block, f32] : {std::tuple{"fp8 128x128 e8m0", 128, false}, {"fp8 32x32 f32", 32, true}}) {
+      for (const auto& [name, block, f32] :
+           {std::tuple{"fp8 128x128 e8m0", 128, false}, {"fp8 32x32 e8m0", 32, false}, {"fp8 32x32 f32", 32, true}}) {
         const HostTensor w = fp8({n, k});
         const Shape ss = {(n + block - 1) / block, (k + block - 1) / block};
         const HostTensor s = f32 ? f32_scales(ss) : e8m0(ss);
-        const HostTensor want = cpu_linear(x, cpu_dequant(w, s, QuantFormat::kFP8Block, n, k, block, block));
+        const HostTensor want = cpu_linear(f32 ? x : xq, cpu_dequant(w, s, QuantFormat::kFP8Block, n, k, block, block));
         DeviceTensor dx = up(x), dw = up(w), ds = up(s), dout = poisoned({m, n});
         gpu().linear_quant({dx, {dw, ds, QuantFormat::kFP8Block, block, block}, dout});
         rel_err((std::string("linear_quant ") + name + shape).c_str(), down(dout), want, 1e-5);
       }
       {
+        const HostTensor w = fp8({n, k}), s = e8m0({n, (k + 31) / 32});
+        const HostTensor want = cpu_linear(xq, cpu_dequant(w, s, QuantFormat::kFP8Row32, n, k));
+        DeviceTensor dx = up(x), dw = up(w), ds = up(s), dout = poisoned({m, n});
+        gpu().linear_quant({dx, {dw, ds, QuantFormat::kFP8Row32}, dout});
+        rel_err(("linear_quant fp8 per-32 e8m0" + shape).c_str(), down(dout), want, 1e-5);
+      }
+      {
         const HostTensor w = rand_bytes(DType::kU8, {n, k / 2}), s = e8m0({n, k / 32});
-        const HostTensor want = cpu_linear(x, cpu_dequant(w, s, QuantFormat::kMXFP4, n, k));
+        const HostTensor want = cpu_linear(xq, cpu_dequant(w, s, QuantFormat::kMXFP4, n, k));
         DeviceTensor dx = up(x), dw = up(w), ds = up(s), dout = poisoned({m, n});
         gpu().linear_quant({dx, {dw, ds, QuantFormat::kMXFP4}, dout});
         rel_err(("linear_quant mxfp4" + shape).c_str(), down(dout), want, 1e-5);

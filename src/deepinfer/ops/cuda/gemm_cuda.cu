@@ -15,11 +15,13 @@
 #include "deepinfer/ops/cuda/device_math.cuh"
 #include "deepinfer/ops/cuda/gemm_decode.cuh"
 #include "deepinfer/ops/cuda/gemm_mma.h"
+#include "deepinfer/ops/cuda/gemm_stream_mma.h"
 #include "deepinfer/ops/cuda/kernels.h"
 
 #include <mma.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 namespace deepinfer::cuda {
 namespace {
@@ -801,9 +803,20 @@ __global__ void dequant_bf16_kernel(GemmKernelParams p, __nv_bfloat16* out) {
   }
 }
 
+// Temporary A/B switch (same-run comparisons on the device): DEEPINFER_AB_STREAM_MMA_ROWS = the most rows per group
+// that take the tensor-core streaming kernel (0 = never; default kGemmSkinnyRows).
+int64_t ab_stream_mma_rows() {
+  const char* v = std::getenv("DEEPINFER_AB_STREAM_MMA_ROWS");
+  return v ? std::atoll(v) : kGemmSkinnyRows;
+}
+
 template <QuantFormat F>
 void launch_fast(const GemmKernelParams& p, bool vec, cudaStream_t stream) {
   const int64_t rows = p.rows_hint > 0 ? p.rows_hint : p.m;
+  if constexpr (F != QuantFormat::kFloat) {
+    // Few rows per weight in a block format with UE8M0 scales: stream the weights through the tensor cores.
+    if (rows <= ab_stream_mma_rows() && run_gemm_stream_mma(p, rows, stream)) return;
+  }
   const bool mma_rows = p.a_bf16 && p.group_offsets && rows >= kGemmMmaMinRows;
   if (rows <= kGemmSkinnyRows && !mma_rows) {
     const int64_t slots = p.group_offsets ? std::min<int64_t>(p.groups, p.m) : 1;

@@ -1,0 +1,301 @@
+// Decode GEMMs of the block formats as a weight stream through the tensor cores.
+//
+// Why: at decode every projection and the MoE experts see 1-8 rows per weight, so the GEMM is a stream of weight
+// bytes. The fp32 column-group kernel of gemm_cuda.cu moved them at ~0.85 TB/s (MXFP4 experts, V4.1 batch 1)
+// and 9.4 us per 2.5 MB FP8 projection: each warp issued one round of loads, waited for it, computed, and was done
+// (latency-bound), and its FMAs scale with the rows (4 rows cost 4x). Here:
+// - each warp owns 16 weight rows (the A operand of mma.sync m16n8k16) and a contiguous slice of K, and keeps
+//   kPrefetch steps of loads in flight in registers while it computes (a step: one 16-byte chunk of rows g and g + 8
+//   per lane, 1 KB a warp), so a long-lived warp streams instead of waiting once per block;
+// - the codes are placed into bf16 bit patterns (e4m3 / e2m1 are a sub-range of bf16's exponent and mantissa: the
+//   placement is the exact value times 2^-120 / 2^-126, subnormal codes included) and one bf16x2 multiply applies
+//   the UE8M0 scale and the 2^120 / 2^126 back exactly: ~2.5 instructions a weight, whatever the row count;
+// - the up to 8 activation rows are the B operand, staged once per block in shared memory as bf16 in the order
+//   the fragments need (one conflict-free 8-byte load per mma and lane).
+// K order inside an mma is free as long as A and B agree, so a lane's fragment pairs are the codes that share a
+// word's bit positions (e2m1 codes i and i + 4, e4m3 bytes 0 and 2 / 1 and 3).
+#include "deepinfer/ops/cuda/gemm_stream_mma.h"
+
+#include <cuda_bf16.h>
+
+#include <algorithm>
+
+#include "deepinfer/ops/cuda/cuda_check.h"
+#include "deepinfer/ops/cuda/device_math.cuh"
+
+namespace deepinfer::cuda {
+namespace {
+
+constexpr int kSmWarps = 8, kSmThreads = 32 * kSmWarps;
+constexpr int kPrefetch = 4;                // steps of loads in flight per warp
+constexpr int kTargetWarps = 2048;          // ~16 streaming warps per SM on 132 SMs
+constexpr int64_t kStageBytes = 48 * 1024;  // the activation stage: default dynamic shared-memory limit
+
+template <QuantFormat F>
+constexpr int kChunkK = F == QuantFormat::kMXFP4 ? 32 : 16;  // k values per 16-byte chunk
+template <QuantFormat F>
+constexpr int kMmas = kChunkK<F> / 4;  // mmas per chunk pair (rows g, g + 8): 4 k of each row per lane and mma
+
+// Codes i and i + 4 of an e2m1 word (code c in bits 4c..4c+3) as bf16x2, each 2^-126 times its value: e1 e0 m go to
+// bf16 bits 6..8 (exponent 0..3 with bias 127, the mantissa's top bit), the sign to bit 15.
+__device__ __forceinline__ uint32_t fp4_pair(uint32_t x, int i) {
+  const uint32_t mag = (i < 2 ? x << (6 - 4 * i) : x >> (4 * i - 6)) & 0x01C001C0u;
+  return mag | ((x << (12 - 4 * i)) & 0x80008000u);
+}
+// Bytes h and h + 2 of an e4m3 word as bf16x2, each 2^-120 times its value: e3..e0 m2..m0 go to bits 4..10.
+__device__ __forceinline__ uint32_t fp8_pair(uint32_t x, int h) {
+  const uint32_t y = h == 0 ? x << 4 : x >> 4;
+  return (y & 0x07F007F0u) | ((h == 0 ? x << 8 : x) & 0x80008000u);
+}
+__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
+  __nv_bfloat162 r =
+      __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&a), *reinterpret_cast<const __nv_bfloat162*>(&b));
+  return *reinterpret_cast<const uint32_t*>(&r);
+}
+__device__ __forceinline__ uint32_t bf16x2_splat_pow2(int e) {  // 2^e in both halves, -126 <= e <= 127
+  const uint32_t h = static_cast<uint32_t>(e + 127) << 7;
+  return h | (h << 16);
+}
+// The placed codes times the UE8M0 scale 2^(e - 127): one multiply by 2^(e - 127 + bias) while that fits bf16's
+// normal range (e <= 128 for e2m1, 134 for e4m3: any realistic weight scale), else two (exact either way).
+template <int kBias>
+struct ScaleMul {
+  uint32_t m = 0;
+  bool two = false;
+  __device__ __forceinline__ void set(uint32_t e) {
+    two = static_cast<int>(e) - 127 + kBias > 127;
+    m = bf16x2_splat_pow2(two ? static_cast<int>(e) - 127 : static_cast<int>(e) - 127 + kBias);
+  }
+  __device__ __forceinline__ uint32_t apply(uint32_t w) const {
+    if (two) w = bf16x2_mul(w, bf16x2_splat_pow2(kBias));
+    return bf16x2_mul(w, m);
+  }
+};
+
+__device__ __forceinline__ uint4 ld_stream(const uint4* p) {  // read once: no L1 allocation
+  uint4 r;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "l"(p));
+  return r;
+}
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+// Physical k offsets (within a chunk) of mma `mi`'s two fragment pairs: pair P = (ka, ka + d), Q = (ka + 1, ka + 1 +
+// d).
+template <QuantFormat F>
+__device__ __forceinline__ int pair_k(int mi) {
+  return F == QuantFormat::kMXFP4 ? 8 * (mi >> 1) + 2 * (mi & 1) : 4 * mi;
+}
+template <QuantFormat F>
+constexpr int kPairGap = F == QuantFormat::kMXFP4 ? 4 : 2;
+
+// Offset of chunk c's scale byte (16 bytes of codes lie inside one scale block: blocks are >= 16 wide) from its
+// weight row's first scale byte.
+template <QuantFormat F>
+__device__ __forceinline__ int scale_offset(int c, int lbk) {
+  if constexpr (F == QuantFormat::kMXFP4) return c;
+  if constexpr (F == QuantFormat::kFP8Row32) return c >> 1;
+  return (c * 16) >> lbk;
+}
+// Weight row n's first scale byte.
+template <QuantFormat F>
+__device__ __forceinline__ const uint8_t* scale_row(const GemmKernelParams& p, const uint8_t* s, int64_t n, int lbn) {
+  if constexpr (F == QuantFormat::kMXFP4) return s + n * (p.k / 32);
+  if constexpr (F == QuantFormat::kFP8Row32) return s + n * p.scale_cols;
+  return s + (n >> lbn) * p.scale_cols;
+}
+
+struct StepData {
+  uint4 qa, qb;     // 16 code bytes of rows g and g + 8
+  uint32_t ea, eb;  // their scale bytes
+};
+
+// Grid: x = n-tile blocks (kNw tiles of 16 weight rows), y = group slots. Block: kSmWarps warps = nw n-tiles x kw
+// K slices (kw = kSmWarps / nw, a runtime value); the kw partial sums of a tile add in warp order (deterministic).
+// Dynamic shared memory: the pass's R activation rows as bf16 fragments, [step][mma][row][lane % 4] x 8 bytes.
+template <QuantFormat F, int R>
+__global__ void __launch_bounds__(kSmThreads, 3) gemm_stream_mma_kernel(GemmKernelParams p, int kw, int lbn, int lbk) {
+  extern __shared__ __align__(16) uint2 xs[];
+  __shared__ float part[kSmWarps][4][32];
+  __shared__ int64_t a_row[R], c_row[R];
+  constexpr int kMi = kMmas<F>;
+  int grp = 0;
+  int64_t begin = 0, end = p.m;
+  if (p.group_offsets) {
+    if (static_cast<int>(blockIdx.y) >= p.active_groups[p.groups]) return;
+    grp = p.active_groups[blockIdx.y];
+    begin = p.group_offsets[grp];
+    end = p.group_offsets[grp + 1];
+  }
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+  const int nw = kSmWarps / kw, wn = warp / kw, wk = warp % kw;
+  const int64_t n0 = (static_cast<int64_t>(blockIdx.x) * nw + wn) * 16;
+  const uint8_t* b = static_cast<const uint8_t*>(p.b_table ? p.b_table[grp] : p.b);
+  const uint8_t* s = static_cast<const uint8_t*>(p.b_scale_table ? p.b_scale_table[grp] : p.b_scale);
+  const int chunks = static_cast<int>(p.k / kChunkK<F>), steps = (chunks + 3) / 4;
+  const int s_begin = steps * wk / kw, s_end = steps * (wk + 1) / kw;
+  const int64_t na = n0 + g, nb = n0 + g + 8;
+  const bool va = na < p.n, vb = nb < p.n;
+  // Rows past N read row 0 (in bounds) and contribute nothing: their outputs are never written.
+  const uint4* ra = reinterpret_cast<const uint4*>(b + (va ? na : 0) * chunks * 16) + t;
+  const uint4* rb = reinterpret_cast<const uint4*>(b + (vb ? nb : 0) * chunks * 16) + t;
+  const uint8_t* sa_row = scale_row<F>(p, s, va ? na : 0, lbn);
+  const uint8_t* sb_row = scale_row<F>(p, s, vb ? nb : 0, lbn);
+
+  auto load = [&](int st, StepData& d) {
+    const int c = 4 * st + t;
+    const bool ok = st < s_end && c < chunks;
+    d.qa = ok ? ld_stream(ra + 4 * st) : make_uint4(0, 0, 0, 0);
+    d.qb = ok ? ld_stream(rb + 4 * st) : make_uint4(0, 0, 0, 0);
+    d.ea = ok ? sa_row[scale_offset<F>(c, lbk)] : 127u;
+    d.eb = ok ? sb_row[scale_offset<F>(c, lbk)] : 127u;
+  };
+
+  for (int64_t r0 = begin; r0 < end; r0 += R) {
+    // The first steps' weight loads go out before the activation stage is built, so they are in flight meanwhile.
+    StepData buf[kPrefetch];
+#pragma unroll
+    for (int u = 0; u < kPrefetch; ++u) load(s_begin + u, buf[u]);
+    if (tid < R) {
+      const int64_t i = r0 + tid;
+      a_row[tid] = i < end ? (p.a_rows ? p.a_rows[i] / p.a_row_div : i) : -1;
+      c_row[tid] = i < end ? (p.c_rows ? p.c_rows[i] : i) : -1;
+    }
+    __syncthreads();
+    const int entries = steps * kMi * R * 4;
+    for (int e = tid; e < entries; e += kSmThreads) {
+      const int et = e & 3, r = (e >> 2) % R, rest = (e >> 2) / R, mi = rest % kMi, c = 4 * (rest / kMi) + et;
+      uint2 v = make_uint2(0, 0);
+      if (a_row[r] >= 0 && c < chunks) {
+        const float* x = p.a + a_row[r] * p.lda + static_cast<int64_t>(c) * kChunkK<F> + pair_k<F>(mi);
+        constexpr int d = kPairGap<F>;
+        v = make_uint2(pack_bf16x2(x[0], x[d]), pack_bf16x2(x[1], x[1 + d]));
+      }
+      xs[e] = v;
+    }
+    __syncthreads();
+
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int st0 = s_begin; st0 < s_end; st0 += kPrefetch) {
+#pragma unroll
+      for (int u = 0; u < kPrefetch; ++u) {
+        const int st = st0 + u;
+        if (st < s_end) {
+          StepData& d = buf[u];
+          ScaleMul<F == QuantFormat::kMXFP4 ? 126 : 120> sa, sb;
+          sa.set(d.ea);
+          sb.set(d.eb);
+          const uint32_t wa[4] = {d.qa.x, d.qa.y, d.qa.z, d.qa.w}, wb[4] = {d.qb.x, d.qb.y, d.qb.z, d.qb.w};
+          const uint2* xrow = xs + st * (kMi * R * 4) + lane;
+#pragma unroll
+          for (int mi = 0; mi < kMi; ++mi) {
+            uint32_t a[4];
+            if constexpr (F == QuantFormat::kMXFP4) {
+              const int j = mi >> 1, i = 2 * (mi & 1);
+              a[0] = sa.apply(fp4_pair(wa[j], i));
+              a[1] = sb.apply(fp4_pair(wb[j], i));
+              a[2] = sa.apply(fp4_pair(wa[j], i + 1));
+              a[3] = sb.apply(fp4_pair(wb[j], i + 1));
+            } else {
+              a[0] = sa.apply(fp8_pair(wa[mi], 0));
+              a[1] = sb.apply(fp8_pair(wb[mi], 0));
+              a[2] = sa.apply(fp8_pair(wa[mi], 1));
+              a[3] = sb.apply(fp8_pair(wb[mi], 1));
+            }
+            const uint2 bx = g < R ? xrow[mi * R * 4] : make_uint2(0, 0);
+            mma_bf16(acc, a, bx.x, bx.y);
+          }
+          load(st + kPrefetch, d);  // after the math: the registers are free again, kPrefetch - 1 steps still in flight
+        }
+      }
+    }
+    // acc: rows g (acc 0, 1) and g + 8 (acc 2, 3) of this tile, activation rows 2t and 2t + 1.
+#pragma unroll
+    for (int i = 0; i < 4; ++i) part[warp][i][lane] = acc[i];
+    __syncthreads();
+    if (wk == 0) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        float sum = part[warp][i][lane];
+        for (int w = 1; w < kw; ++w) sum += part[warp + w][i][lane];
+        const int r = 2 * t + (i & 1);
+        const int64_t n = n0 + g + (i >= 2 ? 8 : 0);
+        if (r < R && c_row[r] >= 0 && n < p.n) p.c[c_row[r] * p.ldc + n] = sum;
+      }
+    }
+    __syncthreads();
+  }
+}
+
+int log2_exact(int v) { return (v > 0 && (v & (v - 1)) == 0) ? __builtin_ctz(static_cast<unsigned>(v)) : -1; }
+
+template <QuantFormat F, int R>
+void launch(const GemmKernelParams& p, int64_t slots, int lbn, int lbk, cudaStream_t stream) {
+  const int64_t chunks = p.k / kChunkK<F>, steps = ceil_div(chunks, 4), tiles = ceil_div(p.n, 16);
+  int kw = 1;  // K slices per tile: enough warps to stream, at least two steps each
+  while (kw < kSmWarps && tiles * slots * kw < kTargetWarps && steps >= 4 * kw) kw *= 2;
+  const int nw = kSmWarps / kw;
+  const size_t smem = static_cast<size_t>(steps * kMmas<F> * R * 4) * sizeof(uint2);
+  const dim3 grid(static_cast<unsigned>(ceil_div(tiles, nw)), static_cast<unsigned>(slots));
+  gemm_stream_mma_kernel<F, R><<<grid, kSmThreads, smem, stream>>>(p, kw, lbn, lbk);
+  DI_CUDA_CHECK_LAUNCH();
+}
+
+template <QuantFormat F>
+bool dispatch(const GemmKernelParams& p, int64_t rows, int lbn, int lbk, cudaStream_t stream) {
+  const int64_t kpad = ceil_div(p.k / kChunkK<F>, 4) * 4 * kChunkK<F>;
+  int r = 8;
+  while (r > 1 && r / 2 >= rows) r /= 2;               // the smallest of 1, 2, 4, 8 covering rows
+  while (r > 1 && 2 * kpad * r > kStageBytes) r /= 2;  // more rows than fit: passes
+  if (2 * kpad * r > kStageBytes) return false;
+  const int64_t slots = p.group_offsets ? std::max<int64_t>(std::min<int64_t>(p.groups, p.m), 1) : 1;
+  switch (r) {
+    case 1:
+      launch<F, 1>(p, slots, lbn, lbk, stream);
+      break;
+    case 2:
+      launch<F, 2>(p, slots, lbn, lbk, stream);
+      break;
+    case 4:
+      launch<F, 4>(p, slots, lbn, lbk, stream);
+      break;
+    default:
+      launch<F, 8>(p, slots, lbn, lbk, stream);
+      break;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool run_gemm_stream_mma(const GemmKernelParams& p, int64_t rows, cudaStream_t stream) {
+  if (p.batch_invariant || !p.scale_e8m0 || p.m == 0 || p.n == 0) return false;
+  if (p.group_offsets && !p.active_groups) return false;
+  const auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
+  if (p.b_table ? !p.tables_aligned16 : !aligned(p.b)) return false;
+  switch (p.format) {
+    case QuantFormat::kMXFP4:
+      return p.k % 32 == 0 && dispatch<QuantFormat::kMXFP4>(p, rows, 0, 0, stream);
+    case QuantFormat::kFP8Row32:
+      return p.k % 16 == 0 && dispatch<QuantFormat::kFP8Row32>(p, rows, 0, 0, stream);
+    case QuantFormat::kFP8Block: {
+      const int lbn = log2_exact(p.block_n), lbk = log2_exact(p.block_k);
+      if (p.k % 16 != 0 || lbn < 0 || lbk < 4) return false;
+      return dispatch<QuantFormat::kFP8Block>(p, rows, lbn, lbk, stream);
+    }
+    default:
+      return false;
+  }
+}
+
+}  // namespace deepinfer::cuda
