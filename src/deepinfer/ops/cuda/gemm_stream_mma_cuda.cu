@@ -4,13 +4,14 @@
 // bytes. The fp32 column-group kernel of gemm_cuda.cu moved them at ~0.85 TB/s (MXFP4 experts, V4.1 batch 1)
 // and 9.4 us per 2.5 MB FP8 projection: each warp issued one round of loads, waited for it, computed, and was done
 // (latency-bound), and its FMAs scale with the rows (4 rows cost 4x). Here:
-// - each warp owns 16 weight rows (the A operand of mma.sync m16n8k16) and a contiguous slice of K, and keeps
-//   kPrefetch steps of loads in flight in registers while it computes (a step: one 16-byte chunk of rows g and g + 8
-//   per lane, 1 KB a warp), so a long-lived warp streams instead of waiting once per block;
+// - each warp owns 8 weight rows (the B operand of mma.sync m16n8k16: 8-row tiles give small N twice the warps
+//   of 16-row ones) and a contiguous slice of K, and keeps kPrefetch steps of loads in flight in registers while it
+//   computes (a step: one 16-byte chunk of row g per lane, 512 bytes a warp), so a long-lived warp streams instead
+//   of waiting once per block;
 // - the codes are placed into bf16 bit patterns (e4m3 / e2m1 are a sub-range of bf16's exponent and mantissa: the
 //   placement is the exact value times 2^-120 / 2^-126, subnormal codes included) and one bf16x2 multiply applies
 //   the UE8M0 scale and the 2^120 / 2^126 back exactly: ~2.5 instructions a weight, whatever the row count;
-// - the up to 8 activation rows are the B operand, staged once per block in shared memory as bf16 in the order
+// - the up to 8 activation rows are the A operand, staged once per block in shared memory as bf16 in the order
 //   the fragments need (one conflict-free 8-byte load per mma and lane).
 // K order inside an mma is free as long as A and B agree, so a lane's fragment pairs are the codes that share a
 // word's bit positions (e2m1 codes i and i + 4, e4m3 bytes 0 and 2 / 1 and 3).
@@ -27,14 +28,14 @@ namespace deepinfer::cuda {
 namespace {
 
 constexpr int kSmWarps = 8, kSmThreads = 32 * kSmWarps;
-constexpr int kPrefetch = 4;                // steps of loads in flight per warp
+constexpr int kPrefetch = 8;                // steps of loads in flight per warp
 constexpr int kTargetWarps = 2048;          // ~16 streaming warps per SM on 132 SMs
 constexpr int64_t kStageBytes = 48 * 1024;  // the activation stage: default dynamic shared-memory limit
 
 template <QuantFormat F>
 constexpr int kChunkK = F == QuantFormat::kMXFP4 ? 32 : 16;  // k values per 16-byte chunk
 template <QuantFormat F>
-constexpr int kMmas = kChunkK<F> / 4;  // mmas per chunk pair (rows g, g + 8): 4 k of each row per lane and mma
+constexpr int kMmas = kChunkK<F> / 4;  // mmas per chunk: 4 k of weight row g per lane and mma
 
 // Codes i and i + 4 of an e2m1 word (code c in bits 4c..4c+3) as bf16x2, each 2^-126 times its value: e1 e0 m go to
 // bf16 bits 6..8 (exponent 0..3 with bias 127, the mantissa's top bit), the sign to bit 15.
@@ -116,17 +117,18 @@ __device__ __forceinline__ const uint8_t* scale_row(const GemmKernelParams& p, c
 }
 
 struct StepData {
-  uint4 qa, qb;     // 16 code bytes of rows g and g + 8
-  uint32_t ea, eb;  // their scale bytes
+  uint4 q;     // 16 code bytes of weight row g
+  uint32_t e;  // their scale byte
 };
 
-// Grid: x = n-tile blocks (kNw tiles of 16 weight rows), y = group slots. Block: kSmWarps warps = nw n-tiles x kw
+// Grid: x = n-tile blocks (nw tiles of 8 weight rows), y = group slots. Block: kSmWarps warps = nw n-tiles x kw
 // K slices (kw = kSmWarps / nw, a runtime value); the kw partial sums of a tile add in warp order (deterministic).
 // Dynamic shared memory: the pass's R activation rows as bf16 fragments, [step][mma][row][lane % 4] x 8 bytes.
 template <QuantFormat F, int R>
-__global__ void __launch_bounds__(kSmThreads, 3) gemm_stream_mma_kernel(GemmKernelParams p, int kw, int lbn, int lbk) {
+__global__ void __launch_bounds__(kSmThreads, 2)
+    gemm_stream_mma_kernel(GemmKernelParams p, int kw, int lbn, int lbk, bool a_vec) {
   extern __shared__ __align__(16) uint2 xs[];
-  __shared__ float part[kSmWarps][4][32];
+  __shared__ float part[kSmWarps][2][32];
   __shared__ int64_t a_row[R], c_row[R];
   constexpr int kMi = kMmas<F>;
   int grp = 0;
@@ -139,26 +141,22 @@ __global__ void __launch_bounds__(kSmThreads, 3) gemm_stream_mma_kernel(GemmKern
   }
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
   const int nw = kSmWarps / kw, wn = warp / kw, wk = warp % kw;
-  const int64_t n0 = (static_cast<int64_t>(blockIdx.x) * nw + wn) * 16;
+  const int64_t n0 = (static_cast<int64_t>(blockIdx.x) * nw + wn) * 8;
   const uint8_t* b = static_cast<const uint8_t*>(p.b_table ? p.b_table[grp] : p.b);
   const uint8_t* s = static_cast<const uint8_t*>(p.b_scale_table ? p.b_scale_table[grp] : p.b_scale);
   const int chunks = static_cast<int>(p.k / kChunkK<F>), steps = (chunks + 3) / 4;
   const int s_begin = steps * wk / kw, s_end = steps * (wk + 1) / kw;
-  const int64_t na = n0 + g, nb = n0 + g + 8;
-  const bool va = na < p.n, vb = nb < p.n;
+  const int64_t n = n0 + g;
+  const bool vn = n < p.n;
   // Rows past N read row 0 (in bounds) and contribute nothing: their outputs are never written.
-  const uint4* ra = reinterpret_cast<const uint4*>(b + (va ? na : 0) * chunks * 16) + t;
-  const uint4* rb = reinterpret_cast<const uint4*>(b + (vb ? nb : 0) * chunks * 16) + t;
-  const uint8_t* sa_row = scale_row<F>(p, s, va ? na : 0, lbn);
-  const uint8_t* sb_row = scale_row<F>(p, s, vb ? nb : 0, lbn);
+  const uint4* wrow = reinterpret_cast<const uint4*>(b + (vn ? n : 0) * chunks * 16) + t;
+  const uint8_t* srow = scale_row<F>(p, s, vn ? n : 0, lbn);
 
   auto load = [&](int st, StepData& d) {
     const int c = 4 * st + t;
     const bool ok = st < s_end && c < chunks;
-    d.qa = ok ? ld_stream(ra + 4 * st) : make_uint4(0, 0, 0, 0);
-    d.qb = ok ? ld_stream(rb + 4 * st) : make_uint4(0, 0, 0, 0);
-    d.ea = ok ? sa_row[scale_offset<F>(c, lbk)] : 127u;
-    d.eb = ok ? sb_row[scale_offset<F>(c, lbk)] : 127u;
+    d.q = ok ? ld_stream(wrow + 4 * st) : make_uint4(0, 0, 0, 0);
+    d.e = ok ? srow[scale_offset<F>(c, lbk)] : 127u;
   };
 
   for (int64_t r0 = begin; r0 < end; r0 += R) {
@@ -172,19 +170,42 @@ __global__ void __launch_bounds__(kSmThreads, 3) gemm_stream_mma_kernel(GemmKern
       c_row[tid] = i < end ? (p.c_rows ? p.c_rows[i] : i) : -1;
     }
     __syncthreads();
-    const int entries = steps * kMi * R * 4;
-    for (int e = tid; e < entries; e += kSmThreads) {
-      const int et = e & 3, r = (e >> 2) % R, rest = (e >> 2) / R, mi = rest % kMi, c = 4 * (rest / kMi) + et;
-      uint2 v = make_uint2(0, 0);
+    // A thread per (row, chunk): the chunk's activations in one round of loads (16-byte ones when the rows are
+    // aligned), then its kMi fragment entries. (Per-entry scalar loads made this a chain of dependent rounds.)
+    constexpr int d = kPairGap<F>, kC = kChunkK<F>;
+    for (int q = tid; q < R * steps * 4; q += kSmThreads) {
+      const int r = q % R, c = q / R;
+      float v[kC];
       if (a_row[r] >= 0 && c < chunks) {
-        const float* x = p.a + a_row[r] * p.lda + static_cast<int64_t>(c) * kChunkK<F> + pair_k<F>(mi);
-        constexpr int d = kPairGap<F>;
-        v = make_uint2(pack_bf16x2(x[0], x[d]), pack_bf16x2(x[1], x[1 + d]));
+        const float* x = p.a + a_row[r] * p.lda + static_cast<int64_t>(c) * kC;
+        if (a_vec) {
+#pragma unroll
+          for (int i = 0; i < kC / 4; ++i) {
+            const float4 f = __ldg(reinterpret_cast<const float4*>(x) + i);
+            v[4 * i] = f.x;
+            v[4 * i + 1] = f.y;
+            v[4 * i + 2] = f.z;
+            v[4 * i + 3] = f.w;
+          }
+        } else {
+#pragma unroll
+          for (int i = 0; i < kC; ++i) v[i] = __ldg(x + i);
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < kC; ++i) v[i] = 0.0f;
       }
-      xs[e] = v;
+      uint2* dst = xs + ((c >> 2) * kMi * R + r) * 4 + (c & 3);
+#pragma unroll
+      for (int mi = 0; mi < kMi; ++mi) {
+        const int k0 = pair_k<F>(mi);
+        dst[mi * R * 4] = make_uint2(pack_bf16x2(v[k0], v[k0 + d]), pack_bf16x2(v[k0 + 1], v[k0 + 1 + d]));
+      }
     }
     __syncthreads();
 
+    // The activations are the A operand (rows = activation rows; rows 8..15 unused), the weights the B operand
+    // (columns = the tile's 8 weight rows): a warp tile of 8 weight rows gives small N twice the warps of 16.
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int st0 = s_begin; st0 < s_end; st0 += kPrefetch) {
 #pragma unroll
@@ -192,45 +213,40 @@ __global__ void __launch_bounds__(kSmThreads, 3) gemm_stream_mma_kernel(GemmKern
         const int st = st0 + u;
         if (st < s_end) {
           StepData& d = buf[u];
-          ScaleMul<F == QuantFormat::kMXFP4 ? 126 : 120> sa, sb;
-          sa.set(d.ea);
-          sb.set(d.eb);
-          const uint32_t wa[4] = {d.qa.x, d.qa.y, d.qa.z, d.qa.w}, wb[4] = {d.qb.x, d.qb.y, d.qb.z, d.qb.w};
+          ScaleMul<F == QuantFormat::kMXFP4 ? 126 : 120> sc;
+          sc.set(d.e);
+          const uint32_t w[4] = {d.q.x, d.q.y, d.q.z, d.q.w};
           const uint2* xrow = xs + st * (kMi * R * 4) + lane;
 #pragma unroll
           for (int mi = 0; mi < kMi; ++mi) {
-            uint32_t a[4];
+            uint32_t wp, wq;
             if constexpr (F == QuantFormat::kMXFP4) {
               const int j = mi >> 1, i = 2 * (mi & 1);
-              a[0] = sa.apply(fp4_pair(wa[j], i));
-              a[1] = sb.apply(fp4_pair(wb[j], i));
-              a[2] = sa.apply(fp4_pair(wa[j], i + 1));
-              a[3] = sb.apply(fp4_pair(wb[j], i + 1));
+              wp = sc.apply(fp4_pair(w[j], i));
+              wq = sc.apply(fp4_pair(w[j], i + 1));
             } else {
-              a[0] = sa.apply(fp8_pair(wa[mi], 0));
-              a[1] = sb.apply(fp8_pair(wb[mi], 0));
-              a[2] = sa.apply(fp8_pair(wa[mi], 1));
-              a[3] = sb.apply(fp8_pair(wb[mi], 1));
+              wp = sc.apply(fp8_pair(w[mi], 0));
+              wq = sc.apply(fp8_pair(w[mi], 1));
             }
-            const uint2 bx = g < R ? xrow[mi * R * 4] : make_uint2(0, 0);
-            mma_bf16(acc, a, bx.x, bx.y);
+            const uint2 x = g < R ? xrow[mi * R * 4] : make_uint2(0, 0);
+            const uint32_t a[4] = {x.x, 0u, x.y, 0u};
+            mma_bf16(acc, a, wp, wq);
           }
           load(st + kPrefetch, d);  // after the math: the registers are free again, kPrefetch - 1 steps still in flight
         }
       }
     }
-    // acc: rows g (acc 0, 1) and g + 8 (acc 2, 3) of this tile, activation rows 2t and 2t + 1.
-#pragma unroll
-    for (int i = 0; i < 4; ++i) part[warp][i][lane] = acc[i];
+    // acc 0 / 1: activation row g, weight rows n0 + 2t / n0 + 2t + 1 (acc 2 / 3: rows 8..15, empty).
+    part[warp][0][lane] = acc[0];
+    part[warp][1][lane] = acc[1];
     __syncthreads();
     if (wk == 0) {
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
+      for (int i = 0; i < 2; ++i) {
         float sum = part[warp][i][lane];
         for (int w = 1; w < kw; ++w) sum += part[warp + w][i][lane];
-        const int r = 2 * t + (i & 1);
-        const int64_t n = n0 + g + (i >= 2 ? 8 : 0);
-        if (r < R && c_row[r] >= 0 && n < p.n) p.c[c_row[r] * p.ldc + n] = sum;
+        const int64_t col = n0 + 2 * t + i;
+        if (g < R && c_row[g] >= 0 && col < p.n) p.c[c_row[g] * p.ldc + col] = sum;
       }
     }
     __syncthreads();
@@ -241,13 +257,14 @@ int log2_exact(int v) { return (v > 0 && (v & (v - 1)) == 0) ? __builtin_ctz(sta
 
 template <QuantFormat F, int R>
 void launch(const GemmKernelParams& p, int64_t slots, int lbn, int lbk, cudaStream_t stream) {
-  const int64_t chunks = p.k / kChunkK<F>, steps = ceil_div(chunks, 4), tiles = ceil_div(p.n, 16);
+  const int64_t chunks = p.k / kChunkK<F>, steps = ceil_div(chunks, 4), tiles = ceil_div(p.n, 8);
   int kw = 1;  // K slices per tile: enough warps to stream, at least two steps each
   while (kw < kSmWarps && tiles * slots * kw < kTargetWarps && steps >= 4 * kw) kw *= 2;
   const int nw = kSmWarps / kw;
   const size_t smem = static_cast<size_t>(steps * kMmas<F> * R * 4) * sizeof(uint2);
   const dim3 grid(static_cast<unsigned>(ceil_div(tiles, nw)), static_cast<unsigned>(slots));
-  gemm_stream_mma_kernel<F, R><<<grid, kSmThreads, smem, stream>>>(p, kw, lbn, lbk);
+  const bool a_vec = p.lda % 4 == 0 && reinterpret_cast<uintptr_t>(p.a) % 16 == 0;
+  gemm_stream_mma_kernel<F, R><<<grid, kSmThreads, smem, stream>>>(p, kw, lbn, lbk, a_vec);
   DI_CUDA_CHECK_LAUNCH();
 }
 
