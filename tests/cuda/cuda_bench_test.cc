@@ -324,8 +324,20 @@ TEST_F(CudaBench, DISABLED_DecodeGemmTimings) {
   struct Mode {
     const char* name;
     const char* rows;
+    const char* w16;  // nullptr: the kernel's choice by tile count
   };
-  const Mode modes[] = {{"stream-mma<=8", "8"}, {"stream-mma<=4", "4"}, {"fp32 stream", "0"}};
+  const Mode modes[] = {{"stream-mma<=8", "8", nullptr},
+                        {"stream-mma<=4", "4", nullptr},
+                        {"stream-mma<=8 8-row tiles", "8", "0"},
+                        {"stream-mma<=8 16-row tiles", "8", "1"},
+                        {"fp32 stream", "0", nullptr}};
+  const auto set_mode = [](const Mode& md) {
+    setenv("DEEPINFER_AB_STREAM_MMA_ROWS", md.rows, 1);
+    if (md.w16)
+      setenv("DEEPINFER_AB_STREAM_MMA_W16", md.w16, 1);
+    else
+      unsetenv("DEEPINFER_AB_STREAM_MMA_W16");
+  };
   struct Proj {
     const char* name;
     int64_t n, k;
@@ -342,7 +354,7 @@ TEST_F(CudaBench, DISABLED_DecodeGemmTimings) {
     for (int64_t m : {1, 2, 4, 8}) {
       DeviceTensor x = filled(DType::kF32, {m, pr.k}), y(gpu(), DType::kF32, {m, pr.n});
       for (const Mode& md : modes) {
-        setenv("DEEPINFER_AB_STREAM_MMA_ROWS", md.rows, 1);
+        set_mode(md);
         int c = 0;
         const double ms = time_ms([&] {
           gpu().linear_quant({x, {w[c], s[c], QuantFormat::kFP8Block, 128, 128}, y});
@@ -399,7 +411,7 @@ TEST_F(CudaBench, DISABLED_DecodeGemmTimings) {
       DeviceTensor x = filled(DType::kF32, {t, d}), wts = filled(DType::kF32, {t, k}), y(gpu(), DType::kF32, {t, d});
       const double bytes = touched * 3.0 * inter * d * (0.5 + 1.0 / 32) + 3.0 * inter * d;
       for (const Mode& md : modes) {
-        setenv("DEEPINFER_AB_STREAM_MMA_ROWS", md.rows, 1);
+        set_mode(md);
         int sel = 0;
         const double ms = time_ms(
             [&] {
@@ -413,6 +425,7 @@ TEST_F(CudaBench, DISABLED_DecodeGemmTimings) {
     }
   }
   unsetenv("DEEPINFER_AB_STREAM_MMA_ROWS");
+  unsetenv("DEEPINFER_AB_STREAM_MMA_W16");
 }
 
 // The small latency-bound selection kernels at decode shapes (issue #7): one row per call, so the figure is the

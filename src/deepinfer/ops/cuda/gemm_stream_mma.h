@@ -8,7 +8,7 @@
 namespace deepinfer::cuda {
 
 // C = A · dequant(B)ᵀ for `rows` rows per group (1..8 in one pass; more rows loop over the weights again) through
-// mma.sync with 8 weight rows as the B operand and up to 8 activation rows as the A operand. Weights stream
+// mma.sync with tiles of 8 or 16 weight rows as one operand and up to 8 activation rows as the other. Weights stream
 // from HBM once, decoded in registers to bf16 with their UE8M0 scale applied exactly; A is rounded to bf16 (the
 // precision of the prefill tensor-core path), fp32 accumulation. Takes MXFP4, FP8 blocks with power-of-two block
 // shapes and FP8 per-32 rows, all with UE8M0 scales and 16-byte aligned weight rows. Returns false, enqueuing

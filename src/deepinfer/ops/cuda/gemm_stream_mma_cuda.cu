@@ -4,14 +4,13 @@
 // bytes. The fp32 column-group kernel of gemm_cuda.cu moved them at ~0.85 TB/s (MXFP4 experts, V4.1 batch 1)
 // and 9.4 us per 2.5 MB FP8 projection: each warp issued one round of loads, waited for it, computed, and was done
 // (latency-bound), and its FMAs scale with the rows (4 rows cost 4x). Here:
-// - each warp owns 8 weight rows (the B operand of mma.sync m16n8k16: 8-row tiles give small N twice the warps
-//   of 16-row ones) and a contiguous slice of K, and keeps kPrefetch steps of loads in flight in registers while it
-//   computes (a step: one 16-byte chunk of row g per lane, 512 bytes a warp), so a long-lived warp streams instead
-//   of waiting once per block;
+// - each warp owns a tile of 8 or 16 weight rows (an operand of mma.sync m16n8k16; see the kernel for when which)
+//   and a contiguous slice of K, and keeps 128 bytes a lane of weight loads in flight in registers while it
+//   computes, so a long-lived warp streams instead of waiting once per block;
 // - the codes are placed into bf16 bit patterns (e4m3 / e2m1 are a sub-range of bf16's exponent and mantissa: the
 //   placement is the exact value times 2^-120 / 2^-126, subnormal codes included) and one bf16x2 multiply applies
 //   the UE8M0 scale and the 2^120 / 2^126 back exactly: ~2.5 instructions a weight, whatever the row count;
-// - the up to 8 activation rows are the A operand, staged once per block in shared memory as bf16 in the order
+// - the up to 8 activation rows are the other operand, staged once per block in shared memory as bf16 in the order
 //   the fragments need (one conflict-free 8-byte load per mma and lane).
 // K order inside an mma is free as long as A and B agree, so a lane's fragment pairs are the codes that share a
 // word's bit positions (e2m1 codes i and i + 4, e4m3 bytes 0 and 2 / 1 and 3).
@@ -20,6 +19,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "deepinfer/ops/cuda/cuda_check.h"
 #include "deepinfer/ops/cuda/device_math.cuh"
@@ -28,7 +28,7 @@ namespace deepinfer::cuda {
 namespace {
 
 constexpr int kSmWarps = 8, kSmThreads = 32 * kSmWarps;
-constexpr int kPrefetch = 8;                // steps of loads in flight per warp
+constexpr int kPrefetchBytes = 128;         // weight bytes in flight per lane
 constexpr int kTargetWarps = 2048;          // ~16 streaming warps per SM on 132 SMs
 constexpr int64_t kStageBytes = 48 * 1024;  // the activation stage: default dynamic shared-memory limit
 
@@ -116,19 +116,26 @@ __device__ __forceinline__ const uint8_t* scale_row(const GemmKernelParams& p, c
   return s + (n >> lbn) * p.scale_cols;
 }
 
+// kRows weight rows per lane: 1 (8-row tiles) or 2 (rows g and g + 8 of 16-row tiles).
+template <int kRows>
 struct StepData {
-  uint4 q;     // 16 code bytes of weight row g
-  uint32_t e;  // their scale byte
+  uint4 q[kRows];     // 16 code bytes of each row
+  uint32_t e[kRows];  // their scale bytes
 };
 
-// Grid: x = n-tile blocks (nw tiles of 8 weight rows), y = group slots. Block: kSmWarps warps = nw n-tiles x kw
+// Two tile shapes. W16 = false: 8 weight rows per warp as the mma's B operand, the activation rows as A (rows 8..15
+// unused): twice the warps of 16-row tiles for small N. W16 = true: 16 weight rows as A, the activations as B: half
+// the mmas and activation fragment loads per weight, for calls with tiles enough to fill the device.
+// Grid: x = n-tile blocks (nw tiles), y = group slots. Block: kSmWarps warps = nw n-tiles x kw
 // K slices (kw = kSmWarps / nw, a runtime value); the kw partial sums of a tile add in warp order (deterministic).
 // Dynamic shared memory: the pass's R activation rows as bf16 fragments, [step][mma][row][lane % 4] x 8 bytes.
-template <QuantFormat F, int R>
+template <QuantFormat F, int R, bool W16>
 __global__ void __launch_bounds__(kSmThreads, 2)
     gemm_stream_mma_kernel(GemmKernelParams p, int kw, int lbn, int lbk, bool a_vec) {
+  constexpr int kRows = W16 ? 2 : 1, kOut = W16 ? 4 : 2;    // weight rows a lane loads; outputs a lane holds
+  constexpr int kPrefetch = kPrefetchBytes / (16 * kRows);  // steps in flight: the same bytes for both shapes
   extern __shared__ __align__(16) uint2 xs[];
-  __shared__ float part[kSmWarps][2][32];
+  __shared__ float part[kSmWarps][kOut][32];
   __shared__ int64_t a_row[R], c_row[R];
   constexpr int kMi = kMmas<F>;
   int grp = 0;
@@ -141,27 +148,34 @@ __global__ void __launch_bounds__(kSmThreads, 2)
   }
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
   const int nw = kSmWarps / kw, wn = warp / kw, wk = warp % kw;
-  const int64_t n0 = (static_cast<int64_t>(blockIdx.x) * nw + wn) * 8;
+  const int64_t n0 = (static_cast<int64_t>(blockIdx.x) * nw + wn) * 8 * kRows;
   const uint8_t* b = static_cast<const uint8_t*>(p.b_table ? p.b_table[grp] : p.b);
   const uint8_t* s = static_cast<const uint8_t*>(p.b_scale_table ? p.b_scale_table[grp] : p.b_scale);
   const int chunks = static_cast<int>(p.k / kChunkK<F>), steps = (chunks + 3) / 4;
   const int s_begin = steps * wk / kw, s_end = steps * (wk + 1) / kw;
-  const int64_t n = n0 + g;
-  const bool vn = n < p.n;
   // Rows past N read row 0 (in bounds) and contribute nothing: their outputs are never written.
-  const uint4* wrow = reinterpret_cast<const uint4*>(b + (vn ? n : 0) * chunks * 16) + t;
-  const uint8_t* srow = scale_row<F>(p, s, vn ? n : 0, lbn);
+  const uint4* wrow[kRows];
+  const uint8_t* srow[kRows];
+#pragma unroll
+  for (int h = 0; h < kRows; ++h) {
+    const int64_t n = n0 + g + 8 * h;
+    wrow[h] = reinterpret_cast<const uint4*>(b + (n < p.n ? n : 0) * chunks * 16) + t;
+    srow[h] = scale_row<F>(p, s, n < p.n ? n : 0, lbn);
+  }
 
-  auto load = [&](int st, StepData& d) {
+  auto load = [&](int st, StepData<kRows>& d) {
     const int c = 4 * st + t;
     const bool ok = st < s_end && c < chunks;
-    d.q = ok ? ld_stream(wrow + 4 * st) : make_uint4(0, 0, 0, 0);
-    d.e = ok ? srow[scale_offset<F>(c, lbk)] : 127u;
+#pragma unroll
+    for (int h = 0; h < kRows; ++h) {
+      d.q[h] = ok ? ld_stream(wrow[h] + 4 * st) : make_uint4(0, 0, 0, 0);
+      d.e[h] = ok ? srow[h][scale_offset<F>(c, lbk)] : 127u;
+    }
   };
 
   for (int64_t r0 = begin; r0 < end; r0 += R) {
     // The first steps' weight loads go out before the activation stage is built, so they are in flight meanwhile.
-    StepData buf[kPrefetch];
+    StepData<kRows> buf[kPrefetch];
 #pragma unroll
     for (int u = 0; u < kPrefetch; ++u) load(s_begin + u, buf[u]);
     if (tid < R) {
@@ -204,49 +218,61 @@ __global__ void __launch_bounds__(kSmThreads, 2)
     }
     __syncthreads();
 
-    // The activations are the A operand (rows = activation rows; rows 8..15 unused), the weights the B operand
-    // (columns = the tile's 8 weight rows): a warp tile of 8 weight rows gives small N twice the warps of 16.
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    // kAcc independent accumulators: one chain of dependent mmas per step was the critical path (ncu: ~8 cycles
+    // per issued instruction at ~10 warps an SM on a 6.5 MB projection).
+    constexpr int kAcc = 4;
+    float acc[kAcc][4] = {};
     for (int st0 = s_begin; st0 < s_end; st0 += kPrefetch) {
 #pragma unroll
       for (int u = 0; u < kPrefetch; ++u) {
         const int st = st0 + u;
         if (st < s_end) {
-          StepData& d = buf[u];
-          ScaleMul<F == QuantFormat::kMXFP4 ? 126 : 120> sc;
-          sc.set(d.e);
-          const uint32_t w[4] = {d.q.x, d.q.y, d.q.z, d.q.w};
+          StepData<kRows>& d = buf[u];
+          ScaleMul<F == QuantFormat::kMXFP4 ? 126 : 120> sc[kRows];
+#pragma unroll
+          for (int h = 0; h < kRows; ++h) sc[h].set(d.e[h]);
           const uint2* xrow = xs + st * (kMi * R * 4) + lane;
 #pragma unroll
           for (int mi = 0; mi < kMi; ++mi) {
-            uint32_t wp, wq;
-            if constexpr (F == QuantFormat::kMXFP4) {
-              const int j = mi >> 1, i = 2 * (mi & 1);
-              wp = sc.apply(fp4_pair(w[j], i));
-              wq = sc.apply(fp4_pair(w[j], i + 1));
-            } else {
-              wp = sc.apply(fp8_pair(w[mi], 0));
-              wq = sc.apply(fp8_pair(w[mi], 1));
+            uint32_t wp[kRows], wq[kRows];  // the P / Q fragment pairs of each row
+#pragma unroll
+            for (int h = 0; h < kRows; ++h) {
+              const uint32_t w[4] = {d.q[h].x, d.q[h].y, d.q[h].z, d.q[h].w};
+              if constexpr (F == QuantFormat::kMXFP4) {
+                const int j = mi >> 1, i = 2 * (mi & 1);
+                wp[h] = sc[h].apply(fp4_pair(w[j], i));
+                wq[h] = sc[h].apply(fp4_pair(w[j], i + 1));
+              } else {
+                wp[h] = sc[h].apply(fp8_pair(w[mi], 0));
+                wq[h] = sc[h].apply(fp8_pair(w[mi], 1));
+              }
             }
             const uint2 x = g < R ? xrow[mi * R * 4] : make_uint2(0, 0);
-            const uint32_t a[4] = {x.x, 0u, x.y, 0u};
-            mma_bf16(acc, a, wp, wq);
+            if constexpr (W16) {
+              const uint32_t a[4] = {wp[0], wp[kRows - 1], wq[0], wq[kRows - 1]};
+              mma_bf16(acc[mi % kAcc], a, x.x, x.y);
+            } else {
+              const uint32_t a[4] = {x.x, 0u, x.y, 0u};
+              mma_bf16(acc[mi % kAcc], a, wp[0], wq[0]);
+            }
           }
           load(st + kPrefetch, d);  // after the math: the registers are free again, kPrefetch - 1 steps still in flight
         }
       }
     }
-    // acc 0 / 1: activation row g, weight rows n0 + 2t / n0 + 2t + 1 (acc 2 / 3: rows 8..15, empty).
-    part[warp][0][lane] = acc[0];
-    part[warp][1][lane] = acc[1];
+    // W16: acc 0 / 1 weight row g, activation rows 2t / 2t + 1; acc 2 / 3 the same for weight row g + 8.
+    // Otherwise: acc 0 / 1 activation row g, weight rows 2t / 2t + 1 (acc 2 / 3: activation rows 8..15, empty).
+#pragma unroll
+    for (int i = 0; i < kOut; ++i) part[warp][i][lane] = (acc[0][i] + acc[1][i]) + (acc[2][i] + acc[3][i]);
     __syncthreads();
     if (wk == 0) {
 #pragma unroll
-      for (int i = 0; i < 2; ++i) {
+      for (int i = 0; i < kOut; ++i) {
         float sum = part[warp][i][lane];
         for (int w = 1; w < kw; ++w) sum += part[warp + w][i][lane];
-        const int64_t col = n0 + 2 * t + i;
-        if (g < R && c_row[g] >= 0 && col < p.n) p.c[c_row[g] * p.ldc + col] = sum;
+        const int r = W16 ? 2 * t + (i & 1) : g;
+        const int64_t col = W16 ? n0 + g + (i >= 2 ? 8 : 0) : n0 + 2 * t + i;
+        if (r < R && c_row[r] >= 0 && col < p.n) p.c[c_row[r] * p.ldc + col] = sum;
       }
     }
     __syncthreads();
@@ -255,17 +281,36 @@ __global__ void __launch_bounds__(kSmThreads, 2)
 
 int log2_exact(int v) { return (v > 0 && (v & (v - 1)) == 0) ? __builtin_ctz(static_cast<unsigned>(v)) : -1; }
 
-template <QuantFormat F, int R>
-void launch(const GemmKernelParams& p, int64_t slots, int lbn, int lbk, cudaStream_t stream) {
-  const int64_t chunks = p.k / kChunkK<F>, steps = ceil_div(chunks, 4), tiles = ceil_div(p.n, 8);
+// Temporary A/B switch: DEEPINFER_AB_STREAM_MMA_W16 = 0 / 1 forces the tile shape (unset: by tile count).
+int ab_w16() {
+  const char* v = std::getenv("DEEPINFER_AB_STREAM_MMA_W16");
+  return v ? std::atoi(v) : -1;
+}
+
+template <QuantFormat F, int R, bool W16>
+void launch_shape(const GemmKernelParams& p, int64_t slots, int lbn, int lbk, cudaStream_t stream) {
+  const int64_t chunks = p.k / kChunkK<F>, steps = ceil_div(chunks, 4), tiles = ceil_div(p.n, W16 ? 16 : 8);
   int kw = 1;  // K slices per tile: enough warps to stream, at least two steps each
   while (kw < kSmWarps && tiles * slots * kw < kTargetWarps && steps >= 4 * kw) kw *= 2;
   const int nw = kSmWarps / kw;
   const size_t smem = static_cast<size_t>(steps * kMmas<F> * R * 4) * sizeof(uint2);
   const dim3 grid(static_cast<unsigned>(ceil_div(tiles, nw)), static_cast<unsigned>(slots));
   const bool a_vec = p.lda % 4 == 0 && reinterpret_cast<uintptr_t>(p.a) % 16 == 0;
-  gemm_stream_mma_kernel<F, R><<<grid, kSmThreads, smem, stream>>>(p, kw, lbn, lbk, a_vec);
+  gemm_stream_mma_kernel<F, R, W16><<<grid, kSmThreads, smem, stream>>>(p, kw, lbn, lbk, a_vec);
   DI_CUDA_CHECK_LAUNCH();
+}
+
+// 16-row tiles once there are enough of them for ~8 warps an SM without splitting K.
+constexpr int64_t kW16MinTiles = 1024;
+
+template <QuantFormat F, int R>
+void launch(const GemmKernelParams& p, int64_t slots, int lbn, int lbk, cudaStream_t stream) {
+  const int force = ab_w16();
+  const bool w16 = force >= 0 ? force == 1 : ceil_div(p.n, 16) * slots >= kW16MinTiles;
+  if (w16)
+    launch_shape<F, R, true>(p, slots, lbn, lbk, stream);
+  else
+    launch_shape<F, R, false>(p, slots, lbn, lbk, stream);
 }
 
 template <QuantFormat F>
