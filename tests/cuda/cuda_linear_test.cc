@@ -158,14 +158,15 @@ TEST_F(CudaLinearTest, QuantLinearEveryFormatMatchesCpu) {
 }
 
 // The decode GEMMs (<= 4 rows). UE8M0 scales take the tensor-core streaming kernel (gemm_stream_mma_cuda.cu): K
-// split over 1-8 warps per 16-row tile (K = 512 with MXFP4 is 4 steps; 2048 / 4096 the decode shapes; 7168 at 3-4
-// rows does not fit its activation stage, so it makes two passes over the weights), N not a multiple of 16 (a
-// partial last tile) or large (20000: 1,250 tiles), every row count; FP8 128x128, 32x32 and per-32-column scales
-// and MXFP4 (e2m1 and e4m3 subnormal codes included). A is rounded to bf16 there and the weights are exact, so
-// against the rounded input only the summation order differs (1e-5). f32 scales take the fp32 column-group
-// kernel (exact products) against x itself.
+// split over 1-8 warps per tile (K = 512 with MXFP4 is 4 steps; 2048 / 4096 the decode shapes; 7168 at 3-4 rows
+// does not fit its activation stage, so it makes two passes over the weights), 8-row tiles with a partial last one
+// (N = 300, 300 / 8 leaves 4) and, at N = 20008, 16-row tiles (1,251 of them: the shape for calls with many
+// tiles; the last one half full), every row count; FP8 128x128, 32x32 and per-32-column scales and MXFP4 (e2m1
+// and e4m3 subnormal codes included). A is rounded to bf16 there and the weights are exact, so against the rounded
+// input only the summation order differs (1e-5). f32 scales take the fp32 column-group kernel (exact products)
+// against x itself.
 TEST_F(CudaLinearTest, QuantLinearStreamingShapesMatchCpu) {
-  for (auto [n, k] : {std::pair<int64_t, int64_t>{300, 512}, {264, 2048}, {136, 4096}, {72, 7168}, {20000, 1024}}) {
+  for (auto [n, k] : {std::pair<int64_t, int64_t>{300, 512}, {264, 2048}, {136, 4096}, {72, 7168}, {20008, 1024}}) {
     for (int64_t m : {1, 2, 3, 4}) {
       const HostTensor x = rand({m, k}), xq = bf16_rows(x);
       const std::string shape = " N=" + std::to_string(n) + " K=" + std::to_string(k) + " M=" + std::to_string(m);
