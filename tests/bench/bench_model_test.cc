@@ -57,6 +57,59 @@ TEST(BenchModel, PrefillCountsEveryQueryCausally) {
   EXPECT_DOUBLE_EQ(c.cache_bytes, 4.0 * 32 * (4 + 2));
 }
 
+// Fused projections: every part but the last starts on a block boundary (padding a part that ends mid-block).
+TEST(BenchModel, FuseRowsPadsAllButTheLastPart) {
+  const FusedRows f = fuse_rows({100, 50, 7}, 32);
+  EXPECT_EQ(f.offset, (std::vector<int64_t>{0, 128, 192}));
+  EXPECT_EQ(f.rows, 199);
+  EXPECT_EQ(f.pad, 28 + 14);
+  const FusedRows aligned = fuse_rows({1024, 512, 64}, 128);
+  EXPECT_EQ(aligned.offset, (std::vector<int64_t>{0, 1024, 1536}));
+  EXPECT_EQ(aligned.rows, 1600);
+  EXPECT_EQ(aligned.pad, 0);
+  EXPECT_THROW(fuse_rows({}, 32), Error);
+  EXPECT_THROW(fuse_rows({16, 0}, 32), Error);
+}
+
+// The real slices need no padding, so the fused weights move exactly the bytes of the separate ones (the byte
+// count the bench printed before the fusion): [wq_a; wkv; wproj] and [wq_b; wq_idx].
+TEST(BenchModel, FusedWeightsOfTheRealSlicesMoveTheSeparateBytes) {
+  for (const BenchModel& m : {v4_flash_slice(), v41_flash_slice(), tiny_slice()}) {
+    const int b = m.dense_block;
+    const int64_t d = m.hidden, hhd = m.heads * m.head_dim;
+    for (AttnKind kind : {AttnKind::kSwa, AttnKind::kIndexed}) {
+      const bool idx = kind == AttnKind::kIndexed;
+      const FusedRows in = fused_input_rows(m, kind), q = fused_q_rows(m, kind);
+      EXPECT_EQ(in.pad + q.pad, 0) << m.name;
+      const double separate_in = fp8_block_bytes(m.q_lora, d, b) + fp8_block_bytes(m.head_dim, d, b) +
+                                 (idx ? fp8_block_bytes(m.index_heads, d, b) : 0.0);
+      const double separate_q =
+          fp8_block_bytes(hhd, m.q_lora, b) + (idx ? fp8_block_bytes(m.index_heads * m.index_dim, m.q_lora, b) : 0.0);
+      EXPECT_DOUBLE_EQ(fp8_block_bytes(in.rows, d, b), separate_in) << m.name << " " << attn_kind_name(kind);
+      EXPECT_DOUBLE_EQ(fp8_block_bytes(q.rows, m.q_lora, b), separate_q) << m.name << " " << attn_kind_name(kind);
+    }
+  }
+}
+
+// A q latent that ends mid-block is padded in the fused weight, and the padding rows are counted as bytes read
+// (the FLOPs stay the model's).
+TEST(BenchModel, PaddedFusionCountsThePadding) {
+  BenchModel m = tiny_slice();
+  m.layers = {{AttnKind::kSwa, 0}};
+  const StepCost before = count_step(m, {false, 1, 1, 16});
+  BenchModel odd = m;
+  odd.q_lora = 40;  // pads to 64 rows before wkv: 24 padding rows over D = 64, and one more scale row block
+  const StepCost c = count_step(odd, {false, 1, 1, 16});
+  const double d = m.hidden, hhd = m.heads * m.head_dim;
+  // [wq_a; wkv] grows from 64 to 96 rows (8 real + 24 padding) and wq_b's K from 32 to 40 columns; the FLOPs
+  // grow by the 8 real q-latent rows only, 2·8·(D + hhd).
+  const double grown = (fp8_block_bytes(64 + 32, 64, 32) - fp8_block_bytes(32 + 32, 64, 32)) +
+                       (fp8_block_bytes(128, 40, 32) - fp8_block_bytes(128, 32, 32));
+  EXPECT_DOUBLE_EQ(c.weight_bytes - before.weight_bytes, grown);
+  EXPECT_DOUBLE_EQ(fp8_block_bytes(64 + 32, 64, 32) - fp8_block_bytes(40 + 32, 64, 32), 24 * 64);
+  EXPECT_DOUBLE_EQ(c.flops - before.flops, 2.0 * 8 * (d + hhd));
+}
+
 TEST(BenchModel, BadStepIsRejected) {
   EXPECT_THROW(count_step(tiny_slice(), {false, 0, 1, 16}), Error);
   EXPECT_THROW(count_step(tiny_slice(), {true, 1, 32, 16}), Error);

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "deepinfer/core/error.h"
 
@@ -36,7 +37,17 @@ TEST(BenchRunner, TinySliceOnCpu) {
     // Every op group of the slice ran: the tiny slice has an indexed layer, attention and experts in each step.
     EXPECT_GT(r.segment_ms[kSegIndexer] + r.segment_ms[kSegAttention] + r.segment_ms[kSegExperts], 0.0);
   }
+  // GEMM calls per layer: the two fused projections, the grouped output projection and wo_b, whatever the shape.
+  // Fused parts are views for one token; for more, qr and kv are copied per layer and the indexer's q and head
+  // weights too on the indexed one (tiny: swa, indexed, reuse, all-seen).
+  for (const BenchRow& r : rows) {
+    ASSERT_TRUE(r.counts.counted);
+    EXPECT_EQ(r.counts.gemm_calls, 4 * static_cast<int64_t>(m.layers.size()));
+    const bool one_token = r.shape.seqs * r.shape.tokens == 1;
+    EXPECT_EQ(r.counts.part_copies, one_token ? 0 : 2 * 3 + 5) << (r.shape.prefill ? "prefill" : "decode");
+  }
   EXPECT_NE(format_breakdown(rows).find("experts"), std::string::npos);
+  EXPECT_NE(format_breakdown(rows).find("gemm-calls"), std::string::npos);
   Ceilings c;
   c.copy_bytes_per_s = 1e10;
   c.gemm_flops_per_s = 1e10;
@@ -97,6 +108,45 @@ TEST(BenchRunner, CpuTargetFormats) {
     OwnedTensor out = t->random({2, 16}, 4, 1.0f);
     t->linear(x.view(), *lw, out.view());
   }
+}
+
+// The grouped linear of the CPU target against one linear() per group on the same weights: bitwise equal, for
+// every weight format and a few row counts; unplanned row counts and bad shapes are rejected.
+TEST(BenchRunner, GroupedLinearEqualsPerGroupLinear) {
+  std::unique_ptr<BenchTarget> t = make_cpu_target(1);
+  const int64_t groups = 3, n = 40, k = 64;
+  for (BenchFormat f : {BenchFormat::kFP8Block, BenchFormat::kMXFP4, BenchFormat::kBF16, BenchFormat::kF32}) {
+    auto w = t->grouped_weight(f, groups, n, k, 32, 11);
+    ASSERT_EQ(w->groups.size(), static_cast<size_t>(groups));
+    for (int64_t r : {1, 2, 5}) {
+      t->plan_grouped(*w, r);
+      const OwnedTensor in = t->random({groups * r, k}, 100 + r, 1.0f), out = t->random({groups * r, n}, 200 + r, 1.0f);
+      t->grouped_linear(in.view(), *w, out.view());
+      double sum = 0;
+      for (int64_t g = 0; g < groups; ++g) {
+        const OwnedTensor want = t->random({r, n}, 300 + g, 1.0f);
+        t->linear(in.view().slice(g * r, (g + 1) * r), *w->groups[g], want.view());
+        const float* got = out.view().data_as<float>() + g * r * n;
+        for (int64_t i = 0; i < r * n; ++i) {
+          ASSERT_EQ(std::memcmp(&got[i], &want.view().data_as<float>()[i], sizeof(float)), 0)
+              << bench_format_name(f) << " r=" << r << " group " << g << " element " << i;
+          sum += std::fabs(got[i]);
+        }
+      }
+      EXPECT_GT(sum, 0.0) << bench_format_name(f);
+    }
+    // Groups differ (each its own weight): the same input rows through two groups give different outputs.
+    const OwnedTensor x = t->random({1, k}, 7, 1.0f), y0 = t->random({1, n}, 8, 1.0f), y1 = t->random({1, n}, 9, 1.0f);
+    t->linear(x.view(), *w->groups[0], y0.view());
+    t->linear(x.view(), *w->groups[1], y1.view());
+    EXPECT_NE(std::memcmp(y0.view().data(), y1.view().data(), n * sizeof(float)), 0) << bench_format_name(f);
+    const OwnedTensor in4 = t->random({groups * 4, k}, 1, 1.0f), out4 = t->random({groups * 4, n}, 2, 1.0f);
+    EXPECT_THROW(t->grouped_linear(in4.view(), *w, out4.view()), Error);  // 4 rows per group: not planned
+    const OwnedTensor in_odd = t->random({groups * 2 + 1, k}, 1, 1.0f),
+                      out_odd = t->random({groups * 2 + 1, n}, 2, 1.0f);
+    EXPECT_THROW(t->grouped_linear(in_odd.view(), *w, out_odd.view()), Error);  // not a multiple of the groups
+  }
+  EXPECT_THROW(t->grouped_weight(BenchFormat::kFP8Block, 0, 16, 64, 32, 1), Error);
 }
 
 TEST(BenchRunner, CpuCeilingsArePositive) {

@@ -103,6 +103,31 @@ BenchModel tiny_slice() {
   return m;
 }
 
+FusedRows fuse_rows(const std::vector<int64_t>& parts, int block) {
+  DI_CHECK(!parts.empty() && block >= 1) << "bench: fusing needs parts and a block >= 1";
+  FusedRows f;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    DI_CHECK(parts[i] >= 1) << "bench: a fused part needs rows >= 1, got " << parts[i];
+    f.offset.push_back(f.rows);
+    const bool last = i + 1 == parts.size();
+    const int64_t rows = last ? parts[i] : (parts[i] + block - 1) / block * block;
+    f.pad += rows - parts[i];
+    f.rows += rows;
+  }
+  return f;
+}
+
+FusedRows fused_input_rows(const BenchModel& m, AttnKind kind) {
+  return kind == AttnKind::kIndexed ? fuse_rows({m.q_lora, m.head_dim, m.index_heads}, m.dense_block)
+                                    : fuse_rows({m.q_lora, m.head_dim}, m.dense_block);
+}
+
+FusedRows fused_q_rows(const BenchModel& m, AttnKind kind) {
+  const int64_t hhd = m.heads * m.head_dim;
+  return kind == AttnKind::kIndexed ? fuse_rows({hhd, m.index_heads * m.index_dim}, m.dense_block)
+                                    : fuse_rows({hhd}, m.dense_block);
+}
+
 double fp8_block_bytes(int64_t n, int64_t k, int block) {
   const int64_t bn = (n + block - 1) / block, bk = (k + block - 1) / block;
   return static_cast<double>(n) * k + static_cast<double>(bn) * bk;
@@ -155,12 +180,14 @@ StepCost count_step(const BenchModel& m, const StepShape& s) {
   const int64_t first_pos = s.context - s.tokens, last_pos = s.context - 1;
   StepCost c;
   for (const LayerSpec& l : m.layers) {
-    // Dense projections (FP8 block-scaled).
+    // Dense projections (FP8 block-scaled). The weights as the slice fuses them (fused_input_rows /
+    // fused_q_rows; the indexer's wproj and wq_idx ride along on an indexed layer): the same bytes as the separate
+    // weights unless a part needs padding.
     c.flops +=
         2 * t * static_cast<double>(m.q_lora * d + hhd * m.q_lora + m.head_dim * d + m.o_lora * hhd + d * g * m.o_lora);
-    c.weight_bytes += fp8_block_bytes(m.q_lora, d, b) + fp8_block_bytes(hhd, m.q_lora, b) +
-                      fp8_block_bytes(m.head_dim, d, b) + g * fp8_block_bytes(m.o_lora, hhd / g, b) +
-                      fp8_block_bytes(d, g * m.o_lora, b);
+    c.weight_bytes += fp8_block_bytes(fused_input_rows(m, l.kind).rows, d, b) +
+                      fp8_block_bytes(fused_q_rows(m, l.kind).rows, m.q_lora, b) +
+                      g * fp8_block_bytes(m.o_lora, hhd / g, b) + fp8_block_bytes(d, g * m.o_lora, b);
     // mHC coefficients at both sites: fn [(2+hc)·hc, hc·D] f32.
     const double fn_rows = static_cast<double>((2 + m.hc) * m.hc), fn_cols = static_cast<double>(m.hc * d);
     c.flops += 2 * 2 * t * fn_rows * fn_cols;
@@ -168,8 +195,6 @@ StepCost count_step(const BenchModel& m, const StepShape& s) {
     // Indexer: its q projection and head weights, then one score per (query, head, visible entry).
     if (l.kind == AttnKind::kIndexed) {
       c.flops += 2 * t * static_cast<double>(m.index_heads * m.index_dim * m.q_lora + m.index_heads * d);
-      c.weight_bytes +=
-          fp8_block_bytes(m.index_heads * m.index_dim, m.q_lora, b) + fp8_block_bytes(m.index_heads, d, b);
       for (int64_t p = first_pos; p <= last_pos; ++p)
         c.flops += s.seqs * 2.0 * m.index_heads * m.index_dim * visible_entries(p, l.ratio);
       c.cache_bytes += s.seqs * 4.0 * m.index_dim * visible_entries(last_pos, l.ratio);

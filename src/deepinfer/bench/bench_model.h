@@ -83,6 +83,23 @@ const char* bench_format_name(BenchFormat f);
 // Bytes of an [n, k] weight in format f (FP8: with its scales; `block` only matters for kFP8Block).
 double format_bytes(BenchFormat f, int64_t n, int64_t k, int block);
 
+// Projections that read the same input, concatenated along N into one weight so that they run as one GEMM (as
+// vLLM's merged / fused column-parallel projections do): part i's rows start at offset[i]. An FP8 block scale
+// covers block×block weights, so every part but the last starts on a block boundary: a part whose row count is
+// not a multiple of `block` is padded (its scale rows would otherwise be shared with the next part). The V4 and
+// V4.1 slices need no padding (q_lora, head_dim and the index dims are multiples of their blocks; only the
+// indexer's head-weight rows, the last part, end mid-block). Padding rows are read, so count_step counts them.
+struct FusedRows {
+  std::vector<int64_t> offset;
+  int64_t rows = 0;  // the fused weight's rows, padding included
+  int64_t pad = 0;   // padding rows
+};
+FusedRows fuse_rows(const std::vector<int64_t>& parts, int block);
+// The slice's two fused projections of a layer: [wq_a; wkv] (+ wproj, the indexer's head weights, on an indexed
+// layer) over the normed input, and wq_b (+ wq_idx, the indexer's q projection) over the q latent.
+FusedRows fused_input_rows(const BenchModel& m, AttnKind kind);
+FusedRows fused_q_rows(const BenchModel& m, AttnKind kind);
+
 // Pieces of count_step, exposed for the tests.
 double fp8_block_bytes(int64_t n, int64_t k, int block);  // n·k + ceil(n/b)·ceil(k/b)
 double mxfp4_bytes(int64_t n, int64_t k);                 // n·k/2 + n·k/32

@@ -19,6 +19,14 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // Device-resident state of one slice: weights per layer, caches sized for the largest step, activations
 // sized for the most tokens. The data flow between ops is the model's shapes, not its values: caches and
 // weights are random, and the grouped output projection reads contiguous chunks of the attention output.
+//
+// GEMM calls per layer (decode is launch-bound): the projections that share an input are one weight each, as
+// engines fuse them at load time — [wq_a; wkv] (+ the indexer's wproj) over the normed input, wq_b (+ the indexer's
+// wq_idx) over the q latent (bench_model.h fuse_rows) — and the o_groups output projections are one grouped call
+// (BenchTarget::grouped_linear): 4 calls a layer, against 12 (14 on an indexed layer) as separate weights. The
+// consumers read column ranges of the fused outputs: in place for one token (a row's range is contiguous), through
+// a copy into a contiguous buffer for more (every op takes contiguous tensors): 2 copies a layer, 5 on an indexed
+// one. StepCounts (the breakdown's last columns) counts both.
 class Slice final : public SliceState {
  public:
   Slice(BenchTarget& t, const BenchModel& m, const std::vector<StepShape>& shapes, uint64_t seed)
@@ -69,13 +77,21 @@ class Slice final : public SliceState {
               std::max(max_scores, s.seqs * s.tokens * std::max<int64_t>(1, visible_entries(s.context - 1, l.ratio)));
     scores_ = rnd({max_scores}, 1.0f);
     const int b = m.dense_block;
+    int64_t in_width = 1, q_width = 1;
+    for (const LayerSpec& spec : m.layers) {
+      in_width = std::max(in_width, fused_input_rows(m, spec.kind).rows);
+      q_width = std::max(q_width, fused_q_rows(m, spec.kind).rows);
+    }
+    fused_in_ = rnd({tt, in_width}, 1.0f);
+    fused_q_ = rnd({tt, q_width}, 1.0f);
     for (size_t li = 0; li < m.layers.size(); ++li) {
       const LayerSpec& spec = m.layers[li];
       Layer l;
-      l.wq_a = t.fp8_weight(m.q_lora, d, b, next());
-      l.wq_b = t.fp8_weight(hhd, m.q_lora, b, next());
-      l.wkv = t.fp8_weight(m.head_dim, d, b, next());
-      for (int64_t g = 0; g < m.o_groups; ++g) l.wo_a.push_back(t.fp8_weight(m.o_lora, hhd / m.o_groups, b, next()));
+      l.in_rows = fused_input_rows(m, spec.kind);
+      l.q_rows = fused_q_rows(m, spec.kind);
+      l.w_in = t.fp8_weight(l.in_rows.rows, d, b, next());
+      l.w_q = t.fp8_weight(l.q_rows.rows, m.q_lora, b, next());
+      l.wo_a = t.grouped_weight(BenchFormat::kFP8Block, m.o_groups, m.o_lora, hhd / m.o_groups, b, next());
       l.wo_b = t.fp8_weight(d, m.o_groups * m.o_lora, b, next());
       const int64_t fn_rows = (2 + m.hc) * m.hc;
       for (Site* site : {&l.attn, &l.ffn}) {
@@ -99,8 +115,6 @@ class Slice final : public SliceState {
         l.compressed = rnd({max_blocks * (kBlockSize / spec.ratio), m.head_dim}, 1.0f);
       }
       if (spec.kind == AttnKind::kIndexed) {
-        l.wq_idx = t.fp8_weight(m.index_heads * m.index_dim, m.q_lora, b, next());
-        l.wproj = t.fp8_weight(m.index_heads, d, b, next());
         // Contiguous per sequence for prefill, paged like the compressed entries for batched decode.
         l.index_keys = rnd({std::max(max_entries, max_blocks * (kBlockSize / spec.ratio)), m.index_dim}, 1.0f);
         l.mask = mem_.zeros(DType::kU8, {max_scores});
@@ -112,6 +126,7 @@ class Slice final : public SliceState {
   // Positions, block tables and the selected entries of one shape.
   void prepare(const StepShape& s) override {
     const int64_t tt = s.seqs * s.tokens;
+    for (Layer& l : layers_) t_.plan_grouped(*l.wo_a, tt);
     std::vector<int64_t> pos(tt);
     for (int64_t q = 0; q < s.seqs; ++q)
       for (int64_t j = 0; j < s.tokens; ++j) pos[q * s.tokens + j] = s.context - s.tokens + j;
@@ -162,6 +177,7 @@ class Slice final : public SliceState {
   // profile: charge each op group's time to its segment (BenchTarget::profile_*).
   void step(const StepShape& s, bool profile) override {
     profile_ = profile;
+    counts_ = StepCounts{0, 0, true};
     const BenchModel& m = m_;
     Backend& be = t_.backend();
     const int64_t tt = s.seqs * s.tokens, d = m.hidden, hhd = m.heads * m.head_dim;
@@ -177,21 +193,29 @@ class Slice final : public SliceState {
       be.hc_collapse({streams, pre, x});
       be.rms_norm({x, Tensor{}, xn, 1e-6f});
       mark(kSegMixNorm);
-      t_.linear(xn, *l.wq_a, qr);
-      be.rms_norm({qr, Tensor{}, qr, 1e-6f});
-      t_.linear(qr, *l.wq_b, q.reshape({tt, hhd}));
-      t_.linear(xn, *l.wkv, kv);
-      be.rms_norm({kv, Tensor{}, kv, 1e-6f});
-      be.rope({q, pos, inv_freq_.view(), false});
-      be.rope({kv.reshape({tt, 1, m.head_dim}), pos, inv_freq_.view(), false});
+      // The fused projections (see the class comment), then their parts: q latent, kv, and on an indexed layer the
+      // indexer's head weights and q.
+      const Tensor fin = flat(fused_in_, 0, {tt, l.in_rows.rows}), fq = flat(fused_q_, 0, {tt, l.q_rows.rows});
+      linear(xn, *l.w_in, fin);
+      const Tensor qr_p = part(fin, l.in_rows.offset[0], qr);
+      be.rms_norm({qr_p, Tensor{}, qr_p, 1e-6f});
+      linear(qr_p, *l.w_q, fq);
+      const Tensor q_p = part(fq, l.q_rows.offset[0], q.reshape({tt, hhd})).reshape({tt, m.heads, m.head_dim});
+      const Tensor kv_p = part(fin, l.in_rows.offset[1], kv);
+      be.rms_norm({kv_p, Tensor{}, kv_p, 1e-6f});
+      be.rope({q_p, pos, inv_freq_.view(), false});
+      be.rope({kv_p.reshape({tt, 1, m.head_dim}), pos, inv_freq_.view(), false});
+      Tensor qi, iw;
+      if (spec.kind == AttnKind::kIndexed) {
+        qi = part(fq, l.q_rows.offset[1], rows(qi_, tt).reshape({tt, m.index_heads * m.index_dim}))
+                 .reshape({tt, m.index_heads, m.index_dim});
+        iw = part(fin, l.in_rows.offset[2], rows(iw_, tt));
+      }
       mark(kSegProj);
       const int src = spec.kind == AttnKind::kReuse ? source_of(li) : static_cast<int>(li);
       const Layer& owner = src >= 0 ? layers_[src] : l;
       const int64_t n = visible_entries(s.context - 1, spec.ratio);
       if (spec.kind == AttnKind::kIndexed) {
-        const Tensor qi = rows(qi_, tt), iw = rows(iw_, tt);
-        t_.linear(qr, *l.wq_idx, qi.reshape({tt, m.index_heads * m.index_dim}));
-        t_.linear(xn, *l.wproj, iw);
         if (s.tokens == 1 && n > 0) {
           // Decode as the engine's batched step runs it: every sequence's keys read in their pages in one call,
           // one top-k over the [B, n] scores.
@@ -232,7 +256,7 @@ class Slice final : public SliceState {
       if (spec.kind == AttnKind::kIndexed) mark(kSegIndexer);
       // All sequences in one launch, reading the pages in place.
       PagedSinkAttentionParams ap;
-      ap.q = q;
+      ap.q = q_p;
       ap.q_positions = pos;
       ap.q_seq = q_seq_.view();
       ap.block_tables = tables_.view();
@@ -251,10 +275,11 @@ class Slice final : public SliceState {
       be.paged_sink_attention(ap);
       mark(kSegAttention);
       be.rope({o, pos, inv_freq_.view(), true});
+      // Group g reads rows [g·tt, (g+1)·tt) of the attention output seen as [G·tt, hhd/G] (group-major).
       const int64_t gk = hhd / m.o_groups;
-      for (int64_t g = 0; g < m.o_groups; ++g)
-        t_.linear(flat(o_, g * tt * gk, {tt, gk}), *l.wo_a[g], flat(z_, g * tt * m.o_lora, {tt, m.o_lora}));
-      t_.linear(z, *l.wo_b, y);
+      ++counts_.gemm_calls;
+      t_.grouped_linear(flat(o_, 0, {m.o_groups * tt, gk}), *l.wo_a, flat(z_, 0, {m.o_groups * tt, m.o_lora}));
+      linear(z, *l.wo_b, y);
       mark(kSegProj);
       be.hc_expand({streams, y, post, comb});
       // ---- MoE site
@@ -279,13 +304,17 @@ class Slice final : public SliceState {
     (void)d;
   }
 
+  StepCounts counts() const override { return counts_; }
+
  private:
   struct Site {
     OwnedTensor fn, base, scale;
   };
   struct Layer {
-    std::unique_ptr<BenchWeight> wq_a, wq_b, wkv, wo_b, wq_idx, wproj;
-    std::vector<std::unique_ptr<BenchWeight>> wo_a;
+    // w_in = [wq_a; wkv] (+ wproj), w_q = wq_b (+ wq_idx): fused_input_rows / fused_q_rows give the parts' rows.
+    std::unique_ptr<BenchWeight> w_in, w_q, wo_b;
+    FusedRows in_rows, q_rows;
+    std::unique_ptr<BenchGroupedWeight> wo_a;
     Site attn, ffn;
     OwnedTensor router, router_bias;
     std::unique_ptr<BenchExperts> experts;
@@ -313,6 +342,23 @@ class Slice final : public SliceState {
   void mark(int seg) {
     if (profile_) t_.profile_mark(seg);
   }
+  void linear(const Tensor& in, const BenchWeight& w, const Tensor& out) {
+    ++counts_.gemm_calls;
+    t_.linear(in, w, out);
+  }
+  // The part of a fused projection's output [tt, rows] that starts at column c0 and is as wide as dst: a view for
+  // one token (one row's columns are contiguous) or a part that is the whole output (wq_b alone), else copied into
+  // dst (ops take contiguous tensors).
+  Tensor part(const Tensor& fused, int64_t c0, const Tensor& dst) {
+    const int64_t tt = fused.dim(0), w = dst.rank() == 2 ? dst.dim(1) : 0;
+    DI_CHECK_INTERNAL(dst.rank() == 2 && dst.dim(0) == tt && c0 + w <= fused.dim(1))
+        << "bench: a fused part past its output";
+    char* p = static_cast<char*>(fused.data()) + dtype_bytes(fused.dtype(), c0);
+    if (tt == 1 || (c0 == 0 && w == fused.dim(1))) return Tensor(p, fused.dtype(), dst.shape(), fused.device());
+    mem_.copy(dst, Tensor(p, fused.dtype(), {tt, w}, {fused.dim(1), 1}, fused.device()));
+    ++counts_.part_copies;
+    return dst;
+  }
   void mix(const Site& s, const Tensor& streams, const Tensor& pre, const Tensor& post, const Tensor& comb) {
     HcMixParams hp;
     hp.streams = streams;
@@ -331,9 +377,10 @@ class Slice final : public SliceState {
   TensorMemory& mem_;
   uint64_t seed_;
   bool profile_ = false;
+  StepCounts counts_;
   int64_t max_tokens_ = 1, max_seqs_ = 1, max_context_ = 1;
   OwnedTensor streams_, x_, xn_, qr_, q_, kv_, o_, z_, y_, pre_, post_, comb_, qi_, iw_, rw_, ridx_, sinks_, inv_freq_;
-  OwnedTensor scores_, positions_, window_pool_, tables_, q_seq_, window_begin_;
+  OwnedTensor scores_, positions_, window_pool_, tables_, q_seq_, window_begin_, fused_in_, fused_q_;
   std::map<int64_t, OwnedTensor> comp_idx_;   // by ratio (negative: every visible entry)
   std::map<int64_t, OwnedTensor> n_entries_;  // i64 [tokens], by indexed ratio
   std::vector<Layer> layers_;
@@ -456,13 +503,16 @@ const char* segment_name(int s) {
 
 std::string format_breakdown(const std::vector<BenchRow>& rows) {
   std::string out =
-      "breakdown (ms of one profiled step; events between op groups):\nmodel       phase    batch  context";
+      "breakdown (ms of one profiled step; events between op groups):\n"
+      "  (V4 slices: q/kv/o proj includes the indexer's q and head-weight projections, fused with q_b and q_a/kv;\n"
+      "  the o_groups output projections are one grouped call)\n"
+      "model       phase    batch  context";
   for (int g = 0; g < kSegCount; ++g) {
     char buf[32];
     std::snprintf(buf, sizeof buf, "  %12s", segment_name(g));
     out += buf;
   }
-  out += "  attn-bytes  attn-B/s\n";
+  out += "  attn-bytes  attn-B/s    gemm-calls  part-copies\n";
   for (const BenchRow& r : rows) {
     char buf[96];
     std::snprintf(buf, sizeof buf, "%-11s %-8s %5lld %8lld", r.model.c_str(), r.shape.prefill ? "prefill" : "decode",
@@ -474,8 +524,16 @@ std::string format_breakdown(const std::vector<BenchRow>& rows) {
     }
     // Bytes sink attention must read (window rows + selected entries, f32) over its measured time.
     const double attn_ms = kSegAttention < static_cast<int>(r.segment_ms.size()) ? r.segment_ms[kSegAttention] : 0.0;
-    std::snprintf(buf, sizeof buf, "  %-10s  %s\n", human(r.cost.attention_bytes, "B").c_str(),
+    std::snprintf(buf, sizeof buf, "  %-10s  %-10s", human(r.cost.attention_bytes, "B").c_str(),
                   attn_ms > 0 ? human(r.cost.attention_bytes / (attn_ms / 1000.0), "B/s").c_str() : "-");
+    out += buf;
+    // Target GEMM calls of the step outside the MoE (linear / grouped_linear; a CUDA linear of more than 4 rows is
+    // itself 3 launches: weight to bf16, input to bf16, cuBLASLt) and the copies of fused-projection parts.
+    if (r.counts.counted)
+      std::snprintf(buf, sizeof buf, "  %10lld  %11lld\n", static_cast<long long>(r.counts.gemm_calls),
+                    static_cast<long long>(r.counts.part_copies));
+    else
+      std::snprintf(buf, sizeof buf, "  %10s  %11s\n", "-", "-");
     out += buf;
   }
   return out;
@@ -512,6 +570,7 @@ std::vector<BenchRow> run_shapes(BenchTarget& target, SliceState& slice, const s
     target.profile_begin();
     slice.step(s, true);
     r.segment_ms = target.profile_end(kSegCount);
+    r.counts = slice.counts();
     if (!s.prefill && o.graphs) graph_step(target, slice, s, o, r);
     rows.push_back(r);
   }

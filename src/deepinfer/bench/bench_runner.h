@@ -30,6 +30,14 @@ struct BenchOptions {
 enum Segment { kSegMixNorm, kSegProj, kSegIndexer, kSegAttention, kSegRouter, kSegExperts, kSegCount };
 const char* segment_name(int s);
 
+// GEMM calls outside the MoE (BenchTarget::linear / grouped_linear) and the copies of fused-projection parts into
+// contiguous buffers in one step; counted = false where a slice does not count them (the MLA slice).
+struct StepCounts {
+  int64_t gemm_calls = 0;
+  int64_t part_copies = 0;
+  bool counted = false;
+};
+
 struct BenchRow {
   std::string model;
   StepShape shape;
@@ -38,6 +46,7 @@ struct BenchRow {
   std::vector<double> segment_ms;  // kSegCount entries
   double graph_ms = 0;             // median step time as a graph replay (0: not measured)
   std::string graph_note;          // replay vs eager output check, or why there is no graph figure
+  StepCounts counts;               // of the profiled step
   double tokens_per_s() const;
 };
 
@@ -58,6 +67,8 @@ class SliceState {
   virtual OwnedTensor save(const StepShape& s) = 0;
   virtual void restore(const StepShape& s, const OwnedTensor& saved) = 0;
   virtual HostTensor result(const StepShape& s) = 0;
+  // What the last step ran (StepCounts); not counted unless the slice overrides this.
+  virtual StepCounts counts() const { return {}; }
 };
 // The shapes of o in run order (prefill lengths, then (batch, context) pairs); validates o.
 std::vector<StepShape> bench_shapes(const BenchOptions& o);

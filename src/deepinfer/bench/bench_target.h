@@ -18,6 +18,12 @@ namespace deepinfer::bench {
 struct BenchWeight {
   virtual ~BenchWeight() = default;
 };
+// G weights [n, k] of one format that BenchTarget::grouped_linear multiplies in one call; groups[g] is group g's
+// weight, usable on its own by BenchTarget::linear (the test of the grouped call against per-group calls).
+struct BenchGroupedWeight {
+  virtual ~BenchGroupedWeight() = default;
+  std::vector<std::unique_ptr<BenchWeight>> groups;
+};
 // The routed experts (+ an optional shared expert) of one MoE layer.
 struct BenchExperts {
   virtual ~BenchExperts() = default;
@@ -57,6 +63,21 @@ class BenchTarget {
     return weight(BenchFormat::kFP8Block, n, k, block, seed);
   }
   virtual void linear(const Tensor& in, const BenchWeight& w, const Tensor& out) = 0;
+
+  // A grouped projection (V4's output projection: o_groups weights, each over its chunk of the attention output).
+  // A target-level op rather than a Backend one: the engine's wo_a is f32 through Backend::linear, so only the bench
+  // multiplies quantized groups; CUDA runs it through grouped_linear_quant (ops/cuda/grouped_linear.h), which needs
+  // device arrays made once per row count (plan_grouped), never inside a call, so that a step stays capturable.
+  // `groups` random weights as weight() draws them.
+  virtual std::unique_ptr<BenchGroupedWeight> grouped_weight(BenchFormat f, int64_t groups, int64_t n, int64_t k,
+                                                             int block, uint64_t seed) = 0;
+  // Readies w for grouped_linear calls of `rows` rows per group (CUDA: uploads; call it outside a capture, e.g. in
+  // SliceState::prepare). Any number of row counts may be planned; planning one twice is a no-op.
+  virtual void plan_grouped(BenchGroupedWeight& w, int64_t rows) = 0;
+  // in [G·r, k], out [G·r, n] with r a planned row count (InvalidArgument otherwise): out rows [g·r, (g+1)·r) =
+  // in rows [g·r, (g+1)·r) · dequant(W_g)ᵀ. CUDA: one GEMM launch where per-group calls would each be one
+  // (grouped_linear_quant); CPU: linear() per group.
+  virtual void grouped_linear(const Tensor& in, const BenchGroupedWeight& w, const Tensor& out) = 0;
   virtual std::unique_ptr<BenchExperts> experts(const ExpertSpec& spec, uint64_t seed) = 0;
   virtual void moe(const Tensor& x, const Tensor& weights, const Tensor& indices, const BenchExperts& e,
                    const Tensor& out, float swiglu_limit, bool weight_before_w2) = 0;

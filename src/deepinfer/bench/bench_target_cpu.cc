@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "deepinfer/bench/bench_target.h"
@@ -16,6 +17,9 @@ namespace {
 
 struct CpuWeight final : BenchWeight {
   HostTensor w;  // f32 [n, k]
+};
+struct CpuGroupedWeight final : BenchGroupedWeight {
+  std::set<int64_t> planned;  // row counts per group readied by plan_grouped
 };
 struct CpuExperts final : BenchExperts {
   std::vector<HostTensor> storage;
@@ -49,6 +53,34 @@ class CpuTarget final : public BenchTarget {
 
   void linear(const Tensor& in, const BenchWeight& w, const Tensor& out) override {
     be_->linear({in, static_cast<const CpuWeight&>(w).w.view(), out});
+  }
+
+  std::unique_ptr<BenchGroupedWeight> grouped_weight(BenchFormat f, int64_t groups, int64_t n, int64_t k, int block,
+                                                     uint64_t seed) override {
+    DI_CHECK(groups >= 1) << "bench: a grouped weight needs groups >= 1, got " << groups;
+    auto w = std::make_unique<CpuGroupedWeight>();
+    std::mt19937_64 rng(seed);
+    for (int64_t g = 0; g < groups; ++g) w->groups.push_back(weight(f, n, k, block, rng()));
+    return w;
+  }
+
+  // Nothing to upload on the CPU; the row count is recorded so that a slice that forgets to plan fails here as it
+  // would on CUDA.
+  void plan_grouped(BenchGroupedWeight& w, int64_t rows) override {
+    DI_CHECK(rows >= 1) << "bench: grouped rows must be >= 1, got " << rows;
+    static_cast<CpuGroupedWeight&>(w).planned.insert(rows);
+  }
+
+  void grouped_linear(const Tensor& in, const BenchGroupedWeight& w, const Tensor& out) override {
+    const auto& cw = static_cast<const CpuGroupedWeight&>(w);
+    const int64_t g_count = static_cast<int64_t>(cw.groups.size());
+    DI_CHECK(in.rank() == 2 && out.rank() == 2 && in.dim(0) == out.dim(0) && in.dim(0) % g_count == 0)
+        << "bench: grouped linear of " << g_count << " groups: in " << in.str() << " and out " << out.str()
+        << " must be [G·rows, k] and [G·rows, n]";
+    const int64_t r = in.dim(0) / g_count;
+    DI_CHECK(cw.planned.count(r)) << "bench: grouped linear with " << r << " rows per group was not planned";
+    for (int64_t g = 0; g < g_count; ++g)
+      linear(in.slice(g * r, (g + 1) * r), *cw.groups[g], out.slice(g * r, (g + 1) * r));
   }
 
   std::unique_ptr<BenchExperts> experts(const ExpertSpec& spec, uint64_t seed) override {

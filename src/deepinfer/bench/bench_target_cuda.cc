@@ -10,9 +10,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "deepinfer/ops/cuda/cuda_backend.h"
 #include "deepinfer/ops/cuda/cuda_check.h"
+#include "deepinfer/ops/cuda/grouped_linear.h"
 #endif
 
 namespace deepinfer::bench {
@@ -23,6 +25,9 @@ namespace {
 struct CudaWeight final : BenchWeight {
   std::vector<OwnedTensor> storage;
   QuantMatrix m;
+};
+struct CudaGroupedWeight final : BenchGroupedWeight {
+  std::map<int64_t, std::unique_ptr<GroupedLinearPlan>> plans;  // by rows per group
 };
 struct CudaExperts final : BenchExperts {
   std::vector<OwnedTensor> storage;
@@ -91,6 +96,33 @@ class CudaTarget final : public BenchTarget {
 
   void linear(const Tensor& in, const BenchWeight& w, const Tensor& out) override {
     be_->linear_quant({in, static_cast<const CudaWeight&>(w).m, out});
+  }
+
+  std::unique_ptr<BenchGroupedWeight> grouped_weight(BenchFormat f, int64_t groups, int64_t n, int64_t k, int block,
+                                                     uint64_t seed) override {
+    DI_CHECK(groups >= 1) << "bench: a grouped weight needs groups >= 1, got " << groups;
+    auto w = std::make_unique<CudaGroupedWeight>();
+    for (int64_t g = 0; g < groups; ++g) w->groups.push_back(weight(f, n, k, block, seed + 2 * g));
+    return w;
+  }
+
+  void plan_grouped(BenchGroupedWeight& w, int64_t rows) override {
+    auto& cw = static_cast<CudaGroupedWeight&>(w);
+    if (cw.plans.count(rows)) return;
+    std::vector<QuantMatrix> mats;
+    for (const auto& g : cw.groups) mats.push_back(static_cast<const CudaWeight&>(*g).m);
+    cw.plans[rows] = plan_grouped_linear(*be_, std::move(mats), rows);
+  }
+
+  void grouped_linear(const Tensor& in, const BenchGroupedWeight& w, const Tensor& out) override {
+    const auto& cw = static_cast<const CudaGroupedWeight&>(w);
+    const int64_t g_count = static_cast<int64_t>(cw.groups.size());
+    DI_CHECK(in.rank() == 2 && in.dim(0) % g_count == 0)
+        << "bench: grouped linear of " << g_count << " groups: in " << in.str() << " must be [G·rows, k]";
+    const auto plan = cw.plans.find(in.dim(0) / g_count);
+    DI_CHECK(plan != cw.plans.end()) << "bench: grouped linear with " << in.dim(0) / g_count
+                                     << " rows per group was not planned";
+    grouped_linear_quant(*be_, in, *plan->second, out);
   }
 
   std::unique_ptr<BenchExperts> experts(const ExpertSpec& spec, uint64_t seed) override {

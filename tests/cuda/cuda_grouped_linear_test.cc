@@ -1,0 +1,233 @@
+// grouped_linear_quant (ops/cuda/grouped_linear.h) against the CPU reference: group g of the output is the CPU
+// linear of group g's input rows with group g's dequantized weight. Up to 4 rows per group the call is one grouped
+// launch of the decode kernels: UE8M0 scales take the tensor-core streaming kernel (A rounded to bf16, weights exact),
+// so against the bf16-rounded input only the summation order differs (1e-5); f32 scales and f32 weights stream in
+// fp32 (exact products) against x itself (1e-5). More rows fall back to one linear_quant per group (cuBLASLt on a bf16
+// copy: x rounded, 4e-3 against x, as CudaLinearTest.QuantLinearEveryFormatMatchesCpu), except in batch-invariant
+// mode, where the one grouped launch is the same fp32 chain per output as linear_quant's (bitwise equal).
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "cuda/cuda_test_util.h"
+#include "deepinfer/core/dtype.h"
+#include "deepinfer/core/error.h"
+#include "deepinfer/ops/cuda/grouped_linear.h"
+
+namespace deepinfer {
+namespace {
+
+using testing::CudaOpTest;
+using testing::DeviceTensor;
+
+class CudaGroupedLinearTest : public CudaOpTest {
+ protected:
+  struct Weights {
+    std::vector<HostTensor> w, s;         // host codes and scales per group
+    std::vector<DeviceTensor> dw, ds;     // the same on the device
+    std::vector<QuantMatrix> mats;        // views of dw / ds
+    std::vector<HostTensor> dequantized;  // f32 [n, k] per group (CPU)
+  };
+  enum class Kind { kFp8E8m0_128, kFp8F32_32, kMxfp4, kF32 };
+  static const char* name(Kind k) {
+    switch (k) {
+      case Kind::kFp8E8m0_128:
+        return "fp8 128x128 e8m0";
+      case Kind::kFp8F32_32:
+        return "fp8 32x32 f32";
+      case Kind::kMxfp4:
+        return "mxfp4";
+      case Kind::kF32:
+        return "f32";
+    }
+    return "?";
+  }
+  // Whether the one-launch path reads A as bf16 (UE8M0 block formats: the tensor-core streaming kernel).
+  static bool rounds_a(Kind k) { return k == Kind::kFp8E8m0_128 || k == Kind::kMxfp4; }
+
+  // Random e4m3 codes (never zero, no NaN codes) and power-of-two scales around 1.
+  HostTensor fp8(Shape shape) {
+    HostTensor t(DType::kF8E4M3, shape);
+    std::uniform_real_distribution<float> d(-3.0f, 3.0f);
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      uint8_t c = f32_to_e4m3(d(rng()));
+      t.data<uint8_t>()[i] = (c & 0x7F) == 0 ? 0x38 : c;
+    }
+    return t;
+  }
+  HostTensor e8m0(Shape shape) {
+    HostTensor src = ints(DType::kU8, shape, 121, 131), t(DType::kE8M0, shape);
+    std::memcpy(t.view().data(), src.view().data(), src.view().nbytes());
+    return t;
+  }
+  HostTensor f32_scales(Shape shape) { return rand(std::move(shape), 0.01f, 2.0f); }
+  static HostTensor bf16_rows(const HostTensor& x) {
+    HostTensor r(DType::kF32, x.shape());
+    for (int64_t i = 0; i < x.numel(); ++i) r.data<float>()[i] = round_bf16(x.data<float>()[i]);
+    return r;
+  }
+
+  Weights make(Kind kind, int groups, int64_t n, int64_t k) {
+    const QuantFormat format = kind == Kind::kMxfp4 ? QuantFormat::kMXFP4
+                               : kind == Kind::kF32 ? QuantFormat::kFloat
+                                                    : QuantFormat::kFP8Block;
+    const int block = kind == Kind::kFp8F32_32 ? 32 : 128;
+    Weights out;
+    for (int g = 0; g < groups; ++g) {
+      switch (kind) {
+        case Kind::kFp8E8m0_128:
+        case Kind::kFp8F32_32: {
+          const Shape ss = {(n + block - 1) / block, (k + block - 1) / block};
+          out.w.push_back(fp8({n, k}));
+          out.s.push_back(kind == Kind::kFp8E8m0_128 ? e8m0(ss) : f32_scales(ss));
+          break;
+        }
+        case Kind::kMxfp4:
+          out.w.push_back(rand_bytes(DType::kU8, {n, k / 2}));
+          out.s.push_back(e8m0({n, k / 32}));
+          break;
+        case Kind::kF32:
+          out.w.push_back(rand({n, k}, -0.5f, 0.5f));
+          out.s.push_back(HostTensor{});
+          break;
+      }
+      const bool scaled = out.s.back().view().data() != nullptr;
+      out.dw.push_back(up(out.w.back()));
+      out.ds.push_back(scaled ? up(out.s.back()) : DeviceTensor{});
+      HostTensor dq(DType::kF32, {n, k});
+      DequantizeParams p;
+      p.weight = out.w.back();
+      p.scale = scaled ? out.s.back().view() : Tensor{};
+      p.format = format;
+      p.block_n = block;
+      p.block_k = block;
+      p.out = dq;
+      cpu().dequantize(p);
+      out.dequantized.push_back(std::move(dq));
+    }
+    for (int g = 0; g < groups; ++g)
+      out.mats.push_back(
+          {out.dw[g].view(), out.s[g].view().data() ? out.ds[g].view() : Tensor{}, format, block, block});
+    return out;
+  }
+
+  // The CPU reference: group g's rows of x through group g's dequantized weight.
+  HostTensor reference(const HostTensor& x, const Weights& w, int64_t rows) {
+    const int64_t groups = static_cast<int64_t>(w.dequantized.size()), k = x.shape()[1];
+    const int64_t n = w.dequantized[0].shape()[0];
+    HostTensor out(DType::kF32, {groups * rows, n});
+    for (int64_t g = 0; g < groups; ++g) {
+      HostTensor xg(DType::kF32, {rows, k}), yg(DType::kF32, {rows, n});
+      std::memcpy(xg.view().data(), x.data<float>() + g * rows * k, rows * k * sizeof(float));
+      cpu().linear({xg, w.dequantized[g], yg});
+      std::memcpy(out.data<float>() + g * rows * n, yg.view().data(), rows * n * sizeof(float));
+    }
+    return out;
+  }
+};
+
+// V4's output projection (8 groups of [1024, 4096], FP8 128x128) and smaller odd shapes (a partial last 16-row tile,
+// 32x32 blocks), every format, 1-4 rows per group (one launch) and 7 (one linear_quant per group).
+TEST_F(CudaGroupedLinearTest, MatchesPerGroupCpuLinear) {
+  struct Shape3 {
+    int groups;
+    int64_t n, k;
+  };
+  for (const Shape3& sh : {Shape3{8, 1024, 4096}, Shape3{3, 300, 512}, Shape3{5, 72, 1024}}) {
+    for (Kind kind : {Kind::kFp8E8m0_128, Kind::kFp8F32_32, Kind::kMxfp4, Kind::kF32}) {
+      Weights w = make(kind, sh.groups, sh.n, sh.k);
+      for (int64_t rows : {1, 2, 3, 4, 7}) {
+        const std::string what = std::string("grouped ") + name(kind) + " G=" + std::to_string(sh.groups) +
+                                 " N=" + std::to_string(sh.n) + " K=" + std::to_string(sh.k) +
+                                 " rows=" + std::to_string(rows);
+        auto plan = plan_grouped_linear(gpu(), w.mats, rows);
+        EXPECT_EQ(plan->one_launch(false), rows <= 4) << what;
+        const HostTensor x = rand({sh.groups * rows, sh.k});
+        const bool one = rows <= 4;
+        const HostTensor xr = bf16_rows(x);
+        const HostTensor want = reference(one && rounds_a(kind) ? xr : x, w, rows);
+        DeviceTensor dx = up(x), dout = poisoned({sh.groups * rows, sh.n});
+        grouped_linear_quant(gpu(), dx, *plan, dout);
+        rel_err(what.c_str(), down(dout), want, one ? 1e-5 : 4e-3);
+      }
+    }
+  }
+}
+
+// Batch-invariant mode: one launch at any row count, and each group's rows equal linear_quant of that group alone
+// byte for byte (the same fp32 chain over K per output); against the CPU at the fp32 tolerance.
+TEST_F(CudaGroupedLinearTest, BatchInvariantIsOneLaunchAndEqualsLinearQuant) {
+  gpu().set_batch_invariant(true);
+  for (Kind kind : {Kind::kFp8E8m0_128, Kind::kMxfp4}) {
+    const int groups = 4;
+    const int64_t n = 264, k = 1024;
+    Weights w = make(kind, groups, n, k);
+    for (int64_t rows : {1, 7, 70}) {
+      const std::string what = std::string("grouped invariant ") + name(kind) + " rows=" + std::to_string(rows);
+      auto plan = plan_grouped_linear(gpu(), w.mats, rows);
+      EXPECT_TRUE(plan->one_launch(true)) << what;
+      const HostTensor x = rand({groups * rows, k});
+      DeviceTensor dx = up(x), dout = poisoned({groups * rows, n});
+      grouped_linear_quant(gpu(), dx, *plan, dout);
+      const HostTensor got = down(dout);
+      rel_err(what.c_str(), got, reference(x, w, rows), 1e-5);
+      HostTensor each(DType::kF32, {groups * rows, n});
+      for (int g = 0; g < groups; ++g) {
+        DeviceTensor og = poisoned({rows, n});
+        gpu().linear_quant({dx.view().slice(g * rows, (g + 1) * rows), w.mats[g], og});
+        const HostTensor h = down(og);
+        std::memcpy(each.data<float>() + g * rows * n, h.view().data(), h.view().nbytes());
+      }
+      expect_same_bytes((what + " vs linear_quant per group").c_str(), got, each);
+    }
+  }
+  gpu().set_batch_invariant(false);
+}
+
+// The call uploads nothing: it captures into a CUDA graph, and the replay writes the eager call's output.
+TEST_F(CudaGroupedLinearTest, CapturesInAGraph) {
+  const int groups = 8;
+  const int64_t n = 512, k = 1024, rows = 1;
+  Weights w = make(Kind::kFp8E8m0_128, groups, n, k);
+  auto plan = plan_grouped_linear(gpu(), w.mats, rows);
+  const HostTensor x = rand({groups * rows, k});
+  DeviceTensor dx = up(x), dout = poisoned({groups * rows, n});
+  grouped_linear_quant(gpu(), dx, *plan, dout);
+  const HostTensor eager = down(dout);
+  rel_err("grouped eager vs cpu", eager, reference(bf16_rows(x), w, rows), 1e-5);
+  std::unique_ptr<CudaGraph> graph = gpu().capture_graph([&] { grouped_linear_quant(gpu(), dx, *plan, dout); });
+  DeviceTensor poison = poisoned({groups * rows, n});
+  ASSERT_EQ(cudaMemcpy(dout.data(), poison.data(), groups * rows * n * sizeof(float), cudaMemcpyDeviceToDevice),
+            cudaSuccess);
+  graph->replay();
+  expect_same_bytes("grouped replay vs eager", down(dout), eager);
+}
+
+TEST_F(CudaGroupedLinearTest, BadInputsAreRejected) {
+  Weights w = make(Kind::kFp8E8m0_128, 3, 256, 512);
+  EXPECT_THROW(plan_grouped_linear(gpu(), {}, 1), Error);
+  EXPECT_THROW(plan_grouped_linear(gpu(), w.mats, 0), Error);
+  {
+    // A weight of another shape (or format) in the group.
+    Weights other = make(Kind::kFp8E8m0_128, 1, 128, 512);
+    std::vector<QuantMatrix> mixed = w.mats;
+    mixed[1] = other.mats[0];
+    EXPECT_THROW(plan_grouped_linear(gpu(), mixed, 1), Error);
+    Weights mx = make(Kind::kMxfp4, 1, 256, 512);
+    mixed[1] = mx.mats[0];
+    EXPECT_THROW(plan_grouped_linear(gpu(), mixed, 1), Error);
+  }
+  auto plan = plan_grouped_linear(gpu(), w.mats, 2);
+  DeviceTensor in = up(rand({6, 512})), out = poisoned({6, 256});
+  DeviceTensor in_rows = up(rand({4, 512})), out_rows = poisoned({4, 256});  // 2 groups' worth of rows
+  EXPECT_THROW(grouped_linear_quant(gpu(), in_rows, *plan, out_rows), Error);
+  DeviceTensor out_n = poisoned({6, 255});
+  EXPECT_THROW(grouped_linear_quant(gpu(), in, *plan, out_n), Error);
+  const HostTensor host_in = rand({6, 512});
+  EXPECT_THROW(grouped_linear_quant(gpu(), host_in, *plan, out), Error);  // input on the host
+  grouped_linear_quant(gpu(), in, *plan, out);                            // the good call still runs
+  EXPECT_NO_THROW(gpu().synchronize());
+}
+
+}  // namespace
+}  // namespace deepinfer
