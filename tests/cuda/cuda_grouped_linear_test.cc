@@ -4,9 +4,11 @@
 // so against the bf16-rounded input only the summation order differs (1e-5); f32 scales and f32 weights stream in
 // fp32 (exact products) against x itself (1e-5). More rows fall back to one linear_quant per group (cuBLASLt on a bf16
 // copy: x rounded, 4e-3 against x, as CudaLinearTest.QuantLinearEveryFormatMatchesCpu), except in batch-invariant
-// mode, where the one grouped launch is the same fp32 chain per output as linear_quant's (bitwise equal).
+// mode, where the one grouped launch is the same fp32 chain per output as linear_quant's (bitwise equal), or with the
+// A/B switch DEEPINFER_AB_GROUPED_ROWS (grouped_linear.h).
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 
 #include "cuda/cuda_test_util.h"
@@ -182,6 +184,43 @@ TEST_F(CudaGroupedLinearTest, BatchInvariantIsOneLaunchAndEqualsLinearQuant) {
     }
   }
   gpu().set_batch_invariant(false);
+}
+
+// The A/B switch DEEPINFER_AB_GROUPED_ROWS: raised, more rows of UE8M0 block formats go through one grouped
+// tensor-core launch on a bf16 copy of A (weights exact in bf16: against the rounded input 1e-5); 0, every call runs
+// per group (the decode kernels per group: 1e-5 against the rounded input again). f32 scales never take the grouped
+// tensor-core path (their products are not exact in bf16).
+TEST_F(CudaGroupedLinearTest, AbSwitchMovesTheOneLaunchBound) {
+  ASSERT_EQ(setenv("DEEPINFER_AB_GROUPED_ROWS", "1000", 1), 0);
+  for (Kind kind : {Kind::kFp8E8m0_128, Kind::kMxfp4, Kind::kFp8F32_32}) {
+    const int groups = 8;
+    const int64_t n = 1024, k = 512;
+    Weights w = make(kind, groups, n, k);
+    for (int64_t rows : {7, 70}) {
+      const std::string what = std::string("grouped A/B 1000 ") + name(kind) + " rows=" + std::to_string(rows);
+      auto plan = plan_grouped_linear(gpu(), w.mats, rows);
+      EXPECT_EQ(plan->one_launch(false), kind != Kind::kFp8F32_32) << what;
+      const HostTensor x = rand({groups * rows, k}), xr = bf16_rows(x);
+      DeviceTensor dx = up(x), dout = poisoned({groups * rows, n});
+      grouped_linear_quant(gpu(), dx, *plan, dout);
+      if (kind == Kind::kFp8F32_32)
+        rel_err(what.c_str(), down(dout), reference(x, w, rows), 4e-3);
+      else
+        rel_err(what.c_str(), down(dout), reference(xr, w, rows), 1e-5);
+    }
+  }
+  ASSERT_EQ(setenv("DEEPINFER_AB_GROUPED_ROWS", "0", 1), 0);
+  {
+    Weights w = make(Kind::kFp8E8m0_128, 8, 1024, 512);
+    auto plan = plan_grouped_linear(gpu(), w.mats, 1);
+    EXPECT_FALSE(plan->one_launch(false));
+    const HostTensor x = rand({8, 512}), xr = bf16_rows(x);
+    DeviceTensor dx = up(x), dout = poisoned({8, 1024});
+    grouped_linear_quant(gpu(), dx, *plan, dout);
+    rel_err("grouped A/B 0 fp8 rows=1 (per group)", down(dout), reference(xr, w, 1), 1e-5);
+  }
+  ASSERT_EQ(unsetenv("DEEPINFER_AB_GROUPED_ROWS"), 0);
+  EXPECT_EQ(grouped_one_launch_rows(), 4);
 }
 
 // The call uploads nothing: it captures into a CUDA graph, and the replay writes the eager call's output.

@@ -55,7 +55,14 @@ std::unique_ptr<GroupedLinearPlan> plan_grouped_linear(CudaBackend& be, std::vec
 // and f32 weights at <= cuda::kGemmSkinnyRows rows per group (decode: the weight-streaming kernels, A rounded to bf16
 // for UE8M0 scales as in linear_quant), or any row count in batch-invariant mode (the same fp32 chain per output);
 // otherwise (many rows: cuBLASLt on a bf16 copy of each weight; bf16 weights) one linear_quant per group, as before.
-// Neither path synchronises, uploads or allocates beyond linear_quant's workspace: capturable.
+// Neither path synchronises, uploads or allocates beyond the workspace: capturable.
 void grouped_linear_quant(CudaBackend& be, const Tensor& in, const GroupedLinearPlan& plan, const Tensor& out);
+
+// Rows per group up to which a call (default mode) is one grouped launch: cuda::kGemmSkinnyRows, or
+// DEEPINFER_AB_GROUPED_ROWS — a temporary A/B switch for measuring on a GPU what is not measured yet: 0 runs every
+// call per group (the bench's o-projection as 8 launches again, in the same build), a larger value sends more rows of
+// UE8M0 block formats through one grouped tensor-core launch (a bf16 copy of A, then gemm_mma or the WMMA tile; the
+// same products as the per-group cuBLASLt path, which rounds A to bf16 too) instead of 3 launches per group.
+int64_t grouped_one_launch_rows();
 
 }  // namespace deepinfer

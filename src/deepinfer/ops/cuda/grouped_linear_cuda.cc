@@ -2,6 +2,8 @@
 // machinery moe_quant uses for its experts; here every group has the same row count, so the arrays are fixed).
 #include "deepinfer/ops/cuda/grouped_linear.h"
 
+#include <algorithm>
+#include <cstdlib>
 #include <limits>
 
 #include "deepinfer/core/error.h"
@@ -55,13 +57,26 @@ bool same_layout(const QuantMatrix& a, const QuantMatrix& b) {
          (b.scale.data() == nullptr || b.scale.device() == a.weight.device());
 }
 
+// UE8M0-scaled block formats: the tensor-core kernels' weights are exact in bf16, so only A's rounding differs from
+// the per-group cuBLASLt path (which rounds A too).
+bool ue8m0_block(const QuantMatrix& w) {
+  return w.format != QuantFormat::kFloat && (w.scale.data() == nullptr || w.scale.dtype() == DType::kE8M0);
+}
+
 }  // namespace
+
+int64_t grouped_one_launch_rows() {
+  const char* v = std::getenv("DEEPINFER_AB_GROUPED_ROWS");
+  return v ? std::max<int64_t>(std::atoll(v), 0) : cuda::kGemmSkinnyRows;
+}
 
 bool GroupedLinearPlan::one_launch(bool batch_invariant) const {
   const QuantMatrix& w = weights_.front();
   // The own GEMM reads f32 weights in kFloat, never bf16 (linear_quant takes cuBLASLt there).
   const bool own_gemm_reads = w.format != QuantFormat::kFloat || w.weight.dtype() == DType::kF32;
-  return own_gemm_reads && (batch_invariant || rows_ <= cuda::kGemmSkinnyRows);
+  if (!own_gemm_reads) return false;
+  if (batch_invariant) return true;
+  return rows_ <= grouped_one_launch_rows() && (rows_ <= cuda::kGemmSkinnyRows || ue8m0_block(w));
 }
 
 std::unique_ptr<GroupedLinearPlan> plan_grouped_linear(CudaBackend& be, std::vector<QuantMatrix> weights,
@@ -117,10 +132,19 @@ void grouped_linear_quant(CudaBackend& be, const Tensor& in, const GroupedLinear
     return;
   }
   const QuantMatrix& w = plan.weight(0);
+  cuda::WorkspaceArena::Scope scope(be.workspace());
+  const void* a_bf16 = nullptr;
+  if (!be.batch_invariant() && r > cuda::kGemmSkinnyRows) {
+    // Many rows (the A/B switch): the tensor-core kernels read a bf16 copy of A (gemm_mma; the WMMA tile otherwise).
+    void* a16 = be.workspace().take(sizeof(uint16_t) * g_count * r * k);
+    cuda::run_cast_f32_to_bf16(in.data_as<float>(), a16, g_count * r * k, be.stream());
+    a_bf16 = a16;
+  }
   const auto* tables = static_cast<const void* const*>(plan.tables_.view().data());
   const int32_t* offsets = plan.offsets_.view().data_as<int32_t>();
   cuda::GemmKernelParams p;
   p.a = in.data_as<float>();
+  p.a_bf16 = a_bf16;
   p.lda = k;
   p.c = out.data_as<float>();
   p.ldc = n;
