@@ -40,7 +40,7 @@ class GroupedLinearPlan {
   friend void grouped_linear_quant(CudaBackend& be, const Tensor& in, const GroupedLinearPlan& plan, const Tensor& out);
   std::vector<QuantMatrix> weights_;
   int64_t rows_ = 0;
-  bool aligned16_ = false;  // every weight pointer 16-byte aligned (vector loads)
+  bool aligned16_ = false;  // every weight and scale pointer 16-byte aligned (vector loads)
   OwnedTensor tables_;      // i64 [2G]: weight pointers, then scale pointers
   OwnedTensor offsets_;     // i32 [3(G+1)]: group_offsets, tile_offsets, active_groups (count at [G])
 };

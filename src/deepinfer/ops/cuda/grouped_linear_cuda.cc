@@ -98,9 +98,10 @@ std::unique_ptr<GroupedLinearPlan> plan_grouped_linear(CudaBackend& be, std::vec
   plan->aligned16_ = true;
   for (int64_t g = 0; g < g_count; ++g) {
     const auto w = reinterpret_cast<uintptr_t>(weights[g].weight.data());
+    const auto sc = reinterpret_cast<uintptr_t>(weights[g].scale.data());
     tables[g] = static_cast<int64_t>(w);
-    tables[g_count + g] = static_cast<int64_t>(reinterpret_cast<uintptr_t>(weights[g].scale.data()));
-    plan->aligned16_ = plan->aligned16_ && w % 16 == 0;
+    tables[g_count + g] = static_cast<int64_t>(sc);
+    plan->aligned16_ = plan->aligned16_ && w % 16 == 0 && sc % 16 == 0;  // as moe_quant's tables (scales too)
   }
   const int64_t tiles = (rows + cuda::kGemmTileM - 1) / cuda::kGemmTileM;
   std::vector<int32_t> offsets(3 * (g_count + 1));
