@@ -73,6 +73,14 @@ struct ScaleMul {
   }
 };
 
+// Programmatic dependent launch: the kernel may start while the previous kernel of the stream finishes; it waits
+// here before reading anything an earlier kernel wrote (activations, the MoE plan) or writing its output.
+__device__ __forceinline__ void wait_prior_kernels() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+// Lets the next kernel of the stream launch (it waits for this one's completion itself before reading).
+__device__ __forceinline__ void allow_next_kernel() {
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+
 __device__ __forceinline__ uint4 ld_stream(const uint4* p) {  // read once: no L1 allocation
   uint4 r;
   asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n"
@@ -141,6 +149,7 @@ __global__ void __launch_bounds__(kSmThreads, 2)
   int grp = 0;
   int64_t begin = 0, end = p.m;
   if (p.group_offsets) {
+    wait_prior_kernels();  // the groups come from the plan of an earlier kernel
     if (static_cast<int>(blockIdx.y) >= p.active_groups[p.groups]) return;
     grp = p.active_groups[blockIdx.y];
     begin = p.group_offsets[grp];
@@ -178,6 +187,8 @@ __global__ void __launch_bounds__(kSmThreads, 2)
     StepData<kRows> buf[kPrefetch];
 #pragma unroll
     for (int u = 0; u < kPrefetch; ++u) load(s_begin + u, buf[u]);
+    // Dense: the weight loads above overlap the previous kernel's tail; the activations are its output.
+    if (!p.group_offsets && r0 == begin) wait_prior_kernels();
     if (tid < R) {
       const int64_t i = r0 + tid;
       a_row[tid] = i < end ? (p.a_rows ? p.a_rows[i] / p.a_row_div : i) : -1;
@@ -260,8 +271,9 @@ __global__ void __launch_bounds__(kSmThreads, 2)
         }
       }
     }
-    // W16: acc 0 / 1 weight row g, activation rows 2t / 2t + 1; acc 2 / 3 the same for weight row g + 8.
-    // Otherwise: acc 0 / 1 activation row g, weight rows 2t / 2t + 1 (acc 2 / 3: activation rows 8..15, empty).
+    if (r0 + R >= end) allow_next_kernel();
+      // W16: acc 0 / 1 weight row g, activation rows 2t / 2t + 1; acc 2 / 3 the same for weight row g + 8.
+      // Otherwise: acc 0 / 1 activation row g, weight rows 2t / 2t + 1 (acc 2 / 3: activation rows 8..15, empty).
 #pragma unroll
     for (int i = 0; i < kOut; ++i) part[warp][i][lane] = (acc[0][i] + acc[1][i]) + (acc[2][i] + acc[3][i]);
     __syncthreads();
@@ -287,6 +299,12 @@ int ab_w16() {
   return v ? std::atoi(v) : -1;
 }
 
+// Temporary A/B switch: DEEPINFER_AB_STREAM_MMA_PDL = 0 launches without programmatic dependent launch.
+bool ab_pdl() {
+  const char* v = std::getenv("DEEPINFER_AB_STREAM_MMA_PDL");
+  return !v || std::atoi(v) != 0;
+}
+
 template <QuantFormat F, int R, bool W16>
 void launch_shape(const GemmKernelParams& p, int64_t slots, int lbn, int lbk, cudaStream_t stream) {
   const int64_t chunks = p.k / kChunkK<F>, steps = ceil_div(chunks, 4), tiles = ceil_div(p.n, W16 ? 16 : 8);
@@ -296,8 +314,17 @@ void launch_shape(const GemmKernelParams& p, int64_t slots, int lbn, int lbk, cu
   const size_t smem = static_cast<size_t>(steps * kMmas<F> * R * 4) * sizeof(uint2);
   const dim3 grid(static_cast<unsigned>(ceil_div(tiles, nw)), static_cast<unsigned>(slots));
   const bool a_vec = p.lda % 4 == 0 && reinterpret_cast<uintptr_t>(p.a) % 16 == 0;
-  gemm_stream_mma_kernel<F, R, W16><<<grid, kSmThreads, smem, stream>>>(p, kw, lbn, lbk, a_vec);
-  DI_CUDA_CHECK_LAUNCH();
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(kSmThreads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute pdl[1];
+  pdl[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  pdl[0].val.programmaticStreamSerializationAllowed = ab_pdl() ? 1 : 0;
+  cfg.attrs = pdl;
+  cfg.numAttrs = 1;
+  DI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemm_stream_mma_kernel<F, R, W16>, p, kw, lbn, lbk, a_vec));
 }
 
 // 16-row tiles once there are enough of them for ~8 warps an SM without splitting K.
