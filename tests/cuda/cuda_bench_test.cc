@@ -428,6 +428,112 @@ TEST_F(CudaBench, DISABLED_DecodeGemmTimings) {
   unsetenv("DEEPINFER_AB_STREAM_MMA_W16");
 }
 
+// Batch-invariant decode GEMMs (issue #7): the column-chain kernels (gemm_cuda.cu) against the default mode's
+// kernels in the same run (gpu().set_batch_invariant). FP8 128x128 UE8M0 projections at V4-Flash decode shapes
+// and the V4.1 MXFP4 routed experts (E=384, k=6, + FP8 shared expert) at 1-8 rows / tokens; weights rotate over
+// copies (dense) or expert selections (MoE) so each call reads them from HBM. Bytes as in DecodeGemmTimings. A
+// chain is K dependent FMAs whatever the kernel, so the floor line gives 4 cycles x K at the device clock.
+TEST_F(CudaBench, DISABLED_BatchInvariantDecodeTimings) {
+  int clock_khz = 0;
+  DI_CUDA_CHECK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0));
+  auto floor_ms = [&](int64_t k) { return 4.0 * k / (clock_khz * 1e3) * 1e3; };
+  struct Mode {
+    const char* name;
+    bool invariant;
+  };
+  const Mode modes[] = {{"default", false}, {"batch-invariant", true}};
+  struct Proj {
+    const char* name;
+    int64_t n, k;
+  };
+  for (const Proj& pr :
+       {Proj{"q_a", 1280, 5120}, Proj{"kv", 512, 5120}, Proj{"o_a group", 1024, 4096}, Proj{"o_b", 5120, 8192}}) {
+    std::printf("[bench] chain floor K=%lld: 4 cycles x K at %.0f MHz = %.4f ms\n", static_cast<long long>(pr.k),
+                clock_khz / 1e3, floor_ms(pr.k));
+    const double wbytes = pr.n * pr.k * (1.0 + 1.0 / (128 * 128));
+    const int copies = static_cast<int>(std::clamp(200e6 / wbytes, 1.0, 64.0));
+    std::vector<DeviceTensor> w, s;
+    for (int c = 0; c < copies; ++c) {
+      w.push_back(filled(DType::kF8E4M3, {pr.n, pr.k}, false, true));
+      s.push_back(filled(DType::kE8M0, {(pr.n + 127) / 128, pr.k / 128}, true));
+    }
+    for (int64_t m : {1, 2, 4, 8}) {
+      DeviceTensor x = filled(DType::kF32, {m, pr.k}), y(gpu(), DType::kF32, {m, pr.n});
+      for (const Mode& md : modes) {
+        gpu().set_batch_invariant(md.invariant);
+        int c = 0;
+        const double ms = time_ms([&] {
+          gpu().linear_quant({x, {w[c], s[c], QuantFormat::kFP8Block, 128, 128}, y});
+          c = (c + 1) % copies;
+        });
+        report(std::string("fp8 ") + pr.name + " N=" + std::to_string(pr.n) + " K=" + std::to_string(pr.k) +
+                   " M=" + std::to_string(m) + " " + md.name,
+               ms, wbytes + 4.0 * m * (pr.n + pr.k), 2.0 * m * pr.n * pr.k);
+      }
+    }
+  }
+  {
+    const int64_t d = 5120, e = 384, inter = 2304, k = 6;
+    std::printf("[bench] chain floor experts K=%lld + K=%lld: %.4f ms\n", static_cast<long long>(d),
+                static_cast<long long>(inter), floor_ms(d) + floor_ms(inter));
+    std::vector<DeviceTensor> keep;
+    keep.reserve(6 * e);
+    std::vector<QuantExpertWeights> experts(e);
+    DeviceTensor pat_w = filled(DType::kU8, {inter, d / 2}), pat_s = filled(DType::kE8M0, {inter, d / 32}, true);
+    for (int64_t i = 0; i < e; ++i)
+      for (auto [rows, cols, q] :
+           {std::tuple{inter, d, &experts[i].w1}, {inter, d, &experts[i].w3}, {d, inter, &experts[i].w2}}) {
+        keep.emplace_back(gpu(), DType::kU8, Shape{rows, cols / 2});
+        DI_CUDA_CHECK(cudaMemcpy(keep.back().data(), pat_w.data(), rows * cols / 2, cudaMemcpyDeviceToDevice));
+        const DeviceTensor& wt = keep.back();
+        keep.emplace_back(gpu(), DType::kE8M0, Shape{rows, cols / 32});
+        DI_CUDA_CHECK(cudaMemcpy(keep.back().data(), pat_s.data(), rows * cols / 32, cudaMemcpyDeviceToDevice));
+        *q = QuantMatrix{wt, keep.back(), QuantFormat::kMXFP4};
+      }
+    QuantExpertWeights shared;
+    DeviceTensor sw1 = filled(DType::kF8E4M3, {inter, d}, false, true),
+                 sw3 = filled(DType::kF8E4M3, {inter, d}, false, true),
+                 sw2 = filled(DType::kF8E4M3, {d, inter}, false, true);
+    DeviceTensor ss1 = filled(DType::kE8M0, {inter / 128, d / 128}, true),
+                 ss2 = filled(DType::kE8M0, {d / 128, inter / 128}, true);
+    shared.w1 = {sw1, ss1, QuantFormat::kFP8Block};
+    shared.w3 = {sw3, ss1, QuantFormat::kFP8Block};
+    shared.w2 = {sw2, ss2, QuantFormat::kFP8Block};
+    for (int64_t t : {1, 2, 4, 8}) {
+      constexpr int kSel = 16;
+      std::vector<DeviceTensor> idx;
+      double touched = 0;
+      for (int sel = 0; sel < kSel; ++sel) {
+        HostTensor h(DType::kI32, {t, k});
+        std::vector<bool> used(e, false);
+        for (int64_t i = 0; i < t * k; ++i) {
+          const int32_t ex = static_cast<int32_t>((sel * 97 + (i / k) * 31 + (i % k) * 61) % e);
+          h.data<int32_t>()[i] = ex;
+          used[ex] = true;
+        }
+        touched += std::count(used.begin(), used.end(), true);
+        idx.push_back(up(h));
+      }
+      touched /= kSel;
+      DeviceTensor x = filled(DType::kF32, {t, d}), wts = filled(DType::kF32, {t, k}), y(gpu(), DType::kF32, {t, d});
+      const double bytes = touched * 3.0 * inter * d * (0.5 + 1.0 / 32) + 3.0 * inter * d;
+      for (const Mode& md : modes) {
+        gpu().set_batch_invariant(md.invariant);
+        int sel = 0;
+        const double ms = time_ms(
+            [&] {
+              gpu().moe_quant({x, wts, idx[sel], &experts, &shared, y, 10.0f, true});
+              sel = (sel + 1) % kSel;
+            },
+            16);
+        report("V4.1 moe_quant mxfp4 E=384 k=6 +fp8 shared T=" + std::to_string(t) + " " + md.name, ms, bytes,
+               2.0 * 3 * inter * d * t * (k + 1));
+      }
+    }
+  }
+  gpu().set_batch_invariant(false);
+}
+
 // The small latency-bound selection kernels at decode shapes (issue #7): one row per call, so the figure is the
 // kernel's latency plus the gap between back-to-back launches on the stream (ncu gives the kernel alone).
 // router includes its x·Wᵀ GEMM (cuBLASLt) before router_select; moe_plan runs the kernel directly.

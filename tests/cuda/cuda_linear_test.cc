@@ -290,5 +290,77 @@ TEST_F(CudaLinearTest, BatchInvariantModeRowsDoNotDependOnTheBatch) {
   }
 }
 
+// Batch-invariant mode at decode shapes: 1-8 rows run the column-chain kernels (gemm_cuda.cu), 12 rows the SIMT
+// tile; every row must be the same bytes either way. The shapes stress the chain kernel's tiling: N not a multiple
+// of its 32 columns (4500, 1000, 300), K a multiple of neither its 128-wide FP8 stage (2064, 1040) nor its 256-wide
+// MXFP4 stage (4128), K = 7168, f32 rows with K % 16 = 4 (1300: zero chunks up to the tile's 16-wide k-steps) and
+// K % 4 != 0 (1302: the scalar fallback), FP8 K = 200 (scalar fallback), MXFP4 scales past 2^113 (the product
+// there is (code · 2^-14 · 2^14) · scale, not code · 2^-14 · (scale · 2^14), which would overflow), FP8 with
+// arbitrary f32 scales (V3) and per-32-column scales. On a 132-SM device N = 4500 at 8 rows takes the two-rows-per-
+// thread variant (141 column blocks x 8 rows > 8 warps per SM), at 1-7 rows one row per warp. Against the CPU on
+// the dequantized weight: exact fp32 products, 1e-5.
+TEST_F(CudaLinearTest, BatchInvariantDecodeShapesMatchTheTile) {
+  gpu().set_batch_invariant(true);
+  const int64_t m = 12;
+  struct Case {
+    std::string name;
+    int64_t n, k;
+    HostTensor w, s;
+    QuantFormat f;
+    int block;
+  };
+  std::vector<Case> cases;
+  cases.push_back({"fp8 128x128 e8m0", 4500, 7168, fp8({4500, 7168}), e8m0({36, 56}), QuantFormat::kFP8Block, 128});
+  cases.push_back({"fp8 32x32 f32", 1000, 2064, fp8({1000, 2064}), f32_scales({32, 65}), QuantFormat::kFP8Block, 32});
+  cases.push_back({"fp8 128x128 f32", 300, 1040, fp8({300, 1040}), f32_scales({3, 9}), QuantFormat::kFP8Block, 128});
+  cases.push_back({"fp8 per-32 e8m0", 1000, 2064, fp8({1000, 2064}), e8m0({1000, 65}), QuantFormat::kFP8Row32, 0});
+  cases.push_back({"fp8 128x128 K=200", 1000, 200, fp8({1000, 200}), e8m0({8, 2}), QuantFormat::kFP8Block, 128});
+  cases.push_back(
+      {"mxfp4", 2304, 5120, rand_bytes(DType::kU8, {2304, 2560}), e8m0({2304, 160}), QuantFormat::kMXFP4, 0});
+  cases.push_back(
+      {"mxfp4 K=4128", 300, 4128, rand_bytes(DType::kU8, {300, 2064}), e8m0({300, 129}), QuantFormat::kMXFP4, 0});
+  {
+    HostTensor s = e8m0({300, 16});
+    // 2^114 .. 2^119: finite products (6 · 2^119 · 32 < FLT_MAX), but scale · 2^14 overflows.
+    for (int64_t i = 0; i < s.numel(); i += 7) s.data<uint8_t>()[i] = static_cast<uint8_t>(241 + i % 6);
+    cases.push_back({"mxfp4 scales past 2^113", 300, 512, rand_bytes(DType::kU8, {300, 256}), std::move(s),
+                     QuantFormat::kMXFP4, 0});
+  }
+  cases.push_back({"f32 K=1300", 1000, 1300, rand({1000, 1300}), HostTensor{}, QuantFormat::kFloat, 0});
+  cases.push_back({"f32 K=1302", 300, 1302, rand({300, 1302}), HostTensor{}, QuantFormat::kFloat, 0});
+  const std::vector<std::vector<int64_t>> subsets = {{0},
+                                                     {11},
+                                                     {5, 6},
+                                                     {9, 2, 4},
+                                                     {0, 1, 2, 3},
+                                                     {3, 4, 5, 6, 7},
+                                                     {6, 7, 8, 9, 10, 11},
+                                                     {1, 2, 3, 4, 5, 6, 7},
+                                                     {0, 1, 2, 3, 4, 5, 6, 7},
+                                                     {11, 10, 9, 8, 7, 6, 5, 4}};
+  for (const Case& c : cases) {
+    const bool f32 = c.f == QuantFormat::kFloat;
+    const HostTensor x = rand({m, c.k});
+    const int block = c.block ? c.block : 128;
+    const HostTensor want =
+        f32 ? cpu_linear(x, c.w) : cpu_linear(x, cpu_dequant(c.w, c.s, c.f, c.n, c.k, block, block));
+    const DeviceTensor dw = up(c.w), ds = c.s.view().data() ? up(c.s) : DeviceTensor{};
+    auto call = [&](const HostTensor& xs) {
+      const DeviceTensor dx = up(xs), dout = poisoned({xs.shape()[0], c.n});
+      if (f32)
+        gpu().linear({dx, dw, dout});
+      else
+        gpu().linear_quant({dx, {dw, ds.view(), c.f, block, block}, dout});
+      return down(dout);
+    };
+    const std::string name =
+        "batch-invariant decode " + c.name + " N=" + std::to_string(c.n) + " K=" + std::to_string(c.k);
+    const HostTensor full = call(x);
+    rel_err(name.c_str(), full, want, 1e-5);
+    for (const auto& rows : subsets)
+      expect_rows_bitwise(name + " rows=" + std::to_string(rows.size()), call(take_rows(x, rows)), full, rows);
+  }
+}
+
 }  // namespace
 }  // namespace deepinfer

@@ -638,5 +638,44 @@ TEST_F(CudaMoeTest, BatchInvariantModeTokensDoNotDependOnTheBatch) {
   }
 }
 
+// Batch-invariant mode at decode shapes: hidden 2048 (gate/up K: 8 MXFP4 chain stages of 256, 16 FP8 ones of 128),
+// inter 352 (gate/up N: 11 column blocks of the chain kernel; down K: a partial last stage), 4 experts of which each
+// token takes 2, MXFP4 and FP8-block routed experts. All 24 tokens give 12 rows per expert (SIMT tiles); the
+// subsets of 1-8 tokens give the chain kernel 1-4 rows per expert on average, gathered through a_rows (an expert
+// with more rows than a pass of the launch's rows makes several passes), and the shared expert 1-8 dense rows. Each
+// token's output must be the same bytes, and within 1e-5 of the CPU (exact fp32 products).
+TEST_F(CudaMoeTest, BatchInvariantDecodeShapesMatchTheTile) {
+  gpu().set_batch_invariant(true);
+  const int64_t d = 2048, inter = 352, e = 4, k = 2, t = 24;
+  const std::vector<std::vector<int64_t>> subsets = {{0},
+                                                     {23},
+                                                     {3, 17},
+                                                     {5, 6, 7},
+                                                     {0, 1, 2, 3},
+                                                     {10, 11, 12, 13, 14},
+                                                     {18, 19, 20, 21, 22, 23},
+                                                     {2, 4, 6, 8, 10, 12, 14},
+                                                     {16, 17, 18, 19, 20, 21, 22, 23},
+                                                     {7, 6, 5, 4, 3, 2, 1, 0}};
+  for (QuantFormat f : {QuantFormat::kMXFP4, QuantFormat::kFP8Block}) {
+    const std::unique_ptr<QuantMoe> q = quant_moe(d, inter, e, f);
+    const HostTensor x = rand({t, d}), weights = rand({t, k}, 0.05f, 1.0f), idx = distinct_indices(t, k, e);
+    auto call = [&](const HostTensor& xs, const HostTensor& ws, const HostTensor& is) {
+      const DeviceTensor dx = up(xs), dwts = up(ws), didx = up(is), dout = poisoned({xs.shape()[0], d});
+      gpu().moe_quant({dx, dwts, didx, &q->gpu_experts, &q->gpu_shared, dout, 10.0f, false});
+      return down(dout);
+    };
+    const HostTensor full = call(x, weights, idx);
+    HostTensor want(DType::kF32, {t, d});
+    cpu().moe({x, weights, idx, &q->cpu_experts, &q->cpu_shared, want, 10.0f, false});
+    const std::string name =
+        std::string("batch-invariant decode moe_quant ") + (f == QuantFormat::kMXFP4 ? "mxfp4" : "fp8");
+    rel_err(name.c_str(), full, want, 1e-5);
+    for (const auto& rows : subsets)
+      expect_rows_bitwise(name + " tokens=" + std::to_string(rows.size()),
+                          call(take_rows(x, rows), take_rows(weights, rows), take_rows(idx, rows)), full, rows);
+  }
+}
+
 }  // namespace
 }  // namespace deepinfer
