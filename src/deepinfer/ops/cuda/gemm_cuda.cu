@@ -732,14 +732,20 @@ __global__ void __launch_bounds__(kCvMaxWarps * 32, 1) gemm_chain_vec_kernel(Gem
   bool stage_scale = false;
   if constexpr (F == QuantFormat::kFP8Block) stage_scale = (p.block_k & (p.block_k - 1)) == 0 && p.block_k % kK == 0;
 
+  // A thread copies chunk `wc` of columns wcol0, wcol0 + wcol_step, ... of every stage (nthr is a multiple of 32,
+  // so of kC): one pointer walk per stage instead of index arithmetic per chunk.
+  const int wc = tid % kC, wcol0 = tid / kC, wcol_step = nthr / kC;
+  const uint8_t* wsrc = b + (n0 + wcol0) * row_bytes + 16 * wc;
   auto issue = [&](int64_t st, int buf) {
     if (st < stages) {
-      uint8_t* wb = wring + buf * (kCvCols * kCol);
-      for (int id = tid; id < kCvCols * kC; id += nthr) {
-        const int col = id / kC, c = id % kC;
-        const int64_t nn = n0 + col, kc = st * kC + c;
-        const bool ok = nn < p.n && kc < row_chunks;
-        cv_cp_async16(wb + col * kCol + 16 * c, ok ? b + nn * row_bytes + 16 * kc : b, ok);
+      uint8_t* wdst = wring + buf * (kCvCols * kCol) + wcol0 * kCol + 16 * wc;
+      const uint8_t* src = wsrc + st * (16 * kC);
+      const bool k_ok = st * kC + wc < row_chunks;
+      for (int col = wcol0; col < kCvCols; col += wcol_step) {
+        const bool ok = k_ok && n0 + col < p.n;
+        cv_cp_async16(wdst, ok ? src : b, ok);
+        wdst += wcol_step * kCol;
+        src += wcol_step * row_bytes;
       }
       float* ab = aring + buf * rows_pass * kK;
       for (int id = tid; id < rows_pass * (kK / 4); id += nthr) {
