@@ -297,8 +297,9 @@ TEST_F(CudaLinearTest, BatchInvariantModeRowsDoNotDependOnTheBatch) {
 // K % 4 != 0 (1302: the scalar fallback), FP8 K = 200 (scalar fallback), MXFP4 scales past 2^113 (the product
 // there is (code · 2^-14 · 2^14) · scale, not code · 2^-14 · (scale · 2^14), which would overflow), FP8 with
 // arbitrary f32 scales (V3) and per-32-column scales. On a 132-SM device N = 4500 at 8 rows takes the two-rows-per-
-// thread variant (141 column blocks x 8 rows > 8 warps per SM), at 1-7 rows one row per warp. Against the CPU on
-// the dequantized weight: exact fp32 products, 1e-5.
+// thread variant (141 column blocks x 8 rows > 8 warps per SM), at 1-7 rows one row per warp; N = 40000 (FP8) and
+// 30000 (MXFP4) take the shallow cp.async ring, the others the deep one. Against the CPU on the dequantized weight:
+// exact fp32 products, 1e-5.
 TEST_F(CudaLinearTest, BatchInvariantDecodeShapesMatchTheTile) {
   gpu().set_batch_invariant(true);
   const int64_t m = 12;
@@ -317,6 +318,10 @@ TEST_F(CudaLinearTest, BatchInvariantDecodeShapesMatchTheTile) {
   cases.push_back({"fp8 128x128 K=200", 1000, 200, fp8({1000, 200}), e8m0({8, 2}), QuantFormat::kFP8Block, 128});
   cases.push_back(
       {"mxfp4", 2304, 5120, rand_bytes(DType::kU8, {2304, 2560}), e8m0({2304, 160}), QuantFormat::kMXFP4, 0});
+  // Enough column blocks that the launch takes the shallow ring (more blocks per SM).
+  cases.push_back({"fp8 128x128 e8m0", 40000, 1040, fp8({40000, 1040}), e8m0({313, 9}), QuantFormat::kFP8Block, 128});
+  cases.push_back(
+      {"mxfp4", 30000, 512, rand_bytes(DType::kU8, {30000, 256}), e8m0({30000, 16}), QuantFormat::kMXFP4, 0});
   cases.push_back(
       {"mxfp4 K=4128", 300, 4128, rand_bytes(DType::kU8, {300, 2064}), e8m0({300, 129}), QuantFormat::kMXFP4, 0});
   {

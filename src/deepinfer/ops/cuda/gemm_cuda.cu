@@ -586,7 +586,7 @@ __global__ void __launch_bounds__(kChWarps * 32) gemm_chain_kernel(GemmKernelPar
 }
 
 // The vector kernel. Lane c of every warp owns column n0 + c; warp g owns rows g·R .. g·R + R - 1 of each pass of
-// R × warps rows. The block streams its 32 weight rows and the pass's A rows through a cp.async ring of kStages
+// R × warps rows. The block streams its 32 weight rows and the pass's A rows through a cp.async ring of NS
 // stages in 16-byte chunks (8 lanes copy a column's 128 contiguous bytes; the bytes in flight sit in shared memory,
 // not in registers), and each thread decodes its own column's chunks with the shared decoders, one multiply by the
 // scale per weight. More rows per thread (R = 2) share that decode; more warps per block (rows split across warps)
@@ -596,17 +596,20 @@ struct ChainVec {
   static constexpr int kWeights = F == QuantFormat::kMXFP4 ? 32 : F == QuantFormat::kFloat ? 4 : 16;  // a chunk's
   static constexpr int kChunks = F == QuantFormat::kFloat ? 16 : 8;  // a column's chunks per stage
   static constexpr int kStageK = kWeights * kChunks;
-  static constexpr int kStages = F == QuantFormat::kFloat ? 4 : 6;
   // 16 bytes of padding per column: the LDS.128 of 8 consecutive lanes (one phase) hit 8 distinct bank quads.
   static constexpr int kColBytes = kChunks * 16 + 16;
 };
 constexpr int kCvCols = 32, kCvMaxRows = 8, kCvMaxWarps = 8;
 
+// Ring depths: deep (5 stages in flight) when the grid leaves most of each SM's shared memory free — few blocks
+// per SM must keep enough bytes in flight on their own — and shallow (2 in flight) when more blocks must fit.
+constexpr int kCvDeep = 6, kCvShallow = 3;
+
 template <QuantFormat F>
-constexpr size_t chain_vec_smem(int rows_pass) {
+constexpr size_t chain_vec_smem(int stages, int rows_pass) {
   using C = ChainVec<F>;
-  return sizeof(int64_t) * kCvMaxRows + size_t{C::kStages} * kCvCols * C::kColBytes +
-         size_t{C::kStages} * static_cast<size_t>(rows_pass) * C::kStageK * sizeof(float);
+  return sizeof(int64_t) * kCvMaxRows + size_t(stages) * kCvCols * C::kColBytes +
+         size_t(stages) * static_cast<size_t>(rows_pass) * C::kStageK * sizeof(float);
 }
 
 __device__ __forceinline__ void cv_cp_async16(void* dst, const void* src, bool valid) {
@@ -706,11 +709,11 @@ __device__ __forceinline__ void cv_stage(const uint8_t* wcol, const float* a, co
 }
 
 // Grid: x = column blocks of kCvCols, y = group slots; block = warps × 32 threads, dynamic shared memory
-// chain_vec_smem<F>(R × warps). The host checked 16-byte chunks (chain_vec_ok).
-template <QuantFormat F, int R>
+// chain_vec_smem<F>(NS, R × warps). The host checked 16-byte chunks (chain_vec_ok).
+template <QuantFormat F, int R, int NS>
 __global__ void __launch_bounds__(kCvMaxWarps * 32, 1) gemm_chain_vec_kernel(GemmKernelParams p) {
   using C = ChainVec<F>;
-  constexpr int kC = C::kChunks, kK = C::kStageK, kNs = C::kStages, kCol = C::kColBytes;
+  constexpr int kC = C::kChunks, kK = C::kStageK, kNs = NS, kCol = C::kColBytes;
   extern __shared__ __align__(16) uint8_t cv_smem[];
   GroupSpan span;
   if (!active_group(p, blockIdx.y, span)) return;
@@ -837,13 +840,23 @@ int device_sm_count() {
   return sms;
 }
 
-template <QuantFormat F, int R>
-void launch_chain_vec(const GemmKernelParams& p, int warps, int64_t slots, cudaStream_t stream) {
-  const size_t smem = chain_vec_smem<F>(R * warps);
-  DI_CUDA_CHECK(cudaFuncSetAttribute(gemm_chain_vec_kernel<F, R>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+template <QuantFormat F, int R, int NS>
+void launch_chain_ring(const GemmKernelParams& p, int warps, int64_t slots, cudaStream_t stream) {
+  const size_t smem = chain_vec_smem<F>(NS, R * warps);
+  DI_CUDA_CHECK(cudaFuncSetAttribute(gemm_chain_vec_kernel<F, R, NS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem)));
   const dim3 grid(static_cast<unsigned>(ceil_div(p.n, kCvCols)), static_cast<unsigned>(slots));
-  gemm_chain_vec_kernel<F, R><<<grid, warps * 32, smem, stream>>>(p);
+  gemm_chain_vec_kernel<F, R, NS><<<grid, warps * 32, smem, stream>>>(p);
+}
+
+template <QuantFormat F, int R>
+void launch_chain_vec(const GemmKernelParams& p, int warps, int64_t blocks, int64_t slots, cudaStream_t stream) {
+  // Deep ring if every block still fits on the device at once with it (227 KB of shared memory per SM).
+  const int64_t per_sm = ceil_div(blocks, device_sm_count());
+  if (per_sm * static_cast<int64_t>(chain_vec_smem<F>(kCvDeep, R * warps)) <= 227 * 1024)
+    launch_chain_ring<F, R, kCvDeep>(p, warps, slots, stream);
+  else
+    launch_chain_ring<F, R, kCvShallow>(p, warps, slots, stream);
 }
 
 template <QuantFormat F>
@@ -863,12 +876,12 @@ void launch_invariant(const GemmKernelParams& p, bool vec, cudaStream_t stream) 
   // A warp per row while the device holds them (a chain's time is fixed by K, so more chains in parallel is what
   // shortens the call); past ~8 warps per SM, two rows per thread halve the decoding work per product. Either
   // way every output is the same chain: the choice never changes a bit.
-  const int64_t used_groups = p.group_offsets ? std::min<int64_t>(slots, ceil_div(p.m, std::max<int64_t>(rows, 1))) : 1;
-  const int64_t warps_one = ceil_div(p.n, kCvCols) * std::max<int64_t>(used_groups, 1) * std::max<int64_t>(rows, 1);
-  if (rows >= 2 && warps_one > 8ll * device_sm_count())
-    launch_chain_vec<F, 2>(p, static_cast<int>(ceil_div(rows, 2)), slots, stream);
+  const int64_t used_groups = p.group_offsets ? std::min<int64_t>(slots, ceil_div(p.m, rows)) : 1;
+  const int64_t blocks = ceil_div(p.n, kCvCols) * std::max<int64_t>(used_groups, 1);
+  if (rows >= 2 && blocks * rows > 8ll * device_sm_count())
+    launch_chain_vec<F, 2>(p, static_cast<int>(ceil_div(rows, 2)), blocks, slots, stream);
   else
-    launch_chain_vec<F, 1>(p, static_cast<int>(std::max<int64_t>(rows, 1)), slots, stream);
+    launch_chain_vec<F, 1>(p, static_cast<int>(rows), blocks, slots, stream);
 }
 
 // ---------------------------------------------------------------------------- bf16 tensor-core kernel
