@@ -157,9 +157,9 @@ TEST_F(CudaLinearTest, QuantLinearEveryFormatMatchesCpu) {
   }
 }
 
-// The decode GEMMs (<= 4 rows). UE8M0 scales take the tensor-core streaming kernel (gemm_stream_mma_cuda.cu): K
-// split over 1-8 warps per tile (K = 512 with MXFP4 is 4 steps; 2048 / 4096 the decode shapes; 7168 at 3-4 rows
-// does not fit its activation stage, so it makes two passes over the weights), 8-row tiles with a partial last one
+// The decode GEMMs (<= 8 rows). UE8M0 scales take the tensor-core streaming kernel (gemm_stream_mma_cuda.cu): K
+// split over 1-8 warps per tile (K = 512 with MXFP4 is 4 steps; 2048 / 4096 the decode shapes; 7168 at 3-8 rows
+// does not fit its activation stage, so it makes 2-4 passes over the weights), 8-row tiles with a partial last one
 // (N = 300, 300 / 8 leaves 4) and, at N = 20008, 16-row tiles (1,251 of them: the shape for calls with many
 // tiles; the last one half full), every row count; FP8 128x128, 32x32 and per-32-column scales and MXFP4 (e2m1
 // and e4m3 subnormal codes included). A is rounded to bf16 there and the weights are exact, so against the rounded
@@ -167,7 +167,7 @@ TEST_F(CudaLinearTest, QuantLinearEveryFormatMatchesCpu) {
 // against x itself.
 TEST_F(CudaLinearTest, QuantLinearStreamingShapesMatchCpu) {
   for (auto [n, k] : {std::pair<int64_t, int64_t>{300, 512}, {264, 2048}, {136, 4096}, {72, 7168}, {20008, 1024}}) {
-    for (int64_t m : {1, 2, 3, 4}) {
+    for (int64_t m : {1, 2, 3, 4, 6, 8}) {
       const HostTensor x = rand({m, k}), xq = bf16_rows(x);
       const std::string shape = " N=" + std::to_string(n) + " K=" + std::to_string(k) + " M=" + std::to_string(m);
       for (const auto& [name, block, f32] :
@@ -178,7 +178,8 @@ TEST_F(CudaLinearTest, QuantLinearStreamingShapesMatchCpu) {
         const HostTensor want = cpu_linear(f32 ? x : xq, cpu_dequant(w, s, QuantFormat::kFP8Block, n, k, block, block));
         DeviceTensor dx = up(x), dw = up(w), ds = up(s), dout = poisoned({m, n});
         gpu().linear_quant({dx, {dw, ds, QuantFormat::kFP8Block, block, block}, dout});
-        rel_err((std::string("linear_quant ") + name + shape).c_str(), down(dout), want, 1e-5);
+        // f32 scales past 4 rows go through cuBLASLt on bf16 copies (input and weight rounded).
+        rel_err((std::string("linear_quant ") + name + shape).c_str(), down(dout), want, f32 && m > 4 ? 4e-3 : 1e-5);
       }
       {
         const HostTensor w = fp8({n, k}), s = e8m0({n, (k + 31) / 32});

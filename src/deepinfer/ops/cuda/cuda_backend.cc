@@ -12,6 +12,7 @@
 
 #include "deepinfer/ops/cuda/dequant_bf16.h"
 #include "deepinfer/ops/cuda/gemm_mma.h"
+#include "deepinfer/ops/cuda/gemm_stream_mma.h"
 #include "deepinfer/ops/cuda/kernels.h"
 
 namespace deepinfer {
@@ -351,7 +352,7 @@ struct CudaBackend::Impl {
       void* in_bf16 = ws().take(sizeof(uint16_t) * m * k);
       cuda::run_cast_f32_to_bf16(in, in_bf16, m * k, s());
       lt_matmul(in_bf16, w.weight.data(), CUDA_R_16BF, out, m, n, k);
-    } else if (m >= kLtMinRows) {
+    } else if (m >= lt_min_rows(w)) {
       // Many rows: the weight is read once either way, so dequantizing it to a bf16 scratch (N·K·2 bytes
       // written and read once more) costs little next to the GEMM, and cuBLASLt's bf16 kernels are near peak.
       cuda::WorkspaceArena::Scope scope(ws());
@@ -390,7 +391,10 @@ struct CudaBackend::Impl {
   // past the streaming kernel's few rows. The tensor-core kernel's 64x128 tiles leave most SMs idle for a
   // dense M of a few rows and N of a few thousand; it serves the grouped MoE, where tiles come from many
   // experts.
-  static constexpr int64_t kLtMinRows = cuda::kGemmSkinnyRows + 1;
+  // UE8M0 block formats stream through the tensor cores up to kGemmStreamMmaMaxRows rows (weights read once).
+  static int64_t lt_min_rows(const QuantMatrix& w) {
+    return (w.scale.dtype() == DType::kE8M0 ? cuda::kGemmStreamMmaMaxRows : cuda::kGemmSkinnyRows) + 1;
+  }
 
   // The MoE pipeline shared by moe() (f32 experts) and moe_quant(): plan, grouped gate/up GEMMs, SwiGLU,
   // grouped down GEMM into per-slot rows, combine in expert-id order. Tokens go in chunks so that the

@@ -1077,10 +1077,10 @@ __global__ void dequant_bf16_kernel(GemmKernelParams p, __nv_bfloat16* out) {
 }
 
 // Temporary A/B switch (same-run comparisons on the device): DEEPINFER_AB_STREAM_MMA_ROWS = the most rows per group
-// that take the tensor-core streaming kernel (0 = never; default kGemmSkinnyRows).
+// that take the tensor-core streaming kernel (0 = never; default kGemmStreamMmaMaxRows).
 int64_t ab_stream_mma_rows() {
   const char* v = std::getenv("DEEPINFER_AB_STREAM_MMA_ROWS");
-  return v ? std::atoll(v) : kGemmSkinnyRows;
+  return v ? std::atoll(v) : kGemmStreamMmaMaxRows;
 }
 
 template <QuantFormat F>

@@ -7,6 +7,11 @@
 
 namespace deepinfer::cuda {
 
+// The most rows per weight that take this kernel (run_gemm; dense linear_quant hands UE8M0 block formats up to
+// here to run_gemm instead of cuBLASLt). H200, same-run slice bench: V4-Flash decode at batch 256 (3 layers) 17.6
+// -> 14.0 ms with 8 instead of 4; docs/PERF.md.
+constexpr int64_t kGemmStreamMmaMaxRows = 8;
+
 // C = A · dequant(B)ᵀ for `rows` rows per group (1..8 in one pass; more rows loop over the weights again) through
 // mma.sync with tiles of 8 or 16 weight rows as one operand and up to 8 activation rows as the other. Weights stream
 // from HBM once, decoded in registers to bf16 with their UE8M0 scale applied exactly; A is rounded to bf16 (the
