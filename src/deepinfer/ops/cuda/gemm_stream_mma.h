@@ -18,9 +18,9 @@ constexpr int64_t kGemmStreamMmaMaxRows = 8;
 // precision of the prefill tensor-core path), fp32 accumulation. Takes MXFP4, FP8 blocks with power-of-two block
 // shapes and FP8 per-32 rows, all with UE8M0 scales and 16-byte aligned weight rows. Returns false, enqueuing
 // nothing, for anything else (f32 scales, unaligned weights, K that does not fit its shared-memory stage).
-// Launched with programmatic dependent launch: a dense call starts streaming its weights while the kernel before
-// it in the stream finishes, so the weights and scales must not be written by that kernel (activations, the MoE
-// plan and the output are ordered as usual).
+// With DEEPINFER_AB_STREAM_MMA_PDL=1 (off by default: measured slower) it is launched with programmatic dependent
+// launch: a dense call then starts streaming its weights while the kernel before it finishes, so the weights and
+// scales must not be written by that kernel.
 bool run_gemm_stream_mma(const GemmKernelParams& p, int64_t rows, cudaStream_t stream);
 
 }  // namespace deepinfer::cuda
