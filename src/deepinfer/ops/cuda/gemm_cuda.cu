@@ -2,10 +2,12 @@
 // block scales of any block shape, MXFP4, FP8 per-32 rows), dense or grouped by expert (MoE). The kernels:
 // - the SIMT tile (128x128x16, fp32 FMA chains in k order): f32 weights with more than a few rows and every
 //   many-row GEMM of batch-invariant mode take it;
-// - weight streaming for few rows per group (decode, MoE at small batch), fp32 products (exact like the SIMT
-//   tile): the column-group kernel for the block formats with 16-byte chunks (a block owns 4-8 columns, its
-//   warps split K, every activation chunk serves all the block's columns), and the older one-column-per-warp
-//   kernel for f32 weights and for shapes without 16-byte chunks;
+// - weight streaming for few rows per group (decode, MoE at small batch): block formats with UE8M0 scales stream
+//   through the tensor cores (gemm_stream_mma_cuda.cu, up to kGemmStreamMmaMaxRows rows, A in bf16); the rest
+//   with fp32 products (exact like the SIMT tile): the column-group kernel for the block formats with 16-byte
+//   chunks (f32 scales: V3 checkpoints; a block owns 4-8 columns, its warps split K, every activation chunk serves
+//   all the block's columns), and the older one-column-per-warp kernel for f32 weights and for shapes without
+//   16-byte chunks;
 // - a bf16 tensor-core tile (WMMA 16x16x16 on 64x128x32 tiles) for many rows: weights are dequantized into
 //   shared memory as bf16 (exact for e4m3/e2m1 with UE8M0 scales), A is rounded to bf16, fp32 accumulation.
 // Large dense M goes through cuBLASLt instead (cuda_backend.cc: weights dequantized to a bf16 scratch).
