@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <functional>
+#include <memory>
 #include <numeric>
 
 #include "cuda/cuda_test_util.h"
@@ -76,6 +77,58 @@ class CudaBench : public CudaOpTest {
     std::fflush(stdout);
   }
   double hbm_tbs_ = 4.2, bf16_tfs_ = 790.0;
+
+  // V4.1-Flash's MoE layer: 384 MXFP4 experts D=5120 I=2304, each in its own memory (a copy of one random pattern,
+  // so bytes really move), and the FP8 128x128 UE8M0 shared expert.
+  struct V41Moe {
+    std::vector<DeviceTensor> keep;  // reserved up front: the QuantMatrix views point into it
+    std::vector<QuantExpertWeights> experts;
+    QuantExpertWeights shared;
+  };
+  std::unique_ptr<V41Moe> v41_moe() {
+    const int64_t d = 5120, e = 384, inter = 2304;
+    auto moe = std::make_unique<V41Moe>();
+    moe->keep.reserve(6 * e + 5);
+    moe->experts.resize(e);
+    DeviceTensor pat_w = filled(DType::kU8, {inter, d / 2}), pat_s = filled(DType::kE8M0, {inter, d / 32}, true);
+    for (int64_t i = 0; i < e; ++i)
+      for (auto [rows, cols, q] : {std::tuple{inter, d, &moe->experts[i].w1},
+                                   {inter, d, &moe->experts[i].w3},
+                                   {d, inter, &moe->experts[i].w2}}) {
+        moe->keep.emplace_back(gpu(), DType::kU8, Shape{rows, cols / 2});
+        DI_CUDA_CHECK(cudaMemcpy(moe->keep.back().data(), pat_w.data(), rows * cols / 2, cudaMemcpyDeviceToDevice));
+        const DeviceTensor& wt = moe->keep.back();
+        moe->keep.emplace_back(gpu(), DType::kE8M0, Shape{rows, cols / 32});
+        DI_CUDA_CHECK(cudaMemcpy(moe->keep.back().data(), pat_s.data(), rows * cols / 32, cudaMemcpyDeviceToDevice));
+        *q = QuantMatrix{wt, moe->keep.back(), QuantFormat::kMXFP4};
+      }
+    auto keep = [&](DeviceTensor t) -> const DeviceTensor& { return moe->keep.emplace_back(std::move(t)); };
+    const DeviceTensor& ss1 = keep(filled(DType::kE8M0, {inter / 128, d / 128}, true));
+    const DeviceTensor& ss2 = keep(filled(DType::kE8M0, {d / 128, inter / 128}, true));
+    moe->shared.w1 = {keep(filled(DType::kF8E4M3, {inter, d}, false, true)), ss1, QuantFormat::kFP8Block};
+    moe->shared.w3 = {keep(filled(DType::kF8E4M3, {inter, d}, false, true)), ss1, QuantFormat::kFP8Block};
+    moe->shared.w2 = {keep(filled(DType::kF8E4M3, {d, inter}, false, true)), ss2, QuantFormat::kFP8Block};
+    return moe;
+  }
+  // `count` expert selections of t tokens x k of e experts (each token's k distinct); rotating them keeps the
+  // experts out of L2. `touched`: the mean number of distinct experts a selection uses.
+  std::vector<DeviceTensor> rotating_selections(int64_t t, int64_t k, int64_t e, int count, double& touched) {
+    std::vector<DeviceTensor> idx;
+    touched = 0;
+    for (int sel = 0; sel < count; ++sel) {
+      HostTensor h(DType::kI32, {t, k});
+      std::vector<bool> used(e, false);
+      for (int64_t i = 0; i < t * k; ++i) {
+        const int32_t ex = static_cast<int32_t>((sel * 97 + (i / k) * 31 + (i % k) * 61) % e);
+        h.data<int32_t>()[i] = ex;
+        used[ex] = true;
+      }
+      touched += std::count(used.begin(), used.end(), true);
+      idx.push_back(up(h));
+    }
+    touched /= count;
+    return idx;
+  }
 };
 
 TEST_F(CudaBench, DISABLED_OpTimings) {
@@ -368,46 +421,13 @@ TEST_F(CudaBench, DISABLED_DecodeGemmTimings) {
   }
   {
     const int64_t d = 5120, e = 384, inter = 2304, k = 6;
-    std::vector<DeviceTensor> keep;
-    keep.reserve(6 * e);
-    std::vector<QuantExpertWeights> experts(e);
-    DeviceTensor pat_w = filled(DType::kU8, {inter, d / 2}), pat_s = filled(DType::kE8M0, {inter, d / 32}, true);
-    for (int64_t i = 0; i < e; ++i)
-      for (auto [rows, cols, q] :
-           {std::tuple{inter, d, &experts[i].w1}, {inter, d, &experts[i].w3}, {d, inter, &experts[i].w2}}) {
-        keep.emplace_back(gpu(), DType::kU8, Shape{rows, cols / 2});
-        DI_CUDA_CHECK(cudaMemcpy(keep.back().data(), pat_w.data(), rows * cols / 2, cudaMemcpyDeviceToDevice));
-        const DeviceTensor& wt = keep.back();
-        keep.emplace_back(gpu(), DType::kE8M0, Shape{rows, cols / 32});
-        DI_CUDA_CHECK(cudaMemcpy(keep.back().data(), pat_s.data(), rows * cols / 32, cudaMemcpyDeviceToDevice));
-        *q = QuantMatrix{wt, keep.back(), QuantFormat::kMXFP4};
-      }
-    QuantExpertWeights shared;
-    DeviceTensor sw1 = filled(DType::kF8E4M3, {inter, d}, false, true),
-                 sw3 = filled(DType::kF8E4M3, {inter, d}, false, true),
-                 sw2 = filled(DType::kF8E4M3, {d, inter}, false, true);
-    DeviceTensor ss1 = filled(DType::kE8M0, {inter / 128, d / 128}, true),
-                 ss2 = filled(DType::kE8M0, {d / 128, inter / 128}, true);
-    shared.w1 = {sw1, ss1, QuantFormat::kFP8Block};
-    shared.w3 = {sw3, ss1, QuantFormat::kFP8Block};
-    shared.w2 = {sw2, ss2, QuantFormat::kFP8Block};
+    const std::unique_ptr<V41Moe> moe = v41_moe();
+    const std::vector<QuantExpertWeights>& experts = moe->experts;
+    const QuantExpertWeights& shared = moe->shared;
     for (int64_t t : {1, 8, 32, 64}) {
-      // 16 different selections, each token's k experts distinct; rotating them keeps the experts out of L2.
       constexpr int kSel = 16;
-      std::vector<DeviceTensor> idx;
       double touched = 0;
-      for (int sel = 0; sel < kSel; ++sel) {
-        HostTensor h(DType::kI32, {t, k});
-        std::vector<bool> used(e, false);
-        for (int64_t i = 0; i < t * k; ++i) {
-          const int32_t ex = static_cast<int32_t>((sel * 97 + (i / k) * 31 + (i % k) * 61) % e);
-          h.data<int32_t>()[i] = ex;
-          used[ex] = true;
-        }
-        touched += std::count(used.begin(), used.end(), true);
-        idx.push_back(up(h));
-      }
-      touched /= kSel;
+      const std::vector<DeviceTensor> idx = rotating_selections(t, k, e, kSel, touched);
       DeviceTensor x = filled(DType::kF32, {t, d}), wts = filled(DType::kF32, {t, k}), y(gpu(), DType::kF32, {t, d});
       const double bytes = touched * 3.0 * inter * d * (0.5 + 1.0 / 32) + 3.0 * inter * d;
       for (const Mode& md : modes) {
@@ -476,45 +496,13 @@ TEST_F(CudaBench, DISABLED_BatchInvariantDecodeTimings) {
     const int64_t d = 5120, e = 384, inter = 2304, k = 6;
     std::printf("[bench] chain floor experts K=%lld + K=%lld: %.4f ms\n", static_cast<long long>(d),
                 static_cast<long long>(inter), floor_ms(d) + floor_ms(inter));
-    std::vector<DeviceTensor> keep;
-    keep.reserve(6 * e);
-    std::vector<QuantExpertWeights> experts(e);
-    DeviceTensor pat_w = filled(DType::kU8, {inter, d / 2}), pat_s = filled(DType::kE8M0, {inter, d / 32}, true);
-    for (int64_t i = 0; i < e; ++i)
-      for (auto [rows, cols, q] :
-           {std::tuple{inter, d, &experts[i].w1}, {inter, d, &experts[i].w3}, {d, inter, &experts[i].w2}}) {
-        keep.emplace_back(gpu(), DType::kU8, Shape{rows, cols / 2});
-        DI_CUDA_CHECK(cudaMemcpy(keep.back().data(), pat_w.data(), rows * cols / 2, cudaMemcpyDeviceToDevice));
-        const DeviceTensor& wt = keep.back();
-        keep.emplace_back(gpu(), DType::kE8M0, Shape{rows, cols / 32});
-        DI_CUDA_CHECK(cudaMemcpy(keep.back().data(), pat_s.data(), rows * cols / 32, cudaMemcpyDeviceToDevice));
-        *q = QuantMatrix{wt, keep.back(), QuantFormat::kMXFP4};
-      }
-    QuantExpertWeights shared;
-    DeviceTensor sw1 = filled(DType::kF8E4M3, {inter, d}, false, true),
-                 sw3 = filled(DType::kF8E4M3, {inter, d}, false, true),
-                 sw2 = filled(DType::kF8E4M3, {d, inter}, false, true);
-    DeviceTensor ss1 = filled(DType::kE8M0, {inter / 128, d / 128}, true),
-                 ss2 = filled(DType::kE8M0, {d / 128, inter / 128}, true);
-    shared.w1 = {sw1, ss1, QuantFormat::kFP8Block};
-    shared.w3 = {sw3, ss1, QuantFormat::kFP8Block};
-    shared.w2 = {sw2, ss2, QuantFormat::kFP8Block};
+    const std::unique_ptr<V41Moe> moe = v41_moe();
+    const std::vector<QuantExpertWeights>& experts = moe->experts;
+    const QuantExpertWeights& shared = moe->shared;
     for (int64_t t : {1, 2, 4, 8}) {
       constexpr int kSel = 16;
-      std::vector<DeviceTensor> idx;
       double touched = 0;
-      for (int sel = 0; sel < kSel; ++sel) {
-        HostTensor h(DType::kI32, {t, k});
-        std::vector<bool> used(e, false);
-        for (int64_t i = 0; i < t * k; ++i) {
-          const int32_t ex = static_cast<int32_t>((sel * 97 + (i / k) * 31 + (i % k) * 61) % e);
-          h.data<int32_t>()[i] = ex;
-          used[ex] = true;
-        }
-        touched += std::count(used.begin(), used.end(), true);
-        idx.push_back(up(h));
-      }
-      touched /= kSel;
+      const std::vector<DeviceTensor> idx = rotating_selections(t, k, e, kSel, touched);
       DeviceTensor x = filled(DType::kF32, {t, d}), wts = filled(DType::kF32, {t, k}), y(gpu(), DType::kF32, {t, d});
       const double bytes = touched * 3.0 * inter * d * (0.5 + 1.0 / 32) + 3.0 * inter * d;
       for (const Mode& md : modes) {

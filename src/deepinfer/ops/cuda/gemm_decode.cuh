@@ -1,7 +1,8 @@
-// Shared by the GEMM kernels (gemm_cuda.cu, gemm_mma_cuda.cu): the rows of an M tile (the MoE plan's tiles), block
-// scales, and e4m3 / e2m1 codes to f32 through the hardware f16 paths.
+// Shared by the GEMM kernels (gemm_cuda.cu, gemm_mma_cuda.cu, gemm_stream_mma_cuda.cu): the rows of an M tile (the
+// MoE plan's tiles), block scales, e4m3 / e2m1 codes to f32 through the hardware f16 paths, and the bf16 mma.sync.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
@@ -101,6 +102,18 @@ __device__ __forceinline__ void decode_fp4x8_pairs(uint32_t x, float* w) {
     w[i] = f.x;
     w[i + 4] = f.y;
   }
+}
+
+// D += A·B for one m16n8k16 bf16 tile, fp32 accumulation (the PTX fragment layouts).
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h);
 }
 
 }  // namespace deepinfer::cuda
