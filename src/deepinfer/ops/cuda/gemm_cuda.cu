@@ -831,15 +831,14 @@ bool chain_vec_ok(const GemmKernelParams& p) {
   return p.k % 16 == 0 && (F != QuantFormat::kFP8Block || p.block_k % 16 == 0);
 }
 
+// The current device's SM count, asked per launch (the runtime answers from its cached properties; no process-wide
+// cache, so a process driving GPUs of different sizes gets each one's count).
 int device_sm_count() {
-  static const int sms = [] {
-    int dev = 0, v = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-      v = 0;
-    return v > 0 ? v : 132;
-  }();
-  return sms;
+  int dev = 0, v = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+    v = 0;
+  return v > 0 ? v : 132;
 }
 
 template <QuantFormat F, int R, int NS>
