@@ -224,23 +224,6 @@ void launch_simt(const GemmKernelParams& p, bool vec, cudaStream_t stream) {
     gemm_kernel<F, false><<<grid, kThreads, 0, stream>>>(p);
 }
 
-// ---------------------------------------------------------------------------- shared by the two fast kernels
-// Which rows [begin, end) of A/C and which weight the y-th group slot covers. Dense: one slot, all rows.
-struct GroupSpan {
-  int g;
-  int64_t begin, end;
-};
-__device__ __forceinline__ bool active_group(const GemmKernelParams& p, int slot, GroupSpan& span) {
-  if (!p.group_offsets) {
-    span = {0, 0, p.m};
-    return slot == 0;
-  }
-  if (slot >= p.active_groups[p.groups]) return false;
-  const int g = p.active_groups[slot];
-  span = {g, p.group_offsets[g], p.group_offsets[g + 1]};
-  return true;
-}
-
 // ---------------------------------------------------------------------------- weight-streaming kernel
 constexpr int kSkWarps = 8;
 // Rows per pass: 8, or 2 for groups of one or two rows (decode: every dense projection at batch 1-2 and the MoE
@@ -344,12 +327,12 @@ __global__ void __launch_bounds__(kSkWarps * 32, kSkRows == kSkRowsNarrow ? 3 : 
 }
 
 // ---------------------------------------------------------------------------- column-group streaming kernel
-// The decode GEMMs of the block formats (1-4 rows per group: every projection at small batch, the MoE experts up
-// to batch ~64) are a stream of weight bytes. The one-column-per-warp kernel above re-reads the activation row
-// from L1 for every column and keeps few loads in flight (ncu: latency-bound, 22% occupancy, L1 89% hits). Here a
-// block owns CB adjacent columns and its warps split K: per step a lane loads one 16-byte chunk of each of the
-// CB weight rows (CB independent loads in flight, a warp reading 512 contiguous bytes of a row) and one
-// activation chunk per row that serves all CB columns. Lane partial sums are reduced by a reduce-scatter
+// Few-row GEMMs of the block formats that the tensor-core streaming kernel does not take (f32 block scales: V3
+// checkpoints; unaligned shapes) are a stream of weight bytes with fp32 products. The one-column-per-warp kernel above
+// re-reads the activation row from L1 for every column and keeps few loads in flight (ncu: latency-bound, 22%
+// occupancy, L1 89% hits). Here a block owns CB adjacent columns and its warps split K: per step a lane loads one
+// 16-byte chunk of each of the CB weight rows (CB independent loads in flight, a warp reading 512 contiguous bytes of a
+// row) and one activation chunk per row that serves all CB columns. Lane partial sums are reduced by a reduce-scatter
 // butterfly (a lane ends with one of the R x CB sums), warps sharing a column group through shared memory.
 // Products are fp32 like the other kernels (exact up to summation order).
 template <QuantFormat F>
@@ -614,34 +597,11 @@ constexpr size_t chain_vec_smem(int stages, int rows_pass) {
          size_t(stages) * static_cast<size_t>(rows_pass) * C::kStageK * sizeof(float);
 }
 
-__device__ __forceinline__ void cv_cp_async16(void* dst, const void* src, bool valid) {
-  // src-size 0 zero-fills the 16 bytes: padding chunks (k past K, columns past N, rows past the group) read as 0.
-  asm volatile(
-      "cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(static_cast<unsigned>(__cvta_generic_to_shared(dst))),
-      "l"(src), "r"(valid ? 16 : 0)
-      : "memory");
-}
-__device__ __forceinline__ void cv_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int kPending>
-__device__ __forceinline__ void cv_cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
-
 // Where the scale of weight (n, k) lives (load_weight's index), and its value.
 template <QuantFormat F>
 __device__ __forceinline__ const uint8_t* cv_scale_ptr(const GemmKernelParams& p, const void* s, int64_t n, int64_t k) {
-  int64_t si;
-  if constexpr (F == QuantFormat::kMXFP4) {
-    si = n * (p.k / 32) + (k >> 5);
-  } else if constexpr (F == QuantFormat::kFP8Row32) {
-    si = n * p.scale_cols + (k >> 5);
-  } else {
-    if ((p.block_n & (p.block_n - 1)) == 0 && (p.block_k & (p.block_k - 1)) == 0)
-      si = (n >> (__ffs(p.block_n) - 1)) * p.scale_cols + (k >> (__ffs(p.block_k) - 1));
-    else
-      si = (n / p.block_n) * p.scale_cols + k / p.block_k;
-  }
-  return static_cast<const uint8_t*>(s) + si * (F == QuantFormat::kMXFP4 || p.scale_e8m0 ? 1 : 4);
+  return static_cast<const uint8_t*>(s) +
+         block_scale_index(p, F, n, k) * (F == QuantFormat::kMXFP4 || p.scale_e8m0 ? 1 : 4);
 }
 template <QuantFormat F>
 __device__ __forceinline__ float cv_scale(const GemmKernelParams& p, const uint8_t* at) {
@@ -746,9 +706,10 @@ __global__ void __launch_bounds__(kCvMaxWarps * 32, 1) gemm_chain_vec_kernel(Gem
       uint8_t* wdst = wring + buf * (kCvCols * kCol) + wcol0 * kCol + 16 * wc;
       const uint8_t* src = wsrc + st * (16 * kC);
       const bool k_ok = st * kC + wc < row_chunks;
+      // Invalid chunks are zero-filled (k past K, columns past N, rows past the group read as 0).
       for (int col = wcol0; col < kCvCols; col += wcol_step) {
         const bool ok = k_ok && n0 + col < p.n;
-        cv_cp_async16(wdst, ok ? src : b, ok);
+        cp_async16(wdst, ok ? src : b, ok);
         wdst += wcol_step * kCol;
         src += wcol_step * row_bytes;
       }
@@ -757,7 +718,7 @@ __global__ void __launch_bounds__(kCvMaxWarps * 32, 1) gemm_chain_vec_kernel(Gem
         const int r = id / (kK / 4), c4 = id % (kK / 4);
         const int64_t k = st * kK + 4 * c4, off = a_off[r];
         const bool ok = off >= 0 && k < p.k;
-        cv_cp_async16(ab + r * kK + 4 * c4, ok ? p.a + off + k : p.a, ok);
+        cp_async16(ab + r * kK + 4 * c4, ok ? p.a + off + k : p.a, ok);
       }
       if constexpr (F != QuantFormat::kFloat) {
         // The stage's scales towards L2 now: their register loads go out one stage ahead of use.
@@ -765,7 +726,7 @@ __global__ void __launch_bounds__(kCvMaxWarps * 32, 1) gemm_chain_vec_kernel(Gem
           asm volatile("prefetch.global.L2 [%0];" ::"l"(cv_scale_ptr<F>(p, s, nc, st * kK)));
       }
     }
-    cv_cp_async_commit();
+    cp_async_commit();
   };
   auto load_scales = [&](int64_t st, float(&sc)[kC]) {
     if constexpr (F != QuantFormat::kFloat) {
@@ -799,7 +760,7 @@ __global__ void __launch_bounds__(kCvMaxWarps * 32, 1) gemm_chain_vec_kernel(Gem
     load_scales(0, sc);
     int buf = 0, fill = kNs - 1;
     for (int64_t st = 0; st < stages; ++st) {
-      cv_cp_async_wait<kNs - 2>();
+      cp_async_wait<kNs - 2>();
       __syncthreads();  // stage st landed for every thread; stage st - 1's buffer is free for st + kNs - 1
       issue(st + kNs - 1, fill);
       fill = fill + 1 == kNs ? 0 : fill + 1;
@@ -816,7 +777,7 @@ __global__ void __launch_bounds__(kCvMaxWarps * 32, 1) gemm_chain_vec_kernel(Gem
       const int64_t r = r0 + warp * R + i;
       if (r < span.end && n < p.n) p.c[(p.c_rows ? p.c_rows[r] : r) * p.ldc + n] = acc[i];
     }
-    cv_cp_async_wait<0>();
+    cp_async_wait<0>();
     __syncthreads();  // the next pass refills the ring and a_off
   }
 }

@@ -39,9 +39,9 @@ __device__ __forceinline__ bool gemm_tile_rows(const GemmKernelParams& p, int64_
   return true;
 }
 
-__device__ __forceinline__ float block_scale(const void* s, const GemmKernelParams& p, QuantFormat f, int64_t n,
-                                             int64_t k) {
-  if (f == QuantFormat::kMXFP4) return e8m0_to_f32_dev(static_cast<const uint8_t*>(s)[n * (p.k / 32) + k / 32]);
+// Index of the scale of weight (n, k) in its scale matrix.
+__device__ __forceinline__ int64_t block_scale_index(const GemmKernelParams& p, QuantFormat f, int64_t n, int64_t k) {
+  if (f == QuantFormat::kMXFP4) return n * (p.k / 32) + k / 32;
   // Power-of-two blocks (all checkpoints: 128, 32) index with shifts: 64-bit division is ~100 instructions.
   int64_t bn, bk;
   if ((p.block_n & (p.block_n - 1)) == 0 && (p.block_k & (p.block_k - 1)) == 0) {
@@ -51,8 +51,13 @@ __device__ __forceinline__ float block_scale(const void* s, const GemmKernelPara
     bn = n / p.block_n;
     bk = k / p.block_k;
   }
-  const int64_t si = f == QuantFormat::kFP8Block ? bn * p.scale_cols + bk : n * p.scale_cols + (k >> 5);
-  return p.scale_e8m0 ? e8m0_to_f32_dev(static_cast<const uint8_t*>(s)[si]) : static_cast<const float*>(s)[si];
+  return f == QuantFormat::kFP8Block ? bn * p.scale_cols + bk : n * p.scale_cols + (k >> 5);
+}
+__device__ __forceinline__ float block_scale(const void* s, const GemmKernelParams& p, QuantFormat f, int64_t n,
+                                             int64_t k) {
+  const int64_t si = block_scale_index(p, f, n, k);
+  if (f == QuantFormat::kMXFP4 || p.scale_e8m0) return e8m0_to_f32_dev(static_cast<const uint8_t*>(s)[si]);
+  return static_cast<const float*>(s)[si];
 }
 
 // 8 e4m3 codes (two words, little-endian) -> f32, two at a time through the hardware fp8x2 -> f16x2 convert.
@@ -114,6 +119,36 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], 
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+// Which rows [begin, end) of A/C and which weight the y-th group slot covers. Dense: one slot, all rows.
+struct GroupSpan {
+  int g;
+  int64_t begin, end;
+};
+__device__ __forceinline__ bool active_group(const GemmKernelParams& p, int slot, GroupSpan& span) {
+  if (!p.group_offsets) {
+    span = {0, 0, p.m};
+    return slot == 0;
+  }
+  if (slot >= p.active_groups[p.groups]) return false;
+  const int g = p.active_groups[slot];
+  span = {g, p.group_offsets[g], p.group_offsets[g + 1]};
+  return true;
+}
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+// 16 bytes global -> shared, asynchronously; zero-filled when !valid (nothing is read then).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
 }  // namespace deepinfer::cuda

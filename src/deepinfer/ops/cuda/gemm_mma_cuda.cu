@@ -39,19 +39,6 @@ struct MmaSmem {
   int64_t a_row[kMmaM], c_row[kMmaM];
 };
 
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-// 16 bytes global -> shared, asynchronously; zero-filled when !valid (nothing is read then).
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
 // No "memory" clobber: a barrier always separates the stores to a tile from its ldmatrix reads, and without the
 // clobber the compiler may interleave the next step's decoding (other buffers) with these loads.
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* src) {

@@ -137,15 +137,11 @@ __global__ void __launch_bounds__(kSmThreads, 2)
   __shared__ float part[kSmWarps][kOut][32];
   __shared__ int64_t a_row[R], c_row[R];
   constexpr int kMi = kMmas<F>;
-  int grp = 0;
-  int64_t begin = 0, end = p.m;
-  if (p.group_offsets) {
-    wait_prior_kernels();  // the groups come from the plan of an earlier kernel
-    if (static_cast<int>(blockIdx.y) >= p.active_groups[p.groups]) return;
-    grp = p.active_groups[blockIdx.y];
-    begin = p.group_offsets[grp];
-    end = p.group_offsets[grp + 1];
-  }
+  if (p.group_offsets) wait_prior_kernels();  // the groups come from the plan of an earlier kernel
+  GroupSpan span;
+  if (!active_group(p, blockIdx.y, span)) return;
+  const int grp = span.g;
+  const int64_t begin = span.begin, end = span.end;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
   const int nw = kSmWarps / kw, wn = warp / kw, wk = warp % kw;
   const int64_t n0 = (static_cast<int64_t>(blockIdx.x) * nw + wn) * 8 * kRows;
@@ -188,7 +184,7 @@ __global__ void __launch_bounds__(kSmThreads, 2)
     __syncthreads();
     // A thread per (row, chunk): the chunk's activations in one round of loads (16-byte ones when the rows are
     // aligned), then its kMi fragment entries. (Per-entry scalar loads made this a chain of dependent rounds.)
-    constexpr int d = kPairGap<F>, kC = kChunkK<F>;
+    constexpr int gap = kPairGap<F>, kC = kChunkK<F>;
     for (int q = tid; q < R * steps * 4; q += kSmThreads) {
       const int r = q % R, c = q / R;
       float v[kC];
@@ -215,7 +211,7 @@ __global__ void __launch_bounds__(kSmThreads, 2)
 #pragma unroll
       for (int mi = 0; mi < kMi; ++mi) {
         const int k0 = pair_k<F>(mi);
-        dst[mi * R * 4] = make_uint2(pack_bf16x2(v[k0], v[k0 + d]), pack_bf16x2(v[k0 + 1], v[k0 + 1 + d]));
+        dst[mi * R * 4] = make_uint2(pack_bf16x2(v[k0], v[k0 + gap]), pack_bf16x2(v[k0 + 1], v[k0 + 1 + gap]));
       }
     }
     __syncthreads();
