@@ -110,6 +110,30 @@ class CudaBench : public CudaOpTest {
     moe->shared.w2 = {keep(filled(DType::kF8E4M3, {d, inter}, false, true)), ss2, QuantFormat::kFP8Block};
     return moe;
   }
+  // FP8 128x128 UE8M0 copies of an [n, k] weight, enough of them (up to 64) to span ~200 MB, so that rotating them
+  // reads each call's weight from HBM rather than the 50 MB L2.
+  struct RotatingFp8 {
+    std::vector<DeviceTensor> w, s;
+    double bytes = 0;  // one copy's weight and scale bytes
+  };
+  RotatingFp8 rotating_fp8(int64_t n, int64_t k) {
+    RotatingFp8 r;
+    r.bytes = n * k * (1.0 + 1.0 / (128 * 128));
+    const int copies = static_cast<int>(std::clamp(200e6 / r.bytes, 1.0, 64.0));
+    for (int c = 0; c < copies; ++c) {
+      r.w.push_back(filled(DType::kF8E4M3, {n, k}, false, true));
+      r.s.push_back(filled(DType::kE8M0, {(n + 127) / 128, k / 128}, true));
+    }
+    return r;
+  }
+  // Median ms of linear_quant x -> y, each call on the next copy.
+  double time_rotating(const RotatingFp8& r, const DeviceTensor& x, const DeviceTensor& y) {
+    size_t c = 0;
+    return time_ms([&] {
+      gpu().linear_quant({x, {r.w[c], r.s[c], QuantFormat::kFP8Block, 128, 128}, y});
+      c = (c + 1) % r.w.size();
+    });
+  }
   // `count` expert selections of t tokens x k of e experts (each token's k distinct); rotating them keeps the
   // experts out of L2. `touched`: the mean number of distinct experts a selection uses.
   std::vector<DeviceTensor> rotating_selections(int64_t t, int64_t k, int64_t e, int count, double& touched) {
@@ -397,22 +421,13 @@ TEST_F(CudaBench, DISABLED_DecodeGemmTimings) {
   };
   for (const Proj& pr : {Proj{"q_a", 1280, 5120}, Proj{"kv", 512, 5120}, Proj{"o_a group", 1024, 4096},
                          Proj{"o_b", 5120, 8192}, Proj{"q_b", 32768, 1280}}) {
-    const double wbytes = pr.n * pr.k * (1.0 + 1.0 / (128 * 128));
-    const int copies = static_cast<int>(std::clamp(200e6 / wbytes, 1.0, 64.0));
-    std::vector<DeviceTensor> w, s;
-    for (int c = 0; c < copies; ++c) {
-      w.push_back(filled(DType::kF8E4M3, {pr.n, pr.k}, false, true));
-      s.push_back(filled(DType::kE8M0, {(pr.n + 127) / 128, pr.k / 128}, true));
-    }
+    const RotatingFp8 wr = rotating_fp8(pr.n, pr.k);
+    const double wbytes = wr.bytes;
     for (int64_t m : {1, 2, 4, 8}) {
       DeviceTensor x = filled(DType::kF32, {m, pr.k}), y(gpu(), DType::kF32, {m, pr.n});
       for (const Mode& md : modes) {
         set_mode(md);
-        int c = 0;
-        const double ms = time_ms([&] {
-          gpu().linear_quant({x, {w[c], s[c], QuantFormat::kFP8Block, 128, 128}, y});
-          c = (c + 1) % copies;
-        });
+        const double ms = time_rotating(wr, x, y);
         report(std::string("fp8 ") + pr.name + " N=" + std::to_string(pr.n) + " K=" + std::to_string(pr.k) +
                    " M=" + std::to_string(m) + " " + md.name,
                ms, wbytes + 4.0 * m * (pr.n + pr.k), 2.0 * m * pr.n * pr.k);
@@ -470,22 +485,13 @@ TEST_F(CudaBench, DISABLED_BatchInvariantDecodeTimings) {
        {Proj{"q_a", 1280, 5120}, Proj{"kv", 512, 5120}, Proj{"o_a group", 1024, 4096}, Proj{"o_b", 5120, 8192}}) {
     std::printf("[bench] chain floor K=%lld: 4 cycles x K at %.0f MHz = %.4f ms\n", static_cast<long long>(pr.k),
                 clock_khz / 1e3, floor_ms(pr.k));
-    const double wbytes = pr.n * pr.k * (1.0 + 1.0 / (128 * 128));
-    const int copies = static_cast<int>(std::clamp(200e6 / wbytes, 1.0, 64.0));
-    std::vector<DeviceTensor> w, s;
-    for (int c = 0; c < copies; ++c) {
-      w.push_back(filled(DType::kF8E4M3, {pr.n, pr.k}, false, true));
-      s.push_back(filled(DType::kE8M0, {(pr.n + 127) / 128, pr.k / 128}, true));
-    }
+    const RotatingFp8 wr = rotating_fp8(pr.n, pr.k);
+    const double wbytes = wr.bytes;
     for (int64_t m : {1, 2, 4, 8}) {
       DeviceTensor x = filled(DType::kF32, {m, pr.k}), y(gpu(), DType::kF32, {m, pr.n});
       for (const Mode& md : modes) {
         gpu().set_batch_invariant(md.invariant);
-        int c = 0;
-        const double ms = time_ms([&] {
-          gpu().linear_quant({x, {w[c], s[c], QuantFormat::kFP8Block, 128, 128}, y});
-          c = (c + 1) % copies;
-        });
+        const double ms = time_rotating(wr, x, y);
         report(std::string("fp8 ") + pr.name + " N=" + std::to_string(pr.n) + " K=" + std::to_string(pr.k) +
                    " M=" + std::to_string(m) + " " + md.name,
                ms, wbytes + 4.0 * m * (pr.n + pr.k), 2.0 * m * pr.n * pr.k);
