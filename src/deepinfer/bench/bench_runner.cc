@@ -527,8 +527,9 @@ std::string format_breakdown(const std::vector<BenchRow>& rows) {
     std::snprintf(buf, sizeof buf, "  %-10s  %-10s", human(r.cost.attention_bytes, "B").c_str(),
                   attn_ms > 0 ? human(r.cost.attention_bytes / (attn_ms / 1000.0), "B/s").c_str() : "-");
     out += buf;
-    // Target GEMM calls of the step outside the MoE (linear / grouped_linear; a CUDA linear of more than 4 rows is
-    // itself 3 launches: weight to bf16, input to bf16, cuBLASLt) and the copies of fused-projection parts.
+    // Target GEMM calls of the step outside the MoE (linear / grouped_linear; a CUDA linear past the streaming
+    // kernels' rows — 8 with UE8M0 scales — is itself 3 launches: weight to bf16, input to bf16, cuBLASLt) and the
+    // copies of fused-projection parts.
     if (r.counts.counted)
       std::snprintf(buf, sizeof buf, "  %10lld  %11lld\n", static_cast<long long>(r.counts.gemm_calls),
                     static_cast<long long>(r.counts.part_copies));
