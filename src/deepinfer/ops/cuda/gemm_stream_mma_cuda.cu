@@ -137,14 +137,15 @@ __global__ void __launch_bounds__(kSmThreads, 2)
   __shared__ float part[kSmWarps][kOut][32];
   __shared__ int64_t a_row[R], c_row[R];
   constexpr int kMi = kMmas<F>;
+  // Grouped: the weights' address depends on the plan (an earlier kernel's output) through two loads; the slot's
+  // entry is read together with the count (in bounds: slots <= groups) and the group's rows only after the first
+  // weight loads are out, so one round trip separates the start from the weight stream instead of four.
   int grp = 0;
-  int64_t begin = 0, end = p.m;
   if (p.group_offsets) {
-    wait_prior_kernels();  // the groups come from the plan of an earlier kernel
-    if (static_cast<int>(blockIdx.y) >= p.active_groups[p.groups]) return;
-    grp = p.active_groups[blockIdx.y];
-    begin = p.group_offsets[grp];
-    end = p.group_offsets[grp + 1];
+    wait_prior_kernels();
+    const int count = p.active_groups[p.groups], slot_group = p.active_groups[blockIdx.y];
+    if (static_cast<int>(blockIdx.y) >= count) return;
+    grp = slot_group;
   }
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
   const int nw = kSmWarps / kw, wn = warp / kw, wk = warp % kw;
@@ -173,11 +174,17 @@ __global__ void __launch_bounds__(kSmThreads, 2)
     }
   };
 
-  for (int64_t r0 = begin; r0 < end; r0 += R) {
-    // The first steps' weight loads go out before the activation stage is built, so they are in flight meanwhile.
-    StepData<kRows> buf[kPrefetch];
+  // The first steps' weight loads go out before the activation stage is built, so they are in flight meanwhile.
+  StepData<kRows> buf[kPrefetch];
 #pragma unroll
-    for (int u = 0; u < kPrefetch; ++u) load(s_begin + u, buf[u]);
+  for (int u = 0; u < kPrefetch; ++u) load(s_begin + u, buf[u]);
+  const int64_t begin = p.group_offsets ? p.group_offsets[grp] : 0,
+                end = p.group_offsets ? p.group_offsets[grp + 1] : p.m;
+  for (int64_t r0 = begin; r0 < end; r0 += R) {
+    if (r0 != begin) {  // a further pass over the weights for the next R rows
+#pragma unroll
+      for (int u = 0; u < kPrefetch; ++u) load(s_begin + u, buf[u]);
+    }
     // Dense: the weight loads above overlap the previous kernel's tail; the activations are its output.
     if (!p.group_offsets && r0 == begin) wait_prior_kernels();
     if (tid < R) {
