@@ -401,19 +401,23 @@ TEST_F(CudaBench, DISABLED_DecodeGemmTimings) {
   struct Mode {
     const char* name;
     const char* rows;
-    const char* w16;  // nullptr: the kernel's choice by tile count
+    const char* w16;           // nullptr: the kernel's choice by tile count
+    const char* kw = nullptr;  // K slices per tile; nullptr: the kernel's choice
   };
-  const Mode modes[] = {{"stream-mma<=8", "8", nullptr},
-                        {"stream-mma<=4", "4", nullptr},
-                        {"stream-mma<=8 8-row tiles", "8", "0"},
-                        {"stream-mma<=8 16-row tiles", "8", "1"},
-                        {"fp32 stream", "0", nullptr}};
+  const Mode modes[] = {{"stream-mma<=8", "8", nullptr},           {"stream-mma<=4", "4", nullptr},
+                        {"stream-mma<=8 8-row tiles", "8", "0"},   {"stream-mma<=8 16-row tiles", "8", "1"},
+                        {"stream-mma<=8 kw=2", "8", nullptr, "2"}, {"stream-mma<=8 kw=4", "8", nullptr, "4"},
+                        {"stream-mma<=8 kw=8", "8", nullptr, "8"}, {"fp32 stream", "0", nullptr}};
   const auto set_mode = [](const Mode& md) {
     setenv("DEEPINFER_AB_STREAM_MMA_ROWS", md.rows, 1);
     if (md.w16)
       setenv("DEEPINFER_AB_STREAM_MMA_W16", md.w16, 1);
     else
       unsetenv("DEEPINFER_AB_STREAM_MMA_W16");
+    if (md.kw)
+      setenv("DEEPINFER_AB_STREAM_MMA_KW", md.kw, 1);
+    else
+      unsetenv("DEEPINFER_AB_STREAM_MMA_KW");
   };
   struct Proj {
     const char* name;
@@ -461,6 +465,7 @@ TEST_F(CudaBench, DISABLED_DecodeGemmTimings) {
   }
   unsetenv("DEEPINFER_AB_STREAM_MMA_ROWS");
   unsetenv("DEEPINFER_AB_STREAM_MMA_W16");
+  unsetenv("DEEPINFER_AB_STREAM_MMA_KW");
 }
 
 // Batch-invariant decode GEMMs (issue #7): the column-chain kernels (gemm_cuda.cu) against the default mode's

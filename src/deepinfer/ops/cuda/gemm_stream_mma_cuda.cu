@@ -137,11 +137,16 @@ __global__ void __launch_bounds__(kSmThreads, 2)
   __shared__ float part[kSmWarps][kOut][32];
   __shared__ int64_t a_row[R], c_row[R];
   constexpr int kMi = kMmas<F>;
-  if (p.group_offsets) wait_prior_kernels();  // the groups come from the plan of an earlier kernel
-  GroupSpan span;
-  if (!active_group(p, blockIdx.y, span)) return;
-  const int grp = span.g;
-  const int64_t begin = span.begin, end = span.end;
+  // Grouped: the weights' address depends on the plan (an earlier kernel's output) through two loads; the slot's
+  // entry is read together with the count (in bounds: slots <= groups) and the group's rows only after the first
+  // weight loads are out, so one round trip separates the start from the weight stream instead of four.
+  int grp = 0;
+  if (p.group_offsets) {
+    wait_prior_kernels();
+    const int count = p.active_groups[p.groups], slot_group = p.active_groups[blockIdx.y];
+    if (static_cast<int>(blockIdx.y) >= count) return;
+    grp = slot_group;
+  }
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
   const int nw = kSmWarps / kw, wn = warp / kw, wk = warp % kw;
   const int64_t n0 = (static_cast<int64_t>(blockIdx.x) * nw + wn) * 8 * kRows;
@@ -169,11 +174,17 @@ __global__ void __launch_bounds__(kSmThreads, 2)
     }
   };
 
-  for (int64_t r0 = begin; r0 < end; r0 += R) {
-    // The first steps' weight loads go out before the activation stage is built, so they are in flight meanwhile.
-    StepData<kRows> buf[kPrefetch];
+  // The first steps' weight loads go out before the activation stage is built, so they are in flight meanwhile.
+  StepData<kRows> buf[kPrefetch];
 #pragma unroll
-    for (int u = 0; u < kPrefetch; ++u) load(s_begin + u, buf[u]);
+  for (int u = 0; u < kPrefetch; ++u) load(s_begin + u, buf[u]);
+  const int64_t begin = p.group_offsets ? p.group_offsets[grp] : 0,
+                end = p.group_offsets ? p.group_offsets[grp + 1] : p.m;
+  for (int64_t r0 = begin; r0 < end; r0 += R) {
+    if (r0 != begin) {  // a further pass over the weights for the next R rows
+#pragma unroll
+      for (int u = 0; u < kPrefetch; ++u) load(s_begin + u, buf[u]);
+    }
     // Dense: the weight loads above overlap the previous kernel's tail; the activations are its output.
     if (!p.group_offsets && r0 == begin) wait_prior_kernels();
     if (tid < R) {
@@ -286,6 +297,14 @@ int ab_w16() {
   return v ? std::atoi(v) : -1;
 }
 
+// Temporary A/B switch: DEEPINFER_AB_STREAM_MMA_KW = 1 / 2 / 4 / 8 forces the K slices per tile (a sweep for the
+// wave-quantization question: o_b, 320 16-row tiles x 8 slices = 320 blocks on 264 resident slots).
+int ab_kw() {
+  const char* v = std::getenv("DEEPINFER_AB_STREAM_MMA_KW");
+  const int kw = v ? std::atoi(v) : 0;
+  return kw == 1 || kw == 2 || kw == 4 || kw == 8 ? kw : 0;
+}
+
 // Programmatic dependent launch is off unless DEEPINFER_AB_STREAM_MMA_PDL=1: measured slower on the H200 (V4.1
 // decode at batch 1, same call: 2.44 ms without, 3.04 ms with; the grouped calls start early and wait for the
 // plan while holding SM slots), kept switchable for the next attempt (earlier triggers in the producer kernels).
@@ -299,6 +318,7 @@ void launch_shape(const GemmKernelParams& p, int64_t slots, int lbn, int lbk, cu
   const int64_t chunks = p.k / kChunkK<F>, steps = ceil_div(chunks, 4), tiles = ceil_div(p.n, W16 ? 16 : 8);
   int kw = 1;  // K slices per tile: enough warps to stream, at least two steps each
   while (kw < kSmWarps && tiles * slots * kw < kTargetWarps && steps >= 4 * kw) kw *= 2;
+  if (ab_kw()) kw = ab_kw();
   const int nw = kSmWarps / kw;
   const size_t smem = static_cast<size_t>(steps * kMmas<F> * R * 4) * sizeof(uint2);
   const dim3 grid(static_cast<unsigned>(ceil_div(tiles, nw)), static_cast<unsigned>(slots));
@@ -316,8 +336,11 @@ void launch_shape(const GemmKernelParams& p, int64_t slots, int lbn, int lbk, cu
   DI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemm_stream_mma_kernel<F, R, W16>, p, kw, lbn, lbk, a_vec));
 }
 
-// 16-row tiles once there are enough of them for ~8 warps an SM without splitting K.
-constexpr int64_t kW16MinTiles = 1024;
+// 16-row tiles from 80 of them (op micro-bench, H200, 08fddc7, M = 1, 8-row vs 16-row µs: q_a 1280x5120 10.7 vs
+// 10.3, o_b 5120x8192 33.2 vs 28.7, q_b 32768x1280 24.5 vs 20.7, MoE T=1 (6 experts x 144 tiles) 145 vs 132, T=8
+// 618 vs 534; 8-row wins below: kv 512x5120 8.4 vs 10.4, o_a 1024x4096 7.7 vs 8.8). The previous threshold, 1024,
+// kept q_a, o_b and the T=1 experts on 8-row tiles. Not yet measured in the slices.
+constexpr int64_t kW16MinTiles = 80;
 
 template <QuantFormat F, int R>
 void launch(const GemmKernelParams& p, int64_t slots, int lbn, int lbk, cudaStream_t stream) {

@@ -2,6 +2,8 @@
 // machinery moe_quant uses for its experts; here every group has the same row count, so the arrays are fixed).
 #include "deepinfer/ops/cuda/grouped_linear.h"
 
+#include "deepinfer/ops/cuda/gemm_stream_mma.h"
+
 #include <algorithm>
 #include <cstdlib>
 #include <limits>
@@ -67,7 +69,9 @@ bool ue8m0_block(const QuantMatrix& w) {
 
 int64_t grouped_one_launch_rows() {
   const char* v = std::getenv("DEEPINFER_AB_GROUPED_ROWS");
-  return v ? std::max<int64_t>(std::atoll(v), 0) : cuda::kGemmSkinnyRows;
+  // Up to 8 rows a group, UE8M0 block formats take the tensor-core streaming kernel one group at a time through
+  // linear_quant too (kGemmStreamMmaMaxRows), so one grouped launch of it is the same kernel, not 8 launches.
+  return v ? std::max<int64_t>(std::atoll(v), 0) : cuda::kGemmStreamMmaMaxRows;
 }
 
 bool GroupedLinearPlan::one_launch(bool batch_invariant) const {
@@ -135,8 +139,10 @@ void grouped_linear_quant(CudaBackend& be, const Tensor& in, const GroupedLinear
   const QuantMatrix& w = plan.weight(0);
   cuda::WorkspaceArena::Scope scope(be.workspace());
   const void* a_bf16 = nullptr;
-  if (!be.batch_invariant() && r > cuda::kGemmSkinnyRows) {
+  if (!be.batch_invariant() && r > cuda::kGemmStreamMmaMaxRows) {
     // Many rows (the A/B switch): the tensor-core kernels read a bf16 copy of A (gemm_mma; the WMMA tile otherwise).
+    // Up to kGemmStreamMmaMaxRows the streaming kernel reads A in f32 (and the WMMA tile, if it declines, rounds
+    // A itself).
     void* a16 = be.workspace().take(sizeof(uint16_t) * g_count * r * k);
     cuda::run_cast_f32_to_bf16(in.data_as<float>(), a16, g_count * r * k, be.stream());
     a_bf16 = a16;
