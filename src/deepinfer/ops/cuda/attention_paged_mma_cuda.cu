@@ -27,6 +27,9 @@
 //      P = exp(s − m) split into hi / lo bf16 in shared memory, the row's rescale factor beside it;
 //   4. O: warp (hg, half) keeps 16 heads x dims half·hd/2 .. (half+1)·hd/2 in registers (128 fp32 at hd 512) and
 //      adds P · K, the K fragments transposed by ldmatrix.trans.
+// Registers (ptxas -v, sm_90a): 9 warps put 3 on one SM sub-partition, whose 16K registers cap a thread at 168;
+// hd 512 uses all 168 with 64 bytes of spills (a few O registers around the S phase, once a tile), hd 256 133 and
+// hd 128 92 without. Shared memory at hd 512: 219,664 bytes (Q 130 KB, the key tile 65 KB), one block an SM.
 // Q stays in shared memory, split once. The end is the SIMT kernel's: with one split the sink joins the
 // denominator and o is written; otherwise the unnormalised partial (o, m, l) of the split goes to the combine.
 #include <cuda_bf16.h>
@@ -229,7 +232,9 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(PagedSink
 
     // 2. S for heads r0, r0 + 8 and keys 16·half + 8·nt + 2·tq (+1).
     {
-      float sacc[2][4] = {};
+      // hi·hi and the two cross terms in separate accumulators: four independent mma chains a warp instead of two
+      // (the k loop is 3·hd/16 mmas long), and the small terms summed among themselves first.
+      float sacc[2][4] = {}, sx[2][4] = {};
 #pragma unroll 4
       for (int ks = 0; ks < kHd / 16; ++ks) {
         const int d = ks * 16 + 2 * tq;
@@ -240,16 +245,19 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(PagedSink
         for (int nt = 0; nt < 2; ++nt) {
           const int key = half * 16 + nt * 8 + g;
           const __nv_bfloat16 *kh = k_hi + key * L::kLd + d, *kl = k_lo + key * L::kLd + d;
-          mma3(sacc[nt], ah, al, ld32(kh), ld32(kh + 8), ld32(kl), ld32(kl + 8));
+          const uint32_t bh0 = ld32(kh), bh1 = ld32(kh + 8);
+          mma(sx[nt], ah, ld32(kl), ld32(kl + 8));
+          mma(sx[nt], al, bh0, bh1);
+          mma(sacc[nt], ah, bh0, bh1);
         }
       }
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt) {
         const int col = half * 16 + nt * 8 + 2 * tq;
-        s_s[r0 * L::kSLd + col] = sacc[nt][0];
-        s_s[r0 * L::kSLd + col + 1] = sacc[nt][1];
-        s_s[(r0 + 8) * L::kSLd + col] = sacc[nt][2];
-        s_s[(r0 + 8) * L::kSLd + col + 1] = sacc[nt][3];
+        s_s[r0 * L::kSLd + col] = sacc[nt][0] + sx[nt][0];
+        s_s[r0 * L::kSLd + col + 1] = sacc[nt][1] + sx[nt][1];
+        s_s[(r0 + 8) * L::kSLd + col] = sacc[nt][2] + sx[nt][2];
+        s_s[(r0 + 8) * L::kSLd + col + 1] = sacc[nt][3] + sx[nt][3];
       }
     }
     bar_sync(kBarConsumers, kConsumers);
