@@ -9,6 +9,8 @@
 // reduce-scatter over the warp (9 shuffles instead of 40). fp32 throughout, online softmax per head.
 // With one split the block applies the sink and writes the output; with several, each split writes its
 // unnormalised partial (o, running max, sum) and a combine kernel merges them in split order (deterministic).
+// Prefill-like calls take the tensor-core kernel instead (attention_paged_mma.h: when, and its A/B switch); the
+// combine is shared.
 #include <algorithm>
 
 #include "deepinfer/ops/cuda/attention_paged_mma.h"
