@@ -108,8 +108,7 @@ __device__ __forceinline__ void frag_a(const __nv_bfloat16* base, int ld, int r0
 }
 
 __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
       "{%0,%1,%2,%3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
@@ -123,13 +122,14 @@ __device__ __forceinline__ void mma3(float (&c)[4], const uint32_t (&ah)[4], con
   mma(c, ah, bh0, bh1);
 }
 
-// The "memory" clobber keeps it on its side of the barriers that publish the tile (plain C++ stores).
+// volatile keeps it between the same barriers (bar_sync is volatile asm too; the tile's plain C++ stores stay on
+// their side through bar_sync's "memory" clobber); without a clobber of its own the compiler may still move the
+// fragment loads and mmas around it.
 __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const __nv_bfloat16* src) {
   const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(src));
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr)
-               : "memory");
+               : "r"(addr));
 }
 
 template <int kHd>
