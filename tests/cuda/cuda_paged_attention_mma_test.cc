@@ -109,9 +109,9 @@ TEST_F(CudaPagedAttentionMma, PrefillMatchesCpuAndSimt) {
   const Case cases[] = {
       // V4's shape: 64 heads of 512, window 128, ratio-4 selections; 3 sequences x 48 queries.
       {"H=64 hd=512 window+compressed", make_spec(3, 64, 512, 48, 96, 64, 4, 128, 200, 1500)},
-      // Window only, fewer heads than a block (16 of 64 rows used), splits over the keys (few blocks).
+      // Window only, fewer heads than a block (16 of 32 rows used), splits over the keys (few blocks).
       {"H=16 hd=128 window only", make_spec(2, 16, 128, 70, 0, 16, 1, 96, 80, 400)},
-      // Two head blocks, ratio-128-like sparse selection, small pages.
+      // Four head blocks, sparse selection, small pages.
       {"H=128 hd=64 window+compressed", make_spec(4, 128, 64, 32, 40, 16, 2, 32, 40, 700)},
       // Selections longer than a tile, padded with -1, several tiles of compressed rows.
       {"H=32 hd=256 long selection", make_spec(2, 32, 256, 64, 300, 32, 4, 64, 900, 2500)},

@@ -9,8 +9,8 @@
 
 namespace deepinfer::cuda {
 
-// Fewest query tokens for which the tensor-core kernel is chosen: it runs one block per (token, 64 heads, split)
-// at one block an SM, so below about one wave of tokens the SIMT kernel's 8-head blocks fill the GPU better.
+// Fewest query tokens for which the tensor-core kernel is chosen: it runs one block per (token, 32 heads, split)
+// at one block an SM, so below about one wave of blocks the SIMT kernel's 8-head blocks fill the GPU better.
 constexpr int64_t kPagedAttentionMmaMinTokens = 128;
 
 // Whether run_paged_sink_attention takes the tensor-core kernel for p. Temporary A/B switch, read on every call

@@ -1,37 +1,43 @@
 // Tensor-core paged sink attention for prefill-like calls (attention_paged_mma.h says when it is chosen).
 //
 // V4 attention is MQA-like: every head of a query attends to the same key rows, and the values are those rows
-// too. So a block takes one query token and 64 of its heads as the M dimension of mma.sync m16n8k16 and runs
-// FlashMLA-style math per token: S = Q[64 x hd] · K[32 keys x hd]ᵀ, online softmax, O += P · K, tile by tile.
-// Each key row is read from global memory once per (token, 64 heads) instead of once per 8 heads, and the
+// too. So a block takes one query token and 32 of its heads as the M dimension of mma.sync m16n8k16 and runs
+// FlashMLA-style math per token: S = Q[32 x hd] · K[32 keys x hd]ᵀ, online softmax, O += P · K, tile by tile.
+// Each key row is read from global memory once per (token, 32 heads) instead of once per 8 heads, and the
 // products run on the tensor cores instead of the fp32 pipes.
 //
 // Accuracy (the CUDA path is held to the fp32 CPU op): every operand is split x = hi + lo, both bf16 (hi =
 // RN(x), lo = RN(x − hi): |x − hi − lo| <= 2^-16 |x|), and each product is hi·hi + hi·lo + lo·hi accumulated in
 // fp32 (lo·lo, <= 2^-16 |xy|, is dropped). A product is therefore off by at most 3·2^-16 ≈ 4.6e-5 of |x||y|,
 // with random signs over a dot product. Emulated on the CPU (torch: exact products of the bf16 parts; uniform
-// (-1, 1) q and keys, hd 512, 64 heads, 128 / 640 / 2048 keys, sinks in (-1, 2)): the output's norm-relative
-// error against fp64 is 3.8e-6 to 4.4e-6, of which O = P·K gives 3.7e-6 (an average of many random rows cancels,
-// so its relative error grows) and S 1.3e-6; the fp32 SIMT kernel and the CPU op sit at 2-3e-7. The GPU tests
-// hold this kernel to 2e-5 against the CPU op. 3xTF32 would be ~60x more accurate (5.8e-8 emulated) at twice the
-// mma count (m16n8k8), the fallback if a model-level golden test ever needs it.
+// (-1, 1) q and keys, 16-128 heads of 64-512, 5-2048 keys, sinks in (-1, 2)): the output's norm-relative error
+// against fp64 is 3.7e-6 to 4.4e-6, of which O = P·K gives 3.7e-6 (an average of many random rows cancels, so
+// its relative error grows) and S 1.3e-6; the fp32 SIMT kernel and the CPU op sit at 2-3e-7. The GPU tests hold
+// this kernel to 2e-5 against the CPU op. 3xTF32 would be ~60x more accurate (5.8e-8 emulated) at twice the mma
+// count (m16n8k8), the fallback if a model-level check ever needs it.
 //
-// Block: 9 warps. Warp 8 is the producer: it compacts the query's key slots (window positions, then the
-// selected compressed entries; invalid ones skipped) into row pointers, one 32-key tile ahead, double-buffered,
-// so its dependent index -> block-table -> row loads overlap the consumers' math. Warps 0-7 are consumers:
-// (head group hg = warp % 4: heads 16·hg..16·hg+15) x (half = warp / 4). Per tile they
-//   1. load the 32 key rows (fp32, through the pointers) and store them split into hi / lo bf16 in shared memory
-//      (missing rows as zeros: P is 0 there, and 0 · NaN would poison O);
-//   2. S: warp (hg, half) computes 16 heads x keys 16·half..16·half+15 over all hd dims -> shared memory;
-//   3. softmax: 4 threads per head row, fp32, running max / sum in registers (the SIMT kernel's formulas);
-//      P = exp(s − m) split into hi / lo bf16 in shared memory, the row's rescale factor beside it;
-//   4. O: warp (hg, half) keeps 16 heads x dims half·hd/2 .. (half+1)·hd/2 in registers (128 fp32 at hd 512) and
-//      adds P · K, the K fragments transposed by ldmatrix.trans.
-// Registers (ptxas -v, sm_90a): 9 warps put 3 on one SM sub-partition, whose 16K registers cap a thread at 168;
-// hd 512 uses all 168 with 64 bytes of spills (a few O registers around the S phase, once a tile), hd 256 133 and
-// hd 128 92 without. Shared memory at hd 512: 219,664 bytes (Q 130 KB, the key tile 65 KB), one block an SM.
-// Q stays in shared memory, split once. The end is the SIMT kernel's: with one split the sink joins the
-// denominator and o is written; otherwise the unnormalised partial (o, m, l) of the split goes to the combine.
+// Block: 12 warps, 32 heads (why 32 and not all 64: below).
+// - Warps 8-11 produce, one 32-key tile ahead, into two shared key buffers: warp 8 compacts the query's key
+//   slots (window positions, then the selected compressed entries; invalid ones skipped) into row pointers, then
+//   all 128 threads load the tile's rows (fp32, one memory round trip: 32 float4 a thread at hd 512) and, once
+//   the consumers have released that buffer, store them split into hi / lo bf16. Missing rows of a short tile are
+//   zeros: P is 0 there, and 0 · NaN would poison O.
+// - Warps 0-7 consume: (head group hg = warp % 2: heads 16·hg .. 16·hg + 15) x (quarter qd = warp / 2: dims
+//   qd·hd/4 .. (qd+1)·hd/4). Per tile: (1) S partial over the warp's dims for all 32 keys -> shared memory;
+//   (2) softmax, 8 threads per head row: the four partials summed in a fixed order, fp32 online max / sum in
+//   registers (the SIMT kernel's formulas), P = exp(s − m) split into hi / lo bf16, the row's rescale factor;
+//   (3) O += P · K for the warp's 16 heads x hd/4 dims (64 fp32 registers at hd 512), the K fragments transposed
+//   by ldmatrix.trans.
+// - Hand-over by named barriers, per buffer: kFull (producers arrive, consumers wait) and kEmpty (consumers
+//   arrive after their O phase, producers wait before overwriting).
+// Why 32 heads: the two key buffers (65 KB each at hd 512) and Q (65 KB) fit the 227 KB of shared memory only
+// with 32 heads of Q; with 64 heads one buffer fits, its loads cannot overlap the math, and 16 heads x 256 dims
+// of O a warp (128 registers) spilled at the 168-register cap that 12 warps (3 per SM sub-partition, 16K
+// registers each) impose. Each key row is then read once per 32 heads, still 4x fewer reads than the SIMT kernel.
+// ptxas -v (sm_90a): 168 registers at hd 512 (the cap), 133 / 115 / 56 at hd 256 / 128 / 64, no spills; shared
+// memory 222,608 bytes at hd 512 (one block an SM).
+// The end is the SIMT kernel's: with one split the sink joins the denominator and o is written; otherwise the
+// unnormalised partial (o, m, l) of the split goes to the combine.
 #include <cuda_bf16.h>
 
 #include <cstdlib>
@@ -45,12 +51,16 @@
 namespace deepinfer::cuda {
 namespace {
 
-constexpr int kHeadGroups = 4;  // 16 heads each: the mma M dimension
+constexpr int kHeadGroups = 2;  // 16 heads each: the mma M dimension
 constexpr int kBlockHeads = 16 * kHeadGroups;
-constexpr int kTile = 32;  // key rows per tile: one producer pass of 32 lanes fills at most one tile
-constexpr int kConsumers = 256;
-constexpr int kThreads = kConsumers + 32;
-constexpr int kBarAll = 1, kBarConsumers = 2;  // named barriers (0 is __syncthreads')
+constexpr int kQuarters = 4;     // consumer warps per head group, each a quarter of the head dim
+constexpr int kTile = 32;        // key rows per tile: one compaction pass of 32 lanes fills at most one tile
+constexpr int kConsumers = 256;  // 8 warps: (head group, quarter)
+constexpr int kProducers = 128;  // 4 warps, 4 threads a key row
+constexpr int kThreads = kConsumers + kProducers;
+// Named barriers (0 is __syncthreads'): kFull + b / kEmpty + b hand key buffer b between the two sides
+// (bar.arrive on one, bar.sync on the other); kCons and kProd order each side's own shared memory.
+constexpr int kBarFull = 1, kBarEmpty = 3, kBarCons = 5, kBarProd = 6;
 constexpr unsigned kFull = 0xffffffffu;
 
 template <int kHd>
@@ -59,25 +69,44 @@ struct Layout {
   static constexpr int kLd = kHd + 8;
   static constexpr int kSLd = kTile + 1;
   static constexpr int kPLd = kTile + 8;
+  static constexpr size_t kKeyBuf = size_t{2} * kTile * kLd;  // bytes of one hi or lo key tile
   static constexpr size_t q_hi = 0;
   static constexpr size_t q_lo = q_hi + size_t{2} * kBlockHeads * kLd;
-  static constexpr size_t k_hi = q_lo + size_t{2} * kBlockHeads * kLd;
-  static constexpr size_t k_lo = k_hi + size_t{2} * kTile * kLd;
-  static constexpr size_t s = k_lo + size_t{2} * kTile * kLd;
-  static constexpr size_t p_hi = s + size_t{4} * kBlockHeads * kSLd;
+  static constexpr size_t k_hi = q_lo + size_t{2} * kBlockHeads * kLd;  // [2 buffers]
+  static constexpr size_t k_lo = k_hi + 2 * kKeyBuf;                    // [2 buffers]
+  static constexpr size_t s = k_lo + 2 * kKeyBuf;                       // [quarter][head][key] fp32 partials
+  static constexpr size_t p_hi = s + size_t{4} * kQuarters * kBlockHeads * kSLd;
   static constexpr size_t p_lo = p_hi + size_t{2} * kBlockHeads * kPLd;
   static constexpr size_t corr = p_lo + size_t{2} * kBlockHeads * kPLd;
   static constexpr size_t fin_m = corr + size_t{4} * kBlockHeads;
   static constexpr size_t fin_l = fin_m + size_t{4} * kBlockHeads;
-  static constexpr size_t rows = fin_l + size_t{4} * kBlockHeads;    // [2][kTile] row pointers
-  static constexpr size_t count = rows + sizeof(void*) * 2 * kTile;  // [2] rows in each buffer
+  static constexpr size_t rows = fin_l + size_t{4} * kBlockHeads;    // [2][kTile] row pointers (producers)
+  static constexpr size_t count = rows + sizeof(void*) * 2 * kTile;  // [2] compacted rows, [2] rows in buffer b
   static constexpr size_t bytes = count + 16;
   static_assert(kHd % 64 == 0 && kHd <= 512, "head dim");
-  static_assert(s % 16 == 0 && p_hi % 16 == 0 && corr % 16 == 0 && rows % 16 == 0, "16-byte aligned regions");
+  static_assert(k_hi % 16 == 0 && s % 16 == 0 && p_hi % 16 == 0 && corr % 16 == 0 && rows % 16 == 0,
+                "16-byte aligned regions");
 };
 
 __device__ __forceinline__ void bar_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+// Orders this thread's earlier shared-memory accesses before the waiters' later ones, without waiting.
+__device__ __forceinline__ void bar_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+// Barrier id + b (b in {0, 1}) with the id a constant on each path: a register id makes ptxas reserve all 16.
+__device__ __forceinline__ void bar_sync_pair(int id, int b, int threads) {
+  if (b)
+    bar_sync(id + 1, threads);
+  else
+    bar_sync(id, threads);
+}
+__device__ __forceinline__ void bar_arrive_pair(int id, int b, int threads) {
+  if (b)
+    bar_arrive(id + 1, threads);
+  else
+    bar_arrive(id, threads);
 }
 
 // (a, b) -> hi and lo bf16 pairs, a in the low half (the lower k or n index of an mma register).
@@ -138,8 +167,6 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(PagedSink
   extern __shared__ __align__(16) uint8_t smem[];
   auto* q_hi = reinterpret_cast<__nv_bfloat16*>(smem + L::q_hi);
   auto* q_lo = reinterpret_cast<__nv_bfloat16*>(smem + L::q_lo);
-  auto* k_hi = reinterpret_cast<__nv_bfloat16*>(smem + L::k_hi);
-  auto* k_lo = reinterpret_cast<__nv_bfloat16*>(smem + L::k_lo);
   auto* s_s = reinterpret_cast<float*>(smem + L::s);
   auto* p_hi = reinterpret_cast<__nv_bfloat16*>(smem + L::p_hi);
   auto* p_lo = reinterpret_cast<__nv_bfloat16*>(smem + L::p_lo);
@@ -148,6 +175,9 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(PagedSink
   auto* fin_l = reinterpret_cast<float*>(smem + L::fin_l);
   auto* rows_s = reinterpret_cast<const float**>(smem + L::rows);
   auto* count_s = reinterpret_cast<int*>(smem + L::count);
+  // Key buffer b: hi at k_hi(b), lo at k_lo(b), [kTile][kLd] bf16 each.
+  auto k_hi = [&](int b) { return reinterpret_cast<__nv_bfloat16*>(smem + L::k_hi + b * L::kKeyBuf); };
+  auto k_lo = [&](int b) { return reinterpret_cast<__nv_bfloat16*>(smem + L::k_lo + b * L::kKeyBuf); };
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int64_t t = blockIdx.x;
@@ -156,14 +186,18 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(PagedSink
   const PagedQuerySlots qs = paged_query_slots(p, t, split == 0 && blockIdx.y == 0 && tid == 0);
   const int64_t begin = min(qs.n_slots, static_cast<int64_t>(split) * p.slots_per_split);
   const int64_t end = min(qs.n_slots, begin + p.slots_per_split);
+  constexpr int kRowVecs = kHd / 4;
 
-  if (warp == kConsumers / 32) {
-    // Producer: tile i's row pointers into buffer i % 2. Buffer b is read by the consumers' loads between
-    // barrier i and their next consumer barrier, and rewritten only after barrier i + 1, which they reach after
-    // finishing tile i. The last pass publishes an empty tile, which ends both loops.
+  if (tid >= kConsumers) {
+    // Producers. Tile i goes to buffer i % 2; its row pointers to pointer buffer i % 2 (warp 8 compacts tile
+    // i + 1 while the other producer warps may still read tile i's pointers; kProd publishes them).
+    static_assert(kProducers == 4 * kTile, "4 producer threads a key row");
+    constexpr int kVecs = kRowVecs / 4;
+    const int ptid = tid - kConsumers, pr = ptid / 4, pc = ptid % 4;
     int64_t cursor = begin;
-    for (int i = 0;; ++i) {
-      const float** rows = rows_s + (i & 1) * kTile;
+    // Warp 8: the next valid slots, up to a tile, in slot order.
+    auto gather = [&](int buf) {
+      const float** rows = rows_s + buf * kTile;
       int count = 0;
       while (count < kTile && cursor < end) {
         const int64_t slot = cursor + lane;
@@ -180,14 +214,43 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(PagedSink
           count = kTile;
         }
       }
-      if (lane == 0) count_s[i & 1] = count;
-      bar_sync(kBarAll, kThreads);
-      if (count == 0) return;
+      if (lane == 0) count_s[buf] = count;
+    };
+    if (warp == kConsumers / 32) gather(0);
+    bar_sync(kBarProd, kProducers);
+    for (int i = 0;; ++i) {
+      const int b = i & 1, n = count_s[b];
+      // Thread ptid owns row ptid / 4 (one pointer live, not 32) and its float4s ptid % 4 + 4·j: the 4 threads
+      // of a row read 64 contiguous bytes per load.
+      const float* row = pr < n ? rows_s[b * kTile + pr] : nullptr;
+      float4 v[kVecs];
+#pragma unroll
+      for (int j = 0; j < kVecs; ++j)
+        v[j] = row ? __ldg(reinterpret_cast<const float4*>(row) + pc + 4 * j) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      // Buffer b last held tile i - 2: wait for the consumers' O phase on it (also before count_s[2 + b], which
+      // they read at that tile's start).
+      if (i >= 2) bar_sync_pair(kBarEmpty, b, kThreads);
+      if (n > 0) {
+        __nv_bfloat16 *kh = k_hi(b), *kl = k_lo(b);
+#pragma unroll
+        for (int j = 0; j < kVecs; ++j) {
+          const int at = pr * L::kLd + (pc + 4 * j) * 4;
+          store_split4(v[j], kh + at, kl + at);
+        }
+      }
+      if (ptid == 0) count_s[2 + b] = n;
+      bar_arrive_pair(kBarFull, b, kThreads);
+      if (n == 0) {
+        // Pair the consumers' last release (tile i - 1, the other buffer) so that no barrier is left half-arrived.
+        if (i >= 1) bar_sync_pair(kBarEmpty, b ^ 1, kThreads);
+        return;
+      }
+      if (warp == kConsumers / 32) gather(b ^ 1);
+      bar_sync(kBarProd, kProducers);
     }
   }
 
   // Consumers. Q of the block's heads (zeros past the last head), split once for every tile.
-  constexpr int kRowVecs = kHd / 4;
   for (int i = tid; i < kBlockHeads * kRowVecs; i += kConsumers) {
     const int r = i / kRowVecs, c = (i % kRowVecs) * 4, h = hb + r;
     float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -196,107 +259,90 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(PagedSink
   }
 
   const int g = lane >> 2, tq = lane & 3;
-  const int hg = warp & 3, half = warp >> 2, r0 = hg * 16 + g;
-  const int srow = tid >> 2, squart = tid & 3;  // softmax: head row, quarter of the tile's keys
+  const int hg = warp % kHeadGroups, qd = warp / kHeadGroups, r0 = hg * 16 + g;
+  constexpr int kQDims = kHd / kQuarters;  // dims of this warp's quarter
+  const int d0 = qd * kQDims;
+  const int srow = tid >> 3, seg = tid & 7;  // softmax: head row, 4-key segment of the tile
   float m_run = -INFINITY, l_run = 0.0f;
-  constexpr int kNt = kHd / 16;  // 8-dim n-tiles of this warp's half of O
+  constexpr int kNt = kQDims / 8;  // 8-dim n-tiles of this warp's quarter of O
   float acc[kNt][4];
 #pragma unroll
   for (int j = 0; j < kNt; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+  bar_sync(kBarCons, kConsumers);  // Q stored
 
   for (int i = 0;; ++i) {
-    bar_sync(kBarAll, kThreads);  // tile i's rows published; also orders the Q stores before tile 0's reads
-    const int n = count_s[i & 1];
+    const int b = i & 1;
+    bar_sync_pair(kBarFull, b, kThreads);
+    const int n = count_s[2 + b];
     if (n == 0) break;
-    const float* const* rows = rows_s + (i & 1) * kTile;
+    const __nv_bfloat16 *kh = k_hi(b), *kl = k_lo(b);
 
-    // 1. Key rows -> hi / lo bf16, 4 float4 loads in flight a thread (8 gave 156 bytes of spills at hd 512).
+    // 1. S partial of heads r0, r0 + 8 x all 32 keys over dims d0 .. d0 + kQDims. hi·hi and the cross terms in
+    // separate accumulators: 8 independent mma chains a warp, the small terms summed among themselves first.
     {
-      constexpr int kVecs = kTile * kRowVecs / kConsumers;
-      constexpr int kBatch = kVecs < 4 ? kVecs : 4;
+      float sacc[4][4] = {}, sx[4][4] = {};
 #pragma unroll
-      for (int j0 = 0; j0 < kVecs; j0 += kBatch) {
-        float4 v[kBatch];
-        int at[kBatch];
-#pragma unroll
-        for (int j = 0; j < kBatch; ++j) {
-          const int e = tid + (j0 + j) * kConsumers, r = e / kRowVecs, c = (e % kRowVecs) * 4;
-          at[j] = r * L::kLd + c;
-          v[j] = r < n ? __ldg(reinterpret_cast<const float4*>(rows[r] + c)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        }
-#pragma unroll
-        for (int j = 0; j < kBatch; ++j) store_split4(v[j], k_hi + at[j], k_lo + at[j]);
-      }
-    }
-    bar_sync(kBarConsumers, kConsumers);
-
-    // 2. S for heads r0, r0 + 8 and keys 16·half + 8·nt + 2·tq (+1).
-    {
-      // hi·hi and the two cross terms in separate accumulators: four independent mma chains a warp instead of two
-      // (the k loop is 3·hd/16 mmas long), and the small terms summed among themselves first.
-      float sacc[2][4] = {}, sx[2][4] = {};
-#pragma unroll 4
-      for (int ks = 0; ks < kHd / 16; ++ks) {
-        const int d = ks * 16 + 2 * tq;
+      for (int ks = 0; ks < kQDims / 16; ++ks) {
+        const int d = d0 + ks * 16 + 2 * tq;
         uint32_t ah[4], al[4];
         frag_a(q_hi, L::kLd, r0, d, ah);
         frag_a(q_lo, L::kLd, r0, d, al);
 #pragma unroll
-        for (int nt = 0; nt < 2; ++nt) {
-          const int key = half * 16 + nt * 8 + g;
-          const __nv_bfloat16 *kh = k_hi + key * L::kLd + d, *kl = k_lo + key * L::kLd + d;
-          const uint32_t bh0 = ld32(kh), bh1 = ld32(kh + 8);
-          mma(sx[nt], ah, ld32(kl), ld32(kl + 8));
+        for (int nt = 0; nt < 4; ++nt) {
+          const int key = nt * 8 + g;
+          const __nv_bfloat16 *bh = kh + key * L::kLd + d, *bl = kl + key * L::kLd + d;
+          const uint32_t bh0 = ld32(bh), bh1 = ld32(bh + 8);
+          mma(sx[nt], ah, ld32(bl), ld32(bl + 8));
           mma(sx[nt], al, bh0, bh1);
           mma(sacc[nt], ah, bh0, bh1);
         }
       }
+      float* sq = s_s + qd * kBlockHeads * L::kSLd;
 #pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
-        const int col = half * 16 + nt * 8 + 2 * tq;
-        s_s[r0 * L::kSLd + col] = sacc[nt][0] + sx[nt][0];
-        s_s[r0 * L::kSLd + col + 1] = sacc[nt][1] + sx[nt][1];
-        s_s[(r0 + 8) * L::kSLd + col] = sacc[nt][2] + sx[nt][2];
-        s_s[(r0 + 8) * L::kSLd + col + 1] = sacc[nt][3] + sx[nt][3];
+      for (int nt = 0; nt < 4; ++nt) {
+        const int col = nt * 8 + 2 * tq;
+        sq[r0 * L::kSLd + col] = sacc[nt][0] + sx[nt][0];
+        sq[r0 * L::kSLd + col + 1] = sacc[nt][1] + sx[nt][1];
+        sq[(r0 + 8) * L::kSLd + col] = sacc[nt][2] + sx[nt][2];
+        sq[(r0 + 8) * L::kSLd + col + 1] = sacc[nt][3] + sx[nt][3];
       }
     }
-    bar_sync(kBarConsumers, kConsumers);
+    bar_sync(kBarCons, kConsumers);
 
-    // 3. Online softmax of row srow over keys 8·squart .. 8·squart + 7 (keys >= n are missing rows).
+    // 2. Online softmax of row srow over keys 4·seg .. 4·seg + 3 (keys >= n are missing rows). The 8 threads of
+    // a row are 8 consecutive lanes.
     {
-      const float* sr = s_s + srow * L::kSLd + squart * 8;
-      float x[8], mx = m_run;
+      float x[4], mx = m_run;
 #pragma unroll
-      for (int c = 0; c < 8; ++c) {
-        x[c] = sr[c] * p.scale;
-        if (squart * 8 + c < n) mx = fmaxf(mx, x[c]);
+      for (int c = 0; c < 4; ++c) {
+        const int at = srow * L::kSLd + seg * 4 + c, stride = kBlockHeads * L::kSLd;
+        x[c] = (((s_s[at] + s_s[at + stride]) + s_s[at + 2 * stride]) + s_s[at + 3 * stride]) * p.scale;
+        if (seg * 4 + c < n) mx = fmaxf(mx, x[c]);
       }
-      mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, 2));
-      const float corr = expf(m_run - mx);  // m = −inf before the first key: 0
-      float w[8], sum = 0.0f;
 #pragma unroll
-      for (int c = 0; c < 8; ++c) {
-        w[c] = squart * 8 + c < n ? expf(x[c] - mx) : 0.0f;
+      for (int o = 1; o < 8; o <<= 1) mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, o));
+      const float corr = expf(m_run - mx);  // m = −inf before the first key: 0
+      float w[4], sum = 0.0f;
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        w[c] = seg * 4 + c < n ? expf(x[c] - mx) : 0.0f;
         sum += w[c];
       }
-      sum += __shfl_xor_sync(kFull, sum, 1);
-      sum += __shfl_xor_sync(kFull, sum, 2);
+#pragma unroll
+      for (int o = 1; o < 8; o <<= 1) sum += __shfl_xor_sync(kFull, sum, o);
       l_run = l_run * corr + sum;
       m_run = mx;
-      uint4 h, l;
+      uint2 h, l;
       split_pair(w[0], w[1], h.x, l.x);
       split_pair(w[2], w[3], h.y, l.y);
-      split_pair(w[4], w[5], h.z, l.z);
-      split_pair(w[6], w[7], h.w, l.w);
-      *reinterpret_cast<uint4*>(p_hi + srow * L::kPLd + squart * 8) = h;
-      *reinterpret_cast<uint4*>(p_lo + srow * L::kPLd + squart * 8) = l;
-      if (squart == 0) corr_s[srow] = corr;
+      *reinterpret_cast<uint2*>(p_hi + srow * L::kPLd + seg * 4) = h;
+      *reinterpret_cast<uint2*>(p_lo + srow * L::kPLd + seg * 4) = l;
+      if (seg == 0) corr_s[srow] = corr;
     }
-    bar_sync(kBarConsumers, kConsumers);
+    bar_sync(kBarCons, kConsumers);
 
-    // 4. O[r0, r0 + 8][half's dims] = O · corr + P · K. ldmatrix.trans lanes: keys 16·ks + (lane & 15) in two
-    // 8-row matrices, dims +8 for lanes 16-31: registers 0-1 are n-tile 2·pr's b0 / b1, 2-3 n-tile 2·pr + 1's.
+    // 3. O[r0, r0 + 8][the quarter's dims] = O · corr + P · K. ldmatrix.trans lanes: keys 16·ks + (lane & 15) in
+    // two 8-row matrices, dims +8 for lanes 16-31: registers 0-1 are n-tile 2·pr's b0 / b1, 2-3 n-tile 2·pr + 1's.
     {
       const float c0 = corr_s[r0], c1 = corr_s[r0 + 8];
 #pragma unroll
@@ -314,23 +360,24 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(PagedSink
         const int key = ks * 16 + (lane & 15);
 #pragma unroll
         for (int pr = 0; pr < kNt / 2; ++pr) {
-          const int dim = half * (kHd / 2) + pr * 16 + (lane >> 4) * 8;
+          const int dim = d0 + pr * 16 + (lane >> 4) * 8;
           uint32_t bh[4], bl[4];
-          ldmatrix_x4_trans(bh, k_hi + key * L::kLd + dim);
-          ldmatrix_x4_trans(bl, k_lo + key * L::kLd + dim);
+          ldmatrix_x4_trans(bh, kh + key * L::kLd + dim);
+          ldmatrix_x4_trans(bl, kl + key * L::kLd + dim);
           mma3(acc[2 * pr], ah, al, bh[0], bh[1], bl[0], bl[1]);
           mma3(acc[2 * pr + 1], ah, al, bh[2], bh[3], bl[2], bl[3]);
         }
       }
     }
+    bar_arrive_pair(kBarEmpty, b, kThreads);  // key buffer b is free; S and P are guarded by kCons and kFull
   }
 
   // The running max / sum live with the softmax threads; the O fragments with the mma lanes.
-  if (squart == 0) {
+  if (seg == 0) {
     fin_m[srow] = m_run;
     fin_l[srow] = l_run;
   }
-  bar_sync(kBarConsumers, kConsumers);
+  bar_sync(kBarCons, kConsumers);
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
     const int r = r0 + 8 * hh, h = hb + r;
@@ -347,14 +394,14 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(PagedSink
     } else {
       const int64_t at = th * p.splits + split;
       dst = p.part_o + at * p.hd;
-      if (half == 0 && tq == 0) {
+      if (qd == 0 && tq == 0) {
         p.part_m[at] = m;
         p.part_l[at] = l;
       }
     }
 #pragma unroll
     for (int j = 0; j < kNt; ++j) {
-      const int dim = half * (kHd / 2) + j * 8 + 2 * tq;
+      const int dim = d0 + j * 8 + 2 * tq;
       *reinterpret_cast<float2*>(dst + dim) = make_float2(acc[j][2 * hh] * mul, acc[j][2 * hh + 1] * mul);
     }
   }
