@@ -392,6 +392,63 @@ TEST_F(CudaBench, DISABLED_OpTimings) {
   }
 }
 
+// Prefill attention on V4-Flash shapes (issue #7): a chunk of 2048 queries at the end of an 8192-token sequence,
+// 64 heads of 512, window 128 plus 512 ratio-4 selections (the CSA layers) or the window alone (the SWA layers),
+// with the tensor-core kernel (the default for >= 128 tokens) and with DEEPINFER_AB_ATTN_MMA=0 (the SIMT kernel):
+// a same-run A/B. TFLOP/s count the useful products once (S and O over 64 x 512 per key); the two results must
+// agree to the mma kernel's 2e-5.
+TEST_F(CudaBench, DISABLED_PrefillAttentionTimings) {
+  const int64_t t = 2048, h = 64, hd = 512, ctx = 8192, bs = 64, nb = ctx / bs, window = 128;
+  std::vector<int32_t> ids(nb), seqs(t, 0);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng());
+  std::vector<int64_t> pos(t), begin(1, 0);
+  for (int64_t i = 0; i < t; ++i) pos[i] = ctx - t + i;
+  auto upv = [&](DType dt, Shape shape, const void* src) {
+    HostTensor ht(dt, shape);
+    std::memcpy(ht.view().data(), src, ht.view().nbytes());
+    return up(ht);
+  };
+  DeviceTensor q = filled(DType::kF32, {t, h, hd}), win = filled(DType::kF32, {nb * bs, hd});
+  DeviceTensor comp = filled(DType::kF32, {nb * bs / 4, hd}), sinks = filled(DType::kF32, {h});
+  DeviceTensor out_mma(gpu(), DType::kF32, {t, h, hd}), out_simt(gpu(), DType::kF32, {t, h, hd});
+  DeviceTensor dpos = upv(DType::kI64, {t}, pos.data()), dseq = upv(DType::kI32, {t}, seqs.data());
+  DeviceTensor dtab = upv(DType::kI32, {1, nb}, ids.data()), dbeg = upv(DType::kI64, {1}, begin.data());
+  for (const int64_t k : {int64_t{512}, int64_t{0}}) {
+    std::vector<int32_t> sel(t * std::max<int64_t>(k, 1), -1);
+    for (int64_t i = 0; i < t && k > 0; ++i) {
+      const int64_t vis = (pos[i] + 1) / 4;  // closed ratio-4 groups, spread over as the indexer might pick them
+      for (int64_t j = 0; j < k; ++j) sel[i * k + j] = static_cast<int32_t>(j * vis / k);
+    }
+    DeviceTensor dsel = upv(DType::kI32, {t, std::max<int64_t>(k, 1)}, sel.data());
+    PagedSinkAttentionParams ap;
+    ap.q = q;
+    ap.q_positions = dpos;
+    ap.q_seq = dseq;
+    ap.block_tables = dtab;
+    ap.window_pool = win;
+    ap.window_begin = dbeg;
+    if (k > 0) {
+      ap.comp_pool = comp;
+      ap.comp_idx = dsel;
+    }
+    ap.sinks = sinks;
+    ap.block_size = static_cast<int>(bs);
+    ap.comp_ratio = 4;
+    ap.window = window;
+    ap.scale = 0.044f;
+    const double bytes = 4.0 * (2 * t * h * hd + (window + k) * hd), fl = 4.0 * t * h * (window + k) * hd;
+    const std::string shape = "paged_sink_attention prefill T=2048 H=64 hd=512 window 128 + " + std::to_string(k);
+    for (const char* env : {"1", "0"}) {
+      setenv("DEEPINFER_AB_ATTN_MMA", env, 1);
+      ap.out = env[0] == '1' ? out_mma : out_simt;
+      report(shape + (env[0] == '1' ? " mma" : " simt"), time_ms([&] { gpu().paged_sink_attention(ap); }), bytes, fl);
+    }
+    unsetenv("DEEPINFER_AB_ATTN_MMA");
+    rel_err(("mma vs simt, " + shape).c_str(), down(out_mma), down(out_simt), 2e-5);
+  }
+}
+
 // Decode GEMMs on V4.1-Flash shapes (issue #7): the dense FP8 projections (128x128 UE8M0 blocks) at 1-4 rows and
 // the MoE layer (384 MXFP4 experts D=5120 I=2304, top-6, + the FP8 shared expert) at 1-64 tokens, each with the
 // tensor-core streaming kernel allowed up to 8 / 4 rows per weight and with it off (the fp32 column-group kernel):

@@ -9,8 +9,12 @@
 // reduce-scatter over the warp (9 shuffles instead of 40). fp32 throughout, online softmax per head.
 // With one split the block applies the sink and writes the output; with several, each split writes its
 // unnormalised partial (o, running max, sum) and a combine kernel merges them in split order (deterministic).
+// Prefill-like calls take the tensor-core kernel instead (attention_paged_mma.h: when, and its A/B switch); the
+// combine is shared.
 #include <algorithm>
 
+#include "deepinfer/ops/cuda/attention_paged_mma.h"
+#include "deepinfer/ops/cuda/attention_paged_slots.cuh"
 #include "deepinfer/ops/cuda/cuda_runtime.h"
 #include "deepinfer/ops/cuda/device_math.cuh"
 #include "deepinfer/ops/cuda/kernels.h"
@@ -62,22 +66,6 @@ __device__ __forceinline__ void store_row(float* row, int hd, int lane, const fl
   }
 }
 
-// Pool row of group g (ratio r) of a sequence, or nullptr (and a status bit) when the page is bad.
-__device__ __forceinline__ const float* page_row(const PagedSinkAttentionKernelParams& p, const int32_t* table,
-                                                 const float* pool, int64_t pool_rows, int64_t g, int r) {
-  const int64_t blk = g * r / p.block_size;
-  if (g < 0 || blk >= p.max_blocks) {
-    atomicOr(p.status, kStatusPagedAttentionRange);
-    return nullptr;
-  }
-  const int64_t id = table[blk], per_block = p.block_size / r, row = id * per_block + (g * r % p.block_size) / r;
-  if (id < 0 || row >= pool_rows) {
-    atomicOr(p.status, kStatusPagedAttentionRange);
-    return nullptr;
-  }
-  return pool + row * p.hd;
-}
-
 template <int kPer, bool kVec>
 __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(PagedSinkAttentionKernelParams p) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -88,18 +76,8 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(PagedSinkA
   const int hd = static_cast<int>(p.hd);
 
   // This query's key slots: window positions [lo, pos], then the comp_idx row.
-  const int b = p.q_seq[t];
-  const int64_t pos = p.q_positions[t];
-  int64_t lo = 0, n_window = 0, n_slots = 0;
-  const int32_t* table = nullptr;
-  if (b < 0 || b >= p.seqs) {
-    if (split == 0 && warp == 0 && lane == 0) atomicOr(p.status, kStatusPagedAttentionRange);
-  } else {
-    table = p.block_tables + static_cast<int64_t>(b) * p.max_blocks;
-    lo = max(max(pos - p.window + 1, p.window_begin[b]), int64_t{0});
-    n_window = pos >= lo ? pos - lo + 1 : 0;
-    n_slots = n_window + p.k_sel;
-  }
+  const PagedQuerySlots qs = paged_query_slots(p, t, split == 0 && warp == 0 && lane == 0);
+  const int64_t n_slots = qs.n_slots;
   const int64_t begin = min(n_slots, static_cast<int64_t>(split) * p.slots_per_split);
   const int64_t end = min(n_slots, begin + p.slots_per_split);
 
@@ -117,15 +95,7 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(PagedSinkA
   for (int64_t base = begin; base < end; base += 32) {
     const int64_t slot = base + lane;
     const float* mine = nullptr;
-    if (slot < end) {
-      if (slot < n_window) {
-        mine = page_row(p, table, p.window_pool, p.window_rows, lo + slot, 1);
-      } else {
-        const int64_t j = slot - n_window;
-        const int64_t e = p.comp_mask ? (p.comp_mask[t * p.k_sel + j] ? j : -1) : p.comp_idx[t * p.k_sel + j];
-        if (e >= 0) mine = page_row(p, table, p.comp_pool, p.comp_rows, e, p.comp_ratio);
-      }
-    }
+    if (slot < end) mine = paged_slot_row(p, qs, t, slot);
     unsigned valid = __ballot_sync(kFull, mine != nullptr);
     while (valid) {
       // Up to 4 valid rows of this group, in slot order.
@@ -269,6 +239,25 @@ void launch(const PagedSinkAttentionKernelParams& p, cudaStream_t stream) {
   DI_CUDA_CHECK_LAUNCH();
 }
 
+void launch_simt(const PagedSinkAttentionKernelParams& p, cudaStream_t stream) {
+  switch (p.hd) {
+    case 512:
+      launch<16, true>(p, stream);
+      break;
+    case 256:
+      launch<8, true>(p, stream);
+      break;
+    case 128:
+      launch<4, true>(p, stream);
+      break;
+    default:
+      if (p.hd <= 64)
+        launch<2, false>(p, stream);
+      else
+        launch<16, false>(p, stream);
+  }
+}
+
 }  // namespace
 
 int paged_attention_splits(int64_t tokens, int64_t heads, int64_t max_slots, int sm_count) {
@@ -285,21 +274,10 @@ void run_paged_sink_attention(const PagedSinkAttentionKernelParams& p, cudaStrea
   DI_CHECK_INTERNAL(p.splits >= 1 && ((p.splits == 1 && !p.always_combine) || (p.part_o && p.part_m && p.part_l)))
       << "paged_sink_attention: " << p.splits << " splits without partial buffers";
   if (p.tokens * p.heads == 0) return;
-  switch (p.hd) {
-    case 512:
-      launch<16, true>(p, stream);
-      break;
-    case 256:
-      launch<8, true>(p, stream);
-      break;
-    case 128:
-      launch<4, true>(p, stream);
-      break;
-    default:
-      if (p.hd <= 64)
-        launch<2, false>(p, stream);
-      else
-        launch<16, false>(p, stream);
+  if (paged_attention_use_mma(p)) {
+    launch_paged_attention_mma(p, stream);
+  } else {
+    launch_simt(p, stream);
   }
   if (p.splits > 1 || p.always_combine) {
     const size_t smem = sizeof(float) * static_cast<size_t>(p.splits);

@@ -1,0 +1,59 @@
+// Key-slot resolution of paged sink attention, shared by the SIMT and the tensor-core kernels so that both read
+// exactly the same rows: a query's slots are its window positions [lo, pos], then its comp_idx / comp_mask row.
+#pragma once
+
+#include <cstdint>
+
+#include "deepinfer/ops/cuda/cuda_runtime.h"
+#include "deepinfer/ops/cuda/kernels.h"
+
+namespace deepinfer::cuda {
+
+// Pool row of group g (ratio r) of a sequence, or nullptr (and a status bit) when the page is bad.
+__device__ __forceinline__ const float* paged_pool_row(const PagedSinkAttentionKernelParams& p, const int32_t* table,
+                                                       const float* pool, int64_t pool_rows, int64_t g, int r) {
+  const int64_t blk = g * r / p.block_size;
+  if (g < 0 || blk >= p.max_blocks) {
+    atomicOr(p.status, kStatusPagedAttentionRange);
+    return nullptr;
+  }
+  const int64_t id = table[blk], per_block = p.block_size / r, row = id * per_block + (g * r % p.block_size) / r;
+  if (id < 0 || row >= pool_rows) {
+    atomicOr(p.status, kStatusPagedAttentionRange);
+    return nullptr;
+  }
+  return pool + row * p.hd;
+}
+
+// The slots of query t: window positions from lo (n_window of them), then k_sel selection columns.
+struct PagedQuerySlots {
+  const int32_t* table = nullptr;
+  int64_t lo = 0, n_window = 0, n_slots = 0;
+};
+
+__device__ __forceinline__ PagedQuerySlots paged_query_slots(const PagedSinkAttentionKernelParams& p, int64_t t,
+                                                             bool report) {
+  PagedQuerySlots s;
+  const int b = p.q_seq[t];
+  const int64_t pos = p.q_positions[t];
+  if (b < 0 || b >= p.seqs) {
+    if (report) atomicOr(p.status, kStatusPagedAttentionRange);
+    return s;
+  }
+  s.table = p.block_tables + static_cast<int64_t>(b) * p.max_blocks;
+  s.lo = max(max(pos - p.window + 1, p.window_begin[b]), int64_t{0});
+  s.n_window = pos >= s.lo ? pos - s.lo + 1 : 0;
+  s.n_slots = s.n_window + p.k_sel;
+  return s;
+}
+
+// Row of slot `slot` (< n_slots) of query t, or nullptr when the slot holds nothing (unselected, padding, a bad page).
+__device__ __forceinline__ const float* paged_slot_row(const PagedSinkAttentionKernelParams& p,
+                                                       const PagedQuerySlots& s, int64_t t, int64_t slot) {
+  if (slot < s.n_window) return paged_pool_row(p, s.table, p.window_pool, p.window_rows, s.lo + slot, 1);
+  const int64_t j = slot - s.n_window;
+  const int64_t e = p.comp_mask ? (p.comp_mask[t * p.k_sel + j] ? j : -1) : p.comp_idx[t * p.k_sel + j];
+  return e >= 0 ? paged_pool_row(p, s.table, p.comp_pool, p.comp_rows, e, p.comp_ratio) : nullptr;
+}
+
+}  // namespace deepinfer::cuda

@@ -1,0 +1,201 @@
+// The tensor-core paged sink attention (attention_paged_mma_cuda.cu) against the CPU op and against the SIMT
+// kernel, switched by DEEPINFER_AB_ATTN_MMA. Random data (never zeros), shuffled pages, NaN in every pool row no
+// query may read, several sequences of different lengths, window-only and window + compressed (index and mask
+// forms), one head block and several, one split and several. Tolerance: the kernel's split-bf16 products are
+// off by at most 3·2^-16 of |x||y| each; CPU emulation of the same arithmetic gives a norm-relative error of
+// 3.8e-6 to 4.4e-6 on this data (hd 512, 128-2048 keys), so 2e-5 against both the CPU op and the SIMT kernel.
+#include <cstdlib>
+#include <numeric>
+#include <optional>
+
+#include "cuda_test_util.h"
+#include "ops/paged_attention_case.h"
+
+namespace deepinfer::testing {
+namespace {
+
+constexpr double kMmaTol = 2e-5;
+
+// Sets DEEPINFER_AB_ATTN_MMA for a scope (nullptr: unset) and restores what was there.
+class AttnMmaEnv {
+ public:
+  explicit AttnMmaEnv(const char* value) {
+    if (const char* old = std::getenv(kName)) old_ = old;
+    set(value);
+  }
+  ~AttnMmaEnv() { set(old_ ? old_->c_str() : nullptr); }
+  AttnMmaEnv(const AttnMmaEnv&) = delete;
+  AttnMmaEnv& operator=(const AttnMmaEnv&) = delete;
+
+ private:
+  static constexpr const char* kName = "DEEPINFER_AB_ATTN_MMA";
+  static void set(const char* v) {
+    if (v)
+      setenv(kName, v, 1);
+    else
+      unsetenv(kName);
+  }
+  std::optional<std::string> old_;
+};
+
+PagedAttentionSpec make_spec(int64_t seqs, int64_t heads, int64_t hd, int64_t tps, int64_t k_sel, int bs, int ratio,
+                             int window, int64_t min_ctx, int64_t max_ctx) {
+  PagedAttentionSpec s;
+  s.seqs = seqs;
+  s.heads = heads;
+  s.hd = hd;
+  s.tokens_per_seq = tps;
+  s.k_sel = k_sel;
+  s.block_size = bs;
+  s.ratio = ratio;
+  s.window = window;
+  s.min_context = min_ctx;
+  s.max_context = max_ctx;
+  return s;
+}
+
+class CudaPagedAttentionMma : public CudaOpTest {
+ protected:
+  struct Device {
+    DeviceTensor q, q_pos, q_seq, tables, window_pool, window_begin, comp_pool, comp_idx, sinks;
+  };
+  Device upload(const PagedAttentionCase& c) {
+    return {up(c.q),         up(c.q_pos),    up(c.q_seq), up(c.tables), up(c.window_pool), up(c.window_begin),
+            up(c.comp_pool), up(c.comp_idx), up(c.sinks)};
+  }
+  // The GPU op on the device copies with DEEPINFER_AB_ATTN_MMA = env (nullptr: unset, the default), into a
+  // NaN-poisoned output; `mask`, when given, replaces comp_idx.
+  HostTensor run(const PagedAttentionCase& c, const Device& d, const char* env, const DeviceTensor* mask = nullptr) {
+    AttnMmaEnv guard(env);
+    DeviceTensor out = poisoned({c.tokens, c.spec.heads, c.spec.hd});
+    PagedSinkAttentionParams p = c.params(
+        {d.q, d.q_pos, d.q_seq, d.tables, d.window_pool, d.window_begin, d.comp_pool, d.comp_idx, d.sinks}, out);
+    if (mask) {
+      p.comp_idx = Tensor{};
+      p.comp_mask = *mask;
+    }
+    gpu().paged_sink_attention(p);
+    return down(out);
+  }
+  // The selection of c as a u8 mask [T, N] over the entries (N = the largest selected id + 1).
+  static HostTensor mask_of(const PagedAttentionCase& c) {
+    int32_t n = 1;
+    for (int64_t i = 0; i < c.comp_idx.numel(); ++i) n = std::max(n, c.comp_idx.data<int32_t>()[i] + 1);
+    HostTensor mask(DType::kU8, {c.tokens, n});
+    std::memset(mask.view().data(), 0, mask.view().nbytes());
+    for (int64_t t = 0; t < c.tokens; ++t)
+      for (int64_t j = 0; j < c.spec.k_sel; ++j)
+        if (const int32_t e = c.comp_idx.data<int32_t>()[t * c.spec.k_sel + j]; e >= 0)
+          mask.data<uint8_t>()[t * n + e] = 1;
+    return mask;
+  }
+};
+
+double max_abs_diff(const HostTensor& a, const HostTensor& b) {
+  double m = 0;
+  for (int64_t i = 0; i < a.numel(); ++i)
+    m = std::max(m, std::fabs(static_cast<double>(a.data<float>()[i]) - b.data<float>()[i]));
+  return m;
+}
+
+// Prefill-like calls (>= 128 query tokens: the tensor-core kernel by default) against the CPU op, the SIMT
+// kernel of the same call (DEEPINFER_AB_ATTN_MMA=0) and each other: the switch must change the kernel (the two
+// results are not bit-equal) and both must match the reference.
+TEST_F(CudaPagedAttentionMma, PrefillMatchesCpuAndSimt) {
+  struct Case {
+    const char* name;
+    PagedAttentionSpec spec;
+  };
+  const Case cases[] = {
+      // V4's shape: 64 heads of 512, window 128, ratio-4 selections; 3 sequences x 48 queries.
+      {"H=64 hd=512 window+compressed", make_spec(3, 64, 512, 48, 96, 64, 4, 128, 200, 1500)},
+      // Window only, fewer heads than a block (16 of 32 rows used), splits over the keys (few blocks).
+      {"H=16 hd=128 window only", make_spec(2, 16, 128, 70, 0, 16, 1, 96, 80, 400)},
+      // Four head blocks, sparse selection, small pages.
+      {"H=128 hd=64 window+compressed", make_spec(4, 128, 64, 32, 40, 16, 2, 32, 40, 700)},
+      // Selections longer than a tile, padded with -1, several tiles of compressed rows.
+      {"H=32 hd=256 long selection", make_spec(2, 32, 256, 64, 300, 32, 4, 64, 900, 2500)},
+  };
+  for (const Case& k : cases) {
+    const PagedAttentionCase c = make_paged_attention_case(k.spec, rng()());
+    ASSERT_GE(c.tokens, 128) << k.name << ": below the tensor-core kernel's token threshold";
+    HostTensor want(DType::kF32, {c.tokens, k.spec.heads, k.spec.hd});
+    cpu().paged_sink_attention(c.params(want.view()));
+    const Device d = upload(c);
+    const HostTensor mma = run(c, d, nullptr), simt = run(c, d, "0");
+    rel_err((std::string("mma vs cpu ") + k.name).c_str(), mma, want, kMmaTol);
+    rel_err((std::string("simt vs cpu ") + k.name).c_str(), simt, want, 1e-5);
+    rel_err((std::string("mma vs simt ") + k.name).c_str(), mma, simt, kMmaTol);
+    EXPECT_GT(max_abs_diff(mma, simt), 0.0) << k.name << ": DEEPINFER_AB_ATTN_MMA did not change the kernel";
+    if (k.spec.k_sel == 0) continue;
+    HostTensor mask = mask_of(c);
+    PagedSinkAttentionParams cm = c.params(want.view());
+    cm.comp_idx = Tensor{};
+    cm.comp_mask = mask.view();
+    cpu().paged_sink_attention(cm);
+    const DeviceTensor dmask = up(mask);
+    rel_err((std::string("mma mask form vs cpu ") + k.name).c_str(), run(c, d, nullptr, &dmask), want, kMmaTol);
+  }
+}
+
+// DEEPINFER_AB_ATTN_MMA=all takes the tensor-core kernel below the token threshold too: decode shapes, split over
+// the keys and merged by the combine kernel, and a short prefill chunk with a window floor.
+TEST_F(CudaPagedAttentionMma, SmallCallsWhenForced) {
+  const PagedAttentionSpec specs[] = {
+      make_spec(5, 64, 512, 1, 512, 64, 4, 128, 200, 4000),  // decode, several splits
+      make_spec(2, 64, 512, 9, 96, 64, 2, 128, 100, 900),
+      make_spec(7, 16, 64, 1, 40, 16, 4, 32, 20, 700),
+  };
+  for (const PagedAttentionSpec& s : specs) {
+    const PagedAttentionCase c = make_paged_attention_case(s, rng()());
+    HostTensor want(DType::kF32, {c.tokens, s.heads, s.hd});
+    cpu().paged_sink_attention(c.params(want.view()));
+    const Device d = upload(c);
+    const std::string name =
+        "forced mma H=" + std::to_string(s.heads) + " hd=" + std::to_string(s.hd) + " T=" + std::to_string(c.tokens);
+    const HostTensor mma = run(c, d, "all");
+    rel_err(name.c_str(), mma, want, kMmaTol);
+    EXPECT_GT(max_abs_diff(mma, run(c, d, "0")), 0.0) << name << ": DEEPINFER_AB_ATTN_MMA=all did not change it";
+  }
+}
+
+// Shapes the tensor-core kernel does not take (heads not a multiple of 16, hd 96) run the SIMT kernel whatever
+// the switch says: the same bytes with "all" and "0".
+TEST_F(CudaPagedAttentionMma, UnsupportedShapesKeepTheSimtKernel) {
+  for (const PagedAttentionSpec& s :
+       {make_spec(3, 24, 128, 48, 16, 16, 4, 32, 60, 300), make_spec(3, 16, 96, 48, 16, 16, 4, 32, 60, 300)}) {
+    const PagedAttentionCase c = make_paged_attention_case(s, rng()());
+    HostTensor want(DType::kF32, {c.tokens, s.heads, s.hd});
+    cpu().paged_sink_attention(c.params(want.view()));
+    const Device d = upload(c);
+    const HostTensor forced = run(c, d, "all");
+    rel_err("unsupported shape, simt", forced, want, 1e-5);
+    expect_same_bytes("unsupported shape, all vs 0", forced, run(c, d, "0"));
+  }
+}
+
+// Batch-invariant mode never takes it (a query's bytes must not depend on its batch's size): "all" and "0" give
+// the same bytes there.
+TEST_F(CudaPagedAttentionMma, BatchInvariantModeKeepsTheSimtKernel) {
+  gpu().set_batch_invariant(true);
+  const PagedAttentionCase c = make_paged_attention_case(make_spec(3, 64, 512, 48, 96, 64, 4, 128, 200, 1500), rng()());
+  const Device d = upload(c);
+  expect_same_bytes("batch-invariant mode, all vs 0", run(c, d, "all"), run(c, d, "0"));
+}
+
+// A bad page (block ids outside the pool) raises the status word through the tensor-core kernel's producer.
+TEST_F(CudaPagedAttentionMma, BadPageRaisesStatus) {
+  PagedAttentionSpec s = make_spec(2, 64, 128, 70, 16, 16, 4, 32, 80, 300);
+  PagedAttentionCase c = make_paged_attention_case(s, rng()());
+  for (int64_t j = 0; j < c.tables.shape()[1]; ++j) c.tables.data<int32_t>()[j] = 1 << 20;  // outside the pool
+  const Device d = upload(c);
+  try {
+    run(c, d, nullptr);
+    ADD_FAILURE() << "no error for block ids outside the pool";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("paged_sink_attention"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace deepinfer::testing
