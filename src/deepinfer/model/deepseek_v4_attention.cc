@@ -18,8 +18,22 @@ OwnedTensor linear(Backend& b, TensorMemory& mem, const Tensor& x, const OwnedTe
   return out;
 }
 
+// A norm weight, or none when the checkpoint has none.
+Tensor optional(const OwnedTensor& w) { return w.view().data() != nullptr ? w.view() : Tensor{}; }
+
 void rms_norm_inplace(Backend& b, const Tensor& x, const OwnedTensor& w, float eps) {
-  b.rms_norm({x, w.view().data() != nullptr ? w.view() : Tensor{}, x, eps});
+  b.rms_norm({x, optional(w), x, eps});
+}
+
+// rms_norm (weight optional) then the forward RoPE of [rows, 1, dim] in one call.
+void norm_rope_rows(Backend& b, const Tensor& x, const OwnedTensor& w, const Tensor& positions, const Tensor& inv_freq,
+                    float eps) {
+  NormRopeParams p;
+  p.parts[0] = {x.reshape({x.dim(0), 1, x.dim(1)}), optional(w), true, true};
+  p.positions = positions;
+  p.inv_freq = inv_freq;
+  p.eps = eps;
+  b.norm_rope(p);
 }
 
 OwnedTensor positions_of(TensorMemory& mem, const std::vector<int64_t>& pos) {
@@ -153,11 +167,11 @@ void DeepseekV4Model::v4_compress_rows(int layer, const Tensor& kv, const Tensor
   }
   OwnedTensor pooled = mem.zeros(DType::kF32, {G, dim});
   backend_.compress_pool({skv.view(), sgate.view(), pooled.view()});
-  rms_norm_inplace(backend_, pooled.view(), norm, static_cast<float>(config_.rms_norm_eps));
   std::vector<int64_t> pos(G);
   for (int64_t g = 0; g < G; ++g) pos[g] = (cs.emitted + g) * r;
   OwnedTensor p = positions_of(mem, pos);
-  backend_.rope({pooled.view().reshape({G, 1, dim}), p.view(), compress_inv_freq_.view(), false});
+  norm_rope_rows(backend_, pooled.view(), norm, p.view(), compress_inv_freq_.view(),
+                 static_cast<float>(config_.rms_norm_eps));
   store_rows(seq, layer, indexer, cs.emitted, pooled.view());
   cs.emitted += G;
   if (!indexer) st.n_entries += G;
@@ -215,8 +229,7 @@ void DeepseekV4Model::v41_compress_rows(int layer, const Tensor& kv, const Tenso
   // Indexer keys come from the latent before it is rotated.
   const int64_t id = config_.attn.index_head_dim;
   OwnedTensor k = linear(backend_, mem, latent.view(), a.idx_wk);  // [G, Id]
-  rms_norm_inplace(backend_, k.view(), a.idx_k_norm, eps);
-  backend_.rope({k.view().reshape({G, 1, id}), p.view(), compress_inv_freq_.view(), false});
+  norm_rope_rows(backend_, k.view(), a.idx_k_norm, p.view(), compress_inv_freq_.view(), eps);
   backend_.fake_quant({k.view(), FakeQuantKind::kFP4Ue8m0Block32});
   store_rows(seq, layer, /*keys=*/true, cs.emitted, k.view());
 
@@ -243,13 +256,16 @@ OwnedTensor DeepseekV4Model::attention(const Chunk& c, int layer, const OwnedTen
   OwnedTensor q_r = linear(backend_, mem, x.view(), a.wq_a);
   rms_norm_inplace(backend_, q_r.view(), a.q_norm, eps);
   OwnedTensor q = linear(backend_, mem, q_r.view(), a.wq_b);
-  if (ac.q_head_norm) rms_norm_inplace(backend_, q.view().reshape({T * H, hd}), OwnedTensor{}, eps);
-  backend_.rope({q.view().reshape({T, H, hd}), c.positions.view(), inv_freq, false});
-
   // K = V latent: kv_norm(wkv·x) [T, hd], RoPE; V4.1 stores it FP8-fake-quantized.
   OwnedTensor kv = linear(backend_, mem, x.view(), a.wkv);
-  rms_norm_inplace(backend_, kv.view(), a.kv_norm, eps);
-  backend_.rope({kv.view().reshape({T, 1, hd}), c.positions.view(), inv_freq, false});
+  // The query's head norm and RoPE with the latent's norm and RoPE: one call.
+  NormRopeParams nr;
+  nr.parts[0] = {q.view().reshape({T, H, hd}), Tensor{}, ac.q_head_norm, true};
+  nr.parts[1] = {kv.view().reshape({T, 1, hd}), optional(a.kv_norm), true, true};
+  nr.positions = c.positions.view();
+  nr.inv_freq = inv_freq;
+  nr.eps = eps;
+  backend_.norm_rope(nr);
   if (v41) backend_.fake_quant({kv.view(), FakeQuantKind::kFP8E4M3Ue8m0Block32});
   // The chunk's window rows [chunk_n, hd] in chunk order: under CP every rank's rows (all queries may read them).
   const int64_t chunk_n = c.total;

@@ -35,16 +35,18 @@ OwnedTensor linear(Backend& b, TensorMemory& mem, const Tensor& x, const OwnedTe
   return out;
 }
 
+// A norm weight, or none when the checkpoint has none.
+Tensor optional(const OwnedTensor& w) { return w.view().data() != nullptr ? w.view() : Tensor{}; }
+
 void rms_norm_inplace(Backend& b, const Tensor& x, const OwnedTensor& w, float eps) {
-  b.rms_norm({x, w.view().data() != nullptr ? w.view() : Tensor{}, x, eps});
+  b.rms_norm({x, optional(w), x, eps});
 }
 
-// Collapse of the streams by `weights` [R, hc], then RMSNorm: [R, D].
+// Collapse of the streams by `weights` [R, hc], then RMSNorm: [R, D] (one fused call).
 OwnedTensor collapse_norm(Backend& b, TensorMemory& mem, const Tensor& streams, const Tensor& weights,
                           const OwnedTensor& norm, float eps) {
   OwnedTensor h = mem.zeros(DType::kF32, {streams.dim(0), streams.dim(2)});
-  b.hc_collapse({streams, weights, h.view()});
-  b.rms_norm({h.view(), norm.view(), h.view(), eps});
+  b.hc_collapse_norm({streams, weights, optional(norm), h.view(), eps});
   return h;
 }
 
@@ -178,11 +180,15 @@ void DeepseekV4Model::decode_layer_head(const DecodeBatch& d, int layer, const T
   OwnedTensor q_r = linear(backend_, mem, x.view(), a.wq_a);
   rms_norm_inplace(backend_, q_r.view(), a.q_norm, eps);
   backend_.linear({q_r.view(), a.wq_b.view(), o.q});
-  if (ac.q_head_norm) rms_norm_inplace(backend_, o.q.reshape({R * H, hd}), OwnedTensor{}, eps);
-  backend_.rope({o.q.reshape({R, H, hd}), positions, inv_freq, false});
   backend_.linear({x.view(), a.wkv.view(), o.kv});
-  rms_norm_inplace(backend_, o.kv, a.kv_norm, eps);
-  backend_.rope({o.kv.reshape({R, 1, hd}), positions, inv_freq, false});
+  // The query's head norm and RoPE, the window row's norm and RoPE: one call (decode is launch-bound).
+  NormRopeParams nr;
+  nr.parts[0] = {o.q.reshape({R, H, hd}), Tensor{}, ac.q_head_norm, true};
+  nr.parts[1] = {o.kv.reshape({R, 1, hd}), optional(a.kv_norm), true, true};
+  nr.positions = positions;
+  nr.inv_freq = inv_freq;
+  nr.eps = eps;
+  backend_.norm_rope(nr);
   if (v41) backend_.fake_quant({o.kv, FakeQuantKind::kFP8E4M3Ue8m0Block32});
   const int r = plan.compress_ratio;
   if (r <= 0) return;
@@ -301,8 +307,12 @@ void DeepseekV4Model::decode_middle(DecodeBatch& d, int layer) const {
     rms_norm_inplace(backend_, latent.view(), a.comp_norm, eps);
     const OwnedTensor pos = mem.from_host(DType::kI64, {B}, groups.data());
     OwnedTensor k = linear(backend_, mem, latent.view(), a.idx_wk);  // indexer keys from the unrotated latent
-    rms_norm_inplace(backend_, k.view(), a.idx_k_norm, eps);
-    backend_.rope({k.view().reshape({B, 1, id}), pos.view(), compress_inv_freq_.view(), false});
+    NormRopeParams nr;                                               // the keys' norm and RoPE in one call
+    nr.parts[0] = {k.view().reshape({B, 1, id}), optional(a.idx_k_norm), true, true};
+    nr.positions = pos.view();
+    nr.inv_freq = compress_inv_freq_.view();
+    nr.eps = eps;
+    backend_.norm_rope(nr);
     backend_.fake_quant({k.view(), FakeQuantKind::kFP4Ue8m0Block32});
     scatter(pages.index_keys[layer], k.view(), groups);
     backend_.rope({latent.view().reshape({B, 1, hd}), pos.view(), compress_inv_freq_.view(), false});

@@ -958,6 +958,50 @@ void CudaBackend::hc_expand(const HcExpandParams& p) {
   cuda::run_hc_expand(k, impl_->s());
 }
 
+// ============================================================================ fused decode ops
+void CudaBackend::hc_collapse_norm(const HcCollapseNormParams& p) {
+  validate(p);
+  const Device& dev = impl_->device;
+  for (auto [name, t] : {std::pair{"streams", &p.streams}, {"pre", &p.pre}, {"weight", &p.weight}, {"out", &p.out}})
+    expect_on("hc_collapse_norm", name, *t, dev);
+  cuda::HcCollapseNormKernelParams k;
+  k.streams = p.streams.data_as<float>();
+  k.pre = p.pre.data_as<float>();
+  k.weight = cptr<float>(p.weight);
+  k.out = p.out.data_as<float>();
+  k.tokens = p.streams.dim(0);
+  k.hc = p.streams.dim(1);
+  k.d = p.streams.dim(2);
+  k.eps = p.eps;
+  cuda::run_hc_collapse_norm(k, impl_->s());
+}
+
+void CudaBackend::norm_rope(const NormRopeParams& p) {
+  validate(p);
+  const Device& dev = impl_->device;
+  expect_on("norm_rope", "positions", p.positions, dev);
+  expect_on("norm_rope", "inv_freq", p.inv_freq, dev);
+  cuda::NormRopeKernelParams k;
+  for (int i = 0; i < 2; ++i) {
+    const NormRopePart& part = p.parts[i];
+    if (part.x.data() == nullptr) continue;
+    expect_on("norm_rope", "x", part.x, dev);
+    expect_on("norm_rope", "weight", part.weight, dev);
+    k.parts[i].x = part.x.data_as<float>();
+    k.parts[i].weight = cptr<float>(part.weight);
+    k.parts[i].heads = part.x.dim(1);
+    k.parts[i].hd = part.x.dim(2);
+    k.parts[i].norm = part.norm;
+    k.parts[i].rope = part.rope;
+  }
+  k.positions = p.positions.data_as<int64_t>();
+  k.inv_freq = p.inv_freq.data_as<float>();
+  k.tokens = p.positions.dim(0);
+  k.half = p.inv_freq.dim(0);
+  k.eps = p.eps;
+  cuda::run_norm_rope(k, impl_->s());
+}
+
 // ============================================================================ compressor, indexer, top-k
 void CudaBackend::compress_pool(const CompressPoolParams& p) {
   validate(p);

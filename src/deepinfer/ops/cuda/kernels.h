@@ -115,6 +115,9 @@ struct RmsNormKernelParams {
   float eps = 1e-6f;
 };
 void run_rms_norm(const RmsNormKernelParams& p, cudaStream_t stream);
+// Threads of the rms_norm kernel for a row of `dim`: thread i sums elements i, i + threads, ... before the block
+// sum, so a fused kernel that reduces the same way over this many threads gets bit-identical statistics.
+__host__ __device__ constexpr int rms_norm_threads(int64_t dim) { return dim >= 1024 ? 512 : (dim >= 256 ? 256 : 128); }
 
 // ============================================================================ rope (rope_cuda.cu)
 struct RopeKernelParams {
@@ -170,6 +173,34 @@ struct HcExpandKernelParams {
   int64_t tokens = 0, hc = 0, d = 0;
 };
 void run_hc_expand(const HcExpandKernelParams& p, cudaStream_t stream);
+
+// ============================================================================ fused decode ops (fused_decode_cuda.cu)
+// hc_collapse then rms_norm in one launch (HcCollapseNormParams).
+struct HcCollapseNormKernelParams {
+  const float* streams = nullptr;  // [tokens, hc, d]
+  const float* pre = nullptr;      // [tokens, hc]
+  const float* weight = nullptr;   // [d], optional
+  float* out = nullptr;            // [tokens, d]
+  int64_t tokens = 0, hc = 0, d = 0;
+  float eps = 1e-6f;
+};
+void run_hc_collapse_norm(const HcCollapseNormKernelParams& p, cudaStream_t stream);
+
+// rms_norm per head row and / or forward rope of up to two parts in one launch (NormRopeParams).
+struct NormRopeKernelPart {
+  float* x = nullptr;             // [tokens, heads, hd]; nullptr = no part
+  const float* weight = nullptr;  // [hd], optional
+  int64_t heads = 0, hd = 0;
+  bool norm = false, rope = false;
+};
+struct NormRopeKernelParams {
+  NormRopeKernelPart parts[2];
+  const int64_t* positions = nullptr;  // [tokens]
+  const float* inv_freq = nullptr;     // [half]
+  int64_t tokens = 0, half = 0;
+  float eps = 1e-6f;
+};
+void run_norm_rope(const NormRopeKernelParams& p, cudaStream_t stream);
 
 // ============================================================================ compressor (compressor_cuda.cu)
 struct CompressPoolKernelParams {

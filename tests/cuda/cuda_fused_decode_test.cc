@@ -1,0 +1,140 @@
+// The fused decode ops on CUDA against the unfused kernels they replace, bit for bit (each fused kernel repeats
+// the unfused kernels' fp32 arithmetic and reduction order), and against the CPU reference within rms_norm's / rope's
+// own tolerance.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <tuple>
+
+#include "cuda/cuda_test_util.h"
+
+namespace deepinfer {
+namespace {
+
+using testing::CudaOpTest;
+using testing::DeviceTensor;
+
+HostTensor clone(const HostTensor& t) {
+  HostTensor out(t.dtype(), t.shape());
+  std::memcpy(out.view().data(), t.view().data(), t.view().nbytes());
+  return out;
+}
+
+HostTensor inv_freq_of(int64_t rd) {
+  HostTensor t(DType::kF32, {rd / 2});
+  for (int64_t i = 0; i < rd / 2; ++i) t.data<float>()[i] = std::pow(10000.0f, -2.0f * i / rd);
+  return t;
+}
+
+// D = 4096 / 7168 (512 threads), 1000 / 300 (256), 200 (128); hc = 4 (V4), 1, 8; decode and prefill row counts.
+TEST_F(CudaOpTest, HcCollapseNormMatchesUnfusedBitwise) {
+  for (auto [t, hc, d] :
+       {std::tuple{1, 4, 4096}, {16, 4, 4096}, {3, 4, 7168}, {37, 4, 1000}, {2, 1, 300}, {5, 8, 200}}) {
+    HostTensor streams = rand({t, hc, d}, -3, 3), pre = rand({t, hc}, 0.1f, 2.0f), w = rand({d});
+    DeviceTensor ds = up(streams), dp = up(pre), dw = up(w);
+    for (bool weighted : {true, false}) {
+      const std::string what = "hc_collapse_norm t" + std::to_string(t) + " hc" + std::to_string(hc) + " d" +
+                               std::to_string(d) + (weighted ? " weighted" : "");
+      const Tensor weight = weighted ? dw.view() : Tensor{};
+      DeviceTensor unfused = poisoned({t, d}), fused = poisoned({t, d});
+      gpu().hc_collapse({ds, dp, unfused});
+      gpu().rms_norm({unfused, weight, unfused, 1e-6f});
+      gpu().hc_collapse_norm({ds, dp, weight, fused, 1e-6f});
+      const HostTensor got = down(fused);
+      expect_same_bytes(what.c_str(), got, down(unfused));
+      HostTensor want(DType::kF32, {t, d});
+      cpu().hc_collapse_norm({streams, pre, weighted ? w.view() : Tensor{}, want, 1e-6f});
+      rel_err((what + " vs cpu").c_str(), got, want, 1e-6);
+    }
+  }
+}
+
+// Both parts as the attention site has them (V4 query heads with and without the head norm, the weighted window
+// row), the decode_middle's indexer keys alone (hd 128), and parts whose norms reduce over different thread
+// counts in one launch (hd 1024 and 128: the narrower part sums over its own 128 threads of a 512-thread block).
+TEST_F(CudaOpTest, NormRopeMatchesUnfusedBitwise) {
+  struct Case {
+    int64_t t, h0, hd0, hd1, rd;
+    bool norm0, two, weight1;
+  };
+  for (const Case& c : {Case{1, 64, 512, 512, 64, false, true, true}, Case{16, 64, 512, 512, 64, true, true, true},
+                        Case{5, 8, 512, 512, 64, true, true, false}, Case{3, 1, 128, 0, 64, true, false, false},
+                        Case{4, 3, 1024, 128, 64, true, true, true}, Case{7, 2, 96, 200, 32, false, true, true}}) {
+    const std::string what = "norm_rope t" + std::to_string(c.t) + " h" + std::to_string(c.h0) + " hd" +
+                             std::to_string(c.hd0) + "/" + std::to_string(c.hd1) + (c.norm0 ? " qnorm" : "");
+    HostTensor q = rand({c.t, c.h0, c.hd0}, -4, 4), kv = rand({c.t, 1, c.two ? c.hd1 : 1}, -4, 4);
+    HostTensor w0 = rand({c.hd0}), w1 = rand({c.two ? c.hd1 : 1});
+    HostTensor pos = ints(DType::kI64, {c.t}, 0, 70000), inv = inv_freq_of(c.rd);
+    DeviceTensor dpos = up(pos), dinv = up(inv), dw0 = up(w0), dw1 = up(w1);
+    // Part 0 is weighted when it is the only part (the indexer keys' norm has a weight).
+    const bool weight0 = !c.two && c.norm0;
+    DeviceTensor uq = up(q), ukv = up(kv);
+    if (c.norm0) {
+      const Tensor rows = uq.view().reshape({c.t * c.h0, c.hd0});
+      gpu().rms_norm({rows, weight0 ? dw0.view() : Tensor{}, rows, 1e-6f});
+    }
+    gpu().rope({uq, dpos, dinv, false});
+    if (c.two) {
+      const Tensor rows = ukv.view().reshape({c.t, c.hd1});
+      gpu().rms_norm({rows, c.weight1 ? dw1.view() : Tensor{}, rows, 1e-6f});
+      gpu().rope({ukv, dpos, dinv, false});
+    }
+    DeviceTensor fq = up(q), fkv = up(kv);
+    NormRopeParams p;
+    p.parts[0] = {fq.view(), weight0 ? dw0.view() : Tensor{}, c.norm0, true};
+    if (c.two) p.parts[1] = {fkv.view(), c.weight1 ? dw1.view() : Tensor{}, true, true};
+    p.positions = dpos;
+    p.inv_freq = dinv;
+    p.eps = 1e-6f;
+    gpu().norm_rope(p);
+    const HostTensor got_q = down(fq), got_kv = down(fkv);
+    expect_same_bytes((what + " q").c_str(), got_q, down(uq));
+    expect_same_bytes((what + " kv").c_str(), got_kv, down(ukv));
+    // Against the CPU composition (rms_norm's and rope's own CUDA tolerance).
+    HostTensor cq = clone(q), ckv = clone(kv);
+    NormRopeParams cp = p;
+    cp.parts[0] = {cq.view(), weight0 ? w0.view() : Tensor{}, c.norm0, true};
+    if (c.two) cp.parts[1] = {ckv.view(), c.weight1 ? w1.view() : Tensor{}, true, true};
+    cp.positions = pos;
+    cp.inv_freq = inv;
+    cpu().norm_rope(cp);
+    rel_err((what + " q vs cpu").c_str(), got_q, cq, 2e-6);
+    rel_err((what + " kv vs cpu").c_str(), got_kv, ckv, 2e-6);
+  }
+}
+
+// A rope-only part and a norm-only part (no rotation of a latent narrower than the rope slice) in one launch.
+TEST_F(CudaOpTest, NormRopeNormOnlyAndRopeOnlyParts) {
+  const int64_t t = 3, h = 4, hd = 256;
+  HostTensor q = rand({t, h, hd}, -2, 2), lat = rand({t, 1, 48}, -2, 2), w = rand({48});
+  HostTensor pos = ints(DType::kI64, {t}, 0, 5000), inv = inv_freq_of(64);
+  DeviceTensor dpos = up(pos), dinv = up(inv), dw = up(w), uq = up(q), ulat = up(lat), fq = up(q), flat = up(lat);
+  gpu().rope({uq, dpos, dinv, false});
+  gpu().rms_norm({ulat.view().reshape({t, 48}), dw, ulat.view().reshape({t, 48}), 1e-6f});
+  NormRopeParams p;
+  p.parts[0] = {fq.view(), Tensor{}, false, true};
+  p.parts[1] = {flat.view(), dw.view(), true, false};
+  p.positions = dpos;
+  p.inv_freq = dinv;
+  gpu().norm_rope(p);
+  expect_same_bytes("norm_rope rope-only part", down(fq), down(uq));
+  expect_same_bytes("norm_rope norm-only part", down(flat), down(ulat));
+}
+
+TEST_F(CudaOpTest, FusedDecodeOpsRejectHostTensors) {
+  HostTensor streams = rand({1, 4, 64}), pre = rand({1, 4});
+  DeviceTensor ds = up(streams), dout = poisoned({1, 64});
+  EXPECT_THROW(gpu().hc_collapse_norm({ds, pre, Tensor{}, dout, 1e-6f}), Error);
+  HostTensor q = rand({1, 2, 64}), pos = ints(DType::kI64, {1}, 0, 10), inv = inv_freq_of(16);
+  DeviceTensor dpos = up(pos), dinv = up(inv);
+  NormRopeParams p;
+  p.parts[0] = {q.view(), Tensor{}, true, true};
+  p.positions = dpos;
+  p.inv_freq = dinv;
+  EXPECT_THROW(gpu().norm_rope(p), Error);
+}
+
+}  // namespace
+}  // namespace deepinfer

@@ -1,0 +1,172 @@
+// The fused decode ops (hc_collapse_norm, norm_rope) on the CPU reference: byte-equal to the ops they compose, run
+// one after the other, and rejected with a named error on bad params.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "deepinfer/core/error.h"
+#include "forwarding_backend.h"
+#include "op_test_util.h"
+
+namespace deepinfer {
+namespace {
+
+using testing::copy_of;
+using testing::random_tensor;
+
+void expect_same_bytes(const HostTensor& got, const HostTensor& want, const std::string& what) {
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  EXPECT_EQ(std::memcmp(got.view().data(), want.view().data(), want.view().nbytes()), 0) << what;
+}
+
+HostTensor inv_freq_of(int64_t rd) {
+  HostTensor t(DType::kF32, {rd / 2});
+  for (int64_t i = 0; i < rd / 2; ++i) t.data<float>()[i] = std::pow(10000.0f, -2.0f * i / rd);
+  return t;
+}
+
+// The message of the Error `f` throws ("" when it throws none).
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(FusedDecodeOps, HcCollapseNormEqualsCollapseThenNorm) {
+  auto be = make_cpu_backend(2);
+  for (auto [t, hc, d] : {std::tuple{1, 4, 96}, {5, 4, 257}, {3, 1, 64}, {2, 8, 33}}) {
+    HostTensor streams = random_tensor({t, hc, d}, 11, 0.05f, 3.0f), pre = random_tensor({t, hc}, 12);
+    HostTensor w = random_tensor({d}, 13);
+    for (bool weighted : {true, false}) {
+      const Tensor weight = weighted ? w.view() : Tensor{};
+      HostTensor want(DType::kF32, {t, d}), got(DType::kF32, {t, d});
+      be->hc_collapse({streams.view(), pre.view(), want.view()});
+      be->rms_norm({want.view(), weight, want.view(), 1e-6f});
+      be->hc_collapse_norm({streams.view(), pre.view(), weight, got.view(), 1e-6f});
+      expect_same_bytes(got, want, "t " + std::to_string(t) + " hc " + std::to_string(hc) + " d " + std::to_string(d));
+      for (int64_t i = 0; i < got.numel(); ++i) ASSERT_TRUE(std::isfinite(got.data<float>()[i]));
+    }
+  }
+}
+
+TEST(FusedDecodeOps, NormRopeEqualsNormThenRopePerPart) {
+  auto be = make_cpu_backend(2);
+  const int64_t t = 4, h = 3, hd = 48, rd = 16;
+  HostTensor inv = inv_freq_of(rd), pos = testing::positions_tensor({0, 5, 4095, 70000});
+  HostTensor q0 = random_tensor({t, h, hd}, 21, 0.05f, 4.0f), kv0 = random_tensor({t, 1, hd}, 22, 0.05f, 4.0f);
+  HostTensor w = random_tensor({hd}, 23);
+  // (q norm, q rope, kv weighted, second part present)
+  for (auto [qn, qr, kw, two] : {std::tuple{false, true, true, true},
+                                 {true, true, true, true},
+                                 {true, false, false, true},
+                                 {true, true, false, false},
+                                 {false, true, false, false}}) {
+    HostTensor wq = copy_of(q0), wkv = copy_of(kv0);
+    if (qn) be->rms_norm({wq.view().reshape({t * h, hd}), Tensor{}, wq.view().reshape({t * h, hd}), 1e-6f});
+    if (qr) be->rope({wq.view(), pos.view(), inv.view(), false});
+    if (two) {
+      be->rms_norm({wkv.view().reshape({t, hd}), kw ? w.view() : Tensor{}, wkv.view().reshape({t, hd}), 1e-6f});
+      be->rope({wkv.view(), pos.view(), inv.view(), false});
+    }
+    HostTensor gq = copy_of(q0), gkv = copy_of(kv0);
+    NormRopeParams p;
+    p.parts[0] = {gq.view(), Tensor{}, qn, qr};
+    if (two) p.parts[1] = {gkv.view(), kw ? w.view() : Tensor{}, true, true};
+    p.positions = pos.view();
+    p.inv_freq = inv.view();
+    p.eps = 1e-6f;
+    be->norm_rope(p);
+    const std::string what = std::string("q norm ") + (qn ? "1" : "0") + " rope " + (qr ? "1" : "0");
+    expect_same_bytes(gq, wq, what + ": q");
+    expect_same_bytes(gkv, wkv, what + ": kv");  // untouched when absent
+  }
+}
+
+// A test backend forwards the fused ops to its inner backend (whose composition they are).
+TEST(FusedDecodeOps, ForwardingBackendForwardsFusedOps) {
+  testing::ForwardingBackend fwd(make_cpu_backend(1));
+  auto be = make_cpu_backend(1);
+  HostTensor streams = random_tensor({2, 4, 40}, 31), pre = random_tensor({2, 4}, 32);
+  HostTensor a(DType::kF32, {2, 40}), b(DType::kF32, {2, 40});
+  fwd.hc_collapse_norm({streams.view(), pre.view(), Tensor{}, a.view(), 1e-6f});
+  be->hc_collapse_norm({streams.view(), pre.view(), Tensor{}, b.view(), 1e-6f});
+  expect_same_bytes(a, b, "forwarded hc_collapse_norm");
+}
+
+TEST(FusedDecodeOps, HcCollapseNormRejectsBadParams) {
+  auto be = make_cpu_backend(1);
+  HostTensor streams = random_tensor({2, 4, 16}, 41), pre = random_tensor({2, 4}, 42), out(DType::kF32, {2, 16});
+  HostTensor w = random_tensor({16}, 43), bad_w = random_tensor({15}, 44), bad_pre = random_tensor({2, 3}, 45);
+  HostTensor bad_out(DType::kF32, {2, 17});
+  auto run = [&](const Tensor& s, const Tensor& p, const Tensor& wt, const Tensor& o, float eps) {
+    return error_of([&] { be->hc_collapse_norm({s, p, wt, o, eps}); });
+  };
+  EXPECT_EQ(run(streams.view(), pre.view(), w.view(), out.view(), 1e-6f), "");
+  EXPECT_NE(run(streams.view(), bad_pre.view(), w.view(), out.view(), 1e-6f).find("'pre'"), std::string::npos);
+  EXPECT_NE(run(streams.view(), pre.view(), bad_w.view(), out.view(), 1e-6f).find("'weight'"), std::string::npos);
+  EXPECT_NE(run(streams.view(), pre.view(), w.view(), bad_out.view(), 1e-6f).find("'out'"), std::string::npos);
+  EXPECT_NE(run(streams.view(), pre.view(), w.view(), out.view(), 0.0f).find("eps"), std::string::npos);
+  EXPECT_NE(run(Tensor{}, pre.view(), w.view(), out.view(), 1e-6f).find("'streams' is required"), std::string::npos);
+  // out inside the streams it reads: rejected, not silently computed from half-written rows.
+  const Tensor alias = streams.view().reshape({8, 16}).slice(0, 2);
+  EXPECT_NE(run(streams.view(), pre.view(), w.view(), alias, 1e-6f).find("must not overlap"), std::string::npos);
+}
+
+TEST(FusedDecodeOps, NormRopeRejectsBadParams) {
+  auto be = make_cpu_backend(1);
+  const int64_t t = 2, hd = 16;
+  HostTensor q = random_tensor({t, 2, hd}, 51), kv = random_tensor({t, 1, hd}, 52), w = random_tensor({hd}, 53);
+  HostTensor inv = inv_freq_of(8), big_inv = inv_freq_of(2 * hd + 2), pos = testing::positions_tensor({3, 9});
+  HostTensor pos3 = testing::positions_tensor({1, 2, 3}), bad_w = random_tensor({hd + 1}, 54);
+  auto base = [&] {
+    NormRopeParams p;
+    p.parts[0] = {q.view(), Tensor{}, true, true};
+    p.parts[1] = {kv.view(), w.view(), true, true};
+    p.positions = pos.view();
+    p.inv_freq = inv.view();
+    return p;
+  };
+  auto err = [&](const NormRopeParams& p) { return error_of([&] { be->norm_rope(p); }); };
+  EXPECT_EQ(err(base()), "");
+  NormRopeParams p = base();
+  p.parts[0].x = Tensor{};
+  EXPECT_NE(err(p).find("'parts[0].x' is required"), std::string::npos);
+  p = base();
+  p.positions = pos3.view();
+  EXPECT_NE(err(p).find("parts[0].x"), std::string::npos);
+  p = base();
+  p.inv_freq = big_inv.view();
+  EXPECT_NE(err(p).find("rope dim"), std::string::npos);
+  p = base();
+  p.parts[1].norm = false;
+  EXPECT_NE(err(p).find("norm = false"), std::string::npos);
+  p = base();
+  p.parts[0].norm = p.parts[0].rope = false;
+  EXPECT_NE(err(p).find("neither"), std::string::npos);
+  p = base();
+  p.parts[1].weight = bad_w.view();
+  EXPECT_NE(err(p).find("'parts[1].weight'"), std::string::npos);
+  p = base();
+  p.parts[1] = {Tensor{}, w.view(), true, true};
+  EXPECT_NE(err(p).find("without"), std::string::npos);
+  p = base();
+  p.parts[1] = {q.view(), Tensor{}, true, true};  // the same tensor twice
+  EXPECT_NE(err(p).find("must not overlap"), std::string::npos);
+  p = base();
+  p.eps = -1.0f;
+  EXPECT_NE(err(p).find("eps"), std::string::npos);
+  // A part that only normalises may be narrower than the rotated slice.
+  p = base();
+  HostTensor narrow = random_tensor({t, 1, 4}, 55);
+  p.parts[1] = {narrow.view(), Tensor{}, true, false};
+  EXPECT_EQ(err(p), "");
+}
+
+}  // namespace
+}  // namespace deepinfer
