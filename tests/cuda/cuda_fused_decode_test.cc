@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "cuda/cuda_test_util.h"
+#include "deepinfer/ops/cuda/kernels.h"
 
 namespace deepinfer {
 namespace {
@@ -121,6 +122,66 @@ TEST_F(CudaOpTest, NormRopeNormOnlyAndRopeOnlyParts) {
   gpu().norm_rope(p);
   expect_same_bytes("norm_rope rope-only part", down(fq), down(uq));
   expect_same_bytes("norm_rope norm-only part", down(flat), down(ulat));
+}
+
+// hc_mix in one launch (the partial kernel's last block per token tile runs the finish) against the two-launch form,
+// bit for bit: V4's hc = 4 site and head, a generic hc = 3 site, decode and prefill token counts (the latter past the
+// arrival slots: two launches both ways). Twice in a row, so a counter left non-zero would show in the second call.
+TEST_F(CudaOpTest, HcMixOneLaunchMatchesTwoLaunchesBitwise) {
+  const int64_t d = 1024;
+  HostTensor zeros(DType::kI32, {cuda::kHcMixArrivalSlots});
+  std::memset(zeros.view().data(), 0, zeros.view().nbytes());
+  DeviceTensor arrivals = up(zeros);
+  for (auto [hc, head] : {std::pair{4, false}, {4, true}, {3, false}}) {
+    const int64_t rows = head ? hc : (2 + hc) * hc;
+    HostTensor fn = rand({rows, hc * d}, -0.05f, 0.05f), base = rand({rows}, -0.5f, 0.5f), scale = rand({3});
+    DeviceTensor dfn = up(fn), dbase = up(base), dscale = up(scale);
+    for (int64_t t : {1, 3, 16, 100, 512, 600}) {
+      HostTensor streams = rand({t, hc, d}, -2, 2);
+      DeviceTensor ds = up(streams);
+      const int splits = cuda::hc_mix_splits(hc, d);
+      DeviceTensor partial = poisoned({splits * t * (rows + 1)});
+      HostTensor out[3][3];  // [two launches, one launch, one launch again][pre, post, comb]
+      for (int form = 0; form < 3; ++form) {
+        DeviceTensor pre = poisoned({t, hc}), post = poisoned({t, hc}), comb = poisoned({t, hc, hc});
+        cuda::HcMixKernelParams k;
+        k.streams = static_cast<const float*>(ds.data());
+        k.fn = static_cast<const float*>(dfn.data());
+        k.base = static_cast<const float*>(dbase.data());
+        k.scale = static_cast<const float*>(dscale.data());
+        k.pre = static_cast<float*>(pre.data());
+        k.post = head ? nullptr : static_cast<float*>(post.data());
+        k.comb = head ? nullptr : static_cast<float*>(comb.data());
+        k.tokens = t;
+        k.hc = hc;
+        k.d = d;
+        k.head = head;
+        k.partial = static_cast<float*>(partial.data());
+        k.splits = splits;
+        k.arrivals = form == 0 ? nullptr : static_cast<unsigned*>(arrivals.data());
+        cuda::run_hc_mix(k, nullptr);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        out[form][0] = down(pre);
+        if (!head) {
+          out[form][1] = down(post);
+          out[form][2] = down(comb);
+        }
+      }
+      const std::string what =
+          "hc_mix hc" + std::to_string(hc) + (head ? " head" : "") + " t" + std::to_string(t) + " one launch";
+      for (int form = 1; form < 3; ++form)
+        for (int i = 0; i < (head ? 1 : 3); ++i)
+          expect_same_bytes((what + (form == 2 ? " again" : "") +
+                             (i == 0   ? " pre"
+                              : i == 1 ? " post"
+                                       : " comb"))
+                                .c_str(),
+                            out[form][i], out[0][i]);
+      for (int64_t i = 0; i < out[1][0].numel(); ++i) ASSERT_TRUE(std::isfinite(out[1][0].data<float>()[i])) << what;
+    }
+  }
+  const HostTensor left = down(arrivals);
+  for (int i = 0; i < cuda::kHcMixArrivalSlots; ++i) EXPECT_EQ(left.data<int32_t>()[i], 0) << "arrival slot " << i;
 }
 
 TEST_F(CudaOpTest, FusedDecodeOpsRejectHostTensors) {

@@ -197,6 +197,9 @@ struct CudaBackend::Impl {
   cuda::DeviceStatus status{alloc};
   cublasLtHandle_t lt = nullptr;
   cuda::DeviceBuffer lt_workspace;
+  // hc_mix's per-token-tile arrival counters (zero between calls: the kernel resets them). Allocated here, not on
+  // first use, because a first use may be inside a recording, where nothing may be uploaded.
+  cuda::DeviceBuffer hc_mix_arrivals;
   CudaMemory memory{device, alloc, stream.get(), status};
   LinearPrecision linear_precision = LinearPrecision::kF32;
   bool batch_invariant = false;  // set_batch_invariant
@@ -212,6 +215,8 @@ struct CudaBackend::Impl {
   explicit Impl(int index) : info(cuda::select_device(index)), device(Device::cuda(index)) {
     DI_CUBLAS_CHECK(cublasLtCreate(&lt));
     lt_workspace = cuda::DeviceBuffer(alloc, kCublasWorkspaceBytes);
+    hc_mix_arrivals = cuda::DeviceBuffer(alloc, sizeof(unsigned) * cuda::kHcMixArrivalSlots);
+    DI_CUDA_CHECK(cudaMemset(hc_mix_arrivals.data(), 0, hc_mix_arrivals.size()));
   }
   ~Impl() {
     for (auto& [unused, p] : lt_plans) destroy(p);
@@ -898,6 +903,7 @@ void CudaBackend::hc_mix(const HcMixParams& p) {
   k.splits = cuda::hc_mix_splits(k.hc, k.d);
   k.partial =
       impl_->ws().take_as<float>(std::max<int64_t>(1, k.splits * k.tokens * ((k.head ? k.hc : (2 + k.hc) * k.hc) + 1)));
+  k.arrivals = impl_->hc_mix_arrivals.data_as<unsigned>();
   cuda::run_hc_mix(k, impl_->s());
 }
 
@@ -923,6 +929,7 @@ void CudaBackend::hc_head(const HcHeadParams& p) {
   k.splits = cuda::hc_mix_splits(k.hc, k.d);
   k.partial =
       impl_->ws().take_as<float>(std::max<int64_t>(1, k.splits * k.tokens * ((k.head ? k.hc : (2 + k.hc) * k.hc) + 1)));
+  k.arrivals = impl_->hc_mix_arrivals.data_as<unsigned>();
   cuda::run_hc_mix(k, impl_->s());
 }
 

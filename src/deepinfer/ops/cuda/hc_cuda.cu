@@ -1,8 +1,10 @@
 // mHC on the GPU: site coefficients (norm + small projection + sigmoid gates + Sinkhorn), the V4 head's
 // collapse weights, collapse and expand. The coefficients are a GEMV per token, (2+hc)·hc rows of length hc·D
 // (1.5 MB of fn for V4-Flash): split over hc·D in 512-element chunks so ~32 blocks stream fn at once (one block
-// per token walked it alone: ~0.65 ms a site), then a small kernel sums the splits in fixed order and runs
-// the gates and the Sinkhorn iterations on one thread per token in the CPU op's order.
+// per token walked it alone: ~0.65 ms a site), then the splits are summed in fixed order and the gates and the
+// Sinkhorn iterations run in the CPU op's order. For decode-sized calls (p.arrivals set) the last partial block of a
+// token tile to finish runs that step itself, so a site is one launch instead of two (decode is launch-bound); the
+// finish is the same code either way, so both forms give the same bits.
 #include "deepinfer/ops/cuda/device_math.cuh"
 #include "deepinfer/ops/cuda/kernels.h"
 
@@ -23,54 +25,6 @@ constexpr int kMixChunk = 512;  // elements of hc·D per split: 16 per lane
 // Tokens a block dots its fn chunk with: 8 for decode batches (more blocks in flight), 32 in long prefills, where
 // re-reading each fn chunk (24 rows x 512) for every 8 tokens tripled the L2 traffic of the streams themselves.
 constexpr int kMixTokensPerBlock = 8, kMixTokensPerBlockLong = 32, kMixLongTokens = 2048;
-
-// kMixRowsPerWarp: fn rows a warp keeps in registers (3 covers hc <= 4: 24 rows over 8 warps).
-template <int kMixRowsPerWarp>
-__global__ void __launch_bounds__(kMixThreads) hc_mix_partial_kernel(HcMixKernelParams p) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t n = p.hc * p.d, rows = p.head ? p.hc : (2 + p.hc) * p.hc;
-  const int64_t c0 = static_cast<int64_t>(blockIdx.x) * kMixChunk;
-  const int64_t per_block = (p.tokens + gridDim.y - 1) / gridDim.y;
-  const int64_t t0 = static_cast<int64_t>(blockIdx.y) * per_block;
-  const int64_t t1 = min(p.tokens, t0 + per_block);
-  constexpr int kPer = kMixChunk / 32;
-  float w[kMixRowsPerWarp][kPer];
-#pragma unroll
-  for (int j = 0; j < kMixRowsPerWarp; ++j) {
-    const int64_t r = warp + j * kMixWarps;
-#pragma unroll
-    for (int e = 0; e < kPer; ++e) {
-      const int64_t i = c0 + lane + 32 * e;
-      w[j][e] = r < rows && i < n ? __ldg(p.fn + r * n + i) : 0.0f;
-    }
-  }
-  for (int64_t t = t0; t < t1; ++t) {
-    float f[kPer];
-#pragma unroll
-    for (int e = 0; e < kPer; ++e) {
-      const int64_t i = c0 + lane + 32 * e;
-      f[e] = i < n ? __ldg(p.streams + t * n + i) : 0.0f;
-    }
-    float* out = p.partial + (blockIdx.x * p.tokens + t) * (rows + 1);
-#pragma unroll
-    for (int j = 0; j < kMixRowsPerWarp; ++j) {
-      const int64_t r = warp + j * kMixWarps;
-      if (r >= rows) break;
-      float acc = 0.0f;
-#pragma unroll
-      for (int e = 0; e < kPer; ++e) acc = fmaf(w[j][e], f[e], acc);
-      acc = warp_sum(acc);
-      if (lane == 0) out[r] = acc;
-    }
-    if (warp == kMixWarps - 1) {
-      float ss = 0.0f;
-#pragma unroll
-      for (int e = 0; e < kPer; ++e) ss = fmaf(f[e], f[e], ss);
-      ss = warp_sum(ss);
-      if (lane == 0) out[rows] = ss;
-    }
-  }
-}
 
 // hc = 4, not the head: lane j*4 + k of the token's warp owns c[j][k] (lanes 0-3 also pre[k] / post[k]), so the
 // 20 Sinkhorn iterations' divisions run 16 at a time instead of one after another on one lane (27 µs a call at
@@ -116,21 +70,17 @@ __device__ __forceinline__ void finish_sinkhorn4(const HcMixKernelParams& p, con
 // kHc = 4 (V4 / V4.1) hands the non-head finish to finish_sinkhorn4 (16 lanes); every other case — the head's
 // gates, or hc unknown at compile time (kHc = 0) — runs on lane 0 with the matrix in shared memory (~55 µs a call
 // for a non-head hc = 4 on the H200: ~2,000 dependent shared-memory accesses and divisions; docs/PERF.md).
+// m: rows + 1 floats, c: hc² floats of the warp's shared memory. The partials are read through L2 (__ldcg): in the
+// fused form other blocks of the same launch wrote them.
 template <int kHc>
-__global__ void hc_mix_finish_kernel(HcMixKernelParams p) {
-  __shared__ float m_all[4][kMaxMixRows + 1];
-  __shared__ float c_all[4][kMaxHc * kMaxHc];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t t = static_cast<int64_t>(blockIdx.x) * 4 + warp;
-  if (t >= p.tokens) return;
+__device__ void finish_token(const HcMixKernelParams& p, float* m, float* c, int64_t t, int lane) {
   const int64_t hc = kHc > 0 ? kHc : p.hc, n = hc * p.d, rows = p.head ? hc : (2 + hc) * hc;
-  float* m = m_all[warp];
-  float* c = c_all[warp];
+  __syncwarp();  // a warp finishing several tokens: lane 0 may still read m / c of the previous one
   for (int64_t r = lane; r <= rows; r += 32) {
     float acc = 0.0f;
     // Unrolled so that several partials are in flight; still summed in split order.
 #pragma unroll 8
-    for (int s = 0; s < p.splits; ++s) acc += p.partial[(s * p.tokens + t) * (rows + 1) + r];
+    for (int s = 0; s < p.splits; ++s) acc += __ldcg(p.partial + (s * p.tokens + t) * (rows + 1) + r);
     m[r] = acc;
   }
   __syncwarp();
@@ -196,6 +146,81 @@ __global__ void hc_mix_finish_kernel(HcMixKernelParams p) {
   for (int64_t i = 0; i < hc * hc; ++i) comb[i] = c[i];
 }
 
+template <int kHc>
+__global__ void hc_mix_finish_kernel(HcMixKernelParams p) {
+  __shared__ float m_all[4][kMaxMixRows + 1];
+  __shared__ float c_all[4][kMaxHc * kMaxHc];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * 4 + warp;
+  if (t >= p.tokens) return;
+  finish_token<kHc>(p, m_all[warp], c_all[warp], t, lane);
+}
+
+// kMixRowsPerWarp: fn rows a warp keeps in registers (3 covers hc <= 4: 24 rows over 8 warps). kFinishHc >= 0: the
+// fused form — the last block of a token tile to write its partials runs finish_token<kFinishHc> for the tile's
+// tokens (one warp per token), the arrival counter of the tile counting the splits and left at 0 for the next call.
+template <int kMixRowsPerWarp, int kFinishHc>
+__global__ void __launch_bounds__(kMixThreads) hc_mix_partial_kernel(HcMixKernelParams p) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t n = p.hc * p.d, rows = p.head ? p.hc : (2 + p.hc) * p.hc;
+  const int64_t c0 = static_cast<int64_t>(blockIdx.x) * kMixChunk;
+  const int64_t per_block = (p.tokens + gridDim.y - 1) / gridDim.y;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.y) * per_block;
+  const int64_t t1 = min(p.tokens, t0 + per_block);
+  constexpr int kPer = kMixChunk / 32;
+  float w[kMixRowsPerWarp][kPer];
+#pragma unroll
+  for (int j = 0; j < kMixRowsPerWarp; ++j) {
+    const int64_t r = warp + j * kMixWarps;
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) {
+      const int64_t i = c0 + lane + 32 * e;
+      w[j][e] = r < rows && i < n ? __ldg(p.fn + r * n + i) : 0.0f;
+    }
+  }
+  for (int64_t t = t0; t < t1; ++t) {
+    float f[kPer];
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) {
+      const int64_t i = c0 + lane + 32 * e;
+      f[e] = i < n ? __ldg(p.streams + t * n + i) : 0.0f;
+    }
+    float* out = p.partial + (blockIdx.x * p.tokens + t) * (rows + 1);
+#pragma unroll
+    for (int j = 0; j < kMixRowsPerWarp; ++j) {
+      const int64_t r = warp + j * kMixWarps;
+      if (r >= rows) break;
+      float acc = 0.0f;
+#pragma unroll
+      for (int e = 0; e < kPer; ++e) acc = fmaf(w[j][e], f[e], acc);
+      acc = warp_sum(acc);
+      if (lane == 0) out[r] = acc;
+    }
+    if (warp == kMixWarps - 1) {
+      float ss = 0.0f;
+#pragma unroll
+      for (int e = 0; e < kPer; ++e) ss = fmaf(f[e], f[e], ss);
+      ss = warp_sum(ss);
+      if (lane == 0) out[rows] = ss;
+    }
+  }
+  if constexpr (kFinishHc >= 0) {
+    __shared__ bool last;
+    __shared__ float m_all[kMixWarps][kMaxMixRows + 1];
+    __shared__ float c_all[kMixWarps][kMaxHc * kMaxHc];
+    __threadfence();  // this block's partials reach L2 before its arrival is counted
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      last = atomicAdd(p.arrivals + blockIdx.y, 1u) == gridDim.x - 1;
+      if (last) atomicExch(p.arrivals + blockIdx.y, 0u);
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();  // every split's partials counted before are read after this point
+    for (int64_t t = t0 + warp; t < t1; t += kMixWarps) finish_token<kFinishHc>(p, m_all[warp], c_all[warp], t, lane);
+  }
+}
+
 __global__ void hc_collapse_kernel(HcCollapseKernelParams p) {
   const int64_t total = p.tokens * p.d;
   for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
@@ -243,10 +268,21 @@ void run_hc_mix(const HcMixKernelParams& p, cudaStream_t stream) {
   const int64_t per_block = p.tokens >= kMixLongTokens ? kMixTokensPerBlockLong : kMixTokensPerBlock;
   const dim3 grid(static_cast<unsigned>(p.splits), static_cast<unsigned>(ceil_div(p.tokens, per_block)));
   const int64_t rows = p.head ? p.hc : (2 + p.hc) * p.hc;
+  constexpr int kWide = (kMaxMixRows + kMixWarps - 1) / kMixWarps;
+  if (p.arrivals && grid.y <= kHcMixArrivalSlots) {
+    if (rows <= 3 * kMixWarps && p.hc == 4)
+      hc_mix_partial_kernel<3, 4><<<grid, kMixThreads, 0, stream>>>(p);
+    else if (rows <= 3 * kMixWarps)
+      hc_mix_partial_kernel<3, 0><<<grid, kMixThreads, 0, stream>>>(p);
+    else
+      hc_mix_partial_kernel<kWide, 0><<<grid, kMixThreads, 0, stream>>>(p);
+    DI_CUDA_CHECK_LAUNCH();
+    return;
+  }
   if (rows <= 3 * kMixWarps)
-    hc_mix_partial_kernel<3><<<grid, kMixThreads, 0, stream>>>(p);
+    hc_mix_partial_kernel<3, -1><<<grid, kMixThreads, 0, stream>>>(p);
   else
-    hc_mix_partial_kernel<(kMaxMixRows + kMixWarps - 1) / kMixWarps><<<grid, kMixThreads, 0, stream>>>(p);
+    hc_mix_partial_kernel<kWide, -1><<<grid, kMixThreads, 0, stream>>>(p);
   DI_CUDA_CHECK_LAUNCH();
   const unsigned blocks = static_cast<unsigned>(ceil_div(p.tokens, 4));
   if (p.hc == 4)  // V4 / V4.1

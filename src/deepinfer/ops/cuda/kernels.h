@@ -153,7 +153,11 @@ struct HcMixKernelParams {
   // Scratch of splits·tokens·(rows + 1) floats for the split-K partial sums, splits = hc_mix_splits(hc, d).
   float* partial = nullptr;
   int splits = 0;
+  // Optional: kHcMixArrivalSlots zeroed counters (left zeroed) that let the partial kernel's last block per token tile
+  // run the finish itself — one launch a site. Calls with more token tiles than slots take two launches.
+  unsigned* arrivals = nullptr;
 };
+constexpr int kHcMixArrivalSlots = 64;  // token tiles of 8 (decode) or 32 (long prefill) rows
 int hc_mix_splits(int64_t hc, int64_t d);
 void run_hc_mix(const HcMixKernelParams& p, cudaStream_t stream);
 
