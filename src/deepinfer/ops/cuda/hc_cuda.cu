@@ -269,7 +269,8 @@ void run_hc_mix(const HcMixKernelParams& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(p.splits), static_cast<unsigned>(ceil_div(p.tokens, per_block)));
   const int64_t rows = p.head ? p.hc : (2 + p.hc) * p.hc;
   constexpr int kWide = (kMaxMixRows + kMixWarps - 1) / kMixWarps;
-  if (p.arrivals && grid.y <= kHcMixArrivalSlots) {
+  // Decode-sized calls only: a long prefill's finish is better spread over its own grid than run by one block per tile.
+  if (p.arrivals && p.tokens <= static_cast<int64_t>(kHcMixArrivalSlots) * kMixTokensPerBlock) {
     if (rows <= 3 * kMixWarps && p.hc == 4)
       hc_mix_partial_kernel<3, 4><<<grid, kMixThreads, 0, stream>>>(p);
     else if (rows <= 3 * kMixWarps)

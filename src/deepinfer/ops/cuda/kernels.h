@@ -154,10 +154,10 @@ struct HcMixKernelParams {
   float* partial = nullptr;
   int splits = 0;
   // Optional: kHcMixArrivalSlots zeroed counters (left zeroed) that let the partial kernel's last block per token tile
-  // run the finish itself — one launch a site. Calls with more token tiles than slots take two launches.
+  // run the finish itself — one launch a site. Calls of more than 8 · kHcMixArrivalSlots tokens take two launches.
   unsigned* arrivals = nullptr;
 };
-constexpr int kHcMixArrivalSlots = 64;  // token tiles of 8 (decode) or 32 (long prefill) rows
+constexpr int kHcMixArrivalSlots = 64;  // token tiles of 8 rows: calls of up to 512 tokens
 int hc_mix_splits(int64_t hc, int64_t d);
 void run_hc_mix(const HcMixKernelParams& p, cudaStream_t stream);
 
