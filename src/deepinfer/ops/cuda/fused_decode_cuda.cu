@@ -41,11 +41,15 @@ __global__ void norm_rope_kernel(NormRopeKernelParams p) {
   __shared__ float red[32];
   const int64_t rows0 = p.parts[0].x ? p.tokens * p.parts[0].heads : 0;
   const int64_t b = blockIdx.x;
-  const NormRopeKernelPart& part = b < rows0 ? p.parts[0] : p.parts[1];
-  const int64_t r = b < rows0 ? b : b - rows0;  // row = token · heads + head
-  const int64_t t = r / part.heads, hd = part.hd;
-  float* v = part.x + r * hd;
-  if (part.norm) {
+  // Field by field: a reference to parts[b < rows0 ? 0 : 1] would copy the params to local memory (a stack frame).
+  const bool first = b < rows0;
+  const int64_t r = first ? b : b - rows0;  // row = token · heads + head
+  const int64_t heads = first ? p.parts[0].heads : p.parts[1].heads, hd = first ? p.parts[0].hd : p.parts[1].hd;
+  const float* weight = first ? p.parts[0].weight : p.parts[1].weight;
+  const bool norm = first ? p.parts[0].norm : p.parts[1].norm, rope = first ? p.parts[0].rope : p.parts[1].rope;
+  const int64_t t = r / heads;
+  float* v = (first ? p.parts[0].x : p.parts[1].x) + r * hd;
+  if (norm) {
     const int threads = rms_norm_threads(hd);
     float ss = 0.0f;
     if (threadIdx.x < threads)
@@ -54,11 +58,11 @@ __global__ void norm_rope_kernel(NormRopeKernelParams p) {
     const float inv = 1.0f / sqrtf(ss / static_cast<float>(hd) + p.eps);
     for (int64_t i = threadIdx.x; i < hd; i += blockDim.x) {
       const float n = __fmul_rn(v[i], inv);
-      v[i] = part.weight ? __fmul_rn(part.weight[i], n) : n;
+      v[i] = weight ? __fmul_rn(weight[i], n) : n;
     }
     __syncthreads();  // the rotation reads pairs another thread normalised
   }
-  if (!part.rope) return;
+  if (!rope) return;
   const float fpos = static_cast<float>(p.positions[t]);
   float* slice = v + (hd - 2 * p.half);
   for (int64_t i = threadIdx.x; i < p.half; i += blockDim.x) {
