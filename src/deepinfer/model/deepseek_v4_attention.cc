@@ -229,11 +229,17 @@ void DeepseekV4Model::v41_compress_rows(int layer, const Tensor& kv, const Tenso
   // Indexer keys come from the latent before it is rotated.
   const int64_t id = config_.attn.index_head_dim;
   OwnedTensor k = linear(backend_, mem, latent.view(), a.idx_wk);  // [G, Id]
-  norm_rope_rows(backend_, k.view(), a.idx_k_norm, p.view(), compress_inv_freq_.view(), eps);
+  // The keys' norm and RoPE with the latent's RoPE: one call.
+  NormRopeParams nr;
+  nr.parts[0] = {k.view().reshape({G, 1, id}), optional(a.idx_k_norm), true, true};
+  nr.parts[1] = {latent.view().reshape({G, 1, hd}), Tensor{}, false, true};
+  nr.positions = p.view();
+  nr.inv_freq = compress_inv_freq_.view();
+  nr.eps = eps;
+  backend_.norm_rope(nr);
   backend_.fake_quant({k.view(), FakeQuantKind::kFP4Ue8m0Block32});
   store_rows(seq, layer, /*keys=*/true, cs.emitted, k.view());
 
-  backend_.rope({latent.view().reshape({G, 1, hd}), p.view(), compress_inv_freq_.view(), false});
   backend_.fake_quant({latent.view(), FakeQuantKind::kFP4E4m3Block16});
   store_rows(seq, layer, /*keys=*/false, cs.emitted, latent.view());
   cs.emitted += G;

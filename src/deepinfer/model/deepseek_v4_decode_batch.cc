@@ -307,15 +307,16 @@ void DeepseekV4Model::decode_middle(DecodeBatch& d, int layer) const {
     rms_norm_inplace(backend_, latent.view(), a.comp_norm, eps);
     const OwnedTensor pos = mem.from_host(DType::kI64, {B}, groups.data());
     OwnedTensor k = linear(backend_, mem, latent.view(), a.idx_wk);  // indexer keys from the unrotated latent
-    NormRopeParams nr;                                               // the keys' norm and RoPE in one call
+    // The keys' norm and RoPE and the latent's RoPE in one call (the keys were taken from the unrotated latent).
+    NormRopeParams nr;
     nr.parts[0] = {k.view().reshape({B, 1, id}), optional(a.idx_k_norm), true, true};
+    nr.parts[1] = {latent.view().reshape({B, 1, hd}), Tensor{}, false, true};
     nr.positions = pos.view();
     nr.inv_freq = compress_inv_freq_.view();
     nr.eps = eps;
     backend_.norm_rope(nr);
     backend_.fake_quant({k.view(), FakeQuantKind::kFP4Ue8m0Block32});
     scatter(pages.index_keys[layer], k.view(), groups);
-    backend_.rope({latent.view().reshape({B, 1, hd}), pos.view(), compress_inv_freq_.view(), false});
     backend_.fake_quant({latent.view(), FakeQuantKind::kFP4E4m3Block16});
     scatter(pages.entries[layer], latent.view(), groups);
     for (int64_t b = 0; b < B; ++b) {
