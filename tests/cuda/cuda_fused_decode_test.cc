@@ -7,6 +7,8 @@
 #include <cstring>
 #include <string>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include "cuda/cuda_test_util.h"
 #include "deepinfer/ops/cuda/kernels.h"
@@ -122,6 +124,71 @@ TEST_F(CudaOpTest, NormRopeNormOnlyAndRopeOnlyParts) {
   gpu().norm_rope(p);
   expect_same_bytes("norm_rope rope-only part", down(fq), down(uq));
   expect_same_bytes("norm_rope norm-only part", down(flat), down(ulat));
+}
+
+// The V4.1 parts with fake-quant, against rms_norm, rope and fake_quant launched one after the other, bit for bit:
+// window row (norm + RoPE + FP8) with the query heads (RoPE), indexer queries (RoPE + FP4, 64 heads of 128), the
+// compressor's keys (norm + RoPE + FP4) with its latent (RoPE + FP4 block 16), and a fake-quant-only part.
+TEST_F(CudaOpTest, NormRopeFakeQuantMatchesUnfusedBitwise) {
+  struct Part {
+    int64_t h, hd;
+    bool norm, weighted, rope, quant;
+    FakeQuantKind kind;
+  };
+  using K = FakeQuantKind;
+  const std::vector<std::pair<Part, Part>> cases = {
+      {{1, 512, true, true, true, true, K::kFP8E4M3Ue8m0Block32},
+       {64, 512, true, false, true, false, K::kFP8E4M3Ue8m0Block32}},
+      {{64, 128, false, false, true, true, K::kFP4Ue8m0Block32},
+       {0, 0, false, false, false, false, K::kFP4Ue8m0Block32}},
+      {{1, 128, true, true, true, true, K::kFP4Ue8m0Block32}, {1, 512, false, false, true, true, K::kFP4E4m3Block16}},
+      {{2, 96, false, false, false, true, K::kFP4E4m3Block16},
+       {0, 0, false, false, false, false, K::kFP4Ue8m0Block32}}};
+  for (int64_t t : {1, 5}) {
+    for (size_t ci = 0; ci < cases.size(); ++ci) {
+      const Part parts[2] = {cases[ci].first, cases[ci].second};
+      HostTensor pos = ints(DType::kI64, {t}, 0, 70000), inv = inv_freq_of(64);
+      DeviceTensor dpos = up(pos), dinv = up(inv);
+      NormRopeParams p;
+      p.positions = dpos;
+      p.inv_freq = dinv;
+      HostTensor x[2], w[2];
+      DeviceTensor unfused[2], fused[2], dw[2];
+      for (int i = 0; i < 2; ++i) {
+        const Part& q = parts[i];
+        if (q.h == 0) continue;
+        x[i] = rand({t, q.h, q.hd}, -6, 6);
+        w[i] = rand({q.hd});
+        unfused[i] = up(x[i]);
+        fused[i] = up(x[i]);
+        dw[i] = up(w[i]);
+        const Tensor rows = unfused[i].view().reshape({t * q.h, q.hd});
+        if (q.norm) gpu().rms_norm({rows, q.weighted ? dw[i].view() : Tensor{}, rows, 1e-6f});
+        if (q.rope) gpu().rope({unfused[i], dpos, dinv, false});
+        if (q.quant) gpu().fake_quant({rows, q.kind});
+        p.parts[i] = {fused[i].view(), q.weighted ? dw[i].view() : Tensor{}, q.norm, q.rope, q.quant, q.kind};
+      }
+      gpu().norm_rope(p);
+      for (int i = 0; i < 2; ++i) {
+        if (parts[i].h == 0) continue;
+        const std::string what =
+            "norm_rope+fake_quant t" + std::to_string(t) + " case " + std::to_string(ci) + " part " + std::to_string(i);
+        const HostTensor got = down(fused[i]);
+        expect_same_bytes(what.c_str(), got, down(unfused[i]));
+        // Against the CPU composition: fake-quant is exact on both sides, so only the norm / rope ulps can move a
+        // value across a rounding boundary of the quantizer (then by one quantization step: a loose bound).
+        HostTensor want = clone(x[i]);
+        NormRopeParams cp;
+        cp.parts[0] = {want.view(),    parts[i].weighted ? w[i].view() : Tensor{},
+                       parts[i].norm,  parts[i].rope,
+                       parts[i].quant, parts[i].kind};
+        cp.positions = pos;
+        cp.inv_freq = inv;
+        cpu().norm_rope(cp);
+        rel_err((what + " vs cpu").c_str(), got, want, 5e-2);
+      }
+    }
+  }
 }
 
 // hc_mix in one launch (the partial kernel's last block per token tile runs the finish) against the two-launch form,

@@ -88,6 +88,44 @@ TEST(FusedDecodeOps, NormRopeEqualsNormThenRopePerPart) {
   }
 }
 
+// The V4.1 parts with their fake-quant: the window row (norm, RoPE, FP8), the indexer queries (RoPE, FP4) and the
+// compressor's keys and latent (norm + RoPE + FP4 / RoPE + FP4 block-16), each against rms_norm, rope, fake_quant in
+// turn; a row that is not a whole number of blocks passes through the quantization as in fake_quant.
+TEST(FusedDecodeOps, NormRopeFakeQuantEqualsTheThreeOps) {
+  auto be = make_cpu_backend(2);
+  const int64_t t = 3, rd = 16;
+  HostTensor inv = inv_freq_of(rd), pos = testing::positions_tensor({2, 77, 4096});
+  struct Case {
+    int64_t h, hd;
+    bool norm, weighted, rope;
+    FakeQuantKind kind;
+  };
+  for (const Case& c : {Case{1, 64, true, true, true, FakeQuantKind::kFP8E4M3Ue8m0Block32},
+                        Case{4, 32, false, false, true, FakeQuantKind::kFP4Ue8m0Block32},
+                        Case{1, 48, true, true, true, FakeQuantKind::kFP4E4m3Block16},
+                        Case{2, 48, false, false, false, FakeQuantKind::kFP4Ue8m0Block32},  // 48 % 32: unchanged
+                        Case{1, 64, false, false, false, FakeQuantKind::kFP4E4m3Block16}}) {
+    HostTensor x0 = random_tensor({t, c.h, c.hd}, 61, 0.01f, 5.0f), w = random_tensor({c.hd}, 62);
+    HostTensor want = copy_of(x0), got = copy_of(x0);
+    const Tensor rows = want.view().reshape({t * c.h, c.hd});
+    if (c.norm) be->rms_norm({rows, c.weighted ? w.view() : Tensor{}, rows, 1e-6f});
+    if (c.rope) be->rope({want.view(), pos.view(), inv.view(), false});
+    be->fake_quant({rows, c.kind});
+    NormRopeParams p;
+    p.parts[0] = {got.view(), c.weighted ? w.view() : Tensor{}, c.norm, c.rope, true, c.kind};
+    p.positions = pos.view();
+    p.inv_freq = inv.view();
+    be->norm_rope(p);
+    const std::string what = "h " + std::to_string(c.h) + " hd " + std::to_string(c.hd) + " kind " +
+                             std::to_string(static_cast<int>(c.kind));
+    expect_same_bytes(got, want, what);
+    if (c.hd % 32 != 0 && c.kind != FakeQuantKind::kFP4E4m3Block16)
+      expect_same_bytes(got, x0, what + " unchanged");
+    else
+      EXPECT_NE(std::memcmp(got.view().data(), x0.view().data(), x0.view().nbytes()), 0) << what;
+  }
+}
+
 // A test backend forwards the fused ops to its inner backend (whose composition they are).
 TEST(FusedDecodeOps, ForwardingBackendForwardsFusedOps) {
   testing::ForwardingBackend fwd(make_cpu_backend(1));

@@ -229,18 +229,16 @@ void DeepseekV4Model::v41_compress_rows(int layer, const Tensor& kv, const Tenso
   // Indexer keys come from the latent before it is rotated.
   const int64_t id = config_.attn.index_head_dim;
   OwnedTensor k = linear(backend_, mem, latent.view(), a.idx_wk);  // [G, Id]
-  // The keys' norm and RoPE with the latent's RoPE: one call.
+  // The keys' norm, RoPE and FP4 fake-quant with the latent's RoPE and FP4 fake-quant: one call.
   NormRopeParams nr;
-  nr.parts[0] = {k.view().reshape({G, 1, id}), optional(a.idx_k_norm), true, true};
-  nr.parts[1] = {latent.view().reshape({G, 1, hd}), Tensor{}, false, true};
+  nr.parts[0] = {k.view().reshape({G, 1, id}),   optional(a.idx_k_norm), true, true, true,
+                 FakeQuantKind::kFP4Ue8m0Block32};
+  nr.parts[1] = {latent.view().reshape({G, 1, hd}), Tensor{}, false, true, true, FakeQuantKind::kFP4E4m3Block16};
   nr.positions = p.view();
   nr.inv_freq = compress_inv_freq_.view();
   nr.eps = eps;
   backend_.norm_rope(nr);
-  backend_.fake_quant({k.view(), FakeQuantKind::kFP4Ue8m0Block32});
   store_rows(seq, layer, /*keys=*/true, cs.emitted, k.view());
-
-  backend_.fake_quant({latent.view(), FakeQuantKind::kFP4E4m3Block16});
   store_rows(seq, layer, /*keys=*/false, cs.emitted, latent.view());
   cs.emitted += G;
   st.n_entries += G;
@@ -264,15 +262,15 @@ OwnedTensor DeepseekV4Model::attention(const Chunk& c, int layer, const OwnedTen
   OwnedTensor q = linear(backend_, mem, q_r.view(), a.wq_b);
   // K = V latent: kv_norm(wkv·x) [T, hd], RoPE; V4.1 stores it FP8-fake-quantized.
   OwnedTensor kv = linear(backend_, mem, x.view(), a.wkv);
-  // The query's head norm and RoPE with the latent's norm and RoPE: one call.
+  // The query's head norm and RoPE with the latent's norm, RoPE and (V4.1) FP8 fake-quant: one call.
   NormRopeParams nr;
   nr.parts[0] = {q.view().reshape({T, H, hd}), Tensor{}, ac.q_head_norm, true};
-  nr.parts[1] = {kv.view().reshape({T, 1, hd}), optional(a.kv_norm), true, true};
+  nr.parts[1] = {kv.view().reshape({T, 1, hd}),      optional(a.kv_norm), true, true, v41,
+                 FakeQuantKind::kFP8E4M3Ue8m0Block32};
   nr.positions = c.positions.view();
   nr.inv_freq = inv_freq;
   nr.eps = eps;
   backend_.norm_rope(nr);
-  if (v41) backend_.fake_quant({kv.view(), FakeQuantKind::kFP8E4M3Ue8m0Block32});
   // The chunk's window rows [chunk_n, hd] in chunk order: under CP every rank's rows (all queries may read them).
   const int64_t chunk_n = c.total;
   if (c.cp) {
@@ -332,8 +330,12 @@ OwnedTensor DeepseekV4Model::attention(const Chunk& c, int layer, const OwnedTen
     auto index_scores = [&](int keys_layer, bool fp4) {
       const V4LayerState& keys_of = seq.layers[keys_layer];
       OwnedTensor qi = linear(backend_, mem, q_r.view(), a.idx_wq_b);  // [T, IH·Id]
-      backend_.rope({qi.view().reshape({T, IH, Id}), c.positions.view(), compress_inv_freq_.view(), false});
-      if (fp4) backend_.fake_quant({qi.view().reshape({T * IH, Id}), FakeQuantKind::kFP4Ue8m0Block32});
+      NormRopeParams qr;  // RoPE and (fp4) FP4 fake-quant of the indexer queries: one call
+      qr.parts[0] = {qi.view().reshape({T, IH, Id}), Tensor{}, false, true, fp4, FakeQuantKind::kFP4Ue8m0Block32};
+      qr.positions = c.positions.view();
+      qr.inv_freq = compress_inv_freq_.view();
+      qr.eps = eps;
+      backend_.norm_rope(qr);
       OwnedTensor wts = linear(backend_, mem, x.view(), a.idx_weights_proj);  // [T, IH]
       const int64_t n = keys_of.n_entries;
       OwnedTensor scores = mem.zeros(DType::kF32, {T, n});

@@ -181,15 +181,15 @@ void DeepseekV4Model::decode_layer_head(const DecodeBatch& d, int layer, const T
   rms_norm_inplace(backend_, q_r.view(), a.q_norm, eps);
   backend_.linear({q_r.view(), a.wq_b.view(), o.q});
   backend_.linear({x.view(), a.wkv.view(), o.kv});
-  // The query's head norm and RoPE, the window row's norm and RoPE: one call (decode is launch-bound).
+  // The query's head norm and RoPE, the window row's norm, RoPE and (V4.1) FP8 fake-quant: one call (decode is
+  // launch-bound).
   NormRopeParams nr;
   nr.parts[0] = {o.q.reshape({R, H, hd}), Tensor{}, ac.q_head_norm, true};
-  nr.parts[1] = {o.kv.reshape({R, 1, hd}), optional(a.kv_norm), true, true};
+  nr.parts[1] = {o.kv.reshape({R, 1, hd}), optional(a.kv_norm), true, true, v41, FakeQuantKind::kFP8E4M3Ue8m0Block32};
   nr.positions = positions;
   nr.inv_freq = inv_freq;
   nr.eps = eps;
   backend_.norm_rope(nr);
-  if (v41) backend_.fake_quant({o.kv, FakeQuantKind::kFP8E4M3Ue8m0Block32});
   const int r = plan.compress_ratio;
   if (r <= 0) return;
   if (!v41) {
@@ -212,8 +212,12 @@ void DeepseekV4Model::decode_layer_head(const DecodeBatch& d, int layer, const T
   if (o.qi.data() != nullptr) {
     const int64_t IH = ac.index_n_heads, Id = ac.index_head_dim;
     backend_.linear({q_r.view(), a.idx_wq_b.view(), o.qi});
-    backend_.rope({o.qi.reshape({R, IH, Id}), positions, compress_inv_freq_.view(), false});
-    if (v41) backend_.fake_quant({o.qi.reshape({R * IH, Id}), FakeQuantKind::kFP4Ue8m0Block32});
+    NormRopeParams qr;  // RoPE and (V4.1) FP4 fake-quant of the indexer queries: one call
+    qr.parts[0] = {o.qi.reshape({R, IH, Id}), Tensor{}, false, true, v41, FakeQuantKind::kFP4Ue8m0Block32};
+    qr.positions = positions;
+    qr.inv_freq = compress_inv_freq_.view();
+    qr.eps = eps;
+    backend_.norm_rope(qr);
     backend_.linear({x.view(), a.idx_weights_proj.view(), o.index_weights});
   }
 }
@@ -307,17 +311,17 @@ void DeepseekV4Model::decode_middle(DecodeBatch& d, int layer) const {
     rms_norm_inplace(backend_, latent.view(), a.comp_norm, eps);
     const OwnedTensor pos = mem.from_host(DType::kI64, {B}, groups.data());
     OwnedTensor k = linear(backend_, mem, latent.view(), a.idx_wk);  // indexer keys from the unrotated latent
-    // The keys' norm and RoPE and the latent's RoPE in one call (the keys were taken from the unrotated latent).
+    // The keys' norm, RoPE and FP4 fake-quant and the latent's RoPE and FP4 fake-quant in one call (the keys were
+    // taken from the unrotated latent).
     NormRopeParams nr;
-    nr.parts[0] = {k.view().reshape({B, 1, id}), optional(a.idx_k_norm), true, true};
-    nr.parts[1] = {latent.view().reshape({B, 1, hd}), Tensor{}, false, true};
+    nr.parts[0] = {k.view().reshape({B, 1, id}),   optional(a.idx_k_norm), true, true, true,
+                   FakeQuantKind::kFP4Ue8m0Block32};
+    nr.parts[1] = {latent.view().reshape({B, 1, hd}), Tensor{}, false, true, true, FakeQuantKind::kFP4E4m3Block16};
     nr.positions = pos.view();
     nr.inv_freq = compress_inv_freq_.view();
     nr.eps = eps;
     backend_.norm_rope(nr);
-    backend_.fake_quant({k.view(), FakeQuantKind::kFP4Ue8m0Block32});
     scatter(pages.index_keys[layer], k.view(), groups);
-    backend_.fake_quant({latent.view(), FakeQuantKind::kFP4E4m3Block16});
     scatter(pages.entries[layer], latent.view(), groups);
     for (int64_t b = 0; b < B; ++b) {
       ++d.seqs[b]->layers[layer].compressor.emitted;

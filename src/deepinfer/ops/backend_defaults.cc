@@ -85,6 +85,7 @@ void Backend::norm_rope(const NormRopeParams& p) {
       rms_norm({rows, part.weight, rows, p.eps});
     }
     if (part.rope) rope({part.x, p.positions, p.inv_freq, false});
+    if (part.fake_quant) fake_quant({part.x.reshape({t * h, hd}), part.quant});
   }
 }
 

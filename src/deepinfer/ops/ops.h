@@ -428,13 +428,16 @@ struct HcCollapseNormParams {
 };
 
 // Per present part: rms_norm of every [hd] head row when `norm` (weight optional), then the forward rope of
-// its trailing rd channels when `rope`; the parts share positions and inv_freq (the query and the window row of
-// an attention site). In place; the parts must not overlap.
+// its trailing rd channels when `rope`, then fake_quant of every head row (as [T·H, hd]) when `fake_quant`; the
+// parts share positions and inv_freq (the query and the window row of an attention site). In place; the parts must
+// not overlap.
 struct NormRopePart {
   Tensor x;       // f32 [T, H, hd], modified in place; absent = no part
   Tensor weight;  // f32 [hd], optional (norm only)
   bool norm = true;
   bool rope = true;
+  bool fake_quant = false;
+  FakeQuantKind quant = FakeQuantKind::kFP8E4M3Ue8m0Block32;  // with fake_quant
 };
 struct NormRopeParams {
   NormRopePart parts[2];  // parts[0] required, parts[1] optional

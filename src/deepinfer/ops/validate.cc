@@ -366,7 +366,8 @@ void validate(const NormRopeParams& p) {
       continue;
     }
     expect(op, x, part.x, DType::kF32, {t, -1, -1});
-    DI_CHECK(part.norm || part.rope) << op << ": part " << i << " neither normalises nor rotates";
+    DI_CHECK(part.norm || part.rope || part.fake_quant)
+        << op << ": part " << i << " neither normalises, rotates nor fake-quantizes";
     if (present(part.weight)) {
       DI_CHECK(part.norm) << op << ": part " << i << " has a norm weight but norm = false";
       expect(op, i == 0 ? "parts[0].weight" : "parts[1].weight", part.weight, DType::kF32, {part.x.dim(2)});

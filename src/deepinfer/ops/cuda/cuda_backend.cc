@@ -1000,6 +1000,8 @@ void CudaBackend::norm_rope(const NormRopeParams& p) {
     k.parts[i].hd = part.x.dim(2);
     k.parts[i].norm = part.norm;
     k.parts[i].rope = part.rope;
+    k.parts[i].fake_quant = part.fake_quant;
+    k.parts[i].quant = part.quant;
   }
   k.positions = p.positions.data_as<int64_t>();
   k.inv_freq = p.inv_freq.data_as<float>();

@@ -190,12 +190,13 @@ struct HcCollapseNormKernelParams {
 };
 void run_hc_collapse_norm(const HcCollapseNormKernelParams& p, cudaStream_t stream);
 
-// rms_norm per head row and / or forward rope of up to two parts in one launch (NormRopeParams).
+// rms_norm per head row, forward rope and / or fake_quant of up to two parts in one launch (NormRopeParams).
 struct NormRopeKernelPart {
   float* x = nullptr;             // [tokens, heads, hd]; nullptr = no part
   const float* weight = nullptr;  // [hd], optional
   int64_t heads = 0, hd = 0;
-  bool norm = false, rope = false;
+  bool norm = false, rope = false, fake_quant = false;
+  FakeQuantKind quant = FakeQuantKind::kFP8E4M3Ue8m0Block32;
 };
 struct NormRopeKernelParams {
   NormRopeKernelPart parts[2];
