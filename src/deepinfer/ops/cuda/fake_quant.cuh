@@ -8,7 +8,7 @@
 namespace deepinfer::cuda {
 
 template <FakeQuantKind K>
-constexpr int fake_quant_block_size() {
+__host__ __device__ constexpr int fake_quant_block_size() {
   return K == FakeQuantKind::kFP4E4m3Block16 ? 16 : 32;
 }
 
