@@ -39,6 +39,7 @@ class ForwardingBackend : public Backend {
   void scatter_rows(const ScatterRowsParams& p) override { inner_->scatter_rows(p); }
   void hc_collapse_norm(const HcCollapseNormParams& p) override { inner_->hc_collapse_norm(p); }
   void norm_rope(const NormRopeParams& p) override { inner_->norm_rope(p); }
+  void hc_expand_mix(const HcExpandMixParams& p) override { inner_->hc_expand_mix(p); }
 
  protected:
   std::unique_ptr<Backend> inner_;

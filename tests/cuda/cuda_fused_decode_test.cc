@@ -251,6 +251,48 @@ TEST_F(CudaOpTest, HcMixOneLaunchMatchesTwoLaunchesBitwise) {
   for (int i = 0; i < cuda::kHcMixArrivalSlots; ++i) EXPECT_EQ(left.data<int32_t>()[i], 0) << "arrival slot " << i;
 }
 
+// hc_expand_mix against hc_expand then hc_mix on the device, bit for bit: the one-launch kernel (hc <= 4, D a multiple
+// of 512, <= 256 tokens: V4's hc = 4, D = 4096 / 7168 here at 1024 / 1536) and the two-call fallback (D = 1000, hc = 6,
+// 300 tokens), with separate outputs and with the mix writing over the expand's post / comb as the bench slice does;
+// each call after the first also checks that the one before left the backend's arrival counters at zero (a stuck one
+// would skip the finish and leave the poisoned outputs).
+TEST_F(CudaOpTest, HcExpandMixMatchesExpandThenMixBitwise) {
+  for (auto [hc, d] : {std::pair{4, 1024}, {4, 1536}, {2, 512}, {4, 1000}, {6, 512}}) {
+    const int64_t rows = (2 + hc) * hc;
+    HostTensor fn = rand({rows, hc * d}, -0.05f, 0.05f), base = rand({rows}, -0.5f, 0.5f), scale = rand({3});
+    DeviceTensor dfn = up(fn), dbase = up(base), dscale = up(scale);
+    for (int64_t t : {1, 3, 4, 5, 16, 100, 256, 300}) {
+      HostTensor s0 = rand({t, hc, d}, -2, 2), y = rand({t, d}, -2, 2), post0 = rand({t, hc}, 0.1f, 2.0f);
+      HostTensor comb0 = rand({t, hc, hc}, 0.0f, 1.0f);
+      DeviceTensor dy = up(y);
+      for (bool alias : {false, true}) {
+        HostTensor out[2][4];  // [unfused, fused][streams, pre, post, comb]
+        for (int fused = 0; fused < 2; ++fused) {
+          DeviceTensor ds = up(s0), dpost = up(post0), dcomb = up(comb0), pre = poisoned({t, hc});
+          DeviceTensor mpost = poisoned({t, hc}), mcomb = poisoned({t, hc, hc});
+          const HcExpandParams e{ds, dy, dpost, dcomb};
+          const HcMixParams m{
+              ds, dfn, dbase, dscale, pre, alias ? dpost.view() : mpost.view(), alias ? dcomb.view() : mcomb.view()};
+          if (fused) {
+            gpu().hc_expand_mix({e, m});
+          } else {
+            gpu().hc_expand(e);
+            gpu().hc_mix(m);
+          }
+          out[fused][0] = down(ds);
+          out[fused][1] = down(pre);
+          out[fused][2] = down(alias ? dpost : mpost);
+          out[fused][3] = down(alias ? dcomb : mcomb);
+        }
+        const std::string what = "hc_expand_mix hc" + std::to_string(hc) + " d" + std::to_string(d) + " t" +
+                                 std::to_string(t) + (alias ? " aliased" : "");
+        const char* names[4] = {" streams", " pre", " post", " comb"};
+        for (int i = 0; i < 4; ++i) expect_same_bytes((what + names[i]).c_str(), out[1][i], out[0][i]);
+      }
+    }
+  }
+}
+
 TEST_F(CudaOpTest, FusedDecodeOpsRejectHostTensors) {
   HostTensor streams = rand({1, 4, 64}), pre = rand({1, 4});
   DeviceTensor ds = up(streams), dout = poisoned({1, 64});

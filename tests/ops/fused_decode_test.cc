@@ -126,6 +126,53 @@ TEST(FusedDecodeOps, NormRopeFakeQuantEqualsTheThreeOps) {
   }
 }
 
+// hc_expand_mix == hc_expand then hc_mix, with separate outputs and with the mix writing over the expand's post /
+// comb (as the bench slice's single set of coefficient buffers does).
+TEST(FusedDecodeOps, HcExpandMixEqualsExpandThenMix) {
+  auto be = make_cpu_backend(2);
+  const int64_t t = 3, hc = 4, d = 40, rows = (2 + hc) * hc;
+  HostTensor s0 = random_tensor({t, hc, d}, 71), y = random_tensor({t, d}, 72), post0 = random_tensor({t, hc}, 73);
+  HostTensor comb0 = random_tensor({t, hc, hc}, 74), fn = random_tensor({rows, hc * d}, 75, 0.01f, 0.1f);
+  HostTensor base = random_tensor({rows}, 76), scale = random_tensor({3}, 77);
+  for (bool alias : {false, true}) {
+    HostTensor ws = copy_of(s0), wpost = copy_of(post0), wcomb = copy_of(comb0), wpre(DType::kF32, {t, hc});
+    HostTensor wmpost(DType::kF32, {t, hc}), wmcomb(DType::kF32, {t, hc, hc});
+    be->hc_expand({ws.view(), y.view(), wpost.view(), wcomb.view()});
+    be->hc_mix({ws.view(), fn.view(), base.view(), scale.view(), wpre.view(), alias ? wpost.view() : wmpost.view(),
+                alias ? wcomb.view() : wmcomb.view()});
+    HostTensor gs = copy_of(s0), gpost = copy_of(post0), gcomb = copy_of(comb0), gpre(DType::kF32, {t, hc});
+    HostTensor gmpost(DType::kF32, {t, hc}), gmcomb(DType::kF32, {t, hc, hc});
+    be->hc_expand_mix({{gs.view(), y.view(), gpost.view(), gcomb.view()},
+                       {gs.view(), fn.view(), base.view(), scale.view(), gpre.view(),
+                        alias ? gpost.view() : gmpost.view(), alias ? gcomb.view() : gmcomb.view()}});
+    const std::string what = alias ? "aliased" : "separate";
+    expect_same_bytes(gs, ws, what + " streams");
+    expect_same_bytes(gpre, wpre, what + " pre");
+    expect_same_bytes(alias ? gpost : gmpost, alias ? wpost : wmpost, what + " post");
+    expect_same_bytes(alias ? gcomb : gmcomb, alias ? wcomb : wmcomb, what + " comb");
+  }
+  // The mix must read the expanded streams, and its outputs must not land in them.
+  HostTensor other = copy_of(s0), pre(DType::kF32, {t, hc}), mpost(DType::kF32, {t, hc});
+  HostTensor mcomb(DType::kF32, {t, hc, hc}), st = copy_of(s0);
+  const std::string e1 = error_of([&] {
+    be->hc_expand_mix({{st.view(), y.view(), post0.view(), comb0.view()},
+                       {other.view(), fn.view(), base.view(), scale.view(), pre.view(), mpost.view(), mcomb.view()}});
+  });
+  EXPECT_NE(e1.find("'mix.streams' must be 'expand.streams'"), std::string::npos) << e1;
+  const Tensor inside = st.view().reshape({t * hc * d}).slice(0, t * hc).reshape({t, hc});
+  const std::string e2 = error_of([&] {
+    be->hc_expand_mix({{st.view(), y.view(), post0.view(), comb0.view()},
+                       {st.view(), fn.view(), base.view(), scale.view(), inside, mpost.view(), mcomb.view()}});
+  });
+  EXPECT_NE(e2.find("must not overlap"), std::string::npos) << e2;
+  HostTensor bad_y = random_tensor({t, d + 1}, 78);
+  const std::string e3 = error_of([&] {
+    be->hc_expand_mix({{st.view(), bad_y.view(), post0.view(), comb0.view()},
+                       {st.view(), fn.view(), base.view(), scale.view(), pre.view(), mpost.view(), mcomb.view()}});
+  });
+  EXPECT_NE(e3.find("hc_expand: 'x'"), std::string::npos) << e3;
+}
+
 // A test backend forwards the fused ops to its inner backend (whose composition they are).
 TEST(FusedDecodeOps, ForwardingBackendForwardsFusedOps) {
   testing::ForwardingBackend fwd(make_cpu_backend(1));

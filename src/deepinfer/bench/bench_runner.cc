@@ -187,8 +187,8 @@ class Slice final : public SliceState {
     for (size_t li = 0; li < m.layers.size(); ++li) {
       const LayerSpec& spec = m.layers[li];
       Layer& l = layers_[li];
-      // ---- attention site
-      mix(l.attn, streams, pre, post, comb);
+      // ---- attention site (its mix: below, with the previous layer's FFN expand, past the first layer)
+      if (li == 0) be.hc_mix(mix_params(l.attn, streams, pre, post, comb));
       be.hc_collapse_norm({streams, pre, Tensor{}, xn, 1e-6f});
       mark(kSegMixNorm);
       // The fused projections (see the class comment), then their parts: q latent, kv, and on an indexed layer the
@@ -284,9 +284,8 @@ class Slice final : public SliceState {
       t_.grouped_linear(flat(o_, 0, {m.o_groups * tt, gk}), *l.wo_a, flat(z_, 0, {m.o_groups * tt, m.o_lora}));
       linear(z, *l.wo_b, y);
       mark(kSegProj);
-      be.hc_expand({streams, y, post, comb});
-      // ---- MoE site
-      mix(l.ffn, streams, pre, post, comb);
+      // ---- MoE site: the attention's expand and this site's mix in one call
+      be.hc_expand_mix({{streams, y, post, comb}, mix_params(l.ffn, streams, pre, post, comb)});
       be.hc_collapse_norm({streams, pre, Tensor{}, xn, 1e-6f});
       RouterParams rp;
       rp.x = xn;
@@ -300,7 +299,10 @@ class Slice final : public SliceState {
       mark(kSegRouter);
       t_.moe(xn, rows(rw_, tt), rows(ridx_, tt), *l.experts, y, m.swiglu_limit, m.weight_before_w2);
       mark(kSegExperts);
-      be.hc_expand({streams, y, post, comb});
+      if (li + 1 < m.layers.size())  // the FFN's expand and the next attention site's mix
+        be.hc_expand_mix({{streams, y, post, comb}, mix_params(layers_[li + 1].attn, streams, pre, post, comb)});
+      else
+        be.hc_expand({streams, y, post, comb});
       mark(kSegMixNorm);
     }
     (void)d;
@@ -361,7 +363,9 @@ class Slice final : public SliceState {
     ++counts_.part_copies;
     return dst;
   }
-  void mix(const Site& s, const Tensor& streams, const Tensor& pre, const Tensor& post, const Tensor& comb) {
+  // The mHC mix of a site (its outputs may be the expand inputs of the same call: hc_expand_mix reads those first).
+  static HcMixParams mix_params(const Site& s, const Tensor& streams, const Tensor& pre, const Tensor& post,
+                                const Tensor& comb) {
     HcMixParams hp;
     hp.streams = streams;
     hp.fn = s.fn.view();
@@ -371,7 +375,7 @@ class Slice final : public SliceState {
     hp.post = post;
     hp.comb = comb;
     hp.sinkhorn_iters = 20;
-    t_.backend().hc_mix(hp);
+    return hp;
   }
 
   BenchTarget& t_;

@@ -244,12 +244,13 @@ void DeepseekV4Model::decode_piece(const DecodeBatch& d, int k) const {
   // Layer l's attention output (the middle left it inverse-rotated): grouped output projection, mHC expand.
   OwnedTensor y = v4_grouped_output(backend_, mem, d.attn.reshape({R, H * hd}), lw.attn.wo_a.view(),
                                     lw.attn.wo_b.view(), config_.attn.o_groups, config_.attn.o_lora_rank);
-  backend_.hc_expand({streams, y.view(), d.post[prev], d.comb[prev]});
-  // FFN site: router and experts over every row.
+  // FFN site: the attention's mHC expand and this site's mix in one call, then router and experts over every row.
   OwnedTensor ffn_pre = mem.zeros(DType::kF32, {R, hc}), post = mem.zeros(DType::kF32, {R, hc});
   OwnedTensor comb = mem.zeros(DType::kF32, {R, hc, hc});
-  backend_.hc_mix({streams, lw.hc_ffn_fn.view(), lw.hc_ffn_base.view(), lw.hc_ffn_scale.view(), ffn_pre.view(),
-                   post.view(), comb.view(), eps, static_cast<float>(config_.hc.eps), config_.hc.sinkhorn_iters});
+  backend_.hc_expand_mix(
+      {{streams, y.view(), d.post[prev], d.comb[prev]},
+       {streams, lw.hc_ffn_fn.view(), lw.hc_ffn_base.view(), lw.hc_ffn_scale.view(), ffn_pre.view(), post.view(),
+        comb.view(), eps, static_cast<float>(config_.hc.eps), config_.hc.sinkhorn_iters}});
   OwnedTensor h = collapse_norm(backend_, mem, streams, v41 ? d.attn_pre[prev] : ffn_pre.view(), lw.ffn_norm, eps);
   y = moe(d.rows, l, h);
   backend_.hc_expand({streams, y.view(), post.view(), comb.view()});

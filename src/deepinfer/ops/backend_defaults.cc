@@ -75,6 +75,12 @@ void Backend::hc_collapse_norm(const HcCollapseNormParams& p) {
   rms_norm({p.out, p.weight, p.out, p.eps});
 }
 
+void Backend::hc_expand_mix(const HcExpandMixParams& p) {
+  validate(p);
+  hc_expand(p.expand);
+  hc_mix(p.mix);
+}
+
 void Backend::norm_rope(const NormRopeParams& p) {
   validate(p);
   for (const NormRopePart& part : p.parts) {

@@ -427,6 +427,13 @@ struct HcCollapseNormParams {
   float eps = 1e-6f;
 };
 
+// hc_expand then hc_mix over the expanded streams (a sublayer's output into the next mHC site's coefficients):
+// mix.streams is expand.streams. The mix's outputs may be the expand's post / comb (read before they are written).
+struct HcExpandMixParams {
+  HcExpandParams expand;
+  HcMixParams mix;
+};
+
 // Per present part: rms_norm of every [hd] head row when `norm` (weight optional), then the forward rope of
 // its trailing rd channels when `rope`, then fake_quant of every head row (as [T·H, hd]) when `fake_quant`; the
 // parts share positions and inv_freq (the query and the window row of an attention site). In place; the parts must
@@ -509,6 +516,7 @@ class Backend {
   // fused decode ops: the defaults run the composed ops (backend_defaults.cc), the CPU reference.
   virtual void hc_collapse_norm(const HcCollapseNormParams& p);
   virtual void norm_rope(const NormRopeParams& p);
+  virtual void hc_expand_mix(const HcExpandMixParams& p);
 
   // Recording (CUDA graphs). new_recording_pool() is nullptr where the backend cannot record (the CPU).
   // record() runs `enqueue` eagerly (the work happens now; it may run more than once, so it must be idempotent:
@@ -551,5 +559,6 @@ void validate(const PagedMlaAttentionParams& p);
 void validate(const ScatterRowsParams& p);
 void validate(const HcCollapseNormParams& p);
 void validate(const NormRopeParams& p);
+void validate(const HcExpandMixParams& p);
 
 }  // namespace deepinfer

@@ -352,6 +352,16 @@ void validate(const HcCollapseNormParams& p) {
   DI_CHECK(p.eps > 0) << op << ": eps must be positive";
 }
 
+void validate(const HcExpandMixParams& p) {
+  validate(p.expand);
+  validate(p.mix);
+  DI_CHECK(p.mix.streams.data() == p.expand.streams.data() && p.mix.streams.shape() == p.expand.streams.shape())
+      << "hc_expand_mix: 'mix.streams' must be 'expand.streams'";
+  for (const Tensor* out : {&p.mix.pre, &p.mix.post, &p.mix.comb})
+    DI_CHECK(!overlap(*out, p.expand.streams) && !overlap(*out, p.expand.x))
+        << "hc_expand_mix: the mix's outputs must not overlap the streams or the expand's x";
+}
+
 void validate(const NormRopeParams& p) {
   const char* op = "norm_rope";
   DI_CHECK(present(p.parts[0].x)) << op << ": 'parts[0].x' is required";

@@ -983,6 +983,47 @@ void CudaBackend::hc_collapse_norm(const HcCollapseNormParams& p) {
   cuda::run_hc_collapse_norm(k, impl_->s());
 }
 
+void CudaBackend::hc_expand_mix(const HcExpandMixParams& p) {
+  validate(p);
+  const Device& dev = impl_->device;
+  const HcExpandParams& e = p.expand;
+  const HcMixParams& m = p.mix;
+  for (auto [name, t] : {std::pair{"expand.streams", &e.streams},
+                         {"expand.x", &e.x},
+                         {"expand.post", &e.post},
+                         {"expand.comb", &e.comb},
+                         {"mix.fn", &m.fn},
+                         {"mix.base", &m.base},
+                         {"mix.scale", &m.scale},
+                         {"mix.pre", &m.pre},
+                         {"mix.post", &m.post},
+                         {"mix.comb", &m.comb}})
+    expect_on("hc_expand_mix", name, *t, dev);
+  cuda::HcMixKernelParams k;
+  k.streams = m.streams.data_as<float>();
+  k.fn = m.fn.data_as<float>();
+  k.base = m.base.data_as<float>();
+  k.scale = m.scale.data_as<float>();
+  k.pre = m.pre.data_as<float>();
+  k.post = m.post.data_as<float>();
+  k.comb = m.comb.data_as<float>();
+  k.tokens = m.streams.dim(0);
+  k.hc = m.streams.dim(1);
+  k.d = m.streams.dim(2);
+  k.norm_eps = m.norm_eps;
+  k.hc_eps = m.hc_eps;
+  k.sinkhorn_iters = m.sinkhorn_iters;
+  k.expand_streams = e.streams.data_as<float>();
+  k.expand_x = e.x.data_as<float>();
+  k.expand_post = e.post.data_as<float>();
+  k.expand_comb = e.comb.data_as<float>();
+  cuda::WorkspaceArena::Scope scope(impl_->ws());
+  k.splits = cuda::hc_mix_splits(k.hc, k.d);
+  k.partial = impl_->ws().take_as<float>(std::max<int64_t>(1, k.splits * k.tokens * ((2 + k.hc) * k.hc + 1)));
+  k.arrivals = impl_->hc_mix_arrivals.data_as<unsigned>();
+  cuda::run_hc_expand_mix(k, impl_->s());
+}
+
 void CudaBackend::norm_rope(const NormRopeParams& p) {
   validate(p);
   const Device& dev = impl_->device;

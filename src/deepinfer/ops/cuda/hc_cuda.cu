@@ -156,9 +156,71 @@ __global__ void hc_mix_finish_kernel(HcMixKernelParams p) {
   finish_token<kHc>(p, m_all[warp], c_all[warp], t, lane);
 }
 
+// One token's partials of one split: warp w dots its fn rows w, w + 8, ... (in registers, w[j][e] = fn[r, c0 + lane +
+// 32e]) with the chunk f[e] in e order, then a warp sum; the last warp also sums f². Shared by the partial kernel and
+// the fused expand + mix kernel, so both give the same bits.
+template <int kMixRowsPerWarp>
+__device__ __forceinline__ void write_partials(const float (&w)[kMixRowsPerWarp][kMixChunk / 32],
+                                               const float (&f)[kMixChunk / 32], float* out, int64_t rows, int warp,
+                                               int lane) {
+  constexpr int kPer = kMixChunk / 32;
+#pragma unroll
+  for (int j = 0; j < kMixRowsPerWarp; ++j) {
+    const int64_t r = warp + j * kMixWarps;
+    if (r >= rows) break;
+    float acc = 0.0f;
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) acc = fmaf(w[j][e], f[e], acc);
+    acc = warp_sum(acc);
+    if (lane == 0) out[r] = acc;
+  }
+  if (warp == kMixWarps - 1) {
+    float ss = 0.0f;
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) ss = fmaf(f[e], f[e], ss);
+    ss = warp_sum(ss);
+    if (lane == 0) out[rows] = ss;
+  }
+}
+
+// The fn chunk of split `split` into registers (zero past the rows / columns).
+template <int kMixRowsPerWarp>
+__device__ __forceinline__ void load_fn_chunk(const HcMixKernelParams& p, int64_t split, int64_t rows,
+                                              float (&w)[kMixRowsPerWarp][kMixChunk / 32], int warp, int lane) {
+  const int64_t n = p.hc * p.d, c0 = split * kMixChunk;
+#pragma unroll
+  for (int j = 0; j < kMixRowsPerWarp; ++j) {
+    const int64_t r = warp + j * kMixWarps;
+#pragma unroll
+    for (int e = 0; e < kMixChunk / 32; ++e) {
+      const int64_t i = c0 + lane + 32 * e;
+      w[j][e] = r < rows && i < n ? __ldg(p.fn + r * n + i) : 0.0f;
+    }
+  }
+}
+
+// The one-launch tail: once this block's partials are written, the last block of the token tile [t0, t1) to arrive
+// runs finish_token<kFinishHc> for the tile's tokens (one warp per token); the tile's arrival counter counts the
+// gridDim.x blocks of the tile and is left at 0 for the next call.
+template <int kFinishHc>
+__device__ __forceinline__ void finish_if_last(const HcMixKernelParams& p, int64_t t0, int64_t t1, int warp, int lane) {
+  __shared__ bool last;
+  __shared__ float m_all[kMixWarps][kMaxMixRows + 1];
+  __shared__ float c_all[kMixWarps][kMaxHc * kMaxHc];
+  __threadfence();  // this block's partials reach L2 before its arrival is counted
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    last = atomicAdd(p.arrivals + blockIdx.y, 1u) == gridDim.x - 1;
+    if (last) atomicExch(p.arrivals + blockIdx.y, 0u);
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();  // every split's partials counted before are read after this point
+  for (int64_t t = t0 + warp; t < t1; t += kMixWarps) finish_token<kFinishHc>(p, m_all[warp], c_all[warp], t, lane);
+}
+
 // kMixRowsPerWarp: fn rows a warp keeps in registers (3 covers hc <= 4: 24 rows over 8 warps). kFinishHc >= 0: the
-// fused form — the last block of a token tile to write its partials runs finish_token<kFinishHc> for the tile's
-// tokens (one warp per token), the arrival counter of the tile counting the splits and left at 0 for the next call.
+// one-launch form (finish_if_last).
 template <int kMixRowsPerWarp, int kFinishHc>
 __global__ void __launch_bounds__(kMixThreads) hc_mix_partial_kernel(HcMixKernelParams p) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -169,15 +231,7 @@ __global__ void __launch_bounds__(kMixThreads) hc_mix_partial_kernel(HcMixKernel
   const int64_t t1 = min(p.tokens, t0 + per_block);
   constexpr int kPer = kMixChunk / 32;
   float w[kMixRowsPerWarp][kPer];
-#pragma unroll
-  for (int j = 0; j < kMixRowsPerWarp; ++j) {
-    const int64_t r = warp + j * kMixWarps;
-#pragma unroll
-    for (int e = 0; e < kPer; ++e) {
-      const int64_t i = c0 + lane + 32 * e;
-      w[j][e] = r < rows && i < n ? __ldg(p.fn + r * n + i) : 0.0f;
-    }
-  }
+  load_fn_chunk<kMixRowsPerWarp>(p, blockIdx.x, rows, w, warp, lane);
   for (int64_t t = t0; t < t1; ++t) {
     float f[kPer];
 #pragma unroll
@@ -185,40 +239,61 @@ __global__ void __launch_bounds__(kMixThreads) hc_mix_partial_kernel(HcMixKernel
       const int64_t i = c0 + lane + 32 * e;
       f[e] = i < n ? __ldg(p.streams + t * n + i) : 0.0f;
     }
-    float* out = p.partial + (blockIdx.x * p.tokens + t) * (rows + 1);
+    write_partials<kMixRowsPerWarp>(w, f, p.partial + (blockIdx.x * p.tokens + t) * (rows + 1), rows, warp, lane);
+  }
+  if constexpr (kFinishHc >= 0) finish_if_last<kFinishHc>(p, t0, t1, warp, lane);
+}
+
+// hc_expand then hc_mix in one launch, for hc <= kExpandMixMaxHc and D a multiple of kMixChunk. Block (c, tile) owns
+// columns [c·512, (c+1)·512) of every stream for the tile's tokens: it expands them in place (no other block reads
+// them: the in-place update needs no grid-wide order) with hc_expand_kernel's arithmetic, keeps the new values in
+// shared memory, and writes the partials of the hc splits those columns are (split k·D/512 + c: the same chunks,
+// values and order as the partial kernel over the expanded streams), then finish_if_last.
+constexpr int kExpandMixMaxHc = 4, kExpandMixTokens = 4;
+
+template <int kFinishHc>
+__global__ void __launch_bounds__(kMixThreads) hc_expand_mix_kernel(HcMixKernelParams p) {
+  __shared__ float fresh[kExpandMixTokens][kExpandMixMaxHc][kMixChunk];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t hc = p.hc, n = hc * p.d, rows = (2 + hc) * hc, col_splits = p.d / kMixChunk;
+  const int64_t d0 = static_cast<int64_t>(blockIdx.x) * kMixChunk;
+  const int64_t per_block = (p.tokens + gridDim.y - 1) / gridDim.y;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.y) * per_block;
+  const int64_t t1 = min(p.tokens, t0 + per_block);
+  for (int64_t idx = threadIdx.x; idx < (t1 - t0) * kMixChunk; idx += blockDim.x) {
+    const int64_t tl = idx / kMixChunk, i = idx % kMixChunk, t = t0 + tl;
+    float* x = p.expand_streams + t * n + d0 + i;
+    const float* c = p.expand_comb + t * hc * hc;
+    const float y = p.expand_x[t * p.d + d0 + i];
+    float old[kExpandMixMaxHc];
 #pragma unroll
-    for (int j = 0; j < kMixRowsPerWarp; ++j) {
-      const int64_t r = warp + j * kMixWarps;
-      if (r >= rows) break;
+    for (int j = 0; j < kExpandMixMaxHc; ++j) old[j] = j < hc ? x[j * p.d] : 0.0f;
+#pragma unroll
+    for (int k = 0; k < kExpandMixMaxHc; ++k) {
+      if (k >= hc) break;
       float acc = 0.0f;
 #pragma unroll
-      for (int e = 0; e < kPer; ++e) acc = fmaf(w[j][e], f[e], acc);
-      acc = warp_sum(acc);
-      if (lane == 0) out[r] = acc;
+      for (int j = 0; j < kExpandMixMaxHc; ++j)
+        if (j < hc) acc = __fadd_rn(acc, __fmul_rn(c[j * hc + k], old[j]));
+      const float v = __fadd_rn(__fmul_rn(p.expand_post[t * hc + k], y), acc);
+      x[k * p.d] = v;
+      fresh[tl][k][i] = v;
     }
-    if (warp == kMixWarps - 1) {
-      float ss = 0.0f;
+  }
+  __syncthreads();
+  constexpr int kPer = kMixChunk / 32;
+  for (int64_t k = 0; k < hc; ++k) {
+    const int64_t split = k * col_splits + blockIdx.x;
+    float w[3][kPer];
+    load_fn_chunk<3>(p, split, rows, w, warp, lane);
+    for (int64_t t = t0; t < t1; ++t) {
+      float f[kPer];
 #pragma unroll
-      for (int e = 0; e < kPer; ++e) ss = fmaf(f[e], f[e], ss);
-      ss = warp_sum(ss);
-      if (lane == 0) out[rows] = ss;
+      for (int e = 0; e < kPer; ++e) f[e] = fresh[t - t0][k][lane + 32 * e];
+      write_partials<3>(w, f, p.partial + (split * p.tokens + t) * (rows + 1), rows, warp, lane);
     }
   }
-  if constexpr (kFinishHc >= 0) {
-    __shared__ bool last;
-    __shared__ float m_all[kMixWarps][kMaxMixRows + 1];
-    __shared__ float c_all[kMixWarps][kMaxHc * kMaxHc];
-    __threadfence();  // this block's partials reach L2 before its arrival is counted
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      last = atomicAdd(p.arrivals + blockIdx.y, 1u) == gridDim.x - 1;
-      if (last) atomicExch(p.arrivals + blockIdx.y, 0u);
-    }
-    __syncthreads();
-    if (!last) return;
-    __threadfence();  // every split's partials counted before are read after this point
-    for (int64_t t = t0 + warp; t < t1; t += kMixWarps) finish_token<kFinishHc>(p, m_all[warp], c_all[warp], t, lane);
-  }
+  finish_if_last<kFinishHc>(p, t0, t1, warp, lane);
 }
 
 __global__ void hc_collapse_kernel(HcCollapseKernelParams p) {
@@ -291,6 +366,33 @@ void run_hc_mix(const HcMixKernelParams& p, cudaStream_t stream) {
   else
     hc_mix_finish_kernel<0><<<blocks, 128, 0, stream>>>(p);
   DI_CUDA_CHECK_LAUNCH();
+}
+
+void run_hc_expand_mix(const HcMixKernelParams& p, cudaStream_t stream) {
+  DI_CHECK_INTERNAL(!p.head && p.expand_streams == p.streams && p.expand_x && p.expand_post && p.expand_comb)
+      << "hc_expand_mix: expand fields";
+  const int64_t tiles = ceil_div(p.tokens, kExpandMixTokens);
+  if (p.arrivals && p.hc <= kExpandMixMaxHc && p.d % kMixChunk == 0 && tiles <= kHcMixArrivalSlots) {
+    DI_CHECK_INTERNAL(p.partial && p.splits == hc_mix_splits(p.hc, p.d)) << "hc_expand_mix: partial buffer / splits";
+    if (p.tokens == 0) return;
+    const dim3 grid(static_cast<unsigned>(p.d / kMixChunk), static_cast<unsigned>(tiles));
+    if (p.hc == 4)
+      hc_expand_mix_kernel<4><<<grid, kMixThreads, 0, stream>>>(p);
+    else
+      hc_expand_mix_kernel<0><<<grid, kMixThreads, 0, stream>>>(p);
+    DI_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  HcExpandKernelParams e;
+  e.streams = p.expand_streams;
+  e.x = p.expand_x;
+  e.post = p.expand_post;
+  e.comb = p.expand_comb;
+  e.tokens = p.tokens;
+  e.hc = p.hc;
+  e.d = p.d;
+  run_hc_expand(e, stream);
+  run_hc_mix(p, stream);
 }
 
 void run_hc_collapse(const HcCollapseKernelParams& p, cudaStream_t stream) {

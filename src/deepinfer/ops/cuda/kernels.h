@@ -156,10 +156,18 @@ struct HcMixKernelParams {
   // Optional: kHcMixArrivalSlots zeroed counters (left zeroed) that let the partial kernel's last block per token tile
   // run the finish itself — one launch a site. Calls of more than 8 · kHcMixArrivalSlots tokens take two launches.
   unsigned* arrivals = nullptr;
+  // run_hc_expand_mix only: hc_expand of `streams` (the same pointer, writable) by these first.
+  float* expand_streams = nullptr;
+  const float* expand_x = nullptr;     // [tokens, d]
+  const float* expand_post = nullptr;  // [tokens, hc]
+  const float* expand_comb = nullptr;  // [tokens, hc, hc]
 };
 constexpr int kHcMixArrivalSlots = 64;  // token tiles of 8 rows: calls of up to 512 tokens
 int hc_mix_splits(int64_t hc, int64_t d);
 void run_hc_mix(const HcMixKernelParams& p, cudaStream_t stream);
+// hc_expand then hc_mix (HcExpandMixParams): one launch for hc <= 4, d % 512 == 0 and up to 4 · kHcMixArrivalSlots
+// tokens with `arrivals` set, else run_hc_expand and run_hc_mix.
+void run_hc_expand_mix(const HcMixKernelParams& p, cudaStream_t stream);
 
 struct HcCollapseKernelParams {
   const float* streams = nullptr;
