@@ -163,14 +163,8 @@ void DeepseekV4Model::decode_layer_head(const DecodeBatch& d, int layer, const T
   const int cur = layer % 2;
   const Tensor& streams = d.streams[cur];
   TensorMemory& mem = memory();
-  if (lw.has_engram) {
-    const auto& ids_of = config_.engram.layer_ids;
-    const auto k = static_cast<size_t>(std::find(ids_of.begin(), ids_of.end(), layer) - ids_of.begin());
-    engram_update(layer, d.hash_ids[k], streams);
-  }
-  // Attention site: mHC mix (its post / comb wait for the attention output in the next piece), collapse, norm.
-  backend_.hc_mix({streams, lw.hc_attn_fn.view(), lw.hc_attn_base.view(), lw.hc_attn_scale.view(), d.attn_pre[cur],
-                   d.post[cur], d.comb[cur], eps, static_cast<float>(config_.hc.eps), config_.hc.sinkhorn_iters});
+  // Attention site (its mix ran in decode_piece; post / comb wait for the attention output in the next piece):
+  // collapse, norm.
   const OwnedTensor x = collapse_norm(backend_, mem, streams, v41 ? carried_pre : d.attn_pre[cur], lw.attn_norm, eps);
 
   // Stage 1: the projections, into the step's buffers.
@@ -229,11 +223,39 @@ void DeepseekV4Model::decode_piece(const DecodeBatch& d, int k) const {
   const float eps = static_cast<float>(config_.rms_norm_eps);
   const bool v41 = config_.family == ModelFamily::kDeepseekV41;
   TensorMemory& mem = memory();
+  // Layer `layer`'s attention-site mHC mix into the step's buffers, Engram first where the layer has it. `pending`: the
+  // previous FFN site's expand, which runs first — in the same call as the mix when nothing runs between them.
+  auto attention_mix = [&](int layer, const HcExpandParams* pending) {
+    const V4LayerWeights& w = w_.layers[layer];
+    const int cur = layer % 2;
+    const HcMixParams mix{d.streams[cur],
+                          w.hc_attn_fn.view(),
+                          w.hc_attn_base.view(),
+                          w.hc_attn_scale.view(),
+                          d.attn_pre[cur],
+                          d.post[cur],
+                          d.comb[cur],
+                          eps,
+                          static_cast<float>(config_.hc.eps),
+                          config_.hc.sinkhorn_iters};
+    if (pending && !w.has_engram) {
+      backend_.hc_expand_mix({*pending, mix});
+      return;
+    }
+    if (pending) backend_.hc_expand(*pending);
+    if (w.has_engram) {
+      const auto& ids_of = config_.engram.layer_ids;
+      const auto e = static_cast<size_t>(std::find(ids_of.begin(), ids_of.end(), layer) - ids_of.begin());
+      engram_update(layer, d.hash_ids[e], d.streams[cur]);
+    }
+    backend_.hc_mix(mix);
+  };
   if (k == 0) {
     // Embedding, copied into every hc stream.
     OwnedTensor x = mem.zeros(DType::kF32, {R, D});
     backend_.embedding({w_.embed.view(), d.rows.ids.view(), x.view()});
     mem.copy(d.streams[0], Tensor(x.view().data(), DType::kF32, {R, hc, D}, {D, 0, 1}, x.device()));
+    attention_mix(0, nullptr);
     decode_layer_head(d, 0, d.one_hot);
     return;
   }
@@ -253,11 +275,13 @@ void DeepseekV4Model::decode_piece(const DecodeBatch& d, int k) const {
         comb.view(), eps, static_cast<float>(config_.hc.eps), config_.hc.sinkhorn_iters}});
   OwnedTensor h = collapse_norm(backend_, mem, streams, v41 ? d.attn_pre[prev] : ffn_pre.view(), lw.ffn_norm, eps);
   y = moe(d.rows, l, h);
-  backend_.hc_expand({streams, y.view(), post.view(), comb.view()});
+  const HcExpandParams ffn_expand{streams, y.view(), post.view(), comb.view()};
   if (k < L) {
+    attention_mix(k, &ffn_expand);
     decode_layer_head(d, k, ffn_pre.view());  // V4.1 carries the FFN site's pre into the next attention site
     return;
   }
+  backend_.hc_expand(ffn_expand);
   // Final collapse (V4: hc_head; V4.1: the last FFN site's `pre`), norm, head.
   OwnedTensor pre;
   if (!v41) {
