@@ -37,6 +37,9 @@ class ForwardingBackend : public Backend {
   void mla_attention_absorbed(const MlaAttentionParams& p) override { inner_->mla_attention_absorbed(p); }
   void paged_mla_attention(const PagedMlaAttentionParams& p) override { inner_->paged_mla_attention(p); }
   void scatter_rows(const ScatterRowsParams& p) override { inner_->scatter_rows(p); }
+  void hc_collapse_norm(const HcCollapseNormParams& p) override { inner_->hc_collapse_norm(p); }
+  void norm_rope(const NormRopeParams& p) override { inner_->norm_rope(p); }
+  void hc_expand_mix(const HcExpandMixParams& p) override { inner_->hc_expand_mix(p); }
 
  protected:
   std::unique_ptr<Backend> inner_;

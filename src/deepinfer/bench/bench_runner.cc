@@ -38,7 +38,6 @@ class Slice final : public SliceState {
     }
     const int64_t d = m.hidden, hhd = m.heads * m.head_dim, tt = max_tokens_;
     streams_ = rnd({tt, m.hc, d}, 1.0f);
-    x_ = rnd({tt, d}, 1.0f);
     xn_ = rnd({tt, d}, 1.0f);
     qr_ = rnd({tt, m.q_lora}, 1.0f);
     q_ = rnd({tt, m.heads, m.head_dim}, 1.0f);
@@ -181,17 +180,16 @@ class Slice final : public SliceState {
     const BenchModel& m = m_;
     Backend& be = t_.backend();
     const int64_t tt = s.seqs * s.tokens, d = m.hidden, hhd = m.heads * m.head_dim;
-    const Tensor streams = rows(streams_, tt), x = rows(x_, tt), xn = rows(xn_, tt), qr = rows(qr_, tt);
+    const Tensor streams = rows(streams_, tt), xn = rows(xn_, tt), qr = rows(qr_, tt);
     const Tensor q = rows(q_, tt), kv = rows(kv_, tt), o = rows(o_, tt), z = rows(z_, tt), y = rows(y_, tt);
     const Tensor pre = rows(pre_, tt), post = rows(post_, tt), comb = rows(comb_, tt);
     const Tensor pos = positions_.view();
     for (size_t li = 0; li < m.layers.size(); ++li) {
       const LayerSpec& spec = m.layers[li];
       Layer& l = layers_[li];
-      // ---- attention site
-      mix(l.attn, streams, pre, post, comb);
-      be.hc_collapse({streams, pre, x});
-      be.rms_norm({x, Tensor{}, xn, 1e-6f});
+      // ---- attention site (its mix: below, with the previous layer's FFN expand, past the first layer)
+      if (li == 0) be.hc_mix(mix_params(l.attn, streams, pre, post, comb));
+      be.hc_collapse_norm({streams, pre, Tensor{}, xn, 1e-6f});
       mark(kSegMixNorm);
       // The fused projections (see the class comment), then their parts: q latent, kv, and on an indexed layer the
       // indexer's head weights and q.
@@ -202,9 +200,14 @@ class Slice final : public SliceState {
       linear(qr_p, *l.w_q, fq);
       const Tensor q_p = part(fq, l.q_rows.offset[0], q.reshape({tt, hhd})).reshape({tt, m.heads, m.head_dim});
       const Tensor kv_p = part(fin, l.in_rows.offset[1], kv);
-      be.rms_norm({kv_p, Tensor{}, kv_p, 1e-6f});
-      be.rope({q_p, pos, inv_freq_.view(), false});
-      be.rope({kv_p.reshape({tt, 1, m.head_dim}), pos, inv_freq_.view(), false});
+      // The query's RoPE, the kv row's norm and RoPE: one launch (the engine's decode_layer_head does the same).
+      NormRopeParams nr;
+      nr.parts[0] = {q_p, Tensor{}, false, true};
+      nr.parts[1] = {kv_p.reshape({tt, 1, m.head_dim}), Tensor{}, true, true};
+      nr.positions = pos;
+      nr.inv_freq = inv_freq_.view();
+      nr.eps = 1e-6f;
+      be.norm_rope(nr);
       Tensor qi, iw;
       if (spec.kind == AttnKind::kIndexed) {
         qi = part(fq, l.q_rows.offset[1], rows(qi_, tt).reshape({tt, m.index_heads * m.index_dim}))
@@ -281,11 +284,9 @@ class Slice final : public SliceState {
       t_.grouped_linear(flat(o_, 0, {m.o_groups * tt, gk}), *l.wo_a, flat(z_, 0, {m.o_groups * tt, m.o_lora}));
       linear(z, *l.wo_b, y);
       mark(kSegProj);
-      be.hc_expand({streams, y, post, comb});
-      // ---- MoE site
-      mix(l.ffn, streams, pre, post, comb);
-      be.hc_collapse({streams, pre, x});
-      be.rms_norm({x, Tensor{}, xn, 1e-6f});
+      // ---- MoE site: the attention's expand and this site's mix in one call
+      be.hc_expand_mix({{streams, y, post, comb}, mix_params(l.ffn, streams, pre, post, comb)});
+      be.hc_collapse_norm({streams, pre, Tensor{}, xn, 1e-6f});
       RouterParams rp;
       rp.x = xn;
       rp.weight = l.router.view();
@@ -298,7 +299,10 @@ class Slice final : public SliceState {
       mark(kSegRouter);
       t_.moe(xn, rows(rw_, tt), rows(ridx_, tt), *l.experts, y, m.swiglu_limit, m.weight_before_w2);
       mark(kSegExperts);
-      be.hc_expand({streams, y, post, comb});
+      if (li + 1 < m.layers.size())  // the FFN's expand and the next attention site's mix
+        be.hc_expand_mix({{streams, y, post, comb}, mix_params(layers_[li + 1].attn, streams, pre, post, comb)});
+      else
+        be.hc_expand({streams, y, post, comb});
       mark(kSegMixNorm);
     }
     (void)d;
@@ -359,7 +363,9 @@ class Slice final : public SliceState {
     ++counts_.part_copies;
     return dst;
   }
-  void mix(const Site& s, const Tensor& streams, const Tensor& pre, const Tensor& post, const Tensor& comb) {
+  // The mHC mix of a site (its outputs may be the expand inputs of the same call: hc_expand_mix reads those first).
+  static HcMixParams mix_params(const Site& s, const Tensor& streams, const Tensor& pre, const Tensor& post,
+                                const Tensor& comb) {
     HcMixParams hp;
     hp.streams = streams;
     hp.fn = s.fn.view();
@@ -369,7 +375,7 @@ class Slice final : public SliceState {
     hp.post = post;
     hp.comb = comb;
     hp.sinkhorn_iters = 20;
-    t_.backend().hc_mix(hp);
+    return hp;
   }
 
   BenchTarget& t_;
@@ -379,7 +385,7 @@ class Slice final : public SliceState {
   bool profile_ = false;
   StepCounts counts_;
   int64_t max_tokens_ = 1, max_seqs_ = 1, max_context_ = 1;
-  OwnedTensor streams_, x_, xn_, qr_, q_, kv_, o_, z_, y_, pre_, post_, comb_, qi_, iw_, rw_, ridx_, sinks_, inv_freq_;
+  OwnedTensor streams_, xn_, qr_, q_, kv_, o_, z_, y_, pre_, post_, comb_, qi_, iw_, rw_, ridx_, sinks_, inv_freq_;
   OwnedTensor scores_, positions_, window_pool_, tables_, q_seq_, window_begin_, fused_in_, fused_q_;
   std::map<int64_t, OwnedTensor> comp_idx_;   // by ratio (negative: every visible entry)
   std::map<int64_t, OwnedTensor> n_entries_;  // i64 [tokens], by indexed ratio

@@ -347,8 +347,7 @@ HostTensor DeepseekV4Model::forward(V4SequenceState& seq, std::span<const int64_
   };
   auto collapse_norm = [&](const OwnedTensor& weights, const OwnedTensor& norm) {
     OwnedTensor h = mem.zeros(DType::kF32, {T, D});
-    backend_.hc_collapse({streams.view(), weights.view(), h.view()});
-    backend_.rms_norm({h.view(), norm.view(), h.view(), eps});
+    backend_.hc_collapse_norm({streams.view(), weights.view(), norm.view(), h.view(), eps});
     return h;
   };
 

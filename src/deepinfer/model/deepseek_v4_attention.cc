@@ -18,8 +18,22 @@ OwnedTensor linear(Backend& b, TensorMemory& mem, const Tensor& x, const OwnedTe
   return out;
 }
 
+// A norm weight, or none when the checkpoint has none.
+Tensor optional(const OwnedTensor& w) { return w.view().data() != nullptr ? w.view() : Tensor{}; }
+
 void rms_norm_inplace(Backend& b, const Tensor& x, const OwnedTensor& w, float eps) {
-  b.rms_norm({x, w.view().data() != nullptr ? w.view() : Tensor{}, x, eps});
+  b.rms_norm({x, optional(w), x, eps});
+}
+
+// rms_norm (weight optional) then the forward RoPE of [rows, 1, dim] in one call.
+void norm_rope_rows(Backend& b, const Tensor& x, const OwnedTensor& w, const Tensor& positions, const Tensor& inv_freq,
+                    float eps) {
+  NormRopeParams p;
+  p.parts[0] = {x.reshape({x.dim(0), 1, x.dim(1)}), optional(w), true, true};
+  p.positions = positions;
+  p.inv_freq = inv_freq;
+  p.eps = eps;
+  b.norm_rope(p);
 }
 
 OwnedTensor positions_of(TensorMemory& mem, const std::vector<int64_t>& pos) {
@@ -153,11 +167,11 @@ void DeepseekV4Model::v4_compress_rows(int layer, const Tensor& kv, const Tensor
   }
   OwnedTensor pooled = mem.zeros(DType::kF32, {G, dim});
   backend_.compress_pool({skv.view(), sgate.view(), pooled.view()});
-  rms_norm_inplace(backend_, pooled.view(), norm, static_cast<float>(config_.rms_norm_eps));
   std::vector<int64_t> pos(G);
   for (int64_t g = 0; g < G; ++g) pos[g] = (cs.emitted + g) * r;
   OwnedTensor p = positions_of(mem, pos);
-  backend_.rope({pooled.view().reshape({G, 1, dim}), p.view(), compress_inv_freq_.view(), false});
+  norm_rope_rows(backend_, pooled.view(), norm, p.view(), compress_inv_freq_.view(),
+                 static_cast<float>(config_.rms_norm_eps));
   store_rows(seq, layer, indexer, cs.emitted, pooled.view());
   cs.emitted += G;
   if (!indexer) st.n_entries += G;
@@ -215,13 +229,16 @@ void DeepseekV4Model::v41_compress_rows(int layer, const Tensor& kv, const Tenso
   // Indexer keys come from the latent before it is rotated.
   const int64_t id = config_.attn.index_head_dim;
   OwnedTensor k = linear(backend_, mem, latent.view(), a.idx_wk);  // [G, Id]
-  rms_norm_inplace(backend_, k.view(), a.idx_k_norm, eps);
-  backend_.rope({k.view().reshape({G, 1, id}), p.view(), compress_inv_freq_.view(), false});
-  backend_.fake_quant({k.view(), FakeQuantKind::kFP4Ue8m0Block32});
+  // The keys' norm, RoPE and FP4 fake-quant with the latent's RoPE and FP4 fake-quant: one call.
+  NormRopeParams nr;
+  nr.parts[0] = {k.view().reshape({G, 1, id}),   optional(a.idx_k_norm), true, true, true,
+                 FakeQuantKind::kFP4Ue8m0Block32};
+  nr.parts[1] = {latent.view().reshape({G, 1, hd}), Tensor{}, false, true, true, FakeQuantKind::kFP4E4m3Block16};
+  nr.positions = p.view();
+  nr.inv_freq = compress_inv_freq_.view();
+  nr.eps = eps;
+  backend_.norm_rope(nr);
   store_rows(seq, layer, /*keys=*/true, cs.emitted, k.view());
-
-  backend_.rope({latent.view().reshape({G, 1, hd}), p.view(), compress_inv_freq_.view(), false});
-  backend_.fake_quant({latent.view(), FakeQuantKind::kFP4E4m3Block16});
   store_rows(seq, layer, /*keys=*/false, cs.emitted, latent.view());
   cs.emitted += G;
   st.n_entries += G;
@@ -243,14 +260,17 @@ OwnedTensor DeepseekV4Model::attention(const Chunk& c, int layer, const OwnedTen
   OwnedTensor q_r = linear(backend_, mem, x.view(), a.wq_a);
   rms_norm_inplace(backend_, q_r.view(), a.q_norm, eps);
   OwnedTensor q = linear(backend_, mem, q_r.view(), a.wq_b);
-  if (ac.q_head_norm) rms_norm_inplace(backend_, q.view().reshape({T * H, hd}), OwnedTensor{}, eps);
-  backend_.rope({q.view().reshape({T, H, hd}), c.positions.view(), inv_freq, false});
-
   // K = V latent: kv_norm(wkv·x) [T, hd], RoPE; V4.1 stores it FP8-fake-quantized.
   OwnedTensor kv = linear(backend_, mem, x.view(), a.wkv);
-  rms_norm_inplace(backend_, kv.view(), a.kv_norm, eps);
-  backend_.rope({kv.view().reshape({T, 1, hd}), c.positions.view(), inv_freq, false});
-  if (v41) backend_.fake_quant({kv.view(), FakeQuantKind::kFP8E4M3Ue8m0Block32});
+  // The query's head norm and RoPE with the latent's norm, RoPE and (V4.1) FP8 fake-quant: one call.
+  NormRopeParams nr;
+  nr.parts[0] = {q.view().reshape({T, H, hd}), Tensor{}, ac.q_head_norm, true};
+  nr.parts[1] = {kv.view().reshape({T, 1, hd}),      optional(a.kv_norm), true, true, v41,
+                 FakeQuantKind::kFP8E4M3Ue8m0Block32};
+  nr.positions = c.positions.view();
+  nr.inv_freq = inv_freq;
+  nr.eps = eps;
+  backend_.norm_rope(nr);
   // The chunk's window rows [chunk_n, hd] in chunk order: under CP every rank's rows (all queries may read them).
   const int64_t chunk_n = c.total;
   if (c.cp) {
@@ -310,8 +330,12 @@ OwnedTensor DeepseekV4Model::attention(const Chunk& c, int layer, const OwnedTen
     auto index_scores = [&](int keys_layer, bool fp4) {
       const V4LayerState& keys_of = seq.layers[keys_layer];
       OwnedTensor qi = linear(backend_, mem, q_r.view(), a.idx_wq_b);  // [T, IH·Id]
-      backend_.rope({qi.view().reshape({T, IH, Id}), c.positions.view(), compress_inv_freq_.view(), false});
-      if (fp4) backend_.fake_quant({qi.view().reshape({T * IH, Id}), FakeQuantKind::kFP4Ue8m0Block32});
+      NormRopeParams qr;  // RoPE and (fp4) FP4 fake-quant of the indexer queries: one call
+      qr.parts[0] = {qi.view().reshape({T, IH, Id}), Tensor{}, false, true, fp4, FakeQuantKind::kFP4Ue8m0Block32};
+      qr.positions = c.positions.view();
+      qr.inv_freq = compress_inv_freq_.view();
+      qr.eps = eps;
+      backend_.norm_rope(qr);
       OwnedTensor wts = linear(backend_, mem, x.view(), a.idx_weights_proj);  // [T, IH]
       const int64_t n = keys_of.n_entries;
       OwnedTensor scores = mem.zeros(DType::kF32, {T, n});

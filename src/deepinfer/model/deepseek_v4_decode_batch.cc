@@ -35,16 +35,18 @@ OwnedTensor linear(Backend& b, TensorMemory& mem, const Tensor& x, const OwnedTe
   return out;
 }
 
+// A norm weight, or none when the checkpoint has none.
+Tensor optional(const OwnedTensor& w) { return w.view().data() != nullptr ? w.view() : Tensor{}; }
+
 void rms_norm_inplace(Backend& b, const Tensor& x, const OwnedTensor& w, float eps) {
-  b.rms_norm({x, w.view().data() != nullptr ? w.view() : Tensor{}, x, eps});
+  b.rms_norm({x, optional(w), x, eps});
 }
 
-// Collapse of the streams by `weights` [R, hc], then RMSNorm: [R, D].
+// Collapse of the streams by `weights` [R, hc], then RMSNorm: [R, D] (one fused call).
 OwnedTensor collapse_norm(Backend& b, TensorMemory& mem, const Tensor& streams, const Tensor& weights,
                           const OwnedTensor& norm, float eps) {
   OwnedTensor h = mem.zeros(DType::kF32, {streams.dim(0), streams.dim(2)});
-  b.hc_collapse({streams, weights, h.view()});
-  b.rms_norm({h.view(), norm.view(), h.view(), eps});
+  b.hc_collapse_norm({streams, weights, optional(norm), h.view(), eps});
   return h;
 }
 
@@ -161,14 +163,8 @@ void DeepseekV4Model::decode_layer_head(const DecodeBatch& d, int layer, const T
   const int cur = layer % 2;
   const Tensor& streams = d.streams[cur];
   TensorMemory& mem = memory();
-  if (lw.has_engram) {
-    const auto& ids_of = config_.engram.layer_ids;
-    const auto k = static_cast<size_t>(std::find(ids_of.begin(), ids_of.end(), layer) - ids_of.begin());
-    engram_update(layer, d.hash_ids[k], streams);
-  }
-  // Attention site: mHC mix (its post / comb wait for the attention output in the next piece), collapse, norm.
-  backend_.hc_mix({streams, lw.hc_attn_fn.view(), lw.hc_attn_base.view(), lw.hc_attn_scale.view(), d.attn_pre[cur],
-                   d.post[cur], d.comb[cur], eps, static_cast<float>(config_.hc.eps), config_.hc.sinkhorn_iters});
+  // Attention site (its mix ran in decode_piece; post / comb wait for the attention output in the next piece):
+  // collapse, norm.
   const OwnedTensor x = collapse_norm(backend_, mem, streams, v41 ? carried_pre : d.attn_pre[cur], lw.attn_norm, eps);
 
   // Stage 1: the projections, into the step's buffers.
@@ -178,12 +174,16 @@ void DeepseekV4Model::decode_layer_head(const DecodeBatch& d, int layer, const T
   OwnedTensor q_r = linear(backend_, mem, x.view(), a.wq_a);
   rms_norm_inplace(backend_, q_r.view(), a.q_norm, eps);
   backend_.linear({q_r.view(), a.wq_b.view(), o.q});
-  if (ac.q_head_norm) rms_norm_inplace(backend_, o.q.reshape({R * H, hd}), OwnedTensor{}, eps);
-  backend_.rope({o.q.reshape({R, H, hd}), positions, inv_freq, false});
   backend_.linear({x.view(), a.wkv.view(), o.kv});
-  rms_norm_inplace(backend_, o.kv, a.kv_norm, eps);
-  backend_.rope({o.kv.reshape({R, 1, hd}), positions, inv_freq, false});
-  if (v41) backend_.fake_quant({o.kv, FakeQuantKind::kFP8E4M3Ue8m0Block32});
+  // The query's head norm and RoPE, the window row's norm, RoPE and (V4.1) FP8 fake-quant: one call (decode is
+  // launch-bound).
+  NormRopeParams nr;
+  nr.parts[0] = {o.q.reshape({R, H, hd}), Tensor{}, ac.q_head_norm, true};
+  nr.parts[1] = {o.kv.reshape({R, 1, hd}), optional(a.kv_norm), true, true, v41, FakeQuantKind::kFP8E4M3Ue8m0Block32};
+  nr.positions = positions;
+  nr.inv_freq = inv_freq;
+  nr.eps = eps;
+  backend_.norm_rope(nr);
   const int r = plan.compress_ratio;
   if (r <= 0) return;
   if (!v41) {
@@ -206,8 +206,12 @@ void DeepseekV4Model::decode_layer_head(const DecodeBatch& d, int layer, const T
   if (o.qi.data() != nullptr) {
     const int64_t IH = ac.index_n_heads, Id = ac.index_head_dim;
     backend_.linear({q_r.view(), a.idx_wq_b.view(), o.qi});
-    backend_.rope({o.qi.reshape({R, IH, Id}), positions, compress_inv_freq_.view(), false});
-    if (v41) backend_.fake_quant({o.qi.reshape({R * IH, Id}), FakeQuantKind::kFP4Ue8m0Block32});
+    NormRopeParams qr;  // RoPE and (V4.1) FP4 fake-quant of the indexer queries: one call
+    qr.parts[0] = {o.qi.reshape({R, IH, Id}), Tensor{}, false, true, v41, FakeQuantKind::kFP4Ue8m0Block32};
+    qr.positions = positions;
+    qr.inv_freq = compress_inv_freq_.view();
+    qr.eps = eps;
+    backend_.norm_rope(qr);
     backend_.linear({x.view(), a.idx_weights_proj.view(), o.index_weights});
   }
 }
@@ -219,11 +223,39 @@ void DeepseekV4Model::decode_piece(const DecodeBatch& d, int k) const {
   const float eps = static_cast<float>(config_.rms_norm_eps);
   const bool v41 = config_.family == ModelFamily::kDeepseekV41;
   TensorMemory& mem = memory();
+  // Layer `layer`'s attention-site mHC mix into the step's buffers, Engram first where the layer has it. `pending`: the
+  // previous FFN site's expand, which runs first — in the same call as the mix when nothing runs between them.
+  auto attention_mix = [&](int layer, const HcExpandParams* pending) {
+    const V4LayerWeights& w = w_.layers[layer];
+    const int cur = layer % 2;
+    const HcMixParams mix{d.streams[cur],
+                          w.hc_attn_fn.view(),
+                          w.hc_attn_base.view(),
+                          w.hc_attn_scale.view(),
+                          d.attn_pre[cur],
+                          d.post[cur],
+                          d.comb[cur],
+                          eps,
+                          static_cast<float>(config_.hc.eps),
+                          config_.hc.sinkhorn_iters};
+    if (pending && !w.has_engram) {
+      backend_.hc_expand_mix({*pending, mix});
+      return;
+    }
+    if (pending) backend_.hc_expand(*pending);
+    if (w.has_engram) {
+      const auto& ids_of = config_.engram.layer_ids;
+      const auto e = static_cast<size_t>(std::find(ids_of.begin(), ids_of.end(), layer) - ids_of.begin());
+      engram_update(layer, d.hash_ids[e], d.streams[cur]);
+    }
+    backend_.hc_mix(mix);
+  };
   if (k == 0) {
     // Embedding, copied into every hc stream.
     OwnedTensor x = mem.zeros(DType::kF32, {R, D});
     backend_.embedding({w_.embed.view(), d.rows.ids.view(), x.view()});
     mem.copy(d.streams[0], Tensor(x.view().data(), DType::kF32, {R, hc, D}, {D, 0, 1}, x.device()));
+    attention_mix(0, nullptr);
     decode_layer_head(d, 0, d.one_hot);
     return;
   }
@@ -234,19 +266,22 @@ void DeepseekV4Model::decode_piece(const DecodeBatch& d, int k) const {
   // Layer l's attention output (the middle left it inverse-rotated): grouped output projection, mHC expand.
   OwnedTensor y = v4_grouped_output(backend_, mem, d.attn.reshape({R, H * hd}), lw.attn.wo_a.view(),
                                     lw.attn.wo_b.view(), config_.attn.o_groups, config_.attn.o_lora_rank);
-  backend_.hc_expand({streams, y.view(), d.post[prev], d.comb[prev]});
-  // FFN site: router and experts over every row.
+  // FFN site: the attention's mHC expand and this site's mix in one call, then router and experts over every row.
   OwnedTensor ffn_pre = mem.zeros(DType::kF32, {R, hc}), post = mem.zeros(DType::kF32, {R, hc});
   OwnedTensor comb = mem.zeros(DType::kF32, {R, hc, hc});
-  backend_.hc_mix({streams, lw.hc_ffn_fn.view(), lw.hc_ffn_base.view(), lw.hc_ffn_scale.view(), ffn_pre.view(),
-                   post.view(), comb.view(), eps, static_cast<float>(config_.hc.eps), config_.hc.sinkhorn_iters});
+  backend_.hc_expand_mix(
+      {{streams, y.view(), d.post[prev], d.comb[prev]},
+       {streams, lw.hc_ffn_fn.view(), lw.hc_ffn_base.view(), lw.hc_ffn_scale.view(), ffn_pre.view(), post.view(),
+        comb.view(), eps, static_cast<float>(config_.hc.eps), config_.hc.sinkhorn_iters}});
   OwnedTensor h = collapse_norm(backend_, mem, streams, v41 ? d.attn_pre[prev] : ffn_pre.view(), lw.ffn_norm, eps);
   y = moe(d.rows, l, h);
-  backend_.hc_expand({streams, y.view(), post.view(), comb.view()});
+  const HcExpandParams ffn_expand{streams, y.view(), post.view(), comb.view()};
   if (k < L) {
+    attention_mix(k, &ffn_expand);
     decode_layer_head(d, k, ffn_pre.view());  // V4.1 carries the FFN site's pre into the next attention site
     return;
   }
+  backend_.hc_expand(ffn_expand);
   // Final collapse (V4: hc_head; V4.1: the last FFN site's `pre`), norm, head.
   OwnedTensor pre;
   if (!v41) {
@@ -301,12 +336,17 @@ void DeepseekV4Model::decode_middle(DecodeBatch& d, int layer) const {
     rms_norm_inplace(backend_, latent.view(), a.comp_norm, eps);
     const OwnedTensor pos = mem.from_host(DType::kI64, {B}, groups.data());
     OwnedTensor k = linear(backend_, mem, latent.view(), a.idx_wk);  // indexer keys from the unrotated latent
-    rms_norm_inplace(backend_, k.view(), a.idx_k_norm, eps);
-    backend_.rope({k.view().reshape({B, 1, id}), pos.view(), compress_inv_freq_.view(), false});
-    backend_.fake_quant({k.view(), FakeQuantKind::kFP4Ue8m0Block32});
+    // The keys' norm, RoPE and FP4 fake-quant and the latent's RoPE and FP4 fake-quant in one call (the keys were
+    // taken from the unrotated latent).
+    NormRopeParams nr;
+    nr.parts[0] = {k.view().reshape({B, 1, id}),   optional(a.idx_k_norm), true, true, true,
+                   FakeQuantKind::kFP4Ue8m0Block32};
+    nr.parts[1] = {latent.view().reshape({B, 1, hd}), Tensor{}, false, true, true, FakeQuantKind::kFP4E4m3Block16};
+    nr.positions = pos.view();
+    nr.inv_freq = compress_inv_freq_.view();
+    nr.eps = eps;
+    backend_.norm_rope(nr);
     scatter(pages.index_keys[layer], k.view(), groups);
-    backend_.rope({latent.view().reshape({B, 1, hd}), pos.view(), compress_inv_freq_.view(), false});
-    backend_.fake_quant({latent.view(), FakeQuantKind::kFP4E4m3Block16});
     scatter(pages.entries[layer], latent.view(), groups);
     for (int64_t b = 0; b < B; ++b) {
       ++d.seqs[b]->layers[layer].compressor.emitted;

@@ -16,9 +16,14 @@ OwnedTensor v4_draft_kv(const DeepseekV4Model& target, const V4AttentionWeights&
   Backend& b = target.backend();
   const int64_t B = x.dim(0), hd = c.attn.head_dim;
   OwnedTensor kv = v4_draft_linear(target, x, a.wkv);
-  b.rms_norm({kv.view(), a.kv_norm.view(), kv.view(), static_cast<float>(c.rms_norm_eps)});
-  b.rope({kv.view().reshape({B, 1, hd}), positions.view(), target.main_inv_freq().view(), false});
-  if (c.family == ModelFamily::kDeepseekV41) b.fake_quant({kv.view(), FakeQuantKind::kFP8E4M3Ue8m0Block32});
+  // Norm, RoPE and (V4.1) FP8 fake-quant of the window rows: one call.
+  NormRopeParams p;
+  p.parts[0] = {kv.view().reshape({B, 1, hd}),      a.kv_norm.view(), true, true, c.family == ModelFamily::kDeepseekV41,
+                FakeQuantKind::kFP8E4M3Ue8m0Block32};
+  p.positions = positions.view();
+  p.inv_freq = target.main_inv_freq().view();
+  p.eps = static_cast<float>(c.rms_norm_eps);
+  b.norm_rope(p);
   return kv;
 }
 
@@ -31,8 +36,12 @@ OwnedTensor v4_draft_queries(const DeepseekV4Model& target, const V4AttentionWei
   OwnedTensor q_r = v4_draft_linear(target, x, a.wq_a);
   b.rms_norm({q_r.view(), a.q_norm.view(), q_r.view(), eps});
   OwnedTensor q = v4_draft_linear(target, q_r.view(), a.wq_b);
-  if (c.attn.q_head_norm) b.rms_norm({q.view().reshape({B * H, hd}), Tensor{}, q.view().reshape({B * H, hd}), eps});
-  b.rope({q.view().reshape({B, H, hd}), positions.view(), target.main_inv_freq().view(), false});
+  NormRopeParams p;  // the head norm and RoPE: one call
+  p.parts[0] = {q.view().reshape({B, H, hd}), Tensor{}, c.attn.q_head_norm, true};
+  p.positions = positions.view();
+  p.inv_freq = target.main_inv_freq().view();
+  p.eps = eps;
+  b.norm_rope(p);
   return q;
 }
 

@@ -1,6 +1,7 @@
 // Default bodies of Backend virtuals added after a backend existed: the MLA ones throw Unsupported so a backend
 // that has not implemented an op family fails loudly and by name instead of silently computing something else;
-// the quantized-weight ones are the reference (dequantize exactly to f32, then the f32 op).
+// the quantized-weight ones are the reference (dequantize exactly to f32, then the f32 op); the fused decode ops are
+// their compositions (the CPU reference; a device backend overrides them with one launch each).
 #include "deepinfer/core/error.h"
 #include "deepinfer/ops/memory.h"
 #include "deepinfer/ops/ops.h"
@@ -66,6 +67,32 @@ void Backend::paged_mla_attention(const PagedMlaAttentionParams&) {
 
 std::unique_ptr<RecordedWork> Backend::record(const std::function<void()>&, RecordingPool&) {
   DI_FAIL(ErrorCode::kUnsupported) << "record: this backend cannot record work (no graphs)";
+}
+
+void Backend::hc_collapse_norm(const HcCollapseNormParams& p) {
+  validate(p);
+  hc_collapse({p.streams, p.pre, p.out});
+  rms_norm({p.out, p.weight, p.out, p.eps});
+}
+
+void Backend::hc_expand_mix(const HcExpandMixParams& p) {
+  validate(p);
+  hc_expand(p.expand);
+  hc_mix(p.mix);
+}
+
+void Backend::norm_rope(const NormRopeParams& p) {
+  validate(p);
+  for (const NormRopePart& part : p.parts) {
+    if (part.x.data() == nullptr) continue;
+    const int64_t t = part.x.dim(0), h = part.x.dim(1), hd = part.x.dim(2);
+    if (part.norm) {
+      const Tensor rows = part.x.reshape({t * h, hd});
+      rms_norm({rows, part.weight, rows, p.eps});
+    }
+    if (part.rope) rope({part.x, p.positions, p.inv_freq, false});
+    if (part.fake_quant) fake_quant({part.x.reshape({t * h, hd}), part.quant});
+  }
 }
 
 }  // namespace deepinfer

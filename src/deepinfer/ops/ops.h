@@ -11,10 +11,10 @@
 // - "Optional" fields are left default-constructed (Tensor{}) when unused; check with `.data() != nullptr`.
 //
 // Op families (in this order below): linear/quant, norms, rope, fake-quant, mHC, compressor, indexer +
-// top-k, attention, MoE, Engram, MLA (V3 family), paged cache writes. Adding a family means: a section of param structs
-// here, a block of virtuals in Backend, a validate_* function, and one file in ops/cpu/. A family added after a backend
-// exists may give its virtuals a default that throws Unsupported until that backend implements them (MLA did, before
-// the CUDA backend had MLA kernels).
+// top-k, attention, MoE, Engram, MLA (V3 family), paged cache writes, fused decode ops. Adding a family means: a
+// section of param structs here, a block of virtuals in Backend, a validate_* function, and one file in ops/cpu/. A
+// family added after a backend exists may give its virtuals a default that throws Unsupported until that backend
+// implements them (MLA did, before the CUDA backend had MLA kernels).
 #pragma once
 
 #include <cstdint>
@@ -412,6 +412,47 @@ struct ScatterRowsParams {
   Tensor dst;    // f32 [N, W]
 };
 
+// ============================================================================ fused decode ops
+// Sequences of the ops above as one call each: a decode step at small batch is bound by kernel launches, and
+// these sequences run at every layer. Each computes exactly its composition: the Backend defaults run the
+// composed ops (the CPU reference), and a device kernel repeats its own unfused kernels' arithmetic, so its
+// results are bit-identical to the unfused calls on that device.
+
+// hc_collapse then rms_norm: out = rms_norm(Σ_k pre[t,k]·streams[t,k]) [· weight] (the mHC sites' x -> xn).
+struct HcCollapseNormParams {
+  Tensor streams;  // f32 [T, hc, D]
+  Tensor pre;      // f32 [T, hc]
+  Tensor weight;   // f32 [D], optional (unweighted norm when absent)
+  Tensor out;      // f32 [T, D]; must not overlap streams or pre
+  float eps = 1e-6f;
+};
+
+// hc_expand then hc_mix over the expanded streams (a sublayer's output into the next mHC site's coefficients):
+// mix.streams is expand.streams. The mix's outputs may be the expand's post / comb (read before they are written).
+struct HcExpandMixParams {
+  HcExpandParams expand;
+  HcMixParams mix;
+};
+
+// Per present part: rms_norm of every [hd] head row when `norm` (weight optional), then the forward rope of
+// its trailing rd channels when `rope`, then fake_quant of every head row (as [T·H, hd]) when `fake_quant`; the
+// parts share positions and inv_freq (the query and the window row of an attention site). In place; the parts must
+// not overlap.
+struct NormRopePart {
+  Tensor x;       // f32 [T, H, hd], modified in place; absent = no part
+  Tensor weight;  // f32 [hd], optional (norm only)
+  bool norm = true;
+  bool rope = true;
+  bool fake_quant = false;
+  FakeQuantKind quant = FakeQuantKind::kFP8E4M3Ue8m0Block32;  // with fake_quant
+};
+struct NormRopeParams {
+  NormRopePart parts[2];  // parts[0] required, parts[1] optional
+  Tensor positions;       // i64 [T]
+  Tensor inv_freq;        // f32 [rd/2], rd <= every roped part's hd
+  float eps = 1e-6f;
+};
+
 // ============================================================================ recorded work
 // Work recorded once and replayed with the buffers it was recorded with (CUDA graphs: decode steps are
 // launch-bound). Whatever those buffers hold at a replay is what the replay reads.
@@ -472,6 +513,10 @@ class Backend {
   virtual void paged_mla_attention(const PagedMlaAttentionParams& p);
   // paged cache writes
   virtual void scatter_rows(const ScatterRowsParams& p) = 0;
+  // fused decode ops: the defaults run the composed ops (backend_defaults.cc), the CPU reference.
+  virtual void hc_collapse_norm(const HcCollapseNormParams& p);
+  virtual void norm_rope(const NormRopeParams& p);
+  virtual void hc_expand_mix(const HcExpandMixParams& p);
 
   // Recording (CUDA graphs). new_recording_pool() is nullptr where the backend cannot record (the CPU).
   // record() runs `enqueue` eagerly (the work happens now; it may run more than once, so it must be idempotent:
@@ -512,5 +557,8 @@ void validate(const EngramGateParams& p);
 void validate(const MlaAttentionParams& p);
 void validate(const PagedMlaAttentionParams& p);
 void validate(const ScatterRowsParams& p);
+void validate(const HcCollapseNormParams& p);
+void validate(const NormRopeParams& p);
+void validate(const HcExpandMixParams& p);
 
 }  // namespace deepinfer

@@ -25,6 +25,14 @@ void expect(const char* op, const char* field, const Tensor& t, DType dtype, con
 
 bool is_int_index(DType t) { return t == DType::kI32 || t == DType::kI64; }
 
+// Whether the byte ranges of two contiguous tensors intersect (the fused ops write one while reading the other).
+bool overlap(const Tensor& a, const Tensor& b) {
+  if (a.data() == nullptr || b.data() == nullptr || a.nbytes() == 0 || b.nbytes() == 0) return false;
+  const auto* a0 = static_cast<const char*>(a.data());
+  const auto* b0 = static_cast<const char*>(b.data());
+  return a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
+}
+
 }  // namespace
 
 void validate(const DequantizeParams& p) {
@@ -332,6 +340,53 @@ void validate(const ScatterRowsParams& p) {
   expect(op, "src", p.src, DType::kF32, {-1, -1});
   expect(op, "index", p.index, DType::kI64, {p.src.dim(0)});
   expect(op, "dst", p.dst, DType::kF32, {-1, p.src.dim(1)});
+}
+
+void validate(const HcCollapseNormParams& p) {
+  const char* op = "hc_collapse_norm";
+  expect(op, "streams", p.streams, DType::kF32, {-1, -1, -1});
+  expect(op, "pre", p.pre, DType::kF32, {p.streams.dim(0), p.streams.dim(1)});
+  expect(op, "out", p.out, DType::kF32, {p.streams.dim(0), p.streams.dim(2)});
+  if (present(p.weight)) expect(op, "weight", p.weight, DType::kF32, {p.streams.dim(2)});
+  DI_CHECK(!overlap(p.out, p.streams) && !overlap(p.out, p.pre)) << op << ": 'out' must not overlap 'streams' or 'pre'";
+  DI_CHECK(p.eps > 0) << op << ": eps must be positive";
+}
+
+void validate(const HcExpandMixParams& p) {
+  validate(p.expand);
+  validate(p.mix);
+  DI_CHECK(p.mix.streams.data() == p.expand.streams.data() && p.mix.streams.shape() == p.expand.streams.shape())
+      << "hc_expand_mix: 'mix.streams' must be 'expand.streams'";
+  for (const Tensor* out : {&p.mix.pre, &p.mix.post, &p.mix.comb})
+    DI_CHECK(!overlap(*out, p.expand.streams) && !overlap(*out, p.expand.x))
+        << "hc_expand_mix: the mix's outputs must not overlap the streams or the expand's x";
+}
+
+void validate(const NormRopeParams& p) {
+  const char* op = "norm_rope";
+  DI_CHECK(present(p.parts[0].x)) << op << ": 'parts[0].x' is required";
+  expect(op, "positions", p.positions, DType::kI64, {-1});
+  expect(op, "inv_freq", p.inv_freq, DType::kF32, {-1});
+  const int64_t t = p.positions.dim(0), rd = 2 * p.inv_freq.dim(0);
+  for (int i = 0; i < 2; ++i) {
+    const NormRopePart& part = p.parts[i];
+    const char* x = i == 0 ? "parts[0].x" : "parts[1].x";
+    if (!present(part.x)) {
+      DI_CHECK(!present(part.weight)) << op << ": 'parts[1].weight' without 'parts[1].x'";
+      continue;
+    }
+    expect(op, x, part.x, DType::kF32, {t, -1, -1});
+    DI_CHECK(part.norm || part.rope || part.fake_quant)
+        << op << ": part " << i << " neither normalises, rotates nor fake-quantizes";
+    if (present(part.weight)) {
+      DI_CHECK(part.norm) << op << ": part " << i << " has a norm weight but norm = false";
+      expect(op, i == 0 ? "parts[0].weight" : "parts[1].weight", part.weight, DType::kF32, {part.x.dim(2)});
+    }
+    if (part.rope)
+      DI_CHECK(rd <= part.x.dim(2)) << op << ": rope dim " << rd << " > head dim " << part.x.dim(2) << " of part " << i;
+  }
+  DI_CHECK(!overlap(p.parts[0].x, p.parts[1].x)) << op << ": the parts must not overlap";
+  DI_CHECK(p.eps > 0) << op << ": eps must be positive";
 }
 
 }  // namespace deepinfer

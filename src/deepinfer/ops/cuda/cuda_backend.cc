@@ -197,6 +197,9 @@ struct CudaBackend::Impl {
   cuda::DeviceStatus status{alloc};
   cublasLtHandle_t lt = nullptr;
   cuda::DeviceBuffer lt_workspace;
+  // hc_mix's per-token-tile arrival counters (zero between calls: the kernel resets them). Allocated here, not on
+  // first use, because a first use may be inside a recording, where nothing may be uploaded.
+  cuda::DeviceBuffer hc_mix_arrivals;
   CudaMemory memory{device, alloc, stream.get(), status};
   LinearPrecision linear_precision = LinearPrecision::kF32;
   bool batch_invariant = false;  // set_batch_invariant
@@ -212,6 +215,8 @@ struct CudaBackend::Impl {
   explicit Impl(int index) : info(cuda::select_device(index)), device(Device::cuda(index)) {
     DI_CUBLAS_CHECK(cublasLtCreate(&lt));
     lt_workspace = cuda::DeviceBuffer(alloc, kCublasWorkspaceBytes);
+    hc_mix_arrivals = cuda::DeviceBuffer(alloc, sizeof(unsigned) * cuda::kHcMixArrivalSlots);
+    DI_CUDA_CHECK(cudaMemset(hc_mix_arrivals.data(), 0, hc_mix_arrivals.size()));
   }
   ~Impl() {
     for (auto& [unused, p] : lt_plans) destroy(p);
@@ -898,6 +903,7 @@ void CudaBackend::hc_mix(const HcMixParams& p) {
   k.splits = cuda::hc_mix_splits(k.hc, k.d);
   k.partial =
       impl_->ws().take_as<float>(std::max<int64_t>(1, k.splits * k.tokens * ((k.head ? k.hc : (2 + k.hc) * k.hc) + 1)));
+  k.arrivals = impl_->hc_mix_arrivals.data_as<unsigned>();
   cuda::run_hc_mix(k, impl_->s());
 }
 
@@ -923,6 +929,7 @@ void CudaBackend::hc_head(const HcHeadParams& p) {
   k.splits = cuda::hc_mix_splits(k.hc, k.d);
   k.partial =
       impl_->ws().take_as<float>(std::max<int64_t>(1, k.splits * k.tokens * ((k.head ? k.hc : (2 + k.hc) * k.hc) + 1)));
+  k.arrivals = impl_->hc_mix_arrivals.data_as<unsigned>();
   cuda::run_hc_mix(k, impl_->s());
 }
 
@@ -956,6 +963,93 @@ void CudaBackend::hc_expand(const HcExpandParams& p) {
   k.hc = p.streams.dim(1);
   k.d = p.streams.dim(2);
   cuda::run_hc_expand(k, impl_->s());
+}
+
+// ============================================================================ fused decode ops
+void CudaBackend::hc_collapse_norm(const HcCollapseNormParams& p) {
+  validate(p);
+  const Device& dev = impl_->device;
+  for (auto [name, t] : {std::pair{"streams", &p.streams}, {"pre", &p.pre}, {"weight", &p.weight}, {"out", &p.out}})
+    expect_on("hc_collapse_norm", name, *t, dev);
+  cuda::HcCollapseNormKernelParams k;
+  k.streams = p.streams.data_as<float>();
+  k.pre = p.pre.data_as<float>();
+  k.weight = cptr<float>(p.weight);
+  k.out = p.out.data_as<float>();
+  k.tokens = p.streams.dim(0);
+  k.hc = p.streams.dim(1);
+  k.d = p.streams.dim(2);
+  k.eps = p.eps;
+  cuda::run_hc_collapse_norm(k, impl_->s());
+}
+
+void CudaBackend::hc_expand_mix(const HcExpandMixParams& p) {
+  validate(p);
+  const Device& dev = impl_->device;
+  const HcExpandParams& e = p.expand;
+  const HcMixParams& m = p.mix;
+  for (auto [name, t] : {std::pair{"expand.streams", &e.streams},
+                         {"expand.x", &e.x},
+                         {"expand.post", &e.post},
+                         {"expand.comb", &e.comb},
+                         {"mix.fn", &m.fn},
+                         {"mix.base", &m.base},
+                         {"mix.scale", &m.scale},
+                         {"mix.pre", &m.pre},
+                         {"mix.post", &m.post},
+                         {"mix.comb", &m.comb}})
+    expect_on("hc_expand_mix", name, *t, dev);
+  cuda::HcMixKernelParams k;
+  k.streams = m.streams.data_as<float>();
+  k.fn = m.fn.data_as<float>();
+  k.base = m.base.data_as<float>();
+  k.scale = m.scale.data_as<float>();
+  k.pre = m.pre.data_as<float>();
+  k.post = m.post.data_as<float>();
+  k.comb = m.comb.data_as<float>();
+  k.tokens = m.streams.dim(0);
+  k.hc = m.streams.dim(1);
+  k.d = m.streams.dim(2);
+  k.norm_eps = m.norm_eps;
+  k.hc_eps = m.hc_eps;
+  k.sinkhorn_iters = m.sinkhorn_iters;
+  k.expand_streams = e.streams.data_as<float>();
+  k.expand_x = e.x.data_as<float>();
+  k.expand_post = e.post.data_as<float>();
+  k.expand_comb = e.comb.data_as<float>();
+  cuda::WorkspaceArena::Scope scope(impl_->ws());
+  k.splits = cuda::hc_mix_splits(k.hc, k.d);
+  k.partial = impl_->ws().take_as<float>(std::max<int64_t>(1, k.splits * k.tokens * ((2 + k.hc) * k.hc + 1)));
+  k.arrivals = impl_->hc_mix_arrivals.data_as<unsigned>();
+  cuda::run_hc_expand_mix(k, impl_->s());
+}
+
+void CudaBackend::norm_rope(const NormRopeParams& p) {
+  validate(p);
+  const Device& dev = impl_->device;
+  expect_on("norm_rope", "positions", p.positions, dev);
+  expect_on("norm_rope", "inv_freq", p.inv_freq, dev);
+  cuda::NormRopeKernelParams k;
+  for (int i = 0; i < 2; ++i) {
+    const NormRopePart& part = p.parts[i];
+    if (part.x.data() == nullptr) continue;
+    expect_on("norm_rope", "x", part.x, dev);
+    expect_on("norm_rope", "weight", part.weight, dev);
+    k.parts[i].x = part.x.data_as<float>();
+    k.parts[i].weight = cptr<float>(part.weight);
+    k.parts[i].heads = part.x.dim(1);
+    k.parts[i].hd = part.x.dim(2);
+    k.parts[i].norm = part.norm;
+    k.parts[i].rope = part.rope;
+    k.parts[i].fake_quant = part.fake_quant;
+    k.parts[i].quant = part.quant;
+  }
+  k.positions = p.positions.data_as<int64_t>();
+  k.inv_freq = p.inv_freq.data_as<float>();
+  k.tokens = p.positions.dim(0);
+  k.half = p.inv_freq.dim(0);
+  k.eps = p.eps;
+  cuda::run_norm_rope(k, impl_->s());
 }
 
 // ============================================================================ compressor, indexer, top-k

@@ -107,6 +107,9 @@ class CudaBackend final : public Backend, public HasTensorMemory {
   void mla_attention_absorbed(const MlaAttentionParams& p) override;
   void paged_mla_attention(const PagedMlaAttentionParams& p) override;
   void scatter_rows(const ScatterRowsParams& p) override;
+  void hc_collapse_norm(const HcCollapseNormParams& p) override;
+  void norm_rope(const NormRopeParams& p) override;
+  void hc_expand_mix(const HcExpandMixParams& p) override;
   // Recording = a CUDA graph whose temporaries live in the pool's own allocator blocks and workspace arena.
   std::unique_ptr<RecordingPool> new_recording_pool() override;
   std::unique_ptr<RecordedWork> record(const std::function<void()>& enqueue, RecordingPool& pool) override;

@@ -1,8 +1,10 @@
 // mHC on the GPU: site coefficients (norm + small projection + sigmoid gates + Sinkhorn), the V4 head's
 // collapse weights, collapse and expand. The coefficients are a GEMV per token, (2+hc)·hc rows of length hc·D
 // (1.5 MB of fn for V4-Flash): split over hc·D in 512-element chunks so ~32 blocks stream fn at once (one block
-// per token walked it alone: ~0.65 ms a site), then a small kernel sums the splits in fixed order and runs
-// the gates and the Sinkhorn iterations on one thread per token in the CPU op's order.
+// per token walked it alone: ~0.65 ms a site), then the splits are summed in fixed order and the gates and the
+// Sinkhorn iterations run in the CPU op's order. For decode-sized calls (p.arrivals set) the last partial block of a
+// token tile to finish runs that step itself, so a site is one launch instead of two (decode is launch-bound); the
+// finish is the same code either way, so both forms give the same bits.
 #include "deepinfer/ops/cuda/device_math.cuh"
 #include "deepinfer/ops/cuda/kernels.h"
 
@@ -23,54 +25,6 @@ constexpr int kMixChunk = 512;  // elements of hc·D per split: 16 per lane
 // Tokens a block dots its fn chunk with: 8 for decode batches (more blocks in flight), 32 in long prefills, where
 // re-reading each fn chunk (24 rows x 512) for every 8 tokens tripled the L2 traffic of the streams themselves.
 constexpr int kMixTokensPerBlock = 8, kMixTokensPerBlockLong = 32, kMixLongTokens = 2048;
-
-// kMixRowsPerWarp: fn rows a warp keeps in registers (3 covers hc <= 4: 24 rows over 8 warps).
-template <int kMixRowsPerWarp>
-__global__ void __launch_bounds__(kMixThreads) hc_mix_partial_kernel(HcMixKernelParams p) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t n = p.hc * p.d, rows = p.head ? p.hc : (2 + p.hc) * p.hc;
-  const int64_t c0 = static_cast<int64_t>(blockIdx.x) * kMixChunk;
-  const int64_t per_block = (p.tokens + gridDim.y - 1) / gridDim.y;
-  const int64_t t0 = static_cast<int64_t>(blockIdx.y) * per_block;
-  const int64_t t1 = min(p.tokens, t0 + per_block);
-  constexpr int kPer = kMixChunk / 32;
-  float w[kMixRowsPerWarp][kPer];
-#pragma unroll
-  for (int j = 0; j < kMixRowsPerWarp; ++j) {
-    const int64_t r = warp + j * kMixWarps;
-#pragma unroll
-    for (int e = 0; e < kPer; ++e) {
-      const int64_t i = c0 + lane + 32 * e;
-      w[j][e] = r < rows && i < n ? __ldg(p.fn + r * n + i) : 0.0f;
-    }
-  }
-  for (int64_t t = t0; t < t1; ++t) {
-    float f[kPer];
-#pragma unroll
-    for (int e = 0; e < kPer; ++e) {
-      const int64_t i = c0 + lane + 32 * e;
-      f[e] = i < n ? __ldg(p.streams + t * n + i) : 0.0f;
-    }
-    float* out = p.partial + (blockIdx.x * p.tokens + t) * (rows + 1);
-#pragma unroll
-    for (int j = 0; j < kMixRowsPerWarp; ++j) {
-      const int64_t r = warp + j * kMixWarps;
-      if (r >= rows) break;
-      float acc = 0.0f;
-#pragma unroll
-      for (int e = 0; e < kPer; ++e) acc = fmaf(w[j][e], f[e], acc);
-      acc = warp_sum(acc);
-      if (lane == 0) out[r] = acc;
-    }
-    if (warp == kMixWarps - 1) {
-      float ss = 0.0f;
-#pragma unroll
-      for (int e = 0; e < kPer; ++e) ss = fmaf(f[e], f[e], ss);
-      ss = warp_sum(ss);
-      if (lane == 0) out[rows] = ss;
-    }
-  }
-}
 
 // hc = 4, not the head: lane j*4 + k of the token's warp owns c[j][k] (lanes 0-3 also pre[k] / post[k]), so the
 // 20 Sinkhorn iterations' divisions run 16 at a time instead of one after another on one lane (27 µs a call at
@@ -116,21 +70,17 @@ __device__ __forceinline__ void finish_sinkhorn4(const HcMixKernelParams& p, con
 // kHc = 4 (V4 / V4.1) hands the non-head finish to finish_sinkhorn4 (16 lanes); every other case — the head's
 // gates, or hc unknown at compile time (kHc = 0) — runs on lane 0 with the matrix in shared memory (~55 µs a call
 // for a non-head hc = 4 on the H200: ~2,000 dependent shared-memory accesses and divisions; docs/PERF.md).
+// m: rows + 1 floats, c: hc² floats of the warp's shared memory. The partials are read through L2 (__ldcg): in the
+// fused form other blocks of the same launch wrote them.
 template <int kHc>
-__global__ void hc_mix_finish_kernel(HcMixKernelParams p) {
-  __shared__ float m_all[4][kMaxMixRows + 1];
-  __shared__ float c_all[4][kMaxHc * kMaxHc];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t t = static_cast<int64_t>(blockIdx.x) * 4 + warp;
-  if (t >= p.tokens) return;
+__device__ void finish_token(const HcMixKernelParams& p, float* m, float* c, int64_t t, int lane) {
   const int64_t hc = kHc > 0 ? kHc : p.hc, n = hc * p.d, rows = p.head ? hc : (2 + hc) * hc;
-  float* m = m_all[warp];
-  float* c = c_all[warp];
+  __syncwarp();  // a warp finishing several tokens: lane 0 may still read m / c of the previous one
   for (int64_t r = lane; r <= rows; r += 32) {
     float acc = 0.0f;
     // Unrolled so that several partials are in flight; still summed in split order.
 #pragma unroll 8
-    for (int s = 0; s < p.splits; ++s) acc += p.partial[(s * p.tokens + t) * (rows + 1) + r];
+    for (int s = 0; s < p.splits; ++s) acc += __ldcg(p.partial + (s * p.tokens + t) * (rows + 1) + r);
     m[r] = acc;
   }
   __syncwarp();
@@ -196,6 +146,156 @@ __global__ void hc_mix_finish_kernel(HcMixKernelParams p) {
   for (int64_t i = 0; i < hc * hc; ++i) comb[i] = c[i];
 }
 
+template <int kHc>
+__global__ void hc_mix_finish_kernel(HcMixKernelParams p) {
+  __shared__ float m_all[4][kMaxMixRows + 1];
+  __shared__ float c_all[4][kMaxHc * kMaxHc];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * 4 + warp;
+  if (t >= p.tokens) return;
+  finish_token<kHc>(p, m_all[warp], c_all[warp], t, lane);
+}
+
+// One token's partials of one split: warp w dots its fn rows w, w + 8, ... (in registers, w[j][e] = fn[r, c0 + lane +
+// 32e]) with the chunk f[e] in e order, then a warp sum; the last warp also sums f². Shared by the partial kernel and
+// the fused expand + mix kernel, so both give the same bits.
+template <int kMixRowsPerWarp>
+__device__ __forceinline__ void write_partials(const float (&w)[kMixRowsPerWarp][kMixChunk / 32],
+                                               const float (&f)[kMixChunk / 32], float* out, int64_t rows, int warp,
+                                               int lane) {
+  constexpr int kPer = kMixChunk / 32;
+#pragma unroll
+  for (int j = 0; j < kMixRowsPerWarp; ++j) {
+    const int64_t r = warp + j * kMixWarps;
+    if (r >= rows) break;
+    float acc = 0.0f;
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) acc = fmaf(w[j][e], f[e], acc);
+    acc = warp_sum(acc);
+    if (lane == 0) out[r] = acc;
+  }
+  if (warp == kMixWarps - 1) {
+    float ss = 0.0f;
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) ss = fmaf(f[e], f[e], ss);
+    ss = warp_sum(ss);
+    if (lane == 0) out[rows] = ss;
+  }
+}
+
+// The fn chunk of split `split` into registers (zero past the rows / columns).
+template <int kMixRowsPerWarp>
+__device__ __forceinline__ void load_fn_chunk(const HcMixKernelParams& p, int64_t split, int64_t rows,
+                                              float (&w)[kMixRowsPerWarp][kMixChunk / 32], int warp, int lane) {
+  const int64_t n = p.hc * p.d, c0 = split * kMixChunk;
+#pragma unroll
+  for (int j = 0; j < kMixRowsPerWarp; ++j) {
+    const int64_t r = warp + j * kMixWarps;
+#pragma unroll
+    for (int e = 0; e < kMixChunk / 32; ++e) {
+      const int64_t i = c0 + lane + 32 * e;
+      w[j][e] = r < rows && i < n ? __ldg(p.fn + r * n + i) : 0.0f;
+    }
+  }
+}
+
+// The one-launch tail: once this block's partials are written, the last block of the token tile [t0, t1) to arrive
+// runs finish_token<kFinishHc> for the tile's tokens (one warp per token); the tile's arrival counter counts the
+// gridDim.x blocks of the tile and is left at 0 for the next call.
+template <int kFinishHc>
+__device__ __forceinline__ void finish_if_last(const HcMixKernelParams& p, int64_t t0, int64_t t1, int warp, int lane) {
+  __shared__ bool last;
+  __shared__ float m_all[kMixWarps][kMaxMixRows + 1];
+  __shared__ float c_all[kMixWarps][kMaxHc * kMaxHc];
+  __threadfence();  // this block's partials reach L2 before its arrival is counted
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    last = atomicAdd(p.arrivals + blockIdx.y, 1u) == gridDim.x - 1;
+    if (last) atomicExch(p.arrivals + blockIdx.y, 0u);
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();  // every split's partials counted before are read after this point
+  for (int64_t t = t0 + warp; t < t1; t += kMixWarps) finish_token<kFinishHc>(p, m_all[warp], c_all[warp], t, lane);
+}
+
+// kMixRowsPerWarp: fn rows a warp keeps in registers (3 covers hc <= 4: 24 rows over 8 warps). kFinishHc >= 0: the
+// one-launch form (finish_if_last).
+template <int kMixRowsPerWarp, int kFinishHc>
+__global__ void __launch_bounds__(kMixThreads) hc_mix_partial_kernel(HcMixKernelParams p) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t n = p.hc * p.d, rows = p.head ? p.hc : (2 + p.hc) * p.hc;
+  const int64_t c0 = static_cast<int64_t>(blockIdx.x) * kMixChunk;
+  const int64_t per_block = (p.tokens + gridDim.y - 1) / gridDim.y;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.y) * per_block;
+  const int64_t t1 = min(p.tokens, t0 + per_block);
+  constexpr int kPer = kMixChunk / 32;
+  float w[kMixRowsPerWarp][kPer];
+  load_fn_chunk<kMixRowsPerWarp>(p, blockIdx.x, rows, w, warp, lane);
+  for (int64_t t = t0; t < t1; ++t) {
+    float f[kPer];
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) {
+      const int64_t i = c0 + lane + 32 * e;
+      f[e] = i < n ? __ldg(p.streams + t * n + i) : 0.0f;
+    }
+    write_partials<kMixRowsPerWarp>(w, f, p.partial + (blockIdx.x * p.tokens + t) * (rows + 1), rows, warp, lane);
+  }
+  if constexpr (kFinishHc >= 0) finish_if_last<kFinishHc>(p, t0, t1, warp, lane);
+}
+
+// hc_expand then hc_mix in one launch, for hc <= kExpandMixMaxHc and D a multiple of kMixChunk. Block (c, tile) owns
+// columns [c·512, (c+1)·512) of every stream for the tile's tokens: it expands them in place (no other block reads
+// them: the in-place update needs no grid-wide order) with hc_expand_kernel's arithmetic, keeps the new values in
+// shared memory, and writes the partials of the hc splits those columns are (split k·D/512 + c: the same chunks,
+// values and order as the partial kernel over the expanded streams), then finish_if_last.
+constexpr int kExpandMixMaxHc = 4, kExpandMixTokens = 4;
+
+template <int kFinishHc>
+__global__ void __launch_bounds__(kMixThreads) hc_expand_mix_kernel(HcMixKernelParams p) {
+  __shared__ float fresh[kExpandMixTokens][kExpandMixMaxHc][kMixChunk];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t hc = p.hc, n = hc * p.d, rows = (2 + hc) * hc, col_splits = p.d / kMixChunk;
+  const int64_t d0 = static_cast<int64_t>(blockIdx.x) * kMixChunk;
+  const int64_t per_block = (p.tokens + gridDim.y - 1) / gridDim.y;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.y) * per_block;
+  const int64_t t1 = min(p.tokens, t0 + per_block);
+  for (int64_t idx = threadIdx.x; idx < (t1 - t0) * kMixChunk; idx += blockDim.x) {
+    const int64_t tl = idx / kMixChunk, i = idx % kMixChunk, t = t0 + tl;
+    float* x = p.expand_streams + t * n + d0 + i;
+    const float* c = p.expand_comb + t * hc * hc;
+    const float y = p.expand_x[t * p.d + d0 + i];
+    float old[kExpandMixMaxHc];
+#pragma unroll
+    for (int j = 0; j < kExpandMixMaxHc; ++j) old[j] = j < hc ? x[j * p.d] : 0.0f;
+#pragma unroll
+    for (int k = 0; k < kExpandMixMaxHc; ++k) {
+      if (k >= hc) break;
+      float acc = 0.0f;
+#pragma unroll
+      for (int j = 0; j < kExpandMixMaxHc; ++j)
+        if (j < hc) acc = __fadd_rn(acc, __fmul_rn(c[j * hc + k], old[j]));
+      const float v = __fadd_rn(__fmul_rn(p.expand_post[t * hc + k], y), acc);
+      x[k * p.d] = v;
+      fresh[tl][k][i] = v;
+    }
+  }
+  __syncthreads();
+  constexpr int kPer = kMixChunk / 32;
+  for (int64_t k = 0; k < hc; ++k) {
+    const int64_t split = k * col_splits + blockIdx.x;
+    float w[3][kPer];
+    load_fn_chunk<3>(p, split, rows, w, warp, lane);
+    for (int64_t t = t0; t < t1; ++t) {
+      float f[kPer];
+#pragma unroll
+      for (int e = 0; e < kPer; ++e) f[e] = fresh[t - t0][k][lane + 32 * e];
+      write_partials<3>(w, f, p.partial + (split * p.tokens + t) * (rows + 1), rows, warp, lane);
+    }
+  }
+  finish_if_last<kFinishHc>(p, t0, t1, warp, lane);
+}
+
 __global__ void hc_collapse_kernel(HcCollapseKernelParams p) {
   const int64_t total = p.tokens * p.d;
   for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
@@ -243,10 +343,22 @@ void run_hc_mix(const HcMixKernelParams& p, cudaStream_t stream) {
   const int64_t per_block = p.tokens >= kMixLongTokens ? kMixTokensPerBlockLong : kMixTokensPerBlock;
   const dim3 grid(static_cast<unsigned>(p.splits), static_cast<unsigned>(ceil_div(p.tokens, per_block)));
   const int64_t rows = p.head ? p.hc : (2 + p.hc) * p.hc;
+  constexpr int kWide = (kMaxMixRows + kMixWarps - 1) / kMixWarps;
+  // Decode-sized calls only: a long prefill's finish is better spread over its own grid than run by one block per tile.
+  if (p.arrivals && p.tokens <= static_cast<int64_t>(kHcMixArrivalSlots) * kMixTokensPerBlock) {
+    if (rows <= 3 * kMixWarps && p.hc == 4)
+      hc_mix_partial_kernel<3, 4><<<grid, kMixThreads, 0, stream>>>(p);
+    else if (rows <= 3 * kMixWarps)
+      hc_mix_partial_kernel<3, 0><<<grid, kMixThreads, 0, stream>>>(p);
+    else
+      hc_mix_partial_kernel<kWide, 0><<<grid, kMixThreads, 0, stream>>>(p);
+    DI_CUDA_CHECK_LAUNCH();
+    return;
+  }
   if (rows <= 3 * kMixWarps)
-    hc_mix_partial_kernel<3><<<grid, kMixThreads, 0, stream>>>(p);
+    hc_mix_partial_kernel<3, -1><<<grid, kMixThreads, 0, stream>>>(p);
   else
-    hc_mix_partial_kernel<(kMaxMixRows + kMixWarps - 1) / kMixWarps><<<grid, kMixThreads, 0, stream>>>(p);
+    hc_mix_partial_kernel<kWide, -1><<<grid, kMixThreads, 0, stream>>>(p);
   DI_CUDA_CHECK_LAUNCH();
   const unsigned blocks = static_cast<unsigned>(ceil_div(p.tokens, 4));
   if (p.hc == 4)  // V4 / V4.1
@@ -254,6 +366,33 @@ void run_hc_mix(const HcMixKernelParams& p, cudaStream_t stream) {
   else
     hc_mix_finish_kernel<0><<<blocks, 128, 0, stream>>>(p);
   DI_CUDA_CHECK_LAUNCH();
+}
+
+void run_hc_expand_mix(const HcMixKernelParams& p, cudaStream_t stream) {
+  DI_CHECK_INTERNAL(!p.head && p.expand_streams == p.streams && p.expand_x && p.expand_post && p.expand_comb)
+      << "hc_expand_mix: expand fields";
+  const int64_t tiles = ceil_div(p.tokens, kExpandMixTokens);
+  if (p.arrivals && p.hc <= kExpandMixMaxHc && p.d % kMixChunk == 0 && tiles <= kHcMixArrivalSlots) {
+    DI_CHECK_INTERNAL(p.partial && p.splits == hc_mix_splits(p.hc, p.d)) << "hc_expand_mix: partial buffer / splits";
+    if (p.tokens == 0) return;
+    const dim3 grid(static_cast<unsigned>(p.d / kMixChunk), static_cast<unsigned>(tiles));
+    if (p.hc == 4)
+      hc_expand_mix_kernel<4><<<grid, kMixThreads, 0, stream>>>(p);
+    else
+      hc_expand_mix_kernel<0><<<grid, kMixThreads, 0, stream>>>(p);
+    DI_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  HcExpandKernelParams e;
+  e.streams = p.expand_streams;
+  e.x = p.expand_x;
+  e.post = p.expand_post;
+  e.comb = p.expand_comb;
+  e.tokens = p.tokens;
+  e.hc = p.hc;
+  e.d = p.d;
+  run_hc_expand(e, stream);
+  run_hc_mix(p, stream);
 }
 
 void run_hc_collapse(const HcCollapseKernelParams& p, cudaStream_t stream) {

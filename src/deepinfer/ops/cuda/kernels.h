@@ -115,6 +115,9 @@ struct RmsNormKernelParams {
   float eps = 1e-6f;
 };
 void run_rms_norm(const RmsNormKernelParams& p, cudaStream_t stream);
+// Threads of the rms_norm kernel for a row of `dim`: thread i sums elements i, i + threads, ... before the block
+// sum, so a fused kernel that reduces the same way over this many threads gets bit-identical statistics.
+__host__ __device__ constexpr int rms_norm_threads(int64_t dim) { return dim >= 1024 ? 512 : (dim >= 256 ? 256 : 128); }
 
 // ============================================================================ rope (rope_cuda.cu)
 struct RopeKernelParams {
@@ -150,9 +153,21 @@ struct HcMixKernelParams {
   // Scratch of splits·tokens·(rows + 1) floats for the split-K partial sums, splits = hc_mix_splits(hc, d).
   float* partial = nullptr;
   int splits = 0;
+  // Optional: kHcMixArrivalSlots zeroed counters (left zeroed) that let the partial kernel's last block per token tile
+  // run the finish itself — one launch a site. Calls of more than 8 · kHcMixArrivalSlots tokens take two launches.
+  unsigned* arrivals = nullptr;
+  // run_hc_expand_mix only: hc_expand of `streams` (the same pointer, writable) by these first.
+  float* expand_streams = nullptr;
+  const float* expand_x = nullptr;     // [tokens, d]
+  const float* expand_post = nullptr;  // [tokens, hc]
+  const float* expand_comb = nullptr;  // [tokens, hc, hc]
 };
+constexpr int kHcMixArrivalSlots = 64;  // token tiles of 8 rows: calls of up to 512 tokens
 int hc_mix_splits(int64_t hc, int64_t d);
 void run_hc_mix(const HcMixKernelParams& p, cudaStream_t stream);
+// hc_expand then hc_mix (HcExpandMixParams): one launch for hc <= 4, d % 512 == 0 and up to 4 · kHcMixArrivalSlots
+// tokens with `arrivals` set, else run_hc_expand and run_hc_mix.
+void run_hc_expand_mix(const HcMixKernelParams& p, cudaStream_t stream);
 
 struct HcCollapseKernelParams {
   const float* streams = nullptr;
@@ -170,6 +185,35 @@ struct HcExpandKernelParams {
   int64_t tokens = 0, hc = 0, d = 0;
 };
 void run_hc_expand(const HcExpandKernelParams& p, cudaStream_t stream);
+
+// ============================================================================ fused decode ops (fused_decode_cuda.cu)
+// hc_collapse then rms_norm in one launch (HcCollapseNormParams).
+struct HcCollapseNormKernelParams {
+  const float* streams = nullptr;  // [tokens, hc, d]
+  const float* pre = nullptr;      // [tokens, hc]
+  const float* weight = nullptr;   // [d], optional
+  float* out = nullptr;            // [tokens, d]
+  int64_t tokens = 0, hc = 0, d = 0;
+  float eps = 1e-6f;
+};
+void run_hc_collapse_norm(const HcCollapseNormKernelParams& p, cudaStream_t stream);
+
+// rms_norm per head row, forward rope and / or fake_quant of up to two parts in one launch (NormRopeParams).
+struct NormRopeKernelPart {
+  float* x = nullptr;             // [tokens, heads, hd]; nullptr = no part
+  const float* weight = nullptr;  // [hd], optional
+  int64_t heads = 0, hd = 0;
+  bool norm = false, rope = false, fake_quant = false;
+  FakeQuantKind quant = FakeQuantKind::kFP8E4M3Ue8m0Block32;
+};
+struct NormRopeKernelParams {
+  NormRopeKernelPart parts[2];
+  const int64_t* positions = nullptr;  // [tokens]
+  const float* inv_freq = nullptr;     // [half]
+  int64_t tokens = 0, half = 0;
+  float eps = 1e-6f;
+};
+void run_norm_rope(const NormRopeKernelParams& p, cudaStream_t stream);
 
 // ============================================================================ compressor (compressor_cuda.cu)
 struct CompressPoolKernelParams {

@@ -25,7 +25,7 @@ __global__ void rms_norm_kernel(RmsNormKernelParams p) {
 
 void run_rms_norm(const RmsNormKernelParams& p, cudaStream_t stream) {
   if (p.rows == 0) return;
-  const int threads = p.dim >= 1024 ? 512 : (p.dim >= 256 ? 256 : 128);
+  const int threads = rms_norm_threads(p.dim);
   rms_norm_kernel<<<static_cast<unsigned>(p.rows), threads, 0, stream>>>(p);
   DI_CUDA_CHECK_LAUNCH();
 }

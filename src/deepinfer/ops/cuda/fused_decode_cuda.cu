@@ -1,0 +1,126 @@
+// Fused decode ops: each kernel is the composition of existing kernels in one launch (a decode step at batch 1 is
+// launch-bound: ~40 kernels of 3-8 µs a layer, docs/PERF.md). Bit-identity with the unfused launches rests on
+// repeating their arithmetic exactly: hc_collapse's per-channel sum (hc_cuda.cu), rms_norm's per-thread sums over
+// rms_norm_threads(dim) threads followed by block_sum (norm_cuda.cu), rope's angle and rotation (rope_cuda.cu), and
+// fake_quant's block (fake_quant.cuh, shared with fake_quant_cuda.cu). Threads beyond rms_norm_threads(dim) add +0 to
+// the block sum, which leaves it unchanged (block_sum already pads its last warp reduction with zeros).
+#include <algorithm>
+
+#include "deepinfer/ops/cuda/device_math.cuh"
+#include "deepinfer/ops/cuda/fake_quant.cuh"
+#include "deepinfer/ops/cuda/kernels.h"
+
+namespace deepinfer::cuda {
+namespace {
+
+// One block per token. The collapsed row goes to `out` first: the norm reads it back (each thread its own
+// channels), which keeps any D without a register bound.
+__global__ void hc_collapse_norm_kernel(HcCollapseNormKernelParams p) {
+  __shared__ float red[32];
+  const int64_t t = blockIdx.x;
+  const float* x = p.streams + t * p.hc * p.d;
+  const float* pre = p.pre + t * p.hc;
+  float* y = p.out + t * p.d;
+  float ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < p.d; i += blockDim.x) {
+    float acc = 0.0f;
+    for (int64_t k = 0; k < p.hc; ++k) acc = __fadd_rn(acc, __fmul_rn(pre[k], x[k * p.d + i]));
+    y[i] = acc;
+    ss = fmaf(acc, acc, ss);
+  }
+  ss = block_sum(ss, red);
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(p.d) + p.eps);
+  for (int64_t i = threadIdx.x; i < p.d; i += blockDim.x) {
+    const float v = __fmul_rn(y[i], inv);
+    y[i] = p.weight ? __fmul_rn(p.weight[i], v) : v;
+  }
+}
+
+// fake_quant of one row, a thread per quantization block (as the fake_quant kernel); a row that is not a whole number
+// of blocks passes through unchanged, as in the op.
+template <FakeQuantKind K>
+__device__ __forceinline__ void fake_quant_row(float* v, int64_t hd) {
+  constexpr int kBlock = fake_quant_block_size<K>();
+  if (hd % kBlock != 0) return;
+  for (int64_t b = threadIdx.x; b < hd / kBlock; b += blockDim.x) fake_quant_block<K>(v + b * kBlock);
+}
+
+// One block per (token, head) row of either part, part 0's rows first. The rope angles are per row here (rope_kernel
+// shares them per token): the same values, evaluated once per head instead of once per token.
+__global__ void norm_rope_kernel(NormRopeKernelParams p) {
+  __shared__ float red[32];
+  const int64_t rows0 = p.parts[0].x ? p.tokens * p.parts[0].heads : 0;
+  const int64_t b = blockIdx.x;
+  // Field by field: a reference to parts[b < rows0 ? 0 : 1] would copy the params to local memory (a stack frame).
+  const bool first = b < rows0;
+  const int64_t r = first ? b : b - rows0;  // row = token · heads + head
+  const int64_t heads = first ? p.parts[0].heads : p.parts[1].heads, hd = first ? p.parts[0].hd : p.parts[1].hd;
+  const float* weight = first ? p.parts[0].weight : p.parts[1].weight;
+  const bool norm = first ? p.parts[0].norm : p.parts[1].norm, rope = first ? p.parts[0].rope : p.parts[1].rope;
+  const bool quant = first ? p.parts[0].fake_quant : p.parts[1].fake_quant;
+  const FakeQuantKind kind = first ? p.parts[0].quant : p.parts[1].quant;
+  const int64_t t = r / heads;
+  float* v = (first ? p.parts[0].x : p.parts[1].x) + r * hd;
+  if (norm) {
+    const int threads = rms_norm_threads(hd);
+    float ss = 0.0f;
+    if (threadIdx.x < threads)
+      for (int64_t i = threadIdx.x; i < hd; i += threads) ss = fmaf(v[i], v[i], ss);
+    ss = block_sum(ss, red);
+    const float inv = 1.0f / sqrtf(ss / static_cast<float>(hd) + p.eps);
+    for (int64_t i = threadIdx.x; i < hd; i += blockDim.x) {
+      const float n = __fmul_rn(v[i], inv);
+      v[i] = weight ? __fmul_rn(weight[i], n) : n;
+    }
+    __syncthreads();  // the rotation reads pairs another thread normalised
+  }
+  if (rope) {
+    const float fpos = static_cast<float>(p.positions[t]);
+    float* slice = v + (hd - 2 * p.half);
+    for (int64_t i = threadIdx.x; i < p.half; i += blockDim.x) {
+      const float theta = __fmul_rn(p.inv_freq[i], fpos);
+      const float c = static_cast<float>(cos(static_cast<double>(theta)));
+      const float s = static_cast<float>(sin(static_cast<double>(theta)));
+      const float a = slice[2 * i], bb = slice[2 * i + 1];
+      slice[2 * i] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(bb, s));
+      slice[2 * i + 1] = __fadd_rn(__fmul_rn(a, s), __fmul_rn(bb, c));
+    }
+  }
+  if (!quant) return;
+  __syncthreads();  // a quantization block spans pairs other threads rotated
+  switch (kind) {
+    case FakeQuantKind::kFP8E4M3Ue8m0Block32:
+      fake_quant_row<FakeQuantKind::kFP8E4M3Ue8m0Block32>(v, hd);
+      break;
+    case FakeQuantKind::kFP4Ue8m0Block32:
+      fake_quant_row<FakeQuantKind::kFP4Ue8m0Block32>(v, hd);
+      break;
+    case FakeQuantKind::kFP4E4m3Block16:
+      fake_quant_row<FakeQuantKind::kFP4E4m3Block16>(v, hd);
+      break;
+  }
+}
+
+}  // namespace
+
+void run_hc_collapse_norm(const HcCollapseNormKernelParams& p, cudaStream_t stream) {
+  if (p.tokens == 0 || p.d == 0) return;
+  hc_collapse_norm_kernel<<<static_cast<unsigned>(p.tokens), rms_norm_threads(p.d), 0, stream>>>(p);
+  DI_CUDA_CHECK_LAUNCH();
+}
+
+void run_norm_rope(const NormRopeKernelParams& p, cudaStream_t stream) {
+  int64_t rows = 0;
+  int threads = 128;
+  for (const NormRopeKernelPart& part : p.parts) {
+    if (!part.x) continue;
+    DI_CHECK_INTERNAL(part.heads > 0 || p.tokens == 0) << "norm_rope: a part without heads";
+    rows += p.tokens * part.heads;
+    if (part.norm) threads = std::max(threads, rms_norm_threads(part.hd));
+  }
+  if (rows == 0) return;
+  norm_rope_kernel<<<static_cast<unsigned>(rows), threads, 0, stream>>>(p);
+  DI_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace deepinfer::cuda
