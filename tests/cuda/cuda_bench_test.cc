@@ -458,13 +458,23 @@ TEST_F(CudaBench, DISABLED_DecodeGemmTimings) {
   struct Mode {
     const char* name;
     const char* rows;
-    const char* w16;           // nullptr: the kernel's choice by tile count
-    const char* kw = nullptr;  // K slices per tile; nullptr: the kernel's choice
+    const char* w16;                 // nullptr: the kernel's choice by tile count
+    const char* kw = nullptr;        // K slices per tile; nullptr: the kernel's choice
+    const char* target = nullptr;    // warps a call aims for when choosing kw; nullptr: the kernel's default
+    const char* stage_kb = nullptr;  // the activation stage's limit; nullptr: the kernel's default
   };
-  const Mode modes[] = {{"stream-mma<=8", "8", nullptr},           {"stream-mma<=4", "4", nullptr},
-                        {"stream-mma<=8 8-row tiles", "8", "0"},   {"stream-mma<=8 16-row tiles", "8", "1"},
-                        {"stream-mma<=8 kw=2", "8", nullptr, "2"}, {"stream-mma<=8 kw=4", "8", nullptr, "4"},
-                        {"stream-mma<=8 kw=8", "8", nullptr, "8"}, {"fp32 stream", "0", nullptr}};
+  const Mode modes[] = {{"stream-mma<=8", "8", nullptr},
+                        {"stream-mma<=4", "4", nullptr},
+                        {"stream-mma<=8 8-row tiles", "8", "0"},
+                        {"stream-mma<=8 16-row tiles", "8", "1"},
+                        {"stream-mma<=8 kw=2", "8", nullptr, "2"},
+                        {"stream-mma<=8 kw=4", "8", nullptr, "4"},
+                        {"stream-mma<=8 kw=8", "8", nullptr, "8"},
+                        {"fp32 stream", "0", nullptr},
+                        {"stream-mma<=8 target=4096", "8", nullptr, nullptr, "4096"},
+                        {"stream-mma<=8 target=8192", "8", nullptr, nullptr, "8192"},
+                        {"stream-mma<=8 stage 48 KB", "8", nullptr, nullptr, nullptr, "48"},
+                        {"stream-mma<=8 (again, last)", "8", nullptr}};
   const auto set_mode = [](const Mode& md) {
     setenv("DEEPINFER_AB_STREAM_MMA_ROWS", md.rows, 1);
     if (md.w16)
@@ -475,6 +485,14 @@ TEST_F(CudaBench, DISABLED_DecodeGemmTimings) {
       setenv("DEEPINFER_AB_STREAM_MMA_KW", md.kw, 1);
     else
       unsetenv("DEEPINFER_AB_STREAM_MMA_KW");
+    if (md.stage_kb)
+      setenv("DEEPINFER_AB_STREAM_MMA_STAGE_KB", md.stage_kb, 1);
+    else
+      unsetenv("DEEPINFER_AB_STREAM_MMA_STAGE_KB");
+    if (md.target)
+      setenv("DEEPINFER_AB_STREAM_MMA_TARGET", md.target, 1);
+    else
+      unsetenv("DEEPINFER_AB_STREAM_MMA_TARGET");
   };
   struct Proj {
     const char* name;
@@ -523,6 +541,8 @@ TEST_F(CudaBench, DISABLED_DecodeGemmTimings) {
   unsetenv("DEEPINFER_AB_STREAM_MMA_ROWS");
   unsetenv("DEEPINFER_AB_STREAM_MMA_W16");
   unsetenv("DEEPINFER_AB_STREAM_MMA_KW");
+  unsetenv("DEEPINFER_AB_STREAM_MMA_TARGET");
+  unsetenv("DEEPINFER_AB_STREAM_MMA_STAGE_KB");
 }
 
 // Batch-invariant decode GEMMs (issue #7): the column-chain kernels (gemm_cuda.cu) against the default mode's

@@ -29,9 +29,12 @@ namespace deepinfer::cuda {
 namespace {
 
 constexpr int kSmWarps = 8, kSmThreads = 32 * kSmWarps;
-constexpr int kPrefetchBytes = 128;         // weight bytes in flight per lane
-constexpr int kTargetWarps = 2048;          // ~16 streaming warps per SM on 132 SMs
-constexpr int64_t kStageBytes = 48 * 1024;  // the activation stage: default dynamic shared-memory limit
+constexpr int kPrefetchBytes = 128;  // weight bytes in flight per lane
+constexpr int kTargetWarps = 2048;   // ~16 streaming warps per SM on 132 SMs
+// The activation stage, up to 96 KB (two blocks an SM still fit): at K = 8192 (V4 o_b) 48 KB held 2 rows, so
+// 4-8 rows streamed the weights two to four times.
+constexpr int64_t kStageBytes = 96 * 1024;
+constexpr int64_t kDefaultSmemBytes = 48 * 1024;  // above it a kernel needs the opt-in attribute
 
 template <QuantFormat F>
 constexpr int kChunkK = F == QuantFormat::kMXFP4 ? 32 : 16;  // k values per 16-byte chunk
@@ -308,6 +311,22 @@ int ab_kw() {
 // Programmatic dependent launch is off unless DEEPINFER_AB_STREAM_MMA_PDL=1: measured slower on the H200 (V4.1
 // decode at batch 1, same call: 2.44 ms without, 3.04 ms with; the grouped calls start early and wait for the
 // plan while holding SM slots), kept switchable for the next attempt (earlier triggers in the producer kernels).
+// Temporary A/B switch: DEEPINFER_AB_STREAM_MMA_TARGET = the warps a call aims for when choosing its K slices
+// (default kTargetWarps): a sweep of how many streaming warps the H200 needs in flight.
+int ab_target_warps() {
+  const char* v = std::getenv("DEEPINFER_AB_STREAM_MMA_TARGET");
+  const int t = v ? std::atoi(v) : 0;
+  return t > 0 ? t : kTargetWarps;
+}
+
+// Temporary A/B switch: DEEPINFER_AB_STREAM_MMA_STAGE_KB = the activation stage's limit in KB (default 96; 48 is
+// the earlier limit).
+int64_t ab_stage_bytes() {
+  const char* v = std::getenv("DEEPINFER_AB_STREAM_MMA_STAGE_KB");
+  const int64_t kb = v ? std::atoll(v) : 0;
+  return kb > 0 && kb * 1024 <= kStageBytes ? kb * 1024 : kStageBytes;
+}
+
 bool ab_pdl() {
   const char* v = std::getenv("DEEPINFER_AB_STREAM_MMA_PDL");
   return v && std::atoi(v) != 0;
@@ -317,10 +336,14 @@ template <QuantFormat F, int R, bool W16>
 void launch_shape(const GemmKernelParams& p, int64_t slots, int lbn, int lbk, cudaStream_t stream) {
   const int64_t chunks = p.k / kChunkK<F>, steps = ceil_div(chunks, 4), tiles = ceil_div(p.n, W16 ? 16 : 8);
   int kw = 1;  // K slices per tile: enough warps to stream, at least two steps each
-  while (kw < kSmWarps && tiles * slots * kw < kTargetWarps && steps >= 4 * kw) kw *= 2;
+  const int target = ab_target_warps();
+  while (kw < kSmWarps && tiles * slots * kw < target && steps >= 4 * kw) kw *= 2;
   if (ab_kw()) kw = ab_kw();
   const int nw = kSmWarps / kw;
   const size_t smem = static_cast<size_t>(steps * kMmas<F> * R * 4) * sizeof(uint2);
+  if (smem > static_cast<size_t>(kDefaultSmemBytes))
+    DI_CUDA_CHECK(cudaFuncSetAttribute(gemm_stream_mma_kernel<F, R, W16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(smem)));
   const dim3 grid(static_cast<unsigned>(ceil_div(tiles, nw)), static_cast<unsigned>(slots));
   const bool a_vec = p.lda % 4 == 0 && reinterpret_cast<uintptr_t>(p.a) % 16 == 0;
   cudaLaunchConfig_t cfg = {};
@@ -356,9 +379,10 @@ template <QuantFormat F>
 bool dispatch(const GemmKernelParams& p, int64_t rows, int lbn, int lbk, cudaStream_t stream) {
   const int64_t kpad = ceil_div(p.k / kChunkK<F>, 4) * 4 * kChunkK<F>;
   int r = 8;
-  while (r > 1 && r / 2 >= rows) r /= 2;               // the smallest of 1, 2, 4, 8 covering rows
-  while (r > 1 && 2 * kpad * r > kStageBytes) r /= 2;  // more rows than fit: passes
-  if (2 * kpad * r > kStageBytes) return false;
+  while (r > 1 && r / 2 >= rows) r /= 2;  // the smallest of 1, 2, 4, 8 covering rows
+  const int64_t stage = ab_stage_bytes();
+  while (r > 1 && 2 * kpad * r > stage) r /= 2;  // more rows than fit: passes
+  if (2 * kpad * r > stage) return false;
   const int64_t slots = p.group_offsets ? std::max<int64_t>(std::min<int64_t>(p.groups, p.m), 1) : 1;
   switch (r) {
     case 1:
