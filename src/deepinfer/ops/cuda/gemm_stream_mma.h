@@ -23,4 +23,9 @@ constexpr int64_t kGemmStreamMmaMaxRows = 8;
 // scales must not be written by that kernel.
 bool run_gemm_stream_mma(const GemmKernelParams& p, int64_t rows, cudaStream_t stream);
 
+// Whether a call of `rows` rows per weight, n outputs and `slots` group slots (1 when dense) is one this kernel
+// takes by shape: one-row calls with few tiles decline (the fp32 column-group kernel is faster there and exact in
+// A). Tests use it to pick their reference (A rounded to bf16 or not).
+bool gemm_stream_mma_takes_shape(int64_t rows, int64_t n, int64_t slots);
+
 }  // namespace deepinfer::cuda

@@ -375,15 +375,26 @@ void launch(const GemmKernelParams& p, int64_t slots, int lbn, int lbk, cudaStre
     launch_shape<F, R, false>(p, slots, lbn, lbk, stream);
 }
 
+// One row a weight and fewer 16-row tiles than this: the fp32 column-group kernel (gemm_cuda.cu) is faster there
+// (op micro-bench, H200, 45c8905, M = 1, fp32 vs stream-mma µs: q_a 1280x5120 9.1 vs 10.4, kv 512x5120 7.8 vs 8.4,
+// o_a 8 x 1024x4096 grouped 6.9 vs 7.8, o_b 5120x8192 21.3 vs 27.9; q_b 32768x1280, 2048 tiles: 27.3 vs 20.2) and
+// exact in A. Temporary A/B switch DEEPINFER_AB_STREAM_MMA_ONE_ROW_TILES (0: every one-row call streams here).
+constexpr int64_t kOneRowMinTiles = 1024;
+int64_t one_row_min_tiles() {
+  const char* v = std::getenv("DEEPINFER_AB_STREAM_MMA_ONE_ROW_TILES");
+  return v ? std::atoll(v) : kOneRowMinTiles;
+}
+
 template <QuantFormat F>
 bool dispatch(const GemmKernelParams& p, int64_t rows, int lbn, int lbk, cudaStream_t stream) {
+  const int64_t slots = p.group_offsets ? std::max<int64_t>(std::min<int64_t>(p.groups, p.m), 1) : 1;
+  if (!gemm_stream_mma_takes_shape(rows, p.n, slots)) return false;
   const int64_t kpad = ceil_div(p.k / kChunkK<F>, 4) * 4 * kChunkK<F>;
   int r = 8;
   while (r > 1 && r / 2 >= rows) r /= 2;  // the smallest of 1, 2, 4, 8 covering rows
   const int64_t stage = ab_stage_bytes();
   while (r > 1 && 2 * kpad * r > stage) r /= 2;  // more rows than fit: passes
   if (2 * kpad * r > stage) return false;
-  const int64_t slots = p.group_offsets ? std::max<int64_t>(std::min<int64_t>(p.groups, p.m), 1) : 1;
   switch (r) {
     case 1:
       launch<F, 1>(p, slots, lbn, lbk, stream);
@@ -402,6 +413,10 @@ bool dispatch(const GemmKernelParams& p, int64_t rows, int lbn, int lbk, cudaStr
 }
 
 }  // namespace
+
+bool gemm_stream_mma_takes_shape(int64_t rows, int64_t n, int64_t slots) {
+  return rows > 1 || ceil_div(n, 16) * slots >= one_row_min_tiles();
+}
 
 bool run_gemm_stream_mma(const GemmKernelParams& p, int64_t rows, cudaStream_t stream) {
   if (p.batch_invariant || !p.scale_e8m0 || p.m == 0 || p.n == 0) return false;
