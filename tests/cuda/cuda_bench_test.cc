@@ -552,6 +552,33 @@ TEST_F(CudaBench, DISABLED_DecodeGemmTimings) {
   unsetenv("DEEPINFER_AB_STREAM_MMA_ONE_ROW_TILES");
 }
 
+// Is the batch-1 MoE bound by address translation? The same V4.1 MoE op (6 of 384 experts + shared, default kernels)
+// with the 16 rotating selections drawn from the first `pool` experts only: from 24 on, the selections' experts
+// (~450 MB at 24) miss the 50 MB L2 either way, so a slowdown from 24 to 384 experts (7.2 GB of weights) is the
+// cost of touching more distinct pages (TLB reach), not of HBM bandwidth.
+TEST_F(CudaBench, DISABLED_MoeExpertSpreadTimings) {
+  const int64_t d = 5120, inter = 2304, k = 6;
+  const std::unique_ptr<V41Moe> moe = v41_moe();
+  for (int64_t t : {1, 8}) {
+    for (int64_t pool : {24, 96, 384, 24}) {
+      constexpr int kSel = 16;
+      double touched = 0;
+      const std::vector<DeviceTensor> idx = rotating_selections(t, k, pool, kSel, touched);
+      DeviceTensor x = filled(DType::kF32, {t, d}), wts = filled(DType::kF32, {t, k}), y(gpu(), DType::kF32, {t, d});
+      const double bytes = touched * 3.0 * inter * d * (0.5 + 1.0 / 32) + 3.0 * inter * d;
+      int sel = 0;
+      const double ms = time_ms(
+          [&] {
+            gpu().moe_quant({x, wts, idx[sel], &moe->experts, &moe->shared, y, 10.0f, true});
+            sel = (sel + 1) % kSel;
+          },
+          32);
+      report("V4.1 moe_quant T=" + std::to_string(t) + " experts drawn from the first " + std::to_string(pool), ms,
+             bytes, 2.0 * 3 * inter * d * t * (k + 1));
+    }
+  }
+}
+
 // Batch-invariant decode GEMMs (issue #7): the column-chain kernels (gemm_cuda.cu) against the default mode's
 // kernels in the same run (gpu().set_batch_invariant). FP8 128x128 UE8M0 projections at V4-Flash decode shapes
 // and the V4.1 MXFP4 routed experts (E=384, k=6, + FP8 shared expert) at 1-8 rows / tokens; weights rotate over
