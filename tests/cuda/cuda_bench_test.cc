@@ -699,5 +699,131 @@ TEST_F(CudaBench, DISABLED_DecodeIndexerTimings) {
   }
 }
 
+// The prefill expert GEMMs of V4-Flash at 8192 tokens (issue: the experts were 76 of 136 ms of the step): 256 MXFP4
+// experts, top-6 routing drawn at random (49152 slots, ~192 rows an expert), gate (N = 2048, K = 4096; one of the two
+// gate/up calls, rows gathered through a_rows / 6) and down (N = 4096, K = 2048, C rows scattered), plus the FP8
+// 128x128 shared expert as dense GEMMs of 8192 rows (gate N = 2048, K = 4096; down N = 4096, K = 2048). Each shape
+// through run_gemm with the wgmma kernel (default bf16x2 decode and the f32 decode) and with it off (gemm_mma), the
+// same inputs in the same run: DEEPINFER_AB_WGMMA = "" / "exact" / "0". The experts' weights are distinct (2 GiB per
+// projection: each call reads them from HBM).
+TEST_F(CudaBench, DISABLED_PrefillExpertGemmTimings) {
+  const int64_t tokens = 8192, d = 4096, inter = 2048, e = 256, topk = 6, slots = tokens * topk;
+  struct Mode {
+    const char* name;
+    const char* env;
+  };
+  const Mode modes[] = {{"wgmma", ""}, {"wgmma f32-decode", "exact"}, {"mma.sync (AB_WGMMA=0)", "0"}};
+  // Routing: each token's 6 distinct experts uniformly at random; slots sorted by expert (the plan's order).
+  std::vector<std::vector<int32_t>> by_expert(e);
+  {
+    std::uniform_int_distribution<int> de(0, static_cast<int>(e) - 1);
+    for (int64_t t = 0; t < tokens; ++t) {
+      std::vector<int> chosen;
+      while (static_cast<int64_t>(chosen.size()) < topk) {
+        const int x = de(rng());
+        if (std::find(chosen.begin(), chosen.end(), x) == chosen.end()) chosen.push_back(x);
+      }
+      for (int64_t j = 0; j < topk; ++j) by_expert[chosen[j]].push_back(static_cast<int32_t>(t * topk + j));
+    }
+  }
+  HostTensor perm(DType::kI32, {slots}), off(DType::kI32, {e + 1}), tiles(DType::kI32, {e + 1}),
+      active(DType::kI32, {e + 1});
+  {
+    int64_t pos = 0, tl = 0, na = 0;
+    for (int64_t g = 0; g < e; ++g) {
+      off.data<int32_t>()[g] = static_cast<int32_t>(pos);
+      tiles.data<int32_t>()[g] = static_cast<int32_t>(tl);
+      for (int32_t sl : by_expert[g]) perm.data<int32_t>()[pos++] = sl;
+      tl += (static_cast<int64_t>(by_expert[g].size()) + cuda::kGemmTileM - 1) / cuda::kGemmTileM;
+      if (!by_expert[g].empty()) active.data<int32_t>()[na++] = static_cast<int32_t>(g);
+    }
+    off.data<int32_t>()[e] = static_cast<int32_t>(pos);
+    tiles.data<int32_t>()[e] = static_cast<int32_t>(tl);
+    active.data<int32_t>()[e] = static_cast<int32_t>(na);
+  }
+  const DeviceTensor dperm = up(perm), doff = up(off), dtiles = up(tiles), dactive = up(active);
+  const DeviceTensor x16 = filled(DType::kBF16, {tokens, d}), h16 = filled(DType::kBF16, {slots, inter});
+  DeviceTensor gu(gpu(), DType::kF32, {slots, 2 * inter}), y(gpu(), DType::kF32, {slots, d});
+  struct Proj {
+    const char* name;
+    int64_t n, k;
+  };
+  for (const Proj& pr : {Proj{"gate", inter, d}, Proj{"down", d, inter}}) {
+    // All experts' codes and scales in one buffer each; the tables point at each expert's slice.
+    const DeviceTensor w = filled(DType::kU8, {e * pr.n, pr.k / 2}),
+                       sc = filled(DType::kE8M0, {e * pr.n, pr.k / 32}, true);
+    HostTensor wt(DType::kI64, {e}), st(DType::kI64, {e});
+    for (int64_t g = 0; g < e; ++g) {
+      wt.data<int64_t>()[g] = reinterpret_cast<int64_t>(static_cast<const uint8_t*>(w.data()) + g * pr.n * pr.k / 2);
+      st.data<int64_t>()[g] = reinterpret_cast<int64_t>(static_cast<const uint8_t*>(sc.data()) + g * pr.n * pr.k / 32);
+    }
+    const DeviceTensor dwt = up(wt), dst = up(st);
+    cuda::GemmKernelParams p;
+    p.format = QuantFormat::kMXFP4;
+    p.groups = static_cast<int>(e);
+    p.group_offsets = static_cast<const int32_t*>(doff.data());
+    p.tile_offsets = static_cast<const int32_t*>(dtiles.data());
+    p.active_groups = static_cast<const int32_t*>(dactive.data());
+    p.max_tiles_m = (slots + cuda::kGemmTileM - 1) / cuda::kGemmTileM + e;
+    p.tables_aligned16 = true;
+    p.rows_hint = slots / e;
+    p.m = slots;
+    p.n = pr.n;
+    p.k = pr.k;
+    p.b_table = static_cast<const void* const*>(dwt.data());
+    p.b_scale_table = static_cast<const void* const*>(dst.data());
+    p.scale_cols = pr.k / 32;
+    if (pr.n == inter) {  // gate: token rows gathered by slot, C = the gate half of gu
+      p.a_bf16 = x16.data();
+      p.lda = d;
+      p.a_rows = static_cast<const int32_t*>(dperm.data());
+      p.a_row_div = static_cast<int>(topk);
+      p.c = static_cast<float*>(gu.data());
+      p.ldc = 2 * inter;
+    } else {  // down: h rows in plan order, C rows scattered to their slots
+      p.a_bf16 = h16.data();
+      p.lda = inter;
+      p.c = static_cast<float*>(y.data());
+      p.ldc = d;
+      p.c_rows = static_cast<const int32_t*>(dperm.data());
+    }
+    const double bytes = e * pr.n * pr.k * (0.5 + 1.0 / 32) + slots * pr.k * 2.0 + slots * pr.n * 4.0;
+    for (const Mode& md : modes) {
+      setenv("DEEPINFER_AB_WGMMA", md.env, 1);
+      const double ms = time_ms([&] { cuda::run_gemm(p, gpu().stream()); }, 10);
+      report(std::string("V4-Flash prefill experts mxfp4 ") + pr.name +
+                 " 8192 tok E=256 k=6 N=" + std::to_string(pr.n) + " K=" + std::to_string(pr.k) + " " + md.name,
+             ms, bytes, 2.0 * slots * pr.n * pr.k);
+    }
+  }
+  // The shared expert: dense FP8 128x128 UE8M0, 8192 rows.
+  const DeviceTensor x16s = filled(DType::kBF16, {tokens, std::max(d, inter)});
+  for (const Proj& pr : {Proj{"shared gate", inter, d}, Proj{"shared down", d, inter}}) {
+    const DeviceTensor w = filled(DType::kF8E4M3, {pr.n, pr.k}, false, true),
+                       sc = filled(DType::kE8M0, {pr.n / 128, pr.k / 128}, true);
+    DeviceTensor c(gpu(), DType::kF32, {tokens, pr.n});
+    cuda::GemmKernelParams p;
+    p.format = QuantFormat::kFP8Block;
+    p.a_bf16 = x16s.data();
+    p.lda = std::max(d, inter);
+    p.b = w.data();
+    p.b_scale = sc.data();
+    p.scale_cols = pr.k / 128;
+    p.m = tokens;
+    p.n = pr.n;
+    p.k = pr.k;
+    p.c = static_cast<float*>(c.data());
+    p.ldc = pr.n;
+    for (const Mode& md : modes) {
+      setenv("DEEPINFER_AB_WGMMA", md.env, 1);
+      const double ms = time_ms([&] { cuda::run_gemm(p, gpu().stream()); }, 10);
+      report(std::string("V4-Flash prefill fp8 ") + pr.name + " M=8192 N=" + std::to_string(pr.n) +
+                 " K=" + std::to_string(pr.k) + " " + md.name,
+             ms, pr.n * pr.k * 1.0 + tokens * pr.k * 2.0 + tokens * pr.n * 4.0, 2.0 * tokens * pr.n * pr.k);
+    }
+  }
+  unsetenv("DEEPINFER_AB_WGMMA");
+}
+
 }  // namespace
 }  // namespace deepinfer

@@ -1,0 +1,442 @@
+// The Hopper GEMM for block-format weights and many rows (prefill: the MoE experts' grouped GEMMs, ~200 rows per
+// expert at 8192 tokens): C = A · dequant(B)ᵀ with A as bf16 (p.a_bf16), weights FP8 / MXFP4 decoded exactly to bf16,
+// fp32 accumulation in wgmma.mma_async (sm_90a). The same contract and numerics as gemm_mma_cuda.cu (the same bf16
+// operands; only the order of the fp32 sums differs).
+//
+// Why: gemm_mma ran ~167 TFLOP/s (21% of the measured 790 bf16 rate) on the V4-Flash prefill experts, latency-bound
+// with issue slots 44% busy: its warps both decode the weights and feed mma.sync through ldmatrix. Here the tensor
+// cores run asynchronously (wgmma reads both operands from shared memory) while other warps decode:
+//
+//   block = 3 warpgroups (384 threads), tile 128 (rows) x 256 (weight rows = output columns), K in steps of 64.
+//   warpgroup 0 (producer): per step, copies the A tile (gathered rows, cp.async 16 bytes at a time), loads its two
+//     weight rows' codes and scales into registers one step ahead, decodes them to bf16 (exact: e4m3 / e2m1 times a
+//     power of two) straight into the swizzled layout below, and signals the stage "full".
+//   warpgroups 1, 2 (consumers): rows 0-63 / 64-127 of the tile; per step 4 x wgmma m64n256k16 (A and B from shared
+//     memory by descriptor), one commit group per step, one group kept in flight; when a step's group has retired
+//     they signal its stage "empty". Accumulators: 128 f32 a thread.
+//   A 4-stage ring of (A tile 16 KiB, B tile 32 KiB); full / empty are named barriers (bar.arrive by the signalling
+//     side, bar.sync by the waiting side, 384 threads each), ids 1-4 and 5-8 (0 is __syncthreads).
+//
+// Shared-memory layout (both operands "K-major", 128-byte swizzle, the wgmma canonical layout): a tile row holds the
+// 64 K values of one row (A: a token row, B: a weight row) = 128 bytes = 8 chunks of 16 bytes. Row r's chunk c
+// lives at byte r·128 + ((c ^ (r % 8)) · 16) from a 1024-byte aligned tile base (the XOR uses address bits 7-9,
+// which is why the base must be 1024-aligned). Eight rows form a 1024-byte swizzle atom; atoms follow each other
+// along M / N. Descriptor (PTX "matrix descriptor"): bits 0-13 start address >> 4, bits 16-29 leading byte offset
+// >> 4 (unused for swizzled K-major; 1), bits 32-45 stride byte offset >> 4 = 1024 >> 4 (atom to atom), bits 49-51
+// base offset 0, bits 62-63 swizzle mode 1 = 128 bytes. The k16 slice kk of a step starts kk·32 bytes into the row:
+// the descriptor's start address advances by 32 bytes (the hardware applies the XOR to the final address). The
+// second consumer's A rows start 64·128 = 8192 bytes in (a whole number of atoms).
+//
+// Accumulator layout (m64nNk16, f32): thread = 32·w + lane of the warpgroup owns rows 16w + lane/4 (+8) and columns
+// 8j + 2(lane%4) + {0,1}: d[4j + 0/1] row lane/4, d[4j + 2/3] row lane/4 + 8, for n8 tile j = 0..31.
+//
+// Weight decode (producer). Default: integer bf16x2 construction plus one bf16x2 multiply by the power-of-two scale,
+// exact whenever the scale is a normal bf16:
+//   e4m3: the hardware e4m3x2 -> f16x2 convert (exact; e4m3 subnormals become f16 normals), then the f16 bits shifted
+//     right by 3 are a bf16 of the same sign and mantissa with the exponent still biased by 15: value · 2^-112 (zero
+//     stays zero, no subnormal arises), times scale · 2^112 (UE8M0 scales up to 2^15).
+//   e2m1: magnitudes through two byte lookups (prmt) of the bf16 high and low bytes of {0, .5, 1, 1.5, 2, 3, 4, 6},
+//     interleaved into bf16x2, the sign bits moved in by a third prmt; times the scale. No subnormal inputs.
+// DEEPINFER_AB_WGMMA=exact (and f32 scales, always) decodes through f32 as gemm_mma does (bf16(code · scale)).
+#include "deepinfer/ops/cuda/gemm_wgmma.h"
+
+#include <cuda_bf16.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "deepinfer/ops/cuda/cuda_check.h"
+#include "deepinfer/ops/cuda/device_math.cuh"
+#include "deepinfer/ops/cuda/gemm_decode.cuh"
+#include "deepinfer/ops/cuda/gemm_mma.h"
+
+namespace deepinfer::cuda {
+namespace {
+
+constexpr int kWgM = 2 * kGemmTileM, kWgN = 256, kWgK = 64, kWgStages = 4, kWgThreads = 384;
+constexpr int kRowBytes = kWgK * 2;                                    // one 128-byte swizzle row
+constexpr int kABytes = kWgM * kRowBytes, kBBytes = kWgN * kRowBytes;  // one stage's tiles
+constexpr int kBarFull = 1, kBarEmpty = 1 + kWgStages;
+constexpr size_t kWgSmem = 1024 + kWgStages * (kABytes + kBBytes) + 2 * kWgM * sizeof(int64_t);
+static_assert(kWgM == 128 && kWgThreads == 3 * 128, "one producer and two consumer warpgroups of 64 rows");
+static_assert(kBarEmpty + kWgStages <= 16, "named barriers");
+
+template <QuantFormat F>
+constexpr int kCodeWords = F == QuantFormat::kMXFP4 ? kWgK / 8 : kWgK / 4;  // 32-bit words of a row's step
+
+// Byte offset of 16-byte chunk c (K values 8c..8c+7) of row r in a 128B-swizzled tile.
+__device__ __forceinline__ uint32_t swz(int r, int c) { return r * kRowBytes + ((c ^ (r & 7)) << 4); }
+
+// Descriptor of a K-major 128B-swizzled operand starting at shared address addr (see the header comment).
+__device__ __forceinline__ uint64_t smem_desc(uint32_t addr) {
+  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(1) << 16) |
+         (static_cast<uint64_t>(1024 >> 4) << 32) | (static_cast<uint64_t>(1) << 62);
+}
+
+__device__ __forceinline__ void bar_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void bar_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+// Generic-proxy shared stores (and cp.async) made visible to the async proxy that wgmma reads through.
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+// Keeps the compiler from moving accumulator reads / writes across a wgmma fence or wait.
+__device__ __forceinline__ void pin(float (&d)[128]) {
+#pragma unroll
+  for (int i = 0; i < 128; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// D(64 x 256, f32) += A(64 x 16, bf16, K-major smem) · B(256 x 16, bf16, K-major smem)ᵀ.
+__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
+      "%128, %129, p, 1, 1, 0, 0;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),
+        "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),
+        "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
+        "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]),
+        "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]),
+        "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]),
+        "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]),
+        "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]),
+        "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]),
+        "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]),
+        "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]),
+        "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "l"(desc_a), "l"(desc_b), "r"(1));
+}
+#endif
+
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
+  uint32_t d;
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+  return d;
+}
+__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+__device__ __forceinline__ uint32_t bf16x2_splat(float v) { return pack_bf16x2(v, v); }
+
+// Two e4m3 codes (low byte = lower K) -> bf16x2 of value · 2^-112 (see the header comment).
+__device__ __forceinline__ uint32_t e4m3x2_to_bf16x2_shifted(uint32_t pair16) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair16), __NV_E4M3);
+  const uint32_t x = static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
+  return ((x >> 3) & 0x0FFF0FFFu) | (x & 0x80008000u);
+}
+// Eight e2m1 codes of one word (code i in bits 4i..4i+3, i = lower K first) -> four bf16x2 (codes 2j, 2j+1).
+__device__ __forceinline__ void e2m1x8_to_bf16x2(uint32_t x, uint32_t (&o)[4]) {
+  // bf16 of {0, .5, 1, 1.5, 2, 3, 4, 6}: high bytes 00 3F 3F 3F 40 40 40 40, low bytes 00 00 80 C0 00 40 80 C0.
+  constexpr uint32_t kHi03 = 0x3F3F3F00u, kHi47 = 0x40404040u, kLo03 = 0xC0800000u, kLo47 = 0xC0804000u;
+  const uint32_t mag = x & 0x77777777u;  // selector nibbles 0-7 (bit 3 of a prmt selector means sign replication)
+  const uint32_t hi0 = prmt(kHi03, kHi47, mag), lo0 = prmt(kLo03, kLo47, mag);              // bytes for codes 0-3
+  const uint32_t hi1 = prmt(kHi03, kHi47, mag >> 16), lo1 = prmt(kLo03, kLo47, mag >> 16);  // codes 4-7
+  // Signs: code 2j's sign is bit 3 of byte j (bit 7 of byte j of x << 4), code 2j+1's is bit 7 of byte j: placed in
+  // bytes 1 and 3 they land on bits 15 and 31.
+  const uint32_t x4 = x << 4;
+  o[0] = prmt(lo0, hi0, 0x5140) | (prmt(x4, x, 0x4000) & 0x80008000u);
+  o[1] = prmt(lo0, hi0, 0x7362) | (prmt(x4, x, 0x5010) & 0x80008000u);
+  o[2] = prmt(lo1, hi1, 0x5140) | (prmt(x4, x, 0x6020) & 0x80008000u);
+  o[3] = prmt(lo1, hi1, 0x7362) | (prmt(x4, x, 0x7030) & 0x80008000u);
+}
+
+// One weight row's step: its codes (kCodeWords words, K ascending) and the scales of its two 32-wide K halves.
+template <QuantFormat F>
+struct RowStep {
+  uint32_t w[kCodeWords<F>];
+  float sc[2];
+};
+
+// Decodes a row's step into the 8 swizzled chunks of tile row r at `tile` (shared address).
+template <QuantFormat F, bool kExact>
+__device__ __forceinline__ void decode_row(const RowStep<F>& rs, uint32_t tile, int r) {
+#pragma unroll
+  for (int c = 0; c < 8; ++c) {
+    const float sc = rs.sc[c >> 2];
+    uint32_t o[4];
+    if constexpr (kExact) {
+      float w[8];
+      if constexpr (F == QuantFormat::kMXFP4) {
+        decode_fp4x8_pairs(rs.w[c], w);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) w[i] *= sc * kFp4Unscale;
+      } else {
+        decode_fp8x8(rs.w[2 * c], rs.w[2 * c + 1], w);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) w[i] *= sc;
+      }
+#pragma unroll
+      for (int j = 0; j < 4; ++j) o[j] = pack_bf16x2(w[2 * j], w[2 * j + 1]);
+    } else if constexpr (F == QuantFormat::kMXFP4) {
+      const uint32_t m2 = bf16x2_splat(sc);
+      e2m1x8_to_bf16x2(rs.w[c], o);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) o[j] = bf16x2_mul(o[j], m2);
+    } else {
+      const uint32_t m2 = bf16x2_splat(sc * 5.192296858534828e33f);  // 2^112
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        o[j] = bf16x2_mul(e4m3x2_to_bf16x2_shifted(rs.w[2 * c + j / 2] >> (16 * (j & 1))), m2);
+    }
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(tile + swz(r, c)), "r"(o[0]), "r"(o[1]), "r"(o[2]),
+                 "r"(o[3])
+                 : "memory");
+  }
+}
+
+template <QuantFormat F, bool kExact>
+__global__ void __launch_bounds__(kWgThreads, 1) gemm_wgmma_kernel(GemmKernelParams p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ uint8_t smem_raw[];
+  // 1024-byte aligned base (128B swizzle); A stages, then B stages, then the row maps.
+  const uint32_t raw_addr = smem_addr(smem_raw);
+  const uint32_t pad = (1024 - (raw_addr & 1023)) & 1023;
+  const uint32_t a_base = raw_addr + pad, b_base = a_base + kWgStages * kABytes;
+  int64_t* a_row = reinterpret_cast<int64_t*>(smem_raw + pad + kWgStages * (kABytes + kBBytes));
+  int64_t* c_row = a_row + kWgM;
+
+  int g;
+  int64_t row_begin, row_end;
+  if (!gemm_tile_rows(p, blockIdx.y, kWgM / kGemmTileM, g, row_begin, row_end)) return;
+  const int tid = threadIdx.x;
+  if (tid < kWgM) {
+    const int64_t i = row_begin + tid;
+    const bool valid = i < row_end;
+    a_row[tid] = !valid ? -1 : (p.a_rows ? p.a_rows[i] / p.a_row_div : i);
+    c_row[tid] = !valid ? -1 : (p.c_rows ? p.c_rows[i] : i);
+  }
+  __syncthreads();
+  const int ktiles = static_cast<int>(p.k / kWgK);
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kWgN;
+
+  if (tid < 128) {
+    // ------------------------------------------------------------------ producer warpgroup
+    const uint8_t* b = static_cast<const uint8_t*>(p.b_table ? p.b_table[g] : p.b);
+    const void* s = p.b_scale_table ? p.b_scale_table[g] : p.b_scale;
+    // A: this thread copies chunk tid % 8 of tile rows tid / 8 + 16 j, j = 0..7.
+    const int ac = tid & 7;
+    const __nv_bfloat16* a_src[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int64_t ar = a_row[(tid >> 3) + 16 * j];
+      a_src[j] = ar < 0 ? nullptr : static_cast<const __nv_bfloat16*>(p.a_bf16) + ar * p.lda + ac * 8;
+    }
+    auto issue_a = [&](int kt) {
+      const uint32_t dst = a_base + (kt % kWgStages) * kABytes;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const int r = (tid >> 3) + 16 * j;
+        const bool ok = a_src[j] != nullptr;
+        const void* src = ok ? static_cast<const void*>(a_src[j] + static_cast<int64_t>(kt) * kWgK) : p.a_bf16;
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst + swz(r, ac)), "l"(src),
+                     "r"(ok ? 16 : 0)
+                     : "memory");
+      }
+    };
+    // Weights: tile rows tid and tid + 128 (output columns n0 + those).
+    constexpr int kStepBytes = kCodeWords<F> * 4;
+    const int64_t row_bytes = F == QuantFormat::kMXFP4 ? p.k / 2 : p.k;
+    const uint8_t* w_src[2];
+    int64_t wn[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      wn[i] = n0 + tid + 128 * i;
+      w_src[i] = wn[i] < p.n ? b + wn[i] * row_bytes : nullptr;
+    }
+    auto load_step = [&](int kt, RowStep<F>(&rs)[2]) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        if (w_src[i]) {
+          const uint4* q = reinterpret_cast<const uint4*>(w_src[i] + static_cast<int64_t>(kt) * kStepBytes);
+#pragma unroll
+          for (int v = 0; v < kStepBytes / 16; ++v) {
+            const uint4 u = __ldg(q + v);
+            rs[i].w[4 * v] = u.x;
+            rs[i].w[4 * v + 1] = u.y;
+            rs[i].w[4 * v + 2] = u.z;
+            rs[i].w[4 * v + 3] = u.w;
+          }
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+            rs[i].sc[h] = block_scale(s, p, F, wn[i], static_cast<int64_t>(kt) * kWgK + 32 * h);
+        } else {
+#pragma unroll
+          for (int v = 0; v < kCodeWords<F>; ++v) rs[i].w[v] = 0;
+          rs[i].sc[0] = rs[i].sc[1] = 1.0f;
+        }
+      }
+    };
+
+    RowStep<F> cur[2], nxt[2];
+    load_step(0, cur);
+    issue_a(0);
+    cp_async_commit();
+    for (int kt = 0; kt < ktiles; ++kt) {
+      const int st = kt % kWgStages;
+      if (kt + 1 < ktiles) {
+        // Stage (kt + 1) % S was last read by the consumers' step kt + 1 - S.
+        if (kt + 1 >= kWgStages) bar_sync(kBarEmpty + (kt + 1) % kWgStages, kWgThreads);
+        issue_a(kt + 1);
+        load_step(kt + 1, nxt);
+      }
+      cp_async_commit();
+      // B stage st was last read at step kt - S, whose release the previous iteration waited for.
+      const uint32_t bt = b_base + st * kBBytes;
+#pragma unroll
+      for (int i = 0; i < 2; ++i) decode_row<F, kExact>(cur[i], bt, tid + 128 * i);
+      cp_async_wait<1>();  // this thread's A copies of step kt have landed
+      fence_proxy_async();
+      bar_arrive(kBarFull + st, kWgThreads);
+#pragma unroll
+      for (int i = 0; i < 2; ++i) cur[i] = nxt[i];
+    }
+    cp_async_wait<0>();
+  } else {
+    // ------------------------------------------------------------------ consumer warpgroups
+    const int cw = (tid >> 7) - 1;  // rows 64 cw .. 64 cw + 63 of the tile
+    float acc[128];
+#pragma unroll
+    for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+    pin(acc);
+    for (int kt = 0; kt < ktiles; ++kt) {
+      const int st = kt % kWgStages;
+      bar_sync(kBarFull + st, kWgThreads);
+      const uint32_t at = a_base + st * kABytes + cw * 64 * kRowBytes, bt = b_base + st * kBBytes;
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kWgK / 16; ++kk) wgmma_m64n256k16(acc, smem_desc(at + 32 * kk), smem_desc(bt + 32 * kk));
+      wgmma_commit();
+      wgmma_wait<1>();  // step kt - 1's products have read their stage
+      if (kt >= 1 && kt - 1 + kWgStages < ktiles) bar_arrive(kBarEmpty + (kt - 1) % kWgStages, kWgThreads);
+    }
+    wgmma_wait<0>();
+    pin(acc);
+
+    const int lane = tid & 31, wq = (tid >> 5) & 3;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = cw * 64 + wq * 16 + (lane >> 2) + 8 * h;
+      const int64_t cr = c_row[r];
+      if (cr < 0) continue;
+      float* crow = p.c + cr * p.ldc;
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        const int64_t col = n0 + j * 8 + (lane & 3) * 2;
+        if (col < p.n) crow[col] = acc[4 * j + 2 * h];
+        if (col + 1 < p.n) crow[col + 1] = acc[4 * j + 2 * h + 1];
+      }
+    }
+  }
+#else
+  __trap();  // built without sm_90a: run_gemm_wgmma never launches it (device_is_sm90)
+#endif
+}
+
+template <QuantFormat F, bool kExact>
+void launch(const GemmKernelParams& p, cudaStream_t stream) {
+  const int64_t tiles_m = p.group_offsets ? p.max_tiles_m : ceil_div(p.m, kWgM);
+  const int64_t tiles_n = ceil_div(p.n, kWgN);
+  if (tiles_m == 0 || tiles_n == 0) return;
+  DI_CHECK(tiles_m <= 65535) << "gemm: " << tiles_m << " row tiles are too many for one launch";
+  DI_CUDA_CHECK(cudaFuncSetAttribute(gemm_wgmma_kernel<F, kExact>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(kWgSmem)));
+  // x = column tiles (fastest): the blocks running together share an A tile and sweep one expert's weight.
+  gemm_wgmma_kernel<F, kExact>
+      <<<dim3(static_cast<unsigned>(tiles_n), static_cast<unsigned>(tiles_m)), kWgThreads, kWgSmem, stream>>>(p);
+  DI_CUDA_CHECK_LAUNCH();
+}
+
+template <QuantFormat F>
+void launch(const GemmKernelParams& p, bool exact, cudaStream_t stream) {
+  if (exact)
+    launch<F, true>(p, stream);
+  else
+    launch<F, false>(p, stream);
+}
+
+bool aligned(const void* q, uintptr_t a) { return reinterpret_cast<uintptr_t>(q) % a == 0; }
+
+// wgmma needs sm_90 (this file is built for sm_90a); another device never takes this path.
+bool device_is_sm90() {
+  static const bool yes = [] {
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return false;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return false;
+    if (cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) return false;
+    return major == 9 && minor == 0;
+  }();
+  return yes;
+}
+
+}  // namespace
+
+WgmmaMode wgmma_mode() {
+  WgmmaMode m;
+  const char* v = std::getenv("DEEPINFER_AB_WGMMA");
+  if (!v) return m;
+  m.on = std::strcmp(v, "0") != 0;
+  m.exact = std::strstr(v, "exact") != nullptr;
+  m.all_rows = std::strstr(v, "all") != nullptr;
+  return m;
+}
+
+bool run_gemm_wgmma(const GemmKernelParams& p, cudaStream_t stream) {
+  const WgmmaMode mode = wgmma_mode();
+  if (!mode.on || !p.a_bf16 || p.batch_invariant) return false;
+  if (p.format != QuantFormat::kFP8Block && p.format != QuantFormat::kMXFP4 && p.format != QuantFormat::kFP8Row32)
+    return false;
+  if (p.k <= 0 || p.k % kWgK != 0) return false;
+  if (p.format == QuantFormat::kFP8Block && p.block_k % 32 != 0) return false;
+  if (p.lda % 8 != 0 || !aligned(p.a_bf16, 16)) return false;
+  if (p.b_table ? !p.tables_aligned16 : !aligned(p.b, 16)) return false;
+  if (p.group_offsets) {
+    if (!mode.all_rows && (p.rows_hint > 0 ? p.rows_hint : p.m) < kGemmWgmmaMinRows) return false;
+  } else if (!gemm_mma_dense_fills(p.m, p.n)) {
+    return false;
+  }
+  if (!device_is_sm90()) return false;
+  if (p.m == 0 || p.n == 0) return true;
+  // f32 scales are not powers of two: decode as gemm_mma does (bf16 of the f32 product).
+  const bool exact = mode.exact || (p.format != QuantFormat::kMXFP4 && !p.scale_e8m0);
+  switch (p.format) {
+    case QuantFormat::kFP8Block:
+      launch<QuantFormat::kFP8Block>(p, exact, stream);
+      return true;
+    case QuantFormat::kMXFP4:
+      launch<QuantFormat::kMXFP4>(p, exact, stream);
+      return true;
+    case QuantFormat::kFP8Row32:
+      launch<QuantFormat::kFP8Row32>(p, exact, stream);
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace deepinfer::cuda
