@@ -142,7 +142,6 @@ __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
   asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
   return d;
 }
-__device__ __forceinline__ uint32_t bf16x2_splat(float v) { return pack_bf16x2(v, v); }
 
 // Two e4m3 codes (low byte = lower K) -> bf16x2 of value · 2^-112 (see the header comment).
 __device__ __forceinline__ uint32_t e4m3x2_to_bf16x2_shifted(uint32_t pair16) {
@@ -166,21 +165,23 @@ __device__ __forceinline__ void e2m1x8_to_bf16x2(uint32_t x, uint32_t (&o)[4]) {
   o[3] = prmt(lo1, hi1, 0x7362) | (prmt(x4, x, 0x7030) & 0x80008000u);
 }
 
-// One weight row's step: its codes (kCodeWords words, K ascending) and the scales of its two 32-wide K halves.
+// One weight row's step: its codes (kCodeWords words, K ascending) and the raw scales of its two 32-wide K halves
+// (UE8M0 exponent byte, or f32 bits).
 template <QuantFormat F>
 struct RowStep {
   uint32_t w[kCodeWords<F>];
-  float sc[2];
+  uint32_t s[2];
 };
 
-// Decodes a row's step into the 8 swizzled chunks of tile row r at `tile` (shared address).
+// Decodes a row's step into the 8 swizzled chunks of tile row r at `tile` (shared address). s8: UE8M0 scales.
 template <QuantFormat F, bool kExact>
-__device__ __forceinline__ void decode_row(const RowStep<F>& rs, uint32_t tile, int r) {
+__device__ __forceinline__ void decode_row(const RowStep<F>& rs, uint32_t tile, int r, bool s8) {
 #pragma unroll
   for (int c = 0; c < 8; ++c) {
-    const float sc = rs.sc[c >> 2];
+    const uint32_t sraw = rs.s[c >> 2];
     uint32_t o[4];
     if constexpr (kExact) {
+      const float sc = s8 ? e8m0_to_f32_dev(static_cast<uint8_t>(sraw)) : __uint_as_float(sraw);
       float w[8];
       if constexpr (F == QuantFormat::kMXFP4) {
         decode_fp4x8_pairs(rs.w[c], w);
@@ -194,12 +195,14 @@ __device__ __forceinline__ void decode_row(const RowStep<F>& rs, uint32_t tile, 
 #pragma unroll
       for (int j = 0; j < 4; ++j) o[j] = pack_bf16x2(w[2 * j], w[2 * j + 1]);
     } else if constexpr (F == QuantFormat::kMXFP4) {
-      const uint32_t m2 = bf16x2_splat(sc);
+      // bf16x2 of the scale 2^(S - 127): exponent field S in both halves (exact for S = 1..254).
+      const uint32_t m2 = sraw * 0x00800080u;
       e2m1x8_to_bf16x2(rs.w[c], o);
 #pragma unroll
       for (int j = 0; j < 4; ++j) o[j] = bf16x2_mul(o[j], m2);
     } else {
-      const uint32_t m2 = bf16x2_splat(sc * 5.192296858534828e33f);  // 2^112
+      // bf16x2 of scale · 2^112 = 2^(S - 15): exponent field S - 15 (exact for S = 16..142, scales 2^-111..2^15).
+      const uint32_t m2 = sraw * 0x00800080u - 15u * 0x00800080u;
 #pragma unroll
       for (int j = 0; j < 4; ++j)
         o[j] = bf16x2_mul(e4m3x2_to_bf16x2_shifted(rs.w[2 * c + j / 2] >> (16 * (j & 1))), m2);
@@ -238,8 +241,9 @@ __global__ void __launch_bounds__(kWgThreads, 1) gemm_wgmma_kernel(GemmKernelPar
   if (tid < 128) {
     // ------------------------------------------------------------------ producer warpgroup
     const uint8_t* b = static_cast<const uint8_t*>(p.b_table ? p.b_table[g] : p.b);
-    const void* s = p.b_scale_table ? p.b_scale_table[g] : p.b_scale;
-    // A: this thread copies chunk tid % 8 of tile rows tid / 8 + 16 j, j = 0..7.
+    const uint8_t* sc = static_cast<const uint8_t*>(p.b_scale_table ? p.b_scale_table[g] : p.b_scale);
+    const bool s8 = F == QuantFormat::kMXFP4 || p.scale_e8m0;
+    // A: this thread copies chunk tid % 8 of tile rows tid / 8 + 16 j, j = 0..7 (rows past the tile's end: zeros).
     const int ac = tid & 7;
     const __nv_bfloat16* a_src[8];
 #pragma unroll
@@ -259,63 +263,72 @@ __global__ void __launch_bounds__(kWgThreads, 1) gemm_wgmma_kernel(GemmKernelPar
                      : "memory");
       }
     };
-    // Weights: tile rows tid and tid + 128 (output columns n0 + those).
+    // Weights: tile rows tid and tid + 128 (output columns n0 + those). A column past N reads row N - 1 instead (no
+    // branch; its output column is never written). Scales: the row's base in its scale matrix, then per step the
+    // K halves' column (block sizes are powers of two: run_gemm_wgmma checks).
     constexpr int kStepBytes = kCodeWords<F> * 4;
     const int64_t row_bytes = F == QuantFormat::kMXFP4 ? p.k / 2 : p.k;
+    const int bn_shift = __ffs(p.block_n) - 1, bk_shift = __ffs(p.block_k) - 1;
     const uint8_t* w_src[2];
-    int64_t wn[2];
+    int64_t s_base[2];
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      wn[i] = n0 + tid + 128 * i;
-      w_src[i] = wn[i] < p.n ? b + wn[i] * row_bytes : nullptr;
+      const int64_t n = min(n0 + tid + 128 * i, p.n - 1);
+      w_src[i] = b + n * row_bytes;
+      s_base[i] = F == QuantFormat::kMXFP4      ? n * (p.k / 32)
+                  : F == QuantFormat::kFP8Row32 ? n * p.scale_cols
+                                                : (n >> bn_shift) * p.scale_cols;
     }
     auto load_step = [&](int kt, RowStep<F>(&rs)[2]) {
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
-        if (w_src[i]) {
-          const uint4* q = reinterpret_cast<const uint4*>(w_src[i] + static_cast<int64_t>(kt) * kStepBytes);
+        const uint4* q = reinterpret_cast<const uint4*>(w_src[i] + static_cast<int64_t>(kt) * kStepBytes);
 #pragma unroll
-          for (int v = 0; v < kStepBytes / 16; ++v) {
-            const uint4 u = __ldg(q + v);
-            rs[i].w[4 * v] = u.x;
-            rs[i].w[4 * v + 1] = u.y;
-            rs[i].w[4 * v + 2] = u.z;
-            rs[i].w[4 * v + 3] = u.w;
-          }
+        for (int v = 0; v < kStepBytes / 16; ++v) {
+          const uint4 u = __ldg(q + v);
+          rs[i].w[4 * v] = u.x;
+          rs[i].w[4 * v + 1] = u.y;
+          rs[i].w[4 * v + 2] = u.z;
+          rs[i].w[4 * v + 3] = u.w;
+        }
 #pragma unroll
-          for (int h = 0; h < 2; ++h)
-            rs[i].sc[h] = block_scale(s, p, F, wn[i], static_cast<int64_t>(kt) * kWgK + 32 * h);
-        } else {
-#pragma unroll
-          for (int v = 0; v < kCodeWords<F>; ++v) rs[i].w[v] = 0;
-          rs[i].sc[0] = rs[i].sc[1] = 1.0f;
+        for (int h = 0; h < 2; ++h) {
+          const int k0 = kt * kWgK + 32 * h;
+          const int64_t si = s_base[i] + (F == QuantFormat::kFP8Block ? (k0 >> bk_shift) : (k0 >> 5));
+          rs[i].s[h] = s8 ? static_cast<uint32_t>(__ldg(sc + si))
+                          : __float_as_uint(__ldg(reinterpret_cast<const float*>(sc) + si));
         }
       }
     };
-
-    RowStep<F> cur[2], nxt[2];
-    load_step(0, cur);
-    issue_a(0);
-    cp_async_commit();
-    for (int kt = 0; kt < ktiles; ++kt) {
+    // One step: prefetch step kt + 1's codes (first: registers need no free stage, and the longer they fly the
+    // better), wait for stage (kt + 1) % S to be released and copy its A tile, decode step kt into B stage kt % S
+    // (released at step kt - S, waited for one step earlier), then publish the stage.
+    auto step = [&](int kt, RowStep<F>(&cur)[2], RowStep<F>(&nxt)[2]) {
       const int st = kt % kWgStages;
       if (kt + 1 < ktiles) {
+        load_step(kt + 1, nxt);
         // Stage (kt + 1) % S was last read by the consumers' step kt + 1 - S.
         if (kt + 1 >= kWgStages) bar_sync(kBarEmpty + (kt + 1) % kWgStages, kWgThreads);
         issue_a(kt + 1);
-        load_step(kt + 1, nxt);
       }
       cp_async_commit();
-      // B stage st was last read at step kt - S, whose release the previous iteration waited for.
       const uint32_t bt = b_base + st * kBBytes;
 #pragma unroll
-      for (int i = 0; i < 2; ++i) decode_row<F, kExact>(cur[i], bt, tid + 128 * i);
+      for (int i = 0; i < 2; ++i) decode_row<F, kExact>(cur[i], bt, tid + 128 * i, s8);
       cp_async_wait<1>();  // this thread's A copies of step kt have landed
       fence_proxy_async();
       bar_arrive(kBarFull + st, kWgThreads);
-#pragma unroll
-      for (int i = 0; i < 2; ++i) cur[i] = nxt[i];
+    };
+    RowStep<F> r0[2], r1[2];  // ping-pong: no register copies between steps
+    load_step(0, r0);
+    issue_a(0);
+    cp_async_commit();
+    int kt = 0;
+    for (; kt + 1 < ktiles; kt += 2) {
+      step(kt, r0, r1);
+      step(kt + 1, r1, r0);
     }
+    if (kt < ktiles) step(kt, r0, r1);
     cp_async_wait<0>();
   } else {
     // ------------------------------------------------------------------ consumer warpgroups
@@ -412,7 +425,10 @@ bool run_gemm_wgmma(const GemmKernelParams& p, cudaStream_t stream) {
   if (p.format != QuantFormat::kFP8Block && p.format != QuantFormat::kMXFP4 && p.format != QuantFormat::kFP8Row32)
     return false;
   if (p.k <= 0 || p.k % kWgK != 0) return false;
-  if (p.format == QuantFormat::kFP8Block && p.block_k % 32 != 0) return false;
+  // FP8 blocks: powers of two (the producer indexes scales with shifts), at least 32 wide in K (a scale per half
+  // step); the checkpoints' are 128 and 32.
+  const auto pow2 = [](int v) { return v > 0 && (v & (v - 1)) == 0; };
+  if (p.format == QuantFormat::kFP8Block && (!pow2(p.block_n) || !pow2(p.block_k) || p.block_k < 32)) return false;
   if (p.lda % 8 != 0 || !aligned(p.a_bf16, 16)) return false;
   if (p.b_table ? !p.tables_aligned16 : !aligned(p.b, 16)) return false;
   if (p.group_offsets) {
