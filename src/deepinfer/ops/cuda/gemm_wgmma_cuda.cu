@@ -201,8 +201,9 @@ __device__ __forceinline__ void decode_row(const RowStep<F>& rs, uint32_t tile, 
 #pragma unroll
       for (int j = 0; j < 4; ++j) o[j] = bf16x2_mul(o[j], m2);
     } else {
-      // bf16x2 of scale · 2^112 = 2^(S - 15): exponent field S - 15 (exact for S = 16..142, scales 2^-111..2^15).
-      const uint32_t m2 = sraw * 0x00800080u - 15u * 0x00800080u;
+      // bf16x2 of scale · 2^112 = 2^(S - 15): exponent field S - 15 + 127 = S + 112 (exact for S <= 142: scales up
+      // to 2^15).
+      const uint32_t m2 = (sraw + 112u) * 0x00800080u;
 #pragma unroll
       for (int j = 0; j < 4; ++j)
         o[j] = bf16x2_mul(e4m3x2_to_bf16x2_shifted(rs.w[2 * c + j / 2] >> (16 * (j & 1))), m2);
