@@ -1,6 +1,7 @@
 // The warpgroup-MMA GEMM (ops/cuda/gemm_wgmma_cuda.cu) called directly through GemmKernelParams, on random data:
 // against a CPU reference in double (the same bf16 A, the weights dequantized exactly), against the mma.sync kernel
-// (run_gemm_mma) on the same inputs, and its bf16x2 integer decode against its f32 decode (byte-identical outputs).
+// (run_gemm_mma) on the same inputs, its bf16x2 integer decode against its f32 decode and its 128-byte swizzled
+// shared-memory layout against the no-swizzle one (byte-identical outputs).
 // Shapes: dense with partial row / column tiles and the V4-Flash expert shape, grouped with uneven groups (empty,
 // 1-63 rows, several tiles), A rows gathered through a_rows / a_row_div and C rows scattered through c_rows;
 // MXFP4, FP8 128x128 and 32x32 blocks with UE8M0 scales, FP8 with f32 scales, FP8 with a scale per 32 of a row.
@@ -359,6 +360,16 @@ class CudaGemmWgmmaTest : public CudaOpTest {
       ASSERT_TRUE(cuda::run_gemm_wgmma(p, s));
     });
     expect_same_bytes((what + " exact decode").c_str(), exact, wg);
+    // The no-swizzle layout (a diagnostic A/B variant): the same products in the same order, so the same bytes; its
+    // own comparison with gemm_mma tells a layout fault of one variant from a fault elsewhere.
+    if (e8m0(pr.kind)) {
+      HostTensor noswz = run(*l, pr, [&](const cuda::GemmKernelParams& p) {
+        AbWgmma ab("all,noswz");
+        ASSERT_TRUE(cuda::run_gemm_wgmma(p, s));
+      });
+      check_against(what + " noswz", pr, noswz, mma, 1e-5);
+      expect_same_bytes((what + " noswz = swizzled").c_str(), noswz, wg);
+    }
   }
 };
 

@@ -64,13 +64,28 @@ static_assert(kBarEmpty + kWgStages <= 16, "named barriers");
 template <QuantFormat F>
 constexpr int kCodeWords = F == QuantFormat::kMXFP4 ? kWgK / 8 : kWgK / 4;  // 32-bit words of a row's step
 
-// Byte offset of 16-byte chunk c (K values 8c..8c+7) of row r in a 128B-swizzled tile.
-__device__ __forceinline__ uint32_t swz(int r, int c) { return r * kRowBytes + ((c ^ (r & 7)) << 4); }
+// Byte offset of 16-byte chunk c (K values 8c..8c+7) of row r in a tile. kSwizzle: the 128B-swizzled layout (row r
+// is 128 contiguous bytes, chunk c at position c ^ (r % 8)). Else the A/B switch's no-swizzle ("interleave") layout,
+// kept as a same-run diagnostic: 8 x 16-byte core matrices (rows 8i..8i+7, one chunk column), each 128 contiguous
+// bytes (row r % 8 at 16 (r % 8)); core matrices adjacent in K 128 bytes apart (the leading byte offset), 8-row
+// groups 1024 bytes apart (the stride byte offset).
+template <bool kSwizzle>
+__device__ __forceinline__ uint32_t swz(int r, int c) {
+  if constexpr (kSwizzle) return r * kRowBytes + ((c ^ (r & 7)) << 4);
+  return (r >> 3) * 1024 + c * 128 + (r & 7) * 16;
+}
+// Byte offset of the k16 slice kk (chunks 2kk, 2kk+1) from the tile's start, as the descriptor's start address.
+template <bool kSwizzle>
+__device__ __forceinline__ constexpr uint32_t k16_offset(int kk) {
+  return kSwizzle ? 32 * kk : 256 * kk;
+}
 
-// Descriptor of a K-major 128B-swizzled operand starting at shared address addr (see the header comment).
+// Descriptor of a K-major operand starting at shared address addr (see the header comment): 128B swizzle (LBO
+// unused: 1, SBO 1024, mode 1) or none (LBO 128, SBO 1024, mode 0).
+template <bool kSwizzle>
 __device__ __forceinline__ uint64_t smem_desc(uint32_t addr) {
-  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(1) << 16) |
-         (static_cast<uint64_t>(1024 >> 4) << 32) | (static_cast<uint64_t>(1) << 62);
+  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(kSwizzle ? 1 : 128 >> 4) << 16) |
+         (static_cast<uint64_t>(1024 >> 4) << 32) | (static_cast<uint64_t>(kSwizzle ? 1 : 0) << 62);
 }
 
 __device__ __forceinline__ void bar_sync(int id, int threads) {
@@ -174,7 +189,7 @@ struct RowStep {
 };
 
 // Decodes a row's step into the 8 swizzled chunks of tile row r at `tile` (shared address). s8: UE8M0 scales.
-template <QuantFormat F, bool kExact>
+template <QuantFormat F, bool kExact, bool kSwizzle>
 __device__ __forceinline__ void decode_row(const RowStep<F>& rs, uint32_t tile, int r, bool s8) {
 #pragma unroll
   for (int c = 0; c < 8; ++c) {
@@ -208,13 +223,13 @@ __device__ __forceinline__ void decode_row(const RowStep<F>& rs, uint32_t tile, 
       for (int j = 0; j < 4; ++j)
         o[j] = bf16x2_mul(e4m3x2_to_bf16x2_shifted(rs.w[2 * c + j / 2] >> (16 * (j & 1))), m2);
     }
-    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(tile + swz(r, c)), "r"(o[0]), "r"(o[1]), "r"(o[2]),
-                 "r"(o[3])
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(tile + swz<kSwizzle>(r, c)), "r"(o[0]), "r"(o[1]),
+                 "r"(o[2]), "r"(o[3])
                  : "memory");
   }
 }
 
-template <QuantFormat F, bool kExact>
+template <QuantFormat F, bool kExact, bool kSwizzle>
 __global__ void __launch_bounds__(kWgThreads, 1) gemm_wgmma_kernel(GemmKernelParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t smem_raw[];
@@ -259,7 +274,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) gemm_wgmma_kernel(GemmKernelPar
         const int r = (tid >> 3) + 16 * j;
         const bool ok = a_src[j] != nullptr;
         const void* src = ok ? static_cast<const void*>(a_src[j] + static_cast<int64_t>(kt) * kWgK) : p.a_bf16;
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst + swz(r, ac)), "l"(src),
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst + swz<kSwizzle>(r, ac)), "l"(src),
                      "r"(ok ? 16 : 0)
                      : "memory");
       }
@@ -315,7 +330,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) gemm_wgmma_kernel(GemmKernelPar
       cp_async_commit();
       const uint32_t bt = b_base + st * kBBytes;
 #pragma unroll
-      for (int i = 0; i < 2; ++i) decode_row<F, kExact>(cur[i], bt, tid + 128 * i, s8);
+      for (int i = 0; i < 2; ++i) decode_row<F, kExact, kSwizzle>(cur[i], bt, tid + 128 * i, s8);
       cp_async_wait<1>();  // this thread's A copies of step kt have landed
       fence_proxy_async();
       bar_arrive(kBarFull + st, kWgThreads);
@@ -344,7 +359,9 @@ __global__ void __launch_bounds__(kWgThreads, 1) gemm_wgmma_kernel(GemmKernelPar
       const uint32_t at = a_base + st * kABytes + cw * 64 * kRowBytes, bt = b_base + st * kBBytes;
       wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < kWgK / 16; ++kk) wgmma_m64n256k16(acc, smem_desc(at + 32 * kk), smem_desc(bt + 32 * kk));
+      for (int kk = 0; kk < kWgK / 16; ++kk)
+        wgmma_m64n256k16(acc, smem_desc<kSwizzle>(at + k16_offset<kSwizzle>(kk)),
+                         smem_desc<kSwizzle>(bt + k16_offset<kSwizzle>(kk)));
       wgmma_commit();
       wgmma_wait<1>();  // step kt - 1's products have read their stage
       if (kt >= 1 && kt - 1 + kWgStages < ktiles) bar_arrive(kBarEmpty + (kt - 1) % kWgStages, kWgThreads);
@@ -372,26 +389,28 @@ __global__ void __launch_bounds__(kWgThreads, 1) gemm_wgmma_kernel(GemmKernelPar
 #endif
 }
 
-template <QuantFormat F, bool kExact>
+template <QuantFormat F, bool kExact, bool kSwizzle>
 void launch(const GemmKernelParams& p, cudaStream_t stream) {
   const int64_t tiles_m = p.group_offsets ? p.max_tiles_m : ceil_div(p.m, kWgM);
   const int64_t tiles_n = ceil_div(p.n, kWgN);
   if (tiles_m == 0 || tiles_n == 0) return;
   DI_CHECK(tiles_m <= 65535) << "gemm: " << tiles_m << " row tiles are too many for one launch";
-  DI_CUDA_CHECK(cudaFuncSetAttribute(gemm_wgmma_kernel<F, kExact>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     static_cast<int>(kWgSmem)));
+  DI_CUDA_CHECK(cudaFuncSetAttribute(gemm_wgmma_kernel<F, kExact, kSwizzle>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kWgSmem)));
   // x = column tiles (fastest): the blocks running together share an A tile and sweep one expert's weight.
-  gemm_wgmma_kernel<F, kExact>
+  gemm_wgmma_kernel<F, kExact, kSwizzle>
       <<<dim3(static_cast<unsigned>(tiles_n), static_cast<unsigned>(tiles_m)), kWgThreads, kWgSmem, stream>>>(p);
   DI_CUDA_CHECK_LAUNCH();
 }
 
 template <QuantFormat F>
-void launch(const GemmKernelParams& p, bool exact, cudaStream_t stream) {
+void launch(const GemmKernelParams& p, const WgmmaMode& mode, bool exact, cudaStream_t stream) {
   if (exact)
-    launch<F, true>(p, stream);
+    launch<F, true, true>(p, stream);
+  else if (mode.no_swizzle)
+    launch<F, false, false>(p, stream);
   else
-    launch<F, false>(p, stream);
+    launch<F, false, true>(p, stream);
 }
 
 bool aligned(const void* q, uintptr_t a) { return reinterpret_cast<uintptr_t>(q) % a == 0; }
@@ -417,6 +436,7 @@ WgmmaMode wgmma_mode() {
   m.on = std::strcmp(v, "0") != 0;
   m.exact = std::strstr(v, "exact") != nullptr;
   m.all_rows = std::strstr(v, "all") != nullptr;
+  m.no_swizzle = std::strstr(v, "noswz") != nullptr;
   return m;
 }
 
@@ -443,13 +463,13 @@ bool run_gemm_wgmma(const GemmKernelParams& p, cudaStream_t stream) {
   const bool exact = mode.exact || (p.format != QuantFormat::kMXFP4 && !p.scale_e8m0);
   switch (p.format) {
     case QuantFormat::kFP8Block:
-      launch<QuantFormat::kFP8Block>(p, exact, stream);
+      launch<QuantFormat::kFP8Block>(p, mode, exact, stream);
       return true;
     case QuantFormat::kMXFP4:
-      launch<QuantFormat::kMXFP4>(p, exact, stream);
+      launch<QuantFormat::kMXFP4>(p, mode, exact, stream);
       return true;
     case QuantFormat::kFP8Row32:
-      launch<QuantFormat::kFP8Row32>(p, exact, stream);
+      launch<QuantFormat::kFP8Row32>(p, mode, exact, stream);
       return true;
     default:
       return false;
