@@ -704,15 +704,16 @@ TEST_F(CudaBench, DISABLED_DecodeIndexerTimings) {
 // gate/up calls, rows gathered through a_rows / 6) and down (N = 4096, K = 2048, C rows scattered), plus the FP8
 // 128x128 shared expert as dense GEMMs of 8192 rows (gate N = 2048, K = 4096; down N = 4096, K = 2048). Each shape
 // through run_gemm with the wgmma kernel (default bf16x2 decode and the f32 decode) and with it off (gemm_mma), the
-// same inputs in the same run: DEEPINFER_AB_WGMMA = "" / "exact" / "0". The experts' weights are distinct (2 GiB per
-// projection: each call reads them from HBM).
+// same inputs in the same run: DEEPINFER_AB_WGMMA = "" / "exact" / "noswz" (no-swizzle layout) / "0". The experts'
+// weights are distinct (2 GiB per projection: each call reads them from HBM).
 TEST_F(CudaBench, DISABLED_PrefillExpertGemmTimings) {
   const int64_t tokens = 8192, d = 4096, inter = 2048, e = 256, topk = 6, slots = tokens * topk;
   struct Mode {
     const char* name;
     const char* env;
   };
-  const Mode modes[] = {{"wgmma", ""}, {"wgmma f32-decode", "exact"}, {"mma.sync (AB_WGMMA=0)", "0"}};
+  const Mode modes[] = {
+      {"wgmma", ""}, {"wgmma f32-decode", "exact"}, {"wgmma no-swizzle", "noswz"}, {"mma.sync (AB_WGMMA=0)", "0"}};
   // Routing: each token's 6 distinct experts uniformly at random; slots sorted by expert (the plan's order).
   std::vector<std::vector<int32_t>> by_expert(e);
   {
