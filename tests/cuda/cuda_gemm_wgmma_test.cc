@@ -9,7 +9,8 @@
 // Tolerances. Reference: both operands are exact in the kernel (bf16 A, weights exact in bf16), so only the fp32
 // sums differ: |got - want| <= 1e-4 · Σ|a·w| per entry (fp32 accumulation over K <= 4096 is ~1e-6 of Σ|a·w| in
 // practice; a misplaced tile, a wrong scale or a wrong code is ~1e-2 of it and more). Against gemm_mma (same products,
-// other summation order): ‖wgmma − mma‖ / ‖mma‖ <= 1e-5. The first mismatching entry is printed (row, column).
+// other summation order, and the tensor cores' own accumulation inside a wgmma): ‖wgmma − mma‖ / ‖mma‖ <= 1e-4 and
+// every entry within 1e-2 of the rms (a wrong entry is off by about the rms). The first mismatch is printed.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -311,7 +312,7 @@ class CudaGemmWgmmaTest : public CudaOpTest {
                 static_cast<long long>(checked), worst, static_cast<long long>(bad), bad ? "FAIL" : "ok");
     std::fflush(stdout);
   }
-  // ‖got − want‖ / ‖want‖ over the written rows, and the first entry off by more than 1e-3 of the rms.
+  // ‖got − want‖ / ‖want‖ over the written rows, and the first entry off by more than 1e-2 of the rms.
   void check_against(const std::string& what, const Problem& pr, const HostTensor& got, const HostTensor& want,
                      double tol) {
     double num = 0, den = 0;
@@ -324,7 +325,7 @@ class CudaGemmWgmmaTest : public CudaOpTest {
     for (int64_t i = 0; i < pr.m * pr.n; ++i) {
       const double g = got.data<float>()[i], w = want.data<float>()[i];
       num += (g - w) * (g - w);
-      if (!(std::fabs(g - w) <= 1e-3 * rms)) {
+      if (!(std::fabs(g - w) <= 1e-2 * rms)) {
         if (first < 0) first = i;
         ++bad;
       }
@@ -354,7 +355,7 @@ class CudaGemmWgmmaTest : public CudaOpTest {
     bool mma_took = false;
     HostTensor mma = run(*l, pr, [&](const cuda::GemmKernelParams& p) { mma_took = cuda::run_gemm_mma(p, s); });
     ASSERT_TRUE(mma_took) << what << ": run_gemm_mma declined";
-    check_against(what, pr, wg, mma, 1e-5);
+    check_against(what, pr, wg, mma, 1e-4);
     HostTensor exact = run(*l, pr, [&](const cuda::GemmKernelParams& p) {
       AbWgmma ab("all,exact");
       ASSERT_TRUE(cuda::run_gemm_wgmma(p, s));
@@ -367,7 +368,7 @@ class CudaGemmWgmmaTest : public CudaOpTest {
         AbWgmma ab("all,noswz");
         ASSERT_TRUE(cuda::run_gemm_wgmma(p, s));
       });
-      check_against(what + " noswz", pr, noswz, mma, 1e-5);
+      check_against(what + " noswz", pr, noswz, mma, 1e-4);
       expect_same_bytes((what + " noswz = swizzled").c_str(), noswz, wg);
     }
   }
