@@ -20,9 +20,11 @@ constexpr int64_t kGemmWgmmaMinRows = 32;
 // back to gemm_mma in the same build); "exact" = decode the weights through f32 like gemm_mma instead of the
 // bf16x2 integer decode (same values for UE8M0 scales; the f32 path is always used for f32 scales); "all" = also
 // below kGemmWgmmaMinRows rows per group; "noswz" = the no-swizzle shared-memory layout instead of the 128-byte
-// swizzle (a diagnostic; bf16x2 decode only); unset or anything else = on. Words combine ("all,exact").
+// swizzle (a diagnostic; bf16x2 decode only); "persist" = one block per SM walking the tiles (the next tile's first
+// steps decoded during the last ones and the stores of the previous) instead of one block per tile; unset or anything
+// else = on. Words combine ("all,exact").
 struct WgmmaMode {
-  bool on = true, exact = false, all_rows = false, no_swizzle = false;
+  bool on = true, exact = false, all_rows = false, no_swizzle = false, persistent = false;
 };
 WgmmaMode wgmma_mode();
 

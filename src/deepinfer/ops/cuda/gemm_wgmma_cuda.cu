@@ -15,7 +15,13 @@
 //     memory by descriptor), one commit group per step, one group kept in flight; when a step's group has retired
 //     they signal its stage "empty". Accumulators: 128 f32 a thread.
 //   A 4-stage ring of (A tile 16 KiB, B tile 32 KiB); full / empty are named barriers (bar.arrive by the signalling
-//     side, bar.sync by the waiting side, 384 threads each), ids 1-4 and 5-8 (0 is __syncthreads).
+//     side, bar.sync by the waiting side, 384 threads each), ids 1-4 and 5-8 (0 is __syncthreads). Step G of a block
+//     (counted over all its tiles) uses stage G % 4. The consumers release every step once; the producer waits for
+//     the release of step G - 4 before it writes step G, and for the last releases before it exits, so every
+//     barrier instance completes and none is reused before it did (the producer's arrival at full(G + 4) follows
+//     its wait on empty(G), which follows both consumers' passing full(G)).
+//   One block per tile, or (DEEPINFER_AB_WGMMA=persist) one per SM walking tiles blockIdx.x + i·gridDim.x: the
+//     producer then decodes the next tile's first steps while the consumers finish a tile and store it.
 //
 // Shared-memory layout (both operands "K-major", 128-byte swizzle, the wgmma canonical layout): a tile row holds the
 // 64 K values of one row (A: a token row, B: a weight row) = 128 bytes = 8 chunks of 16 bytes. Row r's chunk c
@@ -42,6 +48,7 @@
 
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -57,7 +64,7 @@ constexpr int kWgM = 2 * kGemmTileM, kWgN = 256, kWgK = 64, kWgStages = 4, kWgTh
 constexpr int kRowBytes = kWgK * 2;                                    // one 128-byte swizzle row
 constexpr int kABytes = kWgM * kRowBytes, kBBytes = kWgN * kRowBytes;  // one stage's tiles
 constexpr int kBarFull = 1, kBarEmpty = 1 + kWgStages;
-constexpr size_t kWgSmem = 1024 + kWgStages * (kABytes + kBBytes) + 2 * kWgM * sizeof(int64_t);
+constexpr size_t kWgSmem = 1024 + kWgStages * (kABytes + kBBytes);
 static_assert(kWgM == 128 && kWgThreads == 3 * 128, "one producer and two consumer warpgroups of 64 rows");
 static_assert(kBarEmpty + kWgStages <= 16, "named barriers");
 
@@ -230,157 +237,173 @@ __device__ __forceinline__ void decode_row(const RowStep<F>& rs, uint32_t tile, 
 }
 
 template <QuantFormat F, bool kExact, bool kSwizzle>
-__global__ void __launch_bounds__(kWgThreads, 1) gemm_wgmma_kernel(GemmKernelParams p) {
+__global__ void __launch_bounds__(kWgThreads, 1) gemm_wgmma_kernel(GemmKernelParams p, int tiles_n, int64_t tiles) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t smem_raw[];
-  // 1024-byte aligned base (128B swizzle); A stages, then B stages, then the row maps.
+  // 1024-byte aligned base (128B swizzle): A stages, then B stages.
   const uint32_t raw_addr = smem_addr(smem_raw);
-  const uint32_t pad = (1024 - (raw_addr & 1023)) & 1023;
-  const uint32_t a_base = raw_addr + pad, b_base = a_base + kWgStages * kABytes;
-  int64_t* a_row = reinterpret_cast<int64_t*>(smem_raw + pad + kWgStages * (kABytes + kBBytes));
-  int64_t* c_row = a_row + kWgM;
-
-  int g;
-  int64_t row_begin, row_end;
-  if (!gemm_tile_rows(p, blockIdx.y, kWgM / kGemmTileM, g, row_begin, row_end)) return;
+  const uint32_t a_base = raw_addr + ((1024 - (raw_addr & 1023)) & 1023), b_base = a_base + kWgStages * kABytes;
   const int tid = threadIdx.x;
-  if (tid < kWgM) {
-    const int64_t i = row_begin + tid;
-    const bool valid = i < row_end;
-    a_row[tid] = !valid ? -1 : (p.a_rows ? p.a_rows[i] / p.a_row_div : i);
-    c_row[tid] = !valid ? -1 : (p.c_rows ? p.c_rows[i] : i);
-  }
-  __syncthreads();
   const int ktiles = static_cast<int>(p.k / kWgK);
-  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kWgN;
+  // Tiles t = blockIdx.x, blockIdx.x + gridDim.x, ... (one per block unless launched persistent), column tile fastest:
+  // the blocks running together share an A tile and sweep one expert's weight. Both roles walk the same tiles and
+  // skip the same ones (a grouped plan tile that does not start a 128-row tile); `gs` counts this block's steps over
+  // all its tiles, which fixes every step's stage (gs % S) and barrier instance.
 
   if (tid < 128) {
     // ------------------------------------------------------------------ producer warpgroup
-    const uint8_t* b = static_cast<const uint8_t*>(p.b_table ? p.b_table[g] : p.b);
-    const uint8_t* sc = static_cast<const uint8_t*>(p.b_scale_table ? p.b_scale_table[g] : p.b_scale);
     const bool s8 = F == QuantFormat::kMXFP4 || p.scale_e8m0;
-    // A: this thread copies chunk tid % 8 of tile rows tid / 8 + 16 j, j = 0..7 (rows past the tile's end: zeros).
-    const int ac = tid & 7;
-    const __nv_bfloat16* a_src[8];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const int64_t ar = a_row[(tid >> 3) + 16 * j];
-      a_src[j] = ar < 0 ? nullptr : static_cast<const __nv_bfloat16*>(p.a_bf16) + ar * p.lda + ac * 8;
-    }
-    auto issue_a = [&](int kt) {
-      const uint32_t dst = a_base + (kt % kWgStages) * kABytes;
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const int r = (tid >> 3) + 16 * j;
-        const bool ok = a_src[j] != nullptr;
-        const void* src = ok ? static_cast<const void*>(a_src[j] + static_cast<int64_t>(kt) * kWgK) : p.a_bf16;
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst + swz<kSwizzle>(r, ac)), "l"(src),
-                     "r"(ok ? 16 : 0)
-                     : "memory");
-      }
-    };
-    // Weights: tile rows tid and tid + 128 (output columns n0 + those). A column past N reads row N - 1 instead (no
-    // branch; its output column is never written). Scales: the row's base in its scale matrix, then per step the
-    // K halves' column (block sizes are powers of two: run_gemm_wgmma checks).
+    const int ac = tid & 7;  // A: this thread copies chunk tid % 8 of tile rows tid / 8 + 16 j, j = 0..7
     constexpr int kStepBytes = kCodeWords<F> * 4;
     const int64_t row_bytes = F == QuantFormat::kMXFP4 ? p.k / 2 : p.k;
     const int bn_shift = __ffs(p.block_n) - 1, bk_shift = __ffs(p.block_k) - 1;
-    const uint8_t* w_src[2];
-    int64_t s_base[2];
+    int64_t gs = 0;
+    for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+      int g;
+      int64_t row_begin, row_end;
+      if (!gemm_tile_rows(p, t / tiles_n, kWgM / kGemmTileM, g, row_begin, row_end)) continue;
+      const int64_t n0 = (t % tiles_n) * kWgN;
+      const uint8_t* b = static_cast<const uint8_t*>(p.b_table ? p.b_table[g] : p.b);
+      const uint8_t* sc = static_cast<const uint8_t*>(p.b_scale_table ? p.b_scale_table[g] : p.b_scale);
+      const __nv_bfloat16* a_src[8];  // rows past the tile's end: none (zero-filled copies)
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int64_t n = min(n0 + tid + 128 * i, p.n - 1);
-      w_src[i] = b + n * row_bytes;
-      s_base[i] = F == QuantFormat::kMXFP4      ? n * (p.k / 32)
-                  : F == QuantFormat::kFP8Row32 ? n * p.scale_cols
-                                                : (n >> bn_shift) * p.scale_cols;
-    }
-    auto load_step = [&](int kt, RowStep<F>(&rs)[2]) {
+      for (int j = 0; j < 8; ++j) {
+        const int64_t i = row_begin + (tid >> 3) + 16 * j;
+        const int64_t ar = i < row_end ? (p.a_rows ? p.a_rows[i] / p.a_row_div : i) : -1;
+        a_src[j] = ar < 0 ? nullptr : static_cast<const __nv_bfloat16*>(p.a_bf16) + ar * p.lda + ac * 8;
+      }
+      // A tile of k-step kt into stage `st`.
+      auto issue_a = [&](int kt, int st) {
+        const uint32_t dst = a_base + st * kABytes;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const int r = (tid >> 3) + 16 * j;
+          const bool ok = a_src[j] != nullptr;
+          const void* src = ok ? static_cast<const void*>(a_src[j] + static_cast<int64_t>(kt) * kWgK) : p.a_bf16;
+          asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst + swz<kSwizzle>(r, ac)), "l"(src),
+                       "r"(ok ? 16 : 0)
+                       : "memory");
+        }
+      };
+      // Weights: tile rows tid and tid + 128 (output columns n0 + those). A column past N reads row N - 1 instead
+      // (no branch; its output column is never written). Scales: the row's base in its scale matrix, then per step
+      // the K halves' column (block sizes are powers of two: run_gemm_wgmma checks).
+      const uint8_t* w_src[2];
+      int64_t s_base[2];
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
-        const uint4* q = reinterpret_cast<const uint4*>(w_src[i] + static_cast<int64_t>(kt) * kStepBytes);
-#pragma unroll
-        for (int v = 0; v < kStepBytes / 16; ++v) {
-          const uint4 u = __ldg(q + v);
-          rs[i].w[4 * v] = u.x;
-          rs[i].w[4 * v + 1] = u.y;
-          rs[i].w[4 * v + 2] = u.z;
-          rs[i].w[4 * v + 3] = u.w;
-        }
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int k0 = kt * kWgK + 32 * h;
-          const int64_t si = s_base[i] + (F == QuantFormat::kFP8Block ? (k0 >> bk_shift) : (k0 >> 5));
-          rs[i].s[h] = s8 ? static_cast<uint32_t>(__ldg(sc + si))
-                          : __float_as_uint(__ldg(reinterpret_cast<const float*>(sc) + si));
-        }
+        const int64_t n = min(n0 + tid + 128 * i, p.n - 1);
+        w_src[i] = b + n * row_bytes;
+        s_base[i] = F == QuantFormat::kMXFP4      ? n * (p.k / 32)
+                    : F == QuantFormat::kFP8Row32 ? n * p.scale_cols
+                                                  : (n >> bn_shift) * p.scale_cols;
       }
-    };
-    // One step: prefetch step kt + 1's codes (first: registers need no free stage, and the longer they fly the
-    // better), wait for stage (kt + 1) % S to be released and copy its A tile, decode step kt into B stage kt % S
-    // (released at step kt - S, waited for one step earlier), then publish the stage.
-    auto step = [&](int kt, RowStep<F>(&cur)[2], RowStep<F>(&nxt)[2]) {
-      const int st = kt % kWgStages;
-      if (kt + 1 < ktiles) {
-        load_step(kt + 1, nxt);
-        // Stage (kt + 1) % S was last read by the consumers' step kt + 1 - S.
-        if (kt + 1 >= kWgStages) bar_sync(kBarEmpty + (kt + 1) % kWgStages, kWgThreads);
-        issue_a(kt + 1);
-      }
+      auto load_step = [&](int kt, RowStep<F>(&rs)[2]) {
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const uint4* q = reinterpret_cast<const uint4*>(w_src[i] + static_cast<int64_t>(kt) * kStepBytes);
+#pragma unroll
+          for (int v = 0; v < kStepBytes / 16; ++v) {
+            const uint4 u = __ldg(q + v);
+            rs[i].w[4 * v] = u.x;
+            rs[i].w[4 * v + 1] = u.y;
+            rs[i].w[4 * v + 2] = u.z;
+            rs[i].w[4 * v + 3] = u.w;
+          }
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int k0 = kt * kWgK + 32 * h;
+            const int64_t si = s_base[i] + (F == QuantFormat::kFP8Block ? (k0 >> bk_shift) : (k0 >> 5));
+            rs[i].s[h] = s8 ? static_cast<uint32_t>(__ldg(sc + si))
+                            : __float_as_uint(__ldg(reinterpret_cast<const float*>(sc) + si));
+          }
+        }
+      };
+      // Stage of this block's step G, once the consumers released its previous use (step G - S).
+      auto acquire = [&](int64_t G) {
+        if (G >= kWgStages) bar_sync(kBarEmpty + static_cast<int>((G - kWgStages) % kWgStages), kWgThreads);
+        return static_cast<int>(G % kWgStages);
+      };
+      // One step: prefetch step kt + 1's codes (first: registers need no free stage, and the longer they fly the
+      // better), acquire step kt + 1's stage and copy its A tile, decode step kt into its stage's B tile, publish.
+      auto step = [&](int kt, RowStep<F>(&cur)[2], RowStep<F>(&nxt)[2]) {
+        const int64_t G = gs + kt;
+        if (kt + 1 < ktiles) {
+          load_step(kt + 1, nxt);
+          issue_a(kt + 1, acquire(G + 1));
+        }
+        cp_async_commit();
+        const int st = static_cast<int>(G % kWgStages);
+        const uint32_t bt = b_base + st * kBBytes;
+#pragma unroll
+        for (int i = 0; i < 2; ++i) decode_row<F, kExact, kSwizzle>(cur[i], bt, tid + 128 * i, s8);
+        cp_async_wait<1>();  // this thread's A copies of step kt have landed
+        fence_proxy_async();
+        bar_arrive(kBarFull + st, kWgThreads);
+      };
+      RowStep<F> r0[2], r1[2];  // ping-pong: no register copies between steps
+      load_step(0, r0);
+      issue_a(0, acquire(gs));
       cp_async_commit();
-      const uint32_t bt = b_base + st * kBBytes;
-#pragma unroll
-      for (int i = 0; i < 2; ++i) decode_row<F, kExact, kSwizzle>(cur[i], bt, tid + 128 * i, s8);
-      cp_async_wait<1>();  // this thread's A copies of step kt have landed
-      fence_proxy_async();
-      bar_arrive(kBarFull + st, kWgThreads);
-    };
-    RowStep<F> r0[2], r1[2];  // ping-pong: no register copies between steps
-    load_step(0, r0);
-    issue_a(0);
-    cp_async_commit();
-    int kt = 0;
-    for (; kt + 1 < ktiles; kt += 2) {
-      step(kt, r0, r1);
-      step(kt + 1, r1, r0);
+      int kt = 0;
+      for (; kt + 1 < ktiles; kt += 2) {
+        step(kt, r0, r1);
+        step(kt + 1, r1, r0);
+      }
+      if (kt < ktiles) step(kt, r0, r1);
+      gs += ktiles;
     }
-    if (kt < ktiles) step(kt, r0, r1);
     cp_async_wait<0>();
+    // The consumers release every step; the loop waited for the releases of steps [0, gs - S): take the rest, so
+    // that no barrier is left with arrivals at exit.
+    for (int64_t G = gs > kWgStages ? gs - kWgStages : 0; G < gs; ++G)
+      bar_sync(kBarEmpty + static_cast<int>(G % kWgStages), kWgThreads);
   } else {
     // ------------------------------------------------------------------ consumer warpgroups
     const int cw = (tid >> 7) - 1;  // rows 64 cw .. 64 cw + 63 of the tile
-    float acc[128];
-#pragma unroll
-    for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
-    pin(acc);
-    for (int kt = 0; kt < ktiles; ++kt) {
-      const int st = kt % kWgStages;
-      bar_sync(kBarFull + st, kWgThreads);
-      const uint32_t at = a_base + st * kABytes + cw * 64 * kRowBytes, bt = b_base + st * kBBytes;
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < kWgK / 16; ++kk)
-        wgmma_m64n256k16(acc, smem_desc<kSwizzle>(at + k16_offset<kSwizzle>(kk)),
-                         smem_desc<kSwizzle>(bt + k16_offset<kSwizzle>(kk)));
-      wgmma_commit();
-      wgmma_wait<1>();  // step kt - 1's products have read their stage
-      if (kt >= 1 && kt - 1 + kWgStages < ktiles) bar_arrive(kBarEmpty + (kt - 1) % kWgStages, kWgThreads);
-    }
-    wgmma_wait<0>();
-    pin(acc);
-
     const int lane = tid & 31, wq = (tid >> 5) & 3;
+    int64_t gs = 0;
+    for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+      int g;
+      int64_t row_begin, row_end;
+      if (!gemm_tile_rows(p, t / tiles_n, kWgM / kGemmTileM, g, row_begin, row_end)) continue;
+      const int64_t n0 = (t % tiles_n) * kWgN;
+      float acc[128];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = cw * 64 + wq * 16 + (lane >> 2) + 8 * h;
-      const int64_t cr = c_row[r];
-      if (cr < 0) continue;
-      float* crow = p.c + cr * p.ldc;
+      for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+      pin(acc);
+      for (int kt = 0; kt < ktiles; ++kt) {
+        const int64_t G = gs + kt;
+        const int st = static_cast<int>(G % kWgStages);
+        bar_sync(kBarFull + st, kWgThreads);
+        const uint32_t at = a_base + st * kABytes + cw * 64 * kRowBytes, bt = b_base + st * kBBytes;
+        wgmma_fence();
 #pragma unroll
-      for (int j = 0; j < 32; ++j) {
-        const int64_t col = n0 + j * 8 + (lane & 3) * 2;
-        if (col < p.n) crow[col] = acc[4 * j + 2 * h];
-        if (col + 1 < p.n) crow[col + 1] = acc[4 * j + 2 * h + 1];
+        for (int kk = 0; kk < kWgK / 16; ++kk)
+          wgmma_m64n256k16(acc, smem_desc<kSwizzle>(at + k16_offset<kSwizzle>(kk)),
+                           smem_desc<kSwizzle>(bt + k16_offset<kSwizzle>(kk)));
+        wgmma_commit();
+        wgmma_wait<1>();  // step G - 1's products have read their stage: release it
+        if (kt >= 1) bar_arrive(kBarEmpty + static_cast<int>((G - 1) % kWgStages), kWgThreads);
+      }
+      wgmma_wait<0>();
+      bar_arrive(kBarEmpty + static_cast<int>((gs + ktiles - 1) % kWgStages), kWgThreads);
+      pin(acc);
+      gs += ktiles;
+
+      // Accumulator (n8 tile j, half h): row wq·16 + lane/4 + 8h of this warpgroup's 64, columns 8j + 2(lane%4) + 0/1.
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int64_t i = row_begin + cw * 64 + wq * 16 + (lane >> 2) + 8 * h;
+        if (i >= row_end) continue;
+        const int64_t cr = p.c_rows ? p.c_rows[i] : i;
+        float* crow = p.c + cr * p.ldc;
+#pragma unroll
+        for (int j = 0; j < 32; ++j) {
+          const int64_t col = n0 + j * 8 + (lane & 3) * 2;
+          if (col < p.n) crow[col] = acc[4 * j + 2 * h];
+          if (col + 1 < p.n) crow[col + 1] = acc[4 * j + 2 * h + 1];
+        }
       }
     }
   }
@@ -389,28 +412,40 @@ __global__ void __launch_bounds__(kWgThreads, 1) gemm_wgmma_kernel(GemmKernelPar
 #endif
 }
 
+int sm_count() {
+  static const int n = [] {
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+      return 132;
+    return v;
+  }();
+  return n;
+}
+
 template <QuantFormat F, bool kExact, bool kSwizzle>
-void launch(const GemmKernelParams& p, cudaStream_t stream) {
+void launch(const GemmKernelParams& p, bool persistent, cudaStream_t stream) {
   const int64_t tiles_m = p.group_offsets ? p.max_tiles_m : ceil_div(p.m, kWgM);
   const int64_t tiles_n = ceil_div(p.n, kWgN);
   if (tiles_m == 0 || tiles_n == 0) return;
-  DI_CHECK(tiles_m <= 65535) << "gemm: " << tiles_m << " row tiles are too many for one launch";
+  const int64_t tiles = tiles_m * tiles_n;
+  DI_CHECK(tiles < (int64_t{1} << 31) && tiles_n < (int64_t{1} << 31)) << "gemm: " << tiles << " tiles are too many";
   DI_CUDA_CHECK(cudaFuncSetAttribute(gemm_wgmma_kernel<F, kExact, kSwizzle>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kWgSmem)));
-  // x = column tiles (fastest): the blocks running together share an A tile and sweep one expert's weight.
+  const int64_t blocks = persistent ? std::min<int64_t>(tiles, sm_count()) : tiles;
   gemm_wgmma_kernel<F, kExact, kSwizzle>
-      <<<dim3(static_cast<unsigned>(tiles_n), static_cast<unsigned>(tiles_m)), kWgThreads, kWgSmem, stream>>>(p);
+      <<<static_cast<unsigned>(blocks), kWgThreads, kWgSmem, stream>>>(p, static_cast<int>(tiles_n), tiles);
   DI_CUDA_CHECK_LAUNCH();
 }
 
 template <QuantFormat F>
 void launch(const GemmKernelParams& p, const WgmmaMode& mode, bool exact, cudaStream_t stream) {
   if (exact)
-    launch<F, true, true>(p, stream);
+    launch<F, true, true>(p, mode.persistent, stream);
   else if (mode.no_swizzle)
-    launch<F, false, false>(p, stream);
+    launch<F, false, false>(p, mode.persistent, stream);
   else
-    launch<F, false, true>(p, stream);
+    launch<F, false, true>(p, mode.persistent, stream);
 }
 
 bool aligned(const void* q, uintptr_t a) { return reinterpret_cast<uintptr_t>(q) % a == 0; }
@@ -437,6 +472,7 @@ WgmmaMode wgmma_mode() {
   m.exact = std::strstr(v, "exact") != nullptr;
   m.all_rows = std::strstr(v, "all") != nullptr;
   m.no_swizzle = std::strstr(v, "noswz") != nullptr;
+  m.persistent = std::strstr(v, "persist") != nullptr;
   return m;
 }
 
