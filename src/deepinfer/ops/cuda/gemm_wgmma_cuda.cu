@@ -362,6 +362,8 @@ __global__ void __launch_bounds__(kWgThreads, 1) gemm_wgmma_kernel(GemmKernelPar
     // ------------------------------------------------------------------ consumer warpgroups
     const int cw = (tid >> 7) - 1;  // rows 64 cw .. 64 cw + 63 of the tile
     const int lane = tid & 31, wq = (tid >> 5) & 3;
+    // Column pairs as one 8-byte store when every row start is 8-byte aligned.
+    const bool vec2 = p.ldc % 2 == 0 && reinterpret_cast<uintptr_t>(p.c) % 8 == 0;
     int64_t gs = 0;
     for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
       int g;
@@ -400,9 +402,13 @@ __global__ void __launch_bounds__(kWgThreads, 1) gemm_wgmma_kernel(GemmKernelPar
         float* crow = p.c + cr * p.ldc;
 #pragma unroll
         for (int j = 0; j < 32; ++j) {
-          const int64_t col = n0 + j * 8 + (lane & 3) * 2;
-          if (col < p.n) crow[col] = acc[4 * j + 2 * h];
-          if (col + 1 < p.n) crow[col + 1] = acc[4 * j + 2 * h + 1];
+          const int64_t col = n0 + j * 8 + (lane & 3) * 2;  // even
+          if (vec2 && col + 1 < p.n) {
+            *reinterpret_cast<float2*>(crow + col) = make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+          } else {
+            if (col < p.n) crow[col] = acc[4 * j + 2 * h];
+            if (col + 1 < p.n) crow[col + 1] = acc[4 * j + 2 * h + 1];
+          }
         }
       }
     }
