@@ -361,6 +361,7 @@ class CudaGemmWgmmaTest : public CudaOpTest {
       AbWgmma ab("all,exact");
       ASSERT_TRUE(cuda::run_gemm_wgmma(p, s));
     });
+    check_against(what + " f32 decode", pr, exact, mma, 1e-4);  // tells a decode fault from one elsewhere
     expect_same_bytes((what + " exact decode").c_str(), exact, wg);
     // One block per SM walking the tiles: the same tiles, the same bytes.
     HostTensor persist = run(*l, pr, [&](const cuda::GemmKernelParams& p) {
