@@ -704,9 +704,9 @@ TEST_F(CudaBench, DISABLED_DecodeIndexerTimings) {
 // K = 4096: one of the two gate/up calls, rows gathered through a_rows / 6) and down (N = 4096, K = 2048, C rows
 // scattered), plus the FP8 128x128 shared expert as dense GEMMs of 8192 rows (gate N = 2048, K = 4096; down N = 4096,
 // K = 2048). Each through run_gemm with the wgmma kernel (default bf16x2 decode, the f32 decode, the no-swizzle
-// layout, one block per SM) and with it off (gemm_mma): DEEPINFER_AB_WGMMA = "" / "persist" / "exact" / "noswz" / "0",
-// the same inputs in the same run. The experts' weights are distinct (1 GiB a projection), so each call reads them from
-// HBM.
+// layout, one block per SM, the split decode) and with it off (gemm_mma): DEEPINFER_AB_WGMMA = "" / "persist" / "split"
+// / "exact" / "noswz" / "0", the same inputs in the same run. The experts' weights are distinct (1 GiB a projection),
+// so each call reads them from HBM.
 TEST_F(CudaBench, DISABLED_PrefillExpertGemmTimings) {
   const int64_t d = 4096, inter = 2048, e = 256, topk = 6, max_tokens = 8192;
   struct Mode {
@@ -715,6 +715,8 @@ TEST_F(CudaBench, DISABLED_PrefillExpertGemmTimings) {
   };
   const Mode modes[] = {{"wgmma", ""},
                         {"wgmma persistent", "persist"},
+                        {"wgmma split decode", "split"},
+                        {"wgmma split decode persistent", "split,persist"},
                         {"wgmma f32-decode", "exact"},
                         {"wgmma no-swizzle", "noswz"},
                         {"mma.sync (AB_WGMMA=0)", "0"}};

@@ -22,9 +22,10 @@ constexpr int64_t kGemmWgmmaMinRows = 32;
 // below kGemmWgmmaMinRows rows per group; "noswz" = the no-swizzle shared-memory layout instead of the 128-byte
 // swizzle (a diagnostic; bf16x2 decode only); "persist" = one block per SM walking the tiles (the next tile's first
 // steps decoded during the last ones and the stores of the previous) instead of one block per tile; unset or anything
-// else = on. Words combine ("all,exact").
+// else = on; "split" = the consumer warpgroups decode half the weight rows (half a row each, one step ahead of their
+// products) and the producer the other half (bf16x2 decode only). Words combine ("all,exact").
 struct WgmmaMode {
-  bool on = true, exact = false, all_rows = false, no_swizzle = false, persistent = false;
+  bool on = true, exact = false, all_rows = false, no_swizzle = false, persistent = false, split = false;
 };
 WgmmaMode wgmma_mode();
 

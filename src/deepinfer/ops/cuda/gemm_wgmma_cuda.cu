@@ -195,49 +195,70 @@ struct RowStep {
   uint32_t s[2];
 };
 
-// Decodes a row's step into the 8 swizzled chunks of tile row r at `tile` (shared address). s8: UE8M0 scales.
+// Decodes chunk c (K values 8c..8c+7 of the step) of tile row r from its code words (MXFP4: w[0]; FP8: w[0], w[1])
+// and its half's raw scale into the swizzled tile at `tile` (shared address). s8: UE8M0 scales.
+template <QuantFormat F, bool kExact, bool kSwizzle>
+__device__ __forceinline__ void decode_chunk(const uint32_t* w, uint32_t sraw, uint32_t tile, int r, int c, bool s8) {
+  uint32_t o[4];
+  if constexpr (kExact) {
+    const float sc = s8 ? e8m0_to_f32_dev(static_cast<uint8_t>(sraw)) : __uint_as_float(sraw);
+    float v[8];
+    if constexpr (F == QuantFormat::kMXFP4) {
+      decode_fp4x8_pairs(w[0], v);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) v[i] *= sc * kFp4Unscale;
+    } else {
+      decode_fp8x8(w[0], w[1], v);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) v[i] *= sc;
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j) o[j] = pack_bf16x2(v[2 * j], v[2 * j + 1]);
+  } else if constexpr (F == QuantFormat::kMXFP4) {
+    // bf16x2 of the scale 2^(S - 127): exponent field S in both halves (exact for S = 1..254).
+    const uint32_t m2 = sraw * 0x00800080u;
+    e2m1x8_to_bf16x2(w[0], o);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) o[j] = bf16x2_mul(o[j], m2);
+  } else {
+    // bf16x2 of scale · 2^112 = 2^(S - 15): exponent field S - 15 + 127 = S + 112 (exact for S <= 142: scales up to
+    // 2^15).
+    const uint32_t m2 = (sraw + 112u) * 0x00800080u;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) o[j] = bf16x2_mul(e4m3x2_to_bf16x2_shifted(w[j / 2] >> (16 * (j & 1))), m2);
+  }
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(tile + swz<kSwizzle>(r, c)), "r"(o[0]), "r"(o[1]),
+               "r"(o[2]), "r"(o[3])
+               : "memory");
+}
+// A whole row's step (8 chunks).
 template <QuantFormat F, bool kExact, bool kSwizzle>
 __device__ __forceinline__ void decode_row(const RowStep<F>& rs, uint32_t tile, int r, bool s8) {
+  constexpr int kWordsPerChunk = F == QuantFormat::kMXFP4 ? 1 : 2;
 #pragma unroll
-  for (int c = 0; c < 8; ++c) {
-    const uint32_t sraw = rs.s[c >> 2];
-    uint32_t o[4];
-    if constexpr (kExact) {
-      const float sc = s8 ? e8m0_to_f32_dev(static_cast<uint8_t>(sraw)) : __uint_as_float(sraw);
-      float w[8];
-      if constexpr (F == QuantFormat::kMXFP4) {
-        decode_fp4x8_pairs(rs.w[c], w);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) w[i] *= sc * kFp4Unscale;
-      } else {
-        decode_fp8x8(rs.w[2 * c], rs.w[2 * c + 1], w);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) w[i] *= sc;
-      }
-#pragma unroll
-      for (int j = 0; j < 4; ++j) o[j] = pack_bf16x2(w[2 * j], w[2 * j + 1]);
-    } else if constexpr (F == QuantFormat::kMXFP4) {
-      // bf16x2 of the scale 2^(S - 127): exponent field S in both halves (exact for S = 1..254).
-      const uint32_t m2 = sraw * 0x00800080u;
-      e2m1x8_to_bf16x2(rs.w[c], o);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) o[j] = bf16x2_mul(o[j], m2);
-    } else {
-      // bf16x2 of scale · 2^112 = 2^(S - 15): exponent field S - 15 + 127 = S + 112 (exact for S <= 142: scales up
-      // to 2^15).
-      const uint32_t m2 = (sraw + 112u) * 0x00800080u;
-#pragma unroll
-      for (int j = 0; j < 4; ++j)
-        o[j] = bf16x2_mul(e4m3x2_to_bf16x2_shifted(rs.w[2 * c + j / 2] >> (16 * (j & 1))), m2);
-    }
-    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(tile + swz<kSwizzle>(r, c)), "r"(o[0]), "r"(o[1]),
-                 "r"(o[2]), "r"(o[3])
-                 : "memory");
-  }
+  for (int c = 0; c < 8; ++c)
+    decode_chunk<F, kExact, kSwizzle>(&rs.w[kWordsPerChunk * c], rs.s[c >> 2], tile, r, c, s8);
 }
 
+// Half a row's step (its 32 K values of half h: chunks 4h..4h+3), for the split decode.
+template <QuantFormat F>
+struct HalfStep {
+  uint32_t w[kCodeWords<F> / 2];
+  uint32_t s;
+};
 template <QuantFormat F, bool kExact, bool kSwizzle>
+__device__ __forceinline__ void decode_half(const HalfStep<F>& hs, uint32_t tile, int r, int h, bool s8) {
+  constexpr int kWordsPerChunk = F == QuantFormat::kMXFP4 ? 1 : 2;
+#pragma unroll
+  for (int c = 0; c < 4; ++c)
+    decode_chunk<F, kExact, kSwizzle>(&hs.w[kWordsPerChunk * c], hs.s, tile, r, 4 * h + c, s8);
+}
+
+template <QuantFormat F, bool kExact, bool kSwizzle, bool kSplit>
 __global__ void __launch_bounds__(kWgThreads, 1) gemm_wgmma_kernel(GemmKernelParams p, int tiles_n, int64_t tiles) {
+  // Weight rows a producer thread decodes per step: 2 (tile rows tid, tid + 128), or with kSplit 1 (tile row tid; the
+  // consumers decode rows 128-255, half a row each, one step ahead of their products).
+  constexpr int kRowsP = kSplit ? 1 : 2;
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t smem_raw[];
   // 1024-byte aligned base (128B swizzle): A stages, then B stages.
@@ -288,19 +309,19 @@ __global__ void __launch_bounds__(kWgThreads, 1) gemm_wgmma_kernel(GemmKernelPar
       // Weights: tile rows tid and tid + 128 (output columns n0 + those). A column past N reads row N - 1 instead
       // (no branch; its output column is never written). Scales: the row's base in its scale matrix, then per step
       // the K halves' column (block sizes are powers of two: run_gemm_wgmma checks).
-      const uint8_t* w_src[2];
-      int64_t s_base[2];
+      const uint8_t* w_src[kRowsP];
+      int64_t s_base[kRowsP];
 #pragma unroll
-      for (int i = 0; i < 2; ++i) {
+      for (int i = 0; i < kRowsP; ++i) {
         const int64_t n = min(n0 + tid + 128 * i, p.n - 1);
         w_src[i] = b + n * row_bytes;
         s_base[i] = F == QuantFormat::kMXFP4      ? n * (p.k / 32)
                     : F == QuantFormat::kFP8Row32 ? n * p.scale_cols
                                                   : (n >> bn_shift) * p.scale_cols;
       }
-      auto load_step = [&](int kt, RowStep<F>(&rs)[2]) {
+      auto load_step = [&](int kt, RowStep<F>(&rs)[kRowsP]) {
 #pragma unroll
-        for (int i = 0; i < 2; ++i) {
+        for (int i = 0; i < kRowsP; ++i) {
           const uint4* q = reinterpret_cast<const uint4*>(w_src[i] + static_cast<int64_t>(kt) * kStepBytes);
 #pragma unroll
           for (int v = 0; v < kStepBytes / 16; ++v) {
@@ -326,7 +347,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) gemm_wgmma_kernel(GemmKernelPar
       };
       // One step: prefetch step kt + 1's codes (first: registers need no free stage, and the longer they fly the
       // better), acquire step kt + 1's stage and copy its A tile, decode step kt into its stage's B tile, publish.
-      auto step = [&](int kt, RowStep<F>(&cur)[2], RowStep<F>(&nxt)[2]) {
+      auto step = [&](int kt, RowStep<F>(&cur)[kRowsP], RowStep<F>(&nxt)[kRowsP]) {
         const int64_t G = gs + kt;
         if (kt + 1 < ktiles) {
           load_step(kt + 1, nxt);
@@ -336,12 +357,12 @@ __global__ void __launch_bounds__(kWgThreads, 1) gemm_wgmma_kernel(GemmKernelPar
         const int st = static_cast<int>(G % kWgStages);
         const uint32_t bt = b_base + st * kBBytes;
 #pragma unroll
-        for (int i = 0; i < 2; ++i) decode_row<F, kExact, kSwizzle>(cur[i], bt, tid + 128 * i, s8);
+        for (int i = 0; i < kRowsP; ++i) decode_row<F, kExact, kSwizzle>(cur[i], bt, tid + 128 * i, s8);
         cp_async_wait<1>();  // this thread's A copies of step kt have landed
         fence_proxy_async();
         bar_arrive(kBarFull + st, kWgThreads);
       };
-      RowStep<F> r0[2], r1[2];  // ping-pong: no register copies between steps
+      RowStep<F> r0[kRowsP], r1[kRowsP];  // ping-pong: no register copies between steps
       load_step(0, r0);
       issue_a(0, acquire(gs));
       cp_async_commit();
@@ -374,7 +395,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) gemm_wgmma_kernel(GemmKernelPar
 #pragma unroll
       for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
       pin(acc);
-      for (int kt = 0; kt < ktiles; ++kt) {
+      auto mma_step = [&](int kt) {
         const int64_t G = gs + kt;
         const int st = static_cast<int>(G % kWgStages);
         bar_sync(kBarFull + st, kWgThreads);
@@ -387,6 +408,64 @@ __global__ void __launch_bounds__(kWgThreads, 1) gemm_wgmma_kernel(GemmKernelPar
         wgmma_commit();
         wgmma_wait<1>();  // step G - 1's products have read their stage: release it
         if (kt >= 1) bar_arrive(kBarEmpty + static_cast<int>((G - 1) % kWgStages), kWgThreads);
+      };
+      if constexpr (kSplit) {
+        // This thread's half row: tile row 128 + u / 2, K half u % 2 (chunks 4h..4h+3) of each step. Step X is decoded
+        // after this warpgroup passed full(X - 1): the other warpgroup had then retired its products of step X - 3,
+        // so stage X % 4 (last read at step X - 4) is free; the producer's rows of that stage are other rows.
+        const int u = tid - 128, hrow = 128 + (u >> 1), hh = u & 1;
+        const bool s8 = F == QuantFormat::kMXFP4 || p.scale_e8m0;
+        constexpr int kStepBytes = kCodeWords<F> * 4;
+        const int64_t row_bytes = F == QuantFormat::kMXFP4 ? p.k / 2 : p.k;
+        const int bn_shift = __ffs(p.block_n) - 1, bk_shift = __ffs(p.block_k) - 1;
+        const uint8_t* sc = static_cast<const uint8_t*>(p.b_scale_table ? p.b_scale_table[g] : p.b_scale);
+        const int64_t n = min(n0 + hrow, p.n - 1);
+        const uint8_t* hw =
+            static_cast<const uint8_t*>(p.b_table ? p.b_table[g] : p.b) + n * row_bytes + hh * (kStepBytes / 2);
+        const int64_t hs_base = F == QuantFormat::kMXFP4      ? n * (p.k / 32)
+                                : F == QuantFormat::kFP8Row32 ? n * p.scale_cols
+                                                              : (n >> bn_shift) * p.scale_cols;
+        auto load_half = [&](int kt, HalfStep<F>& hs) {
+          const uint4* q = reinterpret_cast<const uint4*>(hw + static_cast<int64_t>(kt) * kStepBytes);
+#pragma unroll
+          for (int v = 0; v < kStepBytes / 32; ++v) {
+            const uint4 w4 = __ldg(q + v);
+            hs.w[4 * v] = w4.x;
+            hs.w[4 * v + 1] = w4.y;
+            hs.w[4 * v + 2] = w4.z;
+            hs.w[4 * v + 3] = w4.w;
+          }
+          const int k0 = kt * kWgK + 32 * hh;
+          const int64_t si = hs_base + (F == QuantFormat::kFP8Block ? (k0 >> bk_shift) : (k0 >> 5));
+          hs.s = s8 ? static_cast<uint32_t>(__ldg(sc + si))
+                    : __float_as_uint(__ldg(reinterpret_cast<const float*>(sc) + si));
+        };
+        auto decode = [&](int kt, const HalfStep<F>& hs) {
+          decode_half<F, kExact, kSwizzle>(hs, b_base + static_cast<int>((gs + kt) % kWgStages) * kBBytes, hrow, hh,
+                                           s8);
+          fence_proxy_async();
+        };
+        // Step kt's products, then step kt + 1's half rows (codes in `next`), then the load of step kt + 2's codes
+        // into `spare` (after decode's proxy fence, which may wait for this thread's loads in flight).
+        auto split_step = [&](int kt, HalfStep<F>& next, HalfStep<F>& spare) {
+          mma_step(kt);
+          if (kt + 1 < ktiles) {
+            decode(kt + 1, next);
+            if (kt + 2 < ktiles) load_half(kt + 2, spare);
+          }
+        };
+        HalfStep<F> h0, h1;
+        load_half(0, h0);
+        if (ktiles > 1) load_half(1, h1);
+        decode(0, h0);
+        int kt = 0;
+        for (; kt + 1 < ktiles; kt += 2) {
+          split_step(kt, h1, h0);
+          split_step(kt + 1, h0, h1);
+        }
+        if (kt < ktiles) split_step(kt, h1, h0);
+      } else {
+        for (int kt = 0; kt < ktiles; ++kt) mma_step(kt);
       }
       wgmma_wait<0>();
       bar_arrive(kBarEmpty + static_cast<int>((gs + ktiles - 1) % kWgStages), kWgThreads);
@@ -429,17 +508,17 @@ int sm_count() {
   return n;
 }
 
-template <QuantFormat F, bool kExact, bool kSwizzle>
+template <QuantFormat F, bool kExact, bool kSwizzle, bool kSplit>
 void launch(const GemmKernelParams& p, bool persistent, cudaStream_t stream) {
   const int64_t tiles_m = p.group_offsets ? p.max_tiles_m : ceil_div(p.m, kWgM);
   const int64_t tiles_n = ceil_div(p.n, kWgN);
   if (tiles_m == 0 || tiles_n == 0) return;
   const int64_t tiles = tiles_m * tiles_n;
   DI_CHECK(tiles < (int64_t{1} << 31) && tiles_n < (int64_t{1} << 31)) << "gemm: " << tiles << " tiles are too many";
-  DI_CUDA_CHECK(cudaFuncSetAttribute(gemm_wgmma_kernel<F, kExact, kSwizzle>,
+  DI_CUDA_CHECK(cudaFuncSetAttribute(gemm_wgmma_kernel<F, kExact, kSwizzle, kSplit>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kWgSmem)));
   const int64_t blocks = persistent ? std::min<int64_t>(tiles, sm_count()) : tiles;
-  gemm_wgmma_kernel<F, kExact, kSwizzle>
+  gemm_wgmma_kernel<F, kExact, kSwizzle, kSplit>
       <<<static_cast<unsigned>(blocks), kWgThreads, kWgSmem, stream>>>(p, static_cast<int>(tiles_n), tiles);
   DI_CUDA_CHECK_LAUNCH();
 }
@@ -447,11 +526,13 @@ void launch(const GemmKernelParams& p, bool persistent, cudaStream_t stream) {
 template <QuantFormat F>
 void launch(const GemmKernelParams& p, const WgmmaMode& mode, bool exact, cudaStream_t stream) {
   if (exact)
-    launch<F, true, true>(p, mode.persistent, stream);
+    launch<F, true, true, false>(p, mode.persistent, stream);
+  else if (mode.split)
+    launch<F, false, true, true>(p, mode.persistent, stream);
   else if (mode.no_swizzle)
-    launch<F, false, false>(p, mode.persistent, stream);
+    launch<F, false, false, false>(p, mode.persistent, stream);
   else
-    launch<F, false, true>(p, mode.persistent, stream);
+    launch<F, false, true, false>(p, mode.persistent, stream);
 }
 
 bool aligned(const void* q, uintptr_t a) { return reinterpret_cast<uintptr_t>(q) % a == 0; }
@@ -479,6 +560,7 @@ WgmmaMode wgmma_mode() {
   m.all_rows = std::strstr(v, "all") != nullptr;
   m.no_swizzle = std::strstr(v, "noswz") != nullptr;
   m.persistent = std::strstr(v, "persist") != nullptr;
+  m.split = std::strstr(v, "split") != nullptr;
   return m;
 }
 
