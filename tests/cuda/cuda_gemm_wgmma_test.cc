@@ -431,6 +431,16 @@ TEST_F(CudaGemmWgmmaTest, Fp8F32ScalesAndRow32MatchReferenceAndMma) {
   }
 }
 
+// Few K steps: K = 64 (one step: no pipelining), 192 and 320 (3 and 5 steps: odd counts end on the producer's
+// unpaired step; fewer or about as many steps as stages), MXFP4 and FP8, grouped with a partial column tile (N = 320).
+TEST_F(CudaGemmWgmmaTest, ShortAndOddStepCountsMatchReferenceAndMma) {
+  for (Kind kind : {Kind::kMxfp4, Kind::kFp8E8m0_128})
+    for (int64_t k : {64, 192, 320}) {
+      const Problem pr = grouped(kind, {70, 3, 130, 0, 64}, 320, k, 3);
+      compare(std::string("grouped K=") + std::to_string(k) + " " + kind_name(kind), pr, true);
+    }
+}
+
 // run_gemm's dispatch: by default a grouped block-format GEMM of many rows per group takes the wgmma kernel (the
 // same bytes as calling it), DEEPINFER_AB_WGMMA=0 takes gemm_mma (the same bytes as calling that); K not a multiple
 // of 64, a float weight and a batch-invariant call are declined.
