@@ -753,5 +753,146 @@ TEST_F(CudaBench, DISABLED_DecodeIndexerTimings) {
   }
 }
 
+// The prefill expert GEMMs of V4-Flash: 256 MXFP4 experts, top-6 routing drawn at random, at 4096 tokens (the MoE
+// chunk of an 8192-token prefill: 24576 slots, ~96 rows an expert) and 8192 (~192 rows an expert); gate (N = 2048,
+// K = 4096: one of the two gate/up calls, rows gathered through a_rows / 6) and down (N = 4096, K = 2048, C rows
+// scattered), plus the FP8 128x128 shared expert as dense GEMMs of 8192 rows (gate N = 2048, K = 4096; down N = 4096,
+// K = 2048). Each through run_gemm with the wgmma kernel (default bf16x2 decode, the f32 decode, the no-swizzle
+// layout, one block per SM, the split decode) and with it off (gemm_mma): DEEPINFER_AB_WGMMA = "" / "persist" / "split"
+// / "exact" / "noswz" / "0", the same inputs in the same run. The experts' weights are distinct (1 GiB a projection),
+// so each call reads them from HBM.
+TEST_F(CudaBench, DISABLED_PrefillExpertGemmTimings) {
+  const int64_t d = 4096, inter = 2048, e = 256, topk = 6, max_tokens = 8192;
+  struct Mode {
+    const char* name;
+    const char* env;
+  };
+  const Mode modes[] = {{"wgmma", ""},
+                        {"wgmma persistent", "persist"},
+                        {"wgmma split decode", "split"},
+                        {"wgmma split decode persistent", "split,persist"},
+                        {"wgmma f32-decode", "exact"},
+                        {"wgmma no-swizzle", "noswz"},
+                        {"mma.sync (AB_WGMMA=0)", "0"}};
+  // The plan of `tokens` tokens: each token's 6 distinct experts uniformly at random, slots sorted by expert.
+  struct Plan {
+    DeviceTensor perm, off, tiles, active;
+    int64_t slots = 0;
+  };
+  auto plan = [&](int64_t tokens) {
+    std::vector<std::vector<int32_t>> by_expert(e);
+    std::uniform_int_distribution<int> de(0, static_cast<int>(e) - 1);
+    for (int64_t t = 0; t < tokens; ++t) {
+      std::vector<int> chosen;
+      while (static_cast<int64_t>(chosen.size()) < topk) {
+        const int x = de(rng());
+        if (std::find(chosen.begin(), chosen.end(), x) == chosen.end()) chosen.push_back(x);
+      }
+      for (int64_t j = 0; j < topk; ++j) by_expert[chosen[j]].push_back(static_cast<int32_t>(t * topk + j));
+    }
+    const int64_t slots = tokens * topk;
+    HostTensor perm(DType::kI32, {slots}), off(DType::kI32, {e + 1}), tiles(DType::kI32, {e + 1}),
+        active(DType::kI32, {e + 1});
+    int64_t pos = 0, tl = 0, na = 0;
+    for (int64_t g = 0; g < e; ++g) {
+      off.data<int32_t>()[g] = static_cast<int32_t>(pos);
+      tiles.data<int32_t>()[g] = static_cast<int32_t>(tl);
+      for (int32_t sl : by_expert[g]) perm.data<int32_t>()[pos++] = sl;
+      tl += (static_cast<int64_t>(by_expert[g].size()) + cuda::kGemmTileM - 1) / cuda::kGemmTileM;
+      if (!by_expert[g].empty()) active.data<int32_t>()[na++] = static_cast<int32_t>(g);
+    }
+    off.data<int32_t>()[e] = static_cast<int32_t>(pos);
+    tiles.data<int32_t>()[e] = static_cast<int32_t>(tl);
+    active.data<int32_t>()[e] = static_cast<int32_t>(na);
+    return Plan{up(perm), up(off), up(tiles), up(active), slots};
+  };
+  std::vector<std::pair<int64_t, Plan>> plans;
+  for (int64_t tokens : {int64_t{4096}, max_tokens}) plans.emplace_back(tokens, plan(tokens));
+  const DeviceTensor x16 = filled(DType::kBF16, {max_tokens, d}),
+                     h16 = filled(DType::kBF16, {max_tokens * topk, inter});
+  DeviceTensor gu(gpu(), DType::kF32, {max_tokens * topk, 2 * inter}), y(gpu(), DType::kF32, {max_tokens * topk, d});
+  struct Proj {
+    const char* name;
+    int64_t n, k;
+  };
+  for (const Proj& pr : {Proj{"gate", inter, d}, Proj{"down", d, inter}}) {
+    // All experts' codes and scales in one buffer each; the tables point at each expert's slice.
+    const DeviceTensor w = filled(DType::kU8, {e * pr.n, pr.k / 2}),
+                       sc = filled(DType::kE8M0, {e * pr.n, pr.k / 32}, true);
+    HostTensor wt(DType::kI64, {e}), st(DType::kI64, {e});
+    for (int64_t g = 0; g < e; ++g) {
+      wt.data<int64_t>()[g] = reinterpret_cast<int64_t>(static_cast<const uint8_t*>(w.data()) + g * pr.n * pr.k / 2);
+      st.data<int64_t>()[g] = reinterpret_cast<int64_t>(static_cast<const uint8_t*>(sc.data()) + g * pr.n * pr.k / 32);
+    }
+    const DeviceTensor dwt = up(wt), dst = up(st);
+    for (const auto& [tokens, pl] : plans) {
+      const int64_t slots = pl.slots;
+      cuda::GemmKernelParams p;
+      p.format = QuantFormat::kMXFP4;
+      p.groups = static_cast<int>(e);
+      p.group_offsets = static_cast<const int32_t*>(pl.off.data());
+      p.tile_offsets = static_cast<const int32_t*>(pl.tiles.data());
+      p.active_groups = static_cast<const int32_t*>(pl.active.data());
+      p.max_tiles_m = (slots + cuda::kGemmTileM - 1) / cuda::kGemmTileM + e;
+      p.tables_aligned16 = true;
+      p.rows_hint = slots / e;
+      p.m = slots;
+      p.n = pr.n;
+      p.k = pr.k;
+      p.b_table = static_cast<const void* const*>(dwt.data());
+      p.b_scale_table = static_cast<const void* const*>(dst.data());
+      p.scale_cols = pr.k / 32;
+      if (pr.n == inter) {  // gate: token rows gathered by slot, C = the gate half of gu
+        p.a_bf16 = x16.data();
+        p.lda = d;
+        p.a_rows = static_cast<const int32_t*>(pl.perm.data());
+        p.a_row_div = static_cast<int>(topk);
+        p.c = static_cast<float*>(gu.data());
+        p.ldc = 2 * inter;
+      } else {  // down: h rows in plan order, C rows scattered to their slots
+        p.a_bf16 = h16.data();
+        p.lda = inter;
+        p.c = static_cast<float*>(y.data());
+        p.ldc = d;
+        p.c_rows = static_cast<const int32_t*>(pl.perm.data());
+      }
+      const double bytes = e * pr.n * pr.k * (0.5 + 1.0 / 32) + slots * pr.k * 2.0 + slots * pr.n * 4.0;
+      for (const Mode& md : modes) {
+        setenv("DEEPINFER_AB_WGMMA", md.env, 1);
+        const double ms = time_ms([&] { cuda::run_gemm(p, gpu().stream()); }, 10);
+        report(std::string("V4-Flash experts mxfp4 ") + pr.name + " T=" + std::to_string(tokens) +
+                   " E=256 k=6 N=" + std::to_string(pr.n) + " K=" + std::to_string(pr.k) + " " + md.name,
+               ms, bytes, 2.0 * slots * pr.n * pr.k);
+      }
+    }
+  }
+  // The shared expert: dense FP8 128x128 UE8M0, 8192 rows.
+  for (const Proj& pr : {Proj{"shared gate", inter, d}, Proj{"shared down", d, inter}}) {
+    const DeviceTensor w = filled(DType::kF8E4M3, {pr.n, pr.k}, false, true),
+                       sc = filled(DType::kE8M0, {pr.n / 128, pr.k / 128}, true);
+    DeviceTensor c(gpu(), DType::kF32, {max_tokens, pr.n});
+    cuda::GemmKernelParams p;
+    p.format = QuantFormat::kFP8Block;
+    p.a_bf16 = x16.data();  // [8192, 4096]: the down call reads the first 2048 columns of each row
+    p.lda = d;
+    p.b = w.data();
+    p.b_scale = sc.data();
+    p.scale_cols = pr.k / 128;
+    p.m = max_tokens;
+    p.n = pr.n;
+    p.k = pr.k;
+    p.c = static_cast<float*>(c.data());
+    p.ldc = pr.n;
+    for (const Mode& md : modes) {
+      setenv("DEEPINFER_AB_WGMMA", md.env, 1);
+      const double ms = time_ms([&] { cuda::run_gemm(p, gpu().stream()); }, 10);
+      report(std::string("V4-Flash fp8 ") + pr.name + " M=8192 N=" + std::to_string(pr.n) +
+                 " K=" + std::to_string(pr.k) + " " + md.name,
+             ms, pr.n * pr.k * 1.0 + max_tokens * pr.k * 2.0 + max_tokens * pr.n * 4.0, 2.0 * max_tokens * pr.n * pr.k);
+    }
+  }
+  unsetenv("DEEPINFER_AB_WGMMA");
+}
+
 }  // namespace
 }  // namespace deepinfer
