@@ -3,6 +3,7 @@
 // (block radix select, topk.cuh).
 #include "deepinfer/ops/cuda/cuda_runtime.h"
 #include "deepinfer/ops/cuda/device_math.cuh"
+#include "deepinfer/ops/cuda/indexer_entries.cuh"
 #include "deepinfer/ops/cuda/kernels.h"
 #include "deepinfer/ops/cuda/topk.cuh"
 
@@ -13,36 +14,6 @@ namespace {
 // context at ratio 4) in registers; longer rows re-read their scores once per radix pass.
 constexpr int kTopkThreads = 1024;
 constexpr int kTopkItems = 16;
-
-// Entries token t scores: the visible ones, and with paged keys only those below its sequence's entry count.
-// -1: a bad q_seq / n_entries (status set): the whole row becomes NaN.
-__device__ __forceinline__ int64_t scored_entries(const IndexerScoresKernelParams& p, int64_t t, bool report) {
-  int64_t count = (p.positions[t] + 1) / p.ratio;
-  if (p.block_tables == nullptr) return count;
-  const int64_t b = p.q_seq[t], n = p.n_entries[t];
-  if (b < 0 || b >= p.seqs || n < 0 || n > p.n) {
-    if (report) atomicOr(p.status, kStatusPagedAttentionRange);
-    return -1;
-  }
-  return count < n ? count : n;
-}
-
-// Key of entry e (< scored_entries) for token t, or nullptr (status set) when its page is bad.
-__device__ __forceinline__ const float* entry_key(const IndexerScoresKernelParams& p, int64_t t, int64_t e) {
-  if (p.block_tables == nullptr) return p.keys + e * p.dim;
-  const int64_t blk = e * p.key_ratio / p.block_size;
-  if (blk >= p.max_blocks) {
-    atomicOr(p.status, kStatusPagedAttentionRange);
-    return nullptr;
-  }
-  const int64_t id = p.block_tables[p.q_seq[t] * p.max_blocks + blk];
-  const int64_t row = id * (p.block_size / p.key_ratio) + (e * p.key_ratio % p.block_size) / p.key_ratio;
-  if (id < 0 || row >= p.pool_rows) {
-    atomicOr(p.status, kStatusPagedAttentionRange);
-    return nullptr;
-  }
-  return p.keys + row * p.dim;
-}
 
 // One warp per (token, entry). Entries the query cannot see yet are −inf and never read (their cache slots
 // may hold anything).

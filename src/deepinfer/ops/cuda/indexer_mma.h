@@ -1,0 +1,29 @@
+// Tensor-core lightning-indexer scores for prefill-like calls (indexer_mma_cuda.cu). Same inputs, visibility,
+// paged-key resolution (indexer_entries.cuh), NaN / −inf / status semantics and formula as the SIMT kernels of
+// indexer_cuda.cu, which stay the path for every call this one does not take (decode, unsupported shapes).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "deepinfer/ops/cuda/kernels.h"
+
+namespace deepinfer::cuda {
+
+// Fewest query tokens for which the tensor-core kernel is chosen: it runs one block per 4 tokens at one block an
+// SM, so below about one wave of blocks (132 SMs x 4 tokens) the SIMT kernel's per-token blocks fill the GPU as
+// well; decode (one token per sequence) always stays on the SIMT kernel.
+constexpr int64_t kIndexerMmaMinTokens = 128;
+
+// Whether the indexer scores of p take the tensor-core kernel. Temporary A/B switch, read on every call so that
+// one process (a bench, a test) can compare both: DEEPINFER_AB_INDEXER_MMA = "0" never, unset or any other value
+// for calls of at least kIndexerMmaMinTokens tokens (paged calls also need >= 4 tokens a sequence on average:
+// the kernel shares a key tile among the tokens of one sequence), "all" for every call of a supported shape
+// (tests use it for small shapes). Supported: dim 64 or 128, 1 to 64 heads. Never in batch-invariant mode: a
+// token's scores must not depend on which kernel its call's size picked.
+bool indexer_scores_use_mma(const IndexerScoresKernelParams& p, bool batch_invariant);
+
+void launch_indexer_scores_mma(const IndexerScoresKernelParams& p, cudaStream_t stream);
+
+}  // namespace deepinfer::cuda
