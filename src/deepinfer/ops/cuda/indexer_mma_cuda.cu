@@ -2,39 +2,41 @@
 //
 // score(t, e) = Σ_h w[t,h]·weight_scale · relu(q[t,h,:]·key[e,:]) · score_scale is, per token, a GEMM
 // S = Q_t[heads x dim] · Kᵀ[dim x entries] followed by a weighted relu-sum over the heads (the M dimension). A block
-// takes 4 consecutive tokens and walks the entries in tiles of 64 keys: each key tile is read from global memory
-// once for 4 tokens x all heads and multiplied on the tensor cores (mma.sync m16n8k16 bf16, fp32 accumulation);
-// the SIMT kernels read it once per token and run the products on the fp32 pipes.
+// takes consecutive tokens (4 at 64 heads, 8 at 32: 256 head rows) and walks the entries in tiles of 64 keys: each
+// key tile is read from global memory once for the block's tokens x all heads and multiplied on the tensor cores
+// (mma.sync m16n8k16 bf16, fp32 accumulation); the SIMT kernels read it once per token and run the products on the
+// fp32 pipes.
 //
 // Precision, from the data the models feed it (src/deepinfer/model/deepseek_v4_attention.cc, MODELS.md):
-// - V4.1: the indexer queries and keys are both FP4-fake-quantized (kFP4Ue8m0Block32: an e2m1 value, 1 mantissa
-//   bit, times a power-of-two scale) before scoring. Such a value is exactly a bf16 (8 significant bits) as long
-//   as it is not below bf16's subnormal range (2^-126 with 1 bit to spare); one bf16 mma per product is then
-//   exact and only the order of the fp32 sums differs from the CPU op.
-// - V4: neither the queries (NormRope without fake-quant) nor the keys (the indexer compressor's norm + RoPE
-//   output) are quantized: arbitrary fp32. Each operand is then split x = hi + lo, both bf16 (hi = RN(x),
-//   lo = RN(x − hi), |x − hi − lo| <= 2^-16 |x|) and each product is hi·hi + hi·lo + lo·hi in fp32 (lo·lo,
-//   <= 2^-16 |xy|, dropped) as in attention_paged_mma_cuda.cu: off by at most 3·2^-16 ≈ 4.6e-5 of |q||k| per
-//   product, with random signs over the 128-term dot product.
-// The kernel does not trust the caller to say which case it is in: it splits every operand and checks whether
-// any lo part is nonzero (once for the block's queries, once per key tile, a block-wide OR). Where all are zero
-// every operand equals its hi part, the cross terms are exactly zero, and the kernel runs hi·hi alone: the same
-// bits as the split form at a third of the mma work. So V4.1 data takes the exact single-mma path and V4 data
-// the split path, decided by the values themselves (a V4.1 query below bf16's normal range simply makes its
-// block take the split path).
-// Emulated on the CPU (torch: exact products of the bf16 parts, fp64 sums; uniform (-1, 1) data, 64 heads x 128,
-// 1-2048 entries): the split form's norm-relative error against fp64 is ~1.5e-6 (the SIMT kernel and the CPU op
-// sit at ~1e-7). The GPU tests hold this kernel to 1e-5 against the CPU op and the SIMT kernel on arbitrary fp32
-// data, and to 1e-6 on bf16-exact data (the sums' order only).
+// - V4.1: the indexer queries and keys are both FP4-fake-quantized (kFP4Ue8m0Block32: an e2m1 value, at most 2
+//   significant bits, times a power-of-two scale) before scoring. Such a value is exactly a bf16 (8 significant
+//   bits, fp32's exponent range) unless it falls below bf16's normal range; one bf16 mma per product is then exact
+//   and only the order of the fp32 sums differs from the CPU op.
+// - V4: neither the queries (RoPE without fake-quant) nor the keys (the indexer compressor's norm + RoPE output)
+//   are quantized: arbitrary fp32. Each operand is then split x = hi + lo, both bf16 (hi = RN(x), lo = RN(x − hi),
+//   |x − hi − lo| <= 2^-16 |x|) and each product is hi·hi + hi·lo + lo·hi in fp32 (lo·lo, <= 2^-16 |xy|, dropped),
+//   as in attention_paged_mma_cuda.cu: off by at most 3·2^-16 ≈ 4.6e-5 of |q||k| per product, random in sign.
+// The kernel does not trust the caller to say which case it is in: it splits every operand and checks whether any
+// lo part is nonzero (once for the block's queries, once per key tile: a block-wide OR in the barrier it needs
+// anyway). Where all are zero every operand equals its hi part, the cross terms would add exact zeros, and the
+// kernel runs hi·hi alone: the split form's result at a third of the mma work. So V4.1 data takes the exact
+// single-mma path and V4 data the split path, decided by the values themselves (a block whose FP4 values fall below
+// bf16's normal range simply takes the split path).
+// Emulated on the CPU (torch: the bf16 parts' exact products, fp32-rounded dot products, fp64 head sums; uniform
+// (-1, 1) data, 32 / 64 heads, dim 64 / 128, 300-2048 entries): the split form's norm-relative error against fp64
+// is 3.9e-6 to 4.0e-6 (the weighted head sum of mixed-sign weights cancels, which magnifies it), fp32 gives 2e-7,
+// and hi·hi alone on fp32 data 2.2e-3. The GPU tests hold the kernel to 2e-5 against the CPU op and the SIMT kernel
+// on fp32 data and to 2e-6 on bf16-exact data (the sums' order only).
 //
-// Block: 8 warps, 4 tokens (t0 .. t0 + 3; blocks run the latest tokens, which see the most entries, first).
-// Warp w scores token w % 4 against entries 32·(w / 4) .. +31 of each 64-key tile: for every 16-dim k step it
-// loads its 4 n-tiles of keys (2 ldmatrix.x4, hi and lo) and, per 16-head m-tile, the query fragment (ldmatrix.x4),
-// and runs 1 or 3 mmas per (m-tile, n-tile): 16 independent accumulators (64 fp32 registers at 64 heads). The
-// epilogue adds relu(s)·score_scale·w_h over the lane's heads and then over the 8 lanes of a column (3 shuffles).
-// Keys flow through two shared buffers: while the warps multiply tile i, every thread has its share of tile i + 1
-// (one key row per 4 threads) in flight in registers, then splits it into the other buffer; one barrier a tile.
-// Shared memory (dim 128, 64 heads): queries hi+lo 136 KB, two key buffers hi+lo 68 KB: one block an SM.
+// Block: 8 warps; kTokens tokens t0 .. (blocks run the latest tokens, which see the most entries, first). Warp w
+// scores token w % kTokens against 8·kNt keys of each 64-key tile (Shape below: 4 x 32 keys at 64 heads, 8 x 64 at
+// 32): for every 16-dim k step it loads its n-tiles of keys (ldmatrix.x4 pairs, hi and lo) and, per 16-head m-tile,
+// the query fragment (ldmatrix.x4), and runs 1 or 3 mmas per (m-tile, n-tile): 16 independent accumulator tiles
+// (64 fp32 registers). The epilogue adds relu(s)·score_scale·w_h over the lane's heads and then over the 8 lanes
+// of a column (3 shuffles). Keys flow through two shared buffers: while the warps multiply tile i, every thread
+// has its share of tile i + 1 (a quarter of a key row) in flight in registers, then splits it into the other
+// buffer; one barrier a tile. Shared memory at dim 128: queries hi + lo 136 KB, two key buffers hi + lo 68 KB: one
+// block an SM.
 //
 // Visibility: token t scores the entries below scored_entries(t) (indexer_entries.cuh); the block loads the rows
 // below the largest such count among its tokens of one sequence, so a row is read only when some token of the
@@ -43,6 +45,8 @@
 // each group is one pass over that sequence's pages (a batched call's tokens of one sequence are consecutive, so
 // usually one pass, two where a block straddles sequences). A bad page makes its entry NaN for the tokens that see
 // it and sets the status bit; a bad q_seq / n_entries makes the whole row NaN, exactly as the SIMT kernels.
+// A NaN or inf in a visible key or query gives what the SIMT kernel gives for NaN (relu(NaN) = 0 by fmaxf), but an
+// inf becomes NaN in the split (inf − inf) and so contributes 0 where the SIMT kernel may give inf.
 #include <cuda_bf16.h>
 
 #include <cstdlib>
@@ -56,16 +60,28 @@
 namespace deepinfer::cuda {
 namespace {
 
-constexpr int kTokens = 4;  // tokens a block
-constexpr int kTile = 64;   // keys a tile
-constexpr int kWarps = 8;   // warp w: token w % kTokens, 32 keys (4 n-tiles) at 32·(w / kTokens) of the tile
+constexpr int kTile = 64;  // keys a tile
+constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
-static_assert(kWarps == 2 * kTokens && kTile == 64, "two warps a token, 32 keys each");
 static_assert(kThreads == 4 * kTile, "4 loader threads a key row");
+
+// kMt 16-head m-tiles a token (heads padded with zero rows and weights): 4 at 64 heads, 2 at 32. The block's
+// tokens x heads are 256 rows either way (the queries' shared memory), so a block takes 16 / kMt tokens; warp w
+// scores token w % kTokens against kNt n-tiles (8 keys each) at kNt·8·(w / kTokens) of the tile, and every warp
+// holds kMt x kNt = 16 accumulator tiles (64 fp32 registers).
+template <int kMt>
+struct Shape {
+  static constexpr int kRows = 16 * kMt;
+  static constexpr int kTokens = 16 / kMt;
+  static constexpr int kWarpsPerToken = kWarps / kTokens;
+  static constexpr int kNt = kTile / 8 / kWarpsPerToken;
+  static_assert(kMt * kNt == 16 && kNt % 2 == 0, "16 accumulator tiles a warp, n-tiles in ldmatrix pairs");
+};
 
 template <int kDim, int kMt>
 struct Layout {
-  static constexpr int kRows = 16 * kMt;  // head rows a token (heads padded with zero rows and weights)
+  static constexpr int kRows = Shape<kMt>::kRows;
+  static constexpr int kTokens = Shape<kMt>::kTokens;
   // +8 bf16 (16 bytes) a row: the 8 rows of an ldmatrix phase fall in distinct bank groups.
   static constexpr int kLd = kDim + 8;
   static constexpr size_t kQBytes = size_t{2} * kTokens * kRows * kLd;  // q hi (or lo) of the block's tokens
@@ -122,12 +138,12 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const __nv_bfloat1
                : "r"(addr));
 }
 
-// S = Q_tok · Kᵀ over the warp's 32 keys, all dims: acc[m-tile][n-tile]. kSplit: hi·lo + lo·hi + hi·hi per
+// S = Q_tok · Kᵀ over the warp's kNt·8 keys, all dims: acc[m-tile][n-tile]. kSplit: hi·lo + lo·hi + hi·hi per
 // product (the small terms first); otherwise hi·hi alone (every lo part is zero).
 template <int kDim, int kMt, bool kSplit>
 __device__ __forceinline__ void warp_scores(const __nv_bfloat16* qh, const __nv_bfloat16* ql, const __nv_bfloat16* kh,
-                                            const __nv_bfloat16* kl, int lane, float (&acc)[kMt][4][4]) {
-  constexpr int kLd = Layout<kDim, kMt>::kLd;
+                                            const __nv_bfloat16* kl, int lane, float (&acc)[kMt][Shape<kMt>::kNt][4]) {
+  constexpr int kLd = Layout<kDim, kMt>::kLd, kNt = Shape<kMt>::kNt;
   // ldmatrix lanes. B (keys [key][dim] = the col-major K x N operand): matrix l / 8 = (keys +8 for lanes 16-31,
   // dims +8 for lanes 8-15 / 24-31): registers 0-1 are n-tile 2i's b0 / b1, 2-3 n-tile 2i + 1's. A (queries
   // [head][dim], row-major): rows lane % 16, dims +8 for lanes 16-31: a0..a3 of the m16n8k16 A fragment.
@@ -136,12 +152,12 @@ __device__ __forceinline__ void warp_scores(const __nv_bfloat16* qh, const __nv_
 #pragma unroll
   for (int mt = 0; mt < kMt; ++mt)
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt) acc[mt][nt][0] = acc[mt][nt][1] = acc[mt][nt][2] = acc[mt][nt][3] = 0.0f;
+    for (int nt = 0; nt < kNt; ++nt) acc[mt][nt][0] = acc[mt][nt][1] = acc[mt][nt][2] = acc[mt][nt][3] = 0.0f;
 #pragma unroll 2
   for (int d = 0; d < kDim; d += 16) {
-    uint32_t bh[2][4], bl[2][4];
+    uint32_t bh[kNt / 2][4], bl[kNt / 2][4];
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < kNt / 2; ++i) {
       ldmatrix_x4(bh[i], kh + (i * 16 + b_row) * kLd + d + b_col);
       if constexpr (kSplit) ldmatrix_x4(bl[i], kl + (i * 16 + b_row) * kLd + d + b_col);
     }
@@ -151,7 +167,7 @@ __device__ __forceinline__ void warp_scores(const __nv_bfloat16* qh, const __nv_
       ldmatrix_x4(ah, qh + (mt * 16 + a_row) * kLd + d + a_col);
       if constexpr (kSplit) ldmatrix_x4(al, ql + (mt * 16 + a_row) * kLd + d + a_col);
 #pragma unroll
-      for (int nt = 0; nt < 4; ++nt) {
+      for (int nt = 0; nt < kNt; ++nt) {
         const uint32_t b0 = bh[nt >> 1][(nt & 1) * 2], b1 = bh[nt >> 1][(nt & 1) * 2 + 1];
         if constexpr (kSplit) {
           mma(acc[mt][nt], ah, bl[nt >> 1][(nt & 1) * 2], bl[nt >> 1][(nt & 1) * 2 + 1]);
@@ -166,7 +182,8 @@ __device__ __forceinline__ void warp_scores(const __nv_bfloat16* qh, const __nv_
 template <int kDim, int kMt>
 __global__ void __launch_bounds__(kThreads, 1) indexer_scores_mma_kernel(IndexerScoresKernelParams p) {
   using L = Layout<kDim, kMt>;
-  constexpr int kLd = L::kLd, kRows = L::kRows;
+  constexpr int kLd = L::kLd, kRows = L::kRows, kTokens = L::kTokens, kNt = Shape<kMt>::kNt;
+  constexpr int kWarpKeys = kNt * 8;
   extern __shared__ __align__(16) uint8_t smem[];
   auto* q_hi = reinterpret_cast<__nv_bfloat16*>(smem + L::q_hi);
   auto* q_lo = reinterpret_cast<__nv_bfloat16*>(smem + L::q_lo);
@@ -215,7 +232,7 @@ __global__ void __launch_bounds__(kThreads, 1) indexer_scores_mma_kernel(Indexer
 #pragma unroll
   for (int i = 0; i < kTokens; ++i) pending |= count_s[i] >= 0 ? 1u << i : 0u;
   int64_t upto[kTokens] = {};  // a token's entries below this are written by its warps' tiles
-  const int tok = warp % kTokens, half = warp / kTokens;
+  const int tok = warp % kTokens, part = warp / kTokens;
   const int g = lane >> 2, tq = lane & 3;
   const int lr = tid >> 2, lp = tid & 3;  // loader: key row lr of a tile, float4s lp + 4·j of it
   constexpr int kLoads = kRowVecs / 4;
@@ -269,14 +286,15 @@ __global__ void __launch_bounds__(kThreads, 1) indexer_scores_mma_kernel(Indexer
       const int b = it & 1;
       const bool more = it + 1 < ntiles;
       if (more) fetch(it + 1);
-      const int64_t col0 = static_cast<int64_t>(it) * kTile + half * 32;
+      const int64_t col0 = static_cast<int64_t>(it) * kTile + part * kWarpKeys;
       if (mine && col0 < p.n) {
         if (col0 >= cnt) {
           // The token sees none of the warp's keys (another token of the block does).
-          if (col0 + lane < p.n) out[col0 + lane] = -INFINITY;
+          for (int k = lane; k < kWarpKeys; k += 32)
+            if (col0 + k < p.n) out[col0 + k] = -INFINITY;
         } else {
-          float acc[kMt][4][4];
-          const int qo = tok * kRows * kLd, ko = half * 32 * kLd;
+          float acc[kMt][kNt][4];
+          const int qo = tok * kRows * kLd, ko = part * kWarpKeys * kLd;
           if (q_split || k_split)
             warp_scores<kDim, kMt, true>(q_hi + qo, q_lo + qo, k_hi(b) + ko, k_lo(b) + ko, lane, acc);
           else
@@ -284,9 +302,9 @@ __global__ void __launch_bounds__(kThreads, 1) indexer_scores_mma_kernel(Indexer
           // Lane (g, tq) holds heads g, g + 8 of each m-tile x keys 2·tq, 2·tq + 1 of each n-tile; the weighted
           // relu-sum over its heads, then over the 8 lanes g of the same keys.
           const float* w = ws_s + tok * kRows;
-          float s0[4], s1[4];
+          float s0[kNt], s1[kNt];
 #pragma unroll
-          for (int nt = 0; nt < 4; ++nt) {
+          for (int nt = 0; nt < kNt; ++nt) {
             s0[nt] = s1[nt] = 0.0f;
 #pragma unroll
             for (int mt = 0; mt < kMt; ++mt) {
@@ -302,16 +320,16 @@ __global__ void __launch_bounds__(kThreads, 1) indexer_scores_mma_kernel(Indexer
               s1[nt] += __shfl_xor_sync(0xffffffffu, s1[nt], o);
             }
           }
-          // Lanes g < 4 write n-tile g: 32 consecutive keys a warp.
+          // Lanes g < kNt write n-tile g: the warp's keys, consecutive.
           float v0 = s0[0], v1 = s1[0];
 #pragma unroll
-          for (int nt = 1; nt < 4; ++nt)
+          for (int nt = 1; nt < kNt; ++nt)
             if (g == nt) {
               v0 = s0[nt];
               v1 = s1[nt];
             }
-          if (g < 4) {
-            const int k = half * 32 + g * 8 + 2 * tq;  // key of the tile
+          if (g < kNt) {
+            const int k = part * kWarpKeys + g * 8 + 2 * tq;  // key of the tile
 #pragma unroll
             for (int j = 0; j < 2; ++j) {
               const int64_t e = col0 + g * 8 + 2 * tq + j;
@@ -342,7 +360,7 @@ void launch(const IndexerScoresKernelParams& p, cudaStream_t stream) {
   constexpr size_t smem = Layout<kDim, kMt>::bytes;
   DI_CUDA_CHECK(cudaFuncSetAttribute(indexer_scores_mma_kernel<kDim, kMt>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem)));
-  const unsigned grid = static_cast<unsigned>(ceil_div(p.tokens, kTokens));
+  const unsigned grid = static_cast<unsigned>(ceil_div(p.tokens, Shape<kMt>::kTokens));
   indexer_scores_mma_kernel<kDim, kMt><<<grid, kThreads, smem, stream>>>(p);
   DI_CUDA_CHECK_LAUNCH();
 }
