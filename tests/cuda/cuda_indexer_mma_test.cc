@@ -111,27 +111,20 @@ class CudaIndexerMma : public CudaOpTest {
   }
 };
 
-// Contiguous keys on fp32 data (the split path): V4-Flash and V4.1 dims above the token threshold (the default
-// takes the tensor-core kernel), heads padded to 32 / 64 rows, dim 64, and small calls through "all".
-TEST_F(CudaIndexerMma, MatchesCpuAndSimtOnFp32Data) {
-  struct Case {
-    const char* name;
-    int64_t t, ih, id, n;
-    int ratio;
-    bool unsorted;
-    const char* env;  // nullptr: the default (>= 128 tokens)
-  };
-  const Case cases[] = {
-      {"V4 T=203 IH=64 Id=128 N=700 r=4", 203, 64, 128, 700, 4, false, nullptr},
-      {"V4.1 T=130 IH=32 Id=128 N=333 r=2", 130, 32, 128, 333, 2, false, nullptr},
-      {"V4.1 T=128 IH=32 Id=128 N=64 r=1", 128, 32, 128, 64, 1, false, nullptr},
-      {"unsorted T=150 IH=64 Id=128 N=500 r=4", 150, 64, 128, 500, 4, true, nullptr},
-      {"IH=40 (padded) T=129 Id=128 N=257 r=4", 129, 40, 128, 257, 4, false, nullptr},
-      {"IH=16 Id=64 T=7 N=130 r=1 (all)", 7, 16, 64, 130, 1, false, "all"},
-      {"IH=64 Id=64 T=66 N=1000 r=4 (all)", 66, 64, 64, 1000, 4, true, "all"},
-      {"V4 T=1 IH=64 Id=128 N=1100 r=4 (all)", 1, 64, 128, 1100, 4, false, "all"},
-  };
-  for (const Case& c : cases) {
+// Contiguous keys on fp32 data (the split path): random q / keys / weights, prefill-like or unsorted positions,
+// NaN keys past what any token sees; the CPU op, the tensor-core kernel (env: nullptr = the default, >= 128
+// tokens) and the SIMT kernel.
+struct ContiguousCase {
+  const char* name;
+  int64_t t, ih, id, n;
+  int ratio;
+  bool unsorted;
+  const char* env;
+};
+
+class CudaIndexerMmaContiguous : public CudaIndexerMma {
+ protected:
+  void run_case(const ContiguousCase& c) {
     HostTensor q = rand({c.t, c.ih, c.id}), keys = rand({c.n, c.id}), w = rand({c.t, c.ih});
     // Unsorted: any position, including ones past the last entry (every entry visible) and -1 (none).
     HostTensor pos =
@@ -139,6 +132,31 @@ TEST_F(CudaIndexerMma, MatchesCpuAndSimtOnFp32Data) {
     poison_invisible(keys, pos, c.ratio);
     check(c.name, q, keys, w, pos, c.ratio, c.env, kSplitTol);
   }
+};
+
+// V4-Flash and V4.1 dims above the token threshold, partial token blocks and key tiles, heads padded to 32 / 64
+// rows.
+TEST_F(CudaIndexerMmaContiguous, MatchesCpuAndSimtOnFp32Data) {
+  const ContiguousCase cases[] = {
+      {"V4 T=203 IH=64 Id=128 N=700 r=4", 203, 64, 128, 700, 4, false, nullptr},
+      {"V4.1 T=130 IH=32 Id=128 N=333 r=2", 130, 32, 128, 333, 2, false, nullptr},
+      {"V4.1 T=128 IH=32 Id=128 N=64 r=1", 128, 32, 128, 64, 1, false, nullptr},
+      {"unsorted T=150 IH=64 Id=128 N=500 r=4", 150, 64, 128, 500, 4, true, nullptr},
+      {"IH=40 (padded) T=129 Id=128 N=257 r=4", 129, 40, 128, 257, 4, false, nullptr},
+  };
+  for (const ContiguousCase& c : cases) run_case(c);
+}
+
+// Calls below the threshold through DEEPINFER_AB_INDEXER_MMA=all: one token, dim 64, 16 heads (padded to 32). Small
+// enough for compute-sanitizer's racecheck and memcheck.
+TEST_F(CudaIndexerMmaContiguous, SmallCallsThroughAll) {
+  const ContiguousCase cases[] = {
+      {"IH=16 Id=64 T=7 N=130 r=1 (all)", 7, 16, 64, 130, 1, false, "all"},
+      {"IH=64 Id=64 T=66 N=200 r=4 (all)", 66, 64, 64, 200, 4, true, "all"},
+      {"V4 T=1 IH=64 Id=128 N=300 r=4 (all)", 1, 64, 128, 300, 4, false, "all"},
+      {"V4.1 T=9 IH=32 Id=128 N=150 r=2 (all)", 9, 32, 128, 150, 2, false, "all"},
+  };
+  for (const ContiguousCase& c : cases) run_case(c);
 }
 
 // bf16-exact data (V4.1's FP4-quantized queries and keys): the single-mma path, exact products. One side exact
