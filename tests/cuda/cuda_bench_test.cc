@@ -457,8 +457,9 @@ TEST_F(CudaBench, DISABLED_PrefillAttentionTimings) {
 // queries and keys (the split path, 3 mmas a product); V4.1: 32 x 128 at ratio 2 (4096 entries) and ratio 1
 // (layer 20, 8192 entries) on bf16-exact data as its FP4-quantized queries and keys are (1 mma a product).
 // TFLOP/s count the useful products once (2·heads·dim per visible (token, entry)). Then the selection that
-// follows at the same shapes: topk_mask (top 512) and V4.1's candidate_blocks (blocks of 8, top 2048), to see
-// whether it matters once the scores are fast.
+// follows at the same shapes: topk_mask (top 512) and V4.1's candidate_blocks (blocks of 8, top 2048), each with
+// the prefill block shapes and with DEEPINFER_AB_TOPK_ROWS=0 (1024-thread blocks), to see whether it matters once
+// the scores are fast.
 TEST_F(CudaBench, DISABLED_PrefillIndexerTimings) {
   struct Shape {
     const char* name;
@@ -495,22 +496,28 @@ TEST_F(CudaBench, DISABLED_PrefillIndexerTimings) {
     }
     unsetenv("DEEPINFER_AB_INDEXER_MMA");
     rel_err(("mma vs simt, " + shape).c_str(), down(out_mma), down(out_simt), sh.exact ? 2e-6 : 2e-5);
-    DeviceTensor mask(gpu(), DType::kU8, {t, sh.n});
-    report("topk_mask prefill T=8192 N=" + std::to_string(sh.n) + " k=512", time_ms([&] {
-             gpu().topk_mask({out_mma, Tensor{}, mask, 512});
-           }),
-           5.0 * t * sh.n, 0);
-    if (sh.ratio == 1) {
-      DeviceTensor keep(gpu(), DType::kU8, {t, sh.n});
-      report("candidate_blocks prefill T=8192 N=8192 bs=8 top 2048", time_ms([&] {
-               gpu().candidate_blocks({out_mma, dpos, keep, sh.ratio, 2048, 8});
+    // The selection after it, with the prefill block shapes (the default at >= 512 rows) and with
+    // DEEPINFER_AB_TOPK_ROWS=0 (1024-thread blocks, the decode shape).
+    DeviceTensor mask(gpu(), DType::kU8, {t, sh.n}), keep(gpu(), DType::kU8, {t, sh.n});
+    for (const char* env : {"1", "0"}) {
+      setenv("DEEPINFER_AB_TOPK_ROWS", env, 1);
+      const std::string form = env[0] == '1' ? " rows-form" : " 1024-thread";
+      report("topk_mask prefill T=8192 N=" + std::to_string(sh.n) + " k=512" + form, time_ms([&] {
+               gpu().topk_mask({out_mma, Tensor{}, mask, 512});
              }),
              5.0 * t * sh.n, 0);
-      report("topk_mask prefill T=8192 N=8192 k=512 allowed", time_ms([&] {
-               gpu().topk_mask({out_mma, keep, mask, 512});
-             }),
-             6.0 * t * sh.n, 0);
+      if (sh.ratio == 1) {
+        report("candidate_blocks prefill T=8192 N=8192 bs=8 top 2048" + form, time_ms([&] {
+                 gpu().candidate_blocks({out_mma, dpos, keep, sh.ratio, 2048, 8});
+               }),
+               5.0 * t * sh.n, 0);
+        report("topk_mask prefill T=8192 N=8192 k=512 allowed" + form, time_ms([&] {
+                 gpu().topk_mask({out_mma, keep, mask, 512});
+               }),
+               6.0 * t * sh.n, 0);
+      }
     }
+    unsetenv("DEEPINFER_AB_TOPK_ROWS");
   }
 }
 
