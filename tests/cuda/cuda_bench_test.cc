@@ -459,7 +459,7 @@ TEST_F(CudaBench, DISABLED_PrefillAttentionTimings) {
 // TFLOP/s count the useful products once (2·heads·dim per visible (token, entry)). Then the selection that
 // follows at the same shapes: topk_mask (top 512) and V4.1's candidate_blocks (blocks of 8, top 2048), each with
 // the prefill block shapes and with DEEPINFER_AB_TOPK_ROWS=0 (1024-thread blocks), to see whether it matters once
-// the scores are fast.
+// the scores are fast. Last, chunks of 16-2048 queries at the end of the context, for the token threshold.
 TEST_F(CudaBench, DISABLED_PrefillIndexerTimings) {
   struct Shape {
     const char* name;
@@ -518,6 +518,30 @@ TEST_F(CudaBench, DISABLED_PrefillIndexerTimings) {
       }
     }
     unsetenv("DEEPINFER_AB_TOPK_ROWS");
+  }
+  // Chunks at the end of the 8192-token context (chunked prefill; where kIndexerMmaMinTokens should sit): V4's
+  // shape, T queries at positions 8192 - T .. 8191 over all 2048 entries, mma ("all": below the threshold too)
+  // against SIMT.
+  {
+    const int64_t ih = 64, n = 2048;
+    DeviceTensor keys = filled(DType::kF32, {n, id});
+    for (const int64_t tc : {int64_t{16}, int64_t{64}, int64_t{128}, int64_t{512}, int64_t{2048}}) {
+      HostTensor cpos(DType::kI64, {tc});
+      for (int64_t i = 0; i < tc; ++i) cpos.data<int64_t>()[i] = t - tc + i;
+      const DeviceTensor dcpos = up(cpos);
+      DeviceTensor q = filled(DType::kF32, {tc, ih, id}), w = filled(DType::kF32, {tc, ih});
+      DeviceTensor out(gpu(), DType::kF32, {tc, n});
+      const double fl = 2.0 * ih * id * tc * n, bytes = 4.0 * (tc * ih * id + n * id + tc * ih + tc * n);
+      for (const char* env : {"all", "0"}) {
+        setenv("DEEPINFER_AB_INDEXER_MMA", env, 1);
+        report("indexer_scores chunk T=" + std::to_string(tc) + " V4 N=2048" + (env[0] == 'a' ? " mma" : " simt"),
+               time_ms([&] {
+                 gpu().indexer_scores({q, keys, w, dcpos, out, 4, 0.088f, 0.125f});
+               }),
+               bytes, fl);
+      }
+    }
+    unsetenv("DEEPINFER_AB_INDEXER_MMA");
   }
 }
 
