@@ -527,11 +527,15 @@ TEST_F(CudaBench, DISABLED_PrefillIndexerTimings) {
     DeviceTensor keys = filled(DType::kF32, {n, id});
     for (const int64_t tc : {int64_t{16}, int64_t{64}, int64_t{128}, int64_t{512}, int64_t{2048}}) {
       HostTensor cpos(DType::kI64, {tc});
-      for (int64_t i = 0; i < tc; ++i) cpos.data<int64_t>()[i] = t - tc + i;
+      double vis = 0;
+      for (int64_t i = 0; i < tc; ++i) {
+        cpos.data<int64_t>()[i] = t - tc + i;
+        vis += static_cast<double>(std::min<int64_t>(n, (t - tc + i + 1) / 4));
+      }
       const DeviceTensor dcpos = up(cpos);
       DeviceTensor q = filled(DType::kF32, {tc, ih, id}), w = filled(DType::kF32, {tc, ih});
       DeviceTensor out(gpu(), DType::kF32, {tc, n});
-      const double fl = 2.0 * ih * id * tc * n, bytes = 4.0 * (tc * ih * id + n * id + tc * ih + tc * n);
+      const double fl = 2.0 * ih * id * vis, bytes = 4.0 * (tc * ih * id + n * id + tc * ih + tc * n);
       for (const char* env : {"all", "0"}) {
         setenv("DEEPINFER_AB_INDEXER_MMA", env, 1);
         report("indexer_scores chunk T=" + std::to_string(tc) + " V4 N=2048" + (env[0] == 'a' ? " mma" : " simt"),
