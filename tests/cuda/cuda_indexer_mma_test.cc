@@ -173,6 +173,35 @@ TEST_F(CudaIndexerMma, ExactOnFp4DataAndSplitOnMixed) {
   check("fp32 q, fp4 keys", qf, k4, w, pos, ratio, nullptr, kSplitTol);
 }
 
+// What the scores are for: the top-512 selection over them. V4-Flash's shape, 256 queries at the end of an
+// 8192-token context (all 2048 entries visible): the GPU's top-k over the tensor-core scores against the CPU's
+// top-k over the CPU's scores. Emulated (tools/indexer_mma_emulate.py's arithmetic, 128 such rows) no pick differs
+// from fp64 for either; at ~4e-6 relative error a flip needs two scores that close at the 512th place, so more than
+// 1 in 10^4 picks differing means an error well above the kernel's bound.
+TEST_F(CudaIndexerMma, TopKSelectionsMatchCpu) {
+  const int64_t t = 256, ih = 64, id = 128, n = 2048;
+  const int k = 512;
+  const HostTensor q = rand({t, ih, id}), keys = rand({n, id}), w = rand({t, ih});
+  HostTensor pos(DType::kI64, {t});
+  for (int64_t i = 0; i < t; ++i) pos.data<int64_t>()[i] = 8192 - t + i;
+  const float score_scale = 1.0f / std::sqrt(static_cast<float>(id)), weight_scale = 0.125f;
+  HostTensor scores(DType::kF32, {t, n}), want(DType::kU8, {t, n});
+  cpu().indexer_scores({q, keys, w, pos, scores, 4, score_scale, weight_scale});
+  cpu().topk_mask({scores, Tensor{}, want, k});
+  IndexerMmaEnv guard(nullptr);
+  DeviceTensor dq = up(q), dk = up(keys), dw = up(w), dp = up(pos), dscores = poisoned({t, n});
+  DeviceTensor dmask = poisoned_bytes(DType::kU8, {t, n});
+  gpu().indexer_scores({dq, dk, dw, dp, dscores, 4, score_scale, weight_scale});
+  gpu().topk_mask({dscores, Tensor{}, dmask, k});
+  const HostTensor got = down(dmask);
+  int64_t differ = 0;
+  for (int64_t i = 0; i < t * n; ++i) differ += got.data<uint8_t>()[i] != want.data<uint8_t>()[i];
+  differ /= 2;  // a flip drops one pick and takes another
+  std::printf("[cuda-op] indexer mma top-512 picks differing from the CPU: %lld of %lld\n",
+              static_cast<long long>(differ), static_cast<long long>(t * k));
+  EXPECT_LE(differ, t * k / 10000) << "seed " << seed_;
+}
+
 // Batch-invariant mode never takes the tensor-core kernel: the same bytes as the SIMT kernel.
 TEST_F(CudaIndexerMma, BatchInvariantModeKeepsSimt) {
   const int64_t t = 140, ih = 64, id = 128, n = 300;
