@@ -22,7 +22,8 @@ using testing::DeviceTensor;
 
 class CudaBench : public CudaOpTest {
  protected:
-  DeviceTensor filled(DType dtype, Shape shape, bool e8m0_scale = false, bool e4m3 = false) {
+  // bf16_exact (f32 only): values rounded to bf16, as FP4 / FP8 fake-quantized activations are.
+  DeviceTensor filled(DType dtype, Shape shape, bool e8m0_scale = false, bool e4m3 = false, bool bf16_exact = false) {
     DeviceTensor d(gpu(), dtype, shape);
     const size_t bytes = d.view().nbytes();
     const size_t pat = std::min<size_t>(bytes, 16u << 20);
@@ -32,6 +33,7 @@ class CudaBench : public CudaOpTest {
     if (dtype == DType::kF32) {
       for (size_t i = 0; i + 4 <= pat; i += 4) {
         float v = fd(rng());
+        if (bf16_exact) v = round_bf16(v);
         std::memcpy(&h[i], &v, 4);
       }
     } else if (dtype == DType::kBF16) {
@@ -446,6 +448,104 @@ TEST_F(CudaBench, DISABLED_PrefillAttentionTimings) {
     }
     unsetenv("DEEPINFER_AB_ATTN_MMA");
     rel_err(("mma vs simt, " + shape).c_str(), down(out_mma), down(out_simt), 2e-5);
+  }
+}
+
+// Prefill indexer on V4-Flash and V4.1-Flash shapes: 8192 queries at positions 0..8191 (a whole 8k prompt in one
+// call) scoring every entry they can see, with the tensor-core kernel (the default for >= 128 tokens) and with
+// DEEPINFER_AB_INDEXER_MMA=0 (the SIMT kernel): a same-run A/B. V4: 64 heads x 128, ratio 4 (2048 entries), fp32
+// queries and keys (the split path, 3 mmas a product); V4.1: 32 x 128 at ratio 2 (4096 entries) and ratio 1
+// (layer 20, 8192 entries) on bf16-exact data as its FP4-quantized queries and keys are (1 mma a product).
+// TFLOP/s count the useful products once (2·heads·dim per visible (token, entry)). Then the selection that
+// follows at the same shapes: topk_mask (top 512) and V4.1's candidate_blocks (blocks of 8, top 2048), each with
+// the prefill block shapes and with DEEPINFER_AB_TOPK_ROWS=0 (1024-thread blocks), to see whether it matters once
+// the scores are fast. Last, chunks of 16-2048 queries at the end of the context, for the token threshold.
+TEST_F(CudaBench, DISABLED_PrefillIndexerTimings) {
+  struct Shape {
+    const char* name;
+    int64_t ih, n;
+    int ratio;
+    bool exact;
+  };
+  const int64_t t = 8192, id = 128;
+  const Shape shapes[] = {{"V4 IH=64 N=2048 r=4 fp32", 64, 2048, 4, false},
+                          {"V4.1 IH=32 N=4096 r=2 bf16-exact", 32, 4096, 2, true},
+                          {"V4.1 IH=32 N=8192 r=1 bf16-exact", 32, 8192, 1, true}};
+  std::vector<int64_t> pos(t);
+  std::iota(pos.begin(), pos.end(), 0);
+  HostTensor hpos(DType::kI64, {t});
+  std::copy(pos.begin(), pos.end(), hpos.data<int64_t>());
+  const DeviceTensor dpos = up(hpos);
+  for (const Shape& sh : shapes) {
+    DeviceTensor q = filled(DType::kF32, {t, sh.ih, id}, false, false, sh.exact);
+    DeviceTensor keys = filled(DType::kF32, {sh.n, id}, false, false, sh.exact), w = filled(DType::kF32, {t, sh.ih});
+    DeviceTensor out_mma(gpu(), DType::kF32, {t, sh.n}), out_simt(gpu(), DType::kF32, {t, sh.n});
+    double visible = 0;
+    for (int64_t i = 0; i < t; ++i) visible += static_cast<double>(std::min<int64_t>(sh.n, (pos[i] + 1) / sh.ratio));
+    const double fl = 2.0 * sh.ih * id * visible, bytes = 4.0 * (t * sh.ih * id + sh.n * id + t * sh.ih + t * sh.n);
+    const float score_scale = 1.0f / std::sqrt(static_cast<float>(id));
+    const float weight_scale = 1.0f / std::sqrt(static_cast<float>(sh.ih));
+    const std::string shape = std::string("indexer_scores prefill T=8192 ") + sh.name;
+    for (const char* env : {"1", "0"}) {
+      setenv("DEEPINFER_AB_INDEXER_MMA", env, 1);
+      const DeviceTensor& out = env[0] == '1' ? out_mma : out_simt;
+      report(shape + (env[0] == '1' ? " mma" : " simt"), time_ms([&] {
+               gpu().indexer_scores({q, keys, w, dpos, out, sh.ratio, score_scale, weight_scale});
+             }),
+             bytes, fl);
+    }
+    unsetenv("DEEPINFER_AB_INDEXER_MMA");
+    rel_err(("mma vs simt, " + shape).c_str(), down(out_mma), down(out_simt), sh.exact ? 2e-6 : 2e-5);
+    // The selection after it, with the prefill block shapes (the default at >= 512 rows) and with
+    // DEEPINFER_AB_TOPK_ROWS=0 (1024-thread blocks, the decode shape).
+    DeviceTensor mask(gpu(), DType::kU8, {t, sh.n}), keep(gpu(), DType::kU8, {t, sh.n});
+    for (const char* env : {"1", "0"}) {
+      setenv("DEEPINFER_AB_TOPK_ROWS", env, 1);
+      const std::string form = env[0] == '1' ? " rows-form" : " 1024-thread";
+      report("topk_mask prefill T=8192 N=" + std::to_string(sh.n) + " k=512" + form, time_ms([&] {
+               gpu().topk_mask({out_mma, Tensor{}, mask, 512});
+             }),
+             5.0 * t * sh.n, 0);
+      if (sh.ratio == 1) {
+        report("candidate_blocks prefill T=8192 N=8192 bs=8 top 2048" + form, time_ms([&] {
+                 gpu().candidate_blocks({out_mma, dpos, keep, sh.ratio, 2048, 8});
+               }),
+               5.0 * t * sh.n, 0);
+        report("topk_mask prefill T=8192 N=8192 k=512 allowed" + form, time_ms([&] {
+                 gpu().topk_mask({out_mma, keep, mask, 512});
+               }),
+               6.0 * t * sh.n, 0);
+      }
+    }
+    unsetenv("DEEPINFER_AB_TOPK_ROWS");
+  }
+  // Chunks at the end of the 8192-token context (chunked prefill; where kIndexerMmaMinTokens should sit): V4's
+  // shape, T queries at positions 8192 - T .. 8191 over all 2048 entries, mma ("all": below the threshold too)
+  // against SIMT.
+  {
+    const int64_t ih = 64, n = 2048;
+    DeviceTensor keys = filled(DType::kF32, {n, id});
+    for (const int64_t tc : {int64_t{16}, int64_t{64}, int64_t{128}, int64_t{512}, int64_t{2048}}) {
+      HostTensor cpos(DType::kI64, {tc});
+      double vis = 0;
+      for (int64_t i = 0; i < tc; ++i) {
+        cpos.data<int64_t>()[i] = t - tc + i;
+        vis += static_cast<double>(std::min<int64_t>(n, (t - tc + i + 1) / 4));
+      }
+      const DeviceTensor dcpos = up(cpos);
+      DeviceTensor q = filled(DType::kF32, {tc, ih, id}), w = filled(DType::kF32, {tc, ih});
+      DeviceTensor out(gpu(), DType::kF32, {tc, n});
+      const double fl = 2.0 * ih * id * vis, bytes = 4.0 * (tc * ih * id + n * id + tc * ih + tc * n);
+      for (const char* env : {"all", "0"}) {
+        setenv("DEEPINFER_AB_INDEXER_MMA", env, 1);
+        report("indexer_scores chunk T=" + std::to_string(tc) + " V4 N=2048" + (env[0] == 'a' ? " mma" : " simt"),
+               time_ms([&] {
+                 gpu().indexer_scores({q, keys, w, dcpos, out, 4, 0.088f, 0.125f});
+               }),
+               bytes, fl);
+      }
+    }
+    unsetenv("DEEPINFER_AB_INDEXER_MMA");
   }
 }
 
