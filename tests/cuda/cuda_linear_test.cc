@@ -203,6 +203,29 @@ TEST_F(CudaLinearTest, QuantLinearStreamingShapesMatchCpu) {
   }
 }
 
+// The tiny V4 / V4.1 model shapes the engine's kept-quantized path runs (hidden 128, q_lora 64, 4 heads x 64,
+// o_lora 32): N and K below the 128 block, K = 64 inside one scale block, UE8M0 128x128 and 32x32 blocks. One row at
+// these few tiles takes the fp32 kernel (exact products: 1e-5 against x); 29 rows round A to bf16 (4e-3 against x).
+TEST_F(CudaLinearTest, TinyV4ShapesMatchCpu) {
+  for (auto [n, k] : {std::pair<int64_t, int64_t>{64, 128}, {256, 64}, {128, 64}, {32, 128}, {64, 32}}) {
+    for (int block : {128, 32}) {
+      for (int64_t m : {1, 2, 29}) {
+        const HostTensor x = rand({m, k}), xr = bf16_rows(x);
+        const HostTensor w = fp8({n, k}), s = e8m0({(n + block - 1) / block, (k + block - 1) / block});
+        const bool rounded = m > 1;
+        const HostTensor want =
+            cpu_linear(rounded && m <= 8 ? xr : x, cpu_dequant(w, s, QuantFormat::kFP8Block, n, k, block, block));
+        DeviceTensor dx = up(x), dw = up(w), ds = up(s), dout = poisoned({m, n});
+        gpu().linear_quant({dx, {dw, ds, QuantFormat::kFP8Block, block, block}, dout});
+        rel_err(("linear_quant tiny N=" + std::to_string(n) + " K=" + std::to_string(k) + " block " +
+                 std::to_string(block) + " M=" + std::to_string(m))
+                    .c_str(),
+                down(dout), want, m > 8 ? 4e-3 : 1e-5);
+      }
+    }
+  }
+}
+
 // K = 200 is not a multiple of 16: the streaming kernel falls back to scalar weight loads (M = 3) and the
 // cuBLASLt path to the generic dequantize kernel (M = 40, 100).
 TEST_F(CudaLinearTest, QuantLinearScalarFallbackMatchesCpu) {

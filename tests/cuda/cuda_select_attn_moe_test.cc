@@ -681,6 +681,26 @@ TEST_F(CudaMoeTest, Mxfp4ExpertsStreamAtDecodeShapes) {
   }
 }
 
+// The tiny V4 model's MoE (hidden 128, inter 32: the down projection's K is one MXFP4 block; 8 MXFP4 experts, top
+// 6, FP8 shared expert with one partial 128x128 scale block) as the engine's kept-quantized path runs it: one token
+// takes the fp32 kernels (exact products: 1e-5), more tokens round x and h to bf16 (8e-3 as the other MoE tests).
+TEST_F(CudaMoeTest, TinyV4ShapesMatchCpu) {
+  const int64_t d = 128, inter = 32, e = 8, k = 6;
+  const std::unique_ptr<QuantMoe> q = quant_moe(d, inter, e);
+  for (int64_t t : {1, 2, 29}) {
+    HostTensor x = rand({t, d}), weights = rand({t, k}, 0.05f, 1.0f), idx = distinct_indices(t, k, e);
+    DeviceTensor dx = up(x), dwts = up(weights), didx = up(idx);
+    for (bool before : {false, true}) {
+      HostTensor want(DType::kF32, {t, d});
+      cpu().moe({x, weights, idx, &q->cpu_experts, &q->cpu_shared, want, 10.0f, before});
+      DeviceTensor dout = poisoned({t, d});
+      gpu().moe_quant({dx, dwts, didx, &q->gpu_experts, &q->gpu_shared, dout, 10.0f, before});
+      rel_err(("moe_quant tiny V4 T=" + std::to_string(t) + (before ? " before_w2" : "")).c_str(), down(dout), want,
+              t == 1 ? 1e-5 : 8e-3);
+    }
+  }
+}
+
 // Batch-invariant mode: the routed experts' grouped GEMMs and the shared expert are fp32 FMA chains whatever the
 // rows per expert (chain kernel for groups counted as few, SIMT tiles above: T=60 with k=4 of 16 experts gives
 // ~15 rows per expert, the subsets 1-11 tokens), so a token's output is the same bytes alone, in a few tokens or

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -11,11 +13,17 @@
 #include "deepinfer/model/deepseek_v4.h"
 #include "deepinfer/model/random_checkpoint.h"
 #include "test_util.h"
+#include "v4_paged_decode.h"
 
 namespace deepinfer {
 namespace {
 
 std::string golden_dir(const std::string& family) { return testing::test_data_dir() + "/golden/" + family; }
+
+void expect_same_bytes(const char* what, const HostTensor& got, const HostTensor& want) {
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  EXPECT_EQ(std::memcmp(got.view().data(), want.view().data(), static_cast<size_t>(want.view().nbytes())), 0) << what;
+}
 
 TEST(DeepseekV4Load, QuantizedV41CheckpointRunsAndChunksConsistently) {
   testing::TempDir tmp;
@@ -54,6 +62,71 @@ TEST(DeepseekV4Load, QuantizedV41CheckpointRunsAndChunksConsistently) {
     scale = std::max(scale, std::fabs(double(full.data<float>()[i])));
   }
   EXPECT_LE(err, 1e-5 * scale);
+}
+
+// keep_quant (what the engine does on CUDA by default): the FP8 projections and the MXFP4 / FP8 experts stay in
+// their stored format and the forward reads them through linear_quant / moe_quant. The CPU reference dequantizes
+// them per call exactly as the loader does at load, so prefill, per-sequence decode and the batched paged decode
+// must give the f32 model's logits bit for bit, from about a quarter of the weight bytes. V4 with 128x128 blocks
+// keeps wo_a in f32 (its 32-row head groups cut the scale blocks); V4.1 with 32x32 blocks keeps it quantized and
+// runs the group slices.
+TEST(DeepseekV4Load, KeptQuantizedWeightsGiveTheF32LogitsBitForBit) {
+  for (const auto& [family, block] : {std::pair{"deepseek_v4", 128}, {"deepseek_v41", 32}}) {
+    SCOPED_TRACE(family);
+    testing::TempDir tmp;
+    nlohmann::json cfg = nlohmann::json::parse(testing::read_file_or_empty(golden_dir(family) + "/config.json"));
+    cfg["quantization_config"] = {{"quant_method", "fp8"},
+                                  {"fmt", "e4m3"},
+                                  {"weight_block_size", {block, block}},
+                                  {"scale_fmt", "ue8m0"},
+                                  {"expert_dtype", "fp4"}};
+    testing::write_file(tmp.file("in.json"), cfg.dump());
+    RandomCheckpointOptions opts;
+    opts.config_path = tmp.file("in.json");
+    opts.out_dir = tmp.path() + "/ckpt";
+    opts.seed = 3;
+    write_random_checkpoint(opts);
+    auto backend = make_cpu_backend(0);
+    const nlohmann::json& text = cfg.contains("text_config") ? cfg["text_config"] : cfg;
+    std::vector<int64_t> token_map(text["vocab_size"].get<int64_t>());
+    for (size_t i = 0; i < token_map.size(); ++i) token_map[i] = static_cast<int64_t>(i % 256);
+    auto kept = DeepseekV4Model::load(opts.out_dir, *backend, token_map, true);
+    auto f32 = DeepseekV4Model::load(opts.out_dir, *backend, token_map, false);
+    const V4LayerWeights& lw = kept->weights().layers[0];
+    EXPECT_TRUE(lw.attn.wq_a.quantized() && lw.attn.wq_b.quantized() && lw.attn.wkv.quantized() &&
+                lw.attn.wo_b.quantized());
+    EXPECT_EQ(lw.attn.wo_a.quantized(), block == 32);
+    EXPECT_TRUE(lw.quant_experts);
+    EXPECT_EQ(lw.qexperts[0].w1.format, QuantFormat::kMXFP4);
+    EXPECT_EQ(lw.qshared.w1.format, QuantFormat::kFP8Block);
+    EXPECT_FALSE(f32->weights().layers[0].attn.wq_a.quantized());
+    EXPECT_FALSE(f32->weights().layers[0].quant_experts);
+    std::printf("[v4-kept %s] weight bytes: kept %lld, f32 %lld\n", family,
+                static_cast<long long>(kept->weight_bytes()), static_cast<long long>(f32->weight_bytes()));
+    // The tiny model's f32 embedding, head and mHC tables dilute the total; the experts alone shrink ~7x.
+    EXPECT_LT(kept->weight_bytes(), 0.6 * f32->weight_bytes());
+    int64_t kept_experts = 0, f32_experts = 0;
+    for (const V4LayerWeights& l : kept->weights().layers)
+      for (const KeptMatrix& m : l.quant_storage) kept_experts += m.bytes();
+    for (const V4LayerWeights& l : f32->weights().layers)
+      for (const OwnedTensor& t : l.expert_storage) f32_experts += dtype_bytes(t.dtype(), t.numel());
+    EXPECT_LT(kept_experts, f32_experts / 5);
+
+    std::vector<int64_t> ids;
+    for (int i = 0; i < 37; ++i) ids.push_back((i * 37 + 11) % 512);
+    auto sk = kept->new_sequence(), sf = f32->new_sequence();
+    expect_same_bytes("prefill", kept->forward(sk, ids), f32->forward(sf, ids));
+    for (int64_t tok : {5, 301, 77}) {
+      const std::span<const int64_t> one(&tok, 1);
+      expect_same_bytes("decode", kept->forward(sk, one), f32->forward(sf, one));
+    }
+    const std::vector<testing::Spec> specs = testing::make_specs(*f32, {19, 40, 7}, 4);
+    const auto paged_kept = testing::paged_decode(*kept, specs, false, true);
+    const auto paged_f32 = testing::paged_decode(*f32, specs, false, true);
+    ASSERT_EQ(paged_kept.size(), paged_f32.size());
+    for (size_t i = 0; i < paged_f32.size(); ++i)
+      EXPECT_EQ(paged_kept[i], paged_f32[i]) << "batched decode, sequence " << i;
+  }
 }
 
 TEST(DeepseekV4Load, BrokenCheckpointListsEveryProblem) {

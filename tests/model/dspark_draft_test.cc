@@ -86,7 +86,7 @@ struct Reference {
     Mat main_x = matmul(rows, n, w.main_proj.view());
     rmsnorm(main_x, n, &w.main_norm.view(), eps);
     const auto& a = w.layers[l].attn;
-    Mat kv = matmul(main_x, n, a.wkv.view());
+    Mat kv = matmul(main_x, n, a.wkv.f32.view());
     rmsnorm(kv, n, &a.kv_norm.view(), eps);
     rope(kv, n, 1, pos, false);
     fake_quant(kv, n);
@@ -145,12 +145,12 @@ struct Reference {
       Mat attn_pre = mix(lw.hc_attn_fn, lw.hc_attn_base, lw.hc_attn_scale);
       Mat x = collapse(v41 ? carried : attn_pre, &lw.attn_norm);
       // Attention: queries of the block over [context window ; all block keys] (causal: block keys j <= i).
-      Mat q_r = matmul(x, B, a.wq_a.view());
+      Mat q_r = matmul(x, B, a.wq_a.f32.view());
       rmsnorm(q_r, B, &a.q_norm.view(), eps);
-      Mat q = matmul(q_r, B, a.wq_b.view());
+      Mat q = matmul(q_r, B, a.wq_b.f32.view());
       if (c.attn.q_head_norm) rmsnorm(q, B * H, nullptr, eps);
       rope(q, B, H, pos, false);
-      Mat kv = matmul(x, B, a.wkv.view());
+      Mat kv = matmul(x, B, a.wkv.f32.view());
       rmsnorm(kv, B, &a.kv_norm.view(), eps);
       rope(kv, B, 1, pos, false);
       fake_quant(kv, B);
@@ -184,10 +184,10 @@ struct Reference {
       for (int64_t g = 0; g < G; ++g) {
         Mat og(static_cast<size_t>(B * gw));
         for (int64_t i = 0; i < B; ++i) std::copy_n(&o[i * H * hd + g * gw], gw, &og[i * gw]);
-        Mat zg = matmul(og, B, a.wo_a.view().slice(g * ol, (g + 1) * ol));
+        Mat zg = matmul(og, B, a.wo_a.f32.view().slice(g * ol, (g + 1) * ol));
         for (int64_t i = 0; i < B; ++i) std::copy_n(&zg[i * ol], ol, &z[i * G * ol + g * ol]);
       }
-      expand(matmul(z, B, a.wo_b.view()));
+      expand(matmul(z, B, a.wo_b.f32.view()));
       Mat ffn_pre = mix(lw.hc_ffn_fn, lw.hc_ffn_base, lw.hc_ffn_scale);
       x = collapse(v41 ? attn_pre : ffn_pre, &lw.ffn_norm);
       // MoE with the draft's own expert count and top-k (the router and experts are tested ops).
@@ -343,8 +343,8 @@ TEST_P(DsparkDraftTest, MarkovHeadIsSequentialAndConfidenceIsAProbability) {
   const int64_t anchor = 3;
   const DsparkBlockOutput base = draft.block(ctx, anchor);
   Reference ref{m, *f.backend};
-  const DsparkProposal greedy =
-      draft.propose(ctx, anchor, static_cast<int>(B), [](int, std::span<const float> row) { return testing::argmax_of(row); });
+  const DsparkProposal greedy = draft.propose(ctx, anchor, static_cast<int>(B),
+                                              [](int, std::span<const float> row) { return testing::argmax_of(row); });
   ASSERT_EQ(greedy.tokens.size(), static_cast<size_t>(B));
   ASSERT_EQ(greedy.confidence.size(), static_cast<size_t>(B));
   int64_t x = anchor;
@@ -364,8 +364,8 @@ TEST_P(DsparkDraftTest, MarkovHeadIsSequentialAndConfidenceIsAProbability) {
   // Forcing another first token changes logits_1 by exactly the difference of the two Markov biases and leaves
   // logits_0 (and the shared block pass) alone.
   const int64_t other = (greedy.tokens[0] + 1) % V;
-  const DsparkProposal forced =
-      draft.propose(ctx, anchor, 2, [&](int i, std::span<const float> row) { return i == 0 ? other : testing::argmax_of(row); });
+  const DsparkProposal forced = draft.propose(
+      ctx, anchor, 2, [&](int i, std::span<const float> row) { return i == 0 ? other : testing::argmax_of(row); });
   EXPECT_EQ(max_abs(forced.logits.data<float>(), greedy.logits.data<float>(), V), 0.0);
   const Mat b0 = ref.markov_bias(greedy.tokens[0]), b1 = ref.markov_bias(other);
   double moved = 0;
@@ -445,15 +445,17 @@ TEST_P(DsparkDraftTest, GreedySpeculativeLoopEqualsGreedyDecoding) {
   while (static_cast<int>(spec.size()) < kNew) {
     const int64_t P = static_cast<int64_t>(kept.size());
     ASSERT_EQ(ctx.num_positions, P);
-    const DsparkProposal d =
-        draft.propose(ctx, anchor, draft.block_size(), [](int, std::span<const float> row) { return testing::argmax_of(row); });
+    const DsparkProposal d = draft.propose(ctx, anchor, draft.block_size(),
+                                           [](int, std::span<const float> row) { return testing::argmax_of(row); });
     std::vector<int64_t> chunk = kept;
     chunk.push_back(anchor);
     chunk.insert(chunk.end(), d.tokens.begin(), d.tokens.end());
     V4StreamCapture cap = draft.make_capture();
     auto seq = m.new_sequence();
     HostTensor logits = m.forward(seq, chunk, nullptr, &cap);
-    auto row = [&](int64_t pos) { return testing::argmax_of({logits.data<float>() + pos * V, static_cast<size_t>(V)}); };
+    auto row = [&](int64_t pos) {
+      return testing::argmax_of({logits.data<float>() + pos * V, static_cast<size_t>(V)});
+    };
     size_t a = 0;
     while (a < d.tokens.size() && d.tokens[a] == row(P + static_cast<int64_t>(a))) ++a;
     const int64_t bonus = row(P + static_cast<int64_t>(a));

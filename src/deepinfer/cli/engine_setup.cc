@@ -61,8 +61,9 @@ std::function<std::unique_ptr<Model>(Backend&)> model_loader(const std::string& 
 void add_device_execution_flags(CLI::App* sub, std::string& weight_format, bool& enforce_eager, bool& batch_invariant) {
   sub->add_option(
          "--weight-format", weight_format,
-         "how a V3-family FP8 checkpoint's weights are held: auto (FP8 kept on CUDA in one process, f32 on the CPU and "
-         "under ep/dp/cp), f32 (dequantized: exact against the f32 reference) or fp8 (kept quantized)")
+         "how a checkpoint's block-format weights (V3 FP8; V4/V4.1 FP8 projections and MXFP4 experts) are held: auto "
+         "(kept quantized on CUDA in one process, f32 on the CPU and under ep/dp/cp), f32 (dequantized: exact against "
+         "the f32 reference) or fp8 (kept quantized)")
       ->check(CLI::IsMember({"auto", "f32", "fp8"}))
       ->capture_default_str();
   sub->add_flag("--enforce-eager", enforce_eager,
@@ -108,7 +109,7 @@ EngineSetup::EngineSetup(const EngineSetupArgs& a, StreamCallback on_delta) {
   o.draft_sampling = a.draft_sampling;
   o.draft_confidence_threshold = a.draft_confidence_threshold;
   o.draft_token_budget = a.draft_token_budget;
-  keep_v3_fp8_weights(o);  // a bad --weight-format fails here, before any rank process starts
+  keep_quantized_weights(o);  // a bad --weight-format fails here, before any rank process starts
   const bool ep_dp = ParallelLayout::make(a.ep, a.dp).world > 1;
   const ParallelLayout playout = ParallelLayout::make(a.ep, a.dp, 0, ep_dp ? a.cp : 1);
   auto v3_family = [&] { return load_model_config(m.dir + "/config.json").family == ModelFamily::kDeepseekV3; };

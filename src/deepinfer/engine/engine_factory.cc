@@ -132,7 +132,7 @@ int64_t kv_cache_budget_bytes(const EngineStackOptions& o) {
   return o.host_kv_budget_bytes;
 }
 
-bool keep_v3_fp8_weights(const EngineStackOptions& o) {
+bool keep_quantized_weights(const EngineStackOptions& o) {
   DI_CHECK(o.weight_format == "auto" || o.weight_format == "f32" || o.weight_format == "fp8")
       << option(o, "weight_format", o.weight_format) << ": must be auto, f32 or fp8";
   // Expert parallelism moves f32 experts between ranks; one-process-per-GPU CP followers load f32 weights, and
@@ -188,7 +188,7 @@ std::unique_ptr<EngineStack> load_engine_stack(const EngineStackOptions& o) {
          "over NCCL (the deepinfer CLI; docs/CONTEXT_PARALLEL.md)";
   DI_CHECK_INTERNAL(!o.cp_world || o.cp_world->size() == o.cp)
       << "cp " << o.cp << " with a process world of " << o.cp_world->size();
-  const bool keep_fp8 = keep_v3_fp8_weights(o);
+  const bool keep_fp8 = keep_quantized_weights(o);
   const int64_t budget = kv_cache_budget_bytes(o);
   if (!parallel) s.backend = make_backend(o);  // parallel: every rank makes its own
   DI_LOG_INFO("device: {}", o.device);
@@ -213,10 +213,11 @@ std::unique_ptr<EngineStack> load_engine_stack(const EngineStackOptions& o) {
                                         : "f32, FP8 block-scaled matrices dequantized at load (--weight-format)");
     s.config = &s.v3->config();
   } else {
-    DI_CHECK_CODE(o.weight_format != "fp8", ErrorCode::kUnsupported)
-        << option(o, "weight_format", o.weight_format)
-        << ": V4/V4.1 weights are dequantized to f32 on every backend (quantized V4 weights are not implemented yet)";
-    s.v4 = DeepseekV4Model::load(o.model_dir, *s.backend, token_map);
+    // The same resolution as V3: block-format matrices (FP8 projections and shared expert, MXFP4 routed experts)
+    // stay quantized on one GPU by default, f32 on the CPU, under ep/dp/cp and with --weight-format f32.
+    s.v4 = DeepseekV4Model::load(o.model_dir, *s.backend, token_map, keep_fp8);
+    DI_LOG_INFO("weights: {}", keep_fp8 ? "block-format matrices (FP8, MXFP4) kept quantized (--weight-format)"
+                                        : "f32, block-format matrices dequantized at load (--weight-format)");
     s.config = &s.v4->config();
   }
   const ModelConfig& cfg = *s.config;

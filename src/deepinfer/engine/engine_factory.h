@@ -115,9 +115,10 @@ struct EngineStack {
 // InvalidArgument naming the option, ResourceExhausted when one max_model_len sequence does not fit the budget.
 std::unique_ptr<EngineStack> load_engine_stack(const EngineStackOptions& options);
 
-// Whether a V3-family model keeps its FP8 weights quantized under these options (weight_format resolved against
-// the device and the parallel layout); InvalidArgument / Unsupported for a weight_format they cannot have.
-bool keep_v3_fp8_weights(const EngineStackOptions& options);
+// Whether a model keeps its block-format weights quantized under these options (weight_format resolved against
+// the device and the parallel layout; V3 FP8 matrices, V4 FP8 projections and MXFP4 experts); InvalidArgument /
+// Unsupported for a weight_format they cannot have.
+bool keep_quantized_weights(const EngineStackOptions& options);
 
 // The bytes the KV cache may use for `options` (logged): see EngineStackOptions.
 int64_t kv_cache_budget_bytes(const EngineStackOptions& options);

@@ -117,14 +117,6 @@ void DeepseekV3Model::upload_weights() {
   auto up = [this](OwnedTensor& t) {
     if (t.view().data() != nullptr) t = memory_.upload(t.view());
   };
-  auto up_matrix = [&](V3Matrix& m) {
-    up(m.f32);
-    if (!m.quantized()) return;
-    up(m.codes);
-    up(m.scales);
-    m.quant.weight = m.codes.view();
-    m.quant.scale = m.scales.view();
-  };
   for (OwnedTensor* t : {&w_.embed, &w_.norm, &w_.head}) up(*t);
   std::vector<V3LayerWeights*> blocks;
   for (V3LayerWeights& lw : w_.layers) blocks.push_back(&lw);
@@ -138,7 +130,7 @@ void DeepseekV3Model::upload_weights() {
     for (OwnedTensor* t :
          {&lw.input_norm, &lw.post_attention_norm, &a.q_a_norm, &a.kv_a_norm, &a.kv_b, &lw.gate, &lw.gate_bias})
       up(*t);
-    for (V3Matrix* m : {&a.q_a, &a.q_b, &a.q, &a.kv_a, &a.o}) up_matrix(*m);
+    for (V3Matrix* m : {&a.q_a, &a.q_b, &a.q, &a.kv_a, &a.o}) upload_kept(memory_, *m);
     // Quantized experts: codes and scales per matrix, in the order load_v3_weights pushed them (w1, w3, w2 of
     // every expert, then the shared one); the QuantMatrix views are re-pointed below.
     if (lw.quant_experts) {
@@ -444,10 +436,7 @@ HostTensor DeepseekV3Model::mtp_forward(V3SequenceState& mtp, std::span<const fl
 }
 
 void DeepseekV3Model::linear(const Tensor& in, const V3Matrix& w, const Tensor& out) const {
-  if (w.quantized())
-    backend_.linear_quant({in, w.quant, out});
-  else
-    backend_.linear({in, w.f32.view(), out});
+  kept_linear(backend_, in, w, out);
 }
 
 // Multiply-add counts of the two forms for T queries over S = cached + T keys (per head):

@@ -19,8 +19,6 @@ HostTensor host_copy(const Tensor& t) {
 
 }  // namespace
 
-int64_t V3Matrix::bytes() const { return bytes_of(f32) + bytes_of(codes) + bytes_of(scales); }
-
 int64_t v3_weight_bytes(const V3Weights& w) {
   int64_t b = bytes_of(w.embed) + bytes_of(w.norm) + bytes_of(w.head);
   std::vector<const V3LayerWeights*> blocks;
@@ -54,18 +52,7 @@ V3Weights load_v3_weights(const ModelConfig& c, const Checkpoint& ck, Backend& b
     return QuantMatrix{storage[storage.size() - 2].view(), storage.back().view(), QuantFormat::kFP8Block,
                        c.quant.block_n, c.quant.block_k};
   };
-  auto mat = [&](const std::string& name) {
-    V3Matrix m;
-    std::vector<OwnedTensor> storage;
-    if (auto q = quant(name, storage)) {
-      m.codes = std::move(storage[0]);
-      m.scales = std::move(storage[1]);
-      m.quant = *q;
-    } else {
-      m.f32 = ld.f32(name);
-    }
-    return m;
-  };
+  auto mat = [&](const std::string& name) { return load_kept(ld, name, keep_fp8); };
   V3Weights w;
   w.embed = ld.f32("model.embed_tokens.weight");
   w.norm = ld.f32("model.norm.weight");

@@ -9,6 +9,7 @@
 
 #include "deepinfer/core/tensor.h"
 #include "deepinfer/io/checkpoint.h"
+#include "deepinfer/model/kept_matrix.h"
 #include "deepinfer/model/model_config.h"
 #include "deepinfer/ops/memory.h"
 #include "deepinfer/ops/ops.h"
@@ -21,14 +22,7 @@ namespace deepinfer {
 enum class V3WeightStorage { kAuto, kF32, kFP8 };
 
 // A projection matrix [N, K] as the model keeps it: f32, or the checkpoint's e4m3 codes + block scales.
-struct V3Matrix {
-  OwnedTensor f32;            // kept in f32
-  OwnedTensor codes, scales;  // kept quantized: fp8_e4m3 [N, K], f32/e8m0 [ceil(N/bn), ceil(K/bk)]
-  QuantMatrix quant;          // views into codes / scales
-  bool quantized() const { return codes.view().data() != nullptr; }
-  bool empty() const { return !quantized() && f32.view().data() == nullptr; }
-  int64_t bytes() const;
-};
+using V3Matrix = KeptMatrix;
 
 struct V3AttentionWeights {
   V3Matrix q_a;           // q_lora_rank set: [rq, D]

@@ -41,7 +41,7 @@ int find_decoder_start(const ModelConfig& c) {
 }  // namespace
 
 std::unique_ptr<DeepseekV4Model> DeepseekV4Model::load(const std::string& dir, Backend& backend,
-                                                       std::optional<std::vector<int64_t>> token_map) {
+                                                       std::optional<std::vector<int64_t>> token_map, bool keep_quant) {
   ModelConfig config = load_model_config(dir + "/config.json");
   DI_CHECK_CODE(config.is_v4_family(), ErrorCode::kUnsupported)
       << dir << ": model family " << family_name(config.family) << " is not DeepSeek-V4/V4.1";
@@ -49,7 +49,7 @@ std::unique_ptr<DeepseekV4Model> DeepseekV4Model::load(const std::string& dir, B
   // Weights are dequantized on the host; a device backend gets them uploaded by the constructor.
   std::unique_ptr<Backend> host_backend;
   if (backend_memory(backend).device().kind != DeviceKind::kCPU) host_backend = make_cpu_backend(0);
-  V4Weights weights = load_v4_weights(config, *ckpt, host_backend ? *host_backend : backend);
+  V4Weights weights = load_v4_weights(config, *ckpt, host_backend ? *host_backend : backend, keep_quant);
   std::optional<EngramTables> engram;
   if (config.engram.enabled()) {
     if (!token_map) token_map = engram_token_map_from_tokenizer(dir + "/tokenizer.json");
@@ -104,24 +104,26 @@ void DeepseekV4Model::upload_weights() {
   for (V4LayerWeights* block : blocks) {
     V4LayerWeights& lw = *block;
     V4AttentionWeights& a = lw.attn;
-    for (OwnedTensor* t : {&lw.attn_norm,     &lw.ffn_norm,
-                           &lw.hc_attn_fn,    &lw.hc_attn_base,
-                           &lw.hc_attn_scale, &lw.hc_ffn_fn,
-                           &lw.hc_ffn_base,   &lw.hc_ffn_scale,
-                           &a.wq_a,           &a.q_norm,
-                           &a.wq_b,           &a.wkv,
-                           &a.kv_norm,        &a.wo_a,
-                           &a.wo_b,           &a.sinks,
-                           &a.comp_wkv,       &a.comp_wgate,
-                           &a.comp_ape,       &a.comp_norm,
-                           &a.idx_wq_b,       &a.idx_weights_proj,
-                           &a.idx_comp_wkv,   &a.idx_comp_wgate,
-                           &a.idx_comp_ape,   &a.idx_comp_norm,
-                           &a.idx_wk,         &a.idx_k_norm,
-                           &lw.gate,          &lw.gate_bias,
-                           &lw.tid2eid,       &lw.engram.table,
-                           &lw.engram.wkv,    &lw.engram.gate_weight})
+    for (OwnedTensor* t : {&lw.attn_norm,     &lw.ffn_norm,      &lw.hc_attn_fn,  &lw.hc_attn_base,
+                           &lw.hc_attn_scale, &lw.hc_ffn_fn,     &lw.hc_ffn_base, &lw.hc_ffn_scale,
+                           &a.q_norm,         &a.kv_norm,        &a.sinks,        &a.comp_wkv,
+                           &a.comp_wgate,     &a.comp_ape,       &a.comp_norm,    &a.idx_weights_proj,
+                           &a.idx_comp_wkv,   &a.idx_comp_wgate, &a.idx_comp_ape, &a.idx_comp_norm,
+                           &a.idx_wk,         &a.idx_k_norm,     &lw.gate,        &lw.gate_bias,
+                           &lw.tid2eid,       &lw.engram.table,  &lw.engram.wkv,  &lw.engram.gate_weight})
       up(*t);
+    for (KeptMatrix* m : {&a.wq_a, &a.wq_b, &a.wkv, &a.wo_a, &a.wo_b, &a.idx_wq_b}) upload_kept(memory_, *m);
+    if (lw.quant_experts) {
+      // quant_storage holds w1, w3, w2 of every routed expert, then the shared one (load_v4_weights).
+      for (KeptMatrix& m : lw.quant_storage) upload_kept(memory_, m);
+      auto views = [&lw](size_t first) {
+        return QuantExpertWeights{lw.quant_storage[first].as_quant(), lw.quant_storage[first + 1].as_quant(),
+                                  lw.quant_storage[first + 2].as_quant()};
+      };
+      for (size_t e = 0; e < lw.qexperts.size(); ++e) lw.qexperts[e] = views(3 * e);
+      if (lw.has_shared) lw.qshared = views(3 * lw.qexperts.size());
+      continue;
+    }
     // Expert views point into expert_storage (w1, w3, w2 per routed expert, then the shared expert).
     for (OwnedTensor& t : lw.expert_storage) up(t);
     auto views = [&lw](size_t first) {
@@ -530,6 +532,13 @@ OwnedTensor DeepseekV4Model::moe(const Chunk& c, int layer, const OwnedTensor& x
   r.normalize = v41 ? (m.norm_topk_prob && k > 1) : true;
   backend_.router(r);
   OwnedTensor out = memory().zeros(DType::kF32, {T, config_.hidden_size});
+  if (lw.quant_experts) {
+    DI_CHECK_CODE(!ep_, ErrorCode::kUnsupported)
+        << "V4: expert parallelism with experts kept quantized (load with f32 weights for expert parallelism)";
+    backend_.moe_quant({x.view(), weights.view(), indices.view(), &lw.qexperts, lw.has_shared ? &lw.qshared : nullptr,
+                        out.view(), static_cast<float>(m.swiglu_limit), v41});
+    return out;
+  }
   MoeParams p;
   p.x = x.view();
   p.weights = weights.view();

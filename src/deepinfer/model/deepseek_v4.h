@@ -141,13 +141,16 @@ struct V4StreamCapture {
 class DeepseekV4Model {
  public:
   // Loads config.json and the safetensors of `dir`. V4.1 checkpoints with Engram layers need the token map:
-  // from `token_map` when given, else built from `dir`/tokenizer.json.
+  // from `token_map` when given, else built from `dir`/tokenizer.json. keep_quant: the projections and experts
+  // stored in block formats (FP8 + block scales, MXFP4) stay so (V4Weights); otherwise every weight is f32.
   static std::unique_ptr<DeepseekV4Model> load(const std::string& dir, Backend& backend,
-                                               std::optional<std::vector<int64_t>> token_map = std::nullopt);
+                                               std::optional<std::vector<int64_t>> token_map = std::nullopt,
+                                               bool keep_quant = false);
 
   DeepseekV4Model(ModelConfig config, V4Weights weights, std::optional<EngramTables> engram, Backend& backend);
 
   const ModelConfig& config() const { return config_; }
+  int64_t weight_bytes() const { return v4_weight_bytes(w_); }
   const std::optional<EngramTables>& engram() const { return engram_; }
   V4SequenceState new_sequence() const;
 

@@ -17,6 +17,9 @@ OwnedTensor linear(Backend& b, TensorMemory& mem, const Tensor& x, const OwnedTe
   b.linear({x, w.view(), out.view()});
   return out;
 }
+OwnedTensor linear(Backend& b, TensorMemory& mem, const Tensor& x, const KeptMatrix& w) {
+  return kept_project(b, mem, x, w);
+}
 
 // A norm weight, or none when the checkpoint has none.
 Tensor optional(const OwnedTensor& w) { return w.view().data() != nullptr ? w.view() : Tensor{}; }
@@ -445,7 +448,7 @@ OwnedTensor DeepseekV4Model::attention(const Chunk& c, int layer, const OwnedTen
   // K = V carried the keys' RoPE: rotate the output back by the query position.
   backend_.rope({attn.view(), c.positions.view(), inv_freq, true});
 
-  return v4_grouped_output(backend_, mem, attn.view().reshape({T, H * hd}), a.wo_a.view(), a.wo_b.view(), ac.o_groups,
+  return v4_grouped_output(backend_, mem, attn.view().reshape({T, H * hd}), a.wo_a, a.wo_b, ac.o_groups,
                            ac.o_lora_rank);
 }
 

@@ -21,6 +21,7 @@
 #include <cmath>
 #include <map>
 #include <set>
+#include <type_traits>
 
 #include "deepinfer/model/deepseek_v4_internal.h"
 #include "deepinfer/model/v4_grouped_output.h"
@@ -33,6 +34,9 @@ OwnedTensor linear(Backend& b, TensorMemory& mem, const Tensor& x, const OwnedTe
   OwnedTensor out = mem.zeros(DType::kF32, {x.dim(0), w.shape()[0]});
   b.linear({x, w.view(), out.view()});
   return out;
+}
+OwnedTensor linear(Backend& b, TensorMemory& mem, const Tensor& x, const KeptMatrix& w) {
+  return kept_project(b, mem, x, w);
 }
 
 // A norm weight, or none when the checkpoint has none.
@@ -124,7 +128,12 @@ DeepseekV4Model::DecodeQkv DeepseekV4Model::decode_qkv_views(const DecodeBatch& 
   const bool v41 = config_.family == ModelFamily::kDeepseekV41;
   const int r = plan.compress_ratio;
   auto take = [&](const Tensor& flat, int64_t width) { return flat.slice(0, d.R * width).reshape({d.R, width}); };
-  auto out_of = [](const OwnedTensor& w) { return w.shape()[0]; };
+  auto out_of = [](const auto& w) -> int64_t {
+    if constexpr (std::is_same_v<std::decay_t<decltype(w)>, KeptMatrix>)
+      return w.rows();
+    else
+      return w.shape()[0];
+  };
   DecodeQkv o;
   o.q = take(d.q, out_of(a.wq_b));
   o.kv = take(d.kv, out_of(a.wkv));
@@ -173,8 +182,8 @@ void DeepseekV4Model::decode_layer_head(const DecodeBatch& d, int layer, const T
   const Tensor positions = d.rows.positions.view();
   OwnedTensor q_r = linear(backend_, mem, x.view(), a.wq_a);
   rms_norm_inplace(backend_, q_r.view(), a.q_norm, eps);
-  backend_.linear({q_r.view(), a.wq_b.view(), o.q});
-  backend_.linear({x.view(), a.wkv.view(), o.kv});
+  kept_linear(backend_, q_r.view(), a.wq_b, o.q);
+  kept_linear(backend_, x.view(), a.wkv, o.kv);
   // The query's head norm and RoPE, the window row's norm, RoPE and (V4.1) FP8 fake-quant: one call (decode is
   // launch-bound).
   NormRopeParams nr;
@@ -205,7 +214,7 @@ void DeepseekV4Model::decode_layer_head(const DecodeBatch& d, int layer, const T
   }
   if (o.qi.data() != nullptr) {
     const int64_t IH = ac.index_n_heads, Id = ac.index_head_dim;
-    backend_.linear({q_r.view(), a.idx_wq_b.view(), o.qi});
+    kept_linear(backend_, q_r.view(), a.idx_wq_b, o.qi);
     NormRopeParams qr;  // RoPE and (V4.1) FP4 fake-quant of the indexer queries: one call
     qr.parts[0] = {o.qi.reshape({R, IH, Id}), Tensor{}, false, true, v41, FakeQuantKind::kFP4Ue8m0Block32};
     qr.positions = positions;
@@ -264,8 +273,8 @@ void DeepseekV4Model::decode_piece(const DecodeBatch& d, int k) const {
   const Tensor& streams = d.streams[k % 2];
   mem.copy(streams, d.streams[prev]);
   // Layer l's attention output (the middle left it inverse-rotated): grouped output projection, mHC expand.
-  OwnedTensor y = v4_grouped_output(backend_, mem, d.attn.reshape({R, H * hd}), lw.attn.wo_a.view(),
-                                    lw.attn.wo_b.view(), config_.attn.o_groups, config_.attn.o_lora_rank);
+  OwnedTensor y = v4_grouped_output(backend_, mem, d.attn.reshape({R, H * hd}), lw.attn.wo_a, lw.attn.wo_b,
+                                    config_.attn.o_groups, config_.attn.o_lora_rank);
   // FFN site: the attention's mHC expand and this site's mix in one call, then router and experts over every row.
   OwnedTensor ffn_pre = mem.zeros(DType::kF32, {R, hc}), post = mem.zeros(DType::kF32, {R, hc});
   OwnedTensor comb = mem.zeros(DType::kF32, {R, hc, hc});
@@ -578,8 +587,12 @@ HostTensor DeepseekV4Model::decode_batch(std::span<V4SequenceState* const> seqs,
   }
   // Stage 1's buffers, each as wide as its widest layer.
   std::map<int, int64_t> widths;
-  auto widen = [&](int slot, const OwnedTensor& w) {
-    if (w.view().data() != nullptr) widths[slot] = std::max(widths[slot], w.shape()[0]);
+  auto widen = [&](int slot, const auto& w) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(w)>, KeptMatrix>) {
+      if (!w.empty()) widths[slot] = std::max(widths[slot], w.rows());
+    } else if (w.view().data() != nullptr) {
+      widths[slot] = std::max(widths[slot], w.shape()[0]);
+    }
   };
   for (int l = 0; l < config_.num_layers; ++l) {
     const V4AttentionWeights& a = w_.layers[l].attn;

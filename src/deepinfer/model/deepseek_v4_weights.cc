@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include "deepinfer/model/weight_loader.h"
@@ -13,9 +14,50 @@ ExpertWeights expert_views(std::vector<OwnedTensor>& storage, size_t first) {
   return {storage[first].view(), storage[first + 1].view(), storage[first + 2].view()};
 }
 
+int64_t bytes_of(const OwnedTensor& t) { return t.view().data() ? dtype_bytes(t.dtype(), t.numel()) : 0; }
+
+int64_t block_bytes(const V4LayerWeights& lw) {
+  const V4AttentionWeights& a = lw.attn;
+  int64_t b = 0;
+  for (const OwnedTensor* t : {&lw.attn_norm,     &lw.ffn_norm,      &lw.hc_attn_fn,  &lw.hc_attn_base,
+                               &lw.hc_attn_scale, &lw.hc_ffn_fn,     &lw.hc_ffn_base, &lw.hc_ffn_scale,
+                               &a.q_norm,         &a.kv_norm,        &a.sinks,        &a.comp_wkv,
+                               &a.comp_wgate,     &a.comp_ape,       &a.comp_norm,    &a.idx_weights_proj,
+                               &a.idx_comp_wkv,   &a.idx_comp_wgate, &a.idx_comp_ape, &a.idx_comp_norm,
+                               &a.idx_wk,         &a.idx_k_norm,     &lw.gate,        &lw.gate_bias,
+                               &lw.tid2eid,       &lw.engram.table,  &lw.engram.wkv,  &lw.engram.gate_weight})
+    b += bytes_of(*t);
+  for (const KeptMatrix* m : {&a.wq_a, &a.wq_b, &a.wkv, &a.wo_a, &a.wo_b, &a.idx_wq_b}) b += m->bytes();
+  for (const OwnedTensor& t : lw.expert_storage) b += bytes_of(t);
+  for (const KeptMatrix& m : lw.quant_storage) b += m.bytes();
+  return b;
+}
+
 }  // namespace
 
-V4Weights load_v4_weights(const ModelConfig& c, const Checkpoint& ck, Backend& backend) {
+int64_t v4_weight_bytes(const V4Weights& w) {
+  int64_t b = 0;
+  for (const OwnedTensor* t : {&w.embed, &w.norm, &w.head, &w.hc_head_fn, &w.hc_head_base, &w.hc_head_scale})
+    b += bytes_of(*t);
+  for (const V4LayerWeights& lw : w.layers) b += block_bytes(lw);
+  if (w.dspark) {
+    const V4DsparkWeights& d = *w.dspark;
+    for (const OwnedTensor* t : {&d.main_proj, &d.main_norm, &d.norm, &d.markov_embed, &d.markov_head, &d.confidence,
+                                 &d.hc_head_fn, &d.hc_head_base, &d.hc_head_scale})
+      b += bytes_of(*t);
+    for (const V4LayerWeights& lw : d.layers) b += block_bytes(lw);
+  }
+  if (w.mtp) {
+    const V4MtpWeights& m = *w.mtp;
+    for (const OwnedTensor* t :
+         {&m.enorm, &m.hnorm, &m.e_proj, &m.h_proj, &m.norm, &m.hc_head_fn, &m.hc_head_base, &m.hc_head_scale})
+      b += bytes_of(*t);
+    b += block_bytes(m.block);
+  }
+  return b;
+}
+
+V4Weights load_v4_weights(const ModelConfig& c, const Checkpoint& ck, Backend& backend, bool keep_quant) {
   DI_CHECK(c.is_v4_family()) << "load_v4_weights: " << family_name(c.family) << " is not a V4 family model";
   const WeightLoader ld(c, ck, backend);
   V4Weights w;
@@ -40,13 +82,17 @@ V4Weights load_v4_weights(const ModelConfig& c, const Checkpoint& ck, Backend& b
     lw.hc_ffn_base = ld.f32(L + "hc_ffn_base");
     lw.hc_ffn_scale = ld.f32(L + "hc_ffn_scale");
     auto& a = lw.attn;
-    a.wq_a = ld.f32(A + "wq_a.weight");
+    a.wq_a = load_kept(ld, A + "wq_a.weight", keep_quant);
     a.q_norm = ld.f32(A + "q_norm.weight");
-    a.wq_b = ld.f32(A + "wq_b.weight");
-    a.wkv = ld.f32(A + "wkv.weight");
+    a.wq_b = load_kept(ld, A + "wq_b.weight", keep_quant);
+    a.wkv = load_kept(ld, A + "wkv.weight", keep_quant);
     a.kv_norm = ld.f32(A + "kv_norm.weight");
-    a.wo_a = ld.f32(A + "wo_a.weight");
-    a.wo_b = ld.f32(A + "wo_b.weight");
+    // wo_a runs per head group: kept quantized only when a group's rows are whole scale blocks.
+    a.wo_a = load_kept(ld, A + "wo_a.weight", keep_quant);
+    for (int64_t g = 0; g < c.attn.o_groups && a.wo_a.quantized(); ++g)
+      if (!kept_row_slice_ok(a.wo_a, g * c.attn.o_lora_rank, (g + 1) * c.attn.o_lora_rank))
+        a.wo_a = load_kept(ld, A + "wo_a.weight", false);
+    a.wo_b = load_kept(ld, A + "wo_b.weight", keep_quant);
     a.sinks = ld.f32(A + "attn_sink");
     auto opt = [&](OwnedTensor& dst, const std::string& name) {
       if (plan && ld.has(name)) dst = ld.f32(name);
@@ -55,7 +101,7 @@ V4Weights load_v4_weights(const ModelConfig& c, const Checkpoint& ck, Backend& b
     opt(a.comp_wgate, A + "compressor.wgate.weight");
     opt(a.comp_ape, A + "compressor.ape");
     opt(a.comp_norm, A + "compressor.norm.weight");
-    opt(a.idx_wq_b, A + "indexer.wq_b.weight");
+    if (plan && ld.has(A + "indexer.wq_b.weight")) a.idx_wq_b = load_kept(ld, A + "indexer.wq_b.weight", keep_quant);
     opt(a.idx_weights_proj, A + "indexer.weights_proj.weight");
     opt(a.idx_comp_wkv, A + "indexer.compressor.wkv.weight");
     opt(a.idx_comp_wgate, A + "indexer.compressor.wgate.weight");
@@ -78,6 +124,37 @@ V4Weights load_v4_weights(const ModelConfig& c, const Checkpoint& ck, Backend& b
       lw.tid2eid = ld.i64(F + "gate.tid2eid");
     } else {
       lw.gate_bias = ld.f32(F + "gate.bias");
+    }
+    // Routed experts stay quantized when every one is stored in the same block format (moe_quant takes one
+    // format for them); the shared expert then keeps its own format or f32.
+    std::vector<std::string> routed;
+    for (int e = 0; e < n_experts; ++e)
+      for (const char* m : {"w1", "w3", "w2"})
+        routed.push_back(F + "experts." + std::to_string(e) + "." + m + ".weight");
+    bool quant = keep_quant && n_experts > 0;
+    std::optional<QuantFormat> format;
+    for (const std::string& name : routed) {
+      QuantMatrix q;
+      if (!quant) break;
+      quant = ld.stored_quant(name, &q) && (!format || *format == q.format);
+      format = q.format;
+    }
+    if (quant) {
+      lw.quant_experts = true;
+      for (const std::string& name : routed) lw.quant_storage.push_back(load_kept(ld, name, true));
+      if (c.moe.n_shared_experts > 0)
+        for (const char* m : {"w1", "w3", "w2"})
+          lw.quant_storage.push_back(load_kept(ld, F + "shared_experts." + m + ".weight", true));
+      auto views = [&lw](size_t first) {
+        return QuantExpertWeights{lw.quant_storage[first].as_quant(), lw.quant_storage[first + 1].as_quant(),
+                                  lw.quant_storage[first + 2].as_quant()};
+      };
+      for (int e = 0; e < n_experts; ++e) lw.qexperts.push_back(views(3 * e));
+      if (c.moe.n_shared_experts > 0) {
+        lw.qshared = views(3 * n_experts);
+        lw.has_shared = true;
+      }
+      return lw;
     }
     for (int e = 0; e < n_experts; ++e) {
       const std::string X = F + "experts." + std::to_string(e) + ".";

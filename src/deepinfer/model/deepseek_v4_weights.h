@@ -10,21 +10,28 @@
 
 #include "deepinfer/core/tensor.h"
 #include "deepinfer/io/checkpoint.h"
+#include "deepinfer/model/kept_matrix.h"
 #include "deepinfer/model/model_config.h"
 #include "deepinfer/ops/memory.h"
 #include "deepinfer/ops/ops.h"
 
 namespace deepinfer {
 
+// The projections kept in their stored block format on a device (KeptMatrix): wq_a, wq_b, wkv, wo_a, wo_b and the
+// indexer's wq_b, plus the routed and shared experts; the rest (norms, compressor, indexer heads, mHC) is f32.
 struct V4AttentionWeights {
-  OwnedTensor wq_a, q_norm, wq_b;  // [ql, D], [ql], [H·hd, ql]
-  OwnedTensor wkv, kv_norm;        // [hd, D], [hd]
-  OwnedTensor wo_a, wo_b;          // [G·ol, H·hd/G], [D, G·ol]
-  OwnedTensor sinks;               // [H]
+  KeptMatrix wq_a;        // [ql, D]
+  OwnedTensor q_norm;     // [ql]
+  KeptMatrix wq_b;        // [H·hd, ql]
+  KeptMatrix wkv;         // [hd, D]
+  OwnedTensor kv_norm;    // [hd]
+  KeptMatrix wo_a, wo_b;  // [G·ol, H·hd/G] (kept f32 when ol cuts its scale blocks), [D, G·ol]
+  OwnedTensor sinks;      // [H]
   // Compressor (V4 CSA/HCA layers; V4.1 kv-source layers). V4 CSA projects to 2·hd (two window series).
   OwnedTensor comp_wkv, comp_wgate, comp_ape, comp_norm;  // [w, D], [w, D] (V4.1 r=1: none), [r, w] (V4), [hd]
   // Indexer: query side (index sources) and key side (V4: own compressor; V4.1 kv sources: wk + k_norm).
-  OwnedTensor idx_wq_b, idx_weights_proj;                                 // [IH·Id, ql], [IH, D]
+  KeptMatrix idx_wq_b;                                                    // [IH·Id, ql]
+  OwnedTensor idx_weights_proj;                                           // [IH, D]
   OwnedTensor idx_comp_wkv, idx_comp_wgate, idx_comp_ape, idx_comp_norm;  // V4: [2Id, D] ×2, [r, 2Id], [Id]
   OwnedTensor idx_wk, idx_k_norm;                                         // V4.1: [Id, hd], [Id]
 };
@@ -45,6 +52,12 @@ struct V4LayerWeights {
   std::vector<ExpertWeights> experts;       // views into expert_storage
   ExpertWeights shared;
   bool has_shared = false;
+  // Experts kept in their stored format (quant_experts; every routed expert in one format, the shared one in its
+  // own or f32): w1/w3/w2 of every routed expert, then the shared one; `experts` and `expert_storage` stay empty.
+  bool quant_experts = false;
+  std::vector<KeptMatrix> quant_storage;
+  std::vector<QuantExpertWeights> qexperts;  // views into quant_storage
+  QuantExpertWeights qshared;
   bool has_engram = false;
   V4EngramWeights engram;
 };
@@ -85,7 +98,10 @@ struct V4Weights {
 
 // Validates the checkpoint against expected_weights(config) and loads everything (throws InvalidArgument
 // listing every problem when the checkpoint is incomplete or malformed).
-// `backend` dequantizes on the host (a CPU backend).
-V4Weights load_v4_weights(const ModelConfig& config, const Checkpoint& ckpt, Backend& backend);
+// `backend` dequantizes on the host (a CPU backend). keep_quant: block-format matrices stay in their stored format
+// (the KeptMatrix fields and quantized experts above); otherwise everything is f32.
+V4Weights load_v4_weights(const ModelConfig& config, const Checkpoint& ckpt, Backend& backend, bool keep_quant = false);
+// Bytes of every weight as kept (quantized matrices count their codes and scales).
+int64_t v4_weight_bytes(const V4Weights& w);
 
 }  // namespace deepinfer

@@ -10,6 +10,10 @@ OwnedTensor v4_draft_linear(const DeepseekV4Model& target, const Tensor& x, cons
   return out;
 }
 
+OwnedTensor v4_draft_linear(const DeepseekV4Model& target, const Tensor& x, const KeptMatrix& w) {
+  return kept_project(target.backend(), target.memory(), x, w);
+}
+
 OwnedTensor v4_draft_kv(const DeepseekV4Model& target, const V4AttentionWeights& a, const Tensor& x,
                         const OwnedTensor& positions) {
   const ModelConfig& c = target.config();
@@ -51,8 +55,8 @@ OwnedTensor v4_draft_output(const DeepseekV4Model& target, const V4AttentionWeig
   Backend& b = target.backend();
   const int64_t B = attn.shape()[0], H = c.num_heads, hd = c.attn.head_dim;
   b.rope({attn.view(), positions.view(), target.main_inv_freq().view(), true});
-  return v4_grouped_output(b, target.memory(), attn.view().reshape({B, H * hd}), a.wo_a.view(), a.wo_b.view(),
-                           c.attn.o_groups, c.attn.o_lora_rank);
+  return v4_grouped_output(b, target.memory(), attn.view().reshape({B, H * hd}), a.wo_a, a.wo_b, c.attn.o_groups,
+                           c.attn.o_lora_rank);
 }
 
 OwnedTensor v4_draft_moe(const DeepseekV4Model& target, const V4LayerWeights& lw, const Tensor& x, int top_k) {
@@ -76,6 +80,11 @@ OwnedTensor v4_draft_moe(const DeepseekV4Model& target, const V4LayerWeights& lw
   r.normalize = v41 ? (c.moe.norm_topk_prob && k > 1) : true;
   target.backend().router(r);
   OwnedTensor out = mem.zeros(DType::kF32, {T, c.hidden_size});
+  if (lw.quant_experts) {
+    target.backend().moe_quant({x, weights.view(), indices.view(), &lw.qexperts, lw.has_shared ? &lw.qshared : nullptr,
+                                out.view(), static_cast<float>(c.moe.swiglu_limit), v41});
+    return out;
+  }
   MoeParams p;
   p.x = x;
   p.weights = weights.view();

@@ -10,6 +10,7 @@ namespace deepinfer {
 
 // x · wᵀ in the target's memory: [rows, w.rows].
 OwnedTensor v4_draft_linear(const DeepseekV4Model& target, const Tensor& x, const OwnedTensor& w);
+OwnedTensor v4_draft_linear(const DeepseekV4Model& target, const Tensor& x, const KeptMatrix& w);
 
 // The K=V rows of `x` at `positions`: kv_norm(wkv·x), main RoPE, V4.1 FP8 fake-quant. [B, hd].
 OwnedTensor v4_draft_kv(const DeepseekV4Model& target, const V4AttentionWeights& a, const Tensor& x,

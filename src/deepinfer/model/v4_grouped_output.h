@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "deepinfer/model/kept_matrix.h"
 #include "deepinfer/ops/memory.h"
 #include "deepinfer/ops/ops.h"
 
@@ -11,7 +12,7 @@ namespace deepinfer {
 
 // heads f32 [T, H·hd] (rotated back to the query position); wo_a [G·o_lora, H·hd / G]; wo_b [D, G·o_lora].
 // Returns f32 [T, D].
-OwnedTensor v4_grouped_output(Backend& backend, TensorMemory& mem, const Tensor& heads, const Tensor& wo_a,
-                              const Tensor& wo_b, int64_t groups, int64_t o_lora);
+OwnedTensor v4_grouped_output(Backend& backend, TensorMemory& mem, const Tensor& heads, const KeptMatrix& wo_a,
+                              const KeptMatrix& wo_b, int64_t groups, int64_t o_lora);
 
 }  // namespace deepinfer

@@ -69,6 +69,22 @@ bool WeightLoader::fp8_block(const std::string& name, Tensor* codes, Tensor* sca
   return true;
 }
 
+bool WeightLoader::stored_quant(const std::string& name, QuantMatrix* q) const {
+  auto it = by_name_.find(name);
+  if (it == by_name_.end() || it->second->scale == nullptr) return false;
+  const ResolvedWeight& r = *it->second;
+  if (r.format == WeightFormat::kFP8Block && r.spec->kind != WeightKind::kEngramTable) {
+    *q = QuantMatrix{ckpt_.tensor(r.name), ckpt_.tensor(r.scale->name), QuantFormat::kFP8Block, config_.quant.block_n,
+                     config_.quant.block_k};
+    return true;
+  }
+  if (r.format == WeightFormat::kMXFP4) {
+    *q = QuantMatrix{ckpt_.tensor(r.name), ckpt_.tensor(r.scale->name), QuantFormat::kMXFP4};
+    return true;
+  }
+  return false;
+}
+
 HostTensor WeightLoader::i64(const std::string& name) const {
   auto it = by_name_.find(name);
   // An optional (draft) tensor the checkpoint lacks lands here too, so this is the user's error, not ours.

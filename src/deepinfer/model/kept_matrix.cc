@@ -1,0 +1,90 @@
+#include "deepinfer/model/kept_matrix.h"
+
+#include <cstring>
+
+#include "deepinfer/core/error.h"
+#include "deepinfer/model/weight_loader.h"
+
+namespace deepinfer {
+namespace {
+
+int64_t bytes_of(const OwnedTensor& t) { return t.view().data() ? dtype_bytes(t.dtype(), t.numel()) : 0; }
+
+// A host copy of a checkpoint tensor (the checkpoint's mapping is closed after loading).
+HostTensor host_copy(const Tensor& t) {
+  HostTensor h(t.dtype(), t.shape());
+  std::memcpy(h.data<uint8_t>(), t.data(), static_cast<size_t>(t.nbytes()));
+  return h;
+}
+
+}  // namespace
+
+int64_t KeptMatrix::bytes() const { return bytes_of(f32) + bytes_of(codes) + bytes_of(scales); }
+
+QuantMatrix KeptMatrix::as_quant() const {
+  if (quantized()) return quant;
+  return QuantMatrix{f32.view(), Tensor{}, QuantFormat::kFloat};
+}
+
+KeptMatrix load_kept(const WeightLoader& ld, const std::string& name, bool keep_quant) {
+  KeptMatrix m;
+  QuantMatrix stored;
+  if (keep_quant && ld.stored_quant(name, &stored)) {
+    m.codes = host_copy(stored.weight);
+    m.scales = host_copy(stored.scale);
+    m.quant = stored;
+    m.quant.weight = m.codes.view();
+    m.quant.scale = m.scales.view();
+  } else {
+    m.f32 = ld.f32(name);
+  }
+  return m;
+}
+
+void kept_linear(Backend& backend, const Tensor& in, const KeptMatrix& w, const Tensor& out) {
+  if (w.quantized())
+    backend.linear_quant({in, w.quant, out});
+  else
+    backend.linear({in, w.f32.view(), out});
+}
+
+OwnedTensor kept_project(Backend& backend, TensorMemory& mem, const Tensor& x, const KeptMatrix& w) {
+  OwnedTensor out = mem.zeros(DType::kF32, {x.dim(0), w.rows()});
+  kept_linear(backend, x, w, out.view());
+  return out;
+}
+
+bool kept_row_slice_ok(const KeptMatrix& w, int64_t r0, int64_t r1) {
+  if (!w.quantized() || w.quant.format != QuantFormat::kFP8Block) return true;
+  return r0 % w.quant.block_n == 0 && (r1 % w.quant.block_n == 0 || r1 == w.quant.rows());
+}
+
+void kept_linear_rows(Backend& backend, const Tensor& in, const KeptMatrix& w, int64_t r0, int64_t r1,
+                      const Tensor& out) {
+  if (!w.quantized()) {
+    backend.linear({in, w.f32.view().slice(r0, r1), out});
+    return;
+  }
+  DI_CHECK_INTERNAL(kept_row_slice_ok(w, r0, r1))
+      << "rows " << r0 << ".." << r1 << " of a quantized matrix cut its " << w.quant.block_n << "-row scale blocks";
+  QuantMatrix q = w.quant;
+  q.weight = q.weight.slice(r0, r1);
+  if (q.format == QuantFormat::kFP8Block) {
+    const int64_t bn = q.block_n;
+    q.scale = q.scale.slice(r0 / bn, (r1 + bn - 1) / bn);
+  } else {
+    q.scale = q.scale.slice(r0, r1);  // MXFP4 / per-32 rows: one scale row a weight row
+  }
+  backend.linear_quant({in, q, out});
+}
+
+void upload_kept(TensorMemory& mem, KeptMatrix& w) {
+  if (w.f32.view().data() != nullptr) w.f32 = mem.upload(w.f32.view());
+  if (!w.quantized()) return;
+  w.codes = mem.upload(w.codes.view());
+  w.scales = mem.upload(w.scales.view());
+  w.quant.weight = w.codes.view();
+  w.quant.scale = w.scales.view();
+}
+
+}  // namespace deepinfer

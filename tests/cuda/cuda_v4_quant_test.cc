@@ -1,0 +1,131 @@
+// DeepSeek-V4 / V4.1 with their block-format weights kept on the GPU (the engine's default there): random
+// checkpoints in the real storage formats (FP8 e4m3 projections and shared expert with UE8M0 block scales, MXFP4
+// routed experts) load on CUDA with those matrices as codes + scales (linear_quant / moe_quant), against the CPU
+// reference with the same weights dequantized to f32. Token by token every GEMM has one row and, at these sizes,
+// takes the fp32 kernels (exact products of the stored values: gemm_stream_mma_takes_shape declines), so the logits
+// must match the f32 reference like the f32 path does (1e-4 of the largest logit per row). A prefill's many-row
+// GEMMs round their inputs to bf16 (as V3's FP8 path: tests/cuda/cuda_v3_fp8_test.cc), so there only a gross bound
+// (0.5 of the row's largest logit: a wrong code, scale or row is O(1) or NaN) is asserted and the figure printed.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
+#include "deepinfer/model/deepseek_v4.h"
+#include "deepinfer/model/random_checkpoint.h"
+#include "deepinfer/ops/cuda/cuda_backend.h"
+#include "test_util.h"
+
+namespace deepinfer {
+namespace {
+
+double worst_rel(const HostTensor& a, const HostTensor& b, int64_t v) {
+  double worst = 0;
+  for (int64_t r = 0; r < a.numel() / v; ++r) {
+    double diff = 0, scale = 0;
+    for (int64_t j = 0; j < v; ++j) {
+      const double d = std::fabs(double(a.data<float>()[r * v + j]) - b.data<float>()[r * v + j]);
+      diff = std::isnan(d) ? INFINITY : std::max(diff, d);
+      scale = std::max(scale, std::fabs(double(b.data<float>()[r * v + j])));
+    }
+    worst = std::max(worst, diff / scale);
+  }
+  return worst;
+}
+
+// A random checkpoint of the golden fixture's shape with FP8 (block x block, UE8M0) projections and MXFP4 experts.
+std::string make_quant_checkpoint(testing::TempDir& tmp, const std::string& family, int block) {
+  nlohmann::json cfg = nlohmann::json::parse(
+      testing::read_file_or_empty(testing::test_data_dir() + "/golden/" + family + "/config.json"));
+  EXPECT_FALSE(cfg.is_null());
+  if (cfg.is_null()) return "";
+  cfg["quantization_config"] = {{"quant_method", "fp8"},
+                                {"fmt", "e4m3"},
+                                {"weight_block_size", {block, block}},
+                                {"scale_fmt", "ue8m0"},
+                                {"expert_dtype", "fp4"}};
+  testing::write_file(tmp.file("in.json"), cfg.dump(2));
+  RandomCheckpointOptions opts;
+  opts.config_path = tmp.file("in.json");
+  opts.out_dir = tmp.path() + "/ckpt";
+  opts.seed = 11;
+  write_random_checkpoint(opts);
+  return opts.out_dir;
+}
+
+TEST(CudaV4Quant, KeptWeightsMatchTheF32ReferenceTokenByToken) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  for (const auto& [family, block] : {std::pair{"deepseek_v4", 128}, {"deepseek_v41", 32}}) {
+    SCOPED_TRACE(family);
+    testing::TempDir tmp;
+    const std::string dir = make_quant_checkpoint(tmp, family, block);
+    ASSERT_FALSE(dir.empty());
+    std::vector<int64_t> token_map(100000);
+    for (size_t i = 0; i < token_map.size(); ++i) token_map[i] = static_cast<int64_t>(i % 256);
+    auto gpu = make_cuda_backend(0);
+    auto cpu = make_cpu_backend(0);
+    auto kept = DeepseekV4Model::load(dir, *gpu, token_map, true);
+    auto gpu_f32 = DeepseekV4Model::load(dir, *gpu, token_map, false);
+    auto ref = DeepseekV4Model::load(dir, *cpu, token_map, false);
+    ASSERT_TRUE(kept->weights().layers[0].quant_experts);
+    ASSERT_TRUE(kept->weights().layers[0].attn.wq_b.quantized());
+    const int64_t v = ref->config().vocab_size;
+    std::vector<int64_t> ids;
+    for (int i = 0; i < 29; ++i) ids.push_back((i * 53 + 7) % v);
+    // Token by token from the start: one-row GEMMs only.
+    auto sk = kept->new_sequence(), sr = ref->new_sequence();
+    HostTensor rows_k(DType::kF32, {29, v}), rows_r(DType::kF32, {29, v});
+    for (int64_t i = 0; i < 29; ++i) {
+      const std::span<const int64_t> one(&ids[i], 1);
+      const HostTensor lk = kept->forward(sk, one), lr = ref->forward(sr, one);
+      std::copy_n(lk.data<float>(), v, rows_k.data<float>() + i * v);
+      std::copy_n(lr.data<float>(), v, rows_r.data<float>() + i * v);
+    }
+    auto pk = kept->new_sequence(), pf = gpu_f32->new_sequence(), pr = ref->new_sequence();
+    const HostTensor prefill_k = kept->forward(pk, ids), prefill_f = gpu_f32->forward(pf, ids),
+                     prefill_r = ref->forward(pr, ids);
+    const double one_row = worst_rel(rows_k, rows_r, v), pre = worst_rel(prefill_k, prefill_r, v),
+                 f32_err = worst_rel(prefill_f, prefill_r, v);
+    std::printf(
+        "[cuda-v4-quant %s] kept weights vs CPU f32: token by token (one-row GEMMs) worst row rel %.3g, prefill (29 "
+        "rows, bf16-rounded GEMM inputs) %.3g; CUDA f32 weights vs CPU prefill %.3g; weight bytes kept %lld, f32 "
+        "%lld\n",
+        family, one_row, pre, f32_err, static_cast<long long>(kept->weight_bytes()),
+        static_cast<long long>(gpu_f32->weight_bytes()));
+    EXPECT_LE(one_row, 1e-4);
+    EXPECT_LE(f32_err, 1e-4);
+    EXPECT_LE(pre, 0.5);
+    EXPECT_LT(kept->weight_bytes(), 0.6 * gpu_f32->weight_bytes());
+  }
+}
+
+// The engine keeps a V4 checkpoint's block-format weights quantized on CUDA by default (--weight-format auto) and
+// dequantizes them with --weight-format f32 or on the CPU. One-token prompts and one sequence at a time keep every
+// GEMM on the one-row exact path, so the GPU's greedy ids must equal the CPU's f32 reference.
+TEST(CudaV4Quant, EngineKeepsQuantizedWeightsOnCudaByDefault) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  testing::TempDir tmp;
+  const std::string dir = make_quant_checkpoint(tmp, "deepseek_v4", 128);
+  ASSERT_FALSE(dir.empty());
+  std::string args = " --model " + dir + " --max-tokens 12 --ignore-eos --max-num-seqs 1";
+  for (const char* p : {"7", "300", "41"}) args += std::string(" --prompt-ids ") + p;
+  const auto kept = testing::run_cli("offline --device cuda" + args);
+  const auto f32 = testing::run_cli("offline --device cuda --weight-format f32" + args);
+  const auto cpu = testing::run_cli("offline --device cpu" + args);
+  for (const auto* r : {&kept, &f32, &cpu}) ASSERT_EQ(r->exit_code, 0) << r->output;
+  EXPECT_NE(kept.output.find("weights: block-format matrices (FP8, MXFP4) kept quantized"), std::string::npos)
+      << kept.output;
+  EXPECT_NE(f32.output.find("weights: f32, block-format matrices dequantized"), std::string::npos) << f32.output;
+  EXPECT_NE(cpu.output.find("weights: f32, block-format matrices dequantized"), std::string::npos) << cpu.output;
+  const auto want = testing::parse_offline_samples(cpu.output);
+  ASSERT_EQ(want.size(), 3u) << cpu.output;
+  EXPECT_EQ(testing::parse_offline_samples(kept.output), want) << kept.output;
+  EXPECT_EQ(testing::parse_offline_samples(f32.output), want) << f32.output;
+  EXPECT_EQ(kept.output.find("finite=NO"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace deepinfer
