@@ -11,11 +11,11 @@
 
 namespace deepinfer::cuda {
 
-// Fewest query tokens for which the tensor-core kernel is chosen by default. It runs one block per 4 (64 heads) or
-// 8 (32 heads) tokens at one block an SM, each walking all of its tokens' entries, so a call of few tokens takes
-// about one block's time whatever its size. Measured on the H200 (CudaBench.DISABLED_PrefillIndexerTimings, V4's
-// 64 x 128 over 2048 entries, same run): 16 tokens 0.144 ms against the SIMT kernel's 0.064 ms, 64 tokens 0.145
-// against 0.200, 128 tokens 0.145 against 0.391. Decode (one token per sequence) always stays on the SIMT kernel.
+// Fewest query tokens for which the tensor-core kernel is chosen by default. Measured on the H200 before its key
+// tiles were split over blocks for small calls (CudaBench.DISABLED_PrefillIndexerTimings, V4's 64 x 128 over 2048
+// entries, same run): 16 tokens 0.144 ms against the SIMT kernel's 0.064 ms, 64 tokens 0.145 against 0.200, 128
+// tokens 0.145 against 0.391 — one block's walk over all entries, which the split now shortens (not yet measured).
+// Decode (one token per sequence) always stays on the SIMT kernel.
 constexpr int64_t kIndexerMmaMinTokens = 64;
 
 // Whether the indexer scores of p take the tensor-core kernel. Temporary A/B switch, read on every call so that
