@@ -60,7 +60,7 @@ def warp_scores(qh, ql, qrow0, kh, kl, krow0, dim, kMt, kNt, split_):
                 acc[mt, nt] = mma(acc[mt, nt], ah, b0, b1)
     return acc
 
-def kernel(P):
+def kernel(P, sms=132):
     """P: dict with q [T,H,D], keys (contig [n,D] or pool), weights [T,H], positions, n, ratio, scales, paged..."""
     T, H, D = P['q'].shape; n = P['n']
     kMt = 2 if H <= 32 else 4
@@ -86,7 +86,11 @@ def kernel(P):
         return P['pool'][row]
     grid = (T + kTokens - 1) // kTokens
     kLd = D + 8
-    for bidx in range(grid):
+    # launch(): the key tiles split over blocks up to about two waves of blocks.
+    tiles = (n + kTile - 1) // kTile; want = 2 * sms
+    splits = 1 if grid >= want else min(tiles, (want + grid - 1) // grid)
+    per_split = (tiles + splits - 1) // splits; splits = (tiles + per_split - 1) // per_split
+    for bidx, ysplit in [(x, y) for x in range(grid) for y in range(splits)]:
         t0 = (grid - 1 - bidx) * kTokens
         count = []; seq = []
         for i in range(kTokens):
@@ -114,7 +118,8 @@ def kernel(P):
             ntiles = (e_end + kTile - 1) // kTile
             for i in active: upto[i] = min(n, ntiles * kTile)
             tk = t0 + first
-            for it in range(ntiles):
+            it0 = min(ntiles, ysplit * per_split); it1 = min(ntiles, it0 + per_split)
+            for it in range(it0, it1):
                 kf = np.zeros((kTile, kLd), dtype=np.float32); bad = np.zeros(kTile, bool)
                 for r in range(kTile):
                     e = it * kTile + r
@@ -157,7 +162,7 @@ def kernel(P):
                                 out[t0 + tok, e] = -np.inf if e >= cnt else (np.nan if bad[k + j] else v[j])
         for i in range(kTokens):
             c = count[i]
-            if c == -2: continue
+            if c == -2 or ysplit != 0: continue
             for e in range(0 if c < 0 else upto[i], n):
                 out[t0 + i, e] = np.nan if c < 0 else -np.inf
     return out, status[0]
@@ -203,9 +208,10 @@ for name, P in [("V4 T=9 H=64 D=128 n=150 r=4", contig(9, 64, 128, 150, 4)),
                 ("V4.1 T=19 H=32 D=128 n=70 r=2", contig(19, 32, 128, 70, 2)),
                 ("H=40 D=64 T=6 n=130 r=1 unsorted", contig(6, 40, 64, 130, 1, unsorted=True)),
                 ("H=16 D=64 T=11 n=65 r=1 exact", contig(11, 16, 64, 65, 1, exact=True))]:
-    got, st = kernel(P); want = reference(P)
-    assert not (got == 12345.0).any(), "unwritten output"
-    print(name, "rel", rel(got, want), "status", st)
+    want = reference(P)
+    for sms in (132, 1):
+        got, st = kernel(P, sms); assert not (got == 12345.0).any(), "unwritten output"
+        print(name, "sms", sms, "rel", rel(got, want), "status", st)
 
 # Paged: 3 sequences, tokens interleaved, one without entries, one bad token row (q_seq out of range).
 def paged_case(H=64, D=128):

@@ -452,7 +452,7 @@ TEST_F(CudaBench, DISABLED_PrefillAttentionTimings) {
 }
 
 // Prefill indexer on V4-Flash and V4.1-Flash shapes: 8192 queries at positions 0..8191 (a whole 8k prompt in one
-// call) scoring every entry they can see, with the tensor-core kernel (the default for >= 128 tokens) and with
+// call) scoring every entry they can see, with the tensor-core kernel (the default for >= 64 tokens) and with
 // DEEPINFER_AB_INDEXER_MMA=0 (the SIMT kernel): a same-run A/B. V4: 64 heads x 128, ratio 4 (2048 entries), fp32
 // queries and keys (the split path, 3 mmas a product); V4.1: 32 x 128 at ratio 2 (4096 entries) and ratio 1
 // (layer 20, 8192 entries) on bf16-exact data as its FP4-quantized queries and keys are (1 mma a product).

@@ -112,7 +112,7 @@ class CudaIndexerMma : public CudaOpTest {
 };
 
 // Contiguous keys on fp32 data (the split path): random q / keys / weights, prefill-like or unsorted positions,
-// NaN keys past what any token sees; the CPU op, the tensor-core kernel (env: nullptr = the default, >= 128
+// NaN keys past what any token sees; the CPU op, the tensor-core kernel (env: nullptr = the default, >= 64
 // tokens) and the SIMT kernel.
 struct ContiguousCase {
   const char* name;
@@ -219,7 +219,7 @@ TEST_F(CudaIndexerMma, DispatchRule) {
   alignas(16) static float buf[4];
   p.q = buf;
   p.keys = buf;
-  p.tokens = 128;
+  p.tokens = 64;
   p.heads = 64;
   p.dim = 128;
   p.n = 100;
@@ -227,13 +227,13 @@ TEST_F(CudaIndexerMma, DispatchRule) {
   EXPECT_TRUE(cuda::indexer_scores_use_mma(p, false));
   EXPECT_FALSE(cuda::indexer_scores_use_mma(p, true)) << "batch-invariant";
   cuda::IndexerScoresKernelParams q = p;
-  q.tokens = 127;
+  q.tokens = 63;
   EXPECT_FALSE(cuda::indexer_scores_use_mma(q, false)) << "below the token threshold";
   q = p;
   q.block_tables = reinterpret_cast<const int32_t*>(buf);
-  q.seqs = 128;
+  q.seqs = 64;
   EXPECT_FALSE(cuda::indexer_scores_use_mma(q, false)) << "decode batch: one token a sequence";
-  q.seqs = 32;
+  q.seqs = 16;
   EXPECT_TRUE(cuda::indexer_scores_use_mma(q, false)) << "4 tokens a sequence";
   for (int64_t dim : {100, 256, 32}) {
     q = p;

@@ -11,11 +11,12 @@
 
 namespace deepinfer::cuda {
 
-// Fewest query tokens for which the tensor-core kernel is chosen by default. It runs one block per 4 (64 heads) or
-// 8 (32 heads) tokens at one block an SM; at 128 tokens that is 16-32 blocks, still faster than the SIMT kernel by
-// FLOP arithmetic (~90 µs against ~290 µs at 2048 entries and 64 heads), but unmeasured below; decode (one token
-// per sequence) always stays on the SIMT kernel.
-constexpr int64_t kIndexerMmaMinTokens = 128;
+// Fewest query tokens for which the tensor-core kernel is chosen by default. Measured on the H200 before its key
+// tiles were split over blocks for small calls (CudaBench.DISABLED_PrefillIndexerTimings, V4's 64 x 128 over 2048
+// entries, same run): 16 tokens 0.144 ms against the SIMT kernel's 0.064 ms, 64 tokens 0.145 against 0.200, 128
+// tokens 0.145 against 0.391 — one block's walk over all entries, which the split now shortens (not yet measured).
+// Decode (one token per sequence) always stays on the SIMT kernel.
+constexpr int64_t kIndexerMmaMinTokens = 64;
 
 // Whether the indexer scores of p take the tensor-core kernel. Temporary A/B switch, read on every call so that
 // one process (a bench, a test) can compare both: DEEPINFER_AB_INDEXER_MMA = "0" never, unset or any other value

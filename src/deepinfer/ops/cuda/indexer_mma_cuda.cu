@@ -36,7 +36,9 @@
 // of a column (3 shuffles). Keys flow through two shared buffers: while the warps multiply tile i, every thread
 // has its share of tile i + 1 (a quarter of a key row) in flight in registers, then splits it into the other
 // buffer; one barrier a tile. Shared memory at dim 128: queries hi + lo 136 KB, two key buffers hi + lo 68 KB: one
-// block an SM.
+// block an SM. A call of few tokens (a chunk or a continuation against a long context) would be few blocks each
+// walking all of its tokens' entries (0.145 ms at 16-512 tokens over 2048 entries, measured): the key tiles are then
+// split over up to ~2 waves of blocks (grid.y; split 0 writes the −inf / NaN tails and reports the row status).
 //
 // Visibility: token t scores the entries below scored_entries(t) (indexer_entries.cuh); the block loads the rows
 // below the largest such count among its tokens of one sequence, so a row is read only when some token of the
@@ -49,6 +51,7 @@
 // inf becomes NaN in the split (inf − inf) and so contributes 0 where the SIMT kernel may give inf.
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -180,7 +183,8 @@ __device__ __forceinline__ void warp_scores(const __nv_bfloat16* qh, const __nv_
 }
 
 template <int kDim, int kMt>
-__global__ void __launch_bounds__(kThreads, 1) indexer_scores_mma_kernel(IndexerScoresKernelParams p) {
+__global__ void __launch_bounds__(kThreads, 1)
+    indexer_scores_mma_kernel(IndexerScoresKernelParams p, int tiles_per_split) {
   using L = Layout<kDim, kMt>;
   constexpr int kLd = L::kLd, kRows = L::kRows, kTokens = L::kTokens, kNt = Shape<kMt>::kNt;
   constexpr int kWarpKeys = kNt * 8;
@@ -196,13 +200,14 @@ __global__ void __launch_bounds__(kThreads, 1) indexer_scores_mma_kernel(Indexer
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int64_t t0 = static_cast<int64_t>(gridDim.x - 1 - blockIdx.x) * kTokens;
+  const int split = static_cast<int>(blockIdx.y);  // key tiles split * tiles_per_split .. + tiles_per_split - 1
 
   if (tid < kTokens) {
     const int64_t t = t0 + tid;
     int64_t c = kAbsent;
     int s = 0;
     if (t < p.tokens) {
-      c = scored_entries(p, t, true);
+      c = scored_entries(p, t, split == 0);
       c = c < 0 ? -1 : (c < p.n ? c : p.n);
       if (c >= 0 && p.block_tables != nullptr) s = p.q_seq[t];
     }
@@ -276,15 +281,17 @@ __global__ void __launch_bounds__(kThreads, 1) indexer_scores_mma_kernel(Indexer
       if (lp == 0) bad_s[b * kTile + lr] = row_bad;
       return any;
     };
-    if (ntiles == 0) continue;
-    fetch(0);
+    // This block's tiles of the pass (the other splits write the rest of [0, upto)).
+    const int it0 = min(ntiles, split * tiles_per_split), it1 = min(ntiles, it0 + tiles_per_split);
+    if (it0 >= it1) continue;
+    fetch(it0);
     bool k_split = __syncthreads_or(stage(0)) != 0;  // also: the previous pass's warps are done with buffer 0
     const bool mine = (active >> tok & 1u) != 0;
     const int64_t cnt = mine ? count_s[tok] : 0;
     float* out = p.out + (t0 + tok) * p.n;
-    for (int it = 0; it < ntiles; ++it) {
-      const int b = it & 1;
-      const bool more = it + 1 < ntiles;
+    for (int it = it0; it < it1; ++it) {
+      const int b = (it - it0) & 1;
+      const bool more = it + 1 < it1;
       if (more) fetch(it + 1);
       const int64_t col0 = static_cast<int64_t>(it) * kTile + part * kWarpKeys;
       if (mine && col0 < p.n) {
@@ -344,7 +351,8 @@ __global__ void __launch_bounds__(kThreads, 1) indexer_scores_mma_kernel(Indexer
     }
   }
 
-  // Past the tiles: −inf (not visible), or NaN for a row with a bad q_seq / n_entries.
+  // Past the tiles: −inf (not visible), or NaN for a row with a bad q_seq / n_entries (split 0 writes them).
+  if (split != 0) return;
 #pragma unroll
   for (int i = 0; i < kTokens; ++i) {
     const int64_t c = count_s[i];
@@ -355,13 +363,27 @@ __global__ void __launch_bounds__(kThreads, 1) indexer_scores_mma_kernel(Indexer
   }
 }
 
+int sm_count() {
+  int dev = 0, v = 0;
+  DI_CUDA_CHECK(cudaGetDevice(&dev));
+  DI_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
+  return v;
+}
+
 template <int kDim, int kMt>
 void launch(const IndexerScoresKernelParams& p, cudaStream_t stream) {
   constexpr size_t smem = Layout<kDim, kMt>::bytes;
   DI_CUDA_CHECK(cudaFuncSetAttribute(indexer_scores_mma_kernel<kDim, kMt>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem)));
-  const unsigned grid = static_cast<unsigned>(ceil_div(p.tokens, Shape<kMt>::kTokens));
-  indexer_scores_mma_kernel<kDim, kMt><<<grid, kThreads, smem, stream>>>(p);
+  // Few tokens (a chunk or a continuation against a long context) make few blocks, each walking all its tokens'
+  // entries: split the key tiles over blocks until there are about two waves (one block an SM).
+  const int64_t token_blocks = ceil_div(p.tokens, Shape<kMt>::kTokens), tiles = ceil_div(p.n, kTile);
+  const int64_t want = 2 * static_cast<int64_t>(sm_count());
+  int64_t splits = token_blocks >= want ? 1 : std::min(tiles, ceil_div(want, token_blocks));
+  const int64_t per_split = ceil_div(tiles, splits);
+  splits = ceil_div(tiles, per_split);
+  const dim3 grid(static_cast<unsigned>(token_blocks), static_cast<unsigned>(splits));
+  indexer_scores_mma_kernel<kDim, kMt><<<grid, kThreads, smem, stream>>>(p, static_cast<int>(per_split));
   DI_CUDA_CHECK_LAUNCH();
 }
 
