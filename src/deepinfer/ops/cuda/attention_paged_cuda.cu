@@ -12,7 +12,9 @@
 // Prefill-like calls take the tensor-core kernel instead (attention_paged_mma.h: when, and its A/B switch); the
 // combine is shared.
 #include <algorithm>
+#include <cstdint>
 
+#include "deepinfer/ops/cuda/ab_switch.h"
 #include "deepinfer/ops/cuda/attention_paged_mma.h"
 #include "deepinfer/ops/cuda/attention_paged_slots.cuh"
 #include "deepinfer/ops/cuda/cuda_runtime.h"
@@ -231,6 +233,66 @@ __global__ void paged_attention_combine_kernel(PagedSinkAttentionKernelParams p)
   }
 }
 
+// paged_attention_combine_kernel with its serial parts spread: the split maximum over a warp (fmaxf is exact, so
+// the order does not matter), each thread one float4 of the row, and a thread's partials loaded
+// kCombineBatch splits at a time before they are summed (the loop above stored each output element between the
+// loads of the next: a chain of dependent global round trips per thread, 14.6 µs a call at batch 1, ncu). The
+// factors, the denominator (thread 0, split order) and every element's fmaf chain in split order are the ones
+// above: the same bits.
+constexpr int kCombineBatch = 8;
+__global__ void paged_attention_combine_vec_kernel(PagedSinkAttentionKernelParams p) {
+  extern __shared__ float factor[];  // [splits]
+  __shared__ float inv_denom, max_all;
+  const int64_t th = blockIdx.x;
+  const int h = static_cast<int>(th % p.heads);
+  const float* pm = p.part_m + th * p.splits;
+  const float* pl = p.part_l + th * p.splits;
+  const float sink = p.sinks[h];
+  if (threadIdx.x < 32) {
+    float mx = sink;
+    for (int s = threadIdx.x; s < p.splits; s += 32) mx = fmaxf(mx, pm[s]);
+    mx = warp_max(mx);
+    if (threadIdx.x == 0) max_all = mx;
+  }
+  __syncthreads();
+  const float mx = max_all;
+  // A split without keys (m = −inf) gets factor 0 here and is skipped below, as above.
+  for (int s = threadIdx.x; s < p.splits; s += blockDim.x) factor[s] = expf(pm[s] - mx);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float denom = expf(sink - mx);
+    for (int s = 0; s < p.splits; ++s) denom += pl[s] * factor[s];
+    inv_denom = 1.0f / denom;
+  }
+  const int64_t i = 4 * static_cast<int64_t>(threadIdx.x);
+  float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  if (i < p.hd) {
+    const float* src = p.part_o + th * p.splits * p.hd + i;
+    for (int s0 = 0; s0 < p.splits; s0 += kCombineBatch) {
+      float4 v[kCombineBatch];
+#pragma unroll
+      for (int j = 0; j < kCombineBatch; ++j)
+        v[j] = s0 + j < p.splits ? __ldg(reinterpret_cast<const float4*>(src + (s0 + j) * p.hd))
+                                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+      for (int j = 0; j < kCombineBatch; ++j) {
+        const int s = s0 + j;
+        if (s >= p.splits) break;
+        if (pm[s] == -INFINITY) continue;
+        const float f = factor[s];
+        acc.x = fmaf(v[j].x, f, acc.x);
+        acc.y = fmaf(v[j].y, f, acc.y);
+        acc.z = fmaf(v[j].z, f, acc.z);
+        acc.w = fmaf(v[j].w, f, acc.w);
+      }
+    }
+  }
+  __syncthreads();
+  const float inv = inv_denom;
+  if (i < p.hd)
+    *reinterpret_cast<float4*>(p.out + th * p.hd + i) = make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
+}
+
 template <int kPer, bool kVec>
 void launch(const PagedSinkAttentionKernelParams& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(ceil_div(p.heads, kHeadsPerBlock)), static_cast<unsigned>(p.tokens),
@@ -261,10 +323,13 @@ void launch_simt(const PagedSinkAttentionKernelParams& p, cudaStream_t stream) {
 }  // namespace
 
 int paged_attention_splits(int64_t tokens, int64_t heads, int64_t max_slots, int sm_count) {
-  // Enough blocks for ~3 per SM in two waves; a split keeps at least 64 slots.
+  // Enough blocks for ~3 per SM in two waves; a split keeps at least 32 slots (one slot group of a warp). It was 64:
+  // at batch 1 (V4.1: 64 heads, 128 + 512 slots) that gave 10 splits, 80 blocks on 132 SMs, each warp walking 16
+  // dependent 4-key loads (24.5 µs a call, ncu); DEEPINFER_AB_ATTN_SPLITS = 0 restores it.
   const int64_t blocks = std::max<int64_t>(1, tokens * ceil_div(heads, kHeadsPerBlock));
   const int64_t want = ceil_div(6ll * sm_count, blocks);
-  const int64_t most = std::max<int64_t>(1, ceil_div(max_slots, 64));
+  const int64_t min_slots = ab_new_kernel("DEEPINFER_AB_ATTN_SPLITS") ? 32 : 64;
+  const int64_t most = std::max<int64_t>(1, ceil_div(max_slots, min_slots));
   return static_cast<int>(std::max<int64_t>(1, std::min({want, most, int64_t{64}})));
 }
 
@@ -283,7 +348,13 @@ void run_paged_sink_attention(const PagedSinkAttentionKernelParams& p, cudaStrea
     const size_t smem = sizeof(float) * static_cast<size_t>(p.splits);
     DI_CHECK_CODE(smem <= 48 * 1024, ErrorCode::kUnsupported)
         << "paged_sink_attention: " << p.splits << " splits to combine (at most " << 48 * 1024 / sizeof(float) << ")";
-    paged_attention_combine_kernel<<<static_cast<unsigned>(p.tokens * p.heads), 128, smem, stream>>>(p);
+    const bool aligned = (reinterpret_cast<uintptr_t>(p.out) | reinterpret_cast<uintptr_t>(p.part_o)) % 16 == 0;
+    if (p.hd % 4 == 0 && p.hd <= 4 * 1024 && aligned && ab_new_kernel("DEEPINFER_AB_ATTN_COMBINE")) {
+      const int threads = static_cast<int>(std::max<int64_t>(32, ceil_div(p.hd / 4, 32) * 32));
+      paged_attention_combine_vec_kernel<<<static_cast<unsigned>(p.tokens * p.heads), threads, smem, stream>>>(p);
+    } else {
+      paged_attention_combine_kernel<<<static_cast<unsigned>(p.tokens * p.heads), 128, smem, stream>>>(p);
+    }
     DI_CUDA_CHECK_LAUNCH();
   }
 }
