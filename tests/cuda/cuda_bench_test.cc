@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <numeric>
 
@@ -767,11 +768,12 @@ TEST_F(CudaBench, DISABLED_DecodeSmallOpTimings) {
     });
     return time_ms([&] { g->replay(); }) * 1e3 / kCalls;
   };
-  auto ab = [&](const std::string& what, const char* env, const std::function<void()>& fn) {
+  // envs: the switches set to "0" for the previous figure.
+  auto ab = [&](const std::string& what, std::initializer_list<const char*> envs, const std::function<void()>& fn) {
     const double now = graph_us(fn);
-    setenv(env, "0", 1);
+    for (const char* env : envs) setenv(env, "0", 1);
     const double before = graph_us(fn);
-    unsetenv(env);
+    for (const char* env : envs) unsetenv(env);
     std::printf("[bench] %-58s %8.2f us/call (previous %8.2f us, %.2fx)\n", what.c_str(), now, before, before / now);
     std::fflush(stdout);
   };
@@ -785,10 +787,10 @@ TEST_F(CudaBench, DISABLED_DecodeSmallOpTimings) {
       DeviceTensor pre(gpu(), DType::kF32, {t, hc}), mpost(gpu(), DType::kF32, {t, hc});
       DeviceTensor mcomb(gpu(), DType::kF32, {t, hc, hc}), out(gpu(), DType::kF32, {t, d}),
           w = filled(DType::kF32, {d});
-      ab("hc_expand_mix hc=4 D=5120" + bt, "DEEPINFER_AB_HC_EXPAND_MIX", [&] {
+      ab("hc_expand_mix hc=4 D=5120" + bt, {"DEEPINFER_AB_HC_EXPAND_MIX"}, [&] {
         gpu().hc_expand_mix({{streams, y, post, comb}, {streams, fn, base, scale, pre, mpost, mcomb}});
       });
-      ab("hc_collapse_norm hc=4 D=5120" + bt, "DEEPINFER_AB_HC_COLLAPSE_NORM", [&] {
+      ab("hc_collapse_norm hc=4 D=5120" + bt, {"DEEPINFER_AB_HC_COLLAPSE_NORM"}, [&] {
         gpu().hc_collapse_norm({streams, pre, w, out, 1e-6f});
       });
       std::printf("[bench] %-58s %8.2f us/call\n", ("hc_mix hc=4 D=5120" + bt).c_str(), graph_us([&] {
@@ -811,7 +813,7 @@ TEST_F(CudaBench, DISABLED_DecodeSmallOpTimings) {
       p.k = k;
       p.d = d;
       p.experts = 384;
-      ab("moe_combine k=6+shared D=5120" + bt, "DEEPINFER_AB_MOE_COMBINE",
+      ab("moe_combine k=6+shared D=5120" + bt, {"DEEPINFER_AB_MOE_COMBINE"},
          [&] { cuda::run_moe_combine(p, gpu().stream()); });
     }
     {  // router selection alone (no A/B: unchanged so far), sqrt-softplus + bias, 384 experts, top-6
@@ -836,7 +838,7 @@ TEST_F(CudaBench, DISABLED_DecodeSmallOpTimings) {
       for (int64_t i = 0; i < t; ++i) pos.data<int64_t>()[i] = 4095 + i;
       for (int64_t i = 0; i < half; ++i) inv.data<float>()[i] = std::pow(10000.0f, -static_cast<float>(i) / half);
       DeviceTensor x = filled(DType::kF32, {t, h, hd}), dp = up(pos), dinv = up(inv);
-      ab("rope inverse H=64 hd=512 rd=64" + bt, "DEEPINFER_AB_ROPE", [&] { gpu().rope({x, dp, dinv, true}); });
+      ab("rope inverse H=64 hd=512 rd=64" + bt, {"DEEPINFER_AB_ROPE"}, [&] { gpu().rope({x, dp, dinv, true}); });
     }
     {  // paged decode attention (+ combine): t sequences of 4096 tokens, pages of 64 in shuffled order
       const int64_t b = t, h = 64, hd = 512, ctx = 4096, bs = 64, nb = ctx / bs, k = 512;
@@ -874,8 +876,11 @@ TEST_F(CudaBench, DISABLED_DecodeSmallOpTimings) {
       ap.window = 128;
       ap.scale = 0.044f;
       const std::string what = "paged_sink_attention H=64 hd=512 128+512" + bt;
-      ab(what + " (combine)", "DEEPINFER_AB_ATTN_COMBINE", [&] { gpu().paged_sink_attention(ap); });
-      ab(what + " (splits)", "DEEPINFER_AB_ATTN_SPLITS", [&] { gpu().paged_sink_attention(ap); });
+      ab(what + " (combine)", {"DEEPINFER_AB_ATTN_COMBINE"}, [&] { gpu().paged_sink_attention(ap); });
+      ab(what + " (splits)", {"DEEPINFER_AB_ATTN_SPLITS"}, [&] { gpu().paged_sink_attention(ap); });
+      ab(what + " (key prefetch)", {"DEEPINFER_AB_ATTN_PREFETCH"}, [&] { gpu().paged_sink_attention(ap); });
+      ab(what + " (all three)", {"DEEPINFER_AB_ATTN_COMBINE", "DEEPINFER_AB_ATTN_SPLITS", "DEEPINFER_AB_ATTN_PREFETCH"},
+         [&] { gpu().paged_sink_attention(ap); });
     }
   }
 }

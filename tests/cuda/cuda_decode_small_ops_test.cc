@@ -1,8 +1,8 @@
 // The small decode kernels re-launched over more blocks (hc_expand_mix split per fn chunk, hc_collapse_norm with the
-// row in registers, moe_combine one output a thread, the paged attention combine a float4 a thread and 32-slot
-// splits, rope split over head groups) at V4 / V4.1 shapes, batch 1 and 16 (and the first sizes past the new
-// kernels' limits): each against its previous kernel (the A/B switch DEEPINFER_AB_<NAME> = 0) bit for bit where
-// the arithmetic is unchanged, and against the CPU op.
+// row in registers, moe_combine one output a thread, the paged attention combine a float4 a thread, its key loads a
+// group ahead and 32-slot splits, rope split over head groups) at V4 / V4.1 shapes, batch 1 and 16 (and the first sizes
+// past the new kernels' limits): each against its previous kernel (the A/B switch DEEPINFER_AB_<NAME> = 0) bit for bit
+// where the arithmetic is unchanged, and against the CPU op.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -248,8 +248,8 @@ TEST_F(CudaOpTest, MoeCombineDecodeShapesSmallKernelBitwise) {
 }
 
 // Decode paged attention at V4.1's attention shape (64 heads x 512, window 128 + 512 selected, pages of 64, contexts
-// up to 4096) for 1 and 16 sequences: the float4 combine against the previous combine bit for bit (same splits), and
-// the 32-slot splits (DEEPINFER_AB_ATTN_SPLITS) against the CPU op within the kernel's tolerance.
+// up to 4096) for 1 and 16 sequences: the float4 combine and the key prefetch against the previous kernels bit for bit
+// (same splits), and the 32-slot splits (DEEPINFER_AB_ATTN_SPLITS) against the CPU op within the kernel's tolerance.
 TEST_F(CudaOpTest, PagedAttentionDecodeShapesCombineAndSplits) {
   for (int64_t seqs : {int64_t{1}, int64_t{16}}) {
     testing::PagedAttentionSpec spec;
@@ -275,7 +275,15 @@ TEST_F(CudaOpTest, PagedAttentionDecodeShapesCombineAndSplits) {
         got[splits_old][combine_old] = down(dout);
       }
     }
+    HostTensor no_prefetch;
+    {
+      AbSwitch a("DEEPINFER_AB_ATTN_PREFETCH", true);
+      DeviceTensor dout = poisoned({c.tokens, spec.heads, spec.hd});
+      gpu().paged_sink_attention(c.params({dq, dqp, dqs, dt, dw, dwb, dc, di, dsk}, dout));
+      no_prefetch = down(dout);
+    }
     const std::string what = "paged_sink_attention decode B=" + std::to_string(seqs) + " H=64 hd=512";
+    expect_same_bytes((what + " key prefetch vs previous").c_str(), got[0][0], no_prefetch);
     expect_same_bytes((what + " combine vs previous (32-slot splits)").c_str(), got[0][0], got[0][1]);
     expect_same_bytes((what + " combine vs previous (64-slot splits)").c_str(), got[1][0], got[1][1]);
     rel_err((what + " 32-slot splits vs cpu").c_str(), got[0][0], want, 1e-5);

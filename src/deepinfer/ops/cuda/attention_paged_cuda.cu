@@ -68,7 +68,8 @@ __device__ __forceinline__ void store_row(float* row, int hd, int lane, const fl
   }
 }
 
-template <int kPer, bool kVec>
+// kPrefetch: a warp loads the next 4-key group while it computes the current one (DEEPINFER_AB_ATTN_PREFETCH = 0: not).
+template <int kPer, bool kVec, bool kPrefetch>
 __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(PagedSinkAttentionKernelParams p) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t t = blockIdx.y;
@@ -99,9 +100,8 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(PagedSinkA
     const float* mine = nullptr;
     if (slot < end) mine = paged_slot_row(p, qs, t, slot);
     unsigned valid = __ballot_sync(kFull, mine != nullptr);
-    while (valid) {
-      // Up to 4 valid rows of this group, in slot order.
-      const float* rows[kKeysPerGroup];
+    // The next group: up to 4 valid rows of this batch, in slot order (nullptr past the valid ones).
+    const auto take = [&](const float*(&rows)[kKeysPerGroup]) {
 #pragma unroll
       for (int c = 0; c < kKeysPerGroup; ++c) {
         const int src = valid ? __ffs(valid) - 1 : 0;
@@ -109,7 +109,8 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(PagedSinkA
         rows[c] = valid ? reinterpret_cast<const float*>(ptr) : nullptr;
         valid &= valid - 1;
       }
-      float key[kKeysPerGroup][kPer];
+    };
+    const auto load = [&](const float* const(&rows)[kKeysPerGroup], float(&key)[kKeysPerGroup][kPer]) {
 #pragma unroll
       for (int c = 0; c < kKeysPerGroup; ++c) {
         if (rows[c]) {
@@ -119,6 +120,9 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(PagedSinkA
           for (int e = 0; e < kPer; ++e) key[c][e] = 0.0f;
         }
       }
+    };
+    // One group's dots, online softmax and accumulation.
+    const auto group = [&](const float* const(&rows)[kKeysPerGroup], const float(&key)[kKeysPerGroup][kPer]) {
       // v[hh·4 + c]: this lane's part of q_hh · key_c.
       float v[kHeadsPerWarp * kKeysPerGroup];
 #pragma unroll
@@ -174,6 +178,38 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(PagedSinkA
           for (int c = 0; c < kKeysPerGroup; ++c) acc = fmaf(w[c], key[c][e], acc);
           o[hh][e] = acc;
         }
+      }
+    };
+    if constexpr (kPrefetch) {
+      // The next group's rows are loaded before this group is computed (the same groups and arithmetic: only the
+      // loads move), so a warp waits on one load round trip for its slots instead of one a group.
+      if (!valid) continue;
+      const float* rows[kKeysPerGroup];
+      float key[kKeysPerGroup][kPer];
+      take(rows);
+      load(rows, key);
+      for (;;) {
+        const bool more = valid != 0;
+        const float* next_rows[kKeysPerGroup];
+        float next_key[kKeysPerGroup][kPer];
+        take(next_rows);  // all nullptr (nothing loaded) after the last group
+        load(next_rows, next_key);
+        group(rows, key);
+        if (!more) break;
+#pragma unroll
+        for (int c = 0; c < kKeysPerGroup; ++c) {
+          rows[c] = next_rows[c];
+#pragma unroll
+          for (int e = 0; e < kPer; ++e) key[c][e] = next_key[c][e];
+        }
+      }
+    } else {
+      while (valid) {
+        const float* rows[kKeysPerGroup];
+        take(rows);
+        float key[kKeysPerGroup][kPer];
+        load(rows, key);
+        group(rows, key);
       }
     }
   }
@@ -297,7 +333,10 @@ template <int kPer, bool kVec>
 void launch(const PagedSinkAttentionKernelParams& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(ceil_div(p.heads, kHeadsPerBlock)), static_cast<unsigned>(p.tokens),
                   static_cast<unsigned>(p.splits));
-  paged_attention_kernel<kPer, kVec><<<grid, kWarps * 32, 0, stream>>>(p);
+  if (ab_new_kernel("DEEPINFER_AB_ATTN_PREFETCH"))
+    paged_attention_kernel<kPer, kVec, true><<<grid, kWarps * 32, 0, stream>>>(p);
+  else
+    paged_attention_kernel<kPer, kVec, false><<<grid, kWarps * 32, 0, stream>>>(p);
   DI_CUDA_CHECK_LAUNCH();
 }
 
