@@ -755,9 +755,10 @@ TEST_F(CudaBench, DISABLED_DecodeIndexerTimings) {
 }
 
 // The small decode kernels at V4.1-Flash dims (D = 5120, hc = 4, 64 heads x 512, window 128 + 512 selected over a
-// 4096-token context, 384 experts top-6, rope 64 of 512) at batch 1 / 16 / 64: the current kernel against the previous
-// one (DEEPINFER_AB_<NAME> = 0). Each figure is one call of a CUDA graph of 20 back-to-back calls (launch overhead
-// amortised as in the decode step's graphs; L2 warm, unlike ncu's flushed runs), median of 20 replays.
+// 4096-token context, indexer 64 x 128 over 1024 entries, 384 experts top-6, rope 64 of 512) at batch 1 / 16 / 64: the
+// current kernel against the previous one (DEEPINFER_AB_<NAME> = 0). Each figure is one call of a CUDA graph of 20
+// back-to-back calls (launch overhead amortised as in the decode step's graphs; L2 warm, unlike ncu's flushed runs),
+// median of 20 replays.
 TEST_F(CudaBench, DISABLED_DecodeSmallOpTimings) {
   constexpr int kCalls = 20;
   auto graph_us = [&](const std::function<void()>& fn) {
@@ -839,6 +840,38 @@ TEST_F(CudaBench, DISABLED_DecodeSmallOpTimings) {
       for (int64_t i = 0; i < half; ++i) inv.data<float>()[i] = std::pow(10000.0f, -static_cast<float>(i) / half);
       DeviceTensor x = filled(DType::kF32, {t, h, hd}), dp = up(pos), dinv = up(inv);
       ab("rope inverse H=64 hd=512 rd=64" + bt, {"DEEPINFER_AB_ROPE"}, [&] { gpu().rope({x, dp, dinv, true}); });
+    }
+    {  // paged indexer scores: t sequences of 4096 tokens (1024 entries at ratio 4), 64 heads x 128, pages of 64
+      const int64_t b = t, ih = 64, id = 128, r = 4, bs = 64, ctx = 4096, n = ctx / r, blocks = ctx / bs;
+      std::vector<int32_t> ids(b * blocks);
+      std::iota(ids.begin(), ids.end(), 0);
+      std::shuffle(ids.begin(), ids.end(), rng());
+      HostTensor tables(DType::kI32, {b, blocks}), pos(DType::kI64, {b}), seq(DType::kI32, {b}), cnt(DType::kI64, {b});
+      std::copy(ids.begin(), ids.end(), tables.data<int32_t>());
+      for (int64_t i = 0; i < b; ++i) {
+        pos.data<int64_t>()[i] = ctx - 1;
+        seq.data<int32_t>()[i] = static_cast<int32_t>(i);
+        cnt.data<int64_t>()[i] = n;
+      }
+      DeviceTensor pool = filled(DType::kF32, {b * blocks * (bs / r), id}), q = filled(DType::kF32, {b, ih, id});
+      DeviceTensor w = filled(DType::kF32, {b, ih}), dt = up(tables), dp = up(pos), ds = up(seq), dn = up(cnt);
+      DeviceTensor scores(gpu(), DType::kF32, {b, n});
+      PagedIndexerScoreParams ip;
+      ip.q = q;
+      ip.weights = w;
+      ip.positions = dp;
+      ip.q_seq = ds;
+      ip.n_entries = dn;
+      ip.block_tables = dt;
+      ip.key_pool = pool;
+      ip.out = scores;
+      ip.block_size = static_cast<int>(bs);
+      ip.key_ratio = static_cast<int>(r);
+      ip.ratio = static_cast<int>(r);
+      ip.score_scale = 0.088f;
+      ip.weight_scale = 0.125f;
+      ab("paged_indexer_scores IH=64 Id=128 n=1024" + bt, {"DEEPINFER_AB_INDEXER"},
+         [&] { gpu().paged_indexer_scores(ip); });
     }
     {  // paged decode attention (+ combine): t sequences of 4096 tokens, pages of 64 in shuffled order
       const int64_t b = t, h = 64, hd = 512, ctx = 4096, bs = 64, nb = ctx / bs, k = 512;

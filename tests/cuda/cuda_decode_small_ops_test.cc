@@ -16,6 +16,7 @@
 #include "cuda/cuda_test_util.h"
 #include "deepinfer/ops/cuda/kernels.h"
 #include "ops/paged_attention_case.h"
+#include "ops/paged_indexer_case.h"
 
 namespace deepinfer {
 namespace {
@@ -324,6 +325,55 @@ TEST_F(CudaOpTest, RopeDecodeShapesHeadGroupsBitwise) {
         expect_same_bytes((what + " vs previous").c_str(), got, down(before));
         rel_err((what + " vs cpu").c_str(), got, want, 1e-6);
       }
+    }
+  }
+}
+
+// The decode indexer at V4's shape (64 heads x 128, ratio 4, pages of 64, up to 1024 entries a sequence) for 4 and
+// 16 sequences, then batch 1 (row 0 alone, 1024 entries), and an odd-dim shape that keeps the previous kernel: the
+// two-entries-a-warp kernel against the previous one bit for bit, the batch-1 call and the contiguous form (row 0's
+// keys gathered) against the batched row, and against the CPU op.
+TEST_F(CudaOpTest, IndexerScoresDecodeShapesTwoEntriesBitwise) {
+  for (auto [seqs, dim] : {std::pair<int64_t, int64_t>{4, 128}, {16, 128}, {3, 100}}) {
+    testing::PagedIndexerSpec s;
+    s.seqs = seqs;
+    s.heads = 64;
+    s.dim = dim;
+    s.max_entries = 1024;
+    s.block_size = 64;
+    s.ratio = 4;
+    const testing::PagedIndexerCase c = testing::make_paged_indexer_case(s, rng()());
+    HostTensor want(DType::kF32, {s.seqs, c.n});
+    cpu().paged_indexer_scores(c.params(want.view()));
+    DeviceTensor dq = up(c.q), dw = up(c.weights), dp = up(c.positions), ds = up(c.q_seq), dn = up(c.n_entries);
+    DeviceTensor dt = up(c.tables), dpool = up(c.pool);
+    const std::string what = "paged_indexer_scores B=" + std::to_string(seqs) + " Id=" + std::to_string(dim);
+    HostTensor got[2];
+    for (int form = 0; form < 2; ++form) {
+      AbSwitch ab("DEEPINFER_AB_INDEXER", form == 1);
+      DeviceTensor dout = poisoned({s.seqs, c.n});
+      gpu().paged_indexer_scores(c.params({dq, dw, dp, ds, dn, dt, dpool}, dout));
+      got[form] = down(dout);
+    }
+    expect_same_bytes((what + " vs previous").c_str(), got[0], got[1]);
+    rel_err((what + " vs cpu").c_str(), got[0], want, 1e-5);
+    // Row 0 (1024 entries) alone: batch 1, paged and contiguous, both kernels: row 0's bytes of the batched call.
+    const int64_t ne = c.entries(0);
+    ASSERT_EQ(ne, s.max_entries);
+    DeviceTensor keys = up(c.keys[0]);
+    for (int form = 0; form < 2; ++form) {
+      AbSwitch ab("DEEPINFER_AB_INDEXER", form == 1);
+      DeviceTensor paged = poisoned({1, c.n}), contiguous = poisoned({1, ne});
+      gpu().paged_indexer_scores(c.params({dq.view().slice(0, 1), dw.view().slice(0, 1), dp.view().slice(0, 1),
+                                           ds.view().slice(0, 1), dn.view().slice(0, 1), dt, dpool},
+                                          paged));
+      gpu().indexer_scores({dq.view().slice(0, 1), keys, dw.view().slice(0, 1), dp.view().slice(0, 1), contiguous,
+                            s.ratio, c.score_scale, c.weight_scale});
+      const HostTensor p1 = down(paged), c1 = down(contiguous);
+      EXPECT_EQ(std::memcmp(p1.data<float>(), got[0].data<float>(), sizeof(float) * c.n), 0)
+          << what << " batch 1 paged, form " << form << " (seed " << seed_ << ")";
+      EXPECT_EQ(std::memcmp(c1.data<float>(), got[0].data<float>(), sizeof(float) * ne), 0)
+          << what << " batch 1 contiguous, form " << form << " (seed " << seed_ << ")";
     }
   }
 }
