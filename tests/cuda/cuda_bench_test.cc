@@ -817,7 +817,7 @@ TEST_F(CudaBench, DISABLED_DecodeSmallOpTimings) {
       ab("moe_combine k=6+shared D=5120" + bt, {"DEEPINFER_AB_MOE_COMBINE"},
          [&] { cuda::run_moe_combine(p, gpu().stream()); });
     }
-    {  // router selection alone (no A/B: unchanged so far), sqrt-softplus + bias, 384 experts, top-6
+    {  // router selection alone, sqrt-softplus + bias, 384 experts, top-6
       const int64_t e = 384, k = 6;
       DeviceTensor logits = filled(DType::kF32, {t, e}), bias = filled(DType::kF32, {e});
       DeviceTensor ww(gpu(), DType::kF32, {t, k}), wi(gpu(), DType::kI32, {t, k});
@@ -830,8 +830,7 @@ TEST_F(CudaBench, DISABLED_DecodeSmallOpTimings) {
       p.experts = e;
       p.k = k;
       p.route_scale = 2.5f;
-      std::printf("[bench] %-58s %8.2f us/call\n", ("router_select E=384 k=6" + bt).c_str(),
-                  graph_us([&] { cuda::run_router_select(p, gpu().stream()); }));
+      ab("router_select E=384 k=6" + bt, {"DEEPINFER_AB_ROUTER"}, [&] { cuda::run_router_select(p, gpu().stream()); });
     }
     {  // rope of the attention output (inverse), 64 heads x 512, 64 rotated channels
       const int64_t h = 64, hd = 512, half = 32;

@@ -329,6 +329,40 @@ TEST_F(CudaOpTest, RopeDecodeShapesHeadGroupsBitwise) {
   }
 }
 
+// router selection at V4.1's 384 experts (and 256), top-6, batch 1 / 16 / 64, sqrt-softplus + bias and sigmoid without
+// bias: the kernel with the logits and bias loads hoisted against the previous one bit for bit (indices and weights),
+// and the indices against the CPU op.
+TEST_F(CudaOpTest, RouterDecodeShapesPrefetchBitwise) {
+  const int64_t k = 6, d = 64;
+  for (int64_t e : {int64_t{256}, int64_t{384}}) {
+    HostTensor w = rand({e, d}), bias = rand({e}, -0.1f, 0.1f);
+    DeviceTensor dw = up(w), db = up(bias);
+    for (int64_t t : {int64_t{1}, int64_t{16}, int64_t{64}}) {
+      HostTensor x = rand({t, d});
+      DeviceTensor dx = up(x);
+      for (bool sqrt_bias : {true, false}) {
+        const RouterScoring scoring = sqrt_bias ? RouterScoring::kSqrtSoftplus : RouterScoring::kSigmoid;
+        HostTensor got[2][2];  // [new, previous][weights, indices]
+        for (int form = 0; form < 2; ++form) {
+          AbSwitch ab("DEEPINFER_AB_ROUTER", form == 1);
+          DeviceTensor ww = poisoned({t, k}), wi = poisoned_bytes(DType::kI32, {t, k});
+          gpu().router(
+              {dx, dw, sqrt_bias ? db.view() : Tensor{}, Tensor{}, Tensor{}, ww, wi, scoring, 1.0f, 2.5f, true});
+          got[form][0] = down(ww);
+          got[form][1] = down(wi);
+        }
+        const std::string what = "router E=" + std::to_string(e) + " T=" + std::to_string(t) +
+                                 (sqrt_bias ? " sqrt-softplus+bias" : " sigmoid");
+        expect_same_bytes((what + " weights vs previous").c_str(), got[0][0], got[1][0]);
+        expect_same_bytes((what + " indices vs previous").c_str(), got[0][1], got[1][1]);
+        HostTensor ww(DType::kF32, {t, k}), wi(DType::kI32, {t, k});
+        cpu().router({x, w, sqrt_bias ? bias.view() : Tensor{}, Tensor{}, Tensor{}, ww, wi, scoring, 1.0f, 2.5f, true});
+        rel_err((what + " weights vs cpu").c_str(), got[0][0], ww, 1e-5);
+      }
+    }
+  }
+}
+
 // The decode indexer at V4's shape (64 heads x 128, ratio 4, pages of 64, up to 1024 entries a sequence) for 4 and
 // 16 sequences, then batch 1 (row 0 alone, 1024 entries), and an odd-dim shape that keeps the previous kernel: the
 // two-entries-a-warp kernel against the previous one bit for bit, the batch-1 call and the contiguous form (row 0's

@@ -27,6 +27,11 @@ __device__ __forceinline__ float router_score(RouterScoring s, float x) {
 }
 
 // One block per token; scores and the biased selection keys live in dynamic shared memory [2·E].
+// kPrefetch (E <= kRouterPrefetch · kRouterThreads): a thread loads its logits and bias values together first, so the
+// bias loads do not wait for the scores' shared-memory stores (two dependent global round trips before: the loads
+// of the bias loop could not be moved above the stores of the scores loop). The same values: the same bits.
+constexpr int kRouterPrefetch = 4;
+template <bool kPrefetch>
 __global__ void __launch_bounds__(kRouterThreads) router_select_kernel(RouterSelectKernelParams p) {
   extern __shared__ float sm[];
   __shared__ float red[32];
@@ -35,8 +40,24 @@ __global__ void __launch_bounds__(kRouterThreads) router_select_kernel(RouterSel
   float* biased = sm + p.experts;
   const int64_t t = blockIdx.x, e_count = p.experts, k = p.k;
   const float* logits = p.logits + t * e_count;
-  for (int64_t e = threadIdx.x; e < e_count; e += blockDim.x)
-    scores[e] = router_score(p.scoring, logits[e] / p.gate_temp);
+  float bias_of[kRouterPrefetch];
+  if constexpr (kPrefetch) {
+    float logit_of[kRouterPrefetch];
+#pragma unroll
+    for (int j = 0; j < kRouterPrefetch; ++j) {
+      const int64_t e = threadIdx.x + static_cast<int64_t>(j) * blockDim.x;
+      logit_of[j] = e < e_count ? __ldg(logits + e) : 0.0f;
+      bias_of[j] = p.bias && e < e_count ? __ldg(p.bias + e) : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < kRouterPrefetch; ++j) {
+      const int64_t e = threadIdx.x + static_cast<int64_t>(j) * blockDim.x;
+      if (e < e_count) scores[e] = router_score(p.scoring, logit_of[j] / p.gate_temp);
+    }
+  } else {
+    for (int64_t e = threadIdx.x; e < e_count; e += blockDim.x)
+      scores[e] = router_score(p.scoring, logits[e] / p.gate_temp);
+  }
   if (p.scoring == RouterScoring::kSoftmax) {
     __syncthreads();
     float mx = -INFINITY;
@@ -47,7 +68,15 @@ __global__ void __launch_bounds__(kRouterThreads) router_select_kernel(RouterSel
     sum = block_sum(sum, red);
     for (int64_t e = threadIdx.x; e < e_count; e += blockDim.x) scores[e] = expf(scores[e] - mx) / sum;
   }
-  for (int64_t e = threadIdx.x; e < e_count; e += blockDim.x) biased[e] = scores[e] + (p.bias ? p.bias[e] : 0.0f);
+  if constexpr (kPrefetch) {
+#pragma unroll
+    for (int j = 0; j < kRouterPrefetch; ++j) {
+      const int64_t e = threadIdx.x + static_cast<int64_t>(j) * blockDim.x;
+      if (e < e_count) biased[e] = scores[e] + (p.bias ? bias_of[j] : 0.0f);
+    }
+  } else {
+    for (int64_t e = threadIdx.x; e < e_count; e += blockDim.x) biased[e] = scores[e] + (p.bias ? p.bias[e] : 0.0f);
+  }
   __syncthreads();
   if (p.n_group > 1 && !p.hash_table) {
     // Group-limited routing (the CPU op's mask_dropped_groups): a group scores its top-2 sum (kTop2Sum) or its
@@ -340,7 +369,10 @@ void run_router_select(const RouterSelectKernelParams& p, cudaStream_t stream) {
   if (p.tokens == 0) return;
   const size_t smem = sizeof(float) * 2 * static_cast<size_t>(p.experts);
   DI_CHECK_CODE(smem <= 48 * 1024, ErrorCode::kUnsupported) << "router: " << p.experts << " experts";
-  router_select_kernel<<<static_cast<unsigned>(p.tokens), kRouterThreads, smem, stream>>>(p);
+  if (p.experts <= kRouterPrefetch * kRouterThreads && ab_new_kernel("DEEPINFER_AB_ROUTER"))
+    router_select_kernel<true><<<static_cast<unsigned>(p.tokens), kRouterThreads, smem, stream>>>(p);
+  else
+    router_select_kernel<false><<<static_cast<unsigned>(p.tokens), kRouterThreads, smem, stream>>>(p);
   DI_CUDA_CHECK_LAUNCH();
 }
 
