@@ -11,6 +11,7 @@
 #include <cstring>
 #include <numeric>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "cuda/cuda_test_util.h"
@@ -364,14 +365,16 @@ TEST_F(CudaOpTest, RouterDecodeShapesPrefetchBitwise) {
 }
 
 // The decode indexer at V4's shape (64 heads x 128, ratio 4, pages of 64, up to 1024 entries a sequence) for 4 and
-// 16 sequences, then batch 1 (row 0 alone, 1024 entries), and an odd-dim shape that keeps the previous kernel: the
+// 16 sequences, then batch 1 (row 0 alone, 1024 entries); an odd head count (the key slots' alignment), a 576-dim row
+// (the element-wise tail past 512) and an odd dim that keeps the previous kernel: the
 // two-entries-a-warp kernel against the previous one bit for bit, the batch-1 call and the contiguous form (row 0's
 // keys gathered) against the batched row, and against the CPU op.
 TEST_F(CudaOpTest, IndexerScoresDecodeShapesTwoEntriesBitwise) {
-  for (auto [seqs, dim] : {std::pair<int64_t, int64_t>{4, 128}, {16, 128}, {3, 100}}) {
+  for (auto [seqs, heads, dim] :
+       {std::tuple<int64_t, int64_t, int64_t>{4, 64, 128}, {16, 64, 128}, {3, 64, 100}, {5, 7, 128}, {4, 2, 576}}) {
     testing::PagedIndexerSpec s;
     s.seqs = seqs;
-    s.heads = 64;
+    s.heads = heads;
     s.dim = dim;
     s.max_entries = 1024;
     s.block_size = 64;
@@ -381,7 +384,8 @@ TEST_F(CudaOpTest, IndexerScoresDecodeShapesTwoEntriesBitwise) {
     cpu().paged_indexer_scores(c.params(want.view()));
     DeviceTensor dq = up(c.q), dw = up(c.weights), dp = up(c.positions), ds = up(c.q_seq), dn = up(c.n_entries);
     DeviceTensor dt = up(c.tables), dpool = up(c.pool);
-    const std::string what = "paged_indexer_scores B=" + std::to_string(seqs) + " Id=" + std::to_string(dim);
+    const std::string what = "paged_indexer_scores B=" + std::to_string(seqs) + " IH=" + std::to_string(heads) +
+                             " Id=" + std::to_string(dim);
     HostTensor got[2];
     for (int form = 0; form < 2; ++form) {
       AbSwitch ab("DEEPINFER_AB_INDEXER", form == 1);

@@ -137,14 +137,19 @@ __global__ void __launch_bounds__(kIdxWarps * 32)
 // a call at batch 1, ncu). A warp takes entries e0 + warp + kIdxWarps·j as before; every (head, entry) dot, the
 // per-lane head order and the warp sum are the ones above: the same bits.
 constexpr int kIdxEntries = 2;
+// Shared-memory layout of indexer_scores_smem2_kernel: queries [heads][dim + 1], weights [heads], then the key slots
+// at the next multiple of 4 floats.
+__host__ __device__ constexpr int64_t kIdxKeysOffset(int64_t heads, int64_t dim) {
+  return (heads * (dim + 1) + heads + 3) / 4 * 4;
+}
 __global__ void __launch_bounds__(kIdxWarps * 32)
     indexer_scores_smem2_kernel(IndexerScoresKernelParams p, int64_t per_block) {
   extern __shared__ float sm[];
   const int64_t t = blockIdx.y;
   const int dim = static_cast<int>(p.dim), heads = static_cast<int>(p.heads), dp = dim + 1;
-  float* qs = sm;               // [heads][dim + 1]
-  float* ws = qs + heads * dp;  // [heads]
-  float* ks = ws + heads;       // [kIdxWarps][kIdxEntries][dim]
+  float* qs = sm;                               // [heads][dim + 1]
+  float* ws = qs + heads * dp;                  // [heads]
+  float* ks = sm + kIdxKeysOffset(heads, dim);  // [kIdxWarps][kIdxEntries][dim], 16-byte aligned (float4 stores)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t count = scored_entries(p, t, blockIdx.x == 0 && threadIdx.x == 0);
   const int64_t e0 = static_cast<int64_t>(blockIdx.x) * per_block, e1 = min(p.n, e0 + per_block);
@@ -305,7 +310,8 @@ void run_indexer_scores(const IndexerScoresKernelParams& p, cudaStream_t stream)
     // for more entries each.
     const int64_t per_block = p.tokens <= 16 ? 16 : 128;
     const dim3 grid(static_cast<unsigned>(ceil_div(p.n, per_block)), static_cast<unsigned>(p.tokens));
-    const size_t smem2 = smem + sizeof(float) * static_cast<size_t>((kIdxEntries - 1) * kIdxWarps * p.dim);
+    const size_t smem2 =
+        sizeof(float) * static_cast<size_t>(kIdxKeysOffset(p.heads, p.dim) + kIdxEntries * kIdxWarps * p.dim);
     // The float4 paths need 16-byte rows: dim % 4 == 0 and 16-byte aligned bases.
     const bool aligned =
         p.dim % 4 == 0 && (reinterpret_cast<uintptr_t>(p.q) | reinterpret_cast<uintptr_t>(p.keys)) % 16 == 0;
