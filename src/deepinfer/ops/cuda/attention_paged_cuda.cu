@@ -270,19 +270,34 @@ __global__ void paged_attention_combine_kernel(PagedSinkAttentionKernelParams p)
 }
 
 // paged_attention_combine_kernel with its serial parts spread: the split maximum over a warp (fmaxf is exact, so
-// the order does not matter), each thread one float4 of the row, and a thread's partials loaded
+// the order does not matter), each thread one float4 of the row (hd <= 1024), and a thread's partials loaded
 // kCombineBatch splits at a time before they are summed (the loop above stored each output element between the
 // loads of the next: a chain of dependent global round trips per thread, 14.6 µs a call at batch 1, ncu). The
 // factors, the denominator (thread 0, split order) and every element's fmaf chain in split order are the ones
 // above: the same bits.
-constexpr int kCombineBatch = 8;
-__global__ void paged_attention_combine_vec_kernel(PagedSinkAttentionKernelParams p) {
-  extern __shared__ float factor[];  // [splits]
+constexpr int kCombineBatch = 32, kCombineVecMaxThreads = 256;
+__global__ void __launch_bounds__(kCombineVecMaxThreads)
+    paged_attention_combine_vec_kernel(PagedSinkAttentionKernelParams p) {
+  extern __shared__ float factor[];  // [splits] factors, then [splits] 1 / 0: the split has keys
   __shared__ float inv_denom, max_all;
+  float* has_keys = factor + p.splits;
   const int64_t th = blockIdx.x;
   const int h = static_cast<int>(th % p.heads);
   const float* pm = p.part_m + th * p.splits;
   const float* pl = p.part_l + th * p.splits;
+  const int64_t i = 4 * static_cast<int64_t>(threadIdx.x);
+  const bool mine = i < p.hd;
+  const float* src = p.part_o + th * p.splits * p.hd + i;
+  // The first kCombineBatch splits' partials are requested before the factors are worked out (they do not depend
+  // on them), so their latency overlaps the max / factor / denominator steps.
+  float4 v[kCombineBatch];
+  const auto load = [&](int s0) {
+#pragma unroll
+    for (int j = 0; j < kCombineBatch; ++j)
+      v[j] = mine && s0 + j < p.splits ? __ldg(reinterpret_cast<const float4*>(src + (s0 + j) * p.hd))
+                                       : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  };
+  load(0);
   const float sink = p.sinks[h];
   if (threadIdx.x < 32) {
     float mx = sink;
@@ -293,39 +308,36 @@ __global__ void paged_attention_combine_vec_kernel(PagedSinkAttentionKernelParam
   __syncthreads();
   const float mx = max_all;
   // A split without keys (m = −inf) gets factor 0 here and is skipped below, as above.
-  for (int s = threadIdx.x; s < p.splits; s += blockDim.x) factor[s] = expf(pm[s] - mx);
+  for (int s = threadIdx.x; s < p.splits; s += blockDim.x) {
+    factor[s] = expf(pm[s] - mx);
+    has_keys[s] = pm[s] == -INFINITY ? 0.0f : 1.0f;
+  }
   __syncthreads();
   if (threadIdx.x == 0) {
     float denom = expf(sink - mx);
     for (int s = 0; s < p.splits; ++s) denom += pl[s] * factor[s];
     inv_denom = 1.0f / denom;
   }
-  const int64_t i = 4 * static_cast<int64_t>(threadIdx.x);
   float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  if (i < p.hd) {
-    const float* src = p.part_o + th * p.splits * p.hd + i;
-    for (int s0 = 0; s0 < p.splits; s0 += kCombineBatch) {
-      float4 v[kCombineBatch];
+  for (int s0 = 0;;) {
 #pragma unroll
-      for (int j = 0; j < kCombineBatch; ++j)
-        v[j] = s0 + j < p.splits ? __ldg(reinterpret_cast<const float4*>(src + (s0 + j) * p.hd))
-                                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-      for (int j = 0; j < kCombineBatch; ++j) {
-        const int s = s0 + j;
-        if (s >= p.splits) break;
-        if (pm[s] == -INFINITY) continue;
-        const float f = factor[s];
-        acc.x = fmaf(v[j].x, f, acc.x);
-        acc.y = fmaf(v[j].y, f, acc.y);
-        acc.z = fmaf(v[j].z, f, acc.z);
-        acc.w = fmaf(v[j].w, f, acc.w);
-      }
+    for (int j = 0; j < kCombineBatch; ++j) {
+      const int s = s0 + j;
+      if (s >= p.splits) break;
+      if (has_keys[s] == 0.0f) continue;
+      const float f = factor[s];
+      acc.x = fmaf(v[j].x, f, acc.x);
+      acc.y = fmaf(v[j].y, f, acc.y);
+      acc.z = fmaf(v[j].z, f, acc.z);
+      acc.w = fmaf(v[j].w, f, acc.w);
     }
+    s0 += kCombineBatch;
+    if (s0 >= p.splits) break;
+    load(s0);
   }
   __syncthreads();
   const float inv = inv_denom;
-  if (i < p.hd)
+  if (mine)
     *reinterpret_cast<float4*>(p.out + th * p.hd + i) = make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
 }
 
@@ -388,9 +400,10 @@ void run_paged_sink_attention(const PagedSinkAttentionKernelParams& p, cudaStrea
     DI_CHECK_CODE(smem <= 48 * 1024, ErrorCode::kUnsupported)
         << "paged_sink_attention: " << p.splits << " splits to combine (at most " << 48 * 1024 / sizeof(float) << ")";
     const bool aligned = (reinterpret_cast<uintptr_t>(p.out) | reinterpret_cast<uintptr_t>(p.part_o)) % 16 == 0;
-    if (p.hd % 4 == 0 && p.hd <= 4 * 1024 && aligned && ab_new_kernel("DEEPINFER_AB_ATTN_COMBINE")) {
+    if (p.hd % 4 == 0 && p.hd <= 4 * kCombineVecMaxThreads && 2 * smem <= 48 * 1024 && aligned &&
+        ab_new_kernel("DEEPINFER_AB_ATTN_COMBINE")) {
       const int threads = static_cast<int>(std::max<int64_t>(32, ceil_div(p.hd / 4, 32) * 32));
-      paged_attention_combine_vec_kernel<<<static_cast<unsigned>(p.tokens * p.heads), threads, smem, stream>>>(p);
+      paged_attention_combine_vec_kernel<<<static_cast<unsigned>(p.tokens * p.heads), threads, 2 * smem, stream>>>(p);
     } else {
       paged_attention_combine_kernel<<<static_cast<unsigned>(p.tokens * p.heads), 128, smem, stream>>>(p);
     }
