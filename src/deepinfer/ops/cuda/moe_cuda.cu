@@ -308,17 +308,31 @@ __global__ void __launch_bounds__(kCombineThreads) moe_combine_kernel(MoeCombine
 // moe_combine_kernel for decode-sized calls: block (token, 256 outputs), one output a thread (5 blocks of 4 serial
 // outputs each at batch 1, D = 5120: 11.8 µs a call, ncu). The token's order is found in parallel: slot j's place is
 // the number of valid slots with a smaller (expert id, slot) — the selection walk's order — and each thread issues
-// all its loads before the sum. The sum is moe_combine_kernel's, term for term: fmaf(v, w, acc) with weights (the
-// contraction nvcc makes of `acc += v * w`), acc + v without, then + shared: the same bits.
+// all its loads first, in slot order, into shared memory, then sums them in that order. The sum is
+// moe_combine_kernel's, term for term: fmaf(v, w, acc) with weights (the contraction nvcc makes of `acc += v * w`),
+// `acc + v` without, then + shared: the same bits.
 constexpr int kCombineSmallThreads = 256;
 constexpr int64_t kCombineSmallMaxTokens = 64;
 __global__ void __launch_bounds__(kCombineSmallThreads) moe_combine_small_kernel(MoeCombineKernelParams p) {
   __shared__ int ids[kMaxTopK], order[kMaxTopK];
   __shared__ float wsorted[kMaxTopK];
+  __shared__ float vals[kMaxTopK][kCombineSmallThreads];  // this thread's output of every slot, in slot order
   __shared__ int count;
   const int64_t t = blockIdx.x;
   const int k = static_cast<int>(p.k);
+  const int64_t i = static_cast<int64_t>(blockIdx.y) * kCombineSmallThreads + threadIdx.x;
+  const bool mine = i < p.d;
+  // Every slot's value of this output is requested first (slot order; the sum order is only known after the ids):
+  // the loads overlap the ids' round trip and the ranking.
+  const float* y = p.y_slot + t * p.k * p.d + i;
+  float v[kMaxTopK];
+#pragma unroll
+  for (int j = 0; j < kMaxTopK; ++j) v[j] = mine && j < k ? __ldg(y + j * p.d) : 0.0f;
+  const float sh = mine && p.shared ? __ldg(p.shared + t * p.d + i) : 0.0f;
   if (threadIdx.x < k) ids[threadIdx.x] = p.indices[t * k + threadIdx.x];
+#pragma unroll
+  for (int j = 0; j < kMaxTopK; ++j)
+    if (j < k) vals[j][threadIdx.x] = v[j];
   __syncthreads();
   if (threadIdx.x < 32) {
     const int j = threadIdx.x;
@@ -338,23 +352,17 @@ __global__ void __launch_bounds__(kCombineSmallThreads) moe_combine_small_kernel
     if (j == 0) count = static_cast<int>(n_valid);
   }
   __syncthreads();
-  const int64_t i = static_cast<int64_t>(blockIdx.y) * kCombineSmallThreads + threadIdx.x;
-  if (i >= p.d) return;
-  const float* y = p.y_slot + t * p.k * p.d + i;
+  if (!mine) return;
   const int n_used = count;
-  float v[kMaxTopK];
-#pragma unroll
-  for (int n = 0; n < kMaxTopK; ++n) v[n] = n < n_used ? __ldg(y + order[n] * p.d) : 0.0f;
-  const float sh = p.shared ? __ldg(p.shared + t * p.d + i) : 0.0f;
   float acc = 0.0f;
   if (p.weights) {
 #pragma unroll
     for (int n = 0; n < kMaxTopK; ++n)
-      if (n < n_used) acc = fmaf(v[n], wsorted[n], acc);
+      if (n < n_used) acc = fmaf(vals[order[n]][threadIdx.x], wsorted[n], acc);
   } else {
 #pragma unroll
     for (int n = 0; n < kMaxTopK; ++n)
-      if (n < n_used) acc = acc + v[n];
+      if (n < n_used) acc = acc + vals[order[n]][threadIdx.x];
   }
   if (p.shared) acc += sh;
   p.out[t * p.d + i] = acc;

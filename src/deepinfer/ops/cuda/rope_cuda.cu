@@ -18,8 +18,22 @@ namespace {
 __global__ void rope_kernel(RopeKernelParams p, int64_t heads_per_block) {
   extern __shared__ float cs[];  // [2][half]: cos, then sin
   const int64_t t = blockIdx.x;
-  const float fpos = static_cast<float>(p.positions[t]);
   const int64_t offset = p.hd - 2 * p.half;
+  const int64_t h0 = static_cast<int64_t>(blockIdx.y) * heads_per_block;
+  const int64_t h1 = min(p.heads, h0 + heads_per_block);
+  const int64_t pairs = (h1 - h0) * p.half;
+  // The thread's first pair is read before the angles are evaluated (it does not depend on them): a decode call's
+  // head group is one pair a thread, so its load overlaps the positions load and the trigonometry.
+  const auto at = [&](int64_t idx) {
+    const int64_t h = h0 + idx / p.half, i = idx % p.half;
+    return p.x + (t * p.heads + h) * p.hd + offset + 2 * i;
+  };
+  float2 first = make_float2(0.0f, 0.0f);
+  if (threadIdx.x < pairs) {
+    const float* v = at(threadIdx.x);
+    first = make_float2(v[0], v[1]);
+  }
+  const float fpos = static_cast<float>(p.positions[t]);
   for (int64_t i = threadIdx.x; i < p.half; i += blockDim.x) {
     const float theta = __fmul_rn(p.inv_freq[i], fpos);
     cs[i] = static_cast<float>(cos(static_cast<double>(theta)));
@@ -27,13 +41,11 @@ __global__ void rope_kernel(RopeKernelParams p, int64_t heads_per_block) {
     cs[p.half + i] = p.inverse ? -s : s;
   }
   __syncthreads();
-  const int64_t h0 = static_cast<int64_t>(blockIdx.y) * heads_per_block;
-  const int64_t h1 = min(p.heads, h0 + heads_per_block);
-  for (int64_t idx = threadIdx.x; idx < (h1 - h0) * p.half; idx += blockDim.x) {
-    const int64_t h = h0 + idx / p.half, i = idx % p.half;
+  for (int64_t idx = threadIdx.x; idx < pairs; idx += blockDim.x) {
+    const int64_t i = idx % p.half;
     const float c = cs[i], s = cs[p.half + i];
-    float* v = p.x + (t * p.heads + h) * p.hd + offset + 2 * i;
-    const float a = v[0], b = v[1];
+    float* v = at(idx);
+    const float a = idx == threadIdx.x ? first.x : v[0], b = idx == threadIdx.x ? first.y : v[1];
     v[0] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
     v[1] = __fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c));
   }
