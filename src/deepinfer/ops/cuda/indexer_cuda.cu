@@ -151,41 +151,45 @@ __global__ void __launch_bounds__(kIdxWarps * 32)
   float* ws = qs + heads * dp;                  // [heads]
   float* ks = sm + kIdxKeysOffset(heads, dim);  // [kIdxWarps][kIdxEntries][dim], 16-byte aligned (float4 stores)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  constexpr int kBatch = 8;
+  const float4* q4 = reinterpret_cast<const float4*>(p.q + t * p.heads * p.dim);
+  const int n4 = heads * dim / 4, dim4 = dim / 4;
+  // The first kBatch float4 of the thread's share of the queries are requested before anything else (V4's 64 x 128
+  // is exactly that at 256 threads): their latency overlaps the entry count's loads and the first page lookups.
+  float4 qv[kBatch];
+  const auto load_q = [&](int b) {
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int i = b + j * static_cast<int>(blockDim.x);
+      qv[j] = i < n4 ? __ldg(q4 + i) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+  };
+  const auto store_q = [&](int b) {
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int i = b + j * static_cast<int>(blockDim.x);
+      if (i >= n4) break;
+      const int h = i / dim4;
+      float* dst = qs + h * dp + 4 * (i - h * dim4);
+      dst[0] = qv[j].x;
+      dst[1] = qv[j].y;
+      dst[2] = qv[j].z;
+      dst[3] = qv[j].w;
+    }
+  };
+  load_q(threadIdx.x);
   const int64_t count = scored_entries(p, t, blockIdx.x == 0 && threadIdx.x == 0);
   const int64_t e0 = static_cast<int64_t>(blockIdx.x) * per_block, e1 = min(p.n, e0 + per_block);
   if (e0 >= count) {
     for (int64_t e = e0 + threadIdx.x; e < e1; e += blockDim.x) p.out[t * p.n + e] = count < 0 ? NAN : -INFINITY;
     return;
   }
-  {
-    const float4* q4 = reinterpret_cast<const float4*>(p.q + t * p.heads * p.dim);
-    const int n4 = heads * dim / 4, dim4 = dim / 4;
-    constexpr int kBatch = 8;
-    for (int b = threadIdx.x; b < n4; b += kBatch * blockDim.x) {
-      float4 v[kBatch];
-#pragma unroll
-      for (int j = 0; j < kBatch; ++j) {
-        const int i = b + j * blockDim.x;
-        v[j] = i < n4 ? __ldg(q4 + i) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      }
-#pragma unroll
-      for (int j = 0; j < kBatch; ++j) {
-        const int i = b + j * blockDim.x;
-        if (i >= n4) break;
-        const int h = i / dim4;
-        float* dst = qs + h * dp + 4 * (i - h * dim4);
-        dst[0] = v[j].x;
-        dst[1] = v[j].y;
-        dst[2] = v[j].z;
-        dst[3] = v[j].w;
-      }
-    }
-  }
-  for (int h = threadIdx.x; h < heads; h += blockDim.x) ws[h] = p.weights[t * p.heads + h] * p.weight_scale;
-  __syncthreads();
-  float* key = ks + warp * kIdxEntries * dim;
-  for (int64_t eb = e0 + warp; eb < e1; eb += kIdxWarps * kIdxEntries) {
-    // Lane j < kIdxEntries resolves entry eb + kIdxWarps·j.
+  // Entries eb + kIdxWarps·j (j < kIdxEntries) of a warp: lane j resolves its page (writing −inf / NaN outputs for
+  // entries it cannot score), then every lane requests its part of the live keys.
+  unsigned live = 0;
+  const float* srcs[kIdxEntries];
+  float4 kv[kIdxEntries][4];
+  const auto fetch = [&](int64_t eb) {
     const int64_t mine = eb + static_cast<int64_t>(kIdxWarps) * lane;
     const float* src = nullptr;
     bool scored = false;
@@ -200,34 +204,43 @@ __global__ void __launch_bounds__(kIdxWarps * 32)
           scored = true;
       }
     }
-    const unsigned live = __ballot_sync(0xffffffffu, scored);
-    if (live == 0) continue;
-    const float* srcs[kIdxEntries];
+    live = __ballot_sync(0xffffffffu, scored);
 #pragma unroll
     for (int j = 0; j < kIdxEntries; ++j)
       srcs[j] = reinterpret_cast<const float*>(__shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(src), j));
-    {
-      float4 v[kIdxEntries][4];
 #pragma unroll
-      for (int j = 0; j < kIdxEntries; ++j)
+    for (int j = 0; j < kIdxEntries; ++j)
 #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const int i4 = lane + 32 * r;
-          v[j][r] = (live >> j & 1u) && i4 < dim / 4 ? __ldg(reinterpret_cast<const float4*>(srcs[j]) + i4)
-                                                     : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        }
+      for (int r = 0; r < 4; ++r) {
+        const int i4 = lane + 32 * r;
+        kv[j][r] = (live >> j & 1u) && i4 < dim4 ? __ldg(reinterpret_cast<const float4*>(srcs[j]) + i4)
+                                                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+  };
+  int64_t eb = e0 + warp;
+  if (eb < e1) fetch(eb);
+  store_q(threadIdx.x);
+  for (int b = threadIdx.x + kBatch * blockDim.x; b < n4; b += kBatch * blockDim.x) {
+    load_q(b);
+    store_q(b);
+  }
+  for (int h = threadIdx.x; h < heads; h += blockDim.x) ws[h] = p.weights[t * p.heads + h] * p.weight_scale;
+  __syncthreads();
+  float* key = ks + warp * kIdxEntries * dim;
+  for (; eb < e1; eb += kIdxWarps * kIdxEntries) {
+    if (eb != e0 + warp) fetch(eb);
+    if (live == 0) continue;
 #pragma unroll
-      for (int j = 0; j < kIdxEntries; ++j)
+    for (int j = 0; j < kIdxEntries; ++j)
 #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const int i4 = lane + 32 * r;
-          if (i4 < dim / 4) reinterpret_cast<float4*>(key + j * dim)[i4] = v[j][r];
-        }
-      // Rows past 512 dims (not V4's 128): the rest, an element at a time.
-      for (int j = 0; j < kIdxEntries; ++j)
-        if (live >> j & 1u)
-          for (int i = 512 + lane; i < dim; i += 32) key[j * dim + i] = srcs[j][i];
-    }
+      for (int r = 0; r < 4; ++r) {
+        const int i4 = lane + 32 * r;
+        if (i4 < dim4) reinterpret_cast<float4*>(key + j * dim)[i4] = kv[j][r];
+      }
+    // Rows past 512 dims (not V4's 128): the rest, an element at a time.
+    for (int j = 0; j < kIdxEntries; ++j)
+      if (live >> j & 1u)
+        for (int i = 512 + lane; i < dim; i += 32) key[j * dim + i] = srcs[j][i];
     __syncwarp();
     float acc[kIdxEntries];
 #pragma unroll
@@ -239,9 +252,9 @@ __global__ void __launch_bounds__(kIdxWarps * 32)
       for (int j = 0; j < kIdxEntries; ++j) dot[j] = 0.0f;
 #pragma unroll 4
       for (int i = 0; i < dim; ++i) {
-        const float qv = qh[i];
+        const float qv1 = qh[i];
 #pragma unroll
-        for (int j = 0; j < kIdxEntries; ++j) dot[j] = fmaf(qv, key[j * dim + i], dot[j]);
+        for (int j = 0; j < kIdxEntries; ++j) dot[j] = fmaf(qv1, key[j * dim + i], dot[j]);
       }
 #pragma unroll
       for (int j = 0; j < kIdxEntries; ++j) acc[j] = fmaf(fmaxf(dot[j], 0.0f) * p.score_scale, ws[h], acc[j]);
