@@ -181,8 +181,8 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(PagedSinkA
       }
     };
     if constexpr (kPrefetch) {
-      // The next group's rows are loaded before this group is computed (the same groups and arithmetic: only the
-      // loads move), so a warp waits on one load round trip for its slots instead of one a group.
+      // The next group's rows are requested before this group is computed (the same groups and arithmetic: only the
+      // loads move), so each group's load latency overlaps the previous group's arithmetic instead of following it.
       if (!valid) continue;
       const float* rows[kKeysPerGroup];
       float key[kKeysPerGroup][kPer];
