@@ -300,6 +300,49 @@ TEST_F(CudaOpTest, PagedAttentionDecodeShapesCombineAndSplits) {
   }
 }
 
+// The opt-in shared-memory key rows of the decode attention kernel (DEEPINFER_AB_ATTN_SMEM = 1, float4 head dims):
+// against the default kernel bit for bit at V4.1's decode shape (batch 1 / 16), a head count that leaves a block's
+// last warps idle (6 heads, hd 128), hd 256 with several queries a sequence, and in batch-invariant mode (256-slot
+// splits: 8 batches of 32 slots a split).
+TEST_F(CudaOpTest, PagedAttentionSharedRowsBitwise) {
+  auto spec = [](int64_t seqs, int64_t heads, int64_t hd, int64_t tps, int64_t k_sel, int window, int64_t ctx) {
+    testing::PagedAttentionSpec s;
+    s.seqs = seqs;
+    s.heads = heads;
+    s.hd = hd;
+    s.tokens_per_seq = tps;
+    s.k_sel = k_sel;
+    s.block_size = 64;
+    s.window = window;
+    s.min_context = ctx / 2;
+    s.max_context = ctx;
+    return s;
+  };
+  for (const testing::PagedAttentionSpec& s :
+       {spec(1, 64, 512, 1, 512, 128, 4096), spec(16, 64, 512, 1, 512, 128, 4096), spec(3, 6, 128, 1, 40, 32, 700),
+        spec(2, 16, 256, 3, 96, 64, 900)}) {
+    const testing::PagedAttentionCase c = testing::make_paged_attention_case(s, rng()());
+    DeviceTensor dq = up(c.q), dqp = up(c.q_pos), dqs = up(c.q_seq), dt = up(c.tables), dw = up(c.window_pool);
+    DeviceTensor dwb = up(c.window_begin), dc = up(c.comp_pool), di = up(c.comp_idx), dsk = up(c.sinks);
+    for (bool invariant : {false, true}) {
+      gpu().set_batch_invariant(invariant);
+      HostTensor got[2];
+      for (int form = 0; form < 2; ++form) {
+        if (form == 1) setenv("DEEPINFER_AB_ATTN_SMEM", "1", 1);
+        DeviceTensor dout = poisoned({c.tokens, s.heads, s.hd});
+        gpu().paged_sink_attention(c.params({dq, dqp, dqs, dt, dw, dwb, dc, di, dsk}, dout));
+        got[form] = down(dout);
+        unsetenv("DEEPINFER_AB_ATTN_SMEM");
+      }
+      gpu().set_batch_invariant(false);
+      const std::string what = "paged_sink_attention shared rows B=" + std::to_string(s.seqs) +
+                               " H=" + std::to_string(s.heads) + " hd=" + std::to_string(s.hd) +
+                               " T/seq=" + std::to_string(s.tokens_per_seq) + (invariant ? " batch-invariant" : "");
+      expect_same_bytes(what.c_str(), got[1], got[0]);
+    }
+  }
+}
+
 // rope over head groups at the attention output's shape (64 heads x 512, 64 rotated channels) and the indexer's
 // (64 x 128), batch 1 / 16 / 64, forward and inverse: against the previous one-block-per-token launch bit for bit and
 // against the CPU op.
