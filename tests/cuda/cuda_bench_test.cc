@@ -911,15 +911,6 @@ TEST_F(CudaBench, DISABLED_DecodeSmallOpTimings) {
       ab(what + " (combine)", {"DEEPINFER_AB_ATTN_COMBINE"}, [&] { gpu().paged_sink_attention(ap); });
       ab(what + " (splits)", {"DEEPINFER_AB_ATTN_SPLITS"}, [&] { gpu().paged_sink_attention(ap); });
       ab(what + " (key prefetch)", {"DEEPINFER_AB_ATTN_PREFETCH"}, [&] { gpu().paged_sink_attention(ap); });
-      {  // opt-in: the block's key rows through shared memory (default vs DEEPINFER_AB_ATTN_SMEM=1)
-        const double now = graph_us([&] { gpu().paged_sink_attention(ap); });
-        setenv("DEEPINFER_AB_ATTN_SMEM", "1", 1);
-        const double smem = graph_us([&] { gpu().paged_sink_attention(ap); });
-        unsetenv("DEEPINFER_AB_ATTN_SMEM");
-        std::printf("[bench] %-58s %8.2f us/call (default %8.2f us, %.2fx)\n", (what + " (smem rows, opt-in)").c_str(),
-                    smem, now, now / smem);
-        std::fflush(stdout);
-      }
       ab(what + " (all three)", {"DEEPINFER_AB_ATTN_COMBINE", "DEEPINFER_AB_ATTN_SPLITS", "DEEPINFER_AB_ATTN_PREFETCH"},
          [&] { gpu().paged_sink_attention(ap); });
     }

@@ -13,8 +13,6 @@
 // combine is shared.
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
 #include "deepinfer/ops/cuda/ab_switch.h"
 #include "deepinfer/ops/cuda/attention_paged_mma.h"
@@ -70,90 +68,15 @@ __device__ __forceinline__ void store_row(float* row, int hd, int lane, const fl
   }
 }
 
-// One 4-key group of a warp: the dots of its 2 heads with the group's rows (nullptr: no key), then the online softmax
-// update and the accumulation (every mode of paged_attention_kernel runs this code, so all give the same bits).
-template <int kPer>
-__device__ __forceinline__ void attend_group(const float (&q)[kHeadsPerWarp][kPer], float (&o)[kHeadsPerWarp][kPer],
-                                             float (&m)[kHeadsPerWarp], float (&l)[kHeadsPerWarp],
-                                             const float* const (&rows)[kKeysPerGroup],
-                                             const float (&key)[kKeysPerGroup][kPer], float scale, int lane) {
-  // v[hh·4 + c]: this lane's part of q_hh · key_c.
-  float v[kHeadsPerWarp * kKeysPerGroup];
-#pragma unroll
-  for (int hh = 0; hh < kHeadsPerWarp; ++hh)
-#pragma unroll
-    for (int c = 0; c < kKeysPerGroup; ++c) {
-      float acc = 0.0f;
-#pragma unroll
-      for (int e = 0; e < kPer; ++e) acc = fmaf(q[hh][e], key[c][e], acc);
-      v[hh * kKeysPerGroup + c] = acc;
-    }
-  // Reduce-scatter: after it, lane L holds the full dot of index (L >> 2) & 7.
-  {
-    const bool hi4 = lane & 16, hi3 = lane & 8, hi2 = lane & 4;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float send = hi4 ? v[i] : v[i + 4], keep = hi4 ? v[i + 4] : v[i];
-      v[i] = keep + __shfl_xor_sync(kFull, send, 16);
-    }
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const float send = hi3 ? v[i] : v[i + 2], keep = hi3 ? v[i + 2] : v[i];
-      v[i] = keep + __shfl_xor_sync(kFull, send, 8);
-    }
-    const float send = hi2 ? v[0] : v[1], keep = hi2 ? v[1] : v[0];
-    v[0] = keep + __shfl_xor_sync(kFull, send, 4);
-    v[0] += __shfl_xor_sync(kFull, v[0], 2);
-    v[0] += __shfl_xor_sync(kFull, v[0], 1);
-  }
-  const float mine_dot = v[0];
-#pragma unroll
-  for (int hh = 0; hh < kHeadsPerWarp; ++hh) {
-    float logit[kKeysPerGroup];
-    float mx = m[hh];
-#pragma unroll
-    for (int c = 0; c < kKeysPerGroup; ++c) {
-      logit[c] = __shfl_sync(kFull, mine_dot, (hh * kKeysPerGroup + c) * 4) * scale;
-      if (rows[c]) mx = fmaxf(mx, logit[c]);
-    }
-    const float corr = expf(m[hh] - mx);  // m = −inf before the first key: 0
-    float w[kKeysPerGroup], sum = 0.0f;
-#pragma unroll
-    for (int c = 0; c < kKeysPerGroup; ++c) {
-      w[c] = rows[c] ? expf(logit[c] - mx) : 0.0f;
-      sum += w[c];
-    }
-    l[hh] = l[hh] * corr + sum;
-    m[hh] = mx;
-#pragma unroll
-    for (int e = 0; e < kPer; ++e) {
-      float acc = o[hh][e] * corr;
-#pragma unroll
-      for (int c = 0; c < kKeysPerGroup; ++c) acc = fmaf(w[c], key[c][e], acc);
-      o[hh][e] = acc;
-    }
-  }
-}
-
-// kMode: how a warp gets its 4-key groups' rows. kLoadEach: each warp loads its groups' rows itself, one group after
-// another. kPrefetch: a warp requests the next group's rows while it computes the current one
-// (DEEPINFER_AB_ATTN_PREFETCH = 0: kLoadEach). kShared (kVec only; opt in with DEEPINFER_AB_ATTN_SMEM = 1): the block's
-// 128 threads load the 32 slots' rows of a batch into shared memory at once (the 4 warps read the same rows) and the
-// warps read their groups from there. The groups, their order and the arithmetic are the same in every mode.
-enum AttnMode : int { kLoadEach = 0, kPrefetch = 1, kShared = 2 };
-template <int kPer, bool kVec, int kMode>
+// kPrefetch: a warp loads the next 4-key group while it computes the current one (small grids only, see launch();
+// DEEPINFER_AB_ATTN_PREFETCH = 0: never).
+template <int kPer, bool kVec, bool kPrefetch>
 __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(PagedSinkAttentionKernelParams p) {
-  static_assert(kMode != kShared || kVec, "the shared-memory mode stages float4 rows");
-  extern __shared__ float4 staged_rows[];  // kShared: [32][hd / 4]
-  __shared__ const float* batch_rows[32];  // kShared: warp 0's row pointers of the batch
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t t = blockIdx.y;
   const int split = blockIdx.z;
   const int h0 = blockIdx.x * kHeadsPerBlock + warp * kHeadsPerWarp;
-  const bool active = h0 < p.heads;
-  // Whole warp; the shared-memory mode keeps an idle warp for the block's loads and barriers (its q loads duplicate
-  // the last head, its results are dropped).
-  if (kMode != kShared && !active) return;
+  if (h0 >= p.heads) return;  // whole warp: no block-level sync below
   const int hd = static_cast<int>(p.hd);
 
   // This query's key slots: window positions [lo, pos], then the comp_idx row.
@@ -199,74 +122,66 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(PagedSinkA
         }
       }
     };
-    const auto take_at = [&](const float*(&rows)[kKeysPerGroup], int(&at)[kKeysPerGroup]) {
-#pragma unroll
-      for (int c = 0; c < kKeysPerGroup; ++c) {
-        const int src = valid ? __ffs(valid) - 1 : 0;
-        const unsigned long long ptr = __shfl_sync(kFull, reinterpret_cast<unsigned long long>(mine), src);
-        rows[c] = valid ? reinterpret_cast<const float*>(ptr) : nullptr;
-        at[c] = src;
-        valid &= valid - 1;
-      }
-    };
-    const auto load_staged = [&](const float* const(&rows)[kKeysPerGroup], const int(&at)[kKeysPerGroup],
-                                 float(&key)[kKeysPerGroup][kPer]) {
-#pragma unroll
-      for (int c = 0; c < kKeysPerGroup; ++c) {
-        if (rows[c]) {
-          const float4* row = staged_rows + at[c] * (kPer * 8);
-#pragma unroll
-          for (int j = 0; j < kPer / 4; ++j) {
-            const float4 x = row[lane + 32 * j];
-            key[c][4 * j] = x.x;
-            key[c][4 * j + 1] = x.y;
-            key[c][4 * j + 2] = x.z;
-            key[c][4 * j + 3] = x.w;
-          }
-        } else {
-#pragma unroll
-          for (int e = 0; e < kPer; ++e) key[c][e] = 0.0f;
-        }
-      }
-    };
+    // One group's dots, online softmax and accumulation.
     const auto group = [&](const float* const(&rows)[kKeysPerGroup], const float(&key)[kKeysPerGroup][kPer]) {
-      attend_group<kPer>(q, o, m, l, rows, key, p.scale, lane);
-    };
-    if constexpr (kMode == kShared) {
-      if (warp == 0) batch_rows[lane] = mine;  // every warp resolved the same slots
-      __syncthreads();
+      // v[hh·4 + c]: this lane's part of q_hh · key_c.
+      float v[kHeadsPerWarp * kKeysPerGroup];
+#pragma unroll
+      for (int hh = 0; hh < kHeadsPerWarp; ++hh)
+#pragma unroll
+        for (int c = 0; c < kKeysPerGroup; ++c) {
+          float acc = 0.0f;
+#pragma unroll
+          for (int e = 0; e < kPer; ++e) acc = fmaf(q[hh][e], key[c][e], acc);
+          v[hh * kKeysPerGroup + c] = acc;
+        }
+      // Reduce-scatter: after it, lane L holds the full dot of index (L >> 2) & 7.
       {
-        constexpr int kRow4 = kPer * 8;                    // float4 of a row: hd / 4
-        constexpr int kEach = 32 * kRow4 / (kWarps * 32);  // float4 a thread loads
-        constexpr int kChunk = 8;
+        const bool hi4 = lane & 16, hi3 = lane & 8, hi2 = lane & 4;
 #pragma unroll
-        for (int j0 = 0; j0 < kEach; j0 += kChunk) {
-          float4 v[kChunk];
+        for (int i = 0; i < 4; ++i) {
+          const float send = hi4 ? v[i] : v[i + 4], keep = hi4 ? v[i + 4] : v[i];
+          v[i] = keep + __shfl_xor_sync(kFull, send, 16);
+        }
 #pragma unroll
-          for (int j = 0; j < kChunk; ++j) {
-            const int idx = threadIdx.x + (j0 + j) * kWarps * 32, r = idx / kRow4;
-            const float* row = batch_rows[r];
-            v[j] = row ? __ldg(reinterpret_cast<const float4*>(row) + (idx - r * kRow4))
-                       : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-          }
+        for (int i = 0; i < 2; ++i) {
+          const float send = hi3 ? v[i] : v[i + 2], keep = hi3 ? v[i + 2] : v[i];
+          v[i] = keep + __shfl_xor_sync(kFull, send, 8);
+        }
+        const float send = hi2 ? v[0] : v[1], keep = hi2 ? v[1] : v[0];
+        v[0] = keep + __shfl_xor_sync(kFull, send, 4);
+        v[0] += __shfl_xor_sync(kFull, v[0], 2);
+        v[0] += __shfl_xor_sync(kFull, v[0], 1);
+      }
+      const float mine_dot = v[0];
 #pragma unroll
-          for (int j = 0; j < kChunk; ++j) staged_rows[threadIdx.x + (j0 + j) * kWarps * 32] = v[j];
+      for (int hh = 0; hh < kHeadsPerWarp; ++hh) {
+        float logit[kKeysPerGroup];
+        float mx = m[hh];
+#pragma unroll
+        for (int c = 0; c < kKeysPerGroup; ++c) {
+          logit[c] = __shfl_sync(kFull, mine_dot, (hh * kKeysPerGroup + c) * 4) * p.scale;
+          if (rows[c]) mx = fmaxf(mx, logit[c]);
+        }
+        const float corr = expf(m[hh] - mx);  // m = −inf before the first key: 0
+        float w[kKeysPerGroup], sum = 0.0f;
+#pragma unroll
+        for (int c = 0; c < kKeysPerGroup; ++c) {
+          w[c] = rows[c] ? expf(logit[c] - mx) : 0.0f;
+          sum += w[c];
+        }
+        l[hh] = l[hh] * corr + sum;
+        m[hh] = mx;
+#pragma unroll
+        for (int e = 0; e < kPer; ++e) {
+          float acc = o[hh][e] * corr;
+#pragma unroll
+          for (int c = 0; c < kKeysPerGroup; ++c) acc = fmaf(w[c], key[c][e], acc);
+          o[hh][e] = acc;
         }
       }
-      __syncthreads();
-      if (active) {
-        while (valid) {
-          // take(), with the rows' places in the batch (their rows of staged_rows) kept.
-          const float* rows[kKeysPerGroup];
-          int at[kKeysPerGroup];
-          take_at(rows, at);
-          float key[kKeysPerGroup][kPer];
-          load_staged(rows, at, key);
-          attend_group<kPer>(q, o, m, l, rows, key, p.scale, lane);
-        }
-      }
-      __syncthreads();  // staged_rows is rewritten for the next batch
-    } else if constexpr (kMode == kPrefetch) {
+    };
+    if constexpr (kPrefetch) {
       // The next group's rows are requested before this group is computed (the same groups and arithmetic: only the
       // loads move), so each group's load latency overlaps the previous group's arithmetic instead of following it.
       if (!valid) continue;
@@ -300,7 +215,6 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(PagedSinkA
     }
   }
 
-  if (!active) return;
 #pragma unroll
   for (int hh = 0; hh < kHeadsPerWarp; ++hh) {
     const int h = h0 + hh;
@@ -362,7 +276,11 @@ __global__ void paged_attention_combine_kernel(PagedSinkAttentionKernelParams p)
 // loads of the next: a chain of dependent global round trips per thread, 14.6 µs a call at batch 1, ncu). The
 // factors, the denominator (thread 0, split order) and every element's fmaf chain in split order are the ones
 // above: the same bits.
-constexpr int kCombineBatch = 32, kCombineVecMaxThreads = 256;
+// kCombineBatch: the splits a thread has in flight, the smallest of 2 / 8 / 32 that covers the call's splits (32
+// float4 are 128 registers: at 32 for every call, batches 16 and 64 with their 7 / 2 splits ran 3-7% slower than the
+// previous kernel for the lost occupancy, H200 bench).
+constexpr int kCombineVecMaxThreads = 256;
+template <int kCombineBatch>
 __global__ void __launch_bounds__(kCombineVecMaxThreads)
     paged_attention_combine_vec_kernel(PagedSinkAttentionKernelParams p) {
   extern __shared__ float factor[];  // [splits] factors, then [splits] 1 / 0: the split has keys
@@ -432,21 +350,16 @@ template <int kPer, bool kVec>
 void launch(const PagedSinkAttentionKernelParams& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(ceil_div(p.heads, kHeadsPerBlock)), static_cast<unsigned>(p.tokens),
                   static_cast<unsigned>(p.splits));
-  const char* smem_mode = std::getenv("DEEPINFER_AB_ATTN_SMEM");
-  if constexpr (kVec) {
-    if (smem_mode && std::strcmp(smem_mode, "1") == 0) {
-      const int smem = 32 * kPer * 32 * static_cast<int>(sizeof(float));
-      DI_CUDA_CHECK(cudaFuncSetAttribute(paged_attention_kernel<kPer, kVec, kShared>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-      paged_attention_kernel<kPer, kVec, kShared><<<grid, kWarps * 32, smem, stream>>>(p);
-      DI_CUDA_CHECK_LAUNCH();
-      return;
-    }
-  }
-  if (ab_new_kernel("DEEPINFER_AB_ATTN_PREFETCH"))
-    paged_attention_kernel<kPer, kVec, kPrefetch><<<grid, kWarps * 32, 0, stream>>>(p);
+  // The lookahead costs registers (240 against 161 at hd 512: 2 blocks an SM instead of 3), so it is taken only while
+  // the grid fits in one wave of 2 blocks an SM (batch 1: 160 blocks); at batch 16 (896 blocks) it ran 4% slower.
+  int device = 0, sms = 0;
+  DI_CUDA_CHECK(cudaGetDevice(&device));
+  DI_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int64_t blocks = static_cast<int64_t>(grid.x) * grid.y * grid.z;
+  if (blocks <= 2ll * sms && ab_new_kernel("DEEPINFER_AB_ATTN_PREFETCH"))
+    paged_attention_kernel<kPer, kVec, true><<<grid, kWarps * 32, 0, stream>>>(p);
   else
-    paged_attention_kernel<kPer, kVec, kLoadEach><<<grid, kWarps * 32, 0, stream>>>(p);
+    paged_attention_kernel<kPer, kVec, false><<<grid, kWarps * 32, 0, stream>>>(p);
   DI_CUDA_CHECK_LAUNCH();
 }
 
@@ -501,7 +414,13 @@ void run_paged_sink_attention(const PagedSinkAttentionKernelParams& p, cudaStrea
     if (p.hd % 4 == 0 && p.hd <= 4 * kCombineVecMaxThreads && 2 * smem <= 48 * 1024 && aligned &&
         ab_new_kernel("DEEPINFER_AB_ATTN_COMBINE")) {
       const int threads = static_cast<int>(std::max<int64_t>(32, ceil_div(p.hd / 4, 32) * 32));
-      paged_attention_combine_vec_kernel<<<static_cast<unsigned>(p.tokens * p.heads), threads, 2 * smem, stream>>>(p);
+      const unsigned blocks = static_cast<unsigned>(p.tokens * p.heads);
+      if (p.splits <= 2)
+        paged_attention_combine_vec_kernel<2><<<blocks, threads, 2 * smem, stream>>>(p);
+      else if (p.splits <= 8)
+        paged_attention_combine_vec_kernel<8><<<blocks, threads, 2 * smem, stream>>>(p);
+      else
+        paged_attention_combine_vec_kernel<32><<<blocks, threads, 2 * smem, stream>>>(p);
     } else {
       paged_attention_combine_kernel<<<static_cast<unsigned>(p.tokens * p.heads), 128, smem, stream>>>(p);
     }
