@@ -23,7 +23,8 @@ using testing::DeviceTensor;
 
 class CudaBench : public CudaOpTest {
  protected:
-  DeviceTensor filled(DType dtype, Shape shape, bool e8m0_scale = false, bool e4m3 = false) {
+  // bf16_exact (f32 only): values rounded to bf16, as FP4 / FP8 fake-quantized activations are.
+  DeviceTensor filled(DType dtype, Shape shape, bool e8m0_scale = false, bool e4m3 = false, bool bf16_exact = false) {
     DeviceTensor d(gpu(), dtype, shape);
     const size_t bytes = d.view().nbytes();
     const size_t pat = std::min<size_t>(bytes, 16u << 20);
@@ -33,6 +34,7 @@ class CudaBench : public CudaOpTest {
     if (dtype == DType::kF32) {
       for (size_t i = 0; i + 4 <= pat; i += 4) {
         float v = fd(rng());
+        if (bf16_exact) v = round_bf16(v);
         std::memcpy(&h[i], &v, 4);
       }
     } else if (dtype == DType::kBF16) {
@@ -447,6 +449,104 @@ TEST_F(CudaBench, DISABLED_PrefillAttentionTimings) {
     }
     unsetenv("DEEPINFER_AB_ATTN_MMA");
     rel_err(("mma vs simt, " + shape).c_str(), down(out_mma), down(out_simt), 2e-5);
+  }
+}
+
+// Prefill indexer on V4-Flash and V4.1-Flash shapes: 8192 queries at positions 0..8191 (a whole 8k prompt in one
+// call) scoring every entry they can see, with the tensor-core kernel (the default for >= 128 tokens) and with
+// DEEPINFER_AB_INDEXER_MMA=0 (the SIMT kernel): a same-run A/B. V4: 64 heads x 128, ratio 4 (2048 entries), fp32
+// queries and keys (the split path, 3 mmas a product); V4.1: 32 x 128 at ratio 2 (4096 entries) and ratio 1
+// (layer 20, 8192 entries) on bf16-exact data as its FP4-quantized queries and keys are (1 mma a product).
+// TFLOP/s count the useful products once (2·heads·dim per visible (token, entry)). Then the selection that
+// follows at the same shapes: topk_mask (top 512) and V4.1's candidate_blocks (blocks of 8, top 2048), each with
+// the prefill block shapes and with DEEPINFER_AB_TOPK_ROWS=0 (1024-thread blocks), to see whether it matters once
+// the scores are fast. Last, chunks of 16-2048 queries at the end of the context, for the token threshold.
+TEST_F(CudaBench, DISABLED_PrefillIndexerTimings) {
+  struct Shape {
+    const char* name;
+    int64_t ih, n;
+    int ratio;
+    bool exact;
+  };
+  const int64_t t = 8192, id = 128;
+  const Shape shapes[] = {{"V4 IH=64 N=2048 r=4 fp32", 64, 2048, 4, false},
+                          {"V4.1 IH=32 N=4096 r=2 bf16-exact", 32, 4096, 2, true},
+                          {"V4.1 IH=32 N=8192 r=1 bf16-exact", 32, 8192, 1, true}};
+  std::vector<int64_t> pos(t);
+  std::iota(pos.begin(), pos.end(), 0);
+  HostTensor hpos(DType::kI64, {t});
+  std::copy(pos.begin(), pos.end(), hpos.data<int64_t>());
+  const DeviceTensor dpos = up(hpos);
+  for (const Shape& sh : shapes) {
+    DeviceTensor q = filled(DType::kF32, {t, sh.ih, id}, false, false, sh.exact);
+    DeviceTensor keys = filled(DType::kF32, {sh.n, id}, false, false, sh.exact), w = filled(DType::kF32, {t, sh.ih});
+    DeviceTensor out_mma(gpu(), DType::kF32, {t, sh.n}), out_simt(gpu(), DType::kF32, {t, sh.n});
+    double visible = 0;
+    for (int64_t i = 0; i < t; ++i) visible += static_cast<double>(std::min<int64_t>(sh.n, (pos[i] + 1) / sh.ratio));
+    const double fl = 2.0 * sh.ih * id * visible, bytes = 4.0 * (t * sh.ih * id + sh.n * id + t * sh.ih + t * sh.n);
+    const float score_scale = 1.0f / std::sqrt(static_cast<float>(id));
+    const float weight_scale = 1.0f / std::sqrt(static_cast<float>(sh.ih));
+    const std::string shape = std::string("indexer_scores prefill T=8192 ") + sh.name;
+    for (const char* env : {"1", "0"}) {
+      setenv("DEEPINFER_AB_INDEXER_MMA", env, 1);
+      const DeviceTensor& out = env[0] == '1' ? out_mma : out_simt;
+      report(shape + (env[0] == '1' ? " mma" : " simt"), time_ms([&] {
+               gpu().indexer_scores({q, keys, w, dpos, out, sh.ratio, score_scale, weight_scale});
+             }),
+             bytes, fl);
+    }
+    unsetenv("DEEPINFER_AB_INDEXER_MMA");
+    rel_err(("mma vs simt, " + shape).c_str(), down(out_mma), down(out_simt), sh.exact ? 2e-6 : 2e-5);
+    // The selection after it, with the prefill block shapes (the default at >= 512 rows) and with
+    // DEEPINFER_AB_TOPK_ROWS=0 (1024-thread blocks, the decode shape).
+    DeviceTensor mask(gpu(), DType::kU8, {t, sh.n}), keep(gpu(), DType::kU8, {t, sh.n});
+    for (const char* env : {"1", "0"}) {
+      setenv("DEEPINFER_AB_TOPK_ROWS", env, 1);
+      const std::string form = env[0] == '1' ? " rows-form" : " 1024-thread";
+      report("topk_mask prefill T=8192 N=" + std::to_string(sh.n) + " k=512" + form, time_ms([&] {
+               gpu().topk_mask({out_mma, Tensor{}, mask, 512});
+             }),
+             5.0 * t * sh.n, 0);
+      if (sh.ratio == 1) {
+        report("candidate_blocks prefill T=8192 N=8192 bs=8 top 2048" + form, time_ms([&] {
+                 gpu().candidate_blocks({out_mma, dpos, keep, sh.ratio, 2048, 8});
+               }),
+               5.0 * t * sh.n, 0);
+        report("topk_mask prefill T=8192 N=8192 k=512 allowed" + form, time_ms([&] {
+                 gpu().topk_mask({out_mma, keep, mask, 512});
+               }),
+               6.0 * t * sh.n, 0);
+      }
+    }
+    unsetenv("DEEPINFER_AB_TOPK_ROWS");
+  }
+  // Chunks at the end of the 8192-token context (chunked prefill; where kIndexerMmaMinTokens should sit): V4's
+  // shape, T queries at positions 8192 - T .. 8191 over all 2048 entries, mma ("all": below the threshold too)
+  // against SIMT.
+  {
+    const int64_t ih = 64, n = 2048;
+    DeviceTensor keys = filled(DType::kF32, {n, id});
+    for (const int64_t tc : {int64_t{16}, int64_t{64}, int64_t{128}, int64_t{512}, int64_t{2048}}) {
+      HostTensor cpos(DType::kI64, {tc});
+      double vis = 0;
+      for (int64_t i = 0; i < tc; ++i) {
+        cpos.data<int64_t>()[i] = t - tc + i;
+        vis += static_cast<double>(std::min<int64_t>(n, (t - tc + i + 1) / 4));
+      }
+      const DeviceTensor dcpos = up(cpos);
+      DeviceTensor q = filled(DType::kF32, {tc, ih, id}), w = filled(DType::kF32, {tc, ih});
+      DeviceTensor out(gpu(), DType::kF32, {tc, n});
+      const double fl = 2.0 * ih * id * vis, bytes = 4.0 * (tc * ih * id + n * id + tc * ih + tc * n);
+      for (const char* env : {"all", "0"}) {
+        setenv("DEEPINFER_AB_INDEXER_MMA", env, 1);
+        report("indexer_scores chunk T=" + std::to_string(tc) + " V4 N=2048" + (env[0] == 'a' ? " mma" : " simt"),
+               time_ms([&] {
+                 gpu().indexer_scores({q, keys, w, dcpos, out, 4, 0.088f, 0.125f});
+               }),
+               bytes, fl);
+      }
+    }
+    unsetenv("DEEPINFER_AB_INDEXER_MMA");
   }
 }
 
@@ -915,6 +1015,147 @@ TEST_F(CudaBench, DISABLED_DecodeSmallOpTimings) {
          [&] { gpu().paged_sink_attention(ap); });
     }
   }
+}
+
+// The prefill expert GEMMs of V4-Flash: 256 MXFP4 experts, top-6 routing drawn at random, at 4096 tokens (the MoE
+// chunk of an 8192-token prefill: 24576 slots, ~96 rows an expert) and 8192 (~192 rows an expert); gate (N = 2048,
+// K = 4096: one of the two gate/up calls, rows gathered through a_rows / 6) and down (N = 4096, K = 2048, C rows
+// scattered), plus the FP8 128x128 shared expert as dense GEMMs of 8192 rows (gate N = 2048, K = 4096; down N = 4096,
+// K = 2048). Each through run_gemm with the wgmma kernel (default bf16x2 decode, the f32 decode, the no-swizzle
+// layout, one block per SM, the split decode) and with it off (gemm_mma): DEEPINFER_AB_WGMMA = "" / "persist" / "split"
+// / "exact" / "noswz" / "0", the same inputs in the same run. The experts' weights are distinct (1 GiB a projection),
+// so each call reads them from HBM.
+TEST_F(CudaBench, DISABLED_PrefillExpertGemmTimings) {
+  const int64_t d = 4096, inter = 2048, e = 256, topk = 6, max_tokens = 8192;
+  struct Mode {
+    const char* name;
+    const char* env;
+  };
+  const Mode modes[] = {{"wgmma", ""},
+                        {"wgmma persistent", "persist"},
+                        {"wgmma split decode", "split"},
+                        {"wgmma split decode persistent", "split,persist"},
+                        {"wgmma f32-decode", "exact"},
+                        {"wgmma no-swizzle", "noswz"},
+                        {"mma.sync (AB_WGMMA=0)", "0"}};
+  // The plan of `tokens` tokens: each token's 6 distinct experts uniformly at random, slots sorted by expert.
+  struct Plan {
+    DeviceTensor perm, off, tiles, active;
+    int64_t slots = 0;
+  };
+  auto plan = [&](int64_t tokens) {
+    std::vector<std::vector<int32_t>> by_expert(e);
+    std::uniform_int_distribution<int> de(0, static_cast<int>(e) - 1);
+    for (int64_t t = 0; t < tokens; ++t) {
+      std::vector<int> chosen;
+      while (static_cast<int64_t>(chosen.size()) < topk) {
+        const int x = de(rng());
+        if (std::find(chosen.begin(), chosen.end(), x) == chosen.end()) chosen.push_back(x);
+      }
+      for (int64_t j = 0; j < topk; ++j) by_expert[chosen[j]].push_back(static_cast<int32_t>(t * topk + j));
+    }
+    const int64_t slots = tokens * topk;
+    HostTensor perm(DType::kI32, {slots}), off(DType::kI32, {e + 1}), tiles(DType::kI32, {e + 1}),
+        active(DType::kI32, {e + 1});
+    int64_t pos = 0, tl = 0, na = 0;
+    for (int64_t g = 0; g < e; ++g) {
+      off.data<int32_t>()[g] = static_cast<int32_t>(pos);
+      tiles.data<int32_t>()[g] = static_cast<int32_t>(tl);
+      for (int32_t sl : by_expert[g]) perm.data<int32_t>()[pos++] = sl;
+      tl += (static_cast<int64_t>(by_expert[g].size()) + cuda::kGemmTileM - 1) / cuda::kGemmTileM;
+      if (!by_expert[g].empty()) active.data<int32_t>()[na++] = static_cast<int32_t>(g);
+    }
+    off.data<int32_t>()[e] = static_cast<int32_t>(pos);
+    tiles.data<int32_t>()[e] = static_cast<int32_t>(tl);
+    active.data<int32_t>()[e] = static_cast<int32_t>(na);
+    return Plan{up(perm), up(off), up(tiles), up(active), slots};
+  };
+  std::vector<std::pair<int64_t, Plan>> plans;
+  for (int64_t tokens : {int64_t{4096}, max_tokens}) plans.emplace_back(tokens, plan(tokens));
+  const DeviceTensor x16 = filled(DType::kBF16, {max_tokens, d}),
+                     h16 = filled(DType::kBF16, {max_tokens * topk, inter});
+  DeviceTensor gu(gpu(), DType::kF32, {max_tokens * topk, 2 * inter}), y(gpu(), DType::kF32, {max_tokens * topk, d});
+  struct Proj {
+    const char* name;
+    int64_t n, k;
+  };
+  for (const Proj& pr : {Proj{"gate", inter, d}, Proj{"down", d, inter}}) {
+    // All experts' codes and scales in one buffer each; the tables point at each expert's slice.
+    const DeviceTensor w = filled(DType::kU8, {e * pr.n, pr.k / 2}),
+                       sc = filled(DType::kE8M0, {e * pr.n, pr.k / 32}, true);
+    HostTensor wt(DType::kI64, {e}), st(DType::kI64, {e});
+    for (int64_t g = 0; g < e; ++g) {
+      wt.data<int64_t>()[g] = reinterpret_cast<int64_t>(static_cast<const uint8_t*>(w.data()) + g * pr.n * pr.k / 2);
+      st.data<int64_t>()[g] = reinterpret_cast<int64_t>(static_cast<const uint8_t*>(sc.data()) + g * pr.n * pr.k / 32);
+    }
+    const DeviceTensor dwt = up(wt), dst = up(st);
+    for (const auto& [tokens, pl] : plans) {
+      const int64_t slots = pl.slots;
+      cuda::GemmKernelParams p;
+      p.format = QuantFormat::kMXFP4;
+      p.groups = static_cast<int>(e);
+      p.group_offsets = static_cast<const int32_t*>(pl.off.data());
+      p.tile_offsets = static_cast<const int32_t*>(pl.tiles.data());
+      p.active_groups = static_cast<const int32_t*>(pl.active.data());
+      p.max_tiles_m = (slots + cuda::kGemmTileM - 1) / cuda::kGemmTileM + e;
+      p.tables_aligned16 = true;
+      p.rows_hint = slots / e;
+      p.m = slots;
+      p.n = pr.n;
+      p.k = pr.k;
+      p.b_table = static_cast<const void* const*>(dwt.data());
+      p.b_scale_table = static_cast<const void* const*>(dst.data());
+      p.scale_cols = pr.k / 32;
+      if (pr.n == inter) {  // gate: token rows gathered by slot, C = the gate half of gu
+        p.a_bf16 = x16.data();
+        p.lda = d;
+        p.a_rows = static_cast<const int32_t*>(pl.perm.data());
+        p.a_row_div = static_cast<int>(topk);
+        p.c = static_cast<float*>(gu.data());
+        p.ldc = 2 * inter;
+      } else {  // down: h rows in plan order, C rows scattered to their slots
+        p.a_bf16 = h16.data();
+        p.lda = inter;
+        p.c = static_cast<float*>(y.data());
+        p.ldc = d;
+        p.c_rows = static_cast<const int32_t*>(pl.perm.data());
+      }
+      const double bytes = e * pr.n * pr.k * (0.5 + 1.0 / 32) + slots * pr.k * 2.0 + slots * pr.n * 4.0;
+      for (const Mode& md : modes) {
+        setenv("DEEPINFER_AB_WGMMA", md.env, 1);
+        const double ms = time_ms([&] { cuda::run_gemm(p, gpu().stream()); }, 10);
+        report(std::string("V4-Flash experts mxfp4 ") + pr.name + " T=" + std::to_string(tokens) +
+                   " E=256 k=6 N=" + std::to_string(pr.n) + " K=" + std::to_string(pr.k) + " " + md.name,
+               ms, bytes, 2.0 * slots * pr.n * pr.k);
+      }
+    }
+  }
+  // The shared expert: dense FP8 128x128 UE8M0, 8192 rows.
+  for (const Proj& pr : {Proj{"shared gate", inter, d}, Proj{"shared down", d, inter}}) {
+    const DeviceTensor w = filled(DType::kF8E4M3, {pr.n, pr.k}, false, true),
+                       sc = filled(DType::kE8M0, {pr.n / 128, pr.k / 128}, true);
+    DeviceTensor c(gpu(), DType::kF32, {max_tokens, pr.n});
+    cuda::GemmKernelParams p;
+    p.format = QuantFormat::kFP8Block;
+    p.a_bf16 = x16.data();  // [8192, 4096]: the down call reads the first 2048 columns of each row
+    p.lda = d;
+    p.b = w.data();
+    p.b_scale = sc.data();
+    p.scale_cols = pr.k / 128;
+    p.m = max_tokens;
+    p.n = pr.n;
+    p.k = pr.k;
+    p.c = static_cast<float*>(c.data());
+    p.ldc = pr.n;
+    for (const Mode& md : modes) {
+      setenv("DEEPINFER_AB_WGMMA", md.env, 1);
+      const double ms = time_ms([&] { cuda::run_gemm(p, gpu().stream()); }, 10);
+      report(std::string("V4-Flash fp8 ") + pr.name + " M=8192 N=" + std::to_string(pr.n) +
+                 " K=" + std::to_string(pr.k) + " " + md.name,
+             ms, pr.n * pr.k * 1.0 + max_tokens * pr.k * 2.0 + max_tokens * pr.n * 4.0, 2.0 * max_tokens * pr.n * pr.k);
+    }
+  }
+  unsetenv("DEEPINFER_AB_WGMMA");
 }
 
 }  // namespace

@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <numeric>
+#include <tuple>
 
 #include "cuda/cuda_test_util.h"
 #include "deepinfer/core/dtype.h"
@@ -62,6 +64,73 @@ TEST_F(CudaOpTest, TopKMaskWithTiesInfAndAllowed) {
       expect_same_bytes(("topk_mask k=" + std::to_string(k) + (with_allowed ? " allowed" : "")).c_str(), down(dout),
                         want);
     }
+  }
+}
+
+// Prefill-sized top-k (>= 512 rows: blocks of 256 / 512 threads by row length, DEEPINFER_AB_TOPK_ROWS) and the
+// decode shape (=0: 1024 threads) on the same rows, and the small blocks on a few rows (=all): the same bytes as
+// the CPU op. Rows of 1500 / 5000 / 9000 entries (256 / 512 / 1024 threads) with many exact ties, -inf and an
+// allowed mask.
+TEST_F(CudaOpTest, TopKMaskPrefillRowsMatchCpu) {
+  for (const int64_t n : {int64_t{1500}, int64_t{5000}, int64_t{9000}}) {
+    for (const int64_t t : {int64_t{600}, int64_t{5}}) {
+      HostTensor s = rand({t, n}, -4, 4);
+      for (int64_t i = 0; i < s.numel(); ++i) {
+        s.data<float>()[i] = std::round(s.data<float>()[i] * 64) / 64 + 0.01f;  // ties
+        if (i % 13 == 0) s.data<float>()[i] = -INFINITY;
+      }
+      const HostTensor allowed = ints(DType::kU8, {t, n}, 0, 1);
+      DeviceTensor ds = up(s), da = up(allowed);
+      for (const int k : {1, 512, 2000}) {
+        for (const bool with_allowed : {false, true}) {
+          HostTensor want(DType::kU8, {t, n});
+          cpu().topk_mask({s, with_allowed ? allowed.view() : Tensor{}, want, k});
+          for (const char* env : {static_cast<const char*>(nullptr), "0", "all"}) {
+            if (env)
+              setenv("DEEPINFER_AB_TOPK_ROWS", env, 1);
+            else
+              unsetenv("DEEPINFER_AB_TOPK_ROWS");
+            DeviceTensor dout = poisoned_bytes(DType::kU8, {t, n});
+            gpu().topk_mask({ds, with_allowed ? da.view() : Tensor{}, dout, k});
+            expect_same_bytes(("topk_mask T=" + std::to_string(t) + " N=" + std::to_string(n) + " k=" +
+                               std::to_string(k) + (with_allowed ? " allowed" : "") + " env=" + (env ? env : "-"))
+                                  .c_str(),
+                              down(dout), want);
+          }
+          unsetenv("DEEPINFER_AB_TOPK_ROWS");
+        }
+      }
+    }
+  }
+}
+
+// candidate_blocks at prefill row counts (V4.1's shape: blocks of 8, top 2048 blocks, 8192 entries; and a row
+// count of blocks for each block size), each block form against the CPU.
+TEST_F(CudaOpTest, CandidateBlocksPrefillRowsMatchCpu) {
+  const int64_t t = 520, ratio = 1;
+  for (const auto& [n, bs, top] : {std::tuple<int64_t, int, int>{8192, 8, 600}, {3000, 1, 1000}, {6000, 64, 20}}) {
+    HostTensor pos = ints(DType::kI64, {t}, 0, ratio * n - 1);
+    HostTensor s = rand({t, n}, -3, 3);
+    for (int64_t i = 0; i < t; ++i) {
+      const int64_t visible = (pos.data<int64_t>()[i] + 1) / ratio;
+      for (int64_t e = visible; e < n; ++e) s.data<float>()[i * n + e] = -INFINITY;
+    }
+    HostTensor want(DType::kU8, {t, n});
+    cpu().candidate_blocks({s, pos, want, static_cast<int>(ratio), top, bs});
+    DeviceTensor ds = up(s), dp = up(pos);
+    for (const char* env : {static_cast<const char*>(nullptr), "0"}) {
+      if (env)
+        setenv("DEEPINFER_AB_TOPK_ROWS", env, 1);
+      else
+        unsetenv("DEEPINFER_AB_TOPK_ROWS");
+      DeviceTensor dout = poisoned_bytes(DType::kU8, {t, n});
+      gpu().candidate_blocks({ds, dp, dout, static_cast<int>(ratio), top, bs});
+      expect_same_bytes(
+          ("candidate_blocks T=520 N=" + std::to_string(n) + " bs=" + std::to_string(bs) + " env=" + (env ? env : "-"))
+              .c_str(),
+          down(dout), want);
+    }
+    unsetenv("DEEPINFER_AB_TOPK_ROWS");
   }
 }
 

@@ -13,6 +13,7 @@
 #include "deepinfer/ops/cuda/dequant_bf16.h"
 #include "deepinfer/ops/cuda/gemm_mma.h"
 #include "deepinfer/ops/cuda/gemm_stream_mma.h"
+#include "deepinfer/ops/cuda/indexer_mma.h"
 #include "deepinfer/ops/cuda/kernels.h"
 
 namespace deepinfer {
@@ -1087,6 +1088,14 @@ cuda::IndexerScoresKernelParams indexer_kernel_params(const Tensor& q, const Ten
   k.weight_scale = weight_scale;
   return k;
 }
+
+// The tensor-core kernel for prefill-like calls (indexer_mma.h), else the SIMT kernels.
+void launch_indexer_scores(const cuda::IndexerScoresKernelParams& k, bool batch_invariant, cudaStream_t stream) {
+  if (cuda::indexer_scores_use_mma(k, batch_invariant))
+    cuda::launch_indexer_scores_mma(k, stream);
+  else
+    cuda::run_indexer_scores(k, stream);
+}
 }  // namespace
 
 void CudaBackend::indexer_scores(const IndexerScoreParams& p) {
@@ -1099,7 +1108,7 @@ void CudaBackend::indexer_scores(const IndexerScoreParams& p) {
       indexer_kernel_params(p.q, p.weights, p.positions, p.out, p.ratio, p.score_scale, p.weight_scale);
   k.keys = p.keys.data_as<float>();
   k.n = p.keys.dim(0);
-  cuda::run_indexer_scores(k, impl_->s());
+  launch_indexer_scores(k, impl_->batch_invariant, impl_->s());
 }
 
 void CudaBackend::paged_indexer_scores(const PagedIndexerScoreParams& p) {
@@ -1127,7 +1136,7 @@ void CudaBackend::paged_indexer_scores(const PagedIndexerScoreParams& p) {
   k.block_size = p.block_size;
   k.key_ratio = p.key_ratio;
   k.status = impl_->status.word();
-  cuda::run_indexer_scores(k, impl_->s());
+  launch_indexer_scores(k, impl_->batch_invariant, impl_->s());
 }
 
 void CudaBackend::candidate_blocks(const CandidateBlocksParams& p) {

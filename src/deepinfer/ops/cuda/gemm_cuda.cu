@@ -18,6 +18,7 @@
 #include "deepinfer/ops/cuda/gemm_decode.cuh"
 #include "deepinfer/ops/cuda/gemm_mma.h"
 #include "deepinfer/ops/cuda/gemm_stream_mma.h"
+#include "deepinfer/ops/cuda/gemm_wgmma.h"
 #include "deepinfer/ops/cuda/kernels.h"
 
 #include <mma.h>
@@ -1085,7 +1086,8 @@ void launch_fast(const GemmKernelParams& p, bool vec, cudaStream_t stream) {
       gemm_skinny_kernel<F, false, kSkRowsWide><<<grid, kSkWarps * 32, 0, stream>>>(p);
     }
   } else {
-    if (run_gemm_mma(p, stream)) return;  // with a bf16 A and 32-wide K steps: the pipelined mma.sync kernel
+    if (run_gemm_wgmma(p, stream)) return;  // Hopper: warpgroup MMA with a decoding producer (gemm_wgmma.h)
+    if (run_gemm_mma(p, stream)) return;    // with a bf16 A and 32-wide K steps: the pipelined mma.sync kernel
     const int64_t tiles_m = p.group_offsets ? p.max_tiles_m : ceil_div(p.m, kTcM);
     const int64_t tiles_n = ceil_div(p.n, kTcN);
     DI_CHECK(tiles_n <= 65535) << "gemm: n = " << p.n << " is too large for one launch";

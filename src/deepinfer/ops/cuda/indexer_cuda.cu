@@ -2,10 +2,13 @@
 // batch of sequences: one launch for a decode step's rows), V4.1 candidate blocks, and the top-k selection mask
 // (block radix select, topk.cuh).
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "deepinfer/ops/cuda/ab_switch.h"
 #include "deepinfer/ops/cuda/cuda_runtime.h"
 #include "deepinfer/ops/cuda/device_math.cuh"
+#include "deepinfer/ops/cuda/indexer_entries.cuh"
 #include "deepinfer/ops/cuda/kernels.h"
 #include "deepinfer/ops/cuda/topk.cuh"
 
@@ -13,39 +16,17 @@ namespace deepinfer::cuda {
 namespace {
 
 // Top-k rows: one block per row. 1024 threads with 16 keys each hold a row of up to 16384 entries (a 64k
-// context at ratio 4) in registers; longer rows re-read their scores once per radix pass.
+// context at ratio 4) in registers; longer rows re-read their scores once per radix pass. That shape is for
+// latency (decode: a few rows, each alone on an SM; at 57-64 registers a 1024-thread block fills an SM's register
+// file). Prefill has thousands of rows: there the block is the smallest of 256 / 512 / 1024 threads that holds the
+// row at 16 keys a thread (V4's 2048 entries and V4.1's 4096: 256 threads, 4 blocks an SM; V4.1's ratio-1 8192:
+// 512), so the SM's 32 warps run several rows whose barriers and 256-bin scans interleave instead of one row whose
+// 32 warps wait for each other (the bin scan runs on 8 of them). The selection is blockDim-independent (radix
+// select, ties by index): the same bytes either way.
 constexpr int kTopkThreads = 1024;
 constexpr int kTopkItems = 16;
-
-// Entries token t scores: the visible ones, and with paged keys only those below its sequence's entry count.
-// -1: a bad q_seq / n_entries (status set): the whole row becomes NaN.
-__device__ __forceinline__ int64_t scored_entries(const IndexerScoresKernelParams& p, int64_t t, bool report) {
-  int64_t count = (p.positions[t] + 1) / p.ratio;
-  if (p.block_tables == nullptr) return count;
-  const int64_t b = p.q_seq[t], n = p.n_entries[t];
-  if (b < 0 || b >= p.seqs || n < 0 || n > p.n) {
-    if (report) atomicOr(p.status, kStatusPagedAttentionRange);
-    return -1;
-  }
-  return count < n ? count : n;
-}
-
-// Key of entry e (< scored_entries) for token t, or nullptr (status set) when its page is bad.
-__device__ __forceinline__ const float* entry_key(const IndexerScoresKernelParams& p, int64_t t, int64_t e) {
-  if (p.block_tables == nullptr) return p.keys + e * p.dim;
-  const int64_t blk = e * p.key_ratio / p.block_size;
-  if (blk >= p.max_blocks) {
-    atomicOr(p.status, kStatusPagedAttentionRange);
-    return nullptr;
-  }
-  const int64_t id = p.block_tables[p.q_seq[t] * p.max_blocks + blk];
-  const int64_t row = id * (p.block_size / p.key_ratio) + (e * p.key_ratio % p.block_size) / p.key_ratio;
-  if (id < 0 || row >= p.pool_rows) {
-    atomicOr(p.status, kStatusPagedAttentionRange);
-    return nullptr;
-  }
-  return p.keys + row * p.dim;
-}
+// Fewest rows for the smaller blocks: about 4 waves of 1024-thread blocks (an estimate, not measured).
+constexpr int64_t kTopkRowsMinTokens = 512;
 
 // One warp per (token, entry). Entries the query cannot see yet are −inf and never read (their cache slots
 // may hold anything).
@@ -268,16 +249,20 @@ __global__ void __launch_bounds__(kIdxWarps * 32)
   }
 }
 
-__global__ void __launch_bounds__(kTopkThreads) topk_mask_kernel(TopKMaskKernelParams p) {
+// At most 64 registers a thread (launch bounds): 1024 threads of them fill the register file.
+template <int kThreads, int kItems>
+__global__ void __launch_bounds__(kThreads, kTopkThreads / kThreads) topk_mask_kernel(TopKMaskKernelParams p) {
   __shared__ TopkSmem sm;
   const int64_t t = blockIdx.x;
   const float* s = p.scores + t * p.n;
   const uint8_t* allowed = p.allowed ? p.allowed + t * p.n : nullptr;
   auto value = [&](int64_t i) { return (allowed && !allowed[i]) ? -INFINITY : s[i]; };
-  block_topk_mask<kTopkItems>(value, p.n, p.k, p.out + t * p.n, sm);
+  block_topk_mask<kItems>(value, p.n, p.k, p.out + t * p.n, sm);
 }
 
-__global__ void __launch_bounds__(kTopkThreads) candidate_blocks_kernel(CandidateBlocksKernelParams p) {
+template <int kThreads, int kItems>
+__global__ void __launch_bounds__(kThreads, kTopkThreads / kThreads)
+    candidate_blocks_kernel(CandidateBlocksKernelParams p) {
   __shared__ TopkSmem sm;
   const int64_t t = blockIdx.x, bs = p.block_size;
   const int64_t blocks = (p.n + bs - 1) / bs;
@@ -307,10 +292,23 @@ __global__ void __launch_bounds__(kTopkThreads) candidate_blocks_kernel(Candidat
   }
   __syncthreads();
   auto value = [&](int64_t i) { return block_score[i]; };
-  block_topk_mask<kTopkItems>(value, blocks, p.topk_blocks, block_keep, sm);
+  block_topk_mask<kItems>(value, blocks, p.topk_blocks, block_keep, sm);
   __syncthreads();
   uint8_t* keep = p.keep + t * p.n;
   for (int64_t e = threadIdx.x; e < p.n; e += blockDim.x) keep[e] = block_keep[e / bs];
+}
+
+// Threads of a block for `rows` top-k rows of `n` keys. Temporary A/B switch, read on every call:
+// DEEPINFER_AB_TOPK_ROWS = "0" always 1024 (the decode shape), "all" the smaller blocks at any row count, else
+// from kTopkRowsMinTokens rows.
+int topk_block_threads(int64_t rows, int64_t n) {
+  const char* v = std::getenv("DEEPINFER_AB_TOPK_ROWS");
+  if (v && std::strcmp(v, "0") == 0) return kTopkThreads;
+  const bool all = v && std::strcmp(v, "all") == 0;
+  if (!all && rows < kTopkRowsMinTokens) return kTopkThreads;
+  for (int threads = 256; threads < kTopkThreads; threads *= 2)
+    if (n <= static_cast<int64_t>(threads) * kTopkItems) return threads;
+  return kTopkThreads;
 }
 
 }  // namespace
@@ -340,13 +338,33 @@ void run_indexer_scores(const IndexerScoresKernelParams& p, cudaStream_t stream)
 
 void run_topk_mask(const TopKMaskKernelParams& p, cudaStream_t stream) {
   if (p.tokens == 0 || p.n == 0) return;
-  topk_mask_kernel<<<static_cast<unsigned>(p.tokens), kTopkThreads, 0, stream>>>(p);
+  const unsigned grid = static_cast<unsigned>(p.tokens);
+  switch (topk_block_threads(p.tokens, p.n)) {
+    case 256:
+      topk_mask_kernel<256, kTopkItems><<<grid, 256, 0, stream>>>(p);
+      break;
+    case 512:
+      topk_mask_kernel<512, kTopkItems><<<grid, 512, 0, stream>>>(p);
+      break;
+    default:
+      topk_mask_kernel<kTopkThreads, kTopkItems><<<grid, kTopkThreads, 0, stream>>>(p);
+  }
   DI_CUDA_CHECK_LAUNCH();
 }
 
 void run_candidate_blocks(const CandidateBlocksKernelParams& p, cudaStream_t stream) {
   if (p.tokens == 0 || p.n == 0) return;
-  candidate_blocks_kernel<<<static_cast<unsigned>(p.tokens), kTopkThreads, 0, stream>>>(p);
+  const unsigned grid = static_cast<unsigned>(p.tokens);
+  switch (topk_block_threads(p.tokens, ceil_div(p.n, p.block_size))) {
+    case 256:
+      candidate_blocks_kernel<256, kTopkItems><<<grid, 256, 0, stream>>>(p);
+      break;
+    case 512:
+      candidate_blocks_kernel<512, kTopkItems><<<grid, 512, 0, stream>>>(p);
+      break;
+    default:
+      candidate_blocks_kernel<kTopkThreads, kTopkItems><<<grid, kTopkThreads, 0, stream>>>(p);
+  }
   DI_CUDA_CHECK_LAUNCH();
 }
 

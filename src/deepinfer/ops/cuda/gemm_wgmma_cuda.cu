@@ -1,0 +1,603 @@
+// The Hopper GEMM for block-format weights and many rows (prefill: the MoE experts' grouped GEMMs, ~200 rows per
+// expert at 8192 tokens): C = A · dequant(B)ᵀ with A as bf16 (p.a_bf16), weights FP8 / MXFP4 decoded exactly to bf16,
+// fp32 accumulation in wgmma.mma_async (sm_90a). The same contract and numerics as gemm_mma_cuda.cu (the same bf16
+// operands; only the order of the fp32 sums differs).
+//
+// Why: gemm_mma ran ~167 TFLOP/s (21% of the measured 790 bf16 rate) on the V4-Flash prefill experts, latency-bound
+// with issue slots 44% busy: its warps both decode the weights and feed mma.sync through ldmatrix. Here the tensor
+// cores run asynchronously (wgmma reads both operands from shared memory) while other warps decode:
+//
+//   block = 3 warpgroups (384 threads), tile 128 (rows) x 256 (weight rows = output columns), K in steps of 64.
+//   warpgroup 0 (producer): per step, copies the A tile (gathered rows, cp.async 16 bytes at a time), loads its two
+//     weight rows' codes and scales into registers one step ahead, decodes them to bf16 (exact: e4m3 / e2m1 times a
+//     power of two) straight into the swizzled layout below, and signals the stage "full".
+//   warpgroups 1, 2 (consumers): rows 0-63 / 64-127 of the tile; per step 4 x wgmma m64n256k16 (A and B from shared
+//     memory by descriptor), one commit group per step, one group kept in flight; when a step's group has retired
+//     they signal its stage "empty". Accumulators: 128 f32 a thread.
+//   A 4-stage ring of (A tile 16 KiB, B tile 32 KiB); full / empty are named barriers (bar.arrive by the signalling
+//     side, bar.sync by the waiting side, 384 threads each), ids 1-4 and 5-8 (0 is __syncthreads). Step G of a block
+//     (counted over all its tiles) uses stage G % 4. The consumers release every step once; the producer waits for
+//     the release of step G - 4 before it writes step G, and for the last releases before it exits, so every
+//     barrier instance completes and none is reused before it did (the producer's arrival at full(G + 4) follows
+//     its wait on empty(G), which follows both consumers' passing full(G)).
+//   One block per tile, or (DEEPINFER_AB_WGMMA=persist) one per SM walking tiles blockIdx.x + i·gridDim.x: the
+//     producer then decodes the next tile's first steps while the consumers finish a tile and store it.
+//
+// Shared-memory layout (both operands "K-major", 128-byte swizzle, the wgmma canonical layout): a tile row holds the
+// 64 K values of one row (A: a token row, B: a weight row) = 128 bytes = 8 chunks of 16 bytes. Row r's chunk c
+// lives at byte r·128 + ((c ^ (r % 8)) · 16) from a 1024-byte aligned tile base (the XOR uses address bits 7-9,
+// which is why the base must be 1024-aligned). Eight rows form a 1024-byte swizzle atom; atoms follow each other
+// along M / N. Descriptor (PTX "matrix descriptor"): bits 0-13 start address >> 4, bits 16-29 leading byte offset
+// >> 4 (unused for swizzled K-major; 1), bits 32-45 stride byte offset >> 4 = 1024 >> 4 (atom to atom), bits 49-51
+// base offset 0, bits 62-63 swizzle mode 1 = 128 bytes. The k16 slice kk of a step starts kk·32 bytes into the row:
+// the descriptor's start address advances by 32 bytes (the hardware applies the XOR to the final address). The
+// second consumer's A rows start 64·128 = 8192 bytes in (a whole number of atoms).
+//
+// Accumulator layout (m64nNk16, f32): thread = 32·w + lane of the warpgroup owns rows 16w + lane/4 (+8) and columns
+// 8j + 2(lane%4) + {0,1}: d[4j + 0/1] row lane/4, d[4j + 2/3] row lane/4 + 8, for n8 tile j = 0..31.
+//
+// Weight decode (producer). Default: integer bf16x2 construction plus one bf16x2 multiply by the power-of-two scale,
+// exact whenever the scale is a normal bf16:
+//   e4m3: the hardware e4m3x2 -> f16x2 convert (exact; e4m3 subnormals become f16 normals), then the f16 bits shifted
+//     right by 3 are a bf16 of the same sign and mantissa with the exponent still biased by 15: value · 2^-112 (zero
+//     stays zero, no subnormal arises), times scale · 2^112 (UE8M0 scales up to 2^15).
+//   e2m1: magnitudes through two byte lookups (prmt) of the bf16 high and low bytes of {0, .5, 1, 1.5, 2, 3, 4, 6},
+//     interleaved into bf16x2, the sign bits moved in by a third prmt; times the scale. No subnormal inputs.
+// DEEPINFER_AB_WGMMA=exact (and f32 scales, always) decodes through f32 as gemm_mma does (bf16(code · scale)).
+#include "deepinfer/ops/cuda/gemm_wgmma.h"
+
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "deepinfer/ops/cuda/cuda_check.h"
+#include "deepinfer/ops/cuda/device_math.cuh"
+#include "deepinfer/ops/cuda/gemm_decode.cuh"
+#include "deepinfer/ops/cuda/gemm_mma.h"
+
+namespace deepinfer::cuda {
+namespace {
+
+constexpr int kWgM = 2 * kGemmTileM, kWgN = 256, kWgK = 64, kWgStages = 4, kWgThreads = 384;
+constexpr int kRowBytes = kWgK * 2;                                    // one 128-byte swizzle row
+constexpr int kABytes = kWgM * kRowBytes, kBBytes = kWgN * kRowBytes;  // one stage's tiles
+constexpr int kBarFull = 1, kBarEmpty = 1 + kWgStages;
+constexpr size_t kWgSmem = 1024 + kWgStages * (kABytes + kBBytes);
+static_assert(kWgM == 128 && kWgThreads == 3 * 128, "one producer and two consumer warpgroups of 64 rows");
+static_assert(kBarEmpty + kWgStages <= 16, "named barriers");
+
+template <QuantFormat F>
+constexpr int kCodeWords = F == QuantFormat::kMXFP4 ? kWgK / 8 : kWgK / 4;  // 32-bit words of a row's step
+
+// Byte offset of 16-byte chunk c (K values 8c..8c+7) of row r in a tile. kSwizzle: the 128B-swizzled layout (row r
+// is 128 contiguous bytes, chunk c at position c ^ (r % 8)). Else the A/B switch's no-swizzle ("interleave") layout,
+// kept as a same-run diagnostic: 8 x 16-byte core matrices (rows 8i..8i+7, one chunk column), each 128 contiguous
+// bytes (row r % 8 at 16 (r % 8)); core matrices adjacent in K 128 bytes apart (the leading byte offset), 8-row
+// groups 1024 bytes apart (the stride byte offset).
+template <bool kSwizzle>
+__device__ __forceinline__ uint32_t swz(int r, int c) {
+  if constexpr (kSwizzle) return r * kRowBytes + ((c ^ (r & 7)) << 4);
+  return (r >> 3) * 1024 + c * 128 + (r & 7) * 16;
+}
+// Byte offset of the k16 slice kk (chunks 2kk, 2kk+1) from the tile's start, as the descriptor's start address.
+template <bool kSwizzle>
+__device__ __forceinline__ constexpr uint32_t k16_offset(int kk) {
+  return kSwizzle ? 32 * kk : 256 * kk;
+}
+
+// Descriptor of a K-major operand starting at shared address addr (see the header comment): 128B swizzle (LBO
+// unused: 1, SBO 1024, mode 1) or none (LBO 128, SBO 1024, mode 0).
+template <bool kSwizzle>
+__device__ __forceinline__ uint64_t smem_desc(uint32_t addr) {
+  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(kSwizzle ? 1 : 128 >> 4) << 16) |
+         (static_cast<uint64_t>(1024 >> 4) << 32) | (static_cast<uint64_t>(kSwizzle ? 1 : 0) << 62);
+}
+
+__device__ __forceinline__ void bar_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void bar_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+// Generic-proxy shared stores (and cp.async) made visible to the async proxy that wgmma reads through.
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+// Keeps the compiler from moving accumulator reads / writes across a wgmma fence or wait.
+__device__ __forceinline__ void pin(float (&d)[128]) {
+#pragma unroll
+  for (int i = 0; i < 128; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// D(64 x 256, f32) += A(64 x 16, bf16, K-major smem) · B(256 x 16, bf16, K-major smem)ᵀ.
+__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
+      "%128, %129, p, 1, 1, 0, 0;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),
+        "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),
+        "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
+        "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]),
+        "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]),
+        "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]),
+        "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]),
+        "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]),
+        "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]),
+        "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]),
+        "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]),
+        "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "l"(desc_a), "l"(desc_b), "r"(1));
+}
+#endif
+
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
+  uint32_t d;
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+  return d;
+}
+__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+
+// Two e4m3 codes (low byte = lower K) -> bf16x2 of value · 2^-112 (see the header comment).
+__device__ __forceinline__ uint32_t e4m3x2_to_bf16x2_shifted(uint32_t pair16) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair16), __NV_E4M3);
+  const uint32_t x = static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
+  return ((x >> 3) & 0x0FFF0FFFu) | (x & 0x80008000u);
+}
+// Eight e2m1 codes of one word (code i in bits 4i..4i+3, i = lower K first) -> four bf16x2 (codes 2j, 2j+1).
+__device__ __forceinline__ void e2m1x8_to_bf16x2(uint32_t x, uint32_t (&o)[4]) {
+  // bf16 of {0, .5, 1, 1.5, 2, 3, 4, 6}: high bytes 00 3F 3F 3F 40 40 40 40, low bytes 00 00 80 C0 00 40 80 C0.
+  constexpr uint32_t kHi03 = 0x3F3F3F00u, kHi47 = 0x40404040u, kLo03 = 0xC0800000u, kLo47 = 0xC0804000u;
+  const uint32_t mag = x & 0x77777777u;  // selector nibbles 0-7 (bit 3 of a prmt selector means sign replication)
+  const uint32_t hi0 = prmt(kHi03, kHi47, mag), lo0 = prmt(kLo03, kLo47, mag);              // bytes for codes 0-3
+  const uint32_t hi1 = prmt(kHi03, kHi47, mag >> 16), lo1 = prmt(kLo03, kLo47, mag >> 16);  // codes 4-7
+  // Signs: code 2j's sign is bit 3 of byte j (bit 7 of byte j of x << 4), code 2j+1's is bit 7 of byte j: placed in
+  // bytes 1 and 3 they land on bits 15 and 31.
+  const uint32_t x4 = x << 4;
+  o[0] = prmt(lo0, hi0, 0x5140) | (prmt(x4, x, 0x4000) & 0x80008000u);
+  o[1] = prmt(lo0, hi0, 0x7362) | (prmt(x4, x, 0x5010) & 0x80008000u);
+  o[2] = prmt(lo1, hi1, 0x5140) | (prmt(x4, x, 0x6020) & 0x80008000u);
+  o[3] = prmt(lo1, hi1, 0x7362) | (prmt(x4, x, 0x7030) & 0x80008000u);
+}
+
+// One weight row's step: its codes (kCodeWords words, K ascending) and the raw scales of its two 32-wide K halves
+// (UE8M0 exponent byte, or f32 bits).
+template <QuantFormat F>
+struct RowStep {
+  uint32_t w[kCodeWords<F>];
+  uint32_t s[2];
+};
+
+// Decodes chunk c (K values 8c..8c+7 of the step) of tile row r from its code words (MXFP4: w[0]; FP8: w[0], w[1])
+// and its half's raw scale into the swizzled tile at `tile` (shared address). s8: UE8M0 scales.
+template <QuantFormat F, bool kExact, bool kSwizzle>
+__device__ __forceinline__ void decode_chunk(const uint32_t* w, uint32_t sraw, uint32_t tile, int r, int c, bool s8) {
+  uint32_t o[4];
+  if constexpr (kExact) {
+    const float sc = s8 ? e8m0_to_f32_dev(static_cast<uint8_t>(sraw)) : __uint_as_float(sraw);
+    float v[8];
+    if constexpr (F == QuantFormat::kMXFP4) {
+      decode_fp4x8_pairs(w[0], v);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) v[i] *= sc * kFp4Unscale;
+    } else {
+      decode_fp8x8(w[0], w[1], v);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) v[i] *= sc;
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j) o[j] = pack_bf16x2(v[2 * j], v[2 * j + 1]);
+  } else if constexpr (F == QuantFormat::kMXFP4) {
+    // bf16x2 of the scale 2^(S - 127): exponent field S in both halves (exact for S = 1..254).
+    const uint32_t m2 = sraw * 0x00800080u;
+    e2m1x8_to_bf16x2(w[0], o);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) o[j] = bf16x2_mul(o[j], m2);
+  } else {
+    // bf16x2 of scale · 2^112 = 2^(S - 15): exponent field S - 15 + 127 = S + 112 (exact for S <= 142: scales up to
+    // 2^15).
+    const uint32_t m2 = (sraw + 112u) * 0x00800080u;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) o[j] = bf16x2_mul(e4m3x2_to_bf16x2_shifted(w[j / 2] >> (16 * (j & 1))), m2);
+  }
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(tile + swz<kSwizzle>(r, c)), "r"(o[0]), "r"(o[1]),
+               "r"(o[2]), "r"(o[3])
+               : "memory");
+}
+// A whole row's step (8 chunks).
+template <QuantFormat F, bool kExact, bool kSwizzle>
+__device__ __forceinline__ void decode_row(const RowStep<F>& rs, uint32_t tile, int r, bool s8) {
+  constexpr int kWordsPerChunk = F == QuantFormat::kMXFP4 ? 1 : 2;
+#pragma unroll
+  for (int c = 0; c < 8; ++c)
+    decode_chunk<F, kExact, kSwizzle>(&rs.w[kWordsPerChunk * c], rs.s[c >> 2], tile, r, c, s8);
+}
+
+// Half a row's step (its 32 K values of half h: chunks 4h..4h+3), for the split decode.
+template <QuantFormat F>
+struct HalfStep {
+  uint32_t w[kCodeWords<F> / 2];
+  uint32_t s;
+};
+template <QuantFormat F, bool kExact, bool kSwizzle>
+__device__ __forceinline__ void decode_half(const HalfStep<F>& hs, uint32_t tile, int r, int h, bool s8) {
+  constexpr int kWordsPerChunk = F == QuantFormat::kMXFP4 ? 1 : 2;
+#pragma unroll
+  for (int c = 0; c < 4; ++c)
+    decode_chunk<F, kExact, kSwizzle>(&hs.w[kWordsPerChunk * c], hs.s, tile, r, 4 * h + c, s8);
+}
+
+template <QuantFormat F, bool kExact, bool kSwizzle, bool kSplit>
+__global__ void __launch_bounds__(kWgThreads, 1) gemm_wgmma_kernel(GemmKernelParams p, int tiles_n, int64_t tiles) {
+  // Weight rows a producer thread decodes per step: 2 (tile rows tid, tid + 128), or with kSplit 1 (tile row tid; the
+  // consumers decode rows 128-255, half a row each, one step ahead of their products).
+  constexpr int kRowsP = kSplit ? 1 : 2;
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ uint8_t smem_raw[];
+  // 1024-byte aligned base (128B swizzle): A stages, then B stages.
+  const uint32_t raw_addr = smem_addr(smem_raw);
+  const uint32_t a_base = raw_addr + ((1024 - (raw_addr & 1023)) & 1023), b_base = a_base + kWgStages * kABytes;
+  const int tid = threadIdx.x;
+  const int ktiles = static_cast<int>(p.k / kWgK);
+  // Tiles t = blockIdx.x, blockIdx.x + gridDim.x, ... (one per block unless launched persistent), column tile fastest:
+  // the blocks running together share an A tile and sweep one expert's weight. Both roles walk the same tiles and
+  // skip the same ones (a grouped plan tile that does not start a 128-row tile); `gs` counts this block's steps over
+  // all its tiles, which fixes every step's stage (gs % S) and barrier instance.
+
+  if (tid < 128) {
+    // ------------------------------------------------------------------ producer warpgroup
+    const bool s8 = F == QuantFormat::kMXFP4 || p.scale_e8m0;
+    const int ac = tid & 7;  // A: this thread copies chunk tid % 8 of tile rows tid / 8 + 16 j, j = 0..7
+    constexpr int kStepBytes = kCodeWords<F> * 4;
+    const int64_t row_bytes = F == QuantFormat::kMXFP4 ? p.k / 2 : p.k;
+    const int bn_shift = __ffs(p.block_n) - 1, bk_shift = __ffs(p.block_k) - 1;
+    int64_t gs = 0;
+    for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+      int g;
+      int64_t row_begin, row_end;
+      if (!gemm_tile_rows(p, t / tiles_n, kWgM / kGemmTileM, g, row_begin, row_end)) continue;
+      const int64_t n0 = (t % tiles_n) * kWgN;
+      const uint8_t* b = static_cast<const uint8_t*>(p.b_table ? p.b_table[g] : p.b);
+      const uint8_t* sc = static_cast<const uint8_t*>(p.b_scale_table ? p.b_scale_table[g] : p.b_scale);
+      const __nv_bfloat16* a_src[8];  // rows past the tile's end: none (zero-filled copies)
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const int64_t i = row_begin + (tid >> 3) + 16 * j;
+        const int64_t ar = i < row_end ? (p.a_rows ? p.a_rows[i] / p.a_row_div : i) : -1;
+        a_src[j] = ar < 0 ? nullptr : static_cast<const __nv_bfloat16*>(p.a_bf16) + ar * p.lda + ac * 8;
+      }
+      // A tile of k-step kt into stage `st`.
+      auto issue_a = [&](int kt, int st) {
+        const uint32_t dst = a_base + st * kABytes;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const int r = (tid >> 3) + 16 * j;
+          const bool ok = a_src[j] != nullptr;
+          const void* src = ok ? static_cast<const void*>(a_src[j] + static_cast<int64_t>(kt) * kWgK) : p.a_bf16;
+          asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst + swz<kSwizzle>(r, ac)), "l"(src),
+                       "r"(ok ? 16 : 0)
+                       : "memory");
+        }
+      };
+      // Weights: tile rows tid and tid + 128 (output columns n0 + those). A column past N reads row N - 1 instead
+      // (no branch; its output column is never written). Scales: the row's base in its scale matrix, then per step
+      // the K halves' column (block sizes are powers of two: run_gemm_wgmma checks).
+      const uint8_t* w_src[kRowsP];
+      int64_t s_base[kRowsP];
+#pragma unroll
+      for (int i = 0; i < kRowsP; ++i) {
+        const int64_t n = min(n0 + tid + 128 * i, p.n - 1);
+        w_src[i] = b + n * row_bytes;
+        s_base[i] = F == QuantFormat::kMXFP4      ? n * (p.k / 32)
+                    : F == QuantFormat::kFP8Row32 ? n * p.scale_cols
+                                                  : (n >> bn_shift) * p.scale_cols;
+      }
+      auto load_step = [&](int kt, RowStep<F>(&rs)[kRowsP]) {
+#pragma unroll
+        for (int i = 0; i < kRowsP; ++i) {
+          const uint4* q = reinterpret_cast<const uint4*>(w_src[i] + static_cast<int64_t>(kt) * kStepBytes);
+#pragma unroll
+          for (int v = 0; v < kStepBytes / 16; ++v) {
+            const uint4 u = __ldg(q + v);
+            rs[i].w[4 * v] = u.x;
+            rs[i].w[4 * v + 1] = u.y;
+            rs[i].w[4 * v + 2] = u.z;
+            rs[i].w[4 * v + 3] = u.w;
+          }
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int k0 = kt * kWgK + 32 * h;
+            const int64_t si = s_base[i] + (F == QuantFormat::kFP8Block ? (k0 >> bk_shift) : (k0 >> 5));
+            rs[i].s[h] = s8 ? static_cast<uint32_t>(__ldg(sc + si))
+                            : __float_as_uint(__ldg(reinterpret_cast<const float*>(sc) + si));
+          }
+        }
+      };
+      // Stage of this block's step G, once the consumers released its previous use (step G - S).
+      auto acquire = [&](int64_t G) {
+        if (G >= kWgStages) bar_sync(kBarEmpty + static_cast<int>((G - kWgStages) % kWgStages), kWgThreads);
+        return static_cast<int>(G % kWgStages);
+      };
+      // One step: prefetch step kt + 1's codes (first: registers need no free stage, and the longer they fly the
+      // better), acquire step kt + 1's stage and copy its A tile, decode step kt into its stage's B tile, publish.
+      auto step = [&](int kt, RowStep<F>(&cur)[kRowsP], RowStep<F>(&nxt)[kRowsP]) {
+        const int64_t G = gs + kt;
+        if (kt + 1 < ktiles) {
+          load_step(kt + 1, nxt);
+          issue_a(kt + 1, acquire(G + 1));
+        }
+        cp_async_commit();
+        const int st = static_cast<int>(G % kWgStages);
+        const uint32_t bt = b_base + st * kBBytes;
+#pragma unroll
+        for (int i = 0; i < kRowsP; ++i) decode_row<F, kExact, kSwizzle>(cur[i], bt, tid + 128 * i, s8);
+        cp_async_wait<1>();  // this thread's A copies of step kt have landed
+        fence_proxy_async();
+        bar_arrive(kBarFull + st, kWgThreads);
+      };
+      RowStep<F> r0[kRowsP], r1[kRowsP];  // ping-pong: no register copies between steps
+      load_step(0, r0);
+      issue_a(0, acquire(gs));
+      cp_async_commit();
+      int kt = 0;
+      for (; kt + 1 < ktiles; kt += 2) {
+        step(kt, r0, r1);
+        step(kt + 1, r1, r0);
+      }
+      if (kt < ktiles) step(kt, r0, r1);
+      gs += ktiles;
+    }
+    cp_async_wait<0>();
+    // The consumers release every step; the loop waited for the releases of steps [0, gs - S): take the rest, so
+    // that no barrier is left with arrivals at exit.
+    for (int64_t G = gs > kWgStages ? gs - kWgStages : 0; G < gs; ++G)
+      bar_sync(kBarEmpty + static_cast<int>(G % kWgStages), kWgThreads);
+  } else {
+    // ------------------------------------------------------------------ consumer warpgroups
+    const int cw = (tid >> 7) - 1;  // rows 64 cw .. 64 cw + 63 of the tile
+    const int lane = tid & 31, wq = (tid >> 5) & 3;
+    // Column pairs as one 8-byte store when every row start is 8-byte aligned.
+    const bool vec2 = p.ldc % 2 == 0 && reinterpret_cast<uintptr_t>(p.c) % 8 == 0;
+    int64_t gs = 0;
+    for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+      int g;
+      int64_t row_begin, row_end;
+      if (!gemm_tile_rows(p, t / tiles_n, kWgM / kGemmTileM, g, row_begin, row_end)) continue;
+      const int64_t n0 = (t % tiles_n) * kWgN;
+      float acc[128];
+#pragma unroll
+      for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+      pin(acc);
+      auto mma_step = [&](int kt) {
+        const int64_t G = gs + kt;
+        const int st = static_cast<int>(G % kWgStages);
+        bar_sync(kBarFull + st, kWgThreads);
+        const uint32_t at = a_base + st * kABytes + cw * 64 * kRowBytes, bt = b_base + st * kBBytes;
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kWgK / 16; ++kk)
+          wgmma_m64n256k16(acc, smem_desc<kSwizzle>(at + k16_offset<kSwizzle>(kk)),
+                           smem_desc<kSwizzle>(bt + k16_offset<kSwizzle>(kk)));
+        wgmma_commit();
+        wgmma_wait<1>();  // step G - 1's products have read their stage: release it
+        if (kt >= 1) bar_arrive(kBarEmpty + static_cast<int>((G - 1) % kWgStages), kWgThreads);
+      };
+      if constexpr (kSplit) {
+        // This thread's half row: tile row 128 + u / 2, K half u % 2 (chunks 4h..4h+3) of each step. Step X is decoded
+        // after this warpgroup passed full(X - 1): the other warpgroup had then retired its products of step X - 3,
+        // so stage X % 4 (last read at step X - 4) is free; the producer's rows of that stage are other rows.
+        const int u = tid - 128, hrow = 128 + (u >> 1), hh = u & 1;
+        const bool s8 = F == QuantFormat::kMXFP4 || p.scale_e8m0;
+        constexpr int kStepBytes = kCodeWords<F> * 4;
+        const int64_t row_bytes = F == QuantFormat::kMXFP4 ? p.k / 2 : p.k;
+        const int bn_shift = __ffs(p.block_n) - 1, bk_shift = __ffs(p.block_k) - 1;
+        const uint8_t* sc = static_cast<const uint8_t*>(p.b_scale_table ? p.b_scale_table[g] : p.b_scale);
+        const int64_t n = min(n0 + hrow, p.n - 1);
+        const uint8_t* hw =
+            static_cast<const uint8_t*>(p.b_table ? p.b_table[g] : p.b) + n * row_bytes + hh * (kStepBytes / 2);
+        const int64_t hs_base = F == QuantFormat::kMXFP4      ? n * (p.k / 32)
+                                : F == QuantFormat::kFP8Row32 ? n * p.scale_cols
+                                                              : (n >> bn_shift) * p.scale_cols;
+        auto load_half = [&](int kt, HalfStep<F>& hs) {
+          const uint4* q = reinterpret_cast<const uint4*>(hw + static_cast<int64_t>(kt) * kStepBytes);
+#pragma unroll
+          for (int v = 0; v < kStepBytes / 32; ++v) {
+            const uint4 w4 = __ldg(q + v);
+            hs.w[4 * v] = w4.x;
+            hs.w[4 * v + 1] = w4.y;
+            hs.w[4 * v + 2] = w4.z;
+            hs.w[4 * v + 3] = w4.w;
+          }
+          const int k0 = kt * kWgK + 32 * hh;
+          const int64_t si = hs_base + (F == QuantFormat::kFP8Block ? (k0 >> bk_shift) : (k0 >> 5));
+          hs.s = s8 ? static_cast<uint32_t>(__ldg(sc + si))
+                    : __float_as_uint(__ldg(reinterpret_cast<const float*>(sc) + si));
+        };
+        auto decode = [&](int kt, const HalfStep<F>& hs) {
+          decode_half<F, kExact, kSwizzle>(hs, b_base + static_cast<int>((gs + kt) % kWgStages) * kBBytes, hrow, hh,
+                                           s8);
+          fence_proxy_async();
+        };
+        // Step kt's products, then step kt + 1's half rows (codes in `next`), then the load of step kt + 2's codes
+        // into `spare` (after decode's proxy fence, which may wait for this thread's loads in flight).
+        auto split_step = [&](int kt, HalfStep<F>& next, HalfStep<F>& spare) {
+          mma_step(kt);
+          if (kt + 1 < ktiles) {
+            decode(kt + 1, next);
+            if (kt + 2 < ktiles) load_half(kt + 2, spare);
+          }
+        };
+        HalfStep<F> h0, h1;
+        load_half(0, h0);
+        if (ktiles > 1) load_half(1, h1);
+        decode(0, h0);
+        int kt = 0;
+        for (; kt + 1 < ktiles; kt += 2) {
+          split_step(kt, h1, h0);
+          split_step(kt + 1, h0, h1);
+        }
+        if (kt < ktiles) split_step(kt, h1, h0);
+      } else {
+        for (int kt = 0; kt < ktiles; ++kt) mma_step(kt);
+      }
+      wgmma_wait<0>();
+      bar_arrive(kBarEmpty + static_cast<int>((gs + ktiles - 1) % kWgStages), kWgThreads);
+      pin(acc);
+      gs += ktiles;
+
+      // Accumulator (n8 tile j, half h): row wq·16 + lane/4 + 8h of this warpgroup's 64, columns 8j + 2(lane%4) + 0/1.
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int64_t i = row_begin + cw * 64 + wq * 16 + (lane >> 2) + 8 * h;
+        if (i >= row_end) continue;
+        const int64_t cr = p.c_rows ? p.c_rows[i] : i;
+        float* crow = p.c + cr * p.ldc;
+#pragma unroll
+        for (int j = 0; j < 32; ++j) {
+          const int64_t col = n0 + j * 8 + (lane & 3) * 2;  // even
+          if (vec2 && col + 1 < p.n) {
+            *reinterpret_cast<float2*>(crow + col) = make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+          } else {
+            if (col < p.n) crow[col] = acc[4 * j + 2 * h];
+            if (col + 1 < p.n) crow[col + 1] = acc[4 * j + 2 * h + 1];
+          }
+        }
+      }
+    }
+  }
+#else
+  __trap();  // built without sm_90a: run_gemm_wgmma never launches it (device_is_sm90)
+#endif
+}
+
+int sm_count() {
+  static const int n = [] {
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+      return 132;
+    return v;
+  }();
+  return n;
+}
+
+template <QuantFormat F, bool kExact, bool kSwizzle, bool kSplit>
+void launch(const GemmKernelParams& p, bool persistent, cudaStream_t stream) {
+  const int64_t tiles_m = p.group_offsets ? p.max_tiles_m : ceil_div(p.m, kWgM);
+  const int64_t tiles_n = ceil_div(p.n, kWgN);
+  if (tiles_m == 0 || tiles_n == 0) return;
+  const int64_t tiles = tiles_m * tiles_n;
+  DI_CHECK(tiles < (int64_t{1} << 31) && tiles_n < (int64_t{1} << 31)) << "gemm: " << tiles << " tiles are too many";
+  DI_CUDA_CHECK(cudaFuncSetAttribute(gemm_wgmma_kernel<F, kExact, kSwizzle, kSplit>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kWgSmem)));
+  const int64_t blocks = persistent ? std::min<int64_t>(tiles, sm_count()) : tiles;
+  gemm_wgmma_kernel<F, kExact, kSwizzle, kSplit>
+      <<<static_cast<unsigned>(blocks), kWgThreads, kWgSmem, stream>>>(p, static_cast<int>(tiles_n), tiles);
+  DI_CUDA_CHECK_LAUNCH();
+}
+
+template <QuantFormat F>
+void launch(const GemmKernelParams& p, const WgmmaMode& mode, bool exact, cudaStream_t stream) {
+  if (exact)
+    launch<F, true, true, false>(p, mode.persistent, stream);
+  else if (mode.split)
+    launch<F, false, true, true>(p, mode.persistent, stream);
+  else if (mode.no_swizzle)
+    launch<F, false, false, false>(p, mode.persistent, stream);
+  else
+    launch<F, false, true, false>(p, mode.persistent, stream);
+}
+
+bool aligned(const void* q, uintptr_t a) { return reinterpret_cast<uintptr_t>(q) % a == 0; }
+
+// wgmma needs sm_90 (this file is built for sm_90a); another device never takes this path.
+bool device_is_sm90() {
+  static const bool yes = [] {
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return false;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return false;
+    if (cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) return false;
+    return major == 9 && minor == 0;
+  }();
+  return yes;
+}
+
+}  // namespace
+
+WgmmaMode wgmma_mode() {
+  WgmmaMode m;
+  const char* v = std::getenv("DEEPINFER_AB_WGMMA");
+  if (!v) return m;
+  m.on = std::strcmp(v, "0") != 0;
+  m.exact = std::strstr(v, "exact") != nullptr;
+  m.all_rows = std::strstr(v, "all") != nullptr;
+  m.no_swizzle = std::strstr(v, "noswz") != nullptr;
+  m.persistent = std::strstr(v, "persist") != nullptr;
+  m.split = std::strstr(v, "split") != nullptr;
+  return m;
+}
+
+bool run_gemm_wgmma(const GemmKernelParams& p, cudaStream_t stream) {
+  const WgmmaMode mode = wgmma_mode();
+  if (!mode.on || !p.a_bf16 || p.batch_invariant) return false;
+  if (p.format != QuantFormat::kFP8Block && p.format != QuantFormat::kMXFP4 && p.format != QuantFormat::kFP8Row32)
+    return false;
+  if (p.k <= 0 || p.k % kWgK != 0) return false;
+  // FP8 blocks: powers of two (the producer indexes scales with shifts), at least 32 wide in K (a scale per half
+  // step); the checkpoints' are 128 and 32.
+  const auto pow2 = [](int v) { return v > 0 && (v & (v - 1)) == 0; };
+  if (p.format == QuantFormat::kFP8Block && (!pow2(p.block_n) || !pow2(p.block_k) || p.block_k < 32)) return false;
+  if (p.lda % 8 != 0 || !aligned(p.a_bf16, 16)) return false;
+  if (p.b_table ? !p.tables_aligned16 : !aligned(p.b, 16)) return false;
+  if (p.group_offsets) {
+    if (!mode.all_rows && (p.rows_hint > 0 ? p.rows_hint : p.m) < kGemmWgmmaMinRows) return false;
+  } else if (!gemm_mma_dense_fills(p.m, p.n)) {
+    return false;
+  }
+  if (!device_is_sm90()) return false;
+  if (p.m == 0 || p.n == 0) return true;
+  // f32 scales are not powers of two: decode as gemm_mma does (bf16 of the f32 product).
+  const bool exact = mode.exact || (p.format != QuantFormat::kMXFP4 && !p.scale_e8m0);
+  switch (p.format) {
+    case QuantFormat::kFP8Block:
+      launch<QuantFormat::kFP8Block>(p, mode, exact, stream);
+      return true;
+    case QuantFormat::kMXFP4:
+      launch<QuantFormat::kMXFP4>(p, mode, exact, stream);
+      return true;
+    case QuantFormat::kFP8Row32:
+      launch<QuantFormat::kFP8Row32>(p, mode, exact, stream);
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace deepinfer::cuda

@@ -1,0 +1,481 @@
+// The warpgroup-MMA GEMM (ops/cuda/gemm_wgmma_cuda.cu) called directly through GemmKernelParams, on random data:
+// against a CPU reference in double (the same bf16 A, the weights dequantized exactly), against the mma.sync kernel
+// (run_gemm_mma) on the same inputs, its bf16x2 integer decode against its f32 decode, its 128-byte swizzled
+// shared-memory layout against the no-swizzle one, one block per tile against one block per SM walking the tiles, and
+// the producer decoding every weight row against the split decode (byte-identical outputs).
+// Shapes: dense with partial row / column tiles and the V4-Flash expert shape, grouped with uneven groups (empty,
+// 1-63 rows, several tiles), A rows gathered through a_rows / a_row_div and C rows scattered through c_rows;
+// MXFP4, FP8 128x128 and 32x32 blocks with UE8M0 scales, FP8 with f32 scales, FP8 with a scale per 32 of a row.
+//
+// Tolerances. Reference: both operands are exact in the kernel (bf16 A, weights exact in bf16), so only the fp32
+// sums differ: |got - want| <= 1e-4 · Σ|a·w| per entry (fp32 accumulation over K <= 4096 is ~1e-6 of Σ|a·w| in
+// practice; a misplaced tile, a wrong scale or a wrong code is ~1e-2 of it and more). Against gemm_mma (same products,
+// other summation order, and the tensor cores' own accumulation inside a wgmma): ‖wgmma − mma‖ / ‖mma‖ <= 1e-4 and
+// every entry within 1e-2 of the rms (a wrong entry is off by about the rms). The first mismatch is printed.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <numeric>
+
+#include "cuda/cuda_test_util.h"
+#include "deepinfer/core/dtype.h"
+#include "deepinfer/ops/cuda/gemm_mma.h"
+#include "deepinfer/ops/cuda/gemm_wgmma.h"
+#include "deepinfer/ops/cuda/kernels.h"
+
+namespace deepinfer {
+namespace {
+
+using testing::CudaOpTest;
+using testing::DeviceTensor;
+
+// Scoped DEEPINFER_AB_WGMMA value (nullptr = unset); restores the previous one.
+class AbWgmma {
+ public:
+  explicit AbWgmma(const char* v) {
+    const char* old = std::getenv("DEEPINFER_AB_WGMMA");
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    if (v)
+      setenv("DEEPINFER_AB_WGMMA", v, 1);
+    else
+      unsetenv("DEEPINFER_AB_WGMMA");
+  }
+  ~AbWgmma() {
+    if (had_)
+      setenv("DEEPINFER_AB_WGMMA", old_.c_str(), 1);
+    else
+      unsetenv("DEEPINFER_AB_WGMMA");
+  }
+
+ private:
+  bool had_ = false;
+  std::string old_;
+};
+
+enum class Kind { kMxfp4, kFp8E8m0_128, kFp8E8m0_32, kFp8F32_128, kFp8Row32 };
+const char* kind_name(Kind k) {
+  switch (k) {
+    case Kind::kMxfp4:
+      return "mxfp4";
+    case Kind::kFp8E8m0_128:
+      return "fp8 128x128 e8m0";
+    case Kind::kFp8E8m0_32:
+      return "fp8 32x32 e8m0";
+    case Kind::kFp8F32_128:
+      return "fp8 128x128 f32";
+    case Kind::kFp8Row32:
+      return "fp8 row32 e8m0";
+  }
+  return "?";
+}
+
+class CudaGemmWgmmaTest : public CudaOpTest {
+ protected:
+  // One weight matrix [n, k]: host codes / scales, their exact dequantization, and device copies.
+  struct Weight {
+    HostTensor codes, scales;
+    std::vector<float> deq;  // [n, k]
+    DeviceTensor dcodes, dscales;
+  };
+  static QuantFormat format(Kind k) {
+    return k == Kind::kMxfp4 ? QuantFormat::kMXFP4
+                             : (k == Kind::kFp8Row32 ? QuantFormat::kFP8Row32 : QuantFormat::kFP8Block);
+  }
+  static int block(Kind k) { return k == Kind::kFp8E8m0_32 ? 32 : 128; }
+  static bool e8m0(Kind k) { return k != Kind::kFp8F32_128; }
+  static int64_t scale_cols(Kind k, int64_t kk) {
+    return (k == Kind::kMxfp4 || k == Kind::kFp8Row32) ? kk / 32 : (kk + block(k) - 1) / block(k);
+  }
+
+  // Random codes (all e4m3 codes but NaN, subnormals and zeros included; all e2m1 codes) and scales: UE8M0 in
+  // [2^-6, 2^1], f32 in [0.5, 2).
+  Weight weight(Kind kind, int64_t n, int64_t k) {
+    Weight w;
+    const QuantFormat f = format(kind);
+    const int64_t sc_rows = f == QuantFormat::kFP8Block ? (n + block(kind) - 1) / block(kind) : n;
+    const int64_t sc_cols = scale_cols(kind, k);
+    if (f == QuantFormat::kMXFP4) {
+      w.codes = rand_bytes(DType::kU8, {n, k / 2});
+    } else {
+      w.codes = rand_bytes(DType::kF8E4M3, {n, k});
+      auto* c = w.codes.data<uint8_t>();
+      for (int64_t i = 0; i < n * k; ++i)
+        if ((c[i] & 0x7F) == 0x7F) c[i] = 0x3C;
+    }
+    if (e8m0(kind)) {
+      w.scales = rand_bytes(DType::kE8M0, {sc_rows, sc_cols}, 121, 128);
+    } else {
+      w.scales = rand({sc_rows, sc_cols}, 0.5f, 2.0f);
+    }
+    w.deq.resize(n * k);
+    const auto* c = w.codes.data<uint8_t>();
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t j = 0; j < k; ++j) {
+        const int64_t si =
+            f == QuantFormat::kFP8Block ? (r / block(kind)) * sc_cols + j / block(kind) : r * sc_cols + j / 32;
+        const float sc = e8m0(kind) ? e8m0_to_f32(w.scales.data<uint8_t>()[si]) : w.scales.data<float>()[si];
+        const float v = f == QuantFormat::kMXFP4 ? e2m1_to_f32(fp4_get(c + r * (k / 2), j)) : e4m3_to_f32(c[r * k + j]);
+        // f32 scales: the kernels round code·scale (an f32 product) to bf16, as gemm_mma does.
+        w.deq[r * k + j] = e8m0(kind) ? v * sc : round_bf16(v * sc);
+      }
+    w.dcodes = up(w.codes);
+    w.dscales = up(w.scales);
+    return w;
+  }
+
+  // A problem: bf16 A [a_rows_total, k] and the routing of the gathered rows onto groups.
+  struct Problem {
+    Kind kind;
+    int64_t n = 0, k = 0, m = 0;  // m gathered rows
+    std::vector<int64_t> sizes;   // rows per group (grouped), empty = dense
+    std::vector<uint16_t> a;      // [a_total, k] bf16
+    int64_t a_total = 0;
+    std::vector<int32_t> a_rows, c_rows;  // empty = identity
+    int a_row_div = 1;
+    std::vector<Weight> w;  // one per group (dense: one)
+  };
+
+  Problem dense(Kind kind, int64_t m, int64_t n, int64_t k) {
+    Problem pr;
+    pr.kind = kind;
+    pr.n = n;
+    pr.k = k;
+    pr.m = m;
+    pr.a_total = m;
+    pr.a = bf16_matrix(m, k);
+    pr.w.push_back(weight(kind, n, k));
+    return pr;
+  }
+  // Groups of the given sizes; A has `tokens` rows, gathered row i reads A row a_rows[i] / topk; C rows permuted.
+  Problem grouped(Kind kind, std::vector<int64_t> sizes, int64_t n, int64_t k, int topk) {
+    Problem pr;
+    pr.kind = kind;
+    pr.n = n;
+    pr.k = k;
+    pr.sizes = sizes;
+    pr.m = std::accumulate(sizes.begin(), sizes.end(), int64_t{0});
+    pr.a_total = (pr.m + topk - 1) / topk;
+    pr.a = bf16_matrix(pr.a_total, k);
+    pr.a_row_div = topk;
+    std::uniform_int_distribution<int32_t> d(0, static_cast<int32_t>(pr.a_total * topk - 1));
+    for (int64_t i = 0; i < pr.m; ++i) pr.a_rows.push_back(d(rng()));
+    pr.c_rows.resize(pr.m);
+    std::iota(pr.c_rows.begin(), pr.c_rows.end(), 0);
+    std::shuffle(pr.c_rows.begin(), pr.c_rows.end(), rng());
+    for (size_t g = 0; g < sizes.size(); ++g) pr.w.push_back(weight(kind, n, k));
+    return pr;
+  }
+  std::vector<uint16_t> bf16_matrix(int64_t rows, int64_t k) {
+    std::vector<uint16_t> v(rows * k);
+    std::uniform_real_distribution<float> d(-1.0f, 1.0f);
+    for (auto& x : v) {
+      const float f = d(rng());
+      x = f32_to_bf16(f == 0.0f ? 1e-3f : f);
+    }
+    return v;
+  }
+
+  // Device state of a problem and its kernel params (c set by the caller).
+  struct Launch {
+    DeviceTensor a, a_rows, c_rows, offsets, tiles, active, b_table, s_table;
+    cuda::GemmKernelParams p;
+  };
+  std::unique_ptr<Launch> prepare(const Problem& pr) {
+    auto l = std::make_unique<Launch>();
+    HostTensor ha(DType::kBF16, {pr.a_total, pr.k});
+    std::memcpy(ha.view().data(), pr.a.data(), pr.a.size() * 2);
+    l->a = up(ha);
+    cuda::GemmKernelParams& p = l->p;
+    p.a_bf16 = l->a.data();
+    p.lda = pr.k;
+    p.format = format(pr.kind);
+    p.scale_e8m0 = e8m0(pr.kind);
+    p.block_n = p.block_k = block(pr.kind);
+    p.scale_cols = scale_cols(pr.kind, pr.k);
+    p.m = pr.m;
+    p.n = pr.n;
+    p.k = pr.k;
+    p.ldc = pr.n;
+    auto ints = [&](const std::vector<int32_t>& v) {
+      HostTensor h(DType::kI32, {static_cast<int64_t>(v.size())});
+      std::memcpy(h.view().data(), v.data(), v.size() * 4);
+      return up(h);
+    };
+    if (!pr.a_rows.empty()) {
+      l->a_rows = ints(pr.a_rows);
+      p.a_rows = static_cast<const int32_t*>(l->a_rows.data());
+      p.a_row_div = pr.a_row_div;
+    }
+    if (!pr.c_rows.empty()) {
+      l->c_rows = ints(pr.c_rows);
+      p.c_rows = static_cast<const int32_t*>(l->c_rows.data());
+    }
+    if (pr.sizes.empty()) {
+      p.b = pr.w[0].dcodes.data();
+      p.b_scale = pr.w[0].dscales.data();
+      p.rows_hint = pr.m;
+      return l;
+    }
+    const int g_count = static_cast<int>(pr.sizes.size());
+    std::vector<int32_t> off(g_count + 1, 0), tiles(g_count + 1, 0), active(g_count + 1, 0);
+    int na = 0;
+    for (int g = 0; g < g_count; ++g) {
+      off[g + 1] = off[g] + static_cast<int32_t>(pr.sizes[g]);
+      tiles[g + 1] = tiles[g] + static_cast<int32_t>((pr.sizes[g] + cuda::kGemmTileM - 1) / cuda::kGemmTileM);
+      if (pr.sizes[g] > 0) active[na++] = g;
+    }
+    active[g_count] = na;
+    l->offsets = ints(off);
+    l->tiles = ints(tiles);
+    l->active = ints(active);
+    HostTensor bt(DType::kI64, {g_count}), st(DType::kI64, {g_count});
+    for (int g = 0; g < g_count; ++g) {
+      bt.data<int64_t>()[g] = reinterpret_cast<int64_t>(pr.w[g].dcodes.data());
+      st.data<int64_t>()[g] = reinterpret_cast<int64_t>(pr.w[g].dscales.data());
+    }
+    l->b_table = up(bt);
+    l->s_table = up(st);
+    p.groups = g_count;
+    p.group_offsets = static_cast<const int32_t*>(l->offsets.data());
+    p.tile_offsets = static_cast<const int32_t*>(l->tiles.data());
+    p.active_groups = static_cast<const int32_t*>(l->active.data());
+    p.max_tiles_m = tiles[g_count] + 3;  // more grid rows than tiles, as the MoE plan's bound
+    p.b_table = static_cast<const void* const*>(l->b_table.data());
+    p.b_scale_table = static_cast<const void* const*>(l->s_table.data());
+    p.tables_aligned16 = true;
+    p.rows_hint = 64;
+    return l;
+  }
+
+  // Runs `fn` (a kernel entry taking p) into a fresh NaN-poisoned C and returns C.
+  template <class Fn>
+  HostTensor run(Launch& l, const Problem& pr, Fn fn) {
+    DeviceTensor c = poisoned({pr.m, pr.n});
+    l.p.c = static_cast<float*>(c.data());
+    fn(l.p);
+    return down(c);
+  }
+
+  // C row of gathered row i, A row of gathered row i, group of gathered row i.
+  static int64_t c_row(const Problem& pr, int64_t i) { return pr.c_rows.empty() ? i : pr.c_rows[i]; }
+  static int64_t a_row(const Problem& pr, int64_t i) { return pr.a_rows.empty() ? i : pr.a_rows[i] / pr.a_row_div; }
+
+  // Checks entries (gathered row i, column j) against the double reference: every column of `rows`, every row of
+  // `cols` (all of them when `full`). Prints the first mismatch.
+  void check_reference(const std::string& what, const Problem& pr, const HostTensor& got, bool full) {
+    std::vector<int> group(pr.m, 0);
+    if (!pr.sizes.empty()) {
+      int64_t i = 0;
+      for (size_t g = 0; g < pr.sizes.size(); ++g)
+        for (int64_t r = 0; r < pr.sizes[g]; ++r) group[i++] = static_cast<int>(g);
+    }
+    std::vector<int64_t> rows, cols;
+    if (full) {
+      rows.resize(pr.m);
+      std::iota(rows.begin(), rows.end(), 0);
+    } else {
+      std::uniform_int_distribution<int64_t> dr(0, pr.m - 1), dc(0, pr.n - 1);
+      for (int64_t r : {int64_t{0}, int64_t{63}, int64_t{64}, int64_t{127}, int64_t{128}, pr.m - 1})
+        if (r < pr.m) rows.push_back(r);
+      for (int i = 0; i < 4; ++i) rows.push_back(dr(rng()));
+      for (int64_t c : {int64_t{0}, int64_t{255}, int64_t{256}, pr.n - 1})
+        if (c < pr.n) cols.push_back(c);
+      for (int i = 0; i < 4; ++i) cols.push_back(dc(rng()));
+    }
+    int64_t bad = 0, checked = 0;
+    double worst = 0;
+    auto check = [&](int64_t i, int64_t j) {
+      const uint16_t* a = pr.a.data() + a_row(pr, i) * pr.k;
+      const float* w = pr.w[group[i]].deq.data() + j * pr.k;
+      double sum = 0, mag = 0;
+      for (int64_t kk = 0; kk < pr.k; ++kk) {
+        const double t = static_cast<double>(bf16_to_f32(a[kk])) * w[kk];
+        sum += t;
+        mag += std::fabs(t);
+      }
+      const double g = got.data<float>()[c_row(pr, i) * pr.n + j];
+      const double err = std::fabs(g - sum) / std::max(mag, 1e-30);
+      ++checked;
+      if (!(err <= 1e-4)) {
+        if (bad++ == 0)
+          ADD_FAILURE() << what << ": first mismatch at gathered row " << i << " (C row " << c_row(pr, i) << ", group "
+                        << group[i] << "), column " << j << ": got " << g << ", want " << sum << " (sum|a·w| " << mag
+                        << ", seed in the test record)";
+      }
+      if (err > worst || std::isnan(err)) worst = std::isnan(err) ? INFINITY : err;
+    };
+    for (int64_t i : rows)
+      for (int64_t j = 0; j < pr.n; ++j) check(i, j);
+    for (int64_t j : cols)
+      for (int64_t i = 0; i < pr.m; ++i) check(i, j);
+    std::printf("[cuda-op] %-48s ref: %lld entries, worst |err|/sum|aw| %.2e, %lld bad %s\n", what.c_str(),
+                static_cast<long long>(checked), worst, static_cast<long long>(bad), bad ? "FAIL" : "ok");
+    std::fflush(stdout);
+  }
+  // ‖got − want‖ / ‖want‖ over the written rows, and the first entry off by more than 1e-2 of the rms.
+  void check_against(const std::string& what, const Problem& pr, const HostTensor& got, const HostTensor& want,
+                     double tol) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < pr.m * pr.n; ++i) {
+      const double w = want.data<float>()[i];
+      den += w * w;
+    }
+    const double rms = std::sqrt(den / std::max<int64_t>(pr.m * pr.n, 1));
+    int64_t first = -1, bad = 0;
+    for (int64_t i = 0; i < pr.m * pr.n; ++i) {
+      const double g = got.data<float>()[i], w = want.data<float>()[i];
+      num += (g - w) * (g - w);
+      if (!(std::fabs(g - w) <= 1e-2 * rms)) {
+        if (first < 0) first = i;
+        ++bad;
+      }
+    }
+    const double err = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+    std::printf("[cuda-op] %-48s vs mma: rel_err=%.3e tol=%.0e, %lld entries off %s\n", what.c_str(), err, tol,
+                static_cast<long long>(bad), err <= tol && bad == 0 ? "ok" : "FAIL");
+    std::fflush(stdout);
+    EXPECT_LE(err, tol) << what;
+    EXPECT_EQ(bad, 0) << what << ": first entry off at C row " << (first < 0 ? -1 : first / pr.n) << ", column "
+                      << (first < 0 ? -1 : first % pr.n) << ": " << (first < 0 ? 0.0f : got.data<float>()[first])
+                      << " vs " << (first < 0 ? 0.0f : want.data<float>()[first]);
+  }
+
+  // The whole comparison set for one problem: wgmma accepted; against the reference; against gemm_mma; the f32
+  // decode (DEEPINFER_AB_WGMMA=exact) gives the same bytes as the default decode.
+  void compare(const std::string& what, const Problem& pr, bool full_reference) {
+    const std::unique_ptr<Launch> l = prepare(pr);
+    cudaStream_t s = gpu().stream();
+    bool took = false;
+    HostTensor wg = run(*l, pr, [&](const cuda::GemmKernelParams& p) {
+      AbWgmma ab("all");
+      took = cuda::run_gemm_wgmma(p, s);
+    });
+    ASSERT_TRUE(took) << what << ": run_gemm_wgmma declined";
+    check_reference(what, pr, wg, full_reference);
+    bool mma_took = false;
+    HostTensor mma = run(*l, pr, [&](const cuda::GemmKernelParams& p) { mma_took = cuda::run_gemm_mma(p, s); });
+    ASSERT_TRUE(mma_took) << what << ": run_gemm_mma declined";
+    check_against(what, pr, wg, mma, 1e-4);
+    HostTensor exact = run(*l, pr, [&](const cuda::GemmKernelParams& p) {
+      AbWgmma ab("all,exact");
+      ASSERT_TRUE(cuda::run_gemm_wgmma(p, s));
+    });
+    check_against(what + " f32 decode", pr, exact, mma, 1e-4);  // tells a decode fault from one elsewhere
+    expect_same_bytes((what + " exact decode").c_str(), exact, wg);
+    // One block per SM walking the tiles: the same tiles, the same bytes.
+    HostTensor persist = run(*l, pr, [&](const cuda::GemmKernelParams& p) {
+      AbWgmma ab("all,persist");
+      ASSERT_TRUE(cuda::run_gemm_wgmma(p, s));
+    });
+    expect_same_bytes((what + " persistent").c_str(), persist, wg);
+    // The split decode (consumers decode weight rows 128-255): the same bf16 weights, the same bytes.
+    if (e8m0(pr.kind)) {
+      HostTensor split = run(*l, pr, [&](const cuda::GemmKernelParams& p) {
+        AbWgmma ab("all,split");
+        ASSERT_TRUE(cuda::run_gemm_wgmma(p, s));
+      });
+      check_against(what + " split", pr, split, mma, 1e-4);
+      expect_same_bytes((what + " split = default").c_str(), split, wg);
+    }
+    // The no-swizzle layout (a diagnostic A/B variant): the same products in the same order, so the same bytes; its
+    // own comparison with gemm_mma tells a layout fault of one variant from a fault elsewhere.
+    if (e8m0(pr.kind)) {
+      HostTensor noswz = run(*l, pr, [&](const cuda::GemmKernelParams& p) {
+        AbWgmma ab("all,noswz");
+        ASSERT_TRUE(cuda::run_gemm_wgmma(p, s));
+      });
+      check_against(what + " noswz", pr, noswz, mma, 1e-4);
+      expect_same_bytes((what + " noswz = swizzled").c_str(), noswz, wg);
+    }
+  }
+};
+
+// Dense, partial tiles everywhere: 2100 rows (16 full 128-row tiles + 52), 1000 columns (3 full 256-column tiles +
+// 232), K = 384 (6 steps, more than the 4 stages). 33 x 4 of gemm_mma's tiles: enough for gemm_mma_dense_fills, so
+// both kernels take it. Full reference.
+TEST_F(CudaGemmWgmmaTest, DensePartialTilesMatchReferenceAndMma) {
+  for (Kind kind : {Kind::kMxfp4, Kind::kFp8E8m0_128}) {
+    const Problem pr = dense(kind, 2100, 1000, 384);
+    compare(std::string("dense 2100x1000x384 ") + kind_name(kind), pr, true);
+  }
+}
+
+// The V4-Flash down projection shape as one dense GEMM (M = 8192, N = 4096, K = 2048: 64 x 16 tiles, 32 steps),
+// MXFP4 and FP8; reference on sampled rows and columns (every column of 10 rows, every row of 8 columns).
+TEST_F(CudaGemmWgmmaTest, DenseLargeMatchesReferenceAndMma) {
+  for (Kind kind : {Kind::kMxfp4, Kind::kFp8E8m0_128}) {
+    const Problem pr = dense(kind, 8192, 4096, 2048);
+    compare(std::string("dense 8192x4096x2048 ") + kind_name(kind), pr, false);
+  }
+}
+
+// Grouped like the MoE experts: 14 groups of 0 (first, middle and last), 1, 2, 17, 37, 63, 64, 65, 127, 128, 129 and
+// 300 rows (the 128-row tiles span two of the plan's 64-row tiles: odd plan tiles exit, partial tiles are masked);
+// A rows gathered through a_rows / 6 (top-6 slots), C rows a permutation. N = 640 (a partial column tile), K = 640.
+TEST_F(CudaGemmWgmmaTest, GroupedUnevenGroupsMatchReferenceAndMma) {
+  const std::vector<int64_t> sizes = {0, 1, 2, 17, 37, 63, 0, 64, 65, 127, 128, 129, 300, 0};
+  for (Kind kind : {Kind::kMxfp4, Kind::kFp8E8m0_128, Kind::kFp8E8m0_32}) {
+    const Problem pr = grouped(kind, sizes, 640, 640, 6);
+    compare(std::string("grouped uneven ") + kind_name(kind), pr, true);
+  }
+}
+
+// FP8 with f32 block scales (V3 checkpoints: the kernel decodes through f32 like gemm_mma) and FP8 with a UE8M0 scale
+// per 32 of a row; grouped, N = 320, K = 1024 (16 steps).
+TEST_F(CudaGemmWgmmaTest, Fp8F32ScalesAndRow32MatchReferenceAndMma) {
+  const std::vector<int64_t> sizes = {5, 0, 70, 200, 33};
+  for (Kind kind : {Kind::kFp8F32_128, Kind::kFp8Row32}) {
+    const Problem pr = grouped(kind, sizes, 320, 1024, 4);
+    compare(std::string("grouped ") + kind_name(kind), pr, true);
+  }
+}
+
+// Few K steps: K = 64 (one step: no pipelining), 192 and 320 (3 and 5 steps: odd counts end on the producer's
+// unpaired step; fewer or about as many steps as stages), MXFP4 and FP8, grouped with a partial column tile (N = 320).
+TEST_F(CudaGemmWgmmaTest, ShortAndOddStepCountsMatchReferenceAndMma) {
+  for (Kind kind : {Kind::kMxfp4, Kind::kFp8E8m0_128})
+    for (int64_t k : {64, 192, 320}) {
+      const Problem pr = grouped(kind, {70, 3, 130, 0, 64}, 320, k, 3);
+      compare(std::string("grouped K=") + std::to_string(k) + " " + kind_name(kind), pr, true);
+    }
+}
+
+// run_gemm's dispatch: by default a grouped block-format GEMM of many rows per group takes the wgmma kernel (the
+// same bytes as calling it), DEEPINFER_AB_WGMMA=0 takes gemm_mma (the same bytes as calling that); K not a multiple
+// of 64, a float weight and a batch-invariant call are declined.
+TEST_F(CudaGemmWgmmaTest, RunGemmDispatchAndAbSwitch) {
+  const Problem pr = grouped(Kind::kMxfp4, {90, 0, 150, 40}, 512, 512, 2);
+  const std::unique_ptr<Launch> l = prepare(pr);
+  cudaStream_t s = gpu().stream();
+  HostTensor wg, mma, via_default, via_off;
+  {
+    AbWgmma ab(nullptr);
+    wg = run(*l, pr, [&](const cuda::GemmKernelParams& p) { ASSERT_TRUE(cuda::run_gemm_wgmma(p, s)); });
+    via_default = run(*l, pr, [&](const cuda::GemmKernelParams& p) { cuda::run_gemm(p, s); });
+    mma = run(*l, pr, [&](const cuda::GemmKernelParams& p) { ASSERT_TRUE(cuda::run_gemm_mma(p, s)); });
+  }
+  {
+    AbWgmma ab("0");
+    EXPECT_FALSE(cuda::run_gemm_wgmma(l->p, s));
+    via_off = run(*l, pr, [&](const cuda::GemmKernelParams& p) { cuda::run_gemm(p, s); });
+  }
+  expect_same_bytes("run_gemm default = wgmma", via_default, wg);
+  expect_same_bytes("run_gemm AB_WGMMA=0 = mma", via_off, mma);
+  AbWgmma ab(nullptr);
+  cuda::GemmKernelParams q = l->p;
+  q.rows_hint = cuda::kGemmWgmmaMinRows - 1;
+  EXPECT_FALSE(cuda::run_gemm_wgmma(q, s)) << "few rows per group";
+  q = l->p;
+  q.k = 96;
+  EXPECT_FALSE(cuda::run_gemm_wgmma(q, s)) << "K % 64 != 0";
+  q = l->p;
+  q.batch_invariant = true;
+  EXPECT_FALSE(cuda::run_gemm_wgmma(q, s)) << "batch-invariant";
+  q = l->p;
+  q.a_bf16 = nullptr;
+  EXPECT_FALSE(cuda::run_gemm_wgmma(q, s)) << "no bf16 A";
+}
+
+}  // namespace
+}  // namespace deepinfer

@@ -1,0 +1,389 @@
+// The tensor-core indexer scores (indexer_mma_cuda.cu) against the CPU op and against the SIMT kernels, switched
+// by DEEPINFER_AB_INDEXER_MMA. Random data (never zeros), prefill-like causal positions (from tokens that see
+// nothing to tokens that see every entry), unsorted positions, partial token blocks and key tiles, padded head
+// counts, V4-Flash (64 x 128) and V4.1-Flash (32 x 128) dims, keys no token may read poisoned with NaN, paged keys
+// of several sequences with tokens interleaved across blocks, a sequence without entries, bad pages.
+// Tolerance: on arbitrary fp32 data the kernel's split-bf16 products (hi·hi + hi·lo + lo·hi) are off by at most
+// 3·2^-16 of |q||k| each; CPU emulation of that arithmetic (torch, fp64 sums) gives a norm-relative error of
+// 3.5e-6 to 4.7e-6 on this kind of data (16-64 heads, dim 64 / 128, 65-2048 entries) where fp32 gives 2e-7,
+// so 2e-5 against the CPU op and the SIMT kernel. On bf16-exact data (V4.1's FP4-quantized q and keys) every
+// product is exact and only the fp32 sums' order differs: 2e-6. Dropping the lo terms on fp32 data would give
+// ~2e-3 (emulated), so the tests also catch a wrong single-mma shortcut.
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <optional>
+#include <string>
+
+#include "cuda_test_util.h"
+#include "deepinfer/ops/cuda/indexer_mma.h"
+#include "deepinfer/ops/cuda/kernels.h"
+
+namespace deepinfer::testing {
+namespace {
+
+constexpr double kSplitTol = 2e-5, kExactTol = 2e-6;
+
+// Sets DEEPINFER_AB_INDEXER_MMA for a scope (nullptr: unset) and restores what was there.
+class IndexerMmaEnv {
+ public:
+  explicit IndexerMmaEnv(const char* value) {
+    if (const char* old = std::getenv(kName)) old_ = old;
+    set(value);
+  }
+  ~IndexerMmaEnv() { set(old_ ? old_->c_str() : nullptr); }
+  IndexerMmaEnv(const IndexerMmaEnv&) = delete;
+  IndexerMmaEnv& operator=(const IndexerMmaEnv&) = delete;
+
+ private:
+  static constexpr const char* kName = "DEEPINFER_AB_INDEXER_MMA";
+  static void set(const char* v) {
+    if (v)
+      setenv(kName, v, 1);
+    else
+      unsetenv(kName);
+  }
+  std::optional<std::string> old_;
+};
+
+double max_abs_diff(const HostTensor& a, const HostTensor& b) {
+  double m = 0;
+  for (int64_t i = 0; i < a.numel(); ++i)
+    if (std::isfinite(a.data<float>()[i]) && std::isfinite(b.data<float>()[i]))
+      m = std::max(m, std::fabs(static_cast<double>(a.data<float>()[i]) - b.data<float>()[i]));
+  return m;
+}
+
+class CudaIndexerMma : public CudaOpTest {
+ protected:
+  // FP4-like values as V4.1 feeds them (kFP4Ue8m0Block32): ±e2m1 (0.5 .. 6, never 0) times a power-of-two scale
+  // per 32 values. Exact in bf16.
+  HostTensor fp4_like(Shape shape) {
+    static constexpr float kE2m1[] = {0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+    HostTensor t(DType::kF32, std::move(shape));
+    std::uniform_int_distribution<int> mag(0, 6), sign(0, 1), scale(-6, -2);
+    float s = 1.0f;
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      if (i % 32 == 0) s = std::ldexp(1.0f, scale(rng()));
+      t.data<float>()[i] = (sign(rng()) ? -1.0f : 1.0f) * kE2m1[mag(rng())] * s;
+    }
+    return t;
+  }
+  // Prefill-like positions: token i of t at ratio·n − 1 − (t − 1 − i)·step, step = ratio·n / t (so the first
+  // tokens see few entries or none and the last sees all n).
+  static HostTensor prefill_positions(int64_t t, int64_t n, int ratio) {
+    HostTensor pos(DType::kI64, {t});
+    const int64_t step = std::max<int64_t>(1, ratio * n / t);
+    for (int64_t i = 0; i < t; ++i) pos.data<int64_t>()[i] = std::max<int64_t>(0, ratio * n - 1 - (t - 1 - i) * step);
+    return pos;
+  }
+  // Keys no token of `pos` can see: NaN (they must never be read).
+  static void poison_invisible(HostTensor& keys, const HostTensor& pos, int ratio) {
+    const int64_t n = keys.shape()[0], dim = keys.shape()[1];
+    int64_t max_visible = 0;
+    for (int64_t i = 0; i < pos.numel(); ++i) max_visible = std::max(max_visible, (pos.data<int64_t>()[i] + 1) / ratio);
+    for (int64_t e = max_visible; e < n; ++e)
+      for (int64_t c = 0; c < dim; ++c) keys.data<float>()[e * dim + c] = NAN;
+  }
+  // indexer_scores on the GPU with DEEPINFER_AB_INDEXER_MMA = env, into a NaN-poisoned output.
+  HostTensor run(const char* env, const HostTensor& q, const HostTensor& keys, const HostTensor& w,
+                 const HostTensor& pos, int ratio, float score_scale, float weight_scale) {
+    IndexerMmaEnv guard(env);
+    DeviceTensor dq = up(q), dk = up(keys), dw = up(w), dp = up(pos), dout = poisoned({q.shape()[0], keys.shape()[0]});
+    gpu().indexer_scores({dq, dk, dw, dp, dout, ratio, score_scale, weight_scale});
+    return down(dout);
+  }
+  // CPU op, tensor-core kernel (env_mma) and SIMT kernel on one case: each against the CPU op, and the two
+  // kernels against each other (and differing: the switch must change the kernel).
+  void check(const std::string& name, const HostTensor& q, const HostTensor& keys, const HostTensor& w,
+             const HostTensor& pos, int ratio, const char* env_mma, double tol) {
+    const int64_t t = q.shape()[0], n = keys.shape()[0];
+    const float score_scale = 1.0f / std::sqrt(static_cast<float>(q.shape()[2]));
+    const float weight_scale = 1.0f / std::sqrt(static_cast<float>(q.shape()[1]));
+    HostTensor want(DType::kF32, {t, n});
+    cpu().indexer_scores({q, keys, w, pos, want, ratio, score_scale, weight_scale});
+    const HostTensor mma = run(env_mma, q, keys, w, pos, ratio, score_scale, weight_scale);
+    const HostTensor simt = run("0", q, keys, w, pos, ratio, score_scale, weight_scale);
+    rel_err(("indexer mma vs cpu " + name).c_str(), mma, want, tol);
+    rel_err(("indexer simt vs cpu " + name).c_str(), simt, want, 1e-5);
+    rel_err(("indexer mma vs simt " + name).c_str(), mma, simt, tol);
+    EXPECT_GT(max_abs_diff(mma, simt), 0.0) << name << ": DEEPINFER_AB_INDEXER_MMA did not change the kernel";
+  }
+};
+
+// Contiguous keys on fp32 data (the split path): random q / keys / weights, prefill-like or unsorted positions,
+// NaN keys past what any token sees; the CPU op, the tensor-core kernel (env: nullptr = the default, >= 128
+// tokens) and the SIMT kernel.
+struct ContiguousCase {
+  const char* name;
+  int64_t t, ih, id, n;
+  int ratio;
+  bool unsorted;
+  const char* env;
+};
+
+class CudaIndexerMmaContiguous : public CudaIndexerMma {
+ protected:
+  void run_case(const ContiguousCase& c) {
+    HostTensor q = rand({c.t, c.ih, c.id}), keys = rand({c.n, c.id}), w = rand({c.t, c.ih});
+    // Unsorted: any position, including ones past the last entry (every entry visible) and -1 (none).
+    HostTensor pos =
+        c.unsorted ? ints(DType::kI64, {c.t}, -1, c.ratio * c.n + 50) : prefill_positions(c.t, c.n, c.ratio);
+    poison_invisible(keys, pos, c.ratio);
+    check(c.name, q, keys, w, pos, c.ratio, c.env, kSplitTol);
+  }
+};
+
+// V4-Flash and V4.1 dims above the token threshold, partial token blocks and key tiles, heads padded to 32 / 64
+// rows.
+TEST_F(CudaIndexerMmaContiguous, MatchesCpuAndSimtOnFp32Data) {
+  const ContiguousCase cases[] = {
+      {"V4 T=203 IH=64 Id=128 N=700 r=4", 203, 64, 128, 700, 4, false, nullptr},
+      {"V4.1 T=130 IH=32 Id=128 N=333 r=2", 130, 32, 128, 333, 2, false, nullptr},
+      {"V4.1 T=128 IH=32 Id=128 N=64 r=1", 128, 32, 128, 64, 1, false, nullptr},
+      {"unsorted T=150 IH=64 Id=128 N=500 r=4", 150, 64, 128, 500, 4, true, nullptr},
+      {"IH=40 (padded) T=129 Id=128 N=257 r=4", 129, 40, 128, 257, 4, false, nullptr},
+  };
+  for (const ContiguousCase& c : cases) run_case(c);
+}
+
+// Calls below the threshold through DEEPINFER_AB_INDEXER_MMA=all: one token, dim 64, 16 heads (padded to 32). Small
+// enough for compute-sanitizer's racecheck and memcheck.
+TEST_F(CudaIndexerMmaContiguous, SmallCallsThroughAll) {
+  const ContiguousCase cases[] = {
+      {"IH=16 Id=64 T=7 N=130 r=1 (all)", 7, 16, 64, 130, 1, false, "all"},
+      {"IH=64 Id=64 T=66 N=200 r=4 (all)", 66, 64, 64, 200, 4, true, "all"},
+      {"V4 T=1 IH=64 Id=128 N=300 r=4 (all)", 1, 64, 128, 300, 4, false, "all"},
+      {"V4.1 T=9 IH=32 Id=128 N=150 r=2 (all)", 9, 32, 128, 150, 2, false, "all"},
+  };
+  for (const ContiguousCase& c : cases) run_case(c);
+}
+
+// bf16-exact data (V4.1's FP4-quantized queries and keys): the single-mma path, exact products. One side exact
+// and the other fp32 takes the split path (a single mma there would be ~2e-3 off).
+TEST_F(CudaIndexerMma, ExactOnFp4DataAndSplitOnMixed) {
+  const int64_t t = 160, ih = 32, id = 128, n = 400;
+  const int ratio = 2;
+  const HostTensor pos = prefill_positions(t, n, ratio);
+  HostTensor q4 = fp4_like({t, ih, id}), k4 = fp4_like({n, id}), qf = rand({t, ih, id}), kf = rand({n, id});
+  const HostTensor w = rand({t, ih});
+  for (HostTensor* k : {&k4, &kf}) poison_invisible(*k, pos, ratio);
+  check("fp4 q, fp4 keys", q4, k4, w, pos, ratio, nullptr, kExactTol);
+  check("fp4 q, fp32 keys", q4, kf, w, pos, ratio, nullptr, kSplitTol);
+  check("fp32 q, fp4 keys", qf, k4, w, pos, ratio, nullptr, kSplitTol);
+}
+
+// What the scores are for: the top-512 selection over them. V4-Flash's shape, 256 queries at the end of an
+// 8192-token context (all 2048 entries visible): the GPU's top-k over the tensor-core scores against the CPU's
+// top-k over the CPU's scores. Emulated (tools/indexer_mma_emulate.py's arithmetic, 128 such rows) no pick differs
+// from fp64 for either; at ~4e-6 relative error a flip needs two scores that close at the 512th place, so more than
+// 1 in 10^4 picks differing means an error well above the kernel's bound.
+TEST_F(CudaIndexerMma, TopKSelectionsMatchCpu) {
+  const int64_t t = 256, ih = 64, id = 128, n = 2048;
+  const int k = 512;
+  const HostTensor q = rand({t, ih, id}), keys = rand({n, id}), w = rand({t, ih});
+  HostTensor pos(DType::kI64, {t});
+  for (int64_t i = 0; i < t; ++i) pos.data<int64_t>()[i] = 8192 - t + i;
+  const float score_scale = 1.0f / std::sqrt(static_cast<float>(id)), weight_scale = 0.125f;
+  HostTensor scores(DType::kF32, {t, n}), want(DType::kU8, {t, n});
+  cpu().indexer_scores({q, keys, w, pos, scores, 4, score_scale, weight_scale});
+  cpu().topk_mask({scores, Tensor{}, want, k});
+  IndexerMmaEnv guard(nullptr);
+  DeviceTensor dq = up(q), dk = up(keys), dw = up(w), dp = up(pos), dscores = poisoned({t, n});
+  DeviceTensor dmask = poisoned_bytes(DType::kU8, {t, n});
+  gpu().indexer_scores({dq, dk, dw, dp, dscores, 4, score_scale, weight_scale});
+  gpu().topk_mask({dscores, Tensor{}, dmask, k});
+  const HostTensor got = down(dmask);
+  int64_t differ = 0;
+  for (int64_t i = 0; i < t * n; ++i) differ += got.data<uint8_t>()[i] != want.data<uint8_t>()[i];
+  differ /= 2;  // a flip drops one pick and takes another
+  std::printf("[cuda-op] indexer mma top-512 picks differing from the CPU: %lld of %lld\n",
+              static_cast<long long>(differ), static_cast<long long>(t * k));
+  EXPECT_LE(differ, t * k / 10000) << "seed " << seed_;
+}
+
+// Batch-invariant mode never takes the tensor-core kernel: the same bytes as the SIMT kernel.
+TEST_F(CudaIndexerMma, BatchInvariantModeKeepsSimt) {
+  const int64_t t = 140, ih = 64, id = 128, n = 300;
+  const HostTensor q = rand({t, ih, id}), keys = rand({n, id}), w = rand({t, ih}), pos = prefill_positions(t, n, 4);
+  const HostTensor simt = run("0", q, keys, w, pos, 4, 0.088f, 0.125f);
+  gpu().set_batch_invariant(true);
+  const HostTensor inv = run(nullptr, q, keys, w, pos, 4, 0.088f, 0.125f);
+  gpu().set_batch_invariant(false);
+  expect_same_bytes("indexer batch-invariant = simt", inv, simt);
+}
+
+// Which calls take the tensor-core kernel.
+TEST_F(CudaIndexerMma, DispatchRule) {
+  cuda::IndexerScoresKernelParams p;
+  alignas(16) static float buf[4];
+  p.q = buf;
+  p.keys = buf;
+  p.tokens = 128;
+  p.heads = 64;
+  p.dim = 128;
+  p.n = 100;
+  IndexerMmaEnv unset(nullptr);
+  EXPECT_TRUE(cuda::indexer_scores_use_mma(p, false));
+  EXPECT_FALSE(cuda::indexer_scores_use_mma(p, true)) << "batch-invariant";
+  cuda::IndexerScoresKernelParams q = p;
+  q.tokens = 127;
+  EXPECT_FALSE(cuda::indexer_scores_use_mma(q, false)) << "below the token threshold";
+  q = p;
+  q.block_tables = reinterpret_cast<const int32_t*>(buf);
+  q.seqs = 128;
+  EXPECT_FALSE(cuda::indexer_scores_use_mma(q, false)) << "decode batch: one token a sequence";
+  q.seqs = 32;
+  EXPECT_TRUE(cuda::indexer_scores_use_mma(q, false)) << "4 tokens a sequence";
+  for (int64_t dim : {100, 256, 32}) {
+    q = p;
+    q.dim = dim;
+    EXPECT_FALSE(cuda::indexer_scores_use_mma(q, false)) << "dim " << dim;
+  }
+  q = p;
+  q.heads = 65;
+  EXPECT_FALSE(cuda::indexer_scores_use_mma(q, false)) << "65 heads";
+  q = p;
+  q.keys = buf + 1;
+  EXPECT_FALSE(cuda::indexer_scores_use_mma(q, false)) << "unaligned keys";
+  {
+    IndexerMmaEnv off("0");
+    EXPECT_FALSE(cuda::indexer_scores_use_mma(p, false)) << "DEEPINFER_AB_INDEXER_MMA=0";
+  }
+  {
+    IndexerMmaEnv all("all");
+    q = p;
+    q.tokens = 1;
+    EXPECT_TRUE(cuda::indexer_scores_use_mma(q, false)) << "DEEPINFER_AB_INDEXER_MMA=all";
+  }
+}
+
+// A batched call over paged keys: sequences of different lengths and token counts (one without entries: its
+// rows are all −inf), pages in shuffled order, NaN in every pool row no token may read, tokens of a sequence
+// mostly consecutive with a few swapped across sequences (blocks of 4 tokens from 2-3 sequences: several passes).
+struct PagedBatch {
+  int64_t dim = 128, heads = 64, n = 0;
+  int block_size = 64, ratio = 4;
+  HostTensor q, weights, positions, q_seq, n_entries, tables, pool;
+};
+
+class CudaIndexerMmaPaged : public CudaIndexerMma {
+ protected:
+  PagedBatch make(const std::vector<std::pair<int64_t, int64_t>>& seqs) {  // (tokens, entries) a sequence
+    PagedBatch c;
+    const int64_t B = static_cast<int64_t>(seqs.size()), per_block = c.block_size / c.ratio;
+    int64_t total = 0, max_entries = 0, max_blocks = 1;
+    for (const auto& [tk, ne] : seqs) {
+      total += tk;
+      max_entries = std::max(max_entries, ne);
+      max_blocks = std::max(max_blocks, (ne + per_block - 1) / per_block);
+    }
+    c.n = max_entries + 9;
+    std::vector<int32_t> ids(B * max_blocks + 3);
+    std::iota(ids.begin(), ids.end(), 0);
+    std::shuffle(ids.begin(), ids.end(), rng());
+    c.tables = HostTensor(DType::kI32, {B, max_blocks});
+    c.pool = nan_filled({static_cast<int64_t>(ids.size()) * per_block, c.dim});
+    c.q = rand({total, c.heads, c.dim});
+    c.weights = rand({total, c.heads});
+    c.positions = HostTensor(DType::kI64, {total});
+    c.q_seq = HostTensor(DType::kI32, {total});
+    c.n_entries = HostTensor(DType::kI64, {total});
+    std::uniform_real_distribution<float> val(-1.0f, 1.0f);
+    int64_t next = 0, row = 0;
+    for (int64_t b = 0; b < B; ++b) {
+      const auto [tk, ne] = seqs[b];
+      for (int64_t j = 0; j < max_blocks; ++j) c.tables.data<int32_t>()[b * max_blocks + j] = ids[next++];
+      // Prefill-like positions: the sequence's last token sees all its entries, earlier ones fewer.
+      int64_t max_visible = 0;
+      for (int64_t i = 0; i < tk; ++i, ++row) {
+        const int64_t step = std::max<int64_t>(1, c.ratio * ne / std::max<int64_t>(tk, 1));
+        const int64_t pos = std::max<int64_t>(0, c.ratio * ne - 1 - (tk - 1 - i) * step);
+        c.positions.data<int64_t>()[row] = pos;
+        c.q_seq.data<int32_t>()[row] = static_cast<int32_t>(b);
+        c.n_entries.data<int64_t>()[row] = ne;
+        max_visible = std::max(max_visible, std::min(ne, (pos + 1) / c.ratio));
+      }
+      for (int64_t g = 0; g < max_visible; ++g) {
+        const int32_t id = c.tables.data<int32_t>()[b * max_blocks + g * c.ratio / c.block_size];
+        float* r = c.pool.data<float>() + (id * per_block + (g * c.ratio % c.block_size) / c.ratio) * c.dim;
+        for (int64_t i = 0; i < c.dim; ++i) r[i] = val(rng());
+      }
+    }
+    // A few tokens swapped across sequences (their rows move with them).
+    std::uniform_int_distribution<int64_t> pick(0, total - 1);
+    for (int s = 0; s < 6; ++s) swap_rows(c, pick(rng()), pick(rng()));
+    return c;
+  }
+  static void swap_rows(PagedBatch& c, int64_t a, int64_t b) {
+    if (a == b) return;
+    auto swap_span = [&](HostTensor& t, int64_t width, size_t elem) {
+      auto* base = static_cast<uint8_t*>(t.view().data());
+      std::vector<uint8_t> tmp(width * elem);
+      std::memcpy(tmp.data(), base + a * width * elem, width * elem);
+      std::memcpy(base + a * width * elem, base + b * width * elem, width * elem);
+      std::memcpy(base + b * width * elem, tmp.data(), width * elem);
+    };
+    swap_span(c.q, c.heads * c.dim, 4);
+    swap_span(c.weights, c.heads, 4);
+    swap_span(c.positions, 1, 8);
+    swap_span(c.q_seq, 1, 4);
+    swap_span(c.n_entries, 1, 8);
+  }
+  static PagedIndexerScoreParams params(const PagedBatch& c, const Tensor& q, const Tensor& w, const Tensor& pos,
+                                        const Tensor& seq, const Tensor& ne, const Tensor& tables, const Tensor& pool,
+                                        const Tensor& out) {
+    PagedIndexerScoreParams p;
+    p.q = q;
+    p.weights = w;
+    p.positions = pos;
+    p.q_seq = seq;
+    p.n_entries = ne;
+    p.block_tables = tables;
+    p.key_pool = pool;
+    p.out = out;
+    p.block_size = c.block_size;
+    p.key_ratio = c.ratio;
+    p.ratio = c.ratio;
+    p.score_scale = 1.0f / std::sqrt(static_cast<float>(c.dim));
+    p.weight_scale = 1.0f / std::sqrt(static_cast<float>(c.heads));
+    return p;
+  }
+  HostTensor run_paged(const PagedBatch& c, const char* env) {
+    IndexerMmaEnv guard(env);
+    DeviceTensor dq = up(c.q), dw = up(c.weights), dp = up(c.positions), ds = up(c.q_seq), dn = up(c.n_entries);
+    DeviceTensor dt = up(c.tables), dpool = up(c.pool), dout = poisoned({c.q.shape()[0], c.n});
+    gpu().paged_indexer_scores(params(c, dq, dw, dp, ds, dn, dt, dpool, dout));
+    return down(dout);
+  }
+};
+
+TEST_F(CudaIndexerMmaPaged, MatchesCpuAndSimt) {
+  const PagedBatch c = make({{61, 300}, {75, 45}, {5, 0}, {38, 512}, {23, 130}});
+  HostTensor want(DType::kF32, {c.q.shape()[0], c.n});
+  cpu().paged_indexer_scores(params(c, c.q, c.weights, c.positions, c.q_seq, c.n_entries, c.tables, c.pool, want));
+  const HostTensor mma = run_paged(c, nullptr), simt = run_paged(c, "0");
+  rel_err("paged indexer mma vs cpu", mma, want, kSplitTol);
+  rel_err("paged indexer simt vs cpu", simt, want, 1e-5);
+  rel_err("paged indexer mma vs simt", mma, simt, kSplitTol);
+  EXPECT_GT(max_abs_diff(mma, simt), 0.0) << "DEEPINFER_AB_INDEXER_MMA did not change the kernel";
+}
+
+// A page id outside the pool for entries tokens see: the status bit, raised by the tensor-core kernel too.
+TEST_F(CudaIndexerMmaPaged, BadPageRaisesStatus) {
+  PagedBatch c = make({{70, 200}, {70, 150}});
+  for (int64_t j = 0; j < c.tables.shape()[1]; ++j) c.tables.data<int32_t>()[j] = 1 << 20;  // sequence 0's pages
+  IndexerMmaEnv guard(nullptr);
+  DeviceTensor dq = up(c.q), dw = up(c.weights), dp = up(c.positions), ds = up(c.q_seq), dn = up(c.n_entries);
+  DeviceTensor dt = up(c.tables), dpool = up(c.pool), dout = poisoned({c.q.shape()[0], c.n});
+  gpu().paged_indexer_scores(params(c, dq, dw, dp, ds, dn, dt, dpool, dout));
+  try {
+    gpu().synchronize();
+    ADD_FAILURE() << "no error for block ids outside the pool";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("paged_indexer_scores"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace deepinfer::testing
