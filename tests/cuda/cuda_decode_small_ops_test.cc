@@ -259,18 +259,19 @@ TEST_F(CudaOpTest, MoeCombineDecodeShapesSmallKernelBitwise) {
 }
 
 // Decode paged attention at V4.1's attention shape (64 heads x 512, window 128 + 512 selected, pages of 64, contexts
-// up to 4096) for 1 and 16 sequences, and a small 2-split call: the float4 combine and the key prefetch against the
-// previous kernels bit for bit (same splits), and the 32-slot splits (DEEPINFER_AB_ATTN_SPLITS) against the CPU op
-// within the kernel's tolerance.
+// up to 4096) for 1 and 16 sequences, and smaller 16- and 2-split calls: the float4 combine and the key prefetch
+// against the previous kernels bit for bit (same splits), and the 32-slot splits (DEEPINFER_AB_ATTN_SPLITS) against the
+// CPU op within the kernel's tolerance.
 TEST_F(CudaOpTest, PagedAttentionDecodeShapesCombineAndSplits) {
   struct Shape {
     int64_t seqs, heads, hd, k_sel;
     int window;
     int64_t min_ctx, max_ctx;
   };
-  // V4.1 at batch 1 (20 splits: the 32-split combine) and 16 (7: the 8-split one), and a small call of 2 splits.
+  // V4.1 at batch 1 (20 splits: the 32-split combine) and 16 (7: the 8-split one), a one-group call of 16 splits and
+  // a small call of 2.
   for (const Shape& sh : {Shape{1, 64, 512, 512, 128, 3000, 4096}, Shape{16, 64, 512, 512, 128, 3000, 4096},
-                          Shape{8, 16, 128, 32, 32, 200, 300}}) {
+                          Shape{1, 8, 128, 384, 128, 2000, 3000}, Shape{8, 16, 128, 32, 32, 200, 300}}) {
     const int64_t seqs = sh.seqs;
     testing::PagedAttentionSpec spec;
     spec.seqs = seqs;

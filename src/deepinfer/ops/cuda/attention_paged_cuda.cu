@@ -276,7 +276,7 @@ __global__ void paged_attention_combine_kernel(PagedSinkAttentionKernelParams p)
 // loads of the next: a chain of dependent global round trips per thread, 14.6 µs a call at batch 1, ncu). The
 // factors, the denominator (thread 0, split order) and every element's fmaf chain in split order are the ones
 // above: the same bits.
-// kCombineBatch: the splits a thread has in flight, the smallest of 2 / 8 / 32 that covers the call's splits (32
+// kCombineBatch: the splits a thread has in flight, the smallest of 2 / 8 / 16 / 32 that covers the call's splits (32
 // float4 are 128 registers: at 32 for every call, batches 16 and 64 with their 7 / 2 splits ran 3-7% slower than the
 // previous kernel for the lost occupancy, H200 bench).
 constexpr int kCombineVecMaxThreads = 256;
@@ -419,6 +419,8 @@ void run_paged_sink_attention(const PagedSinkAttentionKernelParams& p, cudaStrea
         paged_attention_combine_vec_kernel<2><<<blocks, threads, 2 * smem, stream>>>(p);
       else if (p.splits <= 8)
         paged_attention_combine_vec_kernel<8><<<blocks, threads, 2 * smem, stream>>>(p);
+      else if (p.splits <= 16)
+        paged_attention_combine_vec_kernel<16><<<blocks, threads, 2 * smem, stream>>>(p);
       else
         paged_attention_combine_vec_kernel<32><<<blocks, threads, 2 * smem, stream>>>(p);
     } else {
