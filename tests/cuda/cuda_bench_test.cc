@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <numeric>
 
@@ -850,6 +851,169 @@ TEST_F(CudaBench, DISABLED_DecodeIndexerTimings) {
     std::printf("[bench] decode indexer B=64 ctx=%-6lld batched %8.3f ms, per-sequence %8.3f ms (%.1fx)\n",
                 static_cast<long long>(ctx), batched, per_sequence, per_sequence / batched);
     std::fflush(stdout);
+  }
+}
+
+// The small decode kernels at V4.1-Flash dims (D = 5120, hc = 4, 64 heads x 512, window 128 + 512 selected over a
+// 4096-token context, indexer 64 x 128 over 1024 entries, 384 experts top-6, rope 64 of 512) at batch 1 / 16 / 64: the
+// current kernel against the previous one (DEEPINFER_AB_<NAME> = 0). Each figure is one call of a CUDA graph of 20
+// back-to-back calls (launch overhead amortised as in the decode step's graphs; L2 warm, unlike ncu's flushed runs),
+// median of 20 replays.
+TEST_F(CudaBench, DISABLED_DecodeSmallOpTimings) {
+  constexpr int kCalls = 20;
+  auto graph_us = [&](const std::function<void()>& fn) {
+    fn();  // eager first: plans, workspace
+    gpu().synchronize();
+    std::unique_ptr<CudaGraph> g = gpu().capture_graph([&] {
+      for (int i = 0; i < kCalls; ++i) fn();
+    });
+    return time_ms([&] { g->replay(); }) * 1e3 / kCalls;
+  };
+  // envs: the switches set to "0" for the previous figure.
+  auto ab = [&](const std::string& what, std::initializer_list<const char*> envs, const std::function<void()>& fn) {
+    const double now = graph_us(fn);
+    for (const char* env : envs) setenv(env, "0", 1);
+    const double before = graph_us(fn);
+    for (const char* env : envs) unsetenv(env);
+    std::printf("[bench] %-58s %8.2f us/call (previous %8.2f us, %.2fx)\n", what.c_str(), now, before, before / now);
+    std::fflush(stdout);
+  };
+  const int64_t d = 5120, hc = 4, mix = (2 + hc) * hc;
+  for (int64_t t : {int64_t{1}, int64_t{16}, int64_t{64}}) {
+    const std::string bt = " T=" + std::to_string(t);
+    {  // mHC
+      DeviceTensor streams = filled(DType::kF32, {t, hc, d}), fn = filled(DType::kF32, {mix, hc * d});
+      DeviceTensor base = filled(DType::kF32, {mix}), scale = filled(DType::kF32, {3}), y = filled(DType::kF32, {t, d});
+      DeviceTensor post = filled(DType::kF32, {t, hc}), comb = filled(DType::kF32, {t, hc, hc});
+      DeviceTensor pre(gpu(), DType::kF32, {t, hc}), mpost(gpu(), DType::kF32, {t, hc});
+      DeviceTensor mcomb(gpu(), DType::kF32, {t, hc, hc}), out(gpu(), DType::kF32, {t, d}),
+          w = filled(DType::kF32, {d});
+      ab("hc_expand_mix hc=4 D=5120" + bt, {"DEEPINFER_AB_HC_EXPAND_MIX"}, [&] {
+        gpu().hc_expand_mix({{streams, y, post, comb}, {streams, fn, base, scale, pre, mpost, mcomb}});
+      });
+      ab("hc_collapse_norm hc=4 D=5120" + bt, {"DEEPINFER_AB_HC_COLLAPSE_NORM"}, [&] {
+        gpu().hc_collapse_norm({streams, pre, w, out, 1e-6f});
+      });
+      std::printf("[bench] %-58s %8.2f us/call\n", ("hc_mix hc=4 D=5120" + bt).c_str(), graph_us([&] {
+                    gpu().hc_mix({streams, fn, base, scale, pre, mpost, mcomb});
+                  }));
+    }
+    {  // MoE combine: 6 routed + shared
+      const int64_t k = 6;
+      HostTensor ids(DType::kI32, {t, k});
+      for (int64_t i = 0; i < t * k; ++i) ids.data<int32_t>()[i] = static_cast<int32_t>((i * 37) % 384);
+      DeviceTensor di = up(ids), ys = filled(DType::kF32, {t * k, d}), wt = filled(DType::kF32, {t, k});
+      DeviceTensor sh = filled(DType::kF32, {t, d}), out(gpu(), DType::kF32, {t, d});
+      cuda::MoeCombineKernelParams p;
+      p.y_slot = static_cast<const float*>(ys.data());
+      p.indices = static_cast<const int32_t*>(di.data());
+      p.weights = static_cast<const float*>(wt.data());
+      p.shared = static_cast<const float*>(sh.data());
+      p.out = static_cast<float*>(out.data());
+      p.tokens = t;
+      p.k = k;
+      p.d = d;
+      p.experts = 384;
+      ab("moe_combine k=6+shared D=5120" + bt, {"DEEPINFER_AB_MOE_COMBINE"},
+         [&] { cuda::run_moe_combine(p, gpu().stream()); });
+    }
+    {  // router selection alone, sqrt-softplus + bias, 384 experts, top-6
+      const int64_t e = 384, k = 6;
+      DeviceTensor logits = filled(DType::kF32, {t, e}), bias = filled(DType::kF32, {e});
+      DeviceTensor ww(gpu(), DType::kF32, {t, k}), wi(gpu(), DType::kI32, {t, k});
+      cuda::RouterSelectKernelParams p;
+      p.logits = static_cast<const float*>(logits.data());
+      p.bias = static_cast<const float*>(bias.data());
+      p.weights = static_cast<float*>(ww.data());
+      p.indices = static_cast<int32_t*>(wi.data());
+      p.tokens = t;
+      p.experts = e;
+      p.k = k;
+      p.route_scale = 2.5f;
+      ab("router_select E=384 k=6" + bt, {"DEEPINFER_AB_ROUTER"}, [&] { cuda::run_router_select(p, gpu().stream()); });
+    }
+    {  // rope of the attention output (inverse), 64 heads x 512, 64 rotated channels
+      const int64_t h = 64, hd = 512, half = 32;
+      HostTensor pos(DType::kI64, {t}), inv(DType::kF32, {half});
+      for (int64_t i = 0; i < t; ++i) pos.data<int64_t>()[i] = 4095 + i;
+      for (int64_t i = 0; i < half; ++i) inv.data<float>()[i] = std::pow(10000.0f, -static_cast<float>(i) / half);
+      DeviceTensor x = filled(DType::kF32, {t, h, hd}), dp = up(pos), dinv = up(inv);
+      ab("rope inverse H=64 hd=512 rd=64" + bt, {"DEEPINFER_AB_ROPE"}, [&] { gpu().rope({x, dp, dinv, true}); });
+    }
+    {  // paged indexer scores: t sequences of 4096 tokens (1024 entries at ratio 4), 64 heads x 128, pages of 64
+      const int64_t b = t, ih = 64, id = 128, r = 4, bs = 64, ctx = 4096, n = ctx / r, blocks = ctx / bs;
+      std::vector<int32_t> ids(b * blocks);
+      std::iota(ids.begin(), ids.end(), 0);
+      std::shuffle(ids.begin(), ids.end(), rng());
+      HostTensor tables(DType::kI32, {b, blocks}), pos(DType::kI64, {b}), seq(DType::kI32, {b}), cnt(DType::kI64, {b});
+      std::copy(ids.begin(), ids.end(), tables.data<int32_t>());
+      for (int64_t i = 0; i < b; ++i) {
+        pos.data<int64_t>()[i] = ctx - 1;
+        seq.data<int32_t>()[i] = static_cast<int32_t>(i);
+        cnt.data<int64_t>()[i] = n;
+      }
+      DeviceTensor pool = filled(DType::kF32, {b * blocks * (bs / r), id}), q = filled(DType::kF32, {b, ih, id});
+      DeviceTensor w = filled(DType::kF32, {b, ih}), dt = up(tables), dp = up(pos), ds = up(seq), dn = up(cnt);
+      DeviceTensor scores(gpu(), DType::kF32, {b, n});
+      PagedIndexerScoreParams ip;
+      ip.q = q;
+      ip.weights = w;
+      ip.positions = dp;
+      ip.q_seq = ds;
+      ip.n_entries = dn;
+      ip.block_tables = dt;
+      ip.key_pool = pool;
+      ip.out = scores;
+      ip.block_size = static_cast<int>(bs);
+      ip.key_ratio = static_cast<int>(r);
+      ip.ratio = static_cast<int>(r);
+      ip.score_scale = 0.088f;
+      ip.weight_scale = 0.125f;
+      ab("paged_indexer_scores IH=64 Id=128 n=1024" + bt, {"DEEPINFER_AB_INDEXER"},
+         [&] { gpu().paged_indexer_scores(ip); });
+    }
+    {  // paged decode attention (+ combine): t sequences of 4096 tokens, pages of 64 in shuffled order
+      const int64_t b = t, h = 64, hd = 512, ctx = 4096, bs = 64, nb = ctx / bs, k = 512;
+      std::vector<int32_t> ids(b * nb), sel(b * k), seqs(b);
+      std::iota(ids.begin(), ids.end(), 0);
+      std::shuffle(ids.begin(), ids.end(), rng());
+      std::vector<int64_t> pos(b, ctx - 1), begin(b, 0);
+      for (int64_t i = 0; i < b; ++i) {
+        seqs[i] = static_cast<int32_t>(i);
+        for (int64_t j = 0; j < k; ++j) sel[i * k + j] = static_cast<int32_t>(j * (ctx / 4 / k));
+      }
+      auto upv = [&](DType dt, Shape shape, const void* src) {
+        HostTensor ht(dt, shape);
+        std::memcpy(ht.view().data(), src, ht.view().nbytes());
+        return up(ht);
+      };
+      DeviceTensor q = filled(DType::kF32, {b, h, hd}), win = filled(DType::kF32, {b * nb * bs, hd});
+      DeviceTensor comp = filled(DType::kF32, {b * nb * bs / 4, hd}), sinks = filled(DType::kF32, {h});
+      DeviceTensor out(gpu(), DType::kF32, {b, h, hd}), dpos = upv(DType::kI64, {b}, pos.data());
+      DeviceTensor dseq = upv(DType::kI32, {b}, seqs.data()), dtab = upv(DType::kI32, {b, nb}, ids.data());
+      DeviceTensor dbeg = upv(DType::kI64, {b}, begin.data()), dsel = upv(DType::kI32, {b, k}, sel.data());
+      PagedSinkAttentionParams ap;
+      ap.q = q;
+      ap.q_positions = dpos;
+      ap.q_seq = dseq;
+      ap.block_tables = dtab;
+      ap.window_pool = win;
+      ap.window_begin = dbeg;
+      ap.comp_pool = comp;
+      ap.comp_idx = dsel;
+      ap.sinks = sinks;
+      ap.out = out;
+      ap.block_size = static_cast<int>(bs);
+      ap.comp_ratio = 4;
+      ap.window = 128;
+      ap.scale = 0.044f;
+      const std::string what = "paged_sink_attention H=64 hd=512 128+512" + bt;
+      ab(what + " (combine)", {"DEEPINFER_AB_ATTN_COMBINE"}, [&] { gpu().paged_sink_attention(ap); });
+      ab(what + " (splits)", {"DEEPINFER_AB_ATTN_SPLITS"}, [&] { gpu().paged_sink_attention(ap); });
+      ab(what + " (key prefetch)", {"DEEPINFER_AB_ATTN_PREFETCH"}, [&] { gpu().paged_sink_attention(ap); });
+      ab(what + " (all three)", {"DEEPINFER_AB_ATTN_COMBINE", "DEEPINFER_AB_ATTN_SPLITS", "DEEPINFER_AB_ATTN_PREFETCH"},
+         [&] { gpu().paged_sink_attention(ap); });
+    }
   }
 }
 

@@ -12,7 +12,9 @@
 // Prefill-like calls take the tensor-core kernel instead (attention_paged_mma.h: when, and its A/B switch); the
 // combine is shared.
 #include <algorithm>
+#include <cstdint>
 
+#include "deepinfer/ops/cuda/ab_switch.h"
 #include "deepinfer/ops/cuda/attention_paged_mma.h"
 #include "deepinfer/ops/cuda/attention_paged_slots.cuh"
 #include "deepinfer/ops/cuda/cuda_runtime.h"
@@ -66,7 +68,9 @@ __device__ __forceinline__ void store_row(float* row, int hd, int lane, const fl
   }
 }
 
-template <int kPer, bool kVec>
+// kPrefetch: a warp loads the next 4-key group while it computes the current one (small grids only, see launch();
+// DEEPINFER_AB_ATTN_PREFETCH = 0: never).
+template <int kPer, bool kVec, bool kPrefetch>
 __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(PagedSinkAttentionKernelParams p) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t t = blockIdx.y;
@@ -97,9 +101,8 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(PagedSinkA
     const float* mine = nullptr;
     if (slot < end) mine = paged_slot_row(p, qs, t, slot);
     unsigned valid = __ballot_sync(kFull, mine != nullptr);
-    while (valid) {
-      // Up to 4 valid rows of this group, in slot order.
-      const float* rows[kKeysPerGroup];
+    // The next group: up to 4 valid rows of this batch, in slot order (nullptr past the valid ones).
+    const auto take = [&](const float*(&rows)[kKeysPerGroup]) {
 #pragma unroll
       for (int c = 0; c < kKeysPerGroup; ++c) {
         const int src = valid ? __ffs(valid) - 1 : 0;
@@ -107,7 +110,8 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(PagedSinkA
         rows[c] = valid ? reinterpret_cast<const float*>(ptr) : nullptr;
         valid &= valid - 1;
       }
-      float key[kKeysPerGroup][kPer];
+    };
+    const auto load = [&](const float* const(&rows)[kKeysPerGroup], float(&key)[kKeysPerGroup][kPer]) {
 #pragma unroll
       for (int c = 0; c < kKeysPerGroup; ++c) {
         if (rows[c]) {
@@ -117,6 +121,9 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(PagedSinkA
           for (int e = 0; e < kPer; ++e) key[c][e] = 0.0f;
         }
       }
+    };
+    // One group's dots, online softmax and accumulation.
+    const auto group = [&](const float* const(&rows)[kKeysPerGroup], const float(&key)[kKeysPerGroup][kPer]) {
       // v[hh·4 + c]: this lane's part of q_hh · key_c.
       float v[kHeadsPerWarp * kKeysPerGroup];
 #pragma unroll
@@ -172,6 +179,38 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(PagedSinkA
           for (int c = 0; c < kKeysPerGroup; ++c) acc = fmaf(w[c], key[c][e], acc);
           o[hh][e] = acc;
         }
+      }
+    };
+    if constexpr (kPrefetch) {
+      // The next group's rows are requested before this group is computed (the same groups and arithmetic: only the
+      // loads move), so each group's load latency overlaps the previous group's arithmetic instead of following it.
+      if (!valid) continue;
+      const float* rows[kKeysPerGroup];
+      float key[kKeysPerGroup][kPer];
+      take(rows);
+      load(rows, key);
+      for (;;) {
+        const bool more = valid != 0;
+        const float* next_rows[kKeysPerGroup];
+        float next_key[kKeysPerGroup][kPer];
+        take(next_rows);  // all nullptr (nothing loaded) after the last group
+        load(next_rows, next_key);
+        group(rows, key);
+        if (!more) break;
+#pragma unroll
+        for (int c = 0; c < kKeysPerGroup; ++c) {
+          rows[c] = next_rows[c];
+#pragma unroll
+          for (int e = 0; e < kPer; ++e) key[c][e] = next_key[c][e];
+        }
+      }
+    } else {
+      while (valid) {
+        const float* rows[kKeysPerGroup];
+        take(rows);
+        float key[kKeysPerGroup][kPer];
+        load(rows, key);
+        group(rows, key);
       }
     }
   }
@@ -231,11 +270,96 @@ __global__ void paged_attention_combine_kernel(PagedSinkAttentionKernelParams p)
   }
 }
 
+// paged_attention_combine_kernel with its serial parts spread: the split maximum over a warp (fmaxf is exact, so
+// the order does not matter), each thread one float4 of the row (hd <= 1024), and a thread's partials loaded
+// kCombineBatch splits at a time before they are summed (the loop above stored each output element between the
+// loads of the next: a chain of dependent global round trips per thread, 14.6 µs a call at batch 1, ncu). The
+// factors, the denominator (thread 0, split order) and every element's fmaf chain in split order are the ones
+// above: the same bits.
+// kCombineBatch: the splits a thread has in flight, the smallest of 2 / 8 / 16 / 32 that covers the call's splits (32
+// float4 are 128 registers: at 32 for every call, batches 16 and 64 with their 7 / 2 splits ran 3-7% slower than the
+// previous kernel for the lost occupancy, H200 bench).
+constexpr int kCombineVecMaxThreads = 256;
+template <int kCombineBatch>
+__global__ void __launch_bounds__(kCombineVecMaxThreads)
+    paged_attention_combine_vec_kernel(PagedSinkAttentionKernelParams p) {
+  extern __shared__ float factor[];  // [splits] factors, then [splits] 1 / 0: the split has keys
+  __shared__ float inv_denom, max_all;
+  float* has_keys = factor + p.splits;
+  const int64_t th = blockIdx.x;
+  const int h = static_cast<int>(th % p.heads);
+  const float* pm = p.part_m + th * p.splits;
+  const float* pl = p.part_l + th * p.splits;
+  const int64_t i = 4 * static_cast<int64_t>(threadIdx.x);
+  const bool mine = i < p.hd;
+  const float* src = p.part_o + th * p.splits * p.hd + i;
+  // The first kCombineBatch splits' partials are requested before the factors are worked out (they do not depend
+  // on them), so their latency overlaps the max / factor / denominator steps.
+  float4 v[kCombineBatch];
+  const auto load = [&](int s0) {
+#pragma unroll
+    for (int j = 0; j < kCombineBatch; ++j)
+      v[j] = mine && s0 + j < p.splits ? __ldg(reinterpret_cast<const float4*>(src + (s0 + j) * p.hd))
+                                       : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  };
+  load(0);
+  const float sink = p.sinks[h];
+  if (threadIdx.x < 32) {
+    float mx = sink;
+    for (int s = threadIdx.x; s < p.splits; s += 32) mx = fmaxf(mx, pm[s]);
+    mx = warp_max(mx);
+    if (threadIdx.x == 0) max_all = mx;
+  }
+  __syncthreads();
+  const float mx = max_all;
+  // A split without keys (m = −inf) gets factor 0 here and is skipped below, as above.
+  for (int s = threadIdx.x; s < p.splits; s += blockDim.x) {
+    factor[s] = expf(pm[s] - mx);
+    has_keys[s] = pm[s] == -INFINITY ? 0.0f : 1.0f;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float denom = expf(sink - mx);
+    for (int s = 0; s < p.splits; ++s) denom += pl[s] * factor[s];
+    inv_denom = 1.0f / denom;
+  }
+  float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  for (int s0 = 0;;) {
+#pragma unroll
+    for (int j = 0; j < kCombineBatch; ++j) {
+      const int s = s0 + j;
+      if (s >= p.splits) break;
+      if (has_keys[s] == 0.0f) continue;
+      const float f = factor[s];
+      acc.x = fmaf(v[j].x, f, acc.x);
+      acc.y = fmaf(v[j].y, f, acc.y);
+      acc.z = fmaf(v[j].z, f, acc.z);
+      acc.w = fmaf(v[j].w, f, acc.w);
+    }
+    s0 += kCombineBatch;
+    if (s0 >= p.splits) break;
+    load(s0);
+  }
+  __syncthreads();
+  const float inv = inv_denom;
+  if (mine)
+    *reinterpret_cast<float4*>(p.out + th * p.hd + i) = make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
+}
+
 template <int kPer, bool kVec>
 void launch(const PagedSinkAttentionKernelParams& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(ceil_div(p.heads, kHeadsPerBlock)), static_cast<unsigned>(p.tokens),
                   static_cast<unsigned>(p.splits));
-  paged_attention_kernel<kPer, kVec><<<grid, kWarps * 32, 0, stream>>>(p);
+  // The lookahead costs registers (240 against 161 at hd 512: 2 blocks an SM instead of 3), so it is taken only while
+  // the grid fits in one wave of 2 blocks an SM (batch 1: 160 blocks); at batch 16 (896 blocks) it ran 4% slower.
+  int device = 0, sms = 0;
+  DI_CUDA_CHECK(cudaGetDevice(&device));
+  DI_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int64_t blocks = static_cast<int64_t>(grid.x) * grid.y * grid.z;
+  if (blocks <= 2ll * sms && ab_new_kernel("DEEPINFER_AB_ATTN_PREFETCH"))
+    paged_attention_kernel<kPer, kVec, true><<<grid, kWarps * 32, 0, stream>>>(p);
+  else
+    paged_attention_kernel<kPer, kVec, false><<<grid, kWarps * 32, 0, stream>>>(p);
   DI_CUDA_CHECK_LAUNCH();
 }
 
@@ -261,10 +385,13 @@ void launch_simt(const PagedSinkAttentionKernelParams& p, cudaStream_t stream) {
 }  // namespace
 
 int paged_attention_splits(int64_t tokens, int64_t heads, int64_t max_slots, int sm_count) {
-  // Enough blocks for ~3 per SM in two waves; a split keeps at least 64 slots.
+  // Enough blocks for ~3 per SM in two waves; a split keeps at least 32 slots (one slot group of a warp). It was 64:
+  // at batch 1 (V4.1: 64 heads, 128 + 512 slots) that gave 10 splits, 80 blocks on 132 SMs, each warp walking 16
+  // dependent 4-key loads (24.5 µs a call, ncu); DEEPINFER_AB_ATTN_SPLITS = 0 restores it.
   const int64_t blocks = std::max<int64_t>(1, tokens * ceil_div(heads, kHeadsPerBlock));
   const int64_t want = ceil_div(6ll * sm_count, blocks);
-  const int64_t most = std::max<int64_t>(1, ceil_div(max_slots, 64));
+  const int64_t min_slots = ab_new_kernel("DEEPINFER_AB_ATTN_SPLITS") ? 32 : 64;
+  const int64_t most = std::max<int64_t>(1, ceil_div(max_slots, min_slots));
   return static_cast<int>(std::max<int64_t>(1, std::min({want, most, int64_t{64}})));
 }
 
@@ -283,7 +410,22 @@ void run_paged_sink_attention(const PagedSinkAttentionKernelParams& p, cudaStrea
     const size_t smem = sizeof(float) * static_cast<size_t>(p.splits);
     DI_CHECK_CODE(smem <= 48 * 1024, ErrorCode::kUnsupported)
         << "paged_sink_attention: " << p.splits << " splits to combine (at most " << 48 * 1024 / sizeof(float) << ")";
-    paged_attention_combine_kernel<<<static_cast<unsigned>(p.tokens * p.heads), 128, smem, stream>>>(p);
+    const bool aligned = (reinterpret_cast<uintptr_t>(p.out) | reinterpret_cast<uintptr_t>(p.part_o)) % 16 == 0;
+    if (p.hd % 4 == 0 && p.hd <= 4 * kCombineVecMaxThreads && 2 * smem <= 48 * 1024 && aligned &&
+        ab_new_kernel("DEEPINFER_AB_ATTN_COMBINE")) {
+      const int threads = static_cast<int>(std::max<int64_t>(32, ceil_div(p.hd / 4, 32) * 32));
+      const unsigned blocks = static_cast<unsigned>(p.tokens * p.heads);
+      if (p.splits <= 2)
+        paged_attention_combine_vec_kernel<2><<<blocks, threads, 2 * smem, stream>>>(p);
+      else if (p.splits <= 8)
+        paged_attention_combine_vec_kernel<8><<<blocks, threads, 2 * smem, stream>>>(p);
+      else if (p.splits <= 16)
+        paged_attention_combine_vec_kernel<16><<<blocks, threads, 2 * smem, stream>>>(p);
+      else
+        paged_attention_combine_vec_kernel<32><<<blocks, threads, 2 * smem, stream>>>(p);
+    } else {
+      paged_attention_combine_kernel<<<static_cast<unsigned>(p.tokens * p.heads), 128, smem, stream>>>(p);
+    }
     DI_CUDA_CHECK_LAUNCH();
   }
 }

@@ -5,6 +5,7 @@
 // Sinkhorn iterations run in the CPU op's order. For decode-sized calls (p.arrivals set) the last partial block of a
 // token tile to finish runs that step itself, so a site is one launch instead of two (decode is launch-bound); the
 // finish is the same code either way, so both forms give the same bits.
+#include "deepinfer/ops/cuda/ab_switch.h"
 #include "deepinfer/ops/cuda/device_math.cuh"
 #include "deepinfer/ops/cuda/kernels.h"
 
@@ -25,6 +26,9 @@ constexpr int kMixChunk = 512;  // elements of hc·D per split: 16 per lane
 // Tokens a block dots its fn chunk with: 8 for decode batches (more blocks in flight), 32 in long prefills, where
 // re-reading each fn chunk (24 rows x 512) for every 8 tokens tripled the L2 traffic of the streams themselves.
 constexpr int kMixTokensPerBlock = 8, kMixTokensPerBlockLong = 32, kMixLongTokens = 2048;
+// Shared memory of the one-launch partial kernel's finish (finish_if_last's staged partials): 8 tokens x 25 rows x 40
+// splits fit (V4.1's hc = 4, D = 5120).
+constexpr int kMixStageFloats = 8192;
 
 // hc = 4, not the head: lane j*4 + k of the token's warp owns c[j][k] (lanes 0-3 also pre[k] / post[k]), so the
 // 20 Sinkhorn iterations' divisions run 16 at a time instead of one after another on one lane (27 µs a call at
@@ -72,15 +76,26 @@ __device__ __forceinline__ void finish_sinkhorn4(const HcMixKernelParams& p, con
 // for a non-head hc = 4 on the H200: ~2,000 dependent shared-memory accesses and divisions; docs/PERF.md).
 // m: rows + 1 floats, c: hc² floats of the warp's shared memory. The partials are read through L2 (__ldcg): in the
 // fused form other blocks of the same launch wrote them.
+// staged (optional): the partials of the token tile [t0, t0 + staged_tokens) copied to shared memory by the whole
+// block, [split][token - t0][rows + 1] (one round trip for all of them instead of a chain of L2 loads per lane); the
+// sums are the same, in the same split order.
 template <int kHc>
-__device__ void finish_token(const HcMixKernelParams& p, float* m, float* c, int64_t t, int lane) {
+__device__ void finish_token(const HcMixKernelParams& p, float* m, float* c, int64_t t, int lane,
+                             const float* staged = nullptr, int64_t t0 = 0, int64_t staged_tokens = 0) {
   const int64_t hc = kHc > 0 ? kHc : p.hc, n = hc * p.d, rows = p.head ? hc : (2 + hc) * hc;
   __syncwarp();  // a warp finishing several tokens: lane 0 may still read m / c of the previous one
   for (int64_t r = lane; r <= rows; r += 32) {
     float acc = 0.0f;
-    // Unrolled so that several partials are in flight; still summed in split order.
+    if (staged) {
+      const float* src = staged + (t - t0) * (rows + 1) + r;
+      const int64_t stride = staged_tokens * (rows + 1);
 #pragma unroll 8
-    for (int s = 0; s < p.splits; ++s) acc += __ldcg(p.partial + (s * p.tokens + t) * (rows + 1) + r);
+      for (int s = 0; s < p.splits; ++s) acc += src[s * stride];
+    } else {
+      // Unrolled so that several partials are in flight; still summed in split order.
+#pragma unroll 8
+      for (int s = 0; s < p.splits; ++s) acc += __ldcg(p.partial + (s * p.tokens + t) * (rows + 1) + r);
+    }
     m[r] = acc;
   }
   __syncwarp();
@@ -200,23 +215,39 @@ __device__ __forceinline__ void load_fn_chunk(const HcMixKernelParams& p, int64_
 }
 
 // The one-launch tail: once this block's partials are written, the last block of the token tile [t0, t1) to arrive
-// runs finish_token<kFinishHc> for the tile's tokens (one warp per token); the tile's arrival counter counts the
-// gridDim.x blocks of the tile and is left at 0 for the next call.
+// runs finish_token<kFinishHc> for the tile's tokens (one warp per token); the tile's arrival counter `counter` counts
+// the `blocks` blocks of the tile and is left at 0 for the next call. stage (optional, shared memory of stage_cap
+// floats that the block no longer needs): where the tile's partials fit, the block copies them there first.
 template <int kFinishHc>
-__device__ __forceinline__ void finish_if_last(const HcMixKernelParams& p, int64_t t0, int64_t t1, int warp, int lane) {
+__device__ __forceinline__ void finish_if_last(const HcMixKernelParams& p, unsigned* counter, unsigned blocks,
+                                               int64_t t0, int64_t t1, int warp, int lane, float* stage = nullptr,
+                                               int stage_cap = 0) {
   __shared__ bool last;
   __shared__ float m_all[kMixWarps][kMaxMixRows + 1];
   __shared__ float c_all[kMixWarps][kMaxHc * kMaxHc];
   __threadfence();  // this block's partials reach L2 before its arrival is counted
   __syncthreads();
   if (threadIdx.x == 0) {
-    last = atomicAdd(p.arrivals + blockIdx.y, 1u) == gridDim.x - 1;
-    if (last) atomicExch(p.arrivals + blockIdx.y, 0u);
+    last = atomicAdd(counter, 1u) == blocks - 1;
+    if (last) atomicExch(counter, 0u);
   }
   __syncthreads();
   if (!last) return;
   __threadfence();  // every split's partials counted before are read after this point
-  for (int64_t t = t0 + warp; t < t1; t += kMixWarps) finish_token<kFinishHc>(p, m_all[warp], c_all[warp], t, lane);
+  const int rows1 = static_cast<int>(p.head ? p.hc : (2 + p.hc) * p.hc) + 1;
+  const int per_split = static_cast<int>(t1 - t0) * rows1, total = p.splits * per_split;
+  const float* staged = nullptr;
+  if (stage && total <= stage_cap) {
+    // The tile's rows of split s are contiguous: partial[(s·tokens + t0)·(rows + 1) ...].
+    for (int idx = threadIdx.x; idx < total; idx += blockDim.x) {
+      const int s = idx / per_split;
+      stage[idx] = __ldcg(p.partial + (s * p.tokens + t0) * rows1 + (idx - s * per_split));
+    }
+    __syncthreads();
+    staged = stage;
+  }
+  for (int64_t t = t0 + warp; t < t1; t += kMixWarps)
+    finish_token<kFinishHc>(p, m_all[warp], c_all[warp], t, lane, staged, t0, t1 - t0);
 }
 
 // kMixRowsPerWarp: fn rows a warp keeps in registers (3 covers hc <= 4: 24 rows over 8 warps). kFinishHc >= 0: the
@@ -241,7 +272,10 @@ __global__ void __launch_bounds__(kMixThreads) hc_mix_partial_kernel(HcMixKernel
     }
     write_partials<kMixRowsPerWarp>(w, f, p.partial + (blockIdx.x * p.tokens + t) * (rows + 1), rows, warp, lane);
   }
-  if constexpr (kFinishHc >= 0) finish_if_last<kFinishHc>(p, t0, t1, warp, lane);
+  if constexpr (kFinishHc >= 0) {
+    __shared__ float stage[kMixStageFloats];
+    finish_if_last<kFinishHc>(p, p.arrivals + blockIdx.y, gridDim.x, t0, t1, warp, lane, stage, kMixStageFloats);
+  }
 }
 
 // hc_expand then hc_mix in one launch, for hc <= kExpandMixMaxHc and D a multiple of kMixChunk. Block (c, tile) owns
@@ -293,7 +327,72 @@ __global__ void __launch_bounds__(kMixThreads) hc_expand_mix_kernel(HcMixKernelP
       write_partials<3>(w, f, p.partial + (split * p.tokens + t) * (rows + 1), rows, warp, lane);
     }
   }
-  finish_if_last<kFinishHc>(p, t0, t1, warp, lane);
+  finish_if_last<kFinishHc>(p, p.arrivals + blockIdx.y, gridDim.x, t0, t1, warp, lane, &fresh[0][0][0],
+                            kExpandMixTokens * kExpandMixMaxHc * kMixChunk);
+}
+
+// hc_expand_mix with the work of a column block spread over its hc splits: block (c, k, tile) writes the partials
+// of split k·D/512 + c only (one fn chunk, 40 blocks for V4.1's hc = 4, D = 5120 at batch 1 where
+// hc_expand_mix_kernel's 10 blocks each walked 4 chunks one after another: 16.9 µs a call, ncu). Every block of
+// column c computes the expanded values of all hc streams (hc_expand_kernel's arithmetic) into shared memory, and
+// the streams are updated in place by the last of the hc blocks of the column to have read the old values (a
+// per-(tile, column) arrival counter), so no block reads a value another one already overwrote. The partials and
+// the finish are hc_expand_mix_kernel's (same chunks, values and order: the same bits). Counters: the tile's at
+// arrivals[tile], the columns' at arrivals[tiles + tile·D/512 + c] (tiles·(1 + D/512) <= kHcMixArrivalSlots).
+template <int kFinishHc>
+__global__ void __launch_bounds__(kMixThreads) hc_expand_mix_split_kernel(HcMixKernelParams p) {
+  __shared__ float fresh[kExpandMixTokens][kExpandMixMaxHc][kMixChunk];
+  __shared__ bool writer;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t hc = p.hc, n = hc * p.d, rows = (2 + hc) * hc, col_splits = p.d / kMixChunk;
+  const int64_t d0 = static_cast<int64_t>(blockIdx.x) * kMixChunk, k = blockIdx.y;
+  const int64_t per_block = (p.tokens + gridDim.z - 1) / gridDim.z;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.z) * per_block;
+  const int64_t t1 = min(p.tokens, t0 + per_block);
+  const int64_t split = k * col_splits + blockIdx.x;
+  constexpr int kPer = kMixChunk / 32;
+  float w[3][kPer];
+  load_fn_chunk<3>(p, split, rows, w, warp, lane);  // first: in flight during the expand
+  for (int64_t idx = threadIdx.x; idx < (t1 - t0) * kMixChunk; idx += blockDim.x) {
+    const int64_t tl = idx / kMixChunk, i = idx % kMixChunk, t = t0 + tl;
+    const float* x = p.expand_streams + t * n + d0 + i;
+    const float* c = p.expand_comb + t * hc * hc;
+    const float y = p.expand_x[t * p.d + d0 + i];
+    float old[kExpandMixMaxHc];
+#pragma unroll
+    for (int j = 0; j < kExpandMixMaxHc; ++j) old[j] = j < hc ? x[j * p.d] : 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < kExpandMixMaxHc; ++kk) {
+      if (kk >= hc) break;
+      float acc = 0.0f;
+#pragma unroll
+      for (int j = 0; j < kExpandMixMaxHc; ++j)
+        if (j < hc) acc = __fadd_rn(acc, __fmul_rn(c[j * hc + kk], old[j]));
+      fresh[tl][kk][i] = __fadd_rn(__fmul_rn(p.expand_post[t * hc + kk], y), acc);
+    }
+  }
+  __threadfence();
+  __syncthreads();  // every old value this block needs is read
+  if (threadIdx.x == 0) {
+    unsigned* column = p.arrivals + gridDim.z + blockIdx.z * gridDim.x + blockIdx.x;
+    writer = atomicAdd(column, 1u) == gridDim.y - 1;
+    if (writer) atomicExch(column, 0u);
+  }
+  __syncthreads();
+  if (writer) {
+    for (int64_t idx = threadIdx.x; idx < (t1 - t0) * hc * kMixChunk; idx += blockDim.x) {
+      const int64_t tl = idx / (hc * kMixChunk), kk = (idx / kMixChunk) % hc, i = idx % kMixChunk;
+      p.expand_streams[(t0 + tl) * n + kk * p.d + d0 + i] = fresh[tl][kk][i];
+    }
+  }
+  for (int64_t t = t0; t < t1; ++t) {
+    float f[kPer];
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) f[e] = fresh[t - t0][k][lane + 32 * e];
+    write_partials<3>(w, f, p.partial + (split * p.tokens + t) * (rows + 1), rows, warp, lane);
+  }
+  finish_if_last<kFinishHc>(p, p.arrivals + blockIdx.z, gridDim.x * gridDim.y, t0, t1, warp, lane, &fresh[0][0][0],
+                            kExpandMixTokens * kExpandMixMaxHc * kMixChunk);
 }
 
 __global__ void hc_collapse_kernel(HcCollapseKernelParams p) {
@@ -375,7 +474,21 @@ void run_hc_expand_mix(const HcMixKernelParams& p, cudaStream_t stream) {
   if (p.arrivals && p.hc <= kExpandMixMaxHc && p.d % kMixChunk == 0 && tiles <= kHcMixArrivalSlots) {
     DI_CHECK_INTERNAL(p.partial && p.splits == hc_mix_splits(p.hc, p.d)) << "hc_expand_mix: partial buffer / splits";
     if (p.tokens == 0) return;
-    const dim3 grid(static_cast<unsigned>(p.d / kMixChunk), static_cast<unsigned>(tiles));
+    const int64_t col_splits = p.d / kMixChunk;
+    // The split kernel for one token tile only (up to 4 tokens): with the inputs in L2 (a CUDA graph of 20 calls on the
+    // H200) it was even at batch 1 (14.04 against 14.12 µs) and 2% slower at 16 (31.9 against 31.4 µs); what it
+    // shortens is the fn stream of a block (4 chunks one after another before), which the ncu profile's flushed L2
+    // (16.9 µs a call at batch 1) and a real decode step, where fn comes from HBM, pay and the warm bench does not.
+    if (ab_new_kernel("DEEPINFER_AB_HC_EXPAND_MIX") && tiles == 1 && 1 + col_splits <= kHcMixArrivalSlots) {
+      const dim3 grid(static_cast<unsigned>(col_splits), static_cast<unsigned>(p.hc), static_cast<unsigned>(tiles));
+      if (p.hc == 4)
+        hc_expand_mix_split_kernel<4><<<grid, kMixThreads, 0, stream>>>(p);
+      else
+        hc_expand_mix_split_kernel<0><<<grid, kMixThreads, 0, stream>>>(p);
+      DI_CUDA_CHECK_LAUNCH();
+      return;
+    }
+    const dim3 grid(static_cast<unsigned>(col_splits), static_cast<unsigned>(tiles));
     if (p.hc == 4)
       hc_expand_mix_kernel<4><<<grid, kMixThreads, 0, stream>>>(p);
     else

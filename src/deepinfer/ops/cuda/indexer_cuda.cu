@@ -1,9 +1,11 @@
 // Indexer family: lightning-indexer scores with causal visibility (over contiguous keys, or paged keys for a
 // batch of sequences: one launch for a decode step's rows), V4.1 candidate blocks, and the top-k selection mask
 // (block radix select, topk.cuh).
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
+#include "deepinfer/ops/cuda/ab_switch.h"
 #include "deepinfer/ops/cuda/cuda_runtime.h"
 #include "deepinfer/ops/cuda/device_math.cuh"
 #include "deepinfer/ops/cuda/indexer_entries.cuh"
@@ -108,6 +110,145 @@ __global__ void __launch_bounds__(kIdxWarps * 32)
   }
 }
 
+// indexer_scores_smem_kernel with its serial chains shortened (dim % 4 == 0): the queries staged with float4 loads
+// all issued before the shared-memory stores (the loop above did 64-bit index math and a load per element, a few
+// L2 round trips a thread), and a warp scores kIdxEntries entries at once — their key pointers resolved by
+// kIdxEntries lanes together, the keys loaded together, and each lane's dot products of those entries interleaved
+// (independent fmaf chains) instead of one entry's page lookup, key load and 128-long chain after another (17.7 µs
+// a call at batch 1, ncu). A warp takes entries e0 + warp + kIdxWarps·j as before; every (head, entry) dot, the
+// per-lane head order and the warp sum are the ones above: the same bits.
+constexpr int kIdxEntries = 2;
+// Shared-memory layout of indexer_scores_smem2_kernel: queries [heads][dim + 1], weights [heads], then the key slots
+// at the next multiple of 4 floats.
+__host__ __device__ constexpr int64_t kIdxKeysOffset(int64_t heads, int64_t dim) {
+  return (heads * (dim + 1) + heads + 3) / 4 * 4;
+}
+__global__ void __launch_bounds__(kIdxWarps * 32)
+    indexer_scores_smem2_kernel(IndexerScoresKernelParams p, int64_t per_block) {
+  extern __shared__ float sm[];
+  const int64_t t = blockIdx.y;
+  const int dim = static_cast<int>(p.dim), heads = static_cast<int>(p.heads), dp = dim + 1;
+  float* qs = sm;                               // [heads][dim + 1]
+  float* ws = qs + heads * dp;                  // [heads]
+  float* ks = sm + kIdxKeysOffset(heads, dim);  // [kIdxWarps][kIdxEntries][dim], 16-byte aligned (float4 stores)
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  constexpr int kBatch = 8;
+  const float4* q4 = reinterpret_cast<const float4*>(p.q + t * p.heads * p.dim);
+  const int n4 = heads * dim / 4, dim4 = dim / 4;
+  // The first kBatch float4 of the thread's share of the queries are requested before anything else (V4's 64 x 128
+  // is exactly that at 256 threads): their latency overlaps the entry count's loads and the first page lookups.
+  float4 qv[kBatch];
+  const auto load_q = [&](int b) {
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int i = b + j * static_cast<int>(blockDim.x);
+      qv[j] = i < n4 ? __ldg(q4 + i) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+  };
+  const auto store_q = [&](int b) {
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int i = b + j * static_cast<int>(blockDim.x);
+      if (i >= n4) break;
+      const int h = i / dim4;
+      float* dst = qs + h * dp + 4 * (i - h * dim4);
+      dst[0] = qv[j].x;
+      dst[1] = qv[j].y;
+      dst[2] = qv[j].z;
+      dst[3] = qv[j].w;
+    }
+  };
+  load_q(threadIdx.x);
+  const int64_t count = scored_entries(p, t, blockIdx.x == 0 && threadIdx.x == 0);
+  const int64_t e0 = static_cast<int64_t>(blockIdx.x) * per_block, e1 = min(p.n, e0 + per_block);
+  if (e0 >= count) {
+    for (int64_t e = e0 + threadIdx.x; e < e1; e += blockDim.x) p.out[t * p.n + e] = count < 0 ? NAN : -INFINITY;
+    return;
+  }
+  // Entries eb + kIdxWarps·j (j < kIdxEntries) of a warp: lane j resolves its page (writing −inf / NaN outputs for
+  // entries it cannot score), then every lane requests its part of the live keys.
+  unsigned live = 0;
+  const float* srcs[kIdxEntries];
+  float4 kv[kIdxEntries][4];
+  const auto fetch = [&](int64_t eb) {
+    const int64_t mine = eb + static_cast<int64_t>(kIdxWarps) * lane;
+    const float* src = nullptr;
+    bool scored = false;
+    if (lane < kIdxEntries && mine < e1) {
+      if (mine >= count) {
+        p.out[t * p.n + mine] = count < 0 ? NAN : -INFINITY;
+      } else {
+        src = entry_key(p, t, mine);
+        if (src == nullptr)
+          p.out[t * p.n + mine] = NAN;
+        else
+          scored = true;
+      }
+    }
+    live = __ballot_sync(0xffffffffu, scored);
+#pragma unroll
+    for (int j = 0; j < kIdxEntries; ++j)
+      srcs[j] = reinterpret_cast<const float*>(__shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(src), j));
+#pragma unroll
+    for (int j = 0; j < kIdxEntries; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int i4 = lane + 32 * r;
+        kv[j][r] = (live >> j & 1u) && i4 < dim4 ? __ldg(reinterpret_cast<const float4*>(srcs[j]) + i4)
+                                                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+  };
+  int64_t eb = e0 + warp;
+  if (eb < e1) fetch(eb);
+  store_q(threadIdx.x);
+  for (int b = threadIdx.x + kBatch * blockDim.x; b < n4; b += kBatch * blockDim.x) {
+    load_q(b);
+    store_q(b);
+  }
+  for (int h = threadIdx.x; h < heads; h += blockDim.x) ws[h] = p.weights[t * p.heads + h] * p.weight_scale;
+  __syncthreads();
+  float* key = ks + warp * kIdxEntries * dim;
+  for (; eb < e1; eb += kIdxWarps * kIdxEntries) {
+    if (eb != e0 + warp) fetch(eb);
+    if (live == 0) continue;
+#pragma unroll
+    for (int j = 0; j < kIdxEntries; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int i4 = lane + 32 * r;
+        if (i4 < dim4) reinterpret_cast<float4*>(key + j * dim)[i4] = kv[j][r];
+      }
+    // Rows past 512 dims (not V4's 128): the rest, an element at a time.
+    for (int j = 0; j < kIdxEntries; ++j)
+      if (live >> j & 1u)
+        for (int i = 512 + lane; i < dim; i += 32) key[j * dim + i] = srcs[j][i];
+    __syncwarp();
+    float acc[kIdxEntries];
+#pragma unroll
+    for (int j = 0; j < kIdxEntries; ++j) acc[j] = 0.0f;
+    for (int h = lane; h < heads; h += 32) {
+      const float* qh = qs + h * dp;
+      float dot[kIdxEntries];
+#pragma unroll
+      for (int j = 0; j < kIdxEntries; ++j) dot[j] = 0.0f;
+#pragma unroll 4
+      for (int i = 0; i < dim; ++i) {
+        const float qv1 = qh[i];
+#pragma unroll
+        for (int j = 0; j < kIdxEntries; ++j) dot[j] = fmaf(qv1, key[j * dim + i], dot[j]);
+      }
+#pragma unroll
+      for (int j = 0; j < kIdxEntries; ++j) acc[j] = fmaf(fmaxf(dot[j], 0.0f) * p.score_scale, ws[h], acc[j]);
+    }
+#pragma unroll
+    for (int j = 0; j < kIdxEntries; ++j) {
+      const float a = warp_sum(acc[j]);
+      if (lane == 0 && (live >> j & 1u)) p.out[t * p.n + eb + static_cast<int64_t>(kIdxWarps) * j] = a;
+    }
+    __syncwarp();  // the key slots are rewritten for the warp's next entries
+  }
+}
+
 // At most 64 registers a thread (launch bounds): 1024 threads of them fill the register file.
 template <int kThreads, int kItems>
 __global__ void __launch_bounds__(kThreads, kTopkThreads / kThreads) topk_mask_kernel(TopKMaskKernelParams p) {
@@ -180,7 +321,15 @@ void run_indexer_scores(const IndexerScoresKernelParams& p, cudaStream_t stream)
     // for more entries each.
     const int64_t per_block = p.tokens <= 16 ? 16 : 128;
     const dim3 grid(static_cast<unsigned>(ceil_div(p.n, per_block)), static_cast<unsigned>(p.tokens));
-    indexer_scores_smem_kernel<<<grid, kIdxWarps * 32, smem, stream>>>(p, per_block);
+    const size_t smem2 =
+        sizeof(float) * static_cast<size_t>(kIdxKeysOffset(p.heads, p.dim) + kIdxEntries * kIdxWarps * p.dim);
+    // The float4 paths need 16-byte rows: dim % 4 == 0 and 16-byte aligned bases.
+    const bool aligned =
+        p.dim % 4 == 0 && (reinterpret_cast<uintptr_t>(p.q) | reinterpret_cast<uintptr_t>(p.keys)) % 16 == 0;
+    if (aligned && smem2 <= 48 * 1024 && ab_new_kernel("DEEPINFER_AB_INDEXER"))
+      indexer_scores_smem2_kernel<<<grid, kIdxWarps * 32, smem2, stream>>>(p, per_block);
+    else
+      indexer_scores_smem_kernel<<<grid, kIdxWarps * 32, smem, stream>>>(p, per_block);
   } else {
     indexer_scores_kernel<<<grid_1d(p.tokens * p.n * 32, 256), 256, 0, stream>>>(p);
   }

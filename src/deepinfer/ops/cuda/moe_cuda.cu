@@ -1,6 +1,7 @@
 // Router selection and the MoE glue kernels: the expert grouping plan (a counting sort of the T·k slots by
 // expert), the clamped SwiGLU between the two grouped GEMMs (gemm_cuda.cu), and the combine that sums the
 // routed outputs in expert-id order (the CPU op's order, and deterministic: no atomics on outputs).
+#include "deepinfer/ops/cuda/ab_switch.h"
 #include "deepinfer/ops/cuda/cuda_runtime.h"
 #include "deepinfer/ops/cuda/device_math.cuh"
 #include "deepinfer/ops/cuda/kernels.h"
@@ -26,6 +27,11 @@ __device__ __forceinline__ float router_score(RouterScoring s, float x) {
 }
 
 // One block per token; scores and the biased selection keys live in dynamic shared memory [2·E].
+// kPrefetch (E <= kRouterPrefetch · kRouterThreads): a thread loads its logits and bias values together first, so the
+// bias loads do not wait for the scores' shared-memory stores (two dependent global round trips before: the loads
+// of the bias loop could not be moved above the stores of the scores loop). The same values: the same bits.
+constexpr int kRouterPrefetch = 4;
+template <bool kPrefetch>
 __global__ void __launch_bounds__(kRouterThreads) router_select_kernel(RouterSelectKernelParams p) {
   extern __shared__ float sm[];
   __shared__ float red[32];
@@ -34,8 +40,24 @@ __global__ void __launch_bounds__(kRouterThreads) router_select_kernel(RouterSel
   float* biased = sm + p.experts;
   const int64_t t = blockIdx.x, e_count = p.experts, k = p.k;
   const float* logits = p.logits + t * e_count;
-  for (int64_t e = threadIdx.x; e < e_count; e += blockDim.x)
-    scores[e] = router_score(p.scoring, logits[e] / p.gate_temp);
+  float bias_of[kRouterPrefetch];
+  if constexpr (kPrefetch) {
+    float logit_of[kRouterPrefetch];
+#pragma unroll
+    for (int j = 0; j < kRouterPrefetch; ++j) {
+      const int64_t e = threadIdx.x + static_cast<int64_t>(j) * blockDim.x;
+      logit_of[j] = e < e_count ? __ldg(logits + e) : 0.0f;
+      bias_of[j] = p.bias && e < e_count ? __ldg(p.bias + e) : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < kRouterPrefetch; ++j) {
+      const int64_t e = threadIdx.x + static_cast<int64_t>(j) * blockDim.x;
+      if (e < e_count) scores[e] = router_score(p.scoring, logit_of[j] / p.gate_temp);
+    }
+  } else {
+    for (int64_t e = threadIdx.x; e < e_count; e += blockDim.x)
+      scores[e] = router_score(p.scoring, logits[e] / p.gate_temp);
+  }
   if (p.scoring == RouterScoring::kSoftmax) {
     __syncthreads();
     float mx = -INFINITY;
@@ -46,7 +68,15 @@ __global__ void __launch_bounds__(kRouterThreads) router_select_kernel(RouterSel
     sum = block_sum(sum, red);
     for (int64_t e = threadIdx.x; e < e_count; e += blockDim.x) scores[e] = expf(scores[e] - mx) / sum;
   }
-  for (int64_t e = threadIdx.x; e < e_count; e += blockDim.x) biased[e] = scores[e] + (p.bias ? p.bias[e] : 0.0f);
+  if constexpr (kPrefetch) {
+#pragma unroll
+    for (int j = 0; j < kRouterPrefetch; ++j) {
+      const int64_t e = threadIdx.x + static_cast<int64_t>(j) * blockDim.x;
+      if (e < e_count) biased[e] = scores[e] + (p.bias ? bias_of[j] : 0.0f);
+    }
+  } else {
+    for (int64_t e = threadIdx.x; e < e_count; e += blockDim.x) biased[e] = scores[e] + (p.bias ? p.bias[e] : 0.0f);
+  }
   __syncthreads();
   if (p.n_group > 1 && !p.hash_table) {
     // Group-limited routing (the CPU op's mask_dropped_groups): a group scores its top-2 sum (kTop2Sum) or its
@@ -275,6 +305,72 @@ __global__ void __launch_bounds__(kCombineThreads) moe_combine_kernel(MoeCombine
   }
 }
 
+// moe_combine_kernel for decode-sized calls: block (token, 256 outputs), one output a thread (5 blocks of 4 serial
+// outputs each at batch 1, D = 5120: 11.8 µs a call, ncu). The token's order is found in parallel: slot j's place is
+// the number of valid slots with a smaller (expert id, slot) — the selection walk's order — and each thread issues
+// all its loads first, in slot order, into shared memory, then sums them in that order. The sum is
+// moe_combine_kernel's, term for term: fmaf(v, w, acc) with weights (the contraction nvcc makes of `acc += v * w`),
+// `acc + v` without, then + shared: the same bits.
+constexpr int kCombineSmallThreads = 256;
+// Up to 16 tokens: faster there on the H200 (batch 1: 2.68 against 7.66 µs, batch 16: 4.14 against 7.82 µs; a CUDA
+// graph of 20 calls, DecodeSmallOpTimings), slower at 64 (10.7 against 8.2 µs: 1280 blocks, each with its own
+// ranking and 33 KB of shared memory, against the previous kernel's 320).
+constexpr int64_t kCombineSmallMaxTokens = 16;
+__global__ void __launch_bounds__(kCombineSmallThreads) moe_combine_small_kernel(MoeCombineKernelParams p) {
+  __shared__ int ids[kMaxTopK], order[kMaxTopK];
+  __shared__ float wsorted[kMaxTopK];
+  __shared__ float vals[kMaxTopK][kCombineSmallThreads];  // this thread's output of every slot, in slot order
+  __shared__ int count;
+  const int64_t t = blockIdx.x;
+  const int k = static_cast<int>(p.k);
+  const int64_t i = static_cast<int64_t>(blockIdx.y) * kCombineSmallThreads + threadIdx.x;
+  const bool mine = i < p.d;
+  // Every slot's value of this output is requested first (slot order; the sum order is only known after the ids):
+  // the loads overlap the ids' round trip and the ranking.
+  const float* y = p.y_slot + t * p.k * p.d + i;
+  float v[kMaxTopK];
+#pragma unroll
+  for (int j = 0; j < kMaxTopK; ++j) v[j] = mine && j < k ? __ldg(y + j * p.d) : 0.0f;
+  const float sh = mine && p.shared ? __ldg(p.shared + t * p.d + i) : 0.0f;
+  if (threadIdx.x < k) ids[threadIdx.x] = p.indices[t * k + threadIdx.x];
+#pragma unroll
+  for (int j = 0; j < kMaxTopK; ++j)
+    if (j < k) vals[j][threadIdx.x] = v[j];
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    const int j = threadIdx.x;
+    const int id = j < k ? ids[j] : -1;
+    const bool valid = j < k && id >= 0 && id < p.experts;
+    int place = 0;
+    for (int j2 = 0; j2 < k; ++j2) {
+      const int other = ids[j2];
+      const bool before = other >= 0 && other < p.experts && (other < id || (other == id && j2 < j));
+      place += before ? 1 : 0;
+    }
+    if (valid) {
+      order[place] = j;
+      wsorted[place] = p.weights ? p.weights[t * k + j] : 1.0f;
+    }
+    const unsigned n_valid = __popc(__ballot_sync(0xffffffffu, valid));
+    if (j == 0) count = static_cast<int>(n_valid);
+  }
+  __syncthreads();
+  if (!mine) return;
+  const int n_used = count;
+  float acc = 0.0f;
+  if (p.weights) {
+#pragma unroll
+    for (int n = 0; n < kMaxTopK; ++n)
+      if (n < n_used) acc = fmaf(vals[order[n]][threadIdx.x], wsorted[n], acc);
+  } else {
+#pragma unroll
+    for (int n = 0; n < kMaxTopK; ++n)
+      if (n < n_used) acc = acc + vals[order[n]][threadIdx.x];
+  }
+  if (p.shared) acc += sh;
+  p.out[t * p.d + i] = acc;
+}
+
 }  // namespace
 
 void run_router_select(const RouterSelectKernelParams& p, cudaStream_t stream) {
@@ -284,7 +380,10 @@ void run_router_select(const RouterSelectKernelParams& p, cudaStream_t stream) {
   if (p.tokens == 0) return;
   const size_t smem = sizeof(float) * 2 * static_cast<size_t>(p.experts);
   DI_CHECK_CODE(smem <= 48 * 1024, ErrorCode::kUnsupported) << "router: " << p.experts << " experts";
-  router_select_kernel<<<static_cast<unsigned>(p.tokens), kRouterThreads, smem, stream>>>(p);
+  if (p.experts <= kRouterPrefetch * kRouterThreads && ab_new_kernel("DEEPINFER_AB_ROUTER"))
+    router_select_kernel<true><<<static_cast<unsigned>(p.tokens), kRouterThreads, smem, stream>>>(p);
+  else
+    router_select_kernel<false><<<static_cast<unsigned>(p.tokens), kRouterThreads, smem, stream>>>(p);
   DI_CUDA_CHECK_LAUNCH();
 }
 
@@ -304,6 +403,14 @@ void run_swiglu(const SwigluKernelParams& p, cudaStream_t stream) {
 void run_moe_combine(const MoeCombineKernelParams& p, cudaStream_t stream) {
   if (p.tokens * p.d == 0) return;
   DI_CHECK_CODE(p.k <= kMaxTopK, ErrorCode::kUnsupported) << "moe combine: top-k " << p.k << " > " << kMaxTopK;
+  if (p.tokens <= kCombineSmallMaxTokens && ab_new_kernel("DEEPINFER_AB_MOE_COMBINE")) {
+    const int64_t blocks = ceil_div(p.d, kCombineSmallThreads);
+    DI_CHECK(blocks <= 65535) << "moe combine: d = " << p.d << " is too large for one launch";
+    moe_combine_small_kernel<<<dim3(static_cast<unsigned>(p.tokens), static_cast<unsigned>(blocks)),
+                               kCombineSmallThreads, 0, stream>>>(p);
+    DI_CUDA_CHECK_LAUNCH();
+    return;
+  }
   const int64_t spans = ceil_div(p.d, kCombineSpan);
   DI_CHECK(spans <= 65535) << "moe combine: d = " << p.d << " is too large for one launch";
   moe_combine_kernel<<<dim3(static_cast<unsigned>(p.tokens), static_cast<unsigned>(spans)), kCombineThreads, 0,

@@ -1,0 +1,445 @@
+// The small decode kernels re-launched over more blocks (hc_expand_mix split per fn chunk, hc_collapse_norm with the
+// row in registers, moe_combine one output a thread, the paged attention combine a float4 a thread, its key loads a
+// group ahead and 32-slot splits, rope split over head groups) at V4 / V4.1 shapes, batch 1 and 16 (and the first sizes
+// past the new kernels' limits): each against its previous kernel (the A/B switch DEEPINFER_AB_<NAME> = 0) bit for bit
+// where the arithmetic is unchanged, and against the CPU op.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "cuda/cuda_test_util.h"
+#include "deepinfer/ops/cuda/kernels.h"
+#include "ops/paged_attention_case.h"
+#include "ops/paged_indexer_case.h"
+
+namespace deepinfer {
+namespace {
+
+using testing::CudaOpTest;
+using testing::DeviceTensor;
+
+// Sets DEEPINFER_AB_<name> = "0" (the previous kernel) for its lifetime when `old`.
+class AbSwitch {
+ public:
+  AbSwitch(const char* name, bool old) : name_(name) {
+    if (old) setenv(name_, "0", 1);
+  }
+  ~AbSwitch() { unsetenv(name_); }
+  AbSwitch(const AbSwitch&) = delete;
+  AbSwitch& operator=(const AbSwitch&) = delete;
+
+ private:
+  const char* name_;
+};
+
+// The uploads (cudaMemcpy from pageable memory, on the legacy stream) may still be landing when cudaMemcpy returns;
+// the backend's stream does not wait for the legacy one. A test that runs on it right after uploading inputs or
+// poisoned outputs first waits for the device (a late poison DMA over a kernel's output failed an earlier run).
+void settle() { ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess); }
+
+HostTensor zeros_i32(int64_t n) {
+  HostTensor t(DType::kI32, {n});
+  std::memset(t.view().data(), 0, t.view().nbytes());
+  return t;
+}
+
+// hc = 4 at V4-Flash's D = 4096, V4.1-Flash's 5120 and V4's 7168; t = 1 and 4 take the split kernel (one token tile),
+// 5, 16 and 64 the previous one-launch kernel. Three forms: split kernel, previous
+// one-launch kernel, hc_expand then hc_mix; outputs bit for bit, and the backend's counters must be left at zero
+// (a second call of each form checks that: a stuck counter would skip a finish or a stream write).
+TEST_F(CudaOpTest, HcExpandMixDecodeShapesSplitKernelBitwise) {
+  const int64_t hc = 4, rows = (2 + hc) * hc;
+  for (int64_t d : {int64_t{4096}, int64_t{5120}, int64_t{7168}}) {
+    // The ranges of HcMixRealSizeSplitK (the CPU comparison's tolerance was set on them).
+    HostTensor fn = rand({rows, hc * d}, -0.01f, 0.01f), base = rand({rows}), scale = rand({3}, 0.5f, 1.5f);
+    DeviceTensor dfn = up(fn), dbase = up(base), dscale = up(scale);
+    for (int64_t t : {int64_t{1}, int64_t{4}, int64_t{5}, int64_t{16}, int64_t{64}}) {
+      HostTensor s0 = rand({t, hc, d}, -2, 2), y = rand({t, d}, -2, 2), post0 = rand({t, hc}, 0.1f, 2.0f);
+      HostTensor comb0 = rand({t, hc, hc}, 0.0f, 1.0f);
+      DeviceTensor dy = up(y);
+      HostTensor out[3][4];  // [split, previous, unfused][streams, pre, post, comb]
+      for (int form = 0; form < 3; ++form) {
+        for (int rep = 0; rep < 2; ++rep) {
+          AbSwitch ab("DEEPINFER_AB_HC_EXPAND_MIX", form == 1);
+          DeviceTensor ds = up(s0), dpost = up(post0), dcomb = up(comb0), pre = poisoned({t, hc});
+          DeviceTensor mpost = poisoned({t, hc}), mcomb = poisoned({t, hc, hc});
+          const HcExpandParams e{ds, dy, dpost, dcomb};
+          const HcMixParams m{ds, dfn, dbase, dscale, pre, mpost, mcomb};
+          settle();
+          if (form < 2) {
+            gpu().hc_expand_mix({e, m});
+          } else {
+            gpu().hc_expand(e);
+            gpu().hc_mix(m);
+          }
+          const HostTensor got[4] = {down(ds), down(pre), down(mpost), down(mcomb)};
+          const std::string what = "hc_expand_mix d" + std::to_string(d) + " t" + std::to_string(t) + " form " +
+                                   std::to_string(form) + (rep ? " again" : "");
+          for (int i = 0; i < 4; ++i) {
+            if (rep == 0) {
+              out[form][i] = HostTensor(got[i].dtype(), got[i].shape());
+              std::memcpy(out[form][i].view().data(), got[i].view().data(), got[i].view().nbytes());
+            } else {
+              expect_same_bytes(what.c_str(), got[i], out[form][i]);
+            }
+          }
+        }
+      }
+      const std::string what = "hc_expand_mix d" + std::to_string(d) + " t" + std::to_string(t);
+      const char* names[4] = {" streams", " pre", " post", " comb"};
+      for (int i = 0; i < 4; ++i) {
+        expect_same_bytes((what + " split vs unfused" + names[i]).c_str(), out[0][i], out[2][i]);
+        expect_same_bytes((what + " split vs previous" + names[i]).c_str(), out[0][i], out[1][i]);
+      }
+      // And the coefficients against the CPU op over the CPU's own expand.
+      HostTensor cs(DType::kF32, s0.shape()), cpost(DType::kF32, {t, hc}), ccomb(DType::kF32, {t, hc, hc});
+      std::memcpy(cs.view().data(), s0.view().data(), s0.view().nbytes());
+      HostTensor cpre(DType::kF32, {t, hc}), mp(DType::kF32, {t, hc}), mc(DType::kF32, {t, hc, hc});
+      std::memcpy(cpost.view().data(), post0.view().data(), post0.view().nbytes());
+      std::memcpy(ccomb.view().data(), comb0.view().data(), comb0.view().nbytes());
+      cpu().hc_expand({cs, y, cpost, ccomb});
+      cpu().hc_mix({cs, fn, base, scale, cpre, mp, mc});
+      rel_err((what + " streams vs cpu").c_str(), out[0][0], cs, 1e-6);
+      rel_err((what + " pre vs cpu").c_str(), out[0][1], cpre, 1e-5);
+      rel_err((what + " post vs cpu").c_str(), out[0][2], mp, 1e-5);
+      rel_err((what + " comb vs cpu").c_str(), out[0][3], mc, 1e-5);
+    }
+  }
+}
+
+// The one-launch hc_mix (finish from partials staged in shared memory) at V4.1's D = 5120 and V4's 7168, batch 1 and
+// 16, mix and head: against the two-launch form bit for bit.
+TEST_F(CudaOpTest, HcMixDecodeShapesStagedFinishBitwise) {
+  DeviceTensor arrivals = up(zeros_i32(cuda::kHcMixArrivalSlots));
+  const int64_t hc = 4;
+  for (int64_t d : {int64_t{5120}, int64_t{7168}}) {
+    for (bool head : {false, true}) {
+      const int64_t rows = head ? hc : (2 + hc) * hc;
+      HostTensor fn = rand({rows, hc * d}, -0.05f, 0.05f), base = rand({rows}, -0.5f, 0.5f), scale = rand({3});
+      DeviceTensor dfn = up(fn), dbase = up(base), dscale = up(scale);
+      for (int64_t t : {int64_t{1}, int64_t{16}}) {
+        DeviceTensor ds = up(rand({t, hc, d}, -2, 2));
+        const int splits = cuda::hc_mix_splits(hc, d);
+        DeviceTensor partial = poisoned({splits * t * (rows + 1)});
+        HostTensor out[2][3];
+        for (int form = 0; form < 2; ++form) {
+          DeviceTensor pre = poisoned({t, hc}), post = poisoned({t, hc}), comb = poisoned({t, hc, hc});
+          cuda::HcMixKernelParams k;
+          k.streams = static_cast<const float*>(ds.data());
+          k.fn = static_cast<const float*>(dfn.data());
+          k.base = static_cast<const float*>(dbase.data());
+          k.scale = static_cast<const float*>(dscale.data());
+          k.pre = static_cast<float*>(pre.data());
+          k.post = head ? nullptr : static_cast<float*>(post.data());
+          k.comb = head ? nullptr : static_cast<float*>(comb.data());
+          k.tokens = t;
+          k.hc = hc;
+          k.d = d;
+          k.head = head;
+          k.partial = static_cast<float*>(partial.data());
+          k.splits = splits;
+          k.arrivals = form == 0 ? nullptr : static_cast<unsigned*>(arrivals.data());
+          cuda::run_hc_mix(k, nullptr);
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+          out[form][0] = down(pre);
+          if (!head) {
+            out[form][1] = down(post);
+            out[form][2] = down(comb);
+          }
+        }
+        const std::string what =
+            "hc_mix d" + std::to_string(d) + (head ? " head" : "") + " t" + std::to_string(t) + " one launch";
+        for (int i = 0; i < (head ? 1 : 3); ++i) expect_same_bytes(what.c_str(), out[1][i], out[0][i]);
+      }
+    }
+  }
+  const HostTensor left = down(arrivals);
+  for (int i = 0; i < cuda::kHcMixArrivalSlots; ++i) EXPECT_EQ(left.data<int32_t>()[i], 0) << "arrival slot " << i;
+}
+
+// hc_collapse_norm at V4.1's D = 5120 (and 4096, 7168), batch 1 / 16 / 64: the register kernel against the previous
+// kernel and the unfused pair bit for bit, and against the CPU op.
+TEST_F(CudaOpTest, HcCollapseNormDecodeShapesRegisterKernelBitwise) {
+  const int64_t hc = 4;
+  for (int64_t d : {int64_t{4096}, int64_t{5120}, int64_t{7168}}) {
+    for (int64_t t : {int64_t{1}, int64_t{16}, int64_t{64}}) {
+      HostTensor streams = rand({t, hc, d}, -3, 3), pre = rand({t, hc}, 0.1f, 2.0f), w = rand({d});
+      DeviceTensor ds = up(streams), dp = up(pre), dw = up(w);
+      for (bool weighted : {true, false}) {
+        const std::string what =
+            "hc_collapse_norm d" + std::to_string(d) + " t" + std::to_string(t) + (weighted ? " weighted" : "");
+        const Tensor weight = weighted ? dw.view() : Tensor{};
+        DeviceTensor unfused = poisoned({t, d}), now = poisoned({t, d}), before = poisoned({t, d});
+        settle();
+        gpu().hc_collapse({ds, dp, unfused});
+        gpu().rms_norm({unfused, weight, unfused, 1e-6f});
+        gpu().hc_collapse_norm({ds, dp, weight, now, 1e-6f});
+        {
+          AbSwitch ab("DEEPINFER_AB_HC_COLLAPSE_NORM", true);
+          gpu().hc_collapse_norm({ds, dp, weight, before, 1e-6f});
+        }
+        const HostTensor got = down(now);
+        expect_same_bytes((what + " vs unfused").c_str(), got, down(unfused));
+        expect_same_bytes((what + " vs previous").c_str(), got, down(before));
+        HostTensor want(DType::kF32, {t, d});
+        cpu().hc_collapse_norm({streams, pre, weighted ? w.view() : Tensor{}, want, 1e-6f});
+        rel_err((what + " vs cpu").c_str(), got, want, 1e-6);
+      }
+    }
+  }
+}
+
+// moe_combine (run directly) at V4.1's D = 5120, k = 6 (+ shared) and V4's 7168, k = 8, T = 1 / 16 (the small
+// kernel) and 17 (the previous one), with weights and without, a repeated expert (hash routing) and an out-of-range
+// id: the small kernel against the previous one bit for bit, and against a host sum in expert-id order.
+TEST_F(CudaOpTest, MoeCombineDecodeShapesSmallKernelBitwise) {
+  struct Shape2 {
+    int64_t d, k;
+    int experts;
+  };
+  for (const Shape2 s : {Shape2{5120, 6, 384}, Shape2{7168, 8, 256}}) {
+    for (int64_t t : {int64_t{1}, int64_t{16}, int64_t{17}}) {
+      HostTensor y = rand({t * s.k, s.d}, -2, 2), w = rand({t, s.k}, 0.01f, 1.0f), sh = rand({t, s.d}, -1, 1);
+      HostTensor ids = ints(DType::kI32, {t, s.k}, 0, s.experts - 1);
+      ids.data<int32_t>()[0] = ids.data<int32_t>()[s.k - 1];  // a repeated expert: slot order breaks the tie
+      if (t > 1) ids.data<int32_t>()[s.k + 1] = s.experts;    // out of range: left out
+      DeviceTensor dy = up(y), dw = up(w), dsh = up(sh), di = up(ids);
+      for (bool weighted : {true, false}) {
+        for (bool shared : {true, false}) {
+          HostTensor got[2];
+          for (int form = 0; form < 2; ++form) {
+            AbSwitch ab("DEEPINFER_AB_MOE_COMBINE", form == 1);
+            DeviceTensor out = poisoned({t, s.d});
+            cuda::MoeCombineKernelParams p;
+            p.y_slot = static_cast<const float*>(dy.data());
+            p.indices = static_cast<const int32_t*>(di.data());
+            p.weights = weighted ? static_cast<const float*>(dw.data()) : nullptr;
+            p.shared = shared ? static_cast<const float*>(dsh.data()) : nullptr;
+            p.out = static_cast<float*>(out.data());
+            p.tokens = t;
+            p.k = s.k;
+            p.d = s.d;
+            p.experts = s.experts;
+            settle();
+            cuda::run_moe_combine(p, gpu().stream());
+            got[form] = down(out);
+          }
+          const std::string what = "moe_combine d" + std::to_string(s.d) + " k" + std::to_string(s.k) + " t" +
+                                   std::to_string(t) + (weighted ? " weighted" : "") + (shared ? " shared" : "");
+          expect_same_bytes((what + " vs previous").c_str(), got[0], got[1]);
+          HostTensor want(DType::kF32, {t, s.d});
+          for (int64_t r = 0; r < t; ++r) {
+            std::vector<int64_t> order(s.k);
+            std::iota(order.begin(), order.end(), 0);
+            const int32_t* id = ids.data<int32_t>() + r * s.k;
+            std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return id[a] < id[b]; });
+            for (int64_t i = 0; i < s.d; ++i) {
+              double acc = 0;
+              for (int64_t j : order) {
+                if (id[j] < 0 || id[j] >= s.experts) continue;
+                const double v = y.data<float>()[(r * s.k + j) * s.d + i];
+                acc += weighted ? v * w.data<float>()[r * s.k + j] : v;
+              }
+              if (shared) acc += sh.data<float>()[r * s.d + i];
+              want.data<float>()[r * s.d + i] = static_cast<float>(acc);
+            }
+          }
+          rel_err((what + " vs host").c_str(), got[0], want, 2e-6);
+        }
+      }
+    }
+  }
+}
+
+// Decode paged attention at V4.1's attention shape (64 heads x 512, window 128 + 512 selected, pages of 64, contexts
+// up to 4096) for 1 and 16 sequences, and smaller 16- and 2-split calls: the float4 combine and the key prefetch
+// against the previous kernels bit for bit (same splits), and the 32-slot splits (DEEPINFER_AB_ATTN_SPLITS) against the
+// CPU op within the kernel's tolerance.
+TEST_F(CudaOpTest, PagedAttentionDecodeShapesCombineAndSplits) {
+  struct Shape {
+    int64_t seqs, heads, hd, k_sel;
+    int window;
+    int64_t min_ctx, max_ctx;
+  };
+  // V4.1 at batch 1 (20 splits: the 32-split combine) and 16 (7: the 8-split one), a one-group call of 16 splits and
+  // a small call of 2.
+  for (const Shape& sh : {Shape{1, 64, 512, 512, 128, 3000, 4096}, Shape{16, 64, 512, 512, 128, 3000, 4096},
+                          Shape{1, 8, 128, 384, 128, 2000, 3000}, Shape{8, 16, 128, 32, 32, 200, 300}}) {
+    const int64_t seqs = sh.seqs;
+    testing::PagedAttentionSpec spec;
+    spec.seqs = seqs;
+    spec.heads = sh.heads;
+    spec.hd = sh.hd;
+    spec.k_sel = sh.k_sel;
+    spec.block_size = 64;
+    spec.window = sh.window;
+    spec.min_context = sh.min_ctx;
+    spec.max_context = sh.max_ctx;
+    const testing::PagedAttentionCase c = testing::make_paged_attention_case(spec, rng()());
+    HostTensor want(DType::kF32, {c.tokens, spec.heads, spec.hd});
+    cpu().paged_sink_attention(c.params(want.view()));
+    DeviceTensor dq = up(c.q), dqp = up(c.q_pos), dqs = up(c.q_seq), dt = up(c.tables), dw = up(c.window_pool);
+    DeviceTensor dwb = up(c.window_begin), dc = up(c.comp_pool), di = up(c.comp_idx), dsk = up(c.sinks);
+    HostTensor got[2][2];  // [splits: new, previous][combine: new, previous]
+    for (int splits_old = 0; splits_old < 2; ++splits_old) {
+      for (int combine_old = 0; combine_old < 2; ++combine_old) {
+        AbSwitch a("DEEPINFER_AB_ATTN_SPLITS", splits_old == 1), b("DEEPINFER_AB_ATTN_COMBINE", combine_old == 1);
+        DeviceTensor dout = poisoned({c.tokens, spec.heads, spec.hd});
+        settle();
+        gpu().paged_sink_attention(c.params({dq, dqp, dqs, dt, dw, dwb, dc, di, dsk}, dout));
+        got[splits_old][combine_old] = down(dout);
+      }
+    }
+    HostTensor no_prefetch;
+    {
+      AbSwitch a("DEEPINFER_AB_ATTN_PREFETCH", true);
+      DeviceTensor dout = poisoned({c.tokens, spec.heads, spec.hd});
+      settle();
+      gpu().paged_sink_attention(c.params({dq, dqp, dqs, dt, dw, dwb, dc, di, dsk}, dout));
+      no_prefetch = down(dout);
+    }
+    const std::string what = "paged_sink_attention decode B=" + std::to_string(seqs) +
+                             " H=" + std::to_string(sh.heads) + " hd=" + std::to_string(sh.hd);
+    expect_same_bytes((what + " key prefetch vs previous").c_str(), got[0][0], no_prefetch);
+    expect_same_bytes((what + " combine vs previous (32-slot splits)").c_str(), got[0][0], got[0][1]);
+    expect_same_bytes((what + " combine vs previous (64-slot splits)").c_str(), got[1][0], got[1][1]);
+    rel_err((what + " 32-slot splits vs cpu").c_str(), got[0][0], want, 1e-5);
+    rel_err((what + " 64-slot splits vs cpu").c_str(), got[1][0], want, 1e-5);
+    // Batch-invariant mode takes the combine too (fixed 256-slot splits): against the CPU op.
+    gpu().set_batch_invariant(true);
+    DeviceTensor dout = poisoned({c.tokens, spec.heads, spec.hd});
+    settle();
+    gpu().paged_sink_attention(c.params({dq, dqp, dqs, dt, dw, dwb, dc, di, dsk}, dout));
+    gpu().set_batch_invariant(false);
+    rel_err((what + " batch-invariant vs cpu").c_str(), down(dout), want, 1e-5);
+  }
+}
+
+// rope over head groups at the attention output's shape (64 heads x 512, 64 rotated channels) and the indexer's
+// (64 x 128), batch 1 / 16 / 64, forward and inverse: against the previous one-block-per-token launch bit for bit and
+// against the CPU op.
+TEST_F(CudaOpTest, RopeDecodeShapesHeadGroupsBitwise) {
+  for (auto [h, hd] : {std::pair<int64_t, int64_t>{64, 512}, {64, 128}, {3, 192}}) {
+    const int64_t half = 32;
+    HostTensor inv(DType::kF32, {half});
+    for (int64_t i = 0; i < half; ++i) inv.data<float>()[i] = std::pow(10000.0f, -static_cast<float>(i) / half);
+    for (int64_t t : {int64_t{1}, int64_t{16}, int64_t{64}}) {
+      HostTensor x = rand({t, h, hd}, -2, 2), pos = ints(DType::kI64, {t}, 0, 70000);
+      DeviceTensor dp = up(pos), di = up(inv);
+      for (bool inverse : {false, true}) {
+        HostTensor want(DType::kF32, x.shape());
+        std::memcpy(want.view().data(), x.view().data(), x.view().nbytes());
+        cpu().rope({want, pos, inv, inverse});
+        DeviceTensor now = up(x), before = up(x);
+        settle();
+        gpu().rope({now, dp, di, inverse});
+        {
+          AbSwitch ab("DEEPINFER_AB_ROPE", true);
+          gpu().rope({before, dp, di, inverse});
+        }
+        const std::string what = "rope h" + std::to_string(h) + " hd" + std::to_string(hd) + " t" + std::to_string(t) +
+                                 (inverse ? " inverse" : "");
+        const HostTensor got = down(now);
+        expect_same_bytes((what + " vs previous").c_str(), got, down(before));
+        rel_err((what + " vs cpu").c_str(), got, want, 1e-6);
+      }
+    }
+  }
+}
+
+// router selection at V4.1's 384 experts (and 256), top-6, batch 1 / 16 / 64, sqrt-softplus + bias and sigmoid without
+// bias: the kernel with the logits and bias loads hoisted against the previous one bit for bit (indices and weights).
+// (The CPU comparison is RouterDecodeShapesWithTies': random scores here could put a CPU/GPU ulp difference at the
+// top-6 boundary.)
+TEST_F(CudaOpTest, RouterDecodeShapesPrefetchBitwise) {
+  const int64_t k = 6, d = 64;
+  for (int64_t e : {int64_t{256}, int64_t{384}}) {
+    HostTensor w = rand({e, d}), bias = rand({e}, -0.1f, 0.1f);
+    DeviceTensor dw = up(w), db = up(bias);
+    for (int64_t t : {int64_t{1}, int64_t{16}, int64_t{64}}) {
+      HostTensor x = rand({t, d});
+      DeviceTensor dx = up(x);
+      for (bool sqrt_bias : {true, false}) {
+        const RouterScoring scoring = sqrt_bias ? RouterScoring::kSqrtSoftplus : RouterScoring::kSigmoid;
+        HostTensor got[2][2];  // [new, previous][weights, indices]
+        for (int form = 0; form < 2; ++form) {
+          AbSwitch ab("DEEPINFER_AB_ROUTER", form == 1);
+          DeviceTensor ww = poisoned({t, k}), wi = poisoned_bytes(DType::kI32, {t, k});
+          settle();
+          gpu().router(
+              {dx, dw, sqrt_bias ? db.view() : Tensor{}, Tensor{}, Tensor{}, ww, wi, scoring, 1.0f, 2.5f, true});
+          got[form][0] = down(ww);
+          got[form][1] = down(wi);
+        }
+        const std::string what = "router E=" + std::to_string(e) + " T=" + std::to_string(t) +
+                                 (sqrt_bias ? " sqrt-softplus+bias" : " sigmoid");
+        expect_same_bytes((what + " weights vs previous").c_str(), got[0][0], got[1][0]);
+        expect_same_bytes((what + " indices vs previous").c_str(), got[0][1], got[1][1]);
+      }
+    }
+  }
+}
+
+// The decode indexer at V4's shape (64 heads x 128, ratio 4, pages of 64, up to 1024 entries a sequence) for 4 and
+// 16 sequences, then batch 1 (row 0 alone, 1024 entries); an odd head count (the key slots' alignment), a 576-dim row
+// (the element-wise tail past 512) and an odd dim that keeps the previous kernel: the
+// two-entries-a-warp kernel against the previous one bit for bit, the batch-1 call and the contiguous form (row 0's
+// keys gathered) against the batched row, and against the CPU op.
+TEST_F(CudaOpTest, IndexerScoresDecodeShapesTwoEntriesBitwise) {
+  for (auto [seqs, heads, dim] :
+       {std::tuple<int64_t, int64_t, int64_t>{4, 64, 128}, {16, 64, 128}, {3, 64, 100}, {5, 7, 128}, {4, 2, 576}}) {
+    testing::PagedIndexerSpec s;
+    s.seqs = seqs;
+    s.heads = heads;
+    s.dim = dim;
+    s.max_entries = 1024;
+    s.block_size = 64;
+    s.ratio = 4;
+    const testing::PagedIndexerCase c = testing::make_paged_indexer_case(s, rng()());
+    HostTensor want(DType::kF32, {s.seqs, c.n});
+    cpu().paged_indexer_scores(c.params(want.view()));
+    DeviceTensor dq = up(c.q), dw = up(c.weights), dp = up(c.positions), ds = up(c.q_seq), dn = up(c.n_entries);
+    DeviceTensor dt = up(c.tables), dpool = up(c.pool);
+    const std::string what = "paged_indexer_scores B=" + std::to_string(seqs) + " IH=" + std::to_string(heads) +
+                             " Id=" + std::to_string(dim);
+    HostTensor got[2];
+    for (int form = 0; form < 2; ++form) {
+      AbSwitch ab("DEEPINFER_AB_INDEXER", form == 1);
+      DeviceTensor dout = poisoned({s.seqs, c.n});
+      settle();
+      gpu().paged_indexer_scores(c.params({dq, dw, dp, ds, dn, dt, dpool}, dout));
+      got[form] = down(dout);
+    }
+    expect_same_bytes((what + " vs previous").c_str(), got[0], got[1]);
+    rel_err((what + " vs cpu").c_str(), got[0], want, 1e-5);
+    // Row 0 (1024 entries) alone: batch 1, paged and contiguous, both kernels: row 0's bytes of the batched call.
+    const int64_t ne = c.entries(0);
+    ASSERT_EQ(ne, s.max_entries);
+    DeviceTensor keys = up(c.keys[0]);
+    for (int form = 0; form < 2; ++form) {
+      AbSwitch ab("DEEPINFER_AB_INDEXER", form == 1);
+      DeviceTensor paged = poisoned({1, c.n}), contiguous = poisoned({1, ne});
+      settle();
+      gpu().paged_indexer_scores(c.params({dq.view().slice(0, 1), dw.view().slice(0, 1), dp.view().slice(0, 1),
+                                           ds.view().slice(0, 1), dn.view().slice(0, 1), dt, dpool},
+                                          paged));
+      gpu().indexer_scores({dq.view().slice(0, 1), keys, dw.view().slice(0, 1), dp.view().slice(0, 1), contiguous,
+                            s.ratio, c.score_scale, c.weight_scale});
+      const HostTensor p1 = down(paged), c1 = down(contiguous);
+      EXPECT_EQ(std::memcmp(p1.data<float>(), got[0].data<float>(), sizeof(float) * c.n), 0)
+          << what << " batch 1 paged, form " << form << " (seed " << seed_ << ")";
+      EXPECT_EQ(std::memcmp(c1.data<float>(), got[0].data<float>(), sizeof(float) * ne), 0)
+          << what << " batch 1 contiguous, form " << form << " (seed " << seed_ << ")";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace deepinfer
