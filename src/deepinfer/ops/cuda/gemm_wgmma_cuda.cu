@@ -13,7 +13,11 @@
 //     power of two) straight into the swizzled layout below, and signals the stage "full".
 //   warpgroups 1, 2 (consumers): rows 0-63 / 64-127 of the tile; per step 4 x wgmma m64n256k16 (A and B from shared
 //     memory by descriptor), one commit group per step, one group kept in flight; when a step's group has retired
-//     they signal its stage "empty". Accumulators: 128 f32 a thread.
+//     they signal its stage "empty". Accumulators: 128 f32 a thread. For MXFP4 (default) the consumers also decode
+//     weight rows 128-255 of the next step (half a row a thread) while their products run, the producer rows 0-127.
+// Measured (H200, V4-Flash expert calls, same run as gemm_mma; docs/PERF.md): MXFP4 gate at 8192 tokens 5.24 ms ->
+// 3.49 (producer decode) -> 3.01 (split decode), down 5.10 -> 3.27 -> 2.94; the FP8 shared expert 0.95 -> 0.44 ms.
+// ~2 µs a block step: the producer is latency-bound, not issue-bound (see PERF.md for the suspected fence wait).
 //   A 4-stage ring of (A tile 16 KiB, B tile 32 KiB); full / empty are named barriers (bar.arrive by the signalling
 //     side, bar.sync by the waiting side, 384 threads each), ids 1-4 and 5-8 (0 is __syncthreads). Step G of a block
 //     (counted over all its tiles) uses stage G % 4. The consumers release every step once; the producer waits for
