@@ -1021,10 +1021,11 @@ TEST_F(CudaBench, DISABLED_DecodeSmallOpTimings) {
 // chunk of an 8192-token prefill: 24576 slots, ~96 rows an expert) and 8192 (~192 rows an expert); gate (N = 2048,
 // K = 4096: one of the two gate/up calls, rows gathered through a_rows / 6) and down (N = 4096, K = 2048, C rows
 // scattered), plus the FP8 128x128 shared expert as dense GEMMs of 8192 rows (gate N = 2048, K = 4096; down N = 4096,
-// K = 2048). Each through run_gemm with the wgmma kernel (default bf16x2 decode, the f32 decode, the no-swizzle
-// layout, one block per SM, the split decode) and with it off (gemm_mma): DEEPINFER_AB_WGMMA = "" / "persist" / "split"
-// / "exact" / "noswz" / "0", the same inputs in the same run. The experts' weights are distinct (1 GiB a projection),
-// so each call reads them from HBM.
+// K = 2048). Each through run_gemm with the wgmma kernel (the default: bf16x2 decode, split between producer and
+// consumers for MXFP4, on the producer for FP8; then the decode on the producer / split / on the consumers, one block
+// per SM, the f32 decode, the no-swizzle layout) and with it off (gemm_mma): DEEPINFER_AB_WGMMA = "" / "nosplit" /
+// "split" / "cdec" / "persist" / "exact" / "noswz" / "0", the same inputs in the same run. The experts' weights are
+// distinct (1 GiB a projection), so each call reads them from HBM.
 TEST_F(CudaBench, DISABLED_PrefillExpertGemmTimings) {
   const int64_t d = 4096, inter = 2048, e = 256, topk = 6, max_tokens = 8192;
   struct Mode {
@@ -1032,9 +1033,10 @@ TEST_F(CudaBench, DISABLED_PrefillExpertGemmTimings) {
     const char* env;
   };
   const Mode modes[] = {{"wgmma", ""},
-                        {"wgmma persistent", "persist"},
+                        {"wgmma producer decode", "nosplit"},
                         {"wgmma split decode", "split"},
-                        {"wgmma split decode persistent", "split,persist"},
+                        {"wgmma consumer decode", "cdec"},
+                        {"wgmma persistent", "persist"},
                         {"wgmma f32-decode", "exact"},
                         {"wgmma no-swizzle", "noswz"},
                         {"mma.sync (AB_WGMMA=0)", "0"}};

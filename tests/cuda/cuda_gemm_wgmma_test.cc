@@ -2,7 +2,8 @@
 // against a CPU reference in double (the same bf16 A, the weights dequantized exactly), against the mma.sync kernel
 // (run_gemm_mma) on the same inputs, its bf16x2 integer decode against its f32 decode, its 128-byte swizzled
 // shared-memory layout against the no-swizzle one, one block per tile against one block per SM walking the tiles, and
-// the producer decoding every weight row against the split decode (byte-identical outputs).
+// the weights decoded by the producer, split between producer and consumers, or by the consumers (byte-identical
+// outputs).
 // Shapes: dense with partial row / column tiles and the V4-Flash expert shape, grouped with uneven groups (empty,
 // 1-63 rows, several tiles), A rows gathered through a_rows / a_row_div and C rows scattered through c_rows;
 // MXFP4, FP8 128x128 and 32x32 blocks with UE8M0 scales, FP8 with f32 scales, FP8 with a scale per 32 of a row.
@@ -369,14 +370,17 @@ class CudaGemmWgmmaTest : public CudaOpTest {
       ASSERT_TRUE(cuda::run_gemm_wgmma(p, s));
     });
     expect_same_bytes((what + " persistent").c_str(), persist, wg);
-    // The split decode (consumers decode weight rows 128-255): the same bf16 weights, the same bytes.
+    // Where the weights are decoded (the producer, split with the consumers, the consumers): the same bf16 weights
+    // and products, so the same bytes as the default (split for MXFP4, the producer for FP8).
     if (e8m0(pr.kind)) {
-      HostTensor split = run(*l, pr, [&](const cuda::GemmKernelParams& p) {
-        AbWgmma ab("all,split");
-        ASSERT_TRUE(cuda::run_gemm_wgmma(p, s));
-      });
-      check_against(what + " split", pr, split, mma, 1e-4);
-      expect_same_bytes((what + " split = default").c_str(), split, wg);
+      for (const char* dec : {"nosplit", "split", "cdec"}) {
+        HostTensor placed = run(*l, pr, [&](const cuda::GemmKernelParams& p) {
+          AbWgmma ab((std::string("all,") + dec).c_str());
+          ASSERT_TRUE(cuda::run_gemm_wgmma(p, s));
+        });
+        check_against(what + " " + dec, pr, placed, mma, 1e-4);
+        expect_same_bytes((what + " " + dec + " = default").c_str(), placed, wg);
+      }
     }
     // The no-swizzle layout (a diagnostic A/B variant): the same products in the same order, so the same bytes; its
     // own comparison with gemm_mma tells a layout fault of one variant from a fault elsewhere.

@@ -16,16 +16,17 @@ bool run_gemm_wgmma(const GemmKernelParams& p, cudaStream_t stream);
 // Rows per group (rows_hint) from which grouped GEMMs take this kernel: its tiles are 128 rows, twice gemm_mma's.
 constexpr int64_t kGemmWgmmaMinRows = 32;
 
-// Temporary A/B switch DEEPINFER_AB_WGMMA (read per call, so one process can compare): "0" = never (run_gemm falls
-// back to gemm_mma in the same build); "exact" = decode the weights through f32 like gemm_mma instead of the
-// bf16x2 integer decode (same values for UE8M0 scales; the f32 path is always used for f32 scales); "all" = also
-// below kGemmWgmmaMinRows rows per group; "noswz" = the no-swizzle shared-memory layout instead of the 128-byte
-// swizzle (a diagnostic; bf16x2 decode only); "persist" = one block per SM walking the tiles (the next tile's first
-// steps decoded during the last ones and the stores of the previous) instead of one block per tile; unset or anything
-// else = on; "split" = the consumer warpgroups decode half the weight rows (half a row each, one step ahead of their
-// products) and the producer the other half (bf16x2 decode only). Words combine ("all,exact").
+// Temporary A/B switch DEEPINFER_AB_WGMMA (read per call, so one process can compare), comma-separated words: "0" =
+// never (run_gemm falls back to gemm_mma in the same build); "exact" = decode the weights through f32 like gemm_mma
+// instead of the bf16x2 integer decode (same values for UE8M0 scales; the f32 path is always used for f32 scales);
+// "all" = also below kGemmWgmmaMinRows rows per group; "noswz" = the no-swizzle shared-memory layout instead of the
+// 128-byte swizzle (a diagnostic); "persist" = one block per SM walking the tiles instead of one block per tile;
+// "nosplit" / "split" / "cdec" = the weights decoded by the producer warpgroup / half by the producer and half by the
+// consumer warpgroups (one step ahead of their products) / all by the consumers (default: split for MXFP4, the
+// producer for FP8; bf16x2 decode only). Unset or other words: the defaults.
 struct WgmmaMode {
-  bool on = true, exact = false, all_rows = false, no_swizzle = false, persistent = false, split = false;
+  bool on = true, exact = false, all_rows = false, no_swizzle = false, persistent = false;
+  int decode = -1;  // -1: by format
 };
 WgmmaMode wgmma_mode();
 

@@ -13,7 +13,11 @@
 //     power of two) straight into the swizzled layout below, and signals the stage "full".
 //   warpgroups 1, 2 (consumers): rows 0-63 / 64-127 of the tile; per step 4 x wgmma m64n256k16 (A and B from shared
 //     memory by descriptor), one commit group per step, one group kept in flight; when a step's group has retired
-//     they signal its stage "empty". Accumulators: 128 f32 a thread.
+//     they signal its stage "empty". Accumulators: 128 f32 a thread. For MXFP4 (default) the consumers also decode
+//     weight rows 128-255 of the next step (half a row a thread) while their products run, the producer rows 0-127.
+// Measured (H200, V4-Flash expert calls, same run as gemm_mma; docs/PERF.md): MXFP4 gate at 8192 tokens 5.24 ms ->
+// 3.49 (producer decode) -> 3.01 (split decode), down 5.10 -> 3.27 -> 2.94; the FP8 shared expert 0.95 -> 0.44 ms.
+// ~2 µs a block step: the producer is latency-bound, not issue-bound (see PERF.md for the suspected fence wait).
 //   A 4-stage ring of (A tile 16 KiB, B tile 32 KiB); full / empty are named barriers (bar.arrive by the signalling
 //     side, bar.sync by the waiting side, 384 threads each), ids 1-4 and 5-8 (0 is __syncthreads). Step G of a block
 //     (counted over all its tiles) uses stage G % 4. The consumers release every step once; the producer waits for
@@ -51,6 +55,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <string_view>
+#include <type_traits>
 
 #include "deepinfer/ops/cuda/cuda_check.h"
 #include "deepinfer/ops/cuda/device_math.cuh"
@@ -254,11 +260,12 @@ __device__ __forceinline__ void decode_half(const HalfStep<F>& hs, uint32_t tile
     decode_chunk<F, kExact, kSwizzle>(&hs.w[kWordsPerChunk * c], hs.s, tile, r, 4 * h + c, s8);
 }
 
-template <QuantFormat F, bool kExact, bool kSwizzle, bool kSplit>
+template <QuantFormat F, bool kExact, bool kSwizzle, int kDec>
 __global__ void __launch_bounds__(kWgThreads, 1) gemm_wgmma_kernel(GemmKernelParams p, int tiles_n, int64_t tiles) {
-  // Weight rows a producer thread decodes per step: 2 (tile rows tid, tid + 128), or with kSplit 1 (tile row tid; the
-  // consumers decode rows 128-255, half a row each, one step ahead of their products).
-  constexpr int kRowsP = kSplit ? 1 : 2;
+  // Who decodes the weights (kDec): 0 = the producer, two tile rows a thread (tid, tid + 128); 1 = split: the producer
+  // tile row tid, the consumers rows 128-255, half a row each; 2 = the consumers, tile row u = tid - 128 each, the
+  // producer only copies A. Consumers decode a step ahead of their products.
+  constexpr int kRowsP = kDec == 0 ? 2 : (kDec == 1 ? 1 : 0), kRowsA = kRowsP > 0 ? kRowsP : 1;
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t smem_raw[];
   // 1024-byte aligned base (128B swizzle): A stages, then B stages.
@@ -309,8 +316,8 @@ __global__ void __launch_bounds__(kWgThreads, 1) gemm_wgmma_kernel(GemmKernelPar
       // Weights: tile rows tid and tid + 128 (output columns n0 + those). A column past N reads row N - 1 instead
       // (no branch; its output column is never written). Scales: the row's base in its scale matrix, then per step
       // the K halves' column (block sizes are powers of two: run_gemm_wgmma checks).
-      const uint8_t* w_src[kRowsP];
-      int64_t s_base[kRowsP];
+      const uint8_t* w_src[kRowsA];
+      int64_t s_base[kRowsA];
 #pragma unroll
       for (int i = 0; i < kRowsP; ++i) {
         const int64_t n = min(n0 + tid + 128 * i, p.n - 1);
@@ -319,7 +326,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) gemm_wgmma_kernel(GemmKernelPar
                     : F == QuantFormat::kFP8Row32 ? n * p.scale_cols
                                                   : (n >> bn_shift) * p.scale_cols;
       }
-      auto load_step = [&](int kt, RowStep<F>(&rs)[kRowsP]) {
+      auto load_step = [&](int kt, RowStep<F>(&rs)[kRowsA]) {
 #pragma unroll
         for (int i = 0; i < kRowsP; ++i) {
           const uint4* q = reinterpret_cast<const uint4*>(w_src[i] + static_cast<int64_t>(kt) * kStepBytes);
@@ -347,7 +354,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) gemm_wgmma_kernel(GemmKernelPar
       };
       // One step: prefetch step kt + 1's codes (first: registers need no free stage, and the longer they fly the
       // better), acquire step kt + 1's stage and copy its A tile, decode step kt into its stage's B tile, publish.
-      auto step = [&](int kt, RowStep<F>(&cur)[kRowsP], RowStep<F>(&nxt)[kRowsP]) {
+      auto step = [&](int kt, RowStep<F>(&cur)[kRowsA], RowStep<F>(&nxt)[kRowsA]) {
         const int64_t G = gs + kt;
         if (kt + 1 < ktiles) {
           load_step(kt + 1, nxt);
@@ -362,7 +369,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) gemm_wgmma_kernel(GemmKernelPar
         fence_proxy_async();
         bar_arrive(kBarFull + st, kWgThreads);
       };
-      RowStep<F> r0[kRowsP], r1[kRowsP];  // ping-pong: no register copies between steps
+      RowStep<F> r0[kRowsA], r1[kRowsA];  // ping-pong: no register copies between steps
       load_step(0, r0);
       issue_a(0, acquire(gs));
       cp_async_commit();
@@ -409,54 +416,66 @@ __global__ void __launch_bounds__(kWgThreads, 1) gemm_wgmma_kernel(GemmKernelPar
         wgmma_wait<1>();  // step G - 1's products have read their stage: release it
         if (kt >= 1) bar_arrive(kBarEmpty + static_cast<int>((G - 1) % kWgStages), kWgThreads);
       };
-      if constexpr (kSplit) {
-        // This thread's half row: tile row 128 + u / 2, K half u % 2 (chunks 4h..4h+3) of each step. Step X is decoded
-        // after this warpgroup passed full(X - 1): the other warpgroup had then retired its products of step X - 3,
-        // so stage X % 4 (last read at step X - 4) is free; the producer's rows of that stage are other rows.
-        const int u = tid - 128, hrow = 128 + (u >> 1), hh = u & 1;
+      if constexpr (kDec > 0) {
+        // This thread's unit of each step: split, tile row 128 + u / 2, K half u % 2 (chunks 4h..4h+3); consumers-all,
+        // tile row u. Step X is decoded after this warpgroup passed full(X - 1): the other warpgroup had then retired
+        // its products of step X - 3, so stage X % 4 (last read at step X - 4) is free; the producer's rows of that
+        // stage (split) are other rows.
+        using Unit = std::conditional_t<kDec == 2, RowStep<F>, HalfStep<F>>;
+        const int u = tid - 128, hrow = kDec == 2 ? u : 128 + (u >> 1), hh = kDec == 2 ? 0 : (u & 1);
         const bool s8 = F == QuantFormat::kMXFP4 || p.scale_e8m0;
-        constexpr int kStepBytes = kCodeWords<F> * 4;
+        constexpr int kStepBytes = kCodeWords<F> * 4, kUnitBytes = kDec == 2 ? kStepBytes : kStepBytes / 2;
         const int64_t row_bytes = F == QuantFormat::kMXFP4 ? p.k / 2 : p.k;
         const int bn_shift = __ffs(p.block_n) - 1, bk_shift = __ffs(p.block_k) - 1;
         const uint8_t* sc = static_cast<const uint8_t*>(p.b_scale_table ? p.b_scale_table[g] : p.b_scale);
         const int64_t n = min(n0 + hrow, p.n - 1);
         const uint8_t* hw =
-            static_cast<const uint8_t*>(p.b_table ? p.b_table[g] : p.b) + n * row_bytes + hh * (kStepBytes / 2);
+            static_cast<const uint8_t*>(p.b_table ? p.b_table[g] : p.b) + n * row_bytes + hh * kUnitBytes;
         const int64_t hs_base = F == QuantFormat::kMXFP4      ? n * (p.k / 32)
                                 : F == QuantFormat::kFP8Row32 ? n * p.scale_cols
                                                               : (n >> bn_shift) * p.scale_cols;
-        auto load_half = [&](int kt, HalfStep<F>& hs) {
-          const uint4* q = reinterpret_cast<const uint4*>(hw + static_cast<int64_t>(kt) * kStepBytes);
-#pragma unroll
-          for (int v = 0; v < kStepBytes / 32; ++v) {
-            const uint4 w4 = __ldg(q + v);
-            hs.w[4 * v] = w4.x;
-            hs.w[4 * v + 1] = w4.y;
-            hs.w[4 * v + 2] = w4.z;
-            hs.w[4 * v + 3] = w4.w;
-          }
-          const int k0 = kt * kWgK + 32 * hh;
+        auto scale_at = [&](int k0) -> uint32_t {
           const int64_t si = hs_base + (F == QuantFormat::kFP8Block ? (k0 >> bk_shift) : (k0 >> 5));
-          hs.s = s8 ? static_cast<uint32_t>(__ldg(sc + si))
+          return s8 ? static_cast<uint32_t>(__ldg(sc + si))
                     : __float_as_uint(__ldg(reinterpret_cast<const float*>(sc) + si));
         };
-        auto decode = [&](int kt, const HalfStep<F>& hs) {
-          decode_half<F, kExact, kSwizzle>(hs, b_base + static_cast<int>((gs + kt) % kWgStages) * kBBytes, hrow, hh,
-                                           s8);
+        auto load_unit = [&](int kt, Unit& un) {
+          const uint4* q = reinterpret_cast<const uint4*>(hw + static_cast<int64_t>(kt) * kStepBytes);
+#pragma unroll
+          for (int v = 0; v < kUnitBytes / 16; ++v) {
+            const uint4 w4 = __ldg(q + v);
+            un.w[4 * v] = w4.x;
+            un.w[4 * v + 1] = w4.y;
+            un.w[4 * v + 2] = w4.z;
+            un.w[4 * v + 3] = w4.w;
+          }
+          if constexpr (kDec == 2) {
+            un.s[0] = scale_at(kt * kWgK);
+            un.s[1] = scale_at(kt * kWgK + 32);
+          } else {
+            un.s = scale_at(kt * kWgK + 32 * hh);
+          }
+        };
+        auto decode = [&](int kt, const Unit& un) {
+          const uint32_t tile = b_base + static_cast<int>((gs + kt) % kWgStages) * kBBytes;
+          if constexpr (kDec == 2)
+            decode_row<F, kExact, kSwizzle>(un, tile, hrow, s8);
+          else
+            decode_half<F, kExact, kSwizzle>(un, tile, hrow, hh, s8);
           fence_proxy_async();
         };
-        // Step kt's products, then step kt + 1's half rows (codes in `next`), then the load of step kt + 2's codes
-        // into `spare` (after decode's proxy fence, which may wait for this thread's loads in flight).
-        auto split_step = [&](int kt, HalfStep<F>& next, HalfStep<F>& spare) {
+        // Step kt's products, then step kt + 1's unit (codes in `next`), then the load of step kt + 2's codes into
+        // `spare` (after decode's proxy fence, which may wait for this thread's loads in flight).
+        auto split_step = [&](int kt, Unit& next, Unit& spare) {
           mma_step(kt);
           if (kt + 1 < ktiles) {
             decode(kt + 1, next);
-            if (kt + 2 < ktiles) load_half(kt + 2, spare);
+            if (kt + 2 < ktiles) load_unit(kt + 2, spare);
           }
         };
-        HalfStep<F> h0, h1;
-        load_half(0, h0);
-        if (ktiles > 1) load_half(1, h1);
+        Unit h0, h1;
+        load_unit(0, h0);
+        if (ktiles > 1) load_unit(1, h1);
         decode(0, h0);
         int kt = 0;
         for (; kt + 1 < ktiles; kt += 2) {
@@ -508,31 +527,37 @@ int sm_count() {
   return n;
 }
 
-template <QuantFormat F, bool kExact, bool kSwizzle, bool kSplit>
+template <QuantFormat F, bool kExact, bool kSwizzle, int kDec>
 void launch(const GemmKernelParams& p, bool persistent, cudaStream_t stream) {
   const int64_t tiles_m = p.group_offsets ? p.max_tiles_m : ceil_div(p.m, kWgM);
   const int64_t tiles_n = ceil_div(p.n, kWgN);
   if (tiles_m == 0 || tiles_n == 0) return;
   const int64_t tiles = tiles_m * tiles_n;
   DI_CHECK(tiles < (int64_t{1} << 31) && tiles_n < (int64_t{1} << 31)) << "gemm: " << tiles << " tiles are too many";
-  DI_CUDA_CHECK(cudaFuncSetAttribute(gemm_wgmma_kernel<F, kExact, kSwizzle, kSplit>,
+  DI_CUDA_CHECK(cudaFuncSetAttribute(gemm_wgmma_kernel<F, kExact, kSwizzle, kDec>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kWgSmem)));
   const int64_t blocks = persistent ? std::min<int64_t>(tiles, sm_count()) : tiles;
-  gemm_wgmma_kernel<F, kExact, kSwizzle, kSplit>
+  gemm_wgmma_kernel<F, kExact, kSwizzle, kDec>
       <<<static_cast<unsigned>(blocks), kWgThreads, kWgSmem, stream>>>(p, static_cast<int>(tiles_n), tiles);
   DI_CUDA_CHECK_LAUNCH();
 }
 
+// Decode placement: MXFP4 splits the decode between producer and consumers by default (H200, V4-Flash expert calls:
+// gate at 8192 tokens 3.49 -> 3.01 ms, down 3.27 -> 2.94 ms); FP8 keeps it on the producer (the split measured the
+// same: 0.436 vs 0.443 ms); the A/B words override. The f32 decode and the no-swizzle layout run producer-decoded.
 template <QuantFormat F>
 void launch(const GemmKernelParams& p, const WgmmaMode& mode, bool exact, cudaStream_t stream) {
+  const int dec = mode.decode >= 0 ? mode.decode : (F == QuantFormat::kMXFP4 ? 1 : 0);
   if (exact)
-    launch<F, true, true, false>(p, mode.persistent, stream);
-  else if (mode.split)
-    launch<F, false, true, true>(p, mode.persistent, stream);
+    launch<F, true, true, 0>(p, mode.persistent, stream);
   else if (mode.no_swizzle)
-    launch<F, false, false, false>(p, mode.persistent, stream);
+    launch<F, false, false, 0>(p, mode.persistent, stream);
+  else if (dec == 2)
+    launch<F, false, true, 2>(p, mode.persistent, stream);
+  else if (dec == 1)
+    launch<F, false, true, 1>(p, mode.persistent, stream);
   else
-    launch<F, false, true, false>(p, mode.persistent, stream);
+    launch<F, false, true, 0>(p, mode.persistent, stream);
 }
 
 bool aligned(const void* q, uintptr_t a) { return reinterpret_cast<uintptr_t>(q) % a == 0; }
@@ -555,12 +580,21 @@ WgmmaMode wgmma_mode() {
   WgmmaMode m;
   const char* v = std::getenv("DEEPINFER_AB_WGMMA");
   if (!v) return m;
-  m.on = std::strcmp(v, "0") != 0;
-  m.exact = std::strstr(v, "exact") != nullptr;
-  m.all_rows = std::strstr(v, "all") != nullptr;
-  m.no_swizzle = std::strstr(v, "noswz") != nullptr;
-  m.persistent = std::strstr(v, "persist") != nullptr;
-  m.split = std::strstr(v, "split") != nullptr;
+  // Comma-separated words.
+  std::string_view rest(v);
+  while (!rest.empty()) {
+    const size_t comma = rest.find(',');
+    const std::string_view w = rest.substr(0, comma);
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    if (w == "0") m.on = false;
+    if (w == "exact") m.exact = true;
+    if (w == "all") m.all_rows = true;
+    if (w == "noswz") m.no_swizzle = true;
+    if (w == "persist") m.persistent = true;
+    if (w == "nosplit") m.decode = 0;
+    if (w == "split") m.decode = 1;
+    if (w == "cdec") m.decode = 2;
+  }
   return m;
 }
 
