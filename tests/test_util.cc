@@ -1,5 +1,8 @@
 #include "test_util.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -71,6 +74,20 @@ std::map<int, std::string> parse_offline_samples(const std::string& out) {
   for (auto it = std::sregex_iterator(out.begin(), out.end(), head); it != std::sregex_iterator(); ++it)
     m[std::stoi((*it)[1])] = (*it)[2];
   return m;
+}
+
+double worst_row_rel(const HostTensor& a, const HostTensor& b, int64_t v) {
+  double worst = 0;
+  for (int64_t r = 0; r < a.numel() / v; ++r) {
+    double diff = 0, scale = 0;
+    for (int64_t j = 0; j < v; ++j) {
+      const double d = std::fabs(double(a.data<float>()[r * v + j]) - b.data<float>()[r * v + j]);
+      diff = std::isnan(d) ? INFINITY : std::max(diff, d);
+      scale = std::max(scale, std::fabs(double(b.data<float>()[r * v + j])));
+    }
+    worst = std::max(worst, diff / scale);
+  }
+  return worst;
 }
 
 }  // namespace deepinfer::testing

@@ -42,5 +42,7 @@ CommandResult run_cli(const std::string& args);
 std::string ids_csv(const Tensor& t);
 // sample index -> generated ids, from `deepinfer offline`'s "[sample i] ..." / "  ids: ..." lines.
 std::map<int, std::string> parse_offline_samples(const std::string& out);
+// Logits rows [n, v] against a reference: the largest over rows of max |a - b| / max |b| (NaN counts as inf).
+double worst_row_rel(const HostTensor& a, const HostTensor& b, int64_t v);
 
 }  // namespace deepinfer::testing

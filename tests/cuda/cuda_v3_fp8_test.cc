@@ -23,20 +23,6 @@
 namespace deepinfer {
 namespace {
 
-double worst_rel(const HostTensor& a, const HostTensor& b, int64_t v) {
-  double worst = 0;
-  for (int64_t r = 0; r < a.numel() / v; ++r) {
-    double diff = 0, scale = 0;
-    for (int64_t j = 0; j < v; ++j) {
-      const double d = std::fabs(double(a.data<float>()[r * v + j]) - b.data<float>()[r * v + j]);
-      diff = std::isnan(d) ? INFINITY : std::max(diff, d);
-      scale = std::max(scale, std::fabs(double(b.data<float>()[r * v + j])));
-    }
-    worst = std::max(worst, diff / scale);
-  }
-  return worst;
-}
-
 // A random FP8 checkpoint of the golden fixture's shape under tmp (empty on failure, reported).
 std::string make_fp8_checkpoint(testing::TempDir& tmp) {
   nlohmann::json cfg =
@@ -78,8 +64,8 @@ TEST(CudaV3Fp8, NativeFp8WeightsWithinTheBf16RoundingBudget) {
       const HostTensor dn = native->forward(sn, std::span<const int64_t>(&tok, 1));
       const HostTensor dr = ref->forward(sr, std::span<const int64_t>(&tok, 1));
       const HostTensor de = emu->forward(se, std::span<const int64_t>(&tok, 1));
-      dec = std::max(dec, worst_rel(dn, dr, v));
-      dec_emu = std::max(dec_emu, worst_rel(de, dr, v));
+      dec = std::max(dec, testing::worst_row_rel(dn, dr, v));
+      dec_emu = std::max(dec_emu, testing::worst_row_rel(de, dr, v));
     }
     // Token by token from the start: one-row GEMMs only (exact fp32 products of the FP8 values).
     auto st = native->new_sequence();
@@ -88,8 +74,9 @@ TEST(CudaV3Fp8, NativeFp8WeightsWithinTheBf16RoundingBudget) {
       const HostTensor l = native->forward(st, std::span<const int64_t>(&ids[i], 1));
       std::copy_n(l.data<float>(), v, rows.data<float>() + i * v);
     }
-    const double pre = worst_rel(ln, lr, v), pre_emu = worst_rel(le, lr, v), pre_vs_emu = worst_rel(ln, le, v);
-    const double one_row = worst_rel(rows, lr, v), f32_err = worst_rel(lf, lr, v);
+    const double pre = testing::worst_row_rel(ln, lr, v), pre_emu = testing::worst_row_rel(le, lr, v),
+                 pre_vs_emu = testing::worst_row_rel(ln, le, v);
+    const double one_row = testing::worst_row_rel(rows, lr, v), f32_err = testing::worst_row_rel(lf, lr, v);
     std::printf(
         "[cuda-v3-fp8 %s] FP8-native vs CPU f32: prefill (29 rows) worst row rel %.3g, decode %.3g, token by token "
         "(exact path) %.3g; CPU bf16 emulation vs f32: prefill %.3g, decode %.3g; FP8-native vs emulation: prefill "

@@ -22,20 +22,6 @@
 namespace deepinfer {
 namespace {
 
-double worst_rel(const HostTensor& a, const HostTensor& b, int64_t v) {
-  double worst = 0;
-  for (int64_t r = 0; r < a.numel() / v; ++r) {
-    double diff = 0, scale = 0;
-    for (int64_t j = 0; j < v; ++j) {
-      const double d = std::fabs(double(a.data<float>()[r * v + j]) - b.data<float>()[r * v + j]);
-      diff = std::isnan(d) ? INFINITY : std::max(diff, d);
-      scale = std::max(scale, std::fabs(double(b.data<float>()[r * v + j])));
-    }
-    worst = std::max(worst, diff / scale);
-  }
-  return worst;
-}
-
 // A random checkpoint of the golden fixture's shape with FP8 (block x block, UE8M0) projections and MXFP4 experts.
 std::string make_quant_checkpoint(testing::TempDir& tmp, const std::string& family, int block) {
   nlohmann::json cfg = nlohmann::json::parse(
@@ -87,8 +73,9 @@ TEST(CudaV4Quant, KeptWeightsMatchTheF32ReferenceTokenByToken) {
     auto pk = kept->new_sequence(), pf = gpu_f32->new_sequence(), pr = ref->new_sequence();
     const HostTensor prefill_k = kept->forward(pk, ids), prefill_f = gpu_f32->forward(pf, ids),
                      prefill_r = ref->forward(pr, ids);
-    const double one_row = worst_rel(rows_k, rows_r, v), pre = worst_rel(prefill_k, prefill_r, v),
-                 f32_err = worst_rel(prefill_f, prefill_r, v);
+    const double one_row = testing::worst_row_rel(rows_k, rows_r, v),
+                 pre = testing::worst_row_rel(prefill_k, prefill_r, v),
+                 f32_err = testing::worst_row_rel(prefill_f, prefill_r, v);
     std::printf(
         "[cuda-v4-quant %s] kept weights vs CPU f32: token by token (one-row GEMMs) worst row rel %.3g, prefill (29 "
         "rows, bf16-rounded GEMM inputs) %.3g; CUDA f32 weights vs CPU prefill %.3g; weight bytes kept %lld, f32 "

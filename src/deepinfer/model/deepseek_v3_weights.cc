@@ -1,40 +1,28 @@
 #include "deepinfer/model/deepseek_v3_weights.h"
 
-#include <cstring>
 #include <optional>
 
 #include "deepinfer/model/weight_loader.h"
 
 namespace deepinfer {
-namespace {
-
-int64_t bytes_of(const OwnedTensor& t) { return t.view().data() ? dtype_bytes(t.dtype(), t.numel()) : 0; }
-
-// A host copy of a checkpoint tensor (the checkpoint's mapping is closed after loading).
-HostTensor host_copy(const Tensor& t) {
-  HostTensor h(t.dtype(), t.shape());
-  std::memcpy(h.data<uint8_t>(), t.data(), static_cast<size_t>(t.nbytes()));
-  return h;
-}
-
-}  // namespace
 
 int64_t v3_weight_bytes(const V3Weights& w) {
-  int64_t b = bytes_of(w.embed) + bytes_of(w.norm) + bytes_of(w.head);
+  int64_t b = owned_bytes(w.embed) + owned_bytes(w.norm) + owned_bytes(w.head);
   std::vector<const V3LayerWeights*> blocks;
   for (const V3LayerWeights& lw : w.layers) blocks.push_back(&lw);
   for (const V3MtpWeights& m : w.mtp) {
-    b += bytes_of(m.enorm) + bytes_of(m.hnorm) + bytes_of(m.eh_proj) + bytes_of(m.head_norm);
+    b += owned_bytes(m.enorm) + owned_bytes(m.hnorm) + owned_bytes(m.eh_proj) + owned_bytes(m.head_norm);
     blocks.push_back(&m.block);
   }
   for (const V3LayerWeights* block : blocks) {
     const V3LayerWeights& lw = *block;
     const V3AttentionWeights& a = lw.attn;
-    b += bytes_of(lw.input_norm) + bytes_of(lw.post_attention_norm) + bytes_of(lw.gate) + bytes_of(lw.gate_bias);
+    b += owned_bytes(lw.input_norm) + owned_bytes(lw.post_attention_norm) + owned_bytes(lw.gate) +
+         owned_bytes(lw.gate_bias);
     b += a.q_a.bytes() + a.q_b.bytes() + a.q.bytes() + a.kv_a.bytes() + a.o.bytes();
-    b += bytes_of(a.q_a_norm) + bytes_of(a.kv_a_norm) + bytes_of(a.kv_b);
-    for (const OwnedTensor& t : lw.expert_storage) b += bytes_of(t);
-    for (const OwnedTensor& t : lw.quant_storage) b += bytes_of(t);
+    b += owned_bytes(a.q_a_norm) + owned_bytes(a.kv_a_norm) + owned_bytes(a.kv_b);
+    for (const OwnedTensor& t : lw.expert_storage) b += owned_bytes(t);
+    for (const OwnedTensor& t : lw.quant_storage) b += owned_bytes(t);
   }
   return b;
 }
@@ -45,12 +33,12 @@ V3Weights load_v3_weights(const ModelConfig& c, const Checkpoint& ck, Backend& b
   WeightLoader ld(c, ck, backend);
   // A matrix in its stored FP8 format when asked and stored so, else f32.
   auto quant = [&](const std::string& name, std::vector<OwnedTensor>& storage) -> std::optional<QuantMatrix> {
-    Tensor codes, scales;
-    if (!keep_fp8 || !ld.fp8_block(name, &codes, &scales)) return std::nullopt;
-    storage.push_back(host_copy(codes));
-    storage.push_back(host_copy(scales));
-    return QuantMatrix{storage[storage.size() - 2].view(), storage.back().view(), QuantFormat::kFP8Block,
-                       c.quant.block_n, c.quant.block_k};
+    if (!keep_fp8 || !ld.is_fp8_block(name)) return std::nullopt;
+    KeptMatrix m = load_kept(ld, name, true);
+    const QuantMatrix q = m.quant;  // views into the buffers, which move with their owners
+    storage.push_back(std::move(m.codes));
+    storage.push_back(std::move(m.scales));
+    return q;
   };
   auto mat = [&](const std::string& name) { return load_kept(ld, name, keep_fp8); };
   V3Weights w;

@@ -14,8 +14,6 @@ ExpertWeights expert_views(std::vector<OwnedTensor>& storage, size_t first) {
   return {storage[first].view(), storage[first + 1].view(), storage[first + 2].view()};
 }
 
-int64_t bytes_of(const OwnedTensor& t) { return t.view().data() ? dtype_bytes(t.dtype(), t.numel()) : 0; }
-
 int64_t block_bytes(const V4LayerWeights& lw) {
   const V4AttentionWeights& a = lw.attn;
   int64_t b = 0;
@@ -26,9 +24,9 @@ int64_t block_bytes(const V4LayerWeights& lw) {
                                &a.idx_comp_wkv,   &a.idx_comp_wgate, &a.idx_comp_ape, &a.idx_comp_norm,
                                &a.idx_wk,         &a.idx_k_norm,     &lw.gate,        &lw.gate_bias,
                                &lw.tid2eid,       &lw.engram.table,  &lw.engram.wkv,  &lw.engram.gate_weight})
-    b += bytes_of(*t);
+    b += owned_bytes(*t);
   for (const KeptMatrix* m : {&a.wq_a, &a.wq_b, &a.wkv, &a.wo_a, &a.wo_b, &a.idx_wq_b}) b += m->bytes();
-  for (const OwnedTensor& t : lw.expert_storage) b += bytes_of(t);
+  for (const OwnedTensor& t : lw.expert_storage) b += owned_bytes(t);
   for (const KeptMatrix& m : lw.quant_storage) b += m.bytes();
   return b;
 }
@@ -38,20 +36,20 @@ int64_t block_bytes(const V4LayerWeights& lw) {
 int64_t v4_weight_bytes(const V4Weights& w) {
   int64_t b = 0;
   for (const OwnedTensor* t : {&w.embed, &w.norm, &w.head, &w.hc_head_fn, &w.hc_head_base, &w.hc_head_scale})
-    b += bytes_of(*t);
+    b += owned_bytes(*t);
   for (const V4LayerWeights& lw : w.layers) b += block_bytes(lw);
   if (w.dspark) {
     const V4DsparkWeights& d = *w.dspark;
     for (const OwnedTensor* t : {&d.main_proj, &d.main_norm, &d.norm, &d.markov_embed, &d.markov_head, &d.confidence,
                                  &d.hc_head_fn, &d.hc_head_base, &d.hc_head_scale})
-      b += bytes_of(*t);
+      b += owned_bytes(*t);
     for (const V4LayerWeights& lw : d.layers) b += block_bytes(lw);
   }
   if (w.mtp) {
     const V4MtpWeights& m = *w.mtp;
     for (const OwnedTensor* t :
          {&m.enorm, &m.hnorm, &m.e_proj, &m.h_proj, &m.norm, &m.hc_head_fn, &m.hc_head_base, &m.hc_head_scale})
-      b += bytes_of(*t);
+      b += owned_bytes(*t);
     b += block_bytes(m.block);
   }
   return b;

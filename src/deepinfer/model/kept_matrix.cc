@@ -8,8 +8,6 @@
 namespace deepinfer {
 namespace {
 
-int64_t bytes_of(const OwnedTensor& t) { return t.view().data() ? dtype_bytes(t.dtype(), t.numel()) : 0; }
-
 // A host copy of a checkpoint tensor (the checkpoint's mapping is closed after loading).
 HostTensor host_copy(const Tensor& t) {
   HostTensor h(t.dtype(), t.shape());
@@ -19,7 +17,9 @@ HostTensor host_copy(const Tensor& t) {
 
 }  // namespace
 
-int64_t KeptMatrix::bytes() const { return bytes_of(f32) + bytes_of(codes) + bytes_of(scales); }
+int64_t owned_bytes(const OwnedTensor& t) { return t.view().data() ? dtype_bytes(t.dtype(), t.numel()) : 0; }
+
+int64_t KeptMatrix::bytes() const { return owned_bytes(f32) + owned_bytes(codes) + owned_bytes(scales); }
 
 QuantMatrix KeptMatrix::as_quant() const {
   if (quantized()) return quant;

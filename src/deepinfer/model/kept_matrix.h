@@ -16,6 +16,9 @@ namespace deepinfer {
 
 class WeightLoader;
 
+// Bytes of an owned tensor (0 when empty): the weight-footprint sums of the model families.
+int64_t owned_bytes(const OwnedTensor& t);
+
 struct KeptMatrix {
   OwnedTensor f32;            // kept in f32
   OwnedTensor codes, scales;  // kept quantized: e4m3 [N, K] or packed e2m1 [N, K/2]; their scales

@@ -61,14 +61,6 @@ bool WeightLoader::is_fp8_block(const std::string& name) const {
          it->second->spec->kind != WeightKind::kEngramTable && it->second->scale != nullptr;
 }
 
-bool WeightLoader::fp8_block(const std::string& name, Tensor* codes, Tensor* scales) const {
-  if (!is_fp8_block(name)) return false;
-  const ResolvedWeight& r = *by_name_.at(name);
-  *codes = ckpt_.tensor(r.name);
-  *scales = ckpt_.tensor(r.scale->name);
-  return true;
-}
-
 bool WeightLoader::stored_quant(const std::string& name, QuantMatrix* q) const {
   auto it = by_name_.find(name);
   if (it == by_name_.end() || it->second->scale == nullptr) return false;

@@ -26,9 +26,6 @@ class WeightLoader {
   HostTensor f32(const std::string& name) const;
   // Whether `name` is stored FP8 e4m3 with per-block scales (kFP8Block, not an Engram row table).
   bool is_fp8_block(const std::string& name) const;
-  // Its stored codes [N, K] and block scales (views into the checkpoint, valid while it is open); false when
-  // is_fp8_block(name) is not.
-  bool fp8_block(const std::string& name, Tensor* codes, Tensor* scales) const;
   // `name` as stored when it is a block-format matrix (FP8 with block scales, or MXFP4): its codes and scales as
   // views into the checkpoint (valid while it is open) with the format and block shape; false otherwise.
   bool stored_quant(const std::string& name, QuantMatrix* q) const;
