@@ -4,17 +4,21 @@
 
 namespace deepinfer {
 
+// The head groups move to and from group-major buffers in one strided copy each (a copy in, a GEMM and a copy out
+// per group before: 3·G + 1 launches a call, G + 3 now; decode is launch-bound), and each group's GEMM reads a
+// contiguous block of the same values, so the results are the same bits.
 OwnedTensor v4_grouped_output(Backend& backend, TensorMemory& mem, const Tensor& heads, const KeptMatrix& wo_a,
                               const KeptMatrix& wo_b, int64_t groups, int64_t o_lora) {
   const int64_t T = heads.dim(0), width = heads.dim(1), gw = width / groups, D = wo_b.rows();
   DI_CHECK_INTERNAL(width % groups == 0) << "grouped output: " << width << " head values in " << groups << " groups";
-  OwnedTensor z = mem.zeros(DType::kF32, {T, groups * o_lora}), og = mem.zeros(DType::kF32, {T, gw});
-  OwnedTensor zg = mem.zeros(DType::kF32, {T, o_lora});
-  for (int64_t g = 0; g < groups; ++g) {
-    mem.copy(og.view(), narrow(heads, 1, g * gw, (g + 1) * gw));
-    kept_linear_rows(backend, og.view(), wo_a, g * o_lora, (g + 1) * o_lora, zg.view());
-    mem.copy(narrow(z.view(), 1, g * o_lora, (g + 1) * o_lora), zg.view());
-  }
+  DI_CHECK_INTERNAL(heads.rank() == 2 && heads.strides()[1] == 1) << "grouped output: heads " << heads.str();
+  OwnedTensor og = mem.zeros(DType::kF32, {groups, T, gw}), zg = mem.zeros(DType::kF32, {groups, T, o_lora});
+  mem.copy(og.view(), Tensor(heads.data(), DType::kF32, {groups, T, gw}, {gw, heads.strides()[0], 1}, heads.device()));
+  for (int64_t g = 0; g < groups; ++g)
+    kept_linear_rows(backend, og.view().row(g), wo_a, g * o_lora, (g + 1) * o_lora, zg.view().row(g));
+  OwnedTensor z = mem.zeros(DType::kF32, {T, groups * o_lora});
+  mem.copy(Tensor(z.view().data(), DType::kF32, {groups, T, o_lora}, {o_lora, groups * o_lora, 1}, z.view().device()),
+           zg.view());
   OwnedTensor out = mem.zeros(DType::kF32, {T, D});
   kept_linear(backend, z.view(), wo_b, out.view());
   return out;
