@@ -561,7 +561,6 @@ TEST_F(CudaBench, DISABLED_DecodeGemmTimings) {
     const char* rows;
     const char* w16;                 // nullptr: the kernel's choice by tile count
     const char* kw = nullptr;        // K slices per tile; nullptr: the kernel's choice
-    const char* target = nullptr;    // warps a call aims for when choosing kw; nullptr: the kernel's default
     const char* stage_kb = nullptr;  // the activation stage's limit; nullptr: the kernel's default
     const char* one_row = "0";       // one-row calls below this many tiles take the fp32 kernel ("0": none)
   };
@@ -573,10 +572,8 @@ TEST_F(CudaBench, DISABLED_DecodeGemmTimings) {
                         {"stream-mma<=8 kw=4", "8", nullptr, "4"},
                         {"stream-mma<=8 kw=8", "8", nullptr, "8"},
                         {"fp32 stream", "0", nullptr},
-                        {"stream-mma<=8 target=4096", "8", nullptr, nullptr, "4096"},
-                        {"stream-mma<=8 target=8192", "8", nullptr, nullptr, "8192"},
-                        {"stream-mma<=8 stage 48 KB", "8", nullptr, nullptr, nullptr, "48"},
-                        {"stream-mma<=8 one-row routing (default)", "8", nullptr, nullptr, nullptr, nullptr, nullptr},
+                        {"stream-mma<=8 stage 48 KB", "8", nullptr, nullptr, "48"},
+                        {"stream-mma<=8 one-row routing (default)", "8", nullptr, nullptr, nullptr, nullptr},
                         {"stream-mma<=8 (again, last)", "8", nullptr}};
   const auto set_mode = [](const Mode& md) {
     setenv("DEEPINFER_AB_STREAM_MMA_ROWS", md.rows, 1);
@@ -596,10 +593,6 @@ TEST_F(CudaBench, DISABLED_DecodeGemmTimings) {
       setenv("DEEPINFER_AB_STREAM_MMA_ONE_ROW_TILES", md.one_row, 1);
     else
       unsetenv("DEEPINFER_AB_STREAM_MMA_ONE_ROW_TILES");
-    if (md.target)
-      setenv("DEEPINFER_AB_STREAM_MMA_TARGET", md.target, 1);
-    else
-      unsetenv("DEEPINFER_AB_STREAM_MMA_TARGET");
   };
   struct Proj {
     const char* name;
@@ -648,7 +641,6 @@ TEST_F(CudaBench, DISABLED_DecodeGemmTimings) {
   unsetenv("DEEPINFER_AB_STREAM_MMA_ROWS");
   unsetenv("DEEPINFER_AB_STREAM_MMA_W16");
   unsetenv("DEEPINFER_AB_STREAM_MMA_KW");
-  unsetenv("DEEPINFER_AB_STREAM_MMA_TARGET");
   unsetenv("DEEPINFER_AB_STREAM_MMA_STAGE_KB");
   unsetenv("DEEPINFER_AB_STREAM_MMA_ONE_ROW_TILES");
 }

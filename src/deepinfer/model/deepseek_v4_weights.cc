@@ -86,10 +86,7 @@ V4Weights load_v4_weights(const ModelConfig& c, const Checkpoint& ck, Backend& b
     a.wkv = load_kept(ld, A + "wkv.weight", keep_quant);
     a.kv_norm = ld.f32(A + "kv_norm.weight");
     // wo_a runs per head group: kept quantized only when a group's rows are whole scale blocks.
-    a.wo_a = load_kept(ld, A + "wo_a.weight", keep_quant);
-    for (int64_t g = 0; g < c.attn.o_groups && a.wo_a.quantized(); ++g)
-      if (!kept_row_slice_ok(a.wo_a, g * c.attn.o_lora_rank, (g + 1) * c.attn.o_lora_rank))
-        a.wo_a = load_kept(ld, A + "wo_a.weight", false);
+    a.wo_a = load_kept(ld, A + "wo_a.weight", keep_quant && c.attn.o_lora_rank % c.quant.block_n == 0);
     a.wo_b = load_kept(ld, A + "wo_b.weight", keep_quant);
     a.sinks = ld.f32(A + "attn_sink");
     auto opt = [&](OwnedTensor& dst, const std::string& name) {

@@ -47,6 +47,7 @@
 #include "deepinfer/ops/cuda/attention_paged_slots.cuh"
 #include "deepinfer/ops/cuda/cuda_runtime.h"
 #include "deepinfer/ops/cuda/device_math.cuh"
+#include "deepinfer/ops/cuda/gemm_decode.cuh"
 
 namespace deepinfer::cuda {
 namespace {
@@ -136,19 +137,12 @@ __device__ __forceinline__ void frag_a(const __nv_bfloat16* base, int ld, int r0
   a[3] = ld32(base + (r0 + 8) * ld + c + 8);
 }
 
-__device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 // hi·hi + hi·lo + lo·hi, the small terms first.
 __device__ __forceinline__ void mma3(float (&c)[4], const uint32_t (&ah)[4], const uint32_t (&al)[4], uint32_t bh0,
                                      uint32_t bh1, uint32_t bl0, uint32_t bl1) {
-  mma(c, ah, bl0, bl1);
-  mma(c, al, bh0, bh1);
-  mma(c, ah, bh0, bh1);
+  mma_bf16(c, ah, bl0, bl1);
+  mma_bf16(c, al, bh0, bh1);
+  mma_bf16(c, ah, bh0, bh1);
 }
 
 // volatile keeps it between the same barriers (bar_sync is volatile asm too; the tile's plain C++ stores stay on
@@ -292,9 +286,9 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(PagedSink
           const int key = nt * 8 + g;
           const __nv_bfloat16 *bh = kh + key * L::kLd + d, *bl = kl + key * L::kLd + d;
           const uint32_t bh0 = ld32(bh), bh1 = ld32(bh + 8);
-          mma(sx[nt], ah, ld32(bl), ld32(bl + 8));
-          mma(sx[nt], al, bh0, bh1);
-          mma(sacc[nt], ah, bh0, bh1);
+          mma_bf16(sx[nt], ah, ld32(bl), ld32(bl + 8));
+          mma_bf16(sx[nt], al, bh0, bh1);
+          mma_bf16(sacc[nt], ah, bh0, bh1);
         }
       }
       float* sq = s_s + qd * kBlockHeads * L::kSLd;

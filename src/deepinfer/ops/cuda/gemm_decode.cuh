@@ -140,6 +140,14 @@ __device__ __forceinline__ bool active_group(const GemmKernelParams& p, int slot
 __device__ __forceinline__ unsigned smem_addr(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
+// Four 8x8 b16 matrices from shared memory (volatile: kept between the barriers that guard the buffer). No "memory"
+// clobber: a barrier always separates the stores to a tile from its ldmatrix reads, and without the
+// clobber the compiler may interleave the next step's decoding (other buffers) with these loads.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* src) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(src)));
+}
 // 16 bytes global -> shared, asynchronously; zero-filled when !valid (nothing is read then).
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0)

@@ -39,14 +39,6 @@ struct MmaSmem {
   int64_t a_row[kMmaM], c_row[kMmaM];
 };
 
-// No "memory" clobber: a barrier always separates the stores to a tile from its ldmatrix reads, and without the
-// clobber the compiler may interleave the next step's decoding (other buffers) with these loads.
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* src) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(src)));
-}
-
 // 8 decoded weights times the row's scale -> one 16-byte bf16 store.
 __device__ __forceinline__ void store8(const float* w, float sc, __nv_bfloat16* dst) {
   *reinterpret_cast<uint4*>(dst) = make_uint4(pack_bf16x2(w[0] * sc, w[1] * sc), pack_bf16x2(w[2] * sc, w[3] * sc),

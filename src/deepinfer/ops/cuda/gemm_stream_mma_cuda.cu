@@ -311,14 +311,6 @@ int ab_kw() {
 // Programmatic dependent launch is off unless DEEPINFER_AB_STREAM_MMA_PDL=1: measured slower on the H200 (V4.1
 // decode at batch 1, same call: 2.44 ms without, 3.04 ms with; the grouped calls start early and wait for the
 // plan while holding SM slots), kept switchable for the next attempt (earlier triggers in the producer kernels).
-// Temporary A/B switch: DEEPINFER_AB_STREAM_MMA_TARGET = the warps a call aims for when choosing its K slices
-// (default kTargetWarps): a sweep of how many streaming warps the H200 needs in flight.
-int ab_target_warps() {
-  const char* v = std::getenv("DEEPINFER_AB_STREAM_MMA_TARGET");
-  const int t = v ? std::atoi(v) : 0;
-  return t > 0 ? t : kTargetWarps;
-}
-
 // Temporary A/B switch: DEEPINFER_AB_STREAM_MMA_STAGE_KB = the activation stage's limit in KB (default 96; 48 is
 // the earlier limit).
 int64_t ab_stage_bytes() {
@@ -336,8 +328,7 @@ template <QuantFormat F, int R, bool W16>
 void launch_shape(const GemmKernelParams& p, int64_t slots, int lbn, int lbk, cudaStream_t stream) {
   const int64_t chunks = p.k / kChunkK<F>, steps = ceil_div(chunks, 4), tiles = ceil_div(p.n, W16 ? 16 : 8);
   int kw = 1;  // K slices per tile: enough warps to stream, at least two steps each
-  const int target = ab_target_warps();
-  while (kw < kSmWarps && tiles * slots * kw < target && steps >= 4 * kw) kw *= 2;
+  while (kw < kSmWarps && tiles * slots * kw < kTargetWarps && steps >= 4 * kw) kw *= 2;
   if (ab_kw()) kw = ab_kw();
   const int nw = kSmWarps / kw;
   const size_t smem = static_cast<size_t>(steps * kMmas<F> * R * 4) * sizeof(uint2);

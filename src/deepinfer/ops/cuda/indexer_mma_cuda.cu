@@ -57,6 +57,7 @@
 
 #include "deepinfer/ops/cuda/cuda_runtime.h"
 #include "deepinfer/ops/cuda/device_math.cuh"
+#include "deepinfer/ops/cuda/gemm_decode.cuh"
 #include "deepinfer/ops/cuda/indexer_entries.cuh"
 #include "deepinfer/ops/cuda/indexer_mma.h"
 
@@ -126,21 +127,6 @@ __device__ __forceinline__ bool store_split4(const float4 v, __nv_bfloat16* hi, 
   return ((l.x | l.y) & 0x7fff7fffu) != 0;
 }
 
-__device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// volatile: kept between the block barriers that guard the buffers it reads.
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const __nv_bfloat16* src) {
-  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(src));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
 // S = Q_tok · Kᵀ over the warp's kNt·8 keys, all dims: acc[m-tile][n-tile]. kSplit: hi·lo + lo·hi + hi·hi per
 // product (the small terms first); otherwise hi·hi alone (every lo part is zero).
 template <int kDim, int kMt, bool kSplit>
@@ -173,10 +159,10 @@ __device__ __forceinline__ void warp_scores(const __nv_bfloat16* qh, const __nv_
       for (int nt = 0; nt < kNt; ++nt) {
         const uint32_t b0 = bh[nt >> 1][(nt & 1) * 2], b1 = bh[nt >> 1][(nt & 1) * 2 + 1];
         if constexpr (kSplit) {
-          mma(acc[mt][nt], ah, bl[nt >> 1][(nt & 1) * 2], bl[nt >> 1][(nt & 1) * 2 + 1]);
-          mma(acc[mt][nt], al, b0, b1);
+          mma_bf16(acc[mt][nt], ah, bl[nt >> 1][(nt & 1) * 2], bl[nt >> 1][(nt & 1) * 2 + 1]);
+          mma_bf16(acc[mt][nt], al, b0, b1);
         }
-        mma(acc[mt][nt], ah, b0, b1);
+        mma_bf16(acc[mt][nt], ah, b0, b1);
       }
     }
   }
