@@ -10,6 +10,7 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "deepinfer/ops/cuda/ab_switch.h"
 #include "deepinfer/ops/cuda/dequant_bf16.h"
 #include "deepinfer/ops/cuda/gemm_mma.h"
 #include "deepinfer/ops/cuda/gemm_stream_mma.h"
@@ -23,6 +24,8 @@ namespace {
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 constexpr size_t kCublasWorkspaceBytes = 32ull << 20;
+// Tokens a MoE call takes in one chunk at least, whatever its intermediates weigh (run_moe).
+constexpr int64_t kMoeChunkTokens = 8192;
 
 void expect_on(const char* op, const char* field, const Tensor& t, const Device& dev) {
   if (t.data() == nullptr) return;  // an absent optional field (Tensor{}) or an empty tensor
@@ -428,7 +431,13 @@ struct CudaBackend::Impl {
     const int64_t per_token = k * (3 * inter + d) * 4 + (shared ? (3 * inter + d) * 4 : 0) +
                               (bf16_inputs ? k * inter * 2 : 0) + (bf16_inputs || shared_bf16 ? d * 2 : 0) +
                               (shared_bf16 ? shared->w1.rows() * 2 : 0);
-    const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(tokens, (1ll << 30) / per_token));
+    // Chunks of at least kMoeChunkTokens tokens (a typical prefill chunk) even past 1 GiB of intermediates (~2.6
+    // GiB for V4-Flash, ~3.5 GiB for V3 at 8192 tokens; the engine reserves 5% of the device for activations): with
+    // 1 GiB chunks an 8192-token V4-Flash prefill ran in three chunks of ~78 rows an expert, so most experts' second
+    // 64-row tensor-core tile was mostly empty. Equal chunks when there are several, for the same reason.
+    const int64_t floor_tokens = cuda::ab_new_kernel("DEEPINFER_AB_MOE_CHUNK_FLOOR") ? kMoeChunkTokens : 1;
+    const int64_t cap = std::max<int64_t>({1, floor_tokens, (1ll << 30) / per_token});
+    const int64_t chunk = ceil_div(tokens, std::max<int64_t>(1, ceil_div(tokens, cap)));
     for (int64_t t0 = 0; t0 < tokens; t0 += chunk) {
       const int64_t tc = std::min(chunk, tokens - t0), slots = tc * k;
       cuda::WorkspaceArena::Scope scope(ws());
