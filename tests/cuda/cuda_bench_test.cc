@@ -672,20 +672,30 @@ TEST_F(CudaBench, DISABLED_MoeExpertSpreadTimings) {
   }
 }
 
-// Batch-invariant decode GEMMs (issue #7): the column-chain kernels (gemm_cuda.cu) against the default mode's
-// kernels in the same run (gpu().set_batch_invariant). FP8 128x128 UE8M0 projections at V4-Flash decode shapes
-// and the V4.1 MXFP4 routed experts (E=384, k=6, + FP8 shared expert) at 1-8 rows / tokens; weights rotate over
-// copies (dense) or expert selections (MoE) so each call reads them from HBM. Bytes as in DecodeGemmTimings. A
-// chain is K dependent FMAs whatever the kernel, so the floor line gives 4 cycles x K at the device clock.
+// Batch-invariant GEMMs (issue #7), three modes in the same run: the default mode's kernels, batch-invariant mode
+// (gpu().set_batch_invariant: the tensor-core sequence of gemm_invariant_mma.h for these UE8M0 formats) and
+// batch-invariant mode on the previous fp32 chains (DEEPINFER_AB_BI_FP32=1: column-chain kernels up to 8 rows, the
+// SIMT tile above). FP8 128x128 UE8M0 projections at V4-Flash shapes and the V4.1 MXFP4 routed experts (E=384, k=6,
+// + FP8 shared expert) at 1-8 rows / tokens (decode) and 64-4096 (prefill); weights rotate over copies (dense) or
+// expert selections (MoE) so each call reads them from HBM. Bytes as in DecodeGemmTimings. An fp32 chain is K
+// dependent FMAs, so the floor line gives 4 cycles x K at the device clock.
 TEST_F(CudaBench, DISABLED_BatchInvariantDecodeTimings) {
   int clock_khz = 0;
   DI_CUDA_CHECK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0));
   auto floor_ms = [&](int64_t k) { return 4.0 * k / (clock_khz * 1e3) * 1e3; };
   struct Mode {
     const char* name;
-    bool invariant;
+    bool invariant, fp32;
   };
-  const Mode modes[] = {{"default", false}, {"batch-invariant", true}};
+  const Mode modes[] = {
+      {"default", false, false}, {"batch-invariant", true, false}, {"batch-invariant fp32", true, true}};
+  auto set_mode = [&](const Mode& md) {
+    gpu().set_batch_invariant(md.invariant);
+    if (md.fp32)
+      setenv("DEEPINFER_AB_BI_FP32", "1", 1);
+    else
+      unsetenv("DEEPINFER_AB_BI_FP32");
+  };
   struct Proj {
     const char* name;
     int64_t n, k;
@@ -696,10 +706,10 @@ TEST_F(CudaBench, DISABLED_BatchInvariantDecodeTimings) {
                 clock_khz / 1e3, floor_ms(pr.k));
     const RotatingFp8 wr = rotating_fp8(pr.n, pr.k);
     const double wbytes = wr.bytes;
-    for (int64_t m : {1, 2, 4, 8}) {
+    for (int64_t m : {1, 2, 4, 8, 64, 512, 4096}) {
       DeviceTensor x = filled(DType::kF32, {m, pr.k}), y(gpu(), DType::kF32, {m, pr.n});
       for (const Mode& md : modes) {
-        gpu().set_batch_invariant(md.invariant);
+        set_mode(md);
         const double ms = time_rotating(wr, x, y);
         report(std::string("fp8 ") + pr.name + " N=" + std::to_string(pr.n) + " K=" + std::to_string(pr.k) +
                    " M=" + std::to_string(m) + " " + md.name,
@@ -714,27 +724,27 @@ TEST_F(CudaBench, DISABLED_BatchInvariantDecodeTimings) {
     const std::unique_ptr<V41Moe> moe = v41_moe();
     const std::vector<QuantExpertWeights>& experts = moe->experts;
     const QuantExpertWeights& shared = moe->shared;
-    for (int64_t t : {1, 2, 4, 8}) {
+    for (int64_t t : {1, 2, 4, 8, 512, 4096}) {
       constexpr int kSel = 16;
       double touched = 0;
       const std::vector<DeviceTensor> idx = rotating_selections(t, k, e, kSel, touched);
       DeviceTensor x = filled(DType::kF32, {t, d}), wts = filled(DType::kF32, {t, k}), y(gpu(), DType::kF32, {t, d});
       const double bytes = touched * 3.0 * inter * d * (0.5 + 1.0 / 32) + 3.0 * inter * d;
       for (const Mode& md : modes) {
-        gpu().set_batch_invariant(md.invariant);
+        set_mode(md);
         int sel = 0;
         const double ms = time_ms(
             [&] {
               gpu().moe_quant({x, wts, idx[sel], &experts, &shared, y, 10.0f, true});
               sel = (sel + 1) % kSel;
             },
-            16);
+            t >= 512 ? 4 : 16);
         report("V4.1 moe_quant mxfp4 E=384 k=6 +fp8 shared T=" + std::to_string(t) + " " + md.name, ms, bytes,
                2.0 * 3 * inter * d * t * (k + 1));
       }
     }
   }
-  gpu().set_batch_invariant(false);
+  set_mode(modes[0]);
 }
 
 // The small latency-bound selection kernels at decode shapes (issue #7): one row per call, so the figure is the

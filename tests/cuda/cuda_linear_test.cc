@@ -3,8 +3,11 @@
 // dequantizing GEMM), embedding.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include "cuda/cuda_test_util.h"
 #include "deepinfer/core/dtype.h"
+#include "deepinfer/ops/cuda/gemm_invariant_mma.h"
 #include "deepinfer/ops/cuda/gemm_stream_mma.h"
 
 namespace deepinfer {
@@ -271,10 +274,12 @@ TEST_F(CudaLinearTest, LinearBf16PrecisionEqualsRoundedInputs) {
   }
 }
 
-// Batch-invariant mode: every GEMM is the fp32 FMA chain over K (the column-chain kernel up to 8 rows, the SIMT
-// tile above), so a row's output is the same bytes whether it runs alone, in a short run, in 11 rows or in all
-// 37, in any order; and exact fp32 products against the CPU reference (1e-5), bf16 weights included (x stays f32).
-// K = 200 is not a multiple of the 16-wide k-steps (zero padding on both kernels).
+// Batch-invariant mode: a row's output is the same bytes whether it runs alone, in a short run, in 11 rows or in
+// all 37, in any order. UE8M0 block formats take the tensor-core sequence (gemm_invariant_mma.h: the streaming
+// kernel up to 8 rows, the tile kernel above): A rounded to bf16, weights exact, so against the rounded input only
+// the summation order differs (1e-5). f32 and bf16 weights, f32 scales and FP8 with K = 200 (not a multiple of the
+// 16-wide chunks) keep the fp32 FMA chains (the column-chain kernel up to 8 rows, the SIMT tile above): exact fp32
+// products against x itself (1e-5). Under DEEPINFER_AB_BI_FP32=1 every format takes the chains (against x).
 TEST_F(CudaLinearTest, BatchInvariantModeRowsDoNotDependOnTheBatch) {
   gpu().set_batch_invariant(true);
   const int64_t m = 37, n = 300;
@@ -300,7 +305,10 @@ TEST_F(CudaLinearTest, BatchInvariantModeRowsDoNotDependOnTheBatch) {
     const bool f32 = c.w.dtype() == DType::kF32;
     const HostTensor x = rand({m, c.k});
     const int block = c.block ? c.block : 128;
-    const HostTensor want = f32 ? cpu_linear(x, c.w) : cpu_linear(x, cpu_dequant(c.w, c.s, c.f, n, c.k, block, block));
+    const bool rounds = cuda::gemm_invariant_mma_takes(c.f, c.s.dtype() == DType::kE8M0, block, block, c.k);
+    const HostTensor xr = bf16_rows(x);
+    const HostTensor& xq = rounds ? xr : x;
+    const HostTensor want = f32 ? cpu_linear(x, c.w) : cpu_linear(xq, cpu_dequant(c.w, c.s, c.f, n, c.k, block, block));
     const DeviceTensor dw = up(c.w), ds = c.s.view().data() ? up(c.s) : DeviceTensor{};
     auto call = [&](const HostTensor& xs) {
       const DeviceTensor dx = up(xs), dout = poisoned({xs.shape()[0], n});
@@ -318,16 +326,18 @@ TEST_F(CudaLinearTest, BatchInvariantModeRowsDoNotDependOnTheBatch) {
   }
 }
 
-// Batch-invariant mode at decode shapes: 1-8 rows run the column-chain kernels (gemm_cuda.cu), 12 rows the SIMT
-// tile; every row must be the same bytes either way. The shapes stress the chain kernel's tiling: N not a multiple
-// of its 32 columns (4500, 1000, 300), K a multiple of neither its 128-wide FP8 stage (2064, 1040) nor its 256-wide
-// MXFP4 stage (4128), K = 7168, f32 rows with K % 16 = 4 (1300: zero chunks up to the tile's 16-wide k-steps) and
-// K % 4 != 0 (1302: the scalar fallback), FP8 K = 200 (scalar fallback), MXFP4 scales past 2^113 (the product
-// there is (code · 2^-14 · 2^14) · scale, not code · 2^-14 · (scale · 2^14), which would overflow), FP8 with
-// arbitrary f32 scales (V3) and per-32-column scales. On a 132-SM device N = 4500 at 8 rows takes the two-rows-per-
-// thread variant (141 column blocks x 8 rows > 8 warps per SM), at 1-7 rows one row per warp; N = 40000 (FP8) and
-// 30000 (MXFP4) take the shallow cp.async ring, the others the deep one. Against the CPU on the dequantized weight:
-// exact fp32 products, 1e-5.
+// Batch-invariant mode at decode shapes: 1-8 rows run the few-row kernels (the tensor-core streaming kernel for
+// UE8M0 block formats, the column-chain kernels for the rest), 12 rows the tile kernels (the invariant tensor-core
+// tile, the SIMT tile); every row must be the same bytes either way. (The chain kernels' cases below; the UE8M0
+// cases take the tensor-core pair with A rounded to bf16: against the rounded input, 1e-5.) The shapes stress the chain
+// kernel's tiling: N not a multiple of its 32 columns (4500, 1000, 300), K a multiple of neither its 128-wide FP8 stage
+// (2064, 1040) nor its 256-wide MXFP4 stage (4128), K = 7168, f32 rows with K % 16 = 4 (1300: zero chunks up to the
+// tile's 16-wide k-steps) and K % 4 != 0 (1302: the scalar fallback), FP8 K = 200 (scalar fallback), MXFP4 scales past
+// 2^113 (the product there is (code · 2^-14 · 2^14) · scale, not code · 2^-14 · (scale · 2^14), which would overflow),
+// FP8 with arbitrary f32 scales (V3) and per-32-column scales. On a 132-SM device N = 4500 at 8 rows takes the
+// two-rows-per- thread variant (141 column blocks x 8 rows > 8 warps per SM), at 1-7 rows one row per warp; N = 40000
+// (FP8) and 30000 (MXFP4) take the shallow cp.async ring, the others the deep one. Against the CPU on the dequantized
+// weight: exact fp32 products, 1e-5.
 TEST_F(CudaLinearTest, BatchInvariantDecodeShapesMatchTheTile) {
   gpu().set_batch_invariant(true);
   const int64_t m = 12;
@@ -375,8 +385,10 @@ TEST_F(CudaLinearTest, BatchInvariantDecodeShapesMatchTheTile) {
     const bool f32 = c.f == QuantFormat::kFloat;
     const HostTensor x = rand({m, c.k});
     const int block = c.block ? c.block : 128;
+    const bool rounds = cuda::gemm_invariant_mma_takes(c.f, c.s.dtype() == DType::kE8M0, block, block, c.k);
+    const HostTensor xr = bf16_rows(x);
     const HostTensor want =
-        f32 ? cpu_linear(x, c.w) : cpu_linear(x, cpu_dequant(c.w, c.s, c.f, c.n, c.k, block, block));
+        f32 ? cpu_linear(x, c.w) : cpu_linear(rounds ? xr : x, cpu_dequant(c.w, c.s, c.f, c.n, c.k, block, block));
     const DeviceTensor dw = up(c.w), ds = c.s.view().data() ? up(c.s) : DeviceTensor{};
     auto call = [&](const HostTensor& xs) {
       const DeviceTensor dx = up(xs), dout = poisoned({xs.shape()[0], c.n});
@@ -392,6 +404,94 @@ TEST_F(CudaLinearTest, BatchInvariantDecodeShapesMatchTheTile) {
     rel_err(name.c_str(), full, want, 1e-5);
     for (const auto& rows : subsets)
       expect_rows_bitwise(name + " rows=" + std::to_string(rows.size()), call(take_rows(x, rows)), full, rows);
+  }
+}
+
+// Batch-invariant mode on the tensor cores (gemm_invariant_mma.h), dense: the streaming kernel (1-8 rows) and the
+// tile kernel (more rows; 128 weight rows x 64 rows a block) must give every row the same bytes, wherever the row
+// sits in the call (alone, at another position of an n8 tile or of a 64-row tile, in a partial last tile). The
+// shapes cover each K-slice count of the sequence (kw = 8: N = 300 / 264 / 2304 / 4500 and the K = 49168 one; 4:
+// N = 300 at K = 1040; 2: N = 20008; 1: N = 30000), a last step with 1 of its 4 chunks (K = 1040, 2064, 4128), K
+// = 7168 (the streaming kernel makes 2 passes of 4 rows over the weights at 8 rows) and K = 49168, whose activation
+// stage does not fit the streaming kernel even for one row (the tile kernel takes every call), partial 128-row
+// weight blocks and 16-row tiles, FP8 128x128 / 32x32 / per-32 scales and MXFP4, random codes (subnormals
+// included) and scales. Against the CPU on the bf16-rounded input (weights exact: only the summation order
+// differs): 1e-5. Under DEEPINFER_AB_BI_FP32=1 the same calls take the fp32 chains: same bytes, against x.
+TEST_F(CudaLinearTest, BatchInvariantTensorCoreRowsMatchAtEveryRowCount) {
+  gpu().set_batch_invariant(true);
+  struct Case {
+    std::string name;
+    int64_t n, k, m;
+    QuantFormat f;
+    int block;
+  };
+  const std::vector<Case> cases = {
+      {"fp8 128x128", 300, 1040, 300, QuantFormat::kFP8Block, 128},
+      {"fp8 128x128", 4500, 7168, 40, QuantFormat::kFP8Block, 128},
+      {"fp8 128x128", 20008, 2048, 40, QuantFormat::kFP8Block, 128},
+      {"fp8 128x128", 40, 49168, 140, QuantFormat::kFP8Block, 128},
+      {"fp8 32x32", 264, 2064, 200, QuantFormat::kFP8Block, 32},
+      {"fp8 per-32", 1000, 2064, 80, QuantFormat::kFP8Row32, 0},
+      {"mxfp4", 300, 4128, 300, QuantFormat::kMXFP4, 0},
+      {"mxfp4", 2304, 5120, 72, QuantFormat::kMXFP4, 0},
+      {"mxfp4", 30000, 512, 70, QuantFormat::kMXFP4, 0},
+  };
+  auto run_of = [](int64_t a, int64_t len) {
+    std::vector<int64_t> v;
+    for (int64_t i = 0; i < len; ++i) v.push_back(a + i);
+    return v;
+  };
+  for (const Case& c : cases) {
+    const int block = c.block ? c.block : 128;
+    const HostTensor w = c.f == QuantFormat::kMXFP4 ? rand_bytes(DType::kU8, {c.n, c.k / 2}) : fp8({c.n, c.k});
+    const HostTensor s = c.f == QuantFormat::kMXFP4      ? e8m0({c.n, c.k / 32})
+                         : c.f == QuantFormat::kFP8Row32 ? e8m0({c.n, (c.k + 31) / 32})
+                                                         : e8m0({(c.n + block - 1) / block, (c.k + block - 1) / block});
+    ASSERT_TRUE(cuda::gemm_invariant_mma_takes(c.f, true, block, block, c.k)) << c.name;
+    const HostTensor x = rand({c.m, c.k});
+    const HostTensor dq = cpu_dequant(w, s, c.f, c.n, c.k, block, block);
+    const DeviceTensor dw = up(w), ds = up(s);
+    auto call = [&](const HostTensor& xs) {
+      const DeviceTensor dx = up(xs), dout = poisoned({xs.shape()[0], c.n});
+      gpu().linear_quant({dx, {dw, ds.view(), c.f, block, block}, dout});
+      return down(dout);
+    };
+    const std::string name = "batch-invariant mma " + c.name + " N=" + std::to_string(c.n) +
+                             " K=" + std::to_string(c.k) +
+                             " kw=" + std::to_string(cuda::gemm_invariant_mma_slices(c.f, c.n, c.k));
+    const HostTensor full = call(x);
+    rel_err((name + " M=" + std::to_string(c.m)).c_str(), full, cpu_linear(bf16_rows(x), dq), 1e-5);
+    // 1-8 rows (the streaming kernel: 1, 2, 4, 8 rows a pass), 9-130 rows (the tile kernel: partial 64-row tiles,
+    // rows at other positions of their tiles), all rows but the first, all rows reversed.
+    std::vector<std::vector<int64_t>> subsets = {{0}, {c.m - 1}, {c.m / 2, 3}, run_of(5, 3)};
+    for (int64_t len : {4, 5, 8, 9, 13, 64, 65, 130})
+      if (len + 3 <= c.m) subsets.push_back(run_of(c.m - len - 3 + (len % 3), len));
+    subsets.push_back(run_of(1, c.m - 1));
+    std::vector<int64_t> reversed = run_of(0, c.m);
+    std::reverse(reversed.begin(), reversed.end());
+    subsets.push_back(reversed);
+    for (const auto& rows : subsets)
+      expect_rows_bitwise(name + " rows=" + std::to_string(rows.size()), call(take_rows(x, rows)), full, rows);
+  }
+  {
+    // The A/B switch: the previous fp32 kernels (exact products, against x itself); rows still the same bytes.
+    setenv("DEEPINFER_AB_BI_FP32", "1", 1);
+    const int64_t n = 300, k = 1040, m = 20;
+    EXPECT_FALSE(cuda::gemm_invariant_mma_takes(QuantFormat::kFP8Block, true, 128, 128, k));
+    const HostTensor w = fp8({n, k}), s = e8m0({3, 9}), x = rand({m, k});
+    const DeviceTensor dw = up(w), ds = up(s);
+    auto call = [&](const HostTensor& xs) {
+      const DeviceTensor dx = up(xs), dout = poisoned({xs.shape()[0], n});
+      gpu().linear_quant({dx, {dw, ds.view(), QuantFormat::kFP8Block, 128, 128}, dout});
+      return down(dout);
+    };
+    const HostTensor full = call(x);
+    rel_err("batch-invariant AB_BI_FP32=1 fp8 128x128", full,
+            cpu_linear(x, cpu_dequant(w, s, QuantFormat::kFP8Block, n, k)), 1e-5);
+    for (const auto& rows : invariance_subsets(m))
+      expect_rows_bitwise("batch-invariant AB_BI_FP32=1 rows=" + std::to_string(rows.size()), call(take_rows(x, rows)),
+                          full, rows);
+    unsetenv("DEEPINFER_AB_BI_FP32");
   }
 }
 

@@ -11,11 +11,14 @@
 // - a bf16 tensor-core tile (WMMA 16x16x16 on 64x128x32 tiles) for many rows: weights are dequantized into
 //   shared memory as bf16 (exact for e4m3/e2m1 with UE8M0 scales), A is rounded to bf16, fp32 accumulation.
 // Large dense M goes through cuBLASLt instead (cuda_backend.cc: weights dequantized to a bf16 scratch).
-// Batch-invariant mode (GemmKernelParams::batch_invariant) uses only the SIMT tile and a few-row kernel with the
-// identical arithmetic (the column chain).
+// Batch-invariant mode (GemmKernelParams::batch_invariant): UE8M0 block formats take the tensor-core sequence of
+// gemm_invariant_mma.h (the streaming kernel for few rows, a tile kernel with the identical per-output mma sequence
+// for many); f32 weights and f32 scales the SIMT tile and a few-row kernel with the identical arithmetic (the
+// column chain), as every format did before (DEEPINFER_AB_BI_FP32=1).
 #include "deepinfer/ops/cuda/dequant_bf16.h"
 #include "deepinfer/ops/cuda/device_math.cuh"
 #include "deepinfer/ops/cuda/gemm_decode.cuh"
+#include "deepinfer/ops/cuda/gemm_invariant_mma.h"
 #include "deepinfer/ops/cuda/gemm_mma.h"
 #include "deepinfer/ops/cuda/gemm_stream_mma.h"
 #include "deepinfer/ops/cuda/gemm_wgmma.h"
@@ -1138,6 +1141,7 @@ void run_gemm(const GemmKernelParams& p, cudaStream_t stream) {
   static_assert(kTcM == kGemmTileM, "grouped tile offsets are counted in kGemmTileM rows");
   if (p.m == 0 || p.n == 0) return;
   if (p.batch_invariant) {
+    if (run_gemm_invariant_mma(p, stream)) return;
     const bool vec = vector_ok(p, true);
     switch (p.format) {
       case QuantFormat::kFloat:

@@ -23,6 +23,15 @@ constexpr int64_t kGemmStreamMmaMaxRows = 8;
 // scales must not be written by that kernel.
 bool run_gemm_stream_mma(const GemmKernelParams& p, int64_t rows, cudaStream_t stream);
 
+// Batch-invariant mode (gemm_invariant_mma.h): the same kernel with its configuration fixed by the weight alone —
+// 16-row weight tiles (the weights are the mma's m16 operand, the activation rows the n8 one), kw K slices (kw from
+// gemm_invariant_mma_slices: N, K and the format only, never the rows or group slots of the call) and
+// kInvariantMmaAcc accumulator chains per slice — so an output's mma sequence and additions do not depend on the
+// call; any row count (passes of up to 8 rows). Returns false, enqueuing nothing, when the weights do not fit it
+// (as run_gemm_stream_mma) or K does not fit its activation stage.
+constexpr int kInvariantMmaAcc = 1;
+bool run_gemm_stream_mma_invariant(const GemmKernelParams& p, int64_t rows, int kw, cudaStream_t stream);
+
 // Whether a call of `rows` rows per weight, n outputs and `slots` group slots (1 when dense) is one this kernel
 // takes by shape: one-row calls with few tiles decline (the fp32 column-group kernel is faster there and exact in
 // A). Tests use it to pick their reference (A rounded to bf16 or not).

@@ -24,9 +24,12 @@
 #include "deepinfer/ops/cuda/cuda_check.h"
 #include "deepinfer/ops/cuda/device_math.cuh"
 #include "deepinfer/ops/cuda/gemm_decode.cuh"
+#include "deepinfer/ops/cuda/gemm_stream_decode.cuh"
 
 namespace deepinfer::cuda {
 namespace {
+
+using namespace stream_decode;
 
 constexpr int kSmWarps = 8, kSmThreads = 32 * kSmWarps;
 constexpr int kPrefetchBytes = 128;  // weight bytes in flight per lane
@@ -35,47 +38,6 @@ constexpr int kTargetWarps = 2048;   // ~16 streaming warps per SM on 132 SMs
 // 4-8 rows streamed the weights two to four times.
 constexpr int64_t kStageBytes = 96 * 1024;
 constexpr int64_t kDefaultSmemBytes = 48 * 1024;  // above it a kernel needs the opt-in attribute
-
-template <QuantFormat F>
-constexpr int kChunkK = F == QuantFormat::kMXFP4 ? 32 : 16;  // k values per 16-byte chunk
-template <QuantFormat F>
-constexpr int kMmas = kChunkK<F> / 4;  // mmas per chunk: 4 k of weight row g per lane and mma
-
-// Codes i and i + 4 of an e2m1 word (code c in bits 4c..4c+3) as bf16x2, each 2^-126 times its value: e1 e0 m go to
-// bf16 bits 6..8 (exponent 0..3 with bias 127, the mantissa's top bit), the sign to bit 15.
-__device__ __forceinline__ uint32_t fp4_pair(uint32_t x, int i) {
-  const uint32_t mag = (i < 2 ? x << (6 - 4 * i) : x >> (4 * i - 6)) & 0x01C001C0u;
-  return mag | ((x << (12 - 4 * i)) & 0x80008000u);
-}
-// Bytes h and h + 2 of an e4m3 word as bf16x2, each 2^-120 times its value: e3..e0 m2..m0 go to bits 4..10.
-__device__ __forceinline__ uint32_t fp8_pair(uint32_t x, int h) {
-  const uint32_t y = h == 0 ? x << 4 : x >> 4;
-  return (y & 0x07F007F0u) | ((h == 0 ? x << 8 : x) & 0x80008000u);
-}
-__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
-  __nv_bfloat162 r =
-      __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&a), *reinterpret_cast<const __nv_bfloat162*>(&b));
-  return *reinterpret_cast<const uint32_t*>(&r);
-}
-__device__ __forceinline__ uint32_t bf16x2_splat_pow2(int e) {  // 2^e in both halves, -126 <= e <= 127
-  const uint32_t h = static_cast<uint32_t>(e + 127) << 7;
-  return h | (h << 16);
-}
-// The placed codes times the UE8M0 scale 2^(e - 127): one multiply by 2^(e - 127 + bias) while that fits bf16's
-// normal range (e <= 128 for e2m1, 134 for e4m3: any realistic weight scale), else two (exact either way).
-template <int kBias>
-struct ScaleMul {
-  uint32_t m = 0;
-  bool two = false;
-  __device__ __forceinline__ void set(uint32_t e) {
-    two = static_cast<int>(e) - 127 + kBias > 127;
-    m = bf16x2_splat_pow2(two ? static_cast<int>(e) - 127 : static_cast<int>(e) - 127 + kBias);
-  }
-  __device__ __forceinline__ uint32_t apply(uint32_t w) const {
-    if (two) w = bf16x2_mul(w, bf16x2_splat_pow2(kBias));
-    return bf16x2_mul(w, m);
-  }
-};
 
 // Programmatic dependent launch: the kernel may start while the previous kernel of the stream finishes; it waits
 // here before reading anything an earlier kernel wrote (activations, the MoE plan) or writing its output.
@@ -93,31 +55,6 @@ __device__ __forceinline__ uint4 ld_stream(const uint4* p) {  // read once: no L
   return r;
 }
 
-// Physical k offsets (within a chunk) of mma `mi`'s two fragment pairs: pair P = (ka, ka + d), Q = (ka + 1, ka + 1 +
-// d).
-template <QuantFormat F>
-__device__ __forceinline__ int pair_k(int mi) {
-  return F == QuantFormat::kMXFP4 ? 8 * (mi >> 1) + 2 * (mi & 1) : 4 * mi;
-}
-template <QuantFormat F>
-constexpr int kPairGap = F == QuantFormat::kMXFP4 ? 4 : 2;
-
-// Offset of chunk c's scale byte (16 bytes of codes lie inside one scale block: blocks are >= 16 wide) from its
-// weight row's first scale byte.
-template <QuantFormat F>
-__device__ __forceinline__ int scale_offset(int c, int lbk) {
-  if constexpr (F == QuantFormat::kMXFP4) return c;
-  if constexpr (F == QuantFormat::kFP8Row32) return c >> 1;
-  return (c * 16) >> lbk;
-}
-// Weight row n's first scale byte.
-template <QuantFormat F>
-__device__ __forceinline__ const uint8_t* scale_row(const GemmKernelParams& p, const uint8_t* s, int64_t n, int lbn) {
-  if constexpr (F == QuantFormat::kMXFP4) return s + n * (p.k / 32);
-  if constexpr (F == QuantFormat::kFP8Row32) return s + n * p.scale_cols;
-  return s + (n >> lbn) * p.scale_cols;
-}
-
 // kRows weight rows per lane: 1 (8-row tiles) or 2 (rows g and g + 8 of 16-row tiles).
 template <int kRows>
 struct StepData {
@@ -131,9 +68,12 @@ struct StepData {
 // Grid: x = n-tile blocks (nw tiles), y = group slots. Block: kSmWarps warps = nw n-tiles x kw
 // K slices (kw = kSmWarps / nw, a runtime value); the kw partial sums of a tile add in warp order (deterministic).
 // Dynamic shared memory: the pass's R activation rows as bf16 fragments, [step][mma][row][lane % 4] x 8 bytes.
-template <QuantFormat F, int R, bool W16>
+// kAcc independent accumulator chains per warp (4; batch-invariant mode 1, the chain the tile kernel of
+// gemm_invariant_mma_cuda.cu repeats: a warp's partial is the chain of its slice's mmas in step and mma order).
+template <QuantFormat F, int R, bool W16, int kAcc>
 __global__ void __launch_bounds__(kSmThreads, 2)
     gemm_stream_mma_kernel(GemmKernelParams p, int kw, int lbn, int lbk, bool a_vec) {
+  static_assert(kAcc == 1 || kAcc == 4, "the partial sums below");
   constexpr int kRows = W16 ? 2 : 1, kOut = W16 ? 4 : 2;    // weight rows a lane loads; outputs a lane holds
   constexpr int kPrefetch = kPrefetchBytes / (16 * kRows);  // steps in flight: the same bytes for both shapes
   extern __shared__ __align__(16) uint2 xs[];
@@ -232,7 +172,6 @@ __global__ void __launch_bounds__(kSmThreads, 2)
 
     // kAcc independent accumulators: one chain of dependent mmas per step was the critical path (ncu: ~8 cycles
     // per issued instruction at ~10 warps an SM on a 6.5 MB projection).
-    constexpr int kAcc = 4;
     float acc[kAcc][4] = {};
     for (int st0 = s_begin; st0 < s_end; st0 += kPrefetch) {
 #pragma unroll
@@ -240,7 +179,7 @@ __global__ void __launch_bounds__(kSmThreads, 2)
         const int st = st0 + u;
         if (st < s_end) {
           StepData<kRows>& d = buf[u];
-          ScaleMul<F == QuantFormat::kMXFP4 ? 126 : 120> sc[kRows];
+          FormatScale<F> sc[kRows];
 #pragma unroll
           for (int h = 0; h < kRows; ++h) sc[h].set(d.e[h]);
           const uint2* xrow = xs + st * (kMi * R * 4) + lane;
@@ -248,17 +187,7 @@ __global__ void __launch_bounds__(kSmThreads, 2)
           for (int mi = 0; mi < kMi; ++mi) {
             uint32_t wp[kRows], wq[kRows];  // the P / Q fragment pairs of each row
 #pragma unroll
-            for (int h = 0; h < kRows; ++h) {
-              const uint32_t w[4] = {d.q[h].x, d.q[h].y, d.q[h].z, d.q[h].w};
-              if constexpr (F == QuantFormat::kMXFP4) {
-                const int j = mi >> 1, i = 2 * (mi & 1);
-                wp[h] = sc[h].apply(fp4_pair(w[j], i));
-                wq[h] = sc[h].apply(fp4_pair(w[j], i + 1));
-              } else {
-                wp[h] = sc[h].apply(fp8_pair(w[mi], 0));
-                wq[h] = sc[h].apply(fp8_pair(w[mi], 1));
-              }
-            }
+            for (int h = 0; h < kRows; ++h) weight_pairs<F>(d.q[h], sc[h], mi, wp[h], wq[h]);
             const uint2 x = g < R ? xrow[mi * R * 4] : make_uint2(0, 0);
             if constexpr (W16) {
               const uint32_t a[4] = {wp[0], wp[kRows - 1], wq[0], wq[kRows - 1]};
@@ -276,7 +205,12 @@ __global__ void __launch_bounds__(kSmThreads, 2)
       // W16: acc 0 / 1 weight row g, activation rows 2t / 2t + 1; acc 2 / 3 the same for weight row g + 8.
       // Otherwise: acc 0 / 1 activation row g, weight rows 2t / 2t + 1 (acc 2 / 3: activation rows 8..15, empty).
 #pragma unroll
-    for (int i = 0; i < kOut; ++i) part[warp][i][lane] = (acc[0][i] + acc[1][i]) + (acc[2][i] + acc[3][i]);
+    for (int i = 0; i < kOut; ++i) {
+      if constexpr (kAcc == 4)
+        part[warp][i][lane] = (acc[0][i] + acc[1][i]) + (acc[2][i] + acc[3][i]);
+      else
+        part[warp][i][lane] = acc[0][i];
+    }
     __syncthreads();
     if (wk == 0) {
 #pragma unroll
@@ -324,17 +258,19 @@ bool ab_pdl() {
   return v && std::atoi(v) != 0;
 }
 
-template <QuantFormat F, int R, bool W16>
-void launch_shape(const GemmKernelParams& p, int64_t slots, int lbn, int lbk, cudaStream_t stream) {
+// fixed_kw > 0 (batch-invariant mode): that many K slices, whatever the call's tiles and slots.
+template <QuantFormat F, int R, bool W16, int kAcc = 4>
+void launch_shape(const GemmKernelParams& p, int64_t slots, int lbn, int lbk, cudaStream_t stream, int fixed_kw = 0) {
   const int64_t chunks = p.k / kChunkK<F>, steps = ceil_div(chunks, 4), tiles = ceil_div(p.n, W16 ? 16 : 8);
   int kw = 1;  // K slices per tile: enough warps to stream, at least two steps each
   while (kw < kSmWarps && tiles * slots * kw < kTargetWarps && steps >= 4 * kw) kw *= 2;
   if (ab_kw()) kw = ab_kw();
+  if (fixed_kw > 0) kw = fixed_kw;
   const int nw = kSmWarps / kw;
   const size_t smem = static_cast<size_t>(steps * kMmas<F> * R * 4) * sizeof(uint2);
   if (smem > static_cast<size_t>(kDefaultSmemBytes))
-    DI_CUDA_CHECK(cudaFuncSetAttribute(gemm_stream_mma_kernel<F, R, W16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(smem)));
+    DI_CUDA_CHECK(cudaFuncSetAttribute(gemm_stream_mma_kernel<F, R, W16, kAcc>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   const dim3 grid(static_cast<unsigned>(ceil_div(tiles, nw)), static_cast<unsigned>(slots));
   const bool a_vec = p.lda % 4 == 0 && reinterpret_cast<uintptr_t>(p.a) % 16 == 0;
   cudaLaunchConfig_t cfg = {};
@@ -347,7 +283,7 @@ void launch_shape(const GemmKernelParams& p, int64_t slots, int lbn, int lbk, cu
   pdl[0].val.programmaticStreamSerializationAllowed = ab_pdl() ? 1 : 0;
   cfg.attrs = pdl;
   cfg.numAttrs = 1;
-  DI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemm_stream_mma_kernel<F, R, W16>, p, kw, lbn, lbk, a_vec));
+  DI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemm_stream_mma_kernel<F, R, W16, kAcc>, p, kw, lbn, lbk, a_vec));
 }
 
 // 16-row tiles from 80 of them (op micro-bench, H200, 08fddc7, M = 1, 8-row vs 16-row µs: q_a 1280x5120 10.7 vs
@@ -376,16 +312,34 @@ int64_t one_row_min_tiles() {
   return v ? std::atoll(v) : kOneRowMinTiles;
 }
 
+// invariant_kw > 0: batch-invariant mode (16-row tiles, that many K slices, one accumulator chain), any row count.
 template <QuantFormat F>
-bool dispatch(const GemmKernelParams& p, int64_t rows, int lbn, int lbk, cudaStream_t stream) {
+bool dispatch(const GemmKernelParams& p, int64_t rows, int lbn, int lbk, cudaStream_t stream, int invariant_kw = 0) {
   const int64_t slots = p.group_offsets ? std::max<int64_t>(std::min<int64_t>(p.groups, p.m), 1) : 1;
-  if (!gemm_stream_mma_takes_shape(rows, p.n, slots)) return false;
+  if (!invariant_kw && !gemm_stream_mma_takes_shape(rows, p.n, slots)) return false;
   const int64_t kpad = ceil_div(p.k / kChunkK<F>, 4) * 4 * kChunkK<F>;
   int r = 8;
   while (r > 1 && r / 2 >= rows) r /= 2;  // the smallest of 1, 2, 4, 8 covering rows
   const int64_t stage = ab_stage_bytes();
   while (r > 1 && 2 * kpad * r > stage) r /= 2;  // more rows than fit: passes
   if (2 * kpad * r > stage) return false;
+  if (invariant_kw) {
+    switch (r) {
+      case 1:
+        launch_shape<F, 1, true, kInvariantMmaAcc>(p, slots, lbn, lbk, stream, invariant_kw);
+        break;
+      case 2:
+        launch_shape<F, 2, true, kInvariantMmaAcc>(p, slots, lbn, lbk, stream, invariant_kw);
+        break;
+      case 4:
+        launch_shape<F, 4, true, kInvariantMmaAcc>(p, slots, lbn, lbk, stream, invariant_kw);
+        break;
+      default:
+        launch_shape<F, 8, true, kInvariantMmaAcc>(p, slots, lbn, lbk, stream, invariant_kw);
+        break;
+    }
+    return true;
+  }
   switch (r) {
     case 1:
       launch<F, 1>(p, slots, lbn, lbk, stream);
@@ -409,24 +363,35 @@ bool gemm_stream_mma_takes_shape(int64_t rows, int64_t n, int64_t slots) {
   return rows > 1 || ceil_div(n, 16) * slots >= one_row_min_tiles();
 }
 
-bool run_gemm_stream_mma(const GemmKernelParams& p, int64_t rows, cudaStream_t stream) {
-  if (p.batch_invariant || !p.scale_e8m0 || p.m == 0 || p.n == 0) return false;
+namespace {
+bool run(const GemmKernelParams& p, int64_t rows, cudaStream_t stream, int invariant_kw) {
+  if (!p.scale_e8m0 || p.m == 0 || p.n == 0) return false;
   if (p.group_offsets && !p.active_groups) return false;
   const auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
   if (p.b_table ? !p.tables_aligned16 : !aligned(p.b)) return false;
   switch (p.format) {
     case QuantFormat::kMXFP4:
-      return p.k % 32 == 0 && dispatch<QuantFormat::kMXFP4>(p, rows, 0, 0, stream);
+      return p.k % 32 == 0 && dispatch<QuantFormat::kMXFP4>(p, rows, 0, 0, stream, invariant_kw);
     case QuantFormat::kFP8Row32:
-      return p.k % 16 == 0 && dispatch<QuantFormat::kFP8Row32>(p, rows, 0, 0, stream);
+      return p.k % 16 == 0 && dispatch<QuantFormat::kFP8Row32>(p, rows, 0, 0, stream, invariant_kw);
     case QuantFormat::kFP8Block: {
       const int lbn = log2_exact(p.block_n), lbk = log2_exact(p.block_k);
       if (p.k % 16 != 0 || lbn < 0 || lbk < 4) return false;
-      return dispatch<QuantFormat::kFP8Block>(p, rows, lbn, lbk, stream);
+      return dispatch<QuantFormat::kFP8Block>(p, rows, lbn, lbk, stream, invariant_kw);
     }
     default:
       return false;
   }
+}
+}  // namespace
+
+bool run_gemm_stream_mma(const GemmKernelParams& p, int64_t rows, cudaStream_t stream) {
+  return !p.batch_invariant && run(p, rows, stream, 0);
+}
+
+bool run_gemm_stream_mma_invariant(const GemmKernelParams& p, int64_t rows, int kw, cudaStream_t stream) {
+  DI_CHECK(kw == 1 || kw == 2 || kw == 4 || kw == 8) << "gemm_stream_mma: " << kw << " K slices";
+  return p.batch_invariant && run(p, rows, stream, kw);
 }
 
 }  // namespace deepinfer::cuda

@@ -1,0 +1,280 @@
+// Batch-invariant block-format GEMMs on the tensor cores: the dispatch between the streaming kernel (few rows) and
+// a tile kernel (many rows) that repeat one per-output instruction sequence (gemm_invariant_mma.h).
+//
+// Why: batch-invariant mode ran every GEMM as fp32 FMA chains (SIMT tile, column-chain kernel), +79% at V4-Flash
+// decode batch 1 and +447..653% in prefill (docs/PERF.md). Invariance only needs a fixed arithmetic per output.
+// The streaming kernel (gemm_stream_mma_cuda.cu) already computes each row's outputs from that row alone; fixing
+// its configuration by the weight (16-row tiles, kw K slices, one accumulator chain) makes it invariant, and the
+// tile kernel here issues, for every output, the same mma.sync instructions with the same operands in the same
+// order:
+// - a warp owns 16 weight rows (n0 + g and n0 + g + 8 in lane g's fragments, the streaming kernel's W16 tile) and
+//   decodes its lane's 16-byte chunk 4·step + t of each with the same functions (gemm_stream_decode.cuh);
+// - the block's 64 rows are staged per step as bf16 fragment pairs in the streaming kernel's layout ([mma][row]
+//   [lane % 4]: the same pairs of the same chunk at the same logical k slots), 8 n8 tiles a warp;
+// - per output: for each K slice w (steps [steps·w/kw, steps·(w+1)/kw)) one accumulator chain from 0 over the
+//   slice's steps and, within a step, mmas 0..kMmas-1; the slices' sums added in slice order from slice 0 — the
+//   streaming kernel's part[] sum over its kw warps. Padding (chunks past K) is zero codes and zero activations in
+//   both. Rows and weight rows past the call's are computed and never written.
+// What the tile kernel gives up against the default mode's prefill kernels (gemm_mma, wgmma): A arrives in f32 and
+// is rounded per block, weights are decoded per warp from L2 for every 64-row tile, one barrier per step.
+#include "deepinfer/ops/cuda/gemm_invariant_mma.h"
+
+#include <cuda_bf16.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "deepinfer/ops/cuda/cuda_check.h"
+#include "deepinfer/ops/cuda/device_math.cuh"
+#include "deepinfer/ops/cuda/gemm_decode.cuh"
+#include "deepinfer/ops/cuda/gemm_stream_decode.cuh"
+#include "deepinfer/ops/cuda/gemm_stream_mma.h"
+
+namespace deepinfer::cuda {
+namespace {
+
+using namespace stream_decode;
+
+static_assert(kInvariantMmaAcc == 1, "the tile kernel keeps one chain per slice and output");
+
+constexpr int kTiWarps = 8, kTiThreads = 32 * kTiWarps;
+constexpr int kTiN = 16 * kTiWarps;  // weight rows per block: a 16-row mma tile per warp
+constexpr int kTiM = kGemmTileM;     // activation rows per block: one tile of the MoE plan
+constexpr int kTiTiles = kTiM / 8;   // n8 tiles per warp
+static_assert(kTiThreads == 4 * kTiM, "activation staging: a thread per (row, chunk) of a step");
+
+__device__ __forceinline__ uint4 ld_weights(const uint4* p) {  // read once per block: no L1 allocation
+  uint4 r;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "l"(p));
+  return r;
+}
+
+// One step's weight data of a lane: 16 code bytes and the scale byte of rows g and g + 8.
+struct TileStep {
+  uint4 q[2];
+  uint32_t e[2];
+};
+
+// Grid: x = kTiN-row weight blocks, y = kTiM-row tiles (dense) or the plan's tiles (grouped). Static shared memory:
+// two buffers of a step's activation fragments (FP8 16 KB, MXFP4 32 KB).
+template <QuantFormat F>
+__global__ void __launch_bounds__(kTiThreads, 1)
+    gemm_invariant_tile_kernel(GemmKernelParams p, int kw, int lbn, int lbk, bool a_vec) {
+  constexpr int kMi = kMmas<F>, kC = kChunkK<F>, gap = kPairGap<F>;
+  __shared__ __align__(16) uint2 xs[2][kMi * kTiM * 4];
+  __shared__ int64_t a_row[kTiM], c_row[kTiM];
+
+  int grp;
+  int64_t row_begin, row_end;
+  if (!gemm_tile_rows(p, blockIdx.y, 1, grp, row_begin, row_end)) return;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+  if (tid < kTiM) {
+    const int64_t i = row_begin + tid;
+    const bool valid = i < row_end;
+    a_row[tid] = !valid ? -1 : (p.a_rows ? p.a_rows[i] / p.a_row_div : i);
+    c_row[tid] = !valid ? -1 : (p.c_rows ? p.c_rows[i] : i);
+  }
+
+  const int64_t n0 = (static_cast<int64_t>(blockIdx.x) * kTiWarps + warp) * 16;
+  const uint8_t* b = static_cast<const uint8_t*>(p.b_table ? p.b_table[grp] : p.b);
+  const uint8_t* s = static_cast<const uint8_t*>(p.b_scale_table ? p.b_scale_table[grp] : p.b_scale);
+  const int chunks = static_cast<int>(p.k / kC), steps = (chunks + 3) / 4;
+  const uint4* wrow[2];
+  const uint8_t* srow[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t n = n0 + g + 8 * h;
+    wrow[h] = reinterpret_cast<const uint4*>(b + (n < p.n ? n : 0) * chunks * 16) + t;
+    srow[h] = scale_row<F>(p, s, n < p.n ? n : 0, lbn);
+  }
+  // The streaming kernel's loads: chunks past K are zero codes with scale byte 127 (decoded to +0).
+  auto load_w = [&](int st, TileStep& d) {
+    const int c = 4 * st + t;
+    const bool ok = st < steps && c < chunks;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      d.q[h] = ok ? ld_weights(wrow[h] + 4 * st) : make_uint4(0, 0, 0, 0);
+      d.e[h] = ok ? srow[h][scale_offset<F>(c, lbk)] : 127u;
+    }
+  };
+  TileStep cur;
+  load_w(0, cur);
+  __syncthreads();  // a_row / c_row
+
+  // This thread's activation chunk of a step: row tid / 4, chunk 4·step + tid % 4, as f32 (zeros past K / the rows).
+  const int ar = tid >> 2, at = tid & 3;
+  const int64_t a_src = a_row[ar];
+  float v[kC];
+  auto load_a = [&](int st) {
+    const int c = 4 * st + at;
+    if (a_src >= 0 && c < chunks) {
+      const float* x = p.a + a_src * p.lda + static_cast<int64_t>(c) * kC;
+      if (a_vec) {
+#pragma unroll
+        for (int i = 0; i < kC / 4; ++i) {
+          const float4 f = __ldg(reinterpret_cast<const float4*>(x) + i);
+          v[4 * i] = f.x;
+          v[4 * i + 1] = f.y;
+          v[4 * i + 2] = f.z;
+          v[4 * i + 3] = f.w;
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < kC; ++i) v[i] = __ldg(x + i);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < kC; ++i) v[i] = 0.0f;
+    }
+  };
+  // The fragment pairs of the chunk, as the streaming kernel stages them: [mma][row][chunk of the step].
+  auto store_a = [&](int buf) {
+    uint2* dst = xs[buf] + ar * 4 + at;
+#pragma unroll
+    for (int mi = 0; mi < kMi; ++mi) {
+      const int k0 = pair_k<F>(mi);
+      dst[mi * kTiM * 4] = make_uint2(pack_bf16x2(v[k0], v[k0 + gap]), pack_bf16x2(v[k0 + 1], v[k0 + 1 + gap]));
+    }
+  };
+  load_a(0);
+  store_a(0);
+  __syncthreads();
+
+  // acc: the current slice's chain; sum: the slices so far (n8 tile j, the mma's 4 outputs).
+  float acc[kTiTiles][4], sum[kTiTiles][4];
+#pragma unroll
+  for (int j = 0; j < kTiTiles; ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[j][i] = sum[j][i] = 0.0f;
+  int w = 0;  // slices folded into sum
+  // Folds every slice that ends at `done` steps (empty slices too: a +0 partial, as the streaming kernel adds).
+  auto fold = [&](int done) {
+    while (w < kw && steps * (w + 1) / kw <= done) {
+#pragma unroll
+      for (int j = 0; j < kTiTiles; ++j)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          sum[j][i] = w == 0 ? acc[j][i] : sum[j][i] + acc[j][i];
+          acc[j][i] = 0.0f;
+        }
+      ++w;
+    }
+  };
+  fold(0);
+
+  for (int st = 0; st < steps; ++st) {
+    const int buf = st & 1;
+    // The next step's loads are in flight during this step's mmas.
+    TileStep nxt;
+    load_w(st + 1, nxt);
+    const bool more = st + 1 < steps;
+    if (more) load_a(st + 1);
+    FormatScale<F> sc[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) sc[h].set(cur.e[h]);
+    const uint2* xrow = xs[buf] + lane;
+#pragma unroll
+    for (int mi = 0; mi < kMi; ++mi) {
+      uint32_t wp[2], wq[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) weight_pairs<F>(cur.q[h], sc[h], mi, wp[h], wq[h]);
+      const uint32_t a[4] = {wp[0], wp[1], wq[0], wq[1]};
+#pragma unroll
+      for (int j = 0; j < kTiTiles; ++j) {
+        const uint2 x = xrow[(mi * kTiM + 8 * j) * 4];
+        mma_bf16(acc[j], a, x.x, x.y);
+      }
+    }
+    if (more) store_a(buf ^ 1);  // the buffer of step st - 1: every warp passed the barrier after using it
+    __syncthreads();
+    cur = nxt;
+    fold(st + 1);
+  }
+
+  // Accumulator i of n8 tile j: weight row n0 + g (+ 8 for i >= 2), activation row 8j + 2t + (i & 1).
+#pragma unroll
+  for (int j = 0; j < kTiTiles; ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int r = 8 * j + 2 * t + (i & 1);
+      const int64_t col = n0 + g + (i >= 2 ? 8 : 0);
+      const int64_t cr = c_row[r];
+      if (cr >= 0 && col < p.n) p.c[cr * p.ldc + col] = sum[j][i];
+    }
+}
+
+int log2_exact(int v) { return (v > 0 && (v & (v - 1)) == 0) ? __builtin_ctz(static_cast<unsigned>(v)) : -1; }
+
+bool ab_bi_fp32() {
+  const char* v = std::getenv("DEEPINFER_AB_BI_FP32");
+  return v && std::strcmp(v, "1") == 0;
+}
+
+template <QuantFormat F>
+void launch_tile(const GemmKernelParams& p, int kw, int lbn, int lbk, cudaStream_t stream) {
+  const int64_t tiles_m = p.group_offsets ? p.max_tiles_m : ceil_div(p.m, kTiM);
+  const int64_t tiles_n = ceil_div(p.n, kTiN);
+  if (tiles_m == 0 || tiles_n == 0) return;
+  DI_CHECK(tiles_m <= 65535) << "gemm: " << tiles_m << " row tiles are too many for one launch";
+  const bool a_vec = p.lda % 4 == 0 && reinterpret_cast<uintptr_t>(p.a) % 16 == 0;
+  // x = weight blocks (fastest): the blocks running together share an activation tile.
+  gemm_invariant_tile_kernel<F>
+      <<<dim3(static_cast<unsigned>(tiles_n), static_cast<unsigned>(tiles_m)), kTiThreads, 0, stream>>>(p, kw, lbn, lbk,
+                                                                                                        a_vec);
+  DI_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+bool gemm_invariant_mma_takes(QuantFormat format, bool scale_e8m0, int block_n, int block_k, int64_t k) {
+  if (ab_bi_fp32() || !scale_e8m0 || k <= 0) return false;
+  switch (format) {
+    case QuantFormat::kMXFP4:
+      return k % 32 == 0;
+    case QuantFormat::kFP8Row32:
+      return k % 16 == 0;
+    case QuantFormat::kFP8Block:
+      return k % 16 == 0 && log2_exact(block_n) >= 0 && log2_exact(block_k) >= 4;
+    default:
+      return false;
+  }
+}
+
+int gemm_invariant_mma_slices(QuantFormat format, int64_t n, int64_t k) {
+  constexpr int64_t kMaxSlices = 8, kTargetWarps = 2048;  // the streaming kernel's block and device targets
+  const int64_t chunk = format == QuantFormat::kMXFP4 ? 32 : 16;
+  const int64_t steps = ceil_div(k / chunk, 4), tiles = ceil_div(n, 16);
+  int kw = 1;
+  while (kw < kMaxSlices && tiles * kw < kTargetWarps && steps >= 4 * kw) kw *= 2;
+  return kw;
+}
+
+bool run_gemm_invariant_mma(const GemmKernelParams& p, cudaStream_t stream) {
+  if (!p.batch_invariant || !gemm_invariant_mma_takes(p.format, p.scale_e8m0, p.block_n, p.block_k, p.k)) return false;
+  if (p.group_offsets && (!p.active_groups || !p.tile_offsets)) return false;
+  const auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
+  if (p.b_table ? !p.tables_aligned16 : !aligned(p.b)) return false;
+  if (p.m == 0 || p.n == 0) return true;
+  const int kw = gemm_invariant_mma_slices(p.format, p.n, p.k);
+  const int64_t rows = p.rows_hint > 0 ? p.rows_hint : p.m;
+  if (rows <= kGemmStreamMmaMaxRows && run_gemm_stream_mma_invariant(p, rows, kw, stream)) return true;
+  const int lbn = p.format == QuantFormat::kFP8Block ? log2_exact(p.block_n) : 0;
+  const int lbk = p.format == QuantFormat::kFP8Block ? log2_exact(p.block_k) : 0;
+  switch (p.format) {
+    case QuantFormat::kMXFP4:
+      launch_tile<QuantFormat::kMXFP4>(p, kw, lbn, lbk, stream);
+      return true;
+    case QuantFormat::kFP8Row32:
+      launch_tile<QuantFormat::kFP8Row32>(p, kw, lbn, lbk, stream);
+      return true;
+    case QuantFormat::kFP8Block:
+      launch_tile<QuantFormat::kFP8Block>(p, kw, lbn, lbk, stream);
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace deepinfer::cuda

@@ -1,0 +1,104 @@
+// The K walk and weight decoding of the tensor-core streaming GEMM (gemm_stream_mma_cuda.cu), shared with the
+// batch-invariant tile kernel (gemm_invariant_mma_cuda.cu), which must issue the identical mma.sync sequence per
+// output: the same 16-byte chunks of codes per lane, the same placement of the codes into bf16 fragment pairs
+// (k order inside an mma), the same exact scale multiply.
+//
+// K is walked in steps of 4 chunks of 16 code bytes (16 e4m3 or 32 e2m1 values each); lane t of a quad owns chunk
+// 4·step + t, and an mma covers kMmas<F>-th of every chunk of the step: its logical k slots 2t, 2t + 1 hold pair P
+// of chunk t, slots 2t + 8, 2t + 9 pair Q (pair_k / kPairGap give their positions inside the chunk).
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "deepinfer/ops/cuda/kernels.h"
+
+namespace deepinfer::cuda {
+namespace stream_decode {
+
+template <QuantFormat F>
+constexpr int kChunkK = F == QuantFormat::kMXFP4 ? 32 : 16;  // k values per 16-byte chunk
+template <QuantFormat F>
+constexpr int kMmas = kChunkK<F> / 4;  // mmas per chunk: 4 k of weight row g per lane and mma
+
+// Codes i and i + 4 of an e2m1 word (code c in bits 4c..4c+3) as bf16x2, each 2^-126 times its value: e1 e0 m go to
+// bf16 bits 6..8 (exponent 0..3 with bias 127, the mantissa's top bit), the sign to bit 15.
+__device__ __forceinline__ uint32_t fp4_pair(uint32_t x, int i) {
+  const uint32_t mag = (i < 2 ? x << (6 - 4 * i) : x >> (4 * i - 6)) & 0x01C001C0u;
+  return mag | ((x << (12 - 4 * i)) & 0x80008000u);
+}
+// Bytes h and h + 2 of an e4m3 word as bf16x2, each 2^-120 times its value: e3..e0 m2..m0 go to bits 4..10.
+__device__ __forceinline__ uint32_t fp8_pair(uint32_t x, int h) {
+  const uint32_t y = h == 0 ? x << 4 : x >> 4;
+  return (y & 0x07F007F0u) | ((h == 0 ? x << 8 : x) & 0x80008000u);
+}
+__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
+  __nv_bfloat162 r =
+      __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&a), *reinterpret_cast<const __nv_bfloat162*>(&b));
+  return *reinterpret_cast<const uint32_t*>(&r);
+}
+__device__ __forceinline__ uint32_t bf16x2_splat_pow2(int e) {  // 2^e in both halves, -126 <= e <= 127
+  const uint32_t h = static_cast<uint32_t>(e + 127) << 7;
+  return h | (h << 16);
+}
+// The placed codes times the UE8M0 scale 2^(e - 127): one multiply by 2^(e - 127 + bias) while that fits bf16's
+// normal range (e <= 128 for e2m1, 134 for e4m3: any realistic weight scale), else two (exact either way).
+template <int kBias>
+struct ScaleMul {
+  uint32_t m = 0;
+  bool two = false;
+  __device__ __forceinline__ void set(uint32_t e) {
+    two = static_cast<int>(e) - 127 + kBias > 127;
+    m = bf16x2_splat_pow2(two ? static_cast<int>(e) - 127 : static_cast<int>(e) - 127 + kBias);
+  }
+  __device__ __forceinline__ uint32_t apply(uint32_t w) const {
+    if (two) w = bf16x2_mul(w, bf16x2_splat_pow2(kBias));
+    return bf16x2_mul(w, m);
+  }
+};
+template <QuantFormat F>
+using FormatScale = ScaleMul<F == QuantFormat::kMXFP4 ? 126 : 120>;
+
+// Physical k offsets (within a chunk) of mma `mi`'s two fragment pairs: pair P = (ka, ka + d), Q = (ka + 1, ka + 1 +
+// d).
+template <QuantFormat F>
+__device__ __forceinline__ int pair_k(int mi) {
+  return F == QuantFormat::kMXFP4 ? 8 * (mi >> 1) + 2 * (mi & 1) : 4 * mi;
+}
+template <QuantFormat F>
+constexpr int kPairGap = F == QuantFormat::kMXFP4 ? 4 : 2;
+
+// Offset of chunk c's scale byte (16 bytes of codes lie inside one scale block: blocks are >= 16 wide) from its
+// weight row's first scale byte.
+template <QuantFormat F>
+__device__ __forceinline__ int scale_offset(int c, int lbk) {
+  if constexpr (F == QuantFormat::kMXFP4) return c;
+  if constexpr (F == QuantFormat::kFP8Row32) return c >> 1;
+  return (c * 16) >> lbk;
+}
+// Weight row n's first scale byte.
+template <QuantFormat F>
+__device__ __forceinline__ const uint8_t* scale_row(const GemmKernelParams& p, const uint8_t* s, int64_t n, int lbn) {
+  if constexpr (F == QuantFormat::kMXFP4) return s + n * (p.k / 32);
+  if constexpr (F == QuantFormat::kFP8Row32) return s + n * p.scale_cols;
+  return s + (n >> lbn) * p.scale_cols;
+}
+
+// Mma mi's weight fragment pairs P / Q of one 16-byte chunk q with its scale applied (exact bf16).
+template <QuantFormat F>
+__device__ __forceinline__ void weight_pairs(const uint4& q, const FormatScale<F>& sc, int mi, uint32_t& wp,
+                                             uint32_t& wq) {
+  const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+  if constexpr (F == QuantFormat::kMXFP4) {
+    const int j = mi >> 1, i = 2 * (mi & 1);
+    wp = sc.apply(fp4_pair(w[j], i));
+    wq = sc.apply(fp4_pair(w[j], i + 1));
+  } else {
+    wp = sc.apply(fp8_pair(w[mi], 0));
+    wq = sc.apply(fp8_pair(w[mi], 1));
+  }
+}
+
+}  // namespace stream_decode
+}  // namespace deepinfer::cuda
