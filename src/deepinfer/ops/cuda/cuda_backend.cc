@@ -12,6 +12,7 @@
 
 #include "deepinfer/ops/cuda/ab_switch.h"
 #include "deepinfer/ops/cuda/dequant_bf16.h"
+#include "deepinfer/ops/cuda/gemm_invariant_mma.h"
 #include "deepinfer/ops/cuda/gemm_mma.h"
 #include "deepinfer/ops/cuda/gemm_stream_mma.h"
 #include "deepinfer/ops/cuda/indexer_mma.h"
@@ -351,7 +352,7 @@ struct CudaBackend::Impl {
     const int64_t n = w.rows(), k = w.cols();
     if (batch_invariant) {
       cuda::WorkspaceArena::Scope scope(ws());
-      shared_gemm(in, k, w, out, n, m);
+      shared_gemm(in, k, w, out, n, m, invariant_tile(w, m) ? bf16_copy(in, m * k) : nullptr);
       return;
     }
     if (w.format == QuantFormat::kFloat && w.weight.dtype() == DType::kF32) {
@@ -396,6 +397,20 @@ struct CudaBackend::Impl {
       cuda::run_gemm(g, s());
     }
   }
+  // Batch-invariant mode: whether a GEMM of `rows` rows (per group) with weight w takes the invariant tile kernel
+  // (gemm_invariant_mma.h), which reads a bf16 copy of A when it gets one (the same values it would round itself).
+  static bool invariant_tile(const QuantMatrix& w, int64_t rows) {
+    const bool e8m0 = w.scale.data() == nullptr || w.scale.dtype() == DType::kE8M0;
+    return rows > cuda::kGemmStreamMmaMaxRows &&
+           cuda::gemm_invariant_mma_takes(w.format, e8m0, w.block_n, w.block_k, w.cols());
+  }
+  // A bf16 (RNE) copy of n floats in scratch from ws(): the caller holds the scope.
+  const void* bf16_copy(const float* in, int64_t n) {
+    void* out = ws().take(sizeof(uint16_t) * n);
+    cuda::run_cast_f32_to_bf16(in, out, n, s());
+    return out;
+  }
+
   // Rows from which a block-format linear goes through cuBLASLt (bf16 scratch) instead of the own kernels:
   // past the streaming kernel's few rows. The tensor-core kernel's 64x128 tiles leave most SMs idle for a
   // dense M of a few rows and N of a few thousand; it serves the grouped MoE, where tiles come from many
@@ -420,14 +435,20 @@ struct CudaBackend::Impl {
   void run_moe(const float* x, const float* weights, const int32_t* indices, float* out, int64_t tokens, int64_t d,
                int64_t k, int64_t inter, int experts, const MoeWeights& mw, const QuantExpertWeights* shared,
                float limit, bool before_w2) {
-    // Many rows per expert in block formats: the mma.sync kernel reads bf16 copies of x and of the SwiGLU output.
+    // Many rows per expert in block formats: the mma.sync kernel reads bf16 copies of x and of the SwiGLU output
+    // (batch-invariant mode: the invariant tile kernel, past the streaming kernel's rows).
+    const int64_t rows_per_expert = ceil_div(tokens * k, std::min<int64_t>(experts, std::max<int64_t>(tokens * k, 1)));
     const bool bf16_inputs =
-        !batch_invariant && mw.format != QuantFormat::kFloat &&
-        ceil_div(tokens * k, std::min<int64_t>(experts, std::max<int64_t>(tokens * k, 1))) >= cuda::kGemmMmaMinRows;
+        mw.format != QuantFormat::kFloat &&
+        (batch_invariant ? rows_per_expert > cuda::kGemmStreamMmaMaxRows &&
+                               (cuda::gemm_invariant_mma_takes(mw.format, mw.scale_e8m0, mw.block_n, mw.block_k, d) ||
+                                cuda::gemm_invariant_mma_takes(mw.format, mw.scale_e8m0, mw.block_n, mw.block_k, inter))
+                         : rows_per_expert >= cuda::kGemmMmaMinRows);
     // The shared expert is a dense GEMM of the chunk's rows: the same kernel once its tiles fill the device (with
-    // its own bf16 copy of the SwiGLU output).
-    const bool shared_bf16 = shared && !batch_invariant && shared->w1.format != QuantFormat::kFloat &&
-                             cuda::gemm_mma_dense_fills(tokens, shared->w1.rows());
+    // its own bf16 copy of the SwiGLU output); batch-invariant mode: the invariant tile kernel's rows.
+    const bool shared_bf16 =
+        shared && shared->w1.format != QuantFormat::kFloat &&
+        (batch_invariant ? invariant_tile(shared->w1, tokens) : cuda::gemm_mma_dense_fills(tokens, shared->w1.rows()));
     const int64_t per_token = k * (3 * inter + d) * 4 + (shared ? (3 * inter + d) * 4 : 0) +
                               (bf16_inputs ? k * inter * 2 : 0) + (bf16_inputs || shared_bf16 ? d * 2 : 0) +
                               (shared_bf16 ? shared->w1.rows() * 2 : 0);
@@ -452,7 +473,8 @@ struct CudaBackend::Impl {
       void* xc16 = nullptr;
       void* h16 = nullptr;
       if (bf16_inputs) h16 = ws().take(sizeof(uint16_t) * slots * inter);
-      const bool shared_mma = shared_bf16 && cuda::gemm_mma_dense_fills(tc, shared->w1.rows());
+      const bool shared_mma = shared_bf16 && (batch_invariant ? invariant_tile(shared->w1, tc)
+                                                              : cuda::gemm_mma_dense_fills(tc, shared->w1.rows()));
       if (bf16_inputs || shared_mma) {
         xc16 = ws().take(sizeof(uint16_t) * tc * d);
         cuda::run_cast_f32_to_bf16(xc, xc16, tc * d, s());

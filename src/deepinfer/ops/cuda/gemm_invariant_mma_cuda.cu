@@ -15,8 +15,10 @@
 //   slice's steps and, within a step, mmas 0..kMmas-1; the slices' sums added in slice order from slice 0 — the
 //   streaming kernel's part[] sum over its kw warps. Padding (chunks past K) is zero codes and zero activations in
 //   both. Rows and weight rows past the call's are computed and never written.
-// What the tile kernel gives up against the default mode's prefill kernels (gemm_mma, wgmma): A arrives in f32 and
-// is rounded per block, weights are decoded per warp from L2 for every 64-row tile, one barrier per step.
+// What the tile kernel gives up against the default mode's prefill kernels (gemm_mma, wgmma): weights are decoded
+// per warp from L2 for every 64-row tile, one step of loads in flight, one barrier per step. A comes as the
+// caller's bf16 copy when there is one (the backend makes it in batch-invariant mode for calls of more than 8 rows
+// a group), else in f32, rounded per block.
 #include "deepinfer/ops/cuda/gemm_invariant_mma.h"
 
 #include <cuda_bf16.h>
@@ -58,8 +60,9 @@ struct TileStep {
 };
 
 // Grid: x = kTiN-row weight blocks, y = kTiM-row tiles (dense) or the plan's tiles (grouped). Static shared memory:
-// two buffers of a step's activation fragments (FP8 16 KB, MXFP4 32 KB).
-template <QuantFormat F>
+// two buffers of a step's activation fragments (FP8 16 KB, MXFP4 32 KB). kBf16A: the activations come from the
+// caller's bf16 copy (p.a_bf16, RNE like the in-kernel rounding of p.a: the same bf16 values; half the bytes).
+template <QuantFormat F, bool kBf16A>
 __global__ void __launch_bounds__(kTiThreads, 1)
     gemm_invariant_tile_kernel(GemmKernelParams p, int kw, int lbn, int lbk, bool a_vec) {
   constexpr int kMi = kMmas<F>, kC = kChunkK<F>, gap = kPairGap<F>;
@@ -103,39 +106,65 @@ __global__ void __launch_bounds__(kTiThreads, 1)
   load_w(0, cur);
   __syncthreads();  // a_row / c_row
 
-  // This thread's activation chunk of a step: row tid / 4, chunk 4·step + tid % 4, as f32 (zeros past K / the rows).
+  // This thread's activation chunk of a step: row tid / 4, chunk 4·step + tid % 4, as f32 or as bf16 pairs (k 2i,
+  // 2i + 1 in word i); zeros past K / the rows.
   const int ar = tid >> 2, at = tid & 3;
   const int64_t a_src = a_row[ar];
-  float v[kC];
+  float v[kBf16A ? 1 : kC];
+  uint32_t h[kBf16A ? kC / 2 : 1];
   auto load_a = [&](int st) {
     const int c = 4 * st + at;
-    if (a_src >= 0 && c < chunks) {
-      const float* x = p.a + a_src * p.lda + static_cast<int64_t>(c) * kC;
-      if (a_vec) {
+    if constexpr (kBf16A) {
+      if (a_src >= 0 && c < chunks) {
+        const uint4* x = reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(p.a_bf16) + a_src * p.lda +
+                                                        static_cast<int64_t>(c) * kC);
 #pragma unroll
-        for (int i = 0; i < kC / 4; ++i) {
-          const float4 f = __ldg(reinterpret_cast<const float4*>(x) + i);
-          v[4 * i] = f.x;
-          v[4 * i + 1] = f.y;
-          v[4 * i + 2] = f.z;
-          v[4 * i + 3] = f.w;
+        for (int i = 0; i < kC / 8; ++i) {
+          const uint4 q = __ldg(x + i);
+          h[4 * i] = q.x;
+          h[4 * i + 1] = q.y;
+          h[4 * i + 2] = q.z;
+          h[4 * i + 3] = q.w;
         }
       } else {
 #pragma unroll
-        for (int i = 0; i < kC; ++i) v[i] = __ldg(x + i);
+        for (int i = 0; i < kC / 2; ++i) h[i] = 0u;
       }
     } else {
+      if (a_src >= 0 && c < chunks) {
+        const float* x = p.a + a_src * p.lda + static_cast<int64_t>(c) * kC;
+        if (a_vec) {
 #pragma unroll
-      for (int i = 0; i < kC; ++i) v[i] = 0.0f;
+          for (int i = 0; i < kC / 4; ++i) {
+            const float4 f = __ldg(reinterpret_cast<const float4*>(x) + i);
+            v[4 * i] = f.x;
+            v[4 * i + 1] = f.y;
+            v[4 * i + 2] = f.z;
+            v[4 * i + 3] = f.w;
+          }
+        } else {
+#pragma unroll
+          for (int i = 0; i < kC; ++i) v[i] = __ldg(x + i);
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < kC; ++i) v[i] = 0.0f;
+      }
     }
   };
   // The fragment pairs of the chunk, as the streaming kernel stages them: [mma][row][chunk of the step].
+  // (k0 and gap are even: pair P = the low halves of words k0 / 2 and (k0 + gap) / 2, Q their high halves.)
   auto store_a = [&](int buf) {
     uint2* dst = xs[buf] + ar * 4 + at;
 #pragma unroll
     for (int mi = 0; mi < kMi; ++mi) {
       const int k0 = pair_k<F>(mi);
-      dst[mi * kTiM * 4] = make_uint2(pack_bf16x2(v[k0], v[k0 + gap]), pack_bf16x2(v[k0 + 1], v[k0 + 1 + gap]));
+      if constexpr (kBf16A) {
+        const uint32_t lo = h[k0 / 2], hi = h[(k0 + gap) / 2];
+        dst[mi * kTiM * 4] = make_uint2(__byte_perm(lo, hi, 0x5410), __byte_perm(lo, hi, 0x7632));
+      } else {
+        dst[mi * kTiM * 4] = make_uint2(pack_bf16x2(v[k0], v[k0 + gap]), pack_bf16x2(v[k0 + 1], v[k0 + 1 + gap]));
+      }
     }
   };
   load_a(0);
@@ -219,10 +248,13 @@ void launch_tile(const GemmKernelParams& p, int kw, int lbn, int lbk, cudaStream
   if (tiles_m == 0 || tiles_n == 0) return;
   DI_CHECK(tiles_m <= 65535) << "gemm: " << tiles_m << " row tiles are too many for one launch";
   const bool a_vec = p.lda % 4 == 0 && reinterpret_cast<uintptr_t>(p.a) % 16 == 0;
+  const bool a16 = p.a_bf16 && p.lda % 8 == 0 && reinterpret_cast<uintptr_t>(p.a_bf16) % 16 == 0;
   // x = weight blocks (fastest): the blocks running together share an activation tile.
-  gemm_invariant_tile_kernel<F>
-      <<<dim3(static_cast<unsigned>(tiles_n), static_cast<unsigned>(tiles_m)), kTiThreads, 0, stream>>>(p, kw, lbn, lbk,
-                                                                                                        a_vec);
+  const dim3 grid(static_cast<unsigned>(tiles_n), static_cast<unsigned>(tiles_m));
+  if (a16)
+    gemm_invariant_tile_kernel<F, true><<<grid, kTiThreads, 0, stream>>>(p, kw, lbn, lbk, a_vec);
+  else
+    gemm_invariant_tile_kernel<F, false><<<grid, kTiThreads, 0, stream>>>(p, kw, lbn, lbk, a_vec);
   DI_CUDA_CHECK_LAUNCH();
 }
 

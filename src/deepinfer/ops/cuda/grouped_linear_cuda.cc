@@ -2,6 +2,7 @@
 // machinery moe_quant uses for its experts; here every group has the same row count, so the arrays are fixed).
 #include "deepinfer/ops/cuda/grouped_linear.h"
 
+#include "deepinfer/ops/cuda/gemm_invariant_mma.h"
 #include "deepinfer/ops/cuda/gemm_stream_mma.h"
 
 #include <algorithm>
@@ -139,10 +140,12 @@ void grouped_linear_quant(CudaBackend& be, const Tensor& in, const GroupedLinear
   const QuantMatrix& w = plan.weight(0);
   cuda::WorkspaceArena::Scope scope(be.workspace());
   const void* a_bf16 = nullptr;
-  if (!be.batch_invariant() && r > cuda::kGemmStreamMmaMaxRows) {
-    // Many rows (the A/B switch): the tensor-core kernels read a bf16 copy of A (gemm_mma; the WMMA tile otherwise).
-    // Up to kGemmStreamMmaMaxRows the streaming kernel reads A in f32 (and the WMMA tile, if it declines, rounds
-    // A itself).
+  const bool e8m0 = w.scale.data() == nullptr || w.scale.dtype() == DType::kE8M0;
+  if (r > cuda::kGemmStreamMmaMaxRows &&
+      (!be.batch_invariant() || cuda::gemm_invariant_mma_takes(w.format, e8m0, w.block_n, w.block_k, k))) {
+    // Many rows (the A/B switch): the tensor-core kernels read a bf16 copy of A (gemm_mma; the WMMA tile otherwise;
+    // batch-invariant mode: the invariant tile kernel). Up to kGemmStreamMmaMaxRows the streaming kernel reads A in
+    // f32 (and the WMMA tile, if it declines, rounds A itself).
     void* a16 = be.workspace().take(sizeof(uint16_t) * g_count * r * k);
     cuda::run_cast_f32_to_bf16(in.data_as<float>(), a16, g_count * r * k, be.stream());
     a_bf16 = a16;
