@@ -407,11 +407,43 @@ TEST_F(CudaLinearTest, BatchInvariantDecodeShapesMatchTheTile) {
   }
 }
 
+// The batch-invariant sequence's choices depend on the weight only (host functions: no device needed). K slices:
+// the streaming kernel's rule at one group slot for dense weights and small tables, at 8 for expert tables (>= 16
+// weights); which weights take it: UE8M0 block formats with K a multiple of the 16-byte chunk and power-of-two FP8
+// blocks at least 16 wide in K.
+TEST(GemmInvariantMma, ChoicesFollowTheWeightOnly) {
+  using cuda::gemm_invariant_mma_slices;
+  EXPECT_EQ(gemm_invariant_mma_slices(QuantFormat::kFP8Block, 300, 1040), 8);  // 17 steps: 2-3 a slice
+  EXPECT_EQ(gemm_invariant_mma_slices(QuantFormat::kFP8Block, 4500, 7168), 8);
+  EXPECT_EQ(gemm_invariant_mma_slices(QuantFormat::kFP8Block, 10000, 1024), 4);   // 625 tiles
+  EXPECT_EQ(gemm_invariant_mma_slices(QuantFormat::kFP8Block, 20008, 2048), 2);   // 1251 tiles
+  EXPECT_EQ(gemm_invariant_mma_slices(QuantFormat::kMXFP4, 30000, 512), 2);       // 1875 tiles
+  EXPECT_EQ(gemm_invariant_mma_slices(QuantFormat::kMXFP4, 32800, 512), 1);       // 2050 tiles
+  EXPECT_EQ(gemm_invariant_mma_slices(QuantFormat::kMXFP4, 300, 352), 1);         // 3 steps
+  EXPECT_EQ(gemm_invariant_mma_slices(QuantFormat::kMXFP4, 2304, 5120, 4), 8);    // a small table: as dense
+  EXPECT_EQ(gemm_invariant_mma_slices(QuantFormat::kMXFP4, 2304, 5120, 384), 2);  // experts: 144 tiles x 8 slots
+  EXPECT_EQ(gemm_invariant_mma_slices(QuantFormat::kMXFP4, 2304, 5120, 384),
+            gemm_invariant_mma_slices(QuantFormat::kMXFP4, 2304, 5120, 16));
+  if (const char* v = std::getenv("DEEPINFER_AB_BI_FP32"); v && std::string(v) == "1") return;
+  using cuda::gemm_invariant_mma_takes;
+  EXPECT_TRUE(gemm_invariant_mma_takes(QuantFormat::kFP8Block, true, 128, 128, 7168));
+  EXPECT_TRUE(gemm_invariant_mma_takes(QuantFormat::kFP8Block, true, 32, 16, 48));
+  EXPECT_FALSE(gemm_invariant_mma_takes(QuantFormat::kFP8Block, false, 128, 128, 7168));  // f32 scales
+  EXPECT_FALSE(gemm_invariant_mma_takes(QuantFormat::kFP8Block, true, 128, 128, 200));    // K % 16
+  EXPECT_FALSE(gemm_invariant_mma_takes(QuantFormat::kFP8Block, true, 96, 128, 7168));    // block_n not 2^n
+  EXPECT_FALSE(gemm_invariant_mma_takes(QuantFormat::kFP8Block, true, 128, 8, 7168));     // block_k < 16
+  EXPECT_TRUE(gemm_invariant_mma_takes(QuantFormat::kFP8Row32, true, 0, 0, 2064));
+  EXPECT_TRUE(gemm_invariant_mma_takes(QuantFormat::kMXFP4, true, 0, 0, 4128));
+  EXPECT_FALSE(gemm_invariant_mma_takes(QuantFormat::kMXFP4, true, 0, 0, 4112));  // K % 32
+  EXPECT_FALSE(gemm_invariant_mma_takes(QuantFormat::kFloat, true, 128, 128, 512));
+}
+
 // Batch-invariant mode on the tensor cores (gemm_invariant_mma.h), dense: the streaming kernel (1-8 rows) and the
 // tile kernel (more rows; 128 weight rows x 64 rows a block) must give every row the same bytes, wherever the row
 // sits in the call (alone, at another position of an n8 tile or of a 64-row tile, in a partial last tile). The
-// shapes cover each K-slice count of the sequence (kw = 8: N = 300 / 264 / 2304 / 4500 and the K = 49168 one; 4:
-// N = 300 at K = 1040; 2: N = 20008; 1: N = 30000), a last step with 1 of its 4 chunks (K = 1040, 2064, 4128), K
+// shapes cover each K-slice count of the sequence (kw = 8: N = 300 / 264 / 1000 / 2304 / 4500 and the K = 49168
+// one, slices of 2-3 steps at K = 1040; 4: N = 10000; 2: N = 20008 / 30000; 1: MXFP4 K = 352, 3 steps, the last
+// with 3 of its 4 chunks), a last step with 1 of its 4 chunks (K = 1040, 2064, 4128), K
 // = 7168 (the streaming kernel makes 2 passes of 4 rows over the weights at 8 rows) and K = 49168, whose activation
 // stage does not fit the streaming kernel even for one row (the tile kernel takes every call), partial 128-row
 // weight blocks and 16-row tiles, FP8 128x128 / 32x32 / per-32 scales and MXFP4, random codes (subnormals
@@ -429,12 +461,14 @@ TEST_F(CudaLinearTest, BatchInvariantTensorCoreRowsMatchAtEveryRowCount) {
       {"fp8 128x128", 300, 1040, 300, QuantFormat::kFP8Block, 128},
       {"fp8 128x128", 4500, 7168, 40, QuantFormat::kFP8Block, 128},
       {"fp8 128x128", 20008, 2048, 40, QuantFormat::kFP8Block, 128},
+      {"fp8 128x128", 10000, 1024, 70, QuantFormat::kFP8Block, 128},
       {"fp8 128x128", 40, 49168, 140, QuantFormat::kFP8Block, 128},
       {"fp8 32x32", 264, 2064, 200, QuantFormat::kFP8Block, 32},
       {"fp8 per-32", 1000, 2064, 80, QuantFormat::kFP8Row32, 0},
       {"mxfp4", 300, 4128, 300, QuantFormat::kMXFP4, 0},
       {"mxfp4", 2304, 5120, 72, QuantFormat::kMXFP4, 0},
       {"mxfp4", 30000, 512, 70, QuantFormat::kMXFP4, 0},
+      {"mxfp4", 300, 352, 300, QuantFormat::kMXFP4, 0},
   };
   auto run_of = [](int64_t a, int64_t len) {
     std::vector<int64_t> v;

@@ -27,8 +27,14 @@ bool run_gemm_invariant_mma(const GemmKernelParams& p, cudaStream_t stream);
 // pick their reference.
 bool gemm_invariant_mma_takes(QuantFormat format, bool scale_e8m0, int block_n, int block_k, int64_t k);
 
-// The K slices of the batch-invariant sequence for a weight of n rows and k columns in `format`: enough 16-row
-// tiles x slices to stream at decode (the streaming kernel's rule at one group slot), at least 4 steps a slice.
-int gemm_invariant_mma_slices(QuantFormat format, int64_t n, int64_t k);
+// The K slices of the batch-invariant sequence for a weight of n rows and k columns in `format`, one of a table of
+// `groups` weights (1: a dense weight): enough 16-row tiles x group slots x slices to stream at decode (the
+// streaming kernel's rule), at least 4 steps a slice. The group slots of the rule are a property of the weights,
+// not of the call: 1 for dense weights and small tables (grouped_linear's head groups: the same slices as a dense
+// call of one group), kInvariantExpertSlots for expert tables (>= kInvariantExpertGroups weights), whose decode calls
+// use 6 (batch 1) to hundreds of slots. (Slices from one slot made a V4.1 expert call at batch 64 eight times the
+// blocks of the default mode's rule, each staging its rows for a sixth of the weight bytes.)
+constexpr int kInvariantExpertGroups = 16, kInvariantExpertSlots = 8;
+int gemm_invariant_mma_slices(QuantFormat format, int64_t n, int64_t k, int64_t groups = 1);
 
 }  // namespace deepinfer::cuda

@@ -23,6 +23,7 @@
 
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -274,12 +275,13 @@ bool gemm_invariant_mma_takes(QuantFormat format, bool scale_e8m0, int block_n, 
   }
 }
 
-int gemm_invariant_mma_slices(QuantFormat format, int64_t n, int64_t k) {
+int gemm_invariant_mma_slices(QuantFormat format, int64_t n, int64_t k, int64_t groups) {
   constexpr int64_t kMaxSlices = 8, kTargetWarps = 2048;  // the streaming kernel's block and device targets
   const int64_t chunk = format == QuantFormat::kMXFP4 ? 32 : 16;
   const int64_t steps = ceil_div(k / chunk, 4), tiles = ceil_div(n, 16);
+  const int64_t slots = groups >= kInvariantExpertGroups ? std::min<int64_t>(groups, kInvariantExpertSlots) : 1;
   int kw = 1;
-  while (kw < kMaxSlices && tiles * kw < kTargetWarps && steps >= 4 * kw) kw *= 2;
+  while (kw < kMaxSlices && tiles * slots * kw < kTargetWarps && steps >= 4 * kw) kw *= 2;
   return kw;
 }
 
@@ -289,7 +291,7 @@ bool run_gemm_invariant_mma(const GemmKernelParams& p, cudaStream_t stream) {
   const auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
   if (p.b_table ? !p.tables_aligned16 : !aligned(p.b)) return false;
   if (p.m == 0 || p.n == 0) return true;
-  const int kw = gemm_invariant_mma_slices(p.format, p.n, p.k);
+  const int kw = gemm_invariant_mma_slices(p.format, p.n, p.k, p.group_offsets ? p.groups : 1);
   const int64_t rows = p.rows_hint > 0 ? p.rows_hint : p.m;
   if (rows <= kGemmStreamMmaMaxRows && run_gemm_stream_mma_invariant(p, rows, kw, stream)) return true;
   const int lbn = p.format == QuantFormat::kFP8Block ? log2_exact(p.block_n) : 0;
