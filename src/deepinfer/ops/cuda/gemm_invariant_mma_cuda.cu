@@ -63,8 +63,10 @@ struct TileStep {
 // Grid: x = kTiN-row weight blocks, y = kTiM-row tiles (dense) or the plan's tiles (grouped). Static shared memory:
 // two buffers of a step's activation fragments (FP8 16 KB, MXFP4 32 KB). kBf16A: the activations come from the
 // caller's bf16 copy (p.a_bf16, RNE like the in-kernel rounding of p.a: the same bf16 values; half the bytes).
-template <QuantFormat F, bool kBf16A>
-__global__ void __launch_bounds__(kTiThreads, 1)
+// kBlocks: blocks per SM the registers are bounded for (2: <= 128 registers, no spills with a bf16 A; an f32 A
+// needs ~150-170).
+template <QuantFormat F, bool kBf16A, int kBlocks>
+__global__ void __launch_bounds__(kTiThreads, kBlocks)
     gemm_invariant_tile_kernel(GemmKernelParams p, int kw, int lbn, int lbk, bool a_vec) {
   constexpr int kMi = kMmas<F>, kC = kChunkK<F>, gap = kPairGap<F>;
   __shared__ __align__(16) uint2 xs[2][kMi * kTiM * 4];
@@ -237,6 +239,13 @@ __global__ void __launch_bounds__(kTiThreads, 1)
 
 int log2_exact(int v) { return (v > 0 && (v & (v - 1)) == 0) ? __builtin_ctz(static_cast<unsigned>(v)) : -1; }
 
+// Temporary A/B switch: DEEPINFER_AB_BI_TILE_BLOCKS=1 bounds the bf16-A tile kernel for one block per SM (more
+// registers, half the warps) instead of two.
+bool ab_tile_one_block() {
+  const char* v = std::getenv("DEEPINFER_AB_BI_TILE_BLOCKS");
+  return v && std::strcmp(v, "1") == 0;
+}
+
 bool ab_bi_fp32() {
   const char* v = std::getenv("DEEPINFER_AB_BI_FP32");
   return v && std::strcmp(v, "1") == 0;
@@ -252,10 +261,12 @@ void launch_tile(const GemmKernelParams& p, int kw, int lbn, int lbk, cudaStream
   const bool a16 = p.a_bf16 && p.lda % 8 == 0 && reinterpret_cast<uintptr_t>(p.a_bf16) % 16 == 0;
   // x = weight blocks (fastest): the blocks running together share an activation tile.
   const dim3 grid(static_cast<unsigned>(tiles_n), static_cast<unsigned>(tiles_m));
-  if (a16)
-    gemm_invariant_tile_kernel<F, true><<<grid, kTiThreads, 0, stream>>>(p, kw, lbn, lbk, a_vec);
+  if (a16 && !ab_tile_one_block())
+    gemm_invariant_tile_kernel<F, true, 2><<<grid, kTiThreads, 0, stream>>>(p, kw, lbn, lbk, a_vec);
+  else if (a16)
+    gemm_invariant_tile_kernel<F, true, 1><<<grid, kTiThreads, 0, stream>>>(p, kw, lbn, lbk, a_vec);
   else
-    gemm_invariant_tile_kernel<F, false><<<grid, kTiThreads, 0, stream>>>(p, kw, lbn, lbk, a_vec);
+    gemm_invariant_tile_kernel<F, false, 1><<<grid, kTiThreads, 0, stream>>>(p, kw, lbn, lbk, a_vec);
   DI_CUDA_CHECK_LAUNCH();
 }
 
