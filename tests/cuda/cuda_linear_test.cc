@@ -326,18 +326,18 @@ TEST_F(CudaLinearTest, BatchInvariantModeRowsDoNotDependOnTheBatch) {
   }
 }
 
-// Batch-invariant mode at decode shapes: 1-8 rows run the few-row kernels (the tensor-core streaming kernel for
-// UE8M0 block formats, the column-chain kernels for the rest), 12 rows the tile kernels (the invariant tensor-core
-// tile, the SIMT tile); every row must be the same bytes either way. (The chain kernels' cases below; the UE8M0
-// cases take the tensor-core pair with A rounded to bf16: against the rounded input, 1e-5.) The shapes stress the chain
-// kernel's tiling: N not a multiple of its 32 columns (4500, 1000, 300), K a multiple of neither its 128-wide FP8 stage
-// (2064, 1040) nor its 256-wide MXFP4 stage (4128), K = 7168, f32 rows with K % 16 = 4 (1300: zero chunks up to the
-// tile's 16-wide k-steps) and K % 4 != 0 (1302: the scalar fallback), FP8 K = 200 (scalar fallback), MXFP4 scales past
-// 2^113 (the product there is (code · 2^-14 · 2^14) · scale, not code · 2^-14 · (scale · 2^14), which would overflow),
-// FP8 with arbitrary f32 scales (V3) and per-32-column scales. On a 132-SM device N = 4500 at 8 rows takes the
-// two-rows-per- thread variant (141 column blocks x 8 rows > 8 warps per SM), at 1-7 rows one row per warp; N = 40000
-// (FP8) and 30000 (MXFP4) take the shallow cp.async ring, the others the deep one. Against the CPU on the dequantized
-// weight: exact fp32 products, 1e-5.
+// Batch-invariant mode at decode shapes: 1-8 rows run the few-row kernels, 12 rows the tile kernels; every row must
+// be the same bytes either way. UE8M0 block formats with K a multiple of 16 take the tensor-core pair (the streaming
+// kernel, the invariant tile; A rounded to bf16: against the rounded input, 1e-5), the rest the fp32 chains (the
+// column-chain kernels, the SIMT tile; exact fp32 products against x, 1e-5) — with DEEPINFER_AB_BI_FP32=1 every
+// case. The shapes stress the chain kernel's tiling: N not a multiple of its 32 columns (4500, 1000, 300), K a
+// multiple of neither its 128-wide FP8 stage (2064, 1040) nor its 256-wide MXFP4 stage (4128), K = 7168, f32 rows
+// with K % 16 = 4 (1300: zero chunks up to the tile's 16-wide k-steps) and K % 4 != 0 (1302: the scalar fallback),
+// FP8 K = 200 (scalar fallback), MXFP4 scales past 2^113 (the chain's product there is (code · 2^-14 · 2^14) · scale,
+// not code · 2^-14 · (scale · 2^14), which would overflow; the tensor-core decode applies such scales in two exact
+// bf16 multiplies), FP8 with arbitrary f32 scales (V3) and per-32-column scales. On a 132-SM device N = 4500 at 8
+// rows takes the chain's two-rows-per-thread variant (141 column blocks x 8 rows > 8 warps per SM), at 1-7 rows one
+// row per warp; N = 40000 (FP8) and 30000 (MXFP4) take the shallow cp.async ring, the others the deep one.
 TEST_F(CudaLinearTest, BatchInvariantDecodeShapesMatchTheTile) {
   gpu().set_batch_invariant(true);
   const int64_t m = 12;
