@@ -246,6 +246,14 @@ bool ab_tile_one_block() {
   return v && std::strcmp(v, "1") == 0;
 }
 
+// Temporary A/B switch: DEEPINFER_AB_BI_EXPERT_SLOTS = the group slots of the K-slice rule for expert tables
+// (default kInvariantExpertSlots; 1 = as dense weights). Read once per call like the others: set it for a whole run.
+int64_t ab_expert_slots() {
+  const char* v = std::getenv("DEEPINFER_AB_BI_EXPERT_SLOTS");
+  const int64_t slots = v ? std::atoll(v) : 0;
+  return slots > 0 ? slots : kInvariantExpertSlots;
+}
+
 bool ab_bi_fp32() {
   const char* v = std::getenv("DEEPINFER_AB_BI_FP32");
   return v && std::strcmp(v, "1") == 0;
@@ -290,7 +298,7 @@ int gemm_invariant_mma_slices(QuantFormat format, int64_t n, int64_t k, int64_t 
   constexpr int64_t kMaxSlices = 8, kTargetWarps = 2048;  // the streaming kernel's block and device targets
   const int64_t chunk = format == QuantFormat::kMXFP4 ? 32 : 16;
   const int64_t steps = ceil_div(k / chunk, 4), tiles = ceil_div(n, 16);
-  const int64_t slots = groups >= kInvariantExpertGroups ? std::min<int64_t>(groups, kInvariantExpertSlots) : 1;
+  const int64_t slots = groups >= kInvariantExpertGroups ? std::min<int64_t>(groups, ab_expert_slots()) : 1;
   int kw = 1;
   while (kw < kMaxSlices && tiles * slots * kw < kTargetWarps && steps >= 4 * kw) kw *= 2;
   return kw;
