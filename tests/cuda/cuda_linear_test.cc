@@ -278,8 +278,9 @@ TEST_F(CudaLinearTest, LinearBf16PrecisionEqualsRoundedInputs) {
 // all 37, in any order. UE8M0 block formats take the tensor-core sequence (gemm_invariant_mma.h: the streaming
 // kernel up to 8 rows, the tile kernel above): A rounded to bf16, weights exact, so against the rounded input only
 // the summation order differs (1e-5). f32 and bf16 weights, f32 scales and FP8 with K = 200 (not a multiple of the
-// 16-wide chunks) keep the fp32 FMA chains (the column-chain kernel up to 8 rows, the SIMT tile above): exact fp32
-// products against x itself (1e-5). Under DEEPINFER_AB_BI_FP32=1 every format takes the chains (against x).
+// 16-wide chunks) keep the fp32 FMA chains (the column-chain kernel up to 8 rows; above, the SIMT tile, or at this N
+// of 3 SIMT tiles the chain kernel over blocks of 8 rows): exact fp32 products against x itself (1e-5). Under
+// DEEPINFER_AB_BI_FP32=1 every format takes the chains (against x).
 TEST_F(CudaLinearTest, BatchInvariantModeRowsDoNotDependOnTheBatch) {
   gpu().set_batch_invariant(true);
   const int64_t m = 37, n = 300;
@@ -337,7 +338,9 @@ TEST_F(CudaLinearTest, BatchInvariantModeRowsDoNotDependOnTheBatch) {
 // not code · 2^-14 · (scale · 2^14), which would overflow; the tensor-core decode applies such scales in two exact
 // bf16 multiplies), FP8 with arbitrary f32 scales (V3) and per-32-column scales. On a 132-SM device N = 4500 at 8
 // rows takes the chain's two-rows-per-thread variant (141 column blocks x 8 rows > 8 warps per SM), at 1-7 rows one
-// row per warp; N = 40000 (FP8) and 30000 (MXFP4) take the shallow cp.async ring, the others the deep one.
+// row per warp; N = 40000 (FP8) and 30000 (MXFP4) take the shallow cp.async ring, the others the deep one. The 12-row
+// f32 calls take the SIMT tile when its tiles fill a quarter of the device (N = 4500), else (N = 1000) the chain
+// kernel over blocks of 8 rows; K = 1302 (no 16-byte chunks) always the SIMT tile.
 TEST_F(CudaLinearTest, BatchInvariantDecodeShapesMatchTheTile) {
   gpu().set_batch_invariant(true);
   const int64_t m = 12;
@@ -370,6 +373,9 @@ TEST_F(CudaLinearTest, BatchInvariantDecodeShapesMatchTheTile) {
                      QuantFormat::kMXFP4, 0});
   }
   cases.push_back({"f32 K=1300", 1000, 1300, rand({1000, 1300}), HostTensor{}, QuantFormat::kFloat, 0});
+  // 36 column tiles of the SIMT tile at 12 rows (a quarter of a 132-SM device or more: the SIMT tile; N = 1000 above
+  // is 8 tiles, which run the chain kernel over blocks of 8 rows instead).
+  cases.push_back({"f32 K=1300 N=4500", 4500, 1300, rand({4500, 1300}), HostTensor{}, QuantFormat::kFloat, 0});
   cases.push_back({"f32 K=1302", 300, 1302, rand({300, 1302}), HostTensor{}, QuantFormat::kFloat, 0});
   const std::vector<std::vector<int64_t>> subsets = {{0},
                                                      {11},

@@ -674,15 +674,21 @@ __device__ __forceinline__ void cv_stage(const uint8_t* wcol, const float* a, co
   }
 }
 
-// Grid: x = column blocks of kCvCols, y = group slots; block = warps × 32 threads, dynamic shared memory
-// chain_vec_smem<F>(NS, R × warps). The host checked 16-byte chunks (chain_vec_ok).
+// Grid: x = column blocks of kCvCols, y = group slots, or for a dense call with rows_per_block > 0 blocks of that
+// many rows (more chains at once for a call of many rows and few columns); block = warps × 32 threads, dynamic
+// shared memory chain_vec_smem<F>(NS, R × warps). The host checked 16-byte chunks (chain_vec_ok).
 template <QuantFormat F, int R, int NS>
-__global__ void __launch_bounds__(kCvMaxWarps * 32, 1) gemm_chain_vec_kernel(GemmKernelParams p) {
+__global__ void __launch_bounds__(kCvMaxWarps * 32, 1) gemm_chain_vec_kernel(GemmKernelParams p, int rows_per_block) {
   using C = ChainVec<F>;
   constexpr int kC = C::kChunks, kK = C::kStageK, kNs = NS, kCol = C::kColBytes;
   extern __shared__ __align__(16) uint8_t cv_smem[];
   GroupSpan span;
-  if (!active_group(p, blockIdx.y, span)) return;
+  if (rows_per_block > 0 && !p.group_offsets) {
+    const int64_t r0 = static_cast<int64_t>(blockIdx.y) * rows_per_block;
+    span = {0, r0, min(p.m, r0 + rows_per_block)};
+  } else if (!active_group(p, blockIdx.y, span)) {
+    return;
+  }
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nthr = static_cast<int>(blockDim.x);
   const int rows_pass = R * (nthr >> 5);
   int64_t* a_off = reinterpret_cast<int64_t*>(cv_smem);  // element offset of each pass row in A; -1: none
@@ -806,29 +812,45 @@ int device_sm_count() {
   return v > 0 ? v : 132;
 }
 
+// slots: grid y (group slots, or row blocks of rows_per_block rows for a dense call).
 template <QuantFormat F, int R, int NS>
-void launch_chain_ring(const GemmKernelParams& p, int warps, int64_t slots, cudaStream_t stream) {
+void launch_chain_ring(const GemmKernelParams& p, int warps, int64_t slots, int rows_per_block, cudaStream_t stream) {
   const size_t smem = chain_vec_smem<F>(NS, R * warps);
   DI_CUDA_CHECK(cudaFuncSetAttribute(gemm_chain_vec_kernel<F, R, NS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem)));
+  DI_CHECK(slots <= 65535) << "gemm: " << slots << " chain row blocks are too many for one launch";
   const dim3 grid(static_cast<unsigned>(ceil_div(p.n, kCvCols)), static_cast<unsigned>(slots));
-  gemm_chain_vec_kernel<F, R, NS><<<grid, warps * 32, smem, stream>>>(p);
+  gemm_chain_vec_kernel<F, R, NS><<<grid, warps * 32, smem, stream>>>(p, rows_per_block);
 }
 
 template <QuantFormat F, int R>
-void launch_chain_vec(const GemmKernelParams& p, int warps, int64_t blocks, int64_t slots, cudaStream_t stream) {
+void launch_chain_vec(const GemmKernelParams& p, int warps, int64_t blocks, int64_t slots, cudaStream_t stream,
+                      int rows_per_block = 0) {
   // Deep ring if every block still fits on the device at once with it (227 KB of shared memory per SM).
   const int64_t per_sm = ceil_div(blocks, device_sm_count());
   if (per_sm * static_cast<int64_t>(chain_vec_smem<F>(kCvDeep, R * warps)) <= 227 * 1024)
-    launch_chain_ring<F, R, kCvDeep>(p, warps, slots, stream);
+    launch_chain_ring<F, R, kCvDeep>(p, warps, slots, rows_per_block, stream);
   else
-    launch_chain_ring<F, R, kCvShallow>(p, warps, slots, stream);
+    launch_chain_ring<F, R, kCvShallow>(p, warps, slots, rows_per_block, stream);
 }
 
 template <QuantFormat F>
 void launch_invariant(const GemmKernelParams& p, bool vec, cudaStream_t stream) {
   const int64_t rows = p.rows_hint > 0 ? p.rows_hint : p.m;
   if (rows > kCvMaxRows) {
+    // A dense call whose SIMT tiles leave most of the device idle (the f32 router: N = 256 at 64 rows is two 128 x
+    // 128 tiles, 1.6 ms a decode step of the V4-Flash slice at batch 64) runs the chain kernel over blocks of
+    // kCvMaxRows rows instead: every output is the same chain either way.
+    const int64_t simt_blocks = ceil_div(p.m, kSm) * ceil_div(p.n, kSm);
+    if (!p.group_offsets && chain_vec_ok<F>(p) && simt_blocks * 4 < device_sm_count() &&
+        ceil_div(p.m, kCvMaxRows) <= 65535) {
+      const int64_t row_blocks = ceil_div(p.m, kCvMaxRows), blocks = ceil_div(p.n, kCvCols) * row_blocks;
+      if (blocks * kCvMaxRows > 8ll * device_sm_count())
+        launch_chain_vec<F, 2>(p, kCvMaxRows / 2, blocks, row_blocks, stream, kCvMaxRows);
+      else
+        launch_chain_vec<F, 1>(p, kCvMaxRows, blocks, row_blocks, stream, kCvMaxRows);
+      return;
+    }
     launch_simt<F>(p, vec, stream);
     return;
   }
