@@ -807,6 +807,42 @@ TEST_F(CudaMoeTest, ChunkedLongPrefillDoesNotDependOnTheChunks) {
   }
 }
 
+// Batch-invariant mode with many experts (64, top 4) and few rows each: from 64 (token, expert) slots on the backend
+// hands the streaming kernel bf16 copies of x and h (its blocks stage all of K for one 16-row tile), below it the
+// kernel rounds x itself. Tokens alone and in 5 (20 slots: f32 staging), 16 and 24 (64 / 96 slots, ~1-2 rows an
+// expert: bf16 staging), 100 (~7 rows an expert: bf16 staging, 8-row passes) and 150 (~10 rows: the tile kernel) must
+// give the bytes of the full 200-token call (~13 rows an expert: the tile kernel); against the CPU at
+// bi_moe_tolerance().
+TEST_F(CudaMoeTest, BatchInvariantManyExpertsStageBf16) {
+  gpu().set_batch_invariant(true);
+  const int64_t d = 512, inter = 256, e = 64, k = 4, t = 200;
+  for (QuantFormat f : {QuantFormat::kMXFP4, QuantFormat::kFP8Block}) {
+    const std::unique_ptr<QuantMoe> q = quant_moe(d, inter, e, f);
+    const HostTensor x = rand({t, d}), weights = rand({t, k}, 0.05f, 1.0f), idx = distinct_indices(t, k, e);
+    auto call = [&](const HostTensor& xs, const HostTensor& ws, const HostTensor& is) {
+      const DeviceTensor dx = up(xs), dwts = up(ws), didx = up(is), dout = poisoned({xs.shape()[0], d});
+      gpu().moe_quant({dx, dwts, didx, &q->gpu_experts, &q->gpu_shared, dout, 10.0f, false});
+      return down(dout);
+    };
+    const HostTensor full = call(x, weights, idx);
+    HostTensor want(DType::kF32, {t, d});
+    cpu().moe({x, weights, idx, &q->cpu_experts, &q->cpu_shared, want, 10.0f, false});
+    const std::string name =
+        std::string("batch-invariant many experts moe_quant ") + (f == QuantFormat::kMXFP4 ? "mxfp4" : "fp8");
+    rel_err(name.c_str(), full, want, bi_moe_tolerance());
+    std::vector<std::vector<int64_t>> subsets = {{0}, {199}};
+    for (int64_t len : {5, 16, 24, 100, 150}) {
+      std::vector<int64_t> rows(len);
+      std::iota(rows.begin(), rows.end(), (t - len) / 2);
+      subsets.push_back(rows);
+    }
+    for (const auto& rows : subsets)
+      expect_rows_bitwise(name + " tokens=" + std::to_string(rows.size()),
+                          call(take_rows(x, rows), take_rows(weights, rows), take_rows(idx, rows)), full, rows);
+  }
+  gpu().set_batch_invariant(false);
+}
+
 // Batch-invariant mode with prefill-sized expert groups: T = 300 tokens, 2 of 4 experts each (~150 rows per
 // expert: three plan tiles of 64, the last partial, in the invariant tile kernel), hidden 1024 (gate/up K: MXFP4 8
 // steps, FP8 16), inter 352 (down K: 11 MXFP4 chunks, the last step 3 of 4 chunks; gate/up N: a partial 128-row

@@ -25,6 +25,8 @@ namespace {
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 constexpr size_t kCublasWorkspaceBytes = 32ull << 20;
+// Batch-invariant MoE calls of at least this many (token, expert) slots get bf16 copies of x and h (run_moe).
+constexpr int64_t kInvariantBf16Slots = 64;
 // Tokens a MoE call takes in one chunk at least, whatever its intermediates weigh (run_moe).
 constexpr int64_t kMoeChunkTokens = 8192;
 
@@ -436,11 +438,13 @@ struct CudaBackend::Impl {
                int64_t k, int64_t inter, int experts, const MoeWeights& mw, const QuantExpertWeights* shared,
                float limit, bool before_w2) {
     // Many rows per expert in block formats: the mma.sync kernel reads bf16 copies of x and of the SwiGLU output
-    // (batch-invariant mode: the invariant tile kernel, past the streaming kernel's rows).
+    // (batch-invariant mode: the invariant tile kernel past the streaming kernel's rows, and the streaming kernel
+    // from kInvariantBf16Slots slots on: each of its blocks stages all of K of its group's rows for one 16-row tile
+    // at the weight's fixed K slices, half the bytes in bf16).
     const int64_t rows_per_expert = ceil_div(tokens * k, std::min<int64_t>(experts, std::max<int64_t>(tokens * k, 1)));
     const bool bf16_inputs =
         mw.format != QuantFormat::kFloat &&
-        (batch_invariant ? rows_per_expert > cuda::kGemmStreamMmaMaxRows &&
+        (batch_invariant ? (rows_per_expert > cuda::kGemmStreamMmaMaxRows || tokens * k >= kInvariantBf16Slots) &&
                                (cuda::gemm_invariant_mma_takes(mw.format, mw.scale_e8m0, mw.block_n, mw.block_k, d) ||
                                 cuda::gemm_invariant_mma_takes(mw.format, mw.scale_e8m0, mw.block_n, mw.block_k, inter))
                          : rows_per_expert >= cuda::kGemmMmaMinRows);

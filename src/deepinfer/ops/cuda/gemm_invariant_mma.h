@@ -32,9 +32,11 @@ bool gemm_invariant_mma_takes(QuantFormat format, bool scale_e8m0, int block_n, 
 // streaming kernel's rule), at least 4 steps a slice. The group slots of the rule are a property of the weights,
 // not of the call: 1 for dense weights and small tables (grouped_linear's head groups: the same slices as a dense
 // call of one group), kInvariantExpertSlots for expert tables (>= kInvariantExpertGroups weights), whose decode calls
-// use 6 (batch 1) to hundreds of slots. (Slices from one slot made a V4.1 expert call at batch 64 eight times the
-// blocks of the default mode's rule, each staging its rows for a sixth of the weight bytes.)
-constexpr int kInvariantExpertGroups = 16, kInvariantExpertSlots = 8;
+// use 6 (batch 1) to hundreds of slots. A trade-off between batch sizes (H200, V4-Flash slice, the first run of this
+// sequence with 1 slot: the experts at decode batch 1 took 0.36 ms against the default mode's 0.63 (8 slices vs 4),
+// at batch 64 8.96 ms against 5.71 (8 slices vs 1: a block per 16-row tile stages its rows over all of K)); the
+// temporary switch DEEPINFER_AB_BI_EXPERT_SLOTS=N sets it for a same-call sweep (4: 4 slices for these experts, 8: 2).
+constexpr int kInvariantExpertGroups = 16, kInvariantExpertSlots = 1;
 int gemm_invariant_mma_slices(QuantFormat format, int64_t n, int64_t k, int64_t groups = 1);
 
 }  // namespace deepinfer::cuda

@@ -70,7 +70,8 @@ struct StepData {
 // Dynamic shared memory: the pass's R activation rows as bf16 fragments, [step][mma][row][lane % 4] x 8 bytes.
 // kAcc independent accumulator chains per warp (4; batch-invariant mode 1, the chain the tile kernel of
 // gemm_invariant_mma_cuda.cu repeats: a warp's partial is the chain of its slice's mmas in step and mma order).
-template <QuantFormat F, int R, bool W16, int kAcc>
+// kBf16A (batch-invariant mode): the activations come from the caller's bf16 copy p.a_bf16.
+template <QuantFormat F, int R, bool W16, int kAcc, bool kBf16A = false>
 __global__ void __launch_bounds__(kSmThreads, 2)
     gemm_stream_mma_kernel(GemmKernelParams p, int kw, int lbn, int lbk, bool a_vec) {
   static_assert(kAcc == 1 || kAcc == 4, "the partial sums below");
@@ -141,6 +142,34 @@ __global__ void __launch_bounds__(kSmThreads, 2)
     constexpr int gap = kPairGap<F>, kC = kChunkK<F>;
     for (int q = tid; q < R * steps * 4; q += kSmThreads) {
       const int r = q % R, c = q / R;
+      if constexpr (kBf16A) {
+        // The caller's bf16 copy (RNE, the values pack_bf16x2 gives below): half the bytes, no conversion. Pair P
+        // = the low halves of words k0 / 2 and (k0 + gap) / 2, Q their high halves.
+        uint32_t h[kC / 2];
+        if (a_row[r] >= 0 && c < chunks) {
+          const uint4* x = reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(p.a_bf16) +
+                                                          a_row[r] * p.lda + static_cast<int64_t>(c) * kC);
+#pragma unroll
+          for (int i = 0; i < kC / 8; ++i) {
+            const uint4 u = __ldg(x + i);
+            h[4 * i] = u.x;
+            h[4 * i + 1] = u.y;
+            h[4 * i + 2] = u.z;
+            h[4 * i + 3] = u.w;
+          }
+        } else {
+#pragma unroll
+          for (int i = 0; i < kC / 2; ++i) h[i] = 0u;
+        }
+        uint2* dst = xs + ((c >> 2) * kMi * R + r) * 4 + (c & 3);
+#pragma unroll
+        for (int mi = 0; mi < kMi; ++mi) {
+          const int k0 = pair_k<F>(mi);
+          const uint32_t lo = h[k0 / 2], hi = h[(k0 + gap) / 2];
+          dst[mi * R * 4] = make_uint2(__byte_perm(lo, hi, 0x5410), __byte_perm(lo, hi, 0x7632));
+        }
+        continue;
+      }
       float v[kC];
       if (a_row[r] >= 0 && c < chunks) {
         const float* x = p.a + a_row[r] * p.lda + static_cast<int64_t>(c) * kC;
@@ -259,7 +288,7 @@ bool ab_pdl() {
 }
 
 // fixed_kw > 0 (batch-invariant mode): that many K slices, whatever the call's tiles and slots.
-template <QuantFormat F, int R, bool W16, int kAcc = 4>
+template <QuantFormat F, int R, bool W16, int kAcc = 4, bool kBf16A = false>
 void launch_shape(const GemmKernelParams& p, int64_t slots, int lbn, int lbk, cudaStream_t stream, int fixed_kw = 0) {
   const int64_t chunks = p.k / kChunkK<F>, steps = ceil_div(chunks, 4), tiles = ceil_div(p.n, W16 ? 16 : 8);
   int kw = 1;  // K slices per tile: enough warps to stream, at least two steps each
@@ -269,7 +298,7 @@ void launch_shape(const GemmKernelParams& p, int64_t slots, int lbn, int lbk, cu
   const int nw = kSmWarps / kw;
   const size_t smem = static_cast<size_t>(steps * kMmas<F> * R * 4) * sizeof(uint2);
   if (smem > static_cast<size_t>(kDefaultSmemBytes))
-    DI_CUDA_CHECK(cudaFuncSetAttribute(gemm_stream_mma_kernel<F, R, W16, kAcc>,
+    DI_CUDA_CHECK(cudaFuncSetAttribute(gemm_stream_mma_kernel<F, R, W16, kAcc, kBf16A>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   const dim3 grid(static_cast<unsigned>(ceil_div(tiles, nw)), static_cast<unsigned>(slots));
   const bool a_vec = p.lda % 4 == 0 && reinterpret_cast<uintptr_t>(p.a) % 16 == 0;
@@ -283,7 +312,7 @@ void launch_shape(const GemmKernelParams& p, int64_t slots, int lbn, int lbk, cu
   pdl[0].val.programmaticStreamSerializationAllowed = ab_pdl() ? 1 : 0;
   cfg.attrs = pdl;
   cfg.numAttrs = 1;
-  DI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemm_stream_mma_kernel<F, R, W16, kAcc>, p, kw, lbn, lbk, a_vec));
+  DI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemm_stream_mma_kernel<F, R, W16, kAcc, kBf16A>, p, kw, lbn, lbk, a_vec));
 }
 
 // 16-row tiles from 80 of them (op micro-bench, H200, 08fddc7, M = 1, 8-row vs 16-row µs: q_a 1280x5120 10.7 vs
@@ -312,6 +341,17 @@ int64_t one_row_min_tiles() {
   return v ? std::atoll(v) : kOneRowMinTiles;
 }
 
+// Batch-invariant mode: 16-row tiles, kw K slices, one accumulator chain; the activations from the caller's bf16
+// copy when there is one (16-byte rows).
+template <QuantFormat F, int R>
+void launch_invariant(const GemmKernelParams& p, int64_t slots, int lbn, int lbk, cudaStream_t stream, int kw) {
+  const bool a16 = p.a_bf16 && p.lda % 8 == 0 && reinterpret_cast<uintptr_t>(p.a_bf16) % 16 == 0;
+  if (a16)
+    launch_shape<F, R, true, kInvariantMmaAcc, true>(p, slots, lbn, lbk, stream, kw);
+  else
+    launch_shape<F, R, true, kInvariantMmaAcc>(p, slots, lbn, lbk, stream, kw);
+}
+
 // invariant_kw > 0: batch-invariant mode (16-row tiles, that many K slices, one accumulator chain), any row count.
 template <QuantFormat F>
 bool dispatch(const GemmKernelParams& p, int64_t rows, int lbn, int lbk, cudaStream_t stream, int invariant_kw = 0) {
@@ -326,16 +366,16 @@ bool dispatch(const GemmKernelParams& p, int64_t rows, int lbn, int lbk, cudaStr
   if (invariant_kw) {
     switch (r) {
       case 1:
-        launch_shape<F, 1, true, kInvariantMmaAcc>(p, slots, lbn, lbk, stream, invariant_kw);
+        launch_invariant<F, 1>(p, slots, lbn, lbk, stream, invariant_kw);
         break;
       case 2:
-        launch_shape<F, 2, true, kInvariantMmaAcc>(p, slots, lbn, lbk, stream, invariant_kw);
+        launch_invariant<F, 2>(p, slots, lbn, lbk, stream, invariant_kw);
         break;
       case 4:
-        launch_shape<F, 4, true, kInvariantMmaAcc>(p, slots, lbn, lbk, stream, invariant_kw);
+        launch_invariant<F, 4>(p, slots, lbn, lbk, stream, invariant_kw);
         break;
       default:
-        launch_shape<F, 8, true, kInvariantMmaAcc>(p, slots, lbn, lbk, stream, invariant_kw);
+        launch_invariant<F, 8>(p, slots, lbn, lbk, stream, invariant_kw);
         break;
     }
     return true;
