@@ -7,6 +7,7 @@
 
 #include "cuda/cuda_test_util.h"
 #include "deepinfer/core/dtype.h"
+#include "deepinfer/ops/cuda/gemm_invariant_f32.h"
 #include "deepinfer/ops/cuda/gemm_invariant_mma.h"
 #include "deepinfer/ops/cuda/gemm_stream_mma.h"
 
@@ -278,9 +279,10 @@ TEST_F(CudaLinearTest, LinearBf16PrecisionEqualsRoundedInputs) {
 // all 37, in any order. UE8M0 block formats take the tensor-core sequence (gemm_invariant_mma.h: the streaming
 // kernel up to 8 rows, the tile kernel above): A rounded to bf16, weights exact, so against the rounded input only
 // the summation order differs (1e-5). f32 and bf16 weights, f32 scales and FP8 with K = 200 (not a multiple of the
-// 16-wide chunks) keep the fp32 FMA chains (the column-chain kernel up to 8 rows; above, the SIMT tile, or at this N
-// of 3 SIMT tiles the chain kernel over blocks of 8 rows): exact fp32 products against x itself (1e-5). Under
-// DEEPINFER_AB_BI_FP32=1 every format takes the chains (against x).
+// 16-wide chunks) keep fp32 FMA chains — for f32 / bf16 weights of N = 300 the K-sliced chains at every row count
+// (gemm_invariant_f32.h), for the others the column-chain kernel up to 8 rows and above the SIMT tile (or, at this
+// N of 3 SIMT tiles, the chain kernel over blocks of 8 rows): exact fp32 products against x itself (1e-5). Under
+// DEEPINFER_AB_BI_FP32=1 every format takes the unsliced chains (against x).
 TEST_F(CudaLinearTest, BatchInvariantModeRowsDoNotDependOnTheBatch) {
   gpu().set_batch_invariant(true);
   const int64_t m = 37, n = 300;
@@ -340,7 +342,8 @@ TEST_F(CudaLinearTest, BatchInvariantModeRowsDoNotDependOnTheBatch) {
 // rows takes the chain's two-rows-per-thread variant (141 column blocks x 8 rows > 8 warps per SM), at 1-7 rows one
 // row per warp; N = 40000 (FP8) and 30000 (MXFP4) take the shallow cp.async ring, the others the deep one. The 12-row
 // f32 calls take the SIMT tile when its tiles fill a quarter of the device (N = 4500), else (N = 1000) the chain
-// kernel over blocks of 8 rows; K = 1302 (no 16-byte chunks) always the SIMT tile.
+// kernel over blocks of 8 rows; K = 1302 (no 16-byte chunks) always the SIMT tile. f32 weights of at most 512 rows
+// with K % 4 == 0 take the K-sliced chains at every row count instead (gemm_invariant_f32.h; K = 1302 does not).
 TEST_F(CudaLinearTest, BatchInvariantDecodeShapesMatchTheTile) {
   gpu().set_batch_invariant(true);
   const int64_t m = 12;
@@ -377,6 +380,10 @@ TEST_F(CudaLinearTest, BatchInvariantDecodeShapesMatchTheTile) {
   // is 8 tiles, which run the chain kernel over blocks of 8 rows instead).
   cases.push_back({"f32 K=1300 N=4500", 4500, 1300, rand({4500, 1300}), HostTensor{}, QuantFormat::kFloat, 0});
   cases.push_back({"f32 K=1302", 300, 1302, rand({300, 1302}), HostTensor{}, QuantFormat::kFloat, 0});
+  // Small f32 weights (N <= 512, K % 4 == 0): the K-sliced chains at every row count (gemm_invariant_f32.h): a router
+  // (8 slices of 512) and 2 uneven slices (325 float4s).
+  cases.push_back({"f32 router", 256, 4096, rand({256, 4096}), HostTensor{}, QuantFormat::kFloat, 0});
+  cases.push_back({"f32 K=1300 N=300", 300, 1300, rand({300, 1300}), HostTensor{}, QuantFormat::kFloat, 0});
   const std::vector<std::vector<int64_t>> subsets = {{0},
                                                      {11},
                                                      {5, 6},
@@ -450,6 +457,14 @@ TEST(GemmInvariantMma, ChoicesFollowTheWeightOnly) {
   EXPECT_TRUE(gemm_invariant_mma_takes(QuantFormat::kMXFP4, true, 0, 0, 4128));
   EXPECT_FALSE(gemm_invariant_mma_takes(QuantFormat::kMXFP4, true, 0, 0, 4112));  // K % 32
   EXPECT_FALSE(gemm_invariant_mma_takes(QuantFormat::kFloat, true, 128, 128, 512));
+  // Small f32 weights: K-sliced chains of about 512 k, up to 8.
+  EXPECT_TRUE(cuda::gemm_invariant_f32_split_takes(256, 4096));
+  EXPECT_FALSE(cuda::gemm_invariant_f32_split_takes(1000, 4096));  // N > 512
+  EXPECT_FALSE(cuda::gemm_invariant_f32_split_takes(300, 1302));   // K % 4
+  EXPECT_EQ(cuda::gemm_invariant_f32_slices(4096), 8);
+  EXPECT_EQ(cuda::gemm_invariant_f32_slices(1300), 2);
+  EXPECT_EQ(cuda::gemm_invariant_f32_slices(300), 1);
+  EXPECT_EQ(cuda::gemm_invariant_f32_slices(100000), 8);
 }
 
 // Batch-invariant mode on the tensor cores (gemm_invariant_mma.h), dense: the streaming kernel (1-8 rows) and the

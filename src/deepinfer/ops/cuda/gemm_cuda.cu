@@ -13,11 +13,13 @@
 // Large dense M goes through cuBLASLt instead (cuda_backend.cc: weights dequantized to a bf16 scratch).
 // Batch-invariant mode (GemmKernelParams::batch_invariant): UE8M0 block formats take the tensor-core sequence of
 // gemm_invariant_mma.h (the streaming kernel for few rows, a tile kernel with the identical per-output mma sequence
-// for many); f32 weights and f32 scales the SIMT tile and a few-row kernel with the identical arithmetic (the
-// column chain), as every format did before (DEEPINFER_AB_BI_FP32=1).
+// for many); small dense f32 weights (routers) K-sliced fp32 chains (gemm_invariant_f32.h); other f32 weights and f32
+// scales the SIMT tile and a few-row kernel with the identical arithmetic (the column chain), as every format did
+// before (DEEPINFER_AB_BI_FP32=1).
 #include "deepinfer/ops/cuda/dequant_bf16.h"
 #include "deepinfer/ops/cuda/device_math.cuh"
 #include "deepinfer/ops/cuda/gemm_decode.cuh"
+#include "deepinfer/ops/cuda/gemm_invariant_f32.h"
 #include "deepinfer/ops/cuda/gemm_invariant_mma.h"
 #include "deepinfer/ops/cuda/gemm_mma.h"
 #include "deepinfer/ops/cuda/gemm_stream_mma.h"
@@ -1164,6 +1166,7 @@ void run_gemm(const GemmKernelParams& p, cudaStream_t stream) {
   if (p.m == 0 || p.n == 0) return;
   if (p.batch_invariant) {
     if (run_gemm_invariant_mma(p, stream)) return;
+    if (run_gemm_invariant_f32_split(p, stream)) return;
     const bool vec = vector_ok(p, true);
     switch (p.format) {
       case QuantFormat::kFloat:
