@@ -840,9 +840,10 @@ template <QuantFormat F>
 void launch_invariant(const GemmKernelParams& p, bool vec, cudaStream_t stream) {
   const int64_t rows = p.rows_hint > 0 ? p.rows_hint : p.m;
   if (rows > kCvMaxRows) {
-    // A dense call whose SIMT tiles leave most of the device idle (the f32 router: N = 256 at 64 rows is two 128 x
-    // 128 tiles, 1.6 ms a decode step of the V4-Flash slice at batch 64) runs the chain kernel over blocks of
-    // kCvMaxRows rows instead: every output is the same chain either way.
+    // A dense call whose SIMT tiles leave most of the device idle (a few hundred columns at tens of rows: the f32
+    // router of N = 256 at 64 rows was two 128 x 128 tiles, 1.6 ms a decode step of the V4-Flash slice, before it
+    // took the sliced chains of gemm_invariant_f32.h) runs the chain kernel over blocks of kCvMaxRows rows instead:
+    // every output is the same chain either way.
     const int64_t simt_blocks = ceil_div(p.m, kSm) * ceil_div(p.n, kSm);
     if (!p.group_offsets && chain_vec_ok<F>(p) && simt_blocks * 4 < device_sm_count() &&
         ceil_div(p.m, kCvMaxRows) <= 65535) {
