@@ -861,6 +861,48 @@ TEST_F(CudaBench, DISABLED_DecodeIndexerTimings) {
 // current kernel against the previous one (DEEPINFER_AB_<NAME> = 0). Each figure is one call of a CUDA graph of 20
 // back-to-back calls (launch overhead amortised as in the decode step's graphs; L2 warm, unlike ncu's flushed runs),
 // median of 20 replays.
+// The mHC ops at a V4-Flash (D = 4096) and V4.1-Flash (D = 5120) prefill of 8192 tokens, hc = 4, each with the
+// previous kernel through its A/B switch in the same run; bytes are the HBM traffic the op cannot avoid (streams read
+// once, expand's streams written once, the split-K partials written and read once), so TB/s against the copy rate
+// is how far from the floor it is.
+TEST_F(CudaBench, DISABLED_PrefillHcTimings) {
+  const int64_t t = 8192, hc = 4, mix = (2 + hc) * hc;
+  auto ab = [&](const std::string& what, const char* env, double bytes, const std::function<void()>& fn) {
+    const double now = time_ms(fn);
+    setenv(env, "0", 1);
+    const double before = time_ms(fn);
+    unsetenv(env);
+    report(what, now, bytes, 0);
+    report(what + " (previous)", before, bytes, 0);
+    std::printf("[bench] %-52s %.2fx\n", (what + " speed-up").c_str(), before / now);
+    std::fflush(stdout);
+  };
+  for (int64_t d : {int64_t{4096}, int64_t{5120}}) {
+    const std::string sh = " hc=4 D=" + std::to_string(d) + " T=8192";
+    const double stream_bytes = 4.0 * t * hc * d, splits = static_cast<double>(cuda::hc_mix_splits(hc, d));
+    DeviceTensor streams = filled(DType::kF32, {t, hc, d}), fn = filled(DType::kF32, {mix, hc * d});
+    DeviceTensor base = filled(DType::kF32, {mix}), scale = filled(DType::kF32, {3}), y = filled(DType::kF32, {t, d});
+    DeviceTensor post = filled(DType::kF32, {t, hc}), comb = filled(DType::kF32, {t, hc, hc});
+    DeviceTensor pre(gpu(), DType::kF32, {t, hc}), mpost(gpu(), DType::kF32, {t, hc});
+    DeviceTensor mcomb(gpu(), DType::kF32, {t, hc, hc}), out(gpu(), DType::kF32, {t, d});
+    DeviceTensor hfn = filled(DType::kF32, {hc, hc * d}), hbase = filled(DType::kF32, {hc});
+    DeviceTensor hscale = filled(DType::kF32, {1}), w = filled(DType::kF32, {d});
+    ab("hc_mix" + sh, "DEEPINFER_AB_HC_MIX_STAGE", stream_bytes + 2 * 4.0 * splits * t * (mix + 1), [&] {
+      gpu().hc_mix({streams, fn, base, scale, pre, mpost, mcomb});
+    });
+    ab("hc_head" + sh, "DEEPINFER_AB_HC_MIX_STAGE", stream_bytes + 2 * 4.0 * splits * t * (hc + 1), [&] {
+      gpu().hc_head({streams, hfn, hbase, hscale, pre});
+    });
+    ab("hc_expand" + sh, "DEEPINFER_AB_HC_EXPAND_VEC", 2 * stream_bytes + 4.0 * t * d, [&] {
+      gpu().hc_expand({streams, y, post, comb});
+    });
+    report("hc_collapse_norm" + sh, time_ms([&] {
+             gpu().hc_collapse_norm({streams, pre, w, out, 1e-6f});
+           }),
+           stream_bytes + 4.0 * t * d, 0);
+  }
+}
+
 TEST_F(CudaBench, DISABLED_DecodeSmallOpTimings) {
   constexpr int kCalls = 20;
   auto graph_us = [&](const std::function<void()>& fn) {
