@@ -14,6 +14,7 @@
 #include "cuda/cuda_test_util.h"
 #include "deepinfer/core/dtype.h"
 #include "deepinfer/ops/cuda/kernels.h"
+#include "deepinfer/ops/cuda/swiglu_bf16.h"
 
 namespace deepinfer {
 namespace {
@@ -900,6 +901,26 @@ TEST_F(CudaBench, DISABLED_PrefillHcTimings) {
              gpu().hc_collapse_norm({streams, pre, w, out, 1e-6f});
            }),
            stream_bytes + 4.0 * t * d, 0);
+  }
+  // The routed experts' SwiGLU of a V4-Flash prefill chunk (4096 tokens x 6 slots, I = 2048) with its bf16 copy: one
+  // pass (gu read, h and h16 written) against SwiGLU then the cast (which reads h back); each with its own bytes.
+  {
+    const int64_t rows = 4096 * 6, inter = 2048;
+    DeviceTensor gu = filled(DType::kF32, {rows, 2 * inter}), h(gpu(), DType::kF32, {rows, inter});
+    DeviceTensor h16(gpu(), DType::kBF16, {rows, inter});
+    cuda::SwigluKernelParams sp;
+    sp.gu = static_cast<const float*>(gu.data());
+    sp.h = static_cast<float*>(h.data());
+    sp.rows = rows;
+    sp.inter = inter;
+    sp.limit = 10.0f;
+    const double n = static_cast<double>(rows) * inter;
+    report("swiglu+bf16 rows=24576 I=2048 one pass",
+           time_ms([&] { cuda::run_swiglu_bf16(sp, h16.data(), gpu().stream()); }), n * (8 + 4 + 2), 0);
+    setenv("DEEPINFER_AB_SWIGLU_BF16", "0", 1);
+    report("swiglu+bf16 rows=24576 I=2048 (previous: swiglu, cast)",
+           time_ms([&] { cuda::run_swiglu_bf16(sp, h16.data(), gpu().stream()); }), n * (8 + 4 + 4 + 2), 0);
+    unsetenv("DEEPINFER_AB_SWIGLU_BF16");
   }
 }
 
