@@ -348,20 +348,22 @@ __global__ void __launch_bounds__(kStageThreads) hc_mix_partial_staged_kernel(Hc
   const int64_t t0 = static_cast<int64_t>(blockIdx.y) * per_block;
   const int64_t t1 = min(p.tokens, t0 + per_block);
   const int groups = t1 > t0 ? static_cast<int>((t1 - t0 + kStageTokens - 1) / kStageTokens) : 0;
-  // Group g (tokens t0 + 8g ...) into slot g % kStageSlots: 16-byte pieces, zero past n (as the old kernel's f).
+  // Group g (tokens t0 + 8g ...) into slot g % kStageSlots: thread x copies columns [4x, 4x + 4) of the chunk of each
+  // token, zero past n (as the old kernel's f).
+  static_assert(kMixChunk / 4 == kStageThreads, "one 16-byte piece of each token's chunk a thread");
+  const int64_t col = c0 + 4 * threadIdx.x;
+  const bool col_ok = col < n;
+  const float* col_src = p.streams + (col_ok ? col : 0);
   const auto issue = [&](int g) {
     if (g < groups) {
-      float* slot = slots + (g % kStageSlots) * kStageSlotFloats;
-      constexpr int kPieces = kStageSlotFloats / 4, kRowPieces = kMixChunk / 4;
+      float* dst = slots + (g % kStageSlots) * kStageSlotFloats + 4 * threadIdx.x;
+      const int64_t tg = t0 + static_cast<int64_t>(g) * kStageTokens;
+      const float* src = col_src + (col_ok ? tg * n : 0);
+      const int64_t step = col_ok ? n : 0;
+      const int64_t count = min(static_cast<int64_t>(kStageTokens), t1 - tg);
 #pragma unroll
-      for (int k = 0; k < kPieces / kStageThreads; ++k) {
-        const int q = threadIdx.x + k * kStageThreads, tl = q / kRowPieces, c = q % kRowPieces;
-        const int64_t t = t0 + static_cast<int64_t>(g) * kStageTokens + tl, i = c0 + 4 * c;
-        if (t < t1) {
-          const bool ok = i < n;
-          cp_async16(slot + tl * kMixChunk + 4 * c, ok ? p.streams + t * n + i : p.streams, ok);
-        }
-      }
+      for (int k = 0; k < kStageTokens; ++k)
+        if (k < count) cp_async16(dst + k * kMixChunk, src + k * step, col_ok);
     }
     cp_async_commit();  // an empty group past the end keeps the wait count uniform
   };
