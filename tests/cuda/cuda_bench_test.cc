@@ -918,9 +918,17 @@ TEST_F(CudaBench, DISABLED_PrefillHcTimings) {
     report("swiglu+bf16 rows=24576 I=2048 one pass",
            time_ms([&] { cuda::run_swiglu_bf16(sp, h16.data(), gpu().stream()); }), n * (8 + 4 + 2), 0);
     setenv("DEEPINFER_AB_SWIGLU_BF16", "0", 1);
+    setenv("DEEPINFER_AB_CAST_VEC", "0", 1);
     report("swiglu+bf16 rows=24576 I=2048 (previous: swiglu, cast)",
            time_ms([&] { cuda::run_swiglu_bf16(sp, h16.data(), gpu().stream()); }), n * (8 + 4 + 4 + 2), 0);
+    unsetenv("DEEPINFER_AB_CAST_VEC");
     unsetenv("DEEPINFER_AB_SWIGLU_BF16");
+    // The cast alone (x's and the linears' bf16 copies), the same 50 M values.
+    const auto cast = [&] { cuda::run_cast_f32_to_bf16(sp.h, h16.data(), rows * inter, gpu().stream()); };
+    report("cast f32->bf16 n=24576x2048", time_ms(cast), n * (4 + 2), 0);
+    setenv("DEEPINFER_AB_CAST_VEC", "0", 1);
+    report("cast f32->bf16 n=24576x2048 (previous)", time_ms(cast), n * (4 + 2), 0);
+    unsetenv("DEEPINFER_AB_CAST_VEC");
   }
 }
 
