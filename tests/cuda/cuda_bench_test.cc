@@ -902,10 +902,10 @@ TEST_F(CudaBench, DISABLED_PrefillHcTimings) {
            }),
            stream_bytes + 4.0 * t * d, 0);
   }
-  // The routed experts' SwiGLU of a V4-Flash prefill chunk (4096 tokens x 6 slots, I = 2048) with its bf16 copy: one
+  // The routed experts' SwiGLU of a V4-Flash prefill chunk (8192 tokens x 6 slots, I = 2048) with its bf16 copy: one
   // pass (gu read, h and h16 written) against SwiGLU then the cast (which reads h back); each with its own bytes.
   {
-    const int64_t rows = 4096 * 6, inter = 2048;
+    const int64_t rows = 8192 * 6, inter = 2048;
     DeviceTensor gu = filled(DType::kF32, {rows, 2 * inter}), h(gpu(), DType::kF32, {rows, inter});
     DeviceTensor h16(gpu(), DType::kBF16, {rows, inter});
     cuda::SwigluKernelParams sp;
@@ -915,19 +915,19 @@ TEST_F(CudaBench, DISABLED_PrefillHcTimings) {
     sp.inter = inter;
     sp.limit = 10.0f;
     const double n = static_cast<double>(rows) * inter;
-    report("swiglu+bf16 rows=24576 I=2048 one pass",
+    report("swiglu+bf16 rows=49152 I=2048 one pass",
            time_ms([&] { cuda::run_swiglu_bf16(sp, h16.data(), gpu().stream()); }), n * (8 + 4 + 2), 0);
     setenv("DEEPINFER_AB_SWIGLU_BF16", "0", 1);
     setenv("DEEPINFER_AB_CAST_VEC", "0", 1);
-    report("swiglu+bf16 rows=24576 I=2048 (previous: swiglu, cast)",
+    report("swiglu+bf16 rows=49152 I=2048 (previous: swiglu, cast)",
            time_ms([&] { cuda::run_swiglu_bf16(sp, h16.data(), gpu().stream()); }), n * (8 + 4 + 4 + 2), 0);
     unsetenv("DEEPINFER_AB_CAST_VEC");
     unsetenv("DEEPINFER_AB_SWIGLU_BF16");
     // The cast alone (x's and the linears' bf16 copies), the same 50 M values.
     const auto cast = [&] { cuda::run_cast_f32_to_bf16(sp.h, h16.data(), rows * inter, gpu().stream()); };
-    report("cast f32->bf16 n=24576x2048", time_ms(cast), n * (4 + 2), 0);
+    report("cast f32->bf16 n=49152x2048", time_ms(cast), n * (4 + 2), 0);
     setenv("DEEPINFER_AB_CAST_VEC", "0", 1);
-    report("cast f32->bf16 n=24576x2048 (previous)", time_ms(cast), n * (4 + 2), 0);
+    report("cast f32->bf16 n=49152x2048 (previous)", time_ms(cast), n * (4 + 2), 0);
     unsetenv("DEEPINFER_AB_CAST_VEC");
   }
 }
