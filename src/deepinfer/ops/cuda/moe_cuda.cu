@@ -241,15 +241,16 @@ __global__ void __launch_bounds__(1024) moe_plan_kernel(MoePlanKernelParams p) {
   }
 }
 
-// One SwiGLU output of row r (shared by both kernels: the same operations, so the same bits).
-__device__ __forceinline__ float swiglu_one(const SwigluKernelParams& p, float g, float u, int64_t r) {
+// One SwiGLU output before the row weight (shared by both kernels: the same operations, so the same bits).
+__device__ __forceinline__ float swiglu_one(const SwigluKernelParams& p, float g, float u) {
   if (p.limit > 0) {
     u = fminf(fmaxf(u, -p.limit), p.limit);
     g = fminf(g, p.limit);
   }
-  float h = (g / (1.0f + expf(-g))) * u;
-  if (p.weights) h *= p.weights[p.weight_rows ? p.weight_rows[r] : r];
-  return h;
+  return (g / (1.0f + expf(-g))) * u;
+}
+__device__ __forceinline__ float swiglu_row_weight(const SwigluKernelParams& p, int64_t r) {
+  return p.weights[p.weight_rows ? p.weight_rows[r] : r];
 }
 
 __global__ void swiglu_kernel(SwigluKernelParams p) {
@@ -258,7 +259,9 @@ __global__ void swiglu_kernel(SwigluKernelParams p) {
   for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = idx / p.inter, i = idx % p.inter;
-    p.h[idx] = swiglu_one(p, p.gu[r * 2 * p.inter + i], p.gu[r * 2 * p.inter + p.inter + i], r);
+    float h = swiglu_one(p, p.gu[r * 2 * p.inter + i], p.gu[r * 2 * p.inter + p.inter + i]);
+    if (p.weights) h *= swiglu_row_weight(p, r);
+    p.h[idx] = h;
   }
 }
 
@@ -272,19 +275,25 @@ __global__ void swiglu_bf16_kernel(SwigluKernelParams p, __nv_bfloat16* h16) {
     const int64_t r = 4 * idx / p.inter, i = 4 * idx % p.inter;
     const float4 g = *reinterpret_cast<const float4*>(p.gu + r * 2 * p.inter + i);
     const float4 u = *reinterpret_cast<const float4*>(p.gu + r * 2 * p.inter + p.inter + i);
+    const float wt = p.weights ? swiglu_row_weight(p, r) : 1.0f;  // one load for the four, in flight with gu's
     float4 h;
-    h.x = swiglu_one(p, g.x, u.x, r);
-    h.y = swiglu_one(p, g.y, u.y, r);
-    h.z = swiglu_one(p, g.z, u.z, r);
-    h.w = swiglu_one(p, g.w, u.w, r);
+    h.x = swiglu_one(p, g.x, u.x);
+    h.y = swiglu_one(p, g.y, u.y);
+    h.z = swiglu_one(p, g.z, u.z);
+    h.w = swiglu_one(p, g.w, u.w);
+    if (p.weights) {
+      h.x *= wt;
+      h.y *= wt;
+      h.z *= wt;
+      h.w *= wt;
+    }
     reinterpret_cast<float4*>(p.h)[idx] = h;
-    __nv_bfloat162 lo, hi;
-    lo.x = __float2bfloat16_rn(h.x);
-    lo.y = __float2bfloat16_rn(h.y);
-    hi.x = __float2bfloat16_rn(h.z);
-    hi.y = __float2bfloat16_rn(h.w);
-    reinterpret_cast<__nv_bfloat162*>(h16)[2 * idx] = lo;
-    reinterpret_cast<__nv_bfloat162*>(h16)[2 * idx + 1] = hi;
+    __align__(8) __nv_bfloat162 o[2];
+    o[0].x = __float2bfloat16_rn(h.x);
+    o[0].y = __float2bfloat16_rn(h.y);
+    o[1].x = __float2bfloat16_rn(h.z);
+    o[1].y = __float2bfloat16_rn(h.w);
+    reinterpret_cast<uint2*>(h16)[idx] = *reinterpret_cast<const uint2*>(o);
   }
 }
 
