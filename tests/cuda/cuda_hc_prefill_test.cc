@@ -46,12 +46,12 @@ struct MixCase {
 // one. Partials and outputs are NaN-poisoned before each run, so an unwritten value shows.
 TEST_F(CudaOpTest, HcMixStagedPartialsMatchPreviousKernelBitwise) {
   const std::vector<MixCase> cases = {
-      {4, 4096, false, {3000, 9000}},  // V4-Flash site
-      {4, 4096, true, {3000}},         // V4-Flash head
-      {4, 5120, false, {3000, 9000}},  // V4.1-Flash site
-      {4, 5120, true, {9000}},         // V4.1-Flash head
-      {4, 4096, false, {1, 7, 9, 100, 513}},
-      {3, 1000, false, {1, 7, 100, 2500}},  // hc·D = 3000: the last split is 440 columns + zero padding
+      {4, 4096, false, {3000, 9000}},             // V4-Flash site
+      {4, 4096, true, {3000}},                    // V4-Flash head
+      {4, 5120, false, {3000, 9000}},             // V4.1-Flash site
+      {4, 5120, true, {9000}},                    // V4.1-Flash head
+      {4, 4096, false, {1, 7, 9, 97, 100, 513}},  // 97: 12 ranges of 9, the last one empty
+      {3, 1000, false, {1, 7, 100, 2500}},        // hc·D = 3000: the last split is 440 columns + zero padding
       {3, 1000, true, {33}},
       {2, 6, false, {5, 40}},  // one split of 12 columns
       {6, 512, false, {100}},  // 48 rows: past the staged kernel (previous kernel both ways)
