@@ -14,6 +14,7 @@
 #include "cuda/cuda_test_util.h"
 #include "deepinfer/core/dtype.h"
 #include "deepinfer/ops/cuda/kernels.h"
+#include "deepinfer/ops/cuda/swiglu_bf16.h"
 
 namespace deepinfer {
 namespace {
@@ -868,6 +869,76 @@ TEST_F(CudaBench, DISABLED_DecodeIndexerTimings) {
 // current kernel against the previous one (DEEPINFER_AB_<NAME> = 0). Each figure is one call of a CUDA graph of 20
 // back-to-back calls (launch overhead amortised as in the decode step's graphs; L2 warm, unlike ncu's flushed runs),
 // median of 20 replays.
+// The mHC ops at a V4-Flash (D = 4096) and V4.1-Flash (D = 5120) prefill of 8192 tokens, hc = 4, each with the
+// previous kernel through its A/B switch in the same run; bytes are the HBM traffic the op cannot avoid (streams read
+// once, expand's streams written once, the split-K partials written and read once), so TB/s against the copy rate
+// is how far from the floor it is.
+TEST_F(CudaBench, DISABLED_PrefillHcTimings) {
+  const int64_t t = 8192, hc = 4, mix = (2 + hc) * hc;
+  auto ab = [&](const std::string& what, const char* env, double bytes, const std::function<void()>& fn) {
+    const double now = time_ms(fn);
+    setenv(env, "0", 1);
+    const double before = time_ms(fn);
+    unsetenv(env);
+    report(what, now, bytes, 0);
+    report(what + " (previous)", before, bytes, 0);
+    std::printf("[bench] %-52s %.2fx\n", (what + " speed-up").c_str(), before / now);
+    std::fflush(stdout);
+  };
+  for (int64_t d : {int64_t{4096}, int64_t{5120}}) {
+    const std::string sh = " hc=4 D=" + std::to_string(d) + " T=8192";
+    const double stream_bytes = 4.0 * t * hc * d, splits = static_cast<double>(cuda::hc_mix_splits(hc, d));
+    DeviceTensor streams = filled(DType::kF32, {t, hc, d}), fn = filled(DType::kF32, {mix, hc * d});
+    DeviceTensor base = filled(DType::kF32, {mix}), scale = filled(DType::kF32, {3}), y = filled(DType::kF32, {t, d});
+    DeviceTensor post = filled(DType::kF32, {t, hc}), comb = filled(DType::kF32, {t, hc, hc});
+    DeviceTensor pre(gpu(), DType::kF32, {t, hc}), mpost(gpu(), DType::kF32, {t, hc});
+    DeviceTensor mcomb(gpu(), DType::kF32, {t, hc, hc}), out(gpu(), DType::kF32, {t, d});
+    DeviceTensor hfn = filled(DType::kF32, {hc, hc * d}), hbase = filled(DType::kF32, {hc});
+    DeviceTensor hscale = filled(DType::kF32, {1}), w = filled(DType::kF32, {d});
+    ab("hc_mix" + sh, "DEEPINFER_AB_HC_MIX_STAGE", stream_bytes + 2 * 4.0 * splits * t * (mix + 1), [&] {
+      gpu().hc_mix({streams, fn, base, scale, pre, mpost, mcomb});
+    });
+    ab("hc_head" + sh, "DEEPINFER_AB_HC_MIX_STAGE", stream_bytes + 2 * 4.0 * splits * t * (hc + 1), [&] {
+      gpu().hc_head({streams, hfn, hbase, hscale, pre});
+    });
+    ab("hc_expand" + sh, "DEEPINFER_AB_HC_EXPAND_VEC", 2 * stream_bytes + 4.0 * t * d, [&] {
+      gpu().hc_expand({streams, y, post, comb});
+    });
+    report("hc_collapse_norm" + sh, time_ms([&] {
+             gpu().hc_collapse_norm({streams, pre, w, out, 1e-6f});
+           }),
+           stream_bytes + 4.0 * t * d, 0);
+  }
+  // The routed experts' SwiGLU of a V4-Flash prefill chunk (8192 tokens x 6 slots, I = 2048) with its bf16 copy: one
+  // pass (gu read, h and h16 written) against SwiGLU then the cast (which reads h back); each with its own bytes.
+  {
+    const int64_t rows = 8192 * 6, inter = 2048;
+    DeviceTensor gu = filled(DType::kF32, {rows, 2 * inter}), h(gpu(), DType::kF32, {rows, inter});
+    DeviceTensor h16(gpu(), DType::kBF16, {rows, inter});
+    cuda::SwigluKernelParams sp;
+    sp.gu = static_cast<const float*>(gu.data());
+    sp.h = static_cast<float*>(h.data());
+    sp.rows = rows;
+    sp.inter = inter;
+    sp.limit = 10.0f;
+    const double n = static_cast<double>(rows) * inter;
+    report("swiglu+bf16 rows=49152 I=2048 one pass",
+           time_ms([&] { cuda::run_swiglu_bf16(sp, h16.data(), gpu().stream()); }), n * (8 + 4 + 2), 0);
+    setenv("DEEPINFER_AB_SWIGLU_BF16", "0", 1);
+    setenv("DEEPINFER_AB_CAST_VEC", "0", 1);
+    report("swiglu+bf16 rows=49152 I=2048 (previous: swiglu, cast)",
+           time_ms([&] { cuda::run_swiglu_bf16(sp, h16.data(), gpu().stream()); }), n * (8 + 4 + 4 + 2), 0);
+    unsetenv("DEEPINFER_AB_CAST_VEC");
+    unsetenv("DEEPINFER_AB_SWIGLU_BF16");
+    // The cast alone (x's and the linears' bf16 copies), the same 50 M values.
+    const auto cast = [&] { cuda::run_cast_f32_to_bf16(sp.h, h16.data(), rows * inter, gpu().stream()); };
+    report("cast f32->bf16 n=49152x2048", time_ms(cast), n * (4 + 2), 0);
+    setenv("DEEPINFER_AB_CAST_VEC", "0", 1);
+    report("cast f32->bf16 n=49152x2048 (previous)", time_ms(cast), n * (4 + 2), 0);
+    unsetenv("DEEPINFER_AB_CAST_VEC");
+  }
+}
+
 TEST_F(CudaBench, DISABLED_DecodeSmallOpTimings) {
   constexpr int kCalls = 20;
   auto graph_us = [&](const std::function<void()>& fn) {

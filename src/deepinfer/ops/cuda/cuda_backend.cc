@@ -17,6 +17,7 @@
 #include "deepinfer/ops/cuda/gemm_stream_mma.h"
 #include "deepinfer/ops/cuda/indexer_mma.h"
 #include "deepinfer/ops/cuda/kernels.h"
+#include "deepinfer/ops/cuda/swiglu_bf16.h"
 
 namespace deepinfer {
 
@@ -538,8 +539,10 @@ struct CudaBackend::Impl {
       sw.weights = before_w2 ? wc : nullptr;
       sw.weight_rows = perm;
       sw.rows_used = group_offsets + experts;
-      cuda::run_swiglu(sw, s());
-      if (h16) cuda::run_cast_f32_to_bf16(h, h16, slots * inter, s());
+      if (h16)
+        cuda::run_swiglu_bf16(sw, h16, s());  // h and its bf16 copy in one pass
+      else
+        cuda::run_swiglu(sw, s());
       // down: h[pos] -> y_slot[perm[pos]]
       g.a = h;
       g.a_bf16 = h16;
@@ -573,11 +576,12 @@ struct CudaBackend::Impl {
         ssw.rows = tc;
         ssw.inter = si;
         ssw.limit = limit;
-        cuda::run_swiglu(ssw, s());
         void* sh16 = nullptr;
         if (shared_mma) {
           sh16 = ws().take(sizeof(uint16_t) * tc * si);
-          cuda::run_cast_f32_to_bf16(sh, sh16, tc * si, s());
+          cuda::run_swiglu_bf16(ssw, sh16, s());
+        } else {
+          cuda::run_swiglu(ssw, s());
         }
         shared_gemm(sh, si, shared->w2, shared_out, d, tc, sh16);
       }

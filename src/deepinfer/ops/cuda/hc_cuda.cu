@@ -5,8 +5,12 @@
 // Sinkhorn iterations run in the CPU op's order. For decode-sized calls (p.arrivals set) the last partial block of a
 // token tile to finish runs that step itself, so a site is one launch instead of two (decode is launch-bound); the
 // finish is the same code either way, so both forms give the same bits.
+#include <algorithm>
+#include <cstdint>
+
 #include "deepinfer/ops/cuda/ab_switch.h"
 #include "deepinfer/ops/cuda/device_math.cuh"
+#include "deepinfer/ops/cuda/gemm_decode.cuh"  // cp_async16 / cp_async_commit / cp_async_wait
 #include "deepinfer/ops/cuda/kernels.h"
 
 namespace deepinfer::cuda {
@@ -198,14 +202,15 @@ __device__ __forceinline__ void write_partials(const float (&w)[kMixRowsPerWarp]
   }
 }
 
-// The fn chunk of split `split` into registers (zero past the rows / columns).
-template <int kMixRowsPerWarp>
+// The fn chunk of split `split` into registers (zero past the rows / columns): warp w of kWarps holds rows w,
+// w + kWarps, ...
+template <int kMixRowsPerWarp, int kWarps = kMixWarps>
 __device__ __forceinline__ void load_fn_chunk(const HcMixKernelParams& p, int64_t split, int64_t rows,
                                               float (&w)[kMixRowsPerWarp][kMixChunk / 32], int warp, int lane) {
   const int64_t n = p.hc * p.d, c0 = split * kMixChunk;
 #pragma unroll
   for (int j = 0; j < kMixRowsPerWarp; ++j) {
-    const int64_t r = warp + j * kMixWarps;
+    const int64_t r = warp + j * kWarps;
 #pragma unroll
     for (int e = 0; e < kMixChunk / 32; ++e) {
       const int64_t i = c0 + lane + 32 * e;
@@ -276,6 +281,139 @@ __global__ void __launch_bounds__(kMixThreads) hc_mix_partial_kernel(HcMixKernel
     __shared__ float stage[kMixStageFloats];
     finish_if_last<kFinishHc>(p, p.arrivals + blockIdx.y, gridDim.x, t0, t1, warp, lane, stage, kMixStageFloats);
   }
+}
+
+// Long prefills (the two-launch form): the partial kernel above holds its fn chunk in registers and walks its tokens
+// one after another, each token's chunk loaded only once the previous token's dots are done, and all 8 warps load
+// the same chunk: ~2 KB of x in flight a block, latency-bound at ~1/8 of HBM (1.03 ms a V4-Flash site at 8192
+// tokens, ncu). Here a block streams its tokens' chunks into a ring of shared-memory slots with cp.async
+// (kStageSlots - 1 slots of kStageTokens tokens in flight while one is used) and walks many tokens with one fn chunk
+// (the grid is about one wave, fn read once a block). 4 warps of kStageRows rows each (half the shared-memory reads
+// of 8 warps x 3 rows). The partials are the same bits as write_partials': each row's chain over the lane's 16
+// elements (the same fmaf order, from 0), and the same butterfly of warp_sum — the rows of a warp are reduced
+// together by exchanging at each level the half a lane does not keep (stage_reduce), so each add has the same two
+// operands in the same order as warp_sum's, with 9 shuffles for 8 values instead of 40.
+constexpr int kStageThreads = 128, kStageWarps = kStageThreads / 32;
+constexpr int kStageTokens = 8, kStageSlots = 4;
+constexpr int kStageSlotFloats = kStageTokens * kMixChunk;  // 16 KB
+constexpr size_t kStageSmemBytes = sizeof(float) * kStageSlots * kStageSlotFloats;
+
+// v[i] of every lane, summed over the warp as warp_sum would sum each: level o (16, 8, ...) while more than one value
+// is left pairs v[2i], v[2i+1]; a lane with bit o set keeps the odd one, the other the even one, and it adds the
+// partner's copy of the one it keeps (v_own + v_partner, warp_sum's operands and order); then the remaining levels
+// on the one value. Returns the sum of v[stage_reduce_index(lane)].
+template <int kN>
+__device__ __forceinline__ float stage_reduce(float (&v)[kN], int lane) {
+  static_assert(kN >= 1 && kN <= 32 && (kN & (kN - 1)) == 0, "a power of two up to 32");
+  int o = 16;
+#pragma unroll
+  for (int cnt = kN; cnt > 1; cnt >>= 1, o >>= 1) {
+    const bool odd = (lane & o) != 0;
+#pragma unroll
+    for (int i = 0; i < cnt / 2; ++i) {
+      const float keep = odd ? v[2 * i + 1] : v[2 * i], give = odd ? v[2 * i] : v[2 * i + 1];
+      v[i] = keep + __shfl_xor_sync(0xffffffffu, give, o);
+    }
+  }
+  float s = v[0];
+#pragma unroll
+  for (; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  return s;
+}
+// Which v index lane holds after stage_reduce<kN>: bit k of it is lane bit 4 - k.
+template <int kN>
+__device__ __forceinline__ int stage_reduce_index(int lane) {
+  int idx = 0;
+#pragma unroll
+  for (int k = 0, cnt = kN; cnt > 1; ++k, cnt >>= 1) idx |= ((lane >> (4 - k)) & 1) << k;
+  return idx;
+}
+// Lanes holding a full sum after stage_reduce<kN>: those with the bits below the last paired level clear.
+template <int kN>
+__device__ __forceinline__ bool stage_reduce_writer(int lane) {
+  return (lane & (32 / kN - 1)) == 0;
+}
+
+__host__ __device__ constexpr int stage_pad(int n) { return n <= 1 ? 1 : 2 * stage_pad((n + 1) / 2); }
+
+// Block (split, range): tokens [t0, t1) of split blockIdx.x. Needs hc·d % 4 == 0 and 16-byte aligned streams.
+template <int kStageRows>
+__global__ void __launch_bounds__(kStageThreads) hc_mix_partial_staged_kernel(HcMixKernelParams p) {
+  extern __shared__ __align__(16) float slots[];  // [kStageSlots][kStageTokens][kMixChunk]
+  constexpr int kPer = kMixChunk / 32, kVals = stage_pad(kStageRows + 1);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t n = p.hc * p.d, rows = p.head ? p.hc : (2 + p.hc) * p.hc;
+  const int64_t c0 = static_cast<int64_t>(blockIdx.x) * kMixChunk;
+  const int64_t per_block = (p.tokens + gridDim.y - 1) / gridDim.y;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.y) * per_block;
+  const int64_t t1 = min(p.tokens, t0 + per_block);
+  const int groups = t1 > t0 ? static_cast<int>((t1 - t0 + kStageTokens - 1) / kStageTokens) : 0;
+  // Group g (tokens t0 + 8g ...) into slot g % kStageSlots: thread x copies columns [4x, 4x + 4) of the chunk of each
+  // token, zero past n (as the old kernel's f).
+  static_assert(kMixChunk / 4 == kStageThreads, "one 16-byte piece of each token's chunk a thread");
+  const int64_t col = c0 + 4 * threadIdx.x;
+  const bool col_ok = col < n;
+  const float* col_src = p.streams + (col_ok ? col : 0);
+  const auto issue = [&](int g) {
+    if (g < groups) {
+      float* dst = slots + (g % kStageSlots) * kStageSlotFloats + 4 * threadIdx.x;
+      const int64_t tg = t0 + static_cast<int64_t>(g) * kStageTokens;
+      const float* src = col_src + (col_ok ? tg * n : 0);
+      const int64_t step = col_ok ? n : 0;
+      const int64_t count = min(static_cast<int64_t>(kStageTokens), t1 - tg);
+#pragma unroll
+      for (int k = 0; k < kStageTokens; ++k)
+        if (k < count) cp_async16(dst + k * kMixChunk, src + k * step, col_ok);
+    }
+    cp_async_commit();  // an empty group past the end keeps the wait count uniform
+  };
+#pragma unroll
+  for (int g = 0; g < kStageSlots - 1; ++g) issue(g);
+  float w[kStageRows][kPer];
+  load_fn_chunk<kStageRows, kStageWarps>(p, blockIdx.x, rows, w, warp, lane);  // from L2 while x streams in
+  const int idx = stage_reduce_index<kVals>(lane);
+  const bool writer = stage_reduce_writer<kVals>(lane);
+  for (int g = 0; g < groups; ++g) {
+    issue(g + kStageSlots - 1);  // into the slot read in step g - 1 (released by its trailing barrier)
+    cp_async_wait<kStageSlots - 1>();
+    __syncthreads();  // every thread's pieces of group g have landed
+    const float* slot = slots + (g % kStageSlots) * kStageSlotFloats;
+    const int64_t tg = t0 + static_cast<int64_t>(g) * kStageTokens;
+    const int count = static_cast<int>(min(static_cast<int64_t>(kStageTokens), t1 - tg));
+    for (int tl = 0; tl < count; ++tl) {
+      float f[kPer];
+#pragma unroll
+      for (int e = 0; e < kPer; ++e) f[e] = slot[tl * kMixChunk + lane + 32 * e];
+      float v[kVals];
+#pragma unroll
+      for (int j = 0; j < kStageRows; ++j) {
+        float acc = 0.0f;
+#pragma unroll
+        for (int e = 0; e < kPer; ++e) acc = fmaf(w[j][e], f[e], acc);
+        v[j] = acc;
+      }
+      float ss = 0.0f;
+      if (warp == kStageWarps - 1) {
+#pragma unroll
+        for (int e = 0; e < kPer; ++e) ss = fmaf(f[e], f[e], ss);
+      }
+      v[kStageRows] = ss;
+#pragma unroll
+      for (int j = kStageRows + 1; j < kVals; ++j) v[j] = 0.0f;
+      const float sum = stage_reduce<kVals>(v, lane);
+      float* out = p.partial + (blockIdx.x * p.tokens + tg + tl) * (rows + 1);
+      if (writer) {
+        if (idx < kStageRows) {
+          const int64_t r = warp + static_cast<int64_t>(idx) * kStageWarps;
+          if (r < rows) out[r] = sum;
+        } else if (idx == kStageRows && warp == kStageWarps - 1) {
+          out[rows] = sum;
+        }
+      }
+    }
+    __syncthreads();  // slot g % kStageSlots is free for the issue of step g + 1
+  }
+  cp_async_wait<0>();  // no copy left in flight (the trailing groups are empty)
 }
 
 // hc_expand then hc_mix in one launch, for hc <= kExpandMixMaxHc and D a multiple of kMixChunk. Block (c, tile) owns
@@ -431,6 +569,69 @@ __global__ void hc_expand_kernel(HcExpandKernelParams p) {
   }
 }
 
+// hc_expand_kernel with a float4 of 4 channels a thread (d % 4 == 0, 16-byte aligned streams and x): 5 loads of 16
+// bytes in flight a thread instead of 5 of 4 (the scalar kernel ran at ~60% of the copy rate at V4-Flash's prefill
+// shape, ncu); each element is computed with the scalar kernel's operations in its order.
+// kHc > 0: hc known at compile time (V4's 4: 4 float4 of old values instead of kMaxHc, ~half the registers); 0: any
+// hc <= kMaxHc.
+template <int kHc>
+__global__ void hc_expand_vec_kernel(HcExpandKernelParams p) {
+  constexpr int kMax = kHc > 0 ? kHc : kMaxHc;
+  const int64_t hc = kHc > 0 ? kHc : p.hc, d4 = p.d / 4, total = p.tokens * d4;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = idx / d4, i = (idx % d4) * 4;
+    float* x = p.streams + t * hc * p.d + i;
+    const float* c = p.comb + t * hc * hc;
+    const float4 y = *reinterpret_cast<const float4*>(p.x + t * p.d + i);
+    float4 old[kMax];
+#pragma unroll
+    for (int j = 0; j < kMax; ++j)
+      old[j] = j < hc ? *reinterpret_cast<const float4*>(x + j * p.d) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+    for (int k = 0; k < kMax; ++k) {
+      if (k >= hc) break;
+      float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+      for (int j = 0; j < kMax; ++j)
+        if (j < hc) {
+          const float cj = c[j * hc + k];
+          acc.x = __fadd_rn(acc.x, __fmul_rn(cj, old[j].x));
+          acc.y = __fadd_rn(acc.y, __fmul_rn(cj, old[j].y));
+          acc.z = __fadd_rn(acc.z, __fmul_rn(cj, old[j].z));
+          acc.w = __fadd_rn(acc.w, __fmul_rn(cj, old[j].w));
+        }
+      const float pk = p.post[t * hc + k];
+      float4 v;
+      v.x = __fadd_rn(__fmul_rn(pk, y.x), acc.x);
+      v.y = __fadd_rn(__fmul_rn(pk, y.y), acc.y);
+      v.z = __fadd_rn(__fmul_rn(pk, y.z), acc.z);
+      v.w = __fadd_rn(__fmul_rn(pk, y.w), acc.w);
+      *reinterpret_cast<float4*>(x + k * p.d) = v;
+    }
+  }
+}
+
+// The staged partial kernel over about one wave: as many token ranges per split as fit on the device at once
+// (rounded down: a second partial wave of long blocks would cost more than a few idle block slots).
+constexpr int kStageRowsWide = 6;  // 24 rows over 4 warps: a site at hc <= 4
+
+template <int kStageRows>
+void launch_mix_staged(const HcMixKernelParams& p, cudaStream_t stream) {
+  const auto kernel = hc_mix_partial_staged_kernel<kStageRows>;
+  DI_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kStageSmemBytes)));
+  int dev = 0, sms = 0, per_sm = 0;
+  DI_CUDA_CHECK(cudaGetDevice(&dev));
+  DI_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  DI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kStageThreads, kStageSmemBytes));
+  const int64_t resident = static_cast<int64_t>(std::max(per_sm, 1)) * sms;
+  const int64_t ranges =
+      std::clamp<int64_t>(resident / p.splits, 1, std::max<int64_t>(1, ceil_div(p.tokens, kStageTokens)));
+  const dim3 grid(static_cast<unsigned>(p.splits), static_cast<unsigned>(ranges));
+  kernel<<<grid, kStageThreads, kStageSmemBytes, stream>>>(p);
+}
+
 }  // namespace
 
 int hc_mix_splits(int64_t hc, int64_t d) { return static_cast<int>(ceil_div(hc * d, kMixChunk)); }
@@ -454,10 +655,17 @@ void run_hc_mix(const HcMixKernelParams& p, cudaStream_t stream) {
     DI_CUDA_CHECK_LAUNCH();
     return;
   }
-  if (rows <= 3 * kMixWarps)
+  if (ab_new_kernel("DEEPINFER_AB_HC_MIX_STAGE") && rows <= kStageWarps * kStageRowsWide && (p.hc * p.d) % 4 == 0 &&
+      reinterpret_cast<uintptr_t>(p.streams) % 16 == 0) {
+    if (rows <= kStageWarps)
+      launch_mix_staged<1>(p, stream);  // the head at hc <= 4
+    else
+      launch_mix_staged<kStageRowsWide>(p, stream);
+  } else if (rows <= 3 * kMixWarps) {
     hc_mix_partial_kernel<3, -1><<<grid, kMixThreads, 0, stream>>>(p);
-  else
+  } else {
     hc_mix_partial_kernel<kWide, -1><<<grid, kMixThreads, 0, stream>>>(p);
+  }
   DI_CUDA_CHECK_LAUNCH();
   const unsigned blocks = static_cast<unsigned>(ceil_div(p.tokens, 4));
   if (p.hc == 4)  // V4 / V4.1
@@ -518,6 +726,15 @@ void run_hc_expand(const HcExpandKernelParams& p, cudaStream_t stream) {
   DI_CHECK(p.hc >= 1 && p.hc <= kMaxHc) << "hc_expand: hc = " << p.hc << " (the CUDA kernel supports 1.." << kMaxHc
                                         << ")";
   if (p.tokens * p.d == 0) return;
+  const auto aligned16 = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
+  if (ab_new_kernel("DEEPINFER_AB_HC_EXPAND_VEC") && p.d % 4 == 0 && aligned16(p.streams) && aligned16(p.x)) {
+    if (p.hc == 4)
+      hc_expand_vec_kernel<4><<<grid_1d(p.tokens * p.d / 4, 256), 256, 0, stream>>>(p);
+    else
+      hc_expand_vec_kernel<0><<<grid_1d(p.tokens * p.d / 4, 256), 256, 0, stream>>>(p);
+    DI_CUDA_CHECK_LAUNCH();
+    return;
+  }
   hc_expand_kernel<<<grid_1d(p.tokens * p.d, 256), 256, 0, stream>>>(p);
   DI_CUDA_CHECK_LAUNCH();
 }

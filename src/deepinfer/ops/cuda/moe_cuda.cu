@@ -5,6 +5,7 @@
 #include "deepinfer/ops/cuda/cuda_runtime.h"
 #include "deepinfer/ops/cuda/device_math.cuh"
 #include "deepinfer/ops/cuda/kernels.h"
+#include "deepinfer/ops/cuda/swiglu_bf16.h"
 #include "deepinfer/ops/cuda/topk.cuh"
 
 namespace deepinfer::cuda {
@@ -240,20 +241,59 @@ __global__ void __launch_bounds__(1024) moe_plan_kernel(MoePlanKernelParams p) {
   }
 }
 
+// One SwiGLU output before the row weight (shared by both kernels: the same operations, so the same bits).
+__device__ __forceinline__ float swiglu_one(const SwigluKernelParams& p, float g, float u) {
+  if (p.limit > 0) {
+    u = fminf(fmaxf(u, -p.limit), p.limit);
+    g = fminf(g, p.limit);
+  }
+  return (g / (1.0f + expf(-g))) * u;
+}
+__device__ __forceinline__ float swiglu_row_weight(const SwigluKernelParams& p, int64_t r) {
+  return p.weights[p.weight_rows ? p.weight_rows[r] : r];
+}
+
 __global__ void swiglu_kernel(SwigluKernelParams p) {
   const int64_t rows = p.rows_used ? *p.rows_used : p.rows;
   const int64_t total = rows * p.inter;
   for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = idx / p.inter, i = idx % p.inter;
-    float g = p.gu[r * 2 * p.inter + i], u = p.gu[r * 2 * p.inter + p.inter + i];
-    if (p.limit > 0) {
-      u = fminf(fmaxf(u, -p.limit), p.limit);
-      g = fminf(g, p.limit);
-    }
-    float h = (g / (1.0f + expf(-g))) * u;
-    if (p.weights) h *= p.weights[p.weight_rows ? p.weight_rows[r] : r];
+    float h = swiglu_one(p, p.gu[r * 2 * p.inter + i], p.gu[r * 2 * p.inter + p.inter + i]);
+    if (p.weights) h *= swiglu_row_weight(p, r);
     p.h[idx] = h;
+  }
+}
+
+// swiglu_kernel with 4 outputs a thread (inter % 4 == 0; gu and h 16-byte, h16 8-byte aligned) and the bf16 copy
+// written next to h.
+__global__ void swiglu_bf16_kernel(SwigluKernelParams p, __nv_bfloat16* h16) {
+  const int64_t rows = p.rows_used ? *p.rows_used : p.rows;
+  const int64_t total = rows * p.inter / 4;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = 4 * idx / p.inter, i = 4 * idx % p.inter;
+    const float4 g = *reinterpret_cast<const float4*>(p.gu + r * 2 * p.inter + i);
+    const float4 u = *reinterpret_cast<const float4*>(p.gu + r * 2 * p.inter + p.inter + i);
+    const float wt = p.weights ? swiglu_row_weight(p, r) : 1.0f;  // one load for the four, in flight with gu's
+    float4 h;
+    h.x = swiglu_one(p, g.x, u.x);
+    h.y = swiglu_one(p, g.y, u.y);
+    h.z = swiglu_one(p, g.z, u.z);
+    h.w = swiglu_one(p, g.w, u.w);
+    if (p.weights) {
+      h.x *= wt;
+      h.y *= wt;
+      h.z *= wt;
+      h.w *= wt;
+    }
+    reinterpret_cast<float4*>(p.h)[idx] = h;
+    __align__(8) __nv_bfloat162 o[2];
+    o[0].x = __float2bfloat16_rn(h.x);
+    o[0].y = __float2bfloat16_rn(h.y);
+    o[1].x = __float2bfloat16_rn(h.z);
+    o[1].y = __float2bfloat16_rn(h.w);
+    reinterpret_cast<uint2*>(h16)[idx] = *reinterpret_cast<const uint2*>(o);
   }
 }
 
@@ -397,6 +437,19 @@ void run_moe_plan(const MoePlanKernelParams& p, cudaStream_t stream) {
 void run_swiglu(const SwigluKernelParams& p, cudaStream_t stream) {
   if (p.rows * p.inter == 0) return;
   swiglu_kernel<<<grid_1d(p.rows * p.inter, 256), 256, 0, stream>>>(p);
+  DI_CUDA_CHECK_LAUNCH();
+}
+
+void run_swiglu_bf16(const SwigluKernelParams& p, void* h16, cudaStream_t stream) {
+  const auto aligned = [](const void* q, uintptr_t a) { return reinterpret_cast<uintptr_t>(q) % a == 0; };
+  if (!ab_new_kernel("DEEPINFER_AB_SWIGLU_BF16") || p.inter % 4 != 0 || !aligned(p.gu, 16) || !aligned(p.h, 16) ||
+      !aligned(h16, 8)) {
+    run_swiglu(p, stream);
+    run_cast_f32_to_bf16(p.h, h16, p.rows * p.inter, stream);
+    return;
+  }
+  if (p.rows * p.inter == 0) return;
+  swiglu_bf16_kernel<<<grid_1d(p.rows * p.inter / 4, 256), 256, 0, stream>>>(p, static_cast<__nv_bfloat16*>(h16));
   DI_CUDA_CHECK_LAUNCH();
 }
 

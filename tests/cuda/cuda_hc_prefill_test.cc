@@ -1,0 +1,180 @@
+// The prefill-sized mHC kernels (hc_cuda.cu): the staged hc_mix partial kernel (cp.async ring, 4 warps, rows reduced
+// together) and the float4 hc_expand, each against its previous kernel (the A/B switch DEEPINFER_AB_<NAME> = 0) byte
+// for byte — the raw split-K partials as well as pre / post / comb, since decode, prefill and batch-invariant mode
+// rely on the same bits for the same token — at V4-Flash / V4.1-Flash prefill sizes, on shapes past the fast paths'
+// conditions (a padded last split, hc > 4, unaligned streams), and against the CPU op.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "cuda/cuda_test_util.h"
+#include "deepinfer/ops/cuda/kernels.h"
+
+namespace deepinfer {
+namespace {
+
+using testing::CudaOpTest;
+using testing::DeviceTensor;
+
+// Sets DEEPINFER_AB_<name> = "0" (the previous kernel) for its lifetime when `old`.
+class AbSwitch {
+ public:
+  AbSwitch(const char* name, bool old) : name_(name) {
+    if (old) setenv(name_, "0", 1);
+  }
+  ~AbSwitch() { unsetenv(name_); }
+  AbSwitch(const AbSwitch&) = delete;
+  AbSwitch& operator=(const AbSwitch&) = delete;
+
+ private:
+  const char* name_;
+};
+
+struct MixCase {
+  int64_t hc, d;
+  bool head;
+  std::vector<int64_t> tokens;
+  int64_t offset = 0;  // floats: streams that start off a 16-byte boundary (the previous kernel both ways)
+};
+
+// The two-launch hc_mix (no arrival counters: the prefill path) with the staged partial kernel and with the previous
+// one. Partials and outputs are NaN-poisoned before each run, so an unwritten value shows.
+TEST_F(CudaOpTest, HcMixStagedPartialsMatchPreviousKernelBitwise) {
+  const std::vector<MixCase> cases = {
+      {4, 4096, false, {3000, 9000}},             // V4-Flash site
+      {4, 4096, true, {3000}},                    // V4-Flash head
+      {4, 5120, false, {3000, 9000}},             // V4.1-Flash site
+      {4, 5120, true, {9000}},                    // V4.1-Flash head
+      {4, 4096, false, {1, 7, 9, 97, 100, 513}},  // 97: 12 ranges of 9, the last one empty
+      {3, 1000, false, {1, 7, 100, 2500}},        // hc·D = 3000: the last split is 440 columns + zero padding
+      {3, 1000, true, {33}},
+      {2, 6, false, {5, 40}},  // one split of 12 columns
+      {6, 512, false, {100}},  // 48 rows: past the staged kernel (previous kernel both ways)
+      {4, 1024, false, {300}, 1},
+  };
+  for (const MixCase& mc : cases) {
+    const int64_t hc = mc.hc, d = mc.d, rows = mc.head ? hc : (2 + hc) * hc;
+    HostTensor fn = rand({rows, hc * d}, -0.05f, 0.05f), base = rand({rows}, -0.5f, 0.5f), scale = rand({3});
+    DeviceTensor dfn = up(fn), dbase = up(base), dscale = up(scale);
+    for (int64_t t : mc.tokens) {
+      HostTensor streams = rand({t * hc * d + mc.offset}, -2, 2);
+      DeviceTensor ds = up(streams);
+      const int splits = cuda::hc_mix_splits(hc, d);
+      HostTensor out[2][4];  // [previous, staged][partial, pre, post, comb]
+      for (int staged = 0; staged < 2; ++staged) {
+        AbSwitch ab("DEEPINFER_AB_HC_MIX_STAGE", staged == 0);
+        DeviceTensor partial = poisoned({splits * t * (rows + 1)});
+        DeviceTensor pre = poisoned({t, hc}), post = poisoned({t, hc}), comb = poisoned({t, hc, hc});
+        cuda::HcMixKernelParams k;
+        k.streams = static_cast<const float*>(ds.data()) + mc.offset;
+        k.fn = static_cast<const float*>(dfn.data());
+        k.base = static_cast<const float*>(dbase.data());
+        k.scale = static_cast<const float*>(dscale.data());
+        k.pre = static_cast<float*>(pre.data());
+        k.post = mc.head ? nullptr : static_cast<float*>(post.data());
+        k.comb = mc.head ? nullptr : static_cast<float*>(comb.data());
+        k.tokens = t;
+        k.hc = hc;
+        k.d = d;
+        k.head = mc.head;
+        k.partial = static_cast<float*>(partial.data());
+        k.splits = splits;
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the poisoning uploads have landed
+        cuda::run_hc_mix(k, nullptr);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        out[staged][0] = down(partial);
+        out[staged][1] = down(pre);
+        if (!mc.head) {
+          out[staged][2] = down(post);
+          out[staged][3] = down(comb);
+        }
+      }
+      const std::string what = "hc_mix staged hc" + std::to_string(hc) + " d" + std::to_string(d) +
+                               (mc.head ? " head" : "") + " t" + std::to_string(t) + (mc.offset ? " unaligned" : "");
+      const char* names[4] = {" partials", " pre", " post", " comb"};
+      for (int i = 0; i < (mc.head ? 2 : 4); ++i) expect_same_bytes((what + names[i]).c_str(), out[1][i], out[0][i]);
+      // Every partial written (a NaN would also compare equal byte for byte if both kernels left it).
+      int64_t nan = 0;
+      for (int64_t i = 0; i < out[1][0].numel(); ++i) nan += std::isnan(out[1][0].data<float>()[i]);
+      EXPECT_EQ(nan, 0) << what << ": unwritten partials";
+    }
+  }
+}
+
+// The backend's hc_mix / hc_head past the one-launch sizes (the staged kernel) against the CPU op, at the
+// tolerance of HcMixRealSizeSplitK.
+TEST_F(CudaOpTest, HcMixHeadPrefillMatchCpu) {
+  const int64_t hc = 4, d = 4096, t = 3000, mix = (2 + hc) * hc;
+  HostTensor streams = rand({t, hc, d}, -2, 2), fn = rand({mix, hc * d}, -0.01f, 0.01f), base = rand({mix});
+  HostTensor scale = rand({3}, 0.5f, 1.5f);
+  HostTensor pre(DType::kF32, {t, hc}), post(DType::kF32, {t, hc}), comb(DType::kF32, {t, hc, hc});
+  cpu().hc_mix({streams, fn, base, scale, pre, post, comb, 1e-6f, 1e-6f, 20});
+  DeviceTensor ds = up(streams), dfn = up(fn), db = up(base), dsc = up(scale);
+  DeviceTensor dpre = poisoned({t, hc}), dpost = poisoned({t, hc}), dcomb = poisoned({t, hc, hc});
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  gpu().hc_mix({ds, dfn, db, dsc, dpre, dpost, dcomb, 1e-6f, 1e-6f, 20});
+  rel_err("hc_mix pre T=3000", down(dpre), pre, 1e-5);
+  rel_err("hc_mix post T=3000", down(dpost), post, 1e-5);
+  rel_err("hc_mix comb T=3000", down(dcomb), comb, 1e-5);
+
+  HostTensor hfn = rand({hc, hc * d}, -0.05f, 0.05f), hbase = rand({hc}), hscale = rand({1}, 0.5f, 1.5f);
+  HostTensor hpre(DType::kF32, {t, hc});
+  cpu().hc_head({streams, hfn, hbase, hscale, hpre, 1e-6f, 1e-6f});
+  DeviceTensor dhfn = up(hfn), dhb = up(hbase), dhs = up(hscale), dhpre = poisoned({t, hc});
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  gpu().hc_head({ds, dhfn, dhb, dhs, dhpre, 1e-6f, 1e-6f});
+  rel_err("hc_head T=3000", down(dhpre), hpre, 1e-5);
+}
+
+// hc_expand with float4 loads against the scalar kernel, byte for byte (in place: the streams after the call), and
+// against the CPU op exactly (the same operations with rounding after each). d % 4 != 0 and unaligned x take the
+// scalar kernel both ways.
+TEST_F(CudaOpTest, HcExpandVecMatchesScalarBitwise) {
+  for (auto [hc, d, t, offset] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{4, 4096, 3000, 0},
+                                  {4, 5120, 9000, 0},
+                                  {4, 4096, 1, 0},
+                                  {3, 1000, 77, 0},
+                                  {8, 256, 100, 0},
+                                  {1, 12, 5, 0},
+                                  {4, 6, 5, 0},
+                                  {4, 1024, 33, 1}}) {
+    const Shape y_shape = offset ? Shape{t * d + offset} : Shape{t, d};
+    HostTensor s0 = rand({t, hc, d}, -2, 2), y = rand(y_shape, -2, 2), post = rand({t, hc}, 0.1f, 2.0f);
+    HostTensor comb = rand({t, hc, hc}, 0.0f, 1.0f);
+    DeviceTensor dy = up(y), dpost = up(post), dcomb = up(comb);
+    HostTensor out[2];
+    for (int vec = 0; vec < 2; ++vec) {
+      AbSwitch ab("DEEPINFER_AB_HC_EXPAND_VEC", vec == 0);
+      DeviceTensor ds = up(s0);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      cuda::HcExpandKernelParams k;
+      k.streams = static_cast<float*>(ds.data());
+      k.x = static_cast<const float*>(dy.data()) + offset;
+      k.post = static_cast<const float*>(dpost.data());
+      k.comb = static_cast<const float*>(dcomb.data());
+      k.tokens = t;
+      k.hc = hc;
+      k.d = d;
+      cuda::run_hc_expand(k, nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      out[vec] = down(ds);
+    }
+    const std::string what = "hc_expand vec hc" + std::to_string(hc) + " d" + std::to_string(d) + " t" +
+                             std::to_string(t) + (offset ? " unaligned" : "");
+    expect_same_bytes(what.c_str(), out[1], out[0]);
+    if (t <= 100 && offset == 0) {  // the CPU op (single-threaded reference: small shapes only)
+      HostTensor want(DType::kF32, s0.shape());
+      std::memcpy(want.view().data(), s0.view().data(), s0.view().nbytes());
+      cpu().hc_expand({want, y, post, comb});
+      rel_err((what + " vs cpu").c_str(), out[1], want, 1e-6);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace deepinfer
