@@ -42,7 +42,9 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
+#include "deepinfer/ops/cuda/ab_switch.h"
 #include "deepinfer/ops/cuda/attention_paged_mma.h"
 #include "deepinfer/ops/cuda/attention_paged_slots.cuh"
 #include "deepinfer/ops/cuda/cuda_runtime.h"
@@ -60,8 +62,10 @@ constexpr int kConsumers = 256;  // 8 warps: (head group, quarter)
 constexpr int kProducers = 128;  // 4 warps, 4 threads a key row
 constexpr int kThreads = kConsumers + kProducers;
 // Named barriers (0 is __syncthreads'): kFull + b / kEmpty + b hand key buffer b between the two sides
-// (bar.arrive on one, bar.sync on the other); kCons and kProd order each side's own shared memory.
-constexpr int kBarFull = 1, kBarEmpty = 3, kBarCons = 5, kBarProd = 6;
+// (bar.arrive on one, bar.sync on the other); kCons and kProd order each side's own shared memory; kExact reduces
+// the producers' "this tile has lo parts" votes (bar.red, its own id: a barrier's phases may not mix bar.red with
+// bar.sync).
+constexpr int kBarFull = 1, kBarEmpty = 3, kBarCons = 5, kBarProd = 6, kBarExact = 7;
 constexpr unsigned kFull = 0xffffffffu;
 
 template <int kHd>
@@ -81,9 +85,10 @@ struct Layout {
   static constexpr size_t corr = p_lo + size_t{2} * kBlockHeads * kPLd;
   static constexpr size_t fin_m = corr + size_t{4} * kBlockHeads;
   static constexpr size_t fin_l = fin_m + size_t{4} * kBlockHeads;
-  static constexpr size_t rows = fin_l + size_t{4} * kBlockHeads;    // [2][kTile] row pointers (producers)
-  static constexpr size_t count = rows + sizeof(void*) * 2 * kTile;  // [2] compacted rows, [2] rows in buffer b
-  static constexpr size_t bytes = count + 16;
+  static constexpr size_t rows = fin_l + size_t{4} * kBlockHeads;  // [2][kTile] row pointers (producers)
+  // int [2] compacted rows, [2] rows in buffer b, [2] buffer b's keys are bf16-exact (its lo tile was not stored)
+  static constexpr size_t count = rows + sizeof(void*) * 2 * kTile;
+  static constexpr size_t bytes = count + 32;
   static_assert(kHd % 64 == 0 && kHd <= 512, "head dim");
   static_assert(k_hi % 16 == 0 && s % 16 == 0 && p_hi % 16 == 0 && corr % 16 == 0 && rows % 16 == 0,
                 "16-byte aligned regions");
@@ -110,6 +115,27 @@ __device__ __forceinline__ void bar_arrive_pair(int id, int b, int threads) {
     bar_arrive(id, threads);
 }
 
+// Whether any of the 128 producer threads votes true (bar.red.or over barrier kBarExact); a barrier for them too.
+__device__ __forceinline__ bool producers_any(bool vote) {
+  uint32_t any;
+  asm volatile(
+      "{\n .reg .pred v, r;\n setp.ne.u32 v, %1, 0;\n bar.red.or.pred r, %2, %3, v;\n selp.u32 %0, 1, 0, r;\n}\n"
+      : "=r"(any)
+      : "r"(static_cast<uint32_t>(vote)), "n"(kBarExact), "n"(kProducers)
+      : "memory");
+  return any != 0;
+}
+
+// Nonzero unless x is finite with 16 low zero bits, i.e. unless split_pair's lo of x is +0 for sure: such an x is
+// a bf16 value, hi = x and lo = RN(x − x) = +0. An infinite or NaN x (lo NaN) is flagged however its low bits
+// look. Flagged but with lo = +0 all the same: fp32 subnormals that round to a bf16 value, which the full path
+// handles as before (conservative, so the skip never changes a result). Cheaper than the split itself, and it
+// needs no registers beyond v's (keeping split words across the buffer wait spills at hd 512).
+__device__ __forceinline__ uint32_t bf16_inexact(float x) {
+  const uint32_t b = __float_as_uint(x);
+  return (b << 16) | (((b & 0x7f800000u) + 0x00800000u) >> 31);
+}
+
 // (a, b) -> hi and lo bf16 pairs, a in the low half (the lower k or n index of an mma register).
 __device__ __forceinline__ void split_pair(float a, float b, uint32_t& hi, uint32_t& lo) {
   const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
@@ -119,10 +145,14 @@ __device__ __forceinline__ void split_pair(float a, float b, uint32_t& hi, uint3
   std::memcpy(&lo, &l, 4);
 }
 
-__device__ __forceinline__ void store_split4(const float4 v, __nv_bfloat16* hi, __nv_bfloat16* lo) {
-  uint2 h, l;
+__device__ __forceinline__ void split4(const float4 v, uint2& h, uint2& l) {
   split_pair(v.x, v.y, h.x, l.x);
   split_pair(v.z, v.w, h.y, l.y);
+}
+
+__device__ __forceinline__ void store_split4(const float4 v, __nv_bfloat16* hi, __nv_bfloat16* lo) {
+  uint2 h, l;
+  split4(v, h, l);
   *reinterpret_cast<uint2*>(hi) = h;
   *reinterpret_cast<uint2*>(lo) = l;
 }
@@ -137,10 +167,12 @@ __device__ __forceinline__ void frag_a(const __nv_bfloat16* base, int ld, int r0
   a[3] = ld32(base + (r0 + 8) * ld + c + 8);
 }
 
-// hi·hi + hi·lo + lo·hi, the small terms first.
+// hi·hi + hi·lo + lo·hi, the small terms first. Without kBLo (b's lo parts are +0) the hi·lo mma is left out:
+// it would add exact zeros (bit-identical, see the kernel's comment on skipped lo tiles).
+template <bool kBLo>
 __device__ __forceinline__ void mma3(float (&c)[4], const uint32_t (&ah)[4], const uint32_t (&al)[4], uint32_t bh0,
                                      uint32_t bh1, uint32_t bl0, uint32_t bl1) {
-  mma_bf16(c, ah, bl0, bl1);
+  if constexpr (kBLo) mma_bf16(c, ah, bl0, bl1);
   mma_bf16(c, al, bh0, bh1);
   mma_bf16(c, ah, bh0, bh1);
 }
@@ -155,7 +187,7 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const __nv_b
                : "r"(addr));
 }
 
-template <int kHd>
+template <int kHd, bool kSkipLo>
 __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(PagedSinkAttentionKernelParams p) {
   using L = Layout<kHd>;
   extern __shared__ __align__(16) uint8_t smem[];
@@ -221,18 +253,34 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(PagedSink
 #pragma unroll
       for (int j = 0; j < kVecs; ++j)
         v[j] = row ? __ldg(reinterpret_cast<const float4*>(row) + pc + 4 * j) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      // Buffer b last held tile i - 2: wait for the consumers' O phase on it (also before count_s[2 + b], which
-      // they read at that tile's start).
+      // Vote while the buffer may still be busy: a tile whose lo parts are all +0 (every key bf16-exact, as FP8 /
+      // FP4 fake-quantized KV is; missing rows are zeros) needs no lo tile.
+      bool exact = false;
+      if constexpr (kSkipLo) {
+        uint32_t inexact = 0;
+#pragma unroll
+        for (int j = 0; j < kVecs; ++j)
+          inexact |= bf16_inexact(v[j].x) | bf16_inexact(v[j].y) | bf16_inexact(v[j].z) | bf16_inexact(v[j].w);
+        exact = !producers_any(inexact != 0);
+      }
+      // Buffer b last held tile i - 2: wait for the consumers' O phase on it (also before count_s[2 + b] and
+      // count_s[4 + b], which they read at that tile's start).
       if (i >= 2) bar_sync_pair(kBarEmpty, b, kThreads);
       if (n > 0) {
         __nv_bfloat16 *kh = k_hi(b), *kl = k_lo(b);
 #pragma unroll
         for (int j = 0; j < kVecs; ++j) {
           const int at = pr * L::kLd + (pc + 4 * j) * 4;
-          store_split4(v[j], kh + at, kl + at);
+          uint2 h, l;
+          split4(v[j], h, l);
+          *reinterpret_cast<uint2*>(kh + at) = h;
+          if (!exact) *reinterpret_cast<uint2*>(kl + at) = l;
         }
       }
-      if (ptid == 0) count_s[2 + b] = n;
+      if (ptid == 0) {
+        count_s[2 + b] = n;
+        count_s[4 + b] = exact;
+      }
       bar_arrive_pair(kBarFull, b, kThreads);
       if (n == 0) {
         // Pair the consumers' last release (tile i - 1, the other buffer) so that no barrier is left half-arrived.
@@ -269,11 +317,20 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(PagedSink
     bar_sync_pair(kBarFull, b, kThreads);
     const int n = count_s[2 + b];
     if (n == 0) break;
+    // A bf16-exact tile (no lo tile stored): its hi·lo mmas would add exact zeros, so they are skipped, QKᵀ and
+    // PV 2 mmas a product instead of 3, with the same bits. Why the same: the lo parts are +0 (RN(x − hi) of an
+    // exact x is x − x = +0), so each skipped mma computes c + Σ ±0 = c exactly; an accumulator never holds −0
+    // (it starts at +0 and an IEEE sum is −0 only if every addend is), so no +0 + −0 sign change is lost either.
+    // Only where an S entry is exactly ±0 with its hi·hi part ±0 as well could a zero's sign differ, and S feeds
+    // exp(s − m) only (both signs give the same o). The tensor cores' handling of fp32 subnormal accumulators is
+    // the one untested corner: c + 0 with c subnormal keeps c unless the mma flushes it.
+    const bool key_lo = !(kSkipLo && count_s[4 + b] != 0);
     const __nv_bfloat16 *kh = k_hi(b), *kl = k_lo(b);
 
     // 1. S partial of heads r0, r0 + 8 x all 32 keys over dims d0 .. d0 + kQDims. hi·hi and the cross terms in
     // separate accumulators: 8 independent mma chains a warp, the small terms summed among themselves first.
-    {
+    auto s_phase = [&](auto with_key_lo) {
+      constexpr bool kKeyLo = decltype(with_key_lo)::value;
       float sacc[4][4] = {}, sx[4][4] = {};
 #pragma unroll
       for (int ks = 0; ks < kQDims / 16; ++ks) {
@@ -286,7 +343,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(PagedSink
           const int key = nt * 8 + g;
           const __nv_bfloat16 *bh = kh + key * L::kLd + d, *bl = kl + key * L::kLd + d;
           const uint32_t bh0 = ld32(bh), bh1 = ld32(bh + 8);
-          mma_bf16(sx[nt], ah, ld32(bl), ld32(bl + 8));
+          if constexpr (kKeyLo) mma_bf16(sx[nt], ah, ld32(bl), ld32(bl + 8));
           mma_bf16(sx[nt], al, bh0, bh1);
           mma_bf16(sacc[nt], ah, bh0, bh1);
         }
@@ -300,7 +357,11 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(PagedSink
         sq[(r0 + 8) * L::kSLd + col] = sacc[nt][2] + sx[nt][2];
         sq[(r0 + 8) * L::kSLd + col + 1] = sacc[nt][3] + sx[nt][3];
       }
-    }
+    };
+    if (key_lo)
+      s_phase(std::true_type{});
+    else
+      s_phase(std::false_type{});
     bar_sync(kBarCons, kConsumers);
 
     // 2. Online softmax of row srow over keys 4·seg .. 4·seg + 3 (keys >= n are missing rows). The 8 threads of
@@ -337,7 +398,8 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(PagedSink
 
     // 3. O[r0, r0 + 8][the quarter's dims] = O · corr + P · K. ldmatrix.trans lanes: keys 16·ks + (lane & 15) in
     // two 8-row matrices, dims +8 for lanes 16-31: registers 0-1 are n-tile 2·pr's b0 / b1, 2-3 n-tile 2·pr + 1's.
-    {
+    auto o_phase = [&](auto with_key_lo) {
+      constexpr bool kKeyLo = decltype(with_key_lo)::value;
       const float c0 = corr_s[r0], c1 = corr_s[r0 + 8];
 #pragma unroll
       for (int j = 0; j < kNt; ++j) {
@@ -355,14 +417,18 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(PagedSink
 #pragma unroll
         for (int pr = 0; pr < kNt / 2; ++pr) {
           const int dim = d0 + pr * 16 + (lane >> 4) * 8;
-          uint32_t bh[4], bl[4];
+          uint32_t bh[4], bl[4] = {};
           ldmatrix_x4_trans(bh, kh + key * L::kLd + dim);
-          ldmatrix_x4_trans(bl, kl + key * L::kLd + dim);
-          mma3(acc[2 * pr], ah, al, bh[0], bh[1], bl[0], bl[1]);
-          mma3(acc[2 * pr + 1], ah, al, bh[2], bh[3], bl[2], bl[3]);
+          if constexpr (kKeyLo) ldmatrix_x4_trans(bl, kl + key * L::kLd + dim);
+          mma3<kKeyLo>(acc[2 * pr], ah, al, bh[0], bh[1], bl[0], bl[1]);
+          mma3<kKeyLo>(acc[2 * pr + 1], ah, al, bh[2], bh[3], bl[2], bl[3]);
         }
       }
-    }
+    };
+    if (key_lo)
+      o_phase(std::true_type{});
+    else
+      o_phase(std::false_type{});
     bar_arrive_pair(kBarEmpty, b, kThreads);  // key buffer b is free; S and P are guarded by kCons and kFull
   }
 
@@ -401,15 +467,25 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(PagedSink
   }
 }
 
-template <int kHd>
-void launch(const PagedSinkAttentionKernelParams& p, cudaStream_t stream) {
+template <int kHd, bool kSkipLo>
+void launch_as(const PagedSinkAttentionKernelParams& p, cudaStream_t stream) {
   constexpr size_t smem = Layout<kHd>::bytes;
-  DI_CUDA_CHECK(cudaFuncSetAttribute(paged_attention_mma_kernel<kHd>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     static_cast<int>(smem)));
+  DI_CUDA_CHECK(cudaFuncSetAttribute(paged_attention_mma_kernel<kHd, kSkipLo>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   const dim3 grid(static_cast<unsigned>(p.tokens), static_cast<unsigned>(ceil_div(p.heads, kBlockHeads)),
                   static_cast<unsigned>(p.splits));
-  paged_attention_mma_kernel<kHd><<<grid, kThreads, smem, stream>>>(p);
+  paged_attention_mma_kernel<kHd, kSkipLo><<<grid, kThreads, smem, stream>>>(p);
   DI_CUDA_CHECK_LAUNCH();
+}
+
+// Temporary A/B switch: DEEPINFER_AB_ATTN_SKIP_LO=0 runs every tile with 3 mmas a product (the kernel before the
+// bf16-exact tile skip); the two give the same bytes, only the time differs.
+template <int kHd>
+void launch(const PagedSinkAttentionKernelParams& p, cudaStream_t stream) {
+  if (ab_new_kernel("DEEPINFER_AB_ATTN_SKIP_LO"))
+    launch_as<kHd, true>(p, stream);
+  else
+    launch_as<kHd, false>(p, stream);
 }
 
 int max_smem_optin() {
