@@ -319,11 +319,12 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(PagedSink
     if (n == 0) break;
     // A bf16-exact tile (no lo tile stored): its hi·lo mmas would add exact zeros, so they are skipped, QKᵀ and
     // PV 2 mmas a product instead of 3, with the same bits. Why the same: the lo parts are +0 (RN(x − hi) of an
-    // exact x is x − x = +0), so each skipped mma computes c + Σ ±0 = c exactly; an accumulator never holds −0
-    // (it starts at +0 and an IEEE sum is −0 only if every addend is), so no +0 + −0 sign change is lost either.
-    // Only where an S entry is exactly ±0 with its hi·hi part ±0 as well could a zero's sign differ, and S feeds
-    // exp(s − m) only (both signs give the same o). The tensor cores' handling of fp32 subnormal accumulators is
-    // the one untested corner: c + 0 with c subnormal keeps c unless the mma flushes it.
+    // exact x is x − x = +0), so a skipped mma computes c + Σ(±0) = c, except that IEEE turns c = −0 into +0.
+    // S's cross accumulator starts at +0 every tile, so S is unchanged. O's can be −0 only as (negative o) · corr
+    // with corr = 0 (a logit jump past exp's range); the skip keeps that −0 where the full path had +0, and it
+    // shows only if every later product into that element is exactly zero (the max key's value 0 in that dim):
+    // o = −0 instead of +0, equal as numbers. (And an fp32 subnormal accumulator: c + 0 keeps c unless the mma
+    // flushes it, untested.)
     const bool key_lo = !(kSkipLo && count_s[4 + b] != 0);
     const __nv_bfloat16 *kh = k_hi(b), *kl = k_lo(b);
 
