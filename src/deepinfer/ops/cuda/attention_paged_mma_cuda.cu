@@ -15,6 +15,9 @@
 // its relative error grows) and S 1.3e-6; the fp32 SIMT kernel and the CPU op sit at 2-3e-7. The GPU tests hold
 // this kernel to 2e-5 against the CPU op. 3xTF32 would be ~60x more accurate (5.8e-8 emulated) at twice the mma
 // count (m16n8k8), the fallback if a model-level check ever needs it.
+// Where a key tile is bf16-exact (V4.1 caches its window KV FP8- and its compressed entries FP4-fake-quantized,
+// both exact in bf16; V4 quantizes neither), its lo parts are +0 and the hi·lo products are skipped: 2 mmas a
+// product in S and in O instead of 3, no lo tile stored or loaded, the same bits (the consumer loop says why).
 //
 // Block: 12 warps, 32 heads (why 32 and not all 64: below).
 // - Warps 8-11 produce, one 32-key tile ahead, into two shared key buffers: warp 8 compacts the query's key
@@ -26,16 +29,16 @@
 //   qd·hd/4 .. (qd+1)·hd/4). Per tile: (1) S partial over the warp's dims for all 32 keys -> shared memory;
 //   (2) softmax, 8 threads per head row: the four partials summed in a fixed order, fp32 online max / sum in
 //   registers (the SIMT kernel's formulas), P = exp(s − m) split into hi / lo bf16, the row's rescale factor;
-//   (3) O += P · K for the warp's 16 heads x hd/4 dims (64 fp32 registers at hd 512), the K fragments transposed
-//   by ldmatrix.trans.
+//   (3) O += P · K for all 32 heads x hd/8 dims a warp at hd >= 128 (64 fp32 registers at hd 512; each K
+//   fragment, transposed by ldmatrix.trans, feeds both head tiles), at hd 64 the S phase's 16 heads x hd/4.
 // - Hand-over by named barriers, per buffer: kFull (producers arrive, consumers wait) and kEmpty (consumers
 //   arrive after their O phase, producers wait before overwriting).
 // Why 32 heads: the two key buffers (65 KB each at hd 512) and Q (65 KB) fit the 227 KB of shared memory only
 // with 32 heads of Q; with 64 heads one buffer fits, its loads cannot overlap the math, and 16 heads x 256 dims
 // of O a warp (128 registers) spilled at the 168-register cap that 12 warps (3 per SM sub-partition, 16K
 // registers each) impose. Each key row is then read once per 32 heads, still 4x fewer reads than the SIMT kernel.
-// ptxas -v (sm_90a): 168 registers at hd 512 (the cap), 133 / 115 / 56 at hd 256 / 128 / 64, no spills; shared
-// memory 222,608 bytes at hd 512 (one block an SM).
+// ptxas -v (sm_90a, CUDA 12): 168 registers at hd 512 (the cap), 154 / 80 / 60 at hd 256 / 128 / 64, no spills
+// (every A/B variant); shared memory 226,208 bytes at hd 512 (one block an SM).
 // The end is the SIMT kernel's: with one split the sink joins the denominator and o is written; otherwise the
 // unnormalised partial (o, m, l) of the split goes to the combine.
 #include <cuda_bf16.h>
@@ -72,7 +75,9 @@ template <int kHd>
 struct Layout {
   // +8 bf16 (16 bytes) a row: the 8 rows of a fragment load or an ldmatrix phase fall in distinct bank groups.
   static constexpr int kLd = kHd + 8;
-  static constexpr int kSLd = kTile + 1;
+  // S partials: 40 floats a row (8 words mod 32) make the mma lanes' float2 stores (rows g, words 2·tq) fill each
+  // half-warp's 32 banks once, and keep the softmax's float4 rows 16-byte aligned.
+  static constexpr int kSLd = kTile + 8;
   static constexpr int kPLd = kTile + 8;
   static constexpr size_t kKeyBuf = size_t{2} * kTile * kLd;  // bytes of one hi or lo key tile
   static constexpr size_t q_hi = 0;
@@ -92,6 +97,7 @@ struct Layout {
   static_assert(kHd % 64 == 0 && kHd <= 512, "head dim");
   static_assert(k_hi % 16 == 0 && s % 16 == 0 && p_hi % 16 == 0 && corr % 16 == 0 && rows % 16 == 0,
                 "16-byte aligned regions");
+  static_assert(bytes <= 227 * 1024, "sm_90's opt-in shared memory a block (more would fall back to SIMT)");
 };
 
 __device__ __forceinline__ void bar_sync(int id, int threads) {
@@ -187,7 +193,9 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const __nv_b
                : "r"(addr));
 }
 
-template <int kHd, bool kSkipLo>
+// kOM: head m-tiles (16 heads) a warp takes in the O phase; see the O phase for why 2 (kSkipLo and kOM 1 are
+// the kernel before the temporary A/B switches below).
+template <int kHd, bool kSkipLo, int kOM>
 __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(PagedSinkAttentionKernelParams p) {
   using L = Layout<kHd>;
   extern __shared__ __align__(16) uint8_t smem[];
@@ -306,10 +314,18 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(PagedSink
   const int d0 = qd * kQDims;
   const int srow = tid >> 3, seg = tid & 7;  // softmax: head row, 4-key segment of the tile
   float m_run = -INFINITY, l_run = 0.0f;
-  constexpr int kNt = kQDims / 8;  // 8-dim n-tiles of this warp's quarter of O
-  float acc[kNt][4];
+  // O phase: warp -> head m-tiles og·kOM .. og·kOM + kOM − 1 x dims od0 .. od0 + kODims (kOM 1: the S phase's
+  // (hg, qd); kOM 2: all 32 heads x an eighth of the dims).
+  static_assert(kOM == 1 || kOM == 2, "O-phase head tiles a warp");
+  constexpr int kOGroups = kHeadGroups / kOM, kODims = kHd * kOGroups / (kConsumers / 32);
+  static_assert(kODims % 16 == 0, "O-phase dims a warp: whole ldmatrix pairs");
+  const int og = warp % kOGroups, opart = warp / kOGroups, od0 = opart * kODims;
+  constexpr int kNt = kODims / 8;  // 8-dim n-tiles of this warp's part of O
+  float acc[kOM][kNt][4];
 #pragma unroll
-  for (int j = 0; j < kNt; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+  for (int m = 0; m < kOM; ++m)
+#pragma unroll
+    for (int j = 0; j < kNt; ++j) acc[m][j][0] = acc[m][j][1] = acc[m][j][2] = acc[m][j][3] = 0.0f;
   bar_sync(kBarCons, kConsumers);  // Q stored
 
   for (int i = 0;; ++i) {
@@ -353,10 +369,10 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(PagedSink
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt) {
         const int col = nt * 8 + 2 * tq;
-        sq[r0 * L::kSLd + col] = sacc[nt][0] + sx[nt][0];
-        sq[r0 * L::kSLd + col + 1] = sacc[nt][1] + sx[nt][1];
-        sq[(r0 + 8) * L::kSLd + col] = sacc[nt][2] + sx[nt][2];
-        sq[(r0 + 8) * L::kSLd + col + 1] = sacc[nt][3] + sx[nt][3];
+        *reinterpret_cast<float2*>(sq + r0 * L::kSLd + col) =
+            make_float2(sacc[nt][0] + sx[nt][0], sacc[nt][1] + sx[nt][1]);
+        *reinterpret_cast<float2*>(sq + (r0 + 8) * L::kSLd + col) =
+            make_float2(sacc[nt][2] + sx[nt][2], sacc[nt][3] + sx[nt][3]);
       }
     };
     if (key_lo)
@@ -369,12 +385,19 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(PagedSink
     // a row are 8 consecutive lanes.
     {
       float x[4], mx = m_run;
+      float4 part[kQuarters];  // the quarters' partials of the thread's 4 keys, one 16-byte load each
 #pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const int at = srow * L::kSLd + seg * 4 + c, stride = kBlockHeads * L::kSLd;
-        x[c] = (((s_s[at] + s_s[at + stride]) + s_s[at + 2 * stride]) + s_s[at + 3 * stride]) * p.scale;
+      for (int q = 0; q < kQuarters; ++q)
+        part[q] = *reinterpret_cast<const float4*>(s_s + (q * kBlockHeads + srow) * L::kSLd + seg * 4);
+      static_assert(kQuarters == 4, "the partials' sum order below");
+      const float4 q0 = part[0], q1 = part[1], q2 = part[2], q3 = part[3];
+      x[0] = (((q0.x + q1.x) + q2.x) + q3.x) * p.scale;
+      x[1] = (((q0.y + q1.y) + q2.y) + q3.y) * p.scale;
+      x[2] = (((q0.z + q1.z) + q2.z) + q3.z) * p.scale;
+      x[3] = (((q0.w + q1.w) + q2.w) + q3.w) * p.scale;
+#pragma unroll
+      for (int c = 0; c < 4; ++c)
         if (seg * 4 + c < n) mx = fmaxf(mx, x[c]);
-      }
 #pragma unroll
       for (int o = 1; o < 8; o <<= 1) mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, o));
       const float corr = expf(m_run - mx);  // m = −inf before the first key: 0
@@ -397,32 +420,46 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(PagedSink
     }
     bar_sync(kBarCons, kConsumers);
 
-    // 3. O[r0, r0 + 8][the quarter's dims] = O · corr + P · K. ldmatrix.trans lanes: keys 16·ks + (lane & 15) in
-    // two 8-row matrices, dims +8 for lanes 16-31: registers 0-1 are n-tile 2·pr's b0 / b1, 2-3 n-tile 2·pr + 1's.
+    // 3. O[heads][the warp's dims] = O · corr + P · K. ldmatrix.trans lanes: keys 16·ks + (lane & 15) in two
+    // 8-row matrices, dims +8 for lanes 16-31: registers 0-1 are n-tile 2·pr's b0 / b1, 2-3 n-tile 2·pr + 1's.
+    // With kOM 2 each K fragment feeds both head tiles, so K^T crosses shared memory once a tile instead of once
+    // per head group (PV's shared-memory bytes 144 -> 96 KB a tile at hd 512, ldmatrix count halved). Every O
+    // element sees the same corr and the same mma sequence (ks, then hi·lo, lo·hi, hi·hi) at the same row of its
+    // m-tile either way: the same bits.
     auto o_phase = [&](auto with_key_lo) {
       constexpr bool kKeyLo = decltype(with_key_lo)::value;
-      const float c0 = corr_s[r0], c1 = corr_s[r0 + 8];
 #pragma unroll
-      for (int j = 0; j < kNt; ++j) {
-        acc[j][0] *= c0;
-        acc[j][1] *= c0;
-        acc[j][2] *= c1;
-        acc[j][3] *= c1;
+      for (int m = 0; m < kOM; ++m) {
+        const int r = (og * kOM + m) * 16 + g;
+        const float c0 = corr_s[r], c1 = corr_s[r + 8];
+#pragma unroll
+        for (int j = 0; j < kNt; ++j) {
+          acc[m][j][0] *= c0;
+          acc[m][j][1] *= c0;
+          acc[m][j][2] *= c1;
+          acc[m][j][3] *= c1;
+        }
       }
 #pragma unroll
       for (int ks = 0; ks < kTile / 16; ++ks) {
-        uint32_t ah[4], al[4];
-        frag_a(p_hi, L::kPLd, r0, ks * 16 + 2 * tq, ah);
-        frag_a(p_lo, L::kPLd, r0, ks * 16 + 2 * tq, al);
+        uint32_t ah[kOM][4], al[kOM][4];
+#pragma unroll
+        for (int m = 0; m < kOM; ++m) {
+          frag_a(p_hi, L::kPLd, (og * kOM + m) * 16 + g, ks * 16 + 2 * tq, ah[m]);
+          frag_a(p_lo, L::kPLd, (og * kOM + m) * 16 + g, ks * 16 + 2 * tq, al[m]);
+        }
         const int key = ks * 16 + (lane & 15);
 #pragma unroll
         for (int pr = 0; pr < kNt / 2; ++pr) {
-          const int dim = d0 + pr * 16 + (lane >> 4) * 8;
+          const int dim = od0 + pr * 16 + (lane >> 4) * 8;
           uint32_t bh[4], bl[4] = {};
           ldmatrix_x4_trans(bh, kh + key * L::kLd + dim);
           if constexpr (kKeyLo) ldmatrix_x4_trans(bl, kl + key * L::kLd + dim);
-          mma3<kKeyLo>(acc[2 * pr], ah, al, bh[0], bh[1], bl[0], bl[1]);
-          mma3<kKeyLo>(acc[2 * pr + 1], ah, al, bh[2], bh[3], bl[2], bl[3]);
+#pragma unroll
+          for (int m = 0; m < kOM; ++m) {
+            mma3<kKeyLo>(acc[m][2 * pr], ah[m], al[m], bh[0], bh[1], bl[0], bl[1]);
+            mma3<kKeyLo>(acc[m][2 * pr + 1], ah[m], al[m], bh[2], bh[3], bl[2], bl[3]);
+          }
         }
       }
     };
@@ -440,8 +477,9 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(PagedSink
   }
   bar_sync(kBarCons, kConsumers);
 #pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    const int r = r0 + 8 * hh, h = hb + r;
+  for (int mh = 0; mh < 2 * kOM; ++mh) {
+    const int mt = mh / 2, hh = mh % 2;
+    const int r = (og * kOM + mt) * 16 + g + 8 * hh, h = hb + r;
     if (h >= p.heads) continue;
     const float m = fin_m[r], l = fin_l[r];
     const int64_t th = t * p.heads + h;
@@ -455,38 +493,46 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(PagedSink
     } else {
       const int64_t at = th * p.splits + split;
       dst = p.part_o + at * p.hd;
-      if (qd == 0 && tq == 0) {
+      if (opart == 0 && tq == 0) {
         p.part_m[at] = m;
         p.part_l[at] = l;
       }
     }
 #pragma unroll
     for (int j = 0; j < kNt; ++j) {
-      const int dim = d0 + j * 8 + 2 * tq;
-      *reinterpret_cast<float2*>(dst + dim) = make_float2(acc[j][2 * hh] * mul, acc[j][2 * hh + 1] * mul);
+      const int dim = od0 + j * 8 + 2 * tq;
+      *reinterpret_cast<float2*>(dst + dim) = make_float2(acc[mt][j][2 * hh] * mul, acc[mt][j][2 * hh + 1] * mul);
     }
   }
 }
 
-template <int kHd, bool kSkipLo>
+template <int kHd, bool kSkipLo, int kOM>
 void launch_as(const PagedSinkAttentionKernelParams& p, cudaStream_t stream) {
   constexpr size_t smem = Layout<kHd>::bytes;
-  DI_CUDA_CHECK(cudaFuncSetAttribute(paged_attention_mma_kernel<kHd, kSkipLo>,
+  DI_CUDA_CHECK(cudaFuncSetAttribute(paged_attention_mma_kernel<kHd, kSkipLo, kOM>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   const dim3 grid(static_cast<unsigned>(p.tokens), static_cast<unsigned>(ceil_div(p.heads, kBlockHeads)),
                   static_cast<unsigned>(p.splits));
-  paged_attention_mma_kernel<kHd, kSkipLo><<<grid, kThreads, smem, stream>>>(p);
+  paged_attention_mma_kernel<kHd, kSkipLo, kOM><<<grid, kThreads, smem, stream>>>(p);
   DI_CUDA_CHECK_LAUNCH();
 }
 
-// Temporary A/B switch: DEEPINFER_AB_ATTN_SKIP_LO=0 runs every tile with 3 mmas a product (the kernel before the
-// bf16-exact tile skip); the two give the same bytes, only the time differs.
+// Temporary A/B switches, each the same bytes, only the time differs: DEEPINFER_AB_ATTN_SKIP_LO=0 runs every tile
+// with 3 mmas a product (no bf16-exact tile skip); DEEPINFER_AB_ATTN_O_SHARE=0 gives each O-phase warp one head
+// tile (K fragments loaded once per head group). hd 64 has one mapping (an eighth of its dims is one n-tile).
 template <int kHd>
 void launch(const PagedSinkAttentionKernelParams& p, cudaStream_t stream) {
-  if (ab_new_kernel("DEEPINFER_AB_ATTN_SKIP_LO"))
-    launch_as<kHd, true>(p, stream);
+  const bool skip = ab_new_kernel("DEEPINFER_AB_ATTN_SKIP_LO");
+  const bool share = kHd >= 128 && ab_new_kernel("DEEPINFER_AB_ATTN_O_SHARE");
+  constexpr int kShared = kHd >= 128 ? 2 : 1;
+  if (skip && share)
+    launch_as<kHd, true, kShared>(p, stream);
+  else if (skip)
+    launch_as<kHd, true, 1>(p, stream);
+  else if (share)
+    launch_as<kHd, false, kShared>(p, stream);
   else
-    launch_as<kHd, false>(p, stream);
+    launch_as<kHd, false, 1>(p, stream);
 }
 
 int max_smem_optin() {
