@@ -37,7 +37,7 @@
 // with 32 heads of Q; with 64 heads one buffer fits, its loads cannot overlap the math, and 16 heads x 256 dims
 // of O a warp (128 registers) spilled at the 168-register cap that 12 warps (3 per SM sub-partition, 16K
 // registers each) impose. Each key row is then read once per 32 heads, still 4x fewer reads than the SIMT kernel.
-// ptxas -v (sm_90a, CUDA 12): 168 registers at hd 512 (the cap), 154 / 80 / 60 at hd 256 / 128 / 64, no spills
+// ptxas -v (sm_90a, CUDA 13.0): 168 registers at hd 512 (the cap), 154 / 80 / 60 at hd 256 / 128 / 64, no spills
 // (every A/B variant); shared memory 226,208 bytes at hd 512 (one block an SM).
 // The end is the SIMT kernel's: with one split the sink joins the denominator and o is written; otherwise the
 // unnormalised partial (o, m, l) of the split goes to the combine.
@@ -193,9 +193,10 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const __nv_b
                : "r"(addr));
 }
 
-// kOM: head m-tiles (16 heads) a warp takes in the O phase; see the O phase for why 2 (kSkipLo and kOM 1 are
-// the kernel before the temporary A/B switches below).
-template <int kHd, bool kSkipLo, int kOM>
+// kSkipLo: skip the hi·lo mmas of bf16-exact key tiles. kFrags: fragments by ldmatrix (S and P·K's A operand)
+// and K fragments shared by both head tiles in the O phase (hd >= 128). Both off: the kernel before the
+// temporary A/B switches below; every combination gives the same bits.
+template <int kHd, bool kSkipLo, bool kFrags>
 __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(PagedSinkAttentionKernelParams p) {
   using L = Layout<kHd>;
   extern __shared__ __align__(16) uint8_t smem[];
@@ -316,7 +317,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(PagedSink
   float m_run = -INFINITY, l_run = 0.0f;
   // O phase: warp -> head m-tiles og·kOM .. og·kOM + kOM − 1 x dims od0 .. od0 + kODims (kOM 1: the S phase's
   // (hg, qd); kOM 2: all 32 heads x an eighth of the dims).
-  static_assert(kOM == 1 || kOM == 2, "O-phase head tiles a warp");
+  constexpr int kOM = kFrags && kHd >= 128 ? 2 : 1;  // at hd 64 an eighth of the dims is one n-tile
   constexpr int kOGroups = kHeadGroups / kOM, kODims = kHd * kOGroups / (kConsumers / 32);
   static_assert(kODims % 16 == 0, "O-phase dims a warp: whole ldmatrix pairs");
   const int og = warp % kOGroups, opart = warp / kOGroups, od0 = opart * kODims;
@@ -351,18 +352,44 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(PagedSink
       float sacc[4][4] = {}, sx[4][4] = {};
 #pragma unroll
       for (int ks = 0; ks < kQDims / 16; ++ks) {
-        const int d = d0 + ks * 16 + 2 * tq;
         uint32_t ah[4], al[4];
-        frag_a(q_hi, L::kLd, r0, d, ah);
-        frag_a(q_lo, L::kLd, r0, d, al);
+        // K fragments: bh[np][0..1] = b0, b1 of n-tile 2·np, bh[np][2..3] of n-tile 2·np + 1 (either load).
+        // ldmatrix moves the same bytes as the 32-bit loads in 10 instructions a step instead of 24.
+        uint32_t bh[2][4], bl[2][4] = {};
+        if constexpr (kFrags) {
+          // ldmatrix lanes: A rows hg·16 + (lane & 15), dims +8 for lanes 16-31 (matrices a0..a3); K keys
+          // 16·np + 8·(lane >> 4) + (lane & 7), dims +8 for lanes 8-15 and 24-31 (b0, b1 of two n-tiles).
+          const int dq = d0 + ks * 16;
+          const int a_at = (hg * 16 + (lane & 15)) * L::kLd + dq + (lane >> 4) * 8;
+          ldmatrix_x4(ah, q_hi + a_at);
+          ldmatrix_x4(al, q_lo + a_at);
+#pragma unroll
+          for (int np = 0; np < 2; ++np) {
+            const int b_at = (np * 16 + (lane >> 4) * 8 + (lane & 7)) * L::kLd + dq + ((lane >> 3) & 1) * 8;
+            ldmatrix_x4(bh[np], kh + b_at);
+            if constexpr (kKeyLo) ldmatrix_x4(bl[np], kl + b_at);
+          }
+        } else {
+          const int d = d0 + ks * 16 + 2 * tq;
+          frag_a(q_hi, L::kLd, r0, d, ah);
+          frag_a(q_lo, L::kLd, r0, d, al);
+#pragma unroll
+          for (int nt = 0; nt < 4; ++nt) {
+            const int at = (nt * 8 + g) * L::kLd + d, j = 2 * (nt % 2);
+            bh[nt / 2][j] = ld32(kh + at);
+            bh[nt / 2][j + 1] = ld32(kh + at + 8);
+            if constexpr (kKeyLo) {
+              bl[nt / 2][j] = ld32(kl + at);
+              bl[nt / 2][j + 1] = ld32(kl + at + 8);
+            }
+          }
+        }
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt) {
-          const int key = nt * 8 + g;
-          const __nv_bfloat16 *bh = kh + key * L::kLd + d, *bl = kl + key * L::kLd + d;
-          const uint32_t bh0 = ld32(bh), bh1 = ld32(bh + 8);
-          if constexpr (kKeyLo) mma_bf16(sx[nt], ah, ld32(bl), ld32(bl + 8));
-          mma_bf16(sx[nt], al, bh0, bh1);
-          mma_bf16(sacc[nt], ah, bh0, bh1);
+          const uint32_t *b_h = bh[nt / 2] + 2 * (nt % 2), *b_l = bl[nt / 2] + 2 * (nt % 2);
+          if constexpr (kKeyLo) mma_bf16(sx[nt], ah, b_l[0], b_l[1]);
+          mma_bf16(sx[nt], al, b_h[0], b_h[1]);
+          mma_bf16(sacc[nt], ah, b_h[0], b_h[1]);
         }
       }
       float* sq = s_s + qd * kBlockHeads * L::kSLd;
@@ -445,8 +472,14 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(PagedSink
         uint32_t ah[kOM][4], al[kOM][4];
 #pragma unroll
         for (int m = 0; m < kOM; ++m) {
-          frag_a(p_hi, L::kPLd, (og * kOM + m) * 16 + g, ks * 16 + 2 * tq, ah[m]);
-          frag_a(p_lo, L::kPLd, (og * kOM + m) * 16 + g, ks * 16 + 2 * tq, al[m]);
+          if constexpr (kFrags) {
+            const int at = ((og * kOM + m) * 16 + (lane & 15)) * L::kPLd + ks * 16 + (lane >> 4) * 8;
+            ldmatrix_x4(ah[m], p_hi + at);
+            ldmatrix_x4(al[m], p_lo + at);
+          } else {
+            frag_a(p_hi, L::kPLd, (og * kOM + m) * 16 + g, ks * 16 + 2 * tq, ah[m]);
+            frag_a(p_lo, L::kPLd, (og * kOM + m) * 16 + g, ks * 16 + 2 * tq, al[m]);
+          }
         }
         const int key = ks * 16 + (lane & 15);
 #pragma unroll
@@ -506,33 +539,31 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(PagedSink
   }
 }
 
-template <int kHd, bool kSkipLo, int kOM>
+template <int kHd, bool kSkipLo, bool kFrags>
 void launch_as(const PagedSinkAttentionKernelParams& p, cudaStream_t stream) {
   constexpr size_t smem = Layout<kHd>::bytes;
-  DI_CUDA_CHECK(cudaFuncSetAttribute(paged_attention_mma_kernel<kHd, kSkipLo, kOM>,
+  DI_CUDA_CHECK(cudaFuncSetAttribute(paged_attention_mma_kernel<kHd, kSkipLo, kFrags>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   const dim3 grid(static_cast<unsigned>(p.tokens), static_cast<unsigned>(ceil_div(p.heads, kBlockHeads)),
                   static_cast<unsigned>(p.splits));
-  paged_attention_mma_kernel<kHd, kSkipLo, kOM><<<grid, kThreads, smem, stream>>>(p);
+  paged_attention_mma_kernel<kHd, kSkipLo, kFrags><<<grid, kThreads, smem, stream>>>(p);
   DI_CUDA_CHECK_LAUNCH();
 }
 
 // Temporary A/B switches, each the same bytes, only the time differs: DEEPINFER_AB_ATTN_SKIP_LO=0 runs every tile
-// with 3 mmas a product (no bf16-exact tile skip); DEEPINFER_AB_ATTN_O_SHARE=0 gives each O-phase warp one head
-// tile (K fragments loaded once per head group). hd 64 has one mapping (an eighth of its dims is one n-tile).
+// with 3 mmas a product (no bf16-exact tile skip); DEEPINFER_AB_ATTN_FRAGS=0 loads the mma fragments 32 bits at a
+// time and gives each O-phase warp one head tile (K fragments loaded once per head group).
 template <int kHd>
 void launch(const PagedSinkAttentionKernelParams& p, cudaStream_t stream) {
-  const bool skip = ab_new_kernel("DEEPINFER_AB_ATTN_SKIP_LO");
-  const bool share = kHd >= 128 && ab_new_kernel("DEEPINFER_AB_ATTN_O_SHARE");
-  constexpr int kShared = kHd >= 128 ? 2 : 1;
-  if (skip && share)
-    launch_as<kHd, true, kShared>(p, stream);
+  const bool skip = ab_new_kernel("DEEPINFER_AB_ATTN_SKIP_LO"), frags = ab_new_kernel("DEEPINFER_AB_ATTN_FRAGS");
+  if (skip && frags)
+    launch_as<kHd, true, true>(p, stream);
   else if (skip)
-    launch_as<kHd, true, 1>(p, stream);
-  else if (share)
-    launch_as<kHd, false, kShared>(p, stream);
+    launch_as<kHd, true, false>(p, stream);
+  else if (frags)
+    launch_as<kHd, false, true>(p, stream);
   else
-    launch_as<kHd, false, 1>(p, stream);
+    launch_as<kHd, false, false>(p, stream);
 }
 
 int max_smem_optin() {
