@@ -218,12 +218,12 @@ TEST_F(CudaPagedAttentionMma, SmallCallsWhenForced) {
 // The bf16-exact tile skip (2 mmas a product where a key tile's lo parts are all zero) against the always-3 path
 // (DEEPINFER_AB_ATTN_SKIP_LO=0) of the same call, and the ldmatrix fragments with K fragments shared by 2 head
 // tiles in the O phase against 32-bit fragment loads and one head tile a warp (DEEPINFER_AB_ATTN_FRAGS=0), each
-// switch alone and both off (the kernel before them): the same bytes, and within
-// the kernel's tolerance of the CPU op. Keys: all FP8-fake-quantized (V4.1's window and, FP4 being exact too, its
-// compressed entries), generic f32, quantized window with generic compressed rows (tiles of each kind and mixed ones in
-// one call), and each row quantized with probability 0.97 (tiles with one or two generic rows among exact ones: a vote
-// that missed a producer warp would skip lo parts that are not zero, which only the byte comparison is sure to see).
-// Prefill shapes and, forced, split decode shapes.
+// switch alone and both off (the kernel before them): the same bytes, and within the kernel's tolerance of the
+// CPU op. Keys: all FP8-fake-quantized (V4.1's window and, FP4 being exact too, its compressed entries), generic
+// f32, quantized window with generic compressed rows (tiles of each kind and mixed ones in one call), and each
+// row quantized with probability 0.97 (tiles with one or two generic rows among exact ones: a vote that missed a
+// producer warp would skip lo parts that are not zero, which only the byte comparison is sure to see). Prefill
+// shapes and, forced, split decode shapes.
 TEST_F(CudaPagedAttentionMma, ExactKeySkipAndFragmentLoadsKeepTheBytes) {
   enum class Keys { kExact, kGeneric, kExactWindow, kMostlyExact };
   const struct {
