@@ -33,6 +33,8 @@
 //   fragment, transposed by ldmatrix.trans, feeds both head tiles), at hd 64 the S phase's 16 heads x hd/4.
 // - Hand-over by named barriers, per buffer: kFull (producers arrive, consumers wait) and kEmpty (consumers
 //   arrive after their O phase, producers wait before overwriting).
+// - ConsumerLayout (below) names this layout kShared; kLd32 is the layout before (32-bit fragment loads, the S
+//   phase's (hg, qd) in the O phase too) and kGroups an unmeasured alternative (head groups decoupled).
 // Why 32 heads: the two key buffers (65 KB each at hd 512) and Q (65 KB) fit the 227 KB of shared memory only
 // with 32 heads of Q; with 64 heads one buffer fits, its loads cannot overlap the math, and 16 heads x 256 dims
 // of O a warp (128 registers) spilled at the 168-register cap that 12 warps (3 per SM sub-partition, 16K
@@ -68,7 +70,9 @@ constexpr int kThreads = kConsumers + kProducers;
 // (bar.arrive on one, bar.sync on the other); kCons and kProd order each side's own shared memory; kExact reduces
 // the producers' "this tile has lo parts" votes (bar.red, its own id: a barrier's phases may not mix bar.red with
 // bar.sync).
-constexpr int kBarFull = 1, kBarEmpty = 3, kBarCons = 5, kBarProd = 6, kBarExact = 7;
+// In the kGroups layout (below) kFull + b is head group 0's hand-over (producers and its 128 consumers) and
+// kFullG1 + b head group 1's, and kGroup + hg orders one head group's consumers alone.
+constexpr int kBarFull = 1, kBarEmpty = 3, kBarCons = 5, kBarProd = 6, kBarExact = 7, kBarGroup = 8, kBarFullG1 = 10;
 constexpr unsigned kFull = 0xffffffffu;
 
 template <int kHd>
@@ -193,12 +197,22 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const __nv_b
                : "r"(addr));
 }
 
-// kSkipLo: skip the hi·lo mmas of bf16-exact key tiles. kFrags: fragments by ldmatrix (S and P·K's A operand)
-// and K fragments shared by both head tiles in the O phase (hd >= 128). Both off: the kernel before the
-// temporary A/B switches below; every combination gives the same bits.
-template <int kHd, bool kSkipLo, bool kFrags>
+// Consumer layouts (every one the same bits):
+// - kLd32: warp -> (hg = warp % 2, qd = warp / 2) in all phases, fragments by 32-bit loads (the kernel before).
+// - kShared: fragments by ldmatrix, and in the O phase each warp takes both head tiles x hd/8 dims (hd >= 128),
+//   so each K fragment feeds both.
+// - kGroups: fragments by ldmatrix; warps 0-3 are head group 0, warps 4-7 head group 1 (one warp of each on every
+//   scheduler), each group with its own barriers, softmax threads and O tiles, so one group's softmax and barrier
+//   waits can overlap the other's mmas (the groups drift up to one key tile apart; the producers' buffer
+//   hand-over still waits for both).
+enum class ConsumerLayout : int { kLd32, kShared, kGroups };
+
+// kSkipLo: skip the hi·lo mmas of bf16-exact key tiles. kSkipLo = false with kLd32 is the kernel before the
+// temporary A/B switches below.
+template <int kHd, bool kSkipLo, ConsumerLayout kLayout>
 __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(PagedSinkAttentionKernelParams p) {
   using L = Layout<kHd>;
+  constexpr bool kFrags = kLayout != ConsumerLayout::kLd32, kGrouped = kLayout == ConsumerLayout::kGroups;
   extern __shared__ __align__(16) uint8_t smem[];
   auto* q_hi = reinterpret_cast<__nv_bfloat16*>(smem + L::q_hi);
   auto* q_lo = reinterpret_cast<__nv_bfloat16*>(smem + L::q_lo);
@@ -290,7 +304,12 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(PagedSink
         count_s[2 + b] = n;
         count_s[4 + b] = exact;
       }
-      bar_arrive_pair(kBarFull, b, kThreads);
+      if constexpr (kGrouped) {
+        bar_arrive_pair(kBarFull, b, kProducers + kConsumers / 2);
+        bar_arrive_pair(kBarFullG1, b, kProducers + kConsumers / 2);
+      } else {
+        bar_arrive_pair(kBarFull, b, kThreads);
+      }
       if (n == 0) {
         // Pair the consumers' last release (tile i - 1, the other buffer) so that no barrier is left half-arrived.
         if (i >= 1) bar_sync_pair(kBarEmpty, b ^ 1, kThreads);
@@ -310,17 +329,26 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(PagedSink
   }
 
   const int g = lane >> 2, tq = lane & 3;
-  const int hg = warp % kHeadGroups, qd = warp / kHeadGroups, r0 = hg * 16 + g;
+  const int hg = kGrouped ? warp / kQuarters : warp % kHeadGroups;
+  const int qd = kGrouped ? warp % kQuarters : warp / kHeadGroups, r0 = hg * 16 + g;
   constexpr int kQDims = kHd / kQuarters;  // dims of this warp's quarter
   const int d0 = qd * kQDims;
-  const int srow = tid >> 3, seg = tid & 7;  // softmax: head row, 4-key segment of the tile
+  // Softmax: head row, 4-key segment of the tile (grouped: the group's 128 threads take its 16 rows).
+  const int srow = kGrouped ? hg * 16 + ((tid & 127) >> 3) : tid >> 3, seg = tid & 7;
+  // Orders the consumers' shared S / P / corr between the phases: all of them, or the head group's own.
+  auto cons_sync = [&] {
+    if constexpr (kGrouped)
+      bar_sync_pair(kBarGroup, hg, kConsumers / 2);
+    else
+      bar_sync(kBarCons, kConsumers);
+  };
   float m_run = -INFINITY, l_run = 0.0f;
   // O phase: warp -> head m-tiles og·kOM .. og·kOM + kOM − 1 x dims od0 .. od0 + kODims (kOM 1: the S phase's
   // (hg, qd); kOM 2: all 32 heads x an eighth of the dims).
-  constexpr int kOM = kFrags && kHd >= 128 ? 2 : 1;  // at hd 64 an eighth of the dims is one n-tile
+  constexpr int kOM = kLayout == ConsumerLayout::kShared && kHd >= 128 ? 2 : 1;  // hd 64: an eighth is one n-tile
   constexpr int kOGroups = kHeadGroups / kOM, kODims = kHd * kOGroups / (kConsumers / 32);
   static_assert(kODims % 16 == 0, "O-phase dims a warp: whole ldmatrix pairs");
-  const int og = warp % kOGroups, opart = warp / kOGroups, od0 = opart * kODims;
+  const int og = kOM == 2 ? 0 : hg, opart = kOM == 2 ? warp : qd, od0 = opart * kODims;
   constexpr int kNt = kODims / 8;  // 8-dim n-tiles of this warp's part of O
   float acc[kOM][kNt][4];
 #pragma unroll
@@ -331,7 +359,12 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(PagedSink
 
   for (int i = 0;; ++i) {
     const int b = i & 1;
-    bar_sync_pair(kBarFull, b, kThreads);
+    if constexpr (!kGrouped)
+      bar_sync_pair(kBarFull, b, kThreads);
+    else if (hg == 0)
+      bar_sync_pair(kBarFull, b, kProducers + kConsumers / 2);
+    else
+      bar_sync_pair(kBarFullG1, b, kProducers + kConsumers / 2);
     const int n = count_s[2 + b];
     if (n == 0) break;
     // A bf16-exact tile (no lo tile stored): its hi·lo mmas would add exact zeros, so they are skipped, QKᵀ and
@@ -406,7 +439,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(PagedSink
       s_phase(std::true_type{});
     else
       s_phase(std::false_type{});
-    bar_sync(kBarCons, kConsumers);
+    cons_sync();
 
     // 2. Online softmax of row srow over keys 4·seg .. 4·seg + 3 (keys >= n are missing rows). The 8 threads of
     // a row are 8 consecutive lanes.
@@ -445,7 +478,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(PagedSink
       *reinterpret_cast<uint2*>(p_lo + srow * L::kPLd + seg * 4) = l;
       if (seg == 0) corr_s[srow] = corr;
     }
-    bar_sync(kBarCons, kConsumers);
+    cons_sync();
 
     // 3. O[heads][the warp's dims] = O · corr + P · K. ldmatrix.trans lanes: keys 16·ks + (lane & 15) in two
     // 8-row matrices, dims +8 for lanes 16-31: registers 0-1 are n-tile 2·pr's b0 / b1, 2-3 n-tile 2·pr + 1's.
@@ -508,7 +541,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(PagedSink
     fin_m[srow] = m_run;
     fin_l[srow] = l_run;
   }
-  bar_sync(kBarCons, kConsumers);
+  cons_sync();
 #pragma unroll
   for (int mh = 0; mh < 2 * kOM; ++mh) {
     const int mt = mh / 2, hh = mh % 2;
@@ -539,31 +572,42 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(PagedSink
   }
 }
 
-template <int kHd, bool kSkipLo, bool kFrags>
+template <int kHd, bool kSkipLo, ConsumerLayout kLayout>
 void launch_as(const PagedSinkAttentionKernelParams& p, cudaStream_t stream) {
   constexpr size_t smem = Layout<kHd>::bytes;
-  DI_CUDA_CHECK(cudaFuncSetAttribute(paged_attention_mma_kernel<kHd, kSkipLo, kFrags>,
+  DI_CUDA_CHECK(cudaFuncSetAttribute(paged_attention_mma_kernel<kHd, kSkipLo, kLayout>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   const dim3 grid(static_cast<unsigned>(p.tokens), static_cast<unsigned>(ceil_div(p.heads, kBlockHeads)),
                   static_cast<unsigned>(p.splits));
-  paged_attention_mma_kernel<kHd, kSkipLo, kFrags><<<grid, kThreads, smem, stream>>>(p);
+  paged_attention_mma_kernel<kHd, kSkipLo, kLayout><<<grid, kThreads, smem, stream>>>(p);
   DI_CUDA_CHECK_LAUNCH();
 }
 
+template <int kHd, bool kSkipLo>
+void launch_layout(const PagedSinkAttentionKernelParams& p, ConsumerLayout layout, cudaStream_t stream) {
+  switch (layout) {
+    case ConsumerLayout::kLd32:
+      return launch_as<kHd, kSkipLo, ConsumerLayout::kLd32>(p, stream);
+    case ConsumerLayout::kShared:
+      return launch_as<kHd, kSkipLo, ConsumerLayout::kShared>(p, stream);
+    case ConsumerLayout::kGroups:
+      return launch_as<kHd, kSkipLo, ConsumerLayout::kGroups>(p, stream);
+  }
+}
+
 // Temporary A/B switches, each the same bytes, only the time differs: DEEPINFER_AB_ATTN_SKIP_LO=0 runs every tile
-// with 3 mmas a product (no bf16-exact tile skip); DEEPINFER_AB_ATTN_FRAGS=0 loads the mma fragments 32 bits at a
-// time and gives each O-phase warp one head tile (K fragments loaded once per head group).
+// with 3 mmas a product (no bf16-exact tile skip); DEEPINFER_AB_ATTN_FRAGS=0 the kLd32 layout (32-bit fragment
+// loads, one head tile a warp in the O phase); DEEPINFER_AB_ATTN_GROUPS=1 (opt-in, unmeasured) the kGroups layout.
 template <int kHd>
 void launch(const PagedSinkAttentionKernelParams& p, cudaStream_t stream) {
-  const bool skip = ab_new_kernel("DEEPINFER_AB_ATTN_SKIP_LO"), frags = ab_new_kernel("DEEPINFER_AB_ATTN_FRAGS");
-  if (skip && frags)
-    launch_as<kHd, true, true>(p, stream);
-  else if (skip)
-    launch_as<kHd, true, false>(p, stream);
-  else if (frags)
-    launch_as<kHd, false, true>(p, stream);
+  const char* groups = std::getenv("DEEPINFER_AB_ATTN_GROUPS");
+  const ConsumerLayout layout = !ab_new_kernel("DEEPINFER_AB_ATTN_FRAGS") ? ConsumerLayout::kLd32
+                                : groups && std::strcmp(groups, "1") == 0 ? ConsumerLayout::kGroups
+                                                                          : ConsumerLayout::kShared;
+  if (ab_new_kernel("DEEPINFER_AB_ATTN_SKIP_LO"))
+    launch_layout<kHd, true>(p, layout, stream);
   else
-    launch_as<kHd, false, false>(p, stream);
+    launch_layout<kHd, false>(p, layout, stream);
 }
 
 int max_smem_optin() {
