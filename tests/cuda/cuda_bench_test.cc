@@ -399,8 +399,12 @@ TEST_F(CudaBench, DISABLED_OpTimings) {
 // Prefill attention on V4-Flash shapes (issue #7): a chunk of 2048 queries at the end of an 8192-token sequence,
 // 64 heads of 512, window 128 plus 512 ratio-4 selections (the CSA layers) or the window alone (the SWA layers),
 // with the tensor-core kernel (the default for >= 128 tokens) and with DEEPINFER_AB_ATTN_MMA=0 (the SIMT kernel):
-// a same-run A/B. TFLOP/s count the useful products once (S and O over 64 x 512 per key); the two results must
-// agree to the mma kernel's 2e-5.
+// a same-run A/B. Keys generic f32 (V4: no KV fake-quant) and bf16-exact (V4.1: FP8 window / FP4 compressed KV),
+// where the tensor-core kernel skips the hi·lo mmas (2 a product instead of 3), with DEEPINFER_AB_ATTN_SKIP_LO=0
+// (always 3), DEEPINFER_AB_ATTN_FRAGS=0 (32-bit fragment loads, O-phase K fragments loaded per head group) and
+// DEEPINFER_AB_ATTN_GROUPS=1 (the two head groups decoupled) as same-run A/Bs, SKIP_LO=0 FRAGS=0 being the kernel
+// before them: the same bytes. TFLOP/s count the useful products once (S and O
+// over 64 x 512 per key); mma and SIMT results must agree to the mma kernel's 2e-5.
 TEST_F(CudaBench, DISABLED_PrefillAttentionTimings) {
   const int64_t t = 2048, h = 64, hd = 512, ctx = 8192, bs = 64, nb = ctx / bs, window = 128;
   std::vector<int32_t> ids(nb), seqs(t, 0);
@@ -415,7 +419,11 @@ TEST_F(CudaBench, DISABLED_PrefillAttentionTimings) {
   };
   DeviceTensor q = filled(DType::kF32, {t, h, hd}), win = filled(DType::kF32, {nb * bs, hd});
   DeviceTensor comp = filled(DType::kF32, {nb * bs / 4, hd}), sinks = filled(DType::kF32, {h});
+  DeviceTensor win_x = filled(DType::kF32, {nb * bs, hd}, false, false, true);
+  DeviceTensor comp_x = filled(DType::kF32, {nb * bs / 4, hd}, false, false, true);
   DeviceTensor out_mma(gpu(), DType::kF32, {t, h, hd}), out_simt(gpu(), DType::kF32, {t, h, hd});
+  std::vector<DeviceTensor> out_ab;  // the A/B variants' outputs
+  for (int i = 0; i < 4; ++i) out_ab.emplace_back(gpu(), DType::kF32, Shape{t, h, hd});
   DeviceTensor dpos = upv(DType::kI64, {t}, pos.data()), dseq = upv(DType::kI32, {t}, seqs.data());
   DeviceTensor dtab = upv(DType::kI32, {1, nb}, ids.data()), dbeg = upv(DType::kI64, {1}, begin.data());
   for (const int64_t k : {int64_t{512}, int64_t{0}}) {
@@ -430,26 +438,46 @@ TEST_F(CudaBench, DISABLED_PrefillAttentionTimings) {
     ap.q_positions = dpos;
     ap.q_seq = dseq;
     ap.block_tables = dtab;
-    ap.window_pool = win;
     ap.window_begin = dbeg;
-    if (k > 0) {
-      ap.comp_pool = comp;
-      ap.comp_idx = dsel;
-    }
+    if (k > 0) ap.comp_idx = dsel;
     ap.sinks = sinks;
     ap.block_size = static_cast<int>(bs);
     ap.comp_ratio = 4;
     ap.window = window;
     ap.scale = 0.044f;
     const double bytes = 4.0 * (2 * t * h * hd + (window + k) * hd), fl = 4.0 * t * h * (window + k) * hd;
-    const std::string shape = "paged_sink_attention prefill T=2048 H=64 hd=512 window 128 + " + std::to_string(k);
-    for (const char* env : {"1", "0"}) {
-      setenv("DEEPINFER_AB_ATTN_MMA", env, 1);
-      ap.out = env[0] == '1' ? out_mma : out_simt;
-      report(shape + (env[0] == '1' ? " mma" : " simt"), time_ms([&] { gpu().paged_sink_attention(ap); }), bytes, fl);
+    for (const bool exact : {false, true}) {
+      ap.window_pool = exact ? win_x : win;
+      if (k > 0) ap.comp_pool = exact ? comp_x : comp;
+      const std::string shape =
+          "attn prefill T=2048 H=64 hd=512 win 128 + " + std::to_string(k) + (exact ? " keys bf16-exact" : " keys f32");
+      // mma (the default), each A/B switch of the mma kernel at 0 and both (the kernel before them), SIMT.
+      const struct {
+        const char *mma, *skip, *frags, *groups, *label;
+        DeviceTensor* out;
+      } runs[] = {{"1", "1", "1", "0", " mma", &out_mma},
+                  {"1", "1", "0", "0", " mma frags=0", &out_ab[0]},
+                  {"1", "0", "1", "0", " mma skip_lo=0", &out_ab[1]},
+                  {"1", "0", "0", "0", " mma skip_lo=0 frags=0", &out_ab[2]},
+                  {"1", "1", "1", "1", " mma groups=1", &out_ab[3]},
+                  {"0", "1", "1", "0", " simt", &out_simt}};
+      for (const auto& r : runs) {
+        setenv("DEEPINFER_AB_ATTN_MMA", r.mma, 1);
+        setenv("DEEPINFER_AB_ATTN_SKIP_LO", r.skip, 1);
+        setenv("DEEPINFER_AB_ATTN_FRAGS", r.frags, 1);
+        setenv("DEEPINFER_AB_ATTN_GROUPS", r.groups, 1);
+        ap.out = *r.out;
+        report(shape + r.label, time_ms([&] { gpu().paged_sink_attention(ap); }), bytes, fl);
+      }
+      unsetenv("DEEPINFER_AB_ATTN_MMA");
+      unsetenv("DEEPINFER_AB_ATTN_SKIP_LO");
+      unsetenv("DEEPINFER_AB_ATTN_FRAGS");
+      unsetenv("DEEPINFER_AB_ATTN_GROUPS");
+      const HostTensor mma = down(out_mma);
+      rel_err(("mma vs simt, " + shape).c_str(), mma, down(out_simt), 2e-5);
+      for (int i = 0; i < 4; ++i)
+        expect_same_bytes(("mma vs" + std::string(runs[i + 1].label) + ", " + shape).c_str(), mma, down(out_ab[i]));
     }
-    unsetenv("DEEPINFER_AB_ATTN_MMA");
-    rel_err(("mma vs simt, " + shape).c_str(), down(out_mma), down(out_simt), 2e-5);
   }
 }
 

@@ -4,9 +4,16 @@
 // forms), one head block and several, one split and several. Tolerance: the kernel's split-bf16 products are
 // off by at most 3·2^-16 of |x||y| each; CPU emulation of the same arithmetic gives a norm-relative error of
 // 3.8e-6 to 4.4e-6 on this data (hd 512, 128-2048 keys), so 2e-5 against both the CPU op and the SIMT kernel.
+// Key tiles that are all bf16-exact (FP8 fake-quantized KV) skip the hi·lo mmas; DEEPINFER_AB_ATTN_SKIP_LO=0 keeps
+// 3 mmas a product everywhere, and the two must give the same bytes on exact, generic and mixed keys.
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <numeric>
 #include <optional>
+#include <random>
+#include <string>
 
 #include "cuda_test_util.h"
 #include "ops/paged_attention_case.h"
@@ -16,27 +23,73 @@ namespace {
 
 constexpr double kMmaTol = 2e-5;
 
-// Sets DEEPINFER_AB_ATTN_MMA for a scope (nullptr: unset) and restores what was there.
-class AttnMmaEnv {
+// Sets environment variable `name` for a scope (nullptr: unset) and restores what was there.
+class ScopedEnv {
  public:
-  explicit AttnMmaEnv(const char* value) {
-    if (const char* old = std::getenv(kName)) old_ = old;
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
     set(value);
   }
-  ~AttnMmaEnv() { set(old_ ? old_->c_str() : nullptr); }
-  AttnMmaEnv(const AttnMmaEnv&) = delete;
-  AttnMmaEnv& operator=(const AttnMmaEnv&) = delete;
+  ~ScopedEnv() { set(old_ ? old_->c_str() : nullptr); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
 
  private:
-  static constexpr const char* kName = "DEEPINFER_AB_ATTN_MMA";
-  static void set(const char* v) {
+  void set(const char* v) {
     if (v)
-      setenv(kName, v, 1);
+      setenv(name_, v, 1);
     else
-      unsetenv(kName);
+      unsetenv(name_);
   }
+  const char* name_;
   std::optional<std::string> old_;
 };
+
+// e4m3 round-to-nearest-even of y, |y| <= 448 (subnormal below 2^-6); zero results become the smallest subnormal
+// of y's sign, so that quantized test keys are never zeros.
+float e4m3_rne(float y) {
+  const float a = std::fabs(y);
+  int e = 0;
+  std::frexp(a, &e);  // a = m·2^e, m in [0.5, 1): the binade's exponent is e − 1
+  const float quantum = std::ldexp(1.0f, std::max(e - 1, -6) - 3);
+  float r = std::nearbyint(a / quantum) * quantum;
+  if (r == 0.0f) r = std::ldexp(1.0f, -9);
+  return std::copysign(r, y);
+}
+
+// The model's FP8 window-KV fake-quant (MODELS.md 3.3) of one row: blocks of 32 channels, scale the power of two
+// s >= max(amax, 1e-4) / 448, v = e4m3(x / s)·s. The results are bf16 values (4 significant bits times 2^k).
+void fp8_fake_quant_row(float* row, int64_t hd) {
+  for (int64_t b0 = 0; b0 < hd; b0 += 32) {
+    float amax = 0.0f;
+    for (int64_t i = b0; i < b0 + 32; ++i) amax = std::max(amax, std::fabs(row[i]));
+    const float t = std::max(amax, 1e-4f) * (1.0f / 448.0f);
+    int e = 0;
+    const float m = std::frexp(t, &e);
+    const float s = m == 0.5f ? t : std::ldexp(1.0f, e);
+    for (int64_t i = b0; i < b0 + 32; ++i) row[i] = e4m3_rne(std::clamp(row[i] / s, -448.0f, 448.0f)) * s;
+  }
+}
+
+// FP8-fake-quantizes the readable (non-NaN) rows of `pool` [rows, hd], each with probability `fraction`, and checks
+// that the result is bf16-exact. Returns how many rows it quantized.
+int64_t quantize_rows(HostTensor& pool, int64_t hd, double fraction, std::mt19937_64& rng) {
+  std::bernoulli_distribution pick(fraction);
+  int64_t n = 0;
+  for (int64_t r = 0; r < pool.shape()[0]; ++r) {
+    float* row = pool.data<float>() + r * hd;
+    if (std::isnan(row[0]) || !pick(rng)) continue;
+    fp8_fake_quant_row(row, hd);
+    for (int64_t i = 0; i < hd; ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, &row[i], 4);
+      EXPECT_EQ(bits & 0xffffu, 0u) << "quantized key not bf16-exact: " << row[i];
+      EXPECT_NE(row[i], 0.0f);
+    }
+    ++n;
+  }
+  return n;
+}
 
 PagedAttentionSpec make_spec(int64_t seqs, int64_t heads, int64_t hd, int64_t tps, int64_t k_sel, int bs, int ratio,
                              int window, int64_t min_ctx, int64_t max_ctx) {
@@ -63,10 +116,13 @@ class CudaPagedAttentionMma : public CudaOpTest {
     return {up(c.q),         up(c.q_pos),    up(c.q_seq), up(c.tables), up(c.window_pool), up(c.window_begin),
             up(c.comp_pool), up(c.comp_idx), up(c.sinks)};
   }
-  // The GPU op on the device copies with DEEPINFER_AB_ATTN_MMA = env (nullptr: unset, the default), into a
+  // The GPU op on the device copies with DEEPINFER_AB_ATTN_MMA = env, DEEPINFER_AB_ATTN_SKIP_LO = skip_lo,
+  // DEEPINFER_AB_ATTN_FRAGS = frags and DEEPINFER_AB_ATTN_GROUPS = groups (nullptr: unset, the default), into a
   // NaN-poisoned output; `mask`, when given, replaces comp_idx.
-  HostTensor run(const PagedAttentionCase& c, const Device& d, const char* env, const DeviceTensor* mask = nullptr) {
-    AttnMmaEnv guard(env);
+  HostTensor run(const PagedAttentionCase& c, const Device& d, const char* env, const DeviceTensor* mask = nullptr,
+                 const char* skip_lo = nullptr, const char* frags = nullptr, const char* groups = nullptr) {
+    ScopedEnv guard("DEEPINFER_AB_ATTN_MMA", env), skip_guard("DEEPINFER_AB_ATTN_SKIP_LO", skip_lo),
+        frags_guard("DEEPINFER_AB_ATTN_FRAGS", frags), groups_guard("DEEPINFER_AB_ATTN_GROUPS", groups);
     DeviceTensor out = poisoned({c.tokens, c.spec.heads, c.spec.hd});
     PagedSinkAttentionParams p = c.params(
         {d.q, d.q_pos, d.q_seq, d.tables, d.window_pool, d.window_begin, d.comp_pool, d.comp_idx, d.sinks}, out);
@@ -157,6 +213,65 @@ TEST_F(CudaPagedAttentionMma, SmallCallsWhenForced) {
     rel_err(name.c_str(), mma, want, kMmaTol);
     EXPECT_GT(max_abs_diff(mma, run(c, d, "0")), 0.0) << name << ": DEEPINFER_AB_ATTN_MMA=all did not change it";
   }
+}
+
+// The bf16-exact tile skip (2 mmas a product where a key tile's lo parts are all zero) against the always-3 path
+// (DEEPINFER_AB_ATTN_SKIP_LO=0) of the same call, and the ldmatrix fragments with K fragments shared by 2 head
+// tiles in the O phase against 32-bit fragment loads and one head tile a warp (DEEPINFER_AB_ATTN_FRAGS=0), each
+// switch alone and both off (the kernel before them), and the head groups decoupled (DEEPINFER_AB_ATTN_GROUPS=1,
+// with and without the skip): the same bytes, and within the kernel's tolerance of the CPU op. Keys: all
+// FP8-fake-quantized (V4.1's window and, FP4 being exact too, its compressed entries), generic f32, quantized window
+// with generic compressed rows (tiles of each kind and mixed ones in one call), and each row quantized with probability
+// 0.97 (tiles with one or two generic rows among exact ones: a vote that missed a producer warp would skip lo parts
+// that are not zero, which only the byte comparison is sure to see). Prefill shapes and, forced, split decode shapes.
+TEST_F(CudaPagedAttentionMma, ExactKeySkipAndFragmentLoadsKeepTheBytes) {
+  enum class Keys { kExact, kGeneric, kExactWindow, kMostlyExact };
+  const struct {
+    Keys keys;
+    const char* name;
+  } kinds[] = {{Keys::kExact, "exact"},
+               {Keys::kGeneric, "generic"},
+               {Keys::kExactWindow, "exact window, generic compressed"},
+               {Keys::kMostlyExact, "rows exact with p 0.97"}};
+  const struct {
+    PagedAttentionSpec spec;
+    const char* mma_env;  // "all": the decode shapes, several splits
+  } shapes[] = {
+      {make_spec(3, 64, 512, 48, 96, 64, 4, 128, 200, 1500), nullptr},
+      {make_spec(2, 32, 256, 64, 300, 32, 4, 64, 900, 2500), nullptr},
+      {make_spec(4, 128, 64, 32, 40, 16, 2, 32, 40, 700), nullptr},
+      {make_spec(5, 64, 512, 1, 512, 64, 4, 128, 200, 4000), "all"},
+      {make_spec(2, 16, 128, 70, 0, 16, 1, 96, 80, 400), "all"},
+  };
+  for (const auto& sh : shapes)
+    for (const auto& kind : kinds) {
+      const PagedAttentionSpec& s = sh.spec;
+      PagedAttentionCase c = make_paged_attention_case(s, rng()());
+      std::mt19937_64 qrng(rng()());
+      const bool exact_window = kind.keys != Keys::kGeneric, exact_comp = kind.keys == Keys::kExact;
+      const double p = kind.keys == Keys::kMostlyExact ? 0.97 : 1.0;
+      const int64_t qw = exact_window ? quantize_rows(c.window_pool, s.hd, p, qrng) : 0;
+      const int64_t qc =
+          (exact_comp || kind.keys == Keys::kMostlyExact) ? quantize_rows(c.comp_pool, s.hd, p, qrng) : 0;
+      if (exact_window) {
+        ASSERT_GT(qw, 0) << kind.name;
+      }
+      HostTensor want(DType::kF32, {c.tokens, s.heads, s.hd});
+      cpu().paged_sink_attention(c.params(want.view()));
+      const Device d = upload(c);
+      const std::string name = std::string(kind.name) + " H=" + std::to_string(s.heads) +
+                               " hd=" + std::to_string(s.hd) + " T=" + std::to_string(c.tokens) + " (" +
+                               std::to_string(qw) + "+" + std::to_string(qc) + " rows quantized)";
+      const HostTensor skip = run(c, d, sh.mma_env), full = run(c, d, sh.mma_env, nullptr, "0");
+      rel_err(("skip-lo vs cpu, " + name).c_str(), skip, want, kMmaTol);
+      rel_err(("always-3 vs cpu, " + name).c_str(), full, want, kMmaTol);
+      expect_same_bytes(("skip-lo vs always-3, " + name).c_str(), skip, full);
+      expect_same_bytes(("frags vs frags=0, " + name).c_str(), skip, run(c, d, sh.mma_env, nullptr, nullptr, "0"));
+      expect_same_bytes(("vs both switches 0, " + name).c_str(), skip, run(c, d, sh.mma_env, nullptr, "0", "0"));
+      expect_same_bytes(("vs groups, " + name).c_str(), skip, run(c, d, sh.mma_env, nullptr, nullptr, nullptr, "1"));
+      expect_same_bytes(("vs groups skip_lo=0, " + name).c_str(), skip,
+                        run(c, d, sh.mma_env, nullptr, "0", nullptr, "1"));
+    }
 }
 
 // Shapes the tensor-core kernel does not take (heads not a multiple of 16, hd 96) run the SIMT kernel whatever

@@ -15,6 +15,9 @@
 // its relative error grows) and S 1.3e-6; the fp32 SIMT kernel and the CPU op sit at 2-3e-7. The GPU tests hold
 // this kernel to 2e-5 against the CPU op. 3xTF32 would be ~60x more accurate (5.8e-8 emulated) at twice the mma
 // count (m16n8k8), the fallback if a model-level check ever needs it.
+// Where a key tile is bf16-exact (V4.1 caches its window KV FP8- and its compressed entries FP4-fake-quantized,
+// both exact in bf16; V4 quantizes neither), its lo parts are +0 and the hi·lo products are skipped: 2 mmas a
+// product in S and in O instead of 3, no lo tile stored or loaded, the same bits (the consumer loop says why).
 //
 // Block: 12 warps, 32 heads (why 32 and not all 64: below).
 // - Warps 8-11 produce, one 32-key tile ahead, into two shared key buffers: warp 8 compacts the query's key
@@ -26,23 +29,27 @@
 //   qd·hd/4 .. (qd+1)·hd/4). Per tile: (1) S partial over the warp's dims for all 32 keys -> shared memory;
 //   (2) softmax, 8 threads per head row: the four partials summed in a fixed order, fp32 online max / sum in
 //   registers (the SIMT kernel's formulas), P = exp(s − m) split into hi / lo bf16, the row's rescale factor;
-//   (3) O += P · K for the warp's 16 heads x hd/4 dims (64 fp32 registers at hd 512), the K fragments transposed
-//   by ldmatrix.trans.
+//   (3) O += P · K for all 32 heads x hd/8 dims a warp at hd >= 128 (64 fp32 registers at hd 512; each K
+//   fragment, transposed by ldmatrix.trans, feeds both head tiles), at hd 64 the S phase's 16 heads x hd/4.
 // - Hand-over by named barriers, per buffer: kFull (producers arrive, consumers wait) and kEmpty (consumers
 //   arrive after their O phase, producers wait before overwriting).
+// - ConsumerLayout (below) names this layout kShared; kLd32 is the layout before (32-bit fragment loads, the S
+//   phase's (hg, qd) in the O phase too) and kGroups an unmeasured alternative (head groups decoupled).
 // Why 32 heads: the two key buffers (65 KB each at hd 512) and Q (65 KB) fit the 227 KB of shared memory only
 // with 32 heads of Q; with 64 heads one buffer fits, its loads cannot overlap the math, and 16 heads x 256 dims
 // of O a warp (128 registers) spilled at the 168-register cap that 12 warps (3 per SM sub-partition, 16K
 // registers each) impose. Each key row is then read once per 32 heads, still 4x fewer reads than the SIMT kernel.
-// ptxas -v (sm_90a): 168 registers at hd 512 (the cap), 133 / 115 / 56 at hd 256 / 128 / 64, no spills; shared
-// memory 222,608 bytes at hd 512 (one block an SM).
+// ptxas -v (sm_90a, CUDA 13.0): 168 registers at hd 512 (the cap), 154 / 80 / 60 at hd 256 / 128 / 64, no spills
+// (every A/B variant); shared memory 226,208 bytes at hd 512 (one block an SM).
 // The end is the SIMT kernel's: with one split the sink joins the denominator and o is written; otherwise the
 // unnormalised partial (o, m, l) of the split goes to the combine.
 #include <cuda_bf16.h>
 
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
+#include "deepinfer/ops/cuda/ab_switch.h"
 #include "deepinfer/ops/cuda/attention_paged_mma.h"
 #include "deepinfer/ops/cuda/attention_paged_slots.cuh"
 #include "deepinfer/ops/cuda/cuda_runtime.h"
@@ -60,15 +67,21 @@ constexpr int kConsumers = 256;  // 8 warps: (head group, quarter)
 constexpr int kProducers = 128;  // 4 warps, 4 threads a key row
 constexpr int kThreads = kConsumers + kProducers;
 // Named barriers (0 is __syncthreads'): kFull + b / kEmpty + b hand key buffer b between the two sides
-// (bar.arrive on one, bar.sync on the other); kCons and kProd order each side's own shared memory.
-constexpr int kBarFull = 1, kBarEmpty = 3, kBarCons = 5, kBarProd = 6;
+// (bar.arrive on one, bar.sync on the other); kCons and kProd order each side's own shared memory; kExact reduces
+// the producers' "this tile has lo parts" votes (bar.red, its own id: a barrier's phases may not mix bar.red with
+// bar.sync).
+// In the kGroups layout (below) kFull + b is head group 0's hand-over (producers and its 128 consumers) and
+// kFullG1 + b head group 1's, and kGroup + hg orders one head group's consumers alone.
+constexpr int kBarFull = 1, kBarEmpty = 3, kBarCons = 5, kBarProd = 6, kBarExact = 7, kBarGroup = 8, kBarFullG1 = 10;
 constexpr unsigned kFull = 0xffffffffu;
 
 template <int kHd>
 struct Layout {
   // +8 bf16 (16 bytes) a row: the 8 rows of a fragment load or an ldmatrix phase fall in distinct bank groups.
   static constexpr int kLd = kHd + 8;
-  static constexpr int kSLd = kTile + 1;
+  // S partials: 40 floats a row (8 words mod 32) make the mma lanes' float2 stores (rows g, words 2·tq) fill each
+  // half-warp's 32 banks once, and keep the softmax's float4 rows 16-byte aligned.
+  static constexpr int kSLd = kTile + 8;
   static constexpr int kPLd = kTile + 8;
   static constexpr size_t kKeyBuf = size_t{2} * kTile * kLd;  // bytes of one hi or lo key tile
   static constexpr size_t q_hi = 0;
@@ -81,12 +94,14 @@ struct Layout {
   static constexpr size_t corr = p_lo + size_t{2} * kBlockHeads * kPLd;
   static constexpr size_t fin_m = corr + size_t{4} * kBlockHeads;
   static constexpr size_t fin_l = fin_m + size_t{4} * kBlockHeads;
-  static constexpr size_t rows = fin_l + size_t{4} * kBlockHeads;    // [2][kTile] row pointers (producers)
-  static constexpr size_t count = rows + sizeof(void*) * 2 * kTile;  // [2] compacted rows, [2] rows in buffer b
-  static constexpr size_t bytes = count + 16;
+  static constexpr size_t rows = fin_l + size_t{4} * kBlockHeads;  // [2][kTile] row pointers (producers)
+  // int [2] compacted rows, [2] rows in buffer b, [2] buffer b's keys are bf16-exact (its lo tile was not stored)
+  static constexpr size_t count = rows + sizeof(void*) * 2 * kTile;
+  static constexpr size_t bytes = count + 32;
   static_assert(kHd % 64 == 0 && kHd <= 512, "head dim");
   static_assert(k_hi % 16 == 0 && s % 16 == 0 && p_hi % 16 == 0 && corr % 16 == 0 && rows % 16 == 0,
                 "16-byte aligned regions");
+  static_assert(bytes <= 227 * 1024, "sm_90's opt-in shared memory a block (more would fall back to SIMT)");
 };
 
 __device__ __forceinline__ void bar_sync(int id, int threads) {
@@ -110,6 +125,27 @@ __device__ __forceinline__ void bar_arrive_pair(int id, int b, int threads) {
     bar_arrive(id, threads);
 }
 
+// Whether any of the 128 producer threads votes true (bar.red.or over barrier kBarExact); a barrier for them too.
+__device__ __forceinline__ bool producers_any(bool vote) {
+  uint32_t any;
+  asm volatile(
+      "{\n .reg .pred v, r;\n setp.ne.u32 v, %1, 0;\n bar.red.or.pred r, %2, %3, v;\n selp.u32 %0, 1, 0, r;\n}\n"
+      : "=r"(any)
+      : "r"(static_cast<uint32_t>(vote)), "n"(kBarExact), "n"(kProducers)
+      : "memory");
+  return any != 0;
+}
+
+// Nonzero unless x is finite with 16 low zero bits, i.e. unless split_pair's lo of x is +0 for sure: such an x is
+// a bf16 value, hi = x and lo = RN(x − x) = +0. An infinite or NaN x (lo NaN) is flagged however its low bits
+// look. Flagged but with lo = +0 all the same: fp32 subnormals that round to a bf16 value, which the full path
+// handles as before (conservative, so the skip never changes a result). Cheaper than the split itself, and it
+// needs no registers beyond v's (keeping split words across the buffer wait spills at hd 512).
+__device__ __forceinline__ uint32_t bf16_inexact(float x) {
+  const uint32_t b = __float_as_uint(x);
+  return (b << 16) | (((b & 0x7f800000u) + 0x00800000u) >> 31);
+}
+
 // (a, b) -> hi and lo bf16 pairs, a in the low half (the lower k or n index of an mma register).
 __device__ __forceinline__ void split_pair(float a, float b, uint32_t& hi, uint32_t& lo) {
   const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
@@ -119,10 +155,14 @@ __device__ __forceinline__ void split_pair(float a, float b, uint32_t& hi, uint3
   std::memcpy(&lo, &l, 4);
 }
 
-__device__ __forceinline__ void store_split4(const float4 v, __nv_bfloat16* hi, __nv_bfloat16* lo) {
-  uint2 h, l;
+__device__ __forceinline__ void split4(const float4 v, uint2& h, uint2& l) {
   split_pair(v.x, v.y, h.x, l.x);
   split_pair(v.z, v.w, h.y, l.y);
+}
+
+__device__ __forceinline__ void store_split4(const float4 v, __nv_bfloat16* hi, __nv_bfloat16* lo) {
+  uint2 h, l;
+  split4(v, h, l);
   *reinterpret_cast<uint2*>(hi) = h;
   *reinterpret_cast<uint2*>(lo) = l;
 }
@@ -137,10 +177,12 @@ __device__ __forceinline__ void frag_a(const __nv_bfloat16* base, int ld, int r0
   a[3] = ld32(base + (r0 + 8) * ld + c + 8);
 }
 
-// hi·hi + hi·lo + lo·hi, the small terms first.
+// hi·hi + hi·lo + lo·hi, the small terms first. Without kBLo (b's lo parts are +0) the hi·lo mma is left out:
+// it would add exact zeros (bit-identical, see the kernel's comment on skipped lo tiles).
+template <bool kBLo>
 __device__ __forceinline__ void mma3(float (&c)[4], const uint32_t (&ah)[4], const uint32_t (&al)[4], uint32_t bh0,
                                      uint32_t bh1, uint32_t bl0, uint32_t bl1) {
-  mma_bf16(c, ah, bl0, bl1);
+  if constexpr (kBLo) mma_bf16(c, ah, bl0, bl1);
   mma_bf16(c, al, bh0, bh1);
   mma_bf16(c, ah, bh0, bh1);
 }
@@ -155,9 +197,22 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const __nv_b
                : "r"(addr));
 }
 
-template <int kHd>
+// Consumer layouts (every one the same bits):
+// - kLd32: warp -> (hg = warp % 2, qd = warp / 2) in all phases, fragments by 32-bit loads (the kernel before).
+// - kShared: fragments by ldmatrix, and in the O phase each warp takes both head tiles x hd/8 dims (hd >= 128),
+//   so each K fragment feeds both.
+// - kGroups: fragments by ldmatrix; warps 0-3 are head group 0, warps 4-7 head group 1 (one warp of each on every
+//   scheduler), each group with its own barriers, softmax threads and O tiles, so one group's softmax and barrier
+//   waits can overlap the other's mmas (the groups drift up to one key tile apart; the producers' buffer
+//   hand-over still waits for both).
+enum class ConsumerLayout : int { kLd32, kShared, kGroups };
+
+// kSkipLo: skip the hi·lo mmas of bf16-exact key tiles. kSkipLo = false with kLd32 is the kernel before the
+// temporary A/B switches below.
+template <int kHd, bool kSkipLo, ConsumerLayout kLayout>
 __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(PagedSinkAttentionKernelParams p) {
   using L = Layout<kHd>;
+  constexpr bool kFrags = kLayout != ConsumerLayout::kLd32, kGrouped = kLayout == ConsumerLayout::kGroups;
   extern __shared__ __align__(16) uint8_t smem[];
   auto* q_hi = reinterpret_cast<__nv_bfloat16*>(smem + L::q_hi);
   auto* q_lo = reinterpret_cast<__nv_bfloat16*>(smem + L::q_lo);
@@ -221,19 +276,40 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(PagedSink
 #pragma unroll
       for (int j = 0; j < kVecs; ++j)
         v[j] = row ? __ldg(reinterpret_cast<const float4*>(row) + pc + 4 * j) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      // Buffer b last held tile i - 2: wait for the consumers' O phase on it (also before count_s[2 + b], which
-      // they read at that tile's start).
+      // Vote while the buffer may still be busy: a tile whose lo parts are all +0 (every key bf16-exact, as FP8 /
+      // FP4 fake-quantized KV is; missing rows are zeros) needs no lo tile.
+      bool exact = false;
+      if constexpr (kSkipLo) {
+        uint32_t inexact = 0;
+#pragma unroll
+        for (int j = 0; j < kVecs; ++j)
+          inexact |= bf16_inexact(v[j].x) | bf16_inexact(v[j].y) | bf16_inexact(v[j].z) | bf16_inexact(v[j].w);
+        exact = !producers_any(inexact != 0);
+      }
+      // Buffer b last held tile i - 2: wait for the consumers' O phase on it (also before count_s[2 + b] and
+      // count_s[4 + b], which they read at that tile's start).
       if (i >= 2) bar_sync_pair(kBarEmpty, b, kThreads);
       if (n > 0) {
         __nv_bfloat16 *kh = k_hi(b), *kl = k_lo(b);
 #pragma unroll
         for (int j = 0; j < kVecs; ++j) {
           const int at = pr * L::kLd + (pc + 4 * j) * 4;
-          store_split4(v[j], kh + at, kl + at);
+          uint2 h, l;
+          split4(v[j], h, l);
+          *reinterpret_cast<uint2*>(kh + at) = h;
+          if (!exact) *reinterpret_cast<uint2*>(kl + at) = l;
         }
       }
-      if (ptid == 0) count_s[2 + b] = n;
-      bar_arrive_pair(kBarFull, b, kThreads);
+      if (ptid == 0) {
+        count_s[2 + b] = n;
+        count_s[4 + b] = exact;
+      }
+      if constexpr (kGrouped) {
+        bar_arrive_pair(kBarFull, b, kProducers + kConsumers / 2);
+        bar_arrive_pair(kBarFullG1, b, kProducers + kConsumers / 2);
+      } else {
+        bar_arrive_pair(kBarFull, b, kThreads);
+      }
       if (n == 0) {
         // Pair the consumers' last release (tile i - 1, the other buffer) so that no barrier is left half-arrived.
         if (i >= 1) bar_sync_pair(kBarEmpty, b ^ 1, kThreads);
@@ -253,66 +329,135 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(PagedSink
   }
 
   const int g = lane >> 2, tq = lane & 3;
-  const int hg = warp % kHeadGroups, qd = warp / kHeadGroups, r0 = hg * 16 + g;
+  const int hg = kGrouped ? warp / kQuarters : warp % kHeadGroups;
+  const int qd = kGrouped ? warp % kQuarters : warp / kHeadGroups, r0 = hg * 16 + g;
   constexpr int kQDims = kHd / kQuarters;  // dims of this warp's quarter
   const int d0 = qd * kQDims;
-  const int srow = tid >> 3, seg = tid & 7;  // softmax: head row, 4-key segment of the tile
+  // Softmax: head row, 4-key segment of the tile (grouped: the group's 128 threads take its 16 rows).
+  const int srow = kGrouped ? hg * 16 + ((tid & 127) >> 3) : tid >> 3, seg = tid & 7;
+  // Orders the consumers' shared S / P / corr between the phases: all of them, or the head group's own.
+  auto cons_sync = [&] {
+    if constexpr (kGrouped)
+      bar_sync_pair(kBarGroup, hg, kConsumers / 2);
+    else
+      bar_sync(kBarCons, kConsumers);
+  };
   float m_run = -INFINITY, l_run = 0.0f;
-  constexpr int kNt = kQDims / 8;  // 8-dim n-tiles of this warp's quarter of O
-  float acc[kNt][4];
+  // O phase: warp -> head m-tiles og·kOM .. og·kOM + kOM − 1 x dims od0 .. od0 + kODims (kOM 1: the S phase's
+  // (hg, qd); kOM 2: all 32 heads x an eighth of the dims).
+  constexpr int kOM = kLayout == ConsumerLayout::kShared && kHd >= 128 ? 2 : 1;  // hd 64: an eighth is one n-tile
+  constexpr int kOGroups = kHeadGroups / kOM, kODims = kHd * kOGroups / (kConsumers / 32);
+  static_assert(kODims % 16 == 0, "O-phase dims a warp: whole ldmatrix pairs");
+  const int og = kOM == 2 ? 0 : hg, opart = kOM == 2 ? warp : qd, od0 = opart * kODims;
+  constexpr int kNt = kODims / 8;  // 8-dim n-tiles of this warp's part of O
+  float acc[kOM][kNt][4];
 #pragma unroll
-  for (int j = 0; j < kNt; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+  for (int m = 0; m < kOM; ++m)
+#pragma unroll
+    for (int j = 0; j < kNt; ++j) acc[m][j][0] = acc[m][j][1] = acc[m][j][2] = acc[m][j][3] = 0.0f;
   bar_sync(kBarCons, kConsumers);  // Q stored
 
   for (int i = 0;; ++i) {
     const int b = i & 1;
-    bar_sync_pair(kBarFull, b, kThreads);
+    if constexpr (!kGrouped)
+      bar_sync_pair(kBarFull, b, kThreads);
+    else if (hg == 0)
+      bar_sync_pair(kBarFull, b, kProducers + kConsumers / 2);
+    else
+      bar_sync_pair(kBarFullG1, b, kProducers + kConsumers / 2);
     const int n = count_s[2 + b];
     if (n == 0) break;
+    // A bf16-exact tile (no lo tile stored): its hi·lo mmas would add exact zeros, so they are skipped, QKᵀ and
+    // PV 2 mmas a product instead of 3, with the same bits. Why the same: the lo parts are +0 (RN(x − hi) of an
+    // exact x is x − x = +0), so a skipped mma computes c + Σ(±0) = c, except that IEEE turns c = −0 into +0.
+    // S's cross accumulator starts at +0 every tile, so S is unchanged. O's can be −0 only as (negative o) · corr
+    // with corr = 0 (a logit jump past exp's range); the skip keeps that −0 where the full path had +0, and it
+    // shows only if every later product into that element is exactly zero (the max key's value 0 in that dim):
+    // o = −0 instead of +0, equal as numbers. (And an fp32 subnormal accumulator: c + 0 keeps c unless the mma
+    // flushes it, untested.)
+    const bool key_lo = !(kSkipLo && count_s[4 + b] != 0);
     const __nv_bfloat16 *kh = k_hi(b), *kl = k_lo(b);
 
     // 1. S partial of heads r0, r0 + 8 x all 32 keys over dims d0 .. d0 + kQDims. hi·hi and the cross terms in
     // separate accumulators: 8 independent mma chains a warp, the small terms summed among themselves first.
-    {
+    auto s_phase = [&](auto with_key_lo) {
+      constexpr bool kKeyLo = decltype(with_key_lo)::value;
       float sacc[4][4] = {}, sx[4][4] = {};
 #pragma unroll
       for (int ks = 0; ks < kQDims / 16; ++ks) {
-        const int d = d0 + ks * 16 + 2 * tq;
         uint32_t ah[4], al[4];
-        frag_a(q_hi, L::kLd, r0, d, ah);
-        frag_a(q_lo, L::kLd, r0, d, al);
+        // K fragments: bh[np][0..1] = b0, b1 of n-tile 2·np, bh[np][2..3] of n-tile 2·np + 1 (either load).
+        // ldmatrix moves the same bytes as the 32-bit loads in 10 instructions a step instead of 24.
+        uint32_t bh[2][4], bl[2][4] = {};
+        if constexpr (kFrags) {
+          // ldmatrix lanes: A rows hg·16 + (lane & 15), dims +8 for lanes 16-31 (matrices a0..a3); K keys
+          // 16·np + 8·(lane >> 4) + (lane & 7), dims +8 for lanes 8-15 and 24-31 (b0, b1 of two n-tiles).
+          const int dq = d0 + ks * 16;
+          const int a_at = (hg * 16 + (lane & 15)) * L::kLd + dq + (lane >> 4) * 8;
+          ldmatrix_x4(ah, q_hi + a_at);
+          ldmatrix_x4(al, q_lo + a_at);
+#pragma unroll
+          for (int np = 0; np < 2; ++np) {
+            const int b_at = (np * 16 + (lane >> 4) * 8 + (lane & 7)) * L::kLd + dq + ((lane >> 3) & 1) * 8;
+            ldmatrix_x4(bh[np], kh + b_at);
+            if constexpr (kKeyLo) ldmatrix_x4(bl[np], kl + b_at);
+          }
+        } else {
+          const int d = d0 + ks * 16 + 2 * tq;
+          frag_a(q_hi, L::kLd, r0, d, ah);
+          frag_a(q_lo, L::kLd, r0, d, al);
+#pragma unroll
+          for (int nt = 0; nt < 4; ++nt) {
+            const int at = (nt * 8 + g) * L::kLd + d, j = 2 * (nt % 2);
+            bh[nt / 2][j] = ld32(kh + at);
+            bh[nt / 2][j + 1] = ld32(kh + at + 8);
+            if constexpr (kKeyLo) {
+              bl[nt / 2][j] = ld32(kl + at);
+              bl[nt / 2][j + 1] = ld32(kl + at + 8);
+            }
+          }
+        }
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt) {
-          const int key = nt * 8 + g;
-          const __nv_bfloat16 *bh = kh + key * L::kLd + d, *bl = kl + key * L::kLd + d;
-          const uint32_t bh0 = ld32(bh), bh1 = ld32(bh + 8);
-          mma_bf16(sx[nt], ah, ld32(bl), ld32(bl + 8));
-          mma_bf16(sx[nt], al, bh0, bh1);
-          mma_bf16(sacc[nt], ah, bh0, bh1);
+          const uint32_t *b_h = bh[nt / 2] + 2 * (nt % 2), *b_l = bl[nt / 2] + 2 * (nt % 2);
+          if constexpr (kKeyLo) mma_bf16(sx[nt], ah, b_l[0], b_l[1]);
+          mma_bf16(sx[nt], al, b_h[0], b_h[1]);
+          mma_bf16(sacc[nt], ah, b_h[0], b_h[1]);
         }
       }
       float* sq = s_s + qd * kBlockHeads * L::kSLd;
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt) {
         const int col = nt * 8 + 2 * tq;
-        sq[r0 * L::kSLd + col] = sacc[nt][0] + sx[nt][0];
-        sq[r0 * L::kSLd + col + 1] = sacc[nt][1] + sx[nt][1];
-        sq[(r0 + 8) * L::kSLd + col] = sacc[nt][2] + sx[nt][2];
-        sq[(r0 + 8) * L::kSLd + col + 1] = sacc[nt][3] + sx[nt][3];
+        *reinterpret_cast<float2*>(sq + r0 * L::kSLd + col) =
+            make_float2(sacc[nt][0] + sx[nt][0], sacc[nt][1] + sx[nt][1]);
+        *reinterpret_cast<float2*>(sq + (r0 + 8) * L::kSLd + col) =
+            make_float2(sacc[nt][2] + sx[nt][2], sacc[nt][3] + sx[nt][3]);
       }
-    }
-    bar_sync(kBarCons, kConsumers);
+    };
+    if (key_lo)
+      s_phase(std::true_type{});
+    else
+      s_phase(std::false_type{});
+    cons_sync();
 
     // 2. Online softmax of row srow over keys 4·seg .. 4·seg + 3 (keys >= n are missing rows). The 8 threads of
     // a row are 8 consecutive lanes.
     {
       float x[4], mx = m_run;
+      float4 part[kQuarters];  // the quarters' partials of the thread's 4 keys, one 16-byte load each
 #pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const int at = srow * L::kSLd + seg * 4 + c, stride = kBlockHeads * L::kSLd;
-        x[c] = (((s_s[at] + s_s[at + stride]) + s_s[at + 2 * stride]) + s_s[at + 3 * stride]) * p.scale;
+      for (int q = 0; q < kQuarters; ++q)
+        part[q] = *reinterpret_cast<const float4*>(s_s + (q * kBlockHeads + srow) * L::kSLd + seg * 4);
+      static_assert(kQuarters == 4, "the partials' sum order below");
+      const float4 q0 = part[0], q1 = part[1], q2 = part[2], q3 = part[3];
+      x[0] = (((q0.x + q1.x) + q2.x) + q3.x) * p.scale;
+      x[1] = (((q0.y + q1.y) + q2.y) + q3.y) * p.scale;
+      x[2] = (((q0.z + q1.z) + q2.z) + q3.z) * p.scale;
+      x[3] = (((q0.w + q1.w) + q2.w) + q3.w) * p.scale;
+#pragma unroll
+      for (int c = 0; c < 4; ++c)
         if (seg * 4 + c < n) mx = fmaxf(mx, x[c]);
-      }
 #pragma unroll
       for (int o = 1; o < 8; o <<= 1) mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, o));
       const float corr = expf(m_run - mx);  // m = −inf before the first key: 0
@@ -333,36 +478,61 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(PagedSink
       *reinterpret_cast<uint2*>(p_lo + srow * L::kPLd + seg * 4) = l;
       if (seg == 0) corr_s[srow] = corr;
     }
-    bar_sync(kBarCons, kConsumers);
+    cons_sync();
 
-    // 3. O[r0, r0 + 8][the quarter's dims] = O · corr + P · K. ldmatrix.trans lanes: keys 16·ks + (lane & 15) in
-    // two 8-row matrices, dims +8 for lanes 16-31: registers 0-1 are n-tile 2·pr's b0 / b1, 2-3 n-tile 2·pr + 1's.
-    {
-      const float c0 = corr_s[r0], c1 = corr_s[r0 + 8];
+    // 3. O[heads][the warp's dims] = O · corr + P · K. ldmatrix.trans lanes: keys 16·ks + (lane & 15) in two
+    // 8-row matrices, dims +8 for lanes 16-31: registers 0-1 are n-tile 2·pr's b0 / b1, 2-3 n-tile 2·pr + 1's.
+    // With kOM 2 each K fragment feeds both head tiles, so K^T crosses shared memory once a tile instead of once
+    // per head group (PV's shared-memory bytes 144 -> 96 KB a tile at hd 512, ldmatrix count halved). Every O
+    // element sees the same corr and the same mma sequence (ks, then hi·lo, lo·hi, hi·hi) at the same row of its
+    // m-tile either way: the same bits.
+    auto o_phase = [&](auto with_key_lo) {
+      constexpr bool kKeyLo = decltype(with_key_lo)::value;
 #pragma unroll
-      for (int j = 0; j < kNt; ++j) {
-        acc[j][0] *= c0;
-        acc[j][1] *= c0;
-        acc[j][2] *= c1;
-        acc[j][3] *= c1;
+      for (int m = 0; m < kOM; ++m) {
+        const int r = (og * kOM + m) * 16 + g;
+        const float c0 = corr_s[r], c1 = corr_s[r + 8];
+#pragma unroll
+        for (int j = 0; j < kNt; ++j) {
+          acc[m][j][0] *= c0;
+          acc[m][j][1] *= c0;
+          acc[m][j][2] *= c1;
+          acc[m][j][3] *= c1;
+        }
       }
 #pragma unroll
       for (int ks = 0; ks < kTile / 16; ++ks) {
-        uint32_t ah[4], al[4];
-        frag_a(p_hi, L::kPLd, r0, ks * 16 + 2 * tq, ah);
-        frag_a(p_lo, L::kPLd, r0, ks * 16 + 2 * tq, al);
+        uint32_t ah[kOM][4], al[kOM][4];
+#pragma unroll
+        for (int m = 0; m < kOM; ++m) {
+          if constexpr (kFrags) {
+            const int at = ((og * kOM + m) * 16 + (lane & 15)) * L::kPLd + ks * 16 + (lane >> 4) * 8;
+            ldmatrix_x4(ah[m], p_hi + at);
+            ldmatrix_x4(al[m], p_lo + at);
+          } else {
+            frag_a(p_hi, L::kPLd, (og * kOM + m) * 16 + g, ks * 16 + 2 * tq, ah[m]);
+            frag_a(p_lo, L::kPLd, (og * kOM + m) * 16 + g, ks * 16 + 2 * tq, al[m]);
+          }
+        }
         const int key = ks * 16 + (lane & 15);
 #pragma unroll
         for (int pr = 0; pr < kNt / 2; ++pr) {
-          const int dim = d0 + pr * 16 + (lane >> 4) * 8;
-          uint32_t bh[4], bl[4];
+          const int dim = od0 + pr * 16 + (lane >> 4) * 8;
+          uint32_t bh[4], bl[4] = {};
           ldmatrix_x4_trans(bh, kh + key * L::kLd + dim);
-          ldmatrix_x4_trans(bl, kl + key * L::kLd + dim);
-          mma3(acc[2 * pr], ah, al, bh[0], bh[1], bl[0], bl[1]);
-          mma3(acc[2 * pr + 1], ah, al, bh[2], bh[3], bl[2], bl[3]);
+          if constexpr (kKeyLo) ldmatrix_x4_trans(bl, kl + key * L::kLd + dim);
+#pragma unroll
+          for (int m = 0; m < kOM; ++m) {
+            mma3<kKeyLo>(acc[m][2 * pr], ah[m], al[m], bh[0], bh[1], bl[0], bl[1]);
+            mma3<kKeyLo>(acc[m][2 * pr + 1], ah[m], al[m], bh[2], bh[3], bl[2], bl[3]);
+          }
         }
       }
-    }
+    };
+    if (key_lo)
+      o_phase(std::true_type{});
+    else
+      o_phase(std::false_type{});
     bar_arrive_pair(kBarEmpty, b, kThreads);  // key buffer b is free; S and P are guarded by kCons and kFull
   }
 
@@ -371,10 +541,11 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(PagedSink
     fin_m[srow] = m_run;
     fin_l[srow] = l_run;
   }
-  bar_sync(kBarCons, kConsumers);
+  cons_sync();
 #pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    const int r = r0 + 8 * hh, h = hb + r;
+  for (int mh = 0; mh < 2 * kOM; ++mh) {
+    const int mt = mh / 2, hh = mh % 2;
+    const int r = (og * kOM + mt) * 16 + g + 8 * hh, h = hb + r;
     if (h >= p.heads) continue;
     const float m = fin_m[r], l = fin_l[r];
     const int64_t th = t * p.heads + h;
@@ -388,28 +559,55 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(PagedSink
     } else {
       const int64_t at = th * p.splits + split;
       dst = p.part_o + at * p.hd;
-      if (qd == 0 && tq == 0) {
+      if (opart == 0 && tq == 0) {
         p.part_m[at] = m;
         p.part_l[at] = l;
       }
     }
 #pragma unroll
     for (int j = 0; j < kNt; ++j) {
-      const int dim = d0 + j * 8 + 2 * tq;
-      *reinterpret_cast<float2*>(dst + dim) = make_float2(acc[j][2 * hh] * mul, acc[j][2 * hh + 1] * mul);
+      const int dim = od0 + j * 8 + 2 * tq;
+      *reinterpret_cast<float2*>(dst + dim) = make_float2(acc[mt][j][2 * hh] * mul, acc[mt][j][2 * hh + 1] * mul);
     }
   }
 }
 
-template <int kHd>
-void launch(const PagedSinkAttentionKernelParams& p, cudaStream_t stream) {
+template <int kHd, bool kSkipLo, ConsumerLayout kLayout>
+void launch_as(const PagedSinkAttentionKernelParams& p, cudaStream_t stream) {
   constexpr size_t smem = Layout<kHd>::bytes;
-  DI_CUDA_CHECK(cudaFuncSetAttribute(paged_attention_mma_kernel<kHd>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     static_cast<int>(smem)));
+  DI_CUDA_CHECK(cudaFuncSetAttribute(paged_attention_mma_kernel<kHd, kSkipLo, kLayout>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   const dim3 grid(static_cast<unsigned>(p.tokens), static_cast<unsigned>(ceil_div(p.heads, kBlockHeads)),
                   static_cast<unsigned>(p.splits));
-  paged_attention_mma_kernel<kHd><<<grid, kThreads, smem, stream>>>(p);
+  paged_attention_mma_kernel<kHd, kSkipLo, kLayout><<<grid, kThreads, smem, stream>>>(p);
   DI_CUDA_CHECK_LAUNCH();
+}
+
+template <int kHd, bool kSkipLo>
+void launch_layout(const PagedSinkAttentionKernelParams& p, ConsumerLayout layout, cudaStream_t stream) {
+  switch (layout) {
+    case ConsumerLayout::kLd32:
+      return launch_as<kHd, kSkipLo, ConsumerLayout::kLd32>(p, stream);
+    case ConsumerLayout::kShared:
+      return launch_as<kHd, kSkipLo, ConsumerLayout::kShared>(p, stream);
+    case ConsumerLayout::kGroups:
+      return launch_as<kHd, kSkipLo, ConsumerLayout::kGroups>(p, stream);
+  }
+}
+
+// Temporary A/B switches, each the same bytes, only the time differs: DEEPINFER_AB_ATTN_SKIP_LO=0 runs every tile
+// with 3 mmas a product (no bf16-exact tile skip); DEEPINFER_AB_ATTN_FRAGS=0 the kLd32 layout (32-bit fragment
+// loads, one head tile a warp in the O phase); DEEPINFER_AB_ATTN_GROUPS=1 (opt-in, unmeasured) the kGroups layout.
+template <int kHd>
+void launch(const PagedSinkAttentionKernelParams& p, cudaStream_t stream) {
+  const char* groups = std::getenv("DEEPINFER_AB_ATTN_GROUPS");
+  const ConsumerLayout layout = !ab_new_kernel("DEEPINFER_AB_ATTN_FRAGS") ? ConsumerLayout::kLd32
+                                : groups && std::strcmp(groups, "1") == 0 ? ConsumerLayout::kGroups
+                                                                          : ConsumerLayout::kShared;
+  if (ab_new_kernel("DEEPINFER_AB_ATTN_SKIP_LO"))
+    launch_layout<kHd, true>(p, layout, stream);
+  else
+    launch_layout<kHd, false>(p, layout, stream);
 }
 
 int max_smem_optin() {
