@@ -467,6 +467,22 @@ TEST_F(CudaGemmWgmmaTest, GroupedPrefillGroupsBothTiles) {
   }
 }
 
+// Many groups, as the MoE layers have them: 384 groups of ~128 rows (V4.1's experts at 8192 tokens: 0-260 rows, some
+// empty) and 1100 groups of 0-40 rows with a few of 300. The 256 x 128 tile finds its group by a warp scan over
+// ceil(groups / 32) groups a lane (12 and 35 here: the second scans the owner lane's groups in two passes of 32);
+// a missed or repeated tile shows as NaN-poisoned or wrong rows against the reference and the 128 x 256 tile. N =
+// 192, K = 128; reference on sampled rows and columns.
+TEST_F(CudaGemmWgmmaTest, GroupedManyGroupsBothTiles) {
+  std::uniform_int_distribution<int64_t> around128(0, 260), small(0, 40);
+  std::vector<int64_t> v41(384), many(1100);
+  for (auto& x : v41) x = around128(rng()) < 20 ? 0 : around128(rng());
+  for (size_t i = 0; i < many.size(); ++i) many[i] = i % 97 == 5 ? 300 : small(rng());
+  for (Kind kind : {Kind::kMxfp4, Kind::kFp8E8m0_128}) {
+    compare(std::string("grouped 384 groups ") + kind_name(kind), grouped(kind, v41, 192, 128, 6), false);
+    compare(std::string("grouped 1100 groups ") + kind_name(kind), grouped(kind, many, 192, 128, 6), false);
+  }
+}
+
 // Dense with 1000 rows (three full 256-row tiles + 232; seven 128-row tiles + 104) and N = 704, K = 512: the
 // shared expert's case for both tiles. Full reference.
 TEST_F(CudaGemmWgmmaTest, DensePrefillBothTiles) {

@@ -26,6 +26,14 @@
 //     its wait on empty(G), which follows both consumers' passing full(G)).
 //   One block per tile, or (DEEPINFER_AB_WGMMA=persist) one per SM walking tiles blockIdx.x + i·gridDim.x: the
 //     producer then decodes the next tile's first steps while the consumers finish a tile and store it.
+//   The 256 x 128 tile (wgmma_tile(): groups of >= 120 rows, dense calls of > 128 rows): the decode bounds the step
+//     whatever the number of token rows, and with ~192 rows an expert (V4-Flash at 8192 tokens) every expert took two
+//     128-row tiles, decoding its weights twice. Here each consumer warpgroup owns 128 rows as two m64 halves (two
+//     wgmma m64n128k16 a k16 slice, the same 128 accumulators), a step decodes 128 weight rows (A 32 KiB, B 16 KiB:
+//     the same 48 KiB stage), so an expert of <= 256 rows decodes each weight row once: the same block steps, half
+//     the decode each. Decode placement: DecodePlan (the split gives the producer rows 0-63 half a row a thread and
+//     the consumers rows 64-127 a quarter row each). Grouped tiles come from tall_group_tile (no block per plan
+//     tile). Every output sees the same k16 products in the same order as in the 128 x 256 tile: the same bytes.
 //
 // Shared-memory layout (both operands "K-major", 128-byte swizzle, the wgmma canonical layout): a tile row holds the
 // 64 K values of one row (A: a token row, B: a weight row) = 128 bytes = 8 chunks of 16 bytes. Row r's chunk c
@@ -364,6 +372,73 @@ struct DecodePlan {
   static_assert(kRowsP + kRowsC == WgTile<kTall>::kN, "every weight row of the tile decoded once");
 };
 
+// Grouped calls of the 256 x 128 tile: kernel M tile j is the q-th 256-row tile of group g, the groups in order with
+// ceil(T_g / 4) tiles each (T_g: the group's plan tiles of kGemmTileM rows, so ceil(rows / 256)). The launch bounds
+// their sum by (max_tiles_m + 3·groups) / 4 instead of a block per plan tile, three of four of which would only find
+// that they start no tile and exit. Every warp finds (g, q) on its own (the roles walk the tiles independently, so no
+// block barrier): lane l sums the tiles of groups [l·per, (l+1)·per), a warp scan finds the lane whose range holds
+// j, then the warp scans that range's groups 32 at a time. Rows [begin, end) as gemm_tile_rows; false past the last
+// tile.
+__device__ __forceinline__ bool tall_group_tile(const GemmKernelParams& p, int64_t tile, int& g, int64_t& begin,
+                                                int64_t& end) {
+  constexpr int kSpan = 4;  // plan tiles a 256-row tile
+  constexpr unsigned kAll = 0xFFFFFFFFu;
+  const int lane = threadIdx.x & 31, groups = p.groups, per = (groups + 31) / 32;
+  const int j = static_cast<int>(tile);
+  // Level 1: this lane's groups' tiles (the plan's tile offsets of groups lane·per .. (lane + 1)·per, clamped).
+  int cnt = 0;
+  {
+    const int x0 = min(lane * per, groups), x1 = min(lane * per + per, groups);
+    int prev = p.tile_offsets[x0];
+#pragma unroll 4
+    for (int x = x0; x < x1; ++x) {
+      const int next = p.tile_offsets[x + 1];
+      cnt += (next - prev + kSpan - 1) / kSpan;
+      prev = next;
+    }
+  }
+  int incl = cnt;
+#pragma unroll
+  for (int off = 1; off < 32; off <<= 1) {
+    const int v = __shfl_up_sync(kAll, incl, off);
+    if (lane >= off) incl += v;
+  }
+  if (j >= __shfl_sync(kAll, incl, 31)) return false;
+  const int owner = __ffs(__ballot_sync(kAll, incl > j)) - 1;
+  int base = __shfl_sync(kAll, incl - cnt, owner);  // tiles before the owner's first group
+  const int r0 = owner * per, r1 = min(r0 + per, groups);
+  // Level 2: the owner's groups, 32 at a time (one a lane); j is among them, so the loop returns.
+  for (int x0 = r0; x0 < r1; x0 += 32) {
+    const int x = x0 + lane;
+    const int c = x < r1 ? (p.tile_offsets[x + 1] - p.tile_offsets[x] + kSpan - 1) / kSpan : 0;
+    int in2 = c;
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+      const int v = __shfl_up_sync(kAll, in2, off);
+      if (lane >= off) in2 += v;
+    }
+    const unsigned hit = __ballot_sync(kAll, base + in2 > j);
+    if (hit) {
+      const int l2 = __ffs(hit) - 1;
+      g = x0 + l2;
+      const int q = j - base - __shfl_sync(kAll, in2 - c, l2);
+      begin = p.group_offsets[g] + static_cast<int64_t>(q) * kSpan * kGemmTileM;
+      end = p.group_offsets[g + 1];
+      return true;
+    }
+    base += __shfl_sync(kAll, in2, 31);
+  }
+  return false;  // not reached for a consistent plan
+}
+
+// The rows and group of this kernel's M tile `tile` (gemm_tile_rows for dense calls and the 128 x 256 tile).
+template <bool kTall>
+__device__ __forceinline__ bool wg_tile_rows(const GemmKernelParams& p, int64_t tile, int& g, int64_t& begin,
+                                             int64_t& end) {
+  if (kTall && p.group_offsets) return tall_group_tile(p, tile, g, begin, end);
+  return gemm_tile_rows(p, tile, WgTile<kTall>::kM / kGemmTileM, g, begin, end);
+}
+
 template <QuantFormat F, bool kExact, bool kSwizzle, int kDec, bool kTall>
 __global__ void __launch_bounds__(kWgThreads, 1) gemm_wgmma_kernel(GemmKernelParams p, int tiles_n, int64_t tiles) {
   using T = WgTile<kTall>;
@@ -389,7 +464,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) gemm_wgmma_kernel(GemmKernelPar
     for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
       int g;
       int64_t row_begin, row_end;
-      if (!gemm_tile_rows(p, t / tiles_n, T::kM / kGemmTileM, g, row_begin, row_end)) continue;
+      if (!wg_tile_rows<kTall>(p, t / tiles_n, g, row_begin, row_end)) continue;
       const int64_t n0 = (t % tiles_n) * T::kN;
       const __nv_bfloat16* a_src[T::kARowsT];  // rows past the tile's end: none (zero-filled copies)
 #pragma unroll
@@ -471,7 +546,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) gemm_wgmma_kernel(GemmKernelPar
     for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
       int g;
       int64_t row_begin, row_end;
-      if (!gemm_tile_rows(p, t / tiles_n, T::kM / kGemmTileM, g, row_begin, row_end)) continue;
+      if (!wg_tile_rows<kTall>(p, t / tiles_n, g, row_begin, row_end)) continue;
       const int64_t n0 = (t % tiles_n) * T::kN;
       // 128 x 256: acc[0..127] = rows 0-63 of this warpgroup x 256 columns. 256 x 128: acc[64h .. 64h + 63] = rows
       // 64h .. 64h + 63 of this warpgroup's 128 x 128 columns.
@@ -584,7 +659,11 @@ int sm_count() {
 template <QuantFormat F, bool kExact, bool kSwizzle, int kDec, bool kTall>
 void launch(const GemmKernelParams& p, bool persistent, cudaStream_t stream) {
   using T = WgTile<kTall>;
-  const int64_t tiles_m = p.group_offsets ? p.max_tiles_m : ceil_div(p.m, T::kM);
+  // Grouped: the plan's tiles (128 x 256: a block per plan tile, every other one starting a tile), or a bound of the
+  // 256-row tiles (tall_group_tile: Σ ceil(T_g / 4) <= (Σ T_g + 3·groups) / 4, Σ T_g <= max_tiles_m).
+  const int64_t tiles_m = !p.group_offsets ? ceil_div(p.m, T::kM)
+                          : kTall          ? ceil_div(p.max_tiles_m + 3 * static_cast<int64_t>(p.groups), 4)
+                                           : p.max_tiles_m;
   const int64_t tiles_n = ceil_div(p.n, T::kN);
   if (tiles_m == 0 || tiles_n == 0) return;
   const int64_t tiles = tiles_m * tiles_n;
