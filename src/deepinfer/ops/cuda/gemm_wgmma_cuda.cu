@@ -659,6 +659,7 @@ int sm_count() {
 template <QuantFormat F, bool kExact, bool kSwizzle, int kDec, bool kTall>
 void launch(const GemmKernelParams& p, bool persistent, cudaStream_t stream) {
   using T = WgTile<kTall>;
+  if (p.group_offsets && p.max_tiles_m == 0) return;
   // Grouped: the plan's tiles (128 x 256: a block per plan tile, every other one starting a tile), or a bound of the
   // 256-row tiles (tall_group_tile: Σ ceil(T_g / 4) <= (Σ T_g + 3·groups) / 4, Σ T_g <= max_tiles_m).
   const int64_t tiles_m = !p.group_offsets ? ceil_div(p.m, T::kM)
