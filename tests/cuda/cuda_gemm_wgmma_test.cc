@@ -366,6 +366,16 @@ class CudaGemmWgmmaTest : public CudaOpTest {
       tall = compare_tile(what + " [256x128]", pr, full_reference);
     }
     expect_same_bytes((what + " 256x128 tile = 128x256 tile").c_str(), tall, wide);
+    // How far apart when not byte-equal (tells an accumulation-order difference, ~1e-7 of the rms, from a fault).
+    double num = 0, den = 0, worst = 0;
+    for (int64_t i = 0; i < pr.m * pr.n; ++i) {
+      const double a = tall.data<float>()[i], b = wide.data<float>()[i];
+      num += (a - b) * (a - b);
+      den += b * b;
+      worst = std::max(worst, std::fabs(a - b));
+    }
+    std::printf("[cuda-op] %-48s 256x128 vs 128x256: rel_err=%.3e, max |diff| %.3e\n", what.c_str(),
+                den > 0 ? std::sqrt(num / den) : std::sqrt(num), worst);
   }
 
   // The whole comparison set for one problem and the tile the environment selects: wgmma accepted; against the
