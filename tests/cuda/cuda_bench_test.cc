@@ -1125,35 +1125,52 @@ TEST_F(CudaBench, DISABLED_DecodeSmallOpTimings) {
   }
 }
 
-// The prefill expert GEMMs of V4-Flash: 256 MXFP4 experts, top-6 routing drawn at random, at 4096 tokens (the MoE
-// chunk of an 8192-token prefill: 24576 slots, ~96 rows an expert) and 8192 (~192 rows an expert); gate (N = 2048,
-// K = 4096: one of the two gate/up calls, rows gathered through a_rows / 6) and down (N = 4096, K = 2048, C rows
-// scattered), plus the FP8 128x128 shared expert as dense GEMMs of 8192 rows (gate N = 2048, K = 4096; down N = 4096,
-// K = 2048). Each through run_gemm with the wgmma kernel (the default: bf16x2 decode, split between producer and
-// consumers for MXFP4, on the producer for FP8; then the decode on the producer / split / on the consumers, one block
-// per SM, the f32 decode, the no-swizzle layout) and with it off (gemm_mma): DEEPINFER_AB_WGMMA = "" / "nosplit" /
-// "split" / "cdec" / "persist" / "exact" / "noswz" / "0", the same inputs in the same run. The experts' weights are
-// distinct (1 GiB a projection), so each call reads them from HBM.
+// The prefill expert GEMMs of V4-Flash (256 MXFP4 experts, D = 4096, I = 2048) at 4096 tokens (~96 rows an expert)
+// and 8192 (~192), and of V4.1 (384 experts, D = 5120, I = 2304) at 8192 tokens (~128 rows an expert); top-6 routing
+// drawn at random; gate (N = I, K = D: one of the two gate/up calls, rows gathered through a_rows / 6) and down
+// (N = D, K = I, C rows scattered), plus V4-Flash's FP8 128x128 shared expert as dense GEMMs of 8192 rows (gate
+// N = 2048, K = 4096; down N = 4096, K = 2048). Each through run_gemm with the wgmma kernel (the default: tile by rows
+// per expert, bf16x2 decode, split between producer and consumers for MXFP4, on the producer for FP8), with each
+// block tile forced (DEEPINFER_AB_WGMMA_TILE = 0: 128 x 256, 256: 256 x 128) and each decode placement / one block
+// per SM in each tile, the f32 decode, the no-swizzle layout, and with wgmma off (gemm_mma): DEEPINFER_AB_WGMMA = ""
+// / "nosplit" / "split" / "cdec" / "persist" / "exact" / "noswz" / "0", the same inputs in the same run. TFLOP/s
+// and the share of the measured 790 TFLOP/s bf16 rate are printed. The experts' weights are distinct (1-2.3 GiB a
+// projection), so each call reads them from HBM.
 TEST_F(CudaBench, DISABLED_PrefillExpertGemmTimings) {
-  const int64_t d = 4096, inter = 2048, e = 256, topk = 6, max_tokens = 8192;
+  const int64_t topk = 6, max_tokens = 8192;
   struct Mode {
     const char* name;
     const char* env;
+    const char* tile;  // DEEPINFER_AB_WGMMA_TILE, nullptr = unset
   };
-  const Mode modes[] = {{"wgmma", ""},
-                        {"wgmma producer decode", "nosplit"},
-                        {"wgmma split decode", "split"},
-                        {"wgmma consumer decode", "cdec"},
-                        {"wgmma persistent", "persist"},
-                        {"wgmma f32-decode", "exact"},
-                        {"wgmma no-swizzle", "noswz"},
-                        {"mma.sync (AB_WGMMA=0)", "0"}};
-  // The plan of `tokens` tokens: each token's 6 distinct experts uniformly at random, slots sorted by expert.
+  const Mode modes[] = {{"wgmma", "", nullptr},
+                        {"wgmma 128x256", "", "0"},
+                        {"wgmma 256x128", "", "256"},
+                        {"wgmma 128x256 producer decode", "nosplit", "0"},
+                        {"wgmma 256x128 producer decode", "nosplit", "256"},
+                        {"wgmma 128x256 split decode", "split", "0"},
+                        {"wgmma 256x128 split decode", "split", "256"},
+                        {"wgmma 128x256 consumer decode", "cdec", "0"},
+                        {"wgmma 256x128 consumer decode", "cdec", "256"},
+                        {"wgmma 128x256 persistent", "persist", "0"},
+                        {"wgmma 256x128 persistent", "persist", "256"},
+                        {"wgmma f32-decode", "exact", nullptr},
+                        {"wgmma no-swizzle (128x256)", "noswz", nullptr},
+                        {"mma.sync (AB_WGMMA=0)", "0", nullptr}};
+  auto set_mode = [](const Mode& md) {
+    setenv("DEEPINFER_AB_WGMMA", md.env, 1);
+    if (md.tile)
+      setenv("DEEPINFER_AB_WGMMA_TILE", md.tile, 1);
+    else
+      unsetenv("DEEPINFER_AB_WGMMA_TILE");
+  };
+  // The plan of `tokens` tokens over e experts: each token's 6 distinct experts uniformly at random, slots sorted by
+  // expert.
   struct Plan {
     DeviceTensor perm, off, tiles, active;
     int64_t slots = 0;
   };
-  auto plan = [&](int64_t tokens) {
+  auto plan = [&](int64_t tokens, int64_t e) {
     std::vector<std::vector<int32_t>> by_expert(e);
     std::uniform_int_distribution<int> de(0, static_cast<int>(e) - 1);
     for (int64_t t = 0; t < tokens; ++t) {
@@ -1180,66 +1197,83 @@ TEST_F(CudaBench, DISABLED_PrefillExpertGemmTimings) {
     active.data<int32_t>()[e] = static_cast<int32_t>(na);
     return Plan{up(perm), up(off), up(tiles), up(active), slots};
   };
-  std::vector<std::pair<int64_t, Plan>> plans;
-  for (int64_t tokens : {int64_t{4096}, max_tokens}) plans.emplace_back(tokens, plan(tokens));
-  const DeviceTensor x16 = filled(DType::kBF16, {max_tokens, d}),
-                     h16 = filled(DType::kBF16, {max_tokens * topk, inter});
-  DeviceTensor gu(gpu(), DType::kF32, {max_tokens * topk, 2 * inter}), y(gpu(), DType::kF32, {max_tokens * topk, d});
+  struct Model {
+    const char* name;
+    int64_t d, inter, e;
+    std::vector<int64_t> tokens;
+  };
+  const Model models[] = {{"V4-Flash", 4096, 2048, 256, {4096, max_tokens}}, {"V4.1", 5120, 2304, 384, {max_tokens}}};
+  for (const Model& mo : models) {
+    const int64_t d = mo.d, inter = mo.inter, e = mo.e;
+    std::vector<std::pair<int64_t, Plan>> plans;
+    for (int64_t tokens : mo.tokens) plans.emplace_back(tokens, plan(tokens, e));
+    const DeviceTensor x16 = filled(DType::kBF16, {max_tokens, d}),
+                       h16 = filled(DType::kBF16, {max_tokens * topk, inter});
+    DeviceTensor gu(gpu(), DType::kF32, {max_tokens * topk, 2 * inter}), y(gpu(), DType::kF32, {max_tokens * topk, d});
+    struct Proj {
+      const char* name;
+      int64_t n, k;
+    };
+    for (const Proj& pr : {Proj{"gate", inter, d}, Proj{"down", d, inter}}) {
+      // All experts' codes and scales in one buffer each; the tables point at each expert's slice.
+      const DeviceTensor w = filled(DType::kU8, {e * pr.n, pr.k / 2}),
+                         sc = filled(DType::kE8M0, {e * pr.n, pr.k / 32}, true);
+      HostTensor wt(DType::kI64, {e}), st(DType::kI64, {e});
+      for (int64_t g = 0; g < e; ++g) {
+        wt.data<int64_t>()[g] = reinterpret_cast<int64_t>(static_cast<const uint8_t*>(w.data()) + g * pr.n * pr.k / 2);
+        st.data<int64_t>()[g] =
+            reinterpret_cast<int64_t>(static_cast<const uint8_t*>(sc.data()) + g * pr.n * pr.k / 32);
+      }
+      const DeviceTensor dwt = up(wt), dst = up(st);
+      for (const auto& [tokens, pl] : plans) {
+        const int64_t slots = pl.slots;
+        cuda::GemmKernelParams p;
+        p.format = QuantFormat::kMXFP4;
+        p.groups = static_cast<int>(e);
+        p.group_offsets = static_cast<const int32_t*>(pl.off.data());
+        p.tile_offsets = static_cast<const int32_t*>(pl.tiles.data());
+        p.active_groups = static_cast<const int32_t*>(pl.active.data());
+        p.max_tiles_m = (slots + cuda::kGemmTileM - 1) / cuda::kGemmTileM + e;
+        p.tables_aligned16 = true;
+        p.rows_hint = (slots + e - 1) / e;  // as the MoE layer sets it
+        p.m = slots;
+        p.n = pr.n;
+        p.k = pr.k;
+        p.b_table = static_cast<const void* const*>(dwt.data());
+        p.b_scale_table = static_cast<const void* const*>(dst.data());
+        p.scale_cols = pr.k / 32;
+        if (pr.n == inter) {  // gate: token rows gathered by slot, C = the gate half of gu
+          p.a_bf16 = x16.data();
+          p.lda = d;
+          p.a_rows = static_cast<const int32_t*>(pl.perm.data());
+          p.a_row_div = static_cast<int>(topk);
+          p.c = static_cast<float*>(gu.data());
+          p.ldc = 2 * inter;
+        } else {  // down: h rows in plan order, C rows scattered to their slots
+          p.a_bf16 = h16.data();
+          p.lda = inter;
+          p.c = static_cast<float*>(y.data());
+          p.ldc = d;
+          p.c_rows = static_cast<const int32_t*>(pl.perm.data());
+        }
+        const double bytes = e * pr.n * pr.k * (0.5 + 1.0 / 32) + slots * pr.k * 2.0 + slots * pr.n * 4.0;
+        for (const Mode& md : modes) {
+          set_mode(md);
+          const double ms = time_ms([&] { cuda::run_gemm(p, gpu().stream()); }, 10);
+          report(std::string(mo.name) + " experts mxfp4 " + pr.name + " T=" + std::to_string(tokens) +
+                     " E=" + std::to_string(e) + " k=6 N=" + std::to_string(pr.n) + " K=" + std::to_string(pr.k) + " " +
+                     md.name,
+                 ms, bytes, 2.0 * slots * pr.n * pr.k);
+        }
+      }
+    }
+  }
+  const int64_t d = 4096, inter = 2048;
+  const DeviceTensor x16 = filled(DType::kBF16, {max_tokens, d});
   struct Proj {
     const char* name;
     int64_t n, k;
   };
-  for (const Proj& pr : {Proj{"gate", inter, d}, Proj{"down", d, inter}}) {
-    // All experts' codes and scales in one buffer each; the tables point at each expert's slice.
-    const DeviceTensor w = filled(DType::kU8, {e * pr.n, pr.k / 2}),
-                       sc = filled(DType::kE8M0, {e * pr.n, pr.k / 32}, true);
-    HostTensor wt(DType::kI64, {e}), st(DType::kI64, {e});
-    for (int64_t g = 0; g < e; ++g) {
-      wt.data<int64_t>()[g] = reinterpret_cast<int64_t>(static_cast<const uint8_t*>(w.data()) + g * pr.n * pr.k / 2);
-      st.data<int64_t>()[g] = reinterpret_cast<int64_t>(static_cast<const uint8_t*>(sc.data()) + g * pr.n * pr.k / 32);
-    }
-    const DeviceTensor dwt = up(wt), dst = up(st);
-    for (const auto& [tokens, pl] : plans) {
-      const int64_t slots = pl.slots;
-      cuda::GemmKernelParams p;
-      p.format = QuantFormat::kMXFP4;
-      p.groups = static_cast<int>(e);
-      p.group_offsets = static_cast<const int32_t*>(pl.off.data());
-      p.tile_offsets = static_cast<const int32_t*>(pl.tiles.data());
-      p.active_groups = static_cast<const int32_t*>(pl.active.data());
-      p.max_tiles_m = (slots + cuda::kGemmTileM - 1) / cuda::kGemmTileM + e;
-      p.tables_aligned16 = true;
-      p.rows_hint = slots / e;
-      p.m = slots;
-      p.n = pr.n;
-      p.k = pr.k;
-      p.b_table = static_cast<const void* const*>(dwt.data());
-      p.b_scale_table = static_cast<const void* const*>(dst.data());
-      p.scale_cols = pr.k / 32;
-      if (pr.n == inter) {  // gate: token rows gathered by slot, C = the gate half of gu
-        p.a_bf16 = x16.data();
-        p.lda = d;
-        p.a_rows = static_cast<const int32_t*>(pl.perm.data());
-        p.a_row_div = static_cast<int>(topk);
-        p.c = static_cast<float*>(gu.data());
-        p.ldc = 2 * inter;
-      } else {  // down: h rows in plan order, C rows scattered to their slots
-        p.a_bf16 = h16.data();
-        p.lda = inter;
-        p.c = static_cast<float*>(y.data());
-        p.ldc = d;
-        p.c_rows = static_cast<const int32_t*>(pl.perm.data());
-      }
-      const double bytes = e * pr.n * pr.k * (0.5 + 1.0 / 32) + slots * pr.k * 2.0 + slots * pr.n * 4.0;
-      for (const Mode& md : modes) {
-        setenv("DEEPINFER_AB_WGMMA", md.env, 1);
-        const double ms = time_ms([&] { cuda::run_gemm(p, gpu().stream()); }, 10);
-        report(std::string("V4-Flash experts mxfp4 ") + pr.name + " T=" + std::to_string(tokens) +
-                   " E=256 k=6 N=" + std::to_string(pr.n) + " K=" + std::to_string(pr.k) + " " + md.name,
-               ms, bytes, 2.0 * slots * pr.n * pr.k);
-      }
-    }
-  }
   // The shared expert: dense FP8 128x128 UE8M0, 8192 rows.
   for (const Proj& pr : {Proj{"shared gate", inter, d}, Proj{"shared down", d, inter}}) {
     const DeviceTensor w = filled(DType::kF8E4M3, {pr.n, pr.k}, false, true),
@@ -1258,7 +1292,7 @@ TEST_F(CudaBench, DISABLED_PrefillExpertGemmTimings) {
     p.c = static_cast<float*>(c.data());
     p.ldc = pr.n;
     for (const Mode& md : modes) {
-      setenv("DEEPINFER_AB_WGMMA", md.env, 1);
+      set_mode(md);
       const double ms = time_ms([&] { cuda::run_gemm(p, gpu().stream()); }, 10);
       report(std::string("V4-Flash fp8 ") + pr.name + " M=8192 N=" + std::to_string(pr.n) +
                  " K=" + std::to_string(pr.k) + " " + md.name,
@@ -1266,6 +1300,7 @@ TEST_F(CudaBench, DISABLED_PrefillExpertGemmTimings) {
     }
   }
   unsetenv("DEEPINFER_AB_WGMMA");
+  unsetenv("DEEPINFER_AB_WGMMA_TILE");
 }
 
 }  // namespace

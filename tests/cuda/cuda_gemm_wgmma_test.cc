@@ -3,7 +3,8 @@
 // (run_gemm_mma) on the same inputs, its bf16x2 integer decode against its f32 decode, its 128-byte swizzled
 // shared-memory layout against the no-swizzle one, one block per tile against one block per SM walking the tiles, and
 // the weights decoded by the producer, split between producer and consumers, or by the consumers (byte-identical
-// outputs).
+// outputs); all of it for both block tiles (128 rows x 256 weight rows and 256 x 128), whose outputs are compared
+// byte for byte too.
 // Shapes: dense with partial row / column tiles and the V4-Flash expert shape, grouped with uneven groups (empty,
 // 1-63 rows, several tiles), A rows gathered through a_rows / a_row_div and C rows scattered through c_rows;
 // MXFP4, FP8 128x128 and 32x32 blocks with UE8M0 scales, FP8 with f32 scales, FP8 with a scale per 32 of a row.
@@ -30,28 +31,36 @@ namespace {
 using testing::CudaOpTest;
 using testing::DeviceTensor;
 
-// Scoped DEEPINFER_AB_WGMMA value (nullptr = unset); restores the previous one.
-class AbWgmma {
+// Scoped value of environment variable `name` (nullptr = unset); restores the previous one.
+class AbEnv {
  public:
-  explicit AbWgmma(const char* v) {
-    const char* old = std::getenv("DEEPINFER_AB_WGMMA");
+  AbEnv(const char* name, const char* v) : name_(name) {
+    const char* old = std::getenv(name);
     had_ = old != nullptr;
     if (had_) old_ = old;
     if (v)
-      setenv("DEEPINFER_AB_WGMMA", v, 1);
+      setenv(name, v, 1);
     else
-      unsetenv("DEEPINFER_AB_WGMMA");
+      unsetenv(name);
   }
-  ~AbWgmma() {
+  ~AbEnv() {
     if (had_)
-      setenv("DEEPINFER_AB_WGMMA", old_.c_str(), 1);
+      setenv(name_, old_.c_str(), 1);
     else
-      unsetenv("DEEPINFER_AB_WGMMA");
+      unsetenv(name_);
   }
 
  private:
+  const char* name_;
   bool had_ = false;
   std::string old_;
+};
+// Scoped DEEPINFER_AB_WGMMA / DEEPINFER_AB_WGMMA_TILE values.
+struct AbWgmma : AbEnv {
+  explicit AbWgmma(const char* v) : AbEnv("DEEPINFER_AB_WGMMA", v) {}
+};
+struct AbTile : AbEnv {
+  explicit AbTile(const char* v) : AbEnv("DEEPINFER_AB_WGMMA_TILE", v) {}
 };
 
 enum class Kind { kMxfp4, kFp8E8m0_128, kFp8E8m0_32, kFp8F32_128, kFp8Row32 };
@@ -342,9 +351,37 @@ class CudaGemmWgmmaTest : public CudaOpTest {
                       << " vs " << (first < 0 ? 0.0f : want.data<float>()[first]);
   }
 
-  // The whole comparison set for one problem: wgmma accepted; against the reference; against gemm_mma; the f32
-  // decode (DEEPINFER_AB_WGMMA=exact) gives the same bytes as the default decode.
+  // Both block tiles (DEEPINFER_AB_WGMMA_TILE = 0: 128 x 256, 256: 256 x 128) through the whole comparison set, and
+  // the two tiles' outputs byte for byte: every output is the same k16 wgmma products of the same bf16 operands
+  // accumulated into one fp32 register in the same order (steps, then k16 slices), only the instruction's N (256 vs
+  // 128) and which warpgroup holds the row differ.
   void compare(const std::string& what, const Problem& pr, bool full_reference) {
+    HostTensor wide, tall;
+    {
+      AbTile tile("0");
+      wide = compare_tile(what + " [128x256]", pr, full_reference);
+    }
+    {
+      AbTile tile("256");
+      tall = compare_tile(what + " [256x128]", pr, full_reference);
+    }
+    expect_same_bytes((what + " 256x128 tile = 128x256 tile").c_str(), tall, wide);
+    // How far apart when not byte-equal (tells an accumulation-order difference, ~1e-7 of the rms, from a fault).
+    double num = 0, den = 0, worst = 0;
+    for (int64_t i = 0; i < pr.m * pr.n; ++i) {
+      const double a = tall.data<float>()[i], b = wide.data<float>()[i];
+      num += (a - b) * (a - b);
+      den += b * b;
+      worst = std::max(worst, std::fabs(a - b));
+    }
+    std::printf("[cuda-op] %-48s 256x128 vs 128x256: rel_err=%.3e, max |diff| %.3e\n", what.c_str(),
+                den > 0 ? std::sqrt(num / den) : std::sqrt(num), worst);
+  }
+
+  // The whole comparison set for one problem and the tile the environment selects: wgmma accepted; against the
+  // reference; against gemm_mma; the f32 decode (DEEPINFER_AB_WGMMA=exact) gives the same bytes as the default
+  // decode; so do one block per SM and every decode placement. Returns the default's output.
+  HostTensor compare_tile(const std::string& what, const Problem& pr, bool full_reference) {
     const std::unique_ptr<Launch> l = prepare(pr);
     cudaStream_t s = gpu().stream();
     bool took = false;
@@ -352,11 +389,12 @@ class CudaGemmWgmmaTest : public CudaOpTest {
       AbWgmma ab("all");
       took = cuda::run_gemm_wgmma(p, s);
     });
-    ASSERT_TRUE(took) << what << ": run_gemm_wgmma declined";
+    EXPECT_TRUE(took) << what << ": run_gemm_wgmma declined";
+    if (!took) return wg;
     check_reference(what, pr, wg, full_reference);
     bool mma_took = false;
     HostTensor mma = run(*l, pr, [&](const cuda::GemmKernelParams& p) { mma_took = cuda::run_gemm_mma(p, s); });
-    ASSERT_TRUE(mma_took) << what << ": run_gemm_mma declined";
+    EXPECT_TRUE(mma_took) << what << ": run_gemm_mma declined";
     check_against(what, pr, wg, mma, 1e-4);
     HostTensor exact = run(*l, pr, [&](const cuda::GemmKernelParams& p) {
       AbWgmma ab("all,exact");
@@ -392,6 +430,7 @@ class CudaGemmWgmmaTest : public CudaOpTest {
       check_against(what + " noswz", pr, noswz, mma, 1e-4);
       expect_same_bytes((what + " noswz = swizzled").c_str(), noswz, wg);
     }
+    return wg;
   }
 };
 
@@ -422,6 +461,44 @@ TEST_F(CudaGemmWgmmaTest, GroupedUnevenGroupsMatchReferenceAndMma) {
   for (Kind kind : {Kind::kMxfp4, Kind::kFp8E8m0_128, Kind::kFp8E8m0_32}) {
     const Problem pr = grouped(kind, sizes, 640, 640, 6);
     compare(std::string("grouped uneven ") + kind_name(kind), pr, true);
+  }
+}
+
+// Prefill-sized groups around both tiles' edges: 1, 63, 64, 65, 127, 128, 129, 200, 256, 257 and 511 rows (256-row
+// tiles span four of the plan's 64-row tiles: three of four plan tiles exit; 257 and 511 rows take two 256-row
+// tiles, the second with 1 / 255 rows), an empty group; N = 704 (5.5 x 128: a partial column tile for both tiles),
+// K = 512 (8 steps). MXFP4, FP8 128x128 and 32x32 blocks. K must be a multiple of 64 (run_gemm_wgmma declines
+// others: RunGemmDispatchAndAbSwitch), so there is no partial K step to test.
+TEST_F(CudaGemmWgmmaTest, GroupedPrefillGroupsBothTiles) {
+  const std::vector<int64_t> sizes = {1, 63, 64, 65, 127, 128, 129, 0, 200, 256, 257, 511};
+  for (Kind kind : {Kind::kMxfp4, Kind::kFp8E8m0_128, Kind::kFp8E8m0_32}) {
+    const Problem pr = grouped(kind, sizes, 704, 512, 6);
+    compare(std::string("grouped prefill ") + kind_name(kind), pr, true);
+  }
+}
+
+// Many groups, as the MoE layers have them: 384 groups of ~128 rows (V4.1's experts at 8192 tokens: 0-260 rows, some
+// empty) and 1100 groups of 0-40 rows with a few of 300. The 256 x 128 tile finds its group by a warp scan over
+// ceil(groups / 32) groups a lane (12 and 35 here: the second scans the owner lane's groups in two passes of 32);
+// a missed or repeated tile shows as NaN-poisoned or wrong rows against the reference and the 128 x 256 tile. N =
+// 192, K = 128; reference on sampled rows and columns.
+TEST_F(CudaGemmWgmmaTest, GroupedManyGroupsBothTiles) {
+  std::uniform_int_distribution<int64_t> around128(0, 260), small(0, 40);
+  std::vector<int64_t> v41(384), many(1100);
+  for (auto& x : v41) x = around128(rng()) < 20 ? 0 : around128(rng());
+  for (size_t i = 0; i < many.size(); ++i) many[i] = i % 97 == 5 ? 300 : small(rng());
+  for (Kind kind : {Kind::kMxfp4, Kind::kFp8E8m0_128}) {
+    compare(std::string("grouped 384 groups ") + kind_name(kind), grouped(kind, v41, 192, 128, 6), false);
+    compare(std::string("grouped 1100 groups ") + kind_name(kind), grouped(kind, many, 192, 128, 6), false);
+  }
+}
+
+// Dense with 1000 rows (three full 256-row tiles + 232; seven 128-row tiles + 104) and N = 704, K = 512: the
+// shared expert's case for both tiles. Full reference.
+TEST_F(CudaGemmWgmmaTest, DensePrefillBothTiles) {
+  for (Kind kind : {Kind::kMxfp4, Kind::kFp8E8m0_128}) {
+    const Problem pr = dense(kind, 1000, 704, 512);
+    compare(std::string("dense 1000x704x512 ") + kind_name(kind), pr, true);
   }
 }
 
@@ -465,6 +542,18 @@ TEST_F(CudaGemmWgmmaTest, RunGemmDispatchAndAbSwitch) {
     via_off = run(*l, pr, [&](const cuda::GemmKernelParams& p) { cuda::run_gemm(p, s); });
   }
   expect_same_bytes("run_gemm default = wgmma", via_default, wg);
+  {
+    // Many rows per group: run_gemm takes the 256 x 128 tile, the same bytes as the 128 x 256 one.
+    AbWgmma ab(nullptr);
+    AbTile t(nullptr);
+    HostTensor via_run = run(*l, pr, [&](const cuda::GemmKernelParams& p) {
+      cuda::GemmKernelParams r = p;
+      r.rows_hint = 192;
+      EXPECT_EQ(cuda::wgmma_tile(r), cuda::WgmmaTile::k256x128);
+      cuda::run_gemm(r, s);
+    });
+    expect_same_bytes("run_gemm 192 rows a group (256x128) = wgmma 128x256", via_run, wg);
+  }
   expect_same_bytes("run_gemm AB_WGMMA=0 = mma", via_off, mma);
   AbWgmma ab(nullptr);
   cuda::GemmKernelParams q = l->p;
@@ -479,6 +568,40 @@ TEST_F(CudaGemmWgmmaTest, RunGemmDispatchAndAbSwitch) {
   q = l->p;
   q.a_bf16 = nullptr;
   EXPECT_FALSE(cuda::run_gemm_wgmma(q, s)) << "no bf16 A";
+}
+
+// The tile choice (host only, no device needed): grouped calls by rows_hint (256 x 128 from kGemmWgmmaTallRows rows a
+// group), dense calls by rows (256 x 128 past 128), DEEPINFER_AB_WGMMA_TILE = 0 / 256 forcing either.
+TEST(CudaGemmWgmmaTile, ChoiceByRowsAndAbSwitch) {
+  using cuda::WgmmaTile;
+  AbTile unset(nullptr);
+  cuda::GemmKernelParams p;
+  const int32_t offsets[2] = {0, 0};  // never read: only its presence marks a grouped call
+  p.group_offsets = offsets;
+  p.m = 100000;
+  p.rows_hint = cuda::kGemmWgmmaTallRows - 1;
+  EXPECT_EQ(cuda::wgmma_tile(p), WgmmaTile::k128x256);
+  p.rows_hint = cuda::kGemmWgmmaTallRows;
+  EXPECT_EQ(cuda::wgmma_tile(p), WgmmaTile::k256x128);
+  p.rows_hint = 192;  // V4-Flash at 8192 tokens
+  EXPECT_EQ(cuda::wgmma_tile(p), WgmmaTile::k256x128);
+  {
+    AbTile old_tile("0");
+    EXPECT_EQ(cuda::wgmma_tile(p), WgmmaTile::k128x256);
+  }
+  p.rows_hint = 8;
+  {
+    AbTile tall("256");
+    EXPECT_EQ(cuda::wgmma_tile(p), WgmmaTile::k256x128);
+  }
+  EXPECT_EQ(cuda::wgmma_tile(p), WgmmaTile::k128x256);
+  cuda::GemmKernelParams d;
+  d.m = 128;
+  EXPECT_EQ(cuda::wgmma_tile(d), WgmmaTile::k128x256);
+  d.m = 129;
+  EXPECT_EQ(cuda::wgmma_tile(d), WgmmaTile::k256x128);
+  AbTile old_tile("0");
+  EXPECT_EQ(cuda::wgmma_tile(d), WgmmaTile::k128x256);
 }
 
 }  // namespace

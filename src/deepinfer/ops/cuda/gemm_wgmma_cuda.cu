@@ -26,6 +26,14 @@
 //     its wait on empty(G), which follows both consumers' passing full(G)).
 //   One block per tile, or (DEEPINFER_AB_WGMMA=persist) one per SM walking tiles blockIdx.x + i·gridDim.x: the
 //     producer then decodes the next tile's first steps while the consumers finish a tile and store it.
+//   The 256 x 128 tile (wgmma_tile(): groups of >= 120 rows, dense calls of > 128 rows): the decode bounds the step
+//     whatever the number of token rows, and with ~192 rows an expert (V4-Flash at 8192 tokens) every expert took two
+//     128-row tiles, decoding its weights twice. Here each consumer warpgroup owns 128 rows as two m64 halves (two
+//     wgmma m64n128k16 a k16 slice, the same 128 accumulators), a step decodes 128 weight rows (A 32 KiB, B 16 KiB:
+//     the same 48 KiB stage), so an expert of <= 256 rows decodes each weight row once: the same block steps, half
+//     the decode each. Decode placement: DecodePlan (the split gives the producer rows 0-63 half a row a thread and
+//     the consumers rows 64-127 a quarter row each). Grouped tiles come from tall_group_tile (no block per plan
+//     tile). Every output sees the same k16 products in the same order as in the 128 x 256 tile: the same bytes.
 //
 // Shared-memory layout (both operands "K-major", 128-byte swizzle, the wgmma canonical layout): a tile row holds the
 // 64 K values of one row (A: a token row, B: a weight row) = 128 bytes = 8 chunks of 16 bytes. Row r's chunk c
@@ -66,13 +74,25 @@
 namespace deepinfer::cuda {
 namespace {
 
-constexpr int kWgM = 2 * kGemmTileM, kWgN = 256, kWgK = 64, kWgStages = 4, kWgThreads = 384;
-constexpr int kRowBytes = kWgK * 2;                                    // one 128-byte swizzle row
-constexpr int kABytes = kWgM * kRowBytes, kBBytes = kWgN * kRowBytes;  // one stage's tiles
+constexpr int kWgK = 64, kWgStages = 4, kWgThreads = 384;
+constexpr int kRowBytes = kWgK * 2;           // one 128-byte swizzle row
+constexpr int kStageBytes = 384 * kRowBytes;  // one stage: A and B tiles, 48 KiB for both shapes
 constexpr int kBarFull = 1, kBarEmpty = 1 + kWgStages;
-constexpr size_t kWgSmem = 1024 + kWgStages * (kABytes + kBBytes);
-static_assert(kWgM == 128 && kWgThreads == 3 * 128, "one producer and two consumer warpgroups of 64 rows");
+constexpr size_t kWgSmem = 1024 + kWgStages * kStageBytes;
+static_assert(kWgThreads == 3 * 128, "one producer and two consumer warpgroups");
 static_assert(kBarEmpty + kWgStages <= 16, "named barriers");
+
+// The block tile: kTall = 256 token rows x 128 weight rows (each consumer warpgroup 128 rows as two m64 halves, two
+// wgmma m64n128k16 a k16 slice), else 128 x 256 (each consumer 64 rows, one m64n256k16). Same accumulators (128 f32
+// a thread), same stage size; the tall tile decodes half the weight rows a step and copies twice the A rows.
+template <bool kTall>
+struct WgTile {
+  static constexpr int kM = kTall ? 4 * kGemmTileM : 2 * kGemmTileM, kN = kTall ? 128 : 256;
+  static constexpr int kABytes = kM * kRowBytes, kBBytes = kN * kRowBytes;
+  static constexpr int kHalves = kM / 128;  // m64 halves a consumer warpgroup
+  static constexpr int kARowsT = kM / 16;   // A rows a producer thread copies a step (8 threads a row)
+  static_assert(kABytes + kBBytes == kStageBytes && kM % kGemmTileM == 0, "tile shape");
+};
 
 template <QuantFormat F>
 constexpr int kCodeWords = F == QuantFormat::kMXFP4 ? kWgK / 8 : kWgK / 4;  // 32-bit words of a row's step
@@ -158,6 +178,36 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_
         "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
       : "l"(desc_a), "l"(desc_b), "r"(1));
 }
+// D(64 x 128, f32: d[kOff .. kOff + 63]) += A(64 x 16) · B(128 x 16)ᵀ, both bf16 K-major in shared memory.
+template <int kOff>
+__device__ __forceinline__ void wgmma_m64n128k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b) {
+  static_assert(kOff == 0 || kOff == 64, "an accumulator half");
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "%64, %65, p, 1, 1, 0, 0;\n"
+      "}\n"
+      : "+f"(d[kOff + 0]), "+f"(d[kOff + 1]), "+f"(d[kOff + 2]), "+f"(d[kOff + 3]), "+f"(d[kOff + 4]),
+        "+f"(d[kOff + 5]), "+f"(d[kOff + 6]), "+f"(d[kOff + 7]), "+f"(d[kOff + 8]), "+f"(d[kOff + 9]),
+        "+f"(d[kOff + 10]), "+f"(d[kOff + 11]), "+f"(d[kOff + 12]), "+f"(d[kOff + 13]), "+f"(d[kOff + 14]),
+        "+f"(d[kOff + 15]), "+f"(d[kOff + 16]), "+f"(d[kOff + 17]), "+f"(d[kOff + 18]), "+f"(d[kOff + 19]),
+        "+f"(d[kOff + 20]), "+f"(d[kOff + 21]), "+f"(d[kOff + 22]), "+f"(d[kOff + 23]), "+f"(d[kOff + 24]),
+        "+f"(d[kOff + 25]), "+f"(d[kOff + 26]), "+f"(d[kOff + 27]), "+f"(d[kOff + 28]), "+f"(d[kOff + 29]),
+        "+f"(d[kOff + 30]), "+f"(d[kOff + 31]), "+f"(d[kOff + 32]), "+f"(d[kOff + 33]), "+f"(d[kOff + 34]),
+        "+f"(d[kOff + 35]), "+f"(d[kOff + 36]), "+f"(d[kOff + 37]), "+f"(d[kOff + 38]), "+f"(d[kOff + 39]),
+        "+f"(d[kOff + 40]), "+f"(d[kOff + 41]), "+f"(d[kOff + 42]), "+f"(d[kOff + 43]), "+f"(d[kOff + 44]),
+        "+f"(d[kOff + 45]), "+f"(d[kOff + 46]), "+f"(d[kOff + 47]), "+f"(d[kOff + 48]), "+f"(d[kOff + 49]),
+        "+f"(d[kOff + 50]), "+f"(d[kOff + 51]), "+f"(d[kOff + 52]), "+f"(d[kOff + 53]), "+f"(d[kOff + 54]),
+        "+f"(d[kOff + 55]), "+f"(d[kOff + 56]), "+f"(d[kOff + 57]), "+f"(d[kOff + 58]), "+f"(d[kOff + 59]),
+        "+f"(d[kOff + 60]), "+f"(d[kOff + 61]), "+f"(d[kOff + 62]), "+f"(d[kOff + 63])
+      : "l"(desc_a), "l"(desc_b), "r"(1));
+}
 #endif
 
 __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
@@ -193,12 +243,71 @@ __device__ __forceinline__ void e2m1x8_to_bf16x2(uint32_t x, uint32_t (&o)[4]) {
   o[3] = prmt(lo1, hi1, 0x7362) | (prmt(x4, x, 0x7030) & 0x80008000u);
 }
 
-// One weight row's step: its codes (kCodeWords words, K ascending) and the raw scales of its two 32-wide K halves
-// (UE8M0 exponent byte, or f32 bits).
+// Codes per 16-byte chunk (8 K values): one word of e2m1, two of e4m3.
 template <QuantFormat F>
-struct RowStep {
-  uint32_t w[kCodeWords<F>];
-  uint32_t s[2];
+constexpr int kChunkWords = F == QuantFormat::kMXFP4 ? 1 : 2;
+
+// A decode unit's step: kChunks consecutive chunks of one weight row (8 = the whole row's 64 K values, 4 = a 32-wide
+// K half, 2 = a quarter), its code words (K ascending) and the raw scales of the 32-wide halves it touches (UE8M0
+// exponent byte, or f32 bits).
+template <QuantFormat F, int kChunks>
+struct Part {
+  static_assert(kChunks == 8 || kChunks == 4 || kChunks == 2, "whole, half or quarter rows");
+  uint32_t w[kChunkWords<F> * kChunks];
+  uint32_t s[kChunks == 8 ? 2 : 1];
+};
+
+// Where a decode unit's codes and scales are: weight row n (a column past N reads row N - 1 instead: no branch, its
+// output column is never written), chunks c0 .. c0 + kChunks - 1 of every step. Block sizes are powers of two
+// (run_gemm_wgmma checks), so scale columns come from shifts.
+template <QuantFormat F, int kChunks>
+struct PartSrc {
+  const uint8_t* codes;  // the unit's first code byte of step 0
+  const uint8_t* sc;     // the scale matrix
+  int64_t s_base;        // the row's first scale
+  int k0;                // the unit's first K within a step
+  int bk_shift;
+  bool s8;  // UE8M0 scales
+
+  __device__ __forceinline__ PartSrc(const GemmKernelParams& p, int g, int64_t n0_row, int c0) {
+    const int64_t n = min(n0_row, p.n - 1);
+    const int64_t row_bytes = F == QuantFormat::kMXFP4 ? p.k / 2 : p.k;
+    codes = static_cast<const uint8_t*>(p.b_table ? p.b_table[g] : p.b) + n * row_bytes + c0 * 4 * kChunkWords<F>;
+    sc = static_cast<const uint8_t*>(p.b_scale_table ? p.b_scale_table[g] : p.b_scale);
+    s_base = F == QuantFormat::kMXFP4      ? n * (p.k / 32)
+             : F == QuantFormat::kFP8Row32 ? n * p.scale_cols
+                                           : (n >> (__ffs(p.block_n) - 1)) * p.scale_cols;
+    k0 = 8 * c0;
+    bk_shift = __ffs(p.block_k) - 1;
+    s8 = F == QuantFormat::kMXFP4 || p.scale_e8m0;
+  }
+  // Step kt's codes and scales into u.
+  __device__ __forceinline__ void load(int kt, Part<F, kChunks>& u) const {
+    constexpr int kBytes = 4 * kChunkWords<F> * kChunks, kStepBytes = kCodeWords<F> * 4;
+    const uint8_t* q = codes + static_cast<int64_t>(kt) * kStepBytes;
+    if constexpr (kBytes % 16 == 0) {
+#pragma unroll
+      for (int v = 0; v < kBytes / 16; ++v) {
+        const uint4 x = __ldg(reinterpret_cast<const uint4*>(q) + v);
+        u.w[4 * v] = x.x;
+        u.w[4 * v + 1] = x.y;
+        u.w[4 * v + 2] = x.z;
+        u.w[4 * v + 3] = x.w;
+      }
+    } else {
+      static_assert(kBytes == 8, "a quarter row of e2m1 codes");
+      const uint2 x = __ldg(reinterpret_cast<const uint2*>(q));
+      u.w[0] = x.x;
+      u.w[1] = x.y;
+    }
+#pragma unroll
+    for (int h = 0; h < (kChunks == 8 ? 2 : 1); ++h) {
+      const int k = kt * kWgK + k0 + 32 * h;
+      const int64_t si = s_base + (F == QuantFormat::kFP8Block ? (k >> bk_shift) : (k >> 5));
+      u.s[h] =
+          s8 ? static_cast<uint32_t>(__ldg(sc + si)) : __float_as_uint(__ldg(reinterpret_cast<const float*>(sc) + si));
+    }
+  }
 };
 
 // Decodes chunk c (K values 8c..8c+7 of the step) of tile row r from its code words (MXFP4: w[0]; FP8: w[0], w[1])
@@ -237,74 +346,138 @@ __device__ __forceinline__ void decode_chunk(const uint32_t* w, uint32_t sraw, u
                "r"(o[2]), "r"(o[3])
                : "memory");
 }
-// A whole row's step (8 chunks).
-template <QuantFormat F, bool kExact, bool kSwizzle>
-__device__ __forceinline__ void decode_row(const RowStep<F>& rs, uint32_t tile, int r, bool s8) {
-  constexpr int kWordsPerChunk = F == QuantFormat::kMXFP4 ? 1 : 2;
+// A decode unit's step into tile row r, chunks c0.. (s8: UE8M0 scales).
+template <QuantFormat F, bool kExact, bool kSwizzle, int kChunks>
+__device__ __forceinline__ void decode_part(const Part<F, kChunks>& u, uint32_t tile, int r, int c0, bool s8) {
 #pragma unroll
-  for (int c = 0; c < 8; ++c)
-    decode_chunk<F, kExact, kSwizzle>(&rs.w[kWordsPerChunk * c], rs.s[c >> 2], tile, r, c, s8);
+  for (int c = 0; c < kChunks; ++c)
+    decode_chunk<F, kExact, kSwizzle>(&u.w[kChunkWords<F> * c], u.s[kChunks == 8 ? c >> 2 : 0], tile, r, c0 + c, s8);
 }
 
-// Half a row's step (its 32 K values of half h: chunks 4h..4h+3), for the split decode.
-template <QuantFormat F>
-struct HalfStep {
-  uint32_t w[kCodeWords<F> / 2];
-  uint32_t s;
+// Who decodes which weight rows of a step's B tile (kDec: 0 = the producer, 1 = split, 2 = the consumers).
+// Producer: kUnitsP units of kChunksP chunks a thread, unit i of thread tid = tile row tid / kPartsP + i·128 / kPartsP,
+// chunks from (tid % kPartsP)·kChunksP: tile rows [0, kRowsP). Consumers: one unit of kChunksC chunks a thread (0 =
+// none), u = tid - 128: tile row kRowsP + u / kPartsC, chunks from (u % kPartsC)·kChunksC: rows [kRowsP, kN).
+//   128 x 256: 0 = two whole rows a producer thread; 1 = producer row tid, consumers rows 128-255 half a row each;
+//              2 = consumers a whole row each.
+//   256 x 128: 0 = one whole row a producer thread; 1 = producer rows 0-63 half a row each, consumers rows 64-127 a
+//              quarter row each; 2 = consumers rows 0-127 half a row each.
+template <bool kTall, int kDec>
+struct DecodePlan {
+  static constexpr int kUnitsP = kDec == 2 ? 0 : (kDec == 0 && !kTall ? 2 : 1);
+  static constexpr int kChunksP = kDec == 1 && kTall ? 4 : 8, kPartsP = 8 / kChunksP;
+  static constexpr int kRowsP = kUnitsP * 128 / kPartsP;
+  static constexpr int kChunksC = kDec == 0 ? 0 : (kDec == 1 ? (kTall ? 2 : 4) : (kTall ? 4 : 8));
+  static constexpr int kPartsC = kChunksC ? 8 / kChunksC : 1, kRowsC = kChunksC ? 256 / kPartsC : 0;
+  static_assert(kRowsP + kRowsC == WgTile<kTall>::kN, "every weight row of the tile decoded once");
 };
-template <QuantFormat F, bool kExact, bool kSwizzle>
-__device__ __forceinline__ void decode_half(const HalfStep<F>& hs, uint32_t tile, int r, int h, bool s8) {
-  constexpr int kWordsPerChunk = F == QuantFormat::kMXFP4 ? 1 : 2;
+
+// Grouped calls of the 256 x 128 tile: kernel M tile j is the q-th 256-row tile of group g, the groups in order with
+// ceil(T_g / 4) tiles each (T_g: the group's plan tiles of kGemmTileM rows, so ceil(rows / 256)). The launch bounds
+// their sum by (max_tiles_m + 3·groups) / 4 instead of a block per plan tile, three of four of which would only find
+// that they start no tile and exit. Every warp finds (g, q) on its own (the roles walk the tiles independently, so no
+// block barrier): lane l sums the tiles of groups [l·per, (l+1)·per), a warp scan finds the lane whose range holds
+// j, then the warp scans that range's groups 32 at a time. Rows [begin, end) as gemm_tile_rows; false past the last
+// tile.
+__device__ __forceinline__ bool tall_group_tile(const GemmKernelParams& p, int64_t tile, int& g, int64_t& begin,
+                                                int64_t& end) {
+  constexpr int kSpan = 4;  // plan tiles a 256-row tile
+  constexpr unsigned kAll = 0xFFFFFFFFu;
+  const int lane = threadIdx.x & 31, groups = p.groups, per = (groups + 31) / 32;
+  const int j = static_cast<int>(tile);
+  // Level 1: this lane's groups' tiles (the plan's tile offsets of groups lane·per .. (lane + 1)·per, clamped).
+  int cnt = 0;
+  {
+    const int x0 = min(lane * per, groups), x1 = min(lane * per + per, groups);
+    int prev = p.tile_offsets[x0];
+#pragma unroll 4
+    for (int x = x0; x < x1; ++x) {
+      const int next = p.tile_offsets[x + 1];
+      cnt += (next - prev + kSpan - 1) / kSpan;
+      prev = next;
+    }
+  }
+  int incl = cnt;
 #pragma unroll
-  for (int c = 0; c < 4; ++c)
-    decode_chunk<F, kExact, kSwizzle>(&hs.w[kWordsPerChunk * c], hs.s, tile, r, 4 * h + c, s8);
+  for (int off = 1; off < 32; off <<= 1) {
+    const int v = __shfl_up_sync(kAll, incl, off);
+    if (lane >= off) incl += v;
+  }
+  if (j >= __shfl_sync(kAll, incl, 31)) return false;
+  const int owner = __ffs(__ballot_sync(kAll, incl > j)) - 1;
+  int base = __shfl_sync(kAll, incl - cnt, owner);  // tiles before the owner's first group
+  const int r0 = owner * per, r1 = min(r0 + per, groups);
+  // Level 2: the owner's groups, 32 at a time (one a lane); j is among them, so the loop returns.
+  for (int x0 = r0; x0 < r1; x0 += 32) {
+    const int x = x0 + lane;
+    const int c = x < r1 ? (p.tile_offsets[x + 1] - p.tile_offsets[x] + kSpan - 1) / kSpan : 0;
+    int in2 = c;
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+      const int v = __shfl_up_sync(kAll, in2, off);
+      if (lane >= off) in2 += v;
+    }
+    const unsigned hit = __ballot_sync(kAll, base + in2 > j);
+    if (hit) {
+      const int l2 = __ffs(hit) - 1;
+      g = x0 + l2;
+      const int q = j - base - __shfl_sync(kAll, in2 - c, l2);
+      begin = p.group_offsets[g] + static_cast<int64_t>(q) * kSpan * kGemmTileM;
+      end = p.group_offsets[g + 1];
+      return true;
+    }
+    base += __shfl_sync(kAll, in2, 31);
+  }
+  return false;  // not reached for a consistent plan
 }
 
-template <QuantFormat F, bool kExact, bool kSwizzle, int kDec>
+// The rows and group of this kernel's M tile `tile` (gemm_tile_rows for dense calls and the 128 x 256 tile).
+template <bool kTall>
+__device__ __forceinline__ bool wg_tile_rows(const GemmKernelParams& p, int64_t tile, int& g, int64_t& begin,
+                                             int64_t& end) {
+  if (kTall && p.group_offsets) return tall_group_tile(p, tile, g, begin, end);
+  return gemm_tile_rows(p, tile, WgTile<kTall>::kM / kGemmTileM, g, begin, end);
+}
+
+template <QuantFormat F, bool kExact, bool kSwizzle, int kDec, bool kTall>
 __global__ void __launch_bounds__(kWgThreads, 1) gemm_wgmma_kernel(GemmKernelParams p, int tiles_n, int64_t tiles) {
-  // Who decodes the weights (kDec): 0 = the producer, two tile rows a thread (tid, tid + 128); 1 = split: the producer
-  // tile row tid, the consumers rows 128-255, half a row each; 2 = the consumers, tile row u = tid - 128 each, the
-  // producer only copies A. Consumers decode a step ahead of their products.
-  constexpr int kRowsP = kDec == 0 ? 2 : (kDec == 1 ? 1 : 0), kRowsA = kRowsP > 0 ? kRowsP : 1;
+  using T = WgTile<kTall>;
+  using D = DecodePlan<kTall, kDec>;
+  constexpr int kUnitsA = D::kUnitsP > 0 ? D::kUnitsP : 1;  // arrays of at least one
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t smem_raw[];
   // 1024-byte aligned base (128B swizzle): A stages, then B stages.
   const uint32_t raw_addr = smem_addr(smem_raw);
-  const uint32_t a_base = raw_addr + ((1024 - (raw_addr & 1023)) & 1023), b_base = a_base + kWgStages * kABytes;
+  const uint32_t a_base = raw_addr + ((1024 - (raw_addr & 1023)) & 1023), b_base = a_base + kWgStages * T::kABytes;
   const int tid = threadIdx.x;
   const int ktiles = static_cast<int>(p.k / kWgK);
   // Tiles t = blockIdx.x, blockIdx.x + gridDim.x, ... (one per block unless launched persistent), column tile fastest:
   // the blocks running together share an A tile and sweep one expert's weight. Both roles walk the same tiles and
-  // skip the same ones (a grouped plan tile that does not start a 128-row tile); `gs` counts this block's steps over
+  // skip the same ones (a grouped plan tile that does not start a kernel tile); `gs` counts this block's steps over
   // all its tiles, which fixes every step's stage (gs % S) and barrier instance.
 
   if (tid < 128) {
     // ------------------------------------------------------------------ producer warpgroup
     const bool s8 = F == QuantFormat::kMXFP4 || p.scale_e8m0;
-    const int ac = tid & 7;  // A: this thread copies chunk tid % 8 of tile rows tid / 8 + 16 j, j = 0..7
-    constexpr int kStepBytes = kCodeWords<F> * 4;
-    const int64_t row_bytes = F == QuantFormat::kMXFP4 ? p.k / 2 : p.k;
-    const int bn_shift = __ffs(p.block_n) - 1, bk_shift = __ffs(p.block_k) - 1;
+    const int ac = tid & 7;  // A: this thread copies chunk tid % 8 of tile rows tid / 8 + 16 j, j < kM / 16
     int64_t gs = 0;
     for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
       int g;
       int64_t row_begin, row_end;
-      if (!gemm_tile_rows(p, t / tiles_n, kWgM / kGemmTileM, g, row_begin, row_end)) continue;
-      const int64_t n0 = (t % tiles_n) * kWgN;
-      const uint8_t* b = static_cast<const uint8_t*>(p.b_table ? p.b_table[g] : p.b);
-      const uint8_t* sc = static_cast<const uint8_t*>(p.b_scale_table ? p.b_scale_table[g] : p.b_scale);
-      const __nv_bfloat16* a_src[8];  // rows past the tile's end: none (zero-filled copies)
+      if (!wg_tile_rows<kTall>(p, t / tiles_n, g, row_begin, row_end)) continue;
+      const int64_t n0 = (t % tiles_n) * T::kN;
+      const __nv_bfloat16* a_src[T::kARowsT];  // rows past the tile's end: none (zero-filled copies)
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
+      for (int j = 0; j < T::kARowsT; ++j) {
         const int64_t i = row_begin + (tid >> 3) + 16 * j;
         const int64_t ar = i < row_end ? (p.a_rows ? p.a_rows[i] / p.a_row_div : i) : -1;
         a_src[j] = ar < 0 ? nullptr : static_cast<const __nv_bfloat16*>(p.a_bf16) + ar * p.lda + ac * 8;
       }
       // A tile of k-step kt into stage `st`.
       auto issue_a = [&](int kt, int st) {
-        const uint32_t dst = a_base + st * kABytes;
+        const uint32_t dst = a_base + st * T::kABytes;
 #pragma unroll
-        for (int j = 0; j < 8; ++j) {
+        for (int j = 0; j < T::kARowsT; ++j) {
           const int r = (tid >> 3) + 16 * j;
           const bool ok = a_src[j] != nullptr;
           const void* src = ok ? static_cast<const void*>(a_src[j] + static_cast<int64_t>(kt) * kWgK) : p.a_bf16;
@@ -313,39 +486,15 @@ __global__ void __launch_bounds__(kWgThreads, 1) gemm_wgmma_kernel(GemmKernelPar
                        : "memory");
         }
       };
-      // Weights: tile rows tid and tid + 128 (output columns n0 + those). A column past N reads row N - 1 instead
-      // (no branch; its output column is never written). Scales: the row's base in its scale matrix, then per step
-      // the K halves' column (block sizes are powers of two: run_gemm_wgmma checks).
-      const uint8_t* w_src[kRowsA];
-      int64_t s_base[kRowsA];
-#pragma unroll
-      for (int i = 0; i < kRowsP; ++i) {
-        const int64_t n = min(n0 + tid + 128 * i, p.n - 1);
-        w_src[i] = b + n * row_bytes;
-        s_base[i] = F == QuantFormat::kMXFP4      ? n * (p.k / 32)
-                    : F == QuantFormat::kFP8Row32 ? n * p.scale_cols
-                                                  : (n >> bn_shift) * p.scale_cols;
-      }
-      auto load_step = [&](int kt, RowStep<F>(&rs)[kRowsA]) {
-#pragma unroll
-        for (int i = 0; i < kRowsP; ++i) {
-          const uint4* q = reinterpret_cast<const uint4*>(w_src[i] + static_cast<int64_t>(kt) * kStepBytes);
-#pragma unroll
-          for (int v = 0; v < kStepBytes / 16; ++v) {
-            const uint4 u = __ldg(q + v);
-            rs[i].w[4 * v] = u.x;
-            rs[i].w[4 * v + 1] = u.y;
-            rs[i].w[4 * v + 2] = u.z;
-            rs[i].w[4 * v + 3] = u.w;
-          }
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int k0 = kt * kWgK + 32 * h;
-            const int64_t si = s_base[i] + (F == QuantFormat::kFP8Block ? (k0 >> bk_shift) : (k0 >> 5));
-            rs[i].s[h] = s8 ? static_cast<uint32_t>(__ldg(sc + si))
-                            : __float_as_uint(__ldg(reinterpret_cast<const float*>(sc) + si));
-          }
-        }
+      // Weights: this thread's decode units (DecodePlan), tile row prow(i), chunks from pc0 (output column n0 + row).
+      using Unit = Part<F, D::kChunksP>;
+      const int pc0 = (tid % D::kPartsP) * D::kChunksP;
+      auto prow = [&](int i) { return tid / D::kPartsP + i * (128 / D::kPartsP); };
+      const PartSrc<F, D::kChunksP> src0(p, g, n0 + prow(0), pc0);
+      const PartSrc<F, D::kChunksP> src1(p, g, n0 + prow(kUnitsA - 1), pc0);
+      auto load_step = [&](int kt, Unit(&rs)[kUnitsA]) {
+        if constexpr (D::kUnitsP > 0) src0.load(kt, rs[0]);
+        if constexpr (D::kUnitsP > 1) src1.load(kt, rs[1]);
       };
       // Stage of this block's step G, once the consumers released its previous use (step G - S).
       auto acquire = [&](int64_t G) {
@@ -354,7 +503,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) gemm_wgmma_kernel(GemmKernelPar
       };
       // One step: prefetch step kt + 1's codes (first: registers need no free stage, and the longer they fly the
       // better), acquire step kt + 1's stage and copy its A tile, decode step kt into its stage's B tile, publish.
-      auto step = [&](int kt, RowStep<F>(&cur)[kRowsA], RowStep<F>(&nxt)[kRowsA]) {
+      auto step = [&](int kt, Unit(&cur)[kUnitsA], Unit(&nxt)[kUnitsA]) {
         const int64_t G = gs + kt;
         if (kt + 1 < ktiles) {
           load_step(kt + 1, nxt);
@@ -362,14 +511,15 @@ __global__ void __launch_bounds__(kWgThreads, 1) gemm_wgmma_kernel(GemmKernelPar
         }
         cp_async_commit();
         const int st = static_cast<int>(G % kWgStages);
-        const uint32_t bt = b_base + st * kBBytes;
+        const uint32_t bt = b_base + st * T::kBBytes;
 #pragma unroll
-        for (int i = 0; i < kRowsP; ++i) decode_row<F, kExact, kSwizzle>(cur[i], bt, tid + 128 * i, s8);
+        for (int i = 0; i < D::kUnitsP; ++i)
+          decode_part<F, kExact, kSwizzle, D::kChunksP>(cur[i], bt, prow(i), pc0, s8);
         cp_async_wait<1>();  // this thread's A copies of step kt have landed
         fence_proxy_async();
         bar_arrive(kBarFull + st, kWgThreads);
       };
-      RowStep<F> r0[kRowsA], r1[kRowsA];  // ping-pong: no register copies between steps
+      Unit r0[kUnitsA], r1[kUnitsA];  // ping-pong: no register copies between steps
       load_step(0, r0);
       issue_a(0, acquire(gs));
       cp_async_commit();
@@ -388,7 +538,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) gemm_wgmma_kernel(GemmKernelPar
       bar_sync(kBarEmpty + static_cast<int>(G % kWgStages), kWgThreads);
   } else {
     // ------------------------------------------------------------------ consumer warpgroups
-    const int cw = (tid >> 7) - 1;  // rows 64 cw .. 64 cw + 63 of the tile
+    const int cw = (tid >> 7) - 1;  // rows cw·kM/2 .. of the tile (kHalves m64 halves)
     const int lane = tid & 31, wq = (tid >> 5) & 3;
     // Column pairs as one 8-byte store when every row start is 8-byte aligned.
     const bool vec2 = p.ldc % 2 == 0 && reinterpret_cast<uintptr_t>(p.c) % 8 == 0;
@@ -396,8 +546,10 @@ __global__ void __launch_bounds__(kWgThreads, 1) gemm_wgmma_kernel(GemmKernelPar
     for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
       int g;
       int64_t row_begin, row_end;
-      if (!gemm_tile_rows(p, t / tiles_n, kWgM / kGemmTileM, g, row_begin, row_end)) continue;
-      const int64_t n0 = (t % tiles_n) * kWgN;
+      if (!wg_tile_rows<kTall>(p, t / tiles_n, g, row_begin, row_end)) continue;
+      const int64_t n0 = (t % tiles_n) * T::kN;
+      // 128 x 256: acc[0..127] = rows 0-63 of this warpgroup x 256 columns. 256 x 128: acc[64h .. 64h + 63] = rows
+      // 64h .. 64h + 63 of this warpgroup's 128 x 128 columns.
       float acc[128];
 #pragma unroll
       for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
@@ -406,62 +558,35 @@ __global__ void __launch_bounds__(kWgThreads, 1) gemm_wgmma_kernel(GemmKernelPar
         const int64_t G = gs + kt;
         const int st = static_cast<int>(G % kWgStages);
         bar_sync(kBarFull + st, kWgThreads);
-        const uint32_t at = a_base + st * kABytes + cw * 64 * kRowBytes, bt = b_base + st * kBBytes;
+        const uint32_t at = a_base + st * T::kABytes + cw * (T::kM / 2) * kRowBytes, bt = b_base + st * T::kBBytes;
         wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < kWgK / 16; ++kk)
-          wgmma_m64n256k16(acc, smem_desc<kSwizzle>(at + k16_offset<kSwizzle>(kk)),
-                           smem_desc<kSwizzle>(bt + k16_offset<kSwizzle>(kk)));
+        for (int kk = 0; kk < kWgK / 16; ++kk) {
+          const uint64_t db = smem_desc<kSwizzle>(bt + k16_offset<kSwizzle>(kk));
+          if constexpr (kTall) {
+            // The second half's rows start 64 rows = 8 swizzle atoms later.
+            wgmma_m64n128k16<0>(acc, smem_desc<kSwizzle>(at + k16_offset<kSwizzle>(kk)), db);
+            wgmma_m64n128k16<64>(acc, smem_desc<kSwizzle>(at + 64 * kRowBytes + k16_offset<kSwizzle>(kk)), db);
+          } else {
+            wgmma_m64n256k16(acc, smem_desc<kSwizzle>(at + k16_offset<kSwizzle>(kk)), db);
+          }
+        }
         wgmma_commit();
         wgmma_wait<1>();  // step G - 1's products have read their stage: release it
         if (kt >= 1) bar_arrive(kBarEmpty + static_cast<int>((G - 1) % kWgStages), kWgThreads);
       };
-      if constexpr (kDec > 0) {
-        // This thread's unit of each step: split, tile row 128 + u / 2, K half u % 2 (chunks 4h..4h+3); consumers-all,
-        // tile row u. Step X is decoded after this warpgroup passed full(X - 1): the other warpgroup had then retired
-        // its products of step X - 3, so stage X % 4 (last read at step X - 4) is free; the producer's rows of that
-        // stage (split) are other rows.
-        using Unit = std::conditional_t<kDec == 2, RowStep<F>, HalfStep<F>>;
-        const int u = tid - 128, hrow = kDec == 2 ? u : 128 + (u >> 1), hh = kDec == 2 ? 0 : (u & 1);
+      if constexpr (D::kChunksC > 0) {
+        // This thread's unit of each step (DecodePlan). Step X is decoded after this warpgroup passed full(X - 1):
+        // the other warpgroup had then retired its products of step X - 4 (the producer's arrival at full(X - 1)
+        // follows its wait on empty(X - 4)), so stage X % 4 (last read at step X - 4) is free; the producer's rows of
+        // that stage are other rows. Both consumer warpgroups arrive at full(X) only after decoding their rows of X.
+        using Unit = Part<F, D::kChunksC>;
+        const int u = tid - 128, hrow = D::kRowsP + u / D::kPartsC, hc0 = (u % D::kPartsC) * D::kChunksC;
         const bool s8 = F == QuantFormat::kMXFP4 || p.scale_e8m0;
-        constexpr int kStepBytes = kCodeWords<F> * 4, kUnitBytes = kDec == 2 ? kStepBytes : kStepBytes / 2;
-        const int64_t row_bytes = F == QuantFormat::kMXFP4 ? p.k / 2 : p.k;
-        const int bn_shift = __ffs(p.block_n) - 1, bk_shift = __ffs(p.block_k) - 1;
-        const uint8_t* sc = static_cast<const uint8_t*>(p.b_scale_table ? p.b_scale_table[g] : p.b_scale);
-        const int64_t n = min(n0 + hrow, p.n - 1);
-        const uint8_t* hw =
-            static_cast<const uint8_t*>(p.b_table ? p.b_table[g] : p.b) + n * row_bytes + hh * kUnitBytes;
-        const int64_t hs_base = F == QuantFormat::kMXFP4      ? n * (p.k / 32)
-                                : F == QuantFormat::kFP8Row32 ? n * p.scale_cols
-                                                              : (n >> bn_shift) * p.scale_cols;
-        auto scale_at = [&](int k0) -> uint32_t {
-          const int64_t si = hs_base + (F == QuantFormat::kFP8Block ? (k0 >> bk_shift) : (k0 >> 5));
-          return s8 ? static_cast<uint32_t>(__ldg(sc + si))
-                    : __float_as_uint(__ldg(reinterpret_cast<const float*>(sc) + si));
-        };
-        auto load_unit = [&](int kt, Unit& un) {
-          const uint4* q = reinterpret_cast<const uint4*>(hw + static_cast<int64_t>(kt) * kStepBytes);
-#pragma unroll
-          for (int v = 0; v < kUnitBytes / 16; ++v) {
-            const uint4 w4 = __ldg(q + v);
-            un.w[4 * v] = w4.x;
-            un.w[4 * v + 1] = w4.y;
-            un.w[4 * v + 2] = w4.z;
-            un.w[4 * v + 3] = w4.w;
-          }
-          if constexpr (kDec == 2) {
-            un.s[0] = scale_at(kt * kWgK);
-            un.s[1] = scale_at(kt * kWgK + 32);
-          } else {
-            un.s = scale_at(kt * kWgK + 32 * hh);
-          }
-        };
+        const PartSrc<F, D::kChunksC> src(p, g, n0 + hrow, hc0);
         auto decode = [&](int kt, const Unit& un) {
-          const uint32_t tile = b_base + static_cast<int>((gs + kt) % kWgStages) * kBBytes;
-          if constexpr (kDec == 2)
-            decode_row<F, kExact, kSwizzle>(un, tile, hrow, s8);
-          else
-            decode_half<F, kExact, kSwizzle>(un, tile, hrow, hh, s8);
+          const uint32_t tile = b_base + static_cast<int>((gs + kt) % kWgStages) * T::kBBytes;
+          decode_part<F, kExact, kSwizzle, D::kChunksC>(un, tile, hrow, hc0, s8);
           fence_proxy_async();
         };
         // Step kt's products, then step kt + 1's unit (codes in `next`), then the load of step kt + 2's codes into
@@ -470,12 +595,12 @@ __global__ void __launch_bounds__(kWgThreads, 1) gemm_wgmma_kernel(GemmKernelPar
           mma_step(kt);
           if (kt + 1 < ktiles) {
             decode(kt + 1, next);
-            if (kt + 2 < ktiles) load_unit(kt + 2, spare);
+            if (kt + 2 < ktiles) src.load(kt + 2, spare);
           }
         };
         Unit h0, h1;
-        load_unit(0, h0);
-        if (ktiles > 1) load_unit(1, h1);
+        src.load(0, h0);
+        if (ktiles > 1) src.load(1, h1);
         decode(0, h0);
         int kt = 0;
         for (; kt + 1 < ktiles; kt += 2) {
@@ -491,24 +616,28 @@ __global__ void __launch_bounds__(kWgThreads, 1) gemm_wgmma_kernel(GemmKernelPar
       pin(acc);
       gs += ktiles;
 
-      // Accumulator (n8 tile j, half h): row wq·16 + lane/4 + 8h of this warpgroup's 64, columns 8j + 2(lane%4) + 0/1.
+      // Accumulator (half hm, n8 tile j, row half h): row cw·kM/2 + 64 hm + wq·16 + lane/4 + 8h of the tile, columns
+      // 8j + 2(lane%4) + 0/1: acc[64 hm + 4j + 2h + 0/1] (128 x 256: hm = 0, j < 32; 256 x 128: hm < 2, j < 16).
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int64_t i = row_begin + cw * 64 + wq * 16 + (lane >> 2) + 8 * h;
-        if (i >= row_end) continue;
-        const int64_t cr = p.c_rows ? p.c_rows[i] : i;
-        float* crow = p.c + cr * p.ldc;
+      for (int hm = 0; hm < T::kHalves; ++hm)
 #pragma unroll
-        for (int j = 0; j < 32; ++j) {
-          const int64_t col = n0 + j * 8 + (lane & 3) * 2;  // even
-          if (vec2 && col + 1 < p.n) {
-            *reinterpret_cast<float2*>(crow + col) = make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
-          } else {
-            if (col < p.n) crow[col] = acc[4 * j + 2 * h];
-            if (col + 1 < p.n) crow[col + 1] = acc[4 * j + 2 * h + 1];
+        for (int h = 0; h < 2; ++h) {
+          const int64_t i = row_begin + cw * (T::kM / 2) + hm * 64 + wq * 16 + (lane >> 2) + 8 * h;
+          if (i >= row_end) continue;
+          const int64_t cr = p.c_rows ? p.c_rows[i] : i;
+          float* crow = p.c + cr * p.ldc;
+#pragma unroll
+          for (int j = 0; j < T::kN / 8; ++j) {
+            const int64_t col = n0 + j * 8 + (lane & 3) * 2;  // even
+            const float v0 = acc[64 * hm + 4 * j + 2 * h], v1 = acc[64 * hm + 4 * j + 2 * h + 1];
+            if (vec2 && col + 1 < p.n) {
+              *reinterpret_cast<float2*>(crow + col) = make_float2(v0, v1);
+            } else {
+              if (col < p.n) crow[col] = v0;
+              if (col + 1 < p.n) crow[col + 1] = v1;
+            }
           }
         }
-      }
     }
   }
 #else
@@ -527,37 +656,50 @@ int sm_count() {
   return n;
 }
 
-template <QuantFormat F, bool kExact, bool kSwizzle, int kDec>
+template <QuantFormat F, bool kExact, bool kSwizzle, int kDec, bool kTall>
 void launch(const GemmKernelParams& p, bool persistent, cudaStream_t stream) {
-  const int64_t tiles_m = p.group_offsets ? p.max_tiles_m : ceil_div(p.m, kWgM);
-  const int64_t tiles_n = ceil_div(p.n, kWgN);
+  using T = WgTile<kTall>;
+  if (p.group_offsets && p.max_tiles_m == 0) return;
+  // Grouped: the plan's tiles (128 x 256: a block per plan tile, every other one starting a tile), or a bound of the
+  // 256-row tiles (tall_group_tile: Σ ceil(T_g / 4) <= (Σ T_g + 3·groups) / 4, Σ T_g <= max_tiles_m).
+  const int64_t tiles_m = !p.group_offsets ? ceil_div(p.m, T::kM)
+                          : kTall          ? ceil_div(p.max_tiles_m + 3 * static_cast<int64_t>(p.groups), 4)
+                                           : p.max_tiles_m;
+  const int64_t tiles_n = ceil_div(p.n, T::kN);
   if (tiles_m == 0 || tiles_n == 0) return;
   const int64_t tiles = tiles_m * tiles_n;
   DI_CHECK(tiles < (int64_t{1} << 31) && tiles_n < (int64_t{1} << 31)) << "gemm: " << tiles << " tiles are too many";
-  DI_CUDA_CHECK(cudaFuncSetAttribute(gemm_wgmma_kernel<F, kExact, kSwizzle, kDec>,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kWgSmem)));
+  auto* kernel = gemm_wgmma_kernel<F, kExact, kSwizzle, kDec, kTall>;
+  DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kWgSmem)));
   const int64_t blocks = persistent ? std::min<int64_t>(tiles, sm_count()) : tiles;
-  gemm_wgmma_kernel<F, kExact, kSwizzle, kDec>
-      <<<static_cast<unsigned>(blocks), kWgThreads, kWgSmem, stream>>>(p, static_cast<int>(tiles_n), tiles);
+  kernel<<<static_cast<unsigned>(blocks), kWgThreads, kWgSmem, stream>>>(p, static_cast<int>(tiles_n), tiles);
   DI_CUDA_CHECK_LAUNCH();
 }
 
-// Decode placement: MXFP4 splits the decode between producer and consumers by default (H200, V4-Flash expert calls:
-// gate at 8192 tokens 3.49 -> 3.01 ms, down 3.27 -> 2.94 ms); FP8 keeps it on the producer (the split measured the
-// same: 0.436 vs 0.443 ms); the A/B words override. The f32 decode and the no-swizzle layout run producer-decoded.
-template <QuantFormat F>
+// Decode placement: MXFP4 splits the decode between producer and consumers by default (H200, V4-Flash expert calls,
+// 128 x 256 tile: gate at 8192 tokens 3.49 -> 3.01 ms, down 3.27 -> 2.94 ms); FP8 keeps it on the producer (the split
+// measured the same: 0.436 vs 0.443 ms); the A/B words override. The f32 decode and the no-swizzle layout run
+// producer-decoded; the no-swizzle layout only in the 128 x 256 tile.
+template <QuantFormat F, bool kTall>
 void launch(const GemmKernelParams& p, const WgmmaMode& mode, bool exact, cudaStream_t stream) {
   const int dec = mode.decode >= 0 ? mode.decode : (F == QuantFormat::kMXFP4 ? 1 : 0);
   if (exact)
-    launch<F, true, true, 0>(p, mode.persistent, stream);
-  else if (mode.no_swizzle)
-    launch<F, false, false, 0>(p, mode.persistent, stream);
+    launch<F, true, true, 0, kTall>(p, mode.persistent, stream);
   else if (dec == 2)
-    launch<F, false, true, 2>(p, mode.persistent, stream);
+    launch<F, false, true, 2, kTall>(p, mode.persistent, stream);
   else if (dec == 1)
-    launch<F, false, true, 1>(p, mode.persistent, stream);
+    launch<F, false, true, 1, kTall>(p, mode.persistent, stream);
   else
-    launch<F, false, true, 0>(p, mode.persistent, stream);
+    launch<F, false, true, 0, kTall>(p, mode.persistent, stream);
+}
+template <QuantFormat F>
+void launch(const GemmKernelParams& p, const WgmmaMode& mode, bool exact, bool tall, cudaStream_t stream) {
+  if (mode.no_swizzle && !exact)
+    launch<F, false, false, 0, false>(p, mode.persistent, stream);
+  else if (tall)
+    launch<F, true>(p, mode, exact, stream);
+  else
+    launch<F, false>(p, mode, exact, stream);
 }
 
 bool aligned(const void* q, uintptr_t a) { return reinterpret_cast<uintptr_t>(q) % a == 0; }
@@ -598,6 +740,15 @@ WgmmaMode wgmma_mode() {
   return m;
 }
 
+WgmmaTile wgmma_tile(const GemmKernelParams& p) {
+  const char* v = std::getenv("DEEPINFER_AB_WGMMA_TILE");
+  if (v && std::strcmp(v, "0") == 0) return WgmmaTile::k128x256;
+  if (v && std::strcmp(v, "256") == 0) return WgmmaTile::k256x128;
+  if (p.group_offsets)
+    return (p.rows_hint > 0 ? p.rows_hint : p.m) >= kGemmWgmmaTallRows ? WgmmaTile::k256x128 : WgmmaTile::k128x256;
+  return p.m > 2 * kGemmTileM ? WgmmaTile::k256x128 : WgmmaTile::k128x256;
+}
+
 bool run_gemm_wgmma(const GemmKernelParams& p, cudaStream_t stream) {
   const WgmmaMode mode = wgmma_mode();
   if (!mode.on || !p.a_bf16 || p.batch_invariant) return false;
@@ -619,15 +770,16 @@ bool run_gemm_wgmma(const GemmKernelParams& p, cudaStream_t stream) {
   if (p.m == 0 || p.n == 0) return true;
   // f32 scales are not powers of two: decode as gemm_mma does (bf16 of the f32 product).
   const bool exact = mode.exact || (p.format != QuantFormat::kMXFP4 && !p.scale_e8m0);
+  const bool tall = wgmma_tile(p) == WgmmaTile::k256x128;
   switch (p.format) {
     case QuantFormat::kFP8Block:
-      launch<QuantFormat::kFP8Block>(p, mode, exact, stream);
+      launch<QuantFormat::kFP8Block>(p, mode, exact, tall, stream);
       return true;
     case QuantFormat::kMXFP4:
-      launch<QuantFormat::kMXFP4>(p, mode, exact, stream);
+      launch<QuantFormat::kMXFP4>(p, mode, exact, tall, stream);
       return true;
     case QuantFormat::kFP8Row32:
-      launch<QuantFormat::kFP8Row32>(p, mode, exact, stream);
+      launch<QuantFormat::kFP8Row32>(p, mode, exact, tall, stream);
       return true;
     default:
       return false;
