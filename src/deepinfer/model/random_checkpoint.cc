@@ -1,9 +1,13 @@
 #include "deepinfer/model/random_checkpoint.h"
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "deepinfer/core/error.h"
 #include "deepinfer/core/logging.h"
@@ -119,7 +123,8 @@ void quantize_mxfp4(const WeightSpec& s, const std::vector<float>& v, const std:
       for (int64_t k = g * 32; k < (g + 1) * 32; ++k) amax = std::max(amax, std::fabs(v[r * K + k]));
       float sc = e8m0_to_f32(f32_to_e8m0_ceil(std::max(amax, 1e-30f) / 6.0f));
       scales[r * (K / 32) + g] = sc;
-      for (int64_t k = g * 32; k < (g + 1) * 32; ++k) fp4_set(w.bytes.data(), r * K + k, f32_to_e2m1(v[r * K + k] / sc));
+      for (int64_t k = g * 32; k < (g + 1) * 32; ++k)
+        fp4_set(w.bytes.data(), r * K + k, f32_to_e2m1(v[r * K + k] / sc));
     }
   out.push_back(std::move(w));
   out.push_back(float_blob(scale_name, {N, K / 32}, scales, DType::kE8M0));
@@ -190,20 +195,47 @@ int64_t write_random_checkpoint(const RandomCheckpointOptions& o) {
   std::vector<std::vector<std::string>> shard_names(1);
   std::vector<std::string> shard_files;
   auto shard_path = [&](size_t i) { return o.out_dir + "/model-" + std::to_string(i) + ".safetensors"; };
-  for (const auto& s : specs) {
-    Rng rng(o.seed ^ hash_name(s.name));
-    for (auto& b : realise(s, c, rng)) {
-      if (pending_bytes > 0 && pending_bytes + static_cast<int64_t>(b.bytes.size()) > o.shard_bytes) {
-        shard_files.push_back(shard_path(shard_files.size()));
-        flush_shard(pending, shard_files.back());
-        shard_names.emplace_back();
-        pending_bytes = 0;
-      }
-      pending_bytes += static_cast<int64_t>(b.bytes.size());
-      total += static_cast<int64_t>(b.bytes.size());
-      shard_names.back().push_back(b.name);
-      pending.push_back(std::move(b));
+  auto append = [&](Blob&& b) {
+    if (pending_bytes > 0 && pending_bytes + static_cast<int64_t>(b.bytes.size()) > o.shard_bytes) {
+      shard_files.push_back(shard_path(shard_files.size()));
+      flush_shard(pending, shard_files.back());
+      shard_names.emplace_back();
+      pending_bytes = 0;
     }
+    pending_bytes += static_cast<int64_t>(b.bytes.size());
+    total += static_cast<int64_t>(b.bytes.size());
+    shard_names.back().push_back(b.name);
+    pending.push_back(std::move(b));
+  };
+  // Tensors are realised a window at a time on `threads` workers (a real-size V4 layer is ~770 expert matrices
+  // of 8 M values each: minutes on one core), then appended in spec order, so the shards do not depend on the
+  // thread count. A window holds 2 tensors a worker: the memory is a few tensors', not the model's.
+  const int threads = o.threads > 0 ? o.threads : std::max(1u, std::thread::hardware_concurrency());
+  const size_t window = static_cast<size_t>(2 * threads);
+  for (size_t first = 0; first < specs.size(); first += window) {
+    const size_t count = std::min(window, specs.size() - first);
+    std::vector<std::vector<Blob>> done(count);
+    std::atomic<size_t> next{0};
+    std::exception_ptr error;
+    std::atomic<bool> failed{false};
+    auto work = [&] {
+      for (size_t i; !failed && (i = next++) < count;) {
+        try {
+          const WeightSpec& s = specs[first + i];
+          Rng rng(o.seed ^ hash_name(s.name));
+          done[i] = realise(s, c, rng);
+        } catch (...) {
+          if (!failed.exchange(true)) error = std::current_exception();
+        }
+      }
+    };
+    std::vector<std::thread> pool;
+    for (int t = 1; t < std::min<int>(threads, static_cast<int>(count)); ++t) pool.emplace_back(work);
+    work();
+    for (auto& th : pool) th.join();
+    if (error) std::rethrow_exception(error);
+    for (auto& blobs : done)
+      for (auto& b : blobs) append(std::move(b));
   }
   if (shard_files.empty()) {
     flush_shard(pending, o.out_dir + "/model.safetensors");

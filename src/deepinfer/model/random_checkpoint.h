@@ -13,6 +13,8 @@ struct RandomCheckpointOptions {
   std::string out_dir;
   uint64_t seed = 0;
   int64_t shard_bytes = int64_t{4} << 30;  // start a new shard past this size (index json when > 1 shard)
+  int threads = 0;  // tensors realised at once (0 = all cores); every tensor has its own seed, so the files are the
+                    // same whatever the count
 };
 
 // Returns the number of bytes of tensor data written.
