@@ -4,7 +4,10 @@
 # experts of width 2048 top-6 (MXFP4) + 1 shared, FP8 e4m3 128x128 UE8M0 block weights, hc_mult 4, indexer 64 heads
 # of 128 top-512, window 128, vocab 129280, the real layer schedule ([0,0] + [4,128]*20 + [4]; layers 0-2
 # hash-routed) truncated to LAYERS layers (default 4: SWA, SWA, CSA, HCA). Random weights in the real formats
-# (`deepinfer make-checkpoint` on all cores; ~3.5 GB a layer), kept quantized on the GPU (--weight-format auto).
+# (`deepinfer make-checkpoint` on all cores; ~3.5 GB a layer; routed experts >= DISTINCT_EXPERTS (16) of a layer
+# repeat the bytes of expert e % 16 in their own tensors, so that writing takes seconds, not minutes: the kernels'
+# work and bytes do not depend on the values; DISTINCT_EXPERTS=0 makes all 256 random), kept quantized on the GPU
+# (--weight-format auto).
 # Then, in the same call:
 #   prefill: NUM_PREFILL (3) prompts of PREFILL (8192) random tokens one at a time, one step each (the first
 #            is cold: the warm rate is over the others, from the progress lines);
@@ -16,7 +19,8 @@
 # memory (nvidia-smi, sampled every 200 ms), and an estimate from the checkpoint's tensors of the weight bytes on
 # the device, read per batch-1 decode step, and the prefill GEMM FLOPs per token.
 #   usage: bash tools/v4_real_dims_bench.sh   (CLI=build-gpu/bin/deepinfer; LAYERS, PREFILL, NUM_PREFILL, CONTEXT,
-#          BATCHES, MAX_TOKENS, RUN_TIMEOUT (per offline run, s), MAKE_THREADS, BENCH_DIR, LOG_DIR (run logs copied
+#          BATCHES, MAX_TOKENS, SCHEDULE (compress ratios instead of the truncated schedule: "0,4,128" is
+#          the slice's one layer of each kind; layers 0-2 stay hash-routed), RUN_TIMEOUT (per offline run, s), MAKE_THREADS, BENCH_DIR, LOG_DIR (run logs copied
 #          there), KEEP_CHECKPOINT=1 (reuse BENCH_DIR/model when its config matches))
 #   dev check without a GPU: DIMS=small DEVICE=cpu bash tools/v4_real_dims_bench.sh (the same plumbing on
 #          dimensions scaled down ~8x; DEVICE=cpu keeps the block formats quantized with --weight-format fp8)
@@ -27,6 +31,7 @@ work=${BENCH_DIR:-/tmp/v4realdims}
 device=${DEVICE:-cuda}
 dims=${DIMS:-real}
 layers=${LAYERS:-4}
+[ -n "${SCHEDULE:-}" ] && layers=$(echo "$SCHEDULE" | tr ',' '\n' | grep -c .)
 if [ "$dims" = small ]; then
   prefill=${PREFILL:-512} num_prefill=${NUM_PREFILL:-2} context=${CONTEXT:-256} batches=${BATCHES:-1 4}
   max_tokens=${MAX_TOKENS:-4}
@@ -36,13 +41,16 @@ else
 fi
 mkdir -p "$work"
 say() { echo "[realdims] $*"; }
-python3 - "$work/config.json" "$dims" "$layers" <<'PY' || { say "config FAILED"; exit 1; }
+python3 - "$work/config.json" "$dims" "$layers" "${SCHEDULE:-}" <<'PY' || { say "config FAILED"; exit 1; }
 import json, sys
 out, dims, L = sys.argv[1], sys.argv[2], int(sys.argv[3])
 c = json.load(open("tests/data/golden/deepseek_v4/config.json"))
 ratios = ([0, 0] + [4, 128] * 20 + [4])[:L]          # the released compress_ratios, truncated
 if L > len(ratios):
     sys.exit(f"LAYERS={L}: the real schedule has 43 layers")
+if sys.argv[4]:  # SCHEDULE: the compress ratios of the layers instead (e.g. 0,4,128: one of each kind, as the slice)
+    ratios = [int(r) for r in sys.argv[4].split(",")]
+    L = len(ratios)
 kind = {0: "sliding_attention", 4: "compressed_sparse_attention", 128: "heavily_compressed_attention"}
 c.update(layer_types=[kind[r] for r in ratios], mlp_layer_types=["hash_moe" if l < 3 else "moe" for l in range(L)],
          num_hidden_layers=L, compress_rates={"compressed_sparse_attention": 4, "heavily_compressed_attention": 128},
@@ -72,7 +80,7 @@ else
   rm -rf "$work/model"
   t0=$(date +%s.%N)
   "$cli" make-checkpoint --config "$work/config.json" --out "$work/model" --seed 11 --shard-mb 4000 \
-    --threads "${MAKE_THREADS:-0}" >"$work/make.log" 2>&1 ||
+    --threads "${MAKE_THREADS:-0}" --distinct-experts "${DISTINCT_EXPERTS:-16}" >"$work/make.log" 2>&1 ||
     { say "make-checkpoint FAILED"; tail -5 "$work/make.log"; exit 1; }
   say "checkpoint: $(du -sh "$work/model" | cut -f1) written in $(python3 -c "print(f'{$(date +%s.%N)-$t0:.1f}')") s" \
     "($(nproc) cores; disk left $(df -h --output=avail "$work" | tail -1 | tr -d ' '))"

@@ -132,6 +132,44 @@ TEST(InspectCli, CheckpointBytesDoNotDependOnTheThreadCount) {
   EXPECT_NE(r.exit_code, 0);
 }
 
+// --distinct-experts N: routed expert e >= N of a layer holds expert e % N's bytes under its own names (weights and
+// scales), the checkpoint is complete, and the experts below N are as without the option.
+TEST(InspectCli, RepeatedExpertsCopyTheirSourceBytes) {
+  TempDir d;
+  const json fp8_v4 = {{"quant_method", "fp8"},
+                       {"fmt", "e4m3"},
+                       {"weight_block_size", {32, 32}},
+                       {"scale_fmt", "ue8m0"},
+                       {"expert_dtype", "fp4"}};
+  const std::string cfg = variant_config(d, "deepseek_v4", fp8_v4);
+  ASSERT_EQ(run_cli("make-checkpoint --config " + cfg + " --out " + d.file("all") + " --seed 2").exit_code, 0);
+  auto gen = run_cli("make-checkpoint --config " + cfg + " --out " + d.file("rep") + " --seed 2 --distinct-experts 3");
+  ASSERT_EQ(gen.exit_code, 0) << gen.output;
+  auto r = run_cli("inspect " + d.file("rep"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("required tensors present"), std::string::npos) << r.output;
+  auto all = Checkpoint::open(d.file("all")), rep = Checkpoint::open(d.file("rep"));
+  auto bytes = [](const Checkpoint& ck, const std::string& name) {
+    const Tensor t = ck.tensor(name);
+    return std::string(static_cast<const char*>(t.data()), static_cast<size_t>(t.nbytes()));
+  };
+  const json c = json::parse(testing::read_file_or_empty(cfg));
+  const int experts = c["n_routed_experts"].get<int>();
+  ASSERT_GT(experts, 4);
+  for (const std::string layer : {"layers.0.", "layers.2."})
+    for (const std::string m : {"w1", "w2", "w3"})
+      for (const std::string part : {".weight", ".scale"}) {
+        auto name = [&](int e) { return layer + "ffn.experts." + std::to_string(e) + "." + m + part; };
+        for (int e = 0; e < experts; ++e) {
+          EXPECT_EQ(bytes(*rep, name(e)), bytes(*all, name(e % 3))) << name(e);
+          if (e >= 3 && part == ".weight") EXPECT_NE(bytes(*all, name(e)), bytes(*all, name(e % 3))) << name(e);
+        }
+      }
+  // Everything else is as without the option.
+  EXPECT_EQ(bytes(*rep, "layers.1.attn.wq_b.weight"), bytes(*all, "layers.1.attn.wq_b.weight"));
+  EXPECT_EQ(bytes(*rep, "layers.1.ffn.shared_experts.w2.weight"), bytes(*all, "layers.1.ffn.shared_experts.w2.weight"));
+}
+
 TEST(InspectCli, ClearErrorsForBadInput) {
   TempDir d;
   auto r = run_cli("inspect " + d.file("nothing"));

@@ -1,12 +1,15 @@
 #include "deepinfer/model/random_checkpoint.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
+#include <condition_variable>
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <thread>
 
 #include "deepinfer/core/error.h"
@@ -173,6 +176,15 @@ void flush_shard(std::vector<Blob>& blobs, const std::string& path) {
   blobs.clear();
 }
 
+// "<prefix>experts.<e>.<rest>" (a routed expert's matrix): e and the name with e replaced by `to`; -1 otherwise.
+int routed_expert(const std::string& name, int to, std::string* renamed) {
+  static const std::regex re(R"(^(.*\.experts\.)([0-9]+)(\..*)$)");
+  std::smatch m;
+  if (!std::regex_match(name, m, re)) return -1;
+  if (renamed) *renamed = m[1].str() + std::to_string(to) + m[3].str();
+  return std::stoi(m[2].str());
+}
+
 }  // namespace
 
 int64_t write_random_checkpoint(const RandomCheckpointOptions& o) {
@@ -207,36 +219,93 @@ int64_t write_random_checkpoint(const RandomCheckpointOptions& o) {
     shard_names.back().push_back(b.name);
     pending.push_back(std::move(b));
   };
-  // Tensors are realised a window at a time on `threads` workers (a real-size V4 layer is ~770 expert matrices
-  // of 8 M values each: minutes on one core), then appended in spec order, so the shards do not depend on the
-  // thread count. A window holds 2 tensors a worker: the memory is a few tensors', not the model's.
-  const int threads = o.threads > 0 ? o.threads : std::max(1u, std::thread::hardware_concurrency());
-  const size_t window = static_cast<size_t>(2 * threads);
-  for (size_t first = 0; first < specs.size(); first += window) {
-    const size_t count = std::min(window, specs.size() - first);
-    std::vector<std::vector<Blob>> done(count);
-    std::atomic<size_t> next{0};
-    std::exception_ptr error;
-    std::atomic<bool> failed{false};
-    auto work = [&] {
-      for (size_t i; !failed && (i = next++) < count;) {
-        try {
-          const WeightSpec& s = specs[first + i];
-          Rng rng(o.seed ^ hash_name(s.name));
-          done[i] = realise(s, c, rng);
-        } catch (...) {
-          if (!failed.exchange(true)) error = std::current_exception();
+  // Tensors are realised on `threads` workers (a real-size V4 layer is ~770 expert matrices of 8 M values each:
+  // minutes on one core) while this thread appends them in spec order, so the shards do not depend on the thread
+  // count. The workers run at most `lead` tensors ahead of the writer: the memory is a few hundred tensors', not
+  // the model's, and a long tensor (the embedding: one sequential stream of 0.5 G values) does not stall the others.
+  const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const size_t lead = std::max<size_t>(64, 32 * static_cast<size_t>(threads));
+  std::vector<std::vector<Blob>> done(specs.size());
+  std::vector<char> ready(specs.size(), 0);
+  std::mutex mu;
+  std::condition_variable cv;
+  size_t next = 0, written = 0;
+  std::exception_ptr error;
+  auto work = [&] {
+    for (;;) {
+      size_t i = 0;
+      {
+        std::unique_lock<std::mutex> lk(mu);
+        cv.wait(lk, [&] { return error || next >= specs.size() || next < written + lead; });
+        if (error || next >= specs.size()) return;
+        i = next++;
+      }
+      std::vector<Blob> blobs;
+      std::exception_ptr failed;
+      try {
+        Rng rng(o.seed ^ hash_name(specs[i].name));
+        // A repeated expert is copied by the writer from the one it repeats.
+        if (o.distinct_experts <= 0 || routed_expert(specs[i].name, 0, nullptr) < o.distinct_experts)
+          blobs = realise(specs[i], c, rng);
+      } catch (...) {
+        failed = std::current_exception();
+      }
+      {
+        std::lock_guard<std::mutex> lk(mu);
+        if (failed && !error) error = failed;
+        done[i] = std::move(blobs);
+        ready[i] = 1;
+      }
+      cv.notify_all();
+    }
+  };
+  // distinct_experts > 0: routed expert e >= n of a layer is expert e % n's tensors under its own names (the same
+  // bytes, its own storage): the writer keeps the first n experts' blobs of the layer being written.
+  std::map<std::string, std::vector<Blob>> repeated;
+  std::string repeated_layer;
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) pool.emplace_back(work);
+  try {
+    for (size_t i = 0; i < specs.size(); ++i) {
+      std::vector<Blob> blobs;
+      {
+        std::unique_lock<std::mutex> lk(mu);
+        cv.wait(lk, [&] { return error || ready[i]; });
+        if (error) break;
+        blobs = std::move(done[i]);
+        written = i + 1;
+      }
+      cv.notify_all();
+      const std::string& name = specs[i].name;
+      const int n = o.distinct_experts;
+      const int e = n > 0 ? routed_expert(name, 0, nullptr) : -1;
+      if (e >= 0 && e < n) {
+        const std::string layer = name.substr(0, name.find(".experts."));
+        if (layer != repeated_layer) {
+          repeated.clear();
+          repeated_layer = layer;
+        }
+        repeated[name] = blobs;
+      } else if (e >= n && n > 0) {
+        std::string source;
+        routed_expert(name, e % n, &source);
+        const auto it = repeated.find(source);
+        DI_CHECK_CODE(it != repeated.end(), ErrorCode::kInternal) << "make-checkpoint: " << source << " not kept";
+        for (const Blob& b : it->second) {
+          Blob copy = b;
+          routed_expert(b.name, e, &copy.name);
+          blobs.push_back(std::move(copy));
         }
       }
-    };
-    std::vector<std::thread> pool;
-    for (int t = 1; t < std::min<int>(threads, static_cast<int>(count)); ++t) pool.emplace_back(work);
-    work();
-    for (auto& th : pool) th.join();
-    if (error) std::rethrow_exception(error);
-    for (auto& blobs : done)
       for (auto& b : blobs) append(std::move(b));
+    }
+  } catch (...) {  // a shard that could not be written: stop the workers before rethrowing
+    std::lock_guard<std::mutex> lk(mu);
+    if (!error) error = std::current_exception();
   }
+  cv.notify_all();
+  for (auto& th : pool) th.join();
+  if (error) std::rethrow_exception(error);
   if (shard_files.empty()) {
     flush_shard(pending, o.out_dir + "/model.safetensors");
   } else {
