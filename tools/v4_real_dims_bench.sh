@@ -1,29 +1,32 @@
 #!/usr/bin/env bash
 # The product path (`deepinfer offline`, the engine) on a checkpoint with the REAL dimensions of DeepSeek-V4-Flash
-# (docs/PERF.md): hidden 4096, 64 heads of 512 (rope 64), q_lora 1024, 8 output groups of rank 1024, 256 routed
-# experts of width 2048 top-6 (MXFP4) + 1 shared, FP8 e4m3 128x128 UE8M0 block weights, hc_mult 4, indexer 64 heads
-# of 128 top-512, window 128, vocab 129280, the real layer schedule ([0,0] + [4,128]*20 + [4]; layers 0-2
-# hash-routed) truncated to LAYERS layers (default 4: SWA, SWA, CSA, HCA). Random weights in the real formats
-# (`deepinfer make-checkpoint` on all cores; ~3.5 GB a layer; routed experts >= DISTINCT_EXPERTS (16) of a layer
-# repeat the bytes of expert e % 16 in their own tensors, so that writing takes seconds, not minutes: the kernels'
-# work and bytes do not depend on the values; DISTINCT_EXPERTS=0 makes all 256 random), kept quantized on the GPU
-# (--weight-format auto).
-# Then, in the same call:
-#   prefill: NUM_PREFILL (3) prompts of PREFILL (8192) random tokens one at a time, one step each (the first
-#            is cold: the warm rate is over the others, from the progress lines);
-#   decode:  BATCHES ("1 16 64") sequences of CONTEXT (4096) random tokens each, MAX_TOKENS (32) generated;
-#   bench:   `deepinfer bench --model v4-flash` (the synthetic slice, one layer of each kind) on the same shapes,
-#            for the slice-vs-engine per-layer comparison (SLICE_BENCH=0 skips it).
+# (FAMILY=v4, the default) or V4.1-Flash (FAMILY=v41) and a few layers (tools/v4_real_dims_config.py; docs/PERF.md).
+# V4-Flash: hidden 4096, 64 heads of 512 (rope 64), q_lora 1024, 8 output groups of rank 1024, 256 routed experts of
+# width 2048 top-6 (MXFP4) + 1 shared, FP8 e4m3 128x128 UE8M0 block weights, hc_mult 4, indexer 64 heads of 128
+# top-512, window 128, vocab 129280; the real schedule ([0,0] + [4,128]*20 + [4], layers 0-2 hash-routed) truncated
+# to LAYERS (default 4: SWA, SWA, CSA, HCA), or SCHEDULE's compress ratios ("0,4,128": the slice's one layer of
+# each kind). V4.1-Flash: hidden 5120, q_lora 1280, 384 experts of 2304, 32 index heads, 32x32 blocks; SCHEDULE
+# default "0,2,2,1,1" (the slice's kinds: SWA, r=2 source + reuse, r=1 source + candidate source + reuse); no
+# Engram, no DSpark. Random weights in the real formats (`deepinfer make-checkpoint` on all cores; V4 ~3.5 GB, V4.1
+# ~7.5 GB a layer; routed experts >= DISTINCT_EXPERTS (16) of a layer repeat the bytes of expert e % 16 in their own
+# tensors, so that writing takes seconds, not minutes: the kernels' work and bytes do not depend on the values;
+# DISTINCT_EXPERTS=0 makes them all random), kept quantized on the GPU (--weight-format auto). Then, in one call:
+#   prefill: NUM_PREFILL (3) prompts of PREFILL (8192) random tokens one at a time, one step each (the first is cold:
+#            the warm rate is over the others, from the progress lines);
+#   decode:  each of BATCHES ("1 16 64") sequences of CONTEXT (4096) random tokens, MAX_TOKENS (32) generated;
+#   bench:   `deepinfer bench --model v4-flash` (v41-flash) on the same shapes: the synthetic slice, one layer of
+#            each kind, for the slice-vs-engine per-layer comparison (SLICE_BENCH=0 skips it).
 # One "[realdims]" line per figure: the engine's own lines (offline:, prefill work, decode steps, decode rate), the
-# model load time (the "device:" to "weights:" log lines), the cache budget the engine computed, the peak device
-# memory (nvidia-smi, sampled every 200 ms), and an estimate from the checkpoint's tensors of the weight bytes on
-# the device, read per batch-1 decode step, and the prefill GEMM FLOPs per token.
-#   usage: bash tools/v4_real_dims_bench.sh   (CLI=build-gpu/bin/deepinfer; LAYERS, PREFILL, NUM_PREFILL, CONTEXT,
-#          BATCHES, MAX_TOKENS, SCHEDULE (compress ratios instead of the truncated schedule: "0,4,128" is
-#          the slice's one layer of each kind; layers 0-2 stay hash-routed), RUN_TIMEOUT (per offline run, s), MAKE_THREADS, BENCH_DIR, LOG_DIR (run logs copied
-#          there), KEEP_CHECKPOINT=1 (reuse BENCH_DIR/model when its config matches))
-#   dev check without a GPU: DIMS=small DEVICE=cpu bash tools/v4_real_dims_bench.sh (the same plumbing on
-#          dimensions scaled down ~8x; DEVICE=cpu keeps the block formats quantized with --weight-format fp8)
+# model load time (from the "device:" to the "weights:" log line), the cache budget the engine computed, the peak
+# device memory (nvidia-smi every 200 ms), and an estimate from the checkpoint's tensors of the weight bytes on the
+# device, those read by a batch-1 decode step, and the prefill GEMM FLOPs a token.
+#   usage: bash tools/v4_real_dims_bench.sh   (CLI=build-gpu/bin/deepinfer; FAMILY, LAYERS, SCHEDULE, PREFILL,
+#          NUM_PREFILL, CONTEXT, BATCHES, MAX_TOKENS, RUN_TIMEOUT (each offline run, s; default 150), BENCH_TIMEOUT,
+#          OFFLINE_FLAGS (added to every offline run, e.g. --exact-prefill for V4.1 without bounded replay, as
+#          the slice), MAKE_THREADS, DISTINCT_EXPERTS, BENCH_DIR, LOG_DIR (run logs copied there), KEEP_CHECKPOINT=1 (reuse
+#          BENCH_DIR/model when its config is the same))
+#   dev check without a GPU: DIMS=small DEVICE=cpu bash tools/v4_real_dims_bench.sh (the same plumbing on dimensions
+#          scaled down ~8x; DEVICE=cpu keeps the block formats quantized with --weight-format fp8)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 cli=${CLI:-build-gpu/bin/deepinfer}
@@ -31,7 +34,7 @@ work=${BENCH_DIR:-/tmp/v4realdims}
 device=${DEVICE:-cuda}
 dims=${DIMS:-real}
 layers=${LAYERS:-4}
-[ -n "${SCHEDULE:-}" ] && layers=$(echo "$SCHEDULE" | tr ',' '\n' | grep -c .)
+family=${FAMILY:-v4}
 if [ "$dims" = small ]; then
   prefill=${PREFILL:-512} num_prefill=${NUM_PREFILL:-2} context=${CONTEXT:-256} batches=${BATCHES:-1 4}
   max_tokens=${MAX_TOKENS:-4}
@@ -41,39 +44,10 @@ else
 fi
 mkdir -p "$work"
 say() { echo "[realdims] $*"; }
-python3 - "$work/config.json" "$dims" "$layers" "${SCHEDULE:-}" <<'PY' || { say "config FAILED"; exit 1; }
-import json, sys
-out, dims, L = sys.argv[1], sys.argv[2], int(sys.argv[3])
-c = json.load(open("tests/data/golden/deepseek_v4/config.json"))
-ratios = ([0, 0] + [4, 128] * 20 + [4])[:L]          # the released compress_ratios, truncated
-if L > len(ratios):
-    sys.exit(f"LAYERS={L}: the real schedule has 43 layers")
-if sys.argv[4]:  # SCHEDULE: the compress ratios of the layers instead (e.g. 0,4,128: one of each kind, as the slice)
-    ratios = [int(r) for r in sys.argv[4].split(",")]
-    L = len(ratios)
-kind = {0: "sliding_attention", 4: "compressed_sparse_attention", 128: "heavily_compressed_attention"}
-c.update(layer_types=[kind[r] for r in ratios], mlp_layer_types=["hash_moe" if l < 3 else "moe" for l in range(L)],
-         num_hidden_layers=L, compress_rates={"compressed_sparse_attention": 4, "heavily_compressed_attention": 128},
-         n_shared_experts=1, num_experts_per_tok=6, sliding_window=128, hc_mult=4, qk_rope_head_dim=64,
-         num_nextn_predict_layers=0)
-if dims == "real":  # docs: MODELS.md section 1, V4-Flash column
-    c.update(hidden_size=4096, num_attention_heads=64, head_dim=512, q_lora_rank=1024, o_groups=8, o_lora_rank=1024,
-             n_routed_experts=256, moe_intermediate_size=2048, index_n_heads=64, index_head_dim=128, index_topk=512,
-             vocab_size=129280, max_position_embeddings=65536)
-elif dims == "small":  # the same structure, every dimension a multiple of the 128 blocks
-    c.update(hidden_size=512, num_attention_heads=8, head_dim=128, q_lora_rank=256, o_groups=2, o_lora_rank=128,
-             n_routed_experts=16, moe_intermediate_size=256, index_n_heads=8, index_head_dim=128, index_topk=64,
-             vocab_size=4096, max_position_embeddings=8192)
-else:
-    sys.exit(f"DIMS must be real or small, got {dims}")
-c["rope_parameters"]["compress"].update(factor=16.0, original_max_position_embeddings=65536)
-c["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128],
-                            "scale_fmt": "ue8m0", "expert_dtype": "fp4"}
-json.dump(c, open(out, "w"), indent=1)
-print(f"[realdims] config: V4-Flash {dims} dims, {L} layers {[kind[r].split('_')[0] for r in ratios]}, "
-      f"hash-routed {min(L, 3)}, hidden {c['hidden_size']}, {c['n_routed_experts']} experts of "
-      f"{c['moe_intermediate_size']} top-6, vocab {c['vocab_size']}")
-PY
+python3 tools/v4_real_dims_config.py "$work/config.json" --family "$family" --dims "$dims" --layers "$layers" \
+  --schedule "${SCHEDULE:-}" || { say "config FAILED"; exit 1; }
+layers=$(python3 -c "import json, sys; c = json.load(open(sys.argv[1])); print(c.get('text_config', c)['num_hidden_layers'])" \
+  "$work/config.json")
 if [ "${KEEP_CHECKPOINT:-}" = 1 ] && cmp -s "$work/config.json" "$work/model/config.json"; then
   say "checkpoint: reusing $work/model ($(du -sh "$work/model" | cut -f1))"
 else
@@ -94,6 +68,7 @@ import glob, json, re, struct, sys
 kept = re.compile(r"\.attn\.(wq_a|wq_b|wkv|wo_a|wo_b|indexer\.wq_b)\.(weight|scale)$|\.(experts|shared_experts)\.")
 size = {"F32": 4, "BF16": 2, "F8_E4M3": 1, "F8_E8M0": 1, "I8": 1, "I64": 8}
 cfg = json.load(open(sys.argv[1] + "/config.json"))
+cfg = cfg.get("text_config", cfg)
 dev = read = flops = 0
 n_exp, topk = cfg["n_routed_experts"], cfg["num_experts_per_tok"]
 for f in glob.glob(sys.argv[1] + "/*.safetensors"):
@@ -124,7 +99,7 @@ print(f"[realdims] estimate: weights on the device {dev / 1e9:.2f} GB; batch-1 d
 PY
 
 # A run of `deepinfer offline` with the peak device memory sampled beside it; the engine's lines as [realdims].
-dev_flags="--device $device"
+dev_flags="--device $device ${OFFLINE_FLAGS:-}"
 [ "$device" = cpu ] && dev_flags="$dev_flags --weight-format fp8"
 run_offline() {  # label, offline args...
   local label=$1 smi=""
@@ -174,7 +149,7 @@ done
 
 # The synthetic slice on the same shapes, same machine, same call.
 if [ "${SLICE_BENCH:-1}" = 1 ] && [ "$device" = cuda ]; then
-  bench_args="--model v4-flash --prompt $prefill"
+  bench_args="--model $([ "$family" = v41 ] && echo v41-flash || echo v4-flash) --prompt $prefill"
   for b in $batches; do bench_args="$bench_args --batch $b"; done
   # shellcheck disable=SC2086
   timeout "${BENCH_TIMEOUT:-150}" "$cli" bench --device cuda $bench_args --context "$context" --no-graphs \
