@@ -62,7 +62,8 @@ fi
 
 # Estimate from the checkpoint's tensors: bytes on the device (block formats as stored, the rest f32, as the V4
 # loader keeps them), bytes read by one batch-1 decode step (every non-expert matrix, the shared expert, 6 of the
-# routed experts, the f32 head; one embedding row; no KV), and prefill GEMM FLOPs per token (2 x weights touched).
+# routed experts, the f32 head; one embedding row; no KV), and prefill GEMM FLOPs per token (2 x the weights a token
+# goes through: the layers' matrices with 6 routed experts; not the head, which runs on the last token only).
 python3 - "$work/model" <<'PY'
 import glob, json, re, struct, sys
 kept = re.compile(r"\.attn\.(wq_a|wq_b|wkv|wo_a|wo_b|indexer\.wq_b)\.(weight|scale)$|\.(experts|shared_experts)\.")
@@ -90,7 +91,7 @@ for f in glob.glob(sys.argv[1] + "/*.safetensors"):
             continue
         share = topk / n_exp if ".experts." in name else 1.0
         read += b * share
-        if len(t["shape"]) == 2 and not name.endswith("_fn"):
+        if len(t["shape"]) == 2 and not name.endswith("_fn") and name != "head.weight":  # head: last token only
             flops += 2 * logical * share
 print(f"[realdims] estimate: weights on the device {dev / 1e9:.2f} GB; batch-1 decode step reads {read / 1e9:.3f} GB "
       f"of weights (f32 head {cfg['vocab_size'] * cfg['hidden_size'] * 4 / 1e9:.2f} GB of it; "
