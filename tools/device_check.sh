@@ -32,6 +32,11 @@
 #   PEER_PROMPTS / PEER_BATCHES / PEER_CONTEXTS: the shapes (default "1024 4096 8192" / "1 16 64" / "1024");
 #   BENCH_TIMEOUT / PEER_TIMEOUT bound each side. The peer runs even when our build fails.
 #   model with BI_BENCH=1: then tools/batch_invariant_bench.sh (the bench slices with and without --batch-invariant);
+#   with REALDIMS_BENCH=1 (model) tools/v4_real_dims_bench.sh: the engine (`deepinfer offline`) on a random-weight
+#   checkpoint with V4-Flash's real dimensions (LAYERS, default 4, of the real schedule; ~14 GB written, weights kept
+#   quantized), prefill 8192 and decode at batch 1/16/64 at context 4096, then `deepinfer bench --model v4-flash` on
+#   the same shapes; REALDIMS_BENCH_TIMEOUT (default 330 s) bounds it, its run logs land in $OUT/realdims/
+#   (MODEL_FILTER=NONE skips the GPU tests before it);
 #   with SLICE_BENCH=1 (model) `deepinfer bench` decode of the V4 slices (SLICE_BENCH_ARGS);
 #   with NCU_SLICE=1 (also in ci) an ncu per-kernel time summary of one synthetic decode step (NCU_SLICE_ARGS;
 #   NCU_DETAIL=REGEX adds ncu's sections for those kernels); with IDLE_BENCH=1 (model or ci)
@@ -357,6 +362,12 @@ if [ "$MODE" = model ]; then
   # IDLE_BENCH=1: GPU idle between decode steps (CUDA events; tools/gpu_idle_bench.sh, docs/PERF.md).
   [ -n "${IDLE_BENCH:-}" ] && CLI=build-gpu/bin/deepinfer timeout "${IDLE_BENCH_TIMEOUT:-400}" \
     bash tools/gpu_idle_bench.sh | tee -a "$summary"
+  # REALDIMS_BENCH=1: the engine on a real-dimension V4-Flash checkpoint, then the slice on the same shapes.
+  if [ -n "${REALDIMS_BENCH:-}" ]; then
+    CLI=build-gpu/bin/deepinfer LOG_DIR="$OUT/realdims" timeout "${REALDIMS_BENCH_TIMEOUT:-330}" \
+      bash tools/v4_real_dims_bench.sh | tee -a "$summary"
+    note "realdims bench: rc=${PIPESTATUS[0]}"
+  fi
   ncu_slice
   echo "================ summary"
   cat "$summary"

@@ -155,6 +155,29 @@ TEST(OfflineCli, DecodeRateAsTheReferenceReportsIt) {
   }
 }
 
+// --random-prompt-len: every random prompt has that many tokens (a long-prompt workload without a prompt file),
+// the same ids on every run; it cannot go with given prompts. Without it the lengths are 8, 13, 18, ...
+TEST(OfflineCli, RandomPromptLengthSetsEveryRandomPrompt) {
+  const std::string base = "offline --model " + testing::test_data_dir() +
+                           "/golden/deepseek_v4 --max-tokens 2 --ignore-eos --num-prompts 3 --max-model-len 256";
+  auto r = run_cli(base + " --random-prompt-len 150");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* s : {"[sample 0] prompt_tokens=150 ", "[sample 1] prompt_tokens=150 ",
+                        "[sample 2] prompt_tokens=150 ", "3 requests, 450 prompt tokens computed"})
+    EXPECT_NE(r.output.find(s), std::string::npos) << s << "\n" << r.output;
+  auto again = run_cli(base + " --random-prompt-len 150");
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_EQ(testing::parse_offline_samples(again.output), testing::parse_offline_samples(r.output));
+  auto dflt = run_cli(base);
+  ASSERT_EQ(dflt.exit_code, 0) << dflt.output;
+  for (const char* s : {"prompt_tokens=8 ", "prompt_tokens=13 ", "prompt_tokens=18 "})
+    EXPECT_NE(dflt.output.find(s), std::string::npos) << s << "\n" << dflt.output;
+  auto bad = run_cli(base + " --random-prompt-len 10 --prompt-ids 1,2,3");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("--random-prompt-len sets the length of the random prompts"), std::string::npos)
+      << bad.output;
+}
+
 TEST(OfflineCli, UnsupportedLayoutsAndChecksAreClearErrors) {
   const std::string m = " --model_name " + testing::test_data_dir() + "/golden/deepseek_v4";
   const std::vector<std::pair<std::string, std::string>> cases = {

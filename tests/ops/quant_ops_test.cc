@@ -77,6 +77,37 @@ TEST(QuantOps, MoeQuantIsDequantizePlusMoe) {
   EXPECT_TRUE(same_bits(y, ref));
 }
 
+// Only the selected experts are dequantized: an expert no token picks may be absent (not resident, as under expert
+// parallelism) and the result is still the full expansion's; selecting an absent one is an error by name.
+TEST(QuantOps, MoeQuantExpandsOnlyTheSelectedExperts) {
+  auto be = make_cpu_backend(1);
+  const int64_t e = 6, d = 32, inter = 64, t = 3, k = 2;
+  std::vector<Fp8> store;
+  for (int64_t i = 0; i < 3 * e; ++i)
+    store.push_back(i % 3 == 2 ? fp8(*be, d, inter, 40 + i) : fp8(*be, inter, d, 40 + i));
+  std::vector<QuantExpertWeights> q;
+  std::vector<ExpertWeights> f;
+  for (int64_t i = 0; i < e; ++i) {
+    q.push_back({store[3 * i].m(), store[3 * i + 1].m(), store[3 * i + 2].m()});
+    f.push_back({store[3 * i].f32.view(), store[3 * i + 1].f32.view(), store[3 * i + 2].f32.view()});
+  }
+  HostTensor x = random_tensor({t, d}, 5), wts = random_tensor({t, k}, 6), idx(DType::kI32, {t, k});
+  const int32_t picks[] = {4, 1, 1, 5, 4, 5};  // experts 0, 2 and 3 unused; unsorted within a token
+  std::memcpy(idx.data<int32_t>(), picks, sizeof(picks));
+  HostTensor y(DType::kF32, {t, d}), ref(DType::kF32, {t, d});
+  be->moe({x.view(), wts.view(), idx.view(), &f, nullptr, ref.view(), 0.0f, true});
+  for (int64_t unused : {0, 2, 3}) q[unused] = QuantExpertWeights{};
+  be->moe_quant({x.view(), wts.view(), idx.view(), &q, nullptr, y.view(), 0.0f, true});
+  EXPECT_TRUE(same_bits(y, ref));
+  idx.data<int32_t>()[3] = 2;
+  try {
+    be->moe_quant({x.view(), wts.view(), idx.view(), &q, nullptr, y.view(), 0.0f, true});
+    ADD_FAILURE() << "an absent expert was selected without an error";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("expert 2 is not resident"), std::string::npos) << err.what();
+  }
+}
+
 TEST(QuantOps, BadQuantWeightIsRejected) {
   auto be = make_cpu_backend(1);
   const Fp8 w = fp8(*be, 70, 50, 1);

@@ -30,6 +30,7 @@ struct OfflineArgs {
   std::string prompts_file;
   std::vector<std::string> prompt_ids;
   int num_prompts = 4;
+  int random_prompt_len = 0;  // tokens in each random prompt; 0: lengths 8, 13, 18, ...
   int max_tokens = 32;
   float temperature = 0.0f;
   float top_p = 1.0f;
@@ -56,13 +57,13 @@ std::string spec_line(const SpecStats& s, bool on) {
                      s.acceptance_rate(), s.mean_accepted_length(), s.drafted, s.accepted, per);
 }
 
-// Deterministic pseudo-random prompts (lengths 8, 13, 18, ...) when none are given.
-std::vector<std::vector<TokenId>> random_prompts(int n, uint64_t seed, int64_t vocab) {
+// Deterministic pseudo-random prompts when none are given: `len` tokens each, or lengths 8, 13, 18, ... (len 0).
+std::vector<std::vector<TokenId>> random_prompts(int n, int len, uint64_t seed, int64_t vocab) {
   std::vector<std::vector<TokenId>> prompts;
   uint64_t s = seed * 6364136223846793005ull + 1442695040888963407ull;
   for (int i = 0; i < n; ++i) {
     std::vector<TokenId> ids;
-    for (int j = 0; j < 8 + 5 * i; ++j) {
+    for (int j = 0; j < (len > 0 ? len : 8 + 5 * i); ++j) {
       s = s * 6364136223846793005ull + 1442695040888963407ull;
       ids.push_back(static_cast<TokenId>((s >> 33) % static_cast<uint64_t>(vocab)));
     }
@@ -86,6 +87,9 @@ int run_offline(const OfflineArgs& a) {
   DI_CHECK(a.eplb_slots >= 0) << "--eplb-slots must be >= 0, got " << a.eplb_slots;
   DI_CHECK(a.eplb_interval == 0 || a.ep > 1) << "--eplb-interval needs expert parallelism (--ep > 1)";
   DI_CHECK(!a.ep_fp8_dispatch || a.ep > 1) << "--ep-fp8-dispatch needs expert parallelism (--ep > 1)";
+  DI_CHECK(a.random_prompt_len == 0 || (a.prompts.empty() && a.prompts_file.empty() && a.prompt_ids.empty()))
+      << "--random-prompt-len sets the length of the random prompts: it cannot go with --prompt, --prompts-file or "
+         "--prompt-ids";
   // Divisibility errors before the model loads (with ep·dp > 1 each DP shard's ranks are its CP group).
   ParallelLayout::make(a.ep, a.dp, 0, ParallelLayout::make(a.ep, a.dp).world > 1 ? a.cp : 1);
   SamplingParams params;
@@ -121,7 +125,7 @@ int run_offline(const OfflineArgs& a) {
   std::vector<std::vector<TokenId>> prompts;
   for (size_t i = 0; i < texts.size(); ++i) prompts.push_back(setup.encode(texts[i], fmt::format("prompt {}", i)));
   for (const auto& p : a.prompt_ids) prompts.push_back(parse_token_ids(p, vocab, "--prompt-ids"));
-  if (prompts.empty()) prompts = random_prompts(a.num_prompts, a.seed.value_or(0), vocab);
+  if (prompts.empty()) prompts = random_prompts(a.num_prompts, a.random_prompt_len, a.seed.value_or(0), vocab);
 
   Engine& engine = setup.engine();
   const bool setup_spec = a.setup.speculative != "off";
@@ -230,6 +234,10 @@ void register_offline(CLI::App& app, CommandRegistry& reg) {
   sub->add_option("--prompt-ids", a->prompt_ids, "comma-separated token ids (repeatable)");
   sub->add_option("--num-prompts", a->num_prompts, "random prompts to run when none are given")
       ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  sub->add_option("--random-prompt-len", a->random_prompt_len,
+                  "tokens in each random prompt (0: lengths 8, 13, 18, ...): a long-prompt or long-context workload")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   sub->add_option("--max-tokens,--max_tokens", a->max_tokens, "tokens to generate per request")
       ->check(CLI::PositiveNumber)

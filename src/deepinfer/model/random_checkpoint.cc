@@ -1,9 +1,16 @@
 #include "deepinfer/model/random_checkpoint.h"
 
+#include <algorithm>
 #include <cmath>
+#include <condition_variable>
+#include <exception>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
+#include <regex>
+#include <thread>
 
 #include "deepinfer/core/error.h"
 #include "deepinfer/core/logging.h"
@@ -119,7 +126,8 @@ void quantize_mxfp4(const WeightSpec& s, const std::vector<float>& v, const std:
       for (int64_t k = g * 32; k < (g + 1) * 32; ++k) amax = std::max(amax, std::fabs(v[r * K + k]));
       float sc = e8m0_to_f32(f32_to_e8m0_ceil(std::max(amax, 1e-30f) / 6.0f));
       scales[r * (K / 32) + g] = sc;
-      for (int64_t k = g * 32; k < (g + 1) * 32; ++k) fp4_set(w.bytes.data(), r * K + k, f32_to_e2m1(v[r * K + k] / sc));
+      for (int64_t k = g * 32; k < (g + 1) * 32; ++k)
+        fp4_set(w.bytes.data(), r * K + k, f32_to_e2m1(v[r * K + k] / sc));
     }
   out.push_back(std::move(w));
   out.push_back(float_blob(scale_name, {N, K / 32}, scales, DType::kE8M0));
@@ -168,6 +176,15 @@ void flush_shard(std::vector<Blob>& blobs, const std::string& path) {
   blobs.clear();
 }
 
+// "<prefix>experts.<e>.<rest>" (a routed expert's matrix): e and the name with e replaced by `to`; -1 otherwise.
+int routed_expert(const std::string& name, int to, std::string* renamed) {
+  static const std::regex re(R"(^(.*\.experts\.)([0-9]+)(\..*)$)");
+  std::smatch m;
+  if (!std::regex_match(name, m, re)) return -1;
+  if (renamed) *renamed = m[1].str() + std::to_string(to) + m[3].str();
+  return std::stoi(m[2].str());
+}
+
 }  // namespace
 
 int64_t write_random_checkpoint(const RandomCheckpointOptions& o) {
@@ -190,21 +207,105 @@ int64_t write_random_checkpoint(const RandomCheckpointOptions& o) {
   std::vector<std::vector<std::string>> shard_names(1);
   std::vector<std::string> shard_files;
   auto shard_path = [&](size_t i) { return o.out_dir + "/model-" + std::to_string(i) + ".safetensors"; };
-  for (const auto& s : specs) {
-    Rng rng(o.seed ^ hash_name(s.name));
-    for (auto& b : realise(s, c, rng)) {
-      if (pending_bytes > 0 && pending_bytes + static_cast<int64_t>(b.bytes.size()) > o.shard_bytes) {
-        shard_files.push_back(shard_path(shard_files.size()));
-        flush_shard(pending, shard_files.back());
-        shard_names.emplace_back();
-        pending_bytes = 0;
-      }
-      pending_bytes += static_cast<int64_t>(b.bytes.size());
-      total += static_cast<int64_t>(b.bytes.size());
-      shard_names.back().push_back(b.name);
-      pending.push_back(std::move(b));
+  auto append = [&](Blob&& b) {
+    if (pending_bytes > 0 && pending_bytes + static_cast<int64_t>(b.bytes.size()) > o.shard_bytes) {
+      shard_files.push_back(shard_path(shard_files.size()));
+      flush_shard(pending, shard_files.back());
+      shard_names.emplace_back();
+      pending_bytes = 0;
     }
+    pending_bytes += static_cast<int64_t>(b.bytes.size());
+    total += static_cast<int64_t>(b.bytes.size());
+    shard_names.back().push_back(b.name);
+    pending.push_back(std::move(b));
+  };
+  // Tensors are realised on `threads` workers (a real-size V4 layer is ~770 expert matrices of 8 M values each:
+  // minutes on one core) while this thread appends them in spec order, so the shards do not depend on the thread
+  // count. The workers run at most `lead` tensors ahead of the writer: the memory is a few hundred tensors', not
+  // the model's, and a long tensor (the embedding: one sequential stream of 0.5 G values) does not stall the others.
+  const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const size_t lead = std::max<size_t>(64, 32 * static_cast<size_t>(threads));
+  std::vector<std::vector<Blob>> done(specs.size());
+  std::vector<char> ready(specs.size(), 0);
+  std::mutex mu;
+  std::condition_variable cv;
+  size_t next = 0, written = 0;
+  std::exception_ptr error;
+  auto work = [&] {
+    for (;;) {
+      size_t i = 0;
+      {
+        std::unique_lock<std::mutex> lk(mu);
+        cv.wait(lk, [&] { return error || next >= specs.size() || next < written + lead; });
+        if (error || next >= specs.size()) return;
+        i = next++;
+      }
+      std::vector<Blob> blobs;
+      std::exception_ptr failed;
+      try {
+        Rng rng(o.seed ^ hash_name(specs[i].name));
+        // A repeated expert is copied by the writer from the one it repeats.
+        if (o.distinct_experts <= 0 || routed_expert(specs[i].name, 0, nullptr) < o.distinct_experts)
+          blobs = realise(specs[i], c, rng);
+      } catch (...) {
+        failed = std::current_exception();
+      }
+      {
+        std::lock_guard<std::mutex> lk(mu);
+        if (failed && !error) error = failed;
+        done[i] = std::move(blobs);
+        ready[i] = 1;
+      }
+      cv.notify_all();
+    }
+  };
+  // distinct_experts > 0: routed expert e >= n of a layer is expert e % n's tensors under its own names (the same
+  // bytes, its own storage): the writer keeps the first n experts' blobs of the layer being written.
+  std::map<std::string, std::vector<Blob>> repeated;
+  std::string repeated_layer;
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) pool.emplace_back(work);
+  try {
+    for (size_t i = 0; i < specs.size(); ++i) {
+      std::vector<Blob> blobs;
+      {
+        std::unique_lock<std::mutex> lk(mu);
+        cv.wait(lk, [&] { return error || ready[i]; });
+        if (error) break;
+        blobs = std::move(done[i]);
+        written = i + 1;
+      }
+      cv.notify_all();
+      const std::string& name = specs[i].name;
+      const int n = o.distinct_experts;
+      const int e = n > 0 ? routed_expert(name, 0, nullptr) : -1;
+      if (e >= 0 && e < n) {
+        const std::string layer = name.substr(0, name.find(".experts."));
+        if (layer != repeated_layer) {
+          repeated.clear();
+          repeated_layer = layer;
+        }
+        repeated[name] = blobs;
+      } else if (e >= n && n > 0) {
+        std::string source;
+        routed_expert(name, e % n, &source);
+        const auto it = repeated.find(source);
+        DI_CHECK_CODE(it != repeated.end(), ErrorCode::kInternal) << "make-checkpoint: " << source << " not kept";
+        for (const Blob& b : it->second) {
+          Blob copy = b;
+          routed_expert(b.name, e, &copy.name);
+          blobs.push_back(std::move(copy));
+        }
+      }
+      for (auto& b : blobs) append(std::move(b));
+    }
+  } catch (...) {  // a shard that could not be written: stop the workers before rethrowing
+    std::lock_guard<std::mutex> lk(mu);
+    if (!error) error = std::current_exception();
   }
+  cv.notify_all();
+  for (auto& th : pool) th.join();
+  if (error) std::rethrow_exception(error);
   if (shard_files.empty()) {
     flush_shard(pending, o.out_dir + "/model.safetensors");
   } else {

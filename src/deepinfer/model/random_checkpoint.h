@@ -13,6 +13,11 @@ struct RandomCheckpointOptions {
   std::string out_dir;
   uint64_t seed = 0;
   int64_t shard_bytes = int64_t{4} << 30;  // start a new shard past this size (index json when > 1 shard)
+  int threads = 0;  // tensors realised at once (0 = all cores); every tensor has its own seed, so the files are the
+                    // same whatever the count
+  // > 0: routed expert e >= n of a layer repeats expert e % n's values (own tensors, same bytes): a real-size
+  // checkpoint in seconds instead of minutes, for benchmarks (the kernels read every expert's own storage).
+  int distinct_experts = 0;
 };
 
 // Returns the number of bytes of tensor data written.

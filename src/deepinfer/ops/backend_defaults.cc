@@ -34,23 +34,47 @@ void Backend::linear_quant(const QuantLinearParams& p) {
 }
 
 void Backend::moe_quant(const QuantMoeParams& p) {
-  DI_CHECK(p.experts != nullptr) << "moe_quant: experts are required";
+  DI_CHECK(p.experts != nullptr && !p.experts->empty()) << "moe_quant: experts are required";
+  DI_CHECK(p.indices.dtype() == DType::kI32 && p.indices.rank() == 2) << "moe_quant: indices must be i32 [T, k]";
+  // Only the experts this call selects are dequantized (a real-size layer's 256 experts are ~26 GB in f32), in
+  // increasing id order, and the indices renumbered into that list: moe() adds a token's experts in increasing
+  // index order, which the monotone renumbering keeps, so the result is the full expansion's bit for bit.
+  TensorMemory& mem = backend_memory(*this);
+  const HostTensor ids = mem.to_host(p.indices);
+  const int64_t n = static_cast<int64_t>(p.experts->size());
+  std::vector<int32_t> slot(static_cast<size_t>(n), -1);
+  for (int64_t i = 0; i < ids.numel(); ++i) {
+    const int32_t e = ids.data<int32_t>()[i];
+    DI_CHECK(e >= 0 && e < n) << "moe_quant: expert id " << e << " out of range [0, " << n << ")";
+    DI_CHECK((*p.experts)[e].w1.weight.data() != nullptr) << "moe_quant: expert " << e << " is not resident";
+    slot[e] = 0;
+  }
   std::vector<OwnedTensor> storage;
   std::vector<ExpertWeights> experts;
   auto expand = [&](const QuantExpertWeights& q) {
     ExpertWeights e;
-    if (q.w1.weight.data() == nullptr) return e;  // not resident
     for (auto [dst, src] : {std::pair{&e.w1, &q.w1}, {&e.w3, &q.w3}, {&e.w2, &q.w2}}) {
       storage.push_back(dequantized(*this, *src, "moe_quant"));
       *dst = storage.back().view();
     }
     return e;
   };
-  storage.reserve(3 * p.experts->size() + 3);
-  for (const QuantExpertWeights& q : *p.experts) experts.push_back(expand(q));
+  for (int64_t e = 0; e < n; ++e)
+    if (slot[e] == 0) {
+      slot[e] = static_cast<int32_t>(experts.size());
+      experts.push_back(expand((*p.experts)[e]));
+    }
   ExpertWeights shared;
   if (p.shared) shared = expand(*p.shared);
-  moe({p.x, p.weights, p.indices, &experts, p.shared ? &shared : nullptr, p.out, p.swiglu_limit, p.weight_before_w2});
+  HostTensor local(DType::kI32, ids.shape());
+  for (int64_t i = 0; i < ids.numel(); ++i) local.data<int32_t>()[i] = slot[ids.data<int32_t>()[i]];
+  const OwnedTensor indices = mem.upload(local.view());
+  if (experts.empty()) {  // no token: moe() still checks the shapes of an expert
+    mem.fill(p.out, 0.0f);
+    return;
+  }
+  moe({p.x, p.weights, indices.view(), &experts, p.shared ? &shared : nullptr, p.out, p.swiglu_limit,
+       p.weight_before_w2});
 }
 
 void Backend::mla_attention_naive(const MlaAttentionParams&) {
