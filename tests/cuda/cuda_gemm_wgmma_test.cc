@@ -497,8 +497,8 @@ TEST_F(CudaGemmWgmmaTest, GroupedManyGroupsBothTiles) {
 // shared expert's case for both tiles. Full reference.
 TEST_F(CudaGemmWgmmaTest, DensePrefillBothTiles) {
   for (Kind kind : {Kind::kMxfp4, Kind::kFp8E8m0_128}) {
-    const Problem pr = dense(kind, 1000, 704, 512);
-    compare(std::string("dense 1000x704x512 ") + kind_name(kind), pr, true);
+    const Problem pr = dense(kind, 1500, 704, 512);  // 24 x 6 tiles of 64 x 128: fills the device (wgmma takes it)
+    compare(std::string("dense 1500x704x512 ") + kind_name(kind), pr, true);
   }
 }
 
@@ -571,7 +571,7 @@ TEST_F(CudaGemmWgmmaTest, RunGemmDispatchAndAbSwitch) {
 }
 
 // The tile choice (host only, no device needed): grouped calls by rows_hint (256 x 128 from kGemmWgmmaTallRows rows a
-// group), dense calls by rows (256 x 128 past 128), DEEPINFER_AB_WGMMA_TILE = 0 / 256 forcing either.
+// group), dense calls 128 x 256, DEEPINFER_AB_WGMMA_TILE = 0 / 256 forcing either.
 TEST(CudaGemmWgmmaTile, ChoiceByRowsAndAbSwitch) {
   using cuda::WgmmaTile;
   AbTile unset(nullptr);
@@ -585,6 +585,9 @@ TEST(CudaGemmWgmmaTile, ChoiceByRowsAndAbSwitch) {
   EXPECT_EQ(cuda::wgmma_tile(p), WgmmaTile::k256x128);
   p.rows_hint = 192;  // V4-Flash at 8192 tokens
   EXPECT_EQ(cuda::wgmma_tile(p), WgmmaTile::k256x128);
+  p.rows_hint = 128;  // V4.1 at 8192 tokens: the tall tile measured slower
+  EXPECT_EQ(cuda::wgmma_tile(p), WgmmaTile::k128x256);
+  p.rows_hint = 192;
   {
     AbTile old_tile("0");
     EXPECT_EQ(cuda::wgmma_tile(p), WgmmaTile::k128x256);
@@ -595,13 +598,11 @@ TEST(CudaGemmWgmmaTile, ChoiceByRowsAndAbSwitch) {
     EXPECT_EQ(cuda::wgmma_tile(p), WgmmaTile::k256x128);
   }
   EXPECT_EQ(cuda::wgmma_tile(p), WgmmaTile::k128x256);
-  cuda::GemmKernelParams d;
-  d.m = 128;
+  cuda::GemmKernelParams d;  // dense calls: 128 x 256 unless the switch asks for the tall tile
+  d.m = 8192;
   EXPECT_EQ(cuda::wgmma_tile(d), WgmmaTile::k128x256);
-  d.m = 129;
+  AbTile tall("256");
   EXPECT_EQ(cuda::wgmma_tile(d), WgmmaTile::k256x128);
-  AbTile old_tile("0");
-  EXPECT_EQ(cuda::wgmma_tile(d), WgmmaTile::k128x256);
 }
 
 }  // namespace

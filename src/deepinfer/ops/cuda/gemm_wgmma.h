@@ -33,11 +33,13 @@ WgmmaMode wgmma_mode();
 // The block tile: 128 token rows x 256 weight rows (output columns), or 256 x 128, which decodes each weight row
 // once for up to 256 rows of an expert instead of once per 128 rows (the kernel is bound by that decode: the same
 // block steps, half the decode a step). run_gemm_wgmma takes 256 x 128 for grouped calls of at least
-// kGemmWgmmaTallRows rows per group by rows_hint (V4-Flash at 8192 tokens: ~192 rows an expert; V4.1: ~128) and dense
-// calls of more than 128 rows. Temporary A/B switch DEEPINFER_AB_WGMMA_TILE (read per call): "0" = always 128 x 256
-// (the previous kernel), "256" = always 256 x 128, unset or other values = by rows. The same bytes either way.
+// kGemmWgmmaTallRows rows per group by rows_hint: measured (H200, PrefillExpertGemmTimings) 1.16x faster at V4-Flash's
+// ~192 rows an expert (8192 tokens), 1.18x slower at V4.1's ~128 and 1.6x slower at ~96, where the second tile of
+// the old shape is cheap; dense calls keep 128 x 256 (not measured with the tall tile). Temporary A/B switch
+// DEEPINFER_AB_WGMMA_TILE (read per call): "0" = always 128 x 256 (the previous kernel), "256" = always 256 x 128,
+// unset or other values = by rows. The same bytes either way.
 enum class WgmmaTile { k128x256, k256x128 };
-constexpr int64_t kGemmWgmmaTallRows = 120;
+constexpr int64_t kGemmWgmmaTallRows = 160;
 WgmmaTile wgmma_tile(const GemmKernelParams& p);
 
 }  // namespace deepinfer::cuda

@@ -744,9 +744,9 @@ WgmmaTile wgmma_tile(const GemmKernelParams& p) {
   const char* v = std::getenv("DEEPINFER_AB_WGMMA_TILE");
   if (v && std::strcmp(v, "0") == 0) return WgmmaTile::k128x256;
   if (v && std::strcmp(v, "256") == 0) return WgmmaTile::k256x128;
-  if (p.group_offsets)
-    return (p.rows_hint > 0 ? p.rows_hint : p.m) >= kGemmWgmmaTallRows ? WgmmaTile::k256x128 : WgmmaTile::k128x256;
-  return p.m > 2 * kGemmTileM ? WgmmaTile::k256x128 : WgmmaTile::k128x256;
+  // Dense calls keep 128 x 256: the tall tile is measured on grouped expert calls only.
+  if (!p.group_offsets) return WgmmaTile::k128x256;
+  return (p.rows_hint > 0 ? p.rows_hint : p.m) >= kGemmWgmmaTallRows ? WgmmaTile::k256x128 : WgmmaTile::k128x256;
 }
 
 bool run_gemm_wgmma(const GemmKernelParams& p, cudaStream_t stream) {
