@@ -497,8 +497,10 @@ TEST_F(CudaGemmWgmmaTest, GroupedManyGroupsBothTiles) {
 // shared expert's case for both tiles. Full reference.
 TEST_F(CudaGemmWgmmaTest, DensePrefillBothTiles) {
   for (Kind kind : {Kind::kMxfp4, Kind::kFp8E8m0_128}) {
-    const Problem pr = dense(kind, 1500, 704, 512);  // 24 x 6 tiles of 64 x 128: fills the device (wgmma takes it)
-    compare(std::string("dense 1500x704x512 ") + kind_name(kind), pr, true);
+    // 44 x 3 gemm_mma tiles of 64 x 256 >= 128: gemm_mma_dense_fills, so wgmma takes the call (1500 rows did not).
+    ASSERT_TRUE(cuda::gemm_mma_dense_fills(2800, 704));
+    const Problem pr = dense(kind, 2800, 704, 512);
+    compare(std::string("dense 2800x704x512 ") + kind_name(kind), pr, true);
   }
 }
 
