@@ -108,7 +108,9 @@ run_offline() {  # label, offline args...
   local label=$1 smi=""
   shift
   if [ "$device" = cuda ] && command -v nvidia-smi >/dev/null 2>&1; then
-    nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 >"$work/smi.log" 2>/dev/null &
+    # Bounded by itself too: when an outer timeout kills this script, no sampler is left running.
+    timeout $((${RUN_TIMEOUT:-150} + 10)) nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 \
+      >"$work/smi.log" 2>/dev/null &
     smi=$!
   fi
   local t0 rc
@@ -124,7 +126,7 @@ run_offline() {  # label, offline args...
   local load peak=""
   load=$(awk -F'[][]' '/\] \[info\] device: /{split($2,a,":"); t0=a[1]*3600+a[2]*60+a[3]}
     /\] \[info\] weights: /{split($2,a,":"); printf "%.1f", a[1]*3600+a[2]*60+a[3]-t0; exit}' "$work/run.log")
-  [ -s "$work/smi.log" ] && peak="; peak device memory $(sort -n "$work/smi.log" | tail -1) MiB"
+  [ -s "$work/smi.log" ] && peak="; device memory peak $(sort -n "$work/smi.log" | tail -1) MiB (first sample $(head -1 "$work/smi.log") MiB)"
   say "$label ($*): rc=$rc, process ${wall} s, model load ${load:-?} s$peak"
   grep -h "cache budget:\|^KV cache:" "$work/run.log" | sed 's/^\[[^]]*\] \[info\] //' | head -2 | sed 's/^/[realdims]   /'
   grep -h "^offline:\|^prefill work\|layer-tokens\|^decode steps:\|^decode rate:\|^gpu idle\|GPU idle" "$work/run.log" |
