@@ -61,17 +61,19 @@ else
 fi
 
 # Estimate from the checkpoint's tensors: bytes on the device (block formats as stored, the rest f32, as the V4
-# loader keeps them), bytes read by one batch-1 decode step (every non-expert matrix, the shared expert, 6 of the
-# routed experts, the f32 head; one embedding row; no KV), and prefill GEMM FLOPs per token (2 x the weights a token
-# goes through: the layers' matrices with 6 routed experts; not the head, which runs on the last token only).
-python3 - "$work/model" <<'PY'
+# loader keeps them), bytes read by one decode step at each batch (every non-expert matrix, the shared expert and
+# the f32 head once, the routed experts the batch touches; one embedding row a token; no KV), and prefill GEMM FLOPs
+# a token (2 x the weights a token goes through: the layers' matrices with 6 routed experts; not the head, which
+# runs on the last token only).
+python3 - "$work/model" "$batches" >"$work/estimate.txt" <<'PY'
 import glob, json, re, struct, sys
 kept = re.compile(r"\.attn\.(wq_a|wq_b|wkv|wo_a|wo_b|indexer\.wq_b)\.(weight|scale)$|\.(experts|shared_experts)\.")
 size = {"F32": 4, "BF16": 2, "F8_E4M3": 1, "F8_E8M0": 1, "I8": 1, "I64": 8}
 cfg = json.load(open(sys.argv[1] + "/config.json"))
 cfg = cfg.get("text_config", cfg)
-dev = read = flops = 0
-n_exp, topk = cfg["n_routed_experts"], cfg["num_experts_per_tok"]
+batches = [int(b) for b in sys.argv[2].split()]
+dev = dense = experts = flops = 0  # bytes: on the device, read once a step, all routed experts; GEMM FLOPs a token
+n_exp, topk, layers = cfg["n_routed_experts"], cfg["num_experts_per_tok"], cfg["num_hidden_layers"]
 for f in glob.glob(sys.argv[1] + "/*.safetensors"):
     with open(f, "rb") as fh:
         h = json.loads(fh.read(struct.unpack("<Q", fh.read(8))[0]))
@@ -83,21 +85,28 @@ for f in glob.glob(sys.argv[1] + "/*.safetensors"):
             n *= d
         b = n * size[t["dtype"]] if kept.search(name) or t["dtype"] == "I64" else n * 4
         dev += b
-        logical = n * (2 if t["dtype"] == "I8" else 1)  # MXFP4 packs two weights a byte
-        if ".scale" in name or t["dtype"] == "I64":
-            logical = 0
+        logical = 0 if ".scale" in name or t["dtype"] == "I64" else n * (2 if t["dtype"] == "I8" else 1)  # MXFP4: 2 a byte
         if name == "embed.weight":
-            read += b // t["shape"][0]
+            dense += b // t["shape"][0]  # one row a token
             continue
-        share = topk / n_exp if ".experts." in name else 1.0
-        read += b * share
+        if ".experts." in name:
+            experts += b
+        elif not name.endswith(".tid2eid"):
+            dense += b
         if len(t["shape"]) == 2 and not name.endswith("_fn") and name != "head.weight":  # head: last token only
-            flops += 2 * logical * share
-print(f"[realdims] estimate: weights on the device {dev / 1e9:.2f} GB; batch-1 decode step reads {read / 1e9:.3f} GB "
-      f"of weights (f32 head {cfg['vocab_size'] * cfg['hidden_size'] * 4 / 1e9:.2f} GB of it; "
-      f"{read / 4.8e12 * 1e3:.3f} ms at 4.8 TB/s); prefill GEMMs {flops / 1e9:.2f} GFLOP a token "
-      f"(x tokens, + attention; {flops / 989e12 * 1e6:.3f} us a token at 989 TFLOP/s bf16 dense)")
+            flops += 2 * logical * (topk / n_exp if ".experts." in name else 1.0)
+head = cfg["vocab_size"] * cfg["hidden_size"] * 4
+print(f"[realdims] estimate: weights on the device {dev / 1e9:.2f} GB (f32 head {head / 1e9:.2f} GB); prefill GEMMs "
+      f"{flops / 1e9:.2f} GFLOP a token ({flops / 989e12 * 1e6:.3f} us a token at 989 TFLOP/s bf16 dense; + attention)")
+# A decode step of b sequences reads the dense weights once and the experts its tokens route to: with uniform routing
+# a layer touches n (1 - (1 - k/n)^b) of its n experts (hash layers: random tables, the same on average).
+for b in batches:
+    touched = n_exp * (1 - (1 - topk / n_exp) ** b)
+    read = dense + experts * touched / n_exp
+    print(f"[realdims] estimate: decode batch {b}: ~{touched:.0f} of {n_exp} experts a layer, weights read "
+          f"{read / 1e9:.3f} GB a step = {read / 4.8e12 * 1e3:.3f} ms at 4.8 TB/s")
 PY
+cat "$work/estimate.txt"
 
 # A run of `deepinfer offline` with the peak device memory sampled beside it; the engine's lines as [realdims].
 dev_flags="--device $device ${OFFLINE_FLAGS:-}"
@@ -149,9 +158,10 @@ run_offline prefill --num-prompts "$num_prefill" --random-prompt-len "$prefill" 
 for b in $batches; do
   run_offline "decode_b$b" --num-prompts "$b" --random-prompt-len "$context" --max-tokens "$max_tokens" \
     --max-num-seqs "$b" --max-num-batched-tokens "$prefill" --max-model-len $((context + max_tokens + 16)) &&
-    awk -v L="$layers" '/^decode steps:/{ for (i = 1; i <= NF; ++i) if ($i == "median") m = $(i + 1) + 0 }
-      END { if (m > 0) printf "[realdims]   engine decode step %.3f ms median = %.3f ms a layer (head included)\n", m, m / L }' \
-      "$work/run.log"
+    awk -v L="$layers" -v b="$b" '/^\[realdims\] estimate: decode batch /{ if ($5 == b ":") f = $(NF - 4) + 0 }
+      /^decode steps:/{ for (i = 1; i <= NF; ++i) if ($i == "median") m = $(i + 1) + 0 }
+      END { if (m > 0) printf "[realdims]   engine decode step %.3f ms median = %.3f ms a layer (head included)%s\n", m,
+        m / L, (f > 0) ? sprintf("; %.1fx the weight-bytes floor (%.3f ms)", m / f, f) : "" }' "$work/estimate.txt" "$work/run.log"
 done
 
 # The synthetic slice on the same shapes, same machine, same call (BENCH_MODEL: v4-flash / v41-flash).

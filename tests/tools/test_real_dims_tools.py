@@ -72,7 +72,8 @@ def test_bench_end_to_end_on_small_dims(tmp_path, family):
     assert r.returncode == 0, out + r.stderr
     for s in ["[realdims] checkpoint:", "[realdims] estimate: weights on the device", "[realdims] prefill (",
               "[realdims]   prefill: first", "[realdims] decode_b1 (", "[realdims] decode_b2 (",
-              "[realdims]   engine decode step", "[realdims] compare prefill (ctx 64)",
+              "[realdims]   engine decode step", "the weight-bytes floor", "[realdims] estimate: decode batch 2:",
+              "[realdims] compare prefill (ctx 64)",
               "[realdims] compare decode b2 (ctx 32)", "3 generated tokens"]:
         assert s in out, s + "\n" + out
     assert "rc=0" in out and "rc=1" not in out, out
