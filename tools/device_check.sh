@@ -36,7 +36,8 @@
 #   checkpoint with V4-Flash's real dimensions (LAYERS, default 4, of the real schedule; ~14 GB written, weights kept
 #   quantized), prefill 8192 and decode at batch 1/16/64 at context 4096, then `deepinfer bench --model v4-flash` on
 #   the same shapes; REALDIMS_BENCH_TIMEOUT (default 330 s) bounds it, its run logs land in $OUT/realdims/
-#   (MODEL_FILTER=NONE skips the GPU tests before it);
+#   (MODEL_FILTER=NONE skips the GPU tests before it); mode realdims: the same after a build of the CUDA CLI only
+#   (the script's knobs pass through: FAMILY=v41, LAYERS, SCHEDULE, BATCHES, PREFILL, CONTEXT, ...);
 #   with SLICE_BENCH=1 (model) `deepinfer bench` decode of the V4 slices (SLICE_BENCH_ARGS);
 #   with NCU_SLICE=1 (also in ci) an ncu per-kernel time summary of one synthetic decode step (NCU_SLICE_ARGS;
 #   NCU_DETAIL=REGEX adds ncu's sections for those kernels); with IDLE_BENCH=1 (model or ci)
@@ -223,6 +224,7 @@ target=deepinfer_cuda_tests
 [ "$MODE" = multigpu ] && target="deepinfer_cuda_tests deepinfer_cli"
 [ "$MODE" = graphbench ] && target=deepinfer_cli
 [ "$MODE" = idlebench ] && target=deepinfer_cli
+[ "$MODE" = realdims ] && target=deepinfer_cli
 keep=()
 [ "$MODE" = ci ] && keep=(-- -k 0)  # ci: build what compiles, list every failure, test what was built
 cmake --build build-gpu -j "$(nproc)" --target $target "${keep[@]}" >"$OUT/build.log" 2>&1 || {
@@ -230,6 +232,14 @@ cmake --build build-gpu -j "$(nproc)" --target $target "${keep[@]}" >"$OUT/build
 note "build ($target): ok in $(( $(date +%s) - start ))s"
 if [ "$MODE" = graphbench ]; then
   CLI=build-gpu/bin/deepinfer timeout "${GRAPH_BENCH_TIMEOUT:-400}" bash tools/decode_graph_bench.sh | tee -a "$summary"
+  exit 0
+fi
+if [ "$MODE" = realdims ]; then
+  CLI=build-gpu/bin/deepinfer LOG_DIR="$OUT/realdims" timeout "${REALDIMS_BENCH_TIMEOUT:-330}" \
+    bash tools/v4_real_dims_bench.sh | tee -a "$summary"
+  note "realdims bench: rc=${PIPESTATUS[0]}"
+  echo "================ summary"
+  cat "$summary"
   exit 0
 fi
 if [ "$MODE" = idlebench ]; then

@@ -16,6 +16,8 @@
 #include "deepinfer/engine/v3_model_runner.h"
 #include "deepinfer/engine/v4_model_runner.h"
 #include "deepinfer/io/safetensors.h"
+#include "deepinfer/model/model_config.h"
+#include "forwarding_backend.h"
 #include "logits_recorder.h"
 #include "test_util.h"
 
@@ -277,6 +279,49 @@ TEST_P(PagedRunner, PreemptedFarPastThePromptEqualsUninterrupted) {
   EXPECT_GT(got.stats.preemptions, 0) << "the cache was not tight enough to preempt";
   EXPECT_GE(got.deepest_hit_past_prompt, 32) << "no restart hit its own blocks far past its prompt";
   for (const auto& [id, prompt] : wave) expect_same(got, ref, id);
+}
+
+// The runner asks the model for the rows it reads only: the head runs on one row of a prompt chunk that samples and
+// on none of a chunk that does not — never on the whole chunk ([T, 129280] f32 at the real vocabulary: GBs).
+class HeadRowsBackend : public testing::ForwardingBackend {
+ public:
+  HeadRowsBackend(std::unique_ptr<Backend> inner, int64_t vocab) : ForwardingBackend(std::move(inner)), vocab_(vocab) {}
+  void linear(const LinearParams& p) override {
+    if (p.weight.dim(0) == vocab_) head_rows.push_back(p.in.dim(0));
+    ForwardingBackend::linear(p);
+  }
+  std::vector<int64_t> head_rows;  // rows of every head call
+
+ private:
+  int64_t vocab_;
+};
+
+TEST(SlotModelRunnerHead, PromptChunksRunTheHeadOnTheRowsRead) {
+  const std::string dir = testing::test_data_dir() + "/golden/deepseek_v4";
+  auto backend =
+      std::make_unique<HeadRowsBackend>(make_cpu_backend(0), load_model_config(dir + "/config.json").vocab_size);
+  auto v4 = DeepseekV4Model::load(dir, *backend);
+  V4ModelRunner runner(*v4, 8, ModelRunnerOptions{});
+  EngineConfig ec;
+  ec.scheduler.max_num_seqs = 2;
+  ec.scheduler.max_model_len = 320;
+  ec.scheduler.max_num_batched_tokens = 64;  // the 290-token prompt in 5 chunks, the last one sampling
+  ec.kv.num_blocks = 64;
+  ec.kv.block_size = 16;
+  ec.kv.num_state_slots = 8;
+  Engine engine(ec, runner);
+  Request q;
+  q.request_id = "a";
+  q.prompt_token_ids = model("deepseek_v4").base;
+  q.params.max_tokens = 3;
+  q.params.temperature = 0.0f;
+  engine.add_request(std::move(q));
+  while (engine.has_unfinished()) engine.step();
+  const auto done = engine.take_finished();
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].output_token_ids.size(), 3u);
+  // One row for the prompt's last chunk, one a decode step; the four chunks before it run no head.
+  EXPECT_EQ(backend->head_rows, (std::vector<int64_t>{1, 1, 1})) << ::testing::PrintToString(backend->head_rows);
 }
 
 INSTANTIATE_TEST_SUITE_P(Golden, PagedRunner,

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <memory>
 
@@ -139,6 +140,28 @@ TEST_P(GoldenV4, ChunkedPrefillEqualsOneShot) {
       at += len;
     }
     EXPECT_LE(worst_rel_error(rows.data(), one_shot.data<float>(), n, v), 1e-5) << "splits starting " << splits[0];
+  }
+}
+
+// The head on the last rows only (what the engine reads of a prompt chunk): those rows of the full logits, bit for
+// bit; 0 rows for none; more than the chunk gives the chunk; the state afterwards is the same (next logits agree).
+TEST_P(GoldenV4, LastRowsAreTheTailOfTheFullLogits) {
+  auto ids = f().ids("prompt2.input_ids");
+  const int64_t v = vocab(), n = static_cast<int64_t>(ids.size());
+  const std::vector<int64_t> next = {ids[1]};
+  auto ref = f().model->new_sequence();
+  HostTensor full = f().model->forward(ref, ids);
+  HostTensor ref_next = f().model->forward(ref, next);
+  for (int64_t last : {int64_t{0}, int64_t{1}, int64_t{3}, n + 5}) {
+    auto seq = f().model->new_sequence();
+    HostTensor part = f().model->forward(seq, ids, nullptr, nullptr, nullptr, last);
+    const int64_t rows = std::min(last, n);
+    ASSERT_EQ(part.shape(), (Shape{rows, v})) << last;
+    EXPECT_EQ(std::memcmp(part.data<float>(), full.data<float>() + (n - rows) * v, rows * v * sizeof(float)), 0)
+        << last;
+    HostTensor after = f().model->forward(seq, next);
+    ASSERT_EQ(after.shape(), ref_next.shape());
+    EXPECT_EQ(std::memcmp(after.data<float>(), ref_next.data<float>(), v * sizeof(float)), 0) << last;
   }
 }
 

@@ -470,7 +470,12 @@ class SlotModelRunner final : public ModelRunner {
   auto forward(const BatchEntry& e, State& st, const std::vector<int64_t>& ids) {
     if (!cp_chunk(e)) {
       cp_[e.state_slot] = CpScratch{};  // the slot moves on without the scratch ranks
-      return model_.forward(st, ids);
+      // Only the rows this entry reads (a prompt chunk's last one, a verification's draft + 1; none mid-prompt)
+      // where the model can compute just those: the head of a long chunk is [T, vocab] otherwise.
+      if constexpr (requires { model_.forward(st, ids, nullptr, nullptr, nullptr, int64_t{}); })
+        return model_.forward(st, ids, nullptr, nullptr, nullptr, e.needs_logits ? int64_t{e.num_logits} : 0);
+      else
+        return model_.forward(st, ids);
     }
     return run_cp(e, &st, ids);
   }

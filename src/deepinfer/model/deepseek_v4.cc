@@ -273,7 +273,7 @@ void DeepseekV4Model::start_at(V4SequenceState& seq, int64_t start, std::span<co
 }
 
 HostTensor DeepseekV4Model::forward(V4SequenceState& seq, std::span<const int64_t> ids, V4ForwardTrace* trace,
-                                    V4StreamCapture* capture, const CpShard* cp) const {
+                                    V4StreamCapture* capture, const CpShard* cp, int64_t last_rows) const {
   const int64_t total_tokens = static_cast<int64_t>(ids.size());
   const int64_t D = config_.hidden_size, hc = config_.hc.hc_mult, V = config_.vocab_size;
   const float eps = static_cast<float>(config_.rms_norm_eps);
@@ -473,8 +473,10 @@ HostTensor DeepseekV4Model::forward(V4SequenceState& seq, std::span<const int64_
   }
   OwnedTensor hidden = collapse_norm(v41 ? carried_pre : pre, w_.norm);  // [T, D]
   if (trace) trace->final_hidden = mem.to_host(hidden);
-  OwnedTensor logits = mem.zeros(DType::kF32, {T, V});
-  backend_.linear({hidden.view(), w_.head.view(), logits.view()});
+  // The head on the rows the caller reads (a CP rank's rows are its zig-zag share: all of them).
+  const int64_t rows = last_rows < 0 || cp ? T : std::min(last_rows, T);
+  OwnedTensor logits = mem.zeros(DType::kF32, {rows, V});
+  if (rows > 0) backend_.linear({hidden.view().slice(T - rows, T), w_.head.view(), logits.view()});
   seq.num_tokens += total_tokens;
   return mem.to_host(logits);
 }

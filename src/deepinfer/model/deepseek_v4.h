@@ -193,8 +193,11 @@ class DeepseekV4Model {
   // equals the one-rank state. At a bounded-replay split the chunk's decoder segment (one window of tokens) is
   // gathered and every rank runs it whole, returning the same rows as one rank.
   // `cp` and `capture` do not combine (kUnsupported).
+  // `last_rows` >= 0 (without `cp`): the head runs on the last min(last_rows, rows) rows only and only those come
+  // back (0: none) — the engine samples from a prompt chunk's last row, and [T, 129280] f32 logits of a long chunk
+  // are GBs to compute and copy.
   HostTensor forward(V4SequenceState& seq, std::span<const int64_t> ids, V4ForwardTrace* trace = nullptr,
-                     V4StreamCapture* capture = nullptr, const CpShard* cp = nullptr) const;
+                     V4StreamCapture* capture = nullptr, const CpShard* cp = nullptr, int64_t last_rows = -1) const;
 
   // Batched decode (the engine runner's decode step, docs/ENGINE.md): the next token `ids[b]` of each paged
   // sequence `seqs[b]` in one pass, f32 logits [B, vocab] (row b = what forward(*seqs[b], {ids[b]}) returns).

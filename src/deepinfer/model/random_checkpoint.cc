@@ -34,6 +34,8 @@ class Rng {
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
   }
+  // The state is a counter: skipping n draws is one multiply-add, which lets a long tensor be drawn in pieces.
+  void skip(uint64_t n) { s_ += n * 0x9E3779B97F4A7C15ull; }
   double uniform() { return (static_cast<double>(next() >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
   float normal() {
     double u1 = uniform(), u2 = uniform();
@@ -54,8 +56,10 @@ bool ends_with(const std::string& s, const std::string& suf) {
   return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
 }
 
-// Float values for a spec, scaled like a trained model's (norms near 1, matrices N(0, 1/fan_in)).
-std::vector<float> random_values(const WeightSpec& s, const ModelConfig& c, Rng& rng) {
+// Float values for a spec, scaled like a trained model's (norms near 1, matrices N(0, 1/fan_in)). A tensor of at
+// least 2 x `piece` values is drawn in up to `threads` pieces, each from the generator skipped to its first value
+// (two draws a value): the same values as one sequential pass (the embedding and head are 0.5 G values each).
+std::vector<float> random_values(const WeightSpec& s, const ModelConfig& c, Rng& rng, int threads, int64_t piece) {
   const int64_t n = shape_numel(s.shape);
   std::vector<float> v(static_cast<size_t>(n));
   const std::string& name = s.name;
@@ -73,7 +77,17 @@ std::vector<float> random_values(const WeightSpec& s, const ModelConfig& c, Rng&
   } else if (s.shape.size() == 2) {
     std = 1.0f / std::sqrt(static_cast<float>(s.shape[1]));
   }
-  for (auto& x : v) x = mean + std * rng.normal();
+  const int pieces = n >= 2 * piece ? static_cast<int>(std::min<int64_t>(threads, n / piece)) : 1;
+  auto draw = [&](int64_t begin, int64_t end) {
+    Rng r = rng;
+    r.skip(2 * static_cast<uint64_t>(begin));
+    for (int64_t i = begin; i < end; ++i) v[i] = mean + std * r.normal();
+  };
+  std::vector<std::thread> pool;
+  for (int p = 1; p < pieces; ++p) pool.emplace_back(draw, n * p / pieces, n * (p + 1) / pieces);
+  draw(0, pieces > 1 ? n / pieces : n);
+  for (auto& t : pool) t.join();
+  rng.skip(2 * static_cast<uint64_t>(n));
   return v;
 }
 
@@ -133,7 +147,7 @@ void quantize_mxfp4(const WeightSpec& s, const std::vector<float>& v, const std:
   out.push_back(float_blob(scale_name, {N, K / 32}, scales, DType::kE8M0));
 }
 
-std::vector<Blob> realise(const WeightSpec& s, const ModelConfig& c, Rng& rng) {
+std::vector<Blob> realise(const WeightSpec& s, const ModelConfig& c, Rng& rng, int threads, int64_t piece) {
   std::vector<Blob> out;
   const std::string scale_name = c.family == ModelFamily::kDeepseekV3 ? scale_names(s.name)[1] : scale_names(s.name)[0];
   if (s.kind == WeightKind::kIntTable) {
@@ -153,7 +167,7 @@ std::vector<Blob> realise(const WeightSpec& s, const ModelConfig& c, Rng& rng) {
     out.push_back(std::move(b));
     return out;
   }
-  std::vector<float> v = random_values(s, c, rng);
+  std::vector<float> v = random_values(s, c, rng, threads, piece);
   if (s.quantized && s.kind == WeightKind::kExpert && c.quant.experts_fp4) {
     quantize_mxfp4(s, v, scale_name, out);
   } else if (s.quantized && s.kind == WeightKind::kEngramTable) {
@@ -246,7 +260,7 @@ int64_t write_random_checkpoint(const RandomCheckpointOptions& o) {
         Rng rng(o.seed ^ hash_name(specs[i].name));
         // A repeated expert is copied by the writer from the one it repeats.
         if (o.distinct_experts <= 0 || routed_expert(specs[i].name, 0, nullptr) < o.distinct_experts)
-          blobs = realise(specs[i], c, rng);
+          blobs = realise(specs[i], c, rng, threads, std::max<int64_t>(1, o.piece_values));
       } catch (...) {
         failed = std::current_exception();
       }

@@ -18,6 +18,8 @@ struct RandomCheckpointOptions {
   // > 0: routed expert e >= n of a layer repeats expert e % n's values (own tensors, same bytes): a real-size
   // checkpoint in seconds instead of minutes, for benchmarks (the kernels read every expert's own storage).
   int distinct_experts = 0;
+  // A tensor of at least twice this many values is drawn in pieces on up to `threads` threads (the same values).
+  int64_t piece_values = int64_t{1} << 24;
 };
 
 // Returns the number of bytes of tensor data written.
