@@ -18,22 +18,9 @@
 namespace deepinfer {
 namespace {
 
+using testing::AbSwitch;
 using testing::CudaOpTest;
 using testing::DeviceTensor;
-
-// Sets DEEPINFER_AB_<name> = "0" (the previous kernel) for its lifetime when `old`.
-class AbSwitch {
- public:
-  AbSwitch(const char* name, bool old) : name_(name) {
-    if (old) setenv(name_, "0", 1);
-  }
-  ~AbSwitch() { unsetenv(name_); }
-  AbSwitch(const AbSwitch&) = delete;
-  AbSwitch& operator=(const AbSwitch&) = delete;
-
- private:
-  const char* name_;
-};
 
 struct MixCase {
   int64_t hc, d;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -197,6 +198,20 @@ class CudaOpTest : public ::testing::Test {
   std::unique_ptr<Backend> cpu_;
   uint64_t seed_ = 0;
   std::mt19937_64 rng_;
+};
+
+// Sets DEEPINFER_AB_<name> = "0" (the previous kernel) for its lifetime when `old`.
+class AbSwitch {
+ public:
+  AbSwitch(const char* name, bool old) : name_(name) {
+    if (old) setenv(name_, "0", 1);
+  }
+  ~AbSwitch() { unsetenv(name_); }
+  AbSwitch(const AbSwitch&) = delete;
+  AbSwitch& operator=(const AbSwitch&) = delete;
+
+ private:
+  const char* name_;
 };
 
 }  // namespace deepinfer::testing
