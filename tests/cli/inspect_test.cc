@@ -7,6 +7,7 @@
 #include "deepinfer/io/checkpoint.h"
 #include "deepinfer/io/safetensors.h"
 #include "test_util.h"
+#include "v4_quant_config.h"
 
 namespace deepinfer {
 namespace {
@@ -33,11 +34,7 @@ struct Variant {
 };
 
 TEST(InspectCli, GeneratedCheckpointsOfEveryFamilyAndFormatAreComplete) {
-  const json fp8_v4 = {{"quant_method", "fp8"},
-                       {"fmt", "e4m3"},
-                       {"weight_block_size", {32, 32}},
-                       {"scale_fmt", "ue8m0"},
-                       {"expert_dtype", "fp4"}};
+  const json fp8_v4 = testing::v4_quantization_config();
   const json fp8_v3 = {{"quant_method", "fp8"}, {"fmt", "e4m3"}, {"weight_block_size", {128, 128}}};
   const std::vector<Variant> variants = {
       {"deepseek_v41", nullptr, "float BF16"}, {"deepseek_v41", fp8_v4, "mxfp4 I8"},
@@ -108,11 +105,7 @@ TEST(InspectCli, ShardedCheckpointsLoadThroughTheIndex) {
 // bytes whatever the thread count (V4 with FP8 / MXFP4, so every kind of tensor is realised).
 TEST(InspectCli, CheckpointBytesDoNotDependOnTheThreadCount) {
   TempDir d;
-  const json fp8_v4 = {{"quant_method", "fp8"},
-                       {"fmt", "e4m3"},
-                       {"weight_block_size", {32, 32}},
-                       {"scale_fmt", "ue8m0"},
-                       {"expert_dtype", "fp4"}};
+  const json fp8_v4 = testing::v4_quantization_config();
   const std::string cfg = variant_config(d, "deepseek_v4", fp8_v4);
   for (const char* t : {"1", "3"}) {
     auto gen = run_cli("make-checkpoint --config " + cfg + " --out " + d.file(std::string("ck") + t) +
@@ -136,11 +129,7 @@ TEST(InspectCli, CheckpointBytesDoNotDependOnTheThreadCount) {
 // scales), the checkpoint is complete, and the experts below N are as without the option.
 TEST(InspectCli, RepeatedExpertsCopyTheirSourceBytes) {
   TempDir d;
-  const json fp8_v4 = {{"quant_method", "fp8"},
-                       {"fmt", "e4m3"},
-                       {"weight_block_size", {32, 32}},
-                       {"scale_fmt", "ue8m0"},
-                       {"expert_dtype", "fp4"}};
+  const json fp8_v4 = testing::v4_quantization_config();
   const std::string cfg = variant_config(d, "deepseek_v4", fp8_v4);
   ASSERT_EQ(run_cli("make-checkpoint --config " + cfg + " --out " + d.file("all") + " --seed 2").exit_code, 0);
   auto gen = run_cli("make-checkpoint --config " + cfg + " --out " + d.file("rep") + " --seed 2 --distinct-experts 3");
@@ -162,7 +151,9 @@ TEST(InspectCli, RepeatedExpertsCopyTheirSourceBytes) {
         auto name = [&](int e) { return layer + "ffn.experts." + std::to_string(e) + "." + m + part; };
         for (int e = 0; e < experts; ++e) {
           EXPECT_EQ(bytes(*rep, name(e)), bytes(*all, name(e % 3))) << name(e);
-          if (e >= 3 && part == ".weight") EXPECT_NE(bytes(*all, name(e)), bytes(*all, name(e % 3))) << name(e);
+          if (e >= 3 && part == ".weight") {
+            EXPECT_NE(bytes(*all, name(e)), bytes(*all, name(e % 3))) << name(e);
+          }
         }
       }
   // Everything else is as without the option.

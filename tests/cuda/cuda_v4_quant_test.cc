@@ -18,6 +18,7 @@
 #include "deepinfer/model/random_checkpoint.h"
 #include "deepinfer/ops/cuda/cuda_backend.h"
 #include "test_util.h"
+#include "v4_quant_config.h"
 
 namespace deepinfer {
 namespace {
@@ -28,11 +29,7 @@ std::string make_quant_checkpoint(testing::TempDir& tmp, const std::string& fami
       testing::read_file_or_empty(testing::test_data_dir() + "/golden/" + family + "/config.json"));
   EXPECT_FALSE(cfg.is_null());
   if (cfg.is_null()) return "";
-  cfg["quantization_config"] = {{"quant_method", "fp8"},
-                                {"fmt", "e4m3"},
-                                {"weight_block_size", {block, block}},
-                                {"scale_fmt", "ue8m0"},
-                                {"expert_dtype", "fp4"}};
+  cfg["quantization_config"] = testing::v4_quantization_config(block);
   testing::write_file(tmp.file("in.json"), cfg.dump(2));
   RandomCheckpointOptions opts;
   opts.config_path = tmp.file("in.json");

@@ -14,6 +14,7 @@
 #include "deepinfer/model/random_checkpoint.h"
 #include "test_util.h"
 #include "v4_paged_decode.h"
+#include "v4_quant_config.h"
 
 namespace deepinfer {
 namespace {
@@ -28,11 +29,7 @@ void expect_same_bytes(const char* what, const HostTensor& got, const HostTensor
 TEST(DeepseekV4Load, QuantizedV41CheckpointRunsAndChunksConsistently) {
   testing::TempDir tmp;
   nlohmann::json cfg = nlohmann::json::parse(testing::read_file_or_empty(golden_dir("deepseek_v41") + "/config.json"));
-  cfg["quantization_config"] = {{"quant_method", "fp8"},
-                                {"fmt", "e4m3"},
-                                {"weight_block_size", {32, 32}},
-                                {"scale_fmt", "ue8m0"},
-                                {"expert_dtype", "fp4"}};
+  cfg["quantization_config"] = testing::v4_quantization_config();
   testing::write_file(tmp.file("in.json"), cfg.dump());
   RandomCheckpointOptions opts;
   opts.config_path = tmp.file("in.json");
@@ -75,11 +72,7 @@ TEST(DeepseekV4Load, KeptQuantizedWeightsGiveTheF32LogitsBitForBit) {
     SCOPED_TRACE(family);
     testing::TempDir tmp;
     nlohmann::json cfg = nlohmann::json::parse(testing::read_file_or_empty(golden_dir(family) + "/config.json"));
-    cfg["quantization_config"] = {{"quant_method", "fp8"},
-                                  {"fmt", "e4m3"},
-                                  {"weight_block_size", {block, block}},
-                                  {"scale_fmt", "ue8m0"},
-                                  {"expert_dtype", "fp4"}};
+    cfg["quantization_config"] = testing::v4_quantization_config(block);
     testing::write_file(tmp.file("in.json"), cfg.dump());
     RandomCheckpointOptions opts;
     opts.config_path = tmp.file("in.json");

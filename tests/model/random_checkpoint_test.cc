@@ -7,6 +7,7 @@
 
 #include "deepinfer/model/random_checkpoint.h"
 #include "test_util.h"
+#include "v4_quant_config.h"
 
 namespace deepinfer {
 namespace {
@@ -15,11 +16,7 @@ TEST(RandomCheckpoint, PiecesOnThreadsGiveTheSequentialValues) {
   testing::TempDir tmp;
   nlohmann::json cfg =
       nlohmann::json::parse(testing::read_file_or_empty(testing::test_data_dir() + "/configs/deepseek_v4.json"));
-  cfg["quantization_config"] = {{"quant_method", "fp8"},
-                                {"fmt", "e4m3"},
-                                {"weight_block_size", {32, 32}},
-                                {"scale_fmt", "ue8m0"},
-                                {"expert_dtype", "fp4"}};
+  cfg["quantization_config"] = testing::v4_quantization_config();
   testing::write_file(tmp.file("in.json"), cfg.dump());
   RandomCheckpointOptions seq;
   seq.config_path = tmp.file("in.json");
