@@ -352,7 +352,7 @@ if [ "$MODE" = model ]; then
   [ -n "${MEMCHECK_FILTER:-}" ] && sanitize memcheck "$MEMCHECK_FILTER" "${MEMCHECK_TIMEOUT:-150}"
   [ -n "${RACECHECK_FILTER:-}" ] && sanitize racecheck "$RACECHECK_FILTER" "${RACECHECK_TIMEOUT:-200}"
   # SLICE_BENCH=1: the synthetic slices (SLICE_BENCH_ARGS: bench options; default decode of both V4 slices).
-  if [ -n "${SLICE_BENCH:-}" ]; then
+  if [ -n "${SLICE_BENCH:-}" ] && [ "$SLICE_BENCH" != 0 ]; then
     # shellcheck disable=SC2086
     timeout "${BENCH_TIMEOUT:-150}" build-gpu/bin/deepinfer bench --device cuda \
       ${SLICE_BENCH_ARGS:---model v4-flash --model v41-flash --no-prefill --batch 1 --batch 16 --batch 64 --context 4096 --no-graphs} \
