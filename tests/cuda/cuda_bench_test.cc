@@ -1132,8 +1132,9 @@ TEST_F(CudaBench, DISABLED_DecodeSmallOpTimings) {
 // N = 2048, K = 4096; down N = 4096, K = 2048). Each through run_gemm with the wgmma kernel (the default: tile by rows
 // per expert, bf16x2 decode, split between producer and consumers for MXFP4, on the producer for FP8), with each
 // block tile forced (DEEPINFER_AB_WGMMA_TILE = 0: 128 x 256, 256: 256 x 128) and each decode placement / one block
-// per SM in each tile, the f32 decode, the no-swizzle layout, and with wgmma off (gemm_mma): DEEPINFER_AB_WGMMA = ""
-// / "nosplit" / "split" / "cdec" / "persist" / "exact" / "noswz" / "0", the same inputs in the same run. TFLOP/s
+// per SM and without the L2 prefetch of the weight codes in each tile, the f32 decode, the no-swizzle layout, and with
+// wgmma off (gemm_mma): DEEPINFER_AB_WGMMA = "" / "nosplit" / "split" / "cdec" / "persist" / "nol2pf" / "exact" /
+// "noswz" / "0", the same inputs in the same run. TFLOP/s
 // and the share of the measured 790 TFLOP/s bf16 rate are printed. The experts' weights are distinct (1-2.3 GiB a
 // projection), so each call reads them from HBM.
 TEST_F(CudaBench, DISABLED_PrefillExpertGemmTimings) {
@@ -1154,6 +1155,8 @@ TEST_F(CudaBench, DISABLED_PrefillExpertGemmTimings) {
                         {"wgmma 256x128 consumer decode", "cdec", "256"},
                         {"wgmma 128x256 persistent", "persist", "0"},
                         {"wgmma 256x128 persistent", "persist", "256"},
+                        {"wgmma 128x256 no L2 prefetch", "nol2pf", "0"},
+                        {"wgmma 256x128 no L2 prefetch", "nol2pf", "256"},
                         {"wgmma f32-decode", "exact", nullptr},
                         {"wgmma no-swizzle (128x256)", "noswz", nullptr},
                         {"mma.sync (AB_WGMMA=0)", "0", nullptr}};

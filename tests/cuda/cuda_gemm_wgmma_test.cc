@@ -408,6 +408,12 @@ class CudaGemmWgmmaTest : public CudaOpTest {
       ASSERT_TRUE(cuda::run_gemm_wgmma(p, s));
     });
     expect_same_bytes((what + " persistent").c_str(), persist, wg);
+    // Without the L2 prefetch of the weight codes (a hint: no byte may change).
+    HostTensor no_pf = run(*l, pr, [&](const cuda::GemmKernelParams& p) {
+      AbWgmma ab("all,nol2pf");
+      ASSERT_TRUE(cuda::run_gemm_wgmma(p, s));
+    });
+    expect_same_bytes((what + " no L2 prefetch").c_str(), no_pf, wg);
     // Where the weights are decoded (the producer, split with the consumers, the consumers): the same bf16 weights
     // and products, so the same bytes as the default (split for MXFP4, the producer for FP8).
     if (e8m0(pr.kind)) {

@@ -23,9 +23,11 @@ constexpr int64_t kGemmWgmmaMinRows = 32;
 // 128-byte swizzle (a diagnostic); "persist" = one block per SM walking the tiles instead of one block per tile;
 // "nosplit" / "split" / "cdec" = the weights decoded by the producer warpgroup / half by the producer and half by the
 // consumer warpgroups (one step ahead of their products) / all by the consumers (default: split for MXFP4, the
-// producer for FP8; bf16x2 decode only). Unset or other words: the defaults.
+// producer for FP8; bf16x2 decode only); "nol2pf" = no L2 prefetch of the weight codes ahead of their register loads
+// (the default prefetches them kL2PrefetchSteps steps ahead through the bulk-copy unit). Unset or other words: the
+// defaults.
 struct WgmmaMode {
-  bool on = true, exact = false, all_rows = false, no_swizzle = false, persistent = false;
+  bool on = true, exact = false, all_rows = false, no_swizzle = false, persistent = false, l2_prefetch = true;
   int decode = -1;  // -1: by format
 };
 WgmmaMode wgmma_mode();

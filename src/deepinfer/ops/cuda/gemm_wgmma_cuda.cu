@@ -34,6 +34,11 @@
 //     the decode each. Decode placement: DecodePlan (the split gives the producer rows 0-63 half a row a thread and
 //     the consumers rows 64-127 a quarter row each). Grouped tiles come from tall_group_tile (no block per plan
 //     tile). Every output sees the same k16 products in the same order as in the 128 x 256 tile: the same bytes.
+//   L2 prefetch (both tiles; DEEPINFER_AB_WGMMA=nol2pf turns it off): the decoding threads load a step's weight codes
+//     into registers one (producer) / two (consumers) steps ahead, and their proxy fence each step (MEMBAR.ALL.CTA +
+//     FENCE.VIEW.ASYNC.S in SASS) waits for those loads in flight: the suspected reason for ~2 µs a step (PERF.md). So
+//     each row's codes are also prefetched into L2 (prefetch.global.L2: no destination register) kL2PrefetchSteps
+//     steps before their register load, which then waits for L2 rather than HBM. A hint: no byte changes.
 //
 // Shared-memory layout (both operands "K-major", 128-byte swizzle, the wgmma canonical layout): a tile row holds the
 // 64 K values of one row (A: a token row, B: a weight row) = 128 bytes = 8 chunks of 16 bytes. Row r's chunk c
@@ -79,6 +84,7 @@ constexpr int kRowBytes = kWgK * 2;           // one 128-byte swizzle row
 constexpr int kStageBytes = 384 * kRowBytes;  // one stage: A and B tiles, 48 KiB for both shapes
 constexpr int kBarFull = 1, kBarEmpty = 1 + kWgStages;
 constexpr size_t kWgSmem = 1024 + kWgStages * kStageBytes;
+constexpr int kL2PrefetchSteps = 4;  // weight codes into L2 this many steps ahead of their register load
 static_assert(kWgThreads == 3 * 128, "one producer and two consumer warpgroups");
 static_assert(kBarEmpty + kWgStages <= 16, "named barriers");
 
@@ -281,6 +287,14 @@ struct PartSrc {
     bk_shift = __ffs(p.block_k) - 1;
     s8 = F == QuantFormat::kMXFP4 || p.scale_e8m0;
   }
+  // Asks L2 for step kt's codes of the whole row (the unit of chunk 0 calls it): a prefetch has no destination
+  // register, so the proxy fence (MEMBAR.ALL.CTA in SASS), which waits for this thread's loads in flight, should not
+  // wait for it; the register load of that step then hits L2 instead of HBM. (Not the bulk-copy unit's prefetch:
+  // its address is a uniform register, so per-lane addresses compile to a loop over the lanes.)
+  __device__ __forceinline__ void prefetch_l2(int kt) const {
+    constexpr int kStepBytes = kCodeWords<F> * 4;
+    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(codes + static_cast<int64_t>(kt) * kStepBytes) : "memory");
+  }
   // Step kt's codes and scales into u.
   __device__ __forceinline__ void load(int kt, Part<F, kChunks>& u) const {
     constexpr int kBytes = 4 * kChunkWords<F> * kChunks, kStepBytes = kCodeWords<F> * 4;
@@ -440,7 +454,8 @@ __device__ __forceinline__ bool wg_tile_rows(const GemmKernelParams& p, int64_t 
 }
 
 template <QuantFormat F, bool kExact, bool kSwizzle, int kDec, bool kTall>
-__global__ void __launch_bounds__(kWgThreads, 1) gemm_wgmma_kernel(GemmKernelParams p, int tiles_n, int64_t tiles) {
+__global__ void __launch_bounds__(kWgThreads, 1)
+    gemm_wgmma_kernel(GemmKernelParams p, int tiles_n, int64_t tiles, int pf) {
   using T = WgTile<kTall>;
   using D = DecodePlan<kTall, kDec>;
   constexpr int kUnitsA = D::kUnitsP > 0 ? D::kUnitsP : 1;  // arrays of at least one
@@ -451,6 +466,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) gemm_wgmma_kernel(GemmKernelPar
   const uint32_t a_base = raw_addr + ((1024 - (raw_addr & 1023)) & 1023), b_base = a_base + kWgStages * T::kABytes;
   const int tid = threadIdx.x;
   const int ktiles = static_cast<int>(p.k / kWgK);
+  // pf > 0: each weight row's codes are prefetched into L2 pf steps ahead of their register load (prefetch_l2).
   // Tiles t = blockIdx.x, blockIdx.x + gridDim.x, ... (one per block unless launched persistent), column tile fastest:
   // the blocks running together share an A tile and sweep one expert's weight. Both roles walk the same tiles and
   // skip the same ones (a grouped plan tile that does not start a kernel tile); `gs` counts this block's steps over
@@ -496,6 +512,11 @@ __global__ void __launch_bounds__(kWgThreads, 1) gemm_wgmma_kernel(GemmKernelPar
         if constexpr (D::kUnitsP > 0) src0.load(kt, rs[0]);
         if constexpr (D::kUnitsP > 1) src1.load(kt, rs[1]);
       };
+      auto prefetch_step = [&](int kt) {  // the rows whose chunk 0 this thread decodes
+        if (kt >= ktiles || pc0 != 0) return;
+        if constexpr (D::kUnitsP > 0) src0.prefetch_l2(kt);
+        if constexpr (D::kUnitsP > 1) src1.prefetch_l2(kt);
+      };
       // Stage of this block's step G, once the consumers released its previous use (step G - S).
       auto acquire = [&](int64_t G) {
         if (G >= kWgStages) bar_sync(kBarEmpty + static_cast<int>((G - kWgStages) % kWgStages), kWgThreads);
@@ -507,6 +528,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) gemm_wgmma_kernel(GemmKernelPar
         const int64_t G = gs + kt;
         if (kt + 1 < ktiles) {
           load_step(kt + 1, nxt);
+          if (pf > 0) prefetch_step(kt + 1 + pf);
           issue_a(kt + 1, acquire(G + 1));
         }
         cp_async_commit();
@@ -521,6 +543,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) gemm_wgmma_kernel(GemmKernelPar
       };
       Unit r0[kUnitsA], r1[kUnitsA];  // ping-pong: no register copies between steps
       load_step(0, r0);
+      for (int i = 1; i <= pf; ++i) prefetch_step(i);
       issue_a(0, acquire(gs));
       cp_async_commit();
       int kt = 0;
@@ -596,11 +619,14 @@ __global__ void __launch_bounds__(kWgThreads, 1) gemm_wgmma_kernel(GemmKernelPar
           if (kt + 1 < ktiles) {
             decode(kt + 1, next);
             if (kt + 2 < ktiles) src.load(kt + 2, spare);
+            if (pf > 0 && hc0 == 0 && kt + 2 + pf < ktiles) src.prefetch_l2(kt + 2 + pf);
           }
         };
         Unit h0, h1;
         src.load(0, h0);
         if (ktiles > 1) src.load(1, h1);
+        if (hc0 == 0)
+          for (int i = 2; i < 2 + pf && i < ktiles; ++i) src.prefetch_l2(i);
         decode(0, h0);
         int kt = 0;
         for (; kt + 1 < ktiles; kt += 2) {
@@ -657,7 +683,7 @@ int sm_count() {
 }
 
 template <QuantFormat F, bool kExact, bool kSwizzle, int kDec, bool kTall>
-void launch(const GemmKernelParams& p, bool persistent, cudaStream_t stream) {
+void launch(const GemmKernelParams& p, bool persistent, int pf, cudaStream_t stream) {
   using T = WgTile<kTall>;
   if (p.group_offsets && p.max_tiles_m == 0) return;
   // Grouped: the plan's tiles (128 x 256: a block per plan tile, every other one starting a tile), or a bound of the
@@ -672,7 +698,7 @@ void launch(const GemmKernelParams& p, bool persistent, cudaStream_t stream) {
   auto* kernel = gemm_wgmma_kernel<F, kExact, kSwizzle, kDec, kTall>;
   DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kWgSmem)));
   const int64_t blocks = persistent ? std::min<int64_t>(tiles, sm_count()) : tiles;
-  kernel<<<static_cast<unsigned>(blocks), kWgThreads, kWgSmem, stream>>>(p, static_cast<int>(tiles_n), tiles);
+  kernel<<<static_cast<unsigned>(blocks), kWgThreads, kWgSmem, stream>>>(p, static_cast<int>(tiles_n), tiles, pf);
   DI_CUDA_CHECK_LAUNCH();
 }
 
@@ -684,18 +710,18 @@ template <QuantFormat F, bool kTall>
 void launch(const GemmKernelParams& p, const WgmmaMode& mode, bool exact, cudaStream_t stream) {
   const int dec = mode.decode >= 0 ? mode.decode : (F == QuantFormat::kMXFP4 ? 1 : 0);
   if (exact)
-    launch<F, true, true, 0, kTall>(p, mode.persistent, stream);
+    launch<F, true, true, 0, kTall>(p, mode.persistent, mode.l2_prefetch ? kL2PrefetchSteps : 0, stream);
   else if (dec == 2)
-    launch<F, false, true, 2, kTall>(p, mode.persistent, stream);
+    launch<F, false, true, 2, kTall>(p, mode.persistent, mode.l2_prefetch ? kL2PrefetchSteps : 0, stream);
   else if (dec == 1)
-    launch<F, false, true, 1, kTall>(p, mode.persistent, stream);
+    launch<F, false, true, 1, kTall>(p, mode.persistent, mode.l2_prefetch ? kL2PrefetchSteps : 0, stream);
   else
-    launch<F, false, true, 0, kTall>(p, mode.persistent, stream);
+    launch<F, false, true, 0, kTall>(p, mode.persistent, mode.l2_prefetch ? kL2PrefetchSteps : 0, stream);
 }
 template <QuantFormat F>
 void launch(const GemmKernelParams& p, const WgmmaMode& mode, bool exact, bool tall, cudaStream_t stream) {
   if (mode.no_swizzle && !exact)
-    launch<F, false, false, 0, false>(p, mode.persistent, stream);
+    launch<F, false, false, 0, false>(p, mode.persistent, mode.l2_prefetch ? kL2PrefetchSteps : 0, stream);
   else if (tall)
     launch<F, true>(p, mode, exact, stream);
   else
@@ -736,6 +762,7 @@ WgmmaMode wgmma_mode() {
     if (w == "nosplit") m.decode = 0;
     if (w == "split") m.decode = 1;
     if (w == "cdec") m.decode = 2;
+    if (w == "nol2pf") m.l2_prefetch = false;
   }
   return m;
 }
