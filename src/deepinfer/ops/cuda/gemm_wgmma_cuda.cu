@@ -482,12 +482,16 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       int64_t row_begin, row_end;
       if (!wg_tile_rows<kTall>(p, t / tiles_n, g, row_begin, row_end)) continue;
       const int64_t n0 = (t % tiles_n) * T::kN;
-      const __nv_bfloat16* a_src[T::kARowsT];  // rows past the tile's end: none (zero-filled copies)
+      // Rows past the tile's end (bit j of a_ok clear) copy nothing and zero-fill; their source is A's row 0, a valid
+      // address for every step (K <= lda), so that the copy needs no pointer select.
+      const __nv_bfloat16* a_src[T::kARowsT];
+      uint32_t a_ok = 0;
 #pragma unroll
       for (int j = 0; j < T::kARowsT; ++j) {
         const int64_t i = row_begin + (tid >> 3) + 16 * j;
         const int64_t ar = i < row_end ? (p.a_rows ? p.a_rows[i] / p.a_row_div : i) : -1;
-        a_src[j] = ar < 0 ? nullptr : static_cast<const __nv_bfloat16*>(p.a_bf16) + ar * p.lda + ac * 8;
+        a_src[j] = static_cast<const __nv_bfloat16*>(p.a_bf16) + (ar < 0 ? 0 : ar) * p.lda + ac * 8;
+        if (ar >= 0) a_ok |= 1u << j;
       }
       // A tile of k-step kt into stage `st`.
       auto issue_a = [&](int kt, int st) {
@@ -495,10 +499,8 @@ __global__ void __launch_bounds__(kWgThreads, 1)
 #pragma unroll
         for (int j = 0; j < T::kARowsT; ++j) {
           const int r = (tid >> 3) + 16 * j;
-          const bool ok = a_src[j] != nullptr;
-          const void* src = ok ? static_cast<const void*>(a_src[j] + static_cast<int64_t>(kt) * kWgK) : p.a_bf16;
-          asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst + swz<kSwizzle>(r, ac)), "l"(src),
-                       "r"(ok ? 16 : 0)
+          asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst + swz<kSwizzle>(r, ac)),
+                       "l"(a_src[j] + static_cast<int64_t>(kt) * kWgK), "r"((a_ok >> j) & 1 ? 16 : 0)
                        : "memory");
         }
       };
