@@ -24,7 +24,7 @@ constexpr int64_t kGemmWgmmaMinRows = 32;
 // "nosplit" / "split" / "cdec" = the weights decoded by the producer warpgroup / half by the producer and half by the
 // consumer warpgroups (one step ahead of their products) / all by the consumers (default: split for MXFP4, the
 // producer for FP8; bf16x2 decode only); "nol2pf" = no L2 prefetch of the weight codes ahead of their register loads
-// (the default prefetches them kL2PrefetchSteps steps ahead through the bulk-copy unit). Unset or other words: the
+// (the default prefetches each row's codes into L2 four steps ahead: prefetch.global.L2). Unset or other words: the
 // defaults.
 struct WgmmaMode {
   bool on = true, exact = false, all_rows = false, no_swizzle = false, persistent = false, l2_prefetch = true;
