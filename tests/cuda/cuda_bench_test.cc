@@ -5,11 +5,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <functional>
 #include <initializer_list>
 #include <memory>
 #include <numeric>
+#include <random>
 
 #include "cuda/cuda_test_util.h"
 #include "deepinfer/core/dtype.h"
@@ -1127,15 +1129,17 @@ TEST_F(CudaBench, DISABLED_DecodeSmallOpTimings) {
 
 // The prefill expert GEMMs of V4-Flash (256 MXFP4 experts, D = 4096, I = 2048) at 4096 tokens (~96 rows an expert)
 // and 8192 (~192), and of V4.1 (384 experts, D = 5120, I = 2304) at 8192 tokens (~128 rows an expert); top-6 routing
-// drawn at random; gate (N = I, K = D: one of the two gate/up calls, rows gathered through a_rows / 6) and down
+// drawn at random (and V4-Flash at 8192 tokens with skewed experts: popularity exp(0.3 · N(0, 1)), ~100-300 rows);
+// gate (N = I, K = D: one of the two gate/up calls, rows gathered through a_rows / 6) and down
 // (N = D, K = I, C rows scattered), plus V4-Flash's FP8 128x128 shared expert as dense GEMMs of 8192 rows (gate
 // N = 2048, K = 4096; down N = 4096, K = 2048). Each through run_gemm with the wgmma kernel (the default: tile by rows
 // per expert, bf16x2 decode, split between producer and consumers for MXFP4, on the producer for FP8), with each
 // block tile forced (DEEPINFER_AB_WGMMA_TILE = 0: 128 x 256, 256: 256 x 128) and each decode placement / one block
-// per SM in each tile, the f32 decode, the no-swizzle layout, and with wgmma off (gemm_mma): DEEPINFER_AB_WGMMA = ""
-// / "nosplit" / "split" / "cdec" / "persist" / "exact" / "noswz" / "0", the same inputs in the same run. TFLOP/s
-// and the share of the measured 790 TFLOP/s bf16 rate are printed. The experts' weights are distinct (1-2.3 GiB a
-// projection), so each call reads them from HBM.
+// per SM and without the L2 prefetch of the weight codes in each tile, mixed tiles (TILE = mixed), the f32 decode, the
+// no-swizzle layout, and with wgmma off (gemm_mma): DEEPINFER_AB_WGMMA = "" / "nosplit" / "split" / "cdec" / "persist"
+// / "nol2pf" / "exact" / "noswz" / "0", the same inputs in the same run. TFLOP/s and the share of the measured 790
+// TFLOP/s bf16 rate are printed. The experts' weights are distinct (1-2.3 GiB a projection), so each call reads them
+// from HBM.
 TEST_F(CudaBench, DISABLED_PrefillExpertGemmTimings) {
   const int64_t topk = 6, max_tokens = 8192;
   struct Mode {
@@ -1146,6 +1150,7 @@ TEST_F(CudaBench, DISABLED_PrefillExpertGemmTimings) {
   const Mode modes[] = {{"wgmma", "", nullptr},
                         {"wgmma 128x256", "", "0"},
                         {"wgmma 256x128", "", "256"},
+                        {"wgmma mixed", "", "mixed"},
                         {"wgmma 128x256 producer decode", "nosplit", "0"},
                         {"wgmma 256x128 producer decode", "nosplit", "256"},
                         {"wgmma 128x256 split decode", "split", "0"},
@@ -1154,6 +1159,9 @@ TEST_F(CudaBench, DISABLED_PrefillExpertGemmTimings) {
                         {"wgmma 256x128 consumer decode", "cdec", "256"},
                         {"wgmma 128x256 persistent", "persist", "0"},
                         {"wgmma 256x128 persistent", "persist", "256"},
+                        {"wgmma 128x256 no L2 prefetch", "nol2pf", "0"},
+                        {"wgmma 256x128 no L2 prefetch", "nol2pf", "256"},
+                        {"wgmma mixed no L2 prefetch", "nol2pf", "mixed"},
                         {"wgmma f32-decode", "exact", nullptr},
                         {"wgmma no-swizzle (128x256)", "noswz", nullptr},
                         {"mma.sync (AB_WGMMA=0)", "0", nullptr}};
@@ -1170,9 +1178,13 @@ TEST_F(CudaBench, DISABLED_PrefillExpertGemmTimings) {
     DeviceTensor perm, off, tiles, active;
     int64_t slots = 0;
   };
-  auto plan = [&](int64_t tokens, int64_t e) {
+  auto plan = [&](int64_t tokens, int64_t e, double skew) {
     std::vector<std::vector<int32_t>> by_expert(e);
-    std::uniform_int_distribution<int> de(0, static_cast<int>(e) - 1);
+    // Expert popularity exp(skew · N(0, 1)) (skew 0: uniform), as a random router's bias makes it.
+    std::vector<double> wts(e, 1.0);
+    std::normal_distribution<double> nd(0.0, 1.0);
+    for (auto& w : wts) w = std::exp(skew * nd(rng()));
+    std::discrete_distribution<int> de(wts.begin(), wts.end());
     for (int64_t t = 0; t < tokens; ++t) {
       std::vector<int> chosen;
       while (static_cast<int64_t>(chosen.size()) < topk) {
@@ -1201,12 +1213,15 @@ TEST_F(CudaBench, DISABLED_PrefillExpertGemmTimings) {
     const char* name;
     int64_t d, inter, e;
     std::vector<int64_t> tokens;
+    double skew;
   };
-  const Model models[] = {{"V4-Flash", 4096, 2048, 256, {4096, max_tokens}}, {"V4.1", 5120, 2304, 384, {max_tokens}}};
+  const Model models[] = {{"V4-Flash", 4096, 2048, 256, {4096, max_tokens}, 0.0},
+                          {"V4-Flash skewed", 4096, 2048, 256, {max_tokens}, 0.3},
+                          {"V4.1", 5120, 2304, 384, {max_tokens}, 0.0}};
   for (const Model& mo : models) {
     const int64_t d = mo.d, inter = mo.inter, e = mo.e;
     std::vector<std::pair<int64_t, Plan>> plans;
-    for (int64_t tokens : mo.tokens) plans.emplace_back(tokens, plan(tokens, e));
+    for (int64_t tokens : mo.tokens) plans.emplace_back(tokens, plan(tokens, e, mo.skew));
     const DeviceTensor x16 = filled(DType::kBF16, {max_tokens, d}),
                        h16 = filled(DType::kBF16, {max_tokens * topk, inter});
     DeviceTensor gu(gpu(), DType::kF32, {max_tokens * topk, 2 * inter}), y(gpu(), DType::kF32, {max_tokens * topk, d});

@@ -366,6 +366,13 @@ class CudaGemmWgmmaTest : public CudaOpTest {
       tall = compare_tile(what + " [256x128]", pr, full_reference);
     }
     expect_same_bytes((what + " 256x128 tile = 128x256 tile").c_str(), tall, wide);
+    if (!pr.sizes.empty()) {
+      // Mixed (grouped): pairs of 128-row blocks as 256-row tiles, a group's unpaired last block as a 128-row tile,
+      // in two launches; every row written once (C is NaN-poisoned), each output as in either tile.
+      AbTile tile("mixed");
+      const HostTensor mixed = compare_tile(what + " [mixed]", pr, full_reference);
+      expect_same_bytes((what + " mixed tiles = 128x256 tile").c_str(), mixed, wide);
+    }
     // How far apart when not byte-equal (tells an accumulation-order difference, ~1e-7 of the rms, from a fault).
     double num = 0, den = 0, worst = 0;
     for (int64_t i = 0; i < pr.m * pr.n; ++i) {
@@ -408,6 +415,12 @@ class CudaGemmWgmmaTest : public CudaOpTest {
       ASSERT_TRUE(cuda::run_gemm_wgmma(p, s));
     });
     expect_same_bytes((what + " persistent").c_str(), persist, wg);
+    // Without the L2 prefetch of the weight codes (a hint: no byte may change).
+    HostTensor no_pf = run(*l, pr, [&](const cuda::GemmKernelParams& p) {
+      AbWgmma ab("all,nol2pf");
+      ASSERT_TRUE(cuda::run_gemm_wgmma(p, s));
+    });
+    expect_same_bytes((what + " no L2 prefetch").c_str(), no_pf, wg);
     // Where the weights are decoded (the producer, split with the consumers, the consumers): the same bf16 weights
     // and products, so the same bytes as the default (split for MXFP4, the producer for FP8).
     if (e8m0(pr.kind)) {
@@ -545,16 +558,16 @@ TEST_F(CudaGemmWgmmaTest, RunGemmDispatchAndAbSwitch) {
   }
   expect_same_bytes("run_gemm default = wgmma", via_default, wg);
   {
-    // Many rows per group: run_gemm takes the 256 x 128 tile, the same bytes as the 128 x 256 one.
+    // Many rows per group: run_gemm takes the mixed tiles, the same bytes as the 128 x 256 one.
     AbWgmma ab(nullptr);
     AbTile t(nullptr);
     HostTensor via_run = run(*l, pr, [&](const cuda::GemmKernelParams& p) {
       cuda::GemmKernelParams r = p;
       r.rows_hint = 192;
-      EXPECT_EQ(cuda::wgmma_tile(r), cuda::WgmmaTile::k256x128);
+      EXPECT_EQ(cuda::wgmma_tile(r), cuda::WgmmaTile::kMixed);
       cuda::run_gemm(r, s);
     });
-    expect_same_bytes("run_gemm 192 rows a group (256x128) = wgmma 128x256", via_run, wg);
+    expect_same_bytes("run_gemm 192 rows a group (mixed) = wgmma 128x256", via_run, wg);
   }
   expect_same_bytes("run_gemm AB_WGMMA=0 = mma", via_off, mma);
   AbWgmma ab(nullptr);
@@ -572,8 +585,8 @@ TEST_F(CudaGemmWgmmaTest, RunGemmDispatchAndAbSwitch) {
   EXPECT_FALSE(cuda::run_gemm_wgmma(q, s)) << "no bf16 A";
 }
 
-// The tile choice (host only, no device needed): grouped calls by rows_hint (256 x 128 from kGemmWgmmaTallRows rows a
-// group), dense calls 128 x 256, DEEPINFER_AB_WGMMA_TILE = 0 / 256 forcing either.
+// The tile choice (host only, no device needed): grouped calls mixed from kGemmWgmmaMixedRows rows a group (rows_hint),
+// else 128 x 256; dense calls 128 x 256; DEEPINFER_AB_WGMMA_TILE = 0 / 256 / mixed forcing one (mixed: grouped only).
 TEST(CudaGemmWgmmaTile, ChoiceByRowsAndAbSwitch) {
   using cuda::WgmmaTile;
   AbTile unset(nullptr);
@@ -581,15 +594,14 @@ TEST(CudaGemmWgmmaTile, ChoiceByRowsAndAbSwitch) {
   const int32_t offsets[2] = {0, 0};  // never read: only its presence marks a grouped call
   p.group_offsets = offsets;
   p.m = 100000;
-  p.rows_hint = cuda::kGemmWgmmaTallRows - 1;
+  p.rows_hint = cuda::kGemmWgmmaMixedRows - 1;
   EXPECT_EQ(cuda::wgmma_tile(p), WgmmaTile::k128x256);
-  p.rows_hint = cuda::kGemmWgmmaTallRows;
-  EXPECT_EQ(cuda::wgmma_tile(p), WgmmaTile::k256x128);
+  p.rows_hint = cuda::kGemmWgmmaMixedRows;
+  EXPECT_EQ(cuda::wgmma_tile(p), WgmmaTile::kMixed);
+  p.rows_hint = 128;  // V4.1 at 8192 tokens
+  EXPECT_EQ(cuda::wgmma_tile(p), WgmmaTile::kMixed);
   p.rows_hint = 192;  // V4-Flash at 8192 tokens
-  EXPECT_EQ(cuda::wgmma_tile(p), WgmmaTile::k256x128);
-  p.rows_hint = 128;  // V4.1 at 8192 tokens: the tall tile measured slower
-  EXPECT_EQ(cuda::wgmma_tile(p), WgmmaTile::k128x256);
-  p.rows_hint = 192;
+  EXPECT_EQ(cuda::wgmma_tile(p), WgmmaTile::kMixed);
   {
     AbTile old_tile("0");
     EXPECT_EQ(cuda::wgmma_tile(p), WgmmaTile::k128x256);
@@ -599,10 +611,18 @@ TEST(CudaGemmWgmmaTile, ChoiceByRowsAndAbSwitch) {
     AbTile tall("256");
     EXPECT_EQ(cuda::wgmma_tile(p), WgmmaTile::k256x128);
   }
+  {
+    AbTile mixed("mixed");
+    EXPECT_EQ(cuda::wgmma_tile(p), WgmmaTile::kMixed);
+  }
   EXPECT_EQ(cuda::wgmma_tile(p), WgmmaTile::k128x256);
   cuda::GemmKernelParams d;  // dense calls: 128 x 256 unless the switch asks for the tall tile
   d.m = 8192;
   EXPECT_EQ(cuda::wgmma_tile(d), WgmmaTile::k128x256);
+  {
+    AbTile mixed("mixed");
+    EXPECT_EQ(cuda::wgmma_tile(d), WgmmaTile::k128x256);
+  }
   AbTile tall("256");
   EXPECT_EQ(cuda::wgmma_tile(d), WgmmaTile::k256x128);
 }

@@ -57,7 +57,7 @@ TEST(CudaRuntime, ArenaScopesRewindAndResetMergesChunks) {
   {
     cuda::WorkspaceArena::Scope s(arena);
     EXPECT_EQ(arena.take(100), first);  // rewound
-    void* big = arena.take(3 << 20);     // does not fit: a second chunk
+    void* big = arena.take(3 << 20);    // does not fit: a second chunk
     EXPECT_NE(big, nullptr);
     EXPECT_EQ(cudaMemset(big, 1, 3 << 20), cudaSuccess);
   }

@@ -23,23 +23,27 @@ constexpr int64_t kGemmWgmmaMinRows = 32;
 // 128-byte swizzle (a diagnostic); "persist" = one block per SM walking the tiles instead of one block per tile;
 // "nosplit" / "split" / "cdec" = the weights decoded by the producer warpgroup / half by the producer and half by the
 // consumer warpgroups (one step ahead of their products) / all by the consumers (default: split for MXFP4, the
-// producer for FP8; bf16x2 decode only). Unset or other words: the defaults.
+// producer for FP8; bf16x2 decode only); "nol2pf" = no L2 prefetch of the weight codes ahead of their register loads
+// (the default prefetches each row's codes into L2 four steps ahead: prefetch.global.L2). Unset or other words: the
+// defaults.
 struct WgmmaMode {
-  bool on = true, exact = false, all_rows = false, no_swizzle = false, persistent = false;
+  bool on = true, exact = false, all_rows = false, no_swizzle = false, persistent = false, l2_prefetch = true;
   int decode = -1;  // -1: by format
 };
 WgmmaMode wgmma_mode();
 
 // The block tile: 128 token rows x 256 weight rows (output columns), or 256 x 128, which decodes each weight row
-// once for up to 256 rows of an expert instead of once per 128 rows (the kernel is bound by that decode: the same
-// block steps, half the decode a step). run_gemm_wgmma takes 256 x 128 for grouped calls of at least
-// kGemmWgmmaTallRows rows per group by rows_hint: measured (H200, PrefillExpertGemmTimings) 1.16x faster at V4-Flash's
-// ~192 rows an expert (8192 tokens), 1.18x slower at V4.1's ~128 and 1.6x slower at ~96, where the second tile of
-// the old shape is cheap; dense calls keep 128 x 256 (not measured with the tall tile). Temporary A/B switch
-// DEEPINFER_AB_WGMMA_TILE (read per call): "0" = always 128 x 256 (the previous kernel), "256" = always 256 x 128,
-// unset or other values = by rows. The same bytes either way.
-enum class WgmmaTile { k128x256, k256x128 };
-constexpr int64_t kGemmWgmmaTallRows = 160;
+// once for up to 256 rows of an expert instead of once per 128 rows. Measured (H200, PrefillExpertGemmTimings, one
+// launch of either): 256 x 128 1.16x faster at V4-Flash's ~192 rows an expert (8192 tokens), 1.18x slower at V4.1's
+// ~128 and 1.6x slower at ~96: its step costs ~0.86 of two 128-row tiles' steps but ~1.7 of one. So grouped calls of
+// at least kGemmWgmmaMixedRows rows per group (rows_hint) run mixed: per group, each pair of 128-row blocks as one
+// 256-row tile and an unpaired last block (<= 128 rows) as a 128-row tile, in two launches (256 x 128, then 128 x 256
+// for the leftovers); skewed groups (some < 128 or in 257-384 rows) no longer pay for the tall tile. Dense calls keep
+// 128 x 256 (the tall tile is not measured there). Temporary A/B switch DEEPINFER_AB_WGMMA_TILE (read per call): "0"
+// = always 128 x 256 (the previous kernel), "256" = always 256 x 128, "mixed" = mixed for grouped calls, unset or
+// other values = by rows. The same bytes either way.
+enum class WgmmaTile { k128x256, k256x128, kMixed };
+constexpr int64_t kGemmWgmmaMixedRows = 120;
 WgmmaTile wgmma_tile(const GemmKernelParams& p);
 
 }  // namespace deepinfer::cuda

@@ -32,8 +32,16 @@
 //     wgmma m64n128k16 a k16 slice, the same 128 accumulators), a step decodes 128 weight rows (A 32 KiB, B 16 KiB:
 //     the same 48 KiB stage), so an expert of <= 256 rows decodes each weight row once: the same block steps, half
 //     the decode each. Decode placement: DecodePlan (the split gives the producer rows 0-63 half a row a thread and
-//     the consumers rows 64-127 a quarter row each). Grouped tiles come from tall_group_tile (no block per plan
+//     the consumers rows 64-127 a quarter row each). Grouped tiles come from scan_group_tile (no block per plan
 //     tile). Every output sees the same k16 products in the same order as in the 128 x 256 tile: the same bytes.
+//     Measured, one launch of either tile: 256 x 128 1.16x faster at ~192 rows an expert, slower at ~128 (1.18x) and
+//     ~96 (1.6x). Hence the default for grouped calls (wgmma_tile): mixed, two launches — each pair of a group's
+//     128-row blocks as a 256-row tile (kPlanPairs), its unpaired last block as a 128-row tile (kPlanLeftover).
+//   L2 prefetch (both tiles; DEEPINFER_AB_WGMMA=nol2pf turns it off): the decoding threads load a step's weight codes
+//     into registers one (producer) / two (consumers) steps ahead, and their proxy fence each step (MEMBAR.ALL.CTA +
+//     FENCE.VIEW.ASYNC.S in SASS) waits for those loads in flight: the suspected reason for ~2 µs a step (PERF.md). So
+//     each row's codes are also prefetched into L2 (prefetch.global.L2: no destination register) kL2PrefetchSteps
+//     steps before their register load, which then waits for L2 rather than HBM. A hint: no byte changes.
 //
 // Shared-memory layout (both operands "K-major", 128-byte swizzle, the wgmma canonical layout): a tile row holds the
 // 64 K values of one row (A: a token row, B: a weight row) = 128 bytes = 8 chunks of 16 bytes. Row r's chunk c
@@ -79,6 +87,7 @@ constexpr int kRowBytes = kWgK * 2;           // one 128-byte swizzle row
 constexpr int kStageBytes = 384 * kRowBytes;  // one stage: A and B tiles, 48 KiB for both shapes
 constexpr int kBarFull = 1, kBarEmpty = 1 + kWgStages;
 constexpr size_t kWgSmem = 1024 + kWgStages * kStageBytes;
+constexpr int kL2PrefetchSteps = 4;  // weight codes into L2 this many steps ahead of their register load
 static_assert(kWgThreads == 3 * 128, "one producer and two consumer warpgroups");
 static_assert(kBarEmpty + kWgStages <= 16, "named barriers");
 
@@ -281,6 +290,14 @@ struct PartSrc {
     bk_shift = __ffs(p.block_k) - 1;
     s8 = F == QuantFormat::kMXFP4 || p.scale_e8m0;
   }
+  // Asks L2 for step kt's codes of the whole row (the unit of chunk 0 calls it): a prefetch has no destination
+  // register, so the proxy fence (MEMBAR.ALL.CTA in SASS), which waits for this thread's loads in flight, should not
+  // wait for it; the register load of that step then hits L2 instead of HBM. (Not the bulk-copy unit's prefetch:
+  // its address is a uniform register, so per-lane addresses compile to a loop over the lanes.)
+  __device__ __forceinline__ void prefetch_l2(int kt) const {
+    constexpr int kStepBytes = kCodeWords<F> * 4;
+    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(codes + static_cast<int64_t>(kt) * kStepBytes) : "memory");
+  }
   // Step kt's codes and scales into u.
   __device__ __forceinline__ void load(int kt, Part<F, kChunks>& u) const {
     constexpr int kBytes = 4 * kChunkWords<F> * kChunks, kStepBytes = kCodeWords<F> * 4;
@@ -372,16 +389,32 @@ struct DecodePlan {
   static_assert(kRowsP + kRowsC == WgTile<kTall>::kN, "every weight row of the tile decoded once");
 };
 
-// Grouped calls of the 256 x 128 tile: kernel M tile j is the q-th 256-row tile of group g, the groups in order with
-// ceil(T_g / 4) tiles each (T_g: the group's plan tiles of kGemmTileM rows, so ceil(rows / 256)). The launch bounds
-// their sum by (max_tiles_m + 3·groups) / 4 instead of a block per plan tile, three of four of which would only find
-// that they start no tile and exit. Every warp finds (g, q) on its own (the roles walk the tiles independently, so no
-// block barrier): lane l sums the tiles of groups [l·per, (l+1)·per), a warp scan finds the lane whose range holds
-// j, then the warp scans that range's groups 32 at a time. Rows [begin, end) as gemm_tile_rows; false past the last
-// tile.
-__device__ __forceinline__ bool tall_group_tile(const GemmKernelParams& p, int64_t tile, int& g, int64_t& begin,
-                                                int64_t& end) {
-  constexpr int kSpan = 4;  // plan tiles a 256-row tile
+// Which tiles of a grouped call a launch covers (the `plan` kernel argument). kPlanAll: all of a group's rows, in
+// 128-row tiles (the plan's tiles, every other one starting a tile) or 256-row tiles (scan_group_tile). Mixed (two
+// launches): a group's rows in c = ceil(rows / 128) blocks of 128 go as floor(c / 2) 256-row tiles (kPlanPairs, the
+// 256 x 128 launch) plus, when c is odd, one 128-row tile of the last <= 128 rows (kPlanLeftover, the 128 x 256
+// launch): the tall tile costs ~0.86 of two 128-row tiles' steps (measured) but ~1.7 of one.
+constexpr int kPlanAll = 0, kPlanPairs = 1, kPlanLeftover = 2;
+
+// Scan-mapped tiles of a group of T plan tiles (T = ceil(rows / 64)), and the first row of its q-th tile (from the
+// group's first row).
+__device__ __forceinline__ int scan_tiles(int t, int plan) {
+  const int c = (t + 1) >> 1;  // 128-row blocks
+  return plan == kPlanAll ? (c + 1) >> 1 : plan == kPlanPairs ? c >> 1 : c & 1;
+}
+__device__ __forceinline__ int64_t scan_first_row(int t, int plan, int q) {
+  return plan == kPlanLeftover ? static_cast<int64_t>((t + 1) >> 2) * 256 : static_cast<int64_t>(q) * 256;
+}
+
+// Grouped tiles by a scan of the plan: kernel M tile j is the q-th tile of group g, the groups in order with
+// scan_tiles(T_g) tiles each. The launch bounds their sum (launch()) instead of a block per plan tile, most of which
+// would only find that they start no tile and exit. Every warp finds (g, q) on its own (the roles walk the tiles
+// independently, so no block barrier): lane l sums the tiles of groups [l·per, (l+1)·per), a warp scan finds the
+// lane whose range holds j, then the warp scans that range's groups 32 at a time. Rows [begin, end) as
+// gemm_tile_rows (end: the group's end; the kernel takes at most its tile's rows); false past the last tile (and for
+// every later j: callers stop there).
+__device__ __forceinline__ bool scan_group_tile(const GemmKernelParams& p, int64_t tile, int plan, int& g,
+                                                int64_t& begin, int64_t& end) {
   constexpr unsigned kAll = 0xFFFFFFFFu;
   const int lane = threadIdx.x & 31, groups = p.groups, per = (groups + 31) / 32;
   const int j = static_cast<int>(tile);
@@ -393,7 +426,7 @@ __device__ __forceinline__ bool tall_group_tile(const GemmKernelParams& p, int64
 #pragma unroll 4
     for (int x = x0; x < x1; ++x) {
       const int next = p.tile_offsets[x + 1];
-      cnt += (next - prev + kSpan - 1) / kSpan;
+      cnt += scan_tiles(next - prev, plan);
       prev = next;
     }
   }
@@ -410,7 +443,7 @@ __device__ __forceinline__ bool tall_group_tile(const GemmKernelParams& p, int64
   // Level 2: the owner's groups, 32 at a time (one a lane); j is among them, so the loop returns.
   for (int x0 = r0; x0 < r1; x0 += 32) {
     const int x = x0 + lane;
-    const int c = x < r1 ? (p.tile_offsets[x + 1] - p.tile_offsets[x] + kSpan - 1) / kSpan : 0;
+    const int c = x < r1 ? scan_tiles(p.tile_offsets[x + 1] - p.tile_offsets[x], plan) : 0;
     int in2 = c;
 #pragma unroll
     for (int off = 1; off < 32; off <<= 1) {
@@ -422,7 +455,7 @@ __device__ __forceinline__ bool tall_group_tile(const GemmKernelParams& p, int64
       const int l2 = __ffs(hit) - 1;
       g = x0 + l2;
       const int q = j - base - __shfl_sync(kAll, in2 - c, l2);
-      begin = p.group_offsets[g] + static_cast<int64_t>(q) * kSpan * kGemmTileM;
+      begin = p.group_offsets[g] + scan_first_row(p.tile_offsets[g + 1] - p.tile_offsets[g], plan, q);
       end = p.group_offsets[g + 1];
       return true;
     }
@@ -431,16 +464,23 @@ __device__ __forceinline__ bool tall_group_tile(const GemmKernelParams& p, int64
   return false;  // not reached for a consistent plan
 }
 
-// The rows and group of this kernel's M tile `tile` (gemm_tile_rows for dense calls and the 128 x 256 tile).
+// Whether this kernel maps grouped tiles by scan_group_tile (else gemm_tile_rows, dense calls too).
 template <bool kTall>
-__device__ __forceinline__ bool wg_tile_rows(const GemmKernelParams& p, int64_t tile, int& g, int64_t& begin,
+__device__ __forceinline__ bool scan_mapped(const GemmKernelParams& p, int plan) {
+  return p.group_offsets && (kTall || plan == kPlanLeftover);
+}
+// The rows and group of this kernel's M tile `tile`. False: no tile here (gemm_tile_rows: a plan tile that starts
+// none; scan-mapped: past the last tile).
+template <bool kTall>
+__device__ __forceinline__ bool wg_tile_rows(const GemmKernelParams& p, int64_t tile, int plan, int& g, int64_t& begin,
                                              int64_t& end) {
-  if (kTall && p.group_offsets) return tall_group_tile(p, tile, g, begin, end);
+  if (scan_mapped<kTall>(p, plan)) return scan_group_tile(p, tile, plan, g, begin, end);
   return gemm_tile_rows(p, tile, WgTile<kTall>::kM / kGemmTileM, g, begin, end);
 }
 
 template <QuantFormat F, bool kExact, bool kSwizzle, int kDec, bool kTall>
-__global__ void __launch_bounds__(kWgThreads, 1) gemm_wgmma_kernel(GemmKernelParams p, int tiles_n, int64_t tiles) {
+__global__ void __launch_bounds__(kWgThreads, 1)
+    gemm_wgmma_kernel(GemmKernelParams p, int tiles_n, int64_t tiles, int pf, int plan) {
   using T = WgTile<kTall>;
   using D = DecodePlan<kTall, kDec>;
   constexpr int kUnitsA = D::kUnitsP > 0 ? D::kUnitsP : 1;  // arrays of at least one
@@ -451,6 +491,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) gemm_wgmma_kernel(GemmKernelPar
   const uint32_t a_base = raw_addr + ((1024 - (raw_addr & 1023)) & 1023), b_base = a_base + kWgStages * T::kABytes;
   const int tid = threadIdx.x;
   const int ktiles = static_cast<int>(p.k / kWgK);
+  // pf > 0: each weight row's codes are prefetched into L2 pf steps ahead of their register load (prefetch_l2).
   // Tiles t = blockIdx.x, blockIdx.x + gridDim.x, ... (one per block unless launched persistent), column tile fastest:
   // the blocks running together share an A tile and sweep one expert's weight. Both roles walk the same tiles and
   // skip the same ones (a grouped plan tile that does not start a kernel tile); `gs` counts this block's steps over
@@ -464,14 +505,21 @@ __global__ void __launch_bounds__(kWgThreads, 1) gemm_wgmma_kernel(GemmKernelPar
     for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
       int g;
       int64_t row_begin, row_end;
-      if (!wg_tile_rows<kTall>(p, t / tiles_n, g, row_begin, row_end)) continue;
+      if (!wg_tile_rows<kTall>(p, t / tiles_n, plan, g, row_begin, row_end)) {
+        if (scan_mapped<kTall>(p, plan)) break;  // past the last tile: so is every later t
+        continue;
+      }
       const int64_t n0 = (t % tiles_n) * T::kN;
-      const __nv_bfloat16* a_src[T::kARowsT];  // rows past the tile's end: none (zero-filled copies)
+      // Rows past the tile's end (bit j of a_ok clear) copy nothing and zero-fill; their source is A's row 0, a valid
+      // address for every step (K <= lda), so that the copy needs no pointer select.
+      const __nv_bfloat16* a_src[T::kARowsT];
+      uint32_t a_ok = 0;
 #pragma unroll
       for (int j = 0; j < T::kARowsT; ++j) {
         const int64_t i = row_begin + (tid >> 3) + 16 * j;
         const int64_t ar = i < row_end ? (p.a_rows ? p.a_rows[i] / p.a_row_div : i) : -1;
-        a_src[j] = ar < 0 ? nullptr : static_cast<const __nv_bfloat16*>(p.a_bf16) + ar * p.lda + ac * 8;
+        a_src[j] = static_cast<const __nv_bfloat16*>(p.a_bf16) + (ar < 0 ? 0 : ar) * p.lda + ac * 8;
+        if (ar >= 0) a_ok |= 1u << j;
       }
       // A tile of k-step kt into stage `st`.
       auto issue_a = [&](int kt, int st) {
@@ -479,10 +527,8 @@ __global__ void __launch_bounds__(kWgThreads, 1) gemm_wgmma_kernel(GemmKernelPar
 #pragma unroll
         for (int j = 0; j < T::kARowsT; ++j) {
           const int r = (tid >> 3) + 16 * j;
-          const bool ok = a_src[j] != nullptr;
-          const void* src = ok ? static_cast<const void*>(a_src[j] + static_cast<int64_t>(kt) * kWgK) : p.a_bf16;
-          asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst + swz<kSwizzle>(r, ac)), "l"(src),
-                       "r"(ok ? 16 : 0)
+          asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst + swz<kSwizzle>(r, ac)),
+                       "l"(a_src[j] + static_cast<int64_t>(kt) * kWgK), "r"((a_ok >> j) & 1 ? 16 : 0)
                        : "memory");
         }
       };
@@ -496,6 +542,11 @@ __global__ void __launch_bounds__(kWgThreads, 1) gemm_wgmma_kernel(GemmKernelPar
         if constexpr (D::kUnitsP > 0) src0.load(kt, rs[0]);
         if constexpr (D::kUnitsP > 1) src1.load(kt, rs[1]);
       };
+      auto prefetch_step = [&](int kt) {  // the rows whose chunk 0 this thread decodes
+        if (kt >= ktiles || pc0 != 0) return;
+        if constexpr (D::kUnitsP > 0) src0.prefetch_l2(kt);
+        if constexpr (D::kUnitsP > 1) src1.prefetch_l2(kt);
+      };
       // Stage of this block's step G, once the consumers released its previous use (step G - S).
       auto acquire = [&](int64_t G) {
         if (G >= kWgStages) bar_sync(kBarEmpty + static_cast<int>((G - kWgStages) % kWgStages), kWgThreads);
@@ -507,6 +558,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) gemm_wgmma_kernel(GemmKernelPar
         const int64_t G = gs + kt;
         if (kt + 1 < ktiles) {
           load_step(kt + 1, nxt);
+          if (pf > 0) prefetch_step(kt + 1 + pf);
           issue_a(kt + 1, acquire(G + 1));
         }
         cp_async_commit();
@@ -521,6 +573,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) gemm_wgmma_kernel(GemmKernelPar
       };
       Unit r0[kUnitsA], r1[kUnitsA];  // ping-pong: no register copies between steps
       load_step(0, r0);
+      for (int i = 1; i <= pf; ++i) prefetch_step(i);
       issue_a(0, acquire(gs));
       cp_async_commit();
       int kt = 0;
@@ -546,7 +599,10 @@ __global__ void __launch_bounds__(kWgThreads, 1) gemm_wgmma_kernel(GemmKernelPar
     for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
       int g;
       int64_t row_begin, row_end;
-      if (!wg_tile_rows<kTall>(p, t / tiles_n, g, row_begin, row_end)) continue;
+      if (!wg_tile_rows<kTall>(p, t / tiles_n, plan, g, row_begin, row_end)) {
+        if (scan_mapped<kTall>(p, plan)) break;  // past the last tile: so is every later t
+        continue;
+      }
       const int64_t n0 = (t % tiles_n) * T::kN;
       // 128 x 256: acc[0..127] = rows 0-63 of this warpgroup x 256 columns. 256 x 128: acc[64h .. 64h + 63] = rows
       // 64h .. 64h + 63 of this warpgroup's 128 x 128 columns.
@@ -596,11 +652,14 @@ __global__ void __launch_bounds__(kWgThreads, 1) gemm_wgmma_kernel(GemmKernelPar
           if (kt + 1 < ktiles) {
             decode(kt + 1, next);
             if (kt + 2 < ktiles) src.load(kt + 2, spare);
+            if (pf > 0 && hc0 == 0 && kt + 2 + pf < ktiles) src.prefetch_l2(kt + 2 + pf);
           }
         };
         Unit h0, h1;
         src.load(0, h0);
         if (ktiles > 1) src.load(1, h1);
+        if (hc0 == 0)
+          for (int i = 2; i < 2 + pf && i < ktiles; ++i) src.prefetch_l2(i);
         decode(0, h0);
         int kt = 0;
         for (; kt + 1 < ktiles; kt += 2) {
@@ -657,14 +716,18 @@ int sm_count() {
 }
 
 template <QuantFormat F, bool kExact, bool kSwizzle, int kDec, bool kTall>
-void launch(const GemmKernelParams& p, bool persistent, cudaStream_t stream) {
+void launch(const GemmKernelParams& p, bool persistent, int pf, int plan, cudaStream_t stream) {
   using T = WgTile<kTall>;
   if (p.group_offsets && p.max_tiles_m == 0) return;
   // Grouped: the plan's tiles (128 x 256: a block per plan tile, every other one starting a tile), or a bound of the
-  // 256-row tiles (tall_group_tile: Σ ceil(T_g / 4) <= (Σ T_g + 3·groups) / 4, Σ T_g <= max_tiles_m).
-  const int64_t tiles_m = !p.group_offsets ? ceil_div(p.m, T::kM)
-                          : kTall          ? ceil_div(p.max_tiles_m + 3 * static_cast<int64_t>(p.groups), 4)
-                                           : p.max_tiles_m;
+  // scan-mapped tiles (Σ T_g <= max_tiles_m, c_g = ceil(T_g / 2) <= (T_g + 1) / 2): all 256-row tiles Σ ceil(c_g / 2)
+  // <= (max_tiles_m + 3·groups) / 4, pairs Σ floor(c_g / 2) <= (max_tiles_m + groups) / 4, leftovers <= groups.
+  const int64_t groups = p.groups;
+  const int64_t tiles_m = !p.group_offsets        ? ceil_div(p.m, T::kM)
+                          : plan == kPlanLeftover ? groups
+                          : !kTall                ? p.max_tiles_m
+                          : plan == kPlanPairs    ? ceil_div(p.max_tiles_m + groups, 4)
+                                                  : ceil_div(p.max_tiles_m + 3 * groups, 4);
   const int64_t tiles_n = ceil_div(p.n, T::kN);
   if (tiles_m == 0 || tiles_n == 0) return;
   const int64_t tiles = tiles_m * tiles_n;
@@ -672,7 +735,7 @@ void launch(const GemmKernelParams& p, bool persistent, cudaStream_t stream) {
   auto* kernel = gemm_wgmma_kernel<F, kExact, kSwizzle, kDec, kTall>;
   DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kWgSmem)));
   const int64_t blocks = persistent ? std::min<int64_t>(tiles, sm_count()) : tiles;
-  kernel<<<static_cast<unsigned>(blocks), kWgThreads, kWgSmem, stream>>>(p, static_cast<int>(tiles_n), tiles);
+  kernel<<<static_cast<unsigned>(blocks), kWgThreads, kWgSmem, stream>>>(p, static_cast<int>(tiles_n), tiles, pf, plan);
   DI_CUDA_CHECK_LAUNCH();
 }
 
@@ -681,25 +744,30 @@ void launch(const GemmKernelParams& p, bool persistent, cudaStream_t stream) {
 // measured the same: 0.436 vs 0.443 ms); the A/B words override. The f32 decode and the no-swizzle layout run
 // producer-decoded; the no-swizzle layout only in the 128 x 256 tile.
 template <QuantFormat F, bool kTall>
-void launch(const GemmKernelParams& p, const WgmmaMode& mode, bool exact, cudaStream_t stream) {
+void launch(const GemmKernelParams& p, const WgmmaMode& mode, bool exact, int plan, cudaStream_t stream) {
   const int dec = mode.decode >= 0 ? mode.decode : (F == QuantFormat::kMXFP4 ? 1 : 0);
   if (exact)
-    launch<F, true, true, 0, kTall>(p, mode.persistent, stream);
+    launch<F, true, true, 0, kTall>(p, mode.persistent, mode.l2_prefetch ? kL2PrefetchSteps : 0, plan, stream);
   else if (dec == 2)
-    launch<F, false, true, 2, kTall>(p, mode.persistent, stream);
+    launch<F, false, true, 2, kTall>(p, mode.persistent, mode.l2_prefetch ? kL2PrefetchSteps : 0, plan, stream);
   else if (dec == 1)
-    launch<F, false, true, 1, kTall>(p, mode.persistent, stream);
+    launch<F, false, true, 1, kTall>(p, mode.persistent, mode.l2_prefetch ? kL2PrefetchSteps : 0, plan, stream);
   else
-    launch<F, false, true, 0, kTall>(p, mode.persistent, stream);
+    launch<F, false, true, 0, kTall>(p, mode.persistent, mode.l2_prefetch ? kL2PrefetchSteps : 0, plan, stream);
 }
 template <QuantFormat F>
-void launch(const GemmKernelParams& p, const WgmmaMode& mode, bool exact, bool tall, cudaStream_t stream) {
-  if (mode.no_swizzle && !exact)
-    launch<F, false, false, 0, false>(p, mode.persistent, stream);
-  else if (tall)
-    launch<F, true>(p, mode, exact, stream);
-  else
-    launch<F, false>(p, mode, exact, stream);
+void launch(const GemmKernelParams& p, const WgmmaMode& mode, bool exact, WgmmaTile tile, cudaStream_t stream) {
+  if (mode.no_swizzle && !exact) {
+    launch<F, false, false, 0, false>(p, mode.persistent, mode.l2_prefetch ? kL2PrefetchSteps : 0, kPlanAll, stream);
+  } else if (tile == WgmmaTile::k256x128) {
+    launch<F, true>(p, mode, exact, kPlanAll, stream);
+  } else if (tile == WgmmaTile::kMixed && p.group_offsets) {
+    // Two launches on one stream, disjoint rows: each output is computed as in either single-tile launch.
+    launch<F, true>(p, mode, exact, kPlanPairs, stream);
+    launch<F, false>(p, mode, exact, kPlanLeftover, stream);
+  } else {
+    launch<F, false>(p, mode, exact, kPlanAll, stream);
+  }
 }
 
 bool aligned(const void* q, uintptr_t a) { return reinterpret_cast<uintptr_t>(q) % a == 0; }
@@ -736,6 +804,7 @@ WgmmaMode wgmma_mode() {
     if (w == "nosplit") m.decode = 0;
     if (w == "split") m.decode = 1;
     if (w == "cdec") m.decode = 2;
+    if (w == "nol2pf") m.l2_prefetch = false;
   }
   return m;
 }
@@ -744,9 +813,10 @@ WgmmaTile wgmma_tile(const GemmKernelParams& p) {
   const char* v = std::getenv("DEEPINFER_AB_WGMMA_TILE");
   if (v && std::strcmp(v, "0") == 0) return WgmmaTile::k128x256;
   if (v && std::strcmp(v, "256") == 0) return WgmmaTile::k256x128;
+  if (v && std::strcmp(v, "mixed") == 0) return p.group_offsets ? WgmmaTile::kMixed : WgmmaTile::k128x256;
   // Dense calls keep 128 x 256: the tall tile is measured on grouped expert calls only.
   if (!p.group_offsets) return WgmmaTile::k128x256;
-  return (p.rows_hint > 0 ? p.rows_hint : p.m) >= kGemmWgmmaTallRows ? WgmmaTile::k256x128 : WgmmaTile::k128x256;
+  return (p.rows_hint > 0 ? p.rows_hint : p.m) >= kGemmWgmmaMixedRows ? WgmmaTile::kMixed : WgmmaTile::k128x256;
 }
 
 bool run_gemm_wgmma(const GemmKernelParams& p, cudaStream_t stream) {
@@ -770,16 +840,16 @@ bool run_gemm_wgmma(const GemmKernelParams& p, cudaStream_t stream) {
   if (p.m == 0 || p.n == 0) return true;
   // f32 scales are not powers of two: decode as gemm_mma does (bf16 of the f32 product).
   const bool exact = mode.exact || (p.format != QuantFormat::kMXFP4 && !p.scale_e8m0);
-  const bool tall = wgmma_tile(p) == WgmmaTile::k256x128;
+  const WgmmaTile tile = wgmma_tile(p);
   switch (p.format) {
     case QuantFormat::kFP8Block:
-      launch<QuantFormat::kFP8Block>(p, mode, exact, tall, stream);
+      launch<QuantFormat::kFP8Block>(p, mode, exact, tile, stream);
       return true;
     case QuantFormat::kMXFP4:
-      launch<QuantFormat::kMXFP4>(p, mode, exact, tall, stream);
+      launch<QuantFormat::kMXFP4>(p, mode, exact, tile, stream);
       return true;
     case QuantFormat::kFP8Row32:
-      launch<QuantFormat::kFP8Row32>(p, mode, exact, tall, stream);
+      launch<QuantFormat::kFP8Row32>(p, mode, exact, tile, stream);
       return true;
     default:
       return false;
