@@ -4,7 +4,8 @@
 // per token walked it alone: ~0.65 ms a site), then the splits are summed in fixed order and the gates and the
 // Sinkhorn iterations run in the CPU op's order. For decode-sized calls (p.arrivals set) the last partial block of a
 // token tile to finish runs that step itself, so a site is one launch instead of two (decode is launch-bound); the
-// finish is the same code either way, so both forms give the same bits.
+// finish is the same code either way, so both forms give the same bits. Long calls (prefill) take the staged partial
+// kernel: the streams through a cp.async ring, the same partial bits (hc_mix_partial_staged_kernel).
 #include <algorithm>
 #include <cstdint>
 
