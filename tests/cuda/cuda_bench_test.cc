@@ -923,12 +923,15 @@ TEST_F(CudaBench, DISABLED_PrefillHcTimings) {
     DeviceTensor mcomb(gpu(), DType::kF32, {t, hc, hc}), out(gpu(), DType::kF32, {t, d});
     DeviceTensor hfn = filled(DType::kF32, {hc, hc * d}), hbase = filled(DType::kF32, {hc});
     DeviceTensor hscale = filled(DType::kF32, {1}), w = filled(DType::kF32, {d});
-    ab("hc_mix" + sh, "DEEPINFER_AB_HC_MIX_STAGE", stream_bytes + 2 * 4.0 * splits * t * (mix + 1), [&] {
-      gpu().hc_mix({streams, fn, base, scale, pre, mpost, mcomb});
-    });
-    ab("hc_head" + sh, "DEEPINFER_AB_HC_MIX_STAGE", stream_bytes + 2 * 4.0 * splits * t * (hc + 1), [&] {
-      gpu().hc_head({streams, hfn, hbase, hscale, pre});
-    });
+    const auto mix_call = [&] { gpu().hc_mix({streams, fn, base, scale, pre, mpost, mcomb}); };
+    const auto head_call = [&] { gpu().hc_head({streams, hfn, hbase, hscale, pre}); };
+    const double mix_bytes = stream_bytes + 2 * 4.0 * splits * t * (mix + 1);
+    const double head_bytes = stream_bytes + 2 * 4.0 * splits * t * (hc + 1);
+    ab("hc_mix" + sh, "DEEPINFER_AB_HC_MIX_STAGE", mix_bytes, mix_call);
+    ab("hc_head" + sh, "DEEPINFER_AB_HC_MIX_STAGE", head_bytes, head_call);
+    // The staged kernel's first form (one token a warp at a time; the head's rows over the warps) against the current.
+    ab("hc_mix vs staged-1" + sh, "DEEPINFER_AB_HC_MIX_ILP", mix_bytes, mix_call);
+    ab("hc_head vs staged-1" + sh, "DEEPINFER_AB_HC_MIX_ILP", head_bytes, head_call);
     ab("hc_expand" + sh, "DEEPINFER_AB_HC_EXPAND_VEC", 2 * stream_bytes + 4.0 * t * d, [&] {
       gpu().hc_expand({streams, y, post, comb});
     });
