@@ -935,10 +935,9 @@ TEST_F(CudaBench, DISABLED_PrefillHcTimings) {
     ab("hc_expand" + sh, "DEEPINFER_AB_HC_EXPAND_VEC", 2 * stream_bytes + 4.0 * t * d, [&] {
       gpu().hc_expand({streams, y, post, comb});
     });
-    report("hc_collapse_norm" + sh, time_ms([&] {
-             gpu().hc_collapse_norm({streams, pre, w, out, 1e-6f});
-           }),
-           stream_bytes + 4.0 * t * d, 0);
+    ab("hc_collapse_norm" + sh, "DEEPINFER_AB_HC_COLLAPSE_KPER", stream_bytes + 4.0 * t * d, [&] {
+      gpu().hc_collapse_norm({streams, pre, w, out, 1e-6f});
+    });
   }
   // The routed experts' SwiGLU of a V4-Flash prefill chunk (8192 tokens x 6 slots, I = 2048) with its bf16 copy: one
   // pass (gu read, h and h16 written) against SwiGLU then the cast (which reads h back); each with its own bytes.

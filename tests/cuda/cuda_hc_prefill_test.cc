@@ -11,6 +11,7 @@
 #include <cstring>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "cuda/cuda_test_util.h"
@@ -177,6 +178,34 @@ TEST_F(CudaOpTest, HcExpandVecMatchesScalarBitwise) {
       std::memcpy(want.view().data(), s0.view().data(), s0.view().nbytes());
       cpu().hc_expand({want, y, post, comb});
       rel_err((what + " vs cpu").c_str(), out[1], want, 1e-6);
+    }
+  }
+}
+
+// hc_collapse_norm's row-in-registers kernel with 8 values a thread where they cover the row (D <= 4096 at 512
+// threads, and the smaller D's thread counts) against 16 (DEEPINFER_AB_HC_COLLAPSE_KPER = 0), byte for byte, with and
+// without the norm weight; D = 5120 takes 16 both ways.
+TEST_F(CudaOpTest, HcCollapseNormKper8MatchesKper16Bitwise) {
+  const int64_t hc = 4;
+  for (auto [d, t] :
+       {std::pair<int64_t, int64_t>{4096, 3000}, {4096, 1}, {2048, 33}, {1000, 77}, {300, 9}, {200, 5}, {5120, 20}}) {
+    HostTensor streams = rand({t, hc, d}, -2, 2), pre = rand({t, hc}, 0.1f, 1.5f), weight = rand({d}, 0.5f, 1.5f);
+    DeviceTensor ds = up(streams), dpre = up(pre), dw = up(weight);
+    for (bool with_weight : {true, false}) {
+      HostTensor out[2];
+      for (int kper8 = 0; kper8 < 2; ++kper8) {
+        AbSwitch ab("DEEPINFER_AB_HC_COLLAPSE_KPER", kper8 == 0);
+        DeviceTensor dout = poisoned({t, d});
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        gpu().hc_collapse_norm({ds, dpre, with_weight ? dw.view() : Tensor{}, dout, 1e-6f});
+        out[kper8] = down(dout);
+      }
+      const std::string what =
+          "hc_collapse_norm kPer 8 d" + std::to_string(d) + " t" + std::to_string(t) + (with_weight ? " weight" : "");
+      expect_same_bytes(what.c_str(), out[1], out[0]);
+      int64_t nan = 0;
+      for (int64_t i = 0; i < out[1].numel(); ++i) nan += std::isnan(out[1].data<float>()[i]);
+      EXPECT_EQ(nan, 0) << what << ": unwritten outputs";
     }
   }
 }
