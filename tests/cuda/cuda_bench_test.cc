@@ -925,19 +925,21 @@ TEST_F(CudaBench, DISABLED_PrefillHcTimings) {
     DeviceTensor mcomb(gpu(), DType::kF32, {t, hc, hc}), out(gpu(), DType::kF32, {t, d});
     DeviceTensor hfn = filled(DType::kF32, {hc, hc * d}), hbase = filled(DType::kF32, {hc});
     DeviceTensor hscale = filled(DType::kF32, {1}), w = filled(DType::kF32, {d});
-    ab("hc_mix" + sh, "DEEPINFER_AB_HC_MIX_STAGE", stream_bytes + 2 * 4.0 * splits * t * (mix + 1), [&] {
-      gpu().hc_mix({streams, fn, base, scale, pre, mpost, mcomb});
-    });
-    ab("hc_head" + sh, "DEEPINFER_AB_HC_MIX_STAGE", stream_bytes + 2 * 4.0 * splits * t * (hc + 1), [&] {
-      gpu().hc_head({streams, hfn, hbase, hscale, pre});
-    });
+    const auto mix_call = [&] { gpu().hc_mix({streams, fn, base, scale, pre, mpost, mcomb}); };
+    const auto head_call = [&] { gpu().hc_head({streams, hfn, hbase, hscale, pre}); };
+    const double mix_bytes = stream_bytes + 2 * 4.0 * splits * t * (mix + 1);
+    const double head_bytes = stream_bytes + 2 * 4.0 * splits * t * (hc + 1);
+    ab("hc_mix" + sh, "DEEPINFER_AB_HC_MIX_STAGE", mix_bytes, mix_call);
+    ab("hc_head" + sh, "DEEPINFER_AB_HC_MIX_STAGE", head_bytes, head_call);
+    // The staged kernel's first form (one token a warp at a time; the head's rows over the warps) against the current.
+    ab("hc_mix vs staged-1" + sh, "DEEPINFER_AB_HC_MIX_ILP", mix_bytes, mix_call);
+    ab("hc_head vs staged-1" + sh, "DEEPINFER_AB_HC_MIX_ILP", head_bytes, head_call);
     ab("hc_expand" + sh, "DEEPINFER_AB_HC_EXPAND_VEC", 2 * stream_bytes + 4.0 * t * d, [&] {
       gpu().hc_expand({streams, y, post, comb});
     });
-    report("hc_collapse_norm" + sh, time_ms([&] {
-             gpu().hc_collapse_norm({streams, pre, w, out, 1e-6f});
-           }),
-           stream_bytes + 4.0 * t * d, 0);
+    ab("hc_collapse_norm" + sh, "DEEPINFER_AB_HC_COLLAPSE_KPER", stream_bytes + 4.0 * t * d, [&] {
+      gpu().hc_collapse_norm({streams, pre, w, out, 1e-6f});
+    });
   }
   // The routed experts' SwiGLU of a V4-Flash prefill chunk (8192 tokens x 6 slots, I = 2048) with its bf16 copy: one
   // pass (gu read, h and h16 written) against SwiGLU then the cast (which reads h back); each with its own bytes.

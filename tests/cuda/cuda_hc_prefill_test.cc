@@ -1,5 +1,6 @@
 // The prefill-sized mHC kernels (hc_cuda.cu): the staged hc_mix partial kernel (cp.async ring, 4 warps, rows reduced
-// together) and the float4 hc_expand, each against its previous kernel (the A/B switch DEEPINFER_AB_<NAME> = 0) byte
+// together; with and without its two tokens a warp / warp-per-token head, DEEPINFER_AB_HC_MIX_ILP) and the float4
+// hc_expand, each against its previous kernel (the A/B switch DEEPINFER_AB_<NAME> = 0) byte
 // for byte — the raw split-K partials as well as pre / post / comb, since decode, prefill and batch-invariant mode
 // rely on the same bits for the same token — at V4-Flash / V4.1-Flash prefill sizes, on shapes past the fast paths'
 // conditions (a padded last split, hc > 4, unaligned streams), and against the CPU op.
@@ -10,6 +11,7 @@
 #include <cstring>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "cuda/cuda_test_util.h"
@@ -52,9 +54,10 @@ TEST_F(CudaOpTest, HcMixStagedPartialsMatchPreviousKernelBitwise) {
       HostTensor streams = rand({t * hc * d + mc.offset}, -2, 2);
       DeviceTensor ds = up(streams);
       const int splits = cuda::hc_mix_splits(hc, d);
-      HostTensor out[2][4];  // [previous, staged][partial, pre, post, comb]
-      for (int staged = 0; staged < 2; ++staged) {
+      HostTensor out[3][4];  // [previous, staged, staged without ILP][partial, pre, post, comb]
+      for (int staged = 0; staged < 3; ++staged) {
         AbSwitch ab("DEEPINFER_AB_HC_MIX_STAGE", staged == 0);
+        AbSwitch ab_ilp("DEEPINFER_AB_HC_MIX_ILP", staged == 2);
         DeviceTensor partial = poisoned({splits * t * (rows + 1)});
         DeviceTensor pre = poisoned({t, hc}), post = poisoned({t, hc}), comb = poisoned({t, hc, hc});
         cuda::HcMixKernelParams k;
@@ -84,11 +87,14 @@ TEST_F(CudaOpTest, HcMixStagedPartialsMatchPreviousKernelBitwise) {
       const std::string what = "hc_mix staged hc" + std::to_string(hc) + " d" + std::to_string(d) +
                                (mc.head ? " head" : "") + " t" + std::to_string(t) + (mc.offset ? " unaligned" : "");
       const char* names[4] = {" partials", " pre", " post", " comb"};
-      for (int i = 0; i < (mc.head ? 2 : 4); ++i) expect_same_bytes((what + names[i]).c_str(), out[1][i], out[0][i]);
-      // Every partial written (a NaN would also compare equal byte for byte if both kernels left it).
-      int64_t nan = 0;
-      for (int64_t i = 0; i < out[1][0].numel(); ++i) nan += std::isnan(out[1][0].data<float>()[i]);
-      EXPECT_EQ(nan, 0) << what << ": unwritten partials";
+      for (int form = 1; form < 3; ++form) {
+        for (int i = 0; i < (mc.head ? 2 : 4); ++i)
+          expect_same_bytes((what + (form == 2 ? " no-ILP" : "") + names[i]).c_str(), out[form][i], out[0][i]);
+        // Every partial written (a NaN would also compare equal byte for byte if both kernels left it).
+        int64_t nan = 0;
+        for (int64_t i = 0; i < out[form][0].numel(); ++i) nan += std::isnan(out[form][0].data<float>()[i]);
+        EXPECT_EQ(nan, 0) << what << ": unwritten partials (form " << form << ")";
+      }
     }
   }
 }
@@ -159,6 +165,34 @@ TEST_F(CudaOpTest, HcExpandVecMatchesScalarBitwise) {
       std::memcpy(want.view().data(), s0.view().data(), s0.view().nbytes());
       cpu().hc_expand({want, y, post, comb});
       rel_err((what + " vs cpu").c_str(), out[1], want, 1e-6);
+    }
+  }
+}
+
+// hc_collapse_norm's row-in-registers kernel with 8 values a thread where they cover the row (D <= 4096 at 512
+// threads, and the smaller D's thread counts) against 16 (DEEPINFER_AB_HC_COLLAPSE_KPER = 0), byte for byte, with and
+// without the norm weight; D = 5120 takes 16 both ways.
+TEST_F(CudaOpTest, HcCollapseNormKper8MatchesKper16Bitwise) {
+  const int64_t hc = 4;
+  for (auto [d, t] :
+       {std::pair<int64_t, int64_t>{4096, 3000}, {4096, 1}, {2048, 33}, {1000, 77}, {300, 9}, {200, 5}, {5120, 20}}) {
+    HostTensor streams = rand({t, hc, d}, -2, 2), pre = rand({t, hc}, 0.1f, 1.5f), weight = rand({d}, 0.5f, 1.5f);
+    DeviceTensor ds = up(streams), dpre = up(pre), dw = up(weight);
+    for (bool with_weight : {true, false}) {
+      HostTensor out[2];
+      for (int kper8 = 0; kper8 < 2; ++kper8) {
+        AbSwitch ab("DEEPINFER_AB_HC_COLLAPSE_KPER", kper8 == 0);
+        DeviceTensor dout = poisoned({t, d});
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        gpu().hc_collapse_norm({ds, dpre, with_weight ? dw.view() : Tensor{}, dout, 1e-6f});
+        out[kper8] = down(dout);
+      }
+      const std::string what =
+          "hc_collapse_norm kPer 8 d" + std::to_string(d) + " t" + std::to_string(t) + (with_weight ? " weight" : "");
+      expect_same_bytes(what.c_str(), out[1], out[0]);
+      int64_t nan = 0;
+      for (int64_t i = 0; i < out[1].numel(); ++i) nan += std::isnan(out[1].data<float>()[i]);
+      EXPECT_EQ(nan, 0) << what << ": unwritten outputs";
     }
   }
 }

@@ -4,7 +4,8 @@
 // per token walked it alone: ~0.65 ms a site), then the splits are summed in fixed order and the gates and the
 // Sinkhorn iterations run in the CPU op's order. For decode-sized calls (p.arrivals set) the last partial block of a
 // token tile to finish runs that step itself, so a site is one launch instead of two (decode is launch-bound); the
-// finish is the same code either way, so both forms give the same bits.
+// finish is the same code either way, so both forms give the same bits. Long calls (prefill) take the staged partial
+// kernel: the streams through a cp.async ring, the same partial bits (hc_mix_partial_staged_kernel).
 #include <algorithm>
 #include <cstdint>
 
@@ -337,11 +338,18 @@ __device__ __forceinline__ bool stage_reduce_writer(int lane) {
 __host__ __device__ constexpr int stage_pad(int n) { return n <= 1 ? 1 : 2 * stage_pad((n + 1) / 2); }
 
 // Block (split, range): tokens [t0, t1) of split blockIdx.x. Needs hc·d % 4 == 0 and 16-byte aligned streams.
-template <int kStageRows>
-__global__ void __launch_bounds__(kStageThreads) hc_mix_partial_staged_kernel(HcMixKernelParams p) {
+// kTokenWarps = false: warp w holds rows w, w + 4, ... (kStageRows each) and dots them with every token; true (rows
+// <= kStageRows, the head): every warp holds all the rows and takes tokens w, w + 4, ... of each group, so one warp
+// per token reads the chunk and the 4 warps' chains run side by side. kTokPer tokens a warp at once (their
+// chains and shuffle trees are independent: each hides the other's latency). ss: the token's warp (kTokenWarps)
+// or the last warp.
+template <int kStageRows, bool kTokenWarps, int kTokPer>
+__global__ void __launch_bounds__(kStageThreads, 3) hc_mix_partial_staged_kernel(HcMixKernelParams p) {
   extern __shared__ __align__(16) float slots[];  // [kStageSlots][kStageTokens][kMixChunk]
   constexpr int kPer = kMixChunk / 32, kVals = stage_pad(kStageRows + 1);
+  constexpr int kTokStep = kTokenWarps ? kStageWarps : 1;  // tokens between a warp's consecutive tokens
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const bool ss_warp = kTokenWarps || warp == kStageWarps - 1;
   const int64_t n = p.hc * p.d, rows = p.head ? p.hc : (2 + p.hc) * p.hc;
   const int64_t c0 = static_cast<int64_t>(blockIdx.x) * kMixChunk;
   const int64_t per_block = (p.tokens + gridDim.y - 1) / gridDim.y;
@@ -370,9 +378,16 @@ __global__ void __launch_bounds__(kStageThreads) hc_mix_partial_staged_kernel(Hc
 #pragma unroll
   for (int g = 0; g < kStageSlots - 1; ++g) issue(g);
   float w[kStageRows][kPer];
-  load_fn_chunk<kStageRows, kStageWarps>(p, blockIdx.x, rows, w, warp, lane);  // from L2 while x streams in
+  // from L2 while x streams in
+  if constexpr (kTokenWarps)
+    load_fn_chunk<kStageRows, 1>(p, blockIdx.x, rows, w, 0, lane);
+  else
+    load_fn_chunk<kStageRows, kStageWarps>(p, blockIdx.x, rows, w, warp, lane);
   const int idx = stage_reduce_index<kVals>(lane);
   const bool writer = stage_reduce_writer<kVals>(lane);
+  const int64_t out_row = kTokenWarps ? idx : warp + static_cast<int64_t>(idx) * kStageWarps;
+  const bool writes_row = writer && idx < kStageRows && out_row < rows;
+  const bool writes_ss = writer && idx == kStageRows && ss_warp;
   for (int g = 0; g < groups; ++g) {
     issue(g + kStageSlots - 1);  // into the slot read in step g - 1 (released by its trailing barrier)
     cp_async_wait<kStageSlots - 1>();
@@ -380,35 +395,42 @@ __global__ void __launch_bounds__(kStageThreads) hc_mix_partial_staged_kernel(Hc
     const float* slot = slots + (g % kStageSlots) * kStageSlotFloats;
     const int64_t tg = t0 + static_cast<int64_t>(g) * kStageTokens;
     const int count = static_cast<int>(min(static_cast<int64_t>(kStageTokens), t1 - tg));
-    for (int tl = 0; tl < count; ++tl) {
-      float f[kPer];
+    for (int tl = kTokenWarps ? warp : 0; tl < count; tl += kTokStep * kTokPer) {
+      float v[kTokPer][kVals];
 #pragma unroll
-      for (int e = 0; e < kPer; ++e) f[e] = slot[tl * kMixChunk + lane + 32 * e];
-      float v[kVals];
+      for (int i = 0; i < kTokPer; ++i) {
+        // A token past the group's end repeats the first one (same slot data, nothing written).
+        const int ti = tl + i * kTokStep < count ? tl + i * kTokStep : tl;
+        const float* fs = slot + ti * kMixChunk + lane;
+        float f[kPer];
 #pragma unroll
-      for (int j = 0; j < kStageRows; ++j) {
-        float acc = 0.0f;
+        for (int e = 0; e < kPer; ++e) f[e] = fs[32 * e];
 #pragma unroll
-        for (int e = 0; e < kPer; ++e) acc = fmaf(w[j][e], f[e], acc);
-        v[j] = acc;
-      }
-      float ss = 0.0f;
-      if (warp == kStageWarps - 1) {
+        for (int j = 0; j < kStageRows; ++j) {
+          float acc = 0.0f;
 #pragma unroll
-        for (int e = 0; e < kPer; ++e) ss = fmaf(f[e], f[e], ss);
-      }
-      v[kStageRows] = ss;
-#pragma unroll
-      for (int j = kStageRows + 1; j < kVals; ++j) v[j] = 0.0f;
-      const float sum = stage_reduce<kVals>(v, lane);
-      float* out = p.partial + (blockIdx.x * p.tokens + tg + tl) * (rows + 1);
-      if (writer) {
-        if (idx < kStageRows) {
-          const int64_t r = warp + static_cast<int64_t>(idx) * kStageWarps;
-          if (r < rows) out[r] = sum;
-        } else if (idx == kStageRows && warp == kStageWarps - 1) {
-          out[rows] = sum;
+          for (int e = 0; e < kPer; ++e) acc = fmaf(w[j][e], f[e], acc);
+          v[i][j] = acc;
         }
+        float ss = 0.0f;
+        if (ss_warp) {
+#pragma unroll
+          for (int e = 0; e < kPer; ++e) ss = fmaf(f[e], f[e], ss);
+        }
+        v[i][kStageRows] = ss;
+#pragma unroll
+        for (int j = kStageRows + 1; j < kVals; ++j) v[i][j] = 0.0f;
+      }
+      float sum[kTokPer];
+#pragma unroll
+      for (int i = 0; i < kTokPer; ++i) sum[i] = stage_reduce<kVals>(v[i], lane);
+#pragma unroll
+      for (int i = 0; i < kTokPer; ++i) {
+        const int ti = tl + i * kTokStep;
+        if (ti >= count) break;
+        float* out = p.partial + (blockIdx.x * p.tokens + tg + ti) * (rows + 1);
+        if (writes_row) out[out_row] = sum[i];
+        if (writes_ss) out[rows] = sum[i];
       }
     }
     __syncthreads();  // slot g % kStageSlots is free for the issue of step g + 1
@@ -616,9 +638,9 @@ __global__ void hc_expand_vec_kernel(HcExpandKernelParams p) {
 // (rounded down: a second partial wave of long blocks would cost more than a few idle block slots).
 constexpr int kStageRowsWide = 6;  // 24 rows over 4 warps: a site at hc <= 4
 
-template <int kStageRows>
+template <int kStageRows, bool kTokenWarps, int kTokPer>
 void launch_mix_staged(const HcMixKernelParams& p, cudaStream_t stream) {
-  const auto kernel = hc_mix_partial_staged_kernel<kStageRows>;
+  const auto kernel = hc_mix_partial_staged_kernel<kStageRows, kTokenWarps, kTokPer>;
   DI_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kStageSmemBytes)));
   int dev = 0, sms = 0, per_sm = 0;
@@ -657,10 +679,17 @@ void run_hc_mix(const HcMixKernelParams& p, cudaStream_t stream) {
   }
   if (ab_new_kernel("DEEPINFER_AB_HC_MIX_STAGE") && rows <= kStageWarps * kStageRowsWide && (p.hc * p.d) % 4 == 0 &&
       reinterpret_cast<uintptr_t>(p.streams) % 16 == 0) {
-    if (rows <= kStageWarps)
-      launch_mix_staged<1>(p, stream);  // the head at hc <= 4
+    // DEEPINFER_AB_HC_MIX_ILP = 0: one token a warp at a time, the head's rows over the 4 warps (the first staged
+    // form).
+    const bool ilp = ab_new_kernel("DEEPINFER_AB_HC_MIX_ILP");
+    if (rows <= kStageWarps && ilp)
+      launch_mix_staged<kStageWarps, true, 2>(p, stream);  // the head at hc <= 4: a warp per token
+    else if (rows <= kStageWarps)
+      launch_mix_staged<1, false, 1>(p, stream);
+    else if (ilp)
+      launch_mix_staged<kStageRowsWide, false, 2>(p, stream);
     else
-      launch_mix_staged<kStageRowsWide>(p, stream);
+      launch_mix_staged<kStageRowsWide, false, 1>(p, stream);
   } else if (rows <= 3 * kMixWarps) {
     hc_mix_partial_kernel<3, -1><<<grid, kMixThreads, 0, stream>>>(p);
   } else {
