@@ -118,12 +118,12 @@ class CudaPagedAttentionMma : public CudaOpTest {
             up(c.comp_pool), up(c.comp_idx), up(c.sinks)};
   }
   // The GPU op on the device copies with DEEPINFER_AB_ATTN_MMA = env, DEEPINFER_AB_ATTN_SKIP_LO = skip_lo,
-  // DEEPINFER_AB_ATTN_FRAGS = frags and DEEPINFER_AB_ATTN_GROUPS = groups (nullptr: unset, the default), into a
+  // DEEPINFER_AB_ATTN_FRAGS = frags and DEEPINFER_AB_ATTN_EARLY_GATHER = early (nullptr: unset, the default), into a
   // NaN-poisoned output; `mask`, when given, replaces comp_idx.
   HostTensor run(const PagedAttentionCase& c, const Device& d, const char* env, const DeviceTensor* mask = nullptr,
-                 const char* skip_lo = nullptr, const char* frags = nullptr, const char* groups = nullptr) {
+                 const char* skip_lo = nullptr, const char* frags = nullptr, const char* early = nullptr) {
     ScopedEnv guard("DEEPINFER_AB_ATTN_MMA", env), skip_guard("DEEPINFER_AB_ATTN_SKIP_LO", skip_lo),
-        frags_guard("DEEPINFER_AB_ATTN_FRAGS", frags), groups_guard("DEEPINFER_AB_ATTN_GROUPS", groups);
+        frags_guard("DEEPINFER_AB_ATTN_FRAGS", frags), early_guard("DEEPINFER_AB_ATTN_EARLY_GATHER", early);
     DeviceTensor out = poisoned({c.tokens, c.spec.heads, c.spec.hd});
     PagedSinkAttentionParams p = c.params(
         {d.q, d.q_pos, d.q_seq, d.tables, d.window_pool, d.window_begin, d.comp_pool, d.comp_idx, d.sinks}, out);
@@ -219,8 +219,8 @@ TEST_F(CudaPagedAttentionMma, SmallCallsWhenForced) {
 // The bf16-exact tile skip (2 mmas a product where a key tile's lo parts are all zero) against the always-3 path
 // (DEEPINFER_AB_ATTN_SKIP_LO=0) of the same call, and the ldmatrix fragments with K fragments shared by 2 head
 // tiles in the O phase against 32-bit fragment loads and one head tile a warp (DEEPINFER_AB_ATTN_FRAGS=0), each
-// switch alone and both off (the kernel before them), and the head groups decoupled (DEEPINFER_AB_ATTN_GROUPS=1,
-// with and without the skip): the same bytes, and within the kernel's tolerance of the CPU op. Keys: all
+// switch alone, and the producers' next-tile compaction after the stores (DEEPINFER_AB_ATTN_EARLY_GATHER=0; with
+// FRAGS=0 the kernel before these switches): the same bytes, and within the kernel's tolerance of the CPU op. Keys: all
 // FP8-fake-quantized (V4.1's window and, FP4 being exact too, its compressed entries), generic f32, quantized window
 // with generic compressed rows (tiles of each kind and mixed ones in one call), and each row quantized with probability
 // 0.97 (tiles with one or two generic rows among exact ones: a vote that missed a producer warp would skip lo parts
@@ -269,9 +269,9 @@ TEST_F(CudaPagedAttentionMma, ExactKeySkipAndFragmentLoadsKeepTheBytes) {
       expect_same_bytes(("skip-lo vs always-3, " + name).c_str(), skip, full);
       expect_same_bytes(("frags vs frags=0, " + name).c_str(), skip, run(c, d, sh.mma_env, nullptr, "1", "0"));
       expect_same_bytes(("vs both switches 0, " + name).c_str(), skip, run(c, d, sh.mma_env, nullptr, "0", "0"));
-      expect_same_bytes(("vs groups, " + name).c_str(), skip, run(c, d, sh.mma_env, nullptr, "1", nullptr, "1"));
-      expect_same_bytes(("vs groups skip_lo=0, " + name).c_str(), skip,
-                        run(c, d, sh.mma_env, nullptr, "0", nullptr, "1"));
+      expect_same_bytes(("vs early_gather=0, " + name).c_str(), skip,
+                        run(c, d, sh.mma_env, nullptr, "1", nullptr, "0"));
+      expect_same_bytes(("vs the kernel before, " + name).c_str(), skip, run(c, d, sh.mma_env, nullptr, "0", "0", "0"));
     }
 }
 
