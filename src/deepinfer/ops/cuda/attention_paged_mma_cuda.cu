@@ -596,9 +596,13 @@ bool paged_attention_use_mma(const PagedSinkAttentionKernelParams& p) {
   const char* v = std::getenv("DEEPINFER_AB_ATTN_MMA");
   if (v && std::strcmp(v, "0") == 0) return false;
   const bool all = v && std::strcmp(v, "all") == 0;
-  if (!all && p.tokens < kPagedAttentionMmaMinTokens) return false;
+  // Batch-invariant mode (always_combine: fixed 256-slot splits, partials always merged) takes it for every call
+  // of a supported shape, decode included: the choice may not depend on the batch, and a query's partial of a
+  // split depends only on that split's own slots. DEEPINFER_AB_BI_ATTN_MMA=0 keeps the SIMT kernel there.
+  if (p.always_combine && !ab_new_kernel("DEEPINFER_AB_BI_ATTN_MMA")) return false;
+  if (!all && !p.always_combine && p.tokens < kPagedAttentionMmaMinTokens) return false;
   const size_t smem = smem_bytes(p.hd);
-  return smem > 0 && p.heads % 16 == 0 && !p.always_combine && static_cast<int64_t>(smem) <= max_smem_optin();
+  return smem > 0 && p.heads % 16 == 0 && static_cast<int64_t>(smem) <= max_smem_optin();
 }
 
 void launch_paged_attention_mma(const PagedSinkAttentionKernelParams& p, cudaStream_t stream) {
