@@ -404,8 +404,8 @@ TEST_F(CudaBench, DISABLED_OpTimings) {
 // a same-run A/B. Keys generic f32 (V4: no KV fake-quant) and bf16-exact (V4.1: FP8 window / FP4 compressed KV),
 // where the tensor-core kernel skips the hi·lo mmas (2 a product instead of 3), with DEEPINFER_AB_ATTN_SKIP_LO=0
 // (always 3), DEEPINFER_AB_ATTN_FRAGS=0 (32-bit fragment loads, O-phase K fragments loaded per head group) and
-// DEEPINFER_AB_ATTN_GROUPS=1 (the two head groups decoupled) as same-run A/Bs, SKIP_LO=0 FRAGS=0 being the kernel
-// before them: the same bytes. TFLOP/s count the useful products once (S and O
+// DEEPINFER_AB_ATTN_EARLY_GATHER=0 (next tile compacted after the stores) as same-run A/Bs, SKIP_LO=0 FRAGS=0
+// EARLY_GATHER=0 being the kernel before them: the same bytes. TFLOP/s count the useful products once (S and O
 // over 64 x 512 per key); mma and SIMT results must agree to the mma kernel's 2e-5.
 TEST_F(CudaBench, DISABLED_PrefillAttentionTimings) {
   const int64_t t = 2048, h = 64, hd = 512, ctx = 8192, bs = 64, nb = ctx / bs, window = 128;
@@ -455,26 +455,26 @@ TEST_F(CudaBench, DISABLED_PrefillAttentionTimings) {
           "attn prefill T=2048 H=64 hd=512 win 128 + " + std::to_string(k) + (exact ? " keys bf16-exact" : " keys f32");
       // mma (the default), each A/B switch of the mma kernel at 0 and both (the kernel before them), SIMT.
       const struct {
-        const char *mma, *skip, *frags, *groups, *label;
+        const char *mma, *skip, *frags, *early, *label;
         DeviceTensor* out;
-      } runs[] = {{"1", "1", "1", "0", " mma", &out_mma},
-                  {"1", "1", "0", "0", " mma frags=0", &out_ab[0]},
-                  {"1", "0", "1", "0", " mma skip_lo=0", &out_ab[1]},
-                  {"1", "0", "0", "0", " mma skip_lo=0 frags=0", &out_ab[2]},
-                  {"1", "1", "1", "1", " mma groups=1", &out_ab[3]},
-                  {"0", "1", "1", "0", " simt", &out_simt}};
+      } runs[] = {{"1", "0", "1", "1", " mma", &out_mma},
+                  {"1", "0", "1", "0", " mma early_gather=0", &out_ab[0]},
+                  {"1", "1", "1", "1", " mma skip_lo=1", &out_ab[1]},
+                  {"1", "1", "1", "0", " mma skip_lo=1 early_gather=0", &out_ab[2]},
+                  {"1", "0", "0", "0", " mma before (frags=0 early_gather=0)", &out_ab[3]},
+                  {"0", "0", "1", "1", " simt", &out_simt}};
       for (const auto& r : runs) {
         setenv("DEEPINFER_AB_ATTN_MMA", r.mma, 1);
         setenv("DEEPINFER_AB_ATTN_SKIP_LO", r.skip, 1);
         setenv("DEEPINFER_AB_ATTN_FRAGS", r.frags, 1);
-        setenv("DEEPINFER_AB_ATTN_GROUPS", r.groups, 1);
+        setenv("DEEPINFER_AB_ATTN_EARLY_GATHER", r.early, 1);
         ap.out = *r.out;
         report(shape + r.label, time_ms([&] { gpu().paged_sink_attention(ap); }), bytes, fl);
       }
       unsetenv("DEEPINFER_AB_ATTN_MMA");
       unsetenv("DEEPINFER_AB_ATTN_SKIP_LO");
       unsetenv("DEEPINFER_AB_ATTN_FRAGS");
-      unsetenv("DEEPINFER_AB_ATTN_GROUPS");
+      unsetenv("DEEPINFER_AB_ATTN_EARLY_GATHER");
       const HostTensor mma = down(out_mma);
       rel_err(("mma vs simt, " + shape).c_str(), mma, down(out_simt), 2e-5);
       for (int i = 0; i < 4; ++i)

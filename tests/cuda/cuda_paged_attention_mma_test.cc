@@ -118,12 +118,12 @@ class CudaPagedAttentionMma : public CudaOpTest {
             up(c.comp_pool), up(c.comp_idx), up(c.sinks)};
   }
   // The GPU op on the device copies with DEEPINFER_AB_ATTN_MMA = env, DEEPINFER_AB_ATTN_SKIP_LO = skip_lo,
-  // DEEPINFER_AB_ATTN_FRAGS = frags and DEEPINFER_AB_ATTN_GROUPS = groups (nullptr: unset, the default), into a
+  // DEEPINFER_AB_ATTN_FRAGS = frags and DEEPINFER_AB_ATTN_EARLY_GATHER = early (nullptr: unset, the default), into a
   // NaN-poisoned output; `mask`, when given, replaces comp_idx.
   HostTensor run(const PagedAttentionCase& c, const Device& d, const char* env, const DeviceTensor* mask = nullptr,
-                 const char* skip_lo = nullptr, const char* frags = nullptr, const char* groups = nullptr) {
+                 const char* skip_lo = nullptr, const char* frags = nullptr, const char* early = nullptr) {
     ScopedEnv guard("DEEPINFER_AB_ATTN_MMA", env), skip_guard("DEEPINFER_AB_ATTN_SKIP_LO", skip_lo),
-        frags_guard("DEEPINFER_AB_ATTN_FRAGS", frags), groups_guard("DEEPINFER_AB_ATTN_GROUPS", groups);
+        frags_guard("DEEPINFER_AB_ATTN_FRAGS", frags), early_guard("DEEPINFER_AB_ATTN_EARLY_GATHER", early);
     DeviceTensor out = poisoned({c.tokens, c.spec.heads, c.spec.hd});
     PagedSinkAttentionParams p = c.params(
         {d.q, d.q_pos, d.q_seq, d.tables, d.window_pool, d.window_begin, d.comp_pool, d.comp_idx, d.sinks}, out);
@@ -219,8 +219,8 @@ TEST_F(CudaPagedAttentionMma, SmallCallsWhenForced) {
 // The bf16-exact tile skip (2 mmas a product where a key tile's lo parts are all zero) against the always-3 path
 // (DEEPINFER_AB_ATTN_SKIP_LO=0) of the same call, and the ldmatrix fragments with K fragments shared by 2 head
 // tiles in the O phase against 32-bit fragment loads and one head tile a warp (DEEPINFER_AB_ATTN_FRAGS=0), each
-// switch alone and both off (the kernel before them), and the head groups decoupled (DEEPINFER_AB_ATTN_GROUPS=1,
-// with and without the skip): the same bytes, and within the kernel's tolerance of the CPU op. Keys: all
+// switch alone, and the producers' next-tile compaction after the stores (DEEPINFER_AB_ATTN_EARLY_GATHER=0; with
+// FRAGS=0 the kernel before these switches): the same bytes, and within the kernel's tolerance of the CPU op. Keys: all
 // FP8-fake-quantized (V4.1's window and, FP4 being exact too, its compressed entries), generic f32, quantized window
 // with generic compressed rows (tiles of each kind and mixed ones in one call), and each row quantized with probability
 // 0.97 (tiles with one or two generic rows among exact ones: a vote that missed a producer warp would skip lo parts
@@ -269,9 +269,9 @@ TEST_F(CudaPagedAttentionMma, ExactKeySkipAndFragmentLoadsKeepTheBytes) {
       expect_same_bytes(("skip-lo vs always-3, " + name).c_str(), skip, full);
       expect_same_bytes(("frags vs frags=0, " + name).c_str(), skip, run(c, d, sh.mma_env, nullptr, "1", "0"));
       expect_same_bytes(("vs both switches 0, " + name).c_str(), skip, run(c, d, sh.mma_env, nullptr, "0", "0"));
-      expect_same_bytes(("vs groups, " + name).c_str(), skip, run(c, d, sh.mma_env, nullptr, "1", nullptr, "1"));
-      expect_same_bytes(("vs groups skip_lo=0, " + name).c_str(), skip,
-                        run(c, d, sh.mma_env, nullptr, "0", nullptr, "1"));
+      expect_same_bytes(("vs early_gather=0, " + name).c_str(), skip,
+                        run(c, d, sh.mma_env, nullptr, "1", nullptr, "0"));
+      expect_same_bytes(("vs the kernel before, " + name).c_str(), skip, run(c, d, sh.mma_env, nullptr, "0", "0", "0"));
     }
 }
 
@@ -290,13 +290,48 @@ TEST_F(CudaPagedAttentionMma, UnsupportedShapesKeepTheSimtKernel) {
   }
 }
 
-// Batch-invariant mode never takes it (a query's bytes must not depend on its batch's size): "all" and "0" give
-// the same bytes there.
-TEST_F(CudaPagedAttentionMma, BatchInvariantModeKeepsTheSimtKernel) {
+// Batch-invariant mode takes it for every call of a supported shape, decode included (the choice may not depend on
+// the batch), with the splits at fixed 256-slot boundaries and the partials always merged: a query's output is the
+// same bytes alone, among a few queries, or in a call whose selection is padded with 600 unselected columns (three
+// more, empty, splits for every query), and within the kernel's tolerance of the CPU op. "all" changes nothing
+// there; DEEPINFER_AB_BI_ATTN_MMA=0 (the SIMT kernel, as before) gives other bytes, at the SIMT tolerance.
+TEST_F(CudaPagedAttentionMma, BatchInvariantModeTakesItForEveryCall) {
   gpu().set_batch_invariant(true);
-  const PagedAttentionCase c = make_paged_attention_case(make_spec(3, 64, 512, 48, 96, 64, 4, 128, 200, 1500), rng()());
-  const Device d = upload(c);
-  expect_same_bytes("batch-invariant mode, all vs 0", run(c, d, "all"), run(c, d, "0"));
+  for (const PagedAttentionSpec& spec : {make_spec(9, 64, 512, 1, 512, 64, 4, 128, 30, 4000),  // decode
+                                         make_spec(3, 16, 128, 5, 96, 16, 2, 32, 10, 900)}) {  // short prefill
+    const PagedAttentionCase c = make_paged_attention_case(spec, rng()());
+    HostTensor want(DType::kF32, {c.tokens, spec.heads, spec.hd});
+    cpu().paged_sink_attention(c.params(want.view()));
+    const DeviceTensor dt = up(c.tables), dw = up(c.window_pool), dwb = up(c.window_begin), dc = up(c.comp_pool),
+                       dsk = up(c.sinks);
+    // The queries `rows` with `pad` unselected columns after the selection, under DEEPINFER_AB_ATTN_MMA = mma and
+    // DEEPINFER_AB_BI_ATTN_MMA = bi (nullptr: unset).
+    auto call = [&](const std::vector<int64_t>& rows, int64_t pad, const char* mma, const char* bi) {
+      ScopedEnv mma_guard("DEEPINFER_AB_ATTN_MMA", mma), bi_guard("DEEPINFER_AB_BI_ATTN_MMA", bi);
+      HostTensor idx(DType::kI32, {static_cast<int64_t>(rows.size()), spec.k_sel + pad});
+      for (size_t i = 0; i < rows.size(); ++i)
+        for (int64_t j = 0; j < spec.k_sel + pad; ++j)
+          idx.data<int32_t>()[i * (spec.k_sel + pad) + j] =
+              j < spec.k_sel ? c.comp_idx.data<int32_t>()[rows[i] * spec.k_sel + j] : -1;
+      const DeviceTensor dq = up(take_rows(c.q, rows)), dqp = up(take_rows(c.q_pos, rows)),
+                         dqs = up(take_rows(c.q_seq, rows)), di = up(idx),
+                         dout = poisoned({static_cast<int64_t>(rows.size()), spec.heads, spec.hd});
+      gpu().paged_sink_attention(c.params({dq, dqp, dqs, dt, dw, dwb, dc, di, dsk}, dout));
+      return down(dout);
+    };
+    std::vector<int64_t> all(c.tokens);
+    std::iota(all.begin(), all.end(), 0);
+    const std::string name = "batch-invariant mma H=" + std::to_string(spec.heads) + " hd=" + std::to_string(spec.hd);
+    const HostTensor full = call(all, 600, nullptr, nullptr);
+    rel_err(name.c_str(), full, want, kMmaTol);
+    for (const auto& rows : invariance_subsets(c.tokens))
+      expect_rows_bitwise(name + " queries=" + std::to_string(rows.size()), call(rows, 0, nullptr, nullptr), full,
+                          rows);
+    expect_same_bytes((name + ", all vs unset").c_str(), call(all, 0, "all", nullptr), full);
+    const HostTensor simt = call(all, 600, nullptr, "0");
+    rel_err((name + ", BI_ATTN_MMA=0 (simt)").c_str(), simt, want, 1e-5);
+    EXPECT_GT(max_abs_diff(full, simt), 0.0) << name << ": DEEPINFER_AB_BI_ATTN_MMA=0 did not change the kernel";
+  }
 }
 
 // A bad page (block ids outside the pool) raises the status word through the tensor-core kernel's producer.

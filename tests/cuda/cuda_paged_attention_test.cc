@@ -89,7 +89,8 @@ TEST_F(CudaOpTest, PagedSinkAttentionBadPageRaisesStatus) {
 // Batch-invariant mode: a query's keys split at fixed 256-slot boundaries and the splits always merged by the
 // combine kernel, so its output is the same bytes when it runs alone, with a few others, or in a call whose
 // longest query needs more splits (the full call's selection is padded with 600 unselected columns: three more,
-// empty, splits for every query). Against the CPU op: 1e-5.
+// empty, splits for every query). Against the CPU op: 2e-5, the tensor-core kernel's tolerance (both shapes take
+// it in this mode; cuda_paged_attention_mma_test.cc), 1e-5 would hold the SIMT kernel's.
 TEST_F(CudaOpTest, PagedSinkAttentionBatchInvariantMode) {
   gpu().set_batch_invariant(true);
   PagedAttentionSpec decode;
@@ -132,7 +133,7 @@ TEST_F(CudaOpTest, PagedSinkAttentionBatchInvariantMode) {
     std::iota(all.begin(), all.end(), 0);
     const HostTensor full = call(all, 600);
     const std::string name = "batch-invariant paged_sink_attention hd=" + std::to_string(spec.hd);
-    rel_err(name.c_str(), full, want, 1e-5);
+    rel_err(name.c_str(), full, want, 2e-5);
     for (const auto& rows : invariance_subsets(c.tokens))
       expect_rows_bitwise(name + " queries=" + std::to_string(rows.size()), call(rows, 0), full, rows);
   }

@@ -16,8 +16,9 @@ constexpr int64_t kPagedAttentionMmaMinTokens = 128;
 // Whether run_paged_sink_attention takes the tensor-core kernel for p. Temporary A/B switch, read on every call
 // so that one process (a bench, a test) can compare both: DEEPINFER_AB_ATTN_MMA = "0" never, unset or any other
 // value for calls of at least kPagedAttentionMmaMinTokens tokens, "all" for every call of a supported shape
-// (tests use it to cover splits and decode shapes). Supported: hd in {64, 128, 256, 512}, heads % 16 == 0, and
-// not batch-invariant mode (a query's bytes must not depend on which kernel its batch size picked).
+// (tests use it to cover splits and decode shapes). Supported: hd in {64, 128, 256, 512}, heads % 16 == 0.
+// Batch-invariant mode (p.always_combine) takes it for every supported call whatever the token count, so that
+// the choice does not depend on the batch; DEEPINFER_AB_BI_ATTN_MMA=0 keeps the SIMT kernel there.
 bool paged_attention_use_mma(const PagedSinkAttentionKernelParams& p);
 
 // The attention part only (o, or the split partials); run_paged_sink_attention launches the combine after it.

@@ -17,14 +17,16 @@
 // count (m16n8k8), the fallback if a model-level check ever needs it.
 // Where a key tile is bf16-exact (V4.1 caches its window KV FP8- and its compressed entries FP4-fake-quantized,
 // both exact in bf16; V4 quantizes neither), its lo parts are +0 and the hi·lo products are skipped: 2 mmas a
-// product in S and in O instead of 3, no lo tile stored or loaded, the same bits (the consumer loop says why).
+// product in S and in O instead of 3, no lo tile loaded, the same bits (the consumer loop says why). Opt-in
+// (DEEPINFER_AB_ATTN_SKIP_LO=1) until measured faster.
 //
 // Block: 12 warps, 32 heads (why 32 and not all 64: below).
 // - Warps 8-11 produce, one 32-key tile ahead, into two shared key buffers: warp 8 compacts the query's key
 //   slots (window positions, then the selected compressed entries; invalid ones skipped) into row pointers, then
 //   all 128 threads load the tile's rows (fp32, one memory round trip: 32 float4 a thread at hd 512) and, once
-//   the consumers have released that buffer, store them split into hi / lo bf16. Missing rows of a short tile are
-//   zeros: P is 0 there, and 0 · NaN would poison O.
+//   the consumers have released that buffer, store them split into hi / lo bf16; warp 8 compacts the next tile
+//   while its loads are in flight. Missing rows of a short tile are zeros: P is 0 there, and 0 · NaN would poison
+//   O.
 // - Warps 0-7 consume: (head group hg = warp % 2: heads 16·hg .. 16·hg + 15) x (quarter qd = warp / 2: dims
 //   qd·hd/4 .. (qd+1)·hd/4). Per tile: (1) S partial over the warp's dims for all 32 keys -> shared memory;
 //   (2) softmax, 8 threads per head row: the four partials summed in a fixed order, fp32 online max / sum in
@@ -34,13 +36,13 @@
 // - Hand-over by named barriers, per buffer: kFull (producers arrive, consumers wait) and kEmpty (consumers
 //   arrive after their O phase, producers wait before overwriting).
 // - ConsumerLayout (below) names this layout kShared; kLd32 is the layout before (32-bit fragment loads, the S
-//   phase's (hg, qd) in the O phase too) and kGroups an unmeasured alternative (head groups decoupled).
+//   phase's (hg, qd) in the O phase too).
 // Why 32 heads: the two key buffers (65 KB each at hd 512) and Q (65 KB) fit the 227 KB of shared memory only
 // with 32 heads of Q; with 64 heads one buffer fits, its loads cannot overlap the math, and 16 heads x 256 dims
 // of O a warp (128 registers) spilled at the 168-register cap that 12 warps (3 per SM sub-partition, 16K
 // registers each) impose. Each key row is then read once per 32 heads, still 4x fewer reads than the SIMT kernel.
-// ptxas -v (sm_90a, CUDA 13.0): 168 registers at hd 512 (the cap), 154 / 80 / 60 at hd 256 / 128 / 64, no spills
-// (every A/B variant); shared memory 226,208 bytes at hd 512 (one block an SM).
+// ptxas -v (sm_90a, CUDA 13.0): 168 registers at hd 512 (the cap), 162 / 113 / 68 at hd 256 / 128 / 64, no
+// spills (every A/B variant); shared memory 226,224 bytes at hd 512 (one block an SM).
 // The end is the SIMT kernel's: with one split the sink joins the denominator and o is written; otherwise the
 // unnormalised partial (o, m, l) of the split goes to the combine.
 #include <cuda_bf16.h>
@@ -67,12 +69,8 @@ constexpr int kConsumers = 256;  // 8 warps: (head group, quarter)
 constexpr int kProducers = 128;  // 4 warps, 4 threads a key row
 constexpr int kThreads = kConsumers + kProducers;
 // Named barriers (0 is __syncthreads'): kFull + b / kEmpty + b hand key buffer b between the two sides
-// (bar.arrive on one, bar.sync on the other); kCons and kProd order each side's own shared memory; kExact reduces
-// the producers' "this tile has lo parts" votes (bar.red, its own id: a barrier's phases may not mix bar.red with
-// bar.sync).
-// In the kGroups layout (below) kFull + b is head group 0's hand-over (producers and its 128 consumers) and
-// kFullG1 + b head group 1's, and kGroup + hg orders one head group's consumers alone.
-constexpr int kBarFull = 1, kBarEmpty = 3, kBarCons = 5, kBarProd = 6, kBarExact = 7, kBarGroup = 8, kBarFullG1 = 10;
+// (bar.arrive on one, bar.sync on the other); kCons and kProd order each side's own shared memory.
+constexpr int kBarFull = 1, kBarEmpty = 3, kBarCons = 5, kBarProd = 6;
 constexpr unsigned kFull = 0xffffffffu;
 
 template <int kHd>
@@ -95,9 +93,10 @@ struct Layout {
   static constexpr size_t fin_m = corr + size_t{4} * kBlockHeads;
   static constexpr size_t fin_l = fin_m + size_t{4} * kBlockHeads;
   static constexpr size_t rows = fin_l + size_t{4} * kBlockHeads;  // [2][kTile] row pointers (producers)
-  // int [2] compacted rows, [2] rows in buffer b, [2] buffer b's keys are bf16-exact (its lo tile was not stored)
+  // int [2] compacted rows, [2] rows in buffer b, then at int 4 + 4·b + w: whether producer warp w stored any
+  // nonzero lo part into buffer b (kSkipLo; 16-byte aligned, the consumers read the four with one load)
   static constexpr size_t count = rows + sizeof(void*) * 2 * kTile;
-  static constexpr size_t bytes = count + 32;
+  static constexpr size_t bytes = count + 48;
   static_assert(kHd % 64 == 0 && kHd <= 512, "head dim");
   static_assert(k_hi % 16 == 0 && s % 16 == 0 && p_hi % 16 == 0 && corr % 16 == 0 && rows % 16 == 0,
                 "16-byte aligned regions");
@@ -123,27 +122,6 @@ __device__ __forceinline__ void bar_arrive_pair(int id, int b, int threads) {
     bar_arrive(id + 1, threads);
   else
     bar_arrive(id, threads);
-}
-
-// Whether any of the 128 producer threads votes true (bar.red.or over barrier kBarExact); a barrier for them too.
-__device__ __forceinline__ bool producers_any(bool vote) {
-  uint32_t any;
-  asm volatile(
-      "{\n .reg .pred v, r;\n setp.ne.u32 v, %1, 0;\n bar.red.or.pred r, %2, %3, v;\n selp.u32 %0, 1, 0, r;\n}\n"
-      : "=r"(any)
-      : "r"(static_cast<uint32_t>(vote)), "n"(kBarExact), "n"(kProducers)
-      : "memory");
-  return any != 0;
-}
-
-// Nonzero unless x is finite with 16 low zero bits, i.e. unless split_pair's lo of x is +0 for sure: such an x is
-// a bf16 value, hi = x and lo = RN(x − x) = +0. An infinite or NaN x (lo NaN) is flagged however its low bits
-// look. Flagged but with lo = +0 all the same: fp32 subnormals that round to a bf16 value, which the full path
-// handles as before (conservative, so the skip never changes a result). Cheaper than the split itself, and it
-// needs no registers beyond v's (keeping split words across the buffer wait spills at hd 512).
-__device__ __forceinline__ uint32_t bf16_inexact(float x) {
-  const uint32_t b = __float_as_uint(x);
-  return (b << 16) | (((b & 0x7f800000u) + 0x00800000u) >> 31);
 }
 
 // (a, b) -> hi and lo bf16 pairs, a in the low half (the lower k or n index of an mma register).
@@ -201,18 +179,17 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const __nv_b
 // - kLd32: warp -> (hg = warp % 2, qd = warp / 2) in all phases, fragments by 32-bit loads (the kernel before).
 // - kShared: fragments by ldmatrix, and in the O phase each warp takes both head tiles x hd/8 dims (hd >= 128),
 //   so each K fragment feeds both.
-// - kGroups: fragments by ldmatrix; warps 0-3 are head group 0, warps 4-7 head group 1 (one warp of each on every
-//   scheduler), each group with its own barriers, softmax threads and O tiles, so one group's softmax and barrier
-//   waits can overlap the other's mmas (the groups drift up to one key tile apart; the producers' buffer
-//   hand-over still waits for both).
-enum class ConsumerLayout : int { kLd32, kShared, kGroups };
+// (A third, head groups 0 / 1 on warps 0-3 / 4-7 with their own barriers so that one group's softmax could
+// overlap the other's mmas, measured no faster than kShared on the H200 and was removed.)
+enum class ConsumerLayout : int { kLd32, kShared };
 
 // kSkipLo: skip the hi·lo mmas of bf16-exact key tiles. kSkipLo = false with kLd32 is the kernel before the
 // temporary A/B switches below.
 template <int kHd, bool kSkipLo, ConsumerLayout kLayout>
-__global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(PagedSinkAttentionKernelParams p) {
+__global__ void __launch_bounds__(kThreads)
+    paged_attention_mma_kernel(PagedSinkAttentionKernelParams p, bool early_gather) {
   using L = Layout<kHd>;
-  constexpr bool kFrags = kLayout != ConsumerLayout::kLd32, kGrouped = kLayout == ConsumerLayout::kGroups;
+  constexpr bool kFrags = kLayout != ConsumerLayout::kLd32;
   extern __shared__ __align__(16) uint8_t smem[];
   auto* q_hi = reinterpret_cast<__nv_bfloat16*>(smem + L::q_hi);
   auto* q_lo = reinterpret_cast<__nv_bfloat16*>(smem + L::q_lo);
@@ -276,19 +253,15 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(PagedSink
 #pragma unroll
       for (int j = 0; j < kVecs; ++j)
         v[j] = row ? __ldg(reinterpret_cast<const float4*>(row) + pc + 4 * j) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      // Vote while the buffer may still be busy: a tile whose lo parts are all +0 (every key bf16-exact, as FP8 /
-      // FP4 fake-quantized KV is; missing rows are zeros) needs no lo tile.
-      bool exact = false;
-      if constexpr (kSkipLo) {
-        uint32_t inexact = 0;
-#pragma unroll
-        for (int j = 0; j < kVecs; ++j)
-          inexact |= bf16_inexact(v[j].x) | bf16_inexact(v[j].y) | bf16_inexact(v[j].z) | bf16_inexact(v[j].w);
-        exact = !producers_any(inexact != 0);
-      }
-      // Buffer b last held tile i - 2: wait for the consumers' O phase on it (also before count_s[2 + b] and
-      // count_s[4 + b], which they read at that tile's start).
+      // Warp 8 compacts the next tile's rows while the loads are in flight (early_gather; otherwise after this
+      // tile's stores, as before): its slot lookups are dependent global loads and 64-bit index math, the producers'
+      // longest step. Pointer buffer b ^ 1 was last read at the previous tile's start, before the kProd barrier
+      // that ended it.
+      if (early_gather && n > 0 && warp == kConsumers / 32) gather(b ^ 1);
+      // Buffer b last held tile i - 2: wait for the consumers' O phase on it (also before count_s[2 + b] and the
+      // lo flags, which they read at that tile's start).
       if (i >= 2) bar_sync_pair(kBarEmpty, b, kThreads);
+      uint32_t lo_bits = 0;  // kSkipLo: OR of the lo words this thread stores
       if (n > 0) {
         __nv_bfloat16 *kh = k_hi(b), *kl = k_lo(b);
 #pragma unroll
@@ -297,25 +270,25 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(PagedSink
           uint2 h, l;
           split4(v[j], h, l);
           *reinterpret_cast<uint2*>(kh + at) = h;
-          if (!exact) *reinterpret_cast<uint2*>(kl + at) = l;
+          *reinterpret_cast<uint2*>(kl + at) = l;
+          lo_bits |= l.x | l.y;
         }
       }
-      if (ptid == 0) {
-        count_s[2 + b] = n;
-        count_s[4 + b] = exact;
+      // The vote costs the producers no barrier and no wait for their loads (a block-wide vote before the stores,
+      // measured, made the kernel 19% slower even on keys that never qualify): each warp says whether it stored a
+      // nonzero lo word; a tile whose four warps all say no is bf16-exact (missing rows are zeros).
+      if constexpr (kSkipLo) {
+        const bool warp_lo = __any_sync(kFull, lo_bits != 0);
+        if (lane == 0) count_s[4 + 4 * b + (warp - kConsumers / 32)] = warp_lo;
       }
-      if constexpr (kGrouped) {
-        bar_arrive_pair(kBarFull, b, kProducers + kConsumers / 2);
-        bar_arrive_pair(kBarFullG1, b, kProducers + kConsumers / 2);
-      } else {
-        bar_arrive_pair(kBarFull, b, kThreads);
-      }
+      if (ptid == 0) count_s[2 + b] = n;
+      bar_arrive_pair(kBarFull, b, kThreads);
       if (n == 0) {
         // Pair the consumers' last release (tile i - 1, the other buffer) so that no barrier is left half-arrived.
         if (i >= 1) bar_sync_pair(kBarEmpty, b ^ 1, kThreads);
         return;
       }
-      if (warp == kConsumers / 32) gather(b ^ 1);
+      if (!early_gather && warp == kConsumers / 32) gather(b ^ 1);
       bar_sync(kBarProd, kProducers);
     }
   }
@@ -329,19 +302,10 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(PagedSink
   }
 
   const int g = lane >> 2, tq = lane & 3;
-  const int hg = kGrouped ? warp / kQuarters : warp % kHeadGroups;
-  const int qd = kGrouped ? warp % kQuarters : warp / kHeadGroups, r0 = hg * 16 + g;
+  const int hg = warp % kHeadGroups, qd = warp / kHeadGroups, r0 = hg * 16 + g;
   constexpr int kQDims = kHd / kQuarters;  // dims of this warp's quarter
   const int d0 = qd * kQDims;
-  // Softmax: head row, 4-key segment of the tile (grouped: the group's 128 threads take its 16 rows).
-  const int srow = kGrouped ? hg * 16 + ((tid & 127) >> 3) : tid >> 3, seg = tid & 7;
-  // Orders the consumers' shared S / P / corr between the phases: all of them, or the head group's own.
-  auto cons_sync = [&] {
-    if constexpr (kGrouped)
-      bar_sync_pair(kBarGroup, hg, kConsumers / 2);
-    else
-      bar_sync(kBarCons, kConsumers);
-  };
+  const int srow = tid >> 3, seg = tid & 7;  // softmax: head row, 4-key segment of the tile
   float m_run = -INFINITY, l_run = 0.0f;
   // O phase: warp -> head m-tiles og·kOM .. og·kOM + kOM − 1 x dims od0 .. od0 + kODims (kOM 1: the S phase's
   // (hg, qd); kOM 2: all 32 heads x an eighth of the dims).
@@ -359,15 +323,10 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(PagedSink
 
   for (int i = 0;; ++i) {
     const int b = i & 1;
-    if constexpr (!kGrouped)
-      bar_sync_pair(kBarFull, b, kThreads);
-    else if (hg == 0)
-      bar_sync_pair(kBarFull, b, kProducers + kConsumers / 2);
-    else
-      bar_sync_pair(kBarFullG1, b, kProducers + kConsumers / 2);
+    bar_sync_pair(kBarFull, b, kThreads);
     const int n = count_s[2 + b];
     if (n == 0) break;
-    // A bf16-exact tile (no lo tile stored): its hi·lo mmas would add exact zeros, so they are skipped, QKᵀ and
+    // A bf16-exact tile (its lo tile all +0): its hi·lo mmas would add exact zeros, so they are skipped, QKᵀ and
     // PV 2 mmas a product instead of 3, with the same bits. Why the same: the lo parts are +0 (RN(x − hi) of an
     // exact x is x − x = +0), so a skipped mma computes c + Σ(±0) = c, except that IEEE turns c = −0 into +0.
     // S's cross accumulator starts at +0 every tile, so S is unchanged. O's can be −0 only as (negative o) · corr
@@ -375,7 +334,11 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(PagedSink
     // shows only if every later product into that element is exactly zero (the max key's value 0 in that dim):
     // o = −0 instead of +0, equal as numbers. (And an fp32 subnormal accumulator: c + 0 keeps c unless the mma
     // flushes it, untested.)
-    const bool key_lo = !(kSkipLo && count_s[4 + b] != 0);
+    bool key_lo = true;
+    if constexpr (kSkipLo) {
+      const int4 f = *reinterpret_cast<const int4*>(count_s + 4 + 4 * b);
+      key_lo = (f.x | f.y | f.z | f.w) != 0;
+    }
     const __nv_bfloat16 *kh = k_hi(b), *kl = k_lo(b);
 
     // 1. S partial of heads r0, r0 + 8 x all 32 keys over dims d0 .. d0 + kQDims. hi·hi and the cross terms in
@@ -439,7 +402,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(PagedSink
       s_phase(std::true_type{});
     else
       s_phase(std::false_type{});
-    cons_sync();
+    bar_sync(kBarCons, kConsumers);
 
     // 2. Online softmax of row srow over keys 4·seg .. 4·seg + 3 (keys >= n are missing rows). The 8 threads of
     // a row are 8 consecutive lanes.
@@ -478,7 +441,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(PagedSink
       *reinterpret_cast<uint2*>(p_lo + srow * L::kPLd + seg * 4) = l;
       if (seg == 0) corr_s[srow] = corr;
     }
-    cons_sync();
+    bar_sync(kBarCons, kConsumers);
 
     // 3. O[heads][the warp's dims] = O · corr + P · K. ldmatrix.trans lanes: keys 16·ks + (lane & 15) in two
     // 8-row matrices, dims +8 for lanes 16-31: registers 0-1 are n-tile 2·pr's b0 / b1, 2-3 n-tile 2·pr + 1's.
@@ -541,7 +504,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(PagedSink
     fin_m[srow] = m_run;
     fin_l[srow] = l_run;
   }
-  cons_sync();
+  bar_sync(kBarCons, kConsumers);
 #pragma unroll
   for (int mh = 0; mh < 2 * kOM; ++mh) {
     const int mt = mh / 2, hh = mh % 2;
@@ -573,44 +536,36 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(PagedSink
 }
 
 template <int kHd, bool kSkipLo, ConsumerLayout kLayout>
-void launch_as(const PagedSinkAttentionKernelParams& p, cudaStream_t stream) {
+void launch_as(const PagedSinkAttentionKernelParams& p, bool early_gather, cudaStream_t stream) {
   constexpr size_t smem = Layout<kHd>::bytes;
   DI_CUDA_CHECK(cudaFuncSetAttribute(paged_attention_mma_kernel<kHd, kSkipLo, kLayout>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   const dim3 grid(static_cast<unsigned>(p.tokens), static_cast<unsigned>(ceil_div(p.heads, kBlockHeads)),
                   static_cast<unsigned>(p.splits));
-  paged_attention_mma_kernel<kHd, kSkipLo, kLayout><<<grid, kThreads, smem, stream>>>(p);
+  paged_attention_mma_kernel<kHd, kSkipLo, kLayout><<<grid, kThreads, smem, stream>>>(p, early_gather);
   DI_CUDA_CHECK_LAUNCH();
 }
 
-template <int kHd, bool kSkipLo>
-void launch_layout(const PagedSinkAttentionKernelParams& p, ConsumerLayout layout, cudaStream_t stream) {
-  switch (layout) {
-    case ConsumerLayout::kLd32:
-      return launch_as<kHd, kSkipLo, ConsumerLayout::kLd32>(p, stream);
-    case ConsumerLayout::kShared:
-      return launch_as<kHd, kSkipLo, ConsumerLayout::kShared>(p, stream);
-    case ConsumerLayout::kGroups:
-      return launch_as<kHd, kSkipLo, ConsumerLayout::kGroups>(p, stream);
-  }
-}
-
-// Temporary A/B switches, each the same bytes, only the time differs: DEEPINFER_AB_ATTN_SKIP_LO=1 skips the lo mmas
-// of bf16-exact key tiles (opt-in: measured slower on the H200 even when every tile is exact, 2.41 vs 2.22 ms for a
-// 2048-query chunk over 128 + 512 keys, and 2.64 vs 2.22 ms on f32 keys: the detection costs more than the mmas);
-// DEEPINFER_AB_ATTN_FRAGS=0 the kLd32 layout (32-bit fragment loads, one head tile a warp in the O phase);
-// DEEPINFER_AB_ATTN_GROUPS=1 (opt-in, unmeasured) the kGroups layout.
+// Temporary A/B switches, each the same bytes, only the time differs:
+// - DEEPINFER_AB_ATTN_SKIP_LO=1 (opt-in) skips the lo mmas of bf16-exact key tiles. Its first form (a block-wide
+//   producer vote before the stores) measured slower on the H200 even when every tile was exact (2.41 vs 2.22 ms,
+//   2048 queries over 128 + 512 keys; 2.64 vs 2.22 ms on f32 keys); this form (per-warp flags after the stores) is
+//   not yet measured.
+// - DEEPINFER_AB_ATTN_FRAGS=0: the kLd32 layout (32-bit fragment loads, one head tile a warp in the O phase).
+// - DEEPINFER_AB_ATTN_EARLY_GATHER=0: the next tile's rows compacted after this tile's stores, as before.
 template <int kHd>
 void launch(const PagedSinkAttentionKernelParams& p, cudaStream_t stream) {
-  const char* groups = std::getenv("DEEPINFER_AB_ATTN_GROUPS");
-  const ConsumerLayout layout = !ab_new_kernel("DEEPINFER_AB_ATTN_FRAGS") ? ConsumerLayout::kLd32
-                                : groups && std::strcmp(groups, "1") == 0 ? ConsumerLayout::kGroups
-                                                                          : ConsumerLayout::kShared;
+  const bool frags = ab_new_kernel("DEEPINFER_AB_ATTN_FRAGS"), early = ab_new_kernel("DEEPINFER_AB_ATTN_EARLY_GATHER");
   const char* skip_lo = std::getenv("DEEPINFER_AB_ATTN_SKIP_LO");
-  if (skip_lo && std::strcmp(skip_lo, "1") == 0)
-    launch_layout<kHd, true>(p, layout, stream);
+  const bool skip = skip_lo && std::strcmp(skip_lo, "1") == 0;
+  if (skip && frags)
+    launch_as<kHd, true, ConsumerLayout::kShared>(p, early, stream);
+  else if (skip)
+    launch_as<kHd, true, ConsumerLayout::kLd32>(p, early, stream);
+  else if (frags)
+    launch_as<kHd, false, ConsumerLayout::kShared>(p, early, stream);
   else
-    launch_layout<kHd, false>(p, layout, stream);
+    launch_as<kHd, false, ConsumerLayout::kLd32>(p, early, stream);
 }
 
 int max_smem_optin() {
@@ -641,9 +596,13 @@ bool paged_attention_use_mma(const PagedSinkAttentionKernelParams& p) {
   const char* v = std::getenv("DEEPINFER_AB_ATTN_MMA");
   if (v && std::strcmp(v, "0") == 0) return false;
   const bool all = v && std::strcmp(v, "all") == 0;
-  if (!all && p.tokens < kPagedAttentionMmaMinTokens) return false;
+  // Batch-invariant mode (always_combine: fixed 256-slot splits, partials always merged) takes it for every call
+  // of a supported shape, decode included: the choice may not depend on the batch, and a query's partial of a
+  // split depends only on that split's own slots. DEEPINFER_AB_BI_ATTN_MMA=0 keeps the SIMT kernel there.
+  if (p.always_combine && !ab_new_kernel("DEEPINFER_AB_BI_ATTN_MMA")) return false;
+  if (!all && !p.always_combine && p.tokens < kPagedAttentionMmaMinTokens) return false;
   const size_t smem = smem_bytes(p.hd);
-  return smem > 0 && p.heads % 16 == 0 && !p.always_combine && static_cast<int64_t>(smem) <= max_smem_optin();
+  return smem > 0 && p.heads % 16 == 0 && static_cast<int64_t>(smem) <= max_smem_optin();
 }
 
 void launch_paged_attention_mma(const PagedSinkAttentionKernelParams& p, cudaStream_t stream) {

@@ -12,12 +12,24 @@ namespace deepinfer::cuda {
 // Pool row of group g (ratio r) of a sequence, or nullptr (and a status bit) when the page is bad.
 __device__ __forceinline__ const float* paged_pool_row(const PagedSinkAttentionKernelParams& p, const int32_t* table,
                                                        const float* pool, int64_t pool_rows, int64_t g, int r) {
-  const int64_t blk = g * r / p.block_size;
+  // 32-bit divisions where the position fits (64-bit ones are long emulated sequences, and the tensor-core
+  // kernel's producers resolve 32 slots a tile on their critical path); the same quotients either way.
+  const int64_t gr = g * r;
+  int64_t blk, in_blk;
+  if (gr >= 0 && gr <= INT32_MAX) {
+    const uint32_t u = static_cast<uint32_t>(gr), bs = static_cast<uint32_t>(p.block_size);
+    blk = u / bs;
+    in_blk = u - static_cast<uint32_t>(blk) * bs;
+  } else {
+    blk = gr / p.block_size;
+    in_blk = gr % p.block_size;
+  }
   if (g < 0 || blk >= p.max_blocks) {
     atomicOr(p.status, kStatusPagedAttentionRange);
     return nullptr;
   }
-  const int64_t id = table[blk], per_block = p.block_size / r, row = id * per_block + (g * r % p.block_size) / r;
+  const int64_t id = table[blk], per_block = p.block_size / r;
+  const int64_t row = id * per_block + static_cast<int32_t>(in_blk) / r;
   if (id < 0 || row >= pool_rows) {
     atomicOr(p.status, kStatusPagedAttentionRange);
     return nullptr;
