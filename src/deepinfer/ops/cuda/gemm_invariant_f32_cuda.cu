@@ -24,13 +24,13 @@ constexpr int kSpCols = 32, kSpMaxSlices = 8, kSpRows = 8;  // columns a block (
 // kR rows a pass (1 for one-row calls, else kSpRows).
 template <bool kVecA, int kR>
 __global__ void __launch_bounds__(kSpMaxSlices * 32)
-    gemm_f32_split_kernel(GemmKernelParams p, int slices, int64_t rows_per_block) {
+    gemm_f32_split_kernel(GemmKernelParams p, int slices, int64_t rows_per_block, int64_t row_base) {
   __shared__ float part[kSpMaxSlices][kSpRows][kSpCols];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t n = static_cast<int64_t>(blockIdx.x) * kSpCols + lane, nc = n < p.n ? n : p.n - 1;
   const int64_t k4 = p.k / 4, kb = k4 * warp / slices * 4, ke = k4 * (warp + 1) / slices * 4;
   const float* w = static_cast<const float*>(p.b) + nc * p.k;
-  const int64_t r_begin = static_cast<int64_t>(blockIdx.y) * rows_per_block;
+  const int64_t r_begin = row_base + static_cast<int64_t>(blockIdx.y) * rows_per_block;
   const int64_t r_end = r_begin + rows_per_block < p.m ? r_begin + rows_per_block : p.m;
   for (int64_t r0 = r_begin; r0 < r_end; r0 += kR) {
     const float* a[kR];
@@ -91,20 +91,23 @@ bool run_gemm_invariant_f32_split(const GemmKernelParams& p, cudaStream_t stream
   if (!gemm_invariant_f32_split_takes(p.n, p.k) || reinterpret_cast<uintptr_t>(p.b) % 16 != 0) return false;
   if (p.m == 0) return true;
   const int slices = gemm_invariant_f32_slices(p.k);
-  // Rows: one pass a block, so that calls of a few tens of rows still spread over the device.
-  const int64_t rows_per_block = p.m == 1 ? 1 : kSpRows, row_blocks = ceil_div(p.m, rows_per_block);
-  DI_CHECK(row_blocks <= 65535) << "gemm: " << p.m << " rows are too many for one sliced-chain launch";
-  const dim3 grid(static_cast<unsigned>(ceil_div(p.n, kSpCols)), static_cast<unsigned>(row_blocks));
+  // Rows: one pass a block, so that calls of a few tens of rows still spread over the device; launches of at most
+  // 65535 row blocks.
+  const int64_t rows_per_block = p.m == 1 ? 1 : kSpRows, max_rows = 65535 * rows_per_block;
   const bool vec_a = p.lda % 4 == 0 && reinterpret_cast<uintptr_t>(p.a) % 16 == 0;
-  if (p.m == 1 && vec_a)
-    gemm_f32_split_kernel<true, 1><<<grid, slices * 32, 0, stream>>>(p, slices, rows_per_block);
-  else if (p.m == 1)
-    gemm_f32_split_kernel<false, 1><<<grid, slices * 32, 0, stream>>>(p, slices, rows_per_block);
-  else if (vec_a)
-    gemm_f32_split_kernel<true, kSpRows><<<grid, slices * 32, 0, stream>>>(p, slices, rows_per_block);
-  else
-    gemm_f32_split_kernel<false, kSpRows><<<grid, slices * 32, 0, stream>>>(p, slices, rows_per_block);
-  DI_CUDA_CHECK_LAUNCH();
+  for (int64_t base = 0; base < p.m; base += max_rows) {
+    const int64_t row_blocks = ceil_div(std::min(p.m - base, max_rows), rows_per_block);
+    const dim3 grid(static_cast<unsigned>(ceil_div(p.n, kSpCols)), static_cast<unsigned>(row_blocks));
+    if (p.m == 1 && vec_a)
+      gemm_f32_split_kernel<true, 1><<<grid, slices * 32, 0, stream>>>(p, slices, rows_per_block, base);
+    else if (p.m == 1)
+      gemm_f32_split_kernel<false, 1><<<grid, slices * 32, 0, stream>>>(p, slices, rows_per_block, base);
+    else if (vec_a)
+      gemm_f32_split_kernel<true, kSpRows><<<grid, slices * 32, 0, stream>>>(p, slices, rows_per_block, base);
+    else
+      gemm_f32_split_kernel<false, kSpRows><<<grid, slices * 32, 0, stream>>>(p, slices, rows_per_block, base);
+    DI_CUDA_CHECK_LAUNCH();
+  }
   return true;
 }
 
