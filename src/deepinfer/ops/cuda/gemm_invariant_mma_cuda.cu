@@ -60,6 +60,67 @@ struct TileStep {
   uint32_t e[2];
 };
 
+// A warp's outputs in both tile kernels (16 weight rows x kTiM rows) and the per-output sequence they share with
+// the streaming kernel: per step kMmas mma.sync into one chain per slice (acc), the slices added in order (sum).
+template <QuantFormat F>
+struct TileOutputs {
+  float acc[kTiTiles][4], sum[kTiTiles][4];
+  int folded = 0;  // slices added into sum
+
+  __device__ __forceinline__ TileOutputs() {
+#pragma unroll
+    for (int j = 0; j < kTiTiles; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[j][i] = sum[j][i] = 0.0f;
+  }
+  // One step: the lane's weight chunks (rows g, g + 8) and scale bytes, the step's activation fragments from xrow
+  // (the fragment buffer + lane).
+  __device__ __forceinline__ void step(const uint4 (&q)[2], const uint32_t (&e)[2], const uint2* xrow) {
+    FormatScale<F> sc[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) sc[h].set(e[h]);
+#pragma unroll
+    for (int mi = 0; mi < kMmas<F>; ++mi) {
+      uint32_t wp[2], wq[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) weight_pairs<F>(q[h], sc[h], mi, wp[h], wq[h]);
+      const uint32_t a[4] = {wp[0], wp[1], wq[0], wq[1]};
+#pragma unroll
+      for (int j = 0; j < kTiTiles; ++j) {
+        const uint2 x = xrow[(mi * kTiM + 8 * j) * 4];
+        mma_bf16(acc[j], a, x.x, x.y);
+      }
+    }
+  }
+  // Adds every slice that ends at `done` of `steps` steps into sum (empty slices too: a +0 partial, as the
+  // streaming kernel adds).
+  __device__ __forceinline__ void fold(int done, int steps, int kw) {
+    while (folded < kw && steps * (folded + 1) / kw <= done) {
+#pragma unroll
+      for (int j = 0; j < kTiTiles; ++j)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          sum[j][i] = folded == 0 ? acc[j][i] : sum[j][i] + acc[j][i];
+          acc[j][i] = 0.0f;
+        }
+      ++folded;
+    }
+  }
+  // Accumulator i of n8 tile j: weight row n0 + g (+ 8 for i >= 2), activation row 8j + 2t + (i & 1).
+  __device__ __forceinline__ void store(const GemmKernelParams& p, const int64_t* c_row, int64_t n0, int g,
+                                        int t) const {
+#pragma unroll
+    for (int j = 0; j < kTiTiles; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int r = 8 * j + 2 * t + (i & 1);
+        const int64_t col = n0 + g + (i >= 2 ? 8 : 0);
+        const int64_t cr = c_row[r];
+        if (cr >= 0 && col < p.n) p.c[cr * p.ldc + col] = sum[j][i];
+      }
+  }
+};
+
 // Grid: x = kTiN-row weight blocks, y = kTiM-row tiles (dense) or the plan's tiles (grouped). Static shared memory:
 // two buffers of a step's activation fragments (FP8 16 KB, MXFP4 32 KB). kBf16A: the activations come from the
 // caller's bf16 copy (p.a_bf16, RNE like the in-kernel rounding of p.a: the same bf16 values; half the bytes).
@@ -174,28 +235,8 @@ __global__ void __launch_bounds__(kTiThreads, kBlocks)
   store_a(0);
   __syncthreads();
 
-  // acc: the current slice's chain; sum: the slices so far (n8 tile j, the mma's 4 outputs).
-  float acc[kTiTiles][4], sum[kTiTiles][4];
-#pragma unroll
-  for (int j = 0; j < kTiTiles; ++j)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) acc[j][i] = sum[j][i] = 0.0f;
-  int w = 0;  // slices folded into sum
-  // Folds every slice that ends at `done` steps (empty slices too: a +0 partial, as the streaming kernel adds).
-  auto fold = [&](int done) {
-    while (w < kw && steps * (w + 1) / kw <= done) {
-#pragma unroll
-      for (int j = 0; j < kTiTiles; ++j)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          sum[j][i] = w == 0 ? acc[j][i] : sum[j][i] + acc[j][i];
-          acc[j][i] = 0.0f;
-        }
-      ++w;
-    }
-  };
-  fold(0);
-
+  TileOutputs<F> out;
+  out.fold(0, steps, kw);
   for (int st = 0; st < steps; ++st) {
     const int buf = st & 1;
     // The next step's loads are in flight during this step's mmas.
@@ -203,38 +244,13 @@ __global__ void __launch_bounds__(kTiThreads, kBlocks)
     load_w(st + 1, nxt);
     const bool more = st + 1 < steps;
     if (more) load_a(st + 1);
-    FormatScale<F> sc[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) sc[h].set(cur.e[h]);
-    const uint2* xrow = xs[buf] + lane;
-#pragma unroll
-    for (int mi = 0; mi < kMi; ++mi) {
-      uint32_t wp[2], wq[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) weight_pairs<F>(cur.q[h], sc[h], mi, wp[h], wq[h]);
-      const uint32_t a[4] = {wp[0], wp[1], wq[0], wq[1]};
-#pragma unroll
-      for (int j = 0; j < kTiTiles; ++j) {
-        const uint2 x = xrow[(mi * kTiM + 8 * j) * 4];
-        mma_bf16(acc[j], a, x.x, x.y);
-      }
-    }
+    out.step(cur.q, cur.e, xs[buf] + lane);
     if (more) store_a(buf ^ 1);  // the buffer of step st - 1: every warp passed the barrier after using it
     __syncthreads();
     cur = nxt;
-    fold(st + 1);
+    out.fold(st + 1, steps, kw);
   }
-
-  // Accumulator i of n8 tile j: weight row n0 + g (+ 8 for i >= 2), activation row 8j + 2t + (i & 1).
-#pragma unroll
-  for (int j = 0; j < kTiTiles; ++j)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int r = 8 * j + 2 * t + (i & 1);
-      const int64_t col = n0 + g + (i >= 2 ? 8 : 0);
-      const int64_t cr = c_row[r];
-      if (cr >= 0 && col < p.n) p.c[cr * p.ldc + col] = sum[j][i];
-    }
+  out.store(p, c_row, n0, g, t);
 }
 
 // The same tile with its loads through a cp.async ring (kRingStages steps of raw weight codes and raw bf16
@@ -342,25 +358,8 @@ __global__ void __launch_bounds__(kTiThreads, 2)
     for (int h = 0; h < 2; ++h) e[h] = st < steps && c < chunks ? srow[h][scale_offset<F>(c, lbk)] : 127u;
   };
 
-  float acc[kTiTiles][4], sum[kTiTiles][4];
-#pragma unroll
-  for (int j = 0; j < kTiTiles; ++j)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) acc[j][i] = sum[j][i] = 0.0f;
-  int w = 0;
-  auto fold = [&](int done) {
-    while (w < kw && steps * (w + 1) / kw <= done) {
-#pragma unroll
-      for (int j = 0; j < kTiTiles; ++j)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          sum[j][i] = w == 0 ? acc[j][i] : sum[j][i] + acc[j][i];
-          acc[j][i] = 0.0f;
-        }
-      ++w;
-    }
-  };
-  fold(0);
+  TileOutputs<F> out;
+  out.fold(0, steps, kw);
 
 #pragma unroll 1
   for (int j = 0; j < kS - 1; ++j) issue(j);
@@ -379,41 +378,16 @@ __global__ void __launch_bounds__(kTiThreads, 2)
     __syncthreads();
     issue(st + kS - 1);
     if (st + 1 < steps) convert(st + 1, (st + 1) & 1);
-    FormatScale<F> sc[2];
     uint4 q[2];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      sc[h].set(e[h]);
-      q[h] = *reinterpret_cast<const uint4*>(&sm.w[st % kS][warp * 16 + g + 8 * h][16 * t]);
-    }
-    const uint2* xrow = sm.xs[st & 1] + lane;
-#pragma unroll
-    for (int mi = 0; mi < kMi; ++mi) {
-      uint32_t wp[2], wq[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) weight_pairs<F>(q[h], sc[h], mi, wp[h], wq[h]);
-      const uint32_t a[4] = {wp[0], wp[1], wq[0], wq[1]};
-#pragma unroll
-      for (int j = 0; j < kTiTiles; ++j) {
-        const uint2 x = xrow[(mi * kTiM + 8 * j) * 4];
-        mma_bf16(acc[j], a, x.x, x.y);
-      }
-    }
+    for (int h = 0; h < 2; ++h) q[h] = *reinterpret_cast<const uint4*>(&sm.w[st % kS][warp * 16 + g + 8 * h][16 * t]);
+    out.step(q, e, sm.xs[st & 1] + lane);
     e[0] = en[0];
     e[1] = en[1];
-    fold(st + 1);
+    out.fold(st + 1, steps, kw);
   }
   cp_async_wait<0>();
-
-#pragma unroll
-  for (int j = 0; j < kTiTiles; ++j)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int r = 8 * j + 2 * t + (i & 1);
-      const int64_t col = n0 + g + (i >= 2 ? 8 : 0);
-      const int64_t cr = sm.c_row[r];
-      if (cr >= 0 && col < p.n) p.c[cr * p.ldc + col] = sum[j][i];
-    }
+  out.store(p, sm.c_row, n0, g, t);
 }
 
 int log2_exact(int v) { return (v > 0 && (v & (v - 1)) == 0) ? __builtin_ctz(static_cast<unsigned>(v)) : -1; }
