@@ -129,7 +129,7 @@ struct TileOutputs {
 template <QuantFormat F, bool kBf16A, int kBlocks>
 __global__ void __launch_bounds__(kTiThreads, kBlocks)
     gemm_invariant_tile_kernel(GemmKernelParams p, int kw, int lbn, int lbk, bool a_vec) {
-  constexpr int kMi = kMmas<F>, kC = kChunkK<F>, gap = kPairGap<F>;
+  constexpr int kMi = kMmas<F>, kC = kChunkK<F>;
   __shared__ __align__(16) uint2 xs[2][kMi * kTiM * 4];
   __shared__ int64_t a_row[kTiM], c_row[kTiM];
 
@@ -217,19 +217,11 @@ __global__ void __launch_bounds__(kTiThreads, kBlocks)
     }
   };
   // The fragment pairs of the chunk, as the streaming kernel stages them: [mma][row][chunk of the step].
-  // (k0 and gap are even: pair P = the low halves of words k0 / 2 and (k0 + gap) / 2, Q their high halves.)
   auto store_a = [&](int buf) {
-    uint2* dst = xs[buf] + ar * 4 + at;
-#pragma unroll
-    for (int mi = 0; mi < kMi; ++mi) {
-      const int k0 = pair_k<F>(mi);
-      if constexpr (kBf16A) {
-        const uint32_t lo = h[k0 / 2], hi = h[(k0 + gap) / 2];
-        dst[mi * kTiM * 4] = make_uint2(__byte_perm(lo, hi, 0x5410), __byte_perm(lo, hi, 0x7632));
-      } else {
-        dst[mi * kTiM * 4] = make_uint2(pack_bf16x2(v[k0], v[k0 + gap]), pack_bf16x2(v[k0 + 1], v[k0 + 1 + gap]));
-      }
-    }
+    if constexpr (kBf16A)
+      place_pairs<F>(h, xs[buf] + ar * 4 + at, kTiM * 4);
+    else
+      place_pairs<F>(v, xs[buf] + ar * 4 + at, kTiM * 4);
   };
   load_a(0);
   store_a(0);
@@ -275,7 +267,7 @@ struct RingSmem {
 template <QuantFormat F>
 __global__ void __launch_bounds__(kTiThreads, 2)
     gemm_invariant_ring_kernel(GemmKernelParams p, int kw, int lbn, int lbk) {
-  constexpr int kMi = kMmas<F>, kC = kChunkK<F>, gap = kPairGap<F>, kS = kRingStages<F>;
+  constexpr int kC = kChunkK<F>, kS = kRingStages<F>;
   static_assert(kS >= 3, "the waits below keep the next step landed one iteration ahead");
   using Smem = RingSmem<F>;
   constexpr int kAParts = Smem::kRowBytes / 16;  // 16-byte copies per activation row and step
@@ -343,13 +335,7 @@ __global__ void __launch_bounds__(kTiThreads, 2)
       h[4 * i + 2] = q.z;
       h[4 * i + 3] = q.w;
     }
-    uint2* dst = sm.xs[buf] + ar * 4 + at;
-#pragma unroll
-    for (int mi = 0; mi < kMi; ++mi) {
-      const int k0 = pair_k<F>(mi);
-      const uint32_t lo = h[k0 / 2], hi = h[(k0 + gap) / 2];
-      dst[mi * kTiM * 4] = make_uint2(__byte_perm(lo, hi, 0x5410), __byte_perm(lo, hi, 0x7632));
-    }
+    place_pairs<F>(h, sm.xs[buf] + ar * 4 + at, kTiM * 4);
   };
   // The lane's scale bytes of step st (127 past K, as the streaming kernel).
   auto load_e = [&](int st, uint32_t(&e)[2]) {

@@ -139,12 +139,11 @@ __global__ void __launch_bounds__(kSmThreads, 2)
     __syncthreads();
     // A thread per (row, chunk): the chunk's activations in one round of loads (16-byte ones when the rows are
     // aligned), then its kMi fragment entries. (Per-entry scalar loads made this a chain of dependent rounds.)
-    constexpr int gap = kPairGap<F>, kC = kChunkK<F>;
+    constexpr int kC = kChunkK<F>;
     for (int q = tid; q < R * steps * 4; q += kSmThreads) {
       const int r = q % R, c = q / R;
       if constexpr (kBf16A) {
-        // The caller's bf16 copy (RNE, the values pack_bf16x2 gives below): half the bytes, no conversion. Pair P
-        // = the low halves of words k0 / 2 and (k0 + gap) / 2, Q their high halves.
+        // The caller's bf16 copy (RNE, the values the f32 path rounds to): half the bytes, no conversion.
         uint32_t h[kC / 2];
         if (a_row[r] >= 0 && c < chunks) {
           const uint4* x = reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(p.a_bf16) +
@@ -161,13 +160,7 @@ __global__ void __launch_bounds__(kSmThreads, 2)
 #pragma unroll
           for (int i = 0; i < kC / 2; ++i) h[i] = 0u;
         }
-        uint2* dst = xs + ((c >> 2) * kMi * R + r) * 4 + (c & 3);
-#pragma unroll
-        for (int mi = 0; mi < kMi; ++mi) {
-          const int k0 = pair_k<F>(mi);
-          const uint32_t lo = h[k0 / 2], hi = h[(k0 + gap) / 2];
-          dst[mi * R * 4] = make_uint2(__byte_perm(lo, hi, 0x5410), __byte_perm(lo, hi, 0x7632));
-        }
+        place_pairs<F>(h, xs + ((c >> 2) * kMi * R + r) * 4 + (c & 3), R * 4);
         continue;
       }
       float v[kC];
@@ -190,12 +183,7 @@ __global__ void __launch_bounds__(kSmThreads, 2)
 #pragma unroll
         for (int i = 0; i < kC; ++i) v[i] = 0.0f;
       }
-      uint2* dst = xs + ((c >> 2) * kMi * R + r) * 4 + (c & 3);
-#pragma unroll
-      for (int mi = 0; mi < kMi; ++mi) {
-        const int k0 = pair_k<F>(mi);
-        dst[mi * R * 4] = make_uint2(pack_bf16x2(v[k0], v[k0 + gap]), pack_bf16x2(v[k0 + 1], v[k0 + 1 + gap]));
-      }
+      place_pairs<F>(v, xs + ((c >> 2) * kMi * R + r) * 4 + (c & 3), R * 4);
     }
     __syncthreads();
 
