@@ -477,8 +477,7 @@ TEST(GemmInvariantMma, ChoicesFollowTheWeightOnly) {
 // stage does not fit the streaming kernel even for one row (the tile kernel takes every call), partial 128-row
 // weight blocks and 16-row tiles, FP8 128x128 / 32x32 / per-32 scales and MXFP4, random codes (subnormals
 // included) and scales. Against the CPU on the bf16-rounded input (weights exact: only the summation order
-// differs): 1e-5. The calls of more than 8 rows again with the cp.async-ring tile kernel (DEEPINFER_AB_BI_TILE_RING=1):
-// the same bytes. Under DEEPINFER_AB_BI_FP32=1 the same calls take the fp32 chains: same bytes, against x.
+// differs): 1e-5. Under DEEPINFER_AB_BI_FP32=1 the same calls take the fp32 chains: same bytes, against x.
 TEST_F(CudaLinearTest, BatchInvariantTensorCoreRowsMatchAtEveryRowCount) {
   gpu().set_batch_invariant(true);
   struct Case {
@@ -536,14 +535,6 @@ TEST_F(CudaLinearTest, BatchInvariantTensorCoreRowsMatchAtEveryRowCount) {
     subsets.push_back(reversed);
     for (const auto& rows : subsets)
       expect_rows_bitwise(name + " rows=" + std::to_string(rows.size()), call(take_rows(x, rows)), full, rows);
-    // The cp.async-ring tile kernel (DEEPINFER_AB_BI_TILE_RING=1; calls of more than 8 rows): the same bytes.
-    setenv("DEEPINFER_AB_BI_TILE_RING", "1", 1);
-    expect_rows_bitwise(name + " ring kernel, all rows", call(x), full, run_of(0, c.m));
-    for (const auto& rows : subsets)
-      if (rows.size() > 8)
-        expect_rows_bitwise(name + " ring kernel rows=" + std::to_string(rows.size()), call(take_rows(x, rows)), full,
-                            rows);
-    unsetenv("DEEPINFER_AB_BI_TILE_RING");
   }
   {
     // The A/B switch: the previous fp32 kernels (exact products, against x itself); rows still the same bytes.

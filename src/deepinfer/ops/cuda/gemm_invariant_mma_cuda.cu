@@ -60,8 +60,8 @@ struct TileStep {
   uint32_t e[2];
 };
 
-// A warp's outputs in both tile kernels (16 weight rows x kTiM rows) and the per-output sequence they share with
-// the streaming kernel: per step kMmas mma.sync into one chain per slice (acc), the slices added in order (sum).
+// A warp's outputs in the tile kernel (16 weight rows x kTiM rows) and the per-output sequence it shares with the
+// streaming kernel: per step kMmas mma.sync into one chain per slice (acc), the slices added in order (sum).
 template <QuantFormat F>
 struct TileOutputs {
   float acc[kTiTiles][4], sum[kTiTiles][4];
@@ -245,137 +245,6 @@ __global__ void __launch_bounds__(kTiThreads, kBlocks)
   out.store(p, c_row, n0, g, t);
 }
 
-// The same tile with its loads through a cp.async ring (kRingStages steps of raw weight codes and raw bf16
-// activations in shared memory, kRingStages - 2 of them in flight while a step computes) instead of one step of
-// register prefetch: the register-staged kernel above keeps one step of loads in flight per block, too few bytes to
-// cover L2's latency. Each step's activations are placed into the fragment layout one step ahead (from the ring, as
-// the kernel above does from its registers); a lane reads its weight chunks from the ring. Per output: the same
-// decode, the same mma sequence and the same slice sums as the kernel above (and the streaming kernel). Needs the
-// bf16 copy of A (16-byte chunks). Rows past N read as zero codes here (row 0 above): their outputs are never written.
-template <QuantFormat F>
-constexpr int kRingStages = F == QuantFormat::kMXFP4 ? 3 : 4;  // two blocks an SM: 81 KB (FP8) / 105 KB (MXFP4)
-
-template <QuantFormat F>
-struct RingSmem {
-  static constexpr int kRowBytes = kChunkK<F> * 4 * 2;  // a step of one activation row in bf16
-  uint8_t w[kRingStages<F>][kTiN][64];                  // a step of each weight row: 4 chunks of 16 code bytes
-  uint8_t a[kRingStages<F>][kTiM][kRowBytes];
-  uint2 xs[2][kMmas<F> * kTiM * 4];
-  int64_t a_row[kTiM], c_row[kTiM];
-};
-
-template <QuantFormat F>
-__global__ void __launch_bounds__(kTiThreads, 2)
-    gemm_invariant_ring_kernel(GemmKernelParams p, int kw, int lbn, int lbk) {
-  constexpr int kC = kChunkK<F>, kS = kRingStages<F>;
-  static_assert(kS >= 3, "the waits below keep the next step landed one iteration ahead");
-  using Smem = RingSmem<F>;
-  constexpr int kAParts = Smem::kRowBytes / 16;  // 16-byte copies per activation row and step
-  extern __shared__ __align__(16) uint8_t ring_smem[];
-  Smem& sm = *reinterpret_cast<Smem*>(ring_smem);
-
-  int grp;
-  int64_t row_begin, row_end;
-  if (!gemm_tile_rows(p, blockIdx.y, 1, grp, row_begin, row_end)) return;
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
-  if (tid < kTiM) {
-    const int64_t i = row_begin + tid;
-    const bool valid = i < row_end;
-    sm.a_row[tid] = !valid ? -1 : (p.a_rows ? p.a_rows[i] / p.a_row_div : i);
-    sm.c_row[tid] = !valid ? -1 : (p.c_rows ? p.c_rows[i] : i);
-  }
-  const int64_t nb = static_cast<int64_t>(blockIdx.x) * kTiN, n0 = nb + warp * 16;
-  const uint8_t* b = static_cast<const uint8_t*>(p.b_table ? p.b_table[grp] : p.b);
-  const uint8_t* s = static_cast<const uint8_t*>(p.b_scale_table ? p.b_scale_table[grp] : p.b_scale);
-  const auto* a16 = static_cast<const __nv_bfloat16*>(p.a_bf16);
-  const int chunks = static_cast<int>(p.k / kC), steps = (chunks + 3) / 4;
-  const uint8_t* srow[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int64_t n = n0 + g + 8 * h;
-    srow[h] = scale_row<F>(p, s, n < p.n ? n : 0, lbn);
-  }
-  __syncthreads();  // a_row / c_row
-
-  // Step st into ring slot st % kS: the block's weight rows (chunk tt of row r from thread r·4 + tt, two each) and
-  // its activation rows (16-byte part `part` of row r); zero-filled past N, past K and for absent rows.
-  auto issue = [&](int st) {
-    if (st < steps) {
-      const int slot = st % kS;
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const int id = tid + i * kTiThreads, r = id >> 2, tt = id & 3, c = 4 * st + tt;
-        const int64_t n = nb + r;
-        const bool ok = n < p.n && c < chunks;
-        cp_async16(&sm.w[slot][r][16 * tt], ok ? b + (n * chunks + c) * 16 : b, ok);
-      }
-#pragma unroll
-      for (int i = 0; i < kAParts / 4; ++i) {
-        const int id = tid + i * kTiThreads, r = id / kAParts, part = id % kAParts;
-        const int c = 4 * st + part * 8 / kC;
-        const int64_t ar = sm.a_row[r];
-        const bool ok = ar >= 0 && c < chunks;
-        cp_async16(&sm.a[slot][r][16 * part],
-                   ok ? a16 + ar * p.lda + static_cast<int64_t>(st) * 4 * kC + part * 8 : a16, ok);
-      }
-    }
-    cp_async_commit();
-  };
-  // This thread's activation chunk of step st (row tid / 4, chunk tid % 4) from the ring into the fragment pairs of
-  // buffer buf, as the register-staged kernel places them.
-  const int ar = tid >> 2, at = tid & 3;
-  auto convert = [&](int st, int buf) {
-    const uint4* src = reinterpret_cast<const uint4*>(&sm.a[st % kS][ar][at * kC * 2]);
-    uint32_t h[kC / 2];
-#pragma unroll
-    for (int i = 0; i < kC / 8; ++i) {
-      const uint4 q = src[i];
-      h[4 * i] = q.x;
-      h[4 * i + 1] = q.y;
-      h[4 * i + 2] = q.z;
-      h[4 * i + 3] = q.w;
-    }
-    place_pairs<F>(h, sm.xs[buf] + ar * 4 + at, kTiM * 4);
-  };
-  // The lane's scale bytes of step st (127 past K, as the streaming kernel).
-  auto load_e = [&](int st, uint32_t(&e)[2]) {
-    const int c = 4 * st + t;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) e[h] = st < steps && c < chunks ? srow[h][scale_offset<F>(c, lbk)] : 127u;
-  };
-
-  TileOutputs<F> out;
-  out.fold(0, steps, kw);
-
-#pragma unroll 1
-  for (int j = 0; j < kS - 1; ++j) issue(j);
-  uint32_t e[2];
-  load_e(0, e);
-  cp_async_wait<kS - 3>();  // steps 0 and 1 landed (this thread's copies)
-  __syncthreads();
-  convert(0, 0);
-
-  for (int st = 0; st < steps; ++st) {
-    uint32_t en[2];
-    load_e(st + 1, en);
-    // Steps <= st + 1 landed for every thread; every warp is done with iteration st - 1, so ring slot (st - 1) % kS
-    // and fragment buffer (st + 1) & 1 are free, and buffer st & 1 (converted there) is visible.
-    cp_async_wait<kS - 3>();
-    __syncthreads();
-    issue(st + kS - 1);
-    if (st + 1 < steps) convert(st + 1, (st + 1) & 1);
-    uint4 q[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) q[h] = *reinterpret_cast<const uint4*>(&sm.w[st % kS][warp * 16 + g + 8 * h][16 * t]);
-    out.step(q, e, sm.xs[st & 1] + lane);
-    e[0] = en[0];
-    e[1] = en[1];
-    out.fold(st + 1, steps, kw);
-  }
-  cp_async_wait<0>();
-  out.store(p, sm.c_row, n0, g, t);
-}
-
 int log2_exact(int v) { return (v > 0 && (v & (v - 1)) == 0) ? __builtin_ctz(static_cast<unsigned>(v)) : -1; }
 
 // Temporary A/B switch: DEEPINFER_AB_BI_TILE_BLOCKS=1 bounds the bf16-A tile kernel for one block per SM (more
@@ -393,12 +262,6 @@ int64_t ab_expert_slots() {
   return slots > 0 ? slots : kInvariantExpertSlots;
 }
 
-// Temporary A/B switch: DEEPINFER_AB_BI_TILE_RING=1 runs the cp.async-ring tile kernel for calls with a bf16 A.
-bool ab_tile_ring() {
-  const char* v = std::getenv("DEEPINFER_AB_BI_TILE_RING");
-  return v && std::strcmp(v, "1") == 0;
-}
-
 bool ab_bi_fp32() {
   const char* v = std::getenv("DEEPINFER_AB_BI_FP32");
   return v && std::strcmp(v, "1") == 0;
@@ -414,12 +277,7 @@ void launch_tile(const GemmKernelParams& p, int kw, int lbn, int lbk, cudaStream
   const bool a16 = p.a_bf16 && p.lda % 8 == 0 && reinterpret_cast<uintptr_t>(p.a_bf16) % 16 == 0;
   // x = weight blocks (fastest): the blocks running together share an activation tile.
   const dim3 grid(static_cast<unsigned>(tiles_n), static_cast<unsigned>(tiles_m));
-  if (a16 && ab_tile_ring()) {
-    const size_t smem = sizeof(RingSmem<F>);
-    DI_CUDA_CHECK(cudaFuncSetAttribute(gemm_invariant_ring_kernel<F>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(smem)));
-    gemm_invariant_ring_kernel<F><<<grid, kTiThreads, smem, stream>>>(p, kw, lbn, lbk);
-  } else if (a16 && !ab_tile_one_block())
+  if (a16 && !ab_tile_one_block())
     gemm_invariant_tile_kernel<F, true, 2><<<grid, kTiThreads, 0, stream>>>(p, kw, lbn, lbk, a_vec);
   else if (a16)
     gemm_invariant_tile_kernel<F, true, 1><<<grid, kTiThreads, 0, stream>>>(p, kw, lbn, lbk, a_vec);
