@@ -46,22 +46,39 @@ __global__ void __launch_bounds__(kSpMaxSlices * 32)
     float acc[kR];
 #pragma unroll
     for (int i = 0; i < kR; ++i) acc[i] = 0.0f;
-#pragma unroll 4
-    for (int64_t k = kb; k < ke; k += 4) {
+    // Loads of kU quads first, then their FMAs (each row's chain in k order): kU quads of loads in flight a lane
+    // (each lane reads its own weight row; one quad at a time, the one-row call was latency-bound).
+    constexpr int kU = kR == 1 ? 16 : 2;
+    auto quad = [&](const float4& wv, const float4& av, float& acc_i) {
+      acc_i = fmaf(av.x, wv.x, acc_i);
+      acc_i = fmaf(av.y, wv.y, acc_i);
+      acc_i = fmaf(av.z, wv.z, acc_i);
+      acc_i = fmaf(av.w, wv.w, acc_i);
+    };
+    auto load_a = [&](int i, int64_t k) {
+      if constexpr (kVecA)
+        return __ldg(reinterpret_cast<const float4*>(a[i] + k));
+      else
+        return make_float4(__ldg(a[i] + k), __ldg(a[i] + k + 1), __ldg(a[i] + k + 2), __ldg(a[i] + k + 3));
+    };
+    int64_t k = kb;
+    for (; k + 4 * kU <= ke; k += 4 * kU) {
+      float4 wv[kU], av[kR][kU];
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+        wv[u] = __ldg(reinterpret_cast<const float4*>(w + k + 4 * u));
+#pragma unroll
+        for (int i = 0; i < kR; ++i) av[i][u] = load_a(i, k + 4 * u);
+      }
+#pragma unroll
+      for (int u = 0; u < kU; ++u)
+#pragma unroll
+        for (int i = 0; i < kR; ++i) quad(wv[u], av[i][u], acc[i]);
+    }
+    for (; k < ke; k += 4) {
       const float4 wv = __ldg(reinterpret_cast<const float4*>(w + k));
 #pragma unroll
-      for (int i = 0; i < kR; ++i) {
-        float4 av;
-        if constexpr (kVecA) {
-          av = __ldg(reinterpret_cast<const float4*>(a[i] + k));
-        } else {
-          av = make_float4(__ldg(a[i] + k), __ldg(a[i] + k + 1), __ldg(a[i] + k + 2), __ldg(a[i] + k + 3));
-        }
-        acc[i] = fmaf(av.x, wv.x, acc[i]);
-        acc[i] = fmaf(av.y, wv.y, acc[i]);
-        acc[i] = fmaf(av.z, wv.z, acc[i]);
-        acc[i] = fmaf(av.w, wv.w, acc[i]);
-      }
+      for (int i = 0; i < kR; ++i) quad(wv, load_a(i, k), acc[i]);
     }
 #pragma unroll
     for (int i = 0; i < kR; ++i) part[warp][i][lane] = acc[i];
