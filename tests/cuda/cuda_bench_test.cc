@@ -703,9 +703,8 @@ TEST_F(CudaBench, DISABLED_MoeExpertSpreadTimings) {
   }
 }
 
-// Batch-invariant GEMMs (issue #7), four modes in the same run: the default mode's kernels, batch-invariant mode
-// (gpu().set_batch_invariant: the tensor-core sequence of gemm_invariant_mma.h for these UE8M0 formats), the same
-// with the cp.async-ring tile kernel (DEEPINFER_AB_BI_TILE_RING=1: differs from it past 8 rows only) and
+// Batch-invariant GEMMs (issue #7), three modes in the same run: the default mode's kernels, batch-invariant mode
+// (gpu().set_batch_invariant: the tensor-core sequence of gemm_invariant_mma.h for these UE8M0 formats) and
 // batch-invariant mode on the previous fp32 chains (DEEPINFER_AB_BI_FP32=1: column-chain kernels up to 8 rows, the
 // SIMT tile above). FP8 128x128 UE8M0 projections at V4-Flash shapes and the V4.1 MXFP4 routed experts (E=384, k=6,
 // + FP8 shared expert) at 1-8 rows / tokens (decode) and 64-4096 (prefill); weights rotate over copies (dense) or
@@ -717,22 +716,16 @@ TEST_F(CudaBench, DISABLED_BatchInvariantDecodeTimings) {
   auto floor_ms = [&](int64_t k) { return 4.0 * k / (clock_khz * 1e3) * 1e3; };
   struct Mode {
     const char* name;
-    bool invariant, fp32, ring;
+    bool invariant, fp32;
   };
-  const Mode modes[] = {{"default", false, false, false},
-                        {"batch-invariant", true, false, false},
-                        {"batch-invariant ring tile", true, false, true},
-                        {"batch-invariant fp32", true, true, false}};
+  const Mode modes[] = {
+      {"default", false, false}, {"batch-invariant", true, false}, {"batch-invariant fp32", true, true}};
   auto set_mode = [&](const Mode& md) {
     gpu().set_batch_invariant(md.invariant);
     if (md.fp32)
       setenv("DEEPINFER_AB_BI_FP32", "1", 1);
     else
       unsetenv("DEEPINFER_AB_BI_FP32");
-    if (md.ring)
-      setenv("DEEPINFER_AB_BI_TILE_RING", "1", 1);
-    else
-      unsetenv("DEEPINFER_AB_BI_TILE_RING");
   };
   struct Proj {
     const char* name;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <numeric>
 
 #include "cuda/cuda_test_util.h"
 #include "deepinfer/core/dtype.h"
@@ -420,6 +421,39 @@ TEST_F(CudaLinearTest, BatchInvariantDecodeShapesMatchTheTile) {
   }
 }
 
+// Batch-invariant mode, small f32 weights (the routers: V4-Flash 256 x 4096, V4.1 384 x 7168; and 300 x 1300 in 2
+// uneven slices): the K-sliced chains run as 8-row blocks below 64 rows and as a 64 x 64 tile from 64 rows
+// (gemm_invariant_f32.h); a row's bytes must be the same in both, wherever it sits, and within 1e-5 of the CPU
+// (exact fp32 products, another summation order).
+TEST_F(CudaLinearTest, BatchInvariantF32RouterRowsMatchAtEveryRowCount) {
+  gpu().set_batch_invariant(true);
+  const int64_t m = 200;
+  for (auto [n, k] : {std::pair<int64_t, int64_t>{256, 4096}, {384, 7168}, {300, 1300}}) {
+    const HostTensor x = rand({m, k}), w = rand({n, k});
+    const DeviceTensor dw = up(w);
+    auto call = [&](const HostTensor& xs) {
+      const DeviceTensor dx = up(xs), dout = poisoned({xs.shape()[0], n});
+      gpu().linear({dx, dw, dout});
+      return down(dout);
+    };
+    const std::string name = "batch-invariant f32 sliced N=" + std::to_string(n) + " K=" + std::to_string(k) +
+                             " slices=" + std::to_string(cuda::gemm_invariant_f32_slices(k));
+    const HostTensor full = call(x);
+    rel_err(name.c_str(), full, cpu_linear(x, w), 1e-5);
+    std::vector<std::vector<int64_t>> subsets = {{0}, {m - 1}};
+    for (int64_t len : std::initializer_list<int64_t>{8, 12, 63, 64, 65, 130, m - 1}) {
+      std::vector<int64_t> rows(len);
+      std::iota(rows.begin(), rows.end(), m - len);
+      subsets.push_back(rows);
+    }
+    std::vector<int64_t> reversed(m);
+    std::iota(reversed.rbegin(), reversed.rend(), 0);
+    subsets.push_back(reversed);
+    for (const auto& rows : subsets)
+      expect_rows_bitwise(name + " rows=" + std::to_string(rows.size()), call(take_rows(x, rows)), full, rows);
+  }
+}
+
 // The batch-invariant sequence's choices depend on the weight only (host functions: no device needed). K slices:
 // the streaming kernel's rule at one group slot for dense weights and small tables, at kInvariantExpertSlots (or
 // DEEPINFER_AB_BI_EXPERT_SLOTS) for expert tables (>= 16 weights); which weights take it: UE8M0 block formats with K a
@@ -477,8 +511,7 @@ TEST(GemmInvariantMma, ChoicesFollowTheWeightOnly) {
 // stage does not fit the streaming kernel even for one row (the tile kernel takes every call), partial 128-row
 // weight blocks and 16-row tiles, FP8 128x128 / 32x32 / per-32 scales and MXFP4, random codes (subnormals
 // included) and scales. Against the CPU on the bf16-rounded input (weights exact: only the summation order
-// differs): 1e-5. The calls of more than 8 rows again with the cp.async-ring tile kernel (DEEPINFER_AB_BI_TILE_RING=1):
-// the same bytes. Under DEEPINFER_AB_BI_FP32=1 the same calls take the fp32 chains: same bytes, against x.
+// differs): 1e-5. Under DEEPINFER_AB_BI_FP32=1 the same calls take the fp32 chains: same bytes, against x.
 TEST_F(CudaLinearTest, BatchInvariantTensorCoreRowsMatchAtEveryRowCount) {
   gpu().set_batch_invariant(true);
   struct Case {
@@ -536,14 +569,6 @@ TEST_F(CudaLinearTest, BatchInvariantTensorCoreRowsMatchAtEveryRowCount) {
     subsets.push_back(reversed);
     for (const auto& rows : subsets)
       expect_rows_bitwise(name + " rows=" + std::to_string(rows.size()), call(take_rows(x, rows)), full, rows);
-    // The cp.async-ring tile kernel (DEEPINFER_AB_BI_TILE_RING=1; calls of more than 8 rows): the same bytes.
-    setenv("DEEPINFER_AB_BI_TILE_RING", "1", 1);
-    expect_rows_bitwise(name + " ring kernel, all rows", call(x), full, run_of(0, c.m));
-    for (const auto& rows : subsets)
-      if (rows.size() > 8)
-        expect_rows_bitwise(name + " ring kernel rows=" + std::to_string(rows.size()), call(take_rows(x, rows)), full,
-                            rows);
-    unsetenv("DEEPINFER_AB_BI_TILE_RING");
   }
   {
     // The A/B switch: the previous fp32 kernels (exact products, against x itself); rows still the same bytes.

@@ -60,6 +60,67 @@ struct TileStep {
   uint32_t e[2];
 };
 
+// A warp's outputs in the tile kernel (16 weight rows x kTiM rows) and the per-output sequence it shares with the
+// streaming kernel: per step kMmas mma.sync into one chain per slice (acc), the slices added in order (sum).
+template <QuantFormat F>
+struct TileOutputs {
+  float acc[kTiTiles][4], sum[kTiTiles][4];
+  int folded = 0;  // slices added into sum
+
+  __device__ __forceinline__ TileOutputs() {
+#pragma unroll
+    for (int j = 0; j < kTiTiles; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[j][i] = sum[j][i] = 0.0f;
+  }
+  // One step: the lane's weight chunks (rows g, g + 8) and scale bytes, the step's activation fragments from xrow
+  // (the fragment buffer + lane).
+  __device__ __forceinline__ void step(const uint4 (&q)[2], const uint32_t (&e)[2], const uint2* xrow) {
+    FormatScale<F> sc[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) sc[h].set(e[h]);
+#pragma unroll
+    for (int mi = 0; mi < kMmas<F>; ++mi) {
+      uint32_t wp[2], wq[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) weight_pairs<F>(q[h], sc[h], mi, wp[h], wq[h]);
+      const uint32_t a[4] = {wp[0], wp[1], wq[0], wq[1]};
+#pragma unroll
+      for (int j = 0; j < kTiTiles; ++j) {
+        const uint2 x = xrow[(mi * kTiM + 8 * j) * 4];
+        mma_bf16(acc[j], a, x.x, x.y);
+      }
+    }
+  }
+  // Adds every slice that ends at `done` of `steps` steps into sum (empty slices too: a +0 partial, as the
+  // streaming kernel adds).
+  __device__ __forceinline__ void fold(int done, int steps, int kw) {
+    while (folded < kw && steps * (folded + 1) / kw <= done) {
+#pragma unroll
+      for (int j = 0; j < kTiTiles; ++j)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          sum[j][i] = folded == 0 ? acc[j][i] : sum[j][i] + acc[j][i];
+          acc[j][i] = 0.0f;
+        }
+      ++folded;
+    }
+  }
+  // Accumulator i of n8 tile j: weight row n0 + g (+ 8 for i >= 2), activation row 8j + 2t + (i & 1).
+  __device__ __forceinline__ void store(const GemmKernelParams& p, const int64_t* c_row, int64_t n0, int g,
+                                        int t) const {
+#pragma unroll
+    for (int j = 0; j < kTiTiles; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int r = 8 * j + 2 * t + (i & 1);
+        const int64_t col = n0 + g + (i >= 2 ? 8 : 0);
+        const int64_t cr = c_row[r];
+        if (cr >= 0 && col < p.n) p.c[cr * p.ldc + col] = sum[j][i];
+      }
+  }
+};
+
 // Grid: x = kTiN-row weight blocks, y = kTiM-row tiles (dense) or the plan's tiles (grouped). Static shared memory:
 // two buffers of a step's activation fragments (FP8 16 KB, MXFP4 32 KB). kBf16A: the activations come from the
 // caller's bf16 copy (p.a_bf16, RNE like the in-kernel rounding of p.a: the same bf16 values; half the bytes).
@@ -68,7 +129,7 @@ struct TileStep {
 template <QuantFormat F, bool kBf16A, int kBlocks>
 __global__ void __launch_bounds__(kTiThreads, kBlocks)
     gemm_invariant_tile_kernel(GemmKernelParams p, int kw, int lbn, int lbk, bool a_vec) {
-  constexpr int kMi = kMmas<F>, kC = kChunkK<F>, gap = kPairGap<F>;
+  constexpr int kMi = kMmas<F>, kC = kChunkK<F>;
   __shared__ __align__(16) uint2 xs[2][kMi * kTiM * 4];
   __shared__ int64_t a_row[kTiM], c_row[kTiM];
 
@@ -156,46 +217,18 @@ __global__ void __launch_bounds__(kTiThreads, kBlocks)
     }
   };
   // The fragment pairs of the chunk, as the streaming kernel stages them: [mma][row][chunk of the step].
-  // (k0 and gap are even: pair P = the low halves of words k0 / 2 and (k0 + gap) / 2, Q their high halves.)
   auto store_a = [&](int buf) {
-    uint2* dst = xs[buf] + ar * 4 + at;
-#pragma unroll
-    for (int mi = 0; mi < kMi; ++mi) {
-      const int k0 = pair_k<F>(mi);
-      if constexpr (kBf16A) {
-        const uint32_t lo = h[k0 / 2], hi = h[(k0 + gap) / 2];
-        dst[mi * kTiM * 4] = make_uint2(__byte_perm(lo, hi, 0x5410), __byte_perm(lo, hi, 0x7632));
-      } else {
-        dst[mi * kTiM * 4] = make_uint2(pack_bf16x2(v[k0], v[k0 + gap]), pack_bf16x2(v[k0 + 1], v[k0 + 1 + gap]));
-      }
-    }
+    if constexpr (kBf16A)
+      place_pairs<F>(h, xs[buf] + ar * 4 + at, kTiM * 4);
+    else
+      place_pairs<F>(v, xs[buf] + ar * 4 + at, kTiM * 4);
   };
   load_a(0);
   store_a(0);
   __syncthreads();
 
-  // acc: the current slice's chain; sum: the slices so far (n8 tile j, the mma's 4 outputs).
-  float acc[kTiTiles][4], sum[kTiTiles][4];
-#pragma unroll
-  for (int j = 0; j < kTiTiles; ++j)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) acc[j][i] = sum[j][i] = 0.0f;
-  int w = 0;  // slices folded into sum
-  // Folds every slice that ends at `done` steps (empty slices too: a +0 partial, as the streaming kernel adds).
-  auto fold = [&](int done) {
-    while (w < kw && steps * (w + 1) / kw <= done) {
-#pragma unroll
-      for (int j = 0; j < kTiTiles; ++j)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          sum[j][i] = w == 0 ? acc[j][i] : sum[j][i] + acc[j][i];
-          acc[j][i] = 0.0f;
-        }
-      ++w;
-    }
-  };
-  fold(0);
-
+  TileOutputs<F> out;
+  out.fold(0, steps, kw);
   for (int st = 0; st < steps; ++st) {
     const int buf = st & 1;
     // The next step's loads are in flight during this step's mmas.
@@ -203,217 +236,13 @@ __global__ void __launch_bounds__(kTiThreads, kBlocks)
     load_w(st + 1, nxt);
     const bool more = st + 1 < steps;
     if (more) load_a(st + 1);
-    FormatScale<F> sc[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) sc[h].set(cur.e[h]);
-    const uint2* xrow = xs[buf] + lane;
-#pragma unroll
-    for (int mi = 0; mi < kMi; ++mi) {
-      uint32_t wp[2], wq[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) weight_pairs<F>(cur.q[h], sc[h], mi, wp[h], wq[h]);
-      const uint32_t a[4] = {wp[0], wp[1], wq[0], wq[1]};
-#pragma unroll
-      for (int j = 0; j < kTiTiles; ++j) {
-        const uint2 x = xrow[(mi * kTiM + 8 * j) * 4];
-        mma_bf16(acc[j], a, x.x, x.y);
-      }
-    }
+    out.step(cur.q, cur.e, xs[buf] + lane);
     if (more) store_a(buf ^ 1);  // the buffer of step st - 1: every warp passed the barrier after using it
     __syncthreads();
     cur = nxt;
-    fold(st + 1);
+    out.fold(st + 1, steps, kw);
   }
-
-  // Accumulator i of n8 tile j: weight row n0 + g (+ 8 for i >= 2), activation row 8j + 2t + (i & 1).
-#pragma unroll
-  for (int j = 0; j < kTiTiles; ++j)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int r = 8 * j + 2 * t + (i & 1);
-      const int64_t col = n0 + g + (i >= 2 ? 8 : 0);
-      const int64_t cr = c_row[r];
-      if (cr >= 0 && col < p.n) p.c[cr * p.ldc + col] = sum[j][i];
-    }
-}
-
-// The same tile with its loads through a cp.async ring (kRingStages steps of raw weight codes and raw bf16
-// activations in shared memory, kRingStages - 2 of them in flight while a step computes) instead of one step of
-// register prefetch: the register-staged kernel above keeps one step of loads in flight per block, too few bytes to
-// cover L2's latency. Each step's activations are placed into the fragment layout one step ahead (from the ring, as
-// the kernel above does from its registers); a lane reads its weight chunks from the ring. Per output: the same
-// decode, the same mma sequence and the same slice sums as the kernel above (and the streaming kernel). Needs the
-// bf16 copy of A (16-byte chunks). Rows past N read as zero codes here (row 0 above): their outputs are never written.
-template <QuantFormat F>
-constexpr int kRingStages = F == QuantFormat::kMXFP4 ? 3 : 4;  // two blocks an SM: 81 KB (FP8) / 105 KB (MXFP4)
-
-template <QuantFormat F>
-struct RingSmem {
-  static constexpr int kRowBytes = kChunkK<F> * 4 * 2;  // a step of one activation row in bf16
-  uint8_t w[kRingStages<F>][kTiN][64];                  // a step of each weight row: 4 chunks of 16 code bytes
-  uint8_t a[kRingStages<F>][kTiM][kRowBytes];
-  uint2 xs[2][kMmas<F> * kTiM * 4];
-  int64_t a_row[kTiM], c_row[kTiM];
-};
-
-template <QuantFormat F>
-__global__ void __launch_bounds__(kTiThreads, 2)
-    gemm_invariant_ring_kernel(GemmKernelParams p, int kw, int lbn, int lbk) {
-  constexpr int kMi = kMmas<F>, kC = kChunkK<F>, gap = kPairGap<F>, kS = kRingStages<F>;
-  static_assert(kS >= 3, "the waits below keep the next step landed one iteration ahead");
-  using Smem = RingSmem<F>;
-  constexpr int kAParts = Smem::kRowBytes / 16;  // 16-byte copies per activation row and step
-  extern __shared__ __align__(16) uint8_t ring_smem[];
-  Smem& sm = *reinterpret_cast<Smem*>(ring_smem);
-
-  int grp;
-  int64_t row_begin, row_end;
-  if (!gemm_tile_rows(p, blockIdx.y, 1, grp, row_begin, row_end)) return;
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
-  if (tid < kTiM) {
-    const int64_t i = row_begin + tid;
-    const bool valid = i < row_end;
-    sm.a_row[tid] = !valid ? -1 : (p.a_rows ? p.a_rows[i] / p.a_row_div : i);
-    sm.c_row[tid] = !valid ? -1 : (p.c_rows ? p.c_rows[i] : i);
-  }
-  const int64_t nb = static_cast<int64_t>(blockIdx.x) * kTiN, n0 = nb + warp * 16;
-  const uint8_t* b = static_cast<const uint8_t*>(p.b_table ? p.b_table[grp] : p.b);
-  const uint8_t* s = static_cast<const uint8_t*>(p.b_scale_table ? p.b_scale_table[grp] : p.b_scale);
-  const auto* a16 = static_cast<const __nv_bfloat16*>(p.a_bf16);
-  const int chunks = static_cast<int>(p.k / kC), steps = (chunks + 3) / 4;
-  const uint8_t* srow[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int64_t n = n0 + g + 8 * h;
-    srow[h] = scale_row<F>(p, s, n < p.n ? n : 0, lbn);
-  }
-  __syncthreads();  // a_row / c_row
-
-  // Step st into ring slot st % kS: the block's weight rows (chunk tt of row r from thread r·4 + tt, two each) and
-  // its activation rows (16-byte part `part` of row r); zero-filled past N, past K and for absent rows.
-  auto issue = [&](int st) {
-    if (st < steps) {
-      const int slot = st % kS;
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const int id = tid + i * kTiThreads, r = id >> 2, tt = id & 3, c = 4 * st + tt;
-        const int64_t n = nb + r;
-        const bool ok = n < p.n && c < chunks;
-        cp_async16(&sm.w[slot][r][16 * tt], ok ? b + (n * chunks + c) * 16 : b, ok);
-      }
-#pragma unroll
-      for (int i = 0; i < kAParts / 4; ++i) {
-        const int id = tid + i * kTiThreads, r = id / kAParts, part = id % kAParts;
-        const int c = 4 * st + part * 8 / kC;
-        const int64_t ar = sm.a_row[r];
-        const bool ok = ar >= 0 && c < chunks;
-        cp_async16(&sm.a[slot][r][16 * part],
-                   ok ? a16 + ar * p.lda + static_cast<int64_t>(st) * 4 * kC + part * 8 : a16, ok);
-      }
-    }
-    cp_async_commit();
-  };
-  // This thread's activation chunk of step st (row tid / 4, chunk tid % 4) from the ring into the fragment pairs of
-  // buffer buf, as the register-staged kernel places them.
-  const int ar = tid >> 2, at = tid & 3;
-  auto convert = [&](int st, int buf) {
-    const uint4* src = reinterpret_cast<const uint4*>(&sm.a[st % kS][ar][at * kC * 2]);
-    uint32_t h[kC / 2];
-#pragma unroll
-    for (int i = 0; i < kC / 8; ++i) {
-      const uint4 q = src[i];
-      h[4 * i] = q.x;
-      h[4 * i + 1] = q.y;
-      h[4 * i + 2] = q.z;
-      h[4 * i + 3] = q.w;
-    }
-    uint2* dst = sm.xs[buf] + ar * 4 + at;
-#pragma unroll
-    for (int mi = 0; mi < kMi; ++mi) {
-      const int k0 = pair_k<F>(mi);
-      const uint32_t lo = h[k0 / 2], hi = h[(k0 + gap) / 2];
-      dst[mi * kTiM * 4] = make_uint2(__byte_perm(lo, hi, 0x5410), __byte_perm(lo, hi, 0x7632));
-    }
-  };
-  // The lane's scale bytes of step st (127 past K, as the streaming kernel).
-  auto load_e = [&](int st, uint32_t(&e)[2]) {
-    const int c = 4 * st + t;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) e[h] = st < steps && c < chunks ? srow[h][scale_offset<F>(c, lbk)] : 127u;
-  };
-
-  float acc[kTiTiles][4], sum[kTiTiles][4];
-#pragma unroll
-  for (int j = 0; j < kTiTiles; ++j)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) acc[j][i] = sum[j][i] = 0.0f;
-  int w = 0;
-  auto fold = [&](int done) {
-    while (w < kw && steps * (w + 1) / kw <= done) {
-#pragma unroll
-      for (int j = 0; j < kTiTiles; ++j)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          sum[j][i] = w == 0 ? acc[j][i] : sum[j][i] + acc[j][i];
-          acc[j][i] = 0.0f;
-        }
-      ++w;
-    }
-  };
-  fold(0);
-
-#pragma unroll 1
-  for (int j = 0; j < kS - 1; ++j) issue(j);
-  uint32_t e[2];
-  load_e(0, e);
-  cp_async_wait<kS - 3>();  // steps 0 and 1 landed (this thread's copies)
-  __syncthreads();
-  convert(0, 0);
-
-  for (int st = 0; st < steps; ++st) {
-    uint32_t en[2];
-    load_e(st + 1, en);
-    // Steps <= st + 1 landed for every thread; every warp is done with iteration st - 1, so ring slot (st - 1) % kS
-    // and fragment buffer (st + 1) & 1 are free, and buffer st & 1 (converted there) is visible.
-    cp_async_wait<kS - 3>();
-    __syncthreads();
-    issue(st + kS - 1);
-    if (st + 1 < steps) convert(st + 1, (st + 1) & 1);
-    FormatScale<F> sc[2];
-    uint4 q[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      sc[h].set(e[h]);
-      q[h] = *reinterpret_cast<const uint4*>(&sm.w[st % kS][warp * 16 + g + 8 * h][16 * t]);
-    }
-    const uint2* xrow = sm.xs[st & 1] + lane;
-#pragma unroll
-    for (int mi = 0; mi < kMi; ++mi) {
-      uint32_t wp[2], wq[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) weight_pairs<F>(q[h], sc[h], mi, wp[h], wq[h]);
-      const uint32_t a[4] = {wp[0], wp[1], wq[0], wq[1]};
-#pragma unroll
-      for (int j = 0; j < kTiTiles; ++j) {
-        const uint2 x = xrow[(mi * kTiM + 8 * j) * 4];
-        mma_bf16(acc[j], a, x.x, x.y);
-      }
-    }
-    e[0] = en[0];
-    e[1] = en[1];
-    fold(st + 1);
-  }
-  cp_async_wait<0>();
-
-#pragma unroll
-  for (int j = 0; j < kTiTiles; ++j)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int r = 8 * j + 2 * t + (i & 1);
-      const int64_t col = n0 + g + (i >= 2 ? 8 : 0);
-      const int64_t cr = sm.c_row[r];
-      if (cr >= 0 && col < p.n) p.c[cr * p.ldc + col] = sum[j][i];
-    }
+  out.store(p, c_row, n0, g, t);
 }
 
 int log2_exact(int v) { return (v > 0 && (v & (v - 1)) == 0) ? __builtin_ctz(static_cast<unsigned>(v)) : -1; }
@@ -433,12 +262,6 @@ int64_t ab_expert_slots() {
   return slots > 0 ? slots : kInvariantExpertSlots;
 }
 
-// Temporary A/B switch: DEEPINFER_AB_BI_TILE_RING=1 runs the cp.async-ring tile kernel for calls with a bf16 A.
-bool ab_tile_ring() {
-  const char* v = std::getenv("DEEPINFER_AB_BI_TILE_RING");
-  return v && std::strcmp(v, "1") == 0;
-}
-
 bool ab_bi_fp32() {
   const char* v = std::getenv("DEEPINFER_AB_BI_FP32");
   return v && std::strcmp(v, "1") == 0;
@@ -454,12 +277,7 @@ void launch_tile(const GemmKernelParams& p, int kw, int lbn, int lbk, cudaStream
   const bool a16 = p.a_bf16 && p.lda % 8 == 0 && reinterpret_cast<uintptr_t>(p.a_bf16) % 16 == 0;
   // x = weight blocks (fastest): the blocks running together share an activation tile.
   const dim3 grid(static_cast<unsigned>(tiles_n), static_cast<unsigned>(tiles_m));
-  if (a16 && ab_tile_ring()) {
-    const size_t smem = sizeof(RingSmem<F>);
-    DI_CUDA_CHECK(cudaFuncSetAttribute(gemm_invariant_ring_kernel<F>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(smem)));
-    gemm_invariant_ring_kernel<F><<<grid, kTiThreads, smem, stream>>>(p, kw, lbn, lbk);
-  } else if (a16 && !ab_tile_one_block())
+  if (a16 && !ab_tile_one_block())
     gemm_invariant_tile_kernel<F, true, 2><<<grid, kTiThreads, 0, stream>>>(p, kw, lbn, lbk, a_vec);
   else if (a16)
     gemm_invariant_tile_kernel<F, true, 1><<<grid, kTiThreads, 0, stream>>>(p, kw, lbn, lbk, a_vec);

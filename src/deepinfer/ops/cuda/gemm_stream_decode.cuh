@@ -12,6 +12,7 @@
 
 #include <cstdint>
 
+#include "deepinfer/ops/cuda/gemm_decode.cuh"
 #include "deepinfer/ops/cuda/kernels.h"
 
 namespace deepinfer::cuda {
@@ -97,6 +98,28 @@ __device__ __forceinline__ void weight_pairs(const uint4& q, const FormatScale<F
   } else {
     wp = sc.apply(fp8_pair(w[mi], 0));
     wq = sc.apply(fp8_pair(w[mi], 1));
+  }
+}
+
+// A chunk's activations placed as the fragment pairs of its kMmas mmas (dst[mi · stride]: pair P, pair Q), rounded
+// to bf16 (RNE) from f32 values ...
+template <QuantFormat F>
+__device__ __forceinline__ void place_pairs(const float (&v)[kChunkK<F>], uint2* dst, int stride) {
+#pragma unroll
+  for (int mi = 0; mi < kMmas<F>; ++mi) {
+    const int k0 = pair_k<F>(mi), gap = kPairGap<F>;
+    dst[mi * stride] = make_uint2(pack_bf16x2(v[k0], v[k0 + gap]), pack_bf16x2(v[k0 + 1], v[k0 + 1 + gap]));
+  }
+}
+// ... or from bf16 already (word i: k 2i low, 2i + 1 high; k0 and the gap are even, so P is the low halves of words
+// k0 / 2 and (k0 + gap) / 2, Q their high halves): the same bits when the bf16 values are the RNE roundings.
+template <QuantFormat F>
+__device__ __forceinline__ void place_pairs(const uint32_t (&h)[kChunkK<F> / 2], uint2* dst, int stride) {
+#pragma unroll
+  for (int mi = 0; mi < kMmas<F>; ++mi) {
+    const int k0 = pair_k<F>(mi), gap = kPairGap<F>;
+    const uint32_t lo = h[k0 / 2], hi = h[(k0 + gap) / 2];
+    dst[mi * stride] = make_uint2(__byte_perm(lo, hi, 0x5410), __byte_perm(lo, hi, 0x7632));
   }
 }
 

@@ -93,10 +93,10 @@ struct GemmKernelParams {
   int64_t rows_hint = 0;
   const int32_t* active_groups = nullptr;  // grouped: [groups + 1] non-empty group ids, count at [groups]
   bool tables_aligned16 = false;           // every b_table entry is 16-byte aligned (vector weight loads)
-  // Batch-invariant mode: every output is the same fp32 FMA chain over k = 0, 1, ..., K-1 (weights dequantized to
-  // f32 first) whatever m, the group sizes and rows_hint are — the SIMT tile for many rows, a column-chain
-  // kernel with the identical per-output arithmetic for few rows — so a row's result never depends on which
-  // other rows share the call.
+  // Batch-invariant mode: every output's arithmetic is fixed by the weight whatever m, the group sizes and
+  // rows_hint are, so a row's result never depends on which other rows share the call — a fixed tensor-core
+  // sequence for UE8M0 block formats (gemm_invariant_mma.h), K-sliced fp32 chains for small dense f32 weights
+  // (gemm_invariant_f32.h), else the fp32 FMA chain over k = 0, 1, ..., K-1 (the SIMT tile / the column chain).
   bool batch_invariant = false;
 };
 constexpr int kGemmTileM = 64;
