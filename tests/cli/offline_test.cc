@@ -152,6 +152,8 @@ TEST(OfflineCli, DecodeRateAsTheReferenceReportsIt) {
     EXPECT_GT(d.sps, 0);
     EXPECT_NEAR(d.sps, d.steps / d.seconds, 0.01 * d.sps + 0.01) << r.output;
     EXPECT_NEAR(d.delivered, d.sps * d.batch, 0.01 * d.delivered + 0.1) << r.output;
+    // No CUDA graphs on the CPU: no warm-up step left out.
+    EXPECT_NE(r.output.find("warm-up steps (a CUDA graph recorded) left out: 0 ("), std::string::npos) << r.output;
   }
 }
 

@@ -141,24 +141,39 @@ int run_offline(const OfflineArgs& a) {
   std::vector<CompletedSequence> done;
   // Wall time of the steps that computed no prompt token: the decode phase's step time (steps per second).
   std::vector<double> decode_ms;
-  // The decode phase as the reference reports it (avg_SPS, delivered and full-acceptance tokens/s): the calls that
-  // launched no prompt token; a call that launched nothing (draining the last step) adds its time only.
+  // The decode phase as the reference reports it (avg_SPS, delivered and full-acceptance tokens/s), in steady
+  // state. A call's wall time is mostly the wait for a launch: with asynchronous scheduling the previous call's
+  // (the first decode call waits for the prefill, the drain call after the last launch for the last decode), else
+  // its own. A launch of decodes and no prompt token counts as a step, timed by the call that waited for it,
+  // unless that call or the launching one recorded a CUDA graph (warm-up: capture, first use of the kernels;
+  // reported apart).
+  struct Call {
+    bool pure_decode = false, recorded = false;
+    double ms = 0;
+    int num_decodes = 0;
+    int64_t drafted = 0, accepted = 0;
+  };
+  std::vector<Call> calls;
   bench::DecodeCounts decode;
   decode.draft_length = setup_spec ? a.setup.num_draft_tokens : 0;
   while (engine.has_unfinished()) {
     const int64_t prompt_before = engine.stats().prompt_tokens_computed;
     const int64_t drafted_before = engine.stats().spec.drafted, accepted_before = engine.stats().spec.accepted;
+    const int64_t recordings_before = engine.stats().model.decode_graph_recordings;
     const auto s0 = std::chrono::steady_clock::now();
     const StepStats step = engine.step();
-    if (engine.stats().prompt_tokens_computed == prompt_before) {
-      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - s0).count();
-      decode_ms.push_back(ms);
-      decode.seconds += ms / 1000.0;
-      if (step.num_decodes > 0) ++decode.steps;
-      decode.sequence_steps += step.num_decodes;
-      // Speculation runs synchronously: the drafts verified in this call are this step's.
-      decode.drafted += engine.stats().spec.drafted - drafted_before;
-      decode.accepted += engine.stats().spec.accepted - accepted_before;
+    Call c;
+    c.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - s0).count();
+    const bool no_prompt = engine.stats().prompt_tokens_computed == prompt_before;
+    c.pure_decode = no_prompt && step.num_decodes > 0;
+    c.recorded = engine.stats().model.decode_graph_recordings > recordings_before;
+    c.num_decodes = step.num_decodes;
+    // Speculation runs synchronously: the drafts verified in this call are this step's.
+    c.drafted = engine.stats().spec.drafted - drafted_before;
+    c.accepted = engine.stats().spec.accepted - accepted_before;
+    calls.push_back(c);
+    if (no_prompt) {
+      decode_ms.push_back(c.ms);
       decode.discarded += step.num_discarded;
     }
     auto finished = engine.take_finished();
@@ -208,10 +223,31 @@ int run_offline(const OfflineArgs& a) {
         1000.0 * st.model.decode_batch_seconds / static_cast<double>(std::max<int64_t>(st.model.decode_batches, 1)),
         st.model.decode_batches);
   }
+  int64_t warmup_steps = 0;
+  double warmup_seconds = 0;
+  const size_t wait_offset = engine.async_scheduling() ? 1 : 0;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    if (!calls[i].pure_decode) continue;
+    if (i + wait_offset >= calls.size()) break;  // never waited for (cannot happen: the loop drains)
+    const Call& waiter = calls[i + wait_offset];
+    if (calls[i].recorded || waiter.recorded) {
+      ++warmup_steps;
+      warmup_seconds += waiter.ms / 1000.0;
+      continue;
+    }
+    ++decode.steps;
+    decode.seconds += waiter.ms / 1000.0;
+    decode.sequence_steps += calls[i].num_decodes;
+    decode.drafted += calls[i].drafted;
+    decode.accepted += calls[i].accepted;
+  }
   // A discard is counted when the step that sampled it is processed, one call after its launch (asynchronous
   // scheduling): one from a step that also ran prompt tokens is not among the counted sequence steps.
   decode.discarded = std::min(decode.discarded, decode.sequence_steps + decode.accepted);
-  std::cout << "decode rate: " << bench::format_decode_rate(decode, bench::decode_rate(decode)) << "\n";
+  std::cout << "decode rate: " << bench::format_decode_rate(decode, bench::decode_rate(decode))
+            << fmt::format("; warm-up steps (a CUDA graph recorded) left out: {} ({:.6f} s)", warmup_steps,
+                           warmup_seconds)
+            << "\n";
   std::cout << format_gpu_idle(st.model.gpu_timed_decode_steps, st.model.gpu_decode_gap_seconds,
                                st.model.gpu_decode_span_seconds)
             << fmt::format("; greedy fast path: {} steps argmax on the device, {} on the host",

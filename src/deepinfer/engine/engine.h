@@ -103,6 +103,9 @@ class Engine {
   std::vector<CompletedSequence> take_finished();
 
   const EngineStats& stats() const { return stats_; }
+  // Whether step() waits for the previous launch rather than its own (EngineConfig::async_scheduling after
+  // speculation, which turns it off).
+  bool async_scheduling() const { return config_.async_scheduling; }
   const KvCacheManager& kv_cache() const { return kv_; }
   int num_running() const { return static_cast<int>(running_.size()); }
   int num_waiting() const { return static_cast<int>(waiting_.size()); }
