@@ -809,11 +809,9 @@ TEST_F(CudaMoeTest, ChunkedLongPrefillDoesNotDependOnTheChunks) {
 
 // Batch-invariant mode with many experts (128, top 4) and few rows each: from 64 (token, expert) slots on the
 // backend hands the streaming kernel bf16 copies of x and h (its blocks stage all of K of their group's rows), below
-// it the kernel rounds x itself; from two 8-warp blocks an SM (gate / up: 4 blocks a group slot, so from 66 slots on
-// a 132-SM device) its blocks have 16 warps. Tokens alone and in 5 (20 slots: f32 staging, 8 warps), 16 (64 slots:
-// bf16, 8 warps), 24, 100, 150 and 250 (96-1000 slots, 1-8 rows an expert: bf16, 16 warps, up to 8-row passes) must
-// give the bytes of the full 300-token call (~10 rows an expert: the tile kernel); against the CPU at
-// bi_moe_tolerance().
+// it the kernel rounds x itself. Tokens alone and in 5 (20 slots: f32 staging), 16 (64 slots: bf16), 24, 100, 150
+// and 250 (96-1000 slots, 1-8 rows an expert: bf16, up to 8-row passes) must give the bytes of the full 300-token
+// call (~10 rows an expert: the tile kernel); against the CPU at bi_moe_tolerance().
 TEST_F(CudaMoeTest, BatchInvariantManyExpertsStageBf16) {
   gpu().set_batch_invariant(true);
   const int64_t d = 512, inter = 256, e = 128, k = 4, t = 300;

@@ -70,16 +70,15 @@ struct StepData {
 // Dynamic shared memory: the pass's R activation rows as bf16 fragments, [step][mma][row][lane % 4] x 8 bytes.
 // kAcc independent accumulator chains per warp (4; batch-invariant mode 1, the chain the tile kernel of
 // gemm_invariant_mma_cuda.cu repeats: a warp's partial is the chain of its slice's mmas in step and mma order).
-// kBf16A (batch-invariant mode): the activations come from the caller's bf16 copy p.a_bf16. kWarps: warps a block
-// (batch-invariant mode with many blocks: 16, so that a block's staged rows serve twice the tiles at 8 K slices).
-template <QuantFormat F, int R, bool W16, int kAcc, bool kBf16A = false, int kWarps = kSmWarps>
-__global__ void __launch_bounds__(32 * kWarps, kWarps == kSmWarps ? 2 : 1)
+// kBf16A (batch-invariant mode): the activations come from the caller's bf16 copy p.a_bf16.
+template <QuantFormat F, int R, bool W16, int kAcc, bool kBf16A = false>
+__global__ void __launch_bounds__(32 * kSmWarps, 2)
     gemm_stream_mma_kernel(GemmKernelParams p, int kw, int lbn, int lbk, bool a_vec) {
   static_assert(kAcc == 1 || kAcc == 4, "the partial sums below");
   constexpr int kRows = W16 ? 2 : 1, kOut = W16 ? 4 : 2;    // weight rows a lane loads; outputs a lane holds
   constexpr int kPrefetch = kPrefetchBytes / (16 * kRows);  // steps in flight: the same bytes for both shapes
   extern __shared__ __align__(16) uint2 xs[];
-  __shared__ float part[kWarps][kOut][32];
+  __shared__ float part[kSmWarps][kOut][32];
   __shared__ int64_t a_row[R], c_row[R];
   constexpr int kMi = kMmas<F>;
   // Grouped: the weights' address depends on the plan (an earlier kernel's output) through two loads; the slot's
@@ -93,7 +92,7 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps == kSmWarps ? 2 : 1)
     grp = slot_group;
   }
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
-  const int nw = kWarps / kw, wn = warp / kw, wk = warp % kw;
+  const int nw = kSmWarps / kw, wn = warp / kw, wk = warp % kw;
   const int64_t n0 = (static_cast<int64_t>(blockIdx.x) * nw + wn) * 8 * kRows;
   const uint8_t* b = static_cast<const uint8_t*>(p.b_table ? p.b_table[grp] : p.b);
   const uint8_t* s = static_cast<const uint8_t*>(p.b_scale_table ? p.b_scale_table[grp] : p.b_scale);
@@ -141,7 +140,7 @@ __global__ void __launch_bounds__(32 * kWarps, kWarps == kSmWarps ? 2 : 1)
     // A thread per (row, chunk): the chunk's activations in one round of loads (16-byte ones when the rows are
     // aligned), then its kMi fragment entries. (Per-entry scalar loads made this a chain of dependent rounds.)
     constexpr int kC = kChunkK<F>;
-    for (int q = tid; q < R * steps * 4; q += 32 * kWarps) {
+    for (int q = tid; q < R * steps * 4; q += 32 * kSmWarps) {
       const int r = q % R, c = q / R;
       if constexpr (kBf16A) {
         // The caller's bf16 copy (RNE, the values the f32 path rounds to): half the bytes, no conversion.
@@ -277,23 +276,23 @@ bool ab_pdl() {
 }
 
 // fixed_kw > 0 (batch-invariant mode): that many K slices, whatever the call's tiles and slots.
-template <QuantFormat F, int R, bool W16, int kAcc = 4, bool kBf16A = false, int kWarps = kSmWarps>
+template <QuantFormat F, int R, bool W16, int kAcc = 4, bool kBf16A = false>
 void launch_shape(const GemmKernelParams& p, int64_t slots, int lbn, int lbk, cudaStream_t stream, int fixed_kw = 0) {
   const int64_t chunks = p.k / kChunkK<F>, steps = ceil_div(chunks, 4), tiles = ceil_div(p.n, W16 ? 16 : 8);
   int kw = 1;  // K slices per tile: enough warps to stream, at least two steps each
   while (kw < kSmWarps && tiles * slots * kw < kTargetWarps && steps >= 4 * kw) kw *= 2;
   if (ab_kw()) kw = ab_kw();
   if (fixed_kw > 0) kw = fixed_kw;
-  const int nw = kWarps / kw;
+  const int nw = kSmWarps / kw;
   const size_t smem = static_cast<size_t>(steps * kMmas<F> * R * 4) * sizeof(uint2);
   if (smem > static_cast<size_t>(kDefaultSmemBytes))
-    DI_CUDA_CHECK(cudaFuncSetAttribute(gemm_stream_mma_kernel<F, R, W16, kAcc, kBf16A, kWarps>,
+    DI_CUDA_CHECK(cudaFuncSetAttribute(gemm_stream_mma_kernel<F, R, W16, kAcc, kBf16A>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   const dim3 grid(static_cast<unsigned>(ceil_div(tiles, nw)), static_cast<unsigned>(slots));
   const bool a_vec = p.lda % 4 == 0 && reinterpret_cast<uintptr_t>(p.a) % 16 == 0;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
-  cfg.blockDim = dim3(32 * kWarps);
+  cfg.blockDim = dim3(32 * kSmWarps);
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
   cudaLaunchAttribute pdl[1];
@@ -301,8 +300,7 @@ void launch_shape(const GemmKernelParams& p, int64_t slots, int lbn, int lbk, cu
   pdl[0].val.programmaticStreamSerializationAllowed = ab_pdl() ? 1 : 0;
   cfg.attrs = pdl;
   cfg.numAttrs = 1;
-  DI_CUDA_CHECK(
-      cudaLaunchKernelEx(&cfg, gemm_stream_mma_kernel<F, R, W16, kAcc, kBf16A, kWarps>, p, kw, lbn, lbk, a_vec));
+  DI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemm_stream_mma_kernel<F, R, W16, kAcc, kBf16A>, p, kw, lbn, lbk, a_vec));
 }
 
 // 16-row tiles from 80 of them (op micro-bench, H200, 08fddc7, M = 1, 8-row vs 16-row µs: q_a 1280x5120 10.7 vs
@@ -331,40 +329,16 @@ int64_t one_row_min_tiles() {
   return v ? std::atoll(v) : kOneRowMinTiles;
 }
 
-// The current device's SM count (the runtime answers from cached properties).
-int sm_count() {
-  int dev = 0, v = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-    v = 0;
-  return v > 0 ? v : 132;
-}
-
-// Temporary A/B switch: DEEPINFER_AB_BI_STREAM_WARPS=8 keeps batch-invariant streaming blocks at 8 warps.
-bool ab_bi_eight_warps() {
-  const char* v = std::getenv("DEEPINFER_AB_BI_STREAM_WARPS");
-  return v && std::atoi(v) == 8;
-}
-
 // Batch-invariant mode: 16-row tiles, kw K slices, one accumulator chain; the activations from the caller's bf16
-// copy when there is one (16-byte rows). With two 8-warp blocks an SM or more (the experts at decode batch 64: 8
-// slices of each of 128 tiles x ~230 group slots), blocks of 16 warps: each block stages its group's rows over all
-// of K once for two tiles instead of one (the same slices and sums per output).
-template <QuantFormat F, int R, bool kBf16A>
-void launch_invariant_warps(const GemmKernelParams& p, int64_t slots, int lbn, int lbk, cudaStream_t stream, int kw) {
-  const int64_t blocks8 = ceil_div(ceil_div(p.n, 16), kSmWarps / kw) * slots;
-  if (blocks8 >= 2ll * sm_count() && !ab_bi_eight_warps())
-    launch_shape<F, R, true, kInvariantMmaAcc, kBf16A, 2 * kSmWarps>(p, slots, lbn, lbk, stream, kw);
-  else
-    launch_shape<F, R, true, kInvariantMmaAcc, kBf16A>(p, slots, lbn, lbk, stream, kw);
-}
+// copy when there is one (16-byte rows). (16-warp blocks, whose staged rows served two tiles, measured slower at
+// decode batch 64: H200, session 15, V4-Flash experts 8.34 vs 7.72 ms.)
 template <QuantFormat F, int R>
 void launch_invariant(const GemmKernelParams& p, int64_t slots, int lbn, int lbk, cudaStream_t stream, int kw) {
   const bool a16 = p.a_bf16 && p.lda % 8 == 0 && reinterpret_cast<uintptr_t>(p.a_bf16) % 16 == 0;
   if (a16)
-    launch_invariant_warps<F, R, true>(p, slots, lbn, lbk, stream, kw);
+    launch_shape<F, R, true, kInvariantMmaAcc, true>(p, slots, lbn, lbk, stream, kw);
   else
-    launch_invariant_warps<F, R, false>(p, slots, lbn, lbk, stream, kw);
+    launch_shape<F, R, true, kInvariantMmaAcc, false>(p, slots, lbn, lbk, stream, kw);
 }
 
 // invariant_kw > 0: batch-invariant mode (16-row tiles, that many K slices, one accumulator chain), any row count.
