@@ -4,9 +4,6 @@
 // forms), one head block and several, one split and several. Tolerance: the kernel's split-bf16 products are
 // off by at most 3·2^-16 of |x||y| each; CPU emulation of the same arithmetic gives a norm-relative error of
 // 3.8e-6 to 4.4e-6 on this data (hd 512, 128-2048 keys), so 2e-5 against both the CPU op and the SIMT kernel.
-// With DEEPINFER_AB_ATTN_SKIP_LO=1 key tiles that are all bf16-exact (FP8 fake-quantized KV) skip the hi·lo mmas
-// (opt-in: measured slower); the default keeps 3 mmas a product everywhere, and the two must give the same bytes on
-// exact, generic and mixed keys.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -117,13 +114,10 @@ class CudaPagedAttentionMma : public CudaOpTest {
     return {up(c.q),         up(c.q_pos),    up(c.q_seq), up(c.tables), up(c.window_pool), up(c.window_begin),
             up(c.comp_pool), up(c.comp_idx), up(c.sinks)};
   }
-  // The GPU op on the device copies with DEEPINFER_AB_ATTN_MMA = env, DEEPINFER_AB_ATTN_SKIP_LO = skip_lo,
-  // DEEPINFER_AB_ATTN_FRAGS = frags and DEEPINFER_AB_ATTN_EARLY_GATHER = early (nullptr: unset, the default), into a
+  // The GPU op on the device copies with DEEPINFER_AB_ATTN_MMA = env (nullptr: unset, the default), into a
   // NaN-poisoned output; `mask`, when given, replaces comp_idx.
-  HostTensor run(const PagedAttentionCase& c, const Device& d, const char* env, const DeviceTensor* mask = nullptr,
-                 const char* skip_lo = nullptr, const char* frags = nullptr, const char* early = nullptr) {
-    ScopedEnv guard("DEEPINFER_AB_ATTN_MMA", env), skip_guard("DEEPINFER_AB_ATTN_SKIP_LO", skip_lo),
-        frags_guard("DEEPINFER_AB_ATTN_FRAGS", frags), early_guard("DEEPINFER_AB_ATTN_EARLY_GATHER", early);
+  HostTensor run(const PagedAttentionCase& c, const Device& d, const char* env, const DeviceTensor* mask = nullptr) {
+    ScopedEnv guard("DEEPINFER_AB_ATTN_MMA", env);
     DeviceTensor out = poisoned({c.tokens, c.spec.heads, c.spec.hd});
     PagedSinkAttentionParams p = c.params(
         {d.q, d.q_pos, d.q_seq, d.tables, d.window_pool, d.window_begin, d.comp_pool, d.comp_idx, d.sinks}, out);
@@ -216,16 +210,12 @@ TEST_F(CudaPagedAttentionMma, SmallCallsWhenForced) {
   }
 }
 
-// The bf16-exact tile skip (2 mmas a product where a key tile's lo parts are all zero) against the always-3 path
-// (DEEPINFER_AB_ATTN_SKIP_LO=0) of the same call, and the ldmatrix fragments with K fragments shared by 2 head
-// tiles in the O phase against 32-bit fragment loads and one head tile a warp (DEEPINFER_AB_ATTN_FRAGS=0), each
-// switch alone, and the producers' next-tile compaction after the stores (DEEPINFER_AB_ATTN_EARLY_GATHER=0; with
-// FRAGS=0 the kernel before these switches): the same bytes, and within the kernel's tolerance of the CPU op. Keys: all
-// FP8-fake-quantized (V4.1's window and, FP4 being exact too, its compressed entries), generic f32, quantized window
-// with generic compressed rows (tiles of each kind and mixed ones in one call), and each row quantized with probability
-// 0.97 (tiles with one or two generic rows among exact ones: a vote that missed a producer warp would skip lo parts
-// that are not zero, which only the byte comparison is sure to see). Prefill shapes and, forced, split decode shapes.
-TEST_F(CudaPagedAttentionMma, ExactKeySkipAndFragmentLoadsKeepTheBytes) {
+// Key kinds the models produce, each against the CPU op and the SIMT kernel of the same call: all
+// FP8-fake-quantized (V4.1's window and, FP4 being exact too, its compressed entries: bf16-exact keys whose lo
+// parts are zero), generic f32, quantized window with generic compressed rows (tiles of each kind and mixed ones in
+// one call), and each row quantized with probability 0.97 (tiles with one or two generic rows among exact ones).
+// Prefill shapes and, forced, split decode shapes.
+TEST_F(CudaPagedAttentionMma, QuantizedAndMixedKeysMatchCpuAndSimt) {
   enum class Keys { kExact, kGeneric, kExactWindow, kMostlyExact };
   const struct {
     Keys keys;
@@ -263,15 +253,11 @@ TEST_F(CudaPagedAttentionMma, ExactKeySkipAndFragmentLoadsKeepTheBytes) {
       const std::string name = std::string(kind.name) + " H=" + std::to_string(s.heads) +
                                " hd=" + std::to_string(s.hd) + " T=" + std::to_string(c.tokens) + " (" +
                                std::to_string(qw) + "+" + std::to_string(qc) + " rows quantized)";
-      const HostTensor skip = run(c, d, sh.mma_env, nullptr, "1"), full = run(c, d, sh.mma_env);
-      rel_err(("skip-lo vs cpu, " + name).c_str(), skip, want, kMmaTol);
-      rel_err(("always-3 vs cpu, " + name).c_str(), full, want, kMmaTol);
-      expect_same_bytes(("skip-lo vs always-3, " + name).c_str(), skip, full);
-      expect_same_bytes(("frags vs frags=0, " + name).c_str(), skip, run(c, d, sh.mma_env, nullptr, "1", "0"));
-      expect_same_bytes(("vs both switches 0, " + name).c_str(), skip, run(c, d, sh.mma_env, nullptr, "0", "0"));
-      expect_same_bytes(("vs early_gather=0, " + name).c_str(), skip,
-                        run(c, d, sh.mma_env, nullptr, "1", nullptr, "0"));
-      expect_same_bytes(("vs the kernel before, " + name).c_str(), skip, run(c, d, sh.mma_env, nullptr, "0", "0", "0"));
+      const HostTensor mma = run(c, d, sh.mma_env), simt = run(c, d, "0");
+      rel_err(("mma vs cpu, " + name).c_str(), mma, want, kMmaTol);
+      rel_err(("simt vs cpu, " + name).c_str(), simt, want, 1e-5);
+      rel_err(("mma vs simt, " + name).c_str(), mma, simt, kMmaTol);
+      EXPECT_GT(max_abs_diff(mma, simt), 0.0) << name << ": DEEPINFER_AB_ATTN_MMA did not change the kernel";
     }
 }
 
@@ -294,7 +280,7 @@ TEST_F(CudaPagedAttentionMma, UnsupportedShapesKeepTheSimtKernel) {
 // the batch), with the splits at fixed 256-slot boundaries and the partials always merged: a query's output is the
 // same bytes alone, among a few queries, or in a call whose selection is padded with 600 unselected columns (three
 // more, empty, splits for every query), and within the kernel's tolerance of the CPU op. "all" changes nothing
-// there; DEEPINFER_AB_BI_ATTN_MMA=0 (the SIMT kernel, as before) gives other bytes, at the SIMT tolerance.
+// there; DEEPINFER_AB_ATTN_MMA=0 (the SIMT kernel) gives other bytes, at the SIMT tolerance.
 TEST_F(CudaPagedAttentionMma, BatchInvariantModeTakesItForEveryCall) {
   gpu().set_batch_invariant(true);
   for (const PagedAttentionSpec& spec : {make_spec(9, 64, 512, 1, 512, 64, 4, 128, 30, 4000),  // decode
@@ -304,10 +290,10 @@ TEST_F(CudaPagedAttentionMma, BatchInvariantModeTakesItForEveryCall) {
     cpu().paged_sink_attention(c.params(want.view()));
     const DeviceTensor dt = up(c.tables), dw = up(c.window_pool), dwb = up(c.window_begin), dc = up(c.comp_pool),
                        dsk = up(c.sinks);
-    // The queries `rows` with `pad` unselected columns after the selection, under DEEPINFER_AB_ATTN_MMA = mma and
-    // DEEPINFER_AB_BI_ATTN_MMA = bi (nullptr: unset).
-    auto call = [&](const std::vector<int64_t>& rows, int64_t pad, const char* mma, const char* bi) {
-      ScopedEnv mma_guard("DEEPINFER_AB_ATTN_MMA", mma), bi_guard("DEEPINFER_AB_BI_ATTN_MMA", bi);
+    // The queries `rows` with `pad` unselected columns after the selection, under DEEPINFER_AB_ATTN_MMA = mma
+    // (nullptr: unset).
+    auto call = [&](const std::vector<int64_t>& rows, int64_t pad, const char* mma) {
+      ScopedEnv mma_guard("DEEPINFER_AB_ATTN_MMA", mma);
       HostTensor idx(DType::kI32, {static_cast<int64_t>(rows.size()), spec.k_sel + pad});
       for (size_t i = 0; i < rows.size(); ++i)
         for (int64_t j = 0; j < spec.k_sel + pad; ++j)
@@ -322,15 +308,14 @@ TEST_F(CudaPagedAttentionMma, BatchInvariantModeTakesItForEveryCall) {
     std::vector<int64_t> all(c.tokens);
     std::iota(all.begin(), all.end(), 0);
     const std::string name = "batch-invariant mma H=" + std::to_string(spec.heads) + " hd=" + std::to_string(spec.hd);
-    const HostTensor full = call(all, 600, nullptr, nullptr);
+    const HostTensor full = call(all, 600, nullptr);
     rel_err(name.c_str(), full, want, kMmaTol);
     for (const auto& rows : invariance_subsets(c.tokens))
-      expect_rows_bitwise(name + " queries=" + std::to_string(rows.size()), call(rows, 0, nullptr, nullptr), full,
-                          rows);
-    expect_same_bytes((name + ", all vs unset").c_str(), call(all, 0, "all", nullptr), full);
-    const HostTensor simt = call(all, 600, nullptr, "0");
-    rel_err((name + ", BI_ATTN_MMA=0 (simt)").c_str(), simt, want, 1e-5);
-    EXPECT_GT(max_abs_diff(full, simt), 0.0) << name << ": DEEPINFER_AB_BI_ATTN_MMA=0 did not change the kernel";
+      expect_rows_bitwise(name + " queries=" + std::to_string(rows.size()), call(rows, 0, nullptr), full, rows);
+    expect_same_bytes((name + ", all vs unset").c_str(), call(all, 0, "all"), full);
+    const HostTensor simt = call(all, 600, "0");
+    rel_err((name + ", ATTN_MMA=0 (simt)").c_str(), simt, want, 1e-5);
+    EXPECT_GT(max_abs_diff(full, simt), 0.0) << name << ": DEEPINFER_AB_ATTN_MMA=0 did not change the kernel";
   }
 }
 

@@ -18,7 +18,7 @@ constexpr int64_t kPagedAttentionMmaMinTokens = 128;
 // value for calls of at least kPagedAttentionMmaMinTokens tokens, "all" for every call of a supported shape
 // (tests use it to cover splits and decode shapes). Supported: hd in {64, 128, 256, 512}, heads % 16 == 0.
 // Batch-invariant mode (p.always_combine) takes it for every supported call whatever the token count, so that
-// the choice does not depend on the batch; DEEPINFER_AB_BI_ATTN_MMA=0 keeps the SIMT kernel there.
+// the choice does not depend on the batch.
 bool paged_attention_use_mma(const PagedSinkAttentionKernelParams& p);
 
 // The attention part only (o, or the split partials); run_paged_sink_attention launches the combine after it.

@@ -15,43 +15,39 @@
 // its relative error grows) and S 1.3e-6; the fp32 SIMT kernel and the CPU op sit at 2-3e-7. The GPU tests hold
 // this kernel to 2e-5 against the CPU op. 3xTF32 would be ~60x more accurate (5.8e-8 emulated) at twice the mma
 // count (m16n8k8), the fallback if a model-level check ever needs it.
-// Where a key tile is bf16-exact (V4.1 caches its window KV FP8- and its compressed entries FP4-fake-quantized,
-// both exact in bf16; V4 quantizes neither), its lo parts are +0 and the hi·lo products are skipped: 2 mmas a
-// product in S and in O instead of 3, no lo tile loaded, the same bits (the consumer loop says why). Opt-in
-// (DEEPINFER_AB_ATTN_SKIP_LO=1) until measured faster.
+// (Skipping the hi·lo mmas of bf16-exact key tiles, the same bits, measured slower on the H200 — 2.41-2.64 vs
+// 2.22 ms, and 2.50 vs 2.32 ms for a per-warp vote — and was removed, as was the next tile's compaction during the
+// loads, which gained nothing: 2.323 vs 2.304 ms without it.)
 //
 // Block: 12 warps, 32 heads (why 32 and not all 64: below).
 // - Warps 8-11 produce, one 32-key tile ahead, into two shared key buffers: warp 8 compacts the query's key
 //   slots (window positions, then the selected compressed entries; invalid ones skipped) into row pointers, then
 //   all 128 threads load the tile's rows (fp32, one memory round trip: 32 float4 a thread at hd 512) and, once
-//   the consumers have released that buffer, store them split into hi / lo bf16; warp 8 compacts the next tile
-//   while its loads are in flight. Missing rows of a short tile are zeros: P is 0 there, and 0 · NaN would poison
-//   O.
+//   the consumers have released that buffer, store them split into hi / lo bf16; then warp 8 compacts the next
+//   tile. Missing rows of a short tile are zeros: P is 0 there, and 0 · NaN would poison O.
 // - Warps 0-7 consume: (head group hg = warp % 2: heads 16·hg .. 16·hg + 15) x (quarter qd = warp / 2: dims
 //   qd·hd/4 .. (qd+1)·hd/4). Per tile: (1) S partial over the warp's dims for all 32 keys -> shared memory;
 //   (2) softmax, 8 threads per head row: the four partials summed in a fixed order, fp32 online max / sum in
 //   registers (the SIMT kernel's formulas), P = exp(s − m) split into hi / lo bf16, the row's rescale factor;
 //   (3) O += P · K for all 32 heads x hd/8 dims a warp at hd >= 128 (64 fp32 registers at hd 512; each K
 //   fragment, transposed by ldmatrix.trans, feeds both head tiles), at hd 64 the S phase's 16 heads x hd/4.
+//   Fragments by ldmatrix (32-bit fragment loads with one head tile a warp in the O phase measured 2.42 vs
+//   2.22 ms and were removed).
 // - Hand-over by named barriers, per buffer: kFull (producers arrive, consumers wait) and kEmpty (consumers
 //   arrive after their O phase, producers wait before overwriting).
-// - ConsumerLayout (below) names this layout kShared; kLd32 is the layout before (32-bit fragment loads, the S
-//   phase's (hg, qd) in the O phase too).
 // Why 32 heads: the two key buffers (65 KB each at hd 512) and Q (65 KB) fit the 227 KB of shared memory only
 // with 32 heads of Q; with 64 heads one buffer fits, its loads cannot overlap the math, and 16 heads x 256 dims
 // of O a warp (128 registers) spilled at the 168-register cap that 12 warps (3 per SM sub-partition, 16K
 // registers each) impose. Each key row is then read once per 32 heads, still 4x fewer reads than the SIMT kernel.
 // ptxas -v (sm_90a, CUDA 13.0): 168 registers at hd 512 (the cap), 162 / 113 / 68 at hd 256 / 128 / 64, no
-// spills (every A/B variant); shared memory 226,224 bytes at hd 512 (one block an SM).
+// spills; shared memory 226,192 bytes at hd 512 (one block an SM).
 // The end is the SIMT kernel's: with one split the sink joins the denominator and o is written; otherwise the
 // unnormalised partial (o, m, l) of the split goes to the combine.
 #include <cuda_bf16.h>
 
 #include <cstdlib>
 #include <cstring>
-#include <type_traits>
 
-#include "deepinfer/ops/cuda/ab_switch.h"
 #include "deepinfer/ops/cuda/attention_paged_mma.h"
 #include "deepinfer/ops/cuda/attention_paged_slots.cuh"
 #include "deepinfer/ops/cuda/cuda_runtime.h"
@@ -93,10 +89,9 @@ struct Layout {
   static constexpr size_t fin_m = corr + size_t{4} * kBlockHeads;
   static constexpr size_t fin_l = fin_m + size_t{4} * kBlockHeads;
   static constexpr size_t rows = fin_l + size_t{4} * kBlockHeads;  // [2][kTile] row pointers (producers)
-  // int [2] compacted rows, [2] rows in buffer b, then at int 4 + 4·b + w: whether producer warp w stored any
-  // nonzero lo part into buffer b (kSkipLo; 16-byte aligned, the consumers read the four with one load)
+  // int [2] compacted rows, [2] rows in buffer b
   static constexpr size_t count = rows + sizeof(void*) * 2 * kTile;
-  static constexpr size_t bytes = count + 48;
+  static constexpr size_t bytes = count + 16;
   static_assert(kHd % 64 == 0 && kHd <= 512, "head dim");
   static_assert(k_hi % 16 == 0 && s % 16 == 0 && p_hi % 16 == 0 && corr % 16 == 0 && rows % 16 == 0,
                 "16-byte aligned regions");
@@ -145,22 +140,10 @@ __device__ __forceinline__ void store_split4(const float4 v, __nv_bfloat16* hi, 
   *reinterpret_cast<uint2*>(lo) = l;
 }
 
-__device__ __forceinline__ uint32_t ld32(const __nv_bfloat16* at) { return *reinterpret_cast<const uint32_t*>(at); }
-
-// A fragment (16 x 16, row-major, leading dimension ld) with rows r0 / r0 + 8 and columns c / c + 8 for this lane.
-__device__ __forceinline__ void frag_a(const __nv_bfloat16* base, int ld, int r0, int c, uint32_t (&a)[4]) {
-  a[0] = ld32(base + r0 * ld + c);
-  a[1] = ld32(base + (r0 + 8) * ld + c);
-  a[2] = ld32(base + r0 * ld + c + 8);
-  a[3] = ld32(base + (r0 + 8) * ld + c + 8);
-}
-
-// hi·hi + hi·lo + lo·hi, the small terms first. Without kBLo (b's lo parts are +0) the hi·lo mma is left out:
-// it would add exact zeros (bit-identical, see the kernel's comment on skipped lo tiles).
-template <bool kBLo>
+// hi·hi + hi·lo + lo·hi, the small terms first.
 __device__ __forceinline__ void mma3(float (&c)[4], const uint32_t (&ah)[4], const uint32_t (&al)[4], uint32_t bh0,
                                      uint32_t bh1, uint32_t bl0, uint32_t bl1) {
-  if constexpr (kBLo) mma_bf16(c, ah, bl0, bl1);
+  mma_bf16(c, ah, bl0, bl1);
   mma_bf16(c, al, bh0, bh1);
   mma_bf16(c, ah, bh0, bh1);
 }
@@ -175,21 +158,12 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const __nv_b
                : "r"(addr));
 }
 
-// Consumer layouts (every one the same bits):
-// - kLd32: warp -> (hg = warp % 2, qd = warp / 2) in all phases, fragments by 32-bit loads (the kernel before).
-// - kShared: fragments by ldmatrix, and in the O phase each warp takes both head tiles x hd/8 dims (hd >= 128),
-//   so each K fragment feeds both.
-// (A third, head groups 0 / 1 on warps 0-3 / 4-7 with their own barriers so that one group's softmax could
-// overlap the other's mmas, measured no faster than kShared on the H200 and was removed.)
-enum class ConsumerLayout : int { kLd32, kShared };
-
-// kSkipLo: skip the hi·lo mmas of bf16-exact key tiles. kSkipLo = false with kLd32 is the kernel before the
-// temporary A/B switches below.
-template <int kHd, bool kSkipLo, ConsumerLayout kLayout>
-__global__ void __launch_bounds__(kThreads)
-    paged_attention_mma_kernel(PagedSinkAttentionKernelParams p, bool early_gather) {
+// Consumers: fragments by ldmatrix, and in the O phase each warp takes both head tiles x hd/8 dims (hd >= 128),
+// so each K fragment feeds both. (Head groups 0 / 1 on warps 0-3 / 4-7 with their own barriers, so that one
+// group's softmax could overlap the other's mmas, measured no faster on the H200 and was removed.)
+template <int kHd>
+__global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(PagedSinkAttentionKernelParams p) {
   using L = Layout<kHd>;
-  constexpr bool kFrags = kLayout != ConsumerLayout::kLd32;
   extern __shared__ __align__(16) uint8_t smem[];
   auto* q_hi = reinterpret_cast<__nv_bfloat16*>(smem + L::q_hi);
   auto* q_lo = reinterpret_cast<__nv_bfloat16*>(smem + L::q_lo);
@@ -253,15 +227,9 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int j = 0; j < kVecs; ++j)
         v[j] = row ? __ldg(reinterpret_cast<const float4*>(row) + pc + 4 * j) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      // Warp 8 compacts the next tile's rows while the loads are in flight (early_gather; otherwise after this
-      // tile's stores, as before): its slot lookups are dependent global loads and 64-bit index math, the producers'
-      // longest step. Pointer buffer b ^ 1 was last read at the previous tile's start, before the kProd barrier
-      // that ended it.
-      if (early_gather && n > 0 && warp == kConsumers / 32) gather(b ^ 1);
-      // Buffer b last held tile i - 2: wait for the consumers' O phase on it (also before count_s[2 + b] and the
-      // lo flags, which they read at that tile's start).
+      // Buffer b last held tile i - 2: wait for the consumers' O phase on it (also before count_s[2 + b], which
+      // they read at that tile's start).
       if (i >= 2) bar_sync_pair(kBarEmpty, b, kThreads);
-      uint32_t lo_bits = 0;  // kSkipLo: OR of the lo words this thread stores
       if (n > 0) {
         __nv_bfloat16 *kh = k_hi(b), *kl = k_lo(b);
 #pragma unroll
@@ -271,15 +239,7 @@ __global__ void __launch_bounds__(kThreads)
           split4(v[j], h, l);
           *reinterpret_cast<uint2*>(kh + at) = h;
           *reinterpret_cast<uint2*>(kl + at) = l;
-          lo_bits |= l.x | l.y;
         }
-      }
-      // The vote costs the producers no barrier and no wait for their loads (a block-wide vote before the stores,
-      // measured, made the kernel 19% slower even on keys that never qualify): each warp says whether it stored a
-      // nonzero lo word; a tile whose four warps all say no is bf16-exact (missing rows are zeros).
-      if constexpr (kSkipLo) {
-        const bool warp_lo = __any_sync(kFull, lo_bits != 0);
-        if (lane == 0) count_s[4 + 4 * b + (warp - kConsumers / 32)] = warp_lo;
       }
       if (ptid == 0) count_s[2 + b] = n;
       bar_arrive_pair(kBarFull, b, kThreads);
@@ -288,7 +248,8 @@ __global__ void __launch_bounds__(kThreads)
         if (i >= 1) bar_sync_pair(kBarEmpty, b ^ 1, kThreads);
         return;
       }
-      if (!early_gather && warp == kConsumers / 32) gather(b ^ 1);
+      // Pointer buffer b ^ 1 was last read at the previous tile's start, before the kProd barrier that ended it.
+      if (warp == kConsumers / 32) gather(b ^ 1);
       bar_sync(kBarProd, kProducers);
     }
   }
@@ -309,7 +270,7 @@ __global__ void __launch_bounds__(kThreads)
   float m_run = -INFINITY, l_run = 0.0f;
   // O phase: warp -> head m-tiles og·kOM .. og·kOM + kOM − 1 x dims od0 .. od0 + kODims (kOM 1: the S phase's
   // (hg, qd); kOM 2: all 32 heads x an eighth of the dims).
-  constexpr int kOM = kLayout == ConsumerLayout::kShared && kHd >= 128 ? 2 : 1;  // hd 64: an eighth is one n-tile
+  constexpr int kOM = kHd >= 128 ? 2 : 1;  // hd 64: an eighth is one n-tile
   constexpr int kOGroups = kHeadGroups / kOM, kODims = kHd * kOGroups / (kConsumers / 32);
   static_assert(kODims % 16 == 0, "O-phase dims a warp: whole ldmatrix pairs");
   const int og = kOM == 2 ? 0 : hg, opart = kOM == 2 ? warp : qd, od0 = opart * kODims;
@@ -326,64 +287,34 @@ __global__ void __launch_bounds__(kThreads)
     bar_sync_pair(kBarFull, b, kThreads);
     const int n = count_s[2 + b];
     if (n == 0) break;
-    // A bf16-exact tile (its lo tile all +0): its hi·lo mmas would add exact zeros, so they are skipped, QKᵀ and
-    // PV 2 mmas a product instead of 3, with the same bits. Why the same: the lo parts are +0 (RN(x − hi) of an
-    // exact x is x − x = +0), so a skipped mma computes c + Σ(±0) = c, except that IEEE turns c = −0 into +0.
-    // S's cross accumulator starts at +0 every tile, so S is unchanged. O's can be −0 only as (negative o) · corr
-    // with corr = 0 (a logit jump past exp's range); the skip keeps that −0 where the full path had +0, and it
-    // shows only if every later product into that element is exactly zero (the max key's value 0 in that dim):
-    // o = −0 instead of +0, equal as numbers. (And an fp32 subnormal accumulator: c + 0 keeps c unless the mma
-    // flushes it, untested.)
-    bool key_lo = true;
-    if constexpr (kSkipLo) {
-      const int4 f = *reinterpret_cast<const int4*>(count_s + 4 + 4 * b);
-      key_lo = (f.x | f.y | f.z | f.w) != 0;
-    }
     const __nv_bfloat16 *kh = k_hi(b), *kl = k_lo(b);
 
     // 1. S partial of heads r0, r0 + 8 x all 32 keys over dims d0 .. d0 + kQDims. hi·hi and the cross terms in
     // separate accumulators: 8 independent mma chains a warp, the small terms summed among themselves first.
-    auto s_phase = [&](auto with_key_lo) {
-      constexpr bool kKeyLo = decltype(with_key_lo)::value;
+    {
       float sacc[4][4] = {}, sx[4][4] = {};
 #pragma unroll
       for (int ks = 0; ks < kQDims / 16; ++ks) {
         uint32_t ah[4], al[4];
         // K fragments: bh[np][0..1] = b0, b1 of n-tile 2·np, bh[np][2..3] of n-tile 2·np + 1 (either load).
         // ldmatrix moves the same bytes as the 32-bit loads in 10 instructions a step instead of 24.
-        uint32_t bh[2][4], bl[2][4] = {};
-        if constexpr (kFrags) {
-          // ldmatrix lanes: A rows hg·16 + (lane & 15), dims +8 for lanes 16-31 (matrices a0..a3); K keys
-          // 16·np + 8·(lane >> 4) + (lane & 7), dims +8 for lanes 8-15 and 24-31 (b0, b1 of two n-tiles).
-          const int dq = d0 + ks * 16;
-          const int a_at = (hg * 16 + (lane & 15)) * L::kLd + dq + (lane >> 4) * 8;
-          ldmatrix_x4(ah, q_hi + a_at);
-          ldmatrix_x4(al, q_lo + a_at);
+        uint32_t bh[2][4], bl[2][4];
+        // ldmatrix lanes: A rows hg·16 + (lane & 15), dims +8 for lanes 16-31 (matrices a0..a3); K keys
+        // 16·np + 8·(lane >> 4) + (lane & 7), dims +8 for lanes 8-15 and 24-31 (b0, b1 of two n-tiles).
+        const int dq = d0 + ks * 16;
+        const int a_at = (hg * 16 + (lane & 15)) * L::kLd + dq + (lane >> 4) * 8;
+        ldmatrix_x4(ah, q_hi + a_at);
+        ldmatrix_x4(al, q_lo + a_at);
 #pragma unroll
-          for (int np = 0; np < 2; ++np) {
-            const int b_at = (np * 16 + (lane >> 4) * 8 + (lane & 7)) * L::kLd + dq + ((lane >> 3) & 1) * 8;
-            ldmatrix_x4(bh[np], kh + b_at);
-            if constexpr (kKeyLo) ldmatrix_x4(bl[np], kl + b_at);
-          }
-        } else {
-          const int d = d0 + ks * 16 + 2 * tq;
-          frag_a(q_hi, L::kLd, r0, d, ah);
-          frag_a(q_lo, L::kLd, r0, d, al);
-#pragma unroll
-          for (int nt = 0; nt < 4; ++nt) {
-            const int at = (nt * 8 + g) * L::kLd + d, j = 2 * (nt % 2);
-            bh[nt / 2][j] = ld32(kh + at);
-            bh[nt / 2][j + 1] = ld32(kh + at + 8);
-            if constexpr (kKeyLo) {
-              bl[nt / 2][j] = ld32(kl + at);
-              bl[nt / 2][j + 1] = ld32(kl + at + 8);
-            }
-          }
+        for (int np = 0; np < 2; ++np) {
+          const int b_at = (np * 16 + (lane >> 4) * 8 + (lane & 7)) * L::kLd + dq + ((lane >> 3) & 1) * 8;
+          ldmatrix_x4(bh[np], kh + b_at);
+          ldmatrix_x4(bl[np], kl + b_at);
         }
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt) {
           const uint32_t *b_h = bh[nt / 2] + 2 * (nt % 2), *b_l = bl[nt / 2] + 2 * (nt % 2);
-          if constexpr (kKeyLo) mma_bf16(sx[nt], ah, b_l[0], b_l[1]);
+          mma_bf16(sx[nt], ah, b_l[0], b_l[1]);
           mma_bf16(sx[nt], al, b_h[0], b_h[1]);
           mma_bf16(sacc[nt], ah, b_h[0], b_h[1]);
         }
@@ -397,11 +328,7 @@ __global__ void __launch_bounds__(kThreads)
         *reinterpret_cast<float2*>(sq + (r0 + 8) * L::kSLd + col) =
             make_float2(sacc[nt][2] + sx[nt][2], sacc[nt][3] + sx[nt][3]);
       }
-    };
-    if (key_lo)
-      s_phase(std::true_type{});
-    else
-      s_phase(std::false_type{});
+    }
     bar_sync(kBarCons, kConsumers);
 
     // 2. Online softmax of row srow over keys 4·seg .. 4·seg + 3 (keys >= n are missing rows). The 8 threads of
@@ -449,8 +376,7 @@ __global__ void __launch_bounds__(kThreads)
     // per head group (PV's shared-memory bytes 144 -> 96 KB a tile at hd 512, ldmatrix count halved). Every O
     // element sees the same corr and the same mma sequence (ks, then hi·lo, lo·hi, hi·hi) at the same row of its
     // m-tile either way: the same bits.
-    auto o_phase = [&](auto with_key_lo) {
-      constexpr bool kKeyLo = decltype(with_key_lo)::value;
+    {
 #pragma unroll
       for (int m = 0; m < kOM; ++m) {
         const int r = (og * kOM + m) * 16 + g;
@@ -468,34 +394,25 @@ __global__ void __launch_bounds__(kThreads)
         uint32_t ah[kOM][4], al[kOM][4];
 #pragma unroll
         for (int m = 0; m < kOM; ++m) {
-          if constexpr (kFrags) {
-            const int at = ((og * kOM + m) * 16 + (lane & 15)) * L::kPLd + ks * 16 + (lane >> 4) * 8;
-            ldmatrix_x4(ah[m], p_hi + at);
-            ldmatrix_x4(al[m], p_lo + at);
-          } else {
-            frag_a(p_hi, L::kPLd, (og * kOM + m) * 16 + g, ks * 16 + 2 * tq, ah[m]);
-            frag_a(p_lo, L::kPLd, (og * kOM + m) * 16 + g, ks * 16 + 2 * tq, al[m]);
-          }
+          const int at = ((og * kOM + m) * 16 + (lane & 15)) * L::kPLd + ks * 16 + (lane >> 4) * 8;
+          ldmatrix_x4(ah[m], p_hi + at);
+          ldmatrix_x4(al[m], p_lo + at);
         }
         const int key = ks * 16 + (lane & 15);
 #pragma unroll
         for (int pr = 0; pr < kNt / 2; ++pr) {
           const int dim = od0 + pr * 16 + (lane >> 4) * 8;
-          uint32_t bh[4], bl[4] = {};
+          uint32_t bh[4], bl[4];
           ldmatrix_x4_trans(bh, kh + key * L::kLd + dim);
-          if constexpr (kKeyLo) ldmatrix_x4_trans(bl, kl + key * L::kLd + dim);
+          ldmatrix_x4_trans(bl, kl + key * L::kLd + dim);
 #pragma unroll
           for (int m = 0; m < kOM; ++m) {
-            mma3<kKeyLo>(acc[m][2 * pr], ah[m], al[m], bh[0], bh[1], bl[0], bl[1]);
-            mma3<kKeyLo>(acc[m][2 * pr + 1], ah[m], al[m], bh[2], bh[3], bl[2], bl[3]);
+            mma3(acc[m][2 * pr], ah[m], al[m], bh[0], bh[1], bl[0], bl[1]);
+            mma3(acc[m][2 * pr + 1], ah[m], al[m], bh[2], bh[3], bl[2], bl[3]);
           }
         }
       }
-    };
-    if (key_lo)
-      o_phase(std::true_type{});
-    else
-      o_phase(std::false_type{});
+    }
     bar_arrive_pair(kBarEmpty, b, kThreads);  // key buffer b is free; S and P are guarded by kCons and kFull
   }
 
@@ -535,37 +452,15 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-template <int kHd, bool kSkipLo, ConsumerLayout kLayout>
-void launch_as(const PagedSinkAttentionKernelParams& p, bool early_gather, cudaStream_t stream) {
-  constexpr size_t smem = Layout<kHd>::bytes;
-  DI_CUDA_CHECK(cudaFuncSetAttribute(paged_attention_mma_kernel<kHd, kSkipLo, kLayout>,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  const dim3 grid(static_cast<unsigned>(p.tokens), static_cast<unsigned>(ceil_div(p.heads, kBlockHeads)),
-                  static_cast<unsigned>(p.splits));
-  paged_attention_mma_kernel<kHd, kSkipLo, kLayout><<<grid, kThreads, smem, stream>>>(p, early_gather);
-  DI_CUDA_CHECK_LAUNCH();
-}
-
-// Temporary A/B switches, each the same bytes, only the time differs:
-// - DEEPINFER_AB_ATTN_SKIP_LO=1 (opt-in) skips the lo mmas of bf16-exact key tiles. Its first form (a block-wide
-//   producer vote before the stores) measured slower on the H200 even when every tile was exact (2.41 vs 2.22 ms,
-//   2048 queries over 128 + 512 keys; 2.64 vs 2.22 ms on f32 keys); this form (per-warp flags after the stores) is
-//   not yet measured.
-// - DEEPINFER_AB_ATTN_FRAGS=0: the kLd32 layout (32-bit fragment loads, one head tile a warp in the O phase).
-// - DEEPINFER_AB_ATTN_EARLY_GATHER=0: the next tile's rows compacted after this tile's stores, as before.
 template <int kHd>
 void launch(const PagedSinkAttentionKernelParams& p, cudaStream_t stream) {
-  const bool frags = ab_new_kernel("DEEPINFER_AB_ATTN_FRAGS"), early = ab_new_kernel("DEEPINFER_AB_ATTN_EARLY_GATHER");
-  const char* skip_lo = std::getenv("DEEPINFER_AB_ATTN_SKIP_LO");
-  const bool skip = skip_lo && std::strcmp(skip_lo, "1") == 0;
-  if (skip && frags)
-    launch_as<kHd, true, ConsumerLayout::kShared>(p, early, stream);
-  else if (skip)
-    launch_as<kHd, true, ConsumerLayout::kLd32>(p, early, stream);
-  else if (frags)
-    launch_as<kHd, false, ConsumerLayout::kShared>(p, early, stream);
-  else
-    launch_as<kHd, false, ConsumerLayout::kLd32>(p, early, stream);
+  constexpr size_t smem = Layout<kHd>::bytes;
+  DI_CUDA_CHECK(cudaFuncSetAttribute(paged_attention_mma_kernel<kHd>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(smem)));
+  const dim3 grid(static_cast<unsigned>(p.tokens), static_cast<unsigned>(ceil_div(p.heads, kBlockHeads)),
+                  static_cast<unsigned>(p.splits));
+  paged_attention_mma_kernel<kHd><<<grid, kThreads, smem, stream>>>(p);
+  DI_CUDA_CHECK_LAUNCH();
 }
 
 int max_smem_optin() {
@@ -598,8 +493,8 @@ bool paged_attention_use_mma(const PagedSinkAttentionKernelParams& p) {
   const bool all = v && std::strcmp(v, "all") == 0;
   // Batch-invariant mode (always_combine: fixed 256-slot splits, partials always merged) takes it for every call
   // of a supported shape, decode included: the choice may not depend on the batch, and a query's partial of a
-  // split depends only on that split's own slots. DEEPINFER_AB_BI_ATTN_MMA=0 keeps the SIMT kernel there.
-  if (p.always_combine && !ab_new_kernel("DEEPINFER_AB_BI_ATTN_MMA")) return false;
+  // split depends only on that split's own slots (measured on the V4-Flash slice against the SIMT kernel there:
+  // prefill 4096 attention 8.3 vs 25.1 ms, decode batch 1 0.093 vs 0.146 ms).
   if (!all && !p.always_combine && p.tokens < kPagedAttentionMmaMinTokens) return false;
   const size_t smem = smem_bytes(p.hd);
   return smem > 0 && p.heads % 16 == 0 && static_cast<int64_t>(smem) <= max_smem_optin();
