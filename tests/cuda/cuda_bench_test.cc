@@ -401,12 +401,9 @@ TEST_F(CudaBench, DISABLED_OpTimings) {
 // Prefill attention on V4-Flash shapes (issue #7): a chunk of 2048 queries at the end of an 8192-token sequence,
 // 64 heads of 512, window 128 plus 512 ratio-4 selections (the CSA layers) or the window alone (the SWA layers),
 // with the tensor-core kernel (the default for >= 128 tokens) and with DEEPINFER_AB_ATTN_MMA=0 (the SIMT kernel):
-// a same-run A/B. Keys generic f32 (V4: no KV fake-quant) and bf16-exact (V4.1: FP8 window / FP4 compressed KV),
-// where the tensor-core kernel skips the hi·lo mmas (2 a product instead of 3), with DEEPINFER_AB_ATTN_SKIP_LO=0
-// (always 3), DEEPINFER_AB_ATTN_FRAGS=0 (32-bit fragment loads, O-phase K fragments loaded per head group) and
-// DEEPINFER_AB_ATTN_EARLY_GATHER=0 (next tile compacted after the stores) as same-run A/Bs, SKIP_LO=0 FRAGS=0
-// EARLY_GATHER=0 being the kernel before them: the same bytes. TFLOP/s count the useful products once (S and O
-// over 64 x 512 per key); mma and SIMT results must agree to the mma kernel's 2e-5.
+// a same-run A/B. Keys generic f32 (V4: no KV fake-quant) and bf16-exact (V4.1: FP8 window / FP4 compressed KV).
+// TFLOP/s count the useful products once (S and O over 64 x 512 per key); mma and SIMT results must agree to the
+// mma kernel's 2e-5.
 TEST_F(CudaBench, DISABLED_PrefillAttentionTimings) {
   const int64_t t = 2048, h = 64, hd = 512, ctx = 8192, bs = 64, nb = ctx / bs, window = 128;
   std::vector<int32_t> ids(nb), seqs(t, 0);
@@ -424,8 +421,6 @@ TEST_F(CudaBench, DISABLED_PrefillAttentionTimings) {
   DeviceTensor win_x = filled(DType::kF32, {nb * bs, hd}, false, false, true);
   DeviceTensor comp_x = filled(DType::kF32, {nb * bs / 4, hd}, false, false, true);
   DeviceTensor out_mma(gpu(), DType::kF32, {t, h, hd}), out_simt(gpu(), DType::kF32, {t, h, hd});
-  std::vector<DeviceTensor> out_ab;  // the A/B variants' outputs
-  for (int i = 0; i < 4; ++i) out_ab.emplace_back(gpu(), DType::kF32, Shape{t, h, hd});
   DeviceTensor dpos = upv(DType::kI64, {t}, pos.data()), dseq = upv(DType::kI32, {t}, seqs.data());
   DeviceTensor dtab = upv(DType::kI32, {1, nb}, ids.data()), dbeg = upv(DType::kI64, {1}, begin.data());
   for (const int64_t k : {int64_t{512}, int64_t{0}}) {
@@ -453,32 +448,17 @@ TEST_F(CudaBench, DISABLED_PrefillAttentionTimings) {
       if (k > 0) ap.comp_pool = exact ? comp_x : comp;
       const std::string shape =
           "attn prefill T=2048 H=64 hd=512 win 128 + " + std::to_string(k) + (exact ? " keys bf16-exact" : " keys f32");
-      // mma (the default), each A/B switch of the mma kernel at 0 and both (the kernel before them), SIMT.
       const struct {
-        const char *mma, *skip, *frags, *early, *label;
+        const char *mma, *label;
         DeviceTensor* out;
-      } runs[] = {{"1", "0", "1", "1", " mma", &out_mma},
-                  {"1", "0", "1", "0", " mma early_gather=0", &out_ab[0]},
-                  {"1", "1", "1", "1", " mma skip_lo=1", &out_ab[1]},
-                  {"1", "1", "1", "0", " mma skip_lo=1 early_gather=0", &out_ab[2]},
-                  {"1", "0", "0", "0", " mma before (frags=0 early_gather=0)", &out_ab[3]},
-                  {"0", "0", "1", "1", " simt", &out_simt}};
+      } runs[] = {{"1", " mma", &out_mma}, {"0", " simt", &out_simt}};
       for (const auto& r : runs) {
         setenv("DEEPINFER_AB_ATTN_MMA", r.mma, 1);
-        setenv("DEEPINFER_AB_ATTN_SKIP_LO", r.skip, 1);
-        setenv("DEEPINFER_AB_ATTN_FRAGS", r.frags, 1);
-        setenv("DEEPINFER_AB_ATTN_EARLY_GATHER", r.early, 1);
         ap.out = *r.out;
         report(shape + r.label, time_ms([&] { gpu().paged_sink_attention(ap); }), bytes, fl);
       }
       unsetenv("DEEPINFER_AB_ATTN_MMA");
-      unsetenv("DEEPINFER_AB_ATTN_SKIP_LO");
-      unsetenv("DEEPINFER_AB_ATTN_FRAGS");
-      unsetenv("DEEPINFER_AB_ATTN_EARLY_GATHER");
-      const HostTensor mma = down(out_mma);
-      rel_err(("mma vs simt, " + shape).c_str(), mma, down(out_simt), 2e-5);
-      for (int i = 0; i < 4; ++i)
-        expect_same_bytes(("mma vs" + std::string(runs[i + 1].label) + ", " + shape).c_str(), mma, down(out_ab[i]));
+      rel_err(("mma vs simt, " + shape).c_str(), down(out_mma), down(out_simt), 2e-5);
     }
   }
 }
@@ -892,22 +872,11 @@ TEST_F(CudaBench, DISABLED_DecodeIndexerTimings) {
 // current kernel against the previous one (DEEPINFER_AB_<NAME> = 0). Each figure is one call of a CUDA graph of 20
 // back-to-back calls (launch overhead amortised as in the decode step's graphs; L2 warm, unlike ncu's flushed runs),
 // median of 20 replays.
-// The mHC ops at a V4-Flash (D = 4096) and V4.1-Flash (D = 5120) prefill of 8192 tokens, hc = 4, each with the
-// previous kernel through its A/B switch in the same run; bytes are the HBM traffic the op cannot avoid (streams read
-// once, expand's streams written once, the split-K partials written and read once), so TB/s against the copy rate
-// is how far from the floor it is.
+// The mHC ops at a V4-Flash (D = 4096) and V4.1-Flash (D = 5120) prefill of 8192 tokens, hc = 4; bytes are the HBM
+// traffic the op cannot avoid (streams read once, expand's streams written once, the split-K partials written and read
+// once), so TB/s against the copy rate is how far from the floor it is.
 TEST_F(CudaBench, DISABLED_PrefillHcTimings) {
   const int64_t t = 8192, hc = 4, mix = (2 + hc) * hc;
-  auto ab = [&](const std::string& what, const char* env, double bytes, const std::function<void()>& fn) {
-    const double now = time_ms(fn);
-    setenv(env, "0", 1);
-    const double before = time_ms(fn);
-    unsetenv(env);
-    report(what, now, bytes, 0);
-    report(what + " (previous)", before, bytes, 0);
-    std::printf("[bench] %-52s %.2fx\n", (what + " speed-up").c_str(), before / now);
-    std::fflush(stdout);
-  };
   for (int64_t d : {int64_t{4096}, int64_t{5120}}) {
     const std::string sh = " hc=4 D=" + std::to_string(d) + " T=8192";
     const double stream_bytes = 4.0 * t * hc * d, splits = static_cast<double>(cuda::hc_mix_splits(hc, d));
@@ -922,17 +891,16 @@ TEST_F(CudaBench, DISABLED_PrefillHcTimings) {
     const auto head_call = [&] { gpu().hc_head({streams, hfn, hbase, hscale, pre}); };
     const double mix_bytes = stream_bytes + 2 * 4.0 * splits * t * (mix + 1);
     const double head_bytes = stream_bytes + 2 * 4.0 * splits * t * (hc + 1);
-    ab("hc_mix" + sh, "DEEPINFER_AB_HC_MIX_STAGE", mix_bytes, mix_call);
-    ab("hc_head" + sh, "DEEPINFER_AB_HC_MIX_STAGE", head_bytes, head_call);
-    // The staged kernel's first form (one token a warp at a time; the head's rows over the warps) against the current.
-    ab("hc_mix vs staged-1" + sh, "DEEPINFER_AB_HC_MIX_ILP", mix_bytes, mix_call);
-    ab("hc_head vs staged-1" + sh, "DEEPINFER_AB_HC_MIX_ILP", head_bytes, head_call);
-    ab("hc_expand" + sh, "DEEPINFER_AB_HC_EXPAND_VEC", 2 * stream_bytes + 4.0 * t * d, [&] {
-      gpu().hc_expand({streams, y, post, comb});
-    });
-    ab("hc_collapse_norm" + sh, "DEEPINFER_AB_HC_COLLAPSE_KPER", stream_bytes + 4.0 * t * d, [&] {
-      gpu().hc_collapse_norm({streams, pre, w, out, 1e-6f});
-    });
+    report("hc_mix" + sh, time_ms(mix_call), mix_bytes, 0);
+    report("hc_head" + sh, time_ms(head_call), head_bytes, 0);
+    report("hc_expand" + sh, time_ms([&] {
+             gpu().hc_expand({streams, y, post, comb});
+           }),
+           2 * stream_bytes + 4.0 * t * d, 0);
+    report("hc_collapse_norm" + sh, time_ms([&] {
+             gpu().hc_collapse_norm({streams, pre, w, out, 1e-6f});
+           }),
+           stream_bytes + 4.0 * t * d, 0);
   }
   // The routed experts' SwiGLU of a V4-Flash prefill chunk (8192 tokens x 6 slots, I = 2048) with its bf16 copy: one
   // pass (gu read, h and h16 written) against SwiGLU then the cast (which reads h back); each with its own bytes.
@@ -949,18 +917,14 @@ TEST_F(CudaBench, DISABLED_PrefillHcTimings) {
     const double n = static_cast<double>(rows) * inter;
     report("swiglu+bf16 rows=49152 I=2048 one pass",
            time_ms([&] { cuda::run_swiglu_bf16(sp, h16.data(), gpu().stream()); }), n * (8 + 4 + 2), 0);
-    setenv("DEEPINFER_AB_SWIGLU_BF16", "0", 1);
-    setenv("DEEPINFER_AB_CAST_VEC", "0", 1);
-    report("swiglu+bf16 rows=49152 I=2048 (previous: swiglu, cast)",
-           time_ms([&] { cuda::run_swiglu_bf16(sp, h16.data(), gpu().stream()); }), n * (8 + 4 + 4 + 2), 0);
-    unsetenv("DEEPINFER_AB_CAST_VEC");
-    unsetenv("DEEPINFER_AB_SWIGLU_BF16");
     // The cast alone (x's and the linears' bf16 copies), the same 50 M values.
     const auto cast = [&] { cuda::run_cast_f32_to_bf16(sp.h, h16.data(), rows * inter, gpu().stream()); };
+    report("swiglu+bf16 rows=49152 I=2048 (two launches: swiglu, cast)", time_ms([&] {
+             cuda::run_swiglu(sp, gpu().stream());
+             cast();
+           }),
+           n * (8 + 4 + 4 + 2), 0);
     report("cast f32->bf16 n=49152x2048", time_ms(cast), n * (4 + 2), 0);
-    setenv("DEEPINFER_AB_CAST_VEC", "0", 1);
-    report("cast f32->bf16 n=49152x2048 (previous)", time_ms(cast), n * (4 + 2), 0);
-    unsetenv("DEEPINFER_AB_CAST_VEC");
   }
 }
 
@@ -996,9 +960,9 @@ TEST_F(CudaBench, DISABLED_DecodeSmallOpTimings) {
       ab("hc_expand_mix hc=4 D=5120" + bt, {"DEEPINFER_AB_HC_EXPAND_MIX"}, [&] {
         gpu().hc_expand_mix({{streams, y, post, comb}, {streams, fn, base, scale, pre, mpost, mcomb}});
       });
-      ab("hc_collapse_norm hc=4 D=5120" + bt, {"DEEPINFER_AB_HC_COLLAPSE_NORM"}, [&] {
-        gpu().hc_collapse_norm({streams, pre, w, out, 1e-6f});
-      });
+      std::printf("[bench] %-58s %8.2f us/call\n", ("hc_collapse_norm hc=4 D=5120" + bt).c_str(), graph_us([&] {
+                    gpu().hc_collapse_norm({streams, pre, w, out, 1e-6f});
+                  }));
       std::printf("[bench] %-58s %8.2f us/call\n", ("hc_mix hc=4 D=5120" + bt).c_str(), graph_us([&] {
                     gpu().hc_mix({streams, fn, base, scale, pre, mpost, mcomb});
                   }));

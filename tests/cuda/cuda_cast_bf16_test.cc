@@ -1,13 +1,13 @@
-// run_cast_f32_to_bf16 (linear_cuda.cu): the 8-values-a-thread kernel against the grid-stride one (the A/B switch
-// DEEPINFER_AB_CAST_VEC = 0) byte for byte, and against the host's round-to-nearest-even f32_to_bf16 for every
-// non-NaN value (the device writes its canonical NaN): random values over many magnitudes plus zeros of both signs,
-// infinities, NaN, subnormals, the largest floats and exact ties between two bf16 values; sizes past the vector
-// kernel's conditions (n % 8 != 0, unaligned input or output) take the grid-stride kernel both ways.
+// run_cast_f32_to_bf16 (linear_cuda.cu): the 8-values-a-thread kernel against the grid-stride one (the same values
+// read from an input 4 bytes off a 16-byte boundary, which the vector kernel does not take) byte for byte, and
+// against the host's round-to-nearest-even f32_to_bf16 for every non-NaN value (the device writes its canonical NaN):
+// random values over many magnitudes plus zeros of both signs, infinities, NaN, subnormals, the largest floats and
+// exact ties between two bf16 values; sizes past the vector kernel's conditions (n % 8 != 0, unaligned input or
+// output) take the grid-stride kernel both ways.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -50,16 +50,19 @@ TEST_F(CudaOpTest, CastF32ToBf16VecMatchesScalarBitwise) {
     for (int64_t i = 0; i < n + in_off; ++i) xv[i] = std::ldexp(mant(rng()), expo(rng()));
     for (size_t s = 0; s < sizeof(specials) / sizeof(specials[0]) && s < static_cast<size_t>(n); ++s)
       xv[in_off + static_cast<int64_t>(s) * (n / 12 > 0 ? n / 12 : 1) % n] = specials[s];
-    DeviceTensor dx = up(x);
+    // The same n values one float after the start of a 16-byte-aligned buffer: the grid-stride kernel.
+    HostTensor x_off(DType::kF32, {n + 1});
+    std::memcpy(x_off.data<float>() + 1, xv + in_off, sizeof(float) * n);
+    x_off.data<float>()[0] = 0.0f;
+    DeviceTensor dx = up(x), dx_off = up(x_off);
     HostTensor out[2];
     for (int vec = 0; vec < 2; ++vec) {
-      if (vec == 0) setenv("DEEPINFER_AB_CAST_VEC", "0", 1);
       DeviceTensor dy = poisoned_bytes(DType::kBF16, {n + out_off});
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      cuda::run_cast_f32_to_bf16(static_cast<const float*>(dx.data()) + in_off,
-                                 static_cast<uint16_t*>(dy.data()) + out_off, n, nullptr);
+      const float* in =
+          vec ? static_cast<const float*>(dx.data()) + in_off : static_cast<const float*>(dx_off.data()) + 1;
+      cuda::run_cast_f32_to_bf16(in, static_cast<uint16_t*>(dy.data()) + out_off, n, nullptr);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      unsetenv("DEEPINFER_AB_CAST_VEC");
       out[vec] = down(dy);
     }
     const std::string what =

@@ -6,7 +6,6 @@
 // the block sum, which leaves it unchanged (block_sum already pads its last warp reduction with zeros).
 #include <algorithm>
 
-#include "deepinfer/ops/cuda/ab_switch.h"
 #include "deepinfer/ops/cuda/device_math.cuh"
 #include "deepinfer/ops/cuda/fake_quant.cuh"
 #include "deepinfer/ops/cuda/kernels.h"
@@ -147,12 +146,12 @@ __global__ void norm_rope_kernel(NormRopeKernelParams p) {
 void run_hc_collapse_norm(const HcCollapseNormKernelParams& p, cudaStream_t stream) {
   if (p.tokens == 0 || p.d == 0) return;
   const int threads = rms_norm_threads(p.d);
-  if (p.hc == 4 && p.d <= 16 * threads && ab_new_kernel("DEEPINFER_AB_HC_COLLAPSE_NORM")) {
+  if (p.hc == 4 && p.d <= 16 * threads) {
     // kPer = 8 where it covers the row (d <= 4096 at 512 threads): the same operations (the values past d are skipped
     // either way) in 38 registers instead of 64, 3 blocks an SM instead of 2, so more of each SM's loads are in
-    // flight while a block sums and stores (69% of the HBM rate at V4-Flash's 8192-token prefill with kPer = 16).
-    // DEEPINFER_AB_HC_COLLAPSE_KPER = 0: kPer = 16 always.
-    if (p.d <= 8 * threads && ab_new_kernel("DEEPINFER_AB_HC_COLLAPSE_KPER"))
+    // flight while a block sums and stores (69% of the HBM rate at V4-Flash's 8192-token prefill with kPer = 16;
+    // 1.22x with kPer = 8, H200).
+    if (p.d <= 8 * threads)
       hc_collapse_norm_reg_kernel<4, 8><<<static_cast<unsigned>(p.tokens), threads, 0, stream>>>(p);
     else
       hc_collapse_norm_reg_kernel<4, 16><<<static_cast<unsigned>(p.tokens), threads, 0, stream>>>(p);

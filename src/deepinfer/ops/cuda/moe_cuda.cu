@@ -442,8 +442,7 @@ void run_swiglu(const SwigluKernelParams& p, cudaStream_t stream) {
 
 void run_swiglu_bf16(const SwigluKernelParams& p, void* h16, cudaStream_t stream) {
   const auto aligned = [](const void* q, uintptr_t a) { return reinterpret_cast<uintptr_t>(q) % a == 0; };
-  if (!ab_new_kernel("DEEPINFER_AB_SWIGLU_BF16") || p.inter % 4 != 0 || !aligned(p.gu, 16) || !aligned(p.h, 16) ||
-      !aligned(h16, 8)) {
+  if (p.inter % 4 != 0 || !aligned(p.gu, 16) || !aligned(p.h, 16) || !aligned(h16, 8)) {
     run_swiglu(p, stream);
     run_cast_f32_to_bf16(p.h, h16, p.rows * p.inter, stream);
     return;

@@ -11,8 +11,7 @@ namespace deepinfer::cuda {
 
 // run_swiglu(p), and h16[r, i] = __float2bfloat16_rn(p.h[r, i]) for the rows it writes (the bits of
 // run_cast_f32_to_bf16 over them). p.h is still written: the GEMM reads it where its bf16 kernels do not apply.
-// h16: [rows, inter] bf16. DEEPINFER_AB_SWIGLU_BF16 = 0: run_swiglu then run_cast_f32_to_bf16 (the previous two
-// launches, over all rows).
+// h16: [rows, inter] bf16. Inter % 4 != 0 or unaligned pointers: run_swiglu then run_cast_f32_to_bf16.
 void run_swiglu_bf16(const SwigluKernelParams& p, void* h16, cudaStream_t stream);
 
 }  // namespace deepinfer::cuda
