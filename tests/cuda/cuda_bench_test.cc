@@ -11,10 +11,12 @@
 #include <initializer_list>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <random>
 
 #include "cuda/cuda_test_util.h"
 #include "deepinfer/core/dtype.h"
+#include "deepinfer/ops/cuda/gemm_wgmma.h"
 #include "deepinfer/ops/cuda/kernels.h"
 #include "deepinfer/ops/cuda/swiglu_bf16.h"
 
@@ -1093,10 +1095,9 @@ TEST_F(CudaBench, DISABLED_DecodeSmallOpTimings) {
 // (N = D, K = I, C rows scattered), plus V4-Flash's FP8 128x128 shared expert as dense GEMMs of 8192 rows (gate
 // N = 2048, K = 4096; down N = 4096, K = 2048). Each through run_gemm with the wgmma kernel (the default: tile by rows
 // per expert, bf16x2 decode, split between producer and consumers for MXFP4, on the producer for FP8), with each
-// block tile forced (DEEPINFER_AB_WGMMA_TILE = 0: 128 x 256, 256: 256 x 128) and each decode placement / one block
-// per SM and without the L2 prefetch of the weight codes in each tile, mixed tiles (TILE = mixed), the f32 decode, the
-// no-swizzle layout, and with wgmma off (gemm_mma): DEEPINFER_AB_WGMMA = "" / "nosplit" / "split" / "cdec" / "persist"
-// / "nol2pf" / "exact" / "noswz" / "0", the same inputs in the same run. TFLOP/s and the share of the measured 790
+// block tile forced (cuda::set_wgmma_tile_override: 128 x 256, 256 x 128, mixed) and each decode placement in each
+// tile, the f32 decode, and with wgmma off (gemm_mma): DEEPINFER_AB_WGMMA = "" / "nosplit" / "split" / "cdec" /
+// "exact" / "0", the same inputs in the same run. TFLOP/s and the share of the measured 790
 // TFLOP/s bf16 rate are printed. The experts' weights are distinct (1-2.3 GiB a projection), so each call reads them
 // from HBM.
 TEST_F(CudaBench, DISABLED_PrefillExpertGemmTimings) {
@@ -1104,32 +1105,24 @@ TEST_F(CudaBench, DISABLED_PrefillExpertGemmTimings) {
   struct Mode {
     const char* name;
     const char* env;
-    const char* tile;  // DEEPINFER_AB_WGMMA_TILE, nullptr = unset
+    std::optional<cuda::WgmmaTile> tile;  // std::nullopt: by rows (the default)
   };
-  const Mode modes[] = {{"wgmma", "", nullptr},
-                        {"wgmma 128x256", "", "0"},
-                        {"wgmma 256x128", "", "256"},
-                        {"wgmma mixed", "", "mixed"},
-                        {"wgmma 128x256 producer decode", "nosplit", "0"},
-                        {"wgmma 256x128 producer decode", "nosplit", "256"},
-                        {"wgmma 128x256 split decode", "split", "0"},
-                        {"wgmma 256x128 split decode", "split", "256"},
-                        {"wgmma 128x256 consumer decode", "cdec", "0"},
-                        {"wgmma 256x128 consumer decode", "cdec", "256"},
-                        {"wgmma 128x256 persistent", "persist", "0"},
-                        {"wgmma 256x128 persistent", "persist", "256"},
-                        {"wgmma 128x256 no L2 prefetch", "nol2pf", "0"},
-                        {"wgmma 256x128 no L2 prefetch", "nol2pf", "256"},
-                        {"wgmma mixed no L2 prefetch", "nol2pf", "mixed"},
-                        {"wgmma f32-decode", "exact", nullptr},
-                        {"wgmma no-swizzle (128x256)", "noswz", nullptr},
-                        {"mma.sync (AB_WGMMA=0)", "0", nullptr}};
+  using cuda::WgmmaTile;
+  const Mode modes[] = {{"wgmma", "", std::nullopt},
+                        {"wgmma 128x256", "", WgmmaTile::k128x256},
+                        {"wgmma 256x128", "", WgmmaTile::k256x128},
+                        {"wgmma mixed", "", WgmmaTile::kMixed},
+                        {"wgmma 128x256 producer decode", "nosplit", WgmmaTile::k128x256},
+                        {"wgmma 256x128 producer decode", "nosplit", WgmmaTile::k256x128},
+                        {"wgmma 128x256 split decode", "split", WgmmaTile::k128x256},
+                        {"wgmma 256x128 split decode", "split", WgmmaTile::k256x128},
+                        {"wgmma 128x256 consumer decode", "cdec", WgmmaTile::k128x256},
+                        {"wgmma 256x128 consumer decode", "cdec", WgmmaTile::k256x128},
+                        {"wgmma f32-decode", "exact", std::nullopt},
+                        {"mma.sync (AB_WGMMA=0)", "0", std::nullopt}};
   auto set_mode = [](const Mode& md) {
     setenv("DEEPINFER_AB_WGMMA", md.env, 1);
-    if (md.tile)
-      setenv("DEEPINFER_AB_WGMMA_TILE", md.tile, 1);
-    else
-      unsetenv("DEEPINFER_AB_WGMMA_TILE");
+    cuda::set_wgmma_tile_override(md.tile);
   };
   // The plan of `tokens` tokens over e experts: each token's 6 distinct experts uniformly at random, slots sorted by
   // expert.
@@ -1274,7 +1267,7 @@ TEST_F(CudaBench, DISABLED_PrefillExpertGemmTimings) {
     }
   }
   unsetenv("DEEPINFER_AB_WGMMA");
-  unsetenv("DEEPINFER_AB_WGMMA_TILE");
+  cuda::set_wgmma_tile_override(std::nullopt);
 }
 
 }  // namespace

@@ -1,8 +1,7 @@
 // The warpgroup-MMA GEMM (ops/cuda/gemm_wgmma_cuda.cu) called directly through GemmKernelParams, on random data:
 // against a CPU reference in double (the same bf16 A, the weights dequantized exactly), against the mma.sync kernel
-// (run_gemm_mma) on the same inputs, its bf16x2 integer decode against its f32 decode, its 128-byte swizzled
-// shared-memory layout against the no-swizzle one, one block per tile against one block per SM walking the tiles, and
-// the weights decoded by the producer, split between producer and consumers, or by the consumers (byte-identical
+// (run_gemm_mma) on the same inputs, its bf16x2 integer decode against its f32 decode, and the weights decoded by
+// the producer, split between producer and consumers, or by the consumers (byte-identical
 // outputs); all of it for both block tiles (128 rows x 256 weight rows and 256 x 128), whose outputs are compared
 // byte for byte too.
 // Shapes: dense with partial row / column tiles and the V4-Flash expert shape, grouped with uneven groups (empty,
@@ -18,6 +17,7 @@
 
 #include <cstdlib>
 #include <numeric>
+#include <optional>
 
 #include "cuda/cuda_test_util.h"
 #include "deepinfer/core/dtype.h"
@@ -55,12 +55,17 @@ class AbEnv {
   bool had_ = false;
   std::string old_;
 };
-// Scoped DEEPINFER_AB_WGMMA / DEEPINFER_AB_WGMMA_TILE values.
+// Scoped DEEPINFER_AB_WGMMA value.
 struct AbWgmma : AbEnv {
   explicit AbWgmma(const char* v) : AbEnv("DEEPINFER_AB_WGMMA", v) {}
 };
-struct AbTile : AbEnv {
-  explicit AbTile(const char* v) : AbEnv("DEEPINFER_AB_WGMMA_TILE", v) {}
+// Scoped wgmma tile override (std::nullopt: by rows, the default); the default again at the end of the scope.
+class TileOverride {
+ public:
+  explicit TileOverride(std::optional<cuda::WgmmaTile> t) { cuda::set_wgmma_tile_override(t); }
+  ~TileOverride() { cuda::set_wgmma_tile_override(std::nullopt); }
+  TileOverride(const TileOverride&) = delete;
+  TileOverride& operator=(const TileOverride&) = delete;
 };
 
 enum class Kind { kMxfp4, kFp8E8m0_128, kFp8E8m0_32, kFp8F32_128, kFp8Row32 };
@@ -351,25 +356,25 @@ class CudaGemmWgmmaTest : public CudaOpTest {
                       << " vs " << (first < 0 ? 0.0f : want.data<float>()[first]);
   }
 
-  // Both block tiles (DEEPINFER_AB_WGMMA_TILE = 0: 128 x 256, 256: 256 x 128) through the whole comparison set, and
+  // Both block tiles (forced: 128 x 256, 256 x 128) through the whole comparison set, and
   // the two tiles' outputs byte for byte: every output is the same k16 wgmma products of the same bf16 operands
   // accumulated into one fp32 register in the same order (steps, then k16 slices), only the instruction's N (256 vs
   // 128) and which warpgroup holds the row differ.
   void compare(const std::string& what, const Problem& pr, bool full_reference) {
     HostTensor wide, tall;
     {
-      AbTile tile("0");
+      TileOverride tile(cuda::WgmmaTile::k128x256);
       wide = compare_tile(what + " [128x256]", pr, full_reference);
     }
     {
-      AbTile tile("256");
+      TileOverride tile(cuda::WgmmaTile::k256x128);
       tall = compare_tile(what + " [256x128]", pr, full_reference);
     }
     expect_same_bytes((what + " 256x128 tile = 128x256 tile").c_str(), tall, wide);
     if (!pr.sizes.empty()) {
       // Mixed (grouped): pairs of 128-row blocks as 256-row tiles, a group's unpaired last block as a 128-row tile,
       // in two launches; every row written once (C is NaN-poisoned), each output as in either tile.
-      AbTile tile("mixed");
+      TileOverride tile(cuda::WgmmaTile::kMixed);
       const HostTensor mixed = compare_tile(what + " [mixed]", pr, full_reference);
       expect_same_bytes((what + " mixed tiles = 128x256 tile").c_str(), mixed, wide);
     }
@@ -385,9 +390,9 @@ class CudaGemmWgmmaTest : public CudaOpTest {
                 den > 0 ? std::sqrt(num / den) : std::sqrt(num), worst);
   }
 
-  // The whole comparison set for one problem and the tile the environment selects: wgmma accepted; against the
-  // reference; against gemm_mma; the f32 decode (DEEPINFER_AB_WGMMA=exact) gives the same bytes as the default
-  // decode; so do one block per SM and every decode placement. Returns the default's output.
+  // The whole comparison set for one problem and the tile in force: wgmma accepted; against the reference; against
+  // gemm_mma; the f32 decode (DEEPINFER_AB_WGMMA=exact) gives the same bytes as the default decode; so does every
+  // decode placement. Returns the default's output.
   HostTensor compare_tile(const std::string& what, const Problem& pr, bool full_reference) {
     const std::unique_ptr<Launch> l = prepare(pr);
     cudaStream_t s = gpu().stream();
@@ -409,18 +414,6 @@ class CudaGemmWgmmaTest : public CudaOpTest {
     });
     check_against(what + " f32 decode", pr, exact, mma, 1e-4);  // tells a decode fault from one elsewhere
     expect_same_bytes((what + " exact decode").c_str(), exact, wg);
-    // One block per SM walking the tiles: the same tiles, the same bytes.
-    HostTensor persist = run(*l, pr, [&](const cuda::GemmKernelParams& p) {
-      AbWgmma ab("all,persist");
-      ASSERT_TRUE(cuda::run_gemm_wgmma(p, s));
-    });
-    expect_same_bytes((what + " persistent").c_str(), persist, wg);
-    // Without the L2 prefetch of the weight codes (a hint: no byte may change).
-    HostTensor no_pf = run(*l, pr, [&](const cuda::GemmKernelParams& p) {
-      AbWgmma ab("all,nol2pf");
-      ASSERT_TRUE(cuda::run_gemm_wgmma(p, s));
-    });
-    expect_same_bytes((what + " no L2 prefetch").c_str(), no_pf, wg);
     // Where the weights are decoded (the producer, split with the consumers, the consumers): the same bf16 weights
     // and products, so the same bytes as the default (split for MXFP4, the producer for FP8).
     if (e8m0(pr.kind)) {
@@ -432,16 +425,6 @@ class CudaGemmWgmmaTest : public CudaOpTest {
         check_against(what + " " + dec, pr, placed, mma, 1e-4);
         expect_same_bytes((what + " " + dec + " = default").c_str(), placed, wg);
       }
-    }
-    // The no-swizzle layout (a diagnostic A/B variant): the same products in the same order, so the same bytes; its
-    // own comparison with gemm_mma tells a layout fault of one variant from a fault elsewhere.
-    if (e8m0(pr.kind)) {
-      HostTensor noswz = run(*l, pr, [&](const cuda::GemmKernelParams& p) {
-        AbWgmma ab("all,noswz");
-        ASSERT_TRUE(cuda::run_gemm_wgmma(p, s));
-      });
-      check_against(what + " noswz", pr, noswz, mma, 1e-4);
-      expect_same_bytes((what + " noswz = swizzled").c_str(), noswz, wg);
     }
     return wg;
   }
@@ -560,7 +543,7 @@ TEST_F(CudaGemmWgmmaTest, RunGemmDispatchAndAbSwitch) {
   {
     // Many rows per group: run_gemm takes the mixed tiles, the same bytes as the 128 x 256 one.
     AbWgmma ab(nullptr);
-    AbTile t(nullptr);
+    TileOverride t(std::nullopt);
     HostTensor via_run = run(*l, pr, [&](const cuda::GemmKernelParams& p) {
       cuda::GemmKernelParams r = p;
       r.rows_hint = 192;
@@ -586,10 +569,10 @@ TEST_F(CudaGemmWgmmaTest, RunGemmDispatchAndAbSwitch) {
 }
 
 // The tile choice (host only, no device needed): grouped calls mixed from kGemmWgmmaMixedRows rows a group (rows_hint),
-// else 128 x 256; dense calls 128 x 256; DEEPINFER_AB_WGMMA_TILE = 0 / 256 / mixed forcing one (mixed: grouped only).
-TEST(CudaGemmWgmmaTile, ChoiceByRowsAndAbSwitch) {
+// else 128 x 256; dense calls 128 x 256; set_wgmma_tile_override forcing one (mixed: grouped only).
+TEST(CudaGemmWgmmaTile, ChoiceByRowsAndOverride) {
   using cuda::WgmmaTile;
-  AbTile unset(nullptr);
+  TileOverride unset(std::nullopt);
   cuda::GemmKernelParams p;
   const int32_t offsets[2] = {0, 0};  // never read: only its presence marks a grouped call
   p.group_offsets = offsets;
@@ -603,27 +586,27 @@ TEST(CudaGemmWgmmaTile, ChoiceByRowsAndAbSwitch) {
   p.rows_hint = 192;  // V4-Flash at 8192 tokens
   EXPECT_EQ(cuda::wgmma_tile(p), WgmmaTile::kMixed);
   {
-    AbTile old_tile("0");
+    TileOverride wide(WgmmaTile::k128x256);
     EXPECT_EQ(cuda::wgmma_tile(p), WgmmaTile::k128x256);
   }
   p.rows_hint = 8;
   {
-    AbTile tall("256");
+    TileOverride tall(WgmmaTile::k256x128);
     EXPECT_EQ(cuda::wgmma_tile(p), WgmmaTile::k256x128);
   }
   {
-    AbTile mixed("mixed");
+    TileOverride mixed(WgmmaTile::kMixed);
     EXPECT_EQ(cuda::wgmma_tile(p), WgmmaTile::kMixed);
   }
   EXPECT_EQ(cuda::wgmma_tile(p), WgmmaTile::k128x256);
-  cuda::GemmKernelParams d;  // dense calls: 128 x 256 unless the switch asks for the tall tile
+  cuda::GemmKernelParams d;  // dense calls: 128 x 256 unless the override asks for the tall tile
   d.m = 8192;
   EXPECT_EQ(cuda::wgmma_tile(d), WgmmaTile::k128x256);
   {
-    AbTile mixed("mixed");
+    TileOverride mixed(WgmmaTile::kMixed);
     EXPECT_EQ(cuda::wgmma_tile(d), WgmmaTile::k128x256);
   }
-  AbTile tall("256");
+  TileOverride tall(WgmmaTile::k256x128);
   EXPECT_EQ(cuda::wgmma_tile(d), WgmmaTile::k256x128);
 }
 

@@ -4,6 +4,8 @@
 
 #include <cuda_runtime.h>
 
+#include <optional>
+
 #include "deepinfer/ops/cuda/kernels.h"
 
 namespace deepinfer::cuda {
@@ -19,15 +21,12 @@ constexpr int64_t kGemmWgmmaMinRows = 32;
 // Temporary A/B switch DEEPINFER_AB_WGMMA (read per call, so one process can compare), comma-separated words: "0" =
 // never (run_gemm falls back to gemm_mma in the same build); "exact" = decode the weights through f32 like gemm_mma
 // instead of the bf16x2 integer decode (same values for UE8M0 scales; the f32 path is always used for f32 scales);
-// "all" = also below kGemmWgmmaMinRows rows per group; "noswz" = the no-swizzle shared-memory layout instead of the
-// 128-byte swizzle (a diagnostic); "persist" = one block per SM walking the tiles instead of one block per tile;
-// "nosplit" / "split" / "cdec" = the weights decoded by the producer warpgroup / half by the producer and half by the
-// consumer warpgroups (one step ahead of their products) / all by the consumers (default: split for MXFP4, the
-// producer for FP8; bf16x2 decode only); "nol2pf" = no L2 prefetch of the weight codes ahead of their register loads
-// (the default prefetches each row's codes into L2 four steps ahead: prefetch.global.L2). Unset or other words: the
+// "all" = also below kGemmWgmmaMinRows rows per group; "nosplit" / "split" / "cdec" = the weights decoded by the
+// producer warpgroup / half by the producer and half by the consumer warpgroups (one step ahead of their products) /
+// all by the consumers (default: split for MXFP4, the producer for FP8; bf16x2 decode only). Unset or other words: the
 // defaults.
 struct WgmmaMode {
-  bool on = true, exact = false, all_rows = false, no_swizzle = false, persistent = false, l2_prefetch = true;
+  bool on = true, exact = false, all_rows = false;
   int decode = -1;  // -1: by format
 };
 WgmmaMode wgmma_mode();
@@ -39,11 +38,14 @@ WgmmaMode wgmma_mode();
 // at least kGemmWgmmaMixedRows rows per group (rows_hint) run mixed: per group, each pair of 128-row blocks as one
 // 256-row tile and an unpaired last block (<= 128 rows) as a 128-row tile, in two launches (256 x 128, then 128 x 256
 // for the leftovers); skewed groups (some < 128 or in 257-384 rows) no longer pay for the tall tile. Dense calls keep
-// 128 x 256 (the tall tile is not measured there). Temporary A/B switch DEEPINFER_AB_WGMMA_TILE (read per call): "0"
-// = always 128 x 256 (the previous kernel), "256" = always 256 x 128, "mixed" = mixed for grouped calls, unset or
-// other values = by rows. The same bytes either way.
+// 128 x 256 (the tall tile is not measured there). The same bytes either way. Mixed won the slice prefill (H200,
+// session 15, V4-Flash 8192 tokens: 64.9 ms against 67.5 with 128 x 256 only and 68.0 with 256 x 128 only; V4.1 158.0
+// vs 163.3).
 enum class WgmmaTile { k128x256, k256x128, kMixed };
 constexpr int64_t kGemmWgmmaMixedRows = 120;
 WgmmaTile wgmma_tile(const GemmKernelParams& p);
+// For tests and benches (one thread at a time): the tile of every later call, kMixed meaning mixed for grouped calls
+// and 128 x 256 for dense ones; std::nullopt (the default) = by rows as above.
+void set_wgmma_tile_override(std::optional<WgmmaTile> tile);
 
 }  // namespace deepinfer::cuda

@@ -24,8 +24,8 @@
 //     the release of step G - 4 before it writes step G, and for the last releases before it exits, so every
 //     barrier instance completes and none is reused before it did (the producer's arrival at full(G + 4) follows
 //     its wait on empty(G), which follows both consumers' passing full(G)).
-//   One block per tile, or (DEEPINFER_AB_WGMMA=persist) one per SM walking tiles blockIdx.x + i·gridDim.x: the
-//     producer then decodes the next tile's first steps while the consumers finish a tile and store it.
+//   One block per tile (one block an SM walking tiles blockIdx.x + i·gridDim.x measured slower: static tile
+//     striding; the kernel's tile loop still takes any grid).
 //   The 256 x 128 tile (wgmma_tile(): groups of >= 120 rows, dense calls of > 128 rows): the decode bounds the step
 //     whatever the number of token rows, and with ~192 rows an expert (V4-Flash at 8192 tokens) every expert took two
 //     128-row tiles, decoding its weights twice. Here each consumer warpgroup owns 128 rows as two m64 halves (two
@@ -37,11 +37,11 @@
 //     Measured, one launch of either tile: 256 x 128 1.16x faster at ~192 rows an expert, slower at ~128 (1.18x) and
 //     ~96 (1.6x). Hence the default for grouped calls (wgmma_tile): mixed, two launches — each pair of a group's
 //     128-row blocks as a 256-row tile (kPlanPairs), its unpaired last block as a 128-row tile (kPlanLeftover).
-//   L2 prefetch (both tiles; DEEPINFER_AB_WGMMA=nol2pf turns it off): the decoding threads load a step's weight codes
-//     into registers one (producer) / two (consumers) steps ahead, and their proxy fence each step (MEMBAR.ALL.CTA +
-//     FENCE.VIEW.ASYNC.S in SASS) waits for those loads in flight: the suspected reason for ~2 µs a step (PERF.md). So
-//     each row's codes are also prefetched into L2 (prefetch.global.L2: no destination register) kL2PrefetchSteps
-//     steps before their register load, which then waits for L2 rather than HBM. A hint: no byte changes.
+//   The decoding threads load a step's weight codes into registers one (producer) / two (consumers) steps ahead, and
+//     their proxy fence each step (MEMBAR.ALL.CTA + FENCE.VIEW.ASYNC.S in SASS) waits for those loads in flight: the
+//     suspected reason for ~2 µs a step (PERF.md). Prefetching each row's codes into L2 four steps before their
+//     register load (prefetch.global.L2) made no difference on the H200 (slice prefill 8192 64.77 vs 64.88 ms) and
+//     was removed.
 //
 // Shared-memory layout (both operands "K-major", 128-byte swizzle, the wgmma canonical layout): a tile row holds the
 // 64 K values of one row (A: a token row, B: a weight row) = 128 bytes = 8 chunks of 16 bytes. Row r's chunk c
@@ -70,7 +70,7 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <cstring>
+#include <optional>
 #include <string_view>
 #include <type_traits>
 
@@ -87,7 +87,6 @@ constexpr int kRowBytes = kWgK * 2;           // one 128-byte swizzle row
 constexpr int kStageBytes = 384 * kRowBytes;  // one stage: A and B tiles, 48 KiB for both shapes
 constexpr int kBarFull = 1, kBarEmpty = 1 + kWgStages;
 constexpr size_t kWgSmem = 1024 + kWgStages * kStageBytes;
-constexpr int kL2PrefetchSteps = 4;  // weight codes into L2 this many steps ahead of their register load
 static_assert(kWgThreads == 3 * 128, "one producer and two consumer warpgroups");
 static_assert(kBarEmpty + kWgStages <= 16, "named barriers");
 
@@ -106,28 +105,18 @@ struct WgTile {
 template <QuantFormat F>
 constexpr int kCodeWords = F == QuantFormat::kMXFP4 ? kWgK / 8 : kWgK / 4;  // 32-bit words of a row's step
 
-// Byte offset of 16-byte chunk c (K values 8c..8c+7) of row r in a tile. kSwizzle: the 128B-swizzled layout (row r
-// is 128 contiguous bytes, chunk c at position c ^ (r % 8)). Else the A/B switch's no-swizzle ("interleave") layout,
-// kept as a same-run diagnostic: 8 x 16-byte core matrices (rows 8i..8i+7, one chunk column), each 128 contiguous
-// bytes (row r % 8 at 16 (r % 8)); core matrices adjacent in K 128 bytes apart (the leading byte offset), 8-row
-// groups 1024 bytes apart (the stride byte offset).
-template <bool kSwizzle>
-__device__ __forceinline__ uint32_t swz(int r, int c) {
-  if constexpr (kSwizzle) return r * kRowBytes + ((c ^ (r & 7)) << 4);
-  return (r >> 3) * 1024 + c * 128 + (r & 7) * 16;
-}
+// Byte offset of 16-byte chunk c (K values 8c..8c+7) of row r in a tile: the 128B-swizzled layout (row r is 128
+// contiguous bytes, chunk c at position c ^ (r % 8)). (A no-swizzle layout of 8 x 16-byte core matrices measured
+// 1.1x slower on the H200 and was removed.)
+__device__ __forceinline__ uint32_t swz(int r, int c) { return r * kRowBytes + ((c ^ (r & 7)) << 4); }
 // Byte offset of the k16 slice kk (chunks 2kk, 2kk+1) from the tile's start, as the descriptor's start address.
-template <bool kSwizzle>
-__device__ __forceinline__ constexpr uint32_t k16_offset(int kk) {
-  return kSwizzle ? 32 * kk : 256 * kk;
-}
+__device__ __forceinline__ constexpr uint32_t k16_offset(int kk) { return 32 * kk; }
 
 // Descriptor of a K-major operand starting at shared address addr (see the header comment): 128B swizzle (LBO
-// unused: 1, SBO 1024, mode 1) or none (LBO 128, SBO 1024, mode 0).
-template <bool kSwizzle>
+// unused: 1, SBO 1024, mode 1).
 __device__ __forceinline__ uint64_t smem_desc(uint32_t addr) {
-  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(kSwizzle ? 1 : 128 >> 4) << 16) |
-         (static_cast<uint64_t>(1024 >> 4) << 32) | (static_cast<uint64_t>(kSwizzle ? 1 : 0) << 62);
+  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(1) << 16) |
+         (static_cast<uint64_t>(1024 >> 4) << 32) | (static_cast<uint64_t>(1) << 62);
 }
 
 __device__ __forceinline__ void bar_sync(int id, int threads) {
@@ -290,14 +279,6 @@ struct PartSrc {
     bk_shift = __ffs(p.block_k) - 1;
     s8 = F == QuantFormat::kMXFP4 || p.scale_e8m0;
   }
-  // Asks L2 for step kt's codes of the whole row (the unit of chunk 0 calls it): a prefetch has no destination
-  // register, so the proxy fence (MEMBAR.ALL.CTA in SASS), which waits for this thread's loads in flight, should not
-  // wait for it; the register load of that step then hits L2 instead of HBM. (Not the bulk-copy unit's prefetch:
-  // its address is a uniform register, so per-lane addresses compile to a loop over the lanes.)
-  __device__ __forceinline__ void prefetch_l2(int kt) const {
-    constexpr int kStepBytes = kCodeWords<F> * 4;
-    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(codes + static_cast<int64_t>(kt) * kStepBytes) : "memory");
-  }
   // Step kt's codes and scales into u.
   __device__ __forceinline__ void load(int kt, Part<F, kChunks>& u) const {
     constexpr int kBytes = 4 * kChunkWords<F> * kChunks, kStepBytes = kCodeWords<F> * 4;
@@ -329,7 +310,7 @@ struct PartSrc {
 
 // Decodes chunk c (K values 8c..8c+7 of the step) of tile row r from its code words (MXFP4: w[0]; FP8: w[0], w[1])
 // and its half's raw scale into the swizzled tile at `tile` (shared address). s8: UE8M0 scales.
-template <QuantFormat F, bool kExact, bool kSwizzle>
+template <QuantFormat F, bool kExact>
 __device__ __forceinline__ void decode_chunk(const uint32_t* w, uint32_t sraw, uint32_t tile, int r, int c, bool s8) {
   uint32_t o[4];
   if constexpr (kExact) {
@@ -359,16 +340,16 @@ __device__ __forceinline__ void decode_chunk(const uint32_t* w, uint32_t sraw, u
 #pragma unroll
     for (int j = 0; j < 4; ++j) o[j] = bf16x2_mul(e4m3x2_to_bf16x2_shifted(w[j / 2] >> (16 * (j & 1))), m2);
   }
-  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(tile + swz<kSwizzle>(r, c)), "r"(o[0]), "r"(o[1]),
-               "r"(o[2]), "r"(o[3])
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(tile + swz(r, c)), "r"(o[0]), "r"(o[1]), "r"(o[2]),
+               "r"(o[3])
                : "memory");
 }
 // A decode unit's step into tile row r, chunks c0.. (s8: UE8M0 scales).
-template <QuantFormat F, bool kExact, bool kSwizzle, int kChunks>
+template <QuantFormat F, bool kExact, int kChunks>
 __device__ __forceinline__ void decode_part(const Part<F, kChunks>& u, uint32_t tile, int r, int c0, bool s8) {
 #pragma unroll
   for (int c = 0; c < kChunks; ++c)
-    decode_chunk<F, kExact, kSwizzle>(&u.w[kChunkWords<F> * c], u.s[kChunks == 8 ? c >> 2 : 0], tile, r, c0 + c, s8);
+    decode_chunk<F, kExact>(&u.w[kChunkWords<F> * c], u.s[kChunks == 8 ? c >> 2 : 0], tile, r, c0 + c, s8);
 }
 
 // Who decodes which weight rows of a step's B tile (kDec: 0 = the producer, 1 = split, 2 = the consumers).
@@ -478,9 +459,9 @@ __device__ __forceinline__ bool wg_tile_rows(const GemmKernelParams& p, int64_t 
   return gemm_tile_rows(p, tile, WgTile<kTall>::kM / kGemmTileM, g, begin, end);
 }
 
-template <QuantFormat F, bool kExact, bool kSwizzle, int kDec, bool kTall>
+template <QuantFormat F, bool kExact, int kDec, bool kTall>
 __global__ void __launch_bounds__(kWgThreads, 1)
-    gemm_wgmma_kernel(GemmKernelParams p, int tiles_n, int64_t tiles, int pf, int plan) {
+    gemm_wgmma_kernel(GemmKernelParams p, int tiles_n, int64_t tiles, int plan) {
   using T = WgTile<kTall>;
   using D = DecodePlan<kTall, kDec>;
   constexpr int kUnitsA = D::kUnitsP > 0 ? D::kUnitsP : 1;  // arrays of at least one
@@ -491,8 +472,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   const uint32_t a_base = raw_addr + ((1024 - (raw_addr & 1023)) & 1023), b_base = a_base + kWgStages * T::kABytes;
   const int tid = threadIdx.x;
   const int ktiles = static_cast<int>(p.k / kWgK);
-  // pf > 0: each weight row's codes are prefetched into L2 pf steps ahead of their register load (prefetch_l2).
-  // Tiles t = blockIdx.x, blockIdx.x + gridDim.x, ... (one per block unless launched persistent), column tile fastest:
+  // Tiles t = blockIdx.x, blockIdx.x + gridDim.x, ... (one per block as launched), column tile fastest:
   // the blocks running together share an A tile and sweep one expert's weight. Both roles walk the same tiles and
   // skip the same ones (a grouped plan tile that does not start a kernel tile); `gs` counts this block's steps over
   // all its tiles, which fixes every step's stage (gs % S) and barrier instance.
@@ -527,7 +507,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
 #pragma unroll
         for (int j = 0; j < T::kARowsT; ++j) {
           const int r = (tid >> 3) + 16 * j;
-          asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst + swz<kSwizzle>(r, ac)),
+          asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst + swz(r, ac)),
                        "l"(a_src[j] + static_cast<int64_t>(kt) * kWgK), "r"((a_ok >> j) & 1 ? 16 : 0)
                        : "memory");
         }
@@ -542,38 +522,30 @@ __global__ void __launch_bounds__(kWgThreads, 1)
         if constexpr (D::kUnitsP > 0) src0.load(kt, rs[0]);
         if constexpr (D::kUnitsP > 1) src1.load(kt, rs[1]);
       };
-      auto prefetch_step = [&](int kt) {  // the rows whose chunk 0 this thread decodes
-        if (kt >= ktiles || pc0 != 0) return;
-        if constexpr (D::kUnitsP > 0) src0.prefetch_l2(kt);
-        if constexpr (D::kUnitsP > 1) src1.prefetch_l2(kt);
-      };
       // Stage of this block's step G, once the consumers released its previous use (step G - S).
       auto acquire = [&](int64_t G) {
         if (G >= kWgStages) bar_sync(kBarEmpty + static_cast<int>((G - kWgStages) % kWgStages), kWgThreads);
         return static_cast<int>(G % kWgStages);
       };
-      // One step: prefetch step kt + 1's codes (first: registers need no free stage, and the longer they fly the
+      // One step: load step kt + 1's codes (first: registers need no free stage, and the longer they fly the
       // better), acquire step kt + 1's stage and copy its A tile, decode step kt into its stage's B tile, publish.
       auto step = [&](int kt, Unit(&cur)[kUnitsA], Unit(&nxt)[kUnitsA]) {
         const int64_t G = gs + kt;
         if (kt + 1 < ktiles) {
           load_step(kt + 1, nxt);
-          if (pf > 0) prefetch_step(kt + 1 + pf);
           issue_a(kt + 1, acquire(G + 1));
         }
         cp_async_commit();
         const int st = static_cast<int>(G % kWgStages);
         const uint32_t bt = b_base + st * T::kBBytes;
 #pragma unroll
-        for (int i = 0; i < D::kUnitsP; ++i)
-          decode_part<F, kExact, kSwizzle, D::kChunksP>(cur[i], bt, prow(i), pc0, s8);
+        for (int i = 0; i < D::kUnitsP; ++i) decode_part<F, kExact, D::kChunksP>(cur[i], bt, prow(i), pc0, s8);
         cp_async_wait<1>();  // this thread's A copies of step kt have landed
         fence_proxy_async();
         bar_arrive(kBarFull + st, kWgThreads);
       };
       Unit r0[kUnitsA], r1[kUnitsA];  // ping-pong: no register copies between steps
       load_step(0, r0);
-      for (int i = 1; i <= pf; ++i) prefetch_step(i);
       issue_a(0, acquire(gs));
       cp_async_commit();
       int kt = 0;
@@ -618,13 +590,13 @@ __global__ void __launch_bounds__(kWgThreads, 1)
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < kWgK / 16; ++kk) {
-          const uint64_t db = smem_desc<kSwizzle>(bt + k16_offset<kSwizzle>(kk));
+          const uint64_t db = smem_desc(bt + k16_offset(kk));
           if constexpr (kTall) {
             // The second half's rows start 64 rows = 8 swizzle atoms later.
-            wgmma_m64n128k16<0>(acc, smem_desc<kSwizzle>(at + k16_offset<kSwizzle>(kk)), db);
-            wgmma_m64n128k16<64>(acc, smem_desc<kSwizzle>(at + 64 * kRowBytes + k16_offset<kSwizzle>(kk)), db);
+            wgmma_m64n128k16<0>(acc, smem_desc(at + k16_offset(kk)), db);
+            wgmma_m64n128k16<64>(acc, smem_desc(at + 64 * kRowBytes + k16_offset(kk)), db);
           } else {
-            wgmma_m64n256k16(acc, smem_desc<kSwizzle>(at + k16_offset<kSwizzle>(kk)), db);
+            wgmma_m64n256k16(acc, smem_desc(at + k16_offset(kk)), db);
           }
         }
         wgmma_commit();
@@ -642,7 +614,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
         const PartSrc<F, D::kChunksC> src(p, g, n0 + hrow, hc0);
         auto decode = [&](int kt, const Unit& un) {
           const uint32_t tile = b_base + static_cast<int>((gs + kt) % kWgStages) * T::kBBytes;
-          decode_part<F, kExact, kSwizzle, D::kChunksC>(un, tile, hrow, hc0, s8);
+          decode_part<F, kExact, D::kChunksC>(un, tile, hrow, hc0, s8);
           fence_proxy_async();
         };
         // Step kt's products, then step kt + 1's unit (codes in `next`), then the load of step kt + 2's codes into
@@ -652,14 +624,11 @@ __global__ void __launch_bounds__(kWgThreads, 1)
           if (kt + 1 < ktiles) {
             decode(kt + 1, next);
             if (kt + 2 < ktiles) src.load(kt + 2, spare);
-            if (pf > 0 && hc0 == 0 && kt + 2 + pf < ktiles) src.prefetch_l2(kt + 2 + pf);
           }
         };
         Unit h0, h1;
         src.load(0, h0);
         if (ktiles > 1) src.load(1, h1);
-        if (hc0 == 0)
-          for (int i = 2; i < 2 + pf && i < ktiles; ++i) src.prefetch_l2(i);
         decode(0, h0);
         int kt = 0;
         for (; kt + 1 < ktiles; kt += 2) {
@@ -704,19 +673,8 @@ __global__ void __launch_bounds__(kWgThreads, 1)
 #endif
 }
 
-int sm_count() {
-  static const int n = [] {
-    int dev = 0, v = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-      return 132;
-    return v;
-  }();
-  return n;
-}
-
-template <QuantFormat F, bool kExact, bool kSwizzle, int kDec, bool kTall>
-void launch(const GemmKernelParams& p, bool persistent, int pf, int plan, cudaStream_t stream) {
+template <QuantFormat F, bool kExact, int kDec, bool kTall>
+void launch(const GemmKernelParams& p, int plan, cudaStream_t stream) {
   using T = WgTile<kTall>;
   if (p.group_offsets && p.max_tiles_m == 0) return;
   // Grouped: the plan's tiles (128 x 256: a block per plan tile, every other one starting a tile), or a bound of the
@@ -732,34 +690,30 @@ void launch(const GemmKernelParams& p, bool persistent, int pf, int plan, cudaSt
   if (tiles_m == 0 || tiles_n == 0) return;
   const int64_t tiles = tiles_m * tiles_n;
   DI_CHECK(tiles < (int64_t{1} << 31) && tiles_n < (int64_t{1} << 31)) << "gemm: " << tiles << " tiles are too many";
-  auto* kernel = gemm_wgmma_kernel<F, kExact, kSwizzle, kDec, kTall>;
+  auto* kernel = gemm_wgmma_kernel<F, kExact, kDec, kTall>;
   DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kWgSmem)));
-  const int64_t blocks = persistent ? std::min<int64_t>(tiles, sm_count()) : tiles;
-  kernel<<<static_cast<unsigned>(blocks), kWgThreads, kWgSmem, stream>>>(p, static_cast<int>(tiles_n), tiles, pf, plan);
+  kernel<<<static_cast<unsigned>(tiles), kWgThreads, kWgSmem, stream>>>(p, static_cast<int>(tiles_n), tiles, plan);
   DI_CUDA_CHECK_LAUNCH();
 }
 
 // Decode placement: MXFP4 splits the decode between producer and consumers by default (H200, V4-Flash expert calls,
 // 128 x 256 tile: gate at 8192 tokens 3.49 -> 3.01 ms, down 3.27 -> 2.94 ms); FP8 keeps it on the producer (the split
-// measured the same: 0.436 vs 0.443 ms); the A/B words override. The f32 decode and the no-swizzle layout run
-// producer-decoded; the no-swizzle layout only in the 128 x 256 tile.
+// measured the same: 0.436 vs 0.443 ms); the A/B words override. The f32 decode runs producer-decoded.
 template <QuantFormat F, bool kTall>
 void launch(const GemmKernelParams& p, const WgmmaMode& mode, bool exact, int plan, cudaStream_t stream) {
   const int dec = mode.decode >= 0 ? mode.decode : (F == QuantFormat::kMXFP4 ? 1 : 0);
   if (exact)
-    launch<F, true, true, 0, kTall>(p, mode.persistent, mode.l2_prefetch ? kL2PrefetchSteps : 0, plan, stream);
+    launch<F, true, 0, kTall>(p, plan, stream);
   else if (dec == 2)
-    launch<F, false, true, 2, kTall>(p, mode.persistent, mode.l2_prefetch ? kL2PrefetchSteps : 0, plan, stream);
+    launch<F, false, 2, kTall>(p, plan, stream);
   else if (dec == 1)
-    launch<F, false, true, 1, kTall>(p, mode.persistent, mode.l2_prefetch ? kL2PrefetchSteps : 0, plan, stream);
+    launch<F, false, 1, kTall>(p, plan, stream);
   else
-    launch<F, false, true, 0, kTall>(p, mode.persistent, mode.l2_prefetch ? kL2PrefetchSteps : 0, plan, stream);
+    launch<F, false, 0, kTall>(p, plan, stream);
 }
 template <QuantFormat F>
 void launch(const GemmKernelParams& p, const WgmmaMode& mode, bool exact, WgmmaTile tile, cudaStream_t stream) {
-  if (mode.no_swizzle && !exact) {
-    launch<F, false, false, 0, false>(p, mode.persistent, mode.l2_prefetch ? kL2PrefetchSteps : 0, kPlanAll, stream);
-  } else if (tile == WgmmaTile::k256x128) {
+  if (tile == WgmmaTile::k256x128) {
     launch<F, true>(p, mode, exact, kPlanAll, stream);
   } else if (tile == WgmmaTile::kMixed && p.group_offsets) {
     // Two launches on one stream, disjoint rows: each output is computed as in either single-tile launch.
@@ -799,21 +753,22 @@ WgmmaMode wgmma_mode() {
     if (w == "0") m.on = false;
     if (w == "exact") m.exact = true;
     if (w == "all") m.all_rows = true;
-    if (w == "noswz") m.no_swizzle = true;
-    if (w == "persist") m.persistent = true;
     if (w == "nosplit") m.decode = 0;
     if (w == "split") m.decode = 1;
     if (w == "cdec") m.decode = 2;
-    if (w == "nol2pf") m.l2_prefetch = false;
   }
   return m;
 }
 
+namespace {
+std::optional<WgmmaTile> tile_override;
+}  // namespace
+
+void set_wgmma_tile_override(std::optional<WgmmaTile> tile) { tile_override = tile; }
+
 WgmmaTile wgmma_tile(const GemmKernelParams& p) {
-  const char* v = std::getenv("DEEPINFER_AB_WGMMA_TILE");
-  if (v && std::strcmp(v, "0") == 0) return WgmmaTile::k128x256;
-  if (v && std::strcmp(v, "256") == 0) return WgmmaTile::k256x128;
-  if (v && std::strcmp(v, "mixed") == 0) return p.group_offsets ? WgmmaTile::kMixed : WgmmaTile::k128x256;
+  if (tile_override)
+    return *tile_override == WgmmaTile::kMixed && !p.group_offsets ? WgmmaTile::k128x256 : *tile_override;
   // Dense calls keep 128 x 256: the tall tile is measured on grouped expert calls only.
   if (!p.group_offsets) return WgmmaTile::k128x256;
   return (p.rows_hint > 0 ? p.rows_hint : p.m) >= kGemmWgmmaMixedRows ? WgmmaTile::kMixed : WgmmaTile::k128x256;
