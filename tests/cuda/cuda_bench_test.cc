@@ -685,10 +685,9 @@ TEST_F(CudaBench, DISABLED_MoeExpertSpreadTimings) {
   }
 }
 
-// Batch-invariant GEMMs (issue #7), three modes in the same run: the default mode's kernels, batch-invariant mode
-// (gpu().set_batch_invariant: the tensor-core sequence of gemm_invariant_mma.h for these UE8M0 formats) and
-// batch-invariant mode on the previous fp32 chains (DEEPINFER_AB_BI_FP32=1: column-chain kernels up to 8 rows, the
-// SIMT tile above). FP8 128x128 UE8M0 projections at V4-Flash shapes and the V4.1 MXFP4 routed experts (E=384, k=6,
+// Batch-invariant GEMMs (issue #7), two modes in the same run: the default mode's kernels and batch-invariant mode
+// (gpu().set_batch_invariant: the tensor-core sequence of gemm_invariant_mma.h for these UE8M0 formats). FP8 128x128
+// UE8M0 projections at V4-Flash shapes and the V4.1 MXFP4 routed experts (E=384, k=6,
 // + FP8 shared expert) at 1-8 rows / tokens (decode) and 64-4096 (prefill); weights rotate over copies (dense) or
 // expert selections (MoE) so each call reads them from HBM. Bytes as in DecodeGemmTimings. An fp32 chain is K
 // dependent FMAs, so the floor line gives 4 cycles x K at the device clock.
@@ -698,17 +697,10 @@ TEST_F(CudaBench, DISABLED_BatchInvariantDecodeTimings) {
   auto floor_ms = [&](int64_t k) { return 4.0 * k / (clock_khz * 1e3) * 1e3; };
   struct Mode {
     const char* name;
-    bool invariant, fp32;
+    bool invariant;
   };
-  const Mode modes[] = {
-      {"default", false, false}, {"batch-invariant", true, false}, {"batch-invariant fp32", true, true}};
-  auto set_mode = [&](const Mode& md) {
-    gpu().set_batch_invariant(md.invariant);
-    if (md.fp32)
-      setenv("DEEPINFER_AB_BI_FP32", "1", 1);
-    else
-      unsetenv("DEEPINFER_AB_BI_FP32");
-  };
+  const Mode modes[] = {{"default", false}, {"batch-invariant", true}};
+  auto set_mode = [&](const Mode& md) { gpu().set_batch_invariant(md.invariant); };
   struct Proj {
     const char* name;
     int64_t n, k;

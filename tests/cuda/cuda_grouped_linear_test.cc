@@ -163,8 +163,7 @@ TEST_F(CudaGroupedLinearTest, MatchesPerGroupCpuLinear) {
 
 // Batch-invariant mode: one launch at any row count, and each group's rows equal linear_quant of that group alone
 // byte for byte (the same sequence per output: for these UE8M0 formats the tensor-core streaming kernel at 1 and 7
-// rows, the invariant tile kernel at 70, A rounded to bf16: against the rounded input at 1e-5; under
-// DEEPINFER_AB_BI_FP32=1 the fp32 chains, against x at 1e-5).
+// rows, the invariant tile kernel at 70, A rounded to bf16: against the rounded input at 1e-5).
 TEST_F(CudaGroupedLinearTest, BatchInvariantIsOneLaunchAndEqualsLinearQuant) {
   gpu().set_batch_invariant(true);
   for (Kind kind : {Kind::kFp8E8m0_128, Kind::kMxfp4}) {

@@ -282,8 +282,7 @@ TEST_F(CudaLinearTest, LinearBf16PrecisionEqualsRoundedInputs) {
 // the summation order differs (1e-5). f32 and bf16 weights, f32 scales and FP8 with K = 200 (not a multiple of the
 // 16-wide chunks) keep fp32 FMA chains — for f32 / bf16 weights of N = 300 the K-sliced chains at every row count
 // (gemm_invariant_f32.h), for the others the column-chain kernel up to 8 rows and above the SIMT tile (or, at this
-// N of 3 SIMT tiles, the chain kernel over blocks of 8 rows): exact fp32 products against x itself (1e-5). Under
-// DEEPINFER_AB_BI_FP32=1 every format takes the unsliced chains (against x).
+// N of 3 SIMT tiles, the chain kernel over blocks of 8 rows): exact fp32 products against x itself (1e-5).
 TEST_F(CudaLinearTest, BatchInvariantModeRowsDoNotDependOnTheBatch) {
   gpu().set_batch_invariant(true);
   const int64_t m = 37, n = 300;
@@ -333,18 +332,18 @@ TEST_F(CudaLinearTest, BatchInvariantModeRowsDoNotDependOnTheBatch) {
 // Batch-invariant mode at decode shapes: 1-8 rows run the few-row kernels, 12 rows the tile kernels; every row must
 // be the same bytes either way. UE8M0 block formats with K a multiple of 16 take the tensor-core pair (the streaming
 // kernel, the invariant tile; A rounded to bf16: against the rounded input, 1e-5), the rest the fp32 chains (the
-// column-chain kernels, the SIMT tile; exact fp32 products against x, 1e-5) — with DEEPINFER_AB_BI_FP32=1 every
-// case. The shapes stress the chain kernel's tiling: N not a multiple of its 32 columns (4500, 1000, 300), K a
-// multiple of neither its 128-wide FP8 stage (2064, 1040) nor its 256-wide MXFP4 stage (4128), K = 7168, f32 rows
-// with K % 16 = 4 (1300: zero chunks up to the tile's 16-wide k-steps) and K % 4 != 0 (1302: the scalar fallback),
-// FP8 K = 200 (scalar fallback), MXFP4 scales past 2^113 (the chain's product there is (code · 2^-14 · 2^14) · scale,
-// not code · 2^-14 · (scale · 2^14), which would overflow; the tensor-core decode applies such scales in two exact
-// bf16 multiplies), FP8 with arbitrary f32 scales (V3) and per-32-column scales. On a 132-SM device N = 4500 at 8
-// rows takes the chain's two-rows-per-thread variant (141 column blocks x 8 rows > 8 warps per SM), at 1-7 rows one
-// row per warp; N = 40000 (FP8) and 30000 (MXFP4) take the shallow cp.async ring, the others the deep one. The 12-row
-// f32 calls take the SIMT tile when its tiles fill a quarter of the device (N = 4500), else (N = 1000) the chain
-// kernel over blocks of 8 rows; K = 1302 (no 16-byte chunks) always the SIMT tile. f32 weights of at most 512 rows
-// with K % 4 == 0 take the K-sliced chains at every row count instead (gemm_invariant_f32.h; K = 1302 does not).
+// column-chain kernels, the SIMT tile; exact fp32 products against x, 1e-5). The shapes stress the chain kernel's
+// tiling: N not a multiple of its 32 columns (4500, 1000, 300), K a multiple of neither its 128-wide FP8 stage (2064,
+// 1040) nor its 256-wide MXFP4 stage (4128), K = 7168, f32 rows with K % 16 = 4 (1300: zero chunks up to the tile's
+// 16-wide k-steps) and K % 4 != 0 (1302: the scalar fallback), FP8 K = 200 (scalar fallback), MXFP4 scales past 2^113
+// (the chain's product there is (code · 2^-14 · 2^14) · scale, not code · 2^-14 · (scale · 2^14), which would overflow;
+// the tensor-core decode applies such scales in two exact bf16 multiplies), FP8 with arbitrary f32 scales (V3) and
+// per-32-column scales. On a 132-SM device N = 4500 at 8 rows takes the chain's two-rows-per-thread variant (141 column
+// blocks x 8 rows > 8 warps per SM), at 1-7 rows one row per warp; N = 40000 (FP8) and 30000 (MXFP4) take the shallow
+// cp.async ring, the others the deep one. The 12-row f32 calls take the SIMT tile when its tiles fill a quarter of the
+// device (N = 4500), else (N = 1000) the chain kernel over blocks of 8 rows; K = 1302 (no 16-byte chunks) always the
+// SIMT tile. f32 weights of at most 512 rows with K % 4 == 0 take the K-sliced chains at every row count instead
+// (gemm_invariant_f32.h; K = 1302 does not).
 TEST_F(CudaLinearTest, BatchInvariantDecodeShapesMatchTheTile) {
   gpu().set_batch_invariant(true);
   const int64_t m = 12;
@@ -479,7 +478,6 @@ TEST(GemmInvariantMma, ChoicesFollowTheWeightOnly) {
   }
   EXPECT_EQ(gemm_invariant_mma_slices(QuantFormat::kMXFP4, 2304, 5120, 384),
             gemm_invariant_mma_slices(QuantFormat::kMXFP4, 2304, 5120, 16));
-  if (const char* v = std::getenv("DEEPINFER_AB_BI_FP32"); v && std::string(v) == "1") return;
   using cuda::gemm_invariant_mma_takes;
   EXPECT_TRUE(gemm_invariant_mma_takes(QuantFormat::kFP8Block, true, 128, 128, 7168));
   EXPECT_TRUE(gemm_invariant_mma_takes(QuantFormat::kFP8Block, true, 32, 16, 48));
@@ -511,7 +509,7 @@ TEST(GemmInvariantMma, ChoicesFollowTheWeightOnly) {
 // stage does not fit the streaming kernel even for one row (the tile kernel takes every call), partial 128-row
 // weight blocks and 16-row tiles, FP8 128x128 / 32x32 / per-32 scales and MXFP4, random codes (subnormals
 // included) and scales. Against the CPU on the bf16-rounded input (weights exact: only the summation order
-// differs): 1e-5. Under DEEPINFER_AB_BI_FP32=1 the same calls take the fp32 chains: same bytes, against x.
+// differs): 1e-5.
 TEST_F(CudaLinearTest, BatchInvariantTensorCoreRowsMatchAtEveryRowCount) {
   gpu().set_batch_invariant(true);
   struct Case {
@@ -569,26 +567,6 @@ TEST_F(CudaLinearTest, BatchInvariantTensorCoreRowsMatchAtEveryRowCount) {
     subsets.push_back(reversed);
     for (const auto& rows : subsets)
       expect_rows_bitwise(name + " rows=" + std::to_string(rows.size()), call(take_rows(x, rows)), full, rows);
-  }
-  {
-    // The A/B switch: the previous fp32 kernels (exact products, against x itself); rows still the same bytes.
-    setenv("DEEPINFER_AB_BI_FP32", "1", 1);
-    const int64_t n = 300, k = 1040, m = 20;
-    EXPECT_FALSE(cuda::gemm_invariant_mma_takes(QuantFormat::kFP8Block, true, 128, 128, k));
-    const HostTensor w = fp8({n, k}), s = e8m0({3, 9}), x = rand({m, k});
-    const DeviceTensor dw = up(w), ds = up(s);
-    auto call = [&](const HostTensor& xs) {
-      const DeviceTensor dx = up(xs), dout = poisoned({xs.shape()[0], n});
-      gpu().linear_quant({dx, {dw, ds.view(), QuantFormat::kFP8Block, 128, 128}, dout});
-      return down(dout);
-    };
-    const HostTensor full = call(x);
-    rel_err("batch-invariant AB_BI_FP32=1 fp8 128x128", full,
-            cpu_linear(x, cpu_dequant(w, s, QuantFormat::kFP8Block, n, k)), 1e-5);
-    for (const auto& rows : invariance_subsets(m))
-      expect_rows_bitwise("batch-invariant AB_BI_FP32=1 rows=" + std::to_string(rows.size()), call(take_rows(x, rows)),
-                          full, rows);
-    unsetenv("DEEPINFER_AB_BI_FP32");
   }
 }
 

@@ -10,7 +10,6 @@
 #include <tuple>
 #include <unordered_map>
 
-#include "deepinfer/ops/cuda/ab_switch.h"
 #include "deepinfer/ops/cuda/dequant_bf16.h"
 #include "deepinfer/ops/cuda/gemm_invariant_mma.h"
 #include "deepinfer/ops/cuda/gemm_mma.h"
@@ -460,9 +459,9 @@ struct CudaBackend::Impl {
     // Chunks of at least kMoeChunkTokens tokens (a typical prefill chunk) even past 1 GiB of intermediates (~2.6
     // GiB for V4-Flash, ~3.5 GiB for V3 at 8192 tokens; the engine reserves 5% of the device for activations): with
     // 1 GiB chunks an 8192-token V4-Flash prefill ran in three chunks of ~78 rows an expert, so most experts' second
-    // 64-row tensor-core tile was mostly empty. Equal chunks when there are several, for the same reason.
-    const int64_t floor_tokens = cuda::ab_new_kernel("DEEPINFER_AB_MOE_CHUNK_FLOOR") ? kMoeChunkTokens : 1;
-    const int64_t cap = std::max<int64_t>({1, floor_tokens, (1ll << 30) / per_token});
+    // 64-row tensor-core tile was mostly empty (H200, slice prefill 8192: V4-Flash 98.3 -> 78.4 ms, V4.1 252.2 ->
+    // 185.1 ms). Equal chunks when there are several, for the same reason.
+    const int64_t cap = std::max<int64_t>({kMoeChunkTokens, (1ll << 30) / per_token});
     const int64_t chunk = ceil_div(tokens, std::max<int64_t>(1, ceil_div(tokens, cap)));
     for (int64_t t0 = 0; t0 < tokens; t0 += chunk) {
       const int64_t tc = std::min(chunk, tokens - t0), slots = tc * k;

@@ -15,7 +15,7 @@
 // gemm_invariant_mma.h (the streaming kernel for few rows, a tile kernel with the identical per-output mma sequence
 // for many); small dense f32 weights (routers) K-sliced fp32 chains (gemm_invariant_f32.h); other f32 weights and f32
 // scales the SIMT tile and a few-row kernel with the identical arithmetic (the column chain), as every format did
-// before (DEEPINFER_AB_BI_FP32=1).
+// before the tensor-core sequence.
 #include "deepinfer/ops/cuda/dequant_bf16.h"
 #include "deepinfer/ops/cuda/device_math.cuh"
 #include "deepinfer/ops/cuda/gemm_decode.cuh"

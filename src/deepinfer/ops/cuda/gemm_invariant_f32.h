@@ -24,7 +24,7 @@ constexpr int64_t kInvariantF32TileRows = 64;
 // summation order than the unsliced chain). Up to kInvariantF32TileRows rows a block is 32 columns x one warp a
 // slice x up to 8 rows a pass, rows in blocks over the grid; more rows a 64 x 64 tile whose threads walk the slices
 // in turn (H200, V4-Flash prefill 4096: the 8-row blocks took the router to 4.0 ms a step, 0.6 default). Returns false,
-// enqueuing nothing, for anything else, and under DEEPINFER_AB_BI_FP32=1.
+// enqueuing nothing, for anything else.
 bool run_gemm_invariant_f32_split(const GemmKernelParams& p, cudaStream_t stream);
 
 // Whether a dense batch-invariant f32 GEMM with this weight takes the sliced chains (given 16-byte aligned weights).

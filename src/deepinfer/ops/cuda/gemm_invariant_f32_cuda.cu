@@ -7,8 +7,6 @@
 #include "deepinfer/ops/cuda/gemm_invariant_f32.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
 #include "deepinfer/ops/cuda/cuda_check.h"
 #include "deepinfer/ops/cuda/device_math.cuh"
@@ -195,17 +193,12 @@ __global__ void __launch_bounds__(256) gemm_f32_split_tile_kernel(GemmKernelPara
   }
 }
 
-bool ab_bi_fp32() {
-  const char* v = std::getenv("DEEPINFER_AB_BI_FP32");
-  return v && std::strcmp(v, "1") == 0;
-}
-
 }  // namespace
 
 int gemm_invariant_f32_slices(int64_t k) { return static_cast<int>(std::clamp<int64_t>(k / 512, 1, kSpMaxSlices)); }
 
 bool gemm_invariant_f32_split_takes(int64_t n, int64_t k) {
-  return !ab_bi_fp32() && n > 0 && n <= kInvariantF32SplitMaxN && k > 0 && k % 4 == 0;
+  return n > 0 && n <= kInvariantF32SplitMaxN && k > 0 && k % 4 == 0;
 }
 
 bool run_gemm_invariant_f32_split(const GemmKernelParams& p, cudaStream_t stream) {

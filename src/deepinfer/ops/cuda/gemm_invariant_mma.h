@@ -19,12 +19,12 @@ namespace deepinfer::cuda {
 // bits alone (decode) or among thousands (prefill). Precision class: A rounded to bf16, weights exact, fp32
 // accumulation (the default mode's tensor-core class). Returns false, enqueuing nothing, for anything else (f32
 // weights or scales, K not a multiple of the chunk, unaligned weights): run_gemm keeps the fp32 chain kernels there.
-// Temporary A/B switch: DEEPINFER_AB_BI_FP32=1 declines everything (the previous fp32 batch-invariant kernels).
+// (Against the fp32 chains for every format, H200, V4-Flash slice: prefill 4096 +156% vs +695% over the default
+// mode, decode b1 +3% vs +81%, b64 +63% vs +225%; the switch back to them is removed.)
 bool run_gemm_invariant_mma(const GemmKernelParams& p, cudaStream_t stream);
 
 // Whether batch-invariant GEMMs of a weight in this format / scale type / block shape and K take the kernels
-// above (A rounded to bf16), given 16-byte aligned weights; false under DEEPINFER_AB_BI_FP32=1. Tests use it to
-// pick their reference.
+// above (A rounded to bf16), given 16-byte aligned weights. Tests use it to pick their reference.
 bool gemm_invariant_mma_takes(QuantFormat format, bool scale_e8m0, int block_n, int block_k, int64_t k);
 
 // The K slices of the batch-invariant sequence for a weight of n rows and k columns in `format`, one of a table of

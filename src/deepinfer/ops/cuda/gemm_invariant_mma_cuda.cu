@@ -262,11 +262,6 @@ int64_t ab_expert_slots() {
   return slots > 0 ? slots : kInvariantExpertSlots;
 }
 
-bool ab_bi_fp32() {
-  const char* v = std::getenv("DEEPINFER_AB_BI_FP32");
-  return v && std::strcmp(v, "1") == 0;
-}
-
 template <QuantFormat F>
 void launch_tile(const GemmKernelParams& p, int kw, int lbn, int lbk, cudaStream_t stream) {
   const int64_t tiles_m = p.group_offsets ? p.max_tiles_m : ceil_div(p.m, kTiM);
@@ -289,7 +284,7 @@ void launch_tile(const GemmKernelParams& p, int kw, int lbn, int lbk, cudaStream
 }  // namespace
 
 bool gemm_invariant_mma_takes(QuantFormat format, bool scale_e8m0, int block_n, int block_k, int64_t k) {
-  if (ab_bi_fp32() || !scale_e8m0 || k <= 0) return false;
+  if (!scale_e8m0 || k <= 0) return false;
   switch (format) {
     case QuantFormat::kMXFP4:
       return k % 32 == 0;
