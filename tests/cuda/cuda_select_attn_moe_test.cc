@@ -774,24 +774,28 @@ TEST_F(CudaMoeTest, BatchInvariantDecodeShapesMatchTheTile) {
 
 // Long prefills: a MoE call of more tokens than one chunk's intermediates allow runs in equal chunks of at least 8192
 // tokens (run_moe). A token's result must not depend on how the call is chunked (the grouped GEMMs compute each row
-// alone and the combine walks a token's experts in id order), so the default chunking and the previous 1 GiB one
-// (DEEPINFER_AB_MOE_CHUNK_FLOOR=0: 4 chunks of 5000 here instead of 3 of 6667) give the same bytes; tokens at both
-// ends and at the chunk boundaries also match the CPU op.
+// alone and the combine walks a token's experts in id order): the 20000-token call (3 chunks of 6667) and a call of
+// tokens 3000 .. 9666 alone (one chunk of the same size, across the first chunk boundary) give those tokens the same
+// bytes; tokens at both ends and at the chunk boundaries also match the CPU op.
 TEST_F(CudaMoeTest, ChunkedLongPrefillDoesNotDependOnTheChunks) {
   const int64_t d = 2048, inter = 1024, e = 16, k = 8, t = 20000;
   const std::unique_ptr<QuantMoe> q = quant_moe(d, inter, e);
   HostTensor x = rand({t, d}), weights = rand({t, k}, 0.05f, 1.0f), idx = distinct_indices(t, k, e);
   DeviceTensor dx = up(x), dwts = up(weights), didx = up(idx);
-  auto run = [&](const char* floor_env) {
-    if (floor_env) setenv("DEEPINFER_AB_MOE_CHUNK_FLOOR", floor_env, 1);
-    DeviceTensor dout = poisoned({t, d});
-    gpu().moe_quant({dx, dwts, didx, &q->gpu_experts, &q->gpu_shared, dout, 10.0f, false});
-    unsetenv("DEEPINFER_AB_MOE_CHUNK_FLOOR");
-    return down(dout);
-  };
-  const HostTensor chunked = run(nullptr), old_chunks = run("0");
-  EXPECT_EQ(0, std::memcmp(chunked.data<float>(), old_chunks.data<float>(), sizeof(float) * t * d))
-      << "the MoE output depends on the chunking";
+  DeviceTensor dout = poisoned({t, d});
+  gpu().moe_quant({dx, dwts, didx, &q->gpu_experts, &q->gpu_shared, dout, 10.0f, false});
+  const HostTensor chunked = down(dout);
+  {
+    const int64_t s0 = 3000, n = 6667;
+    std::vector<int64_t> rows(n);
+    std::iota(rows.begin(), rows.end(), s0);
+    const DeviceTensor sx = up(take_rows(x, rows)), sw = up(take_rows(weights, rows)), si = up(take_rows(idx, rows));
+    const DeviceTensor sout = poisoned({n, d});
+    gpu().moe_quant({sx, sw, si, &q->gpu_experts, &q->gpu_shared, sout, 10.0f, false});
+    const HostTensor alone = down(sout);
+    EXPECT_EQ(0, std::memcmp(chunked.data<float>() + s0 * d, alone.data<float>(), sizeof(float) * n * d))
+        << "the MoE output depends on the chunking";
+  }
   for (int64_t t0 : {int64_t{0}, int64_t{4996}, int64_t{6664}, int64_t{13330}, t - 4}) {
     const int64_t n = 4;
     HostTensor xs(DType::kF32, {n, d}), ws(DType::kF32, {n, k}), is(DType::kI32, {n, k}), got(DType::kF32, {n, d});
