@@ -39,8 +39,9 @@
 // with 32 heads of Q; with 64 heads one buffer fits, its loads cannot overlap the math, and 16 heads x 256 dims
 // of O a warp (128 registers) spilled at the 168-register cap that 12 warps (3 per SM sub-partition, 16K
 // registers each) impose. Each key row is then read once per 32 heads, still 4x fewer reads than the SIMT kernel.
-// ptxas -v (sm_90a, CUDA 13.0): 168 registers at hd 512 (the cap), 162 / 113 / 68 at hd 256 / 128 / 64, no
-// spills; shared memory 226,192 bytes at hd 512 (one block an SM).
+// ptxas -v (sm_90a, CUDA 13.0): 168 registers at hd 512 (the cap), 135 at hd 256, no spills; at hd 128 / 64 (no
+// model's shape) ptxas picks 80 / 56 registers and spills 12 / 8 bytes; shared memory 226,192 bytes at hd 512 (one
+// block an SM).
 // The end is the SIMT kernel's: with one split the sink joins the denominator and o is written; otherwise the
 // unnormalised partial (o, m, l) of the split goes to the combine.
 #include <cuda_bf16.h>
