@@ -5,6 +5,7 @@
 #include <optional>
 #include <sstream>
 
+#include "deepinfer/model/output_head.h"
 #include "deepinfer/model/weight_loader.h"
 
 namespace deepinfer {
@@ -61,7 +62,8 @@ V4Weights load_v4_weights(const ModelConfig& c, const Checkpoint& ck, Backend& b
   V4Weights w;
   w.embed = ld.f32("embed.weight");
   w.norm = ld.f32("norm.weight");
-  w.head = ld.f32("head.weight");
+  // The head stays in bf16 as stored when block-format weights are kept (model/output_head.h).
+  w.head = load_output_head(ld, "head.weight", keep_quant);
   if (ld.has("hc_head_fn")) {
     w.hc_head_fn = ld.f32("hc_head_fn");
     w.hc_head_base = ld.f32("hc_head_base");
