@@ -32,6 +32,13 @@ int64_t block_bytes(const V4LayerWeights& lw) {
   return b;
 }
 
+bool keeps_quantized(const V4LayerWeights& lw) {
+  const V4AttentionWeights& a = lw.attn;
+  bool any = lw.quant_experts;
+  for (const KeptMatrix* m : {&a.wq_a, &a.wq_b, &a.wkv, &a.wo_a, &a.wo_b, &a.idx_wq_b}) any = any || m->quantized();
+  return any;
+}
+
 }  // namespace
 
 int64_t v4_weight_bytes(const V4Weights& w) {
@@ -62,8 +69,6 @@ V4Weights load_v4_weights(const ModelConfig& c, const Checkpoint& ck, Backend& b
   V4Weights w;
   w.embed = ld.f32("embed.weight");
   w.norm = ld.f32("norm.weight");
-  // The head stays in bf16 as stored when block-format weights are kept (model/output_head.h).
-  w.head = load_output_head(ld, "head.weight", keep_quant);
   if (ld.has("hc_head_fn")) {
     w.hc_head_fn = ld.f32("hc_head_fn");
     w.hc_head_base = ld.f32("hc_head_base");
@@ -208,6 +213,11 @@ V4Weights load_v4_weights(const ModelConfig& c, const Checkpoint& ck, Backend& b
     m.hc_head_scale = ld.f32(M + "hc_head_scale");
     w.mtp = std::move(m);
   }
+  // The head stays in bf16 as stored when block-format weights are kept (model/output_head.h): only when the checkpoint
+  // has some, so that a bf16 checkpoint's device run keeps computing in f32 as the CPU reference does.
+  bool any_kept = false;
+  for (const V4LayerWeights& lw : w.layers) any_kept = any_kept || keeps_quantized(lw);
+  w.head = load_output_head(ld, "head.weight", keep_quant && any_kept);
   return w;
 }
 
