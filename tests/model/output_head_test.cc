@@ -1,8 +1,8 @@
 // The output head beside kept block-format weights (model/output_head.h). A V4 / V4.1 checkpoint with FP8 / MXFP4
 // matrices loaded with keep_quant (the engine's default on CUDA) keeps head.weight in bf16 as stored: half the
 // bytes. The CPU reference widens it exactly, so the target's logits (prefill, decode, batched paged decode) and
-// the MTP draft's equal the f32 head's bit for bit. A bf16-only checkpoint (nothing kept) and the f32 mode keep an
-// f32 head. The CUDA rounding (activations to bf16 for the cuBLASLt bf16 GEMM) is emulated on the CPU
+// the MTP / DSpark drafts' equal the f32 head's bit for bit. A bf16-only checkpoint (nothing kept) and the f32 mode
+// keep an f32 head. The CUDA rounding (activations to bf16 for the cuBLASLt bf16 GEMM) is emulated on the CPU
 // (Bf16GemmEmulationBackend) against the f32 model: within a stated tolerance, greedy tokens unchanged on the
 // prompts of the GPU engine test (tests/cuda/cuda_v4_quant_test.cc).
 #include "deepinfer/model/output_head.h"
@@ -21,9 +21,11 @@
 #include "deepinfer/core/dtype.h"
 #include "deepinfer/core/error.h"
 #include "deepinfer/model/deepseek_v4.h"
+#include "deepinfer/model/dspark_draft.h"
 #include "deepinfer/model/kept_matrix.h"
 #include "deepinfer/model/random_checkpoint.h"
 #include "deepinfer/model/v4_mtp_draft.h"
+#include "model/dspark_fixture.h"
 #include "test_util.h"
 #include "v4_paged_decode.h"
 #include "v4_quant_config.h"
@@ -154,6 +156,35 @@ TEST(OutputHead, MtpDraftReadsTheBf16Head) {
   const V4MtpDraft dk(*kept), df(*f32);
   V4MtpCache ck = dk.new_cache(), cf = df.new_cache();
   EXPECT_TRUE(same_bytes(dk.forward(ck, in, next), df.forward(cf, in, next)));
+}
+
+// The DSpark draft (V4.1 with 3 draft layers) reads the target's head too: bit for bit on the CPU.
+TEST(OutputHead, DsparkDraftReadsTheBf16Head) {
+  testing::TempDir tmp;
+  nlohmann::json cfg = testing::dspark_config("deepseek_v41");
+  cfg["quantization_config"] = testing::v4_quantization_config(32);
+  testing::write_file(tmp.file("in.json"), cfg.dump());
+  RandomCheckpointOptions opts;
+  opts.config_path = tmp.file("in.json");
+  opts.out_dir = tmp.path() + "/ckpt";
+  opts.seed = 5;
+  write_random_checkpoint(opts);
+  auto backend = make_cpu_backend(0);
+  auto kept = DeepseekV4Model::load(opts.out_dir, *backend, token_map_of(100000), true);
+  auto f32 = DeepseekV4Model::load(opts.out_dir, *backend, token_map_of(100000), false);
+  ASSERT_TRUE(kept->weights().dspark.has_value());
+  ASSERT_EQ(kept->weights().head.dtype(), DType::kBF16);
+  auto block_logits = [](const DeepseekV4Model& m) {
+    const DsparkDraft draft(m);
+    const std::vector<int64_t> ids = testing::dspark_prompt(40, m.config().vocab_size);
+    V4StreamCapture cap = draft.make_capture();
+    auto seq = m.new_sequence();
+    m.forward(seq, ids, nullptr, &cap);
+    DsparkContext ctx = draft.new_context();
+    draft.append_context(ctx, cap);
+    return draft.block(ctx, 17).base_logits;
+  };
+  EXPECT_TRUE(same_bytes(block_logits(*kept), block_logits(*f32)));
 }
 
 // CUDA rounds the head's input to bf16 (cuBLASLt bf16; the FP8 projections' one-row GEMMs stay exact). Emulated on
