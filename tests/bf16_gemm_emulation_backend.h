@@ -2,8 +2,9 @@
 // or other non-f32 weights), to tell rounding apart from bugs: the CUDA path takes exact fp32 products for few rows
 // (<= 4 rows, or < 3 routed rows per used expert on average in a block format: the weight-streaming kernel) and,
 // for more, rounds both the input and the dequantized weight to bf16 (RNE) before fp32 accumulation (tensor-core
-// tiles / cuBLASLt on a bf16 weight copy). Here the same values are rounded and the products summed in fp32 on the CPU, so the two
-// differ in summation order only. Every other op forwards to the inner backend. Host memory only.
+// tiles / cuBLASLt on a bf16 weight copy); a bf16 weight (kFloat) takes cuBLASLt bf16 at any row count. Here the same
+// values are rounded and the products summed in fp32 on the CPU, so the two differ in summation order only. Every
+// other op forwards to the inner backend. Host memory only (non-batch-invariant mode).
 #pragma once
 
 #include <algorithm>
@@ -29,7 +30,9 @@ class Bf16GemmEmulationBackend final : public ForwardingBackend {
   void linear_quant(const QuantLinearParams& p) override {
     const int64_t m = p.in.dim(0);
     HostTensor w = dequantized(p.weight);
-    if (m <= kExactRows) return inner_->linear({p.in, w.view(), p.out});
+    // A bf16 weight (the V4 output head beside kept block formats) goes through cuBLASLt bf16 at any row count.
+    const bool bf16_weight = p.weight.format == QuantFormat::kFloat && p.weight.weight.dtype() == DType::kBF16;
+    if (m <= kExactRows && !bf16_weight) return inner_->linear({p.in, w.view(), p.out});
     HostTensor in = rounded(p.in);
     round_in_place(w);
     inner_->linear({in.view(), w.view(), p.out});

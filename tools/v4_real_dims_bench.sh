@@ -60,18 +60,23 @@ else
     "($(nproc) cores; disk left $(df -h --output=avail "$work" | tail -1 | tr -d ' '))"
 fi
 
-# Estimate from the checkpoint's tensors: bytes on the device (block formats as stored, the rest f32, as the V4
-# loader keeps them), bytes read by one decode step at each batch (every non-expert matrix, the shared expert and
-# the f32 head once, the routed experts the batch touches; one embedding row a token; no KV), and prefill GEMM FLOPs
+# Estimate from the checkpoint's tensors: bytes on the device (block formats and the head as stored, the rest f32, as
+# the V4 loader keeps them; with --weight-format f32 in OFFLINE_FLAGS the head is f32 too), bytes read by one decode
+# step at each batch (every non-expert matrix, the shared expert and the head once, the routed experts the batch
+# touches; one embedding row a token; no KV), and prefill GEMM FLOPs
 # a token (2 x the weights a token goes through: the layers' matrices with 6 routed experts; not the head, which
 # runs on the last token only).
-python3 - "$work/model" "$batches" >"$work/estimate.txt" <<'PY'
+keep_head=1
+case " ${OFFLINE_FLAGS:-} " in *" --weight-format f32 "* | *" --weight-format=f32 "*) keep_head=0 ;; esac
+python3 - "$work/model" "$batches" "$keep_head" >"$work/estimate.txt" <<'PY'
 import glob, json, re, struct, sys
 kept = re.compile(r"\.attn\.(wq_a|wq_b|wkv|wo_a|wo_b|indexer\.wq_b)\.(weight|scale)$|\.(experts|shared_experts)\.")
 size = {"F32": 4, "BF16": 2, "F8_E4M3": 1, "F8_E8M0": 1, "I8": 1, "I64": 8}
 cfg = json.load(open(sys.argv[1] + "/config.json"))
 cfg = cfg.get("text_config", cfg)
 batches = [int(b) for b in sys.argv[2].split()]
+keep_head = sys.argv[3] == "1"  # a bf16 head kept as stored beside the quantized weights (model/output_head.h)
+head = 0
 dev = dense = experts = flops = 0  # bytes: on the device, read once a step, all routed experts; GEMM FLOPs a token
 n_exp, topk, layers = cfg["n_routed_experts"], cfg["num_experts_per_tok"], cfg["num_hidden_layers"]
 for f in glob.glob(sys.argv[1] + "/*.safetensors"):
@@ -83,7 +88,10 @@ for f in glob.glob(sys.argv[1] + "/*.safetensors"):
         n = 1
         for d in t["shape"]:
             n *= d
-        b = n * size[t["dtype"]] if kept.search(name) or t["dtype"] == "I64" else n * 4
+        as_stored = kept.search(name) or t["dtype"] == "I64" or (keep_head and name == "head.weight" and t["dtype"] == "BF16")
+        b = n * size[t["dtype"]] if as_stored else n * 4
+        if name == "head.weight":
+            head = b
         dev += b
         logical = 0 if ".scale" in name or t["dtype"] == "I64" else n * (2 if t["dtype"] == "I8" else 1)  # MXFP4: 2 a byte
         if name == "embed.weight":
@@ -95,8 +103,8 @@ for f in glob.glob(sys.argv[1] + "/*.safetensors"):
             dense += b
         if len(t["shape"]) == 2 and not name.endswith("_fn") and name != "head.weight":  # head: last token only
             flops += 2 * logical * (topk / n_exp if ".experts." in name else 1.0)
-head = cfg["vocab_size"] * cfg["hidden_size"] * 4
-print(f"[realdims] estimate: weights on the device {dev / 1e9:.2f} GB (f32 head {head / 1e9:.2f} GB); prefill GEMMs "
+head_kind = "bf16" if head == 2 * cfg["vocab_size"] * cfg["hidden_size"] else "f32"
+print(f"[realdims] estimate: weights on the device {dev / 1e9:.2f} GB ({head_kind} head {head / 1e9:.2f} GB); prefill GEMMs "
       f"{flops / 1e9:.2f} GFLOP a token ({flops / 989e12 * 1e6:.3f} us a token at 989 TFLOP/s bf16 dense; + attention)")
 # A decode step of b sequences reads the dense weights once and the experts its tokens route to: with uniform routing
 # a layer touches n (1 - (1 - k/n)^b) of its n experts (hash layers: random tables, the same on average).

@@ -77,3 +77,5 @@ def test_bench_end_to_end_on_small_dims(tmp_path, family):
               "[realdims] compare decode b2 (ctx 32)", "3 generated tokens"]:
         assert s in out, s + "\n" + out
     assert "rc=0" in out and "rc=1" not in out, out
+    # DEVICE=cpu runs --weight-format fp8: the block formats kept, so the estimate counts the head as stored (bf16).
+    assert "(bf16 head " in out, out

@@ -218,6 +218,9 @@ std::unique_ptr<EngineStack> load_engine_stack(const EngineStackOptions& o) {
     s.v4 = DeepseekV4Model::load(o.model_dir, *s.backend, token_map, keep_fp8);
     DI_LOG_INFO("weights: {}", keep_fp8 ? "block-format matrices (FP8, MXFP4) kept quantized (--weight-format)"
                                         : "f32, block-format matrices dequantized at load (--weight-format)");
+    const OwnedTensor& head = s.v4->weights().head;
+    DI_LOG_INFO("output head: {}, {:.2f} GB", head.dtype() == DType::kBF16 ? "bf16 as stored" : "f32",
+                static_cast<double>(owned_bytes(head)) / 1e9);
     s.config = &s.v4->config();
   }
   const ModelConfig& cfg = *s.config;

@@ -18,6 +18,7 @@
 
 #include "deepinfer/io/checkpoint.h"
 #include "deepinfer/model/deepseek_v4_internal.h"
+#include "deepinfer/model/output_head.h"
 #include "deepinfer/ops/rope_table.h"
 
 namespace deepinfer {
@@ -476,7 +477,7 @@ HostTensor DeepseekV4Model::forward(V4SequenceState& seq, std::span<const int64_
   // The head on the rows the caller reads (a CP rank's rows are its zig-zag share: all of them).
   const int64_t rows = last_rows < 0 || cp ? T : std::min(last_rows, T);
   OwnedTensor logits = mem.zeros(DType::kF32, {rows, V});
-  if (rows > 0) backend_.linear({hidden.view().slice(T - rows, T), w_.head.view(), logits.view()});
+  if (rows > 0) head_linear(backend_, hidden.view().slice(T - rows, T), w_.head.view(), logits.view());
   seq.num_tokens += total_tokens;
   return mem.to_host(logits);
 }

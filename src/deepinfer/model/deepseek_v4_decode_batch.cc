@@ -24,6 +24,7 @@
 #include <type_traits>
 
 #include "deepinfer/model/deepseek_v4_internal.h"
+#include "deepinfer/model/output_head.h"
 #include "deepinfer/model/v4_grouped_output.h"
 #include "deepinfer/model/v4_step_selections.h"
 
@@ -299,7 +300,7 @@ void DeepseekV4Model::decode_piece(const DecodeBatch& d, int k) const {
                       static_cast<float>(config_.hc.eps)});
   }
   const OwnedTensor hidden = collapse_norm(backend_, mem, streams, v41 ? ffn_pre.view() : pre.view(), w_.norm, eps);
-  backend_.linear({hidden.view(), w_.head.view(), d.logits});
+  head_linear(backend_, hidden.view(), w_.head.view(), d.logits);
 }
 
 void DeepseekV4Model::decode_middle(DecodeBatch& d, int layer) const {

@@ -5,6 +5,7 @@
 #include <optional>
 #include <sstream>
 
+#include "deepinfer/model/output_head.h"
 #include "deepinfer/model/weight_loader.h"
 
 namespace deepinfer {
@@ -29,6 +30,13 @@ int64_t block_bytes(const V4LayerWeights& lw) {
   for (const OwnedTensor& t : lw.expert_storage) b += owned_bytes(t);
   for (const KeptMatrix& m : lw.quant_storage) b += m.bytes();
   return b;
+}
+
+bool keeps_quantized(const V4LayerWeights& lw) {
+  const V4AttentionWeights& a = lw.attn;
+  bool any = lw.quant_experts;
+  for (const KeptMatrix* m : {&a.wq_a, &a.wq_b, &a.wkv, &a.wo_a, &a.wo_b, &a.idx_wq_b}) any = any || m->quantized();
+  return any;
 }
 
 }  // namespace
@@ -61,7 +69,6 @@ V4Weights load_v4_weights(const ModelConfig& c, const Checkpoint& ck, Backend& b
   V4Weights w;
   w.embed = ld.f32("embed.weight");
   w.norm = ld.f32("norm.weight");
-  w.head = ld.f32("head.weight");
   if (ld.has("hc_head_fn")) {
     w.hc_head_fn = ld.f32("hc_head_fn");
     w.hc_head_base = ld.f32("hc_head_base");
@@ -206,6 +213,11 @@ V4Weights load_v4_weights(const ModelConfig& c, const Checkpoint& ck, Backend& b
     m.hc_head_scale = ld.f32(M + "hc_head_scale");
     w.mtp = std::move(m);
   }
+  // The head stays in bf16 as stored when block-format weights are kept (model/output_head.h): only when the checkpoint
+  // has some, so that a bf16 checkpoint's device run keeps computing in f32 as the CPU reference does.
+  bool any_kept = false;
+  for (const V4LayerWeights& lw : w.layers) any_kept = any_kept || keeps_quantized(lw);
+  w.head = load_output_head(ld, "head.weight", keep_quant && any_kept);
   return w;
 }
 

@@ -89,7 +89,7 @@ struct V4MtpWeights {
 struct V4Weights {
   OwnedTensor embed;                                    // [V, D]
   OwnedTensor norm;                                     // [D]
-  OwnedTensor head;                                     // [V, D]
+  OwnedTensor head;                                     // [V, D]: f32, or bf16 as stored (keep_quant)
   OwnedTensor hc_head_fn, hc_head_base, hc_head_scale;  // V4 only: [hc, hc·D], [hc], [1]
   std::vector<V4LayerWeights> layers;
   std::optional<V4DsparkWeights> dspark;  // present when the config has a DSpark draft and the checkpoint its tensors

@@ -1,4 +1,5 @@
 #include "deepinfer/model/dspark_draft.h"
+#include "deepinfer/model/output_head.h"
 #include "deepinfer/model/v4_draft_block.h"
 
 #include <algorithm>
@@ -177,7 +178,7 @@ DsparkBlockOutput DsparkDraft::block(const DsparkContext& ctx, int64_t anchor) c
   }
   OwnedTensor hidden = collapse_norm(carried_pre, w().norm);
   OwnedTensor logits = mem.zeros(DType::kF32, {B, V});
-  b.linear({hidden.view(), tw.head.view(), logits.view()});
+  head_linear(b, hidden.view(), tw.head.view(), logits.view());
   return {mem.to_host(hidden), mem.to_host(logits)};
 }
 

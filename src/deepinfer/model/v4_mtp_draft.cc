@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "deepinfer/model/output_head.h"
 #include "deepinfer/model/v4_draft_block.h"
 
 namespace deepinfer {
@@ -146,7 +147,7 @@ HostTensor V4MtpDraft::forward(V4MtpCache& cache, std::span<const float> streams
   b.hc_head({st, m.hc_head_fn.view(), m.hc_head_base.view(), m.hc_head_scale.view(), pre.view(), eps, hc_eps});
   h = collapse_norm(m.norm);
   OwnedTensor logits = mem.zeros(DType::kF32, {T, V});
-  b.linear({h.view(), target_.weights().head.view(), logits.view()});
+  head_linear(b, h.view(), target_.weights().head.view(), logits.view());
   return mem.to_host(logits);
 }
 

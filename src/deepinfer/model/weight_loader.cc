@@ -77,6 +77,16 @@ bool WeightLoader::stored_quant(const std::string& name, QuantMatrix* q) const {
   return false;
 }
 
+bool WeightLoader::stored_bf16(const std::string& name, Tensor* t) const {
+  auto it = by_name_.find(name);
+  if (it == by_name_.end() || it->second->format != WeightFormat::kFloat) return false;
+  const ResolvedWeight& r = *it->second;
+  const Tensor w = ckpt_.tensor(r.name);
+  if (w.dtype() != DType::kBF16 || w.numel() != shape_numel(r.spec->shape)) return false;
+  *t = w.reshape(r.spec->shape);
+  return true;
+}
+
 HostTensor WeightLoader::i64(const std::string& name) const {
   auto it = by_name_.find(name);
   // An optional (draft) tensor the checkpoint lacks lands here too, so this is the user's error, not ours.

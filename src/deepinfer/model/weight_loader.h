@@ -29,6 +29,9 @@ class WeightLoader {
   // `name` as stored when it is a block-format matrix (FP8 with block scales, or MXFP4): its codes and scales as
   // views into the checkpoint (valid while it is open) with the format and block shape; false otherwise.
   bool stored_quant(const std::string& name, QuantMatrix* q) const;
+  // `name` as stored when it is a bf16 float tensor: a view into the checkpoint (valid while it is open) in its
+  // logical shape; false otherwise (f32 / f16 / block formats).
+  bool stored_bf16(const std::string& name, Tensor* t) const;
   // An integer table (hash routing) as i64.
   HostTensor i64(const std::string& name) const;
 
