@@ -13,8 +13,7 @@
 #include <random>
 #include <string>
 
-#include "cuda_test_util.h"
-#include "ops/paged_attention_case.h"
+#include "cuda_paged_attention_util.h"
 
 namespace deepinfer::testing {
 namespace {
@@ -89,56 +88,12 @@ int64_t quantize_rows(HostTensor& pool, int64_t hd, double fraction, std::mt1993
   return n;
 }
 
-PagedAttentionSpec make_spec(int64_t seqs, int64_t heads, int64_t hd, int64_t tps, int64_t k_sel, int bs, int ratio,
-                             int window, int64_t min_ctx, int64_t max_ctx) {
-  PagedAttentionSpec s;
-  s.seqs = seqs;
-  s.heads = heads;
-  s.hd = hd;
-  s.tokens_per_seq = tps;
-  s.k_sel = k_sel;
-  s.block_size = bs;
-  s.ratio = ratio;
-  s.window = window;
-  s.min_context = min_ctx;
-  s.max_context = max_ctx;
-  return s;
-}
-
-class CudaPagedAttentionMma : public CudaOpTest {
+class CudaPagedAttentionMma : public CudaPagedAttentionTest {
  protected:
-  struct Device {
-    DeviceTensor q, q_pos, q_seq, tables, window_pool, window_begin, comp_pool, comp_idx, sinks;
-  };
-  Device upload(const PagedAttentionCase& c) {
-    return {up(c.q),         up(c.q_pos),    up(c.q_seq), up(c.tables), up(c.window_pool), up(c.window_begin),
-            up(c.comp_pool), up(c.comp_idx), up(c.sinks)};
-  }
-  // The GPU op on the device copies with DEEPINFER_AB_ATTN_MMA = env (nullptr: unset, the default), into a
-  // NaN-poisoned output; `mask`, when given, replaces comp_idx.
+  // The GPU op with DEEPINFER_AB_ATTN_MMA = env (nullptr: unset, the default); `mask`, when given, replaces comp_idx.
   HostTensor run(const PagedAttentionCase& c, const Device& d, const char* env, const DeviceTensor* mask = nullptr) {
     ScopedEnv guard("DEEPINFER_AB_ATTN_MMA", env);
-    DeviceTensor out = poisoned({c.tokens, c.spec.heads, c.spec.hd});
-    PagedSinkAttentionParams p = c.params(
-        {d.q, d.q_pos, d.q_seq, d.tables, d.window_pool, d.window_begin, d.comp_pool, d.comp_idx, d.sinks}, out);
-    if (mask) {
-      p.comp_idx = Tensor{};
-      p.comp_mask = *mask;
-    }
-    gpu().paged_sink_attention(p);
-    return down(out);
-  }
-  // The selection of c as a u8 mask [T, N] over the entries (N = the largest selected id + 1).
-  static HostTensor mask_of(const PagedAttentionCase& c) {
-    int32_t n = 1;
-    for (int64_t i = 0; i < c.comp_idx.numel(); ++i) n = std::max(n, c.comp_idx.data<int32_t>()[i] + 1);
-    HostTensor mask(DType::kU8, {c.tokens, n});
-    std::memset(mask.view().data(), 0, mask.view().nbytes());
-    for (int64_t t = 0; t < c.tokens; ++t)
-      for (int64_t j = 0; j < c.spec.k_sel; ++j)
-        if (const int32_t e = c.comp_idx.data<int32_t>()[t * c.spec.k_sel + j]; e >= 0)
-          mask.data<uint8_t>()[t * n + e] = 1;
-    return mask;
+    return run_op(c, d, mask);
   }
 };
 
@@ -288,22 +243,12 @@ TEST_F(CudaPagedAttentionMma, BatchInvariantModeTakesItForEveryCall) {
     const PagedAttentionCase c = make_paged_attention_case(spec, rng()());
     HostTensor want(DType::kF32, {c.tokens, spec.heads, spec.hd});
     cpu().paged_sink_attention(c.params(want.view()));
-    const DeviceTensor dt = up(c.tables), dw = up(c.window_pool), dwb = up(c.window_begin), dc = up(c.comp_pool),
-                       dsk = up(c.sinks);
+    const Device d = upload(c);
     // The queries `rows` with `pad` unselected columns after the selection, under DEEPINFER_AB_ATTN_MMA = mma
     // (nullptr: unset).
     auto call = [&](const std::vector<int64_t>& rows, int64_t pad, const char* mma) {
       ScopedEnv mma_guard("DEEPINFER_AB_ATTN_MMA", mma);
-      HostTensor idx(DType::kI32, {static_cast<int64_t>(rows.size()), spec.k_sel + pad});
-      for (size_t i = 0; i < rows.size(); ++i)
-        for (int64_t j = 0; j < spec.k_sel + pad; ++j)
-          idx.data<int32_t>()[i * (spec.k_sel + pad) + j] =
-              j < spec.k_sel ? c.comp_idx.data<int32_t>()[rows[i] * spec.k_sel + j] : -1;
-      const DeviceTensor dq = up(take_rows(c.q, rows)), dqp = up(take_rows(c.q_pos, rows)),
-                         dqs = up(take_rows(c.q_seq, rows)), di = up(idx),
-                         dout = poisoned({static_cast<int64_t>(rows.size()), spec.heads, spec.hd});
-      gpu().paged_sink_attention(c.params({dq, dqp, dqs, dt, dw, dwb, dc, di, dsk}, dout));
-      return down(dout);
+      return run_queries(c, d, rows, pad);
     };
     std::vector<int64_t> all(c.tokens);
     std::iota(all.begin(), all.end(), 0);

@@ -474,6 +474,9 @@ TEST_F(CudaOpTest, MoePlanGroupsSlotsByExpert) {
   }
 }
 
+// Batch-invariant MoE tolerance (BatchInvariantModeTokensDoNotDependOnTheBatch says why).
+double bi_moe_tolerance() { return 8e-3; }
+
 class CudaMoeTest : public CudaOpTest {
  protected:
   // Distinct random experts per token (as a top-k would give).
@@ -564,6 +567,36 @@ class CudaMoeTest : public CudaOpTest {
     }
     return q;
   }
+  // moe_quant of q's experts on the tokens x (weights, idx: their routing; SwiGLU clamp 10, routing weight before or
+  // after w2) into a NaN-poisoned output, against the CPU op on the dequantized experts within tol.
+  void expect_moe_quant_matches_cpu(const std::string& name, const QuantMoe& q, const HostTensor& x,
+                                    const HostTensor& weights, const HostTensor& idx, bool before, double tol) {
+    const int64_t t = x.shape()[0], d = x.shape()[1];
+    HostTensor want(DType::kF32, {t, d});
+    cpu().moe({x, weights, idx, &q.cpu_experts, &q.cpu_shared, want, 10.0f, before});
+    const DeviceTensor dx = up(x), dwts = up(weights), didx = up(idx), dout = poisoned({t, d});
+    gpu().moe_quant({dx, dwts, didx, &q.gpu_experts, &q.gpu_shared, dout, 10.0f, before});
+    rel_err(name.c_str(), down(dout), want, tol);
+  }
+  // Batch-invariant mode: moe_quant of all the tokens x against the CPU op within bi_moe_tolerance(), then the tokens
+  // of each subset in a call of their own, which must give the full call's rows byte for byte.
+  void expect_moe_quant_batch_invariant(const std::string& name, const QuantMoe& q, const HostTensor& x,
+                                        const HostTensor& weights, const HostTensor& idx, bool before,
+                                        const std::vector<std::vector<int64_t>>& subsets) {
+    const int64_t t = x.shape()[0], d = x.shape()[1];
+    auto call = [&](const HostTensor& xs, const HostTensor& ws, const HostTensor& is) {
+      const DeviceTensor dx = up(xs), dwts = up(ws), didx = up(is), dout = poisoned({xs.shape()[0], d});
+      gpu().moe_quant({dx, dwts, didx, &q.gpu_experts, &q.gpu_shared, dout, 10.0f, before});
+      return down(dout);
+    };
+    const HostTensor full = call(x, weights, idx);
+    HostTensor want(DType::kF32, {t, d});
+    cpu().moe({x, weights, idx, &q.cpu_experts, &q.cpu_shared, want, 10.0f, before});
+    rel_err(name.c_str(), full, want, bi_moe_tolerance());
+    for (const auto& rows : subsets)
+      expect_rows_bitwise(name + " tokens=" + std::to_string(rows.size()),
+                          call(take_rows(x, rows), take_rows(weights, rows), take_rows(idx, rows)), full, rows);
+  }
 };
 
 // T=1 and T=13 (4 rows per used expert) run the weight-streaming kernel for the routed experts, T=40 (10 rows)
@@ -613,22 +646,12 @@ TEST_F(CudaMoeTest, F32ExpertsWithSharedClampAndBothWeightModes) {
 TEST_F(CudaMoeTest, Mxfp4ExpertsAndFp8SharedMatchDequantizedCpu) {
   const int64_t d = 256, inter = 128, e = 16, k = 4;
   const std::unique_ptr<QuantMoe> q = quant_moe(d, inter, e);
-  const std::vector<ExpertWeights>& cpu_experts = q->cpu_experts;
-  const std::vector<QuantExpertWeights>& gpu_experts = q->gpu_experts;
-  const ExpertWeights& cpu_shared = q->cpu_shared;
-  const QuantExpertWeights& gpu_shared = q->gpu_shared;
   for (int64_t t : {3, 21, 300}) {
     HostTensor x = rand({t, d}), weights = rand({t, k}, 0.05f, 1.0f), idx = distinct_indices(t, k, e);
-    DeviceTensor dx = up(x), dwts = up(weights), didx = up(idx);
-    for (bool before : {false, true}) {
-      HostTensor want(DType::kF32, {t, d});
-      cpu().moe({x, weights, idx, &cpu_experts, &cpu_shared, want, 10.0f, before});
-      DeviceTensor dout = poisoned({t, d});
-      gpu().moe_quant({dx, dwts, didx, &gpu_experts, &gpu_shared, dout, 10.0f, before});
-      const std::string name =
-          std::string("moe_quant mxfp4+fp8 shared") + (before ? " before_w2" : "") + " T=" + std::to_string(t);
-      rel_err(name.c_str(), down(dout), want, 4e-3);
-    }
+    for (bool before : {false, true})
+      expect_moe_quant_matches_cpu(
+          std::string("moe_quant mxfp4+fp8 shared") + (before ? " before_w2" : "") + " T=" + std::to_string(t), *q, x,
+          weights, idx, before, 4e-3);
   }
 }
 
@@ -644,16 +667,10 @@ TEST_F(CudaMoeTest, PipelinedTensorCoreExpertsMatchCpu) {
     const std::unique_ptr<QuantMoe> q = quant_moe(d, inter, e, f);
     for (int64_t t : {40, 700}) {
       HostTensor x = rand({t, d}), weights = rand({t, k}, 0.05f, 1.0f), idx = distinct_indices(t, k, e);
-      DeviceTensor dx = up(x), dwts = up(weights), didx = up(idx);
-      for (bool before : {false, true}) {
-        HostTensor want(DType::kF32, {t, d});
-        cpu().moe({x, weights, idx, &q->cpu_experts, &q->cpu_shared, want, 10.0f, before});
-        DeviceTensor dout = poisoned({t, d});
-        gpu().moe_quant({dx, dwts, didx, &q->gpu_experts, &q->gpu_shared, dout, 10.0f, before});
-        const std::string name = std::string("moe_quant mma ") + (f == QuantFormat::kMXFP4 ? "mxfp4" : "fp8") +
-                                 (before ? " before_w2" : "") + " T=" + std::to_string(t);
-        rel_err(name.c_str(), down(dout), want, 8e-3);
-      }
+      for (bool before : {false, true})
+        expect_moe_quant_matches_cpu(std::string("moe_quant mma ") + (f == QuantFormat::kMXFP4 ? "mxfp4" : "fp8") +
+                                         (before ? " before_w2" : "") + " T=" + std::to_string(t),
+                                     *q, x, weights, idx, before, 8e-3);
     }
   }
 }
@@ -668,16 +685,10 @@ TEST_F(CudaMoeTest, Mxfp4ExpertsStreamAtDecodeShapes) {
     const std::unique_ptr<QuantMoe> q = quant_moe(d, inter, e);
     for (int64_t t : tokens) {
       HostTensor x = rand({t, d}), weights = rand({t, k}, 0.05f, 1.0f), idx = distinct_indices(t, k, e);
-      DeviceTensor dx = up(x), dwts = up(weights), didx = up(idx);
-      HostTensor want(DType::kF32, {t, d});
-      cpu().moe({x, weights, idx, &q->cpu_experts, &q->cpu_shared, want, 10.0f, false});
-      DeviceTensor dout = poisoned({t, d});
-      gpu().moe_quant({dx, dwts, didx, &q->gpu_experts, &q->gpu_shared, dout, 10.0f, false});
       const bool mma = t * k / std::min(e, t * k) >= 3;
-      rel_err(("moe_quant " + std::string(mma ? "mma" : "streaming") + " E=" + std::to_string(e) +
-               " T=" + std::to_string(t))
-                  .c_str(),
-              down(dout), want, 8e-3);
+      expect_moe_quant_matches_cpu(
+          "moe_quant " + std::string(mma ? "mma" : "streaming") + " E=" + std::to_string(e) + " T=" + std::to_string(t),
+          *q, x, weights, idx, false, 8e-3);
     }
   }
 }
@@ -690,15 +701,9 @@ TEST_F(CudaMoeTest, TinyV4ShapesMatchCpu) {
   const std::unique_ptr<QuantMoe> q = quant_moe(d, inter, e);
   for (int64_t t : {1, 2, 29}) {
     HostTensor x = rand({t, d}), weights = rand({t, k}, 0.05f, 1.0f), idx = distinct_indices(t, k, e);
-    DeviceTensor dx = up(x), dwts = up(weights), didx = up(idx);
-    for (bool before : {false, true}) {
-      HostTensor want(DType::kF32, {t, d});
-      cpu().moe({x, weights, idx, &q->cpu_experts, &q->cpu_shared, want, 10.0f, before});
-      DeviceTensor dout = poisoned({t, d});
-      gpu().moe_quant({dx, dwts, didx, &q->gpu_experts, &q->gpu_shared, dout, 10.0f, before});
-      rel_err(("moe_quant tiny V4 T=" + std::to_string(t) + (before ? " before_w2" : "")).c_str(), down(dout), want,
-              t == 1 ? 1e-5 : 8e-3);
-    }
+    for (bool before : {false, true})
+      expect_moe_quant_matches_cpu("moe_quant tiny V4 T=" + std::to_string(t) + (before ? " before_w2" : ""), *q, x,
+                                   weights, idx, before, t == 1 ? 1e-5 : 8e-3);
   }
 }
 
@@ -708,28 +713,14 @@ TEST_F(CudaMoeTest, TinyV4ShapesMatchCpu) {
 // subsets 1-11 tokens), so a token's output is the same bytes alone, in a few tokens or in all 60, in any order.
 // x and h are rounded to bf16 there (weights exact): 8e-3 against the dequantized CPU op, as the default mode's
 // MoE tests.
-double bi_moe_tolerance() { return 8e-3; }
-
 TEST_F(CudaMoeTest, BatchInvariantModeTokensDoNotDependOnTheBatch) {
   gpu().set_batch_invariant(true);
   const int64_t d = 256, inter = 128, e = 16, k = 4, t = 60;
   const std::unique_ptr<QuantMoe> q = quant_moe(d, inter, e);
   const HostTensor x = rand({t, d}), weights = rand({t, k}, 0.05f, 1.0f), idx = distinct_indices(t, k, e);
-  for (bool before : {false, true}) {
-    auto call = [&](const HostTensor& xs, const HostTensor& ws, const HostTensor& is) {
-      const DeviceTensor dx = up(xs), dwts = up(ws), didx = up(is), dout = poisoned({xs.shape()[0], d});
-      gpu().moe_quant({dx, dwts, didx, &q->gpu_experts, &q->gpu_shared, dout, 10.0f, before});
-      return down(dout);
-    };
-    const HostTensor full = call(x, weights, idx);
-    HostTensor want(DType::kF32, {t, d});
-    cpu().moe({x, weights, idx, &q->cpu_experts, &q->cpu_shared, want, 10.0f, before});
-    const std::string name = std::string("batch-invariant moe_quant") + (before ? " before_w2" : "");
-    rel_err(name.c_str(), full, want, bi_moe_tolerance());
-    for (const auto& rows : invariance_subsets(t))
-      expect_rows_bitwise(name + " tokens=" + std::to_string(rows.size()),
-                          call(take_rows(x, rows), take_rows(weights, rows), take_rows(idx, rows)), full, rows);
-  }
+  for (bool before : {false, true})
+    expect_moe_quant_batch_invariant(std::string("batch-invariant moe_quant") + (before ? " before_w2" : ""), *q, x,
+                                     weights, idx, before, invariance_subsets(t));
 }
 
 // Batch-invariant mode at decode shapes: hidden 2048 (gate/up K: 8 MXFP4 chain stages of 256, 16 FP8 ones of 128),
@@ -755,20 +746,9 @@ TEST_F(CudaMoeTest, BatchInvariantDecodeShapesMatchTheTile) {
   for (QuantFormat f : {QuantFormat::kMXFP4, QuantFormat::kFP8Block}) {
     const std::unique_ptr<QuantMoe> q = quant_moe(d, inter, e, f);
     const HostTensor x = rand({t, d}), weights = rand({t, k}, 0.05f, 1.0f), idx = distinct_indices(t, k, e);
-    auto call = [&](const HostTensor& xs, const HostTensor& ws, const HostTensor& is) {
-      const DeviceTensor dx = up(xs), dwts = up(ws), didx = up(is), dout = poisoned({xs.shape()[0], d});
-      gpu().moe_quant({dx, dwts, didx, &q->gpu_experts, &q->gpu_shared, dout, 10.0f, false});
-      return down(dout);
-    };
-    const HostTensor full = call(x, weights, idx);
-    HostTensor want(DType::kF32, {t, d});
-    cpu().moe({x, weights, idx, &q->cpu_experts, &q->cpu_shared, want, 10.0f, false});
     const std::string name =
         std::string("batch-invariant decode moe_quant ") + (f == QuantFormat::kMXFP4 ? "mxfp4" : "fp8");
-    rel_err(name.c_str(), full, want, bi_moe_tolerance());
-    for (const auto& rows : subsets)
-      expect_rows_bitwise(name + " tokens=" + std::to_string(rows.size()),
-                          call(take_rows(x, rows), take_rows(weights, rows), take_rows(idx, rows)), full, rows);
+    expect_moe_quant_batch_invariant(name, *q, x, weights, idx, false, subsets);
   }
 }
 
@@ -820,26 +800,15 @@ TEST_F(CudaMoeTest, BatchInvariantManyExpertsStageBf16) {
   for (QuantFormat f : {QuantFormat::kMXFP4, QuantFormat::kFP8Block}) {
     const std::unique_ptr<QuantMoe> q = quant_moe(d, inter, e, f);
     const HostTensor x = rand({t, d}), weights = rand({t, k}, 0.05f, 1.0f), idx = distinct_indices(t, k, e);
-    auto call = [&](const HostTensor& xs, const HostTensor& ws, const HostTensor& is) {
-      const DeviceTensor dx = up(xs), dwts = up(ws), didx = up(is), dout = poisoned({xs.shape()[0], d});
-      gpu().moe_quant({dx, dwts, didx, &q->gpu_experts, &q->gpu_shared, dout, 10.0f, false});
-      return down(dout);
-    };
-    const HostTensor full = call(x, weights, idx);
-    HostTensor want(DType::kF32, {t, d});
-    cpu().moe({x, weights, idx, &q->cpu_experts, &q->cpu_shared, want, 10.0f, false});
     const std::string name =
         std::string("batch-invariant many experts moe_quant ") + (f == QuantFormat::kMXFP4 ? "mxfp4" : "fp8");
-    rel_err(name.c_str(), full, want, bi_moe_tolerance());
     std::vector<std::vector<int64_t>> subsets = {{0}, {299}};
     for (int64_t len : {5, 16, 24, 100, 150, 250}) {
       std::vector<int64_t> rows(len);
       std::iota(rows.begin(), rows.end(), (t - len) / 2);
       subsets.push_back(rows);
     }
-    for (const auto& rows : subsets)
-      expect_rows_bitwise(name + " tokens=" + std::to_string(rows.size()),
-                          call(take_rows(x, rows), take_rows(weights, rows), take_rows(idx, rows)), full, rows);
+    expect_moe_quant_batch_invariant(name, *q, x, weights, idx, false, subsets);
   }
   gpu().set_batch_invariant(false);
 }
@@ -857,26 +826,15 @@ TEST_F(CudaMoeTest, BatchInvariantPrefillGroupsMatchDecode) {
   for (QuantFormat f : {QuantFormat::kMXFP4, QuantFormat::kFP8Block}) {
     const std::unique_ptr<QuantMoe> q = quant_moe(d, inter, e, f);
     const HostTensor x = rand({t, d}), weights = rand({t, k}, 0.05f, 1.0f), idx = distinct_indices(t, k, e);
-    auto call = [&](const HostTensor& xs, const HostTensor& ws, const HostTensor& is) {
-      const DeviceTensor dx = up(xs), dwts = up(ws), didx = up(is), dout = poisoned({xs.shape()[0], d});
-      gpu().moe_quant({dx, dwts, didx, &q->gpu_experts, &q->gpu_shared, dout, 10.0f, false});
-      return down(dout);
-    };
-    const HostTensor full = call(x, weights, idx);
-    HostTensor want(DType::kF32, {t, d});
-    cpu().moe({x, weights, idx, &q->cpu_experts, &q->cpu_shared, want, 10.0f, false});
     const std::string name =
         std::string("batch-invariant prefill moe_quant ") + (f == QuantFormat::kMXFP4 ? "mxfp4" : "fp8");
-    rel_err(name.c_str(), full, want, bi_moe_tolerance());
     std::vector<std::vector<int64_t>> subsets = {{0}, {299}, {150, 7}};
     for (int64_t len : {3, 8, 9, 17, 40, 299}) {
       std::vector<int64_t> rows(len);
       std::iota(rows.begin(), rows.end(), (t - len) / 2);
       subsets.push_back(rows);
     }
-    for (const auto& rows : subsets)
-      expect_rows_bitwise(name + " tokens=" + std::to_string(rows.size()),
-                          call(take_rows(x, rows), take_rows(weights, rows), take_rows(idx, rows)), full, rows);
+    expect_moe_quant_batch_invariant(name, *q, x, weights, idx, false, subsets);
   }
   gpu().set_batch_invariant(false);
 }
