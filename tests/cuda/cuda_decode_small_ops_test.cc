@@ -14,7 +14,7 @@
 #include <tuple>
 #include <vector>
 
-#include "cuda/cuda_test_util.h"
+#include "cuda/cuda_decode_test_util.h"
 #include "deepinfer/ops/cuda/kernels.h"
 #include "ops/paged_attention_case.h"
 #include "ops/paged_indexer_case.h"
@@ -23,19 +23,16 @@ namespace deepinfer {
 namespace {
 
 using testing::AbSwitch;
+using testing::clone;
 using testing::CudaOpTest;
 using testing::DeviceTensor;
+using testing::launch_hc_mix;
+using testing::zeros_i32;
 
 // The uploads (cudaMemcpy from pageable memory, on the legacy stream) may still be landing when cudaMemcpy returns;
 // the backend's stream does not wait for the legacy one. A test that runs on it right after uploading inputs or
 // poisoned outputs first waits for the device (a late poison DMA over a kernel's output failed an earlier run).
 void settle() { ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess); }
-
-HostTensor zeros_i32(int64_t n) {
-  HostTensor t(DType::kI32, {n});
-  std::memset(t.view().data(), 0, t.view().nbytes());
-  return t;
-}
 
 // hc = 4 at V4-Flash's D = 4096, V4.1-Flash's 5120 and V4's 7168; t = 1 and 4 take the split kernel (one token tile),
 // 5, 16 and 64 the previous one-launch kernel. Three forms: split kernel, previous
@@ -71,8 +68,7 @@ TEST_F(CudaOpTest, HcExpandMixDecodeShapesSplitKernelBitwise) {
                                    std::to_string(form) + (rep ? " again" : "");
           for (int i = 0; i < 4; ++i) {
             if (rep == 0) {
-              out[form][i] = HostTensor(got[i].dtype(), got[i].shape());
-              std::memcpy(out[form][i].view().data(), got[i].view().data(), got[i].view().nbytes());
+              out[form][i] = clone(got[i]);
             } else {
               expect_same_bytes(what.c_str(), got[i], out[form][i]);
             }
@@ -118,23 +114,9 @@ TEST_F(CudaOpTest, HcMixDecodeShapesStagedFinishBitwise) {
         HostTensor out[2][3];
         for (int form = 0; form < 2; ++form) {
           DeviceTensor pre = poisoned({t, hc}), post = poisoned({t, hc}), comb = poisoned({t, hc, hc});
-          cuda::HcMixKernelParams k;
-          k.streams = static_cast<const float*>(ds.data());
-          k.fn = static_cast<const float*>(dfn.data());
-          k.base = static_cast<const float*>(dbase.data());
-          k.scale = static_cast<const float*>(dscale.data());
-          k.pre = static_cast<float*>(pre.data());
-          k.post = head ? nullptr : static_cast<float*>(post.data());
-          k.comb = head ? nullptr : static_cast<float*>(comb.data());
-          k.tokens = t;
-          k.hc = hc;
-          k.d = d;
-          k.head = head;
-          k.partial = static_cast<float*>(partial.data());
-          k.splits = splits;
-          k.arrivals = form == 0 ? nullptr : static_cast<unsigned*>(arrivals.data());
-          cuda::run_hc_mix(k, nullptr);
-          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+          ASSERT_EQ(launch_hc_mix(ds, dfn, dbase, dscale, pre, post, comb, partial, form == 0 ? nullptr : &arrivals, t,
+                                  hc, d, head),
+                    cudaSuccess);
           out[form][0] = down(pre);
           if (!head) {
             out[form][1] = down(post);

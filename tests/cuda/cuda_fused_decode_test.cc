@@ -10,20 +10,17 @@
 #include <utility>
 #include <vector>
 
-#include "cuda/cuda_test_util.h"
+#include "cuda/cuda_decode_test_util.h"
 #include "deepinfer/ops/cuda/kernels.h"
 
 namespace deepinfer {
 namespace {
 
+using testing::clone;
 using testing::CudaOpTest;
 using testing::DeviceTensor;
-
-HostTensor clone(const HostTensor& t) {
-  HostTensor out(t.dtype(), t.shape());
-  std::memcpy(out.view().data(), t.view().data(), t.view().nbytes());
-  return out;
-}
+using testing::launch_hc_mix;
+using testing::zeros_i32;
 
 HostTensor inv_freq_of(int64_t rd) {
   HostTensor t(DType::kF32, {rd / 2});
@@ -196,9 +193,7 @@ TEST_F(CudaOpTest, NormRopeFakeQuantMatchesUnfusedBitwise) {
 // arrival slots: two launches both ways). Twice in a row, so a counter left non-zero would show in the second call.
 TEST_F(CudaOpTest, HcMixOneLaunchMatchesTwoLaunchesBitwise) {
   const int64_t d = 1024;
-  HostTensor zeros(DType::kI32, {cuda::kHcMixArrivalSlots});
-  std::memset(zeros.view().data(), 0, zeros.view().nbytes());
-  DeviceTensor arrivals = up(zeros);
+  DeviceTensor arrivals = up(zeros_i32(cuda::kHcMixArrivalSlots));
   for (auto [hc, head] : {std::pair{4, false}, {4, true}, {3, false}}) {
     const int64_t rows = head ? hc : (2 + hc) * hc;
     HostTensor fn = rand({rows, hc * d}, -0.05f, 0.05f), base = rand({rows}, -0.5f, 0.5f), scale = rand({3});
@@ -211,23 +206,9 @@ TEST_F(CudaOpTest, HcMixOneLaunchMatchesTwoLaunchesBitwise) {
       HostTensor out[3][3];  // [two launches, one launch, one launch again][pre, post, comb]
       for (int form = 0; form < 3; ++form) {
         DeviceTensor pre = poisoned({t, hc}), post = poisoned({t, hc}), comb = poisoned({t, hc, hc});
-        cuda::HcMixKernelParams k;
-        k.streams = static_cast<const float*>(ds.data());
-        k.fn = static_cast<const float*>(dfn.data());
-        k.base = static_cast<const float*>(dbase.data());
-        k.scale = static_cast<const float*>(dscale.data());
-        k.pre = static_cast<float*>(pre.data());
-        k.post = head ? nullptr : static_cast<float*>(post.data());
-        k.comb = head ? nullptr : static_cast<float*>(comb.data());
-        k.tokens = t;
-        k.hc = hc;
-        k.d = d;
-        k.head = head;
-        k.partial = static_cast<float*>(partial.data());
-        k.splits = splits;
-        k.arrivals = form == 0 ? nullptr : static_cast<unsigned*>(arrivals.data());
-        cuda::run_hc_mix(k, nullptr);
-        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        ASSERT_EQ(launch_hc_mix(ds, dfn, dbase, dscale, pre, post, comb, partial, form == 0 ? nullptr : &arrivals, t,
+                                hc, d, head),
+                  cudaSuccess);
         out[form][0] = down(pre);
         if (!head) {
           out[form][1] = down(post);
