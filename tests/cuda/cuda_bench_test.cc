@@ -161,6 +161,105 @@ class CudaBench : public CudaOpTest {
     touched /= count;
     return idx;
   }
+  // A dense FP8 projection [n, k] (rotating_fp8 copies) at each row count, under each mode (set_mode(md) first): one
+  // [bench] line each, named "fp8 <name> N= K= M= <mode>".
+  struct Proj {
+    const char* name;
+    int64_t n, k;
+  };
+  template <class Mode, size_t N, class SetMode>
+  void time_fp8_proj(const Proj& pr, std::initializer_list<int64_t> rows, const Mode (&modes)[N],
+                     const SetMode& set_mode) {
+    const RotatingFp8 wr = rotating_fp8(pr.n, pr.k);
+    for (int64_t m : rows) {
+      DeviceTensor x = filled(DType::kF32, {m, pr.k}), y(gpu(), DType::kF32, {m, pr.n});
+      for (const Mode& md : modes) {
+        set_mode(md);
+        const double ms = time_rotating(wr, x, y);
+        report(std::string("fp8 ") + pr.name + " N=" + std::to_string(pr.n) + " K=" + std::to_string(pr.k) +
+                   " M=" + std::to_string(m) + " " + md.name,
+               ms, wr.bytes + 4.0 * m * (pr.n + pr.k), 2.0 * m * pr.n * pr.k);
+      }
+    }
+  }
+  // One decode call of the V4.1 MoE (v41_moe: D=5120 I=2304, top-6) on t tokens, with 16 rotating expert selections
+  // drawn from the first `pool` experts; bytes: the experts a selection touches on average plus the shared expert.
+  struct V41MoeCall {
+    std::vector<DeviceTensor> idx;
+    DeviceTensor x, wts, y;
+    double bytes = 0, flops = 0;
+  };
+  V41MoeCall v41_moe_call(int64_t t, int64_t pool) {
+    const int64_t d = 5120, inter = 2304, k = 6;
+    V41MoeCall c;
+    double touched = 0;
+    c.idx = rotating_selections(t, k, pool, 16, touched);
+    c.x = filled(DType::kF32, {t, d});
+    c.wts = filled(DType::kF32, {t, k});
+    c.y = DeviceTensor(gpu(), DType::kF32, {t, d});
+    c.bytes = touched * 3.0 * inter * d * (0.5 + 1.0 / 32) + 3.0 * inter * d;
+    c.flops = 2.0 * 3 * inter * d * t * (k + 1);
+    return c;
+  }
+  // Median ms of moe_quant for c over `iters` calls, each on the next selection.
+  double time_v41_moe(const V41Moe& moe, const V41MoeCall& c, int iters) {
+    size_t sel = 0;
+    return time_ms(
+        [&] {
+          gpu().moe_quant({c.x, c.wts, c.idx[sel], &moe.experts, &moe.shared, c.y, 10.0f, true});
+          sel = (sel + 1) % c.idx.size();
+        },
+        iters);
+  }
+  // Paged decode attention at V4.1's shape: b sequences of ctx tokens, 64 heads x 512, pages of 64 in shuffled order,
+  // window 128 + 512 selected ratio-4 entries; `params` points into the tensors.
+  struct PagedDecode {
+    DeviceTensor q, win, comp, sinks, out, dpos, dseq, dtab, dbeg, dsel;
+    PagedSinkAttentionParams params;
+  };
+  std::unique_ptr<PagedDecode> paged_decode(int64_t b, int64_t ctx) {
+    const int64_t h = 64, hd = 512, bs = 64, nb = ctx / bs, k = 512;
+    std::vector<int32_t> ids(b * nb), sel(b * k), seqs(b);
+    std::iota(ids.begin(), ids.end(), 0);
+    std::shuffle(ids.begin(), ids.end(), rng());
+    std::vector<int64_t> pos(b, ctx - 1), begin(b, 0);
+    for (int64_t i = 0; i < b; ++i) {
+      seqs[i] = static_cast<int32_t>(i);
+      for (int64_t j = 0; j < k; ++j) sel[i * k + j] = static_cast<int32_t>(j * (ctx / 4 / k));  // ratio-4 entries
+    }
+    auto upv = [&](DType dt, Shape shape, const void* src) {
+      HostTensor ht(dt, shape);
+      std::memcpy(ht.view().data(), src, ht.view().nbytes());
+      return up(ht);
+    };
+    auto pd = std::make_unique<PagedDecode>();
+    pd->q = filled(DType::kF32, {b, h, hd});
+    pd->win = filled(DType::kF32, {b * nb * bs, hd});
+    pd->comp = filled(DType::kF32, {b * nb * bs / 4, hd});
+    pd->sinks = filled(DType::kF32, {h});
+    pd->out = DeviceTensor(gpu(), DType::kF32, {b, h, hd});
+    pd->dpos = upv(DType::kI64, {b}, pos.data());
+    pd->dseq = upv(DType::kI32, {b}, seqs.data());
+    pd->dtab = upv(DType::kI32, {b, nb}, ids.data());
+    pd->dbeg = upv(DType::kI64, {b}, begin.data());
+    pd->dsel = upv(DType::kI32, {b, k}, sel.data());
+    PagedSinkAttentionParams& ap = pd->params;
+    ap.q = pd->q;
+    ap.q_positions = pd->dpos;
+    ap.q_seq = pd->dseq;
+    ap.block_tables = pd->dtab;
+    ap.window_pool = pd->win;
+    ap.window_begin = pd->dbeg;
+    ap.comp_pool = pd->comp;
+    ap.comp_idx = pd->dsel;
+    ap.sinks = pd->sinks;
+    ap.out = pd->out;
+    ap.block_size = static_cast<int>(bs);
+    ap.comp_ratio = 4;
+    ap.window = 128;
+    ap.scale = 0.044f;
+    return pd;
+  }
 };
 
 TEST_F(CudaBench, DISABLED_OpTimings) {
@@ -325,43 +424,11 @@ TEST_F(CudaBench, DISABLED_OpTimings) {
            bytes, fl);
   }
   for (int64_t b : {1, 16, 128}) {  // paged decode attention: b sequences, 64 heads, hd 512, window 128 + 512 entries
-    const int64_t h = 64, hd = 512, ctx = 8192, bs = 64, nb = ctx / bs, k = 512;
-    std::vector<int32_t> ids(b * nb), sel(b * k), seqs(b);
-    std::iota(ids.begin(), ids.end(), 0);
-    std::shuffle(ids.begin(), ids.end(), rng());
-    std::vector<int64_t> pos(b, ctx - 1), begin(b, 0);
-    for (int64_t i = 0; i < b; ++i) {
-      seqs[i] = static_cast<int32_t>(i);
-      for (int64_t j = 0; j < k; ++j) sel[i * k + j] = static_cast<int32_t>(j * (ctx / 4 / k));  // ratio-4 entries
-    }
-    auto upv = [&](DType dt, Shape shape, const void* src) {
-      HostTensor ht(dt, shape);
-      std::memcpy(ht.view().data(), src, ht.view().nbytes());
-      return up(ht);
-    };
-    DeviceTensor q = filled(DType::kF32, {b, h, hd}), win = filled(DType::kF32, {b * nb * bs, hd});
-    DeviceTensor comp = filled(DType::kF32, {b * nb * bs / 4, hd}), sinks = filled(DType::kF32, {h});
-    DeviceTensor out(gpu(), DType::kF32, {b, h, hd}), dpos = upv(DType::kI64, {b}, pos.data());
-    DeviceTensor dseq = upv(DType::kI32, {b}, seqs.data()), dtab = upv(DType::kI32, {b, nb}, ids.data());
-    DeviceTensor dbeg = upv(DType::kI64, {b}, begin.data()), dsel = upv(DType::kI32, {b, k}, sel.data());
-    PagedSinkAttentionParams ap;
-    ap.q = q;
-    ap.q_positions = dpos;
-    ap.q_seq = dseq;
-    ap.block_tables = dtab;
-    ap.window_pool = win;
-    ap.window_begin = dbeg;
-    ap.comp_pool = comp;
-    ap.comp_idx = dsel;
-    ap.sinks = sinks;
-    ap.out = out;
-    ap.block_size = static_cast<int>(bs);
-    ap.comp_ratio = 4;
-    ap.window = 128;
-    ap.scale = 0.044f;
+    const int64_t h = 64, hd = 512, k = 512;
+    const std::unique_ptr<PagedDecode> pd = paged_decode(b, 8192);
     const double bytes = 4.0 * (2 * b * h * hd + b * (128 + k) * hd), fl = 4.0 * b * h * (128 + k) * hd;
     report("paged_sink_attention B=" + std::to_string(b) + " H=64 hd=512 window 128 + 512 sel",
-           time_ms([&] { gpu().paged_sink_attention(ap); }), bytes, fl);
+           time_ms([&] { gpu().paged_sink_attention(pd->params); }), bytes, fl);
   }
   // MLA absorbed, V3 dims: decode (T=1, 8) of one sequence of 4096 cached tokens, and a causal prefill chunk of
   // 1024 tokens (T = S; the CUDA naive form runs the absorbed kernel).
@@ -607,47 +674,17 @@ TEST_F(CudaBench, DISABLED_DecodeGemmTimings) {
     else
       unsetenv("DEEPINFER_AB_STREAM_MMA_ONE_ROW_TILES");
   };
-  struct Proj {
-    const char* name;
-    int64_t n, k;
-  };
   for (const Proj& pr : {Proj{"q_a", 1280, 5120}, Proj{"kv", 512, 5120}, Proj{"o_a group", 1024, 4096},
-                         Proj{"o_b", 5120, 8192}, Proj{"q_b", 32768, 1280}}) {
-    const RotatingFp8 wr = rotating_fp8(pr.n, pr.k);
-    const double wbytes = wr.bytes;
-    for (int64_t m : {1, 2, 4, 8}) {
-      DeviceTensor x = filled(DType::kF32, {m, pr.k}), y(gpu(), DType::kF32, {m, pr.n});
-      for (const Mode& md : modes) {
-        set_mode(md);
-        const double ms = time_rotating(wr, x, y);
-        report(std::string("fp8 ") + pr.name + " N=" + std::to_string(pr.n) + " K=" + std::to_string(pr.k) +
-                   " M=" + std::to_string(m) + " " + md.name,
-               ms, wbytes + 4.0 * m * (pr.n + pr.k), 2.0 * m * pr.n * pr.k);
-      }
-    }
-  }
+                         Proj{"o_b", 5120, 8192}, Proj{"q_b", 32768, 1280}})
+    time_fp8_proj(pr, {1, 2, 4, 8}, modes, set_mode);
   {
-    const int64_t d = 5120, e = 384, inter = 2304, k = 6;
     const std::unique_ptr<V41Moe> moe = v41_moe();
-    const std::vector<QuantExpertWeights>& experts = moe->experts;
-    const QuantExpertWeights& shared = moe->shared;
     for (int64_t t : {1, 8, 32, 64}) {
-      constexpr int kSel = 16;
-      double touched = 0;
-      const std::vector<DeviceTensor> idx = rotating_selections(t, k, e, kSel, touched);
-      DeviceTensor x = filled(DType::kF32, {t, d}), wts = filled(DType::kF32, {t, k}), y(gpu(), DType::kF32, {t, d});
-      const double bytes = touched * 3.0 * inter * d * (0.5 + 1.0 / 32) + 3.0 * inter * d;
+      const V41MoeCall call = v41_moe_call(t, 384);
       for (const Mode& md : modes) {
         set_mode(md);
-        int sel = 0;
-        const double ms = time_ms(
-            [&] {
-              gpu().moe_quant({x, wts, idx[sel], &experts, &shared, y, 10.0f, true});
-              sel = (sel + 1) % kSel;
-            },
-            16);
-        report("V4.1 moe_quant mxfp4 E=384 k=6 +fp8 shared T=" + std::to_string(t) + " " + md.name, ms, bytes,
-               2.0 * 3 * inter * d * t * (k + 1));
+        report("V4.1 moe_quant mxfp4 E=384 k=6 +fp8 shared T=" + std::to_string(t) + " " + md.name,
+               time_v41_moe(*moe, call, 16), call.bytes, call.flops);
       }
     }
   }
@@ -663,24 +700,12 @@ TEST_F(CudaBench, DISABLED_DecodeGemmTimings) {
 // (~450 MB at 24) miss the 50 MB L2 either way, so a slowdown from 24 to 384 experts (7.2 GB of weights) is the
 // cost of touching more distinct pages (TLB reach), not of HBM bandwidth.
 TEST_F(CudaBench, DISABLED_MoeExpertSpreadTimings) {
-  const int64_t d = 5120, inter = 2304, k = 6;
   const std::unique_ptr<V41Moe> moe = v41_moe();
   for (int64_t t : {1, 8}) {
     for (int64_t pool : {24, 96, 384, 24}) {
-      constexpr int kSel = 16;
-      double touched = 0;
-      const std::vector<DeviceTensor> idx = rotating_selections(t, k, pool, kSel, touched);
-      DeviceTensor x = filled(DType::kF32, {t, d}), wts = filled(DType::kF32, {t, k}), y(gpu(), DType::kF32, {t, d});
-      const double bytes = touched * 3.0 * inter * d * (0.5 + 1.0 / 32) + 3.0 * inter * d;
-      int sel = 0;
-      const double ms = time_ms(
-          [&] {
-            gpu().moe_quant({x, wts, idx[sel], &moe->experts, &moe->shared, y, 10.0f, true});
-            sel = (sel + 1) % kSel;
-          },
-          32);
-      report("V4.1 moe_quant T=" + std::to_string(t) + " experts drawn from the first " + std::to_string(pool), ms,
-             bytes, 2.0 * 3 * inter * d * t * (k + 1));
+      const V41MoeCall call = v41_moe_call(t, pool);
+      report("V4.1 moe_quant T=" + std::to_string(t) + " experts drawn from the first " + std::to_string(pool),
+             time_v41_moe(*moe, call, 32), call.bytes, call.flops);
     }
   }
 }
@@ -701,51 +726,23 @@ TEST_F(CudaBench, DISABLED_BatchInvariantDecodeTimings) {
   };
   const Mode modes[] = {{"default", false}, {"batch-invariant", true}};
   auto set_mode = [&](const Mode& md) { gpu().set_batch_invariant(md.invariant); };
-  struct Proj {
-    const char* name;
-    int64_t n, k;
-  };
   for (const Proj& pr :
        {Proj{"q_a", 1280, 5120}, Proj{"kv", 512, 5120}, Proj{"o_a group", 1024, 4096}, Proj{"o_b", 5120, 8192}}) {
     std::printf("[bench] chain floor K=%lld: 4 cycles x K at %.0f MHz = %.4f ms\n", static_cast<long long>(pr.k),
                 clock_khz / 1e3, floor_ms(pr.k));
-    const RotatingFp8 wr = rotating_fp8(pr.n, pr.k);
-    const double wbytes = wr.bytes;
-    for (int64_t m : {1, 2, 4, 8, 64, 512, 4096}) {
-      DeviceTensor x = filled(DType::kF32, {m, pr.k}), y(gpu(), DType::kF32, {m, pr.n});
-      for (const Mode& md : modes) {
-        set_mode(md);
-        const double ms = time_rotating(wr, x, y);
-        report(std::string("fp8 ") + pr.name + " N=" + std::to_string(pr.n) + " K=" + std::to_string(pr.k) +
-                   " M=" + std::to_string(m) + " " + md.name,
-               ms, wbytes + 4.0 * m * (pr.n + pr.k), 2.0 * m * pr.n * pr.k);
-      }
-    }
+    time_fp8_proj(pr, {1, 2, 4, 8, 64, 512, 4096}, modes, set_mode);
   }
   {
-    const int64_t d = 5120, e = 384, inter = 2304, k = 6;
+    const int64_t d = 5120, inter = 2304;
     std::printf("[bench] chain floor experts K=%lld + K=%lld: %.4f ms\n", static_cast<long long>(d),
                 static_cast<long long>(inter), floor_ms(d) + floor_ms(inter));
     const std::unique_ptr<V41Moe> moe = v41_moe();
-    const std::vector<QuantExpertWeights>& experts = moe->experts;
-    const QuantExpertWeights& shared = moe->shared;
     for (int64_t t : {1, 2, 4, 8, 512, 4096}) {
-      constexpr int kSel = 16;
-      double touched = 0;
-      const std::vector<DeviceTensor> idx = rotating_selections(t, k, e, kSel, touched);
-      DeviceTensor x = filled(DType::kF32, {t, d}), wts = filled(DType::kF32, {t, k}), y(gpu(), DType::kF32, {t, d});
-      const double bytes = touched * 3.0 * inter * d * (0.5 + 1.0 / 32) + 3.0 * inter * d;
+      const V41MoeCall call = v41_moe_call(t, 384);
       for (const Mode& md : modes) {
         set_mode(md);
-        int sel = 0;
-        const double ms = time_ms(
-            [&] {
-              gpu().moe_quant({x, wts, idx[sel], &experts, &shared, y, 10.0f, true});
-              sel = (sel + 1) % kSel;
-            },
-            t >= 512 ? 4 : 16);
-        report("V4.1 moe_quant mxfp4 E=384 k=6 +fp8 shared T=" + std::to_string(t) + " " + md.name, ms, bytes,
-               2.0 * 3 * inter * d * t * (k + 1));
+        report("V4.1 moe_quant mxfp4 E=384 k=6 +fp8 shared T=" + std::to_string(t) + " " + md.name,
+               time_v41_moe(*moe, call, t >= 512 ? 4 : 16), call.bytes, call.flops);
       }
     }
   }
@@ -1036,40 +1033,8 @@ TEST_F(CudaBench, DISABLED_DecodeSmallOpTimings) {
          [&] { gpu().paged_indexer_scores(ip); });
     }
     {  // paged decode attention (+ combine): t sequences of 4096 tokens, pages of 64 in shuffled order
-      const int64_t b = t, h = 64, hd = 512, ctx = 4096, bs = 64, nb = ctx / bs, k = 512;
-      std::vector<int32_t> ids(b * nb), sel(b * k), seqs(b);
-      std::iota(ids.begin(), ids.end(), 0);
-      std::shuffle(ids.begin(), ids.end(), rng());
-      std::vector<int64_t> pos(b, ctx - 1), begin(b, 0);
-      for (int64_t i = 0; i < b; ++i) {
-        seqs[i] = static_cast<int32_t>(i);
-        for (int64_t j = 0; j < k; ++j) sel[i * k + j] = static_cast<int32_t>(j * (ctx / 4 / k));
-      }
-      auto upv = [&](DType dt, Shape shape, const void* src) {
-        HostTensor ht(dt, shape);
-        std::memcpy(ht.view().data(), src, ht.view().nbytes());
-        return up(ht);
-      };
-      DeviceTensor q = filled(DType::kF32, {b, h, hd}), win = filled(DType::kF32, {b * nb * bs, hd});
-      DeviceTensor comp = filled(DType::kF32, {b * nb * bs / 4, hd}), sinks = filled(DType::kF32, {h});
-      DeviceTensor out(gpu(), DType::kF32, {b, h, hd}), dpos = upv(DType::kI64, {b}, pos.data());
-      DeviceTensor dseq = upv(DType::kI32, {b}, seqs.data()), dtab = upv(DType::kI32, {b, nb}, ids.data());
-      DeviceTensor dbeg = upv(DType::kI64, {b}, begin.data()), dsel = upv(DType::kI32, {b, k}, sel.data());
-      PagedSinkAttentionParams ap;
-      ap.q = q;
-      ap.q_positions = dpos;
-      ap.q_seq = dseq;
-      ap.block_tables = dtab;
-      ap.window_pool = win;
-      ap.window_begin = dbeg;
-      ap.comp_pool = comp;
-      ap.comp_idx = dsel;
-      ap.sinks = sinks;
-      ap.out = out;
-      ap.block_size = static_cast<int>(bs);
-      ap.comp_ratio = 4;
-      ap.window = 128;
-      ap.scale = 0.044f;
+      const std::unique_ptr<PagedDecode> pd = paged_decode(t, 4096);
+      const PagedSinkAttentionParams& ap = pd->params;
       const std::string what = "paged_sink_attention H=64 hd=512 128+512" + bt;
       ab(what + " (combine)", {"DEEPINFER_AB_ATTN_COMBINE"}, [&] { gpu().paged_sink_attention(ap); });
       ab(what + " (splits)", {"DEEPINFER_AB_ATTN_SPLITS"}, [&] { gpu().paged_sink_attention(ap); });
