@@ -23,11 +23,8 @@ namespace deepinfer {
 namespace {
 
 using testing::AbSwitch;
-using testing::clone;
-using testing::CudaOpTest;
+using testing::CudaDecodeOpTest;
 using testing::DeviceTensor;
-using testing::launch_hc_mix;
-using testing::zeros_i32;
 
 // The uploads (cudaMemcpy from pageable memory, on the legacy stream) may still be landing when cudaMemcpy returns;
 // the backend's stream does not wait for the legacy one. A test that runs on it right after uploading inputs or
@@ -38,7 +35,7 @@ void settle() { ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess); }
 // 5, 16 and 64 the previous one-launch kernel. Three forms: split kernel, previous
 // one-launch kernel, hc_expand then hc_mix; outputs bit for bit, and the backend's counters must be left at zero
 // (a second call of each form checks that: a stuck counter would skip a finish or a stream write).
-TEST_F(CudaOpTest, HcExpandMixDecodeShapesSplitKernelBitwise) {
+TEST_F(CudaDecodeOpTest, HcExpandMixDecodeShapesSplitKernelBitwise) {
   const int64_t hc = 4, rows = (2 + hc) * hc;
   for (int64_t d : {int64_t{4096}, int64_t{5120}, int64_t{7168}}) {
     // The ranges of HcMixRealSizeSplitK (the CPU comparison's tolerance was set on them).
@@ -99,8 +96,8 @@ TEST_F(CudaOpTest, HcExpandMixDecodeShapesSplitKernelBitwise) {
 
 // The one-launch hc_mix (finish from partials staged in shared memory) at V4.1's D = 5120 and V4's 7168, batch 1 and
 // 16, mix and head: against the two-launch form bit for bit.
-TEST_F(CudaOpTest, HcMixDecodeShapesStagedFinishBitwise) {
-  DeviceTensor arrivals = up(zeros_i32(cuda::kHcMixArrivalSlots));
+TEST_F(CudaDecodeOpTest, HcMixDecodeShapesStagedFinishBitwise) {
+  DeviceTensor arrivals = hc_mix_arrivals();
   const int64_t hc = 4;
   for (int64_t d : {int64_t{5120}, int64_t{7168}}) {
     for (bool head : {false, true}) {
@@ -109,33 +106,20 @@ TEST_F(CudaOpTest, HcMixDecodeShapesStagedFinishBitwise) {
       DeviceTensor dfn = up(fn), dbase = up(base), dscale = up(scale);
       for (int64_t t : {int64_t{1}, int64_t{16}}) {
         DeviceTensor ds = up(rand({t, hc, d}, -2, 2));
-        const int splits = cuda::hc_mix_splits(hc, d);
-        DeviceTensor partial = poisoned({splits * t * (rows + 1)});
-        HostTensor out[2][3];
-        for (int form = 0; form < 2; ++form) {
-          DeviceTensor pre = poisoned({t, hc}), post = poisoned({t, hc}), comb = poisoned({t, hc, hc});
-          ASSERT_EQ(launch_hc_mix(ds, dfn, dbase, dscale, pre, post, comb, partial, form == 0 ? nullptr : &arrivals, t,
-                                  hc, d, head),
-                    cudaSuccess);
-          out[form][0] = down(pre);
-          if (!head) {
-            out[form][1] = down(post);
-            out[form][2] = down(comb);
-          }
-        }
+        std::vector<std::array<HostTensor, 3>> out;  // [two launches, one launch][pre, post, comb]
+        ASSERT_NO_FATAL_FAILURE(hc_mix_forms(2, ds, dfn, dbase, dscale, arrivals, t, hc, d, head, out));
         const std::string what =
             "hc_mix d" + std::to_string(d) + (head ? " head" : "") + " t" + std::to_string(t) + " one launch";
         for (int i = 0; i < (head ? 1 : 3); ++i) expect_same_bytes(what.c_str(), out[1][i], out[0][i]);
       }
     }
   }
-  const HostTensor left = down(arrivals);
-  for (int i = 0; i < cuda::kHcMixArrivalSlots; ++i) EXPECT_EQ(left.data<int32_t>()[i], 0) << "arrival slot " << i;
+  expect_arrivals_zero(arrivals);
 }
 
 // hc_collapse_norm at V4.1's D = 5120 (and 4096, 7168), batch 1 / 16 / 64: the register kernel against the unfused
 // pair bit for bit, and against the CPU op.
-TEST_F(CudaOpTest, HcCollapseNormDecodeShapesRegisterKernelBitwise) {
+TEST_F(CudaDecodeOpTest, HcCollapseNormDecodeShapesRegisterKernelBitwise) {
   const int64_t hc = 4;
   for (int64_t d : {int64_t{4096}, int64_t{5120}, int64_t{7168}}) {
     for (int64_t t : {int64_t{1}, int64_t{16}, int64_t{64}}) {
@@ -163,7 +147,7 @@ TEST_F(CudaOpTest, HcCollapseNormDecodeShapesRegisterKernelBitwise) {
 // moe_combine (run directly) at V4.1's D = 5120, k = 6 (+ shared) and V4's 7168, k = 8, T = 1 / 16 (the small
 // kernel) and 17 (the previous one), with weights and without, a repeated expert (hash routing) and an out-of-range
 // id: the small kernel against the previous one bit for bit, and against a host sum in expert-id order.
-TEST_F(CudaOpTest, MoeCombineDecodeShapesSmallKernelBitwise) {
+TEST_F(CudaDecodeOpTest, MoeCombineDecodeShapesSmallKernelBitwise) {
   struct Shape2 {
     int64_t d, k;
     int experts;
@@ -226,7 +210,7 @@ TEST_F(CudaOpTest, MoeCombineDecodeShapesSmallKernelBitwise) {
 // up to 4096) for 1 and 16 sequences, and smaller 16- and 2-split calls: the float4 combine and the key prefetch
 // against the previous kernels bit for bit (same splits), and the 32-slot splits (DEEPINFER_AB_ATTN_SPLITS) against the
 // CPU op within the kernel's tolerance.
-TEST_F(CudaOpTest, PagedAttentionDecodeShapesCombineAndSplits) {
+TEST_F(CudaDecodeOpTest, PagedAttentionDecodeShapesCombineAndSplits) {
   struct Shape {
     int64_t seqs, heads, hd, k_sel;
     int window;
@@ -289,7 +273,7 @@ TEST_F(CudaOpTest, PagedAttentionDecodeShapesCombineAndSplits) {
 // rope over head groups at the attention output's shape (64 heads x 512, 64 rotated channels) and the indexer's
 // (64 x 128), batch 1 / 16 / 64, forward and inverse: against the previous one-block-per-token launch bit for bit and
 // against the CPU op.
-TEST_F(CudaOpTest, RopeDecodeShapesHeadGroupsBitwise) {
+TEST_F(CudaDecodeOpTest, RopeDecodeShapesHeadGroupsBitwise) {
   for (auto [h, hd] : {std::pair<int64_t, int64_t>{64, 512}, {64, 128}, {3, 192}}) {
     const int64_t half = 32;
     HostTensor inv(DType::kF32, {half});
@@ -322,7 +306,7 @@ TEST_F(CudaOpTest, RopeDecodeShapesHeadGroupsBitwise) {
 // bias: the kernel with the logits and bias loads hoisted against the previous one bit for bit (indices and weights).
 // (The CPU comparison is RouterDecodeShapesWithTies': random scores here could put a CPU/GPU ulp difference at the
 // top-6 boundary.)
-TEST_F(CudaOpTest, RouterDecodeShapesPrefetchBitwise) {
+TEST_F(CudaDecodeOpTest, RouterDecodeShapesPrefetchBitwise) {
   const int64_t k = 6, d = 64;
   for (int64_t e : {int64_t{256}, int64_t{384}}) {
     HostTensor w = rand({e, d}), bias = rand({e}, -0.1f, 0.1f);
@@ -356,7 +340,7 @@ TEST_F(CudaOpTest, RouterDecodeShapesPrefetchBitwise) {
 // (the element-wise tail past 512) and an odd dim that keeps the previous kernel: the
 // two-entries-a-warp kernel against the previous one bit for bit, the batch-1 call and the contiguous form (row 0's
 // keys gathered) against the batched row, and against the CPU op.
-TEST_F(CudaOpTest, IndexerScoresDecodeShapesTwoEntriesBitwise) {
+TEST_F(CudaDecodeOpTest, IndexerScoresDecodeShapesTwoEntriesBitwise) {
   for (auto [seqs, heads, dim] :
        {std::tuple<int64_t, int64_t, int64_t>{4, 64, 128}, {16, 64, 128}, {3, 64, 100}, {5, 7, 128}, {4, 2, 576}}) {
     testing::PagedIndexerSpec s;

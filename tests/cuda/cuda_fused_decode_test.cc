@@ -16,11 +16,8 @@
 namespace deepinfer {
 namespace {
 
-using testing::clone;
-using testing::CudaOpTest;
+using testing::CudaDecodeOpTest;
 using testing::DeviceTensor;
-using testing::launch_hc_mix;
-using testing::zeros_i32;
 
 HostTensor inv_freq_of(int64_t rd) {
   HostTensor t(DType::kF32, {rd / 2});
@@ -29,7 +26,7 @@ HostTensor inv_freq_of(int64_t rd) {
 }
 
 // D = 4096 / 7168 (512 threads), 1000 / 300 (256), 200 (128); hc = 4 (V4), 1, 8; decode and prefill row counts.
-TEST_F(CudaOpTest, HcCollapseNormMatchesUnfusedBitwise) {
+TEST_F(CudaDecodeOpTest, HcCollapseNormMatchesUnfusedBitwise) {
   for (auto [t, hc, d] :
        {std::tuple{1, 4, 4096}, {16, 4, 4096}, {3, 4, 7168}, {37, 4, 1000}, {2, 1, 300}, {5, 8, 200}}) {
     HostTensor streams = rand({t, hc, d}, -3, 3), pre = rand({t, hc}, 0.1f, 2.0f), w = rand({d});
@@ -54,7 +51,7 @@ TEST_F(CudaOpTest, HcCollapseNormMatchesUnfusedBitwise) {
 // Both parts as the attention site has them (V4 query heads with and without the head norm, the weighted window
 // row), the decode_middle's indexer keys alone (hd 128), and parts whose norms reduce over different thread
 // counts in one launch (hd 1024 and 128: the narrower part sums over its own 128 threads of a 512-thread block).
-TEST_F(CudaOpTest, NormRopeMatchesUnfusedBitwise) {
+TEST_F(CudaDecodeOpTest, NormRopeMatchesUnfusedBitwise) {
   struct Case {
     int64_t t, h0, hd0, hd1, rd;
     bool norm0, two, weight1;
@@ -106,7 +103,7 @@ TEST_F(CudaOpTest, NormRopeMatchesUnfusedBitwise) {
 }
 
 // A rope-only part and a norm-only part (no rotation of a latent narrower than the rope slice) in one launch.
-TEST_F(CudaOpTest, NormRopeNormOnlyAndRopeOnlyParts) {
+TEST_F(CudaDecodeOpTest, NormRopeNormOnlyAndRopeOnlyParts) {
   const int64_t t = 3, h = 4, hd = 256;
   HostTensor q = rand({t, h, hd}, -2, 2), lat = rand({t, 1, 48}, -2, 2), w = rand({48});
   HostTensor pos = ints(DType::kI64, {t}, 0, 5000), inv = inv_freq_of(64);
@@ -126,7 +123,7 @@ TEST_F(CudaOpTest, NormRopeNormOnlyAndRopeOnlyParts) {
 // The V4.1 parts with fake-quant, against rms_norm, rope and fake_quant launched one after the other, bit for bit:
 // window row (norm + RoPE + FP8) with the query heads (RoPE), indexer queries (RoPE + FP4, 64 heads of 128), the
 // compressor's keys (norm + RoPE + FP4) with its latent (RoPE + FP4 block 16), and a fake-quant-only part.
-TEST_F(CudaOpTest, NormRopeFakeQuantMatchesUnfusedBitwise) {
+TEST_F(CudaDecodeOpTest, NormRopeFakeQuantMatchesUnfusedBitwise) {
   struct Part {
     int64_t h, hd;
     bool norm, weighted, rope, quant;
@@ -191,9 +188,9 @@ TEST_F(CudaOpTest, NormRopeFakeQuantMatchesUnfusedBitwise) {
 // hc_mix in one launch (the partial kernel's last block per token tile runs the finish) against the two-launch form,
 // bit for bit: V4's hc = 4 site and head, a generic hc = 3 site, decode and prefill token counts (the latter past the
 // arrival slots: two launches both ways). Twice in a row, so a counter left non-zero would show in the second call.
-TEST_F(CudaOpTest, HcMixOneLaunchMatchesTwoLaunchesBitwise) {
+TEST_F(CudaDecodeOpTest, HcMixOneLaunchMatchesTwoLaunchesBitwise) {
   const int64_t d = 1024;
-  DeviceTensor arrivals = up(zeros_i32(cuda::kHcMixArrivalSlots));
+  DeviceTensor arrivals = hc_mix_arrivals();
   for (auto [hc, head] : {std::pair{4, false}, {4, true}, {3, false}}) {
     const int64_t rows = head ? hc : (2 + hc) * hc;
     HostTensor fn = rand({rows, hc * d}, -0.05f, 0.05f), base = rand({rows}, -0.5f, 0.5f), scale = rand({3});
@@ -201,20 +198,8 @@ TEST_F(CudaOpTest, HcMixOneLaunchMatchesTwoLaunchesBitwise) {
     for (int64_t t : {1, 3, 16, 100, 512, 600}) {
       HostTensor streams = rand({t, hc, d}, -2, 2);
       DeviceTensor ds = up(streams);
-      const int splits = cuda::hc_mix_splits(hc, d);
-      DeviceTensor partial = poisoned({splits * t * (rows + 1)});
-      HostTensor out[3][3];  // [two launches, one launch, one launch again][pre, post, comb]
-      for (int form = 0; form < 3; ++form) {
-        DeviceTensor pre = poisoned({t, hc}), post = poisoned({t, hc}), comb = poisoned({t, hc, hc});
-        ASSERT_EQ(launch_hc_mix(ds, dfn, dbase, dscale, pre, post, comb, partial, form == 0 ? nullptr : &arrivals, t,
-                                hc, d, head),
-                  cudaSuccess);
-        out[form][0] = down(pre);
-        if (!head) {
-          out[form][1] = down(post);
-          out[form][2] = down(comb);
-        }
-      }
+      std::vector<std::array<HostTensor, 3>> out;  // [two launches, one launch, one launch again][pre, post, comb]
+      ASSERT_NO_FATAL_FAILURE(hc_mix_forms(3, ds, dfn, dbase, dscale, arrivals, t, hc, d, head, out));
       const std::string what =
           "hc_mix hc" + std::to_string(hc) + (head ? " head" : "") + " t" + std::to_string(t) + " one launch";
       for (int form = 1; form < 3; ++form)
@@ -228,8 +213,7 @@ TEST_F(CudaOpTest, HcMixOneLaunchMatchesTwoLaunchesBitwise) {
       for (int64_t i = 0; i < out[1][0].numel(); ++i) ASSERT_TRUE(std::isfinite(out[1][0].data<float>()[i])) << what;
     }
   }
-  const HostTensor left = down(arrivals);
-  for (int i = 0; i < cuda::kHcMixArrivalSlots; ++i) EXPECT_EQ(left.data<int32_t>()[i], 0) << "arrival slot " << i;
+  expect_arrivals_zero(arrivals);
 }
 
 // hc_expand_mix against hc_expand then hc_mix on the device, bit for bit: the one-launch kernel (hc <= 4, D a multiple
@@ -237,7 +221,7 @@ TEST_F(CudaOpTest, HcMixOneLaunchMatchesTwoLaunchesBitwise) {
 // 300 tokens), with separate outputs and with the mix writing over the expand's post / comb as the bench slice does;
 // each call after the first also checks that the one before left the backend's arrival counters at zero (a stuck one
 // would skip the finish and leave the poisoned outputs).
-TEST_F(CudaOpTest, HcExpandMixMatchesExpandThenMixBitwise) {
+TEST_F(CudaDecodeOpTest, HcExpandMixMatchesExpandThenMixBitwise) {
   for (auto [hc, d] : {std::pair{4, 1024}, {4, 1536}, {2, 512}, {4, 1000}, {6, 512}}) {
     const int64_t rows = (2 + hc) * hc;
     HostTensor fn = rand({rows, hc * d}, -0.05f, 0.05f), base = rand({rows}, -0.5f, 0.5f), scale = rand({3});
@@ -274,7 +258,7 @@ TEST_F(CudaOpTest, HcExpandMixMatchesExpandThenMixBitwise) {
   }
 }
 
-TEST_F(CudaOpTest, FusedDecodeOpsRejectHostTensors) {
+TEST_F(CudaDecodeOpTest, FusedDecodeOpsRejectHostTensors) {
   HostTensor streams = rand({1, 4, 64}), pre = rand({1, 4});
   DeviceTensor ds = up(streams), dout = poisoned({1, 64});
   EXPECT_THROW(gpu().hc_collapse_norm({ds, pre, Tensor{}, dout, 1e-6f}), Error);
