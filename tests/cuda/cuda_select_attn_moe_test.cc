@@ -270,7 +270,40 @@ TEST_F(CudaOpTest, SinkAttentionPrefillAndDecodeWithPoisonedSlots) {
   }
 }
 
-TEST_F(CudaOpTest, RouterScoringsBiasAndHash) {
+class CudaRouterTest : public CudaOpTest {
+ protected:
+  // The router of p's inputs and settings (host tensors; p's outputs are ignored) on the CPU, and on the GPU from
+  // device copies into poisoned outputs [T, k]: the same expert ids byte for byte, the weights within 1e-5.
+  void expect_router_matches_cpu(const std::string& name, RouterParams p, int64_t k) {
+    const int64_t t = p.x.shape()[0];
+    HostTensor ww(DType::kF32, {t, k}), wi(DType::kI32, {t, k});
+    p.weights = ww;
+    p.indices = wi;
+    cpu().router(p);
+    const DeviceTensor dx = up_view(p.x), dw = up_view(p.weight), db = up_view(p.bias), dh = up_view(p.hash_table),
+                       dtok = up_view(p.token_ids), dww = poisoned({t, k}), dwi = poisoned_bytes(DType::kI32, {t, k});
+    RouterParams g = p;
+    g.x = dx;
+    g.weight = dw;
+    g.bias = db;
+    g.hash_table = dh;
+    g.token_ids = dtok;
+    g.weights = dww;
+    g.indices = dwi;
+    gpu().router(g);
+    expect_same_bytes((name + " indices").c_str(), down(dwi), wi);
+    rel_err((name + " weights").c_str(), down(dww), ww, 1e-5);
+  }
+  // A device copy of a host view; an absent view (no data) gives an absent one.
+  DeviceTensor up_view(const Tensor& v) {
+    if (!v.data()) return DeviceTensor{};
+    DeviceTensor d(gpu(), v.dtype(), v.shape());
+    EXPECT_EQ(cudaMemcpy(d.data(), v.data(), v.nbytes(), cudaMemcpyHostToDevice), cudaSuccess);
+    return d;
+  }
+};
+
+TEST_F(CudaRouterTest, RouterScoringsBiasAndHash) {
   const int64_t t = 33, d = 64, e = 256, k = 8;
   HostTensor x = rand({t, d}), w = rand({e, d}), bias = rand({e}, -0.1f, 0.1f);
   HostTensor hash32 = ints(DType::kI32, {500, k}, 0, e - 1), hash64 = ints(DType::kI64, {500, k}, 0, e - 1);
@@ -286,42 +319,16 @@ TEST_F(CudaOpTest, RouterScoringsBiasAndHash) {
                         Case{"router softmax unnormalized", RouterScoring::kSoftmax, false, false, nullptr},
                         Case{"router hash i32", RouterScoring::kSqrtSoftplus, false, true, &hash32},
                         Case{"router hash i64", RouterScoring::kSqrtSoftplus, false, true, &hash64}}) {
-    HostTensor ww(DType::kF32, {t, k}), wi(DType::kI32, {t, k});
-    RouterParams p{x,
-                   w,
-                   c.bias ? bias.view() : Tensor{},
-                   c.hash ? c.hash->view() : Tensor{},
-                   c.hash ? tok.view() : Tensor{},
-                   ww,
-                   wi,
-                   c.scoring,
-                   1.3f,
-                   2.5f,
-                   c.normalize};
-    cpu().router(p);
-    DeviceTensor dx = up(x), dw = up(w), db = up(bias), dtok = up(tok);
-    DeviceTensor dh = c.hash ? up(*c.hash) : DeviceTensor{};
-    DeviceTensor dww = poisoned({t, k}), dwi = poisoned_bytes(DType::kI32, {t, k});
-    RouterParams g{dx,
-                   dw,
-                   c.bias ? db.view() : Tensor{},
-                   c.hash ? dh.view() : Tensor{},
-                   c.hash ? dtok.view() : Tensor{},
-                   dww,
-                   dwi,
-                   c.scoring,
-                   1.3f,
-                   2.5f,
-                   c.normalize};
-    gpu().router(g);
-    expect_same_bytes((std::string(c.name) + " indices").c_str(), down(dwi), wi);
-    rel_err((std::string(c.name) + " weights").c_str(), down(dww), ww, 1e-5);
+    expect_router_matches_cpu(c.name,
+                              {x, w, c.bias ? bias.view() : Tensor{}, c.hash ? c.hash->view() : Tensor{},
+                               c.hash ? tok.view() : Tensor{}, Tensor{}, Tensor{}, c.scoring, 1.3f, 2.5f, c.normalize},
+                              k);
   }
 }
 
 // V3-family routing: group-limited top-k (V3 noaux_tc: sigmoid + bias, groups by top-2 sum; V2 group-limited
 // greedy: softmax, groups by max) must pick the CPU op's experts exactly.
-TEST_F(CudaOpTest, RouterGroupLimited) {
+TEST_F(CudaRouterTest, RouterGroupLimited) {
   const int64_t t = 37, d = 64, e = 256, k = 8;
   HostTensor x = rand({t, d}), w = rand({e, d}), bias = rand({e}, -0.1f, 0.1f);
   struct Case {
@@ -335,21 +342,12 @@ TEST_F(CudaOpTest, RouterGroupLimited) {
        {Case{"router V3 noaux_tc 8 groups top-4", RouterScoring::kSigmoid, true, 8, 4, GroupScore::kTop2Sum},
         Case{"router V2 group-limited greedy 16 groups top-3", RouterScoring::kSoftmax, false, 16, 3,
              GroupScore::kMax}}) {
-    HostTensor ww(DType::kF32, {t, k}), wi(DType::kI32, {t, k});
-    RouterParams p{x, w, c.bias ? bias.view() : Tensor{}, Tensor{}, Tensor{}, ww, wi, c.scoring, 1.0f, 2.5f, true};
+    RouterParams p{x,    w,   c.bias ? bias.view() : Tensor{}, Tensor{}, Tensor{}, Tensor{}, Tensor{}, c.scoring, 1.0f,
+                   2.5f, true};
     p.n_group = c.n_group;
     p.topk_group = c.topk_group;
     p.group_score = c.group_score;
-    cpu().router(p);
-    DeviceTensor dx = up(x), dw = up(w), db = up(bias);
-    DeviceTensor dww = poisoned({t, k}), dwi = poisoned_bytes(DType::kI32, {t, k});
-    RouterParams g{dx, dw, c.bias ? db.view() : Tensor{}, Tensor{}, Tensor{}, dww, dwi, c.scoring, 1.0f, 2.5f, true};
-    g.n_group = c.n_group;
-    g.topk_group = c.topk_group;
-    g.group_score = c.group_score;
-    gpu().router(g);
-    expect_same_bytes((std::string(c.name) + " indices").c_str(), down(dwi), wi);
-    rel_err((std::string(c.name) + " weights").c_str(), down(dww), ww, 1e-5);
+    expect_router_matches_cpu(c.name, p, k);
   }
 }
 
@@ -358,7 +356,7 @@ TEST_F(CudaOpTest, RouterGroupLimited) {
 // grid in [-2, 2] and a bias on a 1/8 grid in [-0.5, 0.5] give many exactly equal biased scores (which must go
 // to the lower expert id), while distinct ones stay >= 1e-5 apart (checked in double over both grids, for both
 // score functions), far beyond the few-ulp difference of the CPU's and the GPU's exp/log1p.
-TEST_F(CudaOpTest, RouterDecodeShapesWithTies) {
+TEST_F(CudaRouterTest, RouterDecodeShapesWithTies) {
   const int64_t k = 6;
   for (int64_t e : {int64_t{256}, int64_t{384}}) {
     HostTensor eye(DType::kF32, {e, e});
@@ -367,12 +365,10 @@ TEST_F(CudaOpTest, RouterDecodeShapesWithTies) {
     HostTensor bias = rand({e}, -0.5f, 0.5f);
     for (int64_t i = 0; i < e; ++i) bias.data<float>()[i] = std::round(bias.data<float>()[i] * 8) / 8;
     HostTensor hash = ints(DType::kI32, {300, k}, 0, e - 1);
-    DeviceTensor deye = up(eye), db = up(bias), dh = up(hash);
     for (int64_t t : {int64_t{1}, int64_t{64}, int64_t{256}, int64_t{2048}}) {
       HostTensor x = rand({t, e}, -2, 2);
       for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = std::round(x.data<float>()[i] * 32) / 32;
       HostTensor tok = ints(DType::kI64, {t}, 0, 299);
-      DeviceTensor dx = up(x), dtok = up(tok);
       struct Case {
         const char* name;
         RouterScoring scoring;
@@ -384,34 +380,11 @@ TEST_F(CudaOpTest, RouterDecodeShapesWithTies) {
                             Case{"hash", RouterScoring::kSqrtSoftplus, false, true, true}}) {
         const std::string name =
             std::string("router E=") + std::to_string(e) + " T=" + std::to_string(t) + " " + c.name;
-        HostTensor ww(DType::kF32, {t, k}), wi(DType::kI32, {t, k});
-        RouterParams p{x,
-                       eye,
-                       c.bias ? bias.view() : Tensor{},
-                       c.hash ? hash.view() : Tensor{},
-                       c.hash ? tok.view() : Tensor{},
-                       ww,
-                       wi,
-                       c.scoring,
-                       1.0f,
-                       2.5f,
-                       c.normalize};
-        cpu().router(p);
-        DeviceTensor dww = poisoned({t, k}), dwi = poisoned_bytes(DType::kI32, {t, k});
-        RouterParams g{dx,
-                       deye,
-                       c.bias ? db.view() : Tensor{},
-                       c.hash ? dh.view() : Tensor{},
-                       c.hash ? dtok.view() : Tensor{},
-                       dww,
-                       dwi,
-                       c.scoring,
-                       1.0f,
-                       2.5f,
-                       c.normalize};
-        gpu().router(g);
-        expect_same_bytes((name + " indices").c_str(), down(dwi), wi);
-        rel_err((name + " weights").c_str(), down(dww), ww, 1e-5);
+        expect_router_matches_cpu(
+            name,
+            {x, eye, c.bias ? bias.view() : Tensor{}, c.hash ? hash.view() : Tensor{}, c.hash ? tok.view() : Tensor{},
+             Tensor{}, Tensor{}, c.scoring, 1.0f, 2.5f, c.normalize},
+            k);
       }
     }
   }
