@@ -570,6 +570,29 @@ class CudaMoeTest : public CudaOpTest {
       expect_rows_bitwise(name + " tokens=" + std::to_string(rows.size()),
                           call(take_rows(x, rows), take_rows(weights, rows), take_rows(idx, rows)), full, rows);
   }
+  // expect_moe_quant_batch_invariant for MXFP4 and for FP8-block routed experts (quant_moe(d, inter, e)) on t random
+  // tokens taking k experts each, weights after w2; named "batch-invariant <label> moe_quant mxfp4 / fp8".
+  void expect_moe_quant_batch_invariant_formats(const std::string& label, int64_t d, int64_t inter, int64_t e,
+                                                int64_t k, int64_t t,
+                                                const std::vector<std::vector<int64_t>>& subsets) {
+    for (QuantFormat f : {QuantFormat::kMXFP4, QuantFormat::kFP8Block}) {
+      const std::unique_ptr<QuantMoe> q = quant_moe(d, inter, e, f);
+      const HostTensor x = rand({t, d}), weights = rand({t, k}, 0.05f, 1.0f), idx = distinct_indices(t, k, e);
+      expect_moe_quant_batch_invariant(
+          "batch-invariant " + label + " moe_quant " + (f == QuantFormat::kMXFP4 ? "mxfp4" : "fp8"), *q, x, weights,
+          idx, false, subsets);
+    }
+  }
+  // `fixed` followed by, for each length, that many consecutive tokens centred in t.
+  static std::vector<std::vector<int64_t>> with_centred_runs(std::vector<std::vector<int64_t>> fixed, int64_t t,
+                                                             std::initializer_list<int64_t> lengths) {
+    for (int64_t len : lengths) {
+      std::vector<int64_t> rows(len);
+      std::iota(rows.begin(), rows.end(), (t - len) / 2);
+      fixed.push_back(rows);
+    }
+    return fixed;
+  }
 };
 
 // T=1 and T=13 (4 rows per used expert) run the weight-streaming kernel for the routed experts, T=40 (10 rows)
@@ -716,13 +739,7 @@ TEST_F(CudaMoeTest, BatchInvariantDecodeShapesMatchTheTile) {
                                                      {2, 4, 6, 8, 10, 12, 14},
                                                      {16, 17, 18, 19, 20, 21, 22, 23},
                                                      {7, 6, 5, 4, 3, 2, 1, 0}};
-  for (QuantFormat f : {QuantFormat::kMXFP4, QuantFormat::kFP8Block}) {
-    const std::unique_ptr<QuantMoe> q = quant_moe(d, inter, e, f);
-    const HostTensor x = rand({t, d}), weights = rand({t, k}, 0.05f, 1.0f), idx = distinct_indices(t, k, e);
-    const std::string name =
-        std::string("batch-invariant decode moe_quant ") + (f == QuantFormat::kMXFP4 ? "mxfp4" : "fp8");
-    expect_moe_quant_batch_invariant(name, *q, x, weights, idx, false, subsets);
-  }
+  expect_moe_quant_batch_invariant_formats("decode", d, inter, e, k, t, subsets);
 }
 
 // Long prefills: a MoE call of more tokens than one chunk's intermediates allow runs in equal chunks of at least 8192
@@ -770,19 +787,8 @@ TEST_F(CudaMoeTest, ChunkedLongPrefillDoesNotDependOnTheChunks) {
 TEST_F(CudaMoeTest, BatchInvariantManyExpertsStageBf16) {
   gpu().set_batch_invariant(true);
   const int64_t d = 512, inter = 256, e = 128, k = 4, t = 300;
-  for (QuantFormat f : {QuantFormat::kMXFP4, QuantFormat::kFP8Block}) {
-    const std::unique_ptr<QuantMoe> q = quant_moe(d, inter, e, f);
-    const HostTensor x = rand({t, d}), weights = rand({t, k}, 0.05f, 1.0f), idx = distinct_indices(t, k, e);
-    const std::string name =
-        std::string("batch-invariant many experts moe_quant ") + (f == QuantFormat::kMXFP4 ? "mxfp4" : "fp8");
-    std::vector<std::vector<int64_t>> subsets = {{0}, {299}};
-    for (int64_t len : {5, 16, 24, 100, 150, 250}) {
-      std::vector<int64_t> rows(len);
-      std::iota(rows.begin(), rows.end(), (t - len) / 2);
-      subsets.push_back(rows);
-    }
-    expect_moe_quant_batch_invariant(name, *q, x, weights, idx, false, subsets);
-  }
+  expect_moe_quant_batch_invariant_formats("many experts", d, inter, e, k, t,
+                                           with_centred_runs({{0}, {299}}, t, {5, 16, 24, 100, 150, 250}));
   gpu().set_batch_invariant(false);
 }
 
@@ -796,19 +802,8 @@ TEST_F(CudaMoeTest, BatchInvariantManyExpertsStageBf16) {
 TEST_F(CudaMoeTest, BatchInvariantPrefillGroupsMatchDecode) {
   gpu().set_batch_invariant(true);
   const int64_t d = 1024, inter = 352, e = 4, k = 2, t = 300;
-  for (QuantFormat f : {QuantFormat::kMXFP4, QuantFormat::kFP8Block}) {
-    const std::unique_ptr<QuantMoe> q = quant_moe(d, inter, e, f);
-    const HostTensor x = rand({t, d}), weights = rand({t, k}, 0.05f, 1.0f), idx = distinct_indices(t, k, e);
-    const std::string name =
-        std::string("batch-invariant prefill moe_quant ") + (f == QuantFormat::kMXFP4 ? "mxfp4" : "fp8");
-    std::vector<std::vector<int64_t>> subsets = {{0}, {299}, {150, 7}};
-    for (int64_t len : {3, 8, 9, 17, 40, 299}) {
-      std::vector<int64_t> rows(len);
-      std::iota(rows.begin(), rows.end(), (t - len) / 2);
-      subsets.push_back(rows);
-    }
-    expect_moe_quant_batch_invariant(name, *q, x, weights, idx, false, subsets);
-  }
+  expect_moe_quant_batch_invariant_formats("prefill", d, inter, e, k, t,
+                                           with_centred_runs({{0}, {299}, {150, 7}}, t, {3, 8, 9, 17, 40, 299}));
   gpu().set_batch_invariant(false);
 }
 
