@@ -384,23 +384,19 @@ TEST_F(CudaBench, DISABLED_OpTimings) {
     }
     // MLA projections of one layer (FP8 128x128, f32 scales): q_a 7168->1536, q_b 1536->24576, kv_a 7168->576,
     // o 16384->7168.
-    struct Proj {
-      const char* name;
-      int64_t n, kk;
-    };
     for (int64_t t : {1, 64, 128, 4096}) {
       for (const Proj& pr :
            {Proj{"q_a", 1536, 7168}, Proj{"q_b", 24576, 1536}, Proj{"kv_a", 576, 7168}, Proj{"o", 7168, 16384}}) {
         const int64_t np = (pr.n + 127) / 128 * 128;  // kv_a 576 pads its last scale block
-        DeviceTensor x = filled(DType::kF32, {t, pr.kk}), y(gpu(), DType::kF32, {t, pr.n});
-        DeviceTensor w = filled(DType::kF8E4M3, {pr.n, pr.kk}, false, true);
-        DeviceTensor sc = filled(DType::kF32, {np / 128, pr.kk / 128});
+        DeviceTensor x = filled(DType::kF32, {t, pr.k}), y(gpu(), DType::kF32, {t, pr.n});
+        DeviceTensor w = filled(DType::kF8E4M3, {pr.n, pr.k}, false, true);
+        DeviceTensor sc = filled(DType::kF32, {np / 128, pr.k / 128});
         report(std::string("V3 linear_quant fp8 ") + pr.name + " M=" + std::to_string(t) +
-                   " N=" + std::to_string(pr.n) + " K=" + std::to_string(pr.kk),
+                   " N=" + std::to_string(pr.n) + " K=" + std::to_string(pr.k),
                time_ms([&] {
                  gpu().linear_quant({x, {w, sc, QuantFormat::kFP8Block, 128, 128}, y});
                }),
-               1.0 * pr.n * pr.kk + 4.0 * t * (pr.n + pr.kk), 2.0 * t * pr.n * pr.kk);
+               1.0 * pr.n * pr.k + 4.0 * t * (pr.n + pr.k), 2.0 * t * pr.n * pr.k);
       }
     }
   }
