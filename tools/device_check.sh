@@ -72,7 +72,7 @@ trap pack_out EXIT
 # The op harness under compute-sanitizer: memcheck (out-of-bounds / misaligned / leaked device memory) and
 # racecheck (shared-memory hazards between threads of a block). GraphCaptureRejectsSyncAndAllocation provokes CUDA
 # API errors on purpose, so it is left out of both (RecordedWorkKeepsItsTemporariesApart too).
-OP_HARNESS='CudaOpTest.*:CudaMoeTest.*:CudaSampleTest.*:CudaArgmaxTest.*:-CudaOpTest.GraphCaptureRejectsSyncAndAllocation:CudaOpTest.RecordedWorkKeepsItsTemporariesApart'
+OP_HARNESS='CudaOpTest.*:CudaPagedAttentionTest.*:CudaRouterTest.*:CudaDecodeOpTest.*:CudaMoeTest.*:CudaSampleTest.*:CudaArgmaxTest.*:-CudaOpTest.GraphCaptureRejectsSyncAndAllocation:CudaOpTest.RecordedWorkKeepsItsTemporariesApart'
 sanitize() {  # tool filter seconds; filter "harness" = $OP_HARNESS
   [ "$2" = harness ] && set -- "$1" "$OP_HARNESS" "$3"
   command -v compute-sanitizer >/dev/null 2>&1 || { note "$1: compute-sanitizer not found"; return; }
