@@ -55,9 +55,9 @@ class CudaBench : public CudaOpTest {
       }
     }
     for (size_t off = 0; off < bytes; off += pat)
-      EXPECT_EQ(
-          cudaMemcpy(static_cast<char*>(d.data()) + off, h.data(), std::min(pat, bytes - off), cudaMemcpyHostToDevice),
-          cudaSuccess);
+      EXPECT_EQ(testing::copy_and_sync(static_cast<char*>(d.data()) + off, h.data(), std::min(pat, bytes - off),
+                                       cudaMemcpyHostToDevice),
+                cudaSuccess);
     return d;
   }
   // Median time of one call in ms over `iters` (after 3 warm-ups), measured with events on the stream.
@@ -104,10 +104,12 @@ class CudaBench : public CudaOpTest {
                                    {inter, d, &moe->experts[i].w3},
                                    {d, inter, &moe->experts[i].w2}}) {
         moe->keep.emplace_back(gpu(), DType::kU8, Shape{rows, cols / 2});
-        DI_CUDA_CHECK(cudaMemcpy(moe->keep.back().data(), pat_w.data(), rows * cols / 2, cudaMemcpyDeviceToDevice));
+        DI_CUDA_CHECK(
+            testing::copy_and_sync(moe->keep.back().data(), pat_w.data(), rows * cols / 2, cudaMemcpyDeviceToDevice));
         const DeviceTensor& wt = moe->keep.back();
         moe->keep.emplace_back(gpu(), DType::kE8M0, Shape{rows, cols / 32});
-        DI_CUDA_CHECK(cudaMemcpy(moe->keep.back().data(), pat_s.data(), rows * cols / 32, cudaMemcpyDeviceToDevice));
+        DI_CUDA_CHECK(
+            testing::copy_and_sync(moe->keep.back().data(), pat_s.data(), rows * cols / 32, cudaMemcpyDeviceToDevice));
         *q = QuantMatrix{wt, moe->keep.back(), QuantFormat::kMXFP4};
       }
     auto keep = [&](DeviceTensor t) -> const DeviceTensor& { return moe->keep.emplace_back(std::move(t)); };
@@ -314,10 +316,12 @@ TEST_F(CudaBench, DISABLED_OpTimings) {
       for (auto [rows, cols, q] :
            {std::tuple{inter, d, &experts[i].w1}, {inter, d, &experts[i].w3}, {d, inter, &experts[i].w2}}) {
         keep.emplace_back(gpu(), DType::kU8, Shape{rows, cols / 2});
-        DI_CUDA_CHECK(cudaMemcpy(keep.back().data(), pat_w1.data(), rows * cols / 2, cudaMemcpyDeviceToDevice));
+        DI_CUDA_CHECK(
+            testing::copy_and_sync(keep.back().data(), pat_w1.data(), rows * cols / 2, cudaMemcpyDeviceToDevice));
         const DeviceTensor& w = keep.back();
         keep.emplace_back(gpu(), DType::kE8M0, Shape{rows, cols / 32});
-        DI_CUDA_CHECK(cudaMemcpy(keep.back().data(), pat_s1.data(), rows * cols / 32, cudaMemcpyDeviceToDevice));
+        DI_CUDA_CHECK(
+            testing::copy_and_sync(keep.back().data(), pat_s1.data(), rows * cols / 32, cudaMemcpyDeviceToDevice));
         *q = QuantMatrix{w, keep.back(), QuantFormat::kMXFP4};
       }
     }
@@ -361,7 +365,7 @@ TEST_F(CudaBench, DISABLED_OpTimings) {
       for (auto [rows, cols, q] :
            {std::tuple{inter, dv3, &experts[i].w1}, {inter, dv3, &experts[i].w3}, {dv3, inter, &experts[i].w2}}) {
         keep.emplace_back(gpu(), DType::kF8E4M3, Shape{rows, cols});
-        DI_CUDA_CHECK(cudaMemcpy(keep.back().data(), pat_up.data(), rows * cols, cudaMemcpyDeviceToDevice));
+        DI_CUDA_CHECK(testing::copy_and_sync(keep.back().data(), pat_up.data(), rows * cols, cudaMemcpyDeviceToDevice));
         *q = QuantMatrix{keep.back(), rows == inter ? pat_su.view() : pat_sd.view(), QuantFormat::kFP8Block, 128, 128};
       }
     }

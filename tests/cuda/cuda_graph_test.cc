@@ -39,7 +39,8 @@ TEST_F(CudaOpTest, GraphReplayEqualsEager) {
     gpu().hc_expand({streams, y, post, comb});
   };
   auto reset = [&](const HostTensor& h) {
-    ASSERT_EQ(cudaMemcpy(streams.data(), h.view().data(), h.view().nbytes(), cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(testing::copy_and_sync(streams.data(), h.view().data(), h.view().nbytes(), cudaMemcpyHostToDevice),
+              cudaSuccess);
   };
   chain();  // eager, also warms plans and the workspace
   const HostTensor eager = down(streams);
@@ -141,10 +142,12 @@ TEST_F(CudaOpTest, RecordedWorkKeepsItsTemporariesApart) {
     others.push_back(up(contents.back()));
   }
   const HostTensor a1 = rand({t, d});
-  ASSERT_EQ(cudaMemcpy(da.data(), a1.view().data(), a1.view().nbytes(), cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(testing::copy_and_sync(da.data(), a1.view().data(), a1.view().nbytes(), cudaMemcpyHostToDevice),
+            cudaSuccess);
   chain();
   const HostTensor eager1 = down(out);
-  ASSERT_EQ(cudaMemcpy(out.data(), nan_filled({t, n}).view().data(), eager1.view().nbytes(), cudaMemcpyHostToDevice),
+  ASSERT_EQ(testing::copy_and_sync(out.data(), nan_filled({t, n}).view().data(), eager1.view().nbytes(),
+                                   cudaMemcpyHostToDevice),
             cudaSuccess);
   rec->replay();
   expect_same_bytes("replay with new inputs == eager", down(out), eager1);

@@ -248,8 +248,9 @@ TEST_F(CudaGroupedLinearTest, CapturesInAGraph) {
           reference(cuda::gemm_stream_mma_takes_shape(rows, n, groups) ? xr : x, w, rows), 1e-5);
   std::unique_ptr<CudaGraph> graph = gpu().capture_graph([&] { grouped_linear_quant(gpu(), dx, *plan, dout); });
   DeviceTensor poison = poisoned({groups * rows, n});
-  ASSERT_EQ(cudaMemcpy(dout.data(), poison.data(), groups * rows * n * sizeof(float), cudaMemcpyDeviceToDevice),
-            cudaSuccess);
+  ASSERT_EQ(
+      testing::copy_and_sync(dout.data(), poison.data(), groups * rows * n * sizeof(float), cudaMemcpyDeviceToDevice),
+      cudaSuccess);
   graph->replay();
   expect_same_bytes("grouped replay vs eager", down(dout), eager);
 }

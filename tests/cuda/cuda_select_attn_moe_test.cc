@@ -298,7 +298,7 @@ class CudaRouterTest : public CudaOpTest {
   DeviceTensor up_view(const Tensor& v) {
     if (!v.data()) return DeviceTensor{};
     DeviceTensor d(gpu(), v.dtype(), v.shape());
-    EXPECT_EQ(cudaMemcpy(d.data(), v.data(), v.nbytes(), cudaMemcpyHostToDevice), cudaSuccess);
+    EXPECT_EQ(testing::copy_and_sync(d.data(), v.data(), v.nbytes(), cudaMemcpyHostToDevice), cudaSuccess);
     return d;
   }
 };

@@ -20,6 +20,17 @@
 
 namespace deepinfer::testing {
 
+// cudaMemcpy, then a device-wide synchronize. The backend launches on a non-blocking stream, which the legacy
+// default stream of a plain cudaMemcpy does not order against: a host-to-device copy from pageable memory may return
+// before its DMA lands, and a device-to-device one returns at once, so a kernel launched next could read the old
+// bytes, or have its output overwritten by the late copy (seen as one-off NaN-poison / row mismatches in the GPU
+// suite). Every test upload goes through here.
+inline cudaError_t copy_and_sync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  const cudaError_t copied = cudaMemcpy(dst, src, bytes, kind);
+  const cudaError_t synced = cudaDeviceSynchronize();
+  return copied != cudaSuccess ? copied : synced;
+}
+
 // Device memory for one tensor, through the backend's caching allocator.
 class DeviceTensor {
  public:
@@ -90,7 +101,7 @@ class CudaOpTest : public ::testing::Test {
   DeviceTensor up(const HostTensor& h) {
     DeviceTensor d(*be_, h.dtype(), h.shape());
     if (h.view().nbytes() > 0) {
-      EXPECT_EQ(cudaMemcpy(d.data(), h.view().data(), h.view().nbytes(), cudaMemcpyHostToDevice), cudaSuccess);
+      EXPECT_EQ(copy_and_sync(d.data(), h.view().data(), h.view().nbytes(), cudaMemcpyHostToDevice), cudaSuccess);
     }
     return d;
   }
@@ -99,7 +110,7 @@ class CudaOpTest : public ::testing::Test {
     be_->synchronize();
     HostTensor h(d.view().dtype(), d.view().shape());
     if (h.view().nbytes() > 0) {
-      EXPECT_EQ(cudaMemcpy(h.view().data(), d.data(), h.view().nbytes(), cudaMemcpyDeviceToHost), cudaSuccess);
+      EXPECT_EQ(copy_and_sync(h.view().data(), d.data(), h.view().nbytes(), cudaMemcpyDeviceToHost), cudaSuccess);
     }
     return h;
   }

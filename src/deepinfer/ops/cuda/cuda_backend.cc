@@ -223,7 +223,10 @@ struct CudaBackend::Impl {
     DI_CUBLAS_CHECK(cublasLtCreate(&lt));
     lt_workspace = cuda::DeviceBuffer(alloc, kCublasWorkspaceBytes);
     hc_mix_arrivals = cuda::DeviceBuffer(alloc, sizeof(unsigned) * cuda::kHcMixArrivalSlots);
+    // A plain cudaMemset runs on the legacy default stream, which the backend's non-blocking stream does not wait
+    // for: finish it before any kernel can read the counters.
     DI_CUDA_CHECK(cudaMemset(hc_mix_arrivals.data(), 0, hc_mix_arrivals.size()));
+    DI_CUDA_CHECK(cudaDeviceSynchronize());
   }
   ~Impl() {
     for (auto& [unused, p] : lt_plans) destroy(p);

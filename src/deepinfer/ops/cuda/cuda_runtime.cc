@@ -239,6 +239,7 @@ PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& o) noexcept {
 // ---------------------------------------------------------------------------------------------- status
 DeviceStatus::DeviceStatus(DeviceAllocator& alloc) : buffer_(alloc, sizeof(uint32_t)), host_(sizeof(uint32_t)) {
   DI_CUDA_CHECK(cudaMemset(buffer_.data(), 0, sizeof(uint32_t)));
+  DI_CUDA_CHECK(cudaDeviceSynchronize());  // the legacy stream's memset, before kernels on non-blocking streams
 }
 
 void DeviceStatus::check(cudaStream_t stream) {
