@@ -919,6 +919,42 @@ TEST_F(CudaBench, DISABLED_PrefillHcTimings) {
   }
 }
 
+// Prefill data moves of the V4 engine at 8192 tokens (ncu of the real-dimension engine prefill: the grouped output's
+// copy into group-major order ran at 1.18 TB/s, the query head norm + RoPE at 1.05 TB/s): the strided copy in
+// 16-byte units vs one element a thread (the same copy from a source 4 bytes off 16-byte alignment), and norm_rope
+// over [8192, 64, 512] (warp-per-row kernel) vs rms_norm then rope.
+TEST_F(CudaBench, DISABLED_PrefillLayoutTimings) {
+  const int64_t t = 8192, groups = 8, gw = 4096, h = 64, hd = 512;
+  {
+    DeviceTensor heads = filled(DType::kF32, {t * groups * gw + 4}), og(gpu(), DType::kF32, {groups, t, gw});
+    const auto copy_from = [&](int64_t offset) {
+      gpu().memory().copy(og.view(), Tensor(static_cast<float*>(heads.data()) + offset, DType::kF32, {groups, t, gw},
+                                            {gw, groups * gw, 1}, heads.view().device()));
+    };
+    const double bytes = 2 * 4.0 * t * groups * gw;
+    report("strided copy [8192, 8x4096] -> group-major, 16-byte units", time_ms([&] { copy_from(0); }), bytes, 0);
+    report("strided copy [8192, 8x4096] -> group-major, element path", time_ms([&] { copy_from(1); }), bytes, 0);
+  }
+  {
+    DeviceTensor q = filled(DType::kF32, {t, h, hd}), pos(gpu(), DType::kI64, {t}), inv = filled(DType::kF32, {32});
+    std::vector<int64_t> hp(t);
+    for (int64_t i = 0; i < t; ++i) hp[i] = i;
+    gpu().memory().copy(pos.view(), Tensor(hp.data(), DType::kI64, {t}));
+    NormRopeParams p;
+    p.parts[0] = {q.view(), Tensor{}, true, true};
+    p.positions = pos.view();
+    p.inv_freq = inv.view();
+    p.eps = 1e-6f;
+    const double bytes = 2 * 4.0 * t * h * hd;
+    report("norm_rope q [8192, 64, 512] head norm + rope", time_ms([&] { gpu().norm_rope(p); }), bytes, 0);
+    report("norm_rope q [8192, 64, 512] as rms_norm then rope", time_ms([&] {
+             gpu().rms_norm({q.view().reshape({t * h, hd}), Tensor{}, q.view().reshape({t * h, hd}), 1e-6f});
+             gpu().rope({q.view(), pos.view(), inv.view(), false});
+           }),
+           bytes + 2 * 4.0 * t * h * 64, 0);
+  }
+}
+
 TEST_F(CudaBench, DISABLED_DecodeSmallOpTimings) {
   constexpr int kCalls = 20;
   auto graph_us = [&](const std::function<void()>& fn) {

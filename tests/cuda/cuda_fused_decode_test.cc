@@ -49,8 +49,9 @@ TEST_F(CudaDecodeOpTest, HcCollapseNormMatchesUnfusedBitwise) {
 }
 
 // Both parts as the attention site has them (V4 query heads with and without the head norm, the weighted window
-// row), the decode_middle's indexer keys alone (hd 128), and parts whose norms reduce over different thread
-// counts in one launch (hd 1024 and 128: the narrower part sums over its own 128 threads of a 512-thread block).
+// row), the decode_middle's indexer keys alone (hd 128), parts whose norms reduce over different thread counts in
+// one launch (hd 1024 and 128: the narrower part sums over its own 128 threads of a 512-thread block), and parts of
+// >= 8192 rows, which take the warp-per-row kernel (both parts of the last case).
 TEST_F(CudaDecodeOpTest, NormRopeMatchesUnfusedBitwise) {
   struct Case {
     int64_t t, h0, hd0, hd1, rd;
@@ -58,7 +59,12 @@ TEST_F(CudaDecodeOpTest, NormRopeMatchesUnfusedBitwise) {
   };
   for (const Case& c : {Case{1, 64, 512, 512, 64, false, true, true}, Case{16, 64, 512, 512, 64, true, true, true},
                         Case{5, 8, 512, 512, 64, true, true, false}, Case{3, 1, 128, 0, 64, true, false, false},
-                        Case{4, 3, 1024, 128, 64, true, true, true}, Case{7, 2, 96, 200, 32, false, true, true}}) {
+                        Case{4, 3, 1024, 128, 64, true, true, true}, Case{7, 2, 96, 200, 32, false, true, true},
+                        // Prefill-sized normed parts (>= 8192 rows): the warp-per-row kernel, the same bits; the
+                        // window row part beside them stays on the block-per-row kernel.
+                        Case{160, 64, 512, 512, 64, true, true, true}, Case{130, 64, 128, 0, 64, true, false, false},
+                        Case{8, 1024, 1024, 128, 64, true, true, true}, Case{40, 256, 256, 256, 64, true, true, false},
+                        Case{8192, 1, 512, 512, 64, true, true, true}}) {
     const std::string what = "norm_rope t" + std::to_string(c.t) + " h" + std::to_string(c.h0) + " hd" +
                              std::to_string(c.hd0) + "/" + std::to_string(c.hd1) + (c.norm0 ? " qnorm" : "");
     HostTensor q = rand({c.t, c.h0, c.hd0}, -4, 4), kv = rand({c.t, 1, c.two ? c.hd1 : 1}, -4, 4);

@@ -141,6 +141,95 @@ __global__ void norm_rope_kernel(NormRopeKernelParams p) {
   }
 }
 
+// A warp per (token, head) row of one normed part, for many rows (prefill: V4's per-head query norm, [T, 64, 512]):
+// the block-per-row kernel above ran that at ~1.05 TB/s (ncu, H200: a 2 KB row per 256-thread block, two block
+// reductions and a barrier a row). The same bits: lane l holds, for each of the W = rms_norm_threads(hd) / 32 warps of
+// that kernel, old thread 32w + l's elements (i = 32w + l + j·threads, j < J) and sums them in the same order; each
+// warp's butterfly (warp_sum) runs on its W values, then block_sum's second butterfly over lanes < W (zeros past
+// them). The rotation pairs (i, i ^ 1) sit in lanes (l, l ^ 1) with the same (w, j): one shuffle; the angle and the
+// products are rope's. kPer = hd / 32 values a lane.
+template <int kPer>
+__global__ void __launch_bounds__(256)
+    norm_rope_warp_kernel(NormRopeKernelPart part, const int64_t* positions, const float* inv_freq, int64_t tokens,
+                          int64_t half, float eps) {
+  constexpr int hd = 32 * kPer, kThreads = rms_norm_threads(hd), W = kThreads / 32, J = kPer / W;
+  static_assert(J * W == kPer && J >= 1, "rows of whole old-thread strides");
+  const int lane = threadIdx.x & 31;
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (r >= tokens * part.heads) return;
+  float* v = part.x + r * hd;
+  float val[J][W];
+#pragma unroll
+  for (int j = 0; j < J; ++j)
+#pragma unroll
+    for (int w = 0; w < W; ++w) val[j][w] = v[32 * w + lane + j * kThreads];
+  float ss[W];
+#pragma unroll
+  for (int w = 0; w < W; ++w) {
+    float a = 0.0f;
+#pragma unroll
+    for (int j = 0; j < J; ++j) a = fmaf(val[j][w], val[j][w], a);
+    ss[w] = warp_sum(a);
+  }
+  float mine = 0.0f;
+#pragma unroll
+  for (int w = 0; w < W; ++w)
+    if (lane == w) mine = ss[w];
+  const float inv = 1.0f / sqrtf(warp_sum(mine) / static_cast<float>(hd) + eps);
+  const float fpos = part.rope ? static_cast<float>(positions[r / part.heads]) : 0.0f;
+  const int64_t s0 = hd - 2 * half;  // the rotated slice: [s0, hd)
+#pragma unroll
+  for (int j = 0; j < J; ++j) {
+#pragma unroll
+    for (int w = 0; w < W; ++w) {
+      const int i = 32 * w + lane + j * kThreads;
+      const float n = __fmul_rn(val[j][w], inv);
+      float x = part.weight ? __fmul_rn(__ldg(part.weight + i), n) : n;
+      if (part.rope && 32 * w + j * kThreads + 32 > s0) {  // this chunk of 32 reaches the slice: all lanes shuffle
+        const float other = __shfl_xor_sync(0xffffffffu, x, 1);
+        if (i >= s0) {
+          const int64_t k = (i - s0) >> 1;
+          const float theta = __fmul_rn(inv_freq[k], fpos);
+          const float c = static_cast<float>(cos(static_cast<double>(theta)));
+          const float sn = static_cast<float>(sin(static_cast<double>(theta)));
+          x = ((i - s0) & 1) == 0 ? __fsub_rn(__fmul_rn(x, c), __fmul_rn(other, sn))
+                                  : __fadd_rn(__fmul_rn(other, sn), __fmul_rn(x, c));
+        }
+      }
+      v[i] = x;
+    }
+  }
+}
+
+// The warp kernel's rows: a normed part without fake-quant, rows of 128 / 256 / 512 / 1024 contiguous values, a
+// rotated slice of whole pairs, and enough rows that the launch is not latency-bound (decode keeps one launch).
+constexpr int64_t kNormRopeWarpRows = 8192;
+bool norm_rope_warp_takes(const NormRopeKernelParams& p, const NormRopeKernelPart& part) {
+  if (!part.x || !part.norm || part.fake_quant || p.tokens * part.heads < kNormRopeWarpRows) return false;
+  if (part.hd != 128 && part.hd != 256 && part.hd != 512 && part.hd != 1024) return false;
+  return !part.rope || (p.half > 0 && 2 * p.half <= part.hd);
+}
+
+void launch_norm_rope_warp(const NormRopeKernelParams& p, const NormRopeKernelPart& part, cudaStream_t stream) {
+  const int64_t rows = p.tokens * part.heads;
+  const unsigned blocks = static_cast<unsigned>((rows + 7) / 8);
+  switch (part.hd) {
+    case 128:
+      norm_rope_warp_kernel<4><<<blocks, 256, 0, stream>>>(part, p.positions, p.inv_freq, p.tokens, p.half, p.eps);
+      break;
+    case 256:
+      norm_rope_warp_kernel<8><<<blocks, 256, 0, stream>>>(part, p.positions, p.inv_freq, p.tokens, p.half, p.eps);
+      break;
+    case 512:
+      norm_rope_warp_kernel<16><<<blocks, 256, 0, stream>>>(part, p.positions, p.inv_freq, p.tokens, p.half, p.eps);
+      break;
+    default:
+      norm_rope_warp_kernel<32><<<blocks, 256, 0, stream>>>(part, p.positions, p.inv_freq, p.tokens, p.half, p.eps);
+      break;
+  }
+  DI_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
 void run_hc_collapse_norm(const HcCollapseNormKernelParams& p, cudaStream_t stream) {
@@ -163,6 +252,18 @@ void run_hc_collapse_norm(const HcCollapseNormKernelParams& p, cudaStream_t stre
 }
 
 void run_norm_rope(const NormRopeKernelParams& p, cudaStream_t stream) {
+  // Parts the warp kernel takes run there; the others (if any) in one block-per-row launch.
+  if (norm_rope_warp_takes(p, p.parts[0]) || norm_rope_warp_takes(p, p.parts[1])) {
+    NormRopeKernelParams rest = p;
+    for (NormRopeKernelPart& part : rest.parts) {
+      if (!norm_rope_warp_takes(p, part)) continue;
+      launch_norm_rope_warp(p, part, stream);
+      part = NormRopeKernelPart{};
+    }
+    if (!rest.parts[0].x) std::swap(rest.parts[0], rest.parts[1]);
+    if (rest.parts[0].x) run_norm_rope(rest, stream);
+    return;
+  }
   int64_t rows = 0;
   int threads = 128;
   for (const NormRopeKernelPart& part : p.parts) {
