@@ -13,7 +13,7 @@ namespace deepinfer {
 namespace {
 
 OwnedTensor linear(Backend& b, TensorMemory& mem, const Tensor& x, const OwnedTensor& w) {
-  OwnedTensor out = mem.zeros(DType::kF32, {x.dim(0), w.shape()[0]});
+  OwnedTensor out = mem.empty(DType::kF32, {x.dim(0), w.shape()[0]});  // the linear writes all of it
   b.linear({x, w.view(), out.view()});
   return out;
 }
@@ -401,7 +401,7 @@ OwnedTensor DeepseekV4Model::attention(const Chunk& c, int layer, const OwnedTen
   }
 
   // Sink attention over [window ∥ selected entries]: out [T, H, hd].
-  OwnedTensor attn = mem.zeros(DType::kF32, {T, H, hd});
+  OwnedTensor attn = mem.empty(DType::kF32, {T, H, hd});  // written in full by the attention
   if (paged_window) {
     // In place over the pages: window rows of positions >= past_begin, then the selected entries of the kv
     // source (the same keys in the same order as the gathered form below).

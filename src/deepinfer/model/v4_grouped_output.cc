@@ -12,14 +12,15 @@ OwnedTensor v4_grouped_output(Backend& backend, TensorMemory& mem, const Tensor&
   const int64_t T = heads.dim(0), width = heads.dim(1), gw = width / groups, D = wo_b.rows();
   DI_CHECK_INTERNAL(width % groups == 0) << "grouped output: " << width << " head values in " << groups << " groups";
   DI_CHECK_INTERNAL(heads.rank() == 2 && heads.strides()[1] == 1) << "grouped output: heads " << heads.str();
-  OwnedTensor og = mem.zeros(DType::kF32, {groups, T, gw}), zg = mem.zeros(DType::kF32, {groups, T, o_lora});
+  // Every buffer here is written in full (a copy, the group GEMMs, a copy, the GEMM) before it is read.
+  OwnedTensor og = mem.empty(DType::kF32, {groups, T, gw}), zg = mem.empty(DType::kF32, {groups, T, o_lora});
   mem.copy(og.view(), Tensor(heads.data(), DType::kF32, {groups, T, gw}, {gw, heads.strides()[0], 1}, heads.device()));
   for (int64_t g = 0; g < groups; ++g)
     kept_linear_rows(backend, og.view().row(g), wo_a, g * o_lora, (g + 1) * o_lora, zg.view().row(g));
-  OwnedTensor z = mem.zeros(DType::kF32, {T, groups * o_lora});
+  OwnedTensor z = mem.empty(DType::kF32, {T, groups * o_lora});
   mem.copy(Tensor(z.view().data(), DType::kF32, {groups, T, o_lora}, {o_lora, groups * o_lora, 1}, z.view().device()),
            zg.view());
-  OwnedTensor out = mem.zeros(DType::kF32, {T, D});
+  OwnedTensor out = mem.empty(DType::kF32, {T, D});
   kept_linear(backend, z.view(), wo_b, out.view());
   return out;
 }

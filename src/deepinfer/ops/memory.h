@@ -47,6 +47,10 @@ class TensorMemory {
   virtual Device device() const = 0;
   // Zero-filled contiguous tensor on device().
   virtual OwnedTensor zeros(DType dtype, Shape shape) = 0;
+  // Contiguous tensor on device() with unspecified contents, for the output of an op that writes all of it (every CUDA
+  // op is tested against NaN-poisoned outputs): a device backend skips the zero fill (the V4 prefill zero-filled ~4 GB
+  // a layer it then overwrote). The default zero-fills, so the host reference is unchanged.
+  virtual OwnedTensor empty(DType dtype, Shape shape) { return zeros(dtype, std::move(shape)); }
   // dst <- src: same dtype and shape. Within device() both may be strided (innermost stride 1, or 0 in src
   // for a broadcast); between the host and device() both must be contiguous.
   virtual void copy(const Tensor& dst, const Tensor& src) = 0;
@@ -57,9 +61,9 @@ class TensorMemory {
   virtual void synchronize() = 0;
 
   // Conveniences built on the above.
-  OwnedTensor upload(const Tensor& src);      // a contiguous copy on device() (from the host or device())
+  OwnedTensor upload(const Tensor& src);  // a contiguous copy on device() (from the host or device())
   OwnedTensor clone(const Tensor& src) { return upload(src); }
-  HostTensor to_host(const Tensor& src);      // synchronous
+  HostTensor to_host(const Tensor& src);  // synchronous
   template <typename T>
   OwnedTensor from_host(DType dtype, Shape shape, const T* values) {
     Tensor src(const_cast<T*>(values), dtype, std::move(shape));
@@ -87,8 +91,8 @@ Tensor narrow(const Tensor& t, int dim, int64_t begin, int64_t end);
 struct RowBuffer {
   int64_t width = 0;
   int64_t rows = 0;
-  OwnedTensor storage;  // [capacity, width]
-  Tensor view() const;  // [rows, width] (null data while empty)
+  OwnedTensor storage;                                    // [capacity, width]
+  Tensor view() const;                                    // [rows, width] (null data while empty)
   void append(TensorMemory& memory, const Tensor& more);  // more: f32 [n, width]
 };
 

@@ -92,9 +92,14 @@ class CudaMemory final : public TensorMemory {
   Device device() const override { return device_; }
 
   OwnedTensor zeros(DType dtype, Shape shape) override {
+    OwnedTensor t = empty(dtype, std::move(shape));
+    DI_CUDA_CHECK(cudaMemsetAsync(t.view().data(), 0, std::max<size_t>(t.view().nbytes(), 1), stream_));
+    return t;
+  }
+
+  OwnedTensor empty(DType dtype, Shape shape) override {
     const size_t bytes = static_cast<size_t>(std::max<int64_t>(dtype_bytes(dtype, shape_numel(shape)), 1));
     void* p = alloc_.allocate(bytes);
-    DI_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_));
     std::shared_ptr<void> storage(p, [alloc = &alloc_](void* q) { alloc->free(q); });
     return OwnedTensor(std::move(storage), Tensor(p, dtype, std::move(shape), device_));
   }
