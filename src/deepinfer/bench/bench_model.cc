@@ -47,6 +47,7 @@ BenchModel v4_flash_slice(int per_kind) {
   m.moe_inter = 2048;
   m.dense_block = 128;
   m.weight_before_w2 = false;
+  m.q_head_norm = true;  // the engine's V4 attention normalises each query head
   add_layers(m, {AttnKind::kSwa, 0}, per_kind);
   add_layers(m, {AttnKind::kIndexed, 4}, per_kind);
   add_layers(m, {AttnKind::kAllSeen, 128}, per_kind);

@@ -40,6 +40,7 @@ struct BenchModel {
   int dense_block = 128;  // FP8 block-scale tile of the dense projections (square, UE8M0 scales)
   float swiglu_limit = 10.0f;
   bool weight_before_w2 = false;  // V4.1 applies the routing weight before w2
+  bool q_head_norm = false;       // V4 normalises each query head (unweighted RMSNorm) before its RoPE
   std::vector<LayerSpec> layers;
 };
 

@@ -200,9 +200,9 @@ class Slice final : public SliceState {
       linear(qr_p, *l.w_q, fq);
       const Tensor q_p = part(fq, l.q_rows.offset[0], q.reshape({tt, hhd})).reshape({tt, m.heads, m.head_dim});
       const Tensor kv_p = part(fin, l.in_rows.offset[1], kv);
-      // The query's RoPE, the kv row's norm and RoPE: one launch (the engine's decode_layer_head does the same).
+      // The query's (V4: head norm and) RoPE, the kv row's norm and RoPE: one launch, as the engine's attention.
       NormRopeParams nr;
-      nr.parts[0] = {q_p, Tensor{}, false, true};
+      nr.parts[0] = {q_p, Tensor{}, m.q_head_norm, true};
       nr.parts[1] = {kv_p.reshape({tt, 1, m.head_dim}), Tensor{}, true, true};
       nr.positions = pos;
       nr.inv_freq = inv_freq_.view();
