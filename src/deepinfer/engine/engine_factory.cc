@@ -1,5 +1,6 @@
 #include "deepinfer/engine/engine_factory.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <optional>
 #include <vector>
@@ -97,6 +98,28 @@ std::vector<TokenId> known_ids(const tokenizer::Tokenizer& tok, std::span<const 
   return out;
 }
 
+#ifdef DEEPINFER_WITH_CUDA
+// The weights' footprint on one device: the checkpoint's safetensors files as stored (uploaded so). An expert-
+// parallel rank loads only its share of the routed experts: ceil(E / ep) slots, or the EPLB slots when EPLB runs.
+int64_t device_weight_bytes(const EngineStackOptions& o) {
+  int64_t total = 0, routed = 0;
+  for (const auto& e : std::filesystem::directory_iterator(o.model_dir)) {
+    if (!e.is_regular_file() || e.path().extension() != ".safetensors") continue;
+    total += static_cast<int64_t>(e.file_size());
+    if (o.ep <= 1) continue;
+    auto f = SafetensorsFile::open(e.path().string());
+    for (const SafetensorsEntry& t : f->entries())
+      if (t.name.find(".experts.") != std::string::npos) routed += static_cast<int64_t>(t.end - t.begin);
+  }
+  if (o.ep <= 1 || routed == 0) return total;
+  const ModelConfig c = load_model_config(o.model_dir + "/config.json");
+  const int E = std::max(1, c.moe.n_routed_experts);
+  const int slots =
+      o.eplb_interval > 0 ? (o.eplb_slots > 0 ? o.eplb_slots : default_eplb_slots(c, o.ep)) : (E + o.ep - 1) / o.ep;
+  return total - routed + routed * std::min(slots, E) / E;
+}
+#endif
+
 }  // namespace
 
 EngineStack::~EngineStack() = default;
@@ -112,11 +135,7 @@ int64_t kv_cache_budget_bytes(const EngineStackOptions& o) {
                                        << " bytes";
 #ifdef DEEPINFER_WITH_CUDA
   if (o.device == "cuda") {
-    // The weights' footprint on the device: the checkpoint's safetensors files (uploaded as stored).
-    int64_t weight_bytes = 0;
-    for (const auto& e : std::filesystem::directory_iterator(o.model_dir))
-      if (e.is_regular_file() && e.path().extension() == ".safetensors")
-        weight_bytes += static_cast<int64_t>(e.file_size());
+    const int64_t weight_bytes = device_weight_bytes(o);
     const cuda::DeviceInfo info = cuda::select_device(0);
     // Activations of the reference forward are small next to the weights at these batch sizes; keep 5% of the
     // device for them and the allocator's slack.
@@ -135,12 +154,13 @@ int64_t kv_cache_budget_bytes(const EngineStackOptions& o) {
 bool keep_quantized_weights(const EngineStackOptions& o) {
   DI_CHECK(o.weight_format == "auto" || o.weight_format == "f32" || o.weight_format == "fp8")
       << option(o, "weight_format", o.weight_format) << ": must be auto, f32 or fp8";
-  // Expert parallelism moves f32 experts between ranks; one-process-per-GPU CP followers load f32 weights, and
-  // the driver must compute with the same weights as they do.
-  const bool single = ParallelLayout::make(o.ep, o.dp).world == 1 && o.cp == 1;
-  DI_CHECK_CODE(o.weight_format != "fp8" || single, ErrorCode::kUnsupported)
-      << option(o, "weight_format", o.weight_format) << " with ep*dp > 1 or cp > 1: those ranks hold f32 weights";
-  if (o.weight_format == "auto") return single && o.device == "cuda";
+  // Expert parallelism keeps each rank's experts in their stored format (ExpertParallel runs moe_quant on the
+  // received rows; EPLB moves the codes and scales). Context parallelism does not yet: its followers load f32
+  // weights, and the driver must compute with the same weights as they do.
+  DI_CHECK_CODE(o.weight_format != "fp8" || o.cp == 1, ErrorCode::kUnsupported)
+      << option(o, "weight_format", o.weight_format) << " with " << option(o, "cp", std::to_string(o.cp))
+      << ": context-parallel ranks hold f32 weights (use --weight-format f32 or auto with --cp)";
+  if (o.weight_format == "auto") return o.cp == 1 && o.device == "cuda";
   return o.weight_format == "fp8";
 }
 
@@ -201,6 +221,10 @@ std::unique_ptr<EngineStack> load_engine_stack(const EngineStackOptions& o) {
     token_map = std::vector<int64_t>(t.data_as<int64_t>(), t.data_as<int64_t>() + t.numel());
   }
   if (parallel) {
+    DI_LOG_INFO("weights: {}", keep_fp8 ? "block-format matrices (FP8, MXFP4) kept quantized on every rank, each "
+                                          "loading only its routed experts (--weight-format)"
+                                        : "f32 on every rank, block-format matrices dequantized at load "
+                                          "(--weight-format)");
     s.parallel_config = load_model_config(cfg_path);
     s.config = &s.parallel_config;
     DI_CHECK(s.parallel_config.moe.n_routed_experts >= o.ep)
@@ -251,6 +275,7 @@ std::unique_ptr<EngineStack> load_engine_stack(const EngineStackOptions& o) {
     po.eplb_interval = o.eplb_interval;
     po.eplb_slots = o.eplb_slots;
     po.fp8_dispatch = o.ep_fp8_dispatch;
+    po.keep_quant = keep_fp8;
     if (o.make_parallel_runner) {
       s.runner = o.make_parallel_runner(po, token_map);
     } else {
