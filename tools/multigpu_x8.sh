@@ -14,12 +14,13 @@
 #   3. on the L layers, --ep NGPU: --check_structured_output (random weights rarely finish a constrained output:
 #      the line counts passes and fails; it does not stop the script), then prefill (NUM_PREFILL prompts of PREFILL
 #      tokens, one step each) and decode (BATCH sequences of CONTEXT tokens, MAX_TOKENS greedy tokens each);
-#   4. on the R-layer view: the same greedy decode prompts with --ep NGPU, --ep 2 --dp NGPU/2 and --ep 2 (2 GPUs,
-#      the reference: the smallest parallelism that holds the weights), the greedy ids of each compared with the
+#   4. on the R-layer view: the same greedy decode prompts with --ep NGPU, --ep 2 --dp NGPU/2 (world NGPU/2),
+#      --ep 2 --dp NGPU (world NGPU) and --ep 2 (2 GPUs, the reference: the smallest parallelism that holds the
+#      weights), the greedy ids of each compared with the
 #      reference's (how many sequences are identical, where the first differs); --ep 2 --cp NGPU/2 is tried too
 #      and reports why it is refused (context parallelism keeps f32 weights).
 # One "[x8]" line per figure: prefill and decode tokens/s/GPU (the engine's "offline:" and "decode rate:" lines
-# divided by the GPUs of the layout), load time, peak device memory. Greedy ids of different layouts need not be
+# divided by the layout's world, i.e. its GPUs), wall time (model load included), peak device memory. Greedy ids of different layouts need not be
 # bit-identical on CUDA (each rank's expert GEMMs see another row count, and the many-row path rounds its inputs to
 # bf16); on random weights near-ties can flip a token, so the comparison reports and does not fail.
 #   usage (device tool, kind nvidia-h200-x8): bash tools/multigpu_x8.sh
@@ -27,7 +28,9 @@
 #     (build-gpu/bin/deepinfer), WORK (/tmp/x8), NGPU (8), FAMILY, SCHEDULE (the pattern repeated to L layers;
 #     default the config tool's), MAX_LAYERS, LAYERS / REF_LAYERS (force L / R), GPU_UTIL (0.85), RESERVE_GB (24),
 #     HOST_UTIL (0.8), PREFILL (4096), NUM_PREFILL (3), CONTEXT (1024), BATCH (32), MAX_TOKENS (16), RUN_TIMEOUT (s,
-#     each offline run; 420), OFFLINE_FLAGS (added to every run), DISTINCT_EXPERTS (16)
+#     each offline run; 420), OFFLINE_FLAGS (added to every run), DISTINCT_EXPERTS (16), RUNS (a subset of
+#     "structured prefill decode ref ep8 ep2dp4 ep2dp8 ep2cp4", default all: each run loads the model, so a
+#     10-minute call may hold only some; the comparisons need `ref` first, in the same WORK)
 #   dry run without GPUs: DRY_RUN=1 bash tools/multigpu_x8.sh   (small dims, --device cpu, in-process ranks, the CLI
 #     of build/; the same steps and comparisons; sizing from GPU_GB (default 1.5) so that L and R come out small)
 set -uo pipefail
@@ -184,9 +187,11 @@ run() {  # label gpus model offline-args...
   say "$label ($*): rc=$rc, $(elapsed "$t0") s$peak"
   grep -h "parallel layout:\|^structured output checks:\|refused\|Unsupported\|error" "$work/logs/$label.log" | head -3 |
     sed 's/^/[x8]   /'
-  # Throughput per GPU from the engine's own lines.
-  awk -v g="$gpus" '/^offline:/{ for (i = 1; i <= NF; ++i) { if ($i == "prompt" && $(i+2) == "tok/s,") p = $(i+1);
-      if ($i == "generation") d = $(i+1) } }
+  # Throughput per GPU from the engine's own lines; the GPUs are the layout's world (its log line).
+  local world
+  world=$(sed -n 's/.*parallel layout: world \([0-9]*\) .*/\1/p' "$work/logs/$label.log" | head -1)
+  gpus=${world:-$gpus}
+  awk -v g="$gpus" '/^offline:/{ for (i = 1; i <= NF; ++i) if ($i ~ /prompt$/ && $(i+2) == "tok/s,") p = $(i+1) }
     /^decode rate:/{ for (i = 1; i <= NF; ++i) if ($i == "delivered") r = $(i+1) }
     END { if (p != "") printf "[x8]   prefill %.1f tokens/s/GPU (%s tok/s over %d GPUs)\n", p / g, p, g;
       if (r != "") printf "[x8]   decode %.1f tokens/s/GPU (delivered %s tok/s over %d GPUs)\n", r / g, r, g }' \
@@ -207,27 +212,35 @@ compare() {  # label reference
   say "greedy ids $1 vs $2: $same of $total sequences identical${first:+ (first difference: $first)}"
 }
 
+# RUNS picks the offline runs (default all, in this order); a 10-minute device call may not hold all of them.
+runs=${RUNS:-structured prefill decode ref ep$ngpu ep2dp$half ep2dp$ngpu ep2cp$half}
+want() { case " $runs " in *" $1 "*) return 0 ;; esac; return 1; }
 if has run; then
   ep_all="--ep $ngpu"
   workload="--num-prompts $batch --random-prompt-len $context --max-tokens $max_tokens --max-num-seqs $batch \
     --max-num-batched-tokens $prefill --max-model-len $((context + max_tokens + 16)) --ignore-eos --temperature 0"
   say "layers: $L on --ep $ngpu, comparison view $R ($family, $dims dims)"
   # shellcheck disable=SC2086
-  run structured "$ngpu" "$work/model" $ep_all --check_structured_output --num-prompts 1 --max-tokens 1 \
-    --max-model-len 512
+  want structured && run structured "$ngpu" "$work/model" $ep_all --check_structured_output --num-prompts 1 \
+    --max-tokens 1 --max-model-len 512
   # shellcheck disable=SC2086
-  run prefill "$ngpu" "$work/model" $ep_all --num-prompts "$num_prefill" --random-prompt-len "$prefill" \
+  want prefill && run prefill "$ngpu" "$work/model" $ep_all --num-prompts "$num_prefill" --random-prompt-len "$prefill" \
     --max-tokens 1 --max-num-seqs 1 --max-num-batched-tokens "$prefill" --max-model-len $((prefill + 16))
   # shellcheck disable=SC2086
-  run decode "$ngpu" "$work/model" $ep_all $workload
+  want decode && run decode "$ngpu" "$work/model" $ep_all $workload
   # The comparison on the first R layers: the reference is --ep 2 on 2 GPUs.
   # shellcheck disable=SC2086
-  run ref_ep2 2 "$work/view" --ep 2 $workload
+  want ref && run ref_ep2 2 "$work/view" --ep 2 $workload
   # shellcheck disable=SC2086
-  run view_ep$ngpu "$ngpu" "$work/view" $ep_all $workload && compare "view_ep$ngpu" ref_ep2
+  want "ep$ngpu" && run "view_ep$ngpu" "$ngpu" "$work/view" $ep_all $workload && compare "view_ep$ngpu" ref_ep2
   # shellcheck disable=SC2086
-  run view_ep2_dp$half "$ngpu" "$work/view" --ep 2 --dp "$half" $workload && compare "view_ep2_dp$half" ref_ep2
+  want "ep2dp$half" && run "view_ep2_dp$half" "$half" "$work/view" --ep 2 --dp "$half" $workload &&
+    compare "view_ep2_dp$half" ref_ep2
   # shellcheck disable=SC2086
-  run view_ep2_cp$half "$ngpu" "$work/view" --ep 2 --cp "$half" $workload && compare "view_ep2_cp$half" ref_ep2
+  want "ep2dp$ngpu" && run "view_ep2_dp$ngpu" "$ngpu" "$work/view" --ep 2 --dp "$ngpu" $workload &&
+    compare "view_ep2_dp$ngpu" ref_ep2
+  # shellcheck disable=SC2086
+  want "ep2cp$half" && run "view_ep2_cp$half" "$half" "$work/view" --ep 2 --cp "$half" $workload &&
+    compare "view_ep2_cp$half" ref_ep2
 fi
 exit 0

@@ -209,9 +209,9 @@ TEST(EngineFactoryErrors, NameTheOptionInTheFrontEndsSpelling) {
 #endif
 }
 
-// --weight-format: auto keeps a checkpoint's block-format weights quantized only on CUDA (one rank or EP/DP ranks,
-// which hold their experts quantized); fp8 is refused with cp > 1 (those ranks hold f32 weights); anything else is
-// named.
+// --weight-format: auto keeps a checkpoint's block-format weights quantized on CUDA in every layout (one rank, EP/DP
+// ranks holding their experts quantized, CP ranks), f32 on the CPU; fp8 keeps them on any backend and layout;
+// anything else is named.
 TEST(EngineFactoryWeights, WeightFormatResolvesPerDeviceAndLayout) {
   EngineStackOptions o = options_for("deepseek_v3");
   EXPECT_FALSE(keep_quantized_weights(o));  // auto on the CPU
@@ -221,26 +221,26 @@ TEST(EngineFactoryWeights, WeightFormatResolvesPerDeviceAndLayout) {
   EXPECT_TRUE(keep_quantized_weights(o));  // EP ranks keep their experts quantized
   o.ep = 1;
   o.cp = 2;
-  EXPECT_FALSE(keep_quantized_weights(o));
+  EXPECT_TRUE(keep_quantized_weights(o));  // CP followers load the driver's format
   o.cp = 1;
   o.weight_format = "f32";
   EXPECT_FALSE(keep_quantized_weights(o));
+  o.ep = 2;
+  EXPECT_FALSE(keep_quantized_weights(o));
+  o.ep = 1;
   o.device = "cpu";
   o.weight_format = "fp8";
   EXPECT_TRUE(keep_quantized_weights(o));
   o.dp = 2;
   o.ep = 2;
   EXPECT_TRUE(keep_quantized_weights(o));
-  o.ep = 1;
   o.cp = 2;
-  expect_error([&] { keep_quantized_weights(o); }, ErrorCode::kUnsupported,
-               "--weight-format fp8 with --cp 2: context-parallel ranks hold f32 weights");
-  o.ep = 2;  // CP inside an EP/DP layout is refused the same way
-  expect_error([&] { keep_quantized_weights(o); }, ErrorCode::kUnsupported,
-               "--weight-format fp8 with --cp 2: context-parallel ranks hold f32 weights");
+  EXPECT_TRUE(keep_quantized_weights(o));
+  o.weight_format = "auto";
+  EXPECT_FALSE(keep_quantized_weights(o));  // auto on the CPU, whatever the layout
   o.ep = 1;
-  o.cp = 1;
   o.dp = 1;
+  o.cp = 1;
   o.weight_format = "int4";
   expect_error([&] { load_engine_stack(o); }, ErrorCode::kInvalidArgument,
                "--weight-format int4: must be auto, f32 or fp8");

@@ -318,6 +318,14 @@ TEST(ParallelModelRunner, QuantizedV41ExpertsEpDpBoundedPrefill) {
   check<DeepseekV4Model>(quantized(tmp, "deepseek_v41"), {{2, 2}}, /*exact_prefill=*/false, /*eplb_slots=*/4);
 }
 
+// CP inside EP / EP x DP with every rank's weights quantized (projections FP8, experts MXFP4 / FP8).
+TEST(ParallelModelRunner, QuantizedWeightsWithContextParallelEqualSingleRank) {
+  testing::TempDir tmp;
+  check<DeepseekV4Model>(quantized(tmp, "deepseek_v41"), {{2, 1}, {2, 2}}, /*exact_prefill=*/false, 0, /*cp=*/2);
+  check<DeepseekV4Model>(quantized(tmp, "deepseek_v4"), {{2, 1}}, true, /*eplb_slots=*/5, /*cp=*/2);
+  check<DeepseekV3Model>(quantized(tmp, "deepseek_v3"), {{2, 1}}, true, 0, /*cp=*/2);
+}
+
 // V3 family: FP8 experts (and the dense layer's FP8 MLP, which stays local).
 TEST(ParallelModelRunner, QuantizedV3ExpertsEpDpWithEplbEqualSingleRank) {
   testing::TempDir tmp;

@@ -134,9 +134,9 @@ EngineSetup::EngineSetup(const EngineSetupArgs& a, StreamCallback on_delta) {
     DI_LOG_INFO("context parallel: {} processes (one per GPU, NCCL)", a.cp);
     if (!process_world_->is_driver()) {
       if (v3_family())
-        follow_context_parallel<DeepseekV3Model>(a, m.dir);
+        follow_context_parallel<DeepseekV3Model>(a, m.dir, keep_quantized_weights(o));
       else
-        follow_context_parallel<DeepseekV4Model>(a, m.dir);
+        follow_context_parallel<DeepseekV4Model>(a, m.dir, keep_quantized_weights(o));
       worker_ = true;
       return;
     }
@@ -178,12 +178,12 @@ void EngineSetup::start_expert_parallel(const EngineSetupArgs& a, const std::str
 }
 
 template <typename Model>
-void EngineSetup::follow_context_parallel(const EngineSetupArgs& a, const std::string& dir) {
+void EngineSetup::follow_context_parallel(const EngineSetupArgs& a, const std::string& dir, bool keep_quant) {
   Communicator& world = process_world_->comm();
   std::unique_ptr<Backend> backend = make_rank_cuda_backend(process_world_->env().local_rank, a.batch_invariant);
-  // CP followers hold f32 weights (keep_quantized_weights refuses fp8 with cp > 1).
+  // The same weights as the driver computes with (block formats kept or dequantized alike).
   std::unique_ptr<Model> model =
-      model_loader<Model>(dir, read_token_map(a.engram_token_map_file), /*keep_quant=*/false)(*backend, {});
+      model_loader<Model>(dir, read_token_map(a.engram_token_map_file), keep_quant)(*backend, {});
   // The driver's runner options (load_engine_stack: one state slot per max_num_seqs).
   ModelRunnerOptions ro;
   ro.exact_prefill = a.exact_prefill;

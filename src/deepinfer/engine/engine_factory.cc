@@ -154,13 +154,10 @@ int64_t kv_cache_budget_bytes(const EngineStackOptions& o) {
 bool keep_quantized_weights(const EngineStackOptions& o) {
   DI_CHECK(o.weight_format == "auto" || o.weight_format == "f32" || o.weight_format == "fp8")
       << option(o, "weight_format", o.weight_format) << ": must be auto, f32 or fp8";
-  // Expert parallelism keeps each rank's experts in their stored format (ExpertParallel runs moe_quant on the
-  // received rows; EPLB moves the codes and scales). Context parallelism does not yet: its followers load f32
-  // weights, and the driver must compute with the same weights as they do.
-  DI_CHECK_CODE(o.weight_format != "fp8" || o.cp == 1, ErrorCode::kUnsupported)
-      << option(o, "weight_format", o.weight_format) << " with " << option(o, "cp", std::to_string(o.cp))
-      << ": context-parallel ranks hold f32 weights (use --weight-format f32 or auto with --cp)";
-  if (o.weight_format == "auto") return o.cp == 1 && o.device == "cuda";
+  // Every layout keeps the same format on every rank: expert-parallel ranks their routed experts (ExpertParallel runs
+  // moe_quant on the received rows; EPLB moves the codes and scales), context-parallel followers (in-process or one
+  // process per GPU) the whole model, as the driver does.
+  if (o.weight_format == "auto") return o.device == "cuda";
   return o.weight_format == "fp8";
 }
 
