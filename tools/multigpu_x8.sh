@@ -17,8 +17,8 @@
 #   4. on the R-layer view: the same greedy decode prompts with --ep NGPU, --ep 2 --dp NGPU/2 (world NGPU/2),
 #      --ep 2 --dp NGPU (world NGPU) and --ep 2 (2 GPUs, the reference: the smallest parallelism that holds the
 #      weights), the greedy ids of each compared with the
-#      reference's (how many sequences are identical, where the first differs); --ep 2 --cp NGPU/2 is tried too
-#      and reports why it is refused (context parallelism keeps f32 weights).
+#      reference's (how many sequences are identical, where the first differs); and --ep 2 --cp NGPU/2 (world
+#      NGPU/2: context parallelism inside EP, the CP ranks holding the same quantized weights).
 # One "[x8]" line per figure: prefill and decode tokens/s/GPU (the engine's "offline:" and "decode rate:" lines
 # divided by the layout's world, i.e. its GPUs), wall time (model load included), peak device memory. Greedy ids of different layouts need not be
 # bit-identical on CUDA (each rank's expert GEMMs see another row count, and the many-row path rounds its inputs to

@@ -67,7 +67,7 @@ void add_device_execution_flags(CLI::App* sub, std::string& weight_format, bool&
   sub->add_option(
          "--weight-format", weight_format,
          "how a checkpoint's block-format weights (V3 FP8; V4/V4.1 FP8 projections and MXFP4 experts) are held: auto "
-         "(kept quantized on CUDA in one process, f32 on the CPU and under ep/dp/cp), f32 (dequantized: exact against "
+         "(kept quantized on CUDA, also under ep/dp/cp; f32 on the CPU), f32 (dequantized: exact against "
          "the f32 reference) or fp8 (kept quantized)")
       ->check(CLI::IsMember({"auto", "f32", "fp8"}))
       ->capture_default_str();

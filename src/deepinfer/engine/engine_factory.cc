@@ -235,7 +235,7 @@ std::unique_ptr<EngineStack> load_engine_stack(const EngineStackOptions& o) {
     s.config = &s.v3->config();
   } else {
     // The same resolution as V3: block-format matrices (FP8 projections and shared expert, MXFP4 routed experts)
-    // stay quantized on one GPU by default, f32 on the CPU, under ep/dp/cp and with --weight-format f32.
+    // stay quantized on CUDA by default (every layout), f32 on the CPU and with --weight-format f32.
     s.v4 = DeepseekV4Model::load(o.model_dir, *s.backend, token_map, keep_fp8);
     DI_LOG_INFO("weights: {}", keep_fp8 ? "block-format matrices (FP8, MXFP4) kept quantized (--weight-format)"
                                         : "f32, block-format matrices dequantized at load (--weight-format)");
