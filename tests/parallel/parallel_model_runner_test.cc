@@ -168,10 +168,10 @@ void check(const Model& m, const std::vector<std::pair<int, int>>& layouts, bool
 
 // The multi-process driver/worker protocol (DistributedModelRunner on rank 0, run_parallel_worker on the others),
 // here with the in-process communicator standing in for NCCL: the engine runs on rank 0's thread.
-TEST(DistributedModelRunner, DriverAndWorkersEqualSingleRank) {
-  const Model m = golden("deepseek_v41");
+void check_distributed(const Model& m) {
   auto backend = make_cpu_backend(2);
   auto single_model = load_model<DeepseekV4Model>(m, *backend);
+  EXPECT_EQ(quantized_experts(*single_model), m.quant);
   SlotModelRunner<DeepseekV4Model> single(*single_model, 4, {});
   const auto ref = run(single, 24);
   ParallelRunnerOptions po;
@@ -200,6 +200,8 @@ TEST(DistributedModelRunner, DriverAndWorkersEqualSingleRank) {
           << "sequence " << seq << " row " << i;
   }
 }
+
+TEST(DistributedModelRunner, DriverAndWorkersEqualSingleRank) { check_distributed(golden("deepseek_v41")); }
 
 TEST(ParallelJob, SerializeRoundTrip) {
   ParallelJob j;
@@ -332,6 +334,12 @@ TEST(ParallelModelRunner, QuantizedV3ExpertsEpDpWithEplbEqualSingleRank) {
   const Model m = quantized(tmp, "deepseek_v3");
   check<DeepseekV3Model>(m, {{2, 1}, {4, 2}});
   check<DeepseekV3Model>(m, {{2, 2}}, true, /*eplb_slots=*/9);
+}
+
+// The one-process-per-GPU protocol (what runs over NCCL) with every rank's experts kept MXFP4, EPLB included.
+TEST(DistributedModelRunner, QuantizedExpertsEqualSingleRank) {
+  testing::TempDir tmp;
+  check_distributed(quantized(tmp, "deepseek_v41"));
 }
 
 // The FP8 dispatch with quantized experts: the same rows travel as e4m3 either way, so EP with f32 and with
