@@ -98,31 +98,37 @@ std::vector<TokenId> known_ids(const tokenizer::Tokenizer& tok, std::span<const 
   return out;
 }
 
-#ifdef DEEPINFER_WITH_CUDA
-// The weights' footprint on one device: the checkpoint's safetensors files as stored (uploaded so). An expert-
-// parallel rank loads only its share of the routed experts: ceil(E / ep) slots, or the EPLB slots when EPLB runs.
+}  // namespace
+
+EngineStack::~EngineStack() = default;
+
 int64_t device_weight_bytes(const EngineStackOptions& o) {
+  const bool ep = o.ep > 1;
+  ModelConfig c;
+  if (ep) c = load_model_config(o.model_dir + "/config.json");
+  // A main layer's routed expert (V4 "layers.N.ffn.experts.", V3 "model.layers.N.mlp.experts."); draft / MTP
+  // blocks ("mtp.", V3 layers past num_hidden_layers) keep every expert on every rank.
+  auto placed = [&](const std::string& name) {
+    if (name.find(".experts.") == std::string::npos || name.rfind("mtp.", 0) == 0) return false;
+    const std::string v3 = "model.layers.";
+    if (name.rfind(v3, 0) != 0) return true;
+    return std::stoi(name.substr(v3.size())) < c.num_layers;
+  };
   int64_t total = 0, routed = 0;
   for (const auto& e : std::filesystem::directory_iterator(o.model_dir)) {
     if (!e.is_regular_file() || e.path().extension() != ".safetensors") continue;
     total += static_cast<int64_t>(e.file_size());
-    if (o.ep <= 1) continue;
+    if (!ep) continue;
     auto f = SafetensorsFile::open(e.path().string());
     for (const SafetensorsEntry& t : f->entries())
-      if (t.name.find(".experts.") != std::string::npos) routed += static_cast<int64_t>(t.end - t.begin);
+      if (placed(t.name)) routed += static_cast<int64_t>(t.end - t.begin);
   }
-  if (o.ep <= 1 || routed == 0) return total;
-  const ModelConfig c = load_model_config(o.model_dir + "/config.json");
+  if (!ep || routed == 0) return total;
   const int E = std::max(1, c.moe.n_routed_experts);
   const int slots =
       o.eplb_interval > 0 ? (o.eplb_slots > 0 ? o.eplb_slots : default_eplb_slots(c, o.ep)) : (E + o.ep - 1) / o.ep;
   return total - routed + routed * std::min(slots, E) / E;
 }
-#endif
-
-}  // namespace
-
-EngineStack::~EngineStack() = default;
 
 std::unique_ptr<Engine> EngineStack::make_engine(StreamCallback on_delta) {
   return std::make_unique<Engine>(engine_config, *runner, std::move(on_delta));
