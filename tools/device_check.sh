@@ -38,6 +38,10 @@
 #   the same shapes; REALDIMS_BENCH_TIMEOUT (default 330 s) bounds it, its run logs land in $OUT/realdims/
 #   (MODEL_FILTER=NONE skips the GPU tests before it); mode realdims: the same after a build of the CUDA CLI only
 #   (the script's knobs pass through: FAMILY=v41, LAYERS, SCHEDULE, BATCHES, PREFILL, CONTEXT, ...);
+#   x8 (kind nvidia-h200-x8): build the CUDA CLI only, then tools/multigpu_x8.sh (#16: a V4.1-Flash real-dimension
+#   checkpoint sized to the 8 GPUs with its block formats kept quantized, --ep 8 / --ep 2 --dp 4 / --ep 2 --dp 8 /
+#   --ep 2 --cp 4 against the --ep 2 reference, tokens/s/GPU); X8_STEPS (default "ckpt run"), RUNS, X8_TIMEOUT
+#   (default 540 s) and the script's knobs pass through; run logs in $OUT/x8/;
 #   with SLICE_BENCH=1 (model) `deepinfer bench` decode of the V4 slices (SLICE_BENCH_ARGS);
 #   with NCU_SLICE=1 (also in ci) an ncu per-kernel time summary of one synthetic decode step (NCU_SLICE_ARGS;
 #   NCU_DETAIL=REGEX adds ncu's sections for those kernels); with IDLE_BENCH=1 (model or ci)
@@ -225,6 +229,7 @@ target=deepinfer_cuda_tests
 [ "$MODE" = graphbench ] && target=deepinfer_cli
 [ "$MODE" = idlebench ] && target=deepinfer_cli
 [ "$MODE" = realdims ] && target=deepinfer_cli
+[ "$MODE" = x8 ] && target=deepinfer_cli
 keep=()
 [ "$MODE" = ci ] && keep=(-- -k 0)  # ci: build what compiles, list every failure, test what was built
 cmake --build build-gpu -j "$(nproc)" --target $target "${keep[@]}" >"$OUT/build.log" 2>&1 || {
@@ -238,6 +243,15 @@ if [ "$MODE" = realdims ]; then
   CLI=build-gpu/bin/deepinfer LOG_DIR="$OUT/realdims" timeout "${REALDIMS_BENCH_TIMEOUT:-330}" \
     bash tools/v4_real_dims_bench.sh | tee -a "$summary"
   note "realdims bench: rc=${PIPESTATUS[0]}"
+  echo "================ summary"
+  cat "$summary"
+  exit 0
+fi
+if [ "$MODE" = x8 ]; then
+  CLI=build-gpu/bin/deepinfer STEPS="${X8_STEPS:-ckpt run}" timeout "${X8_TIMEOUT:-540}" bash tools/multigpu_x8.sh |
+    tee -a "$summary"
+  note "multigpu_x8: rc=${PIPESTATUS[0]}"
+  mkdir -p "$OUT/x8" && cp "${WORK:-/tmp/x8}"/logs/*.log "${WORK:-/tmp/x8}"/sizing.txt "$OUT/x8/" 2>/dev/null
   echo "================ summary"
   cat "$summary"
   exit 0

@@ -6,9 +6,12 @@
 #include <regex>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
 #include "deepinfer/io/safetensors.h"
+
 #include "model/dspark_fixture.h"
 #include "test_util.h"
+#include "v4_quant_config.h"
 
 namespace deepinfer {
 namespace {
@@ -224,6 +227,72 @@ TEST(OfflineCli, ExpertAndDataParallelGiveTheSingleRankOutput) {
   auto fp8 = run_cli(base + " --ep 2 --ep-fp8-dispatch");
   ASSERT_EQ(fp8.exit_code, 0) << fp8.output;
   EXPECT_EQ(testing::parse_offline_samples(fp8.output).size(), 3u) << fp8.output;
+}
+
+// --weight-format fp8 under EP / EP x DP (with EPLB): every rank keeps its MXFP4 experts and loads only those; the
+// samples equal the one-rank run with the same kept weights.
+TEST(OfflineCli, QuantizedExpertsUnderExpertParallelGiveTheSingleRankOutput) {
+  testing::TempDir tmp;
+  nlohmann::json cfg =
+      nlohmann::json::parse(testing::read_file_or_empty(testing::test_data_dir() + "/golden/deepseek_v4/config.json"));
+  cfg["quantization_config"] = testing::v4_quantization_config();
+  testing::write_file(tmp.file("q.json"), cfg.dump());
+  const std::string dir = tmp.path() + "/q";
+  auto made = run_cli("make-checkpoint --config " + tmp.file("q.json") + " --out " + dir + " --seed 4");
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  const std::string base = "offline --model_name " + dir +
+                           " --max_model_len 128 --num-prompts 3 --max-tokens 5 --threads 2 --ignore-eos "
+                           "--weight-format fp8";
+  auto one = run_cli(base);
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  EXPECT_NE(one.output.find("kept quantized"), std::string::npos) << one.output;
+  const auto expect = testing::parse_offline_samples(one.output);
+  ASSERT_EQ(expect.size(), 3u);
+  // auto on the CPU holds f32 weights on every rank (the same codes dequantized exactly: the same samples).
+  auto f32 = run_cli("offline --model_name " + dir +
+                     " --max_model_len 128 --num-prompts 3 --max-tokens 5 --threads 2 --ignore-eos --ep 2");
+  ASSERT_EQ(f32.exit_code, 0) << f32.output;
+  EXPECT_NE(f32.output.find("f32 on every rank"), std::string::npos) << f32.output;
+  EXPECT_EQ(testing::parse_offline_samples(f32.output), expect);
+  for (const std::string flags : {" --ep 2", " --ep 2 --dp 2 --eplb-interval 2", " --ep 4"}) {
+    auto r = run_cli(base + flags);
+    ASSERT_EQ(r.exit_code, 0) << flags << "\n" << r.output;
+    EXPECT_EQ(testing::parse_offline_samples(r.output), expect) << flags;
+    EXPECT_NE(r.output.find("kept quantized on every rank"), std::string::npos) << r.output;
+    if (flags.find("eplb") != std::string::npos) EXPECT_NE(r.output.find("EPLB: "), std::string::npos) << r.output;
+  }
+}
+
+// --weight-format fp8 with context parallelism: the CP ranks hold the driver's quantized weights; a prompt long enough
+// to split over them (41 tokens in chunks of <= 24) gives the one-rank fp8 samples, alone and inside EP.
+TEST(OfflineCli, QuantizedWeightsUnderContextParallelGiveTheSingleRankOutput) {
+  testing::TempDir tmp;
+  nlohmann::json cfg =
+      nlohmann::json::parse(testing::read_file_or_empty(testing::test_data_dir() + "/golden/deepseek_v41/config.json"));
+  cfg["quantization_config"] = testing::v4_quantization_config();
+  testing::write_file(tmp.file("q.json"), cfg.dump());
+  const std::string dir = tmp.path() + "/q";
+  auto made = run_cli("make-checkpoint --config " + tmp.file("q.json") + " --out " + dir + " --seed 6");
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  std::string ids;
+  for (int i = 0; i < 41; ++i) ids += (i ? "," : "") + std::to_string(20 + (13 * i) % 90);
+  // V4.1 Engram layers need a token map: the golden one (the generated checkpoint has no tokenizer).
+  const std::string base =
+      "offline --model_name " + dir + " --engram-token-map " + testing::test_data_dir() +
+      "/golden/deepseek_v41/golden.safetensors --max_model_len 128 --max-tokens 4 --threads 2 "
+      "--ignore-eos --temperature 0 --max-num-batched-tokens 24 --weight-format fp8 --prompt-ids " +
+      ids + " --prompt-ids 5,6,7,8,9,10";
+  auto one = run_cli(base);
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const auto expect = testing::parse_offline_samples(one.output);
+  ASSERT_EQ(expect.size(), 2u);
+  for (const std::string flags : {" --cp 2", " --ep 2 --cp 2"}) {
+    auto r = run_cli(base + flags);
+    ASSERT_EQ(r.exit_code, 0) << flags << "\n" << r.output;
+    EXPECT_EQ(testing::parse_offline_samples(r.output), expect) << flags;
+    EXPECT_NE(r.output.find("context parallel: prompt chunks"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("kept quantized"), std::string::npos) << r.output;
+  }
 }
 
 // Context parallelism with in-process ranks: long prompt chunks split zig-zag over 2 and 3 ranks give one rank's

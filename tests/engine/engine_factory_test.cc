@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
@@ -209,28 +210,38 @@ TEST(EngineFactoryErrors, NameTheOptionInTheFrontEndsSpelling) {
 #endif
 }
 
-// --weight-format: auto keeps a checkpoint's block-format weights quantized only on CUDA in one process; fp8 is
-// refused where ranks hold f32 weights (ep*dp > 1, cp > 1); anything else is named.
+// --weight-format: auto keeps a checkpoint's block-format weights quantized on CUDA in every layout (one rank, EP/DP
+// ranks holding their experts quantized, CP ranks), f32 on the CPU; fp8 keeps them on any backend and layout;
+// anything else is named.
 TEST(EngineFactoryWeights, WeightFormatResolvesPerDeviceAndLayout) {
   EngineStackOptions o = options_for("deepseek_v3");
   EXPECT_FALSE(keep_quantized_weights(o));  // auto on the CPU
   o.device = "cuda";
   EXPECT_TRUE(keep_quantized_weights(o));
   o.ep = 2;
-  EXPECT_FALSE(keep_quantized_weights(o));
+  EXPECT_TRUE(keep_quantized_weights(o));  // EP ranks keep their experts quantized
   o.ep = 1;
   o.cp = 2;
-  EXPECT_FALSE(keep_quantized_weights(o));
+  EXPECT_TRUE(keep_quantized_weights(o));  // CP followers load the driver's format
   o.cp = 1;
   o.weight_format = "f32";
   EXPECT_FALSE(keep_quantized_weights(o));
+  o.ep = 2;
+  EXPECT_FALSE(keep_quantized_weights(o));
+  o.ep = 1;
   o.device = "cpu";
   o.weight_format = "fp8";
   EXPECT_TRUE(keep_quantized_weights(o));
   o.dp = 2;
-  expect_error([&] { keep_quantized_weights(o); }, ErrorCode::kUnsupported,
-               "--weight-format fp8 with ep*dp > 1 or cp > 1: those ranks hold f32 weights");
+  o.ep = 2;
+  EXPECT_TRUE(keep_quantized_weights(o));
+  o.cp = 2;
+  EXPECT_TRUE(keep_quantized_weights(o));
+  o.weight_format = "auto";
+  EXPECT_FALSE(keep_quantized_weights(o));  // auto on the CPU, whatever the layout
+  o.ep = 1;
   o.dp = 1;
+  o.cp = 1;
   o.weight_format = "int4";
   expect_error([&] { load_engine_stack(o); }, ErrorCode::kInvalidArgument,
                "--weight-format int4: must be auto, f32 or fp8");
@@ -242,6 +253,43 @@ TEST(EngineFactoryWeights, WeightFormatResolvesPerDeviceAndLayout) {
     EngineStackOptions bf16 = options_for(m);
     bf16.weight_format = "fp8";
     EXPECT_NE(load_engine_stack(bf16), nullptr) << m;
+  }
+}
+
+// The device footprint the CUDA cache budget takes off: every file, less the main layers' routed experts an EP rank
+// does not load; MTP layers' experts stay whole (the embedded tiny V3 has one MTP layer, index 4, with experts).
+TEST(EngineFactoryWeights, DeviceWeightBytesCountARanksExpertShare) {
+  for (const std::string dir : {testing::test_data_dir() + "/golden/deepseek_v4",
+                                std::string(DEEPINFER_SOURCE_DIR "/models/deepinfer-tiny-v3")}) {
+    SCOPED_TRACE(dir);
+    int64_t total = 0, routed = 0;
+    // V4 (golden names "model.layers.N.ffn.experts."): every layer is a main one; tiny V3: layers 0-3 (4 is MTP).
+    auto main_expert = [](const std::string& n) {
+      if (n.find(".ffn.experts.") != std::string::npos) return true;
+      return n.find(".mlp.experts.") != std::string::npos && n.rfind("model.layers.4.", 0) != 0;
+    };
+    for (const auto& e : std::filesystem::directory_iterator(dir)) {
+      if (e.path().extension() != ".safetensors" || e.path().filename() == "golden.safetensors") continue;
+      total += static_cast<int64_t>(e.file_size());
+      auto f = SafetensorsFile::open(e.path().string());  // outlives the loop over its entries
+      for (const SafetensorsEntry& t : f->entries())
+        if (main_expert(t.name)) routed += static_cast<int64_t>(t.end - t.begin);
+    }
+    ASSERT_GT(routed, 0);
+    EngineStackOptions o;
+    o.model_dir = dir;
+    const int E = dir.find("tiny") != std::string::npos ? 4 : 8;
+    const int64_t golden_file = std::filesystem::exists(dir + "/golden.safetensors")
+                                    ? static_cast<int64_t>(std::filesystem::file_size(dir + "/golden.safetensors"))
+                                    : 0;
+    EXPECT_EQ(device_weight_bytes(o), total + golden_file);  // one rank: every file
+    o.ep = 2;
+    EXPECT_EQ(device_weight_bytes(o), total + golden_file - routed + routed * (E / 2) / E);
+    o.ep = 4;
+    o.eplb_interval = 1;  // EPLB: ceil(E / 4) + 1 slots per rank
+    EXPECT_EQ(device_weight_bytes(o), total + golden_file - routed + routed * (E / 4 + 1) / E);
+    o.eplb_slots = 3;
+    EXPECT_EQ(device_weight_bytes(o), total + golden_file - routed + routed * 3 / E);
   }
 }
 

@@ -1,11 +1,15 @@
 // EP / DP runs of the engine equal the single-rank run: every logits row the sampler saw is bit-identical (so the
 // greedy outputs are too), on the golden-fixture models (V3, V4, V4.1), the committed tiny V3 model and a
 // generated quantized V4.1 checkpoint (FP8 weights, MXFP4 experts). Prompts of different lengths make the DP
-// shards uneven, so ranks run idle forwards; EPLB applied mid-run must not change a logit either.
+// shards uneven, so ranks run idle forwards; EPLB applied mid-run must not change a logit either. With block-format
+// weights kept quantized (--weight-format fp8: MXFP4 / FP8 routed experts on each rank, moe_quant on the received
+// rows) the EP run equals the single-rank run with the same kept weights, bit for bit.
 #include "deepinfer/parallel/parallel_model_runner.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <map>
 
@@ -29,6 +33,7 @@ struct Model {
   std::string dir;
   std::optional<std::vector<int64_t>> token_map;
   bool v3 = false;
+  bool quant = false;  // block-format weights kept quantized (--weight-format fp8)
 };
 
 Model golden(const std::string& family) {
@@ -85,12 +90,18 @@ std::map<int64_t, std::vector<std::vector<float>>> run(ModelRunner& runner, int6
 }
 
 template <typename M>
-std::unique_ptr<M> load_model(const Model& m, Backend& b) {
+std::unique_ptr<M> load_model(const Model& m, Backend& b, const ExpertFilter& resident = {}) {
   if constexpr (std::is_same_v<M, DeepseekV3Model>) {
-    return DeepseekV3Model::load(m.dir, b);
+    return DeepseekV3Model::load(m.dir, b, m.quant ? V3WeightStorage::kFP8 : V3WeightStorage::kAuto, resident);
   } else {
-    return DeepseekV4Model::load(m.dir, b, m.token_map);
+    return DeepseekV4Model::load(m.dir, b, m.token_map, m.quant, resident);
   }
+}
+
+// Whether the model's last layer keeps its routed experts in their block format.
+template <typename M>
+bool quantized_experts(const M& model) {
+  return model.weights().layers.back().quant_experts;
 }
 
 template <typename M>
@@ -100,6 +111,7 @@ void check(const Model& m, const std::vector<std::pair<int, int>>& layouts, bool
   ro.exact_prefill = exact_prefill;
   auto backend = make_cpu_backend(2);
   auto single_model = load_model<M>(m, *backend);
+  EXPECT_EQ(quantized_experts(*single_model), m.quant) << "the fixture does not test what it should";
   SlotModelRunner<M> single(*single_model, 4, ro);
   const auto ref = run(single, 24);
   ASSERT_FALSE(ref.empty());
@@ -111,10 +123,13 @@ void check(const Model& m, const std::vector<std::pair<int, int>>& layouts, bool
     po.runner = ro;
     po.model_dir = m.dir;
     ParallelModelRunner<M> par(
-        po, [](int) { return make_cpu_backend(1); }, [&](Backend& b) { return load_model<M>(m, b); });
-    // Each rank holds only its placement's experts.
-    EXPECT_FALSE(par.model(0).has_expert(par.model(0).config().layers.size() - 1,
-                                         par.model(0).config().moe.n_routed_experts - 1));
+        po, [](int) { return make_cpu_backend(1); },
+        [&](Backend& b, const ExpertFilter& resident) { return load_model<M>(m, b, resident); });
+    // Each rank holds only its placement's experts, in the single-rank run's format.
+    const int last = static_cast<int>(par.model(0).config().layers.size()) - 1;
+    EXPECT_FALSE(par.model(0).has_expert(last, par.model(0).config().moe.n_routed_experts - 1));
+    EXPECT_TRUE(par.model(0).has_expert(last, 0));
+    EXPECT_EQ(quantized_experts(par.model(0)), m.quant);
     EplbReport report;
     auto got = run(par, 24, [&](int step) {
       if (eplb_slots > 0 && step == 3) report = par.rebalance(eplb_slots);
@@ -136,16 +151,27 @@ void check(const Model& m, const std::vector<std::pair<int, int>>& layouts, bool
       ASSERT_FALSE(report.layers.empty());
       EXPECT_LE(report.mean_after(), report.mean_before() + 1e-9) << report.str();
       EXPECT_GT(report.layers[0].tokens, 0);
+      int moved = 0;
+      for (const auto& l : report.layers) moved += l.experts_moved;
+      EXPECT_GT(moved, 0) << "EPLB moved no expert: the reload path was not exercised";
+      // Every expert the new placement puts on a rank is resident there (loaded in the rank's format), no other.
+      for (int r = 0; r < par.layout().world; ++r) {
+        const ExpertParallel& x = par.expert_parallel(r);
+        for (int e = 0; e < x.placement(last).num_experts(); ++e)
+          EXPECT_EQ(par.model(r).has_expert(last, e), x.placement(last).slot_of(x.ep_group().rank(), e) >= 0)
+              << "rank " << r << " expert " << e;
+      }
+      EXPECT_EQ(quantized_experts(par.model(0)), m.quant);
     }
   }
 }
 
 // The multi-process driver/worker protocol (DistributedModelRunner on rank 0, run_parallel_worker on the others),
 // here with the in-process communicator standing in for NCCL: the engine runs on rank 0's thread.
-TEST(DistributedModelRunner, DriverAndWorkersEqualSingleRank) {
-  const Model m = golden("deepseek_v41");
+void check_distributed(const Model& m) {
   auto backend = make_cpu_backend(2);
   auto single_model = load_model<DeepseekV4Model>(m, *backend);
+  EXPECT_EQ(quantized_experts(*single_model), m.quant);
   SlotModelRunner<DeepseekV4Model> single(*single_model, 4, {});
   const auto ref = run(single, 24);
   ParallelRunnerOptions po;
@@ -155,7 +181,7 @@ TEST(DistributedModelRunner, DriverAndWorkersEqualSingleRank) {
   po.eplb_interval = 4;
   po.eplb_slots = 5;
   auto make_backend = [](int) { return make_cpu_backend(1); };
-  auto load = [&](Backend& b) { return load_model<DeepseekV4Model>(m, b); };
+  auto load = [&](Backend& b, const ExpertFilter& resident) { return load_model<DeepseekV4Model>(m, b, resident); };
   std::map<int64_t, std::vector<std::vector<float>>> got;
   InProcessWorld::run(2, [&](Communicator& world) {
     if (world.rank() == 0) {
@@ -174,6 +200,8 @@ TEST(DistributedModelRunner, DriverAndWorkersEqualSingleRank) {
           << "sequence " << seq << " row " << i;
   }
 }
+
+TEST(DistributedModelRunner, DriverAndWorkersEqualSingleRank) { check_distributed(golden("deepseek_v41")); }
 
 TEST(ParallelJob, SerializeRoundTrip) {
   ParallelJob j;
@@ -246,6 +274,136 @@ TEST(ParallelModelRunner, TinyV3WithEplbMidRun) {
   m.dir = DEEPINFER_SOURCE_DIR "/models/deepinfer-tiny-v3";
   m.v3 = true;
   check<DeepseekV3Model>(m, {{2, 2}}, true, /*eplb_slots=*/3);
+}
+
+// A generated block-quantized checkpoint of a golden config (FP8 e4m3 projections; V4 family: MXFP4 routed
+// experts, V3 family: FP8 experts), loaded with its block-format weights kept (--weight-format fp8).
+Model quantized(const testing::TempDir& tmp, const std::string& family) {
+  nlohmann::json cfg = nlohmann::json::parse(
+      testing::read_file_or_empty(testing::test_data_dir() + "/golden/" + family + "/config.json"));
+  Model m;
+  m.v3 = family == "deepseek_v3";
+  m.quant = true;
+  if (m.v3) {
+    cfg["quantization_config"] = {
+        {"quant_method", "fp8"}, {"fmt", "e4m3"}, {"activation_scheme", "dynamic"}, {"weight_block_size", {32, 32}}};
+  } else {
+    cfg["quantization_config"] = testing::v4_quantization_config();
+  }
+  testing::write_file(tmp.file(family + ".json"), cfg.dump());
+  RandomCheckpointOptions opts;
+  opts.config_path = tmp.file(family + ".json");
+  opts.out_dir = tmp.path() + "/" + family;
+  opts.seed = 7;
+  write_random_checkpoint(opts);
+  m.dir = opts.out_dir;
+  const nlohmann::json& text = cfg.contains("text_config") ? cfg["text_config"] : cfg;
+  if (family == "deepseek_v41") {
+    std::vector<int64_t> map(text["vocab_size"].get<int64_t>());
+    for (size_t i = 0; i < map.size(); ++i) map[i] = static_cast<int64_t>(i % 256);
+    m.token_map = map;
+  }
+  return m;
+}
+
+// --weight-format fp8 under EP / EP x DP: every rank keeps its MXFP4 experts; logits equal the one-rank run's with
+// the same kept weights; EPLB mid-run moves quantized experts (codes and scales) without changing a logit.
+TEST(ParallelModelRunner, QuantizedV4ExpertsEpDpEqualSingleRank) {
+  testing::TempDir tmp;
+  const Model m = quantized(tmp, "deepseek_v4");
+  check<DeepseekV4Model>(m, {{2, 1}, {2, 2}, {4, 1}});
+  check<DeepseekV4Model>(m, {{2, 1}, {2, 2}}, true, /*eplb_slots=*/5);
+}
+
+TEST(ParallelModelRunner, QuantizedV41ExpertsEpDpBoundedPrefill) {
+  testing::TempDir tmp;
+  check<DeepseekV4Model>(quantized(tmp, "deepseek_v41"), {{2, 2}}, /*exact_prefill=*/false, /*eplb_slots=*/4);
+}
+
+// CP inside EP / EP x DP with every rank's weights quantized (projections FP8, experts MXFP4 / FP8).
+TEST(ParallelModelRunner, QuantizedWeightsWithContextParallelEqualSingleRank) {
+  testing::TempDir tmp;
+  check<DeepseekV4Model>(quantized(tmp, "deepseek_v41"), {{2, 1}, {2, 2}}, /*exact_prefill=*/false, 0, /*cp=*/2);
+  check<DeepseekV4Model>(quantized(tmp, "deepseek_v4"), {{2, 1}}, true, /*eplb_slots=*/5, /*cp=*/2);
+  check<DeepseekV3Model>(quantized(tmp, "deepseek_v3"), {{2, 1}}, true, 0, /*cp=*/2);
+}
+
+// V3 family: FP8 experts (and the dense layer's FP8 MLP, which stays local).
+TEST(ParallelModelRunner, QuantizedV3ExpertsEpDpWithEplbEqualSingleRank) {
+  testing::TempDir tmp;
+  const Model m = quantized(tmp, "deepseek_v3");
+  check<DeepseekV3Model>(m, {{2, 1}, {4, 2}});
+  check<DeepseekV3Model>(m, {{2, 2}}, true, /*eplb_slots=*/9);
+}
+
+// The one-process-per-GPU protocol (what runs over NCCL) with every rank's experts kept MXFP4, EPLB included.
+TEST(DistributedModelRunner, QuantizedExpertsEqualSingleRank) {
+  testing::TempDir tmp;
+  check_distributed(quantized(tmp, "deepseek_v41"));
+}
+
+// The FP8 dispatch with quantized experts: the same rows travel as e4m3 either way, so EP with f32 and with
+// quantized experts differ only by the experts' weights; here the run is checked to be close to the exact one
+// (greedy ids equal on the tiny model) and different from it (the dispatch really was lossy).
+TEST(ParallelModelRunner, QuantizedExpertsWithFp8Dispatch) {
+  testing::TempDir tmp;
+  const Model m = quantized(tmp, "deepseek_v4");
+  auto run_ep = [&](bool fp8) {
+    ParallelRunnerOptions po;
+    po.layout = ParallelLayout::make(2, 1);
+    po.num_slots = 4;
+    po.model_dir = m.dir;
+    po.fp8_dispatch = fp8;
+    ParallelModelRunner<DeepseekV4Model> par(
+        po, [](int) { return make_cpu_backend(1); },
+        [&](Backend& b, const ExpertFilter& resident) { return load_model<DeepseekV4Model>(m, b, resident); });
+    return run(par, 24);
+  };
+  const auto exact = run_ep(false), lossy = run_ep(true);
+  ASSERT_EQ(exact.size(), lossy.size());
+  double worst = 0.0;
+  bool differs = false;
+  for (const auto& [seq, rows] : exact) {
+    ASSERT_EQ(lossy.at(seq).size(), rows.size());
+    // The first row of each sequence follows the same prompt in both runs (later rows may follow other tokens).
+    const std::vector<float>& a = rows[0];
+    const std::vector<float>& b = lossy.at(seq)[0];
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      num = std::max(num, static_cast<double>(std::fabs(a[i] - b[i])));
+      den = std::max(den, static_cast<double>(std::fabs(a[i])));
+      differs = differs || a[i] != b[i];
+    }
+    worst = std::max(worst, num / std::max(den, 1e-30));
+  }
+  EXPECT_TRUE(differs) << "--ep-fp8-dispatch changed no logit";
+  EXPECT_LT(worst, 0.1) << "FP8 dispatch moved the first logits rows by more than 10% of their range";
+}
+
+// The loader's expert filter: the experts a rank's placement names are loaded, in their block format; the others
+// are not read at all (each rank's memory holds its share only, also while loading).
+TEST(ParallelModelRunner, ResidentFilterLoadsOnlyPlacedExperts) {
+  testing::TempDir tmp;
+  const Model m = quantized(tmp, "deepseek_v4");
+  auto b = make_cpu_backend(1);
+  auto all = load_model<DeepseekV4Model>(m, *b);
+  const std::vector<ExpertPlacement> pl = initial_placements(all->config(), 4);
+  auto one = load_model<DeepseekV4Model>(m, *b, placed_experts_filter(pl, 1));
+  const int E = all->config().moe.n_routed_experts, L = static_cast<int>(all->config().layers.size());
+  for (int l = 0; l < L; ++l) {
+    ASSERT_TRUE(one->weights().layers[l].quant_experts) << "layer " << l;
+    for (int e = 0; e < E; ++e)
+      EXPECT_EQ(one->has_expert(l, e), pl[l].slot_of(1, e) >= 0) << "layer " << l << " expert " << e;
+  }
+  EXPECT_LT(one->weight_bytes(), all->weight_bytes());
+  // Reloading a missing expert brings it back in the stored format; freeing drops it.
+  one->load_experts(m.dir, L - 1, {0});
+  EXPECT_TRUE(one->has_expert(L - 1, 0));
+  EXPECT_TRUE(one->weights().layers[L - 1].qexperts[0].w1.format == QuantFormat::kMXFP4);
+  std::vector<bool> keep(E, false);
+  one->retain_experts(L - 1, keep);
+  EXPECT_FALSE(one->has_expert(L - 1, 0));
+  EXPECT_FALSE(one->has_expert(L - 1, 2));
 }
 
 TEST(ParallelModelRunner, GeneratedQuantizedV41WithEplbMidRun) {

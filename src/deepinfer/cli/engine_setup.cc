@@ -45,14 +45,19 @@ std::optional<std::vector<int64_t>> read_token_map(const std::string& file) {
   return std::vector<int64_t>(t.data_as<int64_t>(), t.data_as<int64_t>() + t.numel());
 }
 
-// Loads the model of one rank on its backend (V3 family: f32 experts, which expert parallelism needs).
+// Loads the model of one rank on its backend: its resident routed experts only, block-format weights kept quantized
+// when keep_quant (--weight-format).
 template <typename Model>
-std::function<std::unique_ptr<Model>(Backend&)> model_loader(const std::string& dir,
-                                                             std::optional<std::vector<int64_t>> token_map) {
+std::function<std::unique_ptr<Model>(Backend&, const ExpertFilter&)> model_loader(
+    const std::string& dir, std::optional<std::vector<int64_t>> token_map, bool keep_quant) {
   if constexpr (std::is_same_v<Model, DeepseekV3Model>) {
-    return [dir](Backend& b) { return DeepseekV3Model::load(dir, b, V3WeightStorage::kF32); };
+    return [dir, keep_quant](Backend& b, const ExpertFilter& resident) {
+      return DeepseekV3Model::load(dir, b, keep_quant ? V3WeightStorage::kFP8 : V3WeightStorage::kF32, resident);
+    };
   } else {
-    return [dir, token_map](Backend& b) { return DeepseekV4Model::load(dir, b, token_map); };
+    return [dir, token_map, keep_quant](Backend& b, const ExpertFilter& resident) {
+      return DeepseekV4Model::load(dir, b, token_map, keep_quant, resident);
+    };
   }
 }
 
@@ -62,7 +67,7 @@ void add_device_execution_flags(CLI::App* sub, std::string& weight_format, bool&
   sub->add_option(
          "--weight-format", weight_format,
          "how a checkpoint's block-format weights (V3 FP8; V4/V4.1 FP8 projections and MXFP4 experts) are held: auto "
-         "(kept quantized on CUDA in one process, f32 on the CPU and under ep/dp/cp), f32 (dequantized: exact against "
+         "(kept quantized on CUDA, also under ep/dp/cp; f32 on the CPU), f32 (dequantized: exact against "
          "the f32 reference) or fp8 (kept quantized)")
       ->check(CLI::IsMember({"auto", "f32", "fp8"}))
       ->capture_default_str();
@@ -129,9 +134,9 @@ EngineSetup::EngineSetup(const EngineSetupArgs& a, StreamCallback on_delta) {
     DI_LOG_INFO("context parallel: {} processes (one per GPU, NCCL)", a.cp);
     if (!process_world_->is_driver()) {
       if (v3_family())
-        follow_context_parallel<DeepseekV3Model>(a, m.dir);
+        follow_context_parallel<DeepseekV3Model>(a, m.dir, keep_quantized_weights(o));
       else
-        follow_context_parallel<DeepseekV4Model>(a, m.dir);
+        follow_context_parallel<DeepseekV4Model>(a, m.dir, keep_quantized_weights(o));
       worker_ = true;
       return;
     }
@@ -159,23 +164,26 @@ void EngineSetup::start_expert_parallel(const EngineSetupArgs& a, const std::str
     po.eplb_interval = a.eplb_interval;
     po.eplb_slots = a.eplb_slots;
     po.fp8_dispatch = a.ep_fp8_dispatch;
+    po.keep_quant = keep_quantized_weights(o);  // as load_engine_stack resolves it on rank 0
     run_parallel_worker<Model>(process_world_->comm(), po, make_rank_backend,
-                               model_loader<Model>(dir, read_token_map(a.engram_token_map_file)));
+                               model_loader<Model>(dir, read_token_map(a.engram_token_map_file), po.keep_quant));
     worker_ = true;
     return;
   }
   o.make_parallel_runner = [this, make_rank_backend, dir](const ParallelRunnerOptions& po,
                                                           std::optional<std::vector<int64_t>> token_map) {
     return std::unique_ptr<ModelRunner>(std::make_unique<DistributedModelRunner<Model>>(
-        process_world_->comm(), po, make_rank_backend, model_loader<Model>(dir, std::move(token_map))));
+        process_world_->comm(), po, make_rank_backend, model_loader<Model>(dir, std::move(token_map), po.keep_quant)));
   };
 }
 
 template <typename Model>
-void EngineSetup::follow_context_parallel(const EngineSetupArgs& a, const std::string& dir) {
+void EngineSetup::follow_context_parallel(const EngineSetupArgs& a, const std::string& dir, bool keep_quant) {
   Communicator& world = process_world_->comm();
   std::unique_ptr<Backend> backend = make_rank_cuda_backend(process_world_->env().local_rank, a.batch_invariant);
-  std::unique_ptr<Model> model = model_loader<Model>(dir, read_token_map(a.engram_token_map_file))(*backend);
+  // The same weights as the driver computes with (block formats kept or dequantized alike).
+  std::unique_ptr<Model> model =
+      model_loader<Model>(dir, read_token_map(a.engram_token_map_file), keep_quant)(*backend, {});
   // The driver's runner options (load_engine_stack: one state slot per max_num_seqs).
   ModelRunnerOptions ro;
   ro.exact_prefill = a.exact_prefill;

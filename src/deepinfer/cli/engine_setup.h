@@ -92,9 +92,10 @@ class EngineSetup {
   template <typename Model>
   void start_expert_parallel(const EngineSetupArgs& a, const std::string& dir, const ParallelLayout& layout,
                              EngineStackOptions& o);
-  // --device cuda --cp N, ranks > 0: a CP follower over this process's GPU until rank 0 stops.
+  // --device cuda --cp N, ranks > 0: a CP follower over this process's GPU until rank 0 stops, its weights in the
+  // format rank 0 keeps (keep_quant: keep_quantized_weights).
   template <typename Model>
-  void follow_context_parallel(const EngineSetupArgs& a, const std::string& dir);
+  void follow_context_parallel(const EngineSetupArgs& a, const std::string& dir, bool keep_quant);
 };
 
 // "layer-tokens run, skipped by bounded replay (% saved)" from the engine's stats.

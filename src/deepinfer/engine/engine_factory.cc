@@ -1,5 +1,6 @@
 #include "deepinfer/engine/engine_factory.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <optional>
 #include <vector>
@@ -101,6 +102,34 @@ std::vector<TokenId> known_ids(const tokenizer::Tokenizer& tok, std::span<const 
 
 EngineStack::~EngineStack() = default;
 
+int64_t device_weight_bytes(const EngineStackOptions& o) {
+  const bool ep = o.ep > 1;
+  ModelConfig c;
+  if (ep) c = load_model_config(o.model_dir + "/config.json");
+  // A main layer's routed expert (V4 "layers.N.ffn.experts.", V3 "model.layers.N.mlp.experts."); draft / MTP
+  // blocks ("mtp.", V3 layers past num_hidden_layers) keep every expert on every rank.
+  auto placed = [&](const std::string& name) {
+    if (name.find(".experts.") == std::string::npos || name.rfind("mtp.", 0) == 0) return false;
+    const std::string v3 = "model.layers.";
+    if (name.rfind(v3, 0) != 0) return true;
+    return std::stoi(name.substr(v3.size())) < c.num_layers;
+  };
+  int64_t total = 0, routed = 0;
+  for (const auto& e : std::filesystem::directory_iterator(o.model_dir)) {
+    if (!e.is_regular_file() || e.path().extension() != ".safetensors") continue;
+    total += static_cast<int64_t>(e.file_size());
+    if (!ep) continue;
+    auto f = SafetensorsFile::open(e.path().string());
+    for (const SafetensorsEntry& t : f->entries())
+      if (placed(t.name)) routed += static_cast<int64_t>(t.end - t.begin);
+  }
+  if (!ep || routed == 0) return total;
+  const int E = std::max(1, c.moe.n_routed_experts);
+  const int slots =
+      o.eplb_interval > 0 ? (o.eplb_slots > 0 ? o.eplb_slots : default_eplb_slots(c, o.ep)) : (E + o.ep - 1) / o.ep;
+  return total - routed + routed * std::min(slots, E) / E;
+}
+
 std::unique_ptr<Engine> EngineStack::make_engine(StreamCallback on_delta) {
   return std::make_unique<Engine>(engine_config, *runner, std::move(on_delta));
 }
@@ -112,11 +141,7 @@ int64_t kv_cache_budget_bytes(const EngineStackOptions& o) {
                                        << " bytes";
 #ifdef DEEPINFER_WITH_CUDA
   if (o.device == "cuda") {
-    // The weights' footprint on the device: the checkpoint's safetensors files (uploaded as stored).
-    int64_t weight_bytes = 0;
-    for (const auto& e : std::filesystem::directory_iterator(o.model_dir))
-      if (e.is_regular_file() && e.path().extension() == ".safetensors")
-        weight_bytes += static_cast<int64_t>(e.file_size());
+    const int64_t weight_bytes = device_weight_bytes(o);
     const cuda::DeviceInfo info = cuda::select_device(0);
     // Activations of the reference forward are small next to the weights at these batch sizes; keep 5% of the
     // device for them and the allocator's slack.
@@ -135,12 +160,10 @@ int64_t kv_cache_budget_bytes(const EngineStackOptions& o) {
 bool keep_quantized_weights(const EngineStackOptions& o) {
   DI_CHECK(o.weight_format == "auto" || o.weight_format == "f32" || o.weight_format == "fp8")
       << option(o, "weight_format", o.weight_format) << ": must be auto, f32 or fp8";
-  // Expert parallelism moves f32 experts between ranks; one-process-per-GPU CP followers load f32 weights, and
-  // the driver must compute with the same weights as they do.
-  const bool single = ParallelLayout::make(o.ep, o.dp).world == 1 && o.cp == 1;
-  DI_CHECK_CODE(o.weight_format != "fp8" || single, ErrorCode::kUnsupported)
-      << option(o, "weight_format", o.weight_format) << " with ep*dp > 1 or cp > 1: those ranks hold f32 weights";
-  if (o.weight_format == "auto") return single && o.device == "cuda";
+  // Every layout keeps the same format on every rank: expert-parallel ranks their routed experts (ExpertParallel runs
+  // moe_quant on the received rows; EPLB moves the codes and scales), context-parallel followers (in-process or one
+  // process per GPU) the whole model, as the driver does.
+  if (o.weight_format == "auto") return o.device == "cuda";
   return o.weight_format == "fp8";
 }
 
@@ -201,6 +224,10 @@ std::unique_ptr<EngineStack> load_engine_stack(const EngineStackOptions& o) {
     token_map = std::vector<int64_t>(t.data_as<int64_t>(), t.data_as<int64_t>() + t.numel());
   }
   if (parallel) {
+    DI_LOG_INFO("weights: {}", keep_fp8 ? "block-format matrices (FP8, MXFP4) kept quantized on every rank, each "
+                                          "loading only its routed experts (--weight-format)"
+                                        : "f32 on every rank, block-format matrices dequantized at load "
+                                          "(--weight-format)");
     s.parallel_config = load_model_config(cfg_path);
     s.config = &s.parallel_config;
     DI_CHECK(s.parallel_config.moe.n_routed_experts >= o.ep)
@@ -214,7 +241,7 @@ std::unique_ptr<EngineStack> load_engine_stack(const EngineStackOptions& o) {
     s.config = &s.v3->config();
   } else {
     // The same resolution as V3: block-format matrices (FP8 projections and shared expert, MXFP4 routed experts)
-    // stay quantized on one GPU by default, f32 on the CPU, under ep/dp/cp and with --weight-format f32.
+    // stay quantized on CUDA by default (every layout), f32 on the CPU and with --weight-format f32.
     s.v4 = DeepseekV4Model::load(o.model_dir, *s.backend, token_map, keep_fp8);
     DI_LOG_INFO("weights: {}", keep_fp8 ? "block-format matrices (FP8, MXFP4) kept quantized (--weight-format)"
                                         : "f32, block-format matrices dequantized at load (--weight-format)");
@@ -251,6 +278,7 @@ std::unique_ptr<EngineStack> load_engine_stack(const EngineStackOptions& o) {
     po.eplb_interval = o.eplb_interval;
     po.eplb_slots = o.eplb_slots;
     po.fp8_dispatch = o.ep_fp8_dispatch;
+    po.keep_quant = keep_fp8;
     if (o.make_parallel_runner) {
       s.runner = o.make_parallel_runner(po, token_map);
     } else {

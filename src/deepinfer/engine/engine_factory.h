@@ -116,11 +116,16 @@ struct EngineStack {
 std::unique_ptr<EngineStack> load_engine_stack(const EngineStackOptions& options);
 
 // Whether a model keeps its block-format weights quantized under these options (weight_format resolved against
-// the device and the parallel layout; V3 FP8 matrices, V4 FP8 projections and MXFP4 experts); InvalidArgument /
-// Unsupported for a weight_format they cannot have.
+// the device; V3 FP8 matrices, V4 FP8 projections and MXFP4 experts; the same on every rank of any layout);
+// InvalidArgument for a weight_format that does not exist.
 bool keep_quantized_weights(const EngineStackOptions& options);
 
 // The bytes the KV cache may use for `options` (logged): see EngineStackOptions.
 int64_t kv_cache_budget_bytes(const EngineStackOptions& options);
+
+// The weights' footprint on one device of `options.model_dir` as the checkpoint stores them: every safetensors file,
+// less the routed experts an expert-parallel rank does not load (it holds ceil(E / ep) of E, or the EPLB slots when
+// EPLB runs). What kv_cache_budget_bytes takes off a device.
+int64_t device_weight_bytes(const EngineStackOptions& options);
 
 }  // namespace deepinfer

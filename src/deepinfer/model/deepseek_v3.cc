@@ -81,7 +81,7 @@ DeepseekV3Model::Chunk DeepseekV3Model::make_chunk(int64_t p0, int64_t T, int64_
 }
 
 std::unique_ptr<DeepseekV3Model> DeepseekV3Model::load(const std::string& dir, Backend& backend,
-                                                       V3WeightStorage storage) {
+                                                       V3WeightStorage storage, const ExpertFilter& resident) {
   ModelConfig config = load_model_config(dir + "/config.json");
   DI_CHECK_CODE(config.family == ModelFamily::kDeepseekV3, ErrorCode::kUnsupported)
       << dir << ": model family " << family_name(config.family) << " is not DeepSeek-V3/V2";
@@ -97,7 +97,7 @@ std::unique_ptr<DeepseekV3Model> DeepseekV3Model::load(const std::string& dir, B
   // emulation of that rounding (itself 0.31 from f32), and 7.7e-7 token by token (one-row GEMMs are exact); see
   // tests/cuda/cuda_v3_fp8_test.cc and docs/PERF.md.
   const bool keep_fp8 = storage == V3WeightStorage::kFP8;
-  V3Weights weights = load_v3_weights(config, *ckpt, host_backend ? *host_backend : backend, keep_fp8);
+  V3Weights weights = load_v3_weights(config, *ckpt, host_backend ? *host_backend : backend, keep_fp8, resident);
   return std::make_unique<DeepseekV3Model>(std::move(config), std::move(weights), backend);
 }
 
@@ -585,13 +585,15 @@ OwnedTensor DeepseekV3Model::ffn(const Chunk& c, int layer, const V3LayerWeights
   p.x = x.view();
   p.experts = &lw.experts;
   p.out = out.view();
-  // Experts kept FP8: the same call through moe_quant (no expert parallelism on that path yet).
-  auto run = [&](const MoeParams& mp) {
-    if (!lw.quant_experts) return backend_.moe(mp);
-    DI_CHECK_CODE(!ep_, ErrorCode::kUnsupported)
-        << "V3 family: expert parallelism with FP8 experts kept quantized (load with V3WeightStorage::kF32)";
-    backend_.moe_quant({mp.x, mp.weights, mp.indices, &lw.qexperts, mp.shared ? &lw.qshared : nullptr, mp.out,
-                        mp.swiglu_limit, mp.weight_before_w2});
+  // Experts kept FP8: the same call through moe_quant; routed experts across the EP group when `ep` is set.
+  auto run = [&](const MoeParams& mp, bool ep) {
+    if (!lw.quant_experts) return ep ? ep_->moe(backend_, layer, mp) : backend_.moe(mp);
+    const QuantMoeParams q{mp.x,   mp.weights,      mp.indices,         &lw.qexperts, mp.shared ? &lw.qshared : nullptr,
+                           mp.out, mp.swiglu_limit, mp.weight_before_w2};
+    if (ep)
+      ep_->moe(backend_, layer, q);
+    else
+      backend_.moe_quant(q);
   };
   if (!lw.moe) {
     // Dense SwiGLU: the layer's one "expert" with weight 1 for every token.
@@ -599,7 +601,7 @@ OwnedTensor DeepseekV3Model::ffn(const Chunk& c, int layer, const V3LayerWeights
     mem.fill(weights, 1.0f);
     p.weights = weights.view();
     p.indices = indices.view();
-    run(p);
+    run(p, false);
     return out;
   }
   const int64_t k = moe.num_experts_per_tok;
@@ -630,45 +632,55 @@ OwnedTensor DeepseekV3Model::ffn(const Chunk& c, int layer, const V3LayerWeights
   p.indices = indices.view();
   p.shared = lw.has_shared ? &lw.shared : nullptr;
   // The MTP block (layer == num_layers) keeps all its experts: expert parallelism covers the main layers only.
-  if (ep_ && layer < config_.num_layers && !lw.quant_experts) {
-    ep_->moe(backend_, layer, p);
-  } else {
-    run(p);
-  }
+  run(p, ep_ && layer < config_.num_layers);
   return out;
 }
 
 void DeepseekV3Model::idle_forward() const {
   DI_CHECK_INTERNAL(ep_ != nullptr) << "idle_forward without expert parallelism";
-  for (int l = 0; l < config_.num_layers; ++l)
-    if (w_.layers[l].moe) ep_->idle(backend_, l, w_.layers[l].experts, 0.0f, false);
+  for (int l = 0; l < config_.num_layers; ++l) {
+    const V3LayerWeights& lw = w_.layers[l];
+    if (!lw.moe) continue;
+    if (lw.quant_experts)
+      ep_->idle(backend_, l, lw.qexperts, 0.0f, false);
+    else
+      ep_->idle(backend_, l, lw.experts, 0.0f, false);
+  }
+}
+
+int DeepseekV3Model::routed_experts(int layer) const {
+  const V3LayerWeights& lw = w_.layers.at(layer);
+  if (!lw.moe) return 0;
+  return static_cast<int>(lw.quant_experts ? lw.qexperts.size() : lw.experts.size());
 }
 
 bool DeepseekV3Model::has_expert(int layer, int expert) const {
   const V3LayerWeights& lw = w_.layers.at(layer);
-  return lw.moe && expert >= 0 && expert < static_cast<int>(lw.experts.size()) &&
-         lw.experts[expert].w1.data() != nullptr;
+  if (expert < 0 || expert >= routed_experts(layer)) return false;
+  return lw.quant_experts ? lw.qexperts[expert].w1.weight.data() != nullptr : lw.experts[expert].w1.data() != nullptr;
 }
 
 void DeepseekV3Model::retain_experts(int layer, const std::vector<bool>& keep) {
   V3LayerWeights& lw = w_.layers.at(layer);
-  DI_CHECK_CODE(!lw.quant_experts, ErrorCode::kUnsupported)
-      << "retain_experts: FP8 experts kept quantized (load with V3WeightStorage::kF32 for expert parallelism)";
-  DI_CHECK(lw.moe && keep.size() == lw.experts.size())
-      << "retain_experts: layer " << layer << " has " << lw.experts.size() << " routed experts, got " << keep.size()
-      << " flags";
+  const int n = routed_experts(layer);
+  DI_CHECK(lw.moe && static_cast<int>(keep.size()) == n)
+      << "retain_experts: layer " << layer << " has " << n << " routed experts, got " << keep.size() << " flags";
   for (size_t e = 0; e < keep.size(); ++e) {
     if (keep[e]) continue;
-    for (size_t i = 0; i < 3; ++i) lw.expert_storage[3 * e + i] = HostTensor();
-    lw.experts[e] = ExpertWeights{};
+    if (lw.quant_experts) {
+      // quant_storage: codes and scales of w1, w3, w2 per routed expert (load_v3_weights).
+      for (size_t i = 0; i < 6; ++i) lw.quant_storage[6 * e + i] = OwnedTensor();
+      lw.qexperts[e] = QuantExpertWeights{};
+    } else {
+      for (size_t i = 0; i < 3; ++i) lw.expert_storage[3 * e + i] = HostTensor();
+      lw.experts[e] = ExpertWeights{};
+    }
   }
 }
 
 void DeepseekV3Model::load_experts(const std::string& dir, int layer, const std::vector<int>& experts) {
   V3LayerWeights& lw = w_.layers.at(layer);
   DI_CHECK(lw.moe) << "load_experts: layer " << layer << " is dense";
-  DI_CHECK_CODE(!lw.quant_experts, ErrorCode::kUnsupported)
-      << "load_experts: FP8 experts kept quantized (load with V3WeightStorage::kF32 for expert parallelism)";
   auto ckpt = Checkpoint::open(dir);
   // Read (and dequantized) on the host, as load() does, then moved into this backend's memory.
   std::unique_ptr<Backend> host_backend = make_cpu_backend(1);
@@ -677,9 +689,25 @@ void DeepseekV3Model::load_experts(const std::string& dir, int layer, const std:
   auto place = [&](HostTensor h) { return device ? memory_.upload(h.view()) : OwnedTensor(std::move(h)); };
   const std::string M = "model.layers." + std::to_string(config_.layers.at(layer).index) + ".mlp.experts.";
   for (int e : experts) {
-    DI_CHECK(e >= 0 && e < static_cast<int>(lw.experts.size())) << "load_experts: expert " << e << " out of range";
+    DI_CHECK(e >= 0 && e < routed_experts(layer)) << "load_experts: expert " << e << " out of range";
     if (has_expert(layer, e)) continue;
     const std::string X = M + std::to_string(e) + ".";
+    if (lw.quant_experts) {
+      // FP8 codes and block scales as load_v3_weights keeps them.
+      QuantExpertWeights& q = lw.qexperts[e];
+      const char* names[3] = {"gate_proj.weight", "up_proj.weight", "down_proj.weight"};
+      QuantMatrix* dst[3] = {&q.w1, &q.w3, &q.w2};
+      for (size_t i = 0; i < 3; ++i) {
+        KeptMatrix m = load_kept(ld, X + names[i], true);
+        DI_CHECK(m.quantized()) << "load_experts: " << X << names[i]
+                                << " is not FP8 block-scaled like the layer's other experts";
+        if (device) upload_kept(memory_, m);
+        *dst[i] = m.quant;
+        lw.quant_storage[6 * e + 2 * i] = std::move(m.codes);
+        lw.quant_storage[6 * e + 2 * i + 1] = std::move(m.scales);
+      }
+      continue;
+    }
     lw.expert_storage[3 * e] = place(ld.f32(X + "gate_proj.weight"));
     lw.expert_storage[3 * e + 1] = place(ld.f32(X + "up_proj.weight"));
     lw.expert_storage[3 * e + 2] = place(ld.f32(X + "down_proj.weight"));

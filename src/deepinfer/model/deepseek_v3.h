@@ -66,13 +66,15 @@ class DeepseekV3Model {
   // Loads config.json and the safetensors of `dir` (model_type deepseek_v3 or deepseek_v2). FP8 block-scaled
   // projections and experts stay in their format on a device backend (storage kAuto).
   static std::unique_ptr<DeepseekV3Model> load(const std::string& dir, Backend& backend,
-                                               V3WeightStorage storage = V3WeightStorage::kAuto);
+                                               V3WeightStorage storage = V3WeightStorage::kAuto,
+                                               const ExpertFilter& resident = {});
 
   DeepseekV3Model(ModelConfig config, V3Weights weights, Backend& backend);
 
   const ModelConfig& config() const { return config_; }
   // Bytes the weights take in the backend's memory (FP8 kept quantized: about a quarter of f32).
   int64_t weight_bytes() const { return v3_weight_bytes(w_); }
+  const V3Weights& weights() const { return w_; }
   V3SequenceState new_sequence() const;
   // Paged mode for the engine's runner (the argument, V4.1's bounded replay, does not apply to V3). A paged
   // sequence may start at any cached position: its rows need nothing but the pages, so no replay.
@@ -103,6 +105,8 @@ class DeepseekV3Model {
   // Loads the listed routed experts of `layer` from `dir` again (EPLB moving an expert onto this rank).
   void load_experts(const std::string& dir, int layer, const std::vector<int>& experts);
   bool has_expert(int layer, int expert) const;
+  // Routed experts of `layer` (resident or not; 0 on a dense layer).
+  int routed_experts(int layer) const;
 
   // Appends `ids` to the sequence and returns their logits, f32 [T, vocab].
   // Context parallel (`cp`, a prefill chunk split across a CP group): every rank passes the whole chunk `ids` and

@@ -27,7 +27,8 @@ int64_t v3_weight_bytes(const V3Weights& w) {
   return b;
 }
 
-V3Weights load_v3_weights(const ModelConfig& c, const Checkpoint& ck, Backend& backend, bool keep_fp8) {
+V3Weights load_v3_weights(const ModelConfig& c, const Checkpoint& ck, Backend& backend, bool keep_fp8,
+                          const std::function<bool(int layer, int expert)>& resident) {
   DI_CHECK(c.family == ModelFamily::kDeepseekV3)
       << "load_v3_weights: " << family_name(c.family) << " is not a DeepSeek-V3 family model";
   WeightLoader ld(c, ck, backend);
@@ -45,7 +46,9 @@ V3Weights load_v3_weights(const ModelConfig& c, const Checkpoint& ck, Backend& b
   w.embed = ld.f32("model.embed_tokens.weight");
   w.norm = ld.f32("model.norm.weight");
   w.head = ld.f32(c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
-  auto load_layer = [&](const LayerPlan& plan) {
+  // `layer`: the position in c.layers (-1: the MTP block, which keeps every expert).
+  auto load_layer = [&](const LayerPlan& plan, int layer) {
+    auto here = [&](int e) { return !resident || layer < 0 || resident(layer, e); };
     const std::string L = "model.layers." + std::to_string(plan.index) + ".";
     const std::string A = L + "self_attn.";
     V3LayerWeights lw;
@@ -95,8 +98,14 @@ V3Weights load_v3_weights(const ModelConfig& c, const Checkpoint& ck, Backend& b
       } else {
         lw.gate = ld.f32(M + "gate.weight");
         if (c.moe.has_bias) lw.gate_bias = ld.f32(M + "gate.e_score_correction_bias");
-        for (int e = 0; e < c.moe.n_routed_experts; ++e)
-          lw.qexperts.push_back(quant_mlp(M + "experts." + std::to_string(e) + "."));
+        for (int e = 0; e < c.moe.n_routed_experts; ++e) {
+          if (here(e)) {
+            lw.qexperts.push_back(quant_mlp(M + "experts." + std::to_string(e) + "."));
+          } else {  // not resident: empty codes and scales keep quant_storage at 6 entries per expert
+            lw.quant_storage.resize(lw.quant_storage.size() + 6);
+            lw.qexperts.push_back(QuantExpertWeights{});
+          }
+        }
         if (c.moe.n_shared_experts > 0) {
           lw.qshared = quant_mlp(M + "shared_experts.");
           lw.has_shared = true;
@@ -109,7 +118,12 @@ V3Weights load_v3_weights(const ModelConfig& c, const Checkpoint& ck, Backend& b
       lw.gate = ld.f32(M + "gate.weight");
       if (c.moe.has_bias) lw.gate_bias = ld.f32(M + "gate.e_score_correction_bias");
       const int n = c.moe.n_routed_experts;
-      for (int e = 0; e < n; ++e) push_mlp(M + "experts." + std::to_string(e) + ".");
+      for (int e = 0; e < n; ++e) {
+        if (here(e))
+          push_mlp(M + "experts." + std::to_string(e) + ".");
+        else
+          lw.expert_storage.resize(lw.expert_storage.size() + 3);  // not resident
+      }
       if (c.moe.n_shared_experts > 0) push_mlp(M + "shared_experts.");
       // Views only once storage has stopped growing (a HostTensor's buffer moves with it, so they stay valid).
       for (int e = 0; e < n; ++e) lw.experts.push_back(views(3 * static_cast<size_t>(e)));
@@ -120,7 +134,7 @@ V3Weights load_v3_weights(const ModelConfig& c, const Checkpoint& ck, Backend& b
     }
     return lw;
   };
-  for (const auto& plan : c.layers) w.layers.push_back(load_layer(plan));
+  for (size_t l = 0; l < c.layers.size(); ++l) w.layers.push_back(load_layer(c.layers[l], static_cast<int>(l)));
   if (c.draft.kind == DraftKind::kMTP) {
     for (int k = 0; k < c.draft.num_layers; ++k) {
       const LayerPlan plan = mtp_layer_plan(c, k);
@@ -131,7 +145,7 @@ V3Weights load_v3_weights(const ModelConfig& c, const Checkpoint& ck, Backend& b
       m.hnorm = ld.f32(L + "hnorm.weight");
       m.eh_proj = ld.f32(L + "eh_proj.weight");
       m.head_norm = ld.f32(L + "shared_head.norm.weight");
-      m.block = load_layer(plan);
+      m.block = load_layer(plan, -1);
       w.mtp.push_back(std::move(m));
     }
   }

@@ -5,6 +5,7 @@
 // model/weight_schema.h.
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "deepinfer/core/tensor.h"
@@ -75,7 +76,10 @@ struct V3Weights {
 
 // Validates the checkpoint against the schema of `config` (every problem listed) and loads it; `keep_fp8`: FP8
 // block-scaled matrices stay in their format (host copies of codes and scales), the rest is f32.
-V3Weights load_v3_weights(const ModelConfig& config, const Checkpoint& ckpt, Backend& backend, bool keep_fp8 = false);
+// `resident` (expert parallelism): (layer index in config.layers, expert id) -> load that routed expert; the others
+// stay empty (not resident). Empty: every expert. The MTP block loads every expert.
+V3Weights load_v3_weights(const ModelConfig& config, const Checkpoint& ckpt, Backend& backend, bool keep_fp8 = false,
+                          const std::function<bool(int layer, int expert)>& resident = {});
 // Bytes of every weight tensor (the memory the weights take on their device).
 int64_t v3_weight_bytes(const V3Weights& w);
 

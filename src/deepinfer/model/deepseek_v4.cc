@@ -42,7 +42,8 @@ int find_decoder_start(const ModelConfig& c) {
 }  // namespace
 
 std::unique_ptr<DeepseekV4Model> DeepseekV4Model::load(const std::string& dir, Backend& backend,
-                                                       std::optional<std::vector<int64_t>> token_map, bool keep_quant) {
+                                                       std::optional<std::vector<int64_t>> token_map, bool keep_quant,
+                                                       const ExpertFilter& resident) {
   ModelConfig config = load_model_config(dir + "/config.json");
   DI_CHECK_CODE(config.is_v4_family(), ErrorCode::kUnsupported)
       << dir << ": model family " << family_name(config.family) << " is not DeepSeek-V4/V4.1";
@@ -50,7 +51,7 @@ std::unique_ptr<DeepseekV4Model> DeepseekV4Model::load(const std::string& dir, B
   // Weights are dequantized on the host; a device backend gets them uploaded by the constructor.
   std::unique_ptr<Backend> host_backend;
   if (backend_memory(backend).device().kind != DeviceKind::kCPU) host_backend = make_cpu_backend(0);
-  V4Weights weights = load_v4_weights(config, *ckpt, host_backend ? *host_backend : backend, keep_quant);
+  V4Weights weights = load_v4_weights(config, *ckpt, host_backend ? *host_backend : backend, keep_quant, resident);
   std::optional<EngramTables> engram;
   if (config.engram.enabled()) {
     if (!token_map) token_map = engram_token_map_from_tokenizer(dir + "/tokenizer.json");
@@ -460,9 +461,7 @@ HostTensor DeepseekV4Model::forward(V4SequenceState& seq, std::span<const int64_
   if (encoder_only) {
     // EP: the other ranks of the group still run these layers' exchanges.
     if (ep_) {
-      for (int l = stopped_at; l < config_.num_layers; ++l)
-        ep_->idle(backend_, l, w_.layers[l].experts, static_cast<float>(config_.moe.swiglu_limit),
-                  config_.family == ModelFamily::kDeepseekV41);
+      for (int l = stopped_at; l < config_.num_layers; ++l) ep_idle(l);
     }
     seq.num_tokens += total_tokens;
     return HostTensor(DType::kF32, {0, V});
@@ -536,10 +535,19 @@ OwnedTensor DeepseekV4Model::moe(const Chunk& c, int layer, const OwnedTensor& x
   backend_.router(r);
   OwnedTensor out = memory().zeros(DType::kF32, {T, config_.hidden_size});
   if (lw.quant_experts) {
-    DI_CHECK_CODE(!ep_, ErrorCode::kUnsupported)
-        << "V4: expert parallelism with experts kept quantized (load with f32 weights for expert parallelism)";
-    backend_.moe_quant({x.view(), weights.view(), indices.view(), &lw.qexperts, lw.has_shared ? &lw.qshared : nullptr,
-                        out.view(), static_cast<float>(m.swiglu_limit), v41});
+    const QuantMoeParams q{x.view(),
+                           weights.view(),
+                           indices.view(),
+                           &lw.qexperts,
+                           lw.has_shared ? &lw.qshared : nullptr,
+                           out.view(),
+                           static_cast<float>(m.swiglu_limit),
+                           v41};
+    if (ep_) {
+      ep_->moe(backend_, layer, q);
+    } else {
+      backend_.moe_quant(q);
+    }
     return out;
   }
   MoeParams p;
@@ -561,24 +569,49 @@ OwnedTensor DeepseekV4Model::moe(const Chunk& c, int layer, const OwnedTensor& x
 
 void DeepseekV4Model::idle_forward() const {
   DI_CHECK_INTERNAL(ep_ != nullptr) << "idle_forward without expert parallelism";
-  for (int l = 0; l < config_.num_layers; ++l)
-    ep_->idle(backend_, l, w_.layers[l].experts, static_cast<float>(config_.moe.swiglu_limit),
-              config_.family == ModelFamily::kDeepseekV41);
+  for (int l = 0; l < config_.num_layers; ++l) ep_idle(l);
+}
+
+void DeepseekV4Model::ep_idle(int layer) const {
+  const V4LayerWeights& lw = w_.layers[layer];
+  const float limit = static_cast<float>(config_.moe.swiglu_limit);
+  const bool v41 = config_.family == ModelFamily::kDeepseekV41;
+  if (lw.quant_experts) {
+    ep_->idle(backend_, layer, lw.qexperts, limit, v41);
+  } else {
+    ep_->idle(backend_, layer, lw.experts, limit, v41);
+  }
+}
+
+int DeepseekV4Model::routed_experts(int layer) const {
+  const V4LayerWeights& lw = w_.layers.at(layer);
+  return static_cast<int>(lw.quant_experts ? lw.qexperts.size() : lw.experts.size());
 }
 
 bool DeepseekV4Model::has_expert(int layer, int expert) const {
   const V4LayerWeights& lw = w_.layers.at(layer);
-  return expert >= 0 && expert < static_cast<int>(lw.experts.size()) && lw.experts[expert].w1.data() != nullptr;
+  if (expert < 0 || expert >= routed_experts(layer)) return false;
+  return lw.quant_experts ? lw.qexperts[expert].w1.weight.data() != nullptr : lw.experts[expert].w1.data() != nullptr;
 }
 
 void DeepseekV4Model::retain_experts(int layer, const std::vector<bool>& keep) {
   V4LayerWeights& lw = w_.layers.at(layer);
-  DI_CHECK(keep.size() == lw.experts.size()) << "retain_experts: layer " << layer << " has " << lw.experts.size()
-                                             << " routed experts, got " << keep.size() << " flags";
+  const int n = routed_experts(layer);
+  DI_CHECK(static_cast<int>(keep.size()) == n)
+      << "retain_experts: layer " << layer << " has " << n << " routed experts, got " << keep.size() << " flags";
   for (size_t e = 0; e < keep.size(); ++e) {
     if (keep[e]) continue;
-    for (size_t i = 0; i < 3; ++i) lw.expert_storage[3 * e + i] = OwnedTensor();
-    lw.experts[e] = ExpertWeights{};
+    // quant_storage / expert_storage: w1, w3, w2 of every routed expert first (load_v4_weights).
+    for (size_t i = 0; i < 3; ++i) {
+      if (lw.quant_experts)
+        lw.quant_storage[3 * e + i] = KeptMatrix{};
+      else
+        lw.expert_storage[3 * e + i] = OwnedTensor();
+    }
+    if (lw.quant_experts)
+      lw.qexperts[e] = QuantExpertWeights{};
+    else
+      lw.experts[e] = ExpertWeights{};
   }
 }
 
@@ -589,15 +622,28 @@ void DeepseekV4Model::load_experts(const std::string& dir, int layer, const std:
   std::unique_ptr<Backend> host_backend = make_cpu_backend(1);
   WeightLoader ld(config_, *ckpt, *host_backend);
   const std::string X0 = "layers." + std::to_string(config_.layers.at(layer).index) + ".ffn.experts.";
+  const bool device = memory_.device().kind != DeviceKind::kCPU;
   for (int e : experts) {
-    DI_CHECK(e >= 0 && e < static_cast<int>(lw.experts.size())) << "load_experts: expert " << e << " out of range";
+    DI_CHECK(e >= 0 && e < routed_experts(layer)) << "load_experts: expert " << e << " out of range";
     if (has_expert(layer, e)) continue;
     const std::string X = X0 + std::to_string(e) + ".";
     const char* names[3] = {"w1.weight", "w3.weight", "w2.weight"};
+    if (lw.quant_experts) {
+      // In the stored block format, as load_v4_weights keeps it (the codes and scales move to the device).
+      for (size_t i = 0; i < 3; ++i) {
+        KeptMatrix m = load_kept(ld, X + names[i], true);
+        DI_CHECK(m.quantized()) << "load_experts: " << X << names[i]
+                                << " is not block-quantized like the layer's other routed experts";
+        if (device) upload_kept(memory_, m);
+        lw.quant_storage[3 * e + i] = std::move(m);
+      }
+      lw.qexperts[e] = {lw.quant_storage[3 * e].as_quant(), lw.quant_storage[3 * e + 1].as_quant(),
+                        lw.quant_storage[3 * e + 2].as_quant()};
+      continue;
+    }
     for (size_t i = 0; i < 3; ++i) {
       HostTensor h = ld.f32(X + names[i]);
-      lw.expert_storage[3 * e + i] =
-          memory_.device().kind == DeviceKind::kCPU ? OwnedTensor(std::move(h)) : memory_.upload(h.view());
+      lw.expert_storage[3 * e + i] = device ? memory_.upload(h.view()) : OwnedTensor(std::move(h));
     }
     lw.experts[e] = {lw.expert_storage[3 * e].view(), lw.expert_storage[3 * e + 1].view(),
                      lw.expert_storage[3 * e + 2].view()};

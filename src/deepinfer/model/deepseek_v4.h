@@ -143,9 +143,10 @@ class DeepseekV4Model {
   // Loads config.json and the safetensors of `dir`. V4.1 checkpoints with Engram layers need the token map:
   // from `token_map` when given, else built from `dir`/tokenizer.json. keep_quant: the projections and experts
   // stored in block formats (FP8 + block scales, MXFP4) stay so (V4Weights); otherwise every weight is f32.
+  // resident (expert parallelism): only the routed experts it names are loaded (load_v4_weights).
   static std::unique_ptr<DeepseekV4Model> load(const std::string& dir, Backend& backend,
                                                std::optional<std::vector<int64_t>> token_map = std::nullopt,
-                                               bool keep_quant = false);
+                                               bool keep_quant = false, const ExpertFilter& resident = {});
 
   DeepseekV4Model(ModelConfig config, V4Weights weights, std::optional<EngramTables> engram, Backend& backend);
 
@@ -245,10 +246,15 @@ class DeepseekV4Model {
   // Frees the routed experts of `layer` that `keep` (by expert id) does not mark; load_experts reads the listed
   // ones from `dir` again (EPLB moving an expert onto this rank).
   void retain_experts(int layer, const std::vector<bool>& keep);
+  // Experts kept quantized (--weight-format fp8) stay so: load_experts reads their stored block format.
   void load_experts(const std::string& dir, int layer, const std::vector<int>& experts);
   bool has_expert(int layer, int expert) const;
 
  private:
+  // Routed experts of `layer` (resident or not), in whichever storage it keeps them.
+  int routed_experts(int layer) const;
+  // This rank's part of `layer`'s exchange without tokens.
+  void ep_idle(int layer) const;
   struct Chunk;      // per-call activations and positions
   struct Selection;  // V4.1 per-forward shared top-k / candidate masks
   // Engram hash ids of this chunk for every Engram layer (advances the sequence's look-back).

@@ -63,7 +63,8 @@ int64_t v4_weight_bytes(const V4Weights& w) {
   return b;
 }
 
-V4Weights load_v4_weights(const ModelConfig& c, const Checkpoint& ck, Backend& backend, bool keep_quant) {
+V4Weights load_v4_weights(const ModelConfig& c, const Checkpoint& ck, Backend& backend, bool keep_quant,
+                          const std::function<bool(int layer, int expert)>& resident) {
   DI_CHECK(c.is_v4_family()) << "load_v4_weights: " << family_name(c.family) << " is not a V4 family model";
   const WeightLoader ld(c, ck, backend);
   V4Weights w;
@@ -129,6 +130,8 @@ V4Weights load_v4_weights(const ModelConfig& c, const Checkpoint& ck, Backend& b
     }
     // Routed experts stay quantized when every one is stored in the same block format (moe_quant takes one
     // format for them); the shared expert then keeps its own format or f32.
+    // `plan` points into c.layers (main layers only): its position is the expert-parallel layer index.
+    auto here = [&](int e) { return !resident || !plan || resident(static_cast<int>(plan - c.layers.data()), e); };
     std::vector<std::string> routed;
     for (int e = 0; e < n_experts; ++e)
       for (const char* m : {"w1", "w3", "w2"})
@@ -143,7 +146,8 @@ V4Weights load_v4_weights(const ModelConfig& c, const Checkpoint& ck, Backend& b
     }
     if (quant) {
       lw.quant_experts = true;
-      for (const std::string& name : routed) lw.quant_storage.push_back(load_kept(ld, name, true));
+      for (size_t i = 0; i < routed.size(); ++i)
+        lw.quant_storage.push_back(here(static_cast<int>(i / 3)) ? load_kept(ld, routed[i], true) : KeptMatrix{});
       if (c.moe.n_shared_experts > 0)
         for (const char* m : {"w1", "w3", "w2"})
           lw.quant_storage.push_back(load_kept(ld, F + "shared_experts." + m + ".weight", true));
@@ -160,6 +164,10 @@ V4Weights load_v4_weights(const ModelConfig& c, const Checkpoint& ck, Backend& b
     }
     for (int e = 0; e < n_experts; ++e) {
       const std::string X = F + "experts." + std::to_string(e) + ".";
+      if (!here(e)) {
+        lw.expert_storage.resize(lw.expert_storage.size() + 3);
+        continue;
+      }
       lw.expert_storage.push_back(ld.f32(X + "w1.weight"));
       lw.expert_storage.push_back(ld.f32(X + "w3.weight"));
       lw.expert_storage.push_back(ld.f32(X + "w2.weight"));

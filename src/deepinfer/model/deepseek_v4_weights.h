@@ -5,6 +5,7 @@
 // load; a checkpoint with missing or malformed tensors fails with the complete list of problems.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -99,8 +100,11 @@ struct V4Weights {
 // Validates the checkpoint against expected_weights(config) and loads everything (throws InvalidArgument
 // listing every problem when the checkpoint is incomplete or malformed).
 // `backend` dequantizes on the host (a CPU backend). keep_quant: block-format matrices stay in their stored format
-// (the KeptMatrix fields and quantized experts above); otherwise everything is f32.
-V4Weights load_v4_weights(const ModelConfig& config, const Checkpoint& ckpt, Backend& backend, bool keep_quant = false);
+// (the KeptMatrix fields and quantized experts above); otherwise everything is f32. `resident` (expert
+// parallelism): (layer index in config.layers, expert id) -> load that routed expert; the others stay empty (not
+// resident; never selected on this rank). Empty: every expert. Draft blocks load every expert.
+V4Weights load_v4_weights(const ModelConfig& config, const Checkpoint& ckpt, Backend& backend, bool keep_quant = false,
+                          const std::function<bool(int layer, int expert)>& resident = {});
 // Bytes of every weight as kept (quantized matrices count their codes and scales).
 int64_t v4_weight_bytes(const V4Weights& w);
 

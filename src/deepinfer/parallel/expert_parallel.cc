@@ -123,6 +123,10 @@ ExpertParallel::ExpertParallel(Communicator& ep_group, Communicator& replicas, s
   }
   load_.resize(static_cast<int>(placements_.size()), experts);
   computed_.assign(placements_.size(), 0);
+  f32_lists_.resize(placements_.size());
+  f32_shared_.resize(placements_.size());
+  quant_lists_.resize(placements_.size());
+  quant_shared_.resize(placements_.size());
 }
 
 void ExpertParallel::clear_counters() {
@@ -137,42 +141,130 @@ void ExpertParallel::set_placement(int layer, ExpertPlacement p) {
   placements_[layer] = std::move(p);
 }
 
+// One layer's experts as the model holds them: f32 (Backend::moe) or in their block format (Backend::moe_quant).
+struct ExpertParallel::Experts {
+  const std::vector<ExpertWeights>* f32 = nullptr;
+  const ExpertWeights* f32_shared = nullptr;
+  const std::vector<QuantExpertWeights>* quant = nullptr;
+  const QuantExpertWeights* quant_shared = nullptr;
+  float swiglu_limit = 0.0f;
+  bool weight_before_w2 = false;
+
+  bool has_shared() const { return f32_shared != nullptr || quant_shared != nullptr; }
+  // The hidden size, from a held routed expert.
+  int64_t hidden(int expert) const { return quant ? quant->at(expert).w1.cols() : f32->at(expert).w1.dim(1); }
+  // out = Σ_j E_{slots[indices[t,j]]}(x[t])·weights[t,j] over the routed experts `slots` (ids, in slot order);
+  // the lists are filled with the experts the backend reads.
+  void routed(Backend& backend, const std::vector<int>& slots, std::vector<ExpertWeights>& f32_list,
+              std::vector<QuantExpertWeights>& quant_list, const Tensor& x, const Tensor& w, const Tensor& idx,
+              const Tensor& out) const {
+    if (quant) {
+      quant_list.clear();
+      for (int e : slots) quant_list.push_back(quant->at(e));
+      backend.moe_quant({x, w, idx, &quant_list, nullptr, out, swiglu_limit, weight_before_w2});
+      return;
+    }
+    f32_list.clear();
+    for (int e : slots) f32_list.push_back(f32->at(e));
+    backend.moe({x, w, idx, &f32_list, nullptr, out, swiglu_limit, weight_before_w2});
+  }
+  // The shared expert as one routed expert of weight 1 applied before w2 (the reference's form of it).
+  void shared(Backend& backend, std::vector<ExpertWeights>& f32_one, std::vector<QuantExpertWeights>& quant_one,
+              const Tensor& x, const Tensor& w, const Tensor& idx, const Tensor& out) const {
+    if (quant_shared) {
+      quant_one.assign(1, *quant_shared);
+      backend.moe_quant({x, w, idx, &quant_one, nullptr, out, swiglu_limit, true});
+      return;
+    }
+    f32_one.assign(1, *f32_shared);
+    backend.moe({x, w, idx, &f32_one, nullptr, out, swiglu_limit, true});
+  }
+};
+
+ExpertFilter placed_experts_filter(std::vector<ExpertPlacement> placements, int rank) {
+  return [placements = std::move(placements), rank](int layer, int expert) {
+    if (layer < 0 || layer >= static_cast<int>(placements.size())) return true;
+    const ExpertPlacement& p = placements[layer];
+    return p.num_experts() == 0 || p.slot_of(rank, expert) >= 0;
+  };
+}
+
+namespace {
+// Zero tokens of width d (an idle rank's share of a layer).
+struct NoTokens {
+  Tensor x, weights, indices, out;
+  explicit NoTokens(int64_t d)
+      : x(nullptr, DType::kF32, {0, d}),
+        weights(nullptr, DType::kF32, {0, 1}),
+        indices(nullptr, DType::kI32, {0, 1}),
+        out(nullptr, DType::kF32, {0, d}) {}
+};
+}  // namespace
+
 void ExpertParallel::idle(Backend& backend, int layer, const std::vector<ExpertWeights>& experts, float swiglu_limit,
                           bool weight_before_w2) {
+  Experts ex;
+  ex.f32 = &experts;
+  ex.swiglu_limit = swiglu_limit;
+  ex.weight_before_w2 = weight_before_w2;
   // Any held expert gives the hidden size; a rank always holds at least one (ExpertPlacement guarantees it only
   // for E >= ep, which contiguous() requires).
   const std::vector<int>& mine = placements_.at(layer).experts_on(ep_.rank());
   DI_CHECK_INTERNAL(!mine.empty()) << "expert parallel: rank " << ep_.rank() << " holds no expert of layer " << layer;
-  const int64_t d = experts.at(mine[0]).w1.dim(1);
-  MoeParams p;
-  p.x = Tensor(nullptr, DType::kF32, {0, d});
-  p.weights = Tensor(nullptr, DType::kF32, {0, 1});
-  p.indices = Tensor(nullptr, DType::kI32, {0, 1});
-  p.out = Tensor(nullptr, DType::kF32, {0, d});
-  p.experts = &experts;
-  p.swiglu_limit = swiglu_limit;
-  p.weight_before_w2 = weight_before_w2;
-  moe(backend, layer, p);
+  const NoTokens none(ex.hidden(mine[0]));
+  run(backend, layer, none.x, none.weights, none.indices, none.out, ex);
+}
+
+void ExpertParallel::idle(Backend& backend, int layer, const std::vector<QuantExpertWeights>& experts,
+                          float swiglu_limit, bool weight_before_w2) {
+  Experts ex;
+  ex.quant = &experts;
+  ex.swiglu_limit = swiglu_limit;
+  ex.weight_before_w2 = weight_before_w2;
+  const std::vector<int>& mine = placements_.at(layer).experts_on(ep_.rank());
+  DI_CHECK_INTERNAL(!mine.empty()) << "expert parallel: rank " << ep_.rank() << " holds no expert of layer " << layer;
+  const NoTokens none(ex.hidden(mine[0]));
+  run(backend, layer, none.x, none.weights, none.indices, none.out, ex);
 }
 
 void ExpertParallel::moe(Backend& backend, int layer, const MoeParams& p) {
+  DI_CHECK(p.experts != nullptr) << "expert parallel moe: experts are required";
+  Experts ex;
+  ex.f32 = p.experts;
+  ex.f32_shared = p.shared;
+  ex.swiglu_limit = p.swiglu_limit;
+  ex.weight_before_w2 = p.weight_before_w2;
+  run(backend, layer, p.x, p.weights, p.indices, p.out, ex);
+}
+
+void ExpertParallel::moe(Backend& backend, int layer, const QuantMoeParams& p) {
+  DI_CHECK(p.experts != nullptr) << "expert parallel moe: experts are required";
+  Experts ex;
+  ex.quant = p.experts;
+  ex.quant_shared = p.shared;
+  ex.swiglu_limit = p.swiglu_limit;
+  ex.weight_before_w2 = p.weight_before_w2;
+  run(backend, layer, p.x, p.weights, p.indices, p.out, ex);
+}
+
+void ExpertParallel::run(Backend& backend, int layer, const Tensor& px, const Tensor& pw, const Tensor& pidx,
+                         const Tensor& pout, const Experts& ex) {
   DI_CHECK_INTERNAL(layer >= 0 && layer < num_layers() && placements_[layer].num_experts() > 0)
       << "expert parallel: layer " << layer << " has no expert placement";
-  DI_CHECK(p.experts != nullptr) << "expert parallel moe: experts are required";
-  const int64_t T = p.x.dim(0), d = p.x.dim(1), k = p.weights.dim(1);
+  const int64_t T = px.dim(0), d = px.dim(1), k = pw.dim(1);
   TensorMemory& mem = backend_memory(backend);
   HostTensor x, idx, w;
   if (T > 0) {
-    x = mem.to_host(p.x);
-    idx = mem.to_host(p.indices);
-    w = mem.to_host(p.weights);
+    x = mem.to_host(px);
+    idx = mem.to_host(pidx);
+    w = mem.to_host(pw);
   }
   // This replica's share of the tokens (all of them without replicated attention).
   const int64_t R = replicas_.size(), i = replicas_.rank();
   const int64_t t0 = T * i / R, t1 = T * (i + 1) / R;
   std::vector<float> out_host(static_cast<size_t>(T * d), 0.0f);
-  exchange(backend, layer, p, T > 0 ? x.data<float>() : nullptr, T > 0 ? idx.data<int32_t>() : nullptr,
-           T > 0 ? w.data<float>() : nullptr, t0, t1, d, out_host.data() + t0 * d);
+  exchange(backend, layer, ex, T > 0 ? x.data<float>() : nullptr, T > 0 ? idx.data<int32_t>() : nullptr,
+           T > 0 ? w.data<float>() : nullptr, k, t0, t1, d, out_host.data() + t0 * d);
   if (R > 1) {
     std::vector<int64_t> counts;
     std::vector<float> all =
@@ -182,15 +274,14 @@ void ExpertParallel::moe(Backend& backend, int layer, const MoeParams& p) {
         << all.size() / std::max<int64_t>(d, 1) << " rows gathered, " << T << " here)";
     out_host = std::move(all);
   }
-  if (T > 0) mem.copy(p.out, Tensor(out_host.data(), DType::kF32, {T, d}));
-  (void)k;
+  if (T > 0) mem.copy(pout, Tensor(out_host.data(), DType::kF32, {T, d}));
 }
 
-void ExpertParallel::exchange(Backend& backend, int layer, const MoeParams& p, const float* x, const int32_t* idx,
-                              const float* w, int64_t t0, int64_t t1, int64_t d, float* out) {
+void ExpertParallel::exchange(Backend& backend, int layer, const Experts& ex, const float* x, const int32_t* idx,
+                              const float* w, int64_t k, int64_t t0, int64_t t1, int64_t d, float* out) {
   const ExpertPlacement& pl = placements_[layer];
   const int ep = ep_.size(), me = ep_.rank();
-  const int64_t k = p.weights.dim(1), xw = fp8_dispatch_ ? fp8_dispatch_row_floats(d) : d, row = xw + 2;
+  const int64_t xw = fp8_dispatch_ ? fp8_dispatch_row_floats(d) : d, row = xw + 2;
   TensorMemory& mem = backend_memory(backend);
 
   // Dispatch: group this share's pairs by destination rank; a replicated expert is picked round-robin by token.
@@ -231,9 +322,6 @@ void ExpertParallel::exchange(Backend& backend, int layer, const MoeParams& p, c
   std::vector<float> results(static_cast<size_t>(P * d));
   if (P > 0) {
     const std::vector<int>& slots = pl.experts_on(me);
-    std::vector<ExpertWeights> local;
-    local.reserve(slots.size());
-    for (int e : slots) local.push_back(p.experts->at(e));
     HostTensor xin(DType::kF32, {P, d}), win(DType::kF32, {P, 1}), iin(DType::kI32, {P, 1});
     for (int64_t q = 0; q < P; ++q) {
       const float* r = recv.data() + q * row;
@@ -249,15 +337,7 @@ void ExpertParallel::exchange(Backend& backend, int layer, const MoeParams& p, c
       iin.data<int32_t>()[q] = slot;
     }
     OwnedTensor xd = mem.upload(xin), wd = mem.upload(win), id = mem.upload(iin), od = mem.zeros(DType::kF32, {P, d});
-    MoeParams q;
-    q.x = xd.view();
-    q.weights = wd.view();
-    q.indices = id.view();
-    q.experts = &local;
-    q.out = od.view();
-    q.swiglu_limit = p.swiglu_limit;
-    q.weight_before_w2 = p.weight_before_w2;
-    backend.moe(q);
+    ex.routed(backend, slots, f32_lists_[layer], quant_lists_[layer], xd.view(), wd.view(), id.view(), od.view());
     HostTensor oh = mem.to_host(od.view());
     std::copy(oh.data<float>(), oh.data<float>() + P * d, results.data());
   }
@@ -276,24 +356,16 @@ void ExpertParallel::exchange(Backend& backend, int layer, const MoeParams& p, c
   for (int r = 0; r < ep; ++r)
     for (int64_t pid : pairs[r]) contribution[pid - t0 * k] = returned.data() + (at++) * d;
 
-  // Shared expert on this share, locally: an expert of weight 1 applied before w2 (the reference's form).
+  // Shared expert on this share, locally.
   std::vector<float> shared;
-  if (p.shared && t1 > t0) {
+  if (ex.has_shared() && t1 > t0) {
     const int64_t n = t1 - t0;
-    std::vector<ExpertWeights> one{*p.shared};
     HostTensor xs(DType::kF32, {n, d}), ws(DType::kF32, {n, 1}), is(DType::kI32, {n, 1});
     std::copy(x + t0 * d, x + t1 * d, xs.data<float>());
     std::fill(ws.data<float>(), ws.data<float>() + n, 1.0f);
+    std::fill(is.data<int32_t>(), is.data<int32_t>() + n, 0);
     OwnedTensor xd = mem.upload(xs), wd = mem.upload(ws), id = mem.upload(is), od = mem.zeros(DType::kF32, {n, d});
-    MoeParams q;
-    q.x = xd.view();
-    q.weights = wd.view();
-    q.indices = id.view();
-    q.experts = &one;
-    q.out = od.view();
-    q.swiglu_limit = p.swiglu_limit;
-    q.weight_before_w2 = true;
-    backend.moe(q);
+    ex.shared(backend, f32_shared_[layer], quant_shared_[layer], xd.view(), wd.view(), id.view(), od.view());
     HostTensor oh = mem.to_host(od.view());
     shared.assign(oh.data<float>(), oh.data<float>() + n * d);
   }

@@ -7,12 +7,18 @@
 // expert output is computed by the same op on the same row. So on the CPU backend an EP run is bit-identical to a
 // single-rank run (tests/parallel). A device backend gives the same greedy tokens within its own tolerance.
 //
+// Experts kept in their stored block format (V4/V4.1 MXFP4, V3-family FP8; --weight-format fp8): a rank holds its
+// experts quantized and computes its received rows with Backend::moe_quant (k = 1 per row), the shared expert with
+// moe_quant too. On the CPU backend moe_quant dequantizes exactly and runs the per-row reference, so the result is
+// the single-rank quantized run's bit for bit as well.
+//
 // Replicated attention (DP shard with several ranks, e.g. --ep 8 without --dp): the replicas of a shard hold the
 // same tokens; each dispatches a contiguous share of them and the finished rows are all-gathered among the
 // replicas, so no expert computes a token twice.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -47,6 +53,11 @@ class ExpertPlacement {
   std::vector<std::vector<int>> expert_ranks_;  // expert -> ranks holding it, ascending
 };
 
+// Which routed experts a rank loads: (layer index in ModelConfig::layers, expert id) -> load it. Empty: all.
+using ExpertFilter = std::function<bool(int layer, int expert)>;
+// The experts `rank` holds under `placements` (one per layer; a dense layer's empty placement keeps all).
+ExpertFilter placed_experts_filter(std::vector<ExpertPlacement> placements, int rank);
+
 // FP8 dispatch (DeepEP-style): a dispatched row travels as e4m3 bytes with one f32 scale per 128 columns
 // (scale = amax / 448 of the block), ~3.9x fewer bytes than f32; the combine stays f32. Lossy: the routed experts
 // see the row rounded to e4m3 (relative error <= 2^-4 per element); the shared expert, run where the token lives,
@@ -76,9 +87,13 @@ class ExpertParallel {
   // global expert id; only the entries this rank's placement holds are read). Collective over the EP group:
   // every rank calls it for the same layers in the same order, with 0 tokens when it has none (idle()).
   void moe(Backend& backend, int layer, const MoeParams& p);
+  // The same with experts kept in their block format (the contract of Backend::moe_quant for p).
+  void moe(Backend& backend, int layer, const QuantMoeParams& p);
   // Takes part in one layer's exchange without tokens (a rank with fewer sequences this step, or a forward that
   // stopped before the layer).
   void idle(Backend& backend, int layer, const std::vector<ExpertWeights>& experts, float swiglu_limit,
+            bool weight_before_w2);
+  void idle(Backend& backend, int layer, const std::vector<QuantExpertWeights>& experts, float swiglu_limit,
             bool weight_before_w2);
 
   Communicator& ep_group() const { return ep_; }
@@ -97,9 +112,12 @@ class ExpertParallel {
   void clear_counters();
 
  private:
+  struct Experts;  // one layer's experts, f32 or quantized (expert_parallel.cc)
+  void run(Backend& backend, int layer, const Tensor& x, const Tensor& weights, const Tensor& indices,
+           const Tensor& out, const Experts& experts);
   // The exchange for this rank's share [t0, t1) of the tokens; writes the finished rows to out_host.
-  void exchange(Backend& backend, int layer, const MoeParams& p, const float* x, const int32_t* idx, const float* w,
-                int64_t t0, int64_t t1, int64_t d, float* out_host);
+  void exchange(Backend& backend, int layer, const Experts& experts, const float* x, const int32_t* idx, const float* w,
+                int64_t k, int64_t t0, int64_t t1, int64_t d, float* out_host);
 
   Communicator& ep_;
   Communicator& replicas_;
@@ -107,6 +125,10 @@ class ExpertParallel {
   ExpertLoad load_;
   std::vector<int64_t> computed_;
   bool fp8_dispatch_ = false;
+  // Per layer: the held routed experts in slot order and the shared expert, as the backend MoE calls take them.
+  // Kept here so each list keeps its address: a device backend caches its per-expert pointer tables by it.
+  std::vector<std::vector<ExpertWeights>> f32_lists_, f32_shared_;
+  std::vector<std::vector<QuantExpertWeights>> quant_lists_, quant_shared_;
 };
 
 }  // namespace deepinfer

@@ -62,12 +62,17 @@ std::unique_ptr<ModelRunner> make_parallel_runner(const ParallelRunnerOptions& o
   const int per_rank = std::max(1, total / L.world);
   auto backend = [per_rank](int) { return make_cpu_backend(per_rank); };
   const std::string dir = options.model_dir;
+  const bool quant = options.keep_quant;
   if (config.family == ModelFamily::kDeepseekV3) {
     return std::make_unique<ParallelModelRunner<DeepseekV3Model>>(
-        options, backend, [dir](Backend& b) { return DeepseekV3Model::load(dir, b); });
+        options, backend, [dir, quant](Backend& b, const ExpertFilter& resident) {
+          return DeepseekV3Model::load(dir, b, quant ? V3WeightStorage::kFP8 : V3WeightStorage::kF32, resident);
+        });
   }
   return std::make_unique<ParallelModelRunner<DeepseekV4Model>>(
-      options, backend, [dir, token_map](Backend& b) { return DeepseekV4Model::load(dir, b, token_map); });
+      options, backend, [dir, token_map, quant](Backend& b, const ExpertFilter& resident) {
+        return DeepseekV4Model::load(dir, b, token_map, quant, resident);
+      });
 }
 
 }  // namespace deepinfer

@@ -10,8 +10,10 @@
 //   - DistributedModelRunner: this process is rank 0 of a multi-process world (NCCL, one process per GPU); the other
 //     processes run run_parallel_worker().
 //
-// Each rank keeps only its placement's routed experts (the rest are freed after loading); EPLB (rebalance) re-plans
-// the placement from the counted loads between steps and loads / frees experts to match.
+// Each rank loads only its initial placement's routed experts (the model factory gets the filter), f32 or kept in
+// their stored block format (keep_quant: MXFP4 / FP8 codes and scales, computed with Backend::moe_quant); EPLB
+// (rebalance) re-plans the placement from the counted loads between steps and loads / frees experts to match, in
+// the format the rank keeps them.
 //
 // Context parallelism (layout.cp > 1): the ranks of a DP shard are its CP group. The shard's first rank runs the
 // entries; the others are CP followers (SlotModelRunner::set_context_parallel) that run their zig-zag rows of long
@@ -56,6 +58,9 @@ struct ParallelRunnerOptions {
   int eplb_slots = 0;
   // MoE dispatch in FP8 (ExpertParallel::set_fp8_dispatch): lossy, ~3.9x fewer dispatch bytes.
   bool fp8_dispatch = false;
+  // Block-format weights (FP8 projections, MXFP4 / FP8 experts) stay quantized (--weight-format fp8): what
+  // make_parallel_runner passes its loader; a custom ModelFactory applies it itself.
+  bool keep_quant = false;
 };
 
 // The MoE layers of a model config and their routed expert count (dense layers get an empty placement).
@@ -68,7 +73,8 @@ template <typename Model>
 class RankWorker {
  public:
   using BackendFactory = std::function<std::unique_ptr<Backend>(int rank)>;
-  using ModelFactory = std::function<std::unique_ptr<Model>(Backend& backend)>;
+  // Loads the model on `backend` with only the routed experts `resident` names (this rank's initial placement).
+  using ModelFactory = std::function<std::unique_ptr<Model>(Backend& backend, const ExpertFilter& resident)>;
 
   // Collective over `world` (the sub-groups are split here).
   RankWorker(Communicator& world, const ParallelRunnerOptions& options, const BackendFactory& make_backend,
@@ -77,9 +83,14 @@ class RankWorker {
     const ParallelLayout& L = options_.layout;
     DI_CHECK(world.size() == L.world) << "parallel runner: a world of " << world.size() << " for " << L.str();
     const int r = world.rank();
-    backend_ = make_backend(r);
-    model_ = load(*backend_);
     ep_group_ = world.split(L.ep_group(r), r);
+    // The initial placement from config.json, so that the loader reads only this rank's experts.
+    std::vector<ExpertPlacement> placements;
+    if (!options_.model_dir.empty())
+      placements = initial_placements(load_model_config(options_.model_dir + "/config.json"), L.ep);
+    backend_ = make_backend(r);
+    model_ =
+        load(*backend_, placements.empty() ? ExpertFilter() : placed_experts_filter(placements, ep_group_->rank()));
     replicas_ = world.split(L.ep_group(r) * L.dp + L.dp_shard(r), r);  // the shard's replicas in this EP group
     // With CP the replicas of a shard do not hold the same tokens (each runs its zig-zag rows, or rank 0 runs a chunk
     // alone): every rank dispatches its own tokens (a group of one), and the whole shard is the CP group.
@@ -89,8 +100,8 @@ class RankWorker {
       DI_CHECK_INTERNAL(cp_group_->size() == L.cp)
           << "parallel runner: a CP group of " << cp_group_->size() << " ranks for cp " << L.cp;
     }
-    ep_ = std::make_unique<ExpertParallel>(*ep_group_, L.cp > 1 ? *self_ : *replicas_,
-                                           initial_placements(model_->config(), L.ep));
+    if (placements.empty()) placements = initial_placements(model_->config(), L.ep);
+    ep_ = std::make_unique<ExpertParallel>(*ep_group_, L.cp > 1 ? *self_ : *replicas_, std::move(placements));
     ep_->set_fp8_dispatch(options_.fp8_dispatch);
     model_->set_expert_parallel(ep_.get());
     keep_placed_experts();
