@@ -60,16 +60,16 @@ TEST_F(CudaMemoryTest, StridedCopiesMoveTheHostCopysBytes) {
       {"u8 odd", DType::kU8, T * 48, T * 31, 1, 0, {T, 31}, {48, 1}, {31, 1}},
       {"i64 rows", DType::kI64, T * 6, T * 4, 2, 0, {T, 4}, {6, 1}, {4, 1}},
       {"i64 odd", DType::kI64, T * 6, T * 3, 1, 0, {T, 3}, {6, 1}, {3, 1}},
-      // Rank 4, a transposed inner pair: innermost source stride not 1, the element path.
-      {"rank-4 transpose f32",
+      // Rank 4 from padded rows of an odd width: the element path (copies keep the innermost dimension contiguous).
+      {"rank-4 odd f32",
        DType::kF32,
-       2 * 3 * 5 * 8,
-       2 * 3 * 8 * 5,
+       2 * 3 * 5 * 9,
+       2 * 3 * 5 * 7,
        0,
        0,
-       {2, 3, 8, 5},
-       {120, 40, 1, 8},
-       {120, 40, 5, 1}},
+       {2, 3, 5, 7},
+       {135, 45, 9, 1},
+       {105, 35, 7, 1}},
       // Rank 4 from padded rows, 16-byte units, a destination offset of one unit.
       {"rank-4 f32",
        DType::kF32,
