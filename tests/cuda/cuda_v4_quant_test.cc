@@ -22,6 +22,7 @@
 #include "deepinfer/model/kept_matrix.h"
 #include "deepinfer/model/random_checkpoint.h"
 #include "deepinfer/ops/cuda/cuda_backend.h"
+#include "random_checkpoint_util.h"
 #include "test_util.h"
 #include "v4_quant_config.h"
 
@@ -35,13 +36,7 @@ std::string make_quant_checkpoint(testing::TempDir& tmp, const std::string& fami
   EXPECT_FALSE(cfg.is_null());
   if (cfg.is_null()) return "";
   cfg["quantization_config"] = testing::v4_quantization_config(block);
-  testing::write_file(tmp.file("in.json"), cfg.dump(2));
-  RandomCheckpointOptions opts;
-  opts.config_path = tmp.file("in.json");
-  opts.out_dir = tmp.path() + "/ckpt";
-  opts.seed = 11;
-  write_random_checkpoint(opts);
-  return opts.out_dir;
+  return testing::write_random_checkpoint_of(tmp, cfg, 11);
 }
 
 TEST(CudaV4Quant, KeptWeightsMatchTheF32ReferenceTokenByToken) {

@@ -17,6 +17,7 @@
 #include "deepinfer/model/deepseek_v4.h"
 #include "deepinfer/model/random_checkpoint.h"
 #include "parallel/cp_test_group.h"
+#include "random_checkpoint_util.h"
 #include "test_util.h"
 
 namespace deepinfer {
@@ -162,16 +163,11 @@ TEST(ContextParallel, GeneratedV41CheckpointWithStraddlingGroups) {
   tc["candidate_topk_blocks"] = 2;
   tc["candidate_block_size"] = 2;
   tc["sliding_window"] = 8;
-  testing::write_file(tmp.file("in.json"), cfg.dump());
-  RandomCheckpointOptions opts;
-  opts.config_path = tmp.file("in.json");
-  opts.out_dir = tmp.path() + "/ckpt";
-  opts.seed = 41;
-  write_random_checkpoint(opts);
+  const std::string ckpt_dir = testing::write_random_checkpoint_of(tmp, cfg, 41);
   auto backend = make_cpu_backend(0);
   std::vector<int64_t> token_map(tc["vocab_size"].get<int64_t>());
   for (size_t i = 0; i < token_map.size(); ++i) token_map[i] = static_cast<int64_t>((i * 7) % 256);
-  auto m = DeepseekV4Model::load(opts.out_dir, *backend, token_map);
+  auto m = DeepseekV4Model::load(ckpt_dir, *backend, token_map);
   for (int n : {2, 4})
     for (int64_t T : {int64_t{23}, int64_t{61}})
       expect_cp_equals_one_rank<DeepseekV4Model, V4SequenceState>(*m, random_ids(T, m->config().vocab_size, 29 + T), n,

@@ -22,6 +22,7 @@
 #include "deepinfer/io/safetensors.h"
 #include "deepinfer/model/deepseek_v4.h"
 #include "deepinfer/model/random_checkpoint.h"
+#include "random_checkpoint_util.h"
 #include "test_util.h"
 #include "v4_paged_decode.h"
 
@@ -75,16 +76,11 @@ Loaded& generated_v41(int r) {
     tc["index_topk"] = 4;
     tc["candidate_topk_blocks"] = 2;
     tc["candidate_block_size"] = 2;
-    testing::write_file(m->tmp->file("in.json"), cfg.dump());
-    RandomCheckpointOptions opts;
-    opts.config_path = m->tmp->file("in.json");
-    opts.out_dir = m->tmp->path() + "/ckpt";
-    opts.seed = 7 + r;
-    write_random_checkpoint(opts);
+    const std::string ckpt_dir = testing::write_random_checkpoint_of(*m->tmp, cfg, 7 + r);
     m->backend = make_cpu_backend(0);
     std::vector<int64_t> token_map(tc["vocab_size"].get<int64_t>());
     for (size_t i = 0; i < token_map.size(); ++i) token_map[i] = static_cast<int64_t>((i * 7) % 256);
-    m->model = DeepseekV4Model::load(opts.out_dir, *m->backend, token_map);
+    m->model = DeepseekV4Model::load(ckpt_dir, *m->backend, token_map);
   }
   return *m;
 }

@@ -12,6 +12,7 @@
 #include "deepinfer/io/safetensors.h"
 #include "deepinfer/model/deepseek_v4.h"
 #include "deepinfer/model/random_checkpoint.h"
+#include "random_checkpoint_util.h"
 #include "test_util.h"
 #include "v4_paged_decode.h"
 #include "v4_quant_config.h"
@@ -30,15 +31,11 @@ TEST(DeepseekV4Load, QuantizedV41CheckpointRunsAndChunksConsistently) {
   testing::TempDir tmp;
   nlohmann::json cfg = nlohmann::json::parse(testing::read_file_or_empty(golden_dir("deepseek_v41") + "/config.json"));
   cfg["quantization_config"] = testing::v4_quantization_config();
-  testing::write_file(tmp.file("in.json"), cfg.dump());
-  RandomCheckpointOptions opts;
-  opts.config_path = tmp.file("in.json");
-  opts.out_dir = tmp.path() + "/ckpt";
-  write_random_checkpoint(opts);
+  const std::string ckpt_dir = testing::write_random_checkpoint_of(tmp, cfg, RandomCheckpointOptions{}.seed);
   auto backend = make_cpu_backend(0);
   std::vector<int64_t> token_map(cfg["text_config"]["vocab_size"].get<int64_t>());
   for (size_t i = 0; i < token_map.size(); ++i) token_map[i] = static_cast<int64_t>(i % 256);
-  auto model = DeepseekV4Model::load(opts.out_dir, *backend, token_map);
+  auto model = DeepseekV4Model::load(ckpt_dir, *backend, token_map);
   ASSERT_TRUE(model->config().quant.experts_fp4);
   std::vector<int64_t> ids;
   for (int i = 0; i < 45; ++i) ids.push_back((i * 37 + 11) % 512);
@@ -73,18 +70,13 @@ TEST(DeepseekV4Load, KeptQuantizedWeightsGiveTheF32LogitsBitForBit) {
     testing::TempDir tmp;
     nlohmann::json cfg = nlohmann::json::parse(testing::read_file_or_empty(golden_dir(family) + "/config.json"));
     cfg["quantization_config"] = testing::v4_quantization_config(block);
-    testing::write_file(tmp.file("in.json"), cfg.dump());
-    RandomCheckpointOptions opts;
-    opts.config_path = tmp.file("in.json");
-    opts.out_dir = tmp.path() + "/ckpt";
-    opts.seed = 3;
-    write_random_checkpoint(opts);
+    const std::string ckpt_dir = testing::write_random_checkpoint_of(tmp, cfg, 3);
     auto backend = make_cpu_backend(0);
     const nlohmann::json& text = cfg.contains("text_config") ? cfg["text_config"] : cfg;
     std::vector<int64_t> token_map(text["vocab_size"].get<int64_t>());
     for (size_t i = 0; i < token_map.size(); ++i) token_map[i] = static_cast<int64_t>(i % 256);
-    auto kept = DeepseekV4Model::load(opts.out_dir, *backend, token_map, true);
-    auto f32 = DeepseekV4Model::load(opts.out_dir, *backend, token_map, false);
+    auto kept = DeepseekV4Model::load(ckpt_dir, *backend, token_map, true);
+    auto f32 = DeepseekV4Model::load(ckpt_dir, *backend, token_map, false);
     const V4LayerWeights& lw = kept->weights().layers[0];
     EXPECT_TRUE(lw.attn.wq_a.quantized() && lw.attn.wq_b.quantized() && lw.attn.wkv.quantized() &&
                 lw.attn.wo_b.quantized());

@@ -15,6 +15,7 @@
 
 #include "deepinfer/model/deepseek_v4.h"
 #include "deepinfer/model/random_checkpoint.h"
+#include "random_checkpoint_util.h"
 #include "test_util.h"
 
 namespace deepinfer::testing {
@@ -58,12 +59,7 @@ inline DraftFixture& dspark_fixture(const std::string& family, int64_t vocab = 0
   if (!f) {
     f = std::make_unique<DraftFixture>();
     const nlohmann::json cfg = dspark_config(family, vocab);
-    write_file(f->tmp.file("in.json"), cfg.dump());
-    RandomCheckpointOptions opts;
-    opts.config_path = f->tmp.file("in.json");
-    opts.out_dir = f->dir = f->tmp.path() + "/ckpt";
-    opts.seed = 5;
-    write_random_checkpoint(opts);
+    f->dir = write_random_checkpoint_of(f->tmp, cfg, 5);
     f->backend = make_cpu_backend(0);
     const nlohmann::json& c = cfg.contains("text_config") ? cfg["text_config"] : cfg;
     f->token_map.resize(c["vocab_size"].get<size_t>());
@@ -83,12 +79,7 @@ inline DraftFixture& v4_mtp_fixture(int64_t vocab = 0) {
     nlohmann::json cfg = nlohmann::json::parse(read_file_or_empty(test_data_dir() + "/golden/deepseek_v4/config.json"));
     if (vocab > 0) cfg["vocab_size"] = vocab;
     cfg["num_nextn_predict_layers"] = 1;
-    write_file(f->tmp.file("in.json"), cfg.dump());
-    RandomCheckpointOptions opts;
-    opts.config_path = f->tmp.file("in.json");
-    opts.out_dir = f->dir = f->tmp.path() + "/ckpt";
-    opts.seed = 9;
-    write_random_checkpoint(opts);
+    f->dir = write_random_checkpoint_of(f->tmp, cfg, 9);
     f->backend = make_cpu_backend(0);
     f->model = DeepseekV4Model::load(f->dir, *f->backend);
   }

@@ -26,6 +26,7 @@
 #include "deepinfer/model/random_checkpoint.h"
 #include "deepinfer/model/v4_mtp_draft.h"
 #include "model/dspark_fixture.h"
+#include "random_checkpoint_util.h"
 #include "test_util.h"
 #include "v4_paged_decode.h"
 #include "v4_quant_config.h"
@@ -43,13 +44,7 @@ std::string quant_checkpoint(testing::TempDir& tmp, const std::string& family, i
   EXPECT_FALSE(cfg.is_null());
   cfg["quantization_config"] = testing::v4_quantization_config(block);
   if (mtp) cfg["num_nextn_predict_layers"] = 1;
-  testing::write_file(tmp.file("in.json"), cfg.dump());
-  RandomCheckpointOptions opts;
-  opts.config_path = tmp.file("in.json");
-  opts.out_dir = tmp.path() + "/ckpt";
-  opts.seed = seed;
-  write_random_checkpoint(opts);
-  return opts.out_dir;
+  return testing::write_random_checkpoint_of(tmp, cfg, seed);
 }
 
 std::vector<int64_t> token_map_of(int64_t n) {
@@ -163,15 +158,10 @@ TEST(OutputHead, DsparkDraftReadsTheBf16Head) {
   testing::TempDir tmp;
   nlohmann::json cfg = testing::dspark_config("deepseek_v41");
   cfg["quantization_config"] = testing::v4_quantization_config(32);
-  testing::write_file(tmp.file("in.json"), cfg.dump());
-  RandomCheckpointOptions opts;
-  opts.config_path = tmp.file("in.json");
-  opts.out_dir = tmp.path() + "/ckpt";
-  opts.seed = 5;
-  write_random_checkpoint(opts);
+  const std::string dir = testing::write_random_checkpoint_of(tmp, cfg, 5);
   auto backend = make_cpu_backend(0);
-  auto kept = DeepseekV4Model::load(opts.out_dir, *backend, token_map_of(100000), true);
-  auto f32 = DeepseekV4Model::load(opts.out_dir, *backend, token_map_of(100000), false);
+  auto kept = DeepseekV4Model::load(dir, *backend, token_map_of(100000), true);
+  auto f32 = DeepseekV4Model::load(dir, *backend, token_map_of(100000), false);
   ASSERT_TRUE(kept->weights().dspark.has_value());
   ASSERT_EQ(kept->weights().head.dtype(), DType::kBF16);
   auto block_logits = [](const DeepseekV4Model& m) {

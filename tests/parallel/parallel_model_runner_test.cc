@@ -21,6 +21,7 @@
 #include "deepinfer/io/safetensors.h"
 #include "deepinfer/model/random_checkpoint.h"
 #include "logits_recorder.h"
+#include "random_checkpoint_util.h"
 #include "test_util.h"
 #include "v4_quant_config.h"
 
@@ -290,13 +291,7 @@ Model quantized(const testing::TempDir& tmp, const std::string& family) {
   } else {
     cfg["quantization_config"] = testing::v4_quantization_config();
   }
-  testing::write_file(tmp.file(family + ".json"), cfg.dump());
-  RandomCheckpointOptions opts;
-  opts.config_path = tmp.file(family + ".json");
-  opts.out_dir = tmp.path() + "/" + family;
-  opts.seed = 7;
-  write_random_checkpoint(opts);
-  m.dir = opts.out_dir;
+  m.dir = testing::write_random_checkpoint_of(tmp, cfg, 7, family, family + ".json");
   const nlohmann::json& text = cfg.contains("text_config") ? cfg["text_config"] : cfg;
   if (family == "deepseek_v41") {
     std::vector<int64_t> map(text["vocab_size"].get<int64_t>());
@@ -411,14 +406,8 @@ TEST(ParallelModelRunner, GeneratedQuantizedV41WithEplbMidRun) {
   nlohmann::json cfg =
       nlohmann::json::parse(testing::read_file_or_empty(testing::test_data_dir() + "/golden/deepseek_v41/config.json"));
   cfg["quantization_config"] = testing::v4_quantization_config();
-  testing::write_file(tmp.file("in.json"), cfg.dump());
-  RandomCheckpointOptions opts;
-  opts.config_path = tmp.file("in.json");
-  opts.out_dir = tmp.path() + "/ckpt";
-  opts.seed = 5;
-  write_random_checkpoint(opts);
   Model m;
-  m.dir = opts.out_dir;
+  m.dir = testing::write_random_checkpoint_of(tmp, cfg, 5);
   std::vector<int64_t> map(cfg["text_config"]["vocab_size"].get<int64_t>());
   for (size_t i = 0; i < map.size(); ++i) map[i] = static_cast<int64_t>(i % 256);
   m.token_map = map;
