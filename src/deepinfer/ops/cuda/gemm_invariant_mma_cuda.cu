@@ -178,43 +178,10 @@ __global__ void __launch_bounds__(kTiThreads, kBlocks)
   uint32_t h[kBf16A ? kC / 2 : 1];
   auto load_a = [&](int st) {
     const int c = 4 * st + at;
-    if constexpr (kBf16A) {
-      if (a_src >= 0 && c < chunks) {
-        const uint4* x = reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(p.a_bf16) + a_src * p.lda +
-                                                        static_cast<int64_t>(c) * kC);
-#pragma unroll
-        for (int i = 0; i < kC / 8; ++i) {
-          const uint4 q = __ldg(x + i);
-          h[4 * i] = q.x;
-          h[4 * i + 1] = q.y;
-          h[4 * i + 2] = q.z;
-          h[4 * i + 3] = q.w;
-        }
-      } else {
-#pragma unroll
-        for (int i = 0; i < kC / 2; ++i) h[i] = 0u;
-      }
-    } else {
-      if (a_src >= 0 && c < chunks) {
-        const float* x = p.a + a_src * p.lda + static_cast<int64_t>(c) * kC;
-        if (a_vec) {
-#pragma unroll
-          for (int i = 0; i < kC / 4; ++i) {
-            const float4 f = __ldg(reinterpret_cast<const float4*>(x) + i);
-            v[4 * i] = f.x;
-            v[4 * i + 1] = f.y;
-            v[4 * i + 2] = f.z;
-            v[4 * i + 3] = f.w;
-          }
-        } else {
-#pragma unroll
-          for (int i = 0; i < kC; ++i) v[i] = __ldg(x + i);
-        }
-      } else {
-#pragma unroll
-        for (int i = 0; i < kC; ++i) v[i] = 0.0f;
-      }
-    }
+    if constexpr (kBf16A)
+      load_chunk<F>(p, a_src, c, chunks, h);
+    else
+      load_chunk<F>(p, a_src, c, chunks, a_vec, v);
   };
   // The fragment pairs of the chunk, as the streaming kernel stages them: [mma][row][chunk of the step].
   auto store_a = [&](int buf) {

@@ -101,6 +101,56 @@ __device__ __forceinline__ void weight_pairs(const uint4& q, const FormatScale<F
   }
 }
 
+// Chunk c (kChunkK<F> k values) of activation row `row` into registers, zeros for row < 0 or c past the chunks. `row`
+// by reference (the callers' shared-memory slot, read where they read it): a by-value copy changed ptxas's unrolling of
+// the streaming kernel's one-row staging loop (SASS, CUDA 13.0); by reference both kernels' SASS is unchanged.
+// This one: from the caller's bf16 copy (16-byte loads, 2 values a word) ...
+template <QuantFormat F>
+__device__ __forceinline__ void load_chunk(const GemmKernelParams& p, const int64_t& row, int c, int chunks,
+                                           uint32_t (&h)[kChunkK<F> / 2]) {
+  constexpr int kC = kChunkK<F>;
+  if (row >= 0 && c < chunks) {
+    const uint4* x =
+        reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(p.a_bf16) + row * p.lda + int64_t{c} * kC);
+#pragma unroll
+    for (int i = 0; i < kC / 8; ++i) {
+      const uint4 u = __ldg(x + i);
+      h[4 * i] = u.x;
+      h[4 * i + 1] = u.y;
+      h[4 * i + 2] = u.z;
+      h[4 * i + 3] = u.w;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < kC / 2; ++i) h[i] = 0u;
+  }
+}
+// ... or from f32 rows (16-byte loads when `vec`: rows 16-byte aligned).
+template <QuantFormat F>
+__device__ __forceinline__ void load_chunk(const GemmKernelParams& p, const int64_t& row, int c, int chunks, bool vec,
+                                           float (&v)[kChunkK<F>]) {
+  constexpr int kC = kChunkK<F>;
+  if (row >= 0 && c < chunks) {
+    const float* x = p.a + row * p.lda + int64_t{c} * kC;
+    if (vec) {
+#pragma unroll
+      for (int i = 0; i < kC / 4; ++i) {
+        const float4 f = __ldg(reinterpret_cast<const float4*>(x) + i);
+        v[4 * i] = f.x;
+        v[4 * i + 1] = f.y;
+        v[4 * i + 2] = f.z;
+        v[4 * i + 3] = f.w;
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < kC; ++i) v[i] = __ldg(x + i);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < kC; ++i) v[i] = 0.0f;
+  }
+}
+
 // A chunk's activations placed as the fragment pairs of its kMmas mmas (dst[mi · stride]: pair P, pair Q), rounded
 // to bf16 (RNE) from f32 values ...
 template <QuantFormat F>

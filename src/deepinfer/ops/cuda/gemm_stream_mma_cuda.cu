@@ -145,44 +145,12 @@ __global__ void __launch_bounds__(32 * kSmWarps, 2)
       if constexpr (kBf16A) {
         // The caller's bf16 copy (RNE, the values the f32 path rounds to): half the bytes, no conversion.
         uint32_t h[kC / 2];
-        if (a_row[r] >= 0 && c < chunks) {
-          const uint4* x = reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(p.a_bf16) +
-                                                          a_row[r] * p.lda + static_cast<int64_t>(c) * kC);
-#pragma unroll
-          for (int i = 0; i < kC / 8; ++i) {
-            const uint4 u = __ldg(x + i);
-            h[4 * i] = u.x;
-            h[4 * i + 1] = u.y;
-            h[4 * i + 2] = u.z;
-            h[4 * i + 3] = u.w;
-          }
-        } else {
-#pragma unroll
-          for (int i = 0; i < kC / 2; ++i) h[i] = 0u;
-        }
+        load_chunk<F>(p, a_row[r], c, chunks, h);
         place_pairs<F>(h, xs + ((c >> 2) * kMi * R + r) * 4 + (c & 3), R * 4);
         continue;
       }
       float v[kC];
-      if (a_row[r] >= 0 && c < chunks) {
-        const float* x = p.a + a_row[r] * p.lda + static_cast<int64_t>(c) * kC;
-        if (a_vec) {
-#pragma unroll
-          for (int i = 0; i < kC / 4; ++i) {
-            const float4 f = __ldg(reinterpret_cast<const float4*>(x) + i);
-            v[4 * i] = f.x;
-            v[4 * i + 1] = f.y;
-            v[4 * i + 2] = f.z;
-            v[4 * i + 3] = f.w;
-          }
-        } else {
-#pragma unroll
-          for (int i = 0; i < kC; ++i) v[i] = __ldg(x + i);
-        }
-      } else {
-#pragma unroll
-        for (int i = 0; i < kC; ++i) v[i] = 0.0f;
-      }
+      load_chunk<F>(p, a_row[r], c, chunks, a_vec, v);
       place_pairs<F>(v, xs + ((c >> 2) * kMi * R + r) * 4 + (c & 3), R * 4);
     }
     __syncthreads();
