@@ -99,28 +99,7 @@ TEST_F(CudaOpTest, HcMixStagedPartialsMatchPreviousKernelBitwise) {
 
 // The backend's hc_mix / hc_head past the one-launch sizes (the staged kernel) against the CPU op, at the
 // tolerance of HcMixRealSizeSplitK.
-TEST_F(CudaOpTest, HcMixHeadPrefillMatchCpu) {
-  const int64_t hc = 4, d = 4096, t = 3000, mix = (2 + hc) * hc;
-  HostTensor streams = rand({t, hc, d}, -2, 2), fn = rand({mix, hc * d}, -0.01f, 0.01f), base = rand({mix});
-  HostTensor scale = rand({3}, 0.5f, 1.5f);
-  HostTensor pre(DType::kF32, {t, hc}), post(DType::kF32, {t, hc}), comb(DType::kF32, {t, hc, hc});
-  cpu().hc_mix({streams, fn, base, scale, pre, post, comb, 1e-6f, 1e-6f, 20});
-  DeviceTensor ds = up(streams), dfn = up(fn), db = up(base), dsc = up(scale);
-  DeviceTensor dpre = poisoned({t, hc}), dpost = poisoned({t, hc}), dcomb = poisoned({t, hc, hc});
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  gpu().hc_mix({ds, dfn, db, dsc, dpre, dpost, dcomb, 1e-6f, 1e-6f, 20});
-  rel_err("hc_mix pre T=3000", down(dpre), pre, 1e-5);
-  rel_err("hc_mix post T=3000", down(dpost), post, 1e-5);
-  rel_err("hc_mix comb T=3000", down(dcomb), comb, 1e-5);
-
-  HostTensor hfn = rand({hc, hc * d}, -0.05f, 0.05f), hbase = rand({hc}), hscale = rand({1}, 0.5f, 1.5f);
-  HostTensor hpre(DType::kF32, {t, hc});
-  cpu().hc_head({streams, hfn, hbase, hscale, hpre, 1e-6f, 1e-6f});
-  DeviceTensor dhfn = up(hfn), dhb = up(hbase), dhs = up(hscale), dhpre = poisoned({t, hc});
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  gpu().hc_head({ds, dhfn, dhb, dhs, dhpre, 1e-6f, 1e-6f});
-  rel_err("hc_head T=3000", down(dhpre), hpre, 1e-5);
-}
+TEST_F(CudaOpTest, HcMixHeadPrefillMatchCpu) { expect_hc_mix_and_head_match_cpu(3000, 4096, 0.01f, " T=3000"); }
 
 // hc_expand with float4 loads against the scalar kernel (the same x one float off a 16-byte boundary), byte for byte
 // (in place: the streams after the call), and against the CPU op exactly (the same operations with rounding after

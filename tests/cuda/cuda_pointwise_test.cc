@@ -84,24 +84,10 @@ TEST_F(CudaOpTest, HcMixRealSizeSplitK) {
 }
 
 TEST_F(CudaOpTest, HcMixHeadCollapseExpand) {
-  const int64_t t = 9, hc = 4, d = 1024, mix = (2 + hc) * hc;
-  HostTensor streams = rand({t, hc, d}, -2, 2), fn = rand({mix, hc * d}, -0.05f, 0.05f), base = rand({mix});
-  HostTensor scale = rand({3}, 0.5f, 1.5f);
-  HostTensor pre(DType::kF32, {t, hc}), post(DType::kF32, {t, hc}), comb(DType::kF32, {t, hc, hc});
-  cpu().hc_mix({streams, fn, base, scale, pre, post, comb, 1e-6f, 1e-6f, 20});
-  DeviceTensor ds = up(streams), dfn = up(fn), db = up(base), dsc = up(scale);
-  DeviceTensor dpre = poisoned({t, hc}), dpost = poisoned({t, hc}), dcomb = poisoned({t, hc, hc});
-  gpu().hc_mix({ds, dfn, db, dsc, dpre, dpost, dcomb, 1e-6f, 1e-6f, 20});
-  rel_err("hc_mix pre", down(dpre), pre, 1e-5);
-  rel_err("hc_mix post", down(dpost), post, 1e-5);
-  rel_err("hc_mix comb (sinkhorn)", down(dcomb), comb, 1e-5);
-
-  HostTensor hfn = rand({hc, hc * d}, -0.05f, 0.05f), hbase = rand({hc}), hscale = rand({1}, 0.5f, 1.5f);
-  HostTensor hpre(DType::kF32, {t, hc});
-  cpu().hc_head({streams, hfn, hbase, hscale, hpre, 1e-6f, 1e-6f});
-  DeviceTensor dhfn = up(hfn), dhb = up(hbase), dhs = up(hscale), dhpre = poisoned({t, hc});
-  gpu().hc_head({ds, dhfn, dhb, dhs, dhpre, 1e-6f, 1e-6f});
-  rel_err("hc_head", down(dhpre), hpre, 1e-5);
+  const int64_t t = 9, d = 1024;
+  const HcMixed m = expect_hc_mix_and_head_match_cpu(t, d, 0.05f, "");
+  const HostTensor &streams = m.streams, &pre = m.pre, &post = m.post, &comb = m.comb;
+  DeviceTensor ds = up(streams);
 
   HostTensor out(DType::kF32, {t, d});
   cpu().hc_collapse({streams, pre, out});

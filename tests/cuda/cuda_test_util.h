@@ -146,6 +146,36 @@ class CudaOpTest : public ::testing::Test {
     return err;
   }
   // Exact comparison of raw bytes (integer / mask outputs).
+  // hc_mix and hc_head over random streams [t, 4, d] on the GPU against the CPU ops (1e-5); the mix weights in
+  // ±fn_range, `tag` ends the [cuda-op] names. Returns the streams and the CPU mix outputs for the ops that follow.
+  struct HcMixed {
+    HostTensor streams, pre, post, comb;
+  };
+  HcMixed expect_hc_mix_and_head_match_cpu(int64_t t, int64_t d, float fn_range, const std::string& tag) {
+    const int64_t hc = 4, mix = (2 + hc) * hc;
+    HcMixed m;
+    m.streams = rand({t, hc, d}, -2, 2);
+    HostTensor fn = rand({mix, hc * d}, -fn_range, fn_range), base = rand({mix}), scale = rand({3}, 0.5f, 1.5f);
+    m.pre = HostTensor(DType::kF32, {t, hc});
+    m.post = HostTensor(DType::kF32, {t, hc});
+    m.comb = HostTensor(DType::kF32, {t, hc, hc});
+    cpu().hc_mix({m.streams, fn, base, scale, m.pre, m.post, m.comb, 1e-6f, 1e-6f, 20});
+    DeviceTensor ds = up(m.streams), dfn = up(fn), db = up(base), dsc = up(scale);
+    DeviceTensor dpre = poisoned({t, hc}), dpost = poisoned({t, hc}), dcomb = poisoned({t, hc, hc});
+    gpu().hc_mix({ds, dfn, db, dsc, dpre, dpost, dcomb, 1e-6f, 1e-6f, 20});
+    rel_err(("hc_mix pre" + tag).c_str(), down(dpre), m.pre, 1e-5);
+    rel_err(("hc_mix post" + tag).c_str(), down(dpost), m.post, 1e-5);
+    rel_err(("hc_mix comb" + tag).c_str(), down(dcomb), m.comb, 1e-5);
+
+    HostTensor hfn = rand({hc, hc * d}, -0.05f, 0.05f), hbase = rand({hc}), hscale = rand({1}, 0.5f, 1.5f);
+    HostTensor hpre(DType::kF32, {t, hc});
+    cpu().hc_head({m.streams, hfn, hbase, hscale, hpre, 1e-6f, 1e-6f});
+    DeviceTensor dhfn = up(hfn), dhb = up(hbase), dhs = up(hscale), dhpre = poisoned({t, hc});
+    gpu().hc_head({ds, dhfn, dhb, dhs, dhpre, 1e-6f, 1e-6f});
+    rel_err(("hc_head" + tag).c_str(), down(dhpre), hpre, 1e-5);
+    return m;
+  }
+
   void expect_same_bytes(const char* what, const HostTensor& got, const HostTensor& want) {
     ASSERT_EQ(got.view().nbytes(), want.view().nbytes()) << what;
     const auto* g = static_cast<const uint8_t*>(got.view().data());
