@@ -94,32 +94,22 @@ if has ckpt; then
     awk '{printf "%.1f", $1 / 1024 * 1.073741824}')}
   python3 - "$work/probe" "${gpu_total:-139}" "${GPU_UTIL:-0.85}" "$reserve_gb" "${HOST_UTIL:-0.8}" "$ngpu" \
     "$max_layers" "$work" >"$work/sizing.txt" <<'PY' || { say "sizing FAILED"; exit 1; }
-import glob, json, os, re, struct, sys
+import os, re, sys
+sys.path.insert(0, "tools")
+from checkpoint_bytes import tensors
 probe, gpu, util, reserve, host_util, ngpu, max_layers, work = sys.argv[1:]
 gpu, util, reserve, host_util, ngpu, max_layers = float(gpu), float(util), float(reserve), float(host_util), int(ngpu), int(max_layers)
-kept = re.compile(r"\.attn\.(wq_a|wq_b|wkv|wo_a|wo_b|indexer\.wq_b)\.(weight|scale)$|\.(experts|shared_experts)\.")
-size = {"F32": 4, "BF16": 2, "F8_E4M3": 1, "F8_E8M0": 1, "I8": 1, "U8": 1, "I64": 8}
 stored = {"rest": 0, "other": [0, 0], "experts": [0, 0]}
 dev = {"rest": 0, "other": [0, 0], "experts": [0, 0]}
-for f in glob.glob(probe + "/*.safetensors"):
-    with open(f, "rb") as fh:
-        h = json.loads(fh.read(struct.unpack("<Q", fh.read(8))[0]))
-    for name, t in h.items():
-        if name == "__metadata__":
-            continue
-        n = 1
-        for d in t["shape"]:
-            n *= d
-        s = n * size[t["dtype"]]
-        d = s if kept.search(name) or t["dtype"] == "I64" else n * 4
-        m = re.match(r"layers\.(\d+)\.", name)
-        if not m:
-            stored["rest"] += s
-            dev["rest"] += d
-            continue
-        part = "experts" if ".ffn.experts." in name else "other"
-        stored[part][int(m.group(1))] += s
-        dev[part][int(m.group(1))] += d
+for name, t, n, s, d in tensors(probe):
+    m = re.match(r"layers\.(\d+)\.", name)
+    if not m:
+        stored["rest"] += s
+        dev["rest"] += d
+        continue
+    part = "experts" if ".ffn.experts." in name else "other"
+    stored[part][int(m.group(1))] += s
+    dev[part][int(m.group(1))] += d
 layer_stored = max(stored["other"][l] + stored["experts"][l] for l in range(2))
 other, experts = max(dev["other"]), max(dev["experts"])
 G = 1e9

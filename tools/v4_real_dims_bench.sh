@@ -69,9 +69,9 @@ fi
 keep_head=1
 case " ${OFFLINE_FLAGS:-} " in *" --weight-format f32 "* | *" --weight-format=f32 "*) keep_head=0 ;; esac
 python3 - "$work/model" "$batches" "$keep_head" >"$work/estimate.txt" <<'PY'
-import glob, json, re, struct, sys
-kept = re.compile(r"\.attn\.(wq_a|wq_b|wkv|wo_a|wo_b|indexer\.wq_b)\.(weight|scale)$|\.(experts|shared_experts)\.")
-size = {"F32": 4, "BF16": 2, "F8_E4M3": 1, "F8_E8M0": 1, "I8": 1, "I64": 8}
+import json, sys
+sys.path.insert(0, "tools")
+from checkpoint_bytes import tensors
 cfg = json.load(open(sys.argv[1] + "/config.json"))
 cfg = cfg.get("text_config", cfg)
 batches = [int(b) for b in sys.argv[2].split()]
@@ -79,30 +79,20 @@ keep_head = sys.argv[3] == "1"  # a bf16 head kept as stored beside the quantize
 head = 0
 dev = dense = experts = flops = 0  # bytes: on the device, read once a step, all routed experts; GEMM FLOPs a token
 n_exp, topk, layers = cfg["n_routed_experts"], cfg["num_experts_per_tok"], cfg["num_hidden_layers"]
-for f in glob.glob(sys.argv[1] + "/*.safetensors"):
-    with open(f, "rb") as fh:
-        h = json.loads(fh.read(struct.unpack("<Q", fh.read(8))[0]))
-    for name, t in h.items():
-        if name == "__metadata__":
-            continue
-        n = 1
-        for d in t["shape"]:
-            n *= d
-        as_stored = kept.search(name) or t["dtype"] == "I64" or (keep_head and name == "head.weight" and t["dtype"] == "BF16")
-        b = n * size[t["dtype"]] if as_stored else n * 4
-        if name == "head.weight":
-            head = b
-        dev += b
-        logical = 0 if ".scale" in name or t["dtype"] == "I64" else n * (2 if t["dtype"] == "I8" else 1)  # MXFP4: 2 a byte
-        if name == "embed.weight":
-            dense += b // t["shape"][0]  # one row a token
-            continue
-        if ".experts." in name:
-            experts += b
-        elif not name.endswith(".tid2eid"):
-            dense += b
-        if len(t["shape"]) == 2 and not name.endswith("_fn") and name != "head.weight":  # head: last token only
-            flops += 2 * logical * (topk / n_exp if ".experts." in name else 1.0)
+for name, t, n, _, b in tensors(sys.argv[1], keep_head):
+    if name == "head.weight":
+        head = b
+    dev += b
+    logical = 0 if ".scale" in name or t["dtype"] == "I64" else n * (2 if t["dtype"] == "I8" else 1)  # MXFP4: 2 a byte
+    if name == "embed.weight":
+        dense += b // t["shape"][0]  # one row a token
+        continue
+    if ".experts." in name:
+        experts += b
+    elif not name.endswith(".tid2eid"):
+        dense += b
+    if len(t["shape"]) == 2 and not name.endswith("_fn") and name != "head.weight":  # head: last token only
+        flops += 2 * logical * (topk / n_exp if ".experts." in name else 1.0)
 head_kind = "bf16" if head == 2 * cfg["vocab_size"] * cfg["hidden_size"] else "f32"
 print(f"[realdims] estimate: weights on the device {dev / 1e9:.2f} GB ({head_kind} head {head / 1e9:.2f} GB); prefill GEMMs "
       f"{flops / 1e9:.2f} GFLOP a token ({flops / 989e12 * 1e6:.3f} us a token at 989 TFLOP/s bf16 dense; + attention)")
@@ -112,7 +102,7 @@ for b in batches:
     touched = n_exp * (1 - (1 - topk / n_exp) ** b)
     read = dense + experts * touched / n_exp
     print(f"[realdims] estimate: decode batch {b}: ~{touched:.0f} of {n_exp} experts a layer, weights read "
-          f"{read / 1e9:.3f} GB a step = {read / 4.8e12 * 1e3:.3f} ms at 4.8 TB/s")
+      f"{read / 1e9:.3f} GB a step = {read / 4.8e12 * 1e3:.3f} ms at 4.8 TB/s")
 PY
 cat "$work/estimate.txt"
 
