@@ -105,9 +105,10 @@ ncu_slice() {
     timeout "${NCU_TIMEOUT:-150}" "$ncu" --clock-control none --kernel-name-base "${NCU_DETAIL_BASE:-function}" \
       --kernel-name "regex:$NCU_DETAIL" --launch-count 2 \
       --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
-      --section WarpStateStats build-gpu/bin/deepinfer bench --device cuda $args >"$OUT/ncu_detail.txt" 2>&1
+      --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis --section InstructionStats \
+      build-gpu/bin/deepinfer bench --device cuda $args >"$OUT/ncu_detail.txt" 2>&1
     note "ncu detail ($NCU_DETAIL): rc=$?"
-    grep -E "^  [a-z_:<>, ]+\(|Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per|Block Limit|Grid Size|Waves Per SM|Warp Cycles Per Issued|Stall|L1/TEX Hit|L2 Hit" \
+    grep -E "^  [a-z_:<>, ]+\(|Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per|Block Limit|Grid Size|Waves Per SM|Warp Cycles Per Issued|Stall|L1/TEX Hit|L2 Hit|Issue Slots Busy|Issued Warp Per|No Eligible|Eligible Warps|Executed Ipc" \
       "$OUT/ncu_detail.txt" | head -80 | tee -a "$summary"
   fi
 }

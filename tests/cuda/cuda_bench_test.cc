@@ -695,6 +695,17 @@ TEST_F(CudaBench, DISABLED_DecodeGemmTimings) {
   unsetenv("DEEPINFER_AB_STREAM_MMA_ONE_ROW_TILES");
 }
 
+// The V4.1 MoE layer at decode batches 64-256 (issue #7: batch 128-256 at >= 60% of the binding ceiling; every expert
+// is used, ~4 rows each at 256), default kernels.
+TEST_F(CudaBench, DISABLED_DecodeMoeLargeBatchTimings) {
+  const std::unique_ptr<V41Moe> moe = v41_moe();
+  for (int64_t t : {64, 128, 256}) {
+    const V41MoeCall call = v41_moe_call(t, 384);
+    report("V4.1 moe_quant mxfp4 E=384 k=6 +fp8 shared T=" + std::to_string(t), time_v41_moe(*moe, call, 8), call.bytes,
+           call.flops);
+  }
+}
+
 // Is the batch-1 MoE bound by address translation? The same V4.1 MoE op (6 of 384 experts + shared, default kernels)
 // with the 16 rotating selections drawn from the first `pool` experts only: from 24 on, the selections' experts
 // (~450 MB at 24) miss the 50 MB L2 either way, so a slowdown from 24 to 384 experts (7.2 GB of weights) is the

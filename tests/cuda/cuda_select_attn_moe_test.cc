@@ -689,6 +689,21 @@ TEST_F(CudaMoeTest, Mxfp4ExpertsStreamAtDecodeShapes) {
   }
 }
 
+// Decode batches over many experts (T = 16 / 64 tokens x 6 of 64 experts: 96 / 384 slots, a mean of 2 / 6 rows per
+// used expert): from kGroupedFullPassSlots slots the streaming kernel stages 8 rows a pass whatever the mean, so the
+// experts above it (up to ~14 rows at T = 64) take one or two passes with partly empty stages. 8e-3 as above.
+TEST_F(CudaMoeTest, Mxfp4ExpertsStreamAtLargeDecodeBatches) {
+  const int64_t d = 1024, inter = 256, e = 64, k = 6;
+  const std::unique_ptr<QuantMoe> q = quant_moe(d, inter, e);
+  for (int64_t t : {16, 64}) {
+    HostTensor x = rand({t, d}), weights = rand({t, k}, 0.05f, 1.0f), idx = distinct_indices(t, k, e);
+    for (bool before : {false, true})
+      expect_moe_quant_matches_cpu(std::string("moe_quant streaming 8-row passes") + (before ? " before_w2" : "") +
+                                       " E=64 T=" + std::to_string(t),
+                                   *q, x, weights, idx, before, 8e-3);
+  }
+}
+
 // The tiny V4 model's MoE (hidden 128, inter 32: the down projection's K is one MXFP4 block; 8 MXFP4 experts, top
 // 6, FP8 shared expert with one partial 128x128 scale block) as the engine's kept-quantized path runs it: one token
 // takes the fp32 kernels (exact products: 1e-5), more tokens round x and h to bf16 (8e-3 as the other MoE tests).

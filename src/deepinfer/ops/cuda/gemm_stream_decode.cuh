@@ -53,8 +53,11 @@ struct ScaleMul {
     two = static_cast<int>(e) - 127 + kBias > 127;
     m = bf16x2_splat_pow2(two ? static_cast<int>(e) - 127 : static_cast<int>(e) - 127 + kBias);
   }
+  // kMaybeTwo = false: the caller knows `two` is false (the streaming kernel votes per step: the predicated second
+  // multiply still took an issue slot per pair, ~1 in 6 of the decode's instructions); the same bits either way.
+  template <bool kMaybeTwo = true>
   __device__ __forceinline__ uint32_t apply(uint32_t w) const {
-    if (two) w = bf16x2_mul(w, bf16x2_splat_pow2(kBias));
+    if (kMaybeTwo && two) w = bf16x2_mul(w, bf16x2_splat_pow2(kBias));
     return bf16x2_mul(w, m);
   }
 };
@@ -87,17 +90,17 @@ __device__ __forceinline__ const uint8_t* scale_row(const GemmKernelParams& p, c
 }
 
 // Mma mi's weight fragment pairs P / Q of one 16-byte chunk q with its scale applied (exact bf16).
-template <QuantFormat F>
+template <QuantFormat F, bool kMaybeTwo = true>
 __device__ __forceinline__ void weight_pairs(const uint4& q, const FormatScale<F>& sc, int mi, uint32_t& wp,
                                              uint32_t& wq) {
   const uint32_t w[4] = {q.x, q.y, q.z, q.w};
   if constexpr (F == QuantFormat::kMXFP4) {
     const int j = mi >> 1, i = 2 * (mi & 1);
-    wp = sc.apply(fp4_pair(w[j], i));
-    wq = sc.apply(fp4_pair(w[j], i + 1));
+    wp = sc.template apply<kMaybeTwo>(fp4_pair(w[j], i));
+    wq = sc.template apply<kMaybeTwo>(fp4_pair(w[j], i + 1));
   } else {
-    wp = sc.apply(fp8_pair(w[mi], 0));
-    wq = sc.apply(fp8_pair(w[mi], 1));
+    wp = sc.template apply<kMaybeTwo>(fp8_pair(w[mi], 0));
+    wq = sc.template apply<kMaybeTwo>(fp8_pair(w[mi], 1));
   }
 }
 

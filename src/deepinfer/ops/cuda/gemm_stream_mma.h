@@ -12,6 +12,10 @@ namespace deepinfer::cuda {
 // -> 14.0 ms with 8 instead of 4; docs/PERF.md.
 constexpr int64_t kGemmStreamMmaMaxRows = 8;
 
+// Grouped calls of at least this many rows (token x expert slots: decode batches from ~11 tokens at top-6) stage 8
+// activation rows a pass whatever the mean rows per group, so groups above the mean stream their weights once.
+constexpr int64_t kGroupedFullPassSlots = 64;
+
 // C = A · dequant(B)ᵀ for `rows` rows per group (1..8 in one pass; more rows loop over the weights again) through
 // mma.sync with tiles of 8 or 16 weight rows as one operand and up to 8 activation rows as the other. Weights stream
 // from HBM once, decoded in registers to bf16 with their UE8M0 scale applied exactly; A is rounded to bf16 (the

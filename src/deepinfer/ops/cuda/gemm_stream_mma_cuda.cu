@@ -168,20 +168,31 @@ __global__ void __launch_bounds__(32 * kSmWarps, 2)
 #pragma unroll
           for (int h = 0; h < kRows; ++h) sc[h].set(d.e[h]);
           const uint2* xrow = xs + st * (kMi * R * 4) + lane;
+          const auto mmas = [&]<bool kMaybeTwo>() {
 #pragma unroll
-          for (int mi = 0; mi < kMi; ++mi) {
-            uint32_t wp[kRows], wq[kRows];  // the P / Q fragment pairs of each row
+            for (int mi = 0; mi < kMi; ++mi) {
+              uint32_t wp[kRows], wq[kRows];  // the P / Q fragment pairs of each row
 #pragma unroll
-            for (int h = 0; h < kRows; ++h) weight_pairs<F>(d.q[h], sc[h], mi, wp[h], wq[h]);
-            const uint2 x = g < R ? xrow[mi * R * 4] : make_uint2(0, 0);
-            if constexpr (W16) {
-              const uint32_t a[4] = {wp[0], wp[kRows - 1], wq[0], wq[kRows - 1]};
-              mma_bf16(acc[mi % kAcc], a, x.x, x.y);
-            } else {
-              const uint32_t a[4] = {x.x, 0u, x.y, 0u};
-              mma_bf16(acc[mi % kAcc], a, wp[0], wq[0]);
+              for (int h = 0; h < kRows; ++h) weight_pairs<F, kMaybeTwo>(d.q[h], sc[h], mi, wp[h], wq[h]);
+              const uint2 x = g < R ? xrow[mi * R * 4] : make_uint2(0, 0);
+              if constexpr (W16) {
+                const uint32_t a[4] = {wp[0], wp[kRows - 1], wq[0], wq[kRows - 1]};
+                mma_bf16(acc[mi % kAcc], a, x.x, x.y);
+              } else {
+                const uint32_t a[4] = {x.x, 0u, x.y, 0u};
+                mma_bf16(acc[mi % kAcc], a, wp[0], wq[0]);
+              }
             }
-          }
+          };
+          // A scale past bf16's range for one multiply (2^129 and up: no realistic weight) takes the two-multiply
+          // decode for the whole warp's step; the common step has no predicated second multiply per pair.
+          bool two = false;
+#pragma unroll
+          for (int h = 0; h < kRows; ++h) two |= sc[h].two;
+          if (__any_sync(0xffffffffu, two))
+            mmas.template operator()<true>();
+          else
+            mmas.template operator()<false>();
           load(st + kPrefetch, d);  // after the math: the registers are free again, kPrefetch - 1 steps still in flight
         }
       }
@@ -281,7 +292,12 @@ template <QuantFormat F, int R>
 void launch(const GemmKernelParams& p, int64_t slots, int lbn, int lbk, cudaStream_t stream) {
   const int force = ab_w16();
   const bool w16 = force >= 0 ? force == 1 : ceil_div(p.n, 16) * slots >= kW16MinTiles;
-  if (w16)
+  // The caller's bf16 copy of A when it made one (the MoE layer from ~3 rows an expert): the same staged bits as
+  // rounding the f32 rows here, half the bytes (V4.1 MoE layer T = 256: 3.67 vs 3.88 ms, H200, session 16).
+  const bool a16 = p.a_bf16 && p.lda % 8 == 0 && reinterpret_cast<uintptr_t>(p.a_bf16) % 16 == 0;
+  if (w16 && a16)
+    launch_shape<F, R, true, 4, true>(p, slots, lbn, lbk, stream);
+  else if (w16)
     launch_shape<F, R, true>(p, slots, lbn, lbk, stream);
   else
     launch_shape<F, R, false>(p, slots, lbn, lbk, stream);
@@ -317,6 +333,11 @@ bool dispatch(const GemmKernelParams& p, int64_t rows, int lbn, int lbk, cudaStr
   const int64_t kpad = ceil_div(p.k / kChunkK<F>, 4) * 4 * kChunkK<F>;
   int r = 8;
   while (r > 1 && r / 2 >= rows) r /= 2;  // the smallest of 1, 2, 4, 8 covering rows
+  // Grouped calls of many slots (decode batches from ~10 tokens): 8 rows a pass whatever the mean, so the experts
+  // above the mean (Poisson-spread routing) stream their weights once instead of two or three times; the mma count
+  // per weight is the same for 1-8 rows (the n8 operand). H200, session 16: V4-Flash slice decode b64 / b128
+  // 7.86 / 8.82 -> 6.17 / 7.28 ms; V4.1 MoE layer T = 64 / 128 / 256: 3.53 / 4.22 / 4.45 -> 3.25 / 3.66 / 3.88 ms.
+  if (p.group_offsets && !invariant_kw && p.m >= kGroupedFullPassSlots) r = 8;
   const int64_t stage = ab_stage_bytes();
   while (r > 1 && 2 * kpad * r > stage) r /= 2;  // more rows than fit: passes
   if (2 * kpad * r > stage) return false;
