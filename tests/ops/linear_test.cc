@@ -5,6 +5,7 @@
 #include <cstring>
 #include <random>
 
+#include "bf16_gemm_emulation_backend.h"
 #include "deepinfer/core/dtype.h"
 #include "op_test_util.h"
 
@@ -58,7 +59,14 @@ TEST(LinearQuantOp, SplitInIsTheExactF32ProductOnTheCpu) {
   EXPECT_EQ(std::memcmp(y_split.data<float>(), y_f32.data<float>(), sizeof(float) * m * n), 0);
   EXPECT_EQ(std::memcmp(y_one.data<float>(), y_f32.data<float>(), sizeof(float) * m * n), 0);
 
-  double worst_f32 = 0, worst_split = 0;  // error / Σ|x·w| per output
+  // The CPU emulation of the CUDA rounding (tests/bf16_gemm_emulation_backend.h) sums the two terms in fp32.
+  testing::Bf16GemmEmulationBackend emu(make_cpu_backend(2));
+  HostTensor y_emu(DType::kF32, {m, n});
+  QuantLinearParams pe = p;
+  pe.out = y_emu.view();
+  emu.linear_quant(pe);
+
+  double worst_f32 = 0, worst_split = 0, worst_emu = 0;  // error / Σ|x·w| per output
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < n; ++j) {
       double ref = 0, mag = 0, split = 0;
@@ -72,9 +80,13 @@ TEST(LinearQuantOp, SplitInIsTheExactF32ProductOnTheCpu) {
       }
       worst_f32 = std::max(worst_f32, std::fabs(y_split.data<float>()[i * n + j] - ref) / mag);
       worst_split = std::max(worst_split, std::fabs(split - ref) / mag);
+      worst_emu = std::max(worst_emu, std::fabs(y_emu.data<float>()[i * n + j] - ref) / mag);
     }
-  EXPECT_LE(worst_f32, double(k) * std::ldexp(1.0, -24));
+  const double summation = double(k + 1) * std::ldexp(1.0, -24);  // two fp32 sums, one add: within γ_(K+1)
+  EXPECT_LE(worst_f32, summation);
   EXPECT_LE(worst_split, std::ldexp(1.0, -16));
+  EXPECT_LE(worst_emu, std::ldexp(1.0, -16) + summation);
+  EXPECT_NE(std::memcmp(y_emu.data<float>(), y_f32.data<float>(), sizeof(float) * m * n), 0);  // lo is rounded
   // Elementwise over many magnitudes (bf16 keeps f32's exponent range, so no term under- or overflows here).
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> mant(-2.0f, 2.0f);
