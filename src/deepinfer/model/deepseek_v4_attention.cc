@@ -23,9 +23,9 @@ OwnedTensor linear(Backend& b, TensorMemory& mem, const Tensor& x, const KeptMat
 
 // Rows from which a compressor projection with a bf16 copy (V4AttentionWeights::comp_wkv_bf16 ...) runs on bf16
 // tensor cores with split activations (linear_quant's split_in: ~2^-16 relative, not f32's exact products). Below,
-// the f32 weight as before: decode's 1-64 rows stream the weight, where the f32 copy's bytes are the cost and a
-// tensor-core GEMM gains nothing, and a short chunk keeps decode's numerics. Not measured: a round number above the
-// batched decode's rows.
+// the f32 weight as before: a decode token or a short chunk (speculative verification, a prompt's tail) is a few
+// rows that stream the weight, where tensor cores gain little, and keeps today's numerics (the batched decode does
+// not come here: it projects with the f32 weights itself). Not measured: a round number past decode's 1-64 rows.
 constexpr int64_t kSplitBf16MinRows = 128;
 
 // x·wᵀ for a compressor projection: f32 w, or its bf16 copy (when kept) for many rows.
