@@ -2,7 +2,8 @@
 // or other non-f32 weights), to tell rounding apart from bugs: the CUDA path takes exact fp32 products for few rows
 // (<= 4 rows, or < 3 routed rows per used expert on average in a block format: the weight-streaming kernel) and,
 // for more, rounds both the input and the dequantized weight to bf16 (RNE) before fp32 accumulation (tensor-core
-// tiles / cuBLASLt on a bf16 weight copy); a bf16 weight (kFloat) takes cuBLASLt bf16 at any row count. Here the same
+// tiles / cuBLASLt on a bf16 weight copy); a bf16 weight (kFloat) takes cuBLASLt bf16 at any row count, with split_in
+// (the V4 compressors in prefill) as two bf16 terms hi = bf16(x), lo = bf16(x − hi) summed in fp32. Here the same
 // values are rounded and the products summed in fp32 on the CPU, so the two differ in summation order only. Every
 // other op forwards to the inner backend. Host memory only (non-batch-invariant mode).
 #pragma once
@@ -33,6 +34,17 @@ class Bf16GemmEmulationBackend final : public ForwardingBackend {
     // A bf16 weight (the V4 output head beside kept block formats) goes through cuBLASLt bf16 at any row count.
     const bool bf16_weight = p.weight.format == QuantFormat::kFloat && p.weight.weight.dtype() == DType::kBF16;
     if (m <= kExactRows && !bf16_weight) return inner_->linear({p.in, w.view(), p.out});
+    if (p.split_in) {
+      HostTensor hi = rounded(p.in), lo(DType::kF32, p.in.shape()), part(DType::kF32, p.out.shape());
+      for (int64_t i = 0; i < lo.numel(); ++i) {
+        const float h = hi.data<float>()[i];
+        lo.data<float>()[i] = std::isfinite(h) ? round_bf16(p.in.data_as<float>()[i] - h) : 0.0f;
+      }
+      inner_->linear({hi.view(), w.view(), p.out});
+      inner_->linear({lo.view(), w.view(), part.view()});
+      for (int64_t i = 0; i < part.numel(); ++i) p.out.data_as<float>()[i] += part.data<float>()[i];
+      return;
+    }
     HostTensor in = rounded(p.in);
     round_in_place(w);
     inner_->linear({in.view(), w.view(), p.out});

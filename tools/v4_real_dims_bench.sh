@@ -71,7 +71,7 @@ case " ${OFFLINE_FLAGS:-} " in *" --weight-format f32 "* | *" --weight-format=f3
 python3 - "$work/model" "$batches" "$keep_head" >"$work/estimate.txt" <<'PY'
 import json, sys
 sys.path.insert(0, "tools")
-from checkpoint_bytes import tensors
+from checkpoint_bytes import bf16_copy_bytes, tensors
 cfg = json.load(open(sys.argv[1] + "/config.json"))
 cfg = cfg.get("text_config", cfg)
 batches = [int(b) for b in sys.argv[2].split()]
@@ -90,7 +90,7 @@ for name, t, n, _, b in tensors(sys.argv[1], keep_head):
     if ".experts." in name:
         experts += b
     elif not name.endswith(".tid2eid"):
-        dense += b
+        dense += b - bf16_copy_bytes(name, t, n, keep_head)  # a decode step reads the compressors' f32 copies
     if len(t["shape"]) == 2 and not name.endswith("_fn") and name != "head.weight":  # head: last token only
         flops += 2 * logical * (topk / n_exp if ".experts." in name else 1.0)
 head_kind = "bf16" if head == 2 * cfg["vocab_size"] * cfg["hidden_size"] else "f32"

@@ -8,7 +8,9 @@
 // must match the emulation to 1e-3 of the row's largest logit (summation order, and an input that rounds to the
 // other bf16 neighbour) and the f32 reference within twice the emulation's own distance from it. A prefill's
 // many-row GEMMs round their inputs to bf16 too (as V3's FP8 path: tests/cuda/cuda_v3_fp8_test.cc), so there only a
-// gross bound (0.5 of the row's largest logit: a wrong code, scale or row is O(1) or NaN) is asserted.
+// gross bound (0.5 of the row's largest logit: a wrong code, scale or row is O(1) or NaN) is asserted — also for a
+// prompt of 160 rows, whose compressor projections read their bf16 copies on the device with the activations split
+// in two bf16 terms (linear_quant's split_in; its accuracy: tests/cuda/cuda_split_linear_test.cc).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -95,6 +97,25 @@ TEST(CudaV4Quant, KeptWeightsMatchTheF32ReferenceTokenByToken) {
     EXPECT_LE(f32_err, 1e-4);
     EXPECT_LE(pre, 0.5);
     EXPECT_LT(kept->weight_bytes(), 0.6 * gpu_f32->weight_bytes());
+
+    int compressors = 0;
+    for (const V4LayerWeights& lw : kept->weights().layers)
+      if (lw.attn.comp_wkv_bf16.view().data() != nullptr) {
+        ++compressors;
+        EXPECT_EQ(lw.attn.comp_wkv_bf16.dtype(), DType::kBF16);
+        EXPECT_EQ(lw.attn.comp_wkv_bf16.device().kind, DeviceKind::kCUDA);
+      }
+    EXPECT_GT(compressors, 0);
+    std::vector<int64_t> long_ids;
+    for (int i = 0; i < 160; ++i) long_ids.push_back((i * 37 + 11) % v);
+    auto lk = kept->new_sequence(), lr = ref->new_sequence();
+    const HostTensor long_k = kept->forward(lk, long_ids), long_r = ref->forward(lr, long_ids);
+    const double long_pre = testing::worst_row_rel(long_k, long_r, v);
+    std::printf(
+        "[cuda-v4-quant %s] prefill of 160 rows (compressors on bf16 copies, split_in) vs CPU f32: worst row "
+        "rel %.3g\n",
+        family, long_pre);
+    EXPECT_LE(long_pre, 0.5);
   }
 }
 

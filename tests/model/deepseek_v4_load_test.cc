@@ -12,6 +12,7 @@
 #include "deepinfer/io/safetensors.h"
 #include "deepinfer/model/deepseek_v4.h"
 #include "deepinfer/model/random_checkpoint.h"
+#include "forwarding_backend.h"
 #include "random_checkpoint_util.h"
 #include "test_util.h"
 #include "v4_paged_decode.h"
@@ -26,6 +27,17 @@ void expect_same_bytes(const char* what, const HostTensor& got, const HostTensor
   ASSERT_EQ(got.shape(), want.shape()) << what;
   EXPECT_EQ(std::memcmp(got.view().data(), want.view().data(), static_cast<size_t>(want.view().nbytes())), 0) << what;
 }
+
+// The CPU reference counting linear_quant calls with split_in (the compressors' bf16 path).
+class SplitInCounter : public testing::ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  void linear_quant(const QuantLinearParams& p) override {
+    split_in_calls += p.split_in;
+    inner_->linear_quant(p);
+  }
+  int split_in_calls = 0;
+};
 
 TEST(DeepseekV4Load, QuantizedV41CheckpointRunsAndChunksConsistently) {
   testing::TempDir tmp;
@@ -72,10 +84,11 @@ TEST(DeepseekV4Load, KeptQuantizedWeightsGiveTheF32LogitsBitForBit) {
     cfg["quantization_config"] = testing::v4_quantization_config(block);
     const std::string ckpt_dir = testing::write_random_checkpoint_of(tmp, cfg, 3);
     auto backend = make_cpu_backend(0);
+    SplitInCounter counted(make_cpu_backend(0));
     const nlohmann::json& text = cfg.contains("text_config") ? cfg["text_config"] : cfg;
     std::vector<int64_t> token_map(text["vocab_size"].get<int64_t>());
     for (size_t i = 0; i < token_map.size(); ++i) token_map[i] = static_cast<int64_t>(i % 256);
-    auto kept = DeepseekV4Model::load(ckpt_dir, *backend, token_map, true);
+    auto kept = DeepseekV4Model::load(ckpt_dir, counted, token_map, true);
     auto f32 = DeepseekV4Model::load(ckpt_dir, *backend, token_map, false);
     const V4LayerWeights& lw = kept->weights().layers[0];
     EXPECT_TRUE(lw.attn.wq_a.quantized() && lw.attn.wq_b.quantized() && lw.attn.wkv.quantized() &&
@@ -105,6 +118,30 @@ TEST(DeepseekV4Load, KeptQuantizedWeightsGiveTheF32LogitsBitForBit) {
       const std::span<const int64_t> one(&tok, 1);
       expect_same_bytes("decode", kept->forward(sk, one), f32->forward(sf, one));
     }
+    // The compressor projections keep their stored bf16 values beside the f32 ones, and a prompt of at least 128
+    // rows reads them through linear_quant's split_in (deepseek_v4_attention.cc): exact on the CPU reference. The
+    // 37-row prefill and the decode steps above keep the f32 weights.
+    EXPECT_EQ(counted.split_in_calls, 0);
+    int compressors = 0;
+    for (size_t l = 0; l < kept->weights().layers.size(); ++l) {
+      const V4AttentionWeights& ka = kept->weights().layers[l].attn;
+      const V4AttentionWeights& fa = f32->weights().layers[l].attn;
+      EXPECT_EQ(ka.comp_wkv_bf16.view().data() != nullptr, ka.comp_wkv.view().data() != nullptr) << "layer " << l;
+      EXPECT_EQ(ka.idx_comp_wgate_bf16.view().data() != nullptr, ka.idx_comp_wgate.view().data() != nullptr);
+      EXPECT_EQ(fa.comp_wkv_bf16.view().data(), nullptr);
+      if (ka.comp_wkv_bf16.view().data() != nullptr) {
+        ++compressors;
+        EXPECT_EQ(ka.comp_wkv_bf16.dtype(), DType::kBF16);
+        EXPECT_EQ(ka.comp_wkv_bf16.shape(), ka.comp_wkv.shape());
+      }
+    }
+    EXPECT_GT(compressors, 0);
+    std::vector<int64_t> long_ids;
+    for (int i = 0; i < 160; ++i) long_ids.push_back((i * 53 + 7) % 512);
+    auto lk = kept->new_sequence(), lf = f32->new_sequence();
+    expect_same_bytes("prefill of 160", kept->forward(lk, long_ids), f32->forward(lf, long_ids));
+    EXPECT_GT(counted.split_in_calls, 0);
+
     const std::vector<testing::Spec> specs = testing::make_specs(*f32, {19, 40, 7}, 4);
     const auto paged_kept = testing::paged_decode(*kept, specs, false, true);
     const auto paged_f32 = testing::paged_decode(*f32, specs, false, true);

@@ -1,6 +1,11 @@
 // Linear family: dequantization formats, GEMM, embedding — against naive double-precision references.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "bf16_gemm_emulation_backend.h"
 #include "deepinfer/core/dtype.h"
 #include "op_test_util.h"
 
@@ -28,6 +33,73 @@ TEST(LinearOp, RejectsMismatchedShapes) {
   auto backend = make_cpu_backend(1);
   HostTensor x = random_tensor({2, 8}, 1), w = random_tensor({3, 9}, 2), y(DType::kF32, {2, 3});
   EXPECT_THROW(backend->linear({x.view(), w.view(), y.view()}), Error);
+}
+
+// linear_quant with split_in (a bf16 weight, f32 activations): the CPU reference computes the exact f32 product,
+// the same bits as linear() over the widened weight with or without the flag (the kept-weight V4 model relies on
+// it), within fp32 summation of a double-precision reference: |y − ref| <= K·2^-24·Σ_k |x_k·w_k| (the γ_K bound).
+// The two-term split CUDA computes is checked here on the host as the bound its test states: hi = bf16(x),
+// lo = bf16(x − hi) leave |x − hi − lo| <= 2^-16·|x| (values over many magnitudes), so the product of the two
+// terms is within 2^-16·Σ_k |x_k·w_k| of the exact one (in double, no summation error).
+TEST(LinearQuantOp, SplitInIsTheExactF32ProductOnTheCpu) {
+  auto backend = make_cpu_backend(2);
+  const int64_t m = 150, k = 300, n = 70;
+  HostTensor x = random_tensor({m, k}, 3, 1e-3f, 4.0f), wf = random_tensor({n, k}, 4);
+  HostTensor w(DType::kBF16, {n, k});
+  for (int64_t i = 0; i < wf.numel(); ++i) {
+    w.data<uint16_t>()[i] = f32_to_bf16(wf.data<float>()[i]);
+    wf.data<float>()[i] = bf16_to_f32(w.data<uint16_t>()[i]);  // the widened weight, exact
+  }
+  HostTensor y_split(DType::kF32, {m, n}), y_one(DType::kF32, {m, n}), y_f32(DType::kF32, {m, n});
+  QuantLinearParams p{x.view(), QuantMatrix{w.view(), Tensor{}, QuantFormat::kFloat}, y_split.view()};
+  p.split_in = true;
+  backend->linear_quant(p);
+  backend->linear_quant({x.view(), QuantMatrix{w.view(), Tensor{}, QuantFormat::kFloat}, y_one.view()});
+  backend->linear({x.view(), wf.view(), y_f32.view()});
+  EXPECT_EQ(std::memcmp(y_split.data<float>(), y_f32.data<float>(), sizeof(float) * m * n), 0);
+  EXPECT_EQ(std::memcmp(y_one.data<float>(), y_f32.data<float>(), sizeof(float) * m * n), 0);
+
+  // The CPU emulation of the CUDA rounding (tests/bf16_gemm_emulation_backend.h) sums the two terms in fp32.
+  testing::Bf16GemmEmulationBackend emu(make_cpu_backend(2));
+  HostTensor y_emu(DType::kF32, {m, n});
+  QuantLinearParams pe = p;
+  pe.out = y_emu.view();
+  emu.linear_quant(pe);
+
+  double worst_f32 = 0, worst_split = 0, worst_emu = 0;  // error / Σ|x·w| per output
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double ref = 0, mag = 0, split = 0;
+      for (int64_t q = 0; q < k; ++q) {
+        const float xv = x.data<float>()[i * k + q];
+        const double wv = wf.data<float>()[j * k + q];
+        const float hi = round_bf16(xv), lo = round_bf16(xv - hi);
+        ref += double(xv) * wv;
+        mag += std::fabs(double(xv) * wv);
+        split += (double(hi) + double(lo)) * wv;
+      }
+      worst_f32 = std::max(worst_f32, std::fabs(y_split.data<float>()[i * n + j] - ref) / mag);
+      worst_split = std::max(worst_split, std::fabs(split - ref) / mag);
+      worst_emu = std::max(worst_emu, std::fabs(y_emu.data<float>()[i * n + j] - ref) / mag);
+    }
+  const double summation = double(k + 1) * std::ldexp(1.0, -24);  // two fp32 sums, one add: within γ_(K+1)
+  EXPECT_LE(worst_f32, summation);
+  EXPECT_LE(worst_split, std::ldexp(1.0, -16));
+  EXPECT_LE(worst_emu, std::ldexp(1.0, -16) + summation);
+  EXPECT_NE(std::memcmp(y_emu.data<float>(), y_f32.data<float>(), sizeof(float) * m * n), 0);  // lo is rounded
+  // Elementwise over many magnitudes (bf16 keeps f32's exponent range, so no term under- or overflows here).
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> mant(-2.0f, 2.0f);
+  std::uniform_int_distribution<int> expo(-100, 100);
+  for (int i = 0; i < 100000; ++i) {
+    const float xv = std::ldexp(mant(rng), expo(rng)), hi = round_bf16(xv), lo = round_bf16(xv - hi);
+    ASSERT_EQ(xv - hi, double(xv) - double(hi)) << xv;  // the residual is exact in f32
+    ASSERT_LE(std::fabs(double(xv) - hi - lo), std::ldexp(std::fabs(double(xv)), -16)) << xv;
+  }
+
+  HostTensor w32 = random_tensor({n, k}, 6);
+  p.weight = QuantMatrix{w32.view(), Tensor{}, QuantFormat::kFloat};
+  EXPECT_THROW(backend->linear_quant(p), Error);  // split_in needs a bf16 weight
 }
 
 TEST(DequantizeOp, Fp8BlockWithE8M0Scales) {

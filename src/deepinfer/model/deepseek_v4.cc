@@ -114,6 +114,7 @@ void DeepseekV4Model::upload_weights() {
                            &a.idx_wk,         &a.idx_k_norm,     &lw.gate,        &lw.gate_bias,
                            &lw.tid2eid,       &lw.engram.table,  &lw.engram.wkv,  &lw.engram.gate_weight})
       up(*t);
+    for (OwnedTensor* t : {&a.comp_wkv_bf16, &a.comp_wgate_bf16, &a.idx_comp_wkv_bf16, &a.idx_comp_wgate_bf16}) up(*t);
     for (KeptMatrix* m : {&a.wq_a, &a.wq_b, &a.wkv, &a.wo_a, &a.wo_b, &a.idx_wq_b}) upload_kept(memory_, *m);
     if (lw.quant_experts) {
       // quant_storage holds w1, w3, w2 of every routed expert, then the shared one (load_v4_weights).

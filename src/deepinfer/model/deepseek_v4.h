@@ -287,8 +287,10 @@ class DeepseekV4Model {
   void decode_layer_head(const DecodeBatch& d, int layer, const Tensor& carried_pre) const;
   void decode_middle(DecodeBatch& d, int layer) const;
   // w·x for the chunk's rows [drop, total) in chunk order, [total − drop, out]: under CP each rank projects its own
-  // rows and they are all-gathered (compressor groups pool rows of several ranks).
-  OwnedTensor chunk_rows(const Chunk& c, const OwnedTensor& x, const OwnedTensor& w, int64_t drop) const;
+  // rows and they are all-gathered (compressor groups pool rows of several ranks). w_bf16: w's bf16 copy when kept
+  // (empty otherwise), which many rows read instead (compressor_linear in deepseek_v4_attention.cc).
+  OwnedTensor chunk_rows(const Chunk& c, const OwnedTensor& x, const OwnedTensor& w, const OwnedTensor& w_bf16,
+                         int64_t drop) const;
   // Paged or slot-owned storage of a kv-source layer's entries (or indexer keys): append groups from `first`,
   // and all of them as one [n_entries, width] view (`hold` keeps a gathered copy alive).
   void store_rows(V4SequenceState& seq, int layer, bool keys, int64_t first, const Tensor& rows) const;

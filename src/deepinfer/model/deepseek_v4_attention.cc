@@ -21,6 +21,27 @@ OwnedTensor linear(Backend& b, TensorMemory& mem, const Tensor& x, const KeptMat
   return kept_project(b, mem, x, w);
 }
 
+// Rows from which a compressor projection with a bf16 copy (V4AttentionWeights::comp_wkv_bf16 ...) runs on bf16
+// tensor cores with split activations (linear_quant's split_in: ~2^-16 relative, not f32's exact products). Below,
+// the f32 weight as before: a decode token or a short chunk (speculative verification, a prompt's tail) is a few
+// rows that stream the weight, where tensor cores gain little, and keeps today's numerics (the batched decode does
+// not come here: it projects with the f32 weights itself). Not measured: a round number past decode's 1-64 rows.
+constexpr int64_t kSplitBf16MinRows = 128;
+
+// x·wᵀ for a compressor projection: f32 w, or its bf16 copy (when kept) for many rows.
+OwnedTensor compressor_linear(Backend& b, TensorMemory& mem, const Tensor& x, const OwnedTensor& w,
+                              const OwnedTensor& w_bf16) {
+  if (w_bf16.view().data() == nullptr || x.dim(0) < kSplitBf16MinRows) return linear(b, mem, x, w);
+  OwnedTensor out = mem.empty(DType::kF32, {x.dim(0), w.shape()[0]});  // the linear writes all of it
+  QuantLinearParams p;
+  p.in = x;
+  p.weight = QuantMatrix{w_bf16.view(), Tensor{}, QuantFormat::kFloat};
+  p.out = out.view();
+  p.split_in = true;
+  b.linear_quant(p);
+  return out;
+}
+
 // A norm weight, or none when the checkpoint has none.
 Tensor optional(const OwnedTensor& w) { return w.view().data() != nullptr ? w.view() : Tensor{}; }
 
@@ -83,10 +104,10 @@ Tensor DeepseekV4Model::rows_view(const V4SequenceState& seq, int layer, bool ke
 }
 
 OwnedTensor DeepseekV4Model::chunk_rows(const Chunk& c, const OwnedTensor& x, const OwnedTensor& w,
-                                        int64_t drop) const {
+                                        const OwnedTensor& w_bf16, int64_t drop) const {
   TensorMemory& mem = memory();
-  if (!c.cp) return linear(backend_, mem, x.view().slice(drop, c.total), w);
-  OwnedTensor mine = linear(backend_, mem, x.view(), w);
+  if (!c.cp) return compressor_linear(backend_, mem, x.view().slice(drop, c.total), w, w_bf16);
+  OwnedTensor mine = compressor_linear(backend_, mem, x.view(), w, w_bf16);
   OwnedTensor all = mem.zeros(DType::kF32, {c.total, w.shape()[0]});
   c.cp->all_gather_rows(mem, mine.view(), all.view());
   return drop == 0 ? all : mem.clone(all.view().slice(drop, c.total));
@@ -100,6 +121,8 @@ void DeepseekV4Model::v4_compress(const Chunk& c, int layer, const OwnedTensor& 
   const auto& a = w_.layers[layer].attn;
   const OwnedTensor& wkv = indexer ? a.idx_comp_wkv : a.comp_wkv;
   const OwnedTensor& wgate = indexer ? a.idx_comp_wgate : a.comp_wgate;
+  const OwnedTensor& wkv_bf16 = indexer ? a.idx_comp_wkv_bf16 : a.comp_wkv_bf16;
+  const OwnedTensor& wgate_bf16 = indexer ? a.idx_comp_wgate_bf16 : a.comp_wgate_bf16;
   const OwnedTensor& ape = indexer ? a.idx_comp_ape : a.comp_ape;
   CompressorState& cs = indexer ? st.index_compressor : st.compressor;
   const int r = config_.layers[layer].compress_ratio;
@@ -109,7 +132,8 @@ void DeepseekV4Model::v4_compress(const Chunk& c, int layer, const OwnedTensor& 
   if (drop == c.total) return;
   const int64_t T = c.total - drop, p0 = c.p0 + drop;
 
-  OwnedTensor kv = chunk_rows(c, x_all, wkv, drop), gate = chunk_rows(c, x_all, wgate, drop);  // [T, width]
+  OwnedTensor kv = chunk_rows(c, x_all, wkv, wkv_bf16, drop);  // [T, width]
+  OwnedTensor gate = chunk_rows(c, x_all, wgate, wgate_bf16, drop);
   // Learned position biases join the gate by slot (position mod r); groups start at multiples of r.
   std::vector<int64_t> slot(T);
   for (int64_t t = 0; t < T; ++t) slot[t] = (p0 + t) % r;
@@ -188,8 +212,8 @@ void DeepseekV4Model::v41_compress(const Chunk& c, int layer, const OwnedTensor&
   const int r = config_.layers[layer].compress_ratio;
   const int64_t drop = replayed_rows(c.p0, c.total, seq.layers[layer].compressor, r);
   if (drop == c.total) return;
-  const OwnedTensor kv = chunk_rows(c, x_all, a.comp_wkv, drop);
-  const OwnedTensor gate = r == 1 ? OwnedTensor{} : chunk_rows(c, x_all, a.comp_wgate, drop);
+  const OwnedTensor kv = chunk_rows(c, x_all, a.comp_wkv, a.comp_wkv_bf16, drop);
+  const OwnedTensor gate = r == 1 ? OwnedTensor{} : chunk_rows(c, x_all, a.comp_wgate, a.comp_wgate_bf16, drop);
   v41_compress_rows(layer, kv.view(), gate.view(), seq);
 }
 

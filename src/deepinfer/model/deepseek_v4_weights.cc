@@ -26,6 +26,8 @@ int64_t block_bytes(const V4LayerWeights& lw) {
                                &a.idx_wk,         &a.idx_k_norm,     &lw.gate,        &lw.gate_bias,
                                &lw.tid2eid,       &lw.engram.table,  &lw.engram.wkv,  &lw.engram.gate_weight})
     b += owned_bytes(*t);
+  for (const OwnedTensor* t : {&a.comp_wkv_bf16, &a.comp_wgate_bf16, &a.idx_comp_wkv_bf16, &a.idx_comp_wgate_bf16})
+    b += owned_bytes(*t);
   for (const KeptMatrix* m : {&a.wq_a, &a.wq_b, &a.wkv, &a.wo_a, &a.wo_b, &a.idx_wq_b}) b += m->bytes();
   for (const OwnedTensor& t : lw.expert_storage) b += owned_bytes(t);
   for (const KeptMatrix& m : lw.quant_storage) b += m.bytes();
@@ -222,10 +224,25 @@ V4Weights load_v4_weights(const ModelConfig& c, const Checkpoint& ck, Backend& b
     w.mtp = std::move(m);
   }
   // The head stays in bf16 as stored when block-format weights are kept (model/output_head.h): only when the checkpoint
-  // has some, so that a bf16 checkpoint's device run keeps computing in f32 as the CPU reference does.
+  // has some, so that a bf16 checkpoint's device run keeps computing in f32 as the CPU reference does. The
+  // compressor projections' bf16 copies follow the same rule.
   bool any_kept = false;
   for (const V4LayerWeights& lw : w.layers) any_kept = any_kept || keeps_quantized(lw);
   w.head = load_output_head(ld, "head.weight", keep_quant && any_kept);
+  if (keep_quant && any_kept) {
+    for (size_t l = 0; l < w.layers.size(); ++l) {
+      V4AttentionWeights& a = w.layers[l].attn;
+      const std::string A = "layers." + std::to_string(c.layers[l].index) + ".attn.";
+      // Beside an f32 copy only (a projection the layer has), and only where stored in bf16 (exact there).
+      auto keep_bf16 = [&](OwnedTensor& dst, const OwnedTensor& f32, const std::string& name) {
+        if (f32.view().data() != nullptr) dst = ld.bf16_copy(name);
+      };
+      keep_bf16(a.comp_wkv_bf16, a.comp_wkv, A + "compressor.wkv.weight");
+      keep_bf16(a.comp_wgate_bf16, a.comp_wgate, A + "compressor.wgate.weight");
+      keep_bf16(a.idx_comp_wkv_bf16, a.idx_comp_wkv, A + "indexer.compressor.wkv.weight");
+      keep_bf16(a.idx_comp_wgate_bf16, a.idx_comp_wgate, A + "indexer.compressor.wgate.weight");
+    }
+  }
   return w;
 }
 

@@ -19,7 +19,8 @@
 namespace deepinfer {
 
 // The projections kept in their stored block format on a device (KeptMatrix): wq_a, wq_b, wkv, wo_a, wo_b and the
-// indexer's wq_b, plus the routed and shared experts; the rest (norms, compressor, indexer heads, mHC) is f32.
+// indexer's wq_b, plus the routed and shared experts; the rest (norms, compressor, indexer heads, mHC) is f32, and
+// beside the f32 compressor projections (wkv / wgate, main and indexer) their bf16 values as stored (below).
 struct V4AttentionWeights {
   KeptMatrix wq_a;        // [ql, D]
   OwnedTensor q_norm;     // [ql]
@@ -35,6 +36,11 @@ struct V4AttentionWeights {
   OwnedTensor idx_weights_proj;                                           // [IH, D]
   OwnedTensor idx_comp_wkv, idx_comp_wgate, idx_comp_ape, idx_comp_norm;  // V4: [2Id, D] ×2, [r, 2Id], [Id]
   OwnedTensor idx_wk, idx_k_norm;                                         // V4.1: [Id, hd], [Id]
+  // The compressor projections above in bf16 as the checkpoint stores them (exact), kept with the block formats
+  // (keep_quant, and only when the checkpoint has some, as the bf16 head): prefill's many-row projections read them
+  // on bf16 tensor cores with the f32 activations split in two bf16 terms (linear_quant's split_in, near-f32);
+  // decode's few rows and every other user read the f32 ones (a weight stream of f32 products). Empty otherwise.
+  OwnedTensor comp_wkv_bf16, comp_wgate_bf16, idx_comp_wkv_bf16, idx_comp_wgate_bf16;
 };
 
 struct V4EngramWeights {

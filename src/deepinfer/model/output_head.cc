@@ -1,19 +1,13 @@
 #include "deepinfer/model/output_head.h"
 
-#include <cstring>
-
 #include "deepinfer/core/error.h"
 #include "deepinfer/model/weight_loader.h"
 
 namespace deepinfer {
 
 HostTensor load_output_head(const WeightLoader& ld, const std::string& name, bool keep_stored) {
-  Tensor stored;
-  if (!keep_stored || !ld.stored_bf16(name, &stored)) return ld.f32(name);
-  // A host copy: the checkpoint's mapping is closed after loading.
-  HostTensor h(DType::kBF16, stored.shape());
-  std::memcpy(h.data<uint8_t>(), stored.data(), static_cast<size_t>(stored.nbytes()));
-  return h;
+  HostTensor h = keep_stored ? ld.bf16_copy(name) : HostTensor{};
+  return h.view().data() != nullptr ? std::move(h) : ld.f32(name);
 }
 
 void head_linear(Backend& backend, const Tensor& in, const Tensor& head, const Tensor& out) {

@@ -1,5 +1,6 @@
 #include "deepinfer/model/weight_loader.h"
 
+#include <cstring>
 #include <sstream>
 
 namespace deepinfer {
@@ -85,6 +86,14 @@ bool WeightLoader::stored_bf16(const std::string& name, Tensor* t) const {
   if (w.dtype() != DType::kBF16 || w.numel() != shape_numel(r.spec->shape)) return false;
   *t = w.reshape(r.spec->shape);
   return true;
+}
+
+HostTensor WeightLoader::bf16_copy(const std::string& name) const {
+  Tensor stored;
+  if (!stored_bf16(name, &stored)) return HostTensor{};
+  HostTensor h(DType::kBF16, stored.shape());
+  std::memcpy(h.data<uint8_t>(), stored.data(), static_cast<size_t>(stored.nbytes()));
+  return h;
 }
 
 HostTensor WeightLoader::i64(const std::string& name) const {

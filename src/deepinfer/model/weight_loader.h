@@ -32,6 +32,8 @@ class WeightLoader {
   // `name` as stored when it is a bf16 float tensor: a view into the checkpoint (valid while it is open) in its
   // logical shape; false otherwise (f32 / f16 / block formats).
   bool stored_bf16(const std::string& name, Tensor* t) const;
+  // The same as a host copy (the checkpoint's mapping closes after loading); an empty tensor when not stored bf16.
+  HostTensor bf16_copy(const std::string& name) const;
   // An integer table (hash routing) as i64.
   HostTensor i64(const std::string& name) const;
 

@@ -29,6 +29,9 @@ OwnedTensor dequantized(Backend& be, const QuantMatrix& m, const char* op) {
 }  // namespace
 
 void Backend::linear_quant(const QuantLinearParams& p) {
+  DI_CHECK(!p.split_in || (p.weight.format == QuantFormat::kFloat && p.weight.weight.dtype() == DType::kBF16))
+      << "linear_quant: split_in needs a bf16 float weight, got " << p.weight.weight.str();
+  // split_in asks a device for near-f32 accuracy; the reference is exact either way.
   const OwnedTensor w = dequantized(*this, p.weight, "linear_quant");
   linear({p.in, w.view(), p.out});
 }

@@ -310,16 +310,18 @@ struct CudaBackend::Impl {
     return lt_plans.emplace(key, p).first->second;
   }
 
-  // out[M, N] (f32, row-major) = x[M, K] · w[N, K]ᵀ with x and w both f32 or both bf16, fp32 accumulate.
+  // out[M, N] (f32, row-major) = x[M, K] · w[N, K]ᵀ with x and w both f32 or both bf16, fp32 accumulate;
+  // `accumulate`: out += x · wᵀ (beta 1: the epilogue adds the fp32 product to out, one rounding).
   // Row-major C = X·Wᵀ is column-major Cᵀ = W·Xᵀ: A = W (transposed), B = X, no copies.
-  void lt_matmul(const void* x, const void* w, cudaDataType_t type, float* out, int64_t m, int64_t n, int64_t k) {
+  void lt_matmul(const void* x, const void* w, cudaDataType_t type, float* out, int64_t m, int64_t n, int64_t k,
+                 bool accumulate = false) {
     if (m == 0 || n == 0) return;
     if (k == 0) {
-      DI_CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(float) * m * n, s()));
+      if (!accumulate) DI_CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(float) * m * n, s()));
       return;
     }
     const LtPlan& p = lt_plan(type, m, n, k);
-    const float alpha = 1.0f, beta = 0.0f;
+    const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
     DI_CUBLAS_CHECK(cublasLtMatmul(lt, p.op, &alpha, w, p.a, x, p.b, &beta, out, p.c, out, p.c, &p.algo,
                                    lt_workspace.data(), lt_workspace.size(), s()));
   }
@@ -357,16 +359,28 @@ struct CudaBackend::Impl {
     g.k = w.cols();
   }
 
-  // out[M, N] = in[M, K] · dequant(w)ᵀ; bf16 and f32 weights through cuBLASLt.
-  void quant_linear(const float* in, const QuantMatrix& w, float* out, int64_t m) {
+  // out[M, N] = in[M, K] · dequant(w)ᵀ; bf16 and f32 weights through cuBLASLt. split_in (bf16 weights,
+  // QuantLinearParams): `in` as two bf16 terms, near-f32 products.
+  void quant_linear(const float* in, const QuantMatrix& w, float* out, int64_t m, bool split_in = false) {
     const int64_t n = w.rows(), k = w.cols();
     if (batch_invariant) {
+      // Exact fp32 products (bf16 weights widened), whatever split_in asks: nothing nearer to ask for.
       cuda::WorkspaceArena::Scope scope(ws());
       shared_gemm(in, k, w, out, n, m, invariant_tile(w, m) ? bf16_copy(in, m * k) : nullptr);
       return;
     }
     if (w.format == QuantFormat::kFloat && w.weight.dtype() == DType::kF32) {
       lt_matmul(in, w.weight.data(), CUDA_R_32F, out, m, n, k);
+    } else if (w.format == QuantFormat::kFloat && split_in) {
+      // Two GEMMs of M rows (the second adds into out through beta) rather than one of 2M rows and a sum of its
+      // halves: the same products and one rounding of the sum, 3·M·N floats moved instead of 5. W is read twice,
+      // from L2 the second time for a compressor's few MB.
+      cuda::WorkspaceArena::Scope scope(ws());
+      void* hi = ws().take(sizeof(uint16_t) * m * k);
+      void* lo = ws().take(sizeof(uint16_t) * m * k);
+      cuda::run_split_f32_to_bf16(in, hi, lo, m * k, s());
+      lt_matmul(hi, w.weight.data(), CUDA_R_16BF, out, m, n, k);
+      lt_matmul(lo, w.weight.data(), CUDA_R_16BF, out, m, n, k, /*accumulate=*/true);
     } else if (w.format == QuantFormat::kFloat) {
       cuda::WorkspaceArena::Scope scope(ws());
       void* in_bf16 = ws().take(sizeof(uint16_t) * m * k);
@@ -852,9 +866,11 @@ void CudaBackend::linear_quant(const QuantLinearParams& p) {
            p.out.is_contiguous())
       << op << ": out must be f32 [" << p.in.dim(0) << ", " << p.weight.rows() << "], got " << p.out.str();
   DI_CHECK(p.out.data() != p.in.data() || p.out.numel() == 0) << op << ": out must not alias in";
+  DI_CHECK(!p.split_in || (p.weight.format == QuantFormat::kFloat && p.weight.weight.dtype() == DType::kBF16))
+      << op << ": split_in needs a bf16 float weight, got " << p.weight.weight.str();
   expect_on(op, "in", p.in, dev);
   expect_on(op, "out", p.out, dev);
-  impl_->quant_linear(p.in.data_as<float>(), p.weight, p.out.data_as<float>(), p.in.dim(0));
+  impl_->quant_linear(p.in.data_as<float>(), p.weight, p.out.data_as<float>(), p.in.dim(0), p.split_in);
 }
 
 void CudaBackend::embedding(const EmbeddingParams& p) {

@@ -41,6 +41,9 @@ void run_embedding(const EmbeddingKernelParams& p, cudaStream_t stream);
 
 // f32 -> bf16 (RNE), n elements.
 void run_cast_f32_to_bf16(const float* in, void* out_bf16, int64_t n, cudaStream_t stream);
+// f32 -> two bf16 terms, n elements: hi = bf16(x), lo = bf16(x − hi) (RNE; x − hi is exact in f32), so
+// |x − hi − lo| <= 2^-16·|x| for finite x (linear_quant's split_in). Where hi is not finite: lo = 0.
+void run_split_f32_to_bf16(const float* in, void* hi_bf16, void* lo_bf16, int64_t n, cudaStream_t stream);
 
 // ============================================================================ random fill (random_cuda.cu)
 // kBytes: uniform bytes (MXFP4 codes, u8); kE4M3: uniform e4m3 codes without NaN; kE8M0: scales in

@@ -1,6 +1,6 @@
 // Linear family, elementwise parts: weight dequantization (float, FP8 block-scaled, MXFP4, FP8 per-32 rows)
-// to f32, embedding row gathers, and the f32 -> bf16 cast that feeds cuBLASLt. The GEMMs themselves are in
-// gemm_cuda.cu (own kernel) and cuda_backend.cc (cuBLASLt).
+// to f32, embedding row gathers, and the f32 -> bf16 cast (one term, or two: hi + lo) that feeds cuBLASLt. The GEMMs
+// themselves are in gemm_cuda.cu (own kernel) and cuda_backend.cc (cuBLASLt).
 #include "deepinfer/ops/cuda/cuda_runtime.h"
 #include "deepinfer/ops/cuda/device_math.cuh"
 #include "deepinfer/ops/cuda/kernels.h"
@@ -96,6 +96,35 @@ __global__ void cast_f32_to_bf16_vec_kernel(const float4* in, uint4* out, int64_
   out[i] = *reinterpret_cast<const uint4*>(o);
 }
 
+// x = hi + lo + O(2^-16·|x|): hi = bf16(x), lo = bf16(x − hi). A non-finite hi (x inf / NaN, or within half a bf16
+// step of FLT_MAX, which rounds to inf) has no finite residual (inf − inf is NaN): lo = 0 leaves hi's value alone.
+__device__ __forceinline__ void split_bf16(float x, __nv_bfloat16& hi, __nv_bfloat16& lo) {
+  hi = __float2bfloat16_rn(x);
+  const float h = __bfloat162float(hi);
+  lo = __float2bfloat16_rn(isfinite(h) ? x - h : 0.0f);
+}
+
+__global__ void split_f32_to_bf16_kernel(const float* in, __nv_bfloat16* hi, __nv_bfloat16* lo, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    split_bf16(in[i], hi[i], lo[i]);
+}
+
+// 8 values a thread with 16-byte loads and stores (n % 8 == 0, every pointer 16-byte aligned), as
+// cast_f32_to_bf16_vec_kernel.
+__global__ void split_f32_to_bf16_vec_kernel(const float4* in, uint4* hi, uint4* lo, int64_t n8) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= n8) return;
+  const float4 a = in[2 * i], b = in[2 * i + 1];
+  const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+  __align__(16) __nv_bfloat16 h[8];
+  __align__(16) __nv_bfloat16 l[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) split_bf16(v[j], h[j], l[j]);
+  hi[i] = *reinterpret_cast<const uint4*>(h);
+  lo[i] = *reinterpret_cast<const uint4*>(l);
+}
+
 }  // namespace
 
 void run_dequantize(const DequantizeKernelParams& p, cudaStream_t stream) {
@@ -122,6 +151,21 @@ void run_cast_f32_to_bf16(const float* in, void* out_bf16, int64_t n, cudaStream
   }
   const unsigned blocks = grid_1d(n, 256) > 65536 ? 65536 : grid_1d(n, 256);
   cast_f32_to_bf16_kernel<<<blocks, 256, 0, stream>>>(in, static_cast<__nv_bfloat16*>(out_bf16), n);
+  DI_CUDA_CHECK_LAUNCH();
+}
+
+void run_split_f32_to_bf16(const float* in, void* hi_bf16, void* lo_bf16, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  const auto aligned16 = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
+  if (n % 8 == 0 && aligned16(in) && aligned16(hi_bf16) && aligned16(lo_bf16)) {
+    split_f32_to_bf16_vec_kernel<<<grid_1d(n / 8, 256), 256, 0, stream>>>(
+        reinterpret_cast<const float4*>(in), static_cast<uint4*>(hi_bf16), static_cast<uint4*>(lo_bf16), n / 8);
+    DI_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  const unsigned blocks = grid_1d(n, 256) > 65536 ? 65536 : grid_1d(n, 256);
+  split_f32_to_bf16_kernel<<<blocks, 256, 0, stream>>>(in, static_cast<__nv_bfloat16*>(hi_bf16),
+                                                       static_cast<__nv_bfloat16*>(lo_bf16), n);
   DI_CUDA_CHECK_LAUNCH();
 }
 
