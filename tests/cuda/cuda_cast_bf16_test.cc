@@ -25,18 +25,11 @@ using testing::CudaOpTest;
 using testing::DeviceTensor;
 
 TEST_F(CudaOpTest, CastF32ToBf16VecMatchesScalarBitwise) {
-  const float specials[] = {0.0f,
-                            -0.0f,
-                            std::numeric_limits<float>::infinity(),
-                            -std::numeric_limits<float>::infinity(),
-                            std::numeric_limits<float>::quiet_NaN(),
-                            std::numeric_limits<float>::denorm_min(),
-                            -1e-40f,
-                            std::numeric_limits<float>::max(),
-                            -std::numeric_limits<float>::max(),
-                            1.00390625f,   // 1 + 2^-8: a tie, rounds down to the even 1.0
-                            1.01171875f,   // 1 + 3·2^-8: a tie, rounds up to the even 1 + 2^-6
-                            -2.0078125f};  // -(2 + 2^-7): a tie
+  std::vector<float> specials = testing::f32_rounding_specials();
+  specials.push_back(1.00390625f);  // 1 + 2^-8: a tie, rounds down to the even 1.0
+  specials.push_back(1.01171875f);  // 1 + 3·2^-8: a tie, rounds up to the even 1 + 2^-6
+  specials.push_back(-2.0078125f);  // -(2 + 2^-7): a tie
+                                    // -(2 + 2^-7): a tie
   std::uniform_real_distribution<float> mant(-1.0f, 1.0f);
   std::uniform_int_distribution<int> expo(-60, 60);
   for (auto [n, in_off, out_off] : {std::tuple<int64_t, int64_t, int64_t>{8, 0, 0},
@@ -48,7 +41,7 @@ TEST_F(CudaOpTest, CastF32ToBf16VecMatchesScalarBitwise) {
     HostTensor x(DType::kF32, {n + in_off});
     float* xv = x.data<float>();
     for (int64_t i = 0; i < n + in_off; ++i) xv[i] = std::ldexp(mant(rng()), expo(rng()));
-    for (size_t s = 0; s < sizeof(specials) / sizeof(specials[0]) && s < static_cast<size_t>(n); ++s)
+    for (size_t s = 0; s < specials.size() && s < static_cast<size_t>(n); ++s)
       xv[in_off + static_cast<int64_t>(s) * (n / 12 > 0 ? n / 12 : 1) % n] = specials[s];
     // The same n values one float after the start of a 16-byte-aligned buffer: the grid-stride kernel.
     HostTensor x_off(DType::kF32, {n + 1});

@@ -67,26 +67,16 @@ class CudaSplitLinearTest : public CudaOpTest {
 // 8-values-a-thread one and the grid-stride one for unaligned or n % 8 != 0), with infinities, NaN, the largest
 // floats (hi rounds to inf: lo = 0), subnormals and ties among random values over many magnitudes.
 TEST_F(CudaSplitLinearTest, SplitKernelMatchesHostRounding) {
-  const float specials[] = {
-      0.0f,
-      -0.0f,
-      std::numeric_limits<float>::infinity(),
-      -std::numeric_limits<float>::infinity(),
-      std::numeric_limits<float>::quiet_NaN(),
-      std::numeric_limits<float>::denorm_min(),
-      -1e-40f,
-      std::numeric_limits<float>::max(),
-      -std::numeric_limits<float>::max(),
-      1.00390625f,      // 1 + 2^-8: a tie for hi
-      1.0000019073486f  // 1 + 2^-19: lo = 2^-19 exactly
-  };
+  std::vector<float> specials = testing::f32_rounding_specials();
+  specials.push_back(1.00390625f);       // 1 + 2^-8: a tie for hi
+  specials.push_back(1.0000019073486f);  // 1 + 2^-19: lo = 2^-19 exactly
   std::uniform_real_distribution<float> mant(-1.0f, 1.0f);
   std::uniform_int_distribution<int> expo(-120, 120);
   for (auto [n, off] : {std::tuple<int64_t, int64_t>{8, 0}, {300 * 4096, 0}, {4096 + 3, 0}, {4096, 1}}) {
     HostTensor x(DType::kF32, {n + off});
     float* xv = x.data<float>();
     for (int64_t i = 0; i < n + off; ++i) xv[i] = std::ldexp(mant(rng()), expo(rng()));
-    for (size_t s = 0; s < sizeof(specials) / sizeof(specials[0]) && static_cast<int64_t>(s) < n; ++s)
+    for (size_t s = 0; s < specials.size() && static_cast<int64_t>(s) < n; ++s)
       xv[off + static_cast<int64_t>(s) * std::max<int64_t>(1, n / 11) % n] = specials[s];
     DeviceTensor dx = up(x), hi = poisoned_bytes(DType::kBF16, {n}), lo = poisoned_bytes(DType::kBF16, {n});
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);

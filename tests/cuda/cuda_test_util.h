@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
@@ -25,6 +26,20 @@ namespace deepinfer::testing {
 // before its DMA lands, and a device-to-device one returns at once, so a kernel launched next could read the old
 // bytes, or have its output overwritten by the late copy (seen as one-off NaN-poison / row mismatches in the GPU
 // suite). Every test upload goes through here.
+// The f32 values every bf16 rounding test covers: signed zeros, infinities, NaN, subnormals and the largest finite
+// floats (whose RNE rounds to infinity); callers append their own ties.
+inline std::vector<float> f32_rounding_specials() {
+  return {0.0f,
+          -0.0f,
+          std::numeric_limits<float>::infinity(),
+          -std::numeric_limits<float>::infinity(),
+          std::numeric_limits<float>::quiet_NaN(),
+          std::numeric_limits<float>::denorm_min(),
+          -1e-40f,
+          std::numeric_limits<float>::max(),
+          -std::numeric_limits<float>::max()};
+}
+
 inline cudaError_t copy_and_sync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
   const cudaError_t copied = cudaMemcpy(dst, src, bytes, kind);
   const cudaError_t synced = cudaDeviceSynchronize();
