@@ -293,7 +293,8 @@ void launch(const GemmKernelParams& p, int64_t slots, int lbn, int lbk, cudaStre
   const int force = ab_w16();
   const bool w16 = force >= 0 ? force == 1 : ceil_div(p.n, 16) * slots >= kW16MinTiles;
   // The caller's bf16 copy of A when it made one (the MoE layer from ~3 rows an expert): the same staged bits as
-  // rounding the f32 rows here, half the bytes (V4.1 MoE layer T = 256: 3.67 vs 3.88 ms, H200, session 16).
+  // rounding the f32 rows here, half the bytes (V4.1 MoE layer T = 256, H200, session 16: 4.28 vs 4.45 ms at 4 rows
+  // a pass; docs/PERF.md).
   const bool a16 = p.a_bf16 && p.lda % 8 == 0 && reinterpret_cast<uintptr_t>(p.a_bf16) % 16 == 0;
   if (w16 && a16)
     launch_shape<F, R, true, 4, true>(p, slots, lbn, lbk, stream);
