@@ -59,13 +59,6 @@ class CudaGroupedLinearTest : public CudaOpTest {
     }
     return t;
   }
-  // hi > 128 puts MXFP4 steps on the streaming kernel's two-multiply decode (scales from 2^2 on); <= 128 (every
-  // realistic weight scale) on its one-multiply decode.
-  HostTensor e8m0(Shape shape, int64_t hi = 131) {
-    HostTensor src = ints(DType::kU8, shape, 121, hi), t(DType::kE8M0, shape);
-    std::memcpy(t.view().data(), src.view().data(), src.view().nbytes());
-    return t;
-  }
   HostTensor f32_scales(Shape shape) { return rand(std::move(shape), 0.01f, 2.0f); }
   static HostTensor bf16_rows(const HostTensor& x) {
     HostTensor r(DType::kF32, x.shape());
@@ -90,7 +83,7 @@ class CudaGroupedLinearTest : public CudaOpTest {
         }
         case Kind::kMxfp4:
           out.w.push_back(rand_bytes(DType::kU8, {n, k / 2}));
-          out.s.push_back(e8m0({n, k / 32}, g % 2 == 0 ? 128 : 131));  // both decodes of the streaming kernel
+          out.s.push_back(e8m0({n, k / 32}, 121, g % 2 == 0 ? 128 : 131));  // both decodes of the streaming kernel
           break;
         case Kind::kF32:
           out.w.push_back(rand({n, k}, -0.5f, 0.5f));

@@ -30,15 +30,6 @@ class CudaLinearTest : public CudaOpTest {
     }
     return t;
   }
-  // hi > 128 puts MXFP4 steps on the streaming kernel's two-multiply decode; <= 128 on its one-multiply decode.
-  HostTensor e8m0(Shape shape, int64_t hi = 131) {
-    return retag(ints(DType::kU8, std::move(shape), 121, hi), DType::kE8M0);
-  }
-  static HostTensor retag(const HostTensor& src, DType dtype) {
-    HostTensor t(dtype, src.shape());
-    std::memcpy(t.view().data(), src.view().data(), src.view().nbytes());
-    return t;
-  }
   HostTensor f32_scales(Shape shape) {
     HostTensor t(DType::kF32, shape);
     std::uniform_real_distribution<float> d(0.01f, 2.0f);
@@ -200,8 +191,8 @@ TEST_F(CudaLinearTest, QuantLinearStreamingShapesMatchCpu) {
         gpu().linear_quant({dx, {dw, ds, QuantFormat::kFP8Row32}, dout});
         rel_err(("linear_quant fp8 per-32 e8m0" + shape).c_str(), down(dout), want, 1e-5);
       }
-      for (const int64_t hi : {131, 128}) {  // scales up to 2^4 (the two-multiply decode) and up to 2^1
-        const HostTensor w = rand_bytes(DType::kU8, {n, k / 2}), s = e8m0({n, k / 32}, hi);
+      for (const int hi : {131, 128}) {  // scales up to 2^4 (the two-multiply decode) and up to 2^1
+        const HostTensor w = rand_bytes(DType::kU8, {n, k / 2}), s = e8m0({n, k / 32}, 121, hi);
         const HostTensor want = cpu_linear(xq, cpu_dequant(w, s, QuantFormat::kMXFP4, n, k));
         DeviceTensor dx = up(x), dw = up(w), ds = up(s), dout = poisoned({m, n});
         gpu().linear_quant({dx, {dw, ds, QuantFormat::kMXFP4}, dout});

@@ -463,12 +463,6 @@ class CudaMoeTest : public CudaOpTest {
     }
     return idx;
   }
-  HostTensor e8m0(Shape shape) {
-    HostTensor t(DType::kE8M0, shape);
-    std::uniform_int_distribution<int> d(122, 128);
-    for (int64_t i = 0; i < t.numel(); ++i) t.data<uint8_t>()[i] = static_cast<uint8_t>(d(rng()));
-    return t;
-  }
   HostTensor fp8(Shape shape) {
     HostTensor t(DType::kF8E4M3, shape);
     std::uniform_real_distribution<float> d(-2.0f, 2.0f);
@@ -513,7 +507,7 @@ class CudaMoeTest : public CudaOpTest {
                                         {d, inter, &q->cpu_experts[i].w2, &q->gpu_experts[i].w2}}) {
         if (routed == QuantFormat::kFP8Block) {
           auto [hw, dw] = keep(fp8({rows, cols}));
-          auto [hs, ds] = keep(e8m0({(rows + 127) / 128, (cols + 127) / 128}));
+          auto [hs, ds] = keep(e8m0({(rows + 127) / 128, (cols + 127) / 128}, 122, 128));
           auto [hf, df] = keep(dequant(*hw, *hs, QuantFormat::kFP8Block, rows, cols, 128));
           (void)df;
           *cw = *hf;
@@ -521,7 +515,7 @@ class CudaMoeTest : public CudaOpTest {
           continue;
         }
         auto [hw, dw] = keep(rand_bytes(DType::kU8, {rows, cols / 2}));
-        auto [hs, ds] = keep(e8m0({rows, cols / 32}));
+        auto [hs, ds] = keep(e8m0({rows, cols / 32}, 122, 128));
         auto [hf, df] = keep(dequant(*hw, *hs, QuantFormat::kMXFP4, rows, cols, 128));
         (void)df;
         *cw = *hf;
@@ -532,7 +526,7 @@ class CudaMoeTest : public CudaOpTest {
                                       {inter, d, &q->cpu_shared.w3, &q->gpu_shared.w3},
                                       {d, inter, &q->cpu_shared.w2, &q->gpu_shared.w2}}) {
       auto [hw, dw] = keep(fp8({rows, cols}));
-      auto [hs, ds] = keep(e8m0({(rows + 127) / 128, (cols + 127) / 128}));
+      auto [hs, ds] = keep(e8m0({(rows + 127) / 128, (cols + 127) / 128}, 122, 128));
       auto [hf, df] = keep(dequant(*hw, *hs, QuantFormat::kFP8Block, rows, cols, 128));
       (void)df;
       *cw = *hf;

@@ -87,6 +87,11 @@ class CudaOpTest : public ::testing::Test {
     }
     return t;
   }
+  // UE8M0 scales 2^(lo - 127) .. 2^(hi - 127). hi > 128 puts MXFP4 steps on the streaming kernel's two-multiply
+  // decode (scales from 2^2 on); <= 128 (every realistic weight scale) on its one-multiply decode.
+  HostTensor e8m0(Shape shape, int lo = 121, int hi = 131) {
+    return rand_bytes(DType::kE8M0, std::move(shape), lo, hi);
+  }
   HostTensor rand_bytes(DType dtype, Shape shape, int lo = 0, int hi = 255) {
     HostTensor t(dtype, std::move(shape));
     std::uniform_int_distribution<int> d(lo, hi);

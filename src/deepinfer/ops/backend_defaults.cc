@@ -28,9 +28,13 @@ OwnedTensor dequantized(Backend& be, const QuantMatrix& m, const char* op) {
 
 }  // namespace
 
-void Backend::linear_quant(const QuantLinearParams& p) {
+void check_split_in(const QuantLinearParams& p, const char* op) {
   DI_CHECK(!p.split_in || (p.weight.format == QuantFormat::kFloat && p.weight.weight.dtype() == DType::kBF16))
-      << "linear_quant: split_in needs a bf16 float weight, got " << p.weight.weight.str();
+      << op << ": split_in needs a bf16 float weight, got " << p.weight.weight.str();
+}
+
+void Backend::linear_quant(const QuantLinearParams& p) {
+  check_split_in(p, "linear_quant");
   // split_in asks a device for near-f32 accuracy; the reference is exact either way.
   const OwnedTensor w = dequantized(*this, p.weight, "linear_quant");
   linear({p.in, w.view(), p.out});

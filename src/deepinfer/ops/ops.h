@@ -82,6 +82,8 @@ struct QuantLinearParams {
   // f32 model; the CUDA tests state the 2^-16 bound instead of emulating the split.
   bool split_in = false;
 };
+// Throws unless split_in, when set, has the bf16 float weight it needs (every backend's linear_quant checks it).
+void check_split_in(const QuantLinearParams& p, const char* op);
 
 struct QuantExpertWeights {
   QuantMatrix w1, w3, w2;  // gate [I, D], up [I, D], down [D, I]

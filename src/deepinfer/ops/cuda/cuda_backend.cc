@@ -866,8 +866,7 @@ void CudaBackend::linear_quant(const QuantLinearParams& p) {
            p.out.is_contiguous())
       << op << ": out must be f32 [" << p.in.dim(0) << ", " << p.weight.rows() << "], got " << p.out.str();
   DI_CHECK(p.out.data() != p.in.data() || p.out.numel() == 0) << op << ": out must not alias in";
-  DI_CHECK(!p.split_in || (p.weight.format == QuantFormat::kFloat && p.weight.weight.dtype() == DType::kBF16))
-      << op << ": split_in needs a bf16 float weight, got " << p.weight.weight.str();
+  check_split_in(p, op);
   expect_on(op, "in", p.in, dev);
   expect_on(op, "out", p.out, dev);
   impl_->quant_linear(p.in.data_as<float>(), p.weight, p.out.data_as<float>(), p.in.dim(0), p.split_in);
