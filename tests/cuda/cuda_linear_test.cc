@@ -10,6 +10,7 @@
 #include "deepinfer/core/dtype.h"
 #include "deepinfer/ops/cuda/gemm_invariant_f32.h"
 #include "deepinfer/ops/cuda/gemm_invariant_mma.h"
+#include "deepinfer/ops/cuda/gemm_mma.h"
 #include "deepinfer/ops/cuda/gemm_stream_mma.h"
 
 namespace deepinfer {
@@ -199,6 +200,33 @@ TEST_F(CudaLinearTest, QuantLinearStreamingShapesMatchCpu) {
         rel_err(("linear_quant mxfp4 e8m0 <= " + std::to_string(hi) + shape).c_str(), down(dout), want, 1e-5);
       }
     }
+  }
+}
+
+// Decode batches of 9-128 rows whose tiles fill the device (gemm_mma_dense_fills: the V4 q_b shape) take the
+// tensor-core kernels on the stored codes (wgmma on sm_90a) instead of a bf16 scratch for cuBLASLt: A rounded to bf16,
+// the UE8M0-scaled weights exact, so against the rounded input only the summation order differs (1e-5); the f32
+// scales the same through bf16 products of the f32 dequantized values (4e-3 against x, as the scratch path).
+TEST_F(CudaLinearTest, QuantLinearDecodeBatchesReadTheStoredCodes) {
+  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{64, 32768, 256}, {100, 20000, 384}}) {
+    ASSERT_TRUE(cuda::gemm_mma_dense_fills(m, n)) << m << " x " << n;
+    const HostTensor x = rand({m, k}), xr = bf16_rows(x);
+    const std::string shape = " M=" + std::to_string(m) + " N=" + std::to_string(n) + " K=" + std::to_string(k);
+    for (const auto& [name, block, f32] :
+         {std::tuple{"fp8 128x128 e8m0", 128, false}, {"fp8 32x32 e8m0", 32, false}, {"fp8 32x32 f32", 32, true}}) {
+      const HostTensor w = fp8({n, k});
+      const Shape ss = {(n + block - 1) / block, (k + block - 1) / block};
+      const HostTensor s = f32 ? f32_scales(ss) : e8m0(ss);
+      const HostTensor want = cpu_linear(f32 ? x : xr, cpu_dequant(w, s, QuantFormat::kFP8Block, n, k, block, block));
+      DeviceTensor dx = up(x), dw = up(w), ds = up(s), dout = poisoned({m, n});
+      gpu().linear_quant({dx, {dw, ds, QuantFormat::kFP8Block, block, block}, dout});
+      rel_err((std::string("linear_quant decode batch ") + name + shape).c_str(), down(dout), want, f32 ? 4e-3 : 1e-5);
+    }
+    const HostTensor w = rand_bytes(DType::kU8, {n, k / 2}), s = e8m0({n, k / 32});
+    const HostTensor want = cpu_linear(xr, cpu_dequant(w, s, QuantFormat::kMXFP4, n, k));
+    DeviceTensor dx = up(x), dw = up(w), ds = up(s), dout = poisoned({m, n});
+    gpu().linear_quant({dx, {dw, ds, QuantFormat::kMXFP4}, dout});
+    rel_err(("linear_quant decode batch mxfp4" + shape).c_str(), down(dout), want, 1e-5);
   }
 }
 

@@ -411,7 +411,13 @@ TEST_F(CudaOpTest, MoePlanGroupsSlotsByExpert) {
         DeviceTensor di = up(idx), dstatus = up(zero), dperm = poisoned_bytes(DType::kI32, {slots});
         DeviceTensor dgo = poisoned_bytes(DType::kI32, {e + 1}), dto = poisoned_bytes(DType::kI32, {e + 1});
         DeviceTensor dag = poisoned_bytes(DType::kI32, {e + 1}), dcur = poisoned_bytes(DType::kI32, {e});
+        // The pass table for the streaming GEMM's 8-row passes (skewed groups: several passes each).
+        const int64_t pass_rows = 8, cap = cuda::moe_pass_capacity(slots, e, pass_rows);
+        DeviceTensor dap = poisoned_bytes(DType::kI32, {cap + 1});
         cuda::MoePlanKernelParams p;
+        p.active_passes = static_cast<int32_t*>(dap.data());
+        p.pass_rows = static_cast<int>(pass_rows);
+        p.pass_capacity = cap;
         p.indices = static_cast<const int32_t*>(di.data());
         p.slots = slots;
         p.experts = static_cast<int>(e);
@@ -423,16 +429,18 @@ TEST_F(CudaOpTest, MoePlanGroupsSlotsByExpert) {
         p.status = static_cast<uint32_t*>(dstatus.data());
         cuda::run_moe_plan(p, nullptr);
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-        const HostTensor perm = down(dperm), go = down(dgo), to = down(dto), ag = down(dag), st = down(dstatus);
+        const HostTensor perm = down(dperm), go = down(dgo), to = down(dto), ag = down(dag), st = down(dstatus),
+                         ap = down(dap);
         std::vector<std::vector<int32_t>> want(e);
         for (int64_t s = 0; s < slots; ++s)
           if (ids[s] >= 0 && ids[s] < e) want[ids[s]].push_back(static_cast<int32_t>(s));
         const std::string name = "moe_plan E=" + std::to_string(e) + " T=" + std::to_string(t) + (bad ? " bad" : "");
-        int64_t rows = 0, tiles = 0, active = 0, wrong = 0;
+        int64_t rows = 0, tiles = 0, active = 0, passes = 0, wrong = 0;
         for (int64_t x = 0; x < e; ++x) {
           const int64_t c = static_cast<int64_t>(want[x].size());
           wrong += go.data<int32_t>()[x] != rows || to.data<int32_t>()[x] != tiles;
           if (c > 0) wrong += ag.data<int32_t>()[active++] != x;
+          for (int64_t q = 0; q * pass_rows < c; ++q) wrong += ap.data<int32_t>()[passes++] != (x | (q << 16));
           std::vector<int32_t> got(perm.data<int32_t>() + rows, perm.data<int32_t>() + rows + c);
           std::sort(got.begin(), got.end());
           wrong += got != want[x];
@@ -440,6 +448,7 @@ TEST_F(CudaOpTest, MoePlanGroupsSlotsByExpert) {
           tiles += (c + cuda::kGemmTileM - 1) / cuda::kGemmTileM;
         }
         wrong += go.data<int32_t>()[e] != rows || to.data<int32_t>()[e] != tiles || ag.data<int32_t>()[e] != active;
+        wrong += ap.data<int32_t>()[cap] != passes || passes > cap;
         EXPECT_EQ(wrong, 0) << name << " (seed " << seed_ << ")";
         EXPECT_EQ((st.data<uint32_t>()[0] & cuda::kStatusExpertIdRange) != 0, bad) << name;
       }
@@ -696,6 +705,18 @@ TEST_F(CudaMoeTest, Mxfp4ExpertsStreamAtLargeDecodeBatches) {
                                        " E=64 T=" + std::to_string(t),
                                    *q, x, weights, idx, before, 8e-3);
   }
+  // Skewed routing: every token's first expert is one of 0..3 (24 rows each at T=96: three 8-row passes, each its
+  // own block through the plan's pass table), the other five spread over the rest.
+  const int64_t t = 96;
+  HostTensor x = rand({t, d}), weights = rand({t, k}, 0.05f, 1.0f), idx = distinct_indices(t, k, e - 4);
+  for (int64_t i = 0; i < t; ++i) {
+    int32_t* row = idx.data<int32_t>() + i * k;
+    for (int64_t j = 0; j < k; ++j) row[j] += 4;
+    row[0] = static_cast<int32_t>(i % 4);
+  }
+  for (bool before : {false, true})
+    expect_moe_quant_matches_cpu(std::string("moe_quant streaming skewed passes") + (before ? " before_w2" : ""), *q, x,
+                                 weights, idx, before, 8e-3);
 }
 
 // The tiny V4 model's MoE (hidden 128, inter 32: the down projection's K is one MXFP4 block; 8 MXFP4 experts, top

@@ -4,6 +4,7 @@
 #include "deepinfer/ops/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -386,6 +387,21 @@ struct CudaBackend::Impl {
       void* in_bf16 = ws().take(sizeof(uint16_t) * m * k);
       cuda::run_cast_f32_to_bf16(in, in_bf16, m * k, s());
       lt_matmul(in_bf16, w.weight.data(), CUDA_R_16BF, out, m, n, k);
+    } else if (m >= lt_min_rows(w) && m <= kDecodeDirectMaxRows && ab_decode_direct() &&
+               cuda::gemm_mma_dense_fills(m, n)) {
+      // Decode batches (9..kDecodeDirectMaxRows rows): the tensor-core kernels decode the stored codes themselves
+      // (run_gemm: wgmma on sm_90a, else the mma.sync kernel), reading N·K bytes once, where the bf16 scratch below
+      // moves N·K + 4·N·K bytes before cuBLASLt's compute; the same bf16 A and exact bf16 weights.
+      cuda::WorkspaceArena::Scope scope(ws());
+      cuda::GemmKernelParams g;
+      g.a = in;
+      g.a_bf16 = bf16_copy(in, m * k);
+      g.lda = k;
+      g.c = out;
+      g.ldc = n;
+      g.m = m;
+      set_weight(g, w);
+      cuda::run_gemm(g, s());
     } else if (m >= lt_min_rows(w)) {
       // Many rows: the weight is read once either way, so dequantizing it to a bf16 scratch (N·K·2 bytes
       // written and read once more) costs little next to the GEMM, and cuBLASLt's bf16 kernels are near peak.
@@ -433,6 +449,17 @@ struct CudaBackend::Impl {
     void* out = ws().take(sizeof(uint16_t) * n);
     cuda::run_cast_f32_to_bf16(in, out, n, s());
     return out;
+  }
+
+  // The most rows of a block-format linear that the own tensor-core kernels take from the stored codes when their
+  // tiles fill the device; past it cuBLASLt's bf16 GEMM over a dequantized scratch, near the bf16 peak. H200, session
+  // 17, slice decode projections (ms a step, scratch vs direct): V4-Flash b64 1.008 / 0.916, b128 1.017 / 0.984,
+  // b256 1.201 / 1.252 (compute-bound there: cuBLASLt's rate wins); V4.1 b256 2.138 / 2.288.
+  static constexpr int64_t kDecodeDirectMaxRows = 128;
+  // Temporary A/B switch: DEEPINFER_AB_DECODE_DIRECT=0 sends every many-row call through the bf16 scratch.
+  static bool ab_decode_direct() {
+    const char* v = std::getenv("DEEPINFER_AB_DECODE_DIRECT");
+    return !v || std::atoi(v) != 0;
   }
 
   // Rows from which a block-format linear goes through cuBLASLt (bf16 scratch) instead of the own kernels:
@@ -492,6 +519,8 @@ struct CudaBackend::Impl {
       int32_t* group_offsets = ws().take_as<int32_t>(experts + 1);
       int32_t* tile_offsets = ws().take_as<int32_t>(experts + 1);
       int32_t* active_groups = ws().take_as<int32_t>(experts + 1);
+      const int64_t pass_capacity = cuda::moe_pass_capacity(slots, experts, cuda::kGemmStreamMmaMaxRows);
+      int32_t* active_passes = ws().take_as<int32_t>(pass_capacity + 1);
       float* gu = ws().take_as<float>(slots * 2 * inter);
       float* h = ws().take_as<float>(slots * inter);
       float* y_slot = ws().take_as<float>(slots * d);
@@ -516,6 +545,9 @@ struct CudaBackend::Impl {
       plan.group_offsets = group_offsets;
       plan.tile_offsets = tile_offsets;
       plan.active_groups = active_groups;
+      plan.active_passes = active_passes;
+      plan.pass_rows = static_cast<int>(cuda::kGemmStreamMmaMaxRows);
+      plan.pass_capacity = pass_capacity;
       plan.status = status.word();
       cuda::run_moe_plan(plan, s());
 
@@ -529,6 +561,9 @@ struct CudaBackend::Impl {
       g.tile_offsets = tile_offsets;
       g.max_tiles_m = ceil_div(slots, cuda::kGemmTileM) + experts;
       g.active_groups = active_groups;
+      g.active_passes = active_passes;
+      g.pass_rows = plan.pass_rows;
+      g.pass_capacity = pass_capacity;
       g.tables_aligned16 = mw.aligned16;
       g.batch_invariant = batch_invariant;
       // Average rows per used expert, assuming spread routing: decode batches (a row or two per expert)

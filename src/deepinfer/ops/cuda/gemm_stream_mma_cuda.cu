@@ -65,8 +65,8 @@ struct StepData {
 // Two tile shapes. W16 = false: 8 weight rows per warp as the mma's B operand, the activation rows as A (rows 8..15
 // unused): twice the warps of 16-row tiles for small N. W16 = true: 16 weight rows as A, the activations as B: half
 // the mmas and activation fragment loads per weight, for calls with tiles enough to fill the device.
-// Grid: x = n-tile blocks (nw tiles), y = group slots. Block: kSmWarps warps = nw n-tiles x kw
-// K slices (kw = kSmWarps / nw, a runtime value); the kw partial sums of a tile add in warp order (deterministic).
+// Grid: x = n-tile blocks (nw tiles), y = group slots (or the pass table's passes). Block: kSmWarps warps = nw n-tiles
+// x kw K slices (kw = kSmWarps / nw, a runtime value); the kw partial sums of a tile add in warp order (deterministic).
 // Dynamic shared memory: the pass's R activation rows as bf16 fragments, [step][mma][row][lane % 4] x 8 bytes.
 // kAcc independent accumulator chains per warp (4; batch-invariant mode 1, the chain the tile kernel of
 // gemm_invariant_mma_cuda.cu repeats: a warp's partial is the chain of its slice's mmas in step and mma order).
@@ -84,12 +84,20 @@ __global__ void __launch_bounds__(32 * kSmWarps, 2)
   // Grouped: the weights' address depends on the plan (an earlier kernel's output) through two loads; the slot's
   // entry is read together with the count (in bounds: slots <= groups) and the group's rows only after the first
   // weight loads are out, so one round trip separates the start from the weight stream instead of four.
-  int grp = 0;
+  // With the plan's pass table (launch: R == p.pass_rows) the slot is one R-row pass of a group, not the group.
+  int grp = 0, pass = -1;
   if (p.group_offsets) {
     wait_prior_kernels();
-    const int count = p.active_groups[p.groups], slot_group = p.active_groups[blockIdx.y];
-    if (static_cast<int>(blockIdx.y) >= count) return;
-    grp = slot_group;
+    if (p.active_passes) {
+      const int count = p.active_passes[p.pass_capacity], entry = p.active_passes[blockIdx.y];
+      if (static_cast<int>(blockIdx.y) >= count) return;
+      grp = entry & 0xFFFF;
+      pass = entry >> 16;
+    } else {
+      const int count = p.active_groups[p.groups], slot_group = p.active_groups[blockIdx.y];
+      if (static_cast<int>(blockIdx.y) >= count) return;
+      grp = slot_group;
+    }
   }
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
   const int nw = kSmWarps / kw, wn = warp / kw, wk = warp % kw;
@@ -122,8 +130,11 @@ __global__ void __launch_bounds__(32 * kSmWarps, 2)
   StepData<kRows> buf[kPrefetch];
 #pragma unroll
   for (int u = 0; u < kPrefetch; ++u) load(s_begin + u, buf[u]);
-  const int64_t begin = p.group_offsets ? p.group_offsets[grp] : 0,
-                end = p.group_offsets ? p.group_offsets[grp + 1] : p.m;
+  int64_t begin = p.group_offsets ? p.group_offsets[grp] : 0, end = p.group_offsets ? p.group_offsets[grp + 1] : p.m;
+  if (pass >= 0) {
+    begin += static_cast<int64_t>(pass) * R;
+    end = end < begin + R ? end : begin + R;
+  }
   for (int64_t r0 = begin; r0 < end; r0 += R) {
     if (r0 != begin) {  // a further pass over the weights for the next R rows
 #pragma unroll
@@ -329,7 +340,7 @@ void launch_invariant(const GemmKernelParams& p, int64_t slots, int lbn, int lbk
 // invariant_kw > 0: batch-invariant mode (16-row tiles, that many K slices, one accumulator chain), any row count.
 template <QuantFormat F>
 bool dispatch(const GemmKernelParams& p, int64_t rows, int lbn, int lbk, cudaStream_t stream, int invariant_kw = 0) {
-  const int64_t slots = p.group_offsets ? std::max<int64_t>(std::min<int64_t>(p.groups, p.m), 1) : 1;
+  int64_t slots = p.group_offsets ? std::max<int64_t>(std::min<int64_t>(p.groups, p.m), 1) : 1;
   if (!invariant_kw && !gemm_stream_mma_takes_shape(rows, p.n, slots)) return false;
   const int64_t kpad = ceil_div(p.k / kChunkK<F>, 4) * 4 * kChunkK<F>;
   int r = 8;
@@ -342,35 +353,46 @@ bool dispatch(const GemmKernelParams& p, int64_t rows, int lbn, int lbk, cudaStr
   const int64_t stage = ab_stage_bytes();
   while (r > 1 && 2 * kpad * r > stage) r /= 2;  // more rows than fit: passes
   if (2 * kpad * r > stage) return false;
+  // The plan's pass table when its passes are this launch's: a block per pass (grid y = the table's capacity; the
+  // blocks past its count return at once), so a group's passes run side by side and its later passes read the
+  // weights from L2 instead of streaming them again from HBM after the earlier ones. H200, session 17 (skewed routing
+  // of the slices' random routers): V4-Flash decode b256 experts 7.26 -> 6.82 ms, V4.1 19.34 -> 18.73; the same with
+  // uniform routing (docs/PERF.md).
+  GemmKernelParams q = p;
+  const bool passes = p.active_passes && !invariant_kw && r == p.pass_rows;
+  if (passes)
+    slots = p.pass_capacity;
+  else
+    q.active_passes = nullptr;
   if (invariant_kw) {
     switch (r) {
       case 1:
-        launch_invariant<F, 1>(p, slots, lbn, lbk, stream, invariant_kw);
+        launch_invariant<F, 1>(q, slots, lbn, lbk, stream, invariant_kw);
         break;
       case 2:
-        launch_invariant<F, 2>(p, slots, lbn, lbk, stream, invariant_kw);
+        launch_invariant<F, 2>(q, slots, lbn, lbk, stream, invariant_kw);
         break;
       case 4:
-        launch_invariant<F, 4>(p, slots, lbn, lbk, stream, invariant_kw);
+        launch_invariant<F, 4>(q, slots, lbn, lbk, stream, invariant_kw);
         break;
       default:
-        launch_invariant<F, 8>(p, slots, lbn, lbk, stream, invariant_kw);
+        launch_invariant<F, 8>(q, slots, lbn, lbk, stream, invariant_kw);
         break;
     }
     return true;
   }
   switch (r) {
     case 1:
-      launch<F, 1>(p, slots, lbn, lbk, stream);
+      launch<F, 1>(q, slots, lbn, lbk, stream);
       break;
     case 2:
-      launch<F, 2>(p, slots, lbn, lbk, stream);
+      launch<F, 2>(q, slots, lbn, lbk, stream);
       break;
     case 4:
-      launch<F, 4>(p, slots, lbn, lbk, stream);
+      launch<F, 4>(q, slots, lbn, lbk, stream);
       break;
     default:
-      launch<F, 8>(p, slots, lbn, lbk, stream);
+      launch<F, 8>(q, slots, lbn, lbk, stream);
       break;
   }
   return true;

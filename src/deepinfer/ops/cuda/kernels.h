@@ -95,7 +95,13 @@ struct GemmKernelParams {
   // to bf16; weights exact in bf16 when their scales are UE8M0).
   int64_t rows_hint = 0;
   const int32_t* active_groups = nullptr;  // grouped: [groups + 1] non-empty group ids, count at [groups]
-  bool tables_aligned16 = false;           // every b_table entry is 16-byte aligned (vector weight loads)
+  // Grouped, optional: the MoE plan's pass table (MoePlanKernelParams::active_passes, pass_rows rows a pass,
+  // count at [pass_capacity]): the streaming kernel then runs each pass of a group in its own block instead of one
+  // block looping over a group's passes (a group of 30 rows: 4 blocks in parallel, weights re-read from L2).
+  const int32_t* active_passes = nullptr;
+  int pass_rows = 0;
+  int64_t pass_capacity = 0;
+  bool tables_aligned16 = false;  // every b_table entry is 16-byte aligned (vector weight loads)
   // Batch-invariant mode: every output's arithmetic is fixed by the weight whatever m, the group sizes and
   // rows_hint are, so a row's result never depends on which other rows share the call — a fixed tensor-core
   // sequence for UE8M0 block formats (gemm_invariant_mma.h), K-sliced fp32 chains for small dense f32 weights
@@ -400,10 +406,19 @@ struct MoePlanKernelParams {
   int32_t* group_offsets = nullptr;  // [experts + 1]
   int32_t* tile_offsets = nullptr;   // [experts + 1]
   int32_t* active_groups = nullptr;  // [experts + 1]: ids of non-empty experts, their count at [experts]
-  int32_t* cursor = nullptr;         // scratch [experts]
+  // Optional [pass_capacity + 1]: every pass_rows-row pass of every expert in expert order, entry = expert | (pass
+  // << 16), their count at [pass_capacity] (the decode GEMMs give each pass its own block: GemmKernelParams).
+  int32_t* active_passes = nullptr;
+  int pass_rows = 8;
+  int64_t pass_capacity = 0;
+  int32_t* cursor = nullptr;  // scratch [experts]
   uint32_t* status = nullptr;
 };
 void run_moe_plan(const MoePlanKernelParams& p, cudaStream_t stream);
+// Entries the pass table needs at most: Σ_e ceil(c_e / r) <= ceil(slots / r) + min(experts, slots).
+constexpr int64_t moe_pass_capacity(int64_t slots, int64_t experts, int64_t pass_rows) {
+  return (slots + pass_rows - 1) / pass_rows + (experts < slots ? experts : slots);
+}
 
 // h[r, i] = silu(min(gu[r, i], limit)) · clamp(gu[r, I + i], ±limit) (· weights[row_weight(r)] if given).
 struct SwigluKernelParams {

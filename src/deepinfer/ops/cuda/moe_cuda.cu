@@ -172,27 +172,29 @@ __global__ void __launch_bounds__(kRouterThreads) router_select_kernel(RouterSel
   }
 }
 
-// Inclusive sum over the block of three counters at once (blockDim.x a multiple of 32); `carry` (in shared
-// memory, updated by the call) holds the totals of the earlier chunks, `sums` 32 × 3 words. Contains
-// __syncthreads: call from all threads.
-__device__ __forceinline__ void block_scan3(int (&v)[3], int* carry, int* sums) {
+// Inclusive sum over the block of kN counters at once (blockDim.x a multiple of 32); `carry` (in shared memory,
+// updated by the call) holds the totals of the earlier chunks, `sums` 32 × kN words. Contains __syncthreads: call
+// from all threads.
+template <int kN>
+__device__ __forceinline__ void block_scan(int (&v)[kN], int* carry, int* sums) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll
-  for (int q = 0; q < 3; ++q)
+  for (int q = 0; q < kN; ++q)
     for (int o = 1; o < 32; o <<= 1) {
       const int up = __shfl_up_sync(0xffffffffu, v[q], o);
       if (lane >= o) v[q] += up;
     }
   if (lane == 31)
-    for (int q = 0; q < 3; ++q) sums[warp * 3 + q] = v[q];
+    for (int q = 0; q < kN; ++q) sums[warp * kN + q] = v[q];
   __syncthreads();
-  int add[3] = {carry[0], carry[1], carry[2]};
+  int add[kN];
+  for (int q = 0; q < kN; ++q) add[q] = carry[q];
   for (int w = 0; w < warp; ++w)
-    for (int q = 0; q < 3; ++q) add[q] += sums[w * 3 + q];
-  for (int q = 0; q < 3; ++q) v[q] += add[q];
+    for (int q = 0; q < kN; ++q) add[q] += sums[w * kN + q];
+  for (int q = 0; q < kN; ++q) v[q] += add[q];
   __syncthreads();  // every thread has read carry and sums
   if (threadIdx.x == blockDim.x - 1)
-    for (int q = 0; q < 3; ++q) carry[q] = v[q];
+    for (int q = 0; q < kN; ++q) carry[q] = v[q];
   __syncthreads();
 }
 
@@ -203,10 +205,10 @@ __device__ __forceinline__ void block_scan3(int (&v)[3], int* carry, int* sums) 
 // and written to its own slot.
 __global__ void __launch_bounds__(1024) moe_plan_kernel(MoePlanKernelParams p) {
   extern __shared__ int counts[];  // [experts] counts, then [experts] cursors
-  __shared__ int carry[3], sums[32 * 3];
+  __shared__ int carry[4], sums[32 * 4];
   int* cursor = counts + p.experts;
   for (int e = threadIdx.x; e < p.experts; e += blockDim.x) counts[e] = 0;
-  if (threadIdx.x < 3) carry[threadIdx.x] = 0;
+  if (threadIdx.x < 4) carry[threadIdx.x] = 0;
   __syncthreads();
   for (int64_t s = threadIdx.x; s < p.slots; s += blockDim.x) {
     const int e = p.indices[s];
@@ -216,23 +218,27 @@ __global__ void __launch_bounds__(1024) moe_plan_kernel(MoePlanKernelParams p) {
       atomicAdd(&counts[e], 1);
   }
   __syncthreads();
+  const int pr = p.active_passes ? p.pass_rows : 1;
   for (int base = 0; base < p.experts; base += blockDim.x) {
     const int e = base + threadIdx.x;
-    const int c = e < p.experts ? counts[e] : 0;
-    int v[3] = {c, (c + kGemmTileM - 1) / kGemmTileM, c > 0 ? 1 : 0};
-    block_scan3(v, carry, sums);
+    const int c = e < p.experts ? counts[e] : 0, passes = (c + pr - 1) / pr;
+    int v[4] = {c, (c + kGemmTileM - 1) / kGemmTileM, c > 0 ? 1 : 0, passes};
+    block_scan<4>(v, carry, sums);
     if (e < p.experts) {
       const int rows = v[0] - c;  // exclusive
       p.group_offsets[e] = rows;
       p.tile_offsets[e] = v[1] - (c + kGemmTileM - 1) / kGemmTileM;
       cursor[e] = rows;
       if (c > 0 && p.active_groups) p.active_groups[v[2] - 1] = e;
+      if (p.active_passes)
+        for (int q = 0; q < passes; ++q) p.active_passes[v[3] - passes + q] = e | (q << 16);
     }
   }
   if (threadIdx.x == 0) {
     p.group_offsets[p.experts] = carry[0];
     p.tile_offsets[p.experts] = carry[1];
     if (p.active_groups) p.active_groups[p.experts] = carry[2];
+    if (p.active_passes) p.active_passes[p.pass_capacity] = carry[3];
   }
   __syncthreads();
   for (int64_t s = threadIdx.x; s < p.slots; s += blockDim.x) {
@@ -430,6 +436,9 @@ void run_router_select(const RouterSelectKernelParams& p, cudaStream_t stream) {
 void run_moe_plan(const MoePlanKernelParams& p, cudaStream_t stream) {
   const size_t smem = sizeof(int) * 2 * static_cast<size_t>(p.experts);
   DI_CHECK_CODE(smem <= 48 * 1024, ErrorCode::kUnsupported) << "moe: " << p.experts << " experts";
+  DI_CHECK(!p.active_passes || (p.pass_rows >= 1 && p.experts <= 65536 &&
+                                p.pass_capacity >= moe_pass_capacity(p.slots, p.experts, p.pass_rows)))
+      << "moe_plan: pass table of " << p.pass_capacity << " entries for " << p.slots << " slots";
   moe_plan_kernel<<<1, 1024, smem, stream>>>(p);
   DI_CUDA_CHECK_LAUNCH();
 }
