@@ -4,7 +4,6 @@
 #include "deepinfer/ops/cuda/cuda_backend.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -387,22 +386,7 @@ struct CudaBackend::Impl {
       void* in_bf16 = ws().take(sizeof(uint16_t) * m * k);
       cuda::run_cast_f32_to_bf16(in, in_bf16, m * k, s());
       lt_matmul(in_bf16, w.weight.data(), CUDA_R_16BF, out, m, n, k);
-    } else if (m >= lt_min_rows(w) && m <= kDecodeDirectMaxRows && ab_decode_direct() &&
-               cuda::gemm_mma_dense_fills(m, n)) {
-      // Decode batches (9..kDecodeDirectMaxRows rows): the tensor-core kernels decode the stored codes themselves
-      // (run_gemm: wgmma on sm_90a, else the mma.sync kernel), reading N·K bytes once, where the bf16 scratch below
-      // moves N·K + 4·N·K bytes before cuBLASLt's compute; the same bf16 A and exact bf16 weights.
-      cuda::WorkspaceArena::Scope scope(ws());
-      cuda::GemmKernelParams g;
-      g.a = in;
-      g.a_bf16 = bf16_copy(in, m * k);
-      g.lda = k;
-      g.c = out;
-      g.ldc = n;
-      g.m = m;
-      set_weight(g, w);
-      cuda::run_gemm(g, s());
-    } else if (m >= lt_min_rows(w)) {
+    } else if (m >= lt_min_rows(w) && !decode_direct(m, n)) {
       // Many rows: the weight is read once either way, so dequantizing it to a bf16 scratch (N·K·2 bytes
       // written and read once more) costs little next to the GEMM, and cuBLASLt's bf16 kernels are near peak.
       cuda::WorkspaceArena::Scope scope(ws());
@@ -427,8 +411,14 @@ struct CudaBackend::Impl {
       cuda::run_cast_f32_to_bf16(in, in_bf16, m * k, s());
       lt_matmul(in_bf16, w_bf16, CUDA_R_16BF, out, m, n, k);
     } else {
+      // Few rows (the streaming kernels), or a decode batch whose tiles fill the device: the tensor-core kernels then
+      // decode the stored codes themselves (run_gemm: wgmma on sm_90a, else the mma.sync kernel) from a bf16 copy of
+      // A, reading N·K bytes once where the bf16 scratch above moves N·K + 4·N·K before cuBLASLt's compute; the same
+      // bf16 A and exact bf16 weights.
+      cuda::WorkspaceArena::Scope scope(ws());
       cuda::GemmKernelParams g;
       g.a = in;
+      g.a_bf16 = m >= lt_min_rows(w) ? bf16_copy(in, m * k) : nullptr;
       g.lda = k;
       g.c = out;
       g.ldc = n;
@@ -456,10 +446,8 @@ struct CudaBackend::Impl {
   // 17, slice decode projections (ms a step, scratch vs direct): V4-Flash b64 1.008 / 0.916, b128 1.017 / 0.984,
   // b256 1.201 / 1.252 (compute-bound there: cuBLASLt's rate wins); V4.1 b256 2.138 / 2.288.
   static constexpr int64_t kDecodeDirectMaxRows = 128;
-  // Temporary A/B switch: DEEPINFER_AB_DECODE_DIRECT=0 sends every many-row call through the bf16 scratch.
-  static bool ab_decode_direct() {
-    const char* v = std::getenv("DEEPINFER_AB_DECODE_DIRECT");
-    return !v || std::atoi(v) != 0;
+  static bool decode_direct(int64_t m, int64_t n) {
+    return m <= kDecodeDirectMaxRows && cuda::gemm_mma_dense_fills(m, n);
   }
 
   // Rows from which a block-format linear goes through cuBLASLt (bf16 scratch) instead of the own kernels:
