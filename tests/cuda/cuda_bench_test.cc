@@ -1037,7 +1037,7 @@ TEST_F(CudaBench, DISABLED_DecodeSmallOpTimings) {
       p.experts = e;
       p.k = k;
       p.route_scale = 2.5f;
-      ab("router_select E=384 k=6" + bt, {"DEEPINFER_AB_ROUTER"}, [&] { cuda::run_router_select(p, gpu().stream()); });
+      ab("router_select E=384 k=6" + bt, {}, [&] { cuda::run_router_select(p, gpu().stream()); });
     }
     {  // rope of the attention output (inverse), 64 heads x 512, 64 rotated channels
       const int64_t h = 64, hd = 512, half = 32;
@@ -1045,7 +1045,7 @@ TEST_F(CudaBench, DISABLED_DecodeSmallOpTimings) {
       for (int64_t i = 0; i < t; ++i) pos.data<int64_t>()[i] = 4095 + i;
       for (int64_t i = 0; i < half; ++i) inv.data<float>()[i] = std::pow(10000.0f, -static_cast<float>(i) / half);
       DeviceTensor x = filled(DType::kF32, {t, h, hd}), dp = up(pos), dinv = up(inv);
-      ab("rope inverse H=64 hd=512 rd=64" + bt, {"DEEPINFER_AB_ROPE"}, [&] { gpu().rope({x, dp, dinv, true}); });
+      ab("rope inverse H=64 hd=512 rd=64" + bt, {}, [&] { gpu().rope({x, dp, dinv, true}); });
     }
     {  // paged indexer scores: t sequences of 4096 tokens (1024 entries at ratio 4), 64 heads x 128, pages of 64
       const int64_t b = t, ih = 64, id = 128, r = 4, bs = 64, ctx = 4096, n = ctx / r, blocks = ctx / bs;

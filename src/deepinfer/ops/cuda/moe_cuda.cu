@@ -426,7 +426,7 @@ void run_router_select(const RouterSelectKernelParams& p, cudaStream_t stream) {
   if (p.tokens == 0) return;
   const size_t smem = sizeof(float) * 2 * static_cast<size_t>(p.experts);
   DI_CHECK_CODE(smem <= 48 * 1024, ErrorCode::kUnsupported) << "router: " << p.experts << " experts";
-  if (p.experts <= kRouterPrefetch * kRouterThreads && ab_new_kernel("DEEPINFER_AB_ROUTER"))
+  if (p.experts <= kRouterPrefetch * kRouterThreads)
     router_select_kernel<true><<<static_cast<unsigned>(p.tokens), kRouterThreads, smem, stream>>>(p);
   else
     router_select_kernel<false><<<static_cast<unsigned>(p.tokens), kRouterThreads, smem, stream>>>(p);

@@ -3,7 +3,6 @@
 // the rotation itself is written without FMA contraction for the same reason.
 #include <algorithm>
 
-#include "deepinfer/ops/cuda/ab_switch.h"
 #include "deepinfer/ops/cuda/device_math.cuh"
 #include "deepinfer/ops/cuda/kernels.h"
 
@@ -57,8 +56,7 @@ void run_rope(const RopeKernelParams& p, cudaStream_t stream) {
   if (p.tokens == 0 || p.half == 0 || p.heads == 0) return;
   const size_t smem = 2 * sizeof(float) * static_cast<size_t>(p.half);
   DI_CHECK_CODE(smem <= 48 * 1024, ErrorCode::kUnsupported) << "rope: " << p.half << " rotated pairs";
-  // DEEPINFER_AB_ROPE = 0: one block per token (the previous launch).
-  const int64_t per_block = ab_new_kernel("DEEPINFER_AB_ROPE") ? std::max<int64_t>(1, 256 / p.half) : p.heads;
+  const int64_t per_block = std::max<int64_t>(1, 256 / p.half);
   const int64_t groups = ceil_div(p.heads, per_block);
   DI_CHECK_CODE(groups <= 65535, ErrorCode::kUnsupported) << "rope: " << p.heads << " heads";
   rope_kernel<<<dim3(static_cast<unsigned>(p.tokens), static_cast<unsigned>(groups)), 256, smem, stream>>>(p,
