@@ -77,6 +77,7 @@ __global__ void __launch_bounds__(32 * kSmWarps, 2)
   static_assert(kAcc == 1 || kAcc == 4, "the partial sums below");
   constexpr int kRows = W16 ? 2 : 1, kOut = W16 ? 4 : 2;    // weight rows a lane loads; outputs a lane holds
   constexpr int kPrefetch = kPrefetchBytes / (16 * kRows);  // steps in flight: the same bytes for both shapes
+  static_assert(kPrefetch % 2 == 0, "refills go by pairs of steps");
   extern __shared__ __align__(16) uint2 xs[];
   __shared__ float part[kSmWarps][kOut][32];
   __shared__ int64_t a_row[R], c_row[R];
@@ -105,7 +106,10 @@ __global__ void __launch_bounds__(32 * kSmWarps, 2)
   const uint8_t* b = static_cast<const uint8_t*>(p.b_table ? p.b_table[grp] : p.b);
   const uint8_t* s = static_cast<const uint8_t*>(p.b_scale_table ? p.b_scale_table[grp] : p.b_scale);
   const int chunks = static_cast<int>(p.k / kChunkK<F>), steps = (chunks + 3) / 4;
-  const int s_begin = steps * wk / kw, s_end = steps * (wk + 1) / kw;
+  // Default mode: slices start on even steps, so the pairs of refills below are whole 128-byte lines. (The
+  // batch-invariant chain keeps the tile kernel's slice bounds.)
+  const auto s_bound = [&](int w) { return kAcc == 1 || w == kw ? steps * w / kw : (steps * w / kw) & ~1; };
+  const int s_begin = s_bound(wk), s_end = s_bound(wk + 1);
   // Rows past N read row 0 (in bounds) and contribute nothing: their outputs are never written.
   const uint4* wrow[kRows];
   const uint8_t* srow[kRows];
@@ -204,7 +208,15 @@ __global__ void __launch_bounds__(32 * kSmWarps, 2)
             mmas.template operator()<true>();
           else
             mmas.template operator()<false>();
-          load(st + kPrefetch, d);  // after the math: the registers are free again, kPrefetch - 1 steps still in flight
+          // Refills after the math (the registers are free again), two steps at a time: a row's 64-byte halves of
+          // one 128-byte line leave back to back. One refill a step let the halves reach L2 a step apart, and the
+          // 256-byte prefetch hint then read 25% more than the weights from DRAM (ncu, V4-Flash b256 gate call,
+          // H200, session 18: 1.38 -> 1.17 GB, 628 -> 578 us; V4.1 MoE layer T = 64-256 -10%; docs/PERF.md).
+          // (A slice's last step when even needs no refill: the steps past it load nothing.)
+          if (u & 1) {
+            load(st - 1 + kPrefetch, buf[u - 1]);
+            load(st + kPrefetch, d);
+          }
         }
       }
     }
