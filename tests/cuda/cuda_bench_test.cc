@@ -639,41 +639,10 @@ TEST_F(CudaBench, DISABLED_DecodeGemmTimings) {
   struct Mode {
     const char* name;
     const char* rows;
-    const char* w16;                 // nullptr: the kernel's choice by tile count
-    const char* kw = nullptr;        // K slices per tile; nullptr: the kernel's choice
-    const char* stage_kb = nullptr;  // the activation stage's limit; nullptr: the kernel's default
-    const char* one_row = "0";       // one-row calls below this many tiles take the fp32 kernel ("0": none)
   };
-  const Mode modes[] = {{"stream-mma<=8", "8", nullptr},
-                        {"stream-mma<=4", "4", nullptr},
-                        {"stream-mma<=8 8-row tiles", "8", "0"},
-                        {"stream-mma<=8 16-row tiles", "8", "1"},
-                        {"stream-mma<=8 kw=2", "8", nullptr, "2"},
-                        {"stream-mma<=8 kw=4", "8", nullptr, "4"},
-                        {"stream-mma<=8 kw=8", "8", nullptr, "8"},
-                        {"fp32 stream", "0", nullptr},
-                        {"stream-mma<=8 stage 48 KB", "8", nullptr, nullptr, "48"},
-                        {"stream-mma<=8 one-row routing (default)", "8", nullptr, nullptr, nullptr, nullptr},
-                        {"stream-mma<=8 (again, last)", "8", nullptr}};
-  const auto set_mode = [](const Mode& md) {
-    setenv("DEEPINFER_AB_STREAM_MMA_ROWS", md.rows, 1);
-    if (md.w16)
-      setenv("DEEPINFER_AB_STREAM_MMA_W16", md.w16, 1);
-    else
-      unsetenv("DEEPINFER_AB_STREAM_MMA_W16");
-    if (md.kw)
-      setenv("DEEPINFER_AB_STREAM_MMA_KW", md.kw, 1);
-    else
-      unsetenv("DEEPINFER_AB_STREAM_MMA_KW");
-    if (md.stage_kb)
-      setenv("DEEPINFER_AB_STREAM_MMA_STAGE_KB", md.stage_kb, 1);
-    else
-      unsetenv("DEEPINFER_AB_STREAM_MMA_STAGE_KB");
-    if (md.one_row)
-      setenv("DEEPINFER_AB_STREAM_MMA_ONE_ROW_TILES", md.one_row, 1);
-    else
-      unsetenv("DEEPINFER_AB_STREAM_MMA_ONE_ROW_TILES");
-  };
+  const Mode modes[] = {
+      {"stream-mma<=8", "8"}, {"stream-mma<=4", "4"}, {"fp32 stream", "0"}, {"stream-mma<=8 (again, last)", "8"}};
+  const auto set_mode = [](const Mode& md) { setenv("DEEPINFER_AB_STREAM_MMA_ROWS", md.rows, 1); };
   for (const Proj& pr : {Proj{"q_a", 1280, 5120}, Proj{"kv", 512, 5120}, Proj{"o_a group", 1024, 4096},
                          Proj{"o_b", 5120, 8192}, Proj{"q_b", 32768, 1280}})
     time_fp8_proj(pr, {1, 2, 4, 8}, modes, set_mode);
@@ -689,10 +658,6 @@ TEST_F(CudaBench, DISABLED_DecodeGemmTimings) {
     }
   }
   unsetenv("DEEPINFER_AB_STREAM_MMA_ROWS");
-  unsetenv("DEEPINFER_AB_STREAM_MMA_W16");
-  unsetenv("DEEPINFER_AB_STREAM_MMA_KW");
-  unsetenv("DEEPINFER_AB_STREAM_MMA_STAGE_KB");
-  unsetenv("DEEPINFER_AB_STREAM_MMA_ONE_ROW_TILES");
 }
 
 // The V4.1 MoE layer at decode batches 64-256 (issue #7: batch 128-256 at >= 60% of the binding ceiling; every expert

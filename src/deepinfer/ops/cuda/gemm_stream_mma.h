@@ -22,9 +22,6 @@ constexpr int64_t kGroupedFullPassSlots = 64;
 // precision of the prefill tensor-core path), fp32 accumulation. Takes MXFP4, FP8 blocks with power-of-two block
 // shapes and FP8 per-32 rows, all with UE8M0 scales and 16-byte aligned weight rows. Returns false, enqueuing
 // nothing, for anything else (f32 scales, unaligned weights, K that does not fit its shared-memory stage).
-// With DEEPINFER_AB_STREAM_MMA_PDL=1 (off by default: measured slower) it is launched with programmatic dependent
-// launch: a dense call then starts streaming its weights while the kernel before it finishes, so the weights and
-// scales must not be written by that kernel.
 bool run_gemm_stream_mma(const GemmKernelParams& p, int64_t rows, cudaStream_t stream);
 
 // Batch-invariant mode (gemm_invariant_mma.h): the same kernel with its configuration fixed by the weight alone —

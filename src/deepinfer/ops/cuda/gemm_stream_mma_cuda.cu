@@ -19,7 +19,6 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <cstdlib>
 
 #include "deepinfer/ops/cuda/cuda_check.h"
 #include "deepinfer/ops/cuda/device_math.cuh"
@@ -38,14 +37,6 @@ constexpr int kTargetWarps = 2048;   // ~16 streaming warps per SM on 132 SMs
 // 4-8 rows streamed the weights two to four times.
 constexpr int64_t kStageBytes = 96 * 1024;
 constexpr int64_t kDefaultSmemBytes = 48 * 1024;  // above it a kernel needs the opt-in attribute
-
-// Programmatic dependent launch: the kernel may start while the previous kernel of the stream finishes; it waits
-// here before reading anything an earlier kernel wrote (activations, the MoE plan) or writing its output.
-__device__ __forceinline__ void wait_prior_kernels() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
-// Lets the next kernel of the stream launch (it waits for this one's completion itself before reading).
-__device__ __forceinline__ void allow_next_kernel() {
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-}
 
 __device__ __forceinline__ uint4 ld_stream(const uint4* p) {  // read once: no L1 allocation
   uint4 r;
@@ -88,7 +79,6 @@ __global__ void __launch_bounds__(32 * kSmWarps, 2)
   // With the plan's pass table (launch: R == p.pass_rows) the slot is one R-row pass of a group, not the group.
   int grp = 0, pass = -1;
   if (p.group_offsets) {
-    wait_prior_kernels();
     if (p.active_passes) {
       const int count = p.active_passes[p.pass_capacity], entry = p.active_passes[blockIdx.y];
       if (static_cast<int>(blockIdx.y) >= count) return;
@@ -144,8 +134,6 @@ __global__ void __launch_bounds__(32 * kSmWarps, 2)
 #pragma unroll
       for (int u = 0; u < kPrefetch; ++u) load(s_begin + u, buf[u]);
     }
-    // Dense: the weight loads above overlap the previous kernel's tail; the activations are its output.
-    if (!p.group_offsets && r0 == begin) wait_prior_kernels();
     if (tid < R) {
       const int64_t i = r0 + tid;
       a_row[tid] = i < end ? (p.a_rows ? p.a_rows[i] / p.a_row_div : i) : -1;
@@ -220,9 +208,8 @@ __global__ void __launch_bounds__(32 * kSmWarps, 2)
         }
       }
     }
-    if (r0 + R >= end) allow_next_kernel();
-      // W16: acc 0 / 1 weight row g, activation rows 2t / 2t + 1; acc 2 / 3 the same for weight row g + 8.
-      // Otherwise: acc 0 / 1 activation row g, weight rows 2t / 2t + 1 (acc 2 / 3: activation rows 8..15, empty).
+    // W16: acc 0 / 1 weight row g, activation rows 2t / 2t + 1; acc 2 / 3 the same for weight row g + 8.
+    // Otherwise: acc 0 / 1 activation row g, weight rows 2t / 2t + 1 (acc 2 / 3: activation rows 8..15, empty).
 #pragma unroll
     for (int i = 0; i < kOut; ++i) {
       if constexpr (kAcc == 4)
@@ -247,43 +234,12 @@ __global__ void __launch_bounds__(32 * kSmWarps, 2)
 
 int log2_exact(int v) { return (v > 0 && (v & (v - 1)) == 0) ? __builtin_ctz(static_cast<unsigned>(v)) : -1; }
 
-// Temporary A/B switch: DEEPINFER_AB_STREAM_MMA_W16 = 0 / 1 forces the tile shape (unset: by tile count).
-int ab_w16() {
-  const char* v = std::getenv("DEEPINFER_AB_STREAM_MMA_W16");
-  return v ? std::atoi(v) : -1;
-}
-
-// Temporary A/B switch: DEEPINFER_AB_STREAM_MMA_KW = 1 / 2 / 4 / 8 forces the K slices per tile (a sweep for the
-// wave-quantization question: o_b, 320 16-row tiles x 8 slices = 320 blocks on 264 resident slots).
-int ab_kw() {
-  const char* v = std::getenv("DEEPINFER_AB_STREAM_MMA_KW");
-  const int kw = v ? std::atoi(v) : 0;
-  return kw == 1 || kw == 2 || kw == 4 || kw == 8 ? kw : 0;
-}
-
-// Programmatic dependent launch is off unless DEEPINFER_AB_STREAM_MMA_PDL=1: measured slower on the H200 (V4.1
-// decode at batch 1, same call: 2.44 ms without, 3.04 ms with; the grouped calls start early and wait for the
-// plan while holding SM slots), kept switchable for the next attempt (earlier triggers in the producer kernels).
-// Temporary A/B switch: DEEPINFER_AB_STREAM_MMA_STAGE_KB = the activation stage's limit in KB (default 96; 48 is
-// the earlier limit).
-int64_t ab_stage_bytes() {
-  const char* v = std::getenv("DEEPINFER_AB_STREAM_MMA_STAGE_KB");
-  const int64_t kb = v ? std::atoll(v) : 0;
-  return kb > 0 && kb * 1024 <= kStageBytes ? kb * 1024 : kStageBytes;
-}
-
-bool ab_pdl() {
-  const char* v = std::getenv("DEEPINFER_AB_STREAM_MMA_PDL");
-  return v && std::atoi(v) != 0;
-}
-
 // fixed_kw > 0 (batch-invariant mode): that many K slices, whatever the call's tiles and slots.
 template <QuantFormat F, int R, bool W16, int kAcc = 4, bool kBf16A = false>
 void launch_shape(const GemmKernelParams& p, int64_t slots, int lbn, int lbk, cudaStream_t stream, int fixed_kw = 0) {
   const int64_t chunks = p.k / kChunkK<F>, steps = ceil_div(chunks, 4), tiles = ceil_div(p.n, W16 ? 16 : 8);
   int kw = 1;  // K slices per tile: enough warps to stream, at least two steps each
   while (kw < kSmWarps && tiles * slots * kw < kTargetWarps && steps >= 4 * kw) kw *= 2;
-  if (ab_kw()) kw = ab_kw();
   if (fixed_kw > 0) kw = fixed_kw;
   const int nw = kSmWarps / kw;
   const size_t smem = static_cast<size_t>(steps * kMmas<F> * R * 4) * sizeof(uint2);
@@ -292,17 +248,10 @@ void launch_shape(const GemmKernelParams& p, int64_t slots, int lbn, int lbk, cu
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   const dim3 grid(static_cast<unsigned>(ceil_div(tiles, nw)), static_cast<unsigned>(slots));
   const bool a_vec = p.lda % 4 == 0 && reinterpret_cast<uintptr_t>(p.a) % 16 == 0;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = dim3(32 * kSmWarps);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute pdl[1];
-  pdl[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  pdl[0].val.programmaticStreamSerializationAllowed = ab_pdl() ? 1 : 0;
-  cfg.attrs = pdl;
-  cfg.numAttrs = 1;
-  DI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemm_stream_mma_kernel<F, R, W16, kAcc, kBf16A>, p, kw, lbn, lbk, a_vec));
+  // A plain launch: programmatic dependent launch measured slower (H200, V4.1 decode at batch 1, same call: 2.44 ms
+  // without, 3.04 ms with; the grouped calls started early and waited for the plan while holding SM slots).
+  gemm_stream_mma_kernel<F, R, W16, kAcc, kBf16A><<<grid, 32 * kSmWarps, smem, stream>>>(p, kw, lbn, lbk, a_vec);
+  DI_CUDA_CHECK_LAUNCH();
 }
 
 // 16-row tiles from 80 of them (op micro-bench, H200, 08fddc7, M = 1, 8-row vs 16-row µs: q_a 1280x5120 10.7 vs
@@ -313,8 +262,7 @@ constexpr int64_t kW16MinTiles = 80;
 
 template <QuantFormat F, int R>
 void launch(const GemmKernelParams& p, int64_t slots, int lbn, int lbk, cudaStream_t stream) {
-  const int force = ab_w16();
-  const bool w16 = force >= 0 ? force == 1 : ceil_div(p.n, 16) * slots >= kW16MinTiles;
+  const bool w16 = ceil_div(p.n, 16) * slots >= kW16MinTiles;
   // The caller's bf16 copy of A when it made one (the MoE layer from ~3 rows an expert): the same staged bits as
   // rounding the f32 rows here, half the bytes (V4.1 MoE layer T = 256, H200, session 16: 4.28 vs 4.45 ms at 4 rows
   // a pass; docs/PERF.md).
@@ -330,12 +278,8 @@ void launch(const GemmKernelParams& p, int64_t slots, int lbn, int lbk, cudaStre
 // One row a weight and fewer 16-row tiles than this: the fp32 column-group kernel (gemm_cuda.cu) is faster there
 // (op micro-bench, H200, 45c8905, M = 1, fp32 vs stream-mma µs: q_a 1280x5120 9.1 vs 10.4, kv 512x5120 7.8 vs 8.4,
 // o_a 8 x 1024x4096 grouped 6.9 vs 7.8, o_b 5120x8192 21.3 vs 27.9; q_b 32768x1280, 2048 tiles: 27.3 vs 20.2) and
-// exact in A. Temporary A/B switch DEEPINFER_AB_STREAM_MMA_ONE_ROW_TILES (0: every one-row call streams here).
+// exact in A.
 constexpr int64_t kOneRowMinTiles = 1024;
-int64_t one_row_min_tiles() {
-  const char* v = std::getenv("DEEPINFER_AB_STREAM_MMA_ONE_ROW_TILES");
-  return v ? std::atoll(v) : kOneRowMinTiles;
-}
 
 // Batch-invariant mode: 16-row tiles, kw K slices, one accumulator chain; the activations from the caller's bf16
 // copy when there is one (16-byte rows). (16-warp blocks, whose staged rows served two tiles, measured slower at
@@ -362,7 +306,7 @@ bool dispatch(const GemmKernelParams& p, int64_t rows, int lbn, int lbk, cudaStr
   // per weight is the same for 1-8 rows (the n8 operand). H200, session 16: V4-Flash slice decode b64 / b128
   // 7.86 / 8.82 -> 6.17 / 7.28 ms; V4.1 MoE layer T = 64 / 128 / 256: 3.53 / 4.22 / 4.45 -> 3.25 / 3.66 / 3.88 ms.
   if (p.group_offsets && !invariant_kw && p.m >= kGroupedFullPassSlots) r = 8;
-  const int64_t stage = ab_stage_bytes();
+  const int64_t stage = kStageBytes;
   while (r > 1 && 2 * kpad * r > stage) r /= 2;  // more rows than fit: passes
   if (2 * kpad * r > stage) return false;
   // The plan's pass table when its passes are this launch's: a block per pass (grid y = the table's capacity; the
@@ -413,7 +357,7 @@ bool dispatch(const GemmKernelParams& p, int64_t rows, int lbn, int lbk, cudaStr
 }  // namespace
 
 bool gemm_stream_mma_takes_shape(int64_t rows, int64_t n, int64_t slots) {
-  return rows > 1 || ceil_div(n, 16) * slots >= one_row_min_tiles();
+  return rows > 1 || ceil_div(n, 16) * slots >= kOneRowMinTiles;
 }
 
 namespace {
