@@ -25,6 +25,7 @@ namespace {
 
 using testing::CudaOpTest;
 using testing::DeviceTensor;
+using testing::ScopedKernelChoices;
 
 class CudaBench : public CudaOpTest {
  protected:
@@ -469,7 +470,7 @@ TEST_F(CudaBench, DISABLED_OpTimings) {
 
 // Prefill attention on V4-Flash shapes (issue #7): a chunk of 2048 queries at the end of an 8192-token sequence,
 // 64 heads of 512, window 128 plus 512 ratio-4 selections (the CSA layers) or the window alone (the SWA layers),
-// with the tensor-core kernel (the default for >= 128 tokens) and with DEEPINFER_AB_ATTN_MMA=0 (the SIMT kernel):
+// with the tensor-core kernel (the default for >= 128 tokens) and with attn_mma kNever (the SIMT kernel):
 // a same-run A/B. Keys generic f32 (V4: no KV fake-quant) and bf16-exact (V4.1: FP8 window / FP4 compressed KV).
 // TFLOP/s count the useful products once (S and O over 64 x 512 per key); mma and SIMT results must agree to the
 // mma kernel's 2e-5.
@@ -518,15 +519,15 @@ TEST_F(CudaBench, DISABLED_PrefillAttentionTimings) {
       const std::string shape =
           "attn prefill T=2048 H=64 hd=512 win 128 + " + std::to_string(k) + (exact ? " keys bf16-exact" : " keys f32");
       const struct {
-        const char *mma, *label;
+        cuda::KernelPick mma;
+        const char* label;
         DeviceTensor* out;
-      } runs[] = {{"1", " mma", &out_mma}, {"0", " simt", &out_simt}};
+      } runs[] = {{cuda::KernelPick::kAuto, " mma", &out_mma}, {cuda::KernelPick::kNever, " simt", &out_simt}};
       for (const auto& r : runs) {
-        setenv("DEEPINFER_AB_ATTN_MMA", r.mma, 1);
+        ScopedKernelChoices choice(gpu(), [&](cuda::KernelChoices& c) { c.attn_mma = r.mma; });
         ap.out = *r.out;
         report(shape + r.label, time_ms([&] { gpu().paged_sink_attention(ap); }), bytes, fl);
       }
-      unsetenv("DEEPINFER_AB_ATTN_MMA");
       rel_err(("mma vs simt, " + shape).c_str(), down(out_mma), down(out_simt), 2e-5);
     }
   }
@@ -534,12 +535,12 @@ TEST_F(CudaBench, DISABLED_PrefillAttentionTimings) {
 
 // Prefill indexer on V4-Flash and V4.1-Flash shapes: 8192 queries at positions 0..8191 (a whole 8k prompt in one
 // call) scoring every entry they can see, with the tensor-core kernel (the default for >= 64 tokens) and with
-// DEEPINFER_AB_INDEXER_MMA=0 (the SIMT kernel): a same-run A/B. V4: 64 heads x 128, ratio 4 (2048 entries), fp32
+// indexer_mma kNever (the SIMT kernel): a same-run A/B. V4: 64 heads x 128, ratio 4 (2048 entries), fp32
 // queries and keys (the split path, 3 mmas a product); V4.1: 32 x 128 at ratio 2 (4096 entries) and ratio 1
 // (layer 20, 8192 entries) on bf16-exact data as its FP4-quantized queries and keys are (1 mma a product).
 // TFLOP/s count the useful products once (2·heads·dim per visible (token, entry)). Then the selection that
 // follows at the same shapes: topk_mask (top 512) and V4.1's candidate_blocks (blocks of 8, top 2048), each with
-// the prefill block shapes and with DEEPINFER_AB_TOPK_ROWS=0 (1024-thread blocks), to see whether it matters once
+// the prefill block shapes and with topk_small_blocks kNever (1024-thread blocks), to see whether it matters once
 // the scores are fast. Last, chunks of 16-2048 queries at the end of the context, for the token threshold.
 TEST_F(CudaBench, DISABLED_PrefillIndexerTimings) {
   struct Shape {
@@ -567,22 +568,25 @@ TEST_F(CudaBench, DISABLED_PrefillIndexerTimings) {
     const float score_scale = 1.0f / std::sqrt(static_cast<float>(id));
     const float weight_scale = 1.0f / std::sqrt(static_cast<float>(sh.ih));
     const std::string shape = std::string("indexer_scores prefill T=8192 ") + sh.name;
-    for (const char* env : {"1", "0"}) {
-      setenv("DEEPINFER_AB_INDEXER_MMA", env, 1);
-      const DeviceTensor& out = env[0] == '1' ? out_mma : out_simt;
-      report(shape + (env[0] == '1' ? " mma" : " simt"), time_ms([&] {
+    for (const bool mma : {true, false}) {
+      ScopedKernelChoices choice(gpu(), [&](cuda::KernelChoices& c) {
+        c.indexer_mma = mma ? cuda::KernelPick::kAuto : cuda::KernelPick::kNever;
+      });
+      const DeviceTensor& out = mma ? out_mma : out_simt;
+      report(shape + (mma ? " mma" : " simt"), time_ms([&] {
                gpu().indexer_scores({q, keys, w, dpos, out, sh.ratio, score_scale, weight_scale});
              }),
              bytes, fl);
     }
-    unsetenv("DEEPINFER_AB_INDEXER_MMA");
     rel_err(("mma vs simt, " + shape).c_str(), down(out_mma), down(out_simt), sh.exact ? 2e-6 : 2e-5);
     // The selection after it, with the prefill block shapes (the default at >= 512 rows) and with
-    // DEEPINFER_AB_TOPK_ROWS=0 (1024-thread blocks, the decode shape).
+    // topk_small_blocks kNever (1024-thread blocks, the decode shape).
     DeviceTensor mask(gpu(), DType::kU8, {t, sh.n}), keep(gpu(), DType::kU8, {t, sh.n});
-    for (const char* env : {"1", "0"}) {
-      setenv("DEEPINFER_AB_TOPK_ROWS", env, 1);
-      const std::string form = env[0] == '1' ? " rows-form" : " 1024-thread";
+    for (const bool rows_form : {true, false}) {
+      ScopedKernelChoices choice(gpu(), [&](cuda::KernelChoices& c) {
+        c.topk_small_blocks = rows_form ? cuda::KernelPick::kAuto : cuda::KernelPick::kNever;
+      });
+      const std::string form = rows_form ? " rows-form" : " 1024-thread";
       report("topk_mask prefill T=8192 N=" + std::to_string(sh.n) + " k=512" + form, time_ms([&] {
                gpu().topk_mask({out_mma, Tensor{}, mask, 512});
              }),
@@ -598,10 +602,9 @@ TEST_F(CudaBench, DISABLED_PrefillIndexerTimings) {
                6.0 * t * sh.n, 0);
       }
     }
-    unsetenv("DEEPINFER_AB_TOPK_ROWS");
   }
   // Chunks at the end of the 8192-token context (chunked prefill; where kIndexerMmaMinTokens should sit): V4's
-  // shape, T queries at positions 8192 - T .. 8191 over all 2048 entries, mma ("all": below the threshold too)
+  // shape, T queries at positions 8192 - T .. 8191 over all 2048 entries, mma (kAlways: below the threshold too)
   // against SIMT.
   {
     const int64_t ih = 64, n = 2048;
@@ -617,32 +620,36 @@ TEST_F(CudaBench, DISABLED_PrefillIndexerTimings) {
       DeviceTensor q = filled(DType::kF32, {tc, ih, id}), w = filled(DType::kF32, {tc, ih});
       DeviceTensor out(gpu(), DType::kF32, {tc, n});
       const double fl = 2.0 * ih * id * vis, bytes = 4.0 * (tc * ih * id + n * id + tc * ih + tc * n);
-      for (const char* env : {"all", "0"}) {
-        setenv("DEEPINFER_AB_INDEXER_MMA", env, 1);
-        report("indexer_scores chunk T=" + std::to_string(tc) + " V4 N=2048" + (env[0] == 'a' ? " mma" : " simt"),
-               time_ms([&] {
+      for (const bool mma : {true, false}) {
+        ScopedKernelChoices choice(gpu(), [&](cuda::KernelChoices& c) {
+          c.indexer_mma = mma ? cuda::KernelPick::kAlways : cuda::KernelPick::kNever;
+        });
+        report("indexer_scores chunk T=" + std::to_string(tc) + " V4 N=2048" + (mma ? " mma" : " simt"), time_ms([&] {
                  gpu().indexer_scores({q, keys, w, dcpos, out, 4, 0.088f, 0.125f});
                }),
                bytes, fl);
       }
     }
-    unsetenv("DEEPINFER_AB_INDEXER_MMA");
   }
 }
 
 // Decode GEMMs on V4.1-Flash shapes (issue #7): the dense FP8 projections (128x128 UE8M0 blocks) at 1-4 rows and
 // the MoE layer (384 MXFP4 experts D=5120 I=2304, top-6, + the FP8 shared expert) at 1-64 tokens, each with the
 // tensor-core streaming kernel allowed up to 8 / 4 rows per weight and with it off (the fp32 column-group kernel):
-// a same-run A/B through the temporary DEEPINFER_AB_STREAM_MMA_ROWS switch. Weights rotate over enough copies
+// a same-run A/B through GemmChoices::stream_mma_max_rows. Weights rotate over enough copies
 // (dense) or expert selections (MoE) that each call reads them from HBM, not from the 50 MB L2.
 TEST_F(CudaBench, DISABLED_DecodeGemmTimings) {
   struct Mode {
     const char* name;
-    const char* rows;
+    int64_t rows;
   };
   const Mode modes[] = {
-      {"stream-mma<=8", "8"}, {"stream-mma<=4", "4"}, {"fp32 stream", "0"}, {"stream-mma<=8 (again, last)", "8"}};
-  const auto set_mode = [](const Mode& md) { setenv("DEEPINFER_AB_STREAM_MMA_ROWS", md.rows, 1); };
+      {"stream-mma<=8", 8}, {"stream-mma<=4", 4}, {"fp32 stream", 0}, {"stream-mma<=8 (again, last)", 8}};
+  const auto set_mode = [&](const Mode& md) {
+    cuda::KernelChoices c;
+    c.gemm.stream_mma_max_rows = md.rows;
+    gpu().set_kernel_choices(c);
+  };
   for (const Proj& pr : {Proj{"q_a", 1280, 5120}, Proj{"kv", 512, 5120}, Proj{"o_a group", 1024, 4096},
                          Proj{"o_b", 5120, 8192}, Proj{"q_b", 32768, 1280}})
     time_fp8_proj(pr, {1, 2, 4, 8}, modes, set_mode);
@@ -657,7 +664,7 @@ TEST_F(CudaBench, DISABLED_DecodeGemmTimings) {
       }
     }
   }
-  unsetenv("DEEPINFER_AB_STREAM_MMA_ROWS");
+  gpu().set_kernel_choices({});
 }
 
 // The V4.1 MoE layer at decode batches 64-256 (issue #7: batch 128-256 at >= 60% of the binding ceiling; every expert
@@ -835,13 +842,12 @@ TEST_F(CudaBench, DISABLED_DecodeIndexerTimings) {
 }
 
 // The small decode kernels at V4.1-Flash dims (D = 5120, hc = 4, 64 heads x 512, window 128 + 512 selected over a
-// 4096-token context, indexer 64 x 128 over 1024 entries, 384 experts top-6, rope 64 of 512) at batch 1 / 16 / 64: the
-// current kernel against the previous one (DEEPINFER_AB_<NAME> = 0). Each figure is one call of a CUDA graph of 20
-// back-to-back calls (launch overhead amortised as in the decode step's graphs; L2 warm, unlike ncu's flushed runs),
-// median of 20 replays.
-// The mHC ops at a V4-Flash (D = 4096) and V4.1-Flash (D = 5120) prefill of 8192 tokens, hc = 4; bytes are the HBM
-// traffic the op cannot avoid (streams read once, expand's streams written once, the split-K partials written and read
-// once), so TB/s against the copy rate is how far from the floor it is.
+// 4096-token context, indexer 64 x 128 over 1024 entries, 384 experts top-6, rope 64 of 512) at batch 1 / 16 / 64.
+// (Against the previous kernels through A/B switches until sessions 17 / 19.) Each figure is one call of a CUDA graph
+// of 20 back-to-back calls (launch overhead amortised as in the decode step's graphs; L2 warm, unlike ncu's flushed
+// runs), median of 20 replays. The mHC ops at a V4-Flash (D = 4096) and V4.1-Flash (D = 5120) prefill of 8192 tokens,
+// hc = 4; bytes are the HBM traffic the op cannot avoid (streams read once, expand's streams written once, the split-K
+// partials written and read once), so TB/s against the copy rate is how far from the floor it is.
 TEST_F(CudaBench, DISABLED_PrefillHcTimings) {
   const int64_t t = 8192, hc = 4, mix = (2 + hc) * hc;
   for (int64_t d : {int64_t{4096}, int64_t{5120}}) {
@@ -941,13 +947,8 @@ TEST_F(CudaBench, DISABLED_DecodeSmallOpTimings) {
     });
     return time_ms([&] { g->replay(); }) * 1e3 / kCalls;
   };
-  // envs: the switches set to "0" for the previous figure.
-  auto ab = [&](const std::string& what, std::initializer_list<const char*> envs, const std::function<void()>& fn) {
-    const double now = graph_us(fn);
-    for (const char* env : envs) setenv(env, "0", 1);
-    const double before = graph_us(fn);
-    for (const char* env : envs) unsetenv(env);
-    std::printf("[bench] %-58s %8.2f us/call (previous %8.2f us, %.2fx)\n", what.c_str(), now, before, before / now);
+  auto ab = [&](const std::string& what, const std::function<void()>& fn) {
+    std::printf("[bench] %-58s %8.2f us/call\n", what.c_str(), graph_us(fn));
     std::fflush(stdout);
   };
   const int64_t d = 5120, hc = 4, mix = (2 + hc) * hc;
@@ -960,7 +961,7 @@ TEST_F(CudaBench, DISABLED_DecodeSmallOpTimings) {
       DeviceTensor pre(gpu(), DType::kF32, {t, hc}), mpost(gpu(), DType::kF32, {t, hc});
       DeviceTensor mcomb(gpu(), DType::kF32, {t, hc, hc}), out(gpu(), DType::kF32, {t, d}),
           w = filled(DType::kF32, {d});
-      ab("hc_expand_mix hc=4 D=5120" + bt, {"DEEPINFER_AB_HC_EXPAND_MIX"}, [&] {
+      ab("hc_expand_mix hc=4 D=5120" + bt, [&] {
         gpu().hc_expand_mix({{streams, y, post, comb}, {streams, fn, base, scale, pre, mpost, mcomb}});
       });
       std::printf("[bench] %-58s %8.2f us/call\n", ("hc_collapse_norm hc=4 D=5120" + bt).c_str(), graph_us([&] {
@@ -986,8 +987,7 @@ TEST_F(CudaBench, DISABLED_DecodeSmallOpTimings) {
       p.k = k;
       p.d = d;
       p.experts = 384;
-      ab("moe_combine k=6+shared D=5120" + bt, {"DEEPINFER_AB_MOE_COMBINE"},
-         [&] { cuda::run_moe_combine(p, gpu().stream()); });
+      ab("moe_combine k=6+shared D=5120" + bt, [&] { cuda::run_moe_combine(p, gpu().stream()); });
     }
     {  // router selection alone, sqrt-softplus + bias, 384 experts, top-6
       const int64_t e = 384, k = 6;
@@ -1002,7 +1002,7 @@ TEST_F(CudaBench, DISABLED_DecodeSmallOpTimings) {
       p.experts = e;
       p.k = k;
       p.route_scale = 2.5f;
-      ab("router_select E=384 k=6" + bt, {}, [&] { cuda::run_router_select(p, gpu().stream()); });
+      ab("router_select E=384 k=6" + bt, [&] { cuda::run_router_select(p, gpu().stream()); });
     }
     {  // rope of the attention output (inverse), 64 heads x 512, 64 rotated channels
       const int64_t h = 64, hd = 512, half = 32;
@@ -1010,7 +1010,7 @@ TEST_F(CudaBench, DISABLED_DecodeSmallOpTimings) {
       for (int64_t i = 0; i < t; ++i) pos.data<int64_t>()[i] = 4095 + i;
       for (int64_t i = 0; i < half; ++i) inv.data<float>()[i] = std::pow(10000.0f, -static_cast<float>(i) / half);
       DeviceTensor x = filled(DType::kF32, {t, h, hd}), dp = up(pos), dinv = up(inv);
-      ab("rope inverse H=64 hd=512 rd=64" + bt, {}, [&] { gpu().rope({x, dp, dinv, true}); });
+      ab("rope inverse H=64 hd=512 rd=64" + bt, [&] { gpu().rope({x, dp, dinv, true}); });
     }
     {  // paged indexer scores: t sequences of 4096 tokens (1024 entries at ratio 4), 64 heads x 128, pages of 64
       const int64_t b = t, ih = 64, id = 128, r = 4, bs = 64, ctx = 4096, n = ctx / r, blocks = ctx / bs;
@@ -1041,18 +1041,13 @@ TEST_F(CudaBench, DISABLED_DecodeSmallOpTimings) {
       ip.ratio = static_cast<int>(r);
       ip.score_scale = 0.088f;
       ip.weight_scale = 0.125f;
-      ab("paged_indexer_scores IH=64 Id=128 n=1024" + bt, {"DEEPINFER_AB_INDEXER"},
-         [&] { gpu().paged_indexer_scores(ip); });
+      ab("paged_indexer_scores IH=64 Id=128 n=1024" + bt, [&] { gpu().paged_indexer_scores(ip); });
     }
     {  // paged decode attention (+ combine): t sequences of 4096 tokens, pages of 64 in shuffled order
       const std::unique_ptr<PagedDecode> pd = paged_decode(t, 4096);
       const PagedSinkAttentionParams& ap = pd->params;
       const std::string what = "paged_sink_attention H=64 hd=512 128+512" + bt;
-      ab(what + " (combine)", {"DEEPINFER_AB_ATTN_COMBINE"}, [&] { gpu().paged_sink_attention(ap); });
-      ab(what + " (splits)", {"DEEPINFER_AB_ATTN_SPLITS"}, [&] { gpu().paged_sink_attention(ap); });
-      ab(what + " (key prefetch)", {"DEEPINFER_AB_ATTN_PREFETCH"}, [&] { gpu().paged_sink_attention(ap); });
-      ab(what + " (all three)", {"DEEPINFER_AB_ATTN_COMBINE", "DEEPINFER_AB_ATTN_SPLITS", "DEEPINFER_AB_ATTN_PREFETCH"},
-         [&] { gpu().paged_sink_attention(ap); });
+      ab(what, [&] { gpu().paged_sink_attention(ap); });
     }
   }
 }
@@ -1064,35 +1059,41 @@ TEST_F(CudaBench, DISABLED_DecodeSmallOpTimings) {
 // (N = D, K = I, C rows scattered), plus V4-Flash's FP8 128x128 shared expert as dense GEMMs of 8192 rows (gate
 // N = 2048, K = 4096; down N = 4096, K = 2048). Each through run_gemm with the wgmma kernel (the default: tile by rows
 // per expert, bf16x2 decode, split between producer and consumers for MXFP4, on the producer for FP8), with each
-// block tile forced (cuda::set_wgmma_tile_override: 128 x 256, 256 x 128, mixed) and each decode placement in each
-// tile, the f32 decode, and with wgmma off (gemm_mma): DEEPINFER_AB_WGMMA = "" / "nosplit" / "split" / "cdec" /
-// "exact" / "0", the same inputs in the same run. TFLOP/s and the share of the measured 790
-// TFLOP/s bf16 rate are printed. The experts' weights are distinct (1-2.3 GiB a projection), so each call reads them
-// from HBM.
+// block tile forced (GemmChoices::wgmma_tile: 128 x 256, 256 x 128, mixed) and each decode placement in each tile,
+// the f32 decode, and with wgmma off (gemm_mma: wgmma kNever), the same inputs in the same run. TFLOP/s and the share
+// of the measured 790 TFLOP/s bf16 rate are printed. The experts' weights are distinct (1-2.3 GiB a projection), so
+// each call reads them from HBM.
 TEST_F(CudaBench, DISABLED_PrefillExpertGemmTimings) {
   const int64_t topk = 6, max_tokens = 8192;
   struct Mode {
     const char* name;
-    const char* env;
-    std::optional<cuda::WgmmaTile> tile;  // std::nullopt: by rows (the default)
+    cuda::GemmChoices choices;
   };
+  using cuda::KernelPick;
+  using cuda::WgmmaDecode;
   using cuda::WgmmaTile;
-  const Mode modes[] = {{"wgmma", "", std::nullopt},
-                        {"wgmma 128x256", "", WgmmaTile::k128x256},
-                        {"wgmma 256x128", "", WgmmaTile::k256x128},
-                        {"wgmma mixed", "", WgmmaTile::kMixed},
-                        {"wgmma 128x256 producer decode", "nosplit", WgmmaTile::k128x256},
-                        {"wgmma 256x128 producer decode", "nosplit", WgmmaTile::k256x128},
-                        {"wgmma 128x256 split decode", "split", WgmmaTile::k128x256},
-                        {"wgmma 256x128 split decode", "split", WgmmaTile::k256x128},
-                        {"wgmma 128x256 consumer decode", "cdec", WgmmaTile::k128x256},
-                        {"wgmma 256x128 consumer decode", "cdec", WgmmaTile::k256x128},
-                        {"wgmma f32-decode", "exact", std::nullopt},
-                        {"mma.sync (AB_WGMMA=0)", "0", std::nullopt}};
-  auto set_mode = [](const Mode& md) {
-    setenv("DEEPINFER_AB_WGMMA", md.env, 1);
-    cuda::set_wgmma_tile_override(md.tile);
+  const auto mode = [](const char* name, WgmmaTile tile, WgmmaDecode dec = WgmmaDecode::kByFormat, bool exact = false,
+                       KernelPick pick = KernelPick::kAuto) {
+    Mode md{name, {}};
+    md.choices.wgmma = pick;
+    md.choices.wgmma_tile = tile;
+    md.choices.wgmma_decode = dec;
+    md.choices.wgmma_exact = exact;
+    return md;
   };
+  const Mode modes[] = {
+      mode("wgmma", WgmmaTile::kByRows),
+      mode("wgmma 128x256", WgmmaTile::k128x256),
+      mode("wgmma 256x128", WgmmaTile::k256x128),
+      mode("wgmma mixed", WgmmaTile::kMixed),
+      mode("wgmma 128x256 producer decode", WgmmaTile::k128x256, WgmmaDecode::kProducer),
+      mode("wgmma 256x128 producer decode", WgmmaTile::k256x128, WgmmaDecode::kProducer),
+      mode("wgmma 128x256 split decode", WgmmaTile::k128x256, WgmmaDecode::kSplit),
+      mode("wgmma 256x128 split decode", WgmmaTile::k256x128, WgmmaDecode::kSplit),
+      mode("wgmma 128x256 consumer decode", WgmmaTile::k128x256, WgmmaDecode::kConsumers),
+      mode("wgmma 256x128 consumer decode", WgmmaTile::k256x128, WgmmaDecode::kConsumers),
+      mode("wgmma f32-decode", WgmmaTile::kByRows, WgmmaDecode::kByFormat, true),
+      mode("mma.sync (wgmma off)", WgmmaTile::kByRows, WgmmaDecode::kByFormat, false, KernelPick::kNever)};
   // The plan of `tokens` tokens over e experts: each token's 6 distinct experts uniformly at random, slots sorted by
   // expert.
   struct Plan {
@@ -1194,7 +1195,7 @@ TEST_F(CudaBench, DISABLED_PrefillExpertGemmTimings) {
         }
         const double bytes = e * pr.n * pr.k * (0.5 + 1.0 / 32) + slots * pr.k * 2.0 + slots * pr.n * 4.0;
         for (const Mode& md : modes) {
-          set_mode(md);
+          p.choices = md.choices;
           const double ms = time_ms([&] { cuda::run_gemm(p, gpu().stream()); }, 10);
           report(std::string(mo.name) + " experts mxfp4 " + pr.name + " T=" + std::to_string(tokens) +
                      " E=" + std::to_string(e) + " k=6 N=" + std::to_string(pr.n) + " K=" + std::to_string(pr.k) + " " +
@@ -1228,15 +1229,13 @@ TEST_F(CudaBench, DISABLED_PrefillExpertGemmTimings) {
     p.c = static_cast<float*>(c.data());
     p.ldc = pr.n;
     for (const Mode& md : modes) {
-      set_mode(md);
+      p.choices = md.choices;
       const double ms = time_ms([&] { cuda::run_gemm(p, gpu().stream()); }, 10);
       report(std::string("V4-Flash fp8 ") + pr.name + " M=8192 N=" + std::to_string(pr.n) +
                  " K=" + std::to_string(pr.k) + " " + md.name,
              ms, pr.n * pr.k * 1.0 + max_tokens * pr.k * 2.0 + max_tokens * pr.n * 4.0, 2.0 * max_tokens * pr.n * pr.k);
     }
   }
-  unsetenv("DEEPINFER_AB_WGMMA");
-  cuda::set_wgmma_tile_override(std::nullopt);
 }
 
 }  // namespace

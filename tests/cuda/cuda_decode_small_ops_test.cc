@@ -1,8 +1,8 @@
 // The small decode kernels re-launched over more blocks (hc_expand_mix split per fn chunk, hc_collapse_norm with the
 // row in registers, moe_combine one output a thread, the paged attention combine a float4 a thread, its key loads a
 // group ahead and 32-slot splits, rope split over head groups) at V4 / V4.1 shapes, batch 1 and 16 (and the first sizes
-// past the new kernels' limits): each against its previous kernel (the A/B switch DEEPINFER_AB_<NAME> = 0) bit for bit
-// where the arithmetic is unchanged, and against the CPU op (rope, whose switch is gone, against the CPU op only).
+// past the new kernels' limits): against the CPU op, and bit for bit against another form of the same op where there is
+// one (their comparisons against the previous kernels went with the A/B switches, sessions 17 and 19).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -22,7 +22,6 @@
 namespace deepinfer {
 namespace {
 
-using testing::AbSwitch;
 using testing::CudaDecodeOpTest;
 using testing::DeviceTensor;
 
@@ -32,9 +31,9 @@ using testing::DeviceTensor;
 void settle() { ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess); }
 
 // hc = 4 at V4-Flash's D = 4096, V4.1-Flash's 5120 and V4's 7168; t = 1 and 4 take the split kernel (one token tile),
-// 5, 16 and 64 the previous one-launch kernel. Three forms: split kernel, previous
-// one-launch kernel, hc_expand then hc_mix; outputs bit for bit, and the backend's counters must be left at zero
-// (a second call of each form checks that: a stuck counter would skip a finish or a stream write).
+// 5, 16 and 64 the one-launch kernel. Two forms: the fused op, hc_expand then hc_mix; outputs bit for bit, and the
+// backend's counters must be left at zero (a second call of each form checks that: a stuck counter would skip a finish
+// or a stream write).
 TEST_F(CudaDecodeOpTest, HcExpandMixDecodeShapesSplitKernelBitwise) {
   const int64_t hc = 4, rows = (2 + hc) * hc;
   for (int64_t d : {int64_t{4096}, int64_t{5120}, int64_t{7168}}) {
@@ -45,16 +44,15 @@ TEST_F(CudaDecodeOpTest, HcExpandMixDecodeShapesSplitKernelBitwise) {
       HostTensor s0 = rand({t, hc, d}, -2, 2), y = rand({t, d}, -2, 2), post0 = rand({t, hc}, 0.1f, 2.0f);
       HostTensor comb0 = rand({t, hc, hc}, 0.0f, 1.0f);
       DeviceTensor dy = up(y);
-      HostTensor out[3][4];  // [split, previous, unfused][streams, pre, post, comb]
-      for (int form = 0; form < 3; ++form) {
+      HostTensor out[2][4];  // [fused, unfused][streams, pre, post, comb]
+      for (int form = 0; form < 2; ++form) {
         for (int rep = 0; rep < 2; ++rep) {
-          AbSwitch ab("DEEPINFER_AB_HC_EXPAND_MIX", form == 1);
           DeviceTensor ds = up(s0), dpost = up(post0), dcomb = up(comb0), pre = poisoned({t, hc});
           DeviceTensor mpost = poisoned({t, hc}), mcomb = poisoned({t, hc, hc});
           const HcExpandParams e{ds, dy, dpost, dcomb};
           const HcMixParams m{ds, dfn, dbase, dscale, pre, mpost, mcomb};
           settle();
-          if (form < 2) {
+          if (form == 0) {
             gpu().hc_expand_mix({e, m});
           } else {
             gpu().hc_expand(e);
@@ -75,8 +73,7 @@ TEST_F(CudaDecodeOpTest, HcExpandMixDecodeShapesSplitKernelBitwise) {
       const std::string what = "hc_expand_mix d" + std::to_string(d) + " t" + std::to_string(t);
       const char* names[4] = {" streams", " pre", " post", " comb"};
       for (int i = 0; i < 4; ++i) {
-        expect_same_bytes((what + " split vs unfused" + names[i]).c_str(), out[0][i], out[2][i]);
-        expect_same_bytes((what + " split vs previous" + names[i]).c_str(), out[0][i], out[1][i]);
+        expect_same_bytes((what + " fused vs unfused" + names[i]).c_str(), out[0][i], out[1][i]);
       }
       // And the coefficients against the CPU op over the CPU's own expand.
       HostTensor cs(DType::kF32, s0.shape()), cpost(DType::kF32, {t, hc}), ccomb(DType::kF32, {t, hc, hc});
@@ -145,8 +142,9 @@ TEST_F(CudaDecodeOpTest, HcCollapseNormDecodeShapesRegisterKernelBitwise) {
 }
 
 // moe_combine (run directly) at V4.1's D = 5120, k = 6 (+ shared) and V4's 7168, k = 8, T = 1 / 16 (the small
-// kernel) and 17 (the previous one), with weights and without, a repeated expert (hash routing) and an out-of-range
-// id: the small kernel against the previous one bit for bit, and against a host sum in expert-id order.
+// kernel) and 17 (the span kernel), with weights and without, a repeated expert (hash routing) and an out-of-range
+// id: against a host sum in expert-id order. (The small kernel against the span kernel bit for bit until session 19,
+// when its A/B switch went.)
 TEST_F(CudaDecodeOpTest, MoeCombineDecodeShapesSmallKernelBitwise) {
   struct Shape2 {
     int64_t d, k;
@@ -161,9 +159,8 @@ TEST_F(CudaDecodeOpTest, MoeCombineDecodeShapesSmallKernelBitwise) {
       DeviceTensor dy = up(y), dw = up(w), dsh = up(sh), di = up(ids);
       for (bool weighted : {true, false}) {
         for (bool shared : {true, false}) {
-          HostTensor got[2];
-          for (int form = 0; form < 2; ++form) {
-            AbSwitch ab("DEEPINFER_AB_MOE_COMBINE", form == 1);
+          HostTensor got;
+          {
             DeviceTensor out = poisoned({t, s.d});
             cuda::MoeCombineKernelParams p;
             p.y_slot = static_cast<const float*>(dy.data());
@@ -177,11 +174,10 @@ TEST_F(CudaDecodeOpTest, MoeCombineDecodeShapesSmallKernelBitwise) {
             p.experts = s.experts;
             settle();
             cuda::run_moe_combine(p, gpu().stream());
-            got[form] = down(out);
+            got = down(out);
           }
           const std::string what = "moe_combine d" + std::to_string(s.d) + " k" + std::to_string(s.k) + " t" +
                                    std::to_string(t) + (weighted ? " weighted" : "") + (shared ? " shared" : "");
-          expect_same_bytes((what + " vs previous").c_str(), got[0], got[1]);
           HostTensor want(DType::kF32, {t, s.d});
           for (int64_t r = 0; r < t; ++r) {
             std::vector<int64_t> order(s.k);
@@ -199,7 +195,7 @@ TEST_F(CudaDecodeOpTest, MoeCombineDecodeShapesSmallKernelBitwise) {
               want.data<float>()[r * s.d + i] = static_cast<float>(acc);
             }
           }
-          rel_err((what + " vs host").c_str(), got[0], want, 2e-6);
+          rel_err((what + " vs host").c_str(), got, want, 2e-6);
         }
       }
     }
@@ -207,9 +203,9 @@ TEST_F(CudaDecodeOpTest, MoeCombineDecodeShapesSmallKernelBitwise) {
 }
 
 // Decode paged attention at V4.1's attention shape (64 heads x 512, window 128 + 512 selected, pages of 64, contexts
-// up to 4096) for 1 and 16 sequences, and smaller 16- and 2-split calls: the float4 combine and the key prefetch
-// against the previous kernels bit for bit (same splits), and the 32-slot splits (DEEPINFER_AB_ATTN_SPLITS) against the
-// CPU op within the kernel's tolerance.
+// up to 4096) for 1 and 16 sequences, and smaller 16- and 2-split calls (the float4 combine, the key prefetch, 32-slot
+// splits) against the CPU op within the kernel's tolerance. (Bit for bit against the previous combine, key loads and
+// 64-slot splits until session 19, when their A/B switches went.)
 TEST_F(CudaDecodeOpTest, PagedAttentionDecodeShapesCombineAndSplits) {
   struct Shape {
     int64_t seqs, heads, hd, k_sel;
@@ -235,31 +231,16 @@ TEST_F(CudaDecodeOpTest, PagedAttentionDecodeShapesCombineAndSplits) {
     cpu().paged_sink_attention(c.params(want.view()));
     DeviceTensor dq = up(c.q), dqp = up(c.q_pos), dqs = up(c.q_seq), dt = up(c.tables), dw = up(c.window_pool);
     DeviceTensor dwb = up(c.window_begin), dc = up(c.comp_pool), di = up(c.comp_idx), dsk = up(c.sinks);
-    HostTensor got[2][2];  // [splits: new, previous][combine: new, previous]
-    for (int splits_old = 0; splits_old < 2; ++splits_old) {
-      for (int combine_old = 0; combine_old < 2; ++combine_old) {
-        AbSwitch a("DEEPINFER_AB_ATTN_SPLITS", splits_old == 1), b("DEEPINFER_AB_ATTN_COMBINE", combine_old == 1);
-        DeviceTensor dout = poisoned({c.tokens, spec.heads, spec.hd});
-        settle();
-        gpu().paged_sink_attention(c.params({dq, dqp, dqs, dt, dw, dwb, dc, di, dsk}, dout));
-        got[splits_old][combine_old] = down(dout);
-      }
-    }
-    HostTensor no_prefetch;
+    HostTensor got;
     {
-      AbSwitch a("DEEPINFER_AB_ATTN_PREFETCH", true);
       DeviceTensor dout = poisoned({c.tokens, spec.heads, spec.hd});
       settle();
       gpu().paged_sink_attention(c.params({dq, dqp, dqs, dt, dw, dwb, dc, di, dsk}, dout));
-      no_prefetch = down(dout);
+      got = down(dout);
     }
     const std::string what = "paged_sink_attention decode B=" + std::to_string(seqs) +
                              " H=" + std::to_string(sh.heads) + " hd=" + std::to_string(sh.hd);
-    expect_same_bytes((what + " key prefetch vs previous").c_str(), got[0][0], no_prefetch);
-    expect_same_bytes((what + " combine vs previous (32-slot splits)").c_str(), got[0][0], got[0][1]);
-    expect_same_bytes((what + " combine vs previous (64-slot splits)").c_str(), got[1][0], got[1][1]);
-    rel_err((what + " 32-slot splits vs cpu").c_str(), got[0][0], want, 1e-5);
-    rel_err((what + " 64-slot splits vs cpu").c_str(), got[1][0], want, 1e-5);
+    rel_err((what + " vs cpu").c_str(), got, want, 1e-5);
     // Batch-invariant mode takes the combine too (fixed 256-slot splits): against the CPU op.
     gpu().set_batch_invariant(true);
     DeviceTensor dout = poisoned({c.tokens, spec.heads, spec.hd});
@@ -298,9 +279,9 @@ TEST_F(CudaDecodeOpTest, RopeDecodeShapesHeadGroupsMatchCpu) {
 
 // The decode indexer at V4's shape (64 heads x 128, ratio 4, pages of 64, up to 1024 entries a sequence) for 4 and
 // 16 sequences, then batch 1 (row 0 alone, 1024 entries); an odd head count (the key slots' alignment), a 576-dim row
-// (the element-wise tail past 512) and an odd dim that keeps the previous kernel: the
-// two-entries-a-warp kernel against the previous one bit for bit, the batch-1 call and the contiguous form (row 0's
-// keys gathered) against the batched row, and against the CPU op.
+// (the element-wise tail past 512) and an odd dim that keeps the one-entry kernel: the batch-1 call and the contiguous
+// form (row 0's keys gathered) against the batched row bit for bit, and against the CPU op. (The two-entries-a-warp
+// kernel against the one-entry kernel bit for bit until session 19, when its A/B switch went.)
 TEST_F(CudaDecodeOpTest, IndexerScoresDecodeShapesTwoEntriesBitwise) {
   for (auto [seqs, heads, dim] :
        {std::tuple<int64_t, int64_t, int64_t>{4, 64, 128}, {16, 64, 128}, {3, 64, 100}, {5, 7, 128}, {4, 2, 576}}) {
@@ -318,22 +299,19 @@ TEST_F(CudaDecodeOpTest, IndexerScoresDecodeShapesTwoEntriesBitwise) {
     DeviceTensor dt = up(c.tables), dpool = up(c.pool);
     const std::string what = "paged_indexer_scores B=" + std::to_string(seqs) + " IH=" + std::to_string(heads) +
                              " Id=" + std::to_string(dim);
-    HostTensor got[2];
-    for (int form = 0; form < 2; ++form) {
-      AbSwitch ab("DEEPINFER_AB_INDEXER", form == 1);
+    HostTensor got;
+    {
       DeviceTensor dout = poisoned({s.seqs, c.n});
       settle();
       gpu().paged_indexer_scores(c.params({dq, dw, dp, ds, dn, dt, dpool}, dout));
-      got[form] = down(dout);
+      got = down(dout);
     }
-    expect_same_bytes((what + " vs previous").c_str(), got[0], got[1]);
-    rel_err((what + " vs cpu").c_str(), got[0], want, 1e-5);
+    rel_err((what + " vs cpu").c_str(), got, want, 1e-5);
     // Row 0 (1024 entries) alone: batch 1, paged and contiguous, both kernels: row 0's bytes of the batched call.
     const int64_t ne = c.entries(0);
     ASSERT_EQ(ne, s.max_entries);
     DeviceTensor keys = up(c.keys[0]);
-    for (int form = 0; form < 2; ++form) {
-      AbSwitch ab("DEEPINFER_AB_INDEXER", form == 1);
+    {
       DeviceTensor paged = poisoned({1, c.n}), contiguous = poisoned({1, ne});
       settle();
       gpu().paged_indexer_scores(c.params({dq.view().slice(0, 1), dw.view().slice(0, 1), dp.view().slice(0, 1),
@@ -342,10 +320,10 @@ TEST_F(CudaDecodeOpTest, IndexerScoresDecodeShapesTwoEntriesBitwise) {
       gpu().indexer_scores({dq.view().slice(0, 1), keys, dw.view().slice(0, 1), dp.view().slice(0, 1), contiguous,
                             s.ratio, c.score_scale, c.weight_scale});
       const HostTensor p1 = down(paged), c1 = down(contiguous);
-      EXPECT_EQ(std::memcmp(p1.data<float>(), got[0].data<float>(), sizeof(float) * c.n), 0)
-          << what << " batch 1 paged, form " << form << " (seed " << seed_ << ")";
-      EXPECT_EQ(std::memcmp(c1.data<float>(), got[0].data<float>(), sizeof(float) * ne), 0)
-          << what << " batch 1 contiguous, form " << form << " (seed " << seed_ << ")";
+      EXPECT_EQ(std::memcmp(p1.data<float>(), got.data<float>(), sizeof(float) * c.n), 0)
+          << what << " batch 1 paged (seed " << seed_ << ")";
+      EXPECT_EQ(std::memcmp(c1.data<float>(), got.data<float>(), sizeof(float) * ne), 0)
+          << what << " batch 1 contiguous (seed " << seed_ << ")";
     }
   }
 }

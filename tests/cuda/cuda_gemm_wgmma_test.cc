@@ -17,7 +17,6 @@
 
 #include <cstdlib>
 #include <numeric>
-#include <optional>
 
 #include "cuda/cuda_test_util.h"
 #include "deepinfer/core/dtype.h"
@@ -31,42 +30,16 @@ namespace {
 using testing::CudaOpTest;
 using testing::DeviceTensor;
 
-// Scoped value of environment variable `name` (nullptr = unset); restores the previous one.
-class AbEnv {
- public:
-  AbEnv(const char* name, const char* v) : name_(name) {
-    const char* old = std::getenv(name);
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    if (v)
-      setenv(name, v, 1);
-    else
-      unsetenv(name);
-  }
-  ~AbEnv() {
-    if (had_)
-      setenv(name_, old_.c_str(), 1);
-    else
-      unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  bool had_ = false;
-  std::string old_;
-};
-// Scoped DEEPINFER_AB_WGMMA value.
-struct AbWgmma : AbEnv {
-  explicit AbWgmma(const char* v) : AbEnv("DEEPINFER_AB_WGMMA", v) {}
-};
-// Scoped wgmma tile override (std::nullopt: by rows, the default); the default again at the end of the scope.
-class TileOverride {
- public:
-  explicit TileOverride(std::optional<cuda::WgmmaTile> t) { cuda::set_wgmma_tile_override(t); }
-  ~TileOverride() { cuda::set_wgmma_tile_override(std::nullopt); }
-  TileOverride(const TileOverride&) = delete;
-  TileOverride& operator=(const TileOverride&) = delete;
-};
+// p as the wgmma kernel takes it in these comparisons: any rows a group, the tile forced, the decode as asked.
+cuda::GemmKernelParams forced(const cuda::GemmKernelParams& p, cuda::WgmmaTile tile, bool exact = false,
+                              cuda::WgmmaDecode decode = cuda::WgmmaDecode::kByFormat) {
+  cuda::GemmKernelParams q = p;
+  q.choices.wgmma = cuda::KernelPick::kAlways;
+  q.choices.wgmma_tile = tile;
+  q.choices.wgmma_exact = exact;
+  q.choices.wgmma_decode = decode;
+  return q;
+}
 
 enum class Kind { kMxfp4, kFp8E8m0_128, kFp8E8m0_32, kFp8F32_128, kFp8Row32 };
 const char* kind_name(Kind k) {
@@ -361,21 +334,13 @@ class CudaGemmWgmmaTest : public CudaOpTest {
   // accumulated into one fp32 register in the same order (steps, then k16 slices), only the instruction's N (256 vs
   // 128) and which warpgroup holds the row differ.
   void compare(const std::string& what, const Problem& pr, bool full_reference) {
-    HostTensor wide, tall;
-    {
-      TileOverride tile(cuda::WgmmaTile::k128x256);
-      wide = compare_tile(what + " [128x256]", pr, full_reference);
-    }
-    {
-      TileOverride tile(cuda::WgmmaTile::k256x128);
-      tall = compare_tile(what + " [256x128]", pr, full_reference);
-    }
+    const HostTensor wide = compare_tile(what + " [128x256]", pr, full_reference, cuda::WgmmaTile::k128x256);
+    const HostTensor tall = compare_tile(what + " [256x128]", pr, full_reference, cuda::WgmmaTile::k256x128);
     expect_same_bytes((what + " 256x128 tile = 128x256 tile").c_str(), tall, wide);
     if (!pr.sizes.empty()) {
       // Mixed (grouped): pairs of 128-row blocks as 256-row tiles, a group's unpaired last block as a 128-row tile,
       // in two launches; every row written once (C is NaN-poisoned), each output as in either tile.
-      TileOverride tile(cuda::WgmmaTile::kMixed);
-      const HostTensor mixed = compare_tile(what + " [mixed]", pr, full_reference);
+      const HostTensor mixed = compare_tile(what + " [mixed]", pr, full_reference, cuda::WgmmaTile::kMixed);
       expect_same_bytes((what + " mixed tiles = 128x256 tile").c_str(), mixed, wide);
     }
     // How far apart when not byte-equal (tells an accumulation-order difference, ~1e-7 of the rms, from a fault).
@@ -390,17 +355,15 @@ class CudaGemmWgmmaTest : public CudaOpTest {
                 den > 0 ? std::sqrt(num / den) : std::sqrt(num), worst);
   }
 
-  // The whole comparison set for one problem and the tile in force: wgmma accepted; against the reference; against
-  // gemm_mma; the f32 decode (DEEPINFER_AB_WGMMA=exact) gives the same bytes as the default decode; so does every
-  // decode placement. Returns the default's output.
-  HostTensor compare_tile(const std::string& what, const Problem& pr, bool full_reference) {
+  // The whole comparison set for one problem and tile: wgmma accepted; against the reference; against gemm_mma; the
+  // f32 decode (GemmChoices::wgmma_exact) gives the same bytes as the default decode; so does every decode placement.
+  // Returns the default's output.
+  HostTensor compare_tile(const std::string& what, const Problem& pr, bool full_reference, cuda::WgmmaTile tile) {
     const std::unique_ptr<Launch> l = prepare(pr);
     cudaStream_t s = gpu().stream();
     bool took = false;
-    HostTensor wg = run(*l, pr, [&](const cuda::GemmKernelParams& p) {
-      AbWgmma ab("all");
-      took = cuda::run_gemm_wgmma(p, s);
-    });
+    HostTensor wg =
+        run(*l, pr, [&](const cuda::GemmKernelParams& p) { took = cuda::run_gemm_wgmma(forced(p, tile), s); });
     EXPECT_TRUE(took) << what << ": run_gemm_wgmma declined";
     if (!took) return wg;
     check_reference(what, pr, wg, full_reference);
@@ -409,21 +372,22 @@ class CudaGemmWgmmaTest : public CudaOpTest {
     EXPECT_TRUE(mma_took) << what << ": run_gemm_mma declined";
     check_against(what, pr, wg, mma, 1e-4);
     HostTensor exact = run(*l, pr, [&](const cuda::GemmKernelParams& p) {
-      AbWgmma ab("all,exact");
-      ASSERT_TRUE(cuda::run_gemm_wgmma(p, s));
+      ASSERT_TRUE(cuda::run_gemm_wgmma(forced(p, tile, /*exact=*/true), s));
     });
     check_against(what + " f32 decode", pr, exact, mma, 1e-4);  // tells a decode fault from one elsewhere
     expect_same_bytes((what + " exact decode").c_str(), exact, wg);
     // Where the weights are decoded (the producer, split with the consumers, the consumers): the same bf16 weights
     // and products, so the same bytes as the default (split for MXFP4, the producer for FP8).
     if (e8m0(pr.kind)) {
-      for (const char* dec : {"nosplit", "split", "cdec"}) {
+      const std::pair<cuda::WgmmaDecode, const char*> placements[] = {{cuda::WgmmaDecode::kProducer, "producer"},
+                                                                      {cuda::WgmmaDecode::kSplit, "split"},
+                                                                      {cuda::WgmmaDecode::kConsumers, "consumers"}};
+      for (const auto& [dec, name] : placements) {
         HostTensor placed = run(*l, pr, [&](const cuda::GemmKernelParams& p) {
-          AbWgmma ab((std::string("all,") + dec).c_str());
-          ASSERT_TRUE(cuda::run_gemm_wgmma(p, s));
+          ASSERT_TRUE(cuda::run_gemm_wgmma(forced(p, tile, false, dec), s));
         });
-        check_against(what + " " + dec, pr, placed, mma, 1e-4);
-        expect_same_bytes((what + " " + dec + " = default").c_str(), placed, wg);
+        check_against(what + " " + name, pr, placed, mma, 1e-4);
+        expect_same_bytes((what + " " + name + " = default").c_str(), placed, wg);
       }
     }
     return wg;
@@ -521,29 +485,29 @@ TEST_F(CudaGemmWgmmaTest, ShortAndOddStepCountsMatchReferenceAndMma) {
 }
 
 // run_gemm's dispatch: by default a grouped block-format GEMM of many rows per group takes the wgmma kernel (the
-// same bytes as calling it), DEEPINFER_AB_WGMMA=0 takes gemm_mma (the same bytes as calling that); K not a multiple
-// of 64, a float weight and a batch-invariant call are declined.
-TEST_F(CudaGemmWgmmaTest, RunGemmDispatchAndAbSwitch) {
+// same bytes as calling it), GemmChoices::wgmma kNever takes gemm_mma (the same bytes as calling that); K not a
+// multiple of 64, a float weight and a batch-invariant call are declined.
+TEST_F(CudaGemmWgmmaTest, RunGemmDispatchAndChoice) {
   const Problem pr = grouped(Kind::kMxfp4, {90, 0, 150, 40}, 512, 512, 2);
   const std::unique_ptr<Launch> l = prepare(pr);
   cudaStream_t s = gpu().stream();
   HostTensor wg, mma, via_default, via_off;
+  wg = run(*l, pr, [&](const cuda::GemmKernelParams& p) { ASSERT_TRUE(cuda::run_gemm_wgmma(p, s)); });
+  via_default = run(*l, pr, [&](const cuda::GemmKernelParams& p) { cuda::run_gemm(p, s); });
+  mma = run(*l, pr, [&](const cuda::GemmKernelParams& p) { ASSERT_TRUE(cuda::run_gemm_mma(p, s)); });
   {
-    AbWgmma ab(nullptr);
-    wg = run(*l, pr, [&](const cuda::GemmKernelParams& p) { ASSERT_TRUE(cuda::run_gemm_wgmma(p, s)); });
-    via_default = run(*l, pr, [&](const cuda::GemmKernelParams& p) { cuda::run_gemm(p, s); });
-    mma = run(*l, pr, [&](const cuda::GemmKernelParams& p) { ASSERT_TRUE(cuda::run_gemm_mma(p, s)); });
-  }
-  {
-    AbWgmma ab("0");
-    EXPECT_FALSE(cuda::run_gemm_wgmma(l->p, s));
-    via_off = run(*l, pr, [&](const cuda::GemmKernelParams& p) { cuda::run_gemm(p, s); });
+    cuda::GemmKernelParams off = l->p;
+    off.choices.wgmma = cuda::KernelPick::kNever;
+    EXPECT_FALSE(cuda::run_gemm_wgmma(off, s));
+    via_off = run(*l, pr, [&](const cuda::GemmKernelParams& p) {
+      cuda::GemmKernelParams q = p;
+      q.choices.wgmma = cuda::KernelPick::kNever;
+      cuda::run_gemm(q, s);
+    });
   }
   expect_same_bytes("run_gemm default = wgmma", via_default, wg);
   {
     // Many rows per group: run_gemm takes the mixed tiles, the same bytes as the 128 x 256 one.
-    AbWgmma ab(nullptr);
-    TileOverride t(std::nullopt);
     HostTensor via_run = run(*l, pr, [&](const cuda::GemmKernelParams& p) {
       cuda::GemmKernelParams r = p;
       r.rows_hint = 192;
@@ -552,8 +516,7 @@ TEST_F(CudaGemmWgmmaTest, RunGemmDispatchAndAbSwitch) {
     });
     expect_same_bytes("run_gemm 192 rows a group (mixed) = wgmma 128x256", via_run, wg);
   }
-  expect_same_bytes("run_gemm AB_WGMMA=0 = mma", via_off, mma);
-  AbWgmma ab(nullptr);
+  expect_same_bytes("run_gemm wgmma kNever = mma", via_off, mma);
   cuda::GemmKernelParams q = l->p;
   q.rows_hint = cuda::kGemmWgmmaMinRows - 1;
   EXPECT_FALSE(cuda::run_gemm_wgmma(q, s)) << "few rows per group";
@@ -569,10 +532,13 @@ TEST_F(CudaGemmWgmmaTest, RunGemmDispatchAndAbSwitch) {
 }
 
 // The tile choice (host only, no device needed): grouped calls mixed from kGemmWgmmaMixedRows rows a group (rows_hint),
-// else 128 x 256; dense calls 128 x 256; set_wgmma_tile_override forcing one (mixed: grouped only).
+// else 128 x 256; dense calls 128 x 256; GemmChoices::wgmma_tile forcing one (mixed: grouped only).
 TEST(CudaGemmWgmmaTile, ChoiceByRowsAndOverride) {
   using cuda::WgmmaTile;
-  TileOverride unset(std::nullopt);
+  const auto with_tile = [](cuda::GemmKernelParams q, WgmmaTile t) {
+    q.choices.wgmma_tile = t;
+    return q;
+  };
   cuda::GemmKernelParams p;
   const int32_t offsets[2] = {0, 0};  // never read: only its presence marks a grouped call
   p.group_offsets = offsets;
@@ -585,29 +551,16 @@ TEST(CudaGemmWgmmaTile, ChoiceByRowsAndOverride) {
   EXPECT_EQ(cuda::wgmma_tile(p), WgmmaTile::kMixed);
   p.rows_hint = 192;  // V4-Flash at 8192 tokens
   EXPECT_EQ(cuda::wgmma_tile(p), WgmmaTile::kMixed);
-  {
-    TileOverride wide(WgmmaTile::k128x256);
-    EXPECT_EQ(cuda::wgmma_tile(p), WgmmaTile::k128x256);
-  }
+  EXPECT_EQ(cuda::wgmma_tile(with_tile(p, WgmmaTile::k128x256)), WgmmaTile::k128x256);
   p.rows_hint = 8;
-  {
-    TileOverride tall(WgmmaTile::k256x128);
-    EXPECT_EQ(cuda::wgmma_tile(p), WgmmaTile::k256x128);
-  }
-  {
-    TileOverride mixed(WgmmaTile::kMixed);
-    EXPECT_EQ(cuda::wgmma_tile(p), WgmmaTile::kMixed);
-  }
+  EXPECT_EQ(cuda::wgmma_tile(with_tile(p, WgmmaTile::k256x128)), WgmmaTile::k256x128);
+  EXPECT_EQ(cuda::wgmma_tile(with_tile(p, WgmmaTile::kMixed)), WgmmaTile::kMixed);
   EXPECT_EQ(cuda::wgmma_tile(p), WgmmaTile::k128x256);
-  cuda::GemmKernelParams d;  // dense calls: 128 x 256 unless the override asks for the tall tile
+  cuda::GemmKernelParams d;  // dense calls: 128 x 256 unless the choice asks for the tall tile
   d.m = 8192;
   EXPECT_EQ(cuda::wgmma_tile(d), WgmmaTile::k128x256);
-  {
-    TileOverride mixed(WgmmaTile::kMixed);
-    EXPECT_EQ(cuda::wgmma_tile(d), WgmmaTile::k128x256);
-  }
-  TileOverride tall(WgmmaTile::k256x128);
-  EXPECT_EQ(cuda::wgmma_tile(d), WgmmaTile::k256x128);
+  EXPECT_EQ(cuda::wgmma_tile(with_tile(d, WgmmaTile::kMixed)), WgmmaTile::k128x256);
+  EXPECT_EQ(cuda::wgmma_tile(with_tile(d, WgmmaTile::k256x128)), WgmmaTile::k256x128);
 }
 
 }  // namespace

@@ -5,11 +5,11 @@
 // fp32 (exact products) against x itself (1e-5). More rows fall back to one linear_quant per group (cuBLASLt on a bf16
 // copy: x rounded, 4e-3 against x, as CudaLinearTest.QuantLinearEveryFormatMatchesCpu), except in batch-invariant
 // mode, where the one grouped launch runs the same arithmetic per output as linear_quant's (bitwise equal), or with
-// the A/B switch DEEPINFER_AB_GROUPED_ROWS (grouped_linear.h).
+// a raised KernelChoices::grouped_one_launch_rows (grouped_linear.h).
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <cstring>
+#include <optional>
 
 #include "cuda/cuda_test_util.h"
 #include "deepinfer/core/dtype.h"
@@ -23,6 +23,7 @@ namespace {
 
 using testing::CudaOpTest;
 using testing::DeviceTensor;
+using testing::ScopedKernelChoices;
 
 class CudaGroupedLinearTest : public CudaOpTest {
  protected:
@@ -142,7 +143,7 @@ TEST_F(CudaGroupedLinearTest, MatchesPerGroupCpuLinear) {
                                  " rows=" + std::to_string(rows);
         auto plan = plan_grouped_linear(gpu(), w.mats, rows);
         const bool one = rows <= 4 || (rounds_a(kind) && rows <= cuda::kGemmStreamMmaMaxRows);
-        EXPECT_EQ(plan->one_launch(false), one) << what;
+        EXPECT_EQ(plan->one_launch(false, gpu().kernel_choices()), one) << what;
         const HostTensor x = rand({sh.groups * rows, sh.k});
         const HostTensor xr = bf16_rows(x);
         // One row a group at few tiles: the fp32 column-group kernel, exact in A.
@@ -168,7 +169,7 @@ TEST_F(CudaGroupedLinearTest, BatchInvariantIsOneLaunchAndEqualsLinearQuant) {
     for (int64_t rows : {1, 7, 70}) {
       const std::string what = std::string("grouped invariant ") + name(kind) + " rows=" + std::to_string(rows);
       auto plan = plan_grouped_linear(gpu(), w.mats, rows);
-      EXPECT_TRUE(plan->one_launch(true)) << what;
+      EXPECT_TRUE(plan->one_launch(true, gpu().kernel_choices())) << what;
       const HostTensor x = rand({groups * rows, k});
       DeviceTensor dx = up(x), dout = poisoned({groups * rows, n});
       grouped_linear_quant(gpu(), dx, *plan, dout);
@@ -190,12 +191,15 @@ TEST_F(CudaGroupedLinearTest, BatchInvariantIsOneLaunchAndEqualsLinearQuant) {
   gpu().set_batch_invariant(false);
 }
 
-// The A/B switch DEEPINFER_AB_GROUPED_ROWS: raised, more rows of UE8M0 block formats go through one grouped
+// KernelChoices::grouped_one_launch_rows: raised, more rows of UE8M0 block formats go through one grouped
 // tensor-core launch on a bf16 copy of A (weights exact in bf16: against the rounded input 1e-5); 0, every call runs
 // per group (the decode kernels per group: 1e-5 against the rounded input again). f32 scales never take the grouped
 // tensor-core path (their products are not exact in bf16).
-TEST_F(CudaGroupedLinearTest, AbSwitchMovesTheOneLaunchBound) {
-  ASSERT_EQ(setenv("DEEPINFER_AB_GROUPED_ROWS", "1000", 1), 0);
+TEST_F(CudaGroupedLinearTest, ChoiceMovesTheOneLaunchBound) {
+  cuda::KernelChoices choices;
+  EXPECT_EQ(grouped_one_launch_rows(choices), cuda::kGemmStreamMmaMaxRows);
+  std::optional<ScopedKernelChoices> guard;
+  guard.emplace(gpu(), [](cuda::KernelChoices& c) { c.grouped_one_launch_rows = 1000; });
   for (Kind kind : {Kind::kFp8E8m0_128, Kind::kMxfp4, Kind::kFp8F32_32}) {
     const int groups = 8;
     const int64_t n = 1024, k = 512;
@@ -203,7 +207,7 @@ TEST_F(CudaGroupedLinearTest, AbSwitchMovesTheOneLaunchBound) {
     for (int64_t rows : {7, 70}) {
       const std::string what = std::string("grouped A/B 1000 ") + name(kind) + " rows=" + std::to_string(rows);
       auto plan = plan_grouped_linear(gpu(), w.mats, rows);
-      EXPECT_EQ(plan->one_launch(false), kind != Kind::kFp8F32_32) << what;
+      EXPECT_EQ(plan->one_launch(false, gpu().kernel_choices()), kind != Kind::kFp8F32_32) << what;
       const HostTensor x = rand({groups * rows, k}), xr = bf16_rows(x);
       DeviceTensor dx = up(x), dout = poisoned({groups * rows, n});
       grouped_linear_quant(gpu(), dx, *plan, dout);
@@ -213,19 +217,20 @@ TEST_F(CudaGroupedLinearTest, AbSwitchMovesTheOneLaunchBound) {
         rel_err(what.c_str(), down(dout), reference(xr, w, rows), 1e-5);
     }
   }
-  ASSERT_EQ(setenv("DEEPINFER_AB_GROUPED_ROWS", "0", 1), 0);
+  guard.reset();
+  guard.emplace(gpu(), [](cuda::KernelChoices& c) { c.grouped_one_launch_rows = 0; });
   {
     Weights w = make(Kind::kFp8E8m0_128, 8, 1024, 512);
     auto plan = plan_grouped_linear(gpu(), w.mats, 1);
-    EXPECT_FALSE(plan->one_launch(false));
+    EXPECT_FALSE(plan->one_launch(false, gpu().kernel_choices()));
     const HostTensor x = rand({8, 512}), xr = bf16_rows(x);
     DeviceTensor dx = up(x), dout = poisoned({8, 1024});
     grouped_linear_quant(gpu(), dx, *plan, dout);
     rel_err("grouped A/B 0 fp8 rows=1 (per group)", down(dout),
             reference(cuda::gemm_stream_mma_takes_shape(1, 1024, 1) ? xr : x, w, 1), 1e-5);
   }
-  ASSERT_EQ(unsetenv("DEEPINFER_AB_GROUPED_ROWS"), 0);
-  EXPECT_EQ(grouped_one_launch_rows(), cuda::kGemmStreamMmaMaxRows);
+  guard.reset();
+  EXPECT_EQ(gpu().kernel_choices().grouped_one_launch_rows, -1) << "restored";
 }
 
 // The call uploads nothing: it captures into a CUDA graph, and the replay writes the eager call's output.

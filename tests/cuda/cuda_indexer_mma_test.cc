@@ -1,5 +1,5 @@
-// The tensor-core indexer scores (indexer_mma_cuda.cu) against the CPU op and against the SIMT kernels, switched
-// by DEEPINFER_AB_INDEXER_MMA. Random data (never zeros), prefill-like causal positions (from tokens that see
+// The tensor-core indexer scores (indexer_mma_cuda.cu) against the CPU op and against the SIMT kernels, chosen
+// through KernelChoices::indexer_mma. Random data (never zeros), prefill-like causal positions (from tokens that see
 // nothing to tokens that see every entry), unsorted positions, partial token blocks and key tiles, padded head
 // counts, V4-Flash (64 x 128) and V4.1-Flash (32 x 128) dims, keys no token may read poisoned with NaN, paged keys
 // of several sequences with tokens interleaved across blocks, a sequence without entries, bad pages.
@@ -12,7 +12,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
-#include <optional>
 #include <string>
 
 #include "cuda_test_util.h"
@@ -24,27 +23,8 @@ namespace {
 
 constexpr double kSplitTol = 2e-5, kExactTol = 2e-6;
 
-// Sets DEEPINFER_AB_INDEXER_MMA for a scope (nullptr: unset) and restores what was there.
-class IndexerMmaEnv {
- public:
-  explicit IndexerMmaEnv(const char* value) {
-    if (const char* old = std::getenv(kName)) old_ = old;
-    set(value);
-  }
-  ~IndexerMmaEnv() { set(old_ ? old_->c_str() : nullptr); }
-  IndexerMmaEnv(const IndexerMmaEnv&) = delete;
-  IndexerMmaEnv& operator=(const IndexerMmaEnv&) = delete;
-
- private:
-  static constexpr const char* kName = "DEEPINFER_AB_INDEXER_MMA";
-  static void set(const char* v) {
-    if (v)
-      setenv(kName, v, 1);
-    else
-      unsetenv(kName);
-  }
-  std::optional<std::string> old_;
-};
+constexpr cuda::KernelPick kAuto = cuda::KernelPick::kAuto, kNever = cuda::KernelPick::kNever,
+                           kAlways = cuda::KernelPick::kAlways;
 
 double max_abs_diff(const HostTensor& a, const HostTensor& b) {
   double m = 0;
@@ -85,41 +65,41 @@ class CudaIndexerMma : public CudaOpTest {
     for (int64_t e = max_visible; e < n; ++e)
       for (int64_t c = 0; c < dim; ++c) keys.data<float>()[e * dim + c] = NAN;
   }
-  // indexer_scores on the GPU with DEEPINFER_AB_INDEXER_MMA = env, into a NaN-poisoned output.
-  HostTensor run(const char* env, const HostTensor& q, const HostTensor& keys, const HostTensor& w,
+  // indexer_scores on the GPU with KernelChoices::indexer_mma = mma, into a NaN-poisoned output.
+  HostTensor run(cuda::KernelPick mma, const HostTensor& q, const HostTensor& keys, const HostTensor& w,
                  const HostTensor& pos, int ratio, float score_scale, float weight_scale) {
-    IndexerMmaEnv guard(env);
+    ScopedKernelChoices guard(gpu(), [&](cuda::KernelChoices& k) { k.indexer_mma = mma; });
     DeviceTensor dq = up(q), dk = up(keys), dw = up(w), dp = up(pos), dout = poisoned({q.shape()[0], keys.shape()[0]});
     gpu().indexer_scores({dq, dk, dw, dp, dout, ratio, score_scale, weight_scale});
     return down(dout);
   }
-  // CPU op, tensor-core kernel (env_mma) and SIMT kernel on one case: each against the CPU op, and the two
-  // kernels against each other (and differing: the switch must change the kernel).
+  // CPU op, tensor-core kernel (under `mma`) and SIMT kernel on one case: each against the CPU op, and the two
+  // kernels against each other (and differing: the choice must change the kernel).
   void check(const std::string& name, const HostTensor& q, const HostTensor& keys, const HostTensor& w,
-             const HostTensor& pos, int ratio, const char* env_mma, double tol) {
+             const HostTensor& pos, int ratio, cuda::KernelPick pick, double tol) {
     const int64_t t = q.shape()[0], n = keys.shape()[0];
     const float score_scale = 1.0f / std::sqrt(static_cast<float>(q.shape()[2]));
     const float weight_scale = 1.0f / std::sqrt(static_cast<float>(q.shape()[1]));
     HostTensor want(DType::kF32, {t, n});
     cpu().indexer_scores({q, keys, w, pos, want, ratio, score_scale, weight_scale});
-    const HostTensor mma = run(env_mma, q, keys, w, pos, ratio, score_scale, weight_scale);
-    const HostTensor simt = run("0", q, keys, w, pos, ratio, score_scale, weight_scale);
+    const HostTensor mma = run(pick, q, keys, w, pos, ratio, score_scale, weight_scale);
+    const HostTensor simt = run(kNever, q, keys, w, pos, ratio, score_scale, weight_scale);
     rel_err(("indexer mma vs cpu " + name).c_str(), mma, want, tol);
     rel_err(("indexer simt vs cpu " + name).c_str(), simt, want, 1e-5);
     rel_err(("indexer mma vs simt " + name).c_str(), mma, simt, tol);
-    EXPECT_GT(max_abs_diff(mma, simt), 0.0) << name << ": DEEPINFER_AB_INDEXER_MMA did not change the kernel";
+    EXPECT_GT(max_abs_diff(mma, simt), 0.0) << name << ": indexer_mma did not change the kernel";
   }
 };
 
 // Contiguous keys on fp32 data (the split path): random q / keys / weights, prefill-like or unsorted positions,
-// NaN keys past what any token sees; the CPU op, the tensor-core kernel (env: nullptr = the default, >= 64
+// NaN keys past what any token sees; the CPU op, the tensor-core kernel (kAuto: the default, >= 64
 // tokens) and the SIMT kernel.
 struct ContiguousCase {
   const char* name;
   int64_t t, ih, id, n;
   int ratio;
   bool unsorted;
-  const char* env;
+  cuda::KernelPick mma;
 };
 
 class CudaIndexerMmaContiguous : public CudaIndexerMma {
@@ -130,7 +110,7 @@ class CudaIndexerMmaContiguous : public CudaIndexerMma {
     HostTensor pos =
         c.unsorted ? ints(DType::kI64, {c.t}, -1, c.ratio * c.n + 50) : prefill_positions(c.t, c.n, c.ratio);
     poison_invisible(keys, pos, c.ratio);
-    check(c.name, q, keys, w, pos, c.ratio, c.env, kSplitTol);
+    check(c.name, q, keys, w, pos, c.ratio, c.mma, kSplitTol);
   }
 };
 
@@ -138,23 +118,23 @@ class CudaIndexerMmaContiguous : public CudaIndexerMma {
 // rows.
 TEST_F(CudaIndexerMmaContiguous, MatchesCpuAndSimtOnFp32Data) {
   const ContiguousCase cases[] = {
-      {"V4 T=203 IH=64 Id=128 N=700 r=4", 203, 64, 128, 700, 4, false, nullptr},
-      {"V4.1 T=130 IH=32 Id=128 N=333 r=2", 130, 32, 128, 333, 2, false, nullptr},
-      {"V4.1 T=128 IH=32 Id=128 N=64 r=1", 128, 32, 128, 64, 1, false, nullptr},
-      {"unsorted T=150 IH=64 Id=128 N=500 r=4", 150, 64, 128, 500, 4, true, nullptr},
-      {"IH=40 (padded) T=129 Id=128 N=257 r=4", 129, 40, 128, 257, 4, false, nullptr},
+      {"V4 T=203 IH=64 Id=128 N=700 r=4", 203, 64, 128, 700, 4, false, kAuto},
+      {"V4.1 T=130 IH=32 Id=128 N=333 r=2", 130, 32, 128, 333, 2, false, kAuto},
+      {"V4.1 T=128 IH=32 Id=128 N=64 r=1", 128, 32, 128, 64, 1, false, kAuto},
+      {"unsorted T=150 IH=64 Id=128 N=500 r=4", 150, 64, 128, 500, 4, true, kAuto},
+      {"IH=40 (padded) T=129 Id=128 N=257 r=4", 129, 40, 128, 257, 4, false, kAuto},
   };
   for (const ContiguousCase& c : cases) run_case(c);
 }
 
-// Calls below the threshold through DEEPINFER_AB_INDEXER_MMA=all: one token, dim 64, 16 heads (padded to 32). Small
+// Calls below the threshold through indexer_mma kAlways: one token, dim 64, 16 heads (padded to 32). Small
 // enough for compute-sanitizer's racecheck and memcheck.
 TEST_F(CudaIndexerMmaContiguous, SmallCallsThroughAll) {
   const ContiguousCase cases[] = {
-      {"IH=16 Id=64 T=7 N=130 r=1 (all)", 7, 16, 64, 130, 1, false, "all"},
-      {"IH=64 Id=64 T=66 N=200 r=4 (all)", 66, 64, 64, 200, 4, true, "all"},
-      {"V4 T=1 IH=64 Id=128 N=300 r=4 (all)", 1, 64, 128, 300, 4, false, "all"},
-      {"V4.1 T=9 IH=32 Id=128 N=150 r=2 (all)", 9, 32, 128, 150, 2, false, "all"},
+      {"IH=16 Id=64 T=7 N=130 r=1 (all)", 7, 16, 64, 130, 1, false, kAlways},
+      {"IH=64 Id=64 T=66 N=200 r=4 (all)", 66, 64, 64, 200, 4, true, kAlways},
+      {"V4 T=1 IH=64 Id=128 N=300 r=4 (all)", 1, 64, 128, 300, 4, false, kAlways},
+      {"V4.1 T=9 IH=32 Id=128 N=150 r=2 (all)", 9, 32, 128, 150, 2, false, kAlways},
   };
   for (const ContiguousCase& c : cases) run_case(c);
 }
@@ -168,9 +148,9 @@ TEST_F(CudaIndexerMma, ExactOnFp4DataAndSplitOnMixed) {
   HostTensor q4 = fp4_like({t, ih, id}), k4 = fp4_like({n, id}), qf = rand({t, ih, id}), kf = rand({n, id});
   const HostTensor w = rand({t, ih});
   for (HostTensor* k : {&k4, &kf}) poison_invisible(*k, pos, ratio);
-  check("fp4 q, fp4 keys", q4, k4, w, pos, ratio, nullptr, kExactTol);
-  check("fp4 q, fp32 keys", q4, kf, w, pos, ratio, nullptr, kSplitTol);
-  check("fp32 q, fp4 keys", qf, k4, w, pos, ratio, nullptr, kSplitTol);
+  check("fp4 q, fp4 keys", q4, k4, w, pos, ratio, kAuto, kExactTol);
+  check("fp4 q, fp32 keys", q4, kf, w, pos, ratio, kAuto, kSplitTol);
+  check("fp32 q, fp4 keys", qf, k4, w, pos, ratio, kAuto, kSplitTol);
 }
 
 // What the scores are for: the top-512 selection over them. V4-Flash's shape, 256 queries at the end of an
@@ -188,7 +168,6 @@ TEST_F(CudaIndexerMma, TopKSelectionsMatchCpu) {
   HostTensor scores(DType::kF32, {t, n}), want(DType::kU8, {t, n});
   cpu().indexer_scores({q, keys, w, pos, scores, 4, score_scale, weight_scale});
   cpu().topk_mask({scores, Tensor{}, want, k});
-  IndexerMmaEnv guard(nullptr);
   DeviceTensor dq = up(q), dk = up(keys), dw = up(w), dp = up(pos), dscores = poisoned({t, n});
   DeviceTensor dmask = poisoned_bytes(DType::kU8, {t, n});
   gpu().indexer_scores({dq, dk, dw, dp, dscores, 4, score_scale, weight_scale});
@@ -206,9 +185,9 @@ TEST_F(CudaIndexerMma, TopKSelectionsMatchCpu) {
 TEST_F(CudaIndexerMma, BatchInvariantModeKeepsSimt) {
   const int64_t t = 140, ih = 64, id = 128, n = 300;
   const HostTensor q = rand({t, ih, id}), keys = rand({n, id}), w = rand({t, ih}), pos = prefill_positions(t, n, 4);
-  const HostTensor simt = run("0", q, keys, w, pos, 4, 0.088f, 0.125f);
+  const HostTensor simt = run(kNever, q, keys, w, pos, 4, 0.088f, 0.125f);
   gpu().set_batch_invariant(true);
-  const HostTensor inv = run(nullptr, q, keys, w, pos, 4, 0.088f, 0.125f);
+  const HostTensor inv = run(kAuto, q, keys, w, pos, 4, 0.088f, 0.125f);
   gpu().set_batch_invariant(false);
   expect_same_bytes("indexer batch-invariant = simt", inv, simt);
 }
@@ -223,7 +202,6 @@ TEST_F(CudaIndexerMma, DispatchRule) {
   p.heads = 64;
   p.dim = 128;
   p.n = 100;
-  IndexerMmaEnv unset(nullptr);
   EXPECT_TRUE(cuda::indexer_scores_use_mma(p, false));
   EXPECT_FALSE(cuda::indexer_scores_use_mma(p, true)) << "batch-invariant";
   cuda::IndexerScoresKernelParams q = p;
@@ -246,16 +224,13 @@ TEST_F(CudaIndexerMma, DispatchRule) {
   q = p;
   q.keys = buf + 1;
   EXPECT_FALSE(cuda::indexer_scores_use_mma(q, false)) << "unaligned keys";
-  {
-    IndexerMmaEnv off("0");
-    EXPECT_FALSE(cuda::indexer_scores_use_mma(p, false)) << "DEEPINFER_AB_INDEXER_MMA=0";
-  }
-  {
-    IndexerMmaEnv all("all");
-    q = p;
-    q.tokens = 1;
-    EXPECT_TRUE(cuda::indexer_scores_use_mma(q, false)) << "DEEPINFER_AB_INDEXER_MMA=all";
-  }
+  q = p;
+  q.mma = kNever;
+  EXPECT_FALSE(cuda::indexer_scores_use_mma(q, false)) << "kNever";
+  q = p;
+  q.mma = kAlways;
+  q.tokens = 1;
+  EXPECT_TRUE(cuda::indexer_scores_use_mma(q, false)) << "kAlways";
 }
 
 // A batched call over paged keys: sequences of different lengths and token counts (one without entries: its
@@ -349,8 +324,8 @@ class CudaIndexerMmaPaged : public CudaIndexerMma {
     p.weight_scale = 1.0f / std::sqrt(static_cast<float>(c.heads));
     return p;
   }
-  HostTensor run_paged(const PagedBatch& c, const char* env) {
-    IndexerMmaEnv guard(env);
+  HostTensor run_paged(const PagedBatch& c, cuda::KernelPick mma) {
+    ScopedKernelChoices guard(gpu(), [&](cuda::KernelChoices& k) { k.indexer_mma = mma; });
     DeviceTensor dq = up(c.q), dw = up(c.weights), dp = up(c.positions), ds = up(c.q_seq), dn = up(c.n_entries);
     DeviceTensor dt = up(c.tables), dpool = up(c.pool), dout = poisoned({c.q.shape()[0], c.n});
     gpu().paged_indexer_scores(params(c, dq, dw, dp, ds, dn, dt, dpool, dout));
@@ -362,18 +337,17 @@ TEST_F(CudaIndexerMmaPaged, MatchesCpuAndSimt) {
   const PagedBatch c = make({{61, 300}, {75, 45}, {5, 0}, {38, 512}, {23, 130}});
   HostTensor want(DType::kF32, {c.q.shape()[0], c.n});
   cpu().paged_indexer_scores(params(c, c.q, c.weights, c.positions, c.q_seq, c.n_entries, c.tables, c.pool, want));
-  const HostTensor mma = run_paged(c, nullptr), simt = run_paged(c, "0");
+  const HostTensor mma = run_paged(c, kAuto), simt = run_paged(c, kNever);
   rel_err("paged indexer mma vs cpu", mma, want, kSplitTol);
   rel_err("paged indexer simt vs cpu", simt, want, 1e-5);
   rel_err("paged indexer mma vs simt", mma, simt, kSplitTol);
-  EXPECT_GT(max_abs_diff(mma, simt), 0.0) << "DEEPINFER_AB_INDEXER_MMA did not change the kernel";
+  EXPECT_GT(max_abs_diff(mma, simt), 0.0) << "indexer_mma did not change the kernel";
 }
 
 // A page id outside the pool for entries tokens see: the status bit, raised by the tensor-core kernel too.
 TEST_F(CudaIndexerMmaPaged, BadPageRaisesStatus) {
   PagedBatch c = make({{70, 200}, {70, 150}});
   for (int64_t j = 0; j < c.tables.shape()[1]; ++j) c.tables.data<int32_t>()[j] = 1 << 20;  // sequence 0's pages
-  IndexerMmaEnv guard(nullptr);
   DeviceTensor dq = up(c.q), dw = up(c.weights), dp = up(c.positions), ds = up(c.q_seq), dn = up(c.n_entries);
   DeviceTensor dt = up(c.tables), dpool = up(c.pool), dout = poisoned({c.q.shape()[0], c.n});
   gpu().paged_indexer_scores(params(c, dq, dw, dp, ds, dn, dt, dpool, dout));

@@ -476,9 +476,8 @@ TEST_F(CudaLinearTest, BatchInvariantF32RouterRowsMatchAtEveryRowCount) {
 }
 
 // The batch-invariant sequence's choices depend on the weight only (host functions: no device needed). K slices:
-// the streaming kernel's rule at one group slot for dense weights and small tables, at kInvariantExpertSlots (or
-// DEEPINFER_AB_BI_EXPERT_SLOTS) for expert tables (>= 16 weights); which weights take it: UE8M0 block formats with K a
-// multiple of the 16-byte chunk and power-of-two FP8 blocks at least 16 wide in K.
+// the streaming kernel's rule at one group slot, for dense weights and weight tables alike; which weights take it:
+// UE8M0 block formats with K a multiple of the 16-byte chunk and power-of-two FP8 blocks at least 16 wide in K.
 TEST(GemmInvariantMma, ChoicesFollowTheWeightOnly) {
   using cuda::gemm_invariant_mma_slices;
   EXPECT_EQ(gemm_invariant_mma_slices(QuantFormat::kFP8Block, 300, 1040), 8);  // 17 steps: 2-3 a slice
@@ -488,18 +487,7 @@ TEST(GemmInvariantMma, ChoicesFollowTheWeightOnly) {
   EXPECT_EQ(gemm_invariant_mma_slices(QuantFormat::kMXFP4, 30000, 512), 2);      // 1875 tiles
   EXPECT_EQ(gemm_invariant_mma_slices(QuantFormat::kMXFP4, 32800, 512), 1);      // 2050 tiles
   EXPECT_EQ(gemm_invariant_mma_slices(QuantFormat::kMXFP4, 300, 352), 1);        // 3 steps
-  EXPECT_EQ(gemm_invariant_mma_slices(QuantFormat::kMXFP4, 2304, 5120, 4), 8);   // a small table: as dense
-  // Expert tables: the rule at kInvariantExpertSlots group slots (the switch's count while it is set).
-  if (!std::getenv("DEEPINFER_AB_BI_EXPERT_SLOTS")) {
-    EXPECT_EQ(gemm_invariant_mma_slices(QuantFormat::kMXFP4, 2304, 5120, 384),
-              cuda::kInvariantExpertSlots == 1 ? 8 : 2);
-    setenv("DEEPINFER_AB_BI_EXPERT_SLOTS", "8", 1);
-    EXPECT_EQ(gemm_invariant_mma_slices(QuantFormat::kMXFP4, 2304, 5120, 384), 2);  // 144 tiles x 8 slots
-    EXPECT_EQ(gemm_invariant_mma_slices(QuantFormat::kMXFP4, 2304, 5120, 4), 8);    // a small table: still dense
-    unsetenv("DEEPINFER_AB_BI_EXPERT_SLOTS");
-  }
-  EXPECT_EQ(gemm_invariant_mma_slices(QuantFormat::kMXFP4, 2304, 5120, 384),
-            gemm_invariant_mma_slices(QuantFormat::kMXFP4, 2304, 5120, 16));
+  EXPECT_EQ(gemm_invariant_mma_slices(QuantFormat::kMXFP4, 2304, 5120), 8);      // 144 tiles (a V4.1 expert)
   using cuda::gemm_invariant_mma_takes;
   EXPECT_TRUE(gemm_invariant_mma_takes(QuantFormat::kFP8Block, true, 128, 128, 7168));
   EXPECT_TRUE(gemm_invariant_mma_takes(QuantFormat::kFP8Block, true, 32, 16, 48));

@@ -1,15 +1,13 @@
 // The tensor-core paged sink attention (attention_paged_mma_cuda.cu) against the CPU op and against the SIMT
-// kernel, switched by DEEPINFER_AB_ATTN_MMA. Random data (never zeros), shuffled pages, NaN in every pool row no
+// kernel, chosen through KernelChoices::attn_mma. Random data (never zeros), shuffled pages, NaN in every pool row no
 // query may read, several sequences of different lengths, window-only and window + compressed (index and mask
 // forms), one head block and several, one split and several. Tolerance: the kernel's split-bf16 products are
 // off by at most 3·2^-16 of |x||y| each; CPU emulation of the same arithmetic gives a norm-relative error of
 // 3.8e-6 to 4.4e-6 on this data (hd 512, 128-2048 keys), so 2e-5 against both the CPU op and the SIMT kernel.
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <numeric>
-#include <optional>
 #include <random>
 #include <string>
 
@@ -20,27 +18,8 @@ namespace {
 
 constexpr double kMmaTol = 2e-5;
 
-// Sets environment variable `name` for a scope (nullptr: unset) and restores what was there.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    set(value);
-  }
-  ~ScopedEnv() { set(old_ ? old_->c_str() : nullptr); }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  void set(const char* v) {
-    if (v)
-      setenv(name_, v, 1);
-    else
-      unsetenv(name_);
-  }
-  const char* name_;
-  std::optional<std::string> old_;
-};
+constexpr cuda::KernelPick kAuto = cuda::KernelPick::kAuto, kNever = cuda::KernelPick::kNever,
+                           kAlways = cuda::KernelPick::kAlways;
 
 // e4m3 round-to-nearest-even of y, |y| <= 448 (subnormal below 2^-6); zero results become the smallest subnormal
 // of y's sign, so that quantized test keys are never zeros.
@@ -90,9 +69,10 @@ int64_t quantize_rows(HostTensor& pool, int64_t hd, double fraction, std::mt1993
 
 class CudaPagedAttentionMma : public CudaPagedAttentionTest {
  protected:
-  // The GPU op with DEEPINFER_AB_ATTN_MMA = env (nullptr: unset, the default); `mask`, when given, replaces comp_idx.
-  HostTensor run(const PagedAttentionCase& c, const Device& d, const char* env, const DeviceTensor* mask = nullptr) {
-    ScopedEnv guard("DEEPINFER_AB_ATTN_MMA", env);
+  // The GPU op with KernelChoices::attn_mma = mma; `mask`, when given, replaces comp_idx.
+  HostTensor run(const PagedAttentionCase& c, const Device& d, cuda::KernelPick mma,
+                 const DeviceTensor* mask = nullptr) {
+    ScopedKernelChoices guard(gpu(), [&](cuda::KernelChoices& k) { k.attn_mma = mma; });
     return run_op(c, d, mask);
   }
 };
@@ -105,7 +85,7 @@ double max_abs_diff(const HostTensor& a, const HostTensor& b) {
 }
 
 // Prefill-like calls (>= 128 query tokens: the tensor-core kernel by default) against the CPU op, the SIMT
-// kernel of the same call (DEEPINFER_AB_ATTN_MMA=0) and each other: the switch must change the kernel (the two
+// kernel of the same call (attn_mma kNever) and each other: the choice must change the kernel (the two
 // results are not bit-equal) and both must match the reference.
 TEST_F(CudaPagedAttentionMma, PrefillMatchesCpuAndSimt) {
   struct Case {
@@ -128,11 +108,11 @@ TEST_F(CudaPagedAttentionMma, PrefillMatchesCpuAndSimt) {
     HostTensor want(DType::kF32, {c.tokens, k.spec.heads, k.spec.hd});
     cpu().paged_sink_attention(c.params(want.view()));
     const Device d = upload(c);
-    const HostTensor mma = run(c, d, nullptr), simt = run(c, d, "0");
+    const HostTensor mma = run(c, d, kAuto), simt = run(c, d, kNever);
     rel_err((std::string("mma vs cpu ") + k.name).c_str(), mma, want, kMmaTol);
     rel_err((std::string("simt vs cpu ") + k.name).c_str(), simt, want, 1e-5);
     rel_err((std::string("mma vs simt ") + k.name).c_str(), mma, simt, kMmaTol);
-    EXPECT_GT(max_abs_diff(mma, simt), 0.0) << k.name << ": DEEPINFER_AB_ATTN_MMA did not change the kernel";
+    EXPECT_GT(max_abs_diff(mma, simt), 0.0) << k.name << ": attn_mma did not change the kernel";
     if (k.spec.k_sel == 0) continue;
     HostTensor mask = mask_of(c);
     PagedSinkAttentionParams cm = c.params(want.view());
@@ -140,11 +120,11 @@ TEST_F(CudaPagedAttentionMma, PrefillMatchesCpuAndSimt) {
     cm.comp_mask = mask.view();
     cpu().paged_sink_attention(cm);
     const DeviceTensor dmask = up(mask);
-    rel_err((std::string("mma mask form vs cpu ") + k.name).c_str(), run(c, d, nullptr, &dmask), want, kMmaTol);
+    rel_err((std::string("mma mask form vs cpu ") + k.name).c_str(), run(c, d, kAuto, &dmask), want, kMmaTol);
   }
 }
 
-// DEEPINFER_AB_ATTN_MMA=all takes the tensor-core kernel below the token threshold too: decode shapes, split over
+// attn_mma kAlways takes the tensor-core kernel below the token threshold too: decode shapes, split over
 // the keys and merged by the combine kernel, and a short prefill chunk with a window floor.
 TEST_F(CudaPagedAttentionMma, SmallCallsWhenForced) {
   const PagedAttentionSpec specs[] = {
@@ -159,9 +139,9 @@ TEST_F(CudaPagedAttentionMma, SmallCallsWhenForced) {
     const Device d = upload(c);
     const std::string name =
         "forced mma H=" + std::to_string(s.heads) + " hd=" + std::to_string(s.hd) + " T=" + std::to_string(c.tokens);
-    const HostTensor mma = run(c, d, "all");
+    const HostTensor mma = run(c, d, kAlways);
     rel_err(name.c_str(), mma, want, kMmaTol);
-    EXPECT_GT(max_abs_diff(mma, run(c, d, "0")), 0.0) << name << ": DEEPINFER_AB_ATTN_MMA=all did not change it";
+    EXPECT_GT(max_abs_diff(mma, run(c, d, kNever)), 0.0) << name << ": attn_mma kAlways did not change it";
   }
 }
 
@@ -181,13 +161,13 @@ TEST_F(CudaPagedAttentionMma, QuantizedAndMixedKeysMatchCpuAndSimt) {
                {Keys::kMostlyExact, "rows exact with p 0.97"}};
   const struct {
     PagedAttentionSpec spec;
-    const char* mma_env;  // "all": the decode shapes, several splits
+    cuda::KernelPick mma;  // kAlways: the decode shapes, several splits
   } shapes[] = {
-      {make_spec(3, 64, 512, 48, 96, 64, 4, 128, 200, 1500), nullptr},
-      {make_spec(2, 32, 256, 64, 300, 32, 4, 64, 900, 2500), nullptr},
-      {make_spec(4, 128, 64, 32, 40, 16, 2, 32, 40, 700), nullptr},
-      {make_spec(5, 64, 512, 1, 512, 64, 4, 128, 200, 4000), "all"},
-      {make_spec(2, 16, 128, 70, 0, 16, 1, 96, 80, 400), "all"},
+      {make_spec(3, 64, 512, 48, 96, 64, 4, 128, 200, 1500), kAuto},
+      {make_spec(2, 32, 256, 64, 300, 32, 4, 64, 900, 2500), kAuto},
+      {make_spec(4, 128, 64, 32, 40, 16, 2, 32, 40, 700), kAuto},
+      {make_spec(5, 64, 512, 1, 512, 64, 4, 128, 200, 4000), kAlways},
+      {make_spec(2, 16, 128, 70, 0, 16, 1, 96, 80, 400), kAlways},
   };
   for (const auto& sh : shapes)
     for (const auto& kind : kinds) {
@@ -208,16 +188,16 @@ TEST_F(CudaPagedAttentionMma, QuantizedAndMixedKeysMatchCpuAndSimt) {
       const std::string name = std::string(kind.name) + " H=" + std::to_string(s.heads) +
                                " hd=" + std::to_string(s.hd) + " T=" + std::to_string(c.tokens) + " (" +
                                std::to_string(qw) + "+" + std::to_string(qc) + " rows quantized)";
-      const HostTensor mma = run(c, d, sh.mma_env), simt = run(c, d, "0");
+      const HostTensor mma = run(c, d, sh.mma), simt = run(c, d, kNever);
       rel_err(("mma vs cpu, " + name).c_str(), mma, want, kMmaTol);
       rel_err(("simt vs cpu, " + name).c_str(), simt, want, 1e-5);
       rel_err(("mma vs simt, " + name).c_str(), mma, simt, kMmaTol);
-      EXPECT_GT(max_abs_diff(mma, simt), 0.0) << name << ": DEEPINFER_AB_ATTN_MMA did not change the kernel";
+      EXPECT_GT(max_abs_diff(mma, simt), 0.0) << name << ": attn_mma did not change the kernel";
     }
 }
 
 // Shapes the tensor-core kernel does not take (heads not a multiple of 16, hd 96) run the SIMT kernel whatever
-// the switch says: the same bytes with "all" and "0".
+// the choice says: the same bytes with kAlways and kNever.
 TEST_F(CudaPagedAttentionMma, UnsupportedShapesKeepTheSimtKernel) {
   for (const PagedAttentionSpec& s :
        {make_spec(3, 24, 128, 48, 16, 16, 4, 32, 60, 300), make_spec(3, 16, 96, 48, 16, 16, 4, 32, 60, 300)}) {
@@ -225,17 +205,17 @@ TEST_F(CudaPagedAttentionMma, UnsupportedShapesKeepTheSimtKernel) {
     HostTensor want(DType::kF32, {c.tokens, s.heads, s.hd});
     cpu().paged_sink_attention(c.params(want.view()));
     const Device d = upload(c);
-    const HostTensor forced = run(c, d, "all");
+    const HostTensor forced = run(c, d, kAlways);
     rel_err("unsupported shape, simt", forced, want, 1e-5);
-    expect_same_bytes("unsupported shape, all vs 0", forced, run(c, d, "0"));
+    expect_same_bytes("unsupported shape, kAlways vs kNever", forced, run(c, d, kNever));
   }
 }
 
 // Batch-invariant mode takes it for every call of a supported shape, decode included (the choice may not depend on
 // the batch), with the splits at fixed 256-slot boundaries and the partials always merged: a query's output is the
 // same bytes alone, among a few queries, or in a call whose selection is padded with 600 unselected columns (three
-// more, empty, splits for every query), and within the kernel's tolerance of the CPU op. "all" changes nothing
-// there; DEEPINFER_AB_ATTN_MMA=0 (the SIMT kernel) gives other bytes, at the SIMT tolerance.
+// more, empty, splits for every query), and within the kernel's tolerance of the CPU op. kAlways changes nothing
+// there; kNever (the SIMT kernel) gives other bytes, at the SIMT tolerance.
 TEST_F(CudaPagedAttentionMma, BatchInvariantModeTakesItForEveryCall) {
   gpu().set_batch_invariant(true);
   for (const PagedAttentionSpec& spec : {make_spec(9, 64, 512, 1, 512, 64, 4, 128, 30, 4000),  // decode
@@ -244,23 +224,22 @@ TEST_F(CudaPagedAttentionMma, BatchInvariantModeTakesItForEveryCall) {
     HostTensor want(DType::kF32, {c.tokens, spec.heads, spec.hd});
     cpu().paged_sink_attention(c.params(want.view()));
     const Device d = upload(c);
-    // The queries `rows` with `pad` unselected columns after the selection, under DEEPINFER_AB_ATTN_MMA = mma
-    // (nullptr: unset).
-    auto call = [&](const std::vector<int64_t>& rows, int64_t pad, const char* mma) {
-      ScopedEnv mma_guard("DEEPINFER_AB_ATTN_MMA", mma);
+    // The queries `rows` with `pad` unselected columns after the selection, under attn_mma = mma.
+    auto call = [&](const std::vector<int64_t>& rows, int64_t pad, cuda::KernelPick mma) {
+      ScopedKernelChoices guard(gpu(), [&](cuda::KernelChoices& k) { k.attn_mma = mma; });
       return run_queries(c, d, rows, pad);
     };
     std::vector<int64_t> all(c.tokens);
     std::iota(all.begin(), all.end(), 0);
     const std::string name = "batch-invariant mma H=" + std::to_string(spec.heads) + " hd=" + std::to_string(spec.hd);
-    const HostTensor full = call(all, 600, nullptr);
+    const HostTensor full = call(all, 600, kAuto);
     rel_err(name.c_str(), full, want, kMmaTol);
     for (const auto& rows : invariance_subsets(c.tokens))
-      expect_rows_bitwise(name + " queries=" + std::to_string(rows.size()), call(rows, 0, nullptr), full, rows);
-    expect_same_bytes((name + ", all vs unset").c_str(), call(all, 0, "all"), full);
-    const HostTensor simt = call(all, 600, "0");
-    rel_err((name + ", ATTN_MMA=0 (simt)").c_str(), simt, want, 1e-5);
-    EXPECT_GT(max_abs_diff(full, simt), 0.0) << name << ": DEEPINFER_AB_ATTN_MMA=0 did not change the kernel";
+      expect_rows_bitwise(name + " queries=" + std::to_string(rows.size()), call(rows, 0, kAuto), full, rows);
+    expect_same_bytes((name + ", kAlways vs kAuto").c_str(), call(all, 0, kAlways), full);
+    const HostTensor simt = call(all, 600, kNever);
+    rel_err((name + ", attn_mma kNever (simt)").c_str(), simt, want, 1e-5);
+    EXPECT_GT(max_abs_diff(full, simt), 0.0) << name << ": attn_mma kNever did not change the kernel";
   }
 }
 
@@ -271,7 +250,7 @@ TEST_F(CudaPagedAttentionMma, BadPageRaisesStatus) {
   for (int64_t j = 0; j < c.tables.shape()[1]; ++j) c.tables.data<int32_t>()[j] = 1 << 20;  // outside the pool
   const Device d = upload(c);
   try {
-    run(c, d, nullptr);
+    run(c, d, kAuto);
     ADD_FAILURE() << "no error for block ids outside the pool";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("paged_sink_attention"), std::string::npos) << e.what();

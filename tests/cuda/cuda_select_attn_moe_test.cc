@@ -18,6 +18,7 @@ namespace {
 
 using testing::CudaOpTest;
 using testing::DeviceTensor;
+using testing::ScopedKernelChoices;
 
 // Shapes: the op test's 16 heads, V4's 64 x 128 at one token (decode: 16 entries a block) and at 40 tokens
 // (prefill: 128 entries a block), and an odd dim (100: the dot's loops past whole warps). Entries the tokens
@@ -68,10 +69,13 @@ TEST_F(CudaOpTest, TopKMaskWithTiesInfAndAllowed) {
   }
 }
 
-// Prefill-sized top-k (>= 512 rows: blocks of 256 / 512 threads by row length, DEEPINFER_AB_TOPK_ROWS) and the
-// decode shape (=0: 1024 threads) on the same rows, and the small blocks on a few rows (=all): the same bytes as
-// the CPU op. Rows of 1500 / 5000 / 9000 entries (256 / 512 / 1024 threads) with many exact ties, -inf and an
+// Prefill-sized top-k (>= 512 rows: blocks of 256 / 512 threads by row length, KernelChoices::topk_small_blocks) and
+// the decode shape (kNever: 1024 threads) on the same rows, and the small blocks on a few rows (kAlways): the same
+// bytes as the CPU op. Rows of 1500 / 5000 / 9000 entries (256 / 512 / 1024 threads) with many exact ties, -inf and an
 // allowed mask.
+const std::pair<cuda::KernelPick, const char*> kPicks[] = {
+    {cuda::KernelPick::kAuto, "auto"}, {cuda::KernelPick::kNever, "never"}, {cuda::KernelPick::kAlways, "always"}};
+
 TEST_F(CudaOpTest, TopKMaskPrefillRowsMatchCpu) {
   for (const int64_t n : {int64_t{1500}, int64_t{5000}, int64_t{9000}}) {
     for (const int64_t t : {int64_t{600}, int64_t{5}}) {
@@ -86,19 +90,15 @@ TEST_F(CudaOpTest, TopKMaskPrefillRowsMatchCpu) {
         for (const bool with_allowed : {false, true}) {
           HostTensor want(DType::kU8, {t, n});
           cpu().topk_mask({s, with_allowed ? allowed.view() : Tensor{}, want, k});
-          for (const char* env : {static_cast<const char*>(nullptr), "0", "all"}) {
-            if (env)
-              setenv("DEEPINFER_AB_TOPK_ROWS", env, 1);
-            else
-              unsetenv("DEEPINFER_AB_TOPK_ROWS");
+          for (const auto& [pick, pick_name] : kPicks) {
+            ScopedKernelChoices guard(gpu(), [&](cuda::KernelChoices& c) { c.topk_small_blocks = pick; });
             DeviceTensor dout = poisoned_bytes(DType::kU8, {t, n});
             gpu().topk_mask({ds, with_allowed ? da.view() : Tensor{}, dout, k});
-            expect_same_bytes(("topk_mask T=" + std::to_string(t) + " N=" + std::to_string(n) + " k=" +
-                               std::to_string(k) + (with_allowed ? " allowed" : "") + " env=" + (env ? env : "-"))
+            expect_same_bytes(("topk_mask T=" + std::to_string(t) + " N=" + std::to_string(n) +
+                               " k=" + std::to_string(k) + (with_allowed ? " allowed" : "") + " " + pick_name)
                                   .c_str(),
                               down(dout), want);
           }
-          unsetenv("DEEPINFER_AB_TOPK_ROWS");
         }
       }
     }
@@ -119,19 +119,14 @@ TEST_F(CudaOpTest, CandidateBlocksPrefillRowsMatchCpu) {
     HostTensor want(DType::kU8, {t, n});
     cpu().candidate_blocks({s, pos, want, static_cast<int>(ratio), top, bs});
     DeviceTensor ds = up(s), dp = up(pos);
-    for (const char* env : {static_cast<const char*>(nullptr), "0"}) {
-      if (env)
-        setenv("DEEPINFER_AB_TOPK_ROWS", env, 1);
-      else
-        unsetenv("DEEPINFER_AB_TOPK_ROWS");
+    for (const auto& [pick, pick_name] : {kPicks[0], kPicks[1]}) {
+      ScopedKernelChoices guard(gpu(), [&](cuda::KernelChoices& c) { c.topk_small_blocks = pick; });
       DeviceTensor dout = poisoned_bytes(DType::kU8, {t, n});
       gpu().candidate_blocks({ds, dp, dout, static_cast<int>(ratio), top, bs});
       expect_same_bytes(
-          ("candidate_blocks T=520 N=" + std::to_string(n) + " bs=" + std::to_string(bs) + " env=" + (env ? env : "-"))
-              .c_str(),
+          ("candidate_blocks T=520 N=" + std::to_string(n) + " bs=" + std::to_string(bs) + " " + pick_name).c_str(),
           down(dout), want);
     }
-    unsetenv("DEEPINFER_AB_TOPK_ROWS");
   }
 }
 

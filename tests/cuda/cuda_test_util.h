@@ -261,18 +261,22 @@ class CudaOpTest : public ::testing::Test {
   std::mt19937_64 rng_;
 };
 
-// Sets DEEPINFER_AB_<name> = "0" (the previous kernel) for its lifetime when `old`.
-class AbSwitch {
+// Edits the backend's kernel choices (kernel_choices.h) for its lifetime, then restores the previous ones.
+class ScopedKernelChoices {
  public:
-  AbSwitch(const char* name, bool old) : name_(name) {
-    if (old) setenv(name_, "0", 1);
+  template <class Edit>
+  ScopedKernelChoices(CudaBackend& be, Edit edit) : be_(be), old_(be.kernel_choices()) {
+    cuda::KernelChoices c = old_;
+    edit(c);
+    be_.set_kernel_choices(c);
   }
-  ~AbSwitch() { unsetenv(name_); }
-  AbSwitch(const AbSwitch&) = delete;
-  AbSwitch& operator=(const AbSwitch&) = delete;
+  ~ScopedKernelChoices() { be_.set_kernel_choices(old_); }
+  ScopedKernelChoices(const ScopedKernelChoices&) = delete;
+  ScopedKernelChoices& operator=(const ScopedKernelChoices&) = delete;
 
  private:
-  const char* name_;
+  CudaBackend& be_;
+  cuda::KernelChoices old_;
 };
 
 }  // namespace deepinfer::testing

@@ -14,7 +14,6 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "deepinfer/ops/cuda/ab_switch.h"
 #include "deepinfer/ops/cuda/attention_paged_mma.h"
 #include "deepinfer/ops/cuda/attention_paged_slots.cuh"
 #include "deepinfer/ops/cuda/cuda_runtime.h"
@@ -68,8 +67,7 @@ __device__ __forceinline__ void store_row(float* row, int hd, int lane, const fl
   }
 }
 
-// kPrefetch: a warp loads the next 4-key group while it computes the current one (small grids only, see launch();
-// DEEPINFER_AB_ATTN_PREFETCH = 0: never).
+// kPrefetch: a warp loads the next 4-key group while it computes the current one (small grids only, see launch()).
 template <int kPer, bool kVec, bool kPrefetch>
 __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(PagedSinkAttentionKernelParams p) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -356,7 +354,7 @@ void launch(const PagedSinkAttentionKernelParams& p, cudaStream_t stream) {
   DI_CUDA_CHECK(cudaGetDevice(&device));
   DI_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   const int64_t blocks = static_cast<int64_t>(grid.x) * grid.y * grid.z;
-  if (blocks <= 2ll * sms && ab_new_kernel("DEEPINFER_AB_ATTN_PREFETCH"))
+  if (blocks <= 2ll * sms)
     paged_attention_kernel<kPer, kVec, true><<<grid, kWarps * 32, 0, stream>>>(p);
   else
     paged_attention_kernel<kPer, kVec, false><<<grid, kWarps * 32, 0, stream>>>(p);
@@ -387,10 +385,10 @@ void launch_simt(const PagedSinkAttentionKernelParams& p, cudaStream_t stream) {
 int paged_attention_splits(int64_t tokens, int64_t heads, int64_t max_slots, int sm_count) {
   // Enough blocks for ~3 per SM in two waves; a split keeps at least 32 slots (one slot group of a warp). It was 64:
   // at batch 1 (V4.1: 64 heads, 128 + 512 slots) that gave 10 splits, 80 blocks on 132 SMs, each warp walking 16
-  // dependent 4-key loads (24.5 µs a call, ncu); DEEPINFER_AB_ATTN_SPLITS = 0 restores it.
+  // dependent 4-key loads (24.5 µs a call, ncu).
   const int64_t blocks = std::max<int64_t>(1, tokens * ceil_div(heads, kHeadsPerBlock));
   const int64_t want = ceil_div(6ll * sm_count, blocks);
-  const int64_t min_slots = ab_new_kernel("DEEPINFER_AB_ATTN_SPLITS") ? 32 : 64;
+  const int64_t min_slots = 32;
   const int64_t most = std::max<int64_t>(1, ceil_div(max_slots, min_slots));
   return static_cast<int>(std::max<int64_t>(1, std::min({want, most, int64_t{64}})));
 }
@@ -411,8 +409,7 @@ void run_paged_sink_attention(const PagedSinkAttentionKernelParams& p, cudaStrea
     DI_CHECK_CODE(smem <= 48 * 1024, ErrorCode::kUnsupported)
         << "paged_sink_attention: " << p.splits << " splits to combine (at most " << 48 * 1024 / sizeof(float) << ")";
     const bool aligned = (reinterpret_cast<uintptr_t>(p.out) | reinterpret_cast<uintptr_t>(p.part_o)) % 16 == 0;
-    if (p.hd % 4 == 0 && p.hd <= 4 * kCombineVecMaxThreads && 2 * smem <= 48 * 1024 && aligned &&
-        ab_new_kernel("DEEPINFER_AB_ATTN_COMBINE")) {
+    if (p.hd % 4 == 0 && p.hd <= 4 * kCombineVecMaxThreads && 2 * smem <= 48 * 1024 && aligned) {
       const int threads = static_cast<int>(std::max<int64_t>(32, ceil_div(p.hd / 4, 32) * 32));
       const unsigned blocks = static_cast<unsigned>(p.tokens * p.heads);
       if (p.splits <= 2)

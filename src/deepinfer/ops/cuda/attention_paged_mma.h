@@ -13,10 +13,9 @@ namespace deepinfer::cuda {
 // at one block an SM, so below about one wave of blocks the SIMT kernel's 8-head blocks fill the GPU better.
 constexpr int64_t kPagedAttentionMmaMinTokens = 128;
 
-// Whether run_paged_sink_attention takes the tensor-core kernel for p. Temporary A/B switch, read on every call
-// so that one process (a bench, a test) can compare both: DEEPINFER_AB_ATTN_MMA = "0" never, unset or any other
-// value for calls of at least kPagedAttentionMmaMinTokens tokens, "all" for every call of a supported shape
-// (tests use it to cover splits and decode shapes). Supported: hd in {64, 128, 256, 512}, heads % 16 == 0.
+// Whether run_paged_sink_attention takes the tensor-core kernel for p, by p.mma: kNever never, kAuto for calls of at
+// least kPagedAttentionMmaMinTokens tokens, kAlways for every call of a supported shape (tests use it to cover splits
+// and decode shapes). Supported: hd in {64, 128, 256, 512}, heads % 16 == 0.
 // Batch-invariant mode (p.always_combine) takes it for every supported call whatever the token count, so that
 // the choice does not depend on the batch.
 bool paged_attention_use_mma(const PagedSinkAttentionKernelParams& p);

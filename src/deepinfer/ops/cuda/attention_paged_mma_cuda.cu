@@ -46,7 +46,6 @@
 // unnormalised partial (o, m, l) of the split goes to the combine.
 #include <cuda_bf16.h>
 
-#include <cstdlib>
 #include <cstring>
 
 #include "deepinfer/ops/cuda/attention_paged_mma.h"
@@ -489,9 +488,8 @@ size_t smem_bytes(int64_t hd) {
 }  // namespace
 
 bool paged_attention_use_mma(const PagedSinkAttentionKernelParams& p) {
-  const char* v = std::getenv("DEEPINFER_AB_ATTN_MMA");
-  if (v && std::strcmp(v, "0") == 0) return false;
-  const bool all = v && std::strcmp(v, "all") == 0;
+  if (p.mma == KernelPick::kNever) return false;
+  const bool all = p.mma == KernelPick::kAlways;
   // Batch-invariant mode (always_combine: fixed 256-slot splits, partials always merged) takes it for every call
   // of a supported shape, decode included: the choice may not depend on the batch, and a query's partial of a
   // split depends only on that split's own slots (measured on the V4-Flash slice against the SIMT kernel there:

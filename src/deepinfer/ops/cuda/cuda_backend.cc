@@ -215,6 +215,7 @@ struct CudaBackend::Impl {
   CudaMemory memory{device, alloc, stream.get(), status};
   LinearPrecision linear_precision = LinearPrecision::kF32;
   bool batch_invariant = false;  // set_batch_invariant
+  cuda::KernelChoices choices;   // set_kernel_choices
 
   // Device copies of per-expert pointer tables, keyed by the host vector they describe; re-uploaded only
   // when the pointers change (weights are static, so normally once per layer).
@@ -343,6 +344,7 @@ struct CudaBackend::Impl {
     g.k = k;
     g.b = w;
     g.batch_invariant = true;
+    g.choices = choices.gemm;
     cuda::run_gemm(g, s());
   }
 
@@ -424,6 +426,7 @@ struct CudaBackend::Impl {
       g.ldc = n;
       g.m = m;
       set_weight(g, w);
+      g.choices = choices.gemm;
       cuda::run_gemm(g, s());
     }
   }
@@ -572,6 +575,7 @@ struct CudaBackend::Impl {
         g.b_table = mw.w[which];
         g.b_scale_table = mw.s[which];
         g.scale_cols = mw.scale_cols[which];
+        g.choices = choices.gemm;
         cuda::run_gemm(g, s());
       }
       cuda::SwigluKernelParams sw;
@@ -601,6 +605,7 @@ struct CudaBackend::Impl {
       g.b_table = mw.w[2];
       g.b_scale_table = mw.s[2];
       g.scale_cols = mw.scale_cols[2];
+      g.choices = choices.gemm;
       cuda::run_gemm(g, s());
 
       float* shared_out = nullptr;
@@ -674,6 +679,7 @@ struct CudaBackend::Impl {
     } else {
       set_weight(g, w);
     }
+    g.choices = choices.gemm;
     cuda::run_gemm(g, s());
   }
 };
@@ -878,6 +884,9 @@ void CudaBackend::set_batch_invariant(bool on) {
 }
 
 bool CudaBackend::batch_invariant() const { return impl_->batch_invariant; }
+
+void CudaBackend::set_kernel_choices(const cuda::KernelChoices& choices) { impl_->choices = choices; }
+const cuda::KernelChoices& CudaBackend::kernel_choices() const { return impl_->choices; }
 
 void CudaBackend::linear_quant(const QuantLinearParams& p) {
   const char* op = "linear_quant";
@@ -1192,6 +1201,7 @@ void CudaBackend::indexer_scores(const IndexerScoreParams& p) {
       indexer_kernel_params(p.q, p.weights, p.positions, p.out, p.ratio, p.score_scale, p.weight_scale);
   k.keys = p.keys.data_as<float>();
   k.n = p.keys.dim(0);
+  k.mma = impl_->choices.indexer_mma;
   launch_indexer_scores(k, impl_->batch_invariant, impl_->s());
 }
 
@@ -1220,6 +1230,7 @@ void CudaBackend::paged_indexer_scores(const PagedIndexerScoreParams& p) {
   k.block_size = p.block_size;
   k.key_ratio = p.key_ratio;
   k.status = impl_->status.word();
+  k.mma = impl_->choices.indexer_mma;
   launch_indexer_scores(k, impl_->batch_invariant, impl_->s());
 }
 
@@ -1242,6 +1253,7 @@ void CudaBackend::candidate_blocks(const CandidateBlocksParams& p) {
   k.ratio = p.ratio;
   k.topk_blocks = p.topk_blocks;
   k.block_size = p.block_size;
+  k.small_blocks = impl_->choices.topk_small_blocks;
   cuda::run_candidate_blocks(k, impl_->s());
 }
 
@@ -1258,6 +1270,7 @@ void CudaBackend::topk_mask(const TopKMaskParams& p) {
   k.tokens = p.scores.dim(0);
   k.n = p.scores.dim(1);
   k.k = p.k;
+  k.small_blocks = impl_->choices.topk_small_blocks;
   cuda::run_topk_mask(k, impl_->s());
 }
 
@@ -1309,6 +1322,7 @@ void CudaBackend::paged_sink_attention(const PagedSinkAttentionParams& p) {
                          {"out", &p.out}})
     expect_on("paged_sink_attention", name, *t, dev);
   cuda::PagedSinkAttentionKernelParams k;
+  k.mma = impl_->choices.attn_mma;
   k.q = p.q.data_as<float>();
   k.q_positions = p.q_positions.data_as<int64_t>();
   k.q_seq = p.q_seq.data_as<int32_t>();

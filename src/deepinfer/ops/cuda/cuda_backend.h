@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "deepinfer/ops/cuda/cuda_runtime.h"
+#include "deepinfer/ops/cuda/kernel_choices.h"
 #include "deepinfer/ops/memory.h"
 #include "deepinfer/ops/ops.h"
 
@@ -135,6 +136,10 @@ class CudaBackend final : public Backend, public HasTensorMemory {
   // LinearPrecision::kBF16.
   void set_batch_invariant(bool on);
   bool batch_invariant() const;
+  // Which kernel ops take where more than one is kept (kernel_choices.h), for ops enqueued from now on: the defaults
+  // are the measured choices; tests and benches set others to reach or compare the alternatives.
+  void set_kernel_choices(const cuda::KernelChoices& choices);
+  const cuda::KernelChoices& kernel_choices() const;
 
   // Captures the work `enqueue` puts on the backend stream into a graph (decode steps are launch-bound). Run it
   // once eagerly first: inside the capture nothing may synchronise, upload through the staging ring, or take

@@ -29,7 +29,6 @@
 #include <mma.h>
 
 #include <algorithm>
-#include <cstdlib>
 
 namespace deepinfer::cuda {
 namespace {
@@ -1067,11 +1066,9 @@ __global__ void dequant_bf16_kernel(GemmKernelParams p, __nv_bfloat16* out) {
   }
 }
 
-// Temporary A/B switch (same-run comparisons on the device): DEEPINFER_AB_STREAM_MMA_ROWS = the most rows per group
-// that take the tensor-core streaming kernel (0 = never; default kGemmStreamMmaMaxRows).
-int64_t ab_stream_mma_rows() {
-  const char* v = std::getenv("DEEPINFER_AB_STREAM_MMA_ROWS");
-  return v ? std::atoll(v) : kGemmStreamMmaMaxRows;
+// The most rows per group that take the tensor-core streaming kernel (GemmChoices::stream_mma_max_rows).
+int64_t stream_mma_max_rows(const GemmKernelParams& p) {
+  return p.choices.stream_mma_max_rows >= 0 ? p.choices.stream_mma_max_rows : kGemmStreamMmaMaxRows;
 }
 
 template <QuantFormat F>
@@ -1079,7 +1076,7 @@ void launch_fast(const GemmKernelParams& p, bool vec, cudaStream_t stream) {
   const int64_t rows = p.rows_hint > 0 ? p.rows_hint : p.m;
   if constexpr (F != QuantFormat::kFloat) {
     // Few rows per weight in a block format with UE8M0 scales: stream the weights through the tensor cores.
-    if (rows <= ab_stream_mma_rows() && run_gemm_stream_mma(p, rows, stream)) return;
+    if (rows <= stream_mma_max_rows(p) && run_gemm_stream_mma(p, rows, stream)) return;
   }
   const bool mma_rows = p.a_bf16 && p.group_offsets && rows >= kGemmMmaMinRows;
   if (rows <= kGemmSkinnyRows && !mma_rows) {

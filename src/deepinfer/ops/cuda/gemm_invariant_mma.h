@@ -27,16 +27,12 @@ bool run_gemm_invariant_mma(const GemmKernelParams& p, cudaStream_t stream);
 // above (A rounded to bf16), given 16-byte aligned weights. Tests use it to pick their reference.
 bool gemm_invariant_mma_takes(QuantFormat format, bool scale_e8m0, int block_n, int block_k, int64_t k);
 
-// The K slices of the batch-invariant sequence for a weight of n rows and k columns in `format`, one of a table of
-// `groups` weights (1: a dense weight): enough 16-row tiles x group slots x slices to stream at decode (the
-// streaming kernel's rule), at least 4 steps a slice. The group slots of the rule are a property of the weights,
-// not of the call: 1 for dense weights and small tables (grouped_linear's head groups: the same slices as a dense
-// call of one group), kInvariantExpertSlots for expert tables (>= kInvariantExpertGroups weights), whose decode calls
-// use 6 (batch 1) to hundreds of slots. A trade-off between batch sizes (H200, V4-Flash slice, the first run of this
-// sequence with 1 slot: the experts at decode batch 1 took 0.36 ms against the default mode's 0.63 (8 slices vs 4),
-// at batch 64 8.96 ms against 5.71 (8 slices vs 1: a block per 16-row tile stages its rows over all of K)); the
-// temporary switch DEEPINFER_AB_BI_EXPERT_SLOTS=N sets it for a same-call sweep (4: 4 slices for these experts, 8: 2).
-constexpr int kInvariantExpertGroups = 16, kInvariantExpertSlots = 1;
-int gemm_invariant_mma_slices(QuantFormat format, int64_t n, int64_t k, int64_t groups = 1);
+// The K slices of the batch-invariant sequence for a weight of n rows and k columns in `format` (dense, or one of a
+// table): enough 16-row tiles x slices to stream at decode (the streaming kernel's rule at one group slot), at least
+// 4 steps a slice. A property of the weight, never of the call. Expert tables take the dense rule too: their decode
+// calls use 6 (batch 1) to hundreds of slots, and a rule at more slots (fewer slices) was a trade-off between batch
+// sizes that measured no better (H200, V4-Flash slice, sessions 14-15: experts at decode batch 1 0.36 ms against the
+// default mode's 0.63 with 8 slices, batch 64 8.96 against 5.71; the sweep's switch went in session 19).
+int gemm_invariant_mma_slices(QuantFormat format, int64_t n, int64_t k);
 
 }  // namespace deepinfer::cuda

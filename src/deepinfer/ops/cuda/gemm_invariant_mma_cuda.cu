@@ -24,8 +24,6 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
 #include "deepinfer/ops/cuda/cuda_check.h"
 #include "deepinfer/ops/cuda/device_math.cuh"
@@ -214,21 +212,6 @@ __global__ void __launch_bounds__(kTiThreads, kBlocks)
 
 int log2_exact(int v) { return (v > 0 && (v & (v - 1)) == 0) ? __builtin_ctz(static_cast<unsigned>(v)) : -1; }
 
-// Temporary A/B switch: DEEPINFER_AB_BI_TILE_BLOCKS=1 bounds the bf16-A tile kernel for one block per SM (more
-// registers, half the warps) instead of two.
-bool ab_tile_one_block() {
-  const char* v = std::getenv("DEEPINFER_AB_BI_TILE_BLOCKS");
-  return v && std::strcmp(v, "1") == 0;
-}
-
-// Temporary A/B switch: DEEPINFER_AB_BI_EXPERT_SLOTS = the group slots of the K-slice rule for expert tables
-// (default kInvariantExpertSlots; 1 = as dense weights). Read once per call like the others: set it for a whole run.
-int64_t ab_expert_slots() {
-  const char* v = std::getenv("DEEPINFER_AB_BI_EXPERT_SLOTS");
-  const int64_t slots = v ? std::atoll(v) : 0;
-  return slots > 0 ? slots : kInvariantExpertSlots;
-}
-
 template <QuantFormat F>
 void launch_tile(const GemmKernelParams& p, int kw, int lbn, int lbk, cudaStream_t stream) {
   const int64_t tiles_m = p.group_offsets ? p.max_tiles_m : ceil_div(p.m, kTiM);
@@ -239,10 +222,8 @@ void launch_tile(const GemmKernelParams& p, int kw, int lbn, int lbk, cudaStream
   const bool a16 = p.a_bf16 && p.lda % 8 == 0 && reinterpret_cast<uintptr_t>(p.a_bf16) % 16 == 0;
   // x = weight blocks (fastest): the blocks running together share an activation tile.
   const dim3 grid(static_cast<unsigned>(tiles_n), static_cast<unsigned>(tiles_m));
-  if (a16 && !ab_tile_one_block())
+  if (a16)
     gemm_invariant_tile_kernel<F, true, 2><<<grid, kTiThreads, 0, stream>>>(p, kw, lbn, lbk, a_vec);
-  else if (a16)
-    gemm_invariant_tile_kernel<F, true, 1><<<grid, kTiThreads, 0, stream>>>(p, kw, lbn, lbk, a_vec);
   else
     gemm_invariant_tile_kernel<F, false, 1><<<grid, kTiThreads, 0, stream>>>(p, kw, lbn, lbk, a_vec);
   DI_CUDA_CHECK_LAUNCH();
@@ -264,13 +245,12 @@ bool gemm_invariant_mma_takes(QuantFormat format, bool scale_e8m0, int block_n, 
   }
 }
 
-int gemm_invariant_mma_slices(QuantFormat format, int64_t n, int64_t k, int64_t groups) {
+int gemm_invariant_mma_slices(QuantFormat format, int64_t n, int64_t k) {
   constexpr int64_t kMaxSlices = 8, kTargetWarps = 2048;  // the streaming kernel's block and device targets
   const int64_t chunk = format == QuantFormat::kMXFP4 ? 32 : 16;
   const int64_t steps = ceil_div(k / chunk, 4), tiles = ceil_div(n, 16);
-  const int64_t slots = groups >= kInvariantExpertGroups ? std::min<int64_t>(groups, ab_expert_slots()) : 1;
   int kw = 1;
-  while (kw < kMaxSlices && tiles * slots * kw < kTargetWarps && steps >= 4 * kw) kw *= 2;
+  while (kw < kMaxSlices && tiles * kw < kTargetWarps && steps >= 4 * kw) kw *= 2;
   return kw;
 }
 
@@ -280,7 +260,7 @@ bool run_gemm_invariant_mma(const GemmKernelParams& p, cudaStream_t stream) {
   const auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
   if (p.b_table ? !p.tables_aligned16 : !aligned(p.b)) return false;
   if (p.m == 0 || p.n == 0) return true;
-  const int kw = gemm_invariant_mma_slices(p.format, p.n, p.k, p.group_offsets ? p.groups : 1);
+  const int kw = gemm_invariant_mma_slices(p.format, p.n, p.k);
   const int64_t rows = p.rows_hint > 0 ? p.rows_hint : p.m;
   if (rows <= kGemmStreamMmaMaxRows && run_gemm_stream_mma_invariant(p, rows, kw, stream)) return true;
   const int lbn = p.format == QuantFormat::kFP8Block ? log2_exact(p.block_n) : 0;

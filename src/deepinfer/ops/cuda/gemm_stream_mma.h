@@ -26,7 +26,7 @@ bool run_gemm_stream_mma(const GemmKernelParams& p, int64_t rows, cudaStream_t s
 
 // Batch-invariant mode (gemm_invariant_mma.h): the same kernel with its configuration fixed by the weight alone —
 // 16-row weight tiles (the weights are the mma's m16 operand, the activation rows the n8 one), kw K slices (kw from
-// gemm_invariant_mma_slices: N, K, the format and the weight table's size, never the rows or group slots of the call)
+// gemm_invariant_mma_slices: N, K and the format, never the rows or group slots of the call)
 // and kInvariantMmaAcc accumulator chains per slice — so an output's mma sequence and additions do not depend on the
 // call; any row count (passes of up to 8 rows). Returns false, enqueuing nothing, when the weights do not fit it
 // (as run_gemm_stream_mma) or K does not fit its activation stage.

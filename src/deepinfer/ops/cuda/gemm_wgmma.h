@@ -4,32 +4,17 @@
 
 #include <cuda_runtime.h>
 
-#include <optional>
-
 #include "deepinfer/ops/cuda/kernels.h"
 
 namespace deepinfer::cuda {
 
 // C = A · dequant(B)ᵀ through wgmma.mma_async (sm_90a) when p allows it: what run_gemm_mma takes, with K % 64 == 0,
 // and (grouped) at least kGemmWgmmaMinRows rows per group by rows_hint. Returns false, enqueuing nothing, otherwise
-// (and always when the A/B switch below turns it off).
+// (and always when p.choices.wgmma is kNever; kAlways also takes grouped calls below kGemmWgmmaMinRows rows).
 bool run_gemm_wgmma(const GemmKernelParams& p, cudaStream_t stream);
 
 // Rows per group (rows_hint) from which grouped GEMMs take this kernel: its tiles are 128 rows, twice gemm_mma's.
 constexpr int64_t kGemmWgmmaMinRows = 32;
-
-// Temporary A/B switch DEEPINFER_AB_WGMMA (read per call, so one process can compare), comma-separated words: "0" =
-// never (run_gemm falls back to gemm_mma in the same build); "exact" = decode the weights through f32 like gemm_mma
-// instead of the bf16x2 integer decode (same values for UE8M0 scales; the f32 path is always used for f32 scales);
-// "all" = also below kGemmWgmmaMinRows rows per group; "nosplit" / "split" / "cdec" = the weights decoded by the
-// producer warpgroup / half by the producer and half by the consumer warpgroups (one step ahead of their products) /
-// all by the consumers (default: split for MXFP4, the producer for FP8; bf16x2 decode only). Unset or other words: the
-// defaults.
-struct WgmmaMode {
-  bool on = true, exact = false, all_rows = false;
-  int decode = -1;  // -1: by format
-};
-WgmmaMode wgmma_mode();
 
 // The block tile: 128 token rows x 256 weight rows (output columns), or 256 x 128, which decodes each weight row
 // once for up to 256 rows of an expert instead of once per 128 rows. Measured (H200, PrefillExpertGemmTimings, one
@@ -41,11 +26,8 @@ WgmmaMode wgmma_mode();
 // 128 x 256 (the tall tile is not measured there). The same bytes either way. Mixed won the slice prefill (H200,
 // session 15, V4-Flash 8192 tokens: 64.9 ms against 67.5 with 128 x 256 only and 68.0 with 256 x 128 only; V4.1 158.0
 // vs 163.3).
-enum class WgmmaTile { k128x256, k256x128, kMixed };
+// p.choices.wgmma_tile other than kByRows forces a tile (kMixed: mixed for grouped calls, 128 x 256 for dense ones).
 constexpr int64_t kGemmWgmmaMixedRows = 120;
 WgmmaTile wgmma_tile(const GemmKernelParams& p);
-// For tests and benches (one thread at a time): the tile of every later call, kMixed meaning mixed for grouped calls
-// and 128 x 256 for dense ones; std::nullopt (the default) = by rows as above.
-void set_wgmma_tile_override(std::optional<WgmmaTile> tile);
 
 }  // namespace deepinfer::cuda

@@ -63,15 +63,12 @@
 //     stays zero, no subnormal arises), times scale · 2^112 (UE8M0 scales up to 2^15).
 //   e2m1: magnitudes through two byte lookups (prmt) of the bf16 high and low bytes of {0, .5, 1, 1.5, 2, 3, 4, 6},
 //     interleaved into bf16x2, the sign bits moved in by a third prmt; times the scale. No subnormal inputs.
-// DEEPINFER_AB_WGMMA=exact (and f32 scales, always) decodes through f32 as gemm_mma does (bf16(code · scale)).
+// GemmChoices::wgmma_exact (and f32 scales, always) decodes through f32 as gemm_mma does (bf16(code · scale)).
 #include "deepinfer/ops/cuda/gemm_wgmma.h"
 
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <optional>
-#include <string_view>
 #include <type_traits>
 
 #include "deepinfer/ops/cuda/cuda_check.h"
@@ -698,10 +695,12 @@ void launch(const GemmKernelParams& p, int plan, cudaStream_t stream) {
 
 // Decode placement: MXFP4 splits the decode between producer and consumers by default (H200, V4-Flash expert calls,
 // 128 x 256 tile: gate at 8192 tokens 3.49 -> 3.01 ms, down 3.27 -> 2.94 ms); FP8 keeps it on the producer (the split
-// measured the same: 0.436 vs 0.443 ms); the A/B words override. The f32 decode runs producer-decoded.
+// measured the same: 0.436 vs 0.443 ms); p.choices.wgmma_decode overrides. The f32 decode runs producer-decoded.
 template <QuantFormat F, bool kTall>
-void launch(const GemmKernelParams& p, const WgmmaMode& mode, bool exact, int plan, cudaStream_t stream) {
-  const int dec = mode.decode >= 0 ? mode.decode : (F == QuantFormat::kMXFP4 ? 1 : 0);
+void launch(const GemmKernelParams& p, bool exact, int plan, cudaStream_t stream) {
+  const WgmmaDecode by_format = F == QuantFormat::kMXFP4 ? WgmmaDecode::kSplit : WgmmaDecode::kProducer;
+  const int dec =
+      static_cast<int>(p.choices.wgmma_decode == WgmmaDecode::kByFormat ? by_format : p.choices.wgmma_decode);
   if (exact)
     launch<F, true, 0, kTall>(p, plan, stream);
   else if (dec == 2)
@@ -712,15 +711,15 @@ void launch(const GemmKernelParams& p, const WgmmaMode& mode, bool exact, int pl
     launch<F, false, 0, kTall>(p, plan, stream);
 }
 template <QuantFormat F>
-void launch(const GemmKernelParams& p, const WgmmaMode& mode, bool exact, WgmmaTile tile, cudaStream_t stream) {
+void launch(const GemmKernelParams& p, bool exact, WgmmaTile tile, cudaStream_t stream) {
   if (tile == WgmmaTile::k256x128) {
-    launch<F, true>(p, mode, exact, kPlanAll, stream);
+    launch<F, true>(p, exact, kPlanAll, stream);
   } else if (tile == WgmmaTile::kMixed && p.group_offsets) {
     // Two launches on one stream, disjoint rows: each output is computed as in either single-tile launch.
-    launch<F, true>(p, mode, exact, kPlanPairs, stream);
-    launch<F, false>(p, mode, exact, kPlanLeftover, stream);
+    launch<F, true>(p, exact, kPlanPairs, stream);
+    launch<F, false>(p, exact, kPlanLeftover, stream);
   } else {
-    launch<F, false>(p, mode, exact, kPlanAll, stream);
+    launch<F, false>(p, exact, kPlanAll, stream);
   }
 }
 
@@ -740,43 +739,18 @@ bool device_is_sm90() {
 
 }  // namespace
 
-WgmmaMode wgmma_mode() {
-  WgmmaMode m;
-  const char* v = std::getenv("DEEPINFER_AB_WGMMA");
-  if (!v) return m;
-  // Comma-separated words.
-  std::string_view rest(v);
-  while (!rest.empty()) {
-    const size_t comma = rest.find(',');
-    const std::string_view w = rest.substr(0, comma);
-    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
-    if (w == "0") m.on = false;
-    if (w == "exact") m.exact = true;
-    if (w == "all") m.all_rows = true;
-    if (w == "nosplit") m.decode = 0;
-    if (w == "split") m.decode = 1;
-    if (w == "cdec") m.decode = 2;
-  }
-  return m;
-}
-
-namespace {
-std::optional<WgmmaTile> tile_override;
-}  // namespace
-
-void set_wgmma_tile_override(std::optional<WgmmaTile> tile) { tile_override = tile; }
-
 WgmmaTile wgmma_tile(const GemmKernelParams& p) {
-  if (tile_override)
-    return *tile_override == WgmmaTile::kMixed && !p.group_offsets ? WgmmaTile::k128x256 : *tile_override;
+  const WgmmaTile forced = p.choices.wgmma_tile;
+  if (forced != WgmmaTile::kByRows)
+    return forced == WgmmaTile::kMixed && !p.group_offsets ? WgmmaTile::k128x256 : forced;
   // Dense calls keep 128 x 256: the tall tile is measured on grouped expert calls only.
   if (!p.group_offsets) return WgmmaTile::k128x256;
   return (p.rows_hint > 0 ? p.rows_hint : p.m) >= kGemmWgmmaMixedRows ? WgmmaTile::kMixed : WgmmaTile::k128x256;
 }
 
 bool run_gemm_wgmma(const GemmKernelParams& p, cudaStream_t stream) {
-  const WgmmaMode mode = wgmma_mode();
-  if (!mode.on || !p.a_bf16 || p.batch_invariant) return false;
+  const KernelPick pick = p.choices.wgmma;
+  if (pick == KernelPick::kNever || !p.a_bf16 || p.batch_invariant) return false;
   if (p.format != QuantFormat::kFP8Block && p.format != QuantFormat::kMXFP4 && p.format != QuantFormat::kFP8Row32)
     return false;
   if (p.k <= 0 || p.k % kWgK != 0) return false;
@@ -787,24 +761,24 @@ bool run_gemm_wgmma(const GemmKernelParams& p, cudaStream_t stream) {
   if (p.lda % 8 != 0 || !aligned(p.a_bf16, 16)) return false;
   if (p.b_table ? !p.tables_aligned16 : !aligned(p.b, 16)) return false;
   if (p.group_offsets) {
-    if (!mode.all_rows && (p.rows_hint > 0 ? p.rows_hint : p.m) < kGemmWgmmaMinRows) return false;
+    if (pick != KernelPick::kAlways && (p.rows_hint > 0 ? p.rows_hint : p.m) < kGemmWgmmaMinRows) return false;
   } else if (!gemm_mma_dense_fills(p.m, p.n)) {
     return false;
   }
   if (!device_is_sm90()) return false;
   if (p.m == 0 || p.n == 0) return true;
   // f32 scales are not powers of two: decode as gemm_mma does (bf16 of the f32 product).
-  const bool exact = mode.exact || (p.format != QuantFormat::kMXFP4 && !p.scale_e8m0);
+  const bool exact = p.choices.wgmma_exact || (p.format != QuantFormat::kMXFP4 && !p.scale_e8m0);
   const WgmmaTile tile = wgmma_tile(p);
   switch (p.format) {
     case QuantFormat::kFP8Block:
-      launch<QuantFormat::kFP8Block>(p, mode, exact, tile, stream);
+      launch<QuantFormat::kFP8Block>(p, exact, tile, stream);
       return true;
     case QuantFormat::kMXFP4:
-      launch<QuantFormat::kMXFP4>(p, mode, exact, tile, stream);
+      launch<QuantFormat::kMXFP4>(p, exact, tile, stream);
       return true;
     case QuantFormat::kFP8Row32:
-      launch<QuantFormat::kFP8Row32>(p, mode, exact, tile, stream);
+      launch<QuantFormat::kFP8Row32>(p, exact, tile, stream);
       return true;
     default:
       return false;

@@ -32,7 +32,7 @@ class GroupedLinearPlan {
   int64_t k() const { return weights_.front().cols(); }
   const QuantMatrix& weight(int g) const { return weights_.at(g); }
   // Whether a call is one grouped launch (else one linear_quant per group; see grouped_linear_quant).
-  bool one_launch(bool batch_invariant) const;
+  bool one_launch(bool batch_invariant, const cuda::KernelChoices& choices) const;
 
  private:
   friend std::unique_ptr<GroupedLinearPlan> plan_grouped_linear(CudaBackend& be, std::vector<QuantMatrix> weights,
@@ -58,11 +58,10 @@ std::unique_ptr<GroupedLinearPlan> plan_grouped_linear(CudaBackend& be, std::vec
 // Neither path synchronises, uploads or allocates beyond the workspace: capturable.
 void grouped_linear_quant(CudaBackend& be, const Tensor& in, const GroupedLinearPlan& plan, const Tensor& out);
 
-// Rows per group up to which a call (default mode) is one grouped launch: cuda::kGemmSkinnyRows, or
-// DEEPINFER_AB_GROUPED_ROWS — a temporary A/B switch for measuring on a GPU what is not measured yet: 0 runs every
-// call per group (the bench's o-projection as 8 launches again, in the same build), a larger value sends more rows of
-// UE8M0 block formats through one grouped tensor-core launch (a bf16 copy of A, then gemm_mma or the WMMA tile; the
-// same products as the per-group cuBLASLt path, which rounds A to bf16 too) instead of 3 launches per group.
-int64_t grouped_one_launch_rows();
+// Rows per group up to which a call (default mode) is one grouped launch: cuda::kGemmStreamMmaMaxRows, or
+// choices.grouped_one_launch_rows when set: 0 runs every call per group, a larger value sends more rows of UE8M0 block
+// formats through one grouped tensor-core launch (a bf16 copy of A, then gemm_mma or the WMMA tile; the same products
+// as the per-group cuBLASLt path, which rounds A to bf16 too) instead of 3 launches per group.
+int64_t grouped_one_launch_rows(const cuda::KernelChoices& choices);
 
 }  // namespace deepinfer

@@ -6,7 +6,6 @@
 #include "deepinfer/ops/cuda/gemm_stream_mma.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <limits>
 
 #include "deepinfer/core/error.h"
@@ -68,20 +67,19 @@ bool ue8m0_block(const QuantMatrix& w) {
 
 }  // namespace
 
-int64_t grouped_one_launch_rows() {
-  const char* v = std::getenv("DEEPINFER_AB_GROUPED_ROWS");
+int64_t grouped_one_launch_rows(const cuda::KernelChoices& choices) {
   // Up to 8 rows a group, UE8M0 block formats take the tensor-core streaming kernel one group at a time through
   // linear_quant too (kGemmStreamMmaMaxRows), so one grouped launch of it is the same kernel, not 8 launches.
-  return v ? std::max<int64_t>(std::atoll(v), 0) : cuda::kGemmStreamMmaMaxRows;
+  return choices.grouped_one_launch_rows >= 0 ? choices.grouped_one_launch_rows : cuda::kGemmStreamMmaMaxRows;
 }
 
-bool GroupedLinearPlan::one_launch(bool batch_invariant) const {
+bool GroupedLinearPlan::one_launch(bool batch_invariant, const cuda::KernelChoices& choices) const {
   const QuantMatrix& w = weights_.front();
   // The own GEMM reads f32 weights in kFloat, never bf16 (linear_quant takes cuBLASLt there).
   const bool own_gemm_reads = w.format != QuantFormat::kFloat || w.weight.dtype() == DType::kF32;
   if (!own_gemm_reads) return false;
   if (batch_invariant) return true;
-  return rows_ <= grouped_one_launch_rows() && (rows_ <= cuda::kGemmSkinnyRows || ue8m0_block(w));
+  return rows_ <= grouped_one_launch_rows(choices) && (rows_ <= cuda::kGemmSkinnyRows || ue8m0_block(w));
 }
 
 std::unique_ptr<GroupedLinearPlan> plan_grouped_linear(CudaBackend& be, std::vector<QuantMatrix> weights,
@@ -132,7 +130,7 @@ void grouped_linear_quant(CudaBackend& be, const Tensor& in, const GroupedLinear
       << kOp << ": out must be contiguous f32 [" << g_count * r << ", " << n << "], got " << out.str();
   DI_CHECK(in.device() == dev && out.device() == dev) << kOp << ": in and out must be on the backend's device";
   DI_CHECK(in.data() != out.data()) << kOp << ": out must not alias in";
-  if (!plan.one_launch(be.batch_invariant())) {
+  if (!plan.one_launch(be.batch_invariant(), be.kernel_choices())) {
     for (int64_t g = 0; g < g_count; ++g)
       be.linear_quant({in.slice(g * r, (g + 1) * r), plan.weight(static_cast<int>(g)), out.slice(g * r, (g + 1) * r)});
     return;
@@ -176,6 +174,7 @@ void grouped_linear_quant(CudaBackend& be, const Tensor& in, const GroupedLinear
   p.rows_hint = r;
   p.tables_aligned16 = plan.aligned16_;
   p.batch_invariant = be.batch_invariant();
+  p.choices = be.kernel_choices().gemm;
   cuda::run_gemm(p, be.stream());
 }
 

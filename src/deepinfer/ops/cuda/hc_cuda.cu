@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "deepinfer/ops/cuda/ab_switch.h"
 #include "deepinfer/ops/cuda/device_math.cuh"
 #include "deepinfer/ops/cuda/gemm_decode.cuh"  // cp_async16 / cp_async_commit / cp_async_wait
 #include "deepinfer/ops/cuda/kernels.h"
@@ -711,7 +710,7 @@ void run_hc_expand_mix(const HcMixKernelParams& p, cudaStream_t stream) {
     // H200) it was even at batch 1 (14.04 against 14.12 µs) and 2% slower at 16 (31.9 against 31.4 µs); what it
     // shortens is the fn stream of a block (4 chunks one after another before), which the ncu profile's flushed L2
     // (16.9 µs a call at batch 1) and a real decode step, where fn comes from HBM, pay and the warm bench does not.
-    if (ab_new_kernel("DEEPINFER_AB_HC_EXPAND_MIX") && tiles == 1 && 1 + col_splits <= kHcMixArrivalSlots) {
+    if (tiles == 1 && 1 + col_splits <= kHcMixArrivalSlots) {
       const dim3 grid(static_cast<unsigned>(col_splits), static_cast<unsigned>(p.hc), static_cast<unsigned>(tiles));
       if (p.hc == 4)
         hc_expand_mix_split_kernel<4><<<grid, kMixThreads, 0, stream>>>(p);

@@ -2,10 +2,7 @@
 // batch of sequences: one launch for a decode step's rows), V4.1 candidate blocks, and the top-k selection mask
 // (block radix select, topk.cuh).
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
-#include "deepinfer/ops/cuda/ab_switch.h"
 #include "deepinfer/ops/cuda/cuda_runtime.h"
 #include "deepinfer/ops/cuda/device_math.cuh"
 #include "deepinfer/ops/cuda/indexer_entries.cuh"
@@ -298,14 +295,11 @@ __global__ void __launch_bounds__(kThreads, kTopkThreads / kThreads)
   for (int64_t e = threadIdx.x; e < p.n; e += blockDim.x) keep[e] = block_keep[e / bs];
 }
 
-// Threads of a block for `rows` top-k rows of `n` keys. Temporary A/B switch, read on every call:
-// DEEPINFER_AB_TOPK_ROWS = "0" always 1024 (the decode shape), "all" the smaller blocks at any row count, else
-// from kTopkRowsMinTokens rows.
-int topk_block_threads(int64_t rows, int64_t n) {
-  const char* v = std::getenv("DEEPINFER_AB_TOPK_ROWS");
-  if (v && std::strcmp(v, "0") == 0) return kTopkThreads;
-  const bool all = v && std::strcmp(v, "all") == 0;
-  if (!all && rows < kTopkRowsMinTokens) return kTopkThreads;
+// Threads of a block for `rows` top-k rows of `n` keys: the smaller blocks from kTopkRowsMinTokens rows (kAuto), at
+// any row count (kAlways) or never (kNever: always 1024, the decode shape).
+int topk_block_threads(int64_t rows, int64_t n, KernelPick small_blocks) {
+  if (small_blocks == KernelPick::kNever) return kTopkThreads;
+  if (small_blocks == KernelPick::kAuto && rows < kTopkRowsMinTokens) return kTopkThreads;
   for (int threads = 256; threads < kTopkThreads; threads *= 2)
     if (n <= static_cast<int64_t>(threads) * kTopkItems) return threads;
   return kTopkThreads;
@@ -326,7 +320,7 @@ void run_indexer_scores(const IndexerScoresKernelParams& p, cudaStream_t stream)
     // The float4 paths need 16-byte rows: dim % 4 == 0 and 16-byte aligned bases.
     const bool aligned =
         p.dim % 4 == 0 && (reinterpret_cast<uintptr_t>(p.q) | reinterpret_cast<uintptr_t>(p.keys)) % 16 == 0;
-    if (aligned && smem2 <= 48 * 1024 && ab_new_kernel("DEEPINFER_AB_INDEXER"))
+    if (aligned && smem2 <= 48 * 1024)
       indexer_scores_smem2_kernel<<<grid, kIdxWarps * 32, smem2, stream>>>(p, per_block);
     else
       indexer_scores_smem_kernel<<<grid, kIdxWarps * 32, smem, stream>>>(p, per_block);
@@ -339,7 +333,7 @@ void run_indexer_scores(const IndexerScoresKernelParams& p, cudaStream_t stream)
 void run_topk_mask(const TopKMaskKernelParams& p, cudaStream_t stream) {
   if (p.tokens == 0 || p.n == 0) return;
   const unsigned grid = static_cast<unsigned>(p.tokens);
-  switch (topk_block_threads(p.tokens, p.n)) {
+  switch (topk_block_threads(p.tokens, p.n, p.small_blocks)) {
     case 256:
       topk_mask_kernel<256, kTopkItems><<<grid, 256, 0, stream>>>(p);
       break;
@@ -355,7 +349,7 @@ void run_topk_mask(const TopKMaskKernelParams& p, cudaStream_t stream) {
 void run_candidate_blocks(const CandidateBlocksKernelParams& p, cudaStream_t stream) {
   if (p.tokens == 0 || p.n == 0) return;
   const unsigned grid = static_cast<unsigned>(p.tokens);
-  switch (topk_block_threads(p.tokens, ceil_div(p.n, p.block_size))) {
+  switch (topk_block_threads(p.tokens, ceil_div(p.n, p.block_size), p.small_blocks)) {
     case 256:
       candidate_blocks_kernel<256, kTopkItems><<<grid, 256, 0, stream>>>(p);
       break;

@@ -18,12 +18,11 @@ namespace deepinfer::cuda {
 // Decode (one token per sequence) always stays on the SIMT kernel.
 constexpr int64_t kIndexerMmaMinTokens = 64;
 
-// Whether the indexer scores of p take the tensor-core kernel. Temporary A/B switch, read on every call so that
-// one process (a bench, a test) can compare both: DEEPINFER_AB_INDEXER_MMA = "0" never, unset or any other value
-// for calls of at least kIndexerMmaMinTokens tokens (paged calls also need >= 4 tokens a sequence on average:
-// the kernel shares a key tile among the tokens of one sequence), "all" for every call of a supported shape
-// (tests use it for small shapes). Supported: dim 64 or 128, 1 to 64 heads. Never in batch-invariant mode: a
-// token's scores must not depend on which kernel its call's size picked.
+// Whether the indexer scores of p take the tensor-core kernel, by p.mma: kNever never, kAuto for calls of at least
+// kIndexerMmaMinTokens tokens (paged calls also need >= 4 tokens a sequence on average: the kernel shares a key tile
+// among the tokens of one sequence), kAlways for every call of a supported shape (tests use it for small shapes).
+// Supported: dim 64 or 128, 1 to 64 heads. Never in batch-invariant mode: a token's scores must not depend on which
+// kernel its call's size picked.
 bool indexer_scores_use_mma(const IndexerScoresKernelParams& p, bool batch_invariant);
 
 void launch_indexer_scores_mma(const IndexerScoresKernelParams& p, cudaStream_t stream);

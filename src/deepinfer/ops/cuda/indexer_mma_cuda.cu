@@ -52,7 +52,6 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 
 #include "deepinfer/ops/cuda/cuda_runtime.h"
@@ -397,9 +396,8 @@ bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 =
 }  // namespace
 
 bool indexer_scores_use_mma(const IndexerScoresKernelParams& p, bool batch_invariant) {
-  const char* v = std::getenv("DEEPINFER_AB_INDEXER_MMA");
-  if ((v && std::strcmp(v, "0") == 0) || batch_invariant) return false;
-  const bool all = v && std::strcmp(v, "all") == 0;
+  if (p.mma == KernelPick::kNever || batch_invariant) return false;
+  const bool all = p.mma == KernelPick::kAlways;
   if (!all && (p.tokens < kIndexerMmaMinTokens || (p.block_tables != nullptr && p.tokens < 4 * p.seqs))) return false;
   const size_t smem = smem_bytes(p.dim, p.heads);
   return smem > 0 && p.heads >= 1 && p.heads <= 64 && p.tokens * p.n > 0 && aligned16(p.q) && aligned16(p.keys) &&

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <utility>
 
+#include "deepinfer/ops/cuda/kernel_choices.h"
 #include "deepinfer/ops/ops.h"
 
 namespace deepinfer::cuda {
@@ -107,6 +108,7 @@ struct GemmKernelParams {
   // sequence for UE8M0 block formats (gemm_invariant_mma.h), K-sliced fp32 chains for small dense f32 weights
   // (gemm_invariant_f32.h), else the fp32 FMA chain over k = 0, 1, ..., K-1 (the SIMT tile / the column chain).
   bool batch_invariant = false;
+  GemmChoices choices;  // the backend's (kernel_choices.h)
 };
 constexpr int kGemmTileM = 64;
 // The streaming kernel re-reads A (rows × K) for every output column: cheap from L1 for a row or two, the
@@ -251,6 +253,7 @@ struct IndexerScoresKernelParams {
   int64_t seqs = 0, max_blocks = 0, pool_rows = 0;
   int block_size = 1, key_ratio = 1;
   uint32_t* status = nullptr;
+  KernelPick mma = KernelPick::kAuto;  // the tensor-core kernel (indexer_mma.h)
 };
 void run_indexer_scores(const IndexerScoresKernelParams& p, cudaStream_t stream);
 
@@ -262,6 +265,7 @@ struct CandidateBlocksKernelParams {
   uint8_t* block_keep = nullptr;  // scratch [tokens, ceil(n / block_size)]
   int64_t tokens = 0, n = 0;
   int ratio = 1, topk_blocks = 1, block_size = 1;
+  KernelPick small_blocks = KernelPick::kAuto;  // KernelChoices::topk_small_blocks
 };
 void run_candidate_blocks(const CandidateBlocksKernelParams& p, cudaStream_t stream);
 
@@ -271,6 +275,7 @@ struct TopKMaskKernelParams {
   uint8_t* out = nullptr;
   int64_t tokens = 0, n = 0;
   int64_t k = 1;
+  KernelPick small_blocks = KernelPick::kAuto;  // KernelChoices::topk_small_blocks
 };
 void run_topk_mask(const TopKMaskKernelParams& p, cudaStream_t stream);
 
@@ -317,8 +322,9 @@ struct PagedSinkAttentionKernelParams {
   int64_t window = 128;
   float scale = 1.0f;
   uint32_t* status = nullptr;
+  KernelPick mma = KernelPick::kAuto;  // the tensor-core kernel (attention_paged_mma.h)
 };
-// Splits for a launch: enough blocks to fill the SMs, at least 64 key slots each.
+// Splits for a launch: enough blocks to fill the SMs, at least 32 key slots each.
 int paged_attention_splits(int64_t tokens, int64_t heads, int64_t max_slots, int sm_count);
 // Batch-invariant mode: key slots per split, whatever the batch.
 constexpr int64_t kBatchInvariantSlotsPerSplit = 256;

@@ -1,7 +1,6 @@
 // Router selection and the MoE glue kernels: the expert grouping plan (a counting sort of the T·k slots by
 // expert), the clamped SwiGLU between the two grouped GEMMs (gemm_cuda.cu), and the combine that sums the
 // routed outputs in expert-id order (the CPU op's order, and deterministic: no atomics on outputs).
-#include "deepinfer/ops/cuda/ab_switch.h"
 #include "deepinfer/ops/cuda/cuda_runtime.h"
 #include "deepinfer/ops/cuda/device_math.cuh"
 #include "deepinfer/ops/cuda/kernels.h"
@@ -464,7 +463,7 @@ void run_swiglu_bf16(const SwigluKernelParams& p, void* h16, cudaStream_t stream
 void run_moe_combine(const MoeCombineKernelParams& p, cudaStream_t stream) {
   if (p.tokens * p.d == 0) return;
   DI_CHECK_CODE(p.k <= kMaxTopK, ErrorCode::kUnsupported) << "moe combine: top-k " << p.k << " > " << kMaxTopK;
-  if (p.tokens <= kCombineSmallMaxTokens && ab_new_kernel("DEEPINFER_AB_MOE_COMBINE")) {
+  if (p.tokens <= kCombineSmallMaxTokens) {
     const int64_t blocks = ceil_div(p.d, kCombineSmallThreads);
     DI_CHECK(blocks <= 65535) << "moe combine: d = " << p.d << " is too large for one launch";
     moe_combine_small_kernel<<<dim3(static_cast<unsigned>(p.tokens), static_cast<unsigned>(blocks)),

@@ -1,0 +1,46 @@
+// Kernel choices that are not a function of the call's shape: which of two kept kernels an op takes, and the wgmma
+// GEMM's tile and weight-decode placement. The defaults are the measured choices (docs/PERF.md). Tests set others to
+// reach the alternatives on shapes the defaults send elsewhere; the CUDA micro-benchmarks compare them in one process.
+// A CudaBackend holds one set (set_kernel_choices) for the ops it enqueues from then on, and its launchers see them in
+// their parameter structs. (They replaced the DEEPINFER_AB_* environment switches, read on every call, in session 19.)
+#pragma once
+
+#include <cstdint>
+
+namespace deepinfer::cuda {
+
+// kAuto: the op's shape rule; kNever: the other kernel; kAlways: this one for every call it supports.
+enum class KernelPick : uint8_t { kAuto, kNever, kAlways };
+
+// The wgmma GEMM's block tile (gemm_wgmma.h); kByRows only as a choice: the rule by rows a group.
+enum class WgmmaTile : uint8_t { kByRows, k128x256, k256x128, kMixed };
+// Who decodes the wgmma GEMM's weights: the producer warpgroup, half the producer and half the consumers (one step
+// ahead of their products), or the consumers; kByFormat: split for MXFP4, the producer for FP8.
+enum class WgmmaDecode : int8_t { kByFormat = -1, kProducer = 0, kSplit = 1, kConsumers = 2 };
+
+struct GemmChoices {
+  // The wgmma GEMM: kNever falls back to gemm_mma; kAlways takes it below kGemmWgmmaMinRows rows a group too.
+  KernelPick wgmma = KernelPick::kAuto;
+  // Decode the wgmma GEMM's weights through f32 as gemm_mma does instead of the bf16x2 integer decode (the same
+  // values for UE8M0 scales; f32 scales always take it).
+  bool wgmma_exact = false;
+  WgmmaDecode wgmma_decode = WgmmaDecode::kByFormat;
+  WgmmaTile wgmma_tile = WgmmaTile::kByRows;
+  // The most rows a group (rows_hint) that take the streaming tensor-core kernel (gemm_stream_mma.h); 0 never (the
+  // fp32 streaming kernels), -1 kGemmStreamMmaMaxRows.
+  int64_t stream_mma_max_rows = -1;
+};
+
+struct KernelChoices {
+  GemmChoices gemm;
+  KernelPick attn_mma = KernelPick::kAuto;     // paged sink attention on the tensor cores (attention_paged_mma.h)
+  KernelPick indexer_mma = KernelPick::kAuto;  // indexer scores on the tensor cores (indexer_mma.h)
+  // Top-k blocks of 256 / 512 threads by row length (kAuto: from kTopkRowsMinTokens rows; kNever: always 1024, the
+  // decode shape).
+  KernelPick topk_small_blocks = KernelPick::kAuto;
+  // Rows a group up to which a grouped_linear call (default mode) is one grouped launch (grouped_linear.h); -1:
+  // kGemmStreamMmaMaxRows. 0 runs every call per group.
+  int64_t grouped_one_launch_rows = -1;
+};
+
+}  // namespace deepinfer::cuda
