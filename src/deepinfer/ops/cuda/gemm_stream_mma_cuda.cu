@@ -56,19 +56,21 @@ struct StepData {
 // Two tile shapes. W16 = false: 8 weight rows per warp as the mma's B operand, the activation rows as A (rows 8..15
 // unused): twice the warps of 16-row tiles for small N. W16 = true: 16 weight rows as A, the activations as B: half
 // the mmas and activation fragment loads per weight, for calls with tiles enough to fill the device.
-// Grid: x = n-tile blocks (nw tiles), y = group slots (or the pass table's passes). Block: kSmWarps warps = nw n-tiles
-// x kw K slices (kw = kSmWarps / nw, a runtime value); the kw partial sums of a tile add in warp order (deterministic).
+// Grid: x = n-tile blocks (groups_arg groups of nw tiles, one after another over the staged rows; 16-row tiles only),
+// y = group slots (or the pass table's passes). Block: kSmWarps warps = nw n-tiles x kw K slices (kw = kSmWarps / nw,
+// a runtime value); the kw partial sums of a tile add in warp order (deterministic).
 // Dynamic shared memory: the pass's R activation rows as bf16 fragments, [step][mma][row][lane % 4] x 8 bytes.
 // kAcc independent accumulator chains per warp (4; batch-invariant mode 1, the chain the tile kernel of
 // gemm_invariant_mma_cuda.cu repeats: a warp's partial is the chain of its slice's mmas in step and mma order).
 // kBf16A (batch-invariant mode): the activations come from the caller's bf16 copy p.a_bf16.
 template <QuantFormat F, int R, bool W16, int kAcc, bool kBf16A = false>
 __global__ void __launch_bounds__(32 * kSmWarps, 2)
-    gemm_stream_mma_kernel(GemmKernelParams p, int kw, int lbn, int lbk, bool a_vec) {
+    gemm_stream_mma_kernel(GemmKernelParams p, int kw, int lbn, int lbk, bool a_vec, int groups_arg) {
   static_assert(kAcc == 1 || kAcc == 4, "the partial sums below");
   constexpr int kRows = W16 ? 2 : 1, kOut = W16 ? 4 : 2;    // weight rows a lane loads; outputs a lane holds
   constexpr int kPrefetch = kPrefetchBytes / (16 * kRows);  // steps in flight: the same bytes for both shapes
   static_assert(kPrefetch % 2 == 0, "refills go by pairs of steps");
+  const int tile_groups = W16 ? groups_arg : 1;  // (launch_shape gives 8-row tiles one group)
   extern __shared__ __align__(16) uint2 xs[];
   __shared__ float part[kSmWarps][kOut][32];
   __shared__ int64_t a_row[R], c_row[R];
@@ -92,7 +94,7 @@ __global__ void __launch_bounds__(32 * kSmWarps, 2)
   }
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
   const int nw = kSmWarps / kw, wn = warp / kw, wk = warp % kw;
-  const int64_t n0 = (static_cast<int64_t>(blockIdx.x) * nw + wn) * 8 * kRows;
+  int64_t n0 = 0;
   const uint8_t* b = static_cast<const uint8_t*>(p.b_table ? p.b_table[grp] : p.b);
   const uint8_t* s = static_cast<const uint8_t*>(p.b_scale_table ? p.b_scale_table[grp] : p.b_scale);
   const int chunks = static_cast<int>(p.k / kChunkK<F>), steps = (chunks + 3) / 4;
@@ -103,12 +105,17 @@ __global__ void __launch_bounds__(32 * kSmWarps, 2)
   // Rows past N read row 0 (in bounds) and contribute nothing: their outputs are never written.
   const uint4* wrow[kRows];
   const uint8_t* srow[kRows];
+  // Tile group f of the block's tile_groups: its warps' weight rows.
+  const auto set_rows = [&](int f) {
+    n0 = ((static_cast<int64_t>(blockIdx.x) * tile_groups + f) * nw + wn) * 8 * kRows;
 #pragma unroll
-  for (int h = 0; h < kRows; ++h) {
-    const int64_t n = n0 + g + 8 * h;
-    wrow[h] = reinterpret_cast<const uint4*>(b + (n < p.n ? n : 0) * chunks * 16) + t;
-    srow[h] = scale_row<F>(p, s, n < p.n ? n : 0, lbn);
-  }
+    for (int h = 0; h < kRows; ++h) {
+      const int64_t n = n0 + g + 8 * h;
+      wrow[h] = reinterpret_cast<const uint4*>(b + (n < p.n ? n : 0) * chunks * 16) + t;
+      srow[h] = scale_row<F>(p, s, n < p.n ? n : 0, lbn);
+    }
+  };
+  set_rows(0);
 
   auto load = [&](int st, StepData<kRows>& d) {
     const int c = 4 * st + t;
@@ -131,6 +138,7 @@ __global__ void __launch_bounds__(32 * kSmWarps, 2)
   }
   for (int64_t r0 = begin; r0 < end; r0 += R) {
     if (r0 != begin) {  // a further pass over the weights for the next R rows
+      set_rows(0);
 #pragma unroll
       for (int u = 0; u < kPrefetch; ++u) load(s_begin + u, buf[u]);
     }
@@ -158,77 +166,86 @@ __global__ void __launch_bounds__(32 * kSmWarps, 2)
     }
     __syncthreads();
 
-    // kAcc independent accumulators: one chain of dependent mmas per step was the critical path (ncu: ~8 cycles
-    // per issued instruction at ~10 warps an SM on a 6.5 MB projection).
-    float acc[kAcc][4] = {};
-    for (int st0 = s_begin; st0 < s_end; st0 += kPrefetch) {
+    for (int f = 0; f < tile_groups; ++f) {
+      // A group wholly past N (the grid's last block): nothing to do (the same for every warp of the block).
+      if (f > 0 && (static_cast<int64_t>(blockIdx.x) * tile_groups + f) * nw * 8 * kRows >= p.n) break;
+      if (f > 0) {  // the next tile group over the same staged rows
+        set_rows(f);
 #pragma unroll
-      for (int u = 0; u < kPrefetch; ++u) {
-        const int st = st0 + u;
-        if (st < s_end) {
-          StepData<kRows>& d = buf[u];
-          FormatScale<F> sc[kRows];
+        for (int u = 0; u < kPrefetch; ++u) load(s_begin + u, buf[u]);
+      }
+      // kAcc independent accumulators: one chain of dependent mmas per step was the critical path (ncu: ~8 cycles
+      // per issued instruction at ~10 warps an SM on a 6.5 MB projection).
+      float acc[kAcc][4] = {};
+      for (int st0 = s_begin; st0 < s_end; st0 += kPrefetch) {
 #pragma unroll
-          for (int h = 0; h < kRows; ++h) sc[h].set(d.e[h]);
-          const uint2* xrow = xs + st * (kMi * R * 4) + lane;
-          const auto mmas = [&]<bool kMaybeTwo>() {
+        for (int u = 0; u < kPrefetch; ++u) {
+          const int st = st0 + u;
+          if (st < s_end) {
+            StepData<kRows>& d = buf[u];
+            FormatScale<F> sc[kRows];
 #pragma unroll
-            for (int mi = 0; mi < kMi; ++mi) {
-              uint32_t wp[kRows], wq[kRows];  // the P / Q fragment pairs of each row
+            for (int h = 0; h < kRows; ++h) sc[h].set(d.e[h]);
+            const uint2* xrow = xs + st * (kMi * R * 4) + lane;
+            const auto mmas = [&]<bool kMaybeTwo>() {
 #pragma unroll
-              for (int h = 0; h < kRows; ++h) weight_pairs<F, kMaybeTwo>(d.q[h], sc[h], mi, wp[h], wq[h]);
-              const uint2 x = g < R ? xrow[mi * R * 4] : make_uint2(0, 0);
-              if constexpr (W16) {
-                const uint32_t a[4] = {wp[0], wp[kRows - 1], wq[0], wq[kRows - 1]};
-                mma_bf16(acc[mi % kAcc], a, x.x, x.y);
-              } else {
-                const uint32_t a[4] = {x.x, 0u, x.y, 0u};
-                mma_bf16(acc[mi % kAcc], a, wp[0], wq[0]);
+              for (int mi = 0; mi < kMi; ++mi) {
+                uint32_t wp[kRows], wq[kRows];  // the P / Q fragment pairs of each row
+#pragma unroll
+                for (int h = 0; h < kRows; ++h) weight_pairs<F, kMaybeTwo>(d.q[h], sc[h], mi, wp[h], wq[h]);
+                const uint2 x = g < R ? xrow[mi * R * 4] : make_uint2(0, 0);
+                if constexpr (W16) {
+                  const uint32_t a[4] = {wp[0], wp[kRows - 1], wq[0], wq[kRows - 1]};
+                  mma_bf16(acc[mi % kAcc], a, x.x, x.y);
+                } else {
+                  const uint32_t a[4] = {x.x, 0u, x.y, 0u};
+                  mma_bf16(acc[mi % kAcc], a, wp[0], wq[0]);
+                }
               }
-            }
-          };
-          // A scale past bf16's range for one multiply (2^129 and up: no realistic weight) takes the two-multiply
-          // decode for the whole warp's step; the common step has no predicated second multiply per pair.
-          bool two = false;
+            };
+            // A scale past bf16's range for one multiply (2^129 and up: no realistic weight) takes the two-multiply
+            // decode for the whole warp's step; the common step has no predicated second multiply per pair.
+            bool two = false;
 #pragma unroll
-          for (int h = 0; h < kRows; ++h) two |= sc[h].two;
-          if (__any_sync(0xffffffffu, two))
-            mmas.template operator()<true>();
-          else
-            mmas.template operator()<false>();
-          // Refills after the math (the registers are free again), two steps at a time: a row's 64-byte halves of
-          // one 128-byte line leave back to back. One refill a step let the halves reach L2 a step apart, and the
-          // 256-byte prefetch hint then read 25% more than the weights from DRAM (ncu, V4-Flash b256 gate call,
-          // H200, session 18: 1.38 -> 1.17 GB, 628 -> 578 us; V4.1 MoE layer T = 64-256 -10%; docs/PERF.md).
-          // (A slice's last step when even needs no refill: the steps past it load nothing.)
-          if (u & 1) {
-            load(st - 1 + kPrefetch, buf[u - 1]);
-            load(st + kPrefetch, d);
+            for (int h = 0; h < kRows; ++h) two |= sc[h].two;
+            if (__any_sync(0xffffffffu, two))
+              mmas.template operator()<true>();
+            else
+              mmas.template operator()<false>();
+            // Refills after the math (the registers are free again), two steps at a time: a row's 64-byte halves of
+            // one 128-byte line leave back to back. One refill a step let the halves reach L2 a step apart, and the
+            // 256-byte prefetch hint then read 25% more than the weights from DRAM (ncu, V4-Flash b256 gate call,
+            // H200, session 18: 1.38 -> 1.17 GB, 628 -> 578 us; V4.1 MoE layer T = 64-256 -10%; docs/PERF.md).
+            // (A slice's last step when even needs no refill: the steps past it load nothing.)
+            if (u & 1) {
+              load(st - 1 + kPrefetch, buf[u - 1]);
+              load(st + kPrefetch, d);
+            }
           }
         }
       }
-    }
-    // W16: acc 0 / 1 weight row g, activation rows 2t / 2t + 1; acc 2 / 3 the same for weight row g + 8.
-    // Otherwise: acc 0 / 1 activation row g, weight rows 2t / 2t + 1 (acc 2 / 3: activation rows 8..15, empty).
-#pragma unroll
-    for (int i = 0; i < kOut; ++i) {
-      if constexpr (kAcc == 4)
-        part[warp][i][lane] = (acc[0][i] + acc[1][i]) + (acc[2][i] + acc[3][i]);
-      else
-        part[warp][i][lane] = acc[0][i];
-    }
-    __syncthreads();
-    if (wk == 0) {
+      // W16: acc 0 / 1 weight row g, activation rows 2t / 2t + 1; acc 2 / 3 the same for weight row g + 8.
+      // Otherwise: acc 0 / 1 activation row g, weight rows 2t / 2t + 1 (acc 2 / 3: activation rows 8..15, empty).
 #pragma unroll
       for (int i = 0; i < kOut; ++i) {
-        float sum = part[warp][i][lane];
-        for (int w = 1; w < kw; ++w) sum += part[warp + w][i][lane];
-        const int r = W16 ? 2 * t + (i & 1) : g;
-        const int64_t col = W16 ? n0 + g + (i >= 2 ? 8 : 0) : n0 + 2 * t + i;
-        if (r < R && c_row[r] >= 0 && col < p.n) p.c[c_row[r] * p.ldc + col] = sum;
+        if constexpr (kAcc == 4)
+          part[warp][i][lane] = (acc[0][i] + acc[1][i]) + (acc[2][i] + acc[3][i]);
+        else
+          part[warp][i][lane] = acc[0][i];
       }
+      __syncthreads();
+      if (wk == 0) {
+#pragma unroll
+        for (int i = 0; i < kOut; ++i) {
+          float sum = part[warp][i][lane];
+          for (int w = 1; w < kw; ++w) sum += part[warp + w][i][lane];
+          const int r = W16 ? 2 * t + (i & 1) : g;
+          const int64_t col = W16 ? n0 + g + (i >= 2 ? 8 : 0) : n0 + 2 * t + i;
+          if (r < R && c_row[r] >= 0 && col < p.n) p.c[c_row[r] * p.ldc + col] = sum;
+        }
+      }
+      __syncthreads();
     }
-    __syncthreads();
   }
 }
 
@@ -242,15 +259,26 @@ void launch_shape(const GemmKernelParams& p, int64_t slots, int lbn, int lbk, cu
   while (kw < kSmWarps && tiles * slots * kw < kTargetWarps && steps >= 4 * kw) kw *= 2;
   if (fixed_kw > 0) kw = fixed_kw;
   const int nw = kSmWarps / kw;
+  // Calls of many blocks (decode batches from ~64 tokens: a block per 8-row pass of each expert) give a block up to
+  // 4 groups of nw tiles over one staging of its rows while that leaves 4 device waves of warps: a pass's activations
+  // (8 rows x K bf16, ~1/4 of the block's weight bytes) were staged once per nw tiles. H200, session 19, same call:
+  // V4.1 MoE layer T = 64 / 128 / 256 -2 / -3 / -3%; slices decode b64-b256 -3.0 to -4.7% (docs/PERF.md).
+  int tile_groups = 1;
+  if (W16 && kw == 1 && fixed_kw == 0) {
+    const int64_t active = p.group_offsets ? std::min<int64_t>(slots, std::max<int64_t>(p.m, 1)) : slots;
+    while (tile_groups < 4 && ceil_div(tiles, int64_t{nw} * tile_groups * 2) * active * kSmWarps >= 4 * kTargetWarps)
+      tile_groups *= 2;
+  }
   const size_t smem = static_cast<size_t>(steps * kMmas<F> * R * 4) * sizeof(uint2);
   if (smem > static_cast<size_t>(kDefaultSmemBytes))
     DI_CUDA_CHECK(cudaFuncSetAttribute(gemm_stream_mma_kernel<F, R, W16, kAcc, kBf16A>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  const dim3 grid(static_cast<unsigned>(ceil_div(tiles, nw)), static_cast<unsigned>(slots));
+  const dim3 grid(static_cast<unsigned>(ceil_div(tiles, nw * tile_groups)), static_cast<unsigned>(slots));
   const bool a_vec = p.lda % 4 == 0 && reinterpret_cast<uintptr_t>(p.a) % 16 == 0;
   // A plain launch: programmatic dependent launch measured slower (H200, V4.1 decode at batch 1, same call: 2.44 ms
   // without, 3.04 ms with; the grouped calls started early and waited for the plan while holding SM slots).
-  gemm_stream_mma_kernel<F, R, W16, kAcc, kBf16A><<<grid, 32 * kSmWarps, smem, stream>>>(p, kw, lbn, lbk, a_vec);
+  gemm_stream_mma_kernel<F, R, W16, kAcc, kBf16A>
+      <<<grid, 32 * kSmWarps, smem, stream>>>(p, kw, lbn, lbk, a_vec, tile_groups);
   DI_CUDA_CHECK_LAUNCH();
 }
 
