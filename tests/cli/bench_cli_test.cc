@@ -49,5 +49,18 @@ TEST(BenchCli, UnknownSliceIsAnError) {
   EXPECT_NE(r.output.find("unknown slice 'v5-giant'"), std::string::npos) << r.output;
 }
 
+// --kernel-choice: a bad spec fails before any device work (so on a machine without a GPU too), and the choices are
+// the CUDA backend's: with --device cpu they are an error, not silently ignored.
+TEST(BenchCli, KernelChoiceErrors) {
+  auto bad = run_cli("bench --device cuda --kernel-choice attn_mma=sometimes --iters 1");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("--kernel-choice attn_mma=sometimes: the value must be one of auto | never | always"),
+            std::string::npos)
+      << bad.output;
+  auto cpu = run_cli("bench --device cpu --kernel-choice wgmma=never --iters 1");
+  EXPECT_NE(cpu.exit_code, 0);
+  EXPECT_NE(cpu.output.find("the choices are the CUDA backend's (--device cuda)"), std::string::npos) << cpu.output;
+}
+
 }  // namespace
 }  // namespace deepinfer

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "deepinfer/bench/bench_model.h"
+#include "deepinfer/ops/cuda/kernel_choices.h"
 #include "deepinfer/ops/memory.h"
 #include "deepinfer/ops/ops.h"
 
@@ -104,7 +105,9 @@ class BenchTarget {
 
 std::unique_ptr<BenchTarget> make_cpu_target(int threads);
 // Throws Unsupported in a build without CUDA, NotFound without a device. batch_invariant: the backend's
-// batch-invariant mode (CudaBackend::set_batch_invariant), to measure its cost.
-std::unique_ptr<BenchTarget> make_cuda_target(int device, bool batch_invariant = false);
+// batch-invariant mode (CudaBackend::set_batch_invariant), to measure its cost; choices: the backend's kernel choices
+// (CudaBackend::set_kernel_choices), to measure another kernel.
+std::unique_ptr<BenchTarget> make_cuda_target(int device, bool batch_invariant = false,
+                                              const cuda::KernelChoices& choices = {});
 
 }  // namespace deepinfer::bench

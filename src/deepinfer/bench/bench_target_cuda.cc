@@ -3,6 +3,7 @@
 // by a random kernel on the device; linear_quant / moe_quant read them. Ceilings: a device-to-device copy,
 // and cuBLASLt bf16 and FP8 (unit scales) GEMMs at 8192³, all in the same process.
 #include "deepinfer/bench/bench_target.h"
+#include "deepinfer/bench/kernel_choice_args.h"
 #include "deepinfer/core/error.h"
 
 #ifdef DEEPINFER_WITH_CUDA
@@ -38,13 +39,16 @@ struct CudaExperts final : BenchExperts {
 
 class CudaTarget final : public BenchTarget {
  public:
-  CudaTarget(int device, bool batch_invariant) : be_(make_cuda_backend(device)) {
+  CudaTarget(int device, bool batch_invariant, const cuda::KernelChoices& choices) : be_(make_cuda_backend(device)) {
     be_->set_batch_invariant(batch_invariant);
+    be_->set_kernel_choices(choices);
   }
   std::string describe() const override {
     const auto& i = be_->device_info();
+    const std::string choices = describe_kernel_choices(be_->kernel_choices());
     return i.name + " (" + std::to_string(i.sm_count) + " SMs, " + std::to_string(i.total_memory >> 20) + " MiB)" +
-           (be_->batch_invariant() ? ", batch-invariant mode" : "");
+           (be_->batch_invariant() ? ", batch-invariant mode" : "") +
+           (choices.empty() ? "" : ", kernel choices: " + choices);
   }
   Backend& backend() override { return *be_; }
 
@@ -249,13 +253,13 @@ class CudaTarget final : public BenchTarget {
 
 }  // namespace
 
-std::unique_ptr<BenchTarget> make_cuda_target(int device, bool batch_invariant) {
+std::unique_ptr<BenchTarget> make_cuda_target(int device, bool batch_invariant, const cuda::KernelChoices& choices) {
   DI_CHECK_CODE(cuda::device_count() > 0, ErrorCode::kNotFound)
       << "bench --device cuda: no CUDA device is visible (check nvidia-smi and CUDA_VISIBLE_DEVICES)";
-  return std::make_unique<CudaTarget>(device, batch_invariant);
+  return std::make_unique<CudaTarget>(device, batch_invariant, choices);
 }
 #else
-std::unique_ptr<BenchTarget> make_cuda_target(int, bool) {
+std::unique_ptr<BenchTarget> make_cuda_target(int, bool, const cuda::KernelChoices&) {
   DI_FAIL(ErrorCode::kUnsupported) << "bench --device cuda: this deepinfer was built without CUDA (configure with "
                                       "-DDEEPINFER_ACCELERATOR=nvidia)";
 }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "deepinfer/bench/bench_runner.h"
+#include "deepinfer/bench/kernel_choice_args.h"
 #include "deepinfer/cli/commands.h"
 #include "deepinfer/core/error.h"
 
@@ -24,6 +25,7 @@ struct BenchArgs {
   uint64_t seed = 1;
   bool no_graphs = false;
   bool batch_invariant = false;
+  std::vector<std::string> kernel_choices;
   bool no_prefill = false;
   bool mla_per_sequence = false;
 };
@@ -62,8 +64,11 @@ int run_bench(const BenchArgs& a) {
       DI_FAIL(ErrorCode::kInvalidArgument)
           << "bench --model: unknown slice '" << name << "' (v41-flash, v4-flash, v3, v2-lite, tiny, tiny-mla)";
   }
+  DI_CHECK_CODE(a.kernel_choices.empty() || !cpu, ErrorCode::kInvalidArgument)
+      << "bench --kernel-choice: the choices are the CUDA backend's (--device cuda)";
+  const cuda::KernelChoices choices = bench::parse_kernel_choices(a.kernel_choices);
   std::unique_ptr<bench::BenchTarget> target =
-      a.device == "cuda" ? bench::make_cuda_target(0, a.batch_invariant) : bench::make_cpu_target(a.threads);
+      cpu ? bench::make_cpu_target(a.threads) : bench::make_cuda_target(0, a.batch_invariant, choices);
   std::printf("target: %s\n", target->describe().c_str());
   const bench::Ceilings c = target->measure_ceilings();
   std::printf("%s", bench::format_ceilings(c).c_str());
@@ -124,6 +129,11 @@ void register_bench(CLI::App& app, CommandRegistry& reg) {
   sub->add_flag("--no-graphs", a->no_graphs, "decode: skip the CUDA-graph replay timing and its output check");
   sub->add_flag("--batch-invariant", a->batch_invariant,
                 "CUDA: run the slices in the backend's batch-invariant mode (to measure its cost)");
+  sub->add_option("--kernel-choice", a->kernel_choices,
+                  "CUDA: KEY=VALUE, run the slices under another kernel (repeatable; attn_mma, indexer_mma, "
+                  "topk_small_blocks, wgmma: auto|never|always; wgmma_exact: 0|1; wgmma_decode: "
+                  "by_format|producer|split|consumers; wgmma_tile: by_rows|128x256|256x128|mixed; stream_mma_max_rows, "
+                  "grouped_one_launch_rows: N|default)");
   sub->add_flag("--no-prefill", a->no_prefill, "decode shapes only");
   sub->add_flag(
       "--mla-per-sequence-decode", a->mla_per_sequence,

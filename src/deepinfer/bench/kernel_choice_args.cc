@@ -1,0 +1,122 @@
+#include "deepinfer/bench/kernel_choice_args.h"
+
+#include <charconv>
+#include <cstdint>
+#include <string_view>
+#include <utility>
+
+#include "deepinfer/core/error.h"
+
+namespace deepinfer::bench {
+namespace {
+
+using cuda::KernelPick;
+using cuda::WgmmaDecode;
+using cuda::WgmmaTile;
+
+constexpr std::pair<KernelPick, std::string_view> kPicks[] = {
+    {KernelPick::kAuto, "auto"}, {KernelPick::kNever, "never"}, {KernelPick::kAlways, "always"}};
+constexpr std::pair<WgmmaDecode, std::string_view> kDecodes[] = {{WgmmaDecode::kByFormat, "by_format"},
+                                                                 {WgmmaDecode::kProducer, "producer"},
+                                                                 {WgmmaDecode::kSplit, "split"},
+                                                                 {WgmmaDecode::kConsumers, "consumers"}};
+constexpr std::pair<WgmmaTile, std::string_view> kTiles[] = {{WgmmaTile::kByRows, "by_rows"},
+                                                             {WgmmaTile::k128x256, "128x256"},
+                                                             {WgmmaTile::k256x128, "256x128"},
+                                                             {WgmmaTile::kMixed, "mixed"}};
+constexpr std::string_view kKeys =
+    "attn_mma, indexer_mma, topk_small_blocks, wgmma, wgmma_exact, wgmma_decode, wgmma_tile, stream_mma_max_rows, "
+    "grouped_one_launch_rows";
+
+template <class T, size_t N>
+std::string names(const std::pair<T, std::string_view> (&table)[N]) {
+  std::string out;
+  for (const auto& [v, name] : table) out += (out.empty() ? "" : " | ") + std::string(name);
+  return out;
+}
+
+template <class T, size_t N>
+T lookup(const std::pair<T, std::string_view> (&table)[N], std::string_view value, const std::string& spec) {
+  for (const auto& [v, name] : table)
+    if (name == value) return v;
+  DI_FAIL(ErrorCode::kInvalidArgument) << "--kernel-choice " << spec << ": the value must be one of " << names(table);
+}
+
+template <class T, size_t N>
+std::string_view name_of(const std::pair<T, std::string_view> (&table)[N], T v) {
+  for (const auto& [value, name] : table)
+    if (value == v) return name;
+  return "?";
+}
+
+// A row count >= 0, or "default" (-1).
+int64_t rows_value(std::string_view value, const std::string& spec) {
+  if (value == "default") return -1;
+  int64_t v = -1;
+  const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+  DI_CHECK_CODE(ec == std::errc() && end == value.data() + value.size() && v >= 0, ErrorCode::kInvalidArgument)
+      << "--kernel-choice " << spec << ": the value must be a row count >= 0 or 'default'";
+  return v;
+}
+
+}  // namespace
+
+cuda::KernelChoices parse_kernel_choices(const std::vector<std::string>& specs) {
+  cuda::KernelChoices c;
+  for (const std::string& spec : specs) {
+    const size_t eq = spec.find('=');
+    DI_CHECK_CODE(eq != std::string::npos && eq > 0, ErrorCode::kInvalidArgument)
+        << "--kernel-choice '" << spec << "': expected KEY=VALUE with KEY one of " << kKeys;
+    const std::string_view key = std::string_view(spec).substr(0, eq), value = std::string_view(spec).substr(eq + 1);
+    if (key == "attn_mma") {
+      c.attn_mma = lookup(kPicks, value, spec);
+    } else if (key == "indexer_mma") {
+      c.indexer_mma = lookup(kPicks, value, spec);
+    } else if (key == "topk_small_blocks") {
+      c.topk_small_blocks = lookup(kPicks, value, spec);
+    } else if (key == "wgmma") {
+      c.gemm.wgmma = lookup(kPicks, value, spec);
+    } else if (key == "wgmma_exact") {
+      DI_CHECK_CODE(value == "0" || value == "1", ErrorCode::kInvalidArgument)
+          << "--kernel-choice " << spec << ": the value must be 0 or 1";
+      c.gemm.wgmma_exact = value == "1";
+    } else if (key == "wgmma_decode") {
+      c.gemm.wgmma_decode = lookup(kDecodes, value, spec);
+    } else if (key == "wgmma_tile") {
+      c.gemm.wgmma_tile = lookup(kTiles, value, spec);
+    } else if (key == "stream_mma_max_rows") {
+      c.gemm.stream_mma_max_rows = rows_value(value, spec);
+    } else if (key == "grouped_one_launch_rows") {
+      c.grouped_one_launch_rows = rows_value(value, spec);
+    } else {
+      DI_FAIL(ErrorCode::kInvalidArgument)
+          << "--kernel-choice " << spec << ": unknown key '" << key << "' (one of " << kKeys << ")";
+    }
+  }
+  return c;
+}
+
+std::string describe_kernel_choices(const cuda::KernelChoices& c) {
+  const cuda::KernelChoices d;
+  std::string out;
+  const auto add = [&](std::string_view key, const std::string& value) {
+    out += (out.empty() ? "" : ", ") + std::string(key) + "=" + value;
+  };
+  if (c.attn_mma != d.attn_mma) add("attn_mma", std::string(name_of(kPicks, c.attn_mma)));
+  if (c.indexer_mma != d.indexer_mma) add("indexer_mma", std::string(name_of(kPicks, c.indexer_mma)));
+  if (c.topk_small_blocks != d.topk_small_blocks)
+    add("topk_small_blocks", std::string(name_of(kPicks, c.topk_small_blocks)));
+  if (c.gemm.wgmma != d.gemm.wgmma) add("wgmma", std::string(name_of(kPicks, c.gemm.wgmma)));
+  if (c.gemm.wgmma_exact != d.gemm.wgmma_exact) add("wgmma_exact", c.gemm.wgmma_exact ? "1" : "0");
+  if (c.gemm.wgmma_decode != d.gemm.wgmma_decode)
+    add("wgmma_decode", std::string(name_of(kDecodes, c.gemm.wgmma_decode)));
+  if (c.gemm.wgmma_tile != d.gemm.wgmma_tile) add("wgmma_tile", std::string(name_of(kTiles, c.gemm.wgmma_tile)));
+  if (c.gemm.stream_mma_max_rows != d.gemm.stream_mma_max_rows)
+    add("stream_mma_max_rows", c.gemm.stream_mma_max_rows < 0 ? "default" : std::to_string(c.gemm.stream_mma_max_rows));
+  if (c.grouped_one_launch_rows != d.grouped_one_launch_rows)
+    add("grouped_one_launch_rows",
+        c.grouped_one_launch_rows < 0 ? "default" : std::to_string(c.grouped_one_launch_rows));
+  return out;
+}
+
+}  // namespace deepinfer::bench

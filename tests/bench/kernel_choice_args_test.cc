@@ -1,0 +1,87 @@
+// `deepinfer bench --kernel-choice`: every key and value parses into the CUDA backend's kernel choices and prints
+// back the same way; bad specs are InvalidArgument naming what is accepted.
+#include "deepinfer/bench/kernel_choice_args.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "deepinfer/core/error.h"
+
+namespace deepinfer::bench {
+namespace {
+
+using cuda::KernelPick;
+using cuda::WgmmaDecode;
+using cuda::WgmmaTile;
+
+TEST(KernelChoiceArgs, NoneIsTheDefaults) {
+  const cuda::KernelChoices c = parse_kernel_choices({});
+  EXPECT_EQ(c.attn_mma, KernelPick::kAuto);
+  EXPECT_EQ(c.gemm.wgmma_tile, WgmmaTile::kByRows);
+  EXPECT_EQ(c.gemm.stream_mma_max_rows, -1);
+  EXPECT_EQ(describe_kernel_choices(c), "");
+}
+
+TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
+  const std::vector<std::string> specs = {
+      "attn_mma=never",     "indexer_mma=always",    "topk_small_blocks=never",
+      "wgmma=never",        "wgmma_exact=1",         "wgmma_decode=consumers",
+      "wgmma_tile=256x128", "stream_mma_max_rows=0", "grouped_one_launch_rows=1000"};
+  const cuda::KernelChoices c = parse_kernel_choices(specs);
+  EXPECT_EQ(c.attn_mma, KernelPick::kNever);
+  EXPECT_EQ(c.indexer_mma, KernelPick::kAlways);
+  EXPECT_EQ(c.topk_small_blocks, KernelPick::kNever);
+  EXPECT_EQ(c.gemm.wgmma, KernelPick::kNever);
+  EXPECT_TRUE(c.gemm.wgmma_exact);
+  EXPECT_EQ(c.gemm.wgmma_decode, WgmmaDecode::kConsumers);
+  EXPECT_EQ(c.gemm.wgmma_tile, WgmmaTile::k256x128);
+  EXPECT_EQ(c.gemm.stream_mma_max_rows, 0);
+  EXPECT_EQ(c.grouped_one_launch_rows, 1000);
+  std::string joined;
+  for (const std::string& s : specs) joined += (joined.empty() ? "" : ", ") + s;
+  EXPECT_EQ(describe_kernel_choices(c), joined);
+  // What it prints parses back to the same choices.
+  std::vector<std::string> again;
+  for (size_t b = 0, e; b < joined.size(); b = e + 2) {
+    e = joined.find(", ", b);
+    if (e == std::string::npos) e = joined.size();
+    again.push_back(joined.substr(b, e - b));
+  }
+  EXPECT_EQ(describe_kernel_choices(parse_kernel_choices(again)), joined);
+}
+
+TEST(KernelChoiceArgs, LaterSpecsWinAndDefaultsPrintNothing) {
+  const cuda::KernelChoices c =
+      parse_kernel_choices({"wgmma_tile=mixed", "wgmma_tile=by_rows", "stream_mma_max_rows=4", "wgmma_decode=split"});
+  EXPECT_EQ(c.gemm.wgmma_tile, WgmmaTile::kByRows);
+  EXPECT_EQ(describe_kernel_choices(c), "wgmma_decode=split, stream_mma_max_rows=4");
+  EXPECT_EQ(parse_kernel_choices({"stream_mma_max_rows=4", "stream_mma_max_rows=default"}).gemm.stream_mma_max_rows,
+            -1);
+}
+
+void expect_rejected(const std::string& spec, const std::string& says) {
+  try {
+    parse_kernel_choices({spec});
+    ADD_FAILURE() << spec << ": accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << spec;
+    EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << spec << ": " << e.what();
+  }
+}
+
+TEST(KernelChoiceArgs, BadSpecsAreClearErrors) {
+  expect_rejected("attn_mma", "expected KEY=VALUE");
+  expect_rejected("=never", "expected KEY=VALUE");
+  expect_rejected("attn_mma=sometimes", "auto | never | always");
+  expect_rejected("wgmma_decode=gpu", "by_format | producer | split | consumers");
+  expect_rejected("wgmma_tile=64x64", "by_rows | 128x256 | 256x128 | mixed");
+  expect_rejected("wgmma_exact=yes", "0 or 1");
+  expect_rejected("stream_mma_max_rows=-2", "row count >= 0");
+  expect_rejected("grouped_one_launch_rows=8x", "row count >= 0");
+  expect_rejected("warp_size=64", "unknown key 'warp_size'");
+}
+
+}  // namespace
+}  // namespace deepinfer::bench
