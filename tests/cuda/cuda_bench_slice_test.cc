@@ -37,8 +37,9 @@ TEST(CudaBenchSlice, TinySliceRunsFusedAndGroupedAndReplays) {
     EXPECT_EQ(r.graph_note.find("graph failed"), std::string::npos) << what;
     EXPECT_GT(r.graph_ms, 0.0) << what;
     const std::string det = "eager vs eager: 0 of";
-    if (r.graph_note.find(det) != std::string::npos)
+    if (r.graph_note.find(det) != std::string::npos) {
       EXPECT_NE(r.graph_note.find("replay vs eager: 0 of"), std::string::npos) << what;
+    }
   }
 }
 
