@@ -33,12 +33,16 @@ TEST(BenchModel, TinyDecodeStepByHand) {
   const double attn = 4.0 * 128 * (8 + 12 + 12 + 12);
   // Indexer (r=2 layer): q proj 2·(32·32) + head weights 2·(2·64), scores 2·2·16·8.
   const double indexer = 2.0 * (32 * 32 + 2 * 64) + 2.0 * 2 * 16 * 8;
-  EXPECT_DOUBLE_EQ(c.flops, 4 * common + attn + indexer);
+  // Engram (first layer): 2-3-grams x 2 heads = 4 hash columns of 16 values; wkv [(4+1)·64, 64]: 2·320·64.
+  const double engram = 2.0 * 320 * 64;
+  EXPECT_DOUBLE_EQ(c.flops, 4 * common + attn + indexer + engram);
   // Weights per layer: projections 2050 + 4100 + 2050 + 2·1026 + 2050; mHC 2·4·24·256; router 4·4·64; two
   // distinct experts 2·3·1088; shared expert 3·2050. Indexer: 1025 + 130.
   const double w_layer =
       (2050 + 4100 + 2050 + 2 * 1026 + 2050) + 2 * 4 * 24 * 256 + 4 * 4 * 64 + 2 * 3 * 1088 + 3 * 2050;
-  EXPECT_DOUBLE_EQ(c.weight_bytes, 4 * w_layer + 1025 + 130);
+  // Engram: wkv 320·64 + 10·2 scales, the gate's f32 [4, 64], the token's 4 table rows of 16 f32.
+  const double w_engram = (320 * 64 + 10 * 2) + 4 * 4 * 64 + 4 * 4 * 16;
+  EXPECT_DOUBLE_EQ(c.weight_bytes, 4 * w_layer + 1025 + 130 + w_engram);
   // Cache rows (f32, 32 wide): 8 window rows per layer, + 4 selected (r=2 twice) / 4 entries (r=4); index keys
   // 8 rows of 16.
   EXPECT_DOUBLE_EQ(c.cache_bytes, 4.0 * 32 * (8 + 12 + 12 + 12) + 4.0 * 16 * 8);
@@ -55,6 +59,30 @@ TEST(BenchModel, PrefillCountsEveryQueryCausally) {
   // 4 tokens touch 4·(1 − ½⁴) = 3.75 experts on average.
   EXPECT_DOUBLE_EQ(c.weight_bytes, 12302 + 2 * 4 * 24 * 256 + 4 * 4 * 64 + 3.75 * 3 * 1088 + 3 * 2050);
   EXPECT_DOUBLE_EQ(c.cache_bytes, 4.0 * 32 * (4 + 2));
+}
+
+// Engram on the V4.1 slice: one layer (the first) whatever the layers per kind, counted as the model's update: the
+// FP8 wkv [(4+1)·5120, 24·256] with its 32x32 scales (V4.1's dense block), the gate's f32 [4, 5120] and 24 f32 table
+// rows of 256 a token (at most the bench table's rows).
+TEST(BenchModel, V41SliceCountsItsEngramLayer) {
+  for (int per_kind : {1, 2}) {
+    const BenchModel m = v41_flash_slice(per_kind);
+    int engram = 0;
+    for (const LayerSpec& l : m.layers) engram += l.engram;
+    EXPECT_EQ(engram, 1);
+    EXPECT_TRUE(m.layers.front().engram);
+    EXPECT_EQ(engram_cols(m), 24);
+    BenchModel without = m;
+    without.layers.front().engram = false;
+    for (const StepShape& s : {StepShape{false, 1, 1, 4096}, StepShape{false, 64, 1, 4096}}) {
+      const StepCost a = count_step(m, s), b = count_step(without, s);
+      const double t = static_cast<double>(s.seqs * s.tokens), width = 24 * 256;
+      EXPECT_DOUBLE_EQ(a.flops - b.flops, 2 * t * 25600 * width);
+      EXPECT_DOUBLE_EQ(a.weight_bytes - b.weight_bytes,
+                       25600 * width + 800 * 192 + 4.0 * 4 * 5120 + 4.0 * 256 * 24 * t);
+      EXPECT_DOUBLE_EQ(a.cache_bytes, b.cache_bytes);
+    }
+  }
 }
 
 // Fused projections: every part but the last starts on a block boundary (padding a part that ends mid-block).

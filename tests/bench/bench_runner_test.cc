@@ -36,15 +36,17 @@ TEST(BenchRunner, TinySliceOnCpu) {
     for (int g = 0; g < kSegCount; ++g) EXPECT_GE(r.segment_ms[g], 0.0) << segment_name(g);
     // Every op group of the slice ran: the tiny slice has an indexed layer, attention and experts in each step.
     EXPECT_GT(r.segment_ms[kSegIndexer] + r.segment_ms[kSegAttention] + r.segment_ms[kSegExperts], 0.0);
+    EXPECT_GT(r.segment_ms[kSegEngram], 0.0) << "the tiny slice's first layer runs Engram";
   }
-  // GEMM calls per layer: the two fused projections, the grouped output projection and wo_b, whatever the shape.
-  // Fused parts are views for one token; for more, qr and kv are copied per layer and the indexer's q and head
-  // weights too on the indexed one (tiny: swa, indexed, reuse, all-seen).
+  // GEMM calls per layer: the two fused projections, the grouped output projection and wo_b, whatever the shape,
+  // and Engram's wkv on the first layer. Fused parts are views for one token; for more, qr and kv are copied per
+  // layer, the indexer's q and head weights too on the indexed one (tiny: swa, indexed, reuse, all-seen) and Engram's
+  // key and value.
   for (const BenchRow& r : rows) {
     ASSERT_TRUE(r.counts.counted);
-    EXPECT_EQ(r.counts.gemm_calls, 4 * static_cast<int64_t>(m.layers.size()));
+    EXPECT_EQ(r.counts.gemm_calls, 4 * static_cast<int64_t>(m.layers.size()) + 1);
     const bool one_token = r.shape.seqs * r.shape.tokens == 1;
-    EXPECT_EQ(r.counts.part_copies, one_token ? 0 : 2 * 3 + 5) << (r.shape.prefill ? "prefill" : "decode");
+    EXPECT_EQ(r.counts.part_copies, one_token ? 0 : 2 * 3 + 5 + 2) << (r.shape.prefill ? "prefill" : "decode");
   }
   EXPECT_NE(format_breakdown(rows).find("experts"), std::string::npos);
   EXPECT_NE(format_breakdown(rows).find("gemm-calls"), std::string::npos);

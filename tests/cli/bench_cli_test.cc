@@ -43,6 +43,21 @@ TEST(BenchCli, TinySliceOnCpu) {
   EXPECT_EQ(rates, 2) << r.output;  // batch 1 and 2
 }
 
+// The tiny slice's first layer runs Engram (its own breakdown column); --no-engram drops it.
+TEST(BenchCli, EngramColumnAndNoEngram) {
+  const std::string args = "bench --device cpu --threads 1 --no-prefill --batch 2 --context 16 --warmup 0 --iters 1";
+  auto with = run_cli(args);
+  ASSERT_EQ(with.exit_code, 0) << with.output;
+  const std::regex row(R"(tiny\s+decode\s+2\s+16(\s+[0-9.]+){6}\s+([0-9.]+)\s)");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(with.output, m, row)) << with.output;  // the breakdown row: 7 segment columns
+  EXPECT_GT(std::stod(m[2]), 0.0) << "engram column: " << m[0];
+  auto without = run_cli(args + " --no-engram");
+  ASSERT_EQ(without.exit_code, 0) << without.output;
+  ASSERT_TRUE(std::regex_search(without.output, m, row)) << without.output;
+  EXPECT_EQ(std::stod(m[2]), 0.0) << "engram column with --no-engram: " << m[0];
+}
+
 TEST(BenchCli, UnknownSliceIsAnError) {
   auto r = run_cli("bench --device cpu --model v5-giant --iters 1");
   EXPECT_NE(r.exit_code, 0);

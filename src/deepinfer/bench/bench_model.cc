@@ -79,6 +79,7 @@ BenchModel v41_flash_slice(int per_kind) {
   add_layers(m, {AttnKind::kReuse, 2}, per_kind);
   add_layers(m, {AttnKind::kIndexed, 1}, per_kind);
   add_layers(m, {AttnKind::kReuse, 1}, per_kind);
+  m.layers.front().engram = true;  // one Engram layer (the checkpoint has 2 of 43)
   return m;
 }
 
@@ -100,7 +101,12 @@ BenchModel tiny_slice() {
   m.topk = 2;
   m.moe_inter = 32;
   m.dense_block = 32;
-  m.layers = {{AttnKind::kSwa, 0}, {AttnKind::kIndexed, 2}, {AttnKind::kReuse, 2}, {AttnKind::kAllSeen, 4}};
+  m.engram_ngram = 3;
+  m.engram_heads = 2;
+  m.engram_dim = 16;
+  m.engram_table_rows = 700;
+  m.engram_vocab = 64;
+  m.layers = {{AttnKind::kSwa, 0, true}, {AttnKind::kIndexed, 2}, {AttnKind::kReuse, 2}, {AttnKind::kAllSeen, 4}};
   return m;
 }
 
@@ -171,6 +177,8 @@ double expected_distinct_experts(int64_t experts, int64_t topk, int64_t tokens) 
 
 int64_t visible_entries(int64_t pos, int64_t ratio) { return ratio > 0 ? (pos + 1) / ratio : 0; }
 
+int64_t engram_cols(const BenchModel& m) { return (m.engram_ngram - 1) * m.engram_heads; }
+
 StepCost count_step(const BenchModel& m, const StepShape& s) {
   DI_CHECK(s.seqs >= 1 && s.tokens >= 1 && s.context >= s.tokens)
       << "bench: a step needs seqs >= 1, tokens >= 1 and context >= tokens (got " << s.seqs << ", " << s.tokens << ", "
@@ -181,6 +189,14 @@ StepCost count_step(const BenchModel& m, const StepShape& s) {
   const int64_t first_pos = s.context - s.tokens, last_pos = s.context - 1;
   StepCost c;
   for (const LayerSpec& l : m.layers) {
+    // Engram: the rows its hash ids pick (f32, as the table is kept; at most the table), the FP8 wkv projection
+    // [K (hc·D) | V (D)] of their concatenation, and the gate's f32 weight [hc, D] (its dot products are elementwise).
+    if (l.engram) {
+      const int64_t cols = engram_cols(m), width = cols * m.engram_dim;
+      c.flops += 2 * t * static_cast<double>((m.hc + 1) * d * width);
+      c.weight_bytes += fp8_block_bytes((m.hc + 1) * d, width, b) + 4.0 * m.hc * d;
+      c.weight_bytes += 4.0 * m.engram_dim * std::min(t * cols, static_cast<double>(m.engram_table_rows));
+    }
     // Dense projections (FP8 block-scaled). The weights as the slice fuses them (fused_input_rows /
     // fused_q_rows; the indexer's wproj and wq_idx ride along on an indexed layer): the same bytes as the separate
     // weights unless a part needs padding.

@@ -4,9 +4,10 @@
 //
 // What the slice covers per layer: the attention site (mHC coefficients, q/kv projections, the indexer where
 // the layer owns one, sink attention over the SWA window + compressed entries, the grouped output
-// projection) and the MoE site (mHC coefficients, router, routed MXFP4 experts + one shared expert). It
-// leaves out the compressors' pooling, RMSNorm/RoPE/mHC collapse+expand arithmetic (elementwise, < 1% of the
-// FLOPs), Engram, the embedding and the head.
+// projection), the MoE site (mHC coefficients, router, routed MXFP4 experts + one shared expert) and, on the
+// layers that have it (LayerSpec::engram), Engram's gated update of the streams at the layer's start (n-gram hash
+// ids, their table rows, the FP8 wkv projection, the gate). It leaves out the compressors' pooling,
+// RMSNorm/RoPE/mHC collapse+expand arithmetic (elementwise, < 1% of the FLOPs), the embedding and the head.
 #pragma once
 
 #include <cstdint>
@@ -28,7 +29,8 @@ const char* attn_kind_name(AttnKind k);
 
 struct LayerSpec {
   AttnKind kind = AttnKind::kSwa;
-  int64_t ratio = 0;  // tokens per compressed entry (0 for kSwa)
+  int64_t ratio = 0;    // tokens per compressed entry (0 for kSwa)
+  bool engram = false;  // Engram before the layer's attention site (V4.1: layers 1 and 14)
 };
 
 struct BenchModel {
@@ -38,6 +40,11 @@ struct BenchModel {
   int64_t experts = 0, topk = 0, moe_inter = 0, shared_experts = 1;
   int64_t hc = 4;
   int dense_block = 128;  // FP8 block-scale tile of the dense projections (square, UE8M0 scales)
+  // Engram (MODELS.md 2.5): n-grams 2..engram_ngram, engram_heads hash heads each, table rows of engram_dim values.
+  // The bench's table has engram_table_rows random f32 rows (the checkpoint's has ~384 M: a step reads the rows its
+  // ids pick, whatever the table's size) and token ids below engram_vocab (the compressed vocabulary).
+  int64_t engram_ngram = 4, engram_heads = 8, engram_dim = 256, engram_table_rows = int64_t{1} << 20;
+  int64_t engram_vocab = 99092;
   float swiglu_limit = 10.0f;
   bool weight_before_w2 = false;  // V4.1 applies the routing weight before w2
   bool q_head_norm = false;       // V4 normalises each query head (unweighted RMSNorm) before its RoPE
@@ -46,7 +53,7 @@ struct BenchModel {
 
 // Real dimensions (docs: ../shared/docs/MODELS.md §1); `per_kind` layers of each attention kind.
 BenchModel v4_flash_slice(int per_kind = 1);   // SWA, CSA r=4 (indexed), HCA r=128 (all seen)
-BenchModel v41_flash_slice(int per_kind = 1);  // SWA, r=2 source + reuse, r=1 source + reuse
+BenchModel v41_flash_slice(int per_kind = 1);  // SWA (+ Engram), r=2 source + reuse, r=1 source + reuse
 BenchModel tiny_slice();                       // CPU plumbing: one layer of each kind, small dims
 
 // One step: `seqs` sequences of `tokens` new tokens each, the last of which sits at position context − 1
@@ -105,6 +112,8 @@ FusedRows fused_q_rows(const BenchModel& m, AttnKind kind);
 double fp8_block_bytes(int64_t n, int64_t k, int block);  // n·k + ceil(n/b)·ceil(k/b)
 double mxfp4_bytes(int64_t n, int64_t k);                 // n·k/2 + n·k/32
 double expected_distinct_experts(int64_t experts, int64_t topk, int64_t tokens);
+// Engram's hash columns a token: (engram_ngram - 1) · engram_heads (24 for V4.1).
+int64_t engram_cols(const BenchModel& m);
 // Compressed entries visible to the query at `pos` (entry w covers tokens [w·r, (w+1)·r)).
 int64_t visible_entries(int64_t pos, int64_t ratio);
 

@@ -83,6 +83,17 @@ class Slice final : public SliceState {
     }
     fused_in_ = rnd({tt, in_width}, 1.0f);
     fused_q_ = rnd({tt, q_width}, 1.0f);
+    const bool engram = std::any_of(m.layers.begin(), m.layers.end(), [](const LayerSpec& l) { return l.engram; });
+    if (engram) {
+      const int64_t cols = engram_cols(m);
+      DI_CHECK(m.engram_ngram >= 2 && m.engram_heads >= 1 && m.engram_table_rows >= 8 * cols && m.engram_vocab >= 1)
+          << "bench: Engram needs n-grams >= 2, heads >= 1, a table of at least 8 rows a hash column and a vocabulary";
+      engram_ids_ = mem_.zeros(DType::kI64, {tt, cols});
+      engram_rows_ = rnd({tt * cols, m.engram_dim}, 1.0f);
+      engram_kv_ = rnd({tt, (m.hc + 1) * d}, 1.0f);
+      engram_key_ = rnd({tt, m.hc, d}, 1.0f);
+      engram_value_ = rnd({tt, d}, 1.0f);
+    }
     for (size_t li = 0; li < m.layers.size(); ++li) {
       const LayerSpec& spec = m.layers[li];
       Layer l;
@@ -118,6 +129,7 @@ class Slice final : public SliceState {
         l.index_keys = rnd({std::max(max_entries, max_blocks * (kBlockSize / spec.ratio)), m.index_dim}, 1.0f);
         l.mask = mem_.zeros(DType::kU8, {max_scores});
       }
+      if (spec.engram) make_engram(l);
       layers_.push_back(std::move(l));
     }
   }
@@ -140,6 +152,11 @@ class Slice final : public SliceState {
     q_seq_ = mem_.from_host(DType::kI32, {tt}, qseq.data());
     std::vector<int64_t> begin(s.seqs, 0);
     window_begin_ = mem_.from_host(DType::kI64, {s.seqs}, begin.data());
+    if (engram_ids_.numel() > 0) {  // each token's n-gram window of compressed ids (random: the cost is the same)
+      std::vector<int64_t> tok(tt * m_.engram_ngram);
+      for (int64_t& v : tok) v = static_cast<int64_t>(next() >> 33) % m_.engram_vocab;
+      engram_tokens_ = mem_.from_host(DType::kI64, {tt, m_.engram_ngram}, tok.data());
+    }
     // Selected entries per query: every visible one (all-seen layers) or min(top-k, visible) spread over them
     // (the selection's values do not change the cost; the indexer's own top-k is timed separately).
     comp_idx_.clear();
@@ -187,8 +204,10 @@ class Slice final : public SliceState {
     for (size_t li = 0; li < m.layers.size(); ++li) {
       const LayerSpec& spec = m.layers[li];
       Layer& l = layers_[li];
-      // ---- attention site (its mix: below, with the previous layer's FFN expand, past the first layer)
-      if (li == 0) be.hc_mix(mix_params(l.attn, streams, pre, post, comb));
+      // ---- Engram's update of the streams, then the attention site (its mix: below, with the previous layer's FFN
+      // expand, past the first layer and unless Engram comes between)
+      if (spec.engram) engram_update(l, tt, streams);
+      if (li == 0 || spec.engram) be.hc_mix(mix_params(l.attn, streams, pre, post, comb));
       be.hc_collapse_norm({streams, pre, Tensor{}, xn, 1e-6f});
       mark(kSegMixNorm);
       // The fused projections (see the class comment), then their parts: q latent, kv, and on an indexed layer the
@@ -299,7 +318,7 @@ class Slice final : public SliceState {
       mark(kSegRouter);
       t_.moe(xn, rows(rw_, tt), rows(ridx_, tt), *l.experts, y, m.swiglu_limit, m.weight_before_w2);
       mark(kSegExperts);
-      if (li + 1 < m.layers.size())  // the FFN's expand and the next attention site's mix
+      if (li + 1 < m.layers.size() && !m.layers[li + 1].engram)  // the FFN's expand and the next site's mix
         be.hc_expand_mix({{streams, y, post, comb}, mix_params(layers_[li + 1].attn, streams, pre, post, comb)});
       else
         be.hc_expand({streams, y, post, comb});
@@ -323,7 +342,50 @@ class Slice final : public SliceState {
     OwnedTensor router, router_bias;
     std::unique_ptr<BenchExperts> experts;
     OwnedTensor compressed, index_keys, mask;
+    // Engram: the table, wkv [(hc+1)·D, cols·dim] FP8, the gate weight [hc, D], the hash's multipliers [n], moduli
+    // [n-1, heads] and column offsets.
+    OwnedTensor engram_table, engram_gate, engram_mult, engram_mod, engram_offsets;
+    std::unique_ptr<BenchWeight> engram_wkv;
   };
+
+  // Engram's weights for layer l: hash moduli that keep every id inside the bench's table (the checkpoint's are
+  // primes above 16e6 over a table of ~384 M rows; the hash's arithmetic is the same).
+  void make_engram(Layer& l) {
+    const BenchModel& m = m_;
+    const int64_t cols = engram_cols(m), d = m.hidden;
+    l.engram_table = rnd({m.engram_table_rows, m.engram_dim}, 1.0f);
+    l.engram_wkv = t_.fp8_weight((m.hc + 1) * d, cols * m.engram_dim, m.dense_block, next());
+    l.engram_gate = rnd({m.hc, d}, 1.0f);
+    std::vector<int64_t> mult(m.engram_ngram), mod(cols), off(cols);
+    // Odd multipliers below 2^40: id · m stays inside int64 for ids below 2^23.
+    for (int64_t& v : mult) v = static_cast<int64_t>(next() >> 24) | 1;
+    int64_t sum = 0;
+    for (int64_t c = 0; c < cols; ++c) {
+      mod[c] = m.engram_table_rows / cols - c % 7;
+      off[c] = sum;
+      sum += mod[c];
+    }
+    l.engram_mult = mem_.from_host(DType::kI64, {m.engram_ngram}, mult.data());
+    l.engram_mod = mem_.from_host(DType::kI64, {m.engram_ngram - 1, m.engram_heads}, mod.data());
+    l.engram_offsets = mem_.from_host(DType::kI64, {cols}, off.data());
+  }
+
+  // Engram as the model runs it (DeepseekV4Model::engram_update): hash ids, their table rows, kv = wkv · rows
+  // = [K | V], the gated update of the streams.
+  void engram_update(const Layer& l, int64_t tt, const Tensor& streams) {
+    const BenchModel& m = m_;
+    Backend& be = t_.backend();
+    const int64_t cols = engram_cols(m), d = m.hidden;
+    const Tensor ids = rows(engram_ids_, tt), table_rows = flat(engram_rows_, 0, {tt * cols, m.engram_dim});
+    be.engram_hash({engram_tokens_.view(), l.engram_mult.view(), l.engram_mod.view(), l.engram_offsets.view(), ids});
+    be.embedding({l.engram_table.view(), ids.reshape({tt * cols}), table_rows});
+    const Tensor kv = rows(engram_kv_, tt);
+    linear(table_rows.reshape({tt, cols * m.engram_dim}), *l.engram_wkv, kv);
+    const Tensor key = part(kv, 0, rows(engram_key_, tt).reshape({tt, m.hc * d})).reshape({tt, m.hc, d});
+    const Tensor value = part(kv, m.hc * d, rows(engram_value_, tt));
+    be.engram_gate({streams, key, value, l.engram_gate.view(), 1e-6f});
+    mark(kSegEngram);
+  }
 
   // The latest indexed layer with the same ratio before `li` (the reuse layer's source), or -1.
   int source_of(size_t li) const {
@@ -387,6 +449,7 @@ class Slice final : public SliceState {
   int64_t max_tokens_ = 1, max_seqs_ = 1, max_context_ = 1;
   OwnedTensor streams_, xn_, qr_, q_, kv_, o_, z_, y_, pre_, post_, comb_, qi_, iw_, rw_, ridx_, sinks_, inv_freq_;
   OwnedTensor scores_, positions_, window_pool_, tables_, q_seq_, window_begin_, fused_in_, fused_q_;
+  OwnedTensor engram_tokens_, engram_ids_, engram_rows_, engram_kv_, engram_key_, engram_value_;
   std::map<int64_t, OwnedTensor> comp_idx_;   // by ratio (negative: every visible entry)
   std::map<int64_t, OwnedTensor> n_entries_;  // i64 [tokens], by indexed ratio
   std::vector<Layer> layers_;
@@ -502,6 +565,8 @@ const char* segment_name(int s) {
       return "router";
     case kSegExperts:
       return "experts";
+    case kSegEngram:
+      return "engram";
     default:
       return "?";
   }

@@ -27,7 +27,7 @@ struct BenchOptions {
 };
 
 // Segments of a step for the time breakdown (one extra profiled run after the timed ones).
-enum Segment { kSegMixNorm, kSegProj, kSegIndexer, kSegAttention, kSegRouter, kSegExperts, kSegCount };
+enum Segment { kSegMixNorm, kSegProj, kSegIndexer, kSegAttention, kSegRouter, kSegExperts, kSegEngram, kSegCount };
 const char* segment_name(int s);
 
 // GEMM calls outside the MoE (BenchTarget::linear / grouped_linear) and the copies of fused-projection parts into

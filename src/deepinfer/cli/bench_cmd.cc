@@ -27,6 +27,7 @@ struct BenchArgs {
   bool batch_invariant = false;
   std::vector<std::string> kernel_choices;
   bool no_prefill = false;
+  bool no_engram = false;
   bool mla_per_sequence = false;
 };
 
@@ -64,6 +65,9 @@ int run_bench(const BenchArgs& a) {
       DI_FAIL(ErrorCode::kInvalidArgument)
           << "bench --model: unknown slice '" << name << "' (v41-flash, v4-flash, v3, v2-lite, tiny, tiny-mla)";
   }
+  if (a.no_engram)
+    for (bench::BenchModel& m : slices)
+      for (bench::LayerSpec& l : m.layers) l.engram = false;
   DI_CHECK_CODE(a.kernel_choices.empty() || !cpu, ErrorCode::kInvalidArgument)
       << "bench --kernel-choice: the choices are the CUDA backend's (--device cuda)";
   const cuda::KernelChoices choices = bench::parse_kernel_choices(a.kernel_choices);
@@ -135,6 +139,8 @@ void register_bench(CLI::App& app, CommandRegistry& reg) {
                   "by_format|producer|split|consumers; wgmma_tile: by_rows|128x256|256x128|mixed; stream_mma_max_rows, "
                   "grouped_one_launch_rows: N|default)");
   sub->add_flag("--no-prefill", a->no_prefill, "decode shapes only");
+  sub->add_flag("--no-engram", a->no_engram,
+                "V4.1 slice without its Engram layer (the slice before session 19, for comparing figures)");
   sub->add_flag(
       "--mla-per-sequence-decode", a->mla_per_sequence,
       "MLA slices: decode attention as one absorbed-MLA call per sequence (the path before the paged kernel)");
