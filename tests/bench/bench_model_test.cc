@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "deepinfer/core/error.h"
 
 namespace deepinfer::bench {
@@ -83,6 +85,43 @@ TEST(BenchModel, V41SliceCountsItsEngramLayer) {
       EXPECT_DOUBLE_EQ(a.cache_bytes, b.cache_bytes);
     }
   }
+}
+
+// What a layer keeps on the device, by hand for the tiny slice (d 64, 32-blocks): projections 12302, mHC 2·4·(24·256 +
+// 24 + 3), router 4·4·65, experts 4·3·1088, shared 3·2050; Engram's table 700·16 f32, wkv 320·64 + 10·2, gate 4·4·64;
+// the indexed r=2 layer's compressed pool (32 f32) and index keys (16 f32) of 128 entries a cache block.
+TEST(BenchModel, LayerStoredBytesByHand) {
+  const BenchModel m = tiny_slice();
+  const double swa = 12302 + 2 * 4 * (24 * 256 + 24 + 3) + 4 * 4 * 65 + 4 * 3 * 1088 + 3 * 2050;
+  EXPECT_DOUBLE_EQ(layer_stored_bytes(m, {AttnKind::kSwa, 0}, 3), swa);
+  EXPECT_DOUBLE_EQ(layer_stored_bytes(m, {AttnKind::kSwa, 0, true}, 3), swa + 700 * 16 * 4 + 20500 + 4 * 4 * 64);
+  const LayerSpec indexed{AttnKind::kIndexed, 2};
+  EXPECT_DOUBLE_EQ(layer_stored_bytes(m, indexed, 3) - layer_stored_bytes(m, indexed, 0), 3 * 128 * 4.0 * (32 + 16));
+  const LayerSpec reuse{AttnKind::kReuse, 2};  // reads its source's pool
+  EXPECT_DOUBLE_EQ(layer_stored_bytes(m, reuse, 3), layer_stored_bytes(m, reuse, 0));
+}
+
+// --fill-device: one more layer of each kind per `per_set` bytes past the first set; too small a budget is an error.
+// On an H200-sized budget (~121.7 GB) with batch 256 x 4096-token caches: 2 V4.1 sets (~41 GB a set of 5 layers: 7.2
+// GB of experts a layer, the r=1 layer's 2.1 GB compressed pool), 10 V4-Flash sets (~11.4 GB a set of 3).
+TEST(BenchModel, FitLayersPerKind) {
+  for (const auto& make :
+       {std::function<BenchModel(int)>(v4_flash_slice), std::function<BenchModel(int)>(v41_flash_slice)}) {
+    const auto stored = [&](int k) {
+      const BenchModel m = make(k);
+      double bytes = 4.0 * 4096 * kBenchCacheBlock * m.head_dim;
+      for (const LayerSpec& l : m.layers) bytes += layer_stored_bytes(m, l, 4096);
+      return bytes;
+    };
+    const double first = stored(1), per_set = stored(2) - first;
+    EXPECT_DOUBLE_EQ(stored(3) - stored(2), per_set);
+    EXPECT_EQ(fit_layers_per_kind(make, first, 4096), 1);
+    EXPECT_EQ(fit_layers_per_kind(make, first + 2.5 * per_set, 4096), 3);
+    EXPECT_THROW(fit_layers_per_kind(make, 0.99 * first, 4096), Error);
+  }
+  const double h200 = 0.9 * 140e9 - 4.0 * (1ull << 30);
+  EXPECT_EQ(fit_layers_per_kind(v41_flash_slice, h200, 256 * 16), 2);
+  EXPECT_EQ(fit_layers_per_kind(v4_flash_slice, h200, 256 * 16), 10);
 }
 
 // Fused projections: every part but the last starts on a block boundary (padding a part that ends mid-block).

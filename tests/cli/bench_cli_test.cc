@@ -65,13 +65,16 @@ TEST(BenchCli, UnknownSliceIsAnError) {
 }
 
 // --kernel-choice: a bad spec fails before any device work (so on a machine without a GPU too), and the choices are
-// the CUDA backend's: with --device cpu they are an error, not silently ignored.
-TEST(BenchCli, KernelChoiceErrors) {
+// the CUDA backend's: with --device cpu they are an error, not silently ignored; so is --fill-device.
+TEST(BenchCli, KernelChoiceAndFillDeviceErrors) {
   auto bad = run_cli("bench --device cuda --kernel-choice attn_mma=sometimes --iters 1");
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.output.find("--kernel-choice attn_mma=sometimes: the value must be one of auto | never | always"),
             std::string::npos)
       << bad.output;
+  auto fill = run_cli("bench --device cpu --fill-device --iters 1");
+  EXPECT_NE(fill.exit_code, 0);
+  EXPECT_NE(fill.output.find("bench --fill-device: the target has no memory budget"), std::string::npos) << fill.output;
   auto cpu = run_cli("bench --device cpu --kernel-choice wgmma=never --iters 1");
   EXPECT_NE(cpu.exit_code, 0);
   EXPECT_NE(cpu.output.find("the choices are the CUDA backend's (--device cuda)"), std::string::npos) << cpu.output;

@@ -179,6 +179,46 @@ int64_t visible_entries(int64_t pos, int64_t ratio) { return ratio > 0 ? (pos + 
 
 int64_t engram_cols(const BenchModel& m) { return (m.engram_ngram - 1) * m.engram_heads; }
 
+double layer_stored_bytes(const BenchModel& m, const LayerSpec& l, int64_t max_blocks) {
+  const int64_t d = m.hidden, hhd = m.heads * m.head_dim, g = m.o_groups;
+  const int b = m.dense_block;
+  double bytes = fp8_block_bytes(fused_input_rows(m, l.kind).rows, d, b) +
+                 fp8_block_bytes(fused_q_rows(m, l.kind).rows, m.q_lora, b) +
+                 g * fp8_block_bytes(m.o_lora, hhd / g, b) + fp8_block_bytes(d, g * m.o_lora, b);
+  const double fn_rows = static_cast<double>((2 + m.hc) * m.hc);
+  bytes += 2 * 4 * (fn_rows * m.hc * d + fn_rows + 3);  // mHC fn, base, scale at both sites
+  bytes += 4.0 * m.experts * (d + 1);                   // router weight and bias
+  bytes += m.experts * 3 * mxfp4_bytes(m.moe_inter, d);
+  bytes += m.shared_experts * (2 * fp8_block_bytes(m.moe_inter, d, b) + fp8_block_bytes(d, m.moe_inter, b));
+  if (l.ratio > 0) {
+    const double entries = static_cast<double>(max_blocks) * (kBenchCacheBlock / l.ratio);
+    if (l.kind != AttnKind::kReuse) bytes += 4.0 * entries * m.head_dim;  // a reuse layer reads its source's
+    if (l.kind == AttnKind::kIndexed) bytes += 4.0 * entries * m.index_dim;
+  }
+  if (l.engram) {
+    const int64_t width = engram_cols(m) * m.engram_dim;
+    bytes += 4.0 * m.engram_table_rows * m.engram_dim + fp8_block_bytes((m.hc + 1) * d, width, b) + 4.0 * m.hc * d;
+  }
+  return bytes;
+}
+
+int fit_layers_per_kind(const std::function<BenchModel(int)>& make, double budget, int64_t max_blocks) {
+  const auto stored = [&](const BenchModel& m) {
+    double bytes = 4.0 * max_blocks * kBenchCacheBlock * m.head_dim;  // the window pool
+    for (const LayerSpec& l : m.layers) bytes += layer_stored_bytes(m, l, max_blocks);
+    return bytes;
+  };
+  const BenchModel one = make(1);
+  const double first = stored(one);
+  DI_CHECK_CODE(first <= budget, ErrorCode::kResourceExhausted)
+      << "bench --fill-device: one layer of each kind of " << one.name << " needs " << first / 1e9 << " GB, "
+      << budget / 1e9 << " GB are available";
+  // Each further layer of every kind adds the same bytes (Engram stays on the first layer).
+  const double per_set = stored(make(2)) - first;
+  DI_CHECK_INTERNAL(per_set > 0) << "bench: a second layer of each kind adds no bytes";
+  return 1 + static_cast<int>((budget - first) / per_set);
+}
+
 StepCost count_step(const BenchModel& m, const StepShape& s) {
   DI_CHECK(s.seqs >= 1 && s.tokens >= 1 && s.context >= s.tokens)
       << "bench: a step needs seqs >= 1, tokens >= 1 and context >= tokens (got " << s.seqs << ", " << s.tokens << ", "

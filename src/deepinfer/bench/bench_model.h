@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -107,6 +108,17 @@ FusedRows fuse_rows(const std::vector<int64_t>& parts, int block);
 // layer) over the normed input, and wq_b (+ wq_idx, the indexer's q projection) over the q latent.
 FusedRows fused_input_rows(const BenchModel& m, AttnKind kind);
 FusedRows fused_q_rows(const BenchModel& m, AttnKind kind);
+
+// Paged-cache block of the slice's caches (positions; a multiple of every ratio, 128 included).
+constexpr int64_t kBenchCacheBlock = 256;
+// Device bytes one layer of the slice keeps as the bench allocates it: every weight (all routed experts, not only
+// those a step touches; Engram's table and wkv on its layer) and the compressed-entry / index-key pools it owns for
+// `max_blocks` cache blocks (the most any shape needs: seqs · ceil(context / kBenchCacheBlock)). The window pool is
+// one for all layers: max_blocks · kBenchCacheBlock · head_dim f32.
+double layer_stored_bytes(const BenchModel& m, const LayerSpec& l, int64_t max_blocks);
+// `deepinfer bench --fill-device`: the most layers of each kind (make(k): the slice with k layers a kind) whose
+// stored bytes and window pool fit in `budget`; ResourceExhausted when one of each does not.
+int fit_layers_per_kind(const std::function<BenchModel(int)>& make, double budget, int64_t max_blocks);
 
 // Pieces of count_step, exposed for the tests.
 double fp8_block_bytes(int64_t n, int64_t k, int block);  // n·k + ceil(n/b)·ceil(k/b)

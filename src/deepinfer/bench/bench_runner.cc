@@ -13,7 +13,7 @@
 namespace deepinfer::bench {
 namespace {
 
-constexpr int64_t kBlockSize = 256;  // paged-cache block (a multiple of every ratio, 128 included)
+constexpr int64_t kBlockSize = kBenchCacheBlock;
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Device-resident state of one slice: weights per layer, caches sized for the largest step, activations

@@ -86,6 +86,8 @@ class BenchTarget {
   // Median milliseconds of fn over `iters` runs after `warmup` runs (each run waited for).
   virtual double time_ms(const std::function<void()>& fn, int warmup, int iters) = 0;
   virtual Ceilings measure_ceilings() = 0;
+  // Bytes a slice may keep on the target (`bench --fill-device`); 0 where the target does not say (the CPU).
+  virtual double memory_budget_bytes() { return 0; }
 
   // Where one run's time goes: profile_mark(seg) charges the time since the previous mark (or
   // profile_begin) to segment seg; profile_end returns milliseconds per segment (device time on CUDA: events

@@ -210,6 +210,14 @@ class CudaTarget final : public BenchTarget {
     for (cudaEvent_t e : events_) cudaEventDestroy(e);
   }
 
+  // 90% of the memory free now (before the ceilings and the slice), less 4 GiB for the ceilings' buffers, the
+  // activations and the workspaces.
+  double memory_budget_bytes() override {
+    size_t free = 0, total = 0;
+    DI_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+    return std::max(0.0, 0.9 * static_cast<double>(free) - 4.0 * (1ull << 30));
+  }
+
   Ceilings measure_ceilings() override {
     Ceilings c;
     {

@@ -2,7 +2,9 @@
 // V2-Lite) on its real dimensions, with
 // random weights made on the target (no checkpoint), against ceilings measured in the same run. See
 // bench/bench_runner.h; docs/PERF.md records the results.
+#include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,6 +30,7 @@ struct BenchArgs {
   std::vector<std::string> kernel_choices;
   bool no_prefill = false;
   bool no_engram = false;
+  bool fill_device = false;
   bool mla_per_sequence = false;
 };
 
@@ -47,7 +50,12 @@ int run_bench(const BenchArgs& a) {
   o.graphs = !a.no_graphs;
   o.mla_paged_decode = !a.mla_per_sequence;
   std::vector<bench::BenchModel> slices;  // resolved before any device work, so a typo fails at once
+  std::vector<std::function<bench::BenchModel(int)>> makers;  // per slice: its real-dimension factory (tiny: none)
   std::vector<bench::MlaBenchModel> mla;
+  const auto add = [&](bench::BenchModel m, std::function<bench::BenchModel(int)> make) {
+    slices.push_back(std::move(m));
+    makers.push_back(std::move(make));
+  };
   for (const std::string& name : models) {
     if (name == "v3")
       mla.push_back(bench::v3_slice(a.v3_moe_layers));
@@ -56,24 +64,39 @@ int run_bench(const BenchArgs& a) {
     else if (name == "tiny-mla")
       mla.push_back(bench::tiny_mla());
     else if (name == "v4-flash")
-      slices.push_back(bench::v4_flash_slice(a.per_kind));
+      add(bench::v4_flash_slice(a.per_kind), bench::v4_flash_slice);
     else if (name == "v41-flash")
-      slices.push_back(bench::v41_flash_slice(a.per_kind));
+      add(bench::v41_flash_slice(a.per_kind), bench::v41_flash_slice);
     else if (name == "tiny")
-      slices.push_back(bench::tiny_slice());
+      add(bench::tiny_slice(), nullptr);
     else
       DI_FAIL(ErrorCode::kInvalidArgument)
           << "bench --model: unknown slice '" << name << "' (v41-flash, v4-flash, v3, v2-lite, tiny, tiny-mla)";
   }
-  if (a.no_engram)
-    for (bench::BenchModel& m : slices)
-      for (bench::LayerSpec& l : m.layers) l.engram = false;
   DI_CHECK_CODE(a.kernel_choices.empty() || !cpu, ErrorCode::kInvalidArgument)
       << "bench --kernel-choice: the choices are the CUDA backend's (--device cuda)";
   const cuda::KernelChoices choices = bench::parse_kernel_choices(a.kernel_choices);
   std::unique_ptr<bench::BenchTarget> target =
       cpu ? bench::make_cpu_target(a.threads) : bench::make_cuda_target(0, a.batch_invariant, choices);
   std::printf("target: %s\n", target->describe().c_str());
+  if (a.fill_device) {
+    const double budget = target->memory_budget_bytes();
+    DI_CHECK_CODE(budget > 0, ErrorCode::kInvalidArgument) << "bench --fill-device: the target has no memory budget "
+                                                              "(--device cuda)";
+    int64_t max_blocks = 1;
+    for (const bench::StepShape& s : bench::bench_shapes(o))
+      max_blocks = std::max(max_blocks, s.seqs * ((s.context + bench::kBenchCacheBlock - 1) / bench::kBenchCacheBlock));
+    for (size_t i = 0; i < slices.size(); ++i) {
+      if (!makers[i]) continue;
+      const int per_kind = bench::fit_layers_per_kind(makers[i], budget, max_blocks);
+      slices[i] = makers[i](per_kind);
+      std::printf("fill-device: %s, %d layers of each kind fit %.1f GB\n", slices[i].name.c_str(), per_kind,
+                  budget / 1e9);
+    }
+  }
+  if (a.no_engram)
+    for (bench::BenchModel& m : slices)
+      for (bench::LayerSpec& l : m.layers) l.engram = false;
   const bench::Ceilings c = target->measure_ceilings();
   std::printf("%s", bench::format_ceilings(c).c_str());
   std::fflush(stdout);
@@ -139,6 +162,9 @@ void register_bench(CLI::App& app, CommandRegistry& reg) {
                   "by_format|producer|split|consumers; wgmma_tile: by_rows|128x256|256x128|mixed; stream_mma_max_rows, "
                   "grouped_one_launch_rows: N|default)");
   sub->add_flag("--no-prefill", a->no_prefill, "decode shapes only");
+  sub->add_flag("--fill-device", a->fill_device,
+                "CUDA: as many layers of each kind as fit the device (weights and caches of the largest shape; "
+                "overrides --layers-per-kind for the V4 slices)");
   sub->add_flag("--no-engram", a->no_engram,
                 "V4.1 slice without its Engram layer (the slice before session 19, for comparing figures)");
   sub->add_flag(
