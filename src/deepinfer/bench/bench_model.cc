@@ -179,26 +179,51 @@ int64_t visible_entries(int64_t pos, int64_t ratio) { return ratio > 0 ? (pos + 
 
 int64_t engram_cols(const BenchModel& m) { return (m.engram_ngram - 1) * m.engram_heads; }
 
-double layer_stored_bytes(const BenchModel& m, const LayerSpec& l, int64_t max_blocks) {
+int64_t max_cache_blocks(const std::vector<StepShape>& shapes) {
+  int64_t blocks = 1;
+  for (const StepShape& s : shapes)
+    blocks = std::max(blocks, s.seqs * ((s.context + kBenchCacheBlock - 1) / kBenchCacheBlock));
+  return blocks;
+}
+
+namespace {
+
+// The dense projections of a layer as the slice fuses them (fused_input_rows / fused_q_rows; the indexer's wproj and
+// wq_idx ride along on an indexed layer): the same bytes as the separate weights unless a part needs padding.
+double projection_bytes(const BenchModel& m, AttnKind kind) {
   const int64_t d = m.hidden, hhd = m.heads * m.head_dim, g = m.o_groups;
   const int b = m.dense_block;
-  double bytes = fp8_block_bytes(fused_input_rows(m, l.kind).rows, d, b) +
-                 fp8_block_bytes(fused_q_rows(m, l.kind).rows, m.q_lora, b) +
-                 g * fp8_block_bytes(m.o_lora, hhd / g, b) + fp8_block_bytes(d, g * m.o_lora, b);
+  return fp8_block_bytes(fused_input_rows(m, kind).rows, d, b) +
+         fp8_block_bytes(fused_q_rows(m, kind).rows, m.q_lora, b) + g * fp8_block_bytes(m.o_lora, hhd / g, b) +
+         fp8_block_bytes(d, g * m.o_lora, b);
+}
+
+// Engram's weights a step reads whole: the FP8 wkv [K (hc·D) | V (D)] over the rows' concatenation and the gate's
+// f32 [hc, D].
+double engram_weight_bytes(const BenchModel& m) {
+  return fp8_block_bytes((m.hc + 1) * m.hidden, engram_cols(m) * m.engram_dim, m.dense_block) + 4.0 * m.hc * m.hidden;
+}
+
+double shared_expert_bytes(const BenchModel& m) {
+  const int b = m.dense_block;
+  return m.shared_experts * (2 * fp8_block_bytes(m.moe_inter, m.hidden, b) + fp8_block_bytes(m.hidden, m.moe_inter, b));
+}
+
+}  // namespace
+
+double layer_stored_bytes(const BenchModel& m, const LayerSpec& l, int64_t max_blocks) {
+  const int64_t d = m.hidden;
+  double bytes = projection_bytes(m, l.kind);
   const double fn_rows = static_cast<double>((2 + m.hc) * m.hc);
   bytes += 2 * 4 * (fn_rows * m.hc * d + fn_rows + 3);  // mHC fn, base, scale at both sites
   bytes += 4.0 * m.experts * (d + 1);                   // router weight and bias
-  bytes += m.experts * 3 * mxfp4_bytes(m.moe_inter, d);
-  bytes += m.shared_experts * (2 * fp8_block_bytes(m.moe_inter, d, b) + fp8_block_bytes(d, m.moe_inter, b));
+  bytes += m.experts * 3 * mxfp4_bytes(m.moe_inter, d) + shared_expert_bytes(m);
   if (l.ratio > 0) {
     const double entries = static_cast<double>(max_blocks) * (kBenchCacheBlock / l.ratio);
     if (l.kind != AttnKind::kReuse) bytes += 4.0 * entries * m.head_dim;  // a reuse layer reads its source's
     if (l.kind == AttnKind::kIndexed) bytes += 4.0 * entries * m.index_dim;
   }
-  if (l.engram) {
-    const int64_t width = engram_cols(m) * m.engram_dim;
-    bytes += 4.0 * m.engram_table_rows * m.engram_dim + fp8_block_bytes((m.hc + 1) * d, width, b) + 4.0 * m.hc * d;
-  }
+  if (l.engram) bytes += 4.0 * m.engram_table_rows * m.engram_dim + engram_weight_bytes(m);
   return bytes;
 }
 
@@ -225,7 +250,6 @@ StepCost count_step(const BenchModel& m, const StepShape& s) {
       << s.context << ")";
   const double t = static_cast<double>(s.seqs * s.tokens);
   const int64_t d = m.hidden, hhd = m.heads * m.head_dim, g = m.o_groups;
-  const int b = m.dense_block;
   const int64_t first_pos = s.context - s.tokens, last_pos = s.context - 1;
   StepCost c;
   for (const LayerSpec& l : m.layers) {
@@ -234,7 +258,7 @@ StepCost count_step(const BenchModel& m, const StepShape& s) {
     if (l.engram) {
       const int64_t cols = engram_cols(m), width = cols * m.engram_dim;
       c.flops += 2 * t * static_cast<double>((m.hc + 1) * d * width);
-      c.weight_bytes += fp8_block_bytes((m.hc + 1) * d, width, b) + 4.0 * m.hc * d;
+      c.weight_bytes += engram_weight_bytes(m);
       c.weight_bytes += 4.0 * m.engram_dim * std::min(t * cols, static_cast<double>(m.engram_table_rows));
     }
     // Dense projections (FP8 block-scaled). The weights as the slice fuses them (fused_input_rows /
@@ -242,9 +266,7 @@ StepCost count_step(const BenchModel& m, const StepShape& s) {
     // weights unless a part needs padding.
     c.flops +=
         2 * t * static_cast<double>(m.q_lora * d + hhd * m.q_lora + m.head_dim * d + m.o_lora * hhd + d * g * m.o_lora);
-    c.weight_bytes += fp8_block_bytes(fused_input_rows(m, l.kind).rows, d, b) +
-                      fp8_block_bytes(fused_q_rows(m, l.kind).rows, m.q_lora, b) +
-                      g * fp8_block_bytes(m.o_lora, hhd / g, b) + fp8_block_bytes(d, g * m.o_lora, b);
+    c.weight_bytes += projection_bytes(m, l.kind);
     // mHC coefficients at both sites: fn [(2+hc)·hc, hc·D] f32.
     const double fn_rows = static_cast<double>((2 + m.hc) * m.hc), fn_cols = static_cast<double>(m.hc * d);
     c.flops += 2 * 2 * t * fn_rows * fn_cols;
@@ -275,7 +297,7 @@ StepCost count_step(const BenchModel& m, const StepShape& s) {
     c.weight_bytes += 4.0 * m.experts * d;
     c.flops += 2 * t * static_cast<double>(m.topk + m.shared_experts) * 3 * d * m.moe_inter;
     c.weight_bytes += expected_distinct_experts(m.experts, m.topk, s.seqs * s.tokens) * 3 * mxfp4_bytes(m.moe_inter, d);
-    c.weight_bytes += m.shared_experts * (2 * fp8_block_bytes(m.moe_inter, d, b) + fp8_block_bytes(d, m.moe_inter, b));
+    c.weight_bytes += shared_expert_bytes(m);
   }
   return c;
 }

@@ -116,6 +116,8 @@ constexpr int64_t kBenchCacheBlock = 256;
 // `max_blocks` cache blocks (the most any shape needs: seqs · ceil(context / kBenchCacheBlock)). The window pool is
 // one for all layers: max_blocks · kBenchCacheBlock · head_dim f32.
 double layer_stored_bytes(const BenchModel& m, const LayerSpec& l, int64_t max_blocks);
+// The cache blocks the largest of `shapes` needs: seqs · ceil(context / kBenchCacheBlock), at least 1.
+int64_t max_cache_blocks(const std::vector<StepShape>& shapes);
 // `deepinfer bench --fill-device`: the most layers of each kind (make(k): the slice with k layers a kind) whose
 // stored bytes and window pool fit in `budget`; ResourceExhausted when one of each does not.
 int fit_layers_per_kind(const std::function<BenchModel(int)>& make, double budget, int64_t max_blocks);

@@ -13,7 +13,6 @@
 namespace deepinfer::bench {
 namespace {
 
-constexpr int64_t kBlockSize = kBenchCacheBlock;
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Device-resident state of one slice: weights per layer, caches sized for the largest step, activations
@@ -57,17 +56,17 @@ class Slice final : public SliceState {
     rc.dim = static_cast<int>(m.rope_dim);
     std::vector<float> inv = rope_inv_freq(rc);
     inv_freq_ = mem_.from_host(DType::kF32, {static_cast<int64_t>(inv.size())}, inv.data());
-    // Paged caches as the engine keeps them: blocks of kBlockSize positions, each sequence's blocks spread over
+    // Paged caches as the engine keeps them: blocks of kBenchCacheBlock positions, each sequence's blocks spread over
     // the pool (block ids interleaved across sequences); window rows at id·bs + p % bs, entries of ratio r at
     // id·(bs/r) + ... (PagedRows). One window pool serves every layer (its contents do not matter here).
-    int64_t max_entries = 1, max_blocks = 1;
+    const int64_t max_blocks = max_cache_blocks(shapes);
+    int64_t max_entries = 1;
     for (const StepShape& s : shapes) {
-      max_blocks = std::max(max_blocks, s.seqs * ceil_div(s.context, kBlockSize));
       for (const LayerSpec& l : m.layers)
         if (l.ratio > 0)
           max_entries = std::max(max_entries, s.seqs * std::max<int64_t>(1, visible_entries(s.context - 1, l.ratio)));
     }
-    window_pool_ = rnd({max_blocks * kBlockSize, m.head_dim}, 1.0f);
+    window_pool_ = rnd({max_blocks * kBenchCacheBlock, m.head_dim}, 1.0f);
     int64_t max_scores = 1;
     for (const StepShape& s : shapes)
       for (const LayerSpec& l : m.layers)
@@ -122,11 +121,11 @@ class Slice final : public SliceState {
       l.experts = t.experts(es, next());
       if (spec.kind == AttnKind::kIndexed || spec.kind == AttnKind::kAllSeen ||
           (spec.kind == AttnKind::kReuse && source_of(li) < 0)) {
-        l.compressed = rnd({max_blocks * (kBlockSize / spec.ratio), m.head_dim}, 1.0f);
+        l.compressed = rnd({max_blocks * (kBenchCacheBlock / spec.ratio), m.head_dim}, 1.0f);
       }
       if (spec.kind == AttnKind::kIndexed) {
         // Contiguous per sequence for prefill, paged like the compressed entries for batched decode.
-        l.index_keys = rnd({std::max(max_entries, max_blocks * (kBlockSize / spec.ratio)), m.index_dim}, 1.0f);
+        l.index_keys = rnd({std::max(max_entries, max_blocks * (kBenchCacheBlock / spec.ratio)), m.index_dim}, 1.0f);
         l.mask = mem_.zeros(DType::kU8, {max_scores});
       }
       if (spec.engram) make_engram(l);
@@ -143,7 +142,7 @@ class Slice final : public SliceState {
       for (int64_t j = 0; j < s.tokens; ++j) pos[q * s.tokens + j] = s.context - s.tokens + j;
     positions_ = mem_.from_host(DType::kI64, {tt}, pos.data());
     // Block b of sequence q gets id b·seqs + q: a sequence's pages are never adjacent.
-    const int64_t nb = ceil_div(s.context, kBlockSize);
+    const int64_t nb = ceil_div(s.context, kBenchCacheBlock);
     std::vector<int32_t> tables(s.seqs * nb), qseq(tt);
     for (int64_t q = 0; q < s.seqs; ++q)
       for (int64_t b = 0; b < nb; ++b) tables[q * nb + b] = static_cast<int32_t>(b * s.seqs + q);
@@ -251,7 +250,7 @@ class Slice final : public SliceState {
           ip.block_tables = tables_.view();
           ip.key_pool = l.index_keys.view();
           ip.out = sc;
-          ip.block_size = static_cast<int>(kBlockSize);
+          ip.block_size = static_cast<int>(kBenchCacheBlock);
           ip.key_ratio = static_cast<int>(spec.ratio);
           ip.ratio = static_cast<int>(spec.ratio);
           ip.score_scale = 1.0f / std::sqrt(static_cast<float>(m.index_dim));
@@ -291,7 +290,7 @@ class Slice final : public SliceState {
       }
       ap.sinks = sinks_.view();
       ap.out = o;
-      ap.block_size = kBlockSize;
+      ap.block_size = kBenchCacheBlock;
       ap.window = static_cast<int>(m.window);
       ap.scale = 1.0f / std::sqrt(static_cast<float>(m.head_dim));
       be.paged_sink_attention(ap);

@@ -50,10 +50,17 @@ int run_bench(const BenchArgs& a) {
   o.graphs = !a.no_graphs;
   o.mla_paged_decode = !a.mla_per_sequence;
   std::vector<bench::BenchModel> slices;  // resolved before any device work, so a typo fails at once
-  std::vector<std::function<bench::BenchModel(int)>> makers;  // per slice: its real-dimension factory (tiny: none)
+  std::vector<std::function<bench::BenchModel(int)>> makers;  // per slice: the slice with k layers of each kind
   std::vector<bench::MlaBenchModel> mla;
-  const auto add = [&](bench::BenchModel m, std::function<bench::BenchModel(int)> make) {
-    slices.push_back(std::move(m));
+  // --no-engram applies to every slice a maker makes, so that --fill-device fits the slice that runs.
+  const auto add = [&](std::function<bench::BenchModel(int)> make) {
+    if (a.no_engram)
+      make = [make](int per_kind) {
+        bench::BenchModel m = make(per_kind);
+        for (bench::LayerSpec& l : m.layers) l.engram = false;
+        return m;
+      };
+    slices.push_back(make(a.per_kind));
     makers.push_back(std::move(make));
   };
   for (const std::string& name : models) {
@@ -64,11 +71,11 @@ int run_bench(const BenchArgs& a) {
     else if (name == "tiny-mla")
       mla.push_back(bench::tiny_mla());
     else if (name == "v4-flash")
-      add(bench::v4_flash_slice(a.per_kind), bench::v4_flash_slice);
+      add(bench::v4_flash_slice);
     else if (name == "v41-flash")
-      add(bench::v41_flash_slice(a.per_kind), bench::v41_flash_slice);
+      add(bench::v41_flash_slice);
     else if (name == "tiny")
-      add(bench::tiny_slice(), nullptr);
+      add([](int) { return bench::tiny_slice(); });
     else
       DI_FAIL(ErrorCode::kInvalidArgument)
           << "bench --model: unknown slice '" << name << "' (v41-flash, v4-flash, v3, v2-lite, tiny, tiny-mla)";
@@ -83,20 +90,15 @@ int run_bench(const BenchArgs& a) {
     const double budget = target->memory_budget_bytes();
     DI_CHECK_CODE(budget > 0, ErrorCode::kInvalidArgument) << "bench --fill-device: the target has no memory budget "
                                                               "(--device cuda)";
-    int64_t max_blocks = 1;
-    for (const bench::StepShape& s : bench::bench_shapes(o))
-      max_blocks = std::max(max_blocks, s.seqs * ((s.context + bench::kBenchCacheBlock - 1) / bench::kBenchCacheBlock));
+    const int64_t max_blocks = bench::max_cache_blocks(bench::bench_shapes(o));
     for (size_t i = 0; i < slices.size(); ++i) {
-      if (!makers[i]) continue;
+      if (slices[i].name == "tiny") continue;  // plumbing dims: one layer of each kind
       const int per_kind = bench::fit_layers_per_kind(makers[i], budget, max_blocks);
       slices[i] = makers[i](per_kind);
       std::printf("fill-device: %s, %d layers of each kind fit %.1f GB\n", slices[i].name.c_str(), per_kind,
                   budget / 1e9);
     }
   }
-  if (a.no_engram)
-    for (bench::BenchModel& m : slices)
-      for (bench::LayerSpec& l : m.layers) l.engram = false;
   const bench::Ceilings c = target->measure_ceilings();
   std::printf("%s", bench::format_ceilings(c).c_str());
   std::fflush(stdout);

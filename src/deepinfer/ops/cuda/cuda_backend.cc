@@ -327,6 +327,12 @@ struct CudaBackend::Impl {
                                    lt_workspace.data(), lt_workspace.size(), s()));
   }
 
+  // The own GEMM (gemm_cuda.cu) under this backend's kernel choices.
+  void run_gemm(cuda::GemmKernelParams g) {
+    g.choices = choices.gemm;
+    cuda::run_gemm(g, s());
+  }
+
   // out[M, N] = x[M, K] · w[N, K]ᵀ, all f32: cuBLASLt in full fp32, or in batch-invariant mode the own GEMM
   // (cuBLASLt's algorithm, and so a row's summation order, changes with M).
   void f32_matmul(const float* x, const float* w, float* out, int64_t m, int64_t n, int64_t k) {
@@ -344,8 +350,7 @@ struct CudaBackend::Impl {
     g.k = k;
     g.b = w;
     g.batch_invariant = true;
-    g.choices = choices.gemm;
-    cuda::run_gemm(g, s());
+    run_gemm(g);
   }
 
   // Fills the weight fields of a dense GEMM from a QuantMatrix (non-float formats).
@@ -426,8 +431,7 @@ struct CudaBackend::Impl {
       g.ldc = n;
       g.m = m;
       set_weight(g, w);
-      g.choices = choices.gemm;
-      cuda::run_gemm(g, s());
+      run_gemm(g);
     }
   }
   // Batch-invariant mode: whether a GEMM of `rows` rows (per group) with weight w takes the invariant tile kernel
@@ -575,8 +579,7 @@ struct CudaBackend::Impl {
         g.b_table = mw.w[which];
         g.b_scale_table = mw.s[which];
         g.scale_cols = mw.scale_cols[which];
-        g.choices = choices.gemm;
-        cuda::run_gemm(g, s());
+        run_gemm(g);
       }
       cuda::SwigluKernelParams sw;
       sw.gu = gu;
@@ -605,8 +608,7 @@ struct CudaBackend::Impl {
       g.b_table = mw.w[2];
       g.b_scale_table = mw.s[2];
       g.scale_cols = mw.scale_cols[2];
-      g.choices = choices.gemm;
-      cuda::run_gemm(g, s());
+      run_gemm(g);
 
       float* shared_out = nullptr;
       if (shared) {
@@ -679,8 +681,7 @@ struct CudaBackend::Impl {
     } else {
       set_weight(g, w);
     }
-    g.choices = choices.gemm;
-    cuda::run_gemm(g, s());
+    run_gemm(g);
   }
 };
 
