@@ -281,8 +281,11 @@ TEST_F(CudaDecodeOpTest, RopeDecodeShapesHeadGroupsMatchCpu) {
 // 16 sequences, then batch 1 (row 0 alone, 1024 entries); an odd head count (the key slots' alignment), a 576-dim row
 // (the element-wise tail past 512) and an odd dim that keeps the one-entry kernel: the batch-1 call and the contiguous
 // form (row 0's keys gathered) against the batched row bit for bit, and against the CPU op. (The two-entries-a-warp
-// kernel against the one-entry kernel bit for bit until session 19, when its A/B switch went.)
+// kernel against the one-entry kernel bit for bit until session 19, when its A/B switch went.) The SIMT kernels
+// throughout (indexer_mma = kNever): from 16 sequences the default is the tensor-core kernel
+// (cuda_paged_indexer_test.cc).
 TEST_F(CudaDecodeOpTest, IndexerScoresDecodeShapesTwoEntriesBitwise) {
+  testing::ScopedKernelChoices simt(gpu(), [](cuda::KernelChoices& k) { k.indexer_mma = cuda::KernelPick::kNever; });
   for (auto [seqs, heads, dim] :
        {std::tuple<int64_t, int64_t, int64_t>{4, 64, 128}, {16, 64, 128}, {3, 64, 100}, {5, 7, 128}, {4, 2, 576}}) {
     testing::PagedIndexerSpec s;

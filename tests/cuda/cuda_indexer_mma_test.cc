@@ -210,7 +210,15 @@ TEST_F(CudaIndexerMma, DispatchRule) {
   q = p;
   q.block_tables = reinterpret_cast<const int32_t*>(buf);
   q.seqs = 64;
-  EXPECT_FALSE(cuda::indexer_scores_use_mma(q, false)) << "decode batch: one token a sequence";
+  EXPECT_TRUE(cuda::indexer_scores_use_mma(q, false)) << "decode batch of 64: one token a sequence";
+  q.tokens = q.seqs = cuda::kIndexerMmaMinDecodeTokens - 1;
+  EXPECT_FALSE(cuda::indexer_scores_use_mma(q, false)) << "decode batch below kIndexerMmaMinDecodeTokens";
+  q.tokens = q.seqs = cuda::kIndexerMmaMinDecodeTokens;
+  EXPECT_TRUE(cuda::indexer_scores_use_mma(q, false)) << "decode batch of kIndexerMmaMinDecodeTokens";
+  q.tokens = 63;
+  q.seqs = 4;
+  EXPECT_FALSE(cuda::indexer_scores_use_mma(q, false)) << "4 tokens a sequence, below kIndexerMmaMinTokens";
+  q.tokens = 64;
   q.seqs = 16;
   EXPECT_TRUE(cuda::indexer_scores_use_mma(q, false)) << "4 tokens a sequence";
   for (int64_t dim : {100, 256, 32}) {

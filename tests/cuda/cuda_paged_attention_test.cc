@@ -1,7 +1,9 @@
 // paged_sink_attention on the GPU against the CPU reference: several sequences in one launch, shuffled pages,
 // NaN in every pool row no query may read, decode (one query per sequence, split over the keys and merged) and
 // prefill-style chunks; head dims on the float4 path (512, 128) and the scalar path (64, with a head count that
-// leaves a warp's second head empty). fp32 arithmetic in a different summation order: tolerance 1e-5.
+// leaves a warp's second head empty). The SIMT kernel (attn_mma = kNever): fp32 arithmetic in a different summation
+// order, tolerance 1e-5; the default choice (the tensor-core kernel for every shape it takes, split bf16 products as
+// in cuda_paged_attention_mma_test.cc): 2e-5.
 #include <numeric>
 
 #include "cuda_paged_attention_util.h"
@@ -26,6 +28,8 @@ TEST_F(CudaPagedAttentionTest, PagedSinkAttentionMatchesCpu) {
     HostTensor want(DType::kF32, {c.tokens, k.spec.heads, k.spec.hd});
     cpu().paged_sink_attention(c.params(want.view()));
     const Device d = upload(c);
+    rel_err((std::string("paged_sink_attention auto ") + k.name).c_str(), run_op(c, d), want, 2e-5);
+    ScopedKernelChoices simt(gpu(), [](cuda::KernelChoices& kc) { kc.attn_mma = cuda::KernelPick::kNever; });
     rel_err((std::string("paged_sink_attention ") + k.name).c_str(), run_op(c, d), want, 1e-5);
     if (k.spec.k_sel == 0) continue;
     // The mask form: the selected set as u8 [T, N] over the entries (mask_of).

@@ -636,7 +636,8 @@ TEST_F(CudaMoeTest, F32ExpertsWithSharedClampAndBothWeightModes) {
 // The routed experts' kernel follows the average rows per used expert, T·k / min(E, T·k): T=3 (1 row) runs
 // the tensor-core weight-streaming kernel, T=21 (6 rows) and T=300 (75 rows) the pipelined mma.sync one; all of
 // them round x and h to bf16 (~1e-3 relative; weights exact in bf16 with UE8M0 scales). The shared expert is a
-// dense GEMM of T rows: streamed up to 4 rows, tiles from T=5.
+// dense GEMM of T rows: streamed at T=3, at T=21 and 300 (too few tiles to fill the device) a bf16 dequantized
+// scratch through cuBLASLt, x and h rounded to bf16 as for the routed experts.
 TEST_F(CudaMoeTest, Mxfp4ExpertsAndFp8SharedMatchDequantizedCpu) {
   const int64_t d = 256, inter = 128, e = 16, k = 4;
   const std::unique_ptr<QuantMoe> q = quant_moe(d, inter, e);

@@ -398,25 +398,8 @@ struct CudaBackend::Impl {
       // written and read once more) costs little next to the GEMM, and cuBLASLt's bf16 kernels are near peak.
       cuda::WorkspaceArena::Scope scope(ws());
       void* w_bf16 = ws().take(sizeof(uint16_t) * n * k);
-      void* in_bf16 = ws().take(sizeof(uint16_t) * m * k);
-      cuda::GemmKernelParams wp;
-      set_weight(wp, w);
-      if (!cuda::run_dequantize_bf16(wp, w_bf16, s())) {
-        cuda::DequantizeKernelParams dq;
-        dq.weight = w.weight.data();
-        dq.scale = w.scale.data();
-        dq.scale_e8m0 = wp.scale_e8m0;
-        dq.format = w.format;
-        dq.n = n;
-        dq.k = k;
-        dq.scale_cols = wp.scale_cols;
-        dq.block_n = w.block_n;
-        dq.block_k = w.block_k;
-        dq.out_bf16 = w_bf16;
-        cuda::run_dequantize(dq, s());
-      }
-      cuda::run_cast_f32_to_bf16(in, in_bf16, m * k, s());
-      lt_matmul(in_bf16, w_bf16, CUDA_R_16BF, out, m, n, k);
+      dequantize_bf16(w, w_bf16);
+      lt_matmul(bf16_copy(in, m * k), w_bf16, CUDA_R_16BF, out, m, n, k);
     } else {
       // Few rows (the streaming kernels), or a decode batch whose tiles fill the device: the tensor-core kernels then
       // decode the stored codes themselves (run_gemm: wgmma on sm_90a, else the mma.sync kernel) from a bf16 copy of
@@ -440,6 +423,24 @@ struct CudaBackend::Impl {
     const bool e8m0 = w.scale.data() == nullptr || w.scale.dtype() == DType::kE8M0;
     return rows > cuda::kGemmStreamMmaMaxRows &&
            cuda::gemm_invariant_mma_takes(w.format, e8m0, w.block_n, w.block_k, w.cols());
+  }
+  // dequant(w) as bf16 [w.rows(), w.cols()] at out (block formats).
+  void dequantize_bf16(const QuantMatrix& w, void* out) {
+    cuda::GemmKernelParams wp;
+    set_weight(wp, w);
+    if (cuda::run_dequantize_bf16(wp, out, s())) return;
+    cuda::DequantizeKernelParams dq;
+    dq.weight = w.weight.data();
+    dq.scale = w.scale.data();
+    dq.scale_e8m0 = wp.scale_e8m0;
+    dq.format = w.format;
+    dq.n = w.rows();
+    dq.k = w.cols();
+    dq.scale_cols = wp.scale_cols;
+    dq.block_n = w.block_n;
+    dq.block_k = w.block_k;
+    dq.out_bf16 = out;
+    cuda::run_dequantize(dq, s());
   }
   // A bf16 (RNE) copy of n floats in scratch from ws(): the caller holds the scope.
   const void* bf16_copy(const float* in, int64_t n) {
@@ -525,7 +526,13 @@ struct CudaBackend::Impl {
       if (bf16_inputs) h16 = ws().take(sizeof(uint16_t) * slots * inter);
       const bool shared_mma = shared_bf16 && (batch_invariant ? invariant_tile(shared->w1, tc)
                                                               : cuda::gemm_mma_dense_fills(tc, shared->w1.rows()));
-      if (bf16_inputs || shared_mma) {
+      // Past the streaming kernel's rows and short of filling the device with tiles, the shared expert goes as
+      // quant_linear's many-row case: gate and up dequantized into one bf16 [2·I, D] scratch and one cuBLASLt GEMM
+      // (its [rows, 2·I] output is the SwiGLU's gate | up layout), down through quant_linear. The own kernels' only
+      // fallback there was the SIMT tile kernel (H200, V4-Flash slice: 90 us a call, ~0.8 ms of a b64-b256 step).
+      const bool shared_lt = shared && !batch_invariant && !shared_mma && shared->w1.format != QuantFormat::kFloat &&
+                             tc >= lt_min_rows(shared->w1);
+      if (bf16_inputs || shared_mma || shared_lt) {
         xc16 = ws().take(sizeof(uint16_t) * tc * d);
         cuda::run_cast_f32_to_bf16(xc, xc16, tc * d, s());
       }
@@ -616,10 +623,17 @@ struct CudaBackend::Impl {
         float* sgu = ws().take_as<float>(tc * 2 * si);
         float* sh = ws().take_as<float>(tc * si);
         shared_out = ws().take_as<float>(tc * d);
-        // gate/up into the two halves of sgu: run each as a dense GEMM with ldc = 2·I.
-        for (int which = 0; which < 2; ++which) {
-          const QuantMatrix& w = which == 0 ? shared->w1 : shared->w3;
-          shared_gemm(xc, d, w, sgu + which * si, 2 * si, tc, shared_mma ? xc16 : nullptr);
+        if (shared_lt) {
+          void* w13 = ws().take(sizeof(uint16_t) * 2 * si * d);
+          dequantize_bf16(shared->w1, w13);
+          dequantize_bf16(shared->w3, static_cast<uint16_t*>(w13) + si * d);
+          lt_matmul(xc16, w13, CUDA_R_16BF, sgu, tc, 2 * si, d);
+        } else {
+          // gate/up into the two halves of sgu: run each as a dense GEMM with ldc = 2·I.
+          for (int which = 0; which < 2; ++which) {
+            const QuantMatrix& w = which == 0 ? shared->w1 : shared->w3;
+            shared_gemm(xc, d, w, sgu + which * si, 2 * si, tc, shared_mma ? xc16 : nullptr);
+          }
         }
         cuda::SwigluKernelParams ssw;
         ssw.gu = sgu;
@@ -634,7 +648,10 @@ struct CudaBackend::Impl {
         } else {
           cuda::run_swiglu(ssw, s());
         }
-        shared_gemm(sh, si, shared->w2, shared_out, d, tc, sh16);
+        if (shared_lt)
+          quant_linear(sh, shared->w2, shared_out, tc);
+        else
+          shared_gemm(sh, si, shared->w2, shared_out, d, tc, sh16);
       }
       cuda::MoeCombineKernelParams cb;
       cb.y_slot = y_slot;

@@ -1,4 +1,4 @@
-// Tensor-core lightning-indexer scores for prefill-like calls (indexer_mma.h says when it is chosen).
+// Tensor-core lightning-indexer scores for prefill and batched decode calls (indexer_mma.h says when it is chosen).
 //
 // score(t, e) = Σ_h w[t,h]·weight_scale · relu(q[t,h,:]·key[e,:]) · score_scale is, per token, a GEMM
 // S = Q_t[heads x dim] · Kᵀ[dim x entries] followed by a weighted relu-sum over the heads (the M dimension). A block
@@ -398,7 +398,8 @@ bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 =
 bool indexer_scores_use_mma(const IndexerScoresKernelParams& p, bool batch_invariant) {
   if (p.mma == KernelPick::kNever || batch_invariant) return false;
   const bool all = p.mma == KernelPick::kAlways;
-  if (!all && (p.tokens < kIndexerMmaMinTokens || (p.block_tables != nullptr && p.tokens < 4 * p.seqs))) return false;
+  const bool decode_like = p.block_tables != nullptr && p.tokens < 4 * p.seqs;
+  if (!all && p.tokens < (decode_like ? kIndexerMmaMinDecodeTokens : kIndexerMmaMinTokens)) return false;
   const size_t smem = smem_bytes(p.dim, p.heads);
   return smem > 0 && p.heads >= 1 && p.heads <= 64 && p.tokens * p.n > 0 && aligned16(p.q) && aligned16(p.keys) &&
          static_cast<int64_t>(smem) <= max_smem_optin();
