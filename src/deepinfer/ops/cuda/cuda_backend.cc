@@ -531,7 +531,7 @@ struct CudaBackend::Impl {
       // (its [rows, 2·I] output is the SwiGLU's gate | up layout), down through quant_linear. The own kernels' only
       // fallback there was the SIMT tile kernel (H200, V4-Flash slice: 90 us a call, ~0.8 ms of a b64-b256 step).
       const bool shared_lt = shared && !batch_invariant && !shared_mma && shared->w1.format != QuantFormat::kFloat &&
-                             tc >= lt_min_rows(shared->w1);
+                             shared->w3.format == shared->w1.format && tc >= lt_min_rows(shared->w1);
       if (bf16_inputs || shared_mma || shared_lt) {
         xc16 = ws().take(sizeof(uint16_t) * tc * d);
         cuda::run_cast_f32_to_bf16(xc, xc16, tc * d, s());
