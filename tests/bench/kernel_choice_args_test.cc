@@ -21,14 +21,21 @@ TEST(KernelChoiceArgs, NoneIsTheDefaults) {
   EXPECT_EQ(c.attn_mma, KernelPick::kAuto);
   EXPECT_EQ(c.gemm.wgmma_tile, WgmmaTile::kByRows);
   EXPECT_EQ(c.gemm.stream_mma_max_rows, -1);
+  EXPECT_EQ(c.gemm.decode_direct_max_rows, -1);
   EXPECT_EQ(describe_kernel_choices(c), "");
 }
 
 TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
-  const std::vector<std::string> specs = {
-      "attn_mma=never",     "indexer_mma=always",    "topk_small_blocks=never",
-      "wgmma=never",        "wgmma_exact=1",         "wgmma_decode=consumers",
-      "wgmma_tile=256x128", "stream_mma_max_rows=0", "grouped_one_launch_rows=1000"};
+  const std::vector<std::string> specs = {"attn_mma=never",
+                                          "indexer_mma=always",
+                                          "topk_small_blocks=never",
+                                          "wgmma=never",
+                                          "wgmma_exact=1",
+                                          "wgmma_decode=consumers",
+                                          "wgmma_tile=256x128",
+                                          "stream_mma_max_rows=0",
+                                          "decode_direct_max_rows=256",
+                                          "grouped_one_launch_rows=1000"};
   const cuda::KernelChoices c = parse_kernel_choices(specs);
   EXPECT_EQ(c.attn_mma, KernelPick::kNever);
   EXPECT_EQ(c.indexer_mma, KernelPick::kAlways);
@@ -38,6 +45,7 @@ TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
   EXPECT_EQ(c.gemm.wgmma_decode, WgmmaDecode::kConsumers);
   EXPECT_EQ(c.gemm.wgmma_tile, WgmmaTile::k256x128);
   EXPECT_EQ(c.gemm.stream_mma_max_rows, 0);
+  EXPECT_EQ(c.gemm.decode_direct_max_rows, 256);
   EXPECT_EQ(c.grouped_one_launch_rows, 1000);
   std::string joined;
   for (const std::string& s : specs) joined += (joined.empty() ? "" : ", ") + s;
@@ -80,6 +88,7 @@ TEST(KernelChoiceArgs, BadSpecsAreClearErrors) {
   expect_rejected("wgmma_exact=yes", "0 or 1");
   expect_rejected("stream_mma_max_rows=-2", "row count >= 0");
   expect_rejected("grouped_one_launch_rows=8x", "row count >= 0");
+  expect_rejected("decode_direct_max_rows=", "row count >= 0");
   expect_rejected("warp_size=64", "unknown key 'warp_size'");
 }
 

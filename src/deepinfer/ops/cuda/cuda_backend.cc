@@ -453,18 +453,24 @@ struct CudaBackend::Impl {
   // tiles fill the device; past it cuBLASLt's bf16 GEMM over a dequantized scratch, near the bf16 peak. H200, session
   // 17, slice decode projections (ms a step, scratch vs direct): V4-Flash b64 1.008 / 0.916, b128 1.017 / 0.984,
   // b256 1.201 / 1.252 (compute-bound there: cuBLASLt's rate wins); V4.1 b256 2.138 / 2.288.
+  // GemmChoices::decode_direct_max_rows overrides it (a same-build A/B).
   static constexpr int64_t kDecodeDirectMaxRows = 128;
-  static bool decode_direct(int64_t m, int64_t n) {
-    return m <= kDecodeDirectMaxRows && cuda::gemm_mma_dense_fills(m, n);
+  bool decode_direct(int64_t m, int64_t n) const {
+    const int64_t most =
+        choices.gemm.decode_direct_max_rows >= 0 ? choices.gemm.decode_direct_max_rows : kDecodeDirectMaxRows;
+    return m <= most && cuda::gemm_mma_dense_fills(m, n);
   }
 
   // Rows from which a block-format linear goes through cuBLASLt (bf16 scratch) instead of the own kernels:
   // past the streaming kernel's few rows. The tensor-core kernel's 64x128 tiles leave most SMs idle for a
   // dense M of a few rows and N of a few thousand; it serves the grouped MoE, where tiles come from many
   // experts.
-  // UE8M0 block formats stream through the tensor cores up to kGemmStreamMmaMaxRows rows (weights read once).
-  static int64_t lt_min_rows(const QuantMatrix& w) {
-    return (w.scale.dtype() == DType::kE8M0 ? cuda::kGemmStreamMmaMaxRows : cuda::kGemmSkinnyRows) + 1;
+  // UE8M0 block formats stream through the tensor cores up to kGemmStreamMmaMaxRows rows (weights read once), or up
+  // to GemmChoices::stream_mma_max_rows when that is larger (a same-build A/B of the streaming kernel's 8-row passes
+  // against the scratch path).
+  int64_t lt_min_rows(const QuantMatrix& w) const {
+    if (w.scale.dtype() != DType::kE8M0) return cuda::kGemmSkinnyRows + 1;
+    return std::max(choices.gemm.stream_mma_max_rows, cuda::kGemmStreamMmaMaxRows) + 1;
   }
 
   // The MoE pipeline shared by moe() (f32 experts) and moe_quant(): plan, grouped gate/up GEMMs, SwiGLU,

@@ -27,8 +27,13 @@ struct GemmChoices {
   WgmmaDecode wgmma_decode = WgmmaDecode::kByFormat;
   WgmmaTile wgmma_tile = WgmmaTile::kByRows;
   // The most rows a group (rows_hint) that take the streaming tensor-core kernel (gemm_stream_mma.h); 0 never (the
-  // fp32 streaming kernels), -1 kGemmStreamMmaMaxRows.
+  // fp32 streaming kernels), -1 kGemmStreamMmaMaxRows. Above kGemmStreamMmaMaxRows the dense UE8M0 linears of up to
+  // that many rows take it too (in 8-row passes) instead of the cuBLASLt scratch (CudaBackend's quant_linear).
   int64_t stream_mma_max_rows = -1;
+  // The most rows of a dense block-format linear that the own tensor-core kernels take from the stored codes once their
+  // tiles fill the device (CudaBackend's quant_linear); past it, and below the fill, cuBLASLt over a bf16 scratch of
+  // the dequantized weight. -1: kDecodeDirectMaxRows (128); 0: never.
+  int64_t decode_direct_max_rows = -1;
 };
 
 struct KernelChoices {
