@@ -42,7 +42,8 @@
 #   checkpoint sized to the 8 GPUs with its block formats kept quantized, --ep 8 / --ep 2 --dp 4 / --ep 2 --dp 8 /
 #   --ep 2 --cp 4 against the --ep 2 reference, tokens/s/GPU); X8_STEPS (default "ckpt run"), RUNS, X8_TIMEOUT
 #   (default 540 s) and the script's knobs pass through; run logs in $OUT/x8/;
-#   with SLICE_BENCH=1 (model) `deepinfer bench` decode of the V4 slices (SLICE_BENCH_ARGS);
+#   with SLICE_BENCH=1 (model) `deepinfer bench` decode of the V4 slices (SLICE_BENCH_ARGS); with SLICE_AB="SET;SET"
+#   (model) the same slices once per set of `--kernel-choice` KEY=VALUE (space-separated; "default" = none);
 #   with NCU_SLICE=1 (also in ci) an ncu per-kernel time summary of one synthetic decode step (NCU_SLICE_ARGS;
 #   NCU_DETAIL=REGEX adds ncu's sections for those kernels); with IDLE_BENCH=1 (model or ci)
 #   the GPU idle between decode steps of greedy engine runs, from CUDA events (no nsys: tools/gpu_idle_bench.sh,
@@ -374,6 +375,23 @@ if [ "$MODE" = model ]; then
       >"$OUT/slice_bench.log" 2>&1
     note "slice bench: rc=$? (slice_bench.log)"
     grep -E "^\||avg_SPS|ceiling" "$OUT/slice_bench.log" | head -80 | tee -a "$summary"
+  fi
+  # SLICE_AB="SET;SET;...": the slices (SLICE_BENCH_ARGS) once per set of kernel choices (space-separated KEY=VALUE for
+  # `deepinfer bench --kernel-choice`; "default" = none), back to back in this call: a same-build A/B. One log for all.
+  if [ -n "${SLICE_AB:-}" ]; then
+    IFS=';' read -r -a ab_sets <<<"$SLICE_AB"
+    for ab_set in "${ab_sets[@]}"; do
+      ab_args=()
+      for choice in $ab_set; do [ "$choice" = default ] || ab_args+=(--kernel-choice "$choice"); done
+      echo "==== kernel choices: $ab_set" >>"$OUT/slice_ab.log"
+      # shellcheck disable=SC2086
+      timeout "${BENCH_TIMEOUT:-150}" build-gpu/bin/deepinfer bench --device cuda \
+        ${SLICE_BENCH_ARGS:---model v4-flash --model v41-flash --no-prefill --batch 1 --batch 16 --batch 64 --context 4096 --no-graphs} \
+        "${ab_args[@]}" >>"$OUT/slice_ab.log" 2>&1
+      note "slice A/B [$ab_set]: rc=$?"
+      sed -n "/^==== kernel choices: $ab_set\$/,\$p" "$OUT/slice_ab.log" | grep -E "^V[0-9]|ceiling" | grep -v avg_SPS |
+        tee -a "$summary"
+    done
   fi
   # OP_BENCH_FILTER: these op micro-benchmarks (a gtest filter over CudaBench.*), their [bench] lines in the summary.
   if [ -n "${OP_BENCH_FILTER:-}" ]; then
