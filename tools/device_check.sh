@@ -368,11 +368,10 @@ if [ "$MODE" = model ]; then
   [ -n "${MEMCHECK_FILTER:-}" ] && sanitize memcheck "$MEMCHECK_FILTER" "${MEMCHECK_TIMEOUT:-150}"
   [ -n "${RACECHECK_FILTER:-}" ] && sanitize racecheck "$RACECHECK_FILTER" "${RACECHECK_TIMEOUT:-200}"
   # SLICE_BENCH=1: the synthetic slices (SLICE_BENCH_ARGS: bench options; default decode of both V4 slices).
+  slice_args=${SLICE_BENCH_ARGS:---model v4-flash --model v41-flash --no-prefill --batch 1 --batch 16 --batch 64 --context 4096 --no-graphs}
   if [ -n "${SLICE_BENCH:-}" ] && [ "$SLICE_BENCH" != 0 ]; then
     # shellcheck disable=SC2086
-    timeout "${BENCH_TIMEOUT:-150}" build-gpu/bin/deepinfer bench --device cuda \
-      ${SLICE_BENCH_ARGS:---model v4-flash --model v41-flash --no-prefill --batch 1 --batch 16 --batch 64 --context 4096 --no-graphs} \
-      >"$OUT/slice_bench.log" 2>&1
+    timeout "${BENCH_TIMEOUT:-150}" build-gpu/bin/deepinfer bench --device cuda $slice_args >"$OUT/slice_bench.log" 2>&1
     note "slice bench: rc=$? (slice_bench.log)"
     grep -E "^\||avg_SPS|ceiling" "$OUT/slice_bench.log" | head -80 | tee -a "$summary"
   fi
@@ -385,9 +384,8 @@ if [ "$MODE" = model ]; then
       for choice in $ab_set; do [ "$choice" = default ] || ab_args+=(--kernel-choice "$choice"); done
       echo "==== kernel choices: $ab_set" >>"$OUT/slice_ab.log"
       # shellcheck disable=SC2086
-      timeout "${BENCH_TIMEOUT:-150}" build-gpu/bin/deepinfer bench --device cuda \
-        ${SLICE_BENCH_ARGS:---model v4-flash --model v41-flash --no-prefill --batch 1 --batch 16 --batch 64 --context 4096 --no-graphs} \
-        "${ab_args[@]}" >>"$OUT/slice_ab.log" 2>&1
+      timeout "${BENCH_TIMEOUT:-150}" build-gpu/bin/deepinfer bench --device cuda $slice_args "${ab_args[@]}" \
+        >>"$OUT/slice_ab.log" 2>&1
       note "slice A/B [$ab_set]: rc=$?"
       sed -n "/^==== kernel choices: $ab_set\$/,\$p" "$OUT/slice_ab.log" | grep -E "^V[0-9]|ceiling" | grep -v avg_SPS |
         tee -a "$summary"

@@ -488,13 +488,9 @@ size_t smem_bytes(int64_t hd) {
 }  // namespace
 
 bool paged_attention_use_mma(const PagedSinkAttentionKernelParams& p) {
+  // Every supported call (batch-invariant mode too: always_combine, fixed 256-slot splits, partials always merged; a
+  // query's partial of a split depends only on that split's own slots).
   if (p.mma == KernelPick::kNever) return false;
-  const bool all = p.mma == KernelPick::kAlways;
-  // Batch-invariant mode (always_combine: fixed 256-slot splits, partials always merged) takes it for every call
-  // of a supported shape, decode included: the choice may not depend on the batch, and a query's partial of a
-  // split depends only on that split's own slots (measured on the V4-Flash slice against the SIMT kernel there:
-  // prefill 4096 attention 8.3 vs 25.1 ms, decode batch 1 0.093 vs 0.146 ms).
-  if (!all && !p.always_combine && p.tokens < kPagedAttentionMmaMinTokens) return false;
   const size_t smem = smem_bytes(p.hd);
   return smem > 0 && p.heads % 16 == 0 && static_cast<int64_t>(smem) <= max_smem_optin();
 }

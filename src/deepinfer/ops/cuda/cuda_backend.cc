@@ -393,7 +393,7 @@ struct CudaBackend::Impl {
       void* in_bf16 = ws().take(sizeof(uint16_t) * m * k);
       cuda::run_cast_f32_to_bf16(in, in_bf16, m * k, s());
       lt_matmul(in_bf16, w.weight.data(), CUDA_R_16BF, out, m, n, k);
-    } else if (m >= lt_min_rows(w) && !decode_direct(m, n)) {
+    } else if (dense_scratch(w, m)) {
       // Many rows: the weight is read once either way, so dequantizing it to a bf16 scratch (N·K·2 bytes
       // written and read once more) costs little next to the GEMM, and cuBLASLt's bf16 kernels are near peak.
       cuda::WorkspaceArena::Scope scope(ws());
@@ -472,6 +472,11 @@ struct CudaBackend::Impl {
     if (w.scale.dtype() != DType::kE8M0) return cuda::kGemmSkinnyRows + 1;
     return std::max(choices.gemm.stream_mma_max_rows, cuda::kGemmStreamMmaMaxRows) + 1;
   }
+  // Whether a dense block-format GEMM of m rows against w goes through cuBLASLt over a bf16 scratch of dequant(w)
+  // (quant_linear, the shared expert) rather than the own kernels (default mode).
+  bool dense_scratch(const QuantMatrix& w, int64_t m) const {
+    return m >= lt_min_rows(w) && !decode_direct(m, w.rows());
+  }
 
   // The MoE pipeline shared by moe() (f32 experts) and moe_quant(): plan, grouped gate/up GEMMs, SwiGLU,
   // grouped down GEMM into per-slot rows, combine in expert-id order. Tokens go in chunks so that the
@@ -537,7 +542,7 @@ struct CudaBackend::Impl {
       // (its [rows, 2·I] output is the SwiGLU's gate | up layout), down through quant_linear. The own kernels' only
       // fallback there was the SIMT tile kernel (H200, V4-Flash slice: 90 us a call, ~0.8 ms of a b64-b256 step).
       const bool shared_lt = shared && !batch_invariant && !shared_mma && shared->w1.format != QuantFormat::kFloat &&
-                             shared->w3.format == shared->w1.format && tc >= lt_min_rows(shared->w1);
+                             shared->w3.format == shared->w1.format && dense_scratch(shared->w1, tc);
       if (bf16_inputs || shared_mma || shared_lt) {
         xc16 = ws().take(sizeof(uint16_t) * tc * d);
         cuda::run_cast_f32_to_bf16(xc, xc16, tc * d, s());
