@@ -15,7 +15,9 @@
 // every entry within 1e-2 of the rms (a wrong entry is off by about the rms). The first mismatch is printed.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <numeric>
 
 #include "cuda/cuda_test_util.h"
@@ -529,6 +531,82 @@ TEST_F(CudaGemmWgmmaTest, RunGemmDispatchAndChoice) {
   q = l->p;
   q.a_bf16 = nullptr;
   EXPECT_FALSE(cuda::run_gemm_wgmma(q, s)) << "no bf16 A";
+}
+
+// Dense calls short of the device fill (decode batches of the projections) split K over more blocks: each split's
+// partial product into p.split_part, summed in split order into C. Every UE8M0 kind at 9 / 64 / 200 rows (one and two
+// row tiles) against the double reference in full, the same bytes on a second run and through run_gemm, C with a row
+// stride wider than N (the shared expert's gate | up halves) the same bytes with the rest of the row untouched; no
+// split without the scratch, with too little of it, with wgmma_split_k = never, or with f32 scales.
+TEST_F(CudaGemmWgmmaTest, DenseKSplitsMatchReference) {
+  cudaStream_t s = gpu().stream();
+  const int sms = gpu().device_info().sm_count;
+  const int64_t n = 1000, k = 2048;
+  for (Kind kind : {Kind::kMxfp4, Kind::kFp8E8m0_128, Kind::kFp8E8m0_32, Kind::kFp8Row32, Kind::kFp8F32_128})
+    for (int64_t m : {9, 64, 200}) {
+      const Problem pr = dense(kind, m, n, k);
+      const std::unique_ptr<Launch> l = prepare(pr);
+      const std::string what = std::string("dense split-K ") + kind_name(kind) + " M=" + std::to_string(m);
+      const int64_t need = cuda::gemm_wgmma_split_floats(l->p);
+      if (kind == Kind::kFp8F32_128) {
+        EXPECT_EQ(need, 0) << what << ": f32 scales decode exactly, unsplit";
+        continue;
+      }
+      const int splits = cuda::wgmma_dense_splits(m, n, k, sms);
+      ASSERT_GT(splits, 1) << what;
+      ASSERT_EQ(need, splits * m * n) << what;
+      EXPECT_FALSE(cuda::run_gemm_wgmma(l->p, s)) << what << ": no partials scratch";
+      DeviceTensor part = poisoned({need});
+      l->p.split_part = static_cast<float*>(part.data());
+      l->p.split_part_floats = need - 1;
+      EXPECT_FALSE(cuda::run_gemm_wgmma(l->p, s)) << what << ": too little partials scratch";
+      l->p.split_part_floats = need;
+      {
+        cuda::GemmKernelParams never = l->p;
+        never.choices.wgmma_split_k = cuda::KernelPick::kNever;
+        EXPECT_EQ(cuda::gemm_wgmma_split_floats(never), 0) << what;
+        EXPECT_FALSE(cuda::run_gemm_wgmma(never, s)) << what << ": wgmma_split_k = never";
+      }
+      const HostTensor got =
+          run(*l, pr, [&](const cuda::GemmKernelParams& p) { ASSERT_TRUE(cuda::run_gemm_wgmma(p, s)); });
+      check_reference(what, pr, got, /*full=*/true);
+      const HostTensor again = run(*l, pr, [&](const cuda::GemmKernelParams& p) { cuda::run_gemm_wgmma(p, s); });
+      expect_same_bytes((what + " repeated").c_str(), again, got);
+      const HostTensor via = run(*l, pr, [&](const cuda::GemmKernelParams& p) { cuda::run_gemm(p, s); });
+      expect_same_bytes((what + " run_gemm = run_gemm_wgmma").c_str(), via, got);
+      // C rows 2N apart: the first N columns of each row, the rest still NaN.
+      DeviceTensor wide = poisoned({m, 2 * n});
+      cuda::GemmKernelParams q = l->p;
+      q.c = static_cast<float*>(wide.data());
+      q.ldc = 2 * n;
+      ASSERT_TRUE(cuda::run_gemm_wgmma(q, s)) << what;
+      const HostTensor hw = down(wide);
+      int64_t differ = 0, written = 0;
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < 2 * n; ++j) {
+          const float v = hw.data<float>()[i * 2 * n + j];
+          if (j < n)
+            differ += std::memcmp(&v, got.data<float>() + i * n + j, sizeof(float)) != 0;
+          else
+            written += !std::isnan(v);
+        }
+      EXPECT_EQ(differ, 0) << what << ": ldc = 2N differs from ldc = N";
+      EXPECT_EQ(written, 0) << what << ": ldc = 2N wrote past the first N columns";
+    }
+}
+
+// The split count (host only): one wave of blocks, at least 4 k-steps a split, at most 16 splits, none once the
+// tiles fill the device or when fewer than two splits would do.
+TEST(CudaGemmWgmmaSplits, CountBySmsTilesAndSteps) {
+  EXPECT_EQ(cuda::wgmma_dense_splits(16, 4096, 4096, 132), 8);    // 16 tiles: 132 / 16
+  EXPECT_EQ(cuda::wgmma_dense_splits(128, 4096, 4096, 132), 8);   // still one row tile
+  EXPECT_EQ(cuda::wgmma_dense_splits(129, 4096, 4096, 132), 4);   // two row tiles: 32 tiles
+  EXPECT_EQ(cuda::wgmma_dense_splits(16, 1024, 4096, 132), 16);   // 4 tiles: capped at 16
+  EXPECT_EQ(cuda::wgmma_dense_splits(16, 1024, 1024, 132), 4);    // 16 k-steps: 4 a split
+  EXPECT_EQ(cuda::wgmma_dense_splits(16, 1024, 448, 132), 1);     // 7 k-steps: no two splits of 4
+  EXPECT_EQ(cuda::wgmma_dense_splits(16, 32768, 4096, 132), 1);   // 128 tiles: 132 / 128 = 1
+  EXPECT_EQ(cuda::wgmma_dense_splits(256, 32768, 4096, 132), 1);  // a wave and more
+  EXPECT_EQ(cuda::wgmma_dense_splits(0, 4096, 4096, 132), 1);
 }
 
 // The tile choice (host only, no device needed): grouped calls mixed from kGemmWgmmaMixedRows rows a group (rows_hint),

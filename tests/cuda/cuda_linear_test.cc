@@ -12,6 +12,7 @@
 #include "deepinfer/ops/cuda/gemm_invariant_mma.h"
 #include "deepinfer/ops/cuda/gemm_mma.h"
 #include "deepinfer/ops/cuda/gemm_stream_mma.h"
+#include "deepinfer/ops/cuda/gemm_wgmma.h"
 
 namespace deepinfer {
 namespace {
@@ -227,6 +228,39 @@ TEST_F(CudaLinearTest, QuantLinearDecodeBatchesReadTheStoredCodes) {
     DeviceTensor dx = up(x), dw = up(w), ds = up(s), dout = poisoned({m, n});
     gpu().linear_quant({dx, {dw, ds, QuantFormat::kMXFP4}, dout});
     rel_err(("linear_quant decode batch mxfp4" + shape).c_str(), down(dout), want, 1e-5);
+  }
+}
+
+// Decode batches of 9-128 rows whose tiles do not fill the device (the V4 projections: N of 1-4K) take the wgmma
+// kernel split along K on sm_90a (gemm_wgmma.h) instead of the bf16 scratch for cuBLASLt: A rounded to bf16, the
+// UE8M0-scaled weights exact, so against the rounded input only the summation order differs (1e-5); with
+// wgmma_split_k = never the same calls take the scratch path (A and exact weights in bf16 too: 1e-5). f32 scales are
+// never split (4e-3 against x, the scratch path's bf16 products of the dequantized values).
+TEST_F(CudaLinearTest, QuantLinearSplitKDecodeBatchesMatchCpu) {
+  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{9, 1024, 2048}, {64, 1536, 1024}, {128, 512, 4096}}) {
+    ASSERT_FALSE(cuda::gemm_mma_dense_fills(m, n)) << m << " x " << n;
+    ASSERT_GT(cuda::wgmma_dense_splits(m, n, k, 132), 1) << m << " x " << n << " x " << k;
+    const HostTensor x = rand({m, k}), xr = bf16_rows(x);
+    const std::string shape = " M=" + std::to_string(m) + " N=" + std::to_string(n) + " K=" + std::to_string(k);
+    for (const cuda::KernelPick split : {cuda::KernelPick::kAuto, cuda::KernelPick::kNever}) {
+      testing::ScopedKernelChoices choice(gpu(), [&](cuda::KernelChoices& c) { c.gemm.wgmma_split_k = split; });
+      const std::string how = split == cuda::KernelPick::kAuto ? " split-K" : " scratch";
+      for (const auto& [name, block, f32] :
+           {std::tuple{"fp8 128x128 e8m0", 128, false}, {"fp8 32x32 e8m0", 32, false}, {"fp8 32x32 f32", 32, true}}) {
+        const HostTensor w = fp8({n, k});
+        const Shape ss = {(n + block - 1) / block, (k + block - 1) / block};
+        const HostTensor s = f32 ? f32_scales(ss) : e8m0(ss);
+        const HostTensor want = cpu_linear(f32 ? x : xr, cpu_dequant(w, s, QuantFormat::kFP8Block, n, k, block, block));
+        DeviceTensor dx = up(x), dw = up(w), ds = up(s), dout = poisoned({m, n});
+        gpu().linear_quant({dx, {dw, ds, QuantFormat::kFP8Block, block, block}, dout});
+        rel_err((std::string("linear_quant") + how + " " + name + shape).c_str(), down(dout), want, f32 ? 4e-3 : 1e-5);
+      }
+      const HostTensor w = rand_bytes(DType::kU8, {n, k / 2}), s = e8m0({n, k / 32});
+      const HostTensor want = cpu_linear(xr, cpu_dequant(w, s, QuantFormat::kMXFP4, n, k));
+      DeviceTensor dx = up(x), dw = up(w), ds = up(s), dout = poisoned({m, n});
+      gpu().linear_quant({dx, {dw, ds, QuantFormat::kMXFP4}, dout});
+      rel_err(("linear_quant" + how + " mxfp4" + shape).c_str(), down(dout), want, 1e-5);
+    }
   }
 }
 

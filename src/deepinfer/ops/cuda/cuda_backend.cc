@@ -14,6 +14,7 @@
 #include "deepinfer/ops/cuda/gemm_invariant_mma.h"
 #include "deepinfer/ops/cuda/gemm_mma.h"
 #include "deepinfer/ops/cuda/gemm_stream_mma.h"
+#include "deepinfer/ops/cuda/gemm_wgmma.h"
 #include "deepinfer/ops/cuda/indexer_mma.h"
 #include "deepinfer/ops/cuda/kernels.h"
 #include "deepinfer/ops/cuda/swiglu_bf16.h"
@@ -394,12 +395,20 @@ struct CudaBackend::Impl {
       cuda::run_cast_f32_to_bf16(in, in_bf16, m * k, s());
       lt_matmul(in_bf16, w.weight.data(), CUDA_R_16BF, out, m, n, k);
     } else if (dense_scratch(w, m)) {
-      // Many rows: the weight is read once either way, so dequantizing it to a bf16 scratch (N·K·2 bytes
-      // written and read once more) costs little next to the GEMM, and cuBLASLt's bf16 kernels are near peak.
+      // Short of the device fill, up to decode_direct's rows: the wgmma kernel split along K, from the stored codes.
+      // Else (many rows, or a call it does not split) the weight is read once either way, so dequantizing it to a
+      // bf16 scratch (N·K·2 bytes written and read once more) costs little next to the GEMM, and cuBLASLt's bf16
+      // kernels are near peak.
       cuda::WorkspaceArena::Scope scope(ws());
+      const void* in_bf16 = bf16_copy(in, m * k);
+      cuda::GemmKernelParams g = split_k_params(in, in_bf16, k, w, out, n, m);
+      if (g.split_part_floats > 0) {
+        run_split_k(g);
+        return;
+      }
       void* w_bf16 = ws().take(sizeof(uint16_t) * n * k);
       dequantize_bf16(w, w_bf16);
-      lt_matmul(bf16_copy(in, m * k), w_bf16, CUDA_R_16BF, out, m, n, k);
+      lt_matmul(in_bf16, w_bf16, CUDA_R_16BF, out, m, n, k);
     } else {
       // Few rows (the streaming kernels), or a decode batch whose tiles fill the device: the tensor-core kernels then
       // decode the stored codes themselves (run_gemm: wgmma on sm_90a, else the mma.sync kernel) from a bf16 copy of
@@ -455,10 +464,35 @@ struct CudaBackend::Impl {
   // b256 1.201 / 1.252 (compute-bound there: cuBLASLt's rate wins); V4.1 b256 2.138 / 2.288.
   // GemmChoices::decode_direct_max_rows overrides it (a same-build A/B).
   static constexpr int64_t kDecodeDirectMaxRows = 128;
+  int64_t decode_direct_rows() const {
+    return choices.gemm.decode_direct_max_rows >= 0 ? choices.gemm.decode_direct_max_rows : kDecodeDirectMaxRows;
+  }
   bool decode_direct(int64_t m, int64_t n) const {
-    const int64_t most =
-        choices.gemm.decode_direct_max_rows >= 0 ? choices.gemm.decode_direct_max_rows : kDecodeDirectMaxRows;
-    return m <= most && cuda::gemm_mma_dense_fills(m, n);
+    return m <= decode_direct_rows() && cuda::gemm_mma_dense_fills(m, n);
+  }
+
+  // The params of out[m, ldc] (first w.rows() columns) = in · dequant(w)ᵀ through the wgmma kernel split along K
+  // (gemm_wgmma.h), with split_part_floats the partials' scratch it needs: 0 when the call does not go that way (past
+  // decode_direct's rows, or a call the kernel does not split), and then the caller takes another path. in_bf16: the
+  // bf16 copy of in (row stride lda).
+  cuda::GemmKernelParams split_k_params(const float* in, const void* in_bf16, int64_t lda, const QuantMatrix& w,
+                                        float* out, int64_t ldc, int64_t m) const {
+    cuda::GemmKernelParams g;
+    g.a = in;
+    g.a_bf16 = in_bf16;
+    g.lda = lda;
+    g.c = out;
+    g.ldc = ldc;
+    g.m = m;
+    set_weight(g, w);
+    g.choices = choices.gemm;
+    g.split_part_floats = m <= decode_direct_rows() ? cuda::gemm_wgmma_split_floats(g) : 0;
+    return g;
+  }
+  // Runs split_k_params' call with its partials in scratch from ws() (the caller holds the scope).
+  void run_split_k(cuda::GemmKernelParams g) {
+    g.split_part = ws().take_as<float>(g.split_part_floats);
+    run_gemm(g);
   }
 
   // Rows from which a block-format linear goes through cuBLASLt (bf16 scratch) instead of the own kernels:
@@ -541,6 +575,8 @@ struct CudaBackend::Impl {
       // quant_linear's many-row case: gate and up dequantized into one bf16 [2·I, D] scratch and one cuBLASLt GEMM
       // (its [rows, 2·I] output is the SwiGLU's gate | up layout), down through quant_linear. The own kernels' only
       // fallback there was the SIMT tile kernel (H200, V4-Flash slice: 90 us a call, ~0.8 ms of a b64-b256 step).
+      // Up to decode_direct's rows gate and up rather take the wgmma kernel split along K (split_k_params), as
+      // quant_linear does.
       const bool shared_lt = shared && !batch_invariant && !shared_mma && shared->w1.format != QuantFormat::kFloat &&
                              shared->w3.format == shared->w1.format && dense_scratch(shared->w1, tc);
       if (bf16_inputs || shared_mma || shared_lt) {
@@ -634,7 +670,15 @@ struct CudaBackend::Impl {
         float* sgu = ws().take_as<float>(tc * 2 * si);
         float* sh = ws().take_as<float>(tc * si);
         shared_out = ws().take_as<float>(tc * d);
-        if (shared_lt) {
+        const cuda::GemmKernelParams split_gate =
+            shared_lt ? split_k_params(xc, xc16, d, shared->w1, sgu, 2 * si, tc) : cuda::GemmKernelParams{};
+        const cuda::GemmKernelParams split_up =
+            shared_lt ? split_k_params(xc, xc16, d, shared->w3, sgu + si, 2 * si, tc) : cuda::GemmKernelParams{};
+        if (split_gate.split_part_floats > 0 && split_up.split_part_floats > 0) {
+          // gate and up into the two halves of sgu, each from its stored codes (as quant_linear's split case).
+          run_split_k(split_gate);
+          run_split_k(split_up);
+        } else if (shared_lt) {
           void* w13 = ws().take(sizeof(uint16_t) * 2 * si * d);
           dequantize_bf16(shared->w1, w13);
           dequantize_bf16(shared->w3, static_cast<uint16_t*>(w13) + si * d);

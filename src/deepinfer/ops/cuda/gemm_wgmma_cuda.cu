@@ -80,6 +80,8 @@ namespace deepinfer::cuda {
 namespace {
 
 constexpr int kWgK = 64, kWgStages = 4, kWgThreads = 384;
+// Split-K: at least this many k-steps a split (a block's pipeline fill is ~2 steps), at most this many splits.
+constexpr int kWgSplitMinSteps = 4, kWgMaxSplits = 16;
 constexpr int kRowBytes = kWgK * 2;           // one 128-byte swizzle row
 constexpr int kStageBytes = 384 * kRowBytes;  // one stage: A and B tiles, 48 KiB for both shapes
 constexpr int kBarFull = 1, kBarEmpty = 1 + kWgStages;
@@ -456,9 +458,36 @@ __device__ __forceinline__ bool wg_tile_rows(const GemmKernelParams& p, int64_t 
   return gemm_tile_rows(p, tile, WgTile<kTall>::kM / kGemmTileM, g, begin, end);
 }
 
-template <QuantFormat F, bool kExact, int kDec, bool kTall>
+// Split-K (kSplitK, dense 128 x 256 tiles only): kernel tile t is split t % splits of output tile t / splits; it runs
+// that split's k-steps (split_steps) and writes its partial product to p.split_part's slice `split` ([m, n], row
+// stride n), which wgmma_split_reduce_kernel sums in split order.
+__device__ __forceinline__ void split_steps(int ksteps, int splits, int split, int& kb, int& nk) {
+  const int per = ksteps / splits, rem = ksteps % splits;
+  kb = split * per + min(split, rem);
+  nk = per + (split < rem ? 1 : 0);
+}
+
+// Split-K: the codes of a split's k-steps of tile rows tid and tid + 128 (all 256 rows between the producer's 128
+// threads) fetched into L2 at the tile's start, so that the decoding threads' one-step-ahead register loads wait on
+// L2 rather than DRAM: a split is only 4-16 steps, too few for the pipeline alone to hide a DRAM round trip a step.
+template <QuantFormat F>
+__device__ __forceinline__ void prefetch_split_codes(const GemmKernelParams& p, int64_t n0, int kb, int nk, int tid) {
+  constexpr int kStepBytes = kCodeWords<F> * 4;
+  const int64_t row_bytes = F == QuantFormat::kMXFP4 ? p.k / 2 : p.k;
+  const int bytes = nk * kStepBytes;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t n = min(n0 + tid + 128 * h, p.n - 1);
+    const uint8_t* q = static_cast<const uint8_t*>(p.b) + n * row_bytes + static_cast<int64_t>(kb) * kStepBytes;
+    for (int off = 0; off < bytes; off += 128) asm volatile("prefetch.global.L2 [%0];\n" ::"l"(q + off));
+    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(q + bytes - 1));  // the last line when q is not line-aligned
+  }
+}
+
+template <QuantFormat F, bool kExact, int kDec, bool kTall, bool kSplitK = false>
 __global__ void __launch_bounds__(kWgThreads, 1)
-    gemm_wgmma_kernel(GemmKernelParams p, int tiles_n, int64_t tiles, int plan) {
+    gemm_wgmma_kernel(GemmKernelParams p, int tiles_n, int64_t tiles, int plan, int splits) {
+  static_assert(!kSplitK || !kTall, "split-K runs the dense 128 x 256 tile");
   using T = WgTile<kTall>;
   using D = DecodePlan<kTall, kDec>;
   constexpr int kUnitsA = D::kUnitsP > 0 ? D::kUnitsP : 1;  // arrays of at least one
@@ -468,7 +497,16 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   const uint32_t raw_addr = smem_addr(smem_raw);
   const uint32_t a_base = raw_addr + ((1024 - (raw_addr & 1023)) & 1023), b_base = a_base + kWgStages * T::kABytes;
   const int tid = threadIdx.x;
-  const int ktiles = static_cast<int>(p.k / kWgK);
+  const int ksteps = static_cast<int>(p.k / kWgK);
+  // This tile's output tile, its first k-step and its count (all of K unless split).
+  auto tile_of = [&](int64_t t, int64_t& tmn, int& split, int& kb, int& nk) {
+    tmn = t, split = 0, kb = 0, nk = ksteps;
+    if constexpr (kSplitK) {
+      tmn = t / splits;
+      split = static_cast<int>(t % splits);
+      split_steps(ksteps, splits, split, kb, nk);
+    }
+  };
   // Tiles t = blockIdx.x, blockIdx.x + gridDim.x, ... (one per block as launched), column tile fastest:
   // the blocks running together share an A tile and sweep one expert's weight. Both roles walk the same tiles and
   // skip the same ones (a grouped plan tile that does not start a kernel tile); `gs` counts this block's steps over
@@ -480,13 +518,14 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     const int ac = tid & 7;  // A: this thread copies chunk tid % 8 of tile rows tid / 8 + 16 j, j < kM / 16
     int64_t gs = 0;
     for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
-      int g;
-      int64_t row_begin, row_end;
-      if (!wg_tile_rows<kTall>(p, t / tiles_n, plan, g, row_begin, row_end)) {
+      int g, split, kb, ktiles;
+      int64_t row_begin, row_end, tmn;
+      tile_of(t, tmn, split, kb, ktiles);
+      if (!wg_tile_rows<kTall>(p, tmn / tiles_n, plan, g, row_begin, row_end)) {
         if (scan_mapped<kTall>(p, plan)) break;  // past the last tile: so is every later t
         continue;
       }
-      const int64_t n0 = (t % tiles_n) * T::kN;
+      const int64_t n0 = (tmn % tiles_n) * T::kN;
       // Rows past the tile's end (bit j of a_ok clear) copy nothing and zero-fill; their source is A's row 0, a valid
       // address for every step (K <= lda), so that the copy needs no pointer select.
       const __nv_bfloat16* a_src[T::kARowsT];
@@ -505,7 +544,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
         for (int j = 0; j < T::kARowsT; ++j) {
           const int r = (tid >> 3) + 16 * j;
           asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst + swz(r, ac)),
-                       "l"(a_src[j] + static_cast<int64_t>(kt) * kWgK), "r"((a_ok >> j) & 1 ? 16 : 0)
+                       "l"(a_src[j] + static_cast<int64_t>(kb + kt) * kWgK), "r"((a_ok >> j) & 1 ? 16 : 0)
                        : "memory");
         }
       };
@@ -513,11 +552,12 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       using Unit = Part<F, D::kChunksP>;
       const int pc0 = (tid % D::kPartsP) * D::kChunksP;
       auto prow = [&](int i) { return tid / D::kPartsP + i * (128 / D::kPartsP); };
+      if constexpr (kSplitK) prefetch_split_codes<F>(p, n0, kb, ktiles, tid);
       const PartSrc<F, D::kChunksP> src0(p, g, n0 + prow(0), pc0);
       const PartSrc<F, D::kChunksP> src1(p, g, n0 + prow(kUnitsA - 1), pc0);
       auto load_step = [&](int kt, Unit(&rs)[kUnitsA]) {
-        if constexpr (D::kUnitsP > 0) src0.load(kt, rs[0]);
-        if constexpr (D::kUnitsP > 1) src1.load(kt, rs[1]);
+        if constexpr (D::kUnitsP > 0) src0.load(kb + kt, rs[0]);
+        if constexpr (D::kUnitsP > 1) src1.load(kb + kt, rs[1]);
       };
       // Stage of this block's step G, once the consumers released its previous use (step G - S).
       auto acquire = [&](int64_t G) {
@@ -562,17 +602,20 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     // ------------------------------------------------------------------ consumer warpgroups
     const int cw = (tid >> 7) - 1;  // rows cw·kM/2 .. of the tile (kHalves m64 halves)
     const int lane = tid & 31, wq = (tid >> 5) & 3;
-    // Column pairs as one 8-byte store when every row start is 8-byte aligned.
-    const bool vec2 = p.ldc % 2 == 0 && reinterpret_cast<uintptr_t>(p.c) % 8 == 0;
+    // Column pairs as one 8-byte store when every row start is 8-byte aligned. Split-K: rows of the split's slice.
+    float* const c_base = kSplitK ? p.split_part : p.c;
+    const int64_t ldc = kSplitK ? p.n : p.ldc;
+    const bool vec2 = ldc % 2 == 0 && reinterpret_cast<uintptr_t>(c_base) % 8 == 0;
     int64_t gs = 0;
     for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
-      int g;
-      int64_t row_begin, row_end;
-      if (!wg_tile_rows<kTall>(p, t / tiles_n, plan, g, row_begin, row_end)) {
+      int g, split, kb, ktiles;
+      int64_t row_begin, row_end, tmn;
+      tile_of(t, tmn, split, kb, ktiles);
+      if (!wg_tile_rows<kTall>(p, tmn / tiles_n, plan, g, row_begin, row_end)) {
         if (scan_mapped<kTall>(p, plan)) break;  // past the last tile: so is every later t
         continue;
       }
-      const int64_t n0 = (t % tiles_n) * T::kN;
+      const int64_t n0 = (tmn % tiles_n) * T::kN;
       // 128 x 256: acc[0..127] = rows 0-63 of this warpgroup x 256 columns. 256 x 128: acc[64h .. 64h + 63] = rows
       // 64h .. 64h + 63 of this warpgroup's 128 x 128 columns.
       float acc[128];
@@ -620,12 +663,12 @@ __global__ void __launch_bounds__(kWgThreads, 1)
           mma_step(kt);
           if (kt + 1 < ktiles) {
             decode(kt + 1, next);
-            if (kt + 2 < ktiles) src.load(kt + 2, spare);
+            if (kt + 2 < ktiles) src.load(kb + kt + 2, spare);
           }
         };
         Unit h0, h1;
-        src.load(0, h0);
-        if (ktiles > 1) src.load(1, h1);
+        src.load(kb, h0);
+        if (ktiles > 1) src.load(kb + 1, h1);
         decode(0, h0);
         int kt = 0;
         for (; kt + 1 < ktiles; kt += 2) {
@@ -649,8 +692,8 @@ __global__ void __launch_bounds__(kWgThreads, 1)
         for (int h = 0; h < 2; ++h) {
           const int64_t i = row_begin + cw * (T::kM / 2) + hm * 64 + wq * 16 + (lane >> 2) + 8 * h;
           if (i >= row_end) continue;
-          const int64_t cr = p.c_rows ? p.c_rows[i] : i;
-          float* crow = p.c + cr * p.ldc;
+          const int64_t cr = kSplitK ? split * p.m + i : (p.c_rows ? p.c_rows[i] : i);
+          float* crow = c_base + cr * ldc;
 #pragma unroll
           for (int j = 0; j < T::kN / 8; ++j) {
             const int64_t col = n0 + j * 8 + (lane & 3) * 2;  // even
@@ -689,7 +732,33 @@ void launch(const GemmKernelParams& p, int plan, cudaStream_t stream) {
   DI_CHECK(tiles < (int64_t{1} << 31) && tiles_n < (int64_t{1} << 31)) << "gemm: " << tiles << " tiles are too many";
   auto* kernel = gemm_wgmma_kernel<F, kExact, kDec, kTall>;
   DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kWgSmem)));
-  kernel<<<static_cast<unsigned>(tiles), kWgThreads, kWgSmem, stream>>>(p, static_cast<int>(tiles_n), tiles, plan);
+  kernel<<<static_cast<unsigned>(tiles), kWgThreads, kWgSmem, stream>>>(p, static_cast<int>(tiles_n), tiles, plan, 1);
+  DI_CUDA_CHECK_LAUNCH();
+}
+
+// c[i, j] = Σ_s part[s][i, j] over s = 0, 1, ..., splits - 1 in that order (a fixed sum whatever the launch).
+__global__ void wgmma_split_reduce_kernel(const float* part, int splits, int64_t m, int64_t n, float* c, int64_t ldc) {
+  const int64_t total = m * n;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float sum = part[idx];
+    for (int sp = 1; sp < splits; ++sp) sum += part[sp * total + idx];
+    c[(idx / n) * ldc + idx % n] = sum;
+  }
+}
+
+// A dense call split along K (the default decode placement, the 128 x 256 tile), then the reduce.
+template <QuantFormat F>
+void launch_split(const GemmKernelParams& p, int splits, cudaStream_t stream) {
+  constexpr int kDec = F == QuantFormat::kMXFP4 ? 1 : 0;
+  const int64_t tiles_n = ceil_div(p.n, WgTile<false>::kN), tiles = ceil_div(p.m, WgTile<false>::kM) * tiles_n * splits;
+  auto* kernel = gemm_wgmma_kernel<F, false, kDec, false, true>;
+  DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kWgSmem)));
+  kernel<<<static_cast<unsigned>(tiles), kWgThreads, kWgSmem, stream>>>(p, static_cast<int>(tiles_n), tiles, kPlanAll,
+                                                                        splits);
+  DI_CUDA_CHECK_LAUNCH();
+  const unsigned blocks = grid_1d(p.m * p.n, 256) > 4096 ? 4096 : grid_1d(p.m * p.n, 256);
+  wgmma_split_reduce_kernel<<<blocks, 256, 0, stream>>>(p.split_part, splits, p.m, p.n, p.c, p.ldc);
   DI_CUDA_CHECK_LAUNCH();
 }
 
@@ -737,7 +806,52 @@ bool device_is_sm90() {
   return yes;
 }
 
+int sm_count() {
+  static const int sms = [] {
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return 0;
+    if (cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) return 0;
+    return v;
+  }();
+  return sms;
+}
+
+// What every wgmma call needs, whatever its rows: formats, K, block sizes, alignment, no batch-invariant mode.
+bool wgmma_supports(const GemmKernelParams& p) {
+  if (p.choices.wgmma == KernelPick::kNever || !p.a_bf16 || p.batch_invariant) return false;
+  if (p.format != QuantFormat::kFP8Block && p.format != QuantFormat::kMXFP4 && p.format != QuantFormat::kFP8Row32)
+    return false;
+  if (p.k <= 0 || p.k % kWgK != 0) return false;
+  // FP8 blocks: powers of two (the producer indexes scales with shifts), at least 32 wide in K (a scale per half
+  // step); the checkpoints' are 128 and 32.
+  const auto pow2 = [](int v) { return v > 0 && (v & (v - 1)) == 0; };
+  if (p.format == QuantFormat::kFP8Block && (!pow2(p.block_n) || !pow2(p.block_k) || p.block_k < 32)) return false;
+  if (p.lda % 8 != 0 || !aligned(p.a_bf16, 16)) return false;
+  if (p.b_table ? !p.tables_aligned16 : !aligned(p.b, 16)) return false;
+  return true;
+}
+// f32 scales are not powers of two: decode as gemm_mma does (bf16 of the f32 product).
+bool wgmma_exact(const GemmKernelParams& p) {
+  return p.choices.wgmma_exact || (p.format != QuantFormat::kMXFP4 && !p.scale_e8m0);
+}
+
 }  // namespace
+
+int wgmma_dense_splits(int64_t m, int64_t n, int64_t k, int sms) {
+  const int64_t tiles = ceil_div(m, WgTile<false>::kM) * ceil_div(n, WgTile<false>::kN), steps = k / kWgK;
+  if (tiles <= 0 || tiles >= sms) return 1;
+  const int64_t splits = std::min<int64_t>({sms / tiles, steps / kWgSplitMinSteps, kWgMaxSplits});
+  return splits >= 2 ? static_cast<int>(splits) : 1;
+}
+
+int64_t gemm_wgmma_split_floats(const GemmKernelParams& p) {
+  if (p.group_offsets || p.c_rows || p.m <= 0 || p.n <= 0 || p.choices.wgmma_split_k == KernelPick::kNever) return 0;
+  // The split runs the default decode placement and tile, and the bf16x2 decode only.
+  if (p.choices.wgmma_decode != WgmmaDecode::kByFormat || wgmma_tile(p) != WgmmaTile::k128x256) return 0;
+  if (!wgmma_supports(p) || wgmma_exact(p) || gemm_mma_dense_fills(p.m, p.n) || !device_is_sm90()) return 0;
+  const int splits = wgmma_dense_splits(p.m, p.n, p.k, sm_count());
+  return splits > 1 ? splits * p.m * p.n : 0;
+}
 
 WgmmaTile wgmma_tile(const GemmKernelParams& p) {
   const WgmmaTile forced = p.choices.wgmma_tile;
@@ -748,27 +862,32 @@ WgmmaTile wgmma_tile(const GemmKernelParams& p) {
   return (p.rows_hint > 0 ? p.rows_hint : p.m) >= kGemmWgmmaMixedRows ? WgmmaTile::kMixed : WgmmaTile::k128x256;
 }
 
-bool run_gemm_wgmma(const GemmKernelParams& p, cudaStream_t stream) {
-  const KernelPick pick = p.choices.wgmma;
-  if (pick == KernelPick::kNever || !p.a_bf16 || p.batch_invariant) return false;
-  if (p.format != QuantFormat::kFP8Block && p.format != QuantFormat::kMXFP4 && p.format != QuantFormat::kFP8Row32)
-    return false;
-  if (p.k <= 0 || p.k % kWgK != 0) return false;
-  // FP8 blocks: powers of two (the producer indexes scales with shifts), at least 32 wide in K (a scale per half
-  // step); the checkpoints' are 128 and 32.
-  const auto pow2 = [](int v) { return v > 0 && (v & (v - 1)) == 0; };
-  if (p.format == QuantFormat::kFP8Block && (!pow2(p.block_n) || !pow2(p.block_k) || p.block_k < 32)) return false;
-  if (p.lda % 8 != 0 || !aligned(p.a_bf16, 16)) return false;
-  if (p.b_table ? !p.tables_aligned16 : !aligned(p.b, 16)) return false;
+bool gemm_wgmma_takes(const GemmKernelParams& p) {
+  if (!wgmma_supports(p)) return false;
   if (p.group_offsets) {
-    if (pick != KernelPick::kAlways && (p.rows_hint > 0 ? p.rows_hint : p.m) < kGemmWgmmaMinRows) return false;
+    if (p.choices.wgmma != KernelPick::kAlways && (p.rows_hint > 0 ? p.rows_hint : p.m) < kGemmWgmmaMinRows)
+      return false;
   } else if (!gemm_mma_dense_fills(p.m, p.n)) {
-    return false;
+    const int64_t need = gemm_wgmma_split_floats(p);
+    if (need == 0 || !p.split_part || p.split_part_floats < need) return false;
   }
-  if (!device_is_sm90()) return false;
+  return device_is_sm90();
+}
+
+bool run_gemm_wgmma(const GemmKernelParams& p, cudaStream_t stream) {
+  if (!gemm_wgmma_takes(p)) return false;
   if (p.m == 0 || p.n == 0) return true;
-  // f32 scales are not powers of two: decode as gemm_mma does (bf16 of the f32 product).
-  const bool exact = p.choices.wgmma_exact || (p.format != QuantFormat::kMXFP4 && !p.scale_e8m0);
+  if (!p.group_offsets && !gemm_mma_dense_fills(p.m, p.n)) {
+    const int splits = wgmma_dense_splits(p.m, p.n, p.k, sm_count());
+    if (p.format == QuantFormat::kMXFP4)
+      launch_split<QuantFormat::kMXFP4>(p, splits, stream);
+    else if (p.format == QuantFormat::kFP8Block)
+      launch_split<QuantFormat::kFP8Block>(p, splits, stream);
+    else
+      launch_split<QuantFormat::kFP8Row32>(p, splits, stream);
+    return true;
+  }
+  const bool exact = wgmma_exact(p);
   const WgmmaTile tile = wgmma_tile(p);
   switch (p.format) {
     case QuantFormat::kFP8Block:

@@ -34,6 +34,9 @@ struct GemmChoices {
   // tiles fill the device (CudaBackend's quant_linear); past it, and below the fill, cuBLASLt over a bf16 scratch of
   // the dequantized weight. -1: kDecodeDirectMaxRows (128); 0: never.
   int64_t decode_direct_max_rows = -1;
+  // Dense wgmma calls whose tiles fill less than a wave split K over more blocks (gemm_wgmma.h): kAuto / kAlways
+  // when the caller gives the partials' scratch, kNever never (quant_linear then keeps the cuBLASLt scratch path).
+  KernelPick wgmma_split_k = KernelPick::kAuto;
 };
 
 struct KernelChoices {
