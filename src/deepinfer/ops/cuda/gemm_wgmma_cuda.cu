@@ -736,8 +736,6 @@ void launch(const GemmKernelParams& p, int plan, cudaStream_t stream) {
   DI_CUDA_CHECK_LAUNCH();
 }
 
-bool aligned(const void* q, uintptr_t a) { return reinterpret_cast<uintptr_t>(q) % a == 0; }
-
 // c[i, j] = Σ_s part[s][i, j] over s = 0, 1, ..., splits - 1 in that order (a fixed sum whatever the launch).
 __global__ void wgmma_split_reduce_kernel(const float* part, int splits, int64_t m, int64_t n, float* c, int64_t ldc) {
   const int64_t total = m * n;
@@ -747,22 +745,6 @@ __global__ void wgmma_split_reduce_kernel(const float* part, int splits, int64_t
     for (int sp = 1; sp < splits; ++sp) sum += part[sp * total + idx];
     c[(idx / n) * ldc + idx % n] = sum;
   }
-}
-// The same sums four columns a thread (n and ldc multiples of 4, part and c 16-byte aligned): 16-byte loads, each
-// partial's four in flight together (ncu, V4-Flash b64 step: the scalar kernel took 5.2 us a call, 78 calls).
-__global__ void wgmma_split_reduce_vec_kernel(const float4* part, int splits, int64_t m, int64_t n4, float4* c,
-                                              int64_t ldc4) {
-  const int64_t total = m * n4, idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (idx >= total) return;
-  float4 sum = part[idx];
-  for (int sp = 1; sp < splits; ++sp) {
-    const float4 v = part[sp * total + idx];
-    sum.x += v.x;
-    sum.y += v.y;
-    sum.z += v.z;
-    sum.w += v.w;
-  }
-  c[(idx / n4) * ldc4 + idx % n4] = sum;
 }
 
 // A dense call split along K (the default decode placement, the 128 x 256 tile), then the reduce.
@@ -775,13 +757,8 @@ void launch_split(const GemmKernelParams& p, int splits, cudaStream_t stream) {
   kernel<<<static_cast<unsigned>(tiles), kWgThreads, kWgSmem, stream>>>(p, static_cast<int>(tiles_n), tiles, kPlanAll,
                                                                         splits);
   DI_CUDA_CHECK_LAUNCH();
-  if (p.n % 4 == 0 && p.ldc % 4 == 0 && aligned(p.split_part, 16) && aligned(p.c, 16)) {
-    wgmma_split_reduce_vec_kernel<<<grid_1d(p.m * p.n / 4, 256), 256, 0, stream>>>(
-        reinterpret_cast<const float4*>(p.split_part), splits, p.m, p.n / 4, reinterpret_cast<float4*>(p.c), p.ldc / 4);
-  } else {
-    const unsigned blocks = grid_1d(p.m * p.n, 256) > 4096 ? 4096 : grid_1d(p.m * p.n, 256);
-    wgmma_split_reduce_kernel<<<blocks, 256, 0, stream>>>(p.split_part, splits, p.m, p.n, p.c, p.ldc);
-  }
+  const unsigned blocks = grid_1d(p.m * p.n, 256) > 4096 ? 4096 : grid_1d(p.m * p.n, 256);
+  wgmma_split_reduce_kernel<<<blocks, 256, 0, stream>>>(p.split_part, splits, p.m, p.n, p.c, p.ldc);
   DI_CUDA_CHECK_LAUNCH();
 }
 
@@ -814,6 +791,8 @@ void launch(const GemmKernelParams& p, bool exact, WgmmaTile tile, cudaStream_t 
     launch<F, false>(p, exact, kPlanAll, stream);
   }
 }
+
+bool aligned(const void* q, uintptr_t a) { return reinterpret_cast<uintptr_t>(q) % a == 0; }
 
 // wgmma needs sm_90 (this file is built for sm_90a); another device never takes this path.
 bool device_is_sm90() {
