@@ -537,7 +537,7 @@ TEST_F(CudaGemmWgmmaTest, RunGemmDispatchAndChoice) {
 // partial product into p.split_part, summed in split order into C. Every UE8M0 kind at 9 / 64 / 200 rows (one and two
 // row tiles) against the double reference in full, the same bytes on a second run and through run_gemm, C with a row
 // stride wider than N (the shared expert's gate | up halves) the same bytes with the rest of the row untouched; no
-// split without the scratch, with too little of it, with wgmma_split_k = never, or with f32 scales.
+// split without the scratch, with too little of it, unless wgmma_split_k = always (opt-in), or with f32 scales.
 TEST_F(CudaGemmWgmmaTest, DenseKSplitsMatchReference) {
   cudaStream_t s = gpu().stream();
   const int sms = gpu().device_info().sm_count;
@@ -546,6 +546,8 @@ TEST_F(CudaGemmWgmmaTest, DenseKSplitsMatchReference) {
     for (int64_t m : {9, 64, 200}) {
       const Problem pr = dense(kind, m, n, k);
       const std::unique_ptr<Launch> l = prepare(pr);
+      EXPECT_EQ(cuda::gemm_wgmma_split_floats(l->p), 0) << "split-K is opt-in";
+      l->p.choices.wgmma_split_k = cuda::KernelPick::kAlways;
       const std::string what = std::string("dense split-K ") + kind_name(kind) + " M=" + std::to_string(m);
       const int64_t need = cuda::gemm_wgmma_split_floats(l->p);
       if (kind == Kind::kFp8F32_128) {

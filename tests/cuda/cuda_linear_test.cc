@@ -232,19 +232,19 @@ TEST_F(CudaLinearTest, QuantLinearDecodeBatchesReadTheStoredCodes) {
 }
 
 // Decode batches of 9-128 rows whose tiles do not fill the device (the V4 projections: N of 1-4K) take the wgmma
-// kernel split along K on sm_90a (gemm_wgmma.h) instead of the bf16 scratch for cuBLASLt: A rounded to bf16, the
-// UE8M0-scaled weights exact, so against the rounded input only the summation order differs (1e-5); with
-// wgmma_split_k = never the same calls take the scratch path (A and exact weights in bf16 too: 1e-5). f32 scales are
-// never split (4e-3 against x, the scratch path's bf16 products of the dequantized values).
+// kernel split along K on sm_90a (gemm_wgmma.h) with wgmma_split_k = always instead of the bf16 scratch for
+// cuBLASLt: A rounded to bf16, the UE8M0-scaled weights exact, so against the rounded input only the summation order
+// differs (1e-5); by default the same calls take the scratch path (A and exact weights in bf16 too: 1e-5). f32 scales
+// are never split (4e-3 against x, the scratch path's bf16 products of the dequantized values).
 TEST_F(CudaLinearTest, QuantLinearSplitKDecodeBatchesMatchCpu) {
   for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{9, 1024, 2048}, {64, 1536, 1024}, {128, 512, 4096}}) {
     ASSERT_FALSE(cuda::gemm_mma_dense_fills(m, n)) << m << " x " << n;
     ASSERT_GT(cuda::wgmma_dense_splits(m, n, k, 132), 1) << m << " x " << n << " x " << k;
     const HostTensor x = rand({m, k}), xr = bf16_rows(x);
     const std::string shape = " M=" + std::to_string(m) + " N=" + std::to_string(n) + " K=" + std::to_string(k);
-    for (const cuda::KernelPick split : {cuda::KernelPick::kAuto, cuda::KernelPick::kNever}) {
+    for (const cuda::KernelPick split : {cuda::KernelPick::kAlways, cuda::KernelPick::kAuto}) {
       testing::ScopedKernelChoices choice(gpu(), [&](cuda::KernelChoices& c) { c.gemm.wgmma_split_k = split; });
-      const std::string how = split == cuda::KernelPick::kAuto ? " split-K" : " scratch";
+      const std::string how = split == cuda::KernelPick::kAlways ? " split-K" : " scratch";
       for (const auto& [name, block, f32] :
            {std::tuple{"fp8 128x128 e8m0", 128, false}, {"fp8 32x32 e8m0", 32, false}, {"fp8 32x32 f32", 32, true}}) {
         const HostTensor w = fp8({n, k});

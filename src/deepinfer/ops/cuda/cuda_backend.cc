@@ -395,8 +395,8 @@ struct CudaBackend::Impl {
       cuda::run_cast_f32_to_bf16(in, in_bf16, m * k, s());
       lt_matmul(in_bf16, w.weight.data(), CUDA_R_16BF, out, m, n, k);
     } else if (dense_scratch(w, m)) {
-      // Short of the device fill, up to decode_direct's rows: the wgmma kernel split along K, from the stored codes.
-      // Else (many rows, or a call it does not split) the weight is read once either way, so dequantizing it to a
+      // Opt-in (wgmma_split_k = always), short of the device fill, up to decode_direct's rows: the wgmma kernel split
+      // along K, from the stored codes. Else the weight is read once either way, so dequantizing it to a
       // bf16 scratch (N·K·2 bytes written and read once more) costs little next to the GEMM, and cuBLASLt's bf16
       // kernels are near peak.
       cuda::WorkspaceArena::Scope scope(ws());
@@ -575,8 +575,8 @@ struct CudaBackend::Impl {
       // quant_linear's many-row case: gate and up dequantized into one bf16 [2·I, D] scratch and one cuBLASLt GEMM
       // (its [rows, 2·I] output is the SwiGLU's gate | up layout), down through quant_linear. The own kernels' only
       // fallback there was the SIMT tile kernel (H200, V4-Flash slice: 90 us a call, ~0.8 ms of a b64-b256 step).
-      // Up to decode_direct's rows gate and up rather take the wgmma kernel split along K (split_k_params), as
-      // quant_linear does.
+      // With wgmma_split_k = always, gate and up up to decode_direct's rows take the wgmma kernel split along K
+      // (split_k_params) instead, as quant_linear does.
       const bool shared_lt = shared && !batch_invariant && !shared_mma && shared->w1.format != QuantFormat::kFloat &&
                              shared->w3.format == shared->w1.format && dense_scratch(shared->w1, tc);
       if (bf16_inputs || shared_mma || shared_lt) {

@@ -15,16 +15,17 @@ namespace deepinfer::cuda {
 bool run_gemm_wgmma(const GemmKernelParams& p, cudaStream_t stream);
 bool gemm_wgmma_takes(const GemmKernelParams& p);
 
-// Split-K for dense decode batches (quant_linear at 9-128 rows: the projections' weights are read once, where the
-// cuBLASLt path reads the FP8 weight, writes and reads back a bf16 copy). A dense call of T = ceil(m / 128) ·
-// ceil(n / 256) tiles below one wave of `sms` blocks runs each tile as S blocks over consecutive k-step ranges:
-// S = min(sms / T, k-steps / 4, 16), 1 (no split) when that is below 2 or T >= sms. Each split writes its partial
-// [m, n] product to p.split_part; a second kernel sums the S partials in split order into C (deterministic: the
-// same sums for the same shape).
+// Split-K for dense decode batches, opt-in (GemmChoices::wgmma_split_k = kAlways; quant_linear at 9-128 rows: the
+// projections' weights read once, where the cuBLASLt path reads the FP8 weight, writes and reads back a bf16 copy).
+// Measured slower than that path on the H200 (session 21: ~16 us a call, latency-bound, plus ~5 us of reduce). A dense
+// call of T = ceil(m / 128) · ceil(n / 256) tiles below one wave of `sms` blocks runs each tile as S blocks over
+// consecutive k-step ranges: S = min(sms / T, k-steps / 4, 16), 1 (no split) when that is below 2 or T >= sms. Each
+// split writes its partial [m, n] product to p.split_part; a second kernel sums the S partials in split order into C
+// (deterministic: the same sums for the same shape).
 int wgmma_dense_splits(int64_t m, int64_t n, int64_t k, int sms);
 // The f32 scratch (floats) a dense call p needs for its split partials when it does not fill the device and would
 // be split (S · m · n); 0 when run_gemm_wgmma would not split it (grouped, C rows scattered, f32 scales or
-// wgmma_exact, a forced tile or decode placement, the choice wgmma_split_k = kNever, or no sm_90 device).
+// wgmma_exact, a forced tile or decode placement, wgmma_split_k other than kAlways, or no sm_90 device).
 int64_t gemm_wgmma_split_floats(const GemmKernelParams& p);
 
 // Rows per group (rows_hint) from which grouped GEMMs take this kernel: its tiles are 128 rows, twice gemm_mma's.

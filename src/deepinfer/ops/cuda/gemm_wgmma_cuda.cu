@@ -845,7 +845,8 @@ int wgmma_dense_splits(int64_t m, int64_t n, int64_t k, int sms) {
 }
 
 int64_t gemm_wgmma_split_floats(const GemmKernelParams& p) {
-  if (p.group_offsets || p.c_rows || p.m <= 0 || p.n <= 0 || p.choices.wgmma_split_k == KernelPick::kNever) return 0;
+  // Opt-in (kAlways) until it wins: measured slower than the cuBLASLt scratch path (docs/PERF.md, session 21).
+  if (p.group_offsets || p.c_rows || p.m <= 0 || p.n <= 0 || p.choices.wgmma_split_k != KernelPick::kAlways) return 0;
   // The split runs the default decode placement and tile, and the bf16x2 decode only.
   if (p.choices.wgmma_decode != WgmmaDecode::kByFormat || wgmma_tile(p) != WgmmaTile::k128x256) return 0;
   if (!wgmma_supports(p) || wgmma_exact(p) || gemm_mma_dense_fills(p.m, p.n) || !device_is_sm90()) return 0;

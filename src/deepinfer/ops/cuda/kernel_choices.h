@@ -34,8 +34,10 @@ struct GemmChoices {
   // tiles fill the device (CudaBackend's quant_linear); past it, and below the fill, cuBLASLt over a bf16 scratch of
   // the dequantized weight. -1: kDecodeDirectMaxRows (128); 0: never.
   int64_t decode_direct_max_rows = -1;
-  // Dense wgmma calls whose tiles fill less than a wave split K over more blocks (gemm_wgmma.h): kAuto / kAlways
-  // when the caller gives the partials' scratch, kNever never (quant_linear then keeps the cuBLASLt scratch path).
+  // Dense wgmma calls whose tiles fill less than a wave split K over more blocks (gemm_wgmma.h): kAlways only (when
+  // the caller gives the partials' scratch; quant_linear and the shared expert do up to decode_direct_max_rows). The
+  // rule (kAuto) is never: on the H200 the split ran slower than the cuBLASLt scratch path it replaces (ncu, V4-Flash
+  // b64 step: 1.91 ms of split GEMMs, reduces and casts against 1.60 ms of dequant, cuBLASLt and casts).
   KernelPick wgmma_split_k = KernelPick::kAuto;
 };
 
