@@ -51,6 +51,29 @@ class CudaLinearTest : public CudaOpTest {
     cpu().dequantize(p);
     return out;
   }
+  // linear_quant at m x n x k against the CPU in every block format the decode GEMMs read from their stored codes or a
+  // bf16 scratch: FP8 128x128 / 32x32 with UE8M0 scales and MXFP4 against the bf16-rounded input at 1e-5 (A and the
+  // weights exact in bf16: only the summation order differs), FP8 32x32 with f32 scales against x at 4e-3 (bf16
+  // products of the f32 dequantized values).
+  void check_block_formats(const std::string& label, int64_t m, int64_t n, int64_t k) {
+    const HostTensor x = rand({m, k}), xr = bf16_rows(x);
+    const std::string shape = " M=" + std::to_string(m) + " N=" + std::to_string(n) + " K=" + std::to_string(k);
+    for (const auto& [name, block, f32] :
+         {std::tuple{"fp8 128x128 e8m0", 128, false}, {"fp8 32x32 e8m0", 32, false}, {"fp8 32x32 f32", 32, true}}) {
+      const HostTensor w = fp8({n, k});
+      const Shape ss = {(n + block - 1) / block, (k + block - 1) / block};
+      const HostTensor s = f32 ? f32_scales(ss) : e8m0(ss);
+      const HostTensor want = cpu_linear(f32 ? x : xr, cpu_dequant(w, s, QuantFormat::kFP8Block, n, k, block, block));
+      DeviceTensor dx = up(x), dw = up(w), ds = up(s), dout = poisoned({m, n});
+      gpu().linear_quant({dx, {dw, ds, QuantFormat::kFP8Block, block, block}, dout});
+      rel_err((label + " " + name + shape).c_str(), down(dout), want, f32 ? 4e-3 : 1e-5);
+    }
+    const HostTensor w = rand_bytes(DType::kU8, {n, k / 2}), s = e8m0({n, k / 32});
+    const HostTensor want = cpu_linear(xr, cpu_dequant(w, s, QuantFormat::kMXFP4, n, k));
+    DeviceTensor dx = up(x), dw = up(w), ds = up(s), dout = poisoned({m, n});
+    gpu().linear_quant({dx, {dw, ds, QuantFormat::kMXFP4}, dout});
+    rel_err((label + " mxfp4" + shape).c_str(), down(dout), want, 1e-5);
+  }
   // x with every element rounded to bf16: the decode GEMMs of UE8M0-scaled weights take A as bf16 (weights exact),
   // so against this input only the summation order differs.
   static HostTensor bf16_rows(const HostTensor& x) {
@@ -211,23 +234,7 @@ TEST_F(CudaLinearTest, QuantLinearStreamingShapesMatchCpu) {
 TEST_F(CudaLinearTest, QuantLinearDecodeBatchesReadTheStoredCodes) {
   for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{64, 32768, 256}, {100, 20000, 384}}) {
     ASSERT_TRUE(cuda::gemm_mma_dense_fills(m, n)) << m << " x " << n;
-    const HostTensor x = rand({m, k}), xr = bf16_rows(x);
-    const std::string shape = " M=" + std::to_string(m) + " N=" + std::to_string(n) + " K=" + std::to_string(k);
-    for (const auto& [name, block, f32] :
-         {std::tuple{"fp8 128x128 e8m0", 128, false}, {"fp8 32x32 e8m0", 32, false}, {"fp8 32x32 f32", 32, true}}) {
-      const HostTensor w = fp8({n, k});
-      const Shape ss = {(n + block - 1) / block, (k + block - 1) / block};
-      const HostTensor s = f32 ? f32_scales(ss) : e8m0(ss);
-      const HostTensor want = cpu_linear(f32 ? x : xr, cpu_dequant(w, s, QuantFormat::kFP8Block, n, k, block, block));
-      DeviceTensor dx = up(x), dw = up(w), ds = up(s), dout = poisoned({m, n});
-      gpu().linear_quant({dx, {dw, ds, QuantFormat::kFP8Block, block, block}, dout});
-      rel_err((std::string("linear_quant decode batch ") + name + shape).c_str(), down(dout), want, f32 ? 4e-3 : 1e-5);
-    }
-    const HostTensor w = rand_bytes(DType::kU8, {n, k / 2}), s = e8m0({n, k / 32});
-    const HostTensor want = cpu_linear(xr, cpu_dequant(w, s, QuantFormat::kMXFP4, n, k));
-    DeviceTensor dx = up(x), dw = up(w), ds = up(s), dout = poisoned({m, n});
-    gpu().linear_quant({dx, {dw, ds, QuantFormat::kMXFP4}, dout});
-    rel_err(("linear_quant decode batch mxfp4" + shape).c_str(), down(dout), want, 1e-5);
+    check_block_formats("linear_quant decode batch", m, n, k);
   }
 }
 
@@ -240,26 +247,10 @@ TEST_F(CudaLinearTest, QuantLinearSplitKDecodeBatchesMatchCpu) {
   for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{9, 1024, 2048}, {64, 1536, 1024}, {128, 512, 4096}}) {
     ASSERT_FALSE(cuda::gemm_mma_dense_fills(m, n)) << m << " x " << n;
     ASSERT_GT(cuda::wgmma_dense_splits(m, n, k, 132), 1) << m << " x " << n << " x " << k;
-    const HostTensor x = rand({m, k}), xr = bf16_rows(x);
-    const std::string shape = " M=" + std::to_string(m) + " N=" + std::to_string(n) + " K=" + std::to_string(k);
     for (const cuda::KernelPick split : {cuda::KernelPick::kAlways, cuda::KernelPick::kAuto}) {
       testing::ScopedKernelChoices choice(gpu(), [&](cuda::KernelChoices& c) { c.gemm.wgmma_split_k = split; });
-      const std::string how = split == cuda::KernelPick::kAlways ? " split-K" : " scratch";
-      for (const auto& [name, block, f32] :
-           {std::tuple{"fp8 128x128 e8m0", 128, false}, {"fp8 32x32 e8m0", 32, false}, {"fp8 32x32 f32", 32, true}}) {
-        const HostTensor w = fp8({n, k});
-        const Shape ss = {(n + block - 1) / block, (k + block - 1) / block};
-        const HostTensor s = f32 ? f32_scales(ss) : e8m0(ss);
-        const HostTensor want = cpu_linear(f32 ? x : xr, cpu_dequant(w, s, QuantFormat::kFP8Block, n, k, block, block));
-        DeviceTensor dx = up(x), dw = up(w), ds = up(s), dout = poisoned({m, n});
-        gpu().linear_quant({dx, {dw, ds, QuantFormat::kFP8Block, block, block}, dout});
-        rel_err((std::string("linear_quant") + how + " " + name + shape).c_str(), down(dout), want, f32 ? 4e-3 : 1e-5);
-      }
-      const HostTensor w = rand_bytes(DType::kU8, {n, k / 2}), s = e8m0({n, k / 32});
-      const HostTensor want = cpu_linear(xr, cpu_dequant(w, s, QuantFormat::kMXFP4, n, k));
-      DeviceTensor dx = up(x), dw = up(w), ds = up(s), dout = poisoned({m, n});
-      gpu().linear_quant({dx, {dw, ds, QuantFormat::kMXFP4}, dout});
-      rel_err(("linear_quant" + how + " mxfp4" + shape).c_str(), down(dout), want, 1e-5);
+      check_block_formats(split == cuda::KernelPick::kAlways ? "linear_quant split-K" : "linear_quant scratch", m, n,
+                          k);
     }
   }
 }

@@ -354,6 +354,20 @@ struct CudaBackend::Impl {
     run_gemm(g);
   }
 
+  // A dense GEMM out[m, ldc] (first w.rows() columns) = in[m, lda] · dequant(w)ᵀ (non-float formats; in_bf16: an
+  // optional bf16 copy of in, same lda).
+  static cuda::GemmKernelParams dense_params(const float* in, const void* in_bf16, int64_t lda, const QuantMatrix& w,
+                                             float* out, int64_t ldc, int64_t m) {
+    cuda::GemmKernelParams g;
+    g.a = in;
+    g.a_bf16 = in_bf16;
+    g.lda = lda;
+    g.c = out;
+    g.ldc = ldc;
+    g.m = m;
+    set_weight(g, w);
+    return g;
+  }
   // Fills the weight fields of a dense GEMM from a QuantMatrix (non-float formats).
   static void set_weight(cuda::GemmKernelParams& g, const QuantMatrix& w) {
     g.format = w.format;
@@ -415,15 +429,7 @@ struct CudaBackend::Impl {
       // A, reading N·K bytes once where the bf16 scratch above moves N·K + 4·N·K before cuBLASLt's compute; the same
       // bf16 A and exact bf16 weights.
       cuda::WorkspaceArena::Scope scope(ws());
-      cuda::GemmKernelParams g;
-      g.a = in;
-      g.a_bf16 = m >= lt_min_rows(w) ? bf16_copy(in, m * k) : nullptr;
-      g.lda = k;
-      g.c = out;
-      g.ldc = n;
-      g.m = m;
-      set_weight(g, w);
-      run_gemm(g);
+      run_gemm(dense_params(in, m >= lt_min_rows(w) ? bf16_copy(in, m * k) : nullptr, k, w, out, n, m));
     }
   }
   // Batch-invariant mode: whether a GEMM of `rows` rows (per group) with weight w takes the invariant tile kernel
@@ -477,14 +483,7 @@ struct CudaBackend::Impl {
   // bf16 copy of in (row stride lda).
   cuda::GemmKernelParams split_k_params(const float* in, const void* in_bf16, int64_t lda, const QuantMatrix& w,
                                         float* out, int64_t ldc, int64_t m) const {
-    cuda::GemmKernelParams g;
-    g.a = in;
-    g.a_bf16 = in_bf16;
-    g.lda = lda;
-    g.c = out;
-    g.ldc = ldc;
-    g.m = m;
-    set_weight(g, w);
+    cuda::GemmKernelParams g = dense_params(in, in_bf16, lda, w, out, ldc, m);
     g.choices = choices.gemm;
     g.split_part_floats = m <= decode_direct_rows() ? cuda::gemm_wgmma_split_floats(g) : 0;
     return g;
