@@ -88,7 +88,8 @@ sanitize() {  # tool filter seconds; filter "harness" = $OP_HARNESS
 }
 
 # NCU_SLICE=1: per-kernel GPU time of one synthetic decode step (NCU_SLICE_ARGS: bench options; default the
-# V4.1-Flash slice at batch 1, context 4k), summed per kernel name (tools/ncu_kernel_summary.py); NCU_DETAIL=REGEX
+# V4.1-Flash slice at batch 1, context 4k), summed per kernel name (tools/ncu_kernel_summary.py; NCU_KERNELS: the name
+# regex, NCU_BYTES=1: each kernel's DRAM bytes and their rate too); NCU_DETAIL=REGEX
 # then ncu's speed-of-light, memory, occupancy, launch and warp-stall sections for the first 2 matching launches.
 ncu_slice() {
   [ -n "${NCU_SLICE:-}" ] || return 0
@@ -96,7 +97,9 @@ ncu_slice() {
   ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
   args=${NCU_SLICE_ARGS:---model v41-flash --no-prefill --batch 1 --context 4096 --warmup 0 --iters 1 --no-graphs}
   # shellcheck disable=SC2086
-  timeout "${NCU_TIMEOUT:-150}" "$ncu" --clock-control none --csv --print-units base --metrics gpu__time_duration.sum \
+  local metrics=gpu__time_duration.sum
+  [ "${NCU_BYTES:-0}" != 0 ] && metrics="$metrics,dram__bytes_read.sum,dram__bytes_write.sum"
+  timeout "${NCU_TIMEOUT:-150}" "$ncu" --clock-control none --csv --print-units base --metrics "$metrics" \
     --kernel-name "regex:${NCU_KERNELS:-gemm|moe|swiglu|router|combine|plan|hc_|rms|rope|attention|indexer|topk|dequant|cast|embed|scatter|compress|engram}" \
     build-gpu/bin/deepinfer bench --device cuda $args >"$OUT/ncu_slice.csv" 2>"$OUT/ncu_slice.err"
   note "ncu slice: rc=$? ($ncu)"
