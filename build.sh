@@ -67,7 +67,8 @@ build() {
   local py; py=$(python_exe)
   log "accelerator: $acc, build dir: $BUILD_DIR, python: $py"
   cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE="${DEEPINFER_BUILD_TYPE:-Release}" \
-    -DDEEPINFER_ACCELERATOR="$acc" -DPython_EXECUTABLE="$py" ${DEEPINFER_CMAKE_ARGS:-} >/dev/null
+    -DDEEPINFER_ACCELERATOR="$acc" -DPython_EXECUTABLE="$py" -DPython3_EXECUTABLE="$py" ${DEEPINFER_CMAKE_ARGS:-} \
+    >/dev/null
   cmake --build "$BUILD_DIR" -j "$JOBS"
   embedded_model
 }
