@@ -537,7 +537,7 @@ TEST_F(CudaGemmWgmmaTest, RunGemmDispatchAndChoice) {
 // partial product into p.split_part, summed in split order into C. Every UE8M0 kind at 9 / 64 / 200 rows (one and two
 // row tiles) against the double reference in full, the same bytes on a second run and through run_gemm, C with a row
 // stride wider than N (the shared expert's gate | up halves) the same bytes with the rest of the row untouched; no
-// split without the scratch, with too little of it, unless wgmma_split_k = always (opt-in), or with f32 scales.
+// split without splits asked or without the scratch, unless wgmma_split_k = always (opt-in), or with f32 scales.
 TEST_F(CudaGemmWgmmaTest, DenseKSplitsMatchReference) {
   cudaStream_t s = gpu().stream();
   const int sms = gpu().device_info().sm_count;
@@ -546,27 +546,25 @@ TEST_F(CudaGemmWgmmaTest, DenseKSplitsMatchReference) {
     for (int64_t m : {9, 64, 200}) {
       const Problem pr = dense(kind, m, n, k);
       const std::unique_ptr<Launch> l = prepare(pr);
-      EXPECT_EQ(cuda::gemm_wgmma_split_floats(l->p), 0) << "split-K is opt-in";
+      EXPECT_EQ(cuda::gemm_wgmma_k_splits(l->p, sms), 1) << "split-K is opt-in";
       l->p.choices.wgmma_split_k = cuda::KernelPick::kAlways;
       const std::string what = std::string("dense split-K ") + kind_name(kind) + " M=" + std::to_string(m);
-      const int64_t need = cuda::gemm_wgmma_split_floats(l->p);
+      const int splits = cuda::gemm_wgmma_k_splits(l->p, sms);
       if (kind == Kind::kFp8F32_128) {
-        EXPECT_EQ(need, 0) << what << ": f32 scales decode exactly, unsplit";
+        EXPECT_EQ(splits, 1) << what << ": f32 scales decode exactly, unsplit";
         continue;
       }
-      const int splits = cuda::wgmma_dense_splits(m, n, k, sms);
       ASSERT_GT(splits, 1) << what;
-      ASSERT_EQ(need, splits * m * n) << what;
+      ASSERT_EQ(splits, cuda::wgmma_dense_splits(m, n, k, sms)) << what;
+      EXPECT_FALSE(cuda::run_gemm_wgmma(l->p, s)) << what << ": no splits asked";
+      l->p.k_splits = splits;
       EXPECT_FALSE(cuda::run_gemm_wgmma(l->p, s)) << what << ": no partials scratch";
-      DeviceTensor part = poisoned({need});
+      DeviceTensor part = poisoned({splits * m * n});
       l->p.split_part = static_cast<float*>(part.data());
-      l->p.split_part_floats = need - 1;
-      EXPECT_FALSE(cuda::run_gemm_wgmma(l->p, s)) << what << ": too little partials scratch";
-      l->p.split_part_floats = need;
       {
         cuda::GemmKernelParams never = l->p;
         never.choices.wgmma_split_k = cuda::KernelPick::kNever;
-        EXPECT_EQ(cuda::gemm_wgmma_split_floats(never), 0) << what;
+        EXPECT_EQ(cuda::gemm_wgmma_k_splits(never, sms), 1) << what;
         EXPECT_FALSE(cuda::run_gemm_wgmma(never, s)) << what << ": wgmma_split_k = never";
       }
       const HostTensor got =

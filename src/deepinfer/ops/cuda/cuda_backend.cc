@@ -416,7 +416,7 @@ struct CudaBackend::Impl {
       cuda::WorkspaceArena::Scope scope(ws());
       const void* in_bf16 = bf16_copy(in, m * k);
       cuda::GemmKernelParams g = split_k_params(in, in_bf16, k, w, out, n, m);
-      if (g.split_part_floats > 0) {
+      if (g.k_splits > 1) {
         run_split_k(g);
         return;
       }
@@ -478,19 +478,18 @@ struct CudaBackend::Impl {
   }
 
   // The params of out[m, ldc] (first w.rows() columns) = in · dequant(w)ᵀ through the wgmma kernel split along K
-  // (gemm_wgmma.h), with split_part_floats the partials' scratch it needs: 0 when the call does not go that way (past
-  // decode_direct's rows, or a call the kernel does not split), and then the caller takes another path. in_bf16: the
-  // bf16 copy of in (row stride lda).
+  // (gemm_wgmma.h), with its k_splits: 1 when the call does not go that way (past decode_direct's rows, or a call the
+  // kernel does not split), and then the caller takes another path. in_bf16: the bf16 copy of in (row stride lda).
   cuda::GemmKernelParams split_k_params(const float* in, const void* in_bf16, int64_t lda, const QuantMatrix& w,
                                         float* out, int64_t ldc, int64_t m) const {
     cuda::GemmKernelParams g = dense_params(in, in_bf16, lda, w, out, ldc, m);
     g.choices = choices.gemm;
-    g.split_part_floats = m <= decode_direct_rows() ? cuda::gemm_wgmma_split_floats(g) : 0;
+    g.k_splits = m <= decode_direct_rows() ? cuda::gemm_wgmma_k_splits(g, info.sm_count) : 1;
     return g;
   }
   // Runs split_k_params' call with its partials in scratch from ws() (the caller holds the scope).
   void run_split_k(cuda::GemmKernelParams g) {
-    g.split_part = ws().take_as<float>(g.split_part_floats);
+    g.split_part = ws().take_as<float>(static_cast<int64_t>(g.k_splits) * g.m * g.n);
     run_gemm(g);
   }
 
@@ -673,7 +672,7 @@ struct CudaBackend::Impl {
             shared_lt ? split_k_params(xc, xc16, d, shared->w1, sgu, 2 * si, tc) : cuda::GemmKernelParams{};
         const cuda::GemmKernelParams split_up =
             shared_lt ? split_k_params(xc, xc16, d, shared->w3, sgu + si, 2 * si, tc) : cuda::GemmKernelParams{};
-        if (split_gate.split_part_floats > 0 && split_up.split_part_floats > 0) {
+        if (split_gate.k_splits > 1 && split_up.k_splits > 1) {
           // gate and up into the two halves of sgu, each from its stored codes (as quant_linear's split case).
           run_split_k(split_gate);
           run_split_k(split_up);

@@ -13,7 +13,6 @@ namespace deepinfer::cuda {
 // not fill the device only split along K, with p.split_part. Returns false, enqueuing nothing, otherwise (and always
 // when p.choices.wgmma is kNever; kAlways also takes grouped calls below kGemmWgmmaMinRows rows).
 bool run_gemm_wgmma(const GemmKernelParams& p, cudaStream_t stream);
-bool gemm_wgmma_takes(const GemmKernelParams& p);
 
 // Split-K for dense decode batches, opt-in (GemmChoices::wgmma_split_k = kAlways; quant_linear at 9-128 rows: the
 // projections' weights read once, where the cuBLASLt path reads the FP8 weight, writes and reads back a bf16 copy).
@@ -23,10 +22,11 @@ bool gemm_wgmma_takes(const GemmKernelParams& p);
 // split writes its partial [m, n] product to p.split_part; a second kernel sums the S partials in split order into C
 // (deterministic: the same sums for the same shape).
 int wgmma_dense_splits(int64_t m, int64_t n, int64_t k, int sms);
-// The f32 scratch (floats) a dense call p needs for its split partials when it does not fill the device and would
-// be split (S · m · n); 0 when run_gemm_wgmma would not split it (grouped, C rows scattered, f32 scales or
-// wgmma_exact, a forced tile or decode placement, wgmma_split_k other than kAlways, or no sm_90 device).
-int64_t gemm_wgmma_split_floats(const GemmKernelParams& p);
+// The splits S for a dense call p on a device of sm_count SMs when it does not fill the device and would be split
+// (the caller then sets p.k_splits = S and p.split_part to S · m · n floats); 1 when run_gemm_wgmma does not split it
+// (grouped, C rows scattered, f32 scales or wgmma_exact, a forced tile or decode placement, wgmma_split_k other than
+// kAlways, or no sm_90 device).
+int gemm_wgmma_k_splits(const GemmKernelParams& p, int sm_count);
 
 // Rows per group (rows_hint) from which grouped GEMMs take this kernel: its tiles are 128 rows, twice gemm_mma's.
 constexpr int64_t kGemmWgmmaMinRows = 32;

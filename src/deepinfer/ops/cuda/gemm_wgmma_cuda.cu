@@ -806,16 +806,6 @@ bool device_is_sm90() {
   return yes;
 }
 
-int sm_count() {
-  static const int sms = [] {
-    int dev = 0, v = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) return 0;
-    if (cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) return 0;
-    return v;
-  }();
-  return sms;
-}
-
 // What every wgmma call needs, whatever its rows: formats, K, block sizes, alignment, no batch-invariant mode.
 bool wgmma_supports(const GemmKernelParams& p) {
   if (p.choices.wgmma == KernelPick::kNever || !p.a_bf16 || p.batch_invariant) return false;
@@ -844,14 +834,31 @@ int wgmma_dense_splits(int64_t m, int64_t n, int64_t k, int sms) {
   return splits >= 2 ? static_cast<int>(splits) : 1;
 }
 
-int64_t gemm_wgmma_split_floats(const GemmKernelParams& p) {
+namespace {
+// Whether a dense call may be split along K at all (gemm_wgmma_k_splits then counts the splits).
+bool split_eligible(const GemmKernelParams& p) {
   // Opt-in (kAlways) until it wins: measured slower than the cuBLASLt scratch path (docs/PERF.md, session 21).
-  if (p.group_offsets || p.c_rows || p.m <= 0 || p.n <= 0 || p.choices.wgmma_split_k != KernelPick::kAlways) return 0;
+  if (p.group_offsets || p.c_rows || p.m <= 0 || p.n <= 0 || p.choices.wgmma_split_k != KernelPick::kAlways)
+    return false;
   // The split runs the default decode placement and tile, and the bf16x2 decode only.
-  if (p.choices.wgmma_decode != WgmmaDecode::kByFormat || wgmma_tile(p) != WgmmaTile::k128x256) return 0;
-  if (!wgmma_supports(p) || wgmma_exact(p) || gemm_mma_dense_fills(p.m, p.n) || !device_is_sm90()) return 0;
-  const int splits = wgmma_dense_splits(p.m, p.n, p.k, sm_count());
-  return splits > 1 ? splits * p.m * p.n : 0;
+  if (p.choices.wgmma_decode != WgmmaDecode::kByFormat || wgmma_tile(p) != WgmmaTile::k128x256) return false;
+  return wgmma_supports(p) && !wgmma_exact(p) && !gemm_mma_dense_fills(p.m, p.n) && device_is_sm90();
+}
+
+bool gemm_wgmma_takes(const GemmKernelParams& p) {
+  if (!wgmma_supports(p)) return false;
+  if (p.group_offsets) {
+    if (p.choices.wgmma != KernelPick::kAlways && (p.rows_hint > 0 ? p.rows_hint : p.m) < kGemmWgmmaMinRows)
+      return false;
+  } else if (!gemm_mma_dense_fills(p.m, p.n)) {
+    if (p.k_splits < 2 || !p.split_part || !split_eligible(p)) return false;
+  }
+  return device_is_sm90();
+}
+}  // namespace
+
+int gemm_wgmma_k_splits(const GemmKernelParams& p, int sm_count) {
+  return split_eligible(p) ? wgmma_dense_splits(p.m, p.n, p.k, sm_count) : 1;
 }
 
 WgmmaTile wgmma_tile(const GemmKernelParams& p) {
@@ -863,29 +870,16 @@ WgmmaTile wgmma_tile(const GemmKernelParams& p) {
   return (p.rows_hint > 0 ? p.rows_hint : p.m) >= kGemmWgmmaMixedRows ? WgmmaTile::kMixed : WgmmaTile::k128x256;
 }
 
-bool gemm_wgmma_takes(const GemmKernelParams& p) {
-  if (!wgmma_supports(p)) return false;
-  if (p.group_offsets) {
-    if (p.choices.wgmma != KernelPick::kAlways && (p.rows_hint > 0 ? p.rows_hint : p.m) < kGemmWgmmaMinRows)
-      return false;
-  } else if (!gemm_mma_dense_fills(p.m, p.n)) {
-    const int64_t need = gemm_wgmma_split_floats(p);
-    if (need == 0 || !p.split_part || p.split_part_floats < need) return false;
-  }
-  return device_is_sm90();
-}
-
 bool run_gemm_wgmma(const GemmKernelParams& p, cudaStream_t stream) {
   if (!gemm_wgmma_takes(p)) return false;
   if (p.m == 0 || p.n == 0) return true;
   if (!p.group_offsets && !gemm_mma_dense_fills(p.m, p.n)) {
-    const int splits = wgmma_dense_splits(p.m, p.n, p.k, sm_count());
     if (p.format == QuantFormat::kMXFP4)
-      launch_split<QuantFormat::kMXFP4>(p, splits, stream);
+      launch_split<QuantFormat::kMXFP4>(p, p.k_splits, stream);
     else if (p.format == QuantFormat::kFP8Block)
-      launch_split<QuantFormat::kFP8Block>(p, splits, stream);
+      launch_split<QuantFormat::kFP8Block>(p, p.k_splits, stream);
     else
-      launch_split<QuantFormat::kFP8Row32>(p, splits, stream);
+      launch_split<QuantFormat::kFP8Row32>(p, p.k_splits, stream);
     return true;
   }
   const bool exact = wgmma_exact(p);

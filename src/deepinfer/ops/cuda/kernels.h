@@ -109,10 +109,10 @@ struct GemmKernelParams {
   // (gemm_invariant_f32.h), else the fp32 FMA chain over k = 0, 1, ..., K-1 (the SIMT tile / the column chain).
   bool batch_invariant = false;
   GemmChoices choices;  // the backend's (kernel_choices.h)
-  // Optional f32 scratch for a dense wgmma call split along K (gemm_wgmma.h, gemm_wgmma_split_floats): each split's
-  // partial [m, n] product, summed into c in split order. Without it such calls are not split.
+  // A dense wgmma call split along K (gemm_wgmma.h, gemm_wgmma_k_splits): k_splits >= 2 splits, each writing its
+  // partial [m, n] product to split_part (k_splits · m · n floats), summed into c in split order. Else not split.
+  int k_splits = 0;
   float* split_part = nullptr;
-  int64_t split_part_floats = 0;
 };
 constexpr int kGemmTileM = 64;
 // The streaming kernel re-reads A (rows × K) for every output column: cheap from L1 for a row or two, the
