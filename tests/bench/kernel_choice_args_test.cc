@@ -23,14 +23,15 @@ TEST(KernelChoiceArgs, NoneIsTheDefaults) {
   EXPECT_EQ(c.gemm.stream_mma_max_rows, -1);
   EXPECT_EQ(c.gemm.decode_direct_max_rows, -1);
   EXPECT_EQ(c.gemm.wgmma_split_k, KernelPick::kAuto);
+  EXPECT_EQ(c.gemm.rows_mma, KernelPick::kAuto);
   EXPECT_EQ(describe_kernel_choices(c), "");
 }
 
 TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
   const std::vector<std::string> specs = {
-      "attn_mma=never",        "indexer_mma=always",         "topk_small_blocks=never",     "wgmma=never",
-      "wgmma_exact=1",         "wgmma_decode=consumers",     "wgmma_tile=256x128",          "wgmma_split_k=never",
-      "stream_mma_max_rows=0", "decode_direct_max_rows=256", "grouped_one_launch_rows=1000"};
+      "attn_mma=never", "indexer_mma=always",     "topk_small_blocks=never",    "wgmma=never",
+      "wgmma_exact=1",  "wgmma_decode=consumers", "wgmma_tile=256x128",         "wgmma_split_k=never",
+      "rows_mma=never", "stream_mma_max_rows=0",  "decode_direct_max_rows=256", "grouped_one_launch_rows=1000"};
   const cuda::KernelChoices c = parse_kernel_choices(specs);
   EXPECT_EQ(c.attn_mma, KernelPick::kNever);
   EXPECT_EQ(c.indexer_mma, KernelPick::kAlways);
@@ -40,6 +41,7 @@ TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
   EXPECT_EQ(c.gemm.wgmma_decode, WgmmaDecode::kConsumers);
   EXPECT_EQ(c.gemm.wgmma_tile, WgmmaTile::k256x128);
   EXPECT_EQ(c.gemm.wgmma_split_k, KernelPick::kNever);
+  EXPECT_EQ(c.gemm.rows_mma, KernelPick::kNever);
   EXPECT_EQ(c.gemm.stream_mma_max_rows, 0);
   EXPECT_EQ(c.gemm.decode_direct_max_rows, 256);
   EXPECT_EQ(c.grouped_one_launch_rows, 1000);

@@ -13,6 +13,7 @@
 #include "deepinfer/ops/cuda/dequant_bf16.h"
 #include "deepinfer/ops/cuda/gemm_invariant_mma.h"
 #include "deepinfer/ops/cuda/gemm_mma.h"
+#include "deepinfer/ops/cuda/gemm_rows_mma.h"
 #include "deepinfer/ops/cuda/gemm_stream_mma.h"
 #include "deepinfer/ops/cuda/gemm_wgmma.h"
 #include "deepinfer/ops/cuda/indexer_mma.h"
@@ -507,7 +508,13 @@ struct CudaBackend::Impl {
   // Whether a dense block-format GEMM of m rows against w goes through cuBLASLt over a bf16 scratch of dequant(w)
   // (quant_linear, the shared expert) rather than the own kernels (default mode).
   bool dense_scratch(const QuantMatrix& w, int64_t m) const {
-    return m >= lt_min_rows(w) && !decode_direct(m, w.rows());
+    return m >= lt_min_rows(w) && !decode_direct(m, w.rows()) && !rows_direct(w, m);
+  }
+  // Whether a dense block-format GEMM of m rows against w takes the rows kernel (gemm_rows_mma.h; default mode).
+  bool rows_direct(const QuantMatrix& w, int64_t m) const {
+    const bool e8m0 = w.scale.data() == nullptr || w.scale.dtype() == DType::kE8M0;
+    return !batch_invariant && w.format != QuantFormat::kFloat &&
+           cuda::gemm_rows_mma_takes(w.format, e8m0, w.block_n, w.block_k, w.rows(), w.cols(), m, choices.gemm);
   }
 
   // The MoE pipeline shared by moe() (f32 experts) and moe_quant(): plan, grouped gate/up GEMMs, SwiGLU,
@@ -543,7 +550,9 @@ struct CudaBackend::Impl {
         (batch_invariant ? invariant_tile(shared->w1, tokens) : cuda::gemm_mma_dense_fills(tokens, shared->w1.rows()));
     const int64_t per_token = k * (3 * inter + d) * 4 + (shared ? (3 * inter + d) * 4 : 0) +
                               (bf16_inputs ? k * inter * 2 : 0) + (bf16_inputs || shared_bf16 ? d * 2 : 0) +
-                              (shared_bf16 ? shared->w1.rows() * 2 : 0);
+                              (shared_bf16 ? shared->w1.rows() * 2 : 0) +
+                              // the rows kernel's bf16 copies of x and h (shared_rows below)
+                              (shared && tokens <= cuda::kGemmRowsMmaMaxRows ? (d + shared->w1.rows()) * 2 : 0);
     // Chunks of at least kMoeChunkTokens tokens (a typical prefill chunk) even past 1 GiB of intermediates (~2.6
     // GiB for V4-Flash, ~3.5 GiB for V3 at 8192 tokens; the engine reserves 5% of the device for activations): with
     // 1 GiB chunks an 8192-token V4-Flash prefill ran in three chunks of ~78 rows an expert, so most experts' second
@@ -577,7 +586,9 @@ struct CudaBackend::Impl {
       // (split_k_params) instead, as quant_linear does.
       const bool shared_lt = shared && !batch_invariant && !shared_mma && shared->w1.format != QuantFormat::kFloat &&
                              shared->w3.format == shared->w1.format && dense_scratch(shared->w1, tc);
-      if (bf16_inputs || shared_mma || shared_lt) {
+      // 9-64 rows: gate, up and down through the rows kernel (gemm_rows_mma.h) from bf16 copies of x and of h.
+      const bool shared_rows = shared && !shared_mma && rows_direct(shared->w1, tc) && rows_direct(shared->w3, tc);
+      if (bf16_inputs || shared_mma || shared_lt || shared_rows) {
         xc16 = ws().take(sizeof(uint16_t) * tc * d);
         cuda::run_cast_f32_to_bf16(xc, xc16, tc * d, s());
       }
@@ -685,7 +696,7 @@ struct CudaBackend::Impl {
           // gate/up into the two halves of sgu: run each as a dense GEMM with ldc = 2·I.
           for (int which = 0; which < 2; ++which) {
             const QuantMatrix& w = which == 0 ? shared->w1 : shared->w3;
-            shared_gemm(xc, d, w, sgu + which * si, 2 * si, tc, shared_mma ? xc16 : nullptr);
+            shared_gemm(xc, d, w, sgu + which * si, 2 * si, tc, shared_mma || shared_rows ? xc16 : nullptr);
           }
         }
         cuda::SwigluKernelParams ssw;
@@ -695,7 +706,7 @@ struct CudaBackend::Impl {
         ssw.inter = si;
         ssw.limit = limit;
         void* sh16 = nullptr;
-        if (shared_mma) {
+        if (shared_mma || shared_rows) {
           sh16 = ws().take(sizeof(uint16_t) * tc * si);
           cuda::run_swiglu_bf16(ssw, sh16, s());
         } else {

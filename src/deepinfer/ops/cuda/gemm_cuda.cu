@@ -22,6 +22,7 @@
 #include "deepinfer/ops/cuda/gemm_invariant_f32.h"
 #include "deepinfer/ops/cuda/gemm_invariant_mma.h"
 #include "deepinfer/ops/cuda/gemm_mma.h"
+#include "deepinfer/ops/cuda/gemm_rows_mma.h"
 #include "deepinfer/ops/cuda/gemm_stream_mma.h"
 #include "deepinfer/ops/cuda/gemm_wgmma.h"
 #include "deepinfer/ops/cuda/kernels.h"
@@ -1077,6 +1078,8 @@ void launch_fast(const GemmKernelParams& p, bool vec, cudaStream_t stream) {
   if constexpr (F != QuantFormat::kFloat) {
     // Few rows per weight in a block format with UE8M0 scales: stream the weights through the tensor cores.
     if (rows <= stream_mma_max_rows(p) && run_gemm_stream_mma(p, rows, stream)) return;
+    // Dense calls of 9-64 rows: all rows in one pass over the weights.
+    if (run_gemm_rows_mma(p, stream)) return;
   }
   const bool mma_rows = p.a_bf16 && p.group_offsets && rows >= kGemmMmaMinRows;
   if (rows <= kGemmSkinnyRows && !mma_rows) {

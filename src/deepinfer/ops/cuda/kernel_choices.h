@@ -39,6 +39,9 @@ struct GemmChoices {
   // rule (kAuto) is never: on the H200 the split ran slower than the cuBLASLt scratch path it replaces (ncu, V4-Flash
   // b64 step: 1.91 ms of split GEMMs, reduces and casts against 1.60 ms of dequant, cuBLASLt and casts).
   KernelPick wgmma_split_k = KernelPick::kAuto;
+  // Dense block-format calls of 9-64 rows through the rows kernel (gemm_rows_mma.h: the weights read once, all rows
+  // in one pass) instead of the cuBLASLt scratch path or the wgmma / mma.sync tiles; kAuto: every call it takes.
+  KernelPick rows_mma = KernelPick::kAuto;
 };
 
 struct KernelChoices {

@@ -1,0 +1,41 @@
+// The dense decode GEMM of 9-64 rows for block-format weights (gemm_rows_mma_cuda.cu), behind run_gemm after the
+// streaming kernel's few rows (gemm_stream_mma.h).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "deepinfer/ops/cuda/kernels.h"
+
+namespace deepinfer::cuda {
+
+// Rows of a dense call that this kernel takes: above the streaming kernel's one pass (kGemmStreamMmaMaxRows) up to
+// kGemmRowsMmaMaxRows, all rows in one pass over the weights.
+constexpr int64_t kGemmRowsMmaMaxRows = 64;
+
+// C = A · dequant(B)ᵀ for a dense call of m rows (9..kGemmRowsMmaMaxRows): each weight byte is read from HBM once
+// and decoded once in registers (the streaming kernel's exact bf16 placement and UE8M0 scale multiply), then feeds
+// one mma.sync per 8 rows of A. A is rounded to bf16 (from p.a_bf16 when given), fp32 accumulation. A block holds its
+// K range of all rows in shared memory; K splits over a thread-block cluster whose blocks sum their partial tiles
+// through distributed shared memory in rank order (deterministic for a shape and device; no partials in global
+// memory, no second kernel). Takes what run_gemm_stream_mma takes (UE8M0 MXFP4, FP8 blocks of power-of-two shape,
+// FP8 per-32 rows, 16-byte aligned weights), dense only (no groups, gathered or scattered rows), and not in
+// batch-invariant mode or with p.choices.rows_mma == kNever. Returns false, enqueuing nothing, otherwise.
+bool run_gemm_rows_mma(const GemmKernelParams& p, cudaStream_t stream);
+
+// Whether run_gemm_rows_mma takes a dense call of `rows` rows with these weights (pointers and alignment aside:
+// 16-byte aligned weights and A are the caller's part). CudaBackend's quant_linear and shared expert ask it before
+// they fall back to the cuBLASLt scratch path.
+bool gemm_rows_mma_takes(QuantFormat format, bool scale_e8m0, int block_n, int block_k, int64_t n, int64_t k,
+                         int64_t rows, const GemmChoices& choices);
+
+// The launch shape: `warps` 16-row weight tiles a block (4 or 8), `splits` blocks of a cluster along K (1..8, a power
+// of two), each over `split_steps` steps of 4 code chunks. Exposed for the tests, which check its rules.
+struct RowsMmaShape {
+  int warps = 8;
+  int splits = 1;
+  int split_steps = 0;
+  size_t smem = 0;  // dynamic shared memory a block
+};
+RowsMmaShape gemm_rows_mma_shape(QuantFormat format, int64_t n, int64_t k, int64_t rows, int sms);
+
+}  // namespace deepinfer::cuda

@@ -1,0 +1,326 @@
+// Dense decode GEMMs of 9-64 rows for the block formats: the weights read once, all rows in one pass.
+//
+// Why: a decode batch of 16-64 tokens sends every projection (q_a, kv, q_b, the o_a groups, o_b, the indexer's, the
+// shared expert's) through here. The streaming kernel (gemm_stream_mma_cuda.cu) stages all of K for at most 8 rows,
+// so 64 rows streamed the weights 8 times; the cuBLASLt path dequantized each weight to a bf16 scratch per call
+// (the FP8 bytes read, twice as many written and read back) and then ran cuBLASLt's small-M kernels (ncu, H200,
+// session 21, V4-Flash b64 step: 782 us of dequant and 621 us of cuBLASLt for ~390 MB of FP8 weights, which stream
+// in ~93 us at the copy rate). Here:
+// - a warp owns 16 weight rows (the mma's m16 operand), decoded in registers exactly as the streaming kernel does
+//   (its K walk, its fragment order, its bf16 placement and scale multiply: gemm_stream_decode.cuh), and each decoded
+//   fragment feeds one mma per 8 activation rows, so the decode and the weight bytes do not grow with the rows;
+// - a block's warps share one K range of all the call's rows, staged once in shared memory in fragment order (one
+//   conflict-free 8-byte load per mma and lane);
+// - K splits over the blocks of a thread-block cluster (Hopper) when the weight tiles alone would not give the device
+//   enough blocks; the blocks then add their partial tiles through distributed shared memory, each summing a slice of
+//   the tile over the cluster's ranks in rank order: deterministic, and no partials through global memory.
+#include "deepinfer/ops/cuda/gemm_rows_mma.h"
+
+#include <cooperative_groups.h>
+#include <cuda_bf16.h>
+
+#include <algorithm>
+
+#include "deepinfer/ops/cuda/cuda_check.h"
+#include "deepinfer/ops/cuda/device_math.cuh"
+#include "deepinfer/ops/cuda/gemm_decode.cuh"
+#include "deepinfer/ops/cuda/gemm_stream_decode.cuh"
+#include "deepinfer/ops/cuda/gemm_stream_mma.h"
+
+namespace deepinfer::cuda {
+namespace {
+
+using namespace stream_decode;
+namespace cg = cooperative_groups;
+
+constexpr int kMaxWarps = 8;
+constexpr int kPrefetch = 4;   // steps of weight loads in flight a lane: 2 rows x 16 bytes each, 128 bytes
+constexpr int kMaxSplits = 8;  // the portable cluster size
+constexpr int kMinSplitSteps = 4;
+// A block's shared memory at most (one block an SM still fits; 227 KB is the sm_90 limit).
+constexpr size_t kMaxSmem = 200 * 1024;
+constexpr int kPartPad = 4;  // floats of padding a partial-tile row: the accumulator stores hit distinct banks
+
+__device__ __forceinline__ uint4 ld_stream(const uint4* p) {  // read once: no L1 allocation
+  uint4 r;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "l"(p));
+  return r;
+}
+
+struct StepData {
+  uint4 q[2];     // 16 code bytes of weight rows g and g + 8
+  uint32_t e[2];  // their scale bytes
+};
+
+struct KernelShape {
+  int splits, split_steps, lbn, lbk;
+  bool a_vec;  // f32 A rows 16-byte aligned (when there is no bf16 copy)
+};
+
+// Grid: x = blocks of `warps` 16-row weight tiles, y = K splits (a cluster of `splits` blocks along y).
+// Dynamic shared memory: the block's K range of the R = 8·RG rows as bf16 fragments, [step][mma][row][lane % 4] x
+// 8 bytes; afterwards the block's partial tile, R rows x (16·warps + kPartPad) floats.
+template <QuantFormat F, int RG, bool kBf16A>
+__global__ void __launch_bounds__(32 * kMaxWarps, 1) gemm_rows_mma_kernel(GemmKernelParams p, KernelShape sh) {
+  constexpr int R = 8 * RG, kMi = kMmas<F>, kC = kChunkK<F>;
+  extern __shared__ __align__(16) uint2 xs[];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+  const int warps = blockDim.x >> 5, cols = 16 * warps, ld = cols + kPartPad;
+  const int chunks = static_cast<int>(p.k / kC), steps = (chunks + 3) / 4;
+  const int split = blockIdx.y;
+  const int s_begin = split * sh.split_steps, s_end = min(steps, s_begin + sh.split_steps);
+  const int64_t n_block = static_cast<int64_t>(blockIdx.x) * cols, n0 = n_block + 16 * warp;
+  const uint8_t* b = static_cast<const uint8_t*>(p.b);
+  const uint8_t* s = static_cast<const uint8_t*>(p.b_scale);
+  // Rows past N read row 0 (in bounds) and contribute nothing: their outputs are never written.
+  const uint4* wrow[2];
+  const uint8_t* srow[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t n = n0 + g + 8 * h;
+    wrow[h] = reinterpret_cast<const uint4*>(b + (n < p.n ? n : 0) * chunks * 16) + t;
+    srow[h] = scale_row<F>(p, s, n < p.n ? n : 0, sh.lbn);
+  }
+  auto load = [&](int st, StepData& d) {
+    const int c = 4 * st + t;
+    const bool ok = st < s_end && c < chunks;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      d.q[h] = ok ? ld_stream(wrow[h] + 4 * st) : make_uint4(0, 0, 0, 0);
+      d.e[h] = ok ? srow[h][scale_offset<F>(c, sh.lbk)] : 127u;
+    }
+  };
+  // The first steps' weight loads go out before the rows are staged, so they are in flight meanwhile.
+  StepData buf[kPrefetch];
+#pragma unroll
+  for (int u = 0; u < kPrefetch; ++u) load(s_begin + u, buf[u]);
+
+  // A thread per (row, chunk) of the block's K range: the chunk's activations in one round of loads, then its kMi
+  // fragment entries. Rows past m stage zeros.
+  const int range_chunks = 4 * (s_end - s_begin);
+  for (int q = tid; q < R * range_chunks; q += blockDim.x) {
+    const int r = q % R, cl = q / R, c = 4 * s_begin + cl;
+    const int64_t row = r < p.m ? r : -1;
+    uint2* dst = xs + ((cl >> 2) * kMi * R + r) * 4 + (cl & 3);
+    if constexpr (kBf16A) {
+      uint32_t h[kC / 2];
+      load_chunk<F>(p, row, c, chunks, h);
+      place_pairs<F>(h, dst, R * 4);
+    } else {
+      float v[kC];
+      load_chunk<F>(p, row, c, chunks, sh.a_vec, v);
+      place_pairs<F>(v, dst, R * 4);
+    }
+  }
+  __syncthreads();
+
+  // One accumulator chain per 8 rows: RG independent chains already.
+  float acc[RG][4] = {};
+  for (int st0 = s_begin; st0 < s_end; st0 += kPrefetch) {
+#pragma unroll
+    for (int u = 0; u < kPrefetch; ++u) {
+      const int st = st0 + u;
+      if (st < s_end) {
+        StepData& d = buf[u];
+        FormatScale<F> sc[2];
+        sc[0].set(d.e[0]);
+        sc[1].set(d.e[1]);
+        const uint2* xrow = xs + (st - s_begin) * (kMi * R * 4) + lane;
+        const auto mmas = [&]<bool kMaybeTwo>() {
+#pragma unroll
+          for (int mi = 0; mi < kMi; ++mi) {
+            uint32_t wp[2], wq[2];
+            weight_pairs<F, kMaybeTwo>(d.q[0], sc[0], mi, wp[0], wq[0]);
+            weight_pairs<F, kMaybeTwo>(d.q[1], sc[1], mi, wp[1], wq[1]);
+            const uint32_t a[4] = {wp[0], wp[1], wq[0], wq[1]};
+#pragma unroll
+            for (int rg = 0; rg < RG; ++rg) {
+              const uint2 x = xrow[mi * R * 4 + rg * 32];
+              mma_bf16(acc[rg], a, x.x, x.y);
+            }
+          }
+        };
+        // (As the streaming kernel: a scale past bf16's range for one multiply takes the two-multiply decode.)
+        if (__any_sync(0xffffffffu, sc[0].two || sc[1].two))
+          mmas.template operator()<true>();
+        else
+          mmas.template operator()<false>();
+        // Refills two steps at a time, so that a row's 64-byte halves of one 128-byte line leave back to back (the
+        // streaming kernel's measured order).
+        if (u & 1) {
+          load(st - 1 + kPrefetch, buf[u - 1]);
+          load(st + kPrefetch, d);
+        }
+      }
+    }
+  }
+  __syncthreads();  // every warp is done with the staged rows: the partial tile takes their place
+
+  // acc[rg]: 0 / 1 weight row g, rows 8·rg + 2t / 2t + 1; 2 / 3 the same for weight row g + 8.
+  float* part = reinterpret_cast<float*>(xs);
+#pragma unroll
+  for (int rg = 0; rg < RG; ++rg)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) part[(8 * rg + 2 * t + (i & 1)) * ld + 16 * warp + g + (i >= 2 ? 8 : 0)] = acc[rg][i];
+  // Rank j of the cluster sums elements [j·E/S, (j+1)·E/S) of the R x cols tile over ranks 0..S-1 in that order.
+  const int elems = R * cols, e_begin = split * elems / sh.splits, e_end = (split + 1) * elems / sh.splits;
+  if (sh.splits > 1) {
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();
+    for (int e = e_begin + tid; e < e_end; e += blockDim.x) {
+      const int r = e / cols, cc = e % cols;
+      float sum = 0.0f;
+      for (int j = 0; j < sh.splits; ++j) sum += cluster.map_shared_rank(part, j)[r * ld + cc];
+      if (r < p.m && n_block + cc < p.n) p.c[r * p.ldc + n_block + cc] = sum;
+    }
+    cluster.sync();  // no block leaves while another still reads its tile
+  } else {
+    __syncthreads();
+    for (int e = tid; e < elems; e += blockDim.x) {
+      const int r = e / cols, cc = e % cols;
+      if (r < p.m && n_block + cc < p.n) p.c[r * p.ldc + n_block + cc] = part[r * ld + cc];
+    }
+  }
+}
+
+int log2_exact(int v) { return (v > 0 && (v & (v - 1)) == 0) ? __builtin_ctz(static_cast<unsigned>(v)) : -1; }
+
+int current_sm_count() {  // asked per launch (the runtime answers from cached properties), no process-wide cache
+  int dev = 0, v = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+    v = 0;
+  return v > 0 ? v : 132;
+}
+
+int64_t chunk_k(QuantFormat f) { return f == QuantFormat::kMXFP4 ? 32 : 16; }
+int row_groups(int64_t rows) { return rows <= 16 ? 2 : (rows <= 32 ? 4 : 8); }
+
+// Bytes of a block's shared memory: its K range of R rows (8 bytes a row, mma and chunk: 2·K_range·R), or the
+// partial tile when larger.
+size_t rows_smem(QuantFormat f, int warps, int split_steps, int64_t rows) {
+  const int64_t r = 8 * row_groups(rows), mmas = chunk_k(f) / 4;
+  const int64_t stage = int64_t{split_steps} * 4 * mmas * r * 8, part = r * (16 * warps + kPartPad) * 4;
+  return static_cast<size_t>(std::max(stage, part));
+}
+
+template <QuantFormat F, int RG, bool kBf16A>
+void launch(const GemmKernelParams& p, const RowsMmaShape& shape, const KernelShape& ks, cudaStream_t stream) {
+  auto kernel = gemm_rows_mma_kernel<F, RG, kBf16A>;
+  if (shape.smem > 48 * 1024)
+    DI_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shape.smem)));
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(ceil_div(p.n, int64_t{16} * shape.warps)), static_cast<unsigned>(ks.splits));
+  cfg.blockDim = dim3(32 * shape.warps);
+  cfg.dynamicSmemBytes = shape.smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 1;
+  attr[0].val.clusterDim.y = static_cast<unsigned>(ks.splits);
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = ks.splits > 1 ? 1 : 0;
+  DI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p, ks));
+}
+
+template <QuantFormat F, int RG>
+void launch_a(const GemmKernelParams& p, const RowsMmaShape& shape, KernelShape ks, cudaStream_t stream) {
+  const bool a16 = p.a_bf16 && p.lda % 8 == 0 && reinterpret_cast<uintptr_t>(p.a_bf16) % 16 == 0;
+  ks.a_vec = p.lda % 4 == 0 && reinterpret_cast<uintptr_t>(p.a) % 16 == 0;
+  if (a16)
+    launch<F, RG, true>(p, shape, ks, stream);
+  else
+    launch<F, RG, false>(p, shape, ks, stream);
+}
+
+template <QuantFormat F>
+void dispatch(const GemmKernelParams& p, const RowsMmaShape& shape, const KernelShape& ks, cudaStream_t stream) {
+  switch (row_groups(p.m)) {
+    case 2:
+      launch_a<F, 2>(p, shape, ks, stream);
+      break;
+    case 4:
+      launch_a<F, 4>(p, shape, ks, stream);
+      break;
+    default:
+      launch_a<F, 8>(p, shape, ks, stream);
+      break;
+  }
+}
+
+bool format_ok(QuantFormat format, bool scale_e8m0, int block_n, int block_k, int64_t k) {
+  if (!scale_e8m0) return false;
+  switch (format) {
+    case QuantFormat::kMXFP4:
+      return k % 32 == 0;
+    case QuantFormat::kFP8Row32:
+      return k % 16 == 0;
+    case QuantFormat::kFP8Block:
+      return k % 16 == 0 && log2_exact(block_n) >= 0 && log2_exact(block_k) >= 4;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+RowsMmaShape gemm_rows_mma_shape(QuantFormat format, int64_t n, int64_t k, int64_t rows, int sms) {
+  const int64_t steps = ceil_div(k / chunk_k(format), int64_t{4});
+  RowsMmaShape s;
+  // 8-warp blocks (128 weight rows: the staged rows serve more weight bytes) unless that leaves the device short of
+  // blocks even at the most splits; then 4-warp blocks.
+  const auto max_splits = [&](int64_t tiles) {
+    int sp = 1;
+    while (sp < kMaxSplits && tiles * sp < 2 * sms && steps >= int64_t{2} * sp * kMinSplitSteps) sp *= 2;
+    return sp;
+  };
+  s.warps = 8;
+  if (ceil_div(n, int64_t{128}) * max_splits(ceil_div(n, int64_t{128})) < sms) s.warps = 4;
+  const int64_t tiles = ceil_div(n, int64_t{16} * s.warps);
+  s.splits = max_splits(tiles);
+  // More splits while a block's K range does not fit its shared memory.
+  for (;;) {
+    s.split_steps = static_cast<int>(ceil_div(steps, int64_t{s.splits}));
+    s.smem = rows_smem(format, s.warps, s.split_steps, rows);
+    if (s.smem <= kMaxSmem || s.splits >= kMaxSplits || s.split_steps < 2) break;
+    s.splits *= 2;
+  }
+  return s;
+}
+
+bool gemm_rows_mma_takes(QuantFormat format, bool scale_e8m0, int block_n, int block_k, int64_t n, int64_t k,
+                         int64_t rows, const GemmChoices& choices) {
+  if (choices.rows_mma == KernelPick::kNever) return false;
+  if (rows <= kGemmStreamMmaMaxRows || rows > kGemmRowsMmaMaxRows || n <= 0 || k <= 0) return false;
+  if (!format_ok(format, scale_e8m0, block_n, block_k, k)) return false;
+  return gemm_rows_mma_shape(format, n, k, rows, 132).smem <= kMaxSmem;
+}
+
+bool run_gemm_rows_mma(const GemmKernelParams& p, cudaStream_t stream) {
+  if (p.batch_invariant || p.group_offsets || p.a_rows || p.c_rows || p.b_table) return false;
+  if (!gemm_rows_mma_takes(p.format, p.scale_e8m0, p.block_n, p.block_k, p.n, p.k, p.m, p.choices)) return false;
+  if (reinterpret_cast<uintptr_t>(p.b) % 16 != 0) return false;
+  const RowsMmaShape shape = gemm_rows_mma_shape(p.format, p.n, p.k, p.m, current_sm_count());
+  if (shape.smem > kMaxSmem) return false;
+  KernelShape ks{shape.splits, shape.split_steps, 0, 0, false};
+  switch (p.format) {
+    case QuantFormat::kMXFP4:
+      dispatch<QuantFormat::kMXFP4>(p, shape, ks, stream);
+      break;
+    case QuantFormat::kFP8Row32:
+      dispatch<QuantFormat::kFP8Row32>(p, shape, ks, stream);
+      break;
+    default:
+      ks.lbn = log2_exact(p.block_n);
+      ks.lbk = log2_exact(p.block_k);
+      dispatch<QuantFormat::kFP8Block>(p, shape, ks, stream);
+      break;
+  }
+  return true;
+}
+
+}  // namespace deepinfer::cuda

@@ -1,0 +1,175 @@
+// The dense decode GEMM of 9-64 rows (ops/cuda/gemm_rows_mma_cuda.cu) called directly through GemmKernelParams, on
+// random data (cuda_gemm_problem.h): against the double reference in full (every output; tolerance 1e-4 of Σ|a·w|
+// per entry, see there), bf16 A and f32 A (rounded to bf16 by the kernel: the same bytes), the same bytes on a second
+// run (the cluster's partial tiles add in rank order) and through run_gemm, C rows strided. Shapes: each row-group
+// size (9-16, 17-32, 33-64 rows), partial 128-row weight blocks, K not a multiple of the 4-chunk step, K split over
+// clusters of 2-8 blocks and not split; MXFP4, FP8 128x128 and 32x32 blocks, FP8 per-32 rows, all UE8M0.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "cuda/cuda_gemm_problem.h"
+#include "cuda/cuda_test_util.h"
+#include "deepinfer/ops/cuda/gemm_rows_mma.h"
+#include "deepinfer/ops/cuda/gemm_stream_mma.h"
+#include "deepinfer/ops/cuda/kernels.h"
+
+namespace deepinfer {
+namespace {
+
+using testing::DeviceTensor;
+using testing::GemmProblemTest;
+using testing::Kind;
+using testing::kind_name;
+
+class CudaGemmRowsMmaTest : public GemmProblemTest {
+ protected:
+  // The whole check for one problem: taken, the reference in full, repeated bytes, run_gemm's dispatch, f32 A, and
+  // C with rows 2N apart (the other N columns untouched). Returns the launch shape it ran with.
+  cuda::RowsMmaShape check(Kind kind, int64_t m, int64_t n, int64_t k) {
+    const Problem pr = dense(kind, m, n, k);
+    const std::unique_ptr<Launch> l = prepare(pr);
+    cudaStream_t s = gpu().stream();
+    const std::string what = std::string("rows-mma ") + kind_name(kind) + " M=" + std::to_string(m) +
+                             " N=" + std::to_string(n) + " K=" + std::to_string(k);
+    const cuda::RowsMmaShape shape = cuda::gemm_rows_mma_shape(l->p.format, n, k, m, gpu().device_info().sm_count);
+    bool took = false;
+    const HostTensor got = run(*l, pr, [&](const cuda::GemmKernelParams& p) { took = cuda::run_gemm_rows_mma(p, s); });
+    EXPECT_TRUE(took) << what << ": declined";
+    if (!took) return shape;
+    std::printf("[cuda-op] %-48s warps %d, splits %d x %d steps, smem %zu\n", what.c_str(), shape.warps, shape.splits,
+                shape.split_steps, shape.smem);
+    check_reference(what, pr, got, /*full=*/true);
+    const HostTensor again = run(*l, pr, [&](const cuda::GemmKernelParams& p) { cuda::run_gemm_rows_mma(p, s); });
+    expect_same_bytes((what + " repeated").c_str(), again, got);
+    const HostTensor via = run(*l, pr, [&](const cuda::GemmKernelParams& p) { cuda::run_gemm(p, s); });
+    expect_same_bytes((what + " run_gemm = run_gemm_rows_mma").c_str(), via, got);
+    {
+      // f32 A holding the bf16 values: rounding them again changes nothing, so the same bytes.
+      HostTensor fa(DType::kF32, {m, k});
+      for (int64_t i = 0; i < m * k; ++i) fa.data<float>()[i] = bf16_to_f32(pr.a[i]);
+      DeviceTensor dfa = up(fa);
+      const HostTensor f32 = run(*l, pr, [&](const cuda::GemmKernelParams& p) {
+        cuda::GemmKernelParams q = p;
+        q.a_bf16 = nullptr;
+        q.a = static_cast<const float*>(dfa.data());
+        ASSERT_TRUE(cuda::run_gemm_rows_mma(q, s)) << what << " f32 A";
+      });
+      expect_same_bytes((what + " f32 A = bf16 A").c_str(), f32, got);
+    }
+    DeviceTensor wide = poisoned({m, 2 * n});
+    cuda::GemmKernelParams q = l->p;
+    q.c = static_cast<float*>(wide.data());
+    q.ldc = 2 * n;
+    EXPECT_TRUE(cuda::run_gemm_rows_mma(q, s)) << what;
+    const HostTensor hw = down(wide);
+    int64_t differ = 0, written = 0;
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < 2 * n; ++j) {
+        const float v = hw.data<float>()[i * 2 * n + j];
+        if (j < n)
+          differ += std::memcmp(&v, got.data<float>() + i * n + j, sizeof(float)) != 0;
+        else
+          written += !std::isnan(v);
+      }
+    EXPECT_EQ(differ, 0) << what << ": ldc = 2N differs from ldc = N";
+    EXPECT_EQ(written, 0) << what << ": ldc = 2N wrote past the first N columns";
+    return shape;
+  }
+};
+
+TEST_F(CudaGemmRowsMmaTest, EveryFormatAndRowGroupMatchesReference) {
+  for (Kind kind : {Kind::kMxfp4, Kind::kFp8E8m0_128, Kind::kFp8E8m0_32, Kind::kFp8Row32})
+    for (int64_t m : {9, 16, 17, 33, 64}) check(kind, m, 1000, 2048);
+}
+
+// V4-Flash's projection shapes at decode batch 64 (q_a, kv, o_b, the shared expert's down, q_b), and one of 512 tiles
+// that does not split, so that split and unsplit calls and both block sizes run.
+TEST_F(CudaGemmRowsMmaTest, ProjectionShapesSplitOverClusters) {
+  int split_calls = 0, unsplit_calls = 0;
+  for (const auto& [n, k] : std::vector<std::pair<int64_t, int64_t>>{
+           {1024, 4096}, {512, 4096}, {4096, 8192}, {4096, 2048}, {32768, 1024}, {65536, 512}}) {
+    const cuda::RowsMmaShape shape = check(Kind::kFp8E8m0_128, 64, n, k);
+    (shape.splits > 1 ? split_calls : unsplit_calls) += 1;
+  }
+  EXPECT_GT(split_calls, 0);
+  EXPECT_GT(unsplit_calls, 0);
+}
+
+// K short of a whole step (K % 64 != 0 for FP8, % 128 for MXFP4) and splits whose last range is shorter or empty.
+TEST_F(CudaGemmRowsMmaTest, OddStepCountsMatchReference) {
+  check(Kind::kFp8E8m0_32, 24, 300, 4096 + 32);
+  check(Kind::kFp8Row32, 40, 129, 1056);
+  check(Kind::kMxfp4, 12, 520, 4096 + 96);
+}
+
+// What it declines (nothing enqueued): rows outside 9-64, grouped calls, batch-invariant mode, f32 scales, the
+// kNever choice.
+TEST_F(CudaGemmRowsMmaTest, DeclinesWhatItDoesNotTake) {
+  cudaStream_t s = gpu().stream();
+  const Problem pr = dense(Kind::kFp8E8m0_128, 32, 256, 512);
+  const std::unique_ptr<Launch> l = prepare(pr);
+  DeviceTensor c = poisoned({32, 256});
+  l->p.c = static_cast<float*>(c.data());
+  cuda::GemmKernelParams q = l->p;
+  q.m = cuda::kGemmStreamMmaMaxRows;
+  EXPECT_FALSE(cuda::run_gemm_rows_mma(q, s));
+  q.m = cuda::kGemmRowsMmaMaxRows + 1;
+  EXPECT_FALSE(cuda::run_gemm_rows_mma(q, s));
+  q = l->p;
+  q.batch_invariant = true;
+  EXPECT_FALSE(cuda::run_gemm_rows_mma(q, s));
+  q = l->p;
+  q.scale_e8m0 = false;
+  EXPECT_FALSE(cuda::run_gemm_rows_mma(q, s));
+  q = l->p;
+  q.choices.rows_mma = cuda::KernelPick::kNever;
+  EXPECT_FALSE(cuda::run_gemm_rows_mma(q, s));
+  const int32_t offsets[2] = {0, 32};  // never read: a grouped call declines first
+  q = l->p;
+  q.group_offsets = offsets;
+  EXPECT_FALSE(cuda::run_gemm_rows_mma(q, s));
+  gpu().synchronize();
+  const HostTensor h = down(c);
+  int64_t written = 0;
+  for (int64_t i = 0; i < 32 * 256; ++i) written += !std::isnan(h.data<float>()[i]);
+  EXPECT_EQ(written, 0) << "a declined call wrote C";
+}
+
+// The launch shape (host only): 8-warp blocks unless their tiles and splits leave SMs idle, splits while the blocks
+// are fewer than two waves and each split keeps 4 steps, more while a K range does not fit 200 KB.
+TEST(CudaGemmRowsMmaShape, SplitsByTilesStepsAndSharedMemory) {
+  using cuda::gemm_rows_mma_shape;
+  const QuantFormat fp8 = QuantFormat::kFP8Block;
+  auto s = gemm_rows_mma_shape(fp8, 4096, 4096, 64, 132);  // 32 tiles of 128 rows, 64 steps
+  EXPECT_EQ(s.warps, 8);
+  EXPECT_EQ(s.splits, 8);
+  EXPECT_EQ(s.split_steps, 8);
+  EXPECT_EQ(s.smem, size_t{8} * 128 * 64);             // 8 steps x 64 k x 64 rows x 2 bytes
+  s = gemm_rows_mma_shape(fp8, 32768, 1024, 64, 132);  // 256 tiles, 16 steps: two splits make two waves
+  EXPECT_EQ(s.warps, 8);
+  EXPECT_EQ(s.splits, 2);
+  EXPECT_EQ(s.split_steps, 8);
+  s = gemm_rows_mma_shape(fp8, 65536, 1024, 64, 132);  // 512 tiles: no split
+  EXPECT_EQ(s.splits, 1);
+  EXPECT_EQ(s.split_steps, 16);
+  s = gemm_rows_mma_shape(fp8, 512, 4096, 16, 132);  // 4 tiles of 128 x 8 splits < 132: 64-row blocks
+  EXPECT_EQ(s.warps, 4);
+  EXPECT_EQ(s.splits, 8);
+  s = gemm_rows_mma_shape(fp8, 4096, 8192, 64, 132);  // 128 steps: 8 splits of 16 steps, 128 KB
+  EXPECT_EQ(s.splits, 8);
+  EXPECT_EQ(s.smem, size_t{16} * 128 * 64);
+  s = gemm_rows_mma_shape(fp8, 4096, 16384, 64, 132);  // 16 steps x 2 would be 256 KB: no ninth split, too large
+  EXPECT_GT(s.smem, size_t{200} * 1024);
+  EXPECT_FALSE(cuda::gemm_rows_mma_takes(fp8, true, 128, 128, 4096, 16384, 64, {}));
+  EXPECT_TRUE(cuda::gemm_rows_mma_takes(fp8, true, 128, 128, 4096, 16384, 32, {}));
+  EXPECT_FALSE(cuda::gemm_rows_mma_takes(fp8, true, 128, 128, 4096, 4096, 8, {}));
+  EXPECT_TRUE(cuda::gemm_rows_mma_takes(fp8, true, 128, 128, 4096, 4096, 9, {}));
+  EXPECT_FALSE(cuda::gemm_rows_mma_takes(fp8, false, 128, 128, 4096, 4096, 9, {}));
+  EXPECT_FALSE(cuda::gemm_rows_mma_takes(fp8, true, 96, 128, 4096, 4096, 9, {}));
+}
+
+}  // namespace
+}  // namespace deepinfer
