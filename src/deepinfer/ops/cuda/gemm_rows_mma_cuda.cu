@@ -20,6 +20,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "deepinfer/ops/cuda/cuda_check.h"
 #include "deepinfer/ops/cuda/device_math.cuh"
@@ -63,7 +64,7 @@ struct KernelShape {
 // Dynamic shared memory: the block's K range of the R = 8·RG rows as bf16 fragments, [step][mma][row][lane % 4] x
 // 8 bytes; afterwards the block's partial tile, R rows x (16·warps + kPartPad) floats.
 template <QuantFormat F, int RG, bool kBf16A>
-__global__ void __launch_bounds__(32 * kMaxWarps, 1) gemm_rows_mma_kernel(GemmKernelParams p, KernelShape sh) {
+__global__ void __launch_bounds__(32 * kMaxWarps, 2) gemm_rows_mma_kernel(GemmKernelParams p, KernelShape sh) {
   constexpr int R = 8 * RG, kMi = kMmas<F>, kC = kChunkK<F>;
   extern __shared__ __align__(16) uint2 xs[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
@@ -97,21 +98,27 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 1) gemm_rows_mma_kernel(GemmKe
 #pragma unroll
   for (int u = 0; u < kPrefetch; ++u) load(s_begin + u, buf[u]);
 
-  // A thread per (row, chunk) of the block's K range: the chunk's activations in one round of loads, then its kMi
-  // fragment entries. Rows past m stage zeros.
-  const int range_chunks = 4 * (s_end - s_begin);
-  for (int q = tid; q < R * range_chunks; q += blockDim.x) {
-    const int r = q % R, cl = q / R, c = 4 * s_begin + cl;
-    const int64_t row = r < p.m ? r : -1;
-    uint2* dst = xs + ((cl >> 2) * kMi * R + r) * 4 + (cl & 3);
-    if constexpr (kBf16A) {
-      uint32_t h[kC / 2];
-      load_chunk<F>(p, row, c, chunks, h);
-      place_pairs<F>(h, dst, R * 4);
-    } else {
-      float v[kC];
-      load_chunk<F>(p, row, c, chunks, sh.a_vec, v);
-      place_pairs<F>(v, dst, R * 4);
+  // A thread per (row, chunk) of the block's K range: kStage chunks' activations in one round of loads, then their kMi
+  // fragment entries each (one load round per chunk made the staging a chain of L2 round trips: 8 at 64 rows). Rows
+  // past m stage zeros.
+  constexpr int kStage = kBf16A ? 4 : (F == QuantFormat::kMXFP4 ? 1 : 2);
+  const int range_chunks = 4 * max(s_end - s_begin, 0), items = R * range_chunks;
+  for (int q0 = tid; q0 < items; q0 += kStage * blockDim.x) {
+    using Chunk = std::conditional_t<kBf16A, uint32_t[kC / 2], float[kC]>;
+    Chunk v[kStage];
+#pragma unroll
+    for (int u = 0; u < kStage; ++u) {
+      const int q = q0 + u * blockDim.x, r = q % R;
+      const int64_t row = q < items && r < p.m ? r : -1;
+      if constexpr (kBf16A)
+        load_chunk<F>(p, row, 4 * s_begin + q / R, chunks, v[u]);
+      else
+        load_chunk<F>(p, row, 4 * s_begin + q / R, chunks, sh.a_vec, v[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < kStage; ++u) {
+      const int q = q0 + u * blockDim.x, r = q % R, cl = q / R;
+      if (q < items) place_pairs<F>(v[u], xs + ((cl >> 2) * kMi * R + r) * 4 + (cl & 3), R * 4);
     }
   }
   __syncthreads();
@@ -171,8 +178,13 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 1) gemm_rows_mma_kernel(GemmKe
     cluster.sync();
     for (int e = e_begin + tid; e < e_end; e += blockDim.x) {
       const int r = e / cols, cc = e % cols;
-      float sum = 0.0f;
-      for (int j = 0; j < sh.splits; ++j) sum += cluster.map_shared_rank(part, j)[r * ld + cc];
+      float v[kMaxSplits];  // all ranks' loads in flight together, then summed in rank order
+#pragma unroll
+      for (int j = 0; j < kMaxSplits; ++j) v[j] = j < sh.splits ? cluster.map_shared_rank(part, j)[r * ld + cc] : 0.0f;
+      float sum = v[0];
+#pragma unroll
+      for (int j = 1; j < kMaxSplits; ++j)
+        if (j < sh.splits) sum += v[j];
       if (r < p.m && n_block + cc < p.n) p.c[r * p.ldc + n_block + cc] = sum;
     }
     cluster.sync();  // no block leaves while another still reads its tile
