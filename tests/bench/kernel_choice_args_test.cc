@@ -28,10 +28,19 @@ TEST(KernelChoiceArgs, NoneIsTheDefaults) {
 }
 
 TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
-  const std::vector<std::string> specs = {
-      "attn_mma=never", "indexer_mma=always",     "topk_small_blocks=never",    "wgmma=never",
-      "wgmma_exact=1",  "wgmma_decode=consumers", "wgmma_tile=256x128",         "wgmma_split_k=never",
-      "rows_mma=never", "stream_mma_max_rows=0",  "decode_direct_max_rows=256", "grouped_one_launch_rows=1000"};
+  const std::vector<std::string> specs = {"attn_mma=never",
+                                          "indexer_mma=always",
+                                          "topk_small_blocks=never",
+                                          "wgmma=never",
+                                          "wgmma_exact=1",
+                                          "wgmma_decode=consumers",
+                                          "wgmma_tile=256x128",
+                                          "wgmma_split_k=never",
+                                          "rows_mma=never",
+                                          "rows_mma_bf16_a=1",
+                                          "stream_mma_max_rows=0",
+                                          "decode_direct_max_rows=256",
+                                          "grouped_one_launch_rows=1000"};
   const cuda::KernelChoices c = parse_kernel_choices(specs);
   EXPECT_EQ(c.attn_mma, KernelPick::kNever);
   EXPECT_EQ(c.indexer_mma, KernelPick::kAlways);
@@ -42,6 +51,7 @@ TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
   EXPECT_EQ(c.gemm.wgmma_tile, WgmmaTile::k256x128);
   EXPECT_EQ(c.gemm.wgmma_split_k, KernelPick::kNever);
   EXPECT_EQ(c.gemm.rows_mma, KernelPick::kNever);
+  EXPECT_TRUE(c.gemm.rows_mma_bf16_a);
   EXPECT_EQ(c.gemm.stream_mma_max_rows, 0);
   EXPECT_EQ(c.gemm.decode_direct_max_rows, 256);
   EXPECT_EQ(c.grouped_one_launch_rows, 1000);

@@ -240,7 +240,8 @@ TEST_F(CudaLinearTest, QuantLinearDecodeBatchesReadTheStoredCodes) {
 }
 
 // Decode batches of 9-128 rows whose tiles do not fill the device (the V4 projections: N of 1-4K). By default those
-// of up to 64 rows take the rows kernel (gemm_rows_mma.h: weights read once, all rows in one pass). With rows_mma =
+// of up to 64 rows take the rows kernel (gemm_rows_mma.h: weights read once, all rows in one pass), from the f32 rows
+// or (rows_mma_bf16_a) a bf16 copy. With rows_mma =
 // never they take the bf16 scratch for cuBLASLt, or with wgmma_split_k = always the wgmma kernel split along K on
 // sm_90a (gemm_wgmma.h). Each: A rounded to bf16, the UE8M0-scaled weights exact, so against the rounded input only
 // the summation order differs (1e-5). f32 scales take neither own kernel (4e-3 against x, the scratch path's bf16
@@ -258,7 +259,10 @@ TEST_F(CudaLinearTest, QuantLinearSplitKDecodeBatchesMatchCpu) {
       check_block_formats(split == cuda::KernelPick::kAlways ? "linear_quant split-K" : "linear_quant scratch", m, n,
                           k);
     }
-    if (m <= cuda::kGemmRowsMmaMaxRows) check_block_formats("linear_quant rows kernel", m, n, k);
+    if (m > cuda::kGemmRowsMmaMaxRows) continue;
+    check_block_formats("linear_quant rows kernel", m, n, k);  // f32 rows, rounded as staged
+    testing::ScopedKernelChoices bf16_a(gpu(), [&](cuda::KernelChoices& c) { c.gemm.rows_mma_bf16_a = true; });
+    check_block_formats("linear_quant rows kernel bf16 A", m, n, k);
   }
 }
 

@@ -430,7 +430,9 @@ struct CudaBackend::Impl {
       // A, reading N·K bytes once where the bf16 scratch above moves N·K + 4·N·K before cuBLASLt's compute; the same
       // bf16 A and exact bf16 weights.
       cuda::WorkspaceArena::Scope scope(ws());
-      run_gemm(dense_params(in, m >= lt_min_rows(w) ? bf16_copy(in, m * k) : nullptr, k, w, out, n, m));
+      // (The rows kernel rounds f32 rows itself as it stages them: no cast kernel a call, unless rows_mma_bf16_a.)
+      const bool cast = m >= lt_min_rows(w) && (choices.gemm.rows_mma_bf16_a || !rows_direct(w, m));
+      run_gemm(dense_params(in, cast ? bf16_copy(in, m * k) : nullptr, k, w, out, n, m));
     }
   }
   // Batch-invariant mode: whether a GEMM of `rows` rows (per group) with weight w takes the invariant tile kernel
@@ -586,9 +588,10 @@ struct CudaBackend::Impl {
       // (split_k_params) instead, as quant_linear does.
       const bool shared_lt = shared && !batch_invariant && !shared_mma && shared->w1.format != QuantFormat::kFloat &&
                              shared->w3.format == shared->w1.format && dense_scratch(shared->w1, tc);
-      // 9-64 rows: gate, up and down through the rows kernel (gemm_rows_mma.h) from bf16 copies of x and of h.
+      // 9-64 rows: gate, up and down through the rows kernel (gemm_rows_mma.h), from x's bf16 copy when there is one
+      // (or rows_mma_bf16_a asks for it), and from h's (the SwiGLU writes it in the same pass).
       const bool shared_rows = shared && !shared_mma && rows_direct(shared->w1, tc) && rows_direct(shared->w3, tc);
-      if (bf16_inputs || shared_mma || shared_lt || shared_rows) {
+      if (bf16_inputs || shared_mma || shared_lt || (shared_rows && choices.gemm.rows_mma_bf16_a)) {
         xc16 = ws().take(sizeof(uint16_t) * tc * d);
         cuda::run_cast_f32_to_bf16(xc, xc16, tc * d, s());
       }

@@ -42,6 +42,9 @@ struct GemmChoices {
   // Dense block-format calls of 9-64 rows through the rows kernel (gemm_rows_mma.h: the weights read once, all rows
   // in one pass) instead of the cuBLASLt scratch path or the wgmma / mma.sync tiles; kAuto: every call it takes.
   KernelPick rows_mma = KernelPick::kAuto;
+  // The backend hands the rows kernel a bf16 copy of A (a cast kernel a call) instead of the f32 rows, which the
+  // kernel rounds to bf16 as it stages them (the same bits either way).
+  bool rows_mma_bf16_a = false;
 };
 
 struct KernelChoices {
