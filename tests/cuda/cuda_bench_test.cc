@@ -667,6 +667,32 @@ TEST_F(CudaBench, DISABLED_DecodeGemmTimings) {
   gpu().set_kernel_choices({});
 }
 
+// Dense FP8 projections of V4-Flash at decode batches 16-64 (issue #7): the rows kernel (gemm_rows_mma.h; from the f32
+// rows and from a bf16 copy) against the path it replaced (rows_mma = never: the dequantized bf16 scratch for cuBLASLt,
+// or the wgmma tiles where they fill the device), a same-run A/B; weights rotate so each call reads them from HBM.
+TEST_F(CudaBench, DISABLED_DecodeRowsGemmTimings) {
+  struct Mode {
+    const char* name;
+    cuda::KernelPick pick;
+    bool bf16_a;
+  };
+  const Mode modes[] = {{"rows", cuda::KernelPick::kAuto, false},
+                        {"rows bf16 A", cuda::KernelPick::kAuto, true},
+                        {"rows never", cuda::KernelPick::kNever, false},
+                        {"rows (again, last)", cuda::KernelPick::kAuto, false}};
+  const auto set_mode = [&](const Mode& md) {
+    cuda::KernelChoices c;
+    c.gemm.rows_mma = md.pick;
+    c.gemm.rows_mma_bf16_a = md.bf16_a;
+    gpu().set_kernel_choices(c);
+  };
+  for (const Proj& pr :
+       {Proj{"q_a", 1024, 4096}, Proj{"kv", 512, 4096}, Proj{"q_b", 32768, 1024}, Proj{"o_a group", 1024, 4096},
+        Proj{"o_b", 4096, 8192}, Proj{"shared gate", 2048, 4096}, Proj{"shared down", 4096, 2048}})
+    time_fp8_proj(pr, {16, 32, 64}, modes, set_mode);
+  gpu().set_kernel_choices({});
+}
+
 // The V4.1 MoE layer at decode batches 64-256 (issue #7: batch 128-256 at >= 60% of the binding ceiling; every expert
 // is used, ~4 rows each at 256), default kernels.
 TEST_F(CudaBench, DISABLED_DecodeMoeLargeBatchTimings) {
