@@ -291,7 +291,12 @@ TEST_F(CudaGemmWgmmaTest, DenseKSplitsMatchReference) {
       check_reference(what, pr, got, /*full=*/true);
       const HostTensor again = run(*l, pr, [&](const cuda::GemmKernelParams& p) { cuda::run_gemm_wgmma(p, s); });
       expect_same_bytes((what + " repeated").c_str(), again, got);
-      const HostTensor via = run(*l, pr, [&](const cuda::GemmKernelParams& p) { cuda::run_gemm(p, s); });
+      // (run_gemm sends dense calls of 9-64 rows to the rows kernel first: gemm_rows_mma.h.)
+      const HostTensor via = run(*l, pr, [&](const cuda::GemmKernelParams& p) {
+        cuda::GemmKernelParams q = p;
+        q.choices.rows_mma = cuda::KernelPick::kNever;
+        cuda::run_gemm(q, s);
+      });
       expect_same_bytes((what + " run_gemm = run_gemm_wgmma").c_str(), via, got);
       // C rows 2N apart: the first N columns of each row, the rest still NaN.
       DeviceTensor wide = poisoned({m, 2 * n});
