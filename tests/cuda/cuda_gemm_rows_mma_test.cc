@@ -31,6 +31,7 @@ class CudaGemmRowsMmaTest : public GemmProblemTest {
   cuda::RowsMmaShape check(Kind kind, int64_t m, int64_t n, int64_t k) {
     const Problem pr = dense(kind, m, n, k);
     const std::unique_ptr<Launch> l = prepare(pr);
+    l->p.choices.rows_mma = cuda::KernelPick::kAlways;  // whatever the default rule says of the weight's size
     cudaStream_t s = gpu().stream();
     const std::string what = std::string("rows-mma ") + kind_name(kind) + " M=" + std::to_string(m) +
                              " N=" + std::to_string(n) + " K=" + std::to_string(k);
@@ -106,7 +107,7 @@ TEST_F(CudaGemmRowsMmaTest, OddStepCountsMatchReference) {
 }
 
 // What it declines (nothing enqueued): rows outside 9-64, grouped calls, batch-invariant mode, f32 scales, the
-// kNever choice.
+// kNever choice, and by default 33-64 rows of a weight of more than 4M codes.
 TEST_F(CudaGemmRowsMmaTest, DeclinesWhatItDoesNotTake) {
   cudaStream_t s = gpu().stream();
   const Problem pr = dense(Kind::kFp8E8m0_128, 32, 256, 512);
@@ -126,6 +127,11 @@ TEST_F(CudaGemmRowsMmaTest, DeclinesWhatItDoesNotTake) {
   EXPECT_FALSE(cuda::run_gemm_rows_mma(q, s));
   q = l->p;
   q.choices.rows_mma = cuda::KernelPick::kNever;
+  EXPECT_FALSE(cuda::run_gemm_rows_mma(q, s));
+  q = l->p;
+  q.n = 4096;  // past 4M codes at K = 1024 (never read: declined first)
+  q.k = 1024 + 16;
+  q.m = 33;
   EXPECT_FALSE(cuda::run_gemm_rows_mma(q, s));
   const int32_t offsets[2] = {0, 32};  // never read: a grouped call declines first
   q = l->p;
@@ -165,6 +171,14 @@ TEST(CudaGemmRowsMmaShape, SplitsByTilesStepsAndSharedMemory) {
   EXPECT_GT(s.smem, size_t{200} * 1024);
   EXPECT_FALSE(cuda::gemm_rows_mma_takes(fp8, true, 128, 128, 4096, 16384, 64, {}));
   EXPECT_TRUE(cuda::gemm_rows_mma_takes(fp8, true, 128, 128, 4096, 16384, 32, {}));
+  // The default rule: past 32 rows only weights of at most 4M codes; kAlways any of up to 64 rows.
+  cuda::GemmChoices always;
+  always.rows_mma = cuda::KernelPick::kAlways;
+  EXPECT_TRUE(cuda::gemm_rows_mma_takes(fp8, true, 128, 128, 4096, 4096, 32, {}));
+  EXPECT_FALSE(cuda::gemm_rows_mma_takes(fp8, true, 128, 128, 4096, 4096, 33, {}));
+  EXPECT_TRUE(cuda::gemm_rows_mma_takes(fp8, true, 128, 128, 4096, 4096, 33, always));
+  EXPECT_TRUE(cuda::gemm_rows_mma_takes(fp8, true, 128, 128, 1024, 4096, 64, {}));
+  EXPECT_FALSE(cuda::gemm_rows_mma_takes(fp8, true, 128, 128, 1024, 4096, 65, always));
   EXPECT_FALSE(cuda::gemm_rows_mma_takes(fp8, true, 128, 128, 4096, 4096, 8, {}));
   EXPECT_TRUE(cuda::gemm_rows_mma_takes(fp8, true, 128, 128, 4096, 4096, 9, {}));
   EXPECT_FALSE(cuda::gemm_rows_mma_takes(fp8, false, 128, 128, 4096, 4096, 9, {}));

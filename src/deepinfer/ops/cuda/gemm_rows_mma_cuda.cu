@@ -98,9 +98,10 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 2) gemm_rows_mma_kernel(GemmKe
 #pragma unroll
   for (int u = 0; u < kPrefetch; ++u) load(s_begin + u, buf[u]);
 
-  // A thread per (row, chunk) of the block's K range: kStage chunks' activations in one round of loads, then their kMi
-  // fragment entries each (one load round per chunk made the staging a chain of L2 round trips: 8 at 64 rows). Rows
-  // past m stage zeros.
+  // A thread per (row, chunk) of the block's K range, consecutive threads on consecutive chunks of a row (a row's
+  // bytes in few sectors; threads on consecutive rows made 39% of the sectors excess: ncu, H200, V4-Flash o_b at 64
+  // rows): kStage chunks' activations in one round of loads, then their kMi fragment entries each (one load round
+  // per chunk made the staging a chain of L2 round trips: 8 at 64 rows). Rows past m stage zeros.
   constexpr int kStage = kBf16A ? 4 : (F == QuantFormat::kMXFP4 ? 1 : 2);
   const int range_chunks = 4 * max(s_end - s_begin, 0), items = R * range_chunks;
   for (int q0 = tid; q0 < items; q0 += kStage * blockDim.x) {
@@ -108,16 +109,16 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 2) gemm_rows_mma_kernel(GemmKe
     Chunk v[kStage];
 #pragma unroll
     for (int u = 0; u < kStage; ++u) {
-      const int q = q0 + u * blockDim.x, r = q % R;
+      const int q = q0 + u * blockDim.x, r = q / range_chunks;
       const int64_t row = q < items && r < p.m ? r : -1;
       if constexpr (kBf16A)
-        load_chunk<F>(p, row, 4 * s_begin + q / R, chunks, v[u]);
+        load_chunk<F>(p, row, 4 * s_begin + q % range_chunks, chunks, v[u]);
       else
-        load_chunk<F>(p, row, 4 * s_begin + q / R, chunks, sh.a_vec, v[u]);
+        load_chunk<F>(p, row, 4 * s_begin + q % range_chunks, chunks, sh.a_vec, v[u]);
     }
 #pragma unroll
     for (int u = 0; u < kStage; ++u) {
-      const int q = q0 + u * blockDim.x, r = q % R, cl = q / R;
+      const int q = q0 + u * blockDim.x, r = q / range_chunks, cl = q % range_chunks;
       if (q < items) place_pairs<F>(v[u], xs + ((cl >> 2) * kMi * R + r) * 4 + (cl & 3), R * 4);
     }
   }
@@ -308,6 +309,8 @@ bool gemm_rows_mma_takes(QuantFormat format, bool scale_e8m0, int block_n, int b
                          int64_t rows, const GemmChoices& choices) {
   if (choices.rows_mma == KernelPick::kNever) return false;
   if (rows <= kGemmStreamMmaMaxRows || rows > kGemmRowsMmaMaxRows || n <= 0 || k <= 0) return false;
+  if (choices.rows_mma == KernelPick::kAuto && rows > kGemmRowsMmaAnyWeightRows && n * k > kGemmRowsMmaMaxWideCodes)
+    return false;
   if (!format_ok(format, scale_e8m0, block_n, block_k, k)) return false;
   return gemm_rows_mma_shape(format, n, k, rows, 132).smem <= kMaxSmem;
 }
