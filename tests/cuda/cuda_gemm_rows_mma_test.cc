@@ -107,7 +107,7 @@ TEST_F(CudaGemmRowsMmaTest, OddStepCountsMatchReference) {
 }
 
 // What it declines (nothing enqueued): rows outside 9-64, grouped calls, batch-invariant mode, f32 scales, the
-// kNever choice, and by default 33-64 rows of a weight of more than 4M codes.
+// kNever choice, and by default more than 32 rows.
 TEST_F(CudaGemmRowsMmaTest, DeclinesWhatItDoesNotTake) {
   cudaStream_t s = gpu().stream();
   const Problem pr = dense(Kind::kFp8E8m0_128, 32, 256, 512);
@@ -118,6 +118,7 @@ TEST_F(CudaGemmRowsMmaTest, DeclinesWhatItDoesNotTake) {
   q.m = cuda::kGemmStreamMmaMaxRows;
   EXPECT_FALSE(cuda::run_gemm_rows_mma(q, s));
   q.m = cuda::kGemmRowsMmaMaxRows + 1;
+  q.choices.rows_mma = cuda::KernelPick::kAlways;
   EXPECT_FALSE(cuda::run_gemm_rows_mma(q, s));
   q = l->p;
   q.batch_invariant = true;
@@ -129,9 +130,7 @@ TEST_F(CudaGemmRowsMmaTest, DeclinesWhatItDoesNotTake) {
   q.choices.rows_mma = cuda::KernelPick::kNever;
   EXPECT_FALSE(cuda::run_gemm_rows_mma(q, s));
   q = l->p;
-  q.n = 4096;  // past 4M codes at K = 1024 (never read: declined first)
-  q.k = 1024 + 16;
-  q.m = 33;
+  q.m = cuda::kGemmRowsMmaAutoRows + 1;  // (C has 32 rows: never written, declined first)
   EXPECT_FALSE(cuda::run_gemm_rows_mma(q, s));
   const int32_t offsets[2] = {0, 32};  // never read: a grouped call declines first
   q = l->p;
@@ -169,15 +168,15 @@ TEST(CudaGemmRowsMmaShape, SplitsByTilesStepsAndSharedMemory) {
   EXPECT_EQ(s.smem, size_t{16} * 128 * 64);
   s = gemm_rows_mma_shape(fp8, 4096, 16384, 64, 132);  // 16 steps x 2 would be 256 KB: no ninth split, too large
   EXPECT_GT(s.smem, size_t{200} * 1024);
-  EXPECT_FALSE(cuda::gemm_rows_mma_takes(fp8, true, 128, 128, 4096, 16384, 64, {}));
-  EXPECT_TRUE(cuda::gemm_rows_mma_takes(fp8, true, 128, 128, 4096, 16384, 32, {}));
-  // The default rule: past 32 rows only weights of at most 4M codes; kAlways any of up to 64 rows.
+  EXPECT_FALSE(cuda::gemm_rows_mma_takes(fp8, true, 128, 128, 4096, 16384, 64, always));
+  EXPECT_TRUE(cuda::gemm_rows_mma_takes(fp8, true, 128, 128, 4096, 16384, 32, always));
+  // The default rule: up to 32 rows; kAlways up to 64.
   cuda::GemmChoices always;
   always.rows_mma = cuda::KernelPick::kAlways;
   EXPECT_TRUE(cuda::gemm_rows_mma_takes(fp8, true, 128, 128, 4096, 4096, 32, {}));
-  EXPECT_FALSE(cuda::gemm_rows_mma_takes(fp8, true, 128, 128, 4096, 4096, 33, {}));
-  EXPECT_TRUE(cuda::gemm_rows_mma_takes(fp8, true, 128, 128, 4096, 4096, 33, always));
-  EXPECT_TRUE(cuda::gemm_rows_mma_takes(fp8, true, 128, 128, 1024, 4096, 64, {}));
+  EXPECT_FALSE(cuda::gemm_rows_mma_takes(fp8, true, 128, 128, 1024, 4096, 33, {}));
+  EXPECT_TRUE(cuda::gemm_rows_mma_takes(fp8, true, 128, 128, 1024, 4096, 33, always));
+  EXPECT_TRUE(cuda::gemm_rows_mma_takes(fp8, true, 128, 128, 4096, 8192, 64, always));
   EXPECT_FALSE(cuda::gemm_rows_mma_takes(fp8, true, 128, 128, 1024, 4096, 65, always));
   EXPECT_FALSE(cuda::gemm_rows_mma_takes(fp8, true, 128, 128, 4096, 4096, 8, {}));
   EXPECT_TRUE(cuda::gemm_rows_mma_takes(fp8, true, 128, 128, 4096, 4096, 9, {}));

@@ -11,14 +11,13 @@ namespace deepinfer::cuda {
 // Rows of a dense call that this kernel takes: above the streaming kernel's one pass (kGemmStreamMmaMaxRows) up to
 // kGemmRowsMmaMaxRows, all rows in one pass over the weights.
 constexpr int64_t kGemmRowsMmaMaxRows = 64;
-// By default (GemmChoices::rows_mma = kAuto) calls of more than kGemmRowsMmaAnyWeightRows rows take it only for weights
-// of at most kGemmRowsMmaMaxWideCodes codes (N·K): op micro-bench, H200, session 22, V4-Flash FP8 shapes, rows kernel
-// vs the path it replaces (us): 32 rows every shape faster or even (q_a 15.9 vs 28.6, o_b 47.8 vs 57.5, q_b 38.8 vs
-// 39.6); 64 rows q_a / kv / o_a (4M codes and less) 23.5 / 15.7 / 23.3 vs 35.3 / 27.5 / 23.1, but the shared expert
-// (8M) 32.5 vs 22.8, o_b (32M) 79.7 vs 60.0, q_b (32M) 58.4 vs 40.6 (one block an SM at 128 KB of staged rows, and 15
-// clusters of 8 at a time: ncu). kAlways takes every call of up to kGemmRowsMmaMaxRows rows.
-constexpr int64_t kGemmRowsMmaAnyWeightRows = 32;
-constexpr int64_t kGemmRowsMmaMaxWideCodes = int64_t{4} << 20;
+// By default (GemmChoices::rows_mma = kAuto) up to kGemmRowsMmaAutoRows rows; kAlways up to kGemmRowsMmaMaxRows.
+// H200, session 22, V4-Flash slice decode (ncu per-kernel sums of one bench run, rows kernel vs the path it replaces,
+// docs/PERF.md): b16 1.14 vs 1.80 ms of GEMM-side kernels; b64 the calls it took (the weights of <= 4M codes) 849 vs
+// 774 us, and the op micro-bench at 64 rows slower for every weight of 8M codes and more (o_b 79.7 vs 60.0 us: one
+// block an SM at 128 KB of staged rows, 15 clusters of 8 at a time). The slices' projections at b32: V4-Flash 0.66
+// vs 0.87 ms, V4.1 1.14 vs 1.59.
+constexpr int64_t kGemmRowsMmaAutoRows = 32;
 
 // C = A · dequant(B)ᵀ for a dense call of m rows (9..kGemmRowsMmaMaxRows): each weight byte is read from HBM once
 // and decoded once in registers (the streaming kernel's exact bf16 placement and UE8M0 scale multiply), then feeds
@@ -27,7 +26,8 @@ constexpr int64_t kGemmRowsMmaMaxWideCodes = int64_t{4} << 20;
 // through distributed shared memory in rank order (deterministic for a shape and device; no partials in global
 // memory, no second kernel). Takes what run_gemm_stream_mma takes (UE8M0 MXFP4, FP8 blocks of power-of-two shape,
 // FP8 per-32 rows, 16-byte aligned weights), dense only (no groups, gathered or scattered rows), and not in
-// batch-invariant mode or with p.choices.rows_mma == kNever. Returns false, enqueuing nothing, otherwise.
+// batch-invariant mode, not with p.choices.rows_mma == kNever nor past kGemmRowsMmaAutoRows rows with kAuto. Returns
+// false, enqueuing nothing, otherwise.
 bool run_gemm_rows_mma(const GemmKernelParams& p, cudaStream_t stream);
 
 // Whether run_gemm_rows_mma takes a dense call of `rows` rows with these weights (pointers and alignment aside:

@@ -309,8 +309,7 @@ bool gemm_rows_mma_takes(QuantFormat format, bool scale_e8m0, int block_n, int b
                          int64_t rows, const GemmChoices& choices) {
   if (choices.rows_mma == KernelPick::kNever) return false;
   if (rows <= kGemmStreamMmaMaxRows || rows > kGemmRowsMmaMaxRows || n <= 0 || k <= 0) return false;
-  if (choices.rows_mma == KernelPick::kAuto && rows > kGemmRowsMmaAnyWeightRows && n * k > kGemmRowsMmaMaxWideCodes)
-    return false;
+  if (choices.rows_mma == KernelPick::kAuto && rows > kGemmRowsMmaAutoRows) return false;
   if (!format_ok(format, scale_e8m0, block_n, block_k, k)) return false;
   return gemm_rows_mma_shape(format, n, k, rows, 132).smem <= kMaxSmem;
 }

@@ -40,8 +40,8 @@ struct GemmChoices {
   // b64 step: 1.91 ms of split GEMMs, reduces and casts against 1.60 ms of dequant, cuBLASLt and casts).
   KernelPick wgmma_split_k = KernelPick::kAuto;
   // Dense block-format calls of 9-64 rows through the rows kernel (gemm_rows_mma.h: the weights read once, all rows
-  // in one pass) instead of the cuBLASLt scratch path or the wgmma / mma.sync tiles; kAuto: up to 32 rows, and up to
-  // 64 for weights of at most 4M codes (measured there; gemm_rows_mma.h); kAlways: up to 64 rows, any weight it takes.
+  // in one pass) instead of the cuBLASLt scratch path or the wgmma / mma.sync tiles; kAuto: up to 32 rows (measured:
+  // gemm_rows_mma.h); kAlways: up to 64.
   KernelPick rows_mma = KernelPick::kAuto;
   // The backend hands the rows kernel a bf16 copy of A (a cast kernel a call) instead of the f32 rows, which the
   // kernel rounds to bf16 as it stages them (the same bits either way).
