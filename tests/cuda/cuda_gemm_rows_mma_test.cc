@@ -148,6 +148,8 @@ TEST_F(CudaGemmRowsMmaTest, DeclinesWhatItDoesNotTake) {
 TEST(CudaGemmRowsMmaShape, SplitsByTilesStepsAndSharedMemory) {
   using cuda::gemm_rows_mma_shape;
   const QuantFormat fp8 = QuantFormat::kFP8Block;
+  cuda::GemmChoices always;
+  always.rows_mma = cuda::KernelPick::kAlways;
   auto s = gemm_rows_mma_shape(fp8, 4096, 4096, 64, 132);  // 32 tiles of 128 rows, 64 steps
   EXPECT_EQ(s.warps, 8);
   EXPECT_EQ(s.splits, 8);
@@ -171,8 +173,6 @@ TEST(CudaGemmRowsMmaShape, SplitsByTilesStepsAndSharedMemory) {
   EXPECT_FALSE(cuda::gemm_rows_mma_takes(fp8, true, 128, 128, 4096, 16384, 64, always));
   EXPECT_TRUE(cuda::gemm_rows_mma_takes(fp8, true, 128, 128, 4096, 16384, 32, always));
   // The default rule: up to 32 rows; kAlways up to 64.
-  cuda::GemmChoices always;
-  always.rows_mma = cuda::KernelPick::kAlways;
   EXPECT_TRUE(cuda::gemm_rows_mma_takes(fp8, true, 128, 128, 4096, 4096, 32, {}));
   EXPECT_FALSE(cuda::gemm_rows_mma_takes(fp8, true, 128, 128, 1024, 4096, 33, {}));
   EXPECT_TRUE(cuda::gemm_rows_mma_takes(fp8, true, 128, 128, 1024, 4096, 33, always));
