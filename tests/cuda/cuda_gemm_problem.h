@@ -283,6 +283,29 @@ class GemmProblemTest : public CudaOpTest {
                 static_cast<long long>(checked), worst, static_cast<long long>(bad), bad ? "FAIL" : "ok");
     std::fflush(stdout);
   }
+  // `fn` (a kernel entry taking p, returning whether it took the call) with C rows 2N apart: the first N columns of
+  // each row must be `got`'s bytes (the same call with ldc = N), the other N still NaN.
+  template <class Fn>
+  void expect_wide_c_same(const std::string& what, const Launch& l, const Problem& pr, const HostTensor& got, Fn fn) {
+    const int64_t m = pr.m, n = pr.n;
+    DeviceTensor wide = poisoned({m, 2 * n});
+    cuda::GemmKernelParams q = l.p;
+    q.c = static_cast<float*>(wide.data());
+    q.ldc = 2 * n;
+    EXPECT_TRUE(fn(q)) << what << ": declined with ldc = 2N";
+    const HostTensor hw = down(wide);
+    int64_t differ = 0, written = 0;
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < 2 * n; ++j) {
+        const float v = hw.data<float>()[i * 2 * n + j];
+        if (j < n)
+          differ += std::memcmp(&v, got.data<float>() + i * n + j, sizeof(float)) != 0;
+        else
+          written += !std::isnan(v);
+      }
+    EXPECT_EQ(differ, 0) << what << ": ldc = 2N differs from ldc = N";
+    EXPECT_EQ(written, 0) << what << ": ldc = 2N wrote past the first N columns";
+  }
   // ‖got − want‖ / ‖want‖ over the written rows, and the first entry off by more than 1e-2 of the rms.
   void check_against(const std::string& what, const Problem& pr, const HostTensor& got, const HostTensor& want,
                      double tol) {

@@ -210,8 +210,6 @@ __global__ void __launch_bounds__(kTiThreads, kBlocks)
   out.store(p, c_row, n0, g, t);
 }
 
-int log2_exact(int v) { return (v > 0 && (v & (v - 1)) == 0) ? __builtin_ctz(static_cast<unsigned>(v)) : -1; }
-
 template <QuantFormat F>
 void launch_tile(const GemmKernelParams& p, int kw, int lbn, int lbk, cudaStream_t stream) {
   const int64_t tiles_m = p.group_offsets ? p.max_tiles_m : ceil_div(p.m, kTiM);
@@ -232,17 +230,7 @@ void launch_tile(const GemmKernelParams& p, int kw, int lbn, int lbk, cudaStream
 }  // namespace
 
 bool gemm_invariant_mma_takes(QuantFormat format, bool scale_e8m0, int block_n, int block_k, int64_t k) {
-  if (!scale_e8m0 || k <= 0) return false;
-  switch (format) {
-    case QuantFormat::kMXFP4:
-      return k % 32 == 0;
-    case QuantFormat::kFP8Row32:
-      return k % 16 == 0;
-    case QuantFormat::kFP8Block:
-      return k % 16 == 0 && log2_exact(block_n) >= 0 && log2_exact(block_k) >= 4;
-    default:
-      return false;
-  }
+  return stream_decode::decodes_format(format, scale_e8m0, block_n, block_k, k);
 }
 
 int gemm_invariant_mma_slices(QuantFormat format, int64_t n, int64_t k) {

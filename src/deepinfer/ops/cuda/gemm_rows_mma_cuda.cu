@@ -198,8 +198,6 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 2) gemm_rows_mma_kernel(GemmKe
   }
 }
 
-int log2_exact(int v) { return (v > 0 && (v & (v - 1)) == 0) ? __builtin_ctz(static_cast<unsigned>(v)) : -1; }
-
 int current_sm_count() {  // asked per launch (the runtime answers from cached properties), no process-wide cache
   int dev = 0, v = 0;
   if (cudaGetDevice(&dev) != cudaSuccess ||
@@ -265,20 +263,6 @@ void dispatch(const GemmKernelParams& p, const RowsMmaShape& shape, const Kernel
   }
 }
 
-bool format_ok(QuantFormat format, bool scale_e8m0, int block_n, int block_k, int64_t k) {
-  if (!scale_e8m0) return false;
-  switch (format) {
-    case QuantFormat::kMXFP4:
-      return k % 32 == 0;
-    case QuantFormat::kFP8Row32:
-      return k % 16 == 0;
-    case QuantFormat::kFP8Block:
-      return k % 16 == 0 && log2_exact(block_n) >= 0 && log2_exact(block_k) >= 4;
-    default:
-      return false;
-  }
-}
-
 }  // namespace
 
 RowsMmaShape gemm_rows_mma_shape(QuantFormat format, int64_t n, int64_t k, int64_t rows, int sms) {
@@ -310,7 +294,7 @@ bool gemm_rows_mma_takes(QuantFormat format, bool scale_e8m0, int block_n, int b
   if (choices.rows_mma == KernelPick::kNever) return false;
   if (rows <= kGemmStreamMmaMaxRows || rows > kGemmRowsMmaMaxRows || n <= 0 || k <= 0) return false;
   if (choices.rows_mma == KernelPick::kAuto && rows > kGemmRowsMmaAutoRows) return false;
-  if (!format_ok(format, scale_e8m0, block_n, block_k, k)) return false;
+  if (!decodes_format(format, scale_e8m0, block_n, block_k, k)) return false;
   return gemm_rows_mma_shape(format, n, k, rows, 132).smem <= kMaxSmem;
 }
 

@@ -176,5 +176,24 @@ __device__ __forceinline__ void place_pairs(const uint32_t (&h)[kChunkK<F> / 2],
   }
 }
 
+// log2 of a power of two, -1 for anything else (block shapes become shifts).
+inline int log2_exact(int v) { return (v > 0 && (v & (v - 1)) == 0) ? __builtin_ctz(static_cast<unsigned>(v)) : -1; }
+
+// Whether this decode takes a weight (host side, the kernels' launch checks): UE8M0 scales; MXFP4 with K % 32 == 0,
+// FP8 per-32 rows or FP8 blocks of power-of-two shapes (>= 16 along K) with K % 16 == 0.
+inline bool decodes_format(QuantFormat format, bool scale_e8m0, int block_n, int block_k, int64_t k) {
+  if (!scale_e8m0 || k <= 0) return false;
+  switch (format) {
+    case QuantFormat::kMXFP4:
+      return k % 32 == 0;
+    case QuantFormat::kFP8Row32:
+      return k % 16 == 0;
+    case QuantFormat::kFP8Block:
+      return k % 16 == 0 && log2_exact(block_n) >= 0 && log2_exact(block_k) >= 4;
+    default:
+      return false;
+  }
+}
+
 }  // namespace stream_decode
 }  // namespace deepinfer::cuda

@@ -249,8 +249,6 @@ __global__ void __launch_bounds__(32 * kSmWarps, 2)
   }
 }
 
-int log2_exact(int v) { return (v > 0 && (v & (v - 1)) == 0) ? __builtin_ctz(static_cast<unsigned>(v)) : -1; }
-
 // fixed_kw > 0 (batch-invariant mode): that many K slices, whatever the call's tiles and slots.
 template <QuantFormat F, int R, bool W16, int kAcc = 4, bool kBf16A = false>
 void launch_shape(const GemmKernelParams& p, int64_t slots, int lbn, int lbk, cudaStream_t stream, int fixed_kw = 0) {
