@@ -38,6 +38,7 @@ TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
                                           "wgmma_split_k=never",
                                           "rows_mma=never",
                                           "rows_mma_bf16_a=1",
+                                          "rows_mma_pdl=1",
                                           "stream_mma_max_rows=0",
                                           "decode_direct_max_rows=256",
                                           "grouped_one_launch_rows=1000"};
@@ -52,6 +53,7 @@ TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
   EXPECT_EQ(c.gemm.wgmma_split_k, KernelPick::kNever);
   EXPECT_EQ(c.gemm.rows_mma, KernelPick::kNever);
   EXPECT_TRUE(c.gemm.rows_mma_bf16_a);
+  EXPECT_TRUE(c.gemm.rows_mma_pdl);
   EXPECT_EQ(c.gemm.stream_mma_max_rows, 0);
   EXPECT_EQ(c.gemm.decode_direct_max_rows, 256);
   EXPECT_EQ(c.grouped_one_launch_rows, 1000);

@@ -1,7 +1,8 @@
 // The dense decode GEMM of 9-64 rows (ops/cuda/gemm_rows_mma_cuda.cu) called directly through GemmKernelParams, on
 // random data (cuda_gemm_problem.h): against the double reference in full (every output; tolerance 1e-4 of Σ|a·w|
 // per entry, see there), bf16 A and f32 A (rounded to bf16 by the kernel: the same bytes), the same bytes on a second
-// run (the cluster's partial tiles add in rank order) and through run_gemm, C rows strided. Shapes: each row-group
+// run (the cluster's partial tiles add in rank order), through run_gemm and as a programmatic launch after the copy
+// that writes its A, C rows strided. Shapes: each row-group
 // size (9-16, 17-32, 33-64 rows), partial 128-row weight blocks, K not a multiple of the 4-chunk step, K split over
 // clusters of 2-8 blocks and not split; MXFP4, FP8 128x128 and 32x32 blocks, FP8 per-32 rows, all UE8M0.
 #include <gtest/gtest.h>
@@ -59,6 +60,17 @@ class CudaGemmRowsMmaTest : public GemmProblemTest {
         ASSERT_TRUE(cuda::run_gemm_rows_mma(q, s)) << what << " f32 A";
       });
       expect_same_bytes((what + " f32 A = bf16 A").c_str(), f32, got);
+      // A programmatic launch (rows_mma_pdl) right after the kernel that writes its A (the bf16 cast of those f32
+      // rows over 0xAB bytes): the kernel must wait for that write before it stages A.
+      DeviceTensor a2 = poisoned_bytes(DType::kBF16, {m, k});
+      const HostTensor pdl = run(*l, pr, [&](const cuda::GemmKernelParams& p) {
+        cuda::run_cast_f32_to_bf16(static_cast<const float*>(dfa.data()), a2.data(), m * k, s);
+        cuda::GemmKernelParams q = p;
+        q.a_bf16 = a2.data();
+        q.choices.rows_mma_pdl = true;
+        ASSERT_TRUE(cuda::run_gemm_rows_mma(q, s)) << what << " pdl";
+      });
+      expect_same_bytes((what + " programmatic launch after the write of A").c_str(), pdl, got);
     }
     expect_wide_c_same(what, *l, pr, got,
                        [&](const cuda::GemmKernelParams& q) { return cuda::run_gemm_rows_mma(q, s); });

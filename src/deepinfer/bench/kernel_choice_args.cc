@@ -26,7 +26,7 @@ constexpr std::pair<WgmmaTile, std::string_view> kTiles[] = {{WgmmaTile::kByRows
                                                              {WgmmaTile::kMixed, "mixed"}};
 constexpr std::string_view kKeys =
     "attn_mma, indexer_mma, topk_small_blocks, wgmma, wgmma_exact, wgmma_decode, wgmma_tile, wgmma_split_k, "
-    "rows_mma, rows_mma_bf16_a, stream_mma_max_rows, decode_direct_max_rows, grouped_one_launch_rows";
+    "rows_mma, rows_mma_bf16_a, rows_mma_pdl, stream_mma_max_rows, decode_direct_max_rows, grouped_one_launch_rows";
 
 template <class T, size_t N>
 std::string names(const std::pair<T, std::string_view> (&table)[N]) {
@@ -92,6 +92,10 @@ cuda::KernelChoices parse_kernel_choices(const std::vector<std::string>& specs) 
       DI_CHECK_CODE(value == "0" || value == "1", ErrorCode::kInvalidArgument)
           << "--kernel-choice " << spec << ": the value must be 0 or 1";
       c.gemm.rows_mma_bf16_a = value == "1";
+    } else if (key == "rows_mma_pdl") {
+      DI_CHECK_CODE(value == "0" || value == "1", ErrorCode::kInvalidArgument)
+          << "--kernel-choice " << spec << ": the value must be 0 or 1";
+      c.gemm.rows_mma_pdl = value == "1";
     } else if (key == "stream_mma_max_rows") {
       c.gemm.stream_mma_max_rows = rows_value(value, spec);
     } else if (key == "decode_direct_max_rows") {
@@ -125,6 +129,7 @@ std::string describe_kernel_choices(const cuda::KernelChoices& c) {
     add("wgmma_split_k", std::string(name_of(kPicks, c.gemm.wgmma_split_k)));
   if (c.gemm.rows_mma != d.gemm.rows_mma) add("rows_mma", std::string(name_of(kPicks, c.gemm.rows_mma)));
   if (c.gemm.rows_mma_bf16_a != d.gemm.rows_mma_bf16_a) add("rows_mma_bf16_a", c.gemm.rows_mma_bf16_a ? "1" : "0");
+  if (c.gemm.rows_mma_pdl != d.gemm.rows_mma_pdl) add("rows_mma_pdl", c.gemm.rows_mma_pdl ? "1" : "0");
   if (c.gemm.stream_mma_max_rows != d.gemm.stream_mma_max_rows)
     add("stream_mma_max_rows", c.gemm.stream_mma_max_rows < 0 ? "default" : std::to_string(c.gemm.stream_mma_max_rows));
   if (c.gemm.decode_direct_max_rows != d.gemm.decode_direct_max_rows)

@@ -58,6 +58,7 @@ struct StepData {
 struct KernelShape {
   int splits, split_steps, lbn, lbk;
   bool a_vec;  // f32 A rows 16-byte aligned (when there is no bf16 copy)
+  bool pdl;    // launched with programmatic stream serialization (GemmChoices::rows_mma_pdl)
 };
 
 // Grid: x = blocks of `warps` 16-row weight tiles, y = K splits (a cluster of `splits` blocks along y).
@@ -97,6 +98,9 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 2) gemm_rows_mma_kernel(GemmKe
   StepData buf[kPrefetch];
 #pragma unroll
   for (int u = 0; u < kPrefetch; ++u) load(s_begin + u, buf[u]);
+  // A programmatic launch may start before the previous kernel's writes (A) are visible: wait for them here, after
+  // the weight loads (static data) are out. C is written only after this too.
+  if (sh.pdl) asm volatile("griddepcontrol.wait;\n" ::: "memory");
 
   // A thread per (row, chunk) of the block's K range, consecutive threads on consecutive chunks of a row (a row's
   // bytes in few sectors; threads on consecutive rows made 39% of the sectors excess: ncu, H200, V4-Flash o_b at 64
@@ -228,13 +232,22 @@ void launch(const GemmKernelParams& p, const RowsMmaShape& shape, const KernelSh
   cfg.blockDim = dim3(32 * shape.warps);
   cfg.dynamicSmemBytes = shape.smem;
   cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = 1;
-  attr[0].val.clusterDim.y = static_cast<unsigned>(ks.splits);
-  attr[0].val.clusterDim.z = 1;
+  cudaLaunchAttribute attr[2];
+  unsigned attrs = 0;
+  if (ks.splits > 1) {
+    attr[attrs].id = cudaLaunchAttributeClusterDimension;
+    attr[attrs].val.clusterDim.x = 1;
+    attr[attrs].val.clusterDim.y = static_cast<unsigned>(ks.splits);
+    attr[attrs].val.clusterDim.z = 1;
+    ++attrs;
+  }
+  if (ks.pdl) {
+    attr[attrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[attrs].val.programmaticStreamSerializationAllowed = 1;
+    ++attrs;
+  }
   cfg.attrs = attr;
-  cfg.numAttrs = ks.splits > 1 ? 1 : 0;
+  cfg.numAttrs = attrs;
   DI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p, ks));
 }
 
@@ -304,7 +317,7 @@ bool run_gemm_rows_mma(const GemmKernelParams& p, cudaStream_t stream) {
   if (reinterpret_cast<uintptr_t>(p.b) % 16 != 0) return false;
   const RowsMmaShape shape = gemm_rows_mma_shape(p.format, p.n, p.k, p.m, current_sm_count());
   if (shape.smem > kMaxSmem) return false;
-  KernelShape ks{shape.splits, shape.split_steps, 0, 0, false};
+  KernelShape ks{shape.splits, shape.split_steps, 0, 0, false, p.choices.rows_mma_pdl};
   switch (p.format) {
     case QuantFormat::kMXFP4:
       dispatch<QuantFormat::kMXFP4>(p, shape, ks, stream);

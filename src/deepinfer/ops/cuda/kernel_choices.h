@@ -46,6 +46,10 @@ struct GemmChoices {
   // The backend hands the rows kernel a bf16 copy of A (a cast kernel a call) instead of the f32 rows, which the
   // kernel rounds to bf16 as it stages them (the same bits either way).
   bool rows_mma_bf16_a = false;
+  // Launch the rows kernel with programmatic stream serialization: its blocks may start while the previous kernel
+  // finishes and send their first weight loads (the weights do not depend on it) before they wait for its memory
+  // (griddepcontrol.wait); the arithmetic is unchanged. Unmeasured: an A/B for the next device session.
+  bool rows_mma_pdl = false;
 };
 
 struct KernelChoices {
