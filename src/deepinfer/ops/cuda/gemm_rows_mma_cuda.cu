@@ -42,14 +42,6 @@ constexpr int kMinSplitSteps = 4;
 constexpr size_t kMaxSmem = 200 * 1024;
 constexpr int kPartPad = 4;  // floats of padding a partial-tile row: the accumulator stores hit distinct banks
 
-__device__ __forceinline__ uint4 ld_stream(const uint4* p) {  // read once: no L1 allocation
-  uint4 r;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-               : "l"(p));
-  return r;
-}
-
 struct StepData {
   uint4 q[2];     // 16 code bytes of weight rows g and g + 8
   uint32_t e[2];  // their scale bytes

@@ -176,6 +176,15 @@ __device__ __forceinline__ void place_pairs(const uint32_t (&h)[kChunkK<F> / 2],
   }
 }
 
+// A weight chunk read once: no L1 allocation, a 256-byte L2 prefetch (the streaming and rows kernels' code loads).
+__device__ __forceinline__ uint4 ld_stream(const uint4* p) {  // read once: no L1 allocation
+  uint4 r;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "l"(p));
+  return r;
+}
+
 // log2 of a power of two, -1 for anything else (block shapes become shifts).
 inline int log2_exact(int v) { return (v > 0 && (v & (v - 1)) == 0) ? __builtin_ctz(static_cast<unsigned>(v)) : -1; }
 

@@ -38,14 +38,6 @@ constexpr int kTargetWarps = 2048;   // ~16 streaming warps per SM on 132 SMs
 constexpr int64_t kStageBytes = 96 * 1024;
 constexpr int64_t kDefaultSmemBytes = 48 * 1024;  // above it a kernel needs the opt-in attribute
 
-__device__ __forceinline__ uint4 ld_stream(const uint4* p) {  // read once: no L1 allocation
-  uint4 r;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-               : "l"(p));
-  return r;
-}
-
 // kRows weight rows per lane: 1 (8-row tiles) or 2 (rows g and g + 8 of 16-row tiles).
 template <int kRows>
 struct StepData {
