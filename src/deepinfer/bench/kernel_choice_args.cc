@@ -59,6 +59,13 @@ int64_t rows_value(std::string_view value, const std::string& spec) {
   return v;
 }
 
+// A switch: "0" or "1".
+bool flag_value(std::string_view value, const std::string& spec) {
+  DI_CHECK_CODE(value == "0" || value == "1", ErrorCode::kInvalidArgument)
+      << "--kernel-choice " << spec << ": the value must be 0 or 1";
+  return value == "1";
+}
+
 }  // namespace
 
 cuda::KernelChoices parse_kernel_choices(const std::vector<std::string>& specs) {
@@ -77,9 +84,7 @@ cuda::KernelChoices parse_kernel_choices(const std::vector<std::string>& specs) 
     } else if (key == "wgmma") {
       c.gemm.wgmma = lookup(kPicks, value, spec);
     } else if (key == "wgmma_exact") {
-      DI_CHECK_CODE(value == "0" || value == "1", ErrorCode::kInvalidArgument)
-          << "--kernel-choice " << spec << ": the value must be 0 or 1";
-      c.gemm.wgmma_exact = value == "1";
+      c.gemm.wgmma_exact = flag_value(value, spec);
     } else if (key == "wgmma_decode") {
       c.gemm.wgmma_decode = lookup(kDecodes, value, spec);
     } else if (key == "wgmma_tile") {
@@ -89,13 +94,9 @@ cuda::KernelChoices parse_kernel_choices(const std::vector<std::string>& specs) 
     } else if (key == "rows_mma") {
       c.gemm.rows_mma = lookup(kPicks, value, spec);
     } else if (key == "rows_mma_bf16_a") {
-      DI_CHECK_CODE(value == "0" || value == "1", ErrorCode::kInvalidArgument)
-          << "--kernel-choice " << spec << ": the value must be 0 or 1";
-      c.gemm.rows_mma_bf16_a = value == "1";
+      c.gemm.rows_mma_bf16_a = flag_value(value, spec);
     } else if (key == "rows_mma_pdl") {
-      DI_CHECK_CODE(value == "0" || value == "1", ErrorCode::kInvalidArgument)
-          << "--kernel-choice " << spec << ": the value must be 0 or 1";
-      c.gemm.rows_mma_pdl = value == "1";
+      c.gemm.rows_mma_pdl = flag_value(value, spec);
     } else if (key == "stream_mma_max_rows") {
       c.gemm.stream_mma_max_rows = rows_value(value, spec);
     } else if (key == "decode_direct_max_rows") {

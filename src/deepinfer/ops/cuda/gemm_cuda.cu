@@ -804,16 +804,6 @@ bool chain_vec_ok(const GemmKernelParams& p) {
   return p.k % 16 == 0 && (F != QuantFormat::kFP8Block || p.block_k % 16 == 0);
 }
 
-// The current device's SM count, asked per launch (the runtime answers from its cached properties; no process-wide
-// cache, so a process driving GPUs of different sizes gets each one's count).
-int device_sm_count() {
-  int dev = 0, v = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-    v = 0;
-  return v > 0 ? v : 132;
-}
-
 // slots: grid y (group slots, or row blocks of rows_per_block rows for a dense call).
 template <QuantFormat F, int R, int NS>
 void launch_chain_ring(const GemmKernelParams& p, int warps, int64_t slots, int rows_per_block, cudaStream_t stream) {
@@ -1138,6 +1128,16 @@ bool vector_ok(const GemmKernelParams& p, bool check_a) {
   return vec && p.k % 16 == 0 && (p.format != QuantFormat::kFP8Block || p.block_k % 16 == 0);
 }
 }  // namespace
+
+// Asked per launch (the runtime answers from its cached properties; no process-wide cache, so a process driving GPUs
+// of different sizes gets each one's count).
+int device_sm_count() {
+  int dev = 0, v = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+    v = 0;
+  return v > 0 ? v : 132;
+}
 
 bool run_dequantize_bf16(const GemmKernelParams& p, void* out, cudaStream_t stream) {
   if (p.b_table || !vector_ok(p, false) || reinterpret_cast<uintptr_t>(out) % 16 != 0) return false;

@@ -44,20 +44,6 @@ constexpr int kTiM = kGemmTileM;     // activation rows per block: one tile of t
 constexpr int kTiTiles = kTiM / 8;   // n8 tiles per warp
 static_assert(kTiThreads == 4 * kTiM, "activation staging: a thread per (row, chunk) of a step");
 
-__device__ __forceinline__ uint4 ld_weights(const uint4* p) {  // read once per block: no L1 allocation
-  uint4 r;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-               : "l"(p));
-  return r;
-}
-
-// One step's weight data of a lane: 16 code bytes and the scale byte of rows g and g + 8.
-struct TileStep {
-  uint4 q[2];
-  uint32_t e[2];
-};
-
 // A warp's outputs in the tile kernel (16 weight rows x kTiM rows) and the per-output sequence it shares with the
 // streaming kernel: per step kMmas mma.sync into one chain per slice (acc), the slices added in order (sum).
 template <QuantFormat F>
@@ -146,25 +132,10 @@ __global__ void __launch_bounds__(kTiThreads, kBlocks)
   const uint8_t* b = static_cast<const uint8_t*>(p.b_table ? p.b_table[grp] : p.b);
   const uint8_t* s = static_cast<const uint8_t*>(p.b_scale_table ? p.b_scale_table[grp] : p.b_scale);
   const int chunks = static_cast<int>(p.k / kC), steps = (chunks + 3) / 4;
-  const uint4* wrow[2];
-  const uint8_t* srow[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int64_t n = n0 + g + 8 * h;
-    wrow[h] = reinterpret_cast<const uint4*>(b + (n < p.n ? n : 0) * chunks * 16) + t;
-    srow[h] = scale_row<F>(p, s, n < p.n ? n : 0, lbn);
-  }
-  // The streaming kernel's loads: chunks past K are zero codes with scale byte 127 (decoded to +0).
-  auto load_w = [&](int st, TileStep& d) {
-    const int c = 4 * st + t;
-    const bool ok = st < steps && c < chunks;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      d.q[h] = ok ? ld_weights(wrow[h] + 4 * st) : make_uint4(0, 0, 0, 0);
-      d.e[h] = ok ? srow[h][scale_offset<F>(c, lbk)] : 127u;
-    }
-  };
-  TileStep cur;
+  WeightRows<F, 2, /*kL2Prefetch=*/false> wr;  // the streaming kernel's loads, without its L2 prefetch hint
+  wr.set(p, b, s, n0, g, t, chunks, lbn);
+  const auto load_w = [&](int st, StepData<2>& d) { wr.load(st, steps, chunks, t, lbk, d); };
+  StepData<2> cur;
   load_w(0, cur);
   __syncthreads();  // a_row / c_row
 
@@ -197,7 +168,7 @@ __global__ void __launch_bounds__(kTiThreads, kBlocks)
   for (int st = 0; st < steps; ++st) {
     const int buf = st & 1;
     // The next step's loads are in flight during this step's mmas.
-    TileStep nxt;
+    StepData<2> nxt;
     load_w(st + 1, nxt);
     const bool more = st + 1 < steps;
     if (more) load_a(st + 1);

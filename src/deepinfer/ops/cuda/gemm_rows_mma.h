@@ -30,8 +30,8 @@ constexpr int64_t kGemmRowsMmaAutoRows = 32;
 // false, enqueuing nothing, otherwise.
 bool run_gemm_rows_mma(const GemmKernelParams& p, cudaStream_t stream);
 
-// Whether run_gemm_rows_mma takes a dense call of `rows` rows with these weights (pointers and alignment aside:
-// 16-byte aligned weights and A are the caller's part). CudaBackend's quant_linear and shared expert ask it before
+// Whether run_gemm_rows_mma takes a dense call of `rows` rows with these weights on the current device (pointers and
+// alignment aside: 16-byte aligned weights and A are the caller's part). CudaBackend's quant_linear and shared expert ask it before
 // they fall back to the cuBLASLt scratch path.
 bool gemm_rows_mma_takes(QuantFormat format, bool scale_e8m0, int block_n, int block_k, int64_t n, int64_t k,
                          int64_t rows, const GemmChoices& choices);

@@ -42,11 +42,6 @@ constexpr int kMinSplitSteps = 4;
 constexpr size_t kMaxSmem = 200 * 1024;
 constexpr int kPartPad = 4;  // floats of padding a partial-tile row: the accumulator stores hit distinct banks
 
-struct StepData {
-  uint4 q[2];     // 16 code bytes of weight rows g and g + 8
-  uint32_t e[2];  // their scale bytes
-};
-
 struct KernelShape {
   int splits, split_steps, lbn, lbk;
   bool a_vec;  // f32 A rows 16-byte aligned (when there is no bf16 copy)
@@ -68,26 +63,11 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 2) gemm_rows_mma_kernel(GemmKe
   const int64_t n_block = static_cast<int64_t>(blockIdx.x) * cols, n0 = n_block + 16 * warp;
   const uint8_t* b = static_cast<const uint8_t*>(p.b);
   const uint8_t* s = static_cast<const uint8_t*>(p.b_scale);
-  // Rows past N read row 0 (in bounds) and contribute nothing: their outputs are never written.
-  const uint4* wrow[2];
-  const uint8_t* srow[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int64_t n = n0 + g + 8 * h;
-    wrow[h] = reinterpret_cast<const uint4*>(b + (n < p.n ? n : 0) * chunks * 16) + t;
-    srow[h] = scale_row<F>(p, s, n < p.n ? n : 0, sh.lbn);
-  }
-  auto load = [&](int st, StepData& d) {
-    const int c = 4 * st + t;
-    const bool ok = st < s_end && c < chunks;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      d.q[h] = ok ? ld_stream(wrow[h] + 4 * st) : make_uint4(0, 0, 0, 0);
-      d.e[h] = ok ? srow[h][scale_offset<F>(c, sh.lbk)] : 127u;
-    }
-  };
+  WeightRows<F, 2> wr;  // weight rows g and g + 8 of the warp's tile
+  wr.set(p, b, s, n0, g, t, chunks, sh.lbn);
+  const auto load = [&](int st, StepData<2>& d) { wr.load(st, s_end, chunks, t, sh.lbk, d); };
   // The first steps' weight loads go out before the rows are staged, so they are in flight meanwhile.
-  StepData buf[kPrefetch];
+  StepData<2> buf[kPrefetch];
 #pragma unroll
   for (int u = 0; u < kPrefetch; ++u) load(s_begin + u, buf[u]);
   // A programmatic launch may start before the previous kernel's writes (A) are visible: wait for them here, after
@@ -127,7 +107,7 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 2) gemm_rows_mma_kernel(GemmKe
     for (int u = 0; u < kPrefetch; ++u) {
       const int st = st0 + u;
       if (st < s_end) {
-        StepData& d = buf[u];
+        StepData<2>& d = buf[u];
         FormatScale<F> sc[2];
         sc[0].set(d.e[0]);
         sc[1].set(d.e[1]);
@@ -192,14 +172,6 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 2) gemm_rows_mma_kernel(GemmKe
       if (r < p.m && n_block + cc < p.n) p.c[r * p.ldc + n_block + cc] = part[r * ld + cc];
     }
   }
-}
-
-int current_sm_count() {  // asked per launch (the runtime answers from cached properties), no process-wide cache
-  int dev = 0, v = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-    v = 0;
-  return v > 0 ? v : 132;
 }
 
 int64_t chunk_k(QuantFormat f) { return f == QuantFormat::kMXFP4 ? 32 : 16; }
@@ -294,20 +266,28 @@ RowsMmaShape gemm_rows_mma_shape(QuantFormat format, int64_t n, int64_t k, int64
   return s;
 }
 
-bool gemm_rows_mma_takes(QuantFormat format, bool scale_e8m0, int block_n, int block_k, int64_t n, int64_t k,
-                         int64_t rows, const GemmChoices& choices) {
+namespace {
+// gemm_rows_mma_takes but for the shared memory its launch shape needs.
+bool takes_kind(QuantFormat format, bool scale_e8m0, int block_n, int block_k, int64_t n, int64_t k, int64_t rows,
+                const GemmChoices& choices) {
   if (choices.rows_mma == KernelPick::kNever) return false;
   if (rows <= kGemmStreamMmaMaxRows || rows > kGemmRowsMmaMaxRows || n <= 0 || k <= 0) return false;
   if (choices.rows_mma == KernelPick::kAuto && rows > kGemmRowsMmaAutoRows) return false;
-  if (!decodes_format(format, scale_e8m0, block_n, block_k, k)) return false;
-  return gemm_rows_mma_shape(format, n, k, rows, 132).smem <= kMaxSmem;
+  return decodes_format(format, scale_e8m0, block_n, block_k, k);
+}
+}  // namespace
+
+bool gemm_rows_mma_takes(QuantFormat format, bool scale_e8m0, int block_n, int block_k, int64_t n, int64_t k,
+                         int64_t rows, const GemmChoices& choices) {
+  return takes_kind(format, scale_e8m0, block_n, block_k, n, k, rows, choices) &&
+         gemm_rows_mma_shape(format, n, k, rows, device_sm_count()).smem <= kMaxSmem;
 }
 
 bool run_gemm_rows_mma(const GemmKernelParams& p, cudaStream_t stream) {
   if (p.batch_invariant || p.group_offsets || p.a_rows || p.c_rows || p.b_table) return false;
-  if (!gemm_rows_mma_takes(p.format, p.scale_e8m0, p.block_n, p.block_k, p.n, p.k, p.m, p.choices)) return false;
+  if (!takes_kind(p.format, p.scale_e8m0, p.block_n, p.block_k, p.n, p.k, p.m, p.choices)) return false;
   if (reinterpret_cast<uintptr_t>(p.b) % 16 != 0) return false;
-  const RowsMmaShape shape = gemm_rows_mma_shape(p.format, p.n, p.k, p.m, current_sm_count());
+  const RowsMmaShape shape = gemm_rows_mma_shape(p.format, p.n, p.k, p.m, device_sm_count());
   if (shape.smem > kMaxSmem) return false;
   KernelShape ks{shape.splits, shape.split_steps, 0, 0, false, p.choices.rows_mma_pdl};
   switch (p.format) {

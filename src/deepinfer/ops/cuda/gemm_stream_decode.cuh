@@ -176,6 +176,14 @@ __device__ __forceinline__ void place_pairs(const uint32_t (&h)[kChunkK<F> / 2],
   }
 }
 
+// A weight chunk read once per block: no L1 allocation (the batch-invariant tile kernel's loads).
+__device__ __forceinline__ uint4 ld_once(const uint4* p) {
+  uint4 r;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "l"(p));
+  return r;
+}
 // A weight chunk read once: no L1 allocation, a 256-byte L2 prefetch (the streaming and rows kernels' code loads).
 __device__ __forceinline__ uint4 ld_stream(const uint4* p) {  // read once: no L1 allocation
   uint4 r;
@@ -184,6 +192,42 @@ __device__ __forceinline__ uint4 ld_stream(const uint4* p) {  // read once: no L
                : "l"(p));
   return r;
 }
+
+// kRows weight rows a lane streams (1, or 2: rows g and g + 8 of a 16-row tile): one step's 16 code bytes and scale
+// byte of each.
+template <int kRows>
+struct StepData {
+  uint4 q[kRows];
+  uint32_t e[kRows];
+};
+
+// A lane's weight rows n0 + g + 8h (h < kRows) and their scale rows: the K walk's loads of the streaming, invariant
+// and rows kernels. Rows past N read row 0 (in bounds) and contribute nothing: their outputs are never written.
+template <QuantFormat F, int kRows, bool kL2Prefetch = true>
+struct WeightRows {
+  const uint4* w[kRows];
+  const uint8_t* s[kRows];
+  __device__ __forceinline__ void set(const GemmKernelParams& p, const uint8_t* b, const uint8_t* sc, int64_t n0, int g,
+                                      int t, int chunks, int lbn) {
+#pragma unroll
+    for (int h = 0; h < kRows; ++h) {
+      const int64_t n = n0 + g + 8 * h;
+      w[h] = reinterpret_cast<const uint4*>(b + (n < p.n ? n : 0) * chunks * 16) + t;
+      s[h] = scale_row<F>(p, sc, n < p.n ? n : 0, lbn);
+    }
+  }
+  // Step st's chunk 4·st + t of each row; steps from `end` on and chunks past K are zero codes with scale byte 127
+  // (decoded to +0).
+  __device__ __forceinline__ void load(int st, int end, int chunks, int t, int lbk, StepData<kRows>& d) const {
+    const int c = 4 * st + t;
+    const bool ok = st < end && c < chunks;
+#pragma unroll
+    for (int h = 0; h < kRows; ++h) {
+      d.q[h] = ok ? (kL2Prefetch ? ld_stream(w[h] + 4 * st) : ld_once(w[h] + 4 * st)) : make_uint4(0, 0, 0, 0);
+      d.e[h] = ok ? s[h][scale_offset<F>(c, lbk)] : 127u;
+    }
+  }
+};
 
 // log2 of a power of two, -1 for anything else (block shapes become shifts).
 inline int log2_exact(int v) { return (v > 0 && (v & (v - 1)) == 0) ? __builtin_ctz(static_cast<unsigned>(v)) : -1; }

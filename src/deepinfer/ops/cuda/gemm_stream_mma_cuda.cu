@@ -38,13 +38,6 @@ constexpr int kTargetWarps = 2048;   // ~16 streaming warps per SM on 132 SMs
 constexpr int64_t kStageBytes = 96 * 1024;
 constexpr int64_t kDefaultSmemBytes = 48 * 1024;  // above it a kernel needs the opt-in attribute
 
-// kRows weight rows per lane: 1 (8-row tiles) or 2 (rows g and g + 8 of 16-row tiles).
-template <int kRows>
-struct StepData {
-  uint4 q[kRows];     // 16 code bytes of each row
-  uint32_t e[kRows];  // their scale bytes
-};
-
 // Two tile shapes. W16 = false: 8 weight rows per warp as the mma's B operand, the activation rows as A (rows 8..15
 // unused): twice the warps of 16-row tiles for small N. W16 = true: 16 weight rows as A, the activations as B: half
 // the mmas and activation fragment loads per weight, for calls with tiles enough to fill the device.
@@ -95,6 +88,7 @@ __global__ void __launch_bounds__(32 * kSmWarps, 2)
   const auto s_bound = [&](int w) { return kAcc == 1 || w == kw ? steps * w / kw : (steps * w / kw) & ~1; };
   const int s_begin = s_bound(wk), s_end = s_bound(wk + 1);
   // Rows past N read row 0 (in bounds) and contribute nothing: their outputs are never written.
+  // (Not WeightRows: through it ptxas allocated this kernel's registers differently; its SASS is the measured one.)
   const uint4* wrow[kRows];
   const uint8_t* srow[kRows];
   // Tile group f of the block's tile_groups: its warps' weight rows.

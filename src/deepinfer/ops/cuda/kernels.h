@@ -120,6 +120,8 @@ constexpr int kGemmTileM = 64;
 // 5-40x slower than on the tensor-core / cuBLASLt paths).
 constexpr int kGemmSkinnyRows = 4;
 void run_gemm(const GemmKernelParams& p, cudaStream_t stream);
+// The current device's SM count (132, the H200's, when the runtime cannot say): the GEMM launchers' shape rules.
+int device_sm_count();
 
 // ============================================================================ norms (norm_cuda.cu)
 struct RmsNormKernelParams {
