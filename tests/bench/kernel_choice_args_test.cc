@@ -39,6 +39,9 @@ TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
                                           "rows_mma=never",
                                           "rows_mma_bf16_a=1",
                                           "rows_mma_pdl=1",
+                                          "rows_mma_warps=4",
+                                          "rows_mma_kw=2",
+                                          "rows_mma_splits=8",
                                           "stream_mma_max_rows=0",
                                           "decode_direct_max_rows=256",
                                           "grouped_one_launch_rows=1000"};
@@ -54,6 +57,9 @@ TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
   EXPECT_EQ(c.gemm.rows_mma, KernelPick::kNever);
   EXPECT_TRUE(c.gemm.rows_mma_bf16_a);
   EXPECT_TRUE(c.gemm.rows_mma_pdl);
+  EXPECT_EQ(c.gemm.rows_mma_warps, 4);
+  EXPECT_EQ(c.gemm.rows_mma_kw, 2);
+  EXPECT_EQ(c.gemm.rows_mma_splits, 8);
   EXPECT_EQ(c.gemm.stream_mma_max_rows, 0);
   EXPECT_EQ(c.gemm.decode_direct_max_rows, 256);
   EXPECT_EQ(c.grouped_one_launch_rows, 1000);
@@ -99,6 +105,9 @@ TEST(KernelChoiceArgs, BadSpecsAreClearErrors) {
   expect_rejected("stream_mma_max_rows=-2", "row count >= 0");
   expect_rejected("grouped_one_launch_rows=8x", "row count >= 0");
   expect_rejected("decode_direct_max_rows=", "row count >= 0");
+  expect_rejected("rows_mma_warps=6", "one of 4, 8 or 'default'");
+  expect_rejected("rows_mma_kw=3", "one of 1, 2, 4, 8 or 'default'");
+  expect_rejected("rows_mma_splits=16", "one of 1, 2, 4, 8 or 'default'");
   expect_rejected("warp_size=64", "unknown key 'warp_size'");
 }
 

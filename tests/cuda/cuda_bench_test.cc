@@ -16,6 +16,7 @@
 
 #include "cuda/cuda_test_util.h"
 #include "deepinfer/core/dtype.h"
+#include "deepinfer/ops/cuda/gemm_rows_mma.h"
 #include "deepinfer/ops/cuda/gemm_wgmma.h"
 #include "deepinfer/ops/cuda/kernels.h"
 #include "deepinfer/ops/cuda/swiglu_bf16.h"
@@ -691,6 +692,70 @@ TEST_F(CudaBench, DISABLED_DecodeRowsGemmTimings) {
        {Proj{"q_a", 1024, 4096}, Proj{"kv", 512, 4096}, Proj{"q_b", 32768, 1024}, Proj{"o_a group", 1024, 4096},
         Proj{"o_b", 4096, 8192}, Proj{"shared gate", 2048, 4096}, Proj{"shared down", 4096, 2048}})
     time_fp8_proj(pr, {16, 32, 64}, modes, set_mode);
+  gpu().set_kernel_choices({});
+}
+
+// The rows kernel's launch shape (issue #7: it is latency-bound at 16-64 rows, docs/PERF.md session 22): every
+// chosen shape (warps a block 4 / 8, warps along K 1-8, cluster splits 1-8) against its rule, the rule as a
+// programmatic launch, and the path it replaced, on V4-Flash's FP8 projections at 16 / 32 / 64 rows; weights rotate
+// so each call reads them from HBM. A [sweep] line a projection and row count names the fastest shape.
+TEST_F(CudaBench, DISABLED_RowsGemmShapeSweep) {
+  const int sms = gpu().device_info().sm_count;
+  for (const Proj& pr :
+       {Proj{"q_a", 1024, 4096}, Proj{"kv", 512, 4096}, Proj{"q_b", 32768, 1024}, Proj{"o_a group", 1024, 4096},
+        Proj{"o_b", 4096, 8192}, Proj{"shared gate", 2048, 4096}, Proj{"shared down", 4096, 2048}}) {
+    const RotatingFp8 wr = rotating_fp8(pr.n, pr.k);
+    for (int64_t m : {16, 32, 64}) {
+      DeviceTensor x = filled(DType::kF32, {m, pr.k}), y(gpu(), DType::kF32, {m, pr.n});
+      const std::string what = std::string("fp8 ") + pr.name + " N=" + std::to_string(pr.n) +
+                               " K=" + std::to_string(pr.k) + " M=" + std::to_string(m);
+      const auto time_with = [&](const cuda::KernelChoices& c, const std::string& label) {
+        gpu().set_kernel_choices(c);
+        const double ms = time_rotating(wr, x, y);
+        report(what + " " + label, ms, wr.bytes + 4.0 * m * (pr.n + pr.k), 2.0 * m * pr.n * pr.k);
+        return ms;
+      };
+      cuda::KernelChoices c;
+      c.gemm.rows_mma = cuda::KernelPick::kAlways;
+      const cuda::RowsMmaShape rule = cuda::gemm_rows_mma_shape(QuantFormat::kFP8Block, pr.n, pr.k, m, sms);
+      const std::string rule_name =
+          "w" + std::to_string(rule.warps) + " kw" + std::to_string(rule.kw) + " s" + std::to_string(rule.splits);
+      const double t_rule = time_with(c, "rule (" + rule_name + ")");
+      c.gemm.rows_mma_pdl = true;
+      const double t_pdl = time_with(c, "rule, programmatic launch");
+      c.gemm.rows_mma_pdl = false;
+      cuda::KernelChoices never;
+      never.gemm.rows_mma = cuda::KernelPick::kNever;
+      const double t_never = time_with(never, "never");
+      double best = t_rule;
+      std::string best_name = rule_name + " (the rule)";
+      for (int warps : {4, 8})
+        for (int kw : {1, 2, 4, 8})
+          for (int splits : {1, 2, 4, 8}) {
+            if (kw > warps) continue;
+            c.gemm.rows_mma_warps = warps;
+            c.gemm.rows_mma_kw = kw;
+            c.gemm.rows_mma_splits = splits;
+            const cuda::RowsMmaShape sh = cuda::gemm_rows_mma_shape(QuantFormat::kFP8Block, pr.n, pr.k, m, sms, c.gemm);
+            const std::string name =
+                "w" + std::to_string(warps) + " kw" + std::to_string(kw) + " s" + std::to_string(splits);
+            if (!cuda::gemm_rows_mma_takes(QuantFormat::kFP8Block, true, 128, 128, pr.n, pr.k, m, c.gemm)) {
+              std::printf("[bench] %s %s: declined (%zu bytes of shared memory)\n", what.c_str(), name.c_str(),
+                          sh.smem);
+              continue;
+            }
+            const double ms = time_with(c, name);
+            if (ms < best) {
+              best = ms;
+              best_name = name;
+            }
+          }
+      std::printf("[sweep] %-40s best %-14s %7.1f us; rule %s %7.1f us, programmatic %7.1f us; never %7.1f us\n",
+                  what.c_str(), best_name.c_str(), best * 1e3, rule_name.c_str(), t_rule * 1e3, t_pdl * 1e3,
+                  t_never * 1e3);
+      std::fflush(stdout);
+    }
+  }
   gpu().set_kernel_choices({});
 }
 

@@ -29,20 +29,23 @@ class CudaGemmRowsMmaTest : public GemmProblemTest {
  protected:
   // The whole check for one problem: taken, the reference in full, repeated bytes, run_gemm's dispatch, f32 A, and
   // C with rows 2N apart (the other N columns untouched). Returns the launch shape it ran with.
-  cuda::RowsMmaShape check(Kind kind, int64_t m, int64_t n, int64_t k) {
+  // `pick`: a launch shape other than the rule's (its rows_mma_warps / _kw / _splits).
+  cuda::RowsMmaShape check(Kind kind, int64_t m, int64_t n, int64_t k, const cuda::GemmChoices& pick = {}) {
     const Problem pr = dense(kind, m, n, k);
     const std::unique_ptr<Launch> l = prepare(pr);
+    l->p.choices = pick;
     l->p.choices.rows_mma = cuda::KernelPick::kAlways;  // whatever the default rule says of the weight's size
     cudaStream_t s = gpu().stream();
     const std::string what = std::string("rows-mma ") + kind_name(kind) + " M=" + std::to_string(m) +
                              " N=" + std::to_string(n) + " K=" + std::to_string(k);
-    const cuda::RowsMmaShape shape = cuda::gemm_rows_mma_shape(l->p.format, n, k, m, gpu().device_info().sm_count);
+    const cuda::RowsMmaShape shape =
+        cuda::gemm_rows_mma_shape(l->p.format, n, k, m, gpu().device_info().sm_count, l->p.choices);
     bool took = false;
     const HostTensor got = run(*l, pr, [&](const cuda::GemmKernelParams& p) { took = cuda::run_gemm_rows_mma(p, s); });
     EXPECT_TRUE(took) << what << ": declined";
     if (!took) return shape;
-    std::printf("[cuda-op] %-48s warps %d, splits %d x %d steps, smem %zu\n", what.c_str(), shape.warps, shape.splits,
-                shape.split_steps, shape.smem);
+    std::printf("[cuda-op] %-48s warps %d (%d along K, %d steps each), splits %d x %d steps, smem %zu\n", what.c_str(),
+                shape.warps, shape.kw, shape.warp_steps, shape.splits, shape.split_steps, shape.smem);
     check_reference(what, pr, got, /*full=*/true);
     const HostTensor again = run(*l, pr, [&](const cuda::GemmKernelParams& p) { cuda::run_gemm_rows_mma(p, s); });
     expect_same_bytes((what + " repeated").c_str(), again, got);
@@ -101,6 +104,29 @@ TEST_F(CudaGemmRowsMmaTest, OddStepCountsMatchReference) {
   check(Kind::kFp8E8m0_32, 24, 300, 4096 + 32);
   check(Kind::kFp8Row32, 40, 129, 1056);
   check(Kind::kMxfp4, 12, 520, 4096 + 96);
+}
+
+// Chosen launch shapes (the op bench's sweep): warps along K in a block (their partial tiles summed in shared
+// memory before the cluster's sum), with and without cluster splits, at each row group; ranges that leave the last
+// warps of a block few or no steps.
+TEST_F(CudaGemmRowsMmaTest, ChosenShapesMatchReference) {
+  const auto pick = [](int warps, int kw, int splits) {
+    cuda::GemmChoices c;
+    c.rows_mma_warps = warps;
+    c.rows_mma_kw = kw;
+    c.rows_mma_splits = splits;
+    return c;
+  };
+  for (int kw : {2, 4, 8})
+    for (int splits : {1, 2, 8}) {
+      const cuda::RowsMmaShape sh = check(Kind::kFp8E8m0_128, kw == 4 ? 33 : 16, 1024, 4096, pick(8, kw, splits));
+      EXPECT_EQ(sh.kw, kw);
+      EXPECT_EQ(sh.splits, splits);
+    }
+  check(Kind::kFp8E8m0_128, 64, 4096, 2048, pick(8, 2, 4));
+  check(Kind::kFp8E8m0_32, 24, 300, 4096 + 32, pick(8, 4, 2));  // 65 steps: 33 a block, 10 a warp
+  check(Kind::kMxfp4, 12, 520, 4096 + 96, pick(4, 4, 8));       // 33 steps: 5 a block, 2 a warp (one warp idle)
+  check(Kind::kFp8Row32, 40, 129, 1056, pick(4, 2, 1));
 }
 
 // What it declines (nothing enqueued): rows outside 9-64, grouped calls, batch-invariant mode, f32 scales, the
@@ -179,6 +205,41 @@ TEST(CudaGemmRowsMmaShape, SplitsByTilesStepsAndSharedMemory) {
   EXPECT_TRUE(cuda::gemm_rows_mma_takes(fp8, true, 128, 128, 4096, 4096, 9, {}));
   EXPECT_FALSE(cuda::gemm_rows_mma_takes(fp8, false, 128, 128, 4096, 4096, 9, {}));
   EXPECT_FALSE(cuda::gemm_rows_mma_takes(fp8, true, 96, 128, 4096, 4096, 9, {}));
+}
+
+// Chosen shapes (GemmChoices::rows_mma_warps / _kw / _splits): warps along K split the block's steps in even counts
+// (whole 128-byte lines of a row), their partial tiles take kw times the room; a chosen split count is kept even when
+// the K range then exceeds the shared memory, and the call is declined.
+TEST(CudaGemmRowsMmaShape, ChosenShapes) {
+  using cuda::gemm_rows_mma_shape;
+  const QuantFormat fp8 = QuantFormat::kFP8Block;
+  cuda::GemmChoices c;
+  c.rows_mma = cuda::KernelPick::kAlways;
+  c.rows_mma_warps = 8;
+  c.rows_mma_kw = 4;
+  c.rows_mma_splits = 8;
+  auto s = gemm_rows_mma_shape(fp8, 1024, 4096, 16, 132, c);  // 64 steps: 8 a block, 2 a warp
+  EXPECT_EQ(s.warps, 8);
+  EXPECT_EQ(s.kw, 4);
+  EXPECT_EQ(s.splits, 8);
+  EXPECT_EQ(s.split_steps, 8);
+  EXPECT_EQ(s.warp_steps, 2);
+  EXPECT_EQ(s.smem, size_t{8} * 64 * 16 * 2);  // the staged rows: 8 steps x 64 k x 16 rows x 2 bytes
+  c.rows_mma_splits = 2;
+  s = gemm_rows_mma_shape(fp8, 1024, 4096 + 64 * 4, 64, 132, c);  // 68 steps: 34 a block, 9 -> 10 a warp
+  EXPECT_EQ(s.split_steps, 34);
+  EXPECT_EQ(s.warp_steps, 10);
+  c.rows_mma_kw = 8;
+  c.rows_mma_splits = 8;
+  s = gemm_rows_mma_shape(fp8, 1024, 512, 64, 132, c);  // 8 steps: 1 a block; partial tiles 8 x 64 x (16 + 4) floats
+  EXPECT_EQ(s.warp_steps, 2);
+  EXPECT_EQ(s.smem, size_t{8} * 64 * 20 * 4);
+  c.rows_mma_kw = 3;  // not a divisor of the warps: the rule's 1
+  EXPECT_EQ(gemm_rows_mma_shape(fp8, 1024, 4096, 16, 132, c).kw, 1);
+  c.rows_mma_kw = 1;
+  c.rows_mma_splits = 1;  // 64 rows of K = 16384 in one block: 512 KB, declined rather than split
+  EXPECT_GT(gemm_rows_mma_shape(fp8, 4096, 16384, 64, 132, c).smem, size_t{200} * 1024);
+  EXPECT_FALSE(cuda::gemm_rows_mma_takes(fp8, true, 128, 128, 4096, 16384, 64, c));
 }
 
 }  // namespace

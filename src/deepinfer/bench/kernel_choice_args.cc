@@ -1,7 +1,10 @@
 #include "deepinfer/bench/kernel_choice_args.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdint>
+#include <initializer_list>
+#include <string>
 #include <string_view>
 #include <utility>
 
@@ -26,7 +29,8 @@ constexpr std::pair<WgmmaTile, std::string_view> kTiles[] = {{WgmmaTile::kByRows
                                                              {WgmmaTile::kMixed, "mixed"}};
 constexpr std::string_view kKeys =
     "attn_mma, indexer_mma, topk_small_blocks, wgmma, wgmma_exact, wgmma_decode, wgmma_tile, wgmma_split_k, "
-    "rows_mma, rows_mma_bf16_a, rows_mma_pdl, stream_mma_max_rows, decode_direct_max_rows, grouped_one_launch_rows";
+    "rows_mma, rows_mma_bf16_a, rows_mma_pdl, rows_mma_warps, rows_mma_kw, rows_mma_splits, stream_mma_max_rows, "
+    "decode_direct_max_rows, grouped_one_launch_rows";
 
 template <class T, size_t N>
 std::string names(const std::pair<T, std::string_view> (&table)[N]) {
@@ -47,6 +51,22 @@ std::string_view name_of(const std::pair<T, std::string_view> (&table)[N], T v) 
   for (const auto& [value, name] : table)
     if (value == v) return name;
   return "?";
+}
+
+// One of `allowed`, or "default" (0: the kernel's rule).
+int shape_value(std::string_view value, const std::string& spec, std::initializer_list<int> allowed) {
+  if (value == "default") return 0;
+  int v = 0;
+  const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+  const bool ok = ec == std::errc() && end == value.data() + value.size() &&
+                  std::find(allowed.begin(), allowed.end(), v) != allowed.end();
+  if (!ok) {
+    std::string list;
+    for (int a : allowed) list += (list.empty() ? "" : ", ") + std::to_string(a);
+    DI_FAIL(ErrorCode::kInvalidArgument) << "--kernel-choice " << spec << ": the value must be one of " << list
+                                         << " or 'default'";
+  }
+  return v;
 }
 
 // A row count >= 0, or "default" (-1).
@@ -97,6 +117,12 @@ cuda::KernelChoices parse_kernel_choices(const std::vector<std::string>& specs) 
       c.gemm.rows_mma_bf16_a = flag_value(value, spec);
     } else if (key == "rows_mma_pdl") {
       c.gemm.rows_mma_pdl = flag_value(value, spec);
+    } else if (key == "rows_mma_warps") {
+      c.gemm.rows_mma_warps = shape_value(value, spec, {4, 8});
+    } else if (key == "rows_mma_kw") {
+      c.gemm.rows_mma_kw = shape_value(value, spec, {1, 2, 4, 8});
+    } else if (key == "rows_mma_splits") {
+      c.gemm.rows_mma_splits = shape_value(value, spec, {1, 2, 4, 8});
     } else if (key == "stream_mma_max_rows") {
       c.gemm.stream_mma_max_rows = rows_value(value, spec);
     } else if (key == "decode_direct_max_rows") {
@@ -131,6 +157,9 @@ std::string describe_kernel_choices(const cuda::KernelChoices& c) {
   if (c.gemm.rows_mma != d.gemm.rows_mma) add("rows_mma", std::string(name_of(kPicks, c.gemm.rows_mma)));
   if (c.gemm.rows_mma_bf16_a != d.gemm.rows_mma_bf16_a) add("rows_mma_bf16_a", c.gemm.rows_mma_bf16_a ? "1" : "0");
   if (c.gemm.rows_mma_pdl != d.gemm.rows_mma_pdl) add("rows_mma_pdl", c.gemm.rows_mma_pdl ? "1" : "0");
+  if (c.gemm.rows_mma_warps != d.gemm.rows_mma_warps) add("rows_mma_warps", std::to_string(c.gemm.rows_mma_warps));
+  if (c.gemm.rows_mma_kw != d.gemm.rows_mma_kw) add("rows_mma_kw", std::to_string(c.gemm.rows_mma_kw));
+  if (c.gemm.rows_mma_splits != d.gemm.rows_mma_splits) add("rows_mma_splits", std::to_string(c.gemm.rows_mma_splits));
   if (c.gemm.stream_mma_max_rows != d.gemm.stream_mma_max_rows)
     add("stream_mma_max_rows", c.gemm.stream_mma_max_rows < 0 ? "default" : std::to_string(c.gemm.stream_mma_max_rows));
   if (c.gemm.decode_direct_max_rows != d.gemm.decode_direct_max_rows)

@@ -31,19 +31,24 @@ constexpr int64_t kGemmRowsMmaAutoRows = 32;
 bool run_gemm_rows_mma(const GemmKernelParams& p, cudaStream_t stream);
 
 // Whether run_gemm_rows_mma takes a dense call of `rows` rows with these weights on the current device (pointers and
-// alignment aside: 16-byte aligned weights and A are the caller's part). CudaBackend's quant_linear and shared expert ask it before
-// they fall back to the cuBLASLt scratch path.
+// alignment aside: 16-byte aligned weights and A are the caller's part). CudaBackend's quant_linear and shared expert
+// ask it before they fall back to the cuBLASLt scratch path.
 bool gemm_rows_mma_takes(QuantFormat format, bool scale_e8m0, int block_n, int block_k, int64_t n, int64_t k,
                          int64_t rows, const GemmChoices& choices);
 
-// The launch shape: `warps` 16-row weight tiles a block (4 or 8), `splits` blocks of a cluster along K (1..8, a power
-// of two), each over `split_steps` steps of 4 code chunks. Exposed for the tests, which check its rules.
+// The launch shape: `warps` a block (4 or 8) on warps / kw 16-row weight tiles, kw warps along K on each; `splits`
+// blocks of a cluster along K (1..8, a power of two), each over `split_steps` steps of 4 code chunks, warp_steps of
+// them a warp. Exposed for the tests, which check its rules. GemmChoices' rows_mma_warps / _kw / _splits replace the
+// rule's values (the op bench's shape sweep).
 struct RowsMmaShape {
   int warps = 8;
+  int kw = 1;
   int splits = 1;
   int split_steps = 0;
+  int warp_steps = 0;
   size_t smem = 0;  // dynamic shared memory a block
 };
-RowsMmaShape gemm_rows_mma_shape(QuantFormat format, int64_t n, int64_t k, int64_t rows, int sms);
+RowsMmaShape gemm_rows_mma_shape(QuantFormat format, int64_t n, int64_t k, int64_t rows, int sms,
+                                 const GemmChoices& pick = {});
 
 }  // namespace deepinfer::cuda

@@ -44,32 +44,36 @@ constexpr int kPartPad = 4;  // floats of padding a partial-tile row: the accumu
 
 struct KernelShape {
   int splits, split_steps, lbn, lbk;
-  bool a_vec;  // f32 A rows 16-byte aligned (when there is no bf16 copy)
-  bool pdl;    // launched with programmatic stream serialization (GemmChoices::rows_mma_pdl)
+  int kw, warp_steps;  // warps along K in a block, each over warp_steps of the block's split_steps
+  bool a_vec;          // f32 A rows 16-byte aligned (when there is no bf16 copy)
+  bool pdl;            // launched with programmatic stream serialization (GemmChoices::rows_mma_pdl)
 };
 
-// Grid: x = blocks of `warps` 16-row weight tiles, y = K splits (a cluster of `splits` blocks along y).
+// Grid: x = blocks of warps / kw 16-row weight tiles, y = K splits (a cluster of `splits` blocks along y). Warp w
+// holds tile w % (warps / kw) over the block's steps [w / (warps / kw) · warp_steps, + warp_steps).
 // Dynamic shared memory: the block's K range of the R = 8·RG rows as bf16 fragments, [step][mma][row][lane % 4] x
-// 8 bytes; afterwards the block's partial tile, R rows x (16·warps + kPartPad) floats.
+// 8 bytes; afterwards the warps' partial tiles, kw x R rows x (16·warps / kw + kPartPad) floats.
 template <QuantFormat F, int RG, bool kBf16A>
 __global__ void __launch_bounds__(32 * kMaxWarps, 2) gemm_rows_mma_kernel(GemmKernelParams p, KernelShape sh) {
   constexpr int R = 8 * RG, kMi = kMmas<F>, kC = kChunkK<F>;
   extern __shared__ __align__(16) uint2 xs[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
-  const int warps = blockDim.x >> 5, cols = 16 * warps, ld = cols + kPartPad;
+  const int tiles = (blockDim.x >> 5) / sh.kw, cols = 16 * tiles, ld = cols + kPartPad;
+  const int tile = warp % tiles, kslice = warp / tiles;
   const int chunks = static_cast<int>(p.k / kC), steps = (chunks + 3) / 4;
   const int split = blockIdx.y;
   const int s_begin = split * sh.split_steps, s_end = min(steps, s_begin + sh.split_steps);
-  const int64_t n_block = static_cast<int64_t>(blockIdx.x) * cols, n0 = n_block + 16 * warp;
+  const int w_begin = s_begin + kslice * sh.warp_steps, w_end = min(s_end, w_begin + sh.warp_steps);
+  const int64_t n_block = static_cast<int64_t>(blockIdx.x) * cols, n0 = n_block + 16 * tile;
   const uint8_t* b = static_cast<const uint8_t*>(p.b);
   const uint8_t* s = static_cast<const uint8_t*>(p.b_scale);
   WeightRows<F, 2> wr;  // weight rows g and g + 8 of the warp's tile
   wr.set(p, b, s, n0, g, t, chunks, sh.lbn);
-  const auto load = [&](int st, StepData<2>& d) { wr.load(st, s_end, chunks, t, sh.lbk, d); };
+  const auto load = [&](int st, StepData<2>& d) { wr.load(st, w_end, chunks, t, sh.lbk, d); };
   // The first steps' weight loads go out before the rows are staged, so they are in flight meanwhile.
   StepData<2> buf[kPrefetch];
 #pragma unroll
-  for (int u = 0; u < kPrefetch; ++u) load(s_begin + u, buf[u]);
+  for (int u = 0; u < kPrefetch; ++u) load(w_begin + u, buf[u]);
   // A programmatic launch may start before the previous kernel's writes (A) are visible: wait for them here, after
   // the weight loads (static data) are out. C is written only after this too.
   if (sh.pdl) asm volatile("griddepcontrol.wait;\n" ::: "memory");
@@ -78,7 +82,8 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 2) gemm_rows_mma_kernel(GemmKe
   // bytes in few sectors; threads on consecutive rows made 39% of the sectors excess: ncu, H200, V4-Flash o_b at 64
   // rows): kStage chunks' activations in one round of loads, then their kMi fragment entries each (one load round
   // per chunk made the staging a chain of L2 round trips: 8 at 64 rows). Rows past m stage zeros.
-  constexpr int kStage = kBf16A ? 4 : (F == QuantFormat::kMXFP4 ? 1 : 2);
+  // (MXFP4's chunks are twice as long: half as many a round, or its bf16-A kernel spills.)
+  constexpr int kStage = (kBf16A ? 4 : 2) / (F == QuantFormat::kMXFP4 ? 2 : 1);
   const int range_chunks = 4 * max(s_end - s_begin, 0), items = R * range_chunks;
   for (int q0 = tid; q0 < items; q0 += kStage * blockDim.x) {
     using Chunk = std::conditional_t<kBf16A, uint32_t[kC / 2], float[kC]>;
@@ -102,11 +107,11 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 2) gemm_rows_mma_kernel(GemmKe
 
   // One accumulator chain per 8 rows: RG independent chains already.
   float acc[RG][4] = {};
-  for (int st0 = s_begin; st0 < s_end; st0 += kPrefetch) {
+  for (int st0 = w_begin; st0 < w_end; st0 += kPrefetch) {
 #pragma unroll
     for (int u = 0; u < kPrefetch; ++u) {
       const int st = st0 + u;
-      if (st < s_end) {
+      if (st < w_end) {
         StepData<2>& d = buf[u];
         FormatScale<F> sc[2];
         sc[0].set(d.e[0]);
@@ -144,12 +149,23 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 2) gemm_rows_mma_kernel(GemmKe
 
   // acc[rg]: 0 / 1 weight row g, rows 8·rg + 2t / 2t + 1; 2 / 3 the same for weight row g + 8.
   float* part = reinterpret_cast<float*>(xs);
+  float* mine = part + kslice * R * ld;
 #pragma unroll
   for (int rg = 0; rg < RG; ++rg)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) part[(8 * rg + 2 * t + (i & 1)) * ld + 16 * warp + g + (i >= 2 ? 8 : 0)] = acc[rg][i];
+    for (int i = 0; i < 4; ++i) mine[(8 * rg + 2 * t + (i & 1)) * ld + 16 * tile + g + (i >= 2 ? 8 : 0)] = acc[rg][i];
+  const int elems = R * cols;
+  if (sh.kw > 1) {  // the K slices' tiles summed in slice order into the first
+    __syncthreads();
+    for (int e = tid; e < elems; e += blockDim.x) {
+      const int o = (e / cols) * ld + e % cols;
+      float sum = part[o];
+      for (int j = 1; j < sh.kw; ++j) sum += part[j * R * ld + o];
+      part[o] = sum;
+    }
+  }
   // Rank j of the cluster sums elements [j·E/S, (j+1)·E/S) of the R x cols tile over ranks 0..S-1 in that order.
-  const int elems = R * cols, e_begin = split * elems / sh.splits, e_end = (split + 1) * elems / sh.splits;
+  const int e_begin = split * elems / sh.splits, e_end = (split + 1) * elems / sh.splits;
   if (sh.splits > 1) {
     cg::cluster_group cluster = cg::this_cluster();
     cluster.sync();
@@ -177,11 +193,11 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 2) gemm_rows_mma_kernel(GemmKe
 int64_t chunk_k(QuantFormat f) { return f == QuantFormat::kMXFP4 ? 32 : 16; }
 int row_groups(int64_t rows) { return rows <= 16 ? 2 : (rows <= 32 ? 4 : 8); }
 
-// Bytes of a block's shared memory: its K range of R rows (8 bytes a row, mma and chunk: 2·K_range·R), or the
-// partial tile when larger.
-size_t rows_smem(QuantFormat f, int warps, int split_steps, int64_t rows) {
+// Bytes of a block's shared memory: its K range of R rows (8 bytes a row, mma and chunk: 2·K_range·R), or the K
+// slices' partial tiles when larger.
+size_t rows_smem(QuantFormat f, int warps, int kw, int split_steps, int64_t rows) {
   const int64_t r = 8 * row_groups(rows), mmas = chunk_k(f) / 4;
-  const int64_t stage = int64_t{split_steps} * 4 * mmas * r * 8, part = r * (16 * warps + kPartPad) * 4;
+  const int64_t stage = int64_t{split_steps} * 4 * mmas * r * 8, part = kw * r * (16 * warps / kw + kPartPad) * 4;
   return static_cast<size_t>(std::max(stage, part));
 }
 
@@ -192,7 +208,8 @@ void launch(const GemmKernelParams& p, const RowsMmaShape& shape, const KernelSh
     DI_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shape.smem)));
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(ceil_div(p.n, int64_t{16} * shape.warps)), static_cast<unsigned>(ks.splits));
+  cfg.gridDim = dim3(static_cast<unsigned>(ceil_div(p.n, int64_t{16} * (shape.warps / shape.kw))),
+                     static_cast<unsigned>(ks.splits));
   cfg.blockDim = dim3(32 * shape.warps);
   cfg.dynamicSmemBytes = shape.smem;
   cfg.stream = stream;
@@ -242,7 +259,8 @@ void dispatch(const GemmKernelParams& p, const RowsMmaShape& shape, const Kernel
 
 }  // namespace
 
-RowsMmaShape gemm_rows_mma_shape(QuantFormat format, int64_t n, int64_t k, int64_t rows, int sms) {
+RowsMmaShape gemm_rows_mma_shape(QuantFormat format, int64_t n, int64_t k, int64_t rows, int sms,
+                                 const GemmChoices& pick) {
   const int64_t steps = ceil_div(k / chunk_k(format), int64_t{4});
   RowsMmaShape s;
   // 8-warp blocks (128 weight rows: the staged rows serve more weight bytes) unless that leaves the device short of
@@ -254,13 +272,19 @@ RowsMmaShape gemm_rows_mma_shape(QuantFormat format, int64_t n, int64_t k, int64
   };
   s.warps = 8;
   if (ceil_div(n, int64_t{128}) * max_splits(ceil_div(n, int64_t{128})) < sms) s.warps = 4;
-  const int64_t tiles = ceil_div(n, int64_t{16} * s.warps);
-  s.splits = max_splits(tiles);
-  // More splits while a block's K range does not fit its shared memory.
+  if (pick.rows_mma_warps == 4 || pick.rows_mma_warps == 8) s.warps = pick.rows_mma_warps;
+  if (pick.rows_mma_kw > 0 && pick.rows_mma_kw <= s.warps && s.warps % pick.rows_mma_kw == 0) s.kw = pick.rows_mma_kw;
+  const int64_t tiles = ceil_div(n, int64_t{16} * (s.warps / s.kw));
+  const bool forced = pick.rows_mma_splits > 0;
+  s.splits = forced ? std::min(pick.rows_mma_splits, kMaxSplits) : max_splits(tiles);
+  // More splits while a block's K range does not fit its shared memory (a chosen split count stays: then the call
+  // is declined).
   for (;;) {
     s.split_steps = static_cast<int>(ceil_div(steps, int64_t{s.splits}));
-    s.smem = rows_smem(format, s.warps, s.split_steps, rows);
-    if (s.smem <= kMaxSmem || s.splits >= kMaxSplits || s.split_steps < 2) break;
+    s.warp_steps = static_cast<int>(ceil_div(s.split_steps, s.kw));
+    if (s.kw > 1) s.warp_steps += s.warp_steps & 1;  // whole 128-byte lines of a row per warp
+    s.smem = rows_smem(format, s.warps, s.kw, s.split_steps, rows);
+    if (forced || s.smem <= kMaxSmem || s.splits >= kMaxSplits || s.split_steps < 2) break;
     s.splits *= 2;
   }
   return s;
@@ -280,16 +304,16 @@ bool takes_kind(QuantFormat format, bool scale_e8m0, int block_n, int block_k, i
 bool gemm_rows_mma_takes(QuantFormat format, bool scale_e8m0, int block_n, int block_k, int64_t n, int64_t k,
                          int64_t rows, const GemmChoices& choices) {
   return takes_kind(format, scale_e8m0, block_n, block_k, n, k, rows, choices) &&
-         gemm_rows_mma_shape(format, n, k, rows, device_sm_count()).smem <= kMaxSmem;
+         gemm_rows_mma_shape(format, n, k, rows, device_sm_count(), choices).smem <= kMaxSmem;
 }
 
 bool run_gemm_rows_mma(const GemmKernelParams& p, cudaStream_t stream) {
   if (p.batch_invariant || p.group_offsets || p.a_rows || p.c_rows || p.b_table) return false;
   if (!takes_kind(p.format, p.scale_e8m0, p.block_n, p.block_k, p.n, p.k, p.m, p.choices)) return false;
   if (reinterpret_cast<uintptr_t>(p.b) % 16 != 0) return false;
-  const RowsMmaShape shape = gemm_rows_mma_shape(p.format, p.n, p.k, p.m, device_sm_count());
+  const RowsMmaShape shape = gemm_rows_mma_shape(p.format, p.n, p.k, p.m, device_sm_count(), p.choices);
   if (shape.smem > kMaxSmem) return false;
-  KernelShape ks{shape.splits, shape.split_steps, 0, 0, false, p.choices.rows_mma_pdl};
+  KernelShape ks{shape.splits, shape.split_steps, 0, 0, shape.kw, shape.warp_steps, false, p.choices.rows_mma_pdl};
   switch (p.format) {
     case QuantFormat::kMXFP4:
       dispatch<QuantFormat::kMXFP4>(p, shape, ks, stream);
