@@ -105,7 +105,7 @@ TEST(KernelChoiceArgs, BadSpecsAreClearErrors) {
   expect_rejected("stream_mma_max_rows=-2", "row count >= 0");
   expect_rejected("grouped_one_launch_rows=8x", "row count >= 0");
   expect_rejected("decode_direct_max_rows=", "row count >= 0");
-  expect_rejected("rows_mma_warps=6", "one of 4, 8 or 'default'");
+  expect_rejected("rows_mma_warps=6", "one of 4, 8, 16 or 'default'");
   expect_rejected("rows_mma_kw=3", "one of 1, 2, 4, 8 or 'default'");
   expect_rejected("rows_mma_splits=16", "one of 1, 2, 4, 8 or 'default'");
   expect_rejected("warp_size=64", "unknown key 'warp_size'");

@@ -695,10 +695,11 @@ TEST_F(CudaBench, DISABLED_DecodeRowsGemmTimings) {
   gpu().set_kernel_choices({});
 }
 
-// The rows kernel's launch shape (issue #7: it is latency-bound at 16-64 rows, docs/PERF.md session 22): every
-// chosen shape (warps a block 4 / 8, warps along K 1-8, cluster splits 1-8) against its rule, the rule as a
-// programmatic launch, and the path it replaced, on V4-Flash's FP8 projections at 16 / 32 / 64 rows; weights rotate
-// so each call reads them from HBM. A [sweep] line a projection and row count names the fastest shape.
+// The rows kernel's launch shape (issue #7: it is latency-bound at 16-64 rows, docs/PERF.md sessions 22-23): chosen
+// shapes (warps a block 4 / 8 / 16, warps along K 1 / 2, cluster splits 1-8) against its rule, the rule from a bf16
+// copy of A (the staging reads half the bytes), and the path it replaced, on V4-Flash's FP8 projections at 16 / 32 / 64
+// rows; weights rotate so each call reads them from HBM. A [sweep] line a projection and row count names the fastest
+// shape.
 TEST_F(CudaBench, DISABLED_RowsGemmShapeSweep) {
   const int sms = gpu().device_info().sm_count;
   for (const Proj& pr :
@@ -721,16 +722,16 @@ TEST_F(CudaBench, DISABLED_RowsGemmShapeSweep) {
       const std::string rule_name =
           "w" + std::to_string(rule.warps) + " kw" + std::to_string(rule.kw) + " s" + std::to_string(rule.splits);
       const double t_rule = time_with(c, "rule (" + rule_name + ")");
-      c.gemm.rows_mma_pdl = true;
-      const double t_pdl = time_with(c, "rule, programmatic launch");
-      c.gemm.rows_mma_pdl = false;
+      c.gemm.rows_mma_bf16_a = true;
+      const double t_bf16 = time_with(c, "rule, bf16 A");
+      c.gemm.rows_mma_bf16_a = false;
       cuda::KernelChoices never;
       never.gemm.rows_mma = cuda::KernelPick::kNever;
       const double t_never = time_with(never, "never");
       double best = t_rule;
       std::string best_name = rule_name + " (the rule)";
-      for (int warps : {4, 8})
-        for (int kw : {1, 2, 4, 8})
+      for (int warps : {4, 8, 16})
+        for (int kw : {1, 2})
           for (int splits : {1, 2, 4, 8}) {
             if (kw > warps) continue;
             c.gemm.rows_mma_warps = warps;
@@ -750,8 +751,8 @@ TEST_F(CudaBench, DISABLED_RowsGemmShapeSweep) {
               best_name = name;
             }
           }
-      std::printf("[sweep] %-40s best %-14s %7.1f us; rule %s %7.1f us, programmatic %7.1f us; never %7.1f us\n",
-                  what.c_str(), best_name.c_str(), best * 1e3, rule_name.c_str(), t_rule * 1e3, t_pdl * 1e3,
+      std::printf("[sweep] %-40s best %-14s %7.1f us; rule %s %7.1f us, bf16 A %7.1f us; never %7.1f us\n",
+                  what.c_str(), best_name.c_str(), best * 1e3, rule_name.c_str(), t_rule * 1e3, t_bf16 * 1e3,
                   t_never * 1e3);
       std::fflush(stdout);
     }

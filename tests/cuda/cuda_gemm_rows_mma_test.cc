@@ -119,11 +119,15 @@ TEST_F(CudaGemmRowsMmaTest, ChosenShapesMatchReference) {
   };
   for (int kw : {2, 4, 8})
     for (int splits : {1, 2, 8}) {
-      const cuda::RowsMmaShape sh = check(Kind::kFp8E8m0_128, kw == 4 ? 33 : 16, 1024, 4096, pick(8, kw, splits));
+      // (33 rows of K = 4096 fit a block's shared memory only when split 8 ways.)
+      const int64_t m = kw == 4 && splits == 8 ? 33 : 16;
+      const cuda::RowsMmaShape sh = check(Kind::kFp8E8m0_128, m, 1024, 4096, pick(8, kw, splits));
       EXPECT_EQ(sh.kw, kw);
       EXPECT_EQ(sh.splits, splits);
     }
   check(Kind::kFp8E8m0_128, 64, 4096, 2048, pick(8, 2, 4));
+  check(Kind::kFp8E8m0_128, 20, 2048 + 64, 4096, pick(16, 1, 4));  // 512-thread blocks, the last one half full
+  check(Kind::kMxfp4, 64, 1024, 2048, pick(16, 2, 2));
   check(Kind::kFp8E8m0_32, 24, 300, 4096 + 32, pick(8, 4, 2));  // 65 steps: 33 a block, 10 a warp
   check(Kind::kMxfp4, 12, 520, 4096 + 96, pick(4, 4, 8));       // 33 steps: 5 a block, 2 a warp (one warp idle)
   check(Kind::kFp8Row32, 40, 129, 1056, pick(4, 2, 1));
@@ -166,8 +170,9 @@ TEST_F(CudaGemmRowsMmaTest, DeclinesWhatItDoesNotTake) {
   EXPECT_EQ(written, 0) << "a declined call wrote C";
 }
 
-// The launch shape (host only): 8-warp blocks unless their tiles and splits leave SMs idle, splits while the blocks
-// are fewer than two waves and each split keeps 4 steps, more while a K range does not fit 200 KB.
+// The launch shape (host only): 8-warp blocks unless even 8 splits of their tiles leave two thirds of the SMs idle,
+// splits while the blocks are fewer than the SMs and each split keeps 8 steps, more while a K range does not fit
+// 200 KB.
 TEST(CudaGemmRowsMmaShape, SplitsByTilesStepsAndSharedMemory) {
   using cuda::gemm_rows_mma_shape;
   const QuantFormat fp8 = QuantFormat::kFP8Block;
@@ -178,14 +183,19 @@ TEST(CudaGemmRowsMmaShape, SplitsByTilesStepsAndSharedMemory) {
   EXPECT_EQ(s.splits, 8);
   EXPECT_EQ(s.split_steps, 8);
   EXPECT_EQ(s.smem, size_t{8} * 128 * 64);             // 8 steps x 64 k x 64 rows x 2 bytes
-  s = gemm_rows_mma_shape(fp8, 32768, 1024, 64, 132);  // 256 tiles, 16 steps: two splits make two waves
+  s = gemm_rows_mma_shape(fp8, 32768, 1024, 64, 132);  // 256 tiles: more than the SMs, no split
   EXPECT_EQ(s.warps, 8);
-  EXPECT_EQ(s.splits, 2);
-  EXPECT_EQ(s.split_steps, 8);
+  EXPECT_EQ(s.splits, 1);
+  EXPECT_EQ(s.split_steps, 16);
+  s = gemm_rows_mma_shape(fp8, 4096, 2048, 16, 132);  // 32 steps: 4 splits of 8 (8 would leave 4 a split)
+  EXPECT_EQ(s.splits, 4);
+  s = gemm_rows_mma_shape(fp8, 1024, 4096, 16, 132);  // 8 tiles x 8 splits: 64 blocks, enough for 8 warps
+  EXPECT_EQ(s.warps, 8);
+  EXPECT_EQ(s.splits, 8);
   s = gemm_rows_mma_shape(fp8, 65536, 1024, 64, 132);  // 512 tiles: no split
   EXPECT_EQ(s.splits, 1);
   EXPECT_EQ(s.split_steps, 16);
-  s = gemm_rows_mma_shape(fp8, 512, 4096, 16, 132);  // 4 tiles of 128 x 8 splits < 132: 64-row blocks
+  s = gemm_rows_mma_shape(fp8, 512, 4096, 16, 132);  // 4 tiles of 128 x 8 splits < 132 / 3: 64-row blocks
   EXPECT_EQ(s.warps, 4);
   EXPECT_EQ(s.splits, 8);
   s = gemm_rows_mma_shape(fp8, 4096, 8192, 64, 132);  // 128 steps: 8 splits of 16 steps, 128 KB

@@ -118,7 +118,7 @@ cuda::KernelChoices parse_kernel_choices(const std::vector<std::string>& specs) 
     } else if (key == "rows_mma_pdl") {
       c.gemm.rows_mma_pdl = flag_value(value, spec);
     } else if (key == "rows_mma_warps") {
-      c.gemm.rows_mma_warps = shape_value(value, spec, {4, 8});
+      c.gemm.rows_mma_warps = shape_value(value, spec, {4, 8, 16});
     } else if (key == "rows_mma_kw") {
       c.gemm.rows_mma_kw = shape_value(value, spec, {1, 2, 4, 8});
     } else if (key == "rows_mma_splits") {

@@ -36,7 +36,7 @@ bool run_gemm_rows_mma(const GemmKernelParams& p, cudaStream_t stream);
 bool gemm_rows_mma_takes(QuantFormat format, bool scale_e8m0, int block_n, int block_k, int64_t n, int64_t k,
                          int64_t rows, const GemmChoices& choices);
 
-// The launch shape: `warps` a block (4 or 8) on warps / kw 16-row weight tiles, kw warps along K on each; `splits`
+// The launch shape: `warps` a block (4, 8 or 16) on warps / kw 16-row weight tiles, kw warps along K on each; `splits`
 // blocks of a cluster along K (1..8, a power of two), each over `split_steps` steps of 4 code chunks, warp_steps of
 // them a warp. Exposed for the tests, which check its rules. GemmChoices' rows_mma_warps / _kw / _splits replace the
 // rule's values (the op bench's shape sweep).

@@ -34,10 +34,10 @@ namespace {
 using namespace stream_decode;
 namespace cg = cooperative_groups;
 
-constexpr int kMaxWarps = 8;
+constexpr int kMaxWarps = 16;  // 512 threads of <= 128 registers: one block an SM
 constexpr int kPrefetch = 4;   // steps of weight loads in flight a lane: 2 rows x 16 bytes each, 128 bytes
 constexpr int kMaxSplits = 8;  // the portable cluster size
-constexpr int kMinSplitSteps = 4;
+constexpr int kMinSplitSteps = 8;
 // A block's shared memory at most (one block an SM still fits; 227 KB is the sm_90 limit).
 constexpr size_t kMaxSmem = 200 * 1024;
 constexpr int kPartPad = 4;  // floats of padding a partial-tile row: the accumulator stores hit distinct banks
@@ -54,7 +54,7 @@ struct KernelShape {
 // Dynamic shared memory: the block's K range of the R = 8·RG rows as bf16 fragments, [step][mma][row][lane % 4] x
 // 8 bytes; afterwards the warps' partial tiles, kw x R rows x (16·warps / kw + kPartPad) floats.
 template <QuantFormat F, int RG, bool kBf16A>
-__global__ void __launch_bounds__(32 * kMaxWarps, 2) gemm_rows_mma_kernel(GemmKernelParams p, KernelShape sh) {
+__global__ void __launch_bounds__(32 * kMaxWarps, 1) gemm_rows_mma_kernel(GemmKernelParams p, KernelShape sh) {
   constexpr int R = 8 * RG, kMi = kMmas<F>, kC = kChunkK<F>;
   extern __shared__ __align__(16) uint2 xs[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
@@ -263,16 +263,18 @@ RowsMmaShape gemm_rows_mma_shape(QuantFormat format, int64_t n, int64_t k, int64
                                  const GemmChoices& pick) {
   const int64_t steps = ceil_div(k / chunk_k(format), int64_t{4});
   RowsMmaShape s;
-  // 8-warp blocks (128 weight rows: the staged rows serve more weight bytes) unless that leaves the device short of
-  // blocks even at the most splits; then 4-warp blocks.
+  // 8-warp blocks (128 weight rows: every block stages its K range of all the rows, so fewer, wider blocks read less
+  // of A) unless that leaves the device short of blocks even at the most splits; then 4-warp blocks. Splits while
+  // the blocks are fewer than the SMs and each keeps 8 steps: the cluster's reduction and each block's staging cost
+  // more than a second block an SM gains (H200, V4-Flash projections at 16-64 rows, docs/PERF.md session 23).
   const auto max_splits = [&](int64_t tiles) {
     int sp = 1;
-    while (sp < kMaxSplits && tiles * sp < 2 * sms && steps >= int64_t{2} * sp * kMinSplitSteps) sp *= 2;
+    while (sp < kMaxSplits && tiles * sp < sms && steps >= int64_t{2} * sp * kMinSplitSteps) sp *= 2;
     return sp;
   };
   s.warps = 8;
-  if (ceil_div(n, int64_t{128}) * max_splits(ceil_div(n, int64_t{128})) < sms) s.warps = 4;
-  if (pick.rows_mma_warps == 4 || pick.rows_mma_warps == 8) s.warps = pick.rows_mma_warps;
+  if (ceil_div(n, int64_t{128}) * kMaxSplits < sms / 3) s.warps = 4;
+  if (pick.rows_mma_warps == 4 || pick.rows_mma_warps == 8 || pick.rows_mma_warps == 16) s.warps = pick.rows_mma_warps;
   if (pick.rows_mma_kw > 0 && pick.rows_mma_kw <= s.warps && s.warps % pick.rows_mma_kw == 0) s.kw = pick.rows_mma_kw;
   const int64_t tiles = ceil_div(n, int64_t{16} * (s.warps / s.kw));
   const bool forced = pick.rows_mma_splits > 0;

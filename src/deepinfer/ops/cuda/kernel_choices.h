@@ -50,9 +50,9 @@ struct GemmChoices {
   // finishes and send their first weight loads (the weights do not depend on it) before they wait for its memory
   // (griddepcontrol.wait); the arithmetic is unchanged. Unmeasured: an A/B for the next device session.
   bool rows_mma_pdl = false;
-  // The rows kernel's launch shape instead of its rule's (gemm_rows_mma_shape), 0 = the rule's: warps a block (4 or
-  // 8), warps along K a block (1, 2, 4 or 8, dividing the warps), K splits a cluster (1-8; with a chosen count a K
-  // range past the shared memory declines the call instead of splitting further).
+  // The rows kernel's launch shape instead of its rule's (gemm_rows_mma_shape), 0 = the rule's: warps a block (4,
+  // 8 or 16), warps along K a block (1, 2, 4 or 8, dividing the warps), K splits a cluster (1-8; with a chosen count a
+  // K range past the shared memory declines the call instead of splitting further).
   int rows_mma_warps = 0;
   int rows_mma_kw = 0;
   int rows_mma_splits = 0;
