@@ -170,38 +170,40 @@ TEST_F(CudaGemmRowsMmaTest, DeclinesWhatItDoesNotTake) {
   EXPECT_EQ(written, 0) << "a declined call wrote C";
 }
 
-// The launch shape (host only): 8-warp blocks unless even 8 splits of their tiles leave two thirds of the SMs idle,
-// splits while the blocks are fewer than the SMs and each split keeps 8 steps, more while a K range does not fit
-// 200 KB.
+// The launch shape (host only): the widest block (16, 8, 4 warps) whose tiles and splits make a third of the SMs'
+// worth of blocks; splits while the blocks stay under the SMs (16-warp blocks: under half) and each split keeps 8
+// steps, more while a K range does not fit 200 KB.
 TEST(CudaGemmRowsMmaShape, SplitsByTilesStepsAndSharedMemory) {
   using cuda::gemm_rows_mma_shape;
   const QuantFormat fp8 = QuantFormat::kFP8Block;
   cuda::GemmChoices always;
   always.rows_mma = cuda::KernelPick::kAlways;
-  auto s = gemm_rows_mma_shape(fp8, 4096, 4096, 64, 132);  // 32 tiles of 128 rows, 64 steps
-  EXPECT_EQ(s.warps, 8);
-  EXPECT_EQ(s.splits, 8);
-  EXPECT_EQ(s.split_steps, 8);
-  EXPECT_EQ(s.smem, size_t{8} * 128 * 64);             // 8 steps x 64 k x 64 rows x 2 bytes
-  s = gemm_rows_mma_shape(fp8, 32768, 1024, 64, 132);  // 256 tiles: more than the SMs, no split
-  EXPECT_EQ(s.warps, 8);
+  auto s = gemm_rows_mma_shape(fp8, 4096, 4096, 64, 132);  // 16 tiles of 256 rows, 64 steps: 4 splits make 64 blocks
+  EXPECT_EQ(s.warps, 16);
+  EXPECT_EQ(s.splits, 4);
+  EXPECT_EQ(s.split_steps, 16);
+  EXPECT_EQ(s.smem, size_t{16} * 128 * 64);            // 16 steps x 64 k x 64 rows x 2 bytes
+  s = gemm_rows_mma_shape(fp8, 32768, 1024, 64, 132);  // 128 tiles: no split
+  EXPECT_EQ(s.warps, 16);
   EXPECT_EQ(s.splits, 1);
   EXPECT_EQ(s.split_steps, 16);
   s = gemm_rows_mma_shape(fp8, 4096, 2048, 16, 132);  // 32 steps: 4 splits of 8 (8 would leave 4 a split)
+  EXPECT_EQ(s.warps, 16);
   EXPECT_EQ(s.splits, 4);
-  s = gemm_rows_mma_shape(fp8, 1024, 4096, 16, 132);  // 8 tiles x 8 splits: 64 blocks, enough for 8 warps
+  s = gemm_rows_mma_shape(fp8, 1024, 4096, 16, 132);  // 4 tiles of 256 x 8 splits < 132 / 3: 8 tiles of 128
   EXPECT_EQ(s.warps, 8);
   EXPECT_EQ(s.splits, 8);
-  s = gemm_rows_mma_shape(fp8, 65536, 1024, 64, 132);  // 512 tiles: no split
-  EXPECT_EQ(s.splits, 1);
-  EXPECT_EQ(s.split_steps, 16);
   s = gemm_rows_mma_shape(fp8, 512, 4096, 16, 132);  // 4 tiles of 128 x 8 splits < 132 / 3: 64-row blocks
   EXPECT_EQ(s.warps, 4);
   EXPECT_EQ(s.splits, 8);
-  s = gemm_rows_mma_shape(fp8, 4096, 8192, 64, 132);  // 128 steps: 8 splits of 16 steps, 128 KB
+  s = gemm_rows_mma_shape(fp8, 2048, 512, 16, 132);  // 8 steps: no split, so 64-row blocks (32 of them)
+  EXPECT_EQ(s.warps, 4);
+  EXPECT_EQ(s.splits, 1);
+  s = gemm_rows_mma_shape(fp8, 4096, 8192, 64, 132);  // 128 steps: 4 splits of 32 would be 256 KB, so 8 of 16
+  EXPECT_EQ(s.warps, 16);
   EXPECT_EQ(s.splits, 8);
   EXPECT_EQ(s.smem, size_t{16} * 128 * 64);
-  s = gemm_rows_mma_shape(fp8, 4096, 16384, 64, 132);  // 16 steps x 2 would be 256 KB: no ninth split, too large
+  s = gemm_rows_mma_shape(fp8, 4096, 16384, 64, 132);  // 32 steps x 8 splits would be 256 KB: too large
   EXPECT_GT(s.smem, size_t{200} * 1024);
   EXPECT_FALSE(cuda::gemm_rows_mma_takes(fp8, true, 128, 128, 4096, 16384, 64, always));
   EXPECT_TRUE(cuda::gemm_rows_mma_takes(fp8, true, 128, 128, 4096, 16384, 32, always));

@@ -263,22 +263,28 @@ RowsMmaShape gemm_rows_mma_shape(QuantFormat format, int64_t n, int64_t k, int64
                                  const GemmChoices& pick) {
   const int64_t steps = ceil_div(k / chunk_k(format), int64_t{4});
   RowsMmaShape s;
-  // 8-warp blocks (128 weight rows: every block stages its K range of all the rows, so fewer, wider blocks read less
-  // of A) unless that leaves the device short of blocks even at the most splits; then 4-warp blocks. Splits while
-  // the blocks are fewer than the SMs and each keeps 8 steps: the cluster's reduction and each block's staging cost
-  // more than a second block an SM gains (H200, V4-Flash projections at 16-64 rows, docs/PERF.md session 23).
-  const auto max_splits = [&](int64_t tiles) {
+  // The widest block (16, 8 or 4 warps: every block stages its K range of all the rows, so fewer, wider blocks read
+  // less of A) whose tiles and splits make a third of the SMs' worth of blocks. Splits while the blocks
+  // stay under the SMs (16-warp blocks, one an SM: under half of them) and each keeps 8 steps: more splits cost more
+  // in the cluster's reduction and each block's staging than they gain (H200, V4-Flash projections at 16-64 rows,
+  // docs/PERF.md session 23).
+  const auto max_splits = [&](int64_t tiles, int warps) {
     int sp = 1;
-    while (sp < kMaxSplits && tiles * sp < sms && steps >= int64_t{2} * sp * kMinSplitSteps) sp *= 2;
+    const auto fewer = [&] { return warps == 16 ? 2 * tiles * sp <= sms / 2 : tiles * sp < sms; };
+    while (sp < kMaxSplits && fewer() && steps >= int64_t{2} * sp * kMinSplitSteps) sp *= 2;
     return sp;
   };
-  s.warps = 8;
-  if (ceil_div(n, int64_t{128}) * kMaxSplits < sms / 3) s.warps = 4;
+  s.warps = 16;
+  const auto blocks = [&](int warps) {
+    const int64_t tiles = ceil_div(n, int64_t{16} * warps);
+    return tiles * max_splits(tiles, warps);
+  };
+  while (s.warps > 4 && blocks(s.warps) < sms / 3) s.warps /= 2;
   if (pick.rows_mma_warps == 4 || pick.rows_mma_warps == 8 || pick.rows_mma_warps == 16) s.warps = pick.rows_mma_warps;
   if (pick.rows_mma_kw > 0 && pick.rows_mma_kw <= s.warps && s.warps % pick.rows_mma_kw == 0) s.kw = pick.rows_mma_kw;
   const int64_t tiles = ceil_div(n, int64_t{16} * (s.warps / s.kw));
   const bool forced = pick.rows_mma_splits > 0;
-  s.splits = forced ? std::min(pick.rows_mma_splits, kMaxSplits) : max_splits(tiles);
+  s.splits = forced ? std::min(pick.rows_mma_splits, kMaxSplits) : max_splits(tiles, s.warps);
   // More splits while a block's K range does not fit its shared memory (a chosen split count stays: then the call
   // is declined).
   for (;;) {
