@@ -669,7 +669,7 @@ TEST_F(CudaBench, DISABLED_DecodeGemmTimings) {
 }
 
 // Dense FP8 projections of V4-Flash at decode batches 16-64 (issue #7): the rows kernel (gemm_rows_mma.h, rows_mma =
-// always: its default stops at 32 rows; from the f32 rows and from a bf16 copy) against the path it replaced (rows_mma
+// always; from the f32 rows and from a bf16 copy) against the path it replaced (rows_mma
 // = never: the dequantized bf16 scratch for cuBLASLt, or the wgmma tiles where they fill the device), a same-run A/B;
 // weights rotate so each call reads them from HBM.
 TEST_F(CudaBench, DISABLED_DecodeRowsGemmTimings) {

@@ -134,7 +134,7 @@ TEST_F(CudaGemmRowsMmaTest, ChosenShapesMatchReference) {
 }
 
 // What it declines (nothing enqueued): rows outside 9-64, grouped calls, batch-invariant mode, f32 scales, the
-// kNever choice, and by default more than 32 rows.
+// and the kNever choice.
 TEST_F(CudaGemmRowsMmaTest, DeclinesWhatItDoesNotTake) {
   cudaStream_t s = gpu().stream();
   const Problem pr = dense(Kind::kFp8E8m0_128, 32, 256, 512);
@@ -155,9 +155,6 @@ TEST_F(CudaGemmRowsMmaTest, DeclinesWhatItDoesNotTake) {
   EXPECT_FALSE(cuda::run_gemm_rows_mma(q, s));
   q = l->p;
   q.choices.rows_mma = cuda::KernelPick::kNever;
-  EXPECT_FALSE(cuda::run_gemm_rows_mma(q, s));
-  q = l->p;
-  q.m = cuda::kGemmRowsMmaAutoRows + 1;  // (C has 32 rows: never written, declined first)
   EXPECT_FALSE(cuda::run_gemm_rows_mma(q, s));
   const int32_t offsets[2] = {0, 32};  // never read: a grouped call declines first
   q = l->p;
@@ -207,9 +204,9 @@ TEST(CudaGemmRowsMmaShape, SplitsByTilesStepsAndSharedMemory) {
   EXPECT_GT(s.smem, size_t{200} * 1024);
   EXPECT_FALSE(cuda::gemm_rows_mma_takes(fp8, true, 128, 128, 4096, 16384, 64, always));
   EXPECT_TRUE(cuda::gemm_rows_mma_takes(fp8, true, 128, 128, 4096, 16384, 32, always));
-  // The default rule: up to 32 rows; kAlways up to 64.
+  // The default rule takes what kAlways takes: up to 64 rows.
   EXPECT_TRUE(cuda::gemm_rows_mma_takes(fp8, true, 128, 128, 4096, 4096, 32, {}));
-  EXPECT_FALSE(cuda::gemm_rows_mma_takes(fp8, true, 128, 128, 1024, 4096, 33, {}));
+  EXPECT_TRUE(cuda::gemm_rows_mma_takes(fp8, true, 128, 128, 1024, 4096, 64, {}));
   EXPECT_TRUE(cuda::gemm_rows_mma_takes(fp8, true, 128, 128, 1024, 4096, 33, always));
   EXPECT_TRUE(cuda::gemm_rows_mma_takes(fp8, true, 128, 128, 4096, 8192, 64, always));
   EXPECT_FALSE(cuda::gemm_rows_mma_takes(fp8, true, 128, 128, 1024, 4096, 65, always));

@@ -425,7 +425,7 @@ struct CudaBackend::Impl {
       dequantize_bf16(w, w_bf16);
       lt_matmul(in_bf16, w_bf16, CUDA_R_16BF, out, m, n, k);
     } else {
-      // Few rows (the streaming kernels), 9-32 rows (the rows kernel, gemm_rows_mma.h), or a decode batch whose tiles
+      // Few rows (the streaming kernels), 9-64 rows (the rows kernel, gemm_rows_mma.h), or a decode batch whose tiles
       // fill the device: the tensor-core kernels then decode the stored codes themselves (run_gemm: wgmma on sm_90a,
       // else the mma.sync kernel) from a bf16 copy of A, reading N·K bytes once where the bf16 scratch above moves
       // N·K + 4·N·K before cuBLASLt's compute; the same bf16 A and exact bf16 weights. (The rows kernel rounds f32

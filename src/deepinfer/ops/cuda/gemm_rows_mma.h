@@ -12,12 +12,12 @@ namespace deepinfer::cuda {
 // kGemmRowsMmaMaxRows, all rows in one pass over the weights.
 constexpr int64_t kGemmRowsMmaMaxRows = 64;
 // By default (GemmChoices::rows_mma = kAuto) up to kGemmRowsMmaAutoRows rows; kAlways up to kGemmRowsMmaMaxRows.
-// H200, session 22, V4-Flash slice decode (ncu per-kernel sums of one bench run, rows kernel vs the path it replaces,
-// docs/PERF.md): b16 1.14 vs 1.80 ms of GEMM-side kernels; b64 the calls it took (the weights of <= 4M codes) 849 vs
-// 774 us, and the op micro-bench at 64 rows slower for every weight of 8M codes and more (o_b 79.7 vs 60.0 us: one
-// block an SM at 128 KB of staged rows, 15 clusters of 8 at a time). The slices' projections at b32: V4-Flash 0.66
-// vs 0.87 ms, V4.1 1.14 vs 1.59.
-constexpr int64_t kGemmRowsMmaAutoRows = 32;
+// H200: session 22 stopped the default at 32 rows (64 rows lost to the path it replaces: o_b 79.7 vs 60.0 us, one
+// 8-warp block an SM at 128 KB of staged rows). Session 23's launch shapes (16-warp blocks for the wide weights,
+// fewer splits; docs/PERF.md) win at 64 rows too: op bench o_b 59.3 vs 60.0 us, q_b 33.6 vs 40.8, q_a 15.6 vs 22.2;
+// the slices' projections at b64 (the same run, the default then vs all 64 rows) V4-Flash 0.90-0.97 vs 0.82 ms,
+// V4.1 1.65-1.66 vs 1.43.
+constexpr int64_t kGemmRowsMmaAutoRows = 64;
 
 // C = A · dequant(B)ᵀ for a dense call of m rows (9..kGemmRowsMmaMaxRows): each weight byte is read from HBM once
 // and decoded once in registers (the streaming kernel's exact bf16 placement and UE8M0 scale multiply), then feeds

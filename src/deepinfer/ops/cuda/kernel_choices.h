@@ -40,15 +40,18 @@ struct GemmChoices {
   // b64 step: 1.91 ms of split GEMMs, reduces and casts against 1.60 ms of dequant, cuBLASLt and casts).
   KernelPick wgmma_split_k = KernelPick::kAuto;
   // Dense block-format calls of 9-64 rows through the rows kernel (gemm_rows_mma.h: the weights read once, all rows
-  // in one pass) instead of the cuBLASLt scratch path or the wgmma / mma.sync tiles; kAuto: up to 32 rows (measured:
-  // gemm_rows_mma.h); kAlways: up to 64.
+  // in one pass) instead of the cuBLASLt scratch path or the wgmma / mma.sync tiles; kAuto: up to
+  // kGemmRowsMmaAutoRows (64 since session 23, measured: gemm_rows_mma.h); kAlways: up to 64.
   KernelPick rows_mma = KernelPick::kAuto;
   // The backend hands the rows kernel a bf16 copy of A (a cast kernel a call) instead of the f32 rows, which the
   // kernel rounds to bf16 as it stages them (the same bits either way).
   bool rows_mma_bf16_a = false;
   // Launch the rows kernel with programmatic stream serialization: its blocks may start while the previous kernel
   // finishes and send their first weight loads (the weights do not depend on it) before they wait for its memory
-  // (griddepcontrol.wait); the arithmetic is unchanged. Unmeasured: an A/B for the next device session.
+  // (griddepcontrol.wait); the arithmetic is unchanged. H200, session 23 (docs/PERF.md), V4-Flash slice: eager steps
+  // 2.65 -> 2.38-2.41 ms at b16, 3.47-3.49 -> 3.34-3.36 at b32; as CUDA graphs (the decode default) even: 2.32 vs
+  // 2.30-2.31, 3.24 vs 3.24-3.25. Off by default: its weight loads before the wait read memory that a kernel right
+  // before it could still be writing (weights made on the device).
   bool rows_mma_pdl = false;
   // The rows kernel's launch shape instead of its rule's (gemm_rows_mma_shape), 0 = the rule's: warps a block (4,
   // 8 or 16), warps along K a block (1, 2, 4 or 8, dividing the warps), K splits a cluster (1-8; with a chosen count a
