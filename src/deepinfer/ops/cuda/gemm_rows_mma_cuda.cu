@@ -9,8 +9,10 @@
 // - a warp owns 16 weight rows (the mma's m16 operand), decoded in registers exactly as the streaming kernel does
 //   (its K walk, its fragment order, its bf16 placement and scale multiply: gemm_stream_decode.cuh), and each decoded
 //   fragment feeds one mma per 8 activation rows, so the decode and the weight bytes do not grow with the rows;
-// - a block's warps share one K range of all the call's rows, staged once in shared memory in fragment order (one
-//   conflict-free 8-byte load per mma and lane);
+// - a block's warps (4, 8 or 16) share one K range of all the call's rows, staged once in shared memory in fragment
+//   order (one conflict-free 8-byte load per mma and lane); A is read from L2 once per block, which is why the rule
+//   prefers wide blocks (session 23's sweep: A's reads, not the weights', set the time at 32-64 rows). As a chosen
+//   shape the warps may also split the block's K range (kw), their partial tiles summed in shared memory in order;
 // - K splits over the blocks of a thread-block cluster (Hopper) when the weight tiles alone would not give the device
 //   enough blocks; the blocks then add their partial tiles through distributed shared memory, each summing a slice of
 //   the tile over the cluster's ranks in rank order: deterministic, and no partials through global memory.
