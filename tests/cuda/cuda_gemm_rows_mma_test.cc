@@ -133,8 +133,8 @@ TEST_F(CudaGemmRowsMmaTest, ChosenShapesMatchReference) {
   check(Kind::kFp8Row32, 40, 129, 1056, pick(4, 2, 1));
 }
 
-// What it declines (nothing enqueued): rows outside 9-64, grouped calls, batch-invariant mode, f32 scales, the
-// and the kNever choice.
+// What it declines (nothing enqueued): rows outside 9-64, grouped calls, batch-invariant mode, f32 scales and the
+// kNever choice.
 TEST_F(CudaGemmRowsMmaTest, DeclinesWhatItDoesNotTake) {
   cudaStream_t s = gpu().stream();
   const Problem pr = dense(Kind::kFp8E8m0_128, 32, 256, 512);
