@@ -42,6 +42,7 @@ TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
                                           "rows_mma_warps=4",
                                           "rows_mma_kw=2",
                                           "rows_mma_splits=8",
+                                          "rows_mma_share=2",
                                           "stream_mma_max_rows=0",
                                           "decode_direct_max_rows=256",
                                           "grouped_one_launch_rows=1000"};
@@ -60,6 +61,7 @@ TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
   EXPECT_EQ(c.gemm.rows_mma_warps, 4);
   EXPECT_EQ(c.gemm.rows_mma_kw, 2);
   EXPECT_EQ(c.gemm.rows_mma_splits, 8);
+  EXPECT_EQ(c.gemm.rows_mma_share, 2);
   EXPECT_EQ(c.gemm.stream_mma_max_rows, 0);
   EXPECT_EQ(c.gemm.decode_direct_max_rows, 256);
   EXPECT_EQ(c.grouped_one_launch_rows, 1000);

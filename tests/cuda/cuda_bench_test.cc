@@ -696,7 +696,8 @@ TEST_F(CudaBench, DISABLED_DecodeRowsGemmTimings) {
 }
 
 // The rows kernel's launch shape (issue #7: it is latency-bound at 16-64 rows, docs/PERF.md sessions 22-23): chosen
-// shapes (warps a block 4 / 8 / 16, warps along K 1 / 2, cluster splits 1-8) against its rule, the rule from a bf16
+// shapes (warps a block 4 / 8 / 16, warps along K 1 / 2, cluster splits 1-8, blocks staging A together along N 1-4,
+// "nS") against its rule, the rule from a bf16
 // copy of A (the staging reads half the bytes), and the path it replaced, on V4-Flash's FP8 projections at 16 / 32 / 64
 // rows; weights rotate so each call reads them from HBM. A [sweep] line a projection and row count names the fastest
 // shape.
@@ -732,25 +733,28 @@ TEST_F(CudaBench, DISABLED_RowsGemmShapeSweep) {
       std::string best_name = rule_name + " (the rule)";
       for (int warps : {4, 8, 16})
         for (int kw : {1, 2})
-          for (int splits : {1, 2, 4, 8}) {
-            if (kw > warps) continue;
-            c.gemm.rows_mma_warps = warps;
-            c.gemm.rows_mma_kw = kw;
-            c.gemm.rows_mma_splits = splits;
-            const cuda::RowsMmaShape sh = cuda::gemm_rows_mma_shape(QuantFormat::kFP8Block, pr.n, pr.k, m, sms, c.gemm);
-            const std::string name =
-                "w" + std::to_string(warps) + " kw" + std::to_string(kw) + " s" + std::to_string(splits);
-            if (!cuda::gemm_rows_mma_takes(QuantFormat::kFP8Block, true, 128, 128, pr.n, pr.k, m, c.gemm)) {
-              std::printf("[bench] %s %s: declined (%zu bytes of shared memory)\n", what.c_str(), name.c_str(),
-                          sh.smem);
-              continue;
+          for (int splits : {1, 2, 4, 8})
+            for (int share : {1, 2, 4}) {
+              if (kw > warps || share * splits > 8 || (share > 1 && kw > 1)) continue;
+              c.gemm.rows_mma_warps = warps;
+              c.gemm.rows_mma_kw = kw;
+              c.gemm.rows_mma_splits = splits;
+              c.gemm.rows_mma_share = share;
+              const cuda::RowsMmaShape sh =
+                  cuda::gemm_rows_mma_shape(QuantFormat::kFP8Block, pr.n, pr.k, m, sms, c.gemm);
+              const std::string name = "w" + std::to_string(warps) + " kw" + std::to_string(kw) + " s" +
+                                       std::to_string(splits) + (share > 1 ? " n" + std::to_string(share) : "");
+              if (!cuda::gemm_rows_mma_takes(QuantFormat::kFP8Block, true, 128, 128, pr.n, pr.k, m, c.gemm)) {
+                std::printf("[bench] %s %s: declined (%zu bytes of shared memory)\n", what.c_str(), name.c_str(),
+                            sh.smem);
+                continue;
+              }
+              const double ms = time_with(c, name);
+              if (ms < best) {
+                best = ms;
+                best_name = name;
+              }
             }
-            const double ms = time_with(c, name);
-            if (ms < best) {
-              best = ms;
-              best_name = name;
-            }
-          }
       std::printf("[sweep] %-40s best %-14s %7.1f us; rule %s %7.1f us, bf16 A %7.1f us; never %7.1f us\n",
                   what.c_str(), best_name.c_str(), best * 1e3, rule_name.c_str(), t_rule * 1e3, t_bf16 * 1e3,
                   t_never * 1e3);

@@ -110,11 +110,12 @@ TEST_F(CudaGemmRowsMmaTest, OddStepCountsMatchReference) {
 // memory before the cluster's sum), with and without cluster splits, at each row group; ranges that leave the last
 // warps of a block few or no steps.
 TEST_F(CudaGemmRowsMmaTest, ChosenShapesMatchReference) {
-  const auto pick = [](int warps, int kw, int splits) {
+  const auto pick = [](int warps, int kw, int splits, int share = 1) {
     cuda::GemmChoices c;
     c.rows_mma_warps = warps;
     c.rows_mma_kw = kw;
     c.rows_mma_splits = splits;
+    c.rows_mma_share = share;
     return c;
   };
   for (int kw : {2, 4, 8})
@@ -131,6 +132,16 @@ TEST_F(CudaGemmRowsMmaTest, ChosenShapesMatchReference) {
   check(Kind::kFp8E8m0_32, 24, 300, 4096 + 32, pick(8, 4, 2));  // 65 steps: 33 a block, 10 a warp
   check(Kind::kMxfp4, 12, 520, 4096 + 96, pick(4, 4, 8));       // 33 steps: 5 a block, 2 a warp (one warp idle)
   check(Kind::kFp8Row32, 40, 129, 1056, pick(4, 2, 1));
+  // Blocks of a cluster along N staging A together: 2 / 4 of them, with and without K splits, tiles that do not fill
+  // the last cluster (blocks past N only stage), each row group.
+  for (const auto& [share, splits] : std::vector<std::pair<int, int>>{{2, 1}, {2, 4}, {4, 2}, {8, 1}}) {
+    const cuda::RowsMmaShape sh = check(Kind::kFp8E8m0_128, 16, 1024 + 128, 4096, pick(8, 1, splits, share));
+    EXPECT_EQ(sh.share, share);
+    EXPECT_EQ(sh.splits, splits);
+  }
+  check(Kind::kFp8E8m0_128, 64, 4096, 2048, pick(16, 1, 4, 2));
+  check(Kind::kMxfp4, 24, 520, 4096 + 96, pick(4, 2, 2, 4));
+  check(Kind::kFp8Row32, 9, 129, 1056, pick(8, 1, 1, 2));
 }
 
 // What it declines (nothing enqueued): rows outside 9-64, grouped calls, batch-invariant mode, f32 scales and the
@@ -243,6 +254,11 @@ TEST(CudaGemmRowsMmaShape, ChosenShapes) {
   s = gemm_rows_mma_shape(fp8, 1024, 512, 64, 132, c);  // 8 steps: 1 a block; partial tiles 8 x 64 x (16 + 4) floats
   EXPECT_EQ(s.warp_steps, 2);
   EXPECT_EQ(s.smem, size_t{8} * 64 * 20 * 4);
+  c.rows_mma_share = 4;  // 4 x 8 blocks would pass the cluster's 8: 2 splits
+  s = gemm_rows_mma_shape(fp8, 1024, 4096, 16, 132, c);
+  EXPECT_EQ(s.share, 4);
+  EXPECT_EQ(s.splits, 2);
+  c.rows_mma_share = 0;
   c.rows_mma_kw = 3;  // not a divisor of the warps: the rule's 1
   EXPECT_EQ(gemm_rows_mma_shape(fp8, 1024, 4096, 16, 132, c).kw, 1);
   c.rows_mma_kw = 1;

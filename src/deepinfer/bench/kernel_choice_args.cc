@@ -29,7 +29,8 @@ constexpr std::pair<WgmmaTile, std::string_view> kTiles[] = {{WgmmaTile::kByRows
                                                              {WgmmaTile::kMixed, "mixed"}};
 constexpr std::string_view kKeys =
     "attn_mma, indexer_mma, topk_small_blocks, wgmma, wgmma_exact, wgmma_decode, wgmma_tile, wgmma_split_k, "
-    "rows_mma, rows_mma_bf16_a, rows_mma_pdl, rows_mma_warps, rows_mma_kw, rows_mma_splits, stream_mma_max_rows, "
+    "rows_mma, rows_mma_bf16_a, rows_mma_pdl, rows_mma_warps, rows_mma_kw, rows_mma_splits, rows_mma_share, "
+    "stream_mma_max_rows, "
     "decode_direct_max_rows, grouped_one_launch_rows";
 
 template <class T, size_t N>
@@ -123,6 +124,8 @@ cuda::KernelChoices parse_kernel_choices(const std::vector<std::string>& specs) 
       c.gemm.rows_mma_kw = shape_value(value, spec, {1, 2, 4, 8});
     } else if (key == "rows_mma_splits") {
       c.gemm.rows_mma_splits = shape_value(value, spec, {1, 2, 4, 8});
+    } else if (key == "rows_mma_share") {
+      c.gemm.rows_mma_share = shape_value(value, spec, {1, 2, 4, 8});
     } else if (key == "stream_mma_max_rows") {
       c.gemm.stream_mma_max_rows = rows_value(value, spec);
     } else if (key == "decode_direct_max_rows") {
@@ -160,6 +163,7 @@ std::string describe_kernel_choices(const cuda::KernelChoices& c) {
   if (c.gemm.rows_mma_warps != d.gemm.rows_mma_warps) add("rows_mma_warps", std::to_string(c.gemm.rows_mma_warps));
   if (c.gemm.rows_mma_kw != d.gemm.rows_mma_kw) add("rows_mma_kw", std::to_string(c.gemm.rows_mma_kw));
   if (c.gemm.rows_mma_splits != d.gemm.rows_mma_splits) add("rows_mma_splits", std::to_string(c.gemm.rows_mma_splits));
+  if (c.gemm.rows_mma_share != d.gemm.rows_mma_share) add("rows_mma_share", std::to_string(c.gemm.rows_mma_share));
   if (c.gemm.stream_mma_max_rows != d.gemm.stream_mma_max_rows)
     add("stream_mma_max_rows", c.gemm.stream_mma_max_rows < 0 ? "default" : std::to_string(c.gemm.stream_mma_max_rows));
   if (c.gemm.decode_direct_max_rows != d.gemm.decode_direct_max_rows)

@@ -47,6 +47,7 @@ constexpr int kPartPad = 4;  // floats of padding a partial-tile row: the accumu
 struct KernelShape {
   int splits, split_steps, lbn, lbk;
   int kw, warp_steps;  // warps along K in a block, each over warp_steps of the block's split_steps
+  int share;           // blocks of a cluster along N that stage A together (each a 1/share of it, into all)
   bool a_vec;          // f32 A rows 16-byte aligned (when there is no bf16 copy)
   bool pdl;            // launched with programmatic stream serialization (GemmChoices::rows_mma_pdl)
 };
@@ -65,8 +66,10 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 1) gemm_rows_mma_kernel(GemmKe
   const int chunks = static_cast<int>(p.k / kC), steps = (chunks + 3) / 4;
   const int split = blockIdx.y;
   const int s_begin = split * sh.split_steps, s_end = min(steps, s_begin + sh.split_steps);
-  const int w_begin = s_begin + kslice * sh.warp_steps, w_end = min(s_end, w_begin + sh.warp_steps);
   const int64_t n_block = static_cast<int64_t>(blockIdx.x) * cols, n0 = n_block + 16 * tile;
+  // (With share > 1 the grid rounds up to whole clusters: a block past N only stages its part of A.)
+  const int w_begin = s_begin + kslice * sh.warp_steps;
+  const int w_end = n_block < p.n ? min(s_end, w_begin + sh.warp_steps) : w_begin;
   const uint8_t* b = static_cast<const uint8_t*>(p.b);
   const uint8_t* s = static_cast<const uint8_t*>(p.b_scale);
   WeightRows<F, 2> wr;  // weight rows g and g + 8 of the warp's tile
@@ -86,14 +89,17 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 1) gemm_rows_mma_kernel(GemmKe
   // per chunk made the staging a chain of L2 round trips: 8 at 64 rows). Rows past m stage zeros.
   // (MXFP4's chunks are twice as long: half as many a round, or its bf16-A kernel spills.)
   constexpr int kStage = (kBf16A ? 4 : 2) / (F == QuantFormat::kMXFP4 ? 2 : 1);
+  // With share > 1, block x of the cluster stages items [x·I/share, (x+1)·I/share) into every block's shared memory
+  // (A read from L2 once a cluster instead of once a block).
   const int range_chunks = 4 * max(s_end - s_begin, 0), items = R * range_chunks;
-  for (int q0 = tid; q0 < items; q0 += kStage * blockDim.x) {
+  const int cx = blockIdx.x % sh.share, i_begin = cx * items / sh.share, i_end = (cx + 1) * items / sh.share;
+  for (int q0 = i_begin + tid; q0 < i_end; q0 += kStage * blockDim.x) {
     using Chunk = std::conditional_t<kBf16A, uint32_t[kC / 2], float[kC]>;
     Chunk v[kStage];
 #pragma unroll
     for (int u = 0; u < kStage; ++u) {
       const int q = q0 + u * blockDim.x, r = q / range_chunks;
-      const int64_t row = q < items && r < p.m ? r : -1;
+      const int64_t row = q < i_end && r < p.m ? r : -1;
       if constexpr (kBf16A)
         load_chunk<F>(p, row, 4 * s_begin + q % range_chunks, chunks, v[u]);
       else
@@ -102,10 +108,21 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 1) gemm_rows_mma_kernel(GemmKe
 #pragma unroll
     for (int u = 0; u < kStage; ++u) {
       const int q = q0 + u * blockDim.x, r = q / range_chunks, cl = q % range_chunks;
-      if (q < items) place_pairs<F>(v[u], xs + ((cl >> 2) * kMi * R + r) * 4 + (cl & 3), R * 4);
+      if (q >= i_end) continue;
+      const int off = ((cl >> 2) * kMi * R + r) * 4 + (cl & 3);
+      if (sh.share == 1) {
+        place_pairs<F>(v[u], xs + off, R * 4);
+      } else {
+        cg::cluster_group cluster = cg::this_cluster();
+        for (int j = 0; j < sh.share; ++j)
+          place_pairs<F>(v[u], cluster.map_shared_rank(xs, j + sh.share * split) + off, R * 4);
+      }
     }
   }
-  __syncthreads();
+  if (sh.share > 1)
+    cg::this_cluster().sync();
+  else
+    __syncthreads();
 
   // One accumulator chain per 8 rows: RG independent chains already.
   float acc[RG][4] = {};
@@ -175,7 +192,8 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 1) gemm_rows_mma_kernel(GemmKe
       const int r = e / cols, cc = e % cols;
       float v[kMaxSplits];  // all ranks' loads in flight together, then summed in rank order
 #pragma unroll
-      for (int j = 0; j < kMaxSplits; ++j) v[j] = j < sh.splits ? cluster.map_shared_rank(part, j)[r * ld + cc] : 0.0f;
+      for (int j = 0; j < kMaxSplits; ++j)
+        v[j] = j < sh.splits ? cluster.map_shared_rank(part, cx + sh.share * j)[r * ld + cc] : 0.0f;
       float sum = v[0];
 #pragma unroll
       for (int j = 1; j < kMaxSplits; ++j)
@@ -210,16 +228,17 @@ void launch(const GemmKernelParams& p, const RowsMmaShape& shape, const KernelSh
     DI_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shape.smem)));
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(ceil_div(p.n, int64_t{16} * (shape.warps / shape.kw))),
-                     static_cast<unsigned>(ks.splits));
+  const int64_t tiles = ceil_div(p.n, int64_t{16} * (shape.warps / shape.kw));
+  cfg.gridDim =
+      dim3(static_cast<unsigned>(ceil_div(tiles, int64_t{ks.share}) * ks.share), static_cast<unsigned>(ks.splits));
   cfg.blockDim = dim3(32 * shape.warps);
   cfg.dynamicSmemBytes = shape.smem;
   cfg.stream = stream;
   cudaLaunchAttribute attr[2];
   unsigned attrs = 0;
-  if (ks.splits > 1) {
+  if (ks.splits * ks.share > 1) {
     attr[attrs].id = cudaLaunchAttributeClusterDimension;
-    attr[attrs].val.clusterDim.x = 1;
+    attr[attrs].val.clusterDim.x = static_cast<unsigned>(ks.share);
     attr[attrs].val.clusterDim.y = static_cast<unsigned>(ks.splits);
     attr[attrs].val.clusterDim.z = 1;
     ++attrs;
@@ -286,7 +305,9 @@ RowsMmaShape gemm_rows_mma_shape(QuantFormat format, int64_t n, int64_t k, int64
   if (pick.rows_mma_kw > 0 && pick.rows_mma_kw <= s.warps && s.warps % pick.rows_mma_kw == 0) s.kw = pick.rows_mma_kw;
   const int64_t tiles = ceil_div(n, int64_t{16} * (s.warps / s.kw));
   const bool forced = pick.rows_mma_splits > 0;
-  s.splits = forced ? std::min(pick.rows_mma_splits, kMaxSplits) : max_splits(tiles, s.warps);
+  if (pick.rows_mma_share == 2 || pick.rows_mma_share == 4 || pick.rows_mma_share == 8) s.share = pick.rows_mma_share;
+  const int max_splits_here = kMaxSplits / s.share;  // a cluster holds share x splits blocks, 8 at most
+  s.splits = std::min(forced ? pick.rows_mma_splits : max_splits(tiles, s.warps), max_splits_here);
   // More splits while a block's K range does not fit its shared memory (a chosen split count stays: then the call
   // is declined).
   for (;;) {
@@ -294,7 +315,7 @@ RowsMmaShape gemm_rows_mma_shape(QuantFormat format, int64_t n, int64_t k, int64
     s.warp_steps = static_cast<int>(ceil_div(s.split_steps, s.kw));
     if (s.kw > 1) s.warp_steps += s.warp_steps & 1;  // whole 128-byte lines of a row per warp
     s.smem = rows_smem(format, s.warps, s.kw, s.split_steps, rows);
-    if (forced || s.smem <= kMaxSmem || s.splits >= kMaxSplits || s.split_steps < 2) break;
+    if (forced || s.smem <= kMaxSmem || s.splits >= max_splits_here || s.split_steps < 2) break;
     s.splits *= 2;
   }
   return s;
@@ -323,7 +344,8 @@ bool run_gemm_rows_mma(const GemmKernelParams& p, cudaStream_t stream) {
   if (reinterpret_cast<uintptr_t>(p.b) % 16 != 0) return false;
   const RowsMmaShape shape = gemm_rows_mma_shape(p.format, p.n, p.k, p.m, device_sm_count(), p.choices);
   if (shape.smem > kMaxSmem) return false;
-  KernelShape ks{shape.splits, shape.split_steps, 0, 0, shape.kw, shape.warp_steps, false, p.choices.rows_mma_pdl};
+  KernelShape ks{shape.splits, shape.split_steps,     0, 0, shape.kw, shape.warp_steps, shape.share,
+                 false,        p.choices.rows_mma_pdl};
   switch (p.format) {
     case QuantFormat::kMXFP4:
       dispatch<QuantFormat::kMXFP4>(p, shape, ks, stream);
