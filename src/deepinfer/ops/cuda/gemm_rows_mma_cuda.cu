@@ -56,7 +56,7 @@ struct KernelShape {
 // holds tile w % (warps / kw) over the block's steps [w / (warps / kw) · warp_steps, + warp_steps).
 // Dynamic shared memory: the block's K range of the R = 8·RG rows as bf16 fragments, [step][mma][row][lane % 4] x
 // 8 bytes; afterwards the warps' partial tiles, kw x R rows x (16·warps / kw + kPartPad) floats.
-template <QuantFormat F, int RG, bool kBf16A>
+template <QuantFormat F, int RG, bool kBf16A, bool kShare>
 __global__ void __launch_bounds__(32 * kMaxWarps, 1) gemm_rows_mma_kernel(GemmKernelParams p, KernelShape sh) {
   constexpr int R = 8 * RG, kMi = kMmas<F>, kC = kChunkK<F>;
   extern __shared__ __align__(16) uint2 xs[];
@@ -92,7 +92,9 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 1) gemm_rows_mma_kernel(GemmKe
   // With share > 1, block x of the cluster stages items [x·I/share, (x+1)·I/share) into every block's shared memory
   // (A read from L2 once a cluster instead of once a block).
   const int range_chunks = 4 * max(s_end - s_begin, 0), items = R * range_chunks;
-  const int cx = blockIdx.x % sh.share, i_begin = cx * items / sh.share, i_end = (cx + 1) * items / sh.share;
+  // (kShare: share > 1, a separate instantiation so that the unshared kernel's code stays as measured.)
+  const int share = kShare ? sh.share : 1, cx = kShare ? blockIdx.x % share : 0;
+  const int i_begin = cx * items / share, i_end = (cx + 1) * items / share;
   for (int q0 = i_begin + tid; q0 < i_end; q0 += kStage * blockDim.x) {
     using Chunk = std::conditional_t<kBf16A, uint32_t[kC / 2], float[kC]>;
     Chunk v[kStage];
@@ -110,16 +112,16 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 1) gemm_rows_mma_kernel(GemmKe
       const int q = q0 + u * blockDim.x, r = q / range_chunks, cl = q % range_chunks;
       if (q >= i_end) continue;
       const int off = ((cl >> 2) * kMi * R + r) * 4 + (cl & 3);
-      if (sh.share == 1) {
+      if constexpr (!kShare) {
         place_pairs<F>(v[u], xs + off, R * 4);
       } else {
         cg::cluster_group cluster = cg::this_cluster();
-        for (int j = 0; j < sh.share; ++j)
-          place_pairs<F>(v[u], cluster.map_shared_rank(xs, j + sh.share * split) + off, R * 4);
+        for (int j = 0; j < share; ++j)
+          place_pairs<F>(v[u], cluster.map_shared_rank(xs, j + share * split) + off, R * 4);
       }
     }
   }
-  if (sh.share > 1)
+  if constexpr (kShare)
     cg::this_cluster().sync();
   else
     __syncthreads();
@@ -193,7 +195,7 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 1) gemm_rows_mma_kernel(GemmKe
       float v[kMaxSplits];  // all ranks' loads in flight together, then summed in rank order
 #pragma unroll
       for (int j = 0; j < kMaxSplits; ++j)
-        v[j] = j < sh.splits ? cluster.map_shared_rank(part, cx + sh.share * j)[r * ld + cc] : 0.0f;
+        v[j] = j < sh.splits ? cluster.map_shared_rank(part, cx + share * j)[r * ld + cc] : 0.0f;
       float sum = v[0];
 #pragma unroll
       for (int j = 1; j < kMaxSplits; ++j)
@@ -221,9 +223,9 @@ size_t rows_smem(QuantFormat f, int warps, int kw, int split_steps, int64_t rows
   return static_cast<size_t>(std::max(stage, part));
 }
 
-template <QuantFormat F, int RG, bool kBf16A>
+template <QuantFormat F, int RG, bool kBf16A, bool kShare>
 void launch(const GemmKernelParams& p, const RowsMmaShape& shape, const KernelShape& ks, cudaStream_t stream) {
-  auto kernel = gemm_rows_mma_kernel<F, RG, kBf16A>;
+  auto kernel = gemm_rows_mma_kernel<F, RG, kBf16A, kShare>;
   if (shape.smem > 48 * 1024)
     DI_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shape.smem)));
@@ -257,10 +259,16 @@ template <QuantFormat F, int RG>
 void launch_a(const GemmKernelParams& p, const RowsMmaShape& shape, KernelShape ks, cudaStream_t stream) {
   const bool a16 = p.a_bf16 && p.lda % 8 == 0 && reinterpret_cast<uintptr_t>(p.a_bf16) % 16 == 0;
   ks.a_vec = p.lda % 4 == 0 && reinterpret_cast<uintptr_t>(p.a) % 16 == 0;
-  if (a16)
-    launch<F, RG, true>(p, shape, ks, stream);
-  else
-    launch<F, RG, false>(p, shape, ks, stream);
+  if (ks.share > 1) {
+    if (a16)
+      launch<F, RG, true, true>(p, shape, ks, stream);
+    else
+      launch<F, RG, false, true>(p, shape, ks, stream);
+  } else if (a16) {
+    launch<F, RG, true, false>(p, shape, ks, stream);
+  } else {
+    launch<F, RG, false, false>(p, shape, ks, stream);
+  }
 }
 
 template <QuantFormat F>
