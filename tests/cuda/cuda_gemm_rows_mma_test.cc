@@ -210,7 +210,18 @@ TEST(CudaGemmRowsMmaShape, SplitsByTilesStepsAndSharedMemory) {
   s = gemm_rows_mma_shape(fp8, 4096, 8192, 64, 132);  // 128 steps: 4 splits of 32 would be 256 KB, so 8 of 16
   EXPECT_EQ(s.warps, 16);
   EXPECT_EQ(s.splits, 8);
+  EXPECT_EQ(s.share, 1);  // 8 splits fill the cluster: no pair along N
   EXPECT_EQ(s.smem, size_t{16} * 128 * 64);
+  // Pairs of 16-warp blocks along N stage A together when they have at most 4 splits, 8- and 4-warp blocks never.
+  s = gemm_rows_mma_shape(fp8, 32768, 1024, 16, 132);
+  EXPECT_EQ(s.warps, 16);
+  EXPECT_EQ(s.splits, 1);
+  EXPECT_EQ(s.share, 2);
+  s = gemm_rows_mma_shape(fp8, 4096, 8192, 16, 132);
+  EXPECT_EQ(s.warps, 16);
+  EXPECT_EQ(s.splits, 4);
+  EXPECT_EQ(s.share, 2);
+  EXPECT_EQ(gemm_rows_mma_shape(fp8, 1024, 4096, 16, 132).share, 1);  // 8 warps
   s = gemm_rows_mma_shape(fp8, 4096, 16384, 64, 132);  // 32 steps x 8 splits would be 256 KB: too large
   EXPECT_GT(s.smem, size_t{200} * 1024);
   EXPECT_FALSE(cuda::gemm_rows_mma_takes(fp8, true, 128, 128, 4096, 16384, 64, always));
@@ -258,7 +269,15 @@ TEST(CudaGemmRowsMmaShape, ChosenShapes) {
   s = gemm_rows_mma_shape(fp8, 1024, 4096, 16, 132, c);
   EXPECT_EQ(s.share, 4);
   EXPECT_EQ(s.splits, 2);
+  c.rows_mma_share = 1;  // unshared even where the rule would pair
+  c.rows_mma_warps = 16;
+  c.rows_mma_kw = 1;
+  c.rows_mma_splits = 2;
+  EXPECT_EQ(gemm_rows_mma_shape(fp8, 4096, 4096, 16, 132, c).share, 1);
   c.rows_mma_share = 0;
+  EXPECT_EQ(gemm_rows_mma_shape(fp8, 4096, 4096, 16, 132, c).share, 2);
+  EXPECT_EQ(gemm_rows_mma_shape(fp8, 256, 4096, 16, 132, c).share, 1);  // one tile: nothing to pair with
+  c.rows_mma_warps = 8;
   c.rows_mma_kw = 3;  // not a divisor of the warps: the rule's 1
   EXPECT_EQ(gemm_rows_mma_shape(fp8, 1024, 4096, 16, 132, c).kw, 1);
   c.rows_mma_kw = 1;

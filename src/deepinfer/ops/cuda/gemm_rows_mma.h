@@ -46,7 +46,7 @@ struct RowsMmaShape {
   int splits = 1;
   int split_steps = 0;
   int warp_steps = 0;
-  int share = 1;    // blocks of a cluster along N staging A together (a chosen shape only)
+  int share = 1;    // blocks of a cluster along N staging A together
   size_t smem = 0;  // dynamic shared memory a block
 };
 RowsMmaShape gemm_rows_mma_shape(QuantFormat format, int64_t n, int64_t k, int64_t rows, int sms,

@@ -60,7 +60,8 @@ struct GemmChoices {
   int rows_mma_kw = 0;
   int rows_mma_splits = 0;
   // Blocks of a cluster along N (1, 2, 4 or 8; share x splits <= 8) that stage A together: each block loads 1/share of
-  // the K range's rows from L2 and stores them into every block's shared memory (A read once a cluster).
+  // the K range's rows from L2 and stores them into every block's shared memory (A read once a cluster). 0 = the
+  // rule's (2 for 16-warp blocks of at most 4 splits, else 1).
   int rows_mma_share = 0;
 };
 
