@@ -240,8 +240,8 @@ TEST_F(CudaLinearTest, QuantLinearDecodeBatchesReadTheStoredCodes) {
 }
 
 // Decode batches of 9-128 rows whose tiles do not fill the device (the V4 projections: N of 1-4K). By default those
-// of up to 32 rows take the rows kernel (gemm_rows_mma.h: weights read once, all rows in one pass; rows_mma = always
-// up to 64), from the f32 rows or (rows_mma_bf16_a) a bf16 copy. With rows_mma = never they take the bf16 scratch for
+// of up to kGemmRowsMmaAutoRows (64) take the rows kernel (gemm_rows_mma.h: weights read once, all rows in one pass),
+// from the f32 rows or (rows_mma_bf16_a) a bf16 copy. With rows_mma = never they take the bf16 scratch for
 // cuBLASLt, or with wgmma_split_k = always the wgmma kernel split along K on sm_90a (gemm_wgmma.h). Each: A rounded
 // to bf16, the UE8M0-scaled weights exact, so against the rounded input only the summation order differs (1e-5).
 // f32 scales take neither own kernel (4e-3 against x, the scratch path's bf16 products of the dequantized values).
@@ -249,7 +249,8 @@ TEST_F(CudaLinearTest, QuantLinearSplitKDecodeBatchesMatchCpu) {
   for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{9, 1024, 2048}, {64, 1536, 1024}, {128, 512, 4096}}) {
     ASSERT_FALSE(cuda::gemm_mma_dense_fills(m, n)) << m << " x " << n;
     ASSERT_GT(cuda::wgmma_dense_splits(m, n, k, 132), 1) << m << " x " << n << " x " << k;
-    EXPECT_EQ(cuda::gemm_rows_mma_takes(QuantFormat::kFP8Block, true, 128, 128, n, k, m, {}), m <= 32);
+    EXPECT_EQ(cuda::gemm_rows_mma_takes(QuantFormat::kFP8Block, true, 128, 128, n, k, m, {}),
+              m <= cuda::kGemmRowsMmaAutoRows);
     for (const cuda::KernelPick split : {cuda::KernelPick::kAlways, cuda::KernelPick::kAuto}) {
       testing::ScopedKernelChoices choice(gpu(), [&](cuda::KernelChoices& c) {
         c.gemm.wgmma_split_k = split;
