@@ -205,8 +205,6 @@ class Slice final : public SliceState {
       Layer& l = layers_[li];
       // ---- Engram's update of the streams, then the attention site (its mix: below, with the previous layer's FFN
       // expand, past the first layer and unless Engram comes between)
-      // The layer's input projections into L2 while the mix and norm run (a no-op unless the target prefetches).
-      t_.prefetch({{l.w_in.get(), l.w_q.get()}});
       if (spec.engram) engram_update(l, tt, streams);
       if (li == 0 || spec.engram) be.hc_mix(mix_params(l.attn, streams, pre, post, comb));
       be.hc_collapse_norm({streams, pre, Tensor{}, xn, 1e-6f});
@@ -218,7 +216,6 @@ class Slice final : public SliceState {
       const Tensor qr_p = part(fin, l.in_rows.offset[0], qr);
       be.rms_norm({qr_p, Tensor{}, qr_p, 1e-6f});
       linear(qr_p, *l.w_q, fq);
-      t_.prefetch({{l.wo_b.get()}, l.wo_a.get()});  // the output projections while RoPE and attention run
       const Tensor q_p = part(fq, l.q_rows.offset[0], q.reshape({tt, hhd})).reshape({tt, m.heads, m.head_dim});
       const Tensor kv_p = part(fin, l.in_rows.offset[1], kv);
       // The query's (V4: head norm and) RoPE, the kv row's norm and RoPE: one launch, as the engine's attention.
@@ -304,7 +301,6 @@ class Slice final : public SliceState {
       ++counts_.gemm_calls;
       t_.grouped_linear(flat(o_, 0, {m.o_groups * tt, gk}), *l.wo_a, flat(z_, 0, {m.o_groups * tt, m.o_lora}));
       linear(z, *l.wo_b, y);
-      t_.prefetch({{}, nullptr, l.experts.get()});  // the shared expert while the mix, norm and router run
       mark(kSegProj);
       // ---- MoE site: the attention's expand and this site's mix in one call
       be.hc_expand_mix({{streams, y, post, comb}, mix_params(l.ffn, streams, pre, post, comb)});
@@ -327,7 +323,6 @@ class Slice final : public SliceState {
         be.hc_expand({streams, y, post, comb});
       mark(kSegMixNorm);
     }
-    t_.prefetch_join();
     (void)d;
   }
 

@@ -83,16 +83,6 @@ class BenchTarget {
   virtual void moe(const Tensor& x, const Tensor& weights, const Tensor& indices, const BenchExperts& e,
                    const Tensor& out, float swiglu_limit, bool weight_before_w2) = 0;
 
-  // Weights the next calls read, pulled into L2 ahead of them where the target does that (CUDA with `--kernel-choice
-  // l2_prefetch=1`, CudaBackend::prefetch_l2); a hint that never changes a result. prefetch_join: the step's stream
-  // waits for the prefetches (the end of a step, so that a timed or captured step holds them).
-  struct PrefetchSet {
-    std::vector<const BenchWeight*> weights;
-    const BenchGroupedWeight* grouped = nullptr;
-    const BenchExperts* shared = nullptr;  // its shared expert
-  };
-  virtual void prefetch(const PrefetchSet& set) { (void)set; }
-  virtual void prefetch_join() {}
   // Median milliseconds of fn over `iters` runs after `warmup` runs (each run waited for).
   virtual double time_ms(const std::function<void()>& fn, int warmup, int iters) = 0;
   virtual Ceilings measure_ceilings() = 0;

@@ -157,24 +157,6 @@ class CudaTarget final : public BenchTarget {
         {x, weights, indices, &ce.routed, ce.has_shared ? &ce.shared : nullptr, out, swiglu_limit, weight_before_w2});
   }
 
-  void prefetch(const PrefetchSet& set) override {
-    std::vector<std::pair<const void*, size_t>> r;
-    const auto add = [&](const QuantMatrix& m) {
-      r.emplace_back(m.weight.data(), static_cast<size_t>(m.weight.nbytes()));
-      if (m.scale.data() != nullptr) r.emplace_back(m.scale.data(), static_cast<size_t>(m.scale.nbytes()));
-    };
-    for (const BenchWeight* w : set.weights) add(static_cast<const CudaWeight&>(*w).m);
-    if (set.grouped)
-      for (const auto& g : set.grouped->groups) add(static_cast<const CudaWeight&>(*g).m);
-    if (set.shared) {
-      const auto& e = static_cast<const CudaExperts&>(*set.shared);
-      if (e.has_shared)
-        for (const QuantMatrix* m : {&e.shared.w1, &e.shared.w3, &e.shared.w2}) add(*m);
-    }
-    be_->prefetch_l2(r);
-  }
-  void prefetch_join() override { be_->join_prefetch(); }
-
   double time_ms(const std::function<void()>& fn, int warmup, int iters) override {
     for (int i = 0; i < warmup; ++i) fn();
     be_->synchronize();

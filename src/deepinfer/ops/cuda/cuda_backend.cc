@@ -18,7 +18,6 @@
 #include "deepinfer/ops/cuda/gemm_wgmma.h"
 #include "deepinfer/ops/cuda/indexer_mma.h"
 #include "deepinfer/ops/cuda/kernels.h"
-#include "deepinfer/ops/cuda/l2_prefetch.h"
 #include "deepinfer/ops/cuda/swiglu_bf16.h"
 
 namespace deepinfer {
@@ -219,10 +218,6 @@ struct CudaBackend::Impl {
   LinearPrecision linear_precision = LinearPrecision::kF32;
   bool batch_invariant = false;  // set_batch_invariant
   cuda::KernelChoices choices;   // set_kernel_choices
-  // prefetch_l2's side stream and the events that fork it from and join it to the backend stream.
-  cuda::Stream prefetch_stream;
-  cudaEvent_t prefetch_fork = nullptr, prefetch_done = nullptr;
-  bool prefetch_pending = false;
 
   // Device copies of per-expert pointer tables, keyed by the host vector they describe; re-uploaded only
   // when the pointers change (weights are static, so normally once per layer).
@@ -240,12 +235,8 @@ struct CudaBackend::Impl {
     // for: finish it before any kernel can read the counters.
     DI_CUDA_CHECK(cudaMemset(hc_mix_arrivals.data(), 0, hc_mix_arrivals.size()));
     DI_CUDA_CHECK(cudaDeviceSynchronize());
-    DI_CUDA_CHECK(cudaEventCreateWithFlags(&prefetch_fork, cudaEventDisableTiming));
-    DI_CUDA_CHECK(cudaEventCreateWithFlags(&prefetch_done, cudaEventDisableTiming));
   }
   ~Impl() {
-    if (prefetch_fork) cudaEventDestroy(prefetch_fork);
-    if (prefetch_done) cudaEventDestroy(prefetch_done);
     for (auto& [unused, p] : lt_plans) destroy(p);
     if (lt) cublasLtDestroy(lt);
   }
@@ -783,36 +774,7 @@ CudaBackend::~CudaBackend() = default;
 
 std::unique_ptr<CudaBackend> make_cuda_backend(int device) { return std::make_unique<CudaBackend>(device); }
 
-void CudaBackend::synchronize() {
-  join_prefetch();
-  impl_->status.check(impl_->s());
-}
-
-void CudaBackend::prefetch_l2(const std::vector<std::pair<const void*, size_t>>& ranges) {
-  Impl& m = *impl_;
-  if (!m.choices.l2_prefetch || ranges.empty()) return;
-  join_prefetch();
-  cuda::L2PrefetchKernelParams k;
-  for (const auto& [ptr, bytes] : ranges) {
-    if (ptr == nullptr || bytes < 16 || reinterpret_cast<uintptr_t>(ptr) % 16 != 0) continue;
-    DI_CHECK_INTERNAL(k.count < cuda::kL2PrefetchMaxRanges)
-        << "prefetch_l2: more than " << cuda::kL2PrefetchMaxRanges << " ranges";
-    k.ranges[k.count++] = {ptr, bytes};
-  }
-  if (k.count == 0) return;
-  DI_CUDA_CHECK(cudaEventRecord(m.prefetch_fork, m.s()));
-  DI_CUDA_CHECK(cudaStreamWaitEvent(m.prefetch_stream.get(), m.prefetch_fork, 0));
-  cuda::launch_l2_prefetch(k, m.info.sm_count, m.prefetch_stream.get());
-  DI_CUDA_CHECK(cudaEventRecord(m.prefetch_done, m.prefetch_stream.get()));
-  m.prefetch_pending = true;
-}
-
-void CudaBackend::join_prefetch() {
-  Impl& m = *impl_;
-  if (!m.prefetch_pending) return;
-  DI_CUDA_CHECK(cudaStreamWaitEvent(m.s(), m.prefetch_done, 0));
-  m.prefetch_pending = false;
-}
+void CudaBackend::synchronize() { impl_->status.check(impl_->s()); }
 
 CudaGraph::~CudaGraph() {
   if (exec_) cudaGraphExecDestroy(exec_);
@@ -856,12 +818,7 @@ std::unique_ptr<CudaGraph> capture_on(cudaStream_t s, const char* op, const std:
 std::unique_ptr<CudaGraph> CudaBackend::capture_graph(const std::function<void()>& enqueue) {
   const size_t allocs = impl_->alloc.allocate_calls(), chunks = impl_->arena.chunk_count();
   const void* base = impl_->arena.base();
-  join_prefetch();  // (a capture may not wait on an event recorded before it)
-  const auto joined = [&] {
-    enqueue();
-    join_prefetch();
-  };
-  return capture_on(impl_->s(), "capture_graph", joined, [&]() -> const char* {
+  return capture_on(impl_->s(), "capture_graph", enqueue, [&]() -> const char* {
     const bool moved =
         impl_->alloc.allocate_calls() != allocs || impl_->arena.chunk_count() != chunks || impl_->arena.base() != base;
     return moved ? "device memory was allocated inside the capture (run the work once eagerly first)" : nullptr;
@@ -927,12 +884,7 @@ std::unique_ptr<RecordedWork> CudaBackend::record(const std::function<void()>& e
     DI_CHECK_INTERNAL(run < 4) << "record: the work still takes new device memory after " << run + 1 << " runs";
   }
   const size_t mallocs = impl_->alloc.cuda_malloc_calls();
-  join_prefetch();  // (a capture may not wait on an event recorded before it)
-  const auto joined = [&] {
-    enqueue();
-    join_prefetch();
-  };
-  return std::make_unique<CudaRecordedWork>(capture_on(impl_->s(), "record", joined, [&]() -> const char* {
+  return std::make_unique<CudaRecordedWork>(capture_on(impl_->s(), "record", enqueue, [&]() -> const char* {
     return impl_->alloc.cuda_malloc_calls() != mallocs ? "the recorded work took new device memory on its last run"
                                                        : nullptr;
   }));

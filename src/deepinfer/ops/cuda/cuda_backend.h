@@ -141,12 +141,6 @@ class CudaBackend final : public Backend, public HasTensorMemory {
   void set_kernel_choices(const cuda::KernelChoices& choices);
   const cuda::KernelChoices& kernel_choices() const;
 
-  // With kernel_choices().l2_prefetch: pulls the device ranges into L2 (l2_prefetch.h) on a side stream that starts
-  // where the backend stream is now, so that the kernels enqueued next run meanwhile; otherwise nothing. The stream
-  // joins the side stream again at the next call, join_prefetch, synchronize and the end of a capture.
-  void prefetch_l2(const std::vector<std::pair<const void*, size_t>>& ranges);
-  void join_prefetch();
-
   // Captures the work `enqueue` puts on the backend stream into a graph (decode steps are launch-bound). Run it
   // once eagerly first: inside the capture nothing may synchronise, upload through the staging ring, or take
   // new device memory (allocator or workspace growth), since a graph replays fixed addresses; any of these

@@ -75,9 +75,6 @@ struct KernelChoices {
   // Rows a group up to which a grouped_linear call (default mode) is one grouped launch (grouped_linear.h); -1:
   // kGemmStreamMmaMaxRows. 0 runs every call per group.
   int64_t grouped_one_launch_rows = -1;
-  // CudaBackend::prefetch_l2 pulls the ranges its callers name into L2 on a side stream (l2_prefetch.h); off: it
-  // does nothing.
-  bool l2_prefetch = false;
 };
 
 }  // namespace deepinfer::cuda
