@@ -45,8 +45,7 @@ TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
                                           "rows_mma_share=2",
                                           "stream_mma_max_rows=0",
                                           "decode_direct_max_rows=256",
-                                          "grouped_one_launch_rows=1000",
-                                          "hc_expand_mix_split=always"};
+                                          "grouped_one_launch_rows=1000"};
   const cuda::KernelChoices c = parse_kernel_choices(specs);
   EXPECT_EQ(c.attn_mma, KernelPick::kNever);
   EXPECT_EQ(c.indexer_mma, KernelPick::kAlways);
@@ -66,7 +65,6 @@ TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
   EXPECT_EQ(c.gemm.stream_mma_max_rows, 0);
   EXPECT_EQ(c.gemm.decode_direct_max_rows, 256);
   EXPECT_EQ(c.grouped_one_launch_rows, 1000);
-  EXPECT_EQ(c.hc_expand_mix_split, KernelPick::kAlways);
   std::string joined;
   for (const std::string& s : specs) joined += (joined.empty() ? "" : ", ") + s;
   EXPECT_EQ(describe_kernel_choices(c), joined);

@@ -720,9 +720,9 @@ TEST_F(CudaBench, DISABLED_RowsGemmShapeSweep) {
       cuda::KernelChoices c;
       c.gemm.rows_mma = cuda::KernelPick::kAlways;
       const cuda::RowsMmaShape rule = cuda::gemm_rows_mma_shape(QuantFormat::kFP8Block, pr.n, pr.k, m, sms);
-      const std::string rule_name = "w" + std::to_string(rule.warps) + " kw" + std::to_string(rule.kw) + " s" +
-                                    std::to_string(rule.splits) +
-                                    (rule.share > 1 ? " n" + std::to_string(rule.share) : "");
+      const std::string rule_name =
+          "w" + std::to_string(rule.warps) + " kw" + std::to_string(rule.kw) + " s" + std::to_string(rule.splits) +
+          (rule.share > 1 ? " n" + std::to_string(rule.share) : "");
       const double t_rule = time_with(c, "rule (" + rule_name + ")");
       c.gemm.rows_mma_bf16_a = true;
       const double t_bf16 = time_with(c, "rule, bf16 A");
@@ -1062,14 +1062,6 @@ TEST_F(CudaBench, DISABLED_DecodeSmallOpTimings) {
       ab("hc_expand_mix hc=4 D=5120" + bt, [&] {
         gpu().hc_expand_mix({{streams, y, post, comb}, {streams, fn, base, scale, pre, mpost, mcomb}});
       });
-      for (const cuda::KernelPick split : {cuda::KernelPick::kAlways, cuda::KernelPick::kNever}) {
-        ScopedKernelChoices pick(gpu(), [&](cuda::KernelChoices& c) { c.hc_expand_mix_split = split; });
-        ab(std::string("hc_expand_mix hc=4 D=5120, split ") +
-               (split == cuda::KernelPick::kAlways ? "always" : "never") + bt,
-           [&] {
-             gpu().hc_expand_mix({{streams, y, post, comb}, {streams, fn, base, scale, pre, mpost, mcomb}});
-           });
-      }
       std::printf("[bench] %-58s %8.2f us/call\n", ("hc_collapse_norm hc=4 D=5120" + bt).c_str(), graph_us([&] {
                     gpu().hc_collapse_norm({streams, pre, w, out, 1e-6f});
                   }));

@@ -31,7 +31,7 @@ constexpr std::string_view kKeys =
     "attn_mma, indexer_mma, topk_small_blocks, wgmma, wgmma_exact, wgmma_decode, wgmma_tile, wgmma_split_k, "
     "rows_mma, rows_mma_bf16_a, rows_mma_pdl, rows_mma_warps, rows_mma_kw, rows_mma_splits, rows_mma_share, "
     "stream_mma_max_rows, "
-    "decode_direct_max_rows, grouped_one_launch_rows, hc_expand_mix_split";
+    "decode_direct_max_rows, grouped_one_launch_rows";
 
 template <class T, size_t N>
 std::string names(const std::pair<T, std::string_view> (&table)[N]) {
@@ -126,8 +126,6 @@ cuda::KernelChoices parse_kernel_choices(const std::vector<std::string>& specs) 
       c.gemm.rows_mma_splits = shape_value(value, spec, {1, 2, 4, 8});
     } else if (key == "rows_mma_share") {
       c.gemm.rows_mma_share = shape_value(value, spec, {1, 2, 4, 8});
-    } else if (key == "hc_expand_mix_split") {
-      c.hc_expand_mix_split = lookup(kPicks, value, spec);
     } else if (key == "stream_mma_max_rows") {
       c.gemm.stream_mma_max_rows = rows_value(value, spec);
     } else if (key == "decode_direct_max_rows") {
@@ -174,8 +172,6 @@ std::string describe_kernel_choices(const cuda::KernelChoices& c) {
   if (c.grouped_one_launch_rows != d.grouped_one_launch_rows)
     add("grouped_one_launch_rows",
         c.grouped_one_launch_rows < 0 ? "default" : std::to_string(c.grouped_one_launch_rows));
-  if (c.hc_expand_mix_split != d.hc_expand_mix_split)
-    add("hc_expand_mix_split", std::string(name_of(kPicks, c.hc_expand_mix_split)));
   return out;
 }
 

@@ -230,7 +230,7 @@ struct CudaBackend::Impl {
   explicit Impl(int index) : info(cuda::select_device(index)), device(Device::cuda(index)) {
     DI_CUBLAS_CHECK(cublasLtCreate(&lt));
     lt_workspace = cuda::DeviceBuffer(alloc, kCublasWorkspaceBytes);
-    hc_mix_arrivals = cuda::DeviceBuffer(alloc, sizeof(unsigned) * cuda::kHcMixArrivalBufferSlots);
+    hc_mix_arrivals = cuda::DeviceBuffer(alloc, sizeof(unsigned) * cuda::kHcMixArrivalSlots);
     // A plain cudaMemset runs on the legacy default stream, which the backend's non-blocking stream does not wait
     // for: finish it before any kernel can read the counters.
     DI_CUDA_CHECK(cudaMemset(hc_mix_arrivals.data(), 0, hc_mix_arrivals.size()));
@@ -1200,8 +1200,6 @@ void CudaBackend::hc_expand_mix(const HcExpandMixParams& p) {
   k.splits = cuda::hc_mix_splits(k.hc, k.d);
   k.partial = impl_->ws().take_as<float>(std::max<int64_t>(1, k.splits * k.tokens * ((2 + k.hc) * k.hc + 1)));
   k.arrivals = impl_->hc_mix_arrivals.data_as<unsigned>();
-  const cuda::KernelPick split = impl_->choices.hc_expand_mix_split;
-  k.split = split == cuda::KernelPick::kAlways ? 1 : split == cuda::KernelPick::kNever ? -1 : 0;
   cuda::run_hc_expand_mix(k, impl_->s());
 }
 

@@ -497,7 +497,7 @@ __global__ void __launch_bounds__(kMixThreads) hc_expand_mix_kernel(HcMixKernelP
 // the streams are updated in place by the last of the hc blocks of the column to have read the old values (a
 // per-(tile, column) arrival counter), so no block reads a value another one already overwrote. The partials and
 // the finish are hc_expand_mix_kernel's (same chunks, values and order: the same bits). Counters: the tile's at
-// arrivals[tile], the columns' at arrivals[tiles + tile·D/512 + c] (tiles·(1 + D/512) <= kHcMixArrivalBufferSlots).
+// arrivals[tile], the columns' at arrivals[tiles + tile·D/512 + c] (tiles·(1 + D/512) <= kHcMixArrivalSlots).
 template <int kFinishHc>
 __global__ void __launch_bounds__(kMixThreads) hc_expand_mix_split_kernel(HcMixKernelParams p) {
   __shared__ float fresh[kExpandMixTokens][kExpandMixMaxHc][kMixChunk];
@@ -710,8 +710,7 @@ void run_hc_expand_mix(const HcMixKernelParams& p, cudaStream_t stream) {
     // H200) it was even at batch 1 (14.04 against 14.12 µs) and 2% slower at 16 (31.9 against 31.4 µs); what it
     // shortens is the fn stream of a block (4 chunks one after another before), which the ncu profile's flushed L2
     // (16.9 µs a call at batch 1) and a real decode step, where fn comes from HBM, pay and the warm bench does not.
-    const bool fits = tiles * (1 + col_splits) <= kHcMixArrivalBufferSlots;
-    if (fits && (p.split > 0 || (p.split == 0 && tiles == 1))) {
+    if (tiles == 1 && 1 + col_splits <= kHcMixArrivalSlots) {
       const dim3 grid(static_cast<unsigned>(col_splits), static_cast<unsigned>(p.hc), static_cast<unsigned>(tiles));
       if (p.hc == 4)
         hc_expand_mix_split_kernel<4><<<grid, kMixThreads, 0, stream>>>(p);

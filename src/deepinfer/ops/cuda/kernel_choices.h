@@ -75,9 +75,6 @@ struct KernelChoices {
   // Rows a group up to which a grouped_linear call (default mode) is one grouped launch (grouped_linear.h); -1:
   // kGemmStreamMmaMaxRows. 0 runs every call per group.
   int64_t grouped_one_launch_rows = -1;
-  // hc_expand_mix's split kernel (a block per fn chunk): kAuto for one token tile (up to 4 tokens), kAlways for every
-  // call whose counters fit, kNever the one-launch kernel (a block per column of chunks) always.
-  KernelPick hc_expand_mix_split = KernelPick::kAuto;
 };
 
 }  // namespace deepinfer::cuda

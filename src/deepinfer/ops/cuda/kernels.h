@@ -178,14 +178,8 @@ struct HcMixKernelParams {
   const float* expand_x = nullptr;     // [tokens, d]
   const float* expand_post = nullptr;  // [tokens, hc]
   const float* expand_comb = nullptr;  // [tokens, hc, hc]
-  // run_hc_expand_mix's split kernel (one block per fn chunk, not per column of chunks): 0 = for one token tile, 1 =
-  // for every call whose per-(tile, column) counters fit kHcMixArrivalBufferSlots, -1 = never
-  // (KernelChoices::hc_expand_mix_split).
-  int split = 0;
 };
 constexpr int kHcMixArrivalSlots = 64;  // token tiles of 8 rows: calls of up to 512 tokens
-// The counters' buffer: the token tiles' and, past them, the split kernel's per-(tile, column) ones.
-constexpr int kHcMixArrivalBufferSlots = 1024;
 int hc_mix_splits(int64_t hc, int64_t d);
 void run_hc_mix(const HcMixKernelParams& p, cudaStream_t stream);
 // hc_expand then hc_mix (HcExpandMixParams): one launch for hc <= 4, d % 512 == 0 and up to 4 · kHcMixArrivalSlots
