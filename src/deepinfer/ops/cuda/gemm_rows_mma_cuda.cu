@@ -79,6 +79,9 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 1) gemm_rows_mma_kernel(GemmKe
   StepData<2> buf[kPrefetch];
 #pragma unroll
   for (int u = 0; u < kPrefetch; ++u) load(w_begin + u, buf[u]);
+  // Stores into another block's shared memory need that block running (CUDA programming guide, distributed shared
+  // memory): arrive on the cluster barrier here, wait for the others just before staging.
+  if constexpr (kShare) asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
   // A programmatic launch may start before the previous kernel's writes (A) are visible: wait for them here, after
   // the weight loads (static data) are out. C is written only after this too.
   if (sh.pdl) asm volatile("griddepcontrol.wait;\n" ::: "memory");
@@ -95,6 +98,7 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 1) gemm_rows_mma_kernel(GemmKe
   // (kShare: share > 1, a separate instantiation so that the unshared kernel's code stays as measured.)
   const int share = kShare ? sh.share : 1, cx = kShare ? blockIdx.x % share : 0;
   const int i_begin = cx * items / share, i_end = (cx + 1) * items / share;
+  if constexpr (kShare) asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
   for (int q0 = i_begin + tid; q0 < i_end; q0 += kStage * blockDim.x) {
     using Chunk = std::conditional_t<kBf16A, uint32_t[kC / 2], float[kC]>;
     Chunk v[kStage];
