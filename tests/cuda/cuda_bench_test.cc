@@ -720,9 +720,9 @@ TEST_F(CudaBench, DISABLED_RowsGemmShapeSweep) {
       cuda::KernelChoices c;
       c.gemm.rows_mma = cuda::KernelPick::kAlways;
       const cuda::RowsMmaShape rule = cuda::gemm_rows_mma_shape(QuantFormat::kFP8Block, pr.n, pr.k, m, sms);
-      const std::string rule_name =
-          "w" + std::to_string(rule.warps) + " kw" + std::to_string(rule.kw) + " s" + std::to_string(rule.splits) +
-          (rule.share > 1 ? " n" + std::to_string(rule.share) : "");
+      const std::string rule_name = "w" + std::to_string(rule.warps) + " kw" + std::to_string(rule.kw) + " s" +
+                                    std::to_string(rule.splits) +
+                                    (rule.share > 1 ? " n" + std::to_string(rule.share) : "");
       const double t_rule = time_with(c, "rule (" + rule_name + ")");
       c.gemm.rows_mma_bf16_a = true;
       const double t_bf16 = time_with(c, "rule, bf16 A");

@@ -222,7 +222,9 @@ TEST(CudaGemmRowsMmaShape, SplitsByTilesStepsAndSharedMemory) {
   EXPECT_EQ(s.splits, 4);
   EXPECT_EQ(s.share, 2);
   EXPECT_EQ(gemm_rows_mma_shape(fp8, 1024, 4096, 16, 132).share, 1);  // 8 warps
-  s = gemm_rows_mma_shape(fp8, 4096, 16384, 64, 132);  // 32 steps x 8 splits would be 256 KB: too large
+
+  // 32 steps x 8 splits would be 256 KB: too large
+  s = gemm_rows_mma_shape(fp8, 4096, 16384, 64, 132);
   EXPECT_GT(s.smem, size_t{200} * 1024);
   EXPECT_FALSE(cuda::gemm_rows_mma_takes(fp8, true, 128, 128, 4096, 16384, 64, always));
   EXPECT_TRUE(cuda::gemm_rows_mma_takes(fp8, true, 128, 128, 4096, 16384, 32, always));
