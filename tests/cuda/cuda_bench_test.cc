@@ -696,11 +696,10 @@ TEST_F(CudaBench, DISABLED_DecodeRowsGemmTimings) {
 }
 
 // The rows kernel's launch shape (issue #7: it is latency-bound at 16-64 rows, docs/PERF.md sessions 22-23): chosen
-// shapes (warps a block 4 / 8 / 16, warps along K 1 / 2, cluster splits 1-8, blocks staging A together along N 1-4,
-// "nS") against its rule, the rule from a bf16
-// copy of A (the staging reads half the bytes), and the path it replaced, on V4-Flash's FP8 projections at 16 / 32 / 64
-// rows; weights rotate so each call reads them from HBM. A [sweep] line a projection and row count names the fastest
-// shape.
+// shapes (warps a block 4 / 8 / 16, warps along K 1 / 2, cluster splits 1-8, blocks staging A together along N 1-4:
+// "nS") against its rule, the rule from a bf16 copy of A (the staging reads half the bytes), and the path it
+// replaced, on V4-Flash's FP8 projections at 16 / 32 / 64 rows; weights rotate so each call reads them from HBM. A
+// [sweep] line a projection and row count names the fastest shape.
 TEST_F(CudaBench, DISABLED_RowsGemmShapeSweep) {
   const int sms = gpu().device_info().sm_count;
   for (const Proj& pr :
@@ -720,9 +719,11 @@ TEST_F(CudaBench, DISABLED_RowsGemmShapeSweep) {
       cuda::KernelChoices c;
       c.gemm.rows_mma = cuda::KernelPick::kAlways;
       const cuda::RowsMmaShape rule = cuda::gemm_rows_mma_shape(QuantFormat::kFP8Block, pr.n, pr.k, m, sms);
-      const std::string rule_name = "w" + std::to_string(rule.warps) + " kw" + std::to_string(rule.kw) + " s" +
-                                    std::to_string(rule.splits) +
-                                    (rule.share > 1 ? " n" + std::to_string(rule.share) : "");
+      const auto shape_name = [](int warps, int kw, int splits, int share) {
+        return "w" + std::to_string(warps) + " kw" + std::to_string(kw) + " s" + std::to_string(splits) +
+               (share > 1 ? " n" + std::to_string(share) : "");
+      };
+      const std::string rule_name = shape_name(rule.warps, rule.kw, rule.splits, rule.share);
       const double t_rule = time_with(c, "rule (" + rule_name + ")");
       c.gemm.rows_mma_bf16_a = true;
       const double t_bf16 = time_with(c, "rule, bf16 A");
@@ -743,8 +744,7 @@ TEST_F(CudaBench, DISABLED_RowsGemmShapeSweep) {
               c.gemm.rows_mma_share = share;
               const cuda::RowsMmaShape sh =
                   cuda::gemm_rows_mma_shape(QuantFormat::kFP8Block, pr.n, pr.k, m, sms, c.gemm);
-              const std::string name = "w" + std::to_string(warps) + " kw" + std::to_string(kw) + " s" +
-                                       std::to_string(splits) + (share > 1 ? " n" + std::to_string(share) : "");
+              const std::string name = shape_name(warps, kw, splits, share);
               if (!cuda::gemm_rows_mma_takes(QuantFormat::kFP8Block, true, 128, 128, pr.n, pr.k, m, c.gemm)) {
                 std::printf("[bench] %s %s: declined (%zu bytes of shared memory)\n", what.c_str(), name.c_str(),
                             sh.smem);
