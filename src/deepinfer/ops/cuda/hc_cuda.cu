@@ -444,50 +444,127 @@ __global__ void __launch_bounds__(kStageThreads, 3) hc_mix_partial_staged_kernel
 // values and order as the partial kernel over the expanded streams), then finish_if_last.
 constexpr int kExpandMixMaxHc = 4, kExpandMixTokens = 4;
 
+// The block's phases are chains of round trips (ncu, H200, session 24: 12% occupancy, a warp issues every 7 cycles),
+// so each phase keeps more of them in flight: the tile's comb / post go to shared memory first; the expand loads
+// kExpandBatch elements' old values before it stores any (through one pointer the compiler cannot hoist a load above
+// the previous element's store); the fn chunks after the first are prefetched into L2 a chunk ahead; the dot products
+// and warp sums of two tokens run as 8 independent chains (3 rows and the square sum each) instead of one token's
+// rows after another. Every value is the same operations in the same order as before: the same bits. (Branch
+// wt-hc-expand, compiled here, not yet run on a GPU.)
+constexpr int kExpandBatch = 4;
+
 template <int kFinishHc>
 __global__ void __launch_bounds__(kMixThreads) hc_expand_mix_kernel(HcMixKernelParams p) {
-  __shared__ float fresh[kExpandMixTokens][kExpandMixMaxHc][kMixChunk];
+  constexpr int kHc = kExpandMixMaxHc, kTok = kExpandMixTokens, kPer = kMixChunk / 32;
+  __shared__ float fresh[kTok][kHc][kMixChunk];
+  __shared__ float comb_s[kTok][kHc * kHc], post_s[kTok][kHc];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t hc = p.hc, n = hc * p.d, rows = (2 + hc) * hc, col_splits = p.d / kMixChunk;
+  // (kFinishHc = 4 is launched for hc = 4 only: a constant lets the chunk loop unroll.)
+  const int64_t hc = kFinishHc == 4 ? 4 : p.hc, n = hc * p.d, rows = (2 + hc) * hc, col_splits = p.d / kMixChunk;
   const int64_t d0 = static_cast<int64_t>(blockIdx.x) * kMixChunk;
   const int64_t per_block = (p.tokens + gridDim.y - 1) / gridDim.y;
   const int64_t t0 = static_cast<int64_t>(blockIdx.y) * per_block;
   const int64_t t1 = min(p.tokens, t0 + per_block);
-  for (int64_t idx = threadIdx.x; idx < (t1 - t0) * kMixChunk; idx += blockDim.x) {
-    const int64_t tl = idx / kMixChunk, i = idx % kMixChunk, t = t0 + tl;
-    float* x = p.expand_streams + t * n + d0 + i;
-    const float* c = p.expand_comb + t * hc * hc;
-    const float y = p.expand_x[t * p.d + d0 + i];
-    float old[kExpandMixMaxHc];
+  const int tiles_tokens = static_cast<int>(t1 - t0);
+  // The first fn chunk goes out before anything else: in flight during the expand. The next chunk's lines are
+  // prefetched into L2 while a chunk is used (a second register copy of it took the kernel past 128 registers).
+  float w[3][kPer];
+  load_fn_chunk<3>(p, blockIdx.x, rows, w, warp, lane);
+  const auto prefetch_chunk = [&](int64_t split) {
+    for (int line = threadIdx.x; line < rows * (kMixChunk / 32); line += blockDim.x) {
+      const float* a = p.fn + (line / (kMixChunk / 32)) * n + split * kMixChunk + (line % (kMixChunk / 32)) * 32;
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(a));
+    }
+  };
+  if (hc > 1) prefetch_chunk(col_splits + blockIdx.x);
+  for (int i = threadIdx.x; i < tiles_tokens * kHc * kHc; i += blockDim.x) {
+    const int tl = i / (kHc * kHc), e = i % (kHc * kHc);
+    if (e < hc * hc) comb_s[tl][e] = p.expand_comb[(t0 + tl) * hc * hc + e];
+    if (e < hc) post_s[tl][e] = p.expand_post[(t0 + tl) * hc + e];
+  }
+  __syncthreads();
+  const int total = tiles_tokens * kMixChunk;
+  for (int base = threadIdx.x; base < total; base += kExpandBatch * blockDim.x) {
+    float old[kExpandBatch][kHc], y[kExpandBatch];
 #pragma unroll
-    for (int j = 0; j < kExpandMixMaxHc; ++j) old[j] = j < hc ? x[j * p.d] : 0.0f;
+    for (int b = 0; b < kExpandBatch; ++b) {
+      const int idx = base + b * blockDim.x;
+      if (idx >= total) break;
+      const int64_t t = t0 + idx / kMixChunk, i = idx % kMixChunk;
+      const float* x = p.expand_streams + t * n + d0 + i;
+      y[b] = p.expand_x[t * p.d + d0 + i];
 #pragma unroll
-    for (int k = 0; k < kExpandMixMaxHc; ++k) {
-      if (k >= hc) break;
-      float acc = 0.0f;
+      for (int j = 0; j < kHc; ++j) old[b][j] = j < hc ? x[j * p.d] : 0.0f;
+    }
 #pragma unroll
-      for (int j = 0; j < kExpandMixMaxHc; ++j)
-        if (j < hc) acc = __fadd_rn(acc, __fmul_rn(c[j * hc + k], old[j]));
-      const float v = __fadd_rn(__fmul_rn(p.expand_post[t * hc + k], y), acc);
-      x[k * p.d] = v;
-      fresh[tl][k][i] = v;
+    for (int b = 0; b < kExpandBatch; ++b) {
+      const int idx = base + b * blockDim.x;
+      if (idx >= total) break;
+      const int tl = idx / kMixChunk, i = idx % kMixChunk;
+      float* x = p.expand_streams + (t0 + tl) * n + d0 + i;
+#pragma unroll
+      for (int k = 0; k < kHc; ++k) {
+        if (k >= hc) break;
+        float acc = 0.0f;
+#pragma unroll
+        for (int j = 0; j < kHc; ++j)
+          if (j < hc) acc = __fadd_rn(acc, __fmul_rn(comb_s[tl][j * hc + k], old[b][j]));
+        const float v = __fadd_rn(__fmul_rn(post_s[tl][k], y[b]), acc);
+        x[k * p.d] = v;
+        fresh[tl][k][i] = v;
+      }
     }
   }
   __syncthreads();
-  constexpr int kPer = kMixChunk / 32;
-  for (int64_t k = 0; k < hc; ++k) {
-    const int64_t split = k * col_splits + blockIdx.x;
-    float w[3][kPer];
-    load_fn_chunk<3>(p, split, rows, w, warp, lane);
-    for (int64_t t = t0; t < t1; ++t) {
-      float f[kPer];
+  // Two tokens a pass: sum 4·token + j is row warp + 8j (j < 3) of that token or (j = 3, the last warp) its Σ f²;
+  // lane i < 8 writes sum i (every lane holds every sum after the butterfly). (Four tokens a pass took 190 registers,
+  // one block an SM: 160 blocks at 64 tokens would take two waves.)
+  constexpr int kPass = 2, kSums = 4 * kPass;
+  static_assert(kTok % kPass == 0 && kSums <= 32, "whole passes; a lane per sum");
+  const int held_j = lane & 3;
+  const int64_t held_row = held_j < 3 ? warp + held_j * kMixWarps : rows;
+  const bool held_ok = lane < kSums && (held_j < 3 ? held_row < rows : warp == kMixWarps - 1);
 #pragma unroll
-      for (int e = 0; e < kPer; ++e) f[e] = fresh[t - t0][k][lane + 32 * e];
-      write_partials<3>(w, f, p.partial + (split * p.tokens + t) * (rows + 1), rows, warp, lane);
+  for (int k = 0; k < kHc; ++k) {
+    if (k >= hc) break;
+    if (k > 0) load_fn_chunk<3>(p, k * col_splits + blockIdx.x, rows, w, warp, lane);
+    if (k + 2 <= hc - 1) prefetch_chunk((k + 2) * col_splits + blockIdx.x);
+    const int64_t split = k * col_splits + blockIdx.x;
+#pragma unroll
+    for (int tp = 0; tp < kTok; tp += kPass) {
+      if (tp >= tiles_tokens) break;
+      float v[kSums];
+#pragma unroll
+      for (int q = 0; q < kPass; ++q) {
+        const int tl = tp + q;
+        float acc[3] = {0.0f, 0.0f, 0.0f}, ss = 0.0f;
+        if (tl < tiles_tokens) {
+#pragma unroll
+          for (int e = 0; e < kPer; ++e) {
+            const float f = fresh[tl][k][lane + 32 * e];
+#pragma unroll
+            for (int j = 0; j < 3; ++j) acc[j] = fmaf(w[j][e], f, acc[j]);
+            ss = fmaf(f, f, ss);
+          }
+        }
+#pragma unroll
+        for (int j = 0; j < 3; ++j) v[4 * q + j] = acc[j];
+        v[4 * q + 3] = ss;
+      }
+      // warp_sum of each, side by side (its operands and order: the same bits).
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+        for (int i = 0; i < kSums; ++i) v[i] += __shfl_xor_sync(0xffffffffu, v[i], o);
+      float sum = v[0];
+#pragma unroll
+      for (int i = 1; i < kSums; ++i) sum = lane == i ? v[i] : sum;
+      const int tl = tp + (lane >> 2);
+      if (held_ok && tl < tiles_tokens) p.partial[(split * p.tokens + t0 + tl) * (rows + 1) + held_row] = sum;
     }
   }
   finish_if_last<kFinishHc>(p, p.arrivals + blockIdx.y, gridDim.x, t0, t1, warp, lane, &fresh[0][0][0],
-                            kExpandMixTokens * kExpandMixMaxHc * kMixChunk);
+                            kTok * kHc * kMixChunk);
 }
 
 // hc_expand_mix with the work of a column block spread over its hc splits: block (c, k, tile) writes the partials
