@@ -1,5 +1,5 @@
 // Weight dequantization to bf16 with 16-byte loads and stores (gemm_cuda.cu), the first half of the
-// large-M path for block formats: dequantized scratch + cuBLASLt bf16 (cuda_backend.cc).
+// large-M path for block formats: dequantized scratch + cuBLASLt bf16 (cuda_backend_impl.cc).
 #pragma once
 
 #include <cuda_runtime.h>

@@ -10,7 +10,7 @@
 //   16-byte chunks;
 // - a bf16 tensor-core tile (WMMA 16x16x16 on 64x128x32 tiles) for many rows: weights are dequantized into
 //   shared memory as bf16 (exact for e4m3/e2m1 with UE8M0 scales), A is rounded to bf16, fp32 accumulation.
-// Large dense M goes through cuBLASLt instead (cuda_backend.cc: weights dequantized to a bf16 scratch).
+// Large dense M goes through cuBLASLt instead (cuda_backend_impl.cc: weights dequantized to a bf16 scratch).
 // Batch-invariant mode (GemmKernelParams::batch_invariant): UE8M0 block formats take the tensor-core sequence of
 // gemm_invariant_mma.h (the streaming kernel for few rows, a tile kernel with the identical per-output mma sequence
 // for many); small dense f32 weights (routers) K-sliced fp32 chains (gemm_invariant_f32.h); other f32 weights and f32

@@ -1,5 +1,5 @@
 // Kernel entry points of the CUDA backend: one plain params struct (raw device pointers + sizes) and one
-// run_<op>(params, stream) per kernel, defined in the op family's .cu file. The backend (cuda_backend.cc)
+// run_<op>(params, stream) per kernel, defined in the op family's .cu file. The backend (cuda_backend*.cc)
 // validates the ops.h params, takes scratch from the workspace and fills these structs; nothing here knows
 // about Tensor. Every run_* checks its launch.
 #pragma once

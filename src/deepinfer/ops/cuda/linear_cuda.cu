@@ -1,6 +1,6 @@
 // Linear family, elementwise parts: weight dequantization (float, FP8 block-scaled, MXFP4, FP8 per-32 rows)
 // to f32, embedding row gathers, and the f32 -> bf16 cast (one term, or two: hi + lo) that feeds cuBLASLt. The GEMMs
-// themselves are in gemm_cuda.cu (own kernel) and cuda_backend.cc (cuBLASLt).
+// themselves are in gemm_cuda.cu (own kernel) and cuda_backend_impl.cc (cuBLASLt).
 #include "deepinfer/ops/cuda/cuda_runtime.h"
 #include "deepinfer/ops/cuda/device_math.cuh"
 #include "deepinfer/ops/cuda/kernels.h"

@@ -1,0 +1,319 @@
+// CudaBackend ops: KV compression, the indexer and its top-k, sink and MLA attention (paged and contiguous).
+#include "deepinfer/ops/cuda/cuda_backend_impl.h"
+
+#include "deepinfer/ops/cuda/indexer_mma.h"
+
+namespace deepinfer {
+
+// ============================================================================ compressor, indexer, top-k
+void CudaBackend::compress_pool(const CompressPoolParams& p) {
+  validate(p);
+  const Device& dev = impl_->device;
+  expect_on("compress_pool", "kv", p.kv, dev);
+  expect_on("compress_pool", "gate", p.gate, dev);
+  expect_on("compress_pool", "out", p.out, dev);
+  cuda::CompressPoolKernelParams k;
+  k.kv = p.kv.data_as<float>();
+  k.gate = p.gate.data_as<float>();
+  k.out = p.out.data_as<float>();
+  k.groups = p.kv.dim(0);
+  k.slots = p.kv.dim(1);
+  k.ch = p.kv.dim(2);
+  cuda::run_compress_pool(k, impl_->s());
+}
+
+namespace {
+// The fields indexer_scores and paged_indexer_scores share: queries, weights, positions, output, scales.
+cuda::IndexerScoresKernelParams indexer_kernel_params(const Tensor& q, const Tensor& weights, const Tensor& positions,
+                                                      const Tensor& out, int ratio, float score_scale,
+                                                      float weight_scale) {
+  cuda::IndexerScoresKernelParams k;
+  k.q = q.data_as<float>();
+  k.weights = weights.data_as<float>();
+  k.positions = positions.data_as<int64_t>();
+  k.out = out.data_as<float>();
+  k.tokens = q.dim(0);
+  k.heads = q.dim(1);
+  k.dim = q.dim(2);
+  k.ratio = ratio;
+  k.score_scale = score_scale;
+  k.weight_scale = weight_scale;
+  return k;
+}
+
+// The tensor-core kernel for prefill-like calls (indexer_mma.h), else the SIMT kernels.
+void launch_indexer_scores(const cuda::IndexerScoresKernelParams& k, bool batch_invariant, cudaStream_t stream) {
+  if (cuda::indexer_scores_use_mma(k, batch_invariant))
+    cuda::launch_indexer_scores_mma(k, stream);
+  else
+    cuda::run_indexer_scores(k, stream);
+}
+}  // namespace
+
+void CudaBackend::indexer_scores(const IndexerScoreParams& p) {
+  validate(p);
+  const Device& dev = impl_->device;
+  for (auto [name, t] :
+       {std::pair{"q", &p.q}, {"keys", &p.keys}, {"weights", &p.weights}, {"positions", &p.positions}, {"out", &p.out}})
+    expect_on("indexer_scores", name, *t, dev);
+  cuda::IndexerScoresKernelParams k =
+      indexer_kernel_params(p.q, p.weights, p.positions, p.out, p.ratio, p.score_scale, p.weight_scale);
+  k.keys = p.keys.data_as<float>();
+  k.n = p.keys.dim(0);
+  k.mma = impl_->choices.indexer_mma;
+  launch_indexer_scores(k, impl_->batch_invariant, impl_->s());
+}
+
+void CudaBackend::paged_indexer_scores(const PagedIndexerScoreParams& p) {
+  validate(p);
+  const Device& dev = impl_->device;
+  for (auto [name, t] : {std::pair{"q", &p.q},
+                         {"weights", &p.weights},
+                         {"positions", &p.positions},
+                         {"q_seq", &p.q_seq},
+                         {"n_entries", &p.n_entries},
+                         {"block_tables", &p.block_tables},
+                         {"key_pool", &p.key_pool},
+                         {"out", &p.out}})
+    expect_on("paged_indexer_scores", name, *t, dev);
+  cuda::IndexerScoresKernelParams k =
+      indexer_kernel_params(p.q, p.weights, p.positions, p.out, p.ratio, p.score_scale, p.weight_scale);
+  k.keys = p.key_pool.data_as<float>();
+  k.n = p.out.dim(1);
+  k.q_seq = p.q_seq.data_as<int32_t>();
+  k.n_entries = p.n_entries.data_as<int64_t>();
+  k.block_tables = p.block_tables.data_as<int32_t>();
+  k.seqs = p.block_tables.dim(0);
+  k.max_blocks = p.block_tables.dim(1);
+  k.pool_rows = p.key_pool.dim(0);
+  k.block_size = p.block_size;
+  k.key_ratio = p.key_ratio;
+  k.status = impl_->status.word();
+  k.mma = impl_->choices.indexer_mma;
+  launch_indexer_scores(k, impl_->batch_invariant, impl_->s());
+}
+
+void CudaBackend::candidate_blocks(const CandidateBlocksParams& p) {
+  validate(p);
+  const Device& dev = impl_->device;
+  expect_on("candidate_blocks", "scores", p.scores, dev);
+  expect_on("candidate_blocks", "positions", p.positions, dev);
+  expect_on("candidate_blocks", "keep", p.keep, dev);
+  cuda::WorkspaceArena::Scope scope(impl_->ws());
+  const int64_t tokens = p.scores.dim(0), n = p.scores.dim(1), blocks = ceil_div(n, p.block_size);
+  cuda::CandidateBlocksKernelParams k;
+  k.scores = p.scores.data_as<float>();
+  k.positions = p.positions.data_as<int64_t>();
+  k.keep = p.keep.data_as<uint8_t>();
+  k.block_scores = impl_->ws().take_as<float>(std::max<int64_t>(tokens * blocks, 1));
+  k.block_keep = impl_->ws().take_as<uint8_t>(std::max<int64_t>(tokens * blocks, 1));
+  k.tokens = tokens;
+  k.n = n;
+  k.ratio = p.ratio;
+  k.topk_blocks = p.topk_blocks;
+  k.block_size = p.block_size;
+  k.small_blocks = impl_->choices.topk_small_blocks;
+  cuda::run_candidate_blocks(k, impl_->s());
+}
+
+void CudaBackend::topk_mask(const TopKMaskParams& p) {
+  validate(p);
+  const Device& dev = impl_->device;
+  expect_on("topk_mask", "scores", p.scores, dev);
+  expect_on("topk_mask", "allowed", p.allowed, dev);
+  expect_on("topk_mask", "out", p.out, dev);
+  cuda::TopKMaskKernelParams k;
+  k.scores = p.scores.data_as<float>();
+  k.allowed = cptr<uint8_t>(p.allowed);
+  k.out = p.out.data_as<uint8_t>();
+  k.tokens = p.scores.dim(0);
+  k.n = p.scores.dim(1);
+  k.k = p.k;
+  k.small_blocks = impl_->choices.topk_small_blocks;
+  cuda::run_topk_mask(k, impl_->s());
+}
+
+// ============================================================================ attention
+void CudaBackend::sink_attention(const SinkAttentionParams& p) {
+  validate(p);
+  const Device& dev = impl_->device;
+  for (auto [name, t] : {std::pair{"q", &p.q},
+                         {"q_positions", &p.q_positions},
+                         {"window_kv", &p.window_kv},
+                         {"kv_positions", &p.kv_positions},
+                         {"compressed", &p.compressed},
+                         {"comp_mask", &p.comp_mask},
+                         {"sinks", &p.sinks},
+                         {"out", &p.out}})
+    expect_on("sink_attention", name, *t, dev);
+  cuda::SinkAttentionKernelParams k;
+  k.q = p.q.data_as<float>();
+  k.q_positions = p.q_positions.data_as<int64_t>();
+  k.window_kv = cptr<float>(p.window_kv);
+  k.kv_positions = cptr<int64_t>(p.kv_positions);
+  k.compressed = cptr<float>(p.compressed);
+  k.comp_mask = cptr<uint8_t>(p.comp_mask);
+  k.sinks = p.sinks.data_as<float>();
+  k.out = p.out.data_as<float>();
+  k.tokens = p.q.dim(0);
+  k.heads = p.q.dim(1);
+  k.hd = p.q.dim(2);
+  k.s = p.window_kv.dim(0);
+  k.n_comp = p.compressed.data() ? p.compressed.dim(0) : 0;
+  k.window = p.window;
+  k.scale = p.scale;
+  cuda::run_sink_attention(k, impl_->s());
+}
+
+void CudaBackend::paged_sink_attention(const PagedSinkAttentionParams& p) {
+  validate(p);
+  const Device& dev = impl_->device;
+  for (auto [name, t] : {std::pair{"q", &p.q},
+                         {"q_positions", &p.q_positions},
+                         {"q_seq", &p.q_seq},
+                         {"block_tables", &p.block_tables},
+                         {"window_pool", &p.window_pool},
+                         {"window_begin", &p.window_begin},
+                         {"comp_pool", &p.comp_pool},
+                         {"comp_idx", &p.comp_idx},
+                         {"comp_mask", &p.comp_mask},
+                         {"sinks", &p.sinks},
+                         {"out", &p.out}})
+    expect_on("paged_sink_attention", name, *t, dev);
+  cuda::PagedSinkAttentionKernelParams k;
+  k.mma = impl_->choices.attn_mma;
+  k.q = p.q.data_as<float>();
+  k.q_positions = p.q_positions.data_as<int64_t>();
+  k.q_seq = p.q_seq.data_as<int32_t>();
+  k.block_tables = p.block_tables.data_as<int32_t>();
+  k.window_pool = cptr<float>(p.window_pool);
+  k.window_begin = p.window_begin.data_as<int64_t>();
+  k.comp_pool = cptr<float>(p.comp_pool);
+  k.comp_idx = cptr<int32_t>(p.comp_idx);
+  k.comp_mask = cptr<uint8_t>(p.comp_mask);
+  k.sinks = p.sinks.data_as<float>();
+  k.out = p.out.data_as<float>();
+  k.tokens = p.q.dim(0);
+  k.heads = p.q.dim(1);
+  k.hd = p.q.dim(2);
+  k.seqs = p.block_tables.dim(0);
+  k.max_blocks = p.block_tables.dim(1);
+  k.window_rows = p.window_pool.dim(0);
+  k.comp_rows = p.comp_pool.data() ? p.comp_pool.dim(0) : 0;
+  k.k_sel = !p.comp_pool.data() ? 0 : (p.comp_mask.data() ? p.comp_mask.dim(1) : p.comp_idx.dim(1));
+  k.block_size = p.block_size;
+  k.comp_ratio = p.comp_ratio;
+  k.window = p.window;
+  k.scale = p.scale;
+  k.status = impl_->status.word();
+  const int64_t max_slots = p.window + k.k_sel;
+  if (impl_->batch_invariant) {
+    // Split boundaries fixed in slot space: a query's partition depends on its own slots only.
+    k.slots_per_split = cuda::kBatchInvariantSlotsPerSplit;
+    k.splits = static_cast<int>(std::max<int64_t>(1, ceil_div(max_slots, k.slots_per_split)));
+    k.always_combine = true;
+  } else {
+    k.splits = cuda::paged_attention_splits(k.tokens, k.heads, max_slots, impl_->info.sm_count);
+    k.slots_per_split = ceil_div(ceil_div(max_slots, k.splits), 32) * 32;
+    k.splits = static_cast<int>(ceil_div(max_slots, k.slots_per_split));
+  }
+  cuda::WorkspaceArena::Scope scope(impl_->ws());
+  if (k.splits > 1 || k.always_combine) {
+    const int64_t parts = k.tokens * k.heads * k.splits;
+    k.part_o = impl_->ws().take_as<float>(parts * k.hd);
+    k.part_m = impl_->ws().take_as<float>(parts);
+    k.part_l = impl_->ws().take_as<float>(parts);
+  }
+  cuda::run_paged_sink_attention(k, impl_->s());
+}
+
+// ============================================================================ MLA
+void CudaBackend::mla_attention_naive(const MlaAttentionParams& p) { mla_attention_absorbed(p); }
+
+void CudaBackend::mla_attention_absorbed(const MlaAttentionParams& p) {
+  validate(p);
+  const Device& dev = impl_->device;
+  for (auto [name, t] : {std::pair{"q", &p.q},
+                         {"q_positions", &p.q_positions},
+                         {"kv", &p.kv},
+                         {"kv_positions", &p.kv_positions},
+                         {"kv_b", &p.kv_b},
+                         {"out", &p.out}})
+    expect_on("mla_attention", name, *t, dev);
+  cuda::MlaKernelParams k;
+  k.q = p.q.data_as<float>();
+  k.q_positions = p.q_positions.data_as<int64_t>();
+  k.kv = cptr<float>(p.kv);
+  k.kv_positions = cptr<int64_t>(p.kv_positions);
+  k.kv_b = p.kv_b.data_as<float>();
+  k.out = p.out.data_as<float>();
+  k.tokens = p.q.dim(0);
+  k.heads = p.q.dim(1);
+  k.s = p.kv.dim(0);
+  k.dr = p.rope_dim;
+  k.dn = p.q.dim(2) - k.dr;
+  k.r = p.kv.dim(1) - k.dr;
+  k.dv = p.kv_b.dim(0) / k.heads - k.dn;
+  k.scale = p.scale;
+  if (impl_->batch_invariant) {
+    k.keys_per_split = cuda::kBatchInvariantSlotsPerSplit;
+    k.splits = static_cast<int>(std::max<int64_t>(1, ceil_div(k.s, k.keys_per_split)));
+  } else {
+    k.splits = cuda::mla_splits(k.tokens, k.heads, k.s, impl_->info.sm_count);
+    k.keys_per_split = ceil_div(k.s, k.splits);
+  }
+  cuda::WorkspaceArena::Scope scope(impl_->ws());
+  const int64_t th = std::max<int64_t>(1, k.tokens * k.heads), parts = th * k.splits;
+  k.q_full = impl_->ws().take_as<float>(th * (k.r + k.dr));
+  k.part_o = impl_->ws().take_as<float>(parts * k.r);
+  k.part_m = impl_->ws().take_as<float>(parts);
+  k.part_l = impl_->ws().take_as<float>(parts);
+  cuda::run_mla_attention(k, impl_->s());
+}
+
+void CudaBackend::paged_mla_attention(const PagedMlaAttentionParams& p) {
+  validate(p);
+  const Device& dev = impl_->device;
+  for (auto [name, t] : {std::pair{"q", &p.q},
+                         {"q_positions", &p.q_positions},
+                         {"q_seq", &p.q_seq},
+                         {"block_tables", &p.block_tables},
+                         {"kv_pool", &p.kv_pool},
+                         {"kv_b", &p.kv_b},
+                         {"out", &p.out}})
+    expect_on("paged_mla_attention", name, *t, dev);
+  cuda::PagedMlaKernelParams k;
+  k.q = p.q.data_as<float>();
+  k.q_positions = p.q_positions.data_as<int64_t>();
+  k.q_seq = p.q_seq.data_as<int32_t>();
+  k.block_tables = p.block_tables.data_as<int32_t>();
+  k.kv_pool = cptr<float>(p.kv_pool);
+  k.kv_b = p.kv_b.data_as<float>();
+  k.out = p.out.data_as<float>();
+  k.tokens = p.q.dim(0);
+  k.heads = p.q.dim(1);
+  k.seqs = p.block_tables.dim(0);
+  k.max_blocks = p.block_tables.dim(1);
+  k.pool_rows = p.kv_pool.dim(0);
+  k.dr = p.rope_dim;
+  k.dn = p.q.dim(2) - k.dr;
+  k.r = p.kv_pool.dim(1) - k.dr;
+  k.dv = p.kv_b.dim(0) / k.heads - k.dn;
+  k.block_size = p.block_size;
+  k.scale = p.scale;
+  k.status = impl_->status.word();
+  // The longest query the tables allow bounds the splits (positions live on the device).
+  if (impl_->batch_invariant)
+    std::tie(k.splits, k.tiles_per_split) = cuda::paged_mla_invariant_splits(k.max_blocks * k.block_size);
+  else
+    k.splits = cuda::paged_mla_splits(k.tokens, k.heads, k.max_blocks * k.block_size, impl_->info.sm_count);
+  cuda::WorkspaceArena::Scope scope(impl_->ws());
+  const int64_t th = std::max<int64_t>(1, k.tokens * k.heads), parts = th * k.splits;
+  k.q_full = impl_->ws().take_as<float>(th * (k.r + k.dr));
+  k.part_o = impl_->ws().take_as<float>(parts * k.r);
+  k.part_m = impl_->ws().take_as<float>(parts);
+  k.part_l = impl_->ws().take_as<float>(parts);
+  cuda::run_paged_mla_attention(k, impl_->s());
+}
+
+}  // namespace deepinfer

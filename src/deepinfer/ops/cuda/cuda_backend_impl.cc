@@ -1,0 +1,331 @@
+// CudaBackend::Impl's larger pieces (cuda_backend_impl.h): cuBLASLt plans, the dense linear of block formats, the
+// MoE pipeline and the shared expert's GEMM.
+#include "deepinfer/ops/cuda/cuda_backend_impl.h"
+
+#include "deepinfer/ops/cuda/swiglu_bf16.h"
+
+namespace deepinfer {
+
+const CudaBackend::Impl::LtPlan& CudaBackend::Impl::lt_plan(cudaDataType_t type, int64_t m, int64_t n, int64_t k) {
+  const auto key = std::make_tuple(m, n, k, static_cast<int>(type));
+  if (auto it = lt_plans.find(key); it != lt_plans.end()) return it->second;
+  if (lt_plans.size() >= kMaxLtPlans) {
+    for (auto& [unused, p] : lt_plans) destroy(p);
+    lt_plans.clear();
+  }
+  LtPlan p;
+  cublasLtMatmulPreference_t pref = nullptr;
+  try {
+    // f32 x f32 uses full fp32 (no TF32): the f32 Backend::linear promises CPU-level accuracy.
+    DI_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    DI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+    DI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+    DI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, type, k, n, k));
+    DI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, type, k, m, k));
+    DI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, n, m, n));
+    DI_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    const size_t ws = lt_workspace.size();
+    DI_CUBLAS_CHECK(
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+    cublasLtMatmulHeuristicResult_t heur{};
+    int found = 0;
+    DI_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, p.op, p.a, p.b, p.c, p.c, pref, 1, &heur, &found));
+    DI_CHECK_CODE(found > 0, ErrorCode::kUnsupported) << "cuBLASLt has no algorithm for " << m << "x" << n << "x" << k;
+    p.algo = heur.algo;
+  } catch (...) {
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    destroy(p);
+    throw;
+  }
+  cublasLtMatmulPreferenceDestroy(pref);
+  return lt_plans.emplace(key, p).first->second;
+}
+
+void CudaBackend::Impl::quant_linear(const float* in, const QuantMatrix& w, float* out, int64_t m, bool split_in) {
+  const int64_t n = w.rows(), k = w.cols();
+  if (batch_invariant) {
+    // Exact fp32 products (bf16 weights widened), whatever split_in asks: nothing nearer to ask for.
+    cuda::WorkspaceArena::Scope scope(ws());
+    shared_gemm(in, k, w, out, n, m, invariant_tile(w, m) ? bf16_copy(in, m * k) : nullptr);
+    return;
+  }
+  if (w.format == QuantFormat::kFloat && w.weight.dtype() == DType::kF32) {
+    lt_matmul(in, w.weight.data(), CUDA_R_32F, out, m, n, k);
+  } else if (w.format == QuantFormat::kFloat && split_in) {
+    // Two GEMMs of M rows (the second adds into out through beta) rather than one of 2M rows and a sum of its
+    // halves: the same products and one rounding of the sum, 3·M·N floats moved instead of 5. W is read twice,
+    // from L2 the second time for a compressor's few MB.
+    cuda::WorkspaceArena::Scope scope(ws());
+    void* hi = ws().take(sizeof(uint16_t) * m * k);
+    void* lo = ws().take(sizeof(uint16_t) * m * k);
+    cuda::run_split_f32_to_bf16(in, hi, lo, m * k, s());
+    lt_matmul(hi, w.weight.data(), CUDA_R_16BF, out, m, n, k);
+    lt_matmul(lo, w.weight.data(), CUDA_R_16BF, out, m, n, k, /*accumulate=*/true);
+  } else if (w.format == QuantFormat::kFloat) {
+    cuda::WorkspaceArena::Scope scope(ws());
+    void* in_bf16 = ws().take(sizeof(uint16_t) * m * k);
+    cuda::run_cast_f32_to_bf16(in, in_bf16, m * k, s());
+    lt_matmul(in_bf16, w.weight.data(), CUDA_R_16BF, out, m, n, k);
+  } else if (dense_scratch(w, m)) {
+    // Opt-in (wgmma_split_k = always), short of the device fill, up to decode_direct's rows: the wgmma kernel split
+    // along K, from the stored codes. Else the weight is read once either way, so dequantizing it to a
+    // bf16 scratch (N·K·2 bytes written and read once more) costs little next to the GEMM, and cuBLASLt's bf16
+    // kernels are near peak.
+    cuda::WorkspaceArena::Scope scope(ws());
+    const void* in_bf16 = bf16_copy(in, m * k);
+    cuda::GemmKernelParams g = split_k_params(in, in_bf16, k, w, out, n, m);
+    if (g.k_splits > 1) {
+      run_split_k(g);
+      return;
+    }
+    void* w_bf16 = ws().take(sizeof(uint16_t) * n * k);
+    dequantize_bf16(w, w_bf16);
+    lt_matmul(in_bf16, w_bf16, CUDA_R_16BF, out, m, n, k);
+  } else {
+    // Few rows (the streaming kernels), 9-64 rows (the rows kernel, gemm_rows_mma.h), or a decode batch whose tiles
+    // fill the device: the tensor-core kernels then decode the stored codes themselves (run_gemm: wgmma on sm_90a,
+    // else the mma.sync kernel) from a bf16 copy of A, reading N·K bytes once where the bf16 scratch above moves
+    // N·K + 4·N·K before cuBLASLt's compute; the same bf16 A and exact bf16 weights. (The rows kernel rounds f32
+    // rows itself as it stages them: no cast kernel a call, unless rows_mma_bf16_a.)
+    cuda::WorkspaceArena::Scope scope(ws());
+    const bool cast = m >= lt_min_rows(w) && (choices.gemm.rows_mma_bf16_a || !rows_direct(w, m));
+    run_gemm(dense_params(in, cast ? bf16_copy(in, m * k) : nullptr, k, w, out, n, m));
+  }
+}
+
+void CudaBackend::Impl::run_moe(const float* x, const float* weights, const int32_t* indices, float* out,
+                                int64_t tokens, int64_t d, int64_t k, int64_t inter, int experts, const MoeWeights& mw,
+                                const QuantExpertWeights* shared, float limit, bool before_w2) {
+  // Many rows per expert in block formats: the mma.sync kernel reads bf16 copies of x and of the SwiGLU output
+  // (batch-invariant mode: the invariant tile kernel past the streaming kernel's rows, and the streaming kernel
+  // from kInvariantBf16Slots slots on: each of its blocks stages all of K of its group's rows for one 16-row tile
+  // at the weight's fixed K slices, half the bytes in bf16).
+  const int64_t rows_per_expert = ceil_div(tokens * k, std::min<int64_t>(experts, std::max<int64_t>(tokens * k, 1)));
+  const bool bf16_inputs =
+      mw.format != QuantFormat::kFloat &&
+      (batch_invariant ? (rows_per_expert > cuda::kGemmStreamMmaMaxRows || tokens * k >= kInvariantBf16Slots) &&
+                             (cuda::gemm_invariant_mma_takes(mw.format, mw.scale_e8m0, mw.block_n, mw.block_k, d) ||
+                              cuda::gemm_invariant_mma_takes(mw.format, mw.scale_e8m0, mw.block_n, mw.block_k, inter))
+                       : rows_per_expert >= cuda::kGemmMmaMinRows);
+  // The shared expert is a dense GEMM of the chunk's rows: the same kernel once its tiles fill the device (with
+  // its own bf16 copy of the SwiGLU output); batch-invariant mode: the invariant tile kernel's rows.
+  const bool shared_bf16 =
+      shared && shared->w1.format != QuantFormat::kFloat &&
+      (batch_invariant ? invariant_tile(shared->w1, tokens) : cuda::gemm_mma_dense_fills(tokens, shared->w1.rows()));
+  const int64_t per_token = k * (3 * inter + d) * 4 + (shared ? (3 * inter + d) * 4 : 0) +
+                            (bf16_inputs ? k * inter * 2 : 0) + (bf16_inputs || shared_bf16 ? d * 2 : 0) +
+                            (shared_bf16 ? shared->w1.rows() * 2 : 0) +
+                            // the rows kernel's bf16 copies of x and h (shared_rows below)
+                            (shared && tokens <= cuda::kGemmRowsMmaMaxRows ? (d + shared->w1.rows()) * 2 : 0);
+  // Chunks of at least kMoeChunkTokens tokens (a typical prefill chunk) even past 1 GiB of intermediates (~2.6
+  // GiB for V4-Flash, ~3.5 GiB for V3 at 8192 tokens; the engine reserves 5% of the device for activations): with
+  // 1 GiB chunks an 8192-token V4-Flash prefill ran in three chunks of ~78 rows an expert, so most experts' second
+  // 64-row tensor-core tile was mostly empty (H200, slice prefill 8192: V4-Flash 98.3 -> 78.4 ms, V4.1 252.2 ->
+  // 185.1 ms). Equal chunks when there are several, for the same reason.
+  const int64_t cap = std::max<int64_t>({kMoeChunkTokens, (1ll << 30) / per_token});
+  const int64_t chunk = ceil_div(tokens, std::max<int64_t>(1, ceil_div(tokens, cap)));
+  for (int64_t t0 = 0; t0 < tokens; t0 += chunk) {
+    const int64_t tc = std::min(chunk, tokens - t0), slots = tc * k;
+    cuda::WorkspaceArena::Scope scope(ws());
+    int32_t* perm = ws().take_as<int32_t>(std::max<int64_t>(slots, 1));
+    int32_t* group_offsets = ws().take_as<int32_t>(experts + 1);
+    int32_t* tile_offsets = ws().take_as<int32_t>(experts + 1);
+    int32_t* active_groups = ws().take_as<int32_t>(experts + 1);
+    const int64_t pass_capacity = cuda::moe_pass_capacity(slots, experts, cuda::kGemmStreamMmaMaxRows);
+    int32_t* active_passes = ws().take_as<int32_t>(pass_capacity + 1);
+    float* gu = ws().take_as<float>(slots * 2 * inter);
+    float* h = ws().take_as<float>(slots * inter);
+    float* y_slot = ws().take_as<float>(slots * d);
+    const float* xc = x + t0 * d;
+    void* xc16 = nullptr;
+    void* h16 = nullptr;
+    if (bf16_inputs) h16 = ws().take(sizeof(uint16_t) * slots * inter);
+    const bool shared_mma = shared_bf16 && (batch_invariant ? invariant_tile(shared->w1, tc)
+                                                            : cuda::gemm_mma_dense_fills(tc, shared->w1.rows()));
+    // Past the streaming kernel's rows and short of filling the device with tiles, the shared expert goes as
+    // quant_linear's many-row case: gate and up dequantized into one bf16 [2·I, D] scratch and one cuBLASLt GEMM
+    // (its [rows, 2·I] output is the SwiGLU's gate | up layout), down through quant_linear. The own kernels' only
+    // fallback there was the SIMT tile kernel (H200, V4-Flash slice: 90 us a call, ~0.8 ms of a b64-b256 step).
+    // With wgmma_split_k = always, gate and up up to decode_direct's rows take the wgmma kernel split along K
+    // (split_k_params) instead, as quant_linear does.
+    const bool shared_lt = shared && !batch_invariant && !shared_mma && shared->w1.format != QuantFormat::kFloat &&
+                           shared->w3.format == shared->w1.format && dense_scratch(shared->w1, tc);
+    // 9-64 rows: gate, up and down through the rows kernel (gemm_rows_mma.h), from x's bf16 copy when there is one
+    // (or rows_mma_bf16_a asks for it), and from h's (the SwiGLU writes it in the same pass).
+    const bool shared_rows = shared && !shared_mma && rows_direct(shared->w1, tc) && rows_direct(shared->w3, tc);
+    if (bf16_inputs || shared_mma || shared_lt || (shared_rows && choices.gemm.rows_mma_bf16_a)) {
+      xc16 = ws().take(sizeof(uint16_t) * tc * d);
+      cuda::run_cast_f32_to_bf16(xc, xc16, tc * d, s());
+    }
+    const float* wc = weights + t0 * k;
+    const int32_t* ic = indices + t0 * k;
+
+    cuda::MoePlanKernelParams plan;
+    plan.indices = ic;
+    plan.slots = slots;
+    plan.experts = experts;
+    plan.perm = perm;
+    plan.group_offsets = group_offsets;
+    plan.tile_offsets = tile_offsets;
+    plan.active_groups = active_groups;
+    plan.active_passes = active_passes;
+    plan.pass_rows = static_cast<int>(cuda::kGemmStreamMmaMaxRows);
+    plan.pass_capacity = pass_capacity;
+    plan.status = status.word();
+    cuda::run_moe_plan(plan, s());
+
+    cuda::GemmKernelParams g;
+    g.format = mw.format;
+    g.scale_e8m0 = mw.scale_e8m0;
+    g.block_n = mw.block_n;
+    g.block_k = mw.block_k;
+    g.groups = experts;
+    g.group_offsets = group_offsets;
+    g.tile_offsets = tile_offsets;
+    g.max_tiles_m = ceil_div(slots, cuda::kGemmTileM) + experts;
+    g.active_groups = active_groups;
+    g.active_passes = active_passes;
+    g.pass_rows = plan.pass_rows;
+    g.pass_capacity = pass_capacity;
+    g.tables_aligned16 = mw.aligned16;
+    g.batch_invariant = batch_invariant;
+    // Average rows per used expert, assuming spread routing: decode batches (a row or two per expert)
+    // stream weights; prefill (tens of rows per expert) takes the tensor cores. Skew only costs speed.
+    g.rows_hint = ceil_div(slots, std::min<int64_t>(experts, slots));
+    g.m = slots;
+    // gate and up: gathered token rows -> gu[pos, 0:I] and gu[pos, I:2I]
+    g.a = xc;
+    g.a_bf16 = bf16_inputs ? xc16 : nullptr;
+    g.lda = d;
+    g.a_rows = perm;
+    g.a_row_div = static_cast<int>(k);
+    g.ldc = 2 * inter;
+    g.n = inter;
+    g.k = d;
+    for (int which = 0; which < 2; ++which) {
+      g.c = gu + which * inter;
+      g.b_table = mw.w[which];
+      g.b_scale_table = mw.s[which];
+      g.scale_cols = mw.scale_cols[which];
+      run_gemm(g);
+    }
+    cuda::SwigluKernelParams sw;
+    sw.gu = gu;
+    sw.h = h;
+    sw.rows = slots;
+    sw.inter = inter;
+    sw.limit = limit;
+    sw.weights = before_w2 ? wc : nullptr;
+    sw.weight_rows = perm;
+    sw.rows_used = group_offsets + experts;
+    if (h16)
+      cuda::run_swiglu_bf16(sw, h16, s());  // h and its bf16 copy in one pass
+    else
+      cuda::run_swiglu(sw, s());
+    // down: h[pos] -> y_slot[perm[pos]]
+    g.a = h;
+    g.a_bf16 = h16;
+    g.lda = inter;
+    g.a_rows = nullptr;
+    g.a_row_div = 1;
+    g.c = y_slot;
+    g.ldc = d;
+    g.c_rows = perm;
+    g.n = d;
+    g.k = inter;
+    g.b_table = mw.w[2];
+    g.b_scale_table = mw.s[2];
+    g.scale_cols = mw.scale_cols[2];
+    run_gemm(g);
+
+    float* shared_out = nullptr;
+    if (shared) {
+      const int64_t si = shared->w1.rows();
+      float* sgu = ws().take_as<float>(tc * 2 * si);
+      float* sh = ws().take_as<float>(tc * si);
+      shared_out = ws().take_as<float>(tc * d);
+      const cuda::GemmKernelParams split_gate =
+          shared_lt ? split_k_params(xc, xc16, d, shared->w1, sgu, 2 * si, tc) : cuda::GemmKernelParams{};
+      const cuda::GemmKernelParams split_up =
+          shared_lt ? split_k_params(xc, xc16, d, shared->w3, sgu + si, 2 * si, tc) : cuda::GemmKernelParams{};
+      if (split_gate.k_splits > 1 && split_up.k_splits > 1) {
+        // gate and up into the two halves of sgu, each from its stored codes (as quant_linear's split case).
+        run_split_k(split_gate);
+        run_split_k(split_up);
+      } else if (shared_lt) {
+        void* w13 = ws().take(sizeof(uint16_t) * 2 * si * d);
+        dequantize_bf16(shared->w1, w13);
+        dequantize_bf16(shared->w3, static_cast<uint16_t*>(w13) + si * d);
+        lt_matmul(xc16, w13, CUDA_R_16BF, sgu, tc, 2 * si, d);
+      } else {
+        // gate/up into the two halves of sgu: run each as a dense GEMM with ldc = 2·I.
+        for (int which = 0; which < 2; ++which) {
+          const QuantMatrix& w = which == 0 ? shared->w1 : shared->w3;
+          shared_gemm(xc, d, w, sgu + which * si, 2 * si, tc, shared_mma || shared_rows ? xc16 : nullptr);
+        }
+      }
+      cuda::SwigluKernelParams ssw;
+      ssw.gu = sgu;
+      ssw.h = sh;
+      ssw.rows = tc;
+      ssw.inter = si;
+      ssw.limit = limit;
+      void* sh16 = nullptr;
+      if (shared_mma || shared_rows) {
+        sh16 = ws().take(sizeof(uint16_t) * tc * si);
+        cuda::run_swiglu_bf16(ssw, sh16, s());
+      } else {
+        cuda::run_swiglu(ssw, s());
+      }
+      if (shared_lt)
+        quant_linear(sh, shared->w2, shared_out, tc);
+      else
+        shared_gemm(sh, si, shared->w2, shared_out, d, tc, sh16);
+    }
+    cuda::MoeCombineKernelParams cb;
+    cb.y_slot = y_slot;
+    cb.indices = ic;
+    cb.weights = before_w2 ? nullptr : wc;
+    cb.shared = shared_out;
+    cb.out = out + t0 * d;
+    cb.tokens = tc;
+    cb.k = k;
+    cb.d = d;
+    cb.experts = experts;
+    cuda::run_moe_combine(cb, s());
+  }
+}
+
+void CudaBackend::Impl::shared_gemm(const float* a, int64_t lda, const QuantMatrix& w, float* c, int64_t ldc, int64_t m,
+                                    const void* a_bf16) {
+  cuda::GemmKernelParams g;
+  g.a = a;
+  g.a_bf16 = a_bf16;
+  g.lda = lda;
+  g.c = c;
+  g.ldc = ldc;
+  g.m = m;
+  g.batch_invariant = batch_invariant;
+  if (w.format == QuantFormat::kFloat && w.weight.dtype() == DType::kBF16) {
+    // The own GEMM reads f32 weights only in kFloat; dequantize bf16 once into scratch.
+    float* wf = ws().take_as<float>(w.rows() * w.cols());
+    cuda::DequantizeKernelParams dq;
+    dq.weight = w.weight.data();
+    dq.format = QuantFormat::kFloat;
+    dq.float_kind = cuda::FloatKind::kBF16;
+    dq.n = w.rows();
+    dq.k = w.cols();
+    dq.out = wf;
+    cuda::run_dequantize(dq, s());
+    g.format = QuantFormat::kFloat;
+    g.b = wf;
+    g.n = w.rows();
+    g.k = w.cols();
+  } else {
+    set_weight(g, w);
+  }
+  run_gemm(g);
+}
+
+}  // namespace deepinfer

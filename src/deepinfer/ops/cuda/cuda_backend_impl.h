@@ -1,0 +1,336 @@
+// CudaBackend's state and what its ops share (not a public API): the checks of an op's tensors, the stream,
+// allocator, workspace and cuBLASLt plans, and the dense / grouped GEMM paths (cuda_backend_impl.cc). The ops are in
+// cuda_backend*.cc, a file a family.
+#pragma once
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "deepinfer/ops/cuda/cuda_backend.h"
+#include "deepinfer/ops/cuda/dequant_bf16.h"
+#include "deepinfer/ops/cuda/gemm_invariant_mma.h"
+#include "deepinfer/ops/cuda/gemm_mma.h"
+#include "deepinfer/ops/cuda/gemm_rows_mma.h"
+#include "deepinfer/ops/cuda/gemm_stream_mma.h"
+#include "deepinfer/ops/cuda/gemm_wgmma.h"
+#include "deepinfer/ops/cuda/kernels.h"
+#include "deepinfer/ops/cuda/tensor_memory_cuda.h"
+
+namespace deepinfer {
+
+// The helpers the backend's files share (internal: this header is included by cuda_backend*.cc only).
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+constexpr size_t kCublasWorkspaceBytes = 32ull << 20;
+// Batch-invariant MoE calls of at least this many (token, expert) slots get bf16 copies of x and h (run_moe).
+constexpr int64_t kInvariantBf16Slots = 64;
+// Tokens a MoE call takes in one chunk at least, whatever its intermediates weigh (run_moe).
+constexpr int64_t kMoeChunkTokens = 8192;
+
+inline void expect_on(const char* op, const char* field, const Tensor& t, const Device& dev) {
+  if (t.data() == nullptr) return;  // an absent optional field (Tensor{}) or an empty tensor
+  DI_CHECK(t.device() == dev) << op << ": '" << field << "' must be on cuda:" << dev.index << ", got "
+                              << (t.device().kind == DeviceKind::kCPU ? std::string("cpu")
+                                                                      : "cuda:" + std::to_string(t.device().index));
+}
+
+template <typename T>
+const T* cptr(const Tensor& t) {
+  return t.data() ? t.data_as<T>() : nullptr;
+}
+
+// Validates one quantized matrix of logical shape [n, k] (k = -1: any).
+inline void validate_quant(const char* op, const char* field, const QuantMatrix& m, const Device& dev) {
+  DI_CHECK(m.weight.data() && m.weight.rank() == 2) << op << ": '" << field << "' weight must be a matrix";
+  DI_CHECK(m.weight.is_contiguous()) << op << ": '" << field << "' must be contiguous";
+  expect_on(op, field, m.weight, dev);
+  const int64_t n = m.weight.dim(0), k = m.cols();
+  switch (m.format) {
+    case QuantFormat::kFloat:
+      DI_CHECK(m.weight.dtype() == DType::kF32 || m.weight.dtype() == DType::kBF16)
+          << op << ": '" << field << "' float weight must be f32 or bf16, got " << m.weight.str();
+      break;
+    case QuantFormat::kFP8Block:
+    case QuantFormat::kFP8Row32: {
+      DI_CHECK(m.weight.dtype() == DType::kF8E4M3) << op << ": '" << field << "' must be fp8_e4m3";
+      DI_CHECK(m.scale.dtype() == DType::kE8M0 || m.scale.dtype() == DType::kF32) << op << ": scale dtype";
+      const bool block = m.format == QuantFormat::kFP8Block;
+      DI_CHECK(!block || (m.block_n > 0 && m.block_k > 0)) << op << ": block sizes must be positive";
+      const Shape want = block ? Shape{ceil_div(n, m.block_n), ceil_div(k, m.block_k)} : Shape{n, ceil_div(k, 32)};
+      DI_CHECK(m.scale.shape() == want && m.scale.is_contiguous())
+          << op << ": '" << field << "' scale must be " << shape_str(want) << ", got " << m.scale.str();
+      expect_on(op, field, m.scale, dev);
+      break;
+    }
+    case QuantFormat::kMXFP4:
+      DI_CHECK(m.weight.dtype() == DType::kU8 || m.weight.dtype() == DType::kI8) << op << ": MXFP4 weight is u8/i8";
+      DI_CHECK(m.scale.dtype() == DType::kE8M0 && m.scale.shape() == Shape({n, k / 32}) && m.scale.is_contiguous())
+          << op << ": '" << field << "' MXFP4 scale must be e8m0 [" << n << ", " << k / 32 << "], got "
+          << m.scale.str();
+      expect_on(op, field, m.scale, dev);
+      break;
+  }
+}
+
+struct CudaBackend::Impl {
+  cuda::DeviceInfo info;
+  Device device;
+  cuda::Stream stream;
+  cuda::DeviceAllocator alloc;
+  cuda::WorkspaceArena arena{alloc};  // the shared one; ws() is the one ops use now
+  cuda::WorkspaceArena* active_arena = &arena;
+  cuda::DeviceStatus status{alloc};
+  cublasLtHandle_t lt = nullptr;
+  cuda::DeviceBuffer lt_workspace;
+  // hc_mix's per-token-tile arrival counters (zero between calls: the kernel resets them). Allocated here, not on
+  // first use, because a first use may be inside a recording, where nothing may be uploaded.
+  cuda::DeviceBuffer hc_mix_arrivals;
+  cuda::DeviceTensorMemory memory{device, alloc, stream.get(), status};
+  LinearPrecision linear_precision = LinearPrecision::kF32;
+  bool batch_invariant = false;  // set_batch_invariant
+  cuda::KernelChoices choices;   // set_kernel_choices
+
+  // Device copies of per-expert pointer tables, keyed by the host vector they describe; re-uploaded only
+  // when the pointers change (weights are static, so normally once per layer).
+  struct PtrTable {
+    std::vector<const void*> host;
+    cuda::DeviceBuffer dev;
+  };
+  std::unordered_map<const void*, PtrTable> tables[6];
+
+  explicit Impl(int index) : info(cuda::select_device(index)), device(Device::cuda(index)) {
+    DI_CUBLAS_CHECK(cublasLtCreate(&lt));
+    lt_workspace = cuda::DeviceBuffer(alloc, kCublasWorkspaceBytes);
+    hc_mix_arrivals = cuda::DeviceBuffer(alloc, sizeof(unsigned) * cuda::kHcMixArrivalSlots);
+    // A plain cudaMemset runs on the legacy default stream, which the backend's non-blocking stream does not wait
+    // for: finish it before any kernel can read the counters.
+    DI_CUDA_CHECK(cudaMemset(hc_mix_arrivals.data(), 0, hc_mix_arrivals.size()));
+    DI_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+  ~Impl() {
+    for (auto& [unused, p] : lt_plans) destroy(p);
+    if (lt) cublasLtDestroy(lt);
+  }
+
+  cudaStream_t s() const { return stream.get(); }
+  // Scratch of the ops: the shared arena, or a recording pool's own while recording.
+  cuda::WorkspaceArena& ws() { return *active_arena; }
+
+  const void* const* table(int role, const void* key, const std::vector<const void*>& ptrs) {
+    PtrTable& t = tables[role][key];
+    if (t.host != ptrs || !t.dev.data()) {
+      cuda::ScopedAllocatorPool shared(alloc, nullptr);  // the table outlives any recording that first needs it
+      t.dev = cuda::DeviceBuffer(alloc, sizeof(void*) * ptrs.size());
+      DI_CUDA_CHECK(
+          cudaMemcpyAsync(t.dev.data(), ptrs.data(), sizeof(void*) * ptrs.size(), cudaMemcpyHostToDevice, s()));
+      // The source is pageable host memory; wait so that the vector may change right after (rare path).
+      DI_CUDA_CHECK(cudaStreamSynchronize(s()));
+      t.host = ptrs;
+    }
+    return t.dev.data_as<const void* const>();
+  }
+
+  // A cuBLASLt matmul for one (M, N, K, type): descriptors and the heuristic's algorithm, built once. Decode
+  // repeats the same few shapes every token, and the heuristic query costs more than the tiny GEMM itself.
+  struct LtPlan {
+    cublasLtMatmulDesc_t op = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+  };
+  std::map<std::tuple<int64_t, int64_t, int64_t, int>, LtPlan> lt_plans;
+  static constexpr size_t kMaxLtPlans = 4096;  // prefill chunk lengths vary: bound the cache
+
+  static void destroy(LtPlan& p) {
+    if (p.c) cublasLtMatrixLayoutDestroy(p.c);
+    if (p.b) cublasLtMatrixLayoutDestroy(p.b);
+    if (p.a) cublasLtMatrixLayoutDestroy(p.a);
+    if (p.op) cublasLtMatmulDescDestroy(p.op);
+  }
+
+  const LtPlan& lt_plan(cudaDataType_t type, int64_t m, int64_t n, int64_t k);
+
+  // out[M, N] (f32, row-major) = x[M, K] · w[N, K]ᵀ with x and w both f32 or both bf16, fp32 accumulate;
+  // `accumulate`: out += x · wᵀ (beta 1: the epilogue adds the fp32 product to out, one rounding).
+  // Row-major C = X·Wᵀ is column-major Cᵀ = W·Xᵀ: A = W (transposed), B = X, no copies.
+  void lt_matmul(const void* x, const void* w, cudaDataType_t type, float* out, int64_t m, int64_t n, int64_t k,
+                 bool accumulate = false) {
+    if (m == 0 || n == 0) return;
+    if (k == 0) {
+      if (!accumulate) DI_CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(float) * m * n, s()));
+      return;
+    }
+    const LtPlan& p = lt_plan(type, m, n, k);
+    const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    DI_CUBLAS_CHECK(cublasLtMatmul(lt, p.op, &alpha, w, p.a, x, p.b, &beta, out, p.c, out, p.c, &p.algo,
+                                   lt_workspace.data(), lt_workspace.size(), s()));
+  }
+
+  // The own GEMM (gemm_cuda.cu) under this backend's kernel choices.
+  void run_gemm(cuda::GemmKernelParams g) {
+    g.choices = choices.gemm;
+    cuda::run_gemm(g, s());
+  }
+
+  // out[M, N] = x[M, K] · w[N, K]ᵀ, all f32: cuBLASLt in full fp32, or in batch-invariant mode the own GEMM
+  // (cuBLASLt's algorithm, and so a row's summation order, changes with M).
+  void f32_matmul(const float* x, const float* w, float* out, int64_t m, int64_t n, int64_t k) {
+    if (!batch_invariant) {
+      lt_matmul(x, w, CUDA_R_32F, out, m, n, k);
+      return;
+    }
+    cuda::GemmKernelParams g;
+    g.a = x;
+    g.lda = k;
+    g.c = out;
+    g.ldc = n;
+    g.m = m;
+    g.n = n;
+    g.k = k;
+    g.b = w;
+    g.batch_invariant = true;
+    run_gemm(g);
+  }
+
+  // A dense GEMM out[m, ldc] (first w.rows() columns) = in[m, lda] · dequant(w)ᵀ (non-float formats; in_bf16: an
+  // optional bf16 copy of in, same lda).
+  static cuda::GemmKernelParams dense_params(const float* in, const void* in_bf16, int64_t lda, const QuantMatrix& w,
+                                             float* out, int64_t ldc, int64_t m) {
+    cuda::GemmKernelParams g;
+    g.a = in;
+    g.a_bf16 = in_bf16;
+    g.lda = lda;
+    g.c = out;
+    g.ldc = ldc;
+    g.m = m;
+    set_weight(g, w);
+    return g;
+  }
+  // Fills the weight fields of a dense GEMM from a QuantMatrix (non-float formats).
+  static void set_weight(cuda::GemmKernelParams& g, const QuantMatrix& w) {
+    g.format = w.format;
+    g.b = w.weight.data();
+    g.b_scale = w.scale.data();
+    g.scale_e8m0 = w.scale.data() == nullptr || w.scale.dtype() == DType::kE8M0;
+    g.block_n = w.block_n;
+    g.block_k = w.block_k;
+    g.scale_cols = w.scale.rank() == 2 ? w.scale.dim(1) : 0;
+    g.n = w.rows();
+    g.k = w.cols();
+  }
+
+  // out[M, N] = in[M, K] · dequant(w)ᵀ; bf16 and f32 weights through cuBLASLt. split_in (bf16 weights,
+  // QuantLinearParams): `in` as two bf16 terms, near-f32 products.
+  void quant_linear(const float* in, const QuantMatrix& w, float* out, int64_t m, bool split_in = false);
+  // Batch-invariant mode: whether a GEMM of `rows` rows (per group) with weight w takes the invariant tile kernel
+  // (gemm_invariant_mma.h), which reads a bf16 copy of A when it gets one (the same values it would round itself).
+  static bool invariant_tile(const QuantMatrix& w, int64_t rows) {
+    const bool e8m0 = w.scale.data() == nullptr || w.scale.dtype() == DType::kE8M0;
+    return rows > cuda::kGemmStreamMmaMaxRows &&
+           cuda::gemm_invariant_mma_takes(w.format, e8m0, w.block_n, w.block_k, w.cols());
+  }
+  // dequant(w) as bf16 [w.rows(), w.cols()] at out (block formats).
+  void dequantize_bf16(const QuantMatrix& w, void* out) {
+    cuda::GemmKernelParams wp;
+    set_weight(wp, w);
+    if (cuda::run_dequantize_bf16(wp, out, s())) return;
+    cuda::DequantizeKernelParams dq;
+    dq.weight = w.weight.data();
+    dq.scale = w.scale.data();
+    dq.scale_e8m0 = wp.scale_e8m0;
+    dq.format = w.format;
+    dq.n = w.rows();
+    dq.k = w.cols();
+    dq.scale_cols = wp.scale_cols;
+    dq.block_n = w.block_n;
+    dq.block_k = w.block_k;
+    dq.out_bf16 = out;
+    cuda::run_dequantize(dq, s());
+  }
+  // A bf16 (RNE) copy of n floats in scratch from ws(): the caller holds the scope.
+  const void* bf16_copy(const float* in, int64_t n) {
+    void* out = ws().take(sizeof(uint16_t) * n);
+    cuda::run_cast_f32_to_bf16(in, out, n, s());
+    return out;
+  }
+
+  // The most rows of a block-format linear that the own tensor-core kernels take from the stored codes when their
+  // tiles fill the device; past it cuBLASLt's bf16 GEMM over a dequantized scratch, near the bf16 peak. H200, session
+  // 17, slice decode projections (ms a step, scratch vs direct): V4-Flash b64 1.008 / 0.916, b128 1.017 / 0.984,
+  // b256 1.201 / 1.252 (compute-bound there: cuBLASLt's rate wins); V4.1 b256 2.138 / 2.288.
+  // GemmChoices::decode_direct_max_rows overrides it (a same-build A/B).
+  static constexpr int64_t kDecodeDirectMaxRows = 128;
+  int64_t decode_direct_rows() const {
+    return choices.gemm.decode_direct_max_rows >= 0 ? choices.gemm.decode_direct_max_rows : kDecodeDirectMaxRows;
+  }
+  bool decode_direct(int64_t m, int64_t n) const {
+    return m <= decode_direct_rows() && cuda::gemm_mma_dense_fills(m, n);
+  }
+
+  // The params of out[m, ldc] (first w.rows() columns) = in · dequant(w)ᵀ through the wgmma kernel split along K
+  // (gemm_wgmma.h), with its k_splits: 1 when the call does not go that way (past decode_direct's rows, or a call the
+  // kernel does not split), and then the caller takes another path. in_bf16: the bf16 copy of in (row stride lda).
+  cuda::GemmKernelParams split_k_params(const float* in, const void* in_bf16, int64_t lda, const QuantMatrix& w,
+                                        float* out, int64_t ldc, int64_t m) const {
+    cuda::GemmKernelParams g = dense_params(in, in_bf16, lda, w, out, ldc, m);
+    g.choices = choices.gemm;
+    g.k_splits = m <= decode_direct_rows() ? cuda::gemm_wgmma_k_splits(g, info.sm_count) : 1;
+    return g;
+  }
+  // Runs split_k_params' call with its partials in scratch from ws() (the caller holds the scope).
+  void run_split_k(cuda::GemmKernelParams g) {
+    g.split_part = ws().take_as<float>(static_cast<int64_t>(g.k_splits) * g.m * g.n);
+    run_gemm(g);
+  }
+
+  // Rows from which a block-format linear goes through cuBLASLt (bf16 scratch) instead of the own kernels:
+  // past the streaming kernel's few rows. The tensor-core kernel's 64x128 tiles leave most SMs idle for a
+  // dense M of a few rows and N of a few thousand; it serves the grouped MoE, where tiles come from many
+  // experts.
+  // UE8M0 block formats stream through the tensor cores up to kGemmStreamMmaMaxRows rows (weights read once), or up
+  // to GemmChoices::stream_mma_max_rows when that is larger (a same-build A/B of the streaming kernel's 8-row passes
+  // against the scratch path).
+  int64_t lt_min_rows(const QuantMatrix& w) const {
+    if (w.scale.dtype() != DType::kE8M0) return cuda::kGemmSkinnyRows + 1;
+    return std::max(choices.gemm.stream_mma_max_rows, cuda::kGemmStreamMmaMaxRows) + 1;
+  }
+  // Whether a dense block-format GEMM of m rows against w goes through cuBLASLt over a bf16 scratch of dequant(w)
+  // (quant_linear, the shared expert) rather than the own kernels (default mode).
+  bool dense_scratch(const QuantMatrix& w, int64_t m) const {
+    return m >= lt_min_rows(w) && !decode_direct(m, w.rows()) && !rows_direct(w, m);
+  }
+  // Whether a dense block-format GEMM of m rows against w takes the rows kernel (gemm_rows_mma.h; default mode).
+  bool rows_direct(const QuantMatrix& w, int64_t m) const {
+    const bool e8m0 = w.scale.data() == nullptr || w.scale.dtype() == DType::kE8M0;
+    return !batch_invariant && w.format != QuantFormat::kFloat &&
+           cuda::gemm_rows_mma_takes(w.format, e8m0, w.block_n, w.block_k, w.rows(), w.cols(), m, choices.gemm);
+  }
+
+  // The MoE pipeline shared by moe() (f32 experts) and moe_quant(): plan, grouped gate/up GEMMs, SwiGLU,
+  // grouped down GEMM into per-slot rows, combine in expert-id order. Tokens go in chunks so that the
+  // per-slot intermediates stay within ~1 GiB of workspace.
+  struct MoeWeights {
+    QuantFormat format;
+    bool scale_e8m0;
+    int block_n, block_k;
+    int64_t scale_cols[3];  // w1, w3, w2
+    const void* const* w[3];
+    const void* const* s[3];
+    bool aligned16 = false;  // every expert weight pointer is 16-byte aligned
+  };
+  void run_moe(const float* x, const float* weights, const int32_t* indices, float* out, int64_t tokens, int64_t d,
+               int64_t k, int64_t inter, int experts, const MoeWeights& mw, const QuantExpertWeights* shared,
+               float limit, bool before_w2);
+
+  // c[m, ldc] (first w.rows() columns) = a[m, lda] · dequant(w)ᵀ, any format, through the own GEMM so that
+  // a strided output is fine (and batch-invariant when the backend is). Takes scratch from ws(): the caller
+  // holds the scope. a_bf16: an optional bf16 copy of a (same lda) for the mma.sync kernel (block formats).
+  void shared_gemm(const float* a, int64_t lda, const QuantMatrix& w, float* c, int64_t ldc, int64_t m,
+                   const void* a_bf16 = nullptr);
+};
+
+}  // namespace deepinfer
