@@ -16,17 +16,17 @@ namespace deepinfer::cuda {
 
 }  // namespace deepinfer::cuda
 
-#define DI_CUDA_CHECK(expr)                                                                      \
-  do {                                                                                           \
-    const cudaError_t di_cuda_err_ = (expr);                                                     \
+#define DI_CUDA_CHECK(expr)                                                                                        \
+  do {                                                                                                             \
+    const cudaError_t di_cuda_err_ = (expr);                                                                       \
     if (di_cuda_err_ != cudaSuccess) ::deepinfer::cuda::raise_cuda_error(di_cuda_err_, #expr, __FILE__, __LINE__); \
   } while (0)
 
-#define DI_CUBLAS_CHECK(expr)                                                                           \
-  do {                                                                                                  \
-    const cublasStatus_t di_cublas_st_ = (expr);                                                        \
-    if (di_cublas_st_ != CUBLAS_STATUS_SUCCESS)                                                         \
-      ::deepinfer::cuda::raise_cublas_error(di_cublas_st_, #expr, __FILE__, __LINE__);                 \
+#define DI_CUBLAS_CHECK(expr)                                                          \
+  do {                                                                                 \
+    const cublasStatus_t di_cublas_st_ = (expr);                                       \
+    if (di_cublas_st_ != CUBLAS_STATUS_SUCCESS)                                        \
+      ::deepinfer::cuda::raise_cublas_error(di_cublas_st_, #expr, __FILE__, __LINE__); \
   } while (0)
 
 // After every <<<...>>>: catches launch-configuration errors (and earlier sticky asynchronous errors).
