@@ -444,6 +444,19 @@ __global__ void __launch_bounds__(kStageThreads, 3) hc_mix_partial_staged_kernel
 // values and order as the partial kernel over the expanded streams), then finish_if_last.
 constexpr int kExpandMixMaxHc = 4, kExpandMixTokens = 4;
 
+// Stream k's expanded value post · y + Σ_j comb[j·hc + k] · old_j, in hc_expand's order (the expand kernels and the
+// one-launch expand + mix kernels share it: their outputs must be the same bits). `post` by reference: read where it is
+// used, as each kernel read it before it shared this (their SASS is unchanged, cuobjdump).
+template <int kN>
+__device__ __forceinline__ float expand_value(const float* comb, int64_t hc, const float (&old)[kN], const float& post,
+                                              float y, int k) {
+  float acc = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kN; ++j)
+    if (j < hc) acc = __fadd_rn(acc, __fmul_rn(comb[j * hc + k], old[j]));
+  return __fadd_rn(__fmul_rn(post, y), acc);
+}
+
 // The block's phases are chains of round trips (ncu, H200, session 24: 12% occupancy, a warp issues every 7 cycles),
 // so each phase keeps more of them in flight: the tile's comb / post go to shared memory first; the expand loads
 // kExpandBatch elements' old values before it stores any (through one pointer the compiler cannot hoist a load above
@@ -505,11 +518,7 @@ __global__ void __launch_bounds__(kMixThreads) hc_expand_mix_kernel(HcMixKernelP
 #pragma unroll
       for (int k = 0; k < kHc; ++k) {
         if (k >= hc) break;
-        float acc = 0.0f;
-#pragma unroll
-        for (int j = 0; j < kHc; ++j)
-          if (j < hc) acc = __fadd_rn(acc, __fmul_rn(comb_s[tl][j * hc + k], old[b][j]));
-        const float v = __fadd_rn(__fmul_rn(post_s[tl][k], y[b]), acc);
+        const float v = expand_value(comb_s[tl], hc, old[b], post_s[tl][k], y[b], k);
         x[k * p.d] = v;
         fresh[tl][k][i] = v;
       }
@@ -600,11 +609,7 @@ __global__ void __launch_bounds__(kMixThreads) hc_expand_mix_split_kernel(HcMixK
 #pragma unroll
     for (int kk = 0; kk < kExpandMixMaxHc; ++kk) {
       if (kk >= hc) break;
-      float acc = 0.0f;
-#pragma unroll
-      for (int j = 0; j < kExpandMixMaxHc; ++j)
-        if (j < hc) acc = __fadd_rn(acc, __fmul_rn(c[j * hc + kk], old[j]));
-      fresh[tl][kk][i] = __fadd_rn(__fmul_rn(p.expand_post[t * hc + kk], y), acc);
+      fresh[tl][kk][i] = expand_value(c, hc, old, p.expand_post[t * hc + kk], y, kk);
     }
   }
   __threadfence();
@@ -658,11 +663,7 @@ __global__ void hc_expand_kernel(HcExpandKernelParams p) {
 #pragma unroll
     for (int k = 0; k < kMaxHc; ++k) {
       if (k >= p.hc) break;
-      float acc = 0.0f;
-#pragma unroll
-      for (int j = 0; j < kMaxHc; ++j)
-        if (j < p.hc) acc = __fadd_rn(acc, __fmul_rn(c[j * p.hc + k], old[j]));
-      x[k * p.d] = __fadd_rn(__fmul_rn(p.post[t * p.hc + k], y), acc);
+      x[k * p.d] = expand_value(c, p.hc, old, p.post[t * p.hc + k], y, k);
     }
   }
 }
