@@ -8,16 +8,18 @@
 //   chunks (f32 scales: V3 checkpoints; a block owns 4-8 columns, its warps split K, every activation chunk serves
 //   all the block's columns), and the older one-column-per-warp kernel for f32 weights and for shapes without
 //   16-byte chunks;
-// - a bf16 tensor-core tile (WMMA 16x16x16 on 64x128x32 tiles) for many rows: weights are dequantized into
-//   shared memory as bf16 (exact for e4m3/e2m1 with UE8M0 scales), A is rounded to bf16, fp32 accumulation.
+// - a bf16 tensor-core tile (WMMA 16x16x16 on 64x128x32 tiles, gemm_tc_cuda.cu) for many rows: weights are
+//   dequantized into shared memory as bf16 (exact for e4m3/e2m1 with UE8M0 scales), A is rounded to bf16, fp32
+//   accumulation.
 // Large dense M goes through cuBLASLt instead (cuda_backend_impl.cc: weights dequantized to a bf16 scratch).
 // Batch-invariant mode (GemmKernelParams::batch_invariant): UE8M0 block formats take the tensor-core sequence of
 // gemm_invariant_mma.h (the streaming kernel for few rows, a tile kernel with the identical per-output mma sequence
 // for many); small dense f32 weights (routers) K-sliced fp32 chains (gemm_invariant_f32.h); other f32 weights and f32
-// scales the SIMT tile and a few-row kernel with the identical arithmetic (the column chain), as every format did
-// before the tensor-core sequence.
-#include "deepinfer/ops/cuda/dequant_bf16.h"
+// scales the SIMT tile and a few-row kernel with the identical arithmetic (the column chain, gemm_chain_cuda.cu), as
+// every format did before the tensor-core sequence. This file: the SIMT tile, the few-row streaming kernels and the
+// dispatch (run_gemm).
 #include "deepinfer/ops/cuda/device_math.cuh"
+#include "deepinfer/ops/cuda/gemm_common.cuh"
 #include "deepinfer/ops/cuda/gemm_decode.cuh"
 #include "deepinfer/ops/cuda/gemm_invariant_f32.h"
 #include "deepinfer/ops/cuda/gemm_invariant_mma.h"
@@ -27,39 +29,12 @@
 #include "deepinfer/ops/cuda/gemm_wgmma.h"
 #include "deepinfer/ops/cuda/kernels.h"
 
-#include <mma.h>
-
 #include <algorithm>
 
 namespace deepinfer::cuda {
 namespace {
 
-constexpr int kBK = 16, kThreads = 256;
-
-template <QuantFormat F>
-__device__ __forceinline__ float load_weight(const void* b, const void* s, const GemmKernelParams& p, int64_t n,
-                                             int64_t k) {
-  if constexpr (F == QuantFormat::kFloat) {
-    return static_cast<const float*>(b)[n * p.k + k];
-  } else if constexpr (F == QuantFormat::kMXFP4) {
-    const uint8_t byte = static_cast<const uint8_t*>(b)[n * (p.k / 2) + k / 2];
-    return e2m1_to_f32_dev((k & 1) ? (byte >> 4) : (byte & 0xF)) *
-           e8m0_to_f32_dev(static_cast<const uint8_t*>(s)[n * (p.k / 32) + k / 32]);
-  } else {
-    // Power-of-two blocks (every checkpoint: 128, 32) index with shifts: a 64-bit division is ~100 instructions
-    // per weight here (the SIMT tile and the batch-invariant chain kernel call this once per element).
-    int64_t si = n * p.scale_cols + (k >> 5);  // kFP8Row32
-    if constexpr (F == QuantFormat::kFP8Block) {
-      if ((p.block_n & (p.block_n - 1)) == 0 && (p.block_k & (p.block_k - 1)) == 0)
-        si = (n >> (__ffs(p.block_n) - 1)) * p.scale_cols + (k >> (__ffs(p.block_k) - 1));
-      else
-        si = (n / p.block_n) * p.scale_cols + k / p.block_k;
-    }
-    const float scale =
-        p.scale_e8m0 ? e8m0_to_f32_dev(static_cast<const uint8_t*>(s)[si]) : static_cast<const float*>(s)[si];
-    return e4m3_to_f32_dev(static_cast<const uint8_t*>(b)[n * p.k + k]) * scale;
-  }
-}
+constexpr int kThreads = 256;
 
 // The SIMT tile: 128 x 128 outputs per block, 8 x 8 per thread (rows ty·4 + {0..3} and 64 + ty·4 + {0..3}, the
 // same for columns: float4 shared loads without bank conflicts), K in steps of kBK with the next step's global
@@ -68,7 +43,7 @@ __device__ __forceinline__ float load_weight(const void* b, const void* s, const
 // column-chain kernel's chain, so batch-invariant mode may mix the two (tests compare them bit for bit). The
 // previous 64 x 64 tile with 4 x 4 per thread and per-element staging ran the batch-invariant prefill at ~6x the
 // default mode's time (docs/PERF.md).
-constexpr int kSm = 128, kSmPad = kSm + 4;
+constexpr int kSmPad = kSm + 4;
 // Grouped tiles come from the plan in kGemmTileM rows: a 128-row tile starts at every other one.
 static_assert(kSm == 2 * kGemmTileM, "SIMT tile = two plan tiles");
 
@@ -525,538 +500,6 @@ void launch_stream(const GemmKernelParams& p, int64_t slots, cudaStream_t stream
   gemm_stream_kernel<F, R, CB, KS><<<grid, groups * wk * 32, 0, stream>>>(p, wk);
 }
 
-// ---------------------------------------------------------------------------- column-chain kernels
-// Batch-invariant few-row GEMM: the SIMT tile's per-output arithmetic — acc = fmaf(a[k], w[k], acc) for k = 0, 1,
-// ... over K rounded up to kBK with zeros past K, from acc = 0, w being load_weight's f32 value — so a row's output
-// is bit-identical here and in a 128-row tile. K is never split (that would change the chain), so the parallelism
-// is columns x rows only, and a chain is K dependent FMAs (~4 cycles each): the kernels keep many chains per SM and
-// the weight stream ahead of them.
-
-// Scalar fallback for shapes without 16-byte chunks (FP8 with K % 16 != 0, MXFP4 with K % 32 != 0, unaligned rows
-// or tables): a block stages a [kChCols × kChK] weight slice through load_weight, warp w runs row w of the pass,
-// lane c the chain of column c.
-constexpr int kChWarps = 8, kChCols = 32, kChK = 256;
-static_assert(kChK % kBK == 0, "a chain stage must end on a SIMT k-step");
-
-template <QuantFormat F>
-__global__ void __launch_bounds__(kChWarps * 32) gemm_chain_kernel(GemmKernelParams p) {
-  __shared__ float ws[kChCols][kChK + 1];
-  __shared__ float as[kChWarps][kChK];
-  GroupSpan span;
-  if (!active_group(p, blockIdx.y, span)) return;
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kChCols;
-  const void* b = p.b_table ? p.b_table[span.g] : p.b;
-  const void* s = p.b_scale_table ? p.b_scale_table[span.g] : p.b_scale;
-  const int64_t k_pad = (p.k + kBK - 1) / kBK * kBK;
-  for (int64_t r0 = span.begin; r0 < span.end; r0 += kChWarps) {
-    const int64_t r = r0 + warp;
-    const bool has_row = r < span.end;
-    const int64_t a_row = has_row ? (p.a_rows ? p.a_rows[r] / p.a_row_div : r) : -1;
-    float acc = 0.0f;
-    for (int64_t k0 = 0; k0 < k_pad; k0 += kChK) {
-#pragma unroll 4
-      for (int idx = tid; idx < kChCols * kChK; idx += kChWarps * 32) {
-        const int c = idx / kChK, kk = idx % kChK;
-        const int64_t n = n0 + c, k = k0 + kk;
-        ws[c][kk] = (n < p.n && k < p.k) ? load_weight<F>(b, s, p, n, k) : 0.0f;
-      }
-      for (int kk = lane; kk < kChK; kk += 32) {
-        const int64_t k = k0 + kk;
-        as[warp][kk] = (a_row >= 0 && k < p.k) ? p.a[a_row * p.lda + k] : 0.0f;
-      }
-      __syncthreads();
-      const int steps = static_cast<int>(min(int64_t{kChK}, k_pad - k0));
-      if (has_row)
-        for (int kk = 0; kk < steps; ++kk) acc = fmaf(as[warp][kk], ws[lane][kk], acc);
-      __syncthreads();
-    }
-    const int64_t n = n0 + lane;
-    if (has_row && n < p.n) p.c[(p.c_rows ? p.c_rows[r] : r) * p.ldc + n] = acc;
-  }
-}
-
-// The vector kernel. Lane c of every warp owns column n0 + c; warp g owns rows g·R .. g·R + R - 1 of each pass of
-// R × warps rows. The block streams its 32 weight rows and the pass's A rows through a cp.async ring of NS
-// stages in 16-byte chunks (8 lanes copy a column's 128 contiguous bytes; the bytes in flight sit in shared memory,
-// not in registers), and each thread decodes its own column's chunks with the shared decoders, one multiply by the
-// scale per weight. More rows per thread (R = 2) share that decode; more warps per block (rows split across warps)
-// put more chains on the SMs — the launch picks by how many warps the device can hold.
-template <QuantFormat F>
-struct ChainVec {
-  static constexpr int kWeights = F == QuantFormat::kMXFP4 ? 32 : F == QuantFormat::kFloat ? 4 : 16;  // a chunk's
-  static constexpr int kChunks = F == QuantFormat::kFloat ? 16 : 8;  // a column's chunks per stage
-  static constexpr int kStageK = kWeights * kChunks;
-  // 16 bytes of padding per column: the LDS.128 of 8 consecutive lanes (one phase) hit 8 distinct bank quads.
-  static constexpr int kColBytes = kChunks * 16 + 16;
-};
-constexpr int kCvCols = 32, kCvMaxRows = 8, kCvMaxWarps = 8;
-
-// Ring depths: deep (5 stages in flight) when the grid leaves most of each SM's shared memory free — few blocks
-// per SM must keep enough bytes in flight on their own — and shallow (2 in flight) when more blocks must fit.
-constexpr int kCvDeep = 6, kCvShallow = 3;
-
-template <QuantFormat F>
-constexpr size_t chain_vec_smem(int stages, int rows_pass) {
-  using C = ChainVec<F>;
-  return sizeof(int64_t) * kCvMaxRows + size_t(stages) * kCvCols * C::kColBytes +
-         size_t(stages) * static_cast<size_t>(rows_pass) * C::kStageK * sizeof(float);
-}
-
-// Where the scale of weight (n, k) lives (load_weight's index), and its value.
-template <QuantFormat F>
-__device__ __forceinline__ const uint8_t* cv_scale_ptr(const GemmKernelParams& p, const void* s, int64_t n, int64_t k) {
-  return static_cast<const uint8_t*>(s) +
-         block_scale_index(p, F, n, k) * (F == QuantFormat::kMXFP4 || p.scale_e8m0 ? 1 : 4);
-}
-template <QuantFormat F>
-__device__ __forceinline__ float cv_scale(const GemmKernelParams& p, const uint8_t* at) {
-  if (F == QuantFormat::kMXFP4 || p.scale_e8m0) return e8m0_to_f32_dev(__ldg(at));
-  return __ldg(reinterpret_cast<const float*>(at));
-}
-
-// acc[i] = fmaf(a_i[j], w[j], acc[i]) for j = 0 .. kN-1 in order; row i's activations at a + i·kStride.
-template <int R, int kN, int kStride>
-__device__ __forceinline__ void cv_fma(const float* a, const float* w, float (&acc)[R]) {
-#pragma unroll
-  for (int i = 0; i < R; ++i)
-#pragma unroll
-    for (int j = 0; j < kN; j += 4) {
-      const float4 av = *reinterpret_cast<const float4*>(a + i * kStride + j);
-      acc[i] = fmaf(av.x, w[j], acc[i]);
-      acc[i] = fmaf(av.y, w[j + 1], acc[i]);
-      acc[i] = fmaf(av.z, w[j + 2], acc[i]);
-      acc[i] = fmaf(av.w, w[j + 3], acc[i]);
-    }
-}
-
-// One MXFP4 chunk (32 weights). decode_fp4x8_pairs gives code·2^-14 exactly; kFold: times scale·2^14, which is
-// exact (a power of two times 2^14, finite below 2^114), so one rounding of code·scale — load_weight's product and
-// the SIMT tile's (code·2^-14·2^14)·scale; larger scales take that two-multiply form (!kFold).
-template <int R, int kStride, bool kFold>
-__device__ __forceinline__ void cv_mxfp4_chunk(const uint4 q, float sc, const float* a, float (&acc)[R]) {
-  const uint32_t words[4] = {q.x, q.y, q.z, q.w};
-  const float sc2 = sc * kFp4Unscale;
-#pragma unroll
-  for (int h = 0; h < 4; ++h) {
-    float w[8];
-    decode_fp4x8_pairs(words[h], w);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) w[j] = kFold ? w[j] * sc2 : (w[j] * kFp4Unscale) * sc;
-    cv_fma<R, 8, kStride>(a + 8 * h, w, acc);
-  }
-}
-
-// The first `valid` chunks of one stage of the thread's column (wcol: its bytes in the ring) against its R rows.
-template <QuantFormat F, int R>
-__device__ __forceinline__ void cv_stage(const uint8_t* wcol, const float* a, const float (&sc)[ChainVec<F>::kChunks],
-                                         int valid, float (&acc)[R]) {
-  using C = ChainVec<F>;
-#pragma unroll
-  for (int c = 0; c < C::kChunks; ++c) {
-    if (c >= valid) break;
-    const uint4 q = *reinterpret_cast<const uint4*>(wcol + 16 * c);
-    const float* ac = a + c * C::kWeights;
-    if constexpr (F == QuantFormat::kFloat) {
-      const float w[4] = {__uint_as_float(q.x), __uint_as_float(q.y), __uint_as_float(q.z), __uint_as_float(q.w)};
-      cv_fma<R, 4, C::kStageK>(ac, w, acc);
-    } else if constexpr (F == QuantFormat::kMXFP4) {
-      if (!isinf(sc[c] * kFp4Unscale))
-        cv_mxfp4_chunk<R, C::kStageK, true>(q, sc[c], ac, acc);
-      else
-        cv_mxfp4_chunk<R, C::kStageK, false>(q, sc[c], ac, acc);
-    } else {
-      // decode_fp8x16 is the exact e4m3 value (every e4m3 is an f16); times the scale: load_weight's product.
-      float w[16];
-      decode_fp8x16(q, w);
-#pragma unroll
-      for (int j = 0; j < 16; ++j) w[j] *= sc[c];
-      cv_fma<R, 16, C::kStageK>(ac, w, acc);
-    }
-  }
-}
-
-// Grid: x = column blocks of kCvCols, y = group slots, or for a dense call with rows_per_block > 0 blocks of that
-// many rows (more chains at once for a call of many rows and few columns); block = warps × 32 threads, dynamic
-// shared memory chain_vec_smem<F>(NS, R × warps). The host checked 16-byte chunks (chain_vec_ok).
-template <QuantFormat F, int R, int NS>
-__global__ void __launch_bounds__(kCvMaxWarps * 32, 1) gemm_chain_vec_kernel(GemmKernelParams p, int rows_per_block) {
-  using C = ChainVec<F>;
-  constexpr int kC = C::kChunks, kK = C::kStageK, kNs = NS, kCol = C::kColBytes;
-  extern __shared__ __align__(16) uint8_t cv_smem[];
-  GroupSpan span;
-  if (rows_per_block > 0 && !p.group_offsets) {
-    const int64_t r0 = static_cast<int64_t>(blockIdx.y) * rows_per_block;
-    span = {0, r0, min(p.m, r0 + rows_per_block)};
-  } else if (!active_group(p, blockIdx.y, span)) {
-    return;
-  }
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nthr = static_cast<int>(blockDim.x);
-  const int rows_pass = R * (nthr >> 5);
-  int64_t* a_off = reinterpret_cast<int64_t*>(cv_smem);  // element offset of each pass row in A; -1: none
-  uint8_t* wring = cv_smem + sizeof(int64_t) * kCvMaxRows;
-  float* aring = reinterpret_cast<float*>(wring + kNs * kCvCols * kCol);
-  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kCvCols, n = n0 + lane, nc = min(n, p.n - 1);
-  const uint8_t* b = static_cast<const uint8_t*>(p.b_table ? p.b_table[span.g] : p.b);
-  const void* s = p.b_scale_table ? p.b_scale_table[span.g] : p.b_scale;
-  const int64_t row_bytes = F == QuantFormat::kMXFP4 ? p.k / 2 : (F == QuantFormat::kFloat ? 4 : 1) * p.k;
-  const int64_t row_chunks = row_bytes / 16;
-  // Chunks over K rounded up to kBK: f32 rows may end on 4 (the chunks past K are zeros, as in the SIMT tile's
-  // last k-step); the block formats' K is a multiple of the chunk.
-  const int64_t k_pad = (p.k + kBK - 1) / kBK * kBK, chunks = (k_pad + C::kWeights - 1) / C::kWeights;
-  const int64_t stages = (chunks + kC - 1) / kC;
-  // FP8 blocks at least a stage long (128 x 128): one scale per column and stage.
-  bool stage_scale = false;
-  if constexpr (F == QuantFormat::kFP8Block) stage_scale = (p.block_k & (p.block_k - 1)) == 0 && p.block_k % kK == 0;
-
-  // A thread copies chunk `wc` of columns wcol0, wcol0 + wcol_step, ... of every stage (nthr is a multiple of 32,
-  // so of kC): one pointer walk per stage instead of index arithmetic per chunk.
-  const int wc = tid % kC, wcol0 = tid / kC, wcol_step = nthr / kC;
-  const uint8_t* wsrc = b + (n0 + wcol0) * row_bytes + 16 * wc;
-  auto issue = [&](int64_t st, int buf) {
-    if (st < stages) {
-      uint8_t* wdst = wring + buf * (kCvCols * kCol) + wcol0 * kCol + 16 * wc;
-      const uint8_t* src = wsrc + st * (16 * kC);
-      const bool k_ok = st * kC + wc < row_chunks;
-      // Invalid chunks are zero-filled (k past K, columns past N, rows past the group read as 0).
-      for (int col = wcol0; col < kCvCols; col += wcol_step) {
-        const bool ok = k_ok && n0 + col < p.n;
-        cp_async16(wdst, ok ? src : b, ok);
-        wdst += wcol_step * kCol;
-        src += wcol_step * row_bytes;
-      }
-      float* ab = aring + buf * rows_pass * kK;
-      for (int id = tid; id < rows_pass * (kK / 4); id += nthr) {
-        const int r = id / (kK / 4), c4 = id % (kK / 4);
-        const int64_t k = st * kK + 4 * c4, off = a_off[r];
-        const bool ok = off >= 0 && k < p.k;
-        cp_async16(ab + r * kK + 4 * c4, ok ? p.a + off + k : p.a, ok);
-      }
-      if constexpr (F != QuantFormat::kFloat) {
-        // The stage's scales towards L2 now: their register loads go out one stage ahead of use.
-        if (warp == 0 && st * kC < row_chunks)
-          asm volatile("prefetch.global.L2 [%0];" ::"l"(cv_scale_ptr<F>(p, s, nc, st * kK)));
-      }
-    }
-    cp_async_commit();
-  };
-  auto load_scales = [&](int64_t st, float(&sc)[kC]) {
-    if constexpr (F != QuantFormat::kFloat) {
-      if (stage_scale) {
-        const float v = cv_scale<F>(p, cv_scale_ptr<F>(p, s, nc, st * kK));
-#pragma unroll
-        for (int c = 0; c < kC; ++c) sc[c] = v;
-      } else {
-#pragma unroll
-        for (int c = 0; c < kC; ++c) {
-          const int64_t kc = st * kC + c;
-          sc[c] = kc < row_chunks ? cv_scale<F>(p, cv_scale_ptr<F>(p, s, nc, kc * C::kWeights)) : 0.0f;
-        }
-      }
-    }
-  };
-
-  for (int64_t r0 = span.begin; r0 < span.end; r0 += rows_pass) {
-    if (tid < rows_pass) {
-      const int64_t r = r0 + tid;
-      a_off[tid] = r < span.end ? (p.a_rows ? p.a_rows[r] / p.a_row_div : r) * p.lda : -1;
-    }
-    __syncthreads();
-#pragma unroll 1
-    for (int j = 0; j < kNs - 1; ++j) issue(j, j);
-    const bool active = r0 + warp * R < span.end;  // warp-uniform: warps past the group's rows only copy
-    float acc[R];
-#pragma unroll
-    for (int i = 0; i < R; ++i) acc[i] = 0.0f;
-    float sc[kC] = {}, sc_next[kC] = {};
-    load_scales(0, sc);
-    int buf = 0, fill = kNs - 1;
-    for (int64_t st = 0; st < stages; ++st) {
-      cp_async_wait<kNs - 2>();
-      __syncthreads();  // stage st landed for every thread; stage st - 1's buffer is free for st + kNs - 1
-      issue(st + kNs - 1, fill);
-      fill = fill + 1 == kNs ? 0 : fill + 1;
-      if (st + 1 < stages) load_scales(st + 1, sc_next);
-      if (active)
-        cv_stage<F, R>(wring + buf * (kCvCols * kCol) + lane * kCol, aring + (buf * rows_pass + warp * R) * kK, sc,
-                       static_cast<int>(min(int64_t{kC}, chunks - st * kC)), acc);
-#pragma unroll
-      for (int c = 0; c < kC; ++c) sc[c] = sc_next[c];
-      buf = buf + 1 == kNs ? 0 : buf + 1;
-    }
-#pragma unroll
-    for (int i = 0; i < R; ++i) {
-      const int64_t r = r0 + warp * R + i;
-      if (r < span.end && n < p.n) p.c[(p.c_rows ? p.c_rows[r] : r) * p.ldc + n] = acc[i];
-    }
-    cp_async_wait<0>();
-    __syncthreads();  // the next pass refills the ring and a_off
-  }
-}
-
-// 16-byte chunks that never straddle a row, a scale or K (f32 rows only need K % 4: the chunks past K are zeros).
-template <QuantFormat F>
-bool chain_vec_ok(const GemmKernelParams& p) {
-  const auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
-  if (p.lda % 4 != 0 || !aligned(p.a) || !(p.b_table ? p.tables_aligned16 : aligned(p.b))) return false;
-  if constexpr (F == QuantFormat::kFloat) return p.k % 4 == 0;
-  if constexpr (F == QuantFormat::kMXFP4) return p.k % 32 == 0;
-  return p.k % 16 == 0 && (F != QuantFormat::kFP8Block || p.block_k % 16 == 0);
-}
-
-// slots: grid y (group slots, or row blocks of rows_per_block rows for a dense call).
-template <QuantFormat F, int R, int NS>
-void launch_chain_ring(const GemmKernelParams& p, int warps, int64_t slots, int rows_per_block, cudaStream_t stream) {
-  const size_t smem = chain_vec_smem<F>(NS, R * warps);
-  DI_CUDA_CHECK(cudaFuncSetAttribute(gemm_chain_vec_kernel<F, R, NS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     static_cast<int>(smem)));
-  DI_CHECK(slots <= 65535) << "gemm: " << slots << " chain row blocks are too many for one launch";
-  const dim3 grid(static_cast<unsigned>(ceil_div(p.n, kCvCols)), static_cast<unsigned>(slots));
-  gemm_chain_vec_kernel<F, R, NS><<<grid, warps * 32, smem, stream>>>(p, rows_per_block);
-}
-
-template <QuantFormat F, int R>
-void launch_chain_vec(const GemmKernelParams& p, int warps, int64_t blocks, int64_t slots, cudaStream_t stream,
-                      int rows_per_block = 0) {
-  // Deep ring if every block still fits on the device at once with it (227 KB of shared memory per SM).
-  const int64_t per_sm = ceil_div(blocks, device_sm_count());
-  if (per_sm * static_cast<int64_t>(chain_vec_smem<F>(kCvDeep, R * warps)) <= 227 * 1024)
-    launch_chain_ring<F, R, kCvDeep>(p, warps, slots, rows_per_block, stream);
-  else
-    launch_chain_ring<F, R, kCvShallow>(p, warps, slots, rows_per_block, stream);
-}
-
-template <QuantFormat F>
-void launch_invariant(const GemmKernelParams& p, bool vec, cudaStream_t stream) {
-  const int64_t rows = p.rows_hint > 0 ? p.rows_hint : p.m;
-  if (rows > kCvMaxRows) {
-    // A dense call whose SIMT tiles leave most of the device idle (a few hundred columns at tens of rows: the f32
-    // router of N = 256 at 64 rows was two 128 x 128 tiles, 1.6 ms a decode step of the V4-Flash slice, before it
-    // took the sliced chains of gemm_invariant_f32.h) runs the chain kernel over blocks of kCvMaxRows rows instead:
-    // every output is the same chain either way.
-    const int64_t simt_blocks = ceil_div(p.m, kSm) * ceil_div(p.n, kSm);
-    if (!p.group_offsets && chain_vec_ok<F>(p) && simt_blocks * 4 < device_sm_count() &&
-        ceil_div(p.m, kCvMaxRows) <= 65535) {
-      const int64_t row_blocks = ceil_div(p.m, kCvMaxRows), blocks = ceil_div(p.n, kCvCols) * row_blocks;
-      if (blocks * kCvMaxRows > 8ll * device_sm_count())
-        launch_chain_vec<F, 2>(p, kCvMaxRows / 2, blocks, row_blocks, stream, kCvMaxRows);
-      else
-        launch_chain_vec<F, 1>(p, kCvMaxRows, blocks, row_blocks, stream, kCvMaxRows);
-      return;
-    }
-    launch_simt<F>(p, vec, stream);
-    return;
-  }
-  const int64_t slots = std::max<int64_t>(p.group_offsets ? std::min<int64_t>(p.groups, p.m) : 1, 1);
-  DI_CHECK(!p.group_offsets || p.active_groups) << "gemm: grouped chain launch needs active_groups";
-  if (!chain_vec_ok<F>(p)) {
-    const dim3 grid(static_cast<unsigned>(ceil_div(p.n, kChCols)), static_cast<unsigned>(slots));
-    gemm_chain_kernel<F><<<grid, kChWarps * 32, 0, stream>>>(p);
-    return;
-  }
-  // A warp per row while the device holds them (a chain's time is fixed by K, so more chains in parallel is what
-  // shortens the call); past ~8 warps per SM, two rows per thread halve the decoding work per product. Either
-  // way every output is the same chain: the choice never changes a bit.
-  const int64_t used_groups = p.group_offsets ? std::min<int64_t>(slots, ceil_div(p.m, rows)) : 1;
-  const int64_t blocks = ceil_div(p.n, kCvCols) * std::max<int64_t>(used_groups, 1);
-  if (rows >= 2 && blocks * rows > 8ll * device_sm_count())
-    launch_chain_vec<F, 2>(p, static_cast<int>(ceil_div(rows, 2)), blocks, slots, stream);
-  else
-    launch_chain_vec<F, 1>(p, static_cast<int>(rows), blocks, slots, stream);
-}
-
-// ---------------------------------------------------------------------------- bf16 tensor-core kernel
-constexpr int kTcM = kGemmTileM, kTcN = 128, kTcK = 32, kTcThreads = 256, kTcLd = kTcK + 8, kTcLdC = kTcN + 4;
-struct TcInputs {
-  __nv_bfloat16 a[kTcM][kTcLd];
-  __nv_bfloat16 b[kTcN][kTcLd];
-};
-union TcShared {
-  TcInputs in;
-  float c[kTcM][kTcLdC];
-};
-
-// One k-step's global data held in registers while the previous step computes (vector path only).
-struct TcStage {
-  float4 a[2];
-  uint4 b;  // FP8: 16 codes; MXFP4: 16 codes in .x/.y
-  float bs;
-};
-
-template <QuantFormat F>
-__device__ __forceinline__ void tc_load(const GemmKernelParams& p, const void* b, const void* s, const int64_t* a_row,
-                                        int64_t n0, int64_t k0, TcStage& st) {
-  const int tid = threadIdx.x;
-#pragma unroll
-  for (int e = 0; e < 2; ++e) {
-    const int idx = tid + e * kTcThreads, r = idx / 8;
-    const int64_t k = k0 + (idx % 8) * 4, ar = a_row[r];
-    st.a[e] =
-        (ar >= 0 && k < p.k) ? __ldg(reinterpret_cast<const float4*>(p.a + ar * p.lda + k)) : make_float4(0, 0, 0, 0);
-  }
-  const int r = tid / 2, half = tid % 2;
-  const int64_t n = n0 + r;
-  st.b = make_uint4(0, 0, 0, 0);
-  st.bs = 0.0f;
-  if constexpr (F == QuantFormat::kMXFP4) {
-    const int64_t k = k0 + 16 * half;
-    if (n < p.n && k < p.k) {
-      const uint2 q = __ldg(reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(b) + n * (p.k / 2) + k / 2));
-      st.b.x = q.x;
-      st.b.y = q.y;
-      st.bs = block_scale(s, p, F, n, k);
-    }
-  } else {
-    const int64_t k = k0 + 16 * half;
-    if (n < p.n && k < p.k) {
-      st.b = __ldg(reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(b) + n * p.k + k));
-      st.bs = block_scale(s, p, F, n, k);
-    }
-  }
-}
-
-template <QuantFormat F>
-__device__ __forceinline__ void tc_store(const TcStage& st, TcInputs& in) {
-  const int tid = threadIdx.x;
-#pragma unroll
-  for (int e = 0; e < 2; ++e) {
-    const int idx = tid + e * kTcThreads, r = idx / 8, c = (idx % 8) * 4;
-    in.a[r][c] = __float2bfloat16_rn(st.a[e].x);
-    in.a[r][c + 1] = __float2bfloat16_rn(st.a[e].y);
-    in.a[r][c + 2] = __float2bfloat16_rn(st.a[e].z);
-    in.a[r][c + 3] = __float2bfloat16_rn(st.a[e].w);
-  }
-  const int r = tid / 2, c0 = 16 * (tid % 2);
-  float w[16];
-  float sc = st.bs;
-  if constexpr (F == QuantFormat::kMXFP4) {
-    const uint32_t words[2] = {st.b.x, st.b.y};
-    decode_fp4<8>(words, w);
-    sc *= kFp4Unscale;
-  } else {
-    decode_fp8x16(st.b, w);
-  }
-#pragma unroll
-  for (int j = 0; j < 16; j += 2)
-    *reinterpret_cast<__nv_bfloat162*>(&in.b[r][c0 + j]) = __floats2bfloat162_rn(w[j] * sc, w[j + 1] * sc);
-}
-
-// Scalar staging for shapes the vector path does not cover (odd K, unaligned rows): correct, slow.
-template <QuantFormat F>
-__device__ __forceinline__ void tc_stage_scalar(const GemmKernelParams& p, const void* b, const void* s,
-                                                const int64_t* a_row, int64_t n0, int64_t k0, TcInputs& in) {
-  for (int idx = threadIdx.x; idx < kTcM * kTcK; idx += kTcThreads) {
-    const int r = idx / kTcK, kk = idx % kTcK;
-    const int64_t k = k0 + kk, ar = a_row[r];
-    in.a[r][kk] = __float2bfloat16_rn((ar >= 0 && k < p.k) ? p.a[ar * p.lda + k] : 0.0f);
-  }
-  for (int idx = threadIdx.x; idx < kTcN * kTcK; idx += kTcThreads) {
-    const int r = idx / kTcK, kk = idx % kTcK;
-    const int64_t k = k0 + kk, n = n0 + r;
-    in.b[r][kk] = __float2bfloat16_rn((n < p.n && k < p.k) ? load_weight<F>(b, s, p, n, k) : 0.0f);
-  }
-}
-
-template <QuantFormat F, bool kVec>
-__global__ void __launch_bounds__(kTcThreads) gemm_tc_kernel(GemmKernelParams p) {
-  namespace wmma = nvcuda::wmma;
-  __shared__ __align__(128) TcShared sm;
-  __shared__ int64_t a_row[kTcM], c_row[kTcM];
-
-  int g;
-  int64_t row_begin, row_end;
-  if (!gemm_tile_rows(p, blockIdx.x, 1, g, row_begin, row_end)) return;
-  const void* b = p.b_table ? p.b_table[g] : p.b;
-  const void* s = p.b_scale_table ? p.b_scale_table[g] : p.b_scale;
-  const int64_t n0 = static_cast<int64_t>(blockIdx.y) * kTcN;
-  const int tid = threadIdx.x, warp = tid / 32, wm = warp / 4, wn = warp % 4;
-  if (tid < kTcM) {
-    const int64_t i = row_begin + tid;
-    const bool valid = i < row_end;
-    a_row[tid] = !valid ? -1 : (p.a_rows ? p.a_rows[i] / p.a_row_div : i);
-    c_row[tid] = !valid ? -1 : (p.c_rows ? p.c_rows[i] : i);
-  }
-  __syncthreads();
-
-  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
-#pragma unroll
-  for (int i = 0; i < 2; ++i)
-#pragma unroll
-    for (int j = 0; j < 2; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
-
-  TcStage st;
-  if constexpr (kVec) tc_load<F>(p, b, s, a_row, n0, 0, st);
-  for (int64_t k0 = 0; k0 < p.k; k0 += kTcK) {
-    if constexpr (kVec) {
-      tc_store<F>(st, sm.in);
-    } else {
-      tc_stage_scalar<F>(p, b, s, a_row, n0, k0, sm.in);
-    }
-    __syncthreads();
-    if constexpr (kVec) {
-      if (k0 + kTcK < p.k) tc_load<F>(p, b, s, a_row, n0, k0 + kTcK, st);  // in flight during the MMAs
-    }
-#pragma unroll
-    for (int kk = 0; kk < kTcK; kk += 16) {
-      wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa[2];
-      wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb[2];
-#pragma unroll
-      for (int i = 0; i < 2; ++i) wmma::load_matrix_sync(fa[i], &sm.in.a[wm * 32 + i * 16][kk], kTcLd);
-#pragma unroll
-      for (int j = 0; j < 2; ++j) wmma::load_matrix_sync(fb[j], &sm.in.b[wn * 32 + j * 16][kk], kTcLd);
-#pragma unroll
-      for (int i = 0; i < 2; ++i)
-#pragma unroll
-        for (int j = 0; j < 2; ++j) wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
-    }
-    __syncthreads();
-  }
-#pragma unroll
-  for (int i = 0; i < 2; ++i)
-#pragma unroll
-    for (int j = 0; j < 2; ++j)
-      wmma::store_matrix_sync(&sm.c[wm * 32 + i * 16][wn * 32 + j * 16], acc[i][j], kTcLdC, wmma::mem_row_major);
-  __syncthreads();
-  for (int idx = tid; idx < kTcM * kTcN; idx += kTcThreads) {
-    const int r = idx / kTcN, cc = idx % kTcN;
-    const int64_t cr = c_row[r], n = n0 + cc;
-    if (cr >= 0 && n < p.n) p.c[cr * p.ldc + n] = sm.c[r][cc];
-  }
-}
-
-// ---------------------------------------------------------------------------- dequantize to bf16 (vector path)
-// One 16-byte weight chunk per thread step (16 FP8 or 32 MXFP4 values), written as bf16 with 16-byte stores.
-template <QuantFormat F>
-__global__ void dequant_bf16_kernel(GemmKernelParams p, __nv_bfloat16* out) {
-  constexpr int kVals = F == QuantFormat::kMXFP4 ? 32 : 16;
-  const int64_t per_row = p.k / kVals, total = p.n * per_row;
-  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
-       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t n = idx / per_row, k = (idx - n * per_row) * kVals;
-    const uint4 q = __ldg(reinterpret_cast<const uint4*>(p.b) + idx);
-    float w[kVals];
-    float sc = block_scale(p.b_scale, p, F, n, k);
-    if constexpr (F == QuantFormat::kMXFP4) {
-      const uint32_t words[4] = {q.x, q.y, q.z, q.w};
-      decode_fp4<16>(words, w);
-      sc *= kFp4Unscale;
-    } else {
-      decode_fp8x16(q, w);
-    }
-    uint4* dst = reinterpret_cast<uint4*>(out + n * p.k + k);
-#pragma unroll
-    for (int v = 0; v < kVals / 8; ++v) {
-      uint32_t packed[4];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const __nv_bfloat162 h = __floats2bfloat162_rn(w[8 * v + 2 * j] * sc, w[8 * v + 2 * j + 1] * sc);
-        packed[j] = *reinterpret_cast<const uint32_t*>(&h);
-      }
-      dst[v] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
-    }
-  }
-}
-
 // The most rows per group that take the tensor-core streaming kernel (GemmChoices::stream_mma_max_rows).
 int64_t stream_mma_max_rows(const GemmKernelParams& p) {
   return p.choices.stream_mma_max_rows >= 0 ? p.choices.stream_mma_max_rows : kGemmStreamMmaMaxRows;
@@ -1106,28 +549,23 @@ void launch_fast(const GemmKernelParams& p, bool vec, cudaStream_t stream) {
   } else {
     if (run_gemm_wgmma(p, stream)) return;  // Hopper: warpgroup MMA with a decoding producer (gemm_wgmma.h)
     if (run_gemm_mma(p, stream)) return;    // with a bf16 A and 32-wide K steps: the pipelined mma.sync kernel
-    const int64_t tiles_m = p.group_offsets ? p.max_tiles_m : ceil_div(p.m, kTcM);
-    const int64_t tiles_n = ceil_div(p.n, kTcN);
-    DI_CHECK(tiles_n <= 65535) << "gemm: n = " << p.n << " is too large for one launch";
-    const dim3 grid(static_cast<unsigned>(tiles_m), static_cast<unsigned>(tiles_n));
-    if (vec)
-      gemm_tc_kernel<F, true><<<grid, kTcThreads, 0, stream>>>(p);
-    else
-      gemm_tc_kernel<F, false><<<grid, kTcThreads, 0, stream>>>(p);
+    run_gemm_tc(p, vec, stream);
   }
 }
 
 }  // namespace
 
-namespace {
 // Vector loads: 16-byte weight chunks never straddle a row or a scale block, A rows are float4-aligned.
-bool vector_ok(const GemmKernelParams& p, bool check_a) {
+bool gemm_vector_ok(const GemmKernelParams& p, bool check_a) {
   const auto aligned = [](const void* q, int64_t a) { return reinterpret_cast<uintptr_t>(q) % a == 0; };
   bool vec = (!check_a || (p.lda % 4 == 0 && aligned(p.a, 16))) && (p.b_table ? p.tables_aligned16 : aligned(p.b, 16));
   if (p.format == QuantFormat::kMXFP4) return vec && p.k % 32 == 0;
   return vec && p.k % 16 == 0 && (p.format != QuantFormat::kFP8Block || p.block_k % 16 == 0);
 }
-}  // namespace
+
+void run_gemm_simt(const GemmKernelParams& p, bool vec, cudaStream_t stream) {
+  with_format(p.format, [&](auto f) { launch_simt<decltype(f)::value>(p, vec, stream); });
+}
 
 // Asked per launch (the runtime answers from its cached properties; no process-wide cache, so a process driving GPUs
 // of different sizes gets each one's count).
@@ -1139,54 +577,16 @@ int device_sm_count() {
   return v > 0 ? v : 132;
 }
 
-bool run_dequantize_bf16(const GemmKernelParams& p, void* out, cudaStream_t stream) {
-  if (p.b_table || !vector_ok(p, false) || reinterpret_cast<uintptr_t>(out) % 16 != 0) return false;
-  if (p.n * p.k == 0) return true;
-  const int64_t chunks = p.n * p.k / (p.format == QuantFormat::kMXFP4 ? 32 : 16);
-  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(ceil_div(chunks, 256), 4 * 65536));
-  auto* o = static_cast<__nv_bfloat16*>(out);
-  switch (p.format) {
-    case QuantFormat::kFP8Block:
-      dequant_bf16_kernel<QuantFormat::kFP8Block><<<blocks, 256, 0, stream>>>(p, o);
-      break;
-    case QuantFormat::kMXFP4:
-      dequant_bf16_kernel<QuantFormat::kMXFP4><<<blocks, 256, 0, stream>>>(p, o);
-      break;
-    case QuantFormat::kFP8Row32:
-      dequant_bf16_kernel<QuantFormat::kFP8Row32><<<blocks, 256, 0, stream>>>(p, o);
-      break;
-    default:
-      return false;
-  }
-  DI_CUDA_CHECK_LAUNCH();
-  return true;
-}
-
 void run_gemm(const GemmKernelParams& p, cudaStream_t stream) {
-  static_assert(kTcM == kGemmTileM, "grouped tile offsets are counted in kGemmTileM rows");
   if (p.m == 0 || p.n == 0) return;
   if (p.batch_invariant) {
     if (run_gemm_invariant_mma(p, stream)) return;
     if (run_gemm_invariant_f32_split(p, stream)) return;
-    const bool vec = vector_ok(p, true);
-    switch (p.format) {
-      case QuantFormat::kFloat:
-        launch_invariant<QuantFormat::kFloat>(p, vec, stream);
-        break;
-      case QuantFormat::kFP8Block:
-        launch_invariant<QuantFormat::kFP8Block>(p, vec, stream);
-        break;
-      case QuantFormat::kMXFP4:
-        launch_invariant<QuantFormat::kMXFP4>(p, vec, stream);
-        break;
-      case QuantFormat::kFP8Row32:
-        launch_invariant<QuantFormat::kFP8Row32>(p, vec, stream);
-        break;
-    }
+    run_gemm_chains(p, gemm_vector_ok(p, true), stream);
     DI_CUDA_CHECK_LAUNCH();
     return;
   }
-  const bool vec = vector_ok(p, true);
+  const bool vec = gemm_vector_ok(p, true);
   if (p.format == QuantFormat::kFloat && (p.rows_hint > 0 ? p.rows_hint : p.m) <= kGemmSkinnyRows) {
     // Few rows (decode, MoE at small batch): stream the f32 weight once; the SIMT tile reads it at a tenth of
     // the bandwidth (64-row tiles with one row used: 296 us for a 4-expert decode GEMM on the H200).
