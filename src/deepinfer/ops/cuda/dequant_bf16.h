@@ -1,4 +1,4 @@
-// Weight dequantization to bf16 with 16-byte loads and stores (gemm_cuda.cu), the first half of the
+// Weight dequantization to bf16 with 16-byte loads and stores (gemm_tc_cuda.cu), the first half of the
 // large-M path for block formats: dequantized scratch + cuBLASLt bf16 (cuda_backend_impl.cc).
 #pragma once
 

@@ -1,5 +1,6 @@
-// Shared by the GEMM kernels (gemm_cuda.cu, gemm_mma_cuda.cu, gemm_stream_mma_cuda.cu): the rows of an M tile (the
-// MoE plan's tiles), block scales, e4m3 / e2m1 codes to f32 through the hardware f16 paths, and the bf16 mma.sync.
+// Shared by the GEMM kernels (gemm_cuda.cu, gemm_chain_cuda.cu, gemm_tc_cuda.cu, gemm_mma_cuda.cu,
+// gemm_stream_mma_cuda.cu): the rows of an M tile (the MoE plan's tiles), block scales, e4m3 / e2m1 codes to f32
+// through the hardware f16 paths, and the bf16 mma.sync.
 #pragma once
 
 #include <cuda_bf16.h>

@@ -2,7 +2,7 @@
 // tens to hundreds of rows per expert). C = A · dequant(B)ᵀ with A given as bf16 (p.a_bf16), weights FP8 / MXFP4,
 // fp32 accumulation in mma.sync m16n8k16 bf16.
 //
-// Why this shape: the WMMA tile of gemm_cuda.cu ran at ~12% of the bf16 rate on a V4-Flash prefill (ncu: L1-bound
+// Why this shape: the WMMA tile of gemm_tc_cuda.cu ran at ~12% of the bf16 rate on a V4-Flash prefill (ncu: L1-bound
 // on f32 A staging and fragment loads, 25% occupancy, one k-step in flight). Here a 64 x 256 block tile walks K in
 // steps of 32 through a 4-stage cp.async ring (A rows gathered through a_rows as 16-byte copies, the weight rows
 // as raw bytes); each thread decodes its own weight row of a step into a bf16 tile (double-buffered, so one
