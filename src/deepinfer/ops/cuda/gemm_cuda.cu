@@ -587,31 +587,13 @@ void run_gemm(const GemmKernelParams& p, cudaStream_t stream) {
     return;
   }
   const bool vec = gemm_vector_ok(p, true);
-  if (p.format == QuantFormat::kFloat && (p.rows_hint > 0 ? p.rows_hint : p.m) <= kGemmSkinnyRows) {
-    // Few rows (decode, MoE at small batch): stream the f32 weight once; the SIMT tile reads it at a tenth of
-    // the bandwidth (64-row tiles with one row used: 296 us for a 4-expert decode GEMM on the H200).
-    launch_fast<QuantFormat::kFloat>(p, vec, stream);
-    DI_CUDA_CHECK_LAUNCH();
-    return;
-  }
-  if (p.format != QuantFormat::kFloat) {
-    switch (p.format) {
-      case QuantFormat::kFP8Block:
-        launch_fast<QuantFormat::kFP8Block>(p, vec, stream);
-        break;
-      case QuantFormat::kMXFP4:
-        launch_fast<QuantFormat::kMXFP4>(p, vec, stream);
-        break;
-      case QuantFormat::kFP8Row32:
-        launch_fast<QuantFormat::kFP8Row32>(p, vec, stream);
-        break;
-      default:
-        break;
-    }
-    DI_CUDA_CHECK_LAUNCH();
-    return;
-  }
-  launch_simt<QuantFormat::kFloat>(p, vec, stream);
+  // Block formats, and f32 weights with few rows (decode, MoE at small batch: stream the f32 weight once; the SIMT
+  // tile reads it at a tenth of the bandwidth, 64-row tiles with one row used: 296 us for a 4-expert decode GEMM on
+  // the H200), take the fast kernels; f32 weights with many rows the SIMT tile.
+  if (p.format != QuantFormat::kFloat || (p.rows_hint > 0 ? p.rows_hint : p.m) <= kGemmSkinnyRows)
+    with_format(p.format, [&](auto f) { launch_fast<decltype(f)::value>(p, vec, stream); });
+  else
+    launch_simt<QuantFormat::kFloat>(p, vec, stream);
   DI_CUDA_CHECK_LAUNCH();
 }
 
