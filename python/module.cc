@@ -367,7 +367,8 @@ PYBIND11_MODULE(_core, m) {
       .def(py::init([](std::string model_dir, std::string device, int threads, int64_t max_model_len, int max_num_seqs,
                        int64_t max_num_batched_tokens, double gpu_memory_utilization, int64_t kv_cache_bytes, int ep,
                        int dp, int cp, uint64_t seed, std::string chat_format, bool exact_prefill,
-                       std::string speculative, int num_draft_tokens, bool batch_invariant) {
+                       std::string speculative, int num_draft_tokens, bool batch_invariant,
+                       std::string activation_quant) {
              api::LlmConfig c;
              c.model_dir = std::move(model_dir);
              c.device = std::move(device);
@@ -386,6 +387,7 @@ PYBIND11_MODULE(_core, m) {
              c.speculative = std::move(speculative);
              c.num_draft_tokens = num_draft_tokens;
              c.batch_invariant = batch_invariant;
+             c.activation_quant = std::move(activation_quant);
              py::gil_scoped_release release;
              return std::make_unique<api::Llm>(std::move(c));
            }),
@@ -393,7 +395,7 @@ PYBIND11_MODULE(_core, m) {
            py::arg("max_num_seqs"), py::arg("max_num_batched_tokens"), py::arg("gpu_memory_utilization"),
            py::arg("kv_cache_bytes"), py::arg("ep"), py::arg("dp"), py::arg("cp"), py::arg("seed"),
            py::arg("chat_format"), py::arg("exact_prefill"), py::arg("speculative"), py::arg("num_draft_tokens"),
-           py::arg("batch_invariant") = false)
+           py::arg("batch_invariant") = false, py::arg("activation_quant") = "none")
       .def(
           "generate",
           [](api::Llm& llm, const py::sequence& prompts, const std::vector<SamplingParams>& params,

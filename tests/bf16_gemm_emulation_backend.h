@@ -29,6 +29,7 @@ class Bf16GemmEmulationBackend final : public ForwardingBackend {
   explicit Bf16GemmEmulationBackend(std::unique_ptr<Backend> inner) : ForwardingBackend(std::move(inner)) {}
 
   void linear_quant(const QuantLinearParams& p) override {
+    DI_CHECK(p.act_quant == ActQuant::kNone) << "act_quant is not emulated here";
     const int64_t m = p.in.dim(0);
     HostTensor w = dequantized(p.weight);
     // A bf16 weight (the V4 output head beside kept block formats) goes through cuBLASLt bf16 at any row count.
@@ -51,6 +52,7 @@ class Bf16GemmEmulationBackend final : public ForwardingBackend {
   }
 
   void moe_quant(const QuantMoeParams& p) override {
+    DI_CHECK(p.act_quant == ActQuant::kNone) << "act_quant is not emulated here";
     DI_CHECK(p.experts != nullptr) << "moe_quant: experts are required";
     const int64_t T = p.x.dim(0), D = p.x.dim(1), k = p.weights.dim(1);
     const int64_t E = static_cast<int64_t>(p.experts->size()), slots = T * k;

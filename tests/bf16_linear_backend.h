@@ -19,6 +19,7 @@ class Bf16LinearBackend final : public ForwardingBackend {
   explicit Bf16LinearBackend(std::unique_ptr<Backend> inner) : ForwardingBackend(std::move(inner)) {}
 
   void linear(const LinearParams& p) override {
+    DI_CHECK(p.act_quant == ActQuant::kNone) << "act_quant is not emulated here";
     auto rounded = [](const Tensor& t) {
       HostTensor h(DType::kF32, t.shape());
       const float* src = t.data_as<float>();

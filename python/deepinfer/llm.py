@@ -87,6 +87,8 @@ class LLM:
     weights; on the CPU kv_cache_bytes of host memory. exact_prefill (V4.1): every layer on every prompt token
     (transformers parity) instead of decoder SWA bounded replay. batch_invariant: a request's output is
     bit-identical whatever else is in the batch (CUDA: fixed-order kernels, slower; the CPU backend always is).
+    activation_quant (V4/V4.1): "none" (transformers' numerics) or "mxfp8" (the inputs of GEMMs over FP8 / MXFP4
+    weights rounded to e4m3 per 32 values, as the reference and vLLM compute).
     """
 
     def __init__(
@@ -109,6 +111,7 @@ class LLM:
         speculative="off",
         num_draft_tokens=1,
         batch_invariant=False,
+        activation_quant="none",
     ):
         self.model_dir, self.model_source = _core.resolve_model_dir(
             model, os.environ.get("DEEPINFER_HF_MODEL_DIR"), _core.embedded_model_dir()
@@ -131,6 +134,7 @@ class LLM:
             speculative=speculative,
             num_draft_tokens=num_draft_tokens,
             batch_invariant=batch_invariant,
+            activation_quant=activation_quant,
         )
 
     # Model facts.

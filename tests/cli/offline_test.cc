@@ -263,6 +263,48 @@ TEST(OfflineCli, QuantizedExpertsUnderExpertParallelGiveTheSingleRankOutput) {
   }
 }
 
+// --activation-quant mxfp8 (the reference's GEMM numerics): kept quantized or dequantized at load, on one rank or
+// with the experts over two EP ranks (which round the rows they receive), the samples are the same; the logs name
+// the mode; the samples differ from the default numerics' (the rounding reaches the logits); V3 refuses it by name.
+TEST(OfflineCli, ActivationQuantIsTheSameUnderEveryWeightLayout) {
+  testing::TempDir tmp;
+  nlohmann::json cfg =
+      nlohmann::json::parse(testing::read_file_or_empty(testing::test_data_dir() + "/golden/deepseek_v4/config.json"));
+  cfg["quantization_config"] = testing::v4_quantization_config();
+  testing::write_file(tmp.file("q.json"), cfg.dump());
+  const std::string dir = tmp.path() + "/q";
+  auto made = run_cli("make-checkpoint --config " + tmp.file("q.json") + " --out " + dir + " --seed 4");
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  const std::string base = "offline --model_name " + dir +
+                           " --max_model_len 128 --num-prompts 3 --max-tokens 6 --threads 2 --ignore-eos "
+                           "--activation-quant mxfp8";
+  auto one = run_cli(base + " --weight-format fp8");
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  EXPECT_NE(one.output.find("activations: mxfp8"), std::string::npos) << one.output;
+  const auto expect = testing::parse_offline_samples(one.output);
+  ASSERT_EQ(expect.size(), 3u);
+  for (const std::string flags : {" --weight-format f32", " --ep 2", " --ep 2 --weight-format fp8"}) {
+    auto r = run_cli(base + flags);
+    ASSERT_EQ(r.exit_code, 0) << flags << "\n" << r.output;
+    EXPECT_EQ(testing::parse_offline_samples(r.output), expect) << flags;
+  }
+  auto plain = run_cli("offline --model_name " + dir +
+                       " --max_model_len 128 --num-prompts 3 --max-tokens 6 --threads 2 --ignore-eos "
+                       "--weight-format fp8");
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  EXPECT_EQ(plain.output.find("activations: mxfp8"), std::string::npos) << plain.output;
+  EXPECT_NE(testing::parse_offline_samples(plain.output), expect);
+
+  auto v3 = run_cli("offline --model_name " + testing::test_data_dir() +
+                    "/golden/deepseek_v3 --max_model_len 64 --num-prompts 1 --max-tokens 2 --activation-quant mxfp8");
+  EXPECT_NE(v3.exit_code, 0);
+  EXPECT_NE(v3.output.find("--activation-quant mxfp8"), std::string::npos) << v3.output;
+  EXPECT_NE(v3.output.find("V4 / V4.1 only"), std::string::npos) << v3.output;
+  auto bad = run_cli("offline --model_name " + dir + " --activation-quant fp4");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("--activation-quant"), std::string::npos) << bad.output;
+}
+
 // --weight-format fp8 with context parallelism: the CP ranks hold the driver's quantized weights; a prompt long enough
 // to split over them (41 tokens in chunks of <= 24) gives the one-rank fp8 samples, alone and inside EP.
 TEST(OfflineCli, QuantizedWeightsUnderContextParallelGiveTheSingleRankOutput) {

@@ -1,8 +1,11 @@
 // Backend::linear_quant / moe_quant on the CPU reference (the Backend defaults): FP8 block-scaled weights are
 // dequantized exactly and run through the f32 op, so the result equals dequantize + linear / moe bit for bit;
-// a bad weight is rejected by name.
+// a bad weight is rejected by name. act_quant (the reference's MXFP8 activations): each GEMM equals the same GEMM
+// over fake_quant-rounded inputs, composed here from separate ops.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <random>
 
@@ -117,6 +120,106 @@ TEST(QuantOps, BadQuantWeightIsRejected) {
   EXPECT_THROW(be->linear_quant({x.view(), bad, y.view()}), Error);
   HostTensor x_bad = random_tensor({2, 49}, 2);
   EXPECT_THROW(be->linear_quant({x_bad.view(), w.m(), y.view()}), Error);
+}
+
+// Rows whose values span several binades, so that rounding to e4m3 (3 mantissa bits) changes most of them.
+HostTensor spread_rows(int64_t rows, int64_t cols, uint32_t seed) { return random_tensor({rows, cols}, seed, 0.01f, 4.0f); }
+
+HostTensor rounded(Backend& be, const HostTensor& x) {
+  HostTensor r = testing::copy_of(x);
+  be.fake_quant({r.view(), FakeQuantKind::kFP8E4M3Ue8m0Block32});
+  return r;
+}
+
+TEST(QuantOps, ActQuantLinearIsLinearOverRoundedInputs) {
+  auto be = make_cpu_backend(1);
+  const Fp8 w = fp8(*be, 70, 64, 21);
+  HostTensor x = spread_rows(5, 64, 22), x0 = testing::copy_of(x);
+  HostTensor y(DType::kF32, {5, 70}), ref(DType::kF32, {5, 70}), plain(DType::kF32, {5, 70});
+  const HostTensor xq = rounded(*be, x);
+  be->linear({x.view(), w.f32.view(), y.view(), ActQuant::kMxfp8});
+  be->linear({xq.view(), w.f32.view(), ref.view()});
+  be->linear({x.view(), w.f32.view(), plain.view()});
+  EXPECT_TRUE(same_bits(y, ref));
+  EXPECT_FALSE(same_bits(y, plain)) << "the rounding changed nothing: the test inputs are too tame";
+  EXPECT_TRUE(same_bits(x, x0)) << "act_quant modified the input tensor";
+  QuantLinearParams q{x.view(), w.m(), y.view()};
+  q.act_quant = ActQuant::kMxfp8;
+  be->linear_quant(q);
+  EXPECT_TRUE(same_bits(y, ref));
+  // K not a multiple of 32: rows pass unrounded, as fake_quant leaves them.
+  const Fp8 w50 = fp8(*be, 70, 50, 23);
+  HostTensor x50 = spread_rows(5, 50, 24);
+  be->linear({x50.view(), w50.f32.view(), y.view(), ActQuant::kMxfp8});
+  be->linear({x50.view(), w50.f32.view(), ref.view()});
+  EXPECT_TRUE(same_bits(y, ref));
+  // split_in asks for near-f32 products of unrounded inputs: the two do not combine.
+  QuantLinearParams both{x.view(), QuantMatrix{w.f32.view(), Tensor{}, QuantFormat::kFloat}, y.view(), true};
+  both.act_quant = ActQuant::kMxfp8;
+  EXPECT_THROW(be->linear_quant(both), Error);
+}
+
+float silu_ref(float v) { return v / (1.0f + std::exp(-v)); }
+
+// moe with act_quant against the composition of single-row linears: x rounded once per token, h rounded per expert
+// after the SwiGLU (and after the routing weight when it comes before w2), the shared expert alike. The CPU moe sums
+// a token's experts in increasing id order, then the shared expert, and so does this reference.
+TEST(QuantOps, ActQuantMoeRoundsXAndHBeforeEachGemm) {
+  auto be = make_cpu_backend(1);
+  const int64_t e = 4, d = 64, inter = 96, t = 5, k = 2;
+  const float limit = 3.0f;
+  std::vector<Fp8> store;
+  for (int64_t i = 0; i < 3 * (e + 1); ++i)
+    store.push_back(i % 3 == 2 ? fp8(*be, d, inter, 60 + i) : fp8(*be, inter, d, 60 + i));
+  std::vector<QuantExpertWeights> q;
+  std::vector<ExpertWeights> f;
+  for (int64_t i = 0; i < e; ++i) {
+    q.push_back({store[3 * i].m(), store[3 * i + 1].m(), store[3 * i + 2].m()});
+    f.push_back({store[3 * i].f32.view(), store[3 * i + 1].f32.view(), store[3 * i + 2].f32.view()});
+  }
+  const QuantExpertWeights qs{store[3 * e].m(), store[3 * e + 1].m(), store[3 * e + 2].m()};
+  const ExpertWeights fs{store[3 * e].f32.view(), store[3 * e + 1].f32.view(), store[3 * e + 2].f32.view()};
+  HostTensor x = spread_rows(t, d, 70), wts = random_tensor({t, k}, 71), idx(DType::kI32, {t, k});
+  for (int64_t i = 0; i < t * k; ++i) idx.data<int32_t>()[i] = static_cast<int32_t>((i * 3 + i / k) % e);
+  for (bool before_w2 : {false, true}) {
+    SCOPED_TRACE(before_w2 ? "weight before w2" : "weight after w2");
+    HostTensor y(DType::kF32, {t, d}), yq(DType::kF32, {t, d}), plain(DType::kF32, {t, d});
+    HostTensor ref(DType::kF32, {t, d});
+    MoeParams p{x.view(), wts.view(), idx.view(), &f, &fs, y.view(), limit, before_w2, ActQuant::kMxfp8};
+    be->moe(p);
+    be->moe_quant({x.view(), wts.view(), idx.view(), &q, &qs, yq.view(), limit, before_w2, ActQuant::kMxfp8});
+    p.act_quant = ActQuant::kNone;
+    p.out = plain.view();
+    be->moe(p);
+    for (int64_t tok = 0; tok < t; ++tok) {
+      HostTensor xt(DType::kF32, {1, d});
+      std::memcpy(xt.data<float>(), x.data<float>() + tok * d, sizeof(float) * d);
+      const HostTensor xq = rounded(*be, xt);
+      float* out = ref.data<float>() + tok * d;
+      std::fill(out, out + d, 0.0f);
+      auto add_expert = [&](const ExpertWeights& w, float weight, bool weight_first) {
+        HostTensor g(DType::kF32, {1, inter}), u(DType::kF32, {1, inter}), h(DType::kF32, {1, inter});
+        be->linear({xq.view(), w.w1, g.view()});
+        be->linear({xq.view(), w.w3, u.view()});
+        for (int64_t i = 0; i < inter; ++i) {
+          const float gi = std::min(g.data<float>()[i], limit), ui = std::clamp(u.data<float>()[i], -limit, limit);
+          h.data<float>()[i] = silu_ref(gi) * ui * (weight_first ? weight : 1.0f);
+        }
+        const HostTensor hq = rounded(*be, h);
+        HostTensor v(DType::kF32, {1, d});
+        be->linear({hq.view(), w.w2, v.view()});
+        for (int64_t o = 0; o < d; ++o) out[o] += weight_first ? v.data<float>()[o] : v.data<float>()[o] * weight;
+      };
+      std::vector<int64_t> order{0, 1};
+      const int32_t* ti = idx.data<int32_t>() + tok * k;
+      std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return ti[a] < ti[b]; });
+      for (int64_t j : order) add_expert(f[ti[j]], wts.data<float>()[tok * k + j], before_w2);
+      add_expert(fs, 1.0f, true);
+    }
+    EXPECT_TRUE(same_bits(y, ref));
+    EXPECT_TRUE(same_bits(yq, ref));
+    EXPECT_FALSE(same_bits(y, plain)) << "the rounding changed nothing: the test inputs are too tame";
+  }
 }
 
 }  // namespace

@@ -46,30 +46,41 @@ std::optional<std::vector<int64_t>> read_token_map(const std::string& file) {
 }
 
 // Loads the model of one rank on its backend: its resident routed experts only, block-format weights kept quantized
-// when keep_quant (--weight-format).
+// when keep_quant (--weight-format), GEMM inputs rounded as act_quant asks (--activation-quant, V4 family).
 template <typename Model>
 std::function<std::unique_ptr<Model>(Backend&, const ExpertFilter&)> model_loader(
-    const std::string& dir, std::optional<std::vector<int64_t>> token_map, bool keep_quant) {
+    const std::string& dir, std::optional<std::vector<int64_t>> token_map, bool keep_quant, ActQuant act_quant) {
   if constexpr (std::is_same_v<Model, DeepseekV3Model>) {
+    DI_CHECK_CODE(act_quant == ActQuant::kNone, ErrorCode::kUnsupported)
+        << "--activation-quant is implemented for DeepSeek-V4 / V4.1 only";
     return [dir, keep_quant](Backend& b, const ExpertFilter& resident) {
       return DeepseekV3Model::load(dir, b, keep_quant ? V3WeightStorage::kFP8 : V3WeightStorage::kF32, resident);
     };
   } else {
-    return [dir, token_map, keep_quant](Backend& b, const ExpertFilter& resident) {
-      return DeepseekV4Model::load(dir, b, token_map, keep_quant, resident);
+    return [dir, token_map, keep_quant, act_quant](Backend& b, const ExpertFilter& resident) {
+      auto model = DeepseekV4Model::load(dir, b, token_map, keep_quant, resident);
+      model->set_activation_quant(act_quant);
+      return model;
     };
   }
 }
 
 }  // namespace
 
-void add_device_execution_flags(CLI::App* sub, std::string& weight_format, bool& enforce_eager, bool& batch_invariant) {
+void add_device_execution_flags(CLI::App* sub, std::string& weight_format, std::string& activation_quant,
+                                bool& enforce_eager, bool& batch_invariant) {
   sub->add_option(
          "--weight-format", weight_format,
          "how a checkpoint's block-format weights (V3 FP8; V4/V4.1 FP8 projections and MXFP4 experts) are held: auto "
          "(kept quantized on CUDA, also under ep/dp/cp; f32 on the CPU), f32 (dequantized: exact against "
          "the f32 reference) or fp8 (kept quantized)")
       ->check(CLI::IsMember({"auto", "f32", "fp8"}))
+      ->capture_default_str();
+  sub->add_option("--activation-quant", activation_quant,
+                  "V4/V4.1: how the inputs of GEMMs over block-format weights are rounded: none (transformers' "
+                  "numerics, the default) or mxfp8 (the reference's and vLLM's: e4m3 per 32 values with a "
+                  "power-of-two scale)")
+      ->check(CLI::IsMember({"none", "mxfp8"}))
       ->capture_default_str();
   sub->add_flag("--enforce-eager", enforce_eager,
                 "CUDA: launch every decode step op by op (default: batched decode steps recorded as CUDA graphs)");
@@ -102,6 +113,7 @@ EngineSetup::EngineSetup(const EngineSetupArgs& a, StreamCallback on_delta) {
   o.batch_decode = a.batch_decode;
   o.device_argmax = a.device_argmax;
   o.weight_format = a.weight_format;
+  o.activation_quant = a.activation_quant;
   o.scheduling_policy = parse_scheduling_policy(a.scheduling_policy);
   o.ep = a.ep;
   o.dp = a.dp;
@@ -114,7 +126,8 @@ EngineSetup::EngineSetup(const EngineSetupArgs& a, StreamCallback on_delta) {
   o.draft_sampling = a.draft_sampling;
   o.draft_confidence_threshold = a.draft_confidence_threshold;
   o.draft_token_budget = a.draft_token_budget;
-  keep_quantized_weights(o);  // a bad --weight-format fails here, before any rank process starts
+  keep_quantized_weights(o);  // a bad --weight-format or --activation-quant fails here, before any rank process starts
+  const ActQuant act_quant = activation_quant_of(o, load_model_config(m.dir + "/config.json"));
   const bool ep_dp = ParallelLayout::make(a.ep, a.dp).world > 1;
   const ParallelLayout playout = ParallelLayout::make(a.ep, a.dp, 0, ep_dp ? a.cp : 1);
   auto v3_family = [&] { return load_model_config(m.dir + "/config.json").family == ModelFamily::kDeepseekV3; };
@@ -134,9 +147,9 @@ EngineSetup::EngineSetup(const EngineSetupArgs& a, StreamCallback on_delta) {
     DI_LOG_INFO("context parallel: {} processes (one per GPU, NCCL)", a.cp);
     if (!process_world_->is_driver()) {
       if (v3_family())
-        follow_context_parallel<DeepseekV3Model>(a, m.dir, keep_quantized_weights(o));
+        follow_context_parallel<DeepseekV3Model>(a, m.dir, keep_quantized_weights(o), act_quant);
       else
-        follow_context_parallel<DeepseekV4Model>(a, m.dir, keep_quantized_weights(o));
+        follow_context_parallel<DeepseekV4Model>(a, m.dir, keep_quantized_weights(o), act_quant);
       worker_ = true;
       return;
     }
@@ -164,26 +177,30 @@ void EngineSetup::start_expert_parallel(const EngineSetupArgs& a, const std::str
     po.eplb_interval = a.eplb_interval;
     po.eplb_slots = a.eplb_slots;
     po.fp8_dispatch = a.ep_fp8_dispatch;
-    po.keep_quant = keep_quantized_weights(o);  // as load_engine_stack resolves it on rank 0
-    run_parallel_worker<Model>(process_world_->comm(), po, make_rank_backend,
-                               model_loader<Model>(dir, read_token_map(a.engram_token_map_file), po.keep_quant));
+    po.keep_quant = keep_quantized_weights(o);  // as load_engine_stack resolves them on rank 0
+    po.act_quant = activation_quant_of(o, load_model_config(dir + "/config.json"));
+    run_parallel_worker<Model>(
+        process_world_->comm(), po, make_rank_backend,
+        model_loader<Model>(dir, read_token_map(a.engram_token_map_file), po.keep_quant, po.act_quant));
     worker_ = true;
     return;
   }
   o.make_parallel_runner = [this, make_rank_backend, dir](const ParallelRunnerOptions& po,
                                                           std::optional<std::vector<int64_t>> token_map) {
     return std::unique_ptr<ModelRunner>(std::make_unique<DistributedModelRunner<Model>>(
-        process_world_->comm(), po, make_rank_backend, model_loader<Model>(dir, std::move(token_map), po.keep_quant)));
+        process_world_->comm(), po, make_rank_backend,
+        model_loader<Model>(dir, std::move(token_map), po.keep_quant, po.act_quant)));
   };
 }
 
 template <typename Model>
-void EngineSetup::follow_context_parallel(const EngineSetupArgs& a, const std::string& dir, bool keep_quant) {
+void EngineSetup::follow_context_parallel(const EngineSetupArgs& a, const std::string& dir, bool keep_quant,
+                                          ActQuant act_quant) {
   Communicator& world = process_world_->comm();
   std::unique_ptr<Backend> backend = make_rank_cuda_backend(process_world_->env().local_rank, a.batch_invariant);
   // The same weights as the driver computes with (block formats kept or dequantized alike).
   std::unique_ptr<Model> model =
-      model_loader<Model>(dir, read_token_map(a.engram_token_map_file), keep_quant)(*backend, {});
+      model_loader<Model>(dir, read_token_map(a.engram_token_map_file), keep_quant, act_quant)(*backend, {});
   // The driver's runner options (load_engine_stack: one state slot per max_num_seqs).
   ModelRunnerOptions ro;
   ro.exact_prefill = a.exact_prefill;

@@ -167,6 +167,16 @@ bool keep_quantized_weights(const EngineStackOptions& o) {
   return o.weight_format == "fp8";
 }
 
+ActQuant activation_quant_of(const EngineStackOptions& o, const ModelConfig& config) {
+  DI_CHECK(o.activation_quant == "none" || o.activation_quant == "mxfp8")
+      << option(o, "activation_quant", o.activation_quant) << ": must be none or mxfp8";
+  if (o.activation_quant == "none") return ActQuant::kNone;
+  DI_CHECK_CODE(config.is_v4_family(), ErrorCode::kUnsupported)
+      << option(o, "activation_quant", o.activation_quant) << ": the reference's activation rounding is implemented for "
+      << "DeepSeek-V4 / V4.1 only (" << family_name(config.family) << " rounds per 128 values)";
+  return ActQuant::kMxfp8;
+}
+
 std::unique_ptr<EngineStack> load_engine_stack(const EngineStackOptions& o) {
   namespace fs = std::filesystem;
   DI_CHECK(o.max_num_seqs > 0) << "max_num_seqs must be positive, got " << o.max_num_seqs;
@@ -212,6 +222,10 @@ std::unique_ptr<EngineStack> load_engine_stack(const EngineStackOptions& o) {
   DI_CHECK_INTERNAL(!o.cp_world || o.cp_world->size() == o.cp)
       << "cp " << o.cp << " with a process world of " << o.cp_world->size();
   const bool keep_fp8 = keep_quantized_weights(o);
+  const ActQuant act_quant = activation_quant_of(o, load_model_config(cfg_path));
+  if (act_quant != ActQuant::kNone)
+    DI_LOG_INFO("activations: {} before every GEMM over block-format weights (--activation-quant)",
+                act_quant_name(act_quant));
   const int64_t budget = kv_cache_budget_bytes(o);
   if (!parallel) s.backend = make_backend(o);  // parallel: every rank makes its own
   DI_LOG_INFO("device: {}", o.device);
@@ -243,6 +257,7 @@ std::unique_ptr<EngineStack> load_engine_stack(const EngineStackOptions& o) {
     // The same resolution as V3: block-format matrices (FP8 projections and shared expert, MXFP4 routed experts)
     // stay quantized on CUDA by default (every layout), f32 on the CPU and with --weight-format f32.
     s.v4 = DeepseekV4Model::load(o.model_dir, *s.backend, token_map, keep_fp8);
+    s.v4->set_activation_quant(act_quant);
     DI_LOG_INFO("weights: {}", keep_fp8 ? "block-format matrices (FP8, MXFP4) kept quantized (--weight-format)"
                                         : "f32, block-format matrices dequantized at load (--weight-format)");
     const OwnedTensor& head = s.v4->weights().head;
@@ -279,6 +294,7 @@ std::unique_ptr<EngineStack> load_engine_stack(const EngineStackOptions& o) {
     po.eplb_slots = o.eplb_slots;
     po.fp8_dispatch = o.ep_fp8_dispatch;
     po.keep_quant = keep_fp8;
+    po.act_quant = act_quant;
     if (o.make_parallel_runner) {
       s.runner = o.make_parallel_runner(po, token_map);
     } else {

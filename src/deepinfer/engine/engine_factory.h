@@ -19,6 +19,7 @@
 #include "deepinfer/engine/model_runner.h"
 #include "deepinfer/kv/kv_layout.h"
 #include "deepinfer/model/model_config.h"
+#include "deepinfer/ops/ops.h"
 #include "deepinfer/tokenizer/tokenizer.h"
 
 namespace deepinfer {
@@ -60,6 +61,10 @@ struct EngineStackOptions {
   // the CPU reference and under expert parallelism (which moves f32 experts); "f32" always dequantizes (exact
   // against the f32 reference); "fp8" always keeps them. V4/V4.1 weights are f32 on every backend for now.
   std::string weight_format = "auto";
+  // The numerics of the GEMMs over block-format weights (V4 / V4.1 only): "none" (transformers', the default: the
+  // golden fixtures) or "mxfp8" (the reference's and vLLM's: each GEMM input rounded to e4m3 per 32 values with a
+  // power-of-two scale; DeepseekV4Model::set_activation_quant).
+  std::string activation_quant = "none";
   OptionSpelling spelling = OptionSpelling::kFlag;
   // Expert / attention data parallel sizes (docs/PARALLEL.md). ep * dp > 1: the ranks load their own models and
   // the stack holds only the config; by default they are threads of this process on CPU backends
@@ -119,6 +124,10 @@ std::unique_ptr<EngineStack> load_engine_stack(const EngineStackOptions& options
 // the device; V3 FP8 matrices, V4 FP8 projections and MXFP4 experts; the same on every rank of any layout);
 // InvalidArgument for a weight_format that does not exist.
 bool keep_quantized_weights(const EngineStackOptions& options);
+
+// options.activation_quant as the model takes it; InvalidArgument for a value that does not exist, Unsupported for
+// mxfp8 with a V3-family config (its reference rounds per 128 values: not implemented).
+ActQuant activation_quant_of(const EngineStackOptions& options, const ModelConfig& config);
 
 // The bytes the KV cache may use for `options` (logged): see EngineStackOptions.
 int64_t kv_cache_budget_bytes(const EngineStackOptions& options);

@@ -78,6 +78,21 @@ DeepseekV4Model::DeepseekV4Model(ModelConfig config, V4Weights weights, std::opt
   decoder_start_ = find_decoder_start(config_);
 }
 
+void DeepseekV4Model::set_activation_quant(ActQuant q) {
+  act_quant_ = q;
+  std::vector<V4LayerWeights*> blocks;
+  for (V4LayerWeights& lw : w_.layers) blocks.push_back(&lw);
+  if (w_.dspark)
+    for (V4LayerWeights& lw : w_.dspark->layers) blocks.push_back(&lw);
+  if (w_.mtp) blocks.push_back(&w_.mtp->block);
+  for (V4LayerWeights* lw : blocks) {
+    V4AttentionWeights& a = lw->attn;
+    for (KeptMatrix* m : {&a.wq_a, &a.wq_b, &a.wkv, &a.wo_a, &a.wo_b, &a.idx_wq_b}) set_act_quant(*m, q);
+    lw->moe_act_quant = lw->experts_block_format ? q : ActQuant::kNone;
+    lw->engram.wkv_act_quant = lw->engram.wkv_block_format ? q : ActQuant::kNone;
+  }
+}
+
 int64_t DeepseekV4Model::bounded_decoder_from(int64_t prompt_len) const {
   return decoder_start_ < 0 ? 0 : std::max<int64_t>(0, prompt_len - decoder_window());
 }
@@ -543,7 +558,8 @@ OwnedTensor DeepseekV4Model::moe(const Chunk& c, int layer, const OwnedTensor& x
                            lw.has_shared ? &lw.qshared : nullptr,
                            out.view(),
                            static_cast<float>(m.swiglu_limit),
-                           v41};
+                           v41,
+                           lw.moe_act_quant};
     if (ep_) {
       ep_->moe(backend_, layer, q);
     } else {
@@ -560,6 +576,7 @@ OwnedTensor DeepseekV4Model::moe(const Chunk& c, int layer, const OwnedTensor& x
   p.out = out.view();
   p.swiglu_limit = static_cast<float>(m.swiglu_limit);
   p.weight_before_w2 = v41;
+  p.act_quant = lw.moe_act_quant;
   if (ep_) {
     ep_->moe(backend_, layer, p);
   } else {
@@ -713,7 +730,7 @@ void DeepseekV4Model::engram_update(int layer, const Tensor& hash_ids, const Ten
   OwnedTensor rows = mem.zeros(DType::kF32, {T * cols, ed});
   backend_.embedding({ew.table.view(), hash_ids.reshape({T * cols}), rows.view()});
   OwnedTensor kv = mem.zeros(DType::kF32, {T, (hc + 1) * D});
-  backend_.linear({rows.view().reshape({T, cols * ed}), ew.wkv.view(), kv.view()});
+  backend_.linear({rows.view().reshape({T, cols * ed}), ew.wkv.view(), kv.view(), ew.wkv_act_quant});
   OwnedTensor key = mem.zeros(DType::kF32, {T, hc, D}), value = mem.zeros(DType::kF32, {T, D});
   mem.copy(key.view().reshape({T, hc * D}), narrow(kv.view(), 1, 0, hc * D));
   mem.copy(value.view(), narrow(kv.view(), 1, hc * D, (hc + 1) * D));

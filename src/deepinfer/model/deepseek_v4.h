@@ -152,6 +152,13 @@ class DeepseekV4Model {
 
   const ModelConfig& config() const { return config_; }
   int64_t weight_bytes() const { return v4_weight_bytes(w_); }
+  // The numerics of the GEMMs over block-format weights (main layers, DSpark / MTP blocks, Engram's wkv):
+  // kNone (HF's, the default: the golden fixtures) or kMxfp8 (the reference's and vLLM's per-32 FP8 activations;
+  // MODELS.md §5). Matrices the checkpoint stores in bf16 / f32 are never rounded. Set it before the first forward
+  // (recorded decode steps keep the numerics they were recorded with). Not covered: the MTP module's e_proj /
+  // h_proj and DSpark's main_proj.
+  void set_activation_quant(ActQuant q);
+  ActQuant activation_quant() const { return act_quant_; }
   const std::optional<EngramTables>& engram() const { return engram_; }
   V4SequenceState new_sequence() const;
 
@@ -306,6 +313,7 @@ class DeepseekV4Model {
   OwnedTensor main_inv_freq_, compress_inv_freq_;
   int decoder_start_ = -1;
   ExpertParallel* ep_ = nullptr;
+  ActQuant act_quant_ = ActQuant::kNone;
 };
 
 }  // namespace deepinfer

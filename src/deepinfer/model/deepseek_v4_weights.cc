@@ -118,6 +118,8 @@ V4Weights load_v4_weights(const ModelConfig& c, const Checkpoint& ck, Backend& b
       lw.has_engram = true;
       lw.engram.table = ld.f32(L + "engram.embed.weight");
       lw.engram.wkv = ld.f32(L + "engram.wkv.weight");
+      QuantMatrix stored;
+      lw.engram.wkv_block_format = ld.stored_quant(L + "engram.wkv.weight", &stored);
       HostTensor q = ld.f32(L + "engram.q_weight"), k = ld.f32(L + "engram.k_weight");
       lw.engram.gate_weight = HostTensor(DType::kF32, q.shape());
       for (int64_t i = 0; i < q.numel(); ++i)
@@ -138,6 +140,8 @@ V4Weights load_v4_weights(const ModelConfig& c, const Checkpoint& ck, Backend& b
     for (int e = 0; e < n_experts; ++e)
       for (const char* m : {"w1", "w3", "w2"})
         routed.push_back(F + "experts." + std::to_string(e) + "." + m + ".weight");
+    QuantMatrix first;
+    lw.experts_block_format = n_experts > 0 && ld.stored_quant(routed[0], &first);
     bool quant = keep_quant && n_experts > 0;
     std::optional<QuantFormat> format;
     for (const std::string& name : routed) {

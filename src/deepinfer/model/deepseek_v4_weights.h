@@ -47,6 +47,8 @@ struct V4EngramWeights {
   OwnedTensor table;        // [rows, engram_head_dim]
   OwnedTensor wkv;          // [(hc+1)·D, cols·engram_head_dim]
   OwnedTensor gate_weight;  // [hc, D] = q_weight ⊙ k_weight (only ever used as a product)
+  bool wkv_block_format = false;                  // stored FP8 block-scaled (kept f32)
+  ActQuant wkv_act_quant = ActQuant::kNone;       // DeepseekV4Model::set_activation_quant
 };
 
 struct V4LayerWeights {
@@ -65,6 +67,10 @@ struct V4LayerWeights {
   std::vector<KeptMatrix> quant_storage;
   std::vector<QuantExpertWeights> qexperts;  // views into quant_storage
   QuantExpertWeights qshared;
+  // The routed experts are stored in a block format (MXFP4 / FP8), kept so or not; moe_act_quant is what the MoE
+  // calls round their inputs to (DeepseekV4Model::set_activation_quant), routed and shared experts alike.
+  bool experts_block_format = false;
+  ActQuant moe_act_quant = ActQuant::kNone;
   bool has_engram = false;
   V4EngramWeights engram;
 };

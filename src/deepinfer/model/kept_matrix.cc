@@ -29,7 +29,8 @@ QuantMatrix KeptMatrix::as_quant() const {
 KeptMatrix load_kept(const WeightLoader& ld, const std::string& name, bool keep_quant) {
   KeptMatrix m;
   QuantMatrix stored;
-  if (keep_quant && ld.stored_quant(name, &stored)) {
+  m.block_format = ld.stored_quant(name, &stored);
+  if (keep_quant && m.block_format) {
     m.codes = host_copy(stored.weight);
     m.scales = host_copy(stored.scale);
     m.quant = stored;
@@ -41,11 +42,16 @@ KeptMatrix load_kept(const WeightLoader& ld, const std::string& name, bool keep_
   return m;
 }
 
+void set_act_quant(KeptMatrix& w, ActQuant q) { w.act_quant = w.block_format ? q : ActQuant::kNone; }
+
 void kept_linear(Backend& backend, const Tensor& in, const KeptMatrix& w, const Tensor& out) {
-  if (w.quantized())
-    backend.linear_quant({in, w.quant, out});
-  else
-    backend.linear({in, w.f32.view(), out});
+  if (w.quantized()) {
+    QuantLinearParams p{in, w.quant, out};
+    p.act_quant = w.act_quant;
+    backend.linear_quant(p);
+  } else {
+    backend.linear({in, w.f32.view(), out, w.act_quant});
+  }
 }
 
 OwnedTensor kept_project(Backend& backend, TensorMemory& mem, const Tensor& x, const KeptMatrix& w) {
@@ -62,7 +68,7 @@ bool kept_row_slice_ok(const KeptMatrix& w, int64_t r0, int64_t r1) {
 void kept_linear_rows(Backend& backend, const Tensor& in, const KeptMatrix& w, int64_t r0, int64_t r1,
                       const Tensor& out) {
   if (!w.quantized()) {
-    backend.linear({in, w.f32.view().slice(r0, r1), out});
+    backend.linear({in, w.f32.view().slice(r0, r1), out, w.act_quant});
     return;
   }
   DI_CHECK_INTERNAL(kept_row_slice_ok(w, r0, r1))
@@ -75,7 +81,9 @@ void kept_linear_rows(Backend& backend, const Tensor& in, const KeptMatrix& w, i
   } else {
     q.scale = q.scale.slice(r0, r1);  // MXFP4 / per-32 rows: one scale row a weight row
   }
-  backend.linear_quant({in, q, out});
+  QuantLinearParams p{in, q, out};
+  p.act_quant = w.act_quant;
+  backend.linear_quant(p);
 }
 
 void upload_kept(TensorMemory& mem, KeptMatrix& w) {

@@ -23,6 +23,9 @@ struct KeptMatrix {
   OwnedTensor f32;            // kept in f32
   OwnedTensor codes, scales;  // kept quantized: e4m3 [N, K] or packed e2m1 [N, K/2]; their scales
   QuantMatrix quant;          // views into codes / scales
+  bool block_format = false;  // the checkpoint stores it FP8 block-scaled or MXFP4 (kept quantized or not)
+  // How products with it round their inputs (set_act_quant): the reference's FP8 / MXFP4 GEMMs quantize them.
+  ActQuant act_quant = ActQuant::kNone;
   bool quantized() const { return codes.view().data() != nullptr; }
   bool empty() const { return !quantized() && f32.view().data() == nullptr; }
   int64_t rows() const { return quantized() ? quant.rows() : f32.view().dim(0); }
@@ -36,7 +39,11 @@ struct KeptMatrix {
 // MXFP4), else dequantized to f32.
 KeptMatrix load_kept(const WeightLoader& ld, const std::string& name, bool keep_quant);
 
-// out = in · Wᵀ through linear_quant (quantized) or linear (f32).
+// The reference's activation rounding for products with w: q when w is stored in a block format, else none (the
+// reference quantizes the inputs of its FP8 / FP4 GEMMs only).
+void set_act_quant(KeptMatrix& w, ActQuant q);
+
+// out = in · Wᵀ through linear_quant (quantized) or linear (f32), with w.act_quant.
 void kept_linear(Backend& backend, const Tensor& in, const KeptMatrix& w, const Tensor& out);
 
 // The same into a new [x.rows, N] f32 tensor of `mem`.

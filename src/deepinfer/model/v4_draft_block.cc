@@ -82,7 +82,7 @@ OwnedTensor v4_draft_moe(const DeepseekV4Model& target, const V4LayerWeights& lw
   OwnedTensor out = mem.zeros(DType::kF32, {T, c.hidden_size});
   if (lw.quant_experts) {
     target.backend().moe_quant({x, weights.view(), indices.view(), &lw.qexperts, lw.has_shared ? &lw.qshared : nullptr,
-                                out.view(), static_cast<float>(c.moe.swiglu_limit), v41});
+                                out.view(), static_cast<float>(c.moe.swiglu_limit), v41, lw.moe_act_quant});
     return out;
   }
   MoeParams p;
@@ -94,6 +94,7 @@ OwnedTensor v4_draft_moe(const DeepseekV4Model& target, const V4LayerWeights& lw
   p.out = out.view();
   p.swiglu_limit = static_cast<float>(c.moe.swiglu_limit);
   p.weight_before_w2 = v41;
+  p.act_quant = lw.moe_act_quant;
   target.backend().moe(p);
   return out;
 }

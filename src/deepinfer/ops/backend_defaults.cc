@@ -28,16 +28,27 @@ OwnedTensor dequantized(Backend& be, const QuantMatrix& m, const char* op) {
 
 }  // namespace
 
+const char* act_quant_name(ActQuant q) {
+  switch (q) {
+    case ActQuant::kNone:
+      return "none";
+    case ActQuant::kMxfp8:
+      return "mxfp8";
+  }
+  return "?";
+}
+
 void check_split_in(const QuantLinearParams& p, const char* op) {
   DI_CHECK(!p.split_in || (p.weight.format == QuantFormat::kFloat && p.weight.weight.dtype() == DType::kBF16))
       << op << ": split_in needs a bf16 float weight, got " << p.weight.weight.str();
+  DI_CHECK(!p.split_in || p.act_quant == ActQuant::kNone) << op << ": split_in and act_quant do not combine";
 }
 
 void Backend::linear_quant(const QuantLinearParams& p) {
   check_split_in(p, "linear_quant");
   // split_in asks a device for near-f32 accuracy; the reference is exact either way.
   const OwnedTensor w = dequantized(*this, p.weight, "linear_quant");
-  linear({p.in, w.view(), p.out});
+  linear({p.in, w.view(), p.out, p.act_quant});
 }
 
 void Backend::moe_quant(const QuantMoeParams& p) {
@@ -81,7 +92,7 @@ void Backend::moe_quant(const QuantMoeParams& p) {
     return;
   }
   moe({p.x, p.weights, indices.view(), &experts, p.shared ? &shared : nullptr, p.out, p.swiglu_limit,
-       p.weight_before_w2});
+       p.weight_before_w2, p.act_quant});
 }
 
 void Backend::mla_attention_naive(const MlaAttentionParams&) {

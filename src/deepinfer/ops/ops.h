@@ -46,10 +46,19 @@ struct DequantizeParams {
   Tensor out;  // f32 [N, K]
 };
 
+// Quantization of a GEMM's activations (its input rows), as the reference's and vLLM's FP8 / MXFP4 GEMMs do (MODELS.md
+// §5; HF, our default, quantizes none). kMxfp8: each row's consecutive blocks of 32 values are rounded as fake_quant's
+// kFP8E4M3Ue8m0Block32 (e4m3 RNE, UE8M0 scale pow2ceil(max(amax, 1e-4) / 448)) before the product; rows whose length
+// is not a multiple of 32 pass unchanged, as in fake_quant. An op with act_quant computes exactly the op without it
+// over the rounded inputs (the input tensors themselves are not modified).
+enum class ActQuant { kNone, kMxfp8 };
+const char* act_quant_name(ActQuant q);  // "none", "mxfp8"
+
 struct LinearParams {
   Tensor in;      // f32 [M, K]
   Tensor weight;  // f32 [N, K]
   Tensor out;     // f32 [M, N]; must not alias `in`
+  ActQuant act_quant = ActQuant::kNone;
 };
 
 // One weight matrix as the checkpoint stores it (see DequantizeParams for the layouts).
@@ -81,6 +90,7 @@ struct QuantLinearParams {
   // ground truth, bit for bit linear() over the widened weight, which the kept-weight model tests compare with the
   // f32 model; the CUDA tests state the 2^-16 bound instead of emulating the split.
   bool split_in = false;
+  ActQuant act_quant = ActQuant::kNone;  // not with split_in
 };
 // Throws unless split_in, when set, has the bf16 float weight it needs (every backend's linear_quant checks it).
 void check_split_in(const QuantLinearParams& p, const char* op);
@@ -102,6 +112,7 @@ struct QuantMoeParams {
   Tensor out;  // f32 [T, D]
   float swiglu_limit = 0.0f;
   bool weight_before_w2 = false;
+  ActQuant act_quant = ActQuant::kNone;  // as MoeParams::act_quant
 };
 
 // Row gather: out[t] = table[ids[t]].
@@ -347,6 +358,9 @@ struct MoeParams {
   Tensor out;                                           // f32 [T, D]
   float swiglu_limit = 0.0f;
   bool weight_before_w2 = false;
+  // Applied to x before w1 / w3 and to h (after the routing weight when weight_before_w2) before w2, for the
+  // routed and the shared experts alike.
+  ActQuant act_quant = ActQuant::kNone;
 };
 
 // ============================================================================ Engram

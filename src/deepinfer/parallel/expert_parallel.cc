@@ -149,6 +149,7 @@ struct ExpertParallel::Experts {
   const QuantExpertWeights* quant_shared = nullptr;
   float swiglu_limit = 0.0f;
   bool weight_before_w2 = false;
+  ActQuant act_quant = ActQuant::kNone;  // row-wise, so rounding the received rows equals rounding before dispatch
 
   bool has_shared() const { return f32_shared != nullptr || quant_shared != nullptr; }
   // The hidden size, from a held routed expert.
@@ -161,23 +162,23 @@ struct ExpertParallel::Experts {
     if (quant) {
       quant_list.clear();
       for (int e : slots) quant_list.push_back(quant->at(e));
-      backend.moe_quant({x, w, idx, &quant_list, nullptr, out, swiglu_limit, weight_before_w2});
+      backend.moe_quant({x, w, idx, &quant_list, nullptr, out, swiglu_limit, weight_before_w2, act_quant});
       return;
     }
     f32_list.clear();
     for (int e : slots) f32_list.push_back(f32->at(e));
-    backend.moe({x, w, idx, &f32_list, nullptr, out, swiglu_limit, weight_before_w2});
+    backend.moe({x, w, idx, &f32_list, nullptr, out, swiglu_limit, weight_before_w2, act_quant});
   }
   // The shared expert as one routed expert of weight 1 applied before w2 (the reference's form of it).
   void shared(Backend& backend, std::vector<ExpertWeights>& f32_one, std::vector<QuantExpertWeights>& quant_one,
               const Tensor& x, const Tensor& w, const Tensor& idx, const Tensor& out) const {
     if (quant_shared) {
       quant_one.assign(1, *quant_shared);
-      backend.moe_quant({x, w, idx, &quant_one, nullptr, out, swiglu_limit, true});
+      backend.moe_quant({x, w, idx, &quant_one, nullptr, out, swiglu_limit, true, act_quant});
       return;
     }
     f32_one.assign(1, *f32_shared);
-    backend.moe({x, w, idx, &f32_one, nullptr, out, swiglu_limit, true});
+    backend.moe({x, w, idx, &f32_one, nullptr, out, swiglu_limit, true, act_quant});
   }
 };
 
@@ -234,6 +235,7 @@ void ExpertParallel::moe(Backend& backend, int layer, const MoeParams& p) {
   ex.f32_shared = p.shared;
   ex.swiglu_limit = p.swiglu_limit;
   ex.weight_before_w2 = p.weight_before_w2;
+  ex.act_quant = p.act_quant;
   run(backend, layer, p.x, p.weights, p.indices, p.out, ex);
 }
 
@@ -244,6 +246,7 @@ void ExpertParallel::moe(Backend& backend, int layer, const QuantMoeParams& p) {
   ex.quant_shared = p.shared;
   ex.swiglu_limit = p.swiglu_limit;
   ex.weight_before_w2 = p.weight_before_w2;
+  ex.act_quant = p.act_quant;
   run(backend, layer, p.x, p.weights, p.indices, p.out, ex);
 }
 

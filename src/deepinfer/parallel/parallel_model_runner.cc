@@ -63,15 +63,20 @@ std::unique_ptr<ModelRunner> make_parallel_runner(const ParallelRunnerOptions& o
   auto backend = [per_rank](int) { return make_cpu_backend(per_rank); };
   const std::string dir = options.model_dir;
   const bool quant = options.keep_quant;
+  const ActQuant act_quant = options.act_quant;
   if (config.family == ModelFamily::kDeepseekV3) {
+    DI_CHECK_CODE(act_quant == ActQuant::kNone, ErrorCode::kUnsupported)
+        << "activation quantization is implemented for DeepSeek-V4 / V4.1 only";
     return std::make_unique<ParallelModelRunner<DeepseekV3Model>>(
         options, backend, [dir, quant](Backend& b, const ExpertFilter& resident) {
           return DeepseekV3Model::load(dir, b, quant ? V3WeightStorage::kFP8 : V3WeightStorage::kF32, resident);
         });
   }
   return std::make_unique<ParallelModelRunner<DeepseekV4Model>>(
-      options, backend, [dir, token_map, quant](Backend& b, const ExpertFilter& resident) {
-        return DeepseekV4Model::load(dir, b, token_map, quant, resident);
+      options, backend, [dir, token_map, quant, act_quant](Backend& b, const ExpertFilter& resident) {
+        auto model = DeepseekV4Model::load(dir, b, token_map, quant, resident);
+        model->set_activation_quant(act_quant);
+        return model;
       });
 }
 

@@ -61,6 +61,8 @@ struct ParallelRunnerOptions {
   // Block-format weights (FP8 projections, MXFP4 / FP8 experts) stay quantized (--weight-format fp8): what
   // make_parallel_runner passes its loader; a custom ModelFactory applies it itself.
   bool keep_quant = false;
+  // DeepseekV4Model::set_activation_quant on every rank's model (V4 family; kNone for V3).
+  ActQuant act_quant = ActQuant::kNone;
 };
 
 // The MoE layers of a model config and their routed expert count (dense layers get an empty placement).

@@ -31,6 +31,7 @@ struct ModelHostOptions {
   bool enforce_eager = false;              // no decode graphs (EngineSetupArgs::enforce_eager)
   bool batch_invariant = false;            // EngineStackOptions::batch_invariant
   std::string weight_format = "auto";      // auto | f32 | fp8 (EngineStackOptions::weight_format)
+  std::string activation_quant = "none";   // none | mxfp8 (EngineStackOptions::activation_quant)
   std::string scheduling_policy = "fcfs";  // fcfs | priority (the requests' "priority" field, lower first)
   std::string chat_format;                 // "" = from the config family (V3 → v3, V4 → v4, V4.1 → v41)
   std::string speculative = "off";         // off | mtp | dspark (docs/SPECULATIVE.md)

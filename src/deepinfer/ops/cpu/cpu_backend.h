@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "deepinfer/core/thread_pool.h"
 #include "deepinfer/ops/ops.h"
@@ -51,5 +52,10 @@ class CpuBackend final : public Backend {
 
 // fp32 dot product with a fixed, vectorisable summation order (shared by the op files).
 float dot_f32(const float* a, const float* b, int64_t n);
+
+// fake_quant over a row-major [rows, cols] buffer (the op's arithmetic, shared with the GEMMs' act_quant).
+void fake_quant_rows(float* x, int64_t rows, int64_t cols, FakeQuantKind kind);
+// A copy of the [rows, cols] rows at x, rounded as `q` asks (ActQuant): what a GEMM with act_quant multiplies.
+std::vector<float> act_quant_copy(const float* x, int64_t rows, int64_t cols, ActQuant q);
 
 }  // namespace deepinfer

@@ -39,14 +39,22 @@ void quant_block(float* x, int64_t n, FakeQuantKind kind) {
 
 }  // namespace
 
+void fake_quant_rows(float* x, int64_t rows, int64_t cols, FakeQuantKind kind) {
+  const int64_t block = kind == FakeQuantKind::kFP4E4m3Block16 ? 16 : 32;
+  if (cols % block != 0) return;  // the reference leaves unblockable shapes (tiny configs) unquantized
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < cols; b += block) quant_block(x + r * cols + b, block, kind);
+}
+
+std::vector<float> act_quant_copy(const float* x, int64_t rows, int64_t cols, ActQuant q) {
+  std::vector<float> out(x, x + rows * cols);
+  if (q == ActQuant::kMxfp8) fake_quant_rows(out.data(), rows, cols, FakeQuantKind::kFP8E4M3Ue8m0Block32);
+  return out;
+}
+
 void CpuBackend::fake_quant(const FakeQuantParams& p) {
   validate(p);
-  const int64_t rows = p.x.dim(0), cols = p.x.dim(1);
-  const int64_t block = p.kind == FakeQuantKind::kFP4E4m3Block16 ? 16 : 32;
-  if (cols % block != 0) return;  // the reference leaves unblockable shapes (tiny configs) unquantized
-  float* x = p.x.data_as<float>();
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t b = 0; b < cols; b += block) quant_block(x + r * cols + b, block, p.kind);
+  fake_quant_rows(p.x.data_as<float>(), p.x.dim(0), p.x.dim(1), p.kind);
 }
 
 }  // namespace deepinfer

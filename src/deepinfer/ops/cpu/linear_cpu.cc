@@ -1,6 +1,7 @@
 // Linear family on the CPU: weight dequantization (float, FP8 block-scaled, MXFP4, FP8 per-32 rows), the
 // fp32 GEMM y = x·Wᵀ, and embedding row gathers.
 #include <cstring>
+#include <vector>
 
 #include "deepinfer/core/dtype.h"
 #include "deepinfer/ops/cpu/cpu_backend.h"
@@ -54,7 +55,9 @@ void CpuBackend::dequantize(const DequantizeParams& p) {
 void CpuBackend::linear(const LinearParams& p) {
   validate(p);
   const int64_t m = p.in.dim(0), k = p.in.dim(1), n = p.weight.dim(0);
-  const float* x = p.in.data_as<float>();
+  std::vector<float> rounded;
+  if (p.act_quant != ActQuant::kNone) rounded = act_quant_copy(p.in.data_as<float>(), m, k, p.act_quant);
+  const float* x = rounded.empty() ? p.in.data_as<float>() : rounded.data();
   const float* w = p.weight.data_as<float>();
   float* y = p.out.data_as<float>();
   // Split over output features: every thread streams its own slice of W once for all rows of x.

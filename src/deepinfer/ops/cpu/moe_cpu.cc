@@ -24,9 +24,10 @@ float score_fn(RouterScoring s, float x) {
 
 float silu(float x) { return x / (1.0f + std::exp(-x)); }
 
-// y += expert(x) · (weight applied before or after w2); scratch holds two [I] vectors.
+// y += expert(x) · (weight applied before or after w2); h is scratch for [I] values. x arrives rounded as act_quant
+// asks (the caller rounds it once for all of a token's experts); h is rounded here, after the routing weight.
 void run_expert(const ExpertWeights& e, const float* x, int64_t d, float weight, bool before_w2, float limit,
-                std::vector<float>& h, float* y) {
+                ActQuant act_quant, std::vector<float>& h, float* y) {
   const int64_t inter = e.w1.dim(0);
   h.resize(inter);
   for (int64_t i = 0; i < inter; ++i) {
@@ -39,6 +40,7 @@ void run_expert(const ExpertWeights& e, const float* x, int64_t d, float weight,
     h[i] = silu(g) * u;
     if (before_w2) h[i] *= weight;
   }
+  if (act_quant == ActQuant::kMxfp8) fake_quant_rows(h.data(), 1, inter, FakeQuantKind::kFP8E4M3Ue8m0Block32);
   for (int64_t o = 0; o < d; ++o) {
     const float v = dot_f32(e.w2.data_as<float>() + o * inter, h.data(), inter);
     y[o] += before_w2 ? v : v * weight;
@@ -124,7 +126,9 @@ void CpuBackend::moe(const MoeParams& p) {
     std::vector<float> h;
     std::vector<int64_t> order(k);
     for (int64_t t = begin; t < end; ++t) {
-      const float* x = p.x.data_as<float>() + t * d;
+      std::vector<float> rounded;
+      if (p.act_quant != ActQuant::kNone) rounded = act_quant_copy(p.x.data_as<float>() + t * d, 1, d, p.act_quant);
+      const float* x = rounded.empty() ? p.x.data_as<float>() + t * d : rounded.data();
       float* y = p.out.data_as<float>() + t * d;
       std::fill(y, y + d, 0.0f);
       const int32_t* idx = p.indices.data_as<int32_t>() + t * k;
@@ -133,9 +137,9 @@ void CpuBackend::moe(const MoeParams& p) {
       std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return idx[a] < idx[b]; });
       for (int64_t j : order) {
         DI_CHECK(idx[j] >= 0 && idx[j] < static_cast<int64_t>(p.experts->size())) << "moe: expert id " << idx[j];
-        run_expert((*p.experts)[idx[j]], x, d, w[j], p.weight_before_w2, p.swiglu_limit, h, y);
+        run_expert((*p.experts)[idx[j]], x, d, w[j], p.weight_before_w2, p.swiglu_limit, p.act_quant, h, y);
       }
-      if (p.shared) run_expert(*p.shared, x, d, 1.0f, true, p.swiglu_limit, h, y);
+      if (p.shared) run_expert(*p.shared, x, d, 1.0f, true, p.swiglu_limit, p.act_quant, h, y);
     }
   });
 }

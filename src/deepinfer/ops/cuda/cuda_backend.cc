@@ -185,16 +185,17 @@ void CudaBackend::linear(const LinearParams& p) {
   expect_on("linear", "weight", p.weight, dev);
   expect_on("linear", "out", p.out, dev);
   const int64_t m = p.in.dim(0), n = p.weight.dim(0), k = p.in.dim(1);
+  cuda::WorkspaceArena::Scope scope(impl_->ws());
+  const float* in = impl_->act_quant_rows(p.in.data_as<float>(), m, k, p.act_quant);
   if (impl_->linear_precision == LinearPrecision::kBF16) {
-    cuda::WorkspaceArena::Scope scope(impl_->ws());
     void* w_bf16 = impl_->ws().take(sizeof(uint16_t) * n * k);
     void* in_bf16 = impl_->ws().take(sizeof(uint16_t) * m * k);
     cuda::run_cast_f32_to_bf16(p.weight.data_as<float>(), w_bf16, n * k, impl_->s());
-    cuda::run_cast_f32_to_bf16(p.in.data_as<float>(), in_bf16, m * k, impl_->s());
+    cuda::run_cast_f32_to_bf16(in, in_bf16, m * k, impl_->s());
     impl_->lt_matmul(in_bf16, w_bf16, CUDA_R_16BF, p.out.data_as<float>(), m, n, k);
     return;
   }
-  impl_->f32_matmul(p.in.data_as<float>(), p.weight.data_as<float>(), p.out.data_as<float>(), m, n, k);
+  impl_->f32_matmul(in, p.weight.data_as<float>(), p.out.data_as<float>(), m, n, k);
 }
 
 void CudaBackend::set_linear_precision(LinearPrecision p) {
@@ -227,7 +228,9 @@ void CudaBackend::linear_quant(const QuantLinearParams& p) {
   check_split_in(p, op);
   expect_on(op, "in", p.in, dev);
   expect_on(op, "out", p.out, dev);
-  impl_->quant_linear(p.in.data_as<float>(), p.weight, p.out.data_as<float>(), p.in.dim(0), p.split_in);
+  cuda::WorkspaceArena::Scope scope(impl_->ws());
+  const float* in = impl_->act_quant_rows(p.in.data_as<float>(), p.in.dim(0), p.in.dim(1), p.act_quant);
+  impl_->quant_linear(in, p.weight, p.out.data_as<float>(), p.in.dim(0), p.split_in);
 }
 
 void CudaBackend::embedding(const EmbeddingParams& p) {

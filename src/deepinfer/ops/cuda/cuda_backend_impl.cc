@@ -96,7 +96,7 @@ void CudaBackend::Impl::quant_linear(const float* in, const QuantMatrix& w, floa
 
 void CudaBackend::Impl::run_moe(const float* x, const float* weights, const int32_t* indices, float* out,
                                 int64_t tokens, int64_t d, int64_t k, int64_t inter, int experts, const MoeWeights& mw,
-                                const QuantExpertWeights* shared, float limit, bool before_w2) {
+                                const QuantExpertWeights* shared, float limit, bool before_w2, ActQuant act_quant) {
   // Many rows per expert in block formats: the mma.sync kernel reads bf16 copies of x and of the SwiGLU output
   // (batch-invariant mode: the invariant tile kernel past the streaming kernel's rows, and the streaming kernel
   // from kInvariantBf16Slots slots on: each of its blocks stages all of K of its group's rows for one 16-row tile
@@ -117,7 +117,8 @@ void CudaBackend::Impl::run_moe(const float* x, const float* weights, const int3
                             (bf16_inputs ? k * inter * 2 : 0) + (bf16_inputs || shared_bf16 ? d * 2 : 0) +
                             (shared_bf16 ? shared->w1.rows() * 2 : 0) +
                             // the rows kernel's bf16 copies of x and h (shared_rows below)
-                            (shared && tokens <= cuda::kGemmRowsMmaMaxRows ? (d + shared->w1.rows()) * 2 : 0);
+                            (shared && tokens <= cuda::kGemmRowsMmaMaxRows ? (d + shared->w1.rows()) * 2 : 0) +
+                            (act_quant != ActQuant::kNone ? d * 4 : 0);  // the rounded copy of x
   // Chunks of at least kMoeChunkTokens tokens (a typical prefill chunk) even past 1 GiB of intermediates (~2.6
   // GiB for V4-Flash, ~3.5 GiB for V3 at 8192 tokens; the engine reserves 5% of the device for activations): with
   // 1 GiB chunks an 8192-token V4-Flash prefill ran in three chunks of ~78 rows an expert, so most experts' second
@@ -137,7 +138,7 @@ void CudaBackend::Impl::run_moe(const float* x, const float* weights, const int3
     float* gu = ws().take_as<float>(slots * 2 * inter);
     float* h = ws().take_as<float>(slots * inter);
     float* y_slot = ws().take_as<float>(slots * d);
-    const float* xc = x + t0 * d;
+    const float* xc = act_quant_rows(x + t0 * d, tc, d, act_quant);
     void* xc16 = nullptr;
     void* h16 = nullptr;
     if (bf16_inputs) h16 = ws().take(sizeof(uint16_t) * slots * inter);
@@ -219,10 +220,16 @@ void CudaBackend::Impl::run_moe(const float* x, const float* weights, const int3
     sw.weights = before_w2 ? wc : nullptr;
     sw.weight_rows = perm;
     sw.rows_used = group_offsets + experts;
-    if (h16)
-      cuda::run_swiglu_bf16(sw, h16, s());  // h and its bf16 copy in one pass
-    else
+    if (act_quant != ActQuant::kNone) {
+      // w2's input is rounded after the SwiGLU (and the routing weight), so its bf16 copy follows the rounding.
       cuda::run_swiglu(sw, s());
+      round_rows_in_place(h, slots, inter, act_quant);
+      if (h16) cuda::run_cast_f32_to_bf16(h, h16, slots * inter, s());
+    } else if (h16) {
+      cuda::run_swiglu_bf16(sw, h16, s());  // h and its bf16 copy in one pass
+    } else {
+      cuda::run_swiglu(sw, s());
+    }
     // down: h[pos] -> y_slot[perm[pos]]
     g.a = h;
     g.a_bf16 = h16;
@@ -272,8 +279,12 @@ void CudaBackend::Impl::run_moe(const float* x, const float* weights, const int3
       ssw.inter = si;
       ssw.limit = limit;
       void* sh16 = nullptr;
-      if (shared_mma || shared_rows) {
-        sh16 = ws().take(sizeof(uint16_t) * tc * si);
+      if (shared_mma || shared_rows) sh16 = ws().take(sizeof(uint16_t) * tc * si);
+      if (act_quant != ActQuant::kNone) {
+        cuda::run_swiglu(ssw, s());
+        round_rows_in_place(sh, tc, si, act_quant);
+        if (sh16) cuda::run_cast_f32_to_bf16(sh, sh16, tc * si, s());
+      } else if (sh16) {
         cuda::run_swiglu_bf16(ssw, sh16, s());
       } else {
         cuda::run_swiglu(ssw, s());

@@ -324,7 +324,26 @@ struct CudaBackend::Impl {
   };
   void run_moe(const float* x, const float* weights, const int32_t* indices, float* out, int64_t tokens, int64_t d,
                int64_t k, int64_t inter, int experts, const MoeWeights& mw, const QuantExpertWeights* shared,
-               float limit, bool before_w2);
+               float limit, bool before_w2, ActQuant act_quant);
+
+  // The [rows, cols] rows at x as a GEMM with act_quant multiplies them: x itself for kNone, else a rounded copy in
+  // ws() (the caller holds the scope). The rounding is the fake_quant kernel's, bit for bit the CPU's.
+  const float* act_quant_rows(const float* x, int64_t rows, int64_t cols, ActQuant q) {
+    if (q == ActQuant::kNone || rows * cols == 0) return x;
+    float* copy = ws().take_as<float>(rows * cols);
+    DI_CUDA_CHECK(cudaMemcpyAsync(copy, x, sizeof(float) * rows * cols, cudaMemcpyDeviceToDevice, s()));
+    round_rows_in_place(copy, rows, cols, q);
+    return copy;
+  }
+  void round_rows_in_place(float* x, int64_t rows, int64_t cols, ActQuant q) {
+    if (q == ActQuant::kNone) return;
+    cuda::FakeQuantKernelParams f;
+    f.x = x;
+    f.rows = rows;
+    f.cols = cols;
+    f.kind = FakeQuantKind::kFP8E4M3Ue8m0Block32;
+    cuda::run_fake_quant(f, s());
+  }
 
   // c[m, ldc] (first w.rows() columns) = a[m, lda] · dequant(w)ᵀ, any format, through the own GEMM so that
   // a strided output is fine (and batch-invariant when the backend is). Takes scratch from ws(): the caller

@@ -78,7 +78,7 @@ void CudaBackend::moe(const MoeParams& p) {
   }
   impl_->run_moe(p.x.data_as<float>(), p.weights.data_as<float>(), p.indices.data_as<int32_t>(), p.out.data_as<float>(),
                  p.x.dim(0), p.x.dim(1), p.weights.dim(1), experts[0].w1.dim(0), static_cast<int>(experts.size()), mw,
-                 p.shared ? &shared : nullptr, p.swiglu_limit, p.weight_before_w2);
+                 p.shared ? &shared : nullptr, p.swiglu_limit, p.weight_before_w2, p.act_quant);
 }
 
 void CudaBackend::moe_quant(const QuantMoeParams& p) {
@@ -142,7 +142,8 @@ void CudaBackend::moe_quant(const QuantMoeParams& p) {
     mw.s[i] = mw.format == QuantFormat::kFloat ? nullptr : impl_->table(3 + i, p.experts, ptrs[3 + i]);
   }
   impl_->run_moe(p.x.data_as<float>(), p.weights.data_as<float>(), p.indices.data_as<int32_t>(), p.out.data_as<float>(),
-                 t, d, k, inter, static_cast<int>(experts.size()), mw, p.shared, p.swiglu_limit, p.weight_before_w2);
+                 t, d, k, inter, static_cast<int>(experts.size()), mw, p.shared, p.swiglu_limit, p.weight_before_w2,
+                 p.act_quant);
 }
 
 // ============================================================================ Engram
