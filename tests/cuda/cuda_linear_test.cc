@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <numeric>
 
 #include "cuda/cuda_test_util.h"
@@ -131,6 +132,47 @@ TEST_F(CudaLinearTest, F32LinearMatchesCpu) {
     DeviceTensor dx = up(x), dw = up(w), dout = poisoned({m, n});
     gpu().linear({dx, dw, dout});
     rel_err(("linear f32 M=" + std::to_string(m)).c_str(), down(dout), want, 1e-5);
+  }
+}
+
+// act_quant (--activation-quant mxfp8): every path rounds its inputs to e4m3 per 32 values first, with the fake_quant
+// kernel (bit for bit the CPU's). The rounded inputs are exact in bf16 and the UE8M0-scaled weights are too, so every
+// path, from the one-row fp32 kernel through the streaming and rows kernels to the tensor-core tiles, computes the
+// CPU's products and differs only in the order of the sums: 1e-5 against the CPU op with act_quant. The input tensor
+// stays as it was. The f32 linear (cuBLASLt fp32) the same.
+TEST_F(CudaLinearTest, ActQuantRoundsTheInputsOnEveryPath) {
+  const int64_t n = 320, k = 512;
+  for (int64_t m : {1, 3, 8, 16, 40, 130, 300}) {
+    const HostTensor x = rand({m, k}, -4.0f, 4.0f);
+    const std::string rows = " M=" + std::to_string(m);
+    auto check = [&](const std::string& name, const QuantMatrix& host_w, const QuantMatrix& dev_w) {
+      HostTensor want(DType::kF32, {m, n});
+      QuantLinearParams c{x, host_w, want};
+      c.act_quant = ActQuant::kMxfp8;
+      cpu().linear_quant(c);
+      DeviceTensor dx = up(x), dout = poisoned({m, n});
+      QuantLinearParams g{dx, dev_w, dout};
+      g.act_quant = ActQuant::kMxfp8;
+      gpu().linear_quant(g);
+      rel_err(("act_quant linear_quant " + name + rows).c_str(), down(dout), want, 1e-5);
+      const HostTensor back = down(dx);
+      EXPECT_EQ(std::memcmp(back.data<float>(), x.data<float>(), sizeof(float) * m * k), 0) << name << rows;
+    };
+    for (const int block : {128, 32}) {
+      const HostTensor w = fp8({n, k}), s = e8m0({(n + block - 1) / block, (k + block - 1) / block});
+      const DeviceTensor dw = up(w), ds = up(s);
+      check("fp8 " + std::to_string(block) + "x" + std::to_string(block) + " e8m0",
+            {w, s, QuantFormat::kFP8Block, block, block}, {dw, ds, QuantFormat::kFP8Block, block, block});
+    }
+    const HostTensor w = rand_bytes(DType::kU8, {n, k / 2}), s = e8m0({n, k / 32});
+    const DeviceTensor dw = up(w), ds = up(s);
+    check("mxfp4", {w, s, QuantFormat::kMXFP4}, {dw, ds, QuantFormat::kMXFP4});
+    const HostTensor wf = rand({n, k});
+    HostTensor want(DType::kF32, {m, n});
+    cpu().linear({x, wf, want, ActQuant::kMxfp8});
+    DeviceTensor dx = up(x), dwf = up(wf), dout = poisoned({m, n});
+    gpu().linear({dx, dwf, dout, ActQuant::kMxfp8});
+    rel_err(("act_quant linear f32" + rows).c_str(), down(dout), want, 1e-5);
   }
 }
 

@@ -650,6 +650,27 @@ TEST_F(CudaMoeTest, Mxfp4ExpertsAndFp8SharedMatchDequantizedCpu) {
   }
 }
 
+// act_quant (--activation-quant mxfp8): x and h rounded to e4m3 per 32 values before the GEMMs, routed and shared
+// experts alike, on the streaming (T = 3), mma.sync (T = 21) and tensor-core tile (T = 300) paths. The rounded x is the
+// CPU's bit for bit and exact in bf16, so the gate / up products are the CPU's; h is rounded from the device's own
+// SwiGLU, which can differ from the CPU's in the last bits and then, rarely, round to the neighbouring e4m3 value
+// (one element of ~inter, ~2^-4 of it): 4e-3, half the unrounded paths' bf16 tolerance.
+TEST_F(CudaMoeTest, ActQuantRoundsXAndHOnEveryPath) {
+  const int64_t d = 256, inter = 128, e = 16, k = 4;
+  const std::unique_ptr<QuantMoe> q = quant_moe(d, inter, e);
+  for (int64_t t : {3, 21, 300}) {
+    HostTensor x = rand({t, d}), weights = rand({t, k}, 0.05f, 1.0f), idx = distinct_indices(t, k, e);
+    for (bool before : {false, true}) {
+      HostTensor want(DType::kF32, {t, d});
+      cpu().moe({x, weights, idx, &q->cpu_experts, &q->cpu_shared, want, 10.0f, before, ActQuant::kMxfp8});
+      const DeviceTensor dx = up(x), dwts = up(weights), didx = up(idx), dout = poisoned({t, d});
+      gpu().moe_quant({dx, dwts, didx, &q->gpu_experts, &q->gpu_shared, dout, 10.0f, before, ActQuant::kMxfp8});
+      rel_err((std::string("act_quant moe_quant") + (before ? " before_w2" : "") + " T=" + std::to_string(t)).c_str(),
+              down(dout), want, 4e-3);
+    }
+  }
+}
+
 // The pipelined mma.sync kernel (gemm_mma_cuda.cu; many rows per expert in a block format, x and h as bf16):
 // MXFP4 and FP8-block routed experts, hidden 640 (gate/up K = 640: 20 k-steps; down N = 640: a partial 256-column
 // tile), inter 320 (gate/up N: a partial tile; down K = 320), 24 experts of which each token takes 6. T = 40 gives
