@@ -112,6 +112,32 @@ TEST(BenchRunner, CpuTargetFormats) {
   }
 }
 
+// --activation-quant mxfp8 on the CPU target: a linear over an FP8 / MXFP4 weight equals the same linear over the
+// fake_quant-rounded input (and differs from the unrounded one); over bf16 / f32 weights nothing is rounded.
+TEST(BenchRunner, ActivationQuantRoundsTheBlockFormatGemmsOnly) {
+  std::unique_ptr<BenchTarget> t = make_cpu_target(1);
+  const int64_t n = 24, k = 64;
+  const OwnedTensor x = t->random({3, k}, 1, 4.0f);
+  HostTensor xq(DType::kF32, {3, k});
+  std::memcpy(xq.data<float>(), x.view().data(), sizeof(float) * 3 * k);
+  t->backend().fake_quant({xq.view(), FakeQuantKind::kFP8E4M3Ue8m0Block32});
+  for (BenchFormat f : {BenchFormat::kFP8Block, BenchFormat::kMXFP4, BenchFormat::kBF16, BenchFormat::kF32}) {
+    auto w = t->weight(f, n, k, 32, 5);
+    const OwnedTensor plain = t->random({3, n}, 2, 1.0f), rounded_in = t->random({3, n}, 3, 1.0f),
+                      got = t->random({3, n}, 4, 1.0f);
+    t->set_activation_quant(ActQuant::kNone);
+    t->linear(x.view(), *w, plain.view());
+    t->linear(xq.view(), *w, rounded_in.view());
+    t->set_activation_quant(ActQuant::kMxfp8);
+    t->linear(x.view(), *w, got.view());
+    const bool block = f == BenchFormat::kFP8Block || f == BenchFormat::kMXFP4;
+    const size_t bytes = sizeof(float) * 3 * n;
+    EXPECT_EQ(std::memcmp(got.view().data(), (block ? rounded_in : plain).view().data(), bytes), 0)
+        << bench_format_name(f);
+    EXPECT_NE(std::memcmp(plain.view().data(), rounded_in.view().data(), bytes), 0) << bench_format_name(f);
+  }
+}
+
 // The grouped linear of the CPU target against one linear() per group on the same weights: bitwise equal, for
 // every weight format and a few row counts; unplanned row counts and bad shapes are rejected.
 TEST(BenchRunner, GroupedLinearEqualsPerGroupLinear) {

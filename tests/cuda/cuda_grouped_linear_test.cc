@@ -157,6 +157,31 @@ TEST_F(CudaGroupedLinearTest, MatchesPerGroupCpuLinear) {
   }
 }
 
+// act_quant (--activation-quant mxfp8): the input rounded to e4m3 per 32 values (the CPU's fake_quant, bit for bit)
+// before the one launch or the per-group linear_quant calls: against the CPU linear of the rounded rows at 1e-5 for
+// the UE8M0 formats (rounded values are exact in bf16) and one-launch f32 weights, 4e-3 where the per-group fallback
+// runs cuBLASLt on bf16 copies of f32-scaled weights.
+TEST_F(CudaGroupedLinearTest, ActQuantRoundsTheInputFirst) {
+  const int groups = 3;
+  const int64_t n = 300, k = 512;
+  for (Kind kind : {Kind::kFp8E8m0_128, Kind::kFp8F32_32, Kind::kMxfp4}) {
+    Weights w = make(kind, groups, n, k);
+    for (int64_t rows : {1, 4, 7, 20}) {
+      const std::string what = std::string("act_quant grouped ") + name(kind) + " rows=" + std::to_string(rows);
+      auto plan = plan_grouped_linear(gpu(), w.mats, rows);
+      const HostTensor x = rand({groups * rows, k}, -4.0f, 4.0f);
+      HostTensor xq(DType::kF32, x.shape());
+      std::memcpy(xq.view().data(), x.view().data(), x.view().nbytes());
+      cpu().fake_quant({xq, FakeQuantKind::kFP8E4M3Ue8m0Block32});
+      const HostTensor want = reference(xq, w, rows);
+      DeviceTensor dx = up(x), dout = poisoned({groups * rows, n});
+      grouped_linear_quant(gpu(), dx, *plan, dout, ActQuant::kMxfp8);
+      const bool exact = rounds_a(kind) || plan->one_launch(false, gpu().kernel_choices());
+      rel_err(what.c_str(), down(dout), want, exact ? 1e-5 : 4e-3);
+    }
+  }
+}
+
 // Batch-invariant mode: one launch at any row count, and each group's rows equal linear_quant of that group alone
 // byte for byte (the same sequence per output: for these UE8M0 formats the tensor-core streaming kernel at 1 and 7
 // rows, the invariant tile kernel at 70, A rounded to bf16: against the rounded input at 1e-5).

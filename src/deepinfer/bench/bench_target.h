@@ -103,6 +103,19 @@ class BenchTarget {
     return false;
   }
   virtual void replay() {}
+
+  // --activation-quant: how the GEMMs over FP8 / MXFP4 weights round their inputs (Backend ops' act_quant).
+  void set_activation_quant(ActQuant q) { act_quant_ = q; }
+  ActQuant activation_quant() const { return act_quant_; }
+
+ protected:
+  // The rounding a GEMM over a weight in format f takes (the reference rounds the inputs of block formats only).
+  ActQuant act_quant_for(BenchFormat f) const {
+    return f == BenchFormat::kFP8Block || f == BenchFormat::kMXFP4 ? act_quant_ : ActQuant::kNone;
+  }
+
+ private:
+  ActQuant act_quant_ = ActQuant::kNone;
 };
 
 std::unique_ptr<BenchTarget> make_cpu_target(int threads);

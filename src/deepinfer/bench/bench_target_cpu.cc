@@ -17,6 +17,7 @@ namespace {
 
 struct CpuWeight final : BenchWeight {
   HostTensor w;  // f32 [n, k]
+  BenchFormat format = BenchFormat::kF32;
 };
 struct CpuGroupedWeight final : BenchGroupedWeight {
   std::set<int64_t> planned;  // row counts per group readied by plan_grouped
@@ -26,6 +27,7 @@ struct CpuExperts final : BenchExperts {
   std::vector<ExpertWeights> routed;
   ExpertWeights shared;
   bool has_shared = false;
+  BenchFormat routed_format = BenchFormat::kF32;
 };
 
 class CpuTarget final : public BenchTarget {
@@ -48,11 +50,13 @@ class CpuTarget final : public BenchTarget {
   std::unique_ptr<BenchWeight> weight(BenchFormat f, int64_t n, int64_t k, int block, uint64_t seed) override {
     auto w = std::make_unique<CpuWeight>();
     w->w = draw(f, n, k, block, seed);
+    w->format = f;
     return w;
   }
 
   void linear(const Tensor& in, const BenchWeight& w, const Tensor& out) override {
-    be_->linear({in, static_cast<const CpuWeight&>(w).w.view(), out});
+    const auto& cw = static_cast<const CpuWeight&>(w);
+    be_->linear({in, cw.w.view(), out, act_quant_for(cw.format)});
   }
 
   std::unique_ptr<BenchGroupedWeight> grouped_weight(BenchFormat f, int64_t groups, int64_t n, int64_t k, int block,
@@ -85,6 +89,7 @@ class CpuTarget final : public BenchTarget {
 
   std::unique_ptr<BenchExperts> experts(const ExpertSpec& spec, uint64_t seed) override {
     auto e = std::make_unique<CpuExperts>();
+    e->routed_format = spec.routed;
     e->storage.reserve(3 * spec.count + 3);
     std::mt19937_64 rng(seed);
     auto one = [&](BenchFormat f, int64_t inter) {
@@ -108,8 +113,8 @@ class CpuTarget final : public BenchTarget {
   void moe(const Tensor& x, const Tensor& weights, const Tensor& indices, const BenchExperts& e, const Tensor& out,
            float swiglu_limit, bool weight_before_w2) override {
     const auto& ce = static_cast<const CpuExperts&>(e);
-    be_->moe(
-        {x, weights, indices, &ce.routed, ce.has_shared ? &ce.shared : nullptr, out, swiglu_limit, weight_before_w2});
+    be_->moe({x, weights, indices, &ce.routed, ce.has_shared ? &ce.shared : nullptr, out, swiglu_limit,
+              weight_before_w2, act_quant_for(ce.routed_format)});
   }
 
   double time_ms(const std::function<void()>& fn, int warmup, int iters) override {

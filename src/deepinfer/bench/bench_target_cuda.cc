@@ -26,6 +26,7 @@ namespace {
 struct CudaWeight final : BenchWeight {
   std::vector<OwnedTensor> storage;
   QuantMatrix m;
+  BenchFormat format = BenchFormat::kF32;
 };
 struct CudaGroupedWeight final : BenchGroupedWeight {
   std::map<int64_t, std::unique_ptr<GroupedLinearPlan>> plans;  // by rows per group
@@ -35,6 +36,7 @@ struct CudaExperts final : BenchExperts {
   std::vector<QuantExpertWeights> routed;
   QuantExpertWeights shared;
   bool has_shared = false;
+  BenchFormat routed_format = BenchFormat::kF32;
 };
 
 class CudaTarget final : public BenchTarget {
@@ -95,11 +97,15 @@ class CudaTarget final : public BenchTarget {
   std::unique_ptr<BenchWeight> weight(BenchFormat f, int64_t n, int64_t k, int block, uint64_t seed) override {
     auto w = std::make_unique<CudaWeight>();
     w->m = matrix(f, n, k, block, seed, w->storage);
+    w->format = f;
     return w;
   }
 
   void linear(const Tensor& in, const BenchWeight& w, const Tensor& out) override {
-    be_->linear_quant({in, static_cast<const CudaWeight&>(w).m, out});
+    const auto& cw = static_cast<const CudaWeight&>(w);
+    QuantLinearParams p{in, cw.m, out};
+    p.act_quant = act_quant_for(cw.format);
+    be_->linear_quant(p);
   }
 
   std::unique_ptr<BenchGroupedWeight> grouped_weight(BenchFormat f, int64_t groups, int64_t n, int64_t k, int block,
@@ -126,13 +132,15 @@ class CudaTarget final : public BenchTarget {
     const auto plan = cw.plans.find(in.dim(0) / g_count);
     DI_CHECK(plan != cw.plans.end()) << "bench: grouped linear with " << in.dim(0) / g_count
                                      << " rows per group was not planned";
-    grouped_linear_quant(*be_, in, *plan->second, out);
+    grouped_linear_quant(*be_, in, *plan->second, out,
+                         act_quant_for(static_cast<const CudaWeight&>(*cw.groups.front()).format));
   }
 
   std::unique_ptr<BenchExperts> experts(const ExpertSpec& spec, uint64_t seed) override {
     DI_CHECK_CODE(spec.routed != BenchFormat::kBF16, ErrorCode::kUnsupported)
         << "bench --device cuda: moe_quant has no bf16 routed-expert path (use f32 or a block format)";
     auto e = std::make_unique<CudaExperts>();
+    e->routed_format = spec.routed;
     e->storage.reserve(6 * spec.count + 6);  // views point into it: no reallocation
     uint64_t sd = seed;
     auto one = [&](BenchFormat f, int64_t inter) {
@@ -153,8 +161,8 @@ class CudaTarget final : public BenchTarget {
   void moe(const Tensor& x, const Tensor& weights, const Tensor& indices, const BenchExperts& e, const Tensor& out,
            float swiglu_limit, bool weight_before_w2) override {
     const auto& ce = static_cast<const CudaExperts&>(e);
-    be_->moe_quant(
-        {x, weights, indices, &ce.routed, ce.has_shared ? &ce.shared : nullptr, out, swiglu_limit, weight_before_w2});
+    be_->moe_quant({x, weights, indices, &ce.routed, ce.has_shared ? &ce.shared : nullptr, out, swiglu_limit,
+                    weight_before_w2, act_quant_for(ce.routed_format)});
   }
 
   double time_ms(const std::function<void()>& fn, int warmup, int iters) override {

@@ -28,6 +28,7 @@ struct BenchArgs {
   bool no_graphs = false;
   bool batch_invariant = false;
   std::vector<std::string> kernel_choices;
+  std::string activation_quant = "none";
   bool no_prefill = false;
   bool no_engram = false;
   bool fill_device = false;
@@ -85,7 +86,9 @@ int run_bench(const BenchArgs& a) {
   const cuda::KernelChoices choices = bench::parse_kernel_choices(a.kernel_choices);
   std::unique_ptr<bench::BenchTarget> target =
       cpu ? bench::make_cpu_target(a.threads) : bench::make_cuda_target(0, a.batch_invariant, choices);
-  std::printf("target: %s\n", target->describe().c_str());
+  if (a.activation_quant == "mxfp8") target->set_activation_quant(ActQuant::kMxfp8);
+  std::printf("target: %s%s\n", target->describe().c_str(),
+              a.activation_quant == "mxfp8" ? ", activations mxfp8 (--activation-quant)" : "");
   if (a.fill_device) {
     const double budget = target->memory_budget_bytes();
     DI_CHECK_CODE(budget > 0, ErrorCode::kInvalidArgument) << "bench --fill-device: the target has no memory budget "
@@ -163,6 +166,10 @@ void register_bench(CLI::App& app, CommandRegistry& reg) {
                   "topk_small_blocks, wgmma: auto|never|always; wgmma_exact: 0|1; wgmma_decode: "
                   "by_format|producer|split|consumers; wgmma_tile: by_rows|128x256|256x128|mixed; stream_mma_max_rows, "
                   "grouped_one_launch_rows: N|default)");
+  sub->add_option("--activation-quant", a->activation_quant,
+                  "none | mxfp8: round the inputs of the GEMMs over FP8 / MXFP4 weights as the reference does")
+      ->check(CLI::IsMember({"none", "mxfp8"}))
+      ->capture_default_str();
   sub->add_flag("--no-prefill", a->no_prefill, "decode shapes only");
   sub->add_flag("--fill-device", a->fill_device,
                 "CUDA: as many layers of each kind as fit the device (weights and caches of the largest shape; "

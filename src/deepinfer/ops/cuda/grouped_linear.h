@@ -37,7 +37,8 @@ class GroupedLinearPlan {
  private:
   friend std::unique_ptr<GroupedLinearPlan> plan_grouped_linear(CudaBackend& be, std::vector<QuantMatrix> weights,
                                                                 int64_t rows);
-  friend void grouped_linear_quant(CudaBackend& be, const Tensor& in, const GroupedLinearPlan& plan, const Tensor& out);
+  friend void grouped_linear_quant(CudaBackend& be, const Tensor& in, const GroupedLinearPlan& plan, const Tensor& out,
+                                   ActQuant act_quant);
   std::vector<QuantMatrix> weights_;
   int64_t rows_ = 0;
   bool aligned16_ = false;  // every weight and scale pointer 16-byte aligned (vector loads)
@@ -55,8 +56,9 @@ std::unique_ptr<GroupedLinearPlan> plan_grouped_linear(CudaBackend& be, std::vec
 // and f32 weights at <= cuda::kGemmSkinnyRows rows per group (decode: the weight-streaming kernels, A rounded to bf16
 // for UE8M0 scales as in linear_quant), or any row count in batch-invariant mode (the same fp32 chain per output);
 // otherwise (many rows: cuBLASLt on a bf16 copy of each weight; bf16 weights) one linear_quant per group, as before.
-// Neither path synchronises, uploads or allocates beyond the workspace: capturable.
-void grouped_linear_quant(CudaBackend& be, const Tensor& in, const GroupedLinearPlan& plan, const Tensor& out);
+// Neither path synchronises, uploads or allocates beyond the workspace: capturable. act_quant: as linear_quant's.
+void grouped_linear_quant(CudaBackend& be, const Tensor& in, const GroupedLinearPlan& plan, const Tensor& out,
+                          ActQuant act_quant = ActQuant::kNone);
 
 // Rows per group up to which a call (default mode) is one grouped launch: cuda::kGemmStreamMmaMaxRows, or
 // choices.grouped_one_launch_rows when set: 0 runs every call per group, a larger value sends more rows of UE8M0 block

@@ -120,7 +120,8 @@ std::unique_ptr<GroupedLinearPlan> plan_grouped_linear(CudaBackend& be, std::vec
   return plan;
 }
 
-void grouped_linear_quant(CudaBackend& be, const Tensor& in, const GroupedLinearPlan& plan, const Tensor& out) {
+void grouped_linear_quant(CudaBackend& be, const Tensor& in, const GroupedLinearPlan& plan, const Tensor& out,
+                          ActQuant act_quant) {
   const int64_t g_count = plan.groups(), r = plan.rows(), n = plan.n(), k = plan.k();
   const Device dev = be.device();
   DI_CHECK(in.dtype() == DType::kF32 && in.shape() == Shape({g_count * r, k}) && in.is_contiguous())
@@ -131,12 +132,29 @@ void grouped_linear_quant(CudaBackend& be, const Tensor& in, const GroupedLinear
   DI_CHECK(in.device() == dev && out.device() == dev) << kOp << ": in and out must be on the backend's device";
   DI_CHECK(in.data() != out.data()) << kOp << ": out must not alias in";
   if (!plan.one_launch(be.batch_invariant(), be.kernel_choices())) {
-    for (int64_t g = 0; g < g_count; ++g)
-      be.linear_quant({in.slice(g * r, (g + 1) * r), plan.weight(static_cast<int>(g)), out.slice(g * r, (g + 1) * r)});
+    for (int64_t g = 0; g < g_count; ++g) {
+      QuantLinearParams p{in.slice(g * r, (g + 1) * r), plan.weight(static_cast<int>(g)), out.slice(g * r, (g + 1) * r)};
+      p.act_quant = act_quant;
+      be.linear_quant(p);
+    }
     return;
   }
   const QuantMatrix& w = plan.weight(0);
   cuda::WorkspaceArena::Scope scope(be.workspace());
+  const float* a = in.data_as<float>();
+  if (act_quant != ActQuant::kNone) {
+    // Rounded as linear_quant rounds its input (the fake_quant kernel), into a copy.
+    float* copy = be.workspace().take_as<float>(g_count * r * k);
+    DI_CUDA_CHECK(
+        cudaMemcpyAsync(copy, a, sizeof(float) * g_count * r * k, cudaMemcpyDeviceToDevice, be.stream()));
+    cuda::FakeQuantKernelParams f;
+    f.x = copy;
+    f.rows = g_count * r;
+    f.cols = k;
+    f.kind = FakeQuantKind::kFP8E4M3Ue8m0Block32;
+    cuda::run_fake_quant(f, be.stream());
+    a = copy;
+  }
   const void* a_bf16 = nullptr;
   const bool e8m0 = w.scale.data() == nullptr || w.scale.dtype() == DType::kE8M0;
   if (r > cuda::kGemmStreamMmaMaxRows &&
@@ -145,13 +163,13 @@ void grouped_linear_quant(CudaBackend& be, const Tensor& in, const GroupedLinear
     // batch-invariant mode: the invariant tile kernel). Up to kGemmStreamMmaMaxRows the streaming kernel reads A in
     // f32 (and the WMMA tile, if it declines, rounds A itself).
     void* a16 = be.workspace().take(sizeof(uint16_t) * g_count * r * k);
-    cuda::run_cast_f32_to_bf16(in.data_as<float>(), a16, g_count * r * k, be.stream());
+    cuda::run_cast_f32_to_bf16(a, a16, g_count * r * k, be.stream());
     a_bf16 = a16;
   }
   const auto* tables = static_cast<const void* const*>(plan.tables_.view().data());
   const int32_t* offsets = plan.offsets_.view().data_as<int32_t>();
   cuda::GemmKernelParams p;
-  p.a = in.data_as<float>();
+  p.a = a;
   p.a_bf16 = a_bf16;
   p.lda = k;
   p.c = out.data_as<float>();
