@@ -1,5 +1,6 @@
 // Indexer scores, candidate blocks, top-k masks, sink attention and the router on CUDA against the CPU
-// reference (the MoE ops: cuda_moe_test.cc). Cache slots and keys no query may read are poisoned with NaN: a kernel that reads them fails.
+// reference (the MoE ops: cuda_moe_test.cc). Cache slots and keys no query may read are poisoned with NaN: a kernel
+// that reads them fails.
 #include <gtest/gtest.h>
 
 #include <algorithm>

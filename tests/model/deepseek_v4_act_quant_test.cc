@@ -123,8 +123,8 @@ TEST(DeepseekV4ActQuant, RoundsEveryBlockFormatGemmAndMovesTheLogitsALittle) {
       EXPECT_GT(err, 0.0) << "step " << i << ": the rounding changed nothing";
       // A loose bound: a random-weight model amplifies perturbations (0.93-0.997 measured at 3e5d6c1).
       EXPECT_GT(cosine, 0.9) << "step " << i;
-      std::printf("[v4-act-quant %s] step %zu: max |mxfp8 - none| = %.3g of max |logit| %.3g, cosine %.4f\n", family,
-                  i, err, scale, cosine);
+      std::printf("[v4-act-quant %s] step %zu: max |mxfp8 - none| = %.3g of max |logit| %.3g, cosine %.4f\n", family, i,
+                  err, scale, cosine);
     }
   }
 }

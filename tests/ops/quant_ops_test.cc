@@ -123,7 +123,9 @@ TEST(QuantOps, BadQuantWeightIsRejected) {
 }
 
 // Rows whose values span several binades, so that rounding to e4m3 (3 mantissa bits) changes most of them.
-HostTensor spread_rows(int64_t rows, int64_t cols, uint32_t seed) { return random_tensor({rows, cols}, seed, 0.01f, 4.0f); }
+HostTensor spread_rows(int64_t rows, int64_t cols, uint32_t seed) {
+  return random_tensor({rows, cols}, seed, 0.01f, 4.0f);
+}
 
 HostTensor rounded(Backend& be, const HostTensor& x) {
   HostTensor r = testing::copy_of(x);

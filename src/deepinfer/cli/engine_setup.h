@@ -35,12 +35,12 @@ struct EngineSetupArgs {
   uint64_t seed = 0;
   // V4.1: every layer on every prompt token (transformers parity) instead of decoder SWA bounded replay.
   bool exact_prefill = false;
-  bool async_scheduling = true;        // plan step N+1 while step N runs (--no-async-scheduling turns it off)
-  bool enforce_eager = false;          // --enforce-eager: no decode graphs (ModelRunnerOptions::decode_graphs)
-  bool batch_invariant = false;        // --batch-invariant (EngineStackOptions::batch_invariant)
-  bool device_argmax = true;           // --no-device-argmax: ModelRunnerOptions::device_argmax off
-  bool batch_decode = true;            // one decode_batch per step for the decodes (--no-batch-decode: per sequence)
-  std::string weight_format = "auto";  // --weight-format auto|f32|fp8 (EngineStackOptions::weight_format)
+  bool async_scheduling = true;           // plan step N+1 while step N runs (--no-async-scheduling turns it off)
+  bool enforce_eager = false;             // --enforce-eager: no decode graphs (ModelRunnerOptions::decode_graphs)
+  bool batch_invariant = false;           // --batch-invariant (EngineStackOptions::batch_invariant)
+  bool device_argmax = true;              // --no-device-argmax: ModelRunnerOptions::device_argmax off
+  bool batch_decode = true;               // one decode_batch per step for the decodes (--no-batch-decode: per sequence)
+  std::string weight_format = "auto";     // --weight-format auto|f32|fp8 (EngineStackOptions::weight_format)
   std::string activation_quant = "none";  // --activation-quant none|mxfp8 (EngineStackOptions::activation_quant)
   std::string scheduling_policy = "fcfs";  // fcfs | priority
   // Expert / attention data parallel sizes (docs/PARALLEL.md). > 1 on the CPU backend: ranks are threads of this

@@ -172,7 +172,8 @@ ActQuant activation_quant_of(const EngineStackOptions& o, const ModelConfig& con
       << option(o, "activation_quant", o.activation_quant) << ": must be none or mxfp8";
   if (o.activation_quant == "none") return ActQuant::kNone;
   DI_CHECK_CODE(config.is_v4_family(), ErrorCode::kUnsupported)
-      << option(o, "activation_quant", o.activation_quant) << ": the reference's activation rounding is implemented for "
+      << option(o, "activation_quant", o.activation_quant)
+      << ": the reference's activation rounding is implemented for "
       << "DeepSeek-V4 / V4.1 only (" << family_name(config.family) << " rounds per 128 values)";
   return ActQuant::kMxfp8;
 }

@@ -157,8 +157,7 @@ V4SequenceState DeepseekV4Model::new_sequence() const {
   V4SequenceState s;
   s.layers.resize(config_.num_layers);
   for (auto& l : s.layers) {
-    l.window.capacity = config_.attn.sliding_window;
-    l.window.rows = memory().zeros(DType::kF32, {l.window.capacity, config_.attn.head_dim});
+    l.window.capacity = config_.attn.sliding_window;  // rows: on first use (ring_rows)
     l.entries.width = config_.attn.head_dim;
     l.index_keys.width = config_.attn.index_head_dim;
   }
@@ -205,10 +204,17 @@ void V4KvPages::set_max_blocks(int64_t blocks) {
     for (PagedRows& r : *kind) r.set_max_blocks(blocks);
 }
 
-int64_t DeepseekV4Model::slot_bytes_bound(bool /*bounded_decoder*/) const {
+const OwnedTensor& DeepseekV4Model::ring_rows(SwaRing& ring) const {
+  if (ring.rows.view().data() == nullptr)
+    ring.rows = memory().zeros(DType::kF32, {ring.capacity, config_.attn.head_dim});
+  return ring.rows;
+}
+
+int64_t DeepseekV4Model::slot_bytes_bound(bool bounded_decoder) const {
   const int64_t f32 = dtype_bytes(DType::kF32, 1);
-  // new_sequence() allocates every layer's ring, paged or not.
-  int64_t b = config_.num_layers * config_.attn.sliding_window * config_.attn.head_dim * f32;
+  // Rings only where a paged sequence keeps its window in the slot (new_kv_pages: from ring_from_layer on).
+  const int ring_from = bounded_decoder && decoder_start_ >= 0 ? decoder_start_ : config_.num_layers;
+  int64_t b = (config_.num_layers - ring_from) * config_.attn.sliding_window * config_.attn.head_dim * f32;
   for (int l = 0; l < config_.num_layers; ++l) {
     const int r = config_.layers[l].compress_ratio;
     if (r <= 0) continue;

@@ -29,10 +29,11 @@
 namespace deepinfer {
 
 // Sliding-window KV of one layer: the last `capacity` post-RoPE (V4.1: FP8-fake-quantized) K=V rows; token
-// at position p lives in slot p % capacity.
+// at position p lives in slot p % capacity. The rows are allocated (zeros) by the first forward that uses the ring:
+// a paged sequence's layers below pages->ring_from_layer never do (their windows are paged).
 struct SwaRing {
   int64_t capacity = 0;
-  OwnedTensor rows;  // [capacity, hd]
+  OwnedTensor rows;  // [capacity, hd], or empty until first used
 };
 
 // Tokens a compressor has seen but not yet pooled (an incomplete group), plus the emitted-group counter
@@ -173,11 +174,13 @@ class DeepseekV4Model {
   V4KvPages new_kv_pages(bool bounded_decoder) const;
   int prefix_replay_tokens(bool bounded_decoder) const;
   int prefix_replay_tokens_past_prompt(bool bounded_decoder) const;
-  // The most a paged sequence's per-slot state holds: the sliding-window rings (allocated for every layer by
-  // new_sequence), compressors' pending rows and V4 CSA overlap slices, Engram look-back ids. slot_bytes()
-  // measures a state.
+  // The most a paged sequence's per-slot state holds: the sliding-window rings of the layers whose windows are not
+  // paged (bounded replay's decoder layers), compressors' pending rows and V4 CSA overlap slices, Engram look-back
+  // ids. slot_bytes() measures a state.
   int64_t slot_bytes_bound(bool bounded_decoder) const;
   int64_t slot_bytes(const V4SequenceState& s) const;
+  // ring.rows, allocated (zeros [capacity, hd]) when this is the ring's first use.
+  const OwnedTensor& ring_rows(SwaRing& ring) const;
   void start_at(V4SequenceState& seq, int64_t start, std::span<const int64_t> prefix_ids) const;
 
   // Causal encoder-decoder split (V4.1): the first decoder layer = the candidate-source layer when it is a

@@ -316,6 +316,7 @@ OwnedTensor DeepseekV4Model::attention(const Chunk& c, int layer, const OwnedTen
   if (paged_window) {
     seq.pages->window[layer].write(mem, seq.ref, c.p0, kv.view());
   } else {
+    ring_rows(ring);
     for_ring_runs(ring.capacity, past_begin, n_past, [&](int64_t slot, int64_t at, int64_t len) {
       mem.copy(window_kv.view().slice(at, at + len), ring.rows.view().slice(slot, slot + len));
     });

@@ -472,6 +472,7 @@ void DeepseekV4Model::decode_middle(DecodeBatch& d, int layer) const {
     for (int64_t b = 0; b < B; ++b) {
       V4SequenceState& seq = *d.seqs[b];
       SwaRing& ring = seq.layers[layer].window;
+      ring_rows(ring);
       const int64_t p = d.rows.host_positions[b], n_past = p - past_begin[b];
       const Tensor window_kv = windows.view().slice(first[b], first[b + 1]);
       for_ring_runs(ring.capacity, past_begin[b], n_past, [&](int64_t slot, int64_t at, int64_t len) {

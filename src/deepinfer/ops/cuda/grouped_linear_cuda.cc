@@ -133,7 +133,8 @@ void grouped_linear_quant(CudaBackend& be, const Tensor& in, const GroupedLinear
   DI_CHECK(in.data() != out.data()) << kOp << ": out must not alias in";
   if (!plan.one_launch(be.batch_invariant(), be.kernel_choices())) {
     for (int64_t g = 0; g < g_count; ++g) {
-      QuantLinearParams p{in.slice(g * r, (g + 1) * r), plan.weight(static_cast<int>(g)), out.slice(g * r, (g + 1) * r)};
+      QuantLinearParams p{in.slice(g * r, (g + 1) * r), plan.weight(static_cast<int>(g)),
+                          out.slice(g * r, (g + 1) * r)};
       p.act_quant = act_quant;
       be.linear_quant(p);
     }
@@ -145,8 +146,7 @@ void grouped_linear_quant(CudaBackend& be, const Tensor& in, const GroupedLinear
   if (act_quant != ActQuant::kNone) {
     // Rounded as linear_quant rounds its input (the fake_quant kernel), into a copy.
     float* copy = be.workspace().take_as<float>(g_count * r * k);
-    DI_CUDA_CHECK(
-        cudaMemcpyAsync(copy, a, sizeof(float) * g_count * r * k, cudaMemcpyDeviceToDevice, be.stream()));
+    DI_CUDA_CHECK(cudaMemcpyAsync(copy, a, sizeof(float) * g_count * r * k, cudaMemcpyDeviceToDevice, be.stream()));
     cuda::FakeQuantKernelParams f;
     f.x = copy;
     f.rows = g_count * r;
