@@ -129,6 +129,26 @@ TEST(DeepseekV4ActQuant, RoundsEveryBlockFormatGemmAndMovesTheLogitsALittle) {
   }
 }
 
+// The draft modules' projections: the MTP module's e_proj / h_proj (FP8 in a quantized checkpoint, kept f32 here)
+// take the mode like the blocks' projections, and only while it is set.
+TEST(DeepseekV4ActQuant, MtpProjectionsFollowTheMode) {
+  auto ck = quantized_checkpoint("deepseek_v4_mtp", 128);
+  auto backend = make_cpu_backend(0);
+  auto m = DeepseekV4Model::load(ck->dir, *backend, ck->token_map, false);
+  ASSERT_TRUE(m->weights().mtp.has_value());
+  const V4MtpWeights& mtp = *m->weights().mtp;
+  EXPECT_TRUE(mtp.e_proj.block_format && mtp.h_proj.block_format && mtp.block.attn.wq_a.block_format);
+  EXPECT_EQ(mtp.e_proj.act_quant, ActQuant::kNone);
+  m->set_activation_quant(ActQuant::kMxfp8);
+  EXPECT_EQ(mtp.e_proj.act_quant, ActQuant::kMxfp8);
+  EXPECT_EQ(mtp.h_proj.act_quant, ActQuant::kMxfp8);
+  EXPECT_EQ(mtp.block.attn.wq_a.act_quant, ActQuant::kMxfp8);
+  EXPECT_EQ(mtp.block.moe_act_quant, ActQuant::kMxfp8);
+  m->set_activation_quant(ActQuant::kNone);
+  EXPECT_EQ(mtp.e_proj.act_quant, ActQuant::kNone);
+  EXPECT_EQ(mtp.block.moe_act_quant, ActQuant::kNone);
+}
+
 // A checkpoint without block-format weights (the golden model, all f32 / bf16): nothing to round, so the mode
 // changes no bit.
 TEST(DeepseekV4ActQuant, UnquantizedCheckpointIsUnchanged) {

@@ -83,7 +83,7 @@ struct Reference {
   Mat context_kv(int l, const Mat& rows, const std::vector<int64_t>& pos) {
     const int64_t n = static_cast<int64_t>(pos.size());
     const float eps = static_cast<float>(c.rms_norm_eps);
-    Mat main_x = matmul(rows, n, w.main_proj.view());
+    Mat main_x = matmul(rows, n, w.main_proj.f32.view());
     rmsnorm(main_x, n, &w.main_norm.view(), eps);
     const auto& a = w.layers[l].attn;
     Mat kv = matmul(main_x, n, a.wkv.f32.view());

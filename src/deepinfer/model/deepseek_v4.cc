@@ -82,9 +82,15 @@ void DeepseekV4Model::set_activation_quant(ActQuant q) {
   act_quant_ = q;
   std::vector<V4LayerWeights*> blocks;
   for (V4LayerWeights& lw : w_.layers) blocks.push_back(&lw);
-  if (w_.dspark)
+  if (w_.dspark) {
     for (V4LayerWeights& lw : w_.dspark->layers) blocks.push_back(&lw);
-  if (w_.mtp) blocks.push_back(&w_.mtp->block);
+    set_act_quant(w_.dspark->main_proj, q);
+  }
+  if (w_.mtp) {
+    blocks.push_back(&w_.mtp->block);
+    set_act_quant(w_.mtp->e_proj, q);
+    set_act_quant(w_.mtp->h_proj, q);
+  }
   for (V4LayerWeights* lw : blocks) {
     V4AttentionWeights& a = lw->attn;
     for (KeptMatrix* m : {&a.wq_a, &a.wq_b, &a.wkv, &a.wo_a, &a.wo_b, &a.idx_wq_b}) set_act_quant(*m, q);
@@ -106,16 +112,17 @@ void DeepseekV4Model::upload_weights() {
   for (V4LayerWeights& lw : w_.layers) blocks.push_back(&lw);
   if (w_.dspark) {
     V4DsparkWeights& d = *w_.dspark;
-    for (OwnedTensor* t : {&d.main_proj, &d.main_norm, &d.norm, &d.markov_embed, &d.markov_head, &d.confidence,
-                           &d.hc_head_fn, &d.hc_head_base, &d.hc_head_scale})
+    upload_kept(memory_, d.main_proj);
+    for (OwnedTensor* t : {&d.main_norm, &d.norm, &d.markov_embed, &d.markov_head, &d.confidence, &d.hc_head_fn,
+                           &d.hc_head_base, &d.hc_head_scale})
       up(*t);
     for (V4LayerWeights& lw : d.layers) blocks.push_back(&lw);
   }
   if (w_.mtp) {
     V4MtpWeights& m = *w_.mtp;
-    for (OwnedTensor* t :
-         {&m.enorm, &m.hnorm, &m.e_proj, &m.h_proj, &m.norm, &m.hc_head_fn, &m.hc_head_base, &m.hc_head_scale})
-      up(*t);
+    upload_kept(memory_, m.e_proj);
+    upload_kept(memory_, m.h_proj);
+    for (OwnedTensor* t : {&m.enorm, &m.hnorm, &m.norm, &m.hc_head_fn, &m.hc_head_base, &m.hc_head_scale}) up(*t);
     blocks.push_back(&m.block);
   }
   for (V4LayerWeights* block : blocks) {

@@ -156,8 +156,7 @@ class DeepseekV4Model {
   // The numerics of the GEMMs over block-format weights (main layers, DSpark / MTP blocks, Engram's wkv):
   // kNone (HF's, the default: the golden fixtures) or kMxfp8 (the reference's and vLLM's per-32 FP8 activations;
   // MODELS.md §5). Matrices the checkpoint stores in bf16 / f32 are never rounded. Set it before the first forward
-  // (recorded decode steps keep the numerics they were recorded with). Not covered: the MTP module's e_proj /
-  // h_proj and DSpark's main_proj.
+  // (recorded decode steps keep the numerics they were recorded with).
   void set_activation_quant(ActQuant q);
   ActQuant activation_quant() const { return act_quant_; }
   const std::optional<EngramTables>& engram() const { return engram_; }

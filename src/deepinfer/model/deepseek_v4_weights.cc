@@ -50,15 +50,16 @@ int64_t v4_weight_bytes(const V4Weights& w) {
   for (const V4LayerWeights& lw : w.layers) b += block_bytes(lw);
   if (w.dspark) {
     const V4DsparkWeights& d = *w.dspark;
-    for (const OwnedTensor* t : {&d.main_proj, &d.main_norm, &d.norm, &d.markov_embed, &d.markov_head, &d.confidence,
-                                 &d.hc_head_fn, &d.hc_head_base, &d.hc_head_scale})
+    b += d.main_proj.bytes();
+    for (const OwnedTensor* t : {&d.main_norm, &d.norm, &d.markov_embed, &d.markov_head, &d.confidence, &d.hc_head_fn,
+                                 &d.hc_head_base, &d.hc_head_scale})
       b += owned_bytes(*t);
     for (const V4LayerWeights& lw : d.layers) b += block_bytes(lw);
   }
   if (w.mtp) {
     const V4MtpWeights& m = *w.mtp;
-    for (const OwnedTensor* t :
-         {&m.enorm, &m.hnorm, &m.e_proj, &m.h_proj, &m.norm, &m.hc_head_fn, &m.hc_head_base, &m.hc_head_scale})
+    b += m.e_proj.bytes() + m.h_proj.bytes();
+    for (const OwnedTensor* t : {&m.enorm, &m.hnorm, &m.norm, &m.hc_head_fn, &m.hc_head_base, &m.hc_head_scale})
       b += owned_bytes(*t);
     b += block_bytes(m.block);
   }
@@ -199,7 +200,7 @@ V4Weights load_v4_weights(const ModelConfig& c, const Checkpoint& ck, Backend& b
     const std::string first = "mtp.0.", last = "mtp." + std::to_string(c.draft.num_layers - 1) + ".";
     for (int i = 0; i < c.draft.num_layers; ++i)
       d.layers.push_back(load_block("mtp." + std::to_string(i) + ".", nullptr, c.draft.n_routed_experts));
-    d.main_proj = ld.f32(first + "main_proj.weight");
+    d.main_proj = load_kept(ld, first + "main_proj.weight", false);
     d.main_norm = ld.f32(first + "main_norm.weight");
     d.norm = ld.f32(last + "norm.weight");
     d.markov_embed = ld.f32(last + "markov_head.embed.weight");
@@ -219,8 +220,8 @@ V4Weights load_v4_weights(const ModelConfig& c, const Checkpoint& ck, Backend& b
     m.block = load_block(M, nullptr, c.moe.n_routed_experts);
     m.enorm = ld.f32(M + "enorm.weight");
     m.hnorm = ld.f32(M + "hnorm.weight");
-    m.e_proj = ld.f32(M + "e_proj.weight");
-    m.h_proj = ld.f32(M + "h_proj.weight");
+    m.e_proj = load_kept(ld, M + "e_proj.weight", false);
+    m.h_proj = load_kept(ld, M + "h_proj.weight", false);
     m.norm = ld.f32(M + "norm.weight");
     m.hc_head_fn = ld.f32(M + "hc_head_fn");
     m.hc_head_base = ld.f32(M + "hc_head_base");

@@ -44,11 +44,11 @@ struct V4AttentionWeights {
 };
 
 struct V4EngramWeights {
-  OwnedTensor table;        // [rows, engram_head_dim]
-  OwnedTensor wkv;          // [(hc+1)·D, cols·engram_head_dim]
-  OwnedTensor gate_weight;  // [hc, D] = q_weight ⊙ k_weight (only ever used as a product)
-  bool wkv_block_format = false;                  // stored FP8 block-scaled (kept f32)
-  ActQuant wkv_act_quant = ActQuant::kNone;       // DeepseekV4Model::set_activation_quant
+  OwnedTensor table;                         // [rows, engram_head_dim]
+  OwnedTensor wkv;                           // [(hc+1)·D, cols·engram_head_dim]
+  OwnedTensor gate_weight;                   // [hc, D] = q_weight ⊙ k_weight (only ever used as a product)
+  bool wkv_block_format = false;             // stored FP8 block-scaled (kept f32)
+  ActQuant wkv_act_quant = ActQuant::kNone;  // DeepseekV4Model::set_activation_quant
 };
 
 struct V4LayerWeights {
@@ -80,7 +80,8 @@ struct V4LayerWeights {
 // are the target's.
 struct V4DsparkWeights {
   std::vector<V4LayerWeights> layers;
-  OwnedTensor main_proj, main_norm;                     // [D, n_targets·D], [D]
+  KeptMatrix main_proj;                                 // [D, n_targets·D], f32 (block_format: its act_quant)
+  OwnedTensor main_norm;                                // [D]
   OwnedTensor norm;                                     // [D]
   OwnedTensor markov_embed, markov_head;                // [V, r] each
   OwnedTensor confidence;                               // [1, D + r]
@@ -94,7 +95,7 @@ struct V4DsparkWeights {
 struct V4MtpWeights {
   V4LayerWeights block;
   OwnedTensor enorm, hnorm;                             // [D]
-  OwnedTensor e_proj, h_proj;                           // [D, D]
+  KeptMatrix e_proj, h_proj;                            // [D, D], f32 (block_format: their act_quant)
   OwnedTensor norm;                                     // [D]
   OwnedTensor hc_head_fn, hc_head_base, hc_head_scale;  // [hc, hc·D], [hc], [1]
 };
