@@ -43,7 +43,8 @@
 #   --ep 2 --cp 4 against the --ep 2 reference, tokens/s/GPU); X8_STEPS (default "ckpt run"), RUNS, X8_TIMEOUT
 #   (default 540 s) and the script's knobs pass through; run logs in $OUT/x8/;
 #   with SLICE_BENCH=1 (model) `deepinfer bench` decode of the V4 slices (SLICE_BENCH_ARGS); with SLICE_AB="SET;SET"
-#   (model) the same slices once per set of `--kernel-choice` KEY=VALUE (space-separated; "default" = none);
+#   (model) the same slices once per set of `--kernel-choice` KEY=VALUE (space-separated; "default" = none;
+#   act=none|mxfp8 sets `--activation-quant`);
 #   with NCU_SLICE=1 (also in ci) an ncu per-kernel time summary of one synthetic decode step (NCU_SLICE_ARGS;
 #   NCU_DETAIL=REGEX adds ncu's sections for those kernels); with IDLE_BENCH=1 (model or ci)
 #   the GPU idle between decode steps of greedy engine runs, from CUDA events (no nsys: tools/gpu_idle_bench.sh,
@@ -384,7 +385,13 @@ if [ "$MODE" = model ]; then
     IFS=';' read -r -a ab_sets <<<"$SLICE_AB"
     for ab_set in "${ab_sets[@]}"; do
       ab_args=()
-      for choice in $ab_set; do [ "$choice" = default ] || ab_args+=(--kernel-choice "$choice"); done
+      for choice in $ab_set; do
+        case "$choice" in
+          default) ;;
+          act=*) ab_args+=(--activation-quant "${choice#act=}") ;;  # the GEMMs' activation numerics, not a kernel
+          *) ab_args+=(--kernel-choice "$choice") ;;
+        esac
+      done
       echo "==== kernel choices: $ab_set" >>"$OUT/slice_ab.log"
       # shellcheck disable=SC2086
       timeout "${BENCH_TIMEOUT:-150}" build-gpu/bin/deepinfer bench --device cuda $slice_args "${ab_args[@]}" \
