@@ -5,6 +5,7 @@
 #include <tuple>
 
 #include "cuda/cuda_test_util.h"
+#include "deepinfer/ops/cuda/kernels.h"
 
 namespace deepinfer {
 namespace {
@@ -57,10 +58,21 @@ TEST_F(CudaOpTest, FakeQuantEveryKindMatchesCpuBits) {
     DeviceTensor dx = up(x);
     gpu().fake_quant({dx, kind});
     HostTensor got = down(dx);
-    const char* name = kind == FakeQuantKind::kFP8E4M3Ue8m0Block32 ? "fake_quant fp8 e4m3/ue8m0 b32"
-                       : kind == FakeQuantKind::kFP4Ue8m0Block32   ? "fake_quant fp4/ue8m0 b32"
-                                                                   : "fake_quant fp4/e4m3 b16";
-    expect_same_bytes(name, got, want);
+    const std::string name = kind == FakeQuantKind::kFP8E4M3Ue8m0Block32 ? "fake_quant fp8 e4m3/ue8m0 b32"
+                             : kind == FakeQuantKind::kFP4Ue8m0Block32   ? "fake_quant fp4/ue8m0 b32"
+                                                                         : "fake_quant fp4/e4m3 b16";
+    expect_same_bytes(name.c_str(), got, want);
+    // The copying form (act_quant's rounded GEMM inputs): the same bits into another buffer, the source untouched.
+    DeviceTensor src = up(x), dst = poisoned(x.shape());
+    cuda::FakeQuantKernelParams f;
+    f.x = dst.view().data_as<float>();
+    f.in = src.view().data_as<float>();
+    f.rows = 24;
+    f.cols = 256;
+    f.kind = kind;
+    cuda::run_fake_quant(f, gpu().stream());
+    expect_same_bytes((name + " copy").c_str(), down(dst), want);
+    expect_same_bytes((name + " copy source").c_str(), down(src), x);
   }
 }
 

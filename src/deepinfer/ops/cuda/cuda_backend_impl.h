@@ -326,13 +326,24 @@ struct CudaBackend::Impl {
                int64_t k, int64_t inter, int experts, const MoeWeights& mw, const QuantExpertWeights* shared,
                float limit, bool before_w2, ActQuant act_quant);
 
-  // The [rows, cols] rows at x as a GEMM with act_quant multiplies them: x itself for kNone, else a rounded copy in
-  // ws() (the caller holds the scope). The rounding is the fake_quant kernel's, bit for bit the CPU's.
+  // The [rows, cols] rows at x as a GEMM with act_quant multiplies them: x itself for kNone (and for rows fake_quant
+  // leaves as they are: cols % 32 != 0), else a rounded copy in ws() (the caller holds the scope), written in one pass
+  // by the fake_quant kernel (bit for bit the CPU's rounding).
   const float* act_quant_rows(const float* x, int64_t rows, int64_t cols, ActQuant q) {
-    if (q == ActQuant::kNone || rows * cols == 0) return x;
-    float* copy = ws().take_as<float>(rows * cols);
-    DI_CUDA_CHECK(cudaMemcpyAsync(copy, x, sizeof(float) * rows * cols, cudaMemcpyDeviceToDevice, s()));
-    round_rows_in_place(copy, rows, cols, q);
+    if (q == ActQuant::kNone || rows * cols == 0 || cols % 32 != 0) return x;
+    float* copy = ws().take_as<float>(rows * cols);  // 256-byte aligned
+    if (reinterpret_cast<uintptr_t>(x) % 16 != 0) {
+      DI_CUDA_CHECK(cudaMemcpyAsync(copy, x, sizeof(float) * rows * cols, cudaMemcpyDeviceToDevice, s()));
+      round_rows_in_place(copy, rows, cols, q);
+      return copy;
+    }
+    cuda::FakeQuantKernelParams f;
+    f.x = copy;
+    f.in = x;
+    f.rows = rows;
+    f.cols = cols;
+    f.kind = FakeQuantKind::kFP8E4M3Ue8m0Block32;
+    cuda::run_fake_quant(f, s());
     return copy;
   }
   void round_rows_in_place(float* x, int64_t rows, int64_t cols, ActQuant q) {

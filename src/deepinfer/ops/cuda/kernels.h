@@ -148,7 +148,9 @@ void run_rope(const RopeKernelParams& p, cudaStream_t stream);
 
 // ============================================================================ fake quant (fake_quant_cuda.cu)
 struct FakeQuantKernelParams {
-  float* x = nullptr;  // [rows, cols], cols % block == 0
+  float* x = nullptr;         // [rows, cols], cols % block == 0
+  const float* in = nullptr;  // optional source [rows, cols]: x = fake_quant(in) in one pass (x unchanged when cols
+                              // % block != 0); null: x in place
   int64_t rows = 0, cols = 0;
   FakeQuantKind kind = FakeQuantKind::kFP8E4M3Ue8m0Block32;
 };
