@@ -1,0 +1,57 @@
+// Code conversions for FP8 tensor-core operands, host and device: MXFP4's e2m1 codes widened to e4m3 bytes exactly
+// (every e2m1 value {0, .5, 1, 1.5, 2, 3, 4, 6} is an e4m3 value), four codes a `prmt`. The groundwork of the e4m3
+// mma / wgmma paths that --activation-quant mxfp8 opens (docs/PERF.md, "Next steps after session 26"); written
+// host-callable so that the bit tricks are tested exhaustively on the CPU (tests/ops/fp8_codes_test.cc).
+#pragma once
+
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define DI_FP8_HD __host__ __device__ __forceinline__
+#else
+#define DI_FP8_HD inline
+#endif
+
+namespace deepinfer::cuda::fp8 {
+
+// PTX prmt.b32 in its default mode: byte i of the result is byte (sel >> 4i) & 7 of the eight bytes {b, a} (a the
+// low word); when bit 3 of that selector nibble is set, the chosen byte's sign bit is replicated instead. The host
+// form spells the same rule out.
+DI_FP8_HD uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
+#if defined(__CUDA_ARCH__)
+  uint32_t d;
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+  return d;
+#else
+  const uint64_t v = (static_cast<uint64_t>(b) << 32) | a;
+  uint32_t d = 0;
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t n = (sel >> (4 * i)) & 0xF;
+    uint32_t byte = static_cast<uint32_t>(v >> (8 * (n & 7))) & 0xFF;
+    if (n & 8) byte = (byte & 0x80) ? 0xFF : 0x00;
+    d |= byte << (8 * i);
+  }
+  return d;
+#endif
+}
+
+// The e4m3 bytes of the e2m1 magnitudes 0-7 (0, .5, 1, 1.5, 2, 3, 4, 6): a prmt table of two words.
+constexpr uint32_t kE2m1MagLo = 0x3C383000u, kE2m1MagHi = 0x4C484440u;
+
+// Eight e2m1 codes (code i in bits 4i..4i+3 of w, as MXFP4 packs them: the low nibble of a byte is the even element)
+// as eight e4m3 bytes in the same order: lo holds codes 0-3 (byte i = code i), hi codes 4-7. Exact, signed zeros
+// included (code 8 is -0: byte 0x80). Per half: one masked prmt for the magnitudes, one prmt that doubles the two
+// code bytes, a shift and the masks for the signs (bit 3 of code i to bit 7 of byte i).
+DI_FP8_HD void e2m1x8_to_e4m3x8(uint32_t w, uint32_t& lo, uint32_t& hi) {
+  lo = prmt(kE2m1MagLo, kE2m1MagHi, w & 0x7777u);
+  hi = prmt(kE2m1MagLo, kE2m1MagHi, (w >> 16) & 0x7777u);
+  // Bytes [c01, c01, c23, c23] (c01: the byte of codes 0 and 1): code 2j's sign is bit 3 of its byte, 4 below where
+  // byte 2j wants it; code 2j+1's is bit 7 already.
+  const uint32_t y_lo = prmt(w, 0, 0x1100u), y_hi = prmt(w, 0, 0x3322u);
+  lo |= ((y_lo << 4) & 0x00800080u) | (y_lo & 0x80008000u);
+  hi |= ((y_hi << 4) & 0x00800080u) | (y_hi & 0x80008000u);
+}
+
+}  // namespace deepinfer::cuda::fp8
+
+#undef DI_FP8_HD

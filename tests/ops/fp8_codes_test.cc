@@ -1,0 +1,46 @@
+// The FP8 operand conversions of ops/cuda/fp8_codes.cuh, on their host forms: prmt against the PTX rule written
+// out on examples, and the e2m1 -> e4m3 widening exhaustively (every 16-bit pattern of four codes, both halves of a
+// word): each byte must be the e4m3 code of exactly the e2m1 value (signed zero included).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "deepinfer/core/dtype.h"
+#include "deepinfer/ops/cuda/fp8_codes.cuh"
+
+namespace deepinfer {
+namespace {
+
+using cuda::fp8::prmt;
+
+TEST(Fp8Codes, PrmtSelectsAndReplicatesSigns) {
+  const uint32_t a = 0x83828180u, b = 0x07060504u;  // bytes 0-3 with the sign bit, 4-7 without
+  EXPECT_EQ(prmt(a, b, 0x3210u), a);
+  EXPECT_EQ(prmt(a, b, 0x7654u), b);
+  EXPECT_EQ(prmt(a, b, 0x4701u), 0x04078081u);
+  // Selector bit 3: the chosen byte's sign bit replicated (0x8x bytes -> 0xFF, 0x0x -> 0x00).
+  EXPECT_EQ(prmt(a, b, 0x8C89u), 0xFF00FFFFu);
+}
+
+TEST(Fp8Codes, E2m1WidensToE4m3ExactlyForEveryCodePattern) {
+  for (uint32_t half = 0; half < 0x10000u; ++half) {
+    for (int shift : {0, 16}) {
+      // The half at the word's low or high 16 bits, the other half a fixed pattern (it must not leak in).
+      const uint32_t w = shift == 0 ? (half | 0xA5C30000u) : ((half << 16) | 0x5A3Cu);
+      uint32_t lo = 0, hi = 0;
+      cuda::fp8::e2m1x8_to_e4m3x8(w, lo, hi);
+      const uint32_t got = shift == 0 ? lo : hi;
+      for (int i = 0; i < 4; ++i) {
+        const uint8_t code = static_cast<uint8_t>((half >> (4 * i)) & 0xF);
+        const uint8_t byte = static_cast<uint8_t>(got >> (8 * i));
+        const float want = e2m1_to_f32(code), have = e4m3_to_f32(byte);
+        ASSERT_EQ(have, want) << "half " << std::hex << half << " code " << int(code) << " byte " << int(byte);
+        ASSERT_EQ(std::signbit(have), std::signbit(want)) << "half " << std::hex << half << " code " << int(code);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace deepinfer
