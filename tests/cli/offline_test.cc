@@ -229,17 +229,26 @@ TEST(OfflineCli, ExpertAndDataParallelGiveTheSingleRankOutput) {
   EXPECT_EQ(testing::parse_offline_samples(fp8.output).size(), 3u) << fp8.output;
 }
 
+// A random checkpoint of the golden `family` config in the released quantization (FP8 dense, MXFP4 experts), made by
+// the CLI into `tmp`/q; its directory.
+std::string quantized_checkpoint(const testing::TempDir& tmp, const std::string& family, int seed) {
+  nlohmann::json cfg = nlohmann::json::parse(
+      testing::read_file_or_empty(testing::test_data_dir() + "/golden/" + family + "/config.json"));
+  cfg["quantization_config"] = testing::v4_quantization_config();
+  testing::write_file(tmp.file("q.json"), cfg.dump());
+  const std::string dir = tmp.path() + "/q";
+  auto made =
+      run_cli("make-checkpoint --config " + tmp.file("q.json") + " --out " + dir + " --seed " + std::to_string(seed));
+  EXPECT_EQ(made.exit_code, 0) << made.output;
+  return dir;
+}
+
 // --weight-format fp8 under EP / EP x DP (with EPLB): every rank keeps its MXFP4 experts and loads only those; the
 // samples equal the one-rank run with the same kept weights.
 TEST(OfflineCli, QuantizedExpertsUnderExpertParallelGiveTheSingleRankOutput) {
   testing::TempDir tmp;
-  nlohmann::json cfg =
-      nlohmann::json::parse(testing::read_file_or_empty(testing::test_data_dir() + "/golden/deepseek_v4/config.json"));
-  cfg["quantization_config"] = testing::v4_quantization_config();
-  testing::write_file(tmp.file("q.json"), cfg.dump());
-  const std::string dir = tmp.path() + "/q";
-  auto made = run_cli("make-checkpoint --config " + tmp.file("q.json") + " --out " + dir + " --seed 4");
-  ASSERT_EQ(made.exit_code, 0) << made.output;
+  const std::string dir = quantized_checkpoint(tmp, "deepseek_v4", 4);
+  ASSERT_FALSE(::testing::Test::HasFailure());
   const std::string base = "offline --model_name " + dir +
                            " --max_model_len 128 --num-prompts 3 --max-tokens 5 --threads 2 --ignore-eos "
                            "--weight-format fp8";
@@ -268,13 +277,8 @@ TEST(OfflineCli, QuantizedExpertsUnderExpertParallelGiveTheSingleRankOutput) {
 // the mode; the samples differ from the default numerics' (the rounding reaches the logits); V3 refuses it by name.
 TEST(OfflineCli, ActivationQuantIsTheSameUnderEveryWeightLayout) {
   testing::TempDir tmp;
-  nlohmann::json cfg =
-      nlohmann::json::parse(testing::read_file_or_empty(testing::test_data_dir() + "/golden/deepseek_v4/config.json"));
-  cfg["quantization_config"] = testing::v4_quantization_config();
-  testing::write_file(tmp.file("q.json"), cfg.dump());
-  const std::string dir = tmp.path() + "/q";
-  auto made = run_cli("make-checkpoint --config " + tmp.file("q.json") + " --out " + dir + " --seed 4");
-  ASSERT_EQ(made.exit_code, 0) << made.output;
+  const std::string dir = quantized_checkpoint(tmp, "deepseek_v4", 4);
+  ASSERT_FALSE(::testing::Test::HasFailure());
   const std::string base = "offline --model_name " + dir +
                            " --max_model_len 128 --num-prompts 3 --max-tokens 6 --threads 2 --ignore-eos "
                            "--activation-quant mxfp8";
@@ -309,13 +313,8 @@ TEST(OfflineCli, ActivationQuantIsTheSameUnderEveryWeightLayout) {
 // to split over them (41 tokens in chunks of <= 24) gives the one-rank fp8 samples, alone and inside EP.
 TEST(OfflineCli, QuantizedWeightsUnderContextParallelGiveTheSingleRankOutput) {
   testing::TempDir tmp;
-  nlohmann::json cfg =
-      nlohmann::json::parse(testing::read_file_or_empty(testing::test_data_dir() + "/golden/deepseek_v41/config.json"));
-  cfg["quantization_config"] = testing::v4_quantization_config();
-  testing::write_file(tmp.file("q.json"), cfg.dump());
-  const std::string dir = tmp.path() + "/q";
-  auto made = run_cli("make-checkpoint --config " + tmp.file("q.json") + " --out " + dir + " --seed 6");
-  ASSERT_EQ(made.exit_code, 0) << made.output;
+  const std::string dir = quantized_checkpoint(tmp, "deepseek_v41", 6);
+  ASSERT_FALSE(::testing::Test::HasFailure());
   std::string ids;
   for (int i = 0; i < 41; ++i) ids += (i ? "," : "") + std::to_string(20 + (13 * i) % 90);
   // V4.1 Engram layers need a token map: the golden one (the generated checkpoint has no tokenizer).

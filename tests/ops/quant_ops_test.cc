@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <random>
 
 #include "deepinfer/core/dtype.h"
@@ -58,20 +59,41 @@ TEST(QuantOps, LinearQuantIsDequantizePlusLinear) {
   EXPECT_TRUE(same_bits(y, ref));
 }
 
+// e FP8 routed experts and a shared one ([inter, d] gate / up, [d, inter] down), quantized and as exact f32 views.
+struct Fp8Moe {
+  std::vector<Fp8> store;
+  std::vector<QuantExpertWeights> q;
+  std::vector<ExpertWeights> f;
+  QuantExpertWeights qs;
+  ExpertWeights fs;
+};
+std::unique_ptr<Fp8Moe> fp8_moe(Backend& be, int64_t e, int64_t d, int64_t inter, uint32_t seed) {
+  auto m = std::make_unique<Fp8Moe>();
+  for (int64_t i = 0; i < 3 * (e + 1); ++i)
+    m->store.push_back(i % 3 == 2 ? fp8(be, d, inter, seed + i) : fp8(be, inter, d, seed + i));
+  auto quant = [&](int64_t i) {
+    return QuantExpertWeights{m->store[3 * i].m(), m->store[3 * i + 1].m(), m->store[3 * i + 2].m()};
+  };
+  auto exact = [&](int64_t i) {
+    return ExpertWeights{m->store[3 * i].f32.view(), m->store[3 * i + 1].f32.view(), m->store[3 * i + 2].f32.view()};
+  };
+  for (int64_t i = 0; i < e; ++i) {
+    m->q.push_back(quant(i));
+    m->f.push_back(exact(i));
+  }
+  m->qs = quant(e);
+  m->fs = exact(e);
+  return m;
+}
+
 TEST(QuantOps, MoeQuantIsDequantizePlusMoe) {
   auto be = make_cpu_backend(1);
   const int64_t e = 4, d = 48, inter = 40, t = 6, k = 2;
-  std::vector<Fp8> store;
-  for (int64_t i = 0; i < 3 * (e + 1); ++i)
-    store.push_back(i % 3 == 2 ? fp8(*be, d, inter, 10 + i) : fp8(*be, inter, d, 10 + i));
-  std::vector<QuantExpertWeights> q;
-  std::vector<ExpertWeights> f;
-  for (int64_t i = 0; i < e; ++i) {
-    q.push_back({store[3 * i].m(), store[3 * i + 1].m(), store[3 * i + 2].m()});
-    f.push_back({store[3 * i].f32.view(), store[3 * i + 1].f32.view(), store[3 * i + 2].f32.view()});
-  }
-  const QuantExpertWeights qs{store[3 * e].m(), store[3 * e + 1].m(), store[3 * e + 2].m()};
-  const ExpertWeights fs{store[3 * e].f32.view(), store[3 * e + 1].f32.view(), store[3 * e + 2].f32.view()};
+  const std::unique_ptr<Fp8Moe> m = fp8_moe(*be, e, d, inter, 10);
+  const std::vector<QuantExpertWeights>& q = m->q;
+  const std::vector<ExpertWeights>& f = m->f;
+  const QuantExpertWeights& qs = m->qs;
+  const ExpertWeights& fs = m->fs;
   HostTensor x = random_tensor({t, d}, 3), wts = random_tensor({t, k}, 4), idx(DType::kI32, {t, k});
   for (int64_t i = 0; i < t * k; ++i) idx.data<int32_t>()[i] = static_cast<int32_t>((i * 3 + i / k) % e);
   HostTensor y(DType::kF32, {t, d}), ref(DType::kF32, {t, d});
@@ -170,17 +192,11 @@ TEST(QuantOps, ActQuantMoeRoundsXAndHBeforeEachGemm) {
   auto be = make_cpu_backend(1);
   const int64_t e = 4, d = 64, inter = 96, t = 5, k = 2;
   const float limit = 3.0f;
-  std::vector<Fp8> store;
-  for (int64_t i = 0; i < 3 * (e + 1); ++i)
-    store.push_back(i % 3 == 2 ? fp8(*be, d, inter, 60 + i) : fp8(*be, inter, d, 60 + i));
-  std::vector<QuantExpertWeights> q;
-  std::vector<ExpertWeights> f;
-  for (int64_t i = 0; i < e; ++i) {
-    q.push_back({store[3 * i].m(), store[3 * i + 1].m(), store[3 * i + 2].m()});
-    f.push_back({store[3 * i].f32.view(), store[3 * i + 1].f32.view(), store[3 * i + 2].f32.view()});
-  }
-  const QuantExpertWeights qs{store[3 * e].m(), store[3 * e + 1].m(), store[3 * e + 2].m()};
-  const ExpertWeights fs{store[3 * e].f32.view(), store[3 * e + 1].f32.view(), store[3 * e + 2].f32.view()};
+  const std::unique_ptr<Fp8Moe> m = fp8_moe(*be, e, d, inter, 60);
+  const std::vector<QuantExpertWeights>& q = m->q;
+  const std::vector<ExpertWeights>& f = m->f;
+  const QuantExpertWeights& qs = m->qs;
+  const ExpertWeights& fs = m->fs;
   HostTensor x = spread_rows(t, d, 70), wts = random_tensor({t, k}, 71), idx(DType::kI32, {t, k});
   for (int64_t i = 0; i < t * k; ++i) idx.data<int32_t>()[i] = static_cast<int32_t>((i * 3 + i / k) % e);
   for (bool before_w2 : {false, true}) {
