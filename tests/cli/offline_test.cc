@@ -304,6 +304,11 @@ TEST(OfflineCli, ActivationQuantIsTheSameUnderEveryWeightLayout) {
   EXPECT_NE(v3.exit_code, 0);
   EXPECT_NE(v3.output.find("--activation-quant mxfp8"), std::string::npos) << v3.output;
   EXPECT_NE(v3.output.find("V4 / V4.1 only"), std::string::npos) << v3.output;
+  // A checkpoint without block-format weights (the golden V4 model): nothing to round, said so.
+  auto none = run_cli("offline --model_name " + testing::test_data_dir() +
+                      "/golden/deepseek_v4 --max_model_len 64 --num-prompts 1 --max-tokens 2 --activation-quant mxfp8");
+  EXPECT_EQ(none.exit_code, 0) << none.output;
+  EXPECT_NE(none.output.find("stores no FP8 / MXFP4 weights: nothing is rounded"), std::string::npos) << none.output;
   auto bad = run_cli("offline --model_name " + dir + " --activation-quant fp4");
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.output.find("--activation-quant"), std::string::npos) << bad.output;

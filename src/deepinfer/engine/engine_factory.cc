@@ -223,8 +223,12 @@ std::unique_ptr<EngineStack> load_engine_stack(const EngineStackOptions& o) {
   DI_CHECK_INTERNAL(!o.cp_world || o.cp_world->size() == o.cp)
       << "cp " << o.cp << " with a process world of " << o.cp_world->size();
   const bool keep_fp8 = keep_quantized_weights(o);
-  const ActQuant act_quant = activation_quant_of(o, load_model_config(cfg_path));
-  if (act_quant != ActQuant::kNone)
+  const ModelConfig file_config = load_model_config(cfg_path);
+  const ActQuant act_quant = activation_quant_of(o, file_config);
+  if (act_quant != ActQuant::kNone && !file_config.quant.fp8 && !file_config.quant.experts_fp4)
+    DI_LOG_WARN("activations: {} asked, but {} stores no FP8 / MXFP4 weights: nothing is rounded (--activation-quant)",
+                act_quant_name(act_quant), o.model_dir);
+  else if (act_quant != ActQuant::kNone)
     DI_LOG_INFO("activations: {} before every GEMM over block-format weights (--activation-quant)",
                 act_quant_name(act_quant));
   const int64_t budget = kv_cache_budget_bytes(o);
