@@ -5,6 +5,7 @@
 #include <tuple>
 
 #include "cuda/cuda_test_util.h"
+#include "deepinfer/ops/cpu/cpu_backend.h"
 #include "deepinfer/ops/cuda/kernels.h"
 
 namespace deepinfer {
@@ -74,6 +75,28 @@ TEST_F(CudaOpTest, FakeQuantEveryKindMatchesCpuBits) {
     expect_same_bytes((name + " copy").c_str(), down(dst), want);
     expect_same_bytes((name + " copy source").c_str(), down(src), x);
   }
+}
+
+// run_mxfp8_quantize (the FP8 operand form of act_quant, for the e4m3 tensor-core GEMMs): the CPU reference's codes
+// and scales byte for byte, over rows of magnitudes 2^-30 .. 2^10.
+TEST_F(CudaOpTest, Mxfp8QuantizeMatchesCpuBytes) {
+  const int64_t rows = 41, cols = 512;
+  HostTensor x = rand({rows, cols}, -2, 2);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) x.data<float>()[r * cols + c] *= std::ldexp(1.0f, static_cast<int>(r) - 30);
+  HostTensor codes(DType::kU8, {rows, cols}), scales(DType::kU8, {rows, cols / 32});
+  mxfp8_quantize_rows(x.data<float>(), rows, cols, codes.data<uint8_t>(), scales.data<uint8_t>());
+  DeviceTensor dx = up(x), dcodes = up(HostTensor(DType::kU8, {rows, cols})),
+               dscales = up(HostTensor(DType::kU8, {rows, cols / 32}));
+  cuda::Mxfp8QuantizeKernelParams p;
+  p.x = dx.view().data_as<float>();
+  p.codes = dcodes.view().data_as<uint8_t>();
+  p.scales = dscales.view().data_as<uint8_t>();
+  p.rows = rows;
+  p.cols = cols;
+  cuda::run_mxfp8_quantize(p, gpu().stream());
+  expect_same_bytes("mxfp8 quantize codes", down(dcodes), codes);
+  expect_same_bytes("mxfp8 quantize scales", down(dscales), scales);
 }
 
 // The split-K coefficient kernel at the real V4-Flash size (hc·D = 16384: 32 splits) with one token and with

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include "deepinfer/core/dtype.h"
+#include "deepinfer/core/error.h"
+#include "deepinfer/ops/cpu/cpu_backend.h"
 #include "op_test_util.h"
 
 namespace deepinfer {
@@ -63,6 +65,33 @@ TEST(FakeQuantOp, UnblockableWidthPassesThrough) {
   HostTensor x = testing::random_tensor({2, 24}, 5), orig = testing::copy_of(x);
   backend->fake_quant({x.view(), FakeQuantKind::kFP8E4M3Ue8m0Block32});
   for (int64_t i = 0; i < x.numel(); ++i) EXPECT_EQ(x.data<float>()[i], orig.data<float>()[i]);
+}
+
+// mxfp8_quantize_rows (the FP8 operand form of act_quant): e4m3(code) · 2^(scale − 127) is fake_quant's value bit for
+// bit, over rows of magnitudes 2^-30 .. 2^10 (the amax floor's rows included), and the scale is the smallest power of
+// two that keeps the block's amax within e4m3's 448.
+TEST(FakeQuantOp, Mxfp8QuantizeGivesTheRoundedValuesAsCodesAndScales) {
+  auto backend = make_cpu_backend(1);
+  const int64_t rows = 41, cols = 96;
+  HostTensor x = testing::random_tensor({rows, cols}, 17, 0.001f, 2.0f);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) x.data<float>()[r * cols + c] *= std::ldexp(1.0f, static_cast<int>(r) - 30);
+  HostTensor want = testing::copy_of(x);
+  backend->fake_quant({want.view(), FakeQuantKind::kFP8E4M3Ue8m0Block32});
+  std::vector<uint8_t> codes(rows * cols), scales(rows * cols / 32);
+  mxfp8_quantize_rows(x.data<float>(), rows, cols, codes.data(), scales.data());
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    const float got = e4m3_to_f32(codes[i]) * e8m0_to_f32(scales[i / 32]);
+    ASSERT_EQ(got, want.data<float>()[i]) << "element " << i;
+  }
+  for (int64_t b = 0; b < rows * cols / 32; ++b) {
+    float amax = 0;
+    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x.data<float>()[b * 32 + i]));
+    const double s = e8m0_to_f32(scales[b]);
+    EXPECT_LE(std::max(amax, 1e-4f), 448.0 * s) << "block " << b;
+    EXPECT_GT(std::max(amax, 1e-4f), 224.0 * s) << "block " << b;
+  }
+  EXPECT_THROW(mxfp8_quantize_rows(x.data<float>(), 1, 40, codes.data(), scales.data()), Error);
 }
 
 }  // namespace

@@ -57,5 +57,9 @@ float dot_f32(const float* a, const float* b, int64_t n);
 void fake_quant_rows(float* x, int64_t rows, int64_t cols, FakeQuantKind kind);
 // A copy of the [rows, cols] rows at x, rounded as `q` asks (ActQuant): what a GEMM with act_quant multiplies.
 std::vector<float> act_quant_copy(const float* x, int64_t rows, int64_t cols, ActQuant q);
+// The same rounding (kMxfp8, cols % 32 == 0) as an FP8 operand: codes [rows, cols] e4m3 and scales [rows, cols / 32]
+// e8m0, e4m3(codes) · 2^(scale − 127) being the rounded values bit for bit. The reference of the CUDA quantizer
+// (run_mxfp8_quantize) that e4m3 tensor-core GEMMs will read.
+void mxfp8_quantize_rows(const float* x, int64_t rows, int64_t cols, uint8_t* codes, uint8_t* scales);
 
 }  // namespace deepinfer

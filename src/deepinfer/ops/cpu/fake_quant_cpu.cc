@@ -52,6 +52,19 @@ std::vector<float> act_quant_copy(const float* x, int64_t rows, int64_t cols, Ac
   return out;
 }
 
+void mxfp8_quantize_rows(const float* x, int64_t rows, int64_t cols, uint8_t* codes, uint8_t* scales) {
+  DI_CHECK(cols % 32 == 0) << "mxfp8 quantize: " << cols << " columns are not whole blocks of 32";
+  for (int64_t b = 0; b < rows * cols / 32; ++b) {
+    const float* v = x + b * 32;
+    float amax = 0.0f;
+    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(v[i]));
+    // The scale and codes of quant_block's kFP8E4M3Ue8m0Block32 case.
+    scales[b] = f32_to_e8m0_ceil(std::max(amax, 1e-4f) * static_cast<float>(1.0 / 448.0));
+    const float s = e8m0_to_f32(scales[b]);
+    for (int i = 0; i < 32; ++i) codes[b * 32 + i] = f32_to_e4m3(std::clamp(v[i] / s, -kE4M3Max, kE4M3Max));
+  }
+}
+
 void CpuBackend::fake_quant(const FakeQuantParams& p) {
   validate(p);
   fake_quant_rows(p.x.data_as<float>(), p.x.dim(0), p.x.dim(1), p.kind);

@@ -36,6 +36,36 @@ __global__ void fake_quant_copy_kernel(const float* in, float* x, int64_t blocks
   for (int i = 0; i < kBlock / 4; ++i) dst[i] = reinterpret_cast<const float4*>(v)[i];
 }
 
+// One thread a block of 32: fake_quant_block's kFP8E4M3Ue8m0Block32 scale and codes, kept as bytes (the scale's
+// exponent field is its e8m0 byte: the amax floor keeps it a normal float).
+__global__ void mxfp8_quantize_kernel(const float* x, uint8_t* codes, uint8_t* scales, int64_t blocks) {
+  const int64_t b = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (b >= blocks) return;
+  float v[32];
+  const float4* src = reinterpret_cast<const float4*>(x + b * 32);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) reinterpret_cast<float4*>(v)[i] = src[i];
+  float amax = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 32; ++i) amax = fmaxf(amax, fabsf(v[i]));
+  const float s = pow2_ceil_dev(__fmul_rn(fmaxf(amax, 1e-4f), static_cast<float>(1.0 / 448.0)));
+  uint32_t words[8];
+#pragma unroll
+  for (int w = 0; w < 8; ++w) {
+    uint32_t word = 0;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float q = fminf(fmaxf(__fdiv_rn(v[4 * w + j], s), -448.0f), 448.0f);
+      word |= static_cast<uint32_t>(f32_to_e4m3_dev(q)) << (8 * j);
+    }
+    words[w] = word;
+  }
+  uint4* dst = reinterpret_cast<uint4*>(codes + b * 32);
+  dst[0] = make_uint4(words[0], words[1], words[2], words[3]);
+  dst[1] = make_uint4(words[4], words[5], words[6], words[7]);
+  scales[b] = static_cast<uint8_t>(__float_as_uint(s) >> 23);
+}
+
 template <FakeQuantKind K>
 void launch(const FakeQuantKernelParams& p, int64_t blocks, cudaStream_t stream) {
   const unsigned grid = grid_1d(blocks, 128);
@@ -46,6 +76,16 @@ void launch(const FakeQuantKernelParams& p, int64_t blocks, cudaStream_t stream)
 }
 
 }  // namespace
+
+void run_mxfp8_quantize(const Mxfp8QuantizeKernelParams& p, cudaStream_t stream) {
+  DI_CHECK(p.cols % 32 == 0) << "mxfp8 quantize: " << p.cols << " columns are not whole blocks of 32";
+  DI_CHECK(reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && reinterpret_cast<uintptr_t>(p.codes) % 16 == 0)
+      << "mxfp8 quantize: x and codes must be 16-byte aligned";
+  const int64_t blocks = p.rows * p.cols / 32;
+  if (blocks == 0) return;
+  mxfp8_quantize_kernel<<<grid_1d(blocks, 128), 128, 0, stream>>>(p.x, p.codes, p.scales, blocks);
+  DI_CUDA_CHECK_LAUNCH();
+}
 
 void run_fake_quant(const FakeQuantKernelParams& p, cudaStream_t stream) {
   const int64_t block = p.kind == FakeQuantKind::kFP4E4m3Block16 ? 16 : 32;

@@ -155,6 +155,15 @@ struct FakeQuantKernelParams {
   FakeQuantKind kind = FakeQuantKind::kFP8E4M3Ue8m0Block32;
 };
 void run_fake_quant(const FakeQuantKernelParams& p, cudaStream_t stream);
+// fake_quant's kFP8E4M3Ue8m0Block32 rounding as an FP8 operand (mxfp8_quantize_rows' bytes): codes [rows, cols] e4m3,
+// scales [rows, cols / 32] e8m0; cols % 32 == 0, x 16-byte aligned.
+struct Mxfp8QuantizeKernelParams {
+  const float* x = nullptr;   // [rows, cols]
+  uint8_t* codes = nullptr;   // [rows, cols]
+  uint8_t* scales = nullptr;  // [rows, cols / 32]
+  int64_t rows = 0, cols = 0;
+};
+void run_mxfp8_quantize(const Mxfp8QuantizeKernelParams& p, cudaStream_t stream);
 
 // ============================================================================ mHC (hc_cuda.cu)
 struct HcMixKernelParams {
