@@ -1,8 +1,8 @@
 // Code conversions for FP8 tensor-core operands, host and device: MXFP4's e2m1 codes widened to e4m3 bytes exactly
 // (every e2m1 value {0, .5, 1, 1.5, 2, 3, 4, 6} is an e4m3 value), four codes a `prmt`. The groundwork of the e4m3
-// wgmma path that --activation-quant mxfp8 opens (on sm_90a only wgmma runs e4m3 at the FP8 rate; mma.sync converts
-// to f16) (docs/PERF.md, "Next steps after session 26"); written
-// host-callable so that the bit tricks are tested exhaustively on the CPU (tests/ops/fp8_codes_test.cc).
+// wgmma path that --activation-quant mxfp8 opens (docs/PERF.md, "Next steps after session 26"; on sm_90a only wgmma
+// runs e4m3 at the FP8 rate, mma.sync converts to f16). Host-callable, so that the bit tricks are tested exhaustively
+// on the CPU (tests/ops/fp8_codes_test.cc).
 #pragma once
 
 #include <cstdint>
