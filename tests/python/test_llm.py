@@ -83,6 +83,22 @@ def test_batch_invariant_output_does_not_depend_on_the_batch(golden_v41):
     assert outs[2].outputs[0].token_ids == want
 
 
+def test_activation_quant_reaches_the_engine(golden_v41):
+    # The golden model stores no FP8 / MXFP4 weights, so mxfp8 rounds nothing: the same ids as the default; a value
+    # that does not exist and a V3-family model are refused by name.
+    p = SamplingParams(temperature=0, max_tokens=5, ignore_eos=True)
+    prompt = [[11, 22, 33, 44, 55]]
+    plain = LLM(golden_v41, max_model_len=128, max_num_seqs=1, device="cpu")
+    rounded = LLM(golden_v41, max_model_len=128, max_num_seqs=1, device="cpu", activation_quant="mxfp8")
+    assert (rounded.generate(prompt, [p], use_tqdm=False)[0].outputs[0].token_ids ==
+            plain.generate(prompt, [p], use_tqdm=False)[0].outputs[0].token_ids)
+    with pytest.raises(ValueError, match="activation_quant"):
+        LLM(golden_v41, max_model_len=128, device="cpu", activation_quant="fp4")
+    tiny = str(pathlib.Path(__file__).resolve().parents[2] / "models" / "deepinfer-tiny-v3")
+    with pytest.raises(Exception, match="V4 / V4.1 only"):
+        LLM(tiny, max_model_len=128, device="cpu", activation_quant="mxfp8")
+
+
 def test_speculative_mtp_equals_plain_on_the_tiny_model():
     # The embedded tiny model has a trained MTP layer: greedy ids with drafts equal those without, and the request
     # reports its acceptance (None without speculation).
