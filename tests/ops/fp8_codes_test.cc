@@ -42,5 +42,36 @@ TEST(Fp8Codes, E2m1WidensToE4m3ExactlyForEveryCodePattern) {
   }
 }
 
+// A block scale folded into the table: for every shift of the exact span each magnitude's byte is the e4m3 code of
+// mag · 2^d (subnormal results included), d = 0 is the plain table, and words widened through a shifted table give
+// every code's value times 2^d with its sign. One step past the span is not exact (the bound is tight).
+TEST(Fp8Codes, FoldedScalesStayExactOverTheSpan) {
+  uint32_t lo = 0, hi = 0;
+  cuda::fp8::e2m1_e4m3_table(0, lo, hi);
+  EXPECT_EQ(lo, cuda::fp8::kE2m1MagLo);
+  EXPECT_EQ(hi, cuda::fp8::kE2m1MagHi);
+  for (int d = cuda::fp8::kFoldShiftMin; d <= cuda::fp8::kFoldShiftMax; ++d) {
+    cuda::fp8::e2m1_e4m3_table(d, lo, hi);
+    for (int m = 0; m < 8; ++m) {
+      const uint8_t byte = static_cast<uint8_t>((m < 4 ? lo : hi) >> (8 * (m % 4)));
+      ASSERT_EQ(e4m3_to_f32(byte), std::ldexp(e2m1_to_f32(static_cast<uint8_t>(m)), d)) << "d " << d << " m " << m;
+    }
+    for (uint32_t w : {0x01234567u, 0x89ABCDEFu, 0xF7E6D5C4u, 0x3B2A1908u}) {
+      uint32_t a = 0, b = 0;
+      cuda::fp8::e2m1x8_to_e4m3x8(w, a, b, lo, hi);
+      for (int i = 0; i < 8; ++i) {
+        const uint8_t code = static_cast<uint8_t>((w >> (4 * i)) & 0xF);
+        const uint8_t byte = static_cast<uint8_t>((i < 4 ? a : b) >> (8 * (i % 4)));
+        const float want = std::ldexp(e2m1_to_f32(code), d);
+        ASSERT_EQ(e4m3_to_f32(byte), want) << "d " << d << " code " << int(code);
+        ASSERT_EQ(std::signbit(e4m3_to_f32(byte)), std::signbit(want)) << "d " << d << " code " << int(code);
+      }
+    }
+  }
+  // Past the span: 1.5 · 2^-9 (d = -9) is no e4m3 value, nor is 6 · 2^7 = 768 (d = 7).
+  EXPECT_NE(e4m3_to_f32(f32_to_e4m3(std::ldexp(1.5f, -9))), std::ldexp(1.5f, -9));
+  EXPECT_NE(e4m3_to_f32(f32_to_e4m3(std::ldexp(6.0f, 7))), std::ldexp(6.0f, 7));
+}
+
 }  // namespace
 }  // namespace deepinfer

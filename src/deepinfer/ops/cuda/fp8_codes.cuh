@@ -39,13 +39,38 @@ DI_FP8_HD uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
 // The e4m3 bytes of the e2m1 magnitudes 0-7 (0, .5, 1, 1.5, 2, 3, 4, 6): a prmt table of two words.
 constexpr uint32_t kE2m1MagLo = 0x3C383000u, kE2m1MagHi = 0x4C484440u;
 
+// Shifts a block's UE8M0 scale may take relative to a reference exponent and stay exact in e4m3: every e2m1
+// magnitude times 2^d is an e4m3 value for d in [-8, 6] (0.5 · 2^-8 is e4m3's smallest subnormal, 6 · 2^6 = 384 <=
+// 448). A weight row whose block scales all lie within that span of one reference folds them into its codes, the
+// reference applied once per output.
+constexpr int kFoldShiftMin = -8, kFoldShiftMax = 6;
+
+// The prmt table of the magnitudes times 2^d (kFoldShiftMin <= d <= kFoldShiftMax): byte m = e4m3(mag(m) · 2^d).
+// With d = 0 it is kE2m1MagLo / kE2m1MagHi.
+DI_FP8_HD void e2m1_e4m3_table(int d, uint32_t& lo, uint32_t& hi) {
+  lo = hi = 0;
+  for (int m = 1; m < 8; ++m) {
+    // mag(m) = (1 + f/2) · 2^e: m = 1 is 0.5 (e2m1's subnormal), then e = m/2 - 1 with f = m & 1.
+    const int e = m == 1 ? -1 : m / 2 - 1, f = m == 1 ? 0 : (m & 1), x = e + d;
+    // Normal e4m3 from exponent -6 on (bias 7, 3 mantissa bits, f the top one); below it the value in units of 2^-9.
+    const uint32_t byte =
+        x >= -6 ? static_cast<uint32_t>(((x + 7) << 3) | (f << 2)) : static_cast<uint32_t>((2 + f) << (x + 9)) >> 1;
+    if (m < 4)
+      lo |= byte << (8 * m);
+    else
+      hi |= byte << (8 * (m - 4));
+  }
+}
+
 // Eight e2m1 codes (code i in bits 4i..4i+3 of w, as MXFP4 packs them: the low nibble of a byte is the even element)
 // as eight e4m3 bytes in the same order: lo holds codes 0-3 (byte i = code i), hi codes 4-7. Exact, signed zeros
 // included (code 8 is -0: byte 0x80). Per half: one masked prmt for the magnitudes, one prmt that doubles the two
-// code bytes, a shift and the masks for the signs (bit 3 of code i to bit 7 of byte i).
-DI_FP8_HD void e2m1x8_to_e4m3x8(uint32_t w, uint32_t& lo, uint32_t& hi) {
-  lo = prmt(kE2m1MagLo, kE2m1MagHi, w & 0x7777u);
-  hi = prmt(kE2m1MagLo, kE2m1MagHi, (w >> 16) & 0x7777u);
+// code bytes, a shift and the masks for the signs (bit 3 of code i to bit 7 of byte i). tab_lo / tab_hi: the
+// magnitudes' table (e2m1_e4m3_table: a block scale folded in; the default is the plain one).
+DI_FP8_HD void e2m1x8_to_e4m3x8(uint32_t w, uint32_t& lo, uint32_t& hi, uint32_t tab_lo = kE2m1MagLo,
+                                uint32_t tab_hi = kE2m1MagHi) {
+  lo = prmt(tab_lo, tab_hi, w & 0x7777u);
+  hi = prmt(tab_lo, tab_hi, (w >> 16) & 0x7777u);
   // Bytes [c01, c01, c23, c23] (c01: the byte of codes 0 and 1): code 2j's sign is bit 3 of its byte, 4 below where
   // byte 2j wants it; code 2j+1's is bit 7 already.
   const uint32_t y_lo = prmt(w, 0, 0x1100u), y_hi = prmt(w, 0, 0x3322u);
