@@ -127,26 +127,27 @@ EngineSetup::EngineSetup(const EngineSetupArgs& a, StreamCallback on_delta) {
   o.draft_confidence_threshold = a.draft_confidence_threshold;
   o.draft_token_budget = a.draft_token_budget;
   keep_quantized_weights(o);  // a bad --weight-format or --activation-quant fails here, before any rank process starts
-  const ActQuant act_quant = activation_quant_of(o, load_model_config(m.dir + "/config.json"));
+  const ModelConfig file_config = load_model_config(m.dir + "/config.json");
+  const ActQuant act_quant = activation_quant_of(o, file_config);
   const bool ep_dp = ParallelLayout::make(a.ep, a.dp).world > 1;
   const ParallelLayout playout = ParallelLayout::make(a.ep, a.dp, 0, ep_dp ? a.cp : 1);
-  auto v3_family = [&] { return load_model_config(m.dir + "/config.json").family == ModelFamily::kDeepseekV3; };
+  const bool v3_family = file_config.family == ModelFamily::kDeepseekV3;
   if (playout.world > 1 && a.device == "cuda") {
     // One process per GPU, joined before anything touches a device (DistributedModelRunner; with --cp each DP
     // shard's ranks are its CP group).
     process_world_ = ProcessWorld::start(playout);
     DI_LOG_INFO("parallel layout: {} (one process per GPU, NCCL)", playout.str());
-    if (v3_family())
-      start_expert_parallel<DeepseekV3Model>(a, m.dir, playout, o);
+    if (v3_family)
+      start_expert_parallel<DeepseekV3Model>(a, m.dir, playout, o, act_quant);
     else
-      start_expert_parallel<DeepseekV4Model>(a, m.dir, playout, o);
+      start_expert_parallel<DeepseekV4Model>(a, m.dir, playout, o, act_quant);
     if (worker_) return;
   } else if (a.cp > 1 && a.device == "cuda") {
     // Context parallelism across GPUs: one process per CP rank; rank 0 runs the engine (CpDriverRunner).
     process_world_ = ProcessWorld::start(ParallelLayout::make(1, 1, a.cp));
     DI_LOG_INFO("context parallel: {} processes (one per GPU, NCCL)", a.cp);
     if (!process_world_->is_driver()) {
-      if (v3_family())
+      if (v3_family)
         follow_context_parallel<DeepseekV3Model>(a, m.dir, keep_quantized_weights(o), act_quant);
       else
         follow_context_parallel<DeepseekV4Model>(a, m.dir, keep_quantized_weights(o), act_quant);
@@ -161,7 +162,7 @@ EngineSetup::EngineSetup(const EngineSetupArgs& a, StreamCallback on_delta) {
 
 template <typename Model>
 void EngineSetup::start_expert_parallel(const EngineSetupArgs& a, const std::string& dir, const ParallelLayout& layout,
-                                        EngineStackOptions& o) {
+                                        EngineStackOptions& o, ActQuant act_quant) {
   const int gpu = process_world_->env().local_rank;
   const bool invariant = a.batch_invariant;
   auto make_rank_backend = [gpu, invariant](int) { return make_rank_cuda_backend(gpu, invariant); };
@@ -178,7 +179,7 @@ void EngineSetup::start_expert_parallel(const EngineSetupArgs& a, const std::str
     po.eplb_slots = a.eplb_slots;
     po.fp8_dispatch = a.ep_fp8_dispatch;
     po.keep_quant = keep_quantized_weights(o);  // as load_engine_stack resolves them on rank 0
-    po.act_quant = activation_quant_of(o, load_model_config(dir + "/config.json"));
+    po.act_quant = act_quant;
     run_parallel_worker<Model>(
         process_world_->comm(), po, make_rank_backend,
         model_loader<Model>(dir, read_token_map(a.engram_token_map_file), po.keep_quant, po.act_quant));

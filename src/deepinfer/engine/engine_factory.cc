@@ -247,12 +247,12 @@ std::unique_ptr<EngineStack> load_engine_stack(const EngineStackOptions& o) {
                                           "loading only its routed experts (--weight-format)"
                                         : "f32 on every rank, block-format matrices dequantized at load "
                                           "(--weight-format)");
-    s.parallel_config = load_model_config(cfg_path);
+    s.parallel_config = file_config;
     s.config = &s.parallel_config;
     DI_CHECK(s.parallel_config.moe.n_routed_experts >= o.ep)
         << option(o, "ep", std::to_string(o.ep)) << ": the model has only " << s.parallel_config.moe.n_routed_experts
         << " routed experts per layer (each EP rank needs at least one)";
-  } else if (load_model_config(cfg_path).family == ModelFamily::kDeepseekV3) {
+  } else if (file_config.family == ModelFamily::kDeepseekV3) {
     // The family in config.json picks the forward and its runner: V3 (V3/R1/V3.1/V2-Lite) or V4/V4.1.
     s.v3 = DeepseekV3Model::load(o.model_dir, *s.backend, keep_fp8 ? V3WeightStorage::kFP8 : V3WeightStorage::kF32);
     DI_LOG_INFO("weights: {}", keep_fp8 ? "FP8 block-scaled matrices kept quantized (--weight-format)"

@@ -80,20 +80,13 @@ DeepseekV4Model::DeepseekV4Model(ModelConfig config, V4Weights weights, std::opt
 
 void DeepseekV4Model::set_activation_quant(ActQuant q) {
   act_quant_ = q;
-  std::vector<V4LayerWeights*> blocks;
-  for (V4LayerWeights& lw : w_.layers) blocks.push_back(&lw);
-  if (w_.dspark) {
-    for (V4LayerWeights& lw : w_.dspark->layers) blocks.push_back(&lw);
-    set_act_quant(w_.dspark->main_proj, q);
-  }
+  if (w_.dspark) set_act_quant(w_.dspark->main_proj, q);
   if (w_.mtp) {
-    blocks.push_back(&w_.mtp->block);
     set_act_quant(w_.mtp->e_proj, q);
     set_act_quant(w_.mtp->h_proj, q);
   }
-  for (V4LayerWeights* lw : blocks) {
-    V4AttentionWeights& a = lw->attn;
-    for (KeptMatrix* m : {&a.wq_a, &a.wq_b, &a.wkv, &a.wo_a, &a.wo_b, &a.idx_wq_b}) set_act_quant(*m, q);
+  for (V4LayerWeights* lw : v4_blocks(w_)) {
+    for (KeptMatrix* m : lw->attn.kept()) set_act_quant(*m, q);
     lw->moe_act_quant = lw->experts_block_format ? q : ActQuant::kNone;
     lw->engram.wkv_act_quant = lw->engram.wkv_block_format ? q : ActQuant::kNone;
   }
@@ -108,24 +101,20 @@ void DeepseekV4Model::upload_weights() {
     if (t.view().data() != nullptr) t = memory_.upload(t.view());
   };
   for (OwnedTensor* t : {&w_.embed, &w_.norm, &w_.head, &w_.hc_head_fn, &w_.hc_head_base, &w_.hc_head_scale}) up(*t);
-  std::vector<V4LayerWeights*> blocks;
-  for (V4LayerWeights& lw : w_.layers) blocks.push_back(&lw);
   if (w_.dspark) {
     V4DsparkWeights& d = *w_.dspark;
     upload_kept(memory_, d.main_proj);
     for (OwnedTensor* t : {&d.main_norm, &d.norm, &d.markov_embed, &d.markov_head, &d.confidence, &d.hc_head_fn,
                            &d.hc_head_base, &d.hc_head_scale})
       up(*t);
-    for (V4LayerWeights& lw : d.layers) blocks.push_back(&lw);
   }
   if (w_.mtp) {
     V4MtpWeights& m = *w_.mtp;
     upload_kept(memory_, m.e_proj);
     upload_kept(memory_, m.h_proj);
     for (OwnedTensor* t : {&m.enorm, &m.hnorm, &m.norm, &m.hc_head_fn, &m.hc_head_base, &m.hc_head_scale}) up(*t);
-    blocks.push_back(&m.block);
   }
-  for (V4LayerWeights* block : blocks) {
+  for (V4LayerWeights* block : v4_blocks(w_)) {
     V4LayerWeights& lw = *block;
     V4AttentionWeights& a = lw.attn;
     for (OwnedTensor* t : {&lw.attn_norm,     &lw.ffn_norm,      &lw.hc_attn_fn,  &lw.hc_attn_base,
@@ -137,7 +126,7 @@ void DeepseekV4Model::upload_weights() {
                            &lw.tid2eid,       &lw.engram.table,  &lw.engram.wkv,  &lw.engram.gate_weight})
       up(*t);
     for (OwnedTensor* t : {&a.comp_wkv_bf16, &a.comp_wgate_bf16, &a.idx_comp_wkv_bf16, &a.idx_comp_wgate_bf16}) up(*t);
-    for (KeptMatrix* m : {&a.wq_a, &a.wq_b, &a.wkv, &a.wo_a, &a.wo_b, &a.idx_wq_b}) upload_kept(memory_, *m);
+    for (KeptMatrix* m : a.kept()) upload_kept(memory_, *m);
     if (lw.quant_experts) {
       // quant_storage holds w1, w3, w2 of every routed expert, then the shared one (load_v4_weights).
       for (KeptMatrix& m : lw.quant_storage) upload_kept(memory_, m);

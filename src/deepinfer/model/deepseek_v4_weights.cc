@@ -28,7 +28,7 @@ int64_t block_bytes(const V4LayerWeights& lw) {
     b += owned_bytes(*t);
   for (const OwnedTensor* t : {&a.comp_wkv_bf16, &a.comp_wgate_bf16, &a.idx_comp_wkv_bf16, &a.idx_comp_wgate_bf16})
     b += owned_bytes(*t);
-  for (const KeptMatrix* m : {&a.wq_a, &a.wq_b, &a.wkv, &a.wo_a, &a.wo_b, &a.idx_wq_b}) b += m->bytes();
+  for (const KeptMatrix* m : a.kept()) b += m->bytes();
   for (const OwnedTensor& t : lw.expert_storage) b += owned_bytes(t);
   for (const KeptMatrix& m : lw.quant_storage) b += m.bytes();
   return b;
@@ -37,11 +37,20 @@ int64_t block_bytes(const V4LayerWeights& lw) {
 bool keeps_quantized(const V4LayerWeights& lw) {
   const V4AttentionWeights& a = lw.attn;
   bool any = lw.quant_experts;
-  for (const KeptMatrix* m : {&a.wq_a, &a.wq_b, &a.wkv, &a.wo_a, &a.wo_b, &a.idx_wq_b}) any = any || m->quantized();
+  for (const KeptMatrix* m : a.kept()) any = any || m->quantized();
   return any;
 }
 
 }  // namespace
+
+std::vector<V4LayerWeights*> v4_blocks(V4Weights& w) {
+  std::vector<V4LayerWeights*> blocks;
+  for (V4LayerWeights& lw : w.layers) blocks.push_back(&lw);
+  if (w.dspark)
+    for (V4LayerWeights& lw : w.dspark->layers) blocks.push_back(&lw);
+  if (w.mtp) blocks.push_back(&w.mtp->block);
+  return blocks;
+}
 
 int64_t v4_weight_bytes(const V4Weights& w) {
   int64_t b = 0;

@@ -5,6 +5,7 @@
 // load; a checkpoint with missing or malformed tensors fails with the complete list of problems.
 #pragma once
 
+#include <array>
 #include <functional>
 #include <optional>
 #include <vector>
@@ -41,6 +42,10 @@ struct V4AttentionWeights {
   // on bf16 tensor cores with the f32 activations split in two bf16 terms (linear_quant's split_in, near-f32);
   // decode's few rows and every other user read the f32 ones (a weight stream of f32 products). Empty otherwise.
   OwnedTensor comp_wkv_bf16, comp_wgate_bf16, idx_comp_wkv_bf16, idx_comp_wgate_bf16;
+
+  // The projections above that may be kept in their block format (every KeptMatrix field).
+  std::array<KeptMatrix*, 6> kept() { return {&wq_a, &wq_b, &wkv, &wo_a, &wo_b, &idx_wq_b}; }
+  std::array<const KeptMatrix*, 6> kept() const { return {&wq_a, &wq_b, &wkv, &wo_a, &wo_b, &idx_wq_b}; }
 };
 
 struct V4EngramWeights {
@@ -120,5 +125,7 @@ V4Weights load_v4_weights(const ModelConfig& config, const Checkpoint& ckpt, Bac
                           const std::function<bool(int layer, int expert)>& resident = {});
 // Bytes of every weight as kept (quantized matrices count their codes and scales).
 int64_t v4_weight_bytes(const V4Weights& w);
+// Every transformer block of w: the main layers, then the DSpark draft's blocks, then the MTP module's block.
+std::vector<V4LayerWeights*> v4_blocks(V4Weights& w);
 
 }  // namespace deepinfer

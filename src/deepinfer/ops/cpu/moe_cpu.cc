@@ -123,12 +123,15 @@ void CpuBackend::moe(const MoeParams& p) {
   const int64_t tokens = p.x.dim(0), d = p.x.dim(1), k = p.weights.dim(1);
   const int64_t inter = (*p.experts)[0].w1.dim(0);
   parallel_for(tokens, tokens * (k + 1) * 3 * d * inter, [&](int64_t begin, int64_t end) {
-    std::vector<float> h;
+    std::vector<float> h, rounded;  // per thread: a token's rounded x (act_quant)
     std::vector<int64_t> order(k);
     for (int64_t t = begin; t < end; ++t) {
-      std::vector<float> rounded;
-      if (p.act_quant != ActQuant::kNone) rounded = act_quant_copy(p.x.data_as<float>() + t * d, 1, d, p.act_quant);
-      const float* x = rounded.empty() ? p.x.data_as<float>() + t * d : rounded.data();
+      const float* x = p.x.data_as<float>() + t * d;
+      if (p.act_quant == ActQuant::kMxfp8) {
+        rounded.assign(x, x + d);
+        fake_quant_rows(rounded.data(), 1, d, FakeQuantKind::kFP8E4M3Ue8m0Block32);
+        x = rounded.data();
+      }
       float* y = p.out.data_as<float>() + t * d;
       std::fill(y, y + d, 0.0f);
       const int32_t* idx = p.indices.data_as<int32_t>() + t * k;

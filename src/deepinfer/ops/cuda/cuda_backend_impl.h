@@ -331,12 +331,7 @@ struct CudaBackend::Impl {
   // by the fake_quant kernel (bit for bit the CPU's rounding).
   const float* act_quant_rows(const float* x, int64_t rows, int64_t cols, ActQuant q) {
     if (q == ActQuant::kNone || rows * cols == 0 || cols % 32 != 0) return x;
-    float* copy = ws().take_as<float>(rows * cols);  // 256-byte aligned
-    if (reinterpret_cast<uintptr_t>(x) % 16 != 0) {
-      DI_CUDA_CHECK(cudaMemcpyAsync(copy, x, sizeof(float) * rows * cols, cudaMemcpyDeviceToDevice, s()));
-      round_rows_in_place(copy, rows, cols, q);
-      return copy;
-    }
+    float* copy = ws().take_as<float>(rows * cols);
     cuda::FakeQuantKernelParams f;
     f.x = copy;
     f.in = x;

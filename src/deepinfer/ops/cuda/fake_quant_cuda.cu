@@ -20,20 +20,29 @@ __global__ void fake_quant_kernel(float* x, int64_t blocks) {
 }
 
 // The same blocks read from `in` and written to x (one pass instead of a copy and an in-place pass: act_quant's
-// rounded copies of GEMM inputs). The block's values go through registers with the in-place kernel's arithmetic.
-template <FakeQuantKind K>
+// rounded copies of GEMM inputs). The block's values go through registers with the in-place kernel's arithmetic;
+// kVec: 16-byte loads and stores (both pointers 16-byte aligned), else one float at a time.
+template <FakeQuantKind K, bool kVec>
 __global__ void fake_quant_copy_kernel(const float* in, float* x, int64_t blocks) {
   constexpr int kBlock = fake_quant_block_size<K>();
   const int64_t b = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (b >= blocks) return;
   float v[kBlock];
-  const float4* src = reinterpret_cast<const float4*>(in + b * kBlock);
 #pragma unroll
-  for (int i = 0; i < kBlock / 4; ++i) reinterpret_cast<float4*>(v)[i] = src[i];
+  for (int i = 0; i < (kVec ? kBlock / 4 : kBlock); ++i) {
+    if constexpr (kVec)
+      reinterpret_cast<float4*>(v)[i] = reinterpret_cast<const float4*>(in + b * kBlock)[i];
+    else
+      v[i] = in[b * kBlock + i];
+  }
   fake_quant_block<K>(v);
-  float4* dst = reinterpret_cast<float4*>(x + b * kBlock);
 #pragma unroll
-  for (int i = 0; i < kBlock / 4; ++i) dst[i] = reinterpret_cast<const float4*>(v)[i];
+  for (int i = 0; i < (kVec ? kBlock / 4 : kBlock); ++i) {
+    if constexpr (kVec)
+      reinterpret_cast<float4*>(x + b * kBlock)[i] = reinterpret_cast<const float4*>(v)[i];
+    else
+      x[b * kBlock + i] = v[i];
+  }
 }
 
 // One thread a block of 32: fake_quant_block's kFP8E4M3Ue8m0Block32 scale and codes, kept as bytes (the scale's
@@ -69,10 +78,13 @@ __global__ void mxfp8_quantize_kernel(const float* x, uint8_t* codes, uint8_t* s
 template <FakeQuantKind K>
 void launch(const FakeQuantKernelParams& p, int64_t blocks, cudaStream_t stream) {
   const unsigned grid = grid_1d(blocks, 128);
-  if (p.in)
-    fake_quant_copy_kernel<K><<<grid, 128, 0, stream>>>(p.in, p.x, blocks);
-  else
+  const bool vec = reinterpret_cast<uintptr_t>(p.in) % 16 == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0;
+  if (!p.in)
     fake_quant_kernel<K><<<grid, 128, 0, stream>>>(p.x, blocks);
+  else if (vec)
+    fake_quant_copy_kernel<K, true><<<grid, 128, 0, stream>>>(p.in, p.x, blocks);
+  else
+    fake_quant_copy_kernel<K, false><<<grid, 128, 0, stream>>>(p.in, p.x, blocks);
 }
 
 }  // namespace
@@ -90,8 +102,6 @@ void run_mxfp8_quantize(const Mxfp8QuantizeKernelParams& p, cudaStream_t stream)
 void run_fake_quant(const FakeQuantKernelParams& p, cudaStream_t stream) {
   const int64_t block = p.kind == FakeQuantKind::kFP4E4m3Block16 ? 16 : 32;
   if (p.cols % block != 0 || p.rows * p.cols == 0) return;  // as the CPU op: unblockable rows pass through
-  DI_CHECK(!p.in || (reinterpret_cast<uintptr_t>(p.in) % 16 == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0))
-      << "fake_quant: a copying call needs 16-byte aligned rows";
   const int64_t blocks = p.rows * p.cols / block;
   switch (p.kind) {
     case FakeQuantKind::kFP8E4M3Ue8m0Block32:

@@ -144,14 +144,11 @@ void grouped_linear_quant(CudaBackend& be, const Tensor& in, const GroupedLinear
   cuda::WorkspaceArena::Scope scope(be.workspace());
   const float* a = in.data_as<float>();
   if (act_quant != ActQuant::kNone && k % 32 == 0) {
-    // Rounded as linear_quant rounds its input (the fake_quant kernel), into a copy in one pass (the views of a
-    // contiguous f32 matrix with k % 32 == 0 rows start 16-byte aligned when the matrix does).
+    // Rounded as linear_quant rounds its input (the fake_quant kernel), into a copy in one pass.
     float* copy = be.workspace().take_as<float>(g_count * r * k);
-    if (reinterpret_cast<uintptr_t>(a) % 16 != 0)
-      DI_CUDA_CHECK(cudaMemcpyAsync(copy, a, sizeof(float) * g_count * r * k, cudaMemcpyDeviceToDevice, be.stream()));
     cuda::FakeQuantKernelParams f;
     f.x = copy;
-    f.in = reinterpret_cast<uintptr_t>(a) % 16 != 0 ? nullptr : a;
+    f.in = a;
     f.rows = g_count * r;
     f.cols = k;
     f.kind = FakeQuantKind::kFP8E4M3Ue8m0Block32;
