@@ -23,6 +23,7 @@ TEST(KernelChoiceArgs, NoneIsTheDefaults) {
   EXPECT_EQ(c.gemm.stream_mma_max_rows, -1);
   EXPECT_EQ(c.gemm.decode_direct_max_rows, -1);
   EXPECT_EQ(c.gemm.wgmma_split_k, KernelPick::kAuto);
+  EXPECT_EQ(c.gemm.wgmma_fp8, KernelPick::kAuto);
   EXPECT_EQ(c.gemm.rows_mma, KernelPick::kAuto);
   EXPECT_EQ(describe_kernel_choices(c), "");
 }
@@ -36,6 +37,7 @@ TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
                                           "wgmma_decode=consumers",
                                           "wgmma_tile=256x128",
                                           "wgmma_split_k=never",
+                                          "wgmma_fp8=always",
                                           "rows_mma=never",
                                           "rows_mma_bf16_a=1",
                                           "rows_mma_pdl=1",
@@ -55,6 +57,7 @@ TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
   EXPECT_EQ(c.gemm.wgmma_decode, WgmmaDecode::kConsumers);
   EXPECT_EQ(c.gemm.wgmma_tile, WgmmaTile::k256x128);
   EXPECT_EQ(c.gemm.wgmma_split_k, KernelPick::kNever);
+  EXPECT_EQ(c.gemm.wgmma_fp8, KernelPick::kAlways);
   EXPECT_EQ(c.gemm.rows_mma, KernelPick::kNever);
   EXPECT_TRUE(c.gemm.rows_mma_bf16_a);
   EXPECT_TRUE(c.gemm.rows_mma_pdl);

@@ -306,6 +306,33 @@ TEST_F(CudaMoeTest, ActQuantRoundsXAndHOnEveryPath) {
   }
 }
 
+// The FP8 expert GEMM (gemm_wgmma_fp8.h) under act_quant, opt-in (wgmma_fp8 = always): MXFP4 routed experts of ~150
+// rows each (T = 300 tokens taking 4 of 8 experts), hidden 256 and inter 128 (multiples of 128, as the kernel takes),
+// x and h as MXFP8 codes. Against the CPU's act_quant MoE with the bf16 path's 4e-3 (the FP8 block sums' error, ~2^-12
+// of Σ|a·w| at most, sits well inside it), and against the device's bf16 path on the same rounded inputs (2e-3).
+TEST_F(CudaMoeTest, ActQuantFp8ExpertGemmMatchesCpu) {
+  const int64_t d = 256, inter = 128, e = 8, k = 4, t = 300;
+  const std::unique_ptr<QuantMoe> q = quant_moe(d, inter, e);
+  HostTensor x = rand({t, d}), weights = rand({t, k}, 0.05f, 1.0f), idx = distinct_indices(t, k, e);
+  const DeviceTensor dx = up(x), dwts = up(weights), didx = up(idx);
+  for (bool before : {false, true}) {
+    HostTensor want(DType::kF32, {t, d});
+    cpu().moe({x, weights, idx, &q->cpu_experts, &q->cpu_shared, want, 10.0f, before, ActQuant::kMxfp8});
+    auto run = [&] {
+      const DeviceTensor dout = poisoned({t, d});
+      gpu().moe_quant({dx, dwts, didx, &q->gpu_experts, &q->gpu_shared, dout, 10.0f, before, ActQuant::kMxfp8});
+      return down(dout);
+    };
+    const HostTensor bf16 = run();
+    testing::ScopedKernelChoices fp8_on(gpu(),
+                                        [](cuda::KernelChoices& c) { c.gemm.wgmma_fp8 = cuda::KernelPick::kAlways; });
+    const HostTensor fp8 = run();
+    const std::string tag = before ? " before_w2" : "";
+    rel_err(("act_quant moe_quant fp8 experts" + tag).c_str(), fp8, want, 4e-3);
+    rel_err(("act_quant moe_quant fp8 vs bf16 experts" + tag).c_str(), fp8, bf16, 2e-3);
+  }
+}
+
 // The pipelined mma.sync kernel (gemm_mma_cuda.cu; many rows per expert in a block format, x and h as bf16):
 // MXFP4 and FP8-block routed experts, hidden 640 (gate/up K = 640: 20 k-steps; down N = 640: a partial 256-column
 // tile), inter 320 (gate/up N: a partial tile; down K = 320), 24 experts of which each token takes 6. T = 40 gives

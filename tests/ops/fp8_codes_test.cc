@@ -5,6 +5,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <random>
 
 #include "deepinfer/core/dtype.h"
 #include "deepinfer/ops/cuda/fp8_codes.cuh"
@@ -71,6 +73,68 @@ TEST(Fp8Codes, FoldedScalesStayExactOverTheSpan) {
   // Past the span: 1.5 · 2^-9 (d = -9) is no e4m3 value, nor is 6 · 2^7 = 768 (d = 7).
   EXPECT_NE(e4m3_to_f32(f32_to_e4m3(std::ldexp(1.5f, -9))), std::ldexp(1.5f, -9));
   EXPECT_NE(e4m3_to_f32(f32_to_e4m3(std::ldexp(6.0f, 7))), std::ldexp(6.0f, 7));
+}
+
+// The fold of a row's block scales (fold_row, fold_shift, fold_factor_bits): on random rows whose nonzero blocks span
+// at most kFoldSpan below the largest scale, with all-zero blocks at scales far outside it, every code widened through
+// its block's shifted table times the row's factor is exactly the code times its block scale (the value the CPU
+// dequantizes); one block one binade further down makes the row not fit; a row of zero codes fits with kFoldEmpty.
+TEST(Fp8Codes, FoldedRowsReproduceEveryBlockScaleExactly) {
+  std::mt19937 rng(11);
+  constexpr int kBlocks = 12;
+  for (int trial = 0; trial < 400; ++trial) {
+    uint8_t scales[kBlocks], codes[16 * kBlocks];
+    const int top = 20 + static_cast<int>(rng() % 216);  // the row's largest scale, 20..235
+    for (int b = 0; b < kBlocks; ++b) {
+      const bool zero = b % 5 == 3;
+      scales[b] =
+          static_cast<uint8_t>(zero ? (b % 2 ? 0 : 254) : top - static_cast<int>(rng() % (cuda::fp8::kFoldSpan + 1)));
+      for (int i = 0; i < 16; ++i)
+        codes[16 * b + i] = zero ? static_cast<uint8_t>((rng() & 1) ? 0x88 : 0x00) : static_cast<uint8_t>(rng());
+    }
+    scales[0] = static_cast<uint8_t>(top);
+    codes[0] |= 0x01;  // block 0 nonzero at the top scale
+    const cuda::fp8::FoldRow f = cuda::fp8::fold_row(scales, codes, kBlocks);
+    ASSERT_TRUE(f.fits) << "trial " << trial;
+    ASSERT_EQ(f.e, top) << "trial " << trial;
+    float factor = 0;
+    const uint32_t bits = cuda::fp8::fold_factor_bits(f.e);
+    std::memcpy(&factor, &bits, 4);
+    ASSERT_EQ(factor, std::ldexp(1.0f, f.e - cuda::fp8::kFoldShiftMax - 127));
+    for (int b = 0; b < kBlocks; ++b) {
+      uint32_t lo = 0, hi = 0;
+      cuda::fp8::e2m1_e4m3_table(cuda::fp8::fold_shift(scales[b], f.e), lo, hi);
+      for (int wi = 0; wi < 4; ++wi) {
+        uint32_t w = 0;
+        std::memcpy(&w, codes + 16 * b + 4 * wi, 4);
+        uint32_t a = 0, c = 0;
+        cuda::fp8::e2m1x8_to_e4m3x8(w, a, c, lo, hi);
+        for (int i = 0; i < 8; ++i) {
+          const uint8_t code = static_cast<uint8_t>((w >> (4 * i)) & 0xF);
+          const uint8_t byte = static_cast<uint8_t>((i < 4 ? a : c) >> (8 * (i % 4)));
+          const double want = std::ldexp(static_cast<double>(e2m1_to_f32(code)), scales[b] - 127);
+          ASSERT_EQ(static_cast<double>(e4m3_to_f32(byte)) * factor, want)
+              << "trial " << trial << " block " << b << " scale " << int(scales[b]) << " code " << int(code);
+        }
+      }
+    }
+    // A nonzero block one binade below the span: the row no longer fits.
+    scales[1] = static_cast<uint8_t>(top - cuda::fp8::kFoldSpan - 1);
+    codes[16] |= 0x01;
+    if (top - cuda::fp8::kFoldSpan - 1 >= 0) EXPECT_FALSE(cuda::fp8::fold_row(scales, codes, kBlocks).fits);
+  }
+  uint8_t zs[2] = {3, 250}, zc[32] = {};
+  zc[5] = 0x80;  // -0
+  const cuda::fp8::FoldRow z = cuda::fp8::fold_row(zs, zc, 2);
+  EXPECT_TRUE(z.fits);
+  EXPECT_EQ(z.e, cuda::fp8::kFoldEmpty);
+  // The factor is exact down to E = 0 (subnormal f32).
+  for (int e : {0, 1, 6, 7, 133, 255}) {
+    const uint32_t bits = cuda::fp8::fold_factor_bits(e);
+    float v = 0;
+    std::memcpy(&v, &bits, 4);
+    EXPECT_EQ(v, std::ldexp(1.0f, e - cuda::fp8::kFoldShiftMax - 127)) << "e " << e;
+  }
 }
 
 }  // namespace

@@ -2,6 +2,8 @@
 // MoE pipeline and the shared expert's GEMM.
 #include "deepinfer/ops/cuda/cuda_backend_impl.h"
 
+#include "deepinfer/core/logging.h"
+#include "deepinfer/ops/cuda/fp8_codes.cuh"
 #include "deepinfer/ops/cuda/swiglu_bf16.h"
 
 namespace deepinfer {
@@ -40,6 +42,42 @@ const CudaBackend::Impl::LtPlan& CudaBackend::Impl::lt_plan(cudaDataType_t type,
   }
   cublasLtMatmulPreferenceDestroy(pref);
   return lt_plans.emplace(key, p).first->second;
+}
+
+const uint8_t* CudaBackend::Impl::mxfp4_fold(int which, const void* key, const std::vector<const void*>& ptrs,
+                                             const void* const* codes, const void* const* scales, int64_t n,
+                                             int64_t k) {
+  FoldTable& f = folds[which][key];
+  if (f.host != ptrs || !f.refs.data()) {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    DI_CUDA_CHECK(cudaStreamIsCapturing(s(), &capture));
+    if (capture != cudaStreamCaptureStatusNone) return nullptr;
+    cuda::ScopedAllocatorPool shared(alloc, nullptr);  // the table outlives the call's scratch
+    const int groups = static_cast<int>(ptrs.size());
+    f.refs = cuda::DeviceBuffer(alloc, static_cast<size_t>(groups) * n);
+    cuda::DeviceBuffer count(alloc, sizeof(unsigned));
+    DI_CUDA_CHECK(cudaMemsetAsync(count.data(), 0, sizeof(unsigned), s()));
+    cuda::Mxfp4FoldKernelParams fp;
+    fp.codes = codes;
+    fp.scales = scales;
+    fp.groups = groups;
+    fp.n = n;
+    fp.k = k;
+    fp.refs = f.refs.data_as<uint8_t>();
+    fp.misfits = count.data_as<unsigned>();
+    cuda::run_mxfp4_fold(fp, s());
+    unsigned misfits = 0;
+    DI_CUDA_CHECK(cudaMemcpyAsync(&misfits, count.data(), sizeof(unsigned), cudaMemcpyDeviceToHost, s()));
+    DI_CUDA_CHECK(cudaStreamSynchronize(s()));
+    f.host = ptrs;
+    f.fits = misfits == 0;
+    if (!f.fits)
+      DI_LOG_WARN(
+          "FP8 expert GEMM: {} of {} MXFP4 weight rows span more than {} binades of block scales (not exact "
+          "in e4m3): that matrix keeps the bf16 kernel",
+          misfits, static_cast<int64_t>(groups) * n, cuda::fp8::kFoldSpan);
+  }
+  return f.fits ? f.refs.data_as<uint8_t>() : nullptr;
 }
 
 void CudaBackend::Impl::quant_linear(const float* in, const QuantMatrix& w, float* out, int64_t m, bool split_in) {
@@ -113,9 +151,14 @@ void CudaBackend::Impl::run_moe(const float* x, const float* weights, const int3
   const bool shared_bf16 =
       shared && shared->w1.format != QuantFormat::kFloat &&
       (batch_invariant ? invariant_tile(shared->w1, tokens) : cuda::gemm_mma_dense_fills(tokens, shared->w1.rows()));
-  const int64_t per_token = k * (3 * inter + d) * 4 + (shared ? (3 * inter + d) * 4 : 0) +
-                            (bf16_inputs ? k * inter * 2 : 0) + (bf16_inputs || shared_bf16 ? d * 2 : 0) +
-                            (shared_bf16 ? shared->w1.rows() * 2 : 0) +
+  // --activation-quant mxfp8 over MXFP4 experts with their folds (opt-in, mxfp4_fold): gate / up and down on the FP8
+  // tensor cores from the activations' MXFP8 codes (gemm_wgmma_fp8.h) instead of bf16 copies of the rounded values.
+  const bool fp8_ok =
+      bf16_inputs && act_quant == ActQuant::kMxfp8 && d % 128 == 0 && inter % 128 == 0 && cuda::device_is_sm90();
+  const bool fp8_gu = fp8_ok && mw.fold[0] && mw.fold[1], fp8_down = fp8_ok && mw.fold[2];
+  const int64_t per_token = k * (3 * inter + d) * 4 + (shared ? (3 * inter + d) * 4 : 0) + (fp8_gu ? d + d / 32 : 0) +
+                            (fp8_down ? k * (inter + inter / 32) : 0) + (bf16_inputs ? k * inter * 2 : 0) +
+                            (bf16_inputs || shared_bf16 ? d * 2 : 0) + (shared_bf16 ? shared->w1.rows() * 2 : 0) +
                             // the rows kernel's bf16 copies of x and h (shared_rows below)
                             (shared && tokens <= cuda::kGemmRowsMmaMaxRows ? (d + shared->w1.rows()) * 2 : 0) +
                             (act_quant != ActQuant::kNone ? d * 4 : 0);  // the rounded copy of x
@@ -141,7 +184,14 @@ void CudaBackend::Impl::run_moe(const float* x, const float* weights, const int3
     const float* xc = act_quant_rows(x + t0 * d, tc, d, act_quant);
     void* xc16 = nullptr;
     void* h16 = nullptr;
-    if (bf16_inputs) h16 = ws().take(sizeof(uint16_t) * slots * inter);
+    if (bf16_inputs && !fp8_down) h16 = ws().take(sizeof(uint16_t) * slots * inter);
+    // x's MXFP8 codes and scales (the same values as xc: the quantizer rounds as fake_quant does).
+    uint8_t *x8 = nullptr, *x8_scale = nullptr;
+    if (fp8_gu) {
+      x8 = ws().take_as<uint8_t>(tc * d);
+      x8_scale = ws().take_as<uint8_t>(tc * d / 32);
+      mxfp8_codes(x + t0 * d, tc, d, x8, x8_scale);
+    }
     const bool shared_mma = shared_bf16 && (batch_invariant ? invariant_tile(shared->w1, tc)
                                                             : cuda::gemm_mma_dense_fills(tc, shared->w1.rows()));
     // Past the streaming kernel's rows and short of filling the device with tiles, the shared expert goes as
@@ -155,7 +205,7 @@ void CudaBackend::Impl::run_moe(const float* x, const float* weights, const int3
     // 9-64 rows: gate, up and down through the rows kernel (gemm_rows_mma.h), from x's bf16 copy when there is one
     // (or rows_mma_bf16_a asks for it), and from h's (the SwiGLU writes it in the same pass).
     const bool shared_rows = shared && !shared_mma && rows_direct(shared->w1, tc) && rows_direct(shared->w3, tc);
-    if (bf16_inputs || shared_mma || shared_lt || (shared_rows && choices.gemm.rows_mma_bf16_a)) {
+    if ((bf16_inputs && !fp8_gu) || shared_mma || shared_lt || (shared_rows && choices.gemm.rows_mma_bf16_a)) {
       xc16 = ws().take(sizeof(uint16_t) * tc * d);
       cuda::run_cast_f32_to_bf16(xc, xc16, tc * d, s());
     }
@@ -209,7 +259,10 @@ void CudaBackend::Impl::run_moe(const float* x, const float* weights, const int3
       g.b_table = mw.w[which];
       g.b_scale_table = mw.s[which];
       g.scale_cols = mw.scale_cols[which];
-      run_gemm(g);
+      if (fp8_gu)
+        run_fp8(g, x8, x8_scale, mw.fold[which]);
+      else
+        run_gemm(g);
     }
     cuda::SwigluKernelParams sw;
     sw.gu = gu;
@@ -220,7 +273,14 @@ void CudaBackend::Impl::run_moe(const float* x, const float* weights, const int3
     sw.weights = before_w2 ? wc : nullptr;
     sw.weight_rows = perm;
     sw.rows_used = group_offsets + experts;
-    if (act_quant != ActQuant::kNone) {
+    uint8_t *h8 = nullptr, *h8_scale = nullptr;
+    if (fp8_down) {
+      // w2's input as MXFP8 codes of the SwiGLU's output (what the rounding below makes of it).
+      cuda::run_swiglu(sw, s());
+      h8 = ws().take_as<uint8_t>(slots * inter);
+      h8_scale = ws().take_as<uint8_t>(slots * inter / 32);
+      mxfp8_codes(h, slots, inter, h8, h8_scale);
+    } else if (act_quant != ActQuant::kNone) {
       // w2's input is rounded after the SwiGLU (and the routing weight), so its bf16 copy follows the rounding.
       cuda::run_swiglu(sw, s());
       round_rows_in_place(h, slots, inter, act_quant);
@@ -244,7 +304,10 @@ void CudaBackend::Impl::run_moe(const float* x, const float* weights, const int3
     g.b_table = mw.w[2];
     g.b_scale_table = mw.s[2];
     g.scale_cols = mw.scale_cols[2];
-    run_gemm(g);
+    if (fp8_down)
+      run_fp8(g, h8, h8_scale, mw.fold[2]);
+    else
+      run_gemm(g);
 
     float* shared_out = nullptr;
     if (shared) {

@@ -18,6 +18,7 @@
 #include "deepinfer/ops/cuda/gemm_rows_mma.h"
 #include "deepinfer/ops/cuda/gemm_stream_mma.h"
 #include "deepinfer/ops/cuda/gemm_wgmma.h"
+#include "deepinfer/ops/cuda/gemm_wgmma_fp8.h"
 #include "deepinfer/ops/cuda/kernels.h"
 #include "deepinfer/ops/cuda/tensor_memory_cuda.h"
 
@@ -102,6 +103,15 @@ struct CudaBackend::Impl {
     cuda::DeviceBuffer dev;
   };
   std::unordered_map<const void*, PtrTable> tables[6];
+  // The FP8 expert GEMM's fold exponents (gemm_wgmma_fp8.h) of MXFP4 routed experts, per matrix (w1, w3, w2) and
+  // experts vector, built by the fold kernel on first use (weights are static), with one sync to learn whether every
+  // row folds exactly.
+  struct FoldTable {
+    std::vector<const void*> host;  // the code pointers it was built from
+    cuda::DeviceBuffer refs;        // [experts, rows]
+    bool fits = false;
+  };
+  std::unordered_map<const void*, FoldTable> folds[3];
 
   explicit Impl(int index) : info(cuda::select_device(index)), device(Device::cuda(index)) {
     DI_CUBLAS_CHECK(cublasLtCreate(&lt));
@@ -134,6 +144,12 @@ struct CudaBackend::Impl {
     }
     return t.dev.data_as<const void* const>();
   }
+
+  // Matrix `which`'s fold exponents ([groups, n]; codes / scales: the device pointer tables of `ptrs` and of their
+  // scales), or nullptr when some row does not fold into e4m3 exactly (those matrices take the bf16 kernel) or when
+  // they are not built yet and the stream is recording (a first use builds them outside a recording).
+  const uint8_t* mxfp4_fold(int which, const void* key, const std::vector<const void*>& ptrs, const void* const* codes,
+                            const void* const* scales, int64_t n, int64_t k);
 
   // A cuBLASLt matmul for one (M, N, K, type): descriptors and the heuristic's algorithm, built once. Decode
   // repeats the same few shapes every token, and the heuristic query costs more than the tiny GEMM itself.
@@ -321,6 +337,9 @@ struct CudaBackend::Impl {
     const void* const* w[3];
     const void* const* s[3];
     bool aligned16 = false;  // every expert weight pointer is 16-byte aligned
+    // MXFP4 under --activation-quant mxfp8 with GemmChoices::wgmma_fp8: each matrix's fold exponents (mxfp4_fold),
+    // nullptr where that matrix keeps the bf16 kernels.
+    const uint8_t* fold[3] = {nullptr, nullptr, nullptr};
   };
   void run_moe(const float* x, const float* weights, const int32_t* indices, float* out, int64_t tokens, int64_t d,
                int64_t k, int64_t inter, int experts, const MoeWeights& mw, const QuantExpertWeights* shared,
@@ -340,6 +359,24 @@ struct CudaBackend::Impl {
     f.kind = FakeQuantKind::kFP8E4M3Ue8m0Block32;
     cuda::run_fake_quant(f, s());
     return copy;
+  }
+  // The [rows, cols] rows at x as MXFP8 (e4m3 codes and UE8M0 scales a block of 32): the values fake_quant rounds to.
+  void mxfp8_codes(const float* x, int64_t rows, int64_t cols, uint8_t* codes, uint8_t* scales) {
+    cuda::Mxfp8QuantizeKernelParams q;
+    q.x = x;
+    q.codes = codes;
+    q.scales = scales;
+    q.rows = rows;
+    q.cols = cols;
+    cuda::run_mxfp8_quantize(q, s());
+  }
+  // g on the FP8 expert GEMM, A as MXFP8 codes (the caller checked its shape rule: run_moe's fp8_ok).
+  void run_fp8(cuda::GemmKernelParams g, const uint8_t* a_codes, const uint8_t* a_scales, const uint8_t* fold) {
+    g.choices = choices.gemm;
+    g.a_e4m3 = a_codes;
+    g.a_scale = a_scales;
+    g.b_fold = fold;
+    DI_CHECK(cuda::run_gemm_wgmma_fp8(g, s())) << "moe: the FP8 expert GEMM declined a call its rule admitted";
   }
   void round_rows_in_place(float* x, int64_t rows, int64_t cols, ActQuant q) {
     if (q == ActQuant::kNone) return;

@@ -78,6 +78,58 @@ DI_FP8_HD void e2m1x8_to_e4m3x8(uint32_t w, uint32_t& lo, uint32_t& hi, uint32_t
   hi |= ((y_hi << 4) & 0x00800080u) | (y_hi & 0x80008000u);
 }
 
+// The fold of an MXFP4 weight row's UE8M0 block scales into its e4m3 codes (the FP8 expert GEMM, gemm_wgmma_fp8.h).
+// The row's fold exponent E is the largest scale among its blocks that hold a nonzero code; block b (scale S_b) widens
+// through the table of shift d_b = S_b - E + kFoldShiftMax, so code · 2^(S_b - 127) = e4m3 byte · 2^(E - kFoldShiftMax
+// - 127): the row's factor, applied once per output. Exact when every nonzero block has d_b >= kFoldShiftMin (a span
+// of at most kFoldSpan below E: fold_row's `fits`); a block of zero codes is zero under any shift (fold_shift clamps
+// its shift into the table's).
+constexpr int kFoldSpan = kFoldShiftMax - kFoldShiftMin;
+// E of a row without a nonzero block (any value would do: its products are zero).
+constexpr int kFoldEmpty = 127;
+
+DI_FP8_HD int fold_shift(int scale, int e) {
+  const int d = scale - e + kFoldShiftMax;
+  return d < kFoldShiftMin ? kFoldShiftMin : (d > kFoldShiftMax ? kFoldShiftMax : d);
+}
+
+// The f32 bits of a row's factor 2^(E - kFoldShiftMax - 127), exact for every E in [0, 255] (a subnormal below E = 7).
+DI_FP8_HD uint32_t fold_factor_bits(int e) {
+  const int biased = e - kFoldShiftMax;  // the f32 exponent field of the factor when normal
+  return biased >= 1 ? static_cast<uint32_t>(biased) << 23 : 1u << (biased + 22);
+}
+
+// Whether a block of 32 e2m1 codes (16 bytes: four words) holds a nonzero value (-0 is zero).
+DI_FP8_HD bool e2m1_block_nonzero(uint32_t w0, uint32_t w1, uint32_t w2, uint32_t w3) {
+  return ((w0 | w1 | w2 | w3) & 0x77777777u) != 0;
+}
+
+struct FoldRow {
+  int e = kFoldEmpty;
+  bool fits = true;
+};
+// A row's fold from its `blocks` scales and codes (16 bytes a block, as MXFP4 stores a row: blocks * 16 bytes). The
+// rule the device's fold kernel (run_mxfp4_fold) applies with a warp a row.
+inline FoldRow fold_row(const uint8_t* scales, const uint8_t* codes, int64_t blocks) {
+  int hi = -1, lo = 256;
+  for (int64_t b = 0; b < blocks; ++b) {
+    uint32_t w[4];
+    for (int i = 0; i < 4; ++i)
+      w[i] = static_cast<uint32_t>(codes[16 * b + 4 * i]) | static_cast<uint32_t>(codes[16 * b + 4 * i + 1]) << 8 |
+             static_cast<uint32_t>(codes[16 * b + 4 * i + 2]) << 16 |
+             static_cast<uint32_t>(codes[16 * b + 4 * i + 3]) << 24;
+    if (!e2m1_block_nonzero(w[0], w[1], w[2], w[3])) continue;
+    hi = scales[b] > hi ? scales[b] : hi;
+    lo = scales[b] < lo ? scales[b] : lo;
+  }
+  FoldRow f;
+  if (hi >= 0) {
+    f.e = hi;
+    f.fits = lo >= hi - kFoldSpan;
+  }
+  return f;
+}
+
 }  // namespace deepinfer::cuda::fp8
 
 #undef DI_FP8_HD

@@ -28,6 +28,9 @@ int wgmma_dense_splits(int64_t m, int64_t n, int64_t k, int sms);
 // kAlways, or no sm_90 device).
 int gemm_wgmma_k_splits(const GemmKernelParams& p, int sm_count);
 
+// Whether the current device is sm_90 (the wgmma kernels are built for sm_90a; another device never takes them).
+bool device_is_sm90();
+
 // Rows per group (rows_hint) from which grouped GEMMs take this kernel: its tiles are 128 rows, twice gemm_mma's.
 constexpr int64_t kGemmWgmmaMinRows = 32;
 

@@ -393,18 +393,6 @@ void launch(const GemmKernelParams& p, bool exact, WgmmaTile tile, cudaStream_t 
 
 bool aligned(const void* q, uintptr_t a) { return reinterpret_cast<uintptr_t>(q) % a == 0; }
 
-// wgmma needs sm_90 (this file is built for sm_90a); another device never takes this path.
-bool device_is_sm90() {
-  static const bool yes = [] {
-    int dev = 0, major = 0, minor = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) return false;
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return false;
-    if (cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) return false;
-    return major == 9 && minor == 0;
-  }();
-  return yes;
-}
-
 // What every wgmma call needs, whatever its rows: formats, K, block sizes, alignment, no batch-invariant mode.
 bool wgmma_supports(const GemmKernelParams& p) {
   if (p.choices.wgmma == KernelPick::kNever || !p.a_bf16 || p.batch_invariant) return false;
@@ -425,6 +413,17 @@ bool wgmma_exact(const GemmKernelParams& p) {
 }
 
 }  // namespace
+
+bool device_is_sm90() {
+  static const bool yes = [] {
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return false;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return false;
+    if (cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) return false;
+    return major == 9 && minor == 0;
+  }();
+  return yes;
+}
 
 int wgmma_dense_splits(int64_t m, int64_t n, int64_t k, int sms) {
   const int64_t tiles = ceil_div(m, WgTile<false>::kM) * ceil_div(n, WgTile<false>::kN), steps = k / kWgK;

@@ -113,6 +113,12 @@ struct GemmKernelParams {
   // partial [m, n] product to split_part (k_splits · m · n floats), summed into c in split order. Else not split.
   int k_splits = 0;
   float* split_part = nullptr;
+  // The FP8 expert GEMM (gemm_wgmma_fp8.h): A as MXFP8 (e4m3 codes [rows, lda] bytes, rows indexed as a's, and their
+  // UE8M0 scales a block of 32, [rows, lda / 32]), and each MXFP4 weight row's fold exponent ([groups, n]:
+  // run_mxfp4_fold).
+  const uint8_t* a_e4m3 = nullptr;
+  const uint8_t* a_scale = nullptr;
+  const uint8_t* b_fold = nullptr;
 };
 constexpr int kGemmTileM = 64;
 // The streaming kernel re-reads A (rows × K) for every output column: cheap from L1 for a row or two, the

@@ -1,0 +1,38 @@
+// The FP8 expert GEMM (gemm_wgmma_fp8_cuda.cu): MXFP4 weights times MXFP8 activations on Hopper's FP8 tensor cores,
+// for --activation-quant mxfp8 (the reference's numerics: every expert GEMM input rounded to e4m3 per 32 values with
+// a UE8M0 scale). The bf16 wgmma kernel (gemm_wgmma.h) runs the same products from bf16 copies at half the rate.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "deepinfer/ops/cuda/kernels.h"
+
+namespace deepinfer::cuda {
+
+// C = A · dequant(B)ᵀ with A = p.a_e4m3 · 2^(p.a_scale - 127) per 32 values and B MXFP4 (p.b / p.b_table) folded
+// by p.b_fold: what run_gemm takes for MXFP4, dense or grouped, with K % 128 == 0, lda % 128 == 0, 16-byte aligned
+// codes and weights, 4-byte aligned activation scales, not batch-invariant, on sm_90, when p.choices.wgmma_fp8 is
+// kAlways (opt-in for now). Returns false, enqueuing nothing, otherwise.
+//
+// Numerics: each k32 block's 32 products summed by the tensor core (e4m3 x e4m3 products are exact; the hardware's
+// sum keeps fewer bits than fp32: measured by CudaOpTest.WgmmaE4m3TileMatchesExactSums), then added into fp32 times
+// the row's activation scale, the weight row's factor applied once at the end (exact: a power of two).
+bool gemm_wgmma_fp8_takes(const GemmKernelParams& p);
+bool run_gemm_wgmma_fp8(const GemmKernelParams& p, cudaStream_t stream);
+
+// The fold exponents of MXFP4 weights for the FP8 GEMM (fp8::fold_row, one warp a row): refs[g·n + r] = row r of
+// group g's E; rows whose nonzero blocks span more than fp8::kFoldSpan binades (not exact in e4m3) are counted into
+// *misfits (added to: zero it first). Weights of `groups` matrices [n, k] (k % 32 == 0, rows 16-byte aligned).
+struct Mxfp4FoldKernelParams {
+  const void* const* codes = nullptr;   // [groups] device pointers to [n, k / 2] e2m1 bytes
+  const void* const* scales = nullptr;  // [groups] device pointers to [n, k / 32] UE8M0 bytes
+  int groups = 0;
+  int64_t n = 0, k = 0;
+  uint8_t* refs = nullptr;      // [groups, n]
+  unsigned* misfits = nullptr;  // one counter
+};
+void run_mxfp4_fold(const Mxfp4FoldKernelParams& p, cudaStream_t stream);
+
+}  // namespace deepinfer::cuda
