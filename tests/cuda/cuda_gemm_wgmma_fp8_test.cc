@@ -97,13 +97,13 @@ class CudaGemmWgmmaFp8Test : public GemmProblemTest {
     EXPECT_EQ(f.misfit_rows, want_misfits);
   }
 
-  // The FP8 launch params of l (the bf16 problem's) with A's codes and the folds.
-  static cuda::GemmKernelParams fp8_params(const Launch& l, const Fp8& f) {
-    cuda::GemmKernelParams p = l.p;
+  // The FP8 launch params of q (the bf16 problem's) with A's codes and the folds.
+  static cuda::GemmKernelParams fp8_params(const cuda::GemmKernelParams& q, const Fp8& f) {
+    cuda::GemmKernelParams p = q;
     p.choices.wgmma_fp8 = cuda::KernelPick::kAlways;
     p.a_e4m3 = static_cast<const uint8_t*>(f.codes.data());
     p.a_scale = static_cast<const uint8_t*>(f.scales.data());
-    p.b_fold = static_cast<const uint8_t*>(f.folds.data());
+    p.b_fold = static_cast<const uint8_t*>(f.folds.data());  // null for FP8 weights (no fold)
     return p;
   }
 
@@ -111,13 +111,15 @@ class CudaGemmWgmmaFp8Test : public GemmProblemTest {
   void compare(const std::string& what, Problem q, bool full) {
     Fp8 f;
     quantize(q, f);
-    fold(q, f);
-    ASSERT_EQ(f.misfit_rows, 0u) << what << ": the random weights fold exactly";
+    if (q.kind == Kind::kMxfp4) {
+      fold(q, f);
+      ASSERT_EQ(f.misfit_rows, 0u) << what << ": the random weights fold exactly";
+    }
     const std::unique_ptr<Launch> l = prepare(q);
     cudaStream_t s = gpu().stream();
     bool took = false;
     const HostTensor got =
-        run(*l, q, [&](const cuda::GemmKernelParams& p) { took = cuda::run_gemm_wgmma_fp8(fp8_params(*l, f), s); });
+        run(*l, q, [&](const cuda::GemmKernelParams& p) { took = cuda::run_gemm_wgmma_fp8(fp8_params(p, f), s); });
     ASSERT_TRUE(took) << what << ": run_gemm_wgmma_fp8 declined";
     check_reference(what + " [fp8]", q, got, full, kFp8Tol);
     bool bf16_took = false;
@@ -130,7 +132,7 @@ class CudaGemmWgmmaFp8Test : public GemmProblemTest {
     check_against(what + " [fp8 vs bf16 wgmma]", q, got, bf16, kFp8Tol);
     // Launch to launch the same bytes (a fixed order of sums).
     const HostTensor again = run(
-        *l, q, [&](const cuda::GemmKernelParams& p) { ASSERT_TRUE(cuda::run_gemm_wgmma_fp8(fp8_params(*l, f), s)); });
+        *l, q, [&](const cuda::GemmKernelParams& p) { ASSERT_TRUE(cuda::run_gemm_wgmma_fp8(fp8_params(p, f), s)); });
     expect_same_bytes((what + " fp8 run twice").c_str(), again, got);
   }
 };
@@ -156,6 +158,16 @@ TEST_F(CudaGemmWgmmaFp8Test, V4FlashExpertShapesMatchReference) {
           false);
   compare("fp8 grouped down V4-Flash", grouped(Kind::kMxfp4, {192, 180, 205, 192, 160, 230, 192, 187}, 4096, 2048, 6),
           false);
+}
+
+// FP8-block weights (128 x 128 UE8M0 blocks: the dense projections), their codes copied into the B tile as they are
+// and each block's scale joining the promotion: dense with partial tiles (N = 200: the second column tile takes the
+// second block row) and grouped with gathered / scattered rows.
+TEST_F(CudaGemmWgmmaFp8Test, Fp8BlockWeightsMatchReferenceAndBf16Kernel) {
+  compare("fp8 weights dense 300x200x384", dense(Kind::kFp8E8m0_128, 300, 200, 384), true);
+  compare("fp8 weights dense 2100x1000x1024", dense(Kind::kFp8E8m0_128, 2100, 1000, 1024), false);
+  compare("fp8 weights grouped N=640 K=896",
+          grouped(Kind::kFp8E8m0_128, {0, 1, 17, 64, 65, 0, 127, 128, 129, 300, 40, 0}, 640, 896, 6), true);
 }
 
 // Weights whose all-zero blocks carry scales far outside a row's span (UE8M0 0 and 254: any shift gives zeros) fold
@@ -192,14 +204,15 @@ TEST_F(CudaGemmWgmmaFp8Test, ZeroBlocksFoldAndWideRowsAreCounted) {
   EXPECT_EQ(f.misfit_rows, 3u);
 }
 
-// What the kernel declines: the choice not kAlways (the default), K not a multiple of 128, FP8 weights, no folds.
+// What the kernel declines: the choice not kAlways (the default), K not a multiple of 128, FP8 weights other than
+// 128 x 128 UE8M0 blocks, MXFP4 without folds, batch-invariant mode.
 TEST_F(CudaGemmWgmmaFp8Test, DeclinesWhatItDoesNotTake) {
   Fp8 f;
   Problem q = dense(Kind::kMxfp4, 128, 128, 256);
   quantize(q, f);
   fold(q, f);
   const std::unique_ptr<Launch> l = prepare(q);
-  const cuda::GemmKernelParams ok = fp8_params(*l, f);
+  const cuda::GemmKernelParams ok = fp8_params(l->p, f);
   EXPECT_TRUE(cuda::gemm_wgmma_fp8_takes(ok));
   cuda::GemmKernelParams p = ok;
   p.choices.wgmma_fp8 = cuda::KernelPick::kAuto;
@@ -209,7 +222,11 @@ TEST_F(CudaGemmWgmmaFp8Test, DeclinesWhatItDoesNotTake) {
   EXPECT_FALSE(cuda::gemm_wgmma_fp8_takes(p)) << "K % 128";
   p = ok;
   p.format = QuantFormat::kFP8Block;
-  EXPECT_FALSE(cuda::gemm_wgmma_fp8_takes(p)) << "FP8 weights";
+  p.block_n = p.block_k = 32;
+  EXPECT_FALSE(cuda::gemm_wgmma_fp8_takes(p)) << "FP8 weights of 32 x 32 blocks";
+  p.block_n = p.block_k = 128;
+  p.scale_e8m0 = false;
+  EXPECT_FALSE(cuda::gemm_wgmma_fp8_takes(p)) << "FP8 weights with f32 scales";
   p = ok;
   p.b_fold = nullptr;
   EXPECT_FALSE(cuda::gemm_wgmma_fp8_takes(p)) << "no folds";

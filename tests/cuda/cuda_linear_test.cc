@@ -176,6 +176,41 @@ TEST_F(CudaLinearTest, ActQuantRoundsTheInputsOnEveryPath) {
   }
 }
 
+// The FP8 GEMM for dense FP8-block projections under act_quant (opt-in: wgmma_fp8 = always): M = 1536 rows of
+// N = 1536 (144 tiles of 128 x 128: the device filled), K = 640, 128 x 128 UE8M0 blocks; x quantized to MXFP8 codes.
+// Against the CPU op with act_quant (1e-3: the FP8 block sums, ~2^-12 of Σ|a·w| at most) and against the default path
+// (cuBLASLt over the rounded input and the dequantized weight in bf16: the same products). The input stays as it was;
+// 32 x 32 blocks decline (they keep the default path: 1e-5 as above).
+TEST_F(CudaLinearTest, ActQuantFp8GemmTakesDenseFp8BlockWeights) {
+  const int64_t m = 1536, n = 1536, k = 640;
+  const HostTensor x = rand({m, k}, -4.0f, 4.0f);
+  for (const int block : {128, 32}) {
+    const HostTensor w = fp8({n, k}), s = e8m0({(n + block - 1) / block, (k + block - 1) / block});
+    const DeviceTensor dw = up(w), ds = up(s), dx = up(x);
+    const QuantMatrix hw{w, s, QuantFormat::kFP8Block, block, block}, gw{dw, ds, QuantFormat::kFP8Block, block, block};
+    HostTensor want(DType::kF32, {m, n});
+    QuantLinearParams c{x, hw, want};
+    c.act_quant = ActQuant::kMxfp8;
+    cpu().linear_quant(c);
+    auto run = [&] {
+      DeviceTensor dout = poisoned({m, n});
+      QuantLinearParams g{dx, gw, dout};
+      g.act_quant = ActQuant::kMxfp8;
+      gpu().linear_quant(g);
+      return down(dout);
+    };
+    const HostTensor plain = run();
+    testing::ScopedKernelChoices fp8_on(gpu(),
+                                        [](cuda::KernelChoices& ch) { ch.gemm.wgmma_fp8 = cuda::KernelPick::kAlways; });
+    const HostTensor fp8_out = run();
+    const std::string name = "act_quant fp8 gemm " + std::to_string(block) + "x" + std::to_string(block);
+    rel_err(name.c_str(), fp8_out, want, block == 128 ? 1e-3 : 1e-5);
+    rel_err((name + " vs default path").c_str(), fp8_out, plain, block == 128 ? 1e-3 : 0.0);
+    const HostTensor back = down(dx);
+    EXPECT_EQ(std::memcmp(back.data<float>(), x.data<float>(), sizeof(float) * m * k), 0) << name;
+  }
+}
+
 // Block formats by M: <= 4 rows the weight-streaming kernel (fp32 products, exact up to order: 1e-5); more
 // cuBLASLt on a bf16 dequantized scratch, x rounded to bf16 (2^-9 relative per element, ~1e-3 over the
 // output) and f32 scales rounded too: 4e-3. (The bf16 tensor-core kernel is the MoE's: CudaMoeTest.)

@@ -229,6 +229,8 @@ void CudaBackend::linear_quant(const QuantLinearParams& p) {
   expect_on(op, "in", p.in, dev);
   expect_on(op, "out", p.out, dev);
   cuda::WorkspaceArena::Scope scope(impl_->ws());
+  if (impl_->fp8_linear(p.in.data_as<float>(), p.weight, p.out.data_as<float>(), p.in.dim(0), p.act_quant, p.split_in))
+    return;
   const float* in = impl_->act_quant_rows(p.in.data_as<float>(), p.in.dim(0), p.in.dim(1), p.act_quant);
   impl_->quant_linear(in, p.weight, p.out.data_as<float>(), p.in.dim(0), p.split_in);
 }

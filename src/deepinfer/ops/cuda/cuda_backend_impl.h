@@ -370,7 +370,31 @@ struct CudaBackend::Impl {
     q.cols = cols;
     cuda::run_mxfp8_quantize(q, s());
   }
-  // g on the FP8 expert GEMM, A as MXFP8 codes (the caller checked its shape rule: run_moe's fp8_ok).
+  // Under --activation-quant mxfp8 (q), a dense GEMM of many rows over 128 x 128 UE8M0 FP8-block weights on the FP8
+  // GEMM (opt-in: GemmChoices::wgmma_fp8), `in` quantized to MXFP8 codes in ws() (the caller holds the scope): where
+  // quant_linear would dequantize the weight to a bf16 scratch for cuBLASLt, and the 128 x 128 tiles fill the device.
+  // False, enqueuing nothing, for every other call (the caller then rounds and runs quant_linear).
+  bool fp8_linear(const float* in, const QuantMatrix& w, float* out, int64_t m, ActQuant q, bool split_in) {
+    const int64_t n = w.rows(), k = w.cols();
+    if (q != ActQuant::kMxfp8 || choices.gemm.wgmma_fp8 != cuda::KernelPick::kAlways || batch_invariant || split_in)
+      return false;
+    if (w.format != QuantFormat::kFP8Block || w.block_n != 128 || w.block_k != 128 || w.scale.dtype() != DType::kE8M0 ||
+        k % 128 != 0 || reinterpret_cast<uintptr_t>(in) % 16 != 0)
+      return false;
+    if (!dense_scratch(w, m) || ceil_div(m, 128) * ceil_div(n, 128) < info.sm_count || !cuda::device_is_sm90())
+      return false;
+    uint8_t* codes = ws().take_as<uint8_t>(m * k);
+    uint8_t* scales = ws().take_as<uint8_t>(m * k / 32);
+    cuda::GemmKernelParams g = dense_params(in, nullptr, k, w, out, n, m);
+    g.choices = choices.gemm;
+    g.a_e4m3 = codes;
+    g.a_scale = scales;
+    if (!cuda::gemm_wgmma_fp8_takes(g)) return false;
+    mxfp8_codes(in, m, k, codes, scales);
+    run_fp8(g, codes, scales, nullptr);
+    return true;
+  }
+  // g on the FP8 GEMM, A as MXFP8 codes (the caller checked its shape rule).
   void run_fp8(cuda::GemmKernelParams g, const uint8_t* a_codes, const uint8_t* a_scales, const uint8_t* fold) {
     g.choices = choices.gemm;
     g.a_e4m3 = a_codes;

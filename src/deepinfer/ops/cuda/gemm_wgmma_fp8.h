@@ -1,6 +1,6 @@
-// The FP8 expert GEMM (gemm_wgmma_fp8_cuda.cu): MXFP4 weights times MXFP8 activations on Hopper's FP8 tensor cores,
-// for --activation-quant mxfp8 (the reference's numerics: every expert GEMM input rounded to e4m3 per 32 values with
-// a UE8M0 scale). The bf16 wgmma kernel (gemm_wgmma.h) runs the same products from bf16 copies at half the rate.
+// The FP8 GEMM (gemm_wgmma_fp8_cuda.cu): MXFP4 or FP8-block weights times MXFP8 activations on Hopper's FP8 tensor
+// cores, for --activation-quant mxfp8 (the reference's numerics: every GEMM input over such a weight rounded to e4m3
+// per 32 values with a UE8M0 scale). The bf16 paths run the same products from bf16 copies at half the rate or less.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -11,10 +11,11 @@
 
 namespace deepinfer::cuda {
 
-// C = A · dequant(B)ᵀ with A = p.a_e4m3 · 2^(p.a_scale - 127) per 32 values and B MXFP4 (p.b / p.b_table) folded
-// by p.b_fold: what run_gemm takes for MXFP4, dense or grouped, with K % 128 == 0, lda % 128 == 0, 16-byte aligned
-// codes and weights, 4-byte aligned activation scales, not batch-invariant, on sm_90, when p.choices.wgmma_fp8 is
-// kAlways (opt-in for now). Returns false, enqueuing nothing, otherwise.
+// C = A · dequant(B)ᵀ with A = p.a_e4m3 · 2^(p.a_scale - 127) per 32 values and B either MXFP4 (p.b / p.b_table)
+// folded by p.b_fold, or FP8 blocks of 128 x 128 with UE8M0 scales: what run_gemm takes for those formats, dense or
+// grouped, with K % 128 == 0, lda % 128 == 0, 16-byte aligned codes and weights, 4-byte aligned activation scales, not
+// batch-invariant, on sm_90, when p.choices.wgmma_fp8 is kAlways (opt-in for now). Returns false, enqueuing nothing,
+// otherwise.
 //
 // Numerics: each k32 block's 32 products summed by the tensor core (e4m3 x e4m3 products are exact; the hardware's
 // sum keeps fewer bits than fp32: measured by CudaOpTest.WgmmaE4m3TileMatchesExactSums), then added into fp32 times

@@ -26,6 +26,10 @@
 // blocks span more than 14 binades is not exact so: the caller runs the bf16 kernel for such weights (the fold kernel
 // counts them). The 15 shifted tables (fp8::e2m1_e4m3_table) sit in shared memory; a block's table is one lookup.
 //
+// FP8-block weights (the dense projections, 128 x 128 blocks with UE8M0 scales): the producer copies the codes into
+// the B tile as they are (the tile's 128 columns and a step's 128 K are one weight block), and the block's scale
+// multiplies the activation scale in the promotion.
+//
 // Status (session 27): written and compiled for sm_90a (ptxas: no wgmma serialization), not yet run on a device: opt-in
 // (GemmChoices::wgmma_fp8) until CudaGemmWgmmaFp8Test and the slice prefill have run (docs/PERF.md).
 #include "deepinfer/ops/cuda/gemm_wgmma_fp8.h"
@@ -73,7 +77,7 @@ struct F8RowSrc {
     const int64_t n = min(row, p.n - 1);
     codes = static_cast<const uint8_t*>(p.b_table ? p.b_table[g] : p.b) + n * (p.k / 2);
     scales = static_cast<const uint8_t*>(p.b_scale_table ? p.b_scale_table[g] : p.b_scale) + n * (p.k / 32);
-    e = p.b_fold[g * p.n + n];
+    e = p.b_fold ? p.b_fold[g * p.n + n] : 0;  // FP8 weights: no fold
   }
 };
 
@@ -116,6 +120,9 @@ __device__ __forceinline__ uint4 lds_u128(uint32_t addr) {
 // The f32 of UE8M0 byte e (the quantizer writes e >= 1; a zero-filled row past the tile's end gives 0, times zeros).
 __device__ __forceinline__ float ue8m0_f32(uint32_t e) { return __uint_as_float(e << 23); }
 
+// kE4m3W: FP8-block weights (e4m3 codes, 128 x 128 blocks, UE8M0 scales): the B tile copied as is, the weight block's
+// scale joins the activation scale in the promotion (a power of two: exact); else MXFP4 weights widened and folded.
+template <bool kE4m3W>
 __global__ void __launch_bounds__(kF8Threads, 1) gemm_wgmma_fp8_kernel(GemmKernelParams p, int tiles_n, int64_t tiles) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t smem_raw[];
@@ -164,9 +171,17 @@ __global__ void __launch_bounds__(kF8Threads, 1) gemm_wgmma_fp8_kernel(GemmKerne
       const int64_t sr = a_row_of(row_begin + tid);
       const uint8_t* s_src = p.a_scale + (sr < 0 ? 0 : sr) * lds;
       const F8RowSrc src(p, g, n0 + tid);
-      // Step kt's copies into stage st: the A tile and its rows' scales, and this thread's weight row's codes and
-      // scales (raw: widened from shared memory once they land, so that no global load is in flight in registers when
-      // the step's proxy fence runs).
+      // FP8 weights: this thread copies chunk tid % 8 of weight rows tid / 8 + 16 j, as for A (a row past N reads
+      // row N - 1: its column is never written).
+      const uint8_t* b_src[kE4m3W ? 8 : 1];
+      if constexpr (kE4m3W) {
+        const uint8_t* b = static_cast<const uint8_t*>(p.b_table ? p.b_table[g] : p.b);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) b_src[j] = b + min(n0 + (tid >> 3) + 16 * j, p.n - 1) * p.k + ac * 16;
+      }
+      // Step kt's copies into stage st: the A tile and its rows' scales, and the weights: FP8 codes straight into the
+      // B tile, or this thread's MXFP4 row's codes and scales (raw: widened from shared memory once they land, so that
+      // no global load is in flight in registers when the step's proxy fence runs).
       auto issue = [&](int kt, int st) {
 #pragma unroll
         for (int j = 0; j < 8; ++j)
@@ -177,6 +192,14 @@ __global__ void __launch_bounds__(kF8Threads, 1) gemm_wgmma_fp8_kernel(GemmKerne
         asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s_tile(st) + 4 * tid),
                      "l"(s_src + static_cast<int64_t>(kt) * (kF8K / 32)), "r"(sr >= 0 ? 4 : 0)
                      : "memory");
+        if constexpr (kE4m3W) {
+#pragma unroll
+          for (int j = 0; j < 8; ++j)
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(b_tile(st) + swz((tid >> 3) + 16 * j, ac)),
+                         "l"(b_src[j] + static_cast<int64_t>(kt) * kF8K)
+                         : "memory");
+          return;
+        }
         const uint8_t* q = src.codes + static_cast<int64_t>(kt) * (kF8K / 2);
 #pragma unroll
         for (int v = 0; v < 4; ++v)
@@ -199,18 +222,20 @@ __global__ void __launch_bounds__(kF8Threads, 1) gemm_wgmma_fp8_kernel(GemmKerne
         cp_async_commit();
         cp_async_wait<1>();  // this thread's copies of step kt have landed
         const int st = static_cast<int>(G % kF8Stages);
-        F8Row u;
+        if constexpr (!kE4m3W) {
+          F8Row u;
 #pragma unroll
-        for (int v = 0; v < 4; ++v) {
-          const uint4 x = lds_u128(raw_tile(st) + raw_offset(tid, v));
-          u.w[4 * v] = x.x;
-          u.w[4 * v + 1] = x.y;
-          u.w[4 * v + 2] = x.z;
-          u.w[4 * v + 3] = x.w;
+          for (int v = 0; v < 4; ++v) {
+            const uint4 x = lds_u128(raw_tile(st) + raw_offset(tid, v));
+            u.w[4 * v] = x.x;
+            u.w[4 * v + 1] = x.y;
+            u.w[4 * v + 2] = x.z;
+            u.w[4 * v + 3] = x.w;
+          }
+          u.s = lds_u32(w_scales(st) + 4 * tid);
+          widen_row(u, src.e, tables, b_tile(st), tid);
         }
-        u.s = lds_u32(w_scales(st) + 4 * tid);
-        widen_row(u, src.e, tables, b_tile(st), tid);
-        fence_proxy_async();  // the A copies and the widened weights, for wgmma's async proxy
+        fence_proxy_async();  // the copies and the widened weights, for wgmma's async proxy
         bar_arrive(kF8BarFull + st, kF8Threads);
       };
       issue(0, acquire(gs));
@@ -242,7 +267,17 @@ __global__ void __launch_bounds__(kF8Threads, 1) gemm_wgmma_fp8_kernel(GemmKerne
         for (int i = 0; i < 32; ++i) acc[h][i] = tmp[h][i] = 0.0f;
       pin(acc[0]);
       pin(acc[1]);
+      // FP8 weights: the tile's weight block scale of each step (block_n = block_k = 128: one a step), loaded a step
+      // ahead; 1 for MXFP4 (folded into the codes).
+      const int64_t ws_row = (n0 >> 7) * p.scale_cols;
+      const void* ws = p.b_scale_table ? p.b_scale_table[g] : p.b_scale;
+      auto weight_scale = [&](int kt) {
+        if constexpr (!kE4m3W) return 1.0f;
+        return e8m0_to_f32_dev(__ldg(static_cast<const uint8_t*>(ws) + ws_row + kt));
+      };
+      float sb = weight_scale(0);
       for (int kt = 0; kt < ksteps; ++kt) {
+        const float sb_next = kt + 1 < ksteps ? weight_scale(kt + 1) : 1.0f;
         const int64_t G = gs + kt;
         const int st = static_cast<int>(G % kF8Stages);
         bar_sync(kF8BarFull + st, kF8Threads);
@@ -266,7 +301,8 @@ __global__ void __launch_bounds__(kF8Threads, 1) gemm_wgmma_fp8_kernel(GemmKerne
             wgmma_wait<0>();
           const int kk = u >> 1, h = u & 1;
           pin(tmp[h]);
-          const float f0 = ue8m0_f32((sa0 >> (8 * kk)) & 0xFF), f1 = ue8m0_f32((sa1 >> (8 * kk)) & 0xFF);
+          // Exact: powers of two times the weight scale (FP8 weights; 1 for MXFP4).
+          const float f0 = ue8m0_f32((sa0 >> (8 * kk)) & 0xFF) * sb, f1 = ue8m0_f32((sa1 >> (8 * kk)) & 0xFF) * sb;
 #pragma unroll
           for (int j = 0; j < 8; ++j) {
             acc[h][4 * j] = fmaf(tmp[h][4 * j], f0, acc[h][4 * j]);
@@ -277,12 +313,12 @@ __global__ void __launch_bounds__(kF8Threads, 1) gemm_wgmma_fp8_kernel(GemmKerne
           if (u + 2 < 8) issue(u + 2);
         }
         bar_arrive(kF8BarEmpty + st, kF8Threads);  // every product of the stage has retired
+        sb = sb_next;
       }
       gs += ksteps;
 
       // Epilogue: row r0 + 8 rh, columns n0 + 64 h + 8 j + 2 (lane % 4) + 0/1 = acc[h][4 j + 2 rh + 0/1], times each
-      // weight row's fold factor.
-      const uint8_t* fold = p.b_fold + static_cast<int64_t>(g) * p.n;
+      // weight row's fold factor (MXFP4).
       float factor[2][8][2];  // this thread's 32 columns
 #pragma unroll
       for (int h = 0; h < 2; ++h)
@@ -291,7 +327,9 @@ __global__ void __launch_bounds__(kF8Threads, 1) gemm_wgmma_fp8_kernel(GemmKerne
 #pragma unroll
           for (int x = 0; x < 2; ++x) {
             const int64_t col = n0 + 64 * h + 8 * j + 2 * (lane & 3) + x;
-            factor[h][j][x] = __uint_as_float(fp8::fold_factor_bits(__ldg(fold + (col < p.n ? col : p.n - 1))));
+            factor[h][j][x] = kE4m3W ? 1.0f
+                                     : __uint_as_float(fp8::fold_factor_bits(__ldg(
+                                           p.b_fold + static_cast<int64_t>(g) * p.n + (col < p.n ? col : p.n - 1))));
           }
 #pragma unroll
       for (int rh = 0; rh < 2; ++rh) {
@@ -349,10 +387,13 @@ bool aligned(const void* q, uintptr_t a) { return reinterpret_cast<uintptr_t>(q)
 }  // namespace
 
 bool gemm_wgmma_fp8_takes(const GemmKernelParams& p) {
-  if (p.choices.wgmma_fp8 != KernelPick::kAlways || p.batch_invariant || p.format != QuantFormat::kMXFP4) return false;
-  if (!p.a_e4m3 || !p.a_scale || !p.b_fold || p.k <= 0 || p.k % kF8K != 0 || p.lda % 128 != 0 || p.lda < p.k)
-    return false;
+  if (p.choices.wgmma_fp8 != KernelPick::kAlways || p.batch_invariant) return false;
+  const bool mxfp4 = p.format == QuantFormat::kMXFP4;
+  const bool fp8 = p.format == QuantFormat::kFP8Block && p.block_n == 128 && p.block_k == 128 && p.scale_e8m0;
+  if (!(mxfp4 && p.b_fold) && !fp8) return false;
+  if (!p.a_e4m3 || !p.a_scale || p.k <= 0 || p.k % kF8K != 0 || p.lda % 128 != 0 || p.lda < p.k) return false;
   if (!aligned(p.a_e4m3, 16) || !aligned(p.a_scale, 4)) return false;
+  // Code rows 16-byte aligned (K % 128), scales 4-byte aligned (MXFP4's 4 a step, FP8's f32).
   if (p.b_table ? !p.tables_aligned16 : (!aligned(p.b, 16) || !aligned(p.b_scale, 4))) return false;
   return device_is_sm90();
 }
@@ -364,10 +405,9 @@ bool run_gemm_wgmma_fp8(const GemmKernelParams& p, cudaStream_t stream) {
   const int64_t tiles_m = p.group_offsets ? p.max_tiles_m : ceil_div(p.m, kF8M), tiles_n = ceil_div(p.n, kF8N);
   const int64_t tiles = tiles_m * tiles_n;
   DI_CHECK(tiles < (int64_t{1} << 31)) << "gemm fp8: " << tiles << " tiles are too many";
-  DI_CUDA_CHECK(cudaFuncSetAttribute(gemm_wgmma_fp8_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     static_cast<int>(kF8Smem)));
-  gemm_wgmma_fp8_kernel<<<static_cast<unsigned>(tiles), kF8Threads, kF8Smem, stream>>>(p, static_cast<int>(tiles_n),
-                                                                                       tiles);
+  auto* kernel = p.format == QuantFormat::kFP8Block ? gemm_wgmma_fp8_kernel<true> : gemm_wgmma_fp8_kernel<false>;
+  DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kF8Smem)));
+  kernel<<<static_cast<unsigned>(tiles), kF8Threads, kF8Smem, stream>>>(p, static_cast<int>(tiles_n), tiles);
   DI_CUDA_CHECK_LAUNCH();
   return true;
 }
