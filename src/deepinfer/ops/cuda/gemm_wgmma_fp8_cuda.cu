@@ -145,6 +145,12 @@ __global__ void __launch_bounds__(kF8Threads, 1) gemm_wgmma_fp8_kernel(GemmKerne
   auto s_tile = [&](int st) { return scale_base + st * 2 * kF8ScaleBytes; };  // activation scales
   auto w_scales = [&](int st) { return s_tile(st) + kF8ScaleBytes; };         // weight scales
   const int ksteps = static_cast<int>(p.k / kF8K);
+  // Tiles t = blockIdx.x, blockIdx.x + gridDim.x, ... (one per block as launched), column tile fastest; both roles
+  // walk the same ones: a grouped plan tile that starts no 128-row tile is skipped by both.
+  auto tile_at = [&](int64_t t, int& g, int64_t& row_begin, int64_t& row_end, int64_t& n0) {
+    n0 = (t % tiles_n) * kF8N;
+    return gemm_tile_rows(p, t / tiles_n, kF8M / kGemmTileM, g, row_begin, row_end);
+  };
   const int64_t lds = p.lda / 32;  // activation scales a row
 
   if (tid < 128) {
@@ -153,9 +159,8 @@ __global__ void __launch_bounds__(kF8Threads, 1) gemm_wgmma_fp8_kernel(GemmKerne
     int64_t gs = 0;
     for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
       int g;
-      int64_t row_begin, row_end;
-      if (!gemm_tile_rows(p, t / tiles_n, kF8M / kGemmTileM, g, row_begin, row_end)) continue;
-      const int64_t n0 = (t % tiles_n) * kF8N;
+      int64_t row_begin, row_end, n0;
+      if (!tile_at(t, g, row_begin, row_end, n0)) continue;
       auto a_row_of = [&](int64_t i) -> int64_t {
         return i < row_end ? (p.a_rows ? p.a_rows[i] / p.a_row_div : i) : -1;
       };
@@ -256,9 +261,8 @@ __global__ void __launch_bounds__(kF8Threads, 1) gemm_wgmma_fp8_kernel(GemmKerne
     int64_t gs = 0;
     for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
       int g;
-      int64_t row_begin, row_end;
-      if (!gemm_tile_rows(p, t / tiles_n, kF8M / kGemmTileM, g, row_begin, row_end)) continue;
-      const int64_t n0 = (t % tiles_n) * kF8N;
+      int64_t row_begin, row_end, n0;
+      if (!tile_at(t, g, row_begin, row_end, n0)) continue;
       // acc[h]: columns 64 h .. 64 h + 63 of the tile; tmp[h]: the k32 product in flight for them.
       float acc[2][32], tmp[2][32];
 #pragma unroll
