@@ -5,6 +5,7 @@
 // Here: the op table and prefill-sized shapes (cuda_bench_decode_test.cc has the decode ones; the fixture is in
 // cuda_bench_util.h).
 #include "cuda/cuda_bench_util.h"
+#include "deepinfer/ops/cuda/gemm_wgmma_fp8.h"
 
 namespace deepinfer {
 namespace {
@@ -559,6 +560,12 @@ TEST_F(CudaBench, DISABLED_PrefillExpertGemmTimings) {
     for (int64_t tokens : mo.tokens) plans.emplace_back(tokens, plan(tokens, e, mo.skew));
     const DeviceTensor x16 = filled(DType::kBF16, {max_tokens, d}),
                        h16 = filled(DType::kBF16, {max_tokens * topk, inter});
+    // The same rows as MXFP8 (codes and UE8M0 scales) for the FP8 GEMM, and fold exponents of every weight row.
+    const DeviceTensor x8 = filled(DType::kU8, {max_tokens, d}, false, true),
+                       x8s = filled(DType::kU8, {max_tokens, d / 32}, true),
+                       h8 = filled(DType::kU8, {max_tokens * topk, inter}, false, true),
+                       h8s = filled(DType::kU8, {max_tokens * topk, inter / 32}, true),
+                       fold = filled(DType::kU8, {e * std::max(d, inter)}, true);
     DeviceTensor gu(gpu(), DType::kF32, {max_tokens * topk, 2 * inter}), y(gpu(), DType::kF32, {max_tokens * topk, d});
     struct Proj {
       const char* name;
@@ -607,14 +614,23 @@ TEST_F(CudaBench, DISABLED_PrefillExpertGemmTimings) {
           p.c_rows = static_cast<const int32_t*>(pl.perm.data());
         }
         const double bytes = e * pr.n * pr.k * (0.5 + 1.0 / 32) + slots * pr.k * 2.0 + slots * pr.n * 4.0;
+        const std::string label = std::string(mo.name) + " experts mxfp4 " + pr.name + " T=" + std::to_string(tokens) +
+                                  " E=" + std::to_string(e) + " k=6 N=" + std::to_string(pr.n) +
+                                  " K=" + std::to_string(pr.k) + " ";
         for (const Mode& md : modes) {
           p.choices = md.choices;
           const double ms = time_ms([&] { cuda::run_gemm(p, gpu().stream()); }, 10);
-          report(std::string(mo.name) + " experts mxfp4 " + pr.name + " T=" + std::to_string(tokens) +
-                     " E=" + std::to_string(e) + " k=6 N=" + std::to_string(pr.n) + " K=" + std::to_string(pr.k) + " " +
-                     md.name,
-                 ms, bytes, 2.0 * slots * pr.n * pr.k);
+          report(label + md.name, ms, bytes, 2.0 * slots * pr.n * pr.k);
         }
+        // The FP8 GEMM (--activation-quant mxfp8, opt-in): A as e4m3 codes + scales a 32 (half the bf16 A bytes).
+        cuda::GemmKernelParams f = p;
+        f.choices.wgmma_fp8 = KernelPick::kAlways;
+        f.a_e4m3 = static_cast<const uint8_t*>(pr.n == inter ? x8.data() : h8.data());
+        f.a_scale = static_cast<const uint8_t*>(pr.n == inter ? x8s.data() : h8s.data());
+        f.b_fold = static_cast<const uint8_t*>(fold.data());
+        if (cuda::gemm_wgmma_fp8_takes(f))
+          report(label + "fp8 wgmma", time_ms([&] { cuda::run_gemm_wgmma_fp8(f, gpu().stream()); }, 10),
+                 bytes - slots * pr.k * (1.0 - 1.0 / 32), 2.0 * slots * pr.n * pr.k);
       }
     }
   }
@@ -641,13 +657,25 @@ TEST_F(CudaBench, DISABLED_PrefillExpertGemmTimings) {
     p.k = pr.k;
     p.c = static_cast<float*>(c.data());
     p.ldc = pr.n;
+    const double bytes = pr.n * pr.k * 1.0 + max_tokens * pr.k * 2.0 + max_tokens * pr.n * 4.0;
+    const std::string label = std::string("V4-Flash fp8 ") + pr.name + " M=8192 N=" + std::to_string(pr.n) +
+                              " K=" + std::to_string(pr.k) + " ";
     for (const Mode& md : modes) {
       p.choices = md.choices;
       const double ms = time_ms([&] { cuda::run_gemm(p, gpu().stream()); }, 10);
-      report(std::string("V4-Flash fp8 ") + pr.name + " M=8192 N=" + std::to_string(pr.n) +
-                 " K=" + std::to_string(pr.k) + " " + md.name,
-             ms, pr.n * pr.k * 1.0 + max_tokens * pr.k * 2.0 + max_tokens * pr.n * 4.0, 2.0 * max_tokens * pr.n * pr.k);
+      report(label + md.name, ms, bytes, 2.0 * max_tokens * pr.n * pr.k);
     }
+    // The FP8 GEMM on FP8-block weights (--activation-quant mxfp8, opt-in): A as e4m3 codes + scales a 32.
+    const DeviceTensor a8 = filled(DType::kU8, {max_tokens, pr.k}, false, true),
+                       a8s = filled(DType::kU8, {max_tokens, pr.k / 32}, true);
+    cuda::GemmKernelParams f = p;
+    f.lda = pr.k;
+    f.choices.wgmma_fp8 = KernelPick::kAlways;
+    f.a_e4m3 = static_cast<const uint8_t*>(a8.data());
+    f.a_scale = static_cast<const uint8_t*>(a8s.data());
+    if (cuda::gemm_wgmma_fp8_takes(f))
+      report(label + "fp8 wgmma", time_ms([&] { cuda::run_gemm_wgmma_fp8(f, gpu().stream()); }, 10),
+             bytes - max_tokens * pr.k * (1.0 - 1.0 / 32), 2.0 * max_tokens * pr.n * pr.k);
   }
 }
 
