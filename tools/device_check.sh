@@ -3,8 +3,8 @@
 # compute-sanitizer memcheck and racecheck of the op harness, the CUDA micro-benchmark, and (full mode) the CPU tests and the
 # benchmarks; logs + a summary under $OUT (more than 8 files there are packed into $OUT/logs.tgz on exit: the device
 # tool returns at most 8).
-#   usage (device tool): bash tools/device_check.sh [gpu|full|model|bench|ci|multigpu]      (carry: .deps when the image lacks the -dev
-#   packages: `mkdir -p .deps && cd .deps && apt-get download <packages below>` on an x86-64 Debian/Ubuntu host)
+#   usage (device tool): bash tools/device_check.sh [gpu|full|model|bench|ci|multigpu]      (carry: .deps, which the image
+#   needs for the -dev packages: `bash tools/make_device_deps.sh` here first, once a checkout)
 #   model: build the CUDA tests (+ the CLI they run) and run every GPU test once, directly, with the golden-model
 #   figures in the summary; no benchmarks, so it fits one 10-minute device call; MEMCHECK_FILTER / RACECHECK_FILTER
 #   (a gtest filter, or "harness" for the op harness) run those tests again under compute-sanitizer memcheck / racecheck;
