@@ -34,7 +34,7 @@ TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
                                           "topk_small_blocks=never",
                                           "wgmma=never",
                                           "wgmma_exact=1",
-                                          "wgmma_decode=consumers",
+                                          "wgmma_decode=producer_staged",
                                           "wgmma_tile=256x128",
                                           "wgmma_split_k=never",
                                           "wgmma_fp8=always",
@@ -54,7 +54,7 @@ TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
   EXPECT_EQ(c.topk_small_blocks, KernelPick::kNever);
   EXPECT_EQ(c.gemm.wgmma, KernelPick::kNever);
   EXPECT_TRUE(c.gemm.wgmma_exact);
-  EXPECT_EQ(c.gemm.wgmma_decode, WgmmaDecode::kConsumers);
+  EXPECT_EQ(c.gemm.wgmma_decode, WgmmaDecode::kProducerStaged);
   EXPECT_EQ(c.gemm.wgmma_tile, WgmmaTile::k256x128);
   EXPECT_EQ(c.gemm.wgmma_split_k, KernelPick::kNever);
   EXPECT_EQ(c.gemm.wgmma_fp8, KernelPick::kAlways);

@@ -506,6 +506,9 @@ TEST_F(CudaBench, DISABLED_PrefillExpertGemmTimings) {
       mode("wgmma 256x128 split decode", WgmmaTile::k256x128, WgmmaDecode::kSplit),
       mode("wgmma 128x256 consumer decode", WgmmaTile::k128x256, WgmmaDecode::kConsumers),
       mode("wgmma 256x128 consumer decode", WgmmaTile::k256x128, WgmmaDecode::kConsumers),
+      mode("wgmma 128x256 staged producer decode", WgmmaTile::k128x256, WgmmaDecode::kProducerStaged),
+      mode("wgmma 256x128 staged producer decode", WgmmaTile::k256x128, WgmmaDecode::kProducerStaged),
+      mode("wgmma mixed staged producer decode", WgmmaTile::kMixed, WgmmaDecode::kProducerStaged),
       mode("wgmma f32-decode", WgmmaTile::kByRows, WgmmaDecode::kByFormat, true),
       mode("mma.sync (wgmma off)", WgmmaTile::kByRows, WgmmaDecode::kByFormat, false, KernelPick::kNever)};
   // The plan of `tokens` tokens over e experts: each token's 6 distinct experts uniformly at random, slots sorted by

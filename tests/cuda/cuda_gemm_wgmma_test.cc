@@ -100,9 +100,13 @@ class CudaGemmWgmmaTest : public GemmProblemTest {
     // Where the weights are decoded (the producer, split with the consumers, the consumers): the same bf16 weights
     // and products, so the same bytes as the default (split for MXFP4, the producer for FP8).
     if (e8m0(pr.kind)) {
-      const std::pair<cuda::WgmmaDecode, const char*> placements[] = {{cuda::WgmmaDecode::kProducer, "producer"},
-                                                                      {cuda::WgmmaDecode::kSplit, "split"},
-                                                                      {cuda::WgmmaDecode::kConsumers, "consumers"}};
+      // Staged (MXFP4 with K % 128 == 0; otherwise it runs the producer's register loads): the same decode from codes
+      // copied into shared memory first.
+      const std::pair<cuda::WgmmaDecode, const char*> placements[] = {
+          {cuda::WgmmaDecode::kProducer, "producer"},
+          {cuda::WgmmaDecode::kSplit, "split"},
+          {cuda::WgmmaDecode::kConsumers, "consumers"},
+          {cuda::WgmmaDecode::kProducerStaged, "producer staged"}};
       for (const auto& [dec, name] : placements) {
         HostTensor placed = run(*l, pr, [&](const cuda::GemmKernelParams& p) {
           ASSERT_TRUE(cuda::run_gemm_wgmma(forced(p, tile, false, dec), s));

@@ -22,7 +22,8 @@ constexpr std::pair<KernelPick, std::string_view> kPicks[] = {
 constexpr std::pair<WgmmaDecode, std::string_view> kDecodes[] = {{WgmmaDecode::kByFormat, "by_format"},
                                                                  {WgmmaDecode::kProducer, "producer"},
                                                                  {WgmmaDecode::kSplit, "split"},
-                                                                 {WgmmaDecode::kConsumers, "consumers"}};
+                                                                 {WgmmaDecode::kConsumers, "consumers"},
+                                                                 {WgmmaDecode::kProducerStaged, "producer_staged"}};
 constexpr std::pair<WgmmaTile, std::string_view> kTiles[] = {{WgmmaTile::kByRows, "by_rows"},
                                                              {WgmmaTile::k128x256, "128x256"},
                                                              {WgmmaTile::k256x128, "256x128"},

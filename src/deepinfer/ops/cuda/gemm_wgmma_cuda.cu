@@ -41,7 +41,9 @@
 //     their proxy fence each step (MEMBAR.ALL.CTA + FENCE.VIEW.ASYNC.S in SASS) waits for those loads in flight: the
 //     suspected reason for ~2 µs a step (PERF.md). Prefetching each row's codes into L2 four steps before their
 //     register load (prefetch.global.L2) made no difference on the H200 (slice prefill 8192 64.77 vs 64.88 ms) and
-//     was removed.
+//     was removed. WgmmaDecode::kProducerStaged (session 27, opt-in, not yet measured) tests that: the producer
+//     stages MXFP4 codes in shared memory by cp.async with the A copies (StagedCodes) and decodes from there, so that
+//     nothing is in flight in registers at its fence (the FP8 GEMM, gemm_wgmma_fp8_cuda.cu, is built that way).
 //
 // Shared-memory layout (both operands "K-major", 128-byte swizzle, the wgmma canonical layout): a tile row holds the
 // 64 K values of one row (A: a token row, B: a weight row) = 128 bytes = 8 chunks of 16 bytes. Row r's chunk c
@@ -87,8 +89,12 @@ template <QuantFormat F, bool kExact, int kDec, bool kTall, bool kSplitK = false
 __global__ void __launch_bounds__(kWgThreads, 1)
     gemm_wgmma_kernel(GemmKernelParams p, int tiles_n, int64_t tiles, int plan, int splits) {
   static_assert(!kSplitK || !kTall, "split-K runs the dense 128 x 256 tile");
+  // kDec 3 (WgmmaDecode::kProducerStaged): the producer decodes every row, as kDec 0, from codes it stages in shared
+  // memory by cp.async (MXFP4, K % 128 == 0) instead of loading them into registers (StagedCodes).
+  constexpr bool kStaged = kDec == 3;
+  static_assert(!kStaged || (F == QuantFormat::kMXFP4 && !kExact && !kSplitK), "staged codes: MXFP4, bf16x2 decode");
   using T = WgTile<kTall>;
-  using D = DecodePlan<kTall, kDec>;
+  using D = DecodePlan<kTall, kStaged ? 0 : kDec>;
   constexpr int kUnitsA = D::kUnitsP > 0 ? D::kUnitsP : 1;  // arrays of at least one
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t smem_raw[];
@@ -155,9 +161,11 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       const PartSrc<F, D::kChunksP> src0(p, g, n0 + prow(0), pc0);
       const PartSrc<F, D::kChunksP> src1(p, g, n0 + prow(kUnitsA - 1), pc0);
       auto load_step = [&](int kt, Unit(&rs)[kUnitsA]) {
+        if constexpr (kStaged) return;  // staged: the codes come by cp.async (issue_a)
         if constexpr (D::kUnitsP > 0) src0.load(kb + kt, rs[0]);
         if constexpr (D::kUnitsP > 1) src1.load(kb + kt, rs[1]);
       };
+      const StagedCodes<kTall> staged(b_base + kWgStages * T::kBBytes);
       // Stage of this block's step G, once the consumers released its previous use (step G - S).
       auto acquire = [&](int64_t G) {
         if (G >= kWgStages) bar_sync(kBarEmpty + static_cast<int>((G - kWgStages) % kWgStages), kWgThreads);
@@ -165,24 +173,43 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       };
       // One step: load step kt + 1's codes (first: registers need no free stage, and the longer they fly the
       // better), acquire step kt + 1's stage and copy its A tile, decode step kt into its stage's B tile, publish.
+      // Staged: step kt + 1's codes go with its A copies; step kt's have landed once its copies have.
       auto step = [&](int kt, Unit(&cur)[kUnitsA], Unit(&nxt)[kUnitsA]) {
         const int64_t G = gs + kt;
         if (kt + 1 < ktiles) {
           load_step(kt + 1, nxt);
           issue_a(kt + 1, acquire(G + 1));
+          if constexpr (kStaged) {
+#pragma unroll
+            for (int i = 0; i < D::kUnitsP; ++i)
+              staged.issue(i == 0 ? src0 : src1, kb + kt + 1, static_cast<int>((G + 1) & 1), prow(i));
+          }
         }
         cp_async_commit();
         const int st = static_cast<int>(G % kWgStages);
         const uint32_t bt = b_base + st * T::kBBytes;
+        if constexpr (kStaged) {
+          cp_async_wait<1>();  // this thread's copies of step kt (A and codes) have landed
 #pragma unroll
-        for (int i = 0; i < D::kUnitsP; ++i) decode_part<F, kExact, D::kChunksP>(cur[i], bt, prow(i), pc0, s8);
-        cp_async_wait<1>();  // this thread's A copies of step kt have landed
+          for (int i = 0; i < D::kUnitsP; ++i) {
+            staged.read(static_cast<int>(G & 1), prow(i), kb + kt, cur[i]);
+            decode_part<F, kExact, D::kChunksP>(cur[i], bt, prow(i), pc0, s8);
+          }
+        } else {
+#pragma unroll
+          for (int i = 0; i < D::kUnitsP; ++i) decode_part<F, kExact, D::kChunksP>(cur[i], bt, prow(i), pc0, s8);
+          cp_async_wait<1>();  // this thread's A copies of step kt have landed
+        }
         fence_proxy_async();
         bar_arrive(kBarFull + st, kWgThreads);
       };
       Unit r0[kUnitsA], r1[kUnitsA];  // ping-pong: no register copies between steps
       load_step(0, r0);
       issue_a(0, acquire(gs));
+      if constexpr (kStaged) {
+#pragma unroll
+        for (int i = 0; i < D::kUnitsP; ++i) staged.issue(i == 0 ? src0 : src1, kb, static_cast<int>(gs & 1), prow(i));
+      }
       cp_async_commit();
       int kt = 0;
       for (; kt + 1 < ktiles; kt += 2) {
@@ -312,6 +339,8 @@ __global__ void __launch_bounds__(kWgThreads, 1)
 #endif
 }
 
+bool aligned(const void* q, uintptr_t a) { return reinterpret_cast<uintptr_t>(q) % a == 0; }
+
 template <QuantFormat F, bool kExact, int kDec, bool kTall>
 void launch(const GemmKernelParams& p, int plan, cudaStream_t stream) {
   using T = WgTile<kTall>;
@@ -330,8 +359,9 @@ void launch(const GemmKernelParams& p, int plan, cudaStream_t stream) {
   const int64_t tiles = tiles_m * tiles_n;
   DI_CHECK(tiles < (int64_t{1} << 31) && tiles_n < (int64_t{1} << 31)) << "gemm: " << tiles << " tiles are too many";
   auto* kernel = gemm_wgmma_kernel<F, kExact, kDec, kTall>;
-  DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kWgSmem)));
-  kernel<<<static_cast<unsigned>(tiles), kWgThreads, kWgSmem, stream>>>(p, static_cast<int>(tiles_n), tiles, plan, 1);
+  const size_t smem = kWgSmem + (kDec == 3 ? StagedCodes<kTall>::kBytes : 0);
+  DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  kernel<<<static_cast<unsigned>(tiles), kWgThreads, smem, stream>>>(p, static_cast<int>(tiles_n), tiles, plan, 1);
   DI_CUDA_CHECK_LAUNCH();
 }
 
@@ -369,14 +399,24 @@ void launch(const GemmKernelParams& p, bool exact, int plan, cudaStream_t stream
   const WgmmaDecode by_format = F == QuantFormat::kMXFP4 ? WgmmaDecode::kSplit : WgmmaDecode::kProducer;
   const int dec =
       static_cast<int>(p.choices.wgmma_decode == WgmmaDecode::kByFormat ? by_format : p.choices.wgmma_decode);
-  if (exact)
+  if (exact) {
     launch<F, true, 0, kTall>(p, plan, stream);
-  else if (dec == 2)
-    launch<F, false, 2, kTall>(p, plan, stream);
-  else if (dec == 1)
-    launch<F, false, 1, kTall>(p, plan, stream);
-  else
+  } else if (dec == 3) {
+    // Staged codes: MXFP4 with K % 128 (a row's scales of a step in one aligned word); else the register loads.
+    if constexpr (F == QuantFormat::kMXFP4) {
+      if (p.k % 128 == 0 && (p.b_scale_table ? p.tables_aligned16 : aligned(p.b_scale, 4))) {
+        launch<F, false, 3, kTall>(p, plan, stream);
+        return;
+      }
+    }
     launch<F, false, 0, kTall>(p, plan, stream);
+  } else if (dec == 2) {
+    launch<F, false, 2, kTall>(p, plan, stream);
+  } else if (dec == 1) {
+    launch<F, false, 1, kTall>(p, plan, stream);
+  } else {
+    launch<F, false, 0, kTall>(p, plan, stream);
+  }
 }
 template <QuantFormat F>
 void launch(const GemmKernelParams& p, bool exact, WgmmaTile tile, cudaStream_t stream) {
@@ -390,8 +430,6 @@ void launch(const GemmKernelParams& p, bool exact, WgmmaTile tile, cudaStream_t 
     launch<F, false>(p, exact, kPlanAll, stream);
   }
 }
-
-bool aligned(const void* q, uintptr_t a) { return reinterpret_cast<uintptr_t>(q) % a == 0; }
 
 // What every wgmma call needs, whatever its rows: formats, K, block sizes, alignment, no batch-invariant mode.
 bool wgmma_supports(const GemmKernelParams& p) {

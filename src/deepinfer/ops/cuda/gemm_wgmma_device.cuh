@@ -288,6 +288,58 @@ __device__ __forceinline__ void decode_part(const Part<F, kChunks>& u, uint32_t 
     decode_chunk<F, kExact>(&u.w[kChunkWords<F> * c], u.s[kChunks == 8 ? c >> 2 : 0], tile, r, c0 + c, s8);
 }
 
+// The staged producer decode (WgmmaDecode::kProducerStaged, MXFP4 with K % 128 == 0): each weight row's codes of a
+// step (32 bytes) and the aligned word holding its two block scales, copied by cp.async one step ahead (with the A
+// copies) into one of two buffers after the stages (step parity), and read back by the producer once its copies of
+// the step have landed: no global load in flight in registers when the step's proxy fence runs (which waits for them:
+// the suspected cause of ~2 us steps). Only the producer thread of a row touches its slots, so two buffers suffice
+// (buffer b is rewritten at step G + 2, after this thread read it at step G). A row's two 16-byte chunks swap places
+// every four rows, so that the eight rows of a quarter warp read distinct bank groups.
+template <bool kTall>
+struct StagedCodes {
+  static constexpr int kRows = WgTile<kTall>::kN;
+  static constexpr int kCodeBytes = kRows * 32, kBufBytes = kCodeBytes + kRows * 4;
+  static constexpr size_t kBytes = 2 * kBufBytes;
+  uint32_t base;  // shared address
+
+  __device__ __forceinline__ explicit StagedCodes(uint32_t b) : base(b) {}
+  __device__ __forceinline__ uint32_t chunk(int buf, int r, int v) const {
+    return base + buf * kBufBytes + 32 * r + 16 * (v ^ ((r >> 2) & 1));
+  }
+  __device__ __forceinline__ uint32_t scale(int buf, int r) const {
+    return base + buf * kBufBytes + kCodeBytes + 4 * r;
+  }
+  // Step kt's codes and scale word of the row `src` reads, into buffer buf, tile row r.
+  template <int kChunks>
+  __device__ __forceinline__ void issue(const PartSrc<QuantFormat::kMXFP4, kChunks>& src, int kt, int buf,
+                                        int r) const {
+    static_assert(kChunks == 8, "whole rows");
+    const uint8_t* q = src.codes + static_cast<int64_t>(kt) * 32;
+#pragma unroll
+    for (int v = 0; v < 2; ++v)
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(chunk(buf, r, v)), "l"(q + 16 * v) : "memory");
+    const uint8_t* w = src.sc + src.s_base + ((2 * kt) & ~3);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(scale(buf, r)), "l"(w) : "memory");
+  }
+  // Back into a decode unit: the eight code words and the scales of blocks 2kt, 2kt + 1 (bytes 2 (kt & 1) and 2 (kt &
+  // 1)
+  // + 1 of the word).
+  template <int kChunks>
+  __device__ __forceinline__ void read(int buf, int r, int kt, Part<QuantFormat::kMXFP4, kChunks>& u) const {
+#pragma unroll
+    for (int v = 0; v < 2; ++v)
+      asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                   : "=r"(u.w[4 * v]), "=r"(u.w[4 * v + 1]), "=r"(u.w[4 * v + 2]), "=r"(u.w[4 * v + 3])
+                   : "r"(chunk(buf, r, v))
+                   : "memory");
+    uint32_t word;
+    asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(word) : "r"(scale(buf, r)) : "memory");
+    const int sh = 16 * (kt & 1);
+    u.s[0] = (word >> sh) & 0xFF;
+    u.s[1] = (word >> (sh + 8)) & 0xFF;
+  }
+};
+
 // Who decodes which weight rows of a step's B tile (kDec: 0 = the producer, 1 = split, 2 = the consumers).
 // Producer: kUnitsP units of kChunksP chunks a thread, unit i of thread tid = tile row tid / kPartsP + i·128 / kPartsP,
 // chunks from (tid % kPartsP)·kChunksP: tile rows [0, kRowsP). Consumers: one unit of kChunksC chunks a thread (0 =

@@ -15,8 +15,10 @@ enum class KernelPick : uint8_t { kAuto, kNever, kAlways };
 // The wgmma GEMM's block tile (gemm_wgmma.h); kByRows only as a choice: the rule by rows a group.
 enum class WgmmaTile : uint8_t { kByRows, k128x256, k256x128, kMixed };
 // Who decodes the wgmma GEMM's weights: the producer warpgroup, half the producer and half the consumers (one step
-// ahead of their products), or the consumers; kByFormat: split for MXFP4, the producer for FP8.
-enum class WgmmaDecode : int8_t { kByFormat = -1, kProducer = 0, kSplit = 1, kConsumers = 2 };
+// ahead of their products), or the consumers; kByFormat: split for MXFP4, the producer for FP8. kProducerStaged: the
+// producer, from codes it stages in shared memory by cp.async instead of registers (MXFP4 with K % 128 == 0, else
+// kProducer; gemm_wgmma_device.cuh StagedCodes; not yet measured).
+enum class WgmmaDecode : int8_t { kByFormat = -1, kProducer = 0, kSplit = 1, kConsumers = 2, kProducerStaged = 3 };
 
 struct GemmChoices {
   // The wgmma GEMM: kNever falls back to gemm_mma; kAlways takes it below kGemmWgmmaMinRows rows a group too.
