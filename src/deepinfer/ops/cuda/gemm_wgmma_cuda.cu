@@ -323,13 +323,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
 #pragma unroll
           for (int j = 0; j < T::kN / 8; ++j) {
             const int64_t col = n0 + j * 8 + (lane & 3) * 2;  // even
-            const float v0 = acc[64 * hm + 4 * j + 2 * h], v1 = acc[64 * hm + 4 * j + 2 * h + 1];
-            if (vec2 && col + 1 < p.n) {
-              *reinterpret_cast<float2*>(crow + col) = make_float2(v0, v1);
-            } else {
-              if (col < p.n) crow[col] = v0;
-              if (col + 1 < p.n) crow[col + 1] = v1;
-            }
+            store_pair(crow, col, p.n, acc[64 * hm + 4 * j + 2 * h], acc[64 * hm + 4 * j + 2 * h + 1], vec2);
           }
         }
     }

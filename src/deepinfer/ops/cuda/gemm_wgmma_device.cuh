@@ -40,6 +40,17 @@ struct WgTile {
 template <QuantFormat F>
 constexpr int kCodeWords = F == QuantFormat::kMXFP4 ? kWgK / 8 : kWgK / 4;  // 32-bit words of a row's step
 
+// Output columns col, col + 1 (col even) of a C row: one 8-byte store when vec2 (rows 8-byte aligned) and both are
+// inside N, else each one that is.
+__device__ __forceinline__ void store_pair(float* crow, int64_t col, int64_t n, float v0, float v1, bool vec2) {
+  if (vec2 && col + 1 < n) {
+    *reinterpret_cast<float2*>(crow + col) = make_float2(v0, v1);
+  } else {
+    if (col < n) crow[col] = v0;
+    if (col + 1 < n) crow[col + 1] = v1;
+  }
+}
+
 // Byte offset of 16-byte chunk c (K values 8c..8c+7) of row r in a tile: the 128B-swizzled layout (row r is 128
 // contiguous bytes, chunk c at position c ^ (r % 8)). (A no-swizzle layout of 8 x 16-byte core matrices measured
 // 1.1x slower on the H200 and was removed.)

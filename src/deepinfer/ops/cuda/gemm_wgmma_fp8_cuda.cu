@@ -345,14 +345,8 @@ __global__ void __launch_bounds__(kF8Threads, 1) gemm_wgmma_fp8_kernel(GemmKerne
 #pragma unroll
           for (int j = 0; j < 8; ++j) {
             const int64_t col = n0 + 64 * h + 8 * j + 2 * (lane & 3);  // even
-            const float v0 = acc[h][4 * j + 2 * rh] * factor[h][j][0],
-                        v1 = acc[h][4 * j + 2 * rh + 1] * factor[h][j][1];
-            if (vec2 && col + 1 < p.n) {
-              *reinterpret_cast<float2*>(crow + col) = make_float2(v0, v1);
-            } else {
-              if (col < p.n) crow[col] = v0;
-              if (col + 1 < p.n) crow[col + 1] = v1;
-            }
+            store_pair(crow, col, p.n, acc[h][4 * j + 2 * rh] * factor[h][j][0],
+                       acc[h][4 * j + 2 * rh + 1] * factor[h][j][1], vec2);
           }
       }
     }
