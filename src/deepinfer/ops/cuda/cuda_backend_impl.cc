@@ -153,8 +153,8 @@ void CudaBackend::Impl::run_moe(const float* x, const float* weights, const int3
       (batch_invariant ? invariant_tile(shared->w1, tokens) : cuda::gemm_mma_dense_fills(tokens, shared->w1.rows()));
   // --activation-quant mxfp8 over MXFP4 experts with their folds (opt-in, mxfp4_fold): gate / up and down on the FP8
   // tensor cores from the activations' MXFP8 codes (gemm_wgmma_fp8.h) instead of bf16 copies of the rounded values.
-  const bool fp8_ok =
-      bf16_inputs && act_quant == ActQuant::kMxfp8 && d % 128 == 0 && inter % 128 == 0 && cuda::device_is_sm90();
+  // (moe_quant builds the folds only under the mode, with the choice, outside batch-invariant mode.)
+  const bool fp8_ok = bf16_inputs && d % 128 == 0 && inter % 128 == 0 && cuda::device_is_sm90();
   const bool fp8_gu = fp8_ok && mw.fold[0] && mw.fold[1], fp8_down = fp8_ok && mw.fold[2];
   const int64_t per_token = k * (3 * inter + d) * 4 + (shared ? (3 * inter + d) * 4 : 0) + (fp8_gu ? d + d / 32 : 0) +
                             (fp8_down ? k * (inter + inter / 32) : 0) + (bf16_inputs ? k * inter * 2 : 0) +

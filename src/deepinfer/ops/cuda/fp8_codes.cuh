@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #if defined(__CUDACC__)
 #define DI_FP8_HD __host__ __device__ __forceinline__
@@ -114,10 +115,7 @@ inline FoldRow fold_row(const uint8_t* scales, const uint8_t* codes, int64_t blo
   int hi = -1, lo = 256;
   for (int64_t b = 0; b < blocks; ++b) {
     uint32_t w[4];
-    for (int i = 0; i < 4; ++i)
-      w[i] = static_cast<uint32_t>(codes[16 * b + 4 * i]) | static_cast<uint32_t>(codes[16 * b + 4 * i + 1]) << 8 |
-             static_cast<uint32_t>(codes[16 * b + 4 * i + 2]) << 16 |
-             static_cast<uint32_t>(codes[16 * b + 4 * i + 3]) << 24;
+    std::memcpy(w, codes + 16 * b, sizeof(w));  // little-endian words, as the device loads them
     if (!e2m1_block_nonzero(w[0], w[1], w[2], w[3])) continue;
     hi = scales[b] > hi ? scales[b] : hi;
     lo = scales[b] < lo ? scales[b] : lo;

@@ -40,6 +40,21 @@ struct WgTile {
 template <QuantFormat F>
 constexpr int kCodeWords = F == QuantFormat::kMXFP4 ? kWgK / 8 : kWgK / 4;  // 32-bit words of a row's step
 
+// Shared-memory loads at a shared address (the staged codes and scales the producer reads back).
+__device__ __forceinline__ uint32_t lds_u32(uint32_t addr) {
+  uint32_t v;
+  asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(addr) : "memory");
+  return v;
+}
+__device__ __forceinline__ uint4 lds_u128(uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(addr)
+               : "memory");
+  return v;
+}
+
 // Output columns col, col + 1 (col even) of a C row: one 8-byte store when vec2 (rows 8-byte aligned) and both are
 // inside N, else each one that is.
 __device__ __forceinline__ void store_pair(float* crow, int64_t col, int64_t n, float v0, float v1, bool vec2) {
@@ -338,13 +353,14 @@ struct StagedCodes {
   template <int kChunks>
   __device__ __forceinline__ void read(int buf, int r, int kt, Part<QuantFormat::kMXFP4, kChunks>& u) const {
 #pragma unroll
-    for (int v = 0; v < 2; ++v)
-      asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                   : "=r"(u.w[4 * v]), "=r"(u.w[4 * v + 1]), "=r"(u.w[4 * v + 2]), "=r"(u.w[4 * v + 3])
-                   : "r"(chunk(buf, r, v))
-                   : "memory");
-    uint32_t word;
-    asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(word) : "r"(scale(buf, r)) : "memory");
+    for (int v = 0; v < 2; ++v) {
+      const uint4 x = lds_u128(chunk(buf, r, v));
+      u.w[4 * v] = x.x;
+      u.w[4 * v + 1] = x.y;
+      u.w[4 * v + 2] = x.z;
+      u.w[4 * v + 3] = x.w;
+    }
+    const uint32_t word = lds_u32(scale(buf, r));
     const int sh = 16 * (kt & 1);
     u.s[0] = (word >> sh) & 0xFF;
     u.s[1] = (word >> (sh + 8)) & 0xFF;

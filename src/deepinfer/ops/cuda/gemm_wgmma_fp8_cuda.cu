@@ -104,19 +104,6 @@ __device__ __forceinline__ void widen_row(const F8Row& u, int e, const uint2* ta
   }
 }
 
-__device__ __forceinline__ uint32_t lds_u32(uint32_t addr) {
-  uint32_t v;
-  asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(addr) : "memory");
-  return v;
-}
-__device__ __forceinline__ uint4 lds_u128(uint32_t addr) {
-  uint4 v;
-  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "r"(addr)
-               : "memory");
-  return v;
-}
 // The f32 of UE8M0 byte e (the quantizer writes e >= 1; a zero-filled row past the tile's end gives 0, times zeros).
 __device__ __forceinline__ float ue8m0_f32(uint32_t e) { return __uint_as_float(e << 23); }
 
@@ -128,7 +115,7 @@ __global__ void __launch_bounds__(kF8Threads, 1) gemm_wgmma_fp8_kernel(GemmKerne
   extern __shared__ uint8_t smem_raw[];
   __shared__ uint2 tables[kF8Tables];
   const int tid = threadIdx.x;
-  if (tid < kF8Tables) {
+  if (!kE4m3W && tid < kF8Tables) {
     uint32_t lo, hi;
     fp8::e2m1_e4m3_table(tid + fp8::kFoldShiftMin, lo, hi);
     tables[tid] = make_uint2(lo, hi);
