@@ -181,7 +181,18 @@ void CudaBackend::Impl::run_moe(const float* x, const float* weights, const int3
     float* gu = ws().take_as<float>(slots * 2 * inter);
     float* h = ws().take_as<float>(slots * inter);
     float* y_slot = ws().take_as<float>(slots * d);
-    const float* xc = act_quant_rows(x + t0 * d, tc, d, act_quant);
+    const bool shared_mma = shared_bf16 && (batch_invariant ? invariant_tile(shared->w1, tc)
+                                                            : cuda::gemm_mma_dense_fills(tc, shared->w1.rows()));
+    // 9-64 rows: gate, up and down through the rows kernel (gemm_rows_mma.h), from x's bf16 copy when there is one
+    // (or rows_mma_bf16_a asks for it), and from h's (the SwiGLU writes it in the same pass).
+    const bool shared_rows = shared && !shared_mma && rows_direct(shared->w1, tc) && rows_direct(shared->w3, tc);
+    // With the routed experts on the FP8 GEMM, an FP8-block shared expert past the rows kernel's rows goes there too:
+    // gate / up from x's codes, down from its SwiGLU output's (the same values the rounding below makes).
+    const bool shared_fp8 = fp8_gu && shared && !shared_rows && fp8_block_weight(shared->w1) &&
+                            fp8_block_weight(shared->w3) && fp8_block_weight(shared->w2);
+    // The rounded f32 copy of x: what the bf16 paths read (the FP8 ones read x's codes).
+    const bool rounded_x = !fp8_gu || (shared && !shared_fp8);
+    const float* xc = act_quant_rows(x + t0 * d, tc, d, rounded_x ? act_quant : ActQuant::kNone);
     void* xc16 = nullptr;
     void* h16 = nullptr;
     if (bf16_inputs && !fp8_down) h16 = ws().take(sizeof(uint16_t) * slots * inter);
@@ -192,20 +203,17 @@ void CudaBackend::Impl::run_moe(const float* x, const float* weights, const int3
       x8_scale = ws().take_as<uint8_t>(tc * d / 32);
       mxfp8_codes(x + t0 * d, tc, d, x8, x8_scale);
     }
-    const bool shared_mma = shared_bf16 && (batch_invariant ? invariant_tile(shared->w1, tc)
-                                                            : cuda::gemm_mma_dense_fills(tc, shared->w1.rows()));
     // Past the streaming kernel's rows and short of filling the device with tiles, the shared expert goes as
     // quant_linear's many-row case: gate and up dequantized into one bf16 [2·I, D] scratch and one cuBLASLt GEMM
     // (its [rows, 2·I] output is the SwiGLU's gate | up layout), down through quant_linear. The own kernels' only
     // fallback there was the SIMT tile kernel (H200, V4-Flash slice: 90 us a call, ~0.8 ms of a b64-b256 step).
     // With wgmma_split_k = always, gate and up up to decode_direct's rows take the wgmma kernel split along K
     // (split_k_params) instead, as quant_linear does.
-    const bool shared_lt = shared && !batch_invariant && !shared_mma && shared->w1.format != QuantFormat::kFloat &&
-                           shared->w3.format == shared->w1.format && dense_scratch(shared->w1, tc);
-    // 9-64 rows: gate, up and down through the rows kernel (gemm_rows_mma.h), from x's bf16 copy when there is one
-    // (or rows_mma_bf16_a asks for it), and from h's (the SwiGLU writes it in the same pass).
-    const bool shared_rows = shared && !shared_mma && rows_direct(shared->w1, tc) && rows_direct(shared->w3, tc);
-    if ((bf16_inputs && !fp8_gu) || shared_mma || shared_lt || (shared_rows && choices.gemm.rows_mma_bf16_a)) {
+    const bool shared_lt = shared && !shared_fp8 && !batch_invariant && !shared_mma &&
+                           shared->w1.format != QuantFormat::kFloat && shared->w3.format == shared->w1.format &&
+                           dense_scratch(shared->w1, tc);
+    if ((bf16_inputs && !fp8_gu) || (shared_mma && !shared_fp8) || shared_lt ||
+        (shared_rows && choices.gemm.rows_mma_bf16_a)) {
       xc16 = ws().take(sizeof(uint16_t) * tc * d);
       cuda::run_cast_f32_to_bf16(xc, xc16, tc * d, s());
     }
@@ -319,7 +327,10 @@ void CudaBackend::Impl::run_moe(const float* x, const float* weights, const int3
           shared_lt ? split_k_params(xc, xc16, d, shared->w1, sgu, 2 * si, tc) : cuda::GemmKernelParams{};
       const cuda::GemmKernelParams split_up =
           shared_lt ? split_k_params(xc, xc16, d, shared->w3, sgu + si, 2 * si, tc) : cuda::GemmKernelParams{};
-      if (split_gate.k_splits > 1 && split_up.k_splits > 1) {
+      if (shared_fp8) {
+        run_fp8(dense_params(xc, nullptr, d, shared->w1, sgu, 2 * si, tc), x8, x8_scale, nullptr);
+        run_fp8(dense_params(xc, nullptr, d, shared->w3, sgu + si, 2 * si, tc), x8, x8_scale, nullptr);
+      } else if (split_gate.k_splits > 1 && split_up.k_splits > 1) {
         // gate and up into the two halves of sgu, each from its stored codes (as quant_linear's split case).
         run_split_k(split_gate);
         run_split_k(split_up);
@@ -342,8 +353,14 @@ void CudaBackend::Impl::run_moe(const float* x, const float* weights, const int3
       ssw.inter = si;
       ssw.limit = limit;
       void* sh16 = nullptr;
-      if (shared_mma || shared_rows) sh16 = ws().take(sizeof(uint16_t) * tc * si);
-      if (act_quant != ActQuant::kNone) {
+      if ((shared_mma && !shared_fp8) || shared_rows) sh16 = ws().take(sizeof(uint16_t) * tc * si);
+      uint8_t *sh8 = nullptr, *sh8_scale = nullptr;
+      if (shared_fp8) {
+        cuda::run_swiglu(ssw, s());
+        sh8 = ws().take_as<uint8_t>(tc * si);
+        sh8_scale = ws().take_as<uint8_t>(tc * si / 32);
+        mxfp8_codes(sh, tc, si, sh8, sh8_scale);
+      } else if (act_quant != ActQuant::kNone) {
         cuda::run_swiglu(ssw, s());
         round_rows_in_place(sh, tc, si, act_quant);
         if (sh16) cuda::run_cast_f32_to_bf16(sh, sh16, tc * si, s());
@@ -352,7 +369,9 @@ void CudaBackend::Impl::run_moe(const float* x, const float* weights, const int3
       } else {
         cuda::run_swiglu(ssw, s());
       }
-      if (shared_lt)
+      if (shared_fp8)
+        run_fp8(dense_params(sh, nullptr, si, shared->w2, shared_out, d, tc), sh8, sh8_scale, nullptr);
+      else if (shared_lt)
         quant_linear(sh, shared->w2, shared_out, tc);
       else
         shared_gemm(sh, si, shared->w2, shared_out, d, tc, sh16);

@@ -394,6 +394,12 @@ struct CudaBackend::Impl {
     run_fp8(g, codes, scales, nullptr);
     return true;
   }
+  // Whether the FP8 GEMM takes w (gemm_wgmma_fp8_takes' weight and K rules) for A as MXFP8 codes of w.cols() a row
+  // in ws(), once the mode and the choice hold.
+  static bool fp8_block_weight(const QuantMatrix& w) {
+    const bool e8m0 = w.scale.data() == nullptr || w.scale.dtype() == DType::kE8M0;
+    return w.format == QuantFormat::kFP8Block && w.block_n == 128 && w.block_k == 128 && e8m0 && w.cols() % 128 == 0;
+  }
   // g on the FP8 GEMM, A as MXFP8 codes (the caller checked its shape rule).
   void run_fp8(cuda::GemmKernelParams g, const uint8_t* a_codes, const uint8_t* a_scales, const uint8_t* fold) {
     g.choices = choices.gemm;
