@@ -226,12 +226,14 @@ struct CudaBackend::Impl {
     set_weight(g, w);
     return g;
   }
+  // Whether w's block scales are UE8M0 bytes (or it has none).
+  static bool e8m0_scales(const QuantMatrix& w) { return w.scale.data() == nullptr || w.scale.dtype() == DType::kE8M0; }
   // Fills the weight fields of a dense GEMM from a QuantMatrix (non-float formats).
   static void set_weight(cuda::GemmKernelParams& g, const QuantMatrix& w) {
     g.format = w.format;
     g.b = w.weight.data();
     g.b_scale = w.scale.data();
-    g.scale_e8m0 = w.scale.data() == nullptr || w.scale.dtype() == DType::kE8M0;
+    g.scale_e8m0 = e8m0_scales(w);
     g.block_n = w.block_n;
     g.block_k = w.block_k;
     g.scale_cols = w.scale.rank() == 2 ? w.scale.dim(1) : 0;
@@ -245,7 +247,7 @@ struct CudaBackend::Impl {
   // Batch-invariant mode: whether a GEMM of `rows` rows (per group) with weight w takes the invariant tile kernel
   // (gemm_invariant_mma.h), which reads a bf16 copy of A when it gets one (the same values it would round itself).
   static bool invariant_tile(const QuantMatrix& w, int64_t rows) {
-    const bool e8m0 = w.scale.data() == nullptr || w.scale.dtype() == DType::kE8M0;
+    const bool e8m0 = e8m0_scales(w);
     return rows > cuda::kGemmStreamMmaMaxRows &&
            cuda::gemm_invariant_mma_takes(w.format, e8m0, w.block_n, w.block_k, w.cols());
   }
@@ -321,7 +323,7 @@ struct CudaBackend::Impl {
   }
   // Whether a dense block-format GEMM of m rows against w takes the rows kernel (gemm_rows_mma.h; default mode).
   bool rows_direct(const QuantMatrix& w, int64_t m) const {
-    const bool e8m0 = w.scale.data() == nullptr || w.scale.dtype() == DType::kE8M0;
+    const bool e8m0 = e8m0_scales(w);
     return !batch_invariant && w.format != QuantFormat::kFloat &&
            cuda::gemm_rows_mma_takes(w.format, e8m0, w.block_n, w.block_k, w.rows(), w.cols(), m, choices.gemm);
   }
@@ -394,11 +396,9 @@ struct CudaBackend::Impl {
     run_fp8(g, codes, scales, nullptr);
     return true;
   }
-  // Whether the FP8 GEMM takes w (gemm_wgmma_fp8_takes' weight and K rules) for A as MXFP8 codes of w.cols() a row
-  // in ws(), once the mode and the choice hold.
+  // Whether the FP8 GEMM takes w for A as MXFP8 codes of w.cols() a row in ws(), once the mode and the choice hold.
   static bool fp8_block_weight(const QuantMatrix& w) {
-    const bool e8m0 = w.scale.data() == nullptr || w.scale.dtype() == DType::kE8M0;
-    return w.format == QuantFormat::kFP8Block && w.block_n == 128 && w.block_k == 128 && e8m0 && w.cols() % 128 == 0;
+    return cuda::gemm_wgmma_fp8_block_weight_takes(w.format, e8m0_scales(w), w.block_n, w.block_k, w.cols());
   }
   // g on the FP8 GEMM, A as MXFP8 codes (the caller checked its shape rule).
   void run_fp8(cuda::GemmKernelParams g, const uint8_t* a_codes, const uint8_t* a_scales, const uint8_t* fold) {

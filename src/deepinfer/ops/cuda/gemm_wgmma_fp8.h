@@ -21,6 +21,10 @@ namespace deepinfer::cuda {
 // sum keeps fewer bits than fp32: measured by CudaOpTest.WgmmaE4m3TileMatchesExactSums), then added into fp32 times
 // the row's activation scale, the weight row's factor applied once at the end (exact: a power of two).
 bool gemm_wgmma_fp8_takes(const GemmKernelParams& p);
+// The weight half of that rule, for a dense FP8-block weight of K columns (block n x k, UE8M0 scales or not): what a
+// caller can decide before its activation codes exist.
+bool gemm_wgmma_fp8_block_weight_takes(QuantFormat format, bool scale_e8m0, int64_t block_n, int64_t block_k,
+                                       int64_t k);
 bool run_gemm_wgmma_fp8(const GemmKernelParams& p, cudaStream_t stream);
 
 // The fold exponents of MXFP4 weights for the FP8 GEMM (fp8::fold_row, one warp a row): refs[g·n + r] = row r of

@@ -371,10 +371,15 @@ bool aligned(const void* q, uintptr_t a) { return reinterpret_cast<uintptr_t>(q)
 
 }  // namespace
 
+bool gemm_wgmma_fp8_block_weight_takes(QuantFormat format, bool scale_e8m0, int64_t block_n, int64_t block_k,
+                                       int64_t k) {
+  return format == QuantFormat::kFP8Block && block_n == 128 && block_k == 128 && scale_e8m0 && k % kF8K == 0;
+}
+
 bool gemm_wgmma_fp8_takes(const GemmKernelParams& p) {
   if (p.choices.wgmma_fp8 != KernelPick::kAlways || p.batch_invariant) return false;
   const bool mxfp4 = p.format == QuantFormat::kMXFP4;
-  const bool fp8 = p.format == QuantFormat::kFP8Block && p.block_n == 128 && p.block_k == 128 && p.scale_e8m0;
+  const bool fp8 = gemm_wgmma_fp8_block_weight_takes(p.format, p.scale_e8m0, p.block_n, p.block_k, p.k);
   if (!(mxfp4 && p.b_fold) && !fp8) return false;
   if (!p.a_e4m3 || !p.a_scale || p.k <= 0 || p.k % kF8K != 0 || p.lda % 128 != 0 || p.lda < p.k) return false;
   if (!aligned(p.a_e4m3, 16) || !aligned(p.a_scale, 4)) return false;
