@@ -643,43 +643,48 @@ TEST_F(CudaBench, DISABLED_PrefillExpertGemmTimings) {
     const char* name;
     int64_t n, k;
   };
-  // The shared expert: dense FP8 128x128 UE8M0, 8192 rows.
-  for (const Proj& pr : {Proj{"shared gate", inter, d}, Proj{"shared down", d, inter}}) {
-    const DeviceTensor w = filled(DType::kF8E4M3, {pr.n, pr.k}, false, true),
-                       sc = filled(DType::kE8M0, {pr.n / 128, pr.k / 128}, true);
-    DeviceTensor c(gpu(), DType::kF32, {max_tokens, pr.n});
-    cuda::GemmKernelParams p;
-    p.format = QuantFormat::kFP8Block;
-    p.a_bf16 = x16.data();  // [8192, 4096]: the down call reads the first 2048 columns of each row
-    p.lda = d;
-    p.b = w.data();
-    p.b_scale = sc.data();
-    p.scale_cols = pr.k / 128;
-    p.m = max_tokens;
-    p.n = pr.n;
-    p.k = pr.k;
-    p.c = static_cast<float*>(c.data());
-    p.ldc = pr.n;
-    const double bytes = pr.n * pr.k * 1.0 + max_tokens * pr.k * 2.0 + max_tokens * pr.n * 4.0;
-    const std::string label = std::string("V4-Flash fp8 ") + pr.name + " M=8192 N=" + std::to_string(pr.n) +
-                              " K=" + std::to_string(pr.k) + " ";
-    for (const Mode& md : modes) {
-      p.choices = md.choices;
-      const double ms = time_ms([&] { cuda::run_gemm(p, gpu().stream()); }, 10);
-      report(label + md.name, ms, bytes, 2.0 * max_tokens * pr.n * pr.k);
+  // The shared expert: dense FP8 128x128 UE8M0, 8192 rows with every mode; 1024 and 2048 (the dense tall tile's
+  // threshold, kGemmWgmmaDenseTallRows) with the default, the 128 x 256 tile and the tall split.
+  for (const int64_t rows : {int64_t{1024}, int64_t{2048}, max_tokens})
+    for (const Proj& pr : {Proj{"shared gate", inter, d}, Proj{"shared down", d, inter}}) {
+      const DeviceTensor w = filled(DType::kF8E4M3, {pr.n, pr.k}, false, true),
+                         sc = filled(DType::kE8M0, {pr.n / 128, pr.k / 128}, true);
+      DeviceTensor c(gpu(), DType::kF32, {max_tokens, pr.n});
+      cuda::GemmKernelParams p;
+      p.format = QuantFormat::kFP8Block;
+      p.a_bf16 = x16.data();  // [8192, 4096]: the down call reads the first 2048 columns of each row
+      p.lda = d;
+      p.b = w.data();
+      p.b_scale = sc.data();
+      p.scale_cols = pr.k / 128;
+      p.m = rows;
+      p.n = pr.n;
+      p.k = pr.k;
+      p.c = static_cast<float*>(c.data());
+      p.ldc = pr.n;
+      const double bytes = pr.n * pr.k * 1.0 + rows * pr.k * 2.0 + rows * pr.n * 4.0;
+      const std::string label = std::string("V4-Flash fp8 ") + pr.name + " M=" + std::to_string(rows) +
+                                " N=" + std::to_string(pr.n) + " K=" + std::to_string(pr.k) + " ";
+      for (const Mode& md : modes) {
+        const std::string name = md.name;
+        if (rows != max_tokens && name != "wgmma" && name != "wgmma 128x256" && name != "wgmma 256x128 split decode")
+          continue;
+        p.choices = md.choices;
+        const double ms = time_ms([&] { cuda::run_gemm(p, gpu().stream()); }, 10);
+        report(label + md.name, ms, bytes, 2.0 * rows * pr.n * pr.k);
+      }
+      // The FP8 GEMM on FP8-block weights (--activation-quant mxfp8, opt-in): A as e4m3 codes + scales a 32.
+      const DeviceTensor a8 = filled(DType::kU8, {max_tokens, pr.k}, false, true),
+                         a8s = filled(DType::kU8, {max_tokens, pr.k / 32}, true);
+      cuda::GemmKernelParams f = p;
+      f.lda = pr.k;
+      f.choices.wgmma_fp8 = KernelPick::kAlways;
+      f.a_e4m3 = static_cast<const uint8_t*>(a8.data());
+      f.a_scale = static_cast<const uint8_t*>(a8s.data());
+      if (cuda::gemm_wgmma_fp8_takes(f))
+        report(label + "fp8 wgmma", time_ms([&] { cuda::run_gemm_wgmma_fp8(f, gpu().stream()); }, 10),
+               bytes - rows * pr.k * (1.0 - 1.0 / 32), 2.0 * rows * pr.n * pr.k);
     }
-    // The FP8 GEMM on FP8-block weights (--activation-quant mxfp8, opt-in): A as e4m3 codes + scales a 32.
-    const DeviceTensor a8 = filled(DType::kU8, {max_tokens, pr.k}, false, true),
-                       a8s = filled(DType::kU8, {max_tokens, pr.k / 32}, true);
-    cuda::GemmKernelParams f = p;
-    f.lda = pr.k;
-    f.choices.wgmma_fp8 = KernelPick::kAlways;
-    f.a_e4m3 = static_cast<const uint8_t*>(a8.data());
-    f.a_scale = static_cast<const uint8_t*>(a8s.data());
-    if (cuda::gemm_wgmma_fp8_takes(f))
-      report(label + "fp8 wgmma", time_ms([&] { cuda::run_gemm_wgmma_fp8(f, gpu().stream()); }, 10),
-             bytes - max_tokens * pr.k * (1.0 - 1.0 / 32), 2.0 * max_tokens * pr.n * pr.k);
-  }
 }
 
 }  // namespace

@@ -346,11 +346,24 @@ TEST(CudaGemmWgmmaTile, ChoiceByRowsAndOverride) {
   EXPECT_EQ(cuda::wgmma_tile(with_tile(p, WgmmaTile::k256x128)), WgmmaTile::k256x128);
   EXPECT_EQ(cuda::wgmma_tile(with_tile(p, WgmmaTile::kMixed)), WgmmaTile::kMixed);
   EXPECT_EQ(cuda::wgmma_tile(p), WgmmaTile::k128x256);
-  cuda::GemmKernelParams d;  // dense calls: 128 x 256 unless the choice asks for the tall tile
+  cuda::GemmKernelParams d;  // dense calls: 128 x 256 unless FP8 blocks of many rows or the choice asks otherwise
+  d.format = QuantFormat::kMXFP4;
   d.m = 8192;
+  d.n = 2048;
   EXPECT_EQ(cuda::wgmma_tile(d), WgmmaTile::k128x256);
   EXPECT_EQ(cuda::wgmma_tile(with_tile(d, WgmmaTile::kMixed)), WgmmaTile::k128x256);
   EXPECT_EQ(cuda::wgmma_tile(with_tile(d, WgmmaTile::k256x128)), WgmmaTile::k256x128);
+  d.format = QuantFormat::kFP8Block;  // the V4-Flash shared expert at 8192 rows
+  EXPECT_EQ(cuda::wgmma_tile(d), WgmmaTile::k256x128);
+  EXPECT_EQ(cuda::wgmma_tile(with_tile(d, WgmmaTile::k128x256)), WgmmaTile::k128x256);
+  EXPECT_EQ(cuda::wgmma_tile(with_tile(d, WgmmaTile::kMixed)), WgmmaTile::k128x256);
+  d.m = cuda::kGemmWgmmaDenseTallRows;
+  EXPECT_EQ(cuda::wgmma_tile(d), WgmmaTile::k256x128);
+  d.m = cuda::kGemmWgmmaDenseTallRows - 1;
+  EXPECT_EQ(cuda::wgmma_tile(d), WgmmaTile::k128x256);
+  d.m = 2048;
+  d.n = 256;  // short of the device fill: the split K path's 128 x 256
+  EXPECT_EQ(cuda::wgmma_tile(d), WgmmaTile::k128x256);
 }
 
 }  // namespace

@@ -40,12 +40,16 @@ constexpr int64_t kGemmWgmmaMinRows = 32;
 // ~128 and 1.6x slower at ~96: its step costs ~0.86 of two 128-row tiles' steps but ~1.7 of one. So grouped calls of
 // at least kGemmWgmmaMixedRows rows per group (rows_hint) run mixed: per group, each pair of 128-row blocks as one
 // 256-row tile and an unpaired last block (<= 128 rows) as a 128-row tile, in two launches (256 x 128, then 128 x 256
-// for the leftovers); skewed groups (some < 128 or in 257-384 rows) no longer pay for the tall tile. Dense calls keep
-// 128 x 256 (the tall tile is not measured there). The same bytes either way. Mixed won the slice prefill (H200,
+// for the leftovers); skewed groups (some < 128 or in 257-384 rows) no longer pay for the tall tile. Dense FP8-block
+// calls of at least kGemmWgmmaDenseTallRows rows that fill the device take 256 x 128 (session 29, H200, the V4-Flash
+// shared expert at 8192 rows: gate 0.439 -> 0.304 ms, down 0.442 -> 0.314 with the split decode the tall FP8 tile
+// takes); other dense calls 128 x 256. The same bytes either way. Mixed won the slice prefill (H200,
 // session 15, V4-Flash 8192 tokens: 64.9 ms against 67.5 with 128 x 256 only and 68.0 with 256 x 128 only; V4.1 158.0
 // vs 163.3).
 // p.choices.wgmma_tile other than kByRows forces a tile (kMixed: mixed for grouped calls, 128 x 256 for dense ones).
 constexpr int64_t kGemmWgmmaMixedRows = 120;
+// Up to 255 rows of the tall tile's last row block are idle: from 1024 rows at most a fifth of its rows.
+constexpr int64_t kGemmWgmmaDenseTallRows = 1024;
 WgmmaTile wgmma_tile(const GemmKernelParams& p);
 
 }  // namespace deepinfer::cuda

@@ -41,9 +41,10 @@
 //     their proxy fence each step (MEMBAR.ALL.CTA + FENCE.VIEW.ASYNC.S in SASS) waits for those loads in flight: the
 //     suspected reason for ~2 µs a step (PERF.md). Prefetching each row's codes into L2 four steps before their
 //     register load (prefetch.global.L2) made no difference on the H200 (slice prefill 8192 64.77 vs 64.88 ms) and
-//     was removed. WgmmaDecode::kProducerStaged (session 27, opt-in, not yet measured) tests that: the producer
-//     stages MXFP4 codes in shared memory by cp.async with the A copies (StagedCodes) and decodes from there, so that
-//     nothing is in flight in registers at its fence (the FP8 GEMM, gemm_wgmma_fp8_cuda.cu, is built that way).
+//     was removed. WgmmaDecode::kProducerStaged (session 27; the MXFP4 default since session 29, up to 9% faster) tests
+//     that: the producer stages MXFP4 codes in shared memory by cp.async with the A copies (StagedCodes) and decodes
+//     from there, so that nothing is in flight in registers at its fence (the FP8 GEMM, gemm_wgmma_fp8_cuda.cu, is
+//     built that way).
 //
 // Shared-memory layout (both operands "K-major", 128-byte swizzle, the wgmma canonical layout): a tile row holds the
 // 64 K values of one row (A: a token row, B: a weight row) = 128 bytes = 8 chunks of 16 bytes. Row r's chunk c
@@ -385,25 +386,35 @@ void launch_split(const GemmKernelParams& p, int splits, cudaStream_t stream) {
   DI_CUDA_CHECK_LAUNCH();
 }
 
-// Decode placement: MXFP4 splits the decode between producer and consumers by default (H200, V4-Flash expert calls,
-// 128 x 256 tile: gate at 8192 tokens 3.49 -> 3.01 ms, down 3.27 -> 2.94 ms); FP8 keeps it on the producer (the split
-// measured the same: 0.436 vs 0.443 ms); p.choices.wgmma_decode overrides. The f32 decode runs producer-decoded.
+// Decode placement (p.choices.wgmma_decode overrides; the f32 decode runs producer-decoded). MXFP4: the producer from
+// staged codes (H200, session 29, PrefillExpertGemmTimings against the split at the same tile: V4-Flash at 4096
+// tokens gate 1.544 -> 1.408 ms, down 1.559 -> 1.458; V4.1 at 8192 mixed gate 4.044 -> 3.778, down 4.217 -> 3.932;
+// V4-Flash at 8192 within 1%), else (K % 128 != 0, unaligned scales) split between producer and consumers (session
+// 14: gate at 8192 tokens 3.49 -> 3.01 ms against the producer). FP8: split in the 256 x 128 tile (session 29, V4-Flash
+// shared expert at 8192 rows: gate 0.362 -> 0.304 ms, down 0.371 -> 0.314 against the producer), the producer in the
+// 128 x 256 one (the split measured the same there: 0.436 vs 0.443 ms).
 template <QuantFormat F, bool kTall>
 void launch(const GemmKernelParams& p, bool exact, int plan, cudaStream_t stream) {
-  const WgmmaDecode by_format = F == QuantFormat::kMXFP4 ? WgmmaDecode::kSplit : WgmmaDecode::kProducer;
-  const int dec =
-      static_cast<int>(p.choices.wgmma_decode == WgmmaDecode::kByFormat ? by_format : p.choices.wgmma_decode);
+  const bool by_format = p.choices.wgmma_decode == WgmmaDecode::kByFormat;
+  const WgmmaDecode format_pick = F == QuantFormat::kMXFP4 ? WgmmaDecode::kProducerStaged
+                                  : kTall                  ? WgmmaDecode::kSplit
+                                                           : WgmmaDecode::kProducer;
+  const int dec = static_cast<int>(by_format ? format_pick : p.choices.wgmma_decode);
   if (exact) {
     launch<F, true, 0, kTall>(p, plan, stream);
   } else if (dec == 3) {
-    // Staged codes: MXFP4 with K % 128 (a row's scales of a step in one aligned word); else the register loads.
+    // Staged codes: MXFP4 with K % 128 (a row's scales of a step in one aligned word); else the register loads,
+    // split when the format picked staging (its measured runner-up), else on the producer as asked.
     if constexpr (F == QuantFormat::kMXFP4) {
       if (p.k % 128 == 0 && (p.b_scale_table ? p.tables_aligned16 : aligned(p.b_scale, 4))) {
         launch<F, false, 3, kTall>(p, plan, stream);
         return;
       }
     }
-    launch<F, false, 0, kTall>(p, plan, stream);
+    if (by_format)
+      launch<F, false, 1, kTall>(p, plan, stream);
+    else
+      launch<F, false, 0, kTall>(p, plan, stream);
   } else if (dec == 2) {
     launch<F, false, 2, kTall>(p, plan, stream);
   } else if (dec == 1) {
@@ -495,8 +506,12 @@ WgmmaTile wgmma_tile(const GemmKernelParams& p) {
   const WgmmaTile forced = p.choices.wgmma_tile;
   if (forced != WgmmaTile::kByRows)
     return forced == WgmmaTile::kMixed && !p.group_offsets ? WgmmaTile::k128x256 : forced;
-  // Dense calls keep 128 x 256: the tall tile is measured on grouped expert calls only.
-  if (!p.group_offsets) return WgmmaTile::k128x256;
+  // Dense calls: 256 x 128 for FP8 blocks from kGemmWgmmaDenseTallRows rows (the split K path runs 128 x 256 only and
+  // takes calls short of the device fill), else 128 x 256.
+  if (!p.group_offsets)
+    return p.format == QuantFormat::kFP8Block && p.m >= kGemmWgmmaDenseTallRows && gemm_mma_dense_fills(p.m, p.n)
+               ? WgmmaTile::k256x128
+               : WgmmaTile::k128x256;
   return (p.rows_hint > 0 ? p.rows_hint : p.m) >= kGemmWgmmaMixedRows ? WgmmaTile::kMixed : WgmmaTile::k128x256;
 }
 

@@ -15,9 +15,10 @@ enum class KernelPick : uint8_t { kAuto, kNever, kAlways };
 // The wgmma GEMM's block tile (gemm_wgmma.h); kByRows only as a choice: the rule by rows a group.
 enum class WgmmaTile : uint8_t { kByRows, k128x256, k256x128, kMixed };
 // Who decodes the wgmma GEMM's weights: the producer warpgroup, half the producer and half the consumers (one step
-// ahead of their products), or the consumers; kByFormat: split for MXFP4, the producer for FP8. kProducerStaged: the
+// ahead of their products), or the consumers; kByFormat: MXFP4 staged (split where staging does not apply), FP8 split
+// in the 256 x 128 tile and on the producer in 128 x 256 (measured: gemm_wgmma_cuda.cu). kProducerStaged: the
 // producer, from codes it stages in shared memory by cp.async instead of registers (MXFP4 with K % 128 == 0, else
-// kProducer; gemm_wgmma_device.cuh StagedCodes; not yet measured).
+// kProducer; gemm_wgmma_device.cuh StagedCodes).
 enum class WgmmaDecode : int8_t { kByFormat = -1, kProducer = 0, kSplit = 1, kConsumers = 2, kProducerStaged = 3 };
 
 struct GemmChoices {
