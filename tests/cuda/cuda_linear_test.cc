@@ -176,11 +176,11 @@ TEST_F(CudaLinearTest, ActQuantRoundsTheInputsOnEveryPath) {
   }
 }
 
-// The FP8 GEMM for dense FP8-block projections under act_quant (opt-in: wgmma_fp8 = always): M = 1536 rows of
-// N = 1536 (144 tiles of 128 x 128: the device filled), K = 640, 128 x 128 UE8M0 blocks; x quantized to MXFP8 codes.
-// Against the CPU op with act_quant (1e-3: the FP8 block sums, ~2^-12 of Σ|a·w| at most) and against the default path
-// (cuBLASLt over the rounded input and the dequantized weight in bf16: the same products). The input stays as it was;
-// 32 x 32 blocks decline (they keep the default path: 1e-5 as above).
+// The FP8 GEMM for dense FP8-block projections under act_quant (the default): M = 1536 rows of N = 1536 (144 tiles
+// of 128 x 128: the device filled), K = 640, 128 x 128 UE8M0 blocks; x quantized to MXFP8 codes. Against the CPU op
+// with act_quant (1e-3: the FP8 block sums, ~2^-12 of Σ|a·w| at most) and against the bf16 path (wgmma_fp8 = never:
+// cuBLASLt over the rounded input and the dequantized weight in bf16, the same products). The input stays as it was;
+// 32 x 32 blocks decline (they keep the bf16 path: 1e-5 as above).
 TEST_F(CudaLinearTest, ActQuantFp8GemmTakesDenseFp8BlockWeights) {
   const int64_t m = 1536, n = 1536, k = 640;
   const HostTensor x = rand({m, k}, -4.0f, 4.0f);
@@ -199,10 +199,10 @@ TEST_F(CudaLinearTest, ActQuantFp8GemmTakesDenseFp8BlockWeights) {
       gpu().linear_quant(g);
       return down(dout);
     };
+    const HostTensor fp8_out = run();  // the default: the FP8 GEMM
+    testing::ScopedKernelChoices fp8_off(gpu(),
+                                         [](cuda::KernelChoices& ch) { ch.gemm.wgmma_fp8 = cuda::KernelPick::kNever; });
     const HostTensor plain = run();
-    testing::ScopedKernelChoices fp8_on(gpu(),
-                                        [](cuda::KernelChoices& ch) { ch.gemm.wgmma_fp8 = cuda::KernelPick::kAlways; });
-    const HostTensor fp8_out = run();
     const std::string name = "act_quant fp8 gemm " + std::to_string(block) + "x" + std::to_string(block);
     rel_err(name.c_str(), fp8_out, want, block == 128 ? 1e-3 : 1e-5);
     rel_err((name + " vs default path").c_str(), fp8_out, plain, block == 128 ? 1e-3 : 0.0);

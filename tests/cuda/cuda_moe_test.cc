@@ -306,10 +306,11 @@ TEST_F(CudaMoeTest, ActQuantRoundsXAndHOnEveryPath) {
   }
 }
 
-// The FP8 expert GEMM (gemm_wgmma_fp8.h) under act_quant, opt-in (wgmma_fp8 = always): MXFP4 routed experts of ~150
-// rows each (T = 300 tokens taking 4 of 8 experts), hidden 256 and inter 128 (multiples of 128, as the kernel takes),
-// x and h as MXFP8 codes. Against the CPU's act_quant MoE with the bf16 path's 4e-3 (the FP8 block sums' error, ~2^-12
-// of Σ|a·w| at most, sits well inside it), and against the device's bf16 path on the same rounded inputs (2e-3).
+// The FP8 expert GEMM (gemm_wgmma_fp8.h) under act_quant, the default (wgmma_fp8 = never: the bf16 path): MXFP4 routed
+// experts of ~150 rows each (T = 300 tokens taking 4 of 8 experts), hidden 256 and inter 128 (multiples of 128, as the
+// kernel takes), x and h as MXFP8 codes. Against the CPU's act_quant MoE with the bf16 path's 4e-3 (the FP8 block sums'
+// error, ~2^-12 of Σ|a·w| at most, sits well inside it), and against the device's bf16 path on the same rounded inputs
+// (2e-3).
 TEST_F(CudaMoeTest, ActQuantFp8ExpertGemmMatchesCpu) {
   const int64_t d = 256, inter = 128, e = 8, k = 4, t = 300;
   const std::unique_ptr<QuantMoe> q = quant_moe(d, inter, e);
@@ -323,10 +324,10 @@ TEST_F(CudaMoeTest, ActQuantFp8ExpertGemmMatchesCpu) {
       gpu().moe_quant({dx, dwts, didx, &q->gpu_experts, &q->gpu_shared, dout, 10.0f, before, ActQuant::kMxfp8});
       return down(dout);
     };
+    const HostTensor fp8 = run();  // the default: the FP8 GEMM
+    testing::ScopedKernelChoices fp8_off(gpu(),
+                                         [](cuda::KernelChoices& c) { c.gemm.wgmma_fp8 = cuda::KernelPick::kNever; });
     const HostTensor bf16 = run();
-    testing::ScopedKernelChoices fp8_on(gpu(),
-                                        [](cuda::KernelChoices& c) { c.gemm.wgmma_fp8 = cuda::KernelPick::kAlways; });
-    const HostTensor fp8 = run();
     const std::string tag = before ? " before_w2" : "";
     rel_err(("act_quant moe_quant fp8 experts" + tag).c_str(), fp8, want, 4e-3);
     rel_err(("act_quant moe_quant fp8 vs bf16 experts" + tag).c_str(), fp8, bf16, 2e-3);

@@ -373,21 +373,21 @@ struct CudaBackend::Impl {
     cuda::run_mxfp8_quantize(q, s());
   }
   // Under --activation-quant mxfp8 (q), a dense GEMM of many rows over 128 x 128 UE8M0 FP8-block weights on the FP8
-  // GEMM (opt-in: GemmChoices::wgmma_fp8), `in` quantized to MXFP8 codes in ws() (the caller holds the scope): where
-  // quant_linear would dequantize the weight to a bf16 scratch for cuBLASLt, and the 128 x 128 tiles fill the device.
-  // False, enqueuing nothing, for every other call (the caller then rounds and runs quant_linear).
+  // GEMM (unless GemmChoices::wgmma_fp8 is kNever), `in` quantized to MXFP8 codes in ws() (the caller holds the scope):
+  // where quant_linear would dequantize the weight to a bf16 scratch for cuBLASLt, and the 128 x 128 tiles fill the
+  // device. False, enqueuing nothing, for every other call (the caller then rounds and runs quant_linear).
   bool fp8_linear(const float* in, const QuantMatrix& w, float* out, int64_t m, ActQuant q, bool split_in) {
     const int64_t n = w.rows(), k = w.cols();
     // The kernel's own rule (gemm_wgmma_fp8_takes) checks the weight format, K, the choice and the device; here what
     // it cannot see: the mode, the row count's path, the quantizer's 16-byte input.
-    if (q != ActQuant::kMxfp8 || choices.gemm.wgmma_fp8 != cuda::KernelPick::kAlways || split_in ||
-        w.format != QuantFormat::kFP8Block || reinterpret_cast<uintptr_t>(in) % 16 != 0)
+    if (q != ActQuant::kMxfp8 || !fp8_gemm_chosen() || split_in || w.format != QuantFormat::kFP8Block ||
+        reinterpret_cast<uintptr_t>(in) % 16 != 0)
       return false;
     if (!dense_scratch(w, m) || ceil_div(m, 128) * ceil_div(n, 128) < info.sm_count) return false;
     uint8_t* codes = ws().take_as<uint8_t>(m * k);
     uint8_t* scales = ws().take_as<uint8_t>(m * k / 32);
     cuda::GemmKernelParams g = dense_params(in, nullptr, k, w, out, n, m);
-    g.choices = choices.gemm;
+    g.choices = fp8_choices();
     g.batch_invariant = batch_invariant;
     g.a_e4m3 = codes;
     g.a_scale = scales;
@@ -396,13 +396,22 @@ struct CudaBackend::Impl {
     run_fp8(g, codes, scales, nullptr);
     return true;
   }
+  // Under --activation-quant mxfp8 the FP8 GEMM is the default (kAuto) where its rules admit a call; kNever keeps the
+  // bf16 kernels on the rounded values (H200 and H100, session 29: V4-Flash slice prefill 8192 75.5 -> 71.6 ms and
+  // 78.0 -> 73.6 ms). The kernel itself takes only kAlways: the backend passes that once it has chosen.
+  bool fp8_gemm_chosen() const { return choices.gemm.wgmma_fp8 != cuda::KernelPick::kNever; }
+  cuda::GemmChoices fp8_choices() const {
+    cuda::GemmChoices c = choices.gemm;
+    c.wgmma_fp8 = cuda::KernelPick::kAlways;
+    return c;
+  }
   // Whether the FP8 GEMM takes w for A as MXFP8 codes of w.cols() a row in ws(), once the mode and the choice hold.
   static bool fp8_block_weight(const QuantMatrix& w) {
     return cuda::gemm_wgmma_fp8_block_weight_takes(w.format, e8m0_scales(w), w.block_n, w.block_k, w.cols());
   }
   // g on the FP8 GEMM, A as MXFP8 codes (the caller checked its shape rule).
   void run_fp8(cuda::GemmKernelParams g, const uint8_t* a_codes, const uint8_t* a_scales, const uint8_t* fold) {
-    g.choices = choices.gemm;
+    g.choices = fp8_choices();
     g.a_e4m3 = a_codes;
     g.a_scale = a_scales;
     g.b_fold = fold;

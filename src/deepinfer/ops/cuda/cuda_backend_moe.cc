@@ -141,10 +141,10 @@ void CudaBackend::moe_quant(const QuantMoeParams& p) {
     mw.w[i] = impl_->table(i, p.experts, ptrs[i]);
     mw.s[i] = mw.format == QuantFormat::kFloat ? nullptr : impl_->table(3 + i, p.experts, ptrs[3 + i]);
   }
-  // The FP8 expert GEMM's folds (opt-in: GemmChoices::wgmma_fp8), for calls that may take it: MXFP4 experts whose
-  // GEMM inputs are rounded to MXFP8 anyway.
+  // The FP8 expert GEMM's folds (unless GemmChoices::wgmma_fp8 is kNever), for calls that may take it: MXFP4 experts
+  // whose GEMM inputs are rounded to MXFP8 anyway.
   if (p.act_quant == ActQuant::kMxfp8 && mw.format == QuantFormat::kMXFP4 && !impl_->batch_invariant &&
-      impl_->choices.gemm.wgmma_fp8 == cuda::KernelPick::kAlways && mw.aligned16) {
+      impl_->fp8_gemm_chosen() && mw.aligned16) {
     for (int i = 0; i < 3; ++i)
       mw.fold[i] = impl_->mxfp4_fold(i, p.experts, ptrs[i], mw.w[i], mw.s[i], i < 2 ? inter : d, i < 2 ? d : inter);
   }

@@ -29,9 +29,11 @@ struct GemmChoices {
   bool wgmma_exact = false;
   WgmmaDecode wgmma_decode = WgmmaDecode::kByFormat;
   WgmmaTile wgmma_tile = WgmmaTile::kByRows;
-  // The FP8 expert GEMM (gemm_wgmma_fp8.h) for MXFP4 routed experts under --activation-quant mxfp8: e4m3 activations
-  // and e4m3-widened weights on the FP8 tensor cores instead of both as bf16. kAuto is never for now: opt-in
-  // (kAlways) until its device tests and timings are in (docs/PERF.md, session 27).
+  // The FP8 GEMM (gemm_wgmma_fp8.h) under --activation-quant mxfp8, for MXFP4 routed experts (with their folds) and
+  // 128 x 128 FP8-block weights of many rows: e4m3 activations and weights on the FP8 tensor cores instead of both as
+  // bf16. kAuto and kAlways: the backend takes it wherever its rules admit a call (measured faster on the V4-Flash
+  // slice's prefill: docs/PERF.md, session 29); kNever: the bf16 kernels on the rounded values. The kernel's own rule
+  // admits only kAlways (the backend's choices pass that).
   KernelPick wgmma_fp8 = KernelPick::kAuto;
   // The most rows a group (rows_hint) that take the streaming tensor-core kernel (gemm_stream_mma.h); 0 never (the
   // fp32 streaming kernels), -1 kGemmStreamMmaMaxRows. Above kGemmStreamMmaMaxRows the dense UE8M0 linears of up to
