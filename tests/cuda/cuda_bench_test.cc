@@ -625,7 +625,7 @@ TEST_F(CudaBench, DISABLED_PrefillExpertGemmTimings) {
           const double ms = time_ms([&] { cuda::run_gemm(p, gpu().stream()); }, 10);
           report(label + md.name, ms, bytes, 2.0 * slots * pr.n * pr.k);
         }
-        // The FP8 GEMM (--activation-quant mxfp8, opt-in): A as e4m3 codes + scales a 32 (half the bf16 A bytes).
+        // The FP8 GEMM (--activation-quant mxfp8's default): A as e4m3 codes + scales a 32 (half the bf16 A bytes).
         cuda::GemmKernelParams f = p;
         f.choices.wgmma_fp8 = KernelPick::kAlways;
         f.a_e4m3 = static_cast<const uint8_t*>(pr.n == inter ? x8.data() : h8.data());
@@ -673,7 +673,7 @@ TEST_F(CudaBench, DISABLED_PrefillExpertGemmTimings) {
         const double ms = time_ms([&] { cuda::run_gemm(p, gpu().stream()); }, 10);
         report(label + md.name, ms, bytes, 2.0 * rows * pr.n * pr.k);
       }
-      // The FP8 GEMM on FP8-block weights (--activation-quant mxfp8, opt-in): A as e4m3 codes + scales a 32.
+      // The FP8 GEMM on FP8-block weights (--activation-quant mxfp8's default): A as e4m3 codes + scales a 32.
       const DeviceTensor a8 = filled(DType::kU8, {max_tokens, pr.k}, false, true),
                          a8s = filled(DType::kU8, {max_tokens, pr.k / 32}, true);
       cuda::GemmKernelParams f = p;

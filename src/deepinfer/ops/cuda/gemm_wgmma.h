@@ -48,7 +48,8 @@ constexpr int64_t kGemmWgmmaMinRows = 32;
 // vs 163.3).
 // p.choices.wgmma_tile other than kByRows forces a tile (kMixed: mixed for grouped calls, 128 x 256 for dense ones).
 constexpr int64_t kGemmWgmmaMixedRows = 120;
-// Up to 255 rows of the tall tile's last row block are idle: from 1024 rows at most a fifth of its rows.
+// Up to 255 rows of the tall tile's last row block are idle: from 1024 rows at most a fifth of its rows (measured at
+// 1024 on the H100, session 29: the shared gate 0.108 -> 0.074 ms, down 0.061 -> 0.045).
 constexpr int64_t kGemmWgmmaDenseTallRows = 1024;
 WgmmaTile wgmma_tile(const GemmKernelParams& p);
 

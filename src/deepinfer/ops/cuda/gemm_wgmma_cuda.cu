@@ -392,13 +392,14 @@ void launch_split(const GemmKernelParams& p, int splits, cudaStream_t stream) {
 // V4-Flash at 8192 within 1%), else (K % 128 != 0, unaligned scales) split between producer and consumers (session
 // 14: gate at 8192 tokens 3.49 -> 3.01 ms against the producer). FP8: split in the 256 x 128 tile (session 29, V4-Flash
 // shared expert at 8192 rows: gate 0.362 -> 0.304 ms, down 0.371 -> 0.314 against the producer), the producer in the
-// 128 x 256 one (the split measured the same there: 0.436 vs 0.443 ms).
+// 128 x 256 one (the split measured the same there: 0.436 vs 0.443 ms); FP8 rows of 32 (not measured tall): the
+// producer.
 template <QuantFormat F, bool kTall>
 void launch(const GemmKernelParams& p, bool exact, int plan, cudaStream_t stream) {
   const bool by_format = p.choices.wgmma_decode == WgmmaDecode::kByFormat;
-  const WgmmaDecode format_pick = F == QuantFormat::kMXFP4 ? WgmmaDecode::kProducerStaged
-                                  : kTall                  ? WgmmaDecode::kSplit
-                                                           : WgmmaDecode::kProducer;
+  const WgmmaDecode format_pick = F == QuantFormat::kMXFP4               ? WgmmaDecode::kProducerStaged
+                                  : F == QuantFormat::kFP8Block && kTall ? WgmmaDecode::kSplit
+                                                                         : WgmmaDecode::kProducer;
   const int dec = static_cast<int>(by_format ? format_pick : p.choices.wgmma_decode);
   if (exact) {
     launch<F, true, 0, kTall>(p, plan, stream);
