@@ -196,6 +196,9 @@ TEST(TokenizerJson, MalformedFilesNameTheField) {
   j = good;
   j["model"]["vocab"]["b"] = 97;
   EXPECT_NE(load_error(j.dump()).find("id 97 is used by both"), std::string::npos);
+  j = good;  // an id far past the entries would size the id table by itself (the fuzzer's out-of-memory input)
+  j["model"]["vocab"]["b"] = (int64_t{1} << 31) - 1;
+  EXPECT_NE(load_error(j.dump()).find("id 2147483647 leaves more than 1048576 ids unused"), std::string::npos);
   j = good;
   j["added_tokens"][1].erase("content");
   EXPECT_NE(load_error(j.dump()).find("added_tokens[1].content"), std::string::npos);

@@ -57,17 +57,25 @@ class WordLevel : public Model {
 
 }  // namespace
 
+// The most ids a vocabulary may leave unused below its largest (real ones leave none; this bounds the id table).
+constexpr int64_t kMaxVocabIdGap = int64_t{1} << 20;
+
 std::vector<std::string> parse_vocab(const json& vocab, const std::string& path) {
   DI_CHECK(vocab.is_object()) << "tokenizer.json: " << path << " must be an object {token: id}";
   int64_t max_id = -1;
   for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-    DI_CHECK(it.value().is_number_integer()) << "tokenizer.json: " << path << "[\"" << it.key()
-                                             << "\"] must be an integer id";
+    DI_CHECK(it.value().is_number_integer())
+        << "tokenizer.json: " << path << "[\"" << it.key() << "\"] must be an integer id";
     const int64_t id = it.value().get<int64_t>();
-    DI_CHECK(id >= 0 && id < (int64_t{1} << 31)) << "tokenizer.json: " << path << "[\"" << it.key()
-                                                  << "\"] = " << id << " is out of range";
+    DI_CHECK(id >= 0 && id < (int64_t{1} << 31))
+        << "tokenizer.json: " << path << "[\"" << it.key() << "\"] = " << id << " is out of range";
     max_id = std::max(max_id, id);
   }
+  // The table is indexed by id: a few ids far past the entries' count would size it by the id, not the vocabulary
+  // (one id of 2^31 - 1 asked for ~64 GiB).
+  const int64_t entries = static_cast<int64_t>(vocab.size());
+  DI_CHECK(max_id < entries + kMaxVocabIdGap) << "tokenizer.json: " << path << ": id " << max_id << " leaves more than "
+                                              << kMaxVocabIdGap << " ids unused among " << entries << " entries";
   std::vector<std::string> table(static_cast<size_t>(max_id + 1));
   std::vector<bool> seen(table.size(), false);
   for (auto it = vocab.begin(); it != vocab.end(); ++it) {
