@@ -87,8 +87,9 @@ class LLM:
     weights; on the CPU kv_cache_bytes of host memory. exact_prefill (V4.1): every layer on every prompt token
     (transformers parity) instead of decoder SWA bounded replay. batch_invariant: a request's output is
     bit-identical whatever else is in the batch (CUDA: fixed-order kernels, slower; the CPU backend always is).
-    activation_quant (V4/V4.1): "none" (transformers' numerics) or "mxfp8" (the inputs of GEMMs over FP8 / MXFP4
-    weights rounded to e4m3 per 32 values, as the reference and vLLM compute).
+    activation_quant: "none" (transformers' numerics), "mxfp8" (V4/V4.1: the inputs of GEMMs over FP8 / MXFP4
+    weights rounded to e4m3 per 32 values, as the reference and vLLM compute) or "fp8" (the V3 family: per 128
+    values with an f32 scale, the reference's gemm_impl "fp8", vLLM's and SGLang's block-FP8 GEMMs).
     """
 
     def __init__(

@@ -303,7 +303,12 @@ TEST(OfflineCli, ActivationQuantIsTheSameUnderEveryWeightLayout) {
                     "/golden/deepseek_v3 --max_model_len 64 --num-prompts 1 --max-tokens 2 --activation-quant mxfp8");
   EXPECT_NE(v3.exit_code, 0);
   EXPECT_NE(v3.output.find("--activation-quant mxfp8"), std::string::npos) << v3.output;
-  EXPECT_NE(v3.output.find("V4 / V4.1 only"), std::string::npos) << v3.output;
+  EXPECT_NE(v3.output.find("mxfp8 is DeepSeek-V4 / V4.1's rounding"), std::string::npos) << v3.output;
+  auto v4_fp8 = run_cli("offline --model_name " + dir +
+                        " --max_model_len 64 --num-prompts 1 --max-tokens 2 "
+                        "--activation-quant fp8");
+  EXPECT_NE(v4_fp8.exit_code, 0);
+  EXPECT_NE(v4_fp8.output.find("fp8 is the DeepSeek-V3 family's rounding"), std::string::npos) << v4_fp8.output;
   // A checkpoint without block-format weights (the golden V4 model): nothing to round, said so.
   auto none = run_cli("offline --model_name " + testing::test_data_dir() +
                       "/golden/deepseek_v4 --max_model_len 64 --num-prompts 1 --max-tokens 2 --activation-quant mxfp8");
@@ -312,6 +317,41 @@ TEST(OfflineCli, ActivationQuantIsTheSameUnderEveryWeightLayout) {
   auto bad = run_cli("offline --model_name " + dir + " --activation-quant fp4");
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.output.find("--activation-quant"), std::string::npos) << bad.output;
+}
+
+// --activation-quant fp8 on a V3 FP8 checkpoint (the reference's gemm_impl "fp8": per 128 values, f32 scales; with
+// scale_fmt ue8m0 power-of-two ones): kept quantized or dequantized at load, on one rank or with the experts over two
+// EP ranks, the samples are the same; the logs name the mode; the samples differ from the default numerics'.
+TEST(OfflineCli, V3ActivationQuantFp8IsTheSameUnderEveryWeightLayout) {
+  for (const bool ue8m0 : {false, true}) {
+    SCOPED_TRACE(ue8m0 ? "scale_fmt ue8m0" : "f32 scales");
+    testing::TempDir tmp;
+    nlohmann::json cfg = nlohmann::json::parse(
+        testing::read_file_or_empty(testing::test_data_dir() + "/golden/deepseek_v3/config.json"));
+    cfg["quantization_config"] = {
+        {"quant_method", "fp8"}, {"fmt", "e4m3"}, {"activation_scheme", "dynamic"}, {"weight_block_size", {128, 128}}};
+    if (ue8m0) cfg["quantization_config"]["scale_fmt"] = "ue8m0";
+    testing::write_file(tmp.file("q.json"), cfg.dump());
+    const std::string dir = tmp.path() + "/q";
+    auto made = run_cli("make-checkpoint --config " + tmp.file("q.json") + " --out " + dir + " --seed 6");
+    ASSERT_EQ(made.exit_code, 0) << made.output;
+    const std::string head =
+        "offline --model_name " + dir + " --max_model_len 128 --num-prompts 3 --max-tokens 6 --threads 2 --ignore-eos";
+    auto one = run_cli(head + " --activation-quant fp8 --weight-format fp8");
+    ASSERT_EQ(one.exit_code, 0) << one.output;
+    EXPECT_NE(one.output.find(ue8m0 ? "activations: fp8-ue8m0" : "activations: fp8 "), std::string::npos) << one.output;
+    const auto expect = testing::parse_offline_samples(one.output);
+    ASSERT_EQ(expect.size(), 3u);
+    for (const std::string flags : {" --weight-format f32", " --ep 2", " --ep 2 --weight-format fp8"}) {
+      auto r = run_cli(head + " --activation-quant fp8" + flags);
+      ASSERT_EQ(r.exit_code, 0) << flags << "\n" << r.output;
+      EXPECT_EQ(testing::parse_offline_samples(r.output), expect) << flags;
+    }
+    auto plain = run_cli(head + " --weight-format fp8");
+    ASSERT_EQ(plain.exit_code, 0) << plain.output;
+    EXPECT_EQ(plain.output.find("activations: fp8"), std::string::npos) << plain.output;
+    EXPECT_NE(testing::parse_offline_samples(plain.output), expect);
+  }
 }
 
 // --weight-format fp8 with context parallelism: the CP ranks hold the driver's quantized weights; a prompt long enough

@@ -211,6 +211,54 @@ TEST_F(CudaLinearTest, ActQuantFp8GemmTakesDenseFp8BlockWeights) {
   }
 }
 
+// --activation-quant fp8 (the V3 family: e4m3 per 128 values, f32 or power-of-two scales) over 128 x 128 FP8 weights
+// with f32 scales (V3 checkpoints): many rows take cuBLASLt's block-scaled FP8 GEMM (the x codes and their scales from
+// run_fp8_block128_quantize; the tensor cores sum each k32 slice in less than fp32: 5e-4 against the CPU op over the
+// rounded input), every row count takes it under lt_fp8_block = always, and lt_fp8_block =
+// never keeps the own kernels over the rounded rows (the bf16 scratch for many rows: 4e-3, as for f32 scales without
+// the mode; the fp32 streaming kernels for few: 1e-5). The input stays as it was. A K whose blocks are not whole groups
+// of 4 (K = 640) declines cuBLASLt (its scale rows would need padding) and keeps the own kernels.
+TEST_F(CudaLinearTest, ActQuantFp8Block128TakesCublasLtBlockScaledGemm) {
+  const int64_t n = 384;
+  for (const int64_t k : {1024, 640})
+    for (const ActQuant q : {ActQuant::kFp8Block128, ActQuant::kFp8Block128Ue8m0})
+      for (const int64_t m : {1, 3, 40, 300, 1536}) {
+        const HostTensor x = rand({m, k}, -4.0f, 4.0f), w = fp8({n, k}), s = f32_scales({n / 128, (k + 127) / 128});
+        const DeviceTensor dx = up(x), dw = up(w), ds = up(s);
+        const QuantMatrix hw{w, s, QuantFormat::kFP8Block, 128, 128}, gw{dw, ds, QuantFormat::kFP8Block, 128, 128};
+        HostTensor want(DType::kF32, {m, n});
+        QuantLinearParams c{x, hw, want};
+        c.act_quant = q;
+        cpu().linear_quant(c);
+        auto run = [&] {
+          DeviceTensor dout = poisoned({m, n});
+          QuantLinearParams g{dx, gw, dout};
+          g.act_quant = q;
+          gpu().linear_quant(g);
+          return down(dout);
+        };
+        const std::string name =
+            std::string("act_quant ") + act_quant_name(q) + " K=" + std::to_string(k) + " M=" + std::to_string(m);
+        const bool lt = k % 512 == 0;  // cuBLASLt's scale rows: whole groups of 4 blocks
+        const double own_tol = m <= 4 ? 1e-5 : 4e-3;
+        // cuBLASLt's FP8 sums stay within 5e-4 here (H100: 1e-4 - 4e-4 of the largest output in the probe), tighter
+        // than the bf16 scratch's rounding of the inputs (~1e-3): the tolerance tells the paths apart.
+        rel_err((name + " default").c_str(), run(), want, lt && m >= 300 ? 5e-4 : own_tol);
+        {
+          testing::ScopedKernelChoices always(
+              gpu(), [](cuda::KernelChoices& ch) { ch.gemm.lt_fp8_block = cuda::KernelPick::kAlways; });
+          rel_err((name + " lt_fp8_block=always").c_str(), run(), want, lt ? 5e-4 : own_tol);
+        }
+        {
+          testing::ScopedKernelChoices never(
+              gpu(), [](cuda::KernelChoices& ch) { ch.gemm.lt_fp8_block = cuda::KernelPick::kNever; });
+          rel_err((name + " lt_fp8_block=never").c_str(), run(), want, own_tol);
+        }
+        const HostTensor back = down(dx);
+        EXPECT_EQ(std::memcmp(back.data<float>(), x.data<float>(), sizeof(float) * m * k), 0) << name;
+      }
+}
+
 // Block formats by M: <= 4 rows the weight-streaming kernel (fp32 products, exact up to order: 1e-5); more
 // cuBLASLt on a bf16 dequantized scratch, x rounded to bf16 (2^-9 relative per element, ~1e-3 over the
 // output) and f32 scales rounded too: 4e-3. (The bf16 tensor-core kernel is the MoE's: CudaMoeTest.)

@@ -127,7 +127,9 @@ class CudaMoeTest : public CudaOpTest {
     QuantExpertWeights gpu_shared;
   };
   // Routed experts in `routed` (MXFP4: E8M0 per 32; FP8 block: 128 x 128 E8M0 blocks).
-  std::unique_ptr<QuantMoe> quant_moe(int64_t d, int64_t inter, int64_t e, QuantFormat routed = QuantFormat::kMXFP4) {
+  // f32_scales: the FP8 blocks' scales in f32 (V3 checkpoints) instead of UE8M0, routed (kFP8Block) and shared.
+  std::unique_ptr<QuantMoe> quant_moe(int64_t d, int64_t inter, int64_t e, QuantFormat routed = QuantFormat::kMXFP4,
+                                      bool f32_scales = false) {
     auto q = std::make_unique<QuantMoe>();
     std::vector<HostTensor>& host = q->host;
     std::vector<DeviceTensor>& dev = q->dev;
@@ -146,7 +148,8 @@ class CudaMoeTest : public CudaOpTest {
                                         {d, inter, &q->cpu_experts[i].w2, &q->gpu_experts[i].w2}}) {
         if (routed == QuantFormat::kFP8Block) {
           auto [hw, dw] = keep(fp8({rows, cols}));
-          auto [hs, ds] = keep(e8m0({(rows + 127) / 128, (cols + 127) / 128}, 122, 128));
+          const Shape ss = {(rows + 127) / 128, (cols + 127) / 128};
+          auto [hs, ds] = keep(f32_scales ? rand(ss, 0.03f, 2.0f) : e8m0(ss, 122, 128));
           auto [hf, df] = keep(dequant(*hw, *hs, QuantFormat::kFP8Block, rows, cols, 128));
           (void)df;
           *cw = *hf;
@@ -165,7 +168,8 @@ class CudaMoeTest : public CudaOpTest {
                                       {inter, d, &q->cpu_shared.w3, &q->gpu_shared.w3},
                                       {d, inter, &q->cpu_shared.w2, &q->gpu_shared.w2}}) {
       auto [hw, dw] = keep(fp8({rows, cols}));
-      auto [hs, ds] = keep(e8m0({(rows + 127) / 128, (cols + 127) / 128}, 122, 128));
+      const Shape ss = {(rows + 127) / 128, (cols + 127) / 128};
+      auto [hs, ds] = keep(f32_scales ? rand(ss, 0.03f, 2.0f) : e8m0(ss, 122, 128));
       auto [hf, df] = keep(dequant(*hw, *hs, QuantFormat::kFP8Block, rows, cols, 128));
       (void)df;
       *cw = *hf;
@@ -332,6 +336,37 @@ TEST_F(CudaMoeTest, ActQuantFp8ExpertGemmMatchesCpu) {
     rel_err(("act_quant moe_quant fp8 experts" + tag).c_str(), fp8, want, 4e-3);
     rel_err(("act_quant moe_quant fp8 vs bf16 experts" + tag).c_str(), fp8, bf16, 2e-3);
   }
+}
+
+// --activation-quant fp8 (the V3 family) over FP8 128 x 128 experts with f32 scales (V3 checkpoints), routed and
+// shared: ~150 rows an expert (T = 300 taking 4 of 8), hidden 256 and inter 128. The default takes the FP8 expert
+// GEMM in its per-128 form (x and h as e4m3 codes with an f32 scale a block of 128, a step's four k32 products summed
+// by the tensor core and promoted once); against the CPU's act_quant MoE at 4e-3 (as the mxfp8 test above: the rounded
+// h can differ in its last bits) and against wgmma_fp8 = never (the bf16 path over the same rounded values; x and h
+// rounded per 128 with f32 scales are not exact in bf16: 4e-3). f32 and power-of-two scales alike.
+TEST_F(CudaMoeTest, ActQuantFp8Block128ExpertGemmMatchesCpu) {
+  const int64_t d = 256, inter = 128, e = 8, k = 4, t = 300;
+  const std::unique_ptr<QuantMoe> q = quant_moe(d, inter, e, QuantFormat::kFP8Block, true);
+  HostTensor x = rand({t, d}), weights = rand({t, k}, 0.05f, 1.0f), idx = distinct_indices(t, k, e);
+  const DeviceTensor dx = up(x), dwts = up(weights), didx = up(idx);
+  for (const ActQuant aq : {ActQuant::kFp8Block128, ActQuant::kFp8Block128Ue8m0})
+    for (bool before : {false, true}) {
+      HostTensor want(DType::kF32, {t, d});
+      cpu().moe({x, weights, idx, &q->cpu_experts, &q->cpu_shared, want, 10.0f, before, aq});
+      auto run = [&] {
+        const DeviceTensor dout = poisoned({t, d});
+        gpu().moe_quant({dx, dwts, didx, &q->gpu_experts, &q->gpu_shared, dout, 10.0f, before, aq});
+        return down(dout);
+      };
+      const HostTensor fp8 = run();  // the default: the FP8 GEMM, per-128 promotion
+      testing::ScopedKernelChoices fp8_off(gpu(),
+                                           [](cuda::KernelChoices& c) { c.gemm.wgmma_fp8 = cuda::KernelPick::kNever; });
+      const HostTensor bf16 = run();
+      const std::string tag = std::string(" ") + act_quant_name(aq) + (before ? " before_w2" : "");
+      rel_err(("act_quant moe_quant fp8-128 experts" + tag).c_str(), fp8, want, 4e-3);
+      rel_err(("act_quant moe_quant fp8-128 bf16 path" + tag).c_str(), bf16, want, 4e-3);
+      rel_err(("act_quant moe_quant fp8-128 vs bf16 path" + tag).c_str(), fp8, bf16, 4e-3);
+    }
 }
 
 // The pipelined mma.sync kernel (gemm_mma_cuda.cu; many rows per expert in a block format, x and h as bf16):

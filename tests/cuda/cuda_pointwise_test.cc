@@ -46,7 +46,8 @@ TEST_F(CudaOpTest, RopeForwardAndInverse) {
 
 TEST_F(CudaOpTest, FakeQuantEveryKindMatchesCpuBits) {
   for (auto kind :
-       {FakeQuantKind::kFP8E4M3Ue8m0Block32, FakeQuantKind::kFP4Ue8m0Block32, FakeQuantKind::kFP4E4m3Block16}) {
+       {FakeQuantKind::kFP8E4M3Ue8m0Block32, FakeQuantKind::kFP4Ue8m0Block32, FakeQuantKind::kFP4E4m3Block16,
+        FakeQuantKind::kFP8E4M3Block128, FakeQuantKind::kFP8E4M3Ue8m0Block128}) {
     // Rows of very different magnitudes exercise the scale rules (including the amax floors).
     HostTensor x = rand({24, 256}, -1, 1);
     for (int64_t r = 0; r < 24; ++r) {
@@ -61,7 +62,9 @@ TEST_F(CudaOpTest, FakeQuantEveryKindMatchesCpuBits) {
     HostTensor got = down(dx);
     const std::string name = kind == FakeQuantKind::kFP8E4M3Ue8m0Block32 ? "fake_quant fp8 e4m3/ue8m0 b32"
                              : kind == FakeQuantKind::kFP4Ue8m0Block32   ? "fake_quant fp4/ue8m0 b32"
-                                                                         : "fake_quant fp4/e4m3 b16";
+                             : kind == FakeQuantKind::kFP4E4m3Block16    ? "fake_quant fp4/e4m3 b16"
+                             : kind == FakeQuantKind::kFP8E4M3Block128   ? "fake_quant fp8 e4m3/f32 b128"
+                                                                         : "fake_quant fp8 e4m3/ue8m0 b128";
     expect_same_bytes(name.c_str(), got, want);
     // The copying form (act_quant's rounded GEMM inputs): the same bits into another buffer, the source untouched.
     DeviceTensor src = up(x), dst = poisoned(x.shape());
@@ -97,6 +100,49 @@ TEST_F(CudaOpTest, Mxfp8QuantizeMatchesCpuBytes) {
   cuda::run_mxfp8_quantize(p, gpu().stream());
   expect_same_bytes("mxfp8 quantize codes", down(dcodes), codes);
   expect_same_bytes("mxfp8 quantize scales", down(dscales), scales);
+}
+
+// run_fp8_block128_quantize (the V3 family's act_quant as cuBLASLt's FP8 operand): the CPU reference's codes and f32
+// scales byte for byte, block-major (VEC128_32F) and row-major, from a strided input (ldx > cols) into strided codes,
+// over rows of magnitudes 2^-30 .. 2^10, with f32 and power-of-two scales.
+TEST_F(CudaOpTest, Fp8Block128QuantizeMatchesCpuBytes) {
+  const int64_t rows = 41, cols = 512, kb = cols / 128, ldx = cols + 64, ldc = cols + 16;
+  HostTensor x = rand({rows, ldx}, -2, 2);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < ldx; ++c) x.data<float>()[r * ldx + c] *= std::ldexp(1.0f, static_cast<int>(r) - 30);
+  HostTensor dense(DType::kF32, {rows, cols});
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(dense.data<float>() + r * cols, x.data<float>() + r * ldx, sizeof(float) * cols);
+  for (const bool ue8m0 : {false, true})
+    for (const bool block_major : {true, false}) {
+      const int64_t srow = block_major ? 1 : kb, sblock = block_major ? rows : 1;
+      HostTensor codes(DType::kU8, {rows, cols}), scales(DType::kF32, {rows * kb});
+      fp8_block128_quantize_rows(dense.data<float>(), rows, cols, ue8m0, codes.data<uint8_t>(), scales.data<float>(),
+                                 srow, sblock);
+      HostTensor want_codes(DType::kU8, {rows, ldc});
+      std::memset(want_codes.data<uint8_t>(), 0x5A, rows * ldc);
+      for (int64_t r = 0; r < rows; ++r)
+        std::memcpy(want_codes.data<uint8_t>() + r * ldc, codes.data<uint8_t>() + r * cols, cols);
+      HostTensor init(DType::kU8, {rows, ldc});
+      std::memset(init.data<uint8_t>(), 0x5A, rows * ldc);
+      DeviceTensor dx = up(x), dcodes = up(init), dscales = poisoned({rows * kb});
+      cuda::Fp8Block128QuantizeKernelParams p;
+      p.x = dx.view().data_as<float>();
+      p.ldx = ldx;
+      p.codes = dcodes.view().data_as<uint8_t>();
+      p.ldc = ldc;
+      p.scales = dscales.view().data_as<float>();
+      p.scale_row_stride = srow;
+      p.scale_block_stride = sblock;
+      p.rows = rows;
+      p.cols = cols;
+      p.ue8m0 = ue8m0;
+      cuda::run_fp8_block128_quantize(p, gpu().stream());
+      const std::string name = std::string("fp8 block128 quantize") + (ue8m0 ? " ue8m0" : " f32") +
+                               (block_major ? " block-major" : " row-major");
+      expect_same_bytes((name + " codes").c_str(), down(dcodes), want_codes);
+      expect_same_bytes((name + " scales").c_str(), down(dscales), scales);
+    }
 }
 
 // The split-K coefficient kernel at the real V4-Flash size (hc·D = 16384: 32 splits) with one token and with

@@ -93,6 +93,61 @@ TEST(CudaV3Fp8, NativeFp8WeightsWithinTheBf16RoundingBudget) {
   EXPECT_LT(native->weight_bytes(), 0.6 * gpu_f32->weight_bytes());
 }
 
+// --activation-quant fp8 (the reference's gemm_impl "fp8") on CUDA: a V3 FP8 checkpoint with 512-wide hidden rows (so
+// q_a, kv_a and the dense SwiGLU take cuBLASLt's block-scaled FP8 GEMM: lt_fp8_block = always from one row; the rest
+// the own kernels over rounded rows) against the CPU reference in the same mode. The GPU's FP8 sums keep fewer bits
+// than fp32 and a last-bit difference can move a value across an e4m3 rounding boundary in the next GEMM's input, so
+// the check is relative to the mode's own effect: the GPU-vs-CPU difference under the mode must stay well below the
+// difference the mode makes on the CPU (none vs fp8), prefill (29 rows) and decode alike.
+TEST(CudaV3Fp8, ActivationQuantFp8MatchesTheCpuReference) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  testing::TempDir tmp;
+  nlohmann::json cfg =
+      nlohmann::json::parse(testing::read_file_or_empty(testing::test_data_dir() + "/golden/deepseek_v3/config.json"));
+  ASSERT_FALSE(cfg.is_null());
+  cfg["hidden_size"] = 512;
+  cfg["intermediate_size"] = 1024;
+  cfg["moe_intermediate_size"] = 256;
+  cfg["quantization_config"] = {
+      {"quant_method", "fp8"}, {"fmt", "e4m3"}, {"activation_scheme", "dynamic"}, {"weight_block_size", {128, 128}}};
+  testing::write_file(tmp.file("in.json"), cfg.dump(2));
+  const std::string dir = tmp.path() + "/ckpt";
+  auto made = testing::run_cli("make-checkpoint --config " + tmp.file("in.json") + " --out " + dir + " --seed 9");
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+
+  auto gpu = make_cuda_backend(0);
+  auto cpu = make_cpu_backend(0);
+  auto native = DeepseekV3Model::load(dir, *gpu, V3WeightStorage::kFP8);
+  auto ref = DeepseekV3Model::load(dir, *cpu);
+  auto plain = DeepseekV3Model::load(dir, *cpu);
+  native->set_activation_quant(ActQuant::kFp8Block128);
+  ref->set_activation_quant(ActQuant::kFp8Block128);
+  const int64_t v = ref->config().vocab_size;
+  std::vector<int64_t> ids;
+  for (int i = 0; i < 29; ++i) ids.push_back((i * 53 + 7) % v);
+  for (const cuda::KernelPick pick : {cuda::KernelPick::kAuto, cuda::KernelPick::kAlways}) {
+    cuda::KernelChoices ch = static_cast<CudaBackend&>(*gpu).kernel_choices();
+    ch.gemm.lt_fp8_block = pick;
+    static_cast<CudaBackend&>(*gpu).set_kernel_choices(ch);
+    auto sn = native->new_sequence(), sr = ref->new_sequence(), sp = plain->new_sequence();
+    const HostTensor ln = native->forward(sn, ids), lr = ref->forward(sr, ids), lp = plain->forward(sp, ids);
+    double pre = testing::worst_row_rel(ln, lr, v), pre_mode = testing::worst_row_rel(lp, lr, v), dec = 0, dec_mode = 0;
+    for (int64_t tok : {3, 11, 17}) {
+      const std::span<const int64_t> one(&tok, 1);
+      const HostTensor dn = native->forward(sn, one), dr = ref->forward(sr, one), dp = plain->forward(sp, one);
+      dec = std::max(dec, testing::worst_row_rel(dn, dr, v));
+      dec_mode = std::max(dec_mode, testing::worst_row_rel(dp, dr, v));
+    }
+    std::printf(
+        "[cuda-v3-act-fp8 lt_fp8_block=%s] GPU vs CPU under fp8: prefill worst row rel %.3g, decode %.3g; the mode's "
+        "own effect on the CPU (none vs fp8): prefill %.3g, decode %.3g\n",
+        pick == cuda::KernelPick::kAuto ? "auto" : "always", pre, dec, pre_mode, dec_mode);
+    EXPECT_GT(pre_mode, 0.0);
+    EXPECT_LE(pre, 0.25 * pre_mode);
+    EXPECT_LE(dec, 0.25 * dec_mode);
+  }
+}
+
 // The engine keeps an FP8 checkpoint FP8 on CUDA by default (--weight-format auto) and dequantizes it with
 // --weight-format f32 or on the CPU. Prompts of <= 4 tokens and one sequence at a time keep every GEMM on the exact
 // few-row path (fp32 products of the FP8 values), so the GPU's greedy ids must equal the CPU's f32 reference.

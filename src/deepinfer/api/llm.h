@@ -50,8 +50,8 @@ struct LlmConfig {
   bool exact_prefill = false;
   // A request's output independent of the rest of the batch (EngineStackOptions::batch_invariant; CUDA: slower).
   bool batch_invariant = false;
-  // V4/V4.1: "none" (transformers' numerics) or "mxfp8" (GEMM inputs rounded as the reference's and vLLM's;
-  // EngineStackOptions::activation_quant).
+  // "none" (transformers' numerics), "mxfp8" (V4/V4.1) or "fp8" (the V3 family): GEMM inputs rounded as each
+  // family's reference and vLLM do (EngineStackOptions::activation_quant).
   std::string activation_quant = "none";
   // Expert / attention data / context parallel sizes (docs/PARALLEL.md). ep/dp > 1 run in-process ranks on the CPU
   // backend; cp > 1 runs context-parallel prefill over cp in-process ranks (CPU backend, not with ep/dp > 1).

@@ -77,6 +77,16 @@ class CudaTarget final : public BenchTarget {
       case BenchFormat::kFP8Block:
         // |e4m3| reaches 448 and a random code's rms is ~100: scales 2^-12..2^-11 keep outputs O(1).
         keep.push_back(codes(DType::kF8E4M3, {n, k}, seed));
+        if (activation_quant() == ActQuant::kFp8Block128 || activation_quant() == ActQuant::kFp8Block128Ue8m0) {
+          // The V3 family's mode: f32 block scales, as its checkpoints store them (cuBLASLt's block-scaled GEMM reads
+          // those), of the same range.
+          const int64_t nb = (n + block - 1) / block, kb = (k + block - 1) / block;
+          std::vector<float> s(static_cast<size_t>(nb * kb));
+          for (size_t i = 0; i < s.size(); ++i)
+            s[i] = std::ldexp(1.0f + static_cast<float>((i * 7 + seed) % 8) / 8, -12);
+          keep.push_back(be_->memory().from_host(DType::kF32, {nb, kb}, s.data()));
+          return QuantMatrix{keep[keep.size() - 2].view(), keep.back().view(), QuantFormat::kFP8Block, block, block};
+        }
         keep.push_back(codes(DType::kE8M0, {(n + block - 1) / block, (k + block - 1) / block}, seed + 1, 115));
         return QuantMatrix{keep[keep.size() - 2].view(), keep.back().view(), QuantFormat::kFP8Block, block, block};
       case BenchFormat::kMXFP4:

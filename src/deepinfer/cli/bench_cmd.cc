@@ -86,9 +86,17 @@ int run_bench(const BenchArgs& a) {
   const cuda::KernelChoices choices = bench::parse_kernel_choices(a.kernel_choices);
   std::unique_ptr<bench::BenchTarget> target =
       cpu ? bench::make_cpu_target(a.threads) : bench::make_cuda_target(0, a.batch_invariant, choices);
+  // Each family's reference rounding: V4 per 32 values (mxfp8), the V3 family per 128 (fp8, f32 scales; its FP8 slices'
+  // weights then carry f32 block scales, as V3 checkpoints do).
+  DI_CHECK(a.activation_quant != "mxfp8" || mla.empty())
+      << "bench --activation-quant mxfp8 is the V4 slices' rounding; the MLA slices (v3, v2-lite, tiny-mla) take fp8";
+  DI_CHECK(a.activation_quant != "fp8" || slices.empty())
+      << "bench --activation-quant fp8 is the V3 family's rounding; the V4 slices take mxfp8";
   if (a.activation_quant == "mxfp8") target->set_activation_quant(ActQuant::kMxfp8);
-  std::printf("target: %s%s\n", target->describe().c_str(),
-              a.activation_quant == "mxfp8" ? ", activations mxfp8 (--activation-quant)" : "");
+  if (a.activation_quant == "fp8") target->set_activation_quant(ActQuant::kFp8Block128);
+  std::printf(
+      "target: %s%s\n", target->describe().c_str(),
+      a.activation_quant == "none" ? "" : (", activations " + a.activation_quant + " (--activation-quant)").c_str());
   if (a.fill_device) {
     const double budget = target->memory_budget_bytes();
     DI_CHECK_CODE(budget > 0, ErrorCode::kInvalidArgument) << "bench --fill-device: the target has no memory budget "
@@ -167,8 +175,9 @@ void register_bench(CLI::App& app, CommandRegistry& reg) {
                   "by_format|producer|split|consumers; wgmma_tile: by_rows|128x256|256x128|mixed; stream_mma_max_rows, "
                   "grouped_one_launch_rows: N|default)");
   sub->add_option("--activation-quant", a->activation_quant,
-                  "none | mxfp8: round the inputs of the GEMMs over FP8 / MXFP4 weights as the reference does")
-      ->check(CLI::IsMember({"none", "mxfp8"}))
+                  "none | mxfp8 (V4 slices) | fp8 (MLA slices): round the inputs of the GEMMs over FP8 / MXFP4 "
+                  "weights as each family's reference does")
+      ->check(CLI::IsMember({"none", "mxfp8", "fp8"}))
       ->capture_default_str();
   sub->add_flag("--no-prefill", a->no_prefill, "decode shapes only");
   sub->add_flag("--fill-device", a->fill_device,

@@ -46,15 +46,15 @@ std::optional<std::vector<int64_t>> read_token_map(const std::string& file) {
 }
 
 // Loads the model of one rank on its backend: its resident routed experts only, block-format weights kept quantized
-// when keep_quant (--weight-format), GEMM inputs rounded as act_quant asks (--activation-quant, V4 family).
+// when keep_quant (--weight-format), GEMM inputs rounded as act_quant asks (--activation-quant).
 template <typename Model>
 std::function<std::unique_ptr<Model>(Backend&, const ExpertFilter&)> model_loader(
     const std::string& dir, std::optional<std::vector<int64_t>> token_map, bool keep_quant, ActQuant act_quant) {
   if constexpr (std::is_same_v<Model, DeepseekV3Model>) {
-    DI_CHECK_CODE(act_quant == ActQuant::kNone, ErrorCode::kUnsupported)
-        << "--activation-quant is implemented for DeepSeek-V4 / V4.1 only";
-    return [dir, keep_quant](Backend& b, const ExpertFilter& resident) {
-      return DeepseekV3Model::load(dir, b, keep_quant ? V3WeightStorage::kFP8 : V3WeightStorage::kF32, resident);
+    return [dir, keep_quant, act_quant](Backend& b, const ExpertFilter& resident) {
+      auto model = DeepseekV3Model::load(dir, b, keep_quant ? V3WeightStorage::kFP8 : V3WeightStorage::kF32, resident);
+      model->set_activation_quant(act_quant);
+      return model;
     };
   } else {
     return [dir, token_map, keep_quant, act_quant](Backend& b, const ExpertFilter& resident) {
@@ -77,10 +77,11 @@ void add_device_execution_flags(CLI::App* sub, std::string& weight_format, std::
       ->check(CLI::IsMember({"auto", "f32", "fp8"}))
       ->capture_default_str();
   sub->add_option("--activation-quant", activation_quant,
-                  "V4/V4.1: how the inputs of GEMMs over block-format weights are rounded: none (transformers' "
-                  "numerics, the default) or mxfp8 (the reference's and vLLM's: e4m3 per 32 values with a "
-                  "power-of-two scale)")
-      ->check(CLI::IsMember({"none", "mxfp8"}))
+                  "how the inputs of GEMMs over block-format weights are rounded: none (transformers' numerics, "
+                  "the default), mxfp8 (V4/V4.1, the reference's and vLLM's: e4m3 per 32 values with a "
+                  "power-of-two scale) or fp8 (the V3 family, the reference's gemm_impl fp8, vLLM's and SGLang's: "
+                  "e4m3 per 128 values with an f32 scale, power-of-two under scale_fmt ue8m0)")
+      ->check(CLI::IsMember({"none", "mxfp8", "fp8"}))
       ->capture_default_str();
   sub->add_flag("--enforce-eager", enforce_eager,
                 "CUDA: launch every decode step op by op (default: batched decode steps recorded as CUDA graphs)");

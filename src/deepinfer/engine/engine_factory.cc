@@ -168,14 +168,21 @@ bool keep_quantized_weights(const EngineStackOptions& o) {
 }
 
 ActQuant activation_quant_of(const EngineStackOptions& o, const ModelConfig& config) {
-  DI_CHECK(o.activation_quant == "none" || o.activation_quant == "mxfp8")
-      << option(o, "activation_quant", o.activation_quant) << ": must be none or mxfp8";
+  DI_CHECK(o.activation_quant == "none" || o.activation_quant == "mxfp8" || o.activation_quant == "fp8")
+      << option(o, "activation_quant", o.activation_quant) << ": must be none, mxfp8 or fp8";
   if (o.activation_quant == "none") return ActQuant::kNone;
-  DI_CHECK_CODE(config.is_v4_family(), ErrorCode::kUnsupported)
-      << option(o, "activation_quant", o.activation_quant)
-      << ": the reference's activation rounding is implemented for "
-      << "DeepSeek-V4 / V4.1 only (" << family_name(config.family) << " rounds per 128 values)";
-  return ActQuant::kMxfp8;
+  // Each family's reference: V4 per 32 values with power-of-two scales, the V3 family per 128 with f32 scales
+  // (power-of-two ones where its config says scale_fmt ue8m0, V3.1).
+  if (o.activation_quant == "mxfp8") {
+    DI_CHECK_CODE(config.is_v4_family(), ErrorCode::kUnsupported)
+        << option(o, "activation_quant", o.activation_quant) << ": mxfp8 is DeepSeek-V4 / V4.1's rounding; "
+        << family_name(config.family) << " rounds per 128 values (fp8)";
+    return ActQuant::kMxfp8;
+  }
+  DI_CHECK_CODE(!config.is_v4_family(), ErrorCode::kUnsupported)
+      << option(o, "activation_quant", o.activation_quant) << ": fp8 is the DeepSeek-V3 family's rounding; "
+      << family_name(config.family) << " rounds per 32 values (mxfp8)";
+  return config.quant.scale_ue8m0 ? ActQuant::kFp8Block128Ue8m0 : ActQuant::kFp8Block128;
 }
 
 std::unique_ptr<EngineStack> load_engine_stack(const EngineStackOptions& o) {
@@ -255,6 +262,7 @@ std::unique_ptr<EngineStack> load_engine_stack(const EngineStackOptions& o) {
   } else if (file_config.family == ModelFamily::kDeepseekV3) {
     // The family in config.json picks the forward and its runner: V3 (V3/R1/V3.1/V2-Lite) or V4/V4.1.
     s.v3 = DeepseekV3Model::load(o.model_dir, *s.backend, keep_fp8 ? V3WeightStorage::kFP8 : V3WeightStorage::kF32);
+    s.v3->set_activation_quant(act_quant);
     DI_LOG_INFO("weights: {}", keep_fp8 ? "FP8 block-scaled matrices kept quantized (--weight-format)"
                                         : "f32, FP8 block-scaled matrices dequantized at load (--weight-format)");
     s.config = &s.v3->config();

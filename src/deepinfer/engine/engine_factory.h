@@ -61,9 +61,11 @@ struct EngineStackOptions {
   // the CPU reference and under expert parallelism (which moves f32 experts); "f32" always dequantizes (exact
   // against the f32 reference); "fp8" always keeps them. V4/V4.1 weights are f32 on every backend for now.
   std::string weight_format = "auto";
-  // The numerics of the GEMMs over block-format weights (V4 / V4.1 only): "none" (transformers', the default: the
-  // golden fixtures) or "mxfp8" (the reference's and vLLM's: each GEMM input rounded to e4m3 per 32 values with a
-  // power-of-two scale; DeepseekV4Model::set_activation_quant).
+  // The numerics of the GEMMs over block-format weights: "none" (transformers', the default: the golden fixtures),
+  // "mxfp8" (V4 / V4.1, the reference's and vLLM's: each GEMM input rounded to e4m3 per 32 values with a power-of-two
+  // scale; DeepseekV4Model::set_activation_quant) or "fp8" (the V3 family, the reference's gemm_impl "fp8", vLLM's
+  // and SGLang's: e4m3 per 128 values with an f32 scale, a power of two under scale_fmt ue8m0;
+  // DeepseekV3Model::set_activation_quant).
   std::string activation_quant = "none";
   OptionSpelling spelling = OptionSpelling::kFlag;
   // Expert / attention data parallel sizes (docs/PARALLEL.md). ep * dp > 1: the ranks load their own models and
@@ -126,7 +128,7 @@ std::unique_ptr<EngineStack> load_engine_stack(const EngineStackOptions& options
 bool keep_quantized_weights(const EngineStackOptions& options);
 
 // options.activation_quant as the model takes it; InvalidArgument for a value that does not exist, Unsupported for
-// mxfp8 with a V3-family config (its reference rounds per 128 values: not implemented).
+// another family's rounding (mxfp8 with a V3-family config, fp8 with a V4 one).
 ActQuant activation_quant_of(const EngineStackOptions& options, const ModelConfig& config);
 
 // The bytes the KV cache may use for `options` (logged): see EngineStackOptions.

@@ -435,6 +435,19 @@ HostTensor DeepseekV3Model::mtp_forward(V3SequenceState& mtp, std::span<const fl
   return mem.to_host(logits);
 }
 
+void DeepseekV3Model::set_activation_quant(ActQuant q) {
+  DI_CHECK_CODE(q == ActQuant::kNone || q == ActQuant::kFp8Block128 || q == ActQuant::kFp8Block128Ue8m0,
+                ErrorCode::kUnsupported)
+      << "DeepSeek-V3 family: activation rounding " << act_quant_name(q) << " is not its reference's (fp8, per 128)";
+  act_quant_ = q;
+  auto set_layer = [&](V3LayerWeights& lw) {
+    for (V3Matrix* m : {&lw.attn.q_a, &lw.attn.q_b, &lw.attn.q, &lw.attn.kv_a, &lw.attn.o}) set_act_quant(*m, q);
+    lw.moe_act_quant = config_.quant.fp8 ? q : ActQuant::kNone;
+  };
+  for (V3LayerWeights& lw : w_.layers) set_layer(lw);
+  for (V3MtpWeights& m : w_.mtp) set_layer(m.block);
+}
+
 void DeepseekV3Model::linear(const Tensor& in, const V3Matrix& w, const Tensor& out) const {
   kept_linear(backend_, in, w, out);
 }
@@ -585,11 +598,13 @@ OwnedTensor DeepseekV3Model::ffn(const Chunk& c, int layer, const V3LayerWeights
   p.x = x.view();
   p.experts = &lw.experts;
   p.out = out.view();
+  p.act_quant = lw.moe_act_quant;
   // Experts kept FP8: the same call through moe_quant; routed experts across the EP group when `ep` is set.
   auto run = [&](const MoeParams& mp, bool ep) {
     if (!lw.quant_experts) return ep ? ep_->moe(backend_, layer, mp) : backend_.moe(mp);
-    const QuantMoeParams q{mp.x,   mp.weights,      mp.indices,         &lw.qexperts, mp.shared ? &lw.qshared : nullptr,
-                           mp.out, mp.swiglu_limit, mp.weight_before_w2};
+    const QuantMoeParams q{
+        mp.x,   mp.weights,      mp.indices,          &lw.qexperts, mp.shared ? &lw.qshared : nullptr,
+        mp.out, mp.swiglu_limit, mp.weight_before_w2, mp.act_quant};
     if (ep)
       ep_->moe(backend_, layer, q);
     else

@@ -88,6 +88,12 @@ class DeepseekV3Model {
     seq.num_tokens = start;
   }
   void set_mla_form(MlaForm form) { mla_form_ = form; }
+  // How the GEMMs over the checkpoint's FP8 weights round their inputs: kNone (transformers', the default: the golden
+  // fixtures) or kFp8Block128 / kFp8Block128Ue8m0 (the reference's gemm_impl "fp8", vLLM's and SGLang's block-FP8
+  // GEMMs: e4m3 per 128 values with an f32 / power-of-two scale). Every projection and FFN stored FP8 (kv_b, which
+  // the MLA ops read in f32 as the reference's absorbed attention does, and the bf16 router and head stay exact).
+  void set_activation_quant(ActQuant q);
+  ActQuant activation_quant() const { return act_quant_; }
   // V3SequenceState::mla_naive_until for a sequence whose prompt has `prompt_len` tokens: the form the op counts
   // pick for the whole prompt in one chunk applies to every prompt row (naive for long prompts), generated rows
   // use the absorbed form. Chunking then never changes a row's form, so prefix hits and recomputes are bitwise
@@ -172,6 +178,7 @@ class DeepseekV3Model {
   float rope_magnitude_ = 1.0f;  // YaRN attention_factor on cos/sin (1 for every released config)
   float softmax_scale_ = 1.0f;   // qk_head_dim^-0.5 · m²
   MlaForm mla_form_ = MlaForm::kAuto;
+  ActQuant act_quant_ = ActQuant::kNone;
   ExpertParallel* ep_ = nullptr;
 };
 

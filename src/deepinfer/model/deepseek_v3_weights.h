@@ -54,6 +54,9 @@ struct V3LayerWeights {
   std::vector<OwnedTensor> quant_storage;
   std::vector<QuantExpertWeights> qexperts;
   QuantExpertWeights qshared;
+  // What the FFN's GEMMs round their inputs to (DeepseekV3Model::set_activation_quant): the checkpoint's FP8 experts
+  // and dense SwiGLU, kept quantized or not.
+  ActQuant moe_act_quant = ActQuant::kNone;
 };
 
 // One MTP module (MODELS.md Part B §5): z = eh_proj([enorm(embed(t_{i+1})) ; hnorm(h_i)]), one decoder block,

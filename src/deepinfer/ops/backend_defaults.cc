@@ -34,8 +34,36 @@ const char* act_quant_name(ActQuant q) {
       return "none";
     case ActQuant::kMxfp8:
       return "mxfp8";
+    case ActQuant::kFp8Block128:
+      return "fp8";
+    case ActQuant::kFp8Block128Ue8m0:
+      return "fp8-ue8m0";
   }
   return "?";
+}
+
+int fake_quant_block_len(FakeQuantKind kind) {
+  switch (kind) {
+    case FakeQuantKind::kFP4E4m3Block16:
+      return 16;
+    case FakeQuantKind::kFP8E4M3Block128:
+    case FakeQuantKind::kFP8E4M3Ue8m0Block128:
+      return 128;
+    default:
+      return 32;
+  }
+}
+
+FakeQuantKind act_quant_kind(ActQuant q) {
+  switch (q) {
+    case ActQuant::kFp8Block128:
+      return FakeQuantKind::kFP8E4M3Block128;
+    case ActQuant::kFp8Block128Ue8m0:
+      return FakeQuantKind::kFP8E4M3Ue8m0Block128;
+    default:
+      DI_CHECK(q == ActQuant::kMxfp8) << "act_quant_kind: no rounding for " << act_quant_name(q);
+      return FakeQuantKind::kFP8E4M3Ue8m0Block32;
+  }
 }
 
 void check_split_in(const QuantLinearParams& p, const char* op) {

@@ -49,10 +49,13 @@ struct DequantizeParams {
 // Quantization of a GEMM's activations (its input rows), as the reference's and vLLM's FP8 / MXFP4 GEMMs do (MODELS.md
 // §5; HF, our default, quantizes none). kMxfp8: each row's consecutive blocks of 32 values are rounded as fake_quant's
 // kFP8E4M3Ue8m0Block32 (e4m3 RNE, UE8M0 scale pow2ceil(max(amax, 1e-4) / 448)) before the product; rows whose length
-// is not a multiple of 32 pass unchanged, as in fake_quant. An op with act_quant computes exactly the op without it
-// over the rounded inputs (the input tensors themselves are not modified).
-enum class ActQuant { kNone, kMxfp8 };
-const char* act_quant_name(ActQuant q);  // "none", "mxfp8"
+// is not a multiple of 32 pass unchanged, as in fake_quant. kFp8Block128 / kFp8Block128Ue8m0: the V3 family's reference
+// (MODELS.md Part B §6, its gemm_impl "fp8"; vLLM's and SGLang's block-FP8 GEMMs): blocks of 128 values rounded as
+// fake_quant's kFP8E4M3Block128 / kFP8E4M3Ue8m0Block128 (rows whose length is not a multiple of 128 pass unchanged).
+// An op with act_quant computes exactly the op without it over the rounded inputs (the input tensors themselves are
+// not modified).
+enum class ActQuant { kNone, kMxfp8, kFp8Block128, kFp8Block128Ue8m0 };
+const char* act_quant_name(ActQuant q);  // "none", "mxfp8", "fp8", "fp8-ue8m0"
 
 struct LinearParams {
   Tensor in;      // f32 [M, K]
@@ -146,10 +149,16 @@ struct RopeParams {
 // Quantize-dequantize in place, block-wise along the last dimension (MODELS.md §3.3). Rows whose length is
 // not a multiple of the block pass through unchanged, as in the reference.
 enum class FakeQuantKind {
-  kFP8E4M3Ue8m0Block32,  // window KV: s = pow2ceil(max(amax,1e-4)/448), e4m3 RNE
-  kFP4Ue8m0Block32,      // indexer q/k: s = pow2ceil(max(amax, 6·2^-126)/6), e2m1 RNE
-  kFP4E4m3Block16,       // compressed KV: s = e4m3(max(amax, 6·2^-9)/6), e2m1 RNE
+  kFP8E4M3Ue8m0Block32,   // window KV: s = pow2ceil(max(amax,1e-4)/448), e4m3 RNE
+  kFP4Ue8m0Block32,       // indexer q/k: s = pow2ceil(max(amax, 6·2^-126)/6), e2m1 RNE
+  kFP4E4m3Block16,        // compressed KV: s = e4m3(max(amax, 6·2^-9)/6), e2m1 RNE
+  kFP8E4M3Block128,       // V3 GEMM inputs: s = max(amax,1e-4)/448 (f32), e4m3 RNE of x / s (IEEE division)
+  kFP8E4M3Ue8m0Block128,  // the same with s = pow2ceil(max(amax,1e-4)/448) (V3.1's scale_fmt ue8m0)
 };
+// Values a block of each kind rounds together.
+int fake_quant_block_len(FakeQuantKind kind);
+// The rounding of a GEMM input under q (q != kNone).
+FakeQuantKind act_quant_kind(ActQuant q);
 
 struct FakeQuantParams {
   Tensor x;  // f32 [M, C], modified in place

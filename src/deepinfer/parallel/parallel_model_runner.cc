@@ -65,11 +65,11 @@ std::unique_ptr<ModelRunner> make_parallel_runner(const ParallelRunnerOptions& o
   const bool quant = options.keep_quant;
   const ActQuant act_quant = options.act_quant;
   if (config.family == ModelFamily::kDeepseekV3) {
-    DI_CHECK_CODE(act_quant == ActQuant::kNone, ErrorCode::kUnsupported)
-        << "activation quantization is implemented for DeepSeek-V4 / V4.1 only";
     return std::make_unique<ParallelModelRunner<DeepseekV3Model>>(
-        options, backend, [dir, quant](Backend& b, const ExpertFilter& resident) {
-          return DeepseekV3Model::load(dir, b, quant ? V3WeightStorage::kFP8 : V3WeightStorage::kF32, resident);
+        options, backend, [dir, quant, act_quant](Backend& b, const ExpertFilter& resident) {
+          auto model = DeepseekV3Model::load(dir, b, quant ? V3WeightStorage::kFP8 : V3WeightStorage::kF32, resident);
+          model->set_activation_quant(act_quant);
+          return model;
         });
   }
   return std::make_unique<ParallelModelRunner<DeepseekV4Model>>(

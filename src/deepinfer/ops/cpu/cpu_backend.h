@@ -61,5 +61,13 @@ std::vector<float> act_quant_copy(const float* x, int64_t rows, int64_t cols, Ac
 // e8m0, e4m3(codes) · 2^(scale − 127) being the rounded values bit for bit. The reference of the CUDA quantizer
 // (run_mxfp8_quantize) that e4m3 tensor-core GEMMs will read.
 void mxfp8_quantize_rows(const float* x, int64_t rows, int64_t cols, uint8_t* codes, uint8_t* scales);
+// The kFP8E4M3(Ue8m0)Block128 rounding (cols % 128 == 0) as an FP8 operand: codes [rows, cols] e4m3 and f32 scales,
+// block b of row r's at scales[r · scale_row_stride + b · scale_block_stride] (cuBLASLt's VEC128_32F operand is
+// block-major: strides 1 and rows), e4m3(code) · scale being the rounded values bit for bit. The reference of the CUDA
+// quantizer (run_fp8_block128_quantize).
+void fp8_block128_quantize_rows(const float* x, int64_t rows, int64_t cols, bool ue8m0, uint8_t* codes, float* scales,
+                                int64_t scale_row_stride, int64_t scale_block_stride);
+// Its scale of a block whose largest magnitude is amax.
+float fp8_block128_scale(float amax, bool ue8m0);
 
 }  // namespace deepinfer

@@ -40,7 +40,7 @@ void run_expert(const ExpertWeights& e, const float* x, int64_t d, float weight,
     h[i] = silu(g) * u;
     if (before_w2) h[i] *= weight;
   }
-  if (act_quant == ActQuant::kMxfp8) fake_quant_rows(h.data(), 1, inter, FakeQuantKind::kFP8E4M3Ue8m0Block32);
+  if (act_quant != ActQuant::kNone) fake_quant_rows(h.data(), 1, inter, act_quant_kind(act_quant));
   for (int64_t o = 0; o < d; ++o) {
     const float v = dot_f32(e.w2.data_as<float>() + o * inter, h.data(), inter);
     y[o] += before_w2 ? v : v * weight;
@@ -127,9 +127,9 @@ void CpuBackend::moe(const MoeParams& p) {
     std::vector<int64_t> order(k);
     for (int64_t t = begin; t < end; ++t) {
       const float* x = p.x.data_as<float>() + t * d;
-      if (p.act_quant == ActQuant::kMxfp8) {
+      if (p.act_quant != ActQuant::kNone) {
         rounded.assign(x, x + d);
-        fake_quant_rows(rounded.data(), 1, d, FakeQuantKind::kFP8E4M3Ue8m0Block32);
+        fake_quant_rows(rounded.data(), 1, d, act_quant_kind(p.act_quant));
         x = rounded.data();
       }
       float* y = p.out.data_as<float>() + t * d;

@@ -8,8 +8,9 @@
 
 namespace deepinfer {
 
-const CudaBackend::Impl::LtPlan& CudaBackend::Impl::lt_plan(cudaDataType_t type, int64_t m, int64_t n, int64_t k) {
-  const auto key = std::make_tuple(m, n, k, static_cast<int>(type));
+const CudaBackend::Impl::LtPlan& CudaBackend::Impl::lt_plan(cudaDataType_t type, int64_t m, int64_t n, int64_t k,
+                                                            bool block_scaled) {
+  const auto key = std::make_tuple(m, n, k, static_cast<int>(type) + (block_scaled ? 1000 : 0));
   if (auto it = lt_plans.find(key); it != lt_plans.end()) return it->second;
   if (lt_plans.size() >= kMaxLtPlans) {
     for (auto& [unused, p] : lt_plans) destroy(p);
@@ -23,6 +24,11 @@ const CudaBackend::Impl::LtPlan& CudaBackend::Impl::lt_plan(cudaDataType_t type,
     const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     DI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
     DI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+    if (block_scaled) {
+      const int32_t wm = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F, xm = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+      DI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &wm, sizeof(wm)));
+      DI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &xm, sizeof(xm)));
+    }
     DI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, type, k, n, k));
     DI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, type, k, m, k));
     DI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, n, m, n));
@@ -155,7 +161,12 @@ void CudaBackend::Impl::run_moe(const float* x, const float* weights, const int3
   // tensor cores from the activations' MXFP8 codes (gemm_wgmma_fp8.h) instead of bf16 copies of the rounded values.
   // (moe_quant builds the folds only under the mode, with the choice, outside batch-invariant mode.)
   const bool fp8_ok = bf16_inputs && d % 128 == 0 && inter % 128 == 0 && cuda::device_is_sm90();
-  const bool fp8_gu = fp8_ok && mw.fold[0] && mw.fold[1], fp8_down = fp8_ok && mw.fold[2];
+  // --activation-quant fp8 (the V3 family) over FP8 128 x 128 experts with f32 scales: every expert GEMM on the FP8
+  // tensor cores from per-128 codes (promoted once a 128 K step), unless wgmma_fp8 = never.
+  const bool fp8_128 = block128(act_quant) && fp8_gemm_chosen() && !batch_invariant && mw.aligned16 &&
+                       cuda::gemm_wgmma_fp8_block128_weight_takes(mw.format, mw.scale_e8m0, mw.block_n, mw.block_k, d);
+  const bool fp8_gu = fp8_ok && ((mw.fold[0] && mw.fold[1]) || fp8_128),
+             fp8_down = fp8_ok && (mw.fold[2] != nullptr || fp8_128);
   const int64_t per_token = k * (3 * inter + d) * 4 + (shared ? (3 * inter + d) * 4 : 0) + (fp8_gu ? d + d / 32 : 0) +
                             (fp8_down ? k * (inter + inter / 32) : 0) + (bf16_inputs ? k * inter * 2 : 0) +
                             (bf16_inputs || shared_bf16 ? d * 2 : 0) + (shared_bf16 ? shared->w1.rows() * 2 : 0) +
@@ -188,8 +199,8 @@ void CudaBackend::Impl::run_moe(const float* x, const float* weights, const int3
     const bool shared_rows = shared && !shared_mma && rows_direct(shared->w1, tc) && rows_direct(shared->w3, tc);
     // With the routed experts on the FP8 GEMM, an FP8-block shared expert past the rows kernel's rows goes there too:
     // gate / up from x's codes, down from its SwiGLU output's (the same values the rounding below makes).
-    const bool shared_fp8 = fp8_gu && shared && !shared_rows && fp8_block_weight(shared->w1) &&
-                            fp8_block_weight(shared->w3) && fp8_block_weight(shared->w2);
+    const bool shared_fp8 = fp8_gu && shared && !shared_rows && fp8_block_weight(shared->w1, act_quant) &&
+                            fp8_block_weight(shared->w3, act_quant) && fp8_block_weight(shared->w2, act_quant);
     // The rounded f32 copy of x: what the bf16 paths read (the FP8 ones read x's codes).
     const bool rounded_x = !fp8_gu || (shared && !shared_fp8);
     const float* xc = act_quant_rows(x + t0 * d, tc, d, rounded_x ? act_quant : ActQuant::kNone);
@@ -201,7 +212,7 @@ void CudaBackend::Impl::run_moe(const float* x, const float* weights, const int3
     if (fp8_gu) {
       x8 = ws().take_as<uint8_t>(tc * d);
       x8_scale = ws().take_as<uint8_t>(tc * d / 32);
-      mxfp8_codes(x + t0 * d, tc, d, x8, x8_scale);
+      act_codes(x + t0 * d, tc, d, act_quant, x8, x8_scale);
     }
     // Past the streaming kernel's rows and short of filling the device with tiles, the shared expert goes as
     // quant_linear's many-row case: gate and up dequantized into one bf16 [2·I, D] scratch and one cuBLASLt GEMM
@@ -268,7 +279,7 @@ void CudaBackend::Impl::run_moe(const float* x, const float* weights, const int3
       g.b_scale_table = mw.s[which];
       g.scale_cols = mw.scale_cols[which];
       if (fp8_gu)
-        run_fp8(g, x8, x8_scale, mw.fold[which]);
+        run_fp8(g, x8, x8_scale, mw.fold[which], act_quant);
       else
         run_gemm(g);
     }
@@ -287,7 +298,7 @@ void CudaBackend::Impl::run_moe(const float* x, const float* weights, const int3
       cuda::run_swiglu(sw, s());
       h8 = ws().take_as<uint8_t>(slots * inter);
       h8_scale = ws().take_as<uint8_t>(slots * inter / 32);
-      mxfp8_codes(h, slots, inter, h8, h8_scale);
+      act_codes(h, slots, inter, act_quant, h8, h8_scale);
     } else if (act_quant != ActQuant::kNone) {
       // w2's input is rounded after the SwiGLU (and the routing weight), so its bf16 copy follows the rounding.
       cuda::run_swiglu(sw, s());
@@ -313,7 +324,7 @@ void CudaBackend::Impl::run_moe(const float* x, const float* weights, const int3
     g.b_scale_table = mw.s[2];
     g.scale_cols = mw.scale_cols[2];
     if (fp8_down)
-      run_fp8(g, h8, h8_scale, mw.fold[2]);
+      run_fp8(g, h8, h8_scale, mw.fold[2], act_quant);
     else
       run_gemm(g);
 
@@ -328,8 +339,8 @@ void CudaBackend::Impl::run_moe(const float* x, const float* weights, const int3
       const cuda::GemmKernelParams split_up =
           shared_lt ? split_k_params(xc, xc16, d, shared->w3, sgu + si, 2 * si, tc) : cuda::GemmKernelParams{};
       if (shared_fp8) {
-        run_fp8(dense_params(xc, nullptr, d, shared->w1, sgu, 2 * si, tc), x8, x8_scale, nullptr);
-        run_fp8(dense_params(xc, nullptr, d, shared->w3, sgu + si, 2 * si, tc), x8, x8_scale, nullptr);
+        run_fp8(dense_params(xc, nullptr, d, shared->w1, sgu, 2 * si, tc), x8, x8_scale, nullptr, act_quant);
+        run_fp8(dense_params(xc, nullptr, d, shared->w3, sgu + si, 2 * si, tc), x8, x8_scale, nullptr, act_quant);
       } else if (split_gate.k_splits > 1 && split_up.k_splits > 1) {
         // gate and up into the two halves of sgu, each from its stored codes (as quant_linear's split case).
         run_split_k(split_gate);
@@ -359,7 +370,7 @@ void CudaBackend::Impl::run_moe(const float* x, const float* weights, const int3
         cuda::run_swiglu(ssw, s());
         sh8 = ws().take_as<uint8_t>(tc * si);
         sh8_scale = ws().take_as<uint8_t>(tc * si / 32);
-        mxfp8_codes(sh, tc, si, sh8, sh8_scale);
+        act_codes(sh, tc, si, act_quant, sh8, sh8_scale);
       } else if (act_quant != ActQuant::kNone) {
         cuda::run_swiglu(ssw, s());
         round_rows_in_place(sh, tc, si, act_quant);
@@ -370,7 +381,7 @@ void CudaBackend::Impl::run_moe(const float* x, const float* weights, const int3
         cuda::run_swiglu(ssw, s());
       }
       if (shared_fp8)
-        run_fp8(dense_params(sh, nullptr, si, shared->w2, shared_out, d, tc), sh8, sh8_scale, nullptr);
+        run_fp8(dense_params(sh, nullptr, si, shared->w2, shared_out, d, tc), sh8, sh8_scale, nullptr, act_quant);
       else if (shared_lt)
         quant_linear(sh, shared->w2, shared_out, tc);
       else

@@ -168,7 +168,9 @@ struct CudaBackend::Impl {
     if (p.op) cublasLtMatmulDescDestroy(p.op);
   }
 
-  const LtPlan& lt_plan(cudaDataType_t type, int64_t m, int64_t n, int64_t k);
+  // block_scaled (type e4m3): DeepSeek-V3's FP8 recipe, the weight (cuBLASLt's A) with one f32 scale a 128 x 128 block
+  // (BLK128x128_32F), the activations (B) one a row's 128 values (VEC128_32F); the scale pointers are set per call.
+  const LtPlan& lt_plan(cudaDataType_t type, int64_t m, int64_t n, int64_t k, bool block_scaled = false);
 
   // out[M, N] (f32, row-major) = x[M, K] · w[N, K]ᵀ with x and w both f32 or both bf16, fp32 accumulate;
   // `accumulate`: out += x · wᵀ (beta 1: the epilogue adds the fp32 product to out, one rounding).
@@ -184,6 +186,32 @@ struct CudaBackend::Impl {
     const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
     DI_CUBLAS_CHECK(cublasLtMatmul(lt, p.op, &alpha, w, p.a, x, p.b, &beta, out, p.c, out, p.c, &p.algo,
                                    lt_workspace.data(), lt_workspace.size(), s()));
+  }
+
+  // out[M, N] (f32) = (x_codes · x_scales)[M, K] · (w_codes · w_scales)[N, K]ᵀ on cuBLASLt's block-scaled FP8 GEMM
+  // (Hopper): x_scales block-major [K / 128][M] (VEC128_32F), w_scales [ceil(N / 128)][K / 128] row-major with K / 128
+  // % 4 == 0 (BLK128x128_32F reads rows padded to 4 blocks: H100, cuBLAS 13.1, tools/probe_cublaslt_fp8_block.cu). The
+  // tensor cores sum each k32 slice in less than fp32 and cuBLASLt promotes per 128 K, as DeepGEMM does.
+  void lt_matmul_fp8_block(const uint8_t* x_codes, const float* x_scales, const void* w_codes, const float* w_scales,
+                           float* out, int64_t m, int64_t n, int64_t k) {
+    if (m == 0 || n == 0) return;
+    const LtPlan& p = lt_plan(CUDA_R_8F_E4M3, m, n, k, true);
+    DI_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scales, sizeof(w_scales)));
+    DI_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scales, sizeof(x_scales)));
+    const float alpha = 1.0f, beta = 0.0f;
+    DI_CUBLAS_CHECK(cublasLtMatmul(lt, p.op, &alpha, w_codes, p.a, x_codes, p.b, &beta, out, p.c, out, p.c, &p.algo,
+                                   lt_workspace.data(), lt_workspace.size(), s()));
+  }
+  // Whether lt_matmul_fp8_block takes w (and rows of K values): FP8 blocks of 128 x 128 with f32 scales whose rows are
+  // whole groups of 4 blocks, 16-byte aligned codes and scales, N % 4 == 0 (16-byte f32 output rows).
+  static bool lt_fp8_block_weight(const QuantMatrix& w) {
+    const int64_t k = w.cols();
+    const auto a16 = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
+    return w.format == QuantFormat::kFP8Block && w.block_n == 128 && w.block_k == 128 && w.scale.data() &&
+           w.scale.dtype() == DType::kF32 && w.scale.rank() == 2 && w.scale.is_contiguous() && k % 512 == 0 &&
+           w.scale.dim(1) == k / 128 && w.rows() % 4 == 0 && a16(w.weight.data()) && a16(w.scale.data());
   }
 
   // The own GEMM (gemm_cuda.cu) under this backend's kernel choices.
@@ -351,14 +379,14 @@ struct CudaBackend::Impl {
   // leaves as they are: cols % 32 != 0), else a rounded copy in ws() (the caller holds the scope), written in one pass
   // by the fake_quant kernel (bit for bit the CPU's rounding).
   const float* act_quant_rows(const float* x, int64_t rows, int64_t cols, ActQuant q) {
-    if (q == ActQuant::kNone || rows * cols == 0 || cols % 32 != 0) return x;
+    if (q == ActQuant::kNone || rows * cols == 0 || cols % fake_quant_block_len(act_quant_kind(q)) != 0) return x;
     float* copy = ws().take_as<float>(rows * cols);
     cuda::FakeQuantKernelParams f;
     f.x = copy;
     f.in = x;
     f.rows = rows;
     f.cols = cols;
-    f.kind = FakeQuantKind::kFP8E4M3Ue8m0Block32;
+    f.kind = act_quant_kind(q);
     cuda::run_fake_quant(f, s());
     return copy;
   }
@@ -378,6 +406,8 @@ struct CudaBackend::Impl {
   // device. False, enqueuing nothing, for every other call (the caller then rounds and runs quant_linear).
   bool fp8_linear(const float* in, const QuantMatrix& w, float* out, int64_t m, ActQuant q, bool split_in) {
     const int64_t n = w.rows(), k = w.cols();
+    if (q == ActQuant::kFp8Block128 || q == ActQuant::kFp8Block128Ue8m0)
+      return fp8_block_linear(in, w, out, m, q, split_in);
     // The kernel's own rule (gemm_wgmma_fp8_takes) checks the weight format, K, the choice and the device; here what
     // it cannot see: the mode, the row count's path, the quantizer's 16-byte input.
     if (q != ActQuant::kMxfp8 || !fp8_gemm_chosen() || split_in || w.format != QuantFormat::kFP8Block ||
@@ -396,6 +426,36 @@ struct CudaBackend::Impl {
     run_fp8(g, codes, scales, nullptr);
     return true;
   }
+  // Under --activation-quant fp8 (V3 family, q kFp8Block128 / kFp8Block128Ue8m0), a dense GEMM of the rows quant_linear
+  // would widen the weight to a bf16 scratch for (dense_scratch) over an FP8 128 x 128 weight with f32 scales, on
+  // cuBLASLt's block-scaled FP8 GEMM (not batch-invariant: its algorithm changes with M), `in` quantized in ws() (the
+  // caller holds the scope). H100, same run: 1.02-1.47 PFLOP/s on V3's prefill shapes at 8192 rows against 0.75-0.91
+  // for bf16 (docs/PERF.md, session 30). False, enqueuing nothing, for every other call (the caller then rounds the
+  // rows with fake_quant and runs quant_linear: the same values, summed in fp32).
+  bool fp8_block_linear(const float* in, const QuantMatrix& w, float* out, int64_t m, ActQuant q, bool split_in) {
+    const int64_t n = w.rows(), k = w.cols();
+    if (batch_invariant || split_in || choices.gemm.lt_fp8_block == cuda::KernelPick::kNever || m == 0 ||
+        !lt_fp8_block_weight(w) || reinterpret_cast<uintptr_t>(in) % 16 != 0 ||
+        reinterpret_cast<uintptr_t>(out) % 16 != 0)
+      return false;
+    if (choices.gemm.lt_fp8_block != cuda::KernelPick::kAlways && !dense_scratch(w, m)) return false;
+    uint8_t* codes = ws().take_as<uint8_t>(m * k);
+    float* scales = ws().take_as<float>(m * (k / 128));
+    cuda::Fp8Block128QuantizeKernelParams qp;
+    qp.x = in;
+    qp.ldx = k;
+    qp.codes = codes;
+    qp.ldc = k;
+    qp.scales = scales;
+    qp.scale_row_stride = 1;  // VEC128_32F: block-major
+    qp.scale_block_stride = m;
+    qp.rows = m;
+    qp.cols = k;
+    qp.ue8m0 = q == ActQuant::kFp8Block128Ue8m0;
+    cuda::run_fp8_block128_quantize(qp, s());
+    lt_matmul_fp8_block(codes, scales, w.weight.data(), w.scale.data_as<float>(), out, m, n, k);
+    return true;
+  }
   // Under --activation-quant mxfp8 the FP8 GEMM is the default (kAuto) where its rules admit a call; kNever keeps the
   // bf16 kernels on the rounded values (H200 and H100, session 29: V4-Flash slice prefill 8192 75.5 -> 71.6 ms and
   // 78.0 -> 73.6 ms). The kernel itself takes only kAlways: the backend passes that once it has chosen.
@@ -405,16 +465,41 @@ struct CudaBackend::Impl {
     c.wgmma_fp8 = cuda::KernelPick::kAlways;
     return c;
   }
-  // Whether the FP8 GEMM takes w for A as MXFP8 codes of w.cols() a row in ws(), once the mode and the choice hold.
-  static bool fp8_block_weight(const QuantMatrix& w) {
-    return cuda::gemm_wgmma_fp8_block_weight_takes(w.format, e8m0_scales(w), w.block_n, w.block_k, w.cols());
+  // Whether q is the V3 family's per-128 rounding (--activation-quant fp8).
+  static bool block128(ActQuant q) { return q == ActQuant::kFp8Block128 || q == ActQuant::kFp8Block128Ue8m0; }
+  // Whether the FP8 GEMM takes w for A as q's codes of w.cols() a row in ws(), once the mode and the choice hold:
+  // 128 x 128 UE8M0 blocks under mxfp8, f32-scaled ones under fp8.
+  static bool fp8_block_weight(const QuantMatrix& w, ActQuant q = ActQuant::kMxfp8) {
+    return block128(q)
+               ? cuda::gemm_wgmma_fp8_block128_weight_takes(w.format, e8m0_scales(w), w.block_n, w.block_k, w.cols())
+               : cuda::gemm_wgmma_fp8_block_weight_takes(w.format, e8m0_scales(w), w.block_n, w.block_k, w.cols());
   }
-  // g on the FP8 GEMM, A as MXFP8 codes (the caller checked its shape rule).
-  void run_fp8(cuda::GemmKernelParams g, const uint8_t* a_codes, const uint8_t* a_scales, const uint8_t* fold) {
+  // The [rows, cols] rows at x as the FP8 GEMM's A under q: MXFP8 codes with UE8M0 scales a block of 32, or (the V3
+  // family) codes with an f32 scale a block of 128, row-major; rows · cols / 32 scale bytes either way. The values
+  // fake_quant rounds to.
+  void act_codes(const float* x, int64_t rows, int64_t cols, ActQuant q, uint8_t* codes, uint8_t* scales) {
+    if (!block128(q)) return mxfp8_codes(x, rows, cols, codes, scales);
+    cuda::Fp8Block128QuantizeKernelParams p;
+    p.x = x;
+    p.ldx = cols;
+    p.codes = codes;
+    p.ldc = cols;
+    p.scales = reinterpret_cast<float*>(scales);
+    p.scale_row_stride = cols / 128;
+    p.scale_block_stride = 1;
+    p.rows = rows;
+    p.cols = cols;
+    p.ue8m0 = q == ActQuant::kFp8Block128Ue8m0;
+    cuda::run_fp8_block128_quantize(p, s());
+  }
+  // g on the FP8 GEMM, A as q's codes (act_codes; the caller checked its shape rule).
+  void run_fp8(cuda::GemmKernelParams g, const uint8_t* a_codes, const uint8_t* a_scales, const uint8_t* fold,
+               ActQuant q = ActQuant::kMxfp8) {
     g.choices = fp8_choices();
     g.a_e4m3 = a_codes;
     g.a_scale = a_scales;
     g.b_fold = fold;
+    g.a_scale_block128 = block128(q);
     DI_CHECK(cuda::run_gemm_wgmma_fp8(g, s())) << "the FP8 GEMM declined a call its rule admitted";
   }
   void round_rows_in_place(float* x, int64_t rows, int64_t cols, ActQuant q) {
@@ -423,7 +508,7 @@ struct CudaBackend::Impl {
     f.x = x;
     f.rows = rows;
     f.cols = cols;
-    f.kind = FakeQuantKind::kFP8E4M3Ue8m0Block32;
+    f.kind = act_quant_kind(q);
     cuda::run_fake_quant(f, s());
   }
 

@@ -9,13 +9,27 @@ namespace deepinfer::cuda {
 
 template <FakeQuantKind K>
 __host__ __device__ constexpr int fake_quant_block_size() {
-  return K == FakeQuantKind::kFP4E4m3Block16 ? 16 : 32;
+  return K == FakeQuantKind::kFP4E4m3Block16                                                 ? 16
+         : K == FakeQuantKind::kFP8E4M3Block128 || K == FakeQuantKind::kFP8E4M3Ue8m0Block128 ? 128
+                                                                                             : 32;
 }
 
-// v: fake_quant_block_size<K>() consecutive values.
+// The 128-value kinds' scale (fp8_block128_scale on the CPU): max(amax, 1e-4) / 448, or its power-of-two ceiling.
+__device__ __forceinline__ float fp8_block128_scale_dev(float amax, bool ue8m0) {
+  const float s = __fdiv_rn(fmaxf(amax, 1e-4f), 448.0f);
+  return ue8m0 ? pow2_ceil_dev(s) : s;
+}
+// One value of a 128-value block with scale s: its e4m3 code (x / s rounded, IEEE division).
+__device__ __forceinline__ uint8_t fp8_block128_code(float x, float s) {
+  return f32_to_e4m3_dev(fminf(fmaxf(__fdiv_rn(x, s), -448.0f), 448.0f));
+}
+
+// v: fake_quant_block_size<K>() consecutive values (the 16- and 32-value kinds: one thread a block; the 128-value
+// kinds go a warp a block in fake_quant_cuda.cu).
 template <FakeQuantKind K>
 __device__ __forceinline__ void fake_quant_block(float* v) {
   constexpr int kBlock = fake_quant_block_size<K>();
+  static_assert(kBlock <= 32, "128-value blocks: a warp a block (fake_quant_cuda.cu)");
   constexpr float kFp4Max = 6.0f;
   constexpr float kE4M3MaxDev = 448.0f;
   float amax = 0.0f;

@@ -533,7 +533,9 @@ __device__ __forceinline__ void wgmma_m64n128k32_e4m3(float (&d)[64], uint64_t d
 // d = A · Bᵀ over one k32 slice, 64 rows x 64 weight rows (scale-d = 0: d's old values are ignored), both e4m3 K-major
 // in shared memory: the FP8 expert GEMM's unit (gemm_wgmma_fp8_cuda.cu), each product promoted into fp32 times its
 // rows' activation scales while the next one runs.
-__device__ __forceinline__ void wgmma_m64n64k32_e4m3(float (&d)[32], uint64_t desc_a, uint64_t desc_b) {
+// scale_d = 0: d = A·B; 1: d += A·B.
+__device__ __forceinline__ void wgmma_m64n64k32_e4m3(float (&d)[32], uint64_t desc_a, uint64_t desc_b,
+                                                     int scale_d = 0) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   asm volatile(
       "{\n"
@@ -548,7 +550,7 @@ __device__ __forceinline__ void wgmma_m64n64k32_e4m3(float (&d)[32], uint64_t de
         "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
         "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
         "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "l"(desc_a), "l"(desc_b), "r"(0));
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 #else
   __trap();
 #endif

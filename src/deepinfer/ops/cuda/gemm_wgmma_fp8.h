@@ -17,6 +17,9 @@ namespace deepinfer::cuda {
 // batch-invariant, on sm_90, when p.choices.wgmma_fp8 is kAlways (opt-in for now). Returns false, enqueuing nothing,
 // otherwise.
 //
+// With p.a_scale_block128 (--activation-quant fp8, the V3 family): A's scales are f32 per 128 values and the weights
+// FP8 blocks of 128 x 128 with f32 scales; a step's 128 products are summed by the tensor core and promoted once.
+//
 // Numerics: each k32 block's 32 products summed by the tensor core (e4m3 x e4m3 products are exact; the hardware's
 // sum keeps fewer bits than fp32: measured by CudaOpTest.WgmmaE4m3TileMatchesExactSums), then added into fp32 times
 // the row's activation scale, the weight row's factor applied once at the end (exact: a power of two).
@@ -25,6 +28,9 @@ bool gemm_wgmma_fp8_takes(const GemmKernelParams& p);
 // caller can decide before its activation codes exist.
 bool gemm_wgmma_fp8_block_weight_takes(QuantFormat format, bool scale_e8m0, int64_t block_n, int64_t block_k,
                                        int64_t k);
+// The same for the V3 family's form (p.a_scale_block128): FP8 blocks of 128 x 128 with f32 scales.
+bool gemm_wgmma_fp8_block128_weight_takes(QuantFormat format, bool scale_e8m0, int64_t block_n, int64_t block_k,
+                                          int64_t k);
 bool run_gemm_wgmma_fp8(const GemmKernelParams& p, cudaStream_t stream);
 
 // The fold exponents of MXFP4 weights for the FP8 GEMM (fp8::fold_row, one warp a row): refs[g·n + r] = row r of

@@ -111,8 +111,13 @@ __device__ __forceinline__ float ue8m0_f32(uint32_t e) { return __uint_as_float(
 
 // kE4m3W: FP8-block weights (e4m3 codes, 128 x 128 blocks, UE8M0 scales): the B tile copied as is, the weight block's
 // scale joins the activation scale in the promotion (a power of two: exact); else MXFP4 weights widened and folded.
-template <bool kE4m3W>
+// k128 (with kE4m3W; the V3 family's --activation-quant fp8): one f32 activation scale a row and step (the same 4
+// bytes a row and step as four UE8M0 ones) and f32 weight block scales, so a step's four k32 products of a 64-column
+// half accumulate in the tensor core (scale-d) and are promoted once, times both scales: a quarter of the FMAs, as
+// DeepGEMM does for this recipe.
+template <bool kE4m3W, bool k128 = false>
 __global__ void __launch_bounds__(kF8Threads, 1) gemm_wgmma_fp8_kernel(GemmKernelParams p, int tiles_n, int64_t tiles) {
+  static_assert(!k128 || kE4m3W, "per-128 scales: FP8-block weights");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t smem_raw[];
   __shared__ uint2 tables[kF8Tables];
@@ -266,6 +271,7 @@ __global__ void __launch_bounds__(kF8Threads, 1) gemm_wgmma_fp8_kernel(GemmKerne
       const void* ws = p.b_scale_table ? p.b_scale_table[g] : p.b_scale;
       auto weight_scale = [&](int kt) {
         if constexpr (!kE4m3W) return 1.0f;
+        if constexpr (k128) return __ldg(static_cast<const float*>(ws) + ws_row + kt);
         return e8m0_to_f32_dev(__ldg(static_cast<const uint8_t*>(ws) + ws_row + kt));
       };
       float sb = weight_scale(0);
@@ -276,6 +282,39 @@ __global__ void __launch_bounds__(kF8Threads, 1) gemm_wgmma_fp8_kernel(GemmKerne
         bar_sync(kF8BarFull + st, kF8Threads);
         const uint32_t at = a_tile(st) + 64 * cw * kRowBytes, bt = b_tile(st);
         const uint32_t sa0 = lds_u32(s_tile(st) + 4 * r0), sa1 = lds_u32(s_tile(st) + 4 * (r0 + 8));
+        if constexpr (k128) {
+          // Half h's four k32 products summed by the tensor core (one commit group a half), then promoted: half 0
+          // while half 1 runs.
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            pin(tmp[h]);
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < 4; ++kk)
+              wgmma_m64n64k32_e4m3(tmp[h], smem_desc(at + 32 * kk), smem_desc(bt + h * 64 * kRowBytes + 32 * kk),
+                                   kk > 0 ? 1 : 0);
+            wgmma_commit();
+          }
+          const float f0 = __uint_as_float(sa0) * sb, f1 = __uint_as_float(sa1) * sb;
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            if (h == 0)
+              wgmma_wait<1>();
+            else
+              wgmma_wait<0>();
+            pin(tmp[h]);
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+              acc[h][4 * j] = fmaf(tmp[h][4 * j], f0, acc[h][4 * j]);
+              acc[h][4 * j + 1] = fmaf(tmp[h][4 * j + 1], f0, acc[h][4 * j + 1]);
+              acc[h][4 * j + 2] = fmaf(tmp[h][4 * j + 2], f1, acc[h][4 * j + 2]);
+              acc[h][4 * j + 3] = fmaf(tmp[h][4 * j + 3], f1, acc[h][4 * j + 3]);
+            }
+          }
+          bar_arrive(kF8BarEmpty + st, kF8Threads);
+          sb = sb_next;
+          continue;
+        }
         // Product u = 2 kk + h: k32 slice kk (bytes 32 kk of every row), weight rows 64 h .. (8 swizzle atoms a half).
         auto issue = [&](int u) {
           const int kk = u >> 1, h = u & 1;
@@ -378,10 +417,17 @@ bool gemm_wgmma_fp8_block_weight_takes(QuantFormat format, bool scale_e8m0, int6
   return format == QuantFormat::kFP8Block && block_n == 128 && block_k == 128 && scale_e8m0 && k % kF8K == 0;
 }
 
+bool gemm_wgmma_fp8_block128_weight_takes(QuantFormat format, bool scale_e8m0, int64_t block_n, int64_t block_k,
+                                          int64_t k) {
+  return format == QuantFormat::kFP8Block && block_n == 128 && block_k == 128 && !scale_e8m0 && k % kF8K == 0;
+}
+
 bool gemm_wgmma_fp8_takes(const GemmKernelParams& p) {
   if (p.choices.wgmma_fp8 != KernelPick::kAlways || p.batch_invariant) return false;
-  const bool mxfp4 = p.format == QuantFormat::kMXFP4;
-  const bool fp8 = gemm_wgmma_fp8_block_weight_takes(p.format, p.scale_e8m0, p.block_n, p.block_k, p.k);
+  const bool mxfp4 = p.format == QuantFormat::kMXFP4 && !p.a_scale_block128;
+  const bool fp8 = p.a_scale_block128
+                       ? gemm_wgmma_fp8_block128_weight_takes(p.format, p.scale_e8m0, p.block_n, p.block_k, p.k)
+                       : gemm_wgmma_fp8_block_weight_takes(p.format, p.scale_e8m0, p.block_n, p.block_k, p.k);
   if (!(mxfp4 && p.b_fold) && !fp8) return false;
   if (!p.a_e4m3 || !p.a_scale || p.k <= 0 || p.k % kF8K != 0 || p.lda % 128 != 0 || p.lda < p.k) return false;
   if (!aligned(p.a_e4m3, 16) || !aligned(p.a_scale, 4)) return false;
@@ -397,7 +443,9 @@ bool run_gemm_wgmma_fp8(const GemmKernelParams& p, cudaStream_t stream) {
   const int64_t tiles_m = p.group_offsets ? p.max_tiles_m : ceil_div(p.m, kF8M), tiles_n = ceil_div(p.n, kF8N);
   const int64_t tiles = tiles_m * tiles_n;
   DI_CHECK(tiles < (int64_t{1} << 31)) << "gemm fp8: " << tiles << " tiles are too many";
-  auto* kernel = p.format == QuantFormat::kFP8Block ? gemm_wgmma_fp8_kernel<true> : gemm_wgmma_fp8_kernel<false>;
+  auto* kernel = p.a_scale_block128                   ? gemm_wgmma_fp8_kernel<true, true>
+                 : p.format == QuantFormat::kFP8Block ? gemm_wgmma_fp8_kernel<true>
+                                                      : gemm_wgmma_fp8_kernel<false>;
   DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kF8Smem)));
   kernel<<<static_cast<unsigned>(tiles), kF8Threads, kF8Smem, stream>>>(p, static_cast<int>(tiles_n), tiles);
   DI_CUDA_CHECK_LAUNCH();

@@ -143,7 +143,7 @@ void grouped_linear_quant(CudaBackend& be, const Tensor& in, const GroupedLinear
   const QuantMatrix& w = plan.weight(0);
   cuda::WorkspaceArena::Scope scope(be.workspace());
   const float* a = in.data_as<float>();
-  if (act_quant != ActQuant::kNone && k % 32 == 0) {
+  if (act_quant != ActQuant::kNone && k % fake_quant_block_len(act_quant_kind(act_quant)) == 0) {
     // Rounded as linear_quant rounds its input (the fake_quant kernel), into a copy in one pass.
     float* copy = be.workspace().take_as<float>(g_count * r * k);
     cuda::FakeQuantKernelParams f;
@@ -151,7 +151,7 @@ void grouped_linear_quant(CudaBackend& be, const Tensor& in, const GroupedLinear
     f.in = a;
     f.rows = g_count * r;
     f.cols = k;
-    f.kind = FakeQuantKind::kFP8E4M3Ue8m0Block32;
+    f.kind = act_quant_kind(act_quant);
     cuda::run_fake_quant(f, be.stream());
     a = copy;
   }

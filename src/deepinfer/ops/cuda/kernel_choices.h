@@ -35,6 +35,10 @@ struct GemmChoices {
   // slice's prefill: docs/PERF.md, session 29); kNever: the bf16 kernels on the rounded values. The kernel's own rule
   // admits only kAlways (the backend's choices pass that).
   KernelPick wgmma_fp8 = KernelPick::kAuto;
+  // Under --activation-quant fp8 (V3 family), dense linears over 128 x 128 FP8 weights with f32 scales on cuBLASLt's
+  // block-scaled FP8 GEMM (CudaBackend's fp8_block_linear): kAuto where quant_linear would take its cuBLASLt bf16
+  // scratch (many rows), kAlways from one row, kNever: the own kernels on the rounded values.
+  KernelPick lt_fp8_block = KernelPick::kAuto;
   // The most rows a group (rows_hint) that take the streaming tensor-core kernel (gemm_stream_mma.h); 0 never (the
   // fp32 streaming kernels), -1 kGemmStreamMmaMaxRows. Above kGemmStreamMmaMaxRows the dense UE8M0 linears of up to
   // that many rows take it too (in 8-row passes) instead of the cuBLASLt scratch (CudaBackend's quant_linear).

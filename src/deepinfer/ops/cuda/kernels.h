@@ -119,6 +119,9 @@ struct GemmKernelParams {
   const uint8_t* a_e4m3 = nullptr;
   const uint8_t* a_scale = nullptr;
   const uint8_t* b_fold = nullptr;
+  // The V3 family's form (--activation-quant fp8): a_scale holds one f32 a 128 values ([rows, lda / 128] f32: the
+  // same bytes a row), the weights FP8 blocks of 128 x 128 with f32 scales.
+  bool a_scale_block128 = false;
 };
 constexpr int kGemmTileM = 64;
 // The streaming kernel re-reads A (rows × K) for every output column: cheap from L1 for a row or two, the
@@ -170,6 +173,20 @@ struct Mxfp8QuantizeKernelParams {
   int64_t rows = 0, cols = 0;
 };
 void run_mxfp8_quantize(const Mxfp8QuantizeKernelParams& p, cudaStream_t stream);
+// fake_quant's kFP8E4M3(Ue8m0)Block128 rounding as an FP8 operand (fp8_block128_quantize_rows' bytes): codes e4m3 and
+// one f32 scale a block of 128, block c of row r's at scales[r · scale_row_stride + c · scale_block_stride]
+// (cuBLASLt's VEC128_32F: 1 and rows). cols % 128 == 0, ldx and ldc multiples of 4, x 16-byte aligned.
+struct Fp8Block128QuantizeKernelParams {
+  const float* x = nullptr;  // [rows, ldx]
+  int64_t ldx = 0;
+  uint8_t* codes = nullptr;  // [rows, ldc]
+  int64_t ldc = 0;
+  float* scales = nullptr;
+  int64_t scale_row_stride = 0, scale_block_stride = 0;
+  int64_t rows = 0, cols = 0;
+  bool ue8m0 = false;
+};
+void run_fp8_block128_quantize(const Fp8Block128QuantizeKernelParams& p, cudaStream_t stream);
 
 // ============================================================================ mHC (hc_cuda.cu)
 struct HcMixKernelParams {
