@@ -1,7 +1,8 @@
 // MLA attention (V3 family) on the GPU against the CPU op: the absorbed form at small dims and at V3's
 // (H=128, dn=128, dr=64, r=512, dv=128), decode (one query, split over the keys) and a few queries with causal
 // masks; cache rows no query may see are NaN; a query that sees nothing gets zeros. The CUDA naive entry point
-// runs the same kernels and is compared with the CPU naive form. fp32 in another summation order: 2e-5.
+// is compared with the CPU naive form (the absorbed kernels below 64 queries, fp32 GEMMs from there). fp32 in another
+// summation order: 2e-5.
 #include <numeric>
 
 #include "cuda_test_util.h"
@@ -14,8 +15,11 @@ TEST_F(CudaOpTest, MlaAttentionMatchesCpu) {
   struct Case {
     int64_t t, h, dn, dr, r, dv, s;
   };
+  // From 64 queries the naive entry runs on cuBLASLt's fp32 GEMMs (head groups, logits, causal softmax, P·V): a
+  // prefill-like chunk at small dims and at V3's, its cache rows past the newest query NaN as above.
   for (const Case& c :
-       {Case{5, 4, 16, 8, 64, 24, 40}, Case{1, 128, 128, 64, 512, 128, 700}, Case{3, 128, 128, 64, 512, 128, 300}}) {
+       {Case{5, 4, 16, 8, 64, 24, 40}, Case{1, 128, 128, 64, 512, 128, 700}, Case{3, 128, 128, 64, 512, 128, 300},
+        Case{70, 6, 16, 8, 64, 24, 120}, Case{130, 128, 128, 64, 512, 128, 400}}) {
     HostTensor q = rand({c.t, c.h, c.dn + c.dr}), kv = rand({c.s, c.r + c.dr});
     HostTensor kv_b = rand({c.h * (c.dn + c.dv), c.r}, -0.1f, 0.1f);
     HostTensor qpos(DType::kI64, {c.t}), kvpos(DType::kI64, {c.s});

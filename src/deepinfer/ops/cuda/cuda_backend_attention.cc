@@ -228,7 +228,125 @@ void CudaBackend::paged_sink_attention(const PagedSinkAttentionParams& p) {
 }
 
 // ============================================================================ MLA
-void CudaBackend::mla_attention_naive(const MlaAttentionParams& p) { mla_attention_absorbed(p); }
+namespace {
+// Prefill MLA on GEMMs from this many queries (below it, and in batch-invariant mode, the absorbed SIMT kernels: their
+// order does not depend on the call's shape).
+constexpr int64_t kMlaGemmMinTokens = 64;
+// The logits of a head group x query chunk stay within this many floats (512 MiB).
+constexpr int64_t kMlaGemmLogitFloats = int64_t{128} << 20;
+}  // namespace
+
+// The naive form on cuBLASLt's fp32 GEMMs (full fp32, no TF32: the CPU reference's numerics up to summation order), a
+// group of heads at a time: expand the group's K_nope | V from the cache rows (one GEMM against its kv_b rows), build
+// its keys [k_nope | k_pe], then per query chunk the logits (one batched GEMM over the group's heads), the causal
+// softmax in place, and P·V (batched) straight into `out`. The absorbed SIMT kernels it replaces for prefill re-read
+// every cache row per head in fp32 (H100, V3 slice prefill 4096: 2.50 s of a 2.55 s step; docs/PERF.md, session 30).
+void CudaBackend::mla_attention_naive(const MlaAttentionParams& p) {
+  const int64_t T = p.q.dim(0);
+  if (impl_->batch_invariant || T < kMlaGemmMinTokens) return mla_attention_absorbed(p);
+  validate(p);
+  const Device& dev = impl_->device;
+  for (auto [name, t] : {std::pair{"q", &p.q},
+                         {"q_positions", &p.q_positions},
+                         {"kv", &p.kv},
+                         {"kv_positions", &p.kv_positions},
+                         {"kv_b", &p.kv_b},
+                         {"out", &p.out}})
+    expect_on("mla_attention", name, *t, dev);
+  const int64_t H = p.q.dim(1), dr = p.rope_dim, dn = p.q.dim(2) - dr, S = p.kv.dim(0), r = p.kv.dim(1) - dr;
+  const int64_t dv = p.kv_b.dim(0) / H - dn, qk = dn + dr;
+  if (S == 0) {
+    DI_CUDA_CHECK(cudaMemsetAsync(p.out.data(), 0, p.out.nbytes(), impl_->s()));
+    return;
+  }
+  const float* q = p.q.data_as<float>();
+  const float* kv = cptr<float>(p.kv);
+  const float* kv_b = p.kv_b.data_as<float>();
+  float* out = p.out.data_as<float>();
+  // Heads a group and queries a chunk: the whole prompt in one chunk while the logits fit, else one head a group.
+  const int64_t G = std::clamp<int64_t>(kMlaGemmLogitFloats / (T * S), 1, H);
+  const int64_t Tc = G > 1 ? T : std::max<int64_t>(1, std::min<int64_t>(T, kMlaGemmLogitFloats / S));
+  cuda::WorkspaceArena::Scope scope(impl_->ws());
+  float* kvx = impl_->ws().take_as<float>(S * G * (dn + dv));
+  float* keys = impl_->ws().take_as<float>(S * G * qk);
+  float* logits = impl_->ws().take_as<float>(G * Tc * S);
+  int64_t* max_qpos = impl_->ws().take_as<int64_t>(1);
+  cuda::run_mla_max_position(p.q_positions.data_as<int64_t>(), T, max_qpos, impl_->s());
+  for (int64_t h0 = 0; h0 < H; h0 += G) {
+    const int64_t g = std::min(G, H - h0);
+    // kvx[s, j] = Σ_c ĉ[s, c] · kv_b[h0 (dn + dv) + j, c]: column-major kvxᵀ = kv_bᵀ-rows · ĉᵀ.
+    Impl::LtBatchedF32 e;
+    e.trans_a = true;
+    e.rows = g * (dn + dv);
+    e.cols = S;
+    e.k = r;
+    e.a = kv_b + h0 * (dn + dv) * r;
+    e.lda = r;
+    e.b = kv;
+    e.ldb = r + dr;
+    e.d = kvx;
+    e.ldd = g * (dn + dv);
+    impl_->lt_batched_f32(e);
+    cuda::MlaKeysKernelParams kp;
+    kp.kvx = kvx;
+    kp.kv = kv;
+    kp.kv_positions = cptr<int64_t>(p.kv_positions);
+    kp.max_q_position = max_qpos;
+    kp.keys = keys;
+    kp.s = S;
+    kp.heads = g;
+    kp.dn = dn;
+    kp.dv = dv;
+    kp.r = r;
+    kp.dr = dr;
+    cuda::run_mla_keys(kp, impl_->s());
+    for (int64_t t0 = 0; t0 < T; t0 += Tc) {
+      const int64_t tc = std::min(Tc, T - t0);
+      // logits[h][t][s] = keys[s, h] · q[t0 + t, h0 + h]: column-major (S x tc) = keysᵀ · q, batched over the heads.
+      Impl::LtBatchedF32 l;
+      l.trans_a = true;
+      l.rows = S;
+      l.cols = tc;
+      l.k = qk;
+      l.batch = g;
+      l.a = keys;
+      l.lda = g * qk;
+      l.stride_a = qk;
+      l.b = q + (t0 * H + h0) * qk;
+      l.ldb = H * qk;
+      l.stride_b = qk;
+      l.d = logits;
+      l.ldd = S;
+      l.stride_d = tc * S;
+      impl_->lt_batched_f32(l);
+      cuda::MlaSoftmaxKernelParams sm;
+      sm.logits = logits;
+      sm.q_positions = p.q_positions.data_as<int64_t>() + t0;
+      sm.kv_positions = cptr<int64_t>(p.kv_positions);
+      sm.heads = g;
+      sm.tokens = tc;
+      sm.s = S;
+      sm.scale = p.scale;
+      cuda::run_mla_causal_softmax(sm, impl_->s());
+      // out[t0 + t, h0 + h, :] = Σ_s P[h][t][s] · V[s, h]: column-major (dv x tc) = Vᵀ · Pᵀ, batched over the heads.
+      Impl::LtBatchedF32 o;
+      o.rows = dv;
+      o.cols = tc;
+      o.k = S;
+      o.batch = g;
+      o.a = kvx + dn;
+      o.lda = g * (dn + dv);
+      o.stride_a = dn + dv;
+      o.b = logits;
+      o.ldb = S;
+      o.stride_b = tc * S;
+      o.d = out + (t0 * H + h0) * dv;
+      o.ldd = H * dv;
+      o.stride_d = dv;
+      impl_->lt_batched_f32(o);
+    }
+  }
+}
 
 void CudaBackend::mla_attention_absorbed(const MlaAttentionParams& p) {
   validate(p);

@@ -28,6 +28,11 @@ const CudaBackend::Impl::LtPlan& CudaBackend::Impl::lt_plan(cudaDataType_t type,
       const int32_t wm = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F, xm = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
       DI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &wm, sizeof(wm)));
       DI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &xm, sizeof(xm)));
+      // The heuristic refuses block scaling without scale pointers (CUBLAS_STATUS_INVALID_VALUE, H100, cuBLAS 13.1):
+      // any aligned device address until a call sets its own.
+      const void* any = lt_workspace.data();
+      DI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &any, sizeof(any)));
+      DI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &any, sizeof(any)));
     }
     DI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, type, k, n, k));
     DI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, type, k, m, k));
@@ -48,6 +53,64 @@ const CudaBackend::Impl::LtPlan& CudaBackend::Impl::lt_plan(cudaDataType_t type,
   }
   cublasLtMatmulPreferenceDestroy(pref);
   return lt_plans.emplace(key, p).first->second;
+}
+
+void CudaBackend::Impl::lt_batched_f32(const LtBatchedF32& g) {
+  if (g.rows == 0 || g.cols == 0 || g.batch == 0) return;
+  DI_CHECK(g.k > 0) << "lt_batched_f32: k = 0";
+  const std::array<int64_t, 12> key = {g.trans_a, g.trans_b, g.rows, g.cols,     g.k,        g.batch,
+                                       g.lda,     g.ldb,     g.ldd,  g.stride_a, g.stride_b, g.stride_d};
+  auto it = lt_batched_plans.find(key);
+  if (it == lt_batched_plans.end()) {
+    if (lt_batched_plans.size() >= kMaxLtPlans) {
+      for (auto& [unused, p] : lt_batched_plans) destroy(p);
+      lt_batched_plans.clear();
+    }
+    LtPlan p;
+    cublasLtMatmulPreference_t pref = nullptr;
+    try {
+      DI_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+      const cublasOperation_t ta = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+      DI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+      DI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+      DI_CUBLAS_CHECK(
+          cublasLtMatrixLayoutCreate(&p.a, CUDA_R_32F, g.trans_a ? g.k : g.rows, g.trans_a ? g.rows : g.k, g.lda));
+      DI_CUBLAS_CHECK(
+          cublasLtMatrixLayoutCreate(&p.b, CUDA_R_32F, g.trans_b ? g.cols : g.k, g.trans_b ? g.k : g.cols, g.ldb));
+      DI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, g.rows, g.cols, g.ldd));
+      if (g.batch > 1) {
+        const int32_t count = static_cast<int32_t>(g.batch);
+        const std::pair<cublasLtMatrixLayout_t, int64_t> strided[] = {
+            {p.a, g.stride_a}, {p.b, g.stride_b}, {p.c, g.stride_d}};
+        for (const auto& [layout, stride] : strided) {
+          DI_CUBLAS_CHECK(
+              cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
+          DI_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                                           sizeof(stride)));
+        }
+      }
+      DI_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+      const size_t ws = lt_workspace.size();
+      DI_CUBLAS_CHECK(
+          cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+      cublasLtMatmulHeuristicResult_t heur{};
+      int found = 0;
+      DI_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, p.op, p.a, p.b, p.c, p.c, pref, 1, &heur, &found));
+      DI_CHECK_CODE(found > 0, ErrorCode::kUnsupported)
+          << "cuBLASLt has no fp32 algorithm for " << g.batch << " x " << g.rows << "x" << g.cols << "x" << g.k;
+      p.algo = heur.algo;
+    } catch (...) {
+      if (pref) cublasLtMatmulPreferenceDestroy(pref);
+      destroy(p);
+      throw;
+    }
+    cublasLtMatmulPreferenceDestroy(pref);
+    it = lt_batched_plans.emplace(key, p).first;
+  }
+  const LtPlan& p = it->second;
+  const float alpha = 1.0f, beta = 0.0f;
+  DI_CUBLAS_CHECK(cublasLtMatmul(lt, p.op, &alpha, g.a, p.a, g.b, p.b, &beta, g.d, p.c, g.d, p.c, &p.algo,
+                                 lt_workspace.data(), lt_workspace.size(), s()));
 }
 
 const uint8_t* CudaBackend::Impl::mxfp4_fold(int which, const void* key, const std::vector<const void*>& ptrs,

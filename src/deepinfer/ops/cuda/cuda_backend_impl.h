@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <map>
 #include <memory>
 #include <string>
@@ -124,6 +125,7 @@ struct CudaBackend::Impl {
   }
   ~Impl() {
     for (auto& [unused, p] : lt_plans) destroy(p);
+    for (auto& [unused, p] : lt_batched_plans) destroy(p);
     if (lt) cublasLtDestroy(lt);
   }
 
@@ -213,6 +215,21 @@ struct CudaBackend::Impl {
            w.scale.dtype() == DType::kF32 && w.scale.rank() == 2 && w.scale.is_contiguous() && k % 512 == 0 &&
            w.scale.dim(1) == k / 128 && w.rows() % 4 == 0 && a16(w.weight.data()) && a16(w.scale.data());
   }
+
+  // Column-major D[b] (rows x cols, ldd) = op_a(A[b]) (rows x k) · op_b(B[b]) (k x cols) for b < batch, each operand at
+  // its base + b · stride; all f32, computed in full fp32 (no TF32). Descriptors and algorithm built once a shape.
+  struct LtBatchedF32 {
+    bool trans_a = false, trans_b = false;
+    int64_t rows = 0, cols = 0, k = 0, batch = 1;
+    const float* a = nullptr;
+    int64_t lda = 0, stride_a = 0;
+    const float* b = nullptr;
+    int64_t ldb = 0, stride_b = 0;
+    float* d = nullptr;
+    int64_t ldd = 0, stride_d = 0;
+  };
+  std::map<std::array<int64_t, 12>, LtPlan> lt_batched_plans;
+  void lt_batched_f32(const LtBatchedF32& g);
 
   // The own GEMM (gemm_cuda.cu) under this backend's kernel choices.
   void run_gemm(cuda::GemmKernelParams g) {

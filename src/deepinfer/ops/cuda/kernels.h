@@ -389,6 +389,32 @@ struct MlaKernelParams {
 };
 int mla_splits(int64_t tokens, int64_t heads, int64_t s, int sm_count);
 void run_mla_attention(const MlaKernelParams& p, cudaStream_t stream);
+// The naive form's pieces around its GEMMs (CudaBackend::mla_attention_naive, many queries): the latest query
+// position (one int64 on the device) ...
+void run_mla_max_position(const int64_t* q_positions, int64_t tokens, int64_t* out, cudaStream_t stream);
+// ... the per-head keys [k_nope | k_pe] of `heads` heads from their expanded rows ([s, heads, dn + dv]: k_nope | v a
+// head) and the cache rows' shared k_pe, with the values of rows no query sees (kv_positions[j] > *max_q_position)
+// zeroed in place (the softmax gives them weight 0, but 0 · NaN is NaN: such rows may hold anything) ...
+struct MlaKeysKernelParams {
+  float* kvx = nullptr;                   // [s, heads, dn + dv]
+  const float* kv = nullptr;              // [s, r + dr] cache rows (k_pe = the last dr)
+  const int64_t* kv_positions = nullptr;  // [s]
+  const int64_t* max_q_position = nullptr;
+  float* keys = nullptr;  // [s, heads, dn + dr]
+  int64_t s = 0, heads = 0, dn = 0, dv = 0, r = 0, dr = 0;
+};
+void run_mla_keys(const MlaKeysKernelParams& p, cudaStream_t stream);
+// ... and the causal softmax of the logits in place: rows = heads x tokens (head-major), each `s` logits of query t
+// against the keys; key j counts iff kv_positions[j] <= q_positions[t]; p = softmax(scale · logit) in fp32, 0 where
+// masked (a row with no visible key: all 0).
+struct MlaSoftmaxKernelParams {
+  float* logits = nullptr;                // [heads, tokens, s]
+  const int64_t* q_positions = nullptr;   // [tokens]
+  const int64_t* kv_positions = nullptr;  // [s]
+  int64_t heads = 0, tokens = 0, s = 0;
+  float scale = 1.0f;
+};
+void run_mla_causal_softmax(const MlaSoftmaxKernelParams& p, cudaStream_t stream);
 
 // Paged absorbed-form MLA (PagedMlaAttentionParams, mla_paged_cuda.cu). Scratch from the caller: q_full
 // [tokens, heads, r + dr] and the split partials [tokens, heads, splits] (part_o with r per entry), splits =

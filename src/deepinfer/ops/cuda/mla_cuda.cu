@@ -5,8 +5,10 @@
 //      loads; splits merged in split order by a combine kernel (deterministic);
 //   3. up-project: o_h = W_UV,h·ō_h, one warp per output channel.
 // Correct-first (fp32 SIMT; kv_b is read once per token and head group): the tensor-core version that shares
-// the cache rows across the 128 heads (FlashMLA-style) is the next step.
+// the cache rows across the 128 heads (FlashMLA-style) is the next step. Many queries (prefill) take the naive
+// form on cuBLASLt's fp32 GEMMs instead (CudaBackend::mla_attention_naive) with the two kernels at the end here.
 #include <algorithm>
+#include <climits>
 
 #include "deepinfer/ops/cuda/device_math.cuh"
 #include "deepinfer/ops/cuda/kernels.h"
@@ -146,7 +148,87 @@ __global__ void mla_combine_project_kernel(MlaKernelParams p) {
   }
 }
 
+__global__ void mla_max_position_kernel(const int64_t* q_positions, int64_t tokens, int64_t* out) {
+  __shared__ long long red[32];
+  long long m = LLONG_MIN;
+  for (int64_t i = threadIdx.x; i < tokens; i += blockDim.x) m = max(m, static_cast<long long>(q_positions[i]));
+  for (int o = 16; o > 0; o >>= 1) m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = m;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < static_cast<int>(blockDim.x >> 5); ++w) m = max(m, red[w]);
+    *out = m;
+  }
+}
+
+// Element i of a row's dn + dr + dv: its key value (c < dn + dr), else its value, zeroed when no query sees the row.
+__global__ void mla_keys_kernel(MlaKeysKernelParams p) {
+  const int64_t qk = p.dn + p.dr, row = qk + p.dv, i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= p.s * p.heads * row) return;
+  const int64_t c = i % row, sh = i / row, sk = sh / p.heads;
+  if (c < qk) {
+    p.keys[sh * qk + c] = c < p.dn ? p.kvx[sh * (p.dn + p.dv) + c] : p.kv[sk * (p.r + p.dr) + p.r + (c - p.dn)];
+  } else if (p.kv_positions[sk] > *p.max_q_position) {
+    p.kvx[sh * (p.dn + p.dv) + p.dn + (c - qk)] = 0.0f;
+  }
+}
+
+// A block per row: the masked maximum, the sum of exponentials (fp32, in key order per thread, then a tree), p.
+__global__ void __launch_bounds__(256) mla_causal_softmax_kernel(MlaSoftmaxKernelParams p) {
+  __shared__ float red[32];
+  const int64_t row = blockIdx.x, t = row % p.tokens;
+  float* x = p.logits + row * p.s;
+  const int64_t qpos = p.q_positions[t];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  auto block_reduce = [&](float v, bool is_max) {
+    for (int o = 16; o > 0; o >>= 1) {
+      const float u = __shfl_xor_sync(0xFFFFFFFFu, v, o);
+      v = is_max ? fmaxf(v, u) : v + u;
+    }
+    __syncthreads();
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    v = lane < warps ? red[lane] : (is_max ? -INFINITY : 0.0f);
+    for (int o = 16; o > 0; o >>= 1) {
+      const float u = __shfl_xor_sync(0xFFFFFFFFu, v, o);
+      v = is_max ? fmaxf(v, u) : v + u;
+    }
+    return v;
+  };
+  float mx = -INFINITY;
+  for (int64_t j = threadIdx.x; j < p.s; j += blockDim.x)
+    if (p.kv_positions[j] <= qpos) mx = fmaxf(mx, x[j] * p.scale);
+  mx = block_reduce(mx, true);
+  float sum = 0.0f;
+  for (int64_t j = threadIdx.x; j < p.s; j += blockDim.x)
+    if (p.kv_positions[j] <= qpos) sum += expf(x[j] * p.scale - mx);
+  sum = block_reduce(sum, false);
+  const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+  for (int64_t j = threadIdx.x; j < p.s; j += blockDim.x)
+    x[j] = p.kv_positions[j] <= qpos ? expf(x[j] * p.scale - mx) * inv : 0.0f;
+}
+
 }  // namespace
+
+void run_mla_max_position(const int64_t* q_positions, int64_t tokens, int64_t* out, cudaStream_t stream) {
+  mla_max_position_kernel<<<1, 1024, 0, stream>>>(q_positions, tokens, out);
+  DI_CUDA_CHECK_LAUNCH();
+}
+
+void run_mla_keys(const MlaKeysKernelParams& p, cudaStream_t stream) {
+  const int64_t n = p.s * p.heads * (p.dn + p.dr + p.dv);
+  if (n == 0) return;
+  mla_keys_kernel<<<grid_1d(n, 256), 256, 0, stream>>>(p);
+  DI_CUDA_CHECK_LAUNCH();
+}
+
+void run_mla_causal_softmax(const MlaSoftmaxKernelParams& p, cudaStream_t stream) {
+  const int64_t rows = p.heads * p.tokens;
+  if (rows == 0 || p.s == 0) return;
+  DI_CHECK(rows < (int64_t{1} << 31)) << "mla softmax: " << rows << " rows";
+  mla_causal_softmax_kernel<<<static_cast<unsigned>(rows), 256, 0, stream>>>(p);
+  DI_CUDA_CHECK_LAUNCH();
+}
 
 int mla_splits(int64_t tokens, int64_t heads, int64_t s, int sm_count) {
   const int64_t blocks = std::max<int64_t>(1, ceil_div(tokens * heads, 4));
