@@ -7,6 +7,7 @@
 #include <array>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <tuple>
 #include <unordered_map>
@@ -205,6 +206,22 @@ struct CudaBackend::Impl {
     const float alpha = 1.0f, beta = 0.0f;
     DI_CUBLAS_CHECK(cublasLtMatmul(lt, p.op, &alpha, w_codes, p.a, x_codes, p.b, &beta, out, p.c, out, p.c, &p.algo,
                                    lt_workspace.data(), lt_workspace.size(), s()));
+  }
+  // Whether cuBLASLt has a block-scaled FP8 algorithm for this shape (it has none for some row counts: M = 1 on the
+  // H100 with cuBLAS 13.1, CUBLAS_STATUS_NOT_SUPPORTED); a refusal is remembered, so the question costs one heuristic
+  // query a shape.
+  std::set<std::tuple<int64_t, int64_t, int64_t>> lt_fp8_block_refused;
+  bool lt_fp8_block_shape(int64_t m, int64_t n, int64_t k) {
+    const auto key = std::make_tuple(m, n, k);
+    if (lt_fp8_block_refused.count(key)) return false;
+    try {
+      lt_plan(CUDA_R_8F_E4M3, m, n, k, true);
+      return true;
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::kUnsupported) throw;
+      lt_fp8_block_refused.insert(key);
+      return false;
+    }
   }
   // Whether lt_matmul_fp8_block takes w (and rows of K values): FP8 blocks of 128 x 128 with f32 scales whose rows are
   // whole groups of 4 blocks, 16-byte aligned codes and scales, N % 4 == 0 (16-byte f32 output rows).
@@ -456,6 +473,7 @@ struct CudaBackend::Impl {
         reinterpret_cast<uintptr_t>(out) % 16 != 0)
       return false;
     if (choices.gemm.lt_fp8_block != cuda::KernelPick::kAlways && !dense_scratch(w, m)) return false;
+    if (!lt_fp8_block_shape(m, n, k)) return false;
     uint8_t* codes = ws().take_as<uint8_t>(m * k);
     float* scales = ws().take_as<float>(m * (k / 128));
     cuda::Fp8Block128QuantizeKernelParams qp;
