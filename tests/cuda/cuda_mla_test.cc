@@ -19,7 +19,7 @@ TEST_F(CudaOpTest, MlaAttentionMatchesCpu) {
   // prefill-like chunk at small dims and at V3's, its cache rows past the newest query NaN as above.
   for (const Case& c :
        {Case{5, 4, 16, 8, 64, 24, 40}, Case{1, 128, 128, 64, 512, 128, 700}, Case{3, 128, 128, 64, 512, 128, 300},
-        Case{70, 6, 16, 8, 64, 24, 120}, Case{130, 128, 128, 64, 512, 128, 400}}) {
+        Case{70, 6, 16, 8, 64, 24, 120}, Case{130, 128, 128, 64, 512, 128, 400}, Case{2500, 4, 32, 16, 64, 32, 2600}}) {
     HostTensor q = rand({c.t, c.h, c.dn + c.dr}), kv = rand({c.s, c.r + c.dr});
     HostTensor kv_b = rand({c.h * (c.dn + c.dv), c.r}, -0.1f, 0.1f);
     HostTensor qpos(DType::kI64, {c.t}), kvpos(DType::kI64, {c.s});
@@ -43,8 +43,41 @@ TEST_F(CudaOpTest, MlaAttentionMatchesCpu) {
     const HostTensor got = down(dout);
     rel_err(("mla absorbed" + n).c_str(), got, want, 2e-5);
     rel_err(("mla naive entry" + n).c_str(), down(dnaive), want_naive, 2e-5);
+    // The layout facts (rows in position order from kvpos[0], the query positions on the host): the GEMM path then
+    // attends each query chunk's rows up to its newest position only; the same values.
+    DeviceTensor dhint = poisoned({c.t, c.h, c.dv});
+    MlaAttentionParams hinted{dq, dqp, dkv, dkvp, dkvb, dhint, static_cast<int>(c.dr), scale};
+    hinted.kv_first_position = 10;
+    hinted.host_q_positions = std::span<const int64_t>(qpos.data<int64_t>(), static_cast<size_t>(c.t));
+    gpu().mla_attention_naive(hinted);
+    rel_err(("mla naive entry, causal layout" + n).c_str(), down(dhint), want_naive, 2e-5);
     if (c.t > 1)
       for (int64_t i = 0; i < c.h * c.dv; ++i) ASSERT_EQ(got.data<float>()[i], 0.0f) << "query with no visible key";
+  }
+}
+
+// A prefill chunk as the model gives it (2100 new queries at positions 200 .. 2299 over the sequence's 2300 rows in
+// position order, the layout facts set): the GEMM path's query chunks of 1024 attend 1224, 2248 and 2300 rows; against
+// the CPU naive op, 2e-5.
+TEST_F(CudaOpTest, MlaAttentionCausalPrefillChunksMatchCpu) {
+  const int64_t t = 2100, h = 8, dn = 32, dr = 16, r = 64, dv = 32, s = 2300;
+  HostTensor q = rand({t, h, dn + dr}), kv = rand({s, r + dr}), kv_b = rand({h * (dn + dv), r}, -0.1f, 0.1f);
+  HostTensor qpos(DType::kI64, {t}), kvpos(DType::kI64, {s});
+  std::iota(kvpos.data<int64_t>(), kvpos.data<int64_t>() + s, int64_t{0});
+  std::iota(qpos.data<int64_t>(), qpos.data<int64_t>() + t, s - t);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dn + dr));
+  HostTensor want(DType::kF32, {t, h, dv});
+  cpu().mla_attention_naive({q, qpos, kv, kvpos, kv_b, want, static_cast<int>(dr), scale});
+  DeviceTensor dq = up(q), dqp = up(qpos), dkv = up(kv), dkvp = up(kvpos), dkvb = up(kv_b);
+  for (const bool hint : {false, true}) {
+    DeviceTensor dout = poisoned({t, h, dv});
+    MlaAttentionParams p{dq, dqp, dkv, dkvp, dkvb, dout, static_cast<int>(dr), scale};
+    if (hint) {
+      p.kv_first_position = 0;
+      p.host_q_positions = std::span<const int64_t>(qpos.data<int64_t>(), static_cast<size_t>(t));
+    }
+    gpu().mla_attention_naive(p);
+    rel_err(hint ? "mla naive prefill, causal layout" : "mla naive prefill, no layout facts", down(dout), want, 2e-5);
   }
 }
 

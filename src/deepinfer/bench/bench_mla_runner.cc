@@ -88,6 +88,7 @@ class MlaSlice final : public SliceState {
     for (int64_t q = 0; q < s.seqs; ++q)
       for (int64_t j = 0; j < s.tokens; ++j) pos[q * s.tokens + j] = s.context - s.tokens + j;
     positions_ = mem_.from_host(DType::kI64, {tt}, pos.data());
+    host_positions_ = pos;
     // Paged decode: sequence q's page j is block q·(max_context / kBlock) + j; token rows map to their sequence.
     const int64_t blocks = (s.context + kBlock - 1) / kBlock, per_seq = max_context_ / kBlock;
     std::vector<int32_t> tables(static_cast<size_t>(s.seqs * blocks)), q_seq(static_cast<size_t>(tt));
@@ -150,6 +151,9 @@ class MlaSlice final : public SliceState {
         p.q_positions = pos.slice(sq * s.tokens, (sq + 1) * s.tokens);
         p.kv = pool_.view().slice(sq * max_context_, sq * max_context_ + s.context);
         p.kv_positions = kv_positions_.view().slice(0, s.context);
+        // As the model gives them: rows in position order from 0, the queries' positions on the host.
+        p.kv_first_position = 0;
+        p.host_q_positions = std::span<const int64_t>(host_positions_).subspan(sq * s.tokens, s.tokens);
         p.kv_b = l.kv_b.view();
         p.out = o.slice(sq * s.tokens, (sq + 1) * s.tokens);
         p.rope_dim = static_cast<int>(m.rope_dim);
@@ -214,6 +218,7 @@ class MlaSlice final : public SliceState {
   int64_t max_tokens_ = 1, max_seqs_ = 1, max_context_ = 1;
   OwnedTensor x_, xn_, q_latent_, q_, kv_a_, o_, y_, rw_, ridx_, ones_, zero_idx_, inv_freq_, pool_, kv_positions_;
   OwnedTensor positions_, tables_, q_seq_;
+  std::vector<int64_t> host_positions_;
   bool paged_ = true;
   std::vector<Layer> layers_;
 };

@@ -558,6 +558,8 @@ OwnedTensor DeepseekV3Model::attention(const Chunk& c, int layer, const V3LayerW
   p.out = o.view();
   p.rope_dim = static_cast<int>(dr);
   p.scale = softmax_scale_;
+  p.kv_first_position = c.kv_base;
+  p.host_q_positions = c.host_positions;
   if (mla_form_ == MlaForm::kAuto && seq.mla_naive_until >= 0) {
     // Rows [0, n_naive) of the chunk are below mla_naive_until. Each form is row-invariant, so splitting the
     // query rows gives the same rows as one call.
@@ -568,12 +570,14 @@ OwnedTensor DeepseekV3Model::attention(const Chunk& c, int layer, const V3LayerW
     if (n_naive > 0) {
       part.q = q_heads.slice(0, n_naive);
       part.q_positions = c.positions.view().slice(0, n_naive);
+      part.host_q_positions = std::span<const int64_t>(c.host_positions).first(n_naive);
       part.out = o.view().slice(0, n_naive);
       backend_.mla_attention_naive(part);
     }
     if (n_naive < T) {
       part.q = q_heads.slice(n_naive, T);
       part.q_positions = c.positions.view().slice(n_naive, T);
+      part.host_q_positions = std::span<const int64_t>(c.host_positions).subspan(n_naive);
       part.out = o.view().slice(n_naive, T);
       backend_.mla_attention_absorbed(part);
     }

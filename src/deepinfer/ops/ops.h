@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "deepinfer/core/tensor.h"
@@ -415,6 +416,11 @@ struct MlaAttentionParams {
   Tensor out;           // f32 [T, H, dv]
   int rope_dim = 64;    // dr
   float scale = 1.0f;   // softmax scale, including the YaRN m² correction
+  // Optional layout facts an implementation may use to skip keys no query of a block sees (the result is the same):
+  // kv row j holds position kv_first_position + j (-1: unknown), and host_q_positions is q_positions on the host
+  // (empty: not given).
+  int64_t kv_first_position = -1;
+  std::span<const int64_t> host_q_positions;
 };
 
 // The absorbed form for a batch of sequences, reading the paged MLA cache in place (no gather copy): query t of

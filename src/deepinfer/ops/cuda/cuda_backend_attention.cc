@@ -234,6 +234,8 @@ namespace {
 constexpr int64_t kMlaGemmMinTokens = 64;
 // The logits of a head group x query chunk stay within this many floats (512 MiB).
 constexpr int64_t kMlaGemmLogitFloats = int64_t{128} << 20;
+// Queries a chunk when the causal layout is known (each chunk then attends only the rows up to its newest position).
+constexpr int64_t kMlaGemmChunkTokens = 1024;
 }  // namespace
 
 // The naive form on cuBLASLt's fp32 GEMMs (full fp32, no TF32: the CPU reference's numerics up to summation order), a
@@ -263,9 +265,15 @@ void CudaBackend::mla_attention_naive(const MlaAttentionParams& p) {
   const float* kv = cptr<float>(p.kv);
   const float* kv_b = p.kv_b.data_as<float>();
   float* out = p.out.data_as<float>();
-  // Heads a group and queries a chunk: the whole prompt in one chunk while the logits fit, else one head a group.
-  const int64_t G = std::clamp<int64_t>(kMlaGemmLogitFloats / (T * S), 1, H);
-  const int64_t Tc = G > 1 ? T : std::max<int64_t>(1, std::min<int64_t>(T, kMlaGemmLogitFloats / S));
+  // With the layout facts (kv row j = position kv_first_position + j, the query positions on the host), a chunk of
+  // queries attends only the rows up to its latest position: causal prefill in chunks of kMlaGemmChunkTokens does about
+  // half the logit and P·V work of whole rows. Without them every chunk takes all S rows.
+  const bool causal = p.kv_first_position >= 0 && static_cast<int64_t>(p.host_q_positions.size()) == T;
+  const int64_t chunk_tokens = causal ? kMlaGemmChunkTokens : T;
+  // Heads a group and queries a chunk: chunks of chunk_tokens while the logits of several heads fit, else one head a
+  // group in as many queries as fit.
+  const int64_t G = std::clamp<int64_t>(kMlaGemmLogitFloats / (std::min(T, chunk_tokens) * S), 1, H);
+  const int64_t Tc = std::max<int64_t>(1, std::min({T, chunk_tokens, kMlaGemmLogitFloats / (G * S)}));
   cuda::WorkspaceArena::Scope scope(impl_->ws());
   float* kvx = impl_->ws().take_as<float>(S * G * (dn + dv));
   float* keys = impl_->ws().take_as<float>(S * G * qk);
@@ -302,10 +310,21 @@ void CudaBackend::mla_attention_naive(const MlaAttentionParams& p) {
     cuda::run_mla_keys(kp, impl_->s());
     for (int64_t t0 = 0; t0 < T; t0 += Tc) {
       const int64_t tc = std::min(Tc, T - t0);
+      // The rows this chunk's queries may see: [0, Sc).
+      int64_t Sc = S;
+      if (causal) {
+        const int64_t newest = *std::max_element(p.host_q_positions.begin() + t0, p.host_q_positions.begin() + t0 + tc);
+        Sc = std::clamp<int64_t>(newest - p.kv_first_position + 1, 0, S);
+      }
+      if (Sc == 0) {  // no visible key: zeros (as the softmax gives)
+        DI_CUDA_CHECK(cudaMemset2DAsync(out + (t0 * H + h0) * dv, sizeof(float) * H * dv, 0, sizeof(float) * g * dv,
+                                        tc, impl_->s()));
+        continue;
+      }
       // logits[h][t][s] = keys[s, h] · q[t0 + t, h0 + h]: column-major (S x tc) = keysᵀ · q, batched over the heads.
       Impl::LtBatchedF32 l;
       l.trans_a = true;
-      l.rows = S;
+      l.rows = Sc;
       l.cols = tc;
       l.k = qk;
       l.batch = g;
@@ -316,8 +335,8 @@ void CudaBackend::mla_attention_naive(const MlaAttentionParams& p) {
       l.ldb = H * qk;
       l.stride_b = qk;
       l.d = logits;
-      l.ldd = S;
-      l.stride_d = tc * S;
+      l.ldd = Sc;
+      l.stride_d = tc * Sc;
       impl_->lt_batched_f32(l);
       cuda::MlaSoftmaxKernelParams sm;
       sm.logits = logits;
@@ -325,21 +344,21 @@ void CudaBackend::mla_attention_naive(const MlaAttentionParams& p) {
       sm.kv_positions = cptr<int64_t>(p.kv_positions);
       sm.heads = g;
       sm.tokens = tc;
-      sm.s = S;
+      sm.s = Sc;
       sm.scale = p.scale;
       cuda::run_mla_causal_softmax(sm, impl_->s());
       // out[t0 + t, h0 + h, :] = Σ_s P[h][t][s] · V[s, h]: column-major (dv x tc) = Vᵀ · Pᵀ, batched over the heads.
       Impl::LtBatchedF32 o;
       o.rows = dv;
       o.cols = tc;
-      o.k = S;
+      o.k = Sc;
       o.batch = g;
       o.a = kvx + dn;
       o.lda = g * (dn + dv);
       o.stride_a = dn + dv;
       o.b = logits;
-      o.ldb = S;
-      o.stride_b = tc * S;
+      o.ldb = Sc;
+      o.stride_b = tc * Sc;
       o.d = out + (t0 * H + h0) * dv;
       o.ldd = H * dv;
       o.stride_d = dv;
