@@ -317,8 +317,8 @@ void CudaBackend::mla_attention_naive(const MlaAttentionParams& p) {
         Sc = std::clamp<int64_t>(newest - p.kv_first_position + 1, 0, S);
       }
       if (Sc == 0) {  // no visible key: zeros (as the softmax gives)
-        DI_CUDA_CHECK(cudaMemset2DAsync(out + (t0 * H + h0) * dv, sizeof(float) * H * dv, 0, sizeof(float) * g * dv,
-                                        tc, impl_->s()));
+        DI_CUDA_CHECK(cudaMemset2DAsync(out + (t0 * H + h0) * dv, sizeof(float) * H * dv, 0, sizeof(float) * g * dv, tc,
+                                        impl_->s()));
         continue;
       }
       // logits[h][t][s] = keys[s, h] · q[t0 + t, h0 + h]: column-major (S x tc) = keysᵀ · q, batched over the heads.
