@@ -39,6 +39,7 @@ TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
                                           "wgmma_split_k=never",
                                           "wgmma_fp8=always",
                                           "lt_fp8_block=never",
+                                          "mla_tf32=1",
                                           "rows_mma=never",
                                           "rows_mma_bf16_a=1",
                                           "rows_mma_pdl=1",
@@ -60,6 +61,7 @@ TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
   EXPECT_EQ(c.gemm.wgmma_split_k, KernelPick::kNever);
   EXPECT_EQ(c.gemm.wgmma_fp8, KernelPick::kAlways);
   EXPECT_EQ(c.gemm.lt_fp8_block, KernelPick::kNever);
+  EXPECT_TRUE(c.mla_tf32);
   EXPECT_EQ(c.gemm.rows_mma, KernelPick::kNever);
   EXPECT_TRUE(c.gemm.rows_mma_bf16_a);
   EXPECT_TRUE(c.gemm.rows_mma_pdl);

@@ -58,7 +58,7 @@ TEST_F(CudaOpTest, MlaAttentionMatchesCpu) {
 
 // A prefill chunk as the model gives it (2100 new queries at positions 200 .. 2299 over the sequence's 2300 rows in
 // position order, the layout facts set): the GEMM path's query chunks of 1024 attend 1224, 2248 and 2300 rows; against
-// the CPU naive op, 2e-5.
+// the CPU naive op, 2e-5 (TF32 products, the mla_tf32 A/B choice: 5e-3).
 TEST_F(CudaOpTest, MlaAttentionCausalPrefillChunksMatchCpu) {
   const int64_t t = 2100, h = 8, dn = 32, dr = 16, r = 64, dv = 32, s = 2300;
   HostTensor q = rand({t, h, dn + dr}), kv = rand({s, r + dr}), kv_b = rand({h * (dn + dv), r}, -0.1f, 0.1f);
@@ -79,6 +79,15 @@ TEST_F(CudaOpTest, MlaAttentionCausalPrefillChunksMatchCpu) {
     gpu().mla_attention_naive(p);
     rel_err(hint ? "mla naive prefill, causal layout" : "mla naive prefill, no layout facts", down(dout), want, 2e-5);
   }
+  // mla_tf32 (an A/B choice): TF32 products round q, the keys, p and v to 10 mantissa bits (2^-11 relative each):
+  // 5e-3.
+  ScopedKernelChoices tf32(gpu(), [](cuda::KernelChoices& c) { c.mla_tf32 = true; });
+  DeviceTensor dout = poisoned({t, h, dv});
+  MlaAttentionParams p{dq, dqp, dkv, dkvp, dkvb, dout, static_cast<int>(dr), scale};
+  p.kv_first_position = 0;
+  p.host_q_positions = std::span<const int64_t>(qpos.data<int64_t>(), static_cast<size_t>(t));
+  gpu().mla_attention_naive(p);
+  rel_err("mla naive prefill, tf32", down(dout), want, 5e-3);
 }
 
 // The paged decode kernels against the CPU's paged op: several sequences of different lengths over shuffled,

@@ -30,7 +30,7 @@ constexpr std::pair<WgmmaTile, std::string_view> kTiles[] = {{WgmmaTile::kByRows
                                                              {WgmmaTile::kMixed, "mixed"}};
 constexpr std::string_view kKeys =
     "attn_mma, indexer_mma, topk_small_blocks, wgmma, wgmma_exact, wgmma_decode, wgmma_tile, wgmma_split_k, wgmma_fp8, "
-    "lt_fp8_block, rows_mma, rows_mma_bf16_a, rows_mma_pdl, rows_mma_warps, rows_mma_kw, rows_mma_splits, "
+    "lt_fp8_block, mla_tf32, rows_mma, rows_mma_bf16_a, rows_mma_pdl, rows_mma_warps, rows_mma_kw, rows_mma_splits, "
     "rows_mma_share, "
     "stream_mma_max_rows, "
     "decode_direct_max_rows, grouped_one_launch_rows";
@@ -118,6 +118,8 @@ cuda::KernelChoices parse_kernel_choices(const std::vector<std::string>& specs) 
       c.gemm.wgmma_fp8 = lookup(kPicks, value, spec);
     } else if (key == "lt_fp8_block") {
       c.gemm.lt_fp8_block = lookup(kPicks, value, spec);
+    } else if (key == "mla_tf32") {
+      c.mla_tf32 = flag_value(value, spec);
     } else if (key == "rows_mma") {
       c.gemm.rows_mma = lookup(kPicks, value, spec);
     } else if (key == "rows_mma_bf16_a") {
@@ -158,6 +160,7 @@ std::string describe_kernel_choices(const cuda::KernelChoices& c) {
     add("topk_small_blocks", std::string(name_of(kPicks, c.topk_small_blocks)));
   if (c.gemm.wgmma != d.gemm.wgmma) add("wgmma", std::string(name_of(kPicks, c.gemm.wgmma)));
   if (c.gemm.wgmma_exact != d.gemm.wgmma_exact) add("wgmma_exact", c.gemm.wgmma_exact ? "1" : "0");
+  if (c.mla_tf32 != d.mla_tf32) add("mla_tf32", c.mla_tf32 ? "1" : "0");
   if (c.gemm.wgmma_decode != d.gemm.wgmma_decode)
     add("wgmma_decode", std::string(name_of(kDecodes, c.gemm.wgmma_decode)));
   if (c.gemm.wgmma_tile != d.gemm.wgmma_tile) add("wgmma_tile", std::string(name_of(kTiles, c.gemm.wgmma_tile)));

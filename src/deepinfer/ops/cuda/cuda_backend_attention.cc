@@ -284,6 +284,7 @@ void CudaBackend::mla_attention_naive(const MlaAttentionParams& p) {
     const int64_t g = std::min(G, H - h0);
     // kvx[s, j] = Σ_c ĉ[s, c] · kv_b[h0 (dn + dv) + j, c]: column-major kvxᵀ = kv_bᵀ-rows · ĉᵀ.
     Impl::LtBatchedF32 e;
+    e.tf32 = impl_->choices.mla_tf32;
     e.trans_a = true;
     e.rows = g * (dn + dv);
     e.cols = S;
@@ -323,6 +324,7 @@ void CudaBackend::mla_attention_naive(const MlaAttentionParams& p) {
       }
       // logits[h][t][s] = keys[s, h] · q[t0 + t, h0 + h]: column-major (S x tc) = keysᵀ · q, batched over the heads.
       Impl::LtBatchedF32 l;
+      l.tf32 = impl_->choices.mla_tf32;
       l.trans_a = true;
       l.rows = Sc;
       l.cols = tc;
@@ -349,6 +351,7 @@ void CudaBackend::mla_attention_naive(const MlaAttentionParams& p) {
       cuda::run_mla_causal_softmax(sm, impl_->s());
       // out[t0 + t, h0 + h, :] = Σ_s P[h][t][s] · V[s, h]: column-major (dv x tc) = Vᵀ · Pᵀ, batched over the heads.
       Impl::LtBatchedF32 o;
+      o.tf32 = impl_->choices.mla_tf32;
       o.rows = dv;
       o.cols = tc;
       o.k = Sc;

@@ -234,7 +234,8 @@ struct CudaBackend::Impl {
   }
 
   // Column-major D[b] (rows x cols, ldd) = op_a(A[b]) (rows x k) · op_b(B[b]) (k x cols) for b < batch, each operand at
-  // its base + b · stride; all f32, computed in full fp32 (no TF32). Descriptors and algorithm built once a shape.
+  // its base + b · stride; all f32, computed in full fp32 (no TF32 unless asked). Descriptors and algorithm built once
+  // a shape.
   struct LtBatchedF32 {
     bool trans_a = false, trans_b = false;
     int64_t rows = 0, cols = 0, k = 0, batch = 1;
@@ -244,8 +245,9 @@ struct CudaBackend::Impl {
     int64_t ldb = 0, stride_b = 0;
     float* d = nullptr;
     int64_t ldd = 0, stride_d = 0;
+    bool tf32 = false;  // TF32 tensor-core products (KernelChoices::mla_tf32) instead of full fp32
   };
-  std::map<std::array<int64_t, 12>, LtPlan> lt_batched_plans;
+  std::map<std::array<int64_t, 13>, LtPlan> lt_batched_plans;
   void lt_batched_f32(const LtBatchedF32& g);
 
   // The own GEMM (gemm_cuda.cu) under this backend's kernel choices.

@@ -85,6 +85,9 @@ struct KernelChoices {
   // Top-k blocks of 256 / 512 threads by row length (kAuto: from kTopkRowsMinTokens rows; kNever: always 1024, the
   // decode shape).
   KernelPick topk_small_blocks = KernelPick::kAuto;
+  // The V3 family's prefill MLA on GEMMs (CudaBackend::mla_attention_naive) with TF32 tensor-core products instead of
+  // full fp32 (inputs rounded to 10 mantissa bits: off the golden tests' 1e-6 level, so an A/B only).
+  bool mla_tf32 = false;
   // Rows a group up to which a grouped_linear call (default mode) is one grouped launch (grouped_linear.h); -1:
   // kGemmStreamMmaMaxRows. 0 runs every call per group.
   int64_t grouped_one_launch_rows = -1;
