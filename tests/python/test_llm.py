@@ -85,7 +85,8 @@ def test_batch_invariant_output_does_not_depend_on_the_batch(golden_v41):
 
 def test_activation_quant_reaches_the_engine(golden_v41):
     # The golden model stores no FP8 / MXFP4 weights, so mxfp8 rounds nothing: the same ids as the default; a value
-    # that does not exist and a V3-family model are refused by name.
+    # that does not exist, mxfp8 on a V3-family model and fp8 (the V3 family's rounding) on a V4 one are refused by
+    # name; fp8 on the embedded tiny V3 model (bf16 weights) runs and rounds nothing either.
     p = SamplingParams(temperature=0, max_tokens=5, ignore_eos=True)
     prompt = [[11, 22, 33, 44, 55]]
     plain = LLM(golden_v41, max_model_len=128, max_num_seqs=1, device="cpu")
@@ -95,8 +96,14 @@ def test_activation_quant_reaches_the_engine(golden_v41):
     with pytest.raises(ValueError, match="activation_quant"):
         LLM(golden_v41, max_model_len=128, device="cpu", activation_quant="fp4")
     tiny = str(pathlib.Path(__file__).resolve().parents[2] / "models" / "deepinfer-tiny-v3")
-    with pytest.raises(Exception, match="V4 / V4.1 only"):
+    with pytest.raises(Exception, match="mxfp8 is DeepSeek-V4 / V4.1's rounding"):
         LLM(tiny, max_model_len=128, device="cpu", activation_quant="mxfp8")
+    with pytest.raises(Exception, match="fp8 is the DeepSeek-V3 family's rounding"):
+        LLM(golden_v41, max_model_len=128, device="cpu", activation_quant="fp8")
+    tiny_plain = LLM(tiny, max_model_len=128, max_num_seqs=1, device="cpu")
+    tiny_fp8 = LLM(tiny, max_model_len=128, max_num_seqs=1, device="cpu", activation_quant="fp8")
+    assert (tiny_fp8.generate(prompt, [p], use_tqdm=False)[0].outputs[0].token_ids ==
+            tiny_plain.generate(prompt, [p], use_tqdm=False)[0].outputs[0].token_ids)
 
 
 def test_speculative_mtp_equals_plain_on_the_tiny_model():

@@ -160,7 +160,6 @@ std::string describe_kernel_choices(const cuda::KernelChoices& c) {
     add("topk_small_blocks", std::string(name_of(kPicks, c.topk_small_blocks)));
   if (c.gemm.wgmma != d.gemm.wgmma) add("wgmma", std::string(name_of(kPicks, c.gemm.wgmma)));
   if (c.gemm.wgmma_exact != d.gemm.wgmma_exact) add("wgmma_exact", c.gemm.wgmma_exact ? "1" : "0");
-  if (c.mla_tf32 != d.mla_tf32) add("mla_tf32", c.mla_tf32 ? "1" : "0");
   if (c.gemm.wgmma_decode != d.gemm.wgmma_decode)
     add("wgmma_decode", std::string(name_of(kDecodes, c.gemm.wgmma_decode)));
   if (c.gemm.wgmma_tile != d.gemm.wgmma_tile) add("wgmma_tile", std::string(name_of(kTiles, c.gemm.wgmma_tile)));
@@ -169,6 +168,7 @@ std::string describe_kernel_choices(const cuda::KernelChoices& c) {
   if (c.gemm.wgmma_fp8 != d.gemm.wgmma_fp8) add("wgmma_fp8", std::string(name_of(kPicks, c.gemm.wgmma_fp8)));
   if (c.gemm.lt_fp8_block != d.gemm.lt_fp8_block)
     add("lt_fp8_block", std::string(name_of(kPicks, c.gemm.lt_fp8_block)));
+  if (c.mla_tf32 != d.mla_tf32) add("mla_tf32", c.mla_tf32 ? "1" : "0");
   if (c.gemm.rows_mma != d.gemm.rows_mma) add("rows_mma", std::string(name_of(kPicks, c.gemm.rows_mma)));
   if (c.gemm.rows_mma_bf16_a != d.gemm.rows_mma_bf16_a) add("rows_mma_bf16_a", c.gemm.rows_mma_bf16_a ? "1" : "0");
   if (c.gemm.rows_mma_pdl != d.gemm.rows_mma_pdl) add("rows_mma_pdl", c.gemm.rows_mma_pdl ? "1" : "0");
