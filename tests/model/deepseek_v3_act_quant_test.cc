@@ -12,6 +12,7 @@
 #include "deepinfer/core/error.h"
 #include "deepinfer/model/deepseek_v3.h"
 #include "forwarding_backend.h"
+#include "logit_diff.h"
 #include "test_util.h"
 
 namespace deepinfer {
@@ -71,20 +72,8 @@ std::string fp8_checkpoint(const testing::TempDir& tmp, bool ue8m0) {
   return out;
 }
 
-std::vector<int64_t> prompt(int n) {
-  std::vector<int64_t> ids;
-  for (int i = 0; i < n; ++i) ids.push_back((i * 37 + 11) % 768);
-  return ids;
-}
-
-// Prefill of 23 tokens, then three decode steps: the logits of each.
-std::vector<HostTensor> run(DeepseekV3Model& m) {
-  std::vector<HostTensor> out;
-  auto seq = m.new_sequence();
-  out.push_back(m.forward(seq, prompt(23)));
-  for (int64_t tok : {5, 301, 77}) out.push_back(m.forward(seq, std::span<const int64_t>(&tok, 1)));
-  return out;
-}
+// Prefill of 23 tokens, then three decode steps.
+std::vector<HostTensor> run(const DeepseekV3Model& m) { return testing::prefill_then_decode(m, 23, 768); }
 
 TEST(DeepseekV3ActQuant, RoundsEveryFp8GemmAndMovesTheLogitsALittle) {
   for (const ActQuant q : {ActQuant::kFp8Block128, ActQuant::kFp8Block128Ue8m0}) {
@@ -112,21 +101,11 @@ TEST(DeepseekV3ActQuant, RoundsEveryFp8GemmAndMovesTheLogitsALittle) {
     EXPECT_GT(counted.rounded_moe, 0);
     EXPECT_EQ(counted.plain_moe, 0);
     for (size_t i = 0; i < a.size(); ++i) {
-      double err = 0, scale = 0, dot = 0, na = 0, np = 0;
-      for (int64_t j = 0; j < a[i].numel(); ++j) {
-        const double x = a[i].data<float>()[j], y = p[i].data<float>()[j];
-        ASSERT_TRUE(std::isfinite(x));
-        err = std::max(err, std::fabs(x - y));
-        scale = std::max(scale, std::fabs(y));
-        dot += x * y;
-        na += x * x;
-        np += y * y;
-      }
-      const double cosine = dot / std::sqrt(na * np);
-      EXPECT_GT(err, 0.0) << "step " << i << ": the rounding changed nothing";
-      EXPECT_GT(cosine, 0.9) << "step " << i;
+      const testing::LogitDiff d = testing::logit_diff(a[i], p[i]);
+      EXPECT_GT(d.max_abs, 0.0) << "step " << i << ": the rounding changed nothing";
+      EXPECT_GT(d.cosine, 0.9) << "step " << i;
       std::printf("[v3-act-quant %s] step %zu: max |fp8 - none| = %.3g of max |logit| %.3g, cosine %.4f\n",
-                  act_quant_name(q), i, err, scale, cosine);
+                  act_quant_name(q), i, d.max_abs, d.max_ref, d.cosine);
     }
     // V4's rounding is not this family's reference.
     EXPECT_THROW(kept->set_activation_quant(ActQuant::kMxfp8), Error);

@@ -229,6 +229,18 @@ void CudaBackend::paged_sink_attention(const PagedSinkAttentionParams& p) {
 
 // ============================================================================ MLA
 namespace {
+// validate(p) and every tensor on the backend's device.
+void validate_on_device(const MlaAttentionParams& p, const Device& dev) {
+  validate(p);
+  for (auto [name, t] : {std::pair{"q", &p.q},
+                         {"q_positions", &p.q_positions},
+                         {"kv", &p.kv},
+                         {"kv_positions", &p.kv_positions},
+                         {"kv_b", &p.kv_b},
+                         {"out", &p.out}})
+    expect_on("mla_attention", name, *t, dev);
+}
+
 // Prefill MLA on GEMMs from this many queries (below it, and in batch-invariant mode, the absorbed SIMT kernels: their
 // order does not depend on the call's shape).
 constexpr int64_t kMlaGemmMinTokens = 64;
@@ -246,15 +258,7 @@ constexpr int64_t kMlaGemmChunkTokens = 1024;
 void CudaBackend::mla_attention_naive(const MlaAttentionParams& p) {
   const int64_t T = p.q.dim(0);
   if (impl_->batch_invariant || T < kMlaGemmMinTokens) return mla_attention_absorbed(p);
-  validate(p);
-  const Device& dev = impl_->device;
-  for (auto [name, t] : {std::pair{"q", &p.q},
-                         {"q_positions", &p.q_positions},
-                         {"kv", &p.kv},
-                         {"kv_positions", &p.kv_positions},
-                         {"kv_b", &p.kv_b},
-                         {"out", &p.out}})
-    expect_on("mla_attention", name, *t, dev);
+  validate_on_device(p, impl_->device);
   const int64_t H = p.q.dim(1), dr = p.rope_dim, dn = p.q.dim(2) - dr, S = p.kv.dim(0), r = p.kv.dim(1) - dr;
   const int64_t dv = p.kv_b.dim(0) / H - dn, qk = dn + dr;
   if (S == 0) {
@@ -371,15 +375,7 @@ void CudaBackend::mla_attention_naive(const MlaAttentionParams& p) {
 }
 
 void CudaBackend::mla_attention_absorbed(const MlaAttentionParams& p) {
-  validate(p);
-  const Device& dev = impl_->device;
-  for (auto [name, t] : {std::pair{"q", &p.q},
-                         {"q_positions", &p.q_positions},
-                         {"kv", &p.kv},
-                         {"kv_positions", &p.kv_positions},
-                         {"kv_b", &p.kv_b},
-                         {"out", &p.out}})
-    expect_on("mla_attention", name, *t, dev);
+  validate_on_device(p, impl_->device);
   cuda::MlaKernelParams k;
   k.q = p.q.data_as<float>();
   k.q_positions = p.q_positions.data_as<int64_t>();

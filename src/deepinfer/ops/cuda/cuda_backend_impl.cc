@@ -2,11 +2,28 @@
 // MoE pipeline and the shared expert's GEMM.
 #include "deepinfer/ops/cuda/cuda_backend_impl.h"
 
+#include <type_traits>
+
 #include "deepinfer/core/logging.h"
 #include "deepinfer/ops/cuda/fp8_codes.cuh"
 #include "deepinfer/ops/cuda/swiglu_bf16.h"
 
 namespace deepinfer {
+
+void CudaBackend::Impl::pick_algo(LtPlan& p, const std::string& shape) {
+  cublasLtMatmulPreference_t pref = nullptr;
+  DI_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  const std::unique_ptr<std::remove_pointer_t<cublasLtMatmulPreference_t>, decltype(&cublasLtMatmulPreferenceDestroy)>
+      owned(pref, &cublasLtMatmulPreferenceDestroy);
+  const size_t ws = lt_workspace.size();
+  DI_CUBLAS_CHECK(
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  cublasLtMatmulHeuristicResult_t heur{};
+  int found = 0;
+  DI_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, p.op, p.a, p.b, p.c, p.c, pref, 1, &heur, &found));
+  DI_CHECK_CODE(found > 0, ErrorCode::kUnsupported) << "cuBLASLt has no algorithm for " << shape;
+  p.algo = heur.algo;
+}
 
 const CudaBackend::Impl::LtPlan& CudaBackend::Impl::lt_plan(cudaDataType_t type, int64_t m, int64_t n, int64_t k,
                                                             bool block_scaled) {
@@ -17,7 +34,6 @@ const CudaBackend::Impl::LtPlan& CudaBackend::Impl::lt_plan(cudaDataType_t type,
     lt_plans.clear();
   }
   LtPlan p;
-  cublasLtMatmulPreference_t pref = nullptr;
   try {
     // f32 x f32 uses full fp32 (no TF32): the f32 Backend::linear promises CPU-level accuracy.
     DI_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -37,21 +53,11 @@ const CudaBackend::Impl::LtPlan& CudaBackend::Impl::lt_plan(cudaDataType_t type,
     DI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, type, k, n, k));
     DI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, type, k, m, k));
     DI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, n, m, n));
-    DI_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    const size_t ws = lt_workspace.size();
-    DI_CUBLAS_CHECK(
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-    cublasLtMatmulHeuristicResult_t heur{};
-    int found = 0;
-    DI_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, p.op, p.a, p.b, p.c, p.c, pref, 1, &heur, &found));
-    DI_CHECK_CODE(found > 0, ErrorCode::kUnsupported) << "cuBLASLt has no algorithm for " << m << "x" << n << "x" << k;
-    p.algo = heur.algo;
+    pick_algo(p, std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k));
   } catch (...) {
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
     destroy(p);
     throw;
   }
-  cublasLtMatmulPreferenceDestroy(pref);
   return lt_plans.emplace(key, p).first->second;
 }
 
@@ -67,7 +73,6 @@ void CudaBackend::Impl::lt_batched_f32(const LtBatchedF32& g) {
       lt_batched_plans.clear();
     }
     LtPlan p;
-    cublasLtMatmulPreference_t pref = nullptr;
     try {
       DI_CUBLAS_CHECK(
           cublasLtMatmulDescCreate(&p.op, g.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -90,22 +95,12 @@ void CudaBackend::Impl::lt_batched_f32(const LtBatchedF32& g) {
                                                            sizeof(stride)));
         }
       }
-      DI_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-      const size_t ws = lt_workspace.size();
-      DI_CUBLAS_CHECK(
-          cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-      cublasLtMatmulHeuristicResult_t heur{};
-      int found = 0;
-      DI_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, p.op, p.a, p.b, p.c, p.c, pref, 1, &heur, &found));
-      DI_CHECK_CODE(found > 0, ErrorCode::kUnsupported)
-          << "cuBLASLt has no fp32 algorithm for " << g.batch << " x " << g.rows << "x" << g.cols << "x" << g.k;
-      p.algo = heur.algo;
+      pick_algo(p, "fp32 " + std::to_string(g.batch) + " x " + std::to_string(g.rows) + "x" + std::to_string(g.cols) +
+                       "x" + std::to_string(g.k));
     } catch (...) {
-      if (pref) cublasLtMatmulPreferenceDestroy(pref);
       destroy(p);
       throw;
     }
-    cublasLtMatmulPreferenceDestroy(pref);
     it = lt_batched_plans.emplace(key, p).first;
   }
   const LtPlan& p = it->second;

@@ -174,6 +174,9 @@ struct CudaBackend::Impl {
   // block_scaled (type e4m3): DeepSeek-V3's FP8 recipe, the weight (cuBLASLt's A) with one f32 scale a 128 x 128 block
   // (BLK128x128_32F), the activations (B) one a row's 128 values (VEC128_32F); the scale pointers are set per call.
   const LtPlan& lt_plan(cudaDataType_t type, int64_t m, int64_t n, int64_t k, bool block_scaled = false);
+  // p.algo: the heuristic's first algorithm for p's descriptors within the workspace (kUnsupported when it has none;
+  // `shape` names the call in the error).
+  void pick_algo(LtPlan& p, const std::string& shape);
 
   // out[M, N] (f32, row-major) = x[M, K] · w[N, K]ᵀ with x and w both f32 or both bf16, fp32 accumulate;
   // `accumulate`: out += x · wᵀ (beta 1: the epilogue adds the fp32 product to out, one rounding).

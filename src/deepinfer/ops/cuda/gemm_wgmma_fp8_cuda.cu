@@ -106,6 +106,18 @@ __device__ __forceinline__ void widen_row(const F8Row& u, int e, const uint2* ta
   }
 }
 
+// acc += tmp times the row factors of a 64-column half's fragment: f0 for its rows r0 (entries 4j, 4j + 1), f1 for
+// r0 + 8 (4j + 2, 4j + 3).
+__device__ __forceinline__ void promote(float (&acc)[32], const float (&tmp)[32], float f0, float f1) {
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    acc[4 * j] = fmaf(tmp[4 * j], f0, acc[4 * j]);
+    acc[4 * j + 1] = fmaf(tmp[4 * j + 1], f0, acc[4 * j + 1]);
+    acc[4 * j + 2] = fmaf(tmp[4 * j + 2], f1, acc[4 * j + 2]);
+    acc[4 * j + 3] = fmaf(tmp[4 * j + 3], f1, acc[4 * j + 3]);
+  }
+}
+
 // The f32 of UE8M0 byte e (the quantizer writes e >= 1; a zero-filled row past the tile's end gives 0, times zeros).
 __device__ __forceinline__ float ue8m0_f32(uint32_t e) { return __uint_as_float(e << 23); }
 
@@ -303,13 +315,7 @@ __global__ void __launch_bounds__(kF8Threads, 1) gemm_wgmma_fp8_kernel(GemmKerne
             else
               wgmma_wait<0>();
             pin(tmp[h]);
-#pragma unroll
-            for (int j = 0; j < 8; ++j) {
-              acc[h][4 * j] = fmaf(tmp[h][4 * j], f0, acc[h][4 * j]);
-              acc[h][4 * j + 1] = fmaf(tmp[h][4 * j + 1], f0, acc[h][4 * j + 1]);
-              acc[h][4 * j + 2] = fmaf(tmp[h][4 * j + 2], f1, acc[h][4 * j + 2]);
-              acc[h][4 * j + 3] = fmaf(tmp[h][4 * j + 3], f1, acc[h][4 * j + 3]);
-            }
+            promote(acc[h], tmp[h], f0, f1);
           }
           bar_arrive(kF8BarEmpty + st, kF8Threads);
           sb = sb_next;
@@ -335,13 +341,7 @@ __global__ void __launch_bounds__(kF8Threads, 1) gemm_wgmma_fp8_kernel(GemmKerne
           pin(tmp[h]);
           // Exact: powers of two times the weight scale (FP8 weights; 1 for MXFP4).
           const float f0 = ue8m0_f32((sa0 >> (8 * kk)) & 0xFF) * sb, f1 = ue8m0_f32((sa1 >> (8 * kk)) & 0xFF) * sb;
-#pragma unroll
-          for (int j = 0; j < 8; ++j) {
-            acc[h][4 * j] = fmaf(tmp[h][4 * j], f0, acc[h][4 * j]);
-            acc[h][4 * j + 1] = fmaf(tmp[h][4 * j + 1], f0, acc[h][4 * j + 1]);
-            acc[h][4 * j + 2] = fmaf(tmp[h][4 * j + 2], f1, acc[h][4 * j + 2]);
-            acc[h][4 * j + 3] = fmaf(tmp[h][4 * j + 3], f1, acc[h][4 * j + 3]);
-          }
+          promote(acc[h], tmp[h], f0, f1);
           if (u + 2 < 8) issue(u + 2);
         }
         bar_arrive(kF8BarEmpty + st, kF8Threads);  // every product of the stage has retired
