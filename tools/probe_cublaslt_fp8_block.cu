@@ -4,7 +4,8 @@
 // cuBLASLt GEMM of the same shape in the same run. Also asks for MXFP8 (VEC32_UE8M0), which Hopper is expected to
 // refuse.
 //   nvcc -O2 -std=c++17 -arch=sm_90a tools/probe_cublaslt_fp8_block.cu -lcublasLt -o /tmp/probe && /tmp/probe
-// Output: one line per check / shape. Not part of the build: the engine's path is ops/cuda/gemm_lt_fp8_block.cu.
+// Output: one line per check / shape. Not part of the build: the engine's path is
+// CudaBackend::Impl::lt_matmul_fp8_block (ops/cuda/cuda_backend_impl.h).
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
