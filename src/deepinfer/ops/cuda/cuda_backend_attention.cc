@@ -275,8 +275,12 @@ void CudaBackend::mla_attention_naive(const MlaAttentionParams& p) {
   const bool causal = p.kv_first_position >= 0 && static_cast<int64_t>(p.host_q_positions.size()) == T;
   const int64_t chunk_tokens = causal ? kMlaGemmChunkTokens : T;
   // Heads a group and queries a chunk: chunks of chunk_tokens while the logits of several heads fit, else one head a
-  // group in as many queries as fit.
-  const int64_t G = std::clamp<int64_t>(kMlaGemmLogitFloats / (std::min(T, chunk_tokens) * S), 1, H);
+  // group in as many queries as fit. The group's expanded rows and keys ((dn + dv + qk) floats a row and head) keep
+  // to the same budget: a short chunk after a long prefix would otherwise expand every head at once (32k rows: 3.5
+  // GiB).
+  const int64_t G = std::clamp<int64_t>(
+      std::min(kMlaGemmLogitFloats / (std::min(T, chunk_tokens) * S), kMlaGemmLogitFloats / (S * (dn + dv + qk))), 1,
+      H);
   const int64_t Tc = std::max<int64_t>(1, std::min({T, chunk_tokens, kMlaGemmLogitFloats / (G * S)}));
   cuda::WorkspaceArena::Scope scope(impl_->ws());
   float* kvx = impl_->ws().take_as<float>(S * G * (dn + dv));
