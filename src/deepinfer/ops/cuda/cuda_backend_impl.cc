@@ -227,8 +227,10 @@ void CudaBackend::Impl::run_moe(const float* x, const float* weights, const int3
   const bool fp8_gu = fp8_ok && ((mw.fold[0] && mw.fold[1]) || fp8_128),
              fp8_down = fp8_ok && (mw.fold[2] != nullptr || fp8_128);
   const int64_t per_token = k * (3 * inter + d) * 4 + (shared ? (3 * inter + d) * 4 : 0) + (fp8_gu ? d + d / 32 : 0) +
-                            (fp8_down ? k * (inter + inter / 32) : 0) + (bf16_inputs ? k * inter * 2 : 0) +
-                            (bf16_inputs || shared_bf16 ? d * 2 : 0) + (shared_bf16 ? shared->w1.rows() * 2 : 0) +
+                            // h's and x's bf16 copies, which the FP8 paths do without (their codes are above)
+                            (fp8_down ? k * (inter + inter / 32) : 0) + (bf16_inputs && !fp8_down ? k * inter * 2 : 0) +
+                            ((bf16_inputs && !fp8_gu) || shared_bf16 ? d * 2 : 0) +
+                            (shared_bf16 ? shared->w1.rows() * 2 : 0) +
                             // the rows kernel's bf16 copies of x and h (shared_rows below)
                             (shared && tokens <= cuda::kGemmRowsMmaMaxRows ? (d + shared->w1.rows()) * 2 : 0) +
                             (act_quant != ActQuant::kNone ? d * 4 : 0);  // the rounded copy of x
