@@ -77,7 +77,7 @@ class CudaTarget final : public BenchTarget {
       case BenchFormat::kFP8Block:
         // |e4m3| reaches 448 and a random code's rms is ~100: scales 2^-12..2^-11 keep outputs O(1).
         keep.push_back(codes(DType::kF8E4M3, {n, k}, seed));
-        if (activation_quant() == ActQuant::kFp8Block128 || activation_quant() == ActQuant::kFp8Block128Ue8m0) {
+        if (act_quant_block128(activation_quant())) {
           // The V3 family's mode: f32 block scales, as its checkpoints store them (cuBLASLt's block-scaled GEMM reads
           // those), of the same range.
           const int64_t nb = (n + block - 1) / block, kb = (k + block - 1) / block;

@@ -436,8 +436,7 @@ HostTensor DeepseekV3Model::mtp_forward(V3SequenceState& mtp, std::span<const fl
 }
 
 void DeepseekV3Model::set_activation_quant(ActQuant q) {
-  DI_CHECK_CODE(q == ActQuant::kNone || q == ActQuant::kFp8Block128 || q == ActQuant::kFp8Block128Ue8m0,
-                ErrorCode::kUnsupported)
+  DI_CHECK_CODE(q == ActQuant::kNone || act_quant_block128(q), ErrorCode::kUnsupported)
       << "DeepSeek-V3 family: activation rounding " << act_quant_name(q) << " is not its reference's (fp8, per 128)";
   act_quant_ = q;
   auto set_layer = [&](V3LayerWeights& lw) {

@@ -57,6 +57,8 @@ struct DequantizeParams {
 // not modified).
 enum class ActQuant { kNone, kMxfp8, kFp8Block128, kFp8Block128Ue8m0 };
 const char* act_quant_name(ActQuant q);  // "none", "mxfp8", "fp8", "fp8-ue8m0"
+// Whether q is one of the V3 family's per-128 roundings.
+inline bool act_quant_block128(ActQuant q) { return q == ActQuant::kFp8Block128 || q == ActQuant::kFp8Block128Ue8m0; }
 
 struct LinearParams {
   Tensor in;      // f32 [M, K]

@@ -222,7 +222,7 @@ void CudaBackend::Impl::run_moe(const float* x, const float* weights, const int3
   const bool fp8_ok = bf16_inputs && d % 128 == 0 && inter % 128 == 0 && cuda::device_is_sm90();
   // --activation-quant fp8 (the V3 family) over FP8 128 x 128 experts with f32 scales: every expert GEMM on the FP8
   // tensor cores from per-128 codes (promoted once a 128 K step), unless wgmma_fp8 = never.
-  const bool fp8_128 = block128(act_quant) && fp8_gemm_chosen() && !batch_invariant && mw.aligned16 &&
+  const bool fp8_128 = act_quant_block128(act_quant) && fp8_gemm_chosen() && !batch_invariant && mw.aligned16 &&
                        cuda::gemm_wgmma_fp8_block128_weight_takes(mw.format, mw.scale_e8m0, mw.block_n, mw.block_k, d);
   const bool fp8_gu = fp8_ok && ((mw.fold[0] && mw.fold[1]) || fp8_128),
              fp8_down = fp8_ok && (mw.fold[2] != nullptr || fp8_128);

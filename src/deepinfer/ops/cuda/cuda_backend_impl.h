@@ -198,10 +198,9 @@ struct CudaBackend::Impl {
   // (Hopper): x_scales block-major [K / 128][M] (VEC128_32F), w_scales [ceil(N / 128)][K / 128] row-major with K / 128
   // % 4 == 0 (BLK128x128_32F reads rows padded to 4 blocks: H100, cuBLAS 13.1, tools/probe_cublaslt_fp8_block.cu). The
   // tensor cores sum each k32 slice in less than fp32 and cuBLASLt promotes per 128 K, as DeepGEMM does.
-  void lt_matmul_fp8_block(const uint8_t* x_codes, const float* x_scales, const void* w_codes, const float* w_scales,
-                           float* out, int64_t m, int64_t n, int64_t k) {
-    if (m == 0 || n == 0) return;
-    const LtPlan& p = lt_plan(CUDA_R_8F_E4M3, m, n, k, true);
+  // p: its plan (lt_fp8_block_plan).
+  void lt_matmul_fp8_block(const LtPlan& p, const uint8_t* x_codes, const float* x_scales, const void* w_codes,
+                           const float* w_scales, float* out) {
     DI_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scales, sizeof(w_scales)));
     DI_CUBLAS_CHECK(
@@ -210,20 +209,19 @@ struct CudaBackend::Impl {
     DI_CUBLAS_CHECK(cublasLtMatmul(lt, p.op, &alpha, w_codes, p.a, x_codes, p.b, &beta, out, p.c, out, p.c, &p.algo,
                                    lt_workspace.data(), lt_workspace.size(), s()));
   }
-  // Whether cuBLASLt has a block-scaled FP8 algorithm for this shape (it has none for some row counts: M = 1 on the
+  // The block-scaled FP8 plan of this shape, or nullptr where cuBLASLt has no algorithm (some row counts: M = 1 on the
   // H100 with cuBLAS 13.1, CUBLAS_STATUS_NOT_SUPPORTED); a refusal is remembered, so the question costs one heuristic
   // query a shape.
   std::set<std::tuple<int64_t, int64_t, int64_t>> lt_fp8_block_refused;
-  bool lt_fp8_block_shape(int64_t m, int64_t n, int64_t k) {
+  const LtPlan* lt_fp8_block_plan(int64_t m, int64_t n, int64_t k) {
     const auto key = std::make_tuple(m, n, k);
-    if (lt_fp8_block_refused.count(key)) return false;
+    if (lt_fp8_block_refused.count(key)) return nullptr;
     try {
-      lt_plan(CUDA_R_8F_E4M3, m, n, k, true);
-      return true;
+      return &lt_plan(CUDA_R_8F_E4M3, m, n, k, true);
     } catch (const Error& e) {
       if (e.code() != ErrorCode::kUnsupported) throw;
       lt_fp8_block_refused.insert(key);
-      return false;
+      return nullptr;
     }
   }
   // Whether lt_matmul_fp8_block takes w (and rows of K values): FP8 blocks of 128 x 128 with f32 scales whose rows are
@@ -445,8 +443,7 @@ struct CudaBackend::Impl {
   // device. False, enqueuing nothing, for every other call (the caller then rounds and runs quant_linear).
   bool fp8_linear(const float* in, const QuantMatrix& w, float* out, int64_t m, ActQuant q, bool split_in) {
     const int64_t n = w.rows(), k = w.cols();
-    if (q == ActQuant::kFp8Block128 || q == ActQuant::kFp8Block128Ue8m0)
-      return fp8_block_linear(in, w, out, m, q, split_in);
+    if (act_quant_block128(q)) return fp8_block_linear(in, w, out, m, q, split_in);
     // The kernel's own rule (gemm_wgmma_fp8_takes) checks the weight format, K, the choice and the device; here what
     // it cannot see: the mode, the row count's path, the quantizer's 16-byte input.
     if (q != ActQuant::kMxfp8 || !fp8_gemm_chosen() || split_in || w.format != QuantFormat::kFP8Block ||
@@ -473,12 +470,13 @@ struct CudaBackend::Impl {
   // rows with fake_quant and runs quant_linear: the same values, summed in fp32).
   bool fp8_block_linear(const float* in, const QuantMatrix& w, float* out, int64_t m, ActQuant q, bool split_in) {
     const int64_t n = w.rows(), k = w.cols();
-    if (batch_invariant || split_in || choices.gemm.lt_fp8_block == cuda::KernelPick::kNever || m == 0 ||
+    if (batch_invariant || split_in || choices.gemm.lt_fp8_block == cuda::KernelPick::kNever || m == 0 || n == 0 ||
         !lt_fp8_block_weight(w) || reinterpret_cast<uintptr_t>(in) % 16 != 0 ||
         reinterpret_cast<uintptr_t>(out) % 16 != 0)
       return false;
     if (choices.gemm.lt_fp8_block != cuda::KernelPick::kAlways && !dense_scratch(w, m)) return false;
-    if (!lt_fp8_block_shape(m, n, k)) return false;
+    const LtPlan* plan = lt_fp8_block_plan(m, n, k);
+    if (!plan) return false;
     uint8_t* codes = ws().take_as<uint8_t>(m * k);
     float* scales = ws().take_as<float>(m * (k / 128));
     cuda::Fp8Block128QuantizeKernelParams qp;
@@ -493,7 +491,7 @@ struct CudaBackend::Impl {
     qp.cols = k;
     qp.ue8m0 = q == ActQuant::kFp8Block128Ue8m0;
     cuda::run_fp8_block128_quantize(qp, s());
-    lt_matmul_fp8_block(codes, scales, w.weight.data(), w.scale.data_as<float>(), out, m, n, k);
+    lt_matmul_fp8_block(*plan, codes, scales, w.weight.data(), w.scale.data_as<float>(), out);
     return true;
   }
   // Under --activation-quant mxfp8 the FP8 GEMM is the default (kAuto) where its rules admit a call; kNever keeps the
@@ -505,12 +503,10 @@ struct CudaBackend::Impl {
     c.wgmma_fp8 = cuda::KernelPick::kAlways;
     return c;
   }
-  // Whether q is the V3 family's per-128 rounding (--activation-quant fp8).
-  static bool block128(ActQuant q) { return q == ActQuant::kFp8Block128 || q == ActQuant::kFp8Block128Ue8m0; }
   // Whether the FP8 GEMM takes w for A as q's codes of w.cols() a row in ws(), once the mode and the choice hold:
   // 128 x 128 UE8M0 blocks under mxfp8, f32-scaled ones under fp8.
   static bool fp8_block_weight(const QuantMatrix& w, ActQuant q = ActQuant::kMxfp8) {
-    return block128(q)
+    return act_quant_block128(q)
                ? cuda::gemm_wgmma_fp8_block128_weight_takes(w.format, e8m0_scales(w), w.block_n, w.block_k, w.cols())
                : cuda::gemm_wgmma_fp8_block_weight_takes(w.format, e8m0_scales(w), w.block_n, w.block_k, w.cols());
   }
@@ -518,7 +514,7 @@ struct CudaBackend::Impl {
   // family) codes with an f32 scale a block of 128, row-major; rows · cols / 32 scale bytes either way. The values
   // fake_quant rounds to.
   void act_codes(const float* x, int64_t rows, int64_t cols, ActQuant q, uint8_t* codes, uint8_t* scales) {
-    if (!block128(q)) return mxfp8_codes(x, rows, cols, codes, scales);
+    if (!act_quant_block128(q)) return mxfp8_codes(x, rows, cols, codes, scales);
     cuda::Fp8Block128QuantizeKernelParams p;
     p.x = x;
     p.ldx = cols;
@@ -539,7 +535,7 @@ struct CudaBackend::Impl {
     g.a_e4m3 = a_codes;
     g.a_scale = a_scales;
     g.b_fold = fold;
-    g.a_scale_block128 = block128(q);
+    g.a_scale_block128 = act_quant_block128(q);
     DI_CHECK(cuda::run_gemm_wgmma_fp8(g, s())) << "the FP8 GEMM declined a call its rule admitted";
   }
   void round_rows_in_place(float* x, int64_t rows, int64_t cols, ActQuant q) {

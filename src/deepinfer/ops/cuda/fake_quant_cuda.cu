@@ -75,6 +75,15 @@ __global__ void mxfp8_quantize_kernel(const float* x, uint8_t* codes, uint8_t* s
   scales[b] = static_cast<uint8_t>(__float_as_uint(s) >> 23);
 }
 
+// A 128-value block's scale, its values four a lane of a warp: the block's amax by shuffles.
+template <bool kUe8m0>
+__device__ __forceinline__ float block128_scale(const float4& v) {
+  float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
+  return fp8_block128_scale_dev(amax, kUe8m0);
+}
+
 // The 128-value kinds: a warp a block, four values a lane (kVec: 16-byte loads, `in` and x 16-byte aligned), the
 // block's amax by shuffles; from `in` (or x in place) into x.
 template <bool kUe8m0, bool kVec>
@@ -84,10 +93,7 @@ __global__ void fake_quant128_kernel(const float* in, float* x, int64_t blocks) 
   if (b >= blocks) return;  // whole warps
   const float* src = in + b * 128 + 4 * lane;
   const float4 v = kVec ? *reinterpret_cast<const float4*>(src) : make_float4(src[0], src[1], src[2], src[3]);
-  float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
-  const float s = fp8_block128_scale_dev(amax, kUe8m0);
+  const float s = block128_scale<kUe8m0>(v);
   auto round = [&](float f) { return __fmul_rn(e4m3_to_f32_dev(fp8_block128_code(f, s)), s); };
   const float4 o = make_float4(round(v.x), round(v.y), round(v.z), round(v.w));
   float* dst = x + b * 128 + 4 * lane;
@@ -109,10 +115,7 @@ __global__ void fp8_block128_quantize_kernel(Fp8Block128QuantizeKernelParams p, 
   if (b >= blocks) return;
   const int64_t kb = p.cols / 128, r = b / kb, c = b % kb;
   const float4 v = reinterpret_cast<const float4*>(p.x + r * p.ldx + c * 128)[lane];
-  float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
-  const float s = fp8_block128_scale_dev(amax, kUe8m0);
+  const float s = block128_scale<kUe8m0>(v);
   const uint32_t word = fp8_block128_code(v.x, s) | (fp8_block128_code(v.y, s) << 8) |
                         (fp8_block128_code(v.z, s) << 16) | (static_cast<uint32_t>(fp8_block128_code(v.w, s)) << 24);
   reinterpret_cast<uint32_t*>(p.codes + r * p.ldc + c * 128)[lane] = word;

@@ -173,7 +173,7 @@ __global__ void mla_keys_kernel(MlaKeysKernelParams p) {
   }
 }
 
-// A block per row: the masked maximum, the sum of exponentials (fp32, in key order per thread, then a tree), p.
+// A block per row: the masked maximum, the exponentials and their sum (fp32, in key order per thread, then a tree), p.
 __global__ void __launch_bounds__(256) mla_causal_softmax_kernel(MlaSoftmaxKernelParams p) {
   __shared__ float red[32];
   const int64_t row = blockIdx.x, t = row % p.tokens;
@@ -199,13 +199,16 @@ __global__ void __launch_bounds__(256) mla_causal_softmax_kernel(MlaSoftmaxKerne
   for (int64_t j = threadIdx.x; j < p.s; j += blockDim.x)
     if (p.kv_positions[j] <= qpos) mx = fmaxf(mx, x[j] * p.scale);
   mx = block_reduce(mx, true);
+  // Each exponential once (0 where masked), kept in place for the normalisation.
   float sum = 0.0f;
-  for (int64_t j = threadIdx.x; j < p.s; j += blockDim.x)
-    if (p.kv_positions[j] <= qpos) sum += expf(x[j] * p.scale - mx);
+  for (int64_t j = threadIdx.x; j < p.s; j += blockDim.x) {
+    const float e = p.kv_positions[j] <= qpos ? expf(x[j] * p.scale - mx) : 0.0f;
+    x[j] = e;
+    sum += e;
+  }
   sum = block_reduce(sum, false);
   const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-  for (int64_t j = threadIdx.x; j < p.s; j += blockDim.x)
-    x[j] = p.kv_positions[j] <= qpos ? expf(x[j] * p.scale - mx) * inv : 0.0f;
+  for (int64_t j = threadIdx.x; j < p.s; j += blockDim.x) x[j] *= inv;
 }
 
 }  // namespace
