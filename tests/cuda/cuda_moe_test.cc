@@ -434,6 +434,25 @@ TEST_F(CudaMoeTest, Mxfp4ExpertsStreamAtLargeDecodeBatches) {
                                  weights, idx, before, 8e-3);
 }
 
+// V3's experts as V3 / R1 checkpoints store them (FP8 128 x 128 blocks with f32 scales, routed and shared) at decode
+// batches (T = 1, 3, 16, 64 tokens x 6 of 64 experts) with stream_mma_f32_scales: the routed experts and the shared
+// one (up to 8 rows) on the streaming tensor-core kernel, each 128-K block's sums scaled in fp32, x and h rounded to
+// bf16 (8e-3 as the other MoE tests); then the same calls on the default path.
+TEST_F(CudaMoeTest, Fp8F32ScaleExpertsStreamThroughTheTensorCores) {
+  const int64_t d = 1024, inter = 384, e = 64, k = 6;
+  const std::unique_ptr<QuantMoe> q = quant_moe(d, inter, e, QuantFormat::kFP8Block, /*f32_scales=*/true);
+  for (int64_t t : {1, 3, 16, 64}) {
+    HostTensor x = rand({t, d}), weights = rand({t, k}, 0.05f, 1.0f), idx = distinct_indices(t, k, e);
+    for (bool on : {true, false}) {
+      testing::ScopedKernelChoices choice(gpu(), [&](cuda::KernelChoices& c) { c.gemm.stream_mma_f32_scales = on; });
+      for (bool before : {false, true})
+        expect_moe_quant_matches_cpu(std::string("moe_quant fp8 f32 scales") + (on ? " stream_mma" : " default") +
+                                         (before ? " before_w2" : "") + " T=" + std::to_string(t),
+                                     *q, x, weights, idx, before, 8e-3);
+    }
+  }
+}
+
 // The tiny V4 model's MoE (hidden 128, inter 32: the down projection's K is one MXFP4 block; 8 MXFP4 experts, top
 // 6, FP8 shared expert with one partial 128x128 scale block) as the engine's kept-quantized path runs it: one token
 // takes the fp32 kernels (exact products: 1e-5), more tokens round x and h to bf16 (8e-3 as the other MoE tests).

@@ -20,9 +20,17 @@ constexpr int64_t kGroupedFullPassSlots = 64;
 // mma.sync with tiles of 8 or 16 weight rows as one operand and up to 8 activation rows as the other. Weights stream
 // from HBM once, decoded in registers to bf16 with their UE8M0 scale applied exactly; A is rounded to bf16 (the
 // precision of the prefill tensor-core path), fp32 accumulation. Takes MXFP4, FP8 blocks with power-of-two block
-// shapes and FP8 per-32 rows, all with UE8M0 scales and 16-byte aligned weight rows. Returns false, enqueuing
-// nothing, for anything else (f32 scales, unaligned weights, K that does not fit its shared-memory stage).
+// shapes and FP8 per-32 rows, all with UE8M0 scales and 16-byte aligned weight rows; with
+// GemmChoices::stream_mma_f32_scales also FP8 blocks with f32 scales (gemm_stream_mma_takes_f32_scales). Returns
+// false, enqueuing nothing, for anything else (unaligned weights, K that does not fit its shared-memory stage).
 bool run_gemm_stream_mma(const GemmKernelParams& p, int64_t rows, cudaStream_t stream);
+
+// Whether the kernel takes FP8 blocks with f32 scales (V3 / R1 checkpoints): the choice set, blocks of >= 16 rows and
+// >= 128 along K (powers of two; V3's are 128 x 128). The codes go into the products exact and each 128-K block's
+// sums are scaled once in fp32 (A rounded to bf16 as with UE8M0 scales); default mode only (batch-invariant mode keeps
+// the fp32 kernels for f32 scales).
+bool gemm_stream_mma_takes_f32_scales(QuantFormat format, int block_n, int block_k, int64_t k,
+                                      const GemmChoices& choices);
 
 // Batch-invariant mode (gemm_invariant_mma.h): the same kernel with its configuration fixed by the weight alone —
 // 16-row weight tiles (the weights are the mma's m16 operand, the activation rows the n8 one), kw K slices (kw from

@@ -48,10 +48,18 @@ constexpr int64_t kDefaultSmemBytes = 48 * 1024;  // above it a kernel needs the
 // kAcc independent accumulator chains per warp (4; batch-invariant mode 1, the chain the tile kernel of
 // gemm_invariant_mma_cuda.cu repeats: a warp's partial is the chain of its slice's mmas in step and mma order).
 // kBf16A (batch-invariant mode): the activations come from the caller's bf16 copy p.a_bf16.
-template <QuantFormat F, int R, bool W16, int kAcc, bool kBf16A = false>
+// kF32S: FP8 blocks with f32 scales (V3 / R1 checkpoints; blocks >= 16 rows and >= 128 along K, default mode only).
+// An f32 scale times a code is not a bf16 value, so the codes go in unscaled (exact) and the scale multiplies the
+// sums instead: a pair of steps (128 K, slices start on even steps) lies inside one K block and a tile's rows inside
+// one row block, so one scale covers a pair's mma sums for the whole warp; they go into kChains block sums, then
+// acc += scale · block sum. The weights stay exact, A is rounded to bf16 as for UE8M0 scales. Half the chains of
+// the UE8M0 form, so the block sums take no more registers (the kernel sits at the 128 of its launch bounds).
+template <QuantFormat F, int R, bool W16, int kAcc, bool kBf16A = false, bool kF32S = false>
 __global__ void __launch_bounds__(32 * kSmWarps, 2)
     gemm_stream_mma_kernel(GemmKernelParams p, int kw, int lbn, int lbk, bool a_vec, int groups_arg) {
   static_assert(kAcc == 1 || kAcc == 4, "the partial sums below");
+  static_assert(!kF32S || (F == QuantFormat::kFP8Block && kAcc == 4), "f32 scales: FP8 blocks, default mode");
+  constexpr int kChains = kF32S ? 2 : kAcc;                 // accumulator chains (and, kF32S, block-sum chains)
   constexpr int kRows = W16 ? 2 : 1, kOut = W16 ? 4 : 2;    // weight rows a lane loads; outputs a lane holds
   constexpr int kPrefetch = kPrefetchBytes / (16 * kRows);  // steps in flight: the same bytes for both shapes
   static_assert(kPrefetch % 2 == 0, "refills go by pairs of steps");
@@ -98,7 +106,10 @@ __global__ void __launch_bounds__(32 * kSmWarps, 2)
     for (int h = 0; h < kRows; ++h) {
       const int64_t n = n0 + g + 8 * h;
       wrow[h] = reinterpret_cast<const uint4*>(b + (n < p.n ? n : 0) * chunks * 16) + t;
-      srow[h] = scale_row<F>(p, s, n < p.n ? n : 0, lbn);
+      if constexpr (kF32S)  // the tile's row block (every row of the tile is in it): f32 entries
+        srow[h] = s + ((n0 < p.n ? n0 : 0) >> lbn) * p.scale_cols * int64_t{4};
+      else
+        srow[h] = scale_row<F>(p, s, n < p.n ? n : 0, lbn);
     }
   };
   set_rows(0);
@@ -109,7 +120,13 @@ __global__ void __launch_bounds__(32 * kSmWarps, 2)
 #pragma unroll
     for (int h = 0; h < kRows; ++h) {
       d.q[h] = ok ? ld_stream(wrow[h] + 4 * st) : make_uint4(0, 0, 0, 0);
-      d.e[h] = ok ? srow[h][scale_offset<F>(c, lbk)] : 127u;
+      if constexpr (kF32S) {
+        // The step's K block for every lane (a lane past K still scales the sums its outputs hold), once a tile.
+        if (h == 0)
+          d.e[0] = st < s_end ? __ldg(reinterpret_cast<const uint32_t*>(srow[0]) + ((4 * st * 16) >> lbk)) : 0u;
+      } else {
+        d.e[h] = ok ? srow[h][scale_offset<F>(c, lbk)] : 127u;
+      }
     }
   };
 
@@ -162,7 +179,8 @@ __global__ void __launch_bounds__(32 * kSmWarps, 2)
       }
       // kAcc independent accumulators: one chain of dependent mmas per step was the critical path (ncu: ~8 cycles
       // per issued instruction at ~10 warps an SM on a 6.5 MB projection).
-      float acc[kAcc][4] = {};
+      float acc[kChains][4] = {};
+      float blk[kChains][4];  // kF32S: the current pair of steps' sums, before its scale (else unused)
       for (int st0 = s_begin; st0 < s_end; st0 += kPrefetch) {
 #pragma unroll
         for (int u = 0; u < kPrefetch; ++u) {
@@ -171,7 +189,15 @@ __global__ void __launch_bounds__(32 * kSmWarps, 2)
             StepData<kRows>& d = buf[u];
             FormatScale<F> sc[kRows];
 #pragma unroll
-            for (int h = 0; h < kRows; ++h) sc[h].set(d.e[h]);
+            for (int h = 0; h < kRows; ++h) sc[h].set(kF32S ? 127u : d.e[h]);  // kF32S: the codes' values (x 1)
+            if constexpr (kF32S) {
+              if ((u & 1) == 0) {
+#pragma unroll
+                for (int j = 0; j < kChains; ++j)
+#pragma unroll
+                  for (int i = 0; i < 4; ++i) blk[j][i] = 0.0f;
+              }
+            }
             const uint2* xrow = xs + st * (kMi * R * 4) + lane;
             const auto mmas = [&]<bool kMaybeTwo>() {
 #pragma unroll
@@ -180,12 +206,13 @@ __global__ void __launch_bounds__(32 * kSmWarps, 2)
 #pragma unroll
                 for (int h = 0; h < kRows; ++h) weight_pairs<F, kMaybeTwo>(d.q[h], sc[h], mi, wp[h], wq[h]);
                 const uint2 x = g < R ? xrow[mi * R * 4] : make_uint2(0, 0);
+                float(&sum)[4] = kF32S ? blk[mi % kChains] : acc[mi % kChains];
                 if constexpr (W16) {
                   const uint32_t a[4] = {wp[0], wp[kRows - 1], wq[0], wq[kRows - 1]};
-                  mma_bf16(acc[mi % kAcc], a, x.x, x.y);
+                  mma_bf16(sum, a, x.x, x.y);
                 } else {
                   const uint32_t a[4] = {x.x, 0u, x.y, 0u};
-                  mma_bf16(acc[mi % kAcc], a, wp[0], wq[0]);
+                  mma_bf16(sum, a, wp[0], wq[0]);
                 }
               }
             };
@@ -194,10 +221,22 @@ __global__ void __launch_bounds__(32 * kSmWarps, 2)
             bool two = false;
 #pragma unroll
             for (int h = 0; h < kRows; ++h) two |= sc[h].two;
-            if (__any_sync(0xffffffffu, two))
+            if constexpr (kF32S)
+              mmas.template operator()<false>();
+            else if (__any_sync(0xffffffffu, two))
               mmas.template operator()<true>();
             else
               mmas.template operator()<false>();
+            // kF32S: the pair's sums (or a slice's lone last step's) times their K block's scale.
+            if constexpr (kF32S) {
+              if ((u & 1) || st + 1 == s_end) {
+                const float scale = __uint_as_float(d.e[0]);
+#pragma unroll
+                for (int j = 0; j < kChains; ++j)
+#pragma unroll
+                  for (int i = 0; i < 4; ++i) acc[j][i] = fmaf(scale, blk[j][i], acc[j][i]);
+              }
+            }
             // Refills after the math (the registers are free again), two steps at a time: a row's 64-byte halves of
             // one 128-byte line leave back to back. One refill a step let the halves reach L2 a step apart, and the
             // 256-byte prefetch hint then read 25% more than the weights from DRAM (ncu, V4-Flash b256 gate call,
@@ -214,8 +253,10 @@ __global__ void __launch_bounds__(32 * kSmWarps, 2)
       // Otherwise: acc 0 / 1 activation row g, weight rows 2t / 2t + 1 (acc 2 / 3: activation rows 8..15, empty).
 #pragma unroll
       for (int i = 0; i < kOut; ++i) {
-        if constexpr (kAcc == 4)
+        if constexpr (kChains == 4)
           part[warp][i][lane] = (acc[0][i] + acc[1][i]) + (acc[2][i] + acc[3][i]);
+        else if constexpr (kChains == 2)
+          part[warp][i][lane] = acc[0][i] + acc[1][i];
         else
           part[warp][i][lane] = acc[0][i];
       }
@@ -236,7 +277,7 @@ __global__ void __launch_bounds__(32 * kSmWarps, 2)
 }
 
 // fixed_kw > 0 (batch-invariant mode): that many K slices, whatever the call's tiles and slots.
-template <QuantFormat F, int R, bool W16, int kAcc = 4, bool kBf16A = false>
+template <QuantFormat F, int R, bool W16, int kAcc = 4, bool kBf16A = false, bool kF32S = false>
 void launch_shape(const GemmKernelParams& p, int64_t slots, int lbn, int lbk, cudaStream_t stream, int fixed_kw = 0) {
   const int64_t chunks = p.k / kChunkK<F>, steps = ceil_div(chunks, 4), tiles = ceil_div(p.n, W16 ? 16 : 8);
   int kw = 1;  // K slices per tile: enough warps to stream, at least two steps each
@@ -255,13 +296,13 @@ void launch_shape(const GemmKernelParams& p, int64_t slots, int lbn, int lbk, cu
   }
   const size_t smem = static_cast<size_t>(steps * kMmas<F> * R * 4) * sizeof(uint2);
   if (smem > static_cast<size_t>(kDefaultSmemBytes))
-    DI_CUDA_CHECK(cudaFuncSetAttribute(gemm_stream_mma_kernel<F, R, W16, kAcc, kBf16A>,
+    DI_CUDA_CHECK(cudaFuncSetAttribute(gemm_stream_mma_kernel<F, R, W16, kAcc, kBf16A, kF32S>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   const dim3 grid(static_cast<unsigned>(ceil_div(tiles, nw * tile_groups)), static_cast<unsigned>(slots));
   const bool a_vec = p.lda % 4 == 0 && reinterpret_cast<uintptr_t>(p.a) % 16 == 0;
   // A plain launch: programmatic dependent launch measured slower (H200, V4.1 decode at batch 1, same call: 2.44 ms
   // without, 3.04 ms with; the grouped calls started early and waited for the plan while holding SM slots).
-  gemm_stream_mma_kernel<F, R, W16, kAcc, kBf16A>
+  gemm_stream_mma_kernel<F, R, W16, kAcc, kBf16A, kF32S>
       <<<grid, 32 * kSmWarps, smem, stream>>>(p, kw, lbn, lbk, a_vec, tile_groups);
   DI_CUDA_CHECK_LAUNCH();
 }
@@ -272,7 +313,7 @@ void launch_shape(const GemmKernelParams& p, int64_t slots, int lbn, int lbk, cu
 // kept q_a, o_b and the T=1 experts on 8-row tiles. Not yet measured in the slices.
 constexpr int64_t kW16MinTiles = 80;
 
-template <QuantFormat F, int R>
+template <QuantFormat F, int R, bool kF32S = false>
 void launch(const GemmKernelParams& p, int64_t slots, int lbn, int lbk, cudaStream_t stream) {
   const bool w16 = ceil_div(p.n, 16) * slots >= kW16MinTiles;
   // The caller's bf16 copy of A when it made one (the MoE layer from ~3 rows an expert): the same staged bits as
@@ -280,11 +321,11 @@ void launch(const GemmKernelParams& p, int64_t slots, int lbn, int lbk, cudaStre
   // a pass; docs/PERF.md).
   const bool a16 = p.a_bf16 && p.lda % 8 == 0 && reinterpret_cast<uintptr_t>(p.a_bf16) % 16 == 0;
   if (w16 && a16)
-    launch_shape<F, R, true, 4, true>(p, slots, lbn, lbk, stream);
+    launch_shape<F, R, true, 4, true, kF32S>(p, slots, lbn, lbk, stream);
   else if (w16)
-    launch_shape<F, R, true>(p, slots, lbn, lbk, stream);
+    launch_shape<F, R, true, 4, false, kF32S>(p, slots, lbn, lbk, stream);
   else
-    launch_shape<F, R, false>(p, slots, lbn, lbk, stream);
+    launch_shape<F, R, false, 4, false, kF32S>(p, slots, lbn, lbk, stream);
 }
 
 // One row a weight and fewer 16-row tiles than this: the fp32 column-group kernel (gemm_cuda.cu) is faster there
@@ -306,7 +347,8 @@ void launch_invariant(const GemmKernelParams& p, int64_t slots, int lbn, int lbk
 }
 
 // invariant_kw > 0: batch-invariant mode (16-row tiles, that many K slices, one accumulator chain), any row count.
-template <QuantFormat F>
+// kF32S: f32 block scales (default mode only).
+template <QuantFormat F, bool kF32S = false>
 bool dispatch(const GemmKernelParams& p, int64_t rows, int lbn, int lbk, cudaStream_t stream, int invariant_kw = 0) {
   int64_t slots = p.group_offsets ? std::max<int64_t>(std::min<int64_t>(p.groups, p.m), 1) : 1;
   if (!invariant_kw && !gemm_stream_mma_takes_shape(rows, p.n, slots)) return false;
@@ -351,16 +393,16 @@ bool dispatch(const GemmKernelParams& p, int64_t rows, int lbn, int lbk, cudaStr
   }
   switch (r) {
     case 1:
-      launch<F, 1>(q, slots, lbn, lbk, stream);
+      launch<F, 1, kF32S>(q, slots, lbn, lbk, stream);
       break;
     case 2:
-      launch<F, 2>(q, slots, lbn, lbk, stream);
+      launch<F, 2, kF32S>(q, slots, lbn, lbk, stream);
       break;
     case 4:
-      launch<F, 4>(q, slots, lbn, lbk, stream);
+      launch<F, 4, kF32S>(q, slots, lbn, lbk, stream);
       break;
     default:
-      launch<F, 8>(q, slots, lbn, lbk, stream);
+      launch<F, 8, kF32S>(q, slots, lbn, lbk, stream);
       break;
   }
   return true;
@@ -372,12 +414,23 @@ bool gemm_stream_mma_takes_shape(int64_t rows, int64_t n, int64_t slots) {
   return rows > 1 || ceil_div(n, 16) * slots >= kOneRowMinTiles;
 }
 
+bool gemm_stream_mma_takes_f32_scales(QuantFormat format, int block_n, int block_k, int64_t k,
+                                      const GemmChoices& choices) {
+  return choices.stream_mma_f32_scales && format == QuantFormat::kFP8Block && log2_exact(block_n) >= 4 &&
+         log2_exact(block_k) >= 7 && k % 16 == 0;
+}
+
 namespace {
 bool run(const GemmKernelParams& p, int64_t rows, cudaStream_t stream, int invariant_kw) {
-  if (!p.scale_e8m0 || p.m == 0 || p.n == 0) return false;
+  if (p.m == 0 || p.n == 0) return false;
   if (p.group_offsets && !p.active_groups) return false;
   const auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
   if (p.b_table ? !p.tables_aligned16 : !aligned(p.b)) return false;
+  if (!p.scale_e8m0) {
+    if (invariant_kw || !gemm_stream_mma_takes_f32_scales(p.format, p.block_n, p.block_k, p.k, p.choices)) return false;
+    if (!p.b_scale_table && reinterpret_cast<uintptr_t>(p.b_scale) % 4 != 0) return false;
+    return dispatch<QuantFormat::kFP8Block, true>(p, rows, log2_exact(p.block_n), log2_exact(p.block_k), stream);
+  }
   switch (p.format) {
     case QuantFormat::kMXFP4:
       return p.k % 32 == 0 && dispatch<QuantFormat::kMXFP4>(p, rows, 0, 0, stream, invariant_kw);
