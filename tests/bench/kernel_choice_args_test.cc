@@ -41,6 +41,7 @@ TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
                                           "wgmma_fp8=always",
                                           "lt_fp8_block=never",
                                           "mla_tf32=1",
+                                          "mla_bf16x3=1",
                                           "rows_mma=never",
                                           "rows_mma_bf16_a=1",
                                           "rows_mma_pdl=1",
@@ -64,6 +65,7 @@ TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
   EXPECT_EQ(c.gemm.wgmma_fp8, KernelPick::kAlways);
   EXPECT_EQ(c.gemm.lt_fp8_block, KernelPick::kNever);
   EXPECT_TRUE(c.mla_tf32);
+  EXPECT_TRUE(c.mla_bf16x3);
   EXPECT_EQ(c.gemm.rows_mma, KernelPick::kNever);
   EXPECT_TRUE(c.gemm.rows_mma_bf16_a);
   EXPECT_TRUE(c.gemm.rows_mma_pdl);

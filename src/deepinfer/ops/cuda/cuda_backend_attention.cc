@@ -255,6 +255,10 @@ constexpr int64_t kMlaGemmChunkTokens = 1024;
 // its keys [k_nope | k_pe], then per query chunk the logits (one batched GEMM over the group's heads), the causal
 // softmax in place, and P·V (batched) straight into `out`. The absorbed SIMT kernels it replaces for prefill re-read
 // every cache row per head in fp32 (H100, V3 slice prefill 4096: 2.50 s of a 2.55 s step; docs/PERF.md, session 30).
+// KernelChoices::mla_bf16x3: the same three GEMMs on bf16 tensor cores as hi·hi + hi·lo + lo·hi of each operand's
+// bf16 terms (run_bf16_parts); the expansion and the logits with the three products side by side along K (one GEMM of
+// 3K: [hi | hi | lo] x [hi | lo | hi]), P·V as three GEMMs summed into `out` (beta = 1), whose K (the visible rows)
+// changes with the chunk.
 void CudaBackend::mla_attention_naive(const MlaAttentionParams& p) {
   const int64_t T = p.q.dim(0);
   if (impl_->batch_invariant || T < kMlaGemmMinTokens) return mla_attention_absorbed(p);
@@ -269,6 +273,8 @@ void CudaBackend::mla_attention_naive(const MlaAttentionParams& p) {
   const float* kv = cptr<float>(p.kv);
   const float* kv_b = p.kv_b.data_as<float>();
   float* out = p.out.data_as<float>();
+  const bool x3 = impl_->choices.mla_bf16x3;
+  const bool tf32 = impl_->choices.mla_tf32 && !x3;
   // With the layout facts (kv row j = position kv_first_position + j, the query positions on the host), a chunk of
   // queries attends only the rows up to its latest position: causal prefill in chunks of kMlaGemmChunkTokens does about
   // half the logit and P·V work of whole rows. Without them every chunk takes all S rows.
@@ -277,22 +283,48 @@ void CudaBackend::mla_attention_naive(const MlaAttentionParams& p) {
   // Heads a group and queries a chunk: chunks of chunk_tokens while the logits of several heads fit, else one head a
   // group in as many queries as fit. The group's expanded rows and keys ((dn + dv + qk) floats a row and head) keep
   // to the same budget: a short chunk after a long prefix would otherwise expand every head at once (32k rows: 3.5
-  // GiB).
+  // GiB). bf16x3 adds P's two bf16 terms to each logit (half the logits a chunk) and the keys' three and V's two terms
+  // to each row and head.
+  const int64_t logit_floats = x3 ? kMlaGemmLogitFloats / 2 : kMlaGemmLogitFloats;
+  const int64_t row_floats = dn + dv + qk + (x3 ? (3 * qk) / 2 + dv : 0);
   const int64_t G = std::clamp<int64_t>(
-      std::min(kMlaGemmLogitFloats / (std::min(T, chunk_tokens) * S), kMlaGemmLogitFloats / (S * (dn + dv + qk))), 1,
-      H);
-  const int64_t Tc = std::max<int64_t>(1, std::min({T, chunk_tokens, kMlaGemmLogitFloats / (G * S)}));
+      std::min(logit_floats / (std::min(T, chunk_tokens) * S), kMlaGemmLogitFloats / (S * row_floats)), 1, H);
+  const int64_t Tc = std::max<int64_t>(1, std::min({T, chunk_tokens, logit_floats / (G * S)}));
+  const int64_t ld_p = ceil_div(S, 8) * 8;  // P's terms: 16-byte rows
   cuda::WorkspaceArena::Scope scope(impl_->ws());
   float* kvx = impl_->ws().take_as<float>(S * G * (dn + dv));
   float* keys = impl_->ws().take_as<float>(S * G * qk);
   float* logits = impl_->ws().take_as<float>(G * Tc * S);
   int64_t* max_qpos = impl_->ws().take_as<int64_t>(1);
+  // bf16x3 operands (bf16, 2 bytes an entry): the cache rows' latent part [S, 3r] as [hi | lo | hi], a group's kv_b
+  // rows [G (dn + dv), 3r] as [hi | hi | lo], its keys [S, G, 3qk] as [hi | hi | lo], a chunk's queries [Tc, G, 3qk]
+  // as [hi | lo | hi], V's terms [2][S, G, dv] and P's [2][G, Tc, ld_p].
+  uint16_t *c3 = nullptr, *kvb3 = nullptr, *keys3 = nullptr, *q3 = nullptr, *v2 = nullptr, *p2 = nullptr;
+  if (x3) {
+    c3 = impl_->ws().take_as<uint16_t>(S * 3 * r);
+    kvb3 = impl_->ws().take_as<uint16_t>(G * (dn + dv) * 3 * r);
+    keys3 = impl_->ws().take_as<uint16_t>(S * G * 3 * qk);
+    q3 = impl_->ws().take_as<uint16_t>(Tc * G * 3 * qk);
+    v2 = impl_->ws().take_as<uint16_t>(2 * S * G * dv);
+    p2 = impl_->ws().take_as<uint16_t>(2 * G * Tc * ld_p);
+    cuda::Bf16PartsKernelParams c;
+    c.src = kv;
+    c.src_row = r + dr;
+    c.rows = S;
+    c.len = r;
+    c.dst = c3;
+    c.dst_row = 3 * r;
+    c.part_stride = r;
+    c.parts = 3;
+    c.lo_parts = 0b010;
+    cuda::run_bf16_parts(c, impl_->s());
+  }
   cuda::run_mla_max_position(p.q_positions.data_as<int64_t>(), T, max_qpos, impl_->s());
   for (int64_t h0 = 0; h0 < H; h0 += G) {
     const int64_t g = std::min(G, H - h0);
     // kvx[s, j] = Σ_c ĉ[s, c] · kv_b[h0 (dn + dv) + j, c]: column-major kvxᵀ = kv_bᵀ-rows · ĉᵀ.
-    Impl::LtBatchedF32 e;
-    e.tf32 = impl_->choices.mla_tf32;
+    Impl::LtBatched e;
+    e.tf32 = tf32;
     e.trans_a = true;
     e.rows = g * (dn + dv);
     e.cols = S;
@@ -303,7 +335,26 @@ void CudaBackend::mla_attention_naive(const MlaAttentionParams& p) {
     e.ldb = r + dr;
     e.d = kvx;
     e.ldd = g * (dn + dv);
-    impl_->lt_batched_f32(e);
+    if (x3) {
+      cuda::Bf16PartsKernelParams w;
+      w.src = kv_b + h0 * (dn + dv) * r;
+      w.src_row = r;
+      w.rows = g * (dn + dv);
+      w.len = r;
+      w.dst = kvb3;
+      w.dst_row = 3 * r;
+      w.part_stride = r;
+      w.parts = 3;
+      w.lo_parts = 0b100;
+      cuda::run_bf16_parts(w, impl_->s());
+      e.bf16 = true;
+      e.k = 3 * r;
+      e.a = kvb3;
+      e.lda = 3 * r;
+      e.b = c3;
+      e.ldb = 3 * r;
+    }
+    impl_->lt_batched(e);
     cuda::MlaKeysKernelParams kp;
     kp.kvx = kvx;
     kp.kv = kv;
@@ -317,6 +368,36 @@ void CudaBackend::mla_attention_naive(const MlaAttentionParams& p) {
     kp.r = r;
     kp.dr = dr;
     cuda::run_mla_keys(kp, impl_->s());
+    if (x3) {
+      cuda::Bf16PartsKernelParams k3;  // the keys: [hi | hi | lo]
+      k3.src = keys;
+      k3.src_row = g * qk;
+      k3.src_seg = qk;
+      k3.rows = S;
+      k3.segs = g;
+      k3.len = qk;
+      k3.dst = keys3;
+      k3.dst_row = g * 3 * qk;
+      k3.dst_seg = 3 * qk;
+      k3.part_stride = qk;
+      k3.parts = 3;
+      k3.lo_parts = 0b100;
+      cuda::run_bf16_parts(k3, impl_->s());
+      cuda::Bf16PartsKernelParams v;  // V (masked rows zeroed by run_mla_keys): hi, then lo
+      v.src = kvx + dn;
+      v.src_row = g * (dn + dv);
+      v.src_seg = dn + dv;
+      v.rows = S;
+      v.segs = g;
+      v.len = dv;
+      v.dst = v2;
+      v.dst_row = g * dv;
+      v.dst_seg = dv;
+      v.part_stride = S * g * dv;
+      v.parts = 2;
+      v.lo_parts = 0b10;
+      cuda::run_bf16_parts(v, impl_->s());
+    }
     for (int64_t t0 = 0; t0 < T; t0 += Tc) {
       const int64_t tc = std::min(Tc, T - t0);
       // The rows this chunk's queries may see: [0, Sc).
@@ -331,8 +412,8 @@ void CudaBackend::mla_attention_naive(const MlaAttentionParams& p) {
         continue;
       }
       // logits[h][t][s] = keys[s, h] · q[t0 + t, h0 + h]: column-major (S x tc) = keysᵀ · q, batched over the heads.
-      Impl::LtBatchedF32 l;
-      l.tf32 = impl_->choices.mla_tf32;
+      Impl::LtBatched l;
+      l.tf32 = tf32;
       l.trans_a = true;
       l.rows = Sc;
       l.cols = tc;
@@ -347,7 +428,31 @@ void CudaBackend::mla_attention_naive(const MlaAttentionParams& p) {
       l.d = logits;
       l.ldd = Sc;
       l.stride_d = tc * Sc;
-      impl_->lt_batched_f32(l);
+      if (x3) {
+        cuda::Bf16PartsKernelParams qs;  // the chunk's queries: [hi | lo | hi]
+        qs.src = q + (t0 * H + h0) * qk;
+        qs.src_row = H * qk;
+        qs.src_seg = qk;
+        qs.rows = tc;
+        qs.segs = g;
+        qs.len = qk;
+        qs.dst = q3;
+        qs.dst_row = g * 3 * qk;
+        qs.dst_seg = 3 * qk;
+        qs.part_stride = qk;
+        qs.parts = 3;
+        qs.lo_parts = 0b010;
+        cuda::run_bf16_parts(qs, impl_->s());
+        l.bf16 = true;
+        l.k = 3 * qk;
+        l.a = keys3;
+        l.lda = g * 3 * qk;
+        l.stride_a = 3 * qk;
+        l.b = q3;
+        l.ldb = g * 3 * qk;
+        l.stride_b = 3 * qk;
+      }
+      impl_->lt_batched(l);
       cuda::MlaSoftmaxKernelParams sm;
       sm.logits = logits;
       sm.q_positions = p.q_positions.data_as<int64_t>() + t0;
@@ -356,10 +461,15 @@ void CudaBackend::mla_attention_naive(const MlaAttentionParams& p) {
       sm.tokens = tc;
       sm.s = Sc;
       sm.scale = p.scale;
+      if (x3) {
+        sm.p_hi = p2;
+        sm.p_lo = p2 + g * tc * ld_p;
+        sm.ld_p = ld_p;
+      }
       cuda::run_mla_causal_softmax(sm, impl_->s());
       // out[t0 + t, h0 + h, :] = Σ_s P[h][t][s] · V[s, h]: column-major (dv x tc) = Vᵀ · Pᵀ, batched over the heads.
-      Impl::LtBatchedF32 o;
-      o.tf32 = impl_->choices.mla_tf32;
+      Impl::LtBatched o;
+      o.tf32 = tf32;
       o.rows = dv;
       o.cols = tc;
       o.k = Sc;
@@ -373,7 +483,24 @@ void CudaBackend::mla_attention_naive(const MlaAttentionParams& p) {
       o.d = out + (t0 * H + h0) * dv;
       o.ldd = H * dv;
       o.stride_d = dv;
-      impl_->lt_batched_f32(o);
+      if (!x3) {
+        impl_->lt_batched(o);
+        continue;
+      }
+      // V_hi·P_hi, then + V_hi·P_lo and + V_lo·P_hi.
+      o.bf16 = true;
+      o.lda = g * dv;
+      o.stride_a = dv;
+      o.ldb = ld_p;
+      o.stride_b = tc * ld_p;
+      const std::pair<const uint16_t*, const uint16_t*> terms[] = {
+          {v2, p2}, {v2, p2 + g * tc * ld_p}, {v2 + S * g * dv, p2}};
+      for (int j = 0; j < 3; ++j) {
+        o.a = terms[j].first;
+        o.b = terms[j].second;
+        o.beta = j == 0 ? 0.0f : 1.0f;
+        impl_->lt_batched(o);
+      }
     }
   }
 }

@@ -61,11 +61,11 @@ const CudaBackend::Impl::LtPlan& CudaBackend::Impl::lt_plan(cudaDataType_t type,
   return lt_plans.emplace(key, p).first->second;
 }
 
-void CudaBackend::Impl::lt_batched_f32(const LtBatchedF32& g) {
+void CudaBackend::Impl::lt_batched(const LtBatched& g) {
   if (g.rows == 0 || g.cols == 0 || g.batch == 0) return;
-  DI_CHECK(g.k > 0) << "lt_batched_f32: k = 0";
-  const std::array<int64_t, 13> key = {g.trans_a, g.trans_b, g.rows,     g.cols,     g.k,        g.batch, g.lda,
-                                       g.ldb,     g.ldd,     g.stride_a, g.stride_b, g.stride_d, g.tf32};
+  DI_CHECK(g.k > 0) << "lt_batched: k = 0";
+  const std::array<int64_t, 14> key = {g.trans_a, g.trans_b, g.rows,     g.cols,     g.k,        g.batch, g.lda,
+                                       g.ldb,     g.ldd,     g.stride_a, g.stride_b, g.stride_d, g.tf32,  g.bf16};
   auto it = lt_batched_plans.find(key);
   if (it == lt_batched_plans.end()) {
     if (lt_batched_plans.size() >= kMaxLtPlans) {
@@ -74,15 +74,14 @@ void CudaBackend::Impl::lt_batched_f32(const LtBatchedF32& g) {
     }
     LtPlan p;
     try {
-      DI_CUBLAS_CHECK(
-          cublasLtMatmulDescCreate(&p.op, g.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUDA_R_32F));
+      DI_CUBLAS_CHECK(cublasLtMatmulDescCreate(
+          &p.op, g.tf32 && !g.bf16 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUDA_R_32F));
+      const cudaDataType_t ab = g.bf16 ? CUDA_R_16BF : CUDA_R_32F;
       const cublasOperation_t ta = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
       DI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
       DI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
-      DI_CUBLAS_CHECK(
-          cublasLtMatrixLayoutCreate(&p.a, CUDA_R_32F, g.trans_a ? g.k : g.rows, g.trans_a ? g.rows : g.k, g.lda));
-      DI_CUBLAS_CHECK(
-          cublasLtMatrixLayoutCreate(&p.b, CUDA_R_32F, g.trans_b ? g.cols : g.k, g.trans_b ? g.k : g.cols, g.ldb));
+      DI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, ab, g.trans_a ? g.k : g.rows, g.trans_a ? g.rows : g.k, g.lda));
+      DI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, ab, g.trans_b ? g.cols : g.k, g.trans_b ? g.k : g.cols, g.ldb));
       DI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, g.rows, g.cols, g.ldd));
       if (g.batch > 1) {
         const int32_t count = static_cast<int32_t>(g.batch);
@@ -95,8 +94,8 @@ void CudaBackend::Impl::lt_batched_f32(const LtBatchedF32& g) {
                                                            sizeof(stride)));
         }
       }
-      pick_algo(p, "fp32 " + std::to_string(g.batch) + " x " + std::to_string(g.rows) + "x" + std::to_string(g.cols) +
-                       "x" + std::to_string(g.k));
+      pick_algo(p, std::string(g.bf16 ? "bf16 " : "fp32 ") + std::to_string(g.batch) + " x " + std::to_string(g.rows) +
+                       "x" + std::to_string(g.cols) + "x" + std::to_string(g.k));
     } catch (...) {
       destroy(p);
       throw;
@@ -104,8 +103,8 @@ void CudaBackend::Impl::lt_batched_f32(const LtBatchedF32& g) {
     it = lt_batched_plans.emplace(key, p).first;
   }
   const LtPlan& p = it->second;
-  const float alpha = 1.0f, beta = 0.0f;
-  DI_CUBLAS_CHECK(cublasLtMatmul(lt, p.op, &alpha, g.a, p.a, g.b, p.b, &beta, g.d, p.c, g.d, p.c, &p.algo,
+  const float alpha = 1.0f;
+  DI_CUBLAS_CHECK(cublasLtMatmul(lt, p.op, &alpha, g.a, p.a, g.b, p.b, &g.beta, g.d, p.c, g.d, p.c, &p.algo,
                                  lt_workspace.data(), lt_workspace.size(), s()));
 }
 

@@ -234,22 +234,24 @@ struct CudaBackend::Impl {
            w.scale.dim(1) == k / 128 && w.rows() % 4 == 0 && a16(w.weight.data()) && a16(w.scale.data());
   }
 
-  // Column-major D[b] (rows x cols, ldd) = op_a(A[b]) (rows x k) · op_b(B[b]) (k x cols) for b < batch, each operand at
-  // its base + b · stride; all f32, computed in full fp32 (no TF32 unless asked). Descriptors and algorithm built once
-  // a shape.
-  struct LtBatchedF32 {
+  // Column-major D[b] (rows x cols, ldd) = op_a(A[b]) (rows x k) · op_b(B[b]) (k x cols) + beta · D[b] for b < batch,
+  // each operand at its base + b · stride; f32 A and B computed in full fp32 (no TF32 unless asked), or bf16 A and B
+  // (bf16 products, fp32 sums); D f32. Descriptors and algorithm built once a shape.
+  struct LtBatched {
     bool trans_a = false, trans_b = false;
     int64_t rows = 0, cols = 0, k = 0, batch = 1;
-    const float* a = nullptr;
+    const void* a = nullptr;
     int64_t lda = 0, stride_a = 0;
-    const float* b = nullptr;
+    const void* b = nullptr;
     int64_t ldb = 0, stride_b = 0;
     float* d = nullptr;
     int64_t ldd = 0, stride_d = 0;
-    bool tf32 = false;  // TF32 tensor-core products (KernelChoices::mla_tf32) instead of full fp32
+    bool tf32 = false;  // f32 A and B: TF32 tensor-core products (KernelChoices::mla_tf32) instead of full fp32
+    bool bf16 = false;  // A and B are bf16
+    float beta = 0.0f;
   };
-  std::map<std::array<int64_t, 13>, LtPlan> lt_batched_plans;
-  void lt_batched_f32(const LtBatchedF32& g);
+  std::map<std::array<int64_t, 14>, LtPlan> lt_batched_plans;
+  void lt_batched(const LtBatched& g);
 
   // The own GEMM (gemm_cuda.cu) under this backend's kernel choices.
   void run_gemm(cuda::GemmKernelParams g) {

@@ -19,6 +19,14 @@ inline unsigned grid_1d(int64_t n, int threads) {
   return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > (1ll << 31) - 1 ? (1ll << 31) - 1 : blocks));
 }
 
+// x = hi + lo + O(2^-16·|x|): hi = bf16(x), lo = bf16(x − hi). A non-finite hi (x inf / NaN, or within half a bf16
+// step of FLT_MAX, which rounds to inf) has no finite residual (inf − inf is NaN): lo = 0 leaves hi's value alone.
+__device__ __forceinline__ void split_bf16(float x, __nv_bfloat16& hi, __nv_bfloat16& lo) {
+  hi = __float2bfloat16_rn(x);
+  const float h = __bfloat162float(hi);
+  lo = __float2bfloat16_rn(isfinite(h) ? x - h : 0.0f);
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
@@ -81,7 +89,8 @@ __device__ __forceinline__ uint8_t f32_to_e4m3_dev(float f) {
 __device__ __forceinline__ float e2m1_to_f32_dev(uint8_t nibble) {
   // Arithmetic decode (a table indexed at run time would live in local memory).
   const uint32_t e = (nibble >> 1) & 3u, m = nibble & 1u;
-  const float v = e == 0 ? 0.5f * static_cast<float>(m) : (1.0f + 0.5f * static_cast<float>(m)) * static_cast<float>(1u << (e - 1));
+  const float v =
+      e == 0 ? 0.5f * static_cast<float>(m) : (1.0f + 0.5f * static_cast<float>(m)) * static_cast<float>(1u << (e - 1));
   return (nibble & 8) ? -v : v;
 }
 // RNE onto {0, .5, 1, 1.5, 2, 3, 4, 6}, saturating at 6; at a midpoint the even code wins.
@@ -90,17 +99,27 @@ __device__ __forceinline__ uint8_t f32_to_e2m1_dev(float f) {
   const uint8_t sign = signbit(f) ? 0x8 : 0x0;
   const float a = fminf(fabsf(f), 6.0f);
   uint8_t c;
-  if (a <= 0.25f) c = 0;
-  else if (a < 0.75f) c = 1;
-  else if (a <= 1.25f) c = 2;
-  else if (a < 1.75f) c = 3;
-  else if (a <= 2.5f) c = 4;
-  else if (a < 3.5f) c = 5;
-  else if (a <= 5.0f) c = 6;
-  else c = 7;
+  if (a <= 0.25f)
+    c = 0;
+  else if (a < 0.75f)
+    c = 1;
+  else if (a <= 1.25f)
+    c = 2;
+  else if (a < 1.75f)
+    c = 3;
+  else if (a <= 2.5f)
+    c = 4;
+  else if (a < 3.5f)
+    c = 5;
+  else if (a <= 5.0f)
+    c = 6;
+  else
+    c = 7;
   return sign | c;
 }
 
-__device__ __forceinline__ float bf16_bits_to_f32(uint16_t h) { return __uint_as_float(static_cast<uint32_t>(h) << 16); }
+__device__ __forceinline__ float bf16_bits_to_f32(uint16_t h) {
+  return __uint_as_float(static_cast<uint32_t>(h) << 16);
+}
 
 }  // namespace deepinfer::cuda

@@ -93,6 +93,10 @@ struct KernelChoices {
   // The V3 family's prefill MLA on GEMMs (CudaBackend::mla_attention_naive) with TF32 tensor-core products instead of
   // full fp32 (inputs rounded to 10 mantissa bits: off the golden tests' 1e-6 level, so an A/B only).
   bool mla_tf32 = false;
+  // The same GEMMs on bf16 tensor cores in three products (bf16x3): each f32 operand split into bf16 hi + lo, the sum
+  // hi·hi + hi·lo + lo·hi in fp32 (within ~2^-16 of the fp32 product where TF32 is 2^-11 off). Takes precedence over
+  // mla_tf32. Off until GPU-run (written in session 31 without a device; docs/PERF.md next steps).
+  bool mla_bf16x3 = false;
   // Rows a group up to which a grouped_linear call (default mode) is one grouped launch (grouped_linear.h); -1:
   // kGemmStreamMmaMaxRows. 0 runs every call per group.
   int64_t grouped_one_launch_rows = -1;

@@ -406,15 +406,34 @@ struct MlaKeysKernelParams {
 void run_mla_keys(const MlaKeysKernelParams& p, cudaStream_t stream);
 // ... and the causal softmax of the logits in place: rows = heads x tokens (head-major), each `s` logits of query t
 // against the keys; key j counts iff kv_positions[j] <= q_positions[t]; p = softmax(scale · logit) in fp32, 0 where
-// masked (a row with no visible key: all 0).
+// masked (a row with no visible key: all 0). With p_hi / p_lo (KernelChoices::mla_bf16x3) p goes there instead, as
+// bf16 terms hi + lo (split_bf16), row `row` at row · ld_p (ld_p >= s); the logits then hold the exponentials.
 struct MlaSoftmaxKernelParams {
   float* logits = nullptr;                // [heads, tokens, s]
   const int64_t* q_positions = nullptr;   // [tokens]
   const int64_t* kv_positions = nullptr;  // [s]
   int64_t heads = 0, tokens = 0, s = 0;
   float scale = 1.0f;
+  void* p_hi = nullptr;  // bf16 [heads, tokens, ld_p], optional (with p_lo)
+  void* p_lo = nullptr;
+  int64_t ld_p = 0;
 };
 void run_mla_causal_softmax(const MlaSoftmaxKernelParams& p, cudaStream_t stream);
+// f32 values as bf16 terms for the naive MLA's bf16x3 GEMMs (KernelChoices::mla_bf16x3): element e < len of segment
+// g < segs of row r (src + r · src_row + g · src_seg + e) split into hi + lo (split_bf16), written to `parts` parts
+// (2 or 3) at dst + r · dst_row + g · dst_seg + j · part_stride + e, part j holding lo where bit j of lo_parts is set,
+// hi elsewhere (strides in elements). A GEMM's operands [hi | hi | lo] and [hi | lo | hi] along K give
+// hi·hi + hi·lo + lo·hi: the product within ~2^-16 of fp32's on bf16 tensor cores.
+struct Bf16PartsKernelParams {
+  const float* src = nullptr;
+  int64_t src_row = 0, src_seg = 0;
+  int64_t rows = 0, segs = 1, len = 0;
+  void* dst = nullptr;
+  int64_t dst_row = 0, dst_seg = 0, part_stride = 0;
+  int parts = 2;
+  unsigned lo_parts = 0b10;
+};
+void run_bf16_parts(const Bf16PartsKernelParams& p, cudaStream_t stream);
 
 // Paged absorbed-form MLA (PagedMlaAttentionParams, mla_paged_cuda.cu). Scratch from the caller: q_full
 // [tokens, heads, r + dr] and the split partials [tokens, heads, splits] (part_o with r per entry), splits =

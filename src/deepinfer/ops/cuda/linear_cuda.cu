@@ -96,14 +96,6 @@ __global__ void cast_f32_to_bf16_vec_kernel(const float4* in, uint4* out, int64_
   out[i] = *reinterpret_cast<const uint4*>(o);
 }
 
-// x = hi + lo + O(2^-16·|x|): hi = bf16(x), lo = bf16(x − hi). A non-finite hi (x inf / NaN, or within half a bf16
-// step of FLT_MAX, which rounds to inf) has no finite residual (inf − inf is NaN): lo = 0 leaves hi's value alone.
-__device__ __forceinline__ void split_bf16(float x, __nv_bfloat16& hi, __nv_bfloat16& lo) {
-  hi = __float2bfloat16_rn(x);
-  const float h = __bfloat162float(hi);
-  lo = __float2bfloat16_rn(isfinite(h) ? x - h : 0.0f);
-}
-
 __global__ void split_f32_to_bf16_kernel(const float* in, __nv_bfloat16* hi, __nv_bfloat16* lo, int64_t n) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)

@@ -208,7 +208,26 @@ __global__ void __launch_bounds__(256) mla_causal_softmax_kernel(MlaSoftmaxKerne
   }
   sum = block_reduce(sum, false);
   const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+  if (p.p_hi) {
+    __nv_bfloat16* hi = static_cast<__nv_bfloat16*>(p.p_hi) + row * p.ld_p;
+    __nv_bfloat16* lo = static_cast<__nv_bfloat16*>(p.p_lo) + row * p.ld_p;
+    for (int64_t j = threadIdx.x; j < p.s; j += blockDim.x) split_bf16(x[j] * inv, hi[j], lo[j]);
+    return;
+  }
   for (int64_t j = threadIdx.x; j < p.s; j += blockDim.x) x[j] *= inv;
+}
+
+__global__ void bf16_parts_kernel(Bf16PartsKernelParams p) {
+  const int64_t n = p.rows * p.segs * p.len;
+  __nv_bfloat16* dst = static_cast<__nv_bfloat16*>(p.dst);
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t e = i % p.len, rg = i / p.len, g = rg % p.segs, r = rg / p.segs;
+    __nv_bfloat16 hi, lo;
+    split_bf16(p.src[r * p.src_row + g * p.src_seg + e], hi, lo);
+    __nv_bfloat16* out = dst + r * p.dst_row + g * p.dst_seg + e;
+    for (int j = 0; j < p.parts; ++j) out[j * p.part_stride] = (p.lo_parts >> j) & 1u ? lo : hi;
+  }
 }
 
 }  // namespace
@@ -230,6 +249,14 @@ void run_mla_causal_softmax(const MlaSoftmaxKernelParams& p, cudaStream_t stream
   if (rows == 0 || p.s == 0) return;
   DI_CHECK(rows < (int64_t{1} << 31)) << "mla softmax: " << rows << " rows";
   mla_causal_softmax_kernel<<<static_cast<unsigned>(rows), 256, 0, stream>>>(p);
+  DI_CUDA_CHECK_LAUNCH();
+}
+
+void run_bf16_parts(const Bf16PartsKernelParams& p, cudaStream_t stream) {
+  DI_CHECK(p.parts == 2 || p.parts == 3) << "bf16_parts: " << p.parts << " parts";
+  const int64_t n = p.rows * p.segs * p.len;
+  if (n == 0) return;
+  bf16_parts_kernel<<<grid_1d(std::min<int64_t>(n, int64_t{1} << 26), 256), 256, 0, stream>>>(p);
   DI_CUDA_CHECK_LAUNCH();
 }
 
