@@ -21,7 +21,7 @@ TEST(KernelChoiceArgs, NoneIsTheDefaults) {
   EXPECT_EQ(c.attn_mma, KernelPick::kAuto);
   EXPECT_EQ(c.gemm.wgmma_tile, WgmmaTile::kByRows);
   EXPECT_EQ(c.gemm.stream_mma_max_rows, -1);
-  EXPECT_FALSE(c.gemm.stream_mma_f32_scales);
+  EXPECT_FALSE(c.gemm.f32_scale_mma);
   EXPECT_EQ(c.gemm.decode_direct_max_rows, -1);
   EXPECT_EQ(c.gemm.wgmma_split_k, KernelPick::kAuto);
   EXPECT_EQ(c.gemm.wgmma_fp8, KernelPick::kAuto);
@@ -50,7 +50,7 @@ TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
                                           "rows_mma_splits=8",
                                           "rows_mma_share=2",
                                           "stream_mma_max_rows=0",
-                                          "stream_mma_f32_scales=1",
+                                          "f32_scale_mma=1",
                                           "decode_direct_max_rows=256",
                                           "grouped_one_launch_rows=1000"};
   const cuda::KernelChoices c = parse_kernel_choices(specs);
@@ -74,7 +74,7 @@ TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
   EXPECT_EQ(c.gemm.rows_mma_splits, 8);
   EXPECT_EQ(c.gemm.rows_mma_share, 2);
   EXPECT_EQ(c.gemm.stream_mma_max_rows, 0);
-  EXPECT_TRUE(c.gemm.stream_mma_f32_scales);
+  EXPECT_TRUE(c.gemm.f32_scale_mma);
   EXPECT_EQ(c.gemm.decode_direct_max_rows, 256);
   EXPECT_EQ(c.grouped_one_launch_rows, 1000);
   std::string joined;

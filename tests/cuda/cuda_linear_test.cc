@@ -353,13 +353,17 @@ TEST_F(CudaLinearTest, QuantLinearStreamingShapesMatchCpu) {
   }
 }
 
-// FP8 blocks with f32 scales (V3 / R1 checkpoints) on the streaming tensor-core kernel (stream_mma_f32_scales): the
-// codes exact, each 128-K block's sums scaled once in fp32, A rounded to bf16, so against the rounded input only the
-// summation order and the scale's placement differ (1e-5). Shapes as above plus a K with a partial last block and step
-// (1040), V3's q_b and kv_a (24576 x 1536, 576 x 7168: 3 passes past the stage at 8 rows), 128 x 128 and 16 x 256
-// blocks, scales spread over [0.01, 2) (not powers of two); every row count to 8. Off (the default), the same 128 x 128
-// calls keep the fp32 kernels up to 4 rows (exact products: against x) and cuBLASLt's bf16 scratch past them (4e-3).
-TEST_F(CudaLinearTest, QuantLinearF32ScalesStreamThroughTheTensorCores) {
+// FP8 blocks with f32 scales (V3 / R1 checkpoints) on the tensor-core decode kernels (f32_scale_mma). Up to 8 rows the
+// streaming kernel: the codes exact, each 128-K block's sums scaled once in fp32, A rounded to bf16, so against the
+// rounded input only the summation order and the scale's placement differ (1e-5). 9-64 rows the rows kernel: each
+// weight scaled in fp32 and rounded to bf16 (the bf16 scratch's values), A rounded to bf16: against both rounded,
+// 1e-5. Shapes: as above plus a K with a partial last block and step (1040), V3's q_b and kv_a (24576 x 1536, 576 x
+// 7168: 3 passes past the streaming kernel's stage at 8 rows), 128 x 128 and 16 x 256 blocks, scales spread over
+// [0.01, 2) (not powers of two). Off (the default), the same 128 x 128 calls keep the fp32 kernels up to 4 rows (exact
+// products: against x) and cuBLASLt's bf16 scratch past them (4e-3).
+TEST_F(CudaLinearTest, QuantLinearF32ScalesTakeTheTensorCoreDecodeKernels) {
+  cuda::GemmChoices on_choices;
+  on_choices.f32_scale_mma = true;
   for (auto [n, k] : {std::pair<int64_t, int64_t>{300, 512},
                       {264, 2048},
                       {136, 4096},
@@ -368,15 +372,11 @@ TEST_F(CudaLinearTest, QuantLinearF32ScalesStreamThroughTheTensorCores) {
                       {24576, 1536},
                       {576, 7168}}) {
     for (auto [bn, bk] : {std::pair<int, int>{128, 128}, {16, 256}}) {
-      ASSERT_TRUE(cuda::gemm_stream_mma_takes_f32_scales(QuantFormat::kFP8Block, bn, bk, k, [] {
-        cuda::GemmChoices c;
-        c.stream_mma_f32_scales = true;
-        return c;
-      }()));
+      ASSERT_TRUE(cuda::gemm_stream_mma_takes_f32_scales(QuantFormat::kFP8Block, bn, bk, k, on_choices));
       const HostTensor w = fp8({n, k}), s = f32_scales({(n + bn - 1) / bn, (k + bk - 1) / bk});
-      const HostTensor wd = cpu_dequant(w, s, QuantFormat::kFP8Block, n, k, bn, bk);
+      const HostTensor wd = cpu_dequant(w, s, QuantFormat::kFP8Block, n, k, bn, bk), wr = bf16_rows(wd);
       const DeviceTensor dw = up(w), ds = up(s);
-      for (int64_t m = 1; m <= 8; ++m) {
+      for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 40, 64}) {
         const HostTensor x = rand({m, k}), xr = bf16_rows(x);
         const std::string shape = " N=" + std::to_string(n) + " K=" + std::to_string(k) + " block " +
                                   std::to_string(bn) + "x" + std::to_string(bk) + " M=" + std::to_string(m);
@@ -387,10 +387,16 @@ TEST_F(CudaLinearTest, QuantLinearF32ScalesStreamThroughTheTensorCores) {
           return down(dout);
         };
         {
-          testing::ScopedKernelChoices on(gpu(), [](cuda::KernelChoices& c) { c.gemm.stream_mma_f32_scales = true; });
-          // One row at few tiles: the fp32 column-group kernel still (exact in A).
-          const bool tc = cuda::gemm_stream_mma_takes_shape(m, n, 1);
-          rel_err(("linear_quant fp8 f32 scales stream_mma" + shape).c_str(), run(), cpu_linear(tc ? xr : x, wd), 1e-5);
+          testing::ScopedKernelChoices on(gpu(), [](cuda::KernelChoices& c) { c.gemm.f32_scale_mma = true; });
+          if (m <= cuda::kGemmStreamMmaMaxRows) {
+            // One row at few tiles: the fp32 column-group kernel still (exact in A).
+            const bool tc = cuda::gemm_stream_mma_takes_shape(m, n, 1);
+            rel_err(("linear_quant fp8 f32 scales stream_mma" + shape).c_str(), run(), cpu_linear(tc ? xr : x, wd),
+                    1e-5);
+          } else {
+            EXPECT_TRUE(cuda::gemm_rows_mma_takes(QuantFormat::kFP8Block, false, bn, bk, n, k, m, on_choices)) << shape;
+            rel_err(("linear_quant fp8 f32 scales rows_mma" + shape).c_str(), run(), cpu_linear(xr, wr), 1e-5);
+          }
         }
         if (bn == 128)
           rel_err(("linear_quant fp8 f32 scales default" + shape).c_str(), run(), cpu_linear(x, wd),

@@ -435,7 +435,7 @@ TEST_F(CudaMoeTest, Mxfp4ExpertsStreamAtLargeDecodeBatches) {
 }
 
 // V3's experts as V3 / R1 checkpoints store them (FP8 128 x 128 blocks with f32 scales, routed and shared) at decode
-// batches (T = 1, 3, 16, 64 tokens x 6 of 64 experts) with stream_mma_f32_scales: the routed experts and the shared
+// batches (T = 1, 3, 16, 64 tokens x 6 of 64 experts) with f32_scale_mma: the routed experts and the shared
 // one (up to 8 rows) on the streaming tensor-core kernel, each 128-K block's sums scaled in fp32, x and h rounded to
 // bf16 (8e-3 as the other MoE tests); then the same calls on the default path.
 TEST_F(CudaMoeTest, Fp8F32ScaleExpertsStreamThroughTheTensorCores) {
@@ -444,7 +444,7 @@ TEST_F(CudaMoeTest, Fp8F32ScaleExpertsStreamThroughTheTensorCores) {
   for (int64_t t : {1, 3, 16, 64}) {
     HostTensor x = rand({t, d}), weights = rand({t, k}, 0.05f, 1.0f), idx = distinct_indices(t, k, e);
     for (bool on : {true, false}) {
-      testing::ScopedKernelChoices choice(gpu(), [&](cuda::KernelChoices& c) { c.gemm.stream_mma_f32_scales = on; });
+      testing::ScopedKernelChoices choice(gpu(), [&](cuda::KernelChoices& c) { c.gemm.f32_scale_mma = on; });
       for (bool before : {false, true})
         expect_moe_quant_matches_cpu(std::string("moe_quant fp8 f32 scales") + (on ? " stream_mma" : " default") +
                                          (before ? " before_w2" : "") + " T=" + std::to_string(t),

@@ -33,7 +33,7 @@ constexpr std::string_view kKeys =
     "lt_fp8_block, mla_tf32, mla_bf16x3, rows_mma, rows_mma_bf16_a, rows_mma_pdl, rows_mma_warps, rows_mma_kw, "
     "rows_mma_splits, "
     "rows_mma_share, "
-    "stream_mma_max_rows, stream_mma_f32_scales, "
+    "stream_mma_max_rows, f32_scale_mma, "
     "decode_direct_max_rows, grouped_one_launch_rows";
 
 template <class T, size_t N>
@@ -139,8 +139,8 @@ cuda::KernelChoices parse_kernel_choices(const std::vector<std::string>& specs) 
       c.gemm.rows_mma_share = shape_value(value, spec, {1, 2, 4, 8});
     } else if (key == "stream_mma_max_rows") {
       c.gemm.stream_mma_max_rows = rows_value(value, spec);
-    } else if (key == "stream_mma_f32_scales") {
-      c.gemm.stream_mma_f32_scales = flag_value(value, spec);
+    } else if (key == "f32_scale_mma") {
+      c.gemm.f32_scale_mma = flag_value(value, spec);
     } else if (key == "decode_direct_max_rows") {
       c.gemm.decode_direct_max_rows = rows_value(value, spec);
     } else if (key == "grouped_one_launch_rows") {
@@ -184,8 +184,7 @@ std::string describe_kernel_choices(const cuda::KernelChoices& c) {
   if (c.gemm.rows_mma_share != d.gemm.rows_mma_share) add("rows_mma_share", std::to_string(c.gemm.rows_mma_share));
   if (c.gemm.stream_mma_max_rows != d.gemm.stream_mma_max_rows)
     add("stream_mma_max_rows", c.gemm.stream_mma_max_rows < 0 ? "default" : std::to_string(c.gemm.stream_mma_max_rows));
-  if (c.gemm.stream_mma_f32_scales != d.gemm.stream_mma_f32_scales)
-    add("stream_mma_f32_scales", c.gemm.stream_mma_f32_scales ? "1" : "0");
+  if (c.gemm.f32_scale_mma != d.gemm.f32_scale_mma) add("f32_scale_mma", c.gemm.f32_scale_mma ? "1" : "0");
   if (c.gemm.decode_direct_max_rows != d.gemm.decode_direct_max_rows)
     add("decode_direct_max_rows",
         c.gemm.decode_direct_max_rows < 0 ? "default" : std::to_string(c.gemm.decode_direct_max_rows));

@@ -12,7 +12,7 @@ namespace deepinfer::bench {
 
 // Keys: attn_mma, indexer_mma, topk_small_blocks, wgmma (auto | never | always); wgmma_exact (0 | 1); wgmma_decode
 // (by_format | producer | split | consumers); wgmma_tile (by_rows | 128x256 | 256x128 | mixed); stream_mma_max_rows,
-// grouped_one_launch_rows (a row count >= 0, or default); stream_mma_f32_scales and the other on/off keys (0 | 1).
+// grouped_one_launch_rows (a row count >= 0, or default); f32_scale_mma and the other on/off keys (0 | 1).
 // Later specs of a key win. InvalidArgument naming the spec and what is accepted otherwise.
 cuda::KernelChoices parse_kernel_choices(const std::vector<std::string>& specs);
 

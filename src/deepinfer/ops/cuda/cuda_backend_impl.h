@@ -378,7 +378,7 @@ struct CudaBackend::Impl {
   // experts.
   // UE8M0 block formats stream through the tensor cores up to kGemmStreamMmaMaxRows rows (weights read once), or up
   // to GemmChoices::stream_mma_max_rows when that is larger (a same-build A/B of the streaming kernel's 8-row passes
-  // against the scratch path); f32-scaled FP8 blocks too when the kernel takes them (stream_mma_f32_scales).
+  // against the scratch path); f32-scaled FP8 blocks too when the kernel takes them (f32_scale_mma).
   int64_t lt_min_rows(const QuantMatrix& w) const {
     if (w.scale.dtype() != DType::kE8M0 &&
         !cuda::gemm_stream_mma_takes_f32_scales(w.format, w.block_n, w.block_k, w.cols(), choices.gemm))

@@ -25,9 +25,10 @@ constexpr int64_t kGemmRowsMmaAutoRows = 64;
 // K range of all rows in shared memory; K splits over a thread-block cluster whose blocks sum their partial tiles
 // through distributed shared memory in rank order (deterministic for a shape and device; no partials in global
 // memory, no second kernel). Takes what run_gemm_stream_mma takes (UE8M0 MXFP4, FP8 blocks of power-of-two shape,
-// FP8 per-32 rows, 16-byte aligned weights), dense only (no groups, gathered or scattered rows), and not in
-// batch-invariant mode, not with p.choices.rows_mma == kNever nor past kGemmRowsMmaAutoRows rows with kAuto. Returns
-// false, enqueuing nothing, otherwise.
+// FP8 per-32 rows, 16-byte aligned weights; with GemmChoices::f32_scale_mma FP8 blocks of those shapes with f32
+// scales, each weight scaled in fp32 and rounded to bf16 as dequantize_bf16 does), dense only (no groups, gathered
+// or scattered rows), and not in batch-invariant mode, not with p.choices.rows_mma == kNever nor past
+// kGemmRowsMmaAutoRows rows with kAuto. Returns false, enqueuing nothing, otherwise.
 bool run_gemm_rows_mma(const GemmKernelParams& p, cudaStream_t stream);
 
 // Whether run_gemm_rows_mma takes a dense call of `rows` rows with these weights on the current device (pointers and

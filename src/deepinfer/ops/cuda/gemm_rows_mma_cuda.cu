@@ -56,8 +56,11 @@ struct KernelShape {
 // holds tile w % (warps / kw) over the block's steps [w / (warps / kw) · warp_steps, + warp_steps).
 // Dynamic shared memory: the block's K range of the R = 8·RG rows as bf16 fragments, [step][mma][row][lane % 4] x
 // 8 bytes; afterwards the warps' partial tiles, kw x R rows x (16·warps / kw + kPartPad) floats.
-template <QuantFormat F, int RG, bool kBf16A, bool kShare>
+// kF32S: FP8 blocks with f32 scales (GemmChoices::f32_scale_mma): each weight is scaled in fp32 and rounded to bf16
+// in registers (bf16x2_scaled: dequantize_bf16's values, which the cuBLASLt scratch path it replaces multiplies).
+template <QuantFormat F, int RG, bool kBf16A, bool kShare, bool kF32S = false>
 __global__ void __launch_bounds__(32 * kMaxWarps, 1) gemm_rows_mma_kernel(GemmKernelParams p, KernelShape sh) {
+  static_assert(!kF32S || F == QuantFormat::kFP8Block, "f32 scales: FP8 blocks");
   constexpr int R = 8 * RG, kMi = kMmas<F>, kC = kChunkK<F>;
   extern __shared__ __align__(16) uint2 xs[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
@@ -72,7 +75,7 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 1) gemm_rows_mma_kernel(GemmKe
   const int w_end = n_block < p.n ? min(s_end, w_begin + sh.warp_steps) : w_begin;
   const uint8_t* b = static_cast<const uint8_t*>(p.b);
   const uint8_t* s = static_cast<const uint8_t*>(p.b_scale);
-  WeightRows<F, 2> wr;  // weight rows g and g + 8 of the warp's tile
+  WeightRows<F, 2, true, kF32S> wr;  // weight rows g and g + 8 of the warp's tile
   wr.set(p, b, s, n0, g, t, chunks, sh.lbn);
   const auto load = [&](int st, StepData<2>& d) { wr.load(st, w_end, chunks, t, sh.lbk, d); };
   // The first steps' weight loads go out before the rows are staged, so they are in flight meanwhile.
@@ -139,8 +142,8 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 1) gemm_rows_mma_kernel(GemmKe
       if (st < w_end) {
         StepData<2>& d = buf[u];
         FormatScale<F> sc[2];
-        sc[0].set(d.e[0]);
-        sc[1].set(d.e[1]);
+        sc[0].set(kF32S ? 127u : d.e[0]);  // kF32S: the codes' values (x 1), scaled below
+        sc[1].set(kF32S ? 127u : d.e[1]);
         const uint2* xrow = xs + (st - s_begin) * (kMi * R * 4) + lane;
         const auto mmas = [&]<bool kMaybeTwo>() {
 #pragma unroll
@@ -148,6 +151,13 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 1) gemm_rows_mma_kernel(GemmKe
             uint32_t wp[2], wq[2];
             weight_pairs<F, kMaybeTwo>(d.q[0], sc[0], mi, wp[0], wq[0]);
             weight_pairs<F, kMaybeTwo>(d.q[1], sc[1], mi, wp[1], wq[1]);
+            if constexpr (kF32S) {
+#pragma unroll
+              for (int h = 0; h < 2; ++h) {
+                wp[h] = bf16x2_scaled(wp[h], __uint_as_float(d.e[h]));
+                wq[h] = bf16x2_scaled(wq[h], __uint_as_float(d.e[h]));
+              }
+            }
             const uint32_t a[4] = {wp[0], wp[1], wq[0], wq[1]};
 #pragma unroll
             for (int rg = 0; rg < RG; ++rg) {
@@ -157,7 +167,9 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 1) gemm_rows_mma_kernel(GemmKe
           }
         };
         // (As the streaming kernel: a scale past bf16's range for one multiply takes the two-multiply decode.)
-        if (__any_sync(0xffffffffu, sc[0].two || sc[1].two))
+        if constexpr (kF32S)
+          mmas.template operator()<false>();
+        else if (__any_sync(0xffffffffu, sc[0].two || sc[1].two))
           mmas.template operator()<true>();
         else
           mmas.template operator()<false>();
@@ -227,9 +239,9 @@ size_t rows_smem(QuantFormat f, int warps, int kw, int split_steps, int64_t rows
   return static_cast<size_t>(std::max(stage, part));
 }
 
-template <QuantFormat F, int RG, bool kBf16A, bool kShare>
+template <QuantFormat F, int RG, bool kBf16A, bool kShare, bool kF32S>
 void launch(const GemmKernelParams& p, const RowsMmaShape& shape, const KernelShape& ks, cudaStream_t stream) {
-  auto kernel = gemm_rows_mma_kernel<F, RG, kBf16A, kShare>;
+  auto kernel = gemm_rows_mma_kernel<F, RG, kBf16A, kShare, kF32S>;
   if (shape.smem > 48 * 1024)
     DI_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shape.smem)));
@@ -259,33 +271,33 @@ void launch(const GemmKernelParams& p, const RowsMmaShape& shape, const KernelSh
   DI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p, ks));
 }
 
-template <QuantFormat F, int RG>
+template <QuantFormat F, int RG, bool kF32S>
 void launch_a(const GemmKernelParams& p, const RowsMmaShape& shape, KernelShape ks, cudaStream_t stream) {
   const bool a16 = p.a_bf16 && p.lda % 8 == 0 && reinterpret_cast<uintptr_t>(p.a_bf16) % 16 == 0;
   ks.a_vec = p.lda % 4 == 0 && reinterpret_cast<uintptr_t>(p.a) % 16 == 0;
   if (ks.share > 1) {
     if (a16)
-      launch<F, RG, true, true>(p, shape, ks, stream);
+      launch<F, RG, true, true, kF32S>(p, shape, ks, stream);
     else
-      launch<F, RG, false, true>(p, shape, ks, stream);
+      launch<F, RG, false, true, kF32S>(p, shape, ks, stream);
   } else if (a16) {
-    launch<F, RG, true, false>(p, shape, ks, stream);
+    launch<F, RG, true, false, kF32S>(p, shape, ks, stream);
   } else {
-    launch<F, RG, false, false>(p, shape, ks, stream);
+    launch<F, RG, false, false, kF32S>(p, shape, ks, stream);
   }
 }
 
-template <QuantFormat F>
+template <QuantFormat F, bool kF32S = false>
 void dispatch(const GemmKernelParams& p, const RowsMmaShape& shape, const KernelShape& ks, cudaStream_t stream) {
   switch (row_groups(p.m)) {
     case 2:
-      launch_a<F, 2>(p, shape, ks, stream);
+      launch_a<F, 2, kF32S>(p, shape, ks, stream);
       break;
     case 4:
-      launch_a<F, 4>(p, shape, ks, stream);
+      launch_a<F, 4, kF32S>(p, shape, ks, stream);
       break;
     default:
-      launch_a<F, 8>(p, shape, ks, stream);
+      launch_a<F, 8, kF32S>(p, shape, ks, stream);
       break;
   }
 }
@@ -344,6 +356,9 @@ bool takes_kind(QuantFormat format, bool scale_e8m0, int block_n, int block_k, i
   if (choices.rows_mma == KernelPick::kNever) return false;
   if (rows <= kGemmStreamMmaMaxRows || rows > kGemmRowsMmaMaxRows || n <= 0 || k <= 0) return false;
   if (choices.rows_mma == KernelPick::kAuto && rows > kGemmRowsMmaAutoRows) return false;
+  // f32 block scales (f32_scale_mma): the FP8 block shapes the UE8M0 decode takes.
+  if (!scale_e8m0 && choices.f32_scale_mma && format == QuantFormat::kFP8Block)
+    return decodes_format(format, true, block_n, block_k, k);
   return decodes_format(format, scale_e8m0, block_n, block_k, k);
 }
 }  // namespace
@@ -358,6 +373,7 @@ bool run_gemm_rows_mma(const GemmKernelParams& p, cudaStream_t stream) {
   if (p.batch_invariant || p.group_offsets || p.a_rows || p.c_rows || p.b_table) return false;
   if (!takes_kind(p.format, p.scale_e8m0, p.block_n, p.block_k, p.n, p.k, p.m, p.choices)) return false;
   if (reinterpret_cast<uintptr_t>(p.b) % 16 != 0) return false;
+  if (!p.scale_e8m0 && reinterpret_cast<uintptr_t>(p.b_scale) % 4 != 0) return false;
   const RowsMmaShape shape = gemm_rows_mma_shape(p.format, p.n, p.k, p.m, device_sm_count(), p.choices);
   if (shape.smem > kMaxSmem) return false;
   KernelShape ks{shape.splits, shape.split_steps,     0, 0, shape.kw, shape.warp_steps, shape.share,
@@ -372,7 +388,10 @@ bool run_gemm_rows_mma(const GemmKernelParams& p, cudaStream_t stream) {
     default:
       ks.lbn = log2_exact(p.block_n);
       ks.lbk = log2_exact(p.block_k);
-      dispatch<QuantFormat::kFP8Block>(p, shape, ks, stream);
+      if (p.scale_e8m0)
+        dispatch<QuantFormat::kFP8Block>(p, shape, ks, stream);
+      else
+        dispatch<QuantFormat::kFP8Block, true>(p, shape, ks, stream);
       break;
   }
   return true;

@@ -89,6 +89,12 @@ __device__ __forceinline__ const uint8_t* scale_row(const GemmKernelParams& p, c
   return s + (n >> lbn) * p.scale_cols;
 }
 
+// A pair of exact bf16 weight values (codes placed and multiplied by 2^bias) times an f32 scale, rounded to bf16: the
+// bits of dequantize_bf16 (bf16(f32(code) · s)) for the kernels that take f32 block scales.
+__device__ __forceinline__ uint32_t bf16x2_scaled(uint32_t w, float s) {
+  return pack_bf16x2(__uint_as_float(w << 16) * s, __uint_as_float(w & 0xFFFF0000u) * s);
+}
+
 // Mma mi's weight fragment pairs P / Q of one 16-byte chunk q with its scale applied (exact bf16).
 template <QuantFormat F, bool kMaybeTwo = true>
 __device__ __forceinline__ void weight_pairs(const uint4& q, const FormatScale<F>& sc, int mi, uint32_t& wp,
@@ -194,7 +200,7 @@ __device__ __forceinline__ uint4 ld_stream(const uint4* p) {  // read once: no L
 }
 
 // kRows weight rows a lane streams (1, or 2: rows g and g + 8 of a 16-row tile): one step's 16 code bytes and scale
-// byte of each.
+// byte (f32 block scales: the scale's bits) of each.
 template <int kRows>
 struct StepData {
   uint4 q[kRows];
@@ -203,7 +209,8 @@ struct StepData {
 
 // A lane's weight rows n0 + g + 8h (h < kRows) and their scale rows: the K walk's loads of the streaming, invariant
 // and rows kernels. Rows past N read row 0 (in bounds) and contribute nothing: their outputs are never written.
-template <QuantFormat F, int kRows, bool kL2Prefetch = true>
+// kF32S: FP8 blocks with f32 scales (the rows kernel under GemmChoices::f32_scale_mma).
+template <QuantFormat F, int kRows, bool kL2Prefetch = true, bool kF32S = false>
 struct WeightRows {
   const uint4* w[kRows];
   const uint8_t* s[kRows];
@@ -213,18 +220,24 @@ struct WeightRows {
     for (int h = 0; h < kRows; ++h) {
       const int64_t n = n0 + g + 8 * h;
       w[h] = reinterpret_cast<const uint4*>(b + (n < p.n ? n : 0) * chunks * 16) + t;
-      s[h] = scale_row<F>(p, sc, n < p.n ? n : 0, lbn);
+      if constexpr (kF32S)
+        s[h] = sc + ((n < p.n ? n : 0) >> lbn) * p.scale_cols * int64_t{4};
+      else
+        s[h] = scale_row<F>(p, sc, n < p.n ? n : 0, lbn);
     }
   }
   // Step st's chunk 4·st + t of each row; steps from `end` on and chunks past K are zero codes with scale byte 127
-  // (decoded to +0).
+  // (decoded to +0; f32 scales: 0).
   __device__ __forceinline__ void load(int st, int end, int chunks, int t, int lbk, StepData<kRows>& d) const {
     const int c = 4 * st + t;
     const bool ok = st < end && c < chunks;
 #pragma unroll
     for (int h = 0; h < kRows; ++h) {
       d.q[h] = ok ? (kL2Prefetch ? ld_stream(w[h] + 4 * st) : ld_once(w[h] + 4 * st)) : make_uint4(0, 0, 0, 0);
-      d.e[h] = ok ? s[h][scale_offset<F>(c, lbk)] : 127u;
+      if constexpr (kF32S)
+        d.e[h] = ok ? __ldg(reinterpret_cast<const uint32_t*>(s[h]) + scale_offset<F>(c, lbk)) : 0u;
+      else
+        d.e[h] = ok ? s[h][scale_offset<F>(c, lbk)] : 127u;
     }
   }
 };

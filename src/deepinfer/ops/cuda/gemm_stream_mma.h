@@ -21,7 +21,7 @@ constexpr int64_t kGroupedFullPassSlots = 64;
 // from HBM once, decoded in registers to bf16 with their UE8M0 scale applied exactly; A is rounded to bf16 (the
 // precision of the prefill tensor-core path), fp32 accumulation. Takes MXFP4, FP8 blocks with power-of-two block
 // shapes and FP8 per-32 rows, all with UE8M0 scales and 16-byte aligned weight rows; with
-// GemmChoices::stream_mma_f32_scales also FP8 blocks with f32 scales (gemm_stream_mma_takes_f32_scales). Returns
+// GemmChoices::f32_scale_mma also FP8 blocks with f32 scales (gemm_stream_mma_takes_f32_scales). Returns
 // false, enqueuing nothing, for anything else (unaligned weights, K that does not fit its shared-memory stage).
 bool run_gemm_stream_mma(const GemmKernelParams& p, int64_t rows, cudaStream_t stream);
 

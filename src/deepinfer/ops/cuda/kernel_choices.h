@@ -43,11 +43,13 @@ struct GemmChoices {
   // fp32 streaming kernels), -1 kGemmStreamMmaMaxRows. Above kGemmStreamMmaMaxRows the dense UE8M0 linears of up to
   // that many rows take it too (in 8-row passes) instead of the cuBLASLt scratch (CudaBackend's quant_linear).
   int64_t stream_mma_max_rows = -1;
-  // FP8 128 x 128 blocks with f32 scales (V3 / R1 checkpoints) through the streaming tensor-core kernel too (each
-  // 128-K block's sums scaled in fp32: gemm_stream_mma_takes_f32_scales) instead of the fp32 streaming kernels, and
-  // dense linears of up to stream_mma's rows with them. Off until GPU-run (written in session 31 without a device;
-  // docs/PERF.md next steps): the tests and the bench A/B set it.
-  bool stream_mma_f32_scales = false;
+  // FP8 blocks with f32 scales (V3 / R1 checkpoints) on the tensor-core decode kernels as well, instead of the fp32
+  // streaming kernels (up to 4 rows) and the cuBLASLt bf16 scratch (5-64 rows): up to 8 rows a group the streaming
+  // kernel (gemm_stream_mma_takes_f32_scales: the codes exact, each 128-K block's sums scaled in fp32), 9-64 dense rows
+  // the rows kernel (gemm_rows_mma.h: each weight scaled in fp32 and rounded to bf16 in registers, the values the bf16
+  // scratch holds). Off until GPU-run (written in session 31 without a device; docs/PERF.md next steps): the tests
+  // and the bench A/B set it.
+  bool f32_scale_mma = false;
   // The most rows of a dense block-format linear that the own tensor-core kernels take from the stored codes once their
   // tiles fill the device (CudaBackend's quant_linear); past it, and below the fill, cuBLASLt over a bf16 scratch of
   // the dequantized weight. -1: kDecodeDirectMaxRows (128); 0: never.
