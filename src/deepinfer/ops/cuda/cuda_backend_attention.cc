@@ -248,6 +248,25 @@ constexpr int64_t kMlaGemmMinTokens = 64;
 constexpr int64_t kMlaGemmLogitFloats = int64_t{128} << 20;
 // Queries a chunk when the causal layout is known (each chunk then attends only the rows up to its newest position).
 constexpr int64_t kMlaGemmChunkTokens = 1024;
+
+// bf16x3 operands of the logits GEMM: `rows` x `heads` vectors of `len` at src (row stride src_row, a head's vector
+// after the previous one) as [rows][heads][3 · len] bf16 terms, part j lo where bit j of lo_parts is set.
+void head_terms(const float* src, int64_t src_row, int64_t rows, int64_t heads, int64_t len, uint16_t* dst,
+                unsigned lo_parts, cudaStream_t stream) {
+  cuda::run_bf16_parts({.src = src,
+                        .src_row = src_row,
+                        .src_seg = len,
+                        .rows = rows,
+                        .segs = heads,
+                        .len = len,
+                        .dst = dst,
+                        .dst_row = heads * 3 * len,
+                        .dst_seg = 3 * len,
+                        .part_stride = len,
+                        .parts = 3,
+                        .lo_parts = lo_parts},
+                       stream);
+}
 }  // namespace
 
 // The naive form on cuBLASLt's fp32 GEMMs (full fp32, no TF32: the CPU reference's numerics up to summation order), a
@@ -307,17 +326,16 @@ void CudaBackend::mla_attention_naive(const MlaAttentionParams& p) {
     q3 = impl_->ws().take_as<uint16_t>(Tc * G * 3 * qk);
     v2 = impl_->ws().take_as<uint16_t>(2 * S * G * dv);
     p2 = impl_->ws().take_as<uint16_t>(2 * G * Tc * ld_p);
-    cuda::Bf16PartsKernelParams c;
-    c.src = kv;
-    c.src_row = r + dr;
-    c.rows = S;
-    c.len = r;
-    c.dst = c3;
-    c.dst_row = 3 * r;
-    c.part_stride = r;
-    c.parts = 3;
-    c.lo_parts = 0b010;
-    cuda::run_bf16_parts(c, impl_->s());
+    cuda::run_bf16_parts({.src = kv,
+                          .src_row = r + dr,
+                          .rows = S,
+                          .len = r,
+                          .dst = c3,
+                          .dst_row = 3 * r,
+                          .part_stride = r,
+                          .parts = 3,
+                          .lo_parts = 0b010},
+                         impl_->s());
   }
   cuda::run_mla_max_position(p.q_positions.data_as<int64_t>(), T, max_qpos, impl_->s());
   for (int64_t h0 = 0; h0 < H; h0 += G) {
@@ -336,17 +354,16 @@ void CudaBackend::mla_attention_naive(const MlaAttentionParams& p) {
     e.d = kvx;
     e.ldd = g * (dn + dv);
     if (x3) {
-      cuda::Bf16PartsKernelParams w;
-      w.src = kv_b + h0 * (dn + dv) * r;
-      w.src_row = r;
-      w.rows = g * (dn + dv);
-      w.len = r;
-      w.dst = kvb3;
-      w.dst_row = 3 * r;
-      w.part_stride = r;
-      w.parts = 3;
-      w.lo_parts = 0b100;
-      cuda::run_bf16_parts(w, impl_->s());
+      cuda::run_bf16_parts({.src = kv_b + h0 * (dn + dv) * r,
+                            .src_row = r,
+                            .rows = g * (dn + dv),
+                            .len = r,
+                            .dst = kvb3,
+                            .dst_row = 3 * r,
+                            .part_stride = r,
+                            .parts = 3,
+                            .lo_parts = 0b100},
+                           impl_->s());
       e.bf16 = true;
       e.k = 3 * r;
       e.a = kvb3;
@@ -369,34 +386,21 @@ void CudaBackend::mla_attention_naive(const MlaAttentionParams& p) {
     kp.dr = dr;
     cuda::run_mla_keys(kp, impl_->s());
     if (x3) {
-      cuda::Bf16PartsKernelParams k3;  // the keys: [hi | hi | lo]
-      k3.src = keys;
-      k3.src_row = g * qk;
-      k3.src_seg = qk;
-      k3.rows = S;
-      k3.segs = g;
-      k3.len = qk;
-      k3.dst = keys3;
-      k3.dst_row = g * 3 * qk;
-      k3.dst_seg = 3 * qk;
-      k3.part_stride = qk;
-      k3.parts = 3;
-      k3.lo_parts = 0b100;
-      cuda::run_bf16_parts(k3, impl_->s());
-      cuda::Bf16PartsKernelParams v;  // V (masked rows zeroed by run_mla_keys): hi, then lo
-      v.src = kvx + dn;
-      v.src_row = g * (dn + dv);
-      v.src_seg = dn + dv;
-      v.rows = S;
-      v.segs = g;
-      v.len = dv;
-      v.dst = v2;
-      v.dst_row = g * dv;
-      v.dst_seg = dv;
-      v.part_stride = S * g * dv;
-      v.parts = 2;
-      v.lo_parts = 0b10;
-      cuda::run_bf16_parts(v, impl_->s());
+      head_terms(keys, g * qk, S, g, qk, keys3, 0b100, impl_->s());  // [hi | hi | lo]
+      // V (masked rows zeroed by run_mla_keys): hi, then lo
+      cuda::run_bf16_parts({.src = kvx + dn,
+                            .src_row = g * (dn + dv),
+                            .src_seg = dn + dv,
+                            .rows = S,
+                            .segs = g,
+                            .len = dv,
+                            .dst = v2,
+                            .dst_row = g * dv,
+                            .dst_seg = dv,
+                            .part_stride = S * g * dv,
+                            .parts = 2,
+                            .lo_parts = 0b10},
+                           impl_->s());
     }
     for (int64_t t0 = 0; t0 < T; t0 += Tc) {
       const int64_t tc = std::min(Tc, T - t0);
@@ -429,20 +433,7 @@ void CudaBackend::mla_attention_naive(const MlaAttentionParams& p) {
       l.ldd = Sc;
       l.stride_d = tc * Sc;
       if (x3) {
-        cuda::Bf16PartsKernelParams qs;  // the chunk's queries: [hi | lo | hi]
-        qs.src = q + (t0 * H + h0) * qk;
-        qs.src_row = H * qk;
-        qs.src_seg = qk;
-        qs.rows = tc;
-        qs.segs = g;
-        qs.len = qk;
-        qs.dst = q3;
-        qs.dst_row = g * 3 * qk;
-        qs.dst_seg = 3 * qk;
-        qs.part_stride = qk;
-        qs.parts = 3;
-        qs.lo_parts = 0b010;
-        cuda::run_bf16_parts(qs, impl_->s());
+        head_terms(q + (t0 * H + h0) * qk, H * qk, tc, g, qk, q3, 0b010, impl_->s());  // [hi | lo | hi]
         l.bf16 = true;
         l.k = 3 * qk;
         l.a = keys3;
