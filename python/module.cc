@@ -368,7 +368,7 @@ PYBIND11_MODULE(_core, m) {
                        int64_t max_num_batched_tokens, double gpu_memory_utilization, int64_t kv_cache_bytes, int ep,
                        int dp, int cp, uint64_t seed, std::string chat_format, bool exact_prefill,
                        std::string speculative, int num_draft_tokens, bool batch_invariant,
-                       std::string activation_quant) {
+                       std::string activation_quant, std::vector<std::string> kernel_choices) {
              api::LlmConfig c;
              c.model_dir = std::move(model_dir);
              c.device = std::move(device);
@@ -388,6 +388,7 @@ PYBIND11_MODULE(_core, m) {
              c.num_draft_tokens = num_draft_tokens;
              c.batch_invariant = batch_invariant;
              c.activation_quant = std::move(activation_quant);
+             c.kernel_choices = std::move(kernel_choices);
              py::gil_scoped_release release;
              return std::make_unique<api::Llm>(std::move(c));
            }),
@@ -395,7 +396,8 @@ PYBIND11_MODULE(_core, m) {
            py::arg("max_num_seqs"), py::arg("max_num_batched_tokens"), py::arg("gpu_memory_utilization"),
            py::arg("kv_cache_bytes"), py::arg("ep"), py::arg("dp"), py::arg("cp"), py::arg("seed"),
            py::arg("chat_format"), py::arg("exact_prefill"), py::arg("speculative"), py::arg("num_draft_tokens"),
-           py::arg("batch_invariant") = false, py::arg("activation_quant") = "none")
+           py::arg("batch_invariant") = false, py::arg("activation_quant") = "none",
+           py::arg("kernel_choices") = std::vector<std::string>{})
       .def(
           "generate",
           [](api::Llm& llm, const py::sequence& prompts, const std::vector<SamplingParams>& params,

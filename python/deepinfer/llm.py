@@ -90,6 +90,8 @@ class LLM:
     activation_quant: "none" (transformers' numerics), "mxfp8" (V4/V4.1: the inputs of GEMMs over FP8 / MXFP4
     weights rounded to e4m3 per 32 values, as the reference and vLLM compute) or "fp8" (the V3 family: per 128
     values with an f32 scale, the reference's gemm_impl "fp8", vLLM's and SGLang's block-FP8 GEMMs).
+    kernel_choices (CUDA): "KEY=VALUE" strings, the CUDA backend's kernel choices for A/Bs (the keys of `deepinfer
+    bench --kernel-choice`, e.g. ["f32_scale_mma=1"]); refused on the CPU device.
     """
 
     def __init__(
@@ -113,6 +115,7 @@ class LLM:
         num_draft_tokens=1,
         batch_invariant=False,
         activation_quant="none",
+        kernel_choices=(),
     ):
         self.model_dir, self.model_source = _core.resolve_model_dir(
             model, os.environ.get("DEEPINFER_HF_MODEL_DIR"), _core.embedded_model_dir()
@@ -136,6 +139,7 @@ class LLM:
             num_draft_tokens=num_draft_tokens,
             batch_invariant=batch_invariant,
             activation_quant=activation_quant,
+            kernel_choices=list(kernel_choices),
         )
 
     # Model facts.

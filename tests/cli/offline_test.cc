@@ -319,6 +319,21 @@ TEST(OfflineCli, ActivationQuantIsTheSameUnderEveryWeightLayout) {
   EXPECT_NE(bad.output.find("--activation-quant"), std::string::npos) << bad.output;
 }
 
+// --kernel-choice (offline, generate, serve): the CUDA backend's KEY=VALUE specs; on the CPU device, and for a key
+// that does not exist, a clear error before anything loads.
+TEST(OfflineCli, KernelChoicesAreRefusedOnTheCpuAndNamedWhenUnknown) {
+  const std::string head = "offline --model_name " + testing::test_data_dir() +
+                           "/golden/deepseek_v3 --max_model_len 64 --num-prompts 1 --max-tokens 2";
+  auto cpu = run_cli(head + " --kernel-choice f32_scale_mma=1");
+  EXPECT_NE(cpu.exit_code, 0);
+  EXPECT_NE(cpu.output.find("--kernel-choice f32_scale_mma=1: kernel choices are the CUDA backend's"),
+            std::string::npos)
+      << cpu.output;
+  auto unknown = run_cli(head + " --device cuda --kernel-choice no_such_kernel=1");
+  EXPECT_NE(unknown.exit_code, 0);
+  EXPECT_NE(unknown.output.find("unknown key 'no_such_kernel'"), std::string::npos) << unknown.output;
+}
+
 // --activation-quant fp8 on a V3 FP8 checkpoint (the reference's gemm_impl "fp8": per 128 values, f32 scales; with
 // scale_fmt ue8m0 power-of-two ones): kept quantized or dequantized at load, on one rank or with the experts over two
 // EP ranks, the samples are the same; the logs name the mode; the samples differ from the default numerics'.

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "deepinfer/bench/kernel_choice_args.h"
 #include "deepinfer/core/error.h"
 #include "deepinfer/io/safetensors.h"
 #include "test_util.h"
@@ -254,6 +255,30 @@ TEST(EngineFactoryWeights, WeightFormatResolvesPerDeviceAndLayout) {
     bf16.weight_format = "fp8";
     EXPECT_NE(load_engine_stack(bf16), nullptr) << m;
   }
+}
+
+// kernel_choices: the CUDA backend's KEY=VALUE specs, parsed once for every rank (later specs of a key win); a spec
+// that does not parse is named before anything loads, and any spec on the CPU device is refused (its kernels have no
+// choices), in the front end's spelling.
+TEST(EngineFactoryKernelChoices, ParseForCudaAndAreRefusedOnTheCpu) {
+  EngineStackOptions o = options_for("deepseek_v3");
+  EXPECT_EQ(bench::describe_kernel_choices(kernel_choices_of(o)), "");  // none: the defaults
+  o.device = "cuda";
+  o.kernel_choices = {"f32_scale_mma=1", "mla_bf16x3=1", "mla_tf32=1", "mla_tf32=0"};
+  const cuda::KernelChoices c = kernel_choices_of(o);
+  EXPECT_TRUE(c.gemm.f32_scale_mma);
+  EXPECT_TRUE(c.mla_bf16x3);
+  EXPECT_FALSE(c.mla_tf32);
+  o.kernel_choices = {"f32_scale_mma=2"};
+  expect_error([&] { kernel_choices_of(o); }, ErrorCode::kInvalidArgument, "f32_scale_mma=2");
+  o.kernel_choices = {"no_such_kernel=1"};
+  expect_error([&] { load_engine_stack(o); }, ErrorCode::kInvalidArgument, "unknown key 'no_such_kernel'");
+  o.device = "cpu";
+  o.kernel_choices = {"mla_tf32=1"};
+  expect_error([&] { load_engine_stack(o); }, ErrorCode::kInvalidArgument,
+               "--kernel-choice mla_tf32=1: kernel choices are the CUDA backend's");
+  o.spelling = OptionSpelling::kKeyword;
+  expect_error([&] { load_engine_stack(o); }, ErrorCode::kInvalidArgument, "kernel_choice='mla_tf32=1'");
 }
 
 // The device footprint the CUDA cache budget takes off: every file, less the main layers' routed experts an EP rank

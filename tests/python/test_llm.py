@@ -106,6 +106,12 @@ def test_activation_quant_reaches_the_engine(golden_v41):
             tiny_plain.generate(prompt, [p], use_tqdm=False)[0].outputs[0].token_ids)
 
 
+def test_kernel_choices_are_the_cuda_backends(golden_v41):
+    # KEY=VALUE specs of the CUDA backend's kernel choices: refused by name on the CPU device.
+    with pytest.raises(ValueError, match="kernel_choice='mla_tf32=1': kernel choices are the CUDA backend's"):
+        LLM(golden_v41, max_model_len=128, device="cpu", kernel_choices=["mla_tf32=1"])
+
+
 def test_speculative_mtp_equals_plain_on_the_tiny_model():
     # The embedded tiny model has a trained MTP layer: greedy ids with drafts equal those without, and the request
     # reports its acceptance (None without speculation).

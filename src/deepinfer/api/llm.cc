@@ -153,6 +153,7 @@ Llm::Llm(LlmConfig config) : config_(std::move(config)) {
   o.exact_prefill = config_.exact_prefill;
   o.batch_invariant = config_.batch_invariant;
   o.activation_quant = config_.activation_quant;
+  o.kernel_choices = config_.kernel_choices;
   o.spelling = OptionSpelling::kKeyword;
   o.ep = config_.ep;
   o.dp = config_.dp;

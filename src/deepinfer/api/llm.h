@@ -53,6 +53,8 @@ struct LlmConfig {
   // "none" (transformers' numerics), "mxfp8" (V4/V4.1) or "fp8" (the V3 family): GEMM inputs rounded as each
   // family's reference and vLLM do (EngineStackOptions::activation_quant).
   std::string activation_quant = "none";
+  // CUDA: the backend's kernel choices as KEY=VALUE specs, for A/Bs (EngineStackOptions::kernel_choices).
+  std::vector<std::string> kernel_choices;
   // Expert / attention data / context parallel sizes (docs/PARALLEL.md). ep/dp > 1 run in-process ranks on the CPU
   // backend; cp > 1 runs context-parallel prefill over cp in-process ranks (CPU backend, not with ep/dp > 1).
   int ep = 1, dp = 1, cp = 1;

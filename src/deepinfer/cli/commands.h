@@ -32,7 +32,7 @@ std::string embedded_model_dir();
 // --weight-format, --enforce-eager and --batch-invariant, spelled and checked the same in offline, generate and serve
 // (defined in engine_setup.cc, next to the options they set).
 void add_device_execution_flags(CLI::App* sub, std::string& weight_format, std::string& activation_quant,
-                                bool& enforce_eager, bool& batch_invariant);
+                                bool& enforce_eager, bool& batch_invariant, std::vector<std::string>& kernel_choices);
 
 void register_inspect(CLI::App& app, CommandRegistry& reg);
 void register_make_checkpoint(CLI::App& app, CommandRegistry& reg);

@@ -25,10 +25,12 @@ namespace deepinfer::cli {
 namespace {
 
 // One rank's backend in a process per GPU: CUDA device `gpu`.
-std::unique_ptr<Backend> make_rank_cuda_backend([[maybe_unused]] int gpu, [[maybe_unused]] bool batch_invariant) {
+std::unique_ptr<Backend> make_rank_cuda_backend([[maybe_unused]] int gpu, [[maybe_unused]] bool batch_invariant,
+                                                [[maybe_unused]] const cuda::KernelChoices& choices) {
 #ifdef DEEPINFER_WITH_CUDA
   auto backend = make_cuda_backend(gpu);
   backend->set_batch_invariant(batch_invariant);
+  backend->set_kernel_choices(choices);
   return backend;
 #else
   DI_FAIL(ErrorCode::kUnsupported) << "--device cuda: this deepinfer was built without CUDA (configure with "
@@ -68,7 +70,7 @@ std::function<std::unique_ptr<Model>(Backend&, const ExpertFilter&)> model_loade
 }  // namespace
 
 void add_device_execution_flags(CLI::App* sub, std::string& weight_format, std::string& activation_quant,
-                                bool& enforce_eager, bool& batch_invariant) {
+                                bool& enforce_eager, bool& batch_invariant, std::vector<std::string>& kernel_choices) {
   sub->add_option(
          "--weight-format", weight_format,
          "how a checkpoint's block-format weights (V3 FP8; V4/V4.1 FP8 projections and MXFP4 experts) are held: auto "
@@ -88,6 +90,10 @@ void add_device_execution_flags(CLI::App* sub, std::string& weight_format, std::
   sub->add_flag("--batch-invariant", batch_invariant,
                 "a request's output is bit-identical whatever else is in the batch (CUDA: fixed-order GEMMs and "
                 "attention splits, slower; the CPU backend always is)");
+  sub->add_option("--kernel-choice", kernel_choices,
+                  "CUDA: KEY=VALUE, repeatable: run under a kept or opt-in kernel of the CUDA backend instead of the "
+                  "default, for an A/B on this checkpoint (the keys of `deepinfer bench --kernel-choice`: README, "
+                  "docs/ENGINE.md); every rank takes them");
 }
 
 EngineSetup::EngineSetup(const EngineSetupArgs& a, StreamCallback on_delta) {
@@ -115,6 +121,7 @@ EngineSetup::EngineSetup(const EngineSetupArgs& a, StreamCallback on_delta) {
   o.device_argmax = a.device_argmax;
   o.weight_format = a.weight_format;
   o.activation_quant = a.activation_quant;
+  o.kernel_choices = a.kernel_choices;
   o.scheduling_policy = parse_scheduling_policy(a.scheduling_policy);
   o.ep = a.ep;
   o.dp = a.dp;
@@ -149,9 +156,9 @@ EngineSetup::EngineSetup(const EngineSetupArgs& a, StreamCallback on_delta) {
     DI_LOG_INFO("context parallel: {} processes (one per GPU, NCCL)", a.cp);
     if (!process_world_->is_driver()) {
       if (v3_family)
-        follow_context_parallel<DeepseekV3Model>(a, m.dir, keep_quantized_weights(o), act_quant);
+        follow_context_parallel<DeepseekV3Model>(a, m.dir, keep_quantized_weights(o), act_quant, kernel_choices_of(o));
       else
-        follow_context_parallel<DeepseekV4Model>(a, m.dir, keep_quantized_weights(o), act_quant);
+        follow_context_parallel<DeepseekV4Model>(a, m.dir, keep_quantized_weights(o), act_quant, kernel_choices_of(o));
       worker_ = true;
       return;
     }
@@ -166,7 +173,8 @@ void EngineSetup::start_expert_parallel(const EngineSetupArgs& a, const std::str
                                         EngineStackOptions& o, ActQuant act_quant) {
   const int gpu = process_world_->env().local_rank;
   const bool invariant = a.batch_invariant;
-  auto make_rank_backend = [gpu, invariant](int) { return make_rank_cuda_backend(gpu, invariant); };
+  const cuda::KernelChoices choices = kernel_choices_of(o);
+  auto make_rank_backend = [gpu, invariant, choices](int) { return make_rank_cuda_backend(gpu, invariant, choices); };
   if (!process_world_->is_driver()) {
     // A worker: serve rank 0's jobs until it stops, then the command ends (no engine here). The options match
     // the driver's (load_engine_stack: one state slot per max_num_seqs).
@@ -197,9 +205,10 @@ void EngineSetup::start_expert_parallel(const EngineSetupArgs& a, const std::str
 
 template <typename Model>
 void EngineSetup::follow_context_parallel(const EngineSetupArgs& a, const std::string& dir, bool keep_quant,
-                                          ActQuant act_quant) {
+                                          ActQuant act_quant, const cuda::KernelChoices& choices) {
   Communicator& world = process_world_->comm();
-  std::unique_ptr<Backend> backend = make_rank_cuda_backend(process_world_->env().local_rank, a.batch_invariant);
+  std::unique_ptr<Backend> backend =
+      make_rank_cuda_backend(process_world_->env().local_rank, a.batch_invariant, choices);
   // The same weights as the driver computes with (block formats kept or dequantized alike).
   std::unique_ptr<Model> model =
       model_loader<Model>(dir, read_token_map(a.engram_token_map_file), keep_quant, act_quant)(*backend, {});

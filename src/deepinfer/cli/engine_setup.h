@@ -42,7 +42,8 @@ struct EngineSetupArgs {
   bool batch_decode = true;               // one decode_batch per step for the decodes (--no-batch-decode: per sequence)
   std::string weight_format = "auto";     // --weight-format auto|f32|fp8 (EngineStackOptions::weight_format)
   std::string activation_quant = "none";  // --activation-quant none|mxfp8 (EngineStackOptions::activation_quant)
-  std::string scheduling_policy = "fcfs";  // fcfs | priority
+  std::vector<std::string> kernel_choices;  // --kernel-choice KEY=VALUE... (EngineStackOptions::kernel_choices)
+  std::string scheduling_policy = "fcfs";   // fcfs | priority
   // Expert / attention data parallel sizes (docs/PARALLEL.md). > 1 on the CPU backend: ranks are threads of this
   // process; with --device cuda one process per GPU over NCCL (ProcessWorld). EPLB every eplb_interval steps (0: off)
   // with eplb_slots slots per EP rank.
@@ -96,7 +97,8 @@ class EngineSetup {
   // --device cuda --cp N, ranks > 0: a CP follower over this process's GPU until rank 0 stops, its weights in the
   // format rank 0 keeps (keep_quant: keep_quantized_weights).
   template <typename Model>
-  void follow_context_parallel(const EngineSetupArgs& a, const std::string& dir, bool keep_quant, ActQuant act_quant);
+  void follow_context_parallel(const EngineSetupArgs& a, const std::string& dir, bool keep_quant, ActQuant act_quant,
+                               const cuda::KernelChoices& choices);
 };
 
 // "layer-tokens run, skipped by bounded replay (% saved)" from the engine's stats.

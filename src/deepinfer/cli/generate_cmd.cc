@@ -151,7 +151,8 @@ void register_generate(CLI::App& app, CommandRegistry& reg) {
       ->capture_default_str();
   sub->add_flag("!--no-async-scheduling", s.async_scheduling,
                 "plan each step only after the previous one finished (default: plan step N+1 while step N runs)");
-  add_device_execution_flags(sub, s.weight_format, s.activation_quant, s.enforce_eager, s.batch_invariant);
+  add_device_execution_flags(sub, s.weight_format, s.activation_quant, s.enforce_eager, s.batch_invariant,
+                             s.kernel_choices);
   sub->add_flag("--ignore-eos", a->ignore_eos, "keep generating past EOS until --max-tokens");
   sub->add_flag("--stop-at-eos", a->stop_at_eos, "stop at an EOS token (the default; kept for old scripts)");
   sub->add_flag("--json", a->json, "one JSON object per request, in input order");

@@ -5,6 +5,7 @@
 #include <optional>
 #include <vector>
 
+#include "deepinfer/bench/kernel_choice_args.h"
 #include "deepinfer/core/error.h"
 #include "deepinfer/core/logging.h"
 #include "deepinfer/engine/structured_output.h"
@@ -64,6 +65,7 @@ std::unique_ptr<Backend> make_backend(const EngineStackOptions& o) {
       << dev << ": no CUDA device is visible (check nvidia-smi and CUDA_VISIBLE_DEVICES)";
   auto backend = make_cuda_backend(0);
   backend->set_batch_invariant(o.batch_invariant);
+  backend->set_kernel_choices(kernel_choices_of(o));
   return backend;
 #else
   DI_FAIL(ErrorCode::kUnsupported) << dev
@@ -185,6 +187,13 @@ ActQuant activation_quant_of(const EngineStackOptions& o, const ModelConfig& con
   return config.quant.scale_ue8m0 ? ActQuant::kFp8Block128Ue8m0 : ActQuant::kFp8Block128;
 }
 
+cuda::KernelChoices kernel_choices_of(const EngineStackOptions& o) {
+  DI_CHECK(o.kernel_choices.empty() || o.device != "cpu")
+      << option(o, "kernel_choice", o.kernel_choices.front())
+      << ": kernel choices are the CUDA backend's (device cuda); the CPU backend has none";
+  return bench::parse_kernel_choices(o.kernel_choices);
+}
+
 std::unique_ptr<EngineStack> load_engine_stack(const EngineStackOptions& o) {
   namespace fs = std::filesystem;
   DI_CHECK(o.max_num_seqs > 0) << "max_num_seqs must be positive, got " << o.max_num_seqs;
@@ -230,6 +239,9 @@ std::unique_ptr<EngineStack> load_engine_stack(const EngineStackOptions& o) {
   DI_CHECK_INTERNAL(!o.cp_world || o.cp_world->size() == o.cp)
       << "cp " << o.cp << " with a process world of " << o.cp_world->size();
   const bool keep_fp8 = keep_quantized_weights(o);
+  // A bad spec fails before anything loads.
+  if (const std::string d = bench::describe_kernel_choices(kernel_choices_of(o)); !d.empty())
+    DI_LOG_INFO("kernel choices: {} (kernel_choice)", d);
   const ModelConfig file_config = load_model_config(cfg_path);
   const ActQuant act_quant = activation_quant_of(o, file_config);
   if (act_quant != ActQuant::kNone && !file_config.quant.fp8 && !file_config.quant.experts_fp4)

@@ -19,6 +19,7 @@
 #include "deepinfer/engine/model_runner.h"
 #include "deepinfer/kv/kv_layout.h"
 #include "deepinfer/model/model_config.h"
+#include "deepinfer/ops/cuda/kernel_choices.h"
 #include "deepinfer/ops/ops.h"
 #include "deepinfer/tokenizer/tokenizer.h"
 
@@ -67,6 +68,10 @@ struct EngineStackOptions {
   // and SGLang's: e4m3 per 128 values with an f32 scale, a power of two under scale_fmt ue8m0;
   // DeepseekV3Model::set_activation_quant).
   std::string activation_quant = "none";
+  // CUDA: the backend's kernel choices as KEY=VALUE specs (the keys of `deepinfer bench --kernel-choice`,
+  // bench/kernel_choice_args.h; later specs of a key win), for A/Bs of kept or opt-in kernels on a real checkpoint;
+  // empty: the defaults. Every rank's backend takes them. Refused on the CPU backend (its kernels have no choices).
+  std::vector<std::string> kernel_choices;
   OptionSpelling spelling = OptionSpelling::kFlag;
   // Expert / attention data parallel sizes (docs/PARALLEL.md). ep * dp > 1: the ranks load their own models and
   // the stack holds only the config; by default they are threads of this process on CPU backends
@@ -130,6 +135,10 @@ bool keep_quantized_weights(const EngineStackOptions& options);
 // options.activation_quant as the model takes it; InvalidArgument for a value that does not exist, Unsupported for
 // another family's rounding (mxfp8 with a V3-family config, fp8 with a V4 one).
 ActQuant activation_quant_of(const EngineStackOptions& options, const ModelConfig& config);
+
+// options.kernel_choices parsed (the defaults when empty); InvalidArgument for a spec that does not parse and for any
+// on the CPU device.
+cuda::KernelChoices kernel_choices_of(const EngineStackOptions& options);
 
 // The bytes the KV cache may use for `options` (logged): see EngineStackOptions.
 int64_t kv_cache_budget_bytes(const EngineStackOptions& options);

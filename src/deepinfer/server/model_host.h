@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "deepinfer/engine/engine.h"
 #include "deepinfer/engine/engine_factory.h"
@@ -28,13 +29,14 @@ struct ModelHostOptions {
   int64_t kv_budget_mb = 1024;           // CPU backend: the KV cache's host memory
   double gpu_memory_utilization = 0.85;  // CUDA: share of the device for weights, activations and the cache
   uint64_t seed = 0;
-  bool enforce_eager = false;              // no decode graphs (EngineSetupArgs::enforce_eager)
-  bool batch_invariant = false;            // EngineStackOptions::batch_invariant
-  std::string weight_format = "auto";      // auto | f32 | fp8 (EngineStackOptions::weight_format)
-  std::string activation_quant = "none";   // none | mxfp8 (EngineStackOptions::activation_quant)
-  std::string scheduling_policy = "fcfs";  // fcfs | priority (the requests' "priority" field, lower first)
-  std::string chat_format;                 // "" = from the config family (V3 → v3, V4 → v4, V4.1 → v41)
-  std::string speculative = "off";         // off | mtp | dspark (docs/SPECULATIVE.md)
+  bool enforce_eager = false;               // no decode graphs (EngineSetupArgs::enforce_eager)
+  bool batch_invariant = false;             // EngineStackOptions::batch_invariant
+  std::string weight_format = "auto";       // auto | f32 | fp8 (EngineStackOptions::weight_format)
+  std::string activation_quant = "none";    // none | mxfp8 (EngineStackOptions::activation_quant)
+  std::vector<std::string> kernel_choices;  // CUDA KEY=VALUE specs (EngineStackOptions::kernel_choices)
+  std::string scheduling_policy = "fcfs";   // fcfs | priority (the requests' "priority" field, lower first)
+  std::string chat_format;                  // "" = from the config family (V3 → v3, V4 → v4, V4.1 → v41)
+  std::string speculative = "off";          // off | mtp | dspark (docs/SPECULATIVE.md)
   int num_draft_tokens = 1;
   std::string draft_sampling = "greedy";    // mtp: greedy | sampled
   double draft_confidence_threshold = 0.3;  // dspark
