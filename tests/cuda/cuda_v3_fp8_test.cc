@@ -23,17 +23,24 @@
 namespace deepinfer {
 namespace {
 
-// A random FP8 checkpoint of the golden fixture's shape under tmp (empty on failure, reported).
-std::string make_fp8_checkpoint(testing::TempDir& tmp) {
+// A random FP8 checkpoint of the golden fixture's shape under tmp (empty on failure, reported); wide: 512-wide hidden
+// rows (1024 dense, 256 expert intermediate), so that the GEMMs' K spans several 128-value blocks.
+std::string make_fp8_checkpoint(testing::TempDir& tmp, bool wide = false, int seed = 5) {
   nlohmann::json cfg =
       nlohmann::json::parse(testing::read_file_or_empty(testing::test_data_dir() + "/golden/deepseek_v3/config.json"));
   EXPECT_FALSE(cfg.is_null());
   if (cfg.is_null()) return "";
+  if (wide) {
+    cfg["hidden_size"] = 512;
+    cfg["intermediate_size"] = 1024;
+    cfg["moe_intermediate_size"] = 256;
+  }
   cfg["quantization_config"] = {
       {"quant_method", "fp8"}, {"fmt", "e4m3"}, {"activation_scheme", "dynamic"}, {"weight_block_size", {128, 128}}};
   testing::write_file(tmp.file("in.json"), cfg.dump(2));
   const std::string dir = tmp.path() + "/ckpt";
-  auto r = testing::run_cli("make-checkpoint --config " + tmp.file("in.json") + " --out " + dir + " --seed 5");
+  auto r = testing::run_cli("make-checkpoint --config " + tmp.file("in.json") + " --out " + dir + " --seed " +
+                            std::to_string(seed));
   EXPECT_EQ(r.exit_code, 0) << r.output;
   return r.exit_code == 0 ? dir : "";
 }
@@ -104,18 +111,8 @@ TEST(CudaV3Fp8, NativeFp8WeightsWithinTheBf16RoundingBudget) {
 TEST(CudaV3Fp8, ActivationQuantFp8MatchesTheCpuReference) {
   if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
   testing::TempDir tmp;
-  nlohmann::json cfg =
-      nlohmann::json::parse(testing::read_file_or_empty(testing::test_data_dir() + "/golden/deepseek_v3/config.json"));
-  ASSERT_FALSE(cfg.is_null());
-  cfg["hidden_size"] = 512;
-  cfg["intermediate_size"] = 1024;
-  cfg["moe_intermediate_size"] = 256;
-  cfg["quantization_config"] = {
-      {"quant_method", "fp8"}, {"fmt", "e4m3"}, {"activation_scheme", "dynamic"}, {"weight_block_size", {128, 128}}};
-  testing::write_file(tmp.file("in.json"), cfg.dump(2));
-  const std::string dir = tmp.path() + "/ckpt";
-  auto made = testing::run_cli("make-checkpoint --config " + tmp.file("in.json") + " --out " + dir + " --seed 9");
-  ASSERT_EQ(made.exit_code, 0) << made.output;
+  const std::string dir = make_fp8_checkpoint(tmp, /*wide=*/true, /*seed=*/9);
+  ASSERT_FALSE(dir.empty());
 
   auto gpu = make_cuda_backend(0);
   auto cpu = make_cpu_backend(0);
@@ -146,6 +143,38 @@ TEST(CudaV3Fp8, ActivationQuantFp8MatchesTheCpuReference) {
   EXPECT_LE(err, 1e-2);
   EXPECT_GT(mode, 10 * err);
   EXPECT_TRUE(finite);
+}
+
+// GemmChoices::f32_scale_mma (opt-in): the checkpoint's f32-scaled FP8 matrices on the tensor-core decode kernels.
+// Prefills of 6 rows (the streaming kernel: A rounded to bf16, the weights exact) and of 29 rows (the dense GEMMs on
+// the rows kernel: A and the scaled weights rounded to bf16, as the scratch path it replaces; the experts' few rows
+// each on the streaming kernel) stay within NativeFp8WeightsWithinTheBf16RoundingBudget's budget against the CPU's
+// f32 model: twice the CPU emulation's error (bf16 inputs and weights past 4 rows), or 1e-3.
+TEST(CudaV3Fp8, F32ScaleMmaWithinTheBf16RoundingBudget) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  testing::TempDir tmp;
+  const std::string dir = make_fp8_checkpoint(tmp, /*wide=*/true);
+  ASSERT_FALSE(dir.empty());
+  auto gpu = make_cuda_backend(0);
+  cuda::KernelChoices choices = gpu->kernel_choices();
+  choices.gemm.f32_scale_mma = true;
+  gpu->set_kernel_choices(choices);
+  auto cpu = make_cpu_backend(0);
+  testing::Bf16GemmEmulationBackend emu_backend(make_cpu_backend(0));
+  auto native = DeepseekV3Model::load(dir, *gpu, V3WeightStorage::kFP8);
+  auto ref = DeepseekV3Model::load(dir, *cpu);
+  auto emu = DeepseekV3Model::load(dir, emu_backend, V3WeightStorage::kFP8);
+  const int64_t v = ref->config().vocab_size;
+  for (const int n : {6, 29}) {
+    std::vector<int64_t> ids;
+    for (int i = 0; i < n; ++i) ids.push_back((i * 53 + 7) % v);
+    auto sn = native->new_sequence(), sr = ref->new_sequence(), se = emu->new_sequence();
+    const HostTensor ln = native->forward(sn, ids), lr = ref->forward(sr, ids), le = emu->forward(se, ids);
+    const double err = testing::worst_row_rel(ln, lr, v), budget = testing::worst_row_rel(le, lr, v);
+    std::printf("[cuda-v3-f32-scale-mma] prefill %d rows: GPU vs CPU f32 worst row rel %.3g; CPU bf16 emulation %.3g\n",
+                n, err, budget);
+    EXPECT_LE(err, std::max(2 * budget, 1e-3)) << n << " rows";
+  }
 }
 
 // The engine keeps an FP8 checkpoint FP8 on CUDA by default (--weight-format auto) and dequantizes it with
