@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
-#include "deepinfer/bench/kernel_choice_args.h"
 #include "deepinfer/core/error.h"
 #include "deepinfer/io/safetensors.h"
+#include "deepinfer/ops/kernel_choice_args.h"
 #include "test_util.h"
 
 namespace deepinfer {
@@ -262,7 +262,7 @@ TEST(EngineFactoryWeights, WeightFormatResolvesPerDeviceAndLayout) {
 // choices), in the front end's spelling.
 TEST(EngineFactoryKernelChoices, ParseForCudaAndAreRefusedOnTheCpu) {
   EngineStackOptions o = options_for("deepseek_v3");
-  EXPECT_EQ(bench::describe_kernel_choices(kernel_choices_of(o)), "");  // none: the defaults
+  EXPECT_EQ(describe_kernel_choices(kernel_choices_of(o)), "");  // none: the defaults
   o.device = "cuda";
   o.kernel_choices = {"f32_scale_mma=1", "mla_bf16x3=1", "mla_tf32=1", "mla_tf32=0"};
   const cuda::KernelChoices c = kernel_choices_of(o);

@@ -3,8 +3,8 @@
 // by a random kernel on the device; linear_quant / moe_quant read them. Ceilings: a device-to-device copy,
 // and cuBLASLt bf16 and FP8 (unit scales) GEMMs at 8192³, all in the same process.
 #include "deepinfer/bench/bench_target.h"
-#include "deepinfer/bench/kernel_choice_args.h"
 #include "deepinfer/core/error.h"
+#include "deepinfer/ops/kernel_choice_args.h"
 
 #ifdef DEEPINFER_WITH_CUDA
 #include <cuda_runtime.h>

@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "deepinfer/bench/bench_runner.h"
-#include "deepinfer/bench/kernel_choice_args.h"
 #include "deepinfer/cli/commands.h"
 #include "deepinfer/core/error.h"
+#include "deepinfer/ops/kernel_choice_args.h"
 
 namespace deepinfer::cli {
 namespace {
@@ -83,7 +83,7 @@ int run_bench(const BenchArgs& a) {
   }
   DI_CHECK_CODE(a.kernel_choices.empty() || !cpu, ErrorCode::kInvalidArgument)
       << "bench --kernel-choice: the choices are the CUDA backend's (--device cuda)";
-  const cuda::KernelChoices choices = bench::parse_kernel_choices(a.kernel_choices);
+  const cuda::KernelChoices choices = parse_kernel_choices(a.kernel_choices);
   std::unique_ptr<bench::BenchTarget> target =
       cpu ? bench::make_cpu_target(a.threads) : bench::make_cuda_target(0, a.batch_invariant, choices);
   // Each family's reference rounding: V4 per 32 values (mxfp8), the V3 family per 128 (fp8, f32 scales; its FP8 slices'

@@ -5,7 +5,6 @@
 #include <optional>
 #include <vector>
 
-#include "deepinfer/bench/kernel_choice_args.h"
 #include "deepinfer/core/error.h"
 #include "deepinfer/core/logging.h"
 #include "deepinfer/engine/structured_output.h"
@@ -15,6 +14,7 @@
 #include "deepinfer/model/deepseek_v3.h"
 #include "deepinfer/model/deepseek_v4.h"
 #include "deepinfer/model/dspark_draft.h"
+#include "deepinfer/ops/kernel_choice_args.h"
 #include "deepinfer/parallel/cp_process_runner.h"
 #include "deepinfer/parallel/parallel_model_runner.h"
 #include "deepinfer/spec/dspark_proposer.h"
@@ -191,7 +191,7 @@ cuda::KernelChoices kernel_choices_of(const EngineStackOptions& o) {
   DI_CHECK(o.kernel_choices.empty() || o.device != "cpu")
       << option(o, "kernel_choice", o.kernel_choices.front())
       << ": kernel choices are the CUDA backend's (device cuda); the CPU backend has none";
-  return bench::parse_kernel_choices(o.kernel_choices);
+  return parse_kernel_choices(o.kernel_choices);
 }
 
 std::unique_ptr<EngineStack> load_engine_stack(const EngineStackOptions& o) {
@@ -240,7 +240,7 @@ std::unique_ptr<EngineStack> load_engine_stack(const EngineStackOptions& o) {
       << "cp " << o.cp << " with a process world of " << o.cp_world->size();
   const bool keep_fp8 = keep_quantized_weights(o);
   // A bad spec fails before anything loads.
-  if (const std::string d = bench::describe_kernel_choices(kernel_choices_of(o)); !d.empty())
+  if (const std::string d = describe_kernel_choices(kernel_choices_of(o)); !d.empty())
     DI_LOG_INFO("kernel choices: {} (kernel_choice)", d);
   const ModelConfig file_config = load_model_config(cfg_path);
   const ActQuant act_quant = activation_quant_of(o, file_config);

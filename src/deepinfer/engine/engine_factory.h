@@ -69,7 +69,7 @@ struct EngineStackOptions {
   // DeepseekV3Model::set_activation_quant).
   std::string activation_quant = "none";
   // CUDA: the backend's kernel choices as KEY=VALUE specs (the keys of `deepinfer bench --kernel-choice`,
-  // bench/kernel_choice_args.h; later specs of a key win), for A/Bs of kept or opt-in kernels on a real checkpoint;
+  // ops/kernel_choice_args.h; later specs of a key win), for A/Bs of kept or opt-in kernels on a real checkpoint;
   // empty: the defaults. Every rank's backend takes them. Refused on the CPU backend (its kernels have no choices).
   std::vector<std::string> kernel_choices;
   OptionSpelling spelling = OptionSpelling::kFlag;

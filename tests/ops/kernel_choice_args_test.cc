@@ -1,6 +1,6 @@
-// `deepinfer bench --kernel-choice`: every key and value parses into the CUDA backend's kernel choices and prints
-// back the same way; bad specs are InvalidArgument naming what is accepted.
-#include "deepinfer/bench/kernel_choice_args.h"
+// `--kernel-choice` (ops/kernel_choice_args.h): every key and value parses into the CUDA backend's kernel choices and
+// prints back the same way; bad specs are InvalidArgument naming what is accepted.
+#include "deepinfer/ops/kernel_choice_args.h"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 
 #include "deepinfer/core/error.h"
 
-namespace deepinfer::bench {
+namespace deepinfer {
 namespace {
 
 using cuda::KernelPick;
@@ -126,4 +126,4 @@ TEST(KernelChoiceArgs, BadSpecsAreClearErrors) {
 }
 
 }  // namespace
-}  // namespace deepinfer::bench
+}  // namespace deepinfer

@@ -1,4 +1,4 @@
-#include "deepinfer/bench/kernel_choice_args.h"
+#include "deepinfer/ops/kernel_choice_args.h"
 
 #include <algorithm>
 #include <charconv>
@@ -10,7 +10,7 @@
 
 #include "deepinfer/core/error.h"
 
-namespace deepinfer::bench {
+namespace deepinfer {
 namespace {
 
 using cuda::KernelPick;
@@ -194,4 +194,4 @@ std::string describe_kernel_choices(const cuda::KernelChoices& c) {
   return out;
 }
 
-}  // namespace deepinfer::bench
+}  // namespace deepinfer
