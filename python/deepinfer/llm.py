@@ -91,7 +91,7 @@ class LLM:
     weights rounded to e4m3 per 32 values, as the reference and vLLM compute) or "fp8" (the V3 family: per 128
     values with an f32 scale, the reference's gemm_impl "fp8", vLLM's and SGLang's block-FP8 GEMMs).
     kernel_choices (CUDA): "KEY=VALUE" strings, the CUDA backend's kernel choices for A/Bs (the keys of `deepinfer
-    bench --kernel-choice`, e.g. ["f32_scale_mma=1"]); refused on the CPU device.
+    bench --kernel-choice`, e.g. ["f32_scale_mma=1"]; one string is one spec); refused on the CPU device.
     """
 
     def __init__(
@@ -139,7 +139,7 @@ class LLM:
             num_draft_tokens=num_draft_tokens,
             batch_invariant=batch_invariant,
             activation_quant=activation_quant,
-            kernel_choices=list(kernel_choices),
+            kernel_choices=[kernel_choices] if isinstance(kernel_choices, str) else list(kernel_choices),
         )
 
     # Model facts.

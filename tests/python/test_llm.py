@@ -108,8 +108,9 @@ def test_activation_quant_reaches_the_engine(golden_v41):
 
 def test_kernel_choices_are_the_cuda_backends(golden_v41):
     # KEY=VALUE specs of the CUDA backend's kernel choices: refused by name on the CPU device.
-    with pytest.raises(ValueError, match="kernel_choice='mla_tf32=1': kernel choices are the CUDA backend's"):
-        LLM(golden_v41, max_model_len=128, device="cpu", kernel_choices=["mla_tf32=1"])
+    for choices in (["mla_tf32=1"], "mla_tf32=1"):  # a list of specs, or one spec
+        with pytest.raises(ValueError, match="kernel_choice='mla_tf32=1': kernel choices are the CUDA backend's"):
+            LLM(golden_v41, max_model_len=128, device="cpu", kernel_choices=choices)
 
 
 def test_speculative_mtp_equals_plain_on_the_tiny_model():
