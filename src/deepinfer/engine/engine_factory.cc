@@ -53,8 +53,9 @@ spec::MtpDraftSampling mtp_draft_sampling(const EngineStackOptions& o) {
 }
 
 // The CPU reference, or CUDA device 0 (weights, activations and caches in device memory; only the logits come
-// back to the host for sampling).
-std::unique_ptr<Backend> make_backend(const EngineStackOptions& o) {
+// back to the host for sampling), under `choices` (kernel_choices_of(o)).
+std::unique_ptr<Backend> make_backend(const EngineStackOptions& o,
+                                      [[maybe_unused]] const cuda::KernelChoices& choices) {
   if (o.device == "cpu") return make_cpu_backend(o.threads);
   DI_CHECK(o.device == "cuda") << (o.spelling == OptionSpelling::kKeyword ? "device must be 'cpu' or 'cuda', got '"
                                                                           : "--device must be cpu or cuda, got '")
@@ -65,7 +66,7 @@ std::unique_ptr<Backend> make_backend(const EngineStackOptions& o) {
       << dev << ": no CUDA device is visible (check nvidia-smi and CUDA_VISIBLE_DEVICES)";
   auto backend = make_cuda_backend(0);
   backend->set_batch_invariant(o.batch_invariant);
-  backend->set_kernel_choices(kernel_choices_of(o));
+  backend->set_kernel_choices(choices);
   return backend;
 #else
   DI_FAIL(ErrorCode::kUnsupported) << dev
@@ -239,8 +240,8 @@ std::unique_ptr<EngineStack> load_engine_stack(const EngineStackOptions& o) {
   DI_CHECK_INTERNAL(!o.cp_world || o.cp_world->size() == o.cp)
       << "cp " << o.cp << " with a process world of " << o.cp_world->size();
   const bool keep_fp8 = keep_quantized_weights(o);
-  // A bad spec fails before anything loads.
-  if (const std::string d = describe_kernel_choices(kernel_choices_of(o)); !d.empty())
+  const cuda::KernelChoices choices = kernel_choices_of(o);  // a bad spec fails before anything loads
+  if (const std::string d = describe_kernel_choices(choices); !d.empty())
     DI_LOG_INFO("kernel choices: {} (kernel_choice)", d);
   const ModelConfig file_config = load_model_config(cfg_path);
   const ActQuant act_quant = activation_quant_of(o, file_config);
@@ -251,7 +252,7 @@ std::unique_ptr<EngineStack> load_engine_stack(const EngineStackOptions& o) {
     DI_LOG_INFO("activations: {} before every GEMM over block-format weights (--activation-quant)",
                 act_quant_name(act_quant));
   const int64_t budget = kv_cache_budget_bytes(o);
-  if (!parallel) s.backend = make_backend(o);  // parallel: every rank makes its own
+  if (!parallel) s.backend = make_backend(o, choices);  // parallel: every rank makes its own
   DI_LOG_INFO("device: {}", o.device);
 
   std::optional<std::vector<int64_t>> token_map;

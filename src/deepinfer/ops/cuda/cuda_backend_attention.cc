@@ -293,7 +293,7 @@ void CudaBackend::mla_attention_naive(const MlaAttentionParams& p) {
   const float* kv_b = p.kv_b.data_as<float>();
   float* out = p.out.data_as<float>();
   const bool x3 = impl_->choices.mla_bf16x3;
-  const bool tf32 = impl_->choices.mla_tf32 && !x3;
+  const bool tf32 = impl_->choices.mla_tf32;  // f32 operands only (lt_batched): bf16x3 takes precedence
   // With the layout facts (kv row j = position kv_first_position + j, the query positions on the host), a chunk of
   // queries attends only the rows up to its latest position: causal prefill in chunks of kMlaGemmChunkTokens does about
   // half the logit and P·V work of whole rows. Without them every chunk takes all S rows.

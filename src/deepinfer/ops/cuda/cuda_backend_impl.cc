@@ -64,8 +64,9 @@ const CudaBackend::Impl::LtPlan& CudaBackend::Impl::lt_plan(cudaDataType_t type,
 void CudaBackend::Impl::lt_batched(const LtBatched& g) {
   if (g.rows == 0 || g.cols == 0 || g.batch == 0) return;
   DI_CHECK(g.k > 0) << "lt_batched: k = 0";
+  const bool tf32 = g.tf32 && !g.bf16;  // TF32 is f32 operands' alone
   const std::array<int64_t, 14> key = {g.trans_a, g.trans_b, g.rows,     g.cols,     g.k,        g.batch, g.lda,
-                                       g.ldb,     g.ldd,     g.stride_a, g.stride_b, g.stride_d, g.tf32,  g.bf16};
+                                       g.ldb,     g.ldd,     g.stride_a, g.stride_b, g.stride_d, tf32,    g.bf16};
   auto it = lt_batched_plans.find(key);
   if (it == lt_batched_plans.end()) {
     if (lt_batched_plans.size() >= kMaxLtPlans) {
@@ -74,8 +75,8 @@ void CudaBackend::Impl::lt_batched(const LtBatched& g) {
     }
     LtPlan p;
     try {
-      DI_CUBLAS_CHECK(cublasLtMatmulDescCreate(
-          &p.op, g.tf32 && !g.bf16 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUDA_R_32F));
+      DI_CUBLAS_CHECK(
+          cublasLtMatmulDescCreate(&p.op, tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUDA_R_32F));
       const cudaDataType_t ab = g.bf16 ? CUDA_R_16BF : CUDA_R_32F;
       const cublasOperation_t ta = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
       DI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));

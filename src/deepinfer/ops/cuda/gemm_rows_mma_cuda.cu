@@ -356,10 +356,9 @@ bool takes_kind(QuantFormat format, bool scale_e8m0, int block_n, int block_k, i
   if (choices.rows_mma == KernelPick::kNever) return false;
   if (rows <= kGemmStreamMmaMaxRows || rows > kGemmRowsMmaMaxRows || n <= 0 || k <= 0) return false;
   if (choices.rows_mma == KernelPick::kAuto && rows > kGemmRowsMmaAutoRows) return false;
-  // f32 block scales (f32_scale_mma): the FP8 block shapes the UE8M0 decode takes.
-  if (!scale_e8m0 && choices.f32_scale_mma && format == QuantFormat::kFP8Block)
-    return decodes_format(format, true, block_n, block_k, k);
-  return decodes_format(format, scale_e8m0, block_n, block_k, k);
+  // f32 block scales (f32_scale_mma): FP8 blocks of the shapes the UE8M0 decode takes.
+  const bool f32_blocks = choices.f32_scale_mma && format == QuantFormat::kFP8Block;
+  return (scale_e8m0 || f32_blocks) && decodes_layout(format, block_n, block_k, k);
 }
 }  // namespace
 

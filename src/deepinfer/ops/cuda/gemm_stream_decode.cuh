@@ -245,10 +245,10 @@ struct WeightRows {
 // log2 of a power of two, -1 for anything else (block shapes become shifts).
 inline int log2_exact(int v) { return (v > 0 && (v & (v - 1)) == 0) ? __builtin_ctz(static_cast<unsigned>(v)) : -1; }
 
-// Whether this decode takes a weight (host side, the kernels' launch checks): UE8M0 scales; MXFP4 with K % 32 == 0,
-// FP8 per-32 rows or FP8 blocks of power-of-two shapes (>= 16 along K) with K % 16 == 0.
-inline bool decodes_format(QuantFormat format, bool scale_e8m0, int block_n, int block_k, int64_t k) {
-  if (!scale_e8m0 || k <= 0) return false;
+// Whether this decode takes a weight's layout, whatever its scales' type (host side, the kernels' launch checks):
+// MXFP4 with K % 32 == 0, FP8 per-32 rows or FP8 blocks of power-of-two shapes (>= 16 along K) with K % 16 == 0.
+inline bool decodes_layout(QuantFormat format, int block_n, int block_k, int64_t k) {
+  if (k <= 0) return false;
   switch (format) {
     case QuantFormat::kMXFP4:
       return k % 32 == 0;
@@ -259,6 +259,11 @@ inline bool decodes_format(QuantFormat format, bool scale_e8m0, int block_n, int
     default:
       return false;
   }
+}
+// ... and with UE8M0 scales, which the decode applies exactly (f32 block scales take their own forms: the kernels'
+// kF32S).
+inline bool decodes_format(QuantFormat format, bool scale_e8m0, int block_n, int block_k, int64_t k) {
+  return scale_e8m0 && decodes_layout(format, block_n, block_k, k);
 }
 
 }  // namespace stream_decode

@@ -416,8 +416,9 @@ bool gemm_stream_mma_takes_shape(int64_t rows, int64_t n, int64_t slots) {
 
 bool gemm_stream_mma_takes_f32_scales(QuantFormat format, int block_n, int block_k, int64_t k,
                                       const GemmChoices& choices) {
-  return choices.f32_scale_mma && format == QuantFormat::kFP8Block && log2_exact(block_n) >= 4 &&
-         log2_exact(block_k) >= 7 && k % 16 == 0;
+  // Blocks of >= 16 rows hold a whole tile, >= 128 along K a pair of steps.
+  return choices.f32_scale_mma && format == QuantFormat::kFP8Block && decodes_layout(format, block_n, block_k, k) &&
+         log2_exact(block_n) >= 4 && log2_exact(block_k) >= 7;
 }
 
 namespace {
