@@ -60,6 +60,27 @@ class CudaGemmWgmmaFp8Test : public GemmProblemTest {
     f.scales = up(scales);
   }
 
+  // pr's A quantized per 128 values (the V3 family's --activation-quant fp8: e4m3 codes, an f32 scale a block,
+  // [a_total, k / 128] row-major). With power-of-two scales the values are exact in bf16 and replace pr.a (the
+  // reference's A); with f32 scales pr.a keeps the unrounded rows (no reference: the caller compares kernels).
+  void quantize128(Problem& pr, Fp8& f, bool ue8m0) {
+    std::vector<float> a(pr.a.size());
+    for (size_t i = 0; i < a.size(); ++i) a[i] = bf16_to_f32(pr.a[i]);
+    HostTensor codes(DType::kU8, {pr.a_total, pr.k}), scales(DType::kF32, {pr.a_total, pr.k / 128});
+    fp8_block128_quantize_rows(a.data(), pr.a_total, pr.k, ue8m0, codes.data<uint8_t>(), scales.data<float>(),
+                               pr.k / 128, 1);
+    if (ue8m0)
+      for (int64_t r = 0; r < pr.a_total; ++r)
+        for (int64_t j = 0; j < pr.k; ++j) {
+          const float v =
+              e4m3_to_f32(codes.data<uint8_t>()[r * pr.k + j]) * scales.data<float>()[r * (pr.k / 128) + j / 128];
+          pr.a[r * pr.k + j] = f32_to_bf16(v);
+          EXPECT_EQ(bf16_to_f32(pr.a[r * pr.k + j]), v) << "a power-of-two scaled e4m3 value not exact in bf16";
+        }
+    f.codes = up(codes);
+    f.scales = up(scales);
+  }
+
   // The weights' folds by the device kernel, checked against fp8::fold_row row by row.
   void fold(const Problem& pr, Fp8& f) {
     const int groups = static_cast<int>(pr.w.size());
@@ -163,6 +184,74 @@ TEST_F(CudaGemmWgmmaFp8Test, V4FlashExpertShapesMatchReference) {
           false);
   compare("fp8 grouped down V4-Flash", grouped(Kind::kMxfp4, {192, 180, 205, 192, 160, 230, 192, 187}, 4096, 2048, 6),
           false);
+}
+
+// The per-128 form (--activation-quant fp8 over the V3 family's FP8 weights with f32 block scales) in both tiles: 128 x
+// 128 and the wide 128 x 256 (GemmChoices::wgmma_fp8_wide 1, and 2: persistent blocks walking the tiles). With
+// power-of-two activation scales A is exact in bf16: each tile against the double reference (kFp8Tol, as above: the
+// tensor core's k32 sums), in full for the smaller problems. With f32 activation scales (no bf16 reference) the wide
+// tile against the 128 x 128 one: the same products summed in the same order per entry (four k32 products chained
+// in the tensor core, then promoted once), so within 1e-6 of the rms; the count of entries that differ in any bit is
+// printed. The wide tile's persistent and per-tile launches: the same bytes (the same tiles, order by tile).
+class CudaGemmWgmmaFp8Block128Test : public CudaGemmWgmmaFp8Test {
+ protected:
+  HostTensor run128(Launch& l, const Problem& q, const Fp8& f, int wide) {
+    bool took = false;
+    HostTensor got = run(l, q, [&](const cuda::GemmKernelParams& p) {
+      cuda::GemmKernelParams g = fp8_params(p, f);
+      g.b_fold = nullptr;
+      g.a_scale_block128 = true;
+      g.choices.wgmma_fp8_wide = wide;
+      took = cuda::run_gemm_wgmma_fp8(g, gpu().stream());
+    });
+    EXPECT_TRUE(took) << "run_gemm_wgmma_fp8 declined a per-128 call (wide " << wide << ")";
+    return got;
+  }
+
+  void compare128(const std::string& what, Problem pr, bool full) {
+    const std::vector<uint16_t> a = pr.a;
+    for (const bool ue8m0 : {true, false}) {
+      pr.a = a;
+      Fp8 f;
+      quantize128(pr, f, ue8m0);
+      const std::unique_ptr<Launch> l = prepare(pr);
+      const HostTensor narrow = run128(*l, pr, f, 0), wide = run128(*l, pr, f, 1), persistent = run128(*l, pr, f, 2);
+      const std::string tag = what + (ue8m0 ? " [ue8m0 act scales]" : " [f32 act scales]");
+      if (ue8m0) {
+        check_reference(tag + " 128x128", pr, narrow, full, kFp8Tol);
+        check_reference(tag + " 128x256", pr, wide, full, kFp8Tol);
+      }
+      check_against(tag + " 128x256 vs 128x128", pr, wide, narrow, 1e-6);
+      int64_t differ = 0;
+      for (int64_t i = 0; i < pr.m * pr.n; ++i)
+        differ += std::memcmp(wide.data<float>() + i, narrow.data<float>() + i, sizeof(float)) != 0;
+      std::printf("%s: 128x256 and 128x128 differ in %lld of %lld entries\n", tag.c_str(),
+                  static_cast<long long>(differ), static_cast<long long>(pr.m * pr.n));
+      expect_same_bytes((tag + " persistent vs per-tile").c_str(), persistent, wide);
+      expect_same_bytes((tag + " run twice").c_str(), run128(*l, pr, f, 1), wide);
+    }
+  }
+};
+
+// Dense with partial tiles: N = 200 (the wide tile's second half partial, its block row the second), N = 1000
+// (3 x 256 + 232), M = 300 / 2100, K = 384 (fewer steps than stages) / 1024.
+TEST_F(CudaGemmWgmmaFp8Block128Test, DensePartialTilesMatchReference) {
+  compare128("fp8-128 dense 300x200x384", dense(Kind::kFp8F32_128, 300, 200, 384), true);
+  compare128("fp8-128 dense 2100x1000x1024", dense(Kind::kFp8F32_128, 2100, 1000, 1024), false);
+}
+
+// Grouped with empty groups, 1-300 rows, gathered A rows and scattered C rows; N = 640: the last wide tile's second
+// half wholly past N (its weight block row clamped).
+TEST_F(CudaGemmWgmmaFp8Block128Test, GroupedUnevenGroupsMatchReference) {
+  compare128("fp8-128 grouped 12 groups N=640 K=896",
+             grouped(Kind::kFp8F32_128, {0, 1, 17, 64, 65, 0, 127, 128, 129, 300, 40, 0}, 640, 896, 6), true);
+}
+
+// DeepSeek-V3's expert shapes (gate / up: N = 2048, K = 7168; down: N = 7168, K = 2048), 4 experts of ~192 rows;
+// sampled reference.
+TEST_F(CudaGemmWgmmaFp8Block128Test, V3ExpertShapesMatchReference) {
+  compare128("fp8-128 grouped gate V3", grouped(Kind::kFp8F32_128, {192, 180, 205, 230}, 2048, 7168, 8), false);
+  compare128("fp8-128 grouped down V3", grouped(Kind::kFp8F32_128, {192, 180, 205, 230}, 7168, 2048, 8), false);
 }
 
 // FP8-block weights (128 x 128 UE8M0 blocks: the dense projections), their codes copied into the B tile as they are

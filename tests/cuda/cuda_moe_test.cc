@@ -344,7 +344,8 @@ TEST_F(CudaMoeTest, ActQuantFp8ExpertGemmMatchesCpu) {
 // by the tensor core and promoted once); against the CPU's act_quant MoE at 4e-3 (as the mxfp8 test above: the rounded
 // h can differ in its last bits; H100: 2.4e-3). wgmma_fp8 = never takes the bf16 path over the same rounded values,
 // which with f32 scales rounds x, h and the weights to bf16 once more (H100: 1.4e-2 against the CPU): 3e-2 for it,
-// which the FP8 path's 4e-3 beats. f32 and power-of-two activation scales alike.
+// which the FP8 path's 4e-3 beats. f32 and power-of-two activation scales alike; the FP8 GEMM's wide 128 x 256 tile
+// (wgmma_fp8_wide = 1) at the same 4e-3.
 TEST_F(CudaMoeTest, ActQuantFp8Block128ExpertGemmMatchesCpu) {
   const int64_t d = 256, inter = 128, e = 8, k = 4, t = 300;
   const std::unique_ptr<QuantMoe> q = quant_moe(d, inter, e, QuantFormat::kFP8Block, true);
@@ -360,6 +361,13 @@ TEST_F(CudaMoeTest, ActQuantFp8Block128ExpertGemmMatchesCpu) {
         return down(dout);
       };
       const HostTensor fp8 = run();  // the default: the FP8 GEMM, per-128 promotion
+      {
+        testing::ScopedKernelChoices wide(gpu(), [](cuda::KernelChoices& c) { c.gemm.wgmma_fp8_wide = 1; });
+        rel_err(("act_quant moe_quant fp8-128 experts, 128x256 tile " + std::string(act_quant_name(aq)) +
+                 (before ? " before_w2" : ""))
+                    .c_str(),
+                run(), want, 4e-3);
+      }
       testing::ScopedKernelChoices fp8_off(gpu(),
                                            [](cuda::KernelChoices& c) { c.gemm.wgmma_fp8 = cuda::KernelPick::kNever; });
       const HostTensor bf16 = run();

@@ -25,6 +25,7 @@ TEST(KernelChoiceArgs, NoneIsTheDefaults) {
   EXPECT_EQ(c.gemm.decode_direct_max_rows, -1);
   EXPECT_EQ(c.gemm.wgmma_split_k, KernelPick::kAuto);
   EXPECT_EQ(c.gemm.wgmma_fp8, KernelPick::kAuto);
+  EXPECT_EQ(c.gemm.wgmma_fp8_wide, 0);
   EXPECT_EQ(c.gemm.rows_mma, KernelPick::kAuto);
   EXPECT_EQ(describe_kernel_choices(c), "");
 }
@@ -39,6 +40,7 @@ TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
                                           "wgmma_tile=256x128",
                                           "wgmma_split_k=never",
                                           "wgmma_fp8=always",
+                                          "wgmma_fp8_wide=2",
                                           "lt_fp8_block=never",
                                           "mla_tf32=1",
                                           "mla_bf16x3=1",
@@ -63,6 +65,7 @@ TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
   EXPECT_EQ(c.gemm.wgmma_tile, WgmmaTile::k256x128);
   EXPECT_EQ(c.gemm.wgmma_split_k, KernelPick::kNever);
   EXPECT_EQ(c.gemm.wgmma_fp8, KernelPick::kAlways);
+  EXPECT_EQ(c.gemm.wgmma_fp8_wide, 2);
   EXPECT_EQ(c.gemm.lt_fp8_block, KernelPick::kNever);
   EXPECT_TRUE(c.mla_tf32);
   EXPECT_TRUE(c.mla_bf16x3);
@@ -121,6 +124,7 @@ TEST(KernelChoiceArgs, BadSpecsAreClearErrors) {
   expect_rejected("decode_direct_max_rows=", "row count >= 0");
   expect_rejected("rows_mma_warps=6", "one of 4, 8, 16 or 'default'");
   expect_rejected("rows_mma_kw=3", "one of 1, 2, 4, 8 or 'default'");
+  expect_rejected("wgmma_fp8_wide=3", "one of 0, 1, 2 or 'default'");
   expect_rejected("rows_mma_splits=16", "one of 1, 2, 4, 8 or 'default'");
   expect_rejected("warp_size=64", "unknown key 'warp_size'");
 }

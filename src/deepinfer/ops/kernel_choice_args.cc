@@ -30,7 +30,8 @@ constexpr std::pair<WgmmaTile, std::string_view> kTiles[] = {{WgmmaTile::kByRows
                                                              {WgmmaTile::kMixed, "mixed"}};
 constexpr std::string_view kKeys =
     "attn_mma, indexer_mma, topk_small_blocks, wgmma, wgmma_exact, wgmma_decode, wgmma_tile, wgmma_split_k, wgmma_fp8, "
-    "lt_fp8_block, mla_tf32, mla_bf16x3, rows_mma, rows_mma_bf16_a, rows_mma_pdl, rows_mma_warps, rows_mma_kw, "
+    "wgmma_fp8_wide, lt_fp8_block, mla_tf32, mla_bf16x3, rows_mma, rows_mma_bf16_a, rows_mma_pdl, rows_mma_warps, "
+    "rows_mma_kw, "
     "rows_mma_splits, "
     "rows_mma_share, "
     "stream_mma_max_rows, f32_scale_mma, "
@@ -117,6 +118,8 @@ cuda::KernelChoices parse_kernel_choices(const std::vector<std::string>& specs) 
       c.gemm.wgmma_split_k = lookup(kPicks, value, spec);
     } else if (key == "wgmma_fp8") {
       c.gemm.wgmma_fp8 = lookup(kPicks, value, spec);
+    } else if (key == "wgmma_fp8_wide") {
+      c.gemm.wgmma_fp8_wide = shape_value(value, spec, {0, 1, 2});
     } else if (key == "lt_fp8_block") {
       c.gemm.lt_fp8_block = lookup(kPicks, value, spec);
     } else if (key == "mla_tf32") {
@@ -171,6 +174,7 @@ std::string describe_kernel_choices(const cuda::KernelChoices& c) {
   if (c.gemm.wgmma_split_k != d.gemm.wgmma_split_k)
     add("wgmma_split_k", std::string(name_of(kPicks, c.gemm.wgmma_split_k)));
   if (c.gemm.wgmma_fp8 != d.gemm.wgmma_fp8) add("wgmma_fp8", std::string(name_of(kPicks, c.gemm.wgmma_fp8)));
+  if (c.gemm.wgmma_fp8_wide != d.gemm.wgmma_fp8_wide) add("wgmma_fp8_wide", std::to_string(c.gemm.wgmma_fp8_wide));
   if (c.gemm.lt_fp8_block != d.gemm.lt_fp8_block)
     add("lt_fp8_block", std::string(name_of(kPicks, c.gemm.lt_fp8_block)));
   if (c.mla_tf32 != d.mla_tf32) add("mla_tf32", c.mla_tf32 ? "1" : "0");

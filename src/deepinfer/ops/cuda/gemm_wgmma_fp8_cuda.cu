@@ -51,17 +51,25 @@ namespace {
 using namespace wgmma;
 
 constexpr int kF8K = 128;  // K values a step: one 128-byte swizzle row of one-byte codes
-constexpr int kF8M = 128, kF8N = 128, kF8Threads = 384, kF8Stages = 5;
-constexpr int kF8Tile = 128 * kRowBytes;  // an A or a B tile: 16 KiB
-constexpr int kF8StageBytes = 2 * kF8Tile;
-constexpr int kF8RawBytes = kF8N * kF8K / 2;  // a step's e2m1 codes of the tile's weight rows: 8 KiB
-constexpr int kF8ScaleBytes = 128 * 4;        // a step's scales of 128 rows: four blocks a row
-constexpr int kF8BarFull = 1, kF8BarEmpty = 1 + kF8Stages;
-constexpr size_t kF8Smem = 1024 + kF8Stages * (kF8StageBytes + kF8RawBytes + 2 * kF8ScaleBytes);
+constexpr int kF8M = 128, kF8Threads = 384;
+constexpr int kF8Tile = 128 * kRowBytes;     // an A tile: 16 KiB
+constexpr int kF8RawBytes = 128 * kF8K / 2;  // a step's e2m1 codes of the tile's 128 weight rows: 8 KiB
+constexpr int kF8ScaleBytes = 128 * 4;       // a step's scales of 128 rows: four blocks a row
 constexpr int kF8Tables = fp8::kFoldShiftMax - fp8::kFoldShiftMin + 1;
 static_assert(kF8K == kRowBytes, "a step is one swizzle row of one-byte codes");
-static_assert(kF8BarEmpty + kF8Stages <= 16, "named barriers");
-static_assert(kF8Smem <= 227 * 1024, "shared memory");
+
+// The block tile's weight rows kN (128, or 256 for the per-128 form's wide tile) and what follows from it: a stage is
+// the A tile, the B tile (kN rows), the MXFP4 raw codes (kN = 128 only) and the activation and weight scales.
+template <int kN>
+struct F8Shape {
+  static constexpr int kStages = kN == 128 ? 5 : 4;
+  static constexpr int kStageBytes = kF8Tile + kN * kRowBytes;
+  static constexpr int kRawBytes = kN == 128 ? kF8RawBytes : 0;
+  static constexpr int kBarFull = 1, kBarEmpty = 1 + kStages;
+  static constexpr size_t kSmem = 1024 + kStages * (kStageBytes + kRawBytes + 2 * kF8ScaleBytes);
+  static_assert(kBarEmpty + kStages <= 16, "named barriers");
+  static_assert(kSmem <= 227 * 1024, "shared memory");
+};
 
 // A step of one weight row: its 128 e2m1 codes (64 bytes, K ascending) and its four blocks' UE8M0 scales.
 struct F8Row {
@@ -106,11 +114,12 @@ __device__ __forceinline__ void widen_row(const F8Row& u, int e, const uint2* ta
   }
 }
 
-// acc += tmp times the row factors of a 64-column half's fragment: f0 for its rows r0 (entries 4j, 4j + 1), f1 for
+// acc += tmp times the row factors of a fragment of kC columns: f0 for its rows r0 (entries 4j, 4j + 1), f1 for
 // r0 + 8 (4j + 2, 4j + 3).
-__device__ __forceinline__ void promote(float (&acc)[32], const float (&tmp)[32], float f0, float f1) {
+template <int kC>
+__device__ __forceinline__ void promote(float (&acc)[kC / 2], const float (&tmp)[kC / 2], float f0, float f1) {
 #pragma unroll
-  for (int j = 0; j < 8; ++j) {
+  for (int j = 0; j < kC / 8; ++j) {
     acc[4 * j] = fmaf(tmp[4 * j], f0, acc[4 * j]);
     acc[4 * j + 1] = fmaf(tmp[4 * j + 1], f0, acc[4 * j + 1]);
     acc[4 * j + 2] = fmaf(tmp[4 * j + 2], f1, acc[4 * j + 2]);
@@ -121,15 +130,34 @@ __device__ __forceinline__ void promote(float (&acc)[32], const float (&tmp)[32]
 // The f32 of UE8M0 byte e (the quantizer writes e >= 1; a zero-filled row past the tile's end gives 0, times zeros).
 __device__ __forceinline__ float ue8m0_f32(uint32_t e) { return __uint_as_float(e << 23); }
 
+// Hopper's per-warpgroup register budget (sm_90a): the producer gives registers back so that the consumers of the
+// wide tile can hold 128 accumulators and a 64-entry product (launch_bounds alone caps a thread at 168).
+template <int kRegs>
+__device__ __forceinline__ void regs_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+template <int kRegs>
+__device__ __forceinline__ void regs_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+
 // kE4m3W: FP8-block weights (e4m3 codes, 128 x 128 blocks, UE8M0 scales): the B tile copied as is, the weight block's
 // scale joins the activation scale in the promotion (a power of two: exact); else MXFP4 weights widened and folded.
 // k128 (with kE4m3W; the V3 family's --activation-quant fp8): one f32 activation scale a row and step (the same 4
 // bytes a row and step as four UE8M0 ones) and f32 weight block scales, so a step's four k32 products of a 64-column
 // half accumulate in the tensor core (scale-d) and are promoted once, times both scales: a quarter of the FMAs, as
 // DeepGEMM does for this recipe.
-template <bool kE4m3W, bool k128 = false>
+// kN = 256 (k128 only; GemmChoices::wgmma_fp8_wide): a 128 x 256 tile, each consumer's 64 rows x 256 columns as two
+// 128-column halves, each half's four k32 products one m64n128k32 chain into a 64-entry product that is promoted while
+// the other consumer's chain runs. Why: the 128 x 128 tile reads 32 KiB from L2 a step for 4.2 MFLOP (~16.7 TB/s
+// at the FP8 rate over the device) and its n64 products read A from shared memory twice a k32 slice; the wide tile
+// reads 48 KiB for twice the work and A once a half. The producer returns registers to the consumers (setmaxnreg).
+template <bool kE4m3W, bool k128 = false, int kN = 128>
 __global__ void __launch_bounds__(kF8Threads, 1) gemm_wgmma_fp8_kernel(GemmKernelParams p, int tiles_n, int64_t tiles) {
   static_assert(!k128 || kE4m3W, "per-128 scales: FP8-block weights");
+  static_assert(kN == 128 || (kN == 256 && k128), "the wide tile: the per-128 form only");
+  using S = F8Shape<kN>;
+  constexpr int kStages = S::kStages;
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t smem_raw[];
   __shared__ uint2 tables[kF8Tables];
@@ -144,23 +172,24 @@ __global__ void __launch_bounds__(kF8Threads, 1) gemm_wgmma_fp8_kernel(GemmKerne
   // activation scales and weight scales.
   const uint32_t smem_addr0 = smem_addr(smem_raw);
   const uint32_t base = smem_addr0 + ((1024 - (smem_addr0 & 1023)) & 1023);
-  const uint32_t raw_base = base + kF8Stages * kF8StageBytes, scale_base = raw_base + kF8Stages * kF8RawBytes;
-  auto a_tile = [&](int st) { return base + st * kF8StageBytes; };
-  auto b_tile = [&](int st) { return base + st * kF8StageBytes + kF8Tile; };
-  auto raw_tile = [&](int st) { return raw_base + st * kF8RawBytes; };
+  const uint32_t raw_base = base + kStages * S::kStageBytes, scale_base = raw_base + kStages * S::kRawBytes;
+  auto a_tile = [&](int st) { return base + st * S::kStageBytes; };
+  auto b_tile = [&](int st) { return base + st * S::kStageBytes + kF8Tile; };
+  auto raw_tile = [&](int st) { return raw_base + st * S::kRawBytes; };
   auto s_tile = [&](int st) { return scale_base + st * 2 * kF8ScaleBytes; };  // activation scales
   auto w_scales = [&](int st) { return s_tile(st) + kF8ScaleBytes; };         // weight scales
   const int ksteps = static_cast<int>(p.k / kF8K);
-  // Tiles t = blockIdx.x, blockIdx.x + gridDim.x, ... (one per block as launched), column tile fastest; both roles
-  // walk the same ones: a grouped plan tile that starts no 128-row tile is skipped by both.
+  // Tiles t = blockIdx.x, blockIdx.x + gridDim.x, ..., column tile fastest; both roles walk the same ones: a grouped
+  // plan tile that starts no 128-row tile is skipped by both.
   auto tile_at = [&](int64_t t, int& g, int64_t& row_begin, int64_t& row_end, int64_t& n0) {
-    n0 = (t % tiles_n) * kF8N;
+    n0 = (t % tiles_n) * kN;
     return gemm_tile_rows(p, t / tiles_n, kF8M / kGemmTileM, g, row_begin, row_end);
   };
   const int64_t lds = p.lda / 32;  // activation scales a row
 
   if (tid < 128) {
     // ------------------------------------------------------------------ producer warpgroup
+    if constexpr (kN == 256) regs_dec<104>();
     const int ac = tid & 7;  // A: chunk tid % 8 of tile rows tid / 8 + 16 j
     int64_t gs = 0;
     for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
@@ -183,12 +212,13 @@ __global__ void __launch_bounds__(kF8Threads, 1) gemm_wgmma_fp8_kernel(GemmKerne
       const uint8_t* s_src = p.a_scale + (sr < 0 ? 0 : sr) * lds;
       const F8RowSrc src(p, g, n0 + tid);
       // FP8 weights: this thread copies chunk tid % 8 of weight rows tid / 8 + 16 j, as for A (a row past N reads
-      // row N - 1: its column is never written).
-      const uint8_t* b_src[kE4m3W ? 8 : 1];
-      if constexpr (kE4m3W) {
-        const uint8_t* b = static_cast<const uint8_t*>(p.b_table ? p.b_table[g] : p.b);
+      // row N - 1: its column is never written). The wide tile's 16 rows are addressed as they go (its producer keeps
+      // 40 registers).
+      const uint8_t* b_codes = static_cast<const uint8_t*>(p.b_table ? p.b_table[g] : p.b);
+      const uint8_t* b_src[kE4m3W && kN == 128 ? 8 : 1];
+      if constexpr (kE4m3W && kN == 128) {
 #pragma unroll
-        for (int j = 0; j < 8; ++j) b_src[j] = b + min(n0 + (tid >> 3) + 16 * j, p.n - 1) * p.k + ac * 16;
+        for (int j = 0; j < 8; ++j) b_src[j] = b_codes + min(n0 + (tid >> 3) + 16 * j, p.n - 1) * p.k + ac * 16;
       }
       // Step kt's copies into stage st: the A tile and its rows' scales, and the weights: FP8 codes straight into the
       // B tile, or this thread's MXFP4 row's codes and scales (raw: widened from shared memory once they land, so that
@@ -203,7 +233,15 @@ __global__ void __launch_bounds__(kF8Threads, 1) gemm_wgmma_fp8_kernel(GemmKerne
         asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s_tile(st) + 4 * tid),
                      "l"(s_src + static_cast<int64_t>(kt) * (kF8K / 32)), "r"(sr >= 0 ? 4 : 0)
                      : "memory");
-        if constexpr (kE4m3W) {
+        if constexpr (kE4m3W && kN == 256) {
+          const uint8_t* b = b_codes + ac * 16 + static_cast<int64_t>(kt) * kF8K;
+#pragma unroll
+          for (int j = 0; j < 16; ++j)
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(b_tile(st) + swz((tid >> 3) + 16 * j, ac)),
+                         "l"(b + min(n0 + (tid >> 3) + 16 * j, p.n - 1) * p.k)
+                         : "memory");
+          return;
+        } else if constexpr (kE4m3W) {
 #pragma unroll
           for (int j = 0; j < 8; ++j)
             asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(b_tile(st) + swz((tid >> 3) + 16 * j, ac)),
@@ -222,8 +260,8 @@ __global__ void __launch_bounds__(kF8Threads, 1) gemm_wgmma_fp8_kernel(GemmKerne
                      : "memory");
       };
       auto acquire = [&](int64_t G) {
-        if (G >= kF8Stages) bar_sync(kF8BarEmpty + static_cast<int>((G - kF8Stages) % kF8Stages), kF8Threads);
-        return static_cast<int>(G % kF8Stages);
+        if (G >= kStages) bar_sync(S::kBarEmpty + static_cast<int>((G - kStages) % kStages), kF8Threads);
+        return static_cast<int>(G % kStages);
       };
       // One step: acquire step kt + 1's stage and issue its copies; once step kt's have landed, widen its weight row
       // into the B tile and publish the stage.
@@ -232,7 +270,7 @@ __global__ void __launch_bounds__(kF8Threads, 1) gemm_wgmma_fp8_kernel(GemmKerne
         if (kt + 1 < ksteps) issue(kt + 1, acquire(G + 1));
         cp_async_commit();
         cp_async_wait<1>();  // this thread's copies of step kt have landed
-        const int st = static_cast<int>(G % kF8Stages);
+        const int st = static_cast<int>(G % kStages);
         if constexpr (!kE4m3W) {
           F8Row u;
 #pragma unroll
@@ -247,7 +285,7 @@ __global__ void __launch_bounds__(kF8Threads, 1) gemm_wgmma_fp8_kernel(GemmKerne
           widen_row(u, src.e, tables, b_tile(st), tid);
         }
         fence_proxy_async();  // the copies and the widened weights, for wgmma's async proxy
-        bar_arrive(kF8BarFull + st, kF8Threads);
+        bar_arrive(S::kBarFull + st, kF8Threads);
       };
       issue(0, acquire(gs));
       cp_async_commit();
@@ -256,45 +294,77 @@ __global__ void __launch_bounds__(kF8Threads, 1) gemm_wgmma_fp8_kernel(GemmKerne
     }
     cp_async_wait<0>();
     // Take the releases not yet waited for, so that no barrier is left with arrivals at exit.
-    for (int64_t G = gs > kF8Stages ? gs - kF8Stages : 0; G < gs; ++G)
-      bar_sync(kF8BarEmpty + static_cast<int>(G % kF8Stages), kF8Threads);
+    for (int64_t G = gs > kStages ? gs - kStages : 0; G < gs; ++G)
+      bar_sync(S::kBarEmpty + static_cast<int>(G % kStages), kF8Threads);
   } else {
     // ------------------------------------------------------------------ consumer warpgroups
+    if constexpr (kN == 256) regs_inc<200>();
     const int cw = (tid >> 7) - 1;  // tile rows 64 cw ..
     const int lane = tid & 31, wq = (tid >> 5) & 3;
     const int r0 = 64 * cw + 16 * wq + (lane >> 2);  // this thread's rows: r0 (d[4j + 0/1]) and r0 + 8 (d[4j + 2/3])
     const bool vec2 = p.ldc % 2 == 0 && reinterpret_cast<uintptr_t>(p.c) % 8 == 0;
+    // The tile's columns as kHalves fragments of kC columns: acc[h] holds columns kC h .. kC h + kC - 1.
+    constexpr int kC = kN == 256 ? 128 : 64, kHalves = 2, kAcc = kC / 2;
     int64_t gs = 0;
     for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
       int g;
       int64_t row_begin, row_end, n0;
       if (!tile_at(t, g, row_begin, row_end, n0)) continue;
-      // acc[h]: columns 64 h .. 64 h + 63 of the tile; tmp[h]: the k32 product in flight for them.
-      float acc[2][32], tmp[2][32];
+      // tmp[h]: the product in flight for acc[h] (the wide tile: one, tmp[0], for both halves in turn).
+      constexpr int kTmps = kN == 256 ? 1 : 2;
+      float acc[kHalves][kAcc], tmp[kTmps][kAcc];
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
+      for (int i = 0; i < kAcc; ++i) {
 #pragma unroll
-        for (int i = 0; i < 32; ++i) acc[h][i] = tmp[h][i] = 0.0f;
+        for (int h = 0; h < kHalves; ++h) acc[h][i] = 0.0f;
+#pragma unroll
+        for (int h = 0; h < kTmps; ++h) tmp[h][i] = 0.0f;
+      }
       pin(acc[0]);
       pin(acc[1]);
-      // FP8 weights: the tile's weight block scale of each step (block_n = block_k = 128: one a step), loaded a step
-      // ahead; 1 for MXFP4 (folded into the codes).
+      // FP8 weights: the tile's weight block scale of each step and half (block_n = block_k = 128: one a step and 128
+      // columns), loaded a step ahead; 1 for MXFP4 (folded into the codes). The wide tile's second half past N reads
+      // the first half's block (its columns are never written).
       const int64_t ws_row = (n0 >> 7) * p.scale_cols;
+      const int64_t ws_row1 = (kN == 256 && n0 + 128 < p.n ? (n0 >> 7) + 1 : (n0 >> 7)) * p.scale_cols;
       const void* ws = p.b_scale_table ? p.b_scale_table[g] : p.b_scale;
-      auto weight_scale = [&](int kt) {
+      auto weight_scale = [&](int64_t row, int kt) {
         if constexpr (!kE4m3W) return 1.0f;
-        if constexpr (k128) return __ldg(static_cast<const float*>(ws) + ws_row + kt);
-        return e8m0_to_f32_dev(__ldg(static_cast<const uint8_t*>(ws) + ws_row + kt));
+        if constexpr (k128) return __ldg(static_cast<const float*>(ws) + row + kt);
+        return e8m0_to_f32_dev(__ldg(static_cast<const uint8_t*>(ws) + row + kt));
       };
-      float sb = weight_scale(0);
+      float sb = weight_scale(ws_row, 0), sb1 = kN == 256 ? weight_scale(ws_row1, 0) : 1.0f;
       for (int kt = 0; kt < ksteps; ++kt) {
-        const float sb_next = kt + 1 < ksteps ? weight_scale(kt + 1) : 1.0f;
+        const float sb_next = kt + 1 < ksteps ? weight_scale(ws_row, kt + 1) : 1.0f;
+        const float sb1_next = kN == 256 && kt + 1 < ksteps ? weight_scale(ws_row1, kt + 1) : 1.0f;
         const int64_t G = gs + kt;
-        const int st = static_cast<int>(G % kF8Stages);
-        bar_sync(kF8BarFull + st, kF8Threads);
+        const int st = static_cast<int>(G % kStages);
+        bar_sync(S::kBarFull + st, kF8Threads);
         const uint32_t at = a_tile(st) + 64 * cw * kRowBytes, bt = b_tile(st);
         const uint32_t sa0 = lds_u32(s_tile(st) + 4 * r0), sa1 = lds_u32(s_tile(st) + 4 * (r0 + 8));
-        if constexpr (k128) {
+        if constexpr (kN == 256) {
+          // Half h's four k32 products chained by the tensor core into tmp, then promoted; the other consumer's chain
+          // keeps the tensor cores busy meanwhile. The stage is released once the second chain has retired.
+          const float a0 = __uint_as_float(sa0), a1 = __uint_as_float(sa1);
+#pragma unroll
+          for (int h = 0; h < kHalves; ++h) {
+            pin(tmp[0]);
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < 4; ++kk)
+              wgmma_m64n128k32_e4m3(tmp[0], smem_desc(at + 32 * kk), smem_desc(bt + h * 128 * kRowBytes + 32 * kk),
+                                    kk > 0);
+            wgmma_commit();
+            wgmma_wait<0>();
+            pin(tmp[0]);
+            if (h == kHalves - 1) bar_arrive(S::kBarEmpty + st, kF8Threads);
+            const float s = h == 0 ? sb : sb1;
+            promote<kC>(acc[h], tmp[0], a0 * s, a1 * s);
+          }
+          sb = sb_next;
+          sb1 = sb1_next;
+          continue;
+        } else if constexpr (k128) {
           // Half h's four k32 products summed by the tensor core (one commit group a half), then promoted: half 0
           // while half 1 runs.
 #pragma unroll
@@ -315,50 +385,53 @@ __global__ void __launch_bounds__(kF8Threads, 1) gemm_wgmma_fp8_kernel(GemmKerne
             else
               wgmma_wait<0>();
             pin(tmp[h]);
-            promote(acc[h], tmp[h], f0, f1);
+            promote<kC>(acc[h], tmp[h], f0, f1);
           }
-          bar_arrive(kF8BarEmpty + st, kF8Threads);
+          bar_arrive(S::kBarEmpty + st, kF8Threads);
           sb = sb_next;
           continue;
         }
-        // Product u = 2 kk + h: k32 slice kk (bytes 32 kk of every row), weight rows 64 h .. (8 swizzle atoms a half).
-        auto issue = [&](int u) {
-          const int kk = u >> 1, h = u & 1;
-          pin(tmp[h]);
-          wgmma_fence();
-          wgmma_m64n64k32_e4m3(tmp[h], smem_desc(at + 32 * kk), smem_desc(bt + h * 64 * kRowBytes + 32 * kk));
-          wgmma_commit();
-        };
-        issue(0);
-        issue(1);
+        if constexpr (!k128) {
+          // Product u = 2 kk + h: k32 slice kk (bytes 32 kk of every row), weight rows 64 h .. (8 swizzle atoms a
+          // half).
+          auto issue = [&](int u) {
+            const int kk = u >> 1, h = u & 1;
+            pin(tmp[h]);
+            wgmma_fence();
+            wgmma_m64n64k32_e4m3(tmp[h], smem_desc(at + 32 * kk), smem_desc(bt + h * 64 * kRowBytes + 32 * kk));
+            wgmma_commit();
+          };
+          issue(0);
+          issue(1);
 #pragma unroll
-        for (int u = 0; u < 8; ++u) {
-          if (u < 7)
-            wgmma_wait<1>();  // product u has landed, u + 1 may still run
-          else
-            wgmma_wait<0>();
-          const int kk = u >> 1, h = u & 1;
-          pin(tmp[h]);
-          // Exact: powers of two times the weight scale (FP8 weights; 1 for MXFP4).
-          const float f0 = ue8m0_f32((sa0 >> (8 * kk)) & 0xFF) * sb, f1 = ue8m0_f32((sa1 >> (8 * kk)) & 0xFF) * sb;
-          promote(acc[h], tmp[h], f0, f1);
-          if (u + 2 < 8) issue(u + 2);
+          for (int u = 0; u < 8; ++u) {
+            if (u < 7)
+              wgmma_wait<1>();  // product u has landed, u + 1 may still run
+            else
+              wgmma_wait<0>();
+            const int kk = u >> 1, h = u & 1;
+            pin(tmp[h]);
+            // Exact: powers of two times the weight scale (FP8 weights; 1 for MXFP4).
+            const float f0 = ue8m0_f32((sa0 >> (8 * kk)) & 0xFF) * sb, f1 = ue8m0_f32((sa1 >> (8 * kk)) & 0xFF) * sb;
+            promote<kC>(acc[h], tmp[h], f0, f1);
+            if (u + 2 < 8) issue(u + 2);
+          }
+          bar_arrive(S::kBarEmpty + st, kF8Threads);  // every product of the stage has retired
+          sb = sb_next;
         }
-        bar_arrive(kF8BarEmpty + st, kF8Threads);  // every product of the stage has retired
-        sb = sb_next;
       }
       gs += ksteps;
 
-      // Epilogue: row r0 + 8 rh, columns n0 + 64 h + 8 j + 2 (lane % 4) + 0/1 = acc[h][4 j + 2 rh + 0/1], times each
+      // Epilogue: row r0 + 8 rh, columns n0 + kC h + 8 j + 2 (lane % 4) + 0/1 = acc[h][4 j + 2 rh + 0/1], times each
       // weight row's fold factor (MXFP4).
-      float factor[2][8][2];  // this thread's 32 columns
+      float factor[kHalves][kC / 8][2];  // this thread's columns
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
+      for (int h = 0; h < kHalves; ++h)
 #pragma unroll
-        for (int j = 0; j < 8; ++j)
+        for (int j = 0; j < kC / 8; ++j)
 #pragma unroll
           for (int x = 0; x < 2; ++x) {
-            const int64_t col = n0 + 64 * h + 8 * j + 2 * (lane & 3) + x;
+            const int64_t col = n0 + kC * h + 8 * j + 2 * (lane & 3) + x;
             factor[h][j][x] = kE4m3W ? 1.0f
                                      : __uint_as_float(fp8::fold_factor_bits(__ldg(
                                            p.b_fold + static_cast<int64_t>(g) * p.n + (col < p.n ? col : p.n - 1))));
@@ -369,10 +442,10 @@ __global__ void __launch_bounds__(kF8Threads, 1) gemm_wgmma_fp8_kernel(GemmKerne
         if (i >= row_end) continue;
         float* crow = p.c + (p.c_rows ? p.c_rows[i] : i) * p.ldc;
 #pragma unroll
-        for (int h = 0; h < 2; ++h)
+        for (int h = 0; h < kHalves; ++h)
 #pragma unroll
-          for (int j = 0; j < 8; ++j) {
-            const int64_t col = n0 + 64 * h + 8 * j + 2 * (lane & 3);  // even
+          for (int j = 0; j < kC / 8; ++j) {
+            const int64_t col = n0 + kC * h + 8 * j + 2 * (lane & 3);  // even
             store_pair(crow, col, p.n, acc[h][4 * j + 2 * rh] * factor[h][j][0],
                        acc[h][4 * j + 2 * rh + 1] * factor[h][j][1], vec2);
           }
@@ -410,6 +483,18 @@ __global__ void mxfp4_fold_kernel(Mxfp4FoldKernelParams p) {
 
 bool aligned(const void* q, uintptr_t a) { return reinterpret_cast<uintptr_t>(q) % a == 0; }
 
+template <bool kE4m3W, bool k128, int kN>
+void launch_fp8(const GemmKernelParams& p, int64_t tiles_m, int blocks_cap, cudaStream_t stream) {
+  const int64_t tiles_n = ceil_div(p.n, kN), tiles = tiles_m * tiles_n;
+  DI_CHECK(tiles < (int64_t{1} << 31)) << "gemm fp8: " << tiles << " tiles are too many";
+  auto* kernel = gemm_wgmma_fp8_kernel<kE4m3W, k128, kN>;
+  constexpr size_t smem = F8Shape<kN>::kSmem;
+  DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  const int64_t blocks = blocks_cap > 0 ? std::min<int64_t>(tiles, blocks_cap) : tiles;
+  kernel<<<static_cast<unsigned>(blocks), kF8Threads, smem, stream>>>(p, static_cast<int>(tiles_n), tiles);
+  DI_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
 bool gemm_wgmma_fp8_block_weight_takes(QuantFormat format, bool scale_e8m0, int64_t block_n, int64_t block_k,
@@ -440,15 +525,15 @@ bool run_gemm_wgmma_fp8(const GemmKernelParams& p, cudaStream_t stream) {
   if (!gemm_wgmma_fp8_takes(p)) return false;
   if (p.m == 0 || p.n == 0 || (p.group_offsets && p.max_tiles_m == 0)) return true;
   // Grouped: a block per plan tile (64 rows), every other one starting a 128-row tile (gemm_tile_rows).
-  const int64_t tiles_m = p.group_offsets ? p.max_tiles_m : ceil_div(p.m, kF8M), tiles_n = ceil_div(p.n, kF8N);
-  const int64_t tiles = tiles_m * tiles_n;
-  DI_CHECK(tiles < (int64_t{1} << 31)) << "gemm fp8: " << tiles << " tiles are too many";
-  auto* kernel = p.a_scale_block128                   ? gemm_wgmma_fp8_kernel<true, true>
-                 : p.format == QuantFormat::kFP8Block ? gemm_wgmma_fp8_kernel<true>
-                                                      : gemm_wgmma_fp8_kernel<false>;
-  DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kF8Smem)));
-  kernel<<<static_cast<unsigned>(tiles), kF8Threads, kF8Smem, stream>>>(p, static_cast<int>(tiles_n), tiles);
-  DI_CUDA_CHECK_LAUNCH();
+  const int64_t tiles_m = p.group_offsets ? p.max_tiles_m : ceil_div(p.m, kF8M);
+  if (p.a_scale_block128 && p.choices.wgmma_fp8_wide > 0)
+    launch_fp8<true, true, 256>(p, tiles_m, p.choices.wgmma_fp8_wide == 2 ? device_sm_count() : 0, stream);
+  else if (p.a_scale_block128)
+    launch_fp8<true, true, 128>(p, tiles_m, 0, stream);
+  else if (p.format == QuantFormat::kFP8Block)
+    launch_fp8<true, false, 128>(p, tiles_m, 0, stream);
+  else
+    launch_fp8<false, false, 128>(p, tiles_m, 0, stream);
   return true;
 }
 

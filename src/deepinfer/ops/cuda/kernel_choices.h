@@ -35,6 +35,11 @@ struct GemmChoices {
   // slice's prefill: docs/PERF.md, session 29); kNever: the bf16 kernels on the rounded values. The kernel's own rule
   // admits only kAlways (the backend's choices pass that).
   KernelPick wgmma_fp8 = KernelPick::kAuto;
+  // The FP8 GEMM's per-128 form (--activation-quant fp8, the V3 family's experts) in a 128 x 256 tile (gemm_wgmma_fp8_
+  // cuda.cu: half the L2 reads per product and A read from shared memory once per 128 columns) instead of 128 x 128:
+  // 1 a block per tile, 2 persistent blocks (one per SM, walking the tiles). 0: 128 x 128. Off until GPU-run (written
+  // in session 32 without a device; docs/PERF.md next steps).
+  int wgmma_fp8_wide = 0;
   // Under --activation-quant fp8 (V3 family), dense linears over 128 x 128 FP8 weights with f32 scales on cuBLASLt's
   // block-scaled FP8 GEMM (CudaBackend's fp8_block_linear): kAuto where quant_linear would take its cuBLASLt bf16
   // scratch (many rows), kAlways from one row, kNever: the own kernels on the rounded values.
