@@ -69,6 +69,31 @@ TEST_F(CudaOpTest, MlaAttentionMatchesCpu) {
                 want_naive, 3e-5);
       }
     }
+    // mla_flash (an A/B choice): the logits, softmax and P·V in one flash kernel with bf16x3 products and an online
+    // softmax, the expansion GEMM in fp32 or bf16x3: 3e-5 as the bf16x3 GEMMs. A query that sees nothing: zeros.
+    for (const bool x3 : {false, true})
+      for (const bool layout : {false, true}) {
+        ScopedKernelChoices flash(gpu(), [&](cuda::KernelChoices& ch) {
+          ch.mla_flash = true;
+          ch.mla_bf16x3 = x3;
+        });
+        DeviceTensor dfl = poisoned({c.t, c.h, c.dv});
+        MlaAttentionParams pf = hinted;
+        pf.out = dfl;
+        if (!layout) {
+          pf.kv_first_position = -1;
+          pf.host_q_positions = {};
+        }
+        gpu().mla_attention_naive(pf);
+        const HostTensor fl = down(dfl);
+        rel_err(("mla naive entry, flash" + std::string(x3 ? ", bf16x3 expansion" : "") +
+                 (layout ? ", causal layout" : "") + n)
+                    .c_str(),
+                fl, want_naive, 3e-5);
+        if (c.t >= 64 && c.t > 1)
+          for (int64_t i = 0; i < c.h * c.dv; ++i)
+            ASSERT_EQ(fl.data<float>()[i], 0.0f) << "flash: query with no visible key";
+      }
     if (c.t > 1)
       for (int64_t i = 0; i < c.h * c.dv; ++i) ASSERT_EQ(got.data<float>()[i], 0.0f) << "query with no visible key";
   }
@@ -76,7 +101,8 @@ TEST_F(CudaOpTest, MlaAttentionMatchesCpu) {
 
 // A prefill chunk as the model gives it (2100 new queries at positions 200 .. 2299 over the sequence's 2300 rows in
 // position order, the layout facts set): the GEMM path's query chunks of 1024 attend 1224, 2248 and 2300 rows; against
-// the CPU naive op, 2e-5 (TF32 products, the mla_tf32 A/B choice: 5e-3; bf16x3, mla_bf16x3: 3e-5).
+// the CPU naive op, 2e-5 (TF32 products, the mla_tf32 A/B choice: 5e-3; bf16x3, mla_bf16x3, and the flash kernel,
+// mla_flash: 3e-5).
 TEST_F(CudaOpTest, MlaAttentionCausalPrefillChunksMatchCpu) {
   const int64_t t = 2100, h = 8, dn = 32, dr = 16, r = 64, dv = 32, s = 2300;
   HostTensor q = rand({t, h, dn + dr}), kv = rand({s, r + dr}), kv_b = rand({h * (dn + dv), r}, -0.1f, 0.1f);
@@ -112,6 +138,20 @@ TEST_F(CudaOpTest, MlaAttentionCausalPrefillChunksMatchCpu) {
   p.out = dx3;
   gpu().mla_attention_naive(p);
   rel_err("mla naive prefill, bf16x3", down(dx3), want, 3e-5);
+  // mla_flash: one flash pass a head group (blocks of 64 queries stop at their newest row with the layout facts; all
+  // 2300 rows without): 3e-5.
+  ScopedKernelChoices flash(gpu(), [](cuda::KernelChoices& c) { c.mla_flash = true; });
+  for (const bool hint : {false, true}) {
+    DeviceTensor dfl = poisoned({t, h, dv});
+    MlaAttentionParams pf = p;
+    pf.out = dfl;
+    if (!hint) {
+      pf.kv_first_position = -1;
+      pf.host_q_positions = {};
+    }
+    gpu().mla_attention_naive(pf);
+    rel_err(hint ? "mla naive prefill, flash, causal layout" : "mla naive prefill, flash", down(dfl), want, 3e-5);
+  }
 }
 
 // The paged decode kernels against the CPU's paged op: several sequences of different lengths over shuffled,

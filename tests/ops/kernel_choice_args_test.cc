@@ -44,6 +44,7 @@ TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
                                           "lt_fp8_block=never",
                                           "mla_tf32=1",
                                           "mla_bf16x3=1",
+                                          "mla_flash=1",
                                           "rows_mma=never",
                                           "rows_mma_bf16_a=1",
                                           "rows_mma_pdl=1",
@@ -69,6 +70,7 @@ TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
   EXPECT_EQ(c.gemm.lt_fp8_block, KernelPick::kNever);
   EXPECT_TRUE(c.mla_tf32);
   EXPECT_TRUE(c.mla_bf16x3);
+  EXPECT_TRUE(c.mla_flash);
   EXPECT_EQ(c.gemm.rows_mma, KernelPick::kNever);
   EXPECT_TRUE(c.gemm.rows_mma_bf16_a);
   EXPECT_TRUE(c.gemm.rows_mma_pdl);

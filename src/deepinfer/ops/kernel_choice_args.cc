@@ -126,6 +126,8 @@ cuda::KernelChoices parse_kernel_choices(const std::vector<std::string>& specs) 
       c.mla_tf32 = flag_value(value, spec);
     } else if (key == "mla_bf16x3") {
       c.mla_bf16x3 = flag_value(value, spec);
+    } else if (key == "mla_flash") {
+      c.mla_flash = flag_value(value, spec);
     } else if (key == "rows_mma") {
       c.gemm.rows_mma = lookup(kPicks, value, spec);
     } else if (key == "rows_mma_bf16_a") {
@@ -179,6 +181,7 @@ std::string describe_kernel_choices(const cuda::KernelChoices& c) {
     add("lt_fp8_block", std::string(name_of(kPicks, c.gemm.lt_fp8_block)));
   if (c.mla_tf32 != d.mla_tf32) add("mla_tf32", c.mla_tf32 ? "1" : "0");
   if (c.mla_bf16x3 != d.mla_bf16x3) add("mla_bf16x3", c.mla_bf16x3 ? "1" : "0");
+  if (c.mla_flash != d.mla_flash) add("mla_flash", c.mla_flash ? "1" : "0");
   if (c.gemm.rows_mma != d.gemm.rows_mma) add("rows_mma", std::string(name_of(kPicks, c.gemm.rows_mma)));
   if (c.gemm.rows_mma_bf16_a != d.gemm.rows_mma_bf16_a) add("rows_mma_bf16_a", c.gemm.rows_mma_bf16_a ? "1" : "0");
   if (c.gemm.rows_mma_pdl != d.gemm.rows_mma_pdl) add("rows_mma_pdl", c.gemm.rows_mma_pdl ? "1" : "0");

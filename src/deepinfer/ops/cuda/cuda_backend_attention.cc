@@ -267,6 +267,62 @@ void head_terms(const float* src, int64_t src_row, int64_t rows, int64_t heads, 
                         .lo_parts = lo_parts},
                        stream);
 }
+
+// Per-head vectors of `len` (row s, head h at src + s · src_row + h · src_seg) of `rows` rows and `heads` heads as bf16
+// [hi | lo] planes [2][rows, heads, len].
+void bf16_planes(const float* src, int64_t src_row, int64_t src_seg, int64_t rows, int64_t heads, int64_t len,
+                 uint16_t* dst, cudaStream_t stream) {
+  cuda::run_bf16_parts({.src = src,
+                        .src_row = src_row,
+                        .src_seg = src_seg,
+                        .rows = rows,
+                        .segs = heads,
+                        .len = len,
+                        .dst = dst,
+                        .dst_row = heads * len,
+                        .dst_seg = len,
+                        .part_stride = rows * heads * len,
+                        .parts = 2,
+                        .lo_parts = 0b10},
+                       stream);
+}
+
+// The flash kernel (KernelChoices::mla_flash) over heads h0 .. h0 + g - 1: their keys (keys [S, g, qk]) and values
+// split into [hi | lo] planes at k2 / v2, then every query of them in one launch.
+void run_flash_group(const MlaAttentionParams& p, const float* kvx, const float* keys, uint16_t* k2, uint16_t* v2,
+                     int64_t g, int64_t h0, cudaStream_t stream) {
+  const int64_t T = p.q.dim(0), H = p.q.dim(1), dr = p.rope_dim, dn = p.q.dim(2) - dr, qk = dn + dr;
+  const int64_t S = p.kv.dim(0), dv = p.kv_b.dim(0) / H - dn;
+  bf16_planes(keys, g * qk, qk, S, g, qk, k2, stream);
+  bf16_planes(kvx + dn, g * (dn + dv), dn + dv, S, g, dv, v2, stream);
+  cuda::MlaFlashKernelParams f;
+  f.q = p.q.data_as<float>() + h0 * qk;
+  f.q_row = H * qk;
+  f.q_head = qk;
+  f.k2 = k2;
+  f.k_row = g * qk;
+  f.k_head = qk;
+  f.k_part = S * g * qk;
+  f.v2 = v2;
+  f.v_row = g * dv;
+  f.v_head = dv;
+  f.v_part = S * g * dv;
+  const auto aligned16 = [](const void* x) { return reinterpret_cast<uintptr_t>(x) % 16 == 0; };
+  f.vec16 = qk % 8 == 0 && dv % 8 == 0 && (S * g) % 8 == 0 && aligned16(k2) && aligned16(v2);
+  f.q_positions = p.q_positions.data_as<int64_t>();
+  f.kv_positions = cptr<int64_t>(p.kv_positions);
+  f.tokens = T;
+  f.s = S;
+  f.kv_first_position = p.kv_first_position;
+  f.heads = static_cast<int>(g);
+  f.qk = static_cast<int>(qk);
+  f.dv = static_cast<int>(dv);
+  f.scale = p.scale;
+  f.out = p.out.data_as<float>() + h0 * dv;
+  f.out_row = H * dv;
+  f.out_head = dv;
+  cuda::run_mla_flash(f, stream);
+}
 }  // namespace
 
 // The naive form on cuBLASLt's fp32 GEMMs (full fp32, no TF32: the CPU reference's numerics up to summation order), a
@@ -294,6 +350,9 @@ void CudaBackend::mla_attention_naive(const MlaAttentionParams& p) {
   float* out = p.out.data_as<float>();
   const bool x3 = impl_->choices.mla_bf16x3;
   const bool tf32 = impl_->choices.mla_tf32;  // f32 operands only (lt_batched): bf16x3 takes precedence
+  // KernelChoices::mla_flash: the logits, softmax and P·V in one flash kernel over bf16x3 planes of the keys and values
+  // (no logit buffer); the expansion stays a GEMM (bf16x3 or TF32 as chosen).
+  const bool flash = impl_->choices.mla_flash && cuda::mla_flash_takes(qk, dv);
   // With the layout facts (kv row j = position kv_first_position + j, the query positions on the host), a chunk of
   // queries attends only the rows up to its latest position: causal prefill in chunks of kMlaGemmChunkTokens does about
   // half the logit and P·V work of whole rows. Without them every chunk takes all S rows.
@@ -304,28 +363,36 @@ void CudaBackend::mla_attention_naive(const MlaAttentionParams& p) {
   // to the same budget: a short chunk after a long prefix would otherwise expand every head at once (32k rows: 3.5
   // GiB). bf16x3 adds P's two bf16 terms to each logit (half the logits a chunk) and the keys' three and V's two terms
   // to each row and head.
+  // The flash kernel keeps no logits; its keys' and values' [hi | lo] planes take a float's bytes an entry.
   const int64_t logit_floats = x3 ? kMlaGemmLogitFloats / 2 : kMlaGemmLogitFloats;
-  const int64_t row_floats = dn + dv + qk + (x3 ? (3 * qk) / 2 + dv : 0);
+  const int64_t row_floats = dn + dv + qk + (flash ? qk + dv : x3 ? (3 * qk) / 2 + dv : 0);
   const int64_t G = std::clamp<int64_t>(
-      std::min(logit_floats / (std::min(T, chunk_tokens) * S), kMlaGemmLogitFloats / (S * row_floats)), 1, H);
+      std::min(flash ? H : logit_floats / (std::min(T, chunk_tokens) * S), kMlaGemmLogitFloats / (S * row_floats)), 1,
+      H);
   const int64_t Tc = std::max<int64_t>(1, std::min({T, chunk_tokens, logit_floats / (G * S)}));
   const int64_t ld_p = ceil_div(S, 8) * 8;  // P's terms: 16-byte rows
   cuda::WorkspaceArena::Scope scope(impl_->ws());
   float* kvx = impl_->ws().take_as<float>(S * G * (dn + dv));
   float* keys = impl_->ws().take_as<float>(S * G * qk);
-  float* logits = impl_->ws().take_as<float>(G * Tc * S);
+  float* logits = flash ? nullptr : impl_->ws().take_as<float>(G * Tc * S);
   int64_t* max_qpos = impl_->ws().take_as<int64_t>(1);
   // bf16x3 operands (bf16, 2 bytes an entry): the cache rows' latent part [S, 3r] as [hi | lo | hi], a group's kv_b
   // rows [G (dn + dv), 3r] as [hi | hi | lo], its keys [S, G, 3qk] as [hi | hi | lo], a chunk's queries [Tc, G, 3qk]
   // as [hi | lo | hi], V's terms [2][S, G, dv] and P's [2][G, Tc, ld_p].
   uint16_t *c3 = nullptr, *kvb3 = nullptr, *keys3 = nullptr, *q3 = nullptr, *v2 = nullptr, *p2 = nullptr;
+  if (flash) {
+    keys3 = impl_->ws().take_as<uint16_t>(2 * S * G * qk);  // the keys' [hi | lo] planes
+    v2 = impl_->ws().take_as<uint16_t>(2 * S * G * dv);
+  }
   if (x3) {
     c3 = impl_->ws().take_as<uint16_t>(S * 3 * r);
     kvb3 = impl_->ws().take_as<uint16_t>(G * (dn + dv) * 3 * r);
-    keys3 = impl_->ws().take_as<uint16_t>(S * G * 3 * qk);
-    q3 = impl_->ws().take_as<uint16_t>(Tc * G * 3 * qk);
-    v2 = impl_->ws().take_as<uint16_t>(2 * S * G * dv);
-    p2 = impl_->ws().take_as<uint16_t>(2 * G * Tc * ld_p);
+    if (!flash) {
+      keys3 = impl_->ws().take_as<uint16_t>(S * G * 3 * qk);
+      q3 = impl_->ws().take_as<uint16_t>(Tc * G * 3 * qk);
+      v2 = impl_->ws().take_as<uint16_t>(2 * S * G * dv);
+      p2 = impl_->ws().take_as<uint16_t>(2 * G * Tc * ld_p);
+    }
     cuda::run_bf16_parts({.src = kv,
                           .src_row = r + dr,
                           .rows = S,
@@ -385,22 +452,14 @@ void CudaBackend::mla_attention_naive(const MlaAttentionParams& p) {
     kp.r = r;
     kp.dr = dr;
     cuda::run_mla_keys(kp, impl_->s());
+    if (flash) {
+      run_flash_group(p, kvx, keys, keys3, v2, g, h0, impl_->s());
+      continue;
+    }
     if (x3) {
       head_terms(keys, g * qk, S, g, qk, keys3, 0b100, impl_->s());  // [hi | hi | lo]
       // V (masked rows zeroed by run_mla_keys): hi, then lo
-      cuda::run_bf16_parts({.src = kvx + dn,
-                            .src_row = g * (dn + dv),
-                            .src_seg = dn + dv,
-                            .rows = S,
-                            .segs = g,
-                            .len = dv,
-                            .dst = v2,
-                            .dst_row = g * dv,
-                            .dst_seg = dv,
-                            .part_stride = S * g * dv,
-                            .parts = 2,
-                            .lo_parts = 0b10},
-                           impl_->s());
+      bf16_planes(kvx + dn, g * (dn + dv), dn + dv, S, g, dv, v2, impl_->s());
     }
     for (int64_t t0 = 0; t0 < T; t0 += Tc) {
       const int64_t tc = std::min(Tc, T - t0);

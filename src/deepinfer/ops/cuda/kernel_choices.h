@@ -104,6 +104,10 @@ struct KernelChoices {
   // hi·hi + hi·lo + lo·hi in fp32 (within ~2^-16 of the fp32 product where TF32 is 2^-11 off). Takes precedence over
   // mla_tf32. Off until GPU-run (written in session 31 without a device; docs/PERF.md next steps).
   bool mla_bf16x3 = false;
+  // The naive form's logits, softmax and P·V in one flash kernel (mla_flash_cuda.cu: online softmax, bf16x3 products,
+  // no logit buffer) instead of the three GEMM steps; the expansion GEMM keeps mla_bf16x3 / mla_tf32. Off until
+  // GPU-run (written in session 32 without a device).
+  bool mla_flash = false;
   // Rows a group up to which a grouped_linear call (default mode) is one grouped launch (grouped_linear.h); -1:
   // kGemmStreamMmaMaxRows. 0 runs every call per group.
   int64_t grouped_one_launch_rows = -1;

@@ -434,6 +434,31 @@ struct Bf16PartsKernelParams {
   unsigned lo_parts = 0b10;
 };
 void run_bf16_parts(const Bf16PartsKernelParams& p, cudaStream_t stream);
+// Flash attention for the naive form (mla_flash_cuda.cu, KernelChoices::mla_flash): out[t, h] = softmax over the keys
+// j with kv_positions[j] <= q_positions[t] of scale · (q[t, h] · k[j, h]) times v[j, h], in one pass (online softmax,
+// bf16x3 products). q f32 at q + t · q_row + h · q_head; keys and values as bf16 [hi | lo] planes (run_bf16_parts):
+// key j of head h at k2 + j · k_row + h · k_head, its lo terms k_part elements on (values likewise); vec16: every row,
+// head and plane offset a multiple of 8 elements and the bases 16-byte aligned (16-byte loads). With
+// kv_first_position >= 0 (row j holds position kv_first_position + j) a block of queries stops at its newest row.
+struct MlaFlashKernelParams {
+  const float* q = nullptr;
+  int64_t q_row = 0, q_head = 0;
+  const void* k2 = nullptr;
+  int64_t k_row = 0, k_head = 0, k_part = 0;
+  const void* v2 = nullptr;
+  int64_t v_row = 0, v_head = 0, v_part = 0;
+  bool vec16 = false;
+  const int64_t* q_positions = nullptr;   // [tokens]
+  const int64_t* kv_positions = nullptr;  // [s]
+  int64_t tokens = 0, s = 0, kv_first_position = -1;
+  int heads = 0, qk = 0, dv = 0;
+  float scale = 1.0f;
+  float* out = nullptr;
+  int64_t out_row = 0, out_head = 0;
+};
+// Whether run_mla_flash has an instantiation for heads of qk key values and dv values (qk <= 192, dv <= 128).
+bool mla_flash_takes(int64_t qk, int64_t dv);
+void run_mla_flash(const MlaFlashKernelParams& p, cudaStream_t stream);
 
 // Paged absorbed-form MLA (PagedMlaAttentionParams, mla_paged_cuda.cu). Scratch from the caller: q_full
 // [tokens, heads, r + dr] and the split partials [tokens, heads, splits] (part_o with r per entry), splits =

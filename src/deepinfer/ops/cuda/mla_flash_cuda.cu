@@ -1,0 +1,309 @@
+// Flash attention for the naive MLA form (CudaBackend::mla_attention_naive under KernelChoices::mla_flash): every
+// head its own keys [k_nope | k_pe] (qk values) and values (dv), causal by positions, one pass over the keys with an
+// online softmax, so the logits never go through memory. The GEMM path it replaces writes, soft-maxes and re-reads
+// a [heads, queries, keys] logit buffer (at 8192 queries and 128 heads 34 GB a layer in chunks): V3 slice prefill 8192
+// spends 298 of 358 ms there (H100, docs/PERF.md session 30).
+//
+// Numerics: bf16x3 on the tensor cores, as the GEMM path's mla_bf16x3 and the V4 prefill attention
+// (attention_paged_mma_cuda.cu): each operand split x = hi + lo in bf16 (split_bf16), each product
+// hi·hi + hi·lo + lo·hi accumulated in fp32 (~2^-16 relative a product; lo·lo dropped). Q is split in registers from
+// fp32; keys and values come pre-split (run_bf16_parts: [hi | lo] planes). P = exp(s − m) is split in registers. The
+// softmax is online (the running max and sum in fp32, the output rescaled when the max grows), so its rounding
+// differs from the two-pass CPU op in the last bits; the GPU test holds it to 3e-5 against the CPU naive form.
+//
+// Block: 4 warps, 64 queries of one head (16 rows a warp, mma.sync m16n8k16 row.col), keys in tiles of 64: stage the
+// tile's key and value planes into shared memory (rows padded by 16 bytes: ldmatrix conflict-free), S = Q·Kᵀ (3 mmas
+// a product), mask (kv_positions[j] > q_positions[t], or past S), online softmax, O += P·V (3 mmas). With the layout
+// facts (kv_first_position >= 0: row j holds position kv_first_position + j) a block stops after its newest query's
+// row: causal prefill does about half the work.
+#include <climits>
+
+#include "deepinfer/ops/cuda/cuda_check.h"
+#include "deepinfer/ops/cuda/device_math.cuh"
+#include "deepinfer/ops/cuda/gemm_decode.cuh"
+#include "deepinfer/ops/cuda/kernels.h"
+
+namespace deepinfer::cuda {
+namespace {
+
+constexpr int kFlashRows = 64, kFlashKeys = 32, kFlashThreads = 128;
+
+// Four transposed 8x8 b16 matrices (ldmatrix .trans): the B fragments of O += P·V from value rows (keys) in shared
+// memory.
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* src) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(src)));
+}
+
+__device__ __forceinline__ uint32_t bf16_bits(__nv_bfloat16 h) { return *reinterpret_cast<const uint16_t*>(&h); }
+
+// The hi and lo bf16x2 words of (x0, x1), x0 in the low half (the mma fragments' order).
+__device__ __forceinline__ void split_pair(float x0, float x1, uint32_t& hi, uint32_t& lo) {
+  __nv_bfloat16 h0, l0, h1, l1;
+  split_bf16(x0, h0, l0);
+  split_bf16(x1, h1, l1);
+  hi = bf16_bits(h0) | (bf16_bits(h1) << 16);
+  lo = bf16_bits(l0) | (bf16_bits(l1) << 16);
+}
+
+// kQK / kDV: the compiled head sizes (multiples of 16); a call's qk <= kQK and dv <= kDV, the rest zeros.
+template <int kQK, int kDV>
+struct FlashShape {
+  static constexpr int kKStride = kQK + 8, kVStride = kDV + 8;  // bf16 a shared row: 16 bytes of padding
+  static constexpr int kKPlane = kFlashKeys * kKStride, kVPlane = kFlashKeys * kVStride,
+                       kQPlane = kFlashRows * kKStride;
+  static constexpr size_t kSmem =
+      sizeof(uint16_t) * (2 * kKPlane + 2 * kVPlane + 2 * kQPlane) + sizeof(int64_t) * kFlashKeys;
+};
+
+template <int kQK, int kDV>
+__global__ void __launch_bounds__(kFlashThreads, 2) mla_flash_kernel(MlaFlashKernelParams p) {
+  using F = FlashShape<kQK, kDV>;
+  extern __shared__ __align__(16) uint16_t smem[];
+  uint16_t* k_hi = smem;
+  uint16_t* k_lo = k_hi + F::kKPlane;
+  uint16_t* v_hi = k_lo + F::kKPlane;
+  uint16_t* v_lo = v_hi + F::kVPlane;
+  uint16_t* q_hi = v_lo + F::kVPlane;
+  uint16_t* q_lo = q_hi + F::kQPlane;
+  int64_t* key_pos = reinterpret_cast<int64_t*>(q_lo + F::kQPlane);
+  __shared__ long long newest_warp[kFlashThreads / 32];
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
+  const int head = blockIdx.y;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kFlashRows;
+  const int64_t row[2] = {t0 + warp * 16 + g, t0 + warp * 16 + g + 8};
+  long long qpos[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) qpos[i] = row[i] < p.tokens ? p.q_positions[row[i]] : LLONG_MIN;
+
+  // Q's hi and lo terms into shared memory once (rows past the tokens and columns past qk zeros); each use takes its A
+  // fragment by ldmatrix (in registers the 2 x 48 words of V3's 192 values spilled at 255 registers).
+  for (int i = tid; i < kFlashRows * (kQK / 2); i += kFlashThreads) {
+    const int r = i / (kQK / 2), c = 2 * (i % (kQK / 2));
+    const int64_t t = t0 + r;
+    const float* src = p.q + t * p.q_row + static_cast<int64_t>(head) * p.q_head;
+    const float x0 = t < p.tokens && c < p.qk ? src[c] : 0.0f;
+    const float x1 = t < p.tokens && c + 1 < p.qk ? src[c + 1] : 0.0f;
+    uint32_t hi, lo;
+    split_pair(x0, x1, hi, lo);
+    *reinterpret_cast<uint32_t*>(q_hi + r * F::kKStride + c) = hi;
+    *reinterpret_cast<uint32_t*>(q_lo + r * F::kKStride + c) = lo;
+  }
+  const int mi = lane >> 3, mr = lane & 7;
+  // This warp's A fragment of K chunk c: ldmatrix x4 at rows 16 warp + 8 (mi & 1) + (lane & 7), dims 16c + 8 (mi >> 1).
+  const int q_off = (16 * warp + 8 * (mi & 1) + mr) * F::kKStride + 8 * (mi >> 1);
+
+  // The keys this block may see: all, or with the layout facts those up to its newest query's row.
+  int64_t s_end = p.s;
+  if (p.kv_first_position >= 0) {
+    long long newest = max(qpos[0], qpos[1]);
+    for (int o = 16; o > 0; o >>= 1) newest = max(newest, __shfl_xor_sync(0xFFFFFFFFu, newest, o));
+    if (lane == 0) newest_warp[warp] = newest;
+    __syncthreads();
+    newest = newest_warp[0];
+#pragma unroll
+    for (int w = 1; w < kFlashThreads / 32; ++w) newest = max(newest, newest_warp[w]);
+    const long long last = newest - static_cast<long long>(p.kv_first_position) + 1;
+    s_end = newest == LLONG_MIN ? 0 : static_cast<int64_t>(min(static_cast<long long>(p.s), max(0LL, last)));
+  }
+
+  float o[kDV / 8][4];
+#pragma unroll
+  for (int n = 0; n < kDV / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+
+  const uint16_t* k_src = static_cast<const uint16_t*>(p.k2) + static_cast<int64_t>(head) * p.k_head;
+  const uint16_t* v_src = static_cast<const uint16_t*>(p.v2) + static_cast<int64_t>(head) * p.v_head;
+  for (int64_t s0 = 0; s0 < s_end; s0 += kFlashKeys) {
+    __syncthreads();  // the previous tile's reads are done
+    // Stage the tile: 8 bf16 (16 bytes) a copy, rows past S and columns past qk / dv zeros.
+    for (int i = tid; i < kFlashKeys * (kQK / 8); i += kFlashThreads) {
+      const int r = i / (kQK / 8), c = 8 * (i % (kQK / 8));
+      const int64_t s = s0 + r;
+      uint4 hi = make_uint4(0, 0, 0, 0), lo = hi;
+      if (s < p.s && c < p.qk) {
+        const uint16_t* src = k_src + s * p.k_row + c;
+        if (p.vec16 && c + 8 <= p.qk) {
+          hi = *reinterpret_cast<const uint4*>(src);
+          lo = *reinterpret_cast<const uint4*>(src + p.k_part);
+        } else {
+          uint16_t h[8], w[8];
+#pragma unroll
+          for (int e = 0; e < 8; ++e) {
+            h[e] = c + e < p.qk ? src[e] : 0;
+            w[e] = c + e < p.qk ? src[p.k_part + e] : 0;
+          }
+          hi = *reinterpret_cast<const uint4*>(h);
+          lo = *reinterpret_cast<const uint4*>(w);
+        }
+      }
+      *reinterpret_cast<uint4*>(k_hi + r * F::kKStride + c) = hi;
+      *reinterpret_cast<uint4*>(k_lo + r * F::kKStride + c) = lo;
+    }
+    for (int i = tid; i < kFlashKeys * (kDV / 8); i += kFlashThreads) {
+      const int r = i / (kDV / 8), c = 8 * (i % (kDV / 8));
+      const int64_t s = s0 + r;
+      uint4 hi = make_uint4(0, 0, 0, 0), lo = hi;
+      if (s < p.s && c < p.dv) {
+        const uint16_t* src = v_src + s * p.v_row + c;
+        if (p.vec16 && c + 8 <= p.dv) {
+          hi = *reinterpret_cast<const uint4*>(src);
+          lo = *reinterpret_cast<const uint4*>(src + p.v_part);
+        } else {
+          uint16_t h[8], w[8];
+#pragma unroll
+          for (int e = 0; e < 8; ++e) {
+            h[e] = c + e < p.dv ? src[e] : 0;
+            w[e] = c + e < p.dv ? src[p.v_part + e] : 0;
+          }
+          hi = *reinterpret_cast<const uint4*>(h);
+          lo = *reinterpret_cast<const uint4*>(w);
+        }
+      }
+      *reinterpret_cast<uint4*>(v_hi + r * F::kVStride + c) = hi;
+      *reinterpret_cast<uint4*>(v_lo + r * F::kVStride + c) = lo;
+    }
+    if (tid < kFlashKeys) key_pos[tid] = s0 + tid < p.s ? p.kv_positions[s0 + tid] : LLONG_MAX;
+    __syncthreads();
+
+    // S = Q·Kᵀ: n-tile j = keys 8j .. 8j + 7. ldmatrix x4 at keys 16jj + 8 (mi >> 1) + (lane & 7), dims 16c + 8 (mi &
+    // 1) (mi = lane >> 3) gives b0 / b1 of n-tiles 2jj and 2jj + 1.
+    float sc[kFlashKeys / 8][4];
+#pragma unroll
+    for (int j = 0; j < kFlashKeys / 8; ++j) sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kQK / 16; ++c) {
+      uint32_t qh[4], ql[4];
+      ldmatrix_x4(qh, q_hi + q_off + 16 * c);
+      ldmatrix_x4(ql, q_lo + q_off + 16 * c);
+#pragma unroll
+      for (int jj = 0; jj < kFlashKeys / 16; ++jj) {
+        const int off = (16 * jj + 8 * (mi >> 1) + mr) * F::kKStride + 16 * c + 8 * (mi & 1);
+        uint32_t bh[4], bl[4];
+        ldmatrix_x4(bh, k_hi + off);
+        ldmatrix_x4(bl, k_lo + off);
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+          float(&d)[4] = sc[2 * jj + u];
+          mma_bf16(d, qh, bh[2 * u], bh[2 * u + 1]);
+          mma_bf16(d, qh, bl[2 * u], bl[2 * u + 1]);
+          mma_bf16(d, ql, bh[2 * u], bh[2 * u + 1]);
+        }
+      }
+    }
+
+    // Mask and scale (entry e of n-tile j: row row[e >> 1], key 8j + 2tq + (e & 1)), the tile's row maxima over the
+    // quad's four threads, the rescale of what came before.
+    float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int j = 0; j < kFlashKeys / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const bool visible = key_pos[8 * j + 2 * tq + (e & 1)] <= qpos[e >> 1];
+        sc[j][e] = visible ? sc[j][e] * p.scale : -INFINITY;
+        tile_max[e >> 1] = fmaxf(tile_max[e >> 1], sc[j][e]);
+      }
+    float corr[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      tile_max[i] = fmaxf(tile_max[i], __shfl_xor_sync(0xFFFFFFFFu, tile_max[i], 1));
+      tile_max[i] = fmaxf(tile_max[i], __shfl_xor_sync(0xFFFFFFFFu, tile_max[i], 2));
+      const float m_new = fmaxf(m[i], tile_max[i]);
+      // Nothing visible yet (m_new = -inf): nothing to rescale, and exp(-inf - -inf) would be NaN.
+      corr[i] = m_new == -INFINITY ? 1.0f : expf(m[i] - m_new);
+      m[i] = m_new;
+      l[i] *= corr[i];
+    }
+#pragma unroll
+    for (int n = 0; n < kDV / 8; ++n) {
+      o[n][0] *= corr[0];
+      o[n][1] *= corr[0];
+      o[n][2] *= corr[1];
+      o[n][3] *= corr[1];
+    }
+#pragma unroll
+    for (int j = 0; j < kFlashKeys / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float x = sc[j][e];
+        sc[j][e] = x == -INFINITY ? 0.0f : expf(x - m[e >> 1]);
+        l[e >> 1] += sc[j][e];
+      }
+
+      // O += P·V: K chunk kc = keys 16kc .. 16kc + 15, P's A fragment from n-tiles 2kc (a0, a1) and 2kc + 1 (a2, a3).
+      // ldmatrix x4 .trans at keys 16kc + 8 (mi & 1) + (lane & 7), dims 16nn + 8 (mi >> 1) gives b0 / b1 of n-tiles 2nn
+      // and 2nn + 1.
+#pragma unroll
+    for (int kc = 0; kc < kFlashKeys / 16; ++kc) {
+      uint32_t a_hi[4], a_lo[4];
+      split_pair(sc[2 * kc][0], sc[2 * kc][1], a_hi[0], a_lo[0]);
+      split_pair(sc[2 * kc][2], sc[2 * kc][3], a_hi[1], a_lo[1]);
+      split_pair(sc[2 * kc + 1][0], sc[2 * kc + 1][1], a_hi[2], a_lo[2]);
+      split_pair(sc[2 * kc + 1][2], sc[2 * kc + 1][3], a_hi[3], a_lo[3]);
+#pragma unroll
+      for (int nn = 0; nn < kDV / 16; ++nn) {
+        const int off = (16 * kc + 8 * (mi & 1) + mr) * F::kVStride + 16 * nn + 8 * (mi >> 1);
+        uint32_t bh[4], bl[4];
+        ldmatrix_x4_trans(bh, v_hi + off);
+        ldmatrix_x4_trans(bl, v_lo + off);
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+          float(&d)[4] = o[2 * nn + u];
+          mma_bf16(d, a_hi, bh[2 * u], bh[2 * u + 1]);
+          mma_bf16(d, a_hi, bl[2 * u], bl[2 * u + 1]);
+          mma_bf16(d, a_lo, bh[2 * u], bh[2 * u + 1]);
+        }
+      }
+    }
+  }
+
+  // The row sums over the quad, then O / l (0 for a row with no visible key, as the CPU op).
+  float inv[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    l[i] += __shfl_xor_sync(0xFFFFFFFFu, l[i], 1);
+    l[i] += __shfl_xor_sync(0xFFFFFFFFu, l[i], 2);
+    inv[i] = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
+  }
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    if (row[i] >= p.tokens) continue;
+    float* dst = p.out + row[i] * p.out_row + static_cast<int64_t>(head) * p.out_head;
+#pragma unroll
+    for (int n = 0; n < kDV / 8; ++n) {
+      const int col = 8 * n + 2 * tq;
+      if (col < p.dv) dst[col] = o[n][2 * i] * inv[i];
+      if (col + 1 < p.dv) dst[col + 1] = o[n][2 * i + 1] * inv[i];
+    }
+  }
+}
+
+template <int kQK, int kDV>
+void launch_flash(const MlaFlashKernelParams& p, cudaStream_t stream) {
+  constexpr size_t smem = FlashShape<kQK, kDV>::kSmem;
+  auto* kernel = mla_flash_kernel<kQK, kDV>;
+  DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  const dim3 grid(static_cast<unsigned>(ceil_div(p.tokens, kFlashRows)), static_cast<unsigned>(p.heads));
+  kernel<<<grid, kFlashThreads, smem, stream>>>(p);
+  DI_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+bool mla_flash_takes(int64_t qk, int64_t dv) { return qk > 0 && dv > 0 && qk <= 192 && dv <= 128; }
+
+void run_mla_flash(const MlaFlashKernelParams& p, cudaStream_t stream) {
+  DI_CHECK(mla_flash_takes(p.qk, p.dv)) << "mla flash: qk " << p.qk << ", dv " << p.dv << " not compiled";
+  DI_CHECK(p.heads < 65536 && ceil_div(p.tokens, kFlashRows) < (int64_t{1} << 31))
+      << "mla flash: " << p.heads << " heads, " << p.tokens << " tokens";
+  if (p.tokens == 0 || p.heads == 0) return;
+  // V3 / R1 / V3.1 / V2-Lite: qk 192, dv 128; smaller heads (the tests' dims) in the small instantiation.
+  if (p.qk <= 64 && p.dv <= 32)
+    launch_flash<64, 32>(p, stream);
+  else
+    launch_flash<192, 128>(p, stream);
+}
+
+}  // namespace deepinfer::cuda
