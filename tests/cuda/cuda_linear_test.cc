@@ -359,8 +359,8 @@ TEST_F(CudaLinearTest, QuantLinearStreamingShapesMatchCpu) {
 // weight scaled in fp32 and rounded to bf16 (the bf16 scratch's values), A rounded to bf16: against both rounded,
 // 1e-5. Shapes: as above plus a K with a partial last block and step (1040), V3's q_b and kv_a (24576 x 1536, 576 x
 // 7168: 3 passes past the streaming kernel's stage at 8 rows), 128 x 128 and 16 x 256 blocks, scales spread over
-// [0.01, 2) (not powers of two). Off (the default), the same 128 x 128 calls keep the fp32 kernels up to 4 rows (exact
-// products: against x) and cuBLASLt's bf16 scratch past them (4e-3).
+// [0.01, 2) (not powers of two). Off (f32_scale_mma = false; on by default since session 32), the same 128 x 128 calls
+// keep the fp32 kernels up to 4 rows (exact products: against x) and cuBLASLt's bf16 scratch past them (4e-3).
 TEST_F(CudaLinearTest, QuantLinearF32ScalesTakeTheTensorCoreDecodeKernels) {
   cuda::GemmChoices on_choices;
   on_choices.f32_scale_mma = true;
@@ -398,9 +398,10 @@ TEST_F(CudaLinearTest, QuantLinearF32ScalesTakeTheTensorCoreDecodeKernels) {
             rel_err(("linear_quant fp8 f32 scales rows_mma" + shape).c_str(), run(), cpu_linear(xr, wr), 1e-5);
           }
         }
-        if (bn == 128)
-          rel_err(("linear_quant fp8 f32 scales default" + shape).c_str(), run(), cpu_linear(x, wd),
-                  m <= 4 ? 1e-5 : 4e-3);
+        if (bn == 128) {
+          testing::ScopedKernelChoices off(gpu(), [](cuda::KernelChoices& c) { c.gemm.f32_scale_mma = false; });
+          rel_err(("linear_quant fp8 f32 scales off" + shape).c_str(), run(), cpu_linear(x, wd), m <= 4 ? 1e-5 : 4e-3);
+        }
       }
     }
   }

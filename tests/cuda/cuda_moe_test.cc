@@ -344,8 +344,8 @@ TEST_F(CudaMoeTest, ActQuantFp8ExpertGemmMatchesCpu) {
 // by the tensor core and promoted once); against the CPU's act_quant MoE at 4e-3 (as the mxfp8 test above: the rounded
 // h can differ in its last bits; H100: 2.4e-3). wgmma_fp8 = never takes the bf16 path over the same rounded values,
 // which with f32 scales rounds x, h and the weights to bf16 once more (H100: 1.4e-2 against the CPU): 3e-2 for it,
-// which the FP8 path's 4e-3 beats. f32 and power-of-two activation scales alike; the FP8 GEMM's wide 128 x 256 tile
-// (wgmma_fp8_wide = 1) at the same 4e-3.
+// which the FP8 path's 4e-3 beats. f32 and power-of-two activation scales alike; the FP8 GEMM's 128 x 128 tile
+// (wgmma_fp8_wide = 0; the default is the wide 128 x 256 one) at the same 4e-3.
 TEST_F(CudaMoeTest, ActQuantFp8Block128ExpertGemmMatchesCpu) {
   const int64_t d = 256, inter = 128, e = 8, k = 4, t = 300;
   const std::unique_ptr<QuantMoe> q = quant_moe(d, inter, e, QuantFormat::kFP8Block, true);
@@ -362,8 +362,8 @@ TEST_F(CudaMoeTest, ActQuantFp8Block128ExpertGemmMatchesCpu) {
       };
       const HostTensor fp8 = run();  // the default: the FP8 GEMM, per-128 promotion
       {
-        testing::ScopedKernelChoices wide(gpu(), [](cuda::KernelChoices& c) { c.gemm.wgmma_fp8_wide = 1; });
-        rel_err(("act_quant moe_quant fp8-128 experts, 128x256 tile " + std::string(act_quant_name(aq)) +
+        testing::ScopedKernelChoices narrow(gpu(), [](cuda::KernelChoices& c) { c.gemm.wgmma_fp8_wide = 0; });
+        rel_err(("act_quant moe_quant fp8-128 experts, 128x128 tile " + std::string(act_quant_name(aq)) +
                  (before ? " before_w2" : ""))
                     .c_str(),
                 run(), want, 4e-3);
@@ -443,9 +443,9 @@ TEST_F(CudaMoeTest, Mxfp4ExpertsStreamAtLargeDecodeBatches) {
 }
 
 // V3's experts as V3 / R1 checkpoints store them (FP8 128 x 128 blocks with f32 scales, routed and shared) at decode
-// batches (T = 1, 3, 16, 64 tokens x 6 of 64 experts) with f32_scale_mma: the routed experts and the shared
-// one (up to 8 rows) on the streaming tensor-core kernel, each 128-K block's sums scaled in fp32, x and h rounded to
-// bf16 (8e-3 as the other MoE tests); then the same calls on the default path.
+// batches (T = 1, 3, 16, 64 tokens x 6 of 64 experts) with f32_scale_mma (the default): the routed experts and the
+// shared one (up to 8 rows) on the streaming tensor-core kernel, each 128-K block's sums scaled in fp32, x and h
+// rounded to bf16 (8e-3 as the other MoE tests); then the same calls with it off (the fp32 kernels and the scratch).
 TEST_F(CudaMoeTest, Fp8F32ScaleExpertsStreamThroughTheTensorCores) {
   const int64_t d = 1024, inter = 384, e = 64, k = 6;
   const std::unique_ptr<QuantMoe> q = quant_moe(d, inter, e, QuantFormat::kFP8Block, /*f32_scales=*/true);
@@ -454,7 +454,7 @@ TEST_F(CudaMoeTest, Fp8F32ScaleExpertsStreamThroughTheTensorCores) {
     for (bool on : {true, false}) {
       testing::ScopedKernelChoices choice(gpu(), [&](cuda::KernelChoices& c) { c.gemm.f32_scale_mma = on; });
       for (bool before : {false, true})
-        expect_moe_quant_matches_cpu(std::string("moe_quant fp8 f32 scales") + (on ? " stream_mma" : " default") +
+        expect_moe_quant_matches_cpu(std::string("moe_quant fp8 f32 scales") + (on ? " stream_mma" : " off") +
                                          (before ? " before_w2" : "") + " T=" + std::to_string(t),
                                      *q, x, weights, idx, before, 8e-3);
     }

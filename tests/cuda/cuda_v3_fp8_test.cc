@@ -145,11 +145,11 @@ TEST(CudaV3Fp8, ActivationQuantFp8MatchesTheCpuReference) {
   EXPECT_TRUE(finite);
 }
 
-// GemmChoices::f32_scale_mma (opt-in): the checkpoint's f32-scaled FP8 matrices on the tensor-core decode kernels.
-// Prefills of 6 rows (the streaming kernel: A rounded to bf16, the weights exact) and of 29 rows (the dense GEMMs on
-// the rows kernel: A and the scaled weights rounded to bf16, as the scratch path it replaces; the experts' few rows
-// each on the streaming kernel) stay within NativeFp8WeightsWithinTheBf16RoundingBudget's budget against the CPU's
-// f32 model: twice the CPU emulation's error (bf16 inputs and weights past 4 rows), or 1e-3.
+// GemmChoices::f32_scale_mma (the default since session 32): the checkpoint's f32-scaled FP8 matrices on the
+// tensor-core decode kernels. Prefills of 6 rows (the streaming kernel: A rounded to bf16, the weights exact) and of 29
+// rows (the dense GEMMs on the rows kernel: A and the scaled weights rounded to bf16, as the scratch path it replaces;
+// the experts' few rows each on the streaming kernel) stay within NativeFp8WeightsWithinTheBf16RoundingBudget's budget
+// against the CPU's f32 model: twice the CPU emulation's error (bf16 inputs and weights past 4 rows), or 1e-3.
 TEST(CudaV3Fp8, F32ScaleMmaWithinTheBf16RoundingBudget) {
   if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
   testing::TempDir tmp;

@@ -21,11 +21,11 @@ TEST(KernelChoiceArgs, NoneIsTheDefaults) {
   EXPECT_EQ(c.attn_mma, KernelPick::kAuto);
   EXPECT_EQ(c.gemm.wgmma_tile, WgmmaTile::kByRows);
   EXPECT_EQ(c.gemm.stream_mma_max_rows, -1);
-  EXPECT_FALSE(c.gemm.f32_scale_mma);
+  EXPECT_TRUE(c.gemm.f32_scale_mma);
   EXPECT_EQ(c.gemm.decode_direct_max_rows, -1);
   EXPECT_EQ(c.gemm.wgmma_split_k, KernelPick::kAuto);
   EXPECT_EQ(c.gemm.wgmma_fp8, KernelPick::kAuto);
-  EXPECT_EQ(c.gemm.wgmma_fp8_wide, 0);
+  EXPECT_EQ(c.gemm.wgmma_fp8_wide, 1);
   EXPECT_EQ(c.gemm.rows_mma, KernelPick::kAuto);
   EXPECT_EQ(describe_kernel_choices(c), "");
 }
@@ -53,7 +53,7 @@ TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
                                           "rows_mma_splits=8",
                                           "rows_mma_share=2",
                                           "stream_mma_max_rows=0",
-                                          "f32_scale_mma=1",
+                                          "f32_scale_mma=0",
                                           "decode_direct_max_rows=256",
                                           "grouped_one_launch_rows=1000"};
   const cuda::KernelChoices c = parse_kernel_choices(specs);
@@ -79,7 +79,7 @@ TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
   EXPECT_EQ(c.gemm.rows_mma_splits, 8);
   EXPECT_EQ(c.gemm.rows_mma_share, 2);
   EXPECT_EQ(c.gemm.stream_mma_max_rows, 0);
-  EXPECT_TRUE(c.gemm.f32_scale_mma);
+  EXPECT_FALSE(c.gemm.f32_scale_mma);
   EXPECT_EQ(c.gemm.decode_direct_max_rows, 256);
   EXPECT_EQ(c.grouped_one_launch_rows, 1000);
   std::string joined;

@@ -37,9 +37,9 @@ struct GemmChoices {
   KernelPick wgmma_fp8 = KernelPick::kAuto;
   // The FP8 GEMM's per-128 form (--activation-quant fp8, the V3 family's experts) in a 128 x 256 tile (gemm_wgmma_fp8_
   // cuda.cu: half the L2 reads per product and A read from shared memory once per 128 columns) instead of 128 x 128:
-  // 1 a block per tile, 2 persistent blocks (one per SM, walking the tiles). 0: 128 x 128. Off until GPU-run (written
-  // in session 32 without a device; docs/PERF.md next steps).
-  int wgmma_fp8_wide = 0;
+  // 1 a block per tile (the default since session 32: the same bytes as 128 x 128, V3 slice prefill 8192 experts 44.7
+  // -> 33.6 ms on the H100), 2 persistent blocks (one per SM, walking the tiles: 39.4 ms), 0: 128 x 128.
+  int wgmma_fp8_wide = 1;
   // Under --activation-quant fp8 (V3 family), dense linears over 128 x 128 FP8 weights with f32 scales on cuBLASLt's
   // block-scaled FP8 GEMM (CudaBackend's fp8_block_linear): kAuto where quant_linear would take its cuBLASLt bf16
   // scratch (many rows), kAlways from one row, kNever: the own kernels on the rounded values.
@@ -52,9 +52,9 @@ struct GemmChoices {
   // streaming kernels (up to 4 rows) and the cuBLASLt bf16 scratch (5-64 rows): up to 8 rows a group the streaming
   // kernel (gemm_stream_mma_takes_f32_scales: the codes exact, each 128-K block's sums scaled in fp32), 9-64 dense rows
   // the rows kernel (gemm_rows_mma.h: each weight scaled in fp32 and rounded to bf16 in registers, the values the bf16
-  // scratch holds). Off until GPU-run (written in session 31 without a device; docs/PERF.md next steps): the tests
-  // and the bench A/B set it.
-  bool f32_scale_mma = false;
+  // scratch holds). On since session 32 (H100, V3 slice under --activation-quant fp8: decode b16 13.05 -> 11.33 ms,
+  // b64 37.88 -> 32.47; docs/PERF.md); false keeps the fp32 streaming kernels and the scratch.
+  bool f32_scale_mma = true;
   // The most rows of a dense block-format linear that the own tensor-core kernels take from the stored codes once their
   // tiles fill the device (CudaBackend's quant_linear); past it, and below the fill, cuBLASLt over a bf16 scratch of
   // the dequantized weight. -1: kDecodeDirectMaxRows (128); 0: never.
