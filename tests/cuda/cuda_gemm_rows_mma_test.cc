@@ -236,7 +236,11 @@ TEST(CudaGemmRowsMmaShape, SplitsByTilesStepsAndSharedMemory) {
   EXPECT_FALSE(cuda::gemm_rows_mma_takes(fp8, true, 128, 128, 1024, 4096, 65, always));
   EXPECT_FALSE(cuda::gemm_rows_mma_takes(fp8, true, 128, 128, 4096, 4096, 8, {}));
   EXPECT_TRUE(cuda::gemm_rows_mma_takes(fp8, true, 128, 128, 4096, 4096, 9, {}));
-  EXPECT_FALSE(cuda::gemm_rows_mma_takes(fp8, false, 128, 128, 4096, 4096, 9, {}));
+  // f32 block scales: taken by default (GemmChoices::f32_scale_mma, on since session 32), declined with it off.
+  EXPECT_TRUE(cuda::gemm_rows_mma_takes(fp8, false, 128, 128, 4096, 4096, 9, {}));
+  cuda::GemmChoices f32_off;
+  f32_off.f32_scale_mma = false;
+  EXPECT_FALSE(cuda::gemm_rows_mma_takes(fp8, false, 128, 128, 4096, 4096, 9, f32_off));
   EXPECT_FALSE(cuda::gemm_rows_mma_takes(fp8, true, 96, 128, 4096, 4096, 9, {}));
 }
 
