@@ -57,6 +57,36 @@ struct FlashShape {
       sizeof(uint16_t) * (2 * kKPlane + 2 * kVPlane + 2 * kQPlane) + sizeof(int64_t) * kFlashKeys;
 };
 
+// Rows s0 .. s0 + kFlashKeys - 1 of a [hi | lo] plane pair (row s at src + s · row, lo `part` elements after hi; len
+// values) into shared rows of kStride: 8 bf16 (16 bytes) a copy, rows past s_len and columns past len zeros.
+template <int kCols, int kStride>
+__device__ __forceinline__ void stage_planes(const uint16_t* src, int64_t row, int64_t part, int64_t s0, int64_t s_len,
+                                             int len, bool vec16, uint16_t* hi_dst, uint16_t* lo_dst, int tid) {
+  for (int i = tid; i < kFlashKeys * (kCols / 8); i += kFlashThreads) {
+    const int r = i / (kCols / 8), c = 8 * (i % (kCols / 8));
+    const int64_t s = s0 + r;
+    uint4 hi = make_uint4(0, 0, 0, 0), lo = hi;
+    if (s < s_len && c < len) {
+      const uint16_t* x = src + s * row + c;
+      if (vec16 && c + 8 <= len) {
+        hi = *reinterpret_cast<const uint4*>(x);
+        lo = *reinterpret_cast<const uint4*>(x + part);
+      } else {
+        uint16_t h[8], w[8];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          h[e] = c + e < len ? x[e] : 0;
+          w[e] = c + e < len ? x[part + e] : 0;
+        }
+        hi = *reinterpret_cast<const uint4*>(h);
+        lo = *reinterpret_cast<const uint4*>(w);
+      }
+    }
+    *reinterpret_cast<uint4*>(hi_dst + r * kStride + c) = hi;
+    *reinterpret_cast<uint4*>(lo_dst + r * kStride + c) = lo;
+  }
+}
+
 template <int kQK, int kDV>
 __global__ void __launch_bounds__(kFlashThreads, 2) mla_flash_kernel(MlaFlashKernelParams p) {
   using F = FlashShape<kQK, kDV>;
@@ -118,53 +148,8 @@ __global__ void __launch_bounds__(kFlashThreads, 2) mla_flash_kernel(MlaFlashKer
   const uint16_t* v_src = static_cast<const uint16_t*>(p.v2) + static_cast<int64_t>(head) * p.v_head;
   for (int64_t s0 = 0; s0 < s_end; s0 += kFlashKeys) {
     __syncthreads();  // the previous tile's reads are done
-    // Stage the tile: 8 bf16 (16 bytes) a copy, rows past S and columns past qk / dv zeros.
-    for (int i = tid; i < kFlashKeys * (kQK / 8); i += kFlashThreads) {
-      const int r = i / (kQK / 8), c = 8 * (i % (kQK / 8));
-      const int64_t s = s0 + r;
-      uint4 hi = make_uint4(0, 0, 0, 0), lo = hi;
-      if (s < p.s && c < p.qk) {
-        const uint16_t* src = k_src + s * p.k_row + c;
-        if (p.vec16 && c + 8 <= p.qk) {
-          hi = *reinterpret_cast<const uint4*>(src);
-          lo = *reinterpret_cast<const uint4*>(src + p.k_part);
-        } else {
-          uint16_t h[8], w[8];
-#pragma unroll
-          for (int e = 0; e < 8; ++e) {
-            h[e] = c + e < p.qk ? src[e] : 0;
-            w[e] = c + e < p.qk ? src[p.k_part + e] : 0;
-          }
-          hi = *reinterpret_cast<const uint4*>(h);
-          lo = *reinterpret_cast<const uint4*>(w);
-        }
-      }
-      *reinterpret_cast<uint4*>(k_hi + r * F::kKStride + c) = hi;
-      *reinterpret_cast<uint4*>(k_lo + r * F::kKStride + c) = lo;
-    }
-    for (int i = tid; i < kFlashKeys * (kDV / 8); i += kFlashThreads) {
-      const int r = i / (kDV / 8), c = 8 * (i % (kDV / 8));
-      const int64_t s = s0 + r;
-      uint4 hi = make_uint4(0, 0, 0, 0), lo = hi;
-      if (s < p.s && c < p.dv) {
-        const uint16_t* src = v_src + s * p.v_row + c;
-        if (p.vec16 && c + 8 <= p.dv) {
-          hi = *reinterpret_cast<const uint4*>(src);
-          lo = *reinterpret_cast<const uint4*>(src + p.v_part);
-        } else {
-          uint16_t h[8], w[8];
-#pragma unroll
-          for (int e = 0; e < 8; ++e) {
-            h[e] = c + e < p.dv ? src[e] : 0;
-            w[e] = c + e < p.dv ? src[p.v_part + e] : 0;
-          }
-          hi = *reinterpret_cast<const uint4*>(h);
-          lo = *reinterpret_cast<const uint4*>(w);
-        }
-      }
-      *reinterpret_cast<uint4*>(v_hi + r * F::kVStride + c) = hi;
-      *reinterpret_cast<uint4*>(v_lo + r * F::kVStride + c) = lo;
-    }
+    stage_planes<kQK, F::kKStride>(k_src, p.k_row, p.k_part, s0, p.s, p.qk, p.vec16, k_hi, k_lo, tid);
+    stage_planes<kDV, F::kVStride>(v_src, p.v_row, p.v_part, s0, p.s, p.dv, p.vec16, v_hi, v_lo, tid);
     if (tid < kFlashKeys) key_pos[tid] = s0 + tid < p.s ? p.kv_positions[s0 + tid] : LLONG_MAX;
     __syncthreads();
 
