@@ -34,6 +34,8 @@
 // --activation-quant mxfp8 (GemmChoices::wgmma_fp8 = never opts out). ~35% of the FP8 rate (481 TFLOP/s, V4-Flash
 // shared gate at 8192 rows): MXFP8's per-32 activation scales cost one FMA per accumulator per k32 slice, as many
 // issue slots as the tensor work takes at the FP8 rate, so on Hopper it cannot pass ~the bf16 rate (docs/PERF.md).
+// Session 32 (H100): the per-128 form in the wide 128 x 256 tile (the default) gives the same bytes as 128 x 128 and
+// runs the V3 slice's prefill FFN at ~45% of the FP8 rate (33% in 128 x 128).
 #include "deepinfer/ops/cuda/gemm_wgmma_fp8.h"
 
 #include <algorithm>

@@ -105,8 +105,9 @@ struct KernelChoices {
   // mla_tf32. Off until GPU-run (written in session 31 without a device; docs/PERF.md next steps).
   bool mla_bf16x3 = false;
   // The naive form's logits, softmax and P·V in one flash kernel (mla_flash_cuda.cu: online softmax, bf16x3 products,
-  // no logit buffer) instead of the three GEMM steps; the expansion GEMM keeps mla_bf16x3 / mla_tf32. Off until
-  // GPU-run (written in session 32 without a device).
+  // no logit buffer) instead of the three GEMM steps; the expansion GEMM keeps mla_bf16x3 / mla_tf32. Opt-in like
+  // mla_bf16x3 (~5e-6 from fp32; H100, V3 slice prefill 8192: attention 187 ms against 195 with the bf16x3 GEMMs and
+  // 296 in fp32, docs/PERF.md session 32).
   bool mla_flash = false;
   // Rows a group up to which a grouped_linear call (default mode) is one grouped launch (grouped_linear.h); -1:
   // kGemmStreamMmaMaxRows. 0 runs every call per group.
