@@ -47,6 +47,19 @@ __device__ __forceinline__ void split_pair(float x0, float x1, uint32_t& hi, uin
   lo = bf16_bits(l0) | (bf16_bits(l1) << 16);
 }
 
+// d0 / d1 (n-tiles u = 0 / 1 of an ldmatrix x4 pair: b fragments b[2u], b[2u + 1]) += A·B as bf16x3: hi·hi + hi·lo +
+// lo·hi of A's terms (a_hi, a_lo) and B's (b_hi, b_lo).
+__device__ __forceinline__ void mma_x3_pair(float (&d0)[4], float (&d1)[4], const uint32_t (&a_hi)[4],
+                                            const uint32_t (&a_lo)[4], const uint32_t (&b_hi)[4],
+                                            const uint32_t (&b_lo)[4]) {
+  mma_bf16(d0, a_hi, b_hi[0], b_hi[1]);
+  mma_bf16(d0, a_hi, b_lo[0], b_lo[1]);
+  mma_bf16(d0, a_lo, b_hi[0], b_hi[1]);
+  mma_bf16(d1, a_hi, b_hi[2], b_hi[3]);
+  mma_bf16(d1, a_hi, b_lo[2], b_lo[3]);
+  mma_bf16(d1, a_lo, b_hi[2], b_hi[3]);
+}
+
 // kQK / kDV: the compiled head sizes (multiples of 16); a call's qk <= kQK and dv <= kDV, the rest zeros.
 template <int kQK, int kDV>
 struct FlashShape {
@@ -169,13 +182,7 @@ __global__ void __launch_bounds__(kFlashThreads, 2) mla_flash_kernel(MlaFlashKer
         uint32_t bh[4], bl[4];
         ldmatrix_x4(bh, k_hi + off);
         ldmatrix_x4(bl, k_lo + off);
-#pragma unroll
-        for (int u = 0; u < 2; ++u) {
-          float(&d)[4] = sc[2 * jj + u];
-          mma_bf16(d, qh, bh[2 * u], bh[2 * u + 1]);
-          mma_bf16(d, qh, bl[2 * u], bl[2 * u + 1]);
-          mma_bf16(d, ql, bh[2 * u], bh[2 * u + 1]);
-        }
+        mma_x3_pair(sc[2 * jj], sc[2 * jj + 1], qh, ql, bh, bl);
       }
     }
 
@@ -233,13 +240,7 @@ __global__ void __launch_bounds__(kFlashThreads, 2) mla_flash_kernel(MlaFlashKer
         uint32_t bh[4], bl[4];
         ldmatrix_x4_trans(bh, v_hi + off);
         ldmatrix_x4_trans(bl, v_lo + off);
-#pragma unroll
-        for (int u = 0; u < 2; ++u) {
-          float(&d)[4] = o[2 * nn + u];
-          mma_bf16(d, a_hi, bh[2 * u], bh[2 * u + 1]);
-          mma_bf16(d, a_hi, bl[2 * u], bl[2 * u + 1]);
-          mma_bf16(d, a_lo, bh[2 * u], bh[2 * u + 1]);
-        }
+        mma_x3_pair(o[2 * nn], o[2 * nn + 1], a_hi, a_lo, bh, bl);
       }
     }
   }
