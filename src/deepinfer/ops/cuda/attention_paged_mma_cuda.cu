@@ -119,15 +119,6 @@ __device__ __forceinline__ void bar_arrive_pair(int id, int b, int threads) {
     bar_arrive(id, threads);
 }
 
-// (a, b) -> hi and lo bf16 pairs, a in the low half (the lower k or n index of an mma register).
-__device__ __forceinline__ void split_pair(float a, float b, uint32_t& hi, uint32_t& lo) {
-  const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
-  const float2 hf = __bfloat1622float2(h);
-  const __nv_bfloat162 l = __floats2bfloat162_rn(a - hf.x, b - hf.y);
-  std::memcpy(&hi, &h, 4);
-  std::memcpy(&lo, &l, 4);
-}
-
 __device__ __forceinline__ void split4(const float4 v, uint2& h, uint2& l) {
   split_pair(v.x, v.y, h.x, l.x);
   split_pair(v.z, v.w, h.y, l.y);
@@ -138,24 +129,6 @@ __device__ __forceinline__ void store_split4(const float4 v, __nv_bfloat16* hi, 
   split4(v, h, l);
   *reinterpret_cast<uint2*>(hi) = h;
   *reinterpret_cast<uint2*>(lo) = l;
-}
-
-// hi·hi + hi·lo + lo·hi, the small terms first.
-__device__ __forceinline__ void mma3(float (&c)[4], const uint32_t (&ah)[4], const uint32_t (&al)[4], uint32_t bh0,
-                                     uint32_t bh1, uint32_t bl0, uint32_t bl1) {
-  mma_bf16(c, ah, bl0, bl1);
-  mma_bf16(c, al, bh0, bh1);
-  mma_bf16(c, ah, bh0, bh1);
-}
-
-// volatile keeps it between the same barriers (bar_sync is volatile asm too; the tile's plain C++ stores stay on
-// their side through bar_sync's "memory" clobber); without a clobber of its own the compiler may still move the
-// fragment loads and mmas around it.
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const __nv_bfloat16* src) {
-  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(src));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
 }
 
 // Consumers: fragments by ldmatrix, and in the O phase each warp takes both head tiles x hd/8 dims (hd >= 128),

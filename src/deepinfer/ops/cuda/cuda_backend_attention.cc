@@ -308,7 +308,7 @@ void run_flash_group(const MlaAttentionParams& p, const float* kvx, const float*
   f.v_head = dv;
   f.v_part = S * g * dv;
   const auto aligned16 = [](const void* x) { return reinterpret_cast<uintptr_t>(x) % 16 == 0; };
-  f.vec16 = qk % 8 == 0 && dv % 8 == 0 && (S * g) % 8 == 0 && aligned16(k2) && aligned16(v2);
+  f.vec16 = qk % 8 == 0 && dv % 8 == 0 && aligned16(k2) && aligned16(v2);  // then the planes' offsets are too
   f.q_positions = p.q_positions.data_as<int64_t>();
   f.kv_positions = cptr<int64_t>(p.kv_positions);
   f.tokens = T;

@@ -7,6 +7,8 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+#include <cstring>
+
 #include "deepinfer/ops/cuda/device_math.cuh"
 #include "deepinfer/ops/cuda/kernels.h"
 
@@ -149,6 +151,35 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* src) {
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(smem_addr(src)));
 }
+// bf16x3 products (the tensor-core paged attention, the MLA flash kernel): operands split into bf16 hi + lo terms,
+// each product hi·hi + hi·lo + lo·hi in fp32 (~2^-16 relative; lo·lo dropped).
+// (a, b) -> hi and lo bf16 pairs, a in the low half (the lower k or n index of an mma register).
+__device__ __forceinline__ void split_pair(float a, float b, uint32_t& hi, uint32_t& lo) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+  const float2 hf = __bfloat1622float2(h);
+  const __nv_bfloat162 l = __floats2bfloat162_rn(a - hf.x, b - hf.y);
+  std::memcpy(&hi, &h, 4);
+  std::memcpy(&lo, &l, 4);
+}
+
+// hi·hi + hi·lo + lo·hi, the small terms first.
+__device__ __forceinline__ void mma3(float (&c)[4], const uint32_t (&ah)[4], const uint32_t (&al)[4], uint32_t bh0,
+                                     uint32_t bh1, uint32_t bl0, uint32_t bl1) {
+  mma_bf16(c, ah, bl0, bl1);
+  mma_bf16(c, al, bh0, bh1);
+  mma_bf16(c, ah, bh0, bh1);
+}
+
+// volatile keeps it between the same barriers (bar_sync is volatile asm too; the tile's plain C++ stores stay on
+// their side through bar_sync's "memory" clobber); without a clobber of its own the compiler may still move the
+// fragment loads and mmas around it.
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* src) {
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(src));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
 // 16 bytes global -> shared, asynchronously; zero-filled when !valid (nothing is read then).
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0)

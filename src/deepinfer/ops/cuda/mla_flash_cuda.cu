@@ -5,9 +5,10 @@
 // spends 298 of 358 ms there (H100, docs/PERF.md session 30).
 //
 // Numerics: bf16x3 on the tensor cores, as the GEMM path's mla_bf16x3 and the V4 prefill attention
-// (attention_paged_mma_cuda.cu): each operand split x = hi + lo in bf16 (split_bf16), each product
-// hi·hi + hi·lo + lo·hi accumulated in fp32 (~2^-16 relative a product; lo·lo dropped). Q is split in registers from
-// fp32; keys and values come pre-split (run_bf16_parts: [hi | lo] planes). P = exp(s − m) is split in registers. The
+// (attention_paged_mma_cuda.cu): each operand split x = hi + lo in bf16 (split_pair), each product
+// hi·hi + hi·lo + lo·hi accumulated in fp32, the small terms first (mma3; ~2^-16 relative a product; lo·lo dropped). Q
+// is split once into shared memory; keys and values come pre-split (run_bf16_parts: [hi | lo] planes); P = exp(s − m)
+// is split in registers. The
 // softmax is online (the running max and sum in fp32, the output rescaled when the max grows), so its rounding
 // differs from the two-pass CPU op in the last bits; the GPU test holds it to 3e-5 against the CPU naive form.
 //
@@ -28,36 +29,13 @@ namespace {
 
 constexpr int kFlashRows = 64, kFlashKeys = 32, kFlashThreads = 128;
 
-// Four transposed 8x8 b16 matrices (ldmatrix .trans): the B fragments of O += P·V from value rows (keys) in shared
-// memory.
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* src) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(src)));
-}
-
-__device__ __forceinline__ uint32_t bf16_bits(__nv_bfloat16 h) { return *reinterpret_cast<const uint16_t*>(&h); }
-
-// The hi and lo bf16x2 words of (x0, x1), x0 in the low half (the mma fragments' order).
-__device__ __forceinline__ void split_pair(float x0, float x1, uint32_t& hi, uint32_t& lo) {
-  __nv_bfloat16 h0, l0, h1, l1;
-  split_bf16(x0, h0, l0);
-  split_bf16(x1, h1, l1);
-  hi = bf16_bits(h0) | (bf16_bits(h1) << 16);
-  lo = bf16_bits(l0) | (bf16_bits(l1) << 16);
-}
-
-// d0 / d1 (n-tiles u = 0 / 1 of an ldmatrix x4 pair: b fragments b[2u], b[2u + 1]) += A·B as bf16x3: hi·hi + hi·lo +
-// lo·hi of A's terms (a_hi, a_lo) and B's (b_hi, b_lo).
+// d0 / d1 (n-tiles u = 0 / 1 of an ldmatrix x4 pair: b fragments b[2u], b[2u + 1]) += A·B as bf16x3 (mma3) of A's
+// terms (a_hi, a_lo) and B's (b_hi, b_lo).
 __device__ __forceinline__ void mma_x3_pair(float (&d0)[4], float (&d1)[4], const uint32_t (&a_hi)[4],
                                             const uint32_t (&a_lo)[4], const uint32_t (&b_hi)[4],
                                             const uint32_t (&b_lo)[4]) {
-  mma_bf16(d0, a_hi, b_hi[0], b_hi[1]);
-  mma_bf16(d0, a_hi, b_lo[0], b_lo[1]);
-  mma_bf16(d0, a_lo, b_hi[0], b_hi[1]);
-  mma_bf16(d1, a_hi, b_hi[2], b_hi[3]);
-  mma_bf16(d1, a_hi, b_lo[2], b_lo[3]);
-  mma_bf16(d1, a_lo, b_hi[2], b_hi[3]);
+  mma3(d0, a_hi, a_lo, b_hi[0], b_hi[1], b_lo[0], b_lo[1]);
+  mma3(d1, a_hi, a_lo, b_hi[2], b_hi[3], b_lo[2], b_lo[3]);
 }
 
 // kQK / kDV: the compiled head sizes (multiples of 16); a call's qk <= kQK and dv <= kDV, the rest zeros.
