@@ -157,7 +157,10 @@ TEST_F(CudaOpTest, MlaAttentionCausalPrefillChunksMatchCpu) {
 // The paged decode kernels against the CPU's paged op: several sequences of different lengths over shuffled,
 // non-contiguous pages (one block shared by two sequences), unused pool rows NaN, the output NaN-poisoned; small
 // dims (4 heads: a partial head group, r = 64) and V3's (128 heads, r = 512, dr = 64), one query per sequence and
-// three. fp32 in another summation order (split-K merged by log-sum-exp): 2e-5.
+// three. fp32 in another summation order (split-K merged by log-sum-exp): 2e-5. With paged_mla_mma the attend step
+// of the V3 shapes (latent 512, rope 64) runs on bf16x3 tensor-core products instead: 3e-5, as the flash MLA kernel;
+// their cases add long contexts (many 16-key tiles a split, the three key buffers reused) and V2-Lite's 16 heads (half
+// a 32-head block).
 TEST_F(CudaOpTest, PagedMlaAttentionMatchesCpu) {
   struct Case {
     PagedMlaSpec spec;
@@ -195,14 +198,65 @@ TEST_F(CudaOpTest, PagedMlaAttentionMatchesCpu) {
     s.min_context = 300;
     s.max_context = 400;
     cases.push_back({s, "V3 2/seq"});
+    s.tokens_per_seq = 1;
+    s.min_context = 3000;
+    s.max_context = 4500;
+    cases.push_back({s, "V3 long"});
+    s.heads = 16;
+    s.seqs = 3;
+    s.min_context = 1;
+    s.max_context = 900;
+    cases.push_back({s, "V2-Lite heads"});
   }
-  for (const Case& k : cases) {
-    const PagedMlaCase c = make_paged_mla_case(k.spec, rng()());
-    const Shape out_shape{c.tokens, k.spec.heads, k.spec.dv};
-    HostTensor want(DType::kF32, out_shape);
-    cpu().paged_mla_attention(c.params(want.view()));
+  for (const cuda::KernelPick pick : {cuda::KernelPick::kNever, cuda::KernelPick::kAlways})
+    for (const Case& k : cases) {
+      const bool mma = pick == cuda::KernelPick::kAlways;
+      if (mma && (k.spec.r != 512 || k.spec.dr != 64)) continue;
+      ScopedKernelChoices choice(gpu(), [&](cuda::KernelChoices& ch) { ch.paged_mla_mma = pick; });
+      const PagedMlaCase c = make_paged_mla_case(k.spec, rng()());
+      const Shape out_shape{c.tokens, k.spec.heads, k.spec.dv};
+      HostTensor want(DType::kF32, out_shape);
+      cpu().paged_mla_attention(c.params(want.view()));
+      DeviceTensor dq = up(c.q), dpos = up(c.q_pos), dseq = up(c.q_seq), dtab = up(c.tables), dpool = up(c.pool),
+                   dkvb = up(c.kv_b), dout = poisoned(out_shape);
+      PagedMlaAttentionParams p;
+      p.q = dq;
+      p.q_positions = dpos;
+      p.q_seq = dseq;
+      p.block_tables = dtab;
+      p.kv_pool = dpool;
+      p.kv_b = dkvb;
+      p.out = dout;
+      p.block_size = k.spec.block_size;
+      p.rope_dim = static_cast<int>(k.spec.dr);
+      p.scale = c.scale;
+      gpu().paged_mla_attention(p);
+      rel_err((std::string(mma ? "paged mla, tensor cores, " : "paged mla ") + k.name).c_str(), down(dout), want,
+              mma ? 3e-5 : 2e-5);
+    }
+}
+
+// A block id outside the pool is reported by the device status word (the next synchronize throws); by the
+// tensor-core attend step too (V3's shape).
+TEST_F(CudaOpTest, PagedMlaAttentionReportsBadPages) {
+  for (const bool mma : {false, true}) {
+    ScopedKernelChoices choice(gpu(), [&](cuda::KernelChoices& ch) {
+      ch.paged_mla_mma = mma ? cuda::KernelPick::kAlways : cuda::KernelPick::kNever;
+    });
+    PagedMlaSpec s;
+    s.seqs = 2;
+    if (mma) {
+      s.heads = 128;
+      s.dn = 128;
+      s.dr = 64;
+      s.dv = 128;
+      s.r = 512;
+      s.block_size = 64;
+    }
+    PagedMlaCase c = make_paged_mla_case(s, 9);
+    c.tables.data<int32_t>()[0] = 1 << 20;
     DeviceTensor dq = up(c.q), dpos = up(c.q_pos), dseq = up(c.q_seq), dtab = up(c.tables), dpool = up(c.pool),
-                 dkvb = up(c.kv_b), dout = poisoned(out_shape);
+                 dkvb = up(c.kv_b), dout = poisoned({c.tokens, s.heads, s.dv});
     PagedMlaAttentionParams p;
     p.q = dq;
     p.q_positions = dpos;
@@ -211,39 +265,16 @@ TEST_F(CudaOpTest, PagedMlaAttentionMatchesCpu) {
     p.kv_pool = dpool;
     p.kv_b = dkvb;
     p.out = dout;
-    p.block_size = k.spec.block_size;
-    p.rope_dim = static_cast<int>(k.spec.dr);
+    p.block_size = s.block_size;
+    p.rope_dim = static_cast<int>(s.dr);
     p.scale = c.scale;
     gpu().paged_mla_attention(p);
-    rel_err((std::string("paged mla ") + k.name).c_str(), down(dout), want, 2e-5);
-  }
-}
-
-// A block id outside the pool is reported by the device status word (the next synchronize throws).
-TEST_F(CudaOpTest, PagedMlaAttentionReportsBadPages) {
-  PagedMlaSpec s;
-  s.seqs = 2;
-  PagedMlaCase c = make_paged_mla_case(s, 9);
-  c.tables.data<int32_t>()[0] = 1 << 20;
-  DeviceTensor dq = up(c.q), dpos = up(c.q_pos), dseq = up(c.q_seq), dtab = up(c.tables), dpool = up(c.pool),
-               dkvb = up(c.kv_b), dout = poisoned({c.tokens, s.heads, s.dv});
-  PagedMlaAttentionParams p;
-  p.q = dq;
-  p.q_positions = dpos;
-  p.q_seq = dseq;
-  p.block_tables = dtab;
-  p.kv_pool = dpool;
-  p.kv_b = dkvb;
-  p.out = dout;
-  p.block_size = s.block_size;
-  p.rope_dim = static_cast<int>(s.dr);
-  p.scale = c.scale;
-  gpu().paged_mla_attention(p);
-  try {
-    gpu().synchronize();
-    ADD_FAILURE() << "no error for a block id outside the pool";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("paged_mla_attention"), std::string::npos) << e.what();
+    try {
+      gpu().synchronize();
+      ADD_FAILURE() << "no error for a block id outside the pool" << (mma ? " (tensor cores)" : "");
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("paged_mla_attention"), std::string::npos) << e.what();
+    }
   }
 }
 
@@ -276,46 +307,52 @@ TEST_F(CudaOpTest, MlaAttentionBatchInvariantMode) {
       expect_rows_bitwise("batch-invariant mla absorbed queries=" + std::to_string(rows.size()), call(rows), full,
                           rows);
   }
-  PagedMlaSpec spec;
-  spec.seqs = 7;
-  spec.heads = 128;
-  spec.dn = 128;
-  spec.dr = 64;
-  spec.dv = 128;
-  spec.r = 512;
-  spec.block_size = 64;
-  spec.min_context = 40;
-  spec.max_context = 1500;
-  const PagedMlaCase c = make_paged_mla_case(spec, rng()());
-  HostTensor want(DType::kF32, {c.tokens, spec.heads, spec.dv});
-  cpu().paged_mla_attention(c.params(want.view()));
-  const int64_t width = c.tables.shape()[1];
-  HostTensor wide(DType::kI32, {c.tables.shape()[0], width + 40});
-  for (int64_t b = 0; b < c.tables.shape()[0]; ++b)
-    for (int64_t j = 0; j < width + 40; ++j)
-      wide.data<int32_t>()[b * (width + 40) + j] = j < width ? c.tables.data<int32_t>()[b * width + j] : -1;
-  const DeviceTensor dpool = up(c.pool), dkvb = up(c.kv_b), dtab = up(c.tables), dwide = up(wide);
-  auto call = [&](const std::vector<int64_t>& rows, const DeviceTensor& tables) {
-    const DeviceTensor dq = up(take_rows(c.q, rows)), dpos = up(take_rows(c.q_pos, rows)),
-                       dseq = up(take_rows(c.q_seq, rows)),
-                       dout = poisoned({static_cast<int64_t>(rows.size()), spec.heads, spec.dv});
-    PagedMlaAttentionParams p = c.params(dout);
-    p.q = dq;
-    p.q_positions = dpos;
-    p.q_seq = dseq;
-    p.block_tables = tables;
-    p.kv_pool = dpool;
-    p.kv_b = dkvb;
-    gpu().paged_mla_attention(p);
-    return down(dout);
-  };
-  std::vector<int64_t> all(c.tokens);
-  std::iota(all.begin(), all.end(), 0);
-  const HostTensor full = call(all, dwide);
-  rel_err("batch-invariant paged mla", full, want, 2e-5);
-  for (const auto& rows : invariance_subsets(c.tokens))
-    expect_rows_bitwise("batch-invariant paged mla queries=" + std::to_string(rows.size()), call(rows, dtab), full,
-                        rows);
+  // The paged op, on the fp32 attend step and on the tensor cores (the same split boundaries: a query's partials
+  // depend on its own keys only either way).
+  for (const cuda::KernelPick pick : {cuda::KernelPick::kNever, cuda::KernelPick::kAlways}) {
+    ScopedKernelChoices choice(gpu(), [&](cuda::KernelChoices& ch) { ch.paged_mla_mma = pick; });
+    const std::string tag = pick == cuda::KernelPick::kAlways ? ", tensor cores" : "";
+    PagedMlaSpec spec;
+    spec.seqs = 7;
+    spec.heads = 128;
+    spec.dn = 128;
+    spec.dr = 64;
+    spec.dv = 128;
+    spec.r = 512;
+    spec.block_size = 64;
+    spec.min_context = 40;
+    spec.max_context = 1500;
+    const PagedMlaCase c = make_paged_mla_case(spec, rng()());
+    HostTensor want(DType::kF32, {c.tokens, spec.heads, spec.dv});
+    cpu().paged_mla_attention(c.params(want.view()));
+    const int64_t width = c.tables.shape()[1];
+    HostTensor wide(DType::kI32, {c.tables.shape()[0], width + 40});
+    for (int64_t b = 0; b < c.tables.shape()[0]; ++b)
+      for (int64_t j = 0; j < width + 40; ++j)
+        wide.data<int32_t>()[b * (width + 40) + j] = j < width ? c.tables.data<int32_t>()[b * width + j] : -1;
+    const DeviceTensor dpool = up(c.pool), dkvb = up(c.kv_b), dtab = up(c.tables), dwide = up(wide);
+    auto call = [&](const std::vector<int64_t>& rows, const DeviceTensor& tables) {
+      const DeviceTensor dq = up(take_rows(c.q, rows)), dpos = up(take_rows(c.q_pos, rows)),
+                         dseq = up(take_rows(c.q_seq, rows)),
+                         dout = poisoned({static_cast<int64_t>(rows.size()), spec.heads, spec.dv});
+      PagedMlaAttentionParams p = c.params(dout);
+      p.q = dq;
+      p.q_positions = dpos;
+      p.q_seq = dseq;
+      p.block_tables = tables;
+      p.kv_pool = dpool;
+      p.kv_b = dkvb;
+      gpu().paged_mla_attention(p);
+      return down(dout);
+    };
+    std::vector<int64_t> all(c.tokens);
+    std::iota(all.begin(), all.end(), 0);
+    const HostTensor full = call(all, dwide);
+    rel_err(("batch-invariant paged mla" + tag).c_str(), full, want, pick == cuda::KernelPick::kAlways ? 3e-5 : 2e-5);
+    for (const auto& rows : invariance_subsets(c.tokens))
+      expect_rows_bitwise("batch-invariant paged mla" + tag + " queries=" + std::to_string(rows.size()),
+                          call(rows, dtab), full, rows);
+  }
 }
 
 }  // namespace

@@ -98,13 +98,6 @@ struct Layout {
   static_assert(bytes <= 227 * 1024, "sm_90's opt-in shared memory a block (more would fall back to SIMT)");
 };
 
-__device__ __forceinline__ void bar_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-// Orders this thread's earlier shared-memory accesses before the waiters' later ones, without waiting.
-__device__ __forceinline__ void bar_arrive(int id, int threads) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
 // Barrier id + b (b in {0, 1}) with the id a constant on each path: a register id makes ptxas reserve all 16.
 __device__ __forceinline__ void bar_sync_pair(int id, int b, int threads) {
   if (b)
@@ -117,11 +110,6 @@ __device__ __forceinline__ void bar_arrive_pair(int id, int b, int threads) {
     bar_arrive(id + 1, threads);
   else
     bar_arrive(id, threads);
-}
-
-__device__ __forceinline__ void split4(const float4 v, uint2& h, uint2& l) {
-  split_pair(v.x, v.y, h.x, l.x);
-  split_pair(v.z, v.w, h.y, l.y);
 }
 
 __device__ __forceinline__ void store_split4(const float4 v, __nv_bfloat16* hi, __nv_bfloat16* lo) {

@@ -2,6 +2,7 @@
 #include "deepinfer/ops/cuda/cuda_backend_impl.h"
 
 #include "deepinfer/ops/cuda/indexer_mma.h"
+#include "deepinfer/ops/cuda/mla_paged_mma.h"
 
 namespace deepinfer {
 
@@ -619,9 +620,13 @@ void CudaBackend::paged_mla_attention(const PagedMlaAttentionParams& p) {
   k.block_size = p.block_size;
   k.scale = p.scale;
   k.status = impl_->status.word();
+  const bool mma = impl_->choices.paged_mla_mma != cuda::KernelPick::kNever && cuda::paged_mla_mma_takes(k.r, k.dr);
+  k.mma = mma ? cuda::KernelPick::kAlways : cuda::KernelPick::kNever;
   // The longest query the tables allow bounds the splits (positions live on the device).
   if (impl_->batch_invariant)
     std::tie(k.splits, k.tiles_per_split) = cuda::paged_mla_invariant_splits(k.max_blocks * k.block_size);
+  else if (mma)
+    k.splits = cuda::paged_mla_mma_splits(k.tokens, k.heads, k.max_blocks * k.block_size, impl_->info.sm_count);
   else
     k.splits = cuda::paged_mla_splits(k.tokens, k.heads, k.max_blocks * k.block_size, impl_->info.sm_count);
   cuda::WorkspaceArena::Scope scope(impl_->ws());

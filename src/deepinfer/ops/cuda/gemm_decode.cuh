@@ -143,6 +143,14 @@ __device__ __forceinline__ bool active_group(const GemmKernelParams& p, int slot
 __device__ __forceinline__ unsigned smem_addr(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
+// Named barriers (id 0 is __syncthreads'): bar_sync waits for `threads` arrivals in all; bar_arrive orders this
+// thread's earlier shared-memory accesses before the waiters' later ones, without waiting.
+__device__ __forceinline__ void bar_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void bar_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
 // Four 8x8 b16 matrices from shared memory (volatile: kept between the barriers that guard the buffer). No "memory"
 // clobber: a barrier always separates the stores to a tile from its ldmatrix reads, and without the
 // clobber the compiler may interleave the next step's decoding (other buffers) with these loads.
@@ -160,6 +168,12 @@ __device__ __forceinline__ void split_pair(float a, float b, uint32_t& hi, uint3
   const __nv_bfloat162 l = __floats2bfloat162_rn(a - hf.x, b - hf.y);
   std::memcpy(&hi, &h, 4);
   std::memcpy(&lo, &l, 4);
+}
+
+// Four values -> their hi and lo bf16 terms, as two pairs each.
+__device__ __forceinline__ void split4(const float4 v, uint2& h, uint2& l) {
+  split_pair(v.x, v.y, h.x, l.x);
+  split_pair(v.z, v.w, h.y, l.y);
 }
 
 // hi·hi + hi·lo + lo·hi, the small terms first.

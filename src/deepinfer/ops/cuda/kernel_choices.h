@@ -109,6 +109,11 @@ struct KernelChoices {
   // mla_bf16x3 (~5e-6 from fp32; H100, V3 slice prefill 8192: attention 187 ms against 195 with the bf16x3 GEMMs and
   // 296 in fp32, docs/PERF.md session 32).
   bool mla_flash = false;
+  // The paged absorbed MLA's attend step (V3-family decode: run_paged_mla_attention's middle kernel) on bf16x3
+  // tensor-core products (mla_paged_mma.h: 32 heads x 16-key tiles a step, ~2^-16 a product) instead of fp32 CUDA
+  // cores. kAuto / kAlways: every shape it has (latent 512, rope 64); kNever: the fp32 kernel. kNever by default until
+  // a device has run it (written in session 33 without one).
+  KernelPick paged_mla_mma = KernelPick::kNever;
   // Rows a group up to which a grouped_linear call (default mode) is one grouped launch (grouped_linear.h); -1:
   // kGemmStreamMmaMaxRows. 0 runs every call per group.
   int64_t grouped_one_launch_rows = -1;

@@ -481,6 +481,9 @@ struct PagedMlaKernelParams {
   int block_size = 64;
   float scale = 1.0f;
   uint32_t* status = nullptr;
+  // kAlways: the attend step on the tensor cores (mla_paged_mma.h; the caller checked paged_mla_mma_takes and sized
+  // the splits by paged_mla_mma_splits); otherwise the fp32 kernel.
+  KernelPick mma = KernelPick::kNever;
 };
 // Splits for a launch: about two blocks per SM, at most one per 32-key tile of the longest query.
 int paged_mla_splits(int64_t tokens, int64_t heads, int64_t max_keys, int sm_count);

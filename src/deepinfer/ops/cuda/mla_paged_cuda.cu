@@ -19,6 +19,7 @@
 #include "deepinfer/ops/cuda/cuda_runtime.h"
 #include "deepinfer/ops/cuda/device_math.cuh"
 #include "deepinfer/ops/cuda/kernels.h"
+#include "deepinfer/ops/cuda/mla_paged_mma.h"
 
 namespace deepinfer::cuda {
 namespace {
@@ -28,7 +29,6 @@ constexpr int kKeys = 32;         // keys per tile
 constexpr int kThreads = 256;     // attend block
 constexpr int kMaxR = 512;        // latent channels an attend thread group covers (16 threads × 4 × 8)
 constexpr int kTokGroup = 32;     // tokens per absorb / project block
-constexpr int kMaxSplits = 64;    // combine weights per token in shared memory
 constexpr int kWChunk = 32;       // absorb: weight loads in flight per thread
 constexpr int kProjectParts = 8;  // project: blocks per (head, token group) for a few tokens, each a slice of dv
 
@@ -316,8 +316,8 @@ __global__ void __launch_bounds__(kThreads, 1) paged_mla_attend_kernel(PagedMlaK
 // Decode has one token group, so slicing dv over gridDim.z blocks is what spreads the weight reads over the
 // SMs (16 blocks for 16 heads otherwise); each slice recombines the token's splits (a few KiB).
 __global__ void __launch_bounds__(256) paged_mla_project_kernel(PagedMlaKernelParams p) {
-  extern __shared__ float ol[];                 // [kTokGroup, r]
-  __shared__ float wts[kTokGroup][kMaxSplits];  // per token and split: exp(m_s − M) / Σ l·exp(m − M)
+  extern __shared__ float ol[];                         // [kTokGroup, r]
+  __shared__ float wts[kTokGroup][kPagedMlaMaxSplits];  // per token and split: exp(m_s − M) / Σ l·exp(m − M)
   const int64_t h = blockIdx.x, t0 = static_cast<int64_t>(blockIdx.y) * kTokGroup;
   const int nt = static_cast<int>(min(int64_t{kTokGroup}, p.tokens - t0));
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -382,12 +382,13 @@ int64_t attend_smem_bytes(int64_t row) {
 int paged_mla_splits(int64_t tokens, int64_t heads, int64_t max_keys, int sm_count) {
   const int64_t blocks = std::max<int64_t>(1, tokens * ceil_div(heads, kHeads));
   const int64_t want = ceil_div(2ll * sm_count, blocks);
-  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({want, ceil_div(max_keys, kKeys), kMaxSplits})));
+  return static_cast<int>(
+      std::max<int64_t>(1, std::min<int64_t>({want, ceil_div(max_keys, kKeys), kPagedMlaMaxSplits})));
 }
 
 std::pair<int, int64_t> paged_mla_invariant_splits(int64_t max_keys) {
   const int64_t tiles = std::max<int64_t>(1, ceil_div(max_keys, kKeys));
-  const int64_t per_split = std::max<int64_t>(8, ceil_div(tiles, kMaxSplits));
+  const int64_t per_split = std::max<int64_t>(8, ceil_div(tiles, kPagedMlaMaxSplits));
   return {static_cast<int>(ceil_div(tiles, per_split)), per_split};
 }
 
@@ -399,26 +400,32 @@ void run_paged_mla_attention(const PagedMlaKernelParams& p, cudaStream_t stream)
   DI_CHECK_CODE(reinterpret_cast<uintptr_t>(p.kv_pool) % 16 == 0 && reinterpret_cast<uintptr_t>(p.q_full) % 16 == 0,
                 ErrorCode::kUnsupported)
       << "paged_mla_attention: kv_pool must be 16-byte aligned on CUDA";
-  DI_CHECK_CODE(p.splits >= 1 && p.splits <= kMaxSplits, ErrorCode::kInternal) << "paged_mla_attention: splits";
+  DI_CHECK_CODE(p.splits >= 1 && p.splits <= kPagedMlaMaxSplits, ErrorCode::kInternal) << "paged_mla_attention: splits";
+  const bool mma = p.mma == KernelPick::kAlways;
   const int64_t smem = attend_smem_bytes(row);
-  DI_CHECK_CODE(smem <= 227 * 1024, ErrorCode::kUnsupported)
+  DI_CHECK_CODE(mma || smem <= 227 * 1024, ErrorCode::kUnsupported)
       << "paged_mla_attention: cache rows of " << row << " values need " << smem << " B of shared memory";
   if (p.tokens == 0) return;
   const int64_t absorb_smem = kTokGroup * p.dn * static_cast<int64_t>(sizeof(float));
   const int64_t project_smem = kTokGroup * p.r * static_cast<int64_t>(sizeof(float));
   DI_CUDA_CHECK(cudaFuncSetAttribute(paged_mla_absorb_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(absorb_smem)));
-  DI_CUDA_CHECK(cudaFuncSetAttribute(paged_mla_attend_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     static_cast<int>(smem)));
+  if (!mma)
+    DI_CUDA_CHECK(cudaFuncSetAttribute(paged_mla_attend_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(smem)));
   DI_CUDA_CHECK(cudaFuncSetAttribute(paged_mla_project_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(project_smem)));
   paged_mla_absorb_kernel<<<dim3(static_cast<unsigned>(p.heads), static_cast<unsigned>(ceil_div(p.r, 128))), 128,
                             absorb_smem, stream>>>(p);
   DI_CUDA_CHECK_LAUNCH();
-  const dim3 grid(static_cast<unsigned>(ceil_div(p.heads, kHeads)), static_cast<unsigned>(p.tokens),
-                  static_cast<unsigned>(p.splits));
-  paged_mla_attend_kernel<<<grid, kThreads, smem, stream>>>(p);
-  DI_CUDA_CHECK_LAUNCH();
+  if (mma) {
+    launch_paged_mla_attend_mma(p, stream);
+  } else {
+    const dim3 grid(static_cast<unsigned>(ceil_div(p.heads, kHeads)), static_cast<unsigned>(p.tokens),
+                    static_cast<unsigned>(p.splits));
+    paged_mla_attend_kernel<<<grid, kThreads, smem, stream>>>(p);
+    DI_CUDA_CHECK_LAUNCH();
+  }
   const unsigned parts = p.tokens <= kTokGroup ? kProjectParts : 1;
   paged_mla_project_kernel<<<dim3(static_cast<unsigned>(p.heads), static_cast<unsigned>(ceil_div(p.tokens, kTokGroup)),
                                   parts),

@@ -1,0 +1,27 @@
+// Tensor-core attend step of the paged absorbed MLA (mla_paged_mma_cuda.cu): the middle of run_paged_mla_attention's
+// three kernels on bf16x3 mma.sync instead of fp32 CUDA cores, taken by KernelChoices::paged_mla_mma for V3-family
+// shapes (latent 512, rope 64). The absorb and the combine + project kernels around it are unchanged, and so is
+// the partials' layout: a split covers the same keys either way.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "deepinfer/ops/cuda/kernels.h"
+
+namespace deepinfer::cuda {
+
+// Splits the combine + project kernel takes (its per-token weights in shared memory).
+constexpr int kPagedMlaMaxSplits = 64;
+
+// Whether the tensor-core attend kernel has an instantiation for latent r and rope dr that fits this device.
+bool paged_mla_mma_takes(int64_t r, int64_t dr);
+// Splits for the tensor-core kernel (one block an SM: its shared memory): the fewest that fill the SMs once —
+// tokens x head groups below sm_count blocks get sm_count / blocks splits, at most one per 32 keys of max_keys and
+// kPagedMlaMaxSplits.
+int paged_mla_mma_splits(int64_t tokens, int64_t heads, int64_t max_keys, int sm_count);
+// Writes the split partials (p.part_o / part_m / part_l) for every (token, head, split), as the SIMT attend does.
+void launch_paged_mla_attend_mma(const PagedMlaKernelParams& p, cudaStream_t stream);
+
+}  // namespace deepinfer::cuda

@@ -1,0 +1,386 @@
+// The paged absorbed MLA's attend step on the tensor cores (mla_paged_mma.h says when it runs).
+//
+// Absorbed MLA decode is MQA-like: every head of a query scores the same 576-value cache rows (latent + rope), and
+// the rows' first 512 values (the latent) are the values. A block takes one query token, 32 of its heads as the M
+// dimension of mma.sync m16n8k16, and one split of its keys: S = Q̃[32 x 576] · K[16 keys x 576]ᵀ, online softmax,
+// Ō += P · C[16 keys x 512], tile by tile — the structure of the V4 paged kernel (attention_paged_mma_cuda.cu) at
+// MLA's widths. The fp32 SIMT kernel it replaces (mla_paged_cuda.cu) runs the same ~1,100 FLOP per key and head on
+// the fp32 pipes: V3 decode at context 4096 measured ~9 TFLOP/s there (H100, docs/PERF.md session 32).
+//
+// Accuracy as the V4 kernel's: each operand split x = hi + lo (both bf16), each product hi·hi + hi·lo + lo·hi in
+// fp32 (~2^-16 of |x||y| a product; the GPU tests hold it to 3e-5 of the CPU op, as the flash MLA kernel).
+//
+// Block: 12 warps.
+// - Warps 8-11 produce, up to kStages tiles ahead, into kStages key buffers: per 16-key tile each producer thread
+//   resolves its row's page through the block table (8 threads a row), loads 18 float4 of it (one memory round
+//   trip), waits for the consumers to release the buffer, and stores them split into hi / lo bf16. Rows past the
+//   split's end are zeros (P is 0 there; 0 · NaN would poison Ō); a bad page is a NaN row and raises the status word.
+// - Warps 0-7 consume: (head group hg = warp % 2) x (quarter qd = warp / 2 of the 576 dims, 9 k-steps). Per tile:
+//   (1) the S partial of 16 heads x 16 keys over the warp's quarter -> shared memory; (2) softmax, 8 threads a head
+//   row and 2 keys each: the four partials summed in a fixed order, fp32 online max / sum, P split into hi / lo, the
+//   row's rescale factor; (3) Ō += P · C for all 32 heads x 64 latent dims a warp (each C fragment, transposed by
+//   ldmatrix.trans, feeds both head tiles).
+// Why 16-key tiles and 32 heads: Q̃'s hi / lo planes of 32 heads take 73 KB, a 16-key buffer 36.5 KB, so three
+// buffers fit beside Q̃ in the 227 KB of shared memory (32-key buffers would fit one: no overlap of loads and math).
+// Each cache row is read once per 32 heads (four times at V3's 128 heads; the grid puts a token's head groups next to
+// each other, so the repeats come from L2).
+// The end writes the split's unnormalised partial (Ō, m, l) where the SIMT attend writes it; the combine + project
+// kernel merges the splits as before.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+
+#include "deepinfer/ops/cuda/cuda_runtime.h"
+#include "deepinfer/ops/cuda/device_math.cuh"
+#include "deepinfer/ops/cuda/gemm_decode.cuh"
+#include "deepinfer/ops/cuda/mla_paged_mma.h"
+
+namespace deepinfer::cuda {
+namespace {
+
+constexpr int kHeadGroups = 2;  // 16 heads each: the mma M dimension
+constexpr int kBlockHeads = 16 * kHeadGroups;
+constexpr int kQuarters = 4;    // consumer warps per head group in the S phase, each a quarter of the row
+constexpr int kTile = 16;       // keys a tile
+constexpr int kStages = 3;      // key buffers
+constexpr int kSplitKeys = 32;  // the SIMT attend's tile: split boundaries are multiples of it (the same partials)
+constexpr int kConsumers = 256;
+constexpr int kProducers = 128;  // 8 threads a key row
+constexpr int kThreads = kConsumers + kProducers;
+// Named barriers: kFull + b / kEmpty + b hand key buffer b between the sides, kCons orders the consumers' own
+// shared memory (S partials, P, the rescale factors).
+constexpr int kBarFull = 1, kBarEmpty = kBarFull + kStages, kBarCons = kBarEmpty + kStages;
+static_assert(kBarCons < 16, "16 named barriers");
+
+template <int kR, int kDr>
+struct Layout {
+  static constexpr int kRow = kR + kDr;
+  // +8 bf16 (16 bytes) a row: 1,168-byte rows put the 8 rows of an ldmatrix phase in distinct 16-byte bank groups.
+  static constexpr int kLd = kRow + 8;
+  // S partials: 24 floats a row (24 mod 32 words) make a half-warp's float2 stores (rows g, words 2·tq) cover the
+  // 32 banks once.
+  static constexpr int kSLd = kTile + 8;
+  static constexpr int kPLd = kTile + 8;  // 48-byte rows: an ldmatrix phase's 8 rows in distinct bank groups
+  static constexpr size_t kKeyBuf = size_t{2} * kTile * kLd;  // bytes of one hi or lo key tile
+  static constexpr size_t q_hi = 0;
+  static constexpr size_t q_lo = q_hi + size_t{2} * kBlockHeads * kLd;
+  static constexpr size_t k_hi = q_lo + size_t{2} * kBlockHeads * kLd;  // [kStages]
+  static constexpr size_t k_lo = k_hi + kStages * kKeyBuf;              // [kStages]
+  static constexpr size_t s = k_lo + kStages * kKeyBuf;                 // [quarter][head][key] fp32 partials
+  static constexpr size_t p_hi = s + size_t{4} * kQuarters * kBlockHeads * kSLd;
+  static constexpr size_t p_lo = p_hi + size_t{2} * kBlockHeads * kPLd;
+  static constexpr size_t corr = p_lo + size_t{2} * kBlockHeads * kPLd;
+  static constexpr size_t fin_m = corr + size_t{4} * kBlockHeads;
+  static constexpr size_t fin_l = fin_m + size_t{4} * kBlockHeads;
+  static constexpr size_t bytes = fin_l + size_t{4} * kBlockHeads;
+  static_assert(kRow % (16 * kQuarters) == 0, "whole k-steps a quarter");
+  static_assert(kR % (8 * 16) == 0, "whole ldmatrix pairs of latent dims a consumer warp");
+  static_assert(kRow % 32 == 0, "8 producer threads x float4 a row");
+  static_assert(k_hi % 16 == 0 && s % 16 == 0 && p_hi % 16 == 0 && p_lo % 16 == 0 && corr % 16 == 0,
+                "16-byte aligned regions");
+  static_assert(bytes <= 227 * 1024, "sm_90's opt-in shared memory a block");
+};
+
+// Barrier id + b with the id a constant on each path (a register id makes ptxas reserve all 16).
+__device__ __forceinline__ void bar_sync_stage(int id, int b) {
+  static_assert(kStages == 3, "the cases below");
+  if (b == 0)
+    bar_sync(id, kThreads);
+  else if (b == 1)
+    bar_sync(id + 1, kThreads);
+  else
+    bar_sync(id + 2, kThreads);
+}
+__device__ __forceinline__ void bar_arrive_stage(int id, int b) {
+  if (b == 0)
+    bar_arrive(id, kThreads);
+  else if (b == 1)
+    bar_arrive(id + 1, kThreads);
+  else
+    bar_arrive(id + 2, kThreads);
+}
+
+template <int kR, int kDr>
+__global__ void __launch_bounds__(kThreads) paged_mla_attend_mma_kernel(PagedMlaKernelParams p) {
+  using L = Layout<kR, kDr>;
+  constexpr int kRow = L::kRow, kRowVecs = kRow / 4;
+  extern __shared__ __align__(16) uint8_t smem[];
+  auto* q_hi = reinterpret_cast<__nv_bfloat16*>(smem + L::q_hi);
+  auto* q_lo = reinterpret_cast<__nv_bfloat16*>(smem + L::q_lo);
+  auto* s_s = reinterpret_cast<float*>(smem + L::s);
+  auto* p_hi = reinterpret_cast<__nv_bfloat16*>(smem + L::p_hi);
+  auto* p_lo = reinterpret_cast<__nv_bfloat16*>(smem + L::p_lo);
+  auto* corr_s = reinterpret_cast<float*>(smem + L::corr);
+  auto* fin_m = reinterpret_cast<float*>(smem + L::fin_m);
+  auto* fin_l = reinterpret_cast<float*>(smem + L::fin_l);
+  auto k_hi = [&](int b) { return reinterpret_cast<__nv_bfloat16*>(smem + L::k_hi + b * L::kKeyBuf); };
+  auto k_lo = [&](int b) { return reinterpret_cast<__nv_bfloat16*>(smem + L::k_lo + b * L::kKeyBuf); };
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int hb = static_cast<int>(blockIdx.x) * kBlockHeads;
+  const int64_t t = blockIdx.y;
+  const int split = static_cast<int>(blockIdx.z);
+
+  // This split's keys: positions [k_begin, k_end) of sequence b, cut at the SIMT attend's 32-key boundaries.
+  const int b_seq = p.q_seq[t];
+  const int64_t pos = p.q_positions[t];
+  const int32_t* table = nullptr;
+  int64_t n_keys = 0;
+  if (b_seq < 0 || b_seq >= p.seqs || pos >= p.max_blocks * p.block_size) {
+    if (split == 0 && blockIdx.x == 0 && tid == 0) atomicOr(p.status, kStatusPagedAttentionRange);
+  } else {
+    table = p.block_tables + static_cast<int64_t>(b_seq) * p.max_blocks;
+    n_keys = pos + 1 > 0 ? pos + 1 : 0;
+  }
+  const int64_t tiles32 = (n_keys + kSplitKeys - 1) / kSplitKeys;
+  const int64_t per_split = p.tiles_per_split > 0 ? p.tiles_per_split : (tiles32 + p.splits - 1) / p.splits;
+  const int64_t k_begin = min(n_keys, split * per_split * kSplitKeys);
+  const int64_t k_end = min(n_keys, k_begin + per_split * kSplitKeys);
+  const int n_tiles = static_cast<int>((k_end - k_begin + kTile - 1) / kTile);
+
+  if (tid >= kConsumers) {
+    // Producers: thread ptid owns row ptid / 8 of every tile and its float4s ptid % 8 + 8·j (the 8 threads of a row
+    // read 128 contiguous bytes a load).
+    constexpr int kVecs = kRowVecs / 8;
+    const int ptid = tid - kConsumers, pr = ptid / 8, pc = ptid % 8;
+    for (int i = 0; i < n_tiles; ++i) {
+      const int b = i % kStages;
+      const int64_t key = k_begin + static_cast<int64_t>(i) * kTile + pr;
+      const float* row = nullptr;
+      bool bad = false;
+      if (key < k_end) {
+        const int64_t blk = key / p.block_size, id = table[blk], at = id * p.block_size + key % p.block_size;
+        bad = id < 0 || at >= p.pool_rows;
+        if (bad) {
+          if (pc == 0) atomicOr(p.status, kStatusPagedAttentionRange);
+        } else {
+          row = p.kv_pool + at * kRow;
+        }
+      }
+      const float fill = bad ? __int_as_float(0x7fc00000) : 0.0f;
+      float4 v[kVecs];
+#pragma unroll
+      for (int j = 0; j < kVecs; ++j)
+        v[j] = row ? __ldg(reinterpret_cast<const float4*>(row) + pc + 8 * j) : make_float4(fill, fill, fill, fill);
+      // Buffer b last held tile i - kStages: wait for the consumers' O phase on it.
+      if (i >= kStages) bar_sync_stage(kBarEmpty, b);
+      __nv_bfloat16 *kh = k_hi(b), *kl = k_lo(b);
+#pragma unroll
+      for (int j = 0; j < kVecs; ++j) {
+        const int at = pr * L::kLd + (pc + 8 * j) * 4;
+        uint2 h, l;
+        split4(v[j], h, l);
+        *reinterpret_cast<uint2*>(kh + at) = h;
+        *reinterpret_cast<uint2*>(kl + at) = l;
+      }
+      bar_arrive_stage(kBarFull, b);
+    }
+    return;
+  }
+
+  // Consumers. Q̃ of the block's heads (zeros past the last head), split once for every tile.
+  for (int i = tid; i < kBlockHeads * kRowVecs; i += kConsumers) {
+    const int r = i / kRowVecs, c = (i % kRowVecs) * 4, h = hb + r;
+    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (h < p.heads) v = *reinterpret_cast<const float4*>(p.q_full + (t * p.heads + h) * kRow + c);
+    uint2 hi, lo;
+    split4(v, hi, lo);
+    *reinterpret_cast<uint2*>(q_hi + r * L::kLd + c) = hi;
+    *reinterpret_cast<uint2*>(q_lo + r * L::kLd + c) = lo;
+  }
+
+  const int g = lane >> 2, tq = lane & 3;
+  const int hg = warp % kHeadGroups, qd = warp / kHeadGroups, r0 = hg * 16 + g;
+  constexpr int kQDims = kRow / kQuarters;
+  const int d0 = qd * kQDims;
+  const int srow = tid >> 3, seg = tid & 7;  // softmax: head row, 2-key segment of the tile
+  float m_run = -INFINITY, l_run = 0.0f;
+  // O phase: all 32 heads (two m-tiles) x latent dims od0 .. od0 + kODims a warp.
+  constexpr int kODims = kR / (kConsumers / 32), kNt = kODims / 8;
+  const int od0 = warp * kODims;
+  float acc[2][kNt][4];
+#pragma unroll
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int j = 0; j < kNt; ++j) acc[m][j][0] = acc[m][j][1] = acc[m][j][2] = acc[m][j][3] = 0.0f;
+  bar_sync(kBarCons, kConsumers);  // Q̃ stored
+
+  for (int i = 0; i < n_tiles; ++i) {
+    const int b = i % kStages;
+    const int n = static_cast<int>(min(int64_t{kTile}, k_end - k_begin - static_cast<int64_t>(i) * kTile));
+    bar_sync_stage(kBarFull, b);
+    const __nv_bfloat16 *kh = k_hi(b), *kl = k_lo(b);
+
+    // 1. S partial of heads r0, r0 + 8 x the tile's 16 keys over dims d0 .. d0 + kQDims; hi·hi and the cross terms
+    // in separate accumulators (4 independent mma chains, the small terms summed among themselves first).
+    {
+      float sacc[2][4] = {}, sx[2][4] = {};
+#pragma unroll
+      for (int ks = 0; ks < kQDims / 16; ++ks) {
+        uint32_t ah[4], al[4], bh[4], bl[4];
+        const int dq = d0 + ks * 16;
+        const int a_at = (hg * 16 + (lane & 15)) * L::kLd + dq + (lane >> 4) * 8;
+        ldmatrix_x4(ah, q_hi + a_at);
+        ldmatrix_x4(al, q_lo + a_at);
+        // Keys 8·(lane >> 4) + (lane & 7), dims +8 for lanes 8-15 and 24-31: b0, b1 of n-tiles 0 and 1.
+        const int b_at = ((lane >> 4) * 8 + (lane & 7)) * L::kLd + dq + ((lane >> 3) & 1) * 8;
+        ldmatrix_x4(bh, kh + b_at);
+        ldmatrix_x4(bl, kl + b_at);
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+          mma_bf16(sx[nt], ah, bl[2 * nt], bl[2 * nt + 1]);
+          mma_bf16(sx[nt], al, bh[2 * nt], bh[2 * nt + 1]);
+          mma_bf16(sacc[nt], ah, bh[2 * nt], bh[2 * nt + 1]);
+        }
+      }
+      float* sq = s_s + qd * kBlockHeads * L::kSLd;
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        const int col = nt * 8 + 2 * tq;
+        *reinterpret_cast<float2*>(sq + r0 * L::kSLd + col) =
+            make_float2(sacc[nt][0] + sx[nt][0], sacc[nt][1] + sx[nt][1]);
+        *reinterpret_cast<float2*>(sq + (r0 + 8) * L::kSLd + col) =
+            make_float2(sacc[nt][2] + sx[nt][2], sacc[nt][3] + sx[nt][3]);
+      }
+    }
+    bar_sync(kBarCons, kConsumers);
+
+    // 2. Online softmax of row srow over keys 2·seg, 2·seg + 1 (keys >= n are padding). A row's 8 threads are 8
+    // consecutive lanes.
+    {
+      float2 part[kQuarters];
+#pragma unroll
+      for (int q = 0; q < kQuarters; ++q)
+        part[q] = *reinterpret_cast<const float2*>(s_s + (q * kBlockHeads + srow) * L::kSLd + seg * 2);
+      static_assert(kQuarters == 4, "the partials' sum order below");
+      float x[2];
+      x[0] = (((part[0].x + part[1].x) + part[2].x) + part[3].x) * p.scale;
+      x[1] = (((part[0].y + part[1].y) + part[2].y) + part[3].y) * p.scale;
+      float mx = m_run;
+#pragma unroll
+      for (int c = 0; c < 2; ++c)
+        if (seg * 2 + c < n) mx = fmaxf(mx, x[c]);
+#pragma unroll
+      for (int o = 1; o < 8; o <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+      const float corr = expf(m_run - mx);  // m = −inf before the first key: 0
+      float w[2], sum = 0.0f;
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        w[c] = seg * 2 + c < n ? expf(x[c] - mx) : 0.0f;
+        sum += w[c];
+      }
+#pragma unroll
+      for (int o = 1; o < 8; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+      l_run = l_run * corr + sum;
+      m_run = mx;
+      uint32_t h, l;
+      split_pair(w[0], w[1], h, l);
+      *reinterpret_cast<uint32_t*>(p_hi + srow * L::kPLd + seg * 2) = h;
+      *reinterpret_cast<uint32_t*>(p_lo + srow * L::kPLd + seg * 2) = l;
+      if (seg == 0) corr_s[srow] = corr;
+    }
+    bar_sync(kBarCons, kConsumers);
+
+    // 3. Ō[32 heads][the warp's dims] = Ō · corr + P · C. ldmatrix.trans lanes: keys (lane & 15) in two 8-row
+    // matrices, dims +8 for lanes 16-31: registers 0-1 are n-tile 2·pr's b0 / b1, 2-3 n-tile 2·pr + 1's.
+    {
+#pragma unroll
+      for (int m = 0; m < 2; ++m) {
+        const float c0 = corr_s[m * 16 + g], c1 = corr_s[m * 16 + g + 8];
+#pragma unroll
+        for (int j = 0; j < kNt; ++j) {
+          acc[m][j][0] *= c0;
+          acc[m][j][1] *= c0;
+          acc[m][j][2] *= c1;
+          acc[m][j][3] *= c1;
+        }
+      }
+      uint32_t ah[2][4], al[2][4];
+#pragma unroll
+      for (int m = 0; m < 2; ++m) {
+        const int at = (m * 16 + (lane & 15)) * L::kPLd + (lane >> 4) * 8;
+        ldmatrix_x4(ah[m], p_hi + at);
+        ldmatrix_x4(al[m], p_lo + at);
+      }
+      const int key = lane & 15;
+#pragma unroll
+      for (int pr = 0; pr < kNt / 2; ++pr) {
+        const int dim = od0 + pr * 16 + (lane >> 4) * 8;
+        uint32_t bh[4], bl[4];
+        ldmatrix_x4_trans(bh, kh + key * L::kLd + dim);
+        ldmatrix_x4_trans(bl, kl + key * L::kLd + dim);
+#pragma unroll
+        for (int m = 0; m < 2; ++m) {
+          mma3(acc[m][2 * pr], ah[m], al[m], bh[0], bh[1], bl[0], bl[1]);
+          mma3(acc[m][2 * pr + 1], ah[m], al[m], bh[2], bh[3], bl[2], bl[3]);
+        }
+      }
+    }
+    // Buffer b is free once every consumer is past its O phase; the producers wait for it only while tiles remain
+    // (an arrival nobody waits for would be left pending at exit).
+    if (i + kStages < n_tiles) bar_arrive_stage(kBarEmpty, b);
+  }
+
+  // The running max / sum live with the softmax threads; the Ō fragments with the mma lanes. A query with a bad
+  // sequence or position gets NaN partials (the SIMT attend's poison).
+  if (seg == 0) {
+    fin_m[srow] = m_run;
+    fin_l[srow] = l_run;
+  }
+  bar_sync(kBarCons, kConsumers);
+  const bool bad_query = table == nullptr;
+  const float poison = __int_as_float(0x7fc00000);
+#pragma unroll
+  for (int mh = 0; mh < 4; ++mh) {
+    const int mt = mh / 2, hh = mh % 2;
+    const int r = mt * 16 + g + 8 * hh, h = hb + r;
+    if (h >= p.heads) continue;
+    const int64_t at = (t * p.heads + h) * p.splits + split;
+    if (warp == 0 && tq == 0) {
+      p.part_m[at] = fin_m[r];
+      p.part_l[at] = bad_query ? poison : fin_l[r];
+    }
+    float* dst = p.part_o + at * kR;
+#pragma unroll
+    for (int j = 0; j < kNt; ++j) {
+      const int dim = od0 + j * 8 + 2 * tq;
+      const float2 v =
+          bad_query ? make_float2(poison, poison) : make_float2(acc[mt][j][2 * hh], acc[mt][j][2 * hh + 1]);
+      *reinterpret_cast<float2*>(dst + dim) = v;
+    }
+  }
+}
+
+constexpr int kV3R = 512, kV3Dr = 64;
+
+}  // namespace
+
+bool paged_mla_mma_takes(int64_t r, int64_t dr) {
+  if (r != kV3R || dr != kV3Dr) return false;
+  int dev = 0, optin = 0;
+  DI_CUDA_CHECK(cudaGetDevice(&dev));
+  DI_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  return Layout<kV3R, kV3Dr>::bytes <= static_cast<size_t>(optin);
+}
+
+int paged_mla_mma_splits(int64_t tokens, int64_t heads, int64_t max_keys, int sm_count) {
+  const int64_t blocks = std::max<int64_t>(1, tokens * ceil_div(heads, kBlockHeads));
+  const int64_t want = std::max<int64_t>(1, sm_count / blocks);
+  return static_cast<int>(
+      std::max<int64_t>(1, std::min<int64_t>({want, ceil_div(max_keys, kSplitKeys), kPagedMlaMaxSplits})));
+}
+
+void launch_paged_mla_attend_mma(const PagedMlaKernelParams& p, cudaStream_t stream) {
+  DI_CHECK_INTERNAL(p.r == kV3R && p.dr == kV3Dr)
+      << "paged_mla_attention: no tensor-core kernel for latent " << p.r << " + rope " << p.dr;
+  constexpr size_t smem = Layout<kV3R, kV3Dr>::bytes;
+  DI_CUDA_CHECK(cudaFuncSetAttribute(paged_mla_attend_mma_kernel<kV3R, kV3Dr>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  // Head groups fastest: a token's four blocks (V3) run side by side and share the cache rows through L2.
+  const dim3 grid(static_cast<unsigned>(ceil_div(p.heads, kBlockHeads)), static_cast<unsigned>(p.tokens),
+                  static_cast<unsigned>(p.splits));
+  paged_mla_attend_mma_kernel<kV3R, kV3Dr><<<grid, kThreads, smem, stream>>>(p);
+  DI_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace deepinfer::cuda
