@@ -71,29 +71,32 @@ TEST_F(CudaOpTest, MlaAttentionMatchesCpu) {
     }
     // mla_flash (an A/B choice): the logits, softmax and P·V in one flash kernel with bf16x3 products and an online
     // softmax, the expansion GEMM in fp32 or bf16x3: 3e-5 as the bf16x3 GEMMs. A query that sees nothing: zeros.
-    for (const bool x3 : {false, true})
-      for (const bool layout : {false, true}) {
-        ScopedKernelChoices flash(gpu(), [&](cuda::KernelChoices& ch) {
-          ch.mla_flash = true;
-          ch.mla_bf16x3 = x3;
-        });
-        DeviceTensor dfl = poisoned({c.t, c.h, c.dv});
-        MlaAttentionParams pf = hinted;
-        pf.out = dfl;
-        if (!layout) {
-          pf.kv_first_position = -1;
-          pf.host_q_positions = {};
+    // Blocks of 64 queries and of 128 (mla_flash_rows: double-buffered key tiles).
+    for (const int rows : {64, 128})
+      for (const bool x3 : {false, true})
+        for (const bool layout : {false, true}) {
+          ScopedKernelChoices flash(gpu(), [&](cuda::KernelChoices& ch) {
+            ch.mla_flash = true;
+            ch.mla_bf16x3 = x3;
+            ch.mla_flash_rows = rows;
+          });
+          DeviceTensor dfl = poisoned({c.t, c.h, c.dv});
+          MlaAttentionParams pf = hinted;
+          pf.out = dfl;
+          if (!layout) {
+            pf.kv_first_position = -1;
+            pf.host_q_positions = {};
+          }
+          gpu().mla_attention_naive(pf);
+          const HostTensor fl = down(dfl);
+          rel_err(("mla naive entry, flash" + std::string(rows == 128 ? " 128 rows" : "") +
+                   (x3 ? ", bf16x3 expansion" : "") + (layout ? ", causal layout" : "") + n)
+                      .c_str(),
+                  fl, want_naive, 3e-5);
+          if (c.t >= 64 && c.t > 1)
+            for (int64_t i = 0; i < c.h * c.dv; ++i)
+              ASSERT_EQ(fl.data<float>()[i], 0.0f) << "flash: query with no visible key";
         }
-        gpu().mla_attention_naive(pf);
-        const HostTensor fl = down(dfl);
-        rel_err(("mla naive entry, flash" + std::string(x3 ? ", bf16x3 expansion" : "") +
-                 (layout ? ", causal layout" : "") + n)
-                    .c_str(),
-                fl, want_naive, 3e-5);
-        if (c.t >= 64 && c.t > 1)
-          for (int64_t i = 0; i < c.h * c.dv; ++i)
-            ASSERT_EQ(fl.data<float>()[i], 0.0f) << "flash: query with no visible key";
-      }
     if (c.t > 1)
       for (int64_t i = 0; i < c.h * c.dv; ++i) ASSERT_EQ(got.data<float>()[i], 0.0f) << "query with no visible key";
   }
@@ -138,20 +141,27 @@ TEST_F(CudaOpTest, MlaAttentionCausalPrefillChunksMatchCpu) {
   p.out = dx3;
   gpu().mla_attention_naive(p);
   rel_err("mla naive prefill, bf16x3", down(dx3), want, 3e-5);
-  // mla_flash: one flash pass a head group (blocks of 64 queries stop at their newest row with the layout facts; all
-  // 2300 rows without): 3e-5.
-  ScopedKernelChoices flash(gpu(), [](cuda::KernelChoices& c) { c.mla_flash = true; });
-  for (const bool hint : {false, true}) {
-    DeviceTensor dfl = poisoned({t, h, dv});
-    MlaAttentionParams pf = p;
-    pf.out = dfl;
-    if (!hint) {
-      pf.kv_first_position = -1;
-      pf.host_q_positions = {};
+  // mla_flash: one flash pass a head group (blocks of 64 or 128 queries stop at their newest row with the layout
+  // facts; all 2300 rows without): 3e-5.
+  for (const int rows : {64, 128})
+    for (const bool hint : {false, true}) {
+      ScopedKernelChoices flash(gpu(), [&](cuda::KernelChoices& c) {
+        c.mla_flash = true;
+        c.mla_flash_rows = rows;
+      });
+      DeviceTensor dfl = poisoned({t, h, dv});
+      MlaAttentionParams pf = p;
+      pf.out = dfl;
+      if (!hint) {
+        pf.kv_first_position = -1;
+        pf.host_q_positions = {};
+      }
+      gpu().mla_attention_naive(pf);
+      rel_err(
+          (std::string("mla naive prefill, flash ") + std::to_string(rows) + " rows" + (hint ? ", causal layout" : ""))
+              .c_str(),
+          down(dfl), want, 3e-5);
     }
-    gpu().mla_attention_naive(pf);
-    rel_err(hint ? "mla naive prefill, flash, causal layout" : "mla naive prefill, flash", down(dfl), want, 3e-5);
-  }
 }
 
 // The paged decode kernels against the CPU's paged op: several sequences of different lengths over shuffled,

@@ -109,6 +109,10 @@ struct KernelChoices {
   // mla_bf16x3 (~5e-6 from fp32; H100, V3 slice prefill 8192: attention 187 ms against 195 with the bf16x3 GEMMs and
   // 296 in fp32, docs/PERF.md session 32).
   bool mla_flash = false;
+  // Queries a block of the flash kernel: 64 (4 warps, two blocks an SM) or 128 (8 warps, one block an SM, each key
+  // tile read once per 128 queries and copied by cp.async under the previous tile's products); 0: the rule's (64 until
+  // measured: written in session 33 without a device).
+  int mla_flash_rows = 0;
   // The paged absorbed MLA's attend step (V3-family decode: run_paged_mla_attention's middle kernel) on bf16x3
   // tensor-core products (mla_paged_mma.h: 32 heads x 16-key tiles a step, ~2^-16 a product) instead of fp32 CUDA
   // cores. kAuto / kAlways: every shape it has (latent 512, rope 64); kNever: the fp32 kernel. kNever by default until

@@ -455,6 +455,7 @@ struct MlaFlashKernelParams {
   float scale = 1.0f;
   float* out = nullptr;
   int64_t out_row = 0, out_head = 0;
+  int rows = 64;  // queries a block: 64, or 128 with double-buffered key tiles (KernelChoices::mla_flash_rows)
 };
 // Whether run_mla_flash has an instantiation for heads of qk key values and dv values (qk <= 192, dv <= 128).
 bool mla_flash_takes(int64_t qk, int64_t dv);

@@ -12,11 +12,15 @@
 // softmax is online (the running max and sum in fp32, the output rescaled when the max grows), so its rounding
 // differs from the two-pass CPU op in the last bits; the GPU test holds it to 3e-5 against the CPU naive form.
 //
-// Block: 4 warps, 64 queries of one head (16 rows a warp, mma.sync m16n8k16 row.col), keys in tiles of 64: stage the
+// Block: kRows queries of one head, 16 rows a warp (mma.sync m16n8k16 row.col), keys in tiles of 32: stage the
 // tile's key and value planes into shared memory (rows padded by 16 bytes: ldmatrix conflict-free), S = Q·Kᵀ (3 mmas
 // a product), mask (kv_positions[j] > q_positions[t], or past S), online softmax, O += P·V (3 mmas). With the layout
 // facts (kv_first_position >= 0: row j holds position kv_first_position + j) a block stops after its newest query's
 // row: causal prefill does about half the work.
+// kRows 64 (4 warps, two blocks an SM) stages each tile after the previous one's products; kRows 128 (8 warps, one
+// block an SM: Q's planes take 100 KB) reads each key tile once per 128 queries instead of 64 and double-buffers it:
+// tile i + 1's cp.async copies run under tile i's products (MlaFlashKernelParams::rows, KernelChoices::
+// mla_flash_rows).
 #include <climits>
 
 #include "deepinfer/ops/cuda/cuda_check.h"
@@ -27,7 +31,7 @@
 namespace deepinfer::cuda {
 namespace {
 
-constexpr int kFlashRows = 64, kFlashKeys = 32, kFlashThreads = 128;
+constexpr int kFlashKeys = 32;
 
 // d0 / d1 (n-tiles u = 0 / 1 of an ldmatrix x4 pair: b fragments b[2u], b[2u + 1]) += A·B as bf16x3 (mma3) of A's
 // terms (a_hi, a_lo) and B's (b_hi, b_lo).
@@ -39,29 +43,35 @@ __device__ __forceinline__ void mma_x3_pair(float (&d0)[4], float (&d1)[4], cons
 }
 
 // kQK / kDV: the compiled head sizes (multiples of 16); a call's qk <= kQK and dv <= kDV, the rest zeros.
-template <int kQK, int kDV>
+template <int kQK, int kDV, int kRows>
 struct FlashShape {
+  static constexpr int kThreads = 2 * kRows;  // a warp per 16 rows
+  static constexpr int kStages = kRows >= 128 ? 2 : 1;
   static constexpr int kKStride = kQK + 8, kVStride = kDV + 8;  // bf16 a shared row: 16 bytes of padding
-  static constexpr int kKPlane = kFlashKeys * kKStride, kVPlane = kFlashKeys * kVStride,
-                       kQPlane = kFlashRows * kKStride;
+  static constexpr int kKPlane = kFlashKeys * kKStride, kVPlane = kFlashKeys * kVStride, kQPlane = kRows * kKStride;
+  // A stage: K hi, K lo, V hi, V lo.
+  static constexpr int kStage = 2 * kKPlane + 2 * kVPlane;
   static constexpr size_t kSmem =
-      sizeof(uint16_t) * (2 * kKPlane + 2 * kVPlane + 2 * kQPlane) + sizeof(int64_t) * kFlashKeys;
+      sizeof(uint16_t) * (kStages * kStage + 2 * kQPlane) + sizeof(int64_t) * kStages * kFlashKeys;
+  static_assert(kRows == 64 || kRows == 128, "64 or 128 queries a block");
 };
 
 // Rows s0 .. s0 + kFlashKeys - 1 of a [hi | lo] plane pair (row s at src + s · row, lo `part` elements after hi; len
-// values) into shared rows of kStride: 8 bf16 (16 bytes) a copy, rows past s_len and columns past len zeros.
-template <int kCols, int kStride>
+// values) into shared rows of kStride: 8 bf16 (16 bytes) a copy, rows past s_len and columns past len zeros. Whole
+// 16-byte chunks of aligned planes (vec16) go by cp.async (the caller commits and waits), the rest by plain stores.
+template <int kCols, int kStride, int kThreads>
 __device__ __forceinline__ void stage_planes(const uint16_t* src, int64_t row, int64_t part, int64_t s0, int64_t s_len,
                                              int len, bool vec16, uint16_t* hi_dst, uint16_t* lo_dst, int tid) {
-  for (int i = tid; i < kFlashKeys * (kCols / 8); i += kFlashThreads) {
+  for (int i = tid; i < kFlashKeys * (kCols / 8); i += kThreads) {
     const int r = i / (kCols / 8), c = 8 * (i % (kCols / 8));
     const int64_t s = s0 + r;
     uint4 hi = make_uint4(0, 0, 0, 0), lo = hi;
     if (s < s_len && c < len) {
       const uint16_t* x = src + s * row + c;
       if (vec16 && c + 8 <= len) {
-        hi = *reinterpret_cast<const uint4*>(x);
-        lo = *reinterpret_cast<const uint4*>(x + part);
+        cp_async16(hi_dst + r * kStride + c, x, true);
+        cp_async16(lo_dst + r * kStride + c, x + part, true);
+        continue;
       } else {
         uint16_t h[8], w[8];
 #pragma unroll
@@ -78,22 +88,21 @@ __device__ __forceinline__ void stage_planes(const uint16_t* src, int64_t row, i
   }
 }
 
-template <int kQK, int kDV>
-__global__ void __launch_bounds__(kFlashThreads, 2) mla_flash_kernel(MlaFlashKernelParams p) {
-  using F = FlashShape<kQK, kDV>;
+template <int kQK, int kDV, int kRows>
+__global__ void __launch_bounds__(FlashShape<kQK, kDV, kRows>::kThreads, kRows >= 128 ? 1 : 2)
+    mla_flash_kernel(MlaFlashKernelParams p) {
+  using F = FlashShape<kQK, kDV, kRows>;
+  constexpr int kThreads = F::kThreads;
   extern __shared__ __align__(16) uint16_t smem[];
-  uint16_t* k_hi = smem;
-  uint16_t* k_lo = k_hi + F::kKPlane;
-  uint16_t* v_hi = k_lo + F::kKPlane;
-  uint16_t* v_lo = v_hi + F::kVPlane;
-  uint16_t* q_hi = v_lo + F::kVPlane;
+  uint16_t* q_hi = smem;
   uint16_t* q_lo = q_hi + F::kQPlane;
-  int64_t* key_pos = reinterpret_cast<int64_t*>(q_lo + F::kQPlane);
-  __shared__ long long newest_warp[kFlashThreads / 32];
+  uint16_t* stages = q_lo + F::kQPlane;  // [kStages][K hi, K lo, V hi, V lo]
+  int64_t* key_pos_s = reinterpret_cast<int64_t*>(stages + F::kStages * F::kStage);  // [kStages][kFlashKeys]
+  __shared__ long long newest_warp[kThreads / 32];
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
   const int head = blockIdx.y;
-  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kFlashRows;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kRows;
   const int64_t row[2] = {t0 + warp * 16 + g, t0 + warp * 16 + g + 8};
   long long qpos[2];
 #pragma unroll
@@ -101,7 +110,7 @@ __global__ void __launch_bounds__(kFlashThreads, 2) mla_flash_kernel(MlaFlashKer
 
   // Q's hi and lo terms into shared memory once (rows past the tokens and columns past qk zeros); each use takes its A
   // fragment by ldmatrix (in registers the 2 x 48 words of V3's 192 values spilled at 255 registers).
-  for (int i = tid; i < kFlashRows * (kQK / 2); i += kFlashThreads) {
+  for (int i = tid; i < kRows * (kQK / 2); i += kThreads) {
     const int r = i / (kQK / 2), c = 2 * (i % (kQK / 2));
     const int64_t t = t0 + r;
     const float* src = p.q + t * p.q_row + static_cast<int64_t>(head) * p.q_head;
@@ -125,7 +134,7 @@ __global__ void __launch_bounds__(kFlashThreads, 2) mla_flash_kernel(MlaFlashKer
     __syncthreads();
     newest = newest_warp[0];
 #pragma unroll
-    for (int w = 1; w < kFlashThreads / 32; ++w) newest = max(newest, newest_warp[w]);
+    for (int w = 1; w < kThreads / 32; ++w) newest = max(newest, newest_warp[w]);
     const long long last = newest - static_cast<long long>(p.kv_first_position) + 1;
     s_end = newest == LLONG_MIN ? 0 : static_cast<int64_t>(min(static_cast<long long>(p.s), max(0LL, last)));
   }
@@ -137,12 +146,36 @@ __global__ void __launch_bounds__(kFlashThreads, 2) mla_flash_kernel(MlaFlashKer
 
   const uint16_t* k_src = static_cast<const uint16_t*>(p.k2) + static_cast<int64_t>(head) * p.k_head;
   const uint16_t* v_src = static_cast<const uint16_t*>(p.v2) + static_cast<int64_t>(head) * p.v_head;
-  for (int64_t s0 = 0; s0 < s_end; s0 += kFlashKeys) {
-    __syncthreads();  // the previous tile's reads are done
-    stage_planes<kQK, F::kKStride>(k_src, p.k_row, p.k_part, s0, p.s, p.qk, p.vec16, k_hi, k_lo, tid);
-    stage_planes<kDV, F::kVStride>(v_src, p.v_row, p.v_part, s0, p.s, p.dv, p.vec16, v_hi, v_lo, tid);
-    if (tid < kFlashKeys) key_pos[tid] = s0 + tid < p.s ? p.kv_positions[s0 + tid] : LLONG_MAX;
-    __syncthreads();
+  // Tile i (keys 32 i ..) into stage i % kStages.
+  auto stage = [&](int64_t i) {
+    const int b = static_cast<int>(i % F::kStages);
+    uint16_t* base = stages + b * F::kStage;
+    const int64_t s0 = i * kFlashKeys;
+    stage_planes<kQK, F::kKStride, kThreads>(k_src, p.k_row, p.k_part, s0, p.s, p.qk, p.vec16, base, base + F::kKPlane,
+                                             tid);
+    stage_planes<kDV, F::kVStride, kThreads>(v_src, p.v_row, p.v_part, s0, p.s, p.dv, p.vec16, base + 2 * F::kKPlane,
+                                             base + 2 * F::kKPlane + F::kVPlane, tid);
+    if (tid < kFlashKeys) key_pos_s[b * kFlashKeys + tid] = s0 + tid < p.s ? p.kv_positions[s0 + tid] : LLONG_MAX;
+    cp_async_commit();
+  };
+  const int64_t n_tiles = (s_end + kFlashKeys - 1) / kFlashKeys;
+  if (n_tiles > 0) stage(0);
+  for (int64_t it = 0; it < n_tiles; ++it) {
+    // Two stages: tile it + 1 copies while this one's products run (its buffer was freed by the barrier that ended
+    // tile it - 1). One stage: tile it was staged after tile it - 1's products.
+    if (F::kStages == 2 && it + 1 < n_tiles) {
+      stage(it + 1);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();  // tile it's copies and stores are visible
+    const int b = static_cast<int>(it % F::kStages);
+    const uint16_t* k_hi = stages + b * F::kStage;
+    const uint16_t* k_lo = k_hi + F::kKPlane;
+    const uint16_t* v_hi = k_lo + F::kKPlane;
+    const uint16_t* v_lo = v_hi + F::kVPlane;
+    const int64_t* key_pos = key_pos_s + b * kFlashKeys;
 
     // S = Q·Kᵀ: n-tile j = keys 8j .. 8j + 7. ldmatrix x4 at keys 16jj + 8 (mi >> 1) + (lane & 7), dims 16c + 8 (mi &
     // 1) (mi = lane >> 3) gives b0 / b1 of n-tiles 2jj and 2jj + 1.
@@ -221,6 +254,8 @@ __global__ void __launch_bounds__(kFlashThreads, 2) mla_flash_kernel(MlaFlashKer
         mma_x3_pair(o[2 * nn], o[2 * nn + 1], a_hi, a_lo, bh, bl);
       }
     }
+    __syncthreads();  // this stage's reads are done before it is restaged
+    if (F::kStages == 1 && it + 1 < n_tiles) stage(it + 1);
   }
 
   // The row sums over the quad, then O / l (0 for a row with no visible key, as the CPU op).
@@ -244,14 +279,22 @@ __global__ void __launch_bounds__(kFlashThreads, 2) mla_flash_kernel(MlaFlashKer
   }
 }
 
-template <int kQK, int kDV>
+template <int kQK, int kDV, int kRows>
 void launch_flash(const MlaFlashKernelParams& p, cudaStream_t stream) {
-  constexpr size_t smem = FlashShape<kQK, kDV>::kSmem;
-  auto* kernel = mla_flash_kernel<kQK, kDV>;
-  DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  const dim3 grid(static_cast<unsigned>(ceil_div(p.tokens, kFlashRows)), static_cast<unsigned>(p.heads));
-  kernel<<<grid, kFlashThreads, smem, stream>>>(p);
+  using F = FlashShape<kQK, kDV, kRows>;
+  auto* kernel = mla_flash_kernel<kQK, kDV, kRows>;
+  DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(F::kSmem)));
+  const dim3 grid(static_cast<unsigned>(ceil_div(p.tokens, kRows)), static_cast<unsigned>(p.heads));
+  kernel<<<grid, F::kThreads, F::kSmem, stream>>>(p);
   DI_CUDA_CHECK_LAUNCH();
+}
+
+template <int kQK, int kDV>
+void launch_flash_rows(const MlaFlashKernelParams& p, cudaStream_t stream) {
+  if (p.rows == 128)
+    launch_flash<kQK, kDV, 128>(p, stream);
+  else
+    launch_flash<kQK, kDV, 64>(p, stream);
 }
 
 }  // namespace
@@ -260,14 +303,15 @@ bool mla_flash_takes(int64_t qk, int64_t dv) { return qk > 0 && dv > 0 && qk <= 
 
 void run_mla_flash(const MlaFlashKernelParams& p, cudaStream_t stream) {
   DI_CHECK(mla_flash_takes(p.qk, p.dv)) << "mla flash: qk " << p.qk << ", dv " << p.dv << " not compiled";
-  DI_CHECK(p.heads < 65536 && ceil_div(p.tokens, kFlashRows) < (int64_t{1} << 31))
+  DI_CHECK(p.rows == 64 || p.rows == 128) << "mla flash: " << p.rows << " rows a block (64 or 128)";
+  DI_CHECK(p.heads < 65536 && ceil_div(p.tokens, int64_t{p.rows}) < (int64_t{1} << 31))
       << "mla flash: " << p.heads << " heads, " << p.tokens << " tokens";
   if (p.tokens == 0 || p.heads == 0) return;
   // V3 / R1 / V3.1 / V2-Lite: qk 192, dv 128; smaller heads (the tests' dims) in the small instantiation.
   if (p.qk <= 64 && p.dv <= 32)
-    launch_flash<64, 32>(p, stream);
+    launch_flash_rows<64, 32>(p, stream);
   else
-    launch_flash<192, 128>(p, stream);
+    launch_flash_rows<192, 128>(p, stream);
 }
 
 }  // namespace deepinfer::cuda
