@@ -144,8 +144,8 @@ TEST_F(CudaGemmRowsMmaTest, ChosenShapesMatchReference) {
   check(Kind::kFp8Row32, 9, 129, 1056, pick(8, 1, 1, 2));
 }
 
-// What it declines (nothing enqueued): rows outside 9-64, grouped calls, batch-invariant mode, f32 scales and the
-// kNever choice.
+// What it declines (nothing enqueued): rows outside 9-64, grouped calls, batch-invariant mode, f32 scales with
+// f32_scale_mma off and the kNever choice.
 TEST_F(CudaGemmRowsMmaTest, DeclinesWhatItDoesNotTake) {
   cudaStream_t s = gpu().stream();
   const Problem pr = dense(Kind::kFp8E8m0_128, 32, 256, 512);
@@ -162,7 +162,8 @@ TEST_F(CudaGemmRowsMmaTest, DeclinesWhatItDoesNotTake) {
   q.batch_invariant = true;
   EXPECT_FALSE(cuda::run_gemm_rows_mma(q, s));
   q = l->p;
-  q.scale_e8m0 = false;
+  q.scale_e8m0 = false;  // f32 scales: taken by default (f32_scale_mma), declined with the choice off
+  q.choices.f32_scale_mma = false;
   EXPECT_FALSE(cuda::run_gemm_rows_mma(q, s));
   q = l->p;
   q.choices.rows_mma = cuda::KernelPick::kNever;

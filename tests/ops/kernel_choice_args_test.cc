@@ -46,7 +46,7 @@ TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
                                           "mla_bf16x3=1",
                                           "mla_flash=1",
                                           "mla_flash_rows=128",
-                                          "paged_mla_mma=always",
+                                          "paged_mla_mma=never",
                                           "rows_mma=never",
                                           "rows_mma_bf16_a=1",
                                           "rows_mma_pdl=1",
@@ -74,7 +74,7 @@ TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
   EXPECT_TRUE(c.mla_bf16x3);
   EXPECT_TRUE(c.mla_flash);
   EXPECT_EQ(c.mla_flash_rows, 128);
-  EXPECT_EQ(c.paged_mla_mma, KernelPick::kAlways);
+  EXPECT_EQ(c.paged_mla_mma, KernelPick::kNever);
   EXPECT_EQ(c.gemm.rows_mma, KernelPick::kNever);
   EXPECT_TRUE(c.gemm.rows_mma_bf16_a);
   EXPECT_TRUE(c.gemm.rows_mma_pdl);

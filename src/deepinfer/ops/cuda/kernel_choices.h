@@ -110,14 +110,15 @@ struct KernelChoices {
   // 296 in fp32, docs/PERF.md session 32).
   bool mla_flash = false;
   // Queries a block of the flash kernel: 64 (4 warps, two blocks an SM) or 128 (8 warps, one block an SM, each key
-  // tile read once per 128 queries and copied by cp.async under the previous tile's products); 0: the rule's (64 until
-  // measured: written in session 33 without a device).
+  // tile read once per 128 queries and copied by cp.async under the previous tile's products); 0: the rule's, 64 until
+  // a same-run A/B (session 33: 128 measured on an H200 only, docs/PERF.md).
   int mla_flash_rows = 0;
   // The paged absorbed MLA's attend step (V3-family decode: run_paged_mla_attention's middle kernel) on bf16x3
-  // tensor-core products (mla_paged_mma.h: 32 heads x 16-key tiles a step, ~2^-16 a product) instead of fp32 CUDA
-  // cores. kAuto / kAlways: every shape it has (latent 512, rope 64); kNever: the fp32 kernel. kNever by default until
-  // a device has run it (written in session 33 without one).
-  KernelPick paged_mla_mma = KernelPick::kNever;
+  // tensor-core products (mla_paged_mma.h: 32 heads x 16-key tiles a step, ~2^-16 a product; 3.2-4.3e-6 from the CPU
+  // op where the fp32 kernel is 2-15e-7) instead of fp32 CUDA cores. kAuto / kAlways: every shape it has (latent 512,
+  // rope 64); kNever: the fp32 kernel. kAuto since session 33 (H200, V3 slice at context 4096: decode attention b16
+  // 7.47 -> 1.40 ms, b64 23.92 -> 4.48; docs/PERF.md).
+  KernelPick paged_mla_mma = KernelPick::kAuto;
   // Rows a group up to which a grouped_linear call (default mode) is one grouped launch (grouped_linear.h); -1:
   // kGemmStreamMmaMaxRows. 0 runs every call per group.
   int64_t grouped_one_launch_rows = -1;
