@@ -621,7 +621,8 @@ void CudaBackend::paged_mla_attention(const PagedMlaAttentionParams& p) {
   k.block_size = p.block_size;
   k.scale = p.scale;
   k.status = impl_->status.word();
-  const bool mma = impl_->choices.paged_mla_mma != cuda::KernelPick::kNever && cuda::paged_mla_mma_takes(k.r, k.dr);
+  const bool mma = impl_->choices.paged_mla_mma != cuda::KernelPick::kNever &&
+                   cuda::paged_mla_mma_takes(k.r, k.dr, impl_->info.smem_per_block_optin);
   k.mma = mma ? cuda::KernelPick::kAlways : cuda::KernelPick::kNever;
   // The longest query the tables allow bounds the splits (positions live on the device).
   if (impl_->batch_invariant)

@@ -20,6 +20,7 @@
 #include "deepinfer/ops/cuda/cuda_runtime.h"
 #include "deepinfer/ops/cuda/device_math.cuh"
 #include "deepinfer/ops/cuda/kernels.h"
+#include "deepinfer/ops/cuda/mla_paged_keys.cuh"
 #include "deepinfer/ops/cuda/mla_paged_mma.h"
 
 namespace deepinfer::cuda {
@@ -157,21 +158,11 @@ __global__ void __launch_bounds__(kThreads, 1) paged_mla_attend_kernel(PagedMlaK
   const int64_t h_base = static_cast<int64_t>(blockIdx.x) * kHeads, t = blockIdx.y;
   const int split = blockIdx.z;
 
-  // This split's keys: positions [k_begin, k_end) of sequence b, in whole tiles.
-  const int b = p.q_seq[t];
-  const int64_t pos = p.q_positions[t];
-  const int32_t* table = nullptr;
-  int64_t n_keys = 0;
-  if (b < 0 || b >= p.seqs || pos >= p.max_blocks * p.block_size) {
-    if (split == 0 && tid == 0) atomicOr(p.status, kStatusPagedAttentionRange);
-  } else {
-    table = p.block_tables + static_cast<int64_t>(b) * p.max_blocks;
-    n_keys = pos + 1 > 0 ? pos + 1 : 0;
-  }
-  const int64_t tiles = (n_keys + kKeys - 1) / kKeys;
-  const int64_t per_split = p.tiles_per_split > 0 ? p.tiles_per_split : (tiles + p.splits - 1) / p.splits;
-  const int64_t k_begin = min(n_keys, split * per_split * kKeys);
-  const int64_t k_end = min(n_keys, k_begin + per_split * kKeys);
+  // This split's keys: positions [k_begin, k_end) of the query's sequence, in whole tiles.
+  static_assert(kKeys == kPagedMlaSplitKeys, "split boundaries at whole tiles");
+  const PagedMlaSplitKeys keys = paged_mla_split_keys(p, t, split, split == 0 && tid == 0);
+  const int32_t* table = keys.table;
+  const int64_t k_begin = keys.begin, k_end = keys.end;
   const int64_t n_tiles = (k_end - k_begin + kKeys - 1) / kKeys;
   const bool bad_query = table == nullptr;
 

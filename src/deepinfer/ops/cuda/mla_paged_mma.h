@@ -6,6 +6,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "deepinfer/ops/cuda/kernels.h"
@@ -15,8 +16,9 @@ namespace deepinfer::cuda {
 // Splits the combine + project kernel takes (its per-token weights in shared memory).
 constexpr int kPagedMlaMaxSplits = 64;
 
-// Whether the tensor-core attend kernel has an instantiation for latent r and rope dr that fits this device.
-bool paged_mla_mma_takes(int64_t r, int64_t dr);
+// Whether the tensor-core attend kernel has an instantiation for latent r and rope dr that fits a block's shared
+// memory (DeviceInfo::smem_per_block_optin, read once by the backend rather than on every decode step).
+bool paged_mla_mma_takes(int64_t r, int64_t dr, size_t smem_per_block_optin);
 // Splits for the tensor-core kernel (one block an SM: its shared memory): the fewest that fill the SMs once —
 // tokens x head groups below sm_count blocks get sm_count / blocks splits, at most one per 32 keys of max_keys and
 // kPagedMlaMaxSplits.

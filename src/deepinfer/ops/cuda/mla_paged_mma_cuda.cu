@@ -33,6 +33,7 @@
 #include "deepinfer/ops/cuda/cuda_runtime.h"
 #include "deepinfer/ops/cuda/device_math.cuh"
 #include "deepinfer/ops/cuda/gemm_decode.cuh"
+#include "deepinfer/ops/cuda/mla_paged_keys.cuh"
 #include "deepinfer/ops/cuda/mla_paged_mma.h"
 
 namespace deepinfer::cuda {
@@ -40,10 +41,9 @@ namespace {
 
 constexpr int kHeadGroups = 2;  // 16 heads each: the mma M dimension
 constexpr int kBlockHeads = 16 * kHeadGroups;
-constexpr int kQuarters = 4;    // consumer warps per head group in the S phase, each a quarter of the row
-constexpr int kTile = 16;       // keys a tile
-constexpr int kStages = 3;      // key buffers
-constexpr int kSplitKeys = 32;  // the SIMT attend's tile: split boundaries are multiples of it (the same partials)
+constexpr int kQuarters = 4;  // consumer warps per head group in the S phase, each a quarter of the row
+constexpr int kTile = 16;     // keys a tile
+constexpr int kStages = 3;    // key buffers
 constexpr int kConsumers = 256;
 constexpr int kProducers = 128;  // 8 threads a key row
 constexpr int kThreads = kConsumers + kProducers;
@@ -121,21 +121,10 @@ __global__ void __launch_bounds__(kThreads) paged_mla_attend_mma_kernel(PagedMla
   const int64_t t = blockIdx.y;
   const int split = static_cast<int>(blockIdx.z);
 
-  // This split's keys: positions [k_begin, k_end) of sequence b, cut at the SIMT attend's 32-key boundaries.
-  const int b_seq = p.q_seq[t];
-  const int64_t pos = p.q_positions[t];
-  const int32_t* table = nullptr;
-  int64_t n_keys = 0;
-  if (b_seq < 0 || b_seq >= p.seqs || pos >= p.max_blocks * p.block_size) {
-    if (split == 0 && blockIdx.x == 0 && tid == 0) atomicOr(p.status, kStatusPagedAttentionRange);
-  } else {
-    table = p.block_tables + static_cast<int64_t>(b_seq) * p.max_blocks;
-    n_keys = pos + 1 > 0 ? pos + 1 : 0;
-  }
-  const int64_t tiles32 = (n_keys + kSplitKeys - 1) / kSplitKeys;
-  const int64_t per_split = p.tiles_per_split > 0 ? p.tiles_per_split : (tiles32 + p.splits - 1) / p.splits;
-  const int64_t k_begin = min(n_keys, split * per_split * kSplitKeys);
-  const int64_t k_end = min(n_keys, k_begin + per_split * kSplitKeys);
+  // This split's keys: positions [k_begin, k_end), the fp32 attend kernel's split.
+  const PagedMlaSplitKeys keys = paged_mla_split_keys(p, t, split, split == 0 && blockIdx.x == 0 && tid == 0);
+  const int32_t* table = keys.table;
+  const int64_t k_begin = keys.begin, k_end = keys.end;
   const int n_tiles = static_cast<int>((k_end - k_begin + kTile - 1) / kTile);
 
   if (tid >= kConsumers) {
@@ -355,19 +344,15 @@ constexpr int kV3R = 512, kV3Dr = 64;
 
 }  // namespace
 
-bool paged_mla_mma_takes(int64_t r, int64_t dr) {
-  if (r != kV3R || dr != kV3Dr) return false;
-  int dev = 0, optin = 0;
-  DI_CUDA_CHECK(cudaGetDevice(&dev));
-  DI_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  return Layout<kV3R, kV3Dr>::bytes <= static_cast<size_t>(optin);
+bool paged_mla_mma_takes(int64_t r, int64_t dr, size_t smem_per_block_optin) {
+  return r == kV3R && dr == kV3Dr && Layout<kV3R, kV3Dr>::bytes <= smem_per_block_optin;
 }
 
 int paged_mla_mma_splits(int64_t tokens, int64_t heads, int64_t max_keys, int sm_count) {
   const int64_t blocks = std::max<int64_t>(1, tokens * ceil_div(heads, kBlockHeads));
   const int64_t want = std::max<int64_t>(1, sm_count / blocks);
   return static_cast<int>(
-      std::max<int64_t>(1, std::min<int64_t>({want, ceil_div(max_keys, kSplitKeys), kPagedMlaMaxSplits})));
+      std::max<int64_t>(1, std::min<int64_t>({want, ceil_div(max_keys, kPagedMlaSplitKeys), kPagedMlaMaxSplits})));
 }
 
 void launch_paged_mla_attend_mma(const PagedMlaKernelParams& p, cudaStream_t stream) {
