@@ -1,7 +1,8 @@
 // MLA attention (V3 family) on the GPU against the CPU op: the absorbed form at small dims and at V3's
 // (H=128, dn=128, dr=64, r=512, dv=128), decode (one query, split over the keys) and a few queries with causal
 // masks; cache rows no query may see are NaN; a query that sees nothing gets zeros. The CUDA naive entry point
-// is compared with the CPU naive form (the absorbed kernels below 64 queries, fp32 GEMMs from there). fp32 in another
+// is compared with the CPU naive form (the absorbed kernels below 64 queries; from there the flash kernel over a bf16x3
+// expansion by default, ~2^-16 a product: 3e-5, or with mla_flash and mla_bf16x3 off fp32 GEMMs). fp32 in another
 // summation order: 2e-5.
 #include <numeric>
 
@@ -15,8 +16,9 @@ TEST_F(CudaOpTest, MlaAttentionMatchesCpu) {
   struct Case {
     int64_t t, h, dn, dr, r, dv, s;
   };
-  // From 64 queries the naive entry runs on cuBLASLt's fp32 GEMMs (head groups, logits, causal softmax, P·V): a
-  // prefill-like chunk at small dims and at V3's, its cache rows past the newest query NaN as above.
+  // From 64 queries the naive entry runs on the flash kernel (or, with mla_flash off, on GEMMs: head groups, logits,
+  // causal softmax, P·V): a prefill-like chunk at small dims and at V3's, its cache rows past the newest query NaN as
+  // above.
   for (const Case& c :
        {Case{5, 4, 16, 8, 64, 24, 40}, Case{1, 128, 128, 64, 512, 128, 700}, Case{3, 128, 128, 64, 512, 128, 300},
         Case{70, 6, 16, 8, 64, 24, 120}, Case{130, 128, 128, 64, 512, 128, 400}, Case{2500, 4, 32, 16, 64, 32, 2600}}) {
@@ -38,24 +40,40 @@ TEST_F(CudaOpTest, MlaAttentionMatchesCpu) {
     DeviceTensor dq = up(q), dqp = up(qpos), dkv = up(kv), dkvp = up(kvpos), dkvb = up(kv_b);
     DeviceTensor dout = poisoned({c.t, c.h, c.dv}), dnaive = poisoned({c.t, c.h, c.dv});
     gpu().mla_attention_absorbed({dq, dqp, dkv, dkvp, dkvb, dout, static_cast<int>(c.dr), scale});
-    gpu().mla_attention_naive({dq, dqp, dkv, dkvp, dkvb, dnaive, static_cast<int>(c.dr), scale});
     const std::string n = " T=" + std::to_string(c.t) + " H=" + std::to_string(c.h) + " S=" + std::to_string(c.s);
     const HostTensor got = down(dout);
     rel_err(("mla absorbed" + n).c_str(), got, want, 2e-5);
-    rel_err(("mla naive entry" + n).c_str(), down(dnaive), want_naive, 2e-5);
     // The layout facts (rows in position order from kvpos[0], the query positions on the host): the GEMM path then
     // attends each query chunk's rows up to its newest position only; the same values.
     DeviceTensor dhint = poisoned({c.t, c.h, c.dv});
     MlaAttentionParams hinted{dq, dqp, dkv, dkvp, dkvb, dhint, static_cast<int>(c.dr), scale};
     hinted.kv_first_position = 10;
     hinted.host_q_positions = std::span<const int64_t>(qpos.data<int64_t>(), static_cast<size_t>(c.t));
-    gpu().mla_attention_naive(hinted);
-    rel_err(("mla naive entry, causal layout" + n).c_str(), down(dhint), want_naive, 2e-5);
+    // The default (from 64 queries the flash kernel over a bf16x3 expansion), kept for the flash cases below.
+    DeviceTensor ddefault = poisoned({c.t, c.h, c.dv});
+    MlaAttentionParams pdefault = hinted;
+    pdefault.out = ddefault;
+    gpu().mla_attention_naive(pdefault);
+    const HostTensor by_default = down(ddefault);
     {
-      // mla_bf16x3 (an A/B choice): the GEMMs as bf16 products of each operand's hi / lo terms, ~2^-16 relative a
-      // product: 3e-5 (tools/mla_bf16x3_emulate.py: 5.4-6.1e-6 on the CPU; the absorbed kernels below 64 queries are
-      // unaffected).
-      ScopedKernelChoices x3(gpu(), [](cuda::KernelChoices& ch) { ch.mla_bf16x3 = true; });
+      // Full fp32 (mla_flash and mla_bf16x3 off): cuBLASLt's fp32 GEMMs, 2e-5.
+      ScopedKernelChoices fp32(gpu(), [](cuda::KernelChoices& ch) {
+        ch.mla_flash = false;
+        ch.mla_bf16x3 = false;
+      });
+      gpu().mla_attention_naive({dq, dqp, dkv, dkvp, dkvb, dnaive, static_cast<int>(c.dr), scale});
+      rel_err(("mla naive entry, fp32" + n).c_str(), down(dnaive), want_naive, 2e-5);
+      gpu().mla_attention_naive(hinted);
+      rel_err(("mla naive entry, fp32, causal layout" + n).c_str(), down(dhint), want_naive, 2e-5);
+    }
+    {
+      // mla_bf16x3 without the flash kernel: the GEMMs as bf16 products of each operand's hi / lo terms, ~2^-16
+      // relative a product: 3e-5 (tools/mla_bf16x3_emulate.py: 5.4-6.1e-6 on the CPU; the absorbed kernels below 64
+      // queries are unaffected).
+      ScopedKernelChoices x3(gpu(), [](cuda::KernelChoices& ch) {
+        ch.mla_flash = false;
+        ch.mla_bf16x3 = true;
+      });
       for (const bool layout : {false, true}) {
         DeviceTensor dx3 = poisoned({c.t, c.h, c.dv});
         MlaAttentionParams p3 = hinted;
@@ -69,9 +87,10 @@ TEST_F(CudaOpTest, MlaAttentionMatchesCpu) {
                 want_naive, 3e-5);
       }
     }
-    // mla_flash (an A/B choice): the logits, softmax and P·V in one flash kernel with bf16x3 products and an online
+    // mla_flash (the default): the logits, softmax and P·V in one flash kernel with bf16x3 products and an online
     // softmax, the expansion GEMM in fp32 or bf16x3: 3e-5 as the bf16x3 GEMMs. A query that sees nothing: zeros.
-    // Blocks of 64 queries and of 128 (mla_flash_rows: double-buffered key tiles).
+    // Blocks of 64 queries (the default, which gives these bytes) and of 128 (mla_flash_rows: double-buffered key
+    // tiles).
     for (const int rows : {64, 128})
       for (const bool x3 : {false, true})
         for (const bool layout : {false, true}) {
@@ -89,6 +108,10 @@ TEST_F(CudaOpTest, MlaAttentionMatchesCpu) {
           }
           gpu().mla_attention_naive(pf);
           const HostTensor fl = down(dfl);
+          if (rows == 64 && x3 && layout) {
+            EXPECT_EQ(std::memcmp(fl.data<float>(), by_default.data<float>(), sizeof(float) * fl.numel()), 0)
+                << "the default is the flash kernel over a bf16x3 expansion" << n;
+          }
           rel_err(("mla naive entry, flash" + std::string(rows == 128 ? " 128 rows" : "") +
                    (x3 ? ", bf16x3 expansion" : "") + (layout ? ", causal layout" : "") + n)
                       .c_str(),
@@ -116,19 +139,31 @@ TEST_F(CudaOpTest, MlaAttentionCausalPrefillChunksMatchCpu) {
   HostTensor want(DType::kF32, {t, h, dv});
   cpu().mla_attention_naive({q, qpos, kv, kvpos, kv_b, want, static_cast<int>(dr), scale});
   DeviceTensor dq = up(q), dqp = up(qpos), dkv = up(kv), dkvp = up(kvpos), dkvb = up(kv_b);
-  for (const bool hint : {false, true}) {
-    DeviceTensor dout = poisoned({t, h, dv});
-    MlaAttentionParams p{dq, dqp, dkv, dkvp, dkvb, dout, static_cast<int>(dr), scale};
-    if (hint) {
-      p.kv_first_position = 0;
-      p.host_q_positions = std::span<const int64_t>(qpos.data<int64_t>(), static_cast<size_t>(t));
+  {
+    // Full fp32 (mla_flash and mla_bf16x3 off): 2e-5.
+    ScopedKernelChoices fp32(gpu(), [](cuda::KernelChoices& c) {
+      c.mla_flash = false;
+      c.mla_bf16x3 = false;
+    });
+    for (const bool hint : {false, true}) {
+      DeviceTensor dout = poisoned({t, h, dv});
+      MlaAttentionParams p{dq, dqp, dkv, dkvp, dkvb, dout, static_cast<int>(dr), scale};
+      if (hint) {
+        p.kv_first_position = 0;
+        p.host_q_positions = std::span<const int64_t>(qpos.data<int64_t>(), static_cast<size_t>(t));
+      }
+      gpu().mla_attention_naive(p);
+      rel_err(hint ? "mla naive prefill, fp32, causal layout" : "mla naive prefill, fp32, no layout facts", down(dout),
+              want, 2e-5);
     }
-    gpu().mla_attention_naive(p);
-    rel_err(hint ? "mla naive prefill, causal layout" : "mla naive prefill, no layout facts", down(dout), want, 2e-5);
   }
-  // mla_tf32 (an A/B choice): TF32 products round q, the keys, p and v to 10 mantissa bits (2^-11 relative each):
-  // 5e-3.
-  ScopedKernelChoices tf32(gpu(), [](cuda::KernelChoices& c) { c.mla_tf32 = true; });
+  // mla_tf32 (an A/B choice, the three GEMMs without mla_bf16x3 and mla_flash): TF32 products round q, the keys, p and
+  // v to 10 mantissa bits (2^-11 relative each): 5e-3.
+  ScopedKernelChoices tf32(gpu(), [](cuda::KernelChoices& c) {
+    c.mla_tf32 = true;
+    c.mla_bf16x3 = false;
+    c.mla_flash = false;
+  });
   DeviceTensor dout = poisoned({t, h, dv});
   MlaAttentionParams p{dq, dqp, dkv, dkvp, dkvb, dout, static_cast<int>(dr), scale};
   p.kv_first_position = 0;

@@ -264,10 +264,10 @@ TEST(EngineFactoryKernelChoices, ParseForCudaAndAreRefusedOnTheCpu) {
   EngineStackOptions o = options_for("deepseek_v3");
   EXPECT_EQ(describe_kernel_choices(kernel_choices_of(o)), "");  // none: the defaults
   o.device = "cuda";
-  o.kernel_choices = {"f32_scale_mma=1", "mla_bf16x3=1", "mla_tf32=1", "mla_tf32=0"};
+  o.kernel_choices = {"f32_scale_mma=0", "mla_bf16x3=0", "mla_tf32=1", "mla_tf32=0"};  // the first two on by default
   const cuda::KernelChoices c = kernel_choices_of(o);
-  EXPECT_TRUE(c.gemm.f32_scale_mma);
-  EXPECT_TRUE(c.mla_bf16x3);
+  EXPECT_FALSE(c.gemm.f32_scale_mma);
+  EXPECT_FALSE(c.mla_bf16x3);
   EXPECT_FALSE(c.mla_tf32);
   o.kernel_choices = {"f32_scale_mma=2"};
   expect_error([&] { kernel_choices_of(o); }, ErrorCode::kInvalidArgument, "f32_scale_mma=2");

@@ -43,8 +43,8 @@ TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
                                           "wgmma_fp8_wide=2",
                                           "lt_fp8_block=never",
                                           "mla_tf32=1",
-                                          "mla_bf16x3=1",
-                                          "mla_flash=1",
+                                          "mla_bf16x3=0",
+                                          "mla_flash=0",
                                           "mla_flash_rows=128",
                                           "paged_mla_mma=never",
                                           "rows_mma=never",
@@ -71,8 +71,8 @@ TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
   EXPECT_EQ(c.gemm.wgmma_fp8_wide, 2);
   EXPECT_EQ(c.gemm.lt_fp8_block, KernelPick::kNever);
   EXPECT_TRUE(c.mla_tf32);
-  EXPECT_TRUE(c.mla_bf16x3);
-  EXPECT_TRUE(c.mla_flash);
+  EXPECT_FALSE(c.mla_bf16x3);  // on by default
+  EXPECT_FALSE(c.mla_flash);
   EXPECT_EQ(c.mla_flash_rows, 128);
   EXPECT_EQ(c.paged_mla_mma, KernelPick::kNever);
   EXPECT_EQ(c.gemm.rows_mma, KernelPick::kNever);

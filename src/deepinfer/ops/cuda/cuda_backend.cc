@@ -232,7 +232,21 @@ void CudaBackend::linear_quant(const QuantLinearParams& p) {
   if (impl_->fp8_linear(p.in.data_as<float>(), p.weight, p.out.data_as<float>(), p.in.dim(0), p.act_quant, p.split_in))
     return;
   const float* in = impl_->act_quant_rows(p.in.data_as<float>(), p.in.dim(0), p.in.dim(1), p.act_quant);
-  impl_->quant_linear(in, p.weight, p.out.data_as<float>(), p.in.dim(0), p.split_in);
+  // Rows rounded with f32 scales (--activation-quant fp8) are e4m3 codes times an arbitrary scale, so not bf16 values:
+  // up to the streaming kernel's few rows they keep its exact fp32 products (one row does anyway) instead of the
+  // tensor-core kernel for f32-scaled weights, which rounds them and the scaled weights to bf16 (1.5e-3 of the output,
+  // CudaLinearTest.ActQuantFp8Block128TakesCublasLtBlockScaledGemm). More rows stay on it: their other path, cuBLASLt's
+  // bf16 scratch, rounds the same way.
+  const bool exact_rows = p.act_quant == ActQuant::kFp8Block128 && p.in.dim(0) <= cuda::kGemmSkinnyRows &&
+                          p.weight.scale.dtype() == DType::kF32 && impl_->choices.gemm.f32_scale_mma;
+  if (exact_rows) impl_->choices.gemm.f32_scale_mma = false;
+  try {
+    impl_->quant_linear(in, p.weight, p.out.data_as<float>(), p.in.dim(0), p.split_in);
+  } catch (...) {
+    if (exact_rows) impl_->choices.gemm.f32_scale_mma = true;
+    throw;
+  }
+  if (exact_rows) impl_->choices.gemm.f32_scale_mma = true;
 }
 
 void CudaBackend::embedding(const EmbeddingParams& p) {

@@ -102,16 +102,17 @@ struct KernelChoices {
   bool mla_tf32 = false;
   // The same GEMMs on bf16 tensor cores in three products (bf16x3): each f32 operand split into bf16 hi + lo, the sum
   // hi·hi + hi·lo + lo·hi in fp32 (within ~2^-16 of the fp32 product where TF32 is 2^-11 off). Takes precedence over
-  // mla_tf32. Off until GPU-run (written in session 31 without a device; docs/PERF.md next steps).
-  bool mla_bf16x3 = false;
+  // mla_tf32. On by default since session 34, with mla_flash (false: cuBLASLt's full fp32 GEMMs).
+  bool mla_bf16x3 = true;
   // The naive form's logits, softmax and P·V in one flash kernel (mla_flash_cuda.cu: online softmax, bf16x3 products,
-  // no logit buffer) instead of the three GEMM steps; the expansion GEMM keeps mla_bf16x3 / mla_tf32. Opt-in like
-  // mla_bf16x3 (~5e-6 from fp32; H100, V3 slice prefill 8192: attention 187 ms against 195 with the bf16x3 GEMMs and
-  // 296 in fp32, docs/PERF.md session 32).
-  bool mla_flash = false;
+  // no logit buffer) instead of the three GEMM steps; the expansion GEMM keeps mla_bf16x3 / mla_tf32. ~5e-6 from the
+  // fp32 op, the numerics of the paged decode's attend step (paged_mla_mma), so prefill and decode agree. The default
+  // since session 34 (H100, V3 slice prefill 8192, same run: attention ~131 ms with mla_bf16x3 against ~286 in fp32 on
+  // the H200 of session 33; docs/PERF.md); false keeps the fp32 GEMMs.
+  bool mla_flash = true;
   // Queries a block of the flash kernel: 64 (4 warps, two blocks an SM) or 128 (8 warps, one block an SM, each key
-  // tile read once per 128 queries and copied by cp.async under the previous tile's products); 0: the rule's, 64 until
-  // a same-run A/B (session 33: 128 measured on an H200 only, docs/PERF.md).
+  // tile read once per 128 queries and copied by cp.async under the previous tile's products); 0: the rule's, 64 (H100,
+  // session 34, V3 slice prefill 8192 A/B/A/B in one run: attention 131.7 / 132.4 / 131.1 / 133.0 ms).
   int mla_flash_rows = 0;
   // The paged absorbed MLA's attend step (V3-family decode: run_paged_mla_attention's middle kernel) on bf16x3
   // tensor-core products (mla_paged_mma.h: 32 heads x 16-key tiles a step, ~2^-16 a product; 3.2-4.3e-6 from the CPU
