@@ -120,6 +120,10 @@ struct KernelChoices {
   // rope 64); kNever: the fp32 kernel. kAuto since session 33 (H200, V3 slice at context 4096: decode attention b16
   // 7.47 -> 1.40 ms, b64 23.92 -> 4.48; docs/PERF.md).
   KernelPick paged_mla_mma = KernelPick::kAuto;
+  // paged_mla_mma's consumer warps keep their Q̃ fragments in registers for the whole split (the warpgroups trade
+  // registers with setmaxnreg) instead of reloading them from shared memory every 16-key tile: the same products in
+  // the same order, ~30% less shared-memory traffic (docs/PERF.md session 34's profile). Off until measured.
+  bool paged_mla_qreg = false;
   // Rows a group up to which a grouped_linear call (default mode) is one grouped launch (grouped_linear.h); -1:
   // kGemmStreamMmaMaxRows. 0 runs every call per group.
   int64_t grouped_one_launch_rows = -1;

@@ -24,6 +24,8 @@
 // buffers fit beside Q̃ in the 227 KB of shared memory (32-key buffers would fit one: no overlap of loads and math).
 // Each cache row is read once per 32 heads (four times at V3's 128 heads; the grid puts a token's head groups next to
 // each other, so the repeats come from L2).
+// With PagedMlaKernelParams::q_in_registers each consumer warp loads its Q̃ fragments once (72 registers) instead of
+// every tile: Q̃'s 74 KB of the ~250 KB a tile moves through shared memory (docs/PERF.md session 34).
 // The end writes the split's unnormalised partial (Ō, m, l) where the SIMT attend writes it; the combine + project
 // kernel merges the splits as before.
 #include <cuda_bf16.h>
@@ -51,6 +53,13 @@ constexpr int kThreads = kConsumers + kProducers;
 // shared memory (S partials, P, the rescale factors).
 constexpr int kBarFull = 1, kBarEmpty = kBarFull + kStages, kBarCons = kBarEmpty + kStages;
 static_assert(kBarCons < 16, "16 named barriers");
+// With Q̃ in registers (PagedMlaKernelParams::q_in_registers) the warpgroups trade registers (setmaxnreg): the
+// producers' 18 float4 a row and addresses fit 96, which leaves the consumers 200 of the block's 384 x 168
+// (Ō 64, Q̃'s quarter-row fragments 72, the S accumulators 16). ptxas (CUDA 13.0) then allocates each side to its
+// budget: the kernel fits 168 with no spills and the instructions are dropped from the SASS; without them it spills
+// 88 bytes.
+constexpr int kProducerRegs = 96, kConsumerRegs = 200;
+static_assert(kProducers * kProducerRegs + kConsumers * kConsumerRegs <= kThreads * 168, "the block's registers");
 
 template <int kR, int kDr>
 struct Layout {
@@ -100,7 +109,10 @@ __device__ __forceinline__ void bar_arrive_stage(int id, int b) {
     bar_arrive(id + 2, kThreads);
 }
 
-template <int kR, int kDr>
+// kQReg: each consumer warp keeps its Q̃ fragments (16 heads x a quarter of the row, hi and lo) in registers for the
+// whole split instead of reloading them from shared memory every tile (74 KB of the ~250 KB a 16-key tile moves
+// through shared memory; docs/PERF.md session 34).
+template <int kR, int kDr, bool kQReg>
 __global__ void __launch_bounds__(kThreads) paged_mla_attend_mma_kernel(PagedMlaKernelParams p) {
   using L = Layout<kR, kDr>;
   constexpr int kRow = L::kRow, kRowVecs = kRow / 4;
@@ -128,6 +140,7 @@ __global__ void __launch_bounds__(kThreads) paged_mla_attend_mma_kernel(PagedMla
   const int n_tiles = static_cast<int>((k_end - k_begin + kTile - 1) / kTile);
 
   if (tid >= kConsumers) {
+    if constexpr (kQReg) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
     // Producers: thread ptid owns row ptid / 8 of every tile and its float4s ptid % 8 + 8·j (the 8 threads of a row
     // read 128 contiguous bytes a load).
     constexpr int kVecs = kRowVecs / 8;
@@ -168,6 +181,7 @@ __global__ void __launch_bounds__(kThreads) paged_mla_attend_mma_kernel(PagedMla
   }
 
   // Consumers. Q̃ of the block's heads (zeros past the last head), split once for every tile.
+  if constexpr (kQReg) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
   for (int i = tid; i < kBlockHeads * kRowVecs; i += kConsumers) {
     const int r = i / kRowVecs, c = (i % kRowVecs) * 4, h = hb + r;
     float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -193,6 +207,18 @@ __global__ void __launch_bounds__(kThreads) paged_mla_attend_mma_kernel(PagedMla
 #pragma unroll
     for (int j = 0; j < kNt; ++j) acc[m][j][0] = acc[m][j][1] = acc[m][j][2] = acc[m][j][3] = 0.0f;
   bar_sync(kBarCons, kConsumers);  // Q̃ stored
+  constexpr int kKs = kQDims / 16;
+  // The warp's A fragments of Q̃ a k-step: kept for the split (kQReg) or loaded in the S phase of every tile.
+  uint32_t qh[kKs][4], ql[kKs][4];
+  auto load_q = [&](int ks) {
+    const int a_at = (hg * 16 + (lane & 15)) * L::kLd + d0 + ks * 16 + (lane >> 4) * 8;
+    ldmatrix_x4(qh[ks], q_hi + a_at);
+    ldmatrix_x4(ql[ks], q_lo + a_at);
+  };
+  if constexpr (kQReg) {
+#pragma unroll
+    for (int ks = 0; ks < kKs; ++ks) load_q(ks);
+  }
 
   for (int i = 0; i < n_tiles; ++i) {
     const int b = i % kStages;
@@ -205,12 +231,12 @@ __global__ void __launch_bounds__(kThreads) paged_mla_attend_mma_kernel(PagedMla
     {
       float sacc[2][4] = {}, sx[2][4] = {};
 #pragma unroll
-      for (int ks = 0; ks < kQDims / 16; ++ks) {
-        uint32_t ah[4], al[4], bh[4], bl[4];
+      for (int ks = 0; ks < kKs; ++ks) {
+        uint32_t bh[4], bl[4];
         const int dq = d0 + ks * 16;
-        const int a_at = (hg * 16 + (lane & 15)) * L::kLd + dq + (lane >> 4) * 8;
-        ldmatrix_x4(ah, q_hi + a_at);
-        ldmatrix_x4(al, q_lo + a_at);
+        if constexpr (!kQReg) load_q(ks);
+        const uint32_t(&ah)[4] = qh[ks];
+        const uint32_t(&al)[4] = ql[ks];
         // Keys 8·(lane >> 4) + (lane & 7), dims +8 for lanes 8-15 and 24-31: b0, b1 of n-tiles 0 and 1.
         const int b_at = ((lane >> 4) * 8 + (lane & 7)) * L::kLd + dq + ((lane >> 3) & 1) * 8;
         ldmatrix_x4(bh, kh + b_at);
@@ -359,12 +385,17 @@ void launch_paged_mla_attend_mma(const PagedMlaKernelParams& p, cudaStream_t str
   DI_CHECK_INTERNAL(p.r == kV3R && p.dr == kV3Dr)
       << "paged_mla_attention: no tensor-core kernel for latent " << p.r << " + rope " << p.dr;
   constexpr size_t smem = Layout<kV3R, kV3Dr>::bytes;
-  DI_CUDA_CHECK(cudaFuncSetAttribute(paged_mla_attend_mma_kernel<kV3R, kV3Dr>,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   // Head groups fastest: a token's four blocks (V3) run side by side and share the cache rows through L2.
   const dim3 grid(static_cast<unsigned>(ceil_div(p.heads, kBlockHeads)), static_cast<unsigned>(p.tokens),
                   static_cast<unsigned>(p.splits));
-  paged_mla_attend_mma_kernel<kV3R, kV3Dr><<<grid, kThreads, smem, stream>>>(p);
+  auto launch = [&](auto kernel) {
+    DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    kernel<<<grid, kThreads, smem, stream>>>(p);
+  };
+  if (p.q_in_registers)
+    launch(paged_mla_attend_mma_kernel<kV3R, kV3Dr, true>);
+  else
+    launch(paged_mla_attend_mma_kernel<kV3R, kV3Dr, false>);
   DI_CUDA_CHECK_LAUNCH();
 }
 
