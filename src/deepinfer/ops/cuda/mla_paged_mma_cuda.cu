@@ -24,8 +24,6 @@
 // buffers fit beside Q̃ in the 227 KB of shared memory (32-key buffers would fit one: no overlap of loads and math).
 // Each cache row is read once per 32 heads (four times at V3's 128 heads; the grid puts a token's head groups next to
 // each other, so the repeats come from L2).
-// With PagedMlaKernelParams::q_in_registers each consumer warp loads its Q̃ fragments once (72 registers) instead of
-// every tile: Q̃'s 74 KB of the ~250 KB a tile moves through shared memory (docs/PERF.md session 34).
 // The end writes the split's unnormalised partial (Ō, m, l) where the SIMT attend writes it; the combine + project
 // kernel merges the splits as before.
 #include <cuda_bf16.h>
@@ -53,13 +51,16 @@ constexpr int kThreads = kConsumers + kProducers;
 // shared memory (S partials, P, the rescale factors).
 constexpr int kBarFull = 1, kBarEmpty = kBarFull + kStages, kBarCons = kBarEmpty + kStages;
 static_assert(kBarCons < 16, "16 named barriers");
-// With Q̃ in registers (PagedMlaKernelParams::q_in_registers) the warpgroups trade registers (setmaxnreg): the
-// producers' 18 float4 a row and addresses fit 96, which leaves the consumers 200 of the block's 384 x 168
-// (Ō 64, Q̃'s quarter-row fragments 72, the S accumulators 16). ptxas (CUDA 13.0) then allocates each side to its
-// budget: the kernel fits 168 with no spills and the instructions are dropped from the SASS; without them it spills
-// 88 bytes.
-constexpr int kProducerRegs = 96, kConsumerRegs = 200;
-static_assert(kProducers * kProducerRegs + kConsumers * kConsumerRegs <= kThreads * 168, "the block's registers");
+// PagedMlaKernelParams::tune bits (A/B forms, docs/PERF.md session 34): kTuneSplitS sums the S phase's even and odd
+// k-steps in separate accumulators (chains of 5 dependent mmas instead of 9-18; another fp32 summation order);
+// kTuneProducerPipe has each producer thread hold two tiles' rows, the next tile's loads in flight while it splits
+// and stores the current one (the same bytes).
+constexpr int kTuneSplitS = 1, kTuneProducerPipe = 2;
+// The pipe's two tiles of rows (144 registers) spill at the block's even 168 a thread; the warpgroups trade registers
+// (setmaxnreg): the consumers' fragments and Ō fit 144.
+constexpr int kPipeProducerRegs = 216, kPipeConsumerRegs = 144;
+static_assert(kProducers * kPipeProducerRegs + kConsumers * kPipeConsumerRegs <= kThreads * 168,
+              "the block's registers");
 
 template <int kR, int kDr>
 struct Layout {
@@ -109,11 +110,8 @@ __device__ __forceinline__ void bar_arrive_stage(int id, int b) {
     bar_arrive(id + 2, kThreads);
 }
 
-// kQReg: each consumer warp keeps its Q̃ fragments (16 heads x a quarter of the row, hi and lo) in registers for the
-// whole split instead of reloading them from shared memory every tile (74 KB of the ~250 KB a 16-key tile moves
-// through shared memory; docs/PERF.md session 34).
-template <int kR, int kDr, bool kQReg>
-__global__ void __launch_bounds__(kThreads) paged_mla_attend_mma_kernel(PagedMlaKernelParams p) {
+template <int kR, int kDr, int kTune>
+__global__ void __launch_bounds__(kThreads, 1) paged_mla_attend_mma_kernel(PagedMlaKernelParams p) {
   using L = Layout<kR, kDr>;
   constexpr int kRow = L::kRow, kRowVecs = kRow / 4;
   extern __shared__ __align__(16) uint8_t smem[];
@@ -140,13 +138,11 @@ __global__ void __launch_bounds__(kThreads) paged_mla_attend_mma_kernel(PagedMla
   const int n_tiles = static_cast<int>((k_end - k_begin + kTile - 1) / kTile);
 
   if (tid >= kConsumers) {
-    if constexpr (kQReg) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
     // Producers: thread ptid owns row ptid / 8 of every tile and its float4s ptid % 8 + 8·j (the 8 threads of a row
     // read 128 contiguous bytes a load).
     constexpr int kVecs = kRowVecs / 8;
     const int ptid = tid - kConsumers, pr = ptid / 8, pc = ptid % 8;
-    for (int i = 0; i < n_tiles; ++i) {
-      const int b = i % kStages;
+    auto fetch = [&](int i, float4(&v)[kVecs]) {
       const int64_t key = k_begin + static_cast<int64_t>(i) * kTile + pr;
       const float* row = nullptr;
       bool bad = false;
@@ -160,10 +156,12 @@ __global__ void __launch_bounds__(kThreads) paged_mla_attend_mma_kernel(PagedMla
         }
       }
       const float fill = bad ? __int_as_float(0x7fc00000) : 0.0f;
-      float4 v[kVecs];
 #pragma unroll
       for (int j = 0; j < kVecs; ++j)
         v[j] = row ? __ldg(reinterpret_cast<const float4*>(row) + pc + 8 * j) : make_float4(fill, fill, fill, fill);
+    };
+    auto put = [&](int i, const float4(&v)[kVecs]) {
+      const int b = i % kStages;
       // Buffer b last held tile i - kStages: wait for the consumers' O phase on it.
       if (i >= kStages) bar_sync_stage(kBarEmpty, b);
       __nv_bfloat16 *kh = k_hi(b), *kl = k_lo(b);
@@ -176,12 +174,30 @@ __global__ void __launch_bounds__(kThreads) paged_mla_attend_mma_kernel(PagedMla
         *reinterpret_cast<uint2*>(kl + at) = l;
       }
       bar_arrive_stage(kBarFull, b);
+    };
+    if constexpr ((kTune & kTuneProducerPipe) != 0) {
+      asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kPipeProducerRegs));
+      float4 va[kVecs], vb[kVecs];
+      if (n_tiles > 0) fetch(0, va);
+      for (int i = 0; i < n_tiles; i += 2) {
+        if (i + 1 < n_tiles) fetch(i + 1, vb);
+        put(i, va);
+        if (i + 2 < n_tiles) fetch(i + 2, va);
+        if (i + 1 < n_tiles) put(i + 1, vb);
+      }
+    } else {
+      for (int i = 0; i < n_tiles; ++i) {
+        float4 v[kVecs];
+        fetch(i, v);
+        put(i, v);
+      }
     }
     return;
   }
 
   // Consumers. Q̃ of the block's heads (zeros past the last head), split once for every tile.
-  if constexpr (kQReg) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
+  if constexpr ((kTune & kTuneProducerPipe) != 0)
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kPipeConsumerRegs));
   for (int i = tid; i < kBlockHeads * kRowVecs; i += kConsumers) {
     const int r = i / kRowVecs, c = (i % kRowVecs) * 4, h = hb + r;
     float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -207,18 +223,6 @@ __global__ void __launch_bounds__(kThreads) paged_mla_attend_mma_kernel(PagedMla
 #pragma unroll
     for (int j = 0; j < kNt; ++j) acc[m][j][0] = acc[m][j][1] = acc[m][j][2] = acc[m][j][3] = 0.0f;
   bar_sync(kBarCons, kConsumers);  // Q̃ stored
-  constexpr int kKs = kQDims / 16;
-  // The warp's A fragments of Q̃ a k-step: kept for the split (kQReg) or loaded in the S phase of every tile.
-  uint32_t qh[kKs][4], ql[kKs][4];
-  auto load_q = [&](int ks) {
-    const int a_at = (hg * 16 + (lane & 15)) * L::kLd + d0 + ks * 16 + (lane >> 4) * 8;
-    ldmatrix_x4(qh[ks], q_hi + a_at);
-    ldmatrix_x4(ql[ks], q_lo + a_at);
-  };
-  if constexpr (kQReg) {
-#pragma unroll
-    for (int ks = 0; ks < kKs; ++ks) load_q(ks);
-  }
 
   for (int i = 0; i < n_tiles; ++i) {
     const int b = i % kStages;
@@ -227,35 +231,44 @@ __global__ void __launch_bounds__(kThreads) paged_mla_attend_mma_kernel(PagedMla
     const __nv_bfloat16 *kh = k_hi(b), *kl = k_lo(b);
 
     // 1. S partial of heads r0, r0 + 8 x the tile's 16 keys over dims d0 .. d0 + kQDims; hi·hi and the cross terms
-    // in separate accumulators (4 independent mma chains, the small terms summed among themselves first).
+    // in separate accumulators (4 independent mma chains, the small terms summed among themselves first; 8 with
+    // kTuneSplitS, the odd k-steps in their own).
     {
-      float sacc[2][4] = {}, sx[2][4] = {};
+      constexpr int kSets = (kTune & kTuneSplitS) != 0 ? 2 : 1;
+      float sacc[kSets][2][4] = {}, sx[kSets][2][4] = {};
 #pragma unroll
-      for (int ks = 0; ks < kKs; ++ks) {
-        uint32_t bh[4], bl[4];
+      for (int ks = 0; ks < kQDims / 16; ++ks) {
+        const int set = ks % kSets;
+        uint32_t ah[4], al[4], bh[4], bl[4];
         const int dq = d0 + ks * 16;
-        if constexpr (!kQReg) load_q(ks);
-        const uint32_t(&ah)[4] = qh[ks];
-        const uint32_t(&al)[4] = ql[ks];
+        const int a_at = (hg * 16 + (lane & 15)) * L::kLd + dq + (lane >> 4) * 8;
+        ldmatrix_x4(ah, q_hi + a_at);
+        ldmatrix_x4(al, q_lo + a_at);
         // Keys 8·(lane >> 4) + (lane & 7), dims +8 for lanes 8-15 and 24-31: b0, b1 of n-tiles 0 and 1.
         const int b_at = ((lane >> 4) * 8 + (lane & 7)) * L::kLd + dq + ((lane >> 3) & 1) * 8;
         ldmatrix_x4(bh, kh + b_at);
         ldmatrix_x4(bl, kl + b_at);
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt) {
-          mma_bf16(sx[nt], ah, bl[2 * nt], bl[2 * nt + 1]);
-          mma_bf16(sx[nt], al, bh[2 * nt], bh[2 * nt + 1]);
-          mma_bf16(sacc[nt], ah, bh[2 * nt], bh[2 * nt + 1]);
+          mma_bf16(sx[set][nt], ah, bl[2 * nt], bl[2 * nt + 1]);
+          mma_bf16(sx[set][nt], al, bh[2 * nt], bh[2 * nt + 1]);
+          mma_bf16(sacc[set][nt], ah, bh[2 * nt], bh[2 * nt + 1]);
         }
       }
+      float sum[2][4];
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          sum[nt][e] = sacc[0][nt][e] + sx[0][nt][e];
+          if constexpr (kSets == 2) sum[nt][e] += sacc[kSets - 1][nt][e] + sx[kSets - 1][nt][e];
+        }
       float* sq = s_s + qd * kBlockHeads * L::kSLd;
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt) {
         const int col = nt * 8 + 2 * tq;
-        *reinterpret_cast<float2*>(sq + r0 * L::kSLd + col) =
-            make_float2(sacc[nt][0] + sx[nt][0], sacc[nt][1] + sx[nt][1]);
-        *reinterpret_cast<float2*>(sq + (r0 + 8) * L::kSLd + col) =
-            make_float2(sacc[nt][2] + sx[nt][2], sacc[nt][3] + sx[nt][3]);
+        *reinterpret_cast<float2*>(sq + r0 * L::kSLd + col) = make_float2(sum[nt][0], sum[nt][1]);
+        *reinterpret_cast<float2*>(sq + (r0 + 8) * L::kSLd + col) = make_float2(sum[nt][2], sum[nt][3]);
       }
     }
     bar_sync(kBarCons, kConsumers);
@@ -392,10 +405,20 @@ void launch_paged_mla_attend_mma(const PagedMlaKernelParams& p, cudaStream_t str
     DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     kernel<<<grid, kThreads, smem, stream>>>(p);
   };
-  if (p.q_in_registers)
-    launch(paged_mla_attend_mma_kernel<kV3R, kV3Dr, true>);
-  else
-    launch(paged_mla_attend_mma_kernel<kV3R, kV3Dr, false>);
+  switch (p.tune) {
+    case 0:
+      launch(paged_mla_attend_mma_kernel<kV3R, kV3Dr, 0>);
+      break;
+    case kTuneSplitS:
+      launch(paged_mla_attend_mma_kernel<kV3R, kV3Dr, kTuneSplitS>);
+      break;
+    case kTuneProducerPipe:
+      launch(paged_mla_attend_mma_kernel<kV3R, kV3Dr, kTuneProducerPipe>);
+      break;
+    default:
+      launch(paged_mla_attend_mma_kernel<kV3R, kV3Dr, kTuneSplitS | kTuneProducerPipe>);
+      break;
+  }
   DI_CUDA_CHECK_LAUNCH();
 }
 
