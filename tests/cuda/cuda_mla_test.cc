@@ -205,7 +205,7 @@ TEST_F(CudaOpTest, MlaAttentionCausalPrefillChunksMatchCpu) {
 // three. fp32 in another summation order (split-K merged by log-sum-exp): 2e-5. With paged_mla_mma the attend step
 // of the V3 shapes (latent 512, rope 64) runs on bf16x3 tensor-core products instead: 3e-5, as the flash MLA kernel;
 // their cases add long contexts (many 16-key tiles a split, the three key buffers reused) and V2-Lite's 16 heads (half
-// a 32-head block); paged_mla_tune's forms within the same 3e-5, its producer pipe with the same bits.
+// a 32-head block).
 TEST_F(CudaOpTest, PagedMlaAttentionMatchesCpu) {
   struct Case {
     PagedMlaSpec spec;
@@ -276,22 +276,8 @@ TEST_F(CudaOpTest, PagedMlaAttentionMatchesCpu) {
       p.rope_dim = static_cast<int>(k.spec.dr);
       p.scale = c.scale;
       gpu().paged_mla_attention(p);
-      const HostTensor got = down(dout);
-      rel_err((std::string(mma ? "paged mla, tensor cores, " : "paged mla ") + k.name).c_str(), got, want,
+      rel_err((std::string(mma ? "paged mla, tensor cores, " : "paged mla ") + k.name).c_str(), down(dout), want,
               mma ? 3e-5 : 2e-5);
-      if (!mma) continue;
-      // paged_mla_tune: the producer pipe (2) gives the same bits; the split S chains (1, 3) another fp32 order.
-      for (const int tune : {1, 2, 3}) {
-        ScopedKernelChoices tuned(gpu(), [&](cuda::KernelChoices& ch) { ch.paged_mla_tune = tune; });
-        DeviceTensor dt = poisoned(out_shape);
-        p.out = dt;
-        gpu().paged_mla_attention(p);
-        const HostTensor alt = down(dt);
-        const std::string name = "paged mla, tensor cores, tune " + std::to_string(tune) + ", " + k.name;
-        rel_err(name.c_str(), alt, want, 3e-5);
-        if (tune == 2)
-          EXPECT_EQ(std::memcmp(alt.data<float>(), got.data<float>(), sizeof(float) * got.numel()), 0) << name;
-      }
     }
 }
 

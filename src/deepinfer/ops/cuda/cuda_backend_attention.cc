@@ -624,7 +624,6 @@ void CudaBackend::paged_mla_attention(const PagedMlaAttentionParams& p) {
   const bool mma = impl_->choices.paged_mla_mma != cuda::KernelPick::kNever &&
                    cuda::paged_mla_mma_takes(k.r, k.dr, impl_->info.smem_per_block_optin);
   k.mma = mma ? cuda::KernelPick::kAlways : cuda::KernelPick::kNever;
-  k.tune = impl_->choices.paged_mla_tune;
   // The longest query the tables allow bounds the splits (positions live on the device).
   if (impl_->batch_invariant)
     std::tie(k.splits, k.tiles_per_split) = cuda::paged_mla_invariant_splits(k.max_blocks * k.block_size);

@@ -120,11 +120,6 @@ struct KernelChoices {
   // rope 64); kNever: the fp32 kernel. kAuto since session 33 (H200, V3 slice at context 4096: decode attention b16
   // 7.47 -> 1.40 ms, b64 23.92 -> 4.48; docs/PERF.md).
   KernelPick paged_mla_mma = KernelPick::kAuto;
-  // paged_mla_mma's A/B forms (mla_paged_mma_cuda.cu), bits: 1 the S phase's even and odd k-steps in separate
-  // accumulators (shorter dependent mma chains; another fp32 summation order), 2 each producer thread with two tiles'
-  // rows in flight (the same bits). 0 until measured (docs/PERF.md session 34: Q̃'s fragments kept in registers, the
-  // first guess from its profile, did not change the step).
-  int paged_mla_tune = 0;
   // Rows a group up to which a grouped_linear call (default mode) is one grouped launch (grouped_linear.h); -1:
   // kGemmStreamMmaMaxRows. 0 runs every call per group.
   int64_t grouped_one_launch_rows = -1;

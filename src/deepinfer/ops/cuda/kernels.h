@@ -485,8 +485,6 @@ struct PagedMlaKernelParams {
   // kAlways: the attend step on the tensor cores (mla_paged_mma.h; the caller checked paged_mla_mma_takes and sized
   // the splits by paged_mla_mma_splits); otherwise the fp32 kernel.
   KernelPick mma = KernelPick::kNever;
-  // The tensor-core kernel's A/B forms (KernelChoices::paged_mla_tune: bit 0 split S chains, bit 1 producer pipe).
-  int tune = 0;
 };
 // Splits for a launch: about two blocks per SM, at most one per 32-key tile of the longest query.
 int paged_mla_splits(int64_t tokens, int64_t heads, int64_t max_keys, int sm_count);

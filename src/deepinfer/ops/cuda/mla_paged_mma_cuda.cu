@@ -51,16 +51,6 @@ constexpr int kThreads = kConsumers + kProducers;
 // shared memory (S partials, P, the rescale factors).
 constexpr int kBarFull = 1, kBarEmpty = kBarFull + kStages, kBarCons = kBarEmpty + kStages;
 static_assert(kBarCons < 16, "16 named barriers");
-// PagedMlaKernelParams::tune bits (A/B forms, docs/PERF.md session 34): kTuneSplitS sums the S phase's even and odd
-// k-steps in separate accumulators (chains of 5 dependent mmas instead of 9-18; another fp32 summation order);
-// kTuneProducerPipe has each producer thread hold two tiles' rows, the next tile's loads in flight while it splits
-// and stores the current one (the same bytes).
-constexpr int kTuneSplitS = 1, kTuneProducerPipe = 2;
-// The pipe's two tiles of rows (144 registers) spill at the block's even 168 a thread; the warpgroups trade registers
-// (setmaxnreg): the consumers' fragments and Ō fit 144.
-constexpr int kPipeProducerRegs = 216, kPipeConsumerRegs = 144;
-static_assert(kProducers * kPipeProducerRegs + kConsumers * kPipeConsumerRegs <= kThreads * 168,
-              "the block's registers");
 
 template <int kR, int kDr>
 struct Layout {
@@ -110,8 +100,8 @@ __device__ __forceinline__ void bar_arrive_stage(int id, int b) {
     bar_arrive(id + 2, kThreads);
 }
 
-template <int kR, int kDr, int kTune>
-__global__ void __launch_bounds__(kThreads, 1) paged_mla_attend_mma_kernel(PagedMlaKernelParams p) {
+template <int kR, int kDr>
+__global__ void __launch_bounds__(kThreads) paged_mla_attend_mma_kernel(PagedMlaKernelParams p) {
   using L = Layout<kR, kDr>;
   constexpr int kRow = L::kRow, kRowVecs = kRow / 4;
   extern __shared__ __align__(16) uint8_t smem[];
@@ -142,7 +132,8 @@ __global__ void __launch_bounds__(kThreads, 1) paged_mla_attend_mma_kernel(Paged
     // read 128 contiguous bytes a load).
     constexpr int kVecs = kRowVecs / 8;
     const int ptid = tid - kConsumers, pr = ptid / 8, pc = ptid % 8;
-    auto fetch = [&](int i, float4(&v)[kVecs]) {
+    for (int i = 0; i < n_tiles; ++i) {
+      const int b = i % kStages;
       const int64_t key = k_begin + static_cast<int64_t>(i) * kTile + pr;
       const float* row = nullptr;
       bool bad = false;
@@ -156,12 +147,10 @@ __global__ void __launch_bounds__(kThreads, 1) paged_mla_attend_mma_kernel(Paged
         }
       }
       const float fill = bad ? __int_as_float(0x7fc00000) : 0.0f;
+      float4 v[kVecs];
 #pragma unroll
       for (int j = 0; j < kVecs; ++j)
         v[j] = row ? __ldg(reinterpret_cast<const float4*>(row) + pc + 8 * j) : make_float4(fill, fill, fill, fill);
-    };
-    auto put = [&](int i, const float4(&v)[kVecs]) {
-      const int b = i % kStages;
       // Buffer b last held tile i - kStages: wait for the consumers' O phase on it.
       if (i >= kStages) bar_sync_stage(kBarEmpty, b);
       __nv_bfloat16 *kh = k_hi(b), *kl = k_lo(b);
@@ -174,30 +163,11 @@ __global__ void __launch_bounds__(kThreads, 1) paged_mla_attend_mma_kernel(Paged
         *reinterpret_cast<uint2*>(kl + at) = l;
       }
       bar_arrive_stage(kBarFull, b);
-    };
-    if constexpr ((kTune & kTuneProducerPipe) != 0) {
-      asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kPipeProducerRegs));
-      float4 va[kVecs], vb[kVecs];
-      if (n_tiles > 0) fetch(0, va);
-      for (int i = 0; i < n_tiles; i += 2) {
-        if (i + 1 < n_tiles) fetch(i + 1, vb);
-        put(i, va);
-        if (i + 2 < n_tiles) fetch(i + 2, va);
-        if (i + 1 < n_tiles) put(i + 1, vb);
-      }
-    } else {
-      for (int i = 0; i < n_tiles; ++i) {
-        float4 v[kVecs];
-        fetch(i, v);
-        put(i, v);
-      }
     }
     return;
   }
 
   // Consumers. Q̃ of the block's heads (zeros past the last head), split once for every tile.
-  if constexpr ((kTune & kTuneProducerPipe) != 0)
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kPipeConsumerRegs));
   for (int i = tid; i < kBlockHeads * kRowVecs; i += kConsumers) {
     const int r = i / kRowVecs, c = (i % kRowVecs) * 4, h = hb + r;
     float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -231,14 +201,11 @@ __global__ void __launch_bounds__(kThreads, 1) paged_mla_attend_mma_kernel(Paged
     const __nv_bfloat16 *kh = k_hi(b), *kl = k_lo(b);
 
     // 1. S partial of heads r0, r0 + 8 x the tile's 16 keys over dims d0 .. d0 + kQDims; hi·hi and the cross terms
-    // in separate accumulators (4 independent mma chains, the small terms summed among themselves first; 8 with
-    // kTuneSplitS, the odd k-steps in their own).
+    // in separate accumulators (4 independent mma chains, the small terms summed among themselves first).
     {
-      constexpr int kSets = (kTune & kTuneSplitS) != 0 ? 2 : 1;
-      float sacc[kSets][2][4] = {}, sx[kSets][2][4] = {};
+      float sacc[2][4] = {}, sx[2][4] = {};
 #pragma unroll
       for (int ks = 0; ks < kQDims / 16; ++ks) {
-        const int set = ks % kSets;
         uint32_t ah[4], al[4], bh[4], bl[4];
         const int dq = d0 + ks * 16;
         const int a_at = (hg * 16 + (lane & 15)) * L::kLd + dq + (lane >> 4) * 8;
@@ -250,25 +217,19 @@ __global__ void __launch_bounds__(kThreads, 1) paged_mla_attend_mma_kernel(Paged
         ldmatrix_x4(bl, kl + b_at);
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt) {
-          mma_bf16(sx[set][nt], ah, bl[2 * nt], bl[2 * nt + 1]);
-          mma_bf16(sx[set][nt], al, bh[2 * nt], bh[2 * nt + 1]);
-          mma_bf16(sacc[set][nt], ah, bh[2 * nt], bh[2 * nt + 1]);
+          mma_bf16(sx[nt], ah, bl[2 * nt], bl[2 * nt + 1]);
+          mma_bf16(sx[nt], al, bh[2 * nt], bh[2 * nt + 1]);
+          mma_bf16(sacc[nt], ah, bh[2 * nt], bh[2 * nt + 1]);
         }
       }
-      float sum[2][4];
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          sum[nt][e] = sacc[0][nt][e] + sx[0][nt][e];
-          if constexpr (kSets == 2) sum[nt][e] += sacc[kSets - 1][nt][e] + sx[kSets - 1][nt][e];
-        }
       float* sq = s_s + qd * kBlockHeads * L::kSLd;
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt) {
         const int col = nt * 8 + 2 * tq;
-        *reinterpret_cast<float2*>(sq + r0 * L::kSLd + col) = make_float2(sum[nt][0], sum[nt][1]);
-        *reinterpret_cast<float2*>(sq + (r0 + 8) * L::kSLd + col) = make_float2(sum[nt][2], sum[nt][3]);
+        *reinterpret_cast<float2*>(sq + r0 * L::kSLd + col) =
+            make_float2(sacc[nt][0] + sx[nt][0], sacc[nt][1] + sx[nt][1]);
+        *reinterpret_cast<float2*>(sq + (r0 + 8) * L::kSLd + col) =
+            make_float2(sacc[nt][2] + sx[nt][2], sacc[nt][3] + sx[nt][3]);
       }
     }
     bar_sync(kBarCons, kConsumers);
@@ -398,27 +359,12 @@ void launch_paged_mla_attend_mma(const PagedMlaKernelParams& p, cudaStream_t str
   DI_CHECK_INTERNAL(p.r == kV3R && p.dr == kV3Dr)
       << "paged_mla_attention: no tensor-core kernel for latent " << p.r << " + rope " << p.dr;
   constexpr size_t smem = Layout<kV3R, kV3Dr>::bytes;
+  DI_CUDA_CHECK(cudaFuncSetAttribute(paged_mla_attend_mma_kernel<kV3R, kV3Dr>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   // Head groups fastest: a token's four blocks (V3) run side by side and share the cache rows through L2.
   const dim3 grid(static_cast<unsigned>(ceil_div(p.heads, kBlockHeads)), static_cast<unsigned>(p.tokens),
                   static_cast<unsigned>(p.splits));
-  auto launch = [&](auto kernel) {
-    DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    kernel<<<grid, kThreads, smem, stream>>>(p);
-  };
-  switch (p.tune) {
-    case 0:
-      launch(paged_mla_attend_mma_kernel<kV3R, kV3Dr, 0>);
-      break;
-    case kTuneSplitS:
-      launch(paged_mla_attend_mma_kernel<kV3R, kV3Dr, kTuneSplitS>);
-      break;
-    case kTuneProducerPipe:
-      launch(paged_mla_attend_mma_kernel<kV3R, kV3Dr, kTuneProducerPipe>);
-      break;
-    default:
-      launch(paged_mla_attend_mma_kernel<kV3R, kV3Dr, kTuneSplitS | kTuneProducerPipe>);
-      break;
-  }
+  paged_mla_attend_mma_kernel<kV3R, kV3Dr><<<grid, kThreads, smem, stream>>>(p);
   DI_CUDA_CHECK_LAUNCH();
 }
 
