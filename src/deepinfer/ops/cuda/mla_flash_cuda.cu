@@ -59,9 +59,30 @@ struct FlashShape {
 // Rows s0 .. s0 + kFlashKeys - 1 of a [hi | lo] plane pair (row s at src + s · row, lo `part` elements after hi; len
 // values) into shared rows of kStride: 8 bf16 (16 bytes) a copy, rows past s_len and columns past len zeros. Whole
 // 16-byte chunks of aligned planes (vec16) go by cp.async (the caller commits and waits), the rest by plain stores.
+// A whole tile of full rows (vec16, len == kCols, all 32 rows before s_len: every tile of V3's heads but the last)
+// takes a fixed thread -> row map, kThreads / 32 threads a row, so a thread computes its row's address once and
+// issues its chunks at constant offsets: the general loop's per-chunk division, bounds checks and 64-bit address math
+// were ~26% of the kernel's stall samples and 14% of its instructions (H100 ncu source counters, docs/PERF.md
+// session 34). The same bytes either way.
 template <int kCols, int kStride, int kThreads>
 __device__ __forceinline__ void stage_planes(const uint16_t* src, int64_t row, int64_t part, int64_t s0, int64_t s_len,
                                              int len, bool vec16, uint16_t* hi_dst, uint16_t* lo_dst, int tid) {
+  static_assert(kThreads % kFlashKeys == 0, "whole threads a row");
+  constexpr int kPer = kThreads / kFlashKeys, kChunks = kCols / 8;
+  if (vec16 && len == kCols && s0 + kFlashKeys <= s_len) {
+    const int r = tid / kPer;
+    const uint16_t* x = src + (s0 + r) * row;
+    uint16_t* hd = hi_dst + r * kStride;
+    uint16_t* ld = lo_dst + r * kStride;
+#pragma unroll
+    for (int j = 0; j < (kChunks + kPer - 1) / kPer; ++j) {
+      const int c = tid % kPer + j * kPer;
+      if (kChunks % kPer != 0 && c >= kChunks) break;
+      cp_async16(hd + 8 * c, x + 8 * c, true);
+      cp_async16(ld + 8 * c, x + part + 8 * c, true);
+    }
+    return;
+  }
   for (int i = tid; i < kFlashKeys * (kCols / 8); i += kThreads) {
     const int r = i / (kCols / 8), c = 8 * (i % (kCols / 8));
     const int64_t s = s0 + r;
