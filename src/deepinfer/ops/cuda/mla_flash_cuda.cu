@@ -60,26 +60,33 @@ struct FlashShape {
 // values) into shared rows of kStride: 8 bf16 (16 bytes) a copy, rows past s_len and columns past len zeros. Whole
 // 16-byte chunks of aligned planes (vec16) go by cp.async (the caller commits and waits), the rest by plain stores.
 // A whole tile of full rows (vec16, len == kCols, all 32 rows before s_len: every tile of V3's heads but the last)
-// takes a fixed thread -> row map, kThreads / 32 threads a row, so a thread computes its row's address once and
-// issues its chunks at constant offsets: the general loop's per-chunk division, bounds checks and 64-bit address math
-// were ~26% of the kernel's stall samples and 14% of its instructions (H100 ncu source counters, docs/PERF.md
-// session 34). The same bytes either way.
+// takes the general loop's chunk order (chunk i = tid + j · kThreads: row i / kChunks, column i % kChunks, so a warp
+// reads whole rows) with the row and column stepped incrementally and the row's address kept: the general loop's
+// per-chunk division, bounds checks and 64-bit address math were ~26% of the kernel's stall samples and 14% of its
+// instructions (H100 ncu source counters, docs/PERF.md session 34). A fixed row a thread (kThreads / 32 threads a
+// row) measured slower at 64 queries a block (attention 140.1-140.7 ms against 131.1-131.7: a warp's copies then span
+// 8 rows). The same bytes either way.
 template <int kCols, int kStride, int kThreads>
 __device__ __forceinline__ void stage_planes(const uint16_t* src, int64_t row, int64_t part, int64_t s0, int64_t s_len,
                                              int len, bool vec16, uint16_t* hi_dst, uint16_t* lo_dst, int tid) {
-  static_assert(kThreads % kFlashKeys == 0, "whole threads a row");
-  constexpr int kPer = kThreads / kFlashKeys, kChunks = kCols / 8;
+  constexpr int kChunks = kCols / 8, kTotal = kFlashKeys * kChunks;
+  constexpr int kRowStep = kThreads / kChunks, kColStep = kThreads % kChunks;
   if (vec16 && len == kCols && s0 + kFlashKeys <= s_len) {
-    const int r = tid / kPer;
+    int r = tid / kChunks, c = tid % kChunks;
     const uint16_t* x = src + (s0 + r) * row;
-    uint16_t* hd = hi_dst + r * kStride;
-    uint16_t* ld = lo_dst + r * kStride;
 #pragma unroll
-    for (int j = 0; j < (kChunks + kPer - 1) / kPer; ++j) {
-      const int c = tid % kPer + j * kPer;
-      if (kChunks % kPer != 0 && c >= kChunks) break;
-      cp_async16(hd + 8 * c, x + 8 * c, true);
-      cp_async16(ld + 8 * c, x + part + 8 * c, true);
+    for (int j = 0; j < (kTotal + kThreads - 1) / kThreads; ++j) {
+      if (kTotal % kThreads != 0 && r >= kFlashKeys) break;
+      cp_async16(hi_dst + r * kStride + 8 * c, x + 8 * c, true);
+      cp_async16(lo_dst + r * kStride + 8 * c, x + part + 8 * c, true);
+      r += kRowStep;
+      x += kRowStep * row;
+      c += kColStep;
+      if (c >= kChunks) {
+        c -= kChunks;
+        ++r;
+        x += row;
+      }
     }
     return;
   }
