@@ -227,16 +227,7 @@ TEST_P(CudaGolden, ChunkedPrefillEqualsOneShot) {
   const int64_t v = vocab(), n = static_cast<int64_t>(ids.size());
   auto seq = f().gpu_model->new_sequence();
   HostTensor one_shot = f().gpu_model->forward(seq, ids);
-  auto chunked = f().gpu_model->new_sequence();
-  std::vector<float> rows;
-  const std::vector<int64_t> splits{1, 2, 3, 7, 64, 130};
-  int64_t at = 0;
-  for (size_t i = 0; at < n; ++i) {
-    const int64_t len = std::min(n - at, i < splits.size() ? splits[i] : n);
-    HostTensor part = f().gpu_model->forward(chunked, std::span<const int64_t>(ids.data() + at, len));
-    rows.insert(rows.end(), part.data<float>(), part.data<float>() + len * v);
-    at += len;
-  }
+  const std::vector<float> rows = testing::chunked_logits(*f().gpu_model, ids, {1, 2, 3, 7, 64, 130}, v);
   EXPECT_LE(worst_rel_error(rows.data(), one_shot.data<float>(), n, v), 1e-5);
 }
 

@@ -231,16 +231,7 @@ TEST_F(CudaGoldenV3, ChunkedPrefillEqualsOneShot) {
     f().gpu->set_kernel_choices(c);
     auto seq = f().gpu_model->new_sequence();
     HostTensor one_shot = f().gpu_model->forward(seq, ids);
-    auto chunked = f().gpu_model->new_sequence();
-    std::vector<float> rows;
-    const std::vector<int64_t> splits{1, 2, 3, 7, 64};
-    int64_t at = 0;
-    for (size_t i = 0; at < n; ++i) {
-      const int64_t len = std::min(n - at, i < splits.size() ? splits[i] : n);
-      HostTensor part = f().gpu_model->forward(chunked, std::span<const int64_t>(ids.data() + at, len));
-      rows.insert(rows.end(), part.data<float>(), part.data<float>() + len * v);
-      at += len;
-    }
+    const std::vector<float> rows = testing::chunked_logits(*f().gpu_model, ids, {1, 2, 3, 7, 64}, v);
     f().gpu->set_kernel_choices(defaults);
     EXPECT_LE(worst_rel_error(rows.data(), one_shot.data<float>(), n, v), fp32 ? 1e-5 : 3e-5)
         << (fp32 ? "fp32 MLA" : "default MLA");

@@ -130,15 +130,7 @@ TEST_P(GoldenV4, ChunkedPrefillEqualsOneShot) {
   HostTensor one_shot = f().model->forward(seq, ids);
   for (const std::vector<int64_t>& splits :
        {std::vector<int64_t>{1, 2, 3, 7, 64}, std::vector<int64_t>{17, 100}, std::vector<int64_t>{5, 9, 31, 130}}) {
-    auto chunked = f().model->new_sequence();
-    std::vector<float> rows;
-    int64_t at = 0;
-    for (size_t i = 0; at < n; ++i) {
-      const int64_t len = std::min(n - at, i < splits.size() ? splits[i] : n);
-      HostTensor part = f().model->forward(chunked, std::span<const int64_t>(ids.data() + at, len));
-      rows.insert(rows.end(), part.data<float>(), part.data<float>() + len * v);
-      at += len;
-    }
+    const std::vector<float> rows = testing::chunked_logits(*f().model, ids, splits, v);
     EXPECT_LE(worst_rel_error(rows.data(), one_shot.data<float>(), n, v), 1e-5) << "splits starting " << splits[0];
   }
 }

@@ -239,14 +239,13 @@ void CudaBackend::linear_quant(const QuantLinearParams& p) {
   // bf16 scratch, rounds the same way.
   const bool exact_rows = p.act_quant == ActQuant::kFp8Block128 && p.in.dim(0) <= cuda::kGemmSkinnyRows &&
                           p.weight.scale.dtype() == DType::kF32 && impl_->choices.gemm.f32_scale_mma;
+  struct Restore {
+    bool& flag;
+    bool value;
+    ~Restore() { flag = value; }
+  } restore{impl_->choices.gemm.f32_scale_mma, impl_->choices.gemm.f32_scale_mma};
   if (exact_rows) impl_->choices.gemm.f32_scale_mma = false;
-  try {
-    impl_->quant_linear(in, p.weight, p.out.data_as<float>(), p.in.dim(0), p.split_in);
-  } catch (...) {
-    if (exact_rows) impl_->choices.gemm.f32_scale_mma = true;
-    throw;
-  }
-  if (exact_rows) impl_->choices.gemm.f32_scale_mma = true;
+  impl_->quant_linear(in, p.weight, p.out.data_as<float>(), p.in.dim(0), p.split_in);
 }
 
 void CudaBackend::embedding(const EmbeddingParams& p) {

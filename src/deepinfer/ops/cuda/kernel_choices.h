@@ -107,12 +107,13 @@ struct KernelChoices {
   // The naive form's logits, softmax and P·V in one flash kernel (mla_flash_cuda.cu: online softmax, bf16x3 products,
   // no logit buffer) instead of the three GEMM steps; the expansion GEMM keeps mla_bf16x3 / mla_tf32. ~5e-6 from the
   // fp32 op, the numerics of the paged decode's attend step (paged_mla_mma), so prefill and decode agree. The default
-  // since session 34 (H100, V3 slice prefill 8192, same run: attention ~131 ms with mla_bf16x3 against ~286 in fp32 on
-  // the H200 of session 33; docs/PERF.md); false keeps the fp32 GEMMs.
+  // since session 34 (H100, V3 slice prefill 8192, same run: attention 294.7 ms on the fp32 GEMMs, 131.7 with this
+  // kernel over a bf16x3 expansion; docs/PERF.md); false keeps the fp32 GEMMs.
   bool mla_flash = true;
   // Queries a block of the flash kernel: 64 (4 warps, two blocks an SM) or 128 (8 warps, one block an SM, each key
   // tile read once per 128 queries and copied by cp.async under the previous tile's products); 0: the rule's, 64 (H100,
-  // session 34, V3 slice prefill 8192 A/B/A/B in one run: attention 131.7 / 132.4 / 131.1 / 133.0 ms).
+  // session 34, V3 slice prefill 8192 A/B/A/B in one run: attention 131.7 / 132.4 / 131.1 / 133.0 ms; after the
+  // staging change 124.7 / 130.9 / 127.1 ms for 64 / 128 / 64).
   int mla_flash_rows = 0;
   // The paged absorbed MLA's attend step (V3-family decode: run_paged_mla_attention's middle kernel) on bf16x3
   // tensor-core products (mla_paged_mma.h: 32 heads x 16-key tiles a step, ~2^-16 a product; 3.2-4.3e-6 from the CPU
