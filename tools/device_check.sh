@@ -46,7 +46,9 @@
 #   (model) the same slices once per set of `--kernel-choice` KEY=VALUE (space-separated; "default" = none;
 #   act=none|mxfp8 sets `--activation-quant`);
 #   with NCU_SLICE=1 (also in ci) an ncu per-kernel time summary of one synthetic decode step (NCU_SLICE_ARGS;
-#   NCU_DETAIL=REGEX adds ncu's sections for those kernels); with IDLE_BENCH=1 (model or ci)
+#   NCU_DETAIL=REGEX adds ncu's sections for those kernels; NCU_STALLS=REGEX the stall reasons and the instructions
+#   that hold them for the first matching launch, from ncu's source page: tools/ncu_source_stalls.py, the CSV kept
+#   xz-packed); with IDLE_BENCH=1 (model or ci)
 #   the GPU idle between decode steps of greedy engine runs, from CUDA events (no nsys: tools/gpu_idle_bench.sh,
 #   device argmax vs the default logprobs run on the device and on the host at batch 1/8/64; IDLE_BENCH_TIMEOUT,
 #   default 400 s).
@@ -115,6 +117,15 @@ ncu_slice() {
     note "ncu detail ($NCU_DETAIL): rc=$?"
     grep -E "^  [a-z_:<>, ]+\(|Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per|Block Limit|Grid Size|Waves Per SM|Warp Cycles Per Issued|Stall|L1/TEX Hit|L2 Hit|Issue Slots Busy|Issued Warp Per|No Eligible|Eligible Warps|Executed Ipc" \
       "$OUT/ncu_detail.txt" | head -80 | tee -a "$summary"
+  fi
+  if [ -n "${NCU_STALLS:-}" ]; then
+    # shellcheck disable=SC2086
+    timeout "${NCU_TIMEOUT:-150}" "$ncu" --clock-control none --kernel-name-base function \
+      --kernel-name "regex:$NCU_STALLS" --launch-count 1 --section SourceCounters --page source --print-source sass \
+      --csv build-gpu/bin/deepinfer bench --device cuda $args >"$OUT/ncu_stalls.csv" 2>&1
+    note "ncu stalls ($NCU_STALLS): rc=$?"
+    python3 tools/ncu_source_stalls.py "$OUT/ncu_stalls.csv" "${NCU_STALLS_TOP:-25}" | tee -a "$summary"
+    xz -9 -f "$OUT/ncu_stalls.csv" 2>/dev/null || true
   fi
 }
 
