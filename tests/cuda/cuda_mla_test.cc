@@ -112,6 +112,17 @@ TEST_F(CudaOpTest, MlaAttentionMatchesCpu) {
             EXPECT_EQ(std::memcmp(fl.data<float>(), by_default.data<float>(), sizeof(float) * fl.numel()), 0)
                 << "the default is the flash kernel over a bf16x3 expansion" << n;
           }
+          {
+            // mla_lazy_rescale: the rescale by exactly 1 skipped, the same bits.
+            ScopedKernelChoices lazy(gpu(), [](cuda::KernelChoices& ch) { ch.mla_lazy_rescale = true; });
+            DeviceTensor dlazy = poisoned({c.t, c.h, c.dv});
+            MlaAttentionParams pl = pf;
+            pl.out = dlazy;
+            gpu().mla_attention_naive(pl);
+            const HostTensor lz = down(dlazy);
+            EXPECT_EQ(std::memcmp(lz.data<float>(), fl.data<float>(), sizeof(float) * fl.numel()), 0)
+                << "flash, lazy rescale, " << rows << " rows" << n;
+          }
           rel_err(("mla naive entry, flash" + std::string(rows == 128 ? " 128 rows" : "") +
                    (x3 ? ", bf16x3 expansion" : "") + (layout ? ", causal layout" : "") + n)
                       .c_str(),
@@ -205,7 +216,7 @@ TEST_F(CudaOpTest, MlaAttentionCausalPrefillChunksMatchCpu) {
 // three. fp32 in another summation order (split-K merged by log-sum-exp): 2e-5. With paged_mla_mma the attend step
 // of the V3 shapes (latent 512, rope 64) runs on bf16x3 tensor-core products instead: 3e-5, as the flash MLA kernel;
 // their cases add long contexts (many 16-key tiles a split, the three key buffers reused) and V2-Lite's 16 heads (half
-// a 32-head block).
+// a 32-head block); with mla_lazy_rescale the same bits.
 TEST_F(CudaOpTest, PagedMlaAttentionMatchesCpu) {
   struct Case {
     PagedMlaSpec spec;
@@ -276,8 +287,18 @@ TEST_F(CudaOpTest, PagedMlaAttentionMatchesCpu) {
       p.rope_dim = static_cast<int>(k.spec.dr);
       p.scale = c.scale;
       gpu().paged_mla_attention(p);
-      rel_err((std::string(mma ? "paged mla, tensor cores, " : "paged mla ") + k.name).c_str(), down(dout), want,
+      const HostTensor got = down(dout);
+      rel_err((std::string(mma ? "paged mla, tensor cores, " : "paged mla ") + k.name).c_str(), got, want,
               mma ? 3e-5 : 2e-5);
+      if (!mma) continue;
+      // mla_lazy_rescale: Ō's rescale by exactly 1 skipped, the same bits.
+      ScopedKernelChoices lazy(gpu(), [](cuda::KernelChoices& ch) { ch.mla_lazy_rescale = true; });
+      DeviceTensor dlazy = poisoned(out_shape);
+      p.out = dlazy;
+      gpu().paged_mla_attention(p);
+      const HostTensor lz = down(dlazy);
+      EXPECT_EQ(std::memcmp(lz.data<float>(), got.data<float>(), sizeof(float) * got.numel()), 0)
+          << "paged mla, tensor cores, lazy rescale, " << k.name;
     }
 }
 

@@ -47,6 +47,7 @@ TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
                                           "mla_flash=0",
                                           "mla_flash_rows=128",
                                           "paged_mla_mma=never",
+                                          "mla_lazy_rescale=1",
                                           "rows_mma=never",
                                           "rows_mma_bf16_a=1",
                                           "rows_mma_pdl=1",
@@ -75,6 +76,7 @@ TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
   EXPECT_FALSE(c.mla_flash);
   EXPECT_EQ(c.mla_flash_rows, 128);
   EXPECT_EQ(c.paged_mla_mma, KernelPick::kNever);
+  EXPECT_TRUE(c.mla_lazy_rescale);
   EXPECT_EQ(c.gemm.rows_mma, KernelPick::kNever);
   EXPECT_TRUE(c.gemm.rows_mma_bf16_a);
   EXPECT_TRUE(c.gemm.rows_mma_pdl);

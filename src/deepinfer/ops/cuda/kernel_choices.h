@@ -121,6 +121,11 @@ struct KernelChoices {
   // rope 64); kNever: the fp32 kernel. kAuto since session 33 (H200, V3 slice at context 4096: decode attention b16
   // 7.47 -> 1.40 ms, b64 23.92 -> 4.48; docs/PERF.md).
   KernelPick paged_mla_mma = KernelPick::kAuto;
+  // The MLA flash kernel and paged_mla_mma skip the output's per-tile rescale by exp(m_old - m_new) when it is 1 for
+  // every row a warp holds (no row's running max grew: most tiles after the first few), instead of multiplying by 1:
+  // the same bits. Opt-in until measured (session 34 wrote it without a device; docs/PERF.md next steps: the rescale's
+  // FMULs were 11% of the paged kernel's executed instructions).
+  bool mla_lazy_rescale = false;
   // Rows a group up to which a grouped_linear call (default mode) is one grouped launch (grouped_linear.h); -1:
   // kGemmStreamMmaMaxRows. 0 runs every call per group.
   int64_t grouped_one_launch_rows = -1;

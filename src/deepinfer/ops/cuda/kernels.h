@@ -456,6 +456,7 @@ struct MlaFlashKernelParams {
   float* out = nullptr;
   int64_t out_row = 0, out_head = 0;
   int rows = 64;  // queries a block: 64, or 128 with double-buffered key tiles (KernelChoices::mla_flash_rows)
+  bool lazy_rescale = false;  // skip O's rescale where no row's max grew (KernelChoices::mla_lazy_rescale)
 };
 // Whether run_mla_flash has an instantiation for heads of qk key values and dv values (qk <= 192, dv <= 128).
 bool mla_flash_takes(int64_t qk, int64_t dv);
@@ -485,6 +486,7 @@ struct PagedMlaKernelParams {
   // kAlways: the attend step on the tensor cores (mla_paged_mma.h; the caller checked paged_mla_mma_takes and sized
   // the splits by paged_mla_mma_splits); otherwise the fp32 kernel.
   KernelPick mma = KernelPick::kNever;
+  bool lazy_rescale = false;  // the tensor-core kernel skips Ō's rescale where no max grew (mla_lazy_rescale)
 };
 // Splits for a launch: about two blocks per SM, at most one per 32-key tile of the longest query.
 int paged_mla_splits(int64_t tokens, int64_t heads, int64_t max_keys, int sm_count);

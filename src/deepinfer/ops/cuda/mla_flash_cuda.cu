@@ -247,12 +247,16 @@ __global__ void __launch_bounds__(FlashShape<kQK, kDV, kRows>::kThreads, kRows >
       m[i] = m_new;
       l[i] *= corr[i];
     }
+    // corr is exactly 1 where the row's max did not grow (expf(0)): with lazy_rescale a warp whose rows all kept
+    // theirs skips the multiplications, the same bits.
+    if (!p.lazy_rescale || __any_sync(0xFFFFFFFFu, corr[0] != 1.0f || corr[1] != 1.0f)) {
 #pragma unroll
-    for (int n = 0; n < kDV / 8; ++n) {
-      o[n][0] *= corr[0];
-      o[n][1] *= corr[0];
-      o[n][2] *= corr[1];
-      o[n][3] *= corr[1];
+      for (int n = 0; n < kDV / 8; ++n) {
+        o[n][0] *= corr[0];
+        o[n][1] *= corr[0];
+        o[n][2] *= corr[1];
+        o[n][3] *= corr[1];
+      }
     }
 #pragma unroll
     for (int j = 0; j < kFlashKeys / 8; ++j)

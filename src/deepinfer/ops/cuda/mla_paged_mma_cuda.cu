@@ -273,16 +273,25 @@ __global__ void __launch_bounds__(kThreads) paged_mla_attend_mma_kernel(PagedMla
     // 3. Ō[32 heads][the warp's dims] = Ō · corr + P · C. ldmatrix.trans lanes: keys (lane & 15) in two 8-row
     // matrices, dims +8 for lanes 16-31: registers 0-1 are n-tile 2·pr's b0 / b1, 2-3 n-tile 2·pr + 1's.
     {
+      float c[2][2];
 #pragma unroll
       for (int m = 0; m < 2; ++m) {
-        const float c0 = corr_s[m * 16 + g], c1 = corr_s[m * 16 + g + 8];
+        c[m][0] = corr_s[m * 16 + g];
+        c[m][1] = corr_s[m * 16 + g + 8];
+      }
+      // corr is exactly 1 where a head's max did not grow (expf(0)): with lazy_rescale the warp skips the 64
+      // multiplications when that holds for all 32 heads, the same bits.
+      const bool grew = c[0][0] != 1.0f || c[0][1] != 1.0f || c[1][0] != 1.0f || c[1][1] != 1.0f;
+      if (!p.lazy_rescale || __any_sync(0xffffffffu, grew)) {
 #pragma unroll
-        for (int j = 0; j < kNt; ++j) {
-          acc[m][j][0] *= c0;
-          acc[m][j][1] *= c0;
-          acc[m][j][2] *= c1;
-          acc[m][j][3] *= c1;
-        }
+        for (int m = 0; m < 2; ++m)
+#pragma unroll
+          for (int j = 0; j < kNt; ++j) {
+            acc[m][j][0] *= c[m][0];
+            acc[m][j][1] *= c[m][0];
+            acc[m][j][2] *= c[m][1];
+            acc[m][j][3] *= c[m][1];
+          }
       }
       uint32_t ah[2][4], al[2][4];
 #pragma unroll
