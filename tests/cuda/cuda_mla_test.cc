@@ -123,6 +123,16 @@ TEST_F(CudaOpTest, MlaAttentionMatchesCpu) {
             EXPECT_EQ(std::memcmp(lz.data<float>(), fl.data<float>(), sizeof(float) * fl.numel()), 0)
                 << "flash, lazy rescale, " << rows << " rows" << n;
           }
+          {
+            // mla_flash_split_s: S's hi·hi and cross terms summed apart, another fp32 order: 3e-5 as above.
+            ScopedKernelChoices split(gpu(), [](cuda::KernelChoices& ch) { ch.mla_flash_split_s = true; });
+            DeviceTensor dsplit = poisoned({c.t, c.h, c.dv});
+            MlaAttentionParams ps = pf;
+            ps.out = dsplit;
+            gpu().mla_attention_naive(ps);
+            rel_err(("mla naive entry, flash, split S, " + std::to_string(rows) + " rows" + n).c_str(), down(dsplit),
+                    want_naive, 3e-5);
+          }
           rel_err(("mla naive entry, flash" + std::string(rows == 128 ? " 128 rows" : "") +
                    (x3 ? ", bf16x3 expansion" : "") + (layout ? ", causal layout" : "") + n)
                       .c_str(),

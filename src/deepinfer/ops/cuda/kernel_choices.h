@@ -126,6 +126,10 @@ struct KernelChoices {
   // the same bits. Opt-in until measured (session 34 wrote it without a device; docs/PERF.md next steps: the rescale's
   // FMULs were 11% of the paged kernel's executed instructions).
   bool mla_lazy_rescale = false;
+  // The MLA flash kernel sums S's hi·hi products and its cross terms in separate accumulators (8 independent mma chains
+  // a warp instead of 4): another fp32 order within the same 3e-5. Opt-in until measured (session 34, no device left:
+  // fixed-latency waits were the flash kernel's largest stall, 38% of them on its HMMAs).
+  bool mla_flash_split_s = false;
   // Rows a group up to which a grouped_linear call (default mode) is one grouped launch (grouped_linear.h); -1:
   // kGemmStreamMmaMaxRows. 0 runs every call per group.
   int64_t grouped_one_launch_rows = -1;

@@ -457,6 +457,7 @@ struct MlaFlashKernelParams {
   int64_t out_row = 0, out_head = 0;
   int rows = 64;  // queries a block: 64, or 128 with double-buffered key tiles (KernelChoices::mla_flash_rows)
   bool lazy_rescale = false;  // skip O's rescale where no row's max grew (KernelChoices::mla_lazy_rescale)
+  bool split_s = false;       // S's hi·hi and cross terms in separate accumulators (KernelChoices::mla_flash_split_s)
 };
 // Whether run_mla_flash has an instantiation for heads of qk key values and dv values (qk <= 192, dv <= 128).
 bool mla_flash_takes(int64_t qk, int64_t dv);

@@ -116,7 +116,10 @@ __device__ __forceinline__ void stage_planes(const uint16_t* src, int64_t row, i
   }
 }
 
-template <int kQK, int kDV, int kRows>
+// kSplitS (MlaFlashKernelParams::split_s): S's hi·hi products and its cross terms in separate accumulators, 8
+// independent mma chains a warp instead of 4 of three dependent products a k-step (the session 34 profile's largest
+// stall was fixed-latency waits, 38% of them on HMMA); another fp32 summation order, the same 3e-5 budget.
+template <int kQK, int kDV, int kRows, bool kSplitS>
 __global__ void __launch_bounds__(FlashShape<kQK, kDV, kRows>::kThreads, kRows >= 128 ? 1 : 2)
     mla_flash_kernel(MlaFlashKernelParams p) {
   using F = FlashShape<kQK, kDV, kRows>;
@@ -208,8 +211,12 @@ __global__ void __launch_bounds__(FlashShape<kQK, kDV, kRows>::kThreads, kRows >
     // S = Q·Kᵀ: n-tile j = keys 8j .. 8j + 7. ldmatrix x4 at keys 16jj + 8 (mi >> 1) + (lane & 7), dims 16c + 8 (mi &
     // 1) (mi = lane >> 3) gives b0 / b1 of n-tiles 2jj and 2jj + 1.
     float sc[kFlashKeys / 8][4];
+    // kSplitS: the cross terms' own accumulators (one register set otherwise, unused).
+    float sx[kSplitS ? kFlashKeys / 8 : 1][4];
 #pragma unroll
     for (int j = 0; j < kFlashKeys / 8; ++j) sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < (kSplitS ? kFlashKeys / 8 : 1); ++j) sx[j][0] = sx[j][1] = sx[j][2] = sx[j][3] = 0.0f;
 #pragma unroll
     for (int c = 0; c < kQK / 16; ++c) {
       uint32_t qh[4], ql[4];
@@ -221,8 +228,24 @@ __global__ void __launch_bounds__(FlashShape<kQK, kDV, kRows>::kThreads, kRows >
         uint32_t bh[4], bl[4];
         ldmatrix_x4(bh, k_hi + off);
         ldmatrix_x4(bl, k_lo + off);
-        mma_x3_pair(sc[2 * jj], sc[2 * jj + 1], qh, ql, bh, bl);
+        if constexpr (kSplitS) {
+#pragma unroll
+          for (int u = 0; u < 2; ++u) {
+            float(&x)[4] = sx[2 * jj + u];
+            mma_bf16(x, qh, bl[2 * u], bl[2 * u + 1]);
+            mma_bf16(x, ql, bh[2 * u], bh[2 * u + 1]);
+            mma_bf16(sc[2 * jj + u], qh, bh[2 * u], bh[2 * u + 1]);
+          }
+        } else {
+          mma_x3_pair(sc[2 * jj], sc[2 * jj + 1], qh, ql, bh, bl);
+        }
       }
+    }
+    if constexpr (kSplitS) {
+#pragma unroll
+      for (int j = 0; j < kFlashKeys / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sc[j][e] += sx[j][e];
     }
 
     // Mask and scale (entry e of n-tile j: row row[e >> 1], key 8j + 2tq + (e & 1)), the tile's row maxima over the
@@ -314,7 +337,7 @@ __global__ void __launch_bounds__(FlashShape<kQK, kDV, kRows>::kThreads, kRows >
 template <int kQK, int kDV, int kRows>
 void launch_flash(const MlaFlashKernelParams& p, cudaStream_t stream) {
   using F = FlashShape<kQK, kDV, kRows>;
-  auto* kernel = mla_flash_kernel<kQK, kDV, kRows>;
+  auto* kernel = p.split_s ? mla_flash_kernel<kQK, kDV, kRows, true> : mla_flash_kernel<kQK, kDV, kRows, false>;
   DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(F::kSmem)));
   const dim3 grid(static_cast<unsigned>(ceil_div(p.tokens, kRows)), static_cast<unsigned>(p.heads));
   kernel<<<grid, F::kThreads, F::kSmem, stream>>>(p);
