@@ -291,7 +291,7 @@ void bf16_planes(const float* src, int64_t src_row, int64_t src_seg, int64_t row
 // The flash kernel (KernelChoices::mla_flash) over heads h0 .. h0 + g - 1: their keys (keys [S, g, qk]) and values
 // split into [hi | lo] planes at k2 / v2, then every query of them in one launch.
 void run_flash_group(const MlaAttentionParams& p, const float* kvx, const float* keys, uint16_t* k2, uint16_t* v2,
-                     int64_t g, int64_t h0, int rows_a_block, const cuda::KernelChoices& choices, cudaStream_t stream) {
+                     int64_t g, int64_t h0, const cuda::KernelChoices& choices, cudaStream_t stream) {
   const int64_t T = p.q.dim(0), H = p.q.dim(1), dr = p.rope_dim, dn = p.q.dim(2) - dr, qk = dn + dr;
   const int64_t S = p.kv.dim(0), dv = p.kv_b.dim(0) / H - dn;
   bf16_planes(keys, g * qk, qk, S, g, qk, k2, stream);
@@ -322,7 +322,7 @@ void run_flash_group(const MlaAttentionParams& p, const float* kvx, const float*
   f.out = p.out.data_as<float>() + h0 * dv;
   f.out_row = H * dv;
   f.out_head = dv;
-  f.rows = rows_a_block;
+  f.rows = choices.mla_flash_rows == 128 ? 128 : 64;  // 0 (the rule) and 64: 64
   f.lazy_rescale = choices.mla_lazy_rescale;
   f.split_s = choices.mla_flash_split_s;
   cuda::run_mla_flash(f, stream);
@@ -457,8 +457,7 @@ void CudaBackend::mla_attention_naive(const MlaAttentionParams& p) {
     kp.dr = dr;
     cuda::run_mla_keys(kp, impl_->s());
     if (flash) {
-      run_flash_group(p, kvx, keys, keys3, v2, g, h0, impl_->choices.mla_flash_rows == 128 ? 128 : 64, impl_->choices,
-                      impl_->s());
+      run_flash_group(p, kvx, keys, keys3, v2, g, h0, impl_->choices, impl_->s());
       continue;
     }
     if (x3) {
