@@ -113,24 +113,25 @@ TEST_F(CudaOpTest, MlaAttentionMatchesCpu) {
                 << "the default is the flash kernel over a bf16x3 expansion" << n;
           }
           {
-            // mla_lazy_rescale: the rescale by exactly 1 skipped, the same bits.
-            ScopedKernelChoices lazy(gpu(), [](cuda::KernelChoices& ch) { ch.mla_lazy_rescale = true; });
+            // mla_lazy_rescale=0: the rescale by exactly 1 done, the same bits as the default's skip.
+            ScopedKernelChoices lazy(gpu(), [](cuda::KernelChoices& ch) { ch.mla_lazy_rescale = false; });
             DeviceTensor dlazy = poisoned({c.t, c.h, c.dv});
             MlaAttentionParams pl = pf;
             pl.out = dlazy;
             gpu().mla_attention_naive(pl);
             const HostTensor lz = down(dlazy);
             EXPECT_EQ(std::memcmp(lz.data<float>(), fl.data<float>(), sizeof(float) * fl.numel()), 0)
-                << "flash, lazy rescale, " << rows << " rows" << n;
+                << "flash, eager rescale, " << rows << " rows" << n;
           }
           {
-            // mla_flash_split_s: S's hi·hi and cross terms summed apart, another fp32 order: 3e-5 as above.
-            ScopedKernelChoices split(gpu(), [](cuda::KernelChoices& ch) { ch.mla_flash_split_s = true; });
+            // mla_flash_split_s=0: S's hi·hi and cross terms in one accumulator (the default sums them apart),
+            // another fp32 order: 3e-5 as above.
+            ScopedKernelChoices split(gpu(), [](cuda::KernelChoices& ch) { ch.mla_flash_split_s = false; });
             DeviceTensor dsplit = poisoned({c.t, c.h, c.dv});
             MlaAttentionParams ps = pf;
             ps.out = dsplit;
             gpu().mla_attention_naive(ps);
-            rel_err(("mla naive entry, flash, split S, " + std::to_string(rows) + " rows" + n).c_str(), down(dsplit),
+            rel_err(("mla naive entry, flash, one S accumulator, " + std::to_string(rows) + " rows" + n).c_str(), down(dsplit),
                     want_naive, 3e-5);
           }
           rel_err(("mla naive entry, flash" + std::string(rows == 128 ? " 128 rows" : "") +
@@ -226,7 +227,7 @@ TEST_F(CudaOpTest, MlaAttentionCausalPrefillChunksMatchCpu) {
 // three. fp32 in another summation order (split-K merged by log-sum-exp): 2e-5. With paged_mla_mma the attend step
 // of the V3 shapes (latent 512, rope 64) runs on bf16x3 tensor-core products instead: 3e-5, as the flash MLA kernel;
 // their cases add long contexts (many 16-key tiles a split, the three key buffers reused) and V2-Lite's 16 heads (half
-// a 32-head block); with mla_lazy_rescale the same bits.
+// a 32-head block); with mla_lazy_rescale=0 the same bits.
 TEST_F(CudaOpTest, PagedMlaAttentionMatchesCpu) {
   struct Case {
     PagedMlaSpec spec;
@@ -301,14 +302,14 @@ TEST_F(CudaOpTest, PagedMlaAttentionMatchesCpu) {
       rel_err((std::string(mma ? "paged mla, tensor cores, " : "paged mla ") + k.name).c_str(), got, want,
               mma ? 3e-5 : 2e-5);
       if (!mma) continue;
-      // mla_lazy_rescale: Ō's rescale by exactly 1 skipped, the same bits.
-      ScopedKernelChoices lazy(gpu(), [](cuda::KernelChoices& ch) { ch.mla_lazy_rescale = true; });
+      // mla_lazy_rescale=0: Ō's rescale by exactly 1 done, the same bits as the default's skip.
+      ScopedKernelChoices lazy(gpu(), [](cuda::KernelChoices& ch) { ch.mla_lazy_rescale = false; });
       DeviceTensor dlazy = poisoned(out_shape);
       p.out = dlazy;
       gpu().paged_mla_attention(p);
       const HostTensor lz = down(dlazy);
       EXPECT_EQ(std::memcmp(lz.data<float>(), got.data<float>(), sizeof(float) * got.numel()), 0)
-          << "paged mla, tensor cores, lazy rescale, " << k.name;
+          << "paged mla, tensor cores, eager rescale, " << k.name;
     }
 }
 

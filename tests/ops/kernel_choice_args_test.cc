@@ -47,8 +47,8 @@ TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
                                           "mla_flash=0",
                                           "mla_flash_rows=128",
                                           "paged_mla_mma=never",
-                                          "mla_lazy_rescale=1",
-                                          "mla_flash_split_s=1",
+                                          "mla_lazy_rescale=0",
+                                          "mla_flash_split_s=0",
                                           "rows_mma=never",
                                           "rows_mma_bf16_a=1",
                                           "rows_mma_pdl=1",
@@ -77,8 +77,8 @@ TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
   EXPECT_FALSE(c.mla_flash);
   EXPECT_EQ(c.mla_flash_rows, 128);
   EXPECT_EQ(c.paged_mla_mma, KernelPick::kNever);
-  EXPECT_TRUE(c.mla_lazy_rescale);
-  EXPECT_TRUE(c.mla_flash_split_s);
+  EXPECT_FALSE(c.mla_lazy_rescale);   // on by default
+  EXPECT_FALSE(c.mla_flash_split_s);  // on by default
   EXPECT_EQ(c.gemm.rows_mma, KernelPick::kNever);
   EXPECT_TRUE(c.gemm.rows_mma_bf16_a);
   EXPECT_TRUE(c.gemm.rows_mma_pdl);

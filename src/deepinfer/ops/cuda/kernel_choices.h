@@ -123,13 +123,14 @@ struct KernelChoices {
   KernelPick paged_mla_mma = KernelPick::kAuto;
   // The MLA flash kernel and paged_mla_mma skip the output's per-tile rescale by exp(m_old - m_new) when it is 1 for
   // every row a warp holds (no row's running max grew: most tiles after the first few), instead of multiplying by 1:
-  // the same bits. Opt-in until measured (session 34 wrote it without a device; docs/PERF.md next steps: the rescale's
-  // FMULs were 11% of the paged kernel's executed instructions).
-  bool mla_lazy_rescale = false;
+  // the same bits. On since session 35 (H100, V3 slice, same run: prefill 8192 attention 133.2-133.9 -> 128.6 ms alone,
+  // 125.5 with mla_flash_split_s; decode attention within the spread; docs/PERF.md).
+  bool mla_lazy_rescale = true;
   // The MLA flash kernel sums S's hi·hi products and its cross terms in separate accumulators (8 independent mma chains
-  // a warp instead of 4): another fp32 order within the same 3e-5. Opt-in until measured (session 34, no device left:
-  // fixed-latency waits were the flash kernel's largest stall, 38% of them on its HMMAs).
-  bool mla_flash_split_s = false;
+  // a warp instead of 4): another fp32 order within the same 3e-5. On since session 35 (H100, same run: prefill 8192
+  // attention 133.2-133.9 -> 130.0 ms alone, 125.5 with mla_lazy_rescale; fixed-latency waits on the HMMAs were the
+  // flash kernel's largest stall).
+  bool mla_flash_split_s = true;
   // Rows a group up to which a grouped_linear call (default mode) is one grouped launch (grouped_linear.h); -1:
   // kGemmStreamMmaMaxRows. 0 runs every call per group.
   int64_t grouped_one_launch_rows = -1;
