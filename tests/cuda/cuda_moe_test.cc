@@ -377,6 +377,30 @@ TEST_F(CudaMoeTest, ActQuantFp8Block128ExpertGemmMatchesCpu) {
     }
 }
 
+// The same mode at decode shapes (T = 3 / 4 tokens x 4 of 8 experts: ~2 rows an expert, the shared expert at 3-4 rows):
+// the streaming kernel over f32-scaled experts reads x's and h's e4m3 codes with their per-128 scales, exact products
+// promoted a 128-K block at a time (the codes' sums times weight scale x row scale), so the output is the CPU op's up
+// to fp32 order: 1e-4. (Staging the rounded rows as bf16, as before session 35, was ~1.5e-3 off.)
+TEST_F(CudaMoeTest, ActQuantFp8Block128DecodeReadsCodesExactly) {
+  const int64_t d = 256, inter = 128, e = 8, k = 4;
+  const std::unique_ptr<QuantMoe> q = quant_moe(d, inter, e, QuantFormat::kFP8Block, true);
+  for (const int64_t t : {3, 4}) {
+    HostTensor x = rand({t, d}, -4.0f, 4.0f), weights = rand({t, k}, 0.05f, 1.0f), idx = distinct_indices(t, k, e);
+    const DeviceTensor dx = up(x), dwts = up(weights), didx = up(idx);
+    for (const ActQuant aq : {ActQuant::kFp8Block128, ActQuant::kFp8Block128Ue8m0})
+      for (bool before : {false, true}) {
+        HostTensor want(DType::kF32, {t, d});
+        cpu().moe({x, weights, idx, &q->cpu_experts, &q->cpu_shared, want, 10.0f, before, aq});
+        const DeviceTensor dout = poisoned({t, d});
+        gpu().moe_quant({dx, dwts, didx, &q->gpu_experts, &q->gpu_shared, dout, 10.0f, before, aq});
+        rel_err(("act_quant moe_quant fp8-128 decode T=" + std::to_string(t) + " " + act_quant_name(aq) +
+                 (before ? " before_w2" : ""))
+                    .c_str(),
+                down(dout), want, 1e-4);
+      }
+  }
+}
+
 // The pipelined mma.sync kernel (gemm_mma_cuda.cu; many rows per expert in a block format, x and h as bf16):
 // MXFP4 and FP8-block routed experts, hidden 640 (gate/up K = 640: 20 k-steps; down N = 640: a partial 256-column
 // tile), inter 320 (gate/up N: a partial tile; down K = 320), 24 experts of which each token takes 6. T = 40 gives

@@ -232,20 +232,11 @@ void CudaBackend::linear_quant(const QuantLinearParams& p) {
   if (impl_->fp8_linear(p.in.data_as<float>(), p.weight, p.out.data_as<float>(), p.in.dim(0), p.act_quant, p.split_in))
     return;
   const float* in = impl_->act_quant_rows(p.in.data_as<float>(), p.in.dim(0), p.in.dim(1), p.act_quant);
-  // Rows rounded with f32 scales (--activation-quant fp8) are e4m3 codes times an arbitrary scale, so not bf16 values:
-  // up to the streaming kernel's few rows they keep its exact fp32 products (one row does anyway) instead of the
-  // tensor-core kernel for f32-scaled weights, which rounds them and the scaled weights to bf16 (1.5e-3 of the output,
-  // CudaLinearTest.ActQuantFp8Block128TakesCublasLtBlockScaledGemm). More rows stay on it: their other path, cuBLASLt's
-  // bf16 scratch, rounds the same way.
-  const bool exact_rows = p.act_quant == ActQuant::kFp8Block128 && p.in.dim(0) <= cuda::kGemmSkinnyRows &&
-                          p.weight.scale.dtype() == DType::kF32 && impl_->choices.gemm.f32_scale_mma;
-  struct Restore {
-    bool& flag;
-    bool value;
-    ~Restore() { flag = value; }
-  } restore{impl_->choices.gemm.f32_scale_mma, impl_->choices.gemm.f32_scale_mma};
-  if (exact_rows) impl_->choices.gemm.f32_scale_mma = false;
-  impl_->quant_linear(in, p.weight, p.out.data_as<float>(), p.in.dim(0), p.split_in);
+  // Under --activation-quant fp8 the few-row tensor-core kernel over f32-scaled weights reads the rows' e4m3 codes and
+  // scales (exact) instead of the rounded rows, which are not bf16 values.
+  const ActCodes codes =
+      p.split_in ? ActCodes{} : impl_->stream_act_codes(p.in.data_as<float>(), p.in.dim(0), p.weight, p.act_quant);
+  impl_->quant_linear(in, p.weight, p.out.data_as<float>(), p.in.dim(0), p.split_in, codes);
 }
 
 void CudaBackend::embedding(const EmbeddingParams& p) {

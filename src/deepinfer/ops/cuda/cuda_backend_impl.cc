@@ -145,7 +145,8 @@ const uint8_t* CudaBackend::Impl::mxfp4_fold(int which, const void* key, const s
   return f.fits ? f.refs.data_as<uint8_t>() : nullptr;
 }
 
-void CudaBackend::Impl::quant_linear(const float* in, const QuantMatrix& w, float* out, int64_t m, bool split_in) {
+void CudaBackend::Impl::quant_linear(const float* in, const QuantMatrix& w, float* out, int64_t m, bool split_in,
+                                     ActCodes codes) {
   const int64_t n = w.rows(), k = w.cols();
   if (batch_invariant) {
     // Exact fp32 products (bf16 weights widened), whatever split_in asks: nothing nearer to ask for.
@@ -193,7 +194,9 @@ void CudaBackend::Impl::quant_linear(const float* in, const QuantMatrix& w, floa
     // rows itself as it stages them: no cast kernel a call, unless rows_mma_bf16_a.)
     cuda::WorkspaceArena::Scope scope(ws());
     const bool cast = m >= lt_min_rows(w) && (choices.gemm.rows_mma_bf16_a || !rows_direct(w, m));
-    run_gemm(dense_params(in, cast ? bf16_copy(in, m * k) : nullptr, k, w, out, n, m));
+    cuda::GemmKernelParams g = dense_params(in, cast ? bf16_copy(in, m * k) : nullptr, k, w, out, n, m);
+    attach_codes(g, codes);
+    run_gemm(g);
   }
 }
 
@@ -289,6 +292,18 @@ void CudaBackend::Impl::run_moe(const float* x, const float* weights, const int3
       xc16 = ws().take(sizeof(uint16_t) * tc * d);
       cuda::run_cast_f32_to_bf16(xc, xc16, tc * d, s());
     }
+    // --activation-quant fp8 at decode (the V3 family's f32-scaled experts on the streaming kernel): x's and the
+    // SwiGLU outputs' codes as well, which that kernel reads exactly (the rounded rows above are not bf16 values).
+    const int64_t rows_hint = ceil_div(slots, std::min<int64_t>(experts, slots));
+    const bool routed_codes =
+        !fp8_gu && !fp8_down &&
+        stream_codes_take(mw.format, mw.scale_e8m0, mw.block_n, mw.block_k, d, rows_hint, act_quant) &&
+        stream_codes_take(mw.format, mw.scale_e8m0, mw.block_n, mw.block_k, inter, rows_hint, act_quant);
+    const bool shared_codes = shared && !shared_fp8 && !shared_lt && !shared_mma && !shared_rows &&
+                              stream_codes_take(shared->w1, tc, act_quant) &&
+                              stream_codes_take(shared->w3, tc, act_quant) && stream_codes_take(shared->w2, tc, act_quant);
+    const ActCodes x_codes =
+        routed_codes || shared_codes ? group_act_codes(x + t0 * d, tc, d, act_quant) : ActCodes{};
     const float* wc = weights + t0 * k;
     const int32_t* ic = indices + t0 * k;
 
@@ -323,7 +338,7 @@ void CudaBackend::Impl::run_moe(const float* x, const float* weights, const int3
     g.batch_invariant = batch_invariant;
     // Average rows per used expert, assuming spread routing: decode batches (a row or two per expert)
     // stream weights; prefill (tens of rows per expert) takes the tensor cores. Skew only costs speed.
-    g.rows_hint = ceil_div(slots, std::min<int64_t>(experts, slots));
+    g.rows_hint = rows_hint;
     g.m = slots;
     // gate and up: gathered token rows -> gu[pos, 0:I] and gu[pos, I:2I]
     g.a = xc;
@@ -334,6 +349,7 @@ void CudaBackend::Impl::run_moe(const float* x, const float* weights, const int3
     g.ldc = 2 * inter;
     g.n = inter;
     g.k = d;
+    if (routed_codes) attach_codes(g, x_codes);
     for (int which = 0; which < 2; ++which) {
       g.c = gu + which * inter;
       g.b_table = mw.w[which];
@@ -354,6 +370,7 @@ void CudaBackend::Impl::run_moe(const float* x, const float* weights, const int3
     sw.weight_rows = perm;
     sw.rows_used = group_offsets + experts;
     uint8_t *h8 = nullptr, *h8_scale = nullptr;
+    ActCodes h_codes;
     if (fp8_down) {
       // w2's input as MXFP8 codes of the SwiGLU's output (what the rounding below makes of it).
       cuda::run_swiglu(sw, s());
@@ -363,6 +380,7 @@ void CudaBackend::Impl::run_moe(const float* x, const float* weights, const int3
     } else if (act_quant != ActQuant::kNone) {
       // w2's input is rounded after the SwiGLU (and the routing weight), so its bf16 copy follows the rounding.
       cuda::run_swiglu(sw, s());
+      if (routed_codes) h_codes = group_act_codes(h, slots, inter, act_quant);
       round_rows_in_place(h, slots, inter, act_quant);
       if (h16) cuda::run_cast_f32_to_bf16(h, h16, slots * inter, s());
     } else if (h16) {
@@ -384,6 +402,10 @@ void CudaBackend::Impl::run_moe(const float* x, const float* weights, const int3
     g.b_table = mw.w[2];
     g.b_scale_table = mw.s[2];
     g.scale_cols = mw.scale_cols[2];
+    g.a_e4m3 = nullptr;
+    g.a_scale = nullptr;
+    g.a_scale_block128 = false;
+    attach_codes(g, h_codes);
     if (fp8_down)
       run_fp8(g, h8, h8_scale, mw.fold[2], act_quant);
     else
@@ -415,7 +437,8 @@ void CudaBackend::Impl::run_moe(const float* x, const float* weights, const int3
         // gate/up into the two halves of sgu: run each as a dense GEMM with ldc = 2·I.
         for (int which = 0; which < 2; ++which) {
           const QuantMatrix& w = which == 0 ? shared->w1 : shared->w3;
-          shared_gemm(xc, d, w, sgu + which * si, 2 * si, tc, shared_mma || shared_rows ? xc16 : nullptr);
+          shared_gemm(xc, d, w, sgu + which * si, 2 * si, tc, shared_mma || shared_rows ? xc16 : nullptr,
+                      shared_codes ? x_codes : ActCodes{});
         }
       }
       cuda::SwigluKernelParams ssw;
@@ -427,6 +450,7 @@ void CudaBackend::Impl::run_moe(const float* x, const float* weights, const int3
       void* sh16 = nullptr;
       if ((shared_mma && !shared_fp8) || shared_rows) sh16 = ws().take(sizeof(uint16_t) * tc * si);
       uint8_t *sh8 = nullptr, *sh8_scale = nullptr;
+      ActCodes sh_codes;
       if (shared_fp8) {
         cuda::run_swiglu(ssw, s());
         sh8 = ws().take_as<uint8_t>(tc * si);
@@ -434,6 +458,7 @@ void CudaBackend::Impl::run_moe(const float* x, const float* weights, const int3
         act_codes(sh, tc, si, act_quant, sh8, sh8_scale);
       } else if (act_quant != ActQuant::kNone) {
         cuda::run_swiglu(ssw, s());
+        if (shared_codes) sh_codes = group_act_codes(sh, tc, si, act_quant);
         round_rows_in_place(sh, tc, si, act_quant);
         if (sh16) cuda::run_cast_f32_to_bf16(sh, sh16, tc * si, s());
       } else if (sh16) {
@@ -446,7 +471,7 @@ void CudaBackend::Impl::run_moe(const float* x, const float* weights, const int3
       else if (shared_lt)
         quant_linear(sh, shared->w2, shared_out, tc);
       else
-        shared_gemm(sh, si, shared->w2, shared_out, d, tc, sh16);
+        shared_gemm(sh, si, shared->w2, shared_out, d, tc, sh16, sh_codes);
     }
     cuda::MoeCombineKernelParams cb;
     cb.y_slot = y_slot;
@@ -463,7 +488,7 @@ void CudaBackend::Impl::run_moe(const float* x, const float* weights, const int3
 }
 
 void CudaBackend::Impl::shared_gemm(const float* a, int64_t lda, const QuantMatrix& w, float* c, int64_t ldc, int64_t m,
-                                    const void* a_bf16) {
+                                    const void* a_bf16, ActCodes codes) {
   cuda::GemmKernelParams g;
   g.a = a;
   g.a_bf16 = a_bf16;
@@ -489,6 +514,7 @@ void CudaBackend::Impl::shared_gemm(const float* a, int64_t lda, const QuantMatr
     g.k = w.cols();
   } else {
     set_weight(g, w);
+    attach_codes(g, codes);
   }
   run_gemm(g);
 }

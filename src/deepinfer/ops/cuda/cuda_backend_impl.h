@@ -80,6 +80,14 @@ inline void validate_quant(const char* op, const char* field, const QuantMatrix&
   }
 }
 
+// A GEMM's activation rows as e4m3 codes with one f32 scale a row and 128-K block (act_codes' block-128 form, row
+// stride K), for the streaming kernel over f32-scaled FP8 weights (gemm_stream_mma.h); empty: none.
+struct ActCodes {
+  const uint8_t* e4m3 = nullptr;
+  const uint8_t* scale = nullptr;
+  explicit operator bool() const { return e4m3 != nullptr; }
+};
+
 struct CudaBackend::Impl {
   cuda::DeviceInfo info;
   Device device;
@@ -310,7 +318,40 @@ struct CudaBackend::Impl {
 
   // out[M, N] = in[M, K] · dequant(w)ᵀ; bf16 and f32 weights through cuBLASLt. split_in (bf16 weights,
   // QuantLinearParams): `in` as two bf16 terms, near-f32 products.
-  void quant_linear(const float* in, const QuantMatrix& w, float* out, int64_t m, bool split_in = false);
+  // Attaches codes (when given) to a GEMM's params; kernels other than the streaming one read g.a.
+  static void attach_codes(cuda::GemmKernelParams& g, ActCodes codes) {
+    if (!codes) return;
+    g.a_e4m3 = codes.e4m3;
+    g.a_scale = codes.scale;
+    g.a_scale_block128 = true;
+  }
+  // Under --activation-quant fp8 (q block-128), the codes of x's [rows, w.cols()] rows in ws() (the caller holds the
+  // scope) when a dense GEMM of them against w takes the streaming kernel over f32-scaled FP8 blocks; else none and
+  // nothing enqueued.
+  ActCodes stream_act_codes(const float* x, int64_t rows, const QuantMatrix& w, ActQuant q) {
+    if (!stream_codes_take(w, rows, q) || !cuda::gemm_stream_mma_takes_shape(rows, w.rows(), 1)) return {};
+    return group_act_codes(x, rows, w.cols(), q);
+  }
+  // Whether GEMMs of `rows` rows a weight (a group's, or a dense call's) against w read the codes under q.
+  bool stream_codes_take(const QuantMatrix& w, int64_t rows, ActQuant q) const {
+    return stream_codes_take(w.format, e8m0_scales(w), w.block_n, w.block_k, w.cols(), rows, q) &&
+           rows < lt_min_rows(w);
+  }
+  bool stream_codes_take(QuantFormat format, bool e8m0, int block_n, int block_k, int64_t k, int64_t rows,
+                         ActQuant q) const {
+    return act_quant_block128(q) && !batch_invariant && !e8m0 && k % 128 == 0 && rows >= 1 &&
+           rows <= cuda::kGemmStreamMmaMaxRows &&
+           cuda::gemm_stream_mma_takes_f32_scales(format, block_n, block_k, k, choices.gemm);
+  }
+  // x's [rows, k] rows as q's block-128 codes in ws() (the caller holds the scope).
+  ActCodes group_act_codes(const float* x, int64_t rows, int64_t k, ActQuant q) {
+    uint8_t* codes = ws().take_as<uint8_t>(rows * k);
+    uint8_t* scales = ws().take_as<uint8_t>(rows * k / 32);
+    act_codes(x, rows, k, q, codes, scales);
+    return {codes, scales};
+  }
+  void quant_linear(const float* in, const QuantMatrix& w, float* out, int64_t m, bool split_in = false,
+                    ActCodes codes = {});
   // Batch-invariant mode: whether a GEMM of `rows` rows (per group) with weight w takes the invariant tile kernel
   // (gemm_invariant_mma.h), which reads a bf16 copy of A when it gets one (the same values it would round itself).
   static bool invariant_tile(const QuantMatrix& w, int64_t rows) {
@@ -556,7 +597,7 @@ struct CudaBackend::Impl {
   // a strided output is fine (and batch-invariant when the backend is). Takes scratch from ws(): the caller
   // holds the scope. a_bf16: an optional bf16 copy of a (same lda) for the mma.sync kernel (block formats).
   void shared_gemm(const float* a, int64_t lda, const QuantMatrix& w, float* c, int64_t ldc, int64_t m,
-                   const void* a_bf16 = nullptr);
+                   const void* a_bf16 = nullptr, ActCodes codes = {});
 };
 
 }  // namespace deepinfer

@@ -28,7 +28,10 @@ bool run_gemm_stream_mma(const GemmKernelParams& p, int64_t rows, cudaStream_t s
 // Whether the kernel takes FP8 blocks with f32 scales (V3 / R1 checkpoints): the choice set, blocks of >= 16 rows and
 // >= 128 along K (powers of two; V3's are 128 x 128). The codes go into the products exact and each 128-K block's
 // sums are scaled once in fp32 (A rounded to bf16 as with UE8M0 scales); default mode only (batch-invariant mode keeps
-// the fp32 kernels for f32 scales).
+// the fp32 kernels for f32 scales). With p.a_e4m3, p.a_scale and p.a_scale_block128 (--activation-quant fp8: A's e4m3
+// codes, row stride lda, and one f32 scale a row and 128 values, [rows, lda / 128]; lda % 128 == 0, 16-byte aligned)
+// it stages the codes instead of rounding p.a, and each block's sums are scaled by the weight's scale times the row's:
+// no operand rounded. Other kernels that take the call instead read p.a (the caller gives both).
 bool gemm_stream_mma_takes_f32_scales(QuantFormat format, int block_n, int block_k, int64_t k,
                                       const GemmChoices& choices);
 

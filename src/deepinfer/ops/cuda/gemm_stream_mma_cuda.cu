@@ -54,11 +54,16 @@ constexpr int64_t kDefaultSmemBytes = 48 * 1024;  // above it a kernel needs the
 // one row block, so one scale covers a pair's mma sums for the whole warp; they go into kChains block sums, then
 // acc += scale · block sum. The weights stay exact, A is rounded to bf16 as for UE8M0 scales. Half the chains of
 // the UE8M0 form, so the block sums take no more registers (the kernel sits at the 128 of its launch bounds).
-template <QuantFormat F, int R, bool W16, int kAcc, bool kBf16A = false, bool kF32S = false>
+// kCodes (with kF32S; --activation-quant fp8, the V3 family's reference numerics): A comes as its e4m3 codes
+// (p.a_e4m3, exact in bf16) and one f32 scale a row and 128-K block (p.a_scale), staged beside the codes, and each
+// output's pair sums are promoted by the weight's scale times its row's: acc += (w_scale · a_scale) · block sum. No
+// operand is rounded (rounding code · a_scale to bf16 was ~1.5e-3 of the output: session 34's regression).
+template <QuantFormat F, int R, bool W16, int kAcc, bool kBf16A = false, bool kF32S = false, bool kCodes = false>
 __global__ void __launch_bounds__(32 * kSmWarps, 2)
     gemm_stream_mma_kernel(GemmKernelParams p, int kw, int lbn, int lbk, bool a_vec, int groups_arg) {
   static_assert(kAcc == 1 || kAcc == 4, "the partial sums below");
   static_assert(!kF32S || (F == QuantFormat::kFP8Block && kAcc == 4), "f32 scales: FP8 blocks, default mode");
+  static_assert(!kCodes || (kF32S && !kBf16A), "A as codes: with f32 weight scales, from the codes");
   constexpr int kChains = kF32S ? 2 : kAcc;                 // accumulator chains (and, kF32S, block-sum chains)
   constexpr int kRows = W16 ? 2 : 1, kOut = W16 ? 4 : 2;    // weight rows a lane loads; outputs a lane holds
   constexpr int kPrefetch = kPrefetchBytes / (16 * kRows);  // steps in flight: the same bytes for both shapes
@@ -66,6 +71,9 @@ __global__ void __launch_bounds__(32 * kSmWarps, 2)
   const int tile_groups = W16 ? groups_arg : 1;  // (launch_shape gives 8-row tiles one group)
   extern __shared__ __align__(16) uint2 xs[];
   __shared__ float part[kSmWarps][kOut][32];
+  // kCodes: the activation scales after the staged codes (launch_shape sizes both).
+  [[maybe_unused]] const int a_blocks = (p.k + 127) / 128;
+  [[maybe_unused]] float* a_sc = reinterpret_cast<float*>(xs + ((p.k / kChunkK<F> + 3) / 4) * kMmas<F> * R * 4);
   __shared__ int64_t a_row[R], c_row[R];
   constexpr int kMi = kMmas<F>;
   // Grouped: the weights' address depends on the plan (an earlier kernel's output) through two loads; the slot's
@@ -156,6 +164,18 @@ __global__ void __launch_bounds__(32 * kSmWarps, 2)
     constexpr int kC = kChunkK<F>;
     for (int q = tid; q < R * steps * 4; q += 32 * kSmWarps) {
       const int r = q % R, c = q / R;
+      if constexpr (kCodes) {
+        // 16 e4m3 codes a chunk (one 16-byte load), exact as f32 and so as bf16.
+        float v[kC];
+        uint4 u = make_uint4(0, 0, 0, 0);
+        if (a_row[r] >= 0 && c < chunks)
+          u = __ldg(reinterpret_cast<const uint4*>(p.a_e4m3 + a_row[r] * p.lda + int64_t{c} * kC));
+        const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int i = 0; i < kC; ++i) v[i] = e4m3_to_f32_dev(static_cast<uint8_t>(w[i / 4] >> (8 * (i % 4))));
+        place_pairs<F>(v, xs + ((c >> 2) * kMi * R + r) * 4 + (c & 3), R * 4);
+        continue;
+      }
       if constexpr (kBf16A) {
         // The caller's bf16 copy (RNE, the values the f32 path rounds to): half the bytes, no conversion.
         uint32_t h[kC / 2];
@@ -166,6 +186,14 @@ __global__ void __launch_bounds__(32 * kSmWarps, 2)
       float v[kC];
       load_chunk<F>(p, a_row[r], c, chunks, a_vec, v);
       place_pairs<F>(v, xs + ((c >> 2) * kMi * R + r) * 4 + (c & 3), R * 4);
+    }
+    if constexpr (kCodes) {
+      // The rows' scales, [8][a_blocks] after the codes (rows past R or past the pass: 0, their outputs unwritten).
+      const int64_t a_ld = p.lda / 128;
+      for (int q = tid; q < 8 * a_blocks; q += 32 * kSmWarps) {
+        const int r = q / a_blocks, kb = q % a_blocks;
+        a_sc[q] = r < R && a_row[r] >= 0 ? reinterpret_cast<const float*>(p.a_scale)[a_row[r] * a_ld + kb] : 0.0f;
+      }
     }
     __syncthreads();
 
@@ -231,10 +259,21 @@ __global__ void __launch_bounds__(32 * kSmWarps, 2)
             if constexpr (kF32S) {
               if ((u & 1) || st + 1 == s_end) {
                 const float scale = __uint_as_float(d.e[0]);
+                if constexpr (kCodes) {
+                  // The activation row of output i: W16 rows 2t (i even) / 2t + 1 (odd); else row g (i 2-3 unused).
+                  const float* sa = a_sc + (st >> 1);
+                  const float f0 = scale * sa[(W16 ? 2 * t : g) * a_blocks];
+                  const float f1 = W16 ? scale * sa[(2 * t + 1) * a_blocks] : f0;
 #pragma unroll
-                for (int j = 0; j < kChains; ++j)
+                  for (int j = 0; j < kChains; ++j)
 #pragma unroll
-                  for (int i = 0; i < 4; ++i) acc[j][i] = fmaf(scale, blk[j][i], acc[j][i]);
+                    for (int i = 0; i < 4; ++i) acc[j][i] = fmaf(i & 1 ? f1 : f0, blk[j][i], acc[j][i]);
+                } else {
+#pragma unroll
+                  for (int j = 0; j < kChains; ++j)
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) acc[j][i] = fmaf(scale, blk[j][i], acc[j][i]);
+                }
               }
             }
             // Refills after the math (the registers are free again), two steps at a time: a row's 64-byte halves of
@@ -277,7 +316,7 @@ __global__ void __launch_bounds__(32 * kSmWarps, 2)
 }
 
 // fixed_kw > 0 (batch-invariant mode): that many K slices, whatever the call's tiles and slots.
-template <QuantFormat F, int R, bool W16, int kAcc = 4, bool kBf16A = false, bool kF32S = false>
+template <QuantFormat F, int R, bool W16, int kAcc = 4, bool kBf16A = false, bool kF32S = false, bool kCodes = false>
 void launch_shape(const GemmKernelParams& p, int64_t slots, int lbn, int lbk, cudaStream_t stream, int fixed_kw = 0) {
   const int64_t chunks = p.k / kChunkK<F>, steps = ceil_div(chunks, 4), tiles = ceil_div(p.n, W16 ? 16 : 8);
   int kw = 1;  // K slices per tile: enough warps to stream, at least two steps each
@@ -294,18 +333,23 @@ void launch_shape(const GemmKernelParams& p, int64_t slots, int lbn, int lbk, cu
     while (tile_groups < 4 && ceil_div(tiles, int64_t{nw} * tile_groups * 2) * active * kSmWarps >= 4 * kTargetWarps)
       tile_groups *= 2;
   }
-  const size_t smem = static_cast<size_t>(steps * kMmas<F> * R * 4) * sizeof(uint2);
+  const size_t smem = static_cast<size_t>(steps * kMmas<F> * R * 4) * sizeof(uint2) +
+                      (kCodes ? sizeof(float) * 8 * static_cast<size_t>(ceil_div(p.k, int64_t{128})) : 0);
   if (smem > static_cast<size_t>(kDefaultSmemBytes))
-    DI_CUDA_CHECK(cudaFuncSetAttribute(gemm_stream_mma_kernel<F, R, W16, kAcc, kBf16A, kF32S>,
+    DI_CUDA_CHECK(cudaFuncSetAttribute(gemm_stream_mma_kernel<F, R, W16, kAcc, kBf16A, kF32S, kCodes>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   const dim3 grid(static_cast<unsigned>(ceil_div(tiles, nw * tile_groups)), static_cast<unsigned>(slots));
   const bool a_vec = p.lda % 4 == 0 && reinterpret_cast<uintptr_t>(p.a) % 16 == 0;
   // A plain launch: programmatic dependent launch measured slower (H200, V4.1 decode at batch 1, same call: 2.44 ms
   // without, 3.04 ms with; the grouped calls started early and waited for the plan while holding SM slots).
-  gemm_stream_mma_kernel<F, R, W16, kAcc, kBf16A, kF32S>
+  gemm_stream_mma_kernel<F, R, W16, kAcc, kBf16A, kF32S, kCodes>
       <<<grid, 32 * kSmWarps, smem, stream>>>(p, kw, lbn, lbk, a_vec, tile_groups);
   DI_CUDA_CHECK_LAUNCH();
 }
+
+// Whether a call over f32-scaled FP8 blocks stages A from its e4m3 codes and per-128 f32 scales (the V3 family's
+// --activation-quant fp8) rather than rounding p.a to bf16.
+bool stream_codes(const GemmKernelParams& p) { return p.a_e4m3 && p.a_scale && p.a_scale_block128; }
 
 // 16-row tiles from 80 of them (op micro-bench, H200, 08fddc7, M = 1, 8-row vs 16-row µs: q_a 1280x5120 10.7 vs
 // 10.3, o_b 5120x8192 33.2 vs 28.7, q_b 32768x1280 24.5 vs 20.7, MoE T=1 (6 experts x 144 tiles) 145 vs 132, T=8
@@ -320,6 +364,16 @@ void launch(const GemmKernelParams& p, int64_t slots, int lbn, int lbk, cudaStre
   // rounding the f32 rows here, half the bytes (V4.1 MoE layer T = 256, H200, session 16: 4.28 vs 4.45 ms at 4 rows
   // a pass; docs/PERF.md).
   const bool a16 = p.a_bf16 && p.lda % 8 == 0 && reinterpret_cast<uintptr_t>(p.a_bf16) % 16 == 0;
+  if constexpr (kF32S) {
+    // A as e4m3 codes and f32 scales a 128-K block (run checked their alignment): the exact form.
+    if (stream_codes(p)) {
+      if (w16)
+        launch_shape<F, R, true, 4, false, true, true>(p, slots, lbn, lbk, stream);
+      else
+        launch_shape<F, R, false, 4, false, true, true>(p, slots, lbn, lbk, stream);
+      return;
+    }
+  }
   if (w16 && a16)
     launch_shape<F, R, true, 4, true, kF32S>(p, slots, lbn, lbk, stream);
   else if (w16)
@@ -430,6 +484,10 @@ bool run(const GemmKernelParams& p, int64_t rows, cudaStream_t stream, int invar
   if (!p.scale_e8m0) {
     if (invariant_kw || !gemm_stream_mma_takes_f32_scales(p.format, p.block_n, p.block_k, p.k, p.choices)) return false;
     if (!p.b_scale_table && reinterpret_cast<uintptr_t>(p.b_scale) % 4 != 0) return false;
+    // The codes' chunks are 16-byte loads; their scales one f32 a 128 values of a row.
+    if (stream_codes(p) && (!aligned(p.a_e4m3) || p.lda % 128 != 0 || p.lda < p.k ||
+                            reinterpret_cast<uintptr_t>(p.a_scale) % 4 != 0))
+      return false;
     return dispatch<QuantFormat::kFP8Block, true>(p, rows, log2_exact(p.block_n), log2_exact(p.block_k), stream);
   }
   switch (p.format) {

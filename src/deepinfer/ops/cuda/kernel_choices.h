@@ -50,7 +50,8 @@ struct GemmChoices {
   int64_t stream_mma_max_rows = -1;
   // FP8 blocks with f32 scales (V3 / R1 checkpoints) on the tensor-core decode kernels as well, instead of the fp32
   // streaming kernels (up to 4 rows) and the cuBLASLt bf16 scratch (5-64 rows): up to 8 rows a group the streaming
-  // kernel (gemm_stream_mma_takes_f32_scales: the codes exact, each 128-K block's sums scaled in fp32), 9-64 dense rows
+  // kernel (gemm_stream_mma_takes_f32_scales: the codes exact, each 128-K block's sums scaled in fp32; under
+  // --activation-quant fp8 the rows' e4m3 codes and scales too, so nothing is rounded: session 35), 9-64 dense rows
   // the rows kernel (gemm_rows_mma.h: each weight scaled in fp32 and rounded to bf16 in registers, the values the bf16
   // scratch holds). On since session 32 (H100, V3 slice under --activation-quant fp8: decode b16 13.05 -> 11.33 ms,
   // b64 37.88 -> 32.47; docs/PERF.md); false keeps the fp32 streaming kernels and the scratch.
