@@ -349,12 +349,326 @@ __global__ void __launch_bounds__(kThreads) paged_mla_attend_mma_kernel(PagedMla
   }
 }
 
+// The same step with its phases overlapped (KernelChoices::paged_mla_pingpong): the stall profile of the kernel above
+// (session 34) was latency in three barrier-separated phases — S, softmax, Ō — with the tensor pipe idle through the
+// softmax and the barriers. Here they run in separate warpgroups, so tile i's Ō update runs under tile i + 1's S and
+// softmax:
+// - warpgroup 0 produces key tiles as above (three buffers);
+// - warpgroups 1-2 (the S group, 8 warps) compute S's quarter partials and the online softmax of every tile, as phases
+//   1-2 above, and hand P (hi / lo), the rescale factors and the buffer's tile to the Ō group through one of two P
+//   slots;
+// - warpgroups 3-4 (the Ō group, 8 warps) run phase 3 of each tile from its slot: Ō[32 heads][64 latent dims a warp].
+// The same products in the same order as the kernel above (S partials, softmax sums, Ō's per-tile mma3 chains), so the
+// same bits. Registers: the Ō group holds 64 accumulators and its fragments (setmaxnreg 128), the S group its partial
+// sums (64), the producers their 18 float4 loads (the launch's 96), 61,440 in all, the block's launch allocation.
+constexpr int kPpWarpgroups = 5;
+constexpr int kPpThreads = 128 * kPpWarpgroups;
+constexpr int kPpGroup = 256;  // threads of the S group and of the Ō group
+constexpr int kPpProducerRegs = 96, kPpSRegs = 64, kPpORegs = 128;
+static_assert(128 * kPpProducerRegs + kPpGroup * (kPpSRegs + kPpORegs) <= 65536 / kPpThreads / 8 * 8 * kPpThreads,
+              "the warpgroups' registers within the block's launch allocation");
+// Named barriers: kPpFullS + b / kPpFullO + b (producers -> S group / Ō group), kPpEmpty + b (Ō group -> producers),
+// kPpReady + slot / kPpFree + slot (S group <-> Ō group, the P slots), kPpCons (the S group's own shared memory),
+// kPpFin (the S group's final m / l to the Ō group).
+constexpr int kPpFullS = 1, kPpFullO = kPpFullS + kStages, kPpEmpty = kPpFullO + kStages, kPpReady = kPpEmpty + kStages,
+              kPpFree = kPpReady + 2, kPpCons = kPpFree + 2, kPpFin = kPpCons + 1;
+static_assert(kPpFin < 16, "16 named barriers");
+
+template <int kR, int kDr>
+struct PpLayout {
+  using L = Layout<kR, kDr>;
+  static constexpr size_t kSBuf = size_t{4} * kQuarters * kBlockHeads * L::kSLd;  // one tile's S partials
+  static constexpr size_t kPBuf = size_t{2} * kBlockHeads * L::kPLd;              // one P plane of a slot
+  static constexpr size_t q_hi = 0;
+  static constexpr size_t q_lo = L::q_lo;
+  static constexpr size_t k_hi = L::k_hi;
+  static constexpr size_t k_lo = L::k_lo;
+  static constexpr size_t s = k_lo + kStages * L::kKeyBuf;  // [2 tiles][quarter][head][key]: written while read
+  static constexpr size_t p_hi = s + 2 * kSBuf;             // [2 slots]
+  static constexpr size_t p_lo = p_hi + 2 * kPBuf;          // [2 slots]
+  static constexpr size_t corr = p_lo + 2 * kPBuf;          // [2 slots][head]
+  static constexpr size_t fin_m = corr + size_t{4} * 2 * kBlockHeads;
+  static constexpr size_t fin_l = fin_m + size_t{4} * kBlockHeads;
+  static constexpr size_t bytes = fin_l + size_t{4} * kBlockHeads;
+  static_assert(s % 16 == 0 && p_hi % 16 == 0 && p_lo % 16 == 0 && corr % 16 == 0 && kPBuf % 16 == 0,
+                "16-byte aligned regions");
+  static_assert(bytes <= 227 * 1024, "sm_90's opt-in shared memory a block");
+};
+
+// Barrier base + i for i in [0, 3) with constant ids (as bar_sync_stage), `threads` arriving in all.
+template <int kBase, int kCount>
+__device__ __forceinline__ void pp_sync(int i) {
+  if (i == 0)
+    bar_sync(kBase, kCount);
+  else if (i == 1)
+    bar_sync(kBase + 1, kCount);
+  else
+    bar_sync(kBase + 2, kCount);
+}
+template <int kBase, int kCount>
+__device__ __forceinline__ void pp_arrive(int i) {
+  if (i == 0)
+    bar_arrive(kBase, kCount);
+  else if (i == 1)
+    bar_arrive(kBase + 1, kCount);
+  else
+    bar_arrive(kBase + 2, kCount);
+}
+
+template <int kR, int kDr>
+__global__ void __launch_bounds__(kPpThreads, 1) paged_mla_attend_pingpong_kernel(PagedMlaKernelParams p) {
+  using L = Layout<kR, kDr>;
+  using PL = PpLayout<kR, kDr>;
+  constexpr int kRow = L::kRow, kRowVecs = kRow / 4;
+  extern __shared__ __align__(16) uint8_t smem[];
+  auto* q_hi = reinterpret_cast<__nv_bfloat16*>(smem + PL::q_hi);
+  auto* q_lo = reinterpret_cast<__nv_bfloat16*>(smem + PL::q_lo);
+  auto* fin_m = reinterpret_cast<float*>(smem + PL::fin_m);
+  auto* fin_l = reinterpret_cast<float*>(smem + PL::fin_l);
+  auto k_hi = [&](int b) { return reinterpret_cast<__nv_bfloat16*>(smem + PL::k_hi + b * L::kKeyBuf); };
+  auto k_lo = [&](int b) { return reinterpret_cast<__nv_bfloat16*>(smem + PL::k_lo + b * L::kKeyBuf); };
+  auto s_buf = [&](int i) { return reinterpret_cast<float*>(smem + PL::s + (i & 1) * PL::kSBuf); };
+  auto p_hi = [&](int slot) { return reinterpret_cast<__nv_bfloat16*>(smem + PL::p_hi + slot * PL::kPBuf); };
+  auto p_lo = [&](int slot) { return reinterpret_cast<__nv_bfloat16*>(smem + PL::p_lo + slot * PL::kPBuf); };
+  auto corr_s = [&](int slot) { return reinterpret_cast<float*>(smem + PL::corr) + slot * kBlockHeads; };
+
+  const int tid = threadIdx.x, lane = tid & 31, wg = tid / 128;
+  const int hb = static_cast<int>(blockIdx.x) * kBlockHeads;
+  const int64_t t = blockIdx.y;
+  const int split = static_cast<int>(blockIdx.z);
+  const PagedMlaSplitKeys keys = paged_mla_split_keys(p, t, split, split == 0 && blockIdx.x == 0 && tid == 0);
+  const int32_t* table = keys.table;
+  const int64_t k_begin = keys.begin, k_end = keys.end;
+  const int n_tiles = static_cast<int>((k_end - k_begin + kTile - 1) / kTile);
+  const int g = lane >> 2, tq = lane & 3;
+
+  if (wg == 0) {
+    // Producers, as in the kernel above (thread ptid: row ptid / 8 of every tile, float4s ptid % 8 + 8·j); each tile
+    // is announced to both groups.
+    constexpr int kVecs = kRowVecs / 8;
+    const int pr = tid / 8, pc = tid % 8;
+    for (int i = 0; i < n_tiles; ++i) {
+      const int b = i % kStages;
+      const int64_t key = k_begin + static_cast<int64_t>(i) * kTile + pr;
+      const float* row = nullptr;
+      bool bad = false;
+      if (key < k_end) {
+        const int64_t blk = key / p.block_size, id = table[blk], at = id * p.block_size + key % p.block_size;
+        bad = id < 0 || at >= p.pool_rows;
+        if (bad) {
+          if (pc == 0) atomicOr(p.status, kStatusPagedAttentionRange);
+        } else {
+          row = p.kv_pool + at * kRow;
+        }
+      }
+      const float fill = bad ? __int_as_float(0x7fc00000) : 0.0f;
+      float4 v[kVecs];
+#pragma unroll
+      for (int j = 0; j < kVecs; ++j)
+        v[j] = row ? __ldg(reinterpret_cast<const float4*>(row) + pc + 8 * j) : make_float4(fill, fill, fill, fill);
+      if (i >= kStages) pp_sync<kPpEmpty, 128 + kPpGroup>(b);  // the Ō group is done with tile i - kStages
+      __nv_bfloat16 *kh = k_hi(b), *kl = k_lo(b);
+#pragma unroll
+      for (int j = 0; j < kVecs; ++j) {
+        const int at = pr * L::kLd + (pc + 8 * j) * 4;
+        uint2 h, l;
+        split4(v[j], h, l);
+        *reinterpret_cast<uint2*>(kh + at) = h;
+        *reinterpret_cast<uint2*>(kl + at) = l;
+      }
+      pp_arrive<kPpFullS, 128 + kPpGroup>(b);
+      pp_arrive<kPpFullO, 128 + kPpGroup>(b);
+    }
+    return;
+  }
+
+  if (wg <= 2) {
+    // The S group: phases 1-2 of the kernel above for every tile, P into slot i % 2.
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kPpSRegs));
+    const int st = tid - 128, warp = st >> 5;
+    for (int i = st; i < kBlockHeads * kRowVecs; i += kPpGroup) {
+      const int r = i / kRowVecs, c = (i % kRowVecs) * 4, h = hb + r;
+      float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (h < p.heads) v = *reinterpret_cast<const float4*>(p.q_full + (t * p.heads + h) * kRow + c);
+      uint2 hi, lo;
+      split4(v, hi, lo);
+      *reinterpret_cast<uint2*>(q_hi + r * L::kLd + c) = hi;
+      *reinterpret_cast<uint2*>(q_lo + r * L::kLd + c) = lo;
+    }
+    const int hg = warp % kHeadGroups, qd = warp / kHeadGroups, r0 = hg * 16 + g;
+    constexpr int kQDims = kRow / kQuarters;
+    const int d0 = qd * kQDims;
+    const int srow = st >> 3, seg = st & 7;
+    float m_run = -INFINITY, l_run = 0.0f;
+    bar_sync(kPpCons, kPpGroup);  // Q̃ stored
+    for (int i = 0; i < n_tiles; ++i) {
+      const int b = i % kStages, slot = i & 1;
+      const int n = static_cast<int>(min(int64_t{kTile}, k_end - k_begin - static_cast<int64_t>(i) * kTile));
+      float* s_s = s_buf(i);
+      pp_sync<kPpFullS, 128 + kPpGroup>(b);
+      {
+        const __nv_bfloat16 *kh = k_hi(b), *kl = k_lo(b);
+        float sacc[2][4] = {}, sx[2][4] = {};
+#pragma unroll
+        for (int ks = 0; ks < kQDims / 16; ++ks) {
+          uint32_t ah[4], al[4], bh[4], bl[4];
+          const int dq = d0 + ks * 16;
+          const int a_at = (hg * 16 + (lane & 15)) * L::kLd + dq + (lane >> 4) * 8;
+          ldmatrix_x4(ah, q_hi + a_at);
+          ldmatrix_x4(al, q_lo + a_at);
+          const int b_at = ((lane >> 4) * 8 + (lane & 7)) * L::kLd + dq + ((lane >> 3) & 1) * 8;
+          ldmatrix_x4(bh, kh + b_at);
+          ldmatrix_x4(bl, kl + b_at);
+#pragma unroll
+          for (int nt = 0; nt < 2; ++nt) {
+            mma_bf16(sx[nt], ah, bl[2 * nt], bl[2 * nt + 1]);
+            mma_bf16(sx[nt], al, bh[2 * nt], bh[2 * nt + 1]);
+            mma_bf16(sacc[nt], ah, bh[2 * nt], bh[2 * nt + 1]);
+          }
+        }
+        float* sq = s_s + qd * kBlockHeads * L::kSLd;
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+          const int col = nt * 8 + 2 * tq;
+          *reinterpret_cast<float2*>(sq + r0 * L::kSLd + col) =
+              make_float2(sacc[nt][0] + sx[nt][0], sacc[nt][1] + sx[nt][1]);
+          *reinterpret_cast<float2*>(sq + (r0 + 8) * L::kSLd + col) =
+              make_float2(sacc[nt][2] + sx[nt][2], sacc[nt][3] + sx[nt][3]);
+        }
+      }
+      // The partials of tile i are complete; those of tile i - 1 (the other buffer) were read before any thread got
+      // here, so the next tile's S phase may write that buffer.
+      bar_sync(kPpCons, kPpGroup);
+      float2 part[kQuarters];
+#pragma unroll
+      for (int q = 0; q < kQuarters; ++q)
+        part[q] = *reinterpret_cast<const float2*>(s_s + (q * kBlockHeads + srow) * L::kSLd + seg * 2);
+      float x[2];
+      x[0] = (((part[0].x + part[1].x) + part[2].x) + part[3].x) * p.scale;
+      x[1] = (((part[0].y + part[1].y) + part[2].y) + part[3].y) * p.scale;
+      float mx = m_run;
+#pragma unroll
+      for (int c = 0; c < 2; ++c)
+        if (seg * 2 + c < n) mx = fmaxf(mx, x[c]);
+#pragma unroll
+      for (int o = 1; o < 8; o <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+      const float corr = expf(m_run - mx);
+      float w[2], sum = 0.0f;
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        w[c] = seg * 2 + c < n ? expf(x[c] - mx) : 0.0f;
+        sum += w[c];
+      }
+#pragma unroll
+      for (int o = 1; o < 8; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+      l_run = l_run * corr + sum;
+      m_run = mx;
+      uint32_t h, l;
+      split_pair(w[0], w[1], h, l);
+      if (i >= 2) pp_sync<kPpFree, 2 * kPpGroup>(slot);  // the Ō group has read slot's tile i - 2
+      *reinterpret_cast<uint32_t*>(p_hi(slot) + srow * L::kPLd + seg * 2) = h;
+      *reinterpret_cast<uint32_t*>(p_lo(slot) + srow * L::kPLd + seg * 2) = l;
+      if (seg == 0) corr_s(slot)[srow] = corr;
+      pp_arrive<kPpReady, 2 * kPpGroup>(slot);
+    }
+    if (seg == 0) {
+      fin_m[srow] = m_run;
+      fin_l[srow] = l_run;
+    }
+    bar_arrive(kPpFin, 2 * kPpGroup);
+    return;
+  }
+
+  // The Ō group: phase 3 of the kernel above for every tile, from slot i % 2 and key buffer i % kStages.
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kPpORegs));
+  const int warp = (tid - 384) >> 5;
+  constexpr int kODims = kR / (kPpGroup / 32), kNt = kODims / 8;
+  const int od0 = warp * kODims;
+  float acc[2][kNt][4];
+#pragma unroll
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int j = 0; j < kNt; ++j) acc[m][j][0] = acc[m][j][1] = acc[m][j][2] = acc[m][j][3] = 0.0f;
+  for (int i = 0; i < n_tiles; ++i) {
+    const int b = i % kStages, slot = i & 1;
+    pp_sync<kPpReady, 2 * kPpGroup>(slot);
+    float c[2][2];
+#pragma unroll
+    for (int m = 0; m < 2; ++m) {
+      c[m][0] = corr_s(slot)[m * 16 + g];
+      c[m][1] = corr_s(slot)[m * 16 + g + 8];
+    }
+    uint32_t ah[2][4], al[2][4];
+#pragma unroll
+    for (int m = 0; m < 2; ++m) {
+      const int at = (m * 16 + (lane & 15)) * L::kPLd + (lane >> 4) * 8;
+      ldmatrix_x4(ah[m], p_hi(slot) + at);
+      ldmatrix_x4(al[m], p_lo(slot) + at);
+    }
+    if (i + 2 < n_tiles) pp_arrive<kPpFree, 2 * kPpGroup>(slot);
+    pp_sync<kPpFullO, 128 + kPpGroup>(b);
+    const bool grew = c[0][0] != 1.0f || c[0][1] != 1.0f || c[1][0] != 1.0f || c[1][1] != 1.0f;
+    if (!p.lazy_rescale || __any_sync(0xffffffffu, grew)) {
+#pragma unroll
+      for (int m = 0; m < 2; ++m)
+#pragma unroll
+        for (int j = 0; j < kNt; ++j) {
+          acc[m][j][0] *= c[m][0];
+          acc[m][j][1] *= c[m][0];
+          acc[m][j][2] *= c[m][1];
+          acc[m][j][3] *= c[m][1];
+        }
+    }
+    const __nv_bfloat16 *kh = k_hi(b), *kl = k_lo(b);
+    const int key = lane & 15;
+#pragma unroll
+    for (int pr = 0; pr < kNt / 2; ++pr) {
+      const int dim = od0 + pr * 16 + (lane >> 4) * 8;
+      uint32_t bh[4], bl[4];
+      ldmatrix_x4_trans(bh, kh + key * L::kLd + dim);
+      ldmatrix_x4_trans(bl, kl + key * L::kLd + dim);
+#pragma unroll
+      for (int m = 0; m < 2; ++m) {
+        mma3(acc[m][2 * pr], ah[m], al[m], bh[0], bh[1], bl[0], bl[1]);
+        mma3(acc[m][2 * pr + 1], ah[m], al[m], bh[2], bh[3], bl[2], bl[3]);
+      }
+    }
+    if (i + kStages < n_tiles) pp_arrive<kPpEmpty, 128 + kPpGroup>(b);
+  }
+  bar_sync(kPpFin, 2 * kPpGroup);
+  const bool bad_query = table == nullptr;
+  const float poison = __int_as_float(0x7fc00000);
+#pragma unroll
+  for (int mh = 0; mh < 4; ++mh) {
+    const int mt = mh / 2, hh = mh % 2;
+    const int r = mt * 16 + g + 8 * hh, h = hb + r;
+    if (h >= p.heads) continue;
+    const int64_t at = (t * p.heads + h) * p.splits + split;
+    if (warp == 0 && tq == 0) {
+      p.part_m[at] = fin_m[r];
+      p.part_l[at] = bad_query ? poison : fin_l[r];
+    }
+    float* dst = p.part_o + at * kR;
+#pragma unroll
+    for (int j = 0; j < kNt; ++j) {
+      const int dim = od0 + j * 8 + 2 * tq;
+      const float2 v =
+          bad_query ? make_float2(poison, poison) : make_float2(acc[mt][j][2 * hh], acc[mt][j][2 * hh + 1]);
+      *reinterpret_cast<float2*>(dst + dim) = v;
+    }
+  }
+}
+
 constexpr int kV3R = 512, kV3Dr = 64;
 
 }  // namespace
 
 bool paged_mla_mma_takes(int64_t r, int64_t dr, size_t smem_per_block_optin) {
   return r == kV3R && dr == kV3Dr && Layout<kV3R, kV3Dr>::bytes <= smem_per_block_optin;
+}
+
+bool paged_mla_pingpong_fits(size_t smem_per_block_optin) {
+  return PpLayout<kV3R, kV3Dr>::bytes <= smem_per_block_optin;
 }
 
 int paged_mla_mma_splits(int64_t tokens, int64_t heads, int64_t max_keys, int sm_count) {
@@ -367,6 +681,16 @@ int paged_mla_mma_splits(int64_t tokens, int64_t heads, int64_t max_keys, int sm
 void launch_paged_mla_attend_mma(const PagedMlaKernelParams& p, cudaStream_t stream) {
   DI_CHECK_INTERNAL(p.r == kV3R && p.dr == kV3Dr)
       << "paged_mla_attention: no tensor-core kernel for latent " << p.r << " + rope " << p.dr;
+  if (p.pingpong) {
+    constexpr size_t smem = PpLayout<kV3R, kV3Dr>::bytes;
+    DI_CUDA_CHECK(cudaFuncSetAttribute(paged_mla_attend_pingpong_kernel<kV3R, kV3Dr>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    const dim3 grid(static_cast<unsigned>(ceil_div(p.heads, kBlockHeads)), static_cast<unsigned>(p.tokens),
+                    static_cast<unsigned>(p.splits));
+    paged_mla_attend_pingpong_kernel<kV3R, kV3Dr><<<grid, kPpThreads, smem, stream>>>(p);
+    DI_CUDA_CHECK_LAUNCH();
+    return;
+  }
   constexpr size_t smem = Layout<kV3R, kV3Dr>::bytes;
   DI_CUDA_CHECK(cudaFuncSetAttribute(paged_mla_attend_mma_kernel<kV3R, kV3Dr>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
