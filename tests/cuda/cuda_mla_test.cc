@@ -227,7 +227,7 @@ TEST_F(CudaOpTest, MlaAttentionCausalPrefillChunksMatchCpu) {
 // three. fp32 in another summation order (split-K merged by log-sum-exp): 2e-5. With paged_mla_mma the attend step
 // of the V3 shapes (latent 512, rope 64) runs on bf16x3 tensor-core products instead: 3e-5, as the flash MLA kernel;
 // their cases add long contexts (many 16-key tiles a split, the three key buffers reused) and V2-Lite's 16 heads (half
-// a 32-head block); with mla_lazy_rescale=0 and with paged_mla_pingpong (the phases overlapped) the same bits.
+// a 32-head block); with mla_lazy_rescale=0 the same bits.
 TEST_F(CudaOpTest, PagedMlaAttentionMatchesCpu) {
   struct Case {
     PagedMlaSpec spec;
@@ -310,30 +310,15 @@ TEST_F(CudaOpTest, PagedMlaAttentionMatchesCpu) {
       const HostTensor lz = down(dlazy);
       EXPECT_EQ(std::memcmp(lz.data<float>(), got.data<float>(), sizeof(float) * got.numel()), 0)
           << "paged mla, tensor cores, eager rescale, " << k.name;
-      // paged_mla_pingpong: S + softmax and Ō in separate warpgroups, the same products in the same order.
-      for (const bool lazy_rescale : {true, false}) {
-        ScopedKernelChoices ping(gpu(), [&](cuda::KernelChoices& ch) {
-          ch.paged_mla_pingpong = true;
-          ch.mla_lazy_rescale = lazy_rescale;
-        });
-        DeviceTensor dping = poisoned(out_shape);
-        p.out = dping;
-        gpu().paged_mla_attention(p);
-        const HostTensor pp = down(dping);
-        EXPECT_EQ(std::memcmp(pp.data<float>(), got.data<float>(), sizeof(float) * got.numel()), 0)
-            << "paged mla, tensor cores, ping-pong, lazy " << lazy_rescale << ", " << k.name;
-      }
     }
 }
 
 // A block id outside the pool is reported by the device status word (the next synchronize throws); by the
 // tensor-core attend step too (V3's shape).
 TEST_F(CudaOpTest, PagedMlaAttentionReportsBadPages) {
-  for (const int form : {0, 1, 2}) {  // fp32, tensor cores, tensor cores overlapped (paged_mla_pingpong)
-    const bool mma = form > 0;
+  for (const bool mma : {false, true}) {
     ScopedKernelChoices choice(gpu(), [&](cuda::KernelChoices& ch) {
       ch.paged_mla_mma = mma ? cuda::KernelPick::kAlways : cuda::KernelPick::kNever;
-      ch.paged_mla_pingpong = form == 2;
     });
     PagedMlaSpec s;
     s.seqs = 2;
@@ -363,7 +348,7 @@ TEST_F(CudaOpTest, PagedMlaAttentionReportsBadPages) {
     gpu().paged_mla_attention(p);
     try {
       gpu().synchronize();
-      ADD_FAILURE() << "no error for a block id outside the pool, form " << form;
+      ADD_FAILURE() << "no error for a block id outside the pool" << (mma ? " (tensor cores)" : "");
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("paged_mla_attention"), std::string::npos) << e.what();
     }

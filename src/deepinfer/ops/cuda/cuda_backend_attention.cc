@@ -627,7 +627,6 @@ void CudaBackend::paged_mla_attention(const PagedMlaAttentionParams& p) {
                    cuda::paged_mla_mma_takes(k.r, k.dr, impl_->info.smem_per_block_optin);
   k.mma = mma ? cuda::KernelPick::kAlways : cuda::KernelPick::kNever;
   k.lazy_rescale = impl_->choices.mla_lazy_rescale;
-  k.pingpong = mma && impl_->choices.paged_mla_pingpong && cuda::paged_mla_pingpong_fits(impl_->info.smem_per_block_optin);
   // The longest query the tables allow bounds the splits (positions live on the device).
   if (impl_->batch_invariant)
     std::tie(k.splits, k.tiles_per_split) = cuda::paged_mla_invariant_splits(k.max_blocks * k.block_size);

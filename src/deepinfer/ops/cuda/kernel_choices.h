@@ -132,11 +132,6 @@ struct KernelChoices {
   // attention 133.2-133.9 -> 130.0 ms alone, 125.5 with mla_lazy_rescale; fixed-latency waits on the HMMAs were the
   // flash kernel's largest stall).
   bool mla_flash_split_s = true;
-  // paged_mla_mma's overlapped form: the S phase and softmax of a tile in two warpgroups, its Ō update in two others
-  // (one tile behind, through two P slots), the producers in a fifth, so that Ō's mmas run under the next tile's S and
-  // softmax instead of after them (session 34's profile: latency in three barrier-separated phases). The same products
-  // in the same order: the same bits. Opt-in until measured (session 35).
-  bool paged_mla_pingpong = false;
   // Rows a group up to which a grouped_linear call (default mode) is one grouped launch (grouped_linear.h); -1:
   // kGemmStreamMmaMaxRows. 0 runs every call per group.
   int64_t grouped_one_launch_rows = -1;

@@ -488,8 +488,6 @@ struct PagedMlaKernelParams {
   // the splits by paged_mla_mma_splits); otherwise the fp32 kernel.
   KernelPick mma = KernelPick::kNever;
   bool lazy_rescale = false;  // the tensor-core kernel skips Ō's rescale where no max grew (mla_lazy_rescale)
-  // The tensor-core kernel's overlapped form: S + softmax and Ō in separate warpgroups (paged_mla_pingpong).
-  bool pingpong = false;
 };
 // Splits for a launch: about two blocks per SM, at most one per 32-key tile of the longest query.
 int paged_mla_splits(int64_t tokens, int64_t heads, int64_t max_keys, int sm_count);

@@ -23,9 +23,6 @@ bool paged_mla_mma_takes(int64_t r, int64_t dr, size_t smem_per_block_optin);
 // tokens x head groups below sm_count blocks get sm_count / blocks splits, at most one per 32 keys of max_keys and
 // kPagedMlaMaxSplits.
 int paged_mla_mma_splits(int64_t tokens, int64_t heads, int64_t max_keys, int sm_count);
-// Whether the overlapped form (PagedMlaKernelParams::pingpong: 5 warpgroups, two P slots) fits a block's shared memory
-// (paged_mla_mma_takes first).
-bool paged_mla_pingpong_fits(size_t smem_per_block_optin);
 // Writes the split partials (p.part_o / part_m / part_l) for every (token, head, split), as the SIMT attend does.
 void launch_paged_mla_attend_mma(const PagedMlaKernelParams& p, cudaStream_t stream);
 
