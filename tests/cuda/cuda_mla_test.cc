@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "cuda_test_util.h"
+#include "deepinfer/ops/cuda/kernels.h"
 #include "ops/paged_mla_case.h"
 
 namespace deepinfer::testing {
@@ -142,6 +143,25 @@ TEST_F(CudaOpTest, MlaAttentionMatchesCpu) {
             for (int64_t i = 0; i < c.h * c.dv; ++i)
               ASSERT_EQ(fl.data<float>()[i], 0.0f) << "flash: query with no visible key";
         }
+    // mla_flash_wgmma (sm_90a): the same products on warpgroup MMAs, 64-key tiles, V transposed; another fp32 order,
+    // 3e-5; smaller heads zero-padded to 192 / 128.
+    if (c.t >= 64 && cuda::mla_flash_wgmma_takes(c.dn + c.dr, c.dv))
+      for (const bool layout : {false, true}) {
+        ScopedKernelChoices wg(gpu(), [](cuda::KernelChoices& ch) { ch.mla_flash_wgmma = true; });
+        DeviceTensor dwg = poisoned({c.t, c.h, c.dv});
+        MlaAttentionParams pw = hinted;
+        pw.out = dwg;
+        if (!layout) {
+          pw.kv_first_position = -1;
+          pw.host_q_positions = {};
+        }
+        gpu().mla_attention_naive(pw);
+        const HostTensor wgo = down(dwg);
+        rel_err(("mla naive entry, flash wgmma" + std::string(layout ? ", causal layout" : "") + n).c_str(), wgo,
+                want_naive, 3e-5);
+        for (int64_t i = 0; i < c.h * c.dv; ++i)
+          ASSERT_EQ(wgo.data<float>()[i], 0.0f) << "flash wgmma: query with no visible key";
+      }
     if (c.t > 1)
       for (int64_t i = 0; i < c.h * c.dv; ++i) ASSERT_EQ(got.data<float>()[i], 0.0f) << "query with no visible key";
   }
@@ -218,6 +238,24 @@ TEST_F(CudaOpTest, MlaAttentionCausalPrefillChunksMatchCpu) {
           (std::string("mla naive prefill, flash ") + std::to_string(rows) + " rows" + (hint ? ", causal layout" : ""))
               .c_str(),
           down(dfl), want, 3e-5);
+    }
+  // mla_flash_wgmma: the same on warpgroup MMAs (128-query blocks, 64-key tiles), 3e-5.
+  if (cuda::mla_flash_wgmma_takes(dn + dr, dv))
+    for (const bool hint : {false, true}) {
+      ScopedKernelChoices wg(gpu(), [&](cuda::KernelChoices& c) {
+        c.mla_flash = true;
+        c.mla_flash_wgmma = true;
+      });
+      DeviceTensor dwg = poisoned({t, h, dv});
+      MlaAttentionParams pw = p;
+      pw.out = dwg;
+      if (!hint) {
+        pw.kv_first_position = -1;
+        pw.host_q_positions = {};
+      }
+      gpu().mla_attention_naive(pw);
+      rel_err(hint ? "mla naive prefill, flash wgmma, causal layout" : "mla naive prefill, flash wgmma", down(dwg), want,
+              3e-5);
     }
 }
 

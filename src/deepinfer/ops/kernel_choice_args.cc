@@ -31,7 +31,7 @@ constexpr std::pair<WgmmaTile, std::string_view> kTiles[] = {{WgmmaTile::kByRows
 constexpr std::string_view kKeys =
     "attn_mma, indexer_mma, topk_small_blocks, wgmma, wgmma_exact, wgmma_decode, wgmma_tile, wgmma_split_k, wgmma_fp8, "
     "wgmma_fp8_wide, lt_fp8_block, mla_tf32, mla_bf16x3, mla_flash, mla_flash_rows, paged_mla_mma, mla_lazy_rescale, "
-    "mla_flash_split_s, "
+    "mla_flash_split_s, mla_flash_wgmma, "
     "rows_mma, "
     "rows_mma_bf16_a, "
     "rows_mma_pdl, rows_mma_warps, rows_mma_kw, rows_mma_splits, rows_mma_share, stream_mma_max_rows, f32_scale_mma, "
@@ -136,6 +136,8 @@ cuda::KernelChoices parse_kernel_choices(const std::vector<std::string>& specs) 
       c.mla_lazy_rescale = flag_value(value, spec);
     } else if (key == "mla_flash_split_s") {
       c.mla_flash_split_s = flag_value(value, spec);
+    } else if (key == "mla_flash_wgmma") {
+      c.mla_flash_wgmma = flag_value(value, spec);
     } else if (key == "rows_mma") {
       c.gemm.rows_mma = lookup(kPicks, value, spec);
     } else if (key == "rows_mma_bf16_a") {
@@ -195,6 +197,7 @@ std::string describe_kernel_choices(const cuda::KernelChoices& c) {
   if (c.paged_mla_mma != d.paged_mla_mma) add("paged_mla_mma", std::string(name_of(kPicks, c.paged_mla_mma)));
   if (c.mla_lazy_rescale != d.mla_lazy_rescale) add("mla_lazy_rescale", c.mla_lazy_rescale ? "1" : "0");
   if (c.mla_flash_split_s != d.mla_flash_split_s) add("mla_flash_split_s", c.mla_flash_split_s ? "1" : "0");
+  if (c.mla_flash_wgmma != d.mla_flash_wgmma) add("mla_flash_wgmma", c.mla_flash_wgmma ? "1" : "0");
   if (c.gemm.rows_mma != d.gemm.rows_mma) add("rows_mma", std::string(name_of(kPicks, c.gemm.rows_mma)));
   if (c.gemm.rows_mma_bf16_a != d.gemm.rows_mma_bf16_a) add("rows_mma_bf16_a", c.gemm.rows_mma_bf16_a ? "1" : "0");
   if (c.gemm.rows_mma_pdl != d.gemm.rows_mma_pdl) add("rows_mma_pdl", c.gemm.rows_mma_pdl ? "1" : "0");

@@ -295,7 +295,24 @@ void run_flash_group(const MlaAttentionParams& p, const float* kvx, const float*
   const int64_t T = p.q.dim(0), H = p.q.dim(1), dr = p.rope_dim, dn = p.q.dim(2) - dr, qk = dn + dr;
   const int64_t S = p.kv.dim(0), dv = p.kv_b.dim(0) / H - dn;
   bf16_planes(keys, g * qk, qk, S, g, qk, k2, stream);
-  bf16_planes(kvx + dn, g * (dn + dv), dn + dv, S, g, dv, v2, stream);
+  const auto aligned16 = [](const void* x) { return reinterpret_cast<uintptr_t>(x) % 16 == 0; };
+  const bool vec16 = qk % 8 == 0 && dv % 8 == 0 && aligned16(k2) && aligned16(v2);  // then the planes' offsets are too
+  // The wgmma form reads V transposed (v2 holds mla_vt_keys(S) keys a dim and plane).
+  const bool wgmma = choices.mla_flash_wgmma && vec16 && cuda::mla_flash_wgmma_takes(qk, dv);
+  const int64_t s_pad = cuda::mla_vt_keys(S);
+  if (wgmma)
+    cuda::run_mla_vt_parts({.src = kvx + dn,
+                            .src_row = g * (dn + dv),
+                            .src_head = dn + dv,
+                            .s = S,
+                            .s_pad = s_pad,
+                            .heads = static_cast<int>(g),
+                            .dv = static_cast<int>(dv),
+                            .dst = v2,
+                            .part = g * dv * s_pad},
+                           stream);
+  else
+    bf16_planes(kvx + dn, g * (dn + dv), dn + dv, S, g, dv, v2, stream);
   cuda::MlaFlashKernelParams f;
   f.q = p.q.data_as<float>() + h0 * qk;
   f.q_row = H * qk;
@@ -305,11 +322,10 @@ void run_flash_group(const MlaAttentionParams& p, const float* kvx, const float*
   f.k_head = qk;
   f.k_part = S * g * qk;
   f.v2 = v2;
-  f.v_row = g * dv;
-  f.v_head = dv;
-  f.v_part = S * g * dv;
-  const auto aligned16 = [](const void* x) { return reinterpret_cast<uintptr_t>(x) % 16 == 0; };
-  f.vec16 = qk % 8 == 0 && dv % 8 == 0 && aligned16(k2) && aligned16(v2);  // then the planes' offsets are too
+  f.v_row = wgmma ? s_pad : g * dv;
+  f.v_head = wgmma ? dv * s_pad : dv;
+  f.v_part = wgmma ? g * dv * s_pad : S * g * dv;
+  f.vec16 = vec16;
   f.q_positions = p.q_positions.data_as<int64_t>();
   f.kv_positions = cptr<int64_t>(p.kv_positions);
   f.tokens = T;
@@ -325,7 +341,10 @@ void run_flash_group(const MlaAttentionParams& p, const float* kvx, const float*
   f.rows = choices.mla_flash_rows == 128 ? 128 : 64;  // 0 (the rule) and 64: 64
   f.lazy_rescale = choices.mla_lazy_rescale;
   f.split_s = choices.mla_flash_split_s;
-  cuda::run_mla_flash(f, stream);
+  if (wgmma)
+    cuda::run_mla_flash_wgmma(f, stream);
+  else
+    cuda::run_mla_flash(f, stream);
 }
 }  // namespace
 
@@ -386,7 +405,7 @@ void CudaBackend::mla_attention_naive(const MlaAttentionParams& p) {
   uint16_t *c3 = nullptr, *kvb3 = nullptr, *keys3 = nullptr, *q3 = nullptr, *v2 = nullptr, *p2 = nullptr;
   if (flash) {
     keys3 = impl_->ws().take_as<uint16_t>(2 * S * G * qk);  // the keys' [hi | lo] planes
-    v2 = impl_->ws().take_as<uint16_t>(2 * S * G * dv);
+    v2 = impl_->ws().take_as<uint16_t>(2 * cuda::mla_vt_keys(S) * G * dv);  // room for the wgmma form's Vᵀ too
   }
   if (x3) {
     c3 = impl_->ws().take_as<uint16_t>(S * 3 * r);

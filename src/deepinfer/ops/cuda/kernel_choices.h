@@ -132,6 +132,10 @@ struct KernelChoices {
   // attention 133.2-133.9 -> 130.0 ms alone, 125.5 with mla_lazy_rescale; fixed-latency waits on the HMMAs were the
   // flash kernel's largest stall).
   bool mla_flash_split_s = true;
+  // The MLA flash kernel on warpgroup MMAs (mla_flash_wgmma_cuda.cu, sm_90a: 128 queries a block, Q's fragments in
+  // registers, 64-key tiles read by the tensor cores from shared memory, V transposed once a layer) instead of
+  // mma.sync; the same bf16x3 numerics in another fp32 order (3e-5). Opt-in until measured (session 35).
+  bool mla_flash_wgmma = false;
   // Rows a group up to which a grouped_linear call (default mode) is one grouped launch (grouped_linear.h); -1:
   // kGemmStreamMmaMaxRows. 0 runs every call per group.
   int64_t grouped_one_launch_rows = -1;

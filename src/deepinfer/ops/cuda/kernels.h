@@ -462,6 +462,23 @@ struct MlaFlashKernelParams {
 // Whether run_mla_flash has an instantiation for heads of qk key values and dv values (qk <= 192, dv <= 128).
 bool mla_flash_takes(int64_t qk, int64_t dv);
 void run_mla_flash(const MlaFlashKernelParams& p, cudaStream_t stream);
+// The same on warpgroup MMAs (mla_flash_wgmma_cuda.cu, KernelChoices::mla_flash_wgmma; sm_90a): qk <= 192 and dv <= 128,
+// both multiples of 8, p.vec16, and the values as Vᵀ planes (run_mla_vt_parts): value (s, h, d) at v2 + h · v_head +
+// d · v_row + s (v_row = mla_vt_keys(s): the keys padded to the kernel's tile), its lo term v_part elements on.
+bool mla_flash_wgmma_takes(int64_t qk, int64_t dv);
+int64_t mla_vt_keys(int64_t s);
+void run_mla_flash_wgmma(const MlaFlashKernelParams& p, cudaStream_t stream);
+// Vᵀ's bf16 [hi | lo] planes for run_mla_flash_wgmma: value (s, h, d) at src + s · src_row + h · src_head + d to
+// dst + (h · dv + d) · s_pad + s (lo part elements on), zeros for keys in [s, s_pad) (s_pad a multiple of 32).
+struct MlaVtPartsKernelParams {
+  const float* src = nullptr;
+  int64_t src_row = 0, src_head = 0;
+  int64_t s = 0, s_pad = 0;
+  int heads = 0, dv = 0;
+  uint16_t* dst = nullptr;
+  int64_t part = 0;
+};
+void run_mla_vt_parts(const MlaVtPartsKernelParams& p, cudaStream_t stream);
 
 // Paged absorbed-form MLA (PagedMlaAttentionParams, mla_paged_cuda.cu). Scratch from the caller: q_full
 // [tokens, heads, r + dr] and the split partials [tokens, heads, splits] (part_o with r per entry), splits =
