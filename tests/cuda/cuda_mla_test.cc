@@ -2,8 +2,8 @@
 // (H=128, dn=128, dr=64, r=512, dv=128), decode (one query, split over the keys) and a few queries with causal
 // masks; cache rows no query may see are NaN; a query that sees nothing gets zeros. The CUDA naive entry point
 // is compared with the CPU naive form (the absorbed kernels below 64 queries; from there the flash kernel over a bf16x3
-// expansion by default, ~2^-16 a product: 3e-5, or with mla_flash and mla_bf16x3 off fp32 GEMMs). fp32 in another
-// summation order: 2e-5.
+// expansion by default, on warpgroup MMAs on sm_90a, ~2^-16 a product: 3e-5, or with mla_flash and mla_bf16x3 off fp32
+// GEMMs). fp32 in another summation order: 2e-5.
 #include <numeric>
 
 #include "cuda_test_util.h"
@@ -56,6 +56,7 @@ TEST_F(CudaOpTest, MlaAttentionMatchesCpu) {
     pdefault.out = ddefault;
     gpu().mla_attention_naive(pdefault);
     const HostTensor by_default = down(ddefault);
+    const bool wgmma_default = cuda::mla_flash_wgmma_takes(c.dn + c.dr, c.dv);
     {
       // Full fp32 (mla_flash and mla_bf16x3 off): cuBLASLt's fp32 GEMMs, 2e-5.
       ScopedKernelChoices fp32(gpu(), [](cuda::KernelChoices& ch) {
@@ -99,6 +100,7 @@ TEST_F(CudaOpTest, MlaAttentionMatchesCpu) {
             ch.mla_flash = true;
             ch.mla_bf16x3 = x3;
             ch.mla_flash_rows = rows;
+            ch.mla_flash_wgmma = false;  // the mma.sync kernel's forms (the wgmma one below)
           });
           DeviceTensor dfl = poisoned({c.t, c.h, c.dv});
           MlaAttentionParams pf = hinted;
@@ -109,9 +111,9 @@ TEST_F(CudaOpTest, MlaAttentionMatchesCpu) {
           }
           gpu().mla_attention_naive(pf);
           const HostTensor fl = down(dfl);
-          if (rows == 64 && x3 && layout) {
+          if (rows == 64 && x3 && layout && !wgmma_default) {
             EXPECT_EQ(std::memcmp(fl.data<float>(), by_default.data<float>(), sizeof(float) * fl.numel()), 0)
-                << "the default is the flash kernel over a bf16x3 expansion" << n;
+                << "off sm_90a the default is the mma.sync flash kernel over a bf16x3 expansion" << n;
           }
           {
             // mla_lazy_rescale=0: the rescale by exactly 1 done, the same bits as the default's skip.
@@ -143,9 +145,9 @@ TEST_F(CudaOpTest, MlaAttentionMatchesCpu) {
             for (int64_t i = 0; i < c.h * c.dv; ++i)
               ASSERT_EQ(fl.data<float>()[i], 0.0f) << "flash: query with no visible key";
         }
-    // mla_flash_wgmma (sm_90a): the same products on warpgroup MMAs, 64-key tiles, V transposed; another fp32 order,
-    // 3e-5; smaller heads zero-padded to 192 / 128.
-    if (c.t >= 64 && cuda::mla_flash_wgmma_takes(c.dn + c.dr, c.dv))
+    // mla_flash_wgmma (sm_90a, the default there): the same products on warpgroup MMAs, 64-key tiles, V transposed;
+    // another fp32 order, 3e-5; smaller heads zero-padded to 192 / 128.
+    if (c.t >= 64 && wgmma_default)
       for (const bool layout : {false, true}) {
         ScopedKernelChoices wg(gpu(), [](cuda::KernelChoices& ch) { ch.mla_flash_wgmma = true; });
         DeviceTensor dwg = poisoned({c.t, c.h, c.dv});
@@ -161,6 +163,9 @@ TEST_F(CudaOpTest, MlaAttentionMatchesCpu) {
                 want_naive, 3e-5);
         for (int64_t i = 0; i < c.h * c.dv; ++i)
           ASSERT_EQ(wgo.data<float>()[i], 0.0f) << "flash wgmma: query with no visible key";
+        if (layout)
+          EXPECT_EQ(std::memcmp(wgo.data<float>(), by_default.data<float>(), sizeof(float) * wgo.numel()), 0)
+              << "the default on sm_90a is the wgmma flash kernel over a bf16x3 expansion" << n;
       }
     if (c.t > 1)
       for (int64_t i = 0; i < c.h * c.dv; ++i) ASSERT_EQ(got.data<float>()[i], 0.0f) << "query with no visible key";
@@ -225,6 +230,7 @@ TEST_F(CudaOpTest, MlaAttentionCausalPrefillChunksMatchCpu) {
       ScopedKernelChoices flash(gpu(), [&](cuda::KernelChoices& c) {
         c.mla_flash = true;
         c.mla_flash_rows = rows;
+        c.mla_flash_wgmma = false;
       });
       DeviceTensor dfl = poisoned({t, h, dv});
       MlaAttentionParams pf = p;

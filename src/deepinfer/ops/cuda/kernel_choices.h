@@ -133,9 +133,11 @@ struct KernelChoices {
   // flash kernel's largest stall).
   bool mla_flash_split_s = true;
   // The MLA flash kernel on warpgroup MMAs (mla_flash_wgmma_cuda.cu, sm_90a: 128 queries a block, Q's fragments in
-  // registers, 64-key tiles read by the tensor cores from shared memory, V transposed once a layer) instead of
-  // mma.sync; the same bf16x3 numerics in another fp32 order (3e-5). Opt-in until measured (session 35).
-  bool mla_flash_wgmma = false;
+  // registers, 64-key tiles read by the tensor cores from shared memory, V transposed once a head group) instead of
+  // mma.sync; the same bf16x3 numerics in another fp32 order (3e-5). The default on sm_90a since session 35 (H100,
+  // V3 slice prefill 8192, same run A/B/A/B: attention 127.6-129.0 -> 93.6-93.7 ms; docs/PERF.md); false, or another
+  // device, keeps the mma.sync kernel.
+  bool mla_flash_wgmma = true;
   // Rows a group up to which a grouped_linear call (default mode) is one grouped launch (grouped_linear.h); -1:
   // kGemmStreamMmaMaxRows. 0 runs every call per group.
   int64_t grouped_one_launch_rows = -1;
