@@ -45,6 +45,12 @@ constexpr int kWfStages = 2;
 // 1024 bytes of slack for the swizzle's 1024-byte aligned base, the stages, their key positions.
 constexpr size_t kWfSmem = 1024 + size_t{kWfStages} * kWfStage + size_t{kWfStages} * kWfKeys * sizeof(int64_t);
 
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 __device__ __forceinline__ void cp_async16_to(uint32_t dst, const void* src, bool valid) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0)
                : "memory");
@@ -112,7 +118,6 @@ __global__ void __launch_bounds__(kWfThreads, 1) mla_flash_wgmma_kernel(MlaFlash
   for (int i = 0; i < 2; ++i) qpos[i] = row[i] < p.tokens ? p.q_positions[row[i]] : LLONG_MIN;
 
   // Q's A fragments (register i: row g + 8 (i & 1), dims 16 kk + 8 (i >> 1) + 2 tq, +1), split into hi and lo.
-  const int steps = (p.qk + 15) / 16;
   uint32_t qh[kWfSteps][4], ql[kWfSteps][4];
 #pragma unroll
   for (int kk = 0; kk < kWfSteps; ++kk)
@@ -172,7 +177,11 @@ __global__ void __launch_bounds__(kWfThreads, 1) mla_flash_wgmma_kernel(MlaFlash
   float o[kWfDV / 2];
 #pragma unroll
   for (int n = 0; n < kWfDV / 2; ++n) o[n] = 0.0f;
+  // The online softmax in base 2 (logits times scale · log2 e, ex2.approx): the same weights as exp of the scaled
+  // logits up to ex2's ~2^-22.
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  const float scale2 = p.scale * 1.4426950408889634f;
+  const bool layout = p.kv_first_position >= 0;
   const int64_t n_tiles = (s_end + kWfKeys - 1) / kWfKeys;
   if (n_tiles > 0) stage(0);
   for (int64_t it = 0; it < n_tiles; ++it) {
@@ -194,25 +203,34 @@ __global__ void __launch_bounds__(kWfThreads, 1) mla_flash_wgmma_kernel(MlaFlash
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kWfSteps; ++kk) {
-      if (kk < steps) {
-        const uint32_t kb = st + (kk >> 2) * kWfKBlock + k16_offset(kk & 3);
-        wgmma_m64n64k16_ra(sc, qh[kk], smem_desc(kb + kWfKPlane));
-        wgmma_m64n64k16_ra(sc, ql[kk], smem_desc(kb));
-        wgmma_m64n64k16_ra(sc, qh[kk], smem_desc(kb));
-      }
+      // All 12 steps whatever qk (the padding is zeros): a branch per step split the chain into one group a step.
+      const uint32_t kb = st + (kk >> 2) * kWfKBlock + k16_offset(kk & 3);
+      wgmma_m64n64k16_ra(sc, qh[kk], smem_desc(kb + kWfKPlane));
+      wgmma_m64n64k16_ra(sc, ql[kk], smem_desc(kb));
+      wgmma_m64n64k16_ra(sc, qh[kk], smem_desc(kb));
     }
     wgmma_commit();
     wgmma_wait<0>();
     pin(sc);
 
+    // Visibility: with the layout facts key k of the tile is position kv_first_position + 64 it + k, so a row sees the
+    // keys up to `last` (and none past s); else the staged positions.
+    int last[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const long long lim = min(qpos[i] - static_cast<long long>(p.kv_first_position), static_cast<long long>(p.s) - 1) -
+                            it * kWfKeys;
+      last[i] = static_cast<int>(max(-1LL, min(lim, static_cast<long long>(kWfKeys))));
+    }
     float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int j = 0; j < kWfKeys / 8; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         float& x = sc[4 * j + e];
-        const bool visible = key_pos[8 * j + 2 * tq + (e & 1)] <= qpos[e >> 1];
-        x = visible ? x * p.scale : -INFINITY;
+        const int key = 8 * j + 2 * tq + (e & 1);
+        const bool visible = layout ? key <= last[e >> 1] : key_pos[key] <= qpos[e >> 1];
+        x = visible ? x * scale2 : -INFINITY;
         tile_max[e >> 1] = fmaxf(tile_max[e >> 1], x);
       }
     float corr[2];
@@ -221,7 +239,7 @@ __global__ void __launch_bounds__(kWfThreads, 1) mla_flash_wgmma_kernel(MlaFlash
       tile_max[i] = fmaxf(tile_max[i], __shfl_xor_sync(0xFFFFFFFFu, tile_max[i], 1));
       tile_max[i] = fmaxf(tile_max[i], __shfl_xor_sync(0xFFFFFFFFu, tile_max[i], 2));
       const float m_new = fmaxf(m[i], tile_max[i]);
-      corr[i] = m_new == -INFINITY ? 1.0f : expf(m[i] - m_new);
+      corr[i] = m_new == -INFINITY ? 1.0f : fast_exp2(m[i] - m_new);
       m[i] = m_new;
       l[i] *= corr[i];
     }
@@ -237,7 +255,7 @@ __global__ void __launch_bounds__(kWfThreads, 1) mla_flash_wgmma_kernel(MlaFlash
 #pragma unroll
     for (int j = 0; j < kWfKeys / 2; ++j) {
       const float x = sc[j];
-      sc[j] = x == -INFINITY ? 0.0f : expf(x - m[(j >> 1) & 1]);
+      sc[j] = x == -INFINITY ? 0.0f : fast_exp2(x - m[(j >> 1) & 1]);
       l[(j >> 1) & 1] += sc[j];
     }
     // P's A fragments of k16 step kc (keys 16 kc ..): n-tiles 2kc (registers 0, 1) and 2kc + 1 (2, 3).
