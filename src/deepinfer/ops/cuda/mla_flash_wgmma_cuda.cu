@@ -218,9 +218,10 @@ __global__ void __launch_bounds__(kWfThreads, 1) mla_flash_wgmma_kernel(MlaFlash
     int last[2];
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
+      // (A row past the tokens has qpos LLONG_MIN: it sees nothing, without the subtraction overflowing.)
       const long long lim = min(qpos[i] - static_cast<long long>(p.kv_first_position), static_cast<long long>(p.s) - 1) -
                             it * kWfKeys;
-      last[i] = static_cast<int>(max(-1LL, min(lim, static_cast<long long>(kWfKeys))));
+      last[i] = qpos[i] == LLONG_MIN ? -1 : static_cast<int>(max(-1LL, min(lim, static_cast<long long>(kWfKeys))));
     }
     float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
