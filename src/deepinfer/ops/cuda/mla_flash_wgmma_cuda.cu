@@ -42,6 +42,9 @@ constexpr uint32_t kWfKPlane = (kWfQK / 64) * kWfKBlock;  // 24 KB
 constexpr uint32_t kWfVPlane = kWfDV * 128;               // Vᵀ: 128 rows x 64 keys x 2 bytes = 16 KB
 constexpr uint32_t kWfStage = 2 * kWfKPlane + 2 * kWfVPlane;
 constexpr int kWfStages = 2;
+// Named barriers ordering the warpgroups' products (id 0 is __syncthreads'): warpgroup 0 arrives at kWfBarS0 once its
+// S products are issued, warpgroup 1 at kWfBarS1 once its are.
+constexpr int kWfBarS0 = 1, kWfBarS1 = 2;
 // 1024 bytes of slack for the swizzle's 1024-byte aligned base, the stages, their key positions.
 constexpr size_t kWfSmem = 1024 + size_t{kWfStages} * kWfStage + size_t{kWfStages} * kWfKeys * sizeof(int64_t);
 
@@ -109,7 +112,7 @@ __global__ void __launch_bounds__(kWfThreads, 1) mla_flash_wgmma_kernel(MlaFlash
   int64_t* key_pos_s = reinterpret_cast<int64_t*>(smem_raw + (base - raw) + kWfStages * kWfStage);
   __shared__ long long newest_warp[kWfThreads / 32];
 
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3, wg = warp >> 2;
   const int head = blockIdx.y;
   const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kWfRows;
   const int64_t row[2] = {t0 + warp * 16 + g, t0 + warp * 16 + g + 8};
@@ -200,6 +203,10 @@ __global__ void __launch_bounds__(kWfThreads, 1) mla_flash_wgmma_kernel(MlaFlash
     float sc[kWfKeys / 2];
 #pragma unroll
     for (int j = 0; j < kWfKeys / 2; ++j) sc[j] = 0.0f;
+    // The two warpgroups take the tensor cores in turn (FA3's ping-pong): warpgroup 1 issues its S products after
+    // warpgroup 0's, and warpgroup 0 its O products after warpgroup 1's S, so that one's softmax runs while the
+    // other's products do instead of both softmaxes at once.
+    if (wg == 1) bar_sync(kWfBarS0, kWfThreads);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kWfSteps; ++kk) {
@@ -210,6 +217,10 @@ __global__ void __launch_bounds__(kWfThreads, 1) mla_flash_wgmma_kernel(MlaFlash
       wgmma_m64n64k16_ra(sc, qh[kk], smem_desc(kb));
     }
     wgmma_commit();
+    if (wg == 0)
+      bar_arrive(kWfBarS0, kWfThreads);
+    else
+      bar_arrive(kWfBarS1, kWfThreads);
     wgmma_wait<0>();
     pin(sc);
 
@@ -266,6 +277,7 @@ __global__ void __launch_bounds__(kWfThreads, 1) mla_flash_wgmma_kernel(MlaFlash
 #pragma unroll
       for (int i = 0; i < 4; ++i) split_pair(sc[8 * kc + 2 * i], sc[8 * kc + 2 * i + 1], ph[kc][i], pl[kc][i]);
     // O += P·V (64 rows x 128 dims a warpgroup): entry 4n + e is row g + 8 (e >> 1), dim 8n + 2tq + (e & 1).
+    if (wg == 0) bar_sync(kWfBarS1, kWfThreads);
     wgmma_fence();
 #pragma unroll
     for (int kc = 0; kc < kWfKeys / 16; ++kc) {
