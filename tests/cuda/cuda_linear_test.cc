@@ -215,8 +215,8 @@ TEST_F(CudaLinearTest, ActQuantFp8GemmTakesDenseFp8BlockWeights) {
 // with f32 scales (V3 checkpoints): many rows take cuBLASLt's block-scaled FP8 GEMM (the x codes and their scales from
 // run_fp8_block128_quantize; the tensor cores sum each k32 slice in less than fp32: 5e-4 against the CPU op over the
 // rounded input), every row count takes it under lt_fp8_block = always, and lt_fp8_block =
-// never keeps the own kernels over the rounded rows (the bf16 scratch for many rows: 4e-3, as for f32 scales without
-// the mode; the fp32 streaming kernels for few: 1e-5). The input stays as it was. A K whose blocks are not whole groups
+// never keeps the own kernels (the bf16 scratch over the rounded rows for many rows: 4e-3, as for f32 scales without
+// the mode; up to 8 rows the streaming kernel over the rows' e4m3 codes and scales, or the fp32 one: 1e-5). The input stays as it was. A K whose blocks are not whole groups
 // of 4 (K = 640) declines cuBLASLt (its scale rows would need padding) and keeps the own kernels.
 TEST_F(CudaLinearTest, ActQuantFp8Block128TakesCublasLtBlockScaledGemm) {
   const int64_t n = 384;
@@ -240,8 +240,8 @@ TEST_F(CudaLinearTest, ActQuantFp8Block128TakesCublasLtBlockScaledGemm) {
         const std::string name =
             std::string("act_quant ") + act_quant_name(q) + " K=" + std::to_string(k) + " M=" + std::to_string(m);
         const bool lt = k % 512 == 0;  // cuBLASLt's scale rows: whole groups of 4 blocks
-        // Up to 8 rows the streaming kernels read the rows' codes and scales (exact products, fp32 sums): 1e-5; the rows
-        // kernel (9-64) rounds them and the scaled weights to bf16.
+        // Up to 8 rows the streaming kernels read the rows' codes and scales (exact products, fp32 sums): 1e-5; the
+        // rows kernel (9-64) rounds them and the scaled weights to bf16.
         const double own_tol = m <= 8 ? 1e-5 : 4e-3;
         // cuBLASLt's FP8 sums stay within 5e-4 here (H100: 1e-4 - 4e-4 of the largest output in the probe), tighter
         // than the bf16 scratch's rounding of the inputs (~1e-3): the tolerance tells the paths apart.

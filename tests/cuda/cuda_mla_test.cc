@@ -134,8 +134,8 @@ TEST_F(CudaOpTest, MlaAttentionMatchesCpu) {
             MlaAttentionParams ps = pf;
             ps.out = dsplit;
             gpu().mla_attention_naive(ps);
-            rel_err(("mla naive entry, flash, one S accumulator, " + std::to_string(rows) + " rows" + n).c_str(), down(dsplit),
-                    want_naive, 3e-5);
+            rel_err(("mla naive entry, flash, one S accumulator, " + std::to_string(rows) + " rows" + n).c_str(),
+                    down(dsplit), want_naive, 3e-5);
           }
           rel_err(("mla naive entry, flash" + std::string(rows == 128 ? " 128 rows" : "") +
                    (x3 ? ", bf16x3 expansion" : "") + (layout ? ", causal layout" : "") + n)
@@ -260,8 +260,8 @@ TEST_F(CudaOpTest, MlaAttentionCausalPrefillChunksMatchCpu) {
         pw.host_q_positions = {};
       }
       gpu().mla_attention_naive(pw);
-      rel_err(hint ? "mla naive prefill, flash wgmma, causal layout" : "mla naive prefill, flash wgmma", down(dwg), want,
-              3e-5);
+      rel_err(hint ? "mla naive prefill, flash wgmma, causal layout" : "mla naive prefill, flash wgmma", down(dwg),
+              want, 3e-5);
     }
 }
 

@@ -80,7 +80,7 @@ TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
   EXPECT_EQ(c.paged_mla_mma, KernelPick::kNever);
   EXPECT_FALSE(c.mla_lazy_rescale);   // on by default
   EXPECT_FALSE(c.mla_flash_split_s);  // on by default
-  EXPECT_FALSE(c.mla_flash_wgmma);  // on by default
+  EXPECT_FALSE(c.mla_flash_wgmma);    // on by default
   EXPECT_EQ(c.gemm.rows_mma, KernelPick::kNever);
   EXPECT_TRUE(c.gemm.rows_mma_bf16_a);
   EXPECT_TRUE(c.gemm.rows_mma_pdl);

@@ -404,7 +404,7 @@ void CudaBackend::mla_attention_naive(const MlaAttentionParams& p) {
   // as [hi | lo | hi], V's terms [2][S, G, dv] and P's [2][G, Tc, ld_p].
   uint16_t *c3 = nullptr, *kvb3 = nullptr, *keys3 = nullptr, *q3 = nullptr, *v2 = nullptr, *p2 = nullptr;
   if (flash) {
-    keys3 = impl_->ws().take_as<uint16_t>(2 * S * G * qk);  // the keys' [hi | lo] planes
+    keys3 = impl_->ws().take_as<uint16_t>(2 * S * G * qk);                  // the keys' [hi | lo] planes
     v2 = impl_->ws().take_as<uint16_t>(2 * cuda::mla_vt_keys(S) * G * dv);  // room for the wgmma form's Vᵀ too
   }
   if (x3) {

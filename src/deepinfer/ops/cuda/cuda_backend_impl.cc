@@ -301,9 +301,9 @@ void CudaBackend::Impl::run_moe(const float* x, const float* weights, const int3
         stream_codes_take(mw.format, mw.scale_e8m0, mw.block_n, mw.block_k, inter, rows_hint, act_quant);
     const bool shared_codes = shared && !shared_fp8 && !shared_lt && !shared_mma && !shared_rows &&
                               stream_codes_take(shared->w1, tc, act_quant) &&
-                              stream_codes_take(shared->w3, tc, act_quant) && stream_codes_take(shared->w2, tc, act_quant);
-    const ActCodes x_codes =
-        routed_codes || shared_codes ? group_act_codes(x + t0 * d, tc, d, act_quant) : ActCodes{};
+                              stream_codes_take(shared->w3, tc, act_quant) &&
+                              stream_codes_take(shared->w2, tc, act_quant);
+    const ActCodes x_codes = routed_codes || shared_codes ? group_act_codes(x + t0 * d, tc, d, act_quant) : ActCodes{};
     const float* wc = weights + t0 * k;
     const int32_t* ic = indices + t0 * k;
 

@@ -485,8 +485,8 @@ bool run(const GemmKernelParams& p, int64_t rows, cudaStream_t stream, int invar
     if (invariant_kw || !gemm_stream_mma_takes_f32_scales(p.format, p.block_n, p.block_k, p.k, p.choices)) return false;
     if (!p.b_scale_table && reinterpret_cast<uintptr_t>(p.b_scale) % 4 != 0) return false;
     // The codes' chunks are 16-byte loads; their scales one f32 a 128 values of a row.
-    if (stream_codes(p) && (!aligned(p.a_e4m3) || p.lda % 128 != 0 || p.lda < p.k ||
-                            reinterpret_cast<uintptr_t>(p.a_scale) % 4 != 0))
+    if (stream_codes(p) &&
+        (!aligned(p.a_e4m3) || p.lda % 128 != 0 || p.lda < p.k || reinterpret_cast<uintptr_t>(p.a_scale) % 4 != 0))
       return false;
     return dispatch<QuantFormat::kFP8Block, true>(p, rows, log2_exact(p.block_n), log2_exact(p.block_k), stream);
   }

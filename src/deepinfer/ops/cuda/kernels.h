@@ -462,9 +462,9 @@ struct MlaFlashKernelParams {
 // Whether run_mla_flash has an instantiation for heads of qk key values and dv values (qk <= 192, dv <= 128).
 bool mla_flash_takes(int64_t qk, int64_t dv);
 void run_mla_flash(const MlaFlashKernelParams& p, cudaStream_t stream);
-// The same on warpgroup MMAs (mla_flash_wgmma_cuda.cu, KernelChoices::mla_flash_wgmma; sm_90a): qk <= 192 and dv <= 128,
-// both multiples of 8, p.vec16, and the values as Vᵀ planes (run_mla_vt_parts): value (s, h, d) at v2 + h · v_head +
-// d · v_row + s (v_row = mla_vt_keys(s): the keys padded to the kernel's tile), its lo term v_part elements on.
+// The same on warpgroup MMAs (mla_flash_wgmma_cuda.cu, KernelChoices::mla_flash_wgmma; sm_90a): qk <= 192 and dv <=
+// 128, both multiples of 8, p.vec16, and the values as Vᵀ planes (run_mla_vt_parts): value (s, h, d) at v2 + h · v_head
+// + d · v_row + s (v_row = mla_vt_keys(s): the keys padded to the kernel's tile), its lo term v_part elements on.
 bool mla_flash_wgmma_takes(int64_t qk, int64_t dv);
 int64_t mla_vt_keys(int64_t s);
 void run_mla_flash_wgmma(const MlaFlashKernelParams& p, cudaStream_t stream);

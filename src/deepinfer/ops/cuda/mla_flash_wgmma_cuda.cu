@@ -32,11 +32,11 @@ namespace {
 
 using namespace wgmma;
 
-constexpr int kWfKeys = 64;              // keys a tile
-constexpr int kWfQK = 192, kWfDV = 128;  // compiled head sizes
-constexpr int kWfRows = 128;             // queries a block
-constexpr int kWfThreads = 256;          // two warpgroups
-constexpr int kWfSteps = kWfQK / 16;     // k16 steps of S
+constexpr int kWfKeys = 64;                               // keys a tile
+constexpr int kWfQK = 192, kWfDV = 128;                   // compiled head sizes
+constexpr int kWfRows = 128;                              // queries a block
+constexpr int kWfThreads = 256;                           // two warpgroups
+constexpr int kWfSteps = kWfQK / 16;                      // k16 steps of S
 constexpr uint32_t kWfKBlock = kWfKeys * 128;             // one 64-dim block of the key tile: 64 rows x 128 bytes
 constexpr uint32_t kWfKPlane = (kWfQK / 64) * kWfKBlock;  // 24 KB
 constexpr uint32_t kWfVPlane = kWfDV * 128;               // Vᵀ: 128 rows x 64 keys x 2 bytes = 16 KB
@@ -55,8 +55,7 @@ __device__ __forceinline__ float fast_exp2(float x) {
 }
 
 __device__ __forceinline__ void cp_async16_to(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0)
-               : "memory");
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
 }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -230,8 +229,8 @@ __global__ void __launch_bounds__(kWfThreads, 1) mla_flash_wgmma_kernel(MlaFlash
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       // (A row past the tokens has qpos LLONG_MIN: it sees nothing, without the subtraction overflowing.)
-      const long long lim = min(qpos[i] - static_cast<long long>(p.kv_first_position), static_cast<long long>(p.s) - 1) -
-                            it * kWfKeys;
+      const long long lim =
+          min(qpos[i] - static_cast<long long>(p.kv_first_position), static_cast<long long>(p.s) - 1) - it * kWfKeys;
       last[i] = qpos[i] == LLONG_MIN ? -1 : static_cast<int>(max(-1LL, min(lim, static_cast<long long>(kWfKeys))));
     }
     float tile_max[2] = {-INFINITY, -INFINITY};
@@ -347,7 +346,8 @@ bool mla_flash_wgmma_takes(int64_t qk, int64_t dv) {
 }
 
 void run_mla_vt_parts(const MlaVtPartsKernelParams& p, cudaStream_t stream) {
-  DI_CHECK(p.s_pad % 32 == 0 && p.s_pad >= p.s && p.heads < 65536) << "mla vt parts: s " << p.s << ", s_pad " << p.s_pad;
+  DI_CHECK(p.s_pad % 32 == 0 && p.s_pad >= p.s && p.heads < 65536)
+      << "mla vt parts: s " << p.s << ", s_pad " << p.s_pad;
   if (p.s_pad == 0 || p.heads == 0 || p.dv == 0) return;
   const dim3 grid(static_cast<unsigned>(p.s_pad / 32), static_cast<unsigned>(ceil_div(p.dv, 32)),
                   static_cast<unsigned>(p.heads));
