@@ -379,8 +379,11 @@ TEST_F(CudaMoeTest, ActQuantFp8Block128ExpertGemmMatchesCpu) {
 
 // The same mode at decode shapes (T = 3 / 4 tokens x 4 of 8 experts: ~2 rows an expert, the shared expert at 3-4 rows):
 // the streaming kernel over f32-scaled experts reads x's and h's e4m3 codes with their per-128 scales, exact products
-// promoted a 128-K block at a time (the codes' sums times weight scale x row scale), so the output is the CPU op's up
-// to fp32 order: 1e-4. (Staging the rounded rows as bf16, as before session 35, was ~1.5e-3 off.)
+// promoted a 128-K block at a time (the codes' sums times weight scale x row scale), so a token's output is the CPU
+// op's up to fp32 order: 1e-5 of its row's largest value. One exception is allowed: h comes from the device's own
+// SwiGLU, whose last bit can differ from the CPU's and then, rarely, round to the neighbouring e4m3 code (H100: one
+// run of several, 1.5e-4 on one token), so all but one token are held to 1e-5 and every token to 4e-3 (as the other
+// act_quant tests). Staging the rounded rows as bf16, as before session 35, put every token ~1.5e-3 off.
 TEST_F(CudaMoeTest, ActQuantFp8Block128DecodeReadsCodesExactly) {
   const int64_t d = 256, inter = 128, e = 8, k = 4;
   const std::unique_ptr<QuantMoe> q = quant_moe(d, inter, e, QuantFormat::kFP8Block, true);
@@ -393,10 +396,21 @@ TEST_F(CudaMoeTest, ActQuantFp8Block128DecodeReadsCodesExactly) {
         cpu().moe({x, weights, idx, &q->cpu_experts, &q->cpu_shared, want, 10.0f, before, aq});
         const DeviceTensor dout = poisoned({t, d});
         gpu().moe_quant({dx, dwts, didx, &q->gpu_experts, &q->gpu_shared, dout, 10.0f, before, aq});
-        rel_err(("act_quant moe_quant fp8-128 decode T=" + std::to_string(t) + " " + act_quant_name(aq) +
-                 (before ? " before_w2" : ""))
-                    .c_str(),
-                down(dout), want, 1e-4);
+        const std::string name = "act_quant moe_quant fp8-128 decode T=" + std::to_string(t) + " " +
+                                 act_quant_name(aq) + (before ? " before_w2" : "");
+        const HostTensor got = down(dout);
+        rel_err(name.c_str(), got, want, 4e-3);
+        int off = 0;
+        for (int64_t r = 0; r < t; ++r) {
+          double worst = 0.0, scale = 0.0;
+          for (int64_t j = 0; j < d; ++j) {
+            const double w = want.data<float>()[r * d + j], g = got.data<float>()[r * d + j];
+            worst = std::max(worst, std::abs(g - w));
+            scale = std::max(scale, std::abs(w));
+          }
+          if (!(worst <= 1e-5 * scale)) ++off;
+        }
+        EXPECT_LE(off, 1) << name << ": tokens past 1e-5 of their row";
       }
   }
 }
