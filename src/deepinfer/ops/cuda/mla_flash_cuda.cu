@@ -27,6 +27,7 @@
 #include "deepinfer/ops/cuda/device_math.cuh"
 #include "deepinfer/ops/cuda/gemm_decode.cuh"
 #include "deepinfer/ops/cuda/kernels.h"
+#include "deepinfer/ops/cuda/mla_flash_common.cuh"
 
 namespace deepinfer::cuda {
 namespace {
@@ -157,18 +158,7 @@ __global__ void __launch_bounds__(FlashShape<kQK, kDV, kRows>::kThreads, kRows >
   const int q_off = (16 * warp + 8 * (mi & 1) + mr) * F::kKStride + 8 * (mi >> 1);
 
   // The keys this block may see: all, or with the layout facts those up to its newest query's row.
-  int64_t s_end = p.s;
-  if (p.kv_first_position >= 0) {
-    long long newest = max(qpos[0], qpos[1]);
-    for (int o = 16; o > 0; o >>= 1) newest = max(newest, __shfl_xor_sync(0xFFFFFFFFu, newest, o));
-    if (lane == 0) newest_warp[warp] = newest;
-    __syncthreads();
-    newest = newest_warp[0];
-#pragma unroll
-    for (int w = 1; w < kThreads / 32; ++w) newest = max(newest, newest_warp[w]);
-    const long long last = newest - static_cast<long long>(p.kv_first_position) + 1;
-    s_end = newest == LLONG_MIN ? 0 : static_cast<int64_t>(min(static_cast<long long>(p.s), max(0LL, last)));
-  }
+  const int64_t s_end = flash_block_keys<kThreads / 32>(p, qpos, lane, warp, newest_warp);
 
   float o[kDV / 8][4];
 #pragma unroll
@@ -313,25 +303,7 @@ __global__ void __launch_bounds__(FlashShape<kQK, kDV, kRows>::kThreads, kRows >
     if (F::kStages == 1 && it + 1 < n_tiles) stage(it + 1);
   }
 
-  // The row sums over the quad, then O / l (0 for a row with no visible key, as the CPU op).
-  float inv[2];
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    l[i] += __shfl_xor_sync(0xFFFFFFFFu, l[i], 1);
-    l[i] += __shfl_xor_sync(0xFFFFFFFFu, l[i], 2);
-    inv[i] = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
-  }
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    if (row[i] >= p.tokens) continue;
-    float* dst = p.out + row[i] * p.out_row + static_cast<int64_t>(head) * p.out_head;
-#pragma unroll
-    for (int n = 0; n < kDV / 8; ++n) {
-      const int col = 8 * n + 2 * tq;
-      if (col < p.dv) dst[col] = o[n][2 * i] * inv[i];
-      if (col + 1 < p.dv) dst[col + 1] = o[n][2 * i + 1] * inv[i];
-    }
-  }
+  flash_store_rows<kDV>(p, row, head, tq, l, [&](int n, int e) { return o[n][e]; });
 }
 
 template <int kQK, int kDV, int kRows>

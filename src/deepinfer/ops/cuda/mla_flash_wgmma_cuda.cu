@@ -26,6 +26,7 @@
 #include "deepinfer/ops/cuda/gemm_wgmma.h"
 #include "deepinfer/ops/cuda/gemm_wgmma_device.cuh"
 #include "deepinfer/ops/cuda/kernels.h"
+#include "deepinfer/ops/cuda/mla_flash_common.cuh"
 
 namespace deepinfer::cuda {
 namespace {
@@ -135,18 +136,7 @@ __global__ void __launch_bounds__(kWfThreads, 1) mla_flash_wgmma_kernel(MlaFlash
     }
 
   // The keys this block may see (as the mma.sync kernel).
-  int64_t s_end = p.s;
-  if (p.kv_first_position >= 0) {
-    long long newest = max(qpos[0], qpos[1]);
-    for (int o = 16; o > 0; o >>= 1) newest = max(newest, __shfl_xor_sync(0xFFFFFFFFu, newest, o));
-    if (lane == 0) newest_warp[warp] = newest;
-    __syncthreads();
-    newest = newest_warp[0];
-#pragma unroll
-    for (int w = 1; w < kWfThreads / 32; ++w) newest = max(newest, newest_warp[w]);
-    const long long last = newest - static_cast<long long>(p.kv_first_position) + 1;
-    s_end = newest == LLONG_MIN ? 0 : static_cast<int64_t>(min(static_cast<long long>(p.s), max(0LL, last)));
-  }
+  const int64_t s_end = flash_block_keys<kWfThreads / 32>(p, qpos, lane, warp, newest_warp);
 
   const uint16_t* k_src = static_cast<const uint16_t*>(p.k2) + static_cast<int64_t>(head) * p.k_head;
   const uint16_t* v_src = static_cast<const uint16_t*>(p.v2) + static_cast<int64_t>(head) * p.v_head;
@@ -291,24 +281,7 @@ __global__ void __launch_bounds__(kWfThreads, 1) mla_flash_wgmma_kernel(MlaFlash
     __syncthreads();  // both warpgroups' reads of this stage are done before it is restaged
   }
 
-  float inv[2];
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    l[i] += __shfl_xor_sync(0xFFFFFFFFu, l[i], 1);
-    l[i] += __shfl_xor_sync(0xFFFFFFFFu, l[i], 2);
-    inv[i] = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
-  }
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    if (row[i] >= p.tokens) continue;
-    float* dst = p.out + row[i] * p.out_row + static_cast<int64_t>(head) * p.out_head;
-#pragma unroll
-    for (int n = 0; n < kWfDV / 8; ++n) {
-      const int col = 8 * n + 2 * tq;
-      if (col < p.dv) dst[col] = o[4 * n + 2 * i] * inv[i];
-      if (col + 1 < p.dv) dst[col + 1] = o[4 * n + 2 * i + 1] * inv[i];
-    }
-  }
+  flash_store_rows<kWfDV>(p, row, head, tq, l, [&](int n, int e) { return o[4 * n + e]; });
 #endif
 }
 
