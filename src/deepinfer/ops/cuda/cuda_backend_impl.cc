@@ -349,7 +349,7 @@ void CudaBackend::Impl::run_moe(const float* x, const float* weights, const int3
     g.ldc = 2 * inter;
     g.n = inter;
     g.k = d;
-    if (routed_codes) attach_codes(g, x_codes);
+    attach_codes(g, routed_codes ? x_codes : ActCodes{});
     for (int which = 0; which < 2; ++which) {
       g.c = gu + which * inter;
       g.b_table = mw.w[which];
@@ -402,10 +402,7 @@ void CudaBackend::Impl::run_moe(const float* x, const float* weights, const int3
     g.b_table = mw.w[2];
     g.b_scale_table = mw.s[2];
     g.scale_cols = mw.scale_cols[2];
-    g.a_e4m3 = nullptr;
-    g.a_scale = nullptr;
-    g.a_scale_block128 = false;
-    attach_codes(g, h_codes);
+    attach_codes(g, h_codes);  // (clears x's)
     if (fp8_down)
       run_fp8(g, h8, h8_scale, mw.fold[2], act_quant);
     else

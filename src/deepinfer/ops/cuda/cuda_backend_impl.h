@@ -318,12 +318,11 @@ struct CudaBackend::Impl {
 
   // out[M, N] = in[M, K] · dequant(w)ᵀ; bf16 and f32 weights through cuBLASLt. split_in (bf16 weights,
   // QuantLinearParams): `in` as two bf16 terms, near-f32 products.
-  // Attaches codes (when given) to a GEMM's params; kernels other than the streaming one read g.a.
+  // Sets a GEMM's A codes to `codes` (none when empty); kernels other than the streaming one read g.a.
   static void attach_codes(cuda::GemmKernelParams& g, ActCodes codes) {
-    if (!codes) return;
     g.a_e4m3 = codes.e4m3;
     g.a_scale = codes.scale;
-    g.a_scale_block128 = true;
+    g.a_scale_block128 = static_cast<bool>(codes);
   }
   // Under --activation-quant fp8 (q block-128), the codes of x's [rows, w.cols()] rows in ws() (the caller holds the
   // scope) when a dense GEMM of them against w takes the streaming kernel over f32-scaled FP8 blocks; else none and

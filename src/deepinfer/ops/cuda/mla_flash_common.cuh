@@ -27,6 +27,27 @@ __device__ __forceinline__ int64_t flash_block_keys(const MlaFlashKernelParams& 
   return newest == LLONG_MIN ? 0 : static_cast<int64_t>(min(static_cast<long long>(p.s), max(0LL, last)));
 }
 
+// The online softmax's step for a tile: each row's maximum over the quad (tile_max: the thread's own entries' maxima),
+// the new running max m, and the factor exp(m_old - m_new) (1 while nothing is visible: exp(-inf - -inf) would be
+// NaN) applied to l and, through scale_acc(c0, c1), to the output accumulators' row-0 / row-1 entries. corr is exactly
+// 1 where a row's max did not grow, so with `lazy` a warp whose rows all kept theirs skips the multiplications: the
+// same bits. exp: the kernel's exponential, matching its logits' base.
+template <typename Exp, typename ScaleAcc>
+__device__ __forceinline__ void flash_online_max(float (&tile_max)[2], float (&m)[2], float (&l)[2], bool lazy, Exp exp,
+                                                 ScaleAcc scale_acc) {
+  float corr[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    tile_max[i] = fmaxf(tile_max[i], __shfl_xor_sync(0xFFFFFFFFu, tile_max[i], 1));
+    tile_max[i] = fmaxf(tile_max[i], __shfl_xor_sync(0xFFFFFFFFu, tile_max[i], 2));
+    const float m_new = fmaxf(m[i], tile_max[i]);
+    corr[i] = m_new == -INFINITY ? 1.0f : exp(m[i] - m_new);
+    m[i] = m_new;
+    l[i] *= corr[i];
+  }
+  if (!lazy || __any_sync(0xFFFFFFFFu, corr[0] != 1.0f || corr[1] != 1.0f)) scale_acc(corr[0], corr[1]);
+}
+
 // The row sums over the quad, then O / l into p.out for the thread's rows below p.tokens (0 for a row with no visible
 // key, as the CPU op). o(n, e): entry e of n-tile n (row e >> 1, column 8n + 2tq + (e & 1)).
 template <int kDV, typename Acc>

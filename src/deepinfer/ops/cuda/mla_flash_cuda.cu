@@ -249,28 +249,17 @@ __global__ void __launch_bounds__(FlashShape<kQK, kDV, kRows>::kThreads, kRows >
         sc[j][e] = visible ? sc[j][e] * p.scale : -INFINITY;
         tile_max[e >> 1] = fmaxf(tile_max[e >> 1], sc[j][e]);
       }
-    float corr[2];
+    flash_online_max(
+        tile_max, m, l, p.lazy_rescale, [](float x) { return expf(x); },
+        [&](float c0, float c1) {
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      tile_max[i] = fmaxf(tile_max[i], __shfl_xor_sync(0xFFFFFFFFu, tile_max[i], 1));
-      tile_max[i] = fmaxf(tile_max[i], __shfl_xor_sync(0xFFFFFFFFu, tile_max[i], 2));
-      const float m_new = fmaxf(m[i], tile_max[i]);
-      // Nothing visible yet (m_new = -inf): nothing to rescale, and exp(-inf - -inf) would be NaN.
-      corr[i] = m_new == -INFINITY ? 1.0f : expf(m[i] - m_new);
-      m[i] = m_new;
-      l[i] *= corr[i];
-    }
-    // corr is exactly 1 where the row's max did not grow (expf(0)): with lazy_rescale a warp whose rows all kept
-    // theirs skips the multiplications, the same bits.
-    if (!p.lazy_rescale || __any_sync(0xFFFFFFFFu, corr[0] != 1.0f || corr[1] != 1.0f)) {
-#pragma unroll
-      for (int n = 0; n < kDV / 8; ++n) {
-        o[n][0] *= corr[0];
-        o[n][1] *= corr[0];
-        o[n][2] *= corr[1];
-        o[n][3] *= corr[1];
-      }
-    }
+          for (int n = 0; n < kDV / 8; ++n) {
+            o[n][0] *= c0;
+            o[n][1] *= c0;
+            o[n][2] *= c1;
+            o[n][3] *= c1;
+          }
+        });
 #pragma unroll
     for (int j = 0; j < kFlashKeys / 8; ++j)
 #pragma unroll

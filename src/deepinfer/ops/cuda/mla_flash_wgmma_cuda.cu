@@ -161,7 +161,7 @@ __global__ void __launch_bounds__(kWfThreads, 1) mla_flash_wgmma_kernel(MlaFlash
       cp_async16_to(st + off, src, ok);
       cp_async16_to(st + kWfVPlane + off, src + (ok ? p.v_part : 0), ok);
     }
-    if (tid < kWfKeys)
+    if (p.kv_first_position < 0 && tid < kWfKeys)  // (with the layout facts a key's index decides)
       key_pos_s[(i % kWfStages) * kWfKeys + tid] = s0 + tid < p.s ? p.kv_positions[s0 + tid] : LLONG_MAX;
     cp_async_commit();
   };
@@ -234,25 +234,17 @@ __global__ void __launch_bounds__(kWfThreads, 1) mla_flash_wgmma_kernel(MlaFlash
         x = visible ? x * scale2 : -INFINITY;
         tile_max[e >> 1] = fmaxf(tile_max[e >> 1], x);
       }
-    float corr[2];
+    flash_online_max(
+        tile_max, m, l, p.lazy_rescale, [](float x) { return fast_exp2(x); },
+        [&](float c0, float c1) {
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      tile_max[i] = fmaxf(tile_max[i], __shfl_xor_sync(0xFFFFFFFFu, tile_max[i], 1));
-      tile_max[i] = fmaxf(tile_max[i], __shfl_xor_sync(0xFFFFFFFFu, tile_max[i], 2));
-      const float m_new = fmaxf(m[i], tile_max[i]);
-      corr[i] = m_new == -INFINITY ? 1.0f : fast_exp2(m[i] - m_new);
-      m[i] = m_new;
-      l[i] *= corr[i];
-    }
-    if (!p.lazy_rescale || __any_sync(0xFFFFFFFFu, corr[0] != 1.0f || corr[1] != 1.0f)) {
-#pragma unroll
-      for (int n = 0; n < kWfDV / 8; ++n) {
-        o[4 * n] *= corr[0];
-        o[4 * n + 1] *= corr[0];
-        o[4 * n + 2] *= corr[1];
-        o[4 * n + 3] *= corr[1];
-      }
-    }
+          for (int n = 0; n < kWfDV / 8; ++n) {
+            o[4 * n] *= c0;
+            o[4 * n + 1] *= c0;
+            o[4 * n + 2] *= c1;
+            o[4 * n + 3] *= c1;
+          }
+        });
 #pragma unroll
     for (int j = 0; j < kWfKeys / 2; ++j) {
       const float x = sc[j];
