@@ -73,6 +73,9 @@ TEST(BenchMlaModel, RealDimensions) {
   EXPECT_EQ(v2.shared_experts * v2.moe_inter, 2816);
   EXPECT_EQ(v2.dense_inter, 10944);
   EXPECT_EQ(v2.proj_format, BenchFormat::kBF16);
+  EXPECT_EQ(v2.ffn_format, BenchFormat::kBF16);
+  EXPECT_EQ(v2_lite_model(BenchFormat::kF32).ffn_format, BenchFormat::kF32);
+  EXPECT_THROW(v2_lite_model(BenchFormat::kMXFP4), Error);
   // V3 decode at batch 1: the 8 routed + 1 shared expert of each MoE layer dominate the FP8 bytes.
   const StepCost c = count_mla_step(v3, {false, 1, 1, 1024});
   const double expert = 3 * fp8_block_bytes(2048, 7168, 128);

@@ -232,6 +232,71 @@ class CudaMoeTest : public CudaOpTest {
   }
 };
 
+// bf16 routed and shared experts (a bf16 checkpoint's, kept as stored) against the CPU op on their widened values.
+// The routed experts follow the rows per used expert, T·k / min(E, T·k): T = 1 and 3 (1 row) stream the bf16 weights
+// with fp32 products; T = 21 (6 rows) and 300 (75 rows, two row tiles) take the mma.sync kernel on x's and h's hi + lo
+// bf16 terms (~2^-16 of fp32: 3e-5). The shared expert streams at T <= 4 and goes through cuBLASLt on the split
+// rows past it. I = 160 leaves a partial 256-column tile. bf16_split_a = 0 rounds the many-row inputs to bf16 (4e-3,
+// the block formats' many-row tolerance); batch-invariant mode has no bf16 expert kernel and says so.
+TEST_F(CudaMoeTest, Bf16ExpertsMatchCpuOnEveryPath) {
+  const int64_t d = 256, inter = 160, e = 16, k = 4;
+  std::vector<HostTensor> host;
+  std::vector<DeviceTensor> dev;
+  host.reserve(6 * (e + 1));
+  dev.reserve(3 * (e + 1));
+  std::vector<ExpertWeights> cpu_experts(e);
+  std::vector<QuantExpertWeights> gpu_experts(e);
+  auto make = [&](ExpertWeights& c, QuantExpertWeights& g) {
+    for (auto [rows, cols, cw, gw] :
+         {std::tuple{inter, d, &c.w1, &g.w1}, {inter, d, &c.w3, &g.w3}, {d, inter, &c.w2, &g.w2}}) {
+      HostTensor f = rand({rows, cols}, -0.2f, 0.2f), b(DType::kBF16, {rows, cols});
+      for (int64_t i = 0; i < f.numel(); ++i) {
+        b.data<uint16_t>()[i] = f32_to_bf16(f.data<float>()[i]);
+        f.data<float>()[i] = bf16_to_f32(b.data<uint16_t>()[i]);
+      }
+      host.push_back(std::move(f));
+      *cw = host.back();
+      host.push_back(std::move(b));
+      dev.push_back(up(host.back()));
+      *gw = QuantMatrix{dev.back(), Tensor{}, QuantFormat::kFloat};
+    }
+  };
+  for (int64_t i = 0; i < e; ++i) make(cpu_experts[i], gpu_experts[i]);
+  ExpertWeights cpu_shared;
+  QuantExpertWeights gpu_shared;
+  make(cpu_shared, gpu_shared);
+  auto check = [&](int64_t t, bool split, double tol) {
+    const HostTensor x = rand({t, d}), weights = rand({t, k}, 0.05f, 1.0f), idx = distinct_indices(t, k, e);
+    for (bool before : {false, true}) {
+      HostTensor want(DType::kF32, {t, d});
+      cpu().moe({x, weights, idx, &cpu_experts, &cpu_shared, want, 10.0f, before});
+      const DeviceTensor dx = up(x), dwts = up(weights), didx = up(idx), dout = poisoned({t, d});
+      gpu().moe_quant({dx, dwts, didx, &gpu_experts, &gpu_shared, dout, 10.0f, before});
+      rel_err(("moe_quant bf16" + std::string(split ? "" : " split_a=0") + (before ? " before_w2" : "") +
+               " T=" + std::to_string(t))
+                  .c_str(),
+              down(dout), want, tol);
+    }
+  };
+  for (int64_t t : {1, 3}) check(t, true, 1e-5);
+  for (int64_t t : {21, 300}) check(t, true, 3e-5);
+  {
+    ScopedKernelChoices one_term(gpu(), [](cuda::KernelChoices& c) { c.gemm.bf16_split_a = false; });
+    for (int64_t t : {21, 300}) check(t, false, 4e-3);
+  }
+  gpu().set_batch_invariant(true);
+  const HostTensor x = rand({3, d}), weights = rand({3, k}, 0.05f, 1.0f), idx = distinct_indices(3, k, e);
+  const DeviceTensor dx = up(x), dwts = up(weights), didx = up(idx), dout = poisoned({3, d});
+  try {
+    gpu().moe_quant({dx, dwts, didx, &gpu_experts, &gpu_shared, dout, 10.0f, false});
+    ADD_FAILURE() << "batch-invariant moe_quant over bf16 experts must refuse";
+  } catch (const Error& err) {
+    EXPECT_EQ(err.code(), ErrorCode::kUnsupported) << err.what();
+    EXPECT_NE(std::string(err.what()).find("batch-invariant"), std::string::npos) << err.what();
+  }
+  gpu().set_batch_invariant(false);
+}
+
 // T=1 and T=13 (4 rows per used expert) run the weight-streaming kernel for the routed experts, T=40 (10 rows)
 // the SIMT tile; the shared expert (a dense GEMM of T rows) streams at T=1 only. Both are fp32 products.
 TEST_F(CudaMoeTest, F32ExpertsWithSharedClampAndBothWeightModes) {

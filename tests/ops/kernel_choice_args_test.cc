@@ -52,6 +52,7 @@ TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
                                           "mla_flash_wgmma=0",
                                           "rows_mma=never",
                                           "rows_mma_bf16_a=1",
+                                          "bf16_split_a=0",
                                           "rows_mma_pdl=1",
                                           "rows_mma_warps=4",
                                           "rows_mma_kw=2",
@@ -83,6 +84,7 @@ TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
   EXPECT_FALSE(c.mla_flash_wgmma);    // on by default
   EXPECT_EQ(c.gemm.rows_mma, KernelPick::kNever);
   EXPECT_TRUE(c.gemm.rows_mma_bf16_a);
+  EXPECT_FALSE(c.gemm.bf16_split_a);  // on by default
   EXPECT_TRUE(c.gemm.rows_mma_pdl);
   EXPECT_EQ(c.gemm.rows_mma_warps, 4);
   EXPECT_EQ(c.gemm.rows_mma_kw, 2);

@@ -34,7 +34,9 @@ MlaBenchModel v3_slice(int moe_layers) {
   return m;
 }
 
-MlaBenchModel v2_lite_model() {
+MlaBenchModel v2_lite_model(BenchFormat ffn) {
+  DI_CHECK(ffn == BenchFormat::kBF16 || ffn == BenchFormat::kF32)
+      << "bench: V2-Lite's FFN is bf16 (as released) or f32, not " << bench_format_name(ffn);
   MlaBenchModel m;
   m.name = "V2-Lite";
   m.hidden = 2048;
@@ -54,7 +56,7 @@ MlaBenchModel v2_lite_model() {
   m.dense_layers = 1;
   m.moe_layers = 26;
   m.proj_format = BenchFormat::kBF16;
-  m.ffn_format = BenchFormat::kF32;
+  m.ffn_format = ffn;
   return m;
 }
 

@@ -34,9 +34,9 @@ struct MlaBenchModel {
 // DeepSeek-V3 671B dims (MODELS.md Part B; V3/R1/V3.1 share them): one dense layer and `moe_layers` MoE layers of
 // the 61, FP8 128×128 everywhere.
 MlaBenchModel v3_slice(int moe_layers = 2);
-// DeepSeek-V2-Lite, all 27 layers (1 dense + 26 MoE). Projections bf16 as released; the FFN in f32 on every
-// target, since moe_quant has no bf16 routed-expert path yet (a CUDA target would refuse bf16 experts).
-MlaBenchModel v2_lite_model();
+// DeepSeek-V2-Lite, all 27 layers (1 dense + 26 MoE). Projections bf16 as released; the FFN (dense MLP, routed and
+// shared experts) bf16 as released, or f32 (`ffn`: what the engine computes with --weight-format f32).
+MlaBenchModel v2_lite_model(BenchFormat ffn = BenchFormat::kBF16);
 // CPU plumbing: small dims, q LoRA, one dense + two MoE layers.
 MlaBenchModel tiny_mla();
 

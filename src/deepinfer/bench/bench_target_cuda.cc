@@ -147,8 +147,6 @@ class CudaTarget final : public BenchTarget {
   }
 
   std::unique_ptr<BenchExperts> experts(const ExpertSpec& spec, uint64_t seed) override {
-    DI_CHECK_CODE(spec.routed != BenchFormat::kBF16, ErrorCode::kUnsupported)
-        << "bench --device cuda: moe_quant has no bf16 routed-expert path (use f32 or a block format)";
     auto e = std::make_unique<CudaExperts>();
     e->routed_format = spec.routed;
     e->storage.reserve(6 * spec.count + 6);  // views point into it: no reallocation

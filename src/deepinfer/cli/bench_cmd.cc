@@ -22,6 +22,7 @@ struct BenchArgs {
   std::vector<std::string> models;
   int per_kind = 1;
   int v3_moe_layers = 2;
+  std::string v2_lite_ffn = "bf16";
   std::vector<int64_t> prompts, batches, contexts;
   int warmup = 1, iters = 3, threads = 0;
   uint64_t seed = 1;
@@ -68,7 +69,7 @@ int run_bench(const BenchArgs& a) {
     if (name == "v3")
       mla.push_back(bench::v3_slice(a.v3_moe_layers));
     else if (name == "v2-lite")
-      mla.push_back(bench::v2_lite_model());
+      mla.push_back(bench::v2_lite_model(a.v2_lite_ffn == "f32" ? bench::BenchFormat::kF32 : bench::BenchFormat::kBF16));
     else if (name == "tiny-mla")
       mla.push_back(bench::tiny_mla());
     else if (name == "v4-flash")
@@ -155,6 +156,9 @@ void register_bench(CLI::App& app, CommandRegistry& reg) {
   sub->add_option("--model", a->models,
                   "slice: v41-flash, v4-flash, v3, v2-lite (real dims), tiny, tiny-mla (repeatable; default: "
                   "v41-flash and v4-flash on cuda, tiny on cpu)");
+  sub->add_option("--v2-lite-ffn", a->v2_lite_ffn,
+                  "weights of the v2-lite FFN: bf16 (as released, kept so by --weight-format auto on cuda) or f32")
+      ->check(CLI::IsMember({"bf16", "f32"}));
   sub->add_option("--v3-moe-layers", a->v3_moe_layers, "MoE layers of the v3 slice (after its one dense layer)")
       ->check(CLI::PositiveNumber);
   sub->add_option("--layers-per-kind", a->per_kind, "layers of each attention kind in a real slice")

@@ -33,7 +33,7 @@ constexpr std::string_view kKeys =
     "wgmma_fp8_wide, lt_fp8_block, mla_tf32, mla_bf16x3, mla_flash, mla_flash_rows, paged_mla_mma, mla_lazy_rescale, "
     "mla_flash_split_s, mla_flash_wgmma, "
     "rows_mma, "
-    "rows_mma_bf16_a, "
+    "rows_mma_bf16_a, bf16_split_a, "
     "rows_mma_pdl, rows_mma_warps, rows_mma_kw, rows_mma_splits, rows_mma_share, stream_mma_max_rows, f32_scale_mma, "
     "decode_direct_max_rows, grouped_one_launch_rows";
 
@@ -142,6 +142,8 @@ cuda::KernelChoices parse_kernel_choices(const std::vector<std::string>& specs) 
       c.gemm.rows_mma = lookup(kPicks, value, spec);
     } else if (key == "rows_mma_bf16_a") {
       c.gemm.rows_mma_bf16_a = flag_value(value, spec);
+    } else if (key == "bf16_split_a") {
+      c.gemm.bf16_split_a = flag_value(value, spec);
     } else if (key == "rows_mma_pdl") {
       c.gemm.rows_mma_pdl = flag_value(value, spec);
     } else if (key == "rows_mma_warps") {
@@ -200,6 +202,7 @@ std::string describe_kernel_choices(const cuda::KernelChoices& c) {
   if (c.mla_flash_wgmma != d.mla_flash_wgmma) add("mla_flash_wgmma", c.mla_flash_wgmma ? "1" : "0");
   if (c.gemm.rows_mma != d.gemm.rows_mma) add("rows_mma", std::string(name_of(kPicks, c.gemm.rows_mma)));
   if (c.gemm.rows_mma_bf16_a != d.gemm.rows_mma_bf16_a) add("rows_mma_bf16_a", c.gemm.rows_mma_bf16_a ? "1" : "0");
+  if (c.gemm.bf16_split_a != d.gemm.bf16_split_a) add("bf16_split_a", c.gemm.bf16_split_a ? "1" : "0");
   if (c.gemm.rows_mma_pdl != d.gemm.rows_mma_pdl) add("rows_mma_pdl", c.gemm.rows_mma_pdl ? "1" : "0");
   if (c.gemm.rows_mma_warps != d.gemm.rows_mma_warps) add("rows_mma_warps", std::to_string(c.gemm.rows_mma_warps));
   if (c.gemm.rows_mma_kw != d.gemm.rows_mma_kw) add("rows_mma_kw", std::to_string(c.gemm.rows_mma_kw));

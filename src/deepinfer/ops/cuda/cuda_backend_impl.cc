@@ -208,12 +208,17 @@ void CudaBackend::Impl::run_moe(const float* x, const float* weights, const int3
   // from kInvariantBf16Slots slots on: each of its blocks stages all of K of its group's rows for one 16-row tile
   // at the weight's fixed K slices, half the bytes in bf16).
   const int64_t rows_per_expert = ceil_div(tokens * k, std::min<int64_t>(experts, std::max<int64_t>(tokens * k, 1)));
+  // bf16 experts (never batch-invariant: moe_quant) take the mma.sync kernel from the same rows, on x's and h's hi
+  // and lo terms unless bf16_split_a is off (A rounded to bf16, as the block formats' many-row GEMMs).
   const bool bf16_inputs =
-      mw.format != QuantFormat::kFloat &&
-      (batch_invariant ? (rows_per_expert > cuda::kGemmStreamMmaMaxRows || tokens * k >= kInvariantBf16Slots) &&
-                             (cuda::gemm_invariant_mma_takes(mw.format, mw.scale_e8m0, mw.block_n, mw.block_k, d) ||
-                              cuda::gemm_invariant_mma_takes(mw.format, mw.scale_e8m0, mw.block_n, mw.block_k, inter))
-                       : rows_per_expert >= cuda::kGemmMmaMinRows);
+      mw.bf16 ? rows_per_expert >= cuda::kGemmMmaMinRows
+              : mw.format != QuantFormat::kFloat &&
+                    (batch_invariant
+                         ? (rows_per_expert > cuda::kGemmStreamMmaMaxRows || tokens * k >= kInvariantBf16Slots) &&
+                               (cuda::gemm_invariant_mma_takes(mw.format, mw.scale_e8m0, mw.block_n, mw.block_k, d) ||
+                                cuda::gemm_invariant_mma_takes(mw.format, mw.scale_e8m0, mw.block_n, mw.block_k, inter))
+                         : rows_per_expert >= cuda::kGemmMmaMinRows);
+  const bool split_a = mw.bf16 && bf16_inputs && choices.gemm.bf16_split_a;
   // The shared expert is a dense GEMM of the chunk's rows: the same kernel once its tiles fill the device (with
   // its own bf16 copy of the SwiGLU output); batch-invariant mode: the invariant tile kernel's rows.
   const bool shared_bf16 =
@@ -222,7 +227,7 @@ void CudaBackend::Impl::run_moe(const float* x, const float* weights, const int3
   // --activation-quant mxfp8 over MXFP4 experts with their folds (opt-in, mxfp4_fold): gate / up and down on the FP8
   // tensor cores from the activations' MXFP8 codes (gemm_wgmma_fp8.h) instead of bf16 copies of the rounded values.
   // (moe_quant builds the folds only under the mode, with the choice, outside batch-invariant mode.)
-  const bool fp8_ok = bf16_inputs && d % 128 == 0 && inter % 128 == 0 && cuda::device_is_sm90();
+  const bool fp8_ok = bf16_inputs && !mw.bf16 && d % 128 == 0 && inter % 128 == 0 && cuda::device_is_sm90();
   // --activation-quant fp8 (the V3 family) over FP8 128 x 128 experts with f32 scales: every expert GEMM on the FP8
   // tensor cores from per-128 codes (promoted once a 128 K step), unless wgmma_fp8 = never.
   const bool fp8_128 = act_quant_block128(act_quant) && fp8_gemm_chosen() && !batch_invariant && mw.aligned16 &&
@@ -236,6 +241,7 @@ void CudaBackend::Impl::run_moe(const float* x, const float* weights, const int3
                             (shared_bf16 ? shared->w1.rows() * 2 : 0) +
                             // the rows kernel's bf16 copies of x and h (shared_rows below)
                             (shared && tokens <= cuda::kGemmRowsMmaMaxRows ? (d + shared->w1.rows()) * 2 : 0) +
+                            (split_a ? (d + k * inter) * 2 : 0) +         // x's and h's lo terms
                             (act_quant != ActQuant::kNone ? d * 4 : 0);  // the rounded copy of x
   // Chunks of at least kMoeChunkTokens tokens (a typical prefill chunk) even past 1 GiB of intermediates (~2.6
   // GiB for V4-Flash, ~3.5 GiB for V3 at 8192 tokens; the engine reserves 5% of the device for activations): with
@@ -270,7 +276,10 @@ void CudaBackend::Impl::run_moe(const float* x, const float* weights, const int3
     const float* xc = act_quant_rows(x + t0 * d, tc, d, rounded_x ? act_quant : ActQuant::kNone);
     void* xc16 = nullptr;
     void* h16 = nullptr;
+    void* x_lo16 = nullptr;
+    void* h_lo16 = nullptr;
     if (bf16_inputs && !fp8_down) h16 = ws().take(sizeof(uint16_t) * slots * inter);
+    if (split_a) h_lo16 = ws().take(sizeof(uint16_t) * slots * inter);
     // x's MXFP8 codes and scales (the same values as xc: the quantizer rounds as fake_quant does).
     uint8_t *x8 = nullptr, *x8_scale = nullptr;
     if (fp8_gu) {
@@ -287,10 +296,20 @@ void CudaBackend::Impl::run_moe(const float* x, const float* weights, const int3
     const bool shared_lt = shared && !shared_fp8 && !batch_invariant && !shared_mma &&
                            shared->w1.format != QuantFormat::kFloat && shared->w3.format == shared->w1.format &&
                            dense_scratch(shared->w1, tc);
+    // A bf16 shared expert past the streaming kernel's rows: cuBLASLt as quant_linear's split_in (x's hi and lo terms
+    // unless bf16_split_a is off), gate and up copied side by side into one [2·I, D] scratch so that one output holds
+    // the SwiGLU's gate | up rows. (Up to the streaming kernel's rows shared_gemm reads the bf16 weights in place.)
+    const bool shared_lt16 = shared && !batch_invariant && bf16_weight(shared->w1) && bf16_weight(shared->w3) &&
+                             bf16_weight(shared->w2) && tc > cuda::kGemmSkinnyRows;
     if ((bf16_inputs && !fp8_gu) || (shared_mma && !shared_fp8) || shared_lt ||
         (shared_rows && choices.gemm.rows_mma_bf16_a)) {
       xc16 = ws().take(sizeof(uint16_t) * tc * d);
-      cuda::run_cast_f32_to_bf16(xc, xc16, tc * d, s());
+      if (split_a) {  // hi is the cast's bf16 (both round to nearest even)
+        x_lo16 = ws().take(sizeof(uint16_t) * tc * d);
+        cuda::run_split_f32_to_bf16(xc, xc16, x_lo16, tc * d, s());
+      } else {
+        cuda::run_cast_f32_to_bf16(xc, xc16, tc * d, s());
+      }
     }
     // --activation-quant fp8 at decode (the V3 family's f32-scaled experts on the streaming kernel): x's and the
     // SwiGLU outputs' codes as well, which that kernel reads exactly (the rounded rows above are not bf16 values).
@@ -335,6 +354,7 @@ void CudaBackend::Impl::run_moe(const float* x, const float* weights, const int3
     g.pass_rows = plan.pass_rows;
     g.pass_capacity = pass_capacity;
     g.tables_aligned16 = mw.aligned16;
+    g.b_bf16 = mw.bf16;
     g.batch_invariant = batch_invariant;
     // Average rows per used expert, assuming spread routing: decode batches (a row or two per expert)
     // stream weights; prefill (tens of rows per expert) takes the tensor cores. Skew only costs speed.
@@ -343,6 +363,7 @@ void CudaBackend::Impl::run_moe(const float* x, const float* weights, const int3
     // gate and up: gathered token rows -> gu[pos, 0:I] and gu[pos, I:2I]
     g.a = xc;
     g.a_bf16 = bf16_inputs ? xc16 : nullptr;
+    g.a_lo_bf16 = x_lo16;
     g.lda = d;
     g.a_rows = perm;
     g.a_row_div = static_cast<int>(k);
@@ -382,7 +403,13 @@ void CudaBackend::Impl::run_moe(const float* x, const float* weights, const int3
       cuda::run_swiglu(sw, s());
       if (routed_codes) h_codes = group_act_codes(h, slots, inter, act_quant);
       round_rows_in_place(h, slots, inter, act_quant);
-      if (h16) cuda::run_cast_f32_to_bf16(h, h16, slots * inter, s());
+      if (h_lo16)
+        cuda::run_split_f32_to_bf16(h, h16, h_lo16, slots * inter, s());
+      else if (h16)
+        cuda::run_cast_f32_to_bf16(h, h16, slots * inter, s());
+    } else if (h_lo16) {
+      cuda::run_swiglu(sw, s());
+      cuda::run_split_f32_to_bf16(h, h16, h_lo16, slots * inter, s());
     } else if (h16) {
       cuda::run_swiglu_bf16(sw, h16, s());  // h and its bf16 copy in one pass
     } else {
@@ -391,6 +418,7 @@ void CudaBackend::Impl::run_moe(const float* x, const float* weights, const int3
     // down: h[pos] -> y_slot[perm[pos]]
     g.a = h;
     g.a_bf16 = h16;
+    g.a_lo_bf16 = h_lo16;
     g.lda = inter;
     g.a_rows = nullptr;
     g.a_row_div = 1;
@@ -425,6 +453,21 @@ void CudaBackend::Impl::run_moe(const float* x, const float* weights, const int3
         // gate and up into the two halves of sgu, each from its stored codes (as quant_linear's split case).
         run_split_k(split_gate);
         run_split_k(split_up);
+      } else if (shared_lt16) {
+        void* w13 = ws().take(sizeof(uint16_t) * 2 * si * d);
+        const size_t half = sizeof(uint16_t) * si * d;
+        DI_CUDA_CHECK(cudaMemcpyAsync(w13, shared->w1.weight.data(), half, cudaMemcpyDeviceToDevice, s()));
+        DI_CUDA_CHECK(cudaMemcpyAsync(static_cast<uint8_t*>(w13) + half, shared->w3.weight.data(), half,
+                                      cudaMemcpyDeviceToDevice, s()));
+        const bool split = choices.gemm.bf16_split_a;
+        void* hi = ws().take(sizeof(uint16_t) * tc * d);
+        void* lo = split ? ws().take(sizeof(uint16_t) * tc * d) : nullptr;
+        if (split)
+          cuda::run_split_f32_to_bf16(xc, hi, lo, tc * d, s());
+        else
+          cuda::run_cast_f32_to_bf16(xc, hi, tc * d, s());
+        lt_matmul(hi, w13, CUDA_R_16BF, sgu, tc, 2 * si, d);
+        if (split) lt_matmul(lo, w13, CUDA_R_16BF, sgu, tc, 2 * si, d, /*accumulate=*/true);
       } else if (shared_lt) {
         void* w13 = ws().take(sizeof(uint16_t) * 2 * si * d);
         dequantize_bf16(shared->w1, w13);
@@ -467,6 +510,8 @@ void CudaBackend::Impl::run_moe(const float* x, const float* weights, const int3
         run_fp8(dense_params(sh, nullptr, si, shared->w2, shared_out, d, tc), sh8, sh8_scale, nullptr, act_quant);
       else if (shared_lt)
         quant_linear(sh, shared->w2, shared_out, tc);
+      else if (shared_lt16)
+        quant_linear(sh, shared->w2, shared_out, tc, choices.gemm.bf16_split_a);
       else
         shared_gemm(sh, si, shared->w2, shared_out, d, tc, sh16, sh_codes);
     }
@@ -494,8 +539,16 @@ void CudaBackend::Impl::shared_gemm(const float* a, int64_t lda, const QuantMatr
   g.ldc = ldc;
   g.m = m;
   g.batch_invariant = batch_invariant;
-  if (w.format == QuantFormat::kFloat && w.weight.dtype() == DType::kBF16) {
-    // The own GEMM reads f32 weights only in kFloat; dequantize bf16 once into scratch.
+  if (bf16_weight(w) && !batch_invariant && m <= cuda::kGemmSkinnyRows && w.cols() % 16 == 0 &&
+      reinterpret_cast<uintptr_t>(w.weight.data()) % 16 == 0) {
+    // The streaming kernel reads bf16 weights in place (fp32 products).
+    g.format = QuantFormat::kFloat;
+    g.b_bf16 = true;
+    g.b = w.weight.data();
+    g.n = w.rows();
+    g.k = w.cols();
+  } else if (bf16_weight(w)) {
+    // The other own GEMMs read f32 weights only in kFloat; dequantize bf16 once into scratch.
     float* wf = ws().take_as<float>(w.rows() * w.cols());
     cuda::DequantizeKernelParams dq;
     dq.weight = w.weight.data();

@@ -448,6 +448,7 @@ struct CudaBackend::Impl {
     const void* const* w[3];
     const void* const* s[3];
     bool aligned16 = false;  // every expert weight pointer is 16-byte aligned
+    bool bf16 = false;       // kFloat weights stored bf16 (moe_quant), not f32 (moe)
     // MXFP4 under --activation-quant mxfp8 with GemmChoices::wgmma_fp8: each matrix's fold exponents (mxfp4_fold),
     // nullptr where that matrix keeps the bf16 kernels.
     const uint8_t* fold[3] = {nullptr, nullptr, nullptr};
@@ -546,6 +547,10 @@ struct CudaBackend::Impl {
     cuda::GemmChoices c = choices.gemm;
     c.wgmma_fp8 = cuda::KernelPick::kAlways;
     return c;
+  }
+  // A float matrix stored bf16 (a bf16 checkpoint's, kept as stored).
+  static bool bf16_weight(const QuantMatrix& w) {
+    return w.format == QuantFormat::kFloat && w.weight.dtype() == DType::kBF16;
   }
   // Whether the FP8 GEMM takes w for A as q's codes of w.cols() a row in ws(), once the mode and the choice hold:
   // 128 x 128 UE8M0 blocks under mxfp8, f32-scaled ones under fp8.

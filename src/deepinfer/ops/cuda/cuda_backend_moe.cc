@@ -125,12 +125,20 @@ void CudaBackend::moe_quant(const QuantMoeParams& p) {
     }
   }
   if (p.shared) check_expert(*p.shared, false);
-  DI_CHECK(!(e0.w1.format == QuantFormat::kFloat && e0.w1.weight.dtype() == DType::kBF16))
-      << op << ": bf16 routed experts are not supported on CUDA yet (use f32 or a block format)";
   Impl::MoeWeights mw{};
   mw.aligned16 = true;
   for (const auto& v : ptrs)
     for (const void* q : v) mw.aligned16 = mw.aligned16 && reinterpret_cast<uintptr_t>(q) % 16 == 0;
+  // bf16 routed experts (a bf16 checkpoint's, kept as stored): the streaming kernel's 16-byte loads and the mma.sync
+  // kernel's 32-wide K steps read them in place (gemm_vector_ok, run_gemm_mma).
+  mw.bf16 = e0.w1.format == QuantFormat::kFloat && e0.w1.weight.dtype() == DType::kBF16;
+  if (mw.bf16) {
+    DI_CHECK_CODE(!impl_->batch_invariant, ErrorCode::kUnsupported)
+        << op << ": bf16 routed experts have no batch-invariant kernel on CUDA (load them as f32: --weight-format f32)";
+    DI_CHECK_CODE(d % 32 == 0 && inter % 32 == 0 && mw.aligned16, ErrorCode::kUnsupported)
+        << op << ": bf16 routed experts need D and I multiples of 32 and 16-byte aligned weights on CUDA (D = " << d
+        << ", I = " << inter << ")";
+  }
   mw.format = e0.w1.format;
   mw.scale_e8m0 = !e0.w1.scale.data() || e0.w1.scale.dtype() == DType::kE8M0;
   mw.block_n = e0.w1.block_n;

@@ -257,15 +257,38 @@ __global__ void __launch_bounds__(kSkWarps * 32, kSkRows == kSkRowsNarrow ? 3 : 
         }
       }
     } else if constexpr (kVec && F == QuantFormat::kFloat) {
-      const float4* wrow = reinterpret_cast<const float4*>(static_cast<const float*>(b) + n * p.k);
+      if (p.b_bf16) {  // 8 weights a 16-byte load, widened exactly
+        const uint4* wrow = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(b) + n * p.k);
 #pragma unroll 4
-      for (int64_t c = lane; c < p.k / 4; c += 32) {
-        const float4 w = __ldg(wrow + c);
+        for (int64_t c = lane; c < p.k / 8; c += 32) {
+          const uint4 q = __ldg(wrow + c);
+          const uint32_t words[4] = {q.x, q.y, q.z, q.w};
+          float w[8];
 #pragma unroll
-        for (int i = 0; i < kSkRows; ++i) {
-          if (!arow[i]) continue;
-          const float4 av = reinterpret_cast<const float4*>(arow[i])[c];
-          acc[i] = fmaf(av.x, w.x, fmaf(av.y, w.y, fmaf(av.z, w.z, fmaf(av.w, w.w, acc[i]))));
+          for (int j = 0; j < 4; ++j) {
+            w[2 * j] = __uint_as_float(words[j] << 16);
+            w[2 * j + 1] = __uint_as_float(words[j] & 0xFFFF0000u);
+          }
+#pragma unroll
+          for (int i = 0; i < kSkRows; ++i) {
+            if (!arow[i]) continue;
+            const float4* a4 = reinterpret_cast<const float4*>(arow[i] + c * 8);
+            const float4 v0 = a4[0], v1 = a4[1];
+            acc[i] = fmaf(v0.x, w[0], fmaf(v0.y, w[1], fmaf(v0.z, w[2], fmaf(v0.w, w[3], acc[i]))));
+            acc[i] = fmaf(v1.x, w[4], fmaf(v1.y, w[5], fmaf(v1.z, w[6], fmaf(v1.w, w[7], acc[i]))));
+          }
+        }
+      } else {
+        const float4* wrow = reinterpret_cast<const float4*>(static_cast<const float*>(b) + n * p.k);
+#pragma unroll 4
+        for (int64_t c = lane; c < p.k / 4; c += 32) {
+          const float4 w = __ldg(wrow + c);
+#pragma unroll
+          for (int i = 0; i < kSkRows; ++i) {
+            if (!arow[i]) continue;
+            const float4 av = reinterpret_cast<const float4*>(arow[i])[c];
+            acc[i] = fmaf(av.x, w.x, fmaf(av.y, w.y, fmaf(av.z, w.z, fmaf(av.w, w.w, acc[i]))));
+          }
         }
       }
     } else if constexpr (kVec) {  // FP8 block / row32
@@ -515,6 +538,9 @@ void launch_fast(const GemmKernelParams& p, bool vec, cudaStream_t stream) {
     if (run_gemm_rows_mma(p, stream)) return;
   }
   const bool mma_rows = p.a_bf16 && p.group_offsets && rows >= kGemmMmaMinRows;
+  // bf16 weights: only the streaming kernel's vector path and the mma.sync kernel read them.
+  DI_CHECK_INTERNAL(!p.b_bf16 || (F == QuantFormat::kFloat && vec && (rows <= kGemmSkinnyRows || p.a_bf16)))
+      << "gemm: bf16 weights need vector-aligned rows, and a bf16 A past " << kGemmSkinnyRows << " rows a group";
   if (rows <= kGemmSkinnyRows && !mma_rows) {
     const int64_t slots = p.group_offsets ? std::min<int64_t>(p.groups, p.m) : 1;
     DI_CHECK(!p.group_offsets || p.active_groups) << "gemm: grouped skinny launch needs active_groups";
@@ -549,6 +575,7 @@ void launch_fast(const GemmKernelParams& p, bool vec, cudaStream_t stream) {
   } else {
     if (run_gemm_wgmma(p, stream)) return;  // Hopper: warpgroup MMA with a decoding producer (gemm_wgmma.h)
     if (run_gemm_mma(p, stream)) return;    // with a bf16 A and 32-wide K steps: the pipelined mma.sync kernel
+    DI_CHECK_INTERNAL(!p.b_bf16) << "gemm: bf16 weights of " << rows << " rows a group need K % 32 == 0";
     run_gemm_tc(p, vec, stream);
   }
 }
@@ -579,6 +606,8 @@ int device_sm_count() {
 
 void run_gemm(const GemmKernelParams& p, cudaStream_t stream) {
   if (p.m == 0 || p.n == 0) return;
+  DI_CHECK_INTERNAL(!p.b_bf16 || (p.format == QuantFormat::kFloat && !p.batch_invariant))
+      << "gemm: bf16 weights are kFloat, outside batch-invariant mode";
   if (p.batch_invariant) {
     if (run_gemm_invariant_mma(p, stream)) return;
     if (run_gemm_invariant_f32_split(p, stream)) return;
@@ -590,7 +619,7 @@ void run_gemm(const GemmKernelParams& p, cudaStream_t stream) {
   // Block formats, and f32 weights with few rows (decode, MoE at small batch: stream the f32 weight once; the SIMT
   // tile reads it at a tenth of the bandwidth, 64-row tiles with one row used: 296 us for a 4-expert decode GEMM on
   // the H200), take the fast kernels; f32 weights with many rows the SIMT tile.
-  if (p.format != QuantFormat::kFloat || (p.rows_hint > 0 ? p.rows_hint : p.m) <= kGemmSkinnyRows)
+  if (p.format != QuantFormat::kFloat || p.b_bf16 || (p.rows_hint > 0 ? p.rows_hint : p.m) <= kGemmSkinnyRows)
     with_format(p.format, [&](auto f) { launch_fast<decltype(f)::value>(p, vec, stream); });
   else
     launch_simt<QuantFormat::kFloat>(p, vec, stream);

@@ -45,26 +45,77 @@ __device__ __forceinline__ void store8(const float* w, float sc, __nv_bfloat16* 
                                               pack_bf16x2(w[4] * sc, w[5] * sc), pack_bf16x2(w[6] * sc, w[7] * sc));
 }
 
+// Accumulator (i, j) of warp (wm, wn): rows lane / 4 and + 8 of m16-tile i, columns 2 (lane % 4) + {0, 1} of n8-tile
+// j, to the rows c_row names (-1: past the tile's rows).
+__device__ __forceinline__ void store_acc(const GemmKernelParams& p, const int64_t* c_row, int64_t n0,
+                                          const float (&acc)[2][8][4]) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wm = warp >> 2, wn = warp & 3;
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = wm * 32 + i * 16 + (lane >> 2) + 8 * h;
+      const int64_t cr = c_row[r];
+      if (cr < 0) continue;
+      float* crow = p.c + cr * p.ldc;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const int64_t col = n0 + wn * 64 + j * 8 + (lane & 3) * 2;
+        if (col < p.n) crow[col] = acc[i][j][2 * h];
+        if (col + 1 < p.n) crow[col + 1] = acc[i][j][2 * h + 1];
+      }
+    }
+}
+
+// The rows of this block's M tile (the plan's tiles per group, or plain row tiles) into a_row / c_row; false when
+// the block has nothing to do.
+__device__ __forceinline__ bool tile_rows(const GemmKernelParams& p, int& g, int64_t* a_row, int64_t* c_row) {
+  int64_t row_begin, row_end;
+  if (!gemm_tile_rows(p, blockIdx.y, 1, g, row_begin, row_end)) return false;
+  const int tid = threadIdx.x;
+  if (tid < kMmaM) {
+    const int64_t i = row_begin + tid;
+    const bool valid = i < row_end;
+    a_row[tid] = !valid ? -1 : (p.a_rows ? p.a_rows[i] / p.a_row_div : i);
+    c_row[tid] = !valid ? -1 : (p.c_rows ? p.c_rows[i] : i);
+  }
+  __syncthreads();
+  return true;
+}
+
+// Fragments of a 16-wide half kk of a k-step: A for the warp's two m16 tiles, B for its eight n8 tiles (as pairs).
+__device__ __forceinline__ void load_a_frags(uint32_t (&af)[2][4], const __nv_bfloat16 (*as)[kMmaLd], int kk) {
+  const int lane = threadIdx.x & 31, wm = (threadIdx.x >> 5) >> 2;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) ldmatrix_x4(af[i], &as[wm * 32 + i * 16 + (lane & 15)][kk + (lane >> 4) * 8]);
+}
+__device__ __forceinline__ void load_b_frags(uint32_t (&bf)[4][4], const __nv_bfloat16 (*bs)[kMmaLd], int kk) {
+  const int lane = threadIdx.x & 31, wn = (threadIdx.x >> 5) & 3;
+#pragma unroll
+  for (int j = 0; j < 4; ++j)  // n-tiles 2j and 2j + 1: (k 0-7, k 8-15) each
+    ldmatrix_x4(bf[j], &bs[wn * 64 + j * 16 + (lane & 7) + ((lane >> 4) << 3)][kk + ((lane >> 3) & 1) * 8]);
+}
+__device__ __forceinline__ void mma_tile(float (&acc)[2][8][4], const uint32_t (&af)[2][4], const uint32_t (&bf)[4][4]) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      mma_bf16(acc[i][2 * j], af[i], bf[j][0], bf[j][1]);
+      mma_bf16(acc[i][2 * j + 1], af[i], bf[j][2], bf[j][3]);
+    }
+}
+
 template <QuantFormat F>
 __global__ void __launch_bounds__(kMmaThreads, 2) gemm_mma_kernel(GemmKernelParams p) {
   extern __shared__ __align__(128) uint8_t smem_bytes[];
   MmaSmem<F>& sm = *reinterpret_cast<MmaSmem<F>*>(smem_bytes);
 
-  // Which rows this M tile covers: the plan's tiles (kGemmTileM rows each) per group, or plain row tiles.
   int g;
-  int64_t row_begin, row_end;
-  if (!gemm_tile_rows(p, blockIdx.y, 1, g, row_begin, row_end)) return;
+  if (!tile_rows(p, g, sm.a_row, sm.c_row)) return;
   const uint8_t* b = static_cast<const uint8_t*>(p.b_table ? p.b_table[g] : p.b);
   const void* s = p.b_scale_table ? p.b_scale_table[g] : p.b_scale;
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kMmaN;
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wm = warp >> 2, wn = warp & 3;
-  if (tid < kMmaM) {
-    const int64_t i = row_begin + tid;
-    const bool valid = i < row_end;
-    sm.a_row[tid] = !valid ? -1 : (p.a_rows ? p.a_rows[i] / p.a_row_div : i);
-    sm.c_row[tid] = !valid ? -1 : (p.c_rows ? p.c_rows[i] : i);
-  }
-  __syncthreads();
+  const int tid = threadIdx.x;
 
   // This thread's copies of a k-step: A row tid / 4, its 16-byte chunk tid % 4; weight row n0 + tid (all of it).
   const int a_r = tid >> 2, a_c = (tid & 3) * 8;
@@ -139,24 +190,12 @@ __global__ void __launch_bounds__(kMmaThreads, 2) gemm_mma_kernel(GemmKernelPara
     issue(kt + kMmaStages - 1);
     const __nv_bfloat16(*as)[kMmaLd] = sm.a[kt % kMmaStages];
     const __nv_bfloat16(*bs)[kMmaLd] = sm.b[kt & 1];
-    // Fragments of a 16-wide half of the step: A for the warp's two m16 tiles, B for its eight n8 tiles.
     uint32_t af[2][4], bf[4][4];
     auto load_frags = [&](int kk) {
-#pragma unroll
-      for (int i = 0; i < 2; ++i) ldmatrix_x4(af[i], &as[wm * 32 + i * 16 + (lane & 15)][kk + (lane >> 4) * 8]);
-#pragma unroll
-      for (int j = 0; j < 4; ++j)  // n-tiles 2j and 2j + 1: (k 0-7, k 8-15) each
-        ldmatrix_x4(bf[j], &bs[wn * 64 + j * 16 + (lane & 7) + ((lane >> 4) << 3)][kk + ((lane >> 3) & 1) * 8]);
+      load_a_frags(af, as, kk);
+      load_b_frags(bf, bs, kk);
     };
-    auto mmas = [&]() {
-#pragma unroll
-      for (int j = 0; j < 4; ++j)
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          mma_bf16(acc[i][2 * j], af[i], bf[j][0], bf[j][1]);
-          mma_bf16(acc[i][2 * j + 1], af[i], bf[j][2], bf[j][3]);
-        }
-    };
+    auto mmas = [&]() { mma_tile(acc, af, bf); };
     // The first half's fragments are requested before the next step is decoded, so their latency hides behind
     // the decoding (ncu: the kernel was latency-bound, ~9 cycles between a warp's instructions).
     load_frags(0);
@@ -170,22 +209,85 @@ __global__ void __launch_bounds__(kMmaThreads, 2) gemm_mma_kernel(GemmKernelPara
     mmas();
   }
 
-  // Accumulator (i, j): rows lane / 4 and + 8 of m16-tile i, columns 2 (lane % 4) + {0, 1} of n8-tile j.
+  store_acc(p, sm.c_row, n0, acc);
+}
+
+// bf16 weights (GemmKernelParams::b_bf16): nothing to decode, so the weight rows go straight into a ring of bf16
+// tiles beside A's (kLo: and A's lo terms, a second product a tile with the same weight fragments). 3 stages with
+// lo terms, 4 without, keep two blocks an SM (90 / 100 KB).
+template <bool kLo>
+constexpr int kBf16Stages = kLo ? 3 : 4;
+template <bool kLo>
+struct MmaBf16Smem {
+  __nv_bfloat16 a[kBf16Stages<kLo>][kMmaM][kMmaLd];
+  __nv_bfloat16 a_lo[kLo ? kBf16Stages<kLo> : 1][kMmaM][kMmaLd];
+  __nv_bfloat16 b[kBf16Stages<kLo>][kMmaN][kMmaLd];
+  int64_t a_row[kMmaM], c_row[kMmaM];
+};
+
+template <bool kLo>
+__global__ void __launch_bounds__(kMmaThreads, 2) gemm_mma_bf16w_kernel(GemmKernelParams p) {
+  constexpr int kStages = kBf16Stages<kLo>;
+  extern __shared__ __align__(128) uint8_t smem_bytes[];
+  MmaBf16Smem<kLo>& sm = *reinterpret_cast<MmaBf16Smem<kLo>*>(smem_bytes);
+  int g;
+  if (!tile_rows(p, g, sm.a_row, sm.c_row)) return;
+  const auto* b = static_cast<const __nv_bfloat16*>(p.b_table ? p.b_table[g] : p.b);
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kMmaN;
+  const int tid = threadIdx.x;
+
+  // This thread's copies of a k-step: A (and lo) row tid / 4, its 16-byte chunk tid % 4; weight row n0 + tid.
+  const int a_r = tid >> 2, a_c = (tid & 3) * 8;
+  const int64_t a_src_row = sm.a_row[a_r], a_off = (a_src_row >= 0 ? a_src_row * p.lda : 0) + a_c;
+  const __nv_bfloat16* a_src = static_cast<const __nv_bfloat16*>(p.a_bf16) + a_off;
+  const __nv_bfloat16* lo_src = kLo ? static_cast<const __nv_bfloat16*>(p.a_lo_bf16) + a_off : nullptr;
+  const int64_t n = n0 + tid;
+  const bool n_ok = n < p.n;
+  const __nv_bfloat16* b_src = b + (n_ok ? n : 0) * p.k;
+  const int ktiles = static_cast<int>(p.k / kMmaK);
+
+  auto issue = [&](int kt) {
+    if (kt < ktiles) {
+      const int st = kt % kStages;
+      const int64_t k0 = static_cast<int64_t>(kt) * kMmaK;
+      cp_async16(&sm.a[st][a_r][a_c], a_src + k0, a_src_row >= 0);
+      if constexpr (kLo) cp_async16(&sm.a_lo[st][a_r][a_c], lo_src + k0, a_src_row >= 0);
+#pragma unroll
+      for (int c = 0; c < kMmaK / 8; ++c) cp_async16(&sm.b[st][tid][8 * c], b_src + k0 + 8 * c, n_ok);
+    }
+    cp_async_commit();
+  };
+
+  float acc[2][8][4];
 #pragma unroll
   for (int i = 0; i < 2; ++i)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = wm * 32 + i * 16 + (lane >> 2) + 8 * h;
-      const int64_t cr = sm.c_row[r];
-      if (cr < 0) continue;
-      float* crow = p.c + cr * p.ldc;
+    for (int j = 0; j < 8; ++j)
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const int64_t col = n0 + wn * 64 + j * 8 + (lane & 3) * 2;
-        if (col < p.n) crow[col] = acc[i][j][2 * h];
-        if (col + 1 < p.n) crow[col + 1] = acc[i][j][2 * h + 1];
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+
+#pragma unroll
+  for (int st = 0; st < kStages - 1; ++st) issue(st);
+  for (int kt = 0; kt < ktiles; ++kt) {
+    // Step kt has landed (this thread's copies); the barrier publishes everyone's and that every warp is done with
+    // step kt - 1's slot, which the next issue overwrites.
+    cp_async_wait<kStages - 2>();
+    __syncthreads();
+    issue(kt + kStages - 1);
+    const int st = kt % kStages;
+#pragma unroll
+    for (int kk = 0; kk < kMmaK; kk += 16) {
+      uint32_t af[2][4], bf[4][4];
+      load_b_frags(bf, sm.b[st], kk);
+      if constexpr (kLo) {  // the small terms first
+        load_a_frags(af, sm.a_lo[st], kk);
+        mma_tile(acc, af, bf);
       }
+      load_a_frags(af, sm.a[st], kk);
+      mma_tile(acc, af, bf);
     }
+  }
+  store_acc(p, sm.c_row, n0, acc);
 }
 
 template <QuantFormat F>
@@ -203,6 +305,20 @@ void launch(const GemmKernelParams& p, cudaStream_t stream) {
   DI_CUDA_CHECK_LAUNCH();
 }
 
+template <bool kLo>
+void launch_bf16w(const GemmKernelParams& p, cudaStream_t stream) {
+  const int64_t tiles_m = p.group_offsets ? p.max_tiles_m : ceil_div(p.m, kMmaM);
+  const int64_t tiles_n = ceil_div(p.n, kMmaN);
+  if (tiles_m == 0 || tiles_n == 0) return;
+  DI_CHECK(tiles_m <= 65535) << "gemm: " << tiles_m << " row tiles are too many for one launch";
+  const size_t smem = sizeof(MmaBf16Smem<kLo>);
+  DI_CUDA_CHECK(cudaFuncSetAttribute(gemm_mma_bf16w_kernel<kLo>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(smem)));
+  gemm_mma_bf16w_kernel<kLo>
+      <<<dim3(static_cast<unsigned>(tiles_n), static_cast<unsigned>(tiles_m)), kMmaThreads, smem, stream>>>(p);
+  DI_CUDA_CHECK_LAUNCH();
+}
+
 bool aligned(const void* q, uintptr_t a) { return reinterpret_cast<uintptr_t>(q) % a == 0; }
 
 }  // namespace
@@ -210,14 +326,21 @@ bool aligned(const void* q, uintptr_t a) { return reinterpret_cast<uintptr_t>(q)
 bool gemm_mma_dense_fills(int64_t m, int64_t n) { return ceil_div(m, kMmaM) * ceil_div(n, kMmaN) >= 128; }
 
 bool run_gemm_mma(const GemmKernelParams& p, cudaStream_t stream) {
-  if (!p.a_bf16 || p.batch_invariant || p.format == QuantFormat::kFloat) return false;
+  if (!p.a_bf16 || p.batch_invariant || (p.format == QuantFormat::kFloat && !p.b_bf16)) return false;
   if (p.k <= 0 || p.k % kMmaK != 0) return false;
   if (p.format == QuantFormat::kFP8Block && p.block_k % kMmaK != 0) return false;
   if (p.lda % 8 != 0 || !aligned(p.a_bf16, 16)) return false;
+  if (p.a_lo_bf16 && !aligned(p.a_lo_bf16, 16)) return false;
   if (p.b_table ? !p.tables_aligned16 : !aligned(p.b, 16)) return false;
   if (!p.group_offsets && !gemm_mma_dense_fills(p.m, p.n)) return false;
   if (p.m == 0 || p.n == 0) return true;
   switch (p.format) {
+    case QuantFormat::kFloat:  // bf16 weights
+      if (p.a_lo_bf16)
+        launch_bf16w<true>(p, stream);
+      else
+        launch_bf16w<false>(p, stream);
+      return true;
     case QuantFormat::kFP8Block:
       launch<QuantFormat::kFP8Block>(p, stream);
       return true;

@@ -72,6 +72,9 @@ struct GemmChoices {
   // The backend hands the rows kernel a bf16 copy of A (a cast kernel a call) instead of the f32 rows, which the
   // kernel rounds to bf16 as it stages them (the same bits either way).
   bool rows_mma_bf16_a = false;
+  // bf16 routed experts (a bf16 checkpoint's, CudaBackend::moe_quant) on the mma.sync kernel with A as hi + lo bf16
+  // terms (two products, ~2^-16 of fp32, as linear_quant's split_in); false rounds A to bf16 (one product, ~2^-9).
+  bool bf16_split_a = true;
   // Launch the rows kernel with programmatic stream serialization: its blocks may start while the previous kernel
   // finishes and send their first weight loads (the weights do not depend on it) before they wait for its memory
   // (griddepcontrol.wait); the arithmetic is unchanged. H200, session 23 (docs/PERF.md), V4-Flash slice: eager steps

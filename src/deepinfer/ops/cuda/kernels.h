@@ -77,7 +77,14 @@ struct GemmKernelParams {
   float* c = nullptr;
   int64_t ldc = 0;
   const int32_t* c_rows = nullptr;           // optional: C row of gathered row i
-  QuantFormat format = QuantFormat::kFloat;  // kFloat = f32 weights here
+  QuantFormat format = QuantFormat::kFloat;  // kFloat = f32 weights here, unless b_bf16
+  // kFloat only: the weights are bf16 (exact when widened), not f32. Grouped MoE calls outside batch-invariant mode,
+  // vector-aligned (gemm_vector_ok): a few rows a group take the weight-streaming kernel (fp32 products, exact),
+  // more (with a_bf16) the pipelined mma.sync kernel (gemm_mma.h).
+  bool b_bf16 = false;
+  // With a_bf16 over bf16 weights: A's lo terms, bf16(a − bf16(a)) row for row, so that the mma.sync kernel sums
+  // hi·W + lo·W (~2^-16 of fp32, as linear_quant's split_in) instead of rounding A to bf16.
+  const void* a_lo_bf16 = nullptr;
   const void* b = nullptr;                   // [n, k] weight (MXFP4: [n, k/2] bytes)
   const void* b_scale = nullptr;
   const void* const* b_table = nullptr;        // [groups] per-group weights (overrides b)
