@@ -4,8 +4,9 @@
 // full-prompt logits in both MLA forms, cached token-by-token decode and greedy continuations against
 // transformers and against the CPU reference, chunked prefill = one shot. Tolerance: per row,
 // max |Δlogit| <= 1e-4 · max |logit| (the fixture's README, as for the CPU).
-// Also `deepinfer offline --device cuda` (the engine on the GPU, paged MLA rows) on the golden model and on the
-// embedded tiny V3 model (models/deepinfer-tiny-v3) gives the CPU's greedy ids.
+// Also `deepinfer offline --device cuda` (the engine on the GPU, paged MLA rows; its bf16 FFN kept as stored) on the
+// golden model and on the embedded tiny V3 model (models/deepinfer-tiny-v3) gives the CPU's greedy ids, as does the
+// model loaded with V3WeightStorage::kStored against transformers.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -260,6 +261,57 @@ void check_offline_v3(const std::string& dir, const std::vector<std::string>& pr
   if (line != std::string::npos)
     std::printf("[cuda-offline %s %s] %s", dir.substr(dir.rfind('/') + 1).c_str(), flags.c_str(),
                 gpu.output.substr(line, gpu.output.find('\n', line) - line + 1).c_str());
+}
+
+// V3WeightStorage::kStored (the engine's --weight-format auto on CUDA): the fixture's bf16 FFN (dense MLP, routed and
+// shared experts) stays bf16 on the device, the expert GEMMs on split activations (CudaBackend::moe_quant). Full-prompt
+// and decode logits stay within the golden tolerance of transformers, greedy picks equal generated_ids, and the model
+// holds fewer bytes than the f32 one.
+TEST(CudaGoldenV3Stored, Bf16FfnKeptAsStoredMatchesTransformers) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  auto golden = SafetensorsFile::open(golden_dir() + "/golden.safetensors");
+  auto gpu = make_cuda_backend(0);
+  auto stored = DeepseekV3Model::load(golden_dir(), *gpu, V3WeightStorage::kStored);
+  auto f32 = DeepseekV3Model::load(golden_dir(), *gpu, V3WeightStorage::kF32);
+  int bf16_layers = 0;
+  for (const V3LayerWeights& lw : stored->weights().layers)
+    bf16_layers += lw.quant_experts && !lw.qexperts.empty() && lw.qexperts[0].w1.weight.dtype() == DType::kBF16;
+  EXPECT_EQ(bf16_layers, static_cast<int>(stored->weights().layers.size()));
+  EXPECT_LT(stored->weight_bytes(), f32->weight_bytes());
+  const int64_t v = stored->config().vocab_size;
+  for (int i = 0; golden->find("prompt" + std::to_string(i) + ".input_ids"); ++i) {
+    const std::string p = "prompt" + std::to_string(i);
+    const Tensor in = golden->tensor(p + ".input_ids"), gen_t = golden->tensor(p + ".generated_ids");
+    const std::vector<int64_t> ids(in.data_as<int64_t>(), in.data_as<int64_t>() + in.numel());
+    const std::vector<int64_t> gen(gen_t.data_as<int64_t>(), gen_t.data_as<int64_t>() + gen_t.numel());
+    const auto n = static_cast<int64_t>(ids.size());
+    auto full = stored->new_sequence();
+    HostTensor logits = stored->forward(full, ids);
+    double abs_err = 0;
+    const double rel =
+        worst_rel_error(logits.data<float>(), golden->tensor(p + ".logits").data_as<float>(), n, v, &abs_err);
+    // Cached decode of the generated ids, one at a time.
+    auto seq = stored->new_sequence();
+    HostTensor prefill = stored->forward(seq, ids);
+    std::vector<float> rows(prefill.data<float>() + (n - 1) * v, prefill.data<float>() + n * v);
+    std::vector<int64_t> greedy{argmax(rows.data(), v)};
+    for (size_t j = 1; j < gen.size(); ++j) {
+      const int64_t tok = gen[j - 1];
+      HostTensor step = stored->forward(seq, std::span<const int64_t>(&tok, 1));
+      rows.insert(rows.end(), step.data<float>(), step.data<float>() + v);
+      greedy.push_back(argmax(step.data<float>(), v));
+    }
+    double dec_abs = 0;
+    const double dec_rel = worst_rel_error(rows.data(), golden->tensor(p + ".decode_logits").data_as<float>(),
+                                           static_cast<int64_t>(gen.size()), v, &dec_abs);
+    std::printf(
+        "[cuda-golden deepseek_v3 stored-bf16-ffn %s] full-prompt logits (%lld tokens): max |dlogit| %.3g (worst row "
+        "rel %.3g); decode (%zu steps): %.3g (rel %.3g)\n",
+        p.c_str(), static_cast<long long>(n), abs_err, rel, gen.size(), dec_abs, dec_rel);
+    EXPECT_LE(rel, kRelTol) << p;
+    EXPECT_LE(dec_rel, kRelTol) << p;
+    EXPECT_EQ(greedy, gen) << p;
+  }
 }
 
 TEST(CudaOfflineV3, GoldenModelGreedyOnTheGpuEqualsCpuAndTransformers) {

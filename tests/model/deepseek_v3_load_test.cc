@@ -161,6 +161,39 @@ TEST(DeepseekV3Load, Fp8WeightsKeptQuantizedMatchF32Exactly) {
   EXPECT_LT(fp8->weight_bytes(), 0.6 * f32->weight_bytes());
 }
 
+// V3WeightStorage::kStored on the golden fixture (a bf16 checkpoint): its FFN (dense MLP, routed and shared experts)
+// stays bf16 as quant_experts, which the CPU reference's moe_quant widens exactly, so the logits equal the f32 model's
+// bit for bit while the FFN takes half the bytes; the rest loads as kFP8 does (f32 here: nothing is FP8).
+TEST(DeepseekV3Load, StoredBf16FfnMatchesF32Exactly) {
+  const std::string dir = testing::test_data_dir() + "/golden/deepseek_v3";
+  auto backend = make_cpu_backend(0);
+  auto f32 = DeepseekV3Model::load(dir, *backend, V3WeightStorage::kF32);
+  auto stored = DeepseekV3Model::load(dir, *backend, V3WeightStorage::kStored);
+  for (const V3LayerWeights& lw : stored->weights().layers) {
+    ASSERT_TRUE(lw.quant_experts);
+    for (const QuantExpertWeights& e : lw.qexperts)
+      for (const QuantMatrix* m : {&e.w1, &e.w3, &e.w2}) {
+        EXPECT_EQ(m->format, QuantFormat::kFloat);
+        EXPECT_EQ(m->weight.dtype(), DType::kBF16);
+        EXPECT_EQ(m->scale.data(), nullptr);
+      }
+    if (lw.has_shared) EXPECT_EQ(lw.qshared.w2.weight.dtype(), DType::kBF16);
+  }
+  EXPECT_LT(stored->weight_bytes(), f32->weight_bytes());
+  const auto ids = some_ids(19);
+  auto a = f32->new_sequence(), b = stored->new_sequence();
+  HostTensor la = f32->forward(a, ids), lb = stored->forward(b, ids);
+  ASSERT_EQ(la.numel(), lb.numel());
+  EXPECT_EQ(std::memcmp(la.data<float>(), lb.data<float>(), la.numel() * sizeof(float)), 0);
+  const int64_t tok = 7;
+  la = f32->forward(a, std::span<const int64_t>(&tok, 1));
+  lb = stored->forward(b, std::span<const int64_t>(&tok, 1));
+  EXPECT_EQ(std::memcmp(la.data<float>(), lb.data<float>(), la.numel() * sizeof(float)), 0);
+  // kFP8 keeps only block formats: this checkpoint's FFN stays f32.
+  auto fp8 = DeepseekV3Model::load(dir, *backend, V3WeightStorage::kFP8);
+  EXPECT_FALSE(fp8->weights().layers.back().quant_experts);
+}
+
 // The error budget of FP8-native weights on CUDA (issue #11; tests/cuda/cuda_v3_fp8_test.cc): the CUDA FP8 GEMMs take
 // exact fp32 products for <= 4 rows and bf16-rounded inputs and weights for more. The same rounding on the CPU
 // (Bf16GemmEmulationBackend), on the FP8 checkpoint that CUDA test makes, moves the prefill logits of this random tiny

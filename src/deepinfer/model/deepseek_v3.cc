@@ -96,8 +96,9 @@ std::unique_ptr<DeepseekV3Model> DeepseekV3Model::load(const std::string& dir, B
   // golden-shaped FP8 checkpoint is 0.31 worst prefill row rel. error from the CPU's f32, but 0.002 from a CPU
   // emulation of that rounding (itself 0.31 from f32), and 7.7e-7 token by token (one-row GEMMs are exact); see
   // tests/cuda/cuda_v3_fp8_test.cc and docs/PERF.md.
-  const bool keep_fp8 = storage == V3WeightStorage::kFP8;
-  V3Weights weights = load_v3_weights(config, *ckpt, host_backend ? *host_backend : backend, keep_fp8, resident);
+  const bool keep_fp8 = storage == V3WeightStorage::kFP8 || storage == V3WeightStorage::kStored;
+  V3Weights weights = load_v3_weights(config, *ckpt, host_backend ? *host_backend : backend, keep_fp8, resident,
+                                      storage == V3WeightStorage::kStored);
   return std::make_unique<DeepseekV3Model>(std::move(config), std::move(weights), backend);
 }
 

@@ -28,7 +28,7 @@ int64_t v3_weight_bytes(const V3Weights& w) {
 }
 
 V3Weights load_v3_weights(const ModelConfig& c, const Checkpoint& ck, Backend& backend, bool keep_fp8,
-                          const std::function<bool(int layer, int expert)>& resident) {
+                          const std::function<bool(int layer, int expert)>& resident, bool keep_bf16_experts) {
   DI_CHECK(c.family == ModelFamily::kDeepseekV3)
       << "load_v3_weights: " << family_name(c.family) << " is not a DeepSeek-V3 family model";
   WeightLoader ld(c, ck, backend);
@@ -68,15 +68,26 @@ V3Weights load_v3_weights(const ModelConfig& c, const Checkpoint& ck, Backend& b
     a.o = mat(A + "o_proj.weight");
 
     const std::string M = L + "mlp.";
-    // Quantized experts: every expert of the layer (and the dense MLP) must be stored FP8, or all go f32.
-    lw.quant_experts =
-        keep_fp8 && ld.is_fp8_block(M + (plan.routing == RoutingKind::kTopK ? "experts.0." : "") + "gate_proj.weight");
+    // Quantized experts: every expert of the layer (and the dense MLP) must be stored FP8, or all go f32. With
+    // keep_bf16_experts, bf16-stored ones stay bf16 the same way (a QuantMatrix of kFloat bf16 and no scale).
+    const std::string first = M + (plan.routing == RoutingKind::kTopK ? "experts.0." : "") + "gate_proj.weight";
+    Tensor stored;
+    const bool bf16_experts = keep_bf16_experts && !ld.is_fp8_block(first) && ld.stored_bf16(first, &stored);
+    lw.quant_experts = (keep_fp8 && ld.is_fp8_block(first)) || bf16_experts;
+    auto kept_bf16 = [&](const std::string& name) -> std::optional<QuantMatrix> {
+      HostTensor h = ld.bf16_copy(name);
+      if (!h.view().data()) return std::nullopt;
+      lw.quant_storage.push_back(std::move(h));
+      lw.quant_storage.emplace_back();  // no scales: 2 entries a matrix, as the FP8 ones
+      return QuantMatrix{lw.quant_storage[lw.quant_storage.size() - 2].view(), Tensor{}, QuantFormat::kFloat};
+    };
     auto quant_mlp = [&](const std::string& prefix) {
       QuantExpertWeights e;
       for (auto [dst, name] :
            {std::pair{&e.w1, "gate_proj.weight"}, {&e.w3, "up_proj.weight"}, {&e.w2, "down_proj.weight"}}) {
-        auto q = quant(prefix + name, lw.quant_storage);
-        DI_CHECK(q.has_value()) << prefix << name << ": expected FP8 block-scaled like the layer's other experts";
+        auto q = bf16_experts ? kept_bf16(prefix + name) : quant(prefix + name, lw.quant_storage);
+        DI_CHECK(q.has_value()) << prefix << name << ": expected " << (bf16_experts ? "bf16" : "FP8 block-scaled")
+                                << " like the layer's other experts";
         *dst = *q;
       }
       return e;

@@ -20,7 +20,10 @@ namespace deepinfer {
 // How FP8 block-scaled matrices are kept. kAuto: f32 (FP8-native on devices is opt-in: bf16-level accuracy in
 // prefill, no expert parallelism; see deepseek_v3.cc); kF32: always f32; kFP8: in their format on any backend (the CPU
 // then dequantizes per call: tests).
-enum class V3WeightStorage { kAuto, kF32, kFP8 };
+// kStored: as kFP8, and an FFN stored in bf16 stays bf16 (load_v3_weights' keep_bf16_experts): half f32's bytes, the
+// expert GEMMs on CUDA's tensor cores with split activations (~2^-16 of fp32; CudaBackend::moe_quant). Not for
+// batch-invariant mode (no bf16 expert kernel there) nor expert parallelism (EPLB moves FP8 codes only).
+enum class V3WeightStorage { kAuto, kF32, kFP8, kStored };
 
 // A projection matrix [N, K] as the model keeps it: f32, or the checkpoint's e4m3 codes + block scales.
 using V3Matrix = KeptMatrix;
@@ -81,8 +84,11 @@ struct V3Weights {
 // block-scaled matrices stay in their format (host copies of codes and scales), the rest is f32.
 // `resident` (expert parallelism): (layer index in config.layers, expert id) -> load that routed expert; the others
 // stay empty (not resident). Empty: every expert. The MTP block loads every expert.
+// `keep_bf16_experts`: a layer's FFN stored in bf16 (dense MLP, routed and shared experts: V2-Lite, the V3 golden)
+// stays bf16 as quant_experts (kFloat bf16 QuantMatrix, no scales), for moe_quant (V3WeightStorage::kStored).
 V3Weights load_v3_weights(const ModelConfig& config, const Checkpoint& ckpt, Backend& backend, bool keep_fp8 = false,
-                          const std::function<bool(int layer, int expert)>& resident = {});
+                          const std::function<bool(int layer, int expert)>& resident = {},
+                          bool keep_bf16_experts = false);
 // Bytes of every weight tensor (the memory the weights take on their device).
 int64_t v3_weight_bytes(const V3Weights& w);
 
