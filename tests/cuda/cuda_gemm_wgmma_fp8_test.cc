@@ -32,6 +32,12 @@ using testing::GemmProblemTest;
 using testing::Kind;
 
 constexpr double kFp8Tol = 1e-3;
+// The per-128 form's operands are full-range e4m3 codes on both sides (3 mantissa bits each, products up to 448^2),
+// and the tensor core sums a k32 group's products (and adds them to the accumulator) aligned to the largest with a
+// limited number of bits kept (DeepSeek-V3's report, §3.3.2: "around 14 bits" on Hopper): the worst entries sit at
+// 0.8-1.1e-3 of sum|a·w| (H100, session 36: 7 of 60000 entries past 1e-3 in one seed), against ~3e-5 for MXFP4 weights,
+// whose e2m1 codes leave few significant bits in a product. A wrong scale or row is off by O(1).
+constexpr double kFp8Block128Tol = 2e-3;
 
 class CudaGemmWgmmaFp8Test : public GemmProblemTest {
  protected:
@@ -218,8 +224,8 @@ class CudaGemmWgmmaFp8Block128Test : public CudaGemmWgmmaFp8Test {
       const HostTensor narrow = run128(*l, pr, f, 0), wide = run128(*l, pr, f, 1), persistent = run128(*l, pr, f, 2);
       const std::string tag = what + (ue8m0 ? " [ue8m0 act scales]" : " [f32 act scales]");
       if (ue8m0) {
-        check_reference(tag + " 128x128", pr, narrow, full, kFp8Tol);
-        check_reference(tag + " 128x256", pr, wide, full, kFp8Tol);
+        check_reference(tag + " 128x128", pr, narrow, full, kFp8Block128Tol);
+        check_reference(tag + " 128x256", pr, wide, full, kFp8Block128Tol);
       }
       check_against(tag + " 128x256 vs 128x128", pr, wide, narrow, 1e-6);
       int64_t differ = 0;
