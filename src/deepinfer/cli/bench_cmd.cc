@@ -69,7 +69,8 @@ int run_bench(const BenchArgs& a) {
     if (name == "v3")
       mla.push_back(bench::v3_slice(a.v3_moe_layers));
     else if (name == "v2-lite")
-      mla.push_back(bench::v2_lite_model(a.v2_lite_ffn == "f32" ? bench::BenchFormat::kF32 : bench::BenchFormat::kBF16));
+      mla.push_back(
+          bench::v2_lite_model(a.v2_lite_ffn == "f32" ? bench::BenchFormat::kF32 : bench::BenchFormat::kBF16));
     else if (name == "tiny-mla")
       mla.push_back(bench::tiny_mla());
     else if (name == "v4-flash")

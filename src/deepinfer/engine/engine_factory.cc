@@ -278,11 +278,12 @@ std::unique_ptr<EngineStack> load_engine_stack(const EngineStackOptions& o) {
     // GEMMs on the tensor cores (outside batch-invariant mode, which has no bf16 expert kernel; not with --cp, whose
     // followers load as the parallel layouts do).
     const bool stored = keep_fp8 && o.weight_format == "auto" && !o.batch_invariant && o.cp == 1;
-    s.v3 = DeepseekV3Model::load(o.model_dir, *s.backend,
-                                 stored ? V3WeightStorage::kStored
-                                        : (keep_fp8 ? V3WeightStorage::kFP8 : V3WeightStorage::kF32));
+    s.v3 = DeepseekV3Model::load(
+        o.model_dir, *s.backend,
+        stored ? V3WeightStorage::kStored : (keep_fp8 ? V3WeightStorage::kFP8 : V3WeightStorage::kF32));
     s.v3->set_activation_quant(act_quant);
-    DI_LOG_INFO("weights: {}", stored     ? "FP8 block-scaled matrices and a bf16 FFN kept as stored (--weight-format)"
+    DI_LOG_INFO("weights: {}", stored
+                                   ? "FP8 block-scaled matrices kept quantized, a bf16 FFN as stored (--weight-format)"
                                : keep_fp8 ? "FP8 block-scaled matrices kept quantized (--weight-format)"
                                           : "f32, FP8 block-scaled matrices dequantized at load (--weight-format)");
     s.config = &s.v3->config();

@@ -241,7 +241,7 @@ void CudaBackend::Impl::run_moe(const float* x, const float* weights, const int3
                             (shared_bf16 ? shared->w1.rows() * 2 : 0) +
                             // the rows kernel's bf16 copies of x and h (shared_rows below)
                             (shared && tokens <= cuda::kGemmRowsMmaMaxRows ? (d + shared->w1.rows()) * 2 : 0) +
-                            (split_a ? (d + k * inter) * 2 : 0) +         // x's and h's lo terms
+                            (split_a ? (d + k * inter) * 2 : 0) +        // x's and h's lo terms
                             (act_quant != ActQuant::kNone ? d * 4 : 0);  // the rounded copy of x
   // Chunks of at least kMoeChunkTokens tokens (a typical prefill chunk) even past 1 GiB of intermediates (~2.6
   // GiB for V4-Flash, ~3.5 GiB for V3 at 8192 tokens; the engine reserves 5% of the device for activations): with

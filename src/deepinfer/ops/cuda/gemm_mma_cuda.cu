@@ -95,7 +95,8 @@ __device__ __forceinline__ void load_b_frags(uint32_t (&bf)[4][4], const __nv_bf
   for (int j = 0; j < 4; ++j)  // n-tiles 2j and 2j + 1: (k 0-7, k 8-15) each
     ldmatrix_x4(bf[j], &bs[wn * 64 + j * 16 + (lane & 7) + ((lane >> 4) << 3)][kk + ((lane >> 3) & 1) * 8]);
 }
-__device__ __forceinline__ void mma_tile(float (&acc)[2][8][4], const uint32_t (&af)[2][4], const uint32_t (&bf)[4][4]) {
+__device__ __forceinline__ void mma_tile(float (&acc)[2][8][4], const uint32_t (&af)[2][4],
+                                         const uint32_t (&bf)[4][4]) {
 #pragma unroll
   for (int j = 0; j < 4; ++j)
 #pragma unroll

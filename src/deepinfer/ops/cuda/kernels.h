@@ -85,7 +85,7 @@ struct GemmKernelParams {
   // With a_bf16 over bf16 weights: A's lo terms, bf16(a − bf16(a)) row for row, so that the mma.sync kernel sums
   // hi·W + lo·W (~2^-16 of fp32, as linear_quant's split_in) instead of rounding A to bf16.
   const void* a_lo_bf16 = nullptr;
-  const void* b = nullptr;                   // [n, k] weight (MXFP4: [n, k/2] bytes)
+  const void* b = nullptr;  // [n, k] weight (MXFP4: [n, k/2] bytes)
   const void* b_scale = nullptr;
   const void* const* b_table = nullptr;        // [groups] per-group weights (overrides b)
   const void* const* b_scale_table = nullptr;  // [groups]
