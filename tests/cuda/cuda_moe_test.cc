@@ -91,6 +91,8 @@ double bi_moe_tolerance() { return 8e-3; }
 
 class CudaMoeTest : public CudaOpTest {
  protected:
+  // Bf16ExpertsMatchCpuOnEveryPath at one intermediate size.
+  void check_bf16_experts(int64_t inter);
   // Distinct random experts per token (as a top-k would give).
   HostTensor distinct_indices(int64_t t, int64_t k, int64_t e) {
     HostTensor idx(DType::kI32, {t, k});
@@ -234,12 +236,18 @@ class CudaMoeTest : public CudaOpTest {
 
 // bf16 routed and shared experts (a bf16 checkpoint's, kept as stored) against the CPU op on their widened values.
 // The routed experts follow the rows per used expert, T·k / min(E, T·k): T = 1 and 3 (1 row) stream the bf16 weights
-// with fp32 products; T = 21 (6 rows) and 300 (75 rows, two row tiles) take the mma.sync kernel on x's and h's hi + lo
-// bf16 terms (~2^-16 of fp32: 3e-5). The shared expert streams at T <= 4 and goes through cuBLASLt on the split
-// rows past it. I = 160 leaves a partial 256-column tile. bf16_split_a = 0 rounds the many-row inputs to bf16 (4e-3,
-// the block formats' many-row tolerance); batch-invariant mode has no bf16 expert kernel and says so.
+// with fp32 products; T = 21 (6 rows) takes the mma.sync kernel, T = 300 (75 rows) and 600 (150: the tall tile's
+// pairs and leftovers) the wgmma kernel where K % 64 == 0 (gate / up, K = D = 256; down with I = 192) and the mma.sync
+// one otherwise (down with I = 160), all on x's and h's hi + lo bf16 terms (~2^-16 of fp32: 3e-5). The shared expert
+// streams at T <= 4 and goes through cuBLASLt on the split rows past it. I = 160 leaves a partial 256-column tile.
+// bf16_split_a = 0 rounds the many-row inputs to bf16 (4e-3, the block formats' many-row tolerance); batch-invariant
+// mode has no bf16 expert kernel and says so.
 TEST_F(CudaMoeTest, Bf16ExpertsMatchCpuOnEveryPath) {
-  const int64_t d = 256, inter = 160, e = 16, k = 4;
+  for (const int64_t inter : {160, 192}) check_bf16_experts(inter);
+}
+
+void CudaMoeTest::check_bf16_experts(int64_t inter) {
+  const int64_t d = 256, e = 16, k = 4;
   std::vector<HostTensor> host;
   std::vector<DeviceTensor> dev;
   host.reserve(6 * (e + 1));
@@ -272,17 +280,19 @@ TEST_F(CudaMoeTest, Bf16ExpertsMatchCpuOnEveryPath) {
       cpu().moe({x, weights, idx, &cpu_experts, &cpu_shared, want, 10.0f, before});
       const DeviceTensor dx = up(x), dwts = up(weights), didx = up(idx), dout = poisoned({t, d});
       gpu().moe_quant({dx, dwts, didx, &gpu_experts, &gpu_shared, dout, 10.0f, before});
-      rel_err(("moe_quant bf16" + std::string(split ? "" : " split_a=0") + (before ? " before_w2" : "") +
-               " T=" + std::to_string(t))
+      rel_err(("moe_quant bf16 I=" + std::to_string(inter) + (split ? "" : " split_a=0") +
+               (before ? " before_w2" : "") + " T=" + std::to_string(t))
                   .c_str(),
               down(dout), want, tol);
     }
   };
-  for (int64_t t : {1, 3}) check(t, true, 1e-5);
-  for (int64_t t : {21, 300}) check(t, true, 3e-5);
+  const std::vector<int64_t> many = inter == 160 ? std::vector<int64_t>{21, 300} : std::vector<int64_t>{300, 600};
+  if (inter == 160)
+    for (int64_t t : {1, 3}) check(t, true, 1e-5);
+  for (int64_t t : many) check(t, true, 3e-5);
   {
     ScopedKernelChoices one_term(gpu(), [](cuda::KernelChoices& c) { c.gemm.bf16_split_a = false; });
-    for (int64_t t : {21, 300}) check(t, false, 4e-3);
+    for (int64_t t : many) check(t, false, 4e-3);
   }
   gpu().set_batch_invariant(true);
   const HostTensor x = rand({3, d}), weights = rand({3, k}, 0.05f, 1.0f), idx = distinct_indices(3, k, e);

@@ -11,7 +11,8 @@ namespace deepinfer::cuda {
 // C = A · dequant(B)ᵀ through wgmma.mma_async (sm_90a) when p allows it (gemm_wgmma_takes): what run_gemm_mma takes,
 // with K % 64 == 0, and (grouped) at least kGemmWgmmaMinRows rows per group by rows_hint; dense calls whose tiles do
 // not fill the device only split along K, with p.split_part. Returns false, enqueuing nothing, otherwise (and always
-// when p.choices.wgmma is kNever; kAlways also takes grouped calls below kGemmWgmmaMinRows rows).
+// when p.choices.wgmma is kNever; kAlways also takes grouped calls below kGemmWgmmaMinRows rows). bf16 weights
+// (p.b_bf16, grouped only) are copied rather than decoded, over A's hi and lo terms when p.a_lo_bf16 is given.
 bool run_gemm_wgmma(const GemmKernelParams& p, cudaStream_t stream);
 
 // Split-K for dense decode batches, opt-in (GemmChoices::wgmma_split_k = kAlways; quant_linear at 9-128 rows: the

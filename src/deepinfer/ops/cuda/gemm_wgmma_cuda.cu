@@ -67,6 +67,10 @@
 //   e2m1: magnitudes through two byte lookups (prmt) of the bf16 high and low bytes of {0, .5, 1, 1.5, 2, 3, 4, 6},
 //     interleaved into bf16x2, the sign bits moved in by a third prmt; times the scale. No subnormal inputs.
 // GemmChoices::wgmma_exact (and f32 scales, always) decodes through f32 as gemm_mma does (bf16(code · scale)).
+// bf16 weights (GemmKernelParams::b_bf16, grouped: a bf16 checkpoint's experts): the producer copies the weight rows
+// into the B tile by cp.async as it does A's, with nothing to decode; with A's lo terms (a_lo_bf16) a tile runs K twice,
+// lo·W steps first, then hi·W, the weight re-read from L2.
+
 // The constants, wgmma wrappers, weight decode and tile scan the kernel uses: gemm_wgmma_device.cuh.
 #include "deepinfer/ops/cuda/gemm_wgmma.h"
 
@@ -103,7 +107,10 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   const uint32_t raw_addr = smem_addr(smem_raw);
   const uint32_t a_base = raw_addr + ((1024 - (raw_addr & 1023)) & 1023), b_base = a_base + kWgStages * T::kABytes;
   const int tid = threadIdx.x;
-  const int ksteps = static_cast<int>(p.k / kWgK);
+  // bf16 weights with A's lo terms: K twice, the lo·W steps first (the small terms), then hi·W (kFloat below).
+  constexpr bool kBf16W = F == QuantFormat::kFloat;
+  const int kw_steps = static_cast<int>(p.k / kWgK);
+  const int ksteps = kw_steps * (kBf16W && p.a_lo_bf16 ? 2 : 1);
   // This tile's output tile, its first k-step and its count (all of K unless split).
   auto tile_of = [&](int64_t t, int64_t& tmn, int& split, int& kb, int& nk) {
     tmn = t, split = 0, kb = 0, nk = ksteps;
@@ -154,71 +161,119 @@ __global__ void __launch_bounds__(kWgThreads, 1)
                        : "memory");
         }
       };
-      // Weights: this thread's decode units (DecodePlan), tile row prow(i), chunks from pc0 (output column n0 + row).
-      using Unit = Part<F, D::kChunksP>;
-      const int pc0 = (tid % D::kPartsP) * D::kChunksP;
-      auto prow = [&](int i) { return tid / D::kPartsP + i * (128 / D::kPartsP); };
-      if constexpr (kSplitK) prefetch_split_codes<F>(p, n0, kb, ktiles, tid);
-      const PartSrc<F, D::kChunksP> src0(p, g, n0 + prow(0), pc0);
-      const PartSrc<F, D::kChunksP> src1(p, g, n0 + prow(kUnitsA - 1), pc0);
-      auto load_step = [&](int kt, Unit(&rs)[kUnitsA]) {
-        if constexpr (kStaged) return;  // staged: the codes come by cp.async (issue_a)
-        if constexpr (D::kUnitsP > 0) src0.load(kb + kt, rs[0]);
-        if constexpr (D::kUnitsP > 1) src1.load(kb + kt, rs[1]);
-      };
-      const StagedCodes<kTall> staged(b_base + kWgStages * T::kBBytes);
       // Stage of this block's step G, once the consumers released its previous use (step G - S).
       auto acquire = [&](int64_t G) {
         if (G >= kWgStages) bar_sync(kBarEmpty + static_cast<int>((G - kWgStages) % kWgStages), kWgThreads);
         return static_cast<int>(G % kWgStages);
       };
-      // One step: load step kt + 1's codes (first: registers need no free stage, and the longer they fly the
-      // better), acquire step kt + 1's stage and copy its A tile, decode step kt into its stage's B tile, publish.
-      // Staged: step kt + 1's codes go with its A copies; step kt's have landed once its copies have.
-      auto step = [&](int kt, Unit(&cur)[kUnitsA], Unit(&nxt)[kUnitsA]) {
-        const int64_t G = gs + kt;
-        if (kt + 1 < ktiles) {
-          load_step(kt + 1, nxt);
-          issue_a(kt + 1, acquire(G + 1));
-          if constexpr (kStaged) {
+      if constexpr (kBf16W) {
+        // bf16 weights (b_bf16): the weight rows are copied as A's are, 16 bytes a cp.async straight into the swizzled
+        // layout (this thread: chunk tid % 8 of tile rows tid / 8 + 16 j); nothing to decode. Step kt reads K step kt
+        // % kw_steps, of A's lo terms while kt < kw_steps when there are lo terms.
+        const auto* w = static_cast<const __nv_bfloat16*>(p.b_table ? p.b_table[g] : p.b);
+        const __nv_bfloat16* w_src[T::kN / 16];
+        uint32_t w_ok = 0;
 #pragma unroll
-            for (int i = 0; i < D::kUnitsP; ++i)
-              staged.issue(i == 0 ? src0 : src1, kb + kt + 1, static_cast<int>((G + 1) & 1), prow(i));
+        for (int j = 0; j < T::kN / 16; ++j) {
+          const int64_t n = n0 + (tid >> 3) + 16 * j;
+          w_src[j] = w + (n < p.n ? n : 0) * p.k + ac * 8;
+          if (n < p.n) w_ok |= 1u << j;
+        }
+        const auto* a_hi = static_cast<const __nv_bfloat16*>(p.a_bf16);
+        const auto* a_lo = static_cast<const __nv_bfloat16*>(p.a_lo_bf16);
+        auto issue = [&](int kt, int st) {
+          const bool lo = a_lo && kt < kw_steps;
+          const int64_t k0 = static_cast<int64_t>(kb + (kt < kw_steps ? kt : kt - kw_steps)) * kWgK;
+          const uint32_t da = a_base + st * T::kABytes, db = b_base + st * T::kBBytes;
+#pragma unroll
+          for (int j = 0; j < T::kARowsT; ++j) {
+            // a_src[j] points into a_bf16; the lo row is the same offset into a_lo_bf16.
+            const __nv_bfloat16* src = (lo ? a_lo + (a_src[j] - a_hi) : a_src[j]) + k0;
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(da + swz((tid >> 3) + 16 * j, ac)),
+                         "l"(src), "r"((a_ok >> j) & 1 ? 16 : 0)
+                         : "memory");
           }
+#pragma unroll
+          for (int j = 0; j < T::kN / 16; ++j)
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(db + swz((tid >> 3) + 16 * j, ac)),
+                         "l"(w_src[j] + k0), "r"((w_ok >> j) & 1 ? 16 : 0)
+                         : "memory");
+        };
+        issue(0, acquire(gs));
+        cp_async_commit();
+        for (int kt = 0; kt < ktiles; ++kt) {
+          const int64_t G = gs + kt;
+          if (kt + 1 < ktiles) issue(kt + 1, acquire(G + 1));
+          cp_async_commit();
+          cp_async_wait<1>();  // this thread's copies of step kt have landed
+          fence_proxy_async();
+          bar_arrive(kBarFull + static_cast<int>(G % kWgStages), kWgThreads);
+        }
+        gs += ktiles;
+        continue;
+      } else {
+        // Weights: this thread's decode units (DecodePlan), tile row prow(i), chunks from pc0 (output column n0 + row).
+        using Unit = Part<F, D::kChunksP>;
+        const int pc0 = (tid % D::kPartsP) * D::kChunksP;
+        auto prow = [&](int i) { return tid / D::kPartsP + i * (128 / D::kPartsP); };
+        if constexpr (kSplitK) prefetch_split_codes<F>(p, n0, kb, ktiles, tid);
+        const PartSrc<F, D::kChunksP> src0(p, g, n0 + prow(0), pc0);
+        const PartSrc<F, D::kChunksP> src1(p, g, n0 + prow(kUnitsA - 1), pc0);
+        auto load_step = [&](int kt, Unit(&rs)[kUnitsA]) {
+          if constexpr (kStaged) return;  // staged: the codes come by cp.async (issue_a)
+          if constexpr (D::kUnitsP > 0) src0.load(kb + kt, rs[0]);
+          if constexpr (D::kUnitsP > 1) src1.load(kb + kt, rs[1]);
+        };
+        const StagedCodes<kTall> staged(b_base + kWgStages * T::kBBytes);
+        // One step: load step kt + 1's codes (first: registers need no free stage, and the longer they fly the
+        // better), acquire step kt + 1's stage and copy its A tile, decode step kt into its stage's B tile, publish.
+        // Staged: step kt + 1's codes go with its A copies; step kt's have landed once its copies have.
+        auto step = [&](int kt, Unit(&cur)[kUnitsA], Unit(&nxt)[kUnitsA]) {
+          const int64_t G = gs + kt;
+          if (kt + 1 < ktiles) {
+            load_step(kt + 1, nxt);
+            issue_a(kt + 1, acquire(G + 1));
+            if constexpr (kStaged) {
+#pragma unroll
+              for (int i = 0; i < D::kUnitsP; ++i)
+                staged.issue(i == 0 ? src0 : src1, kb + kt + 1, static_cast<int>((G + 1) & 1), prow(i));
+            }
+          }
+          cp_async_commit();
+          const int st = static_cast<int>(G % kWgStages);
+          const uint32_t bt = b_base + st * T::kBBytes;
+          if constexpr (kStaged) {
+            cp_async_wait<1>();  // this thread's copies of step kt (A and codes) have landed
+#pragma unroll
+            for (int i = 0; i < D::kUnitsP; ++i) {
+              staged.read(static_cast<int>(G & 1), prow(i), kb + kt, cur[i]);
+              decode_part<F, kExact, D::kChunksP>(cur[i], bt, prow(i), pc0, s8);
+            }
+          } else {
+#pragma unroll
+            for (int i = 0; i < D::kUnitsP; ++i) decode_part<F, kExact, D::kChunksP>(cur[i], bt, prow(i), pc0, s8);
+            cp_async_wait<1>();  // this thread's A copies of step kt have landed
+          }
+          fence_proxy_async();
+          bar_arrive(kBarFull + st, kWgThreads);
+        };
+        Unit r0[kUnitsA], r1[kUnitsA];  // ping-pong: no register copies between steps
+        load_step(0, r0);
+        issue_a(0, acquire(gs));
+        if constexpr (kStaged) {
+#pragma unroll
+          for (int i = 0; i < D::kUnitsP; ++i)
+            staged.issue(i == 0 ? src0 : src1, kb, static_cast<int>(gs & 1), prow(i));
         }
         cp_async_commit();
-        const int st = static_cast<int>(G % kWgStages);
-        const uint32_t bt = b_base + st * T::kBBytes;
-        if constexpr (kStaged) {
-          cp_async_wait<1>();  // this thread's copies of step kt (A and codes) have landed
-#pragma unroll
-          for (int i = 0; i < D::kUnitsP; ++i) {
-            staged.read(static_cast<int>(G & 1), prow(i), kb + kt, cur[i]);
-            decode_part<F, kExact, D::kChunksP>(cur[i], bt, prow(i), pc0, s8);
-          }
-        } else {
-#pragma unroll
-          for (int i = 0; i < D::kUnitsP; ++i) decode_part<F, kExact, D::kChunksP>(cur[i], bt, prow(i), pc0, s8);
-          cp_async_wait<1>();  // this thread's A copies of step kt have landed
+        int kt = 0;
+        for (; kt + 1 < ktiles; kt += 2) {
+          step(kt, r0, r1);
+          step(kt + 1, r1, r0);
         }
-        fence_proxy_async();
-        bar_arrive(kBarFull + st, kWgThreads);
-      };
-      Unit r0[kUnitsA], r1[kUnitsA];  // ping-pong: no register copies between steps
-      load_step(0, r0);
-      issue_a(0, acquire(gs));
-      if constexpr (kStaged) {
-#pragma unroll
-        for (int i = 0; i < D::kUnitsP; ++i) staged.issue(i == 0 ? src0 : src1, kb, static_cast<int>(gs & 1), prow(i));
+        if (kt < ktiles) step(kt, r0, r1);
+        gs += ktiles;
       }
-      cp_async_commit();
-      int kt = 0;
-      for (; kt + 1 < ktiles; kt += 2) {
-        step(kt, r0, r1);
-        step(kt + 1, r1, r0);
-      }
-      if (kt < ktiles) step(kt, r0, r1);
-      gs += ktiles;
     }
     cp_async_wait<0>();
     // The consumers release every step; the loop waited for the releases of steps [0, gs - S): take the rest, so
@@ -396,32 +451,36 @@ void launch_split(const GemmKernelParams& p, int splits, cudaStream_t stream) {
 // producer.
 template <QuantFormat F, bool kTall>
 void launch(const GemmKernelParams& p, bool exact, int plan, cudaStream_t stream) {
-  const bool by_format = p.choices.wgmma_decode == WgmmaDecode::kByFormat;
-  const WgmmaDecode format_pick = F == QuantFormat::kMXFP4               ? WgmmaDecode::kProducerStaged
-                                  : F == QuantFormat::kFP8Block && kTall ? WgmmaDecode::kSplit
-                                                                         : WgmmaDecode::kProducer;
-  const int dec = static_cast<int>(by_format ? format_pick : p.choices.wgmma_decode);
-  if (exact) {
-    launch<F, true, 0, kTall>(p, plan, stream);
-  } else if (dec == 3) {
-    // Staged codes: MXFP4 with K % 128 (a row's scales of a step in one aligned word); else the register loads,
-    // split when the format picked staging (its measured runner-up), else on the producer as asked.
-    if constexpr (F == QuantFormat::kMXFP4) {
-      if (p.k % 128 == 0 && (p.b_scale_table ? p.tables_aligned16 : aligned(p.b_scale, 4))) {
-        launch<F, false, 3, kTall>(p, plan, stream);
-        return;
-      }
-    }
-    if (by_format)
-      launch<F, false, 1, kTall>(p, plan, stream);
-    else
-      launch<F, false, 0, kTall>(p, plan, stream);
-  } else if (dec == 2) {
-    launch<F, false, 2, kTall>(p, plan, stream);
-  } else if (dec == 1) {
-    launch<F, false, 1, kTall>(p, plan, stream);
-  } else {
+  if constexpr (F == QuantFormat::kFloat) {  // bf16 weights: copied by the producer, nothing to decode
     launch<F, false, 0, kTall>(p, plan, stream);
+  } else {
+    const bool by_format = p.choices.wgmma_decode == WgmmaDecode::kByFormat;
+    const WgmmaDecode format_pick = F == QuantFormat::kMXFP4               ? WgmmaDecode::kProducerStaged
+                                    : F == QuantFormat::kFP8Block && kTall ? WgmmaDecode::kSplit
+                                                                           : WgmmaDecode::kProducer;
+    const int dec = static_cast<int>(by_format ? format_pick : p.choices.wgmma_decode);
+    if (exact) {
+      launch<F, true, 0, kTall>(p, plan, stream);
+    } else if (dec == 3) {
+      // Staged codes: MXFP4 with K % 128 (a row's scales of a step in one aligned word); else the register loads,
+      // split when the format picked staging (its measured runner-up), else on the producer as asked.
+      if constexpr (F == QuantFormat::kMXFP4) {
+        if (p.k % 128 == 0 && (p.b_scale_table ? p.tables_aligned16 : aligned(p.b_scale, 4))) {
+          launch<F, false, 3, kTall>(p, plan, stream);
+          return;
+        }
+      }
+      if (by_format)
+        launch<F, false, 1, kTall>(p, plan, stream);
+      else
+        launch<F, false, 0, kTall>(p, plan, stream);
+    } else if (dec == 2) {
+      launch<F, false, 2, kTall>(p, plan, stream);
+    } else if (dec == 1) {
+      launch<F, false, 1, kTall>(p, plan, stream);
+    } else {
+      launch<F, false, 0, kTall>(p, plan, stream);
+    }
   }
 }
 template <QuantFormat F>
@@ -440,7 +499,11 @@ void launch(const GemmKernelParams& p, bool exact, WgmmaTile tile, cudaStream_t 
 // What every wgmma call needs, whatever its rows: formats, K, block sizes, alignment, no batch-invariant mode.
 bool wgmma_supports(const GemmKernelParams& p) {
   if (p.choices.wgmma == KernelPick::kNever || !p.a_bf16 || p.batch_invariant) return false;
-  if (p.format != QuantFormat::kFP8Block && p.format != QuantFormat::kMXFP4 && p.format != QuantFormat::kFP8Row32)
+  // bf16 weights (b_bf16): grouped calls only (the MoE experts), A's lo terms 16-byte aligned as A.
+  const bool bf16w =
+      p.format == QuantFormat::kFloat && p.b_bf16 && p.group_offsets && (!p.a_lo_bf16 || aligned(p.a_lo_bf16, 16));
+  if (p.format != QuantFormat::kFP8Block && p.format != QuantFormat::kMXFP4 && p.format != QuantFormat::kFP8Row32 &&
+      !bf16w)
     return false;
   if (p.k <= 0 || p.k % kWgK != 0) return false;
   // FP8 blocks: powers of two (the producer indexes scales with shifts), at least 32 wide in K (a scale per half
@@ -539,6 +602,9 @@ bool run_gemm_wgmma(const GemmKernelParams& p, cudaStream_t stream) {
       return true;
     case QuantFormat::kFP8Row32:
       launch<QuantFormat::kFP8Row32>(p, exact, tile, stream);
+      return true;
+    case QuantFormat::kFloat:  // bf16 weights (wgmma_supports)
+      launch<QuantFormat::kFloat>(p, false, tile, stream);
       return true;
     default:
       return false;
