@@ -68,9 +68,8 @@
 //     interleaved into bf16x2, the sign bits moved in by a third prmt; times the scale. No subnormal inputs.
 // GemmChoices::wgmma_exact (and f32 scales, always) decodes through f32 as gemm_mma does (bf16(code · scale)).
 // bf16 weights (GemmKernelParams::b_bf16, grouped: a bf16 checkpoint's experts): the producer copies the weight rows
-// into the B tile by cp.async as it does A's, with nothing to decode; with A's lo terms (a_lo_bf16) a tile runs K twice,
-// lo·W steps first, then hi·W, the weight re-read from L2.
-
+// into the B tile by cp.async as it does A's, with nothing to decode; with A's lo terms (a_lo_bf16) a tile runs K
+// twice, lo·W steps first, then hi·W, the weight re-read from L2.
 // The constants, wgmma wrappers, weight decode and tile scan the kernel uses: gemm_wgmma_device.cuh.
 #include "deepinfer/ops/cuda/gemm_wgmma.h"
 
