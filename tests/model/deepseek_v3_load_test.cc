@@ -75,6 +75,18 @@ double chunked_vs_one_shot(const DeepseekV3Model& model, const std::vector<int64
   return err / scale;
 }
 
+// The prompt `ids` and then token `tok` through both models: the same logits bit for bit, both times.
+void expect_same_logits_bitwise(const DeepseekV3Model& x, const DeepseekV3Model& y, const std::vector<int64_t>& ids,
+                                int64_t tok) {
+  auto a = x.new_sequence(), b = y.new_sequence();
+  HostTensor la = x.forward(a, ids), lb = y.forward(b, ids);
+  ASSERT_EQ(la.numel(), lb.numel());
+  EXPECT_EQ(std::memcmp(la.data<float>(), lb.data<float>(), la.numel() * sizeof(float)), 0);
+  la = x.forward(a, std::span<const int64_t>(&tok, 1));
+  lb = y.forward(b, std::span<const int64_t>(&tok, 1));
+  EXPECT_EQ(std::memcmp(la.data<float>(), lb.data<float>(), la.numel() * sizeof(float)), 0);
+}
+
 std::vector<int64_t> some_ids(int n) {
   std::vector<int64_t> ids;
   for (int i = 0; i < n; ++i) ids.push_back((i * 37 + 11) % 768);
@@ -146,14 +158,7 @@ TEST(DeepseekV3Load, Fp8WeightsKeptQuantizedMatchF32Exactly) {
   for (MlaForm form : {MlaForm::kNaive, MlaForm::kAbsorbed}) {
     f32->set_mla_form(form);
     fp8->set_mla_form(form);
-    auto a = f32->new_sequence(), b = fp8->new_sequence();
-    HostTensor la = f32->forward(a, ids), lb = fp8->forward(b, ids);
-    ASSERT_EQ(la.numel(), lb.numel());
-    EXPECT_EQ(std::memcmp(la.data<float>(), lb.data<float>(), la.numel() * sizeof(float)), 0);
-    const int64_t tok = 5;
-    la = f32->forward(a, std::span<const int64_t>(&tok, 1));
-    lb = fp8->forward(b, std::span<const int64_t>(&tok, 1));
-    EXPECT_EQ(std::memcmp(la.data<float>(), lb.data<float>(), la.numel() * sizeof(float)), 0);
+    expect_same_logits_bitwise(*f32, *fp8, ids, 5);
   }
   // Everything but the f32 embedding/head, norms, router and kv_b shrinks 4×: the whole model to under 60% here.
   std::printf("[v3-fp8] weight bytes: f32 %lld, FP8 kept %lld (%.2fx)\n", static_cast<long long>(f32->weight_bytes()),
@@ -180,15 +185,7 @@ TEST(DeepseekV3Load, StoredBf16FfnMatchesF32Exactly) {
     if (lw.has_shared) EXPECT_EQ(lw.qshared.w2.weight.dtype(), DType::kBF16);
   }
   EXPECT_LT(stored->weight_bytes(), f32->weight_bytes());
-  const auto ids = some_ids(19);
-  auto a = f32->new_sequence(), b = stored->new_sequence();
-  HostTensor la = f32->forward(a, ids), lb = stored->forward(b, ids);
-  ASSERT_EQ(la.numel(), lb.numel());
-  EXPECT_EQ(std::memcmp(la.data<float>(), lb.data<float>(), la.numel() * sizeof(float)), 0);
-  const int64_t tok = 7;
-  la = f32->forward(a, std::span<const int64_t>(&tok, 1));
-  lb = stored->forward(b, std::span<const int64_t>(&tok, 1));
-  EXPECT_EQ(std::memcmp(la.data<float>(), lb.data<float>(), la.numel() * sizeof(float)), 0);
+  expect_same_logits_bitwise(*f32, *stored, some_ids(19), 7);
   // kFP8 keeps only block formats: this checkpoint's FFN stays f32.
   auto fp8 = DeepseekV3Model::load(dir, *backend, V3WeightStorage::kFP8);
   EXPECT_FALSE(fp8->weights().layers.back().quant_experts);

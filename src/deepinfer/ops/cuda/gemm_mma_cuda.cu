@@ -291,33 +291,26 @@ __global__ void __launch_bounds__(kMmaThreads, 2) gemm_mma_bf16w_kernel(GemmKern
   store_acc(p, sm.c_row, n0, acc);
 }
 
-template <QuantFormat F>
-void launch(const GemmKernelParams& p, cudaStream_t stream) {
+// One block a (column tile, M tile), x = column tiles (fastest): the blocks running together share an A tile and sweep
+// one expert's weight.
+void launch_tiles(void (*kernel)(GemmKernelParams), size_t smem, const GemmKernelParams& p, cudaStream_t stream) {
   const int64_t tiles_m = p.group_offsets ? p.max_tiles_m : ceil_div(p.m, kMmaM);
   const int64_t tiles_n = ceil_div(p.n, kMmaN);
   if (tiles_m == 0 || tiles_n == 0) return;
   DI_CHECK(tiles_m <= 65535) << "gemm: " << tiles_m << " row tiles are too many for one launch";
-  const size_t smem = sizeof(MmaSmem<F>);
-  DI_CUDA_CHECK(
-      cudaFuncSetAttribute(gemm_mma_kernel<F>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  // x = column tiles (fastest): the blocks running together share an A tile and sweep one expert's weight.
-  gemm_mma_kernel<F>
-      <<<dim3(static_cast<unsigned>(tiles_n), static_cast<unsigned>(tiles_m)), kMmaThreads, smem, stream>>>(p);
+  DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  kernel<<<dim3(static_cast<unsigned>(tiles_n), static_cast<unsigned>(tiles_m)), kMmaThreads, smem, stream>>>(p);
   DI_CUDA_CHECK_LAUNCH();
+}
+
+template <QuantFormat F>
+void launch(const GemmKernelParams& p, cudaStream_t stream) {
+  launch_tiles(gemm_mma_kernel<F>, sizeof(MmaSmem<F>), p, stream);
 }
 
 template <bool kLo>
 void launch_bf16w(const GemmKernelParams& p, cudaStream_t stream) {
-  const int64_t tiles_m = p.group_offsets ? p.max_tiles_m : ceil_div(p.m, kMmaM);
-  const int64_t tiles_n = ceil_div(p.n, kMmaN);
-  if (tiles_m == 0 || tiles_n == 0) return;
-  DI_CHECK(tiles_m <= 65535) << "gemm: " << tiles_m << " row tiles are too many for one launch";
-  const size_t smem = sizeof(MmaBf16Smem<kLo>);
-  DI_CUDA_CHECK(cudaFuncSetAttribute(gemm_mma_bf16w_kernel<kLo>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     static_cast<int>(smem)));
-  gemm_mma_bf16w_kernel<kLo>
-      <<<dim3(static_cast<unsigned>(tiles_n), static_cast<unsigned>(tiles_m)), kMmaThreads, smem, stream>>>(p);
-  DI_CUDA_CHECK_LAUNCH();
+  launch_tiles(gemm_mma_bf16w_kernel<kLo>, sizeof(MmaBf16Smem<kLo>), p, stream);
 }
 
 bool aligned(const void* q, uintptr_t a) { return reinterpret_cast<uintptr_t>(q) % a == 0; }
