@@ -424,13 +424,6 @@ void launch(const PagedSinkAttentionKernelParams& p, cudaStream_t stream) {
   DI_CUDA_CHECK_LAUNCH();
 }
 
-int max_smem_optin() {
-  int dev = 0, v = 0;
-  DI_CUDA_CHECK(cudaGetDevice(&dev));
-  DI_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  return v;
-}
-
 size_t smem_bytes(int64_t hd) {
   switch (hd) {
     case 512:
@@ -453,7 +446,7 @@ bool paged_attention_use_mma(const PagedSinkAttentionKernelParams& p) {
   // query's partial of a split depends only on that split's own slots).
   if (p.mma == KernelPick::kNever) return false;
   const size_t smem = smem_bytes(p.hd);
-  return smem > 0 && p.heads % 16 == 0 && static_cast<int64_t>(smem) <= max_smem_optin();
+  return smem > 0 && p.heads % 16 == 0 && smem <= smem_optin_or_current(p.smem_optin);
 }
 
 void launch_paged_attention_mma(const PagedSinkAttentionKernelParams& p, cudaStream_t stream) {

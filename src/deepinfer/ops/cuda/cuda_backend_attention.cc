@@ -62,6 +62,7 @@ void CudaBackend::indexer_scores(const IndexerScoreParams& p) {
   k.keys = p.keys.data_as<float>();
   k.n = p.keys.dim(0);
   k.mma = impl_->choices.indexer_mma;
+  k.smem_optin = impl_->info.smem_per_block_optin;
   launch_indexer_scores(k, impl_->batch_invariant, impl_->s());
 }
 
@@ -91,6 +92,7 @@ void CudaBackend::paged_indexer_scores(const PagedIndexerScoreParams& p) {
   k.key_ratio = p.key_ratio;
   k.status = impl_->status.word();
   k.mma = impl_->choices.indexer_mma;
+  k.smem_optin = impl_->info.smem_per_block_optin;
   launch_indexer_scores(k, impl_->batch_invariant, impl_->s());
 }
 
@@ -183,6 +185,7 @@ void CudaBackend::paged_sink_attention(const PagedSinkAttentionParams& p) {
     expect_on("paged_sink_attention", name, *t, dev);
   cuda::PagedSinkAttentionKernelParams k;
   k.mma = impl_->choices.attn_mma;
+  k.smem_optin = impl_->info.smem_per_block_optin;
   k.q = p.q.data_as<float>();
   k.q_positions = p.q_positions.data_as<int64_t>();
   k.q_seq = p.q_seq.data_as<int32_t>();

@@ -53,6 +53,14 @@ DeviceInfo select_device(int index) {
   return info;
 }
 
+size_t smem_optin_or_current(size_t known) {
+  if (known > 0) return known;
+  int dev = 0, v = 0;
+  DI_CUDA_CHECK(cudaGetDevice(&dev));
+  DI_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  return static_cast<size_t>(v);
+}
+
 Stream::Stream() { DI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
 Stream::~Stream() {
   if (stream_) cudaStreamDestroy(stream_);  // destructors do not throw; a failure here has nowhere to go

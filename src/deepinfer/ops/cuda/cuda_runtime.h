@@ -36,6 +36,10 @@ struct DeviceInfo {
 // Makes `index` the current device of the calling thread and describes it.
 DeviceInfo select_device(int index);
 
+// `known` (DeviceInfo::smem_per_block_optin as a backend read it once), or when 0 the current device's opt-in shared
+// memory a block, asked of the runtime.
+size_t smem_optin_or_current(size_t known);
+
 // An owned non-blocking stream (it does not synchronise with the legacy default stream).
 class Stream {
  public:

@@ -372,13 +372,6 @@ void launch(const IndexerScoresKernelParams& p, cudaStream_t stream) {
   DI_CUDA_CHECK_LAUNCH();
 }
 
-int max_smem_optin() {
-  int dev = 0, v = 0;
-  DI_CUDA_CHECK(cudaGetDevice(&dev));
-  DI_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  return v;
-}
-
 size_t smem_bytes(int64_t dim, int64_t heads) {
   const bool small = heads <= 32;
   switch (dim) {
@@ -402,7 +395,7 @@ bool indexer_scores_use_mma(const IndexerScoresKernelParams& p, bool batch_invar
   if (!all && p.tokens < (decode_like ? kIndexerMmaMinDecodeTokens : kIndexerMmaMinTokens)) return false;
   const size_t smem = smem_bytes(p.dim, p.heads);
   return smem > 0 && p.heads >= 1 && p.heads <= 64 && p.tokens * p.n > 0 && aligned16(p.q) && aligned16(p.keys) &&
-         static_cast<int64_t>(smem) <= max_smem_optin();
+         smem <= smem_optin_or_current(p.smem_optin);
 }
 
 void launch_indexer_scores_mma(const IndexerScoresKernelParams& p, cudaStream_t stream) {

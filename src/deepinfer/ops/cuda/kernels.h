@@ -301,6 +301,7 @@ struct IndexerScoresKernelParams {
   int block_size = 1, key_ratio = 1;
   uint32_t* status = nullptr;
   KernelPick mma = KernelPick::kAuto;  // the tensor-core kernel (indexer_mma.h)
+  size_t smem_optin = 0;               // as PagedSinkAttentionKernelParams::smem_optin
 };
 void run_indexer_scores(const IndexerScoresKernelParams& p, cudaStream_t stream);
 
@@ -370,6 +371,9 @@ struct PagedSinkAttentionKernelParams {
   float scale = 1.0f;
   uint32_t* status = nullptr;
   KernelPick mma = KernelPick::kAuto;  // the tensor-core kernel (attention_paged_mma.h)
+  // The device's opt-in shared memory a block (DeviceInfo::smem_per_block_optin, read once by the backend); 0: asked
+  // of the runtime at the call (tests that build the params themselves).
+  size_t smem_optin = 0;
 };
 // Splits for a launch: enough blocks to fill the SMs, at least 32 key slots each.
 int paged_attention_splits(int64_t tokens, int64_t heads, int64_t max_slots, int sm_count);
