@@ -460,12 +460,17 @@ void CudaBackend::Impl::run_moe(const float* x, const float* weights, const int3
         DI_CUDA_CHECK(cudaMemcpyAsync(static_cast<uint8_t*>(w13) + half, shared->w3.weight.data(), half,
                                       cudaMemcpyDeviceToDevice, s()));
         const bool split = choices.gemm.bf16_split_a;
-        void* hi = ws().take(sizeof(uint16_t) * tc * d);
-        void* lo = split ? ws().take(sizeof(uint16_t) * tc * d) : nullptr;
-        if (split)
-          cuda::run_split_f32_to_bf16(xc, hi, lo, tc * d, s());
-        else
-          cuda::run_cast_f32_to_bf16(xc, hi, tc * d, s());
+        // x's terms as the routed experts' mma.sync / wgmma calls have them, else made here.
+        void* hi = xc16;
+        void* lo = x_lo16;
+        if (!hi || (split && !lo)) {
+          hi = ws().take(sizeof(uint16_t) * tc * d);
+          lo = split ? ws().take(sizeof(uint16_t) * tc * d) : nullptr;
+          if (split)
+            cuda::run_split_f32_to_bf16(xc, hi, lo, tc * d, s());
+          else
+            cuda::run_cast_f32_to_bf16(xc, hi, tc * d, s());
+        }
         lt_matmul(hi, w13, CUDA_R_16BF, sgu, tc, 2 * si, d);
         if (split) lt_matmul(lo, w13, CUDA_R_16BF, sgu, tc, 2 * si, d, /*accumulate=*/true);
       } else if (shared_lt) {
