@@ -114,6 +114,10 @@ TEST(KernelChoiceArgs, LaterSpecsWinAndDefaultsPrintNothing) {
   EXPECT_EQ(describe_kernel_choices(c), "wgmma_decode=split, stream_mma_max_rows=4");
   EXPECT_EQ(parse_kernel_choices({"stream_mma_max_rows=4", "stream_mma_max_rows=default"}).gemm.stream_mma_max_rows,
             -1);
+  // "default" is the default choice's value, whatever it is (wgmma_fp8_wide's is the wide tile, 1).
+  EXPECT_EQ(parse_kernel_choices({"wgmma_fp8_wide=0", "wgmma_fp8_wide=default"}).gemm.wgmma_fp8_wide,
+            cuda::KernelChoices{}.gemm.wgmma_fp8_wide);
+  EXPECT_EQ(describe_kernel_choices(parse_kernel_choices({"wgmma_fp8_wide=default", "rows_mma_kw=default"})), "");
 }
 
 void expect_rejected(const std::string& spec, const std::string& says) {

@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "deepinfer/core/error.h"
 
@@ -28,14 +30,6 @@ constexpr std::pair<WgmmaTile, std::string_view> kTiles[] = {{WgmmaTile::kByRows
                                                              {WgmmaTile::k128x256, "128x256"},
                                                              {WgmmaTile::k256x128, "256x128"},
                                                              {WgmmaTile::kMixed, "mixed"}};
-constexpr std::string_view kKeys =
-    "attn_mma, indexer_mma, topk_small_blocks, wgmma, wgmma_exact, wgmma_decode, wgmma_tile, wgmma_split_k, wgmma_fp8, "
-    "wgmma_fp8_wide, lt_fp8_block, mla_tf32, mla_bf16x3, mla_flash, mla_flash_rows, paged_mla_mma, mla_lazy_rescale, "
-    "mla_flash_split_s, mla_flash_wgmma, "
-    "rows_mma, "
-    "rows_mma_bf16_a, bf16_split_a, "
-    "rows_mma_pdl, rows_mma_warps, rows_mma_kw, rows_mma_splits, rows_mma_share, stream_mma_max_rows, f32_scale_mma, "
-    "decode_direct_max_rows, grouped_one_launch_rows";
 
 template <class T, size_t N>
 std::string names(const std::pair<T, std::string_view> (&table)[N]) {
@@ -58,9 +52,8 @@ std::string_view name_of(const std::pair<T, std::string_view> (&table)[N], T v) 
   return "?";
 }
 
-// One of `allowed`, or "default" (0: the kernel's rule).
-int shape_value(std::string_view value, const std::string& spec, std::initializer_list<int> allowed) {
-  if (value == "default") return 0;
+// One of `allowed` (the caller takes "default" apart).
+int shape_value(std::string_view value, const std::string& spec, const std::vector<int>& allowed) {
   int v = 0;
   const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
   const bool ok = ec == std::errc() && end == value.data() + value.size() &&
@@ -91,6 +84,137 @@ bool flag_value(std::string_view value, const std::string& spec) {
   return value == "1";
 }
 
+// One --kernel-choice key: how its value parses into the choices and how it prints when it differs from the default.
+struct Key {
+  std::string_view name;
+  std::function<void(cuda::KernelChoices&, std::string_view value, const std::string& spec)> parse;
+  std::function<std::string(const cuda::KernelChoices&)> print;
+  std::function<bool(const cuda::KernelChoices&, const cuda::KernelChoices&)> same;
+};
+
+// The field a key sets, reached the same way in a const and a mutable KernelChoices (`[](auto& c) -> auto& {...}`).
+template <class Field>
+Key make_key(std::string_view name, Field field,
+             std::function<void(cuda::KernelChoices&, std::string_view, const std::string&)> parse,
+             std::function<std::string(const cuda::KernelChoices&)> print) {
+  return {name, std::move(parse), std::move(print),
+          [field](const cuda::KernelChoices& a, const cuda::KernelChoices& b) { return field(a) == field(b); }};
+}
+template <class T, size_t N, class Field>
+Key named(std::string_view name, const std::pair<T, std::string_view> (&table)[N], Field field) {
+  return make_key(
+      name, field,
+      [&table, field](cuda::KernelChoices& c, std::string_view v, const std::string& spec) {
+        field(c) = lookup(table, v, spec);
+      },
+      [&table, field](const cuda::KernelChoices& c) { return std::string(name_of(table, field(c))); });
+}
+template <class Field>
+Key pick(std::string_view name, Field field) {
+  return named(name, kPicks, field);
+}
+template <class Field>
+Key flag(std::string_view name, Field field) {
+  return make_key(
+      name, field,
+      [field](cuda::KernelChoices& c, std::string_view v, const std::string& spec) { field(c) = flag_value(v, spec); },
+      [field](const cuda::KernelChoices& c) { return std::string(field(c) ? "1" : "0"); });
+}
+// One of `allowed`, or "default": the default choice's value (0 = the kernel's rule for most keys, printed as
+// "default" where 0 is not one of `allowed`; wgmma_fp8_wide's 1).
+template <class Field>
+Key shape(std::string_view name, Field field, std::initializer_list<int> allowed) {
+  const std::vector<int> values(allowed);
+  const bool zero_allowed = std::find(values.begin(), values.end(), 0) != values.end();
+  return make_key(
+      name, field,
+      [field, values](cuda::KernelChoices& c, std::string_view v, const std::string& spec) {
+        static const cuda::KernelChoices defaults;
+        field(c) = v == "default" ? field(defaults) : shape_value(v, spec, values);
+      },
+      [field, zero_allowed](const cuda::KernelChoices& c) {
+        return field(c) == 0 && !zero_allowed ? std::string("default") : std::to_string(field(c));
+      });
+}
+template <class Field>
+Key rows(std::string_view name, Field field) {
+  return make_key(
+      name, field,
+      [field](cuda::KernelChoices& c, std::string_view v, const std::string& spec) { field(c) = rows_value(v, spec); },
+      [field](const cuda::KernelChoices& c) {
+        return field(c) < 0 ? std::string("default") : std::to_string(field(c));
+      });
+}
+
+// Every key, in the order describe_kernel_choices prints them.
+const std::vector<Key>& keys() {
+  static const std::vector<Key> k = {
+      pick(
+          "attn_mma", [](auto& c) -> auto& { return c.attn_mma; }),
+      pick(
+          "indexer_mma", [](auto& c) -> auto& { return c.indexer_mma; }),
+      pick(
+          "topk_small_blocks", [](auto& c) -> auto& { return c.topk_small_blocks; }),
+      pick(
+          "wgmma", [](auto& c) -> auto& { return c.gemm.wgmma; }),
+      flag(
+          "wgmma_exact", [](auto& c) -> auto& { return c.gemm.wgmma_exact; }),
+      named(
+          "wgmma_decode", kDecodes, [](auto& c) -> auto& { return c.gemm.wgmma_decode; }),
+      named(
+          "wgmma_tile", kTiles, [](auto& c) -> auto& { return c.gemm.wgmma_tile; }),
+      pick(
+          "wgmma_split_k", [](auto& c) -> auto& { return c.gemm.wgmma_split_k; }),
+      pick(
+          "wgmma_fp8", [](auto& c) -> auto& { return c.gemm.wgmma_fp8; }),
+      shape("wgmma_fp8_wide", [](auto& c) -> auto& { return c.gemm.wgmma_fp8_wide; }, {0, 1, 2}),
+      pick(
+          "lt_fp8_block", [](auto& c) -> auto& { return c.gemm.lt_fp8_block; }),
+      flag(
+          "mla_tf32", [](auto& c) -> auto& { return c.mla_tf32; }),
+      flag(
+          "mla_bf16x3", [](auto& c) -> auto& { return c.mla_bf16x3; }),
+      flag(
+          "mla_flash", [](auto& c) -> auto& { return c.mla_flash; }),
+      shape("mla_flash_rows", [](auto& c) -> auto& { return c.mla_flash_rows; }, {64, 128}),
+      pick(
+          "paged_mla_mma", [](auto& c) -> auto& { return c.paged_mla_mma; }),
+      flag(
+          "mla_lazy_rescale", [](auto& c) -> auto& { return c.mla_lazy_rescale; }),
+      flag(
+          "mla_flash_split_s", [](auto& c) -> auto& { return c.mla_flash_split_s; }),
+      flag(
+          "mla_flash_wgmma", [](auto& c) -> auto& { return c.mla_flash_wgmma; }),
+      pick(
+          "rows_mma", [](auto& c) -> auto& { return c.gemm.rows_mma; }),
+      flag(
+          "rows_mma_bf16_a", [](auto& c) -> auto& { return c.gemm.rows_mma_bf16_a; }),
+      flag(
+          "bf16_split_a", [](auto& c) -> auto& { return c.gemm.bf16_split_a; }),
+      flag(
+          "rows_mma_pdl", [](auto& c) -> auto& { return c.gemm.rows_mma_pdl; }),
+      shape("rows_mma_warps", [](auto& c) -> auto& { return c.gemm.rows_mma_warps; }, {4, 8, 16}),
+      shape("rows_mma_kw", [](auto& c) -> auto& { return c.gemm.rows_mma_kw; }, {1, 2, 4, 8}),
+      shape("rows_mma_splits", [](auto& c) -> auto& { return c.gemm.rows_mma_splits; }, {1, 2, 4, 8}),
+      shape("rows_mma_share", [](auto& c) -> auto& { return c.gemm.rows_mma_share; }, {1, 2, 4, 8}),
+      rows(
+          "stream_mma_max_rows", [](auto& c) -> auto& { return c.gemm.stream_mma_max_rows; }),
+      flag(
+          "f32_scale_mma", [](auto& c) -> auto& { return c.gemm.f32_scale_mma; }),
+      rows(
+          "decode_direct_max_rows", [](auto& c) -> auto& { return c.gemm.decode_direct_max_rows; }),
+      rows(
+          "grouped_one_launch_rows", [](auto& c) -> auto& { return c.grouped_one_launch_rows; }),
+  };
+  return k;
+}
+
+std::string key_list() {
+  std::string out;
+  for (const Key& k : keys()) out += (out.empty() ? "" : ", ") + std::string(k.name);
+  return out;
+}
+
 }  // namespace
 
 cuda::KernelChoices parse_kernel_choices(const std::vector<std::string>& specs) {
@@ -98,74 +222,13 @@ cuda::KernelChoices parse_kernel_choices(const std::vector<std::string>& specs) 
   for (const std::string& spec : specs) {
     const size_t eq = spec.find('=');
     DI_CHECK_CODE(eq != std::string::npos && eq > 0, ErrorCode::kInvalidArgument)
-        << "--kernel-choice '" << spec << "': expected KEY=VALUE with KEY one of " << kKeys;
+        << "--kernel-choice '" << spec << "': expected KEY=VALUE with KEY one of " << key_list();
     const std::string_view key = std::string_view(spec).substr(0, eq), value = std::string_view(spec).substr(eq + 1);
-    if (key == "attn_mma") {
-      c.attn_mma = lookup(kPicks, value, spec);
-    } else if (key == "indexer_mma") {
-      c.indexer_mma = lookup(kPicks, value, spec);
-    } else if (key == "topk_small_blocks") {
-      c.topk_small_blocks = lookup(kPicks, value, spec);
-    } else if (key == "wgmma") {
-      c.gemm.wgmma = lookup(kPicks, value, spec);
-    } else if (key == "wgmma_exact") {
-      c.gemm.wgmma_exact = flag_value(value, spec);
-    } else if (key == "wgmma_decode") {
-      c.gemm.wgmma_decode = lookup(kDecodes, value, spec);
-    } else if (key == "wgmma_tile") {
-      c.gemm.wgmma_tile = lookup(kTiles, value, spec);
-    } else if (key == "wgmma_split_k") {
-      c.gemm.wgmma_split_k = lookup(kPicks, value, spec);
-    } else if (key == "wgmma_fp8") {
-      c.gemm.wgmma_fp8 = lookup(kPicks, value, spec);
-    } else if (key == "wgmma_fp8_wide") {
-      c.gemm.wgmma_fp8_wide = shape_value(value, spec, {0, 1, 2});
-    } else if (key == "lt_fp8_block") {
-      c.gemm.lt_fp8_block = lookup(kPicks, value, spec);
-    } else if (key == "mla_tf32") {
-      c.mla_tf32 = flag_value(value, spec);
-    } else if (key == "mla_bf16x3") {
-      c.mla_bf16x3 = flag_value(value, spec);
-    } else if (key == "mla_flash") {
-      c.mla_flash = flag_value(value, spec);
-    } else if (key == "mla_flash_rows") {
-      c.mla_flash_rows = shape_value(value, spec, {64, 128});
-    } else if (key == "paged_mla_mma") {
-      c.paged_mla_mma = lookup(kPicks, value, spec);
-    } else if (key == "mla_lazy_rescale") {
-      c.mla_lazy_rescale = flag_value(value, spec);
-    } else if (key == "mla_flash_split_s") {
-      c.mla_flash_split_s = flag_value(value, spec);
-    } else if (key == "mla_flash_wgmma") {
-      c.mla_flash_wgmma = flag_value(value, spec);
-    } else if (key == "rows_mma") {
-      c.gemm.rows_mma = lookup(kPicks, value, spec);
-    } else if (key == "rows_mma_bf16_a") {
-      c.gemm.rows_mma_bf16_a = flag_value(value, spec);
-    } else if (key == "bf16_split_a") {
-      c.gemm.bf16_split_a = flag_value(value, spec);
-    } else if (key == "rows_mma_pdl") {
-      c.gemm.rows_mma_pdl = flag_value(value, spec);
-    } else if (key == "rows_mma_warps") {
-      c.gemm.rows_mma_warps = shape_value(value, spec, {4, 8, 16});
-    } else if (key == "rows_mma_kw") {
-      c.gemm.rows_mma_kw = shape_value(value, spec, {1, 2, 4, 8});
-    } else if (key == "rows_mma_splits") {
-      c.gemm.rows_mma_splits = shape_value(value, spec, {1, 2, 4, 8});
-    } else if (key == "rows_mma_share") {
-      c.gemm.rows_mma_share = shape_value(value, spec, {1, 2, 4, 8});
-    } else if (key == "stream_mma_max_rows") {
-      c.gemm.stream_mma_max_rows = rows_value(value, spec);
-    } else if (key == "f32_scale_mma") {
-      c.gemm.f32_scale_mma = flag_value(value, spec);
-    } else if (key == "decode_direct_max_rows") {
-      c.gemm.decode_direct_max_rows = rows_value(value, spec);
-    } else if (key == "grouped_one_launch_rows") {
-      c.grouped_one_launch_rows = rows_value(value, spec);
-    } else {
-      DI_FAIL(ErrorCode::kInvalidArgument)
-          << "--kernel-choice " << spec << ": unknown key '" << key << "' (one of " << kKeys << ")";
-    }
+    const auto& all = keys();
+    const auto it = std::find_if(all.begin(), all.end(), [&](const Key& k) { return k.name == key; });
+    DI_CHECK_CODE(it != all.end(), ErrorCode::kInvalidArgument)
+        << "--kernel-choice " << spec << ": unknown key '" << key << "' (one of " << key_list() << ")";
+    it->parse(c, value, spec);
   }
   return c;
 }
@@ -173,50 +236,8 @@ cuda::KernelChoices parse_kernel_choices(const std::vector<std::string>& specs) 
 std::string describe_kernel_choices(const cuda::KernelChoices& c) {
   const cuda::KernelChoices d;
   std::string out;
-  const auto add = [&](std::string_view key, const std::string& value) {
-    out += (out.empty() ? "" : ", ") + std::string(key) + "=" + value;
-  };
-  if (c.attn_mma != d.attn_mma) add("attn_mma", std::string(name_of(kPicks, c.attn_mma)));
-  if (c.indexer_mma != d.indexer_mma) add("indexer_mma", std::string(name_of(kPicks, c.indexer_mma)));
-  if (c.topk_small_blocks != d.topk_small_blocks)
-    add("topk_small_blocks", std::string(name_of(kPicks, c.topk_small_blocks)));
-  if (c.gemm.wgmma != d.gemm.wgmma) add("wgmma", std::string(name_of(kPicks, c.gemm.wgmma)));
-  if (c.gemm.wgmma_exact != d.gemm.wgmma_exact) add("wgmma_exact", c.gemm.wgmma_exact ? "1" : "0");
-  if (c.gemm.wgmma_decode != d.gemm.wgmma_decode)
-    add("wgmma_decode", std::string(name_of(kDecodes, c.gemm.wgmma_decode)));
-  if (c.gemm.wgmma_tile != d.gemm.wgmma_tile) add("wgmma_tile", std::string(name_of(kTiles, c.gemm.wgmma_tile)));
-  if (c.gemm.wgmma_split_k != d.gemm.wgmma_split_k)
-    add("wgmma_split_k", std::string(name_of(kPicks, c.gemm.wgmma_split_k)));
-  if (c.gemm.wgmma_fp8 != d.gemm.wgmma_fp8) add("wgmma_fp8", std::string(name_of(kPicks, c.gemm.wgmma_fp8)));
-  if (c.gemm.wgmma_fp8_wide != d.gemm.wgmma_fp8_wide) add("wgmma_fp8_wide", std::to_string(c.gemm.wgmma_fp8_wide));
-  if (c.gemm.lt_fp8_block != d.gemm.lt_fp8_block)
-    add("lt_fp8_block", std::string(name_of(kPicks, c.gemm.lt_fp8_block)));
-  if (c.mla_tf32 != d.mla_tf32) add("mla_tf32", c.mla_tf32 ? "1" : "0");
-  if (c.mla_bf16x3 != d.mla_bf16x3) add("mla_bf16x3", c.mla_bf16x3 ? "1" : "0");
-  if (c.mla_flash != d.mla_flash) add("mla_flash", c.mla_flash ? "1" : "0");
-  if (c.mla_flash_rows != d.mla_flash_rows)
-    add("mla_flash_rows", c.mla_flash_rows == 0 ? "default" : std::to_string(c.mla_flash_rows));
-  if (c.paged_mla_mma != d.paged_mla_mma) add("paged_mla_mma", std::string(name_of(kPicks, c.paged_mla_mma)));
-  if (c.mla_lazy_rescale != d.mla_lazy_rescale) add("mla_lazy_rescale", c.mla_lazy_rescale ? "1" : "0");
-  if (c.mla_flash_split_s != d.mla_flash_split_s) add("mla_flash_split_s", c.mla_flash_split_s ? "1" : "0");
-  if (c.mla_flash_wgmma != d.mla_flash_wgmma) add("mla_flash_wgmma", c.mla_flash_wgmma ? "1" : "0");
-  if (c.gemm.rows_mma != d.gemm.rows_mma) add("rows_mma", std::string(name_of(kPicks, c.gemm.rows_mma)));
-  if (c.gemm.rows_mma_bf16_a != d.gemm.rows_mma_bf16_a) add("rows_mma_bf16_a", c.gemm.rows_mma_bf16_a ? "1" : "0");
-  if (c.gemm.bf16_split_a != d.gemm.bf16_split_a) add("bf16_split_a", c.gemm.bf16_split_a ? "1" : "0");
-  if (c.gemm.rows_mma_pdl != d.gemm.rows_mma_pdl) add("rows_mma_pdl", c.gemm.rows_mma_pdl ? "1" : "0");
-  if (c.gemm.rows_mma_warps != d.gemm.rows_mma_warps) add("rows_mma_warps", std::to_string(c.gemm.rows_mma_warps));
-  if (c.gemm.rows_mma_kw != d.gemm.rows_mma_kw) add("rows_mma_kw", std::to_string(c.gemm.rows_mma_kw));
-  if (c.gemm.rows_mma_splits != d.gemm.rows_mma_splits) add("rows_mma_splits", std::to_string(c.gemm.rows_mma_splits));
-  if (c.gemm.rows_mma_share != d.gemm.rows_mma_share) add("rows_mma_share", std::to_string(c.gemm.rows_mma_share));
-  if (c.gemm.stream_mma_max_rows != d.gemm.stream_mma_max_rows)
-    add("stream_mma_max_rows", c.gemm.stream_mma_max_rows < 0 ? "default" : std::to_string(c.gemm.stream_mma_max_rows));
-  if (c.gemm.f32_scale_mma != d.gemm.f32_scale_mma) add("f32_scale_mma", c.gemm.f32_scale_mma ? "1" : "0");
-  if (c.gemm.decode_direct_max_rows != d.gemm.decode_direct_max_rows)
-    add("decode_direct_max_rows",
-        c.gemm.decode_direct_max_rows < 0 ? "default" : std::to_string(c.gemm.decode_direct_max_rows));
-  if (c.grouped_one_launch_rows != d.grouped_one_launch_rows)
-    add("grouped_one_launch_rows",
-        c.grouped_one_launch_rows < 0 ? "default" : std::to_string(c.grouped_one_launch_rows));
+  for (const Key& k : keys())
+    if (!k.same(c, d)) out += (out.empty() ? "" : ", ") + std::string(k.name) + "=" + k.print(c);
   return out;
 }
 
