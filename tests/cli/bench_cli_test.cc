@@ -64,6 +64,14 @@ TEST(BenchCli, UnknownSliceIsAnError) {
   EXPECT_NE(r.output.find("unknown slice 'v5-giant'"), std::string::npos) << r.output;
 }
 
+// --v2-lite-ffn takes the two formats V2-Lite's FFN can be kept in, nothing else.
+TEST(BenchCli, V2LiteFfnFormatIsChecked) {
+  auto r = run_cli("bench --device cpu --model v2-lite --v2-lite-ffn fp8 --iters 1");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--v2-lite-ffn"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("fp8"), std::string::npos) << r.output;
+}
+
 // --kernel-choice: a bad spec fails before any device work (so on a machine without a GPU too), and the choices are
 // the CUDA backend's: with --device cpu they are an error, not silently ignored; so is --fill-device.
 TEST(BenchCli, KernelChoiceAndFillDeviceErrors) {
