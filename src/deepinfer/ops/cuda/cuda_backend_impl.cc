@@ -208,8 +208,9 @@ void CudaBackend::Impl::run_moe(const float* x, const float* weights, const int3
   // from kInvariantBf16Slots slots on: each of its blocks stages all of K of its group's rows for one 16-row tile
   // at the weight's fixed K slices, half the bytes in bf16).
   const int64_t rows_per_expert = ceil_div(tokens * k, std::min<int64_t>(experts, std::max<int64_t>(tokens * k, 1)));
-  // bf16 experts (never batch-invariant: moe_quant) take the mma.sync kernel from the same rows, on x's and h's hi
-  // and lo terms unless bf16_split_a is off (A rounded to bf16, as the block formats' many-row GEMMs).
+  // bf16 experts (never batch-invariant: moe_quant) take the tensor cores from the same rows (mma.sync, wgmma from
+  // kGemmWgmmaMinRows), on x's and h's hi and lo terms unless bf16_split_a is off (A rounded to bf16, as the block
+  // formats' many-row GEMMs).
   const bool bf16_inputs =
       mw.bf16 ? rows_per_expert >= cuda::kGemmMmaMinRows
               : mw.format != QuantFormat::kFloat &&

@@ -130,7 +130,7 @@ void CudaBackend::moe_quant(const QuantMoeParams& p) {
   for (const auto& v : ptrs)
     for (const void* q : v) mw.aligned16 = mw.aligned16 && reinterpret_cast<uintptr_t>(q) % 16 == 0;
   // bf16 routed experts (a bf16 checkpoint's, kept as stored): the streaming kernel's 16-byte loads and the mma.sync
-  // kernel's 32-wide K steps read them in place (gemm_vector_ok, run_gemm_mma).
+  // kernel's 32-wide K steps read them in place (gemm_vector_ok, run_gemm_mma; the wgmma GEMM where K % 64 == 0).
   mw.bf16 = e0.w1.format == QuantFormat::kFloat && e0.w1.weight.dtype() == DType::kBF16;
   if (mw.bf16) {
     DI_CHECK_CODE(!impl_->batch_invariant, ErrorCode::kUnsupported)
