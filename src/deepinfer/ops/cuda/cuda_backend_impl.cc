@@ -10,7 +10,7 @@
 
 namespace deepinfer {
 
-void CudaBackend::Impl::pick_algo(LtPlan& p, const std::string& shape) {
+void CudaBackend::Impl::pick_algo(LtPlan& p, const std::string& shape, int c_align) {
   cublasLtMatmulPreference_t pref = nullptr;
   DI_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   const std::unique_ptr<std::remove_pointer_t<cublasLtMatmulPreference_t>, decltype(&cublasLtMatmulPreferenceDestroy)>
@@ -18,6 +18,13 @@ void CudaBackend::Impl::pick_algo(LtPlan& p, const std::string& shape) {
   const size_t ws = lt_workspace.size();
   DI_CUBLAS_CHECK(
       cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  if (c_align > 0) {
+    const uint32_t a = static_cast<uint32_t>(c_align);
+    DI_CUBLAS_CHECK(
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &a, sizeof(a)));
+    DI_CUBLAS_CHECK(
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &a, sizeof(a)));
+  }
   cublasLtMatmulHeuristicResult_t heur{};
   int found = 0;
   DI_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, p.op, p.a, p.b, p.c, p.c, pref, 1, &heur, &found));
@@ -26,8 +33,9 @@ void CudaBackend::Impl::pick_algo(LtPlan& p, const std::string& shape) {
 }
 
 const CudaBackend::Impl::LtPlan& CudaBackend::Impl::lt_plan(cudaDataType_t type, int64_t m, int64_t n, int64_t k,
-                                                            bool block_scaled) {
-  const auto key = std::make_tuple(m, n, k, static_cast<int>(type) + (block_scaled ? 1000 : 0));
+                                                            bool block_scaled, int64_t ldc, int c_align) {
+  if (ldc <= 0) ldc = n;
+  const auto key = std::make_tuple(m, n, k, ldc, c_align, static_cast<int>(type) + (block_scaled ? 1000 : 0));
   if (auto it = lt_plans.find(key); it != lt_plans.end()) return it->second;
   if (lt_plans.size() >= kMaxLtPlans) {
     for (auto& [unused, p] : lt_plans) destroy(p);
@@ -52,8 +60,8 @@ const CudaBackend::Impl::LtPlan& CudaBackend::Impl::lt_plan(cudaDataType_t type,
     }
     DI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, type, k, n, k));
     DI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, type, k, m, k));
-    DI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, n, m, n));
-    pick_algo(p, std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k));
+    DI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, n, m, ldc));
+    pick_algo(p, std::to_string(m) + "x" + std::to_string(n) + "x" + std::to_string(k), c_align);
   } catch (...) {
     destroy(p);
     throw;
@@ -298,8 +306,8 @@ void CudaBackend::Impl::run_moe(const float* x, const float* weights, const int3
                            shared->w1.format != QuantFormat::kFloat && shared->w3.format == shared->w1.format &&
                            dense_scratch(shared->w1, tc);
     // A bf16 shared expert past the streaming kernel's rows: cuBLASLt as quant_linear's split_in (x's hi and lo terms
-    // unless bf16_split_a is off), gate and up copied side by side into one [2·I, D] scratch so that one output holds
-    // the SwiGLU's gate | up rows. (Up to the streaming kernel's rows shared_gemm reads the bf16 weights in place.)
+    // unless bf16_split_a is off), gate and up written into the halves of the SwiGLU's gate | up rows (ldc 2·I).
+    // (Up to the streaming kernel's rows shared_gemm reads the bf16 weights in place.)
     const bool shared_lt16 = shared && !batch_invariant && bf16_weight(shared->w1) && bf16_weight(shared->w3) &&
                              bf16_weight(shared->w2) && tc > cuda::kGemmSkinnyRows;
     if ((bf16_inputs && !fp8_gu) || (shared_mma && !shared_fp8) || shared_lt ||
@@ -455,11 +463,6 @@ void CudaBackend::Impl::run_moe(const float* x, const float* weights, const int3
         run_split_k(split_gate);
         run_split_k(split_up);
       } else if (shared_lt16) {
-        void* w13 = ws().take(sizeof(uint16_t) * 2 * si * d);
-        const size_t half = sizeof(uint16_t) * si * d;
-        DI_CUDA_CHECK(cudaMemcpyAsync(w13, shared->w1.weight.data(), half, cudaMemcpyDeviceToDevice, s()));
-        DI_CUDA_CHECK(cudaMemcpyAsync(static_cast<uint8_t*>(w13) + half, shared->w3.weight.data(), half,
-                                      cudaMemcpyDeviceToDevice, s()));
         const bool split = choices.gemm.bf16_split_a;
         // x's terms as the routed experts' mma.sync / wgmma calls have them, else made here.
         void* hi = xc16;
@@ -472,8 +475,13 @@ void CudaBackend::Impl::run_moe(const float* x, const float* weights, const int3
           else
             cuda::run_cast_f32_to_bf16(xc, hi, tc * d, s());
         }
-        lt_matmul(hi, w13, CUDA_R_16BF, sgu, tc, 2 * si, d);
-        if (split) lt_matmul(lo, w13, CUDA_R_16BF, sgu, tc, 2 * si, d, /*accumulate=*/true);
+        // gate and up straight into the two halves of sgu's rows (row stride 2·I), each weight as stored.
+        for (int which = 0; which < 2; ++which) {
+          const void* w = (which == 0 ? shared->w1 : shared->w3).weight.data();
+          float* out = sgu + which * si;
+          lt_matmul(hi, w, CUDA_R_16BF, out, tc, si, d, false, 2 * si);
+          if (split) lt_matmul(lo, w, CUDA_R_16BF, out, tc, si, d, /*accumulate=*/true, 2 * si);
+        }
       } else if (shared_lt) {
         void* w13 = ws().take(sizeof(uint16_t) * 2 * si * d);
         dequantize_bf16(shared->w1, w13);

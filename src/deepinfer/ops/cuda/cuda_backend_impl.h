@@ -169,7 +169,8 @@ struct CudaBackend::Impl {
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
     cublasLtMatmulAlgo_t algo{};
   };
-  std::map<std::tuple<int64_t, int64_t, int64_t, int>, LtPlan> lt_plans;
+  // m, n, k, ldc, C's alignment (0: the default 256 bytes), type
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int, int>, LtPlan> lt_plans;
   static constexpr size_t kMaxLtPlans = 4096;  // prefill chunk lengths vary: bound the cache
 
   static void destroy(LtPlan& p) {
@@ -181,22 +182,34 @@ struct CudaBackend::Impl {
 
   // block_scaled (type e4m3): DeepSeek-V3's FP8 recipe, the weight (cuBLASLt's A) with one f32 scale a 128 x 128 block
   // (BLK128x128_32F), the activations (B) one a row's 128 values (VEC128_32F); the scale pointers are set per call.
-  const LtPlan& lt_plan(cudaDataType_t type, int64_t m, int64_t n, int64_t k, bool block_scaled = false);
+  // ldc: out's row stride (0: n); c_align: the alignment in bytes of out and its rows when less than cuBLASLt's
+  // default 256 (0: the default).
+  const LtPlan& lt_plan(cudaDataType_t type, int64_t m, int64_t n, int64_t k, bool block_scaled = false,
+                        int64_t ldc = 0, int c_align = 0);
   // p.algo: the heuristic's first algorithm for p's descriptors within the workspace (kUnsupported when it has none;
-  // `shape` names the call in the error).
-  void pick_algo(LtPlan& p, const std::string& shape);
+  // `shape` names the call in the error), for C and D aligned to c_align bytes when set.
+  void pick_algo(LtPlan& p, const std::string& shape, int c_align = 0);
 
   // out[M, N] (f32, row-major) = x[M, K] · w[N, K]ᵀ with x and w both f32 or both bf16, fp32 accumulate;
-  // `accumulate`: out += x · wᵀ (beta 1: the epilogue adds the fp32 product to out, one rounding).
+  // `accumulate`: out += x · wᵀ (beta 1: the epilogue adds the fp32 product to out, one rounding). `ldc`: out's row
+  // stride (0: n), e.g. gate and up written into the two halves of one [M, 2·I] SwiGLU input.
   // Row-major C = X·Wᵀ is column-major Cᵀ = W·Xᵀ: A = W (transposed), B = X, no copies.
   void lt_matmul(const void* x, const void* w, cudaDataType_t type, float* out, int64_t m, int64_t n, int64_t k,
-                 bool accumulate = false) {
+                 bool accumulate = false, int64_t ldc = 0) {
     if (m == 0 || n == 0) return;
     if (k == 0) {
-      if (!accumulate) DI_CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(float) * m * n, s()));
+      if (!accumulate)
+        DI_CUDA_CHECK(cudaMemset2DAsync(out, sizeof(float) * (ldc > 0 ? ldc : n), 0, sizeof(float) * n, m, s()));
       return;
     }
-    const LtPlan& p = lt_plan(type, m, n, k);
+    // A strided out (a half of a wider row) may sit off cuBLASLt's assumed 256-byte alignment: tell the heuristic.
+    int c_align = 0;
+    if (ldc > 0) {
+      const auto bits = reinterpret_cast<uintptr_t>(out) | static_cast<uintptr_t>(sizeof(float) * ldc) | 256;
+      c_align = static_cast<int>(bits & (~bits + 1));  // the lowest set bit: the largest power of two dividing both
+      if (c_align == 256) c_align = 0;                 // the default: the unstrided calls' plan
+    }
+    const LtPlan& p = lt_plan(type, m, n, k, false, ldc, c_align);
     const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
     DI_CUBLAS_CHECK(cublasLtMatmul(lt, p.op, &alpha, w, p.a, x, p.b, &beta, out, p.c, out, p.c, &p.algo,
                                    lt_workspace.data(), lt_workspace.size(), s()));

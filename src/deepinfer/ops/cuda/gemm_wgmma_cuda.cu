@@ -149,14 +149,17 @@ __global__ void __launch_bounds__(kWgThreads, 1)
         a_src[j] = static_cast<const __nv_bfloat16*>(p.a_bf16) + (ar < 0 ? 0 : ar) * p.lda + ac * 8;
         if (ar >= 0) a_ok |= 1u << j;
       }
-      // A tile of k-step kt into stage `st`.
-      auto issue_a = [&](int kt, int st) {
+      // A tile of k-step kt into stage `st`; from A's lo terms (the same rows of p.a_lo_bf16) when `lo`.
+      auto issue_a = [&](int kt, int st, bool lo = false) {
         const uint32_t dst = a_base + st * T::kABytes;
 #pragma unroll
         for (int j = 0; j < T::kARowsT; ++j) {
           const int r = (tid >> 3) + 16 * j;
+          const __nv_bfloat16* row = lo ? static_cast<const __nv_bfloat16*>(p.a_lo_bf16) +
+                                              (a_src[j] - static_cast<const __nv_bfloat16*>(p.a_bf16))
+                                        : a_src[j];
           asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst + swz(r, ac)),
-                       "l"(a_src[j] + static_cast<int64_t>(kb + kt) * kWgK), "r"((a_ok >> j) & 1 ? 16 : 0)
+                       "l"(row + static_cast<int64_t>(kb + kt) * kWgK), "r"((a_ok >> j) & 1 ? 16 : 0)
                        : "memory");
         }
       };
@@ -178,20 +181,11 @@ __global__ void __launch_bounds__(kWgThreads, 1)
           w_src[j] = w + (n < p.n ? n : 0) * p.k + ac * 8;
           if (n < p.n) w_ok |= 1u << j;
         }
-        const auto* a_hi = static_cast<const __nv_bfloat16*>(p.a_bf16);
-        const auto* a_lo = static_cast<const __nv_bfloat16*>(p.a_lo_bf16);
         auto issue = [&](int kt, int st) {
-          const bool lo = a_lo && kt < kw_steps;
-          const int64_t k0 = static_cast<int64_t>(kb + (kt < kw_steps ? kt : kt - kw_steps)) * kWgK;
-          const uint32_t da = a_base + st * T::kABytes, db = b_base + st * T::kBBytes;
-#pragma unroll
-          for (int j = 0; j < T::kARowsT; ++j) {
-            // a_src[j] points into a_bf16; the lo row is the same offset into a_lo_bf16.
-            const __nv_bfloat16* src = (lo ? a_lo + (a_src[j] - a_hi) : a_src[j]) + k0;
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(da + swz((tid >> 3) + 16 * j, ac)),
-                         "l"(src), "r"((a_ok >> j) & 1 ? 16 : 0)
-                         : "memory");
-          }
+          const int kw = kt < kw_steps ? kt : kt - kw_steps;  // the weight's K step
+          issue_a(kw, st, p.a_lo_bf16 && kt < kw_steps);
+          const int64_t k0 = static_cast<int64_t>(kb + kw) * kWgK;
+          const uint32_t db = b_base + st * T::kBBytes;
 #pragma unroll
           for (int j = 0; j < T::kN / 16; ++j)
             asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(db + swz((tid >> 3) + 16 * j, ac)),
@@ -209,7 +203,6 @@ __global__ void __launch_bounds__(kWgThreads, 1)
           bar_arrive(kBarFull + static_cast<int>(G % kWgStages), kWgThreads);
         }
         gs += ktiles;
-        continue;
       } else {
         // Weights: this thread's decode units (DecodePlan), tile row prow(i), chunks from pc0 (output column n0 + row).
         using Unit = Part<F, D::kChunksP>;
