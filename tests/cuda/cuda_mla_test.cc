@@ -270,8 +270,9 @@ TEST_F(CudaOpTest, MlaAttentionCausalPrefillChunksMatchCpu) {
 // dims (4 heads: a partial head group, r = 64) and V3's (128 heads, r = 512, dr = 64), one query per sequence and
 // three. fp32 in another summation order (split-K merged by log-sum-exp): 2e-5. With paged_mla_mma the attend step
 // of the V3 shapes (latent 512, rope 64) runs on bf16x3 tensor-core products instead: 3e-5, as the flash MLA kernel;
-// their cases add long contexts (many 16-key tiles a split, the three key buffers reused) and V2-Lite's 16 heads (half
-// a 32-head block); with mla_lazy_rescale=0 the same bits.
+// their cases add long contexts (many 16-key tiles a split, the three key buffers reused) and V2-Lite's 16 heads and 5
+// heads (16-head blocks, paged_mla_16; with it off, half or less of a 32-head block: the same bits); with
+// mla_lazy_rescale=0 the same bits.
 TEST_F(CudaOpTest, PagedMlaAttentionMatchesCpu) {
   struct Case {
     PagedMlaSpec spec;
@@ -318,6 +319,13 @@ TEST_F(CudaOpTest, PagedMlaAttentionMatchesCpu) {
     s.min_context = 1;
     s.max_context = 900;
     cases.push_back({s, "V2-Lite heads"});
+    s.min_context = 3000;
+    s.max_context = 4500;
+    cases.push_back({s, "V2-Lite heads long"});
+    s.heads = 5;  // a partial 16-head block
+    s.min_context = 1;
+    s.max_context = 700;
+    cases.push_back({s, "5 heads"});
   }
   for (const cuda::KernelPick pick : {cuda::KernelPick::kNever, cuda::KernelPick::kAlways})
     for (const Case& k : cases) {
@@ -354,6 +362,15 @@ TEST_F(CudaOpTest, PagedMlaAttentionMatchesCpu) {
       const HostTensor lz = down(dlazy);
       EXPECT_EQ(std::memcmp(lz.data<float>(), got.data<float>(), sizeof(float) * got.numel()), 0)
           << "paged mla, tensor cores, eager rescale, " << k.name;
+      if (k.spec.heads > 16) continue;
+      // paged_mla_16=0: a 32-head block whose second group is padding, the same sums in the same order.
+      ScopedKernelChoices wide(gpu(), [](cuda::KernelChoices& ch) { ch.paged_mla_16 = false; });
+      DeviceTensor dwide = poisoned(out_shape);
+      p.out = dwide;
+      gpu().paged_mla_attention(p);
+      const HostTensor wd = down(dwide);
+      EXPECT_EQ(std::memcmp(wd.data<float>(), got.data<float>(), sizeof(float) * got.numel()), 0)
+          << "paged mla, tensor cores, 32-head blocks, " << k.name;
     }
 }
 

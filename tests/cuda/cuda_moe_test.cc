@@ -236,7 +236,8 @@ class CudaMoeTest : public CudaOpTest {
 
 // bf16 routed and shared experts (a bf16 checkpoint's, kept as stored) against the CPU op on their widened values.
 // The routed experts follow the rows per used expert, T·k / min(E, T·k): T = 1 and 3 (1 row) stream the bf16 weights
-// with fp32 products; T = 21 (6 rows) takes the mma.sync kernel, T = 300 (75 rows) and 600 (150: the tall tile's
+// with fp32 products; T = 21 and 100 (5 and 25 rows) take the mma.sync kernel (both its warp layouts, which skip
+// the m16 tiles past a group's rows), T = 300 (75 rows) and 600 (150: the tall tile's
 // pairs and leftovers) the wgmma kernel where K % 64 == 0 (gate / up, K = D = 256; down with I = 192) and the mma.sync
 // one otherwise (down with I = 160), all on x's and h's hi + lo bf16 terms (~2^-16 of fp32: 3e-5). The shared expert
 // streams at T <= 4 and goes through cuBLASLt on the split rows past it. I = 160 leaves a partial 256-column tile.
@@ -286,10 +287,14 @@ void CudaMoeTest::check_bf16_experts(int64_t inter) {
               down(dout), want, tol);
     }
   };
-  const std::vector<int64_t> many = inter == 160 ? std::vector<int64_t>{21, 300} : std::vector<int64_t>{300, 600};
+  const std::vector<int64_t> many = inter == 160 ? std::vector<int64_t>{21, 100, 300} : std::vector<int64_t>{300, 600};
   if (inter == 160)
     for (int64_t t : {1, 3}) check(t, true, 1e-5);
   for (int64_t t : many) check(t, true, 3e-5);
+  {  // the mma.sync kernel's other warp layout (2 x 4: each warp 32 rows x 64 columns)
+    ScopedKernelChoices wide(gpu(), [](cuda::KernelChoices& c) { c.gemm.bf16w_tall_warps = false; });
+    for (int64_t t : many) check(t, true, 3e-5);
+  }
   {
     ScopedKernelChoices one_term(gpu(), [](cuda::KernelChoices& c) { c.gemm.bf16_split_a = false; });
     for (int64_t t : many) check(t, false, 4e-3);

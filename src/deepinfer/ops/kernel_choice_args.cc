@@ -182,6 +182,8 @@ const std::vector<Key>& keys() {
       flag(
           "mla_lazy_rescale", [](auto& c) -> auto& { return c.mla_lazy_rescale; }),
       flag(
+          "paged_mla_16", [](auto& c) -> auto& { return c.paged_mla_16; }),
+      flag(
           "mla_flash_split_s", [](auto& c) -> auto& { return c.mla_flash_split_s; }),
       flag(
           "mla_flash_wgmma", [](auto& c) -> auto& { return c.mla_flash_wgmma; }),
@@ -191,6 +193,8 @@ const std::vector<Key>& keys() {
           "rows_mma_bf16_a", [](auto& c) -> auto& { return c.gemm.rows_mma_bf16_a; }),
       flag(
           "bf16_split_a", [](auto& c) -> auto& { return c.gemm.bf16_split_a; }),
+      flag(
+          "bf16w_tall_warps", [](auto& c) -> auto& { return c.gemm.bf16w_tall_warps; }),
       flag(
           "rows_mma_pdl", [](auto& c) -> auto& { return c.gemm.rows_mma_pdl; }),
       shape("rows_mma_warps", [](auto& c) -> auto& { return c.gemm.rows_mma_warps; }, {4, 8, 16}),

@@ -45,33 +45,52 @@ __device__ __forceinline__ void store8(const float* w, float sc, __nv_bfloat16* 
                                               pack_bf16x2(w[4] * sc, w[5] * sc), pack_bf16x2(w[6] * sc, w[7] * sc));
 }
 
-// Accumulator (i, j) of warp (wm, wn): rows lane / 4 and + 8 of m16-tile i, columns 2 (lane % 4) + {0, 1} of n8-tile
+// How the 8 warps split the 64 x 256 block tile: kWm warps along M (2: 32 rows x 64 columns a warp; 1: all 64 rows x
+// 32 columns). A warp skips its m16 tiles past the tile's rows (block-uniform), so with kWm = 1 a group of 6 rows
+// costs every warp a quarter of a full tile's mmas, where kWm = 2 leaves the rows to half the warps at full cost.
+template <int kWm>
+struct WarpTile {
+  static constexpr int kWn = 8 / kWm;
+  static constexpr int kRows = kMmaM / kWm, kTm = kRows / 16;
+  static constexpr int kCols = kMmaN / kWn, kTn = kCols / 8;
+  static_assert(kWm == 1 || kWm == 2, "2 x 4 or 1 x 8 warps");
+  __device__ static int wm() { return (threadIdx.x >> 5) / kWn; }
+  __device__ static int wn() { return (threadIdx.x >> 5) % kWn; }
+  // Whether the warp's m16 tile i holds any of the tile's `rows` rows.
+  __device__ static bool live(int i, int rows) { return wm() * kRows + i * 16 < rows; }
+};
+
+// Accumulator (i, j) of the warp: rows lane / 4 and + 8 of its m16-tile i, columns 2 (lane % 4) + {0, 1} of n8-tile
 // j, to the rows c_row names (-1: past the tile's rows).
+template <int kWm>
 __device__ __forceinline__ void store_acc(const GemmKernelParams& p, const int64_t* c_row, int64_t n0,
-                                          const float (&acc)[2][8][4]) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wm = warp >> 2, wn = warp & 3;
+                                          const float (&acc)[WarpTile<kWm>::kTm][WarpTile<kWm>::kTn][4]) {
+  using W = WarpTile<kWm>;
+  const int lane = threadIdx.x & 31;
 #pragma unroll
-  for (int i = 0; i < 2; ++i)
+  for (int i = 0; i < W::kTm; ++i)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int r = wm * 32 + i * 16 + (lane >> 2) + 8 * h;
+      const int r = W::wm() * W::kRows + i * 16 + (lane >> 2) + 8 * h;
       const int64_t cr = c_row[r];
       if (cr < 0) continue;
       float* crow = p.c + cr * p.ldc;
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const int64_t col = n0 + wn * 64 + j * 8 + (lane & 3) * 2;
+      for (int j = 0; j < W::kTn; ++j) {
+        const int64_t col = n0 + W::wn() * W::kCols + j * 8 + (lane & 3) * 2;
         if (col < p.n) crow[col] = acc[i][j][2 * h];
         if (col + 1 < p.n) crow[col + 1] = acc[i][j][2 * h + 1];
       }
     }
 }
 
-// The rows of this block's M tile (the plan's tiles per group, or plain row tiles) into a_row / c_row; false when
-// the block has nothing to do.
-__device__ __forceinline__ bool tile_rows(const GemmKernelParams& p, int& g, int64_t* a_row, int64_t* c_row) {
+// The rows of this block's M tile (the plan's tiles per group, or plain row tiles) into a_row / c_row and their
+// count into rows; false when the block has nothing to do.
+__device__ __forceinline__ bool tile_rows(const GemmKernelParams& p, int& g, int64_t* a_row, int64_t* c_row,
+                                          int& rows) {
   int64_t row_begin, row_end;
   if (!gemm_tile_rows(p, blockIdx.y, 1, g, row_begin, row_end)) return false;
+  rows = static_cast<int>(min(int64_t{kMmaM}, row_end - row_begin));
   const int tid = threadIdx.x;
   if (tid < kMmaM) {
     const int64_t i = row_begin + tid;
@@ -83,27 +102,48 @@ __device__ __forceinline__ bool tile_rows(const GemmKernelParams& p, int& g, int
   return true;
 }
 
-// Fragments of a 16-wide half kk of a k-step: A for the warp's two m16 tiles, B for its eight n8 tiles (as pairs).
-__device__ __forceinline__ void load_a_frags(uint32_t (&af)[2][4], const __nv_bfloat16 (*as)[kMmaLd], int kk) {
-  const int lane = threadIdx.x & 31, wm = (threadIdx.x >> 5) >> 2;
+// Fragments of a 16-wide half kk of a k-step: A for the warp's live m16 tiles, B for its n8 tiles (as pairs).
+template <int kWm>
+__device__ __forceinline__ void load_a_frags(uint32_t (&af)[WarpTile<kWm>::kTm][4], const __nv_bfloat16 (*as)[kMmaLd],
+                                             int kk, int rows) {
+  using W = WarpTile<kWm>;
+  const int lane = threadIdx.x & 31;
 #pragma unroll
-  for (int i = 0; i < 2; ++i) ldmatrix_x4(af[i], &as[wm * 32 + i * 16 + (lane & 15)][kk + (lane >> 4) * 8]);
+  for (int i = 0; i < W::kTm; ++i)
+    if (W::live(i, rows)) ldmatrix_x4(af[i], &as[W::wm() * W::kRows + i * 16 + (lane & 15)][kk + (lane >> 4) * 8]);
 }
-__device__ __forceinline__ void load_b_frags(uint32_t (&bf)[4][4], const __nv_bfloat16 (*bs)[kMmaLd], int kk) {
-  const int lane = threadIdx.x & 31, wn = (threadIdx.x >> 5) & 3;
+template <int kWm>
+__device__ __forceinline__ void load_b_frags(uint32_t (&bf)[WarpTile<kWm>::kTn / 2][4],
+                                             const __nv_bfloat16 (*bs)[kMmaLd], int kk) {
+  using W = WarpTile<kWm>;
+  const int lane = threadIdx.x & 31;
 #pragma unroll
-  for (int j = 0; j < 4; ++j)  // n-tiles 2j and 2j + 1: (k 0-7, k 8-15) each
-    ldmatrix_x4(bf[j], &bs[wn * 64 + j * 16 + (lane & 7) + ((lane >> 4) << 3)][kk + ((lane >> 3) & 1) * 8]);
+  for (int j = 0; j < W::kTn / 2; ++j)  // n-tiles 2j and 2j + 1: (k 0-7, k 8-15) each
+    ldmatrix_x4(bf[j], &bs[W::wn() * W::kCols + j * 16 + (lane & 7) + ((lane >> 4) << 3)][kk + ((lane >> 3) & 1) * 8]);
 }
-__device__ __forceinline__ void mma_tile(float (&acc)[2][8][4], const uint32_t (&af)[2][4],
-                                         const uint32_t (&bf)[4][4]) {
+template <int kWm>
+__device__ __forceinline__ void mma_tile(float (&acc)[WarpTile<kWm>::kTm][WarpTile<kWm>::kTn][4],
+                                         const uint32_t (&af)[WarpTile<kWm>::kTm][4],
+                                         const uint32_t (&bf)[WarpTile<kWm>::kTn / 2][4], int rows) {
+  using W = WarpTile<kWm>;
 #pragma unroll
-  for (int j = 0; j < 4; ++j)
+  for (int j = 0; j < W::kTn / 2; ++j)
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < W::kTm; ++i) {
+      if (!W::live(i, rows)) continue;
       mma_bf16(acc[i][2 * j], af[i], bf[j][0], bf[j][1]);
       mma_bf16(acc[i][2 * j + 1], af[i], bf[j][2], bf[j][3]);
     }
+}
+
+template <int kWm>
+__device__ __forceinline__ void zero_acc(float (&acc)[WarpTile<kWm>::kTm][WarpTile<kWm>::kTn][4]) {
+#pragma unroll
+  for (int i = 0; i < WarpTile<kWm>::kTm; ++i)
+#pragma unroll
+    for (int j = 0; j < WarpTile<kWm>::kTn; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
 }
 
 template <QuantFormat F>
@@ -111,8 +151,8 @@ __global__ void __launch_bounds__(kMmaThreads, 2) gemm_mma_kernel(GemmKernelPara
   extern __shared__ __align__(128) uint8_t smem_bytes[];
   MmaSmem<F>& sm = *reinterpret_cast<MmaSmem<F>*>(smem_bytes);
 
-  int g;
-  if (!tile_rows(p, g, sm.a_row, sm.c_row)) return;
+  int g, rows;
+  if (!tile_rows(p, g, sm.a_row, sm.c_row, rows)) return;
   const uint8_t* b = static_cast<const uint8_t*>(p.b_table ? p.b_table[g] : p.b);
   const void* s = p.b_scale_table ? p.b_scale_table[g] : p.b_scale;
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kMmaN;
@@ -166,13 +206,9 @@ __global__ void __launch_bounds__(kMmaThreads, 2) gemm_mma_kernel(GemmKernelPara
     }
   };
 
-  float acc[2][8][4];
-#pragma unroll
-  for (int i = 0; i < 2; ++i)
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+  using W = WarpTile<2>;
+  float acc[W::kTm][W::kTn][4];
+  zero_acc<2>(acc);
 
 #pragma unroll
   for (int st = 0; st < kMmaStages - 1; ++st) issue(st);
@@ -191,12 +227,12 @@ __global__ void __launch_bounds__(kMmaThreads, 2) gemm_mma_kernel(GemmKernelPara
     issue(kt + kMmaStages - 1);
     const __nv_bfloat16(*as)[kMmaLd] = sm.a[kt % kMmaStages];
     const __nv_bfloat16(*bs)[kMmaLd] = sm.b[kt & 1];
-    uint32_t af[2][4], bf[4][4];
+    uint32_t af[W::kTm][4], bf[W::kTn / 2][4];
     auto load_frags = [&](int kk) {
-      load_a_frags(af, as, kk);
-      load_b_frags(bf, bs, kk);
+      load_a_frags<2>(af, as, kk, rows);
+      load_b_frags<2>(bf, bs, kk);
     };
-    auto mmas = [&]() { mma_tile(acc, af, bf); };
+    auto mmas = [&]() { mma_tile<2>(acc, af, bf, rows); };
     // The first half's fragments are requested before the next step is decoded, so their latency hides behind
     // the decoding (ncu: the kernel was latency-bound, ~9 cycles between a warp's instructions).
     load_frags(0);
@@ -210,7 +246,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) gemm_mma_kernel(GemmKernelPara
     mmas();
   }
 
-  store_acc(p, sm.c_row, n0, acc);
+  store_acc<2>(p, sm.c_row, n0, acc);
 }
 
 // bf16 weights (GemmKernelParams::b_bf16): nothing to decode, so the weight rows go straight into a ring of bf16
@@ -226,13 +262,14 @@ struct MmaBf16Smem {
   int64_t a_row[kMmaM], c_row[kMmaM];
 };
 
-template <bool kLo>
+template <bool kLo, int kWm>
 __global__ void __launch_bounds__(kMmaThreads, 2) gemm_mma_bf16w_kernel(GemmKernelParams p) {
   constexpr int kStages = kBf16Stages<kLo>;
+  using W = WarpTile<kWm>;
   extern __shared__ __align__(128) uint8_t smem_bytes[];
   MmaBf16Smem<kLo>& sm = *reinterpret_cast<MmaBf16Smem<kLo>*>(smem_bytes);
-  int g;
-  if (!tile_rows(p, g, sm.a_row, sm.c_row)) return;
+  int g, rows;
+  if (!tile_rows(p, g, sm.a_row, sm.c_row, rows)) return;
   const auto* b = static_cast<const __nv_bfloat16*>(p.b_table ? p.b_table[g] : p.b);
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kMmaN;
   const int tid = threadIdx.x;
@@ -259,13 +296,8 @@ __global__ void __launch_bounds__(kMmaThreads, 2) gemm_mma_bf16w_kernel(GemmKern
     cp_async_commit();
   };
 
-  float acc[2][8][4];
-#pragma unroll
-  for (int i = 0; i < 2; ++i)
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+  float acc[W::kTm][W::kTn][4];
+  zero_acc<kWm>(acc);
 
 #pragma unroll
   for (int st = 0; st < kStages - 1; ++st) issue(st);
@@ -278,17 +310,17 @@ __global__ void __launch_bounds__(kMmaThreads, 2) gemm_mma_bf16w_kernel(GemmKern
     const int st = kt % kStages;
 #pragma unroll
     for (int kk = 0; kk < kMmaK; kk += 16) {
-      uint32_t af[2][4], bf[4][4];
-      load_b_frags(bf, sm.b[st], kk);
+      uint32_t af[W::kTm][4], bf[W::kTn / 2][4];
+      load_b_frags<kWm>(bf, sm.b[st], kk);
       if constexpr (kLo) {  // the small terms first
-        load_a_frags(af, sm.a_lo[st], kk);
-        mma_tile(acc, af, bf);
+        load_a_frags<kWm>(af, sm.a_lo[st], kk, rows);
+        mma_tile<kWm>(acc, af, bf, rows);
       }
-      load_a_frags(af, sm.a[st], kk);
-      mma_tile(acc, af, bf);
+      load_a_frags<kWm>(af, sm.a[st], kk, rows);
+      mma_tile<kWm>(acc, af, bf, rows);
     }
   }
-  store_acc(p, sm.c_row, n0, acc);
+  store_acc<kWm>(p, sm.c_row, n0, acc);
 }
 
 // One block a (column tile, M tile), x = column tiles (fastest): the blocks running together share an A tile and sweep
@@ -310,7 +342,10 @@ void launch(const GemmKernelParams& p, cudaStream_t stream) {
 
 template <bool kLo>
 void launch_bf16w(const GemmKernelParams& p, cudaStream_t stream) {
-  launch_tiles(gemm_mma_bf16w_kernel<kLo>, sizeof(MmaBf16Smem<kLo>), p, stream);
+  if (p.choices.bf16w_tall_warps)
+    launch_tiles(gemm_mma_bf16w_kernel<kLo, 1>, sizeof(MmaBf16Smem<kLo>), p, stream);
+  else
+    launch_tiles(gemm_mma_bf16w_kernel<kLo, 2>, sizeof(MmaBf16Smem<kLo>), p, stream);
 }
 
 bool aligned(const void* q, uintptr_t a) { return reinterpret_cast<uintptr_t>(q) % a == 0; }

@@ -75,6 +75,10 @@ struct GemmChoices {
   // bf16 routed experts (a bf16 checkpoint's, CudaBackend::moe_quant) on the mma.sync kernel with A as hi + lo bf16
   // terms (two products, ~2^-16 of fp32, as linear_quant's split_in); false rounds A to bf16 (one product, ~2^-9).
   bool bf16_split_a = true;
+  // The bf16-weight mma.sync kernel (3-31 rows an expert) with each warp over all 64 rows of its tile and 32 columns,
+  // skipping the m16 tiles past the group's rows: 6 rows cost a quarter of a full tile's mmas on every warp. false: the
+  // block formats' 2 x 4 warps (32 rows x 64 columns a warp), where such a group busies half the warps at full cost.
+  bool bf16w_tall_warps = true;
   // Launch the rows kernel with programmatic stream serialization: its blocks may start while the previous kernel
   // finishes and send their first weight loads (the weights do not depend on it) before they wait for its memory
   // (griddepcontrol.wait); the arithmetic is unchanged. H200, session 23 (docs/PERF.md), V4-Flash slice: eager steps
@@ -130,6 +134,10 @@ struct KernelChoices {
   // the same bits. On since session 35 (H100, V3 slice, same run: prefill 8192 attention 133.2-133.9 -> 128.6 ms alone,
   // 125.5 with mla_flash_split_s; decode attention within the spread; docs/PERF.md).
   bool mla_lazy_rescale = true;
+  // paged_mla_mma in 16-head blocks for models with at most 16 heads (V2-Lite): the S phase's 8 warps split the key
+  // tile instead of two head groups, so no mma runs on padding heads; the same sums in the same order (bit-identical
+  // to the 32-head block). false: 32-head blocks, the second group all padding.
+  bool paged_mla_16 = true;
   // The MLA flash kernel sums S's hi·hi products and its cross terms in separate accumulators (8 independent mma chains
   // a warp instead of 4): another fp32 order within the same 3e-5. On since session 35 (H100, same run: prefill 8192
   // attention 133.2-133.9 -> 130.0 ms alone, 125.5 with mla_lazy_rescale; fixed-latency waits on the HMMAs were the

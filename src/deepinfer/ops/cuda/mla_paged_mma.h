@@ -19,10 +19,13 @@ constexpr int kPagedMlaMaxSplits = 64;
 // Whether the tensor-core attend kernel has an instantiation for latent r and rope dr that fits a block's shared
 // memory (DeviceInfo::smem_per_block_optin, read once by the backend rather than on every decode step).
 bool paged_mla_mma_takes(int64_t r, int64_t dr, size_t smem_per_block_optin);
+// Heads a block of the tensor-core kernel: 32 (two m16 groups), or 16 for models with at most 16 heads when `narrow`
+// (KernelChoices::paged_mla_16: V2-Lite's 16 heads would leave a 32-head block's second group all padding).
+int paged_mla_mma_block_heads(int64_t heads, bool narrow);
 // Splits for the tensor-core kernel (one block an SM: its shared memory): the fewest that fill the SMs once —
-// tokens x head groups below sm_count blocks get sm_count / blocks splits, at most one per 32 keys of max_keys and
-// kPagedMlaMaxSplits.
-int paged_mla_mma_splits(int64_t tokens, int64_t heads, int64_t max_keys, int sm_count);
+// tokens x head groups of block_heads below sm_count blocks get sm_count / blocks splits, at most one per 32 keys of
+// max_keys and kPagedMlaMaxSplits.
+int paged_mla_mma_splits(int64_t tokens, int64_t heads, int64_t max_keys, int sm_count, int block_heads);
 // Writes the split partials (p.part_o / part_m / part_l) for every (token, head, split), as the SIMT attend does.
 void launch_paged_mla_attend_mma(const PagedMlaKernelParams& p, cudaStream_t stream);
 

@@ -20,6 +20,10 @@
 //   row and 2 keys each: the four partials summed in a fixed order, fp32 online max / sum, P split into hi / lo, the
 //   row's rescale factor; (3) Ō += P · C for all 32 heads x 64 latent dims a warp (each C fragment, transposed by
 //   ldmatrix.trans, feeds both head tiles).
+// - Models of at most 16 heads (V2-Lite) take 16-head blocks (kHg = 1, KernelChoices::paged_mla_16): in (1) warp % 2
+//   picks the tile's key half instead of a head group (16 heads x 8 keys a warp), (2) uses warps 0-3, (3) one head
+//   tile. Each S value, P and Ō sees the same operations in the same order as in a 32-head block, so the results are
+//   the same bits, without the padding group's mmas.
 // Why 16-key tiles and 32 heads: Q̃'s hi / lo planes of 32 heads take 73 KB, a 16-key buffer 36.5 KB, so three
 // buffers fit beside Q̃ in the 227 KB of shared memory (32-key buffers would fit one: no overlap of loads and math).
 // Each cache row is read once per 32 heads (four times at V3's 128 heads; the grid puts a token's head groups next to
@@ -39,8 +43,6 @@
 namespace deepinfer::cuda {
 namespace {
 
-constexpr int kHeadGroups = 2;  // 16 heads each: the mma M dimension
-constexpr int kBlockHeads = 16 * kHeadGroups;
 constexpr int kQuarters = 4;  // consumer warps per head group in the S phase, each a quarter of the row
 constexpr int kTile = 16;     // keys a tile
 constexpr int kStages = 3;    // key buffers
@@ -52,8 +54,11 @@ constexpr int kThreads = kConsumers + kProducers;
 constexpr int kBarFull = 1, kBarEmpty = kBarFull + kStages, kBarCons = kBarEmpty + kStages;
 static_assert(kBarCons < 16, "16 named barriers");
 
-template <int kR, int kDr>
+// kHg head groups of 16 (the mma M dimension) a block: 2 for V3's 128 heads, 1 for models of at most 16 (V2-Lite),
+// whose second group would be all padding.
+template <int kR, int kDr, int kHg>
 struct Layout {
+  static constexpr int kBlockHeads = 16 * kHg;
   static constexpr int kRow = kR + kDr;
   // +8 bf16 (16 bytes) a row: 1,168-byte rows put the 8 rows of an ldmatrix phase in distinct 16-byte bank groups.
   static constexpr int kLd = kRow + 8;
@@ -100,9 +105,10 @@ __device__ __forceinline__ void bar_arrive_stage(int id, int b) {
     bar_arrive(id + 2, kThreads);
 }
 
-template <int kR, int kDr>
+template <int kR, int kDr, int kHg>
 __global__ void __launch_bounds__(kThreads) paged_mla_attend_mma_kernel(PagedMlaKernelParams p) {
-  using L = Layout<kR, kDr>;
+  using L = Layout<kR, kDr, kHg>;
+  constexpr int kBlockHeads = L::kBlockHeads;
   constexpr int kRow = L::kRow, kRowVecs = kRow / 4;
   extern __shared__ __align__(16) uint8_t smem[];
   auto* q_hi = reinterpret_cast<__nv_bfloat16*>(smem + L::q_hi);
@@ -179,7 +185,9 @@ __global__ void __launch_bounds__(kThreads) paged_mla_attend_mma_kernel(PagedMla
   }
 
   const int g = lane >> 2, tq = lane & 3;
-  const int hg = warp % kHeadGroups, qd = warp / kHeadGroups, r0 = hg * 16 + g;
+  // S phase: warp = (quarter qd) x (head group hg with two groups, or the tile's key half kh with one: 8 keys a
+  // warp, so that 16 heads still busy all 8 warps, each S value summed in the same order either way).
+  const int hg = kHg == 2 ? warp % 2 : 0, kh = kHg == 1 ? warp % 2 : 0, qd = warp / 2, r0 = hg * 16 + g;
   constexpr int kQDims = kRow / kQuarters;
   const int d0 = qd * kQDims;
   const int srow = tid >> 3, seg = tid & 7;  // softmax: head row, 2-key segment of the tile
@@ -187,9 +195,9 @@ __global__ void __launch_bounds__(kThreads) paged_mla_attend_mma_kernel(PagedMla
   // O phase: all 32 heads (two m-tiles) x latent dims od0 .. od0 + kODims a warp.
   constexpr int kODims = kR / (kConsumers / 32), kNt = kODims / 8;
   const int od0 = warp * kODims;
-  float acc[2][kNt][4];
+  float acc[kHg][kNt][4];
 #pragma unroll
-  for (int m = 0; m < 2; ++m)
+  for (int m = 0; m < kHg; ++m)
 #pragma unroll
     for (int j = 0; j < kNt; ++j) acc[m][j][0] = acc[m][j][1] = acc[m][j][2] = acc[m][j][3] = 0.0f;
   bar_sync(kBarCons, kConsumers);  // Q̃ stored
@@ -198,12 +206,13 @@ __global__ void __launch_bounds__(kThreads) paged_mla_attend_mma_kernel(PagedMla
     const int b = i % kStages;
     const int n = static_cast<int>(min(int64_t{kTile}, k_end - k_begin - static_cast<int64_t>(i) * kTile));
     bar_sync_stage(kBarFull, b);
-    const __nv_bfloat16 *kh = k_hi(b), *kl = k_lo(b);
+    const __nv_bfloat16 *kh_s = k_hi(b), *kl_s = k_lo(b);
 
     // 1. S partial of heads r0, r0 + 8 x the tile's 16 keys over dims d0 .. d0 + kQDims; hi·hi and the cross terms
     // in separate accumulators (4 independent mma chains, the small terms summed among themselves first).
     {
-      float sacc[2][4] = {}, sx[2][4] = {};
+      constexpr int kNtS = kHg;  // n8 key tiles a warp: 2 (all 16 keys) or 1 (its half)
+      float sacc[kNtS][4] = {}, sx[kNtS][4] = {};
 #pragma unroll
       for (int ks = 0; ks < kQDims / 16; ++ks) {
         uint32_t ah[4], al[4], bh[4], bl[4];
@@ -211,12 +220,21 @@ __global__ void __launch_bounds__(kThreads) paged_mla_attend_mma_kernel(PagedMla
         const int a_at = (hg * 16 + (lane & 15)) * L::kLd + dq + (lane >> 4) * 8;
         ldmatrix_x4(ah, q_hi + a_at);
         ldmatrix_x4(al, q_lo + a_at);
-        // Keys 8·(lane >> 4) + (lane & 7), dims +8 for lanes 8-15 and 24-31: b0, b1 of n-tiles 0 and 1.
-        const int b_at = ((lane >> 4) * 8 + (lane & 7)) * L::kLd + dq + ((lane >> 3) & 1) * 8;
-        ldmatrix_x4(bh, kh + b_at);
-        ldmatrix_x4(bl, kl + b_at);
+        if constexpr (kHg == 2) {
+          // Keys 8·(lane >> 4) + (lane & 7), dims +8 for lanes 8-15 and 24-31: b0, b1 of n-tiles 0 and 1.
+          const int b_at = ((lane >> 4) * 8 + (lane & 7)) * L::kLd + dq + ((lane >> 3) & 1) * 8;
+          ldmatrix_x4(bh, kh_s + b_at);
+          ldmatrix_x4(bl, kl_s + b_at);
+        } else {
+          // Keys 8·kh + (lane & 7), dims +8 for lanes 8-15: b0, b1 of the warp's n-tile, hi (lanes 0-15) and lo
+          // (lanes 16-31) in one load.
+          const int b_at = (kh * 8 + (lane & 7)) * L::kLd + dq + ((lane >> 3) & 1) * 8;
+          uint32_t b4[4];
+          ldmatrix_x4(b4, (lane < 16 ? kh_s : kl_s) + b_at);
+          bh[0] = b4[0], bh[1] = b4[1], bl[0] = b4[2], bl[1] = b4[3];
+        }
 #pragma unroll
-        for (int nt = 0; nt < 2; ++nt) {
+        for (int nt = 0; nt < kNtS; ++nt) {
           mma_bf16(sx[nt], ah, bl[2 * nt], bl[2 * nt + 1]);
           mma_bf16(sx[nt], al, bh[2 * nt], bh[2 * nt + 1]);
           mma_bf16(sacc[nt], ah, bh[2 * nt], bh[2 * nt + 1]);
@@ -224,8 +242,8 @@ __global__ void __launch_bounds__(kThreads) paged_mla_attend_mma_kernel(PagedMla
       }
       float* sq = s_s + qd * kBlockHeads * L::kSLd;
 #pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
-        const int col = nt * 8 + 2 * tq;
+      for (int nt = 0; nt < kNtS; ++nt) {
+        const int col = (kh + nt) * 8 + 2 * tq;
         *reinterpret_cast<float2*>(sq + r0 * L::kSLd + col) =
             make_float2(sacc[nt][0] + sx[nt][0], sacc[nt][1] + sx[nt][1]);
         *reinterpret_cast<float2*>(sq + (r0 + 8) * L::kSLd + col) =
@@ -235,8 +253,8 @@ __global__ void __launch_bounds__(kThreads) paged_mla_attend_mma_kernel(PagedMla
     bar_sync(kBarCons, kConsumers);
 
     // 2. Online softmax of row srow over keys 2·seg, 2·seg + 1 (keys >= n are padding). A row's 8 threads are 8
-    // consecutive lanes.
-    {
+    // consecutive lanes; with one head group warps 4-7 have no row.
+    if (srow < kBlockHeads) {
       float2 part[kQuarters];
 #pragma unroll
       for (int q = 0; q < kQuarters; ++q)
@@ -273,18 +291,19 @@ __global__ void __launch_bounds__(kThreads) paged_mla_attend_mma_kernel(PagedMla
     // 3. Ō[32 heads][the warp's dims] = Ō · corr + P · C. ldmatrix.trans lanes: keys (lane & 15) in two 8-row
     // matrices, dims +8 for lanes 16-31: registers 0-1 are n-tile 2·pr's b0 / b1, 2-3 n-tile 2·pr + 1's.
     {
-      float c[2][2];
+      float c[kHg][2];
+      bool grew = false;
 #pragma unroll
-      for (int m = 0; m < 2; ++m) {
+      for (int m = 0; m < kHg; ++m) {
         c[m][0] = corr_s[m * 16 + g];
         c[m][1] = corr_s[m * 16 + g + 8];
+        grew = grew || c[m][0] != 1.0f || c[m][1] != 1.0f;
       }
-      // corr is exactly 1 where a head's max did not grow (expf(0)): with lazy_rescale the warp skips the 64
-      // multiplications when that holds for all 32 heads, the same bits.
-      const bool grew = c[0][0] != 1.0f || c[0][1] != 1.0f || c[1][0] != 1.0f || c[1][1] != 1.0f;
+      // corr is exactly 1 where a head's max did not grow (expf(0)): with lazy_rescale the warp skips the
+      // multiplications when that holds for all the block's heads, the same bits.
       if (!p.lazy_rescale || __any_sync(0xffffffffu, grew)) {
 #pragma unroll
-        for (int m = 0; m < 2; ++m)
+        for (int m = 0; m < kHg; ++m)
 #pragma unroll
           for (int j = 0; j < kNt; ++j) {
             acc[m][j][0] *= c[m][0];
@@ -293,9 +312,9 @@ __global__ void __launch_bounds__(kThreads) paged_mla_attend_mma_kernel(PagedMla
             acc[m][j][3] *= c[m][1];
           }
       }
-      uint32_t ah[2][4], al[2][4];
+      uint32_t ah[kHg][4], al[kHg][4];
 #pragma unroll
-      for (int m = 0; m < 2; ++m) {
+      for (int m = 0; m < kHg; ++m) {
         const int at = (m * 16 + (lane & 15)) * L::kPLd + (lane >> 4) * 8;
         ldmatrix_x4(ah[m], p_hi + at);
         ldmatrix_x4(al[m], p_lo + at);
@@ -305,10 +324,10 @@ __global__ void __launch_bounds__(kThreads) paged_mla_attend_mma_kernel(PagedMla
       for (int pr = 0; pr < kNt / 2; ++pr) {
         const int dim = od0 + pr * 16 + (lane >> 4) * 8;
         uint32_t bh[4], bl[4];
-        ldmatrix_x4_trans(bh, kh + key * L::kLd + dim);
-        ldmatrix_x4_trans(bl, kl + key * L::kLd + dim);
+        ldmatrix_x4_trans(bh, kh_s + key * L::kLd + dim);
+        ldmatrix_x4_trans(bl, kl_s + key * L::kLd + dim);
 #pragma unroll
-        for (int m = 0; m < 2; ++m) {
+        for (int m = 0; m < kHg; ++m) {
           mma3(acc[m][2 * pr], ah[m], al[m], bh[0], bh[1], bl[0], bl[1]);
           mma3(acc[m][2 * pr + 1], ah[m], al[m], bh[2], bh[3], bl[2], bl[3]);
         }
@@ -321,7 +340,7 @@ __global__ void __launch_bounds__(kThreads) paged_mla_attend_mma_kernel(PagedMla
 
   // The running max / sum live with the softmax threads; the Ō fragments with the mma lanes. A query with a bad
   // sequence or position gets NaN partials (the SIMT attend's poison).
-  if (seg == 0) {
+  if (seg == 0 && srow < kBlockHeads) {
     fin_m[srow] = m_run;
     fin_l[srow] = l_run;
   }
@@ -329,7 +348,7 @@ __global__ void __launch_bounds__(kThreads) paged_mla_attend_mma_kernel(PagedMla
   const bool bad_query = table == nullptr;
   const float poison = __int_as_float(0x7fc00000);
 #pragma unroll
-  for (int mh = 0; mh < 4; ++mh) {
+  for (int mh = 0; mh < 2 * kHg; ++mh) {
     const int mt = mh / 2, hh = mh % 2;
     const int r = mt * 16 + g + 8 * hh, h = hb + r;
     if (h >= p.heads) continue;
@@ -354,11 +373,14 @@ constexpr int kV3R = 512, kV3Dr = 64;
 }  // namespace
 
 bool paged_mla_mma_takes(int64_t r, int64_t dr, size_t smem_per_block_optin) {
-  return r == kV3R && dr == kV3Dr && Layout<kV3R, kV3Dr>::bytes <= smem_per_block_optin;
+  static_assert(Layout<kV3R, kV3Dr, 1>::bytes < Layout<kV3R, kV3Dr, 2>::bytes);
+  return r == kV3R && dr == kV3Dr && Layout<kV3R, kV3Dr, 2>::bytes <= smem_per_block_optin;
 }
 
-int paged_mla_mma_splits(int64_t tokens, int64_t heads, int64_t max_keys, int sm_count) {
-  const int64_t blocks = std::max<int64_t>(1, tokens * ceil_div(heads, kBlockHeads));
+int paged_mla_mma_block_heads(int64_t heads, bool narrow) { return narrow && heads <= 16 ? 16 : 32; }
+
+int paged_mla_mma_splits(int64_t tokens, int64_t heads, int64_t max_keys, int sm_count, int block_heads) {
+  const int64_t blocks = std::max<int64_t>(1, tokens * ceil_div(heads, block_heads));
   const int64_t want = std::max<int64_t>(1, sm_count / blocks);
   return static_cast<int>(
       std::max<int64_t>(1, std::min<int64_t>({want, ceil_div(max_keys, kPagedMlaSplitKeys), kPagedMlaMaxSplits})));
@@ -367,14 +389,20 @@ int paged_mla_mma_splits(int64_t tokens, int64_t heads, int64_t max_keys, int sm
 void launch_paged_mla_attend_mma(const PagedMlaKernelParams& p, cudaStream_t stream) {
   DI_CHECK_INTERNAL(p.r == kV3R && p.dr == kV3Dr)
       << "paged_mla_attention: no tensor-core kernel for latent " << p.r << " + rope " << p.dr;
-  constexpr size_t smem = Layout<kV3R, kV3Dr>::bytes;
-  DI_CUDA_CHECK(cudaFuncSetAttribute(paged_mla_attend_mma_kernel<kV3R, kV3Dr>,
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  // Head groups fastest: a token's four blocks (V3) run side by side and share the cache rows through L2.
-  const dim3 grid(static_cast<unsigned>(ceil_div(p.heads, kBlockHeads)), static_cast<unsigned>(p.tokens),
-                  static_cast<unsigned>(p.splits));
-  paged_mla_attend_mma_kernel<kV3R, kV3Dr><<<grid, kThreads, smem, stream>>>(p);
-  DI_CUDA_CHECK_LAUNCH();
+  DI_CHECK_INTERNAL(p.mma_block_heads == 16 || p.mma_block_heads == 32)
+      << "paged_mla_attention: " << p.mma_block_heads << " heads a block";
+  auto launch = [&](auto kernel, size_t smem) {
+    DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    // Head groups fastest: a token's four blocks (V3) run side by side and share the cache rows through L2.
+    const dim3 grid(static_cast<unsigned>(ceil_div(p.heads, int64_t{p.mma_block_heads})),
+                    static_cast<unsigned>(p.tokens), static_cast<unsigned>(p.splits));
+    kernel<<<grid, kThreads, smem, stream>>>(p);
+    DI_CUDA_CHECK_LAUNCH();
+  };
+  if (p.mma_block_heads == 16)
+    launch(paged_mla_attend_mma_kernel<kV3R, kV3Dr, 1>, Layout<kV3R, kV3Dr, 1>::bytes);
+  else
+    launch(paged_mla_attend_mma_kernel<kV3R, kV3Dr, 2>, Layout<kV3R, kV3Dr, 2>::bytes);
 }
 
 }  // namespace deepinfer::cuda
