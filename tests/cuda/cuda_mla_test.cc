@@ -371,6 +371,17 @@ TEST_F(CudaOpTest, PagedMlaAttentionMatchesCpu) {
       const HostTensor wd = down(dwide);
       EXPECT_EQ(std::memcmp(wd.data<float>(), got.data<float>(), sizeof(float) * got.numel()), 0)
           << "paged mla, tensor cores, 32-head blocks, " << k.name;
+      // paged_mla_ahead flipped: the 16-head block's producers one tile ahead or not, the same bits.
+      ScopedKernelChoices ahead(gpu(), [](cuda::KernelChoices& ch) {
+        ch.paged_mla_16 = true;
+        ch.paged_mla_ahead = !ch.paged_mla_ahead;
+      });
+      DeviceTensor dahead = poisoned(out_shape);
+      p.out = dahead;
+      gpu().paged_mla_attention(p);
+      const HostTensor ah = down(dahead);
+      EXPECT_EQ(std::memcmp(ah.data<float>(), got.data<float>(), sizeof(float) * got.numel()), 0)
+          << "paged mla, tensor cores, producers a tile ahead flipped, " << k.name;
     }
 }
 

@@ -49,6 +49,7 @@ TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
                                           "paged_mla_mma=never",
                                           "mla_lazy_rescale=0",
                                           "paged_mla_16=0",
+                                          "paged_mla_ahead=1",
                                           "mla_flash_split_s=0",
                                           "mla_flash_wgmma=0",
                                           "rows_mma=never",
@@ -81,8 +82,9 @@ TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
   EXPECT_FALSE(c.mla_flash);
   EXPECT_EQ(c.mla_flash_rows, 128);
   EXPECT_EQ(c.paged_mla_mma, KernelPick::kNever);
-  EXPECT_FALSE(c.mla_lazy_rescale);   // on by default
-  EXPECT_FALSE(c.paged_mla_16);       // on by default
+  EXPECT_FALSE(c.mla_lazy_rescale);  // on by default
+  EXPECT_FALSE(c.paged_mla_16);      // on by default
+  EXPECT_TRUE(c.paged_mla_ahead);
   EXPECT_FALSE(c.mla_flash_split_s);  // on by default
   EXPECT_FALSE(c.mla_flash_wgmma);    // on by default
   EXPECT_EQ(c.gemm.rows_mma, KernelPick::kNever);

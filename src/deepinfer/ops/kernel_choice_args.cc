@@ -184,6 +184,8 @@ const std::vector<Key>& keys() {
       flag(
           "paged_mla_16", [](auto& c) -> auto& { return c.paged_mla_16; }),
       flag(
+          "paged_mla_ahead", [](auto& c) -> auto& { return c.paged_mla_ahead; }),
+      flag(
           "mla_flash_split_s", [](auto& c) -> auto& { return c.mla_flash_split_s; }),
       flag(
           "mla_flash_wgmma", [](auto& c) -> auto& { return c.mla_flash_wgmma; }),

@@ -650,6 +650,7 @@ void CudaBackend::paged_mla_attention(const PagedMlaAttentionParams& p) {
   k.mma = mma ? cuda::KernelPick::kAlways : cuda::KernelPick::kNever;
   k.lazy_rescale = impl_->choices.mla_lazy_rescale;
   k.mma_block_heads = cuda::paged_mla_mma_block_heads(k.heads, impl_->choices.paged_mla_16);
+  k.producer_ahead = impl_->choices.paged_mla_ahead;
   // The longest query the tables allow bounds the splits (positions live on the device).
   if (impl_->batch_invariant)
     std::tie(k.splits, k.tiles_per_split) = cuda::paged_mla_invariant_splits(k.max_blocks * k.block_size);

@@ -138,6 +138,9 @@ struct KernelChoices {
   // tile instead of two head groups, so no mma runs on padding heads; the same sums in the same order (bit-identical
   // to the 32-head block). false: 32-head blocks, the second group all padding.
   bool paged_mla_16 = true;
+  // With 16-head blocks, the producers load tile i + 1's rows before they store tile i (two tiles in flight a thread,
+  // the same bytes stored in the same order: the same bits). Off until measured.
+  bool paged_mla_ahead = false;
   // The MLA flash kernel sums S's hi·hi products and its cross terms in separate accumulators (8 independent mma chains
   // a warp instead of 4): another fp32 order within the same 3e-5. On since session 35 (H100, same run: prefill 8192
   // attention 133.2-133.9 -> 130.0 ms alone, 125.5 with mla_lazy_rescale; fixed-latency waits on the HMMAs were the

@@ -515,8 +515,9 @@ struct PagedMlaKernelParams {
   // kAlways: the attend step on the tensor cores (mla_paged_mma.h; the caller checked paged_mla_mma_takes and sized
   // the splits by paged_mla_mma_splits); otherwise the fp32 kernel.
   KernelPick mma = KernelPick::kNever;
-  int mma_block_heads = 32;   // the tensor-core kernel's heads a block (paged_mla_mma_block_heads)
-  bool lazy_rescale = false;  // the tensor-core kernel skips Ō's rescale where no max grew (mla_lazy_rescale)
+  int mma_block_heads = 32;     // the tensor-core kernel's heads a block (paged_mla_mma_block_heads)
+  bool producer_ahead = false;  // 16-head blocks: producers load a tile ahead (KernelChoices::paged_mla_ahead)
+  bool lazy_rescale = false;    // the tensor-core kernel skips Ō's rescale where no max grew (mla_lazy_rescale)
 };
 // Splits for a launch: about two blocks per SM, at most one per 32-key tile of the longest query.
 int paged_mla_splits(int64_t tokens, int64_t heads, int64_t max_keys, int sm_count);

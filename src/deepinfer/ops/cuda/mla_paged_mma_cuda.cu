@@ -105,7 +105,7 @@ __device__ __forceinline__ void bar_arrive_stage(int id, int b) {
     bar_arrive(id + 2, kThreads);
 }
 
-template <int kR, int kDr, int kHg>
+template <int kR, int kDr, int kHg, bool kAhead>
 __global__ void __launch_bounds__(kThreads) paged_mla_attend_mma_kernel(PagedMlaKernelParams p) {
   using L = Layout<kR, kDr, kHg>;
   constexpr int kBlockHeads = L::kBlockHeads;
@@ -138,8 +138,8 @@ __global__ void __launch_bounds__(kThreads) paged_mla_attend_mma_kernel(PagedMla
     // read 128 contiguous bytes a load).
     constexpr int kVecs = kRowVecs / 8;
     const int ptid = tid - kConsumers, pr = ptid / 8, pc = ptid % 8;
-    for (int i = 0; i < n_tiles; ++i) {
-      const int b = i % kStages;
+    // Tile i's row of this thread into v (its page resolved through the block table).
+    auto load = [&](int i, float4(&v)[kVecs]) {
       const int64_t key = k_begin + static_cast<int64_t>(i) * kTile + pr;
       const float* row = nullptr;
       bool bad = false;
@@ -153,10 +153,13 @@ __global__ void __launch_bounds__(kThreads) paged_mla_attend_mma_kernel(PagedMla
         }
       }
       const float fill = bad ? __int_as_float(0x7fc00000) : 0.0f;
-      float4 v[kVecs];
 #pragma unroll
       for (int j = 0; j < kVecs; ++j)
         v[j] = row ? __ldg(reinterpret_cast<const float4*>(row) + pc + 8 * j) : make_float4(fill, fill, fill, fill);
+    };
+    // v, split into hi / lo, into tile i's key buffer once the consumers are done with the tile it held.
+    auto put = [&](int i, const float4(&v)[kVecs]) {
+      const int b = i % kStages;
       // Buffer b last held tile i - kStages: wait for the consumers' O phase on it.
       if (i >= kStages) bar_sync_stage(kBarEmpty, b);
       __nv_bfloat16 *kh = k_hi(b), *kl = k_lo(b);
@@ -169,6 +172,25 @@ __global__ void __launch_bounds__(kThreads) paged_mla_attend_mma_kernel(PagedMla
         *reinterpret_cast<uint2*>(kl + at) = l;
       }
       bar_arrive_stage(kBarFull, b);
+    };
+    if constexpr (kAhead) {
+      // Tile i + 1's loads go out before tile i's wait and stores: two tiles of rows in flight a thread (the 16-head
+      // block reads each row for one block only, so its rows come from DRAM, not from a neighbour's L2 hits).
+      float4 va[kVecs], vb[kVecs];
+      if (n_tiles > 0) load(0, va);
+      for (int i = 0; i < n_tiles; i += 2) {
+        if (i + 1 < n_tiles) load(i + 1, vb);
+        put(i, va);
+        if (i + 1 >= n_tiles) break;
+        if (i + 2 < n_tiles) load(i + 2, va);
+        put(i + 1, vb);
+      }
+    } else {
+      for (int i = 0; i < n_tiles; ++i) {
+        float4 v[kVecs];
+        load(i, v);
+        put(i, v);
+      }
     }
     return;
   }
@@ -399,10 +421,12 @@ void launch_paged_mla_attend_mma(const PagedMlaKernelParams& p, cudaStream_t str
     kernel<<<grid, kThreads, smem, stream>>>(p);
     DI_CUDA_CHECK_LAUNCH();
   };
-  if (p.mma_block_heads == 16)
-    launch(paged_mla_attend_mma_kernel<kV3R, kV3Dr, 1>, Layout<kV3R, kV3Dr, 1>::bytes);
+  if (p.mma_block_heads == 16 && p.producer_ahead)
+    launch(paged_mla_attend_mma_kernel<kV3R, kV3Dr, 1, true>, Layout<kV3R, kV3Dr, 1>::bytes);
+  else if (p.mma_block_heads == 16)
+    launch(paged_mla_attend_mma_kernel<kV3R, kV3Dr, 1, false>, Layout<kV3R, kV3Dr, 1>::bytes);
   else
-    launch(paged_mla_attend_mma_kernel<kV3R, kV3Dr, 2>, Layout<kV3R, kV3Dr, 2>::bytes);
+    launch(paged_mla_attend_mma_kernel<kV3R, kV3Dr, 2, false>, Layout<kV3R, kV3Dr, 2>::bytes);
 }
 
 }  // namespace deepinfer::cuda
