@@ -4,6 +4,7 @@
 // is compared with the CPU naive form (the absorbed kernels below 64 queries; from there the flash kernel over a bf16x3
 // expansion by default, on warpgroup MMAs on sm_90a, ~2^-16 a product: 3e-5, or with mla_flash and mla_bf16x3 off fp32
 // GEMMs). fp32 in another summation order: 2e-5.
+#include <functional>
 #include <numeric>
 
 #include "cuda_test_util.h"
@@ -354,34 +355,26 @@ TEST_F(CudaOpTest, PagedMlaAttentionMatchesCpu) {
       rel_err((std::string(mma ? "paged mla, tensor cores, " : "paged mla ") + k.name).c_str(), got, want,
               mma ? 3e-5 : 2e-5);
       if (!mma) continue;
+      // Choices that must give the same bits as the default: the output again under `change`.
+      auto expect_same_bits = [&](const char* what, const std::function<void(cuda::KernelChoices&)>& change) {
+        ScopedKernelChoices other(gpu(), change);
+        DeviceTensor dother = poisoned(out_shape);
+        p.out = dother;
+        gpu().paged_mla_attention(p);
+        const HostTensor o = down(dother);
+        EXPECT_EQ(std::memcmp(o.data<float>(), got.data<float>(), sizeof(float) * got.numel()), 0)
+            << "paged mla, tensor cores, " << what << ", " << k.name;
+      };
       // mla_lazy_rescale=0: Ō's rescale by exactly 1 done, the same bits as the default's skip.
-      ScopedKernelChoices lazy(gpu(), [](cuda::KernelChoices& ch) { ch.mla_lazy_rescale = false; });
-      DeviceTensor dlazy = poisoned(out_shape);
-      p.out = dlazy;
-      gpu().paged_mla_attention(p);
-      const HostTensor lz = down(dlazy);
-      EXPECT_EQ(std::memcmp(lz.data<float>(), got.data<float>(), sizeof(float) * got.numel()), 0)
-          << "paged mla, tensor cores, eager rescale, " << k.name;
+      expect_same_bits("eager rescale", [](cuda::KernelChoices& ch) { ch.mla_lazy_rescale = false; });
       if (k.spec.heads > 16) continue;
       // paged_mla_16=0: a 32-head block whose second group is padding, the same sums in the same order.
-      ScopedKernelChoices wide(gpu(), [](cuda::KernelChoices& ch) { ch.paged_mla_16 = false; });
-      DeviceTensor dwide = poisoned(out_shape);
-      p.out = dwide;
-      gpu().paged_mla_attention(p);
-      const HostTensor wd = down(dwide);
-      EXPECT_EQ(std::memcmp(wd.data<float>(), got.data<float>(), sizeof(float) * got.numel()), 0)
-          << "paged mla, tensor cores, 32-head blocks, " << k.name;
+      expect_same_bits("32-head blocks", [](cuda::KernelChoices& ch) { ch.paged_mla_16 = false; });
       // paged_mla_ahead flipped: the 16-head block's producers one tile ahead or not, the same bits.
-      ScopedKernelChoices ahead(gpu(), [](cuda::KernelChoices& ch) {
+      expect_same_bits("producers a tile ahead flipped", [](cuda::KernelChoices& ch) {
         ch.paged_mla_16 = true;
         ch.paged_mla_ahead = !ch.paged_mla_ahead;
       });
-      DeviceTensor dahead = poisoned(out_shape);
-      p.out = dahead;
-      gpu().paged_mla_attention(p);
-      const HostTensor ah = down(dahead);
-      EXPECT_EQ(std::memcmp(ah.data<float>(), got.data<float>(), sizeof(float) * got.numel()), 0)
-          << "paged mla, tensor cores, producers a tile ahead flipped, " << k.name;
     }
 }
 
