@@ -368,8 +368,10 @@ TEST_F(CudaOpTest, PagedMlaAttentionMatchesCpu) {
       // mla_lazy_rescale=0: Ō's rescale by exactly 1 done, the same bits as the default's skip.
       expect_same_bits("eager rescale", [](cuda::KernelChoices& ch) { ch.mla_lazy_rescale = false; });
       if (k.spec.heads > 16) continue;
-      // paged_mla_16=0: a 32-head block whose second group is padding, the same sums in the same order.
-      expect_same_bits("32-head blocks", [](cuda::KernelChoices& ch) { ch.paged_mla_16 = false; });
+      // paged_mla_16 flipped: 16-head blocks or a 32-head block whose second group is padding, the same sums in the
+      // same order.
+      expect_same_bits("16 / 32-head blocks flipped",
+                       [](cuda::KernelChoices& ch) { ch.paged_mla_16 = !ch.paged_mla_16; });
       // paged_mla_ahead flipped: the 16-head block's producers one tile ahead or not, the same bits.
       expect_same_bits("producers a tile ahead flipped", [](cuda::KernelChoices& ch) {
         ch.paged_mla_16 = true;

@@ -78,7 +78,8 @@ struct GemmChoices {
   // The bf16-weight mma.sync kernel (3-31 rows an expert) with each warp over all 64 rows of its tile and 32 columns,
   // skipping the m16 tiles past the group's rows: 6 rows cost a quarter of a full tile's mmas on every warp. false: the
   // block formats' 2 x 4 warps (32 rows x 64 columns a warp), where such a group busies half the warps at full cost.
-  bool bf16w_tall_warps = true;
+  // Off until a GPU has run it (written in session 37 when no device could be started; docs/PERF.md).
+  bool bf16w_tall_warps = false;
   // Launch the rows kernel with programmatic stream serialization: its blocks may start while the previous kernel
   // finishes and send their first weight loads (the weights do not depend on it) before they wait for its memory
   // (griddepcontrol.wait); the arithmetic is unchanged. H200, session 23 (docs/PERF.md), V4-Flash slice: eager steps
@@ -137,7 +138,8 @@ struct KernelChoices {
   // paged_mla_mma in 16-head blocks for models with at most 16 heads (V2-Lite): the S phase's 8 warps split the key
   // tile instead of two head groups, so no mma runs on padding heads; the same sums in the same order (bit-identical
   // to the 32-head block). false: 32-head blocks, the second group all padding.
-  bool paged_mla_16 = true;
+  // Off until a GPU has run it (session 37, as bf16w_tall_warps).
+  bool paged_mla_16 = false;
   // With 16-head blocks, the producers load tile i + 1's rows before they store tile i (two tiles in flight a thread,
   // the same bytes stored in the same order: the same bits). Off until measured.
   bool paged_mla_ahead = false;
