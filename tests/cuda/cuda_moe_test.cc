@@ -291,9 +291,9 @@ void CudaMoeTest::check_bf16_experts(int64_t inter) {
   if (inter == 160)
     for (int64_t t : {1, 3}) check(t, true, 1e-5);
   for (int64_t t : many) check(t, true, 3e-5);
-  {  // the mma.sync kernel's other warp layout (2 x 4: each warp 32 rows x 64 columns, or 1 x 8: all 64 rows)
+  {  // the mma.sync kernel's weight rows copied by 4 threads a row or one
     ScopedKernelChoices other(gpu(),
-                              [](cuda::KernelChoices& c) { c.gemm.bf16w_tall_warps = !c.gemm.bf16w_tall_warps; });
+                              [](cuda::KernelChoices& c) { c.gemm.bf16w_coalesced_b = !c.gemm.bf16w_coalesced_b; });
     for (int64_t t : many) check(t, true, 3e-5);
   }
   {

@@ -48,14 +48,14 @@ TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
                                           "mla_flash_rows=128",
                                           "paged_mla_mma=never",
                                           "mla_lazy_rescale=0",
-                                          "paged_mla_16=1",
-                                          "paged_mla_ahead=1",
+                                          "paged_mla_16=0",
+                                          "paged_mla_ahead=0",
                                           "mla_flash_split_s=0",
                                           "mla_flash_wgmma=0",
                                           "rows_mma=never",
                                           "rows_mma_bf16_a=1",
                                           "bf16_split_a=0",
-                                          "bf16w_tall_warps=1",
+                                          "bf16w_coalesced_b=1",
                                           "rows_mma_pdl=1",
                                           "rows_mma_warps=4",
                                           "rows_mma_kw=2",
@@ -82,15 +82,15 @@ TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
   EXPECT_FALSE(c.mla_flash);
   EXPECT_EQ(c.mla_flash_rows, 128);
   EXPECT_EQ(c.paged_mla_mma, KernelPick::kNever);
-  EXPECT_FALSE(c.mla_lazy_rescale);  // on by default
-  EXPECT_TRUE(c.paged_mla_16);
-  EXPECT_TRUE(c.paged_mla_ahead);
+  EXPECT_FALSE(c.mla_lazy_rescale);   // on by default
+  EXPECT_FALSE(c.paged_mla_16);       // on by default
+  EXPECT_FALSE(c.paged_mla_ahead);    // on by default
   EXPECT_FALSE(c.mla_flash_split_s);  // on by default
   EXPECT_FALSE(c.mla_flash_wgmma);    // on by default
   EXPECT_EQ(c.gemm.rows_mma, KernelPick::kNever);
   EXPECT_TRUE(c.gemm.rows_mma_bf16_a);
   EXPECT_FALSE(c.gemm.bf16_split_a);  // on by default
-  EXPECT_TRUE(c.gemm.bf16w_tall_warps);
+  EXPECT_TRUE(c.gemm.bf16w_coalesced_b);
   EXPECT_TRUE(c.gemm.rows_mma_pdl);
   EXPECT_EQ(c.gemm.rows_mma_warps, 4);
   EXPECT_EQ(c.gemm.rows_mma_kw, 2);

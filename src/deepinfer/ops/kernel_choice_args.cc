@@ -196,7 +196,7 @@ const std::vector<Key>& keys() {
       flag(
           "bf16_split_a", [](auto& c) -> auto& { return c.gemm.bf16_split_a; }),
       flag(
-          "bf16w_tall_warps", [](auto& c) -> auto& { return c.gemm.bf16w_tall_warps; }),
+          "bf16w_coalesced_b", [](auto& c) -> auto& { return c.gemm.bf16w_coalesced_b; }),
       flag(
           "rows_mma_pdl", [](auto& c) -> auto& { return c.gemm.rows_mma_pdl; }),
       shape("rows_mma_warps", [](auto& c) -> auto& { return c.gemm.rows_mma_warps; }, {4, 8, 16}),

@@ -45,27 +45,25 @@ __device__ __forceinline__ void store8(const float* w, float sc, __nv_bfloat16* 
                                               pack_bf16x2(w[4] * sc, w[5] * sc), pack_bf16x2(w[6] * sc, w[7] * sc));
 }
 
-// How the 8 warps split the 64 x 256 block tile: kWm warps along M (2: 32 rows x 64 columns a warp; 1: all 64 rows x
-// 32 columns). A warp skips its m16 tiles past the tile's rows (block-uniform), so with kWm = 1 a group of 6 rows
-// costs every warp a quarter of a full tile's mmas, where kWm = 2 leaves the rows to half the warps at full cost.
-template <int kWm>
+// How the 8 warps split the 64 x 256 block tile: 2 along M (32 rows x 64 columns a warp). A warp skips its m16 tiles
+// past the tile's rows (block-uniform). Session 37's 1 x 8 layout (every warp over all 64 rows, a quarter of the mmas
+// for a 6-row group) measured the same on V2-Lite decode (H100, session 38: experts 21.27 vs 21.30 ms at b64, 23.74
+// vs 23.97 at b256): the kernel is not bound by its mmas there, so it was removed.
 struct WarpTile {
-  static constexpr int kWn = 8 / kWm;
+  static constexpr int kWm = 2, kWn = 4;
   static constexpr int kRows = kMmaM / kWm, kTm = kRows / 16;
   static constexpr int kCols = kMmaN / kWn, kTn = kCols / 8;
-  static_assert(kWm == 1 || kWm == 2, "2 x 4 or 1 x 8 warps");
   __device__ static int wm() { return (threadIdx.x >> 5) / kWn; }
   __device__ static int wn() { return (threadIdx.x >> 5) % kWn; }
   // Whether the warp's m16 tile i holds any of the tile's `rows` rows.
   __device__ static bool live(int i, int rows) { return wm() * kRows + i * 16 < rows; }
 };
+using W = WarpTile;
 
 // Accumulator (i, j) of the warp: rows lane / 4 and + 8 of its m16-tile i, columns 2 (lane % 4) + {0, 1} of n8-tile
 // j, to the rows c_row names (-1: past the tile's rows).
-template <int kWm>
 __device__ __forceinline__ void store_acc(const GemmKernelParams& p, const int64_t* c_row, int64_t n0,
-                                          const float (&acc)[WarpTile<kWm>::kTm][WarpTile<kWm>::kTn][4]) {
-  using W = WarpTile<kWm>;
+                                          const float (&acc)[W::kTm][W::kTn][4]) {
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int i = 0; i < W::kTm; ++i)
@@ -103,29 +101,21 @@ __device__ __forceinline__ bool tile_rows(const GemmKernelParams& p, int& g, int
 }
 
 // Fragments of a 16-wide half kk of a k-step: A for the warp's live m16 tiles, B for its n8 tiles (as pairs).
-template <int kWm>
-__device__ __forceinline__ void load_a_frags(uint32_t (&af)[WarpTile<kWm>::kTm][4], const __nv_bfloat16 (*as)[kMmaLd],
-                                             int kk, int rows) {
-  using W = WarpTile<kWm>;
+__device__ __forceinline__ void load_a_frags(uint32_t (&af)[W::kTm][4], const __nv_bfloat16 (*as)[kMmaLd], int kk,
+                                             int rows) {
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int i = 0; i < W::kTm; ++i)
     if (W::live(i, rows)) ldmatrix_x4(af[i], &as[W::wm() * W::kRows + i * 16 + (lane & 15)][kk + (lane >> 4) * 8]);
 }
-template <int kWm>
-__device__ __forceinline__ void load_b_frags(uint32_t (&bf)[WarpTile<kWm>::kTn / 2][4],
-                                             const __nv_bfloat16 (*bs)[kMmaLd], int kk) {
-  using W = WarpTile<kWm>;
+__device__ __forceinline__ void load_b_frags(uint32_t (&bf)[W::kTn / 2][4], const __nv_bfloat16 (*bs)[kMmaLd], int kk) {
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int j = 0; j < W::kTn / 2; ++j)  // n-tiles 2j and 2j + 1: (k 0-7, k 8-15) each
     ldmatrix_x4(bf[j], &bs[W::wn() * W::kCols + j * 16 + (lane & 7) + ((lane >> 4) << 3)][kk + ((lane >> 3) & 1) * 8]);
 }
-template <int kWm>
-__device__ __forceinline__ void mma_tile(float (&acc)[WarpTile<kWm>::kTm][WarpTile<kWm>::kTn][4],
-                                         const uint32_t (&af)[WarpTile<kWm>::kTm][4],
-                                         const uint32_t (&bf)[WarpTile<kWm>::kTn / 2][4], int rows) {
-  using W = WarpTile<kWm>;
+__device__ __forceinline__ void mma_tile(float (&acc)[W::kTm][W::kTn][4], const uint32_t (&af)[W::kTm][4],
+                                         const uint32_t (&bf)[W::kTn / 2][4], int rows) {
 #pragma unroll
   for (int j = 0; j < W::kTn / 2; ++j)
 #pragma unroll
@@ -136,12 +126,11 @@ __device__ __forceinline__ void mma_tile(float (&acc)[WarpTile<kWm>::kTm][WarpTi
     }
 }
 
-template <int kWm>
-__device__ __forceinline__ void zero_acc(float (&acc)[WarpTile<kWm>::kTm][WarpTile<kWm>::kTn][4]) {
+__device__ __forceinline__ void zero_acc(float (&acc)[W::kTm][W::kTn][4]) {
 #pragma unroll
-  for (int i = 0; i < WarpTile<kWm>::kTm; ++i)
+  for (int i = 0; i < W::kTm; ++i)
 #pragma unroll
-    for (int j = 0; j < WarpTile<kWm>::kTn; ++j)
+    for (int j = 0; j < W::kTn; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
 }
@@ -206,9 +195,8 @@ __global__ void __launch_bounds__(kMmaThreads, 2) gemm_mma_kernel(GemmKernelPara
     }
   };
 
-  using W = WarpTile<2>;
   float acc[W::kTm][W::kTn][4];
-  zero_acc<2>(acc);
+  zero_acc(acc);
 
 #pragma unroll
   for (int st = 0; st < kMmaStages - 1; ++st) issue(st);
@@ -229,10 +217,10 @@ __global__ void __launch_bounds__(kMmaThreads, 2) gemm_mma_kernel(GemmKernelPara
     const __nv_bfloat16(*bs)[kMmaLd] = sm.b[kt & 1];
     uint32_t af[W::kTm][4], bf[W::kTn / 2][4];
     auto load_frags = [&](int kk) {
-      load_a_frags<2>(af, as, kk, rows);
-      load_b_frags<2>(bf, bs, kk);
+      load_a_frags(af, as, kk, rows);
+      load_b_frags(bf, bs, kk);
     };
-    auto mmas = [&]() { mma_tile<2>(acc, af, bf, rows); };
+    auto mmas = [&]() { mma_tile(acc, af, bf, rows); };
     // The first half's fragments are requested before the next step is decoded, so their latency hides behind
     // the decoding (ncu: the kernel was latency-bound, ~9 cycles between a warp's instructions).
     load_frags(0);
@@ -246,7 +234,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2) gemm_mma_kernel(GemmKernelPara
     mmas();
   }
 
-  store_acc<2>(p, sm.c_row, n0, acc);
+  store_acc(p, sm.c_row, n0, acc);
 }
 
 // bf16 weights (GemmKernelParams::b_bf16): nothing to decode, so the weight rows go straight into a ring of bf16
@@ -262,10 +250,9 @@ struct MmaBf16Smem {
   int64_t a_row[kMmaM], c_row[kMmaM];
 };
 
-template <bool kLo, int kWm>
+template <bool kLo, bool kCoalesced>
 __global__ void __launch_bounds__(kMmaThreads, 2) gemm_mma_bf16w_kernel(GemmKernelParams p) {
   constexpr int kStages = kBf16Stages<kLo>;
-  using W = WarpTile<kWm>;
   extern __shared__ __align__(128) uint8_t smem_bytes[];
   MmaBf16Smem<kLo>& sm = *reinterpret_cast<MmaBf16Smem<kLo>*>(smem_bytes);
   int g, rows;
@@ -279,10 +266,12 @@ __global__ void __launch_bounds__(kMmaThreads, 2) gemm_mma_bf16w_kernel(GemmKern
   const int64_t a_src_row = sm.a_row[a_r], a_off = (a_src_row >= 0 ? a_src_row * p.lda : 0) + a_c;
   const __nv_bfloat16* a_src = static_cast<const __nv_bfloat16*>(p.a_bf16) + a_off;
   const __nv_bfloat16* lo_src = kLo ? static_cast<const __nv_bfloat16*>(p.a_lo_bf16) + a_off : nullptr;
-  const int64_t n = n0 + tid;
-  const bool n_ok = n < p.n;
-  const __nv_bfloat16* b_src = b + (n_ok ? n : 0) * p.k;
   const int ktiles = static_cast<int>(p.k / kMmaK);
+  // Weight copies: kCoalesced: 4 threads a row (its k-step's 64 bytes, two whole sectors), rows tid / 4 + 64 c;
+  // else one thread a row, 16 bytes of each of 32 rows an instruction (half sectors).
+  constexpr int kRowStep = kCoalesced ? kMmaThreads / 4 : 1;
+  const int b_r0 = kCoalesced ? tid >> 2 : tid, b_c0 = kCoalesced ? (tid & 3) * 8 : 0;
+  const __nv_bfloat16* b_src = b + (n0 + b_r0) * p.k + b_c0;
 
   auto issue = [&](int kt) {
     if (kt < ktiles) {
@@ -291,13 +280,18 @@ __global__ void __launch_bounds__(kMmaThreads, 2) gemm_mma_bf16w_kernel(GemmKern
       cp_async16(&sm.a[st][a_r][a_c], a_src + k0, a_src_row >= 0);
       if constexpr (kLo) cp_async16(&sm.a_lo[st][a_r][a_c], lo_src + k0, a_src_row >= 0);
 #pragma unroll
-      for (int c = 0; c < kMmaK / 8; ++c) cp_async16(&sm.b[st][tid][8 * c], b_src + k0 + 8 * c, n_ok);
+      for (int c = 0; c < kMmaK / 8; ++c) {
+        const int r = kCoalesced ? b_r0 + kRowStep * c : tid, col = kCoalesced ? b_c0 : 8 * c;
+        const int64_t off = kCoalesced ? int64_t{kRowStep} * c * p.k : 8 * c;
+        const bool ok = n0 + r < p.n;
+        cp_async16(&sm.b[st][r][col], ok ? b_src + off + k0 : b, ok);
+      }
     }
     cp_async_commit();
   };
 
   float acc[W::kTm][W::kTn][4];
-  zero_acc<kWm>(acc);
+  zero_acc(acc);
 
 #pragma unroll
   for (int st = 0; st < kStages - 1; ++st) issue(st);
@@ -311,16 +305,16 @@ __global__ void __launch_bounds__(kMmaThreads, 2) gemm_mma_bf16w_kernel(GemmKern
 #pragma unroll
     for (int kk = 0; kk < kMmaK; kk += 16) {
       uint32_t af[W::kTm][4], bf[W::kTn / 2][4];
-      load_b_frags<kWm>(bf, sm.b[st], kk);
+      load_b_frags(bf, sm.b[st], kk);
       if constexpr (kLo) {  // the small terms first
-        load_a_frags<kWm>(af, sm.a_lo[st], kk, rows);
-        mma_tile<kWm>(acc, af, bf, rows);
+        load_a_frags(af, sm.a_lo[st], kk, rows);
+        mma_tile(acc, af, bf, rows);
       }
-      load_a_frags<kWm>(af, sm.a[st], kk, rows);
-      mma_tile<kWm>(acc, af, bf, rows);
+      load_a_frags(af, sm.a[st], kk, rows);
+      mma_tile(acc, af, bf, rows);
     }
   }
-  store_acc<kWm>(p, sm.c_row, n0, acc);
+  store_acc(p, sm.c_row, n0, acc);
 }
 
 // One block a (column tile, M tile), x = column tiles (fastest): the blocks running together share an A tile and sweep
@@ -342,10 +336,10 @@ void launch(const GemmKernelParams& p, cudaStream_t stream) {
 
 template <bool kLo>
 void launch_bf16w(const GemmKernelParams& p, cudaStream_t stream) {
-  if (p.choices.bf16w_tall_warps)
-    launch_tiles(gemm_mma_bf16w_kernel<kLo, 1>, sizeof(MmaBf16Smem<kLo>), p, stream);
+  if (p.choices.bf16w_coalesced_b)
+    launch_tiles(gemm_mma_bf16w_kernel<kLo, true>, sizeof(MmaBf16Smem<kLo>), p, stream);
   else
-    launch_tiles(gemm_mma_bf16w_kernel<kLo, 2>, sizeof(MmaBf16Smem<kLo>), p, stream);
+    launch_tiles(gemm_mma_bf16w_kernel<kLo, false>, sizeof(MmaBf16Smem<kLo>), p, stream);
 }
 
 bool aligned(const void* q, uintptr_t a) { return reinterpret_cast<uintptr_t>(q) % a == 0; }

@@ -75,11 +75,9 @@ struct GemmChoices {
   // bf16 routed experts (a bf16 checkpoint's, CudaBackend::moe_quant) on the mma.sync kernel with A as hi + lo bf16
   // terms (two products, ~2^-16 of fp32, as linear_quant's split_in); false rounds A to bf16 (one product, ~2^-9).
   bool bf16_split_a = true;
-  // The bf16-weight mma.sync kernel (3-31 rows an expert) with each warp over all 64 rows of its tile and 32 columns,
-  // skipping the m16 tiles past the group's rows: 6 rows cost a quarter of a full tile's mmas on every warp. false: the
-  // block formats' 2 x 4 warps (32 rows x 64 columns a warp), where such a group busies half the warps at full cost.
-  // Off until a GPU has run it (written in session 37 when no device could be started; docs/PERF.md).
-  bool bf16w_tall_warps = false;
+  // gemm_mma_bf16w_kernel's weight copies by 4 threads a row (a k-step's 64 bytes of a row, two whole sectors, in one
+  // instruction) instead of one thread a row (16 bytes of 32 rows an instruction). The same bytes in shared memory.
+  bool bf16w_coalesced_b = false;
   // Launch the rows kernel with programmatic stream serialization: its blocks may start while the previous kernel
   // finishes and send their first weight loads (the weights do not depend on it) before they wait for its memory
   // (griddepcontrol.wait); the arithmetic is unchanged. H200, session 23 (docs/PERF.md), V4-Flash slice: eager steps
@@ -137,12 +135,13 @@ struct KernelChoices {
   bool mla_lazy_rescale = true;
   // paged_mla_mma in 16-head blocks for models with at most 16 heads (V2-Lite): the S phase's 8 warps split the key
   // tile instead of two head groups, so no mma runs on padding heads; the same sums in the same order (bit-identical
-  // to the 32-head block). false: 32-head blocks, the second group all padding.
-  // Off until a GPU has run it (session 37, as bf16w_tall_warps).
-  bool paged_mla_16 = false;
+  // to the 32-head block). false: 32-head blocks, the second group all padding. On since session 38 (H100, V2-Lite
+  // slice at context 4096, same run: decode attention b64 14.20 -> 12.10 ms, b256 42.51 -> 35.58; docs/PERF.md).
+  bool paged_mla_16 = true;
   // With 16-head blocks, the producers load tile i + 1's rows before they store tile i (two tiles in flight a thread,
-  // the same bytes stored in the same order: the same bits). Off until measured.
-  bool paged_mla_ahead = false;
+  // the same bytes stored in the same order: the same bits). On since session 38 (same run: b64 12.10 -> 11.90 ms,
+  // b256 35.58 -> 34.95).
+  bool paged_mla_ahead = true;
   // The MLA flash kernel sums S's hi·hi products and its cross terms in separate accumulators (8 independent mma chains
   // a warp instead of 4): another fp32 order within the same 3e-5. On since session 35 (H100, same run: prefill 8192
   // attention 133.2-133.9 -> 130.0 ms alone, 125.5 with mla_lazy_rescale; fixed-latency waits on the HMMAs were the
