@@ -364,40 +364,42 @@ PYBIND11_MODULE(_core, m) {
       });
 
   py::class_<api::Llm>(m, "Llm", "The engine over one model directory (use deepinfer.LLM)")
-      .def(py::init([](std::string model_dir, std::string device, int threads, int64_t max_model_len, int max_num_seqs,
-                       int64_t max_num_batched_tokens, double gpu_memory_utilization, int64_t kv_cache_bytes, int ep,
-                       int dp, int cp, uint64_t seed, std::string chat_format, bool exact_prefill,
-                       std::string speculative, int num_draft_tokens, bool batch_invariant,
-                       std::string activation_quant, std::vector<std::string> kernel_choices) {
-             api::LlmConfig c;
-             c.model_dir = std::move(model_dir);
-             c.device = std::move(device);
-             c.threads = threads;
-             c.max_model_len = max_model_len;
-             c.max_num_seqs = max_num_seqs;
-             c.max_num_batched_tokens = max_num_batched_tokens;
-             c.gpu_memory_utilization = gpu_memory_utilization;
-             c.kv_cache_bytes = kv_cache_bytes;
-             c.ep = ep;
-             c.dp = dp;
-             c.cp = cp;
-             c.seed = seed;
-             c.chat_format = std::move(chat_format);
-             c.exact_prefill = exact_prefill;
-             c.speculative = std::move(speculative);
-             c.num_draft_tokens = num_draft_tokens;
-             c.batch_invariant = batch_invariant;
-             c.activation_quant = std::move(activation_quant);
-             c.kernel_choices = std::move(kernel_choices);
-             py::gil_scoped_release release;
-             return std::make_unique<api::Llm>(std::move(c));
-           }),
-           py::arg("model_dir"), py::arg("device"), py::arg("threads"), py::arg("max_model_len"),
-           py::arg("max_num_seqs"), py::arg("max_num_batched_tokens"), py::arg("gpu_memory_utilization"),
-           py::arg("kv_cache_bytes"), py::arg("ep"), py::arg("dp"), py::arg("cp"), py::arg("seed"),
-           py::arg("chat_format"), py::arg("exact_prefill"), py::arg("speculative"), py::arg("num_draft_tokens"),
-           py::arg("batch_invariant") = false, py::arg("activation_quant") = "none",
-           py::arg("kernel_choices") = std::vector<std::string>{})
+      .def(
+          py::init([](std::string model_dir, std::string device, int threads, int64_t max_model_len, int max_num_seqs,
+                      int64_t max_num_batched_tokens, double gpu_memory_utilization, int64_t kv_cache_bytes, int ep,
+                      int dp, int cp, uint64_t seed, std::string chat_format, bool exact_prefill,
+                      std::string speculative, int num_draft_tokens, bool batch_invariant, std::string activation_quant,
+                      std::vector<std::string> kernel_choices, std::string kv_cache_dtype) {
+            api::LlmConfig c;
+            c.model_dir = std::move(model_dir);
+            c.device = std::move(device);
+            c.threads = threads;
+            c.max_model_len = max_model_len;
+            c.max_num_seqs = max_num_seqs;
+            c.max_num_batched_tokens = max_num_batched_tokens;
+            c.gpu_memory_utilization = gpu_memory_utilization;
+            c.kv_cache_bytes = kv_cache_bytes;
+            c.ep = ep;
+            c.dp = dp;
+            c.cp = cp;
+            c.seed = seed;
+            c.chat_format = std::move(chat_format);
+            c.exact_prefill = exact_prefill;
+            c.speculative = std::move(speculative);
+            c.num_draft_tokens = num_draft_tokens;
+            c.batch_invariant = batch_invariant;
+            c.activation_quant = std::move(activation_quant);
+            c.kernel_choices = std::move(kernel_choices);
+            c.kv_cache_dtype = std::move(kv_cache_dtype);
+            py::gil_scoped_release release;
+            return std::make_unique<api::Llm>(std::move(c));
+          }),
+          py::arg("model_dir"), py::arg("device"), py::arg("threads"), py::arg("max_model_len"),
+          py::arg("max_num_seqs"), py::arg("max_num_batched_tokens"), py::arg("gpu_memory_utilization"),
+          py::arg("kv_cache_bytes"), py::arg("ep"), py::arg("dp"), py::arg("cp"), py::arg("seed"),
+          py::arg("chat_format"), py::arg("exact_prefill"), py::arg("speculative"), py::arg("num_draft_tokens"),
+          py::arg("batch_invariant") = false, py::arg("activation_quant") = "none",
+          py::arg("kernel_choices") = std::vector<std::string>{}, py::arg("kv_cache_dtype") = "auto")
       .def(
           "generate",
           [](api::Llm& llm, const py::sequence& prompts, const std::vector<SamplingParams>& params,

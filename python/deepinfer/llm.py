@@ -92,6 +92,9 @@ class LLM:
     values with an f32 scale, the reference's gemm_impl "fp8", vLLM's and SGLang's block-FP8 GEMMs).
     kernel_choices (CUDA): "KEY=VALUE" strings, the CUDA backend's kernel choices for A/Bs (the keys of `deepinfer
     bench --kernel-choice`, e.g. ["f32_scale_mma=1"]; one string is one spec); refused on the CPU device.
+    kv_cache_dtype: "auto" / "f32" (the cache rows as computed) or "bf16" (the V3 family's MLA cache rounded to bf16
+    as written, as vLLM keeps it in the model's dtype: half the bytes a decode step reads, twice the cached tokens;
+    one rank only for now).
     """
 
     def __init__(
@@ -116,6 +119,7 @@ class LLM:
         batch_invariant=False,
         activation_quant="none",
         kernel_choices=(),
+        kv_cache_dtype="auto",
     ):
         self.model_dir, self.model_source = _core.resolve_model_dir(
             model, os.environ.get("DEEPINFER_HF_MODEL_DIR"), _core.embedded_model_dir()
@@ -140,6 +144,7 @@ class LLM:
             batch_invariant=batch_invariant,
             activation_quant=activation_quant,
             kernel_choices=[kernel_choices] if isinstance(kernel_choices, str) else list(kernel_choices),
+            kv_cache_dtype=kv_cache_dtype,
         )
 
     # Model facts.

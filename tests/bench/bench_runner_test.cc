@@ -60,29 +60,38 @@ TEST(BenchRunner, TinySliceOnCpu) {
 }
 
 // The MLA slice (dense + MoE layers, FP8-block routed experts) in prefill and batched decode on the CPU reference.
+// With a bf16 decode cache (--kv-cache-dtype bf16) too: decode counts half the cache bytes, prefill the same.
 TEST(BenchRunner, TinyMlaSliceOnCpu) {
   std::unique_ptr<BenchTarget> t = make_cpu_target(1);
-  const MlaBenchModel m = tiny_mla();
-  BenchOptions o;
-  o.prompts = {12};
-  o.batches = {1, 3};
-  o.contexts = {20};
-  o.warmup = 0;
-  o.iters = 1;
-  const std::vector<BenchRow> rows = run_mla_slice(*t, m, o);
-  ASSERT_EQ(rows.size(), 3u);
-  EXPECT_TRUE(rows[0].shape.prefill);
-  EXPECT_EQ(rows[2].shape.seqs, 3);
-  for (const BenchRow& r : rows) {
-    EXPECT_GT(r.ms, 0.0);
-    const StepCost want = count_mla_step(m, r.shape);
-    EXPECT_DOUBLE_EQ(r.cost.flops, want.flops);
-    EXPECT_DOUBLE_EQ(r.cost.bytes(), want.bytes());
-    ASSERT_EQ(r.segment_ms.size(), static_cast<size_t>(kSegCount));
-    EXPECT_GT(r.segment_ms[kSegAttention], 0.0);
-    EXPECT_GT(r.segment_ms[kSegExperts], 0.0);
-    EXPECT_EQ(r.segment_ms[kSegIndexer], 0.0);
-    EXPECT_EQ(r.model, "tiny-mla");
+  for (int kv_bytes : {4, 2}) {
+    MlaBenchModel m = tiny_mla();
+    m.kv_value_bytes = kv_bytes;
+    BenchOptions o;
+    o.prompts = {12};
+    o.batches = {1, 3};
+    o.contexts = {20};
+    o.warmup = 0;
+    o.iters = 1;
+    const std::vector<BenchRow> rows = run_mla_slice(*t, m, o);
+    ASSERT_EQ(rows.size(), 3u);
+    EXPECT_TRUE(rows[0].shape.prefill);
+    EXPECT_EQ(rows[2].shape.seqs, 3);
+    for (const BenchRow& r : rows) {
+      EXPECT_GT(r.ms, 0.0);
+      const StepCost want = count_mla_step(m, r.shape);
+      EXPECT_DOUBLE_EQ(r.cost.flops, want.flops);
+      EXPECT_DOUBLE_EQ(r.cost.bytes(), want.bytes());
+      ASSERT_EQ(r.segment_ms.size(), static_cast<size_t>(kSegCount));
+      EXPECT_GT(r.segment_ms[kSegAttention], 0.0);
+      EXPECT_GT(r.segment_ms[kSegExperts], 0.0);
+      EXPECT_EQ(r.segment_ms[kSegIndexer], 0.0);
+      EXPECT_EQ(r.model, "tiny-mla");
+      MlaBenchModel f32 = m;
+      f32.kv_value_bytes = 4;
+      const StepCost f32_cost = count_mla_step(f32, r.shape);
+      EXPECT_DOUBLE_EQ(r.cost.cache_bytes,
+                       r.shape.prefill ? f32_cost.cache_bytes : f32_cost.cache_bytes * kv_bytes / 4);
+    }
   }
 }
 

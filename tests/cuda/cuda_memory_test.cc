@@ -1,7 +1,9 @@
 // The backend's tensor memory on the GPU (memory_cuda.cu): strided copies — whole-row 16-byte units where rows,
 // strides and addresses allow, one element a thread otherwise — must move exactly the bytes the host copy does, for
 // the layouts the models use (the V4 grouped output's group-major permute, the embedding's broadcast into the mHC
-// streams, column slices) and for element sizes 1 / 2 / 4 / 8 at aligned and unaligned offsets.
+// streams, column slices) and for element sizes 1 / 2 / 4 / 8 at aligned and unaligned offsets; f32 <-> bf16 casts and
+// scatter_rows into a bf16 cache give the host's bytes.
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -82,6 +84,36 @@ TEST_F(CudaMemoryTest, StridedCopiesMoveTheHostCopysBytes) {
        {120, 40, 8, 1}},
   };
   for (const CopyCase& c : cases) expect_copy_matches_host(c);
+}
+
+// cast (f32 -> bf16 rounded to nearest even, bf16 -> f32 exact) and scatter_rows into a bf16 cache give the host's
+// bytes: random values (a wide range of exponents), exact ties and a NaN.
+TEST_F(CudaMemoryTest, CastsAndBf16ScatterGiveTheHostsBytes) {
+  const int64_t n = 4099;  // not a multiple of the block
+  HostTensor src = rand({n}, -3.0f, 3.0f);
+  for (int64_t i = 0; i < n; i += 7) src.data<float>()[i] *= std::ldexp(1.0f, static_cast<int>(i % 61) - 30);
+  src.data<float>()[1] = 1.0f + 0x1p-8f;
+  src.data<float>()[2] = 1.0f + 3 * 0x1p-8f;
+  src.data<float>()[3] = NAN;
+  HostTensor want_bf16(DType::kBF16, {n}), want_f32(DType::kF32, {n});
+  host_memory().cast(want_bf16.view(), src.view());
+  host_memory().cast(want_f32.view(), want_bf16.view());
+  const DeviceTensor ds = up(src), dbf16 = up(rand_bytes(DType::kBF16, {n})), df32 = poisoned({n});
+  gpu().memory().cast(dbf16.view(), ds.view());
+  gpu().memory().cast(df32.view(), dbf16.view());
+  expect_same_bytes("cast f32 -> bf16", down(dbf16), want_bf16);
+  expect_same_bytes("cast bf16 -> f32", down(df32), want_f32);
+
+  const int64_t rows = 9, width = 37, dst_rows = 14;
+  const HostTensor rsrc = rand({rows, width}, -2.0f, 2.0f), dst0 = rand_bytes(DType::kBF16, {dst_rows, width});
+  HostTensor index(DType::kI64, {rows});
+  for (int64_t t = 0; t < rows; ++t) index.data<int64_t>()[t] = t % 4 == 3 ? -1 : (t * 5) % dst_rows;
+  HostTensor want(DType::kBF16, {dst_rows, width});
+  std::memcpy(want.view().data(), dst0.view().data(), static_cast<size_t>(dst0.view().nbytes()));
+  cpu().scatter_rows({rsrc, index, want});
+  const DeviceTensor drs = up(rsrc), didx = up(index), ddst = up(dst0);
+  gpu().scatter_rows({drs, didx, ddst});
+  expect_same_bytes("scatter_rows into bf16", down(ddst), want);
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 
 #include "deepinfer/core/error.h"
 #include "deepinfer/io/safetensors.h"
+#include "deepinfer/model/deepseek_v3.h"
 #include "deepinfer/ops/kernel_choice_args.h"
 #include "test_util.h"
 
@@ -209,6 +210,61 @@ TEST(EngineFactoryErrors, NameTheOptionInTheFrontEndsSpelling) {
   expect_error([&] { load_engine_stack(cuda); }, ErrorCode::kUnsupported,
                "device='cuda': this deepinfer was built without CUDA");
 #endif
+}
+
+// --kv-cache-dtype bf16 (the V3 family): half the bytes a block, so the same budget holds twice the blocks (less the
+// rounding of the slots' share); the engine runs a workload through it to the end with the greedy outputs of the
+// f32 cache on most requests (the rows are rounded, so a near-tie may flip); V4, parallel layouts and unknown
+// values are refused in the front end's spelling.
+TEST(EngineFactoryKvCacheDtype, Bf16HalvesTheBytesPerBlockAndIsNamedWhereRefused) {
+  EngineStackOptions o = options_for("deepseek_v3");
+  o.host_kv_budget_bytes = 4 * 1000 * 1000;
+  auto f32 = load_engine_stack(o);
+  o.kv_cache_dtype = "bf16";
+  auto bf16 = load_engine_stack(o);
+  const KvFootprint ff = *f32->layout.storage, fb = *bf16->layout.storage;
+  EXPECT_EQ(fb.bytes_per_block * 2, ff.bytes_per_block);
+  EXPECT_GE(bf16->sizing.num_blocks, 2 * f32->sizing.num_blocks - 1);
+  EXPECT_EQ(bf16->v3->kv_cache_dtype(), DType::kBF16);
+  EXPECT_EQ(f32->v3->kv_cache_dtype(), DType::kF32);
+  std::map<std::string, std::vector<TokenId>> outs[2];
+  int which = 0;
+  for (EngineStack* stack : {f32.get(), bf16.get()}) {
+    auto engine = stack->make_engine();
+    for (int i = 0; i < 4; ++i) {
+      Request r;
+      r.request_id = "r" + std::to_string(i);
+      r.prompt_token_ids = prompt_of("deepseek_v3", 5 * i, 40 + 20 * i);
+      r.params.max_tokens = 10;
+      r.params.temperature = 0;
+      r.params.ignore_eos = true;
+      engine->add_request(std::move(r));
+    }
+    engine->run_to_completion();
+    for (auto& c : engine->take_finished()) {
+      EXPECT_EQ(c.output_token_ids.size(), 10u) << c.request_id;
+      outs[which][c.request_id] = c.output_token_ids;
+    }
+    ++which;
+  }
+  int same = 0;
+  for (const auto& [id, tokens] : outs[0]) same += outs[1][id] == tokens;
+  EXPECT_GE(same, 3) << "a bf16 cache changed most greedy continuations";
+
+  EngineStackOptions bad = options_for("deepseek_v3");
+  bad.kv_cache_dtype = "fp8";
+  expect_error([&] { load_engine_stack(bad); }, ErrorCode::kInvalidArgument,
+               "--kv-cache-dtype fp8: must be auto, f32 or bf16");
+  bad.spelling = OptionSpelling::kKeyword;
+  expect_error([&] { load_engine_stack(bad); }, ErrorCode::kInvalidArgument,
+               "kv_cache_dtype='fp8': must be auto, f32 or bf16");
+  EngineStackOptions v4 = options_for("deepseek_v41");
+  v4.kv_cache_dtype = "bf16";
+  expect_error([&] { load_engine_stack(v4); }, ErrorCode::kUnsupported, "keeps its caches in f32 for now");
+  EngineStackOptions ep = options_for("deepseek_v3");
+  ep.kv_cache_dtype = "bf16";
+  ep.ep = 2;
+  expect_error([&] { load_engine_stack(ep); }, ErrorCode::kUnsupported, "runs on one rank for now");
 }
 
 // --weight-format: auto keeps a checkpoint's block-format weights quantized on CUDA in every layout (one rank, EP/DP

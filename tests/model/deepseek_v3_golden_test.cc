@@ -148,6 +148,37 @@ TEST(GoldenV3, BatchedPagedDecodeEqualsPerSequence) {
   }
 }
 
+// A bf16 cache (--kv-cache-dtype bf16): the batched paged decode still equals one forward() per sequence bit for bit
+// (every read widens the same stored rows), the logits stay near transformers' (the rows rounded to bf16: looser
+// than the f32 cache's 1e-4, printed) and differ from the f32 cache's (the rounding reached the attention).
+TEST(GoldenV3, Bf16CachePagedDecode) {
+  Fixture& f = fixture();
+  std::vector<std::vector<int64_t>> ids, gens;
+  for (const auto& p : prompts()) {
+    ids.push_back(f.ids(p + ".input_ids"));
+    gens.push_back(f.ids(p + ".generated_ids"));
+  }
+  const auto f32 = testing::v3_paged_decode(*f.model, ids, gens, /*batched=*/true);
+  f.model->set_kv_cache_dtype(DType::kBF16);
+  const auto batched = testing::v3_paged_decode(*f.model, ids, gens, /*batched=*/true);
+  const auto single = testing::v3_paged_decode(*f.model, ids, gens, /*batched=*/false);
+  f.model->set_kv_cache_dtype(DType::kF32);
+  const int64_t v = f.vocab();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    ASSERT_EQ(batched[i].size(), single[i].size());
+    EXPECT_EQ(std::memcmp(batched[i].data(), single[i].data(), batched[i].size() * sizeof(float)), 0) << "prompt " << i;
+    const auto n = static_cast<int64_t>(gens[i].size());
+    const double rel = worst_rel_error(
+        batched[i].data(), f.tensor("prompt" + std::to_string(i) + ".decode_logits").data_as<float>(), n, v);
+    const double vs_f32 = worst_rel_error(batched[i].data(), f32[i].data(), n, v);
+    std::printf(
+        "[deepseek_v3 prompt%zu] bf16 cache, batched paged decode: worst row rel %.3g (vs the f32 cache %.3g)\n", i,
+        rel, vs_f32);
+    EXPECT_LE(rel, 1e-2) << "prompt " << i;
+    EXPECT_GT(vs_f32, 0.0) << "prompt " << i << ": the bf16 cache gave the f32 cache's logits";
+  }
+}
+
 // The decode-graph path's step inputs on the CPU: DecodeGraphs without recording pads each step to its bucket (rows
 // repeating row 0 that write no cache row) and feeds the persistent input buffers, as a recorded step would. The CPU
 // ops are row-independent, so the real rows must equal one forward() per sequence bit for bit; a recording

@@ -54,6 +54,31 @@ TEST(PagedRows, BlockTableAddressingGrowthAndPersistentRows) {
   }
 }
 
+// A bf16 pool (--kv-cache-dtype bf16) keeps each written value rounded to nearest even, gathers it back widened
+// exactly, counts half the bytes a block, and keeps earlier rows through growth; f16 is refused.
+TEST(PagedRows, Bf16PoolRoundsOnWriteAndWidensOnGather) {
+  TensorMemory& mem = host_memory();
+  PagedRows f32(6, 1), bf16(6, 1, DType::kBF16);
+  EXPECT_EQ(bf16.dtype(), DType::kBF16);
+  EXPECT_EQ(bf16.bytes_per_block(8), f32.bytes_per_block(8) / 2);
+  const int bs = 8;
+  const std::vector<BlockId> table = {7, 1, 20};  // block 20 grows the pool after blocks 7 and 1 are written
+  HostTensor a = random_rows(3 * bs, 6, 11);
+  PageRef ref{table, bs, 0};
+  bf16.write(mem, ref, 0, a.view().slice(0, 2 * bs));
+  bf16.write(mem, ref, 2 * bs, a.view().slice(2 * bs, 3 * bs));
+  EXPECT_EQ(bf16.bytes_allocated(), 21 * bf16.bytes_per_block(bs));
+  const OwnedTensor got = bf16.gather(mem, ref, 0, 3 * bs);
+  ASSERT_EQ(got.dtype(), DType::kF32);
+  int64_t changed = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    ASSERT_EQ(got.data<float>()[i], round_bf16(a.data<float>()[i])) << "value " << i;
+    changed += got.data<float>()[i] != a.data<float>()[i];
+  }
+  EXPECT_GT(changed, a.numel() / 2) << "normal values are almost never exact in bf16";
+  EXPECT_THROW(PagedRows(6, 1, DType::kF16), Error);
+}
+
 TEST(PagedRows, TablesThatDoNotCoverTheRowsAreInternalErrors) {
   PagedRows rows(4, 2);
   const std::vector<BlockId> table = {0};

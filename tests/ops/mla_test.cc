@@ -109,6 +109,38 @@ TEST(MlaAttentionOp, RejectsInconsistentShapes) {
   EXPECT_THROW(backend->mla_attention_absorbed(p), Error);
 }
 
+// A bf16 pool (--kv-cache-dtype bf16) is read as its values widened: the output equals the f32 pool's over the
+// rounded rows bit for bit, and differs from the unrounded rows' (the rounding is real on random rows).
+TEST(MlaAttentionOp, PagedBf16PoolEqualsF32PoolOfTheRoundedRows) {
+  auto backend = make_cpu_backend(2);
+  testing::PagedMlaSpec spec;
+  spec.seqs = 3;
+  spec.tokens_per_seq = 2;
+  spec.min_context = 5;
+  spec.max_context = 90;
+  const testing::PagedMlaCase c = testing::make_paged_mla_case(spec, 31);
+  const HostTensor bf16 = c.bf16_pool(), rounded = c.rounded_pool();
+  const Shape shape{c.tokens, spec.heads, spec.dv};
+  HostTensor got(DType::kF32, shape), want(DType::kF32, shape), exact(DType::kF32, shape);
+  PagedMlaAttentionParams p = c.params(got.view());
+  p.kv_pool = bf16.view();
+  backend->paged_mla_attention(p);
+  PagedMlaAttentionParams r = c.params(want.view());
+  r.kv_pool = rounded.view();
+  backend->paged_mla_attention(r);
+  backend->paged_mla_attention(c.params(exact.view()));
+  double diff = 0;
+  for (int64_t i = 0; i < want.numel(); ++i) {
+    ASSERT_FALSE(std::isnan(got.data<float>()[i])) << "value " << i << " read an unused (NaN) pool row";
+    ASSERT_EQ(got.data<float>()[i], want.data<float>()[i]) << "value " << i;
+    diff = std::max(diff, static_cast<double>(std::fabs(got.data<float>()[i] - exact.data<float>()[i])));
+  }
+  EXPECT_GT(diff, 0.0) << "bf16 rows gave the unrounded rows' output: the pool was not read as bf16";
+  HostTensor f16(DType::kF16, c.pool.shape());
+  p.kv_pool = f16.view();
+  EXPECT_THROW(backend->paged_mla_attention(p), Error) << "an f16 pool is neither f32 nor bf16";
+}
+
 // The paged op is the absorbed op over each sequence's rows gathered in position order, bit for bit (the CPU
 // backend shares the arithmetic): decode (one query per sequence) and a few queries per sequence, shuffled
 // non-contiguous pages, a shared first block, NaN in every pool row no query may read.

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -32,6 +33,38 @@ TEST(ScatterRows, RowsLandAtTheirIndexAndMinusOneSkips) {
         written_from[r] >= 0 ? src.data<float>() + written_from[r] * width : before.data<float>() + r * width;
     EXPECT_EQ(std::memcmp(dst.data<float>() + r * width, want, sizeof(float) * width), 0) << "row " << r;
   }
+}
+
+// Into a bf16 cache each value is rounded to nearest even (ties to even, NaN kept a NaN); other rows untouched.
+TEST(ScatterRows, Bf16DestinationRoundsToNearestEven) {
+  auto be = make_cpu_backend(1);
+  const int64_t rows = 4, width = 19, n = 6;
+  HostTensor src = random_tensor({rows, width}, 7);
+  // Exact ties: 1 + 2^-8 lies halfway between bf16 1 and 1 + 2^-7 (rounds down to the even 1), 1 + 3·2^-8 halfway
+  // between 1 + 2^-7 and 1 + 2^-6 (rounds up to the even 1 + 2^-6).
+  src.data<float>()[0] = 1.0f + 0x1p-8f;
+  src.data<float>()[1] = 1.0f + 3 * 0x1p-8f;
+  src.data<float>()[2] = NAN;
+  HostTensor dst(DType::kBF16, {n, width});
+  for (int64_t i = 0; i < dst.numel(); ++i) dst.data<uint16_t>()[i] = 0x3f80;  // 1.0
+  HostTensor index(DType::kI64, {rows});
+  const int64_t at[] = {4, -1, 0, 2};
+  std::copy(at, at + rows, index.data<int64_t>());
+  be->scatter_rows({src, index, dst});
+  EXPECT_EQ(dst.data<uint16_t>()[4 * width + 0], 0x3f80) << "1 + 2^-8 ties to the even 1";
+  EXPECT_EQ(dst.data<uint16_t>()[4 * width + 1], 0x3f82) << "1 + 3·2^-8 ties to the even 1 + 2^-6";
+  EXPECT_TRUE(std::isnan(bf16_to_f32(dst.data<uint16_t>()[4 * width + 2])));
+  for (int64_t t = 0; t < rows; ++t)
+    for (int64_t j = 0; j < width; ++j) {
+      if (at[t] < 0 || (t == 0 && j < 3)) continue;
+      const float v = src.data<float>()[t * width + j], back = bf16_to_f32(dst.data<uint16_t>()[at[t] * width + j]);
+      ASSERT_EQ(back, round_bf16(v)) << "row " << t << " value " << j;
+      ASSERT_LE(std::fabs(back - v), std::fabs(v) * 0x1p-8f) << "row " << t << " value " << j;
+    }
+  for (int64_t r : {1, 3, 5})
+    for (int64_t j = 0; j < width; ++j) ASSERT_EQ(dst.data<uint16_t>()[r * width + j], 0x3f80) << "row " << r;
+  HostTensor f16(DType::kF16, {n, width});
+  EXPECT_THROW(be->scatter_rows({src, index, f16}), Error) << "an f16 cache is neither f32 nor bf16";
 }
 
 TEST(ScatterRows, BadIndexOrShapeIsAClearError) {

@@ -154,6 +154,7 @@ Llm::Llm(LlmConfig config) : config_(std::move(config)) {
   o.batch_invariant = config_.batch_invariant;
   o.activation_quant = config_.activation_quant;
   o.kernel_choices = config_.kernel_choices;
+  o.kv_cache_dtype = config_.kv_cache_dtype;
   o.spelling = OptionSpelling::kKeyword;
   o.ep = config_.ep;
   o.dp = config_.dp;

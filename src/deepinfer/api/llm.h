@@ -55,6 +55,8 @@ struct LlmConfig {
   std::string activation_quant = "none";
   // CUDA: the backend's kernel choices as KEY=VALUE specs, for A/Bs (EngineStackOptions::kernel_choices).
   std::vector<std::string> kernel_choices;
+  // "auto" / "f32" or "bf16": the paged cache's element type (EngineStackOptions::kv_cache_dtype).
+  std::string kv_cache_dtype = "auto";
   // Expert / attention data / context parallel sizes (docs/PARALLEL.md). ep/dp > 1 run in-process ranks on the CPU
   // backend; cp > 1 runs context-parallel prefill over cp in-process ranks (CPU backend, not with ep/dp > 1).
   int ep = 1, dp = 1, cp = 1;

@@ -124,7 +124,8 @@ StepCost count_mla_step(const MlaBenchModel& m, const StepShape& s) {
     // Attention (the cheaper form) with kv_b read as f32, and every sequence's rows read once.
     c.flops += 2 * std::min(mla_naive_macs(m, s.seqs, s.context, tt, visits), mla_absorbed_macs(m, tt, visits));
     c.weight_bytes += 4.0 * static_cast<double>(h * (m.nope_dim + m.v_dim) * m.kv_lora);
-    const double rows = 4.0 * static_cast<double>(s.seqs) * static_cast<double>(s.context) * m.row();
+    const double value_bytes = s.prefill ? 4.0 : static_cast<double>(m.kv_value_bytes);
+    const double rows = value_bytes * static_cast<double>(s.seqs) * static_cast<double>(s.context) * m.row();
     c.cache_bytes += rows;
     c.attention_bytes += rows;
     // FFN.

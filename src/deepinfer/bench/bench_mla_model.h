@@ -27,6 +27,9 @@ struct MlaBenchModel {
   BenchFormat proj_format = BenchFormat::kFP8Block;  // q/kv_a/o projections
   BenchFormat ffn_format = BenchFormat::kFP8Block;   // dense SwiGLU, routed and shared experts
   int block = 128;                                   // FP8 block tile (square)
+  // Bytes a decode step's paged cache holds a value in: 4 (f32) or 2 (bf16, --kv-cache-dtype bf16). Prefill reads
+  // f32 rows either way (the engine's prefill gathers its pages to f32).
+  int kv_value_bytes = 4;
   int64_t layers() const { return dense_layers + moe_layers; }
   int64_t row() const { return kv_lora + rope_dim; }  // cache row: latent | rope key
 };

@@ -2,8 +2,8 @@
 // Prefill attention: the naive MLA op over each sequence's cache rows, one call per sequence. Decode: one
 // paged_mla_attention call for all sequences (the V3 model's decode_batch path; pages of kBlock rows, each
 // sequence's blocks contiguous in the pool), or with BenchOptions::mla_paged_decode off the absorbed op once per
-// sequence (the path before). The cache rows are random (one pool serves every layer: its contents do not change
-// the cost) and the step does not append to it.
+// sequence (the path before); MlaBenchModel::kv_value_bytes 2 gives the paged call a bf16 pool. The cache rows are
+// random (one pool serves every layer: its contents do not change the cost) and the step does not append to it.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -46,6 +46,11 @@ class MlaSlice final : public SliceState {
     // Sequence q's rows are pool rows [q·max_context, q·max_context + context) (whole kBlock-row pages).
     max_context_ = (max_context_ + kBlock - 1) / kBlock * kBlock;
     pool_ = rnd({max_seqs_ * max_context_, m.row()}, 1.0f);
+    // A bf16 decode cache holds the same rows rounded (the paged call reads it; prefill keeps the f32 rows).
+    if (m.kv_value_bytes == 2) {
+      pool_bf16_ = mem_.zeros(DType::kBF16, pool_.shape());
+      mem_.cast(pool_bf16_.view(), pool_.view());
+    }
     std::vector<int64_t> kvpos(static_cast<size_t>(max_context_));
     std::iota(kvpos.begin(), kvpos.end(), int64_t{0});
     kv_positions_ = mem_.from_host(DType::kI64, {max_context_}, kvpos.data());
@@ -137,7 +142,7 @@ class MlaSlice final : public SliceState {
         p.q_positions = pos;
         p.q_seq = q_seq_.view();
         p.block_tables = tables_.view();
-        p.kv_pool = pool_.view();
+        p.kv_pool = m.kv_value_bytes == 2 ? pool_bf16_.view() : pool_.view();
         p.kv_b = l.kv_b.view();
         p.out = o;
         p.block_size = static_cast<int>(kBlock);
@@ -216,7 +221,8 @@ class MlaSlice final : public SliceState {
   uint64_t seed_;
   bool profile_ = false;
   int64_t max_tokens_ = 1, max_seqs_ = 1, max_context_ = 1;
-  OwnedTensor x_, xn_, q_latent_, q_, kv_a_, o_, y_, rw_, ridx_, ones_, zero_idx_, inv_freq_, pool_, kv_positions_;
+  OwnedTensor x_, xn_, q_latent_, q_, kv_a_, o_, y_, rw_, ridx_, ones_, zero_idx_, inv_freq_, pool_, pool_bf16_,
+      kv_positions_;
   OwnedTensor positions_, tables_, q_seq_;
   std::vector<int64_t> host_positions_;
   bool paged_ = true;

@@ -34,6 +34,7 @@ struct BenchArgs {
   bool no_engram = false;
   bool fill_device = false;
   bool mla_per_sequence = false;
+  std::string kv_cache_dtype = "f32";
 };
 
 int run_bench(const BenchArgs& a) {
@@ -83,6 +84,10 @@ int run_bench(const BenchArgs& a) {
       DI_FAIL(ErrorCode::kInvalidArgument)
           << "bench --model: unknown slice '" << name << "' (v41-flash, v4-flash, v3, v2-lite, tiny, tiny-mla)";
   }
+  DI_CHECK(a.kv_cache_dtype == "f32" || slices.empty())
+      << "bench --kv-cache-dtype bf16 is for the MLA slices (v3, v2-lite, tiny-mla); the V4 slices keep f32 caches";
+  for (bench::MlaBenchModel& m : mla) m.kv_value_bytes = a.kv_cache_dtype == "bf16" ? 2 : 4;
+
   DI_CHECK_CODE(a.kernel_choices.empty() || !cpu, ErrorCode::kInvalidArgument)
       << "bench --kernel-choice: the choices are the CUDA backend's (--device cuda)";
   const cuda::KernelChoices choices = parse_kernel_choices(a.kernel_choices);
@@ -132,10 +137,11 @@ int run_bench(const BenchArgs& a) {
   for (const bench::MlaBenchModel& m : mla) {
     std::printf(
         "slice %s (MLA): %lld dense + %lld MoE layers, projections %s, FFN %s; attention: naive MLA op per "
-        "sequence (prefill), %s (decode)\n",
+        "sequence (prefill), %s (decode; its cache %s)\n",
         m.name.c_str(), static_cast<long long>(m.dense_layers), static_cast<long long>(m.moe_layers),
         bench::bench_format_name(m.proj_format), bench::bench_format_name(m.ffn_format),
-        o.mla_paged_decode ? "one paged MLA call for all sequences" : "absorbed MLA op per sequence");
+        o.mla_paged_decode ? "one paged MLA call for all sequences" : "absorbed MLA op per sequence",
+        m.kv_value_bytes == 2 && o.mla_paged_decode ? "bf16" : "f32");
     std::fflush(stdout);
     const std::vector<bench::BenchRow> rows = bench::run_mla_slice(*target, m, o);
     std::printf("%s", bench::format_table(rows, c).c_str());
@@ -193,6 +199,11 @@ void register_bench(CLI::App& app, CommandRegistry& reg) {
   sub->add_flag(
       "--mla-per-sequence-decode", a->mla_per_sequence,
       "MLA slices: decode attention as one absorbed-MLA call per sequence (the path before the paged kernel)");
+  sub->add_option("--kv-cache-dtype", a->kv_cache_dtype,
+                  "MLA slices: the decode step's paged cache in f32 (the default) or bf16 (half the bytes; the "
+                  "engine's --kv-cache-dtype bf16)")
+      ->check(CLI::IsMember({"f32", "bf16"}))
+      ->capture_default_str();
   register_bench_serve(sub, reg);
   reg.add(sub, [a] { return run_bench(*a); });
 }

@@ -29,10 +29,12 @@ class CommandRegistry {
 // The embedded default model directory (generated at build time until a trained model is committed).
 std::string embedded_model_dir();
 
-// --weight-format, --enforce-eager and --batch-invariant, spelled and checked the same in offline, generate and serve
-// (defined in engine_setup.cc, next to the options they set).
+// --weight-format, --activation-quant, --enforce-eager, --batch-invariant, --kernel-choice and --kv-cache-dtype,
+// spelled and checked the same in offline, generate and serve (defined in engine_setup.cc, next to the options they
+// set).
 void add_device_execution_flags(CLI::App* sub, std::string& weight_format, std::string& activation_quant,
-                                bool& enforce_eager, bool& batch_invariant, std::vector<std::string>& kernel_choices);
+                                bool& enforce_eager, bool& batch_invariant, std::vector<std::string>& kernel_choices,
+                                std::string& kv_cache_dtype);
 
 void register_inspect(CLI::App& app, CommandRegistry& reg);
 void register_make_checkpoint(CLI::App& app, CommandRegistry& reg);

@@ -70,7 +70,14 @@ std::function<std::unique_ptr<Model>(Backend&, const ExpertFilter&)> model_loade
 }  // namespace
 
 void add_device_execution_flags(CLI::App* sub, std::string& weight_format, std::string& activation_quant,
-                                bool& enforce_eager, bool& batch_invariant, std::vector<std::string>& kernel_choices) {
+                                bool& enforce_eager, bool& batch_invariant, std::vector<std::string>& kernel_choices,
+                                std::string& kv_cache_dtype) {
+  sub->add_option("--kv-cache-dtype", kv_cache_dtype,
+                  "the paged attention cache: auto / f32 (the rows as computed) or bf16 (the V3 family's MLA cache "
+                  "rounded to bf16 as written, as vLLM keeps it in the model's dtype: half the bytes a decode step "
+                  "reads, twice the cached tokens; one rank only for now)")
+      ->check(CLI::IsMember({"auto", "f32", "bf16"}))
+      ->capture_default_str();
   sub->add_option(
          "--weight-format", weight_format,
          "how a checkpoint's block-format weights (V3 FP8; V4/V4.1 FP8 projections and MXFP4 experts) are held: auto "
@@ -121,6 +128,7 @@ EngineSetup::EngineSetup(const EngineSetupArgs& a, StreamCallback on_delta) {
   o.device_argmax = a.device_argmax;
   o.weight_format = a.weight_format;
   o.activation_quant = a.activation_quant;
+  o.kv_cache_dtype = a.kv_cache_dtype;
   o.kernel_choices = a.kernel_choices;
   o.scheduling_policy = parse_scheduling_policy(a.scheduling_policy);
   o.ep = a.ep;

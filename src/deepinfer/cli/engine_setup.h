@@ -43,6 +43,7 @@ struct EngineSetupArgs {
   std::string weight_format = "auto";     // --weight-format auto|f32|fp8 (EngineStackOptions::weight_format)
   std::string activation_quant = "none";  // --activation-quant none|mxfp8 (EngineStackOptions::activation_quant)
   std::vector<std::string> kernel_choices;  // --kernel-choice KEY=VALUE... (EngineStackOptions::kernel_choices)
+  std::string kv_cache_dtype = "auto";      // --kv-cache-dtype auto|f32|bf16 (EngineStackOptions::kv_cache_dtype)
   std::string scheduling_policy = "fcfs";   // fcfs | priority
   // Expert / attention data parallel sizes (docs/PARALLEL.md). > 1 on the CPU backend: ranks are threads of this
   // process; with --device cuda one process per GPU over NCCL (ProcessWorld). EPLB every eplb_interval steps (0: off)

@@ -152,7 +152,7 @@ void register_generate(CLI::App& app, CommandRegistry& reg) {
   sub->add_flag("!--no-async-scheduling", s.async_scheduling,
                 "plan each step only after the previous one finished (default: plan step N+1 while step N runs)");
   add_device_execution_flags(sub, s.weight_format, s.activation_quant, s.enforce_eager, s.batch_invariant,
-                             s.kernel_choices);
+                             s.kernel_choices, s.kv_cache_dtype);
   sub->add_flag("--ignore-eos", a->ignore_eos, "keep generating past EOS until --max-tokens");
   sub->add_flag("--stop-at-eos", a->stop_at_eos, "stop at an EOS token (the default; kept for old scripts)");
   sub->add_flag("--json", a->json, "one JSON object per request, in input order");

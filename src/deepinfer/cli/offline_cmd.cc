@@ -322,7 +322,7 @@ void register_offline(CLI::App& app, CommandRegistry& reg) {
   sub->add_flag("!--no-async-scheduling", s.async_scheduling,
                 "plan each step only after the previous one finished (default: plan step N+1 while step N runs)");
   add_device_execution_flags(sub, s.weight_format, s.activation_quant, s.enforce_eager, s.batch_invariant,
-                             s.kernel_choices);
+                             s.kernel_choices, s.kv_cache_dtype);
   sub->add_flag("!--no-batch-decode", s.batch_decode,
                 "run each decode as its own forward (default: one batched decode forward per step where the model "
                 "has one)");

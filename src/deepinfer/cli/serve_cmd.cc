@@ -97,7 +97,7 @@ void register_serve(CLI::App& app, CommandRegistry& reg) {
       ->capture_default_str();
   sub->add_option("--seed", a->model.seed, "engine seed for requests without their own");
   add_device_execution_flags(sub, a->model.weight_format, a->model.activation_quant, a->model.enforce_eager,
-                             a->model.batch_invariant, a->model.kernel_choices);
+                             a->model.batch_invariant, a->model.kernel_choices, a->model.kv_cache_dtype);
   sub->add_option("--chat-format", a->model.chat_format, "v3 | v31 | v4 | v41 (default: from config.json)");
   sub->add_option("--speculative", a->model.speculative,
                   "speculative decoding: off | mtp (V3 family or V4-Flash base with an MTP layer) | dspark (V4.1 / "

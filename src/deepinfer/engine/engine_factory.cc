@@ -188,6 +188,18 @@ ActQuant activation_quant_of(const EngineStackOptions& o, const ModelConfig& con
   return config.quant.scale_ue8m0 ? ActQuant::kFp8Block128Ue8m0 : ActQuant::kFp8Block128;
 }
 
+DType kv_cache_dtype_of(const EngineStackOptions& o, const ModelConfig& config) {
+  DI_CHECK(o.kv_cache_dtype == "auto" || o.kv_cache_dtype == "f32" || o.kv_cache_dtype == "bf16")
+      << option(o, "kv_cache_dtype", o.kv_cache_dtype) << ": must be auto, f32 or bf16";
+  if (o.kv_cache_dtype != "bf16") return DType::kF32;
+  DI_CHECK_CODE(!config.is_v4_family(), ErrorCode::kUnsupported)
+      << option(o, "kv_cache_dtype", o.kv_cache_dtype) << ": " << family_name(config.family)
+      << " keeps its caches in f32 for now (bf16 is the DeepSeek-V3 family's MLA cache)";
+  DI_CHECK_CODE(ParallelLayout::make(o.ep, o.dp).world == 1 && o.cp == 1, ErrorCode::kUnsupported)
+      << option(o, "kv_cache_dtype", o.kv_cache_dtype) << " runs on one rank for now (not with ep * dp > 1 or cp > 1)";
+  return DType::kBF16;
+}
+
 cuda::KernelChoices kernel_choices_of(const EngineStackOptions& o) {
   DI_CHECK(o.kernel_choices.empty() || o.device != "cpu")
       << option(o, "kernel_choice", o.kernel_choices.front())
@@ -245,6 +257,7 @@ std::unique_ptr<EngineStack> load_engine_stack(const EngineStackOptions& o) {
     DI_LOG_INFO("kernel choices: {} (kernel_choice)", d);
   const ModelConfig file_config = load_model_config(cfg_path);
   const ActQuant act_quant = activation_quant_of(o, file_config);
+  const DType kv_dtype = kv_cache_dtype_of(o, file_config);
   if (act_quant != ActQuant::kNone && !file_config.quant.fp8 && !file_config.quant.experts_fp4)
     DI_LOG_WARN("activations: {} asked, but {} stores no FP8 / MXFP4 weights: nothing is rounded (--activation-quant)",
                 act_quant_name(act_quant), o.model_dir);
@@ -282,6 +295,8 @@ std::unique_ptr<EngineStack> load_engine_stack(const EngineStackOptions& o) {
         o.model_dir, *s.backend,
         stored ? V3WeightStorage::kStored : (keep_fp8 ? V3WeightStorage::kFP8 : V3WeightStorage::kF32));
     s.v3->set_activation_quant(act_quant);
+    s.v3->set_kv_cache_dtype(kv_dtype);
+    if (kv_dtype == DType::kBF16) DI_LOG_INFO("KV cache: bf16, rows rounded as written (--kv-cache-dtype)");
     DI_LOG_INFO("weights: {}", stored
                                    ? "FP8 block-scaled matrices kept quantized, a bf16 FFN as stored (--weight-format)"
                                : keep_fp8 ? "FP8 block-scaled matrices kept quantized (--weight-format)"

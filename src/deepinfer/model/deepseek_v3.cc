@@ -160,8 +160,14 @@ void DeepseekV3Model::upload_weights() {
 
 V3KvPages DeepseekV3Model::new_kv_pages(bool) const {
   V3KvPages p;
-  p.layers.assign(config_.num_layers, PagedRows(config_.mla.kv_lora_rank + config_.mla.qk_rope_head_dim, 1));
+  p.layers.assign(config_.num_layers, PagedRows(config_.mla.kv_lora_rank + config_.mla.qk_rope_head_dim, 1, kv_dtype_));
   return p;
+}
+
+void DeepseekV3Model::set_kv_cache_dtype(DType dtype) {
+  DI_CHECK(dtype == DType::kF32 || dtype == DType::kBF16)
+      << "the MLA cache is kept in f32 or bf16, not " << dtype_name(dtype);
+  kv_dtype_ = dtype;
 }
 
 int64_t V3KvPages::bytes_per_block(int block_size) const {

@@ -88,6 +88,12 @@ class DeepseekV3Model {
     seq.num_tokens = start;
   }
   void set_mla_form(MlaForm form) { mla_form_ = form; }
+  // The element type of the paged MLA cache (new_kv_pages): f32 (the default: the rows as computed) or bf16 (each
+  // row rounded to nearest even as it is written: half the bytes a decode step reads, twice the blocks a budget holds;
+  // vLLM's and SGLang's cache in the model's dtype). Every read widens the stored rows exactly, so prefill, prefix
+  // hits and decode all attend the same values.
+  void set_kv_cache_dtype(DType dtype);
+  DType kv_cache_dtype() const { return kv_dtype_; }
   // How the GEMMs over the checkpoint's FP8 weights round their inputs: kNone (transformers', the default: the golden
   // fixtures) or kFp8Block128 / kFp8Block128Ue8m0 (the reference's gemm_impl "fp8", vLLM's and SGLang's block-FP8
   // GEMMs: e4m3 per 128 values with an f32 / power-of-two scale). Every projection and FFN stored FP8 (kv_b, which
@@ -179,6 +185,7 @@ class DeepseekV3Model {
   float softmax_scale_ = 1.0f;   // qk_head_dim^-0.5 · m²
   MlaForm mla_form_ = MlaForm::kAuto;
   ActQuant act_quant_ = ActQuant::kNone;
+  DType kv_dtype_ = DType::kF32;
   ExpertParallel* ep_ = nullptr;
 };
 

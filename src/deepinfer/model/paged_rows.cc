@@ -21,13 +21,14 @@ void PagedRows::for_runs(const PageRef& ref, int64_t first, int64_t n, F&& f) co
   }
 }
 
-namespace {
-constexpr DType kPageDType = DType::kF32;
-}  // namespace
+PagedRows::PagedRows(int64_t width, int ratio, DType dtype) : width_(width), ratio_(ratio), dtype_(dtype) {
+  DI_CHECK(dtype == DType::kF32 || dtype == DType::kBF16)
+      << "paged rows are kept in f32 or bf16, not " << dtype_name(dtype);
+}
 
 int64_t PagedRows::bytes_per_block(int block_size) const {
   if (width_ == 0) return 0;
-  return dtype_bytes(kPageDType, block_size / ratio_ * width_);
+  return dtype_bytes(dtype_, block_size / ratio_ * width_);
 }
 
 int64_t PagedRows::bytes_allocated() const {
@@ -42,7 +43,7 @@ void PagedRows::reserve(TensorMemory& mem, int64_t blocks, int block_size) {
   // Doubling amortises growth; it never passes the engine's pool, so the pages stay inside the cache budget.
   int64_t cap = std::max<int64_t>(blocks, 2 * capacity_blocks_);
   if (max_blocks_ > 0) cap = std::min(cap, max_blocks_);
-  OwnedTensor grown = mem.zeros(kPageDType, {cap * per_block, width_});
+  OwnedTensor grown = mem.zeros(dtype_, {cap * per_block, width_});
   if (capacity_blocks_ > 0) mem.copy(grown.view().slice(0, capacity_blocks_ * per_block), pool_.view());
   pool_ = std::move(grown);
   capacity_blocks_ = cap;
@@ -61,7 +62,11 @@ void PagedRows::write(TensorMemory& mem, const PageRef& ref, int64_t first, cons
     max_block = std::max<int64_t>(max_block, ref.block_table[b]);
   reserve(mem, max_block + 1, ref.block_size);
   for_runs(ref, first + skip, n - skip, [&](int64_t pool_row, int64_t at, int64_t len) {
-    mem.copy(pool_.view().slice(pool_row, pool_row + len), rows.slice(skip + at, skip + at + len));
+    const Tensor dst = pool_.view().slice(pool_row, pool_row + len), src = rows.slice(skip + at, skip + at + len);
+    if (dtype_ == DType::kF32)
+      mem.copy(dst, src);
+    else
+      mem.cast(dst, src);
   });
 }
 
@@ -81,7 +86,11 @@ OwnedTensor PagedRows::gather(TensorMemory& mem, const PageRef& ref, int64_t fir
   for_runs(ref, first, n, [&](int64_t pool_row, int64_t at, int64_t len) {
     DI_CHECK_INTERNAL((pool_row + len) * ratio_ <= capacity_blocks_ * ref.block_size)
         << "read of paged rows never written (pool row " << pool_row + len - 1 << ")";
-    mem.copy(out.view().slice(at, at + len), pool_.view().slice(pool_row, pool_row + len));
+    const Tensor dst = out.view().slice(at, at + len), src = pool_.view().slice(pool_row, pool_row + len);
+    if (dtype_ == DType::kF32)
+      mem.copy(dst, src);
+    else
+      mem.cast(dst, src);
   });
   return out;
 }

@@ -26,13 +26,16 @@ struct PageRef {
 class PagedRows {
  public:
   PagedRows() = default;
-  PagedRows(int64_t width, int ratio) : width_(width), ratio_(ratio) {}
+  // dtype: the pool's element type, f32 or bf16 (rows written as f32 are rounded to nearest even and read back
+  // widened exactly: --kv-cache-dtype bf16).
+  PagedRows(int64_t width, int ratio, DType dtype = DType::kF32);
 
   int64_t width() const { return width_; }
+  DType dtype() const { return dtype_; }
   int ratio() const { return ratio_; }
   // The whole pool [capacity rows, width] (rows by PagedRows' layout), for ops that read pages in place.
   Tensor pool() const { return pool_.view(); }
-  // Bytes one block of the pool takes (block_size / ratio rows of f32 [width]); 0 for an unused kind.
+  // Bytes one block of the pool takes (block_size / ratio rows of [width] in dtype()); 0 for an unused kind.
   int64_t bytes_per_block(int block_size) const;
   // Bytes the pool holds now.
   int64_t bytes_allocated() const;
@@ -55,6 +58,7 @@ class PagedRows {
 
   int64_t width_ = 0;
   int ratio_ = 1;
+  DType dtype_ = DType::kF32;
   int64_t capacity_blocks_ = 0;
   int64_t max_blocks_ = 0;
   OwnedTensor pool_;  // [capacity_blocks * block_size / ratio, width]

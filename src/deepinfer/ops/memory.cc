@@ -60,6 +60,13 @@ void RowBuffer::append(TensorMemory& memory, const Tensor& more) {
   rows += n;
 }
 
+void check_cast(const Tensor& dst, const Tensor& src) {
+  const bool f32_bf16 = src.dtype() == DType::kF32 && dst.dtype() == DType::kBF16;
+  const bool bf16_f32 = src.dtype() == DType::kBF16 && dst.dtype() == DType::kF32;
+  DI_CHECK((f32_bf16 || bf16_f32) && dst.shape() == src.shape() && dst.is_contiguous() && src.is_contiguous())
+      << "cast: " << src.str() << " into " << dst.str() << " (f32 <-> bf16, same shape, contiguous)";
+}
+
 namespace {
 
 // Host memory: plain loops over the outer dimensions with one memcpy per innermost row.
@@ -95,6 +102,18 @@ class HostMemory final : public TensorMemory {
       } else {
         std::memmove(dp, sp, inner * esize);
       }
+    }
+  }
+
+  void cast(const Tensor& dst, const Tensor& src) override {
+    check_cast(dst, src);
+    DI_CHECK(dst.device().kind == DeviceKind::kCPU && src.device().kind == DeviceKind::kCPU)
+        << "cast: host memory casts host tensors only";
+    const int64_t n = dst.numel();
+    if (dst.dtype() == DType::kBF16) {
+      for (int64_t i = 0; i < n; ++i) dst.data_as<uint16_t>()[i] = f32_to_bf16(src.data_as<float>()[i]);
+    } else {
+      for (int64_t i = 0; i < n; ++i) dst.data_as<float>()[i] = bf16_to_f32(src.data_as<uint16_t>()[i]);
     }
   }
 

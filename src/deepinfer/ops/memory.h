@@ -54,6 +54,9 @@ class TensorMemory {
   // dst <- src: same dtype and shape. Within device() both may be strided (innermost stride 1, or 0 in src
   // for a broadcast); between the host and device() both must be contiguous.
   virtual void copy(const Tensor& dst, const Tensor& src) = 0;
+  // dst <- src rounded to dst's dtype: f32 -> bf16 (round to nearest even) or bf16 -> f32 (exact); same shape, both
+  // contiguous on device(). The paged caches kept in bf16 (--kv-cache-dtype bf16) are written and read through it.
+  virtual void cast(const Tensor& dst, const Tensor& src) = 0;
   // f32 only: dst[...] = value; dst[...] += src[...] (same shape, both on device(), contiguous).
   virtual void fill(const Tensor& dst, float value) = 0;
   virtual void add(const Tensor& dst, const Tensor& src) = 0;
@@ -70,6 +73,9 @@ class TensorMemory {
     return upload(src);
   }
 };
+
+// TensorMemory::cast's contract (dtypes f32 <-> bf16, same shape, contiguous), checked by every implementation.
+void check_cast(const Tensor& dst, const Tensor& src);
 
 // Host memory (the CPU reference): stateless, so one instance serves every CPU backend.
 TensorMemory& host_memory();

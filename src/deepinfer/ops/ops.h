@@ -437,7 +437,7 @@ struct PagedMlaAttentionParams {
   Tensor q_positions;   // i64 [T]
   Tensor q_seq;         // i32 [T], each in [0, B)
   Tensor block_tables;  // i32 [B, max_blocks]
-  Tensor kv_pool;       // f32 [rows, r + dr]: cache rows ĉ | RoPE'd k_pe
+  Tensor kv_pool;       // f32 or bf16 [rows, r + dr]: cache rows ĉ | RoPE'd k_pe (bf16: widened exactly as read)
   Tensor kv_b;          // f32 [H·(dn + dv), r]
   Tensor out;           // f32 [T, H, dv]
   int block_size = 64;
@@ -451,7 +451,7 @@ struct PagedMlaAttentionParams {
 struct ScatterRowsParams {
   Tensor src;    // f32 [T, W]
   Tensor index;  // i64 [T], each in [-1, N)
-  Tensor dst;    // f32 [N, W]
+  Tensor dst;    // f32 or bf16 [N, W] (bf16: each value rounded to nearest even)
 };
 
 // ============================================================================ fused decode ops

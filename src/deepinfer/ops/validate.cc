@@ -324,7 +324,9 @@ void validate(const PagedMlaAttentionParams& p) {
   expect(op, "q_positions", p.q_positions, DType::kI64, {t});
   expect(op, "q_seq", p.q_seq, DType::kI32, {t});
   expect(op, "block_tables", p.block_tables, DType::kI32, {-1, -1});
-  expect(op, "kv_pool", p.kv_pool, DType::kF32, {-1, -1});
+  DI_CHECK(p.kv_pool.dtype() == DType::kF32 || p.kv_pool.dtype() == DType::kBF16)
+      << op << ": kv_pool must be f32 or bf16 (--kv-cache-dtype), got " << p.kv_pool.str();
+  expect(op, "kv_pool", p.kv_pool, p.kv_pool.dtype(), {-1, -1});
   const int64_t r = p.kv_pool.dim(1) - dr;
   DI_CHECK(r > 0) << op << ": kv_pool rows " << p.kv_pool.str() << " hold no latent beside " << dr << " rope channels";
   expect(op, "kv_b", p.kv_b, DType::kF32, {-1, r});
@@ -339,7 +341,9 @@ void validate(const ScatterRowsParams& p) {
   const char* op = "scatter_rows";
   expect(op, "src", p.src, DType::kF32, {-1, -1});
   expect(op, "index", p.index, DType::kI64, {p.src.dim(0)});
-  expect(op, "dst", p.dst, DType::kF32, {-1, p.src.dim(1)});
+  DI_CHECK(p.dst.dtype() == DType::kF32 || p.dst.dtype() == DType::kBF16)
+      << op << ": dst must be f32 or bf16, got " << p.dst.str();
+  expect(op, "dst", p.dst, p.dst.dtype(), {-1, p.src.dim(1)});
 }
 
 void validate(const HcCollapseNormParams& p) {

@@ -51,6 +51,7 @@ std::unique_ptr<ModelHost> ModelHost::load(const ModelHostOptions& o) {
   so.weight_format = o.weight_format;
   so.activation_quant = o.activation_quant;
   so.kernel_choices = o.kernel_choices;
+  so.kv_cache_dtype = o.kv_cache_dtype;
   so.scheduling_policy = parse_scheduling_policy(o.scheduling_policy);
   so.speculative = o.speculative;
   so.num_draft_tokens = o.num_draft_tokens;

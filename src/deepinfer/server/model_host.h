@@ -34,6 +34,7 @@ struct ModelHostOptions {
   std::string weight_format = "auto";       // auto | f32 | fp8 (EngineStackOptions::weight_format)
   std::string activation_quant = "none";    // none | mxfp8 (EngineStackOptions::activation_quant)
   std::vector<std::string> kernel_choices;  // CUDA KEY=VALUE specs (EngineStackOptions::kernel_choices)
+  std::string kv_cache_dtype = "auto";      // auto | f32 | bf16 (EngineStackOptions::kv_cache_dtype)
   std::string scheduling_policy = "fcfs";   // fcfs | priority (the requests' "priority" field, lower first)
   std::string chat_format;                  // "" = from the config family (V3 → v3, V4 → v4, V4.1 → v41)
   std::string speculative = "off";          // off | mtp | dspark (docs/SPECULATIVE.md)

@@ -1,5 +1,6 @@
-// scatter_rows on the CPU: a row copy per index; an index outside [-1, N) is the caller's bug in the block
-// tables and fails with the row named (the CUDA kernel raises a status bit for the same case).
+// scatter_rows on the CPU: a row copy per index (rounded to bf16 into a bf16 cache); an index outside [-1, N) is the
+// caller's bug in the block tables and fails with the row named (the CUDA kernel raises a status bit for the same
+// case).
 #include <cstring>
 
 #include "deepinfer/core/error.h"
@@ -14,10 +15,16 @@ void CpuBackend::scatter_rows(const ScatterRowsParams& p) {
   for (int64_t t = 0; t < rows; ++t)
     DI_CHECK(index[t] >= -1 && index[t] < n)
         << "scatter_rows: index[" << t << "] = " << index[t] << " outside [-1, " << n << ")";
+  const bool bf16 = p.dst.dtype() == DType::kBF16;
   for (int64_t t = 0; t < rows; ++t) {
     if (index[t] < 0) continue;
-    std::memcpy(p.dst.data_as<float>() + index[t] * width, p.src.data_as<float>() + t * width,
-                sizeof(float) * static_cast<size_t>(width));
+    const float* src = p.src.data_as<float>() + t * width;
+    if (bf16) {
+      uint16_t* dst = p.dst.data_as<uint16_t>() + index[t] * width;
+      for (int64_t j = 0; j < width; ++j) dst[j] = f32_to_bf16(src[j]);
+    } else {
+      std::memcpy(p.dst.data_as<float>() + index[t] * width, src, sizeof(float) * static_cast<size_t>(width));
+    }
   }
 }
 

@@ -139,7 +139,8 @@ void CudaBackend::scatter_rows(const ScatterRowsParams& p) {
   cuda::ScatterRowsKernelParams k;
   k.src = p.src.data_as<float>();
   k.index = p.index.data_as<int64_t>();
-  k.dst = p.dst.data_as<float>();
+  k.dst = p.dst.data();
+  k.dst_bf16 = p.dst.dtype() == DType::kBF16;
   k.rows = p.src.dim(0);
   k.width = p.src.dim(1);
   k.dst_rows = p.dst.dim(0);

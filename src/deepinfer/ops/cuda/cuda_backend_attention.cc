@@ -630,7 +630,8 @@ void CudaBackend::paged_mla_attention(const PagedMlaAttentionParams& p) {
   k.q_positions = p.q_positions.data_as<int64_t>();
   k.q_seq = p.q_seq.data_as<int32_t>();
   k.block_tables = p.block_tables.data_as<int32_t>();
-  k.kv_pool = cptr<float>(p.kv_pool);
+  k.kv_pool = p.kv_pool.data();
+  k.kv_bf16 = p.kv_pool.dtype() == DType::kBF16;
   k.kv_b = p.kv_b.data_as<float>();
   k.out = p.out.data_as<float>();
   k.tokens = p.q.dim(0);

@@ -122,4 +122,14 @@ __device__ __forceinline__ float bf16_bits_to_f32(uint16_t h) {
   return __uint_as_float(static_cast<uint32_t>(h) << 16);
 }
 
+// f32 -> bf16 bits rounded to nearest even, a NaN kept with its payload's top bits and made quiet: the host's
+// f32_to_bf16 bit for bit (cvt.rn.bf16.f32 would give every NaN the canonical 0x7fff), so caches written on either
+// backend hold the same bytes.
+__device__ __forceinline__ uint16_t f32_to_bf16_bits(float f) {
+  uint32_t b = __float_as_uint(f);
+  if ((b & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((b >> 16) | 0x0040u);
+  b += 0x7fffu + ((b >> 16) & 1u);
+  return static_cast<uint16_t>(b >> 16);
+}
+
 }  // namespace deepinfer::cuda

@@ -159,6 +159,12 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* src) {
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(smem_addr(src)));
 }
+// Two 8x8 b16 matrices (lanes 0-15 give the row addresses), as ldmatrix_x4.
+__device__ __forceinline__ void ldmatrix_x2(uint32_t (&r)[2], const void* src) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(smem_addr(src)));
+}
 // bf16x3 products (the tensor-core paged attention, the MLA flash kernel): operands split into bf16 hi + lo terms,
 // each product hi·hi + hi·lo + lo·hi in fp32 (~2^-16 relative; lo·lo dropped).
 // (a, b) -> hi and lo bf16 pairs, a in the low half (the lower k or n index of an mma register).
@@ -180,6 +186,13 @@ __device__ __forceinline__ void split4(const float4 v, uint2& h, uint2& l) {
 __device__ __forceinline__ void mma3(float (&c)[4], const uint32_t (&ah)[4], const uint32_t (&al)[4], uint32_t bh0,
                                      uint32_t bh1, uint32_t bl0, uint32_t bl1) {
   mma_bf16(c, ah, bl0, bl1);
+  mma_bf16(c, al, bh0, bh1);
+  mma_bf16(c, ah, bh0, bh1);
+}
+
+// hi·hi + lo·hi where b's lo terms are zero (b exact in bf16): mma3's sums without its zero products, the same bits.
+__device__ __forceinline__ void mma2(float (&c)[4], const uint32_t (&ah)[4], const uint32_t (&al)[4], uint32_t bh0,
+                                     uint32_t bh1) {
   mma_bf16(c, al, bh0, bh1);
   mma_bf16(c, ah, bh0, bh1);
 }

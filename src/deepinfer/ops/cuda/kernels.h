@@ -499,9 +499,10 @@ struct PagedMlaKernelParams {
   const int64_t* q_positions = nullptr;
   const int32_t* q_seq = nullptr;
   const int32_t* block_tables = nullptr;  // [seqs, max_blocks]
-  const float* kv_pool = nullptr;         // [pool_rows, r + dr]
-  const float* kv_b = nullptr;            // [heads·(dn + dv), r]
-  float* out = nullptr;                   // [tokens, heads, dv]
+  const void* kv_pool = nullptr;          // [pool_rows, r + dr], f32 or (kv_bf16) bf16
+  bool kv_bf16 = false;
+  const float* kv_b = nullptr;  // [heads·(dn + dv), r]
+  float* out = nullptr;         // [tokens, heads, dv]
   float* q_full = nullptr;
   float *part_o = nullptr, *part_m = nullptr, *part_l = nullptr;
   int64_t tokens = 0, heads = 0, seqs = 0, max_blocks = 0, pool_rows = 0, dn = 0, dr = 0, dv = 0, r = 0;
@@ -652,13 +653,17 @@ void run_sample(const SampleKernelParams& p, cudaStream_t stream);
 // f32: out[i] = value, n elements; out[i] += in[i], n elements.
 void run_fill_f32(float* out, float value, int64_t n, cudaStream_t stream);
 void run_add_f32(float* out, const float* in, int64_t n, cudaStream_t stream);
+// out[i] = bf16(in[i]) (round to nearest even, NaN kept quiet), n elements; out[i] = f32(in[i]) (exact).
+void run_cast_f32_bf16(uint16_t* out, const float* in, int64_t n, cudaStream_t stream);
+void run_cast_bf16_f32(float* out, const uint16_t* in, int64_t n, cudaStream_t stream);
 
 // dst[index[t]] = src[t] for index[t] >= 0 (ops.h ScatterRowsParams); an index outside [-1, dst_rows) raises
 // kStatusScatterRange and writes nothing for that row.
 struct ScatterRowsKernelParams {
   const float* src = nullptr;      // [rows, width]
   const int64_t* index = nullptr;  // [rows]
-  float* dst = nullptr;            // [dst_rows, width]
+  void* dst = nullptr;             // [dst_rows, width], f32 or (dst_bf16) bf16 rounded to nearest even
+  bool dst_bf16 = false;
   int64_t rows = 0, width = 0, dst_rows = 0;
   uint32_t* status = nullptr;
 };

@@ -9,6 +9,7 @@
 
 #include "deepinfer/ops/cuda/cuda_check.h"
 #include "deepinfer/ops/cuda/cuda_runtime.h"
+#include "deepinfer/ops/cuda/device_math.cuh"
 #include "deepinfer/ops/cuda/kernels.h"
 
 namespace deepinfer::cuda {
@@ -42,6 +43,16 @@ __global__ void add_kernel(float* out, const float* in, int64_t n) {
   if (i < n) out[i] += in[i];
 }
 
+__global__ void cast_f32_bf16_kernel(uint16_t* out, const float* in, int64_t n) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) out[i] = f32_to_bf16_bits(in[i]);
+}
+
+__global__ void cast_bf16_f32_kernel(float* out, const uint16_t* in, int64_t n) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) out[i] = bf16_bits_to_f32(in[i]);
+}
+
 // One block per row; threads stride over the row's width.
 __global__ void scatter_rows_kernel(ScatterRowsKernelParams p) {
   const int64_t t = blockIdx.x;
@@ -54,7 +65,14 @@ __global__ void scatter_rows_kernel(ScatterRowsKernelParams p) {
     if (threadIdx.x == 0) atomicOr(p.status, kStatusScatterRange);
     return;
   }
-  for (int64_t j = threadIdx.x; j < p.width; j += blockDim.x) p.dst[at * p.width + j] = p.src[t * p.width + j];
+  const float* src = p.src + t * p.width;
+  if (p.dst_bf16) {
+    auto* dst = static_cast<uint16_t*>(p.dst) + at * p.width;
+    for (int64_t j = threadIdx.x; j < p.width; j += blockDim.x) dst[j] = f32_to_bf16_bits(src[j]);
+  } else {
+    auto* dst = static_cast<float*>(p.dst) + at * p.width;
+    for (int64_t j = threadIdx.x; j < p.width; j += blockDim.x) dst[j] = src[j];
+  }
 }
 
 constexpr int kThreads = 256;
@@ -132,6 +150,18 @@ void run_fill_f32(float* out, float value, int64_t n, cudaStream_t stream) {
 void run_add_f32(float* out, const float* in, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
   add_kernel<<<blocks_for(n), kThreads, 0, stream>>>(out, in, n);
+  DI_CUDA_CHECK_LAUNCH();
+}
+
+void run_cast_f32_bf16(uint16_t* out, const float* in, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  cast_f32_bf16_kernel<<<blocks_for(n), kThreads, 0, stream>>>(out, in, n);
+  DI_CUDA_CHECK_LAUNCH();
+}
+
+void run_cast_bf16_f32(float* out, const uint16_t* in, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  cast_bf16_f32_kernel<<<blocks_for(n), kThreads, 0, stream>>>(out, in, n);
   DI_CUDA_CHECK_LAUNCH();
 }
 

@@ -116,36 +116,44 @@ __device__ __forceinline__ AttendSmem attend_smem(float* base, int64_t stride) {
 }
 
 // Stages keys [k0, k0 + n) of the query's sequence (positions) into a tile; rows past n are zeros (their
-// probability is 0, and 0·0 keeps the accumulators finite), a bad page is NaN (and raises the status word).
+// probability is 0, and 0·0 keeps the accumulators finite), a bad page is NaN (and raises the status word). An f32
+// pool's rows go by cp.async in 16-byte chunks, a bf16 pool's are loaded 8 values at a time and widened (exact).
 __device__ __forceinline__ void load_tile(const PagedMlaKernelParams& p, const int32_t* table, int64_t k0, int n,
                                           float* tile, int64_t stride) {
-  const int64_t row = p.r + p.dr, chunks = row / 4;
-  int64_t last_j = -1;
-  const float* src = nullptr;
+  const int64_t row = p.r + p.dr, vals = p.kv_bf16 ? 8 : 4, chunks = row / vals;
+  int64_t last_j = -1, at = 0;
   bool zero = true, bad = false;
   for (int64_t i = threadIdx.x; i < kKeys * chunks; i += kThreads) {
-    const int64_t j = i / chunks, c4 = i % chunks;
+    const int64_t j = i / chunks, c = i % chunks;
     if (j != last_j) {
       last_j = j;
       zero = j >= n;
       bad = false;
       if (!zero) {
         const int64_t pos = k0 + j, blk = pos / p.block_size;
-        const int64_t id = blk < p.max_blocks ? table[blk] : -1, at = id * p.block_size + pos % p.block_size;
+        const int64_t id = blk < p.max_blocks ? table[blk] : -1;
+        at = id * p.block_size + pos % p.block_size;
         bad = id < 0 || at >= p.pool_rows;
-        if (bad) {
-          atomicOr(p.status, kStatusPagedAttentionRange);
-        } else {
-          src = p.kv_pool + at * row;
-        }
+        if (bad) atomicOr(p.status, kStatusPagedAttentionRange);
       }
     }
-    float* dst = tile + j * stride + 4 * c4;
-    if (zero || bad) {
-      const float v = bad ? __int_as_float(0x7fc00000) : 0.0f;
+    float* dst = tile + j * stride + vals * c;
+    const float v = bad ? __int_as_float(0x7fc00000) : 0.0f;
+    if (p.kv_bf16) {
+      float4 lo = make_float4(v, v, v, v), hi = lo;
+      if (!zero && !bad) {
+        const uint4 w = __ldg(reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.kv_pool) + at * row) + c);
+        lo = make_float4(__uint_as_float(w.x << 16), __uint_as_float(w.x & 0xffff0000u), __uint_as_float(w.y << 16),
+                         __uint_as_float(w.y & 0xffff0000u));
+        hi = make_float4(__uint_as_float(w.z << 16), __uint_as_float(w.z & 0xffff0000u), __uint_as_float(w.w << 16),
+                         __uint_as_float(w.w & 0xffff0000u));
+      }
+      reinterpret_cast<float4*>(dst)[0] = lo;
+      reinterpret_cast<float4*>(dst)[1] = hi;
+    } else if (zero || bad) {
       *reinterpret_cast<float4*>(dst) = make_float4(v, v, v, v);
     } else {
-      cp_async16(dst, src + 4 * c4);
+      cp_async16(dst, static_cast<const float*>(p.kv_pool) + at * row + 4 * c);
     }
   }
 }
@@ -392,6 +400,8 @@ void run_paged_mla_attention(const PagedMlaKernelParams& p, cudaStream_t stream)
   DI_CHECK_CODE(reinterpret_cast<uintptr_t>(p.kv_pool) % 16 == 0 && reinterpret_cast<uintptr_t>(p.q_full) % 16 == 0,
                 ErrorCode::kUnsupported)
       << "paged_mla_attention: kv_pool must be 16-byte aligned on CUDA";
+  DI_CHECK_CODE(!p.kv_bf16 || row % 8 == 0, ErrorCode::kUnsupported)
+      << "paged_mla_attention: a bf16 cache needs rows of a multiple of 8 values on CUDA, got " << row;
   DI_CHECK_CODE(p.splits >= 1 && p.splits <= kPagedMlaMaxSplits, ErrorCode::kInternal) << "paged_mla_attention: splits";
   const bool mma = p.mma == KernelPick::kAlways;
   const int64_t smem = attend_smem_bytes(row);

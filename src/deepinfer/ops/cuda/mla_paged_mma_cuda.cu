@@ -33,6 +33,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "deepinfer/ops/cuda/cuda_runtime.h"
 #include "deepinfer/ops/cuda/device_math.cuh"
@@ -105,7 +106,7 @@ __device__ __forceinline__ void bar_arrive_stage(int id, int b) {
     bar_arrive(id + 2, kThreads);
 }
 
-template <int kR, int kDr, int kHg, bool kAhead>
+template <int kR, int kDr, int kHg, bool kAhead, bool kBf16>
 __global__ void __launch_bounds__(kThreads) paged_mla_attend_mma_kernel(PagedMlaKernelParams p) {
   using L = Layout<kR, kDr, kHg>;
   constexpr int kBlockHeads = L::kBlockHeads;
@@ -134,14 +135,15 @@ __global__ void __launch_bounds__(kThreads) paged_mla_attend_mma_kernel(PagedMla
   const int n_tiles = static_cast<int>((k_end - k_begin + kTile - 1) / kTile);
 
   if (tid >= kConsumers) {
-    // Producers: thread ptid owns row ptid / 8 of every tile and its float4s ptid % 8 + 8·j (the 8 threads of a row
-    // read 128 contiguous bytes a load).
-    constexpr int kVecs = kRowVecs / 8;
+    // Producers: thread ptid owns row ptid / 8 of every tile and its 16-byte vectors ptid % 8 + 8·j (the 8 threads
+    // of a row read 128 contiguous bytes a load): float4s of an f32 pool, 8 bf16 values of a bf16 one.
+    using Vec = std::conditional_t<kBf16, uint4, float4>;
+    constexpr int kVecs = kRow / (kBf16 ? 8 : 4) / 8;
     const int ptid = tid - kConsumers, pr = ptid / 8, pc = ptid % 8;
     // Tile i's row of this thread into v (its page resolved through the block table).
-    auto load = [&](int i, float4(&v)[kVecs]) {
+    auto load = [&](int i, Vec(&v)[kVecs]) {
       const int64_t key = k_begin + static_cast<int64_t>(i) * kTile + pr;
-      const float* row = nullptr;
+      const Vec* row = nullptr;
       bool bad = false;
       if (key < k_end) {
         const int64_t blk = key / p.block_size, id = table[blk], at = id * p.block_size + key % p.block_size;
@@ -149,34 +151,45 @@ __global__ void __launch_bounds__(kThreads) paged_mla_attend_mma_kernel(PagedMla
         if (bad) {
           if (pc == 0) atomicOr(p.status, kStatusPagedAttentionRange);
         } else {
-          row = p.kv_pool + at * kRow;
+          row = reinterpret_cast<const Vec*>(static_cast<const uint8_t*>(p.kv_pool) + at * kRow * (kBf16 ? 2 : 4));
         }
       }
-      const float fill = bad ? __int_as_float(0x7fc00000) : 0.0f;
+      Vec fill;
+      if constexpr (kBf16) {
+        const uint32_t f = bad ? 0x7fc07fc0u : 0u;  // bf16 quiet NaN pairs
+        fill = make_uint4(f, f, f, f);
+      } else {
+        const float f = bad ? __int_as_float(0x7fc00000) : 0.0f;
+        fill = make_float4(f, f, f, f);
+      }
 #pragma unroll
-      for (int j = 0; j < kVecs; ++j)
-        v[j] = row ? __ldg(reinterpret_cast<const float4*>(row) + pc + 8 * j) : make_float4(fill, fill, fill, fill);
+      for (int j = 0; j < kVecs; ++j) v[j] = row ? __ldg(row + pc + 8 * j) : fill;
     };
-    // v, split into hi / lo, into tile i's key buffer once the consumers are done with the tile it held.
-    auto put = [&](int i, const float4(&v)[kVecs]) {
+    // v into tile i's key buffer once the consumers are done with the tile it held: f32 rows split into hi / lo,
+    // bf16 rows as they are (their lo terms are zero, and the consumers skip them).
+    auto put = [&](int i, const Vec(&v)[kVecs]) {
       const int b = i % kStages;
       // Buffer b last held tile i - kStages: wait for the consumers' O phase on it.
       if (i >= kStages) bar_sync_stage(kBarEmpty, b);
       __nv_bfloat16 *kh = k_hi(b), *kl = k_lo(b);
 #pragma unroll
       for (int j = 0; j < kVecs; ++j) {
-        const int at = pr * L::kLd + (pc + 8 * j) * 4;
-        uint2 h, l;
-        split4(v[j], h, l);
-        *reinterpret_cast<uint2*>(kh + at) = h;
-        *reinterpret_cast<uint2*>(kl + at) = l;
+        if constexpr (kBf16) {
+          *reinterpret_cast<uint4*>(kh + pr * L::kLd + (pc + 8 * j) * 8) = v[j];
+        } else {
+          const int at = pr * L::kLd + (pc + 8 * j) * 4;
+          uint2 h, l;
+          split4(v[j], h, l);
+          *reinterpret_cast<uint2*>(kh + at) = h;
+          *reinterpret_cast<uint2*>(kl + at) = l;
+        }
       }
       bar_arrive_stage(kBarFull, b);
     };
     if constexpr (kAhead) {
       // Tile i + 1's loads go out before tile i's wait and stores: two tiles of rows in flight a thread (the 16-head
       // block reads each row for one block only, so its rows come from DRAM, not from a neighbour's L2 hits).
-      float4 va[kVecs], vb[kVecs];
+      Vec va[kVecs], vb[kVecs];
       if (n_tiles > 0) load(0, va);
       for (int i = 0; i < n_tiles; i += 2) {
         if (i + 1 < n_tiles) load(i + 1, vb);
@@ -187,7 +200,7 @@ __global__ void __launch_bounds__(kThreads) paged_mla_attend_mma_kernel(PagedMla
       }
     } else {
       for (int i = 0; i < n_tiles; ++i) {
-        float4 v[kVecs];
+        Vec v[kVecs];
         load(i, v);
         put(i, v);
       }
@@ -246,18 +259,25 @@ __global__ void __launch_bounds__(kThreads) paged_mla_attend_mma_kernel(PagedMla
           // Keys 8·(lane >> 4) + (lane & 7), dims +8 for lanes 8-15 and 24-31: b0, b1 of n-tiles 0 and 1.
           const int b_at = ((lane >> 4) * 8 + (lane & 7)) * L::kLd + dq + ((lane >> 3) & 1) * 8;
           ldmatrix_x4(bh, kh_s + b_at);
-          ldmatrix_x4(bl, kl_s + b_at);
+          if constexpr (!kBf16) ldmatrix_x4(bl, kl_s + b_at);
         } else {
           // Keys 8·kh + (lane & 7), dims +8 for lanes 8-15: b0, b1 of the warp's n-tile, hi (lanes 0-15) and lo
-          // (lanes 16-31) in one load.
+          // (lanes 16-31) in one load (hi alone from a bf16 pool).
           const int b_at = (kh * 8 + (lane & 7)) * L::kLd + dq + ((lane >> 3) & 1) * 8;
-          uint32_t b4[4];
-          ldmatrix_x4(b4, (lane < 16 ? kh_s : kl_s) + b_at);
-          bh[0] = b4[0], bh[1] = b4[1], bl[0] = b4[2], bl[1] = b4[3];
+          if constexpr (kBf16) {
+            uint32_t b2[2];
+            ldmatrix_x2(b2, kh_s + b_at);
+            bh[0] = b2[0], bh[1] = b2[1];
+          } else {
+            uint32_t b4[4];
+            ldmatrix_x4(b4, (lane < 16 ? kh_s : kl_s) + b_at);
+            bh[0] = b4[0], bh[1] = b4[1], bl[0] = b4[2], bl[1] = b4[3];
+          }
         }
 #pragma unroll
         for (int nt = 0; nt < kNtS; ++nt) {
-          mma_bf16(sx[nt], ah, bl[2 * nt], bl[2 * nt + 1]);
+          // A bf16 pool's keys have no lo terms: the q-hi x k-lo products are zeros, left out (the same sums).
+          if constexpr (!kBf16) mma_bf16(sx[nt], ah, bl[2 * nt], bl[2 * nt + 1]);
           mma_bf16(sx[nt], al, bh[2 * nt], bh[2 * nt + 1]);
           mma_bf16(sacc[nt], ah, bh[2 * nt], bh[2 * nt + 1]);
         }
@@ -347,11 +367,19 @@ __global__ void __launch_bounds__(kThreads) paged_mla_attend_mma_kernel(PagedMla
         const int dim = od0 + pr * 16 + (lane >> 4) * 8;
         uint32_t bh[4], bl[4];
         ldmatrix_x4_trans(bh, kh_s + key * L::kLd + dim);
-        ldmatrix_x4_trans(bl, kl_s + key * L::kLd + dim);
+        if constexpr (kBf16) {
 #pragma unroll
-        for (int m = 0; m < kHg; ++m) {
-          mma3(acc[m][2 * pr], ah[m], al[m], bh[0], bh[1], bl[0], bl[1]);
-          mma3(acc[m][2 * pr + 1], ah[m], al[m], bh[2], bh[3], bl[2], bl[3]);
+          for (int m = 0; m < kHg; ++m) {
+            mma2(acc[m][2 * pr], ah[m], al[m], bh[0], bh[1]);
+            mma2(acc[m][2 * pr + 1], ah[m], al[m], bh[2], bh[3]);
+          }
+        } else {
+          ldmatrix_x4_trans(bl, kl_s + key * L::kLd + dim);
+#pragma unroll
+          for (int m = 0; m < kHg; ++m) {
+            mma3(acc[m][2 * pr], ah[m], al[m], bh[0], bh[1], bl[0], bl[1]);
+            mma3(acc[m][2 * pr + 1], ah[m], al[m], bh[2], bh[3], bl[2], bl[3]);
+          }
         }
       }
     }
@@ -421,12 +449,21 @@ void launch_paged_mla_attend_mma(const PagedMlaKernelParams& p, cudaStream_t str
     kernel<<<grid, kThreads, smem, stream>>>(p);
     DI_CUDA_CHECK_LAUNCH();
   };
+  auto by_pool = [&](auto f32_kernel, auto bf16_kernel, size_t smem) {
+    if (p.kv_bf16)
+      launch(bf16_kernel, smem);
+    else
+      launch(f32_kernel, smem);
+  };
   if (p.mma_block_heads == 16 && p.producer_ahead)
-    launch(paged_mla_attend_mma_kernel<kV3R, kV3Dr, 1, true>, Layout<kV3R, kV3Dr, 1>::bytes);
+    by_pool(paged_mla_attend_mma_kernel<kV3R, kV3Dr, 1, true, false>,
+            paged_mla_attend_mma_kernel<kV3R, kV3Dr, 1, true, true>, Layout<kV3R, kV3Dr, 1>::bytes);
   else if (p.mma_block_heads == 16)
-    launch(paged_mla_attend_mma_kernel<kV3R, kV3Dr, 1, false>, Layout<kV3R, kV3Dr, 1>::bytes);
+    by_pool(paged_mla_attend_mma_kernel<kV3R, kV3Dr, 1, false, false>,
+            paged_mla_attend_mma_kernel<kV3R, kV3Dr, 1, false, true>, Layout<kV3R, kV3Dr, 1>::bytes);
   else
-    launch(paged_mla_attend_mma_kernel<kV3R, kV3Dr, 2, false>, Layout<kV3R, kV3Dr, 2>::bytes);
+    by_pool(paged_mla_attend_mma_kernel<kV3R, kV3Dr, 2, false, false>,
+            paged_mla_attend_mma_kernel<kV3R, kV3Dr, 2, false, true>, Layout<kV3R, kV3Dr, 2>::bytes);
 }
 
 }  // namespace deepinfer::cuda

@@ -66,6 +66,15 @@ class DeviceTensorMemory final : public TensorMemory {
     }
   }
 
+  void cast(const Tensor& dst, const Tensor& src) override {
+    check_cast(dst, src);
+    DI_CHECK(on_device(dst) && on_device(src)) << "cast: " << src.str() << " into " << dst.str() << " (device only)";
+    if (dst.dtype() == DType::kBF16)
+      cuda::run_cast_f32_bf16(static_cast<uint16_t*>(dst.data()), src.data_as<float>(), dst.numel(), stream_);
+    else
+      cuda::run_cast_bf16_f32(dst.data_as<float>(), static_cast<const uint16_t*>(src.data()), dst.numel(), stream_);
+  }
+
   void fill(const Tensor& dst, float value) override {
     DI_CHECK(dst.dtype() == DType::kF32 && dst.is_contiguous() && on_device(dst)) << "fill: " << dst.str();
     cuda::run_fill_f32(dst.data_as<float>(), value, dst.numel(), stream_);
