@@ -334,6 +334,23 @@ TEST(OfflineCli, KernelChoicesAreRefusedOnTheCpuAndNamedWhenUnknown) {
   EXPECT_NE(unknown.output.find("unknown key 'no_such_kernel'"), std::string::npos) << unknown.output;
 }
 
+// --kv-cache-dtype bf16 on the V3 golden model: the engine runs to the end with finite samples and logs the cache;
+// on a V4 model and with --ep 2 it is refused by name.
+TEST(OfflineCli, KvCacheDtypeBf16RunsTheV3FamilyAndIsNamedWhereRefused) {
+  const std::string args = " --max_model_len 128 --num-prompts 2 --max-tokens 4 --ignore-eos --kv-cache-dtype bf16";
+  auto v3 = run_cli("offline --model_name " + testing::test_data_dir() + "/golden/deepseek_v3" + args);
+  ASSERT_EQ(v3.exit_code, 0) << v3.output;
+  EXPECT_NE(v3.output.find("KV cache: bf16, rows rounded as written"), std::string::npos) << v3.output;
+  EXPECT_EQ(testing::parse_offline_samples(v3.output).size(), 2u);
+  EXPECT_EQ(v3.output.find("finite=NO"), std::string::npos) << v3.output;
+  auto v4 = run_cli("offline --model_name " + testing::test_data_dir() + "/golden/deepseek_v4" + args);
+  EXPECT_NE(v4.exit_code, 0);
+  EXPECT_NE(v4.output.find("--kv-cache-dtype bf16: "), std::string::npos) << v4.output;
+  auto ep = run_cli("offline --model_name " + testing::test_data_dir() + "/golden/deepseek_v3" + args + " --ep 2");
+  EXPECT_NE(ep.exit_code, 0);
+  EXPECT_NE(ep.output.find("runs on one rank for now"), std::string::npos) << ep.output;
+}
+
 // --activation-quant fp8 on a V3 FP8 checkpoint (the reference's gemm_impl "fp8": per 128 values, f32 scales; with
 // scale_fmt ue8m0 power-of-two ones): kept quantized or dequantized at load, on one rank or with the experts over two
 // EP ranks, the samples are the same; the logs name the mode; the samples differ from the default numerics'.
