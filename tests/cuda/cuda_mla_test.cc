@@ -273,7 +273,9 @@ TEST_F(CudaOpTest, MlaAttentionCausalPrefillChunksMatchCpu) {
 // of the V3 shapes (latent 512, rope 64) runs on bf16x3 tensor-core products instead: 3e-5, as the flash MLA kernel;
 // their cases add long contexts (many 16-key tiles a split, the three key buffers reused) and V2-Lite's 16 heads and 5
 // heads (16-head blocks, paged_mla_16; with it off, half or less of a 32-head block: the same bits); with
-// mla_lazy_rescale=0 the same bits.
+// mla_lazy_rescale=0 the same bits. Every case again from a bf16 pool (--kv-cache-dtype bf16): against the CPU op on
+// that pool (the same tolerances) and the same bits as the f32 pool holding the rounded rows (the tensor-core kernel
+// drops only products with the keys' lo terms, zeros then; the fp32 kernel widens the rows as it stages them).
 TEST_F(CudaOpTest, PagedMlaAttentionMatchesCpu) {
   struct Case {
     PagedMlaSpec spec;
@@ -352,8 +354,28 @@ TEST_F(CudaOpTest, PagedMlaAttentionMatchesCpu) {
       p.scale = c.scale;
       gpu().paged_mla_attention(p);
       const HostTensor got = down(dout);
-      rel_err((std::string(mma ? "paged mla, tensor cores, " : "paged mla ") + k.name).c_str(), got, want,
-              mma ? 3e-5 : 2e-5);
+      const std::string what = std::string(mma ? "paged mla, tensor cores, " : "paged mla ") + k.name;
+      rel_err(what.c_str(), got, want, mma ? 3e-5 : 2e-5);
+      {  // The same batch from a bf16 pool (--kv-cache-dtype bf16).
+        const HostTensor bf16 = c.bf16_pool(), rounded = c.rounded_pool();
+        HostTensor want16(DType::kF32, out_shape);
+        PagedMlaAttentionParams hp = c.params(want16.view());
+        hp.kv_pool = bf16.view();
+        cpu().paged_mla_attention(hp);
+        const DeviceTensor d16 = up(bf16), drounded = up(rounded), o16 = poisoned(out_shape),
+                           oref = poisoned(out_shape);
+        PagedMlaAttentionParams q = p;
+        q.kv_pool = d16;
+        q.out = o16;
+        gpu().paged_mla_attention(q);
+        q.kv_pool = drounded;
+        q.out = oref;
+        gpu().paged_mla_attention(q);
+        const HostTensor got16 = down(o16), ref = down(oref);
+        rel_err((what + ", bf16 pool").c_str(), got16, want16, mma ? 3e-5 : 2e-5);
+        EXPECT_EQ(std::memcmp(got16.data<float>(), ref.data<float>(), sizeof(float) * got16.numel()), 0)
+            << what << ", bf16 pool: not the f32 pool's bits over the rounded rows";
+      }
       if (!mma) continue;
       // Choices that must give the same bits as the default: the output again under `change`.
       auto expect_same_bits = [&](const char* what, const std::function<void(cuda::KernelChoices&)>& change) {
@@ -377,78 +399,6 @@ TEST_F(CudaOpTest, PagedMlaAttentionMatchesCpu) {
         ch.paged_mla_16 = true;
         ch.paged_mla_ahead = !ch.paged_mla_ahead;
       });
-    }
-}
-
-// A bf16 pool (--kv-cache-dtype bf16): both attend kernels against the CPU op on the same bf16 pool (the tolerances
-// of the f32 pool), and the same bits as the f32 pool holding the rounded rows (the tensor-core kernel drops only
-// products with the keys' lo terms, which are zeros then; the fp32 kernel widens the rows as it stages them).
-TEST_F(CudaOpTest, PagedMlaBf16PoolMatchesCpu) {
-  struct Case {
-    PagedMlaSpec spec;
-    const char* name;
-  };
-  std::vector<Case> cases;
-  PagedMlaSpec s;
-  s.seqs = 5;
-  s.min_context = 1;
-  s.max_context = 200;
-  cases.push_back({s, "small decode"});
-  s.seqs = 3;
-  s.heads = 128;
-  s.dn = 128;
-  s.dr = 64;
-  s.dv = 128;
-  s.r = 512;
-  s.block_size = 64;
-  s.min_context = 40;
-  s.max_context = 700;
-  cases.push_back({s, "V3 decode"});
-  s.heads = 16;
-  s.min_context = 3000;
-  s.max_context = 4500;
-  cases.push_back({s, "V2-Lite heads long"});
-  s.heads = 5;
-  s.seqs = 2;
-  s.tokens_per_seq = 2;
-  s.min_context = 1;
-  s.max_context = 700;
-  cases.push_back({s, "5 heads 2/seq"});
-  for (const cuda::KernelPick pick : {cuda::KernelPick::kNever, cuda::KernelPick::kAlways})
-    for (const Case& k : cases) {
-      const bool mma = pick == cuda::KernelPick::kAlways;
-      if (mma && k.spec.r != 512) continue;
-      ScopedKernelChoices choice(gpu(), [&](cuda::KernelChoices& ch) { ch.paged_mla_mma = pick; });
-      const PagedMlaCase c = make_paged_mla_case(k.spec, rng()());
-      const HostTensor bf16 = c.bf16_pool(), rounded = c.rounded_pool();
-      const Shape out_shape{c.tokens, k.spec.heads, k.spec.dv};
-      HostTensor want(DType::kF32, out_shape);
-      PagedMlaAttentionParams hp = c.params(want.view());
-      hp.kv_pool = bf16.view();
-      cpu().paged_mla_attention(hp);
-      DeviceTensor dq = up(c.q), dpos = up(c.q_pos), dseq = up(c.q_seq), dtab = up(c.tables), dbf16 = up(bf16),
-                   drounded = up(rounded), dkvb = up(c.kv_b), dout = poisoned(out_shape), dref = poisoned(out_shape);
-      PagedMlaAttentionParams p;
-      p.q = dq;
-      p.q_positions = dpos;
-      p.q_seq = dseq;
-      p.block_tables = dtab;
-      p.kv_pool = dbf16;
-      p.kv_b = dkvb;
-      p.out = dout;
-      p.block_size = k.spec.block_size;
-      p.rope_dim = static_cast<int>(k.spec.dr);
-      p.scale = c.scale;
-      gpu().paged_mla_attention(p);
-      p.kv_pool = drounded;
-      p.out = dref;
-      gpu().paged_mla_attention(p);
-      const std::string what =
-          std::string(mma ? "paged mla bf16 pool, tensor cores, " : "paged mla bf16 pool, ") + k.name;
-      const HostTensor got = down(dout), ref = down(dref);
-      rel_err(what.c_str(), got, want, mma ? 3e-5 : 2e-5);
-      EXPECT_EQ(std::memcmp(got.data<float>(), ref.data<float>(), sizeof(float) * got.numel()), 0)
-          << what << ": not the f32 pool's bits over the rounded rows";
     }
 }
 
