@@ -275,7 +275,8 @@ TEST_F(CudaOpTest, MlaAttentionCausalPrefillChunksMatchCpu) {
 // heads (16-head blocks, paged_mla_16; with it off, half or less of a 32-head block: the same bits); with
 // mla_lazy_rescale=0 the same bits. Every case again from a bf16 pool (--kv-cache-dtype bf16): against the CPU op on
 // that pool (the same tolerances) and the same bits as the f32 pool holding the rounded rows (the tensor-core kernel
-// drops only products with the keys' lo terms, zeros then; the fp32 kernel widens the rows as it stages them).
+// drops only products with the keys' lo terms, zeros then; the fp32 kernel widens the rows as it stages them); with
+// 16-head blocks also two blocks an SM (paged_mla_two_blocks flipped: other splits, the same tolerance).
 TEST_F(CudaOpTest, PagedMlaAttentionMatchesCpu) {
   struct Case {
     PagedMlaSpec spec;
@@ -375,6 +376,15 @@ TEST_F(CudaOpTest, PagedMlaAttentionMatchesCpu) {
         rel_err((what + ", bf16 pool").c_str(), got16, want16, mma ? 3e-5 : 2e-5);
         EXPECT_EQ(std::memcmp(got16.data<float>(), ref.data<float>(), sizeof(float) * got16.numel()), 0)
             << what << ", bf16 pool: not the f32 pool's bits over the rounded rows";
+        if (mma && k.spec.heads <= 16) {  // paged_mla_two_blocks flipped: other splits, the same bound
+          ScopedKernelChoices two(gpu(),
+                                  [](cuda::KernelChoices& ch) { ch.paged_mla_two_blocks = !ch.paged_mla_two_blocks; });
+          const DeviceTensor o2 = poisoned(out_shape);
+          q.kv_pool = d16;
+          q.out = o2;
+          gpu().paged_mla_attention(q);
+          rel_err((what + ", bf16 pool, two blocks an SM flipped").c_str(), down(o2), want16, 3e-5);
+        }
       }
       if (!mma) continue;
       // Choices that must give the same bits as the default: the output again under `change`.

@@ -291,11 +291,6 @@ void CudaMoeTest::check_bf16_experts(int64_t inter) {
   if (inter == 160)
     for (int64_t t : {1, 3}) check(t, true, 1e-5);
   for (int64_t t : many) check(t, true, 3e-5);
-  {  // the mma.sync kernel's weight rows copied by 4 threads a row or one
-    ScopedKernelChoices other(gpu(),
-                              [](cuda::KernelChoices& c) { c.gemm.bf16w_coalesced_b = !c.gemm.bf16w_coalesced_b; });
-    for (int64_t t : many) check(t, true, 3e-5);
-  }
   {
     ScopedKernelChoices one_term(gpu(), [](cuda::KernelChoices& c) { c.gemm.bf16_split_a = false; });
     for (int64_t t : many) check(t, false, 4e-3);

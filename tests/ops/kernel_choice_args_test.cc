@@ -50,12 +50,12 @@ TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
                                           "mla_lazy_rescale=0",
                                           "paged_mla_16=0",
                                           "paged_mla_ahead=0",
+                                          "paged_mla_two_blocks=1",
                                           "mla_flash_split_s=0",
                                           "mla_flash_wgmma=0",
                                           "rows_mma=never",
                                           "rows_mma_bf16_a=1",
                                           "bf16_split_a=0",
-                                          "bf16w_coalesced_b=1",
                                           "rows_mma_pdl=1",
                                           "rows_mma_warps=4",
                                           "rows_mma_kw=2",
@@ -90,7 +90,6 @@ TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
   EXPECT_EQ(c.gemm.rows_mma, KernelPick::kNever);
   EXPECT_TRUE(c.gemm.rows_mma_bf16_a);
   EXPECT_FALSE(c.gemm.bf16_split_a);  // on by default
-  EXPECT_TRUE(c.gemm.bf16w_coalesced_b);
   EXPECT_TRUE(c.gemm.rows_mma_pdl);
   EXPECT_EQ(c.gemm.rows_mma_warps, 4);
   EXPECT_EQ(c.gemm.rows_mma_kw, 2);

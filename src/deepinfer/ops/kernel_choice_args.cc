@@ -186,6 +186,8 @@ const std::vector<Key>& keys() {
       flag(
           "paged_mla_ahead", [](auto& c) -> auto& { return c.paged_mla_ahead; }),
       flag(
+          "paged_mla_two_blocks", [](auto& c) -> auto& { return c.paged_mla_two_blocks; }),
+      flag(
           "mla_flash_split_s", [](auto& c) -> auto& { return c.mla_flash_split_s; }),
       flag(
           "mla_flash_wgmma", [](auto& c) -> auto& { return c.mla_flash_wgmma; }),
@@ -195,8 +197,6 @@ const std::vector<Key>& keys() {
           "rows_mma_bf16_a", [](auto& c) -> auto& { return c.gemm.rows_mma_bf16_a; }),
       flag(
           "bf16_split_a", [](auto& c) -> auto& { return c.gemm.bf16_split_a; }),
-      flag(
-          "bf16w_coalesced_b", [](auto& c) -> auto& { return c.gemm.bf16w_coalesced_b; }),
       flag(
           "rows_mma_pdl", [](auto& c) -> auto& { return c.gemm.rows_mma_pdl; }),
       shape("rows_mma_warps", [](auto& c) -> auto& { return c.gemm.rows_mma_warps; }, {4, 8, 16}),

@@ -652,12 +652,13 @@ void CudaBackend::paged_mla_attention(const PagedMlaAttentionParams& p) {
   k.lazy_rescale = impl_->choices.mla_lazy_rescale;
   k.mma_block_heads = cuda::paged_mla_mma_block_heads(k.heads, impl_->choices.paged_mla_16);
   k.producer_ahead = impl_->choices.paged_mla_ahead;
+  k.two_blocks = cuda::paged_mla_mma_two_blocks(impl_->choices.paged_mla_two_blocks, k.kv_bf16, k.mma_block_heads);
   // The longest query the tables allow bounds the splits (positions live on the device).
   if (impl_->batch_invariant)
     std::tie(k.splits, k.tiles_per_split) = cuda::paged_mla_invariant_splits(k.max_blocks * k.block_size);
   else if (mma)
     k.splits = cuda::paged_mla_mma_splits(k.tokens, k.heads, k.max_blocks * k.block_size, impl_->info.sm_count,
-                                          k.mma_block_heads);
+                                          k.mma_block_heads, k.two_blocks ? 2 : 1);
   else
     k.splits = cuda::paged_mla_splits(k.tokens, k.heads, k.max_blocks * k.block_size, impl_->info.sm_count);
   cuda::WorkspaceArena::Scope scope(impl_->ws());

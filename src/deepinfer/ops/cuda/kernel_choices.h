@@ -75,9 +75,6 @@ struct GemmChoices {
   // bf16 routed experts (a bf16 checkpoint's, CudaBackend::moe_quant) on the mma.sync kernel with A as hi + lo bf16
   // terms (two products, ~2^-16 of fp32, as linear_quant's split_in); false rounds A to bf16 (one product, ~2^-9).
   bool bf16_split_a = true;
-  // gemm_mma_bf16w_kernel's weight copies by 4 threads a row (a k-step's 64 bytes of a row, two whole sectors, in one
-  // instruction) instead of one thread a row (16 bytes of 32 rows an instruction). The same bytes in shared memory.
-  bool bf16w_coalesced_b = false;
   // Launch the rows kernel with programmatic stream serialization: its blocks may start while the previous kernel
   // finishes and send their first weight loads (the weights do not depend on it) before they wait for its memory
   // (griddepcontrol.wait); the arithmetic is unchanged. H200, session 23 (docs/PERF.md), V4-Flash slice: eager steps
@@ -142,6 +139,11 @@ struct KernelChoices {
   // the same bytes stored in the same order: the same bits). On since session 38 (same run: b64 12.10 -> 11.90 ms,
   // b256 35.58 -> 34.95).
   bool paged_mla_ahead = true;
+  // With a bf16 pool (--kv-cache-dtype bf16) and 16-head blocks: two blocks an SM instead of one. The key buffers hold
+  // no lo planes (99 KB a block instead of 154), the kernel is built for 80 registers (its producers one tile at a
+  // time) and the splits double to fill both. ncu (H100, session 38, V2-Lite b64 with a bf16 pool): one 12-warp block
+  // an SM, 18.6% achieved occupancy, no eligible warp 76% of the cycles, 1.88 TB/s. Off until a GPU has run it.
+  bool paged_mla_two_blocks = false;
   // The MLA flash kernel sums S's hi·hi products and its cross terms in separate accumulators (8 independent mma chains
   // a warp instead of 4): another fp32 order within the same 3e-5. On since session 35 (H100, same run: prefill 8192
   // attention 133.2-133.9 -> 130.0 ms alone, 125.5 with mla_lazy_rescale; fixed-latency waits on the HMMAs were the

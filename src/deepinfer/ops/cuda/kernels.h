@@ -518,6 +518,7 @@ struct PagedMlaKernelParams {
   KernelPick mma = KernelPick::kNever;
   int mma_block_heads = 32;     // the tensor-core kernel's heads a block (paged_mla_mma_block_heads)
   bool producer_ahead = false;  // 16-head blocks: producers load a tile ahead (KernelChoices::paged_mla_ahead)
+  bool two_blocks = false;      // bf16 pool, 16-head blocks: two blocks an SM (paged_mla_mma_two_blocks)
   bool lazy_rescale = false;    // the tensor-core kernel skips Ō's rescale where no max grew (mla_lazy_rescale)
 };
 // Splits for a launch: about two blocks per SM, at most one per 32-key tile of the longest query.

@@ -22,10 +22,15 @@ bool paged_mla_mma_takes(int64_t r, int64_t dr, size_t smem_per_block_optin);
 // Heads a block of the tensor-core kernel: 32 (two m16 groups), or 16 for models with at most 16 heads when `narrow`
 // (KernelChoices::paged_mla_16: V2-Lite's 16 heads would leave a 32-head block's second group all padding).
 int paged_mla_mma_block_heads(int64_t heads, bool narrow);
-// Splits for the tensor-core kernel (one block an SM: its shared memory): the fewest that fill the SMs once —
-// tokens x head groups of block_heads below sm_count blocks get sm_count / blocks splits, at most one per 32 keys of
-// max_keys and kPagedMlaMaxSplits.
-int paged_mla_mma_splits(int64_t tokens, int64_t heads, int64_t max_keys, int sm_count, int block_heads);
+// Splits for the tensor-core kernel (blocks_per_sm blocks an SM: 1 for its shared memory, 2 for the bf16-pool form of
+// paged_mla_mma_two_blocks): the fewest that fill the SMs once — tokens x head groups of block_heads below
+// blocks_per_sm · sm_count blocks get blocks_per_sm · sm_count / blocks splits, at most one per 32 keys of max_keys and
+// kPagedMlaMaxSplits.
+int paged_mla_mma_splits(int64_t tokens, int64_t heads, int64_t max_keys, int sm_count, int block_heads,
+                         int blocks_per_sm = 1);
+// Whether a launch takes the two-blocks-an-SM form (KernelChoices::paged_mla_two_blocks): a bf16 pool and 16-head
+// blocks, whose key buffers need no lo planes (99 KB a block) and whose consumers fit 80 registers.
+bool paged_mla_mma_two_blocks(bool choice, bool kv_bf16, int block_heads);
 // Writes the split partials (p.part_o / part_m / part_l) for every (token, head, split), as the SIMT attend does.
 void launch_paged_mla_attend_mma(const PagedMlaKernelParams& p, cudaStream_t stream);
 

@@ -57,7 +57,7 @@ static_assert(kBarCons < 16, "16 named barriers");
 
 // kHg head groups of 16 (the mma M dimension) a block: 2 for V3's 128 heads, 1 for models of at most 16 (V2-Lite),
 // whose second group would be all padding.
-template <int kR, int kDr, int kHg>
+template <int kR, int kDr, int kHg, bool kBf16 = false>
 struct Layout {
   static constexpr int kBlockHeads = 16 * kHg;
   static constexpr int kRow = kR + kDr;
@@ -72,7 +72,7 @@ struct Layout {
   static constexpr size_t q_lo = q_hi + size_t{2} * kBlockHeads * kLd;
   static constexpr size_t k_hi = q_lo + size_t{2} * kBlockHeads * kLd;  // [kStages]
   static constexpr size_t k_lo = k_hi + kStages * kKeyBuf;              // [kStages]
-  static constexpr size_t s = k_lo + kStages * kKeyBuf;                 // [quarter][head][key] fp32 partials
+  static constexpr size_t s = k_lo + (kBf16 ? 0 : kStages * kKeyBuf);   // [quarter][head][key] fp32 partials
   static constexpr size_t p_hi = s + size_t{4} * kQuarters * kBlockHeads * kSLd;
   static constexpr size_t p_lo = p_hi + size_t{2} * kBlockHeads * kPLd;
   static constexpr size_t corr = p_lo + size_t{2} * kBlockHeads * kPLd;
@@ -106,9 +106,10 @@ __device__ __forceinline__ void bar_arrive_stage(int id, int b) {
     bar_arrive(id + 2, kThreads);
 }
 
-template <int kR, int kDr, int kHg, bool kAhead, bool kBf16>
-__global__ void __launch_bounds__(kThreads) paged_mla_attend_mma_kernel(PagedMlaKernelParams p) {
-  using L = Layout<kR, kDr, kHg>;
+// kBf16: a bf16 pool (no lo planes in the key buffers); kMinBlocks 2: built for two blocks an SM (80 registers).
+template <int kR, int kDr, int kHg, bool kAhead, bool kBf16, int kMinBlocks = 1>
+__global__ void __launch_bounds__(kThreads, kMinBlocks) paged_mla_attend_mma_kernel(PagedMlaKernelParams p) {
+  using L = Layout<kR, kDr, kHg, kBf16>;
   constexpr int kBlockHeads = L::kBlockHeads;
   constexpr int kRow = L::kRow, kRowVecs = kRow / 4;
   extern __shared__ __align__(16) uint8_t smem[];
@@ -429,9 +430,15 @@ bool paged_mla_mma_takes(int64_t r, int64_t dr, size_t smem_per_block_optin) {
 
 int paged_mla_mma_block_heads(int64_t heads, bool narrow) { return narrow && heads <= 16 ? 16 : 32; }
 
-int paged_mla_mma_splits(int64_t tokens, int64_t heads, int64_t max_keys, int sm_count, int block_heads) {
+bool paged_mla_mma_two_blocks(bool choice, bool kv_bf16, int block_heads) {
+  static_assert(2 * (Layout<kV3R, kV3Dr, 1, true>::bytes + 1024) <= 228 * 1024, "two blocks' shared memory an SM");
+  return choice && kv_bf16 && block_heads == 16;
+}
+
+int paged_mla_mma_splits(int64_t tokens, int64_t heads, int64_t max_keys, int sm_count, int block_heads,
+                         int blocks_per_sm) {
   const int64_t blocks = std::max<int64_t>(1, tokens * ceil_div(heads, block_heads));
-  const int64_t want = std::max<int64_t>(1, sm_count / blocks);
+  const int64_t want = std::max<int64_t>(1, int64_t{blocks_per_sm} * sm_count / blocks);
   return static_cast<int>(
       std::max<int64_t>(1, std::min<int64_t>({want, ceil_div(max_keys, kPagedMlaSplitKeys), kPagedMlaMaxSplits})));
 }
@@ -449,21 +456,33 @@ void launch_paged_mla_attend_mma(const PagedMlaKernelParams& p, cudaStream_t str
     kernel<<<grid, kThreads, smem, stream>>>(p);
     DI_CUDA_CHECK_LAUNCH();
   };
-  auto by_pool = [&](auto f32_kernel, auto bf16_kernel, size_t smem) {
+  if (p.two_blocks) {
+    DI_CHECK_INTERNAL(p.kv_bf16 && p.mma_block_heads == 16) << "paged_mla_attention: two blocks an SM need a bf16 pool";
+    auto* kernel = paged_mla_attend_mma_kernel<kV3R, kV3Dr, 1, false, true, 2>;
+    // Both blocks' shared memory: the largest carveout (the default may leave room for one).
+    DI_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
+    launch(kernel, Layout<kV3R, kV3Dr, 1, true>::bytes);
+    return;
+  }
+  auto by_pool = [&](auto f32_kernel, auto bf16_kernel, size_t f32_smem, size_t bf16_smem) {
     if (p.kv_bf16)
-      launch(bf16_kernel, smem);
+      launch(bf16_kernel, bf16_smem);
     else
-      launch(f32_kernel, smem);
+      launch(f32_kernel, f32_smem);
   };
   if (p.mma_block_heads == 16 && p.producer_ahead)
     by_pool(paged_mla_attend_mma_kernel<kV3R, kV3Dr, 1, true, false>,
-            paged_mla_attend_mma_kernel<kV3R, kV3Dr, 1, true, true>, Layout<kV3R, kV3Dr, 1>::bytes);
+            paged_mla_attend_mma_kernel<kV3R, kV3Dr, 1, true, true>, Layout<kV3R, kV3Dr, 1>::bytes,
+            Layout<kV3R, kV3Dr, 1, true>::bytes);
   else if (p.mma_block_heads == 16)
     by_pool(paged_mla_attend_mma_kernel<kV3R, kV3Dr, 1, false, false>,
-            paged_mla_attend_mma_kernel<kV3R, kV3Dr, 1, false, true>, Layout<kV3R, kV3Dr, 1>::bytes);
+            paged_mla_attend_mma_kernel<kV3R, kV3Dr, 1, false, true>, Layout<kV3R, kV3Dr, 1>::bytes,
+            Layout<kV3R, kV3Dr, 1, true>::bytes);
   else
     by_pool(paged_mla_attend_mma_kernel<kV3R, kV3Dr, 2, false, false>,
-            paged_mla_attend_mma_kernel<kV3R, kV3Dr, 2, false, true>, Layout<kV3R, kV3Dr, 2>::bytes);
+            paged_mla_attend_mma_kernel<kV3R, kV3Dr, 2, false, true>, Layout<kV3R, kV3Dr, 2>::bytes,
+            Layout<kV3R, kV3Dr, 2, true>::bytes);
 }
 
 }  // namespace deepinfer::cuda
