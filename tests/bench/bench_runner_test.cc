@@ -12,15 +12,21 @@
 namespace deepinfer::bench {
 namespace {
 
-TEST(BenchRunner, TinySliceOnCpu) {
-  std::unique_ptr<BenchTarget> t = make_cpu_target(1);
-  const BenchModel m = tiny_slice();
+// Prefill of 12 tokens, decode at batches 1 and 3 over 20 tokens: no warm-up, one timed step each.
+BenchOptions small_options() {
   BenchOptions o;
   o.prompts = {12};
   o.batches = {1, 3};
   o.contexts = {20};
   o.warmup = 0;
   o.iters = 1;
+  return o;
+}
+
+TEST(BenchRunner, TinySliceOnCpu) {
+  std::unique_ptr<BenchTarget> t = make_cpu_target(1);
+  const BenchModel m = tiny_slice();
+  const BenchOptions o = small_options();
   const std::vector<BenchRow> rows = run_slice(*t, m, o);
   ASSERT_EQ(rows.size(), 3u);
   EXPECT_TRUE(rows[0].shape.prefill);
@@ -66,12 +72,7 @@ TEST(BenchRunner, TinyMlaSliceOnCpu) {
   for (int kv_bytes : {4, 2}) {
     MlaBenchModel m = tiny_mla();
     m.kv_value_bytes = kv_bytes;
-    BenchOptions o;
-    o.prompts = {12};
-    o.batches = {1, 3};
-    o.contexts = {20};
-    o.warmup = 0;
-    o.iters = 1;
+    const BenchOptions o = small_options();
     const std::vector<BenchRow> rows = run_mla_slice(*t, m, o);
     ASSERT_EQ(rows.size(), 3u);
     EXPECT_TRUE(rows[0].shape.prefill);
