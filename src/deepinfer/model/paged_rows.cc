@@ -21,6 +21,16 @@ void PagedRows::for_runs(const PageRef& ref, int64_t first, int64_t n, F&& f) co
   }
 }
 
+namespace {
+// Rows between f32 and the pool: a copy for an f32 pool, a cast (rounding into bf16, widening out of it) for bf16.
+void move_rows(TensorMemory& mem, const Tensor& dst, const Tensor& src) {
+  if (dst.dtype() == src.dtype())
+    mem.copy(dst, src);
+  else
+    mem.cast(dst, src);
+}
+}  // namespace
+
 PagedRows::PagedRows(int64_t width, int ratio, DType dtype) : width_(width), ratio_(ratio), dtype_(dtype) {
   DI_CHECK(dtype == DType::kF32 || dtype == DType::kBF16)
       << "paged rows are kept in f32 or bf16, not " << dtype_name(dtype);
@@ -62,11 +72,7 @@ void PagedRows::write(TensorMemory& mem, const PageRef& ref, int64_t first, cons
     max_block = std::max<int64_t>(max_block, ref.block_table[b]);
   reserve(mem, max_block + 1, ref.block_size);
   for_runs(ref, first + skip, n - skip, [&](int64_t pool_row, int64_t at, int64_t len) {
-    const Tensor dst = pool_.view().slice(pool_row, pool_row + len), src = rows.slice(skip + at, skip + at + len);
-    if (dtype_ == DType::kF32)
-      mem.copy(dst, src);
-    else
-      mem.cast(dst, src);
+    move_rows(mem, pool_.view().slice(pool_row, pool_row + len), rows.slice(skip + at, skip + at + len));
   });
 }
 
@@ -86,11 +92,7 @@ OwnedTensor PagedRows::gather(TensorMemory& mem, const PageRef& ref, int64_t fir
   for_runs(ref, first, n, [&](int64_t pool_row, int64_t at, int64_t len) {
     DI_CHECK_INTERNAL((pool_row + len) * ratio_ <= capacity_blocks_ * ref.block_size)
         << "read of paged rows never written (pool row " << pool_row + len - 1 << ")";
-    const Tensor dst = out.view().slice(at, at + len), src = pool_.view().slice(pool_row, pool_row + len);
-    if (dtype_ == DType::kF32)
-      mem.copy(dst, src);
-    else
-      mem.cast(dst, src);
+    move_rows(mem, out.view().slice(at, at + len), pool_.view().slice(pool_row, pool_row + len));
   });
   return out;
 }

@@ -143,10 +143,11 @@ __device__ __forceinline__ void load_tile(const PagedMlaKernelParams& p, const i
       float4 lo = make_float4(v, v, v, v), hi = lo;
       if (!zero && !bad) {
         const uint4 w = __ldg(reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p.kv_pool) + at * row) + c);
-        lo = make_float4(__uint_as_float(w.x << 16), __uint_as_float(w.x & 0xffff0000u), __uint_as_float(w.y << 16),
-                         __uint_as_float(w.y & 0xffff0000u));
-        hi = make_float4(__uint_as_float(w.z << 16), __uint_as_float(w.z & 0xffff0000u), __uint_as_float(w.w << 16),
-                         __uint_as_float(w.w & 0xffff0000u));
+        const uint16_t* h = reinterpret_cast<const uint16_t*>(&w);
+        lo =
+            make_float4(bf16_bits_to_f32(h[0]), bf16_bits_to_f32(h[1]), bf16_bits_to_f32(h[2]), bf16_bits_to_f32(h[3]));
+        hi =
+            make_float4(bf16_bits_to_f32(h[4]), bf16_bits_to_f32(h[5]), bf16_bits_to_f32(h[6]), bf16_bits_to_f32(h[7]));
       }
       reinterpret_cast<float4*>(dst)[0] = lo;
       reinterpret_cast<float4*>(dst)[1] = hi;
