@@ -401,7 +401,7 @@ if [ "$MODE" = model ]; then
           default) ;;
           act=*) ab_args+=(--activation-quant "${choice#act=}") ;;  # the GEMMs' activation numerics, not a kernel
           ffn=*) ab_args+=(--v2-lite-ffn "${choice#ffn=}") ;;       # the v2-lite slice's FFN weights (bf16 | f32)
-          kv=*) ab_args+=(--kv-cache-dtype "${choice#kv=}") ;;      # the MLA slices' decode cache (f32 | bf16)
+          kv=*) ab_args+=(--kv-cache-dtype "${choice#kv=}") ;;      # the slices' paged caches (f32 | bf16)
           *) ab_args+=(--kernel-choice "$choice") ;;
         esac
       done

@@ -72,9 +72,9 @@ TEST(BenchCli, V2LiteFfnFormatIsChecked) {
   EXPECT_NE(r.output.find("fp8"), std::string::npos) << r.output;
 }
 
-// --kv-cache-dtype bf16: the MLA slices' decode reads a bf16 cache (the slice line says so); the V4 slices refuse it;
-// other values are not taken.
-TEST(BenchCli, KvCacheDtypeForTheMlaSlices) {
+// --kv-cache-dtype bf16: the MLA slices' decode and the V4 slices' paged calls read bf16 caches (the slice lines say
+// so); other values are not taken.
+TEST(BenchCli, KvCacheDtypeForTheSlices) {
   auto f32 = run_cli("bench --device cpu --model tiny-mla --no-prefill --batch 2 --context 32 --warmup 0 --iters 1");
   auto bf16 = run_cli(
       "bench --device cpu --model tiny-mla --no-prefill --batch 2 --context 32 --warmup 0 --iters 1 "
@@ -83,9 +83,11 @@ TEST(BenchCli, KvCacheDtypeForTheMlaSlices) {
   ASSERT_EQ(bf16.exit_code, 0) << bf16.output;
   EXPECT_NE(f32.output.find("(decode; its cache f32)"), std::string::npos) << f32.output;
   EXPECT_NE(bf16.output.find("(decode; its cache bf16)"), std::string::npos) << bf16.output;
-  auto v4 = run_cli("bench --device cpu --model tiny --kv-cache-dtype bf16 --iters 1");
-  EXPECT_NE(v4.exit_code, 0);
-  EXPECT_NE(v4.output.find("the V4 slices keep f32 caches"), std::string::npos) << v4.output;
+  auto v4 = run_cli(
+      "bench --device cpu --model tiny --no-prefill --batch 2 --context 64 --warmup 0 --iters 1 "
+      "--kv-cache-dtype bf16");
+  ASSERT_EQ(v4.exit_code, 0) << v4.output;
+  EXPECT_NE(v4.output.find("paged caches bf16"), std::string::npos) << v4.output;
   auto bad = run_cli("bench --device cpu --model tiny-mla --kv-cache-dtype fp8 --iters 1");
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.output.find("--kv-cache-dtype"), std::string::npos) << bad.output;

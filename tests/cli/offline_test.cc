@@ -334,18 +334,28 @@ TEST(OfflineCli, KernelChoicesAreRefusedOnTheCpuAndNamedWhenUnknown) {
   EXPECT_NE(unknown.output.find("unknown key 'no_such_kernel'"), std::string::npos) << unknown.output;
 }
 
-// --kv-cache-dtype bf16 on the V3 golden model: the engine runs to the end with finite samples and logs the cache;
-// on a V4 model and with --ep 2 it is refused by name.
-TEST(OfflineCli, KvCacheDtypeBf16RunsTheV3FamilyAndIsNamedWhereRefused) {
+// --kv-cache-dtype bf16 on the golden models: the engine runs to the end with finite samples and logs the cache (V4.1:
+// lossless, the f32 cache's samples); with --ep 2 it is refused by name.
+TEST(OfflineCli, KvCacheDtypeBf16RunsEveryFamilyAndIsNamedWhereRefused) {
   const std::string args = " --max_model_len 128 --num-prompts 2 --max-tokens 4 --ignore-eos --kv-cache-dtype bf16";
   auto v3 = run_cli("offline --model_name " + testing::test_data_dir() + "/golden/deepseek_v3" + args);
   ASSERT_EQ(v3.exit_code, 0) << v3.output;
   EXPECT_NE(v3.output.find("KV cache: bf16, rows rounded as written"), std::string::npos) << v3.output;
   EXPECT_EQ(testing::parse_offline_samples(v3.output).size(), 2u);
   EXPECT_EQ(v3.output.find("finite=NO"), std::string::npos) << v3.output;
+  // V4.1: lossless (its cached rows are fake-quantized), the f32 cache's samples exactly.
+  const std::string v41_dir = testing::test_data_dir() + "/golden/deepseek_v41";
+  auto v41 = run_cli("offline --model_name " + v41_dir + args);
+  ASSERT_EQ(v41.exit_code, 0) << v41.output;
+  EXPECT_NE(v41.output.find("KV cache: bf16 (lossless"), std::string::npos) << v41.output;
+  auto v41_f32 = run_cli("offline --model_name " + v41_dir +
+                         " --max_model_len 128 --num-prompts 2 --max-tokens 4 "
+                         "--ignore-eos --kv-cache-dtype f32");
+  ASSERT_EQ(v41_f32.exit_code, 0) << v41_f32.output;
+  EXPECT_EQ(testing::parse_offline_samples(v41.output), testing::parse_offline_samples(v41_f32.output));
   auto v4 = run_cli("offline --model_name " + testing::test_data_dir() + "/golden/deepseek_v4" + args);
-  EXPECT_NE(v4.exit_code, 0);
-  EXPECT_NE(v4.output.find("--kv-cache-dtype bf16: "), std::string::npos) << v4.output;
+  ASSERT_EQ(v4.exit_code, 0) << v4.output;
+  EXPECT_NE(v4.output.find("KV cache: bf16 (rows rounded as written)"), std::string::npos) << v4.output;
   auto ep = run_cli("offline --model_name " + testing::test_data_dir() + "/golden/deepseek_v3" + args + " --ep 2");
   EXPECT_NE(ep.exit_code, 0);
   EXPECT_NE(ep.output.find("runs on one rank for now"), std::string::npos) << ep.output;

@@ -221,6 +221,38 @@ TEST_P(CudaGolden, DecodeGraphsReplayEqualsEagerPaddedSteps) {
   EXPECT_LE(st.replays, static_cast<int64_t>(steps));
 }
 
+// --kv-cache-dtype bf16 on the device: batched paged decode (and its decode graphs) over bf16 windows, entries and
+// indexer keys. V4.1's cached rows are bf16 values already and the kernels over bf16 pools give the f32 pools' bytes
+// for them: the logits are the f32 caches' bit for bit. V4's rows round: its logits stay near the f32 caches'.
+TEST_P(CudaGolden, Bf16CachesDecode) {
+  DeepseekV4Model& gpu = *f().gpu_model;
+  const auto specs = testing::make_specs(gpu, {1, 6, 16, 17, 33, 70, 101}, 6, {{{4, 3, 16}}});
+  const bool v41 = GetParam() == "deepseek_v41";
+  const auto f32 = testing::paged_decode(gpu, specs, v41, /*batched=*/true);
+  gpu.set_kv_cache_dtype(DType::kBF16);
+  DecodeGraphs graphs(*f().gpu);
+  const auto eager = testing::paged_decode(gpu, specs, v41, /*batched=*/true);
+  const auto replayed = testing::paged_decode(gpu, specs, v41, /*batched=*/true, testing::kV4Block, &graphs);
+  gpu.set_kv_cache_dtype(DType::kF32);
+  const int64_t v = vocab();
+  double worst = 0;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    ASSERT_EQ(eager[i].size(), f32[i].size()) << "sequence " << i;
+    ASSERT_EQ(replayed[i].size(), f32[i].size()) << "sequence " << i;
+    const auto n = static_cast<int64_t>(specs[i].gen.size());
+    worst = std::max(worst, worst_rel_error(eager[i].data(), f32[i].data(), n, v));
+    worst = std::max(worst, worst_rel_error(replayed[i].data(), f32[i].data(), n, v));
+    if (v41) {
+      EXPECT_EQ(std::memcmp(eager[i].data(), f32[i].data(), f32[i].size() * sizeof(float)), 0) << "sequence " << i;
+      EXPECT_EQ(std::memcmp(replayed[i].data(), f32[i].data(), f32[i].size() * sizeof(float)), 0) << "sequence " << i;
+    }
+  }
+  std::printf("[cuda-golden %s] bf16 caches, batched decode vs the f32 caches: worst row rel %.3g%s\n",
+              GetParam().c_str(), worst, v41 ? " (lossless: must be 0)" : "");
+  EXPECT_LE(worst, v41 ? 0.0 : 1e-2);
+  EXPECT_GE(graphs.stats().replays, 1);
+}
+
 // Uneven chunks (inside compress groups, across the window) equal one shot on the device too.
 TEST_P(CudaGolden, ChunkedPrefillEqualsOneShot) {
   auto ids = f().ids("prompt2.input_ids");
@@ -429,6 +461,8 @@ TEST(CudaOfflineCli, GreedyAndSeededSamplingOnTheGpuEqualTheCpu) {
     check_offline_cuda_equals_cpu(family, "--max-num-seqs 3 --max-num-batched-tokens 33");
     check_offline_cuda_equals_cpu(family, "--max-num-seqs 3 --max-num-batched-tokens 33 " + sampled);
   }
+  // bf16 caches (lossless for V4.1) through the engine on both backends.
+  check_offline_cuda_equals_cpu("deepseek_v41", "--max-num-seqs 3 --max-num-batched-tokens 33 --kv-cache-dtype bf16");
 }
 
 // Speculative decoding through the engine on the GPU: DSpark (generated V4.1 and V4-Flash-0731 checkpoints with

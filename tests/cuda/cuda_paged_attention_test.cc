@@ -4,6 +4,7 @@
 // leaves a warp's second head empty). The SIMT kernel (attn_mma = kNever): fp32 arithmetic in a different summation
 // order, tolerance 1e-5; the default choice (the tensor-core kernel for every shape it takes, split bf16 products as
 // in cuda_paged_attention_mma_test.cc): 2e-5.
+#include <cstring>
 #include <numeric>
 
 #include "cuda_paged_attention_util.h"
@@ -40,6 +41,47 @@ TEST_F(CudaPagedAttentionTest, PagedSinkAttentionMatchesCpu) {
     cpu().paged_sink_attention(cm);
     const DeviceTensor dmask = up(mask);
     rel_err((std::string("paged_sink_attention mask form ") + k.name).c_str(), run_op(c, d, &dmask), want, 1e-5);
+  }
+}
+
+// --kv-cache-dtype bf16: both kernels over bf16 pools give the bytes they give over f32 pools holding the same rounded
+// rows (the SIMT kernel widens them in registers; the tensor-core kernel also drops the keys' zero lo products), and
+// stay within their tolerances of the CPU op over the bf16 pools. The f32 rounded pools carry the NaN rows too.
+TEST_F(CudaPagedAttentionTest, Bf16PoolsEqualF32PoolsOfTheRoundedRows) {
+  struct Case {
+    const char* name;
+    PagedAttentionSpec spec;
+  };
+  const Case cases[] = {
+      {"decode B=5 H=64 hd=512 (split keys)", make_spec(5, 64, 512, 1, 512, 64, 2, 128, 200, 3000)},
+      {"prefill B=2x9 H=64 hd=512", make_spec(2, 64, 512, 9, 96, 64, 1, 128, 100, 900)},
+      {"decode B=7 H=6 hd=64 (scalar path)", make_spec(7, 6, 64, 1, 40, 16, 4, 32, 20, 700)},
+  };
+  for (const Case& k : cases) {
+    PagedAttentionCase c = make_paged_attention_case(k.spec, rng()());
+    const HostTensor win16 = bf16_of(c.window_pool), comp16 = bf16_of(c.comp_pool);
+    c.window_pool = rounded_f32_of(c.window_pool);
+    c.comp_pool = rounded_f32_of(c.comp_pool);
+    HostTensor want(DType::kF32, {c.tokens, k.spec.heads, k.spec.hd});
+    PagedSinkAttentionParams cp = c.params(want.view());
+    cp.window_pool = win16.view();
+    cp.comp_pool = comp16.view();
+    cpu().paged_sink_attention(cp);
+    const Device rounded = upload(c);
+    Device bf16 = upload(c);
+    bf16.window_pool = up(win16);
+    bf16.comp_pool = up(comp16);
+    for (const cuda::KernelPick pick : {cuda::KernelPick::kAuto, cuda::KernelPick::kNever}) {
+      ScopedKernelChoices choice(gpu(), [&](cuda::KernelChoices& kc) { kc.attn_mma = pick; });
+      const std::string name = std::string(pick == cuda::KernelPick::kNever ? "simt " : "auto ") + k.name;
+      const HostTensor got = run_op(c, bf16), same = run_op(c, rounded);
+      rel_err(("paged_sink_attention bf16 pools " + name).c_str(), got, want,
+              pick == cuda::KernelPick::kNever ? 1e-5 : 2e-5);
+      const bool equal = std::memcmp(got.view().data(), same.view().data(), got.view().nbytes()) == 0;
+      std::printf("[cuda-op] %-52s bf16 pools == f32 pools of the rounded rows: %s\n", name.c_str(),
+                  equal ? "ok" : "FAIL");
+      EXPECT_TRUE(equal) << name << " (seed " << seed_ << ")";
+    }
   }
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cuda_test_util.h"
+#include "ops/op_test_util.h"
 #include "ops/paged_attention_case.h"
 
 namespace deepinfer::testing {

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "cuda_test_util.h"
+#include "ops/op_test_util.h"
 #include "ops/paged_indexer_case.h"
 
 namespace deepinfer::testing {
@@ -74,6 +75,46 @@ TEST_F(CudaOpTest, PagedIndexerScoresMatchPerSequenceBitwise) {
     std::printf("[cuda-op] %-40s %lld rows differ from per-sequence indexer_scores %s\n", k.name,
                 static_cast<long long>(differ), differ == 0 ? "ok" : "FAIL");
     EXPECT_EQ(differ, 0) << k.name << " (seed " << seed_ << ")";
+  }
+}
+
+// --kv-cache-dtype bf16: every kernel over a bf16 key pool gives the bytes it gives over the f32 pool holding the same
+// rounded keys (NaN rows included): the tensor-core kernel (64 rows), the float4 shared-memory kernel (dim 128), the
+// scalar one (dim 100) and the one-warp-per-entry kernel (dim 256), each with indexer_mma auto and never.
+TEST_F(CudaOpTest, PagedIndexerScoresBf16PoolEqualsRoundedF32Pool) {
+  struct Case {
+    const char* name;
+    PagedIndexerSpec spec;
+  };
+  const Case cases[] = {
+      {"B=64 IH=64 Id=128 r=2 bs=64", spec(64, 64, 128, 700, 64, 2)},
+      {"B=9 IH=24 Id=100 r=2 bs=16", spec(9, 24, 100, 300, 16, 2)},
+      {"B=6 IH=64 Id=256 r=4 bs=32 (warp kernel)", spec(6, 64, 256, 200, 32, 4)},
+  };
+  for (const Case& k : cases) {
+    const PagedIndexerSpec& s = k.spec;
+    PagedIndexerCase c = make_paged_indexer_case(s, rng()());
+    const HostTensor pool16 = bf16_of(c.pool);
+    c.pool = rounded_f32_of(c.pool);
+    HostTensor want(DType::kF32, {s.seqs, c.n});
+    PagedIndexerScoreParams cp = c.params(want.view());
+    cp.key_pool = pool16.view();
+    cpu().paged_indexer_scores(cp);
+    DeviceTensor dq = up(c.q), dw = up(c.weights), dp = up(c.positions), ds = up(c.q_seq), dn = up(c.n_entries);
+    DeviceTensor dt = up(c.tables), drounded = up(c.pool), dbf16 = up(pool16);
+    for (const cuda::KernelPick pick : {cuda::KernelPick::kAuto, cuda::KernelPick::kNever}) {
+      ScopedKernelChoices choice(gpu(), [&](cuda::KernelChoices& kc) { kc.indexer_mma = pick; });
+      DeviceTensor got = poisoned({s.seqs, c.n}), same = poisoned({s.seqs, c.n});
+      gpu().paged_indexer_scores(c.params({dq, dw, dp, ds, dn, dt, dbf16}, got));
+      gpu().paged_indexer_scores(c.params({dq, dw, dp, ds, dn, dt, drounded}, same));
+      const HostTensor g = down(got), r = down(same);
+      const std::string name = std::string(pick == cuda::KernelPick::kNever ? "simt " : "auto ") + k.name;
+      rel_err(("paged_indexer_scores bf16 pool " + name).c_str(), g, want, 2e-5);
+      const bool equal = std::memcmp(g.view().data(), r.view().data(), g.view().nbytes()) == 0;
+      std::printf("[cuda-op] %-52s bf16 pool == f32 pool of the rounded keys: %s\n", name.c_str(),
+                  equal ? "ok" : "FAIL");
+      EXPECT_TRUE(equal) << name << " (seed " << seed_ << ")";
+    }
   }
 }
 

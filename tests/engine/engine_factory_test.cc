@@ -20,6 +20,7 @@
 #include "deepinfer/core/error.h"
 #include "deepinfer/io/safetensors.h"
 #include "deepinfer/model/deepseek_v3.h"
+#include "deepinfer/model/deepseek_v4.h"
 #include "deepinfer/ops/kernel_choice_args.h"
 #include "test_util.h"
 
@@ -212,10 +213,32 @@ TEST(EngineFactoryErrors, NameTheOptionInTheFrontEndsSpelling) {
 #endif
 }
 
+// Greedy outputs (10 tokens each) of four requests of `family`'s prompts run through a stack's engine to the end.
+std::map<std::string, std::vector<TokenId>> greedy_outputs(EngineStack& stack, const std::string& family) {
+  auto engine = stack.make_engine();
+  for (int i = 0; i < 4; ++i) {
+    Request r;
+    r.request_id = "r" + std::to_string(i);
+    r.prompt_token_ids = prompt_of(family, 5 * i, 40 + 20 * i);
+    r.params.max_tokens = 10;
+    r.params.temperature = 0;
+    r.params.ignore_eos = true;
+    engine->add_request(std::move(r));
+  }
+  engine->run_to_completion();
+  std::map<std::string, std::vector<TokenId>> out;
+  for (auto& c : engine->take_finished()) {
+    EXPECT_EQ(c.output_token_ids.size(), 10u) << c.request_id;
+    out[c.request_id] = c.output_token_ids;
+  }
+  EXPECT_EQ(out.size(), 4u);
+  return out;
+}
+
 // --kv-cache-dtype bf16 (the V3 family): half the bytes a block, so the same budget holds twice the blocks (less the
 // rounding of the slots' share); the engine runs a workload through it to the end with the greedy outputs of the
-// f32 cache on most requests (the rows are rounded, so a near-tie may flip); V4, parallel layouts and unknown
-// values are refused in the front end's spelling.
+// f32 cache on most requests (the rows are rounded, so a near-tie may flip); parallel layouts and unknown values are
+// refused in the front end's spelling.
 TEST(EngineFactoryKvCacheDtype, Bf16HalvesTheBytesPerBlockAndIsNamedWhereRefused) {
   EngineStackOptions o = options_for("deepseek_v3");
   o.host_kv_budget_bytes = 4 * 1000 * 1000;
@@ -227,28 +250,9 @@ TEST(EngineFactoryKvCacheDtype, Bf16HalvesTheBytesPerBlockAndIsNamedWhereRefused
   EXPECT_GE(bf16->sizing.num_blocks, 2 * f32->sizing.num_blocks - 1);
   EXPECT_EQ(bf16->v3->kv_cache_dtype(), DType::kBF16);
   EXPECT_EQ(f32->v3->kv_cache_dtype(), DType::kF32);
-  std::map<std::string, std::vector<TokenId>> outs[2];
-  int which = 0;
-  for (EngineStack* stack : {f32.get(), bf16.get()}) {
-    auto engine = stack->make_engine();
-    for (int i = 0; i < 4; ++i) {
-      Request r;
-      r.request_id = "r" + std::to_string(i);
-      r.prompt_token_ids = prompt_of("deepseek_v3", 5 * i, 40 + 20 * i);
-      r.params.max_tokens = 10;
-      r.params.temperature = 0;
-      r.params.ignore_eos = true;
-      engine->add_request(std::move(r));
-    }
-    engine->run_to_completion();
-    for (auto& c : engine->take_finished()) {
-      EXPECT_EQ(c.output_token_ids.size(), 10u) << c.request_id;
-      outs[which][c.request_id] = c.output_token_ids;
-    }
-    ++which;
-  }
+  auto outs_f32 = greedy_outputs(*f32, "deepseek_v3"), outs_bf16 = greedy_outputs(*bf16, "deepseek_v3");
   int same = 0;
-  for (const auto& [id, tokens] : outs[0]) same += outs[1][id] == tokens;
+  for (const auto& [id, tokens] : outs_f32) same += outs_bf16[id] == tokens;
   EXPECT_GE(same, 3) << "a bf16 cache changed most greedy continuations";
 
   EngineStackOptions bad = options_for("deepseek_v3");
@@ -258,13 +262,28 @@ TEST(EngineFactoryKvCacheDtype, Bf16HalvesTheBytesPerBlockAndIsNamedWhereRefused
   bad.spelling = OptionSpelling::kKeyword;
   expect_error([&] { load_engine_stack(bad); }, ErrorCode::kInvalidArgument,
                "kv_cache_dtype='fp8': must be auto, f32 or bf16");
-  EngineStackOptions v4 = options_for("deepseek_v41");
-  v4.kv_cache_dtype = "bf16";
-  expect_error([&] { load_engine_stack(v4); }, ErrorCode::kUnsupported, "keeps its caches in f32 for now");
   EngineStackOptions ep = options_for("deepseek_v3");
   ep.kv_cache_dtype = "bf16";
   ep.ep = 2;
   expect_error([&] { load_engine_stack(ep); }, ErrorCode::kUnsupported, "runs on one rank for now");
+  EngineStackOptions cp = options_for("deepseek_v41");
+  cp.kv_cache_dtype = "bf16";
+  cp.cp = 2;
+  expect_error([&] { load_engine_stack(cp); }, ErrorCode::kUnsupported, "runs on one rank for now");
+}
+
+// V4.1 caches FP8 / FP4 fake-quantized rows, each a bf16 value: its bf16 caches take half the bytes a block and the
+// engine's greedy outputs are the f32 caches' exactly (window rows, compressed entries and indexer keys all bf16).
+TEST(EngineFactoryKvCacheDtype, V41Bf16CachesHalveTheBlockAndKeepTheOutputs) {
+  EngineStackOptions o = options_for("deepseek_v41");
+  o.host_kv_budget_bytes = 4 * 1000 * 1000;
+  auto f32 = load_engine_stack(o);
+  o.kv_cache_dtype = "bf16";
+  auto bf16 = load_engine_stack(o);
+  EXPECT_EQ(bf16->layout.storage->bytes_per_block * 2, f32->layout.storage->bytes_per_block);
+  EXPECT_EQ(bf16->v4->kv_cache_dtype(), DType::kBF16);
+  EXPECT_EQ(f32->v4->kv_cache_dtype(), DType::kF32);
+  EXPECT_EQ(greedy_outputs(*bf16, "deepseek_v41"), greedy_outputs(*f32, "deepseek_v41"));
 }
 
 // --weight-format: auto keeps a checkpoint's block-format weights quantized on CUDA in every layout (one rank, EP/DP

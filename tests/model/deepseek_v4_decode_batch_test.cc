@@ -173,6 +173,53 @@ TEST(V4DecodeBatch, GoldenDecodeLogitsWithinTolerance) {
   }
 }
 
+// --kv-cache-dtype bf16. V4.1 caches FP8 / FP4 fake-quantized rows, each a bf16 value: its bf16 caches give the f32
+// caches' logits bit for bit (exact prefill and bounded replay, a generated ratio-2 checkpoint too: windows, entries
+// and indexer keys). V4's rows are not quantized, so its bf16 caches round: the logits move, batched decode still
+// equals one forward() per sequence, and the golden prompts stay near transformers' decode logits.
+struct KvDtypeScope {
+  DeepseekV4Model& m;
+  explicit KvDtypeScope(DeepseekV4Model& model) : m(model) { m.set_kv_cache_dtype(DType::kBF16); }
+  ~KvDtypeScope() { m.set_kv_cache_dtype(DType::kF32); }
+};
+
+void expect_bf16_cache_lossless(DeepseekV4Model& m, const std::vector<Spec>& specs, bool bounded) {
+  const auto f32 = paged_decode(m, specs, bounded, /*batched=*/true);
+  const int64_t f32_block = m.new_kv_pages(bounded).bytes_per_block(kBlock);
+  KvDtypeScope bf16(m);
+  EXPECT_EQ(m.new_kv_pages(bounded).bytes_per_block(kBlock) * 2, f32_block) << "a bf16 block: half the bytes";
+  for (bool batched : {true, false}) {
+    const auto got = paged_decode(m, specs, bounded, batched);
+    for (size_t i = 0; i < specs.size(); ++i) {
+      ASSERT_EQ(got[i].size(), f32[i].size()) << "sequence " << i;
+      EXPECT_EQ(std::memcmp(got[i].data(), f32[i].data(), got[i].size() * sizeof(float)), 0)
+          << "sequence " << i << (batched ? " batched" : " per sequence") << (bounded ? ", bounded replay" : "");
+    }
+  }
+}
+
+TEST(V4DecodeBatch, V41Bf16CachesAreLossless) {
+  DeepseekV4Model& m = *golden_model("deepseek_v41").model;
+  for (bool bounded : {false, true})
+    expect_bf16_cache_lossless(m, make_specs(m, kLengths, 6, {{{9, 8, 32}}, {{11, 10, 64}}}), bounded);
+  DeepseekV4Model& r2 = *generated_v41(2).model;
+  expect_bf16_cache_lossless(r2, make_specs(r2, {2, 5, 9, 16, 17, 40, 41}, 6, {{{6, 5, 32}}}), /*bounded=*/false);
+}
+
+TEST(V4DecodeBatch, V4Bf16CachesRoundButStayConsistent) {
+  Loaded& l = golden_model("deepseek_v4");
+  DeepseekV4Model& m = *l.model;
+  const std::vector<Spec> specs = make_specs(m, kLengths, 6, {{{9, 8, 32}}});
+  const auto f32 = paged_decode(m, specs, false, /*batched=*/true);
+  KvDtypeScope bf16(m);
+  expect_batched_equals_single(m, specs, false);
+  const auto got = paged_decode(m, specs, false, /*batched=*/true);
+  bool moved = false;
+  for (size_t i = 0; i < specs.size(); ++i)
+    moved = moved || std::memcmp(got[i].data(), f32[i].data(), got[i].size() * sizeof(float)) != 0;
+  EXPECT_TRUE(moved) << "V4's bf16 caches gave the f32 caches' logits: the rows were not rounded";
+}
+
 TEST(V4DecodeBatch, BadInputIsRejected) {
   const DeepseekV4Model& m = *golden_model("deepseek_v4").model;
   V4KvPages pages = m.new_kv_pages(false);

@@ -174,6 +174,42 @@ TEST(PagedSinkAttentionOp, MaskFormEqualsSinkAttentionWithMask) {
   }
 }
 
+// --kv-cache-dtype bf16: bf16 pools read as the f32 pools holding the same rounded rows, bit for bit (prefill-like
+// and decode calls; the unread rows are NaN in both), and not as the unrounded rows; an f16 pool or pools of two
+// dtypes are refused by name.
+TEST(PagedSinkAttentionOp, Bf16PoolsEqualF32PoolsOfTheRoundedRows) {
+  auto backend = make_cpu_backend(2);
+  for (int64_t tokens_per_seq : {1, 4}) {
+    testing::PagedAttentionSpec spec;
+    spec.tokens_per_seq = tokens_per_seq;
+    const testing::PagedAttentionCase c = testing::make_paged_attention_case(spec, 41 + tokens_per_seq);
+    const HostTensor win16 = testing::bf16_of(c.window_pool), comp16 = testing::bf16_of(c.comp_pool);
+    const HostTensor win_r = testing::rounded_f32_of(c.window_pool), comp_r = testing::rounded_f32_of(c.comp_pool);
+    const Shape shape{c.tokens, spec.heads, spec.hd};
+    HostTensor got(DType::kF32, shape), want(DType::kF32, shape), exact(DType::kF32, shape);
+    PagedSinkAttentionParams p = c.params(got.view());
+    p.window_pool = win16.view();
+    p.comp_pool = comp16.view();
+    backend->paged_sink_attention(p);
+    PagedSinkAttentionParams r = c.params(want.view());
+    r.window_pool = win_r.view();
+    r.comp_pool = comp_r.view();
+    backend->paged_sink_attention(r);
+    backend->paged_sink_attention(c.params(exact.view()));
+    for (int64_t i = 0; i < got.numel(); ++i) ASSERT_FALSE(std::isnan(got.data<float>()[i])) << "value " << i;
+    EXPECT_EQ(std::memcmp(got.data<float>(), want.data<float>(), got.view().nbytes()), 0) << tokens_per_seq;
+    EXPECT_NE(std::memcmp(got.data<float>(), exact.data<float>(), got.view().nbytes()), 0)
+        << "bf16 pools gave the unrounded rows' output: they were not read as bf16";
+    PagedSinkAttentionParams mixed = p;
+    mixed.comp_pool = c.comp_pool.view();
+    EXPECT_THROW(backend->paged_sink_attention(mixed), Error) << "a bf16 window pool beside an f32 comp pool";
+    HostTensor f16(DType::kF16, c.window_pool.shape());
+    PagedSinkAttentionParams half = c.params(got.view());
+    half.window_pool = f16.view();
+    EXPECT_THROW(backend->paged_sink_attention(half), Error) << "an f16 pool is neither f32 nor bf16";
+  }
+}
+
 TEST(PagedSinkAttentionOp, BadPagesAndShapesAreClearErrors) {
   auto backend = make_cpu_backend(1);
   testing::PagedAttentionSpec spec;

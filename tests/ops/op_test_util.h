@@ -33,6 +33,19 @@ inline HostTensor copy_of(const HostTensor& t) {
   return out;
 }
 
+// A cache pool as --kv-cache-dtype bf16 keeps it: an f32 tensor's values rounded to nearest even in bf16 storage
+// (NaN stays NaN), and the same rounded values in f32 (what a bf16 pool must read as).
+inline HostTensor bf16_of(const HostTensor& t) {
+  HostTensor out(DType::kBF16, t.shape());
+  for (int64_t i = 0; i < t.numel(); ++i) out.data<uint16_t>()[i] = f32_to_bf16(t.data<float>()[i]);
+  return out;
+}
+inline HostTensor rounded_f32_of(const HostTensor& t) {
+  HostTensor out(DType::kF32, t.shape());
+  for (int64_t i = 0; i < t.numel(); ++i) out.data<float>()[i] = round_bf16(t.data<float>()[i]);
+  return out;
+}
+
 // max |a − ref| / max(|ref|, floor) over all elements.
 inline double max_rel_error(const float* a, const std::vector<double>& ref, double floor = 1e-6) {
   double err = 0, scale = floor;

@@ -123,6 +123,30 @@ TEST(PagedIndexerScoresOp, PaddedTopKAndCandidateBlocksMatchPerRow) {
   }
 }
 
+// --kv-cache-dtype bf16: a bf16 key pool scores as the f32 pool holding the same rounded keys, bit for bit (the
+// unread rows are NaN in both), and not as the unrounded keys; an f16 pool is refused.
+TEST(PagedIndexerScoresOp, Bf16PoolEqualsF32PoolOfTheRoundedRows) {
+  auto backend = make_cpu_backend(2);
+  const PagedIndexerCase c = make_paged_indexer_case(spec(6, 8, 32, 90, 16, 4), 61);
+  const HostTensor pool16 = testing::bf16_of(c.pool), rounded = testing::rounded_f32_of(c.pool);
+  HostTensor got(DType::kF32, {c.spec.seqs, c.n}), want(DType::kF32, {c.spec.seqs, c.n}),
+      exact(DType::kF32, {c.spec.seqs, c.n});
+  PagedIndexerScoreParams p = c.params(got.view());
+  p.key_pool = pool16.view();
+  backend->paged_indexer_scores(p);
+  PagedIndexerScoreParams r = c.params(want.view());
+  r.key_pool = rounded.view();
+  backend->paged_indexer_scores(r);
+  backend->paged_indexer_scores(c.params(exact.view()));
+  for (int64_t i = 0; i < got.numel(); ++i) ASSERT_FALSE(std::isnan(got.data<float>()[i])) << "score " << i;
+  EXPECT_EQ(std::memcmp(got.data<float>(), want.data<float>(), got.view().nbytes()), 0);
+  EXPECT_NE(std::memcmp(got.data<float>(), exact.data<float>(), got.view().nbytes()), 0)
+      << "a bf16 pool gave the unrounded keys' scores: it was not read as bf16";
+  HostTensor f16(DType::kF16, c.pool.shape());
+  p.key_pool = f16.view();
+  EXPECT_THROW(backend->paged_indexer_scores(p), Error);
+}
+
 TEST(PagedIndexerScoresOp, BadInputsRaise) {
   auto backend = make_cpu_backend(1);
   const PagedIndexerSpec s;

@@ -14,6 +14,7 @@
 
 #include "deepinfer/core/tensor.h"
 #include "deepinfer/ops/ops.h"
+#include "op_test_util.h"
 
 namespace deepinfer::testing {
 
@@ -46,16 +47,8 @@ struct PagedMlaCase {
   }
   // The pool as a bf16 cache holds it (each value rounded to nearest even), and as an f32 pool of those values
   // widened back: a bf16 pool must give exactly the latter's output.
-  HostTensor bf16_pool() const {
-    HostTensor out(DType::kBF16, pool.shape());
-    for (int64_t i = 0; i < pool.numel(); ++i) out.data<uint16_t>()[i] = f32_to_bf16(pool.data<float>()[i]);
-    return out;
-  }
-  HostTensor rounded_pool() const {
-    HostTensor out(DType::kF32, pool.shape());
-    for (int64_t i = 0; i < pool.numel(); ++i) out.data<float>()[i] = round_bf16(pool.data<float>()[i]);
-    return out;
-  }
+  HostTensor bf16_pool() const { return bf16_of(pool); }
+  HostTensor rounded_pool() const { return rounded_f32_of(pool); }
   // Rows of positions [0, n) of sequence b, in order: [n, r + dr].
   HostTensor gathered(int64_t b, int64_t n) const {
     const int64_t row = spec.r + spec.dr, bs = spec.block_size;

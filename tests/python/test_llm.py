@@ -107,16 +107,17 @@ def test_activation_quant_reaches_the_engine(golden_v41):
 
 
 def test_kv_cache_dtype_reaches_the_engine(golden_v41):
-    # bf16 on the embedded tiny V3 model runs to the end; a value that does not exist and bf16 on a V4 model are
-    # refused by name.
+    # bf16 on the embedded tiny V3 model runs to the end, and on a V4.1 model gives the f32 cache's tokens (its rows
+    # are fake-quantized: lossless); a value that does not exist is refused by name.
     p = SamplingParams(temperature=0, max_tokens=5, ignore_eos=True)
     tiny = str(pathlib.Path(__file__).resolve().parents[2] / "models" / "deepinfer-tiny-v3")
     bf16 = LLM(tiny, max_model_len=128, max_num_seqs=1, device="cpu", kv_cache_dtype="bf16")
     assert len(bf16.generate([[11, 22, 33, 44, 55]], [p], use_tqdm=False)[0].outputs[0].token_ids) == 5
     with pytest.raises(ValueError, match="kv_cache_dtype"):
         LLM(tiny, max_model_len=128, device="cpu", kv_cache_dtype="fp8")
-    with pytest.raises(Exception, match="keeps its caches in f32 for now"):
-        LLM(golden_v41, max_model_len=128, device="cpu", kv_cache_dtype="bf16")
+    outs = [LLM(golden_v41, max_model_len=128, max_num_seqs=1, device="cpu", kv_cache_dtype=d)
+            .generate([[11, 22, 33, 44, 55]], [p], use_tqdm=False)[0].outputs[0].token_ids for d in ("f32", "bf16")]
+    assert outs[0] == outs[1] and len(outs[0]) == 5
 
 
 def test_kernel_choices_are_the_cuda_backends(golden_v41):

@@ -220,8 +220,9 @@ double layer_stored_bytes(const BenchModel& m, const LayerSpec& l, int64_t max_b
   bytes += m.experts * 3 * mxfp4_bytes(m.moe_inter, d) + shared_expert_bytes(m);
   if (l.ratio > 0) {
     const double entries = static_cast<double>(max_blocks) * (kBenchCacheBlock / l.ratio);
-    if (l.kind != AttnKind::kReuse) bytes += 4.0 * entries * m.head_dim;  // a reuse layer reads its source's
-    if (l.kind == AttnKind::kIndexed) bytes += 4.0 * entries * m.index_dim;
+    const double value = m.kv_value_bytes == 2 ? 6.0 : 4.0;                 // f32 pools, and their bf16 copies
+    if (l.kind != AttnKind::kReuse) bytes += value * entries * m.head_dim;  // a reuse layer reads its source's
+    if (l.kind == AttnKind::kIndexed) bytes += value * entries * m.index_dim;
   }
   if (l.engram) bytes += 4.0 * m.engram_table_rows * m.engram_dim + engram_weight_bytes(m);
   return bytes;
@@ -229,7 +230,7 @@ double layer_stored_bytes(const BenchModel& m, const LayerSpec& l, int64_t max_b
 
 int fit_layers_per_kind(const std::function<BenchModel(int)>& make, double budget, int64_t max_blocks) {
   const auto stored = [&](const BenchModel& m) {
-    double bytes = 4.0 * max_blocks * kBenchCacheBlock * m.head_dim;  // the window pool
+    double bytes = (m.kv_value_bytes == 2 ? 6.0 : 4.0) * max_blocks * kBenchCacheBlock * m.head_dim;  // window pool
     for (const LayerSpec& l : m.layers) bytes += layer_stored_bytes(m, l, max_blocks);
     return bytes;
   };
@@ -276,7 +277,9 @@ StepCost count_step(const BenchModel& m, const StepShape& s) {
       c.flops += 2 * t * static_cast<double>(m.index_heads * m.index_dim * m.q_lora + m.index_heads * d);
       for (int64_t p = first_pos; p <= last_pos; ++p)
         c.flops += s.seqs * 2.0 * m.index_heads * m.index_dim * visible_entries(p, l.ratio);
-      c.cache_bytes += s.seqs * 4.0 * m.index_dim * visible_entries(last_pos, l.ratio);
+      // Decode reads the paged keys (kv_value_bytes), prefill contiguous f32 ones.
+      const double key_bytes = s.tokens == 1 ? m.kv_value_bytes : 4.0;
+      c.cache_bytes += s.seqs * key_bytes * m.index_dim * visible_entries(last_pos, l.ratio);
     }
     // Attention: QK and PV over the keys each query sees.
     for (int64_t p = first_pos; p <= last_pos; ++p) {
@@ -290,8 +293,8 @@ StepCost count_step(const BenchModel& m, const StepShape& s) {
     const int64_t vis_last = visible_entries(last_pos, l.ratio);
     if (l.kind == AttnKind::kIndexed || l.kind == AttnKind::kReuse) rows += std::min(vis_last, m.index_topk * s.tokens);
     if (l.kind == AttnKind::kAllSeen) rows += vis_last;
-    c.cache_bytes += s.seqs * 4.0 * m.head_dim * rows;
-    c.attention_bytes += s.seqs * 4.0 * m.head_dim * rows;
+    c.cache_bytes += s.seqs * static_cast<double>(m.kv_value_bytes) * m.head_dim * rows;
+    c.attention_bytes += s.seqs * static_cast<double>(m.kv_value_bytes) * m.head_dim * rows;
     // Router (f32 [E, D]) and experts: k routed MXFP4 + the shared FP8 expert per token.
     c.flops += 2 * t * static_cast<double>(m.experts * d);
     c.weight_bytes += 4.0 * m.experts * d;

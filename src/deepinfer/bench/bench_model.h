@@ -49,6 +49,9 @@ struct BenchModel {
   float swiglu_limit = 10.0f;
   bool weight_before_w2 = false;  // V4.1 applies the routing weight before w2
   bool q_head_norm = false;       // V4 normalises each query head (unweighted RMSNorm) before its RoPE
+  // Bytes a cached value takes where the paged calls read it: 4 (f32 pools) or 2 (`--kv-cache-dtype bf16`: the bench
+  // keeps bf16 copies of the pools beside the f32 ones, which prefill's contiguous indexer keys still read).
+  int kv_value_bytes = 4;
   std::vector<LayerSpec> layers;
 };
 

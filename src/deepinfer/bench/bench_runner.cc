@@ -67,6 +67,7 @@ class Slice final : public SliceState {
           max_entries = std::max(max_entries, s.seqs * std::max<int64_t>(1, visible_entries(s.context - 1, l.ratio)));
     }
     window_pool_ = rnd({max_blocks * kBenchCacheBlock, m.head_dim}, 1.0f);
+    window_pool_bf16_ = bf16_copy(window_pool_);
     int64_t max_scores = 1;
     for (const StepShape& s : shapes)
       for (const LayerSpec& l : m.layers)
@@ -122,10 +123,12 @@ class Slice final : public SliceState {
       if (spec.kind == AttnKind::kIndexed || spec.kind == AttnKind::kAllSeen ||
           (spec.kind == AttnKind::kReuse && source_of(li) < 0)) {
         l.compressed = rnd({max_blocks * (kBenchCacheBlock / spec.ratio), m.head_dim}, 1.0f);
+        l.compressed_bf16 = bf16_copy(l.compressed);
       }
       if (spec.kind == AttnKind::kIndexed) {
         // Contiguous per sequence for prefill, paged like the compressed entries for batched decode.
         l.index_keys = rnd({std::max(max_entries, max_blocks * (kBenchCacheBlock / spec.ratio)), m.index_dim}, 1.0f);
+        l.index_keys_bf16 = bf16_copy(l.index_keys);
         l.mask = mem_.zeros(DType::kU8, {max_scores});
       }
       if (spec.engram) make_engram(l);
@@ -195,6 +198,7 @@ class Slice final : public SliceState {
     counts_ = StepCounts{0, 0, true};
     const BenchModel& m = m_;
     Backend& be = t_.backend();
+    const bool bf16 = m.kv_value_bytes == 2;  // the paged calls read the bf16 pools
     const int64_t tt = s.seqs * s.tokens, d = m.hidden, hhd = m.heads * m.head_dim;
     const Tensor streams = rows(streams_, tt), xn = rows(xn_, tt), qr = rows(qr_, tt);
     const Tensor q = rows(q_, tt), kv = rows(kv_, tt), o = rows(o_, tt), z = rows(z_, tt), y = rows(y_, tt);
@@ -248,7 +252,7 @@ class Slice final : public SliceState {
           ip.q_seq = q_seq_.view();
           ip.n_entries = n_entries_.at(spec.ratio).view();
           ip.block_tables = tables_.view();
-          ip.key_pool = l.index_keys.view();
+          ip.key_pool = bf16 ? l.index_keys_bf16.view() : l.index_keys.view();
           ip.out = sc;
           ip.block_size = static_cast<int>(kBenchCacheBlock);
           ip.key_ratio = static_cast<int>(spec.ratio);
@@ -281,10 +285,10 @@ class Slice final : public SliceState {
       ap.q_positions = pos;
       ap.q_seq = q_seq_.view();
       ap.block_tables = tables_.view();
-      ap.window_pool = window_pool_.view();
+      ap.window_pool = bf16 ? window_pool_bf16_.view() : window_pool_.view();
       ap.window_begin = window_begin_.view();
       if (spec.kind != AttnKind::kSwa && n > 0) {
-        ap.comp_pool = owner.compressed.view();
+        ap.comp_pool = bf16 ? owner.compressed_bf16.view() : owner.compressed.view();
         ap.comp_idx = comp_idx_.at(spec.kind == AttnKind::kAllSeen ? -spec.ratio : spec.ratio).view();
         ap.comp_ratio = static_cast<int>(spec.ratio);
       }
@@ -340,7 +344,9 @@ class Slice final : public SliceState {
     Site attn, ffn;
     OwnedTensor router, router_bias;
     std::unique_ptr<BenchExperts> experts;
-    OwnedTensor compressed, index_keys, mask;
+    // The paged pools; with BenchModel::kv_value_bytes 2 also their bf16 copies, which the paged calls then read
+    // (prefill's indexer reads the f32 keys contiguously, as the engine's prefill gathers them widened).
+    OwnedTensor compressed, index_keys, mask, compressed_bf16, index_keys_bf16;
     // Engram: the table, wkv [(hc+1)·D, cols·dim] FP8, the gate weight [hc, D], the hash's multipliers [n], moduli
     // [n-1, heads] and column offsets.
     OwnedTensor engram_table, engram_gate, engram_mult, engram_mod, engram_offsets;
@@ -394,6 +400,13 @@ class Slice final : public SliceState {
   }
   uint64_t next() { return seed_ = seed_ * 6364136223846793005ull + 1442695040888963407ull; }
   OwnedTensor rnd(Shape shape, float range) { return t_.random(std::move(shape), next(), range); }
+  // A bf16 copy of a cache pool when the paged calls read bf16 pools (kv_value_bytes 2); empty otherwise.
+  OwnedTensor bf16_copy(const OwnedTensor& pool) {
+    if (m_.kv_value_bytes != 2) return {};
+    OwnedTensor c = mem_.zeros(DType::kBF16, pool.view().shape());
+    mem_.cast(c.view(), pool.view());
+    return c;
+  }
   static Tensor rows(const OwnedTensor& t, int64_t n) { return t.view().slice(0, n); }
   // Rows [sq·n, (sq+1)·n) of a [rows, width] cache: sequence sq's region.
   static Tensor seq_rows(const OwnedTensor& t, int64_t sq, int64_t n) { return t.view().slice(sq * n, (sq + 1) * n); }
@@ -447,7 +460,7 @@ class Slice final : public SliceState {
   StepCounts counts_;
   int64_t max_tokens_ = 1, max_seqs_ = 1, max_context_ = 1;
   OwnedTensor streams_, xn_, qr_, q_, kv_, o_, z_, y_, pre_, post_, comb_, qi_, iw_, rw_, ridx_, sinks_, inv_freq_;
-  OwnedTensor scores_, positions_, window_pool_, tables_, q_seq_, window_begin_, fused_in_, fused_q_;
+  OwnedTensor scores_, positions_, window_pool_, window_pool_bf16_, tables_, q_seq_, window_begin_, fused_in_, fused_q_;
   OwnedTensor engram_tokens_, engram_ids_, engram_rows_, engram_kv_, engram_key_, engram_value_;
   std::map<int64_t, OwnedTensor> comp_idx_;   // by ratio (negative: every visible entry)
   std::map<int64_t, OwnedTensor> n_entries_;  // i64 [tokens], by indexed ratio

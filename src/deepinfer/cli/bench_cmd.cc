@@ -55,14 +55,17 @@ int run_bench(const BenchArgs& a) {
   std::vector<bench::BenchModel> slices;  // resolved before any device work, so a typo fails at once
   std::vector<std::function<bench::BenchModel(int)>> makers;  // per slice: the slice with k layers of each kind
   std::vector<bench::MlaBenchModel> mla;
-  // --no-engram applies to every slice a maker makes, so that --fill-device fits the slice that runs.
+  // --no-engram and --kv-cache-dtype apply to every slice a maker makes, so that --fill-device fits the slice that
+  // runs.
+  const int kv_value_bytes = a.kv_cache_dtype == "bf16" ? 2 : 4;
   const auto add = [&](std::function<bench::BenchModel(int)> make) {
-    if (a.no_engram)
-      make = [make](int per_kind) {
-        bench::BenchModel m = make(per_kind);
+    make = [make, no_engram = a.no_engram, kv_value_bytes](int per_kind) {
+      bench::BenchModel m = make(per_kind);
+      if (no_engram)
         for (bench::LayerSpec& l : m.layers) l.engram = false;
-        return m;
-      };
+      m.kv_value_bytes = kv_value_bytes;
+      return m;
+    };
     slices.push_back(make(a.per_kind));
     makers.push_back(std::move(make));
   };
@@ -84,9 +87,7 @@ int run_bench(const BenchArgs& a) {
       DI_FAIL(ErrorCode::kInvalidArgument)
           << "bench --model: unknown slice '" << name << "' (v41-flash, v4-flash, v3, v2-lite, tiny, tiny-mla)";
   }
-  DI_CHECK(a.kv_cache_dtype == "f32" || slices.empty())
-      << "bench --kv-cache-dtype bf16 is for the MLA slices (v3, v2-lite, tiny-mla); the V4 slices keep f32 caches";
-  for (bench::MlaBenchModel& m : mla) m.kv_value_bytes = a.kv_cache_dtype == "bf16" ? 2 : 4;
+  for (bench::MlaBenchModel& m : mla) m.kv_value_bytes = kv_value_bytes;
 
   DI_CHECK_CODE(a.kernel_choices.empty() || !cpu, ErrorCode::kInvalidArgument)
       << "bench --kernel-choice: the choices are the CUDA backend's (--device cuda)";
@@ -125,7 +126,7 @@ int run_bench(const BenchArgs& a) {
     for (size_t i = 0; i < m.layers.size(); ++i)
       std::printf("%s%s r=%lld", i ? ", " : "", bench::attn_kind_name(m.layers[i].kind),
                   static_cast<long long>(m.layers[i].ratio));
-    std::printf(")\n");
+    std::printf("); paged caches %s\n", m.kv_value_bytes == 2 ? "bf16" : "f32");
     std::fflush(stdout);
     const std::vector<bench::BenchRow> rows = bench::run_slice(*target, m, o);
     std::printf("%s", bench::format_table(rows, c).c_str());
@@ -200,8 +201,8 @@ void register_bench(CLI::App& app, CommandRegistry& reg) {
       "--mla-per-sequence-decode", a->mla_per_sequence,
       "MLA slices: decode attention as one absorbed-MLA call per sequence (the path before the paged kernel)");
   sub->add_option("--kv-cache-dtype", a->kv_cache_dtype,
-                  "MLA slices: the decode step's paged cache in f32 (the default) or bf16 (half the bytes; the "
-                  "engine's --kv-cache-dtype bf16)")
+                  "the paged caches the attention (and the V4 slices' decode indexer) read: f32 (the default) or "
+                  "bf16 (half the bytes; the engine's --kv-cache-dtype bf16)")
       ->check(CLI::IsMember({"f32", "bf16"}))
       ->capture_default_str();
   register_bench_serve(sub, reg);

@@ -73,9 +73,9 @@ void add_device_execution_flags(CLI::App* sub, std::string& weight_format, std::
                                 bool& enforce_eager, bool& batch_invariant, std::vector<std::string>& kernel_choices,
                                 std::string& kv_cache_dtype) {
   sub->add_option("--kv-cache-dtype", kv_cache_dtype,
-                  "the paged attention cache: auto / f32 (the rows as computed) or bf16 (the V3 family's MLA cache "
-                  "rounded to bf16 as written, as vLLM keeps it in the model's dtype: half the bytes a decode step "
-                  "reads, twice the cached tokens; one rank only for now)")
+                  "the paged attention caches: auto / f32 (the rows as computed) or bf16 (rounded to bf16 as written, "
+                  "as vLLM keeps them in the model's dtype: half the bytes a decode step reads, twice the cached "
+                  "tokens; lossless for V4.1, whose cached rows are fake-quantized; one rank only for now)")
       ->check(CLI::IsMember({"auto", "f32", "bf16"}))
       ->capture_default_str();
   sub->add_option(

@@ -191,10 +191,8 @@ ActQuant activation_quant_of(const EngineStackOptions& o, const ModelConfig& con
 DType kv_cache_dtype_of(const EngineStackOptions& o, const ModelConfig& config) {
   DI_CHECK(o.kv_cache_dtype == "auto" || o.kv_cache_dtype == "f32" || o.kv_cache_dtype == "bf16")
       << option(o, "kv_cache_dtype", o.kv_cache_dtype) << ": must be auto, f32 or bf16";
+  (void)config;
   if (o.kv_cache_dtype != "bf16") return DType::kF32;
-  DI_CHECK_CODE(!config.is_v4_family(), ErrorCode::kUnsupported)
-      << option(o, "kv_cache_dtype", o.kv_cache_dtype) << ": " << family_name(config.family)
-      << " keeps its caches in f32 for now (bf16 is the DeepSeek-V3 family's MLA cache)";
   DI_CHECK_CODE(ParallelLayout::make(o.ep, o.dp).world == 1 && o.cp == 1, ErrorCode::kUnsupported)
       << option(o, "kv_cache_dtype", o.kv_cache_dtype) << " runs on one rank for now (not with ep * dp > 1 or cp > 1)";
   return DType::kBF16;
@@ -307,6 +305,12 @@ std::unique_ptr<EngineStack> load_engine_stack(const EngineStackOptions& o) {
     // stay quantized on CUDA by default (every layout), f32 on the CPU and with --weight-format f32.
     s.v4 = DeepseekV4Model::load(o.model_dir, *s.backend, token_map, keep_fp8);
     s.v4->set_activation_quant(act_quant);
+    s.v4->set_kv_cache_dtype(kv_dtype);
+    if (kv_dtype == DType::kBF16)
+      DI_LOG_INFO("KV cache: bf16 ({}) (--kv-cache-dtype)",
+                  file_config.family == ModelFamily::kDeepseekV41
+                      ? "lossless: V4.1 caches FP8 / FP4 fake-quantized rows, each a bf16 value"
+                      : "rows rounded as written");
     DI_LOG_INFO("weights: {}", keep_fp8 ? "block-format matrices (FP8, MXFP4) kept quantized (--weight-format)"
                                         : "f32, block-format matrices dequantized at load (--weight-format)");
     const OwnedTensor& head = s.v4->weights().head;

@@ -163,7 +163,7 @@ V4SequenceState DeepseekV4Model::new_sequence() const {
 V4KvPages DeepseekV4Model::new_kv_pages(bool bounded_decoder) const {
   const int L = config_.num_layers;
   V4KvPages p;
-  p.window.assign(L, PagedRows(config_.attn.head_dim, 1));
+  p.window.assign(L, PagedRows(config_.attn.head_dim, 1, kv_dtype_));
   p.entries.resize(L);
   p.index_keys.resize(L);
   const bool v41 = config_.family == ModelFamily::kDeepseekV41;
@@ -173,12 +173,19 @@ V4KvPages DeepseekV4Model::new_kv_pages(bool bounded_decoder) const {
     // Pools only where rows are written (the footprint counts every pool): V4 compresses on every compressed
     // layer and keeps indexer keys on CSA layers; V4.1 writes both on kv-source layers only.
     if (r <= 0 || (v41 && plan.kv_source != l)) continue;
-    p.entries[l] = PagedRows(config_.attn.head_dim, r);
-    if (v41 || plan.attention == AttentionKind::kCSA) p.index_keys[l] = PagedRows(config_.attn.index_head_dim, r);
+    p.entries[l] = PagedRows(config_.attn.head_dim, r, kv_dtype_);
+    if (v41 || plan.attention == AttentionKind::kCSA)
+      p.index_keys[l] = PagedRows(config_.attn.index_head_dim, r, kv_dtype_);
   }
   p.ring_from_layer = bounded_decoder && decoder_start_ >= 0 ? decoder_start_ : L;
   for (int l = p.ring_from_layer; l < L; ++l) p.window[l] = PagedRows();  // windows kept in the slot's ring
   return p;
+}
+
+void DeepseekV4Model::set_kv_cache_dtype(DType dtype) {
+  DI_CHECK(dtype == DType::kF32 || dtype == DType::kBF16)
+      << "the paged caches are kept in f32 or bf16, not " << dtype_name(dtype);
+  kv_dtype_ = dtype;
 }
 
 int64_t V4KvPages::bytes_per_block(int block_size) const {

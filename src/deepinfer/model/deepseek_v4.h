@@ -159,6 +159,13 @@ class DeepseekV4Model {
   // (recorded decode steps keep the numerics they were recorded with).
   void set_activation_quant(ActQuant q);
   ActQuant activation_quant() const { return act_quant_; }
+  // The element type of the paged caches (new_kv_pages: window rows, compressed entries, indexer keys): f32 (the
+  // default) or bf16, each row rounded to nearest even as it is written and widened exactly as it is read. V4.1's
+  // rows are FP8 / FP4 fake-quantized before they are cached, so each is a bf16 value already: its bf16 cache is
+  // lossless (the same outputs, half the bytes). V4's rows are not quantized (HF parity), so for V4 it rounds, as the
+  // V3 family's bf16 cache does. The slots' rings (bounded replay's decoder windows) stay f32.
+  void set_kv_cache_dtype(DType dtype);
+  DType kv_cache_dtype() const { return kv_dtype_; }
   const std::optional<EngramTables>& engram() const { return engram_; }
   V4SequenceState new_sequence() const;
 
@@ -316,6 +323,7 @@ class DeepseekV4Model {
   int decoder_start_ = -1;
   ExpertParallel* ep_ = nullptr;
   ActQuant act_quant_ = ActQuant::kNone;
+  DType kv_dtype_ = DType::kF32;
 };
 
 }  // namespace deepinfer

@@ -252,7 +252,7 @@ struct PagedIndexerScoreParams {
   Tensor q_seq;         // i32 [T], each in [0, B)
   Tensor n_entries;     // i64 [T], each in [0, N]
   Tensor block_tables;  // i32 [B, max_blocks]
-  Tensor key_pool;      // f32 [rows, Id]
+  Tensor key_pool;      // f32 or bf16 [rows, Id] (bf16 rows are widened exactly)
   Tensor out;           // f32 [T, N]
   int block_size = 64;
   int key_ratio = 1;          // the pool's pages: block_size / key_ratio rows per block
@@ -312,9 +312,9 @@ struct PagedSinkAttentionParams {
   Tensor q_positions;   // i64 [T]
   Tensor q_seq;         // i32 [T], each in [0, B)
   Tensor block_tables;  // i32 [B, max_blocks]
-  Tensor window_pool;   // f32 [rows, hd]
+  Tensor window_pool;   // f32 or bf16 [rows, hd] (bf16 rows are widened exactly)
   Tensor window_begin;  // i64 [B]
-  Tensor comp_pool;     // f32 [rows', hd], optional
+  Tensor comp_pool;     // [rows', hd] of window_pool's dtype, optional
   Tensor comp_idx;      // i32 [T, K], optional: with comp_pool, exactly one of comp_idx / comp_mask
   Tensor comp_mask;     // u8 [T, N], optional
   Tensor sinks;         // f32 [H]

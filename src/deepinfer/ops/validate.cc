@@ -165,7 +165,9 @@ void validate(const PagedIndexerScoreParams& p) {
   expect(op, "q_seq", p.q_seq, DType::kI32, {t});
   expect(op, "n_entries", p.n_entries, DType::kI64, {t});
   expect(op, "block_tables", p.block_tables, DType::kI32, {-1, -1});
-  expect(op, "key_pool", p.key_pool, DType::kF32, {-1, p.q.dim(2)});
+  DI_CHECK(p.key_pool.dtype() == DType::kF32 || p.key_pool.dtype() == DType::kBF16)
+      << op << ": key_pool must be f32 or bf16 (--kv-cache-dtype), got " << p.key_pool.str();
+  expect(op, "key_pool", p.key_pool, p.key_pool.dtype(), {-1, p.q.dim(2)});
   expect(op, "out", p.out, DType::kF32, {t, -1});
   DI_CHECK(p.ratio >= 1) << op << ": ratio must be >= 1";
   DI_CHECK(p.block_size >= 1) << op << ": block_size must be >= 1, got " << p.block_size;
@@ -215,10 +217,13 @@ void validate(const PagedSinkAttentionParams& p) {
   expect(op, "q_seq", p.q_seq, DType::kI32, {t});
   expect(op, "block_tables", p.block_tables, DType::kI32, {-1, -1});
   const int64_t b = p.block_tables.dim(0);
-  expect(op, "window_pool", p.window_pool, DType::kF32, {-1, hd});
+  DI_CHECK(p.window_pool.dtype() == DType::kF32 || p.window_pool.dtype() == DType::kBF16)
+      << op << ": window_pool must be f32 or bf16 (--kv-cache-dtype), got " << p.window_pool.str();
+  expect(op, "window_pool", p.window_pool, p.window_pool.dtype(), {-1, hd});
   expect(op, "window_begin", p.window_begin, DType::kI64, {b});
   if (present(p.comp_pool)) {
-    expect(op, "comp_pool", p.comp_pool, DType::kF32, {-1, hd});
+    // One element type for both pools (a model keeps all its caches in one dtype).
+    expect(op, "comp_pool", p.comp_pool, p.window_pool.dtype(), {-1, hd});
     DI_CHECK(present(p.comp_idx) != present(p.comp_mask))
         << op << ": comp_pool needs exactly one of comp_idx / comp_mask";
     if (present(p.comp_idx)) expect(op, "comp_idx", p.comp_idx, DType::kI32, {t, -1});

@@ -2,9 +2,11 @@
 // per-head sink logit in the softmax denominator only. fp32 throughout.
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <vector>
 
 #include "deepinfer/ops/cpu/cpu_backend.h"
+#include "deepinfer/ops/cpu/pool_rows.h"
 
 namespace deepinfer {
 
@@ -65,31 +67,45 @@ void CpuBackend::paged_sink_attention(const PagedSinkAttentionParams& p) {
   const bool by_mask = comp && p.comp_mask.data() != nullptr;
   const int64_t k_sel = !comp ? 0 : (by_mask ? p.comp_mask.dim(1) : p.comp_idx.dim(1));
   const int32_t* tables = p.block_tables.data_as<int32_t>();
+  // bf16 pools' rows are widened once each (exactly): the arithmetic is the f32 pools' over those values.
+  PoolRows window_rows(p.window_pool);
+  std::optional<PoolRows> comp_rows;
+  if (comp) comp_rows.emplace(p.comp_pool);
   // Pool row of group g (ratio rr, per_blk groups per block) of sequence b, checked against the table and pool.
-  auto row_of = [&](int64_t b, int64_t g, int64_t rr, int64_t per_blk, const Tensor& pool, const char* what) {
+  auto row_of = [&](int64_t b, int64_t g, int64_t rr, int64_t per_blk, PoolRows& rows, const Tensor& pool,
+                    const char* what) {
     const int64_t blk = g * rr / bs;
     DI_CHECK(g >= 0 && blk < max_blocks) << "paged_sink_attention: " << what << " " << g << " of sequence " << b
                                          << " is beyond its block table (" << max_blocks << " blocks)";
     const int64_t id = tables[b * max_blocks + blk], row = id * per_blk + (g * rr % bs) / rr;
     DI_CHECK(id >= 0 && row < pool.dim(0)) << "paged_sink_attention: block id " << id << " of sequence " << b
                                            << " is outside the " << what << " pool (" << pool.dim(0) << " rows)";
-    return pool.data_as<float>() + row * hd;
+    return rows.add(row);
   };
-  // Key rows per token first (validation throws here, outside the worker threads).
-  std::vector<std::vector<const float*>> keys(tokens);
+  // Key rows per token first (validation throws here, outside the worker threads): handles of the window rows, then
+  // of the compressed entries.
+  std::vector<std::vector<int64_t>> handles(tokens);
+  std::vector<size_t> n_window(tokens);
   for (int64_t t = 0; t < tokens; ++t) {
     const int64_t b = p.q_seq.data_as<int32_t>()[t], pos = p.q_positions.data_as<int64_t>()[t];
     DI_CHECK(b >= 0 && b < seqs) << "paged_sink_attention: q_seq[" << t << "] = " << b << " outside [0, " << seqs
                                  << ")";
     const int64_t lo = std::max(pos - p.window + 1, p.window_begin.data_as<int64_t>()[b]);
     for (int64_t w = std::max<int64_t>(lo, 0); w <= pos; ++w)
-      keys[t].push_back(row_of(b, w, 1, bs, p.window_pool, "window position"));
+      handles[t].push_back(row_of(b, w, 1, bs, window_rows, p.window_pool, "window position"));
+    n_window[t] = handles[t].size();
     for (int64_t j = 0; j < k_sel; ++j) {
       const int64_t e = by_mask ? (p.comp_mask.data_as<uint8_t>()[t * k_sel + j] ? j : -1)
                                 : p.comp_idx.data_as<int32_t>()[t * k_sel + j];
-      if (e >= 0) keys[t].push_back(row_of(b, e, r, per_block, p.comp_pool, "compressed entry"));
+      if (e >= 0) handles[t].push_back(row_of(b, e, r, per_block, *comp_rows, p.comp_pool, "compressed entry"));
     }
   }
+  window_rows.seal();
+  if (comp_rows) comp_rows->seal();
+  std::vector<std::vector<const float*>> keys(tokens);
+  for (int64_t t = 0; t < tokens; ++t)
+    for (size_t i = 0; i < handles[t].size(); ++i)
+      keys[t].push_back(i < n_window[t] ? window_rows.row(handles[t][i]) : comp_rows->row(handles[t][i]));
   parallel_for(tokens * heads, tokens * heads * (p.window + k_sel) * hd * 2, [&](int64_t begin, int64_t end) {
     std::vector<float> logits;
     for (int64_t th = begin; th < end; ++th) {

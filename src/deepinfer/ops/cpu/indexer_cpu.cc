@@ -8,6 +8,7 @@
 
 #include "deepinfer/core/error.h"
 #include "deepinfer/ops/cpu/cpu_backend.h"
+#include "deepinfer/ops/cpu/pool_rows.h"
 
 namespace deepinfer {
 namespace {
@@ -60,19 +61,17 @@ void CpuBackend::paged_indexer_scores(const PagedIndexerScoreParams& p) {
   const int64_t seqs = p.block_tables.dim(0), max_blocks = p.block_tables.dim(1);
   const int64_t bs = p.block_size, kr = p.key_ratio, per_block = bs / kr, pool_rows = p.key_pool.dim(0);
   const float* q = p.q.data_as<float>();
-  const float* pool = p.key_pool.data_as<float>();
   const float* w = p.weights.data_as<float>();
   const int64_t* pos = p.positions.data_as<int64_t>();
   const int32_t* seq = p.q_seq.data_as<int32_t>();
   const int64_t* entries = p.n_entries.data_as<int64_t>();
   const int32_t* tables = p.block_tables.data_as<int32_t>();
   float* out = p.out.data_as<float>();
-  // Row t scores entries [0, count[t]); the pool row of each is checked before any work.
+  // Row t scores entries [0, count[t]); the pool row of each is checked (and, in a bf16 pool, widened once) before
+  // any work. Tokens of one sequence share its rows: handles per sequence, as far as its tokens score.
   std::vector<int64_t> count(tokens);
-  auto key_of = [&](int64_t t, int64_t g) {
-    const int64_t id = tables[seq[t] * max_blocks + g * kr / bs];
-    return pool + (id * per_block + (g * kr % bs) / kr) * dim;
-  };
+  PoolRows pool(p.key_pool);
+  std::vector<std::vector<int64_t>> handles(static_cast<size_t>(seqs));
   for (int64_t t = 0; t < tokens; ++t) {
     const int64_t b = seq[t];
     DI_CHECK(b >= 0 && b < seqs) << "paged_indexer_scores: q_seq[" << t << "] = " << b << " outside [0, " << seqs
@@ -80,15 +79,17 @@ void CpuBackend::paged_indexer_scores(const PagedIndexerScoreParams& p) {
     DI_CHECK(entries[t] >= 0 && entries[t] <= n)
         << "paged_indexer_scores: n_entries[" << t << "] = " << entries[t] << " outside [0, " << n << "]";
     count[t] = std::min(entries[t], (pos[t] + 1) / p.ratio);
-    for (int64_t g = 0; g < count[t]; ++g) {
+    for (int64_t g = static_cast<int64_t>(handles[b].size()); g < count[t]; ++g) {
       const int64_t blk = g * kr / bs;
       DI_CHECK(blk < max_blocks) << "paged_indexer_scores: entry " << g << " of sequence " << b
                                  << " is beyond its block table (" << max_blocks << " blocks)";
       const int64_t id = tables[b * max_blocks + blk], row = id * per_block + (g * kr % bs) / kr;
       DI_CHECK(id >= 0 && row < pool_rows) << "paged_indexer_scores: block id " << id << " of sequence " << b
                                            << " is outside the pool of " << pool_rows << " rows";
+      handles[b].push_back(pool.add(row));
     }
   }
+  pool.seal();
   // The arithmetic of indexer_scores per entry (bit-identical to it over the same keys gathered in order).
   parallel_for(tokens, tokens * heads * n * dim, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
@@ -99,7 +100,8 @@ void CpuBackend::paged_indexer_scores(const PagedIndexerScoreParams& p) {
         }
         float acc = 0.0f;
         for (int64_t h = 0; h < heads; ++h) {
-          const float s = std::max(dot_f32(q + (t * heads + h) * dim, key_of(t, e), dim), 0.0f) * p.score_scale;
+          const float* key = pool.row(handles[seq[t]][e]);
+          const float s = std::max(dot_f32(q + (t * heads + h) * dim, key, dim), 0.0f) * p.score_scale;
           acc += s * (w[t * heads + h] * p.weight_scale);
         }
         out[t * n + e] = acc;

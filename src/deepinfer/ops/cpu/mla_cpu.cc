@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "deepinfer/ops/cpu/cpu_backend.h"
+#include "deepinfer/ops/cpu/pool_rows.h"
 
 namespace deepinfer {
 namespace {
@@ -149,22 +150,9 @@ void CpuBackend::paged_mla_attention(const PagedMlaAttentionParams& p) {
   const int64_t pool_rows = p.kv_pool.dim(0);
   const int32_t* tables = p.block_tables.data_as<int32_t>();
   // A bf16 pool's rows are widened once each (exactly), so the arithmetic is the f32 pool's over those values.
-  const bool bf16 = p.kv_pool.dtype() == DType::kBF16;
-  std::vector<int64_t> widened_at(bf16 ? static_cast<size_t>(pool_rows) : 0, -1);
-  std::vector<float> widened;
-  auto row_of = [&](int64_t at) -> int64_t {
-    if (!bf16) return at * row;
-    int64_t& w = widened_at[static_cast<size_t>(at)];
-    if (w < 0) {
-      w = static_cast<int64_t>(widened.size());
-      const uint16_t* src = p.kv_pool.data_as<uint16_t>() + at * row;
-      for (int64_t c = 0; c < row; ++c) widened.push_back(bf16_to_f32(src[c]));
-    }
-    return w;
-  };
-  // Each query's rows, positions 0 .. q_pos in order (validation throws here, outside the worker threads), as
-  // offsets into the pool (f32) or the widened rows (bf16): pointers only once `widened` has stopped growing.
-  std::vector<std::vector<int64_t>> offsets(static_cast<size_t>(d.T));
+  PoolRows pool(p.kv_pool);
+  // Each query's rows, positions 0 .. q_pos in order (validation throws here, outside the worker threads).
+  std::vector<std::vector<int64_t>> handles(static_cast<size_t>(d.T));
   int64_t keys = 0;
   for (int64_t t = 0; t < d.T; ++t) {
     const int64_t b = p.q_seq.data_as<int32_t>()[t], pos = p.q_positions.data_as<int64_t>()[t];
@@ -175,14 +163,14 @@ void CpuBackend::paged_mla_attention(const PagedMlaAttentionParams& p) {
       const int64_t id = tables[b * max_blocks + s / bs], at = id * bs + s % bs;
       DI_CHECK(id >= 0 && at < pool_rows) << "paged_mla_attention: block id " << id << " of sequence " << b
                                           << " is outside the pool (" << pool_rows << " rows)";
-      offsets[t].push_back(row_of(at));
+      handles[t].push_back(pool.add(at));
     }
     keys += pos + 1;
   }
-  const float* base = bf16 ? widened.data() : p.kv_pool.data_as<float>();
+  pool.seal();
   std::vector<std::vector<const float*>> rows(static_cast<size_t>(d.T));
   for (int64_t t = 0; t < d.T; ++t)
-    for (int64_t off : offsets[t]) rows[t].push_back(base + off);
+    for (int64_t h : handles[t]) rows[t].push_back(pool.row(h));
   const int64_t per_query = keys / std::max<int64_t>(d.T, 1) + 1;
   parallel_for(d.T * d.H, d.T * d.H * (per_query * (row + d.r) + (d.dn + d.dv) * d.r), [&](int64_t begin, int64_t end) {
     std::vector<float> q_latent(d.r), o_latent(d.r), probs;

@@ -9,6 +9,8 @@
 // reduce-scatter over the warp (9 shuffles instead of 40). fp32 throughout, online softmax per head.
 // With one split the block applies the sink and writes the output; with several, each split writes its
 // unnormalised partial (o, running max, sum) and a combine kernel merges them in split order (deterministic).
+// bf16 pools (--kv-cache-dtype bf16) are read as such (8-byte loads at hd % 128 == 0) and widened exactly in
+// registers: the f32 pools' arithmetic over the same values.
 // Prefill-like calls take the tensor-core kernel instead (attention_paged_mma.h: when, and its A/B switch); the
 // combine is shared.
 #include <algorithm>
@@ -30,13 +32,13 @@ constexpr int kKeysPerGroup = 4;
 constexpr unsigned kFull = 0xffffffffu;
 
 // Dims a lane owns: with kVec (hd % 128 == 0) element e is dim 4·lane + 128·(e/4) + e%4 (float4 loads);
-// otherwise lane + 32·e. kPer = hd / 32 rounded up (at most 16).
-template <int kPer, bool kVec>
-__device__ __forceinline__ void load_row(const float* __restrict__ row, int hd, int lane, float (&v)[kPer]) {
+// otherwise lane + 32·e. kPer = hd / 32 rounded up (at most 16). kBf16: a bf16 pool row, widened exactly.
+template <int kPer, bool kVec, bool kBf16 = false>
+__device__ __forceinline__ void load_row(const void* __restrict__ row, int hd, int lane, float (&v)[kPer]) {
   if constexpr (kVec) {
 #pragma unroll
     for (int j = 0; j < kPer / 4; ++j) {
-      const float4 x = __ldg(reinterpret_cast<const float4*>(row + 4 * lane + 128 * j));
+      const float4 x = pool_load4(row, lane + 32 * j, kBf16);
       v[4 * j] = x.x;
       v[4 * j + 1] = x.y;
       v[4 * j + 2] = x.z;
@@ -46,7 +48,7 @@ __device__ __forceinline__ void load_row(const float* __restrict__ row, int hd, 
 #pragma unroll
     for (int e = 0; e < kPer; ++e) {
       const int i = lane + 32 * e;
-      v[e] = i < hd ? __ldg(row + i) : 0.0f;
+      v[e] = i < hd ? pool_load1(row, i, kBf16) : 0.0f;
     }
   }
 }
@@ -68,7 +70,8 @@ __device__ __forceinline__ void store_row(float* row, int hd, int lane, const fl
 }
 
 // kPrefetch: a warp loads the next 4-key group while it computes the current one (small grids only, see launch()).
-template <int kPer, bool kVec, bool kPrefetch>
+// kBf16: the pools hold bf16 rows (p.pool_bf16).
+template <int kPer, bool kVec, bool kPrefetch, bool kBf16>
 __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(PagedSinkAttentionKernelParams p) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t t = blockIdx.y;
@@ -96,24 +99,24 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(PagedSinkA
 
   for (int64_t base = begin; base < end; base += 32) {
     const int64_t slot = base + lane;
-    const float* mine = nullptr;
+    const void* mine = nullptr;
     if (slot < end) mine = paged_slot_row(p, qs, t, slot);
     unsigned valid = __ballot_sync(kFull, mine != nullptr);
     // The next group: up to 4 valid rows of this batch, in slot order (nullptr past the valid ones).
-    const auto take = [&](const float*(&rows)[kKeysPerGroup]) {
+    const auto take = [&](const void*(&rows)[kKeysPerGroup]) {
 #pragma unroll
       for (int c = 0; c < kKeysPerGroup; ++c) {
         const int src = valid ? __ffs(valid) - 1 : 0;
         const unsigned long long ptr = __shfl_sync(kFull, reinterpret_cast<unsigned long long>(mine), src);
-        rows[c] = valid ? reinterpret_cast<const float*>(ptr) : nullptr;
+        rows[c] = valid ? reinterpret_cast<const void*>(ptr) : nullptr;
         valid &= valid - 1;
       }
     };
-    const auto load = [&](const float* const(&rows)[kKeysPerGroup], float(&key)[kKeysPerGroup][kPer]) {
+    const auto load = [&](const void* const(&rows)[kKeysPerGroup], float(&key)[kKeysPerGroup][kPer]) {
 #pragma unroll
       for (int c = 0; c < kKeysPerGroup; ++c) {
         if (rows[c]) {
-          load_row<kPer, kVec>(rows[c], hd, lane, key[c]);
+          load_row<kPer, kVec, kBf16>(rows[c], hd, lane, key[c]);
         } else {
 #pragma unroll
           for (int e = 0; e < kPer; ++e) key[c][e] = 0.0f;
@@ -121,7 +124,7 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(PagedSinkA
       }
     };
     // One group's dots, online softmax and accumulation.
-    const auto group = [&](const float* const(&rows)[kKeysPerGroup], const float(&key)[kKeysPerGroup][kPer]) {
+    const auto group = [&](const void* const(&rows)[kKeysPerGroup], const float(&key)[kKeysPerGroup][kPer]) {
       // v[hh·4 + c]: this lane's part of q_hh · key_c.
       float v[kHeadsPerWarp * kKeysPerGroup];
 #pragma unroll
@@ -183,13 +186,13 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(PagedSinkA
       // The next group's rows are requested before this group is computed (the same groups and arithmetic: only the
       // loads move), so each group's load latency overlaps the previous group's arithmetic instead of following it.
       if (!valid) continue;
-      const float* rows[kKeysPerGroup];
+      const void* rows[kKeysPerGroup];
       float key[kKeysPerGroup][kPer];
       take(rows);
       load(rows, key);
       for (;;) {
         const bool more = valid != 0;
-        const float* next_rows[kKeysPerGroup];
+        const void* next_rows[kKeysPerGroup];
         float next_key[kKeysPerGroup][kPer];
         take(next_rows);  // all nullptr (nothing loaded) after the last group
         load(next_rows, next_key);
@@ -204,7 +207,7 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(PagedSinkA
       }
     } else {
       while (valid) {
-        const float* rows[kKeysPerGroup];
+        const void* rows[kKeysPerGroup];
         take(rows);
         float key[kKeysPerGroup][kPer];
         load(rows, key);
@@ -344,8 +347,8 @@ __global__ void __launch_bounds__(kCombineVecMaxThreads)
     *reinterpret_cast<float4*>(p.out + th * p.hd + i) = make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
 }
 
-template <int kPer, bool kVec>
-void launch(const PagedSinkAttentionKernelParams& p, cudaStream_t stream) {
+template <int kPer, bool kVec, bool kBf16>
+void launch_pools(const PagedSinkAttentionKernelParams& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(ceil_div(p.heads, kHeadsPerBlock)), static_cast<unsigned>(p.tokens),
                   static_cast<unsigned>(p.splits));
   // The lookahead costs registers (240 against 161 at hd 512: 2 blocks an SM instead of 3), so it is taken only while
@@ -355,10 +358,18 @@ void launch(const PagedSinkAttentionKernelParams& p, cudaStream_t stream) {
   DI_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   const int64_t blocks = static_cast<int64_t>(grid.x) * grid.y * grid.z;
   if (blocks <= 2ll * sms)
-    paged_attention_kernel<kPer, kVec, true><<<grid, kWarps * 32, 0, stream>>>(p);
+    paged_attention_kernel<kPer, kVec, true, kBf16><<<grid, kWarps * 32, 0, stream>>>(p);
   else
-    paged_attention_kernel<kPer, kVec, false><<<grid, kWarps * 32, 0, stream>>>(p);
+    paged_attention_kernel<kPer, kVec, false, kBf16><<<grid, kWarps * 32, 0, stream>>>(p);
   DI_CUDA_CHECK_LAUNCH();
+}
+
+template <int kPer, bool kVec>
+void launch(const PagedSinkAttentionKernelParams& p, cudaStream_t stream) {
+  if (p.pool_bf16)
+    launch_pools<kPer, kVec, true>(p, stream);
+  else
+    launch_pools<kPer, kVec, false>(p, stream);
 }
 
 void launch_simt(const PagedSinkAttentionKernelParams& p, cudaStream_t stream) {

@@ -44,6 +44,9 @@
 // block an SM).
 // The end is the SIMT kernel's: with one split the sink joins the denominator and o is written; otherwise the
 // unnormalised partial (o, m, l) of the split goes to the combine.
+// bf16 pools (kBf16, --kv-cache-dtype bf16): the producers read half the bytes and widen them; a bf16 key's lo part
+// is zero, so its lo buffer is never stored and the S and O phases drop the products with it (two mmas instead of
+// three): the f32 pool's sums of the same values without their zero products, the same bits.
 #include <cuda_bf16.h>
 
 #include <cstring>
@@ -122,7 +125,7 @@ __device__ __forceinline__ void store_split4(const float4 v, __nv_bfloat16* hi, 
 // Consumers: fragments by ldmatrix, and in the O phase each warp takes both head tiles x hd/8 dims (hd >= 128),
 // so each K fragment feeds both. (Head groups 0 / 1 on warps 0-3 / 4-7 with their own barriers, so that one
 // group's softmax could overlap the other's mmas, measured no faster on the H200 and was removed.)
-template <int kHd>
+template <int kHd, bool kBf16>
 __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(PagedSinkAttentionKernelParams p) {
   using L = Layout<kHd>;
   extern __shared__ __align__(16) uint8_t smem[];
@@ -134,7 +137,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(PagedSink
   auto* corr_s = reinterpret_cast<float*>(smem + L::corr);
   auto* fin_m = reinterpret_cast<float*>(smem + L::fin_m);
   auto* fin_l = reinterpret_cast<float*>(smem + L::fin_l);
-  auto* rows_s = reinterpret_cast<const float**>(smem + L::rows);
+  auto* rows_s = reinterpret_cast<const void**>(smem + L::rows);
   auto* count_s = reinterpret_cast<int*>(smem + L::count);
   // Key buffer b: hi at k_hi(b), lo at k_lo(b), [kTile][kLd] bf16 each.
   auto k_hi = [&](int b) { return reinterpret_cast<__nv_bfloat16*>(smem + L::k_hi + b * L::kKeyBuf); };
@@ -158,11 +161,11 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(PagedSink
     int64_t cursor = begin;
     // Warp 8: the next valid slots, up to a tile, in slot order.
     auto gather = [&](int buf) {
-      const float** rows = rows_s + buf * kTile;
+      const void** rows = rows_s + buf * kTile;
       int count = 0;
       while (count < kTile && cursor < end) {
         const int64_t slot = cursor + lane;
-        const float* mine = slot < end ? paged_slot_row(p, qs, t, slot) : nullptr;
+        const void* mine = slot < end ? paged_slot_row(p, qs, t, slot) : nullptr;
         const unsigned valid = __ballot_sync(kFull, mine != nullptr);
         const int need = kTile - count, rank = __popc(valid & ((1u << lane) - 1u));
         if (mine && rank < need) rows[count + rank] = mine;
@@ -183,11 +186,11 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(PagedSink
       const int b = i & 1, n = count_s[b];
       // Thread ptid owns row ptid / 4 (one pointer live, not 32) and its float4s ptid % 4 + 4·j: the 4 threads
       // of a row read 64 contiguous bytes per load.
-      const float* row = pr < n ? rows_s[b * kTile + pr] : nullptr;
+      const void* row = pr < n ? rows_s[b * kTile + pr] : nullptr;
       float4 v[kVecs];
 #pragma unroll
       for (int j = 0; j < kVecs; ++j)
-        v[j] = row ? __ldg(reinterpret_cast<const float4*>(row) + pc + 4 * j) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        v[j] = row ? pool_load4(row, pc + 4 * j, kBf16) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       // Buffer b last held tile i - 2: wait for the consumers' O phase on it (also before count_s[2 + b], which
       // they read at that tile's start).
       if (i >= 2) bar_sync_pair(kBarEmpty, b, kThreads);
@@ -199,7 +202,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(PagedSink
           uint2 h, l;
           split4(v[j], h, l);
           *reinterpret_cast<uint2*>(kh + at) = h;
-          *reinterpret_cast<uint2*>(kl + at) = l;
+          if constexpr (!kBf16) *reinterpret_cast<uint2*>(kl + at) = l;
         }
       }
       if (ptid == 0) count_s[2 + b] = n;
@@ -270,12 +273,12 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(PagedSink
         for (int np = 0; np < 2; ++np) {
           const int b_at = (np * 16 + (lane >> 4) * 8 + (lane & 7)) * L::kLd + dq + ((lane >> 3) & 1) * 8;
           ldmatrix_x4(bh[np], kh + b_at);
-          ldmatrix_x4(bl[np], kl + b_at);
+          if constexpr (!kBf16) ldmatrix_x4(bl[np], kl + b_at);
         }
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt) {
           const uint32_t *b_h = bh[nt / 2] + 2 * (nt % 2), *b_l = bl[nt / 2] + 2 * (nt % 2);
-          mma_bf16(sx[nt], ah, b_l[0], b_l[1]);
+          if constexpr (!kBf16) mma_bf16(sx[nt], ah, b_l[0], b_l[1]);
           mma_bf16(sx[nt], al, b_h[0], b_h[1]);
           mma_bf16(sacc[nt], ah, b_h[0], b_h[1]);
         }
@@ -365,11 +368,16 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(PagedSink
           const int dim = od0 + pr * 16 + (lane >> 4) * 8;
           uint32_t bh[4], bl[4];
           ldmatrix_x4_trans(bh, kh + key * L::kLd + dim);
-          ldmatrix_x4_trans(bl, kl + key * L::kLd + dim);
+          if constexpr (!kBf16) ldmatrix_x4_trans(bl, kl + key * L::kLd + dim);
 #pragma unroll
           for (int m = 0; m < kOM; ++m) {
-            mma3(acc[m][2 * pr], ah[m], al[m], bh[0], bh[1], bl[0], bl[1]);
-            mma3(acc[m][2 * pr + 1], ah[m], al[m], bh[2], bh[3], bl[2], bl[3]);
+            if constexpr (kBf16) {
+              mma2(acc[m][2 * pr], ah[m], al[m], bh[0], bh[1]);
+              mma2(acc[m][2 * pr + 1], ah[m], al[m], bh[2], bh[3]);
+            } else {
+              mma3(acc[m][2 * pr], ah[m], al[m], bh[0], bh[1], bl[0], bl[1]);
+              mma3(acc[m][2 * pr + 1], ah[m], al[m], bh[2], bh[3], bl[2], bl[3]);
+            }
           }
         }
       }
@@ -413,15 +421,23 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(PagedSink
   }
 }
 
-template <int kHd>
-void launch(const PagedSinkAttentionKernelParams& p, cudaStream_t stream) {
+template <int kHd, bool kBf16>
+void launch_pools(const PagedSinkAttentionKernelParams& p, cudaStream_t stream) {
   constexpr size_t smem = Layout<kHd>::bytes;
-  DI_CUDA_CHECK(cudaFuncSetAttribute(paged_attention_mma_kernel<kHd>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     static_cast<int>(smem)));
+  DI_CUDA_CHECK(cudaFuncSetAttribute(paged_attention_mma_kernel<kHd, kBf16>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   const dim3 grid(static_cast<unsigned>(p.tokens), static_cast<unsigned>(ceil_div(p.heads, kBlockHeads)),
                   static_cast<unsigned>(p.splits));
-  paged_attention_mma_kernel<kHd><<<grid, kThreads, smem, stream>>>(p);
+  paged_attention_mma_kernel<kHd, kBf16><<<grid, kThreads, smem, stream>>>(p);
   DI_CUDA_CHECK_LAUNCH();
+}
+
+template <int kHd>
+void launch(const PagedSinkAttentionKernelParams& p, cudaStream_t stream) {
+  if (p.pool_bf16)
+    launch_pools<kHd, true>(p, stream);
+  else
+    launch_pools<kHd, false>(p, stream);
 }
 
 size_t smem_bytes(int64_t hd) {

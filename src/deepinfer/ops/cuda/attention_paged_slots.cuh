@@ -5,13 +5,15 @@
 #include <cstdint>
 
 #include "deepinfer/ops/cuda/cuda_runtime.h"
+#include "deepinfer/ops/cuda/device_math.cuh"
 #include "deepinfer/ops/cuda/kernels.h"
 
 namespace deepinfer::cuda {
 
-// Pool row of group g (ratio r) of a sequence, or nullptr (and a status bit) when the page is bad.
-__device__ __forceinline__ const float* paged_pool_row(const PagedSinkAttentionKernelParams& p, const int32_t* table,
-                                                       const float* pool, int64_t pool_rows, int64_t g, int r) {
+// Pool row of group g (ratio r) of a sequence (f32 or, with p.pool_bf16, bf16 elements: device_math's pool_load*),
+// or nullptr (and a status bit) when the page is bad.
+__device__ __forceinline__ const void* paged_pool_row(const PagedSinkAttentionKernelParams& p, const int32_t* table,
+                                                      const void* pool, int64_t pool_rows, int64_t g, int r) {
   // 32-bit divisions where the position fits (64-bit ones are long emulated sequences, and the tensor-core
   // kernel's producers resolve 32 slots a tile on their critical path); the same quotients either way.
   const int64_t gr = g * r;
@@ -34,7 +36,7 @@ __device__ __forceinline__ const float* paged_pool_row(const PagedSinkAttentionK
     atomicOr(p.status, kStatusPagedAttentionRange);
     return nullptr;
   }
-  return pool + row * p.hd;
+  return cuda::pool_row(pool, row, p.hd, p.pool_bf16);
 }
 
 // The slots of query t: window positions from lo (n_window of them), then k_sel selection columns.
@@ -60,8 +62,8 @@ __device__ __forceinline__ PagedQuerySlots paged_query_slots(const PagedSinkAtte
 }
 
 // Row of slot `slot` (< n_slots) of query t, or nullptr when the slot holds nothing (unselected, padding, a bad page).
-__device__ __forceinline__ const float* paged_slot_row(const PagedSinkAttentionKernelParams& p,
-                                                       const PagedQuerySlots& s, int64_t t, int64_t slot) {
+__device__ __forceinline__ const void* paged_slot_row(const PagedSinkAttentionKernelParams& p, const PagedQuerySlots& s,
+                                                      int64_t t, int64_t slot) {
   if (slot < s.n_window) return paged_pool_row(p, s.table, p.window_pool, p.window_rows, s.lo + slot, 1);
   const int64_t j = slot - s.n_window;
   const int64_t e = p.comp_mask ? (p.comp_mask[t * p.k_sel + j] ? j : -1) : p.comp_idx[t * p.k_sel + j];

@@ -80,7 +80,8 @@ void CudaBackend::paged_indexer_scores(const PagedIndexerScoreParams& p) {
     expect_on("paged_indexer_scores", name, *t, dev);
   cuda::IndexerScoresKernelParams k =
       indexer_kernel_params(p.q, p.weights, p.positions, p.out, p.ratio, p.score_scale, p.weight_scale);
-  k.keys = p.key_pool.data_as<float>();
+  k.keys = p.key_pool.data();  // f32 or bf16 (validate)
+  k.keys_bf16 = p.key_pool.dtype() == DType::kBF16;
   k.n = p.out.dim(1);
   k.q_seq = p.q_seq.data_as<int32_t>();
   k.n_entries = p.n_entries.data_as<int64_t>();
@@ -190,9 +191,10 @@ void CudaBackend::paged_sink_attention(const PagedSinkAttentionParams& p) {
   k.q_positions = p.q_positions.data_as<int64_t>();
   k.q_seq = p.q_seq.data_as<int32_t>();
   k.block_tables = p.block_tables.data_as<int32_t>();
-  k.window_pool = cptr<float>(p.window_pool);
+  k.window_pool = p.window_pool.data();  // f32 or bf16, the comp pool's dtype (validate)
+  k.pool_bf16 = p.window_pool.dtype() == DType::kBF16;
   k.window_begin = p.window_begin.data_as<int64_t>();
-  k.comp_pool = cptr<float>(p.comp_pool);
+  k.comp_pool = p.comp_pool.data();
   k.comp_idx = cptr<int32_t>(p.comp_idx);
   k.comp_mask = cptr<uint8_t>(p.comp_mask);
   k.sinks = p.sinks.data_as<float>();

@@ -132,4 +132,22 @@ __device__ __forceinline__ uint16_t f32_to_bf16_bits(float f) {
   return static_cast<uint16_t>(b >> 16);
 }
 
+// Paged pool rows of f32 or bf16 elements (--kv-cache-dtype bf16): the row `row` of a pool of `width` columns,
+// and its elements widened exactly, so a kernel over a bf16 pool computes what it computes over an f32 pool holding
+// the same (rounded) values.
+__device__ __forceinline__ const void* pool_row(const void* pool, int64_t row, int64_t width, bool bf16) {
+  return static_cast<const char*>(pool) + row * width * (bf16 ? 2 : 4);
+}
+// Elements 4·i .. 4·i + 3 (8- or 16-byte aligned).
+__device__ __forceinline__ float4 pool_load4(const void* row, int64_t i, bool bf16) {
+  if (!bf16) return __ldg(static_cast<const float4*>(row) + i);
+  const uint2 u = __ldg(static_cast<const uint2*>(row) + i);
+  return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
+                     __uint_as_float(u.y & 0xffff0000u));
+}
+__device__ __forceinline__ float pool_load1(const void* row, int64_t i, bool bf16) {
+  return bf16 ? bf16_bits_to_f32(__ldg(static_cast<const uint16_t*>(row) + i))
+              : __ldg(static_cast<const float*>(row) + i);
+}
+
 }  // namespace deepinfer::cuda

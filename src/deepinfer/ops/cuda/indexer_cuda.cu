@@ -37,8 +37,8 @@ __global__ void indexer_scores_kernel(IndexerScoresKernelParams p) {
     if (lane == 0) p.out[warp_id] = count < 0 ? NAN : -INFINITY;
     return;
   }
-  const float* key = lane == 0 ? entry_key(p, t, e) : nullptr;
-  key = reinterpret_cast<const float*>(__shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(key), 0));
+  const void* key = lane == 0 ? entry_key(p, t, e) : nullptr;
+  key = reinterpret_cast<const void*>(__shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(key), 0));
   if (key == nullptr) {
     if (lane == 0) p.out[warp_id] = NAN;
     return;
@@ -47,7 +47,7 @@ __global__ void indexer_scores_kernel(IndexerScoresKernelParams p) {
   for (int64_t h = 0; h < p.heads; ++h) {
     const float* q = p.q + (t * p.heads + h) * p.dim;
     float dot = 0.0f;
-    for (int64_t i = lane; i < p.dim; i += 32) dot = fmaf(q[i], key[i], dot);
+    for (int64_t i = lane; i < p.dim; i += 32) dot = fmaf(q[i], pool_load1(key, i, p.keys_bf16), dot);
     dot = warp_sum(dot);
     const float s = fmaxf(dot, 0.0f) * p.score_scale;
     acc = fmaf(s, p.weights[t * p.heads + h] * p.weight_scale, acc);
@@ -86,13 +86,13 @@ __global__ void __launch_bounds__(kIdxWarps * 32)
       if (lane == 0) p.out[t * p.n + e] = count < 0 ? NAN : -INFINITY;
       continue;
     }
-    const float* src = lane == 0 ? entry_key(p, t, e) : nullptr;
-    src = reinterpret_cast<const float*>(__shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(src), 0));
+    const void* src = lane == 0 ? entry_key(p, t, e) : nullptr;
+    src = reinterpret_cast<const void*>(__shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(src), 0));
     if (src == nullptr) {
       if (lane == 0) p.out[t * p.n + e] = NAN;
       continue;
     }
-    for (int64_t i = lane; i < p.dim; i += 32) key[i] = src[i];
+    for (int64_t i = lane; i < p.dim; i += 32) key[i] = pool_load1(src, i, p.keys_bf16);
     __syncwarp();
     float acc = 0.0f;
     for (int64_t h = lane; h < p.heads; h += 32) {
@@ -165,11 +165,11 @@ __global__ void __launch_bounds__(kIdxWarps * 32)
   // Entries eb + kIdxWarps·j (j < kIdxEntries) of a warp: lane j resolves its page (writing −inf / NaN outputs for
   // entries it cannot score), then every lane requests its part of the live keys.
   unsigned live = 0;
-  const float* srcs[kIdxEntries];
+  const void* srcs[kIdxEntries];
   float4 kv[kIdxEntries][4];
   const auto fetch = [&](int64_t eb) {
     const int64_t mine = eb + static_cast<int64_t>(kIdxWarps) * lane;
-    const float* src = nullptr;
+    const void* src = nullptr;
     bool scored = false;
     if (lane < kIdxEntries && mine < e1) {
       if (mine >= count) {
@@ -185,14 +185,14 @@ __global__ void __launch_bounds__(kIdxWarps * 32)
     live = __ballot_sync(0xffffffffu, scored);
 #pragma unroll
     for (int j = 0; j < kIdxEntries; ++j)
-      srcs[j] = reinterpret_cast<const float*>(__shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(src), j));
+      srcs[j] = reinterpret_cast<const void*>(__shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(src), j));
 #pragma unroll
     for (int j = 0; j < kIdxEntries; ++j)
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
         const int i4 = lane + 32 * r;
-        kv[j][r] = (live >> j & 1u) && i4 < dim4 ? __ldg(reinterpret_cast<const float4*>(srcs[j]) + i4)
-                                                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        kv[j][r] =
+            (live >> j & 1u) && i4 < dim4 ? pool_load4(srcs[j], i4, p.keys_bf16) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       }
   };
   int64_t eb = e0 + warp;
@@ -218,7 +218,7 @@ __global__ void __launch_bounds__(kIdxWarps * 32)
     // Rows past 512 dims (not V4's 128): the rest, an element at a time.
     for (int j = 0; j < kIdxEntries; ++j)
       if (live >> j & 1u)
-        for (int i = 512 + lane; i < dim; i += 32) key[j * dim + i] = srcs[j][i];
+        for (int i = 512 + lane; i < dim; i += 32) key[j * dim + i] = pool_load1(srcs[j], i, p.keys_bf16);
     __syncwarp();
     float acc[kIdxEntries];
 #pragma unroll

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "deepinfer/ops/cuda/cuda_runtime.h"
+#include "deepinfer/ops/cuda/device_math.cuh"
 #include "deepinfer/ops/cuda/kernels.h"
 
 namespace deepinfer::cuda {
@@ -25,10 +26,10 @@ __device__ __forceinline__ int64_t scored_entries(const IndexerScoresKernelParam
   return count < n ? count : n;
 }
 
-// Key of entry e (< scored_entries) for token t, or nullptr (status set) when its page is bad. Tokens of the same
-// sequence (q_seq) get the same row.
-__device__ __forceinline__ const float* entry_key(const IndexerScoresKernelParams& p, int64_t t, int64_t e) {
-  if (p.block_tables == nullptr) return p.keys + e * p.dim;
+// Key of entry e (< scored_entries) for token t (f32, or bf16 in a paged pool with p.keys_bf16: device_math's
+// pool_load*), or nullptr (status set) when its page is bad. Tokens of the same sequence (q_seq) get the same row.
+__device__ __forceinline__ const void* entry_key(const IndexerScoresKernelParams& p, int64_t t, int64_t e) {
+  if (p.block_tables == nullptr) return pool_row(p.keys, e, p.dim, false);
   const int64_t blk = e * p.key_ratio / p.block_size;
   if (blk >= p.max_blocks) {
     atomicOr(p.status, kStatusPagedAttentionRange);
@@ -40,7 +41,7 @@ __device__ __forceinline__ const float* entry_key(const IndexerScoresKernelParam
     atomicOr(p.status, kStatusPagedAttentionRange);
     return nullptr;
   }
-  return p.keys + row * p.dim;
+  return pool_row(p.keys, row, p.dim, p.keys_bf16);
 }
 
 }  // namespace deepinfer::cuda

@@ -40,6 +40,9 @@
 // walking all of its tokens' entries (0.145 ms at 16-512 tokens over 2048 entries, measured): the key tiles are then
 // split over up to ~2 waves of blocks (grid.y; split 0 writes the −inf / NaN tails and reports the row status).
 //
+// A bf16 key pool (--kv-cache-dtype bf16) is widened as each thread loads its share of a tile: its lo parts are zero,
+// so it takes the split or the hi-only path exactly as the f32 pool holding the same values would (the same bits).
+//
 // Visibility: token t scores the entries below scored_entries(t) (indexer_entries.cuh); the block loads the rows
 // below the largest such count among its tokens of one sequence, so a row is read only when some token of the
 // block may see it, and column e of token t (an independent column of S) is written −inf whenever e >= its count.
@@ -248,11 +251,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     // Issues the loads of this thread's share of tile `tile` (zeros for rows past e_end or on a bad page).
     auto fetch = [&](int tile) {
       const int64_t e = static_cast<int64_t>(tile) * kTile + lr;
-      const float* row = e < e_end ? entry_key(p, tk, e) : nullptr;
+      const void* row = e < e_end ? entry_key(p, tk, e) : nullptr;
       row_bad = e < e_end && row == nullptr;
 #pragma unroll
       for (int j = 0; j < kLoads; ++j)
-        v[j] = row ? __ldg(reinterpret_cast<const float4*>(row) + lp + 4 * j) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        v[j] = row ? pool_load4(row, lp + 4 * j, p.keys_bf16) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     };
     // Splits the fetched share into buffer b; true when a lo part is nonzero.
     auto stage = [&](int b) {

@@ -284,8 +284,9 @@ void run_compress_pool(const CompressPoolKernelParams& p, cudaStream_t stream);
 
 // ============================================================================ indexer + top-k (indexer_cuda.cu)
 struct IndexerScoresKernelParams {
-  const float* q = nullptr;     // [tokens, heads, dim]
-  const float* keys = nullptr;  // [n, dim]; paged: the pool [pool_rows, dim]
+  const float* q = nullptr;    // [tokens, heads, dim]
+  const void* keys = nullptr;  // [n, dim] f32; paged: the pool [pool_rows, dim], f32 or (keys_bf16) bf16
+  bool keys_bf16 = false;      // paged pools only: rows widened exactly as they are read
   const float* weights = nullptr;
   const int64_t* positions = nullptr;
   float* out = nullptr;
@@ -351,9 +352,10 @@ struct PagedSinkAttentionKernelParams {
   const int64_t* q_positions = nullptr;
   const int32_t* q_seq = nullptr;
   const int32_t* block_tables = nullptr;  // [seqs, max_blocks]
-  const float* window_pool = nullptr;     // [window_rows, hd]
+  const void* window_pool = nullptr;      // [window_rows, hd], f32 or (pool_bf16) bf16
   const int64_t* window_begin = nullptr;  // [seqs]
-  const float* comp_pool = nullptr;       // [comp_rows, hd], optional
+  const void* comp_pool = nullptr;        // [comp_rows, hd], optional, the window pool's dtype
+  bool pool_bf16 = false;                 // both pools bf16: rows widened exactly as they are read
   const int32_t* comp_idx = nullptr;      // [tokens, k_sel], or
   const uint8_t* comp_mask = nullptr;     // [tokens, k_sel]: entry e where comp_mask[t, e] != 0
   const float* sinks = nullptr;
