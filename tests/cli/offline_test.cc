@@ -335,7 +335,7 @@ TEST(OfflineCli, KernelChoicesAreRefusedOnTheCpuAndNamedWhenUnknown) {
 }
 
 // --kv-cache-dtype bf16 on the golden models: the engine runs to the end with finite samples and logs the cache (V4.1:
-// lossless, the f32 cache's samples); with --ep 2 it is refused by name.
+// lossless, the f32 cache's samples, on one rank and over --ep 2); with --cp 2 it is refused by name.
 TEST(OfflineCli, KvCacheDtypeBf16RunsEveryFamilyAndIsNamedWhereRefused) {
   const std::string args = " --max_model_len 128 --num-prompts 2 --max-tokens 4 --ignore-eos --kv-cache-dtype bf16";
   auto v3 = run_cli("offline --model_name " + testing::test_data_dir() + "/golden/deepseek_v3" + args);
@@ -356,9 +356,29 @@ TEST(OfflineCli, KvCacheDtypeBf16RunsEveryFamilyAndIsNamedWhereRefused) {
   auto v4 = run_cli("offline --model_name " + testing::test_data_dir() + "/golden/deepseek_v4" + args);
   ASSERT_EQ(v4.exit_code, 0) << v4.output;
   EXPECT_NE(v4.output.find("KV cache: bf16 (rows rounded as written)"), std::string::npos) << v4.output;
-  auto ep = run_cli("offline --model_name " + testing::test_data_dir() + "/golden/deepseek_v3" + args + " --ep 2");
-  EXPECT_NE(ep.exit_code, 0);
-  EXPECT_NE(ep.output.find("runs on one rank for now"), std::string::npos) << ep.output;
+  auto ep = run_cli("offline --model_name " + v41_dir + args + " --ep 2");
+  ASSERT_EQ(ep.exit_code, 0) << ep.output;
+  EXPECT_EQ(testing::parse_offline_samples(ep.output), testing::parse_offline_samples(v41_f32.output));
+  // The V3 family's bf16 cache rounds, so its decode perplexities move; every EP / DP rank's model keeps bf16 pages:
+  // the one-rank bf16 figures exactly.
+  const auto ppl = [](const std::string& out) {
+    std::vector<std::string> v;
+    for (size_t at = out.find("decode_ppl="); at != std::string::npos; at = out.find("decode_ppl=", at + 1))
+      v.push_back(out.substr(at, out.find(' ', at) - at));
+    return v;
+  };
+  const std::string v3_dir = testing::test_data_dir() + "/golden/deepseek_v3";
+  auto v3_f32 = run_cli("offline --model_name " + v3_dir +
+                        " --max_model_len 128 --num-prompts 2 --max-tokens 4 "
+                        "--ignore-eos");
+  auto v3_ranks = run_cli("offline --model_name " + v3_dir + args + " --ep 2 --dp 2");
+  ASSERT_EQ(v3_ranks.exit_code, 0) << v3_ranks.output;
+  ASSERT_EQ(ppl(v3.output).size(), 2u) << v3.output;
+  EXPECT_EQ(ppl(v3_ranks.output), ppl(v3.output)) << v3_ranks.output;
+  EXPECT_NE(ppl(v3_f32.output), ppl(v3.output)) << "the bf16 cache gave the f32 cache's perplexities";
+  auto cp = run_cli("offline --model_name " + v41_dir + args + " --cp 2");
+  EXPECT_NE(cp.exit_code, 0);
+  EXPECT_NE(cp.output.find("does not run with context parallelism yet"), std::string::npos) << cp.output;
 }
 
 // --activation-quant fp8 on a V3 FP8 checkpoint (the reference's gemm_impl "fp8": per 128 values, f32 scales; with

@@ -237,8 +237,8 @@ std::map<std::string, std::vector<TokenId>> greedy_outputs(EngineStack& stack, c
 
 // --kv-cache-dtype bf16 (the V3 family): half the bytes a block, so the same budget holds twice the blocks (less the
 // rounding of the slots' share); the engine runs a workload through it to the end with the greedy outputs of the
-// f32 cache on most requests (the rows are rounded, so a near-tie may flip); parallel layouts and unknown values are
-// refused in the front end's spelling.
+// f32 cache on most requests (the rows are rounded, so a near-tie may flip); context parallelism and unknown values
+// are refused in the front end's spelling.
 TEST(EngineFactoryKvCacheDtype, Bf16HalvesTheBytesPerBlockAndIsNamedWhereRefused) {
   EngineStackOptions o = options_for("deepseek_v3");
   o.host_kv_budget_bytes = 4 * 1000 * 1000;
@@ -262,18 +262,15 @@ TEST(EngineFactoryKvCacheDtype, Bf16HalvesTheBytesPerBlockAndIsNamedWhereRefused
   bad.spelling = OptionSpelling::kKeyword;
   expect_error([&] { load_engine_stack(bad); }, ErrorCode::kInvalidArgument,
                "kv_cache_dtype='fp8': must be auto, f32 or bf16");
-  EngineStackOptions ep = options_for("deepseek_v3");
-  ep.kv_cache_dtype = "bf16";
-  ep.ep = 2;
-  expect_error([&] { load_engine_stack(ep); }, ErrorCode::kUnsupported, "runs on one rank for now");
   EngineStackOptions cp = options_for("deepseek_v41");
   cp.kv_cache_dtype = "bf16";
   cp.cp = 2;
-  expect_error([&] { load_engine_stack(cp); }, ErrorCode::kUnsupported, "runs on one rank for now");
+  expect_error([&] { load_engine_stack(cp); }, ErrorCode::kUnsupported, "does not run with context parallelism yet");
 }
 
 // V4.1 caches FP8 / FP4 fake-quantized rows, each a bf16 value: its bf16 caches take half the bytes a block and the
-// engine's greedy outputs are the f32 caches' exactly (window rows, compressed entries and indexer keys all bf16).
+// engine's greedy outputs are the f32 caches' exactly (window rows, compressed entries and indexer keys all bf16), on
+// one rank and over EP 2 x DP 2 in-process ranks.
 TEST(EngineFactoryKvCacheDtype, V41Bf16CachesHalveTheBlockAndKeepTheOutputs) {
   EngineStackOptions o = options_for("deepseek_v41");
   o.host_kv_budget_bytes = 4 * 1000 * 1000;
@@ -283,7 +280,13 @@ TEST(EngineFactoryKvCacheDtype, V41Bf16CachesHalveTheBlockAndKeepTheOutputs) {
   EXPECT_EQ(bf16->layout.storage->bytes_per_block * 2, f32->layout.storage->bytes_per_block);
   EXPECT_EQ(bf16->v4->kv_cache_dtype(), DType::kBF16);
   EXPECT_EQ(f32->v4->kv_cache_dtype(), DType::kF32);
-  EXPECT_EQ(greedy_outputs(*bf16, "deepseek_v41"), greedy_outputs(*f32, "deepseek_v41"));
+  const auto want = greedy_outputs(*f32, "deepseek_v41");
+  EXPECT_EQ(greedy_outputs(*bf16, "deepseek_v41"), want);
+  // Every EP / DP rank's model keeps its pages in bf16, with the same outputs.
+  o.ep = 2;
+  o.dp = 2;
+  auto ranks = load_engine_stack(o);
+  EXPECT_EQ(greedy_outputs(*ranks, "deepseek_v41"), want);
 }
 
 // --weight-format: auto keeps a checkpoint's block-format weights quantized on CUDA in every layout (one rank, EP/DP

@@ -48,20 +48,24 @@ std::optional<std::vector<int64_t>> read_token_map(const std::string& file) {
 }
 
 // Loads the model of one rank on its backend: its resident routed experts only, block-format weights kept quantized
-// when keep_quant (--weight-format), GEMM inputs rounded as act_quant asks (--activation-quant).
+// when keep_quant (--weight-format), GEMM inputs rounded as act_quant asks (--activation-quant), its paged caches in
+// kv_dtype (--kv-cache-dtype).
 template <typename Model>
 std::function<std::unique_ptr<Model>(Backend&, const ExpertFilter&)> model_loader(
-    const std::string& dir, std::optional<std::vector<int64_t>> token_map, bool keep_quant, ActQuant act_quant) {
+    const std::string& dir, std::optional<std::vector<int64_t>> token_map, bool keep_quant, ActQuant act_quant,
+    DType kv_dtype = DType::kF32) {
   if constexpr (std::is_same_v<Model, DeepseekV3Model>) {
-    return [dir, keep_quant, act_quant](Backend& b, const ExpertFilter& resident) {
+    return [dir, keep_quant, act_quant, kv_dtype](Backend& b, const ExpertFilter& resident) {
       auto model = DeepseekV3Model::load(dir, b, keep_quant ? V3WeightStorage::kFP8 : V3WeightStorage::kF32, resident);
       model->set_activation_quant(act_quant);
+      model->set_kv_cache_dtype(kv_dtype);
       return model;
     };
   } else {
-    return [dir, token_map, keep_quant, act_quant](Backend& b, const ExpertFilter& resident) {
+    return [dir, token_map, keep_quant, act_quant, kv_dtype](Backend& b, const ExpertFilter& resident) {
       auto model = DeepseekV4Model::load(dir, b, token_map, keep_quant, resident);
       model->set_activation_quant(act_quant);
+      model->set_kv_cache_dtype(kv_dtype);
       return model;
     };
   }
@@ -75,7 +79,7 @@ void add_device_execution_flags(CLI::App* sub, std::string& weight_format, std::
   sub->add_option("--kv-cache-dtype", kv_cache_dtype,
                   "the paged attention caches: auto / f32 (the rows as computed) or bf16 (rounded to bf16 as written, "
                   "as vLLM keeps them in the model's dtype: half the bytes a decode step reads, twice the cached "
-                  "tokens; lossless for V4.1, whose cached rows are fake-quantized; one rank only for now)")
+                  "tokens; lossless for V4.1, whose cached rows are fake-quantized; not with --cp yet)")
       ->check(CLI::IsMember({"auto", "f32", "bf16"}))
       ->capture_default_str();
   sub->add_option(
@@ -145,6 +149,7 @@ EngineSetup::EngineSetup(const EngineSetupArgs& a, StreamCallback on_delta) {
   keep_quantized_weights(o);  // a bad --weight-format or --activation-quant fails here, before any rank process starts
   const ModelConfig file_config = load_model_config(m.dir + "/config.json");
   const ActQuant act_quant = activation_quant_of(o, file_config);
+  const DType kv_dtype = kv_cache_dtype_of(o, file_config);  // also refuses a layout it does not run on
   const bool ep_dp = ParallelLayout::make(a.ep, a.dp).world > 1;
   const ParallelLayout playout = ParallelLayout::make(a.ep, a.dp, 0, ep_dp ? a.cp : 1);
   const bool v3_family = file_config.family == ModelFamily::kDeepseekV3;
@@ -154,9 +159,9 @@ EngineSetup::EngineSetup(const EngineSetupArgs& a, StreamCallback on_delta) {
     process_world_ = ProcessWorld::start(playout);
     DI_LOG_INFO("parallel layout: {} (one process per GPU, NCCL)", playout.str());
     if (v3_family)
-      start_expert_parallel<DeepseekV3Model>(a, m.dir, playout, o, act_quant);
+      start_expert_parallel<DeepseekV3Model>(a, m.dir, playout, o, act_quant, kv_dtype);
     else
-      start_expert_parallel<DeepseekV4Model>(a, m.dir, playout, o, act_quant);
+      start_expert_parallel<DeepseekV4Model>(a, m.dir, playout, o, act_quant, kv_dtype);
     if (worker_) return;
   } else if (a.cp > 1 && a.device == "cuda") {
     // Context parallelism across GPUs: one process per CP rank; rank 0 runs the engine (CpDriverRunner).
@@ -178,7 +183,7 @@ EngineSetup::EngineSetup(const EngineSetupArgs& a, StreamCallback on_delta) {
 
 template <typename Model>
 void EngineSetup::start_expert_parallel(const EngineSetupArgs& a, const std::string& dir, const ParallelLayout& layout,
-                                        EngineStackOptions& o, ActQuant act_quant) {
+                                        EngineStackOptions& o, ActQuant act_quant, DType kv_dtype) {
   const int gpu = process_world_->env().local_rank;
   const bool invariant = a.batch_invariant;
   const cuda::KernelChoices choices = kernel_choices_of(o);
@@ -197,9 +202,10 @@ void EngineSetup::start_expert_parallel(const EngineSetupArgs& a, const std::str
     po.fp8_dispatch = a.ep_fp8_dispatch;
     po.keep_quant = keep_quantized_weights(o);  // as load_engine_stack resolves them on rank 0
     po.act_quant = act_quant;
-    run_parallel_worker<Model>(
-        process_world_->comm(), po, make_rank_backend,
-        model_loader<Model>(dir, read_token_map(a.engram_token_map_file), po.keep_quant, po.act_quant));
+    po.kv_cache_dtype = kv_dtype;
+    run_parallel_worker<Model>(process_world_->comm(), po, make_rank_backend,
+                               model_loader<Model>(dir, read_token_map(a.engram_token_map_file), po.keep_quant,
+                                                   po.act_quant, po.kv_cache_dtype));
     worker_ = true;
     return;
   }
@@ -207,7 +213,7 @@ void EngineSetup::start_expert_parallel(const EngineSetupArgs& a, const std::str
                                                           std::optional<std::vector<int64_t>> token_map) {
     return std::unique_ptr<ModelRunner>(std::make_unique<DistributedModelRunner<Model>>(
         process_world_->comm(), po, make_rank_backend,
-        model_loader<Model>(dir, std::move(token_map), po.keep_quant, po.act_quant)));
+        model_loader<Model>(dir, std::move(token_map), po.keep_quant, po.act_quant, po.kv_cache_dtype)));
   };
 }
 

@@ -94,7 +94,7 @@ class EngineSetup {
   // --device cuda --ep/--dp: rank 0 gets a DistributedModelRunner factory in `o`; other ranks serve until stopped.
   template <typename Model>
   void start_expert_parallel(const EngineSetupArgs& a, const std::string& dir, const ParallelLayout& layout,
-                             EngineStackOptions& o, ActQuant act_quant);
+                             EngineStackOptions& o, ActQuant act_quant, DType kv_dtype);
   // --device cuda --cp N, ranks > 0: a CP follower over this process's GPU until rank 0 stops, its weights in the
   // format rank 0 keeps (keep_quant: keep_quantized_weights).
   template <typename Model>

@@ -193,8 +193,9 @@ DType kv_cache_dtype_of(const EngineStackOptions& o, const ModelConfig& config) 
       << option(o, "kv_cache_dtype", o.kv_cache_dtype) << ": must be auto, f32 or bf16";
   (void)config;
   if (o.kv_cache_dtype != "bf16") return DType::kF32;
-  DI_CHECK_CODE(ParallelLayout::make(o.ep, o.dp).world == 1 && o.cp == 1, ErrorCode::kUnsupported)
-      << option(o, "kv_cache_dtype", o.kv_cache_dtype) << " runs on one rank for now (not with ep * dp > 1 or cp > 1)";
+  // Context-parallel ranks are not wired to it yet (each rank sizes and exchanges its own f32 rows).
+  DI_CHECK_CODE(o.cp == 1, ErrorCode::kUnsupported)
+      << option(o, "kv_cache_dtype", o.kv_cache_dtype) << " does not run with context parallelism yet (cp > 1)";
   return DType::kBF16;
 }
 
@@ -348,6 +349,7 @@ std::unique_ptr<EngineStack> load_engine_stack(const EngineStackOptions& o) {
     po.fp8_dispatch = o.ep_fp8_dispatch;
     po.keep_quant = keep_fp8;
     po.act_quant = act_quant;
+    po.kv_cache_dtype = kv_dtype;
     if (o.make_parallel_runner) {
       s.runner = o.make_parallel_runner(po, token_map);
     } else {

@@ -64,18 +64,21 @@ std::unique_ptr<ModelRunner> make_parallel_runner(const ParallelRunnerOptions& o
   const std::string dir = options.model_dir;
   const bool quant = options.keep_quant;
   const ActQuant act_quant = options.act_quant;
+  const DType kv_dtype = options.kv_cache_dtype;
   if (config.family == ModelFamily::kDeepseekV3) {
     return std::make_unique<ParallelModelRunner<DeepseekV3Model>>(
-        options, backend, [dir, quant, act_quant](Backend& b, const ExpertFilter& resident) {
+        options, backend, [dir, quant, act_quant, kv_dtype](Backend& b, const ExpertFilter& resident) {
           auto model = DeepseekV3Model::load(dir, b, quant ? V3WeightStorage::kFP8 : V3WeightStorage::kF32, resident);
           model->set_activation_quant(act_quant);
+          model->set_kv_cache_dtype(kv_dtype);
           return model;
         });
   }
   return std::make_unique<ParallelModelRunner<DeepseekV4Model>>(
-      options, backend, [dir, token_map, quant, act_quant](Backend& b, const ExpertFilter& resident) {
+      options, backend, [dir, token_map, quant, act_quant, kv_dtype](Backend& b, const ExpertFilter& resident) {
         auto model = DeepseekV4Model::load(dir, b, token_map, quant, resident);
         model->set_activation_quant(act_quant);
+        model->set_kv_cache_dtype(kv_dtype);
         return model;
       });
 }

@@ -63,6 +63,8 @@ struct ParallelRunnerOptions {
   bool keep_quant = false;
   // DeepseekV4Model::set_activation_quant on every rank's model (V4 family; kNone for V3).
   ActQuant act_quant = ActQuant::kNone;
+  // set_kv_cache_dtype on every rank's model (--kv-cache-dtype): each rank's pages, hence the engine's blocks.
+  DType kv_cache_dtype = DType::kF32;
 };
 
 // The MoE layers of a model config and their routed expert count (dense layers get an empty placement).
