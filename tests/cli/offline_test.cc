@@ -335,7 +335,8 @@ TEST(OfflineCli, KernelChoicesAreRefusedOnTheCpuAndNamedWhenUnknown) {
 }
 
 // --kv-cache-dtype bf16 on the golden models: the engine runs to the end with finite samples and logs the cache (V4.1:
-// lossless, the f32 cache's samples, on one rank and over --ep 2); with --cp 2 it is refused by name.
+// lossless, the f32 cache's samples, on one rank, over --ep 2 and with --cp 2); a rounding cache with --cp 2 is refused
+// by name.
 TEST(OfflineCli, KvCacheDtypeBf16RunsEveryFamilyAndIsNamedWhereRefused) {
   const std::string args = " --max_model_len 128 --num-prompts 2 --max-tokens 4 --ignore-eos --kv-cache-dtype bf16";
   auto v3 = run_cli("offline --model_name " + testing::test_data_dir() + "/golden/deepseek_v3" + args);
@@ -377,8 +378,11 @@ TEST(OfflineCli, KvCacheDtypeBf16RunsEveryFamilyAndIsNamedWhereRefused) {
   EXPECT_EQ(ppl(v3_ranks.output), ppl(v3.output)) << v3_ranks.output;
   EXPECT_NE(ppl(v3_f32.output), ppl(v3.output)) << "the bf16 cache gave the f32 cache's perplexities";
   auto cp = run_cli("offline --model_name " + v41_dir + args + " --cp 2");
-  EXPECT_NE(cp.exit_code, 0);
-  EXPECT_NE(cp.output.find("does not run with context parallelism yet"), std::string::npos) << cp.output;
+  ASSERT_EQ(cp.exit_code, 0) << cp.output;
+  EXPECT_EQ(testing::parse_offline_samples(cp.output), testing::parse_offline_samples(v41_f32.output));
+  auto v3_cp = run_cli("offline --model_name " + v3_dir + args + " --cp 2");
+  EXPECT_NE(v3_cp.exit_code, 0);
+  EXPECT_NE(v3_cp.output.find("not with cp > 1"), std::string::npos) << v3_cp.output;
 }
 
 // --activation-quant fp8 on a V3 FP8 checkpoint (the reference's gemm_impl "fp8": per 128 values, f32 scales; with

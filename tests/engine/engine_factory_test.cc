@@ -262,15 +262,15 @@ TEST(EngineFactoryKvCacheDtype, Bf16HalvesTheBytesPerBlockAndIsNamedWhereRefused
   bad.spelling = OptionSpelling::kKeyword;
   expect_error([&] { load_engine_stack(bad); }, ErrorCode::kInvalidArgument,
                "kv_cache_dtype='fp8': must be auto, f32 or bf16");
-  EngineStackOptions cp = options_for("deepseek_v41");
+  EngineStackOptions cp = options_for("deepseek_v3");
   cp.kv_cache_dtype = "bf16";
   cp.cp = 2;
-  expect_error([&] { load_engine_stack(cp); }, ErrorCode::kUnsupported, "does not run with context parallelism yet");
+  expect_error([&] { load_engine_stack(cp); }, ErrorCode::kUnsupported, "not with cp > 1");
 }
 
 // V4.1 caches FP8 / FP4 fake-quantized rows, each a bf16 value: its bf16 caches take half the bytes a block and the
 // engine's greedy outputs are the f32 caches' exactly (window rows, compressed entries and indexer keys all bf16), on
-// one rank and over EP 2 x DP 2 in-process ranks.
+// one rank, over EP 2 x DP 2 in-process ranks and with CP 2.
 TEST(EngineFactoryKvCacheDtype, V41Bf16CachesHalveTheBlockAndKeepTheOutputs) {
   EngineStackOptions o = options_for("deepseek_v41");
   o.host_kv_budget_bytes = 4 * 1000 * 1000;
@@ -282,11 +282,15 @@ TEST(EngineFactoryKvCacheDtype, V41Bf16CachesHalveTheBlockAndKeepTheOutputs) {
   EXPECT_EQ(f32->v4->kv_cache_dtype(), DType::kF32);
   const auto want = greedy_outputs(*f32, "deepseek_v41");
   EXPECT_EQ(greedy_outputs(*bf16, "deepseek_v41"), want);
-  // Every EP / DP rank's model keeps its pages in bf16, with the same outputs.
+  // Every EP / DP rank's model keeps its pages in bf16, and so do context-parallel ranks: the same outputs.
   o.ep = 2;
   o.dp = 2;
   auto ranks = load_engine_stack(o);
   EXPECT_EQ(greedy_outputs(*ranks, "deepseek_v41"), want);
+  o.ep = o.dp = 1;
+  o.cp = 2;
+  auto cp = load_engine_stack(o);
+  EXPECT_EQ(greedy_outputs(*cp, "deepseek_v41"), want);
 }
 
 // --weight-format: auto keeps a checkpoint's block-format weights quantized on CUDA in every layout (one rank, EP/DP

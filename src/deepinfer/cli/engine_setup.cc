@@ -79,7 +79,7 @@ void add_device_execution_flags(CLI::App* sub, std::string& weight_format, std::
   sub->add_option("--kv-cache-dtype", kv_cache_dtype,
                   "the paged attention caches: auto / f32 (the rows as computed) or bf16 (rounded to bf16 as written, "
                   "as vLLM keeps them in the model's dtype: half the bytes a decode step reads, twice the cached "
-                  "tokens; lossless for V4.1, whose cached rows are fake-quantized; not with --cp yet)")
+                  "tokens; lossless for V4.1, whose cached rows are fake-quantized; , with --cp for V4.1 only)")
       ->check(CLI::IsMember({"auto", "f32", "bf16"}))
       ->capture_default_str();
   sub->add_option(
@@ -149,7 +149,7 @@ EngineSetup::EngineSetup(const EngineSetupArgs& a, StreamCallback on_delta) {
   keep_quantized_weights(o);  // a bad --weight-format or --activation-quant fails here, before any rank process starts
   const ModelConfig file_config = load_model_config(m.dir + "/config.json");
   const ActQuant act_quant = activation_quant_of(o, file_config);
-  const DType kv_dtype = kv_cache_dtype_of(o, file_config);  // also refuses a layout it does not run on
+  const DType kv_dtype = kv_cache_dtype_of(o, file_config);
   const bool ep_dp = ParallelLayout::make(a.ep, a.dp).world > 1;
   const ParallelLayout playout = ParallelLayout::make(a.ep, a.dp, 0, ep_dp ? a.cp : 1);
   const bool v3_family = file_config.family == ModelFamily::kDeepseekV3;
@@ -169,9 +169,11 @@ EngineSetup::EngineSetup(const EngineSetupArgs& a, StreamCallback on_delta) {
     DI_LOG_INFO("context parallel: {} processes (one per GPU, NCCL)", a.cp);
     if (!process_world_->is_driver()) {
       if (v3_family)
-        follow_context_parallel<DeepseekV3Model>(a, m.dir, keep_quantized_weights(o), act_quant, kernel_choices_of(o));
+        follow_context_parallel<DeepseekV3Model>(a, m.dir, keep_quantized_weights(o), act_quant, kv_dtype,
+                                                 kernel_choices_of(o));
       else
-        follow_context_parallel<DeepseekV4Model>(a, m.dir, keep_quantized_weights(o), act_quant, kernel_choices_of(o));
+        follow_context_parallel<DeepseekV4Model>(a, m.dir, keep_quantized_weights(o), act_quant, kv_dtype,
+                                                 kernel_choices_of(o));
       worker_ = true;
       return;
     }
@@ -219,13 +221,13 @@ void EngineSetup::start_expert_parallel(const EngineSetupArgs& a, const std::str
 
 template <typename Model>
 void EngineSetup::follow_context_parallel(const EngineSetupArgs& a, const std::string& dir, bool keep_quant,
-                                          ActQuant act_quant, const cuda::KernelChoices& choices) {
+                                          ActQuant act_quant, DType kv_dtype, const cuda::KernelChoices& choices) {
   Communicator& world = process_world_->comm();
   std::unique_ptr<Backend> backend =
       make_rank_cuda_backend(process_world_->env().local_rank, a.batch_invariant, choices);
   // The same weights as the driver computes with (block formats kept or dequantized alike).
   std::unique_ptr<Model> model =
-      model_loader<Model>(dir, read_token_map(a.engram_token_map_file), keep_quant, act_quant)(*backend, {});
+      model_loader<Model>(dir, read_token_map(a.engram_token_map_file), keep_quant, act_quant, kv_dtype)(*backend, {});
   // The driver's runner options (load_engine_stack: one state slot per max_num_seqs).
   ModelRunnerOptions ro;
   ro.exact_prefill = a.exact_prefill;

@@ -99,7 +99,7 @@ class EngineSetup {
   // format rank 0 keeps (keep_quant: keep_quantized_weights).
   template <typename Model>
   void follow_context_parallel(const EngineSetupArgs& a, const std::string& dir, bool keep_quant, ActQuant act_quant,
-                               const cuda::KernelChoices& choices);
+                               DType kv_dtype, const cuda::KernelChoices& choices);
 };
 
 // "layer-tokens run, skipped by bounded replay (% saved)" from the engine's stats.
