@@ -94,7 +94,7 @@ class LLM:
     bench --kernel-choice`, e.g. ["f32_scale_mma=1"]; one string is one spec); refused on the CPU device.
     kv_cache_dtype: "auto" / "f32" (the cache rows as computed) or "bf16" (the paged caches rounded to bf16 as
     written, as vLLM keeps them in the model's dtype: half the bytes a decode step reads, twice the cached tokens;
-    lossless for V4.1, whose cached rows are fake-quantized; with cp > 1 for V4.1 only).
+    lossless for V4.1, whose cached rows are fake-quantized).
     """
 
     def __init__(

@@ -237,8 +237,8 @@ std::map<std::string, std::vector<TokenId>> greedy_outputs(EngineStack& stack, c
 
 // --kv-cache-dtype bf16 (the V3 family): half the bytes a block, so the same budget holds twice the blocks (less the
 // rounding of the slots' share); the engine runs a workload through it to the end with the greedy outputs of the
-// f32 cache on most requests (the rows are rounded, so a near-tie may flip); context parallelism and unknown values
-// are refused in the front end's spelling.
+// f32 cache on most requests (the rows are rounded, so a near-tie may flip); unknown values are refused in the front
+// end's spelling.
 TEST(EngineFactoryKvCacheDtype, Bf16HalvesTheBytesPerBlockAndIsNamedWhereRefused) {
   EngineStackOptions o = options_for("deepseek_v3");
   o.host_kv_budget_bytes = 4 * 1000 * 1000;
@@ -262,10 +262,6 @@ TEST(EngineFactoryKvCacheDtype, Bf16HalvesTheBytesPerBlockAndIsNamedWhereRefused
   bad.spelling = OptionSpelling::kKeyword;
   expect_error([&] { load_engine_stack(bad); }, ErrorCode::kInvalidArgument,
                "kv_cache_dtype='fp8': must be auto, f32 or bf16");
-  EngineStackOptions cp = options_for("deepseek_v3");
-  cp.kv_cache_dtype = "bf16";
-  cp.cp = 2;
-  expect_error([&] { load_engine_stack(cp); }, ErrorCode::kUnsupported, "not with cp > 1");
 }
 
 // V4.1 caches FP8 / FP4 fake-quantized rows, each a bf16 value: its bf16 caches take half the bytes a block and the

@@ -79,7 +79,7 @@ void add_device_execution_flags(CLI::App* sub, std::string& weight_format, std::
   sub->add_option("--kv-cache-dtype", kv_cache_dtype,
                   "the paged attention caches: auto / f32 (the rows as computed) or bf16 (rounded to bf16 as written, "
                   "as vLLM keeps them in the model's dtype: half the bytes a decode step reads, twice the cached "
-                  "tokens; lossless for V4.1, whose cached rows are fake-quantized; , with --cp for V4.1 only)")
+                  "tokens; lossless for V4.1, whose cached rows are fake-quantized; )")
       ->check(CLI::IsMember({"auto", "f32", "bf16"}))
       ->capture_default_str();
   sub->add_option(

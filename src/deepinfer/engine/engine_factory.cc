@@ -191,15 +191,8 @@ ActQuant activation_quant_of(const EngineStackOptions& o, const ModelConfig& con
 DType kv_cache_dtype_of(const EngineStackOptions& o, const ModelConfig& config) {
   DI_CHECK(o.kv_cache_dtype == "auto" || o.kv_cache_dtype == "f32" || o.kv_cache_dtype == "bf16")
       << option(o, "kv_cache_dtype", o.kv_cache_dtype) << ": must be auto, f32 or bf16";
-  if (o.kv_cache_dtype != "bf16") return DType::kF32;
-  // Context parallelism runs a prompt's other shards on scratch states that keep f32 rows: where bf16 rounds (the V3
-  // family, V4) those ranks would attend other values than the pages. V4.1's rows are bf16 values already (lossless),
-  // so every path attends the same values there.
-  DI_CHECK_CODE(o.cp == 1 || config.family == ModelFamily::kDeepseekV41, ErrorCode::kUnsupported)
-      << option(o, "kv_cache_dtype", o.kv_cache_dtype) << " rounds " << family_name(config.family)
-      << "'s cache rows, which context parallelism's scratch ranks keep in f32: not with cp > 1 (V4.1's bf16 cache, "
-         "lossless, runs with it)";
-  return DType::kBF16;
+  (void)config;
+  return o.kv_cache_dtype == "bf16" ? DType::kBF16 : DType::kF32;
 }
 
 cuda::KernelChoices kernel_choices_of(const EngineStackOptions& o) {

@@ -72,7 +72,7 @@ struct EngineStackOptions {
   // (each row rounded to bf16 as written, as vLLM's --kv-cache-dtype auto keeps it in the model's dtype: half the
   // bytes a decode step reads, twice the blocks; DeepseekV3Model / DeepseekV4Model::set_kv_cache_dtype). Lossless for
   // V4.1, whose cached rows are FP8 / FP4 fake-quantized; rounding for the V3 family and V4. Every EP / DP / CP rank's
-  // model takes it; with cp > 1 for V4.1 only (the CP scratch ranks keep f32 rows).
+  // model takes it.
   std::string kv_cache_dtype = "auto";
   // CUDA: the backend's kernel choices as KEY=VALUE specs (the keys of `deepinfer bench --kernel-choice`,
   // ops/kernel_choice_args.h; later specs of a key win), for A/Bs of kept or opt-in kernels on a real checkpoint;
@@ -143,7 +143,7 @@ bool keep_quantized_weights(const EngineStackOptions& options);
 ActQuant activation_quant_of(const EngineStackOptions& options, const ModelConfig& config);
 
 // options.kv_cache_dtype as the model takes it (kF32 or kBF16); InvalidArgument for a value that does not exist,
-// Unsupported for a rounding bf16 cache (not V4.1) with context parallelism.
+// bf16 runs with every layout.
 DType kv_cache_dtype_of(const EngineStackOptions& options, const ModelConfig& config);
 
 // options.kernel_choices parsed (the defaults when empty); InvalidArgument for a spec that does not parse and for any

@@ -551,6 +551,7 @@ OwnedTensor DeepseekV3Model::attention(const Chunk& c, int layer, const V3LayerW
   } else {
     RowBuffer& cache = seq.kv[layer];
     DI_CHECK(cache.rows == c.p0 - c.kv_base) << "forward: layer " << layer << " cache out of step";
+    if (kv_dtype_ == DType::kBF16) round_to_bf16_values(mem, rows.view());  // the values a bf16 pool would hold
     cache.append(mem, rows.view());
     kv_rows = cache.view();
   }

@@ -166,6 +166,9 @@ class DeepseekV4Model {
   // V3 family's bf16 cache does. The slots' rings (bounded replay's decoder windows) stay f32.
   void set_kv_cache_dtype(DType dtype);
   DType kv_cache_dtype() const { return kv_dtype_; }
+  // Whether bf16 caches change the rows (V4; V4.1's are bf16 values already): then rows kept outside the pools are
+  // rounded too (round_to_bf16_values).
+  bool rounds_bf16() const { return kv_dtype_ == DType::kBF16 && config_.family != ModelFamily::kDeepseekV41; }
   const std::optional<EngramTables>& engram() const { return engram_; }
   V4SequenceState new_sequence() const;
 

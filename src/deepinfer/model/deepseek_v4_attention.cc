@@ -92,6 +92,7 @@ void DeepseekV4Model::store_rows(V4SequenceState& seq, int layer, bool keys, int
   } else {
     V4LayerState& st = seq.layers[layer];
     DI_CHECK_INTERNAL((keys ? st.index_keys : st.entries).rows == first) << "layer " << layer << " rows out of step";
+    if (rounds_bf16()) round_to_bf16_values(memory(), rows);  // the values a bf16 pool would hold
     (keys ? st.index_keys : st.entries).append(memory(), rows);
   }
 }
@@ -313,6 +314,7 @@ OwnedTensor DeepseekV4Model::attention(const Chunk& c, int layer, const OwnedTen
   // Paged windows are attended in place (paged_sink_attention below): this chunk's rows go into the pages and
   // nothing is gathered. The ring path gathers its rows into window_kv.
   OwnedTensor window_kv = paged_window ? OwnedTensor{} : mem.zeros(DType::kF32, {n_past + chunk_n, hd});
+  if (!paged_window && rounds_bf16()) round_to_bf16_values(mem, kv.view());  // the ring holds what pages would
   if (paged_window) {
     seq.pages->window[layer].write(mem, seq.ref, c.p0, kv.view());
   } else {

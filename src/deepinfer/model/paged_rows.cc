@@ -97,4 +97,11 @@ OwnedTensor PagedRows::gather(TensorMemory& mem, const PageRef& ref, int64_t fir
   return out;
 }
 
+void round_to_bf16_values(TensorMemory& mem, const Tensor& rows) {
+  if (rows.numel() == 0) return;
+  const OwnedTensor bf16 = mem.zeros(DType::kBF16, rows.shape());
+  mem.cast(bf16.view(), rows);
+  mem.cast(rows, bf16.view());
+}
+
 }  // namespace deepinfer

@@ -64,4 +64,9 @@ class PagedRows {
   OwnedTensor pool_;  // [capacity_blocks * block_size / ratio, width]
 };
 
+// f32 rows rounded in place to bf16 values (still f32): what a bf16 pool holds of them. Under --kv-cache-dtype bf16
+// the caches kept outside the pools (unpaged sequences' row buffers, rings of window rows: context parallelism's
+// scratch ranks, sequences without pages) store their rows so, so that every path attends the values the pages hold.
+void round_to_bf16_values(TensorMemory& mem, const Tensor& rows);
+
 }  // namespace deepinfer
