@@ -163,7 +163,8 @@ class DeepseekV4Model {
   // default) or bf16, each row rounded to nearest even as it is written and widened exactly as it is read. V4.1's
   // rows are FP8 / FP4 fake-quantized before they are cached, so each is a bf16 value already: its bf16 cache is
   // lossless (the same outputs, half the bytes). V4's rows are not quantized (HF parity), so for V4 it rounds, as the
-  // V3 family's bf16 cache does. The slots' rings (bounded replay's decoder windows) stay f32.
+  // V3 family's bf16 cache does. Rows kept outside the pools (rings, unpaged row buffers) stay f32 storage holding the
+  // same rounded values (rounds_bf16).
   void set_kv_cache_dtype(DType dtype);
   DType kv_cache_dtype() const { return kv_dtype_; }
   // Whether bf16 caches change the rows (V4; V4.1's are bf16 values already): then rows kept outside the pools are
