@@ -53,7 +53,7 @@ std::optional<std::vector<int64_t>> read_token_map(const std::string& file) {
 template <typename Model>
 std::function<std::unique_ptr<Model>(Backend&, const ExpertFilter&)> model_loader(
     const std::string& dir, std::optional<std::vector<int64_t>> token_map, bool keep_quant, ActQuant act_quant,
-    DType kv_dtype = DType::kF32) {
+    DType kv_dtype) {
   if constexpr (std::is_same_v<Model, DeepseekV3Model>) {
     return [dir, keep_quant, act_quant, kv_dtype](Backend& b, const ExpertFilter& resident) {
       auto model = DeepseekV3Model::load(dir, b, keep_quant ? V3WeightStorage::kFP8 : V3WeightStorage::kF32, resident);
@@ -149,7 +149,7 @@ EngineSetup::EngineSetup(const EngineSetupArgs& a, StreamCallback on_delta) {
   keep_quantized_weights(o);  // a bad --weight-format or --activation-quant fails here, before any rank process starts
   const ModelConfig file_config = load_model_config(m.dir + "/config.json");
   const ActQuant act_quant = activation_quant_of(o, file_config);
-  const DType kv_dtype = kv_cache_dtype_of(o, file_config);
+  const DType kv_dtype = kv_cache_dtype_of(o);
   const bool ep_dp = ParallelLayout::make(a.ep, a.dp).world > 1;
   const ParallelLayout playout = ParallelLayout::make(a.ep, a.dp, 0, ep_dp ? a.cp : 1);
   const bool v3_family = file_config.family == ModelFamily::kDeepseekV3;

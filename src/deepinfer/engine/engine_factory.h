@@ -144,7 +144,7 @@ ActQuant activation_quant_of(const EngineStackOptions& options, const ModelConfi
 
 // options.kv_cache_dtype as the model takes it (kF32 or kBF16); InvalidArgument for a value that does not exist,
 // bf16 runs with every layout.
-DType kv_cache_dtype_of(const EngineStackOptions& options, const ModelConfig& config);
+DType kv_cache_dtype_of(const EngineStackOptions& options);
 
 // options.kernel_choices parsed (the defaults when empty); InvalidArgument for a spec that does not parse and for any
 // on the CPU device.

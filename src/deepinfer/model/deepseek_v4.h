@@ -167,9 +167,6 @@ class DeepseekV4Model {
   // same rounded values (rounds_bf16).
   void set_kv_cache_dtype(DType dtype);
   DType kv_cache_dtype() const { return kv_dtype_; }
-  // Whether bf16 caches change the rows (V4; V4.1's are bf16 values already): then rows kept outside the pools are
-  // rounded too (round_to_bf16_values).
-  bool rounds_bf16() const { return kv_dtype_ == DType::kBF16 && config_.family != ModelFamily::kDeepseekV41; }
   const std::optional<EngramTables>& engram() const { return engram_; }
   V4SequenceState new_sequence() const;
 
@@ -328,6 +325,9 @@ class DeepseekV4Model {
   ExpertParallel* ep_ = nullptr;
   ActQuant act_quant_ = ActQuant::kNone;
   DType kv_dtype_ = DType::kF32;
+  // Whether bf16 caches change the rows (V4; V4.1's are bf16 values already): then rows kept outside the pools are
+  // rounded too (round_to_bf16_values).
+  bool rounds_bf16() const { return kv_dtype_ == DType::kBF16 && config_.family != ModelFamily::kDeepseekV41; }
 };
 
 }  // namespace deepinfer

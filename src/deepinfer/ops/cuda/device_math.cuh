@@ -142,8 +142,8 @@ __device__ __forceinline__ const void* pool_row(const void* pool, int64_t row, i
 __device__ __forceinline__ float4 pool_load4(const void* row, int64_t i, bool bf16) {
   if (!bf16) return __ldg(static_cast<const float4*>(row) + i);
   const uint2 u = __ldg(static_cast<const uint2*>(row) + i);
-  return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
-                     __uint_as_float(u.y & 0xffff0000u));
+  return make_float4(bf16_bits_to_f32(static_cast<uint16_t>(u.x)), bf16_bits_to_f32(static_cast<uint16_t>(u.x >> 16)),
+                     bf16_bits_to_f32(static_cast<uint16_t>(u.y)), bf16_bits_to_f32(static_cast<uint16_t>(u.y >> 16)));
 }
 __device__ __forceinline__ float pool_load1(const void* row, int64_t i, bool bf16) {
   return bf16 ? bf16_bits_to_f32(__ldg(static_cast<const uint16_t*>(row) + i))
