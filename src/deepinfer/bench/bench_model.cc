@@ -209,6 +209,9 @@ double shared_expert_bytes(const BenchModel& m) {
   return m.shared_experts * (2 * fp8_block_bytes(m.moe_inter, m.hidden, b) + fp8_block_bytes(m.hidden, m.moe_inter, b));
 }
 
+// Bytes the bench stores a cached value in: its f32 pools, and their bf16 copies when the paged calls read bf16.
+double stored_value_bytes(const BenchModel& m) { return m.kv_value_bytes == 2 ? 6.0 : 4.0; }
+
 }  // namespace
 
 double layer_stored_bytes(const BenchModel& m, const LayerSpec& l, int64_t max_blocks) {
@@ -220,7 +223,7 @@ double layer_stored_bytes(const BenchModel& m, const LayerSpec& l, int64_t max_b
   bytes += m.experts * 3 * mxfp4_bytes(m.moe_inter, d) + shared_expert_bytes(m);
   if (l.ratio > 0) {
     const double entries = static_cast<double>(max_blocks) * (kBenchCacheBlock / l.ratio);
-    const double value = m.kv_value_bytes == 2 ? 6.0 : 4.0;                 // f32 pools, and their bf16 copies
+    const double value = stored_value_bytes(m);
     if (l.kind != AttnKind::kReuse) bytes += value * entries * m.head_dim;  // a reuse layer reads its source's
     if (l.kind == AttnKind::kIndexed) bytes += value * entries * m.index_dim;
   }
@@ -230,7 +233,7 @@ double layer_stored_bytes(const BenchModel& m, const LayerSpec& l, int64_t max_b
 
 int fit_layers_per_kind(const std::function<BenchModel(int)>& make, double budget, int64_t max_blocks) {
   const auto stored = [&](const BenchModel& m) {
-    double bytes = (m.kv_value_bytes == 2 ? 6.0 : 4.0) * max_blocks * kBenchCacheBlock * m.head_dim;  // window pool
+    double bytes = stored_value_bytes(m) * max_blocks * kBenchCacheBlock * m.head_dim;  // the window pool
     for (const LayerSpec& l : m.layers) bytes += layer_stored_bytes(m, l, max_blocks);
     return bytes;
   };
