@@ -92,9 +92,9 @@ class LLM:
     values with an f32 scale, the reference's gemm_impl "fp8", vLLM's and SGLang's block-FP8 GEMMs).
     kernel_choices (CUDA): "KEY=VALUE" strings, the CUDA backend's kernel choices for A/Bs (the keys of `deepinfer
     bench --kernel-choice`, e.g. ["f32_scale_mma=1"]; one string is one spec); refused on the CPU device.
-    kv_cache_dtype: "auto" / "f32" (the cache rows as computed) or "bf16" (the paged caches rounded to bf16 as
-    written, as vLLM keeps them in the model's dtype: half the bytes a decode step reads, twice the cached tokens;
-    lossless for V4.1, whose cached rows are fake-quantized).
+    kv_cache_dtype: "f32" (the cache rows as computed), "bf16" (the paged caches rounded to bf16 as written, as
+    vLLM keeps them in the model's dtype: half the bytes a decode step reads, twice the cached tokens; lossless for
+    V4.1, whose cached rows are fake-quantized) or "auto" (bf16 for V4.1, f32 otherwise).
     """
 
     def __init__(

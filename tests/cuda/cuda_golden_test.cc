@@ -461,8 +461,8 @@ TEST(CudaOfflineCli, GreedyAndSeededSamplingOnTheGpuEqualTheCpu) {
     check_offline_cuda_equals_cpu(family, "--max-num-seqs 3 --max-num-batched-tokens 33");
     check_offline_cuda_equals_cpu(family, "--max-num-seqs 3 --max-num-batched-tokens 33 " + sampled);
   }
-  // bf16 caches (lossless for V4.1) through the engine on both backends.
-  check_offline_cuda_equals_cpu("deepseek_v41", "--max-num-seqs 3 --max-num-batched-tokens 33 --kv-cache-dtype bf16");
+  // V4.1's auto caches are bf16 (lossless): its f32 caches through the engine on both backends too.
+  check_offline_cuda_equals_cpu("deepseek_v41", "--max-num-seqs 3 --max-num-batched-tokens 33 --kv-cache-dtype f32");
 }
 
 // Speculative decoding through the engine on the GPU: DSpark (generated V4.1 and V4-Flash-0731 checkpoints with

@@ -270,6 +270,7 @@ TEST(EngineFactoryKvCacheDtype, Bf16HalvesTheBytesPerBlockAndIsNamedWhereRefused
 TEST(EngineFactoryKvCacheDtype, V41Bf16CachesHalveTheBlockAndKeepTheOutputs) {
   EngineStackOptions o = options_for("deepseek_v41");
   o.host_kv_budget_bytes = 4 * 1000 * 1000;
+  o.kv_cache_dtype = "f32";
   auto f32 = load_engine_stack(o);
   o.kv_cache_dtype = "bf16";
   auto bf16 = load_engine_stack(o);
@@ -287,6 +288,24 @@ TEST(EngineFactoryKvCacheDtype, V41Bf16CachesHalveTheBlockAndKeepTheOutputs) {
   o.cp = 2;
   auto cp = load_engine_stack(o);
   EXPECT_EQ(greedy_outputs(*cp, "deepseek_v41"), want);
+}
+
+// auto is bf16 only where that rounds nothing: V4.1 (its cached rows are FP8 / FP4 values); the V3 family and V4 keep
+// the rows as computed (f32), the golden fixtures' numerics.
+TEST(EngineFactoryKvCacheDtype, AutoIsBf16ForV41Only) {
+  for (const char* model : {"deepseek_v3", "deepseek_v4", "deepseek_v41"}) {
+    EngineStackOptions o = options_for(model);
+    const ModelConfig config = load_model_config(o.model_dir + "/config.json");
+    ASSERT_EQ(o.kv_cache_dtype, "auto");
+    const DType want = config.family == ModelFamily::kDeepseekV41 ? DType::kBF16 : DType::kF32;
+    EXPECT_EQ(kv_cache_dtype_of(o, config), want) << model;
+    auto stack = load_engine_stack(o);
+    EXPECT_EQ(stack->v3 ? stack->v3->kv_cache_dtype() : stack->v4->kv_cache_dtype(), want) << model;
+    o.kv_cache_dtype = "f32";
+    EXPECT_EQ(kv_cache_dtype_of(o, config), DType::kF32) << model;
+    o.kv_cache_dtype = "bf16";
+    EXPECT_EQ(kv_cache_dtype_of(o, config), DType::kBF16) << model;
+  }
 }
 
 // --weight-format: auto keeps a checkpoint's block-format weights quantized on CUDA in every layout (one rank, EP/DP

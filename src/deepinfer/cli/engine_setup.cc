@@ -77,9 +77,9 @@ void add_device_execution_flags(CLI::App* sub, std::string& weight_format, std::
                                 bool& enforce_eager, bool& batch_invariant, std::vector<std::string>& kernel_choices,
                                 std::string& kv_cache_dtype) {
   sub->add_option("--kv-cache-dtype", kv_cache_dtype,
-                  "the paged attention caches: auto / f32 (the rows as computed) or bf16 (rounded to bf16 as written, "
-                  "as vLLM keeps them in the model's dtype: half the bytes a decode step reads, twice the cached "
-                  "tokens; lossless for V4.1, whose cached rows are fake-quantized; )")
+                  "the paged attention caches: f32 (the rows as computed), bf16 (rounded to bf16 as written, as "
+                  "vLLM keeps them in the model's dtype: half the bytes a decode step reads, twice the cached tokens; "
+                  "lossless for V4.1, whose cached rows are fake-quantized) or auto (bf16 for V4.1, f32 otherwise)")
       ->check(CLI::IsMember({"auto", "f32", "bf16"}))
       ->capture_default_str();
   sub->add_option(
@@ -149,7 +149,7 @@ EngineSetup::EngineSetup(const EngineSetupArgs& a, StreamCallback on_delta) {
   keep_quantized_weights(o);  // a bad --weight-format or --activation-quant fails here, before any rank process starts
   const ModelConfig file_config = load_model_config(m.dir + "/config.json");
   const ActQuant act_quant = activation_quant_of(o, file_config);
-  const DType kv_dtype = kv_cache_dtype_of(o);
+  const DType kv_dtype = kv_cache_dtype_of(o, file_config);
   const bool ep_dp = ParallelLayout::make(a.ep, a.dp).world > 1;
   const ParallelLayout playout = ParallelLayout::make(a.ep, a.dp, 0, ep_dp ? a.cp : 1);
   const bool v3_family = file_config.family == ModelFamily::kDeepseekV3;

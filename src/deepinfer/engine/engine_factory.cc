@@ -188,9 +188,11 @@ ActQuant activation_quant_of(const EngineStackOptions& o, const ModelConfig& con
   return config.quant.scale_ue8m0 ? ActQuant::kFp8Block128Ue8m0 : ActQuant::kFp8Block128;
 }
 
-DType kv_cache_dtype_of(const EngineStackOptions& o) {
+DType kv_cache_dtype_of(const EngineStackOptions& o, const ModelConfig& config) {
   DI_CHECK(o.kv_cache_dtype == "auto" || o.kv_cache_dtype == "f32" || o.kv_cache_dtype == "bf16")
       << option(o, "kv_cache_dtype", o.kv_cache_dtype) << ": must be auto, f32 or bf16";
+  if (o.kv_cache_dtype == "auto")  // bf16 only where it changes no value: V4.1's rows are already FP8 / FP4
+    return config.family == ModelFamily::kDeepseekV41 ? DType::kBF16 : DType::kF32;
   return o.kv_cache_dtype == "bf16" ? DType::kBF16 : DType::kF32;
 }
 
@@ -251,7 +253,7 @@ std::unique_ptr<EngineStack> load_engine_stack(const EngineStackOptions& o) {
     DI_LOG_INFO("kernel choices: {} (kernel_choice)", d);
   const ModelConfig file_config = load_model_config(cfg_path);
   const ActQuant act_quant = activation_quant_of(o, file_config);
-  const DType kv_dtype = kv_cache_dtype_of(o);
+  const DType kv_dtype = kv_cache_dtype_of(o, file_config);
   if (act_quant != ActQuant::kNone && !file_config.quant.fp8 && !file_config.quant.experts_fp4)
     DI_LOG_WARN("activations: {} asked, but {} stores no FP8 / MXFP4 weights: nothing is rounded (--activation-quant)",
                 act_quant_name(act_quant), o.model_dir);
