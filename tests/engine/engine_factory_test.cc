@@ -290,8 +290,8 @@ TEST(EngineFactoryKvCacheDtype, V41Bf16CachesHalveTheBlockAndKeepTheOutputs) {
   EXPECT_EQ(greedy_outputs(*cp, "deepseek_v41"), want);
 }
 
-// auto is bf16 only where that rounds nothing: V4.1 (its cached rows are FP8 / FP4 values); the V3 family and V4 keep
-// the rows as computed (f32), the golden fixtures' numerics.
+// auto is bf16 only where that rounds nothing: V4.1 (its cached rows are FP8 / FP4 values: cached_rows_quantized); the
+// V3 family and V4 keep the rows as computed (f32), the golden fixtures' numerics.
 TEST(EngineFactoryKvCacheDtype, AutoIsBf16ForV41Only) {
   for (const char* model : {"deepseek_v3", "deepseek_v4", "deepseek_v41"}) {
     EngineStackOptions o = options_for(model);
@@ -306,6 +306,17 @@ TEST(EngineFactoryKvCacheDtype, AutoIsBf16ForV41Only) {
     o.kv_cache_dtype = "bf16";
     EXPECT_EQ(kv_cache_dtype_of(o, config), DType::kBF16) << model;
   }
+  // A V4.1 config whose widths are not whole quantization blocks caches its rows unquantized (as the reference
+  // leaves them): bf16 would round them, so auto keeps f32.
+  EngineStackOptions o = options_for("deepseek_v41");
+  ModelConfig odd = load_model_config(o.model_dir + "/config.json");
+  ASSERT_TRUE(cached_rows_quantized(odd));
+  odd.attn.head_dim = 48;
+  EXPECT_FALSE(cached_rows_quantized(odd));
+  EXPECT_EQ(kv_cache_dtype_of(o, odd), DType::kF32);
+  odd.attn.head_dim = 64;
+  odd.attn.index_head_dim = 16;
+  EXPECT_FALSE(cached_rows_quantized(odd));
 }
 
 // --weight-format: auto keeps a checkpoint's block-format weights quantized on CUDA in every layout (one rank, EP/DP

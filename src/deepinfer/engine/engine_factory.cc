@@ -192,7 +192,7 @@ DType kv_cache_dtype_of(const EngineStackOptions& o, const ModelConfig& config) 
   DI_CHECK(o.kv_cache_dtype == "auto" || o.kv_cache_dtype == "f32" || o.kv_cache_dtype == "bf16")
       << option(o, "kv_cache_dtype", o.kv_cache_dtype) << ": must be auto, f32 or bf16";
   if (o.kv_cache_dtype == "auto")  // bf16 only where it changes no value: V4.1's rows are already FP8 / FP4
-    return config.family == ModelFamily::kDeepseekV41 ? DType::kBF16 : DType::kF32;
+    return cached_rows_quantized(config) ? DType::kBF16 : DType::kF32;
   return o.kv_cache_dtype == "bf16" ? DType::kBF16 : DType::kF32;
 }
 
@@ -306,7 +306,7 @@ std::unique_ptr<EngineStack> load_engine_stack(const EngineStackOptions& o) {
     s.v4->set_kv_cache_dtype(kv_dtype);
     if (kv_dtype == DType::kBF16)
       DI_LOG_INFO("KV cache: bf16 ({}) (--kv-cache-dtype)",
-                  file_config.family == ModelFamily::kDeepseekV41
+                  cached_rows_quantized(file_config)
                       ? "lossless: V4.1 caches FP8 / FP4 fake-quantized rows, each a bf16 value"
                       : "rows rounded as written");
     DI_LOG_INFO("weights: {}", keep_fp8 ? "block-format matrices (FP8, MXFP4) kept quantized (--weight-format)"

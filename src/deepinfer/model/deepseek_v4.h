@@ -325,9 +325,9 @@ class DeepseekV4Model {
   ExpertParallel* ep_ = nullptr;
   ActQuant act_quant_ = ActQuant::kNone;
   DType kv_dtype_ = DType::kF32;
-  // Whether bf16 caches change the rows (V4; V4.1's are bf16 values already): then rows kept outside the pools are
-  // rounded too (round_to_bf16_values).
-  bool rounds_bf16() const { return kv_dtype_ == DType::kBF16 && config_.family != ModelFamily::kDeepseekV41; }
+  // Whether bf16 caches change the rows (V4; V4.1's are bf16 values already, cached_rows_quantized): then rows kept
+  // outside the pools are rounded too (round_to_bf16_values).
+  bool rounds_bf16() const { return kv_dtype_ == DType::kBF16 && !cached_rows_quantized(config_); }
 };
 
 }  // namespace deepinfer
