@@ -88,6 +88,10 @@ TEST(BenchCli, KvCacheDtypeForTheSlices) {
       "--kv-cache-dtype bf16");
   ASSERT_EQ(v4.exit_code, 0) << v4.output;
   EXPECT_NE(v4.output.find("paged caches bf16"), std::string::npos) << v4.output;
+  // auto (the default) is the engine's: f32 but for the V4.1 slice (v41-flash, too large for this test).
+  auto v4_auto = run_cli("bench --device cpu --model tiny --no-prefill --batch 2 --context 64 --warmup 0 --iters 1");
+  ASSERT_EQ(v4_auto.exit_code, 0) << v4_auto.output;
+  EXPECT_NE(v4_auto.output.find("paged caches f32"), std::string::npos) << v4_auto.output;
   auto bad = run_cli("bench --device cpu --model tiny-mla --kv-cache-dtype fp8 --iters 1");
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.output.find("--kv-cache-dtype"), std::string::npos) << bad.output;

@@ -34,7 +34,7 @@ struct BenchArgs {
   bool no_engram = false;
   bool fill_device = false;
   bool mla_per_sequence = false;
-  std::string kv_cache_dtype = "f32";
+  std::string kv_cache_dtype = "auto";
 };
 
 int run_bench(const BenchArgs& a) {
@@ -56,10 +56,12 @@ int run_bench(const BenchArgs& a) {
   std::vector<std::function<bench::BenchModel(int)>> makers;  // per slice: the slice with k layers of each kind
   std::vector<bench::MlaBenchModel> mla;
   // --no-engram and --kv-cache-dtype apply to every slice a maker makes, so that --fill-device fits the slice that
-  // runs.
-  const int kv_value_bytes = a.kv_cache_dtype == "bf16" ? 2 : 4;
-  const auto add = [&](std::function<bench::BenchModel(int)> make) {
-    make = [make, no_engram = a.no_engram, kv_value_bytes](int per_kind) {
+  // runs. auto is the engine's: bf16 for V4.1 (lossless there), f32 for the others.
+  const auto value_bytes = [&](bool v41) {
+    return a.kv_cache_dtype == "bf16" || (v41 && a.kv_cache_dtype == "auto") ? 2 : 4;
+  };
+  const auto add = [&](std::function<bench::BenchModel(int)> make, bool v41 = false) {
+    make = [make, no_engram = a.no_engram, kv_value_bytes = value_bytes(v41)](int per_kind) {
       bench::BenchModel m = make(per_kind);
       if (no_engram)
         for (bench::LayerSpec& l : m.layers) l.engram = false;
@@ -80,14 +82,14 @@ int run_bench(const BenchArgs& a) {
     else if (name == "v4-flash")
       add(bench::v4_flash_slice);
     else if (name == "v41-flash")
-      add(bench::v41_flash_slice);
+      add(bench::v41_flash_slice, true);
     else if (name == "tiny")
       add([](int) { return bench::tiny_slice(); });
     else
       DI_FAIL(ErrorCode::kInvalidArgument)
           << "bench --model: unknown slice '" << name << "' (v41-flash, v4-flash, v3, v2-lite, tiny, tiny-mla)";
   }
-  for (bench::MlaBenchModel& m : mla) m.kv_value_bytes = kv_value_bytes;
+  for (bench::MlaBenchModel& m : mla) m.kv_value_bytes = value_bytes(false);
 
   DI_CHECK_CODE(a.kernel_choices.empty() || !cpu, ErrorCode::kInvalidArgument)
       << "bench --kernel-choice: the choices are the CUDA backend's (--device cuda)";
@@ -201,9 +203,10 @@ void register_bench(CLI::App& app, CommandRegistry& reg) {
       "--mla-per-sequence-decode", a->mla_per_sequence,
       "MLA slices: decode attention as one absorbed-MLA call per sequence (the path before the paged kernel)");
   sub->add_option("--kv-cache-dtype", a->kv_cache_dtype,
-                  "the paged caches the attention (and the V4 slices' decode indexer) read: f32 (the default) or "
-                  "bf16 (half the bytes; the engine's --kv-cache-dtype bf16)")
-      ->check(CLI::IsMember({"f32", "bf16"}))
+                  "the paged caches the attention (and the V4 slices' decode indexer) read: f32, bf16 (half the "
+                  "bytes; the engine's --kv-cache-dtype bf16) or auto (the engine's: bf16 for the V4.1 slice, f32 "
+                  "for the others)")
+      ->check(CLI::IsMember({"auto", "f32", "bf16"}))
       ->capture_default_str();
   register_bench_serve(sub, reg);
   reg.add(sub, [a] { return run_bench(*a); });
