@@ -1,0 +1,96 @@
+// Quantized cache records (ops/kv_record.h): every row a kind fake-quantizes comes back bit for bit from its record,
+// at the reference's record sizes; rows the kind did not quantize are refused; non-finite blocks read as NaNs.
+#include "deepinfer/ops/kv_record.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "deepinfer/ops/cpu/cpu_backend.h"
+
+namespace deepinfer {
+namespace {
+
+constexpr FakeQuantKind kKinds[] = {kWindowRecord, kEntryRecord, kIndexKeyRecord};
+
+// Rows of `width` values over many magnitudes (block maxima from 1e-6 to 1e4, some blocks all zero, signed zeros),
+// fake-quantized by `kind` as the model quantizes the rows it caches.
+std::vector<float> quantized_rows(FakeQuantKind kind, int rows, int width, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> log_mag(-6.0f, 4.0f);
+  std::vector<float> v(static_cast<size_t>(rows) * width);
+  const int block = fake_quant_block_len(kind);
+  for (size_t b = 0; b < v.size() / block; ++b) {
+    const float mag = std::pow(10.0f, log_mag(rng));
+    const bool zero = b % 13 == 5;
+    for (int i = 0; i < block; ++i) v[b * block + i] = zero ? (i % 2 ? -0.0f : 0.0f) : normal(rng) * mag;
+  }
+  fake_quant_rows(v.data(), rows, width, kind);
+  return v;
+}
+
+bool same_bits(const float* a, const float* b, size_t n) { return std::memcmp(a, b, n * sizeof(float)) == 0; }
+
+TEST(KvRecord, SizesAreTheReferencesRecords) {
+  EXPECT_EQ(kv_record_bytes(kWindowRecord, 512), 512 + 16);  // 528 B: e4m3 codes + 16 UE8M0 scales
+  EXPECT_EQ(kv_record_bytes(kEntryRecord, 512), 256 + 32);   // 288 B: e2m1 pairs + 32 e4m3 scales
+  EXPECT_EQ(kv_record_bytes(kIndexKeyRecord, 128), 64 + 4);  // 68 B: e2m1 pairs + 4 UE8M0 scales
+  EXPECT_EQ(kv_record_bytes(kWindowRecord, 32), 33);
+  EXPECT_FALSE(kv_record_kind(FakeQuantKind::kFP8E4M3Block128));
+}
+
+TEST(KvRecord, FakeQuantizedRowsComeBackBitForBit) {
+  for (const FakeQuantKind kind : kKinds)
+    for (const int width : {32, 128, 512}) {
+      const int rows = 64;
+      const std::vector<float> v = quantized_rows(kind, rows, width, 17u + width);
+      const int64_t bytes = kv_record_bytes(kind, width);
+      std::vector<uint8_t> rec(bytes);
+      std::vector<float> back(width);
+      for (int r = 0; r < rows; ++r) {
+        const float* row = v.data() + static_cast<size_t>(r) * width;
+        ASSERT_TRUE(kv_record_encode(kind, row, width, rec.data()))
+            << "kind " << static_cast<int>(kind) << " row " << r;
+        kv_record_decode(kind, rec.data(), width, back.data());
+        ASSERT_TRUE(same_bits(back.data(), row, width)) << "kind " << static_cast<int>(kind) << " row " << r;
+      }
+    }
+}
+
+TEST(KvRecord, RowsTheKindDidNotQuantizeAreRefused) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (const FakeQuantKind kind : kKinds) {
+    std::vector<float> row(128);
+    for (float& x : row) x = normal(rng);
+    std::vector<uint8_t> rec(kv_record_bytes(kind, 128));
+    EXPECT_FALSE(kv_record_encode(kind, row.data(), 128, rec.data())) << static_cast<int>(kind);
+  }
+  // A window row's values are FP8 codes times a power of two, not FP4 ones: the entry and key records refuse it.
+  const std::vector<float> window = quantized_rows(kWindowRecord, 1, 128, 3);
+  std::vector<uint8_t> rec(kv_record_bytes(kIndexKeyRecord, 128));
+  EXPECT_FALSE(kv_record_encode(kIndexKeyRecord, window.data(), 128, rec.data()));
+}
+
+TEST(KvRecord, NonFiniteBlocksReadAsNaN) {
+  for (const FakeQuantKind kind : kKinds) {
+    std::vector<float> row = quantized_rows(kind, 1, 64, 9);
+    const int block = fake_quant_block_len(kind);
+    row[3] = std::numeric_limits<float>::quiet_NaN();
+    row[block + 1] = -std::numeric_limits<float>::infinity();
+    std::vector<uint8_t> rec(kv_record_bytes(kind, 64));
+    ASSERT_TRUE(kv_record_encode(kind, row.data(), 64, rec.data()));
+    std::vector<float> back(64);
+    kv_record_decode(kind, rec.data(), 64, back.data());
+    for (int i = 0; i < 2 * block; ++i) EXPECT_TRUE(std::isnan(back[i])) << static_cast<int>(kind) << " " << i;
+    EXPECT_TRUE(same_bits(back.data() + 2 * block, row.data() + 2 * block, 64 - 2 * block)) << static_cast<int>(kind);
+  }
+}
+
+}  // namespace
+}  // namespace deepinfer
