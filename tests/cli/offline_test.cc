@@ -388,6 +388,24 @@ TEST(OfflineCli, KvCacheDtypeBf16RunsEveryFamilyAndLayout) {
   EXPECT_EQ(ppl(v4_cp.output), ppl(v4.output)) << v4_cp.output;
 }
 
+// --kv-cache-dtype fp8: V4.1's rows kept as their FP8 / FP4 records give the f32 cache's samples (and decode
+// perplexities) exactly, and the log says so; a family whose rows are not quantized is named and refused.
+TEST(OfflineCli, KvCacheDtypeFp8KeepsV41SamplesAndRefusesOtherFamilies) {
+  const std::string args = " --max_model_len 128 --num-prompts 2 --max-tokens 4 --ignore-eos --kv-cache-dtype ";
+  const std::string v41_dir = testing::test_data_dir() + "/golden/deepseek_v41";
+  auto fp8 = run_cli("offline --model_name " + v41_dir + args + "fp8");
+  auto f32 = run_cli("offline --model_name " + v41_dir + args + "f32");
+  ASSERT_EQ(fp8.exit_code, 0) << fp8.output;
+  ASSERT_EQ(f32.exit_code, 0) << f32.output;
+  EXPECT_NE(fp8.output.find("KV cache: fp8 records (lossless"), std::string::npos) << fp8.output;
+  EXPECT_EQ(testing::parse_offline_samples(fp8.output).size(), 2u) << fp8.output;
+  EXPECT_EQ(testing::parse_offline_samples(fp8.output), testing::parse_offline_samples(f32.output));
+  auto v3 = run_cli("offline --model_name " + testing::test_data_dir() + "/golden/deepseek_v3" + args + "fp8");
+  EXPECT_NE(v3.exit_code, 0);
+  EXPECT_NE(v3.output.find("--kv-cache-dtype fp8"), std::string::npos) << v3.output;
+  EXPECT_NE(v3.output.find("deepseek_v3 caches unquantized rows"), std::string::npos) << v3.output;
+}
+
 // --activation-quant fp8 on a V3 FP8 checkpoint (the reference's gemm_impl "fp8": per 128 values, f32 scales; with
 // scale_fmt ue8m0 power-of-two ones): kept quantized or dequantized at load, on one rank or with the experts over two
 // EP ranks, the samples are the same; the logs name the mode; the samples differ from the default numerics'.

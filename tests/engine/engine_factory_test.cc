@@ -256,12 +256,12 @@ TEST(EngineFactoryKvCacheDtype, Bf16HalvesTheBytesPerBlockAndIsNamedWhereRefused
   EXPECT_GE(same, 3) << "a bf16 cache changed most greedy continuations";
 
   EngineStackOptions bad = options_for("deepseek_v3");
-  bad.kv_cache_dtype = "fp8";
+  bad.kv_cache_dtype = "int8";
   expect_error([&] { load_engine_stack(bad); }, ErrorCode::kInvalidArgument,
-               "--kv-cache-dtype fp8: must be auto, f32 or bf16");
+               "--kv-cache-dtype int8: must be auto, f32, bf16 or fp8");
   bad.spelling = OptionSpelling::kKeyword;
   expect_error([&] { load_engine_stack(bad); }, ErrorCode::kInvalidArgument,
-               "kv_cache_dtype='fp8': must be auto, f32 or bf16");
+               "kv_cache_dtype='int8': must be auto, f32, bf16 or fp8");
 }
 
 // V4.1 caches FP8 / FP4 fake-quantized rows, each a bf16 value: its bf16 caches take half the bytes a block and the
@@ -288,6 +288,45 @@ TEST(EngineFactoryKvCacheDtype, V41Bf16CachesHalveTheBlockAndKeepTheOutputs) {
   o.cp = 2;
   auto cp = load_engine_stack(o);
   EXPECT_EQ(greedy_outputs(*cp, "deepseek_v41"), want);
+}
+
+// --kv-cache-dtype fp8 (V4.1): the rows' FP8 / FP4 records, lossless — the f32 caches' greedy outputs on one rank,
+// over EP 2 x DP 2 in-process ranks and with CP 2 — in well under half a bf16 block; refused by name for families
+// whose rows are not quantized and off the CPU.
+TEST(EngineFactoryKvCacheDtype, V41Fp8RecordsKeepTheOutputsInAQuarterOfTheBytes) {
+  EngineStackOptions o = options_for("deepseek_v41");
+  o.host_kv_budget_bytes = 4 * 1000 * 1000;
+  o.kv_cache_dtype = "f32";
+  auto f32 = load_engine_stack(o);
+  o.kv_cache_dtype = "bf16";
+  const int64_t bf16_block = load_engine_stack(o)->layout.storage->bytes_per_block;
+  o.kv_cache_dtype = "fp8";
+  auto fp8 = load_engine_stack(o);
+  EXPECT_EQ(fp8->v4->kv_cache_dtype(), DType::kF8E4M3);
+  EXPECT_LT(fp8->layout.storage->bytes_per_block * 1.8, bf16_block);
+  EXPECT_GE(fp8->sizing.num_blocks, f32->sizing.num_blocks * 3);
+  const auto want = greedy_outputs(*f32, "deepseek_v41");
+  EXPECT_EQ(greedy_outputs(*fp8, "deepseek_v41"), want);
+  o.ep = 2;
+  o.dp = 2;
+  EXPECT_EQ(greedy_outputs(*load_engine_stack(o), "deepseek_v41"), want);
+  o.ep = o.dp = 1;
+  o.cp = 2;
+  EXPECT_EQ(greedy_outputs(*load_engine_stack(o), "deepseek_v41"), want);
+  o.cp = 1;
+
+  const ModelConfig v41 = load_model_config(o.model_dir + "/config.json");
+  o.device = "cuda";
+  expect_error([&] { kv_cache_dtype_of(o, v41); }, ErrorCode::kUnsupported,
+               "--kv-cache-dtype fp8 on --device cuda: the quantized records are read by the CPU backend only");
+  for (const char* model : {"deepseek_v3", "deepseek_v4"}) {
+    EngineStackOptions other = options_for(model);
+    other.kv_cache_dtype = "fp8";
+    expect_error(
+        [&] { load_engine_stack(other); }, ErrorCode::kUnsupported,
+        std::string("--kv-cache-dtype fp8: fp8 keeps the FP8 / FP4 records of the rows V4.1 fake-quantizes; ") + model +
+            " caches unquantized rows");
+  }
 }
 
 // auto is bf16 only where that rounds nothing: V4.1 (its cached rows are FP8 / FP4 values: cached_rows_quantized); the

@@ -179,15 +179,21 @@ TEST(V4DecodeBatch, GoldenDecodeLogitsWithinTolerance) {
 // equals one forward() per sequence, and the golden prompts stay near transformers' decode logits.
 struct KvDtypeScope {
   DeepseekV4Model& m;
-  explicit KvDtypeScope(DeepseekV4Model& model) : m(model) { m.set_kv_cache_dtype(DType::kBF16); }
+  explicit KvDtypeScope(DeepseekV4Model& model, DType dtype = DType::kBF16) : m(model) { m.set_kv_cache_dtype(dtype); }
   ~KvDtypeScope() { m.set_kv_cache_dtype(DType::kF32); }
 };
 
-void expect_bf16_cache_lossless(DeepseekV4Model& m, const std::vector<Spec>& specs, bool bounded) {
+// dtype kBF16, or kF8E4M3: --kv-cache-dtype fp8, the rows' quantized records (FP8 windows, FP4 entries and keys).
+void expect_cache_lossless(DeepseekV4Model& m, const std::vector<Spec>& specs, bool bounded,
+                           DType dtype = DType::kBF16) {
   const auto f32 = paged_decode(m, specs, bounded, /*batched=*/true);
   const int64_t f32_block = m.new_kv_pages(bounded).bytes_per_block(kBlock);
-  KvDtypeScope bf16(m);
-  EXPECT_EQ(m.new_kv_pages(bounded).bytes_per_block(kBlock) * 2, f32_block) << "a bf16 block: half the bytes";
+  KvDtypeScope scope(m, dtype);
+  const int64_t block = m.new_kv_pages(bounded).bytes_per_block(kBlock);
+  if (dtype == DType::kBF16)
+    EXPECT_EQ(block * 2, f32_block) << "a bf16 block: half the bytes";
+  else  // records of 32-value rows: 33 (window) / 18 (entry) / 17 (key) bytes against f32's 128
+    EXPECT_LT(block * 3.5, f32_block) << "a record block: under 2/7 of the f32 bytes";
   for (bool batched : {true, false}) {
     const auto got = paged_decode(m, specs, bounded, batched);
     for (size_t i = 0; i < specs.size(); ++i) {
@@ -201,9 +207,22 @@ void expect_bf16_cache_lossless(DeepseekV4Model& m, const std::vector<Spec>& spe
 TEST(V4DecodeBatch, V41Bf16CachesAreLossless) {
   DeepseekV4Model& m = *golden_model("deepseek_v41").model;
   for (bool bounded : {false, true})
-    expect_bf16_cache_lossless(m, make_specs(m, kLengths, 6, {{{9, 8, 32}}, {{11, 10, 64}}}), bounded);
+    expect_cache_lossless(m, make_specs(m, kLengths, 6, {{{9, 8, 32}}, {{11, 10, 64}}}), bounded);
   DeepseekV4Model& r2 = *generated_v41(2).model;
-  expect_bf16_cache_lossless(r2, make_specs(r2, {2, 5, 9, 16, 17, 40, 41}, 6, {{{6, 5, 32}}}), /*bounded=*/false);
+  expect_cache_lossless(r2, make_specs(r2, {2, 5, 9, 16, 17, 40, 41}, 6, {{{6, 5, 32}}}), /*bounded=*/false);
+}
+
+// --kv-cache-dtype fp8: the records give the f32 caches' logits bit for bit too; V4 (rows unquantized) refuses them.
+TEST(V4DecodeBatch, V41RecordCachesAreLossless) {
+  DeepseekV4Model& m = *golden_model("deepseek_v41").model;
+  for (bool bounded : {false, true})
+    expect_cache_lossless(m, make_specs(m, kLengths, 6, {{{9, 8, 32}}, {{11, 10, 64}}}), bounded, DType::kF8E4M3);
+  DeepseekV4Model& r2 = *generated_v41(2).model;
+  expect_cache_lossless(r2, make_specs(r2, {2, 5, 9, 16, 17, 40, 41}, 6, {{{6, 5, 32}}}), /*bounded=*/false,
+                        DType::kF8E4M3);
+  DeepseekV4Model& v4 = *golden_model("deepseek_v4").model;
+  EXPECT_THROW(v4.set_kv_cache_dtype(DType::kF8E4M3), Error);
+  EXPECT_EQ(v4.kv_cache_dtype(), DType::kF32);
 }
 
 TEST(V4DecodeBatch, V4Bf16CachesRoundButStayConsistent) {

@@ -5,7 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <random>
+
+#include "deepinfer/ops/cpu/cpu_backend.h"
 
 namespace deepinfer {
 namespace {
@@ -77,6 +80,33 @@ TEST(PagedRows, Bf16PoolRoundsOnWriteAndWidensOnGather) {
   }
   EXPECT_GT(changed, a.numel() / 2) << "normal values are almost never exact in bf16";
   EXPECT_THROW(PagedRows(6, 1, DType::kF16), Error);
+}
+
+// A record pool (--kv-cache-dtype fp8) keeps each fake-quantized row as its kind's record, gathers it back bit for bit
+// through growth and a ratio, counts the records' bytes a block, and refuses rows the kind did not quantize and
+// widths that are not whole blocks.
+TEST(PagedRows, RecordPoolKeepsQuantizedRowsExactly) {
+  TensorMemory& mem = host_memory();
+  const int bs = 8, width = 64;
+  for (const FakeQuantKind kind : {kWindowRecord, kEntryRecord, kIndexKeyRecord}) {
+    PagedRows rec(width, 2, DType::kU8, kind);
+    EXPECT_EQ(rec.record(), kind);
+    EXPECT_EQ(rec.bytes_per_block(bs), bs / 2 * kv_record_bytes(kind, width));
+    const std::vector<BlockId> table = {5, 0, 12};
+    HostTensor a = random_rows(3 * bs / 2, width, 21);
+    fake_quant_rows(a.data<float>(), a.view().dim(0), width, kind);
+    PageRef ref{table, bs, 0};
+    rec.write(mem, ref, 0, a.view().slice(0, bs));
+    rec.write(mem, ref, bs / 2 * 2, a.view().slice(bs, 3 * bs / 2));
+    EXPECT_EQ(rec.bytes_allocated(), 13 * rec.bytes_per_block(bs));
+    const OwnedTensor got = rec.gather(mem, ref, 0, 3 * bs / 2);
+    ASSERT_EQ(got.dtype(), DType::kF32);
+    EXPECT_EQ(std::memcmp(got.data<float>(), a.data<float>(), a.view().nbytes()), 0) << static_cast<int>(kind);
+    const HostTensor raw = random_rows(bs / 2, width, 22);
+    EXPECT_THROW(rec.write(mem, ref, 0, raw.view()), Error) << "unquantized rows into a record pool";
+  }
+  EXPECT_THROW(PagedRows(24, 1, DType::kU8, kWindowRecord), Error) << "24 values are no whole FP8 block";
+  EXPECT_THROW(PagedRows(64, 1, DType::kU8, FakeQuantKind::kFP8E4M3Block128), Error) << "no record of that kind";
 }
 
 TEST(PagedRows, TablesThatDoNotCoverTheRowsAreInternalErrors) {

@@ -210,6 +210,42 @@ TEST(PagedSinkAttentionOp, Bf16PoolsEqualF32PoolsOfTheRoundedRows) {
   }
 }
 
+// --kv-cache-dtype fp8: pools of quantized records (FP8 window rows, FP4 entries) read as the f32 pools holding the
+// rows' quantized values, bit for bit; a record pool of the wrong row size is refused by name.
+TEST(PagedSinkAttentionOp, RecordPoolsEqualF32PoolsOfTheQuantizedRows) {
+  auto backend = make_cpu_backend(2);
+  for (int64_t tokens_per_seq : {1, 4}) {
+    testing::PagedAttentionSpec spec;
+    spec.tokens_per_seq = tokens_per_seq;
+    const testing::PagedAttentionCase c = testing::make_paged_attention_case(spec, 43 + tokens_per_seq);
+    const testing::RecordPool win = testing::records_of(c.window_pool, kWindowRecord),
+                              comp = testing::records_of(c.comp_pool, kEntryRecord);
+    const Shape shape{c.tokens, spec.heads, spec.hd};
+    HostTensor got(DType::kF32, shape), want(DType::kF32, shape), exact(DType::kF32, shape);
+    PagedSinkAttentionParams p = c.params(got.view());
+    p.window_pool = win.records.view();
+    p.comp_pool = comp.records.view();
+    backend->paged_sink_attention(p);
+    PagedSinkAttentionParams r = c.params(want.view());
+    r.window_pool = win.values.view();
+    r.comp_pool = comp.values.view();
+    backend->paged_sink_attention(r);
+    backend->paged_sink_attention(c.params(exact.view()));
+    for (int64_t i = 0; i < got.numel(); ++i) ASSERT_FALSE(std::isnan(got.data<float>()[i])) << "value " << i;
+    EXPECT_EQ(std::memcmp(got.data<float>(), want.data<float>(), got.view().nbytes()), 0) << tokens_per_seq;
+    EXPECT_NE(std::memcmp(got.data<float>(), exact.data<float>(), got.view().nbytes()), 0)
+        << "record pools gave the unquantized rows' output";
+    PagedSinkAttentionParams swapped = p;
+    swapped.comp_pool = win.records.view();  // FP8 window records where FP4 entry records belong: another row size
+    try {
+      backend->paged_sink_attention(swapped);
+      ADD_FAILURE() << "window records taken as entry records";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("comp_pool"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(PagedSinkAttentionOp, BadPagesAndShapesAreClearErrors) {
   auto backend = make_cpu_backend(1);
   testing::PagedAttentionSpec spec;

@@ -6,7 +6,10 @@
 #include <random>
 #include <vector>
 
+#include "deepinfer/core/error.h"
 #include "deepinfer/core/tensor.h"
+#include "deepinfer/ops/cpu/cpu_backend.h"
+#include "deepinfer/ops/kv_record.h"
 #include "deepinfer/ops/ops.h"
 
 namespace deepinfer::testing {
@@ -44,6 +47,22 @@ inline HostTensor rounded_f32_of(const HostTensor& t) {
   HostTensor out(DType::kF32, t.shape());
   for (int64_t i = 0; i < t.numel(); ++i) out.data<float>()[i] = round_bf16(t.data<float>()[i]);
   return out;
+}
+
+// A cache pool as --kv-cache-dtype fp8 keeps it: each row of an f32 pool [rows, width] fake-quantized by `kind` (as the
+// model quantizes what it caches; NaN rows stay NaN or become zeros, as the kind rounds them), stored as that kind's
+// records (u8 [rows, record bytes]), and the same quantized values in f32 (what the records must read as).
+struct RecordPool {
+  HostTensor records, values;
+};
+inline RecordPool records_of(const HostTensor& t, FakeQuantKind kind) {
+  const int64_t rows = t.view().dim(0), width = t.view().dim(1), bytes = kv_record_bytes(kind, width);
+  RecordPool p{HostTensor(DType::kU8, {rows, bytes}), copy_of(t)};
+  fake_quant_rows(p.values.data<float>(), rows, width, kind);
+  for (int64_t r = 0; r < rows; ++r)
+    DI_CHECK(kv_record_encode(kind, p.values.data<float>() + r * width, width, p.records.data<uint8_t>() + r * bytes))
+        << "records_of: row " << r;
+  return p;
 }
 
 // max |a − ref| / max(|ref|, floor) over all elements.

@@ -147,6 +147,27 @@ TEST(PagedIndexerScoresOp, Bf16PoolEqualsF32PoolOfTheRoundedRows) {
   EXPECT_THROW(backend->paged_indexer_scores(p), Error);
 }
 
+// --kv-cache-dtype fp8: a pool of FP4 key records scores as the f32 pool holding the keys' quantized values, bit for
+// bit, and not as the unquantized keys.
+TEST(PagedIndexerScoresOp, RecordPoolEqualsF32PoolOfTheQuantizedRows) {
+  auto backend = make_cpu_backend(2);
+  const PagedIndexerCase c = make_paged_indexer_case(spec(6, 8, 32, 90, 16, 4), 67);
+  const testing::RecordPool keys = testing::records_of(c.pool, kIndexKeyRecord);
+  HostTensor got(DType::kF32, {c.spec.seqs, c.n}), want(DType::kF32, {c.spec.seqs, c.n}),
+      exact(DType::kF32, {c.spec.seqs, c.n});
+  PagedIndexerScoreParams p = c.params(got.view());
+  p.key_pool = keys.records.view();
+  backend->paged_indexer_scores(p);
+  PagedIndexerScoreParams r = c.params(want.view());
+  r.key_pool = keys.values.view();
+  backend->paged_indexer_scores(r);
+  backend->paged_indexer_scores(c.params(exact.view()));
+  for (int64_t i = 0; i < got.numel(); ++i) ASSERT_FALSE(std::isnan(got.data<float>()[i])) << "score " << i;
+  EXPECT_EQ(std::memcmp(got.data<float>(), want.data<float>(), got.view().nbytes()), 0);
+  EXPECT_NE(std::memcmp(got.data<float>(), exact.data<float>(), got.view().nbytes()), 0)
+      << "a record pool gave the unquantized keys' scores";
+}
+
 TEST(PagedIndexerScoresOp, BadInputsRaise) {
   auto backend = make_cpu_backend(1);
   const PagedIndexerSpec s;

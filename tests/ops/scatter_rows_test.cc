@@ -67,6 +67,34 @@ TEST(ScatterRows, Bf16DestinationRoundsToNearestEven) {
   EXPECT_THROW(be->scatter_rows({src, index, f16}), Error) << "an f16 cache is neither f32 nor bf16";
 }
 
+// Into a record cache (--kv-cache-dtype fp8) each row becomes its kind's record, which reads back as the row; a row
+// the kind did not quantize is an internal error, not a silently rounded record.
+TEST(ScatterRows, RecordDestinationEncodesEachRowExactly) {
+  auto be = make_cpu_backend(1);
+  for (const FakeQuantKind kind : {kWindowRecord, kEntryRecord, kIndexKeyRecord}) {
+    const int64_t rows = 5, width = 64, n = 7, bytes = kv_record_bytes(kind, width);
+    const RecordPool src = records_of(random_tensor({rows, width}, 11, 1e-3f, 30.0f), kind);
+    HostTensor dst(DType::kU8, {n, bytes});
+    std::fill(dst.data<uint8_t>(), dst.data<uint8_t>() + dst.numel(), uint8_t{0x5A});
+    HostTensor index(DType::kI64, {rows});
+    const int64_t at[] = {6, -1, 0, 3, 2};
+    std::copy(at, at + rows, index.data<int64_t>());
+    ScatterRowsParams p{src.values, index, dst};
+    p.record = kind;
+    be->scatter_rows(p);
+    std::vector<float> back(width);
+    for (int64_t t = 0; t < rows; ++t) {
+      if (at[t] < 0) continue;
+      kv_record_decode(kind, dst.data<uint8_t>() + at[t] * bytes, width, back.data());
+      EXPECT_EQ(std::memcmp(back.data(), src.values.data<float>() + t * width, sizeof(float) * width), 0) << t;
+    }
+    for (int64_t j = 0; j < bytes; ++j) ASSERT_EQ(dst.data<uint8_t>()[1 * bytes + j], 0x5A) << "row 1 untouched";
+    ScatterRowsParams raw{random_tensor({rows, width}, 12), index, dst};
+    raw.record = kind;
+    EXPECT_THROW(be->scatter_rows(raw), Error) << "unquantized rows into a record cache";
+  }
+}
+
 TEST(ScatterRows, BadIndexOrShapeIsAClearError) {
   auto be = make_cpu_backend(1);
   HostTensor src = random_tensor({2, 4}, 4), dst = random_tensor({3, 4}, 5), index(DType::kI64, {2});

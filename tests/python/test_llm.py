@@ -114,10 +114,13 @@ def test_kv_cache_dtype_reaches_the_engine(golden_v41):
     bf16 = LLM(tiny, max_model_len=128, max_num_seqs=1, device="cpu", kv_cache_dtype="bf16")
     assert len(bf16.generate([[11, 22, 33, 44, 55]], [p], use_tqdm=False)[0].outputs[0].token_ids) == 5
     with pytest.raises(ValueError, match="kv_cache_dtype"):
+        LLM(tiny, max_model_len=128, device="cpu", kv_cache_dtype="int8")
+    with pytest.raises(NotImplementedError, match="kv_cache_dtype='fp8'"):  # the V3 family's rows are not quantized
         LLM(tiny, max_model_len=128, device="cpu", kv_cache_dtype="fp8")
     outs = [LLM(golden_v41, max_model_len=128, max_num_seqs=1, device="cpu", kv_cache_dtype=d)
-            .generate([[11, 22, 33, 44, 55]], [p], use_tqdm=False)[0].outputs[0].token_ids for d in ("f32", "bf16")]
-    assert outs[0] == outs[1] and len(outs[0]) == 5
+            .generate([[11, 22, 33, 44, 55]], [p], use_tqdm=False)[0].outputs[0].token_ids
+            for d in ("f32", "bf16", "fp8")]
+    assert outs[0] == outs[1] == outs[2] and len(outs[0]) == 5
 
 
 def test_kernel_choices_are_the_cuda_backends(golden_v41):

@@ -189,10 +189,23 @@ ActQuant activation_quant_of(const EngineStackOptions& o, const ModelConfig& con
 }
 
 DType kv_cache_dtype_of(const EngineStackOptions& o, const ModelConfig& config) {
-  DI_CHECK(o.kv_cache_dtype == "auto" || o.kv_cache_dtype == "f32" || o.kv_cache_dtype == "bf16")
-      << option(o, "kv_cache_dtype", o.kv_cache_dtype) << ": must be auto, f32 or bf16";
+  DI_CHECK(o.kv_cache_dtype == "auto" || o.kv_cache_dtype == "f32" || o.kv_cache_dtype == "bf16" ||
+           o.kv_cache_dtype == "fp8")
+      << option(o, "kv_cache_dtype", o.kv_cache_dtype) << ": must be auto, f32, bf16 or fp8";
   if (o.kv_cache_dtype == "auto")  // bf16 only where it changes no value: V4.1's rows are already FP8 / FP4
     return cached_rows_quantized(config) ? DType::kBF16 : DType::kF32;
+  if (o.kv_cache_dtype == "fp8") {
+    DI_CHECK_CODE(cached_rows_quantized(config), ErrorCode::kUnsupported)
+        << option(o, "kv_cache_dtype", o.kv_cache_dtype)
+        << ": fp8 keeps the FP8 / FP4 records of the rows V4.1 fake-quantizes; " << family_name(config.family)
+        << (config.family == ModelFamily::kDeepseekV41 ? " with head or indexer widths outside whole 32-value blocks"
+                                                       : "")
+        << " caches unquantized rows (bf16 halves them)";
+    DI_CHECK_CODE(o.device == "cpu", ErrorCode::kUnsupported)
+        << option(o, "kv_cache_dtype", o.kv_cache_dtype) << " on " << option(o, "device", o.device)
+        << ": the quantized records are read by the CPU backend only so far; bf16 is lossless for V4.1 on CUDA";
+    return DType::kF8E4M3;
+  }
   return o.kv_cache_dtype == "bf16" ? DType::kBF16 : DType::kF32;
 }
 
@@ -304,6 +317,10 @@ std::unique_ptr<EngineStack> load_engine_stack(const EngineStackOptions& o) {
     s.v4 = DeepseekV4Model::load(o.model_dir, *s.backend, token_map, keep_fp8);
     s.v4->set_activation_quant(act_quant);
     s.v4->set_kv_cache_dtype(kv_dtype);
+    if (kv_dtype == DType::kF8E4M3)
+      DI_LOG_INFO(
+          "KV cache: fp8 records (lossless: FP8 window rows, FP4 entries and indexer keys with their block "
+          "scales, as the reference stores them) (--kv-cache-dtype)");
     if (kv_dtype == DType::kBF16)
       DI_LOG_INFO("KV cache: bf16 ({}) (--kv-cache-dtype)",
                   cached_rows_quantized(file_config)

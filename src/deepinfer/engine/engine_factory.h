@@ -70,9 +70,10 @@ struct EngineStackOptions {
   std::string activation_quant = "none";
   // The paged attention caches' element type: "f32" (the rows as computed; the golden fixtures), "bf16" (each row
   // rounded to bf16 as written, as vLLM's --kv-cache-dtype auto keeps it in the model's dtype: half the bytes a decode
-  // step reads, twice the blocks; DeepseekV3Model / DeepseekV4Model::set_kv_cache_dtype) or "auto" (bf16 for V4.1,
-  // f32 otherwise). Lossless for V4.1, whose cached rows are FP8 / FP4 fake-quantized; rounding for the V3 family and
-  // V4. Every EP / DP / CP rank's model takes it.
+  // step reads, twice the blocks; DeepseekV3Model / DeepseekV4Model::set_kv_cache_dtype), "fp8" (V4.1 on the CPU: the
+  // rows' FP8 / FP4 records with their block scales, ops/kv_record.h: lossless, ~a quarter of bf16's bytes) or "auto"
+  // (bf16 for V4.1, f32 otherwise). Lossless for V4.1, whose cached rows are FP8 / FP4 fake-quantized; rounding for the
+  // V3 family and V4. Every EP / DP / CP rank's model takes it.
   std::string kv_cache_dtype = "auto";
   // CUDA: the backend's kernel choices as KEY=VALUE specs (the keys of `deepinfer bench --kernel-choice`,
   // ops/kernel_choice_args.h; later specs of a key win), for A/Bs of kept or opt-in kernels on a real checkpoint;
@@ -142,8 +143,9 @@ bool keep_quantized_weights(const EngineStackOptions& options);
 // another family's rounding (mxfp8 with a V3-family config, fp8 with a V4 one).
 ActQuant activation_quant_of(const EngineStackOptions& options, const ModelConfig& config);
 
-// options.kv_cache_dtype as the model takes it (kF32 or kBF16; auto: bf16 for V4.1, whose cached rows bf16 holds
-// exactly, f32 otherwise); InvalidArgument for a value that does not exist. bf16 runs with every layout.
+// options.kv_cache_dtype as the model takes it (kF32, kBF16 or kF8E4M3 for fp8; auto: bf16 for V4.1, whose cached rows
+// bf16 holds exactly, f32 otherwise); InvalidArgument for a value that does not exist, Unsupported for fp8 where the
+// rows are not quantized (cached_rows_quantized) or off the CPU. bf16 runs with every layout.
 DType kv_cache_dtype_of(const EngineStackOptions& options, const ModelConfig& config);
 
 // options.kernel_choices parsed (the defaults when empty); InvalidArgument for a spec that does not parse and for any

@@ -163,7 +163,9 @@ V4SequenceState DeepseekV4Model::new_sequence() const {
 V4KvPages DeepseekV4Model::new_kv_pages(bool bounded_decoder) const {
   const int L = config_.num_layers;
   V4KvPages p;
-  p.window.assign(L, PagedRows(config_.attn.head_dim, 1, kv_dtype_));
+  // fp8: each kind's quantized records (u8 pools), the reference's storage of these rows.
+  const DType pool = kv_dtype_ == DType::kF8E4M3 ? DType::kU8 : kv_dtype_;
+  p.window.assign(L, PagedRows(config_.attn.head_dim, 1, pool, kWindowRecord));
   p.entries.resize(L);
   p.index_keys.resize(L);
   const bool v41 = config_.family == ModelFamily::kDeepseekV41;
@@ -173,9 +175,9 @@ V4KvPages DeepseekV4Model::new_kv_pages(bool bounded_decoder) const {
     // Pools only where rows are written (the footprint counts every pool): V4 compresses on every compressed
     // layer and keeps indexer keys on CSA layers; V4.1 writes both on kv-source layers only.
     if (r <= 0 || (v41 && plan.kv_source != l)) continue;
-    p.entries[l] = PagedRows(config_.attn.head_dim, r, kv_dtype_);
+    p.entries[l] = PagedRows(config_.attn.head_dim, r, pool, kEntryRecord);
     if (v41 || plan.attention == AttentionKind::kCSA)
-      p.index_keys[l] = PagedRows(config_.attn.index_head_dim, r, kv_dtype_);
+      p.index_keys[l] = PagedRows(config_.attn.index_head_dim, r, pool, kIndexKeyRecord);
   }
   p.ring_from_layer = bounded_decoder && decoder_start_ >= 0 ? decoder_start_ : L;
   for (int l = p.ring_from_layer; l < L; ++l) p.window[l] = PagedRows();  // windows kept in the slot's ring
@@ -183,8 +185,12 @@ V4KvPages DeepseekV4Model::new_kv_pages(bool bounded_decoder) const {
 }
 
 void DeepseekV4Model::set_kv_cache_dtype(DType dtype) {
-  DI_CHECK(dtype == DType::kF32 || dtype == DType::kBF16)
-      << "the paged caches are kept in f32 or bf16, not " << dtype_name(dtype);
+  DI_CHECK(dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF8E4M3)
+      << "the paged caches are kept in f32, bf16 or fp8 records, not " << dtype_name(dtype);
+  DI_CHECK_CODE(dtype != DType::kF8E4M3 || cached_rows_quantized(config_), ErrorCode::kUnsupported)
+      << "fp8 caches keep the FP8 / FP4 records of fake-quantized rows: V4.1 with head and indexer widths in whole "
+         "32-value blocks only ("
+      << family_name(config_.family) << " caches its rows unquantized; bf16 halves them)";
   kv_dtype_ = dtype;
 }
 

@@ -165,6 +165,9 @@ class DeepseekV4Model {
   // lossless (the same outputs, half the bytes). V4's rows are not quantized (HF parity), so for V4 it rounds, as the
   // V3 family's bf16 cache does. Rows kept outside the pools (rings, unpaged row buffers) stay f32 storage holding the
   // same rounded values (rounds_bf16).
+  // kF8E4M3 (--kv-cache-dtype fp8, V4.1 only: cached_rows_quantized) keeps each row as the reference stores it, a
+  // quantized record of codes and block scales (ops/kv_record.h: FP8 window rows, FP4 entries and keys), also lossless
+  // and ~a quarter of bf16's bytes; the pools are then host memory (the CPU backend).
   void set_kv_cache_dtype(DType dtype);
   DType kv_cache_dtype() const { return kv_dtype_; }
   const std::optional<EngramTables>& engram() const { return engram_; }

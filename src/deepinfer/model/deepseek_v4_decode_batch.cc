@@ -321,7 +321,8 @@ void DeepseekV4Model::decode_middle(DecodeBatch& d, int layer) const {
     std::vector<int64_t> at(groups.size());
     for (size_t b = 0; b < groups.size(); ++b) at[b] = kind.row_for_write(mem, d.seqs[b]->ref, groups[b]);
     const OwnedTensor index = mem.from_host(DType::kI64, {static_cast<int64_t>(at.size())}, at.data());
-    backend_.scatter_rows({rows, index.view(), kind.pool()});  // pool() after row_for_write: growth moves it
+    backend_.scatter_rows(
+        {rows, index.view(), kind.pool(), kind.record()});  // pool() after row_for_write: growth moves it
   };
   if (paged_window) scatter(pages.window[layer], in.kv.slice(0, B), d.rows.host_positions);
   std::vector<int64_t> past_begin(B);

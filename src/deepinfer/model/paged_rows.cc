@@ -22,23 +22,44 @@ void PagedRows::for_runs(const PageRef& ref, int64_t first, int64_t n, F&& f) co
 }
 
 namespace {
-// Rows between f32 and the pool: a copy for an f32 pool, a cast (rounding into bf16, widening out of it) for bf16.
-void move_rows(TensorMemory& mem, const Tensor& dst, const Tensor& src) {
-  if (dst.dtype() == src.dtype())
+// Rows between f32 and the pool: a copy for an f32 pool, a cast (rounding into bf16, widening out of it) for bf16,
+// records encoded / decoded on the host for a u8 pool.
+void move_rows(TensorMemory& mem, const Tensor& dst, const Tensor& src, FakeQuantKind record) {
+  if (dst.dtype() == src.dtype()) {
     mem.copy(dst, src);
-  else
+  } else if (dst.dtype() == DType::kU8 || src.dtype() == DType::kU8) {
+    DI_CHECK_CODE(mem.device().kind == DeviceKind::kCPU, ErrorCode::kUnsupported)
+        << "paged rows: quantized records (--kv-cache-dtype fp8) are kept in host memory only";
+    DI_CHECK_INTERNAL(dst.is_contiguous() && src.is_contiguous()) << "paged rows: records move between whole rows";
+    const bool encode = dst.dtype() == DType::kU8;
+    const int64_t width = (encode ? src : dst).dim(1), bytes = (encode ? dst : src).dim(1);
+    for (int64_t r = 0; r < src.dim(0); ++r) {
+      if (encode)
+        DI_CHECK_INTERNAL(
+            kv_record_encode(record, src.data_as<float>() + r * width, width, dst.data_as<uint8_t>() + r * bytes))
+            << "paged rows: a row that its kind did not fake-quantize written to a quantized-record pool";
+      else
+        kv_record_decode(record, src.data_as<uint8_t>() + r * bytes, width, dst.data_as<float>() + r * width);
+    }
+  } else {
     mem.cast(dst, src);
+  }
 }
 }  // namespace
 
-PagedRows::PagedRows(int64_t width, int ratio, DType dtype) : width_(width), ratio_(ratio), dtype_(dtype) {
-  DI_CHECK(dtype == DType::kF32 || dtype == DType::kBF16)
-      << "paged rows are kept in f32 or bf16, not " << dtype_name(dtype);
+PagedRows::PagedRows(int64_t width, int ratio, DType dtype, FakeQuantKind record)
+    : width_(width), ratio_(ratio), dtype_(dtype), record_(record) {
+  DI_CHECK(dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kU8)
+      << "paged rows are kept in f32, bf16 or u8 records, not " << dtype_name(dtype);
+  DI_CHECK(dtype != DType::kU8 || (kv_record_kind(record) && width % fake_quant_block_len(record) == 0))
+      << "paged rows: no quantized record of " << width << " values for this kind";
 }
+
+int64_t PagedRows::row_elements() const { return dtype_ == DType::kU8 ? kv_record_bytes(record_, width_) : width_; }
 
 int64_t PagedRows::bytes_per_block(int block_size) const {
   if (width_ == 0) return 0;
-  return dtype_bytes(dtype_, block_size / ratio_ * width_);
+  return dtype_bytes(dtype_, block_size / ratio_ * row_elements());
 }
 
 int64_t PagedRows::bytes_allocated() const {
@@ -53,7 +74,7 @@ void PagedRows::reserve(TensorMemory& mem, int64_t blocks, int block_size) {
   // Doubling amortises growth; it never passes the engine's pool, so the pages stay inside the cache budget.
   int64_t cap = std::max<int64_t>(blocks, 2 * capacity_blocks_);
   if (max_blocks_ > 0) cap = std::min(cap, max_blocks_);
-  OwnedTensor grown = mem.zeros(dtype_, {cap * per_block, width_});
+  OwnedTensor grown = mem.zeros(dtype_, {cap * per_block, row_elements()});
   if (capacity_blocks_ > 0) mem.copy(grown.view().slice(0, capacity_blocks_ * per_block), pool_.view());
   pool_ = std::move(grown);
   capacity_blocks_ = cap;
@@ -72,7 +93,7 @@ void PagedRows::write(TensorMemory& mem, const PageRef& ref, int64_t first, cons
     max_block = std::max<int64_t>(max_block, ref.block_table[b]);
   reserve(mem, max_block + 1, ref.block_size);
   for_runs(ref, first + skip, n - skip, [&](int64_t pool_row, int64_t at, int64_t len) {
-    move_rows(mem, pool_.view().slice(pool_row, pool_row + len), rows.slice(skip + at, skip + at + len));
+    move_rows(mem, pool_.view().slice(pool_row, pool_row + len), rows.slice(skip + at, skip + at + len), record_);
   });
 }
 
@@ -92,7 +113,7 @@ OwnedTensor PagedRows::gather(TensorMemory& mem, const PageRef& ref, int64_t fir
   for_runs(ref, first, n, [&](int64_t pool_row, int64_t at, int64_t len) {
     DI_CHECK_INTERNAL((pool_row + len) * ratio_ <= capacity_blocks_ * ref.block_size)
         << "read of paged rows never written (pool row " << pool_row + len - 1 << ")";
-    move_rows(mem, out.view().slice(at, at + len), pool_.view().slice(pool_row, pool_row + len));
+    move_rows(mem, out.view().slice(at, at + len), pool_.view().slice(pool_row, pool_row + len), record_);
   });
   return out;
 }

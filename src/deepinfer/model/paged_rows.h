@@ -10,6 +10,7 @@
 #include <span>
 
 #include "deepinfer/kv/block_table.h"
+#include "deepinfer/ops/kv_record.h"
 #include "deepinfer/ops/memory.h"
 
 namespace deepinfer {
@@ -26,14 +27,17 @@ struct PageRef {
 class PagedRows {
  public:
   PagedRows() = default;
-  // dtype: the pool's element type, f32 or bf16 (rows written as f32 are rounded to nearest even and read back
-  // widened exactly: --kv-cache-dtype bf16).
-  PagedRows(int64_t width, int ratio, DType dtype = DType::kF32);
+  // dtype: the pool's element type, f32, bf16 (rows written as f32 are rounded to nearest even and read back
+  // widened exactly: --kv-cache-dtype bf16) or u8: each row a quantized record of kind `record` (ops/kv_record.h,
+  // --kv-cache-dtype fp8; the rows must be fake-quantized by that kind, and are read back exactly; CPU memory only).
+  PagedRows(int64_t width, int ratio, DType dtype = DType::kF32, FakeQuantKind record = kWindowRecord);
 
   int64_t width() const { return width_; }
   DType dtype() const { return dtype_; }
+  FakeQuantKind record() const { return record_; }
   int ratio() const { return ratio_; }
-  // The whole pool [capacity rows, width] (rows by PagedRows' layout), for ops that read pages in place.
+  // The whole pool [capacity rows, width] (u8: [capacity rows, record bytes]; rows by PagedRows' layout), for ops that
+  // read pages in place.
   Tensor pool() const { return pool_.view(); }
   // Bytes one block of the pool takes (block_size / ratio rows of [width] in dtype()); 0 for an unused kind.
   int64_t bytes_per_block(int block_size) const;
@@ -56,9 +60,13 @@ class PagedRows {
   void for_runs(const PageRef& ref, int64_t first, int64_t n, F&& f) const;
   void reserve(TensorMemory& mem, int64_t blocks, int block_size);
 
+  // Elements a pool row takes: width, or a u8 pool's record bytes.
+  int64_t row_elements() const;
+
   int64_t width_ = 0;
   int ratio_ = 1;
   DType dtype_ = DType::kF32;
+  FakeQuantKind record_ = kWindowRecord;
   int64_t capacity_blocks_ = 0;
   int64_t max_blocks_ = 0;
   OwnedTensor pool_;  // [capacity_blocks * block_size / ratio, width]

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "deepinfer/core/error.h"
+#include "deepinfer/ops/kv_record.h"
 #include "deepinfer/ops/ops.h"
 
 namespace deepinfer {
@@ -21,6 +22,17 @@ void expect(const char* op, const char* field, const Tensor& t, DType dtype, con
         << op << ": '" << field << "' must be " << shape_str(shape) << " (-1 = any), got " << t.str();
   DI_CHECK(t.is_contiguous()) << op << ": '" << field << "' must be contiguous";
   DI_CHECK(t.device().kind == DeviceKind::kCPU || t.device().kind == DeviceKind::kCUDA) << op << ": bad device";
+}
+
+// A paged cache pool of rows of `width` values: dtype (which the caller's other pools may fix) f32 or bf16 [-1, width],
+// or u8 [-1, record bytes] of quantized records of kind `record` (--kv-cache-dtype fp8).
+void expect_pool(const char* op, const char* field, const Tensor& t, DType dtype, int64_t width, FakeQuantKind record) {
+  DI_CHECK(dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kU8)
+      << op << ": '" << field << "' must be f32, bf16 or u8 records (--kv-cache-dtype), got " << t.str();
+  if (dtype != DType::kU8) return expect(op, field, t, dtype, {-1, width});
+  DI_CHECK(kv_record_kind(record) && width % fake_quant_block_len(record) == 0)
+      << op << ": '" << field << "': no quantized record of " << width << " values";
+  expect(op, field, t, dtype, {-1, kv_record_bytes(record, width)});
 }
 
 bool is_int_index(DType t) { return t == DType::kI32 || t == DType::kI64; }
@@ -165,9 +177,7 @@ void validate(const PagedIndexerScoreParams& p) {
   expect(op, "q_seq", p.q_seq, DType::kI32, {t});
   expect(op, "n_entries", p.n_entries, DType::kI64, {t});
   expect(op, "block_tables", p.block_tables, DType::kI32, {-1, -1});
-  DI_CHECK(p.key_pool.dtype() == DType::kF32 || p.key_pool.dtype() == DType::kBF16)
-      << op << ": key_pool must be f32 or bf16 (--kv-cache-dtype), got " << p.key_pool.str();
-  expect(op, "key_pool", p.key_pool, p.key_pool.dtype(), {-1, p.q.dim(2)});
+  expect_pool(op, "key_pool", p.key_pool, p.key_pool.dtype(), p.q.dim(2), kIndexKeyRecord);
   expect(op, "out", p.out, DType::kF32, {t, -1});
   DI_CHECK(p.ratio >= 1) << op << ": ratio must be >= 1";
   DI_CHECK(p.block_size >= 1) << op << ": block_size must be >= 1, got " << p.block_size;
@@ -217,13 +227,11 @@ void validate(const PagedSinkAttentionParams& p) {
   expect(op, "q_seq", p.q_seq, DType::kI32, {t});
   expect(op, "block_tables", p.block_tables, DType::kI32, {-1, -1});
   const int64_t b = p.block_tables.dim(0);
-  DI_CHECK(p.window_pool.dtype() == DType::kF32 || p.window_pool.dtype() == DType::kBF16)
-      << op << ": window_pool must be f32 or bf16 (--kv-cache-dtype), got " << p.window_pool.str();
-  expect(op, "window_pool", p.window_pool, p.window_pool.dtype(), {-1, hd});
+  expect_pool(op, "window_pool", p.window_pool, p.window_pool.dtype(), hd, kWindowRecord);
   expect(op, "window_begin", p.window_begin, DType::kI64, {b});
   if (present(p.comp_pool)) {
     // One element type for both pools (a model keeps all its caches in one dtype).
-    expect(op, "comp_pool", p.comp_pool, p.window_pool.dtype(), {-1, hd});
+    expect_pool(op, "comp_pool", p.comp_pool, p.window_pool.dtype(), hd, kEntryRecord);
     DI_CHECK(present(p.comp_idx) != present(p.comp_mask))
         << op << ": comp_pool needs exactly one of comp_idx / comp_mask";
     if (present(p.comp_idx)) expect(op, "comp_idx", p.comp_idx, DType::kI32, {t, -1});
@@ -346,9 +354,7 @@ void validate(const ScatterRowsParams& p) {
   const char* op = "scatter_rows";
   expect(op, "src", p.src, DType::kF32, {-1, -1});
   expect(op, "index", p.index, DType::kI64, {p.src.dim(0)});
-  DI_CHECK(p.dst.dtype() == DType::kF32 || p.dst.dtype() == DType::kBF16)
-      << op << ": dst must be f32 or bf16, got " << p.dst.str();
-  expect(op, "dst", p.dst, p.dst.dtype(), {-1, p.src.dim(1)});
+  expect_pool(op, "dst", p.dst, p.dst.dtype(), p.src.dim(1), p.record);
 }
 
 void validate(const HcCollapseNormParams& p) {

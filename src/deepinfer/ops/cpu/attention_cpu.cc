@@ -67,10 +67,11 @@ void CpuBackend::paged_sink_attention(const PagedSinkAttentionParams& p) {
   const bool by_mask = comp && p.comp_mask.data() != nullptr;
   const int64_t k_sel = !comp ? 0 : (by_mask ? p.comp_mask.dim(1) : p.comp_idx.dim(1));
   const int32_t* tables = p.block_tables.data_as<int32_t>();
-  // bf16 pools' rows are widened once each (exactly): the arithmetic is the f32 pools' over those values.
-  PoolRows window_rows(p.window_pool);
+  // bf16 pools' rows are widened once each (exactly), records decoded: the arithmetic is the f32 pools' over those
+  // values.
+  PoolRows window_rows(p.window_pool, hd, kWindowRecord);
   std::optional<PoolRows> comp_rows;
-  if (comp) comp_rows.emplace(p.comp_pool);
+  if (comp) comp_rows.emplace(p.comp_pool, hd, kEntryRecord);
   // Pool row of group g (ratio rr, per_blk groups per block) of sequence b, checked against the table and pool.
   auto row_of = [&](int64_t b, int64_t g, int64_t rr, int64_t per_blk, PoolRows& rows, const Tensor& pool,
                     const char* what) {

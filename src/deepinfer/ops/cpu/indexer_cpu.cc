@@ -70,7 +70,7 @@ void CpuBackend::paged_indexer_scores(const PagedIndexerScoreParams& p) {
   // Row t scores entries [0, count[t]); the pool row of each is checked (and, in a bf16 pool, widened once) before
   // any work. Tokens of one sequence share its rows: handles per sequence, as far as its tokens score.
   std::vector<int64_t> count(tokens);
-  PoolRows pool(p.key_pool);
+  PoolRows pool(p.key_pool, p.q.dim(2), kIndexKeyRecord);
   std::vector<std::vector<int64_t>> handles(static_cast<size_t>(seqs));
   for (int64_t t = 0; t < tokens; ++t) {
     const int64_t b = seq[t];

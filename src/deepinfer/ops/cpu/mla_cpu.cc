@@ -150,7 +150,7 @@ void CpuBackend::paged_mla_attention(const PagedMlaAttentionParams& p) {
   const int64_t pool_rows = p.kv_pool.dim(0);
   const int32_t* tables = p.block_tables.data_as<int32_t>();
   // A bf16 pool's rows are widened once each (exactly), so the arithmetic is the f32 pool's over those values.
-  PoolRows pool(p.kv_pool);
+  PoolRows pool(p.kv_pool, row);
   // Each query's rows, positions 0 .. q_pos in order (validation throws here, outside the worker threads).
   std::vector<std::vector<int64_t>> handles(static_cast<size_t>(d.T));
   int64_t keys = 0;

@@ -1,10 +1,12 @@
-// scatter_rows on the CPU: a row copy per index (rounded to bf16 into a bf16 cache); an index outside [-1, N) is the
+// scatter_rows on the CPU: a row copy per index (rounded to bf16 into a bf16 cache, encoded into a record cache); an
+// index outside [-1, N) is the
 // caller's bug in the block tables and fails with the row named (the CUDA kernel raises a status bit for the same
 // case).
 #include <cstring>
 
 #include "deepinfer/core/error.h"
 #include "deepinfer/ops/cpu/cpu_backend.h"
+#include "deepinfer/ops/kv_record.h"
 
 namespace deepinfer {
 
@@ -19,7 +21,10 @@ void CpuBackend::scatter_rows(const ScatterRowsParams& p) {
   for (int64_t t = 0; t < rows; ++t) {
     if (index[t] < 0) continue;
     const float* src = p.src.data_as<float>() + t * width;
-    if (bf16) {
+    if (p.dst.dtype() == DType::kU8) {
+      DI_CHECK_INTERNAL(kv_record_encode(p.record, src, width, p.dst.data_as<uint8_t>() + index[t] * p.dst.dim(1)))
+          << "scatter_rows: row " << t << " is not fake-quantized by the destination's record kind";
+    } else if (bf16) {
       uint16_t* dst = p.dst.data_as<uint16_t>() + index[t] * width;
       for (int64_t j = 0; j < width; ++j) dst[j] = f32_to_bf16(src[j]);
     } else {

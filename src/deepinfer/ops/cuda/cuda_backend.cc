@@ -133,6 +133,8 @@ std::unique_ptr<RecordedWork> CudaBackend::record(const std::function<void()>& e
 
 void CudaBackend::scatter_rows(const ScatterRowsParams& p) {
   validate(p);
+  DI_CHECK_CODE(p.dst.dtype() != DType::kU8, ErrorCode::kUnsupported)
+      << "scatter_rows: quantized records (--kv-cache-dtype fp8) are written on the CPU backend only";
   const Device& dev = impl_->device;
   for (auto [name, t] : {std::pair{"src", &p.src}, {"index", &p.index}, {"dst", &p.dst}})
     expect_on("scatter_rows", name, *t, dev);

@@ -68,6 +68,8 @@ void CudaBackend::indexer_scores(const IndexerScoreParams& p) {
 
 void CudaBackend::paged_indexer_scores(const PagedIndexerScoreParams& p) {
   validate(p);
+  DI_CHECK_CODE(p.key_pool.dtype() != DType::kU8, ErrorCode::kUnsupported)
+      << "paged_indexer_scores: quantized key records (--kv-cache-dtype fp8) are read on the CPU backend only";
   const Device& dev = impl_->device;
   for (auto [name, t] : {std::pair{"q", &p.q},
                          {"weights", &p.weights},
@@ -171,6 +173,8 @@ void CudaBackend::sink_attention(const SinkAttentionParams& p) {
 
 void CudaBackend::paged_sink_attention(const PagedSinkAttentionParams& p) {
   validate(p);
+  DI_CHECK_CODE(p.window_pool.dtype() != DType::kU8, ErrorCode::kUnsupported)
+      << "paged_sink_attention: quantized records (--kv-cache-dtype fp8) are read on the CPU backend only";
   const Device& dev = impl_->device;
   for (auto [name, t] : {std::pair{"q", &p.q},
                          {"q_positions", &p.q_positions},
