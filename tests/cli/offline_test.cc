@@ -400,6 +400,24 @@ TEST(OfflineCli, KvCacheDtypeFp8KeepsV41SamplesAndRefusesOtherFamilies) {
   EXPECT_NE(fp8.output.find("KV cache: fp8 records (lossless"), std::string::npos) << fp8.output;
   EXPECT_EQ(testing::parse_offline_samples(fp8.output).size(), 2u) << fp8.output;
   EXPECT_EQ(testing::parse_offline_samples(fp8.output), testing::parse_offline_samples(f32.output));
+  // DSpark speculation writes and rolls back draft rows through the same records: the f32 cache's greedy ids.
+  const testing::DraftFixture& d = testing::dspark_fixture("deepseek_v41");
+  // V4.1's Engram reads its token map from the tokenizer: the golden one serves the generated checkpoint.
+  testing::write_file(d.dir + "/tokenizer.json", testing::read_file_or_empty(v41_dir + "/tokenizer.json"));
+  std::string spec = "offline --model " + d.dir + " --max-tokens 10 --ignore-eos --max-num-batched-tokens 16";
+  for (int p = 0; p < 2; ++p) {
+    std::string csv;
+    for (int64_t t : testing::dspark_prompt(7 + 9 * p, d.model->config().vocab_size - p))
+      csv += (csv.empty() ? "" : ",") + std::to_string(t);
+    spec += " --prompt-ids " + csv;
+  }
+  auto spec_f32 = run_cli(spec + " --kv-cache-dtype f32");
+  auto spec_fp8 = run_cli(spec + " --kv-cache-dtype fp8 --speculative dspark --num-draft-tokens 4");
+  ASSERT_EQ(spec_f32.exit_code, 0) << spec_f32.output;
+  ASSERT_EQ(spec_fp8.exit_code, 0) << spec_fp8.output;
+  EXPECT_EQ(testing::parse_offline_samples(spec_fp8.output).size(), 2u) << spec_fp8.output;
+  EXPECT_NE(spec_fp8.output.find("speculative: acceptance_rate="), std::string::npos) << spec_fp8.output;
+  EXPECT_EQ(testing::parse_offline_samples(spec_fp8.output), testing::parse_offline_samples(spec_f32.output));
   auto v3 = run_cli("offline --model_name " + testing::test_data_dir() + "/golden/deepseek_v3" + args + "fp8");
   EXPECT_NE(v3.exit_code, 0);
   EXPECT_NE(v3.output.find("--kv-cache-dtype fp8"), std::string::npos) << v3.output;
