@@ -13,56 +13,40 @@ using nlohmann::json;
 
 std::string_view family_name(ModelFamily f) {
   switch (f) {
-    case ModelFamily::kDeepseekV3:
-      return "deepseek_v3";
-    case ModelFamily::kDeepseekV4:
-      return "deepseek_v4";
-    case ModelFamily::kDeepseekV41:
-      return "deepseek_v41";
+    case ModelFamily::kDeepseekV3: return "deepseek_v3";
+    case ModelFamily::kDeepseekV4: return "deepseek_v4";
+    case ModelFamily::kDeepseekV41: return "deepseek_v41";
   }
   return "?";
 }
 
 std::string_view attention_kind_name(AttentionKind k) {
   switch (k) {
-    case AttentionKind::kMLA:
-      return "mla";
-    case AttentionKind::kSlidingWindow:
-      return "swa";
-    case AttentionKind::kCSA:
-      return "csa";
-    case AttentionKind::kHCA:
-      return "hca";
-    case AttentionKind::kCSA2:
-      return "csa2";
+    case AttentionKind::kMLA: return "mla";
+    case AttentionKind::kSlidingWindow: return "swa";
+    case AttentionKind::kCSA: return "csa";
+    case AttentionKind::kHCA: return "hca";
+    case AttentionKind::kCSA2: return "csa2";
   }
   return "?";
 }
 
 std::string_view csa2_role_name(Csa2Role r) {
   switch (r) {
-    case Csa2Role::kNone:
-      return "-";
-    case Csa2Role::kFull:
-      return "full";
-    case Csa2Role::kIndex:
-      return "index";
-    case Csa2Role::kReindex:
-      return "reindex";
-    case Csa2Role::kReuse:
-      return "reuse";
+    case Csa2Role::kNone: return "-";
+    case Csa2Role::kFull: return "full";
+    case Csa2Role::kIndex: return "index";
+    case Csa2Role::kReindex: return "reindex";
+    case Csa2Role::kReuse: return "reuse";
   }
   return "?";
 }
 
 std::string_view scoring_name(ScoringFunc s) {
   switch (s) {
-    case ScoringFunc::kSigmoid:
-      return "sigmoid";
-    case ScoringFunc::kSoftmax:
-      return "softmax";
-    case ScoringFunc::kSqrtSoftplus:
-      return "sqrtsoftplus";
+    case ScoringFunc::kSigmoid: return "sigmoid";
+    case ScoringFunc::kSoftmax: return "softmax";
+    case ScoringFunc::kSqrtSoftplus: return "sqrtsoftplus";
   }
   return "?";
 }
@@ -86,9 +70,9 @@ class Fields {
     // Integers beyond int64 arrive as unsigned or as doubles; converting those would be undefined or wrap.
     const bool in_range = v.is_number_unsigned()  ? v.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX)
                           : v.is_number_integer() ? true
-                          : v.is_number_float()
-                              ? std::fabs(v.get<double>()) < 9.2e18 && std::floor(v.get<double>()) == v.get<double>()
-                              : false;
+                          : v.is_number_float()   ? std::fabs(v.get<double>()) < 9.2e18 &&
+                                                      std::floor(v.get<double>()) == v.get<double>()
+                                                  : false;
     DI_CHECK(in_range) << what_ << ": field '" << key << "' must be an integer in the int64 range, got " << v.dump();
     return v.is_number_integer() ? v.get<int64_t>() : static_cast<int64_t>(v.get<double>());
   }
@@ -163,8 +147,7 @@ RopeConfig parse_rope(const json& j, const std::string& what, double default_the
     r.attention_factor = f.f64_or("attention_factor", 1.0);
     DI_CHECK(r.factor >= 1.0) << what << ": yarn factor must be >= 1";
   } else {
-    DI_CHECK_CODE(type == "default", ErrorCode::kUnsupported)
-        << what << ": rope_type '" << type << "' is not supported";
+    DI_CHECK_CODE(type == "default", ErrorCode::kUnsupported) << what << ": rope_type '" << type << "' is not supported";
   }
   DI_CHECK(r.theta > 0) << what << ": rope_theta must be positive";
   return r;
@@ -260,7 +243,7 @@ void parse_v3(const Fields& f, ModelConfig& c) {
                 ErrorCode::kUnsupported)
       << f.what() << ": topk_method '" << topk_method << "' is not supported";
   c.moe.has_bias = topk_method == "noaux_tc";
-  c.moe.topk_method = topk_method == "noaux_tc" ? TopkMethod::kNoauxTc
+  c.moe.topk_method = topk_method == "noaux_tc"   ? TopkMethod::kNoauxTc
                       : topk_method == "greedy" ? TopkMethod::kGreedy
                                                 : TopkMethod::kGroupLimitedGreedy;
   if (c.moe.n_routed_experts > 0) {
@@ -296,8 +279,7 @@ void parse_v4_attention(const Fields& f, ModelConfig& c) {
       << f.what() << ": qk_rope_head_dim must be even and <= head_dim";
   DI_CHECK(c.num_heads % c.attn.o_groups == 0) << f.what() << ": num_attention_heads % o_groups != 0";
   int kv_heads = f.int_or("num_key_value_heads", 1);
-  DI_CHECK_CODE(kv_heads == 1, ErrorCode::kUnsupported)
-      << f.what() << ": V4 attention has one KV head, got " << kv_heads;
+  DI_CHECK_CODE(kv_heads == 1, ErrorCode::kUnsupported) << f.what() << ": V4 attention has one KV head, got " << kv_heads;
   c.hc.hc_mult = f.pos_int("hc_mult");
   c.hc.sinkhorn_iters = f.int_or("hc_sinkhorn_iters", 20);
   c.hc.eps = f.f64_or("hc_eps", 1e-6);
@@ -396,8 +378,7 @@ void parse_v4(const Fields& f, ModelConfig& c) {
   // Hash-routed layers: mlp_layer_types (HF) or num_hash_layers (released).
   std::vector<bool> hash(c.num_layers, false);
   if (j.contains("mlp_layer_types") && j["mlp_layer_types"].is_array()) {
-    DI_CHECK(static_cast<int>(j["mlp_layer_types"].size()) >= c.num_layers)
-        << f.what() << ": mlp_layer_types too short";
+    DI_CHECK(static_cast<int>(j["mlp_layer_types"].size()) >= c.num_layers) << f.what() << ": mlp_layer_types too short";
     for (int l = 0; l < c.num_layers; ++l) {
       std::string t = j["mlp_layer_types"][l].get<std::string>();
       DI_CHECK_CODE(t == "moe" || t == "hash_moe", ErrorCode::kUnsupported)
@@ -558,9 +539,9 @@ ModelConfig parse_model_config(const std::string& text, const std::string& what)
   } catch (const json::exception& e) {
     DI_FAIL(ErrorCode::kInvalidArgument) << what << ": malformed field (" << e.what() << ")";
   }
-  c.family = c.model_type == "deepseek_v4"                  ? ModelFamily::kDeepseekV4
+  c.family = c.model_type == "deepseek_v4" ? ModelFamily::kDeepseekV4
              : (c.model_type.rfind("deepseek_v41", 0) == 0) ? ModelFamily::kDeepseekV41
-                                                            : ModelFamily::kDeepseekV3;
+                                                             : ModelFamily::kDeepseekV3;
   parse_quant(root, c, what);
   return c;
 }

@@ -56,9 +56,9 @@ struct RopeConfig {
 };
 
 struct QuantConfig {
-  bool fp8 = false;          // dense linears stored as F8_E4M3 with block scales
-  int block_n = 128;         // scale block over output rows
-  int block_k = 128;         // scale block over input columns
+  bool fp8 = false;       // dense linears stored as F8_E4M3 with block scales
+  int block_n = 128;      // scale block over output rows
+  int block_k = 128;      // scale block over input columns
   bool scale_ue8m0 = false;  // scales stored as F8_E8M0 (V4/V4.1) rather than F32 weight_scale_inv (V3)
   bool experts_fp4 = false;  // routed experts as MXFP4 (I8 packed + E8M0 per 32 inputs)
 };
@@ -99,10 +99,10 @@ struct MoeConfig {
   bool norm_topk_prob = true;
   double routed_scaling_factor = 1.0;
   ScoringFunc scoring = ScoringFunc::kSigmoid;
-  bool has_bias = false;                          // e_score_correction_bias / gate.bias
+  bool has_bias = false;       // e_score_correction_bias / gate.bias
   TopkMethod topk_method = TopkMethod::kNoauxTc;  // V3 family
-  double gate_temp = 1.0;                         // V4.1
-  double swiglu_limit = 0.0;                      // 0: no clamp
+  double gate_temp = 1.0;      // V4.1
+  double swiglu_limit = 0.0;   // 0: no clamp
 };
 
 struct HyperConnectionConfig {
@@ -165,10 +165,10 @@ struct ModelConfig {
   bool tie_word_embeddings = false;
   std::string torch_dtype = "bfloat16";
 
-  MlaConfig mla;             // kDeepseekV3
-  V4AttentionConfig attn;    // kDeepseekV4 / kDeepseekV41
-  RopeConfig rope;           // main rope (MLA rope for V3)
-  RopeConfig compress_rope;  // V4/V4.1 ratio > 0 layers
+  MlaConfig mla;              // kDeepseekV3
+  V4AttentionConfig attn;     // kDeepseekV4 / kDeepseekV41
+  RopeConfig rope;            // main rope (MLA rope for V3)
+  RopeConfig compress_rope;   // V4/V4.1 ratio > 0 layers
   MoeConfig moe;
   HyperConnectionConfig hc;
   EngramConfig engram;
