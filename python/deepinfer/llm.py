@@ -95,8 +95,8 @@ class LLM:
     kv_cache_dtype: "f32" (the cache rows as computed), "bf16" (the paged caches rounded to bf16 as written, as
     vLLM keeps them in the model's dtype: half the bytes a decode step reads, twice the cached tokens; lossless for
     V4.1, whose cached rows are fake-quantized), "fp8" (V4.1 on the CPU: the rows' FP8 / FP4 records with their
-    block scales, as the reference stores them: lossless, ~a quarter of bf16's bytes) or "auto" (bf16 for V4.1, f32
-    otherwise).
+    block scales, as the reference stores them: lossless, ~a quarter of bf16's bytes) or "auto" (bf16 for V4.1 on the CPU,
+    f32 otherwise).
     """
 
     def __init__(

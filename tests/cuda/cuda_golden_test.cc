@@ -461,7 +461,8 @@ TEST(CudaOfflineCli, GreedyAndSeededSamplingOnTheGpuEqualTheCpu) {
     check_offline_cuda_equals_cpu(family, "--max-num-seqs 3 --max-num-batched-tokens 33");
     check_offline_cuda_equals_cpu(family, "--max-num-seqs 3 --max-num-batched-tokens 33 " + sampled);
   }
-  // V4.1's auto caches are bf16 (lossless): its f32 caches through the engine on both backends too.
+  // bf16 caches (lossless for V4.1; auto on the CPU) through the engine on both backends, and f32 ones.
+  check_offline_cuda_equals_cpu("deepseek_v41", "--max-num-seqs 3 --max-num-batched-tokens 33 --kv-cache-dtype bf16");
   check_offline_cuda_equals_cpu("deepseek_v41", "--max-num-seqs 3 --max-num-batched-tokens 33 --kv-cache-dtype f32");
 }
 

@@ -72,7 +72,7 @@ struct EngineStackOptions {
   // rounded to bf16 as written, as vLLM's --kv-cache-dtype auto keeps it in the model's dtype: half the bytes a decode
   // step reads, twice the blocks; DeepseekV3Model / DeepseekV4Model::set_kv_cache_dtype), "fp8" (V4.1 on the CPU: the
   // rows' FP8 / FP4 records with their block scales, ops/kv_record.h: lossless, ~a quarter of bf16's bytes) or "auto"
-  // (bf16 for V4.1, f32 otherwise). Lossless for V4.1, whose cached rows are FP8 / FP4 fake-quantized; rounding for the
+  // (bf16 for V4.1 on the CPU, f32 otherwise: the CUDA kernels over bf16 V4 pools wait for a GPU run). Lossless for V4.1, whose cached rows are FP8 / FP4 fake-quantized; rounding for the
   // V3 family and V4. Every EP / DP / CP rank's model takes it.
   std::string kv_cache_dtype = "auto";
   // CUDA: the backend's kernel choices as KEY=VALUE specs (the keys of `deepinfer bench --kernel-choice`,
@@ -143,8 +143,8 @@ bool keep_quantized_weights(const EngineStackOptions& options);
 // another family's rounding (mxfp8 with a V3-family config, fp8 with a V4 one).
 ActQuant activation_quant_of(const EngineStackOptions& options, const ModelConfig& config);
 
-// options.kv_cache_dtype as the model takes it (kF32, kBF16 or kF8E4M3 for fp8; auto: bf16 for V4.1, whose cached rows
-// bf16 holds exactly, f32 otherwise); InvalidArgument for a value that does not exist, Unsupported for fp8 where the
+// options.kv_cache_dtype as the model takes it (kF32, kBF16 or kF8E4M3 for fp8; auto: bf16 for V4.1 on the CPU, whose
+// cached rows bf16 holds exactly, f32 otherwise); InvalidArgument for a value that does not exist, Unsupported for fp8 where the
 // rows are not quantized (cached_rows_quantized) or off the CPU. bf16 runs with every layout.
 DType kv_cache_dtype_of(const EngineStackOptions& options, const ModelConfig& config);
 
