@@ -62,6 +62,24 @@ TEST(KvRecord, FakeQuantizedRowsComeBackBitForBit) {
     }
 }
 
+// The quantizers' smallest scales (the keys' 2^-126, whose half-codes are f32 subnormals; the entries' e4m3 2^-9) and
+// their largest codes come back exactly too.
+TEST(KvRecord, ExtremeScalesComeBackBitForBit) {
+  for (const FakeQuantKind kind : kKinds) {
+    const int n = fake_quant_block_len(kind);
+    for (const float mag : {1e-38f, 1e-30f, 3e-3f, 2e4f}) {
+      std::vector<float> row(n);
+      for (int i = 0; i < n; ++i) row[i] = (i % 2 ? -1.0f : 1.0f) * mag * static_cast<float>(i + 1) / n;
+      fake_quant_rows(row.data(), 1, n, kind);
+      std::vector<uint8_t> rec(kv_record_bytes(kind, n));
+      ASSERT_TRUE(kv_record_encode(kind, row.data(), n, rec.data())) << static_cast<int>(kind) << " " << mag;
+      std::vector<float> back(n);
+      kv_record_decode(kind, rec.data(), n, back.data());
+      EXPECT_TRUE(same_bits(back.data(), row.data(), n)) << static_cast<int>(kind) << " " << mag;
+    }
+  }
+}
+
 TEST(KvRecord, RowsTheKindDidNotQuantizeAreRefused) {
   std::mt19937 rng(5);
   std::normal_distribution<float> normal(0.0f, 1.0f);

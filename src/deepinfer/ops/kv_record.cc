@@ -1,5 +1,6 @@
 #include "deepinfer/ops/kv_record.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -69,8 +70,10 @@ bool encode_block(FakeQuantKind kind, const float* v, int n, uint8_t* codes, uin
     return false;
   }
   const float code_max = fp8(kind) ? kE4M3Max : 6.0f;
-  const int e = amax == 0.0f ? 0 : pow2_ceil_exponent(amax / code_max);
-  if (e < -127 || e > 127) return false;
+  // Below UE8M0's 2^-127 the smallest scale serves (the FP4 keys' quantizer floors its scale at 2^-126, so values down
+  // to 0.5 · 2^-126 occur and need no smaller one).
+  const int e = amax == 0.0f ? 0 : std::max(pow2_ceil_exponent(amax / code_max), -127);
+  if (e > 127) return false;
   scale = static_cast<uint8_t>(e + 127);
   return try_scale(kind, v, n, e8m0_to_f32(scale), codes);
 }
