@@ -89,7 +89,8 @@ TEST(ScatterRows, RecordDestinationEncodesEachRowExactly) {
       EXPECT_EQ(std::memcmp(back.data(), src.values.data<float>() + t * width, sizeof(float) * width), 0) << t;
     }
     for (int64_t j = 0; j < bytes; ++j) ASSERT_EQ(dst.data<uint8_t>()[1 * bytes + j], 0x5A) << "row 1 untouched";
-    ScatterRowsParams raw{random_tensor({rows, width}, 12), index, dst};
+    const HostTensor unquantized = random_tensor({rows, width}, 12);
+    ScatterRowsParams raw{unquantized, index, dst};
     raw.record = kind;
     EXPECT_THROW(be->scatter_rows(raw), Error) << "unquantized rows into a record cache";
   }
