@@ -1,6 +1,5 @@
 #include "deepinfer/ops/kv_record.h"
 
-#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -28,13 +27,6 @@ bool try_scale(FakeQuantKind kind, const float* v, int n, float s, uint8_t* code
     if (!same_bits(decode_one(kind, codes[i]) * s, v[i])) return false;
   }
   return true;
-}
-
-// The smallest power of two p with x <= p (x > 0 finite; subnormals included), as a UE8M0 byte; 0 below its range.
-int pow2_ceil_exponent(float x) {
-  int e = 0;
-  const float m = std::frexp(x, &e);  // x = m · 2^e, m in [0.5, 1)
-  return m == 0.5f ? e - 1 : e;
 }
 
 // One block: its codes and scale byte. Power-of-two scales: the smallest that keeps the block's largest value inside
@@ -69,12 +61,9 @@ bool encode_block(FakeQuantKind kind, const float* v, int n, uint8_t* codes, uin
     }
     return false;
   }
-  const float code_max = fp8(kind) ? kE4M3Max : 6.0f;
-  // Below UE8M0's 2^-127 the smallest scale serves (the FP4 keys' quantizer floors its scale at 2^-126, so values down
-  // to 0.5 · 2^-126 occur and need no smaller one).
-  const int e = amax == 0.0f ? 0 : std::max(pow2_ceil_exponent(amax / code_max), -127);
-  if (e > 127) return false;
-  scale = static_cast<uint8_t>(e + 127);
+  // The quantizers' own rule (f32_to_e8m0_ceil), which takes UE8M0's smallest scale 2^-127 below its range: the FP4
+  // keys' quantizer floors its scale at 2^-126, so values down to 0.5 · 2^-126 occur and need no smaller one.
+  scale = f32_to_e8m0_ceil(amax / (fp8(kind) ? kE4M3Max : 6.0f));
   return try_scale(kind, v, n, e8m0_to_f32(scale), codes);
 }
 

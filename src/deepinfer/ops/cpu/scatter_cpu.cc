@@ -1,7 +1,6 @@
 // scatter_rows on the CPU: a row copy per index (rounded to bf16 into a bf16 cache, encoded into a record cache); an
-// index outside [-1, N) is the
-// caller's bug in the block tables and fails with the row named (the CUDA kernel raises a status bit for the same
-// case).
+// index outside [-1, N) is the caller's bug in the block tables and fails with the row named (the CUDA kernel raises a
+// status bit for the same case).
 #include <cstring>
 
 #include "deepinfer/core/error.h"
