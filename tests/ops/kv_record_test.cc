@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -40,7 +41,8 @@ TEST(KvRecord, SizesAreTheReferencesRecords) {
   EXPECT_EQ(kv_record_bytes(kWindowRecord, 512), 512 + 16);  // 528 B: e4m3 codes + 16 UE8M0 scales
   EXPECT_EQ(kv_record_bytes(kEntryRecord, 512), 256 + 32);   // 288 B: e2m1 pairs + 32 e4m3 scales
   EXPECT_EQ(kv_record_bytes(kIndexKeyRecord, 128), 64 + 4);  // 68 B: e2m1 pairs + 4 UE8M0 scales
-  EXPECT_EQ(kv_record_bytes(kWindowRecord, 32), 33);
+  EXPECT_EQ(kv_record_bytes(kWindowRecord, 32), 36);         // 33 B padded to a multiple of 4
+  EXPECT_EQ(kv_record_bytes(kEntryRecord, 16), 12);          // 8 + 1 padded
   EXPECT_FALSE(kv_record_kind(FakeQuantKind::kFP8E4M3Block128));
 }
 
@@ -50,12 +52,15 @@ TEST(KvRecord, FakeQuantizedRowsComeBackBitForBit) {
       const int rows = 64;
       const std::vector<float> v = quantized_rows(kind, rows, width, 17u + width);
       const int64_t bytes = kv_record_bytes(kind, width);
+      const int64_t used = (kind == kWindowRecord ? width : width / 2) + width / fake_quant_block_len(kind);
       std::vector<uint8_t> rec(bytes);
       std::vector<float> back(width);
       for (int r = 0; r < rows; ++r) {
         const float* row = v.data() + static_cast<size_t>(r) * width;
+        std::fill(rec.begin(), rec.end(), uint8_t{0xAB});
         ASSERT_TRUE(kv_record_encode(kind, row, width, rec.data()))
             << "kind " << static_cast<int>(kind) << " row " << r;
+        for (int64_t i = used; i < bytes; ++i) ASSERT_EQ(rec[i], 0) << "padding byte " << i;
         kv_record_decode(kind, rec.data(), width, back.data());
         ASSERT_TRUE(same_bits(back.data(), row, width)) << "kind " << static_cast<int>(kind) << " row " << r;
       }

@@ -23,27 +23,14 @@ void PagedRows::for_runs(const PageRef& ref, int64_t first, int64_t n, F&& f) co
 
 namespace {
 // Rows between f32 and the pool: a copy for an f32 pool, a cast (rounding into bf16, widening out of it) for bf16,
-// records encoded / decoded on the host for a u8 pool.
+// records encoded / decoded for a u8 pool.
 void move_rows(TensorMemory& mem, const Tensor& dst, const Tensor& src, FakeQuantKind record) {
-  if (dst.dtype() == src.dtype()) {
+  if (dst.dtype() == src.dtype())
     mem.copy(dst, src);
-  } else if (dst.dtype() == DType::kU8 || src.dtype() == DType::kU8) {
-    DI_CHECK_CODE(mem.device().kind == DeviceKind::kCPU, ErrorCode::kUnsupported)
-        << "paged rows: quantized records (--kv-cache-dtype fp8) are kept in host memory only";
-    DI_CHECK_INTERNAL(dst.is_contiguous() && src.is_contiguous()) << "paged rows: records move between whole rows";
-    const bool encode = dst.dtype() == DType::kU8;
-    const int64_t width = (encode ? src : dst).dim(1), bytes = (encode ? dst : src).dim(1);
-    for (int64_t r = 0; r < src.dim(0); ++r) {
-      if (encode)
-        DI_CHECK_INTERNAL(
-            kv_record_encode(record, src.data_as<float>() + r * width, width, dst.data_as<uint8_t>() + r * bytes))
-            << "paged rows: a row that its kind did not fake-quantize written to a quantized-record pool";
-      else
-        kv_record_decode(record, src.data_as<uint8_t>() + r * bytes, width, dst.data_as<float>() + r * width);
-    }
-  } else {
+  else if (dst.dtype() == DType::kU8 || src.dtype() == DType::kU8)
+    mem.convert_records(dst, src, record);
+  else
     mem.cast(dst, src);
-  }
 }
 }  // namespace
 

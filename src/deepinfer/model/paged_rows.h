@@ -29,7 +29,7 @@ class PagedRows {
   PagedRows() = default;
   // dtype: the pool's element type, f32, bf16 (rows written as f32 are rounded to nearest even and read back
   // widened exactly: --kv-cache-dtype bf16) or u8: each row a quantized record of kind `record` (ops/kv_record.h,
-  // --kv-cache-dtype fp8; the rows must be fake-quantized by that kind, and are read back exactly; CPU memory only).
+  // --kv-cache-dtype fp8; the rows must be fake-quantized by that kind, and are read back exactly).
   PagedRows(int64_t width, int ratio, DType dtype = DType::kF32, FakeQuantKind record = kWindowRecord);
 
   int64_t width() const { return width_; }

@@ -76,7 +76,7 @@ bool kv_record_kind(FakeQuantKind kind) {
 int64_t kv_record_bytes(FakeQuantKind kind, int64_t width) {
   DI_CHECK_INTERNAL(kv_record_kind(kind) && width % fake_quant_block_len(kind) == 0)
       << "kv record: no record of " << width << " values for this kind";
-  return code_bytes(kind, width) + width / fake_quant_block_len(kind);
+  return (code_bytes(kind, width) + width / fake_quant_block_len(kind) + 3) / 4 * 4;
 }
 
 bool kv_record_encode(FakeQuantKind kind, const float* row, int64_t width, uint8_t* record) {
@@ -84,6 +84,8 @@ bool kv_record_encode(FakeQuantKind kind, const float* row, int64_t width, uint8
   const int64_t scales_at = code_bytes(kind, width);
   DI_CHECK_INTERNAL(kv_record_bytes(kind, width) > 0);
   uint8_t codes[32];
+  const int64_t end = scales_at + width / block;
+  std::memset(record + end, 0, kv_record_bytes(kind, width) - end);
   for (int64_t b = 0; b < width / block; ++b) {
     if (!encode_block(kind, row + b * block, block, codes, record[scales_at + b])) return false;
     for (int i = 0; i < block; ++i) {

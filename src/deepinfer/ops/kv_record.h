@@ -6,7 +6,9 @@
 // in bf16.
 //
 // Layout of one record of `width` values: the codes (FP8 one byte each; FP4 two a byte, the lower nibble first), then
-// one scale byte a block (UE8M0: 2^(byte - 127); e4m3: the scale's code). The encoder recovers codes and scales from
+// one scale byte a block (UE8M0: 2^(byte - 127); e4m3: the scale's code), then zero bytes up to a multiple of 4, so
+// that every record of a pool starts 4-byte aligned (the CUDA loaders read 4 FP8 or 8 FP4 codes at a time; the
+// reference's widths need none: 528 / 288 / 68 B). The encoder recovers codes and scales from
 // the values (any that reproduce them; the quantizer's own are among them), so a writer needs only the rows it
 // computed.
 #pragma once
@@ -19,7 +21,7 @@ namespace deepinfer {
 
 // Whether rows fake-quantized by `kind` have a record (the three cache kinds above).
 bool kv_record_kind(FakeQuantKind kind);
-// Bytes of the record of a row of `width` values (width a whole number of the kind's blocks).
+// Bytes of the record of a row of `width` values (width a whole number of the kind's blocks), padding included.
 int64_t kv_record_bytes(FakeQuantKind kind, int64_t width);
 // The record of `row` (width values) into `record`; false when a block's values are not codes of the kind times one
 // of its scales (a row the kind did not fake-quantize). A block holding a NaN or an infinity is stored as NaNs.

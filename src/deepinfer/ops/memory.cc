@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "deepinfer/ops/kv_record.h"
 #include "deepinfer/ops/ops.h"
 
 namespace deepinfer {
@@ -67,6 +68,19 @@ void check_cast(const Tensor& dst, const Tensor& src) {
       << "cast: " << src.str() << " into " << dst.str() << " (f32 <-> bf16, same shape, contiguous)";
 }
 
+bool check_records(const Tensor& dst, const Tensor& src, FakeQuantKind record) {
+  const bool encode = src.dtype() == DType::kF32 && dst.dtype() == DType::kU8;
+  const bool decode = src.dtype() == DType::kU8 && dst.dtype() == DType::kF32;
+  const Tensor& rows = encode ? src : dst;
+  const Tensor& records = encode ? dst : src;
+  DI_CHECK((encode || decode) && rows.rank() == 2 && records.rank() == 2 && rows.dim(0) == records.dim(0) &&
+           kv_record_kind(record) && rows.dim(1) % fake_quant_block_len(record) == 0 &&
+           records.dim(1) == kv_record_bytes(record, rows.dim(1)) && dst.is_contiguous() && src.is_contiguous())
+      << "convert_records: " << src.str() << " into " << dst.str()
+      << " (f32 [n, width] <-> u8 [n, record bytes] of a cache record kind, contiguous)";
+  return encode;
+}
+
 namespace {
 
 // Host memory: plain loops over the outer dimensions with one memcpy per innermost row.
@@ -114,6 +128,21 @@ class HostMemory final : public TensorMemory {
       for (int64_t i = 0; i < n; ++i) dst.data_as<uint16_t>()[i] = f32_to_bf16(src.data_as<float>()[i]);
     } else {
       for (int64_t i = 0; i < n; ++i) dst.data_as<float>()[i] = bf16_to_f32(src.data_as<uint16_t>()[i]);
+    }
+  }
+
+  void convert_records(const Tensor& dst, const Tensor& src, FakeQuantKind record) override {
+    const bool encode = check_records(dst, src, record);
+    DI_CHECK(dst.device().kind == DeviceKind::kCPU && src.device().kind == DeviceKind::kCPU)
+        << "convert_records: host memory converts host tensors only";
+    const int64_t width = (encode ? src : dst).dim(1), bytes = (encode ? dst : src).dim(1);
+    for (int64_t r = 0; r < src.dim(0); ++r) {
+      if (encode)
+        DI_CHECK_INTERNAL(
+            kv_record_encode(record, src.data_as<float>() + r * width, width, dst.data_as<uint8_t>() + r * bytes))
+            << "convert_records: a row that its kind did not fake-quantize written to a quantized-record pool";
+      else
+        kv_record_decode(record, src.data_as<uint8_t>() + r * bytes, width, dst.data_as<float>() + r * width);
     }
   }
 

@@ -15,6 +15,7 @@
 namespace deepinfer {
 
 class Backend;
+enum class FakeQuantKind;
 
 // An owning tensor on any device (contiguous). Copies share the storage; use TensorMemory::clone for a copy.
 class OwnedTensor {
@@ -57,6 +58,10 @@ class TensorMemory {
   // dst <- src rounded to dst's dtype: f32 -> bf16 (round to nearest even) or bf16 -> f32 (exact); same shape, both
   // contiguous on device(). The paged caches kept in bf16 (--kv-cache-dtype bf16) are written and read through it.
   virtual void cast(const Tensor& dst, const Tensor& src) = 0;
+  // Rows between f32 and quantized cache records of `record` (ops/kv_record.h, --kv-cache-dtype fp8): f32 [n, width]
+  // into u8 [n, kv_record_bytes] encodes, u8 into f32 decodes (exactly); both contiguous on device(). Each encoded row
+  // must be one that `record` fake-quantized: another raises kInternal (a device's at its next synchronisation).
+  virtual void convert_records(const Tensor& dst, const Tensor& src, FakeQuantKind record) = 0;
   // f32 only: dst[...] = value; dst[...] += src[...] (same shape, both on device(), contiguous).
   virtual void fill(const Tensor& dst, float value) = 0;
   virtual void add(const Tensor& dst, const Tensor& src) = 0;
@@ -76,6 +81,8 @@ class TensorMemory {
 
 // TensorMemory::cast's contract (dtypes f32 <-> bf16, same shape, contiguous), checked by every implementation.
 void check_cast(const Tensor& dst, const Tensor& src);
+// TensorMemory::convert_records' contract, checked by every implementation: whether it encodes (f32 -> u8).
+bool check_records(const Tensor& dst, const Tensor& src, FakeQuantKind record);
 
 // Host memory (the CPU reference): stateless, so one instance serves every CPU backend.
 TensorMemory& host_memory();

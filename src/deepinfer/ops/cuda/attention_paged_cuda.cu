@@ -10,7 +10,8 @@
 // With one split the block applies the sink and writes the output; with several, each split writes its
 // unnormalised partial (o, running max, sum) and a combine kernel merges them in split order (deterministic).
 // bf16 pools (--kv-cache-dtype bf16) are read as such (8-byte loads at hd % 128 == 0) and widened exactly in
-// registers: the f32 pools' arithmetic over the same values.
+// registers: the f32 pools' arithmetic over the same values. So are V4.1's records (--kv-cache-dtype fp8: 4-byte
+// loads of FP8 window codes, 2-byte loads of FP4 entry codes, and the blocks' scale bytes; SlotPools).
 // Prefill-like calls take the tensor-core kernel instead (attention_paged_mma.h: when, and its A/B switch); the
 // combine is shared.
 #include <algorithm>
@@ -32,13 +33,13 @@ constexpr int kKeysPerGroup = 4;
 constexpr unsigned kFull = 0xffffffffu;
 
 // Dims a lane owns: with kVec (hd % 128 == 0) element e is dim 4·lane + 128·(e/4) + e%4 (float4 loads);
-// otherwise lane + 32·e. kPer = hd / 32 rounded up (at most 16). kBf16: a bf16 pool row, widened exactly.
-template <int kPer, bool kVec, bool kBf16 = false>
+// otherwise lane + 32·e. kPer = hd / 32 rounded up (at most 16). kPools: how a pool row reads (SlotPools).
+template <int kPer, bool kVec, SlotPools kPools = SlotPools::kF32>
 __device__ __forceinline__ void load_row(const void* __restrict__ row, int hd, int lane, float (&v)[kPer]) {
   if constexpr (kVec) {
 #pragma unroll
     for (int j = 0; j < kPer / 4; ++j) {
-      const float4 x = pool_load4(row, lane + 32 * j, kBf16);
+      const float4 x = slot_load4<kPools>(row, lane + 32 * j, hd);
       v[4 * j] = x.x;
       v[4 * j + 1] = x.y;
       v[4 * j + 2] = x.z;
@@ -48,7 +49,7 @@ __device__ __forceinline__ void load_row(const void* __restrict__ row, int hd, i
 #pragma unroll
     for (int e = 0; e < kPer; ++e) {
       const int i = lane + 32 * e;
-      v[e] = i < hd ? pool_load1(row, i, kBf16) : 0.0f;
+      v[e] = i < hd ? slot_load1<kPools>(row, i, hd) : 0.0f;
     }
   }
 }
@@ -70,8 +71,8 @@ __device__ __forceinline__ void store_row(float* row, int hd, int lane, const fl
 }
 
 // kPrefetch: a warp loads the next 4-key group while it computes the current one (small grids only, see launch()).
-// kBf16: the pools hold bf16 rows (p.pool_bf16).
-template <int kPer, bool kVec, bool kPrefetch, bool kBf16>
+// kPools: the pools' formats (slot_pools_of(p)).
+template <int kPer, bool kVec, bool kPrefetch, SlotPools kPools>
 __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(PagedSinkAttentionKernelParams p) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t t = blockIdx.y;
@@ -116,7 +117,7 @@ __global__ void __launch_bounds__(kWarps * 32) paged_attention_kernel(PagedSinkA
 #pragma unroll
       for (int c = 0; c < kKeysPerGroup; ++c) {
         if (rows[c]) {
-          load_row<kPer, kVec, kBf16>(rows[c], hd, lane, key[c]);
+          load_row<kPer, kVec, kPools>(rows[c], hd, lane, key[c]);
         } else {
 #pragma unroll
           for (int e = 0; e < kPer; ++e) key[c][e] = 0.0f;
@@ -347,7 +348,7 @@ __global__ void __launch_bounds__(kCombineVecMaxThreads)
     *reinterpret_cast<float4*>(p.out + th * p.hd + i) = make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
 }
 
-template <int kPer, bool kVec, bool kBf16>
+template <int kPer, bool kVec, SlotPools kPools>
 void launch_pools(const PagedSinkAttentionKernelParams& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(ceil_div(p.heads, kHeadsPerBlock)), static_cast<unsigned>(p.tokens),
                   static_cast<unsigned>(p.splits));
@@ -358,18 +359,25 @@ void launch_pools(const PagedSinkAttentionKernelParams& p, cudaStream_t stream) 
   DI_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   const int64_t blocks = static_cast<int64_t>(grid.x) * grid.y * grid.z;
   if (blocks <= 2ll * sms)
-    paged_attention_kernel<kPer, kVec, true, kBf16><<<grid, kWarps * 32, 0, stream>>>(p);
+    paged_attention_kernel<kPer, kVec, true, kPools><<<grid, kWarps * 32, 0, stream>>>(p);
   else
-    paged_attention_kernel<kPer, kVec, false, kBf16><<<grid, kWarps * 32, 0, stream>>>(p);
+    paged_attention_kernel<kPer, kVec, false, kPools><<<grid, kWarps * 32, 0, stream>>>(p);
   DI_CUDA_CHECK_LAUNCH();
 }
 
 template <int kPer, bool kVec>
 void launch(const PagedSinkAttentionKernelParams& p, cudaStream_t stream) {
-  if (p.pool_bf16)
-    launch_pools<kPer, kVec, true>(p, stream);
-  else
-    launch_pools<kPer, kVec, false>(p, stream);
+  switch (slot_pools_of(p)) {
+    case SlotPools::kF32:
+      launch_pools<kPer, kVec, SlotPools::kF32>(p, stream);
+      break;
+    case SlotPools::kBf16:
+      launch_pools<kPer, kVec, SlotPools::kBf16>(p, stream);
+      break;
+    case SlotPools::kRecords:
+      launch_pools<kPer, kVec, SlotPools::kRecords>(p, stream);
+      break;
+  }
 }
 
 void launch_simt(const PagedSinkAttentionKernelParams& p, cudaStream_t stream) {

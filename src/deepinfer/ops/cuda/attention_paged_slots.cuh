@@ -7,13 +7,47 @@
 #include "deepinfer/ops/cuda/cuda_runtime.h"
 #include "deepinfer/ops/cuda/device_math.cuh"
 #include "deepinfer/ops/cuda/kernels.h"
+#include "deepinfer/ops/cuda/pool_rows.cuh"
 
 namespace deepinfer::cuda {
 
-// Pool row of group g (ratio r) of a sequence (f32 or, with p.pool_bf16, bf16 elements: device_math's pool_load*),
-// or nullptr (and a status bit) when the page is bad.
+// The pools' formats as the kernels' template argument: both f32, both bf16, or V4.1's records (FP8 window rows,
+// FP4 entries). Under kRecords an entry's row pointer carries 1 in bit 0 (records are 4-byte aligned), so a pointer
+// handed between lanes or threads says how its row decodes.
+enum class SlotPools { kF32, kBf16, kRecords };
+
+inline SlotPools slot_pools_of(const PagedSinkAttentionKernelParams& p) {
+  if (pool_record(p.window_format)) return SlotPools::kRecords;
+  return p.window_format == PoolFormat::kBf16 ? SlotPools::kBf16 : SlotPools::kF32;
+}
+
+// Values 4·i .. 4·i + 3 and value i of a (tagged) slot row of hd values.
+template <SlotPools kPools>
+__device__ __forceinline__ float4 slot_load4(const void* row, int64_t i, int64_t hd) {
+  if constexpr (kPools == SlotPools::kRecords) {
+    const auto u = reinterpret_cast<uintptr_t>(row);
+    return u & 1 ? record_load4(reinterpret_cast<const void*>(u - 1), i, PoolFormat::kFp4E4m3B16, hd)
+                 : record_load4(row, i, PoolFormat::kFp8Ue8m0B32, hd);
+  } else {
+    return pool_load4(row, i, kPools == SlotPools::kBf16 ? PoolFormat::kBf16 : PoolFormat::kF32, hd);
+  }
+}
+template <SlotPools kPools>
+__device__ __forceinline__ float slot_load1(const void* row, int64_t i, int64_t hd) {
+  if constexpr (kPools == SlotPools::kRecords) {
+    const auto u = reinterpret_cast<uintptr_t>(row);
+    return u & 1 ? record_load1(reinterpret_cast<const void*>(u - 1), i, PoolFormat::kFp4E4m3B16, hd)
+                 : record_load1(row, i, PoolFormat::kFp8Ue8m0B32, hd);
+  } else {
+    return pool_load1(row, i, kPools == SlotPools::kBf16 ? PoolFormat::kBf16 : PoolFormat::kF32, hd);
+  }
+}
+
+// Pool row of group g (ratio r) of a sequence (of format f: pool_rows.cuh), or nullptr (and a status bit) when the
+// page is bad.
 __device__ __forceinline__ const void* paged_pool_row(const PagedSinkAttentionKernelParams& p, const int32_t* table,
-                                                      const void* pool, int64_t pool_rows, int64_t g, int r) {
+                                                      const void* pool, PoolFormat f, int64_t pool_rows, int64_t g,
+                                                      int r) {
   // 32-bit divisions where the position fits (64-bit ones are long emulated sequences, and the tensor-core
   // kernel's producers resolve 32 slots a tile on their critical path); the same quotients either way.
   const int64_t gr = g * r;
@@ -36,7 +70,7 @@ __device__ __forceinline__ const void* paged_pool_row(const PagedSinkAttentionKe
     atomicOr(p.status, kStatusPagedAttentionRange);
     return nullptr;
   }
-  return cuda::pool_row(pool, row, p.hd, p.pool_bf16);
+  return cuda::pool_row(pool, row, p.hd, f);
 }
 
 // The slots of query t: window positions from lo (n_window of them), then k_sel selection columns.
@@ -64,10 +98,14 @@ __device__ __forceinline__ PagedQuerySlots paged_query_slots(const PagedSinkAtte
 // Row of slot `slot` (< n_slots) of query t, or nullptr when the slot holds nothing (unselected, padding, a bad page).
 __device__ __forceinline__ const void* paged_slot_row(const PagedSinkAttentionKernelParams& p, const PagedQuerySlots& s,
                                                       int64_t t, int64_t slot) {
-  if (slot < s.n_window) return paged_pool_row(p, s.table, p.window_pool, p.window_rows, s.lo + slot, 1);
+  if (slot < s.n_window)
+    return paged_pool_row(p, s.table, p.window_pool, p.window_format, p.window_rows, s.lo + slot, 1);
   const int64_t j = slot - s.n_window;
   const int64_t e = p.comp_mask ? (p.comp_mask[t * p.k_sel + j] ? j : -1) : p.comp_idx[t * p.k_sel + j];
-  return e >= 0 ? paged_pool_row(p, s.table, p.comp_pool, p.comp_rows, e, p.comp_ratio) : nullptr;
+  if (e < 0) return nullptr;
+  const void* row = paged_pool_row(p, s.table, p.comp_pool, p.comp_format, p.comp_rows, e, p.comp_ratio);
+  // An entry record's tag (SlotPools::kRecords).
+  return row && pool_record(p.comp_format) ? static_cast<const char*>(row) + 1 : row;
 }
 
 }  // namespace deepinfer::cuda

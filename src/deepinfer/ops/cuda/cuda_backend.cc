@@ -133,8 +133,6 @@ std::unique_ptr<RecordedWork> CudaBackend::record(const std::function<void()>& e
 
 void CudaBackend::scatter_rows(const ScatterRowsParams& p) {
   validate(p);
-  DI_CHECK_CODE(p.dst.dtype() != DType::kU8, ErrorCode::kUnsupported)
-      << "scatter_rows: quantized records (--kv-cache-dtype fp8) are written on the CPU backend only";
   const Device& dev = impl_->device;
   for (auto [name, t] : {std::pair{"src", &p.src}, {"index", &p.index}, {"dst", &p.dst}})
     expect_on("scatter_rows", name, *t, dev);
@@ -142,7 +140,7 @@ void CudaBackend::scatter_rows(const ScatterRowsParams& p) {
   k.src = p.src.data_as<float>();
   k.index = p.index.data_as<int64_t>();
   k.dst = p.dst.data();
-  k.dst_bf16 = p.dst.dtype() == DType::kBF16;
+  k.dst_format = cuda::pool_format_of(p.dst.dtype(), p.record);
   k.rows = p.src.dim(0);
   k.width = p.src.dim(1);
   k.dst_rows = p.dst.dim(0);

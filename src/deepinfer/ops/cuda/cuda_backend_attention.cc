@@ -3,6 +3,7 @@
 
 #include "deepinfer/ops/cuda/indexer_mma.h"
 #include "deepinfer/ops/cuda/mla_paged_mma.h"
+#include "deepinfer/ops/kv_record.h"
 
 namespace deepinfer {
 
@@ -68,8 +69,6 @@ void CudaBackend::indexer_scores(const IndexerScoreParams& p) {
 
 void CudaBackend::paged_indexer_scores(const PagedIndexerScoreParams& p) {
   validate(p);
-  DI_CHECK_CODE(p.key_pool.dtype() != DType::kU8, ErrorCode::kUnsupported)
-      << "paged_indexer_scores: quantized key records (--kv-cache-dtype fp8) are read on the CPU backend only";
   const Device& dev = impl_->device;
   for (auto [name, t] : {std::pair{"q", &p.q},
                          {"weights", &p.weights},
@@ -82,8 +81,8 @@ void CudaBackend::paged_indexer_scores(const PagedIndexerScoreParams& p) {
     expect_on("paged_indexer_scores", name, *t, dev);
   cuda::IndexerScoresKernelParams k =
       indexer_kernel_params(p.q, p.weights, p.positions, p.out, p.ratio, p.score_scale, p.weight_scale);
-  k.keys = p.key_pool.data();  // f32 or bf16 (validate)
-  k.keys_bf16 = p.key_pool.dtype() == DType::kBF16;
+  k.keys = p.key_pool.data();  // f32, bf16 or key records (validate)
+  k.keys_format = cuda::pool_format_of(p.key_pool.dtype(), kIndexKeyRecord);
   k.n = p.out.dim(1);
   k.q_seq = p.q_seq.data_as<int32_t>();
   k.n_entries = p.n_entries.data_as<int64_t>();
@@ -173,8 +172,6 @@ void CudaBackend::sink_attention(const SinkAttentionParams& p) {
 
 void CudaBackend::paged_sink_attention(const PagedSinkAttentionParams& p) {
   validate(p);
-  DI_CHECK_CODE(p.window_pool.dtype() != DType::kU8, ErrorCode::kUnsupported)
-      << "paged_sink_attention: quantized records (--kv-cache-dtype fp8) are read on the CPU backend only";
   const Device& dev = impl_->device;
   for (auto [name, t] : {std::pair{"q", &p.q},
                          {"q_positions", &p.q_positions},
@@ -195,8 +192,9 @@ void CudaBackend::paged_sink_attention(const PagedSinkAttentionParams& p) {
   k.q_positions = p.q_positions.data_as<int64_t>();
   k.q_seq = p.q_seq.data_as<int32_t>();
   k.block_tables = p.block_tables.data_as<int32_t>();
-  k.window_pool = p.window_pool.data();  // f32 or bf16, the comp pool's dtype (validate)
-  k.pool_bf16 = p.window_pool.dtype() == DType::kBF16;
+  k.window_pool = p.window_pool.data();  // f32, bf16 or records, the comp pool's dtype (validate)
+  k.window_format = cuda::pool_format_of(p.window_pool.dtype(), kWindowRecord);
+  k.comp_format = cuda::pool_format_of(p.window_pool.dtype(), kEntryRecord);
   k.window_begin = p.window_begin.data_as<int64_t>();
   k.comp_pool = p.comp_pool.data();
   k.comp_idx = cptr<int32_t>(p.comp_idx);

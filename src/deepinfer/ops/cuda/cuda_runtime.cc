@@ -267,6 +267,9 @@ void DeviceStatus::check(cudaStream_t stream) {
            "block id outside the pool;";
   if (bits & kStatusSampleRange) msg << " sample: an rng position outside [0, 2^32);";
   if (bits & kStatusScatterRange) msg << " scatter_rows: a row index outside [-1, destination rows);";
+  if (bits & kStatusRecordEncode)
+    msg << " quantized cache records (--kv-cache-dtype fp8): a row that its kind did not fake-quantize (stored as "
+           "NaNs);";
   DI_FAIL(ErrorCode::kInvalidArgument) << msg.str();
 }
 

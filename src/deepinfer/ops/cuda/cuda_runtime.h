@@ -220,6 +220,7 @@ enum DeviceStatusBits : uint32_t {
   kStatusPagedAttentionRange = 1u << 3,
   kStatusSampleRange = 1u << 4,
   kStatusScatterRange = 1u << 5,
+  kStatusRecordEncode = 1u << 6,
 };
 
 class DeviceStatus {

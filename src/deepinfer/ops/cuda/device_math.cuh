@@ -65,18 +65,19 @@ __device__ __forceinline__ float e8m0_to_f32_dev(uint8_t e) {
   return __uint_as_float(static_cast<uint32_t>(e) << 23);
 }
 
-// Smallest power of two >= f, as f32_to_e8m0_ceil followed by e8m0_to_f32.
-__device__ __forceinline__ float pow2_ceil_dev(float f) {
-  if (isnan(f)) return __uint_as_float(0x7FC00000u);
-  if (!(f > 0.0f)) return e8m0_to_f32_dev(0);
+// f32_to_e8m0_ceil: the smallest UE8M0 power of two >= f (2^-127 below the range, 2^127 above it; NaN 0xFF).
+__device__ __forceinline__ uint8_t f32_to_e8m0_ceil_dev(float f) {
+  if (isnan(f)) return 0xFF;
+  if (!(f > 0.0f)) return 0;
   const uint32_t b = __float_as_uint(f);
   const int e = static_cast<int>(b >> 23);
   const uint32_t m = b & 0x7FFFFFu;
-  if (e == 0) return e8m0_to_f32_dev(0);
-  int out = e + (m != 0 ? 1 : 0);
-  if (out > 254) out = 254;
-  return e8m0_to_f32_dev(static_cast<uint8_t>(out));
+  if (e == 0) return 0;
+  const int out = e + (m != 0 ? 1 : 0);
+  return static_cast<uint8_t>(out > 254 ? 254 : out);
 }
+// Smallest power of two >= f, as f32_to_e8m0_ceil followed by e8m0_to_f32.
+__device__ __forceinline__ float pow2_ceil_dev(float f) { return e8m0_to_f32_dev(f32_to_e8m0_ceil_dev(f)); }
 
 __device__ __forceinline__ float e4m3_to_f32_dev(uint8_t v) {
   return __half2float(__half(__nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(v), __NV_E4M3)));
@@ -130,24 +131,6 @@ __device__ __forceinline__ uint16_t f32_to_bf16_bits(float f) {
   if ((b & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((b >> 16) | 0x0040u);
   b += 0x7fffu + ((b >> 16) & 1u);
   return static_cast<uint16_t>(b >> 16);
-}
-
-// Paged pool rows of f32 or bf16 elements (--kv-cache-dtype bf16): the row `row` of a pool of `width` columns,
-// and its elements widened exactly, so a kernel over a bf16 pool computes what it computes over an f32 pool holding
-// the same (rounded) values.
-__device__ __forceinline__ const void* pool_row(const void* pool, int64_t row, int64_t width, bool bf16) {
-  return static_cast<const char*>(pool) + row * width * (bf16 ? 2 : 4);
-}
-// Elements 4·i .. 4·i + 3 (8- or 16-byte aligned).
-__device__ __forceinline__ float4 pool_load4(const void* row, int64_t i, bool bf16) {
-  if (!bf16) return __ldg(static_cast<const float4*>(row) + i);
-  const uint2 u = __ldg(static_cast<const uint2*>(row) + i);
-  return make_float4(bf16_bits_to_f32(static_cast<uint16_t>(u.x)), bf16_bits_to_f32(static_cast<uint16_t>(u.x >> 16)),
-                     bf16_bits_to_f32(static_cast<uint16_t>(u.y)), bf16_bits_to_f32(static_cast<uint16_t>(u.y >> 16)));
-}
-__device__ __forceinline__ float pool_load1(const void* row, int64_t i, bool bf16) {
-  return bf16 ? bf16_bits_to_f32(__ldg(static_cast<const uint16_t*>(row) + i))
-              : __ldg(static_cast<const float*>(row) + i);
 }
 
 }  // namespace deepinfer::cuda

@@ -47,7 +47,7 @@ __global__ void indexer_scores_kernel(IndexerScoresKernelParams p) {
   for (int64_t h = 0; h < p.heads; ++h) {
     const float* q = p.q + (t * p.heads + h) * p.dim;
     float dot = 0.0f;
-    for (int64_t i = lane; i < p.dim; i += 32) dot = fmaf(q[i], pool_load1(key, i, p.keys_bf16), dot);
+    for (int64_t i = lane; i < p.dim; i += 32) dot = fmaf(q[i], pool_load1(key, i, p.keys_format, p.dim), dot);
     dot = warp_sum(dot);
     const float s = fmaxf(dot, 0.0f) * p.score_scale;
     acc = fmaf(s, p.weights[t * p.heads + h] * p.weight_scale, acc);
@@ -92,7 +92,7 @@ __global__ void __launch_bounds__(kIdxWarps * 32)
       if (lane == 0) p.out[t * p.n + e] = NAN;
       continue;
     }
-    for (int64_t i = lane; i < p.dim; i += 32) key[i] = pool_load1(src, i, p.keys_bf16);
+    for (int64_t i = lane; i < p.dim; i += 32) key[i] = pool_load1(src, i, p.keys_format, p.dim);
     __syncwarp();
     float acc = 0.0f;
     for (int64_t h = lane; h < p.heads; h += 32) {
@@ -191,8 +191,8 @@ __global__ void __launch_bounds__(kIdxWarps * 32)
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
         const int i4 = lane + 32 * r;
-        kv[j][r] =
-            (live >> j & 1u) && i4 < dim4 ? pool_load4(srcs[j], i4, p.keys_bf16) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        kv[j][r] = (live >> j & 1u) && i4 < dim4 ? pool_load4(srcs[j], i4, p.keys_format, p.dim)
+                                                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       }
   };
   int64_t eb = e0 + warp;
@@ -218,7 +218,7 @@ __global__ void __launch_bounds__(kIdxWarps * 32)
     // Rows past 512 dims (not V4's 128): the rest, an element at a time.
     for (int j = 0; j < kIdxEntries; ++j)
       if (live >> j & 1u)
-        for (int i = 512 + lane; i < dim; i += 32) key[j * dim + i] = pool_load1(srcs[j], i, p.keys_bf16);
+        for (int i = 512 + lane; i < dim; i += 32) key[j * dim + i] = pool_load1(srcs[j], i, p.keys_format, p.dim);
     __syncwarp();
     float acc[kIdxEntries];
 #pragma unroll

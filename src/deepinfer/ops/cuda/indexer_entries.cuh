@@ -9,6 +9,7 @@
 #include "deepinfer/ops/cuda/cuda_runtime.h"
 #include "deepinfer/ops/cuda/device_math.cuh"
 #include "deepinfer/ops/cuda/kernels.h"
+#include "deepinfer/ops/cuda/pool_rows.cuh"
 
 namespace deepinfer::cuda {
 
@@ -26,10 +27,10 @@ __device__ __forceinline__ int64_t scored_entries(const IndexerScoresKernelParam
   return count < n ? count : n;
 }
 
-// Key of entry e (< scored_entries) for token t (f32, or bf16 in a paged pool with p.keys_bf16: device_math's
+// Key of entry e (< scored_entries) for token t (f32, or a paged pool's row of p.keys_format: pool_rows.cuh's
 // pool_load*), or nullptr (status set) when its page is bad. Tokens of the same sequence (q_seq) get the same row.
 __device__ __forceinline__ const void* entry_key(const IndexerScoresKernelParams& p, int64_t t, int64_t e) {
-  if (p.block_tables == nullptr) return pool_row(p.keys, e, p.dim, false);
+  if (p.block_tables == nullptr) return pool_row(p.keys, e, p.dim, PoolFormat::kF32);
   const int64_t blk = e * p.key_ratio / p.block_size;
   if (blk >= p.max_blocks) {
     atomicOr(p.status, kStatusPagedAttentionRange);
@@ -41,7 +42,7 @@ __device__ __forceinline__ const void* entry_key(const IndexerScoresKernelParams
     atomicOr(p.status, kStatusPagedAttentionRange);
     return nullptr;
   }
-  return pool_row(p.keys, row, p.dim, p.keys_bf16);
+  return pool_row(p.keys, row, p.dim, p.keys_format);
 }
 
 }  // namespace deepinfer::cuda

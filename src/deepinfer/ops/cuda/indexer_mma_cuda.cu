@@ -255,7 +255,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       row_bad = e < e_end && row == nullptr;
 #pragma unroll
       for (int j = 0; j < kLoads; ++j)
-        v[j] = row ? pool_load4(row, lp + 4 * j, p.keys_bf16) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        v[j] = row ? pool_load4(row, lp + 4 * j, p.keys_format, p.dim) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     };
     // Splits the fetched share into buffer b; true when a lo part is nonzero.
     auto stage = [&](int b) {

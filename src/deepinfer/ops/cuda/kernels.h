@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "deepinfer/ops/cuda/kernel_choices.h"
+#include "deepinfer/ops/cuda/pool_format.h"
 #include "deepinfer/ops/ops.h"
 
 namespace deepinfer::cuda {
@@ -285,8 +286,8 @@ void run_compress_pool(const CompressPoolKernelParams& p, cudaStream_t stream);
 // ============================================================================ indexer + top-k (indexer_cuda.cu)
 struct IndexerScoresKernelParams {
   const float* q = nullptr;    // [tokens, heads, dim]
-  const void* keys = nullptr;  // [n, dim] f32; paged: the pool [pool_rows, dim], f32 or (keys_bf16) bf16
-  bool keys_bf16 = false;      // paged pools only: rows widened exactly as they are read
+  const void* keys = nullptr;  // [n, dim] f32; paged: the pool [pool_rows, pool_row_bytes(keys_format, dim) bytes]
+  PoolFormat keys_format = PoolFormat::kF32;  // paged pools only: f32, bf16 or FP4 key records (pool_rows.cuh)
   const float* weights = nullptr;
   const int64_t* positions = nullptr;
   float* out = nullptr;
@@ -352,12 +353,13 @@ struct PagedSinkAttentionKernelParams {
   const int64_t* q_positions = nullptr;
   const int32_t* q_seq = nullptr;
   const int32_t* block_tables = nullptr;  // [seqs, max_blocks]
-  const void* window_pool = nullptr;      // [window_rows, hd], f32 or (pool_bf16) bf16
+  const void* window_pool = nullptr;      // [window_rows, hd] of window_format (pool_rows.cuh)
   const int64_t* window_begin = nullptr;  // [seqs]
-  const void* comp_pool = nullptr;        // [comp_rows, hd], optional, the window pool's dtype
-  bool pool_bf16 = false;                 // both pools bf16: rows widened exactly as they are read
-  const int32_t* comp_idx = nullptr;      // [tokens, k_sel], or
-  const uint8_t* comp_mask = nullptr;     // [tokens, k_sel]: entry e where comp_mask[t, e] != 0
+  const void* comp_pool = nullptr;        // [comp_rows, hd] of comp_format, optional
+  // Both f32, both bf16, or V4.1's records (--kv-cache-dtype fp8): FP8 window rows, FP4 entries (SlotPools).
+  PoolFormat window_format = PoolFormat::kF32, comp_format = PoolFormat::kF32;
+  const int32_t* comp_idx = nullptr;   // [tokens, k_sel], or
+  const uint8_t* comp_mask = nullptr;  // [tokens, k_sel]: entry e where comp_mask[t, e] != 0
   const float* sinks = nullptr;
   float* out = nullptr;
   float *part_o = nullptr, *part_m = nullptr, *part_l = nullptr;
@@ -663,13 +665,28 @@ void run_cast_bf16_f32(float* out, const uint16_t* in, int64_t n, cudaStream_t s
 // dst[index[t]] = src[t] for index[t] >= 0 (ops.h ScatterRowsParams); an index outside [-1, dst_rows) raises
 // kStatusScatterRange and writes nothing for that row.
 struct ScatterRowsKernelParams {
-  const float* src = nullptr;      // [rows, width]
-  const int64_t* index = nullptr;  // [rows]
-  void* dst = nullptr;             // [dst_rows, width], f32 or (dst_bf16) bf16 rounded to nearest even
-  bool dst_bf16 = false;
+  const float* src = nullptr;                // [rows, width]
+  const int64_t* index = nullptr;            // [rows]
+  void* dst = nullptr;                       // [dst_rows, pool_row_bytes(dst_format, width) bytes]
+  PoolFormat dst_format = PoolFormat::kF32;  // bf16: rounded to nearest even; a record: encoded (kv_record.cuh)
   int64_t rows = 0, width = 0, dst_rows = 0;
-  uint32_t* status = nullptr;
+  uint32_t* status = nullptr;  // also kStatusRecordEncode: a row that is no record of the format (stored as NaNs)
 };
 void run_scatter_rows(const ScatterRowsKernelParams& p, cudaStream_t stream);
+
+// Quantized cache records (TensorMemory::convert_records): rows f32 [rows, width] <-> records [rows,
+// pool_row_bytes(format, width)] of a record format. Encoding a row that is no record of the format stores NaNs and
+// raises kStatusRecordEncode.
+struct RecordRowsKernelParams {
+  const void* src = nullptr;
+  void* dst = nullptr;
+  PoolFormat format = PoolFormat::kFp8Ue8m0B32;
+  int64_t rows = 0, width = 0;
+  uint32_t* status = nullptr;
+};
+void run_records_encode(const RecordRowsKernelParams& p, cudaStream_t stream);
+void run_records_decode(const RecordRowsKernelParams& p, cudaStream_t stream);
+// The pool format of a pool tensor: f32, bf16, or u8 records of `record` (ops/kv_record.h's kinds).
+PoolFormat pool_format_of(DType dtype, FakeQuantKind record);
 
 }  // namespace deepinfer::cuda

@@ -11,6 +11,7 @@
 #include "deepinfer/ops/cuda/cuda_runtime.h"
 #include "deepinfer/ops/cuda/device_math.cuh"
 #include "deepinfer/ops/cuda/kernels.h"
+#include "deepinfer/ops/cuda/kv_record.cuh"
 
 namespace deepinfer::cuda {
 namespace {
@@ -66,13 +67,43 @@ __global__ void scatter_rows_kernel(ScatterRowsKernelParams p) {
     return;
   }
   const float* src = p.src + t * p.width;
-  if (p.dst_bf16) {
+  if (pool_record(p.dst_format)) {
+    auto* dst = static_cast<uint8_t*>(p.dst) + at * pool_row_bytes(p.dst_format, p.width);
+    for (int64_t b = threadIdx.x; b < p.width / record_block(p.dst_format); b += blockDim.x)
+      if (!record_write_block(p.dst_format, src, p.width, b, dst)) atomicOr(p.status, kStatusRecordEncode);
+  } else if (p.dst_format == PoolFormat::kBf16) {
     auto* dst = static_cast<uint16_t*>(p.dst) + at * p.width;
     for (int64_t j = threadIdx.x; j < p.width; j += blockDim.x) dst[j] = f32_to_bf16_bits(src[j]);
   } else {
     auto* dst = static_cast<float*>(p.dst) + at * p.width;
     for (int64_t j = threadIdx.x; j < p.width; j += blockDim.x) dst[j] = src[j];
   }
+}
+
+// One thread a block of values (16 or 32): the row's record, written block by block.
+__global__ void records_encode_kernel(RecordRowsKernelParams p) {
+  const int64_t blocks = p.width / record_block(p.format);
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= p.rows * blocks) return;
+  const int64_t r = i / blocks, b = i % blocks;
+  auto* dst = static_cast<uint8_t*>(p.dst) + r * pool_row_bytes(p.format, p.width);
+  if (!record_write_block(p.format, static_cast<const float*>(p.src) + r * p.width, p.width, b, dst))
+    atomicOr(p.status, kStatusRecordEncode);
+}
+
+// One thread 4 values.
+__global__ void records_decode_kernel(RecordRowsKernelParams p) {
+  const int64_t quads = p.width / 4;
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= p.rows * quads) return;
+  const int64_t r = i / quads, q = i % quads;
+  const float4 v =
+      record_load4(static_cast<const uint8_t*>(p.src) + r * pool_row_bytes(p.format, p.width), q, p.format, p.width);
+  float* out = static_cast<float*>(p.dst) + r * p.width + 4 * q;
+  out[0] = v.x;
+  out[1] = v.y;
+  out[2] = v.z;
+  out[3] = v.w;
 }
 
 constexpr int kThreads = 256;
@@ -163,6 +194,35 @@ void run_cast_bf16_f32(float* out, const uint16_t* in, int64_t n, cudaStream_t s
   if (n == 0) return;
   cast_bf16_f32_kernel<<<blocks_for(n), kThreads, 0, stream>>>(out, in, n);
   DI_CUDA_CHECK_LAUNCH();
+}
+
+void run_records_encode(const RecordRowsKernelParams& p, cudaStream_t stream) {
+  if (p.rows == 0) return;
+  records_encode_kernel<<<blocks_for(p.rows * (p.width / record_block(p.format))), kThreads, 0, stream>>>(p);
+  DI_CUDA_CHECK_LAUNCH();
+}
+
+void run_records_decode(const RecordRowsKernelParams& p, cudaStream_t stream) {
+  if (p.rows == 0) return;
+  records_decode_kernel<<<blocks_for(p.rows * (p.width / 4)), kThreads, 0, stream>>>(p);
+  DI_CUDA_CHECK_LAUNCH();
+}
+
+PoolFormat pool_format_of(DType dtype, FakeQuantKind record) {
+  if (dtype == DType::kF32) return PoolFormat::kF32;
+  if (dtype == DType::kBF16) return PoolFormat::kBf16;
+  DI_CHECK_INTERNAL(dtype == DType::kU8) << "a paged pool of " << dtype_name(dtype);
+  switch (record) {
+    case FakeQuantKind::kFP8E4M3Ue8m0Block32:
+      return PoolFormat::kFp8Ue8m0B32;
+    case FakeQuantKind::kFP4E4m3Block16:
+      return PoolFormat::kFp4E4m3B16;
+    case FakeQuantKind::kFP4Ue8m0Block32:
+      return PoolFormat::kFp4Ue8m0B32;
+    default:
+      break;
+  }
+  DI_FAIL(ErrorCode::kInternal) << "no quantized record of this fake-quant kind";
 }
 
 void run_scatter_rows(const ScatterRowsKernelParams& p, cudaStream_t stream) {

@@ -75,6 +75,23 @@ class DeviceTensorMemory final : public TensorMemory {
       cuda::run_cast_bf16_f32(dst.data_as<float>(), static_cast<const uint16_t*>(src.data()), dst.numel(), stream_);
   }
 
+  void convert_records(const Tensor& dst, const Tensor& src, FakeQuantKind record) override {
+    const bool encode = check_records(dst, src, record);
+    DI_CHECK(on_device(dst) && on_device(src))
+        << "convert_records: " << src.str() << " into " << dst.str() << " (device only)";
+    cuda::RecordRowsKernelParams k;
+    k.src = src.data();
+    k.dst = dst.data();
+    k.format = cuda::pool_format_of(DType::kU8, record);
+    k.rows = src.dim(0);
+    k.width = (encode ? src : dst).dim(1);
+    k.status = status_.word();
+    if (encode)
+      cuda::run_records_encode(k, stream_);
+    else
+      cuda::run_records_decode(k, stream_);
+  }
+
   void fill(const Tensor& dst, float value) override {
     DI_CHECK(dst.dtype() == DType::kF32 && dst.is_contiguous() && on_device(dst)) << "fill: " << dst.str();
     cuda::run_fill_f32(dst.data_as<float>(), value, dst.numel(), stream_);
