@@ -51,6 +51,24 @@ TEST(BenchModel, TinyDecodeStepByHand) {
   EXPECT_DOUBLE_EQ(c.bytes(), c.weight_bytes + c.cache_bytes);
 }
 
+// --kv-cache-dtype fp8: the paged rows are read as records (ops/kv_record.h; 32-value rows here, padded to 4 bytes): a
+// window row 32 + 1 -> 36 B, an entry 16 + 2 -> 20 B, an indexer key of 32 values 16 + 1 -> 20 B.
+TEST(BenchModel, RecordCachesCountTheRecordBytes) {
+  BenchModel m = tiny_slice();
+  m.index_dim = 32;
+  m.kv_records = true;
+  const StepCost c = count_step(m, {false, 1, 1, 16});
+  // TinyDecodeStepByHand's rows: 8 window rows in each of the 4 layers, 4 entries in each of the last 3; 8 keys.
+  EXPECT_DOUBLE_EQ(c.attention_bytes, 36.0 * 8 * 4 + 20.0 * 4 * 3);
+  EXPECT_DOUBLE_EQ(c.cache_bytes, c.attention_bytes + 20.0 * 8);
+  // Prefill's indexer reads the f32 keys contiguously, the attention the records.
+  BenchModel f32 = m;
+  f32.kv_records = false;
+  const StepCost p = count_step(m, {true, 1, 4, 16}), pf = count_step(f32, {true, 1, 4, 16});
+  EXPECT_LT(p.attention_bytes * 3, pf.attention_bytes);
+  EXPECT_DOUBLE_EQ(p.cache_bytes - p.attention_bytes, pf.cache_bytes - pf.attention_bytes);
+}
+
 TEST(BenchModel, PrefillCountsEveryQueryCausally) {
   BenchModel m = tiny_slice();
   m.layers = {{AttnKind::kAllSeen, 2}};

@@ -65,6 +65,22 @@ TEST(BenchRunner, TinySliceOnCpu) {
   EXPECT_NE(table.find("tiny"), std::string::npos);
 }
 
+// --kv-cache-dtype fp8 on the tiny slice (its indexer keys widened to whole 32-value blocks): the paged calls read
+// record copies of the pools, and every step runs and counts the record bytes.
+TEST(BenchRunner, TinySliceWithRecordCachesOnCpu) {
+  std::unique_ptr<BenchTarget> t = make_cpu_target(1);
+  BenchModel m = tiny_slice();
+  m.index_dim = 32;
+  m.kv_records = true;
+  const std::vector<BenchRow> rows = run_slice(*t, m, small_options());
+  ASSERT_EQ(rows.size(), 3u);
+  for (const BenchRow& r : rows) {
+    EXPECT_GT(r.ms, 0.0);
+    EXPECT_DOUBLE_EQ(r.cost.bytes(), count_step(m, r.shape).bytes());
+    EXPECT_GT(r.segment_ms[kSegIndexer] + r.segment_ms[kSegAttention], 0.0);
+  }
+}
+
 // The MLA slice (dense + MoE layers, FP8-block routed experts) in prefill and batched decode on the CPU reference.
 // With a bf16 decode cache (--kv-cache-dtype bf16) too: decode counts half the cache bytes, prefill the same.
 TEST(BenchRunner, TinyMlaSliceOnCpu) {

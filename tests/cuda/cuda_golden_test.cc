@@ -253,6 +253,34 @@ TEST_P(CudaGolden, Bf16CachesDecode) {
   EXPECT_GE(graphs.stats().replays, 1);
 }
 
+// --kv-cache-dtype fp8 on the device (V4.1): the caches kept as FP8 / FP4 records, written by scatter_rows' encoder and
+// read by the attention and indexer kernels' decoders. The records hold the rows exactly, so the logits of batched
+// decode and of its graphs are the f32 caches' bit for bit.
+TEST_P(CudaGolden, RecordCachesDecode) {
+  if (GetParam() != "deepseek_v41") GTEST_SKIP() << "records are V4.1's (its cached rows are fake-quantized)";
+  DeepseekV4Model& gpu = *f().gpu_model;
+  const auto specs = testing::make_specs(gpu, {1, 6, 16, 17, 33, 70, 101}, 6, {{{4, 3, 16}}});
+  const auto f32 = testing::paged_decode(gpu, specs, true, /*batched=*/true);
+  gpu.set_kv_cache_dtype(DType::kF8E4M3);
+  DecodeGraphs graphs(*f().gpu);
+  const auto eager = testing::paged_decode(gpu, specs, true, /*batched=*/true);
+  const auto replayed = testing::paged_decode(gpu, specs, true, /*batched=*/true, testing::kV4Block, &graphs);
+  gpu.set_kv_cache_dtype(DType::kF32);
+  bool same = true;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    ASSERT_EQ(eager[i].size(), f32[i].size()) << "sequence " << i;
+    ASSERT_EQ(replayed[i].size(), f32[i].size()) << "sequence " << i;
+    const bool e = std::memcmp(eager[i].data(), f32[i].data(), f32[i].size() * sizeof(float)) == 0;
+    const bool r = std::memcmp(replayed[i].data(), f32[i].data(), f32[i].size() * sizeof(float)) == 0;
+    EXPECT_TRUE(e) << "sequence " << i << " eager";
+    EXPECT_TRUE(r) << "sequence " << i << " replayed";
+    same = same && e && r;
+  }
+  std::printf("[cuda-golden %s] fp8 record caches, batched decode (eager and graphs) == the f32 caches: %s\n",
+              GetParam().c_str(), same ? "yes" : "NO");
+  EXPECT_GE(graphs.stats().replays, 1);
+}
+
 // Uneven chunks (inside compress groups, across the window) equal one shot on the device too.
 TEST_P(CudaGolden, ChunkedPrefillEqualsOneShot) {
   auto ids = f().ids("prompt2.input_ids");
@@ -464,6 +492,7 @@ TEST(CudaOfflineCli, GreedyAndSeededSamplingOnTheGpuEqualTheCpu) {
   // bf16 caches (lossless for V4.1; auto on the CPU) through the engine on both backends, and f32 ones.
   check_offline_cuda_equals_cpu("deepseek_v41", "--max-num-seqs 3 --max-num-batched-tokens 33 --kv-cache-dtype bf16");
   check_offline_cuda_equals_cpu("deepseek_v41", "--max-num-seqs 3 --max-num-batched-tokens 33 --kv-cache-dtype f32");
+  check_offline_cuda_equals_cpu("deepseek_v41", "--max-num-seqs 3 --max-num-batched-tokens 33 --kv-cache-dtype fp8");
 }
 
 // Speculative decoding through the engine on the GPU: DSpark (generated V4.1 and V4-Flash-0731 checkpoints with

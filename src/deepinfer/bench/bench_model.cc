@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "deepinfer/core/error.h"
+#include "deepinfer/ops/kv_record.h"
 
 namespace deepinfer::bench {
 
@@ -209,8 +210,15 @@ double shared_expert_bytes(const BenchModel& m) {
   return m.shared_experts * (2 * fp8_block_bytes(m.moe_inter, m.hidden, b) + fp8_block_bytes(m.hidden, m.moe_inter, b));
 }
 
-// Bytes the bench stores a cached value in: its f32 pools, and their bf16 copies when the paged calls read bf16.
-double stored_value_bytes(const BenchModel& m) { return m.kv_value_bytes == 2 ? 6.0 : 4.0; }
+// Bytes of a cached row of `width` values (of record kind `kind`) where the paged calls read it: f32, bf16 or a record.
+double paged_row_bytes(const BenchModel& m, FakeQuantKind kind, int64_t width) {
+  return m.kv_records ? static_cast<double>(kv_record_bytes(kind, width))
+                      : static_cast<double>(m.kv_value_bytes) * width;
+}
+// Bytes the bench stores such a row in: its f32 pool, and the copy the paged calls read unless that is the f32 pool.
+double stored_row_bytes(const BenchModel& m, FakeQuantKind kind, int64_t width) {
+  return 4.0 * width + (m.kv_records || m.kv_value_bytes != 4 ? paged_row_bytes(m, kind, width) : 0.0);
+}
 
 }  // namespace
 
@@ -223,9 +231,9 @@ double layer_stored_bytes(const BenchModel& m, const LayerSpec& l, int64_t max_b
   bytes += m.experts * 3 * mxfp4_bytes(m.moe_inter, d) + shared_expert_bytes(m);
   if (l.ratio > 0) {
     const double entries = static_cast<double>(max_blocks) * (kBenchCacheBlock / l.ratio);
-    const double value = stored_value_bytes(m);
-    if (l.kind != AttnKind::kReuse) bytes += value * entries * m.head_dim;  // a reuse layer reads its source's
-    if (l.kind == AttnKind::kIndexed) bytes += value * entries * m.index_dim;
+    // A reuse layer reads its source's entries.
+    if (l.kind != AttnKind::kReuse) bytes += entries * stored_row_bytes(m, kEntryRecord, m.head_dim);
+    if (l.kind == AttnKind::kIndexed) bytes += entries * stored_row_bytes(m, kIndexKeyRecord, m.index_dim);
   }
   if (l.engram) bytes += 4.0 * m.engram_table_rows * m.engram_dim + engram_weight_bytes(m);
   return bytes;
@@ -233,7 +241,7 @@ double layer_stored_bytes(const BenchModel& m, const LayerSpec& l, int64_t max_b
 
 int fit_layers_per_kind(const std::function<BenchModel(int)>& make, double budget, int64_t max_blocks) {
   const auto stored = [&](const BenchModel& m) {
-    double bytes = stored_value_bytes(m) * max_blocks * kBenchCacheBlock * m.head_dim;  // the window pool
+    double bytes = stored_row_bytes(m, kWindowRecord, m.head_dim) * max_blocks * kBenchCacheBlock;  // window pool
     for (const LayerSpec& l : m.layers) bytes += layer_stored_bytes(m, l, max_blocks);
     return bytes;
   };
@@ -280,9 +288,9 @@ StepCost count_step(const BenchModel& m, const StepShape& s) {
       c.flops += 2 * t * static_cast<double>(m.index_heads * m.index_dim * m.q_lora + m.index_heads * d);
       for (int64_t p = first_pos; p <= last_pos; ++p)
         c.flops += s.seqs * 2.0 * m.index_heads * m.index_dim * visible_entries(p, l.ratio);
-      // Decode reads the paged keys (kv_value_bytes), prefill contiguous f32 ones.
-      const double key_bytes = s.tokens == 1 ? m.kv_value_bytes : 4.0;
-      c.cache_bytes += s.seqs * key_bytes * m.index_dim * visible_entries(last_pos, l.ratio);
+      // Decode reads the paged keys, prefill contiguous f32 ones.
+      const double key_bytes = s.tokens == 1 ? paged_row_bytes(m, kIndexKeyRecord, m.index_dim) : 4.0 * m.index_dim;
+      c.cache_bytes += s.seqs * key_bytes * visible_entries(last_pos, l.ratio);
     }
     // Attention: QK and PV over the keys each query sees.
     for (int64_t p = first_pos; p <= last_pos; ++p) {
@@ -292,12 +300,16 @@ StepCost count_step(const BenchModel& m, const StepShape& s) {
       if (l.kind == AttnKind::kAllSeen) keys += vis;
       c.flops += s.seqs * 4.0 * static_cast<double>(hhd) * keys;
     }
-    int64_t rows = std::min(s.context, m.window + s.tokens - 1);
+    const int64_t window_rows = std::min(s.context, m.window + s.tokens - 1);
     const int64_t vis_last = visible_entries(last_pos, l.ratio);
-    if (l.kind == AttnKind::kIndexed || l.kind == AttnKind::kReuse) rows += std::min(vis_last, m.index_topk * s.tokens);
-    if (l.kind == AttnKind::kAllSeen) rows += vis_last;
-    c.cache_bytes += s.seqs * static_cast<double>(m.kv_value_bytes) * m.head_dim * rows;
-    c.attention_bytes += s.seqs * static_cast<double>(m.kv_value_bytes) * m.head_dim * rows;
+    int64_t entry_rows = 0;
+    if (l.kind == AttnKind::kIndexed || l.kind == AttnKind::kReuse)
+      entry_rows = std::min(vis_last, m.index_topk * s.tokens);
+    if (l.kind == AttnKind::kAllSeen) entry_rows = vis_last;
+    const double read = s.seqs * (window_rows * paged_row_bytes(m, kWindowRecord, m.head_dim) +
+                                  entry_rows * paged_row_bytes(m, kEntryRecord, m.head_dim));
+    c.cache_bytes += read;
+    c.attention_bytes += read;
     // Router (f32 [E, D]) and experts: k routed MXFP4 + the shared FP8 expert per token.
     c.flops += 2 * t * static_cast<double>(m.experts * d);
     c.weight_bytes += 4.0 * m.experts * d;

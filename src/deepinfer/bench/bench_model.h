@@ -52,6 +52,9 @@ struct BenchModel {
   // Bytes a cached value takes where the paged calls read it: 4 (f32 pools) or 2 (`--kv-cache-dtype bf16`: the bench
   // keeps bf16 copies of the pools beside the f32 ones, which prefill's contiguous indexer keys still read).
   int kv_value_bytes = 4;
+  // `--kv-cache-dtype fp8` (V4.1 slices): the paged calls read record copies of the pools instead (ops/kv_record.h:
+  // window rows FP8, entries and indexer keys FP4, with their block scales; the rows fake-quantized first).
+  bool kv_records = false;
   std::vector<LayerSpec> layers;
 };
 

@@ -8,6 +8,7 @@
 
 #include "deepinfer/bench/decode_rate.h"
 #include "deepinfer/core/error.h"
+#include "deepinfer/ops/kv_record.h"
 #include "deepinfer/ops/rope_table.h"
 
 namespace deepinfer::bench {
@@ -67,7 +68,7 @@ class Slice final : public SliceState {
           max_entries = std::max(max_entries, s.seqs * std::max<int64_t>(1, visible_entries(s.context - 1, l.ratio)));
     }
     window_pool_ = rnd({max_blocks * kBenchCacheBlock, m.head_dim}, 1.0f);
-    window_pool_bf16_ = bf16_copy(window_pool_);
+    window_pool_paged_ = paged_copy(window_pool_, kWindowRecord);
     int64_t max_scores = 1;
     for (const StepShape& s : shapes)
       for (const LayerSpec& l : m.layers)
@@ -123,12 +124,12 @@ class Slice final : public SliceState {
       if (spec.kind == AttnKind::kIndexed || spec.kind == AttnKind::kAllSeen ||
           (spec.kind == AttnKind::kReuse && source_of(li) < 0)) {
         l.compressed = rnd({max_blocks * (kBenchCacheBlock / spec.ratio), m.head_dim}, 1.0f);
-        l.compressed_bf16 = bf16_copy(l.compressed);
+        l.compressed_paged = paged_copy(l.compressed, kEntryRecord);
       }
       if (spec.kind == AttnKind::kIndexed) {
         // Contiguous per sequence for prefill, paged like the compressed entries for batched decode.
         l.index_keys = rnd({std::max(max_entries, max_blocks * (kBenchCacheBlock / spec.ratio)), m.index_dim}, 1.0f);
-        l.index_keys_bf16 = bf16_copy(l.index_keys);
+        l.index_keys_paged = paged_copy(l.index_keys, kIndexKeyRecord);
         l.mask = mem_.zeros(DType::kU8, {max_scores});
       }
       if (spec.engram) make_engram(l);
@@ -198,7 +199,7 @@ class Slice final : public SliceState {
     counts_ = StepCounts{0, 0, true};
     const BenchModel& m = m_;
     Backend& be = t_.backend();
-    const bool bf16 = m.kv_value_bytes == 2;  // the paged calls read the bf16 pools
+    const bool copies = m.kv_value_bytes != 4 || m.kv_records;  // the paged calls read the pools' bf16 / record copies
     const int64_t tt = s.seqs * s.tokens, d = m.hidden, hhd = m.heads * m.head_dim;
     const Tensor streams = rows(streams_, tt), xn = rows(xn_, tt), qr = rows(qr_, tt);
     const Tensor q = rows(q_, tt), kv = rows(kv_, tt), o = rows(o_, tt), z = rows(z_, tt), y = rows(y_, tt);
@@ -252,7 +253,7 @@ class Slice final : public SliceState {
           ip.q_seq = q_seq_.view();
           ip.n_entries = n_entries_.at(spec.ratio).view();
           ip.block_tables = tables_.view();
-          ip.key_pool = bf16 ? l.index_keys_bf16.view() : l.index_keys.view();
+          ip.key_pool = copies ? l.index_keys_paged.view() : l.index_keys.view();
           ip.out = sc;
           ip.block_size = static_cast<int>(kBenchCacheBlock);
           ip.key_ratio = static_cast<int>(spec.ratio);
@@ -285,10 +286,10 @@ class Slice final : public SliceState {
       ap.q_positions = pos;
       ap.q_seq = q_seq_.view();
       ap.block_tables = tables_.view();
-      ap.window_pool = bf16 ? window_pool_bf16_.view() : window_pool_.view();
+      ap.window_pool = copies ? window_pool_paged_.view() : window_pool_.view();
       ap.window_begin = window_begin_.view();
       if (spec.kind != AttnKind::kSwa && n > 0) {
-        ap.comp_pool = bf16 ? owner.compressed_bf16.view() : owner.compressed.view();
+        ap.comp_pool = copies ? owner.compressed_paged.view() : owner.compressed.view();
         ap.comp_idx = comp_idx_.at(spec.kind == AttnKind::kAllSeen ? -spec.ratio : spec.ratio).view();
         ap.comp_ratio = static_cast<int>(spec.ratio);
       }
@@ -344,9 +345,10 @@ class Slice final : public SliceState {
     Site attn, ffn;
     OwnedTensor router, router_bias;
     std::unique_ptr<BenchExperts> experts;
-    // The paged pools; with BenchModel::kv_value_bytes 2 also their bf16 copies, which the paged calls then read
-    // (prefill's indexer reads the f32 keys contiguously, as the engine's prefill gathers them widened).
-    OwnedTensor compressed, index_keys, mask, compressed_bf16, index_keys_bf16;
+    // The paged pools; with a bf16 or record cache (BenchModel::kv_value_bytes 2, kv_records) also their copies in
+    // that form, which the paged calls then read (prefill's indexer reads the f32 keys contiguously, as the engine's
+    // prefill gathers them widened).
+    OwnedTensor compressed, index_keys, mask, compressed_paged, index_keys_paged;
     // Engram: the table, wkv [(hc+1)·D, cols·dim] FP8, the gate weight [hc, D], the hash's multipliers [n], moduli
     // [n-1, heads] and column offsets.
     OwnedTensor engram_table, engram_gate, engram_mult, engram_mod, engram_offsets;
@@ -400,11 +402,19 @@ class Slice final : public SliceState {
   }
   uint64_t next() { return seed_ = seed_ * 6364136223846793005ull + 1442695040888963407ull; }
   OwnedTensor rnd(Shape shape, float range) { return t_.random(std::move(shape), next(), range); }
-  // A bf16 copy of a cache pool when the paged calls read bf16 pools (kv_value_bytes 2); empty otherwise.
-  OwnedTensor bf16_copy(const OwnedTensor& pool) {
+  // The copy of a cache pool the paged calls read: bf16 (kv_value_bytes 2), or records of `record` (kv_records: the
+  // pool's rows fake-quantized by that kind in place first, as the model quantizes what it caches); empty for f32.
+  OwnedTensor paged_copy(const OwnedTensor& pool, FakeQuantKind record) {
+    const Tensor& v = pool.view();
+    if (m_.kv_records) {
+      t_.backend().fake_quant({v, record});
+      OwnedTensor c = mem_.zeros(DType::kU8, {v.dim(0), kv_record_bytes(record, v.dim(1))});
+      mem_.convert_records(c.view(), v, record);
+      return c;
+    }
     if (m_.kv_value_bytes != 2) return {};
-    OwnedTensor c = mem_.zeros(DType::kBF16, pool.view().shape());
-    mem_.cast(c.view(), pool.view());
+    OwnedTensor c = mem_.zeros(DType::kBF16, v.shape());
+    mem_.cast(c.view(), v);
     return c;
   }
   static Tensor rows(const OwnedTensor& t, int64_t n) { return t.view().slice(0, n); }
@@ -460,7 +470,8 @@ class Slice final : public SliceState {
   StepCounts counts_;
   int64_t max_tokens_ = 1, max_seqs_ = 1, max_context_ = 1;
   OwnedTensor streams_, xn_, qr_, q_, kv_, o_, z_, y_, pre_, post_, comb_, qi_, iw_, rw_, ridx_, sinks_, inv_freq_;
-  OwnedTensor scores_, positions_, window_pool_, window_pool_bf16_, tables_, q_seq_, window_begin_, fused_in_, fused_q_;
+  OwnedTensor scores_, positions_, window_pool_, window_pool_paged_, tables_, q_seq_, window_begin_, fused_in_,
+      fused_q_;
   OwnedTensor engram_tokens_, engram_ids_, engram_rows_, engram_kv_, engram_key_, engram_value_;
   std::map<int64_t, OwnedTensor> comp_idx_;   // by ratio (negative: every visible entry)
   std::map<int64_t, OwnedTensor> n_entries_;  // i64 [tokens], by indexed ratio

@@ -61,11 +61,16 @@ int run_bench(const BenchArgs& a) {
     return a.kv_cache_dtype == "bf16" || (v41 && cpu && a.kv_cache_dtype == "auto") ? 2 : 4;
   };
   const auto add = [&](std::function<bench::BenchModel(int)> make, bool v41 = false) {
-    make = [make, no_engram = a.no_engram, kv_value_bytes = value_bytes(v41)](int per_kind) {
+    DI_CHECK(a.kv_cache_dtype != "fp8" || v41)
+        << "bench --kv-cache-dtype fp8: the quantized records are V4.1's (its cached rows are fake-quantized); run it "
+           "with --model v41-flash only";
+    make = [make, no_engram = a.no_engram, kv_value_bytes = value_bytes(v41),
+            records = a.kv_cache_dtype == "fp8"](int per_kind) {
       bench::BenchModel m = make(per_kind);
       if (no_engram)
         for (bench::LayerSpec& l : m.layers) l.engram = false;
       m.kv_value_bytes = kv_value_bytes;
+      m.kv_records = records;
       return m;
     };
     slices.push_back(make(a.per_kind));
@@ -89,6 +94,8 @@ int run_bench(const BenchArgs& a) {
       DI_FAIL(ErrorCode::kInvalidArgument)
           << "bench --model: unknown slice '" << name << "' (v41-flash, v4-flash, v3, v2-lite, tiny, tiny-mla)";
   }
+  DI_CHECK(a.kv_cache_dtype != "fp8" || mla.empty())
+      << "bench --kv-cache-dtype fp8: the quantized records are V4.1's; the MLA slices take f32 or bf16";
   for (bench::MlaBenchModel& m : mla) m.kv_value_bytes = value_bytes(false);
 
   DI_CHECK_CODE(a.kernel_choices.empty() || !cpu, ErrorCode::kInvalidArgument)
@@ -128,7 +135,7 @@ int run_bench(const BenchArgs& a) {
     for (size_t i = 0; i < m.layers.size(); ++i)
       std::printf("%s%s r=%lld", i ? ", " : "", bench::attn_kind_name(m.layers[i].kind),
                   static_cast<long long>(m.layers[i].ratio));
-    std::printf("); paged caches %s\n", m.kv_value_bytes == 2 ? "bf16" : "f32");
+    std::printf("); paged caches %s\n", m.kv_records ? "fp8 records" : m.kv_value_bytes == 2 ? "bf16" : "f32");
     std::fflush(stdout);
     const std::vector<bench::BenchRow> rows = bench::run_slice(*target, m, o);
     std::printf("%s", bench::format_table(rows, c).c_str());
@@ -204,9 +211,10 @@ void register_bench(CLI::App& app, CommandRegistry& reg) {
       "MLA slices: decode attention as one absorbed-MLA call per sequence (the path before the paged kernel)");
   sub->add_option("--kv-cache-dtype", a->kv_cache_dtype,
                   "the paged caches the attention (and the V4 slices' decode indexer) read: f32, bf16 (half the "
-                  "bytes; the engine's --kv-cache-dtype bf16) or auto (the engine's: bf16 for the V4.1 slice on the "
-                  "CPU, f32 otherwise)")
-      ->check(CLI::IsMember({"auto", "f32", "bf16"}))
+                  "bytes; the engine's --kv-cache-dtype bf16), fp8 (the V4.1 slice: FP8 / FP4 records with their "
+                  "block scales, the engine's --kv-cache-dtype fp8) or auto (the engine's: bf16 for the V4.1 slice on "
+                  "the CPU, f32 otherwise)")
+      ->check(CLI::IsMember({"auto", "f32", "bf16", "fp8"}))
       ->capture_default_str();
   register_bench_serve(sub, reg);
   reg.add(sub, [a] { return run_bench(*a); });

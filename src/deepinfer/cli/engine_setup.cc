@@ -79,7 +79,7 @@ void add_device_execution_flags(CLI::App* sub, std::string& weight_format, std::
   sub->add_option("--kv-cache-dtype", kv_cache_dtype,
                   "the paged attention caches: f32 (the rows as computed), bf16 (rounded to bf16 as written, as "
                   "vLLM keeps them in the model's dtype: half the bytes a decode step reads, twice the cached tokens; "
-                  "lossless for V4.1, whose cached rows are fake-quantized), fp8 (V4.1 on the CPU: the rows' FP8 / FP4 "
+                  "lossless for V4.1, whose cached rows are fake-quantized), fp8 (V4.1: the rows' FP8 / FP4 "
                   "records with their block scales, as the reference stores them: lossless, ~a quarter of bf16) or "
                   "auto (bf16 for V4.1 on the CPU, f32 otherwise)")
       ->check(CLI::IsMember({"auto", "f32", "bf16", "fp8"}))

@@ -203,9 +203,6 @@ DType kv_cache_dtype_of(const EngineStackOptions& o, const ModelConfig& config) 
         << (config.family == ModelFamily::kDeepseekV41 ? " with head or indexer widths outside whole 32-value blocks"
                                                        : "")
         << " caches unquantized rows (bf16 halves them)";
-    DI_CHECK_CODE(o.device == "cpu", ErrorCode::kUnsupported)
-        << option(o, "kv_cache_dtype", o.kv_cache_dtype) << " on " << option(o, "device", o.device)
-        << ": the quantized records are read by the CPU backend only so far; bf16 is lossless for V4.1 on CUDA";
     return DType::kF8E4M3;
   }
   return o.kv_cache_dtype == "bf16" ? DType::kBF16 : DType::kF32;
