@@ -44,7 +44,7 @@
 #   (default 540 s) and the script's knobs pass through; run logs in $OUT/x8/;
 #   with SLICE_BENCH=1 (model) `deepinfer bench` decode of the V4 slices (SLICE_BENCH_ARGS); with SLICE_AB="SET;SET"
 #   (model) the same slices once per set of `--kernel-choice` KEY=VALUE (space-separated; "default" = none;
-#   act=none|mxfp8 sets `--activation-quant`, ffn=bf16|f32 `--v2-lite-ffn`, kv=f32|bf16 `--kv-cache-dtype`);
+#   act=none|mxfp8 sets `--activation-quant`, ffn=bf16|f32 `--v2-lite-ffn`, kv=f32|bf16|fp8 `--kv-cache-dtype`);
 #   with NCU_SLICE=1 (also in ci) an ncu per-kernel time summary of one synthetic decode step (NCU_SLICE_ARGS;
 #   NCU_DETAIL=REGEX adds ncu's sections for those kernels; NCU_STALLS=REGEX the stall reasons and the instructions
 #   that hold them for the first matching launch, from ncu's source page: tools/ncu_source_stalls.py, the CSV kept
@@ -401,7 +401,7 @@ if [ "$MODE" = model ]; then
           default) ;;
           act=*) ab_args+=(--activation-quant "${choice#act=}") ;;  # the GEMMs' activation numerics, not a kernel
           ffn=*) ab_args+=(--v2-lite-ffn "${choice#ffn=}") ;;       # the v2-lite slice's FFN weights (bf16 | f32)
-          kv=*) ab_args+=(--kv-cache-dtype "${choice#kv=}") ;;      # the slices' paged caches (f32 | bf16)
+          kv=*) ab_args+=(--kv-cache-dtype "${choice#kv=}") ;;      # the slices' paged caches (f32 | bf16 | fp8)
           *) ab_args+=(--kernel-choice "$choice") ;;
         esac
       done
