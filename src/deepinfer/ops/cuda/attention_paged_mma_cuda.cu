@@ -192,10 +192,21 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(PagedSink
       // Thread ptid owns row ptid / 4 (one pointer live, not 32) and its float4s ptid % 4 + 4·j: the 4 threads
       // of a row read 64 contiguous bytes per load.
       const void* row = pr < n ? rows_s[b * kTile + pr] : nullptr;
-      float4 v[kVecs];
+      // Records are fetched as codes and scale bytes and decoded after the wait (32 decoded float4 a thread spilled
+      // at the 168-register cap, ptxas: 380 bytes at hd 512).
+      constexpr bool kRecords = kPools == SlotPools::kRecords;
+      float4 v[kRecords ? 1 : kVecs];
+      RecordQuad raw[kRecords ? kVecs : 1];
+      const auto u = reinterpret_cast<uintptr_t>(row);
+      const PoolFormat fmt = u & 1 ? PoolFormat::kFp4E4m3B16 : PoolFormat::kFp8Ue8m0B32;  // tagged entries
 #pragma unroll
-      for (int j = 0; j < kVecs; ++j)
-        v[j] = row ? slot_load4<kPools>(row, pc + 4 * j, kHd) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      for (int j = 0; j < kVecs; ++j) {
+        if constexpr (kRecords)
+          raw[j] = row ? record_fetch4(reinterpret_cast<const void*>(u & ~uintptr_t{1}), pc + 4 * j, fmt, kHd)
+                       : RecordQuad{0, 0};
+        else
+          v[j] = row ? slot_load4<kPools>(row, pc + 4 * j, kHd) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
       // Buffer b last held tile i - 2: wait for the consumers' O phase on it (also before count_s[2 + b], which
       // they read at that tile's start).
       if (i >= 2) bar_sync_pair(kBarEmpty, b, kThreads);
@@ -205,7 +216,10 @@ __global__ void __launch_bounds__(kThreads) paged_attention_mma_kernel(PagedSink
         for (int j = 0; j < kVecs; ++j) {
           const int at = pr * L::kLd + (pc + 4 * j) * 4;
           uint2 h, l;
-          split4(v[j], h, l);
+          if constexpr (kRecords)  // a missing row's zero codes decode to zeros in either format
+            split4(record_decode4(raw[j], fmt), h, l);
+          else
+            split4(v[j], h, l);
           *reinterpret_cast<uint2*>(kh + at) = h;
           if constexpr (!kBf16) *reinterpret_cast<uint2*>(kl + at) = l;
         }

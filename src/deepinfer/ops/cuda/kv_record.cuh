@@ -17,19 +17,32 @@ __device__ __forceinline__ float record_code(PoolFormat f, uint8_t code) {
   return f == PoolFormat::kFp8Ue8m0B32 ? e4m3_to_f32_dev(code) : e2m1_to_f32_dev(code);
 }
 
-// Values 4·i .. 4·i + 3 of a record of `width` values (the record 4-byte aligned: one 4-byte load of FP8 codes or a
-// 2-byte load of FP4 ones, and the block's scale byte).
-__device__ __forceinline__ float4 record_load4(const void* record, int64_t i, PoolFormat f, int64_t width) {
+// Values 4·i .. 4·i + 3 of a record of `width` values as loaded: their codes (FP8: 4 bytes; FP4: 2 bytes, in the low
+// half) and their block's scale byte (the record 4-byte aligned: one 4- or 2-byte load and one byte load). Fetching
+// and decoding apart lets a kernel keep many rows' loads in flight in few registers.
+struct RecordQuad {
+  uint32_t codes, scale;
+};
+__device__ __forceinline__ RecordQuad record_fetch4(const void* record, int64_t i, PoolFormat f, int64_t width) {
   const auto* rec = static_cast<const uint8_t*>(record);
-  const float s = record_scale(f, __ldg(rec + record_code_bytes(f, width) + 4 * i / record_block(f)));
-  if (f == PoolFormat::kFp8Ue8m0B32) {
-    const uint32_t c = __ldg(reinterpret_cast<const uint32_t*>(rec) + i);
+  RecordQuad q;
+  q.scale = __ldg(rec + record_code_bytes(f, width) + 4 * i / record_block(f));
+  q.codes = f == PoolFormat::kFp8Ue8m0B32 ? __ldg(reinterpret_cast<const uint32_t*>(rec) + i)
+                                          : static_cast<uint32_t>(__ldg(reinterpret_cast<const uint16_t*>(rec) + i));
+  return q;
+}
+__device__ __forceinline__ float4 record_decode4(RecordQuad q, PoolFormat f) {
+  const float s = record_scale(f, static_cast<uint8_t>(q.scale));
+  const uint32_t c = q.codes;
+  if (f == PoolFormat::kFp8Ue8m0B32)
     return make_float4(e4m3_to_f32_dev(c & 0xFFu) * s, e4m3_to_f32_dev((c >> 8) & 0xFFu) * s,
                        e4m3_to_f32_dev((c >> 16) & 0xFFu) * s, e4m3_to_f32_dev(c >> 24) * s);
-  }
-  const uint32_t c = __ldg(reinterpret_cast<const uint16_t*>(rec) + i);
   return make_float4(e2m1_to_f32_dev(c & 0xFu) * s, e2m1_to_f32_dev((c >> 4) & 0xFu) * s,
                      e2m1_to_f32_dev((c >> 8) & 0xFu) * s, e2m1_to_f32_dev((c >> 12) & 0xFu) * s);
+}
+// Values 4·i .. 4·i + 3 of a record of `width` values.
+__device__ __forceinline__ float4 record_load4(const void* record, int64_t i, PoolFormat f, int64_t width) {
+  return record_decode4(record_fetch4(record, i, f, width), f);
 }
 __device__ __forceinline__ float record_load1(const void* record, int64_t i, PoolFormat f, int64_t width) {
   const auto* rec = static_cast<const uint8_t*>(record);
