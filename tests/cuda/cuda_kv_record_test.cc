@@ -131,17 +131,6 @@ TEST_F(CudaPagedAttentionTest, RecordPoolsEqualF32PoolsOfTheQuantizedRows) {
   }
 }
 
-PagedIndexerSpec indexer_spec(int64_t seqs, int64_t heads, int64_t dim, int64_t max_entries, int bs, int ratio) {
-  PagedIndexerSpec s;
-  s.seqs = seqs;
-  s.heads = heads;
-  s.dim = dim;
-  s.max_entries = max_entries;
-  s.block_size = bs;
-  s.ratio = ratio;
-  return s;
-}
-
 // Every indexer kernel over FP4 key records: the tensor-core one (64 rows), the float4 shared-memory one (dim 128) and
 // the one-warp-per-entry one (dim 256), each with indexer_mma auto and never.
 TEST_F(CudaOpTest, PagedIndexerScoresRecordPoolEqualsQuantizedF32Pool) {
@@ -150,9 +139,9 @@ TEST_F(CudaOpTest, PagedIndexerScoresRecordPoolEqualsQuantizedF32Pool) {
     PagedIndexerSpec spec;
   };
   const Case cases[] = {
-      {"B=64 IH=64 Id=128 r=2 bs=64", indexer_spec(64, 64, 128, 700, 64, 2)},
-      {"B=9 IH=24 Id=128 r=2 bs=16", indexer_spec(9, 24, 128, 300, 16, 2)},
-      {"B=6 IH=64 Id=256 r=4 bs=32 (warp kernel)", indexer_spec(6, 64, 256, 200, 32, 4)},
+      {"B=64 IH=64 Id=128 r=2 bs=64", make_indexer_spec(64, 64, 128, 700, 64, 2)},
+      {"B=9 IH=24 Id=128 r=2 bs=16", make_indexer_spec(9, 24, 128, 300, 16, 2)},
+      {"B=6 IH=64 Id=256 r=4 bs=32 (warp kernel)", make_indexer_spec(6, 64, 256, 200, 32, 4)},
   };
   for (const Case& k : cases) {
     const PagedIndexerSpec& s = k.spec;

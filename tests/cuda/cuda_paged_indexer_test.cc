@@ -13,27 +13,16 @@
 namespace deepinfer::testing {
 namespace {
 
-PagedIndexerSpec spec(int64_t seqs, int64_t heads, int64_t dim, int64_t max_entries, int bs, int ratio) {
-  PagedIndexerSpec s;
-  s.seqs = seqs;
-  s.heads = heads;
-  s.dim = dim;
-  s.max_entries = max_entries;
-  s.block_size = bs;
-  s.ratio = ratio;
-  return s;
-}
-
 TEST_F(CudaOpTest, PagedIndexerScoresMatchPerSequenceBitwise) {
   struct Case {
     const char* name;
     PagedIndexerSpec spec;
   };
   const Case cases[] = {
-      {"B=64 IH=64 Id=128 r=4 bs=64", spec(64, 64, 128, 700, 64, 4)},
-      {"B=5 IH=64 Id=128 r=1 bs=64", spec(5, 64, 128, 1500, 64, 1)},
-      {"B=9 IH=24 Id=100 r=2 bs=16", spec(9, 24, 100, 300, 16, 2)},
-      {"B=6 IH=64 Id=256 r=4 bs=32 (warp kernel)", spec(6, 64, 256, 200, 32, 4)},
+      {"B=64 IH=64 Id=128 r=4 bs=64", make_indexer_spec(64, 64, 128, 700, 64, 4)},
+      {"B=5 IH=64 Id=128 r=1 bs=64", make_indexer_spec(5, 64, 128, 1500, 64, 1)},
+      {"B=9 IH=24 Id=100 r=2 bs=16", make_indexer_spec(9, 24, 100, 300, 16, 2)},
+      {"B=6 IH=64 Id=256 r=4 bs=32 (warp kernel)", make_indexer_spec(6, 64, 256, 200, 32, 4)},
   };
   for (const Case& k : cases) {
     const PagedIndexerSpec& s = k.spec;
@@ -87,9 +76,9 @@ TEST_F(CudaOpTest, PagedIndexerScoresBf16PoolEqualsRoundedF32Pool) {
     PagedIndexerSpec spec;
   };
   const Case cases[] = {
-      {"B=64 IH=64 Id=128 r=2 bs=64", spec(64, 64, 128, 700, 64, 2)},
-      {"B=9 IH=24 Id=100 r=2 bs=16", spec(9, 24, 100, 300, 16, 2)},
-      {"B=6 IH=64 Id=256 r=4 bs=32 (warp kernel)", spec(6, 64, 256, 200, 32, 4)},
+      {"B=64 IH=64 Id=128 r=2 bs=64", make_indexer_spec(64, 64, 128, 700, 64, 2)},
+      {"B=9 IH=24 Id=100 r=2 bs=16", make_indexer_spec(9, 24, 100, 300, 16, 2)},
+      {"B=6 IH=64 Id=256 r=4 bs=32 (warp kernel)", make_indexer_spec(6, 64, 256, 200, 32, 4)},
   };
   for (const Case& k : cases) {
     const PagedIndexerSpec& s = k.spec;

@@ -22,6 +22,18 @@ struct PagedIndexerSpec {
   int block_size = 16, ratio = 4;
 };
 
+inline PagedIndexerSpec make_indexer_spec(int64_t seqs, int64_t heads, int64_t dim, int64_t max_entries, int bs,
+                                          int ratio) {
+  PagedIndexerSpec s;
+  s.seqs = seqs;
+  s.heads = heads;
+  s.dim = dim;
+  s.max_entries = max_entries;
+  s.block_size = bs;
+  s.ratio = ratio;
+  return s;
+}
+
 struct PagedIndexerCase {
   PagedIndexerSpec spec;
   int64_t n = 0;  // out width

@@ -13,6 +13,7 @@
 namespace deepinfer {
 namespace {
 
+using testing::make_indexer_spec;
 using testing::make_paged_indexer_case;
 using testing::PagedIndexerCase;
 using testing::PagedIndexerSpec;
@@ -35,21 +36,10 @@ HostTensor per_row_scores(Backend& be, const PagedIndexerCase& c, int64_t t) {
   return out;
 }
 
-PagedIndexerSpec spec(int64_t seqs, int64_t heads, int64_t dim, int64_t max_entries, int bs, int ratio) {
-  PagedIndexerSpec s;
-  s.seqs = seqs;
-  s.heads = heads;
-  s.dim = dim;
-  s.max_entries = max_entries;
-  s.block_size = bs;
-  s.ratio = ratio;
-  return s;
-}
-
 TEST(PagedIndexerScoresOp, MatchesNaiveReferenceAndPerSequenceScoresBitwise) {
   auto backend = make_cpu_backend(2);
-  for (const PagedIndexerSpec& s :
-       {spec(6, 8, 32, 90, 16, 4), spec(9, 5, 20, 40, 8, 1), spec(4, 16, 64, 200, 64, 2), spec(1, 4, 16, 30, 4, 4)}) {
+  for (const PagedIndexerSpec& s : {make_indexer_spec(6, 8, 32, 90, 16, 4), make_indexer_spec(9, 5, 20, 40, 8, 1),
+                                    make_indexer_spec(4, 16, 64, 200, 64, 2), make_indexer_spec(1, 4, 16, 30, 4, 4)}) {
     const PagedIndexerCase c = make_paged_indexer_case(s, 17 + s.seqs);
     HostTensor out(DType::kF32, {s.seqs, c.n});
     backend->paged_indexer_scores(c.params(out.view()));
@@ -82,7 +72,7 @@ TEST(PagedIndexerScoresOp, MatchesNaiveReferenceAndPerSequenceScoresBitwise) {
 // padded [B, N] scores give each row what they give over its own [1, n_entries] scores.
 TEST(PagedIndexerScoresOp, PaddedTopKAndCandidateBlocksMatchPerRow) {
   auto backend = make_cpu_backend(1);
-  const PagedIndexerSpec s = spec(7, 4, 16, 120, 16, 1);
+  const PagedIndexerSpec s = make_indexer_spec(7, 4, 16, 120, 16, 1);
   const PagedIndexerCase c = make_paged_indexer_case(s, 5);
   const int64_t B = s.seqs, N = c.n;
   HostTensor scores(DType::kF32, {B, N});
@@ -127,7 +117,7 @@ TEST(PagedIndexerScoresOp, PaddedTopKAndCandidateBlocksMatchPerRow) {
 // unread rows are NaN in both), and not as the unrounded keys; an f16 pool is refused.
 TEST(PagedIndexerScoresOp, Bf16PoolEqualsF32PoolOfTheRoundedRows) {
   auto backend = make_cpu_backend(2);
-  const PagedIndexerCase c = make_paged_indexer_case(spec(6, 8, 32, 90, 16, 4), 61);
+  const PagedIndexerCase c = make_paged_indexer_case(make_indexer_spec(6, 8, 32, 90, 16, 4), 61);
   const HostTensor pool16 = testing::bf16_of(c.pool), rounded = testing::rounded_f32_of(c.pool);
   HostTensor got(DType::kF32, {c.spec.seqs, c.n}), want(DType::kF32, {c.spec.seqs, c.n}),
       exact(DType::kF32, {c.spec.seqs, c.n});
@@ -151,7 +141,7 @@ TEST(PagedIndexerScoresOp, Bf16PoolEqualsF32PoolOfTheRoundedRows) {
 // bit, and not as the unquantized keys.
 TEST(PagedIndexerScoresOp, RecordPoolEqualsF32PoolOfTheQuantizedRows) {
   auto backend = make_cpu_backend(2);
-  const PagedIndexerCase c = make_paged_indexer_case(spec(6, 8, 32, 90, 16, 4), 67);
+  const PagedIndexerCase c = make_paged_indexer_case(make_indexer_spec(6, 8, 32, 90, 16, 4), 67);
   const testing::RecordPool keys = testing::records_of(c.pool, kIndexKeyRecord);
   HostTensor got(DType::kF32, {c.spec.seqs, c.n}), want(DType::kF32, {c.spec.seqs, c.n}),
       exact(DType::kF32, {c.spec.seqs, c.n});
