@@ -60,7 +60,8 @@ class TensorMemory {
   virtual void cast(const Tensor& dst, const Tensor& src) = 0;
   // Rows between f32 and quantized cache records of `record` (ops/kv_record.h, --kv-cache-dtype fp8): f32 [n, width]
   // into u8 [n, kv_record_bytes] encodes, u8 into f32 decodes (exactly); both contiguous on device(). Each encoded row
-  // must be one that `record` fake-quantized: another raises kInternal (a device's at its next synchronisation).
+  // must be one that `record` fake-quantized: another is an error (kInternal on the host; a device stores NaNs and
+  // reports it at its next synchronisation).
   virtual void convert_records(const Tensor& dst, const Tensor& src, FakeQuantKind record) = 0;
   // f32 only: dst[...] = value; dst[...] += src[...] (same shape, both on device(), contiguous).
   virtual void fill(const Tensor& dst, float value) = 0;
