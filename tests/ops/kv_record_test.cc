@@ -72,7 +72,8 @@ TEST(KvRecord, FakeQuantizedRowsComeBackBitForBit) {
 TEST(KvRecord, ExtremeScalesComeBackBitForBit) {
   for (const FakeQuantKind kind : kKinds) {
     const int n = fake_quant_block_len(kind);
-    for (const float mag : {1e-38f, 1e-30f, 3e-3f, 2e4f}) {
+    // 5e-38: the keys' blocks whose amax / 6 is an f32 subnormal above 2^-127 (their scale is 2^-126).
+    for (const float mag : {1e-38f, 5e-38f, 7e-38f, 1e-30f, 3e-3f, 2e4f}) {
       std::vector<float> row(n);
       for (int i = 0; i < n; ++i) row[i] = (i % 2 ? -1.0f : 1.0f) * mag * static_cast<float>(i + 1) / n;
       fake_quant_rows(row.data(), 1, n, kind);

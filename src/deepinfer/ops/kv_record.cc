@@ -61,9 +61,11 @@ bool encode_block(FakeQuantKind kind, const float* v, int n, uint8_t* codes, uin
     }
     return false;
   }
-  // The quantizers' own rule (f32_to_e8m0_ceil), which takes UE8M0's smallest scale 2^-127 below its range: the FP4
-  // keys' quantizer floors its scale at 2^-126, so values down to 0.5 · 2^-126 occur and need no smaller one.
-  scale = f32_to_e8m0_ceil(amax / (fp8(kind) ? kE4M3Max : 6.0f));
+  // The smallest power of two >= amax / the code maximum. f32_to_e8m0_ceil (the quantizers' rule) gives UE8M0's
+  // smallest scale 2^-127 for every f32 subnormal; a ratio in (2^-127, 2^-126) needs 2^-126: the FP4 keys' quantizer
+  // floors its scale at 2^-126, so blocks with 6 · 2^-127 < amax < 6 · 2^-126 occur (and 2^-127 would not hold them).
+  const float ratio = amax / (fp8(kind) ? kE4M3Max : 6.0f);
+  scale = ratio > e8m0_to_f32(0) && ratio < std::ldexp(1.0f, -126) ? 1 : f32_to_e8m0_ceil(ratio);
   return try_scale(kind, v, n, e8m0_to_f32(scale), codes);
 }
 

@@ -1,19 +1,33 @@
 // Quantized cache records on the device (ops/kv_record.h has the layout and the encoder's rule; pool_format.h the
 // formats). The encoder repeats the host's search step for step, so a record written on the GPU is the CPU's byte for
 // byte, and the decoder the host's arithmetic (code value times scale, one f32 multiply), so both read the same values.
+// All of it is host code too, which the CPU tests run against ops/kv_record.cc.
 #pragma once
+
+#include <vector_functions.h>
+#include <vector_types.h>
 
 #include <cstdint>
 
-#include "deepinfer/ops/cuda/device_math.cuh"
+#include "deepinfer/ops/cuda/format_math.cuh"
 #include "deepinfer/ops/cuda/pool_format.h"
 
 namespace deepinfer::cuda {
 
-__device__ __forceinline__ float record_scale(PoolFormat f, uint8_t byte) {
+// A read-only load: through the read-only data cache on the device.
+template <typename T>
+DI_HD T load_ro(const T* p) {
+#ifdef __CUDA_ARCH__
+  return __ldg(p);
+#else
+  return *p;
+#endif
+}
+
+DI_HD float record_scale(PoolFormat f, uint8_t byte) {
   return f == PoolFormat::kFp4E4m3B16 ? e4m3_to_f32_dev(byte) : e8m0_to_f32_dev(byte);
 }
-__device__ __forceinline__ float record_code(PoolFormat f, uint8_t code) {
+DI_HD float record_code(PoolFormat f, uint8_t code) {
   return f == PoolFormat::kFp8Ue8m0B32 ? e4m3_to_f32_dev(code) : e2m1_to_f32_dev(code);
 }
 
@@ -23,15 +37,7 @@ __device__ __forceinline__ float record_code(PoolFormat f, uint8_t code) {
 struct RecordQuad {
   uint32_t codes, scale;
 };
-__device__ __forceinline__ RecordQuad record_fetch4(const void* record, int64_t i, PoolFormat f, int64_t width) {
-  const auto* rec = static_cast<const uint8_t*>(record);
-  RecordQuad q;
-  q.scale = __ldg(rec + record_code_bytes(f, width) + 4 * i / record_block(f));
-  q.codes = f == PoolFormat::kFp8Ue8m0B32 ? __ldg(reinterpret_cast<const uint32_t*>(rec) + i)
-                                          : static_cast<uint32_t>(__ldg(reinterpret_cast<const uint16_t*>(rec) + i));
-  return q;
-}
-__device__ __forceinline__ float4 record_decode4(RecordQuad q, PoolFormat f) {
+DI_HD float4 record_decode4(RecordQuad q, PoolFormat f) {
   const float s = record_scale(f, static_cast<uint8_t>(q.scale));
   const uint32_t c = q.codes;
   if (f == PoolFormat::kFp8Ue8m0B32)
@@ -40,28 +46,36 @@ __device__ __forceinline__ float4 record_decode4(RecordQuad q, PoolFormat f) {
   return make_float4(e2m1_to_f32_dev(c & 0xFu) * s, e2m1_to_f32_dev((c >> 4) & 0xFu) * s,
                      e2m1_to_f32_dev((c >> 8) & 0xFu) * s, e2m1_to_f32_dev((c >> 12) & 0xFu) * s);
 }
+DI_HD RecordQuad record_fetch4(const void* record, int64_t i, PoolFormat f, int64_t width) {
+  const auto* rec = static_cast<const uint8_t*>(record);
+  RecordQuad q;
+  q.scale = load_ro(rec + record_code_bytes(f, width) + 4 * i / record_block(f));
+  q.codes = f == PoolFormat::kFp8Ue8m0B32 ? load_ro(reinterpret_cast<const uint32_t*>(rec) + i)
+                                          : static_cast<uint32_t>(load_ro(reinterpret_cast<const uint16_t*>(rec) + i));
+  return q;
+}
 // Values 4·i .. 4·i + 3 of a record of `width` values.
-__device__ __forceinline__ float4 record_load4(const void* record, int64_t i, PoolFormat f, int64_t width) {
+DI_HD float4 record_load4(const void* record, int64_t i, PoolFormat f, int64_t width) {
   return record_decode4(record_fetch4(record, i, f, width), f);
 }
-__device__ __forceinline__ float record_load1(const void* record, int64_t i, PoolFormat f, int64_t width) {
+DI_HD float record_load1(const void* record, int64_t i, PoolFormat f, int64_t width) {
   const auto* rec = static_cast<const uint8_t*>(record);
-  const float s = record_scale(f, __ldg(rec + record_code_bytes(f, width) + i / record_block(f)));
-  if (f == PoolFormat::kFp8Ue8m0B32) return e4m3_to_f32_dev(__ldg(rec + i)) * s;
-  const uint8_t b = __ldg(rec + i / 2);
+  const float s = record_scale(f, load_ro(rec + record_code_bytes(f, width) + i / record_block(f)));
+  if (f == PoolFormat::kFp8Ue8m0B32) return e4m3_to_f32_dev(load_ro(rec + i)) * s;
+  const uint8_t b = load_ro(rec + i / 2);
   return e2m1_to_f32_dev(i & 1 ? b >> 4 : b & 0xFu) * s;
 }
 
 namespace record_detail {
-__device__ __forceinline__ uint8_t encode_one(PoolFormat f, float v) {
+DI_HD uint8_t encode_one(PoolFormat f, float v) {
   return f == PoolFormat::kFp8Ue8m0B32 ? f32_to_e4m3_dev(v) : f32_to_e2m1_dev(v);
 }
 // kv_record.cc's try_scale.
-__device__ __forceinline__ bool try_scale(PoolFormat f, const float* v, int n, float s, uint8_t* codes) {
+DI_HD bool try_scale(PoolFormat f, const float* v, int n, float s, uint8_t* codes) {
   bool ok = true;
   for (int i = 0; i < n; ++i) {
     codes[i] = encode_one(f, v[i] / s);
-    ok = ok && __float_as_uint(record_code(f, codes[i]) * s) == __float_as_uint(v[i]);
+    ok = ok && bits_of_f32(record_code(f, codes[i]) * s) == bits_of_f32(v[i]);
   }
   return ok;
 }
@@ -69,12 +83,11 @@ __device__ __forceinline__ bool try_scale(PoolFormat f, const float* v, int n, f
 
 // kv_record.cc's encode_block: the codes of n values (16 or 32) and the block's scale byte; false when they are not
 // codes of the format times one scale. A block with a NaN or an infinity gets NaN codes (FP8) or a NaN scale (FP4).
-__device__ __forceinline__ bool record_encode_block(PoolFormat f, const float* v, int n, uint8_t* codes,
-                                                    uint8_t& scale) {
+DI_HD bool record_encode_block(PoolFormat f, const float* v, int n, uint8_t* codes, uint8_t& scale) {
   float amax = 0.0f;
   bool finite = true;
   for (int i = 0; i < n; ++i) {
-    finite = finite && isfinite(v[i]);
+    finite = finite && (bits_of_f32(v[i]) & 0x7f800000u) != 0x7f800000u;
     amax = fmaxf(amax, fabsf(v[i]));
   }
   const bool fp8 = f == PoolFormat::kFp8Ue8m0B32;
@@ -93,7 +106,7 @@ __device__ __forceinline__ bool record_encode_block(PoolFormat f, const float* v
     for (int c = 0; c < 7; ++c) {
       const float s = amax / grid[c];
       const uint8_t code = f32_to_e4m3_dev(s);
-      if (!(s > 0.0f) || __float_as_uint(e4m3_to_f32_dev(code)) != __float_as_uint(s)) continue;
+      if (!(s > 0.0f) || bits_of_f32(e4m3_to_f32_dev(code)) != bits_of_f32(s)) continue;
       if (record_detail::try_scale(f, v, n, s, codes)) {
         scale = code;
         return true;
@@ -101,14 +114,14 @@ __device__ __forceinline__ bool record_encode_block(PoolFormat f, const float* v
     }
     return false;
   }
-  scale = f32_to_e8m0_ceil_dev(amax / (fp8 ? 448.0f : 6.0f));
+  const float ratio = amax / (fp8 ? 448.0f : 6.0f);  // kv_record.cc: (2^-127, 2^-126) takes 2^-126
+  scale = ratio > e8m0_to_f32_dev(0) && ratio < f32_of_bits(0x00800000u) ? 1 : f32_to_e8m0_ceil_dev(ratio);
   return record_detail::try_scale(f, v, n, e8m0_to_f32_dev(scale), codes);
 }
 
 // Block b of the record of `row` (width values) into `record`: its codes and scale byte, and (b == 0) the padding.
 // A block that is no record of the format is stored as NaNs and reported (false).
-__device__ __forceinline__ bool record_write_block(PoolFormat f, const float* row, int64_t width, int64_t b,
-                                                   uint8_t* record) {
+DI_HD bool record_write_block(PoolFormat f, const float* row, int64_t width, int64_t b, uint8_t* record) {
   const int n = record_block(f);
   const int64_t scales_at = record_code_bytes(f, width);
   uint8_t codes[32];
