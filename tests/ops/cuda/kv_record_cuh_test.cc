@@ -17,29 +17,20 @@
 #include "deepinfer/ops/cpu/cpu_backend.h"
 #include "deepinfer/ops/cuda/kernels.h"
 #include "deepinfer/ops/kv_record.h"
+#include "ops/kv_record_rows.h"
 
 namespace deepinfer {
 namespace {
 
 constexpr FakeQuantKind kKinds[] = {kWindowRecord, kEntryRecord, kIndexKeyRecord};
 
-// Rows fake-quantized by `kind` over many magnitudes (block maxima from 1e-38 to 1e4, some blocks zero, signed zeros),
-// with a NaN in row 1 and an infinity in row 2. (It found the CPU encoder's too small scale for FP4 key blocks with
-// 6 · 2^-127 < amax < 6 · 2^-126.)
+// testing::quantized_rows with a NaN in row 1 and an infinity in row 2 (blocks the encoders store as NaNs). Over
+// magnitudes down to 1e-38 it found the CPU encoder's too small scale for FP4 key blocks with
+// 6 · 2^-127 < amax < 6 · 2^-126.
 std::vector<float> quantized_rows(FakeQuantKind kind, int rows, int width, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::uniform_real_distribution<float> log_mag(-38.0f, 4.0f);
-  std::vector<float> v(static_cast<size_t>(rows) * width);
-  const int block = fake_quant_block_len(kind);
-  for (size_t b = 0; b < v.size() / block; ++b) {
-    const float mag = std::pow(10.0f, log_mag(rng));
-    const bool zero = b % 13 == 5;
-    for (int i = 0; i < block; ++i) v[b * block + i] = zero ? (i % 2 ? -0.0f : 0.0f) : normal(rng) * mag;
-  }
+  std::vector<float> v = testing::quantized_rows(kind, rows, width, seed);
   v[1 * width + 3] = std::numeric_limits<float>::quiet_NaN();
   v[2 * width + width - 1] = -std::numeric_limits<float>::infinity();
-  fake_quant_rows(v.data(), rows, width, kind);
   return v;
 }
 
