@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "cuda_paged_attention_util.h"
+#include "ops/kv_record_rows.h"
 #include "ops/paged_indexer_case.h"
 
 namespace deepinfer::testing {
@@ -15,23 +16,15 @@ namespace {
 
 constexpr FakeQuantKind kKinds[] = {kWindowRecord, kEntryRecord, kIndexKeyRecord};
 
-// Rows [rows, width] fake-quantized by `kind` over a wide range of magnitudes (1e-38 .. 2e4, the quantizers' smallest
-// scales among them), some all-zero blocks, and a NaN and an infinity in two rows.
-template <typename Rng>
-HostTensor quantized_rows(FakeQuantKind kind, int64_t rows, int64_t width, Rng& rng) {
+// testing::quantized_rows (magnitudes 1e-38 .. 1e4, zero blocks) as [rows, width], with a NaN in row 1 and an
+// infinity in row 2 (blocks the encoders store as NaNs).
+HostTensor quantized_rows(FakeQuantKind kind, int64_t rows, int64_t width, uint64_t seed) {
+  const std::vector<float> v =
+      testing::quantized_rows(kind, static_cast<int>(rows), static_cast<int>(width), static_cast<uint32_t>(seed));
   HostTensor t(DType::kF32, {rows, width});
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  const float mags[] = {1e-38f, 1e-30f, 3e-3f, 1.0f, 2e4f};
-  const int block = fake_quant_block_len(kind);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t b = 0; b < width / block; ++b) {
-      const float mag = mags[(r * 7 + b) % 5];
-      const bool zero = (r + b) % 11 == 4;
-      for (int i = 0; i < block; ++i) t.data<float>()[r * width + b * block + i] = zero ? 0.0f : normal(rng) * mag;
-    }
+  std::memcpy(t.data<float>(), v.data(), v.size() * sizeof(float));
   t.data<float>()[1 * width + 3] = std::numeric_limits<float>::quiet_NaN();
   t.data<float>()[2 * width + width - 1] = -std::numeric_limits<float>::infinity();
-  fake_quant_rows(t.data<float>(), rows, width, kind);
   return t;
 }
 
@@ -40,7 +33,7 @@ TEST_F(CudaOpTest, KvRecordsEncodeAndDecodeAsTheCpu) {
   for (const FakeQuantKind kind : kKinds)
     for (const int64_t width : {32, 64, 128, 512}) {
       const int64_t rows = 37, bytes = kv_record_bytes(kind, width);
-      const HostTensor values = quantized_rows(kind, rows, width, rng());
+      const HostTensor values = quantized_rows(kind, rows, width, rng()());
       HostTensor want(DType::kU8, {rows, bytes});
       host_memory().convert_records(want.view(), values.view(), kind);
       DeviceTensor dvalues = up(values), drecords = poisoned_bytes(DType::kU8, {rows, bytes});
@@ -71,7 +64,7 @@ TEST_F(CudaOpTest, KvRecordsOfUnquantizedRowsAreReported) {
 TEST_F(CudaOpTest, ScatterRowsIntoRecordPoolsMatchesCpu) {
   for (const FakeQuantKind kind : kKinds) {
     const int64_t rows = 23, width = 512, n = 61, bytes = kv_record_bytes(kind, width);
-    const HostTensor src = quantized_rows(kind, rows, width, rng());
+    const HostTensor src = quantized_rows(kind, rows, width, rng()());
     const RecordPool before = records_of(rand({n, width}), kind);
     std::vector<int64_t> targets(n);
     std::iota(targets.begin(), targets.end(), 0);
