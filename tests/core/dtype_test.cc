@@ -190,6 +190,11 @@ TEST(DType, E8M0IsPowerOfTwoAndCeilMatchesDefinition) {
   }
   EXPECT_EQ(f32_to_e8m0_ceil(1.0f), 127);
   EXPECT_EQ(f32_to_e8m0_ceil(1.0000001f), 128);
+  // Subnormals: 2^-127 covers those up to itself, 2^-126 the ones above it (the record encoder's FP4 key blocks).
+  EXPECT_EQ(f32_to_e8m0_ceil(std::ldexp(1.0f, -130)), 0);
+  EXPECT_EQ(f32_to_e8m0_ceil(std::ldexp(1.0f, -127)), 0);
+  EXPECT_EQ(f32_to_e8m0_ceil(std::ldexp(1.5f, -127)), 1);
+  EXPECT_EQ(f32_to_e8m0_ceil(std::ldexp(1.0f, -126)), 1);
 }
 
 TEST(DType, SafetensorsNamesRoundTrip) {

@@ -146,7 +146,7 @@ uint8_t f32_to_e8m0_ceil(float f) {
   uint32_t b = f32_bits(f);
   int e = static_cast<int>(b >> 23);
   uint32_t m = b & 0x7FFFFFu;
-  if (e == 0) return 0;  // subnormal inputs: the smallest scale 2^-127 covers them
+  if (e == 0) return m > 0x400000u ? 1 : 0;  // a subnormal above 2^-127 (m · 2^-149) takes 2^-126
   int out = e + (m != 0 ? 1 : 0);
   return static_cast<uint8_t>(std::min(out, 254));
 }

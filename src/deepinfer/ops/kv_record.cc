@@ -61,11 +61,9 @@ bool encode_block(FakeQuantKind kind, const float* v, int n, uint8_t* codes, uin
     }
     return false;
   }
-  // The smallest power of two >= amax / the code maximum. f32_to_e8m0_ceil (the quantizers' rule) gives UE8M0's
-  // smallest scale 2^-127 for every f32 subnormal; a ratio in (2^-127, 2^-126) needs 2^-126: the FP4 keys' quantizer
-  // floors its scale at 2^-126, so blocks with 6 · 2^-127 < amax < 6 · 2^-126 occur (and 2^-127 would not hold them).
-  const float ratio = amax / (fp8(kind) ? kE4M3Max : 6.0f);
-  scale = ratio > e8m0_to_f32(0) && ratio < std::ldexp(1.0f, -126) ? 1 : f32_to_e8m0_ceil(ratio);
+  // The smallest power of two >= amax / the code maximum (the ratio may be an f32 subnormal: the FP4 keys' quantizer
+  // floors its scale at 2^-126, so blocks with amax < 6 · 2^-126 occur).
+  scale = f32_to_e8m0_ceil(amax / (fp8(kind) ? kE4M3Max : 6.0f));
   return try_scale(kind, v, n, e8m0_to_f32(scale), codes);
 }
 

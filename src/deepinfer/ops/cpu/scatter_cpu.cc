@@ -5,7 +5,7 @@
 
 #include "deepinfer/core/error.h"
 #include "deepinfer/ops/cpu/cpu_backend.h"
-#include "deepinfer/ops/kv_record.h"
+#include "deepinfer/ops/memory.h"
 
 namespace deepinfer {
 
@@ -21,8 +21,7 @@ void CpuBackend::scatter_rows(const ScatterRowsParams& p) {
     if (index[t] < 0) continue;
     const float* src = p.src.data_as<float>() + t * width;
     if (p.dst.dtype() == DType::kU8) {
-      DI_CHECK_INTERNAL(kv_record_encode(p.record, src, width, p.dst.data_as<uint8_t>() + index[t] * p.dst.dim(1)))
-          << "scatter_rows: row " << t << " is not fake-quantized by the destination's record kind";
+      host_memory().convert_records(p.dst.slice(index[t], index[t] + 1), p.src.slice(t, t + 1), p.record);
     } else if (bf16) {
       uint16_t* dst = p.dst.data_as<uint16_t>() + index[t] * width;
       for (int64_t j = 0; j < width; ++j) dst[j] = f32_to_bf16(src[j]);

@@ -11,11 +11,7 @@
 #include <cstdint>
 #include <cstring>
 
-#ifdef __CUDACC__
-#define DI_HD __host__ __device__ __forceinline__
-#else
-#define DI_HD inline
-#endif
+#include "deepinfer/ops/cuda/host_device.h"
 
 namespace deepinfer::cuda {
 
@@ -45,14 +41,14 @@ DI_HD float e8m0_to_f32_dev(uint8_t e) {
   return f32_of_bits(static_cast<uint32_t>(e) << 23);
 }
 
-// f32_to_e8m0_ceil: the smallest UE8M0 power of two >= f (2^-127 below the range, 2^127 above it; NaN 0xFF).
+// f32_to_e8m0_ceil: the smallest UE8M0 power of two >= f (2^-127 at or below it, 2^127 above the range; NaN 0xFF).
 DI_HD uint8_t f32_to_e8m0_ceil_dev(float f) {
   if (is_nan_bits(bits_of_f32(f))) return 0xFF;
   if (!(f > 0.0f)) return 0;
   const uint32_t b = bits_of_f32(f);
   const int e = static_cast<int>(b >> 23);
   const uint32_t m = b & 0x7FFFFFu;
-  if (e == 0) return 0;
+  if (e == 0) return m > 0x400000u ? 1 : 0;  // a subnormal above 2^-127 takes 2^-126
   const int out = e + (m != 0 ? 1 : 0);
   return static_cast<uint8_t>(out > 254 ? 254 : out);
 }

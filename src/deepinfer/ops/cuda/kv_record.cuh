@@ -67,6 +67,11 @@ DI_HD float record_load1(const void* record, int64_t i, PoolFormat f, int64_t wi
 }
 
 namespace record_detail {
+// A block stored as NaNs: NaN codes (FP8) or a NaN scale (FP4).
+DI_HD void nan_block(PoolFormat f, int n, uint8_t* codes, uint8_t& scale) {
+  for (int i = 0; i < n; ++i) codes[i] = f == PoolFormat::kFp8Ue8m0B32 ? 0x7F : 0;
+  scale = f == PoolFormat::kFp4E4m3B16 ? 0x7F : 0xFF;
+}
 DI_HD uint8_t encode_one(PoolFormat f, float v) {
   return f == PoolFormat::kFp8Ue8m0B32 ? f32_to_e4m3_dev(v) : f32_to_e2m1_dev(v);
 }
@@ -90,10 +95,8 @@ DI_HD bool record_encode_block(PoolFormat f, const float* v, int n, uint8_t* cod
     finite = finite && (bits_of_f32(v[i]) & 0x7f800000u) != 0x7f800000u;
     amax = fmaxf(amax, fabsf(v[i]));
   }
-  const bool fp8 = f == PoolFormat::kFp8Ue8m0B32;
   if (!finite) {
-    for (int i = 0; i < n; ++i) codes[i] = fp8 ? 0x7F : 0;
-    scale = f == PoolFormat::kFp4E4m3B16 ? 0x7F : 0xFF;
+    record_detail::nan_block(f, n, codes, scale);
     return true;
   }
   if (f == PoolFormat::kFp4E4m3B16) {
@@ -114,8 +117,7 @@ DI_HD bool record_encode_block(PoolFormat f, const float* v, int n, uint8_t* cod
     }
     return false;
   }
-  const float ratio = amax / (fp8 ? 448.0f : 6.0f);  // kv_record.cc: (2^-127, 2^-126) takes 2^-126
-  scale = ratio > e8m0_to_f32_dev(0) && ratio < f32_of_bits(0x00800000u) ? 1 : f32_to_e8m0_ceil_dev(ratio);
+  scale = f32_to_e8m0_ceil_dev(amax / (f == PoolFormat::kFp8Ue8m0B32 ? 448.0f : 6.0f));
   return record_detail::try_scale(f, v, n, e8m0_to_f32_dev(scale), codes);
 }
 
@@ -127,10 +129,7 @@ DI_HD bool record_write_block(PoolFormat f, const float* row, int64_t width, int
   uint8_t codes[32];
   uint8_t scale = 0;
   const bool ok = record_encode_block(f, row + b * n, n, codes, scale);
-  if (!ok) {
-    for (int i = 0; i < n; ++i) codes[i] = f == PoolFormat::kFp8Ue8m0B32 ? 0x7F : 0;
-    scale = f == PoolFormat::kFp4E4m3B16 ? 0x7F : 0xFF;
-  }
+  if (!ok) record_detail::nan_block(f, n, codes, scale);
   if (f == PoolFormat::kFp8Ue8m0B32) {
     for (int i = 0; i < n; ++i) record[b * n + i] = codes[i];
   } else {

@@ -5,11 +5,7 @@
 
 #include <cstdint>
 
-#ifdef __CUDACC__
-#define DI_HOST_DEVICE __host__ __device__
-#else
-#define DI_HOST_DEVICE
-#endif
+#include "deepinfer/ops/cuda/host_device.h"
 
 namespace deepinfer::cuda {
 
@@ -21,18 +17,16 @@ enum class PoolFormat : uint8_t {
   kFp4Ue8m0B32,  // indexer keys: e2m1 codes, a UE8M0 scale per 32 (kIndexKeyRecord)
 };
 
-DI_HOST_DEVICE constexpr bool pool_record(PoolFormat f) { return f != PoolFormat::kF32 && f != PoolFormat::kBf16; }
-DI_HOST_DEVICE constexpr int record_block(PoolFormat f) { return f == PoolFormat::kFp4E4m3B16 ? 16 : 32; }
+DI_HD constexpr bool pool_record(PoolFormat f) { return f != PoolFormat::kF32 && f != PoolFormat::kBf16; }
+DI_HD constexpr int record_block(PoolFormat f) { return f == PoolFormat::kFp4E4m3B16 ? 16 : 32; }
 // Bytes of a record's codes; its scales follow them.
-DI_HOST_DEVICE constexpr int64_t record_code_bytes(PoolFormat f, int64_t width) {
+DI_HD constexpr int64_t record_code_bytes(PoolFormat f, int64_t width) {
   return f == PoolFormat::kFp8Ue8m0B32 ? width : width / 2;
 }
-DI_HOST_DEVICE constexpr int64_t pool_row_bytes(PoolFormat f, int64_t width) {
+DI_HD constexpr int64_t pool_row_bytes(PoolFormat f, int64_t width) {
   return f == PoolFormat::kF32    ? 4 * width
          : f == PoolFormat::kBf16 ? 2 * width
                                   : (record_code_bytes(f, width) + width / record_block(f) + 3) / 4 * 4;
 }
 
 }  // namespace deepinfer::cuda
-
-#undef DI_HOST_DEVICE
