@@ -1,8 +1,8 @@
 // V4.1's quantized cache records on the GPU (--kv-cache-dtype fp8, ops/kv_record.h, ops/cuda/kv_record.cuh): the
 // device encoder writes the CPU's records byte for byte (the same search for codes and scales), the decoder reads the
-// CPU's values bit for bit, scatter_rows into a record pool equals the CPU's, and the readers — paged sink attention
-// (both kernels) and paged indexer scores (every kernel) — give over record pools the bytes they give over f32 pools
-// holding the quantized rows, and stay within their tolerances of the CPU op.
+// CPU's values bit for bit (any NaN for a NaN), scatter_rows into a record pool equals the CPU's, and the readers —
+// paged sink attention (both kernels) and paged indexer scores (every kernel) — give over record pools the bytes they
+// give over f32 pools holding the quantized rows, and stay within their tolerances of the CPU op.
 #include <cstring>
 #include <limits>
 #include <numeric>
@@ -44,7 +44,7 @@ TEST_F(CudaOpTest, KvRecordsEncodeAndDecodeAsTheCpu) {
       mem.convert_records(back, dwant, kind);
       HostTensor decoded(DType::kF32, {rows, width});
       host_memory().convert_records(decoded.view(), want.view(), kind);
-      expect_same_bytes(("records decoded on the GPU == CPU, " + name).c_str(), down(back), decoded);
+      expect_same_values(("records decoded on the GPU == CPU, " + name).c_str(), down(back), decoded);
     }
 }
 

@@ -212,6 +212,32 @@ class CudaOpTest : public ::testing::Test {
     EXPECT_EQ(diff, 0) << what << ": first difference at byte " << first << " (seed " << seed_ << ")";
   }
 
+  // f32 values bit for bit, except that any NaN equals any NaN (a NaN's payload and sign are the conversion's own:
+  // the device's canonical NaN is not the host's). Prints the first differences.
+  void expect_same_values(const char* what, const HostTensor& got, const HostTensor& want) {
+    ASSERT_EQ(got.view().dtype(), DType::kF32) << what;
+    ASSERT_EQ(got.view().numel(), want.view().numel()) << what;
+    const float* g = got.data<float>();
+    const float* w = want.data<float>();
+    int64_t diff = 0;
+    std::string firsts;
+    for (int64_t i = 0; i < got.view().numel(); ++i) {
+      uint32_t gb, wb;
+      std::memcpy(&gb, g + i, 4);
+      std::memcpy(&wb, w + i, 4);
+      if (gb == wb || (std::isnan(g[i]) && std::isnan(w[i]))) continue;
+      if (++diff <= 4) {
+        char buf[96];
+        std::snprintf(buf, sizeof buf, " [%lld] %08x want %08x", static_cast<long long>(i), gb, wb);
+        firsts += buf;
+      }
+    }
+    std::printf("[cuda-op] %-40s values: %lld differ %s%s\n", what, static_cast<long long>(diff),
+                diff == 0 ? "ok" : "FAIL", firsts.c_str());
+    std::fflush(stdout);
+    EXPECT_EQ(diff, 0) << what << ":" << firsts << " (seed " << seed_ << ")";
+  }
+
   // Batch-invariant mode (CudaBackend::set_batch_invariant): row subsets of an m-row call to run on their own —
   // single rows, short runs (the few-row kernels), a run of 11 (the tiled ones), all but the first row, and all rows
   // reversed. The results must equal the full call's rows byte for byte.
