@@ -329,8 +329,7 @@ TEST(EngineFactoryKvCacheDtype, V41Fp8RecordsKeepTheOutputsInAQuarterOfTheBytes)
 }
 
 // auto is bf16 only where that rounds nothing: V4.1 (its cached rows are FP8 / FP4 values: cached_rows_quantized), on
-// the CPU (the CUDA kernels over bf16 V4 pools wait for a GPU run); the V3 family and V4 keep the rows as computed
-// (f32), the golden fixtures' numerics.
+// either device; the V3 family and V4 keep the rows as computed (f32), the golden fixtures' numerics.
 TEST(EngineFactoryKvCacheDtype, AutoIsBf16ForV41Only) {
   for (const char* model : {"deepseek_v3", "deepseek_v4", "deepseek_v41"}) {
     EngineStackOptions o = options_for(model);
@@ -340,8 +339,8 @@ TEST(EngineFactoryKvCacheDtype, AutoIsBf16ForV41Only) {
     EXPECT_EQ(kv_cache_dtype_of(o, config), want) << model;
     auto stack = load_engine_stack(o);
     EXPECT_EQ(stack->v3 ? stack->v3->kv_cache_dtype() : stack->v4->kv_cache_dtype(), want) << model;
-    o.device = "cuda";  // the CUDA kernels over bf16 V4 pools have not run on a GPU yet: auto stays f32 there
-    EXPECT_EQ(kv_cache_dtype_of(o, config), DType::kF32) << model;
+    o.device = "cuda";
+    EXPECT_EQ(kv_cache_dtype_of(o, config), want) << model;
     o.device = "cpu";
     o.kv_cache_dtype = "f32";
     EXPECT_EQ(kv_cache_dtype_of(o, config), DType::kF32) << model;

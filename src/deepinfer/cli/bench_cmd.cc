@@ -56,9 +56,9 @@ int run_bench(const BenchArgs& a) {
   std::vector<std::function<bench::BenchModel(int)>> makers;  // per slice: the slice with k layers of each kind
   std::vector<bench::MlaBenchModel> mla;
   // --no-engram and --kv-cache-dtype apply to every slice a maker makes, so that --fill-device fits the slice that
-  // runs. auto is the engine's: bf16 for V4.1 (lossless there) on the CPU, f32 for the others.
+  // runs. auto is the engine's: bf16 for V4.1 (lossless there), f32 for the others.
   const auto value_bytes = [&](bool v41) {
-    return a.kv_cache_dtype == "bf16" || (v41 && cpu && a.kv_cache_dtype == "auto") ? 2 : 4;
+    return a.kv_cache_dtype == "bf16" || (v41 && a.kv_cache_dtype == "auto") ? 2 : 4;
   };
   const auto add = [&](std::function<bench::BenchModel(int)> make, bool v41 = false) {
     DI_CHECK(a.kv_cache_dtype != "fp8" || v41)
@@ -212,8 +212,8 @@ void register_bench(CLI::App& app, CommandRegistry& reg) {
   sub->add_option("--kv-cache-dtype", a->kv_cache_dtype,
                   "the paged caches the attention (and the V4 slices' decode indexer) read: f32, bf16 (half the "
                   "bytes; the engine's --kv-cache-dtype bf16), fp8 (the V4.1 slice: FP8 / FP4 records with their "
-                  "block scales, the engine's --kv-cache-dtype fp8) or auto (the engine's: bf16 for the V4.1 slice on "
-                  "the CPU, f32 otherwise)")
+                  "block scales, the engine's --kv-cache-dtype fp8) or auto (the engine's: bf16 for the V4.1 slice, f32 "
+                  "otherwise)")
       ->check(CLI::IsMember({"auto", "f32", "bf16", "fp8"}))
       ->capture_default_str();
   register_bench_serve(sub, reg);

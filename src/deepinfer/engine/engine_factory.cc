@@ -192,10 +192,9 @@ DType kv_cache_dtype_of(const EngineStackOptions& o, const ModelConfig& config) 
   DI_CHECK(o.kv_cache_dtype == "auto" || o.kv_cache_dtype == "f32" || o.kv_cache_dtype == "bf16" ||
            o.kv_cache_dtype == "fp8")
       << option(o, "kv_cache_dtype", o.kv_cache_dtype) << ": must be auto, f32, bf16 or fp8";
-  // auto: bf16 only where it changes no value (V4.1's rows are already FP8 / FP4), and so far only on the CPU: the
-  // CUDA kernels over bf16 V4 pools (session 39) have not yet run on a GPU.
-  if (o.kv_cache_dtype == "auto")
-    return cached_rows_quantized(config) && o.device == "cpu" ? DType::kBF16 : DType::kF32;
+  // auto: bf16 only where it changes no value (V4.1's rows are already FP8 / FP4): half the bytes, and on an H200 a
+  // decode step as fast as over f32 pools (docs/PERF.md, session 42); the fp8 records are slower to decode there.
+  if (o.kv_cache_dtype == "auto") return cached_rows_quantized(config) ? DType::kBF16 : DType::kF32;
   if (o.kv_cache_dtype == "fp8") {
     DI_CHECK_CODE(cached_rows_quantized(config), ErrorCode::kUnsupported)
         << option(o, "kv_cache_dtype", o.kv_cache_dtype)
