@@ -253,7 +253,7 @@ struct PagedIndexerScoreParams {
   Tensor n_entries;     // i64 [T], each in [0, N]
   Tensor block_tables;  // i32 [B, max_blocks]
   Tensor key_pool;      // f32 or bf16 [rows, Id] (bf16 rows are widened exactly), or u8 [rows, record bytes]: FP4
-                        // key records (ops/kv_record.h kIndexKeyRecord; --kv-cache-dtype fp8, CPU only)
+                        // key records (ops/kv_record.h kIndexKeyRecord; --kv-cache-dtype fp8)
   Tensor out;           // f32 [T, N]
   int block_size = 64;
   int key_ratio = 1;          // the pool's pages: block_size / key_ratio rows per block
@@ -314,7 +314,7 @@ struct PagedSinkAttentionParams {
   Tensor q_seq;         // i32 [T], each in [0, B)
   Tensor block_tables;  // i32 [B, max_blocks]
   Tensor window_pool;   // f32 or bf16 [rows, hd] (bf16 rows are widened exactly), or u8 [rows, record bytes]: FP8
-                        // window records (ops/kv_record.h kWindowRecord; --kv-cache-dtype fp8, CPU only)
+                        // window records (ops/kv_record.h kWindowRecord; --kv-cache-dtype fp8)
   Tensor window_begin;  // i64 [B]
   Tensor comp_pool;     // [rows', hd] of window_pool's dtype (u8: FP4 entry records, kEntryRecord), optional
   Tensor comp_idx;      // i32 [T, K], optional: with comp_pool, exactly one of comp_idx / comp_mask
@@ -454,7 +454,7 @@ struct ScatterRowsParams {
   Tensor src;    // f32 [T, W]
   Tensor index;  // i64 [T], each in [-1, N)
   Tensor dst;    // f32 or bf16 [N, W] (bf16: each value rounded to nearest even), or u8 [N, record bytes]: each row
-                 // a quantized record of kind `record` (ops/kv_record.h; rows that kind fake-quantized; CPU only)
+                 // a quantized record of kind `record` (ops/kv_record.h; rows that kind fake-quantized)
   FakeQuantKind record = FakeQuantKind::kFP8E4M3Ue8m0Block32;
 };
 
