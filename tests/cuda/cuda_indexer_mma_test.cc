@@ -252,8 +252,11 @@ struct PagedBatch {
 
 class CudaIndexerMmaPaged : public CudaIndexerMma {
  protected:
-  PagedBatch make(const std::vector<std::pair<int64_t, int64_t>>& seqs) {  // (tokens, entries) a sequence
+  PagedBatch make(const std::vector<std::pair<int64_t, int64_t>>& seqs, int64_t heads = 64,
+                  int64_t dim = 128) {  // (tokens, entries) a sequence
     PagedBatch c;
+    c.heads = heads;
+    c.dim = dim;
     const int64_t B = static_cast<int64_t>(seqs.size()), per_block = c.block_size / c.ratio;
     int64_t total = 0, max_entries = 0, max_blocks = 1;
     for (const auto& [tk, ne] : seqs) {
@@ -332,8 +335,11 @@ class CudaIndexerMmaPaged : public CudaIndexerMma {
     p.weight_scale = 1.0f / std::sqrt(static_cast<float>(c.heads));
     return p;
   }
-  HostTensor run_paged(const PagedBatch& c, cuda::KernelPick mma) {
-    ScopedKernelChoices guard(gpu(), [&](cuda::KernelChoices& k) { k.indexer_mma = mma; });
+  HostTensor run_paged(const PagedBatch& c, cuda::KernelPick mma, bool decode_form = true) {
+    ScopedKernelChoices guard(gpu(), [&](cuda::KernelChoices& k) {
+      k.indexer_mma = mma;
+      k.indexer_mma_decode = decode_form;
+    });
     DeviceTensor dq = up(c.q), dw = up(c.weights), dp = up(c.positions), ds = up(c.q_seq), dn = up(c.n_entries);
     DeviceTensor dt = up(c.tables), dpool = up(c.pool), dout = poisoned({c.q.shape()[0], c.n});
     gpu().paged_indexer_scores(params(c, dq, dw, dp, ds, dn, dt, dpool, dout));
@@ -350,6 +356,57 @@ TEST_F(CudaIndexerMmaPaged, MatchesCpuAndSimt) {
   rel_err("paged indexer simt vs cpu", simt, want, 1e-5);
   rel_err("paged indexer mma vs simt", mma, simt, kSplitTol);
   EXPECT_GT(max_abs_diff(mma, simt), 0.0) << "indexer_mma did not change the kernel";
+}
+
+// Decode-shaped calls (fewer than 4 tokens a sequence: the decode form, all warps on one token's tile) at V4's 64 and
+// V4.1's 32 heads, dims 128 and 64: one token a sequence mostly, a few with 2-3, entry counts around the 64-key tiles
+// (0, 1, 63, 64, 65, ...), against the CPU, the sequence-pass form and the SIMT kernel; on V4.1's FP4-like data (exact
+// products) at the exact tolerance, then with a bad page (NaN where its entries are seen, and the status bit).
+TEST_F(CudaIndexerMmaPaged, DecodeFormMatchesCpuAndTheSequencePassForm) {
+  std::vector<std::pair<int64_t, int64_t>> seqs;
+  const int64_t entries[] = {0, 1, 63, 64, 65, 127, 200, 700, 333, 5, 1030, 64, 129, 18};
+  for (size_t i = 0; i < 20; ++i) seqs.push_back({i % 7 == 3 ? 2 + static_cast<int64_t>(i % 2) : 1, entries[i % 14]});
+  for (const auto& [heads, dim] : {std::pair<int64_t, int64_t>{64, 128}, {32, 128}, {32, 64}, {64, 64}}) {
+    for (const bool fp4 : {false, true}) {
+      PagedBatch c = make(seqs, heads, dim);
+      if (fp4) {  // V4.1's quantized values in every row a token may read (the NaN rows stay)
+        c.q = fp4_like(c.q.shape());
+        const HostTensor k4 = fp4_like(c.pool.shape());
+        for (int64_t i = 0; i < c.pool.numel(); ++i)
+          if (!std::isnan(c.pool.data<float>()[i])) c.pool.data<float>()[i] = k4.data<float>()[i];
+      }
+      const std::string name = "IH=" + std::to_string(heads) + " Id=" + std::to_string(dim) + (fp4 ? " fp4" : "");
+      ASSERT_TRUE(cuda::indexer_scores_decode_form([&] {
+        cuda::IndexerScoresKernelParams k;
+        k.block_tables = reinterpret_cast<const int32_t*>(c.tables.view().data());
+        k.tokens = c.q.shape()[0];
+        k.seqs = static_cast<int64_t>(seqs.size());
+        return k;
+      }()));
+      HostTensor want(DType::kF32, {c.q.shape()[0], c.n});
+      cpu().paged_indexer_scores(params(c, c.q, c.weights, c.positions, c.q_seq, c.n_entries, c.tables, c.pool, want));
+      const HostTensor dec = run_paged(c, kAuto), pass = run_paged(c, kAuto, false), simt = run_paged(c, kNever);
+      const double tol = fp4 ? kExactTol : kSplitTol;
+      rel_err(("paged indexer decode form vs cpu " + name).c_str(), dec, want, tol);
+      rel_err(("paged indexer sequence-pass form vs cpu " + name).c_str(), pass, want, tol);
+      rel_err(("paged indexer decode form vs simt " + name).c_str(), dec, simt, tol);
+      rel_err(("paged indexer decode form vs sequence-pass form " + name).c_str(), dec, pass, tol);
+    }
+  }
+  PagedBatch c = make(seqs, 32, 128);
+  const int64_t seq_of_bad = 7;  // 700 entries: pages 1.. of its table point outside the pool
+  for (int64_t j = 1; j < c.tables.shape()[1]; ++j)
+    c.tables.data<int32_t>()[seq_of_bad * c.tables.shape()[1] + j] = 1 << 20;
+  ScopedKernelChoices guard(gpu(), [&](cuda::KernelChoices& k) { k.indexer_mma = kAuto; });
+  DeviceTensor dq = up(c.q), dw = up(c.weights), dp = up(c.positions), ds = up(c.q_seq), dn = up(c.n_entries);
+  DeviceTensor dt = up(c.tables), dpool = up(c.pool), dout = poisoned({c.q.shape()[0], c.n});
+  gpu().paged_indexer_scores(params(c, dq, dw, dp, ds, dn, dt, dpool, dout));
+  try {
+    gpu().synchronize();
+    ADD_FAILURE() << "no error for block ids outside the pool";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("paged_indexer_scores"), std::string::npos) << e.what();
+  }
 }
 
 // A page id outside the pool for entries tokens see: the status bit, raised by the tensor-core kernel too.

@@ -33,6 +33,7 @@ TEST(KernelChoiceArgs, NoneIsTheDefaults) {
 TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
   const std::vector<std::string> specs = {"attn_mma=never",
                                           "indexer_mma=always",
+                                          "indexer_mma_decode=0",
                                           "topk_small_blocks=never",
                                           "wgmma=never",
                                           "wgmma_exact=1",
@@ -68,6 +69,7 @@ TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
   const cuda::KernelChoices c = parse_kernel_choices(specs);
   EXPECT_EQ(c.attn_mma, KernelPick::kNever);
   EXPECT_EQ(c.indexer_mma, KernelPick::kAlways);
+  EXPECT_FALSE(c.indexer_mma_decode);  // on by default
   EXPECT_EQ(c.topk_small_blocks, KernelPick::kNever);
   EXPECT_EQ(c.gemm.wgmma, KernelPick::kNever);
   EXPECT_TRUE(c.gemm.wgmma_exact);

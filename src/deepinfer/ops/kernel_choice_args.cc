@@ -153,6 +153,8 @@ const std::vector<Key>& keys() {
           "attn_mma", [](auto& c) -> auto& { return c.attn_mma; }),
       pick(
           "indexer_mma", [](auto& c) -> auto& { return c.indexer_mma; }),
+      flag(
+          "indexer_mma_decode", [](auto& c) -> auto& { return c.indexer_mma_decode; }),
       pick(
           "topk_small_blocks", [](auto& c) -> auto& { return c.topk_small_blocks; }),
       pick(

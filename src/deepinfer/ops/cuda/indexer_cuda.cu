@@ -166,7 +166,7 @@ __global__ void __launch_bounds__(kIdxWarps * 32)
   // entries it cannot score), then every lane requests its part of the live keys.
   unsigned live = 0;
   const void* srcs[kIdxEntries];
-  float4 kv[kIdxEntries][4];
+  uint4 kv[kIdxEntries][4];  // as loaded (pool_fetch4): all of them in flight before the first is decoded
   const auto fetch = [&](int64_t eb) {
     const int64_t mine = eb + static_cast<int64_t>(kIdxWarps) * lane;
     const void* src = nullptr;
@@ -191,8 +191,8 @@ __global__ void __launch_bounds__(kIdxWarps * 32)
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
         const int i4 = lane + 32 * r;
-        kv[j][r] = (live >> j & 1u) && i4 < dim4 ? pool_load4(srcs[j], i4, p.keys_format, p.dim)
-                                                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        kv[j][r] = (live >> j & 1u) && i4 < dim4 ? pool_fetch4(srcs[j], i4, p.keys_format, p.dim)
+                                                 : make_uint4(0u, 0u, 0u, 0u);
       }
   };
   int64_t eb = e0 + warp;
@@ -213,7 +213,7 @@ __global__ void __launch_bounds__(kIdxWarps * 32)
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
         const int i4 = lane + 32 * r;
-        if (i4 < dim4) reinterpret_cast<float4*>(key + j * dim)[i4] = kv[j][r];
+        if (i4 < dim4) reinterpret_cast<float4*>(key + j * dim)[i4] = pool_decode4(kv[j][r], p.keys_format);
       }
     // Rows past 512 dims (not V4's 128): the rest, an element at a time.
     for (int j = 0; j < kIdxEntries; ++j)

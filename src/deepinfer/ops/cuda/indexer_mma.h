@@ -30,6 +30,13 @@ constexpr int64_t kIndexerMmaMinDecodeTokens = 16;
 // mode: a token's scores must not depend on which kernel its call's size picked.
 bool indexer_scores_use_mma(const IndexerScoresKernelParams& p, bool batch_invariant);
 
+// Whether a call the tensor-core kernel takes runs in its decode form (p.mma_decode,
+// KernelChoices::indexer_mma_decode): paged calls of fewer than 4 tokens a sequence, where a block's tokens rarely
+// share a key tile. Each token is then its own pass and all 8 warps score its tile — a warp its m-tile of heads against
+// a slice of the keys, the m-tiles' sums added in shared memory — where the sequence-pass form keeps 1 warp of 8 (32
+// heads) or 2 (64) busy per pass.
+bool indexer_scores_decode_form(const IndexerScoresKernelParams& p);
+
 void launch_indexer_scores_mma(const IndexerScoresKernelParams& p, cudaStream_t stream);
 
 }  // namespace deepinfer::cuda

@@ -40,8 +40,19 @@
 // walking all of its tokens' entries (0.145 ms at 16-512 tokens over 2048 entries, measured): the key tiles are then
 // split over up to ~2 waves of blocks (grid.y; split 0 writes the −inf / NaN tails and reports the row status).
 //
-// A bf16 key pool (--kv-cache-dtype bf16) is widened as each thread loads its share of a tile: its lo parts are zero,
-// so it takes the split or the hi-only path exactly as the f32 pool holding the same values would (the same bits).
+// A bf16 key pool (--kv-cache-dtype bf16) or key records (fp8) are widened or decoded as each thread stages its share
+// of a tile, not as it loads it (pool_fetch4 / pool_decode4): a conversion right after the load would wait for the
+// load there, and the loads of tile i + 1 would no longer overlap tile i's mmas (ncu, H100, session 42, V4.1 slice
+// decode b64 at 64k: 2.26 / 2.19 ms a launch over bf16 / record pools against 1.43 over f32 pools). Their lo parts
+// are zero, so they take the split or the hi-only path exactly as the f32 pool holding the same values would.
+//
+// Decode form (kDec; indexer_mma.h, KernelChoices::indexer_mma_decode): in a decode call every token of a block is
+// another sequence's, so the sequence passes above score one token each, with only that token's warps (1 of 8 at
+// V4.1's 32 heads, 2 at 64) — the same ncu: 1.43 ms a launch for ~26 GFLOP, ~18 TFLOP/s. In the decode form a pass is
+// one token and warp w scores its heads' m-tile w % kMt against key slice w / kMt of the tile (A fragments held in
+// registers for the pass); the m-tiles' relu-weighted sums go to shared memory and are added in m-tile order after
+// the tile's barrier, one thread a key (the tile before, during the next tile's mmas). Another order of the same
+// fp32 sums than the pass form's (a lane's sum over its m-tiles first): within the same tolerances.
 //
 // Visibility: token t scores the entries below scored_entries(t) (indexer_entries.cuh); the block loads the rows
 // below the largest such count among its tokens of one sequence, so a row is read only when some token of the
@@ -84,6 +95,16 @@ struct Shape {
   static_assert(kMt * kNt == 16 && kNt % 2 == 0, "16 accumulator tiles a warp, n-tiles in ldmatrix pairs");
 };
 
+// The decode form (kDec): a pass is one token, and every warp works on its key tile — warp w takes m-tile w % kMt of
+// the token's heads against key slice w / kMt of the tile (32 keys at 64 heads, 16 at 32). The slices' head sums meet
+// in shared memory (red: [2 buffers][kMt][kTile]) and are added in m-tile order once the tile's barrier has passed.
+template <int kMt>
+struct DecShape {
+  static constexpr int kParts = kWarps / kMt;
+  static constexpr int kNt = kTile / 8 / kParts;
+  static_assert(kNt % 2 == 0, "n-tiles in ldmatrix pairs");
+};
+
 template <int kDim, int kMt>
 struct Layout {
   static constexpr int kRows = Shape<kMt>::kRows;
@@ -100,9 +121,10 @@ struct Layout {
   static constexpr size_t count = ws + sizeof(float) * kTokens * kRows;  // [kTokens] int64 entries scored
   static constexpr size_t seq = count + sizeof(int64_t) * kTokens;       // [kTokens] int sequence
   static constexpr size_t bad = seq + sizeof(int) * kTokens;             // [2][kTile] a tile row's page is bad
-  static constexpr size_t bytes = bad + 2 * kTile;
+  static constexpr size_t red = bad + 2 * kTile;                         // [2][kMt][kTile] decode form's sums
+  static constexpr size_t bytes = red + sizeof(float) * 2 * kMt * kTile;
   static_assert(kDim % 64 == 0, "4 loader threads a row, float4 each, 16-dim mma steps");
-  static_assert(k_hi % 16 == 0 && k_lo % 16 == 0 && ws % 16 == 0 && count % 8 == 0, "aligned regions");
+  static_assert(k_hi % 16 == 0 && k_lo % 16 == 0 && ws % 16 == 0 && count % 8 == 0 && red % 4 == 0, "aligned regions");
 };
 
 // count_s of a token past the call's last one (writes nothing); a row that is all NaN is -1.
@@ -170,7 +192,36 @@ __device__ __forceinline__ void warp_scores(const __nv_bfloat16* qh, const __nv_
   }
 }
 
-template <int kDim, int kMt>
+// The decode form's S tile: the warp's 16 heads (A fragments held in registers for the pass) x its kNt·8 keys.
+template <int kDim, int kMt, bool kSplit>
+__device__ __forceinline__ void warp_scores_dec(const uint32_t (&ah)[kDim / 16][4], const uint32_t (&al)[kDim / 16][4],
+                                                const __nv_bfloat16* kh, const __nv_bfloat16* kl, int lane,
+                                                float (&acc)[DecShape<kMt>::kNt][4]) {
+  constexpr int kLd = Layout<kDim, kMt>::kLd, kNt = DecShape<kMt>::kNt;
+  const int b_row = (lane & 7) + ((lane >> 4) << 3), b_col = ((lane >> 3) & 1) * 8;
+#pragma unroll
+  for (int nt = 0; nt < kNt; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+#pragma unroll
+  for (int s = 0; s < kDim / 16; ++s) {
+    uint32_t bh[kNt / 2][4], bl[kNt / 2][4];
+#pragma unroll
+    for (int i = 0; i < kNt / 2; ++i) {
+      ldmatrix_x4(bh[i], kh + (i * 16 + b_row) * kLd + s * 16 + b_col);
+      if constexpr (kSplit) ldmatrix_x4(bl[i], kl + (i * 16 + b_row) * kLd + s * 16 + b_col);
+    }
+#pragma unroll
+    for (int nt = 0; nt < kNt; ++nt) {
+      const uint32_t b0 = bh[nt >> 1][(nt & 1) * 2], b1 = bh[nt >> 1][(nt & 1) * 2 + 1];
+      if constexpr (kSplit) {
+        mma_bf16(acc[nt], ah[s], bl[nt >> 1][(nt & 1) * 2], bl[nt >> 1][(nt & 1) * 2 + 1]);
+        mma_bf16(acc[nt], al[s], b0, b1);
+      }
+      mma_bf16(acc[nt], ah[s], b0, b1);
+    }
+  }
+}
+
+template <int kDim, int kMt, bool kDec>
 __global__ void __launch_bounds__(kThreads, 1)
     indexer_scores_mma_kernel(IndexerScoresKernelParams p, int tiles_per_split) {
   using L = Layout<kDim, kMt>;
@@ -183,6 +234,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto* count_s = reinterpret_cast<int64_t*>(smem + L::count);
   auto* seq_s = reinterpret_cast<int*>(smem + L::seq);
   auto* bad_s = reinterpret_cast<uint8_t*>(smem + L::bad);
+  auto* red_s = reinterpret_cast<float*>(smem + L::red);
   auto k_hi = [&](int b) { return reinterpret_cast<__nv_bfloat16*>(smem + L::k_hi + b * L::kKBytes); };
   auto k_lo = [&](int b) { return reinterpret_cast<__nv_bfloat16*>(smem + L::k_lo + b * L::kKBytes); };
 
@@ -226,6 +278,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int i = 0; i < kTokens; ++i) pending |= count_s[i] >= 0 ? 1u << i : 0u;
   int64_t upto[kTokens] = {};  // a token's entries below this are written by its warps' tiles
   const int tok = warp % kTokens, part = warp / kTokens;
+  const int dmt = warp % kMt, dpart = warp / kMt;  // decode form: m-tile and key slice
   const int g = lane >> 2, tq = lane & 3;
   const int lr = tid >> 2, lp = tid & 3;  // loader: key row lr of a tile, float4s lp + 4·j of it
   constexpr int kLoads = kRowVecs / 4;
@@ -235,7 +288,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     int64_t e_end = 0;
 #pragma unroll
     for (int i = 0; i < kTokens; ++i)
-      if ((pending >> i & 1u) && seq_s[i] == seq_s[first]) {
+      if ((pending >> i & 1u) && (kDec ? i == first : seq_s[i] == seq_s[first])) {
         active |= 1u << i;
         e_end = count_s[i] > e_end ? count_s[i] : e_end;
       }
@@ -246,7 +299,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (active >> i & 1u) upto[i] = min(p.n, static_cast<int64_t>(ntiles) * kTile);
     const int64_t tk = t0 + first;  // a token of the pass's sequence (entry_key reads its q_seq)
 
-    float4 v[kLoads];
+    // The loads stay raw (pool_fetch4) until stage() decodes them, after the tile's mmas: in flight meanwhile.
+    uint4 v[kLoads];
     bool row_bad = false;
     // Issues the loads of this thread's share of tile `tile` (zeros for rows past e_end or on a bad page).
     auto fetch = [&](int tile) {
@@ -255,7 +309,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       row_bad = e < e_end && row == nullptr;
 #pragma unroll
       for (int j = 0; j < kLoads; ++j)
-        v[j] = row ? pool_load4(row, lp + 4 * j, p.keys_format, p.dim) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        v[j] = row ? pool_fetch4(row, lp + 4 * j, p.keys_format, p.dim) : make_uint4(0u, 0u, 0u, 0u);
     };
     // Splits the fetched share into buffer b; true when a lo part is nonzero.
     auto stage = [&](int b) {
@@ -264,7 +318,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int j = 0; j < kLoads; ++j) {
         const int at = lr * kLd + (lp + 4 * j) * 4;
-        any |= store_split4(v[j], kh + at, kl + at);
+        any |= store_split4(pool_decode4(v[j], p.keys_format), kh + at, kl + at);
       }
       if (lp == 0) bad_s[b * kTile + lr] = row_bad;
       return any;
@@ -274,15 +328,77 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (it0 >= it1) continue;
     fetch(it0);
     bool k_split = __syncthreads_or(stage(0)) != 0;  // also: the previous pass's warps are done with buffer 0
-    const bool mine = (active >> tok & 1u) != 0;
-    const int64_t cnt = mine ? count_s[tok] : 0;
-    float* out = p.out + (t0 + tok) * p.n;
+    const int ptok = kDec ? first : tok;             // the token this warp scores in the pass
+    const bool mine = (active >> ptok & 1u) != 0;
+    const int64_t cnt = mine ? count_s[ptok] : 0;
+    float* out = p.out + (t0 + ptok) * p.n;
+    // Decode form: the warp's m-tile of the token's queries, as A fragments for the whole pass.
+    uint32_t qah[kDec ? kDim / 16 : 1][4], qal[kDec ? kDim / 16 : 1][4];
+    if constexpr (kDec) {
+      const int qo = (first * kRows + dmt * 16 + (lane & 15)) * kLd + (lane >> 4) * 8;
+#pragma unroll
+      for (int st = 0; st < kDim / 16; ++st) {
+        ldmatrix_x4(qah[st], q_hi + qo + st * 16);
+        ldmatrix_x4(qal[st], q_lo + qo + st * 16);
+      }
+    }
+    // Decode form: tile `tile`'s scores from buffer fb's m-tile sums (every warp's written before the last barrier).
+    auto finalize = [&](int tile, int fb) {
+      const int64_t e = static_cast<int64_t>(tile) * kTile + tid;
+      if (tid >= kTile || e >= p.n) return;
+      float v = -INFINITY;
+      if (e < cnt) {
+        v = red_s[fb * kMt * kTile + tid];
+#pragma unroll
+        for (int mt = 1; mt < kMt; ++mt) v += red_s[(fb * kMt + mt) * kTile + tid];
+      }
+      out[e] = v;
+    };
     for (int it = it0; it < it1; ++it) {
       const int b = (it - it0) & 1;
       const bool more = it + 1 < it1;
       if (more) fetch(it + 1);
+      if constexpr (kDec) {
+        constexpr int kNtD = DecShape<kMt>::kNt, kWk = kNtD * 8;
+        const int64_t col0 = static_cast<int64_t>(it) * kTile + dpart * kWk;
+        if (col0 < p.n && col0 < cnt) {
+          float acc[kNtD][4];
+          const int ko = dpart * kWk * kLd;
+          if (q_split || k_split)
+            warp_scores_dec<kDim, kMt, true>(qah, qal, k_hi(b) + ko, k_lo(b) + ko, lane, acc);
+          else
+            warp_scores_dec<kDim, kMt, false>(qah, qal, k_hi(b) + ko, k_lo(b) + ko, lane, acc);
+          // As below for the warp's 16 heads: the relu-weighted sum over heads g, g + 8, then over the lanes g.
+          const float w0 = ws_s[first * kRows + dmt * 16 + g], w1 = ws_s[first * kRows + dmt * 16 + g + 8];
+          float v0 = 0.0f, v1 = 0.0f;
+#pragma unroll
+          for (int nt = 0; nt < kNtD; ++nt) {
+            float s0 = fmaf(fmaxf(acc[nt][0], 0.0f) * p.score_scale, w0, 0.0f);
+            float s1 = fmaf(fmaxf(acc[nt][1], 0.0f) * p.score_scale, w0, 0.0f);
+            s0 = fmaf(fmaxf(acc[nt][2], 0.0f) * p.score_scale, w1, s0);
+            s1 = fmaf(fmaxf(acc[nt][3], 0.0f) * p.score_scale, w1, s1);
+#pragma unroll
+            for (int o = 4; o < 32; o <<= 1) {
+              s0 += __shfl_xor_sync(0xffffffffu, s0, o);
+              s1 += __shfl_xor_sync(0xffffffffu, s1, o);
+            }
+            if (g == nt) {
+              v0 = s0;
+              v1 = s1;
+            }
+          }
+          if (g < kNtD) {
+            const int k = dpart * kWk + g * 8 + 2 * tq;  // key of the tile
+            float* r = red_s + (b * kMt + dmt) * kTile + k;
+            // A bad page's key is NaN (m-tile 0's sum carries it into the total).
+            r[0] = dmt == 0 && bad_s[b * kTile + k] ? NAN : v0;
+            r[1] = dmt == 0 && bad_s[b * kTile + k + 1] ? NAN : v1;
+          }
+        }
+        if (it > it0) finalize(it - 1, b ^ 1);
+      }
       const int64_t col0 = static_cast<int64_t>(it) * kTile + part * kWarpKeys;
-      if (mine && col0 < p.n) {
+      if (!kDec && mine && col0 < p.n) {
         if (col0 >= cnt) {
           // The token sees none of the warp's keys (another token of the block does).
           for (int k = lane; k < kWarpKeys; k += 32)
@@ -337,6 +453,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const bool any = more && stage(b ^ 1);
       k_split = __syncthreads_or(any) != 0;  // tile it + 1 staged; buffer b free again
     }
+    if constexpr (kDec) finalize(it1 - 1, (it1 - 1 - it0) & 1);  // read before the next pass's first barrier
   }
 
   // Past the tiles: −inf (not visible), or NaN for a row with a bad q_seq / n_entries (split 0 writes them).
@@ -361,8 +478,9 @@ int sm_count() {
 template <int kDim, int kMt>
 void launch(const IndexerScoresKernelParams& p, cudaStream_t stream) {
   constexpr size_t smem = Layout<kDim, kMt>::bytes;
-  DI_CUDA_CHECK(cudaFuncSetAttribute(indexer_scores_mma_kernel<kDim, kMt>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     static_cast<int>(smem)));
+  const auto kernel = indexer_scores_decode_form(p) ? indexer_scores_mma_kernel<kDim, kMt, true>
+                                                    : indexer_scores_mma_kernel<kDim, kMt, false>;
+  DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   // Few tokens (a chunk or a continuation against a long context) make few blocks, each walking all its tokens'
   // entries: split the key tiles over blocks until there are about two waves (one block an SM).
   const int64_t token_blocks = ceil_div(p.tokens, Shape<kMt>::kTokens), tiles = ceil_div(p.n, kTile);
@@ -371,7 +489,7 @@ void launch(const IndexerScoresKernelParams& p, cudaStream_t stream) {
   const int64_t per_split = ceil_div(tiles, splits);
   splits = ceil_div(tiles, per_split);
   const dim3 grid(static_cast<unsigned>(token_blocks), static_cast<unsigned>(splits));
-  indexer_scores_mma_kernel<kDim, kMt><<<grid, kThreads, smem, stream>>>(p, static_cast<int>(per_split));
+  kernel<<<grid, kThreads, smem, stream>>>(p, static_cast<int>(per_split));
   DI_CUDA_CHECK_LAUNCH();
 }
 
@@ -390,6 +508,10 @@ size_t smem_bytes(int64_t dim, int64_t heads) {
 bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
 
 }  // namespace
+
+bool indexer_scores_decode_form(const IndexerScoresKernelParams& p) {
+  return p.mma_decode && p.block_tables != nullptr && p.tokens < 4 * p.seqs;
+}
 
 bool indexer_scores_use_mma(const IndexerScoresKernelParams& p, bool batch_invariant) {
   if (p.mma == KernelPick::kNever || batch_invariant) return false;

@@ -98,6 +98,10 @@ struct KernelChoices {
   GemmChoices gemm;
   KernelPick attn_mma = KernelPick::kAuto;     // paged sink attention on the tensor cores (attention_paged_mma.h)
   KernelPick indexer_mma = KernelPick::kAuto;  // indexer scores on the tensor cores (indexer_mma.h)
+  // The tensor-core indexer's decode form for paged calls of fewer than 4 tokens a sequence: every warp of a block on
+  // one token's key tile (its heads' m-tiles x key slices, summed over the m-tiles in shared memory) instead of the
+  // warps of that token only (1 of 8 at 32 heads, 2 at 64). indexer_mma.h; 0 keeps one pass a sequence's tokens.
+  bool indexer_mma_decode = true;
   // Top-k blocks of 256 / 512 threads by row length (kAuto: from kTopkRowsMinTokens rows; kNever: always 1024, the
   // decode shape).
   KernelPick topk_small_blocks = KernelPick::kAuto;

@@ -303,6 +303,7 @@ struct IndexerScoresKernelParams {
   int block_size = 1, key_ratio = 1;
   uint32_t* status = nullptr;
   KernelPick mma = KernelPick::kAuto;  // the tensor-core kernel (indexer_mma.h)
+  bool mma_decode = true;              // its decode form (KernelChoices::indexer_mma_decode)
   size_t smem_optin = 0;               // as PagedSinkAttentionKernelParams::smem_optin
 };
 void run_indexer_scores(const IndexerScoresKernelParams& p, cudaStream_t stream);
