@@ -335,6 +335,18 @@ class CudaIndexerMmaPaged : public CudaIndexerMma {
     p.weight_scale = 1.0f / std::sqrt(static_cast<float>(c.heads));
     return p;
   }
+  // c's tables point outside the pool for entries a token sees: the call raises the status bit.
+  void expect_bad_page_reported(const PagedBatch& c) {
+    DeviceTensor dq = up(c.q), dw = up(c.weights), dp = up(c.positions), ds = up(c.q_seq), dn = up(c.n_entries);
+    DeviceTensor dt = up(c.tables), dpool = up(c.pool), dout = poisoned({c.q.shape()[0], c.n});
+    gpu().paged_indexer_scores(params(c, dq, dw, dp, ds, dn, dt, dpool, dout));
+    try {
+      gpu().synchronize();
+      ADD_FAILURE() << "no error for block ids outside the pool";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("paged_indexer_scores"), std::string::npos) << e.what();
+    }
+  }
   HostTensor run_paged(const PagedBatch& c, cuda::KernelPick mma, bool decode_form = true) {
     ScopedKernelChoices guard(gpu(), [&](cuda::KernelChoices& k) {
       k.indexer_mma = mma;
@@ -398,30 +410,14 @@ TEST_F(CudaIndexerMmaPaged, DecodeFormMatchesCpuAndTheSequencePassForm) {
   for (int64_t j = 1; j < c.tables.shape()[1]; ++j)
     c.tables.data<int32_t>()[seq_of_bad * c.tables.shape()[1] + j] = 1 << 20;
   ScopedKernelChoices guard(gpu(), [&](cuda::KernelChoices& k) { k.indexer_mma = kAuto; });
-  DeviceTensor dq = up(c.q), dw = up(c.weights), dp = up(c.positions), ds = up(c.q_seq), dn = up(c.n_entries);
-  DeviceTensor dt = up(c.tables), dpool = up(c.pool), dout = poisoned({c.q.shape()[0], c.n});
-  gpu().paged_indexer_scores(params(c, dq, dw, dp, ds, dn, dt, dpool, dout));
-  try {
-    gpu().synchronize();
-    ADD_FAILURE() << "no error for block ids outside the pool";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("paged_indexer_scores"), std::string::npos) << e.what();
-  }
+  expect_bad_page_reported(c);
 }
 
 // A page id outside the pool for entries tokens see: the status bit, raised by the tensor-core kernel too.
 TEST_F(CudaIndexerMmaPaged, BadPageRaisesStatus) {
   PagedBatch c = make({{70, 200}, {70, 150}});
   for (int64_t j = 0; j < c.tables.shape()[1]; ++j) c.tables.data<int32_t>()[j] = 1 << 20;  // sequence 0's pages
-  DeviceTensor dq = up(c.q), dw = up(c.weights), dp = up(c.positions), ds = up(c.q_seq), dn = up(c.n_entries);
-  DeviceTensor dt = up(c.tables), dpool = up(c.pool), dout = poisoned({c.q.shape()[0], c.n});
-  gpu().paged_indexer_scores(params(c, dq, dw, dp, ds, dn, dt, dpool, dout));
-  try {
-    gpu().synchronize();
-    ADD_FAILURE() << "no error for block ids outside the pool";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("paged_indexer_scores"), std::string::npos) << e.what();
-  }
+  expect_bad_page_reported(c);
 }
 
 }  // namespace
