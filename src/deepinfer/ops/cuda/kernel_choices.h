@@ -101,6 +101,8 @@ struct KernelChoices {
   // The tensor-core indexer's decode form for paged calls of fewer than 4 tokens a sequence: every warp of a block on
   // one token's key tile (its heads' m-tiles x key slices, summed over the m-tiles in shared memory) instead of the
   // warps of that token only (1 of 8 at 32 heads, 2 at 64). indexer_mma.h; 0 keeps one pass a sequence's tokens.
+  // On since session 42 (H100, V4.1 slice decode b64 at 64k over bf16 pools, same run: indexer 3.33 -> 2.23 ms, step
+  // 15.97 -> 14.86 ms).
   bool indexer_mma_decode = true;
   // Top-k blocks of 256 / 512 threads by row length (kAuto: from kTopkRowsMinTokens rows; kNever: always 1024, the
   // decode shape).
