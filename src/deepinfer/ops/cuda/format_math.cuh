@@ -15,24 +15,17 @@
 
 namespace deepinfer::cuda {
 
-DI_HD uint32_t bits_of_f32(float f) {
-#ifdef __CUDA_ARCH__
-  return __float_as_uint(f);
-#else
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-#endif
+// A value's bits as another type of its size (std::bit_cast is not device code without relaxed constexpr; a memcpy of
+// a register is a move on either side).
+template <class To, class From>
+DI_HD To bits_as(From v) {
+  static_assert(sizeof(To) == sizeof(From), "same size");
+  To t;
+  std::memcpy(&t, &v, sizeof t);
+  return t;
 }
-DI_HD float f32_of_bits(uint32_t u) {
-#ifdef __CUDA_ARCH__
-  return __uint_as_float(u);
-#else
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-#endif
-}
+DI_HD uint32_t bits_of_f32(float f) { return bits_as<uint32_t>(f); }
+DI_HD float f32_of_bits(uint32_t u) { return bits_as<float>(u); }
 DI_HD bool is_nan_bits(uint32_t b) { return (b & 0x7fffffffu) > 0x7f800000u; }
 
 DI_HD float e8m0_to_f32_dev(uint8_t e) {
