@@ -347,11 +347,10 @@ class CudaIndexerMmaPaged : public CudaIndexerMma {
       EXPECT_NE(std::string(e.what()).find("paged_indexer_scores"), std::string::npos) << e.what();
     }
   }
-  HostTensor run_paged(const PagedBatch& c, cuda::KernelPick mma, bool decode_form = true, bool ahead = false) {
+  HostTensor run_paged(const PagedBatch& c, cuda::KernelPick mma, bool decode_form = true) {
     ScopedKernelChoices guard(gpu(), [&](cuda::KernelChoices& k) {
       k.indexer_mma = mma;
       k.indexer_mma_decode = decode_form;
-      k.indexer_mma_ahead = ahead;
     });
     DeviceTensor dq = up(c.q), dw = up(c.weights), dp = up(c.positions), ds = up(c.q_seq), dn = up(c.n_entries);
     DeviceTensor dt = up(c.tables), dpool = up(c.pool), dout = poisoned({c.q.shape()[0], c.n});
@@ -373,12 +372,10 @@ TEST_F(CudaIndexerMmaPaged, MatchesCpuAndSimt) {
 
 // Decode-shaped calls (fewer than 4 tokens a sequence: the decode form, all warps on one token's tile) at V4's 64 and
 // V4.1's 32 heads, dims 128 and 64: one token a sequence mostly, a few with 2-3, entry counts around the 64-key tiles
-// (0, 1, 63, 64, 65, ...), against the CPU, the sequence-pass form and the SIMT kernel, and its two-tiles-ahead loop
-// byte for byte; on V4.1's FP4-like data (exact products) at the exact tolerance, then with a bad page (the status
-// bit).
+// (0, 1, 63, 64, 65, ...; 9000: several key tiles a split), against the CPU, the sequence-pass form and the SIMT
+// kernel; on V4.1's FP4-like data (exact products) at the exact tolerance, then with a bad page (the status bit).
 TEST_F(CudaIndexerMmaPaged, DecodeFormMatchesCpuAndTheSequencePassForm) {
   std::vector<std::pair<int64_t, int64_t>> seqs;
-  // 9000 entries: 3-4 key tiles a split, so the two-ahead loop runs odd and even tile counts (1-4) a block.
   const int64_t entries[] = {0, 1, 63, 64, 65, 127, 200, 700, 9000, 5, 1030, 64, 129, 18};
   for (size_t i = 0; i < 20; ++i) seqs.push_back({i % 7 == 3 ? 2 + static_cast<int64_t>(i % 2) : 1, entries[i % 14]});
   for (const auto& [heads, dim] : {std::pair<int64_t, int64_t>{64, 128}, {32, 128}, {32, 64}, {64, 64}}) {
@@ -406,22 +403,14 @@ TEST_F(CudaIndexerMmaPaged, DecodeFormMatchesCpuAndTheSequencePassForm) {
       rel_err(("paged indexer sequence-pass form vs cpu " + name).c_str(), pass, want, tol);
       rel_err(("paged indexer decode form vs simt " + name).c_str(), dec, simt, tol);
       rel_err(("paged indexer decode form vs sequence-pass form " + name).c_str(), dec, pass, tol);
-      // Two tiles in flight (indexer_mma_ahead) changes when tiles load, not the arithmetic: the same bytes.
-      expect_same_bytes(("paged indexer decode form two tiles ahead " + name).c_str(), run_paged(c, kAuto, true, true),
-                        dec);
     }
   }
   PagedBatch c = make(seqs, 32, 128);
   const int64_t seq_of_bad = 7;  // 700 entries: pages 1.. of its table point outside the pool
   for (int64_t j = 1; j < c.tables.shape()[1]; ++j)
     c.tables.data<int32_t>()[seq_of_bad * c.tables.shape()[1] + j] = 1 << 20;
-  for (const bool ahead : {false, true}) {
-    ScopedKernelChoices guard(gpu(), [&](cuda::KernelChoices& k) {
-      k.indexer_mma = kAuto;
-      k.indexer_mma_ahead = ahead;
-    });
-    expect_bad_page_reported(c);
-  }
+  ScopedKernelChoices guard(gpu(), [&](cuda::KernelChoices& k) { k.indexer_mma = kAuto; });
+  expect_bad_page_reported(c);
 }
 
 // A page id outside the pool for entries tokens see: the status bit, raised by the tensor-core kernel too.

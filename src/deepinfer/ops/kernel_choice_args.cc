@@ -155,8 +155,6 @@ const std::vector<Key>& keys() {
           "indexer_mma", [](auto& c) -> auto& { return c.indexer_mma; }),
       flag(
           "indexer_mma_decode", [](auto& c) -> auto& { return c.indexer_mma_decode; }),
-      flag(
-          "indexer_mma_ahead", [](auto& c) -> auto& { return c.indexer_mma_ahead; }),
       pick(
           "topk_small_blocks", [](auto& c) -> auto& { return c.topk_small_blocks; }),
       pick(

@@ -54,9 +54,8 @@
 // the tile's barrier, one thread a key (the tile before, during the next tile's mmas). Another order of the same
 // fp32 sums than the pass form's (a lane's sum over its m-tiles first): within the same tolerances. One block an SM
 // (the queries of 8 or 4 tokens, hi + lo, take 139 KB at dim 128) keeps one tile's loads in flight a thread (16 KB an SM
-// from a bf16 pool): latency-bound (session 42: 2.23 ms at 64k where the bf16 keys' bytes take ~0.5). With
-// p.mma_ahead (KernelChoices::indexer_mma_ahead, opt-in) the decode form keeps two: a second register set, the loop
-// unrolled by two so each set keeps its role (241 / 228 registers, no spills).
+// from a bf16 pool): latency-bound (session 42: 2.23 ms at 64k where the bf16 keys' bytes take ~0.5). Two tiles in
+// flight a thread (a second register set, 241 / 228 registers) was slower: 2.37 against 2.19 ms (session 43, H100).
 //
 // Visibility: token t scores the entries below scored_entries(t) (indexer_entries.cuh); the block loads the rows
 // below the largest such count among its tokens of one sequence, so a row is read only when some token of the
@@ -303,12 +302,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (active >> i & 1u) upto[i] = min(p.n, static_cast<int64_t>(ntiles) * kTile);
     const int64_t tk = t0 + first;  // a token of the pass's sequence (entry_key reads its q_seq)
 
-    // The loads stay raw (pool_fetch4) until stage() decodes them, after the tile's mmas: in flight meanwhile. Two
-    // sets: the decode form's two-ahead loop (p.mma_ahead) keeps tiles i + 1 and i + 2 in flight during tile i.
-    uint4 va[kLoads], vb[kLoads];
-    bool bad_a = false, bad_b = false;
+    // The loads stay raw (pool_fetch4) until stage() decodes them, after the tile's mmas: in flight meanwhile.
+    uint4 v[kLoads];
+    bool row_bad = false;
     // Issues the loads of this thread's share of tile `tile` (zeros for rows past e_end or on a bad page).
-    auto fetch = [&](int tile, uint4(&v)[kLoads], bool& row_bad) {
+    auto fetch = [&](int tile) {
       const int64_t e = static_cast<int64_t>(tile) * kTile + lr;
       const void* row = e < e_end ? entry_key(p, tk, e) : nullptr;
       row_bad = e < e_end && row == nullptr;
@@ -316,8 +314,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int j = 0; j < kLoads; ++j)
         v[j] = row ? pool_fetch4(row, lp + 4 * j, p.keys_format, p.dim) : make_uint4(0u, 0u, 0u, 0u);
     };
-    // Splits a fetched share into buffer b; true when a lo part is nonzero.
-    auto stage = [&](int b, const uint4(&v)[kLoads], bool row_bad) {
+    // Splits the fetched share into buffer b; true when a lo part is nonzero.
+    auto stage = [&](int b) {
       bool any = false;
       __nv_bfloat16 *kh = k_hi(b), *kl = k_lo(b);
 #pragma unroll
@@ -331,11 +329,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     // This block's tiles of the pass (the other splits write the rest of [0, upto)).
     const int it0 = min(ntiles, split * tiles_per_split), it1 = min(ntiles, it0 + tiles_per_split);
     if (it0 >= it1) continue;
-    const bool ahead = kDec && p.mma_ahead;
-    fetch(it0, va, bad_a);
-    if (ahead && it0 + 1 < it1) fetch(it0 + 1, vb, bad_b);
-    bool k_split =
-        __syncthreads_or(stage(0, va, bad_a)) != 0;  // also: the previous pass's warps are done with buffer 0
+    fetch(it0);
+    bool k_split = __syncthreads_or(stage(0)) != 0;  // also: the previous pass's warps are done with buffer 0
     const int ptok = kDec ? first : tok;             // the token this warp scores in the pass
     const bool mine = (active >> ptok & 1u) != 0;
     const int64_t cnt = mine ? count_s[ptok] : 0;
@@ -362,69 +357,47 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       out[e] = v;
     };
-    // Decode form: the warp's scores of tile `it` (in buffer b) into red_s[b].
-    auto score_dec = [&](int it, int b) {
-      if constexpr (kDec) {
-        constexpr int kNtD = DecShape<kMt>::kNt, kWk = kNtD * 8;
-        const int64_t col0 = static_cast<int64_t>(it) * kTile + dpart * kWk;
-        if (col0 >= p.n || col0 >= cnt) return;
-        float acc[kNtD][4];
-        const int ko = dpart * kWk * kLd;
-        if (q_split || k_split)
-          warp_scores_dec<kDim, kMt, true>(qah, qal, k_hi(b) + ko, k_lo(b) + ko, lane, acc);
-        else
-          warp_scores_dec<kDim, kMt, false>(qah, qal, k_hi(b) + ko, k_lo(b) + ko, lane, acc);
-        // As below for the warp's 16 heads: the relu-weighted sum over heads g, g + 8, then over the lanes g.
-        const float w0 = ws_s[first * kRows + dmt * 16 + g], w1 = ws_s[first * kRows + dmt * 16 + g + 8];
-        float v0 = 0.0f, v1 = 0.0f;
-#pragma unroll
-        for (int nt = 0; nt < kNtD; ++nt) {
-          float s0 = fmaf(fmaxf(acc[nt][0], 0.0f) * p.score_scale, w0, 0.0f);
-          float s1 = fmaf(fmaxf(acc[nt][1], 0.0f) * p.score_scale, w0, 0.0f);
-          s0 = fmaf(fmaxf(acc[nt][2], 0.0f) * p.score_scale, w1, s0);
-          s1 = fmaf(fmaxf(acc[nt][3], 0.0f) * p.score_scale, w1, s1);
-#pragma unroll
-          for (int o = 4; o < 32; o <<= 1) {
-            s0 += __shfl_xor_sync(0xffffffffu, s0, o);
-            s1 += __shfl_xor_sync(0xffffffffu, s1, o);
-          }
-          if (g == nt) {
-            v0 = s0;
-            v1 = s1;
-          }
-        }
-        if (g < kNtD) {
-          const int k = dpart * kWk + g * 8 + 2 * tq;  // key of the tile
-          float* r = red_s + (b * kMt + dmt) * kTile + k;
-          // A bad page's key is NaN (m-tile 0's sum carries it into the total).
-          r[0] = dmt == 0 && bad_s[b * kTile + k] ? NAN : v0;
-          r[1] = dmt == 0 && bad_s[b * kTile + k + 1] ? NAN : v1;
-        }
-      }
-    };
-    if (kDec && ahead) {
-      // Two tiles ahead: tile i is in buffer (i - it0) & 1, tile i + 1 in the other set's registers, and tile i + 2
-      // is fetched into the set tile i came from. Unrolled by two so each set has a fixed role.
-      for (int it = it0; it < it1; it += 2) {
-        if (it + 2 < it1) fetch(it + 2, va, bad_a);
-        score_dec(it, 0);
-        if (it > it0) finalize(it - 1, 1);
-        k_split = __syncthreads_or(it + 1 < it1 && stage(1, vb, bad_b)) != 0;
-        if (it + 1 >= it1) break;
-        if (it + 3 < it1) fetch(it + 3, vb, bad_b);
-        score_dec(it + 1, 1);
-        finalize(it, 0);
-        k_split = __syncthreads_or(it + 2 < it1 && stage(0, va, bad_a)) != 0;
-      }
-      finalize(it1 - 1, (it1 - 1 - it0) & 1);
-      continue;
-    }
     for (int it = it0; it < it1; ++it) {
       const int b = (it - it0) & 1;
       const bool more = it + 1 < it1;
-      if (more) fetch(it + 1, va, bad_a);
+      if (more) fetch(it + 1);
       if constexpr (kDec) {
-        score_dec(it, b);
+        constexpr int kNtD = DecShape<kMt>::kNt, kWk = kNtD * 8;
+        const int64_t col0 = static_cast<int64_t>(it) * kTile + dpart * kWk;
+        if (col0 < p.n && col0 < cnt) {
+          float acc[kNtD][4];
+          const int ko = dpart * kWk * kLd;
+          if (q_split || k_split)
+            warp_scores_dec<kDim, kMt, true>(qah, qal, k_hi(b) + ko, k_lo(b) + ko, lane, acc);
+          else
+            warp_scores_dec<kDim, kMt, false>(qah, qal, k_hi(b) + ko, k_lo(b) + ko, lane, acc);
+          // As below for the warp's 16 heads: the relu-weighted sum over heads g, g + 8, then over the lanes g.
+          const float w0 = ws_s[first * kRows + dmt * 16 + g], w1 = ws_s[first * kRows + dmt * 16 + g + 8];
+          float v0 = 0.0f, v1 = 0.0f;
+#pragma unroll
+          for (int nt = 0; nt < kNtD; ++nt) {
+            float s0 = fmaf(fmaxf(acc[nt][0], 0.0f) * p.score_scale, w0, 0.0f);
+            float s1 = fmaf(fmaxf(acc[nt][1], 0.0f) * p.score_scale, w0, 0.0f);
+            s0 = fmaf(fmaxf(acc[nt][2], 0.0f) * p.score_scale, w1, s0);
+            s1 = fmaf(fmaxf(acc[nt][3], 0.0f) * p.score_scale, w1, s1);
+#pragma unroll
+            for (int o = 4; o < 32; o <<= 1) {
+              s0 += __shfl_xor_sync(0xffffffffu, s0, o);
+              s1 += __shfl_xor_sync(0xffffffffu, s1, o);
+            }
+            if (g == nt) {
+              v0 = s0;
+              v1 = s1;
+            }
+          }
+          if (g < kNtD) {
+            const int k = dpart * kWk + g * 8 + 2 * tq;  // key of the tile
+            float* r = red_s + (b * kMt + dmt) * kTile + k;
+            // A bad page's key is NaN (m-tile 0's sum carries it into the total).
+            r[0] = dmt == 0 && bad_s[b * kTile + k] ? NAN : v0;
+            r[1] = dmt == 0 && bad_s[b * kTile + k + 1] ? NAN : v1;
+          }
+        }
         if (it > it0) finalize(it - 1, b ^ 1);
       }
       const int64_t col0 = static_cast<int64_t>(it) * kTile + part * kWarpKeys;
@@ -480,7 +453,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
       // Buffer b^1 held tile it - 1, whose readers passed the previous barrier: refill it with tile it + 1.
-      const bool any = more && stage(b ^ 1, va, bad_a);
+      const bool any = more && stage(b ^ 1);
       k_split = __syncthreads_or(any) != 0;  // tile it + 1 staged; buffer b free again
     }
     if constexpr (kDec) finalize(it1 - 1, (it1 - 1 - it0) & 1);  // read before the next pass's first barrier

@@ -104,10 +104,6 @@ struct KernelChoices {
   // On since session 42 (H100, V4.1 slice decode b64 at 64k over bf16 pools, same run: indexer 3.33 -> 2.23 ms, step
   // 15.97 -> 14.86 ms).
   bool indexer_mma_decode = true;
-  // The decode form with two key tiles in flight a thread instead of one (a second register set; 1 block an SM holds
-  // 16 KB of bf16 loads in flight with one, latency-bound at ~4x the bf16 byte floor at 64k). Off until a GPU has run
-  // it.
-  bool indexer_mma_ahead = false;
   // Top-k blocks of 256 / 512 threads by row length (kAuto: from kTopkRowsMinTokens rows; kNever: always 1024, the
   // decode shape).
   KernelPick topk_small_blocks = KernelPick::kAuto;

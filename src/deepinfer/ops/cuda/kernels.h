@@ -304,7 +304,6 @@ struct IndexerScoresKernelParams {
   uint32_t* status = nullptr;
   KernelPick mma = KernelPick::kAuto;  // the tensor-core kernel (indexer_mma.h)
   bool mma_decode = true;              // its decode form (KernelChoices::indexer_mma_decode)
-  bool mma_ahead = false;              // the decode form two tiles ahead (KernelChoices::indexer_mma_ahead)
   size_t smem_optin = 0;               // as PagedSinkAttentionKernelParams::smem_optin
 };
 void run_indexer_scores(const IndexerScoresKernelParams& p, cudaStream_t stream);
