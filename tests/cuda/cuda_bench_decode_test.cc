@@ -40,7 +40,7 @@ TEST_F(CudaBench, DISABLED_DecodeGemmTimings) {
 }
 
 // Dense FP8 projections of V4-Flash at decode batches 16-64 (issue #7): the rows kernel (gemm_rows_mma.h, rows_mma =
-// always; from the f32 rows and from a bf16 copy) against the path it replaced (rows_mma
+// always; from the f32 rows and from a bf16 copy; its warpgroup form) against the path it replaced (rows_mma
 // = never: the dequantized bf16 scratch for cuBLASLt, or the wgmma tiles where they fill the device), a same-run A/B;
 // weights rotate so each call reads them from HBM.
 TEST_F(CudaBench, DISABLED_DecodeRowsGemmTimings) {
@@ -48,15 +48,19 @@ TEST_F(CudaBench, DISABLED_DecodeRowsGemmTimings) {
     const char* name;
     cuda::KernelPick pick;
     bool bf16_a;
+    bool wgmma = false;
   };
   const Mode modes[] = {{"rows", cuda::KernelPick::kAlways, false},
+                        {"rows wgmma", cuda::KernelPick::kAlways, false, true},
                         {"rows bf16 A", cuda::KernelPick::kAlways, true},
                         {"rows never", cuda::KernelPick::kNever, false},
-                        {"rows (again, last)", cuda::KernelPick::kAlways, false}};
+                        {"rows (again, last)", cuda::KernelPick::kAlways, false},
+                        {"rows wgmma (again, last)", cuda::KernelPick::kAlways, false, true}};
   const auto set_mode = [&](const Mode& md) {
     cuda::KernelChoices c;
     c.gemm.rows_mma = md.pick;
     c.gemm.rows_mma_bf16_a = md.bf16_a;
+    c.gemm.rows_mma_wgmma = md.wgmma;
     gpu().set_kernel_choices(c);
   };
   for (const Proj& pr :

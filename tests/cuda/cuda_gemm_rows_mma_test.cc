@@ -44,8 +44,9 @@ class CudaGemmRowsMmaTest : public GemmProblemTest {
     const HostTensor got = run(*l, pr, [&](const cuda::GemmKernelParams& p) { took = cuda::run_gemm_rows_mma(p, s); });
     EXPECT_TRUE(took) << what << ": declined";
     if (!took) return shape;
-    std::printf("[cuda-op] %-48s warps %d (%d along K, %d steps each), splits %d x %d steps, smem %zu\n", what.c_str(),
-                shape.warps, shape.kw, shape.warp_steps, shape.splits, shape.split_steps, shape.smem);
+    std::printf("[cuda-op] %-48s warps %d (%d along K, %d steps each), splits %d x %d steps, smem %zu%s\n",
+                what.c_str(), shape.warps, shape.kw, shape.warp_steps, shape.splits, shape.split_steps, shape.smem,
+                shape.wg ? ", warpgroup form" : "");
     check_reference(what, pr, got, /*full=*/true);
     const HostTensor again = run(*l, pr, [&](const cuda::GemmKernelParams& p) { cuda::run_gemm_rows_mma(p, s); });
     expect_same_bytes((what + " repeated").c_str(), again, got);
@@ -144,6 +145,35 @@ TEST_F(CudaGemmRowsMmaTest, ChosenShapesMatchReference) {
   check(Kind::kFp8Row32, 9, 129, 1056, pick(8, 1, 1, 2));
 }
 
+// The warpgroup form (rows_mma_wgmma: register-A wgmma over the staged rows) against the double reference in full,
+// with the checks above: every format and row group (n16 / n32 / n64), the projection shapes (clusters of 8 splits,
+// pairs of blocks staging A together), K short of a step, chosen shapes with warps along K whose warpgroups share a
+// K range (8 warps, 2 along K: 4 tiles), and one that does not (8 warps, 4 along K: 2 tiles), which keeps mma.sync.
+TEST_F(CudaGemmRowsMmaTest, WarpgroupFormMatchesReference) {
+  const auto wg = [](int warps = 0, int kw = 0, int splits = 0, int share = 0) {
+    cuda::GemmChoices c;
+    c.rows_mma_wgmma = true;
+    c.rows_mma_warps = warps;
+    c.rows_mma_kw = kw;
+    c.rows_mma_splits = splits;
+    c.rows_mma_share = share;
+    return c;
+  };
+  for (Kind kind : {Kind::kMxfp4, Kind::kFp8E8m0_128, Kind::kFp8E8m0_32, Kind::kFp8Row32})
+    for (int64_t m : {9, 16, 17, 33, 64}) EXPECT_TRUE(check(kind, m, 1000, 2048, wg()).wg);
+  for (const auto& [n, k] :
+       std::vector<std::pair<int64_t, int64_t>>{{1024, 4096}, {512, 4096}, {4096, 8192}, {4096, 2048}, {32768, 1024}}) {
+    EXPECT_TRUE(check(Kind::kFp8E8m0_128, 64, n, k, wg()).wg);
+    EXPECT_TRUE(check(Kind::kFp8E8m0_128, 16, n, k, wg()).wg);
+  }
+  check(Kind::kFp8E8m0_32, 24, 300, 4096 + 32, wg());
+  check(Kind::kMxfp4, 12, 520, 4096 + 96, wg());
+  EXPECT_TRUE(check(Kind::kFp8E8m0_128, 64, 4096, 2048, wg(8, 2, 4)).wg);
+  EXPECT_TRUE(check(Kind::kMxfp4, 64, 1024, 2048, wg(16, 2, 2)).wg);
+  EXPECT_TRUE(check(Kind::kFp8E8m0_128, 16, 1024 + 128, 4096, wg(8, 1, 2, 4)).wg);
+  EXPECT_FALSE(check(Kind::kFp8E8m0_128, 33, 1024, 4096, wg(8, 4, 8)).wg);
+}
+
 // What it declines (nothing enqueued): rows outside 9-64, grouped calls, batch-invariant mode, f32 scales with
 // f32_scale_mma off and the kNever choice.
 TEST_F(CudaGemmRowsMmaTest, DeclinesWhatItDoesNotTake) {
@@ -223,6 +253,17 @@ TEST(CudaGemmRowsMmaShape, SplitsByTilesStepsAndSharedMemory) {
   EXPECT_EQ(s.splits, 4);
   EXPECT_EQ(s.share, 2);
   EXPECT_EQ(gemm_rows_mma_shape(fp8, 1024, 4096, 16, 132).share, 1);  // 8 warps
+
+  // The warpgroup form: whole warpgroups on one K range only, and kWgStepPad (16) bytes after each staged step.
+  cuda::GemmChoices wgc;
+  wgc.rows_mma_wgmma = true;
+  s = gemm_rows_mma_shape(fp8, 4096, 4096, 64, 132, wgc);
+  EXPECT_TRUE(s.wg);
+  EXPECT_EQ(s.smem, size_t{16} * (128 * 64 + 16));
+  wgc.rows_mma_warps = 8;
+  wgc.rows_mma_kw = 4;
+  EXPECT_FALSE(gemm_rows_mma_shape(fp8, 4096, 4096, 64, 132, wgc).wg);
+  EXPECT_FALSE(gemm_rows_mma_shape(fp8, 4096, 4096, 64, 132).wg);
 
   // 32 steps x 8 splits would be 256 KB: too large
   s = gemm_rows_mma_shape(fp8, 4096, 16384, 64, 132);

@@ -40,7 +40,7 @@ bool gemm_rows_mma_takes(QuantFormat format, bool scale_e8m0, int block_n, int b
 // The launch shape: `warps` a block (4, 8 or 16) on warps / kw 16-row weight tiles, kw warps along K on each; `splits`
 // blocks of a cluster along K (1..8, a power of two), each over `split_steps` steps of 4 code chunks, warp_steps of
 // them a warp. Exposed for the tests, which check its rules. GemmChoices' rows_mma_warps / _kw / _splits / _share
-// replace the rule's values (the op bench's shape sweep).
+// replace the rule's values (the op bench's shape sweep); rows_mma_wgmma asks for the warpgroup form.
 struct RowsMmaShape {
   int warps = 8;
   int kw = 1;
@@ -48,6 +48,7 @@ struct RowsMmaShape {
   int split_steps = 0;
   int warp_steps = 0;
   int share = 1;    // blocks of a cluster along N staging A together
+  bool wg = false;  // the warpgroup form (register-A wgmma; GemmChoices::rows_mma_wgmma where warps / kw % 4 == 0)
   size_t smem = 0;  // dynamic shared memory a block
 };
 RowsMmaShape gemm_rows_mma_shape(QuantFormat format, int64_t n, int64_t k, int64_t rows, int sms,

@@ -29,6 +29,7 @@
 #include "deepinfer/ops/cuda/gemm_decode.cuh"
 #include "deepinfer/ops/cuda/gemm_stream_decode.cuh"
 #include "deepinfer/ops/cuda/gemm_stream_mma.h"
+#include "deepinfer/ops/cuda/gemm_wgmma_device.cuh"
 
 namespace deepinfer::cuda {
 namespace {
@@ -43,6 +44,9 @@ constexpr int kMinSplitSteps = 8;
 // A block's shared memory at most (one block an SM still fits; 227 KB is the sm_90 limit).
 constexpr size_t kMaxSmem = 200 * 1024;
 constexpr int kPartPad = 4;  // floats of padding a partial-tile row: the accumulator stores hit distinct banks
+// Warpgroup form (kWg): bytes of padding after each step's staged rows, so that the staging stores of a warp's 8 steps
+// (one row, consecutive chunks) hit distinct banks.
+constexpr int kWgStepPad = 16;
 
 struct KernelShape {
   int splits, split_steps, lbn, lbk;
@@ -58,10 +62,18 @@ struct KernelShape {
 // 8 bytes; afterwards the warps' partial tiles, kw x R rows x (16·warps / kw + kPartPad) floats.
 // kF32S: FP8 blocks with f32 scales (GemmChoices::f32_scale_mma): each weight is scaled in fp32 and rounded to bf16
 // in registers (bf16x2_scaled: dequantize_bf16's values, which the cuBLASLt scratch path it replaces multiplies).
-template <QuantFormat F, int RG, bool kBf16A, bool kShare, bool kF32S = false>
+// kWg: the warpgroup form (GemmChoices::rows_mma_wgmma; warps / kw a multiple of 4, so a warpgroup's warps share one K
+// range on 4 consecutive tiles): each warp decodes its 16 weight rows into registers as before, and the warpgroup
+// multiplies its 64 rows by all R activation rows with one register-A wgmma (m64 nR k16) a k16 slice, which reads
+// the staged rows from shared memory itself: no shared-memory loads or per-8-row mma issues in the warps. The rows
+// are then staged as wgmma's K-major no-swizzle operand: for step s and mma mi, R rows x the mma's 16 logical k (the
+// same pairs place_pairs makes, P in k 0..7, Q in k 8..15), in 8-row x 16-byte core matrices (K-adjacent 128 bytes
+// apart, 8-row groups 256), kWgStepPad bytes after each step. The accumulators are the mma's C fragments as before.
+template <QuantFormat F, int RG, bool kBf16A, bool kShare, bool kF32S = false, bool kWg = false>
 __global__ void __launch_bounds__(32 * kMaxWarps, 1) gemm_rows_mma_kernel(GemmKernelParams p, KernelShape sh) {
   static_assert(!kF32S || F == QuantFormat::kFP8Block, "f32 scales: FP8 blocks");
   constexpr int R = 8 * RG, kMi = kMmas<F>, kC = kChunkK<F>;
+  constexpr int kStepWords = (kMi * R * 32 + kWgStepPad) / 4;  // kWg: a step's staged rows and padding
   extern __shared__ __align__(16) uint2 xs[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
   const int tiles = (blockDim.x >> 5) / sh.kw, cols = 16 * tiles, ld = cols + kPartPad;
@@ -118,20 +130,44 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 1) gemm_rows_mma_kernel(GemmKe
     for (int u = 0; u < kStage; ++u) {
       const int q = q0 + u * blockDim.x, r = q / range_chunks, cl = q % range_chunks;
       if (q >= i_end) continue;
-      const int off = ((cl >> 2) * kMi * R + r) * 4 + (cl & 3);
-      if constexpr (!kShare) {
-        place_pairs<F>(v[u], xs + off, R * 4);
+      if constexpr (kWg) {
+        uint2 pq[kMi];
+        place_pairs<F>(v[u], pq, 1);
+        const int w0 = (cl >> 2) * kStepWords + (r >> 3) * 64 + (r & 7) * 4 + (cl & 3);
+        const auto put = [&](uint32_t* dst) {
+#pragma unroll
+          for (int mi = 0; mi < kMi; ++mi) {
+            dst[w0 + mi * R * 8] = pq[mi].x;
+            dst[w0 + mi * R * 8 + 32] = pq[mi].y;
+          }
+        };
+        if constexpr (!kShare) {
+          put(reinterpret_cast<uint32_t*>(xs));
+        } else {
+          cg::cluster_group cluster = cg::this_cluster();
+          for (int j = 0; j < share; ++j)
+            put(cluster.map_shared_rank(reinterpret_cast<uint32_t*>(xs), j + share * split));
+        }
       } else {
-        cg::cluster_group cluster = cg::this_cluster();
-        for (int j = 0; j < share; ++j)
-          place_pairs<F>(v[u], cluster.map_shared_rank(xs, j + share * split) + off, R * 4);
+        const int off = ((cl >> 2) * kMi * R + r) * 4 + (cl & 3);
+        if constexpr (!kShare) {
+          place_pairs<F>(v[u], xs + off, R * 4);
+        } else {
+          cg::cluster_group cluster = cg::this_cluster();
+          for (int j = 0; j < share; ++j)
+            place_pairs<F>(v[u], cluster.map_shared_rank(xs, j + share * split) + off, R * 4);
+        }
       }
     }
   }
+  // kWg: the staged rows (generic-proxy stores, here or from the cluster's other blocks) made visible to wgmma's
+  // async-proxy reads: a proxy fence by every writer before the barrier and by every reader after it.
+  if constexpr (kWg) asm volatile("fence.proxy.async;\n" ::: "memory");
   if constexpr (kShare)
     cg::this_cluster().sync();
   else
     __syncthreads();
+  if constexpr (kWg) asm volatile("fence.proxy.async;\n" ::: "memory");
 
   // One accumulator chain per 8 rows: RG independent chains already.
   float acc[RG][4] = {};
@@ -145,6 +181,7 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 1) gemm_rows_mma_kernel(GemmKe
         sc[0].set(kF32S ? 127u : d.e[0]);  // kF32S: the codes' values (x 1), scaled below
         sc[1].set(kF32S ? 127u : d.e[1]);
         const uint2* xrow = xs + (st - s_begin) * (kMi * R * 4) + lane;
+        uint32_t wa[kWg ? kMi : 1][4];  // kWg: the step's A fragments, all decoded before the warpgroup's wgmmas
         const auto mmas = [&]<bool kMaybeTwo>() {
 #pragma unroll
           for (int mi = 0; mi < kMi; ++mi) {
@@ -158,11 +195,18 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 1) gemm_rows_mma_kernel(GemmKe
                 wq[h] = bf16x2_scaled(wq[h], __uint_as_float(d.e[h]));
               }
             }
-            const uint32_t a[4] = {wp[0], wp[1], wq[0], wq[1]};
+            if constexpr (kWg) {
+              wa[mi][0] = wp[0];
+              wa[mi][1] = wp[1];
+              wa[mi][2] = wq[0];
+              wa[mi][3] = wq[1];
+            } else {
+              const uint32_t a[4] = {wp[0], wp[1], wq[0], wq[1]};
 #pragma unroll
-            for (int rg = 0; rg < RG; ++rg) {
-              const uint2 x = xrow[mi * R * 4 + rg * 32];
-              mma_bf16(acc[rg], a, x.x, x.y);
+              for (int rg = 0; rg < RG; ++rg) {
+                const uint2 x = xrow[mi * R * 4 + rg * 32];
+                mma_bf16(acc[rg], a, x.x, x.y);
+              }
             }
           }
         };
@@ -173,6 +217,24 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 1) gemm_rows_mma_kernel(GemmKe
           mmas.template operator()<true>();
         else
           mmas.template operator()<false>();
+        if constexpr (kWg) {
+          // The warpgroup's 64 weight rows x R activation rows over the step's kMi k16 slices; done before the
+          // registers of wa are written again (the next step) or the accumulators read.
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+          float(&d4)[R / 2] = reinterpret_cast<float(&)[R / 2]>(acc);
+          const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(xs)) + (st - s_begin) * kStepWords * 4;
+          wgmma::pin(d4);
+          wgmma::wgmma_fence();
+#pragma unroll
+          for (int mi = 0; mi < kMi; ++mi)
+            wgmma::wgmma_m64nNk16_reg_a<R>(d4, wa[mi], wgmma::smem_desc_plain(base + mi * R * 32, 128, 256));
+          wgmma::wgmma_commit();
+          wgmma::wgmma_wait<0>();
+          wgmma::pin(d4);
+#else
+          __trap();
+#endif
+        }
         // Refills two steps at a time, so that a row's 64-byte halves of one 128-byte line leave back to back (the
         // streaming kernel's measured order).
         if (u & 1) {
@@ -231,17 +293,18 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 1) gemm_rows_mma_kernel(GemmKe
 int64_t chunk_k(QuantFormat f) { return f == QuantFormat::kMXFP4 ? 32 : 16; }
 int row_groups(int64_t rows) { return rows <= 16 ? 2 : (rows <= 32 ? 4 : 8); }
 
-// Bytes of a block's shared memory: its K range of R rows (8 bytes a row, mma and chunk: 2·K_range·R), or the K
-// slices' partial tiles when larger.
-size_t rows_smem(QuantFormat f, int warps, int kw, int split_steps, int64_t rows) {
+// Bytes of a block's shared memory: its K range of R rows (8 bytes a row, mma and chunk: 2·K_range·R; the warpgroup
+// form's padding after each step), or the K slices' partial tiles when larger.
+size_t rows_smem(QuantFormat f, int warps, int kw, int split_steps, int64_t rows, bool wg) {
   const int64_t r = 8 * row_groups(rows), mmas = chunk_k(f) / 4;
-  const int64_t stage = int64_t{split_steps} * 4 * mmas * r * 8, part = kw * r * (16 * warps / kw + kPartPad) * 4;
+  const int64_t stage = int64_t{split_steps} * (4 * mmas * r * 8 + (wg ? kWgStepPad : 0));
+  const int64_t part = kw * r * (16 * warps / kw + kPartPad) * 4;
   return static_cast<size_t>(std::max(stage, part));
 }
 
-template <QuantFormat F, int RG, bool kBf16A, bool kShare, bool kF32S>
+template <QuantFormat F, int RG, bool kBf16A, bool kShare, bool kF32S, bool kWg>
 void launch(const GemmKernelParams& p, const RowsMmaShape& shape, const KernelShape& ks, cudaStream_t stream) {
-  auto kernel = gemm_rows_mma_kernel<F, RG, kBf16A, kShare, kF32S>;
+  auto kernel = gemm_rows_mma_kernel<F, RG, kBf16A, kShare, kF32S, kWg>;
   if (shape.smem > 48 * 1024)
     DI_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shape.smem)));
@@ -271,33 +334,41 @@ void launch(const GemmKernelParams& p, const RowsMmaShape& shape, const KernelSh
   DI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p, ks));
 }
 
-template <QuantFormat F, int RG, bool kF32S>
+template <QuantFormat F, int RG, bool kF32S, bool kWg>
 void launch_a(const GemmKernelParams& p, const RowsMmaShape& shape, KernelShape ks, cudaStream_t stream) {
   const bool a16 = p.a_bf16 && p.lda % 8 == 0 && reinterpret_cast<uintptr_t>(p.a_bf16) % 16 == 0;
   ks.a_vec = p.lda % 4 == 0 && reinterpret_cast<uintptr_t>(p.a) % 16 == 0;
   if (ks.share > 1) {
     if (a16)
-      launch<F, RG, true, true, kF32S>(p, shape, ks, stream);
+      launch<F, RG, true, true, kF32S, kWg>(p, shape, ks, stream);
     else
-      launch<F, RG, false, true, kF32S>(p, shape, ks, stream);
+      launch<F, RG, false, true, kF32S, kWg>(p, shape, ks, stream);
   } else if (a16) {
-    launch<F, RG, true, false, kF32S>(p, shape, ks, stream);
+    launch<F, RG, true, false, kF32S, kWg>(p, shape, ks, stream);
   } else {
-    launch<F, RG, false, false, kF32S>(p, shape, ks, stream);
+    launch<F, RG, false, false, kF32S, kWg>(p, shape, ks, stream);
   }
+}
+
+template <QuantFormat F, int RG, bool kF32S>
+void launch_wg(const GemmKernelParams& p, const RowsMmaShape& shape, const KernelShape& ks, cudaStream_t stream) {
+  if (shape.wg)
+    launch_a<F, RG, kF32S, true>(p, shape, ks, stream);
+  else
+    launch_a<F, RG, kF32S, false>(p, shape, ks, stream);
 }
 
 template <QuantFormat F, bool kF32S = false>
 void dispatch(const GemmKernelParams& p, const RowsMmaShape& shape, const KernelShape& ks, cudaStream_t stream) {
   switch (row_groups(p.m)) {
     case 2:
-      launch_a<F, 2, kF32S>(p, shape, ks, stream);
+      launch_wg<F, 2, kF32S>(p, shape, ks, stream);
       break;
     case 4:
-      launch_a<F, 4, kF32S>(p, shape, ks, stream);
+      launch_wg<F, 4, kF32S>(p, shape, ks, stream);
       break;
     default:
-      launch_a<F, 8, kF32S>(p, shape, ks, stream);
+      launch_wg<F, 8, kF32S>(p, shape, ks, stream);
       break;
   }
 }
@@ -329,6 +400,8 @@ RowsMmaShape gemm_rows_mma_shape(QuantFormat format, int64_t n, int64_t k, int64
   if (pick.rows_mma_kw > 0 && pick.rows_mma_kw <= s.warps && s.warps % pick.rows_mma_kw == 0) s.kw = pick.rows_mma_kw;
   const int64_t tiles = ceil_div(n, int64_t{16} * (s.warps / s.kw));
   const bool forced = pick.rows_mma_splits > 0;
+  // The warpgroup form needs whole warpgroups on one K range: warps / kw a multiple of 4.
+  s.wg = pick.rows_mma_wgmma && (s.warps / s.kw) % 4 == 0;
   if (pick.rows_mma_share == 2 || pick.rows_mma_share == 4 || pick.rows_mma_share == 8) s.share = pick.rows_mma_share;
   const int max_splits_here = kMaxSplits / s.share;  // a cluster holds share x splits blocks, 8 at most
   s.splits = std::min(forced ? pick.rows_mma_splits : max_splits(tiles, s.warps), max_splits_here);
@@ -338,7 +411,7 @@ RowsMmaShape gemm_rows_mma_shape(QuantFormat format, int64_t n, int64_t k, int64
     s.split_steps = static_cast<int>(ceil_div(steps, int64_t{s.splits}));
     s.warp_steps = static_cast<int>(ceil_div(s.split_steps, s.kw));
     if (s.kw > 1) s.warp_steps += s.warp_steps & 1;  // whole 128-byte lines of a row per warp
-    s.smem = rows_smem(format, s.warps, s.kw, s.split_steps, rows);
+    s.smem = rows_smem(format, s.warps, s.kw, s.split_steps, rows, s.wg);
     if (forced || s.smem <= kMaxSmem || s.splits >= max_splits_here || s.split_steps < 2) break;
     s.splits *= 2;
   }

@@ -1,6 +1,7 @@
 // gemm_wgmma_cuda.cu's device side below the kernel: the tile and stage constants, the wgmma / barrier / proxy-fence
-// wrappers, the producer's weight decode into the swizzled layout, and the grouped tiles' scan. Internal: included by
-// gemm_wgmma_cuda.cu only (the layout, barrier protocol and decode are described at the top of that file).
+// wrappers, the producer's weight decode into the swizzled layout, and the grouped tiles' scan. Internal to the wgmma
+// kernels: gemm_wgmma_cuda.cu (the layout, barrier protocol and decode are described at the top of that file), the
+// flash MLA and the rows kernel's warpgroup form (register-A wgmma).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -545,6 +546,67 @@ __device__ __forceinline__ void wgmma_m64n64k32_e4m3(float (&d)[32], uint64_t de
         "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
         "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
       : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+#else
+  __trap();
+#endif
+}
+
+// Descriptor of a K-major operand in the no-swizzle layout: 8-row x 16-byte core matrices of 128 contiguous bytes,
+// those adjacent in K lbo bytes apart, those adjacent in rows (M or N) sbo bytes apart (mode 0).
+__device__ __forceinline__ uint64_t smem_desc_plain(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(lbo >> 4) << 16) |
+         (static_cast<uint64_t>(sbo >> 4) << 32);
+}
+
+// D(64 x kN, f32) += A(64 x 16, bf16) · B(kN x 16, bf16, K-major shared memory)ᵀ with A in registers: warp w of the
+// warpgroup holds rows 16w..16w+15 as mma.m16n8k16's A fragment (a[0] row g, k 2t..2t+1; a[1] row g + 8; a[2] / a[3]
+// the same at k + 8), and d holds its rows as mma.m16n8's C fragments, one per 8 columns (d[4j..4j+3]: columns 8j +
+// 2t, 8j + 2t + 1 of rows g and g + 8). kN = 16, 32 or 64 (the rows kernel's activation rows).
+template <int kN>
+__device__ __forceinline__ void wgmma_m64nNk16_reg_a(float (&d)[kN / 2], const uint32_t (&a)[4], uint64_t desc_b) {
+  static_assert(kN == 16 || kN == 32 || kN == 64, "n16, n32 or n64");
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  if constexpr (kN == 16) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %13, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7}, "
+        "{%8, %9, %10, %11}, %12, p, 1, 1, 0;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
+  }
+  if constexpr (kN == 32) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %21, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+        "{%16, %17, %18, %19}, %20, p, 1, 1, 0;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+          "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
+  }
+  if constexpr (kN == 64) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "
+        "%23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+          "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+          "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+          "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
+  }
 #else
   __trap();
 #endif
