@@ -40,22 +40,23 @@ TEST_F(CudaBench, DISABLED_DecodeGemmTimings) {
 }
 
 // Dense FP8 projections of V4-Flash at decode batches 16-64 (issue #7): the rows kernel (gemm_rows_mma.h, rows_mma =
-// always; from the f32 rows and from a bf16 copy; its warpgroup form) against the path it replaced (rows_mma
-// = never: the dequantized bf16 scratch for cuBLASLt, or the wgmma tiles where they fill the device), a same-run A/B;
-// weights rotate so each call reads them from HBM.
+// always; from the f32 rows and from a bf16 copy, on mma.sync; its warpgroup form) against the path it replaced
+// (rows_mma = never: the dequantized bf16 scratch for cuBLASLt, or the wgmma tiles where they fill the device), a
+// same-run A/B; weights rotate so each call reads them from HBM.
 TEST_F(CudaBench, DISABLED_DecodeRowsGemmTimings) {
   struct Mode {
     const char* name;
     cuda::KernelPick pick;
     bool bf16_a;
-    bool wgmma = false;
+    cuda::KernelPick wgmma = cuda::KernelPick::kNever;
   };
+  constexpr auto kWg = cuda::KernelPick::kAlways;
   const Mode modes[] = {{"rows", cuda::KernelPick::kAlways, false},
-                        {"rows wgmma", cuda::KernelPick::kAlways, false, true},
+                        {"rows wgmma", cuda::KernelPick::kAlways, false, kWg},
                         {"rows bf16 A", cuda::KernelPick::kAlways, true},
                         {"rows never", cuda::KernelPick::kNever, false},
                         {"rows (again, last)", cuda::KernelPick::kAlways, false},
-                        {"rows wgmma (again, last)", cuda::KernelPick::kAlways, false, true}};
+                        {"rows wgmma (again, last)", cuda::KernelPick::kAlways, false, kWg}};
   const auto set_mode = [&](const Mode& md) {
     cuda::KernelChoices c;
     c.gemm.rows_mma = md.pick;

@@ -83,8 +83,10 @@ class CudaGemmRowsMmaTest : public GemmProblemTest {
 };
 
 TEST_F(CudaGemmRowsMmaTest, EveryFormatAndRowGroupMatchesReference) {
+  cuda::GemmChoices mma_sync;  // 33-64 rows take the warpgroup form by default: its own test below
+  mma_sync.rows_mma_wgmma = cuda::KernelPick::kNever;
   for (Kind kind : {Kind::kMxfp4, Kind::kFp8E8m0_128, Kind::kFp8E8m0_32, Kind::kFp8Row32})
-    for (int64_t m : {9, 16, 17, 33, 64}) check(kind, m, 1000, 2048);
+    for (int64_t m : {9, 16, 17, 33, 64}) EXPECT_FALSE(check(kind, m, 1000, 2048, mma_sync).wg);
 }
 
 // V4-Flash's projection shapes at decode batch 64 (q_a, kv, o_b, the shared expert's down, q_b), and one of 512 tiles
@@ -152,7 +154,7 @@ TEST_F(CudaGemmRowsMmaTest, ChosenShapesMatchReference) {
 TEST_F(CudaGemmRowsMmaTest, WarpgroupFormMatchesReference) {
   const auto wg = [](int warps = 0, int kw = 0, int splits = 0, int share = 0) {
     cuda::GemmChoices c;
-    c.rows_mma_wgmma = true;
+    c.rows_mma_wgmma = cuda::KernelPick::kAlways;
     c.rows_mma_warps = warps;
     c.rows_mma_kw = kw;
     c.rows_mma_splits = splits;
@@ -221,7 +223,7 @@ TEST(CudaGemmRowsMmaShape, SplitsByTilesStepsAndSharedMemory) {
   EXPECT_EQ(s.warps, 16);
   EXPECT_EQ(s.splits, 4);
   EXPECT_EQ(s.split_steps, 16);
-  EXPECT_EQ(s.smem, size_t{16} * 128 * 64);            // 16 steps x 64 k x 64 rows x 2 bytes
+  EXPECT_EQ(s.smem, size_t{16} * (128 * 64 + 16));     // 16 steps x (64 k x 64 rows x 2 bytes + the warpgroup pad)
   s = gemm_rows_mma_shape(fp8, 32768, 1024, 64, 132);  // 128 tiles: no split
   EXPECT_EQ(s.warps, 16);
   EXPECT_EQ(s.splits, 1);
@@ -242,7 +244,7 @@ TEST(CudaGemmRowsMmaShape, SplitsByTilesStepsAndSharedMemory) {
   EXPECT_EQ(s.warps, 16);
   EXPECT_EQ(s.splits, 8);
   EXPECT_EQ(s.share, 1);  // 8 splits fill the cluster: no pair along N
-  EXPECT_EQ(s.smem, size_t{16} * 128 * 64);
+  EXPECT_EQ(s.smem, size_t{16} * (128 * 64 + 16));
   // Pairs of 16-warp blocks along N stage A together when they have at most 4 splits, 8- and 4-warp blocks never.
   s = gemm_rows_mma_shape(fp8, 32768, 1024, 16, 132);
   EXPECT_EQ(s.warps, 16);
@@ -255,15 +257,21 @@ TEST(CudaGemmRowsMmaShape, SplitsByTilesStepsAndSharedMemory) {
   EXPECT_EQ(gemm_rows_mma_shape(fp8, 1024, 4096, 16, 132).share, 1);  // 8 warps
 
   // The warpgroup form: whole warpgroups on one K range only, and kWgStepPad (16) bytes after each staged step.
-  cuda::GemmChoices wgc;
-  wgc.rows_mma_wgmma = true;
-  s = gemm_rows_mma_shape(fp8, 4096, 4096, 64, 132, wgc);
+  // By default (kAuto) above 32 rows.
+  s = gemm_rows_mma_shape(fp8, 4096, 4096, 64, 132);
   EXPECT_TRUE(s.wg);
   EXPECT_EQ(s.smem, size_t{16} * (128 * 64 + 16));
+  EXPECT_TRUE(gemm_rows_mma_shape(fp8, 4096, 4096, 33, 132).wg);
+  EXPECT_FALSE(gemm_rows_mma_shape(fp8, 4096, 4096, 32, 132).wg);
+  cuda::GemmChoices wgc;
+  wgc.rows_mma_wgmma = cuda::KernelPick::kAlways;
+  EXPECT_TRUE(gemm_rows_mma_shape(fp8, 4096, 4096, 16, 132, wgc).wg);
   wgc.rows_mma_warps = 8;
   wgc.rows_mma_kw = 4;
   EXPECT_FALSE(gemm_rows_mma_shape(fp8, 4096, 4096, 64, 132, wgc).wg);
-  EXPECT_FALSE(gemm_rows_mma_shape(fp8, 4096, 4096, 64, 132).wg);
+  wgc = {};
+  wgc.rows_mma_wgmma = cuda::KernelPick::kNever;
+  EXPECT_FALSE(gemm_rows_mma_shape(fp8, 4096, 4096, 64, 132, wgc).wg);
 
   // 32 steps x 8 splits would be 256 KB: too large
   s = gemm_rows_mma_shape(fp8, 4096, 16384, 64, 132);

@@ -201,7 +201,7 @@ const std::vector<Key>& keys() {
           "bf16_split_a", [](auto& c) -> auto& { return c.gemm.bf16_split_a; }),
       flag(
           "rows_mma_pdl", [](auto& c) -> auto& { return c.gemm.rows_mma_pdl; }),
-      flag(
+      pick(
           "rows_mma_wgmma", [](auto& c) -> auto& { return c.gemm.rows_mma_wgmma; }),
       shape("rows_mma_warps", [](auto& c) -> auto& { return c.gemm.rows_mma_warps; }, {4, 8, 16}),
       shape("rows_mma_kw", [](auto& c) -> auto& { return c.gemm.rows_mma_kw; }, {1, 2, 4, 8}),

@@ -18,6 +18,11 @@ constexpr int64_t kGemmRowsMmaMaxRows = 64;
 // the slices' projections at b64 (the same run, the default then vs all 64 rows) V4-Flash 0.90-0.97 vs 0.82 ms,
 // V4.1 1.65-1.66 vs 1.43.
 constexpr int64_t kGemmRowsMmaAutoRows = 64;
+// The warpgroup form (GemmChoices::rows_mma_wgmma = kAuto) above this many rows: one register-A wgmma m64 n64 k16 a
+// warpgroup and k16 slice instead of 8 mma.sync. H100, session 43, op bench (V4-Flash FP8 projections, same run,
+// mma.sync / warpgroup us): 64 rows o_b 60.1 / 53.1, q_b 34.1 / 32.6, shared gate 21.2 / 20.1, q_a 16.3 / 15.6-15.9, kv
+// 14.4-14.8 / 15.3-15.4; 32 rows even (o_b 34.9 / 34.3, kv 11.2 / 12.2); 16 rows 3-12% slower (kv 9.6 / 10.8).
+constexpr int64_t kGemmRowsWgmmaAutoRows = 32;
 
 // C = A · dequant(B)ᵀ for a dense call of m rows (9..kGemmRowsMmaMaxRows): each weight byte is read from HBM once
 // and decoded once in registers (the streaming kernel's exact bf16 placement and UE8M0 scale multiply), then feeds

@@ -62,13 +62,14 @@ struct KernelShape {
 // 8 bytes; afterwards the warps' partial tiles, kw x R rows x (16·warps / kw + kPartPad) floats.
 // kF32S: FP8 blocks with f32 scales (GemmChoices::f32_scale_mma): each weight is scaled in fp32 and rounded to bf16
 // in registers (bf16x2_scaled: dequantize_bf16's values, which the cuBLASLt scratch path it replaces multiplies).
-// kWg: the warpgroup form (GemmChoices::rows_mma_wgmma; warps / kw a multiple of 4, so a warpgroup's warps share one K
-// range on 4 consecutive tiles): each warp decodes its 16 weight rows into registers as before, and the warpgroup
-// multiplies its 64 rows by all R activation rows with one register-A wgmma (m64 nR k16) a k16 slice, which reads
-// the staged rows from shared memory itself: no shared-memory loads or per-8-row mma issues in the warps. The rows
-// are then staged as wgmma's K-major no-swizzle operand: for step s and mma mi, R rows x the mma's 16 logical k (the
-// same pairs place_pairs makes, P in k 0..7, Q in k 8..15), in 8-row x 16-byte core matrices (K-adjacent 128 bytes
-// apart, 8-row groups 256), kWgStepPad bytes after each step. The accumulators are the mma's C fragments as before.
+// kWg: the warpgroup form (GemmChoices::rows_mma_wgmma, gemm_rows_mma.h; warps / kw a multiple of 4, so a warpgroup's
+// warps share one K range on 4 consecutive tiles): each warp decodes its 16 weight rows into registers as before, and
+// the warpgroup multiplies its 64 rows by all R activation rows with one register-A wgmma (m64 nR k16) a k16 slice,
+// which reads the staged rows from shared memory itself: no shared-memory loads or per-8-row mma issues in the warps.
+// The rows are then staged as wgmma's K-major no-swizzle operand: for step s and mma mi, R rows x the mma's 16 logical
+// k (the same pairs place_pairs makes, P in k 0..7, Q in k 8..15), in 8-row x 16-byte core matrices (K-adjacent 128
+// bytes apart, 8-row groups 256), kWgStepPad bytes after each step. The accumulators are the mma's C fragments as
+// before.
 template <QuantFormat F, int RG, bool kBf16A, bool kShare, bool kF32S = false, bool kWg = false>
 __global__ void __launch_bounds__(32 * kMaxWarps, 1) gemm_rows_mma_kernel(GemmKernelParams p, KernelShape sh) {
   static_assert(!kF32S || F == QuantFormat::kFP8Block, "f32 scales: FP8 blocks");
@@ -401,7 +402,9 @@ RowsMmaShape gemm_rows_mma_shape(QuantFormat format, int64_t n, int64_t k, int64
   const int64_t tiles = ceil_div(n, int64_t{16} * (s.warps / s.kw));
   const bool forced = pick.rows_mma_splits > 0;
   // The warpgroup form needs whole warpgroups on one K range: warps / kw a multiple of 4.
-  s.wg = pick.rows_mma_wgmma && (s.warps / s.kw) % 4 == 0;
+  const bool wg_rows = pick.rows_mma_wgmma == KernelPick::kAlways ||
+                       (pick.rows_mma_wgmma == KernelPick::kAuto && rows > kGemmRowsWgmmaAutoRows);
+  s.wg = wg_rows && (s.warps / s.kw) % 4 == 0;
   if (pick.rows_mma_share == 2 || pick.rows_mma_share == 4 || pick.rows_mma_share == 8) s.share = pick.rows_mma_share;
   const int max_splits_here = kMaxSplits / s.share;  // a cluster holds share x splits blocks, 8 at most
   s.splits = std::min(forced ? pick.rows_mma_splits : max_splits(tiles, s.warps), max_splits_here);

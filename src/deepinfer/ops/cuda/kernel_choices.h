@@ -84,10 +84,9 @@ struct GemmChoices {
   bool rows_mma_pdl = false;
   // The rows kernel's warpgroup form (gemm_rows_mma_cuda.cu, where the launch shape has warps / kw a multiple of 4):
   // each warpgroup's 64 decoded weight rows times all the call's rows in one register-A wgmma a k16 slice instead of
-  // one mma.sync per 8 rows and a shared-memory load each (ncu, H100, session 43, V4.1 slice decode b64: the
-  // mma.sync kernel's 64-row calls issue-bound at 13.5% issue slots busy on 56-400 blocks, 22 us for 2-8 MB calls).
-  // Off until a GPU has measured it.
-  bool rows_mma_wgmma = false;
+  // one mma.sync per 8 rows and a shared-memory load each. kAuto: calls of more than kGemmRowsWgmmaAutoRows rows
+  // (gemm_rows_mma.h: the op bench's same-run A/B on the H100, session 43, faster at 64 rows, slower at 16).
+  KernelPick rows_mma_wgmma = KernelPick::kAuto;
   // The rows kernel's launch shape instead of its rule's (gemm_rows_mma_shape), 0 = the rule's: warps a block (4,
   // 8 or 16), warps along K a block (1, 2, 4 or 8, dividing the warps), K splits a cluster (1-8; with a chosen count a
   // K range past the shared memory declines the call instead of splitting further).
