@@ -141,6 +141,34 @@ TEST_F(CudaBench, DISABLED_RowsGemmShapeSweep) {
   gpu().set_kernel_choices({});
 }
 
+// The output projections (K = 8192) at 33-64 rows need 8 cluster splits for their K range to fit a block's shared
+// memory, and clusters of 8 one-block SMs fit only 15 at a time on a 132-SM part (ncu's Max Active Clusters): V4-Flash
+// o_b's 16 clusters and V4.1's 20 run in two waves. Fewer, larger splits (6: 22 steps of 64 k, 180 KB at 64 rows)
+// fit one wave; a same-run A/B of the split counts, weights rotating out of L2.
+TEST_F(CudaBench, DISABLED_RowsGemmClusterWaves) {
+  for (const Proj& pr : {Proj{"V4-Flash o_b", 4096, 8192}, Proj{"V4.1 o_b", 5120, 8192}}) {
+    const RotatingFp8 wr = rotating_fp8(pr.n, pr.k);
+    for (int64_t m : {33, 64}) {
+      DeviceTensor x = filled(DType::kF32, {m, pr.k}), y(gpu(), DType::kF32, {m, pr.n});
+      for (int pass = 0; pass < 2; ++pass)
+        for (int splits : {0, 8, 7, 6}) {
+          cuda::KernelChoices c;
+          c.gemm.rows_mma = cuda::KernelPick::kAlways;
+          c.gemm.rows_mma_warps = splits ? 16 : 0;
+          c.gemm.rows_mma_splits = splits;
+          if (splits && !cuda::gemm_rows_mma_takes(QuantFormat::kFP8Block, true, 128, 128, pr.n, pr.k, m, c.gemm))
+            continue;
+          gpu().set_kernel_choices(c);
+          const double ms = time_rotating(wr, x, y);
+          report(std::string("fp8 ") + pr.name + " M=" + std::to_string(m) + " w16 splits " +
+                     (splits ? std::to_string(splits) : std::string("rule")) + (pass ? " (again)" : ""),
+                 ms, wr.bytes + 4.0 * m * (pr.n + pr.k), 2.0 * m * pr.n * pr.k);
+        }
+    }
+  }
+  gpu().set_kernel_choices({});
+}
+
 // The V4.1 MoE layer at decode batches 64-256 (issue #7: batch 128-256 at >= 60% of the binding ceiling; every expert
 // is used, ~4 rows each at 256), default kernels.
 TEST_F(CudaBench, DISABLED_DecodeMoeLargeBatchTimings) {
