@@ -151,19 +151,31 @@ TEST_F(CudaBench, DISABLED_RowsGemmClusterWaves) {
     for (int64_t m : {33, 64}) {
       DeviceTensor x = filled(DType::kF32, {m, pr.k}), y(gpu(), DType::kF32, {m, pr.n});
       for (int pass = 0; pass < 2; ++pass)
-        for (int splits : {0, 8, 7, 6}) {
+        for (int splits : {-1, 0, 8, 7, 6}) {  // -1: the rule without waves (rows_mma_waves = false), 0: the rule
           cuda::KernelChoices c;
           c.gemm.rows_mma = cuda::KernelPick::kAlways;
-          c.gemm.rows_mma_warps = splits ? 16 : 0;
-          c.gemm.rows_mma_splits = splits;
-          if (splits && !cuda::gemm_rows_mma_takes(QuantFormat::kFP8Block, true, 128, 128, pr.n, pr.k, m, c.gemm))
+          c.gemm.rows_mma_warps = splits > 0 ? 16 : 0;
+          c.gemm.rows_mma_splits = std::max(splits, 0);
+          c.gemm.rows_mma_waves = splits >= 0;
+          if (splits > 0 && !cuda::gemm_rows_mma_takes(QuantFormat::kFP8Block, true, 128, 128, pr.n, pr.k, m, c.gemm))
             continue;
           gpu().set_kernel_choices(c);
+          const cuda::RowsMmaShape sh =
+              cuda::gemm_rows_mma_shape(QuantFormat::kFP8Block, pr.n, pr.k, m, gpu().device_info().sm_count, c.gemm,
+                                        cuda::gemm_rows_mma_cluster_slots);
           const double ms = time_rotating(wr, x, y);
-          report(std::string("fp8 ") + pr.name + " M=" + std::to_string(m) + " w16 splits " +
-                     (splits ? std::to_string(splits) : std::string("rule")) + (pass ? " (again)" : ""),
-                 ms, wr.bytes + 4.0 * m * (pr.n + pr.k), 2.0 * m * pr.n * pr.k);
+          report(
+              std::string("fp8 ") + pr.name + " M=" + std::to_string(m) +
+                  (splits > 0 ? " w16 s" + std::to_string(splits) : std::string(splits ? " rule, no waves" : " rule")) +
+                  " (w" + std::to_string(sh.warps) + " s" + std::to_string(sh.splits) + ")" + (pass ? " (again)" : ""),
+              ms, wr.bytes + 4.0 * m * (pr.n + pr.k), 2.0 * m * pr.n * pr.k);
         }
+      if (m == 64)
+        std::printf("[bench] cluster slots (clusters of 2..8 16-warp blocks at once): %d %d %d %d %d %d %d\n",
+                    cuda::gemm_rows_mma_cluster_slots(2), cuda::gemm_rows_mma_cluster_slots(3),
+                    cuda::gemm_rows_mma_cluster_slots(4), cuda::gemm_rows_mma_cluster_slots(5),
+                    cuda::gemm_rows_mma_cluster_slots(6), cuda::gemm_rows_mma_cluster_slots(7),
+                    cuda::gemm_rows_mma_cluster_slots(8));
     }
   }
   gpu().set_kernel_choices({});

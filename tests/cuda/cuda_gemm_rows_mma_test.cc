@@ -38,8 +38,8 @@ class CudaGemmRowsMmaTest : public GemmProblemTest {
     cudaStream_t s = gpu().stream();
     const std::string what = std::string("rows-mma ") + kind_name(kind) + " M=" + std::to_string(m) +
                              " N=" + std::to_string(n) + " K=" + std::to_string(k);
-    const cuda::RowsMmaShape shape =
-        cuda::gemm_rows_mma_shape(l->p.format, n, k, m, gpu().device_info().sm_count, l->p.choices);
+    const cuda::RowsMmaShape shape = cuda::gemm_rows_mma_shape(l->p.format, n, k, m, gpu().device_info().sm_count,
+                                                               l->p.choices, cuda::gemm_rows_mma_cluster_slots);
     bool took = false;
     const HostTensor got = run(*l, pr, [&](const cuda::GemmKernelParams& p) { took = cuda::run_gemm_rows_mma(p, s); });
     EXPECT_TRUE(took) << what << ": declined";
@@ -257,6 +257,28 @@ TEST(CudaGemmRowsMmaShape, SplitsByTilesStepsAndSharedMemory) {
   EXPECT_EQ(gemm_rows_mma_shape(fp8, 1024, 4096, 16, 132).share, 1);  // 8 warps
 
   // The warpgroup form: whole warpgroups on one K range only, and kWgStepPad (16) bytes after each staged step.
+  // Waves of clusters (cluster_slots as an H100's: 15 clusters of 8 or 7 blocks at once, 19 of 6): V4-Flash o_b at 64
+  // rows (16 clusters of 8 splits: two waves) takes 6 splits of 22 steps (one wave); V4.1 o_b (5120 rows: 40 8-warp
+  // clusters, three waves) 16-warp blocks in 8 splits (20 clusters: two waves of 16 steps, not two of 22); a shape of
+  // one wave stays; rows_mma_waves = false keeps the shape.
+  const cuda::ClusterSlots h100 = [](int size) { return size >= 7 ? 15 : (size == 6 ? 19 : 132 / size); };
+  s = gemm_rows_mma_shape(fp8, 4096, 8192, 64, 132, {}, h100);
+  EXPECT_EQ(s.warps, 16);
+  EXPECT_EQ(s.splits, 6);
+  EXPECT_EQ(s.split_steps, 22);
+  EXPECT_EQ(s.share, 1);
+  EXPECT_LE(s.smem, size_t{200} * 1024);
+  s = gemm_rows_mma_shape(fp8, 5120, 8192, 64, 132, {}, h100);
+  EXPECT_EQ(s.warps, 16);
+  EXPECT_EQ(s.splits, 8);
+  EXPECT_EQ(gemm_rows_mma_shape(fp8, 5120, 8192, 64, 132).warps, 8);
+  s = gemm_rows_mma_shape(fp8, 4096, 4096, 64, 132, {}, h100);  // 8 clusters of 2 x 4 blocks: one wave
+  EXPECT_EQ(s.splits, 4);
+  EXPECT_EQ(s.share, 2);
+  cuda::GemmChoices no_waves;
+  no_waves.rows_mma_waves = false;
+  EXPECT_EQ(gemm_rows_mma_shape(fp8, 4096, 8192, 64, 132, no_waves, h100).splits, 8);
+
   // By default (kAuto) above 32 rows.
   s = gemm_rows_mma_shape(fp8, 4096, 4096, 64, 132);
   EXPECT_TRUE(s.wg);

@@ -201,6 +201,8 @@ const std::vector<Key>& keys() {
           "bf16_split_a", [](auto& c) -> auto& { return c.gemm.bf16_split_a; }),
       flag(
           "rows_mma_pdl", [](auto& c) -> auto& { return c.gemm.rows_mma_pdl; }),
+      flag(
+          "rows_mma_waves", [](auto& c) -> auto& { return c.gemm.rows_mma_waves; }),
       pick(
           "rows_mma_wgmma", [](auto& c) -> auto& { return c.gemm.rows_mma_wgmma; }),
       shape("rows_mma_warps", [](auto& c) -> auto& { return c.gemm.rows_mma_warps; }, {4, 8, 16}),

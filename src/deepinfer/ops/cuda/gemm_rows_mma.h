@@ -4,6 +4,8 @@
 
 #include <cuda_runtime.h>
 
+#include <functional>
+
 #include "deepinfer/ops/cuda/kernels.h"
 
 namespace deepinfer::cuda {
@@ -56,7 +58,17 @@ struct RowsMmaShape {
   bool wg = false;  // the warpgroup form (register-A wgmma; GemmChoices::rows_mma_wgmma where warps / kw % 4 == 0)
   size_t smem = 0;  // dynamic shared memory a block
 };
+// cluster_slots(c), when given: how many clusters of c one-block-an-SM blocks the device runs at once
+// (gemm_rows_mma_cluster_slots; a cluster's blocks share one GPC, so fewer than sms / c fit, e.g. 15 of 8 on the
+// H100). When the rule's clusters of such blocks (above sms / 2 blocks) need more than one wave, the rule takes the
+// shape of fewest waves x steps a block instead: 16-warp blocks, one a cluster along N, 2-8 splits whose K range fits.
+using ClusterSlots = std::function<int(int size)>;
 RowsMmaShape gemm_rows_mma_shape(QuantFormat format, int64_t n, int64_t k, int64_t rows, int sms,
-                                 const GemmChoices& pick = {});
+                                 const GemmChoices& pick = {}, const ClusterSlots& cluster_slots = nullptr);
+
+// How many clusters of `size` (2..8) 16-warp rows-kernel blocks the current device runs at once
+// (cudaOccupancyMaxActiveClusters), 0 when the runtime does not say. Kept per device after the first ask: a device
+// constant, asked by CudaBackend when it starts (so never first inside a graph capture) and by every rows launch.
+int gemm_rows_mma_cluster_slots(int size);
 
 }  // namespace deepinfer::cuda

@@ -22,6 +22,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <atomic>
 #include <type_traits>
 
 #include "deepinfer/ops/cuda/cuda_check.h"
@@ -43,7 +44,8 @@ constexpr int kMaxSplits = 8;  // the portable cluster size
 constexpr int kMinSplitSteps = 8;
 // A block's shared memory at most (one block an SM still fits; 227 KB is the sm_90 limit).
 constexpr size_t kMaxSmem = 200 * 1024;
-constexpr int kPartPad = 4;  // floats of padding a partial-tile row: the accumulator stores hit distinct banks
+constexpr int kSlotDevices = 64;  // devices whose cluster slots gemm_rows_mma_cluster_slots keeps
+constexpr int kPartPad = 4;       // floats of padding a partial-tile row: the accumulator stores hit distinct banks
 // Warpgroup form (kWg): bytes of padding after each step's staged rows, so that the staging stores of a warp's 8 steps
 // (one row, consecutive chunks) hit distinct banks.
 constexpr int kWgStepPad = 16;
@@ -377,7 +379,7 @@ void dispatch(const GemmKernelParams& p, const RowsMmaShape& shape, const Kernel
 }  // namespace
 
 RowsMmaShape gemm_rows_mma_shape(QuantFormat format, int64_t n, int64_t k, int64_t rows, int sms,
-                                 const GemmChoices& pick) {
+                                 const GemmChoices& pick, const ClusterSlots& cluster_slots) {
   const int64_t steps = ceil_div(k / chunk_k(format), int64_t{4});
   RowsMmaShape s;
   // The widest block (16, 8 or 4 warps: every block stages its K range of all the rows, so fewer, wider blocks read
@@ -422,7 +424,38 @@ RowsMmaShape gemm_rows_mma_shape(QuantFormat format, int64_t n, int64_t k, int64
   // projection of 16-64 rows that takes 16-warp blocks and at most 4 splits, never slower; four blocks a cluster
   // lose (docs/PERF.md session 24).
   if (pick.rows_mma_share == 0 && s.warps == 16 && s.kw == 1 && s.splits <= kMaxSplits / 2 && tiles >= 2) s.share = 2;
-  return s;
+  // Clusters past one wave (e.g. V4-Flash o_b at 33-64 rows: K = 8192 fits shared memory in 8 splits, 16 clusters of
+  // 8, of which the H100 runs 15 at once, so the 16th runs alone after them: 53.0 us, 37.7 in 6 splits, one wave;
+  // H100, session 43, docs/PERF.md): the shape of fewest waves x steps a block, each block latency-bound. Not for a
+  // chosen shape.
+  const bool chosen = pick.rows_mma_warps || pick.rows_mma_kw || forced || pick.rows_mma_share;
+  // Blocks of one an SM: 16 warps (the registers), or past half an SM's 228 KB of shared memory (1 KB a block kept).
+  const auto waves = [&](const RowsMmaShape& c) {
+    const int size = c.splits * c.share;
+    const int64_t clusters = ceil_div(ceil_div(n, int64_t{16} * (c.warps / c.kw)), int64_t{c.share});
+    const bool one_an_sm = c.warps == 16 || c.smem > 113 * 1024;
+    if (size <= 1 || !one_an_sm || clusters * size <= sms / 2) return int64_t{1};  // one wave on any GPC layout
+    const int slots = cluster_slots(size);
+    return slots > 0 ? ceil_div(clusters, int64_t{slots}) : int64_t{1};
+  };
+  if (chosen || !pick.rows_mma_waves || !cluster_slots || s.smem > kMaxSmem || waves(s) <= 1) return s;
+  RowsMmaShape best = s;
+  int64_t best_cost = waves(s) * s.split_steps;
+  for (int sp = 2; sp <= kMaxSplits; ++sp) {
+    RowsMmaShape c;
+    c.warps = 16;
+    c.splits = sp;
+    c.split_steps = c.warp_steps = static_cast<int>(ceil_div(steps, int64_t{sp}));
+    c.wg = wg_rows;
+    c.smem = rows_smem(format, c.warps, 1, c.split_steps, rows, c.wg);
+    if (c.smem > kMaxSmem) continue;
+    const int64_t cost = waves(c) * c.split_steps;
+    if (cost < best_cost) {
+      best = c;
+      best_cost = cost;
+    }
+  }
+  return best;
 }
 
 namespace {
@@ -444,13 +477,58 @@ bool gemm_rows_mma_takes(QuantFormat format, bool scale_e8m0, int block_n, int b
          gemm_rows_mma_shape(format, n, k, rows, device_sm_count(), choices).smem <= kMaxSmem;
 }
 
+namespace {
+// Clusters of 16-warp blocks (one an SM: a 512-thread block takes the SM's registers) that the runtime says fit at
+// once; any instance, they share the launch bounds. 0 when it does not say.
+int ask_cluster_slots(int size) {
+  const auto kernel = gemm_rows_mma_kernel<QuantFormat::kFP8Block, 8, false, false, false, false>;
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kMaxSmem)) !=
+      cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(1, static_cast<unsigned>(size));
+  cfg.blockDim = dim3(32 * kMaxWarps);
+  cfg.dynamicSmemBytes = kMaxSmem;
+  cudaLaunchAttribute attr = {};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = 1;
+  attr.val.clusterDim.y = static_cast<unsigned>(size);
+  attr.val.clusterDim.z = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  int clusters = 0;
+  if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return clusters;
+}
+}  // namespace
+
+int gemm_rows_mma_cluster_slots(int size) {
+  if (size < 2 || size > kMaxSplits) return 0;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kSlotDevices) return ask_cluster_slots(size);
+  // A device constant kept per device as answer + 1 (0: not asked yet); racing first asks store the same answer.
+  static std::atomic<int> known[kSlotDevices][kMaxSplits + 1];
+  int v = known[dev][size].load(std::memory_order_relaxed) - 1;
+  if (v < 0) {
+    v = ask_cluster_slots(size);
+    known[dev][size].store(v + 1, std::memory_order_relaxed);
+  }
+  return v;
+}
+
 bool run_gemm_rows_mma(const GemmKernelParams& p, cudaStream_t stream) {
   if (p.batch_invariant || p.group_offsets || p.a_rows || p.c_rows || p.b_table) return false;
   if (!takes_kind(p.format, p.scale_e8m0, p.block_n, p.block_k, p.n, p.k, p.m, p.choices)) return false;
   if (reinterpret_cast<uintptr_t>(p.b) % 16 != 0) return false;
   if (!p.scale_e8m0 && reinterpret_cast<uintptr_t>(p.b_scale) % 4 != 0) return false;
-  const RowsMmaShape shape = gemm_rows_mma_shape(p.format, p.n, p.k, p.m, device_sm_count(), p.choices);
-  if (shape.smem > kMaxSmem) return false;
+  const int sms = device_sm_count();
+  if (gemm_rows_mma_shape(p.format, p.n, p.k, p.m, sms, p.choices).smem > kMaxSmem) return false;
+  const RowsMmaShape shape = gemm_rows_mma_shape(p.format, p.n, p.k, p.m, sms, p.choices, gemm_rows_mma_cluster_slots);
   KernelShape ks{shape.splits, shape.split_steps,     0, 0, shape.kw, shape.warp_steps, shape.share,
                  false,        p.choices.rows_mma_pdl};
   switch (p.format) {

@@ -87,6 +87,10 @@ struct GemmChoices {
   // one mma.sync per 8 rows and a shared-memory load each. kAuto: calls of more than kGemmRowsWgmmaAutoRows rows
   // (gemm_rows_mma.h: the op bench's same-run A/B on the H100, session 43, faster at 64 rows, slower at 16).
   KernelPick rows_mma_wgmma = KernelPick::kAuto;
+  // The rows kernel's rule counts waves of clusters (gemm_rows_mma_shape's cluster_slots: clusters share a GPC, 15 of
+  // 8 blocks fit the H100 at once) and takes fewer, longer splits where its shape would need two; false keeps the
+  // shape of tiles and shared memory alone.
+  bool rows_mma_waves = true;
   // The rows kernel's launch shape instead of its rule's (gemm_rows_mma_shape), 0 = the rule's: warps a block (4,
   // 8 or 16), warps along K a block (1, 2, 4 or 8, dividing the warps), K splits a cluster (1-8; with a chosen count a
   // K range past the shared memory declines the call instead of splitting further).
