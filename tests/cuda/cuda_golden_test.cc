@@ -223,33 +223,50 @@ TEST_P(CudaGolden, DecodeGraphsReplayEqualsEagerPaddedSteps) {
 
 // --kv-cache-dtype bf16 on the device: batched paged decode (and its decode graphs) over bf16 windows, entries and
 // indexer keys. V4.1's cached rows are bf16 values already and the kernels over bf16 pools give the f32 pools' bytes
-// for them: the logits are the f32 caches' bit for bit. V4's rows round: its logits stay near the f32 caches'.
+// for them: the logits are the f32 caches' bit for bit. V4's rows round, and the tiny random model amplifies that
+// (the CPU's own bf16 caches are 0.3 of a row's largest logit from its f32 caches in the worst row, 1e-2 in most): so
+// V4 is held to the CPU's bf16-cache decode instead, most rows at the golden tolerance, none past the rounding's own
+// worst (a value the GPU computes a few ulps from the CPU's may round to the other bf16 neighbour).
 TEST_P(CudaGolden, Bf16CachesDecode) {
   DeepseekV4Model& gpu = *f().gpu_model;
+  DeepseekV4Model& cpu = *f().cpu_model;
   const auto specs = testing::make_specs(gpu, {1, 6, 16, 17, 33, 70, 101}, 6, {{{4, 3, 16}}});
   const bool v41 = GetParam() == "deepseek_v41";
   const auto f32 = testing::paged_decode(gpu, specs, v41, /*batched=*/true);
+  const auto cpu_f32 = testing::paged_decode(cpu, specs, v41, /*batched=*/true);
   gpu.set_kv_cache_dtype(DType::kBF16);
+  cpu.set_kv_cache_dtype(DType::kBF16);
   DecodeGraphs graphs(*f().gpu);
   const auto eager = testing::paged_decode(gpu, specs, v41, /*batched=*/true);
   const auto replayed = testing::paged_decode(gpu, specs, v41, /*batched=*/true, testing::kV4Block, &graphs);
+  const auto cpu_bf16 = testing::paged_decode(cpu, specs, v41, /*batched=*/true);
   gpu.set_kv_cache_dtype(DType::kF32);
+  cpu.set_kv_cache_dtype(DType::kF32);
   const int64_t v = vocab();
-  double worst = 0;
+  double rounding = 0;  // the CPU's bf16 caches against its f32 caches, worst row
+  std::vector<double> rows;
+  bool moved = false;
   for (size_t i = 0; i < specs.size(); ++i) {
     ASSERT_EQ(eager[i].size(), f32[i].size()) << "sequence " << i;
     ASSERT_EQ(replayed[i].size(), f32[i].size()) << "sequence " << i;
+    const size_t bytes = f32[i].size() * sizeof(float);
+    EXPECT_EQ(std::memcmp(replayed[i].data(), eager[i].data(), bytes), 0) << "sequence " << i << ": graphs";
     const auto n = static_cast<int64_t>(specs[i].gen.size());
-    worst = std::max(worst, worst_rel_error(eager[i].data(), f32[i].data(), n, v));
-    worst = std::max(worst, worst_rel_error(replayed[i].data(), f32[i].data(), n, v));
-    if (v41) {
-      EXPECT_EQ(std::memcmp(eager[i].data(), f32[i].data(), f32[i].size() * sizeof(float)), 0) << "sequence " << i;
-      EXPECT_EQ(std::memcmp(replayed[i].data(), f32[i].data(), f32[i].size() * sizeof(float)), 0) << "sequence " << i;
-    }
+    rounding = std::max(rounding, worst_rel_error(cpu_bf16[i].data(), cpu_f32[i].data(), n, v));
+    const auto e = sorted_row_errors(eager[i].data(), cpu_bf16[i].data(), n, v);
+    rows.insert(rows.end(), e.begin(), e.end());
+    moved = moved || std::memcmp(eager[i].data(), f32[i].data(), bytes) != 0;
+    if (v41) EXPECT_EQ(std::memcmp(eager[i].data(), f32[i].data(), bytes), 0) << "sequence " << i;
   }
-  std::printf("[cuda-golden %s] bf16 caches, batched decode vs the f32 caches: worst row rel %.3g%s\n",
-              GetParam().c_str(), worst, v41 ? " (lossless: must be 0)" : "");
-  EXPECT_LE(worst, v41 ? 0.0 : 1e-2);
+  std::sort(rows.begin(), rows.end());
+  const double median = rows[rows.size() / 2];
+  std::printf(
+      "[cuda-golden %s] bf16 caches, batched decode vs the CPU's bf16 caches: median row rel %.3g, worst %.3g "
+      "(the CPU's bf16 vs f32 caches: worst %.3g)%s\n",
+      GetParam().c_str(), median, rows.back(), rounding, v41 ? "; == the f32 caches bit for bit" : "");
+  EXPECT_LE(median, kMedianRowTol);
+  EXPECT_LE(rows.back(), std::max(kRelTol, rounding));
+  EXPECT_EQ(moved, !v41) << (v41 ? "V4.1's bf16 caches changed its logits" : "V4's bf16 caches rounded nothing");
   EXPECT_GE(graphs.stats().replays, 1);
 }
 
