@@ -225,8 +225,10 @@ TEST_P(CudaGolden, DecodeGraphsReplayEqualsEagerPaddedSteps) {
 // indexer keys. V4.1's cached rows are bf16 values already and the kernels over bf16 pools give the f32 pools' bytes
 // for them: the logits are the f32 caches' bit for bit. V4's rows round, and the tiny random model amplifies that
 // (the CPU's own bf16 caches are 0.3 of a row's largest logit from its f32 caches in the worst row, 1e-2 in most): so
-// V4 is held to the CPU's bf16-cache decode instead, most rows at the golden tolerance, none past the rounding's own
-// worst (a value the GPU computes a few ulps from the CPU's may round to the other bf16 neighbour).
+// V4 is held to the CPU's bf16-cache decode instead: its median row within a quarter of the rounding's own median
+// row, no row past the rounding's worst (a value the GPU computes a few ulps from the CPU's may round to the other
+// bf16 neighbour, so not the golden tolerance; a rounding other than the CPU's would move rows as far as the
+// rounding itself).
 TEST_P(CudaGolden, Bf16CachesDecode) {
   DeepseekV4Model& gpu = *f().gpu_model;
   DeepseekV4Model& cpu = *f().cpu_model;
@@ -243,8 +245,7 @@ TEST_P(CudaGolden, Bf16CachesDecode) {
   gpu.set_kv_cache_dtype(DType::kF32);
   cpu.set_kv_cache_dtype(DType::kF32);
   const int64_t v = vocab();
-  double rounding = 0;  // the CPU's bf16 caches against its f32 caches, worst row
-  std::vector<double> rows;
+  std::vector<double> rows, rounding;  // rows: the GPU's against the CPU's bf16 caches; rounding: the CPU's bf16 vs f32
   bool moved = false;
   for (size_t i = 0; i < specs.size(); ++i) {
     ASSERT_EQ(eager[i].size(), f32[i].size()) << "sequence " << i;
@@ -252,20 +253,22 @@ TEST_P(CudaGolden, Bf16CachesDecode) {
     const size_t bytes = f32[i].size() * sizeof(float);
     EXPECT_EQ(std::memcmp(replayed[i].data(), eager[i].data(), bytes), 0) << "sequence " << i << ": graphs";
     const auto n = static_cast<int64_t>(specs[i].gen.size());
-    rounding = std::max(rounding, worst_rel_error(cpu_bf16[i].data(), cpu_f32[i].data(), n, v));
+    const auto r = sorted_row_errors(cpu_bf16[i].data(), cpu_f32[i].data(), n, v);
+    rounding.insert(rounding.end(), r.begin(), r.end());
     const auto e = sorted_row_errors(eager[i].data(), cpu_bf16[i].data(), n, v);
     rows.insert(rows.end(), e.begin(), e.end());
     moved = moved || std::memcmp(eager[i].data(), f32[i].data(), bytes) != 0;
     if (v41) EXPECT_EQ(std::memcmp(eager[i].data(), f32[i].data(), bytes), 0) << "sequence " << i;
   }
   std::sort(rows.begin(), rows.end());
-  const double median = rows[rows.size() / 2];
+  std::sort(rounding.begin(), rounding.end());
+  const double median = rows[rows.size() / 2], r_median = rounding[rounding.size() / 2];
   std::printf(
       "[cuda-golden %s] bf16 caches, batched decode vs the CPU's bf16 caches: median row rel %.3g, worst %.3g "
-      "(the CPU's bf16 vs f32 caches: worst %.3g)%s\n",
-      GetParam().c_str(), median, rows.back(), rounding, v41 ? "; == the f32 caches bit for bit" : "");
-  EXPECT_LE(median, kMedianRowTol);
-  EXPECT_LE(rows.back(), std::max(kRelTol, rounding));
+      "(the CPU's bf16 vs f32 caches: median %.3g, worst %.3g)%s\n",
+      GetParam().c_str(), median, rows.back(), r_median, rounding.back(), v41 ? "; == the f32 caches bit for bit" : "");
+  EXPECT_LE(median, std::max(kMedianRowTol, r_median / 4));
+  EXPECT_LE(rows.back(), std::max(kRelTol, rounding.back()));
   EXPECT_EQ(moved, !v41) << (v41 ? "V4.1's bf16 caches changed its logits" : "V4's bf16 caches rounded nothing");
   EXPECT_GE(graphs.stats().replays, 1);
 }
