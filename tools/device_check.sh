@@ -372,8 +372,19 @@ if [ "$MODE" = ci ]; then
   cat "$summary"
   exit 0
 fi
+# Names each positive pattern of a gtest filter that matches no test of the binary: a pattern such as 'CudaGolden.*'
+# runs nothing of a parametrized suite ('Fixtures/CudaGolden.*'), silently (session 42's calls).
+unmatched_patterns() {
+  local bin=$1 filter=${2%%-*} pat
+  [ -z "$filter" ] || [ "$filter" = NONE ] && return 0
+  for pat in ${filter//:/ }; do
+    "$bin" --gtest_list_tests --gtest_filter="$pat" 2>/dev/null | grep -q '^  ' ||
+      note "filter pattern '$pat' matches no test (a parametrized suite's tests are 'Prefix/Suite.Name/N': '*$pat')"
+  done
+}
 if [ "$MODE" = model ]; then
   # MODEL_FILTER: a gtest filter to run only those GPU tests (a re-check after a fix).
+  unmatched_patterns build-gpu/bin/deepinfer_cuda_tests "${MODEL_FILTER:-}"
   timeout 360 build-gpu/bin/deepinfer_cuda_tests ${MODEL_FILTER:+--gtest_filter="$MODEL_FILTER"} >"$OUT/gpu_tests_direct.log" 2>&1
   note "gpu tests (direct): rc=$? $(grep -E '^\[  PASSED|^\[  FAILED' "$OUT/gpu_tests_direct.log" | tr '\n' ' ')"
   grep -h "\[cuda-op\]" "$OUT/gpu_tests_direct.log" >"$OUT/op_errors.txt"
