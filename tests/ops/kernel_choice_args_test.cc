@@ -51,7 +51,7 @@ TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
                                           "mla_lazy_rescale=0",
                                           "paged_mla_16=0",
                                           "paged_mla_ahead=0",
-                                          "paged_mla_two_blocks=1",
+                                          "paged_mla_two_blocks=0",
                                           "mla_flash_split_s=0",
                                           "mla_flash_wgmma=0",
                                           "rows_mma=never",

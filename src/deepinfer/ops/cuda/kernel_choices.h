@@ -157,8 +157,10 @@ struct KernelChoices {
   // With a bf16 pool (--kv-cache-dtype bf16) and 16-head blocks: two blocks an SM instead of one. The key buffers hold
   // no lo planes (99 KB a block instead of 154), the kernel is built for 80 registers (its producers one tile at a
   // time) and the splits double to fill both. ncu (H100, session 38, V2-Lite b64 with a bf16 pool): one 12-warp block
-  // an SM, 18.6% achieved occupancy, no eligible warp 76% of the cycles, 1.88 TB/s. Off until a GPU has run it.
-  bool paged_mla_two_blocks = false;
+  // an SM, 18.6% achieved occupancy, no eligible warp 76% of the cycles, 1.88 TB/s. On since session 43 (H100, V2-Lite
+  // slice decode at 4k with a bf16 pool, two sets each, same run: attention b64 10.34 / 10.30 -> 9.48 / 9.72 ms, b256
+  // 27.93 / 27.83 -> 24.93 / 24.92; steps b256 53.07 / 53.02 -> 50.18).
+  bool paged_mla_two_blocks = true;
   // The MLA flash kernel sums S's hi·hi products and its cross terms in separate accumulators (8 independent mma chains
   // a warp instead of 4): another fp32 order within the same 3e-5. On since session 35 (H100, same run: prefill 8192
   // attention 133.2-133.9 -> 130.0 ms alone, 125.5 with mla_lazy_rescale; fixed-latency waits on the HMMAs were the
