@@ -15,7 +15,11 @@
 //   shape the warps may also split the block's K range (kw), their partial tiles summed in shared memory in order;
 // - K splits over the blocks of a thread-block cluster (Hopper) when the weight tiles alone would not give the device
 //   enough blocks; the blocks then add their partial tiles through distributed shared memory, each summing a slice of
-//   the tile over the cluster's ranks in rank order: deterministic, and no partials through global memory.
+//   the tile over the cluster's ranks in rank order: deterministic, and no partials through global memory. A
+//   cluster's blocks share one GPC, so fewer clusters fit at once than SMs suggest (15 of 8 one-block SMs on the H100):
+//   the rule counts those waves (gemm_rows_mma.h);
+// - above 32 rows, the warpgroup form: a warpgroup's 4 warps decode their 64 weight rows as before and multiply them
+//   by all the rows with register-A wgmmas reading the staged rows straight from shared memory (the kernel's kWg).
 #include "deepinfer/ops/cuda/gemm_rows_mma.h"
 
 #include <cooperative_groups.h>
