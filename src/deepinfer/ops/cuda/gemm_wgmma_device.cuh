@@ -561,10 +561,11 @@ __device__ __forceinline__ uint64_t smem_desc_plain(uint32_t addr, uint32_t lbo,
 // D(64 x kN, f32) += A(64 x 16, bf16) · B(kN x 16, bf16, K-major shared memory)ᵀ with A in registers: warp w of the
 // warpgroup holds rows 16w..16w+15 as mma.m16n8k16's A fragment (a[0] row g, k 2t..2t+1; a[1] row g + 8; a[2] / a[3]
 // the same at k + 8), and d holds its rows as mma.m16n8's C fragments, one per 8 columns (d[4j..4j+3]: columns 8j +
-// 2t, 8j + 2t + 1 of rows g and g + 8). kN = 16, 32 or 64 (the rows kernel's activation rows).
+// 2t, 8j + 2t + 1 of rows g and g + 8). kN = 16, 32, 64 (the rows kernel's activation rows) or 128 (the flash MLA's
+// P·V); B in either layout its descriptor names.
 template <int kN>
 __device__ __forceinline__ void wgmma_m64nNk16_reg_a(float (&d)[kN / 2], const uint32_t (&a)[4], uint64_t desc_b) {
-  static_assert(kN == 16 || kN == 32 || kN == 64, "n16, n32 or n64");
+  static_assert(kN == 16 || kN == 32 || kN == 64 || kN == 128, "n16, n32, n64 or n128");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   if constexpr (kN == 16) {
     asm volatile(
@@ -605,6 +606,27 @@ __device__ __forceinline__ void wgmma_m64nNk16_reg_a(float (&d)[kN / 2], const u
           "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
           "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
           "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
+  }
+  if constexpr (kN == 128) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "
+        "%23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, "
+        "%45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+          "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+          "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+          "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),
+          "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),
+          "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+          "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
+          "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
   }
 #else

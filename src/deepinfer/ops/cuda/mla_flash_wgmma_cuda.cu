@@ -59,51 +59,6 @@ __device__ __forceinline__ void cp_async16_to(uint32_t dst, const void* src, boo
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
 }
 
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// D(64 x 64, f32) += A(64 x 16, bf16 in registers: each warp's 16 rows as mma.sync's A fragment) · B(64 x 16, bf16
-// K-major in shared memory, 128B swizzle)ᵀ.
-__device__ __forceinline__ void wgmma_m64n64k16_ra(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "setp.ne.b32 p, %37, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-      "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n"
-      "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
-        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
-        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
-        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
-}
-// D(64 x 128, f32) += A(64 x 16, bf16 in registers: each warp's 16 rows as mma.sync's A fragment) · B(128 x 16, bf16
-// K-major in shared memory, 128B swizzle)ᵀ.
-__device__ __forceinline__ void wgmma_m64n128k16_ra(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "setp.ne.b32 p, %69, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-      "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n"
-      "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
-        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
-        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
-        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),
-        "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),
-        "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
-        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
-        "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
-}
-#endif
-
 __global__ void __launch_bounds__(kWfThreads, 1) mla_flash_wgmma_kernel(MlaFlashKernelParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t smem_raw[];
@@ -201,9 +156,9 @@ __global__ void __launch_bounds__(kWfThreads, 1) mla_flash_wgmma_kernel(MlaFlash
     for (int kk = 0; kk < kWfSteps; ++kk) {
       // All 12 steps whatever qk (the padding is zeros): a branch per step split the chain into one group a step.
       const uint32_t kb = st + (kk >> 2) * kWfKBlock + k16_offset(kk & 3);
-      wgmma_m64n64k16_ra(sc, qh[kk], smem_desc(kb + kWfKPlane));
-      wgmma_m64n64k16_ra(sc, ql[kk], smem_desc(kb));
-      wgmma_m64n64k16_ra(sc, qh[kk], smem_desc(kb));
+      wgmma_m64nNk16_reg_a<64>(sc, qh[kk], smem_desc(kb + kWfKPlane));
+      wgmma_m64nNk16_reg_a<64>(sc, ql[kk], smem_desc(kb));
+      wgmma_m64nNk16_reg_a<64>(sc, qh[kk], smem_desc(kb));
     }
     wgmma_commit();
     if (wg == 0)
@@ -263,9 +218,9 @@ __global__ void __launch_bounds__(kWfThreads, 1) mla_flash_wgmma_kernel(MlaFlash
 #pragma unroll
     for (int kc = 0; kc < kWfKeys / 16; ++kc) {
       const uint32_t vb = st + 2 * kWfKPlane + k16_offset(kc);
-      wgmma_m64n128k16_ra(o, ph[kc], smem_desc(vb + kWfVPlane));
-      wgmma_m64n128k16_ra(o, pl[kc], smem_desc(vb));
-      wgmma_m64n128k16_ra(o, ph[kc], smem_desc(vb));
+      wgmma_m64nNk16_reg_a<128>(o, ph[kc], smem_desc(vb + kWfVPlane));
+      wgmma_m64nNk16_reg_a<128>(o, pl[kc], smem_desc(vb));
+      wgmma_m64nNk16_reg_a<128>(o, ph[kc], smem_desc(vb));
     }
     wgmma_commit();
     wgmma_wait<0>();
