@@ -45,9 +45,10 @@ bool gemm_rows_mma_takes(QuantFormat format, bool scale_e8m0, int block_n, int b
                          int64_t rows, const GemmChoices& choices);
 
 // The launch shape: `warps` a block (4, 8 or 16) on warps / kw 16-row weight tiles, kw warps along K on each; `splits`
-// blocks of a cluster along K (1..8, a power of two), each over `split_steps` steps of 4 code chunks, warp_steps of
-// them a warp. Exposed for the tests, which check its rules. GemmChoices' rows_mma_warps / _kw / _splits / _share
-// replace the rule's values (the op bench's shape sweep); rows_mma_wgmma asks for the warpgroup form.
+// blocks of a cluster along K (1..8: a power of two, or 3-7 where the wave rule below takes it), each over
+// `split_steps` steps of 4 code chunks, warp_steps of them a warp. Exposed for the tests, which check its rules.
+// GemmChoices' rows_mma_warps / _kw / _splits / _share replace the rule's values (the op bench's shape sweep);
+// rows_mma_wgmma asks for the warpgroup form.
 struct RowsMmaShape {
   int warps = 8;
   int kw = 1;
