@@ -8,7 +8,8 @@
 #   model: build the CUDA tests (+ the CLI they run) and run every GPU test once, directly, with the golden-model
 #   figures in the summary; no benchmarks, so it fits one 10-minute device call; MEMCHECK_FILTER / RACECHECK_FILTER
 #   (a gtest filter, or "harness" for the op harness) run those tests again under compute-sanitizer memcheck / racecheck;
-#   MODEL_FILTER runs only the GPU tests it matches; OP_BENCH_FILTER runs those CudaBench micro-benchmarks.
+#   MODEL_FILTER runs only the GPU tests it matches; OP_BENCH_FILTER runs those CudaBench micro-benchmarks (the summary
+#   names any pattern of these filters that matches no test).
 #   bench: build the CUDA tests + the CLI; the GEMM/MoE comparisons first, then `deepinfer bench --device cuda`
 #   (model slices vs ceilings), the op micro-bench, and the remaining GPU tests, each under its own time limit
 #   so that one 10-minute call returns whatever finished. BENCH_ARGS overrides the bench command's options;
@@ -81,7 +82,20 @@ trap pack_out EXIT
 # racecheck (shared-memory hazards between threads of a block). GraphCaptureRejectsSyncAndAllocation provokes CUDA
 # API errors on purpose, so it is left out of both (RecordedWorkKeepsItsTemporariesApart too).
 OP_HARNESS='CudaOpTest.*:CudaPagedAttentionTest.*:CudaRouterTest.*:CudaDecodeOpTest.*:CudaMoeTest.*:CudaSampleTest.*:CudaArgmaxTest.*:-CudaOpTest.GraphCaptureRejectsSyncAndAllocation:CudaOpTest.RecordedWorkKeepsItsTemporariesApart'
+# Names each positive pattern of a gtest filter that matches no test of the binary ($3: more gtest flags, e.g. the
+# disabled benchmarks'): a pattern such as 'CudaGolden.*' runs nothing of a parametrized suite
+# ('Fixtures/CudaGolden.*'), silently (session 42's calls).
+unmatched_patterns() {
+  local bin=$1 filter=${2%%-*} pat
+  [ -z "$filter" ] || [ "$filter" = NONE ] || [ "$filter" = harness ] && return 0
+  for pat in ${filter//:/ }; do
+    # shellcheck disable=SC2086
+    "$bin" --gtest_list_tests ${3:-} --gtest_filter="$pat" 2>/dev/null | grep -q '^  ' ||
+      note "filter pattern '$pat' matches no test (a parametrized suite's tests are 'Prefix/Suite.Name/N': '*$pat')"
+  done
+}
 sanitize() {  # tool filter seconds; filter "harness" = $OP_HARNESS
+  unmatched_patterns build-gpu/bin/deepinfer_cuda_tests "$2"
   [ "$2" = harness ] && set -- "$1" "$OP_HARNESS" "$3"
   command -v compute-sanitizer >/dev/null 2>&1 || { note "$1: compute-sanitizer not found"; return; }
   timeout "$3" compute-sanitizer --tool "$1" --error-exitcode 9 build-gpu/bin/deepinfer_cuda_tests \
@@ -372,16 +386,6 @@ if [ "$MODE" = ci ]; then
   cat "$summary"
   exit 0
 fi
-# Names each positive pattern of a gtest filter that matches no test of the binary: a pattern such as 'CudaGolden.*'
-# runs nothing of a parametrized suite ('Fixtures/CudaGolden.*'), silently (session 42's calls).
-unmatched_patterns() {
-  local bin=$1 filter=${2%%-*} pat
-  [ -z "$filter" ] || [ "$filter" = NONE ] && return 0
-  for pat in ${filter//:/ }; do
-    "$bin" --gtest_list_tests --gtest_filter="$pat" 2>/dev/null | grep -q '^  ' ||
-      note "filter pattern '$pat' matches no test (a parametrized suite's tests are 'Prefix/Suite.Name/N': '*$pat')"
-  done
-}
 if [ "$MODE" = model ]; then
   # MODEL_FILTER: a gtest filter to run only those GPU tests (a re-check after a fix).
   unmatched_patterns build-gpu/bin/deepinfer_cuda_tests "${MODEL_FILTER:-}"
@@ -427,6 +431,7 @@ if [ "$MODE" = model ]; then
   fi
   # OP_BENCH_FILTER: these op micro-benchmarks (a gtest filter over CudaBench.*), their [bench] lines in the summary.
   if [ -n "${OP_BENCH_FILTER:-}" ]; then
+    unmatched_patterns build-gpu/bin/deepinfer_cuda_tests "$OP_BENCH_FILTER" --gtest_also_run_disabled_tests
     timeout "${OP_BENCH_TIMEOUT:-150}" build-gpu/bin/deepinfer_cuda_tests --gtest_also_run_disabled_tests \
       --gtest_filter="$OP_BENCH_FILTER" >"$OUT/op_bench.log" 2>&1
     note "op bench ($OP_BENCH_FILTER): rc=$?"
