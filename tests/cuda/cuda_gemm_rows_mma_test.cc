@@ -256,7 +256,6 @@ TEST(CudaGemmRowsMmaShape, SplitsByTilesStepsAndSharedMemory) {
   EXPECT_EQ(s.share, 2);
   EXPECT_EQ(gemm_rows_mma_shape(fp8, 1024, 4096, 16, 132).share, 1);  // 8 warps
 
-  // The warpgroup form: whole warpgroups on one K range only, and kWgStepPad (16) bytes after each staged step.
   // Waves of clusters (cluster_slots as an H100's: 15 clusters of 8 or 7 blocks at once, 19 of 6): V4-Flash o_b at 64
   // rows (16 clusters of 8 splits: two waves) takes 6 splits of 22 steps (one wave); V4.1 o_b (5120 rows: 40 8-warp
   // clusters, three waves) 16-warp blocks in 8 splits (20 clusters: two waves of 16 steps, not two of 22); a shape of
@@ -279,7 +278,8 @@ TEST(CudaGemmRowsMmaShape, SplitsByTilesStepsAndSharedMemory) {
   no_waves.rows_mma_waves = false;
   EXPECT_EQ(gemm_rows_mma_shape(fp8, 4096, 8192, 64, 132, no_waves, h100).splits, 8);
 
-  // By default (kAuto) above 32 rows.
+  // The warpgroup form: by default (kAuto) above 32 rows, whole warpgroups on one K range only, and kWgStepPad (16)
+  // bytes after each staged step.
   s = gemm_rows_mma_shape(fp8, 4096, 4096, 64, 132);
   EXPECT_TRUE(s.wg);
   EXPECT_EQ(s.smem, size_t{16} * (128 * 64 + 16));

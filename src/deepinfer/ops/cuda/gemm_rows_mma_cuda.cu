@@ -530,9 +530,10 @@ bool run_gemm_rows_mma(const GemmKernelParams& p, cudaStream_t stream) {
   if (!takes_kind(p.format, p.scale_e8m0, p.block_n, p.block_k, p.n, p.k, p.m, p.choices)) return false;
   if (reinterpret_cast<uintptr_t>(p.b) % 16 != 0) return false;
   if (!p.scale_e8m0 && reinterpret_cast<uintptr_t>(p.b_scale) % 4 != 0) return false;
-  const int sms = device_sm_count();
-  if (gemm_rows_mma_shape(p.format, p.n, p.k, p.m, sms, p.choices).smem > kMaxSmem) return false;
-  const RowsMmaShape shape = gemm_rows_mma_shape(p.format, p.n, p.k, p.m, sms, p.choices, gemm_rows_mma_cluster_slots);
+  // The wave rule only replaces a shape that fits with one that fits: declined exactly when gemm_rows_mma_takes says.
+  const RowsMmaShape shape =
+      gemm_rows_mma_shape(p.format, p.n, p.k, p.m, device_sm_count(), p.choices, gemm_rows_mma_cluster_slots);
+  if (shape.smem > kMaxSmem) return false;
   KernelShape ks{shape.splits, shape.split_steps,     0, 0, shape.kw, shape.warp_steps, shape.share,
                  false,        p.choices.rows_mma_pdl};
   switch (p.format) {
