@@ -17,6 +17,7 @@
 #include "cuda_test_util.h"
 #include "deepinfer/ops/cuda/indexer_mma.h"
 #include "deepinfer/ops/cuda/kernels.h"
+#include "ops/op_test_util.h"
 
 namespace deepinfer::testing {
 namespace {
@@ -347,10 +348,11 @@ class CudaIndexerMmaPaged : public CudaIndexerMma {
       EXPECT_NE(std::string(e.what()).find("paged_indexer_scores"), std::string::npos) << e.what();
     }
   }
-  HostTensor run_paged(const PagedBatch& c, cuda::KernelPick mma, bool decode_form = true) {
+  HostTensor run_paged(const PagedBatch& c, cuda::KernelPick mma, bool decode_form = true, bool ring = true) {
     ScopedKernelChoices guard(gpu(), [&](cuda::KernelChoices& k) {
       k.indexer_mma = mma;
       k.indexer_mma_decode = decode_form;
+      k.indexer_mma_ring = ring;
     });
     DeviceTensor dq = up(c.q), dw = up(c.weights), dp = up(c.positions), ds = up(c.q_seq), dn = up(c.n_entries);
     DeviceTensor dt = up(c.tables), dpool = up(c.pool), dout = poisoned({c.q.shape()[0], c.n});
@@ -411,6 +413,92 @@ TEST_F(CudaIndexerMmaPaged, DecodeFormMatchesCpuAndTheSequencePassForm) {
     c.tables.data<int32_t>()[seq_of_bad * c.tables.shape()[1] + j] = 1 << 20;
   ScopedKernelChoices guard(gpu(), [&](cuda::KernelChoices& k) { k.indexer_mma = kAuto; });
   expect_bad_page_reported(c);
+}
+
+// The decode form's ring kernel (bf16 key pools, --kv-cache-dtype bf16: a block a token, key tiles through cp.async
+// stages) against the decode form's own loop over the same bf16 pool and over an f32 pool of the rounded keys: the
+// same values bit for bit (any NaN for a NaN), and against the CPU op over the bf16 pool. V4's 64 and V4.1's 32
+// heads, dims 128 and 64, fp32 queries (the split path) and FP4-like ones (hi only); entry counts around the tiles,
+// then (the LongRanges test) 64 sequences of ~9000 entries: ranges of many tiles a block, the ring wrapping several
+// times; then a bad page.
+struct RingCase {
+  std::vector<std::pair<int64_t, int64_t>> seqs;
+  int64_t heads, dim;
+  bool fp4, cpu;
+};
+
+class CudaIndexerDecodeRing : public CudaIndexerMmaPaged {
+ protected:
+  static std::vector<std::pair<int64_t, int64_t>> short_seqs() {
+    std::vector<std::pair<int64_t, int64_t>> seqs;
+    const int64_t entries[] = {0, 1, 63, 64, 65, 127, 200, 700, 9000, 5, 1030, 64, 129, 18, 255, 256, 257};
+    for (size_t i = 0; i < 24; ++i) seqs.push_back({i % 7 == 3 ? 2 + static_cast<int64_t>(i % 2) : 1, entries[i % 17]});
+    return seqs;
+  }
+  void check(const RingCase& k);
+};
+
+TEST_F(CudaIndexerDecodeRing, EqualsTheDecodeFormOverBf16Pools) {
+  const auto seqs = short_seqs();
+  for (const RingCase& k :
+       {RingCase{seqs, 64, 128, false, true}, RingCase{seqs, 32, 128, false, true}, RingCase{seqs, 32, 128, true, true},
+        RingCase{seqs, 64, 128, true, true}, RingCase{seqs, 32, 64, false, true}, RingCase{seqs, 64, 64, true, true}})
+    check(k);
+  PagedBatch c = make(seqs, 32, 128);
+  const int64_t seq_of_bad = 7;  // 700 entries: pages 1.. of its table point outside the pool
+  for (int64_t j = 1; j < c.tables.shape()[1]; ++j)
+    c.tables.data<int32_t>()[seq_of_bad * c.tables.shape()[1] + j] = 1 << 20;
+  c.pool = bf16_of(c.pool);
+  ScopedKernelChoices guard(gpu(), [&](cuda::KernelChoices& kc) { kc.indexer_mma = kAuto; });
+  expect_bad_page_reported(c);
+}
+
+TEST_F(CudaIndexerDecodeRing, LongRanges) {
+  std::vector<std::pair<int64_t, int64_t>> seqs;
+  for (int64_t i = 0; i < 64; ++i) seqs.push_back({1, 8900 + 37 * i});
+  check({seqs, 32, 128, true, false});
+  check({seqs, 64, 128, false, false});
+}
+
+void CudaIndexerDecodeRing::check(const RingCase& k) {
+  {
+    PagedBatch c = make(k.seqs, k.heads, k.dim);
+    if (k.fp4) {  // V4.1's quantized values in every row a token may read (the NaN rows stay)
+      c.q = fp4_like(c.q.shape());
+      const HostTensor k4 = fp4_like(c.pool.shape());
+      for (int64_t i = 0; i < c.pool.numel(); ++i)
+        if (!std::isnan(c.pool.data<float>()[i])) c.pool.data<float>()[i] = k4.data<float>()[i];
+    }
+    const std::string name = "T=" + std::to_string(c.q.shape()[0]) + " IH=" + std::to_string(k.heads) +
+                             " Id=" + std::to_string(k.dim) + (k.fp4 ? " fp4" : "");
+    HostTensor rounded = rounded_f32_of(c.pool);
+    c.pool = bf16_of(c.pool);
+    {
+      DeviceTensor dpool = up(c.pool), dt = up(c.tables);
+      cuda::IndexerScoresKernelParams kp;
+      kp.keys = dpool.view().data();
+      kp.keys_format = cuda::PoolFormat::kBf16;
+      kp.q = static_cast<const float*>(dpool.view().data());  // (only its alignment is read)
+      kp.block_tables = dt.view().data_as<int32_t>();
+      kp.tokens = c.q.shape()[0];
+      kp.seqs = static_cast<int64_t>(k.seqs.size());
+      kp.heads = k.heads;
+      kp.dim = k.dim;
+      ASSERT_TRUE(cuda::indexer_decode_ring_takes(kp)) << name;
+      kp.mma_ring = false;
+      ASSERT_FALSE(cuda::indexer_decode_ring_takes(kp)) << name;
+    }
+    const HostTensor ring = run_paged(c, kAuto), loop = run_paged(c, kAuto, true, false);
+    expect_same_values(("indexer ring vs decode loop, bf16 pool " + name).c_str(), ring, loop);
+    if (k.cpu) {
+      HostTensor want(DType::kF32, {c.q.shape()[0], c.n});
+      cpu().paged_indexer_scores(params(c, c.q, c.weights, c.positions, c.q_seq, c.n_entries, c.tables, c.pool, want));
+      rel_err(("indexer ring vs cpu, bf16 pool " + name).c_str(), ring, want, k.fp4 ? kExactTol : kSplitTol);
+    }
+    c.pool = std::move(rounded);
+    const HostTensor f32 = run_paged(c, kAuto, true, false);
+    expect_same_values(("indexer ring vs decode loop, f32 pool of the rounded keys " + name).c_str(), ring, f32);
+  }
 }
 
 // A page id outside the pool for entries tokens see: the status bit, raised by the tensor-core kernel too.

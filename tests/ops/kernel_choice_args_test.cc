@@ -34,6 +34,7 @@ TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
   const std::vector<std::string> specs = {"attn_mma=never",
                                           "indexer_mma=always",
                                           "indexer_mma_decode=0",
+                                          "indexer_mma_ring=0",
                                           "topk_small_blocks=never",
                                           "wgmma=never",
                                           "wgmma_exact=1",
@@ -72,6 +73,7 @@ TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
   EXPECT_EQ(c.attn_mma, KernelPick::kNever);
   EXPECT_EQ(c.indexer_mma, KernelPick::kAlways);
   EXPECT_FALSE(c.indexer_mma_decode);  // on by default
+  EXPECT_FALSE(c.indexer_mma_ring);    // on by default
   EXPECT_EQ(c.topk_small_blocks, KernelPick::kNever);
   EXPECT_EQ(c.gemm.wgmma, KernelPick::kNever);
   EXPECT_TRUE(c.gemm.wgmma_exact);

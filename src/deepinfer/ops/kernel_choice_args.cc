@@ -155,6 +155,8 @@ const std::vector<Key>& keys() {
           "indexer_mma", [](auto& c) -> auto& { return c.indexer_mma; }),
       flag(
           "indexer_mma_decode", [](auto& c) -> auto& { return c.indexer_mma_decode; }),
+      flag(
+          "indexer_mma_ring", [](auto& c) -> auto& { return c.indexer_mma_ring; }),
       pick(
           "topk_small_blocks", [](auto& c) -> auto& { return c.topk_small_blocks; }),
       pick(

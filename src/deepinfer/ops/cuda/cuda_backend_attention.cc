@@ -95,6 +95,7 @@ void CudaBackend::paged_indexer_scores(const PagedIndexerScoreParams& p) {
   k.status = impl_->status.word();
   k.mma = impl_->choices.indexer_mma;
   k.mma_decode = impl_->choices.indexer_mma_decode;
+  k.mma_ring = impl_->choices.indexer_mma_ring;
   k.smem_optin = impl_->info.smem_per_block_optin;
   launch_indexer_scores(k, impl_->batch_invariant, impl_->s());
 }

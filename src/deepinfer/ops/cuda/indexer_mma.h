@@ -37,6 +37,14 @@ bool indexer_scores_use_mma(const IndexerScoresKernelParams& p, bool batch_invar
 // heads) or 2 (64) busy per pass.
 bool indexer_scores_decode_form(const IndexerScoresKernelParams& p);
 
+// Whether a decode-form call takes the ring kernel (indexer_decode_ring_cuda.cu; p.mma_ring,
+// KernelChoices::indexer_mma_ring): bf16 key pools, where a block is one token and its key tiles come through a ring
+// of shared-memory stages by cp.async; the decode form's scores bit for bit.
+bool indexer_decode_ring_takes(const IndexerScoresKernelParams& p);
+void launch_indexer_decode_ring(const IndexerScoresKernelParams& p, cudaStream_t stream);
+
+// The tensor-core kernel for a call indexer_scores_use_mma chose: the ring kernel where it takes the call, else the
+// sequence-pass or decode form.
 void launch_indexer_scores_mma(const IndexerScoresKernelParams& p, cudaStream_t stream);
 
 }  // namespace deepinfer::cuda

@@ -53,9 +53,11 @@
 // registers for the pass); the m-tiles' relu-weighted sums go to shared memory and are added in m-tile order after
 // the tile's barrier, one thread a key (the tile before, during the next tile's mmas). Another order of the same
 // fp32 sums than the pass form's (a lane's sum over its m-tiles first): within the same tolerances. One block an SM
-// (the queries of 8 or 4 tokens, hi + lo, take 139 KB at dim 128) keeps one tile's loads in flight a thread (16 KB an SM
-// from a bf16 pool): latency-bound (session 42: 2.23 ms at 64k where the bf16 keys' bytes take ~0.5). Two tiles in
+// (the queries of 8 or 4 tokens, hi + lo, take 139 KB at dim 128) keeps one tile's loads in flight a thread (16 KB an
+// SM from a bf16 pool): latency-bound (session 42: 2.23 ms at 64k where the bf16 keys' bytes take ~0.5). Two tiles in
 // flight a thread (a second register set, 241 / 228 registers) was slower: 2.37 against 2.19 ms (session 43, H100).
+// Over bf16 pools the ring kernel (indexer_decode_ring_cuda.cu) takes the decode form's calls: a block a token, the
+// key tiles copied into shared-memory stages by cp.async, two blocks an SM; the same scores bit for bit.
 //
 // Visibility: token t scores the entries below scored_entries(t) (indexer_entries.cuh); the block loads the rows
 // below the largest such count among its tokens of one sequence, so a row is read only when some token of the
@@ -76,13 +78,12 @@
 #include "deepinfer/ops/cuda/gemm_decode.cuh"
 #include "deepinfer/ops/cuda/indexer_entries.cuh"
 #include "deepinfer/ops/cuda/indexer_mma.h"
+#include "deepinfer/ops/cuda/indexer_mma_common.cuh"
 
 namespace deepinfer::cuda {
 namespace {
 
-constexpr int kTile = 64;  // keys a tile
-constexpr int kWarps = 8;
-constexpr int kThreads = kWarps * 32;
+using namespace indexer_mma;
 static_assert(kThreads == 4 * kTile, "4 loader threads a key row");
 
 // kMt 16-head m-tiles a token (heads padded with zero rows and weights): 4 at 64 heads, 2 at 32. The block's
@@ -96,16 +97,6 @@ struct Shape {
   static constexpr int kWarpsPerToken = kWarps / kTokens;
   static constexpr int kNt = kTile / 8 / kWarpsPerToken;
   static_assert(kMt * kNt == 16 && kNt % 2 == 0, "16 accumulator tiles a warp, n-tiles in ldmatrix pairs");
-};
-
-// The decode form (kDec): a pass is one token, and every warp works on its key tile — warp w takes m-tile w % kMt of
-// the token's heads against key slice w / kMt of the tile (32 keys at 64 heads, 16 at 32). The slices' head sums meet
-// in shared memory (red: [2 buffers][kMt][kTile]) and are added in m-tile order once the tile's barrier has passed.
-template <int kMt>
-struct DecShape {
-  static constexpr int kParts = kWarps / kMt;
-  static constexpr int kNt = kTile / 8 / kParts;
-  static_assert(kNt % 2 == 0, "n-tiles in ldmatrix pairs");
 };
 
 template <int kDim, int kMt>
@@ -132,27 +123,6 @@ struct Layout {
 
 // count_s of a token past the call's last one (writes nothing); a row that is all NaN is -1.
 constexpr int64_t kAbsent = -2;
-
-__device__ __forceinline__ uint32_t pack_split(float a, float b, uint32_t& lo) {
-  const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
-  const float2 hf = __bfloat1622float2(h);
-  const __nv_bfloat162 l = __floats2bfloat162_rn(a - hf.x, b - hf.y);
-  uint32_t hi;
-  std::memcpy(&hi, &h, 4);
-  std::memcpy(&lo, &l, 4);
-  return hi;
-}
-
-// Stores v split into hi / lo bf16 at hi[0..3] / lo[0..3]; true when a lo part is nonzero (±0 count as zero:
-// a product with ±0 adds exactly nothing).
-__device__ __forceinline__ bool store_split4(const float4 v, __nv_bfloat16* hi, __nv_bfloat16* lo) {
-  uint2 h, l;
-  h.x = pack_split(v.x, v.y, l.x);
-  h.y = pack_split(v.z, v.w, l.y);
-  *reinterpret_cast<uint2*>(hi) = h;
-  *reinterpret_cast<uint2*>(lo) = l;
-  return ((l.x | l.y) & 0x7fff7fffu) != 0;
-}
 
 // S = Q_tok · Kᵀ over the warp's kNt·8 keys, all dims: acc[m-tile][n-tile]. kSplit: hi·lo + lo·hi + hi·hi per
 // product (the small terms first); otherwise hi·hi alone (every lo part is zero).
@@ -191,35 +161,6 @@ __device__ __forceinline__ void warp_scores(const __nv_bfloat16* qh, const __nv_
         }
         mma_bf16(acc[mt][nt], ah, b0, b1);
       }
-    }
-  }
-}
-
-// The decode form's S tile: the warp's 16 heads (A fragments held in registers for the pass) x its kNt·8 keys.
-template <int kDim, int kMt, bool kSplit>
-__device__ __forceinline__ void warp_scores_dec(const uint32_t (&ah)[kDim / 16][4], const uint32_t (&al)[kDim / 16][4],
-                                                const __nv_bfloat16* kh, const __nv_bfloat16* kl, int lane,
-                                                float (&acc)[DecShape<kMt>::kNt][4]) {
-  constexpr int kLd = Layout<kDim, kMt>::kLd, kNt = DecShape<kMt>::kNt;
-  const int b_row = (lane & 7) + ((lane >> 4) << 3), b_col = ((lane >> 3) & 1) * 8;
-#pragma unroll
-  for (int nt = 0; nt < kNt; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
-#pragma unroll
-  for (int s = 0; s < kDim / 16; ++s) {
-    uint32_t bh[kNt / 2][4], bl[kNt / 2][4];
-#pragma unroll
-    for (int i = 0; i < kNt / 2; ++i) {
-      ldmatrix_x4(bh[i], kh + (i * 16 + b_row) * kLd + s * 16 + b_col);
-      if constexpr (kSplit) ldmatrix_x4(bl[i], kl + (i * 16 + b_row) * kLd + s * 16 + b_col);
-    }
-#pragma unroll
-    for (int nt = 0; nt < kNt; ++nt) {
-      const uint32_t b0 = bh[nt >> 1][(nt & 1) * 2], b1 = bh[nt >> 1][(nt & 1) * 2 + 1];
-      if constexpr (kSplit) {
-        mma_bf16(acc[nt], ah[s], bl[nt >> 1][(nt & 1) * 2], bl[nt >> 1][(nt & 1) * 2 + 1]);
-        mma_bf16(acc[nt], al[s], b0, b1);
-      }
-      mma_bf16(acc[nt], ah[s], b0, b1);
     }
   }
 }
@@ -349,13 +290,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     auto finalize = [&](int tile, int fb) {
       const int64_t e = static_cast<int64_t>(tile) * kTile + tid;
       if (tid >= kTile || e >= p.n) return;
-      float v = -INFINITY;
-      if (e < cnt) {
-        v = red_s[fb * kMt * kTile + tid];
-#pragma unroll
-        for (int mt = 1; mt < kMt; ++mt) v += red_s[(fb * kMt + mt) * kTile + tid];
-      }
-      out[e] = v;
+      out[e] = e < cnt ? dec_key_score<kMt>(red_s + fb * kMt * kTile, tid) : -INFINITY;
     };
     for (int it = it0; it < it1; ++it) {
       const int b = (it - it0) & 1;
@@ -368,28 +303,13 @@ __global__ void __launch_bounds__(kThreads, 1)
           float acc[kNtD][4];
           const int ko = dpart * kWk * kLd;
           if (q_split || k_split)
-            warp_scores_dec<kDim, kMt, true>(qah, qal, k_hi(b) + ko, k_lo(b) + ko, lane, acc);
+            warp_scores_dec<kDim, kMt, kLd, true, true>(qah, qal, k_hi(b) + ko, k_lo(b) + ko, lane, acc);
           else
-            warp_scores_dec<kDim, kMt, false>(qah, qal, k_hi(b) + ko, k_lo(b) + ko, lane, acc);
+            warp_scores_dec<kDim, kMt, kLd, false, false>(qah, qal, k_hi(b) + ko, k_lo(b) + ko, lane, acc);
           // As below for the warp's 16 heads: the relu-weighted sum over heads g, g + 8, then over the lanes g.
-          const float w0 = ws_s[first * kRows + dmt * 16 + g], w1 = ws_s[first * kRows + dmt * 16 + g + 8];
-          float v0 = 0.0f, v1 = 0.0f;
-#pragma unroll
-          for (int nt = 0; nt < kNtD; ++nt) {
-            float s0 = fmaf(fmaxf(acc[nt][0], 0.0f) * p.score_scale, w0, 0.0f);
-            float s1 = fmaf(fmaxf(acc[nt][1], 0.0f) * p.score_scale, w0, 0.0f);
-            s0 = fmaf(fmaxf(acc[nt][2], 0.0f) * p.score_scale, w1, s0);
-            s1 = fmaf(fmaxf(acc[nt][3], 0.0f) * p.score_scale, w1, s1);
-#pragma unroll
-            for (int o = 4; o < 32; o <<= 1) {
-              s0 += __shfl_xor_sync(0xffffffffu, s0, o);
-              s1 += __shfl_xor_sync(0xffffffffu, s1, o);
-            }
-            if (g == nt) {
-              v0 = s0;
-              v1 = s1;
-            }
-          }
+          float v0, v1;
+          dec_head_sums<kMt>(acc, ws_s[first * kRows + dmt * 16 + g], ws_s[first * kRows + dmt * 16 + g + 8],
+                             p.score_scale, g, v0, v1);
           if (g < kNtD) {
             const int k = dpart * kWk + g * 8 + 2 * tq;  // key of the tile
             float* r = red_s + (b * kMt + dmt) * kTile + k;
@@ -527,6 +447,10 @@ bool indexer_scores_use_mma(const IndexerScoresKernelParams& p, bool batch_invar
 }
 
 void launch_indexer_scores_mma(const IndexerScoresKernelParams& p, cudaStream_t stream) {
+  if (indexer_decode_ring_takes(p)) {
+    launch_indexer_decode_ring(p, stream);
+    return;
+  }
   const bool small = p.heads <= 32;
   if (p.dim == 128)
     small ? launch<128, 2>(p, stream) : launch<128, 4>(p, stream);

@@ -1,0 +1,227 @@
+// The tensor-core indexer's decode form over bf16 key pools (--kv-cache-dtype bf16, V4.1's default on CUDA), with the
+// key tiles copied into a ring of shared-memory stages by cp.async (indexer_mma.h says when it is chosen).
+//
+// Why: the decode form of indexer_mma_cuda.cu holds the queries of 8 tokens (hi + lo, 139 KB at dim 128), so one
+// block fits an SM, and each thread keeps one tile's share of loads in flight in registers (16 KB an SM from a bf16
+// pool). At decode every token's keys are its own sequence's, so the 8 tokens share nothing and the block walks them
+// one after another; the kernel was latency-bound (session 42, H100, V4.1 slice b64 at 64k: 2.2 ms a step where the
+// keys' bytes take ~0.5). Here a block is one token and a range of its key tiles: the queries take 17 KB (32 heads;
+// 35 KB at 64), the ring kStages tiles of 17 KB, so two blocks fit an SM, and each block keeps kStages - 1 tiles in
+// flight without registers (cp.async into the stages: a bf16 row is already the hi part of the split, its lo part
+// zero).
+//
+// The scores are those of the decode form, bit for bit (the tests compare them): the same warp tiles (m-tile w % kMt
+// against key slice w / kMt), the same mma sequence (a key lo part of zero adds exact zeros, so the key cross term is
+// left out), the same head sums and the same m-tile order (indexer_mma_common.cuh). Visibility, bad pages (the key's
+// score NaN, the status bit), bad rows (NaN) and the −inf tails are as there.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+
+#include "deepinfer/ops/cuda/cuda_runtime.h"
+#include "deepinfer/ops/cuda/device_math.cuh"
+#include "deepinfer/ops/cuda/gemm_decode.cuh"
+#include "deepinfer/ops/cuda/indexer_entries.cuh"
+#include "deepinfer/ops/cuda/indexer_mma.h"
+#include "deepinfer/ops/cuda/indexer_mma_common.cuh"
+
+namespace deepinfer::cuda {
+namespace {
+
+using namespace indexer_mma;
+
+constexpr int kStages = 4;       // ring stages: kStages - 1 tiles in flight while one is multiplied
+constexpr int kBlocksPerSm = 2;  // what the shared memory below allows at dim 128 and 64 heads
+
+template <int kDim, int kMt>
+struct RingLayout {
+  static constexpr int kRows = 16 * kMt;  // the token's heads, padded with zero rows
+  static constexpr int kLd = kDim + 8;    // +16 bytes a row: an ldmatrix phase's 8 rows in distinct bank groups
+  static constexpr size_t kQBytes = size_t{2} * kRows * kLd;
+  static constexpr size_t kKBytes = size_t{2} * kTile * kLd;
+  static constexpr size_t q_hi = 0;
+  static constexpr size_t q_lo = q_hi + kQBytes;
+  static constexpr size_t keys = q_lo + kQBytes;                        // [kStages][kTile][kLd] bf16
+  static constexpr size_t ws = keys + kStages * kKBytes;                // [kRows] w·weight_scale
+  static constexpr size_t red = ws + sizeof(float) * kRows;             // [2][kMt][kTile] the m-tiles' sums
+  static constexpr size_t bad = red + sizeof(float) * 2 * kMt * kTile;  // [kStages][kTile] a key's page is bad
+  static constexpr size_t bytes = bad + kStages * kTile;
+  static_assert(kDim % 64 == 0, "4 copier threads a row, 16-byte chunks, 16-dim mma steps");
+  static_assert(keys % 16 == 0 && (kLd * 2) % 16 == 0 && ws % 16 == 0, "aligned stages and rows");
+};
+
+template <int kDim, int kMt>
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm)
+    indexer_decode_ring_kernel(IndexerScoresKernelParams p, int tiles_per_split) {
+  using L = RingLayout<kDim, kMt>;
+  constexpr int kLd = L::kLd, kRows = L::kRows, kNt = DecShape<kMt>::kNt, kWk = kNt * 8;
+  constexpr int kChunks = kDim * 2 / 16 / 4;  // 16-byte chunks of a key row a copier thread takes
+  extern __shared__ __align__(16) uint8_t smem[];
+  auto* q_hi = reinterpret_cast<__nv_bfloat16*>(smem + L::q_hi);
+  auto* q_lo = reinterpret_cast<__nv_bfloat16*>(smem + L::q_lo);
+  auto* ws_s = reinterpret_cast<float*>(smem + L::ws);
+  auto* red_s = reinterpret_cast<float*>(smem + L::red);
+  auto* bad_s = reinterpret_cast<uint8_t*>(smem + L::bad);
+  const auto stage_keys = [&](int st) { return reinterpret_cast<__nv_bfloat16*>(smem + L::keys + st * L::kKBytes); };
+  __shared__ int64_t count_sh;
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2;
+  const int64_t t = blockIdx.x;
+  const int split = static_cast<int>(blockIdx.y);
+  if (tid == 0) {
+    const int64_t c = scored_entries(p, t, split == 0);
+    count_sh = c < 0 ? -1 : (c < p.n ? c : p.n);
+  }
+  // The token's queries split once (zero rows past the last head), and its weights.
+  constexpr int kRowVecs = kDim / 4;
+  bool q_lo_any = false;
+  for (int i = tid; i < kRows * kRowVecs; i += kThreads) {
+    const int r = i / kRowVecs, c = (i % kRowVecs) * 4;
+    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (r < p.heads) v = __ldg(reinterpret_cast<const float4*>(p.q + (t * p.heads + r) * kDim + c));
+    q_lo_any |= store_split4(v, q_hi + r * kLd + c, q_lo + r * kLd + c);
+  }
+  for (int r = tid; r < kRows; r += kThreads)
+    ws_s[r] = r < p.heads ? p.weights[t * p.heads + r] * p.weight_scale : 0.0f;
+  const bool q_split = __syncthreads_or(q_lo_any) != 0;
+
+  const int64_t cnt = count_sh;
+  float* out = p.out + t * p.n;
+  const int ntiles = cnt < 0 ? 0 : static_cast<int>((cnt + kTile - 1) / kTile);
+  // Past the tiles: −inf (not visible), or NaN for a row with a bad q_seq / n_entries (split 0 writes them).
+  if (split == 0) {
+    const float fill = cnt < 0 ? NAN : -INFINITY;
+    for (int64_t e = min(p.n, static_cast<int64_t>(ntiles) * kTile) + tid; e < p.n; e += kThreads) out[e] = fill;
+  }
+  const int it0 = min(ntiles, split * tiles_per_split), it1 = min(ntiles, it0 + tiles_per_split);
+  if (it0 >= it1) return;
+
+  // Copier: thread tid takes row tid / 4 of a tile, chunks tid % 4 + 4·j. A row's page is looked up one tile before
+  // its copy is issued, so the block-table load is in flight during a tile's mmas rather than before each copy.
+  const int lr = tid >> 2, lp = tid & 3;
+  const auto resolve = [&](int tile, bool& bad) -> const void* {
+    const int64_t e = static_cast<int64_t>(tile) * kTile + lr;
+    const void* row = tile < it1 && e < cnt ? entry_key(p, t, e) : nullptr;
+    bad = tile < it1 && e < cnt && row == nullptr;
+    return row;
+  };
+  const auto issue = [&](int tile, const void* row, bool bad) {
+    if (tile < it1) {
+      const int st = (tile - it0) % kStages;
+      __nv_bfloat16* dst = stage_keys(st) + lr * kLd;
+      const auto* src = static_cast<const uint4*>(row ? row : p.keys);
+#pragma unroll
+      for (int j = 0; j < kChunks; ++j) cp_async16(dst + (lp + 4 * j) * 8, src + lp + 4 * j, row != nullptr);
+      if (lp == 0) bad_s[st * kTile + lr] = bad;
+    }
+    cp_async_commit();  // one group a tile, empty past the range, so the wait below counts tiles
+  };
+  bool next_bad = false;
+  const void* next_row = resolve(it0, next_bad);
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    issue(it0 + s, next_row, next_bad);
+    next_row = resolve(it0 + s + 1, next_bad);
+  }
+
+  // The warp's m-tile of the token's queries, as A fragments for the whole range.
+  const int dmt = warp % kMt, dpart = warp / kMt;
+  uint32_t qah[kDim / 16][4], qal[kDim / 16][4];
+  const int qo = (dmt * 16 + (lane & 15)) * kLd + (lane >> 4) * 8;
+#pragma unroll
+  for (int st = 0; st < kDim / 16; ++st) {
+    ldmatrix_x4(qah[st], q_hi + qo + st * 16);
+    ldmatrix_x4(qal[st], q_lo + qo + st * 16);
+  }
+  const float w0 = ws_s[dmt * 16 + g], w1 = ws_s[dmt * 16 + g + 8];
+  const auto finalize = [&](int tile) {
+    const int64_t e = static_cast<int64_t>(tile) * kTile + tid;
+    if (tid < kTile && e < p.n)
+      out[e] = e < cnt ? dec_key_score<kMt>(red_s + ((tile - it0) & 1) * kMt * kTile, tid) : -INFINITY;
+  };
+
+  for (int it = it0; it < it1; ++it) {
+    cp_async_wait<kStages - 2>();  // this thread's copies of tile it have landed ...
+    __syncthreads();               // ... and everyone's; the stage of tile it - 1 and red of tile it - 2 are free
+    issue(it + kStages - 1, next_row, next_bad);
+    next_row = resolve(it + kStages, next_bad);
+    const int st = (it - it0) % kStages, rb = (it - it0) & 1;
+    const int64_t col0 = static_cast<int64_t>(it) * kTile + dpart * kWk;
+    if (col0 < p.n && col0 < cnt) {
+      float acc[kNt][4];
+      const __nv_bfloat16* kh = stage_keys(st) + dpart * kWk * kLd;
+      if (q_split)
+        warp_scores_dec<kDim, kMt, kLd, true, false>(qah, qal, kh, kh, lane, acc);
+      else
+        warp_scores_dec<kDim, kMt, kLd, false, false>(qah, qal, kh, kh, lane, acc);
+      float v0, v1;
+      dec_head_sums<kMt>(acc, w0, w1, p.score_scale, g, v0, v1);
+      if (g < kNt) {
+        const int k = dpart * kWk + g * 8 + 2 * (lane & 3);  // key of the tile
+        float* r = red_s + (rb * kMt + dmt) * kTile + k;
+        // A bad page's key is NaN (m-tile 0's sum carries it into the total).
+        r[0] = dmt == 0 && bad_s[st * kTile + k] ? NAN : v0;
+        r[1] = dmt == 0 && bad_s[st * kTile + k + 1] ? NAN : v1;
+      }
+    }
+    if (it > it0) finalize(it - 1);
+  }
+  __syncthreads();
+  finalize(it1 - 1);
+}
+
+int sm_count() {
+  int dev = 0, v = 0;
+  DI_CUDA_CHECK(cudaGetDevice(&dev));
+  DI_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
+  return v;
+}
+
+template <int kDim, int kMt>
+void launch(const IndexerScoresKernelParams& p, cudaStream_t stream) {
+  constexpr size_t smem = RingLayout<kDim, kMt>::bytes;
+  const auto kernel = indexer_decode_ring_kernel<kDim, kMt>;
+  DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  // A block a token and range of its key tiles: split the tiles until there are about two waves of blocks.
+  const int64_t tiles = ceil_div(p.n, kTile), want = 2 * kBlocksPerSm * static_cast<int64_t>(sm_count());
+  int64_t splits = p.tokens >= want ? 1 : std::min(tiles, ceil_div(want, p.tokens));
+  const int64_t per_split = ceil_div(tiles, splits);
+  splits = ceil_div(tiles, per_split);
+  const dim3 grid(static_cast<unsigned>(p.tokens), static_cast<unsigned>(splits));
+  kernel<<<grid, kThreads, smem, stream>>>(p, static_cast<int>(per_split));
+  DI_CUDA_CHECK_LAUNCH();
+}
+
+size_t ring_smem_bytes(int64_t dim, int64_t heads) {
+  const bool small = heads <= 32;
+  switch (dim) {
+    case 128:
+      return small ? RingLayout<128, 2>::bytes : RingLayout<128, 4>::bytes;
+    case 64:
+      return small ? RingLayout<64, 2>::bytes : RingLayout<64, 4>::bytes;
+    default:
+      return 0;
+  }
+}
+
+}  // namespace
+
+bool indexer_decode_ring_takes(const IndexerScoresKernelParams& p) {
+  const size_t smem = ring_smem_bytes(p.dim, p.heads);
+  return p.mma_ring && indexer_scores_decode_form(p) && p.keys_format == PoolFormat::kBf16 && smem > 0 &&
+         p.heads >= 1 && p.heads <= 64 && p.tokens > 0 && p.tokens <= 0x7fffffff &&
+         reinterpret_cast<uintptr_t>(p.keys) % 16 == 0 && reinterpret_cast<uintptr_t>(p.q) % 16 == 0 &&
+         smem <= smem_optin_or_current(p.smem_optin);
+}
+
+void launch_indexer_decode_ring(const IndexerScoresKernelParams& p, cudaStream_t stream) {
+  const bool small = p.heads <= 32;
+  if (p.dim == 128)
+    small ? launch<128, 2>(p, stream) : launch<128, 4>(p, stream);
+  else if (p.dim == 64)
+    small ? launch<64, 2>(p, stream) : launch<64, 4>(p, stream);
+  else
+    DI_CHECK_INTERNAL(false) << "indexer_decode_ring: no kernel for dim " << p.dim;
+}
+
+}  // namespace deepinfer::cuda
