@@ -106,7 +106,8 @@ sanitize() {  # tool filter seconds; filter "harness" = $OP_HARNESS
 
 # NCU_SLICE=1: per-kernel GPU time of one synthetic decode step (NCU_SLICE_ARGS: bench options; default the
 # V4.1-Flash slice at batch 1, context 4k), summed per kernel name (tools/ncu_kernel_summary.py; NCU_KERNELS: the name
-# regex, NCU_BYTES=1: each kernel's DRAM bytes and their rate too); NCU_DETAIL=REGEX
+# regex, NCU_BYTES=1: each kernel's DRAM bytes and their rate too; NCU_METRICS: more metrics, comma-separated, kept
+# per launch in ncu_slice.csv); NCU_DETAIL=REGEX
 # then ncu's speed-of-light, memory, occupancy, launch and warp-stall sections for the first 2 matching launches.
 ncu_slice() {
   [ -n "${NCU_SLICE:-}" ] || return 0
@@ -116,6 +117,7 @@ ncu_slice() {
   # shellcheck disable=SC2086
   local metrics=gpu__time_duration.sum
   [ "${NCU_BYTES:-0}" != 0 ] && metrics="$metrics,dram__bytes_read.sum,dram__bytes_write.sum"
+  metrics="$metrics${NCU_METRICS:+,$NCU_METRICS}"  # more per-launch metrics (e.g. launch__grid_size) in ncu_slice.csv
   timeout "${NCU_TIMEOUT:-150}" "$ncu" --clock-control none --csv --print-units base --metrics "$metrics" \
     --kernel-name "regex:${NCU_KERNELS:-gemm|moe|swiglu|router|combine|plan|hc_|rms|rope|attention|indexer|topk|dequant|cast|embed|scatter|compress|engram}" \
     build-gpu/bin/deepinfer bench --device cuda $args >"$OUT/ncu_slice.csv" 2>"$OUT/ncu_slice.err"

@@ -501,6 +501,35 @@ void CudaIndexerDecodeRing::check(const RingCase& k) {
   }
 }
 
+// The ring kernel's split rule (host only): waves of resident blocks x (tiles a block + 2), the fewest splits of the
+// least cost. V4.1 b64 at 64k (256 tiles, 264 slots on an H100): 4 splits, one wave of 64 tiles a block (9 splits,
+// the decode form's rule, made 2.2 waves); one token: every tile its own block; a full wave of tokens: no split.
+TEST(CudaIndexerDecodeRingSplits, FewestWavesTimesTiles) {
+  EXPECT_EQ(cuda::indexer_decode_ring_splits(64, 256, 264), 4);
+  EXPECT_EQ(cuda::indexer_decode_ring_splits(1, 256, 264), 256);
+  EXPECT_EQ(cuda::indexer_decode_ring_splits(256, 16, 264), 1);
+  EXPECT_EQ(cuda::indexer_decode_ring_splits(64, 16, 264), 4);  // 4 tiles a block in one wave (8 splits: two waves)
+  EXPECT_EQ(cuda::indexer_decode_ring_splits(264, 256, 264), 1);
+  EXPECT_EQ(cuda::indexer_decode_ring_splits(5, 1, 264), 1);
+  // Against every split count: none costs less, and no smaller count costs the same.
+  const auto cost = [](int64_t tokens, int64_t tiles, int64_t slots, int64_t s) {
+    const int64_t per = (tiles + s - 1) / s, blocks = tokens * ((tiles + per - 1) / per);
+    return (blocks + slots - 1) / slots * (per + 2);
+  };
+  std::mt19937 gen(7);
+  for (int i = 0; i < 2000; ++i) {
+    const int64_t tokens = 1 + gen() % 600, tiles = 1 + gen() % 1200, slots = 1 + gen() % 300;
+    const int64_t got = cuda::indexer_decode_ring_splits(tokens, tiles, slots);
+    ASSERT_GE(got, 1);
+    ASSERT_LE(got, tiles);
+    const int64_t c = cost(tokens, tiles, slots, got);
+    for (int64_t s = 1; s <= tiles && s <= 4 * slots; ++s) {
+      ASSERT_GE(cost(tokens, tiles, slots, s), c) << tokens << " " << tiles << " " << slots << " s " << s;
+      if (s < got) ASSERT_GT(cost(tokens, tiles, slots, s), c) << tokens << " " << tiles << " " << slots << " s " << s;
+    }
+  }
+}
+
 // A page id outside the pool for entries tokens see: the status bit, raised by the tensor-core kernel too.
 TEST_F(CudaIndexerMmaPaged, BadPageRaisesStatus) {
   PagedBatch c = make({{70, 200}, {70, 150}});

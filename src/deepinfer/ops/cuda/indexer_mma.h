@@ -42,6 +42,9 @@ bool indexer_scores_decode_form(const IndexerScoresKernelParams& p);
 // of shared-memory stages by cp.async; the decode form's scores bit for bit.
 bool indexer_decode_ring_takes(const IndexerScoresKernelParams& p);
 void launch_indexer_decode_ring(const IndexerScoresKernelParams& p, cudaStream_t stream);
+// The ring kernel's key-tile splits a token (its grid's y) for `tokens` tokens of `tiles` key tiles on `slots` resident
+// blocks: the fewest splits of the least waves x (tiles a block + a block's fixed cost).
+int64_t indexer_decode_ring_splits(int64_t tokens, int64_t tiles, int64_t slots);
 
 // The tensor-core kernel for a call indexer_scores_use_mma chose: the ring kernel where it takes the call, else the
 // sequence-pass or decode form.
