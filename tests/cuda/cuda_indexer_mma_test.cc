@@ -415,12 +415,12 @@ TEST_F(CudaIndexerMmaPaged, DecodeFormMatchesCpuAndTheSequencePassForm) {
   expect_bad_page_reported(c);
 }
 
-// The decode form's ring kernel (bf16 key pools, --kv-cache-dtype bf16: a block a token, key tiles through cp.async
-// stages) against the decode form's own loop over the same bf16 pool and over an f32 pool of the rounded keys: the
-// same values bit for bit (any NaN for a NaN), and against the CPU op over the bf16 pool. V4's 64 and V4.1's 32
-// heads, dims 128 and 64, fp32 queries (the split path) and FP4-like ones (hi only); entry counts around the tiles,
-// then (the LongRanges test) 64 sequences of ~9000 entries: ranges of many tiles a block, the ring wrapping several
-// times; then a bad page.
+// The decode form's ring kernel (f32 and bf16 key pools: a block a token, key tiles through cp.async stages) against
+// the decode form's own loop over the same pool, over an f32 pool as made, its bf16 rounding as a bf16 pool and as an
+// f32 pool of the rounded values: the same values bit for bit (any NaN for a NaN), and against the CPU op. V4's 64 and
+// V4.1's 32 heads, dims 128 and 64, fp32 queries (the split path) and FP4-like ones (hi only); entry counts around the
+// tiles, then (the LongRanges test) 64 sequences of ~9000 entries: ranges of many tiles a block, the ring wrapping
+// several times; then a bad page.
 struct RingCase {
   std::vector<std::pair<int64_t, int64_t>> seqs;
   int64_t heads, dim;
@@ -448,9 +448,10 @@ TEST_F(CudaIndexerDecodeRing, EqualsTheDecodeFormOverBf16Pools) {
   const int64_t seq_of_bad = 7;  // 700 entries: pages 1.. of its table point outside the pool
   for (int64_t j = 1; j < c.tables.shape()[1]; ++j)
     c.tables.data<int32_t>()[seq_of_bad * c.tables.shape()[1] + j] = 1 << 20;
-  c.pool = bf16_of(c.pool);
   ScopedKernelChoices guard(gpu(), [&](cuda::KernelChoices& kc) { kc.indexer_mma = kAuto; });
-  expect_bad_page_reported(c);
+  expect_bad_page_reported(c);  // the f32 ring
+  c.pool = bf16_of(c.pool);
+  expect_bad_page_reported(c);  // the bf16 ring
 }
 
 TEST_F(CudaIndexerDecodeRing, LongRanges) {
@@ -461,44 +462,53 @@ TEST_F(CudaIndexerDecodeRing, LongRanges) {
 }
 
 void CudaIndexerDecodeRing::check(const RingCase& k) {
-  {
-    PagedBatch c = make(k.seqs, k.heads, k.dim);
-    if (k.fp4) {  // V4.1's quantized values in every row a token may read (the NaN rows stay)
-      c.q = fp4_like(c.q.shape());
-      const HostTensor k4 = fp4_like(c.pool.shape());
-      for (int64_t i = 0; i < c.pool.numel(); ++i)
-        if (!std::isnan(c.pool.data<float>()[i])) c.pool.data<float>()[i] = k4.data<float>()[i];
-    }
-    const std::string name = "T=" + std::to_string(c.q.shape()[0]) + " IH=" + std::to_string(k.heads) +
-                             " Id=" + std::to_string(k.dim) + (k.fp4 ? " fp4" : "");
-    HostTensor rounded = rounded_f32_of(c.pool);
-    c.pool = bf16_of(c.pool);
-    {
-      DeviceTensor dpool = up(c.pool), dt = up(c.tables);
-      cuda::IndexerScoresKernelParams kp;
-      kp.keys = dpool.view().data();
-      kp.keys_format = cuda::PoolFormat::kBf16;
-      kp.q = static_cast<const float*>(dpool.view().data());  // (only its alignment is read)
-      kp.block_tables = dt.view().data_as<int32_t>();
-      kp.tokens = c.q.shape()[0];
-      kp.seqs = static_cast<int64_t>(k.seqs.size());
-      kp.heads = k.heads;
-      kp.dim = k.dim;
+  PagedBatch c = make(k.seqs, k.heads, k.dim);
+  if (k.fp4) {  // V4.1's quantized values in every row a token may read (the NaN rows stay)
+    c.q = fp4_like(c.q.shape());
+    const HostTensor k4 = fp4_like(c.pool.shape());
+    for (int64_t i = 0; i < c.pool.numel(); ++i)
+      if (!std::isnan(c.pool.data<float>()[i])) c.pool.data<float>()[i] = k4.data<float>()[i];
+  }
+  const std::string name = "T=" + std::to_string(c.q.shape()[0]) + " IH=" + std::to_string(k.heads) +
+                           " Id=" + std::to_string(k.dim) + (k.fp4 ? " fp4" : "");
+  {  // The ring takes decode calls over f32 and bf16 pools, and none with indexer_mma_ring off.
+    DeviceTensor dpool = up(c.pool), dt = up(c.tables);
+    cuda::IndexerScoresKernelParams kp;
+    kp.keys = dpool.view().data();
+    kp.q = static_cast<const float*>(dpool.view().data());  // (only its alignment is read)
+    kp.block_tables = dt.view().data_as<int32_t>();
+    kp.tokens = c.q.shape()[0];
+    kp.seqs = static_cast<int64_t>(k.seqs.size());
+    kp.heads = k.heads;
+    kp.dim = k.dim;
+    for (const cuda::PoolFormat f : {cuda::PoolFormat::kF32, cuda::PoolFormat::kBf16}) {
+      kp.keys_format = f;
+      kp.mma_ring = true;
       ASSERT_TRUE(cuda::indexer_decode_ring_takes(kp)) << name;
       kp.mma_ring = false;
       ASSERT_FALSE(cuda::indexer_decode_ring_takes(kp)) << name;
     }
-    const HostTensor ring = run_paged(c, kAuto), loop = run_paged(c, kAuto, true, false);
-    expect_same_values(("indexer ring vs decode loop, bf16 pool " + name).c_str(), ring, loop);
-    if (k.cpu) {
-      HostTensor want(DType::kF32, {c.q.shape()[0], c.n});
-      cpu().paged_indexer_scores(params(c, c.q, c.weights, c.positions, c.q_seq, c.n_entries, c.tables, c.pool, want));
-      rel_err(("indexer ring vs cpu, bf16 pool " + name).c_str(), ring, want, k.fp4 ? kExactTol : kSplitTol);
-    }
-    c.pool = std::move(rounded);
-    const HostTensor f32 = run_paged(c, kAuto, true, false);
-    expect_same_values(("indexer ring vs decode loop, f32 pool of the rounded keys " + name).c_str(), ring, f32);
   }
+  const auto cpu_scores = [&] {
+    HostTensor want(DType::kF32, {c.q.shape()[0], c.n});
+    cpu().paged_indexer_scores(params(c, c.q, c.weights, c.positions, c.q_seq, c.n_entries, c.tables, c.pool, want));
+    return want;
+  };
+  const double tol = k.fp4 ? kExactTol : kSplitTol;
+  // The f32 pool as made.
+  const HostTensor ring32 = run_paged(c, kAuto), loop32 = run_paged(c, kAuto, true, false);
+  expect_same_values(("indexer ring vs decode loop, f32 pool " + name).c_str(), ring32, loop32);
+  if (k.cpu) rel_err(("indexer ring vs cpu, f32 pool " + name).c_str(), ring32, cpu_scores(), tol);
+  // Its bf16 rounding, as a bf16 pool and as an f32 pool of the rounded values.
+  HostTensor rounded = rounded_f32_of(c.pool);
+  c.pool = bf16_of(c.pool);
+  const HostTensor ring = run_paged(c, kAuto), loop = run_paged(c, kAuto, true, false);
+  expect_same_values(("indexer ring vs decode loop, bf16 pool " + name).c_str(), ring, loop);
+  if (k.cpu) rel_err(("indexer ring vs cpu, bf16 pool " + name).c_str(), ring, cpu_scores(), tol);
+  c.pool = std::move(rounded);
+  const HostTensor ring_r = run_paged(c, kAuto), loop_r = run_paged(c, kAuto, true, false);
+  expect_same_values(("indexer bf16 ring vs decode loop, f32 pool of the rounded keys " + name).c_str(), ring, loop_r);
+  expect_same_values(("indexer f32 ring vs decode loop, f32 pool of the rounded keys " + name).c_str(), ring_r, loop_r);
 }
 
 // The ring kernel's split rule (host only): waves of resident blocks x (tiles a block + 2), the fewest splits of the

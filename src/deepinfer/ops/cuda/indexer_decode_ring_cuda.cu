@@ -1,19 +1,21 @@
-// The tensor-core indexer's decode form over bf16 key pools (--kv-cache-dtype bf16, V4.1's default on CUDA), with the
-// key tiles copied into a ring of shared-memory stages by cp.async (indexer_mma.h says when it is chosen).
+// The tensor-core indexer's decode form over f32 and bf16 key pools (bf16: --kv-cache-dtype bf16, V4.1's default on
+// CUDA; f32: V4's), with the key tiles copied into a ring of shared-memory stages by cp.async (indexer_mma.h says when
+// it is chosen).
 //
 // Why: the decode form of indexer_mma_cuda.cu holds the queries of 8 tokens (hi + lo, 139 KB at dim 128), so one
 // block fits an SM, and each thread keeps one tile's share of loads in flight in registers (16 KB an SM from a bf16
 // pool). At decode every token's keys are its own sequence's, so the 8 tokens share nothing and the block walks them
 // one after another; the kernel was latency-bound (session 42, H100, V4.1 slice b64 at 64k: 2.2 ms a step where the
 // keys' bytes take ~0.5). Here a block is one token and a range of its key tiles: the queries take 17 KB (32 heads;
-// 35 KB at 64), the ring kStages tiles of 17 KB, so two blocks fit an SM, and each block keeps kStages - 1 tiles in
-// flight without registers (cp.async into the stages: a bf16 row is already the hi part of the split, its lo part
-// zero).
+// 35 KB at 64) and the ring kStages tiles, so each block keeps kStages - 1 tiles in flight without registers. A bf16
+// stage is 17 KB (two blocks an SM) and its rows are already the split's hi parts (lo zero): the warps ldmatrix them.
+// An f32 stage is 35 KB (one block an SM, 96 KB in flight) and each lane splits the values of its own B fragments.
 //
 // The scores are those of the decode form, bit for bit (the tests compare them): the same warp tiles (m-tile w % kMt
-// against key slice w / kMt), the same mma sequence (a key lo part of zero adds exact zeros, so the key cross term is
-// left out), the same head sums and the same m-tile order (indexer_mma_common.cuh). Visibility, bad pages (the key's
-// score NaN, the status bit), bad rows (NaN) and the −inf tails are as there.
+// against key slice w / kMt), the same hi / lo split and mma sequence (a cross term whose lo parts are all zero adds
+// exact zeros, so it is left out where they are), the same head sums and the same m-tile order
+// (indexer_mma_common.cuh). Visibility, bad pages (the key's score NaN, the status bit), bad rows (NaN) and the −inf
+// tails are as there.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -30,39 +32,78 @@ namespace {
 
 using namespace indexer_mma;
 
-constexpr int kStages = 4;       // ring stages: kStages - 1 tiles in flight while one is multiplied
-constexpr int kBlocksPerSm = 2;  // what the shared memory below allows at dim 128 and 64 heads
+constexpr int kStages = 4;  // ring stages: kStages - 1 tiles in flight while one is multiplied
+// Blocks an SM the shared memory below allows at dim 128 and 64 heads: two over bf16 pools, one over f32 pools (a stage
+// of f32 rows is twice the bytes; one block still has 96 KB in flight).
+template <bool kF32>
+constexpr int kBlocksPerSm = kF32 ? 1 : 2;
 
-template <int kDim, int kMt>
+template <int kDim, int kMt, bool kF32>
 struct RingLayout {
   static constexpr int kRows = 16 * kMt;  // the token's heads, padded with zero rows
-  static constexpr int kLd = kDim + 8;    // +16 bytes a row: an ldmatrix phase's 8 rows in distinct bank groups
+  static constexpr int kLd = kDim + 8;    // +16 bytes a bf16 row: an ldmatrix phase's 8 rows in distinct bank groups
+  // f32 stage rows: +32 bytes, so that a half-warp's 8-byte loads of 4 rows x 4 column pairs hit 32 distinct banks.
+  static constexpr int kLdF = kDim + 8;
   static constexpr size_t kQBytes = size_t{2} * kRows * kLd;
-  static constexpr size_t kKBytes = size_t{2} * kTile * kLd;
+  static constexpr size_t kKBytes = kF32 ? size_t{4} * kTile * kLdF : size_t{2} * kTile * kLd;
   static constexpr size_t q_hi = 0;
   static constexpr size_t q_lo = q_hi + kQBytes;
-  static constexpr size_t keys = q_lo + kQBytes;                        // [kStages][kTile][kLd] bf16
-  static constexpr size_t ws = keys + kStages * kKBytes;                // [kRows] w·weight_scale
-  static constexpr size_t red = ws + sizeof(float) * kRows;             // [2][kMt][kTile] the m-tiles' sums
+  static constexpr size_t keys = q_lo + kQBytes;             // [kStages][kTile][kLd] bf16 or [kStages][kTile][kLdF] f32
+  static constexpr size_t ws = keys + kStages * kKBytes;     // [kRows] w·weight_scale
+  static constexpr size_t red = ws + sizeof(float) * kRows;  // [2][kMt][kTile] the m-tiles' sums
   static constexpr size_t bad = red + sizeof(float) * 2 * kMt * kTile;  // [kStages][kTile] a key's page is bad
   static constexpr size_t bytes = bad + kStages * kTile;
   static_assert(kDim % 64 == 0, "4 copier threads a row, 16-byte chunks, 16-dim mma steps");
-  static_assert(keys % 16 == 0 && (kLd * 2) % 16 == 0 && ws % 16 == 0, "aligned stages and rows");
+  static_assert(keys % 16 == 0 && (kLd * 2) % 16 == 0 && (kLdF * 4) % 16 == 0 && ws % 16 == 0, "aligned stages, rows");
 };
 
-template <int kDim, int kMt>
-__global__ void __launch_bounds__(kThreads, kBlocksPerSm)
+// The decode form's S tile (warp_scores_dec) from a stage of f32 key rows: each lane splits the values of its B
+// fragments itself (the pairs store_split4 makes: dims 2·tq, 2·tq + 1 and 2·tq + 8, 2·tq + 9 of key g), so the
+// fragments are the decode form's bits. The key cross term runs where a key lo part of the warp's k step is nonzero;
+// where all are zero it would add exact zeros, as in the decode form's hi-only path.
+template <int kDim, int kMt, int kLdF, bool kQLo>
+__device__ __forceinline__ void warp_scores_dec_f32(const uint32_t (&ah)[kDim / 16][4],
+                                                    const uint32_t (&al)[kDim / 16][4], const float* kf, int lane,
+                                                    float (&acc)[DecShape<kMt>::kNt][4]) {
+  constexpr int kNt = DecShape<kMt>::kNt;
+  const int g = lane >> 2, tq = lane & 3;
+#pragma unroll
+  for (int nt = 0; nt < kNt; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+#pragma unroll
+  for (int s = 0; s < kDim / 16; ++s) {
+    uint32_t bh[kNt][2], bl[kNt][2];
+    uint32_t lo_any = 0;
+#pragma unroll
+    for (int nt = 0; nt < kNt; ++nt) {
+      const float* row = kf + (nt * 8 + g) * kLdF + s * 16 + 2 * tq;
+      const float2 v0 = *reinterpret_cast<const float2*>(row), v1 = *reinterpret_cast<const float2*>(row + 8);
+      bh[nt][0] = pack_split(v0.x, v0.y, bl[nt][0]);
+      bh[nt][1] = pack_split(v1.x, v1.y, bl[nt][1]);
+      lo_any |= (bl[nt][0] | bl[nt][1]) & 0x7fff7fffu;
+    }
+    const bool k_lo = __any_sync(0xffffffffu, lo_any != 0);
+#pragma unroll
+    for (int nt = 0; nt < kNt; ++nt) {
+      if (k_lo) mma_bf16(acc[nt], ah[s], bl[nt][0], bl[nt][1]);
+      if constexpr (kQLo) mma_bf16(acc[nt], al[s], bh[nt][0], bh[nt][1]);
+      mma_bf16(acc[nt], ah[s], bh[nt][0], bh[nt][1]);
+    }
+  }
+}
+
+template <int kDim, int kMt, bool kF32>
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm<kF32>)
     indexer_decode_ring_kernel(IndexerScoresKernelParams p, int tiles_per_split) {
-  using L = RingLayout<kDim, kMt>;
-  constexpr int kLd = L::kLd, kRows = L::kRows, kNt = DecShape<kMt>::kNt, kWk = kNt * 8;
-  constexpr int kChunks = kDim * 2 / 16 / 4;  // 16-byte chunks of a key row a copier thread takes
+  using L = RingLayout<kDim, kMt, kF32>;
+  constexpr int kLd = L::kLd, kLdF = L::kLdF, kRows = L::kRows, kNt = DecShape<kMt>::kNt, kWk = kNt * 8;
+  constexpr int kChunks = kDim * (kF32 ? 4 : 2) / 16 / 4;  // 16-byte chunks of a key row a copier thread takes
   extern __shared__ __align__(16) uint8_t smem[];
   auto* q_hi = reinterpret_cast<__nv_bfloat16*>(smem + L::q_hi);
   auto* q_lo = reinterpret_cast<__nv_bfloat16*>(smem + L::q_lo);
   auto* ws_s = reinterpret_cast<float*>(smem + L::ws);
   auto* red_s = reinterpret_cast<float*>(smem + L::red);
   auto* bad_s = reinterpret_cast<uint8_t*>(smem + L::bad);
-  const auto stage_keys = [&](int st) { return reinterpret_cast<__nv_bfloat16*>(smem + L::keys + st * L::kKBytes); };
+  const auto stage_keys = [&](int st) { return smem + L::keys + st * L::kKBytes; };
   __shared__ int64_t count_sh;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2;
@@ -108,10 +149,10 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   const auto issue = [&](int tile, const void* row, bool bad) {
     if (tile < it1) {
       const int st = (tile - it0) % kStages;
-      __nv_bfloat16* dst = stage_keys(st) + lr * kLd;
+      uint8_t* dst = stage_keys(st) + lr * (kF32 ? kLdF * 4 : kLd * 2);
       const auto* src = static_cast<const uint4*>(row ? row : p.keys);
 #pragma unroll
-      for (int j = 0; j < kChunks; ++j) cp_async16(dst + (lp + 4 * j) * 8, src + lp + 4 * j, row != nullptr);
+      for (int j = 0; j < kChunks; ++j) cp_async16(dst + (lp + 4 * j) * 16, src + lp + 4 * j, row != nullptr);
       if (lp == 0) bad_s[st * kTile + lr] = bad;
     }
     cp_async_commit();  // one group a tile, empty past the range, so the wait below counts tiles
@@ -149,11 +190,19 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     const int64_t col0 = static_cast<int64_t>(it) * kTile + dpart * kWk;
     if (col0 < p.n && col0 < cnt) {
       float acc[kNt][4];
-      const __nv_bfloat16* kh = stage_keys(st) + dpart * kWk * kLd;
-      if (q_split)
-        warp_scores_dec<kDim, kMt, kLd, true, false>(qah, qal, kh, kh, lane, acc);
-      else
-        warp_scores_dec<kDim, kMt, kLd, false, false>(qah, qal, kh, kh, lane, acc);
+      if constexpr (kF32) {
+        const float* kf = reinterpret_cast<const float*>(stage_keys(st)) + dpart * kWk * kLdF;
+        if (q_split)
+          warp_scores_dec_f32<kDim, kMt, kLdF, true>(qah, qal, kf, lane, acc);
+        else
+          warp_scores_dec_f32<kDim, kMt, kLdF, false>(qah, qal, kf, lane, acc);
+      } else {
+        const auto* kh = reinterpret_cast<const __nv_bfloat16*>(stage_keys(st)) + dpart * kWk * kLd;
+        if (q_split)
+          warp_scores_dec<kDim, kMt, kLd, true, false>(qah, qal, kh, kh, lane, acc);
+        else
+          warp_scores_dec<kDim, kMt, kLd, false, false>(qah, qal, kh, kh, lane, acc);
+      }
       float v0, v1;
       dec_head_sums<kMt>(acc, w0, w1, p.score_scale, g, v0, v1);
       if (g < kNt) {
@@ -177,29 +226,42 @@ int sm_count() {
   return v;
 }
 
-template <int kDim, int kMt>
+template <int kDim, int kMt, bool kF32>
 void launch(const IndexerScoresKernelParams& p, cudaStream_t stream) {
-  constexpr size_t smem = RingLayout<kDim, kMt>::bytes;
-  const auto kernel = indexer_decode_ring_kernel<kDim, kMt>;
+  constexpr size_t smem = RingLayout<kDim, kMt, kF32>::bytes;
+  const auto kernel = indexer_decode_ring_kernel<kDim, kMt, kF32>;
   DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   const int64_t tiles = ceil_div(p.n, kTile),
-                splits = indexer_decode_ring_splits(p.tokens, tiles, kBlocksPerSm * static_cast<int64_t>(sm_count()));
+                splits =
+                    indexer_decode_ring_splits(p.tokens, tiles, kBlocksPerSm<kF32> * static_cast<int64_t>(sm_count()));
   const int64_t per_split = ceil_div(tiles, splits);
   const dim3 grid(static_cast<unsigned>(p.tokens), static_cast<unsigned>(splits));
   kernel<<<grid, kThreads, smem, stream>>>(p, static_cast<int>(per_split));
   DI_CUDA_CHECK_LAUNCH();
 }
 
+template <bool kF32>
 size_t ring_smem_bytes(int64_t dim, int64_t heads) {
   const bool small = heads <= 32;
   switch (dim) {
     case 128:
-      return small ? RingLayout<128, 2>::bytes : RingLayout<128, 4>::bytes;
+      return small ? RingLayout<128, 2, kF32>::bytes : RingLayout<128, 4, kF32>::bytes;
     case 64:
-      return small ? RingLayout<64, 2>::bytes : RingLayout<64, 4>::bytes;
+      return small ? RingLayout<64, 2, kF32>::bytes : RingLayout<64, 4, kF32>::bytes;
     default:
       return 0;
   }
+}
+
+template <bool kF32>
+void launch_format(const IndexerScoresKernelParams& p, cudaStream_t stream) {
+  const bool small = p.heads <= 32;
+  if (p.dim == 128)
+    small ? launch<128, 2, kF32>(p, stream) : launch<128, 4, kF32>(p, stream);
+  else if (p.dim == 64)
+    small ? launch<64, 2, kF32>(p, stream) : launch<64, 4, kF32>(p, stream);
+  else
+    DI_CHECK_INTERNAL(false) << "indexer_decode_ring: no kernel for dim " << p.dim;
 }
 
 }  // namespace
@@ -223,21 +285,19 @@ int64_t indexer_decode_ring_splits(int64_t tokens, int64_t tiles, int64_t slots)
 }
 
 bool indexer_decode_ring_takes(const IndexerScoresKernelParams& p) {
-  const size_t smem = ring_smem_bytes(p.dim, p.heads);
-  return p.mma_ring && indexer_scores_decode_form(p) && p.keys_format == PoolFormat::kBf16 && smem > 0 &&
-         p.heads >= 1 && p.heads <= 64 && p.tokens > 0 && p.tokens <= 0x7fffffff &&
-         reinterpret_cast<uintptr_t>(p.keys) % 16 == 0 && reinterpret_cast<uintptr_t>(p.q) % 16 == 0 &&
-         smem <= smem_optin_or_current(p.smem_optin);
+  const bool f32 = p.keys_format == PoolFormat::kF32;
+  if (!f32 && p.keys_format != PoolFormat::kBf16) return false;
+  const size_t smem = f32 ? ring_smem_bytes<true>(p.dim, p.heads) : ring_smem_bytes<false>(p.dim, p.heads);
+  return p.mma_ring && indexer_scores_decode_form(p) && smem > 0 && p.heads >= 1 && p.heads <= 64 && p.tokens > 0 &&
+         p.tokens <= 0x7fffffff && reinterpret_cast<uintptr_t>(p.keys) % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(p.q) % 16 == 0 && smem <= smem_optin_or_current(p.smem_optin);
 }
 
 void launch_indexer_decode_ring(const IndexerScoresKernelParams& p, cudaStream_t stream) {
-  const bool small = p.heads <= 32;
-  if (p.dim == 128)
-    small ? launch<128, 2>(p, stream) : launch<128, 4>(p, stream);
-  else if (p.dim == 64)
-    small ? launch<64, 2>(p, stream) : launch<64, 4>(p, stream);
+  if (p.keys_format == PoolFormat::kF32)
+    launch_format<true>(p, stream);
   else
-    DI_CHECK_INTERNAL(false) << "indexer_decode_ring: no kernel for dim " << p.dim;
+    launch_format<false>(p, stream);
 }
 
 }  // namespace deepinfer::cuda
