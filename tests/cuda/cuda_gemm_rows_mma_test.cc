@@ -277,6 +277,12 @@ TEST(CudaGemmRowsMmaShape, SplitsByTilesStepsAndSharedMemory) {
   cuda::GemmChoices no_waves;
   no_waves.rows_mma_waves = false;
   EXPECT_EQ(gemm_rows_mma_shape(fp8, 4096, 8192, 64, 132, no_waves, h100).splits, 8);
+  // V4-Flash q_b with the indexer's wq (40960 x 1024) at 64 rows: 80 pairs of 16 steps, two waves, stay so; 8 splits of
+  // 2 steps (160 clusters of 8: eleven waves) cost more in the blocks' fixed work than the steps they save (H100,
+  // session 44, ncu of the V4-Flash slice b64: 111 us against 54).
+  s = gemm_rows_mma_shape(fp8, 40960, 1024, 64, 132, {}, h100);
+  EXPECT_EQ(s.splits, 1);
+  EXPECT_EQ(s.share, 2);
 
   // The warpgroup form: by default (kAuto) above 32 rows, whole warpgroups on one K range only, and kWgStepPad (16)
   // bytes after each staged step.

@@ -62,7 +62,8 @@ struct RowsMmaShape {
 // cluster_slots(c), when given: how many clusters of c one-block-an-SM blocks the device runs at once
 // (gemm_rows_mma_cluster_slots; a cluster's blocks share one GPC, so fewer than sms / c fit, e.g. 15 of 8 on the
 // H100). When the rule's clusters of such blocks (above sms / 2 blocks) need more than one wave, the rule takes the
-// shape of fewest waves x steps a block instead: 16-warp blocks, one a cluster along N, 2-8 splits whose K range fits.
+// shape of fewest waves x (steps a block + a block's fixed cost) instead: 16-warp blocks, one a cluster along N, 2-8
+// splits whose K range fits.
 using ClusterSlots = std::function<int(int size)>;
 RowsMmaShape gemm_rows_mma_shape(QuantFormat format, int64_t n, int64_t k, int64_t rows, int sms,
                                  const GemmChoices& pick = {}, const ClusterSlots& cluster_slots = nullptr);

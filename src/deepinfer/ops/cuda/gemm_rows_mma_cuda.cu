@@ -430,8 +430,11 @@ RowsMmaShape gemm_rows_mma_shape(QuantFormat format, int64_t n, int64_t k, int64
   if (pick.rows_mma_share == 0 && s.warps == 16 && s.kw == 1 && s.splits <= kMaxSplits / 2 && tiles >= 2) s.share = 2;
   // Clusters past one wave (e.g. V4-Flash o_b at 33-64 rows: K = 8192 fits shared memory in 8 splits, 16 clusters of
   // 8, of which the H100 runs 15 at once, so the 16th runs alone after them: 53.0 us, 37.7 in 6 splits, one wave;
-  // H100, session 43, docs/PERF.md): the shape of fewest waves x steps a block, each block latency-bound. Not for a
-  // chosen shape.
+  // H100, session 43, docs/PERF.md): the shape of fewest waves x (steps a block + kBlockFixedSteps), each block
+  // latency-bound. Not for a chosen shape. The fixed part is a block's staging, cluster barriers and reduction: without
+  // it the rule took V4-Flash's q_b + wq_idx (40960 x 1024, 64 rows: 80 pairs of 16 steps, two waves) to 8 splits of
+  // 2 steps, 160 clusters of 8 in eleven waves: 111 us against 54 (H100, session 44, ncu of the slice).
+  constexpr int64_t kBlockFixedSteps = 8;
   const bool chosen = pick.rows_mma_warps || pick.rows_mma_kw || forced || pick.rows_mma_share;
   // Blocks of one an SM: 16 warps (the registers), or past half an SM's 228 KB of shared memory (1 KB a block kept).
   const auto waves = [&](const RowsMmaShape& c) {
@@ -444,7 +447,7 @@ RowsMmaShape gemm_rows_mma_shape(QuantFormat format, int64_t n, int64_t k, int64
   };
   if (chosen || !pick.rows_mma_waves || !cluster_slots || s.smem > kMaxSmem || waves(s) <= 1) return s;
   RowsMmaShape best = s;
-  int64_t best_cost = waves(s) * s.split_steps;
+  int64_t best_cost = waves(s) * (s.split_steps + kBlockFixedSteps);
   for (int sp = 2; sp <= kMaxSplits; ++sp) {
     RowsMmaShape c;
     c.warps = 16;
@@ -453,7 +456,7 @@ RowsMmaShape gemm_rows_mma_shape(QuantFormat format, int64_t n, int64_t k, int64
     c.wg = wg_rows;
     c.smem = rows_smem(format, c.warps, 1, c.split_steps, rows, c.wg);
     if (c.smem > kMaxSmem) continue;
-    const int64_t cost = waves(c) * c.split_steps;
+    const int64_t cost = waves(c) * (c.split_steps + kBlockFixedSteps);
     if (cost < best_cost) {
       best = c;
       best_cost = cost;
