@@ -219,21 +219,14 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm<kF32>)
   finalize(it1 - 1);
 }
 
-int sm_count() {
-  int dev = 0, v = 0;
-  DI_CUDA_CHECK(cudaGetDevice(&dev));
-  DI_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
-  return v;
-}
-
 template <int kDim, int kMt, bool kF32>
 void launch(const IndexerScoresKernelParams& p, cudaStream_t stream) {
   constexpr size_t smem = RingLayout<kDim, kMt, kF32>::bytes;
   const auto kernel = indexer_decode_ring_kernel<kDim, kMt, kF32>;
   DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   const int64_t tiles = ceil_div(p.n, kTile),
-                splits =
-                    indexer_decode_ring_splits(p.tokens, tiles, kBlocksPerSm<kF32> * static_cast<int64_t>(sm_count()));
+                splits = indexer_decode_ring_splits(p.tokens, tiles,
+                                                    kBlocksPerSm<kF32> * static_cast<int64_t>(current_sm_count()));
   const int64_t per_split = ceil_div(tiles, splits);
   const dim3 grid(static_cast<unsigned>(p.tokens), static_cast<unsigned>(splits));
   kernel<<<grid, kThreads, smem, stream>>>(p, static_cast<int>(per_split));

@@ -71,7 +71,6 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <cstring>
 
 #include "deepinfer/ops/cuda/cuda_runtime.h"
 #include "deepinfer/ops/cuda/device_math.cuh"
@@ -391,13 +390,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-int sm_count() {
-  int dev = 0, v = 0;
-  DI_CUDA_CHECK(cudaGetDevice(&dev));
-  DI_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
-  return v;
-}
-
 template <int kDim, int kMt>
 void launch(const IndexerScoresKernelParams& p, cudaStream_t stream) {
   constexpr size_t smem = Layout<kDim, kMt>::bytes;
@@ -407,7 +399,7 @@ void launch(const IndexerScoresKernelParams& p, cudaStream_t stream) {
   // Few tokens (a chunk or a continuation against a long context) make few blocks, each walking all its tokens'
   // entries: split the key tiles over blocks until there are about two waves (one block an SM).
   const int64_t token_blocks = ceil_div(p.tokens, Shape<kMt>::kTokens), tiles = ceil_div(p.n, kTile);
-  const int64_t want = 2 * static_cast<int64_t>(sm_count());
+  const int64_t want = 2 * static_cast<int64_t>(current_sm_count());
   int64_t splits = token_blocks >= want ? 1 : std::min(tiles, ceil_div(want, token_blocks));
   const int64_t per_split = ceil_div(tiles, splits);
   splits = ceil_div(tiles, per_split);
