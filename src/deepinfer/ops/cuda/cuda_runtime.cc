@@ -61,13 +61,6 @@ size_t smem_optin_or_current(size_t known) {
   return static_cast<size_t>(v);
 }
 
-int current_sm_count() {
-  int dev = 0, v = 0;
-  DI_CUDA_CHECK(cudaGetDevice(&dev));
-  DI_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
-  return v;
-}
-
 Stream::Stream() { DI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
 Stream::~Stream() {
   if (stream_) cudaStreamDestroy(stream_);  // destructors do not throw; a failure here has nowhere to go

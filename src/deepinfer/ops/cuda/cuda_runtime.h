@@ -39,8 +39,6 @@ DeviceInfo select_device(int index);
 // `known` (DeviceInfo::smem_per_block_optin as a backend read it once), or when 0 the current device's opt-in shared
 // memory a block, asked of the runtime.
 size_t smem_optin_or_current(size_t known);
-// The current device's SM count, asked of the runtime (for launchers without a backend's DeviceInfo).
-int current_sm_count();
 
 // An owned non-blocking stream (it does not synchronise with the legacy default stream).
 class Stream {

@@ -205,13 +205,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm<kF32>)
       }
       float v0, v1;
       dec_head_sums<kMt>(acc, w0, w1, p.score_scale, g, v0, v1);
-      if (g < kNt) {
-        const int k = dpart * kWk + g * 8 + 2 * (lane & 3);  // key of the tile
-        float* r = red_s + (rb * kMt + dmt) * kTile + k;
-        // A bad page's key is NaN (m-tile 0's sum carries it into the total).
-        r[0] = dmt == 0 && bad_s[st * kTile + k] ? NAN : v0;
-        r[1] = dmt == 0 && bad_s[st * kTile + k + 1] ? NAN : v1;
-      }
+      dec_store_sums<kMt>(red_s + rb * kMt * kTile, bad_s + st * kTile, dmt, dpart * kWk, lane, v0, v1);
     }
     if (it > it0) finalize(it - 1);
   }
@@ -226,7 +220,7 @@ void launch(const IndexerScoresKernelParams& p, cudaStream_t stream) {
   DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   const int64_t tiles = ceil_div(p.n, kTile),
                 splits = indexer_decode_ring_splits(p.tokens, tiles,
-                                                    kBlocksPerSm<kF32> * static_cast<int64_t>(current_sm_count()));
+                                                    kBlocksPerSm<kF32> * static_cast<int64_t>(device_sm_count()));
   const int64_t per_split = ceil_div(tiles, splits);
   const dim3 grid(static_cast<unsigned>(p.tokens), static_cast<unsigned>(splits));
   kernel<<<grid, kThreads, smem, stream>>>(p, static_cast<int>(per_split));

@@ -102,6 +102,20 @@ __device__ __forceinline__ void dec_head_sums(const float (&acc)[DecShape<kMt>::
   }
 }
 
+// Lanes g < kNt store their head sums v0 / v1 (keys 2·tq, 2·tq + 1 of n-tile g of the warp's slice, which starts at
+// key `slice0` of the tile) as m-tile dmt's sums: red[dmt · kTile + key]. A bad page's key (bad[key]) is NaN, through
+// m-tile 0's sum, which carries it into the total.
+template <int kMt>
+__device__ __forceinline__ void dec_store_sums(float* red, const uint8_t* bad, int dmt, int slice0, int lane, float v0,
+                                               float v1) {
+  const int g = lane >> 2;
+  if (g >= DecShape<kMt>::kNt) return;
+  const int k = slice0 + g * 8 + 2 * (lane & 3);
+  float* r = red + dmt * kTile + k;
+  r[0] = dmt == 0 && bad[k] ? NAN : v0;
+  r[1] = dmt == 0 && bad[k + 1] ? NAN : v1;
+}
+
 // A tile's score of key k (< kTile) from its m-tiles' sums red[mt · kTile + k], added in m-tile order.
 template <int kMt>
 __device__ __forceinline__ float dec_key_score(const float* red, int k) {

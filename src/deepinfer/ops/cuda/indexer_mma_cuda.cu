@@ -309,13 +309,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           float v0, v1;
           dec_head_sums<kMt>(acc, ws_s[first * kRows + dmt * 16 + g], ws_s[first * kRows + dmt * 16 + g + 8],
                              p.score_scale, g, v0, v1);
-          if (g < kNtD) {
-            const int k = dpart * kWk + g * 8 + 2 * tq;  // key of the tile
-            float* r = red_s + (b * kMt + dmt) * kTile + k;
-            // A bad page's key is NaN (m-tile 0's sum carries it into the total).
-            r[0] = dmt == 0 && bad_s[b * kTile + k] ? NAN : v0;
-            r[1] = dmt == 0 && bad_s[b * kTile + k + 1] ? NAN : v1;
-          }
+          dec_store_sums<kMt>(red_s + b * kMt * kTile, bad_s + b * kTile, dmt, dpart * kWk, lane, v0, v1);
         }
         if (it > it0) finalize(it - 1, b ^ 1);
       }
@@ -399,7 +393,7 @@ void launch(const IndexerScoresKernelParams& p, cudaStream_t stream) {
   // Few tokens (a chunk or a continuation against a long context) make few blocks, each walking all its tokens'
   // entries: split the key tiles over blocks until there are about two waves (one block an SM).
   const int64_t token_blocks = ceil_div(p.tokens, Shape<kMt>::kTokens), tiles = ceil_div(p.n, kTile);
-  const int64_t want = 2 * static_cast<int64_t>(current_sm_count());
+  const int64_t want = 2 * static_cast<int64_t>(device_sm_count());
   int64_t splits = token_blocks >= want ? 1 : std::min(tiles, ceil_div(want, token_blocks));
   const int64_t per_split = ceil_div(tiles, splits);
   splits = ceil_div(tiles, per_split);
