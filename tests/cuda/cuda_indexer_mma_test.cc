@@ -415,9 +415,10 @@ TEST_F(CudaIndexerMmaPaged, DecodeFormMatchesCpuAndTheSequencePassForm) {
   expect_bad_page_reported(c);
 }
 
-// The decode form's ring kernel (f32 and bf16 key pools: a block a token, key tiles through cp.async stages) against
-// the decode form's own loop over the same pool, over an f32 pool as made, its bf16 rounding as a bf16 pool and as an
-// f32 pool of the rounded values: the same values bit for bit (any NaN for a NaN), and against the CPU op. V4's 64 and
+// The decode form's ring kernel (f32 and bf16 key pools and FP4 key records: a block a token, key tiles through
+// cp.async stages) against the decode form's own loop over the same pool, over an f32 pool as made, its bf16 rounding
+// as a bf16 pool and as an f32 pool of the rounded values, and its FP4 records (V4.1's --kv-cache-dtype fp8) and an
+// f32 pool of their values: the same values bit for bit (any NaN for a NaN), and against the CPU op. V4's 64 and
 // V4.1's 32 heads, dims 128 and 64, fp32 queries (the split path) and FP4-like ones (hi only); entry counts around the
 // tiles, then (the LongRanges test) 64 sequences of ~9000 entries: ranges of many tiles a block, the ring wrapping
 // several times; then a bad page.
@@ -449,9 +450,12 @@ TEST_F(CudaIndexerDecodeRing, EqualsTheDecodeFormOverBf16Pools) {
   for (int64_t j = 1; j < c.tables.shape()[1]; ++j)
     c.tables.data<int32_t>()[seq_of_bad * c.tables.shape()[1] + j] = 1 << 20;
   ScopedKernelChoices guard(gpu(), [&](cuda::KernelChoices& kc) { kc.indexer_mma = kAuto; });
+  const HostTensor records = records_of(c.pool, kIndexKeyRecord).records;
   expect_bad_page_reported(c);  // the f32 ring
   c.pool = bf16_of(c.pool);
   expect_bad_page_reported(c);  // the bf16 ring
+  c.pool = copy_of(records);
+  expect_bad_page_reported(c);  // the record ring
 }
 
 TEST_F(CudaIndexerDecodeRing, LongRanges) {
@@ -481,13 +485,22 @@ void CudaIndexerDecodeRing::check(const RingCase& k) {
     kp.seqs = static_cast<int64_t>(k.seqs.size());
     kp.heads = k.heads;
     kp.dim = k.dim;
-    for (const cuda::PoolFormat f : {cuda::PoolFormat::kF32, cuda::PoolFormat::kBf16}) {
+    for (const cuda::PoolFormat f : {cuda::PoolFormat::kF32, cuda::PoolFormat::kBf16, cuda::PoolFormat::kFp4Ue8m0B32}) {
       kp.keys_format = f;
       kp.mma_ring = true;
       ASSERT_TRUE(cuda::indexer_decode_ring_takes(kp)) << name;
       kp.mma_ring = false;
       ASSERT_FALSE(cuda::indexer_decode_ring_takes(kp)) << name;
     }
+    // Records are copied by 4-byte words (a 68-byte row is word-aligned only); the other pools by 16 bytes.
+    kp.mma_ring = true;
+    kp.keys = static_cast<const uint8_t*>(aligned.view().data()) + 4;
+    ASSERT_TRUE(cuda::indexer_decode_ring_takes(kp)) << name;
+    kp.keys_format = cuda::PoolFormat::kBf16;
+    ASSERT_FALSE(cuda::indexer_decode_ring_takes(kp)) << name;
+    kp.keys_format = cuda::PoolFormat::kFp4E4m3B16;  // the attention's entry records: never index keys
+    kp.keys = aligned.view().data();
+    ASSERT_FALSE(cuda::indexer_decode_ring_takes(kp)) << name;
   }
   const auto cpu_scores = [&] {
     HostTensor want(DType::kF32, {c.q.shape()[0], c.n});
@@ -495,6 +508,17 @@ void CudaIndexerDecodeRing::check(const RingCase& k) {
     return want;
   };
   const double tol = k.fp4 ? kExactTol : kSplitTol;
+  // Its FP4 records, and an f32 pool of their values (the loop over records reads those values).
+  RecordPool rec = records_of(c.pool, kIndexKeyRecord);
+  const HostTensor made = std::move(c.pool);
+  c.pool = std::move(rec.records);
+  const HostTensor ring_rec = run_paged(c, kAuto), loop_rec = run_paged(c, kAuto, true, false);
+  expect_same_values(("indexer ring vs decode loop, FP4 records " + name).c_str(), ring_rec, loop_rec);
+  if (k.cpu) rel_err(("indexer ring vs cpu, FP4 records " + name).c_str(), ring_rec, cpu_scores(), tol);
+  c.pool = std::move(rec.values);
+  const HostTensor ring_vals = run_paged(c, kAuto);
+  expect_same_values(("indexer record ring vs f32 ring over their values " + name).c_str(), ring_rec, ring_vals);
+  c.pool = copy_of(made);
   // The f32 pool as made.
   const HostTensor ring32 = run_paged(c, kAuto), loop32 = run_paged(c, kAuto, true, false);
   expect_same_values(("indexer ring vs decode loop, f32 pool " + name).c_str(), ring32, loop32);

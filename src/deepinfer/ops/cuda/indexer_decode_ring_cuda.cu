@@ -1,6 +1,6 @@
 // The tensor-core indexer's decode form over f32 and bf16 key pools (bf16: --kv-cache-dtype bf16, V4.1's default on
-// CUDA; f32: V4's), with the key tiles copied into a ring of shared-memory stages by cp.async (indexer_mma.h says when
-// it is chosen).
+// CUDA; f32: V4's) and FP4 key records (--kv-cache-dtype fp8), with the key tiles copied into a ring of shared-memory
+// stages by cp.async (indexer_mma.h says when it is chosen).
 //
 // Why: the decode form of indexer_mma_cuda.cu holds the queries of 8 tokens (hi + lo, 139 KB at dim 128), so one
 // block fits an SM, and each thread keeps one tile's share of loads in flight in registers (16 KB an SM from a bf16
@@ -10,6 +10,9 @@
 // 35 KB at 64) and the ring kStages tiles, so each block keeps kStages - 1 tiles in flight without registers. A bf16
 // stage is 17 KB (two blocks an SM) and its rows are already the split's hi parts (lo zero): the warps ldmatrix them.
 // An f32 stage is 35 KB (one block an SM, 96 KB in flight) and each lane splits the values of its own B fragments.
+// A record row (dim 128: 64 bytes of e2m1 codes, 4 UE8M0 scale bytes) is 68 bytes, 4-byte aligned only, so records
+// come by 4-byte copies into raw stages of 80 bytes a row (8 of them: 7 tiles in flight), and after its wait each
+// thread decodes the words it copied itself into one of two bf16 tile buffers; one barrier a tile, as over bf16 pools.
 //
 // The scores are those of the decode form, bit for bit (the tests compare them): the same warp tiles (m-tile w % kMt
 // against key slice w / kMt), the same hi / lo split and mma sequence (a cross term whose lo parts are all zero adds
@@ -19,9 +22,11 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "deepinfer/ops/cuda/cuda_runtime.h"
 #include "deepinfer/ops/cuda/device_math.cuh"
+#include "deepinfer/ops/cuda/format_math.cuh"
 #include "deepinfer/ops/cuda/gemm_decode.cuh"
 #include "deepinfer/ops/cuda/indexer_entries.cuh"
 #include "deepinfer/ops/cuda/indexer_mma.h"
@@ -32,30 +37,69 @@ namespace {
 
 using namespace indexer_mma;
 
-constexpr int kStages = 4;  // ring stages: kStages - 1 tiles in flight while one is multiplied
-// Blocks an SM the shared memory below allows at dim 128 and 64 heads: two over bf16 pools, one over f32 pools (a stage
-// of f32 rows is twice the bytes; one block still has 96 KB in flight).
-template <bool kF32>
-constexpr int kBlocksPerSm = kF32 ? 1 : 2;
+// The key pool's form: the stages hold bf16 rows (ldmatrix'd as they are), f32 rows (each lane splits its own
+// fragments) or raw FP4 records (decoded by their copiers into bf16 tile buffers).
+enum class RingKeys { kBf16, kF32, kFp4 };
 
-template <int kDim, int kMt, bool kF32>
+// Ring stages: kStages - 1 tiles in flight while one is multiplied (a record tile is 5 KB, so eight).
+template <RingKeys kForm>
+constexpr int kStages = kForm == RingKeys::kFp4 ? 8 : 4;
+// Blocks an SM the shared memory below allows at dim 128 and 64 heads: two over bf16 pools and records, one over f32
+// pools (a stage of f32 rows is twice the bytes; one block still has 96 KB in flight).
+template <RingKeys kForm>
+constexpr int kBlocksPerSm = kForm == RingKeys::kF32 ? 1 : 2;
+
+template <int kDim, int kMt, RingKeys kForm>
 struct RingLayout {
+  static constexpr bool kF32 = kForm == RingKeys::kF32, kRec = kForm == RingKeys::kFp4;
+  static constexpr int kS = kStages<kForm>;
   static constexpr int kRows = 16 * kMt;  // the token's heads, padded with zero rows
   static constexpr int kLd = kDim + 8;    // +16 bytes a bf16 row: an ldmatrix phase's 8 rows in distinct bank groups
   // f32 stage rows: +32 bytes, so that a half-warp's 8-byte loads of 4 rows x 4 column pairs hit 32 distinct banks.
   static constexpr int kLdF = kDim + 8;
+  // A record row's words: kCodeW of codes (8 e2m1 codes each), then its scale word (one UE8M0 byte a 32 values); a
+  // raw stage row keeps the codes and a copy of the scale word for each of the row's 4 copier threads.
+  static constexpr int kCodeW = kDim / 8, kRawW = kCodeW + 4;
   static constexpr size_t kQBytes = size_t{2} * kRows * kLd;
-  static constexpr size_t kKBytes = kF32 ? size_t{4} * kTile * kLdF : size_t{2} * kTile * kLd;
+  static constexpr size_t kBf16TileBytes = size_t{2} * kTile * kLd;
+  static constexpr size_t kKBytes = kF32 ? size_t{4} * kTile * kLdF : kRec ? size_t{4} * kTile * kRawW : kBf16TileBytes;
   static constexpr size_t q_hi = 0;
   static constexpr size_t q_lo = q_hi + kQBytes;
-  static constexpr size_t keys = q_lo + kQBytes;             // [kStages][kTile][kLd] bf16 or [kStages][kTile][kLdF] f32
-  static constexpr size_t ws = keys + kStages * kKBytes;     // [kRows] w·weight_scale
-  static constexpr size_t red = ws + sizeof(float) * kRows;  // [2][kMt][kTile] the m-tiles' sums
-  static constexpr size_t bad = red + sizeof(float) * 2 * kMt * kTile;  // [kStages][kTile] a key's page is bad
-  static constexpr size_t bytes = bad + kStages * kTile;
+  static constexpr size_t keys =
+      q_lo + kQBytes;  // [kS][kTile][kLd] bf16, [kS][kTile][kLdF] f32 or [kS][kTile][kRawW] u32
+  static constexpr size_t dec = keys + kS * kKBytes;  // records: [2][kTile][kLd] bf16, the decoded tiles
+  static constexpr size_t ws = dec + (kRec ? 2 * kBf16TileBytes : 0);   // [kRows] w·weight_scale
+  static constexpr size_t red = ws + sizeof(float) * kRows;             // [2][kMt][kTile] the m-tiles' sums
+  static constexpr size_t bad = red + sizeof(float) * 2 * kMt * kTile;  // [kS][kTile] a key's page is bad
+  static constexpr size_t bytes = bad + kS * kTile;
   static_assert(kDim % 64 == 0, "4 copier threads a row, 16-byte chunks, 16-dim mma steps");
-  static_assert(keys % 16 == 0 && (kLd * 2) % 16 == 0 && (kLdF * 4) % 16 == 0 && ws % 16 == 0, "aligned stages, rows");
+  static_assert(keys % 16 == 0 && dec % 16 == 0 && (kLd * 2) % 16 == 0 && (kLdF * 4) % 16 == 0 && ws % 16 == 0,
+                "aligned stages, rows");
 };
+
+// Values 8·w .. 8·w + 7 of an FP4 record (code i of the word in bits 4i .. 4i + 3) times their block's UE8M0 scale
+// byte e, as bf16 in value order: the bits of record_decode4's f32 values (e2m1 · 2^(e − 127), exact) rounded to
+// bf16, which the decode form's loop stages. A code goes into f32 bits as its value times 2^-126 (e1 e0 m to bits
+// 22..24, subnormal for e1 e0 = 0), so one exact multiply by 2^(e − 1) scales it while that is a normal f32 (e <= 128);
+// above, 2^126 and then the scale itself (an overflow to inf, or NaN for e = 255, as there).
+__device__ __forceinline__ uint4 fp4_word_bf16(uint32_t x, uint32_t e) {
+  const bool one = e <= 128;
+  const float s1 = one ? __uint_as_float((e + 126) << 23) : 0x1p126f, s2 = e8m0_to_f32_dev(static_cast<uint8_t>(e));
+  float v[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const uint32_t bits = ((x >> (4 * i)) & 7u) << 22 | ((x >> (4 * i + 3)) & 1u) << 31;
+    v[i] = __uint_as_float(bits) * s1;
+    if (!one) v[i] *= s2;
+  }
+  uint32_t w[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
+    std::memcpy(&w[i], &h, 4);
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
 
 // The decode form's S tile (warp_scores_dec) from a stage of f32 key rows: each lane splits the values of its B
 // fragments itself (the pairs store_split4 makes: dims 2·tq, 2·tq + 1 and 2·tq + 8, 2·tq + 9 of key g), so the
@@ -91,12 +135,14 @@ __device__ __forceinline__ void warp_scores_dec_f32(const uint32_t (&ah)[kDim / 
   }
 }
 
-template <int kDim, int kMt, bool kF32>
-__global__ void __launch_bounds__(kThreads, kBlocksPerSm<kF32>)
+template <int kDim, int kMt, RingKeys kForm>
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm<kForm>)
     indexer_decode_ring_kernel(IndexerScoresKernelParams p, int tiles_per_split) {
-  using L = RingLayout<kDim, kMt, kF32>;
-  constexpr int kLd = L::kLd, kLdF = L::kLdF, kRows = L::kRows, kNt = DecShape<kMt>::kNt, kWk = kNt * 8;
+  using L = RingLayout<kDim, kMt, kForm>;
+  constexpr bool kF32 = L::kF32, kRec = L::kRec;
+  constexpr int kS = L::kS, kLd = L::kLd, kLdF = L::kLdF, kRows = L::kRows, kNt = DecShape<kMt>::kNt, kWk = kNt * 8;
   constexpr int kChunks = kDim * (kF32 ? 4 : 2) / 16 / 4;  // 16-byte chunks of a key row a copier thread takes
+  constexpr int kCodeW = L::kCodeW, kRawW = L::kRawW, kCw = kCodeW / 4;  // records: code words a copier thread takes
   extern __shared__ __align__(16) uint8_t smem[];
   auto* q_hi = reinterpret_cast<__nv_bfloat16*>(smem + L::q_hi);
   auto* q_lo = reinterpret_cast<__nv_bfloat16*>(smem + L::q_lo);
@@ -137,8 +183,9 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm<kF32>)
   const int it0 = min(ntiles, split * tiles_per_split), it1 = min(ntiles, it0 + tiles_per_split);
   if (it0 >= it1) return;
 
-  // Copier: thread tid takes row tid / 4 of a tile, chunks tid % 4 + 4·j. A row's page is looked up one tile before
-  // its copy is issued, so the block-table load is in flight during a tile's mmas rather than before each copy.
+  // Copier: thread tid takes row tid / 4 of a tile, chunks tid % 4 + 4·j (records: code words kCw·(tid % 4) + j, a
+  // whole scale block's, and the scale word). A row's page is looked up one tile before its copy is issued, so the
+  // block-table load is in flight during a tile's mmas rather than before each copy.
   const int lr = tid >> 2, lp = tid & 3;
   const auto resolve = [&](int tile, bool& bad) -> const void* {
     const int64_t e = static_cast<int64_t>(tile) * kTile + lr;
@@ -148,11 +195,20 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm<kF32>)
   };
   const auto issue = [&](int tile, const void* row, bool bad) {
     if (tile < it1) {
-      const int st = (tile - it0) % kStages;
-      uint8_t* dst = stage_keys(st) + lr * (kF32 ? kLdF * 4 : kLd * 2);
-      const auto* src = static_cast<const uint4*>(row ? row : p.keys);
+      const int st = (tile - it0) % kS;
+      if constexpr (kRec) {
+        // Each word of the raw stage has one writer, its decoder: the thread's own wait covers what it decodes.
+        auto* dst = reinterpret_cast<uint32_t*>(stage_keys(st)) + lr * kRawW;
+        const auto* src = static_cast<const uint32_t*>(row ? row : p.keys);
 #pragma unroll
-      for (int j = 0; j < kChunks; ++j) cp_async16(dst + (lp + 4 * j) * 16, src + lp + 4 * j, row != nullptr);
+        for (int j = 0; j < kCw; ++j) cp_async4(dst + kCw * lp + j, src + kCw * lp + j, row != nullptr);
+        cp_async4(dst + kCodeW + lp, src + kCodeW, row != nullptr);
+      } else {
+        uint8_t* dst = stage_keys(st) + lr * (kF32 ? kLdF * 4 : kLd * 2);
+        const auto* src = static_cast<const uint4*>(row ? row : p.keys);
+#pragma unroll
+        for (int j = 0; j < kChunks; ++j) cp_async16(dst + (lp + 4 * j) * 16, src + lp + 4 * j, row != nullptr);
+      }
       if (lp == 0) bad_s[st * kTile + lr] = bad;
     }
     cp_async_commit();  // one group a tile, empty past the range, so the wait below counts tiles
@@ -160,7 +216,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm<kF32>)
   bool next_bad = false;
   const void* next_row = resolve(it0, next_bad);
 #pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
+  for (int s = 0; s < kS - 1; ++s) {
     issue(it0 + s, next_row, next_bad);
     next_row = resolve(it0 + s + 1, next_bad);
   }
@@ -182,11 +238,21 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm<kF32>)
   };
 
   for (int it = it0; it < it1; ++it) {
-    cp_async_wait<kStages - 2>();  // this thread's copies of tile it have landed ...
-    __syncthreads();               // ... and everyone's; the stage of tile it - 1 and red of tile it - 2 are free
-    issue(it + kStages - 1, next_row, next_bad);
-    next_row = resolve(it + kStages, next_bad);
-    const int st = (it - it0) % kStages, rb = (it - it0) & 1;
+    const int st = (it - it0) % kS, rb = (it - it0) & 1;
+    cp_async_wait<kS - 2>();  // this thread's copies of tile it have landed ...
+    if constexpr (kRec) {
+      // ... and it decodes them (into the buffer tile it - 2's mmas read before the last barrier). The block's
+      // scale byte: 32 values a block, kCw·lp·8 the thread's first value.
+      const uint32_t* raw = reinterpret_cast<const uint32_t*>(stage_keys(st)) + lr * kRawW;
+      const uint32_t e = (raw[kCodeW + lp] >> (8 * (kCw * lp / 4))) & 0xFFu;
+      auto* dst = reinterpret_cast<__nv_bfloat16*>(smem + L::dec + rb * L::kBf16TileBytes) + lr * kLd;
+#pragma unroll
+      for (int j = 0; j < kCw; ++j)
+        *reinterpret_cast<uint4*>(dst + 8 * (kCw * lp + j)) = fp4_word_bf16(raw[kCw * lp + j], e);
+    }
+    __syncthreads();  // ... and everyone's; the stage of tile it - 1 and red of tile it - 2 are free
+    issue(it + kS - 1, next_row, next_bad);
+    next_row = resolve(it + kS, next_bad);
     const int64_t col0 = static_cast<int64_t>(it) * kTile + dpart * kWk;
     if (col0 < p.n && col0 < cnt) {
       float acc[kNt][4];
@@ -197,7 +263,9 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm<kF32>)
         else
           warp_scores_dec_f32<kDim, kMt, kLdF, false>(qah, qal, kf, lane, acc);
       } else {
-        const auto* kh = reinterpret_cast<const __nv_bfloat16*>(stage_keys(st)) + dpart * kWk * kLd;
+        // Records: the decoded tile, bf16 values as a bf16 pool holds them (the loop's hi parts; lo zero).
+        const uint8_t* tile = kRec ? smem + L::dec + rb * L::kBf16TileBytes : stage_keys(st);
+        const auto* kh = reinterpret_cast<const __nv_bfloat16*>(tile) + dpart * kWk * kLd;
         if (q_split)
           warp_scores_dec<kDim, kMt, kLd, true, false>(qah, qal, kh, kh, lane, acc);
         else
@@ -213,40 +281,40 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm<kF32>)
   finalize(it1 - 1);
 }
 
-template <int kDim, int kMt, bool kF32>
+template <int kDim, int kMt, RingKeys kForm>
 void launch(const IndexerScoresKernelParams& p, cudaStream_t stream) {
-  constexpr size_t smem = RingLayout<kDim, kMt, kF32>::bytes;
-  const auto kernel = indexer_decode_ring_kernel<kDim, kMt, kF32>;
+  constexpr size_t smem = RingLayout<kDim, kMt, kForm>::bytes;
+  const auto kernel = indexer_decode_ring_kernel<kDim, kMt, kForm>;
   DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   const int64_t tiles = ceil_div(p.n, kTile),
                 splits = indexer_decode_ring_splits(p.tokens, tiles,
-                                                    kBlocksPerSm<kF32> * static_cast<int64_t>(device_sm_count()));
+                                                    kBlocksPerSm<kForm> * static_cast<int64_t>(device_sm_count()));
   const int64_t per_split = ceil_div(tiles, splits);
   const dim3 grid(static_cast<unsigned>(p.tokens), static_cast<unsigned>(splits));
   kernel<<<grid, kThreads, smem, stream>>>(p, static_cast<int>(per_split));
   DI_CUDA_CHECK_LAUNCH();
 }
 
-template <bool kF32>
+template <RingKeys kForm>
 size_t ring_smem_bytes(int64_t dim, int64_t heads) {
   const bool small = heads <= 32;
   switch (dim) {
     case 128:
-      return small ? RingLayout<128, 2, kF32>::bytes : RingLayout<128, 4, kF32>::bytes;
+      return small ? RingLayout<128, 2, kForm>::bytes : RingLayout<128, 4, kForm>::bytes;
     case 64:
-      return small ? RingLayout<64, 2, kF32>::bytes : RingLayout<64, 4, kF32>::bytes;
+      return small ? RingLayout<64, 2, kForm>::bytes : RingLayout<64, 4, kForm>::bytes;
     default:
       return 0;
   }
 }
 
-template <bool kF32>
+template <RingKeys kForm>
 void launch_format(const IndexerScoresKernelParams& p, cudaStream_t stream) {
   const bool small = p.heads <= 32;
   if (p.dim == 128)
-    small ? launch<128, 2, kF32>(p, stream) : launch<128, 4, kF32>(p, stream);
+    small ? launch<128, 2, kForm>(p, stream) : launch<128, 4, kForm>(p, stream);
   else if (p.dim == 64)
-    small ? launch<64, 2, kF32>(p, stream) : launch<64, 4, kF32>(p, stream);
+    small ? launch<64, 2, kForm>(p, stream) : launch<64, 4, kForm>(p, stream);
   else
     DI_CHECK_INTERNAL(false) << "indexer_decode_ring: no kernel for dim " << p.dim;
 }
@@ -271,20 +339,45 @@ int64_t indexer_decode_ring_splits(int64_t tokens, int64_t tiles, int64_t slots)
   return best;
 }
 
+// The ring's form for a pool format; false for formats it does not read (other record kinds: never index keys).
+bool ring_form(PoolFormat f, RingKeys& form) {
+  switch (f) {
+    case PoolFormat::kF32:
+      form = RingKeys::kF32;
+      return true;
+    case PoolFormat::kBf16:
+      form = RingKeys::kBf16;
+      return true;
+    case PoolFormat::kFp4Ue8m0B32:
+      form = RingKeys::kFp4;
+      return true;
+    default:
+      return false;
+  }
+}
+
 bool indexer_decode_ring_takes(const IndexerScoresKernelParams& p) {
-  const bool f32 = p.keys_format == PoolFormat::kF32;
-  if (!f32 && p.keys_format != PoolFormat::kBf16) return false;
-  const size_t smem = f32 ? ring_smem_bytes<true>(p.dim, p.heads) : ring_smem_bytes<false>(p.dim, p.heads);
+  RingKeys form{};
+  if (!ring_form(p.keys_format, form)) return false;
+  const size_t smem = form == RingKeys::kF32    ? ring_smem_bytes<RingKeys::kF32>(p.dim, p.heads)
+                      : form == RingKeys::kBf16 ? ring_smem_bytes<RingKeys::kBf16>(p.dim, p.heads)
+                                                : ring_smem_bytes<RingKeys::kFp4>(p.dim, p.heads);
+  // Records are copied by 4-byte words; rows are whole words (pool_row_bytes) from a word-aligned pool.
+  const uintptr_t key_align = form == RingKeys::kFp4 ? 4 : 16;
   return p.mma_ring && indexer_scores_decode_form(p) && smem > 0 && p.heads >= 1 && p.heads <= 64 && p.tokens > 0 &&
-         p.tokens <= 0x7fffffff && reinterpret_cast<uintptr_t>(p.keys) % 16 == 0 &&
+         p.tokens <= 0x7fffffff && reinterpret_cast<uintptr_t>(p.keys) % key_align == 0 &&
          reinterpret_cast<uintptr_t>(p.q) % 16 == 0 && smem <= smem_optin_or_current(p.smem_optin);
 }
 
 void launch_indexer_decode_ring(const IndexerScoresKernelParams& p, cudaStream_t stream) {
-  if (p.keys_format == PoolFormat::kF32)
-    launch_format<true>(p, stream);
+  RingKeys form{};
+  DI_CHECK_INTERNAL(ring_form(p.keys_format, form)) << "indexer_decode_ring: a pool format it does not read";
+  if (form == RingKeys::kF32)
+    launch_format<RingKeys::kF32>(p, stream);
+  else if (form == RingKeys::kBf16)
+    launch_format<RingKeys::kBf16>(p, stream);
   else
-    launch_format<false>(p, stream);
+    launch_format<RingKeys::kFp4>(p, stream);
 }
 
 }  // namespace deepinfer::cuda

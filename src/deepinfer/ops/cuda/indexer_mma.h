@@ -38,8 +38,8 @@ bool indexer_scores_use_mma(const IndexerScoresKernelParams& p, bool batch_invar
 bool indexer_scores_decode_form(const IndexerScoresKernelParams& p);
 
 // Whether a decode-form call takes the ring kernel (indexer_decode_ring_cuda.cu; p.mma_ring,
-// KernelChoices::indexer_mma_ring): f32 and bf16 key pools (not records), where a block is one token and its key tiles
-// come through a ring of shared-memory stages by cp.async; the decode form's scores bit for bit.
+// KernelChoices::indexer_mma_ring): f32 and bf16 key pools and FP4 key records, where a block is one token and its key
+// tiles come through a ring of shared-memory stages by cp.async; the decode form's scores bit for bit.
 bool indexer_decode_ring_takes(const IndexerScoresKernelParams& p);
 void launch_indexer_decode_ring(const IndexerScoresKernelParams& p, cudaStream_t stream);
 // The ring kernel's key-tile splits a token (its grid's y) for `tokens` tokens of `tiles` key tiles on `slots` resident

@@ -56,8 +56,8 @@
 // (the queries of 8 or 4 tokens, hi + lo, take 139 KB at dim 128) keeps one tile's loads in flight a thread (16 KB an
 // SM from a bf16 pool): latency-bound (session 42: 2.23 ms at 64k where the bf16 keys' bytes take ~0.5). Two tiles in
 // flight a thread (a second register set, 241 / 228 registers) was slower: 2.37 against 2.19 ms (session 43, H100).
-// Over f32 and bf16 pools the ring kernel (indexer_decode_ring_cuda.cu) takes the decode form's calls: a block a
-// token, the key tiles copied into shared-memory stages by cp.async; the same scores bit for bit.
+// The ring kernel (indexer_decode_ring_cuda.cu) takes the decode form's calls over f32 and bf16 pools and FP4 key
+// records: a block a token, the key tiles copied into shared-memory stages by cp.async; the same scores bit for bit.
 //
 // Visibility: token t scores the entries below scored_entries(t) (indexer_entries.cuh); the block loads the rows
 // below the largest such count among its tokens of one sequence, so a row is read only when some token of the

@@ -113,8 +113,9 @@ struct KernelChoices {
   // On since session 42 (H100, V4.1 slice decode b64 at 64k over bf16 pools, same run: indexer 3.33 -> 2.23 ms, step
   // 15.97 -> 14.86 ms).
   bool indexer_mma_decode = true;
-  // The decode form over f32 and bf16 key pools as the ring kernel (indexer_mma.h: a block a token, its key tiles
-  // copied into shared-memory stages by cp.async; the same scores bit for bit). 0: the decode form's own loop.
+  // The decode form over f32 / bf16 key pools and FP4 key records as the ring kernel (indexer_mma.h: a block a token,
+  // its key tiles copied into shared-memory stages by cp.async; the same scores bit for bit). 0: the decode form's
+  // own loop.
   bool indexer_mma_ring = true;
   // Top-k blocks of 256 / 512 threads by row length (kAuto: from kTopkRowsMinTokens rows; kNever: always 1024, the
   // decode shape).

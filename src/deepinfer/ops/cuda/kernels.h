@@ -304,8 +304,8 @@ struct IndexerScoresKernelParams {
   uint32_t* status = nullptr;
   KernelPick mma = KernelPick::kAuto;  // the tensor-core kernel (indexer_mma.h)
   bool mma_decode = true;              // its decode form (KernelChoices::indexer_mma_decode)
-  bool mma_ring = true;   // the decode form's ring kernel over bf16 pools (KernelChoices::indexer_mma_ring)
-  size_t smem_optin = 0;  // as PagedSinkAttentionKernelParams::smem_optin
+  bool mma_ring = true;                // the decode form's ring kernel (KernelChoices::indexer_mma_ring)
+  size_t smem_optin = 0;               // as PagedSinkAttentionKernelParams::smem_optin
 };
 void run_indexer_scores(const IndexerScoresKernelParams& p, cudaStream_t stream);
 
