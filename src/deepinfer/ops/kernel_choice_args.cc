@@ -205,6 +205,8 @@ const std::vector<Key>& keys() {
           "rows_mma_pdl", [](auto& c) -> auto& { return c.gemm.rows_mma_pdl; }),
       flag(
           "rows_mma_waves", [](auto& c) -> auto& { return c.gemm.rows_mma_waves; }),
+      flag(
+          "stream_mma_carry", [](auto& c) -> auto& { return c.gemm.stream_mma_carry; }),
       pick(
           "rows_mma_wgmma", [](auto& c) -> auto& { return c.gemm.rows_mma_wgmma; }),
       shape("rows_mma_warps", [](auto& c) -> auto& { return c.gemm.rows_mma_warps; }, {4, 8, 16}),

@@ -101,6 +101,11 @@ struct GemmChoices {
   // the K range's rows from L2 and stores them into every block's shared memory (A read once a cluster). 0 = the
   // rule's (2 for 16-warp blocks of at most 4 splits, else 1).
   int rows_mma_share = 0;
+  // The streaming kernel (gemm_stream_mma_cuda.cu) carries its weight prefetch across a block's tile groups: the
+  // loads past one group's last step fetch the next group's first steps, so a group starts with its loads in flight
+  // instead of waiting one memory round trip (the same mmas in the same order: the same bits). false: each group
+  // starts its prefetch after the previous group's epilogue.
+  bool stream_mma_carry = true;
 };
 
 struct KernelChoices {
