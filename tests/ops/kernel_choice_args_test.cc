@@ -66,6 +66,7 @@ TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
                                           "rows_mma_kw=2",
                                           "rows_mma_splits=8",
                                           "rows_mma_share=2",
+                                          "stream_mma_groups=8",
                                           "stream_mma_max_rows=0",
                                           "f32_scale_mma=0",
                                           "decode_direct_max_rows=256",
@@ -105,6 +106,7 @@ TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
   EXPECT_EQ(c.gemm.rows_mma_kw, 2);
   EXPECT_EQ(c.gemm.rows_mma_splits, 8);
   EXPECT_EQ(c.gemm.rows_mma_share, 2);
+  EXPECT_EQ(c.gemm.stream_mma_groups, 8);
   EXPECT_EQ(c.gemm.stream_mma_max_rows, 0);
   EXPECT_FALSE(c.gemm.f32_scale_mma);
   EXPECT_EQ(c.gemm.decode_direct_max_rows, 256);

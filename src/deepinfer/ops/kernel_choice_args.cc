@@ -213,6 +213,7 @@ const std::vector<Key>& keys() {
       shape("rows_mma_kw", [](auto& c) -> auto& { return c.gemm.rows_mma_kw; }, {1, 2, 4, 8}),
       shape("rows_mma_splits", [](auto& c) -> auto& { return c.gemm.rows_mma_splits; }, {1, 2, 4, 8}),
       shape("rows_mma_share", [](auto& c) -> auto& { return c.gemm.rows_mma_share; }, {1, 2, 4, 8}),
+      shape("stream_mma_groups", [](auto& c) -> auto& { return c.gemm.stream_mma_groups; }, {1, 2, 4, 8}),
       rows(
           "stream_mma_max_rows", [](auto& c) -> auto& { return c.gemm.stream_mma_max_rows; }),
       flag(

@@ -363,6 +363,9 @@ void launch_shape(const GemmKernelParams& p, int64_t slots, int lbn, int lbk, cu
     const int64_t active = p.group_offsets ? std::min<int64_t>(slots, std::max<int64_t>(p.m, 1)) : slots;
     while (tile_groups < 4 && ceil_div(tiles, int64_t{nw} * tile_groups * 2) * active * kSmWarps >= 4 * kTargetWarps)
       tile_groups *= 2;
+    // A chosen count (GemmChoices::stream_mma_groups) instead of the rule's, at most the groups the tiles make.
+    if (p.choices.stream_mma_groups > 0)
+      tile_groups = static_cast<int>(std::min<int64_t>(p.choices.stream_mma_groups, ceil_div(tiles, int64_t{nw})));
   }
   const size_t smem = static_cast<size_t>(steps * kMmas<F> * R * 4) * sizeof(uint2) +
                       (kCodes ? sizeof(float) * 8 * static_cast<size_t>(ceil_div(p.k, int64_t{128})) : 0);

@@ -106,6 +106,9 @@ struct GemmChoices {
   // instead of waiting one memory round trip (the same mmas in the same order: the same bits). false: each group
   // starts its prefetch after the previous group's epilogue.
   bool stream_mma_carry = true;
+  // The streaming kernel's tile groups a block (1, 2, 4 or 8; grouped calls of one 8-row pass a block and 16-row
+  // tiles over all of K) instead of its rule's (up to 4 while 4 device waves of warps remain); 0 = the rule's.
+  int stream_mma_groups = 0;
 };
 
 struct KernelChoices {
