@@ -558,7 +558,7 @@ TEST_F(CudaMoeTest, Mxfp4ExpertsStreamAtLargeDecodeBatches) {
 
 // A decode batch large enough that the streaming kernel gives a block two tile groups over one staging of its rows
 // (T = 256 x 6 of 128 experts, gate / up N = 1024: 64 tiles of 16 rows; K = 512: 4 steps, one round of prefetch), so
-// with stream_mma_carry (the default) each group's last round fetches the next group's first steps: the same mmas in
+// with stream_mma_carry each group's last round fetches the next group's first steps: the same mmas in
 // the same order as without it, so the output is the same bits; and within the MoE tolerance of the CPU op. Then 1,
 // 4 and 8 groups a block (stream_mma_groups): the same bits again (a tile's sums do not depend on its block).
 TEST_F(CudaMoeTest, Mxfp4StreamCarryAcrossTileGroupsIsTheSameBits) {

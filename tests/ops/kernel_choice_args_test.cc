@@ -60,7 +60,7 @@ TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
                                           "bf16_split_a=0",
                                           "rows_mma_pdl=1",
                                           "rows_mma_waves=0",
-                                          "stream_mma_carry=0",
+                                          "stream_mma_carry=1",
                                           "rows_mma_wgmma=never",
                                           "rows_mma_warps=4",
                                           "rows_mma_kw=2",
@@ -100,8 +100,8 @@ TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
   EXPECT_FALSE(c.gemm.bf16_split_a);  // on by default
   EXPECT_TRUE(c.gemm.rows_mma_pdl);
   EXPECT_EQ(c.gemm.rows_mma_wgmma, KernelPick::kNever);
-  EXPECT_FALSE(c.gemm.rows_mma_waves);    // on by default
-  EXPECT_FALSE(c.gemm.stream_mma_carry);  // on by default
+  EXPECT_FALSE(c.gemm.rows_mma_waves);   // on by default
+  EXPECT_TRUE(c.gemm.stream_mma_carry);  // off by default
   EXPECT_EQ(c.gemm.rows_mma_warps, 4);
   EXPECT_EQ(c.gemm.rows_mma_kw, 2);
   EXPECT_EQ(c.gemm.rows_mma_splits, 8);
