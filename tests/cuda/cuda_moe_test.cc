@@ -557,31 +557,13 @@ TEST_F(CudaMoeTest, Mxfp4ExpertsStreamAtLargeDecodeBatches) {
 }
 
 // A decode batch large enough that the streaming kernel gives a block two tile groups over one staging of its rows
-// (T = 256 x 6 of 128 experts, gate / up N = 1024: 64 tiles of 16 rows; K = 512: 4 steps, one round of prefetch), so
-// with stream_mma_carry each group's last round fetches the next group's first steps: the same mmas in
-// the same order as without it, so the output is the same bits; and within the MoE tolerance of the CPU op. Then 1,
-// 4 and 8 groups a block (stream_mma_groups): the same bits again (a tile's sums do not depend on its block).
-TEST_F(CudaMoeTest, Mxfp4StreamCarryAcrossTileGroupsIsTheSameBits) {
+// (T = 256 x 6 of 128 experts, gate / up N = 1024: 64 tiles of 16 rows, two groups of 8; the plan's pass table, 8-row
+// passes): within the MoE tolerance of the CPU op (the other decode tests' shapes give one group a block).
+TEST_F(CudaMoeTest, Mxfp4ExpertsStreamOverTwoTileGroups) {
   const int64_t d = 512, inter = 1024, e = 128, k = 6, t = 256;
   const std::unique_ptr<QuantMoe> q = quant_moe(d, inter, e);
   const HostTensor x = rand({t, d}), weights = rand({t, k}, 0.05f, 1.0f), idx = distinct_indices(t, k, e);
-  const auto run = [&](bool carry, int groups = 0) {
-    ScopedKernelChoices guard(gpu(), [&](cuda::KernelChoices& kc) {
-      kc.gemm.stream_mma_carry = carry;
-      kc.gemm.stream_mma_groups = groups;
-    });
-    const DeviceTensor dx = up(x), dwts = up(weights), didx = up(idx), dout = poisoned({t, d});
-    gpu().moe_quant({dx, dwts, didx, &q->gpu_experts, &q->gpu_shared, dout, 10.0f, false});
-    return down(dout);
-  };
-  const HostTensor carried = run(true), plain = run(false);
-  expect_same_values("moe_quant streaming, carry vs none", carried, plain);
-  HostTensor want(DType::kF32, {t, d});
-  cpu().moe({x, weights, idx, &q->cpu_experts, &q->cpu_shared, want, 10.0f, false});
-  rel_err("moe_quant streaming with carry vs cpu", carried, want, 8e-3);
-  for (const int groups : {1, 4, 8})
-    expect_same_values(("moe_quant streaming, " + std::to_string(groups) + " tile groups a block").c_str(),
-                       run(true, groups), carried);
+  expect_moe_quant_matches_cpu("moe_quant streaming, two tile groups a block", *q, x, weights, idx, false, 8e-3);
 }
 
 // V3's experts as V3 / R1 checkpoints store them (FP8 128 x 128 blocks with f32 scales, routed and shared) at decode

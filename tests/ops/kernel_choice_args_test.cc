@@ -60,13 +60,11 @@ TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
                                           "bf16_split_a=0",
                                           "rows_mma_pdl=1",
                                           "rows_mma_waves=0",
-                                          "stream_mma_carry=1",
                                           "rows_mma_wgmma=never",
                                           "rows_mma_warps=4",
                                           "rows_mma_kw=2",
                                           "rows_mma_splits=8",
                                           "rows_mma_share=2",
-                                          "stream_mma_groups=8",
                                           "stream_mma_max_rows=0",
                                           "f32_scale_mma=0",
                                           "decode_direct_max_rows=256",
@@ -100,13 +98,11 @@ TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
   EXPECT_FALSE(c.gemm.bf16_split_a);  // on by default
   EXPECT_TRUE(c.gemm.rows_mma_pdl);
   EXPECT_EQ(c.gemm.rows_mma_wgmma, KernelPick::kNever);
-  EXPECT_FALSE(c.gemm.rows_mma_waves);   // on by default
-  EXPECT_TRUE(c.gemm.stream_mma_carry);  // off by default
+  EXPECT_FALSE(c.gemm.rows_mma_waves);  // on by default
   EXPECT_EQ(c.gemm.rows_mma_warps, 4);
   EXPECT_EQ(c.gemm.rows_mma_kw, 2);
   EXPECT_EQ(c.gemm.rows_mma_splits, 8);
   EXPECT_EQ(c.gemm.rows_mma_share, 2);
-  EXPECT_EQ(c.gemm.stream_mma_groups, 8);
   EXPECT_EQ(c.gemm.stream_mma_max_rows, 0);
   EXPECT_FALSE(c.gemm.f32_scale_mma);
   EXPECT_EQ(c.gemm.decode_direct_max_rows, 256);

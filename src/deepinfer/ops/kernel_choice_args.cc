@@ -205,15 +205,12 @@ const std::vector<Key>& keys() {
           "rows_mma_pdl", [](auto& c) -> auto& { return c.gemm.rows_mma_pdl; }),
       flag(
           "rows_mma_waves", [](auto& c) -> auto& { return c.gemm.rows_mma_waves; }),
-      flag(
-          "stream_mma_carry", [](auto& c) -> auto& { return c.gemm.stream_mma_carry; }),
       pick(
           "rows_mma_wgmma", [](auto& c) -> auto& { return c.gemm.rows_mma_wgmma; }),
       shape("rows_mma_warps", [](auto& c) -> auto& { return c.gemm.rows_mma_warps; }, {4, 8, 16}),
       shape("rows_mma_kw", [](auto& c) -> auto& { return c.gemm.rows_mma_kw; }, {1, 2, 4, 8}),
       shape("rows_mma_splits", [](auto& c) -> auto& { return c.gemm.rows_mma_splits; }, {1, 2, 4, 8}),
       shape("rows_mma_share", [](auto& c) -> auto& { return c.gemm.rows_mma_share; }, {1, 2, 4, 8}),
-      shape("stream_mma_groups", [](auto& c) -> auto& { return c.gemm.stream_mma_groups; }, {1, 2, 4, 8}),
       rows(
           "stream_mma_max_rows", [](auto& c) -> auto& { return c.gemm.stream_mma_max_rows; }),
       flag(

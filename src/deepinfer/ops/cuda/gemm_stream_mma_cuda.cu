@@ -108,38 +108,21 @@ __global__ void __launch_bounds__(32 * kSmWarps, 2)
   const uint4* wrow[kRows];
   const uint8_t* srow[kRows];
   // Tile group f of the block's tile_groups: its warps' weight rows.
-  const auto group_n0 = [&](int f) {
-    return ((static_cast<int64_t>(blockIdx.x) * tile_groups + f) * nw + wn) * 8 * kRows;
-  };
-  // The loads' weight rows: those of the tile starting at row r0 (wrow / srow may run a group ahead of n0: below).
-  const auto set_ptrs = [&](int64_t r0) {
+  const auto set_rows = [&](int f) {
+    n0 = ((static_cast<int64_t>(blockIdx.x) * tile_groups + f) * nw + wn) * 8 * kRows;
 #pragma unroll
     for (int h = 0; h < kRows; ++h) {
-      const int64_t n = r0 + g + 8 * h;
+      const int64_t n = n0 + g + 8 * h;
       wrow[h] = reinterpret_cast<const uint4*>(b + (n < p.n ? n : 0) * chunks * 16) + t;
       if constexpr (kF32S)  // the tile's row block (every row of the tile is in it): f32 entries
-        srow[h] = s + ((r0 < p.n ? r0 : 0) >> lbn) * p.scale_cols * int64_t{4};
+        srow[h] = s + ((n0 < p.n ? n0 : 0) >> lbn) * p.scale_cols * int64_t{4};
       else
         srow[h] = scale_row<F>(p, s, n < p.n ? n : 0, lbn);
     }
   };
-  const auto set_rows = [&](int f) {
-    n0 = group_n0(f);
-    set_ptrs(n0);
-  };
   set_rows(0);
 
-  // Carrying (GemmChoices::stream_mma_carry): in a tile group's last round of kPrefetch steps, whose refills would
-  // load nothing, the pointers move to the next group's rows and steps st >= s_end load its steps st - s_end, so it
-  // starts with its first steps in flight instead of one memory round trip after the epilogue. Only where every warp
-  // walks all of K (kw = 1: s_begin = 0) in whole rounds, so that the next group's step j lands in buffer j % kPrefetch
-  // where its loop reads it. s_shift: the steps' offset from the group the pointers hold (0 or s_end).
-  int s_shift = 0;
-  bool carry = false;
-  [[maybe_unused]] const bool carry_ok =
-      !kF32S && p.choices.stream_mma_carry && kw == 1 && tile_groups > 1 && steps % kPrefetch == 0;
   auto load = [&](int st, StepData<kRows>& d) {
-    if constexpr (!kF32S) st -= s_shift;
     const int c = 4 * st + t;
     const bool ok = st < s_end && c < chunks;
 #pragma unroll
@@ -216,31 +199,17 @@ __global__ void __launch_bounds__(32 * kSmWarps, 2)
 
     for (int f = 0; f < tile_groups; ++f) {
       // A group wholly past N (the grid's last block): nothing to do (the same for every warp of the block).
-      const auto past_n = [&](int ff) {
-        return (static_cast<int64_t>(blockIdx.x) * tile_groups + ff) * nw * 8 * kRows >= p.n;
-      };
-      if (f > 0 && past_n(f)) break;
-      const bool carried = carry;
-      carry = carry_ok && f + 1 < tile_groups && !past_n(f + 1);
-      if (f > 0) {                // the next tile group over the same staged rows
-        if (!kF32S && carried) {  // its pointers set and its first steps in flight (group f - 1's last round)
-          n0 = group_n0(f);
-          s_shift = 0;
-        } else {
-          set_rows(f);
+      if (f > 0 && (static_cast<int64_t>(blockIdx.x) * tile_groups + f) * nw * 8 * kRows >= p.n) break;
+      if (f > 0) {  // the next tile group over the same staged rows
+        set_rows(f);
 #pragma unroll
-          for (int u = 0; u < kPrefetch; ++u) load(s_begin + u, buf[u]);
-        }
+        for (int u = 0; u < kPrefetch; ++u) load(s_begin + u, buf[u]);
       }
       // kAcc independent accumulators: one chain of dependent mmas per step was the critical path (ncu: ~8 cycles
       // per issued instruction at ~10 warps an SM on a 6.5 MB projection).
       float acc[kChains][4] = {};
       float blk[kChains][4];  // kF32S: the current pair of steps' sums, before its scale (else unused)
       for (int st0 = s_begin; st0 < s_end; st0 += kPrefetch) {
-        if (!kF32S && carry && st0 + kPrefetch == s_end) {  // the group's last round: its refills are the next group's
-          set_ptrs(group_n0(f + 1));
-          s_shift = s_end;
-        }
 #pragma unroll
         for (int u = 0; u < kPrefetch; ++u) {
           const int st = st0 + u;
@@ -363,9 +332,6 @@ void launch_shape(const GemmKernelParams& p, int64_t slots, int lbn, int lbk, cu
     const int64_t active = p.group_offsets ? std::min<int64_t>(slots, std::max<int64_t>(p.m, 1)) : slots;
     while (tile_groups < 4 && ceil_div(tiles, int64_t{nw} * tile_groups * 2) * active * kSmWarps >= 4 * kTargetWarps)
       tile_groups *= 2;
-    // A chosen count (GemmChoices::stream_mma_groups) instead of the rule's, at most the groups the tiles make.
-    if (p.choices.stream_mma_groups > 0)
-      tile_groups = static_cast<int>(std::min<int64_t>(p.choices.stream_mma_groups, ceil_div(tiles, int64_t{nw})));
   }
   const size_t smem = static_cast<size_t>(steps * kMmas<F> * R * 4) * sizeof(uint2) +
                       (kCodes ? sizeof(float) * 8 * static_cast<size_t>(ceil_div(p.k, int64_t{128})) : 0);

@@ -22,11 +22,12 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "deepinfer/ops/cuda/cuda_runtime.h"
 #include "deepinfer/ops/cuda/device_math.cuh"
+#include "deepinfer/ops/cuda/format_math.cuh"
 #include "deepinfer/ops/cuda/gemm_decode.cuh"
-#include "deepinfer/ops/cuda/gemm_stream_decode.cuh"
 #include "deepinfer/ops/cuda/indexer_entries.cuh"
 #include "deepinfer/ops/cuda/indexer_mma.h"
 #include "deepinfer/ops/cuda/indexer_mma_common.cuh"
@@ -77,20 +78,27 @@ struct RingLayout {
 };
 
 // Values 8·w .. 8·w + 7 of an FP4 record (code i of the word in bits 4i .. 4i + 3) times their block's UE8M0 scale
-// byte e, as bf16 in value order: the values of record_decode4 (e2m1 · 2^(e − 127) in f32, exact) rounded to bf16,
-// which the decode form's loop stages. Codes i and i + 4 are placed as a bf16x2 of their values times 2^-126
-// (fp4_pair, as the experts' streaming kernel decodes them) and one bf16x2 multiply applies the scale exactly (two
-// above e = 128; bf16 keeps f32's exponent range, subnormals included, so every such value and every overflow to inf
-// is f32's); e = 255 is the NaN scale. Then the pairs are put back in value order.
+// byte e, as bf16 in value order: the bits of record_decode4's f32 values (e2m1 · 2^(e − 127), exact) rounded to
+// bf16, which the decode form's loop stages. A code goes into f32 bits as its value times 2^-126 (e1 e0 m to bits
+// 22..24, subnormal for e1 e0 = 0), so one exact multiply by 2^(e − 1) scales it while that is a normal f32 (e <= 128);
+// above, 2^126 and then the scale itself (an overflow to inf, or NaN for e = 255, as there).
 __device__ __forceinline__ uint4 fp4_word_bf16(uint32_t x, uint32_t e) {
-  using namespace stream_decode;
-  ScaleMul<126> sc;
-  sc.set(e);
-  uint32_t q[4];
+  const bool one = e <= 128;
+  const float s1 = one ? __uint_as_float((e + 126) << 23) : 0x1p126f, s2 = e8m0_to_f32_dev(static_cast<uint8_t>(e));
+  float v[8];
 #pragma unroll
-  for (int i = 0; i < 4; ++i) q[i] = e == 255u ? 0x7FFF7FFFu : sc.apply(fp4_pair(x, i));
-  return make_uint4(__byte_perm(q[0], q[1], 0x5410), __byte_perm(q[2], q[3], 0x5410), __byte_perm(q[0], q[1], 0x7632),
-                    __byte_perm(q[2], q[3], 0x7632));
+  for (int i = 0; i < 8; ++i) {
+    const uint32_t bits = ((x >> (4 * i)) & 7u) << 22 | ((x >> (4 * i + 3)) & 1u) << 31;
+    v[i] = __uint_as_float(bits) * s1;
+    if (!one) v[i] *= s2;
+  }
+  uint32_t w[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
+    std::memcpy(&w[i], &h, 4);
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
 // The decode form's S tile (warp_scores_dec) from a stage of f32 key rows: each lane splits the values of its B

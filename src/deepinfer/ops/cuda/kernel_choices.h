@@ -101,15 +101,6 @@ struct GemmChoices {
   // the K range's rows from L2 and stores them into every block's shared memory (A read once a cluster). 0 = the
   // rule's (2 for 16-warp blocks of at most 4 splits, else 1).
   int rows_mma_share = 0;
-  // The streaming kernel (gemm_stream_mma_cuda.cu) carries its weight prefetch across a block's tile groups: the
-  // loads past one group's last step fetch the next group's first steps, so a group starts with its loads in flight
-  // instead of waiting one memory round trip (the same mmas in the same order: the same bits). false: each group
-  // starts its prefetch after the previous group's epilogue. Off until measured on a GPU (session 45: written, its
-  // device call did not get a machine).
-  bool stream_mma_carry = false;
-  // The streaming kernel's tile groups a block (1, 2, 4 or 8; grouped calls of one 8-row pass a block and 16-row
-  // tiles over all of K) instead of its rule's (up to 4 while 4 device waves of warps remain); 0 = the rule's.
-  int stream_mma_groups = 0;
 };
 
 struct KernelChoices {
