@@ -65,8 +65,8 @@ struct RingLayout {
   static constexpr size_t kKBytes = kF32 ? size_t{4} * kTile * kLdF : kRec ? size_t{4} * kTile * kRawW : kBf16TileBytes;
   static constexpr size_t q_hi = 0;
   static constexpr size_t q_lo = q_hi + kQBytes;
-  static constexpr size_t keys =
-      q_lo + kQBytes;  // [kS][kTile][kLd] bf16, [kS][kTile][kLdF] f32 or [kS][kTile][kRawW] u32
+  // The stages: [kS][kTile][kLd] bf16, [kS][kTile][kLdF] f32 or [kS][kTile][kRawW] record words.
+  static constexpr size_t keys = q_lo + kQBytes;
   static constexpr size_t dec = keys + kS * kKBytes;  // records: [2][kTile][kLd] bf16, the decoded tiles
   static constexpr size_t ws = dec + (kRec ? 2 * kBf16TileBytes : 0);   // [kRows] w·weight_scale
   static constexpr size_t red = ws + sizeof(float) * kRows;             // [2][kMt][kTile] the m-tiles' sums
@@ -339,6 +339,7 @@ int64_t indexer_decode_ring_splits(int64_t tokens, int64_t tiles, int64_t slots)
   return best;
 }
 
+namespace {
 // The ring's form for a pool format; false for formats it does not read (other record kinds: never index keys).
 bool ring_form(PoolFormat f, RingKeys& form) {
   switch (f) {
@@ -355,6 +356,7 @@ bool ring_form(PoolFormat f, RingKeys& form) {
       return false;
   }
 }
+}  // namespace
 
 bool indexer_decode_ring_takes(const IndexerScoresKernelParams& p) {
   RingKeys form{};
