@@ -510,7 +510,7 @@ void CudaIndexerDecodeRing::check(const RingCase& k) {
   const double tol = k.fp4 ? kExactTol : kSplitTol;
   // Its FP4 records, and an f32 pool of their values (the loop over records reads those values).
   RecordPool rec = records_of(c.pool, kIndexKeyRecord);
-  const HostTensor made = std::move(c.pool);
+  HostTensor made = std::move(c.pool);
   c.pool = std::move(rec.records);
   const HostTensor ring_rec = run_paged(c, kAuto), loop_rec = run_paged(c, kAuto, true, false);
   expect_same_values(("indexer ring vs decode loop, FP4 records " + name).c_str(), ring_rec, loop_rec);
@@ -518,7 +518,7 @@ void CudaIndexerDecodeRing::check(const RingCase& k) {
   c.pool = std::move(rec.values);
   const HostTensor ring_vals = run_paged(c, kAuto);
   expect_same_values(("indexer record ring vs f32 ring over their values " + name).c_str(), ring_rec, ring_vals);
-  c.pool = copy_of(made);
+  c.pool = std::move(made);
   // The f32 pool as made.
   const HostTensor ring32 = run_paged(c, kAuto), loop32 = run_paged(c, kAuto, true, false);
   expect_same_values(("indexer ring vs decode loop, f32 pool " + name).c_str(), ring32, loop32);

@@ -22,15 +22,14 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <cstring>
 
 #include "deepinfer/ops/cuda/cuda_runtime.h"
 #include "deepinfer/ops/cuda/device_math.cuh"
-#include "deepinfer/ops/cuda/format_math.cuh"
 #include "deepinfer/ops/cuda/gemm_decode.cuh"
 #include "deepinfer/ops/cuda/indexer_entries.cuh"
 #include "deepinfer/ops/cuda/indexer_mma.h"
 #include "deepinfer/ops/cuda/indexer_mma_common.cuh"
+#include "deepinfer/ops/cuda/kv_record.cuh"
 
 namespace deepinfer::cuda {
 namespace {
@@ -77,28 +76,13 @@ struct RingLayout {
                 "aligned stages, rows");
 };
 
-// Values 8·w .. 8·w + 7 of an FP4 record (code i of the word in bits 4i .. 4i + 3) times their block's UE8M0 scale
-// byte e, as bf16 in value order: the bits of record_decode4's f32 values (e2m1 · 2^(e − 127), exact) rounded to
-// bf16, which the decode form's loop stages. A code goes into f32 bits as its value times 2^-126 (e1 e0 m to bits
-// 22..24, subnormal for e1 e0 = 0), so one exact multiply by 2^(e − 1) scales it while that is a normal f32 (e <= 128);
-// above, 2^126 and then the scale itself (an overflow to inf, or NaN for e = 255, as there).
+// Values 8·w .. 8·w + 7 of an FP4 key record (code i of the word in bits 4i .. 4i + 3) with their block's scale byte
+// e, as bf16 in value order: record_decode4's values rounded to bf16, what the decode form's loop stages (its
+// pool_decode4 and split's hi part), so the two kernels read the same keys by construction.
 __device__ __forceinline__ uint4 fp4_word_bf16(uint32_t x, uint32_t e) {
-  const bool one = e <= 128;
-  const float s1 = one ? __uint_as_float((e + 126) << 23) : 0x1p126f, s2 = e8m0_to_f32_dev(static_cast<uint8_t>(e));
-  float v[8];
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const uint32_t bits = ((x >> (4 * i)) & 7u) << 22 | ((x >> (4 * i + 3)) & 1u) << 31;
-    v[i] = __uint_as_float(bits) * s1;
-    if (!one) v[i] *= s2;
-  }
-  uint32_t w[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const __nv_bfloat162 h = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
-    std::memcpy(&w[i], &h, 4);
-  }
-  return make_uint4(w[0], w[1], w[2], w[3]);
+  const float4 a = record_decode4(RecordQuad{x & 0xFFFFu, e}, PoolFormat::kFp4Ue8m0B32);
+  const float4 b = record_decode4(RecordQuad{x >> 16, e}, PoolFormat::kFp4Ue8m0B32);
+  return make_uint4(pack_bf16x2(a.x, a.y), pack_bf16x2(a.z, a.w), pack_bf16x2(b.x, b.y), pack_bf16x2(b.z, b.w));
 }
 
 // The decode form's S tile (warp_scores_dec) from a stage of f32 key rows: each lane splits the values of its B
