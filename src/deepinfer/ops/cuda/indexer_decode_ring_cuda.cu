@@ -25,11 +25,11 @@
 
 #include "deepinfer/ops/cuda/cuda_runtime.h"
 #include "deepinfer/ops/cuda/device_math.cuh"
+#include "deepinfer/ops/cuda/format_math.cuh"
 #include "deepinfer/ops/cuda/gemm_decode.cuh"
 #include "deepinfer/ops/cuda/indexer_entries.cuh"
 #include "deepinfer/ops/cuda/indexer_mma.h"
 #include "deepinfer/ops/cuda/indexer_mma_common.cuh"
-#include "deepinfer/ops/cuda/kv_record.cuh"
 
 namespace deepinfer::cuda {
 namespace {
@@ -76,13 +76,23 @@ struct RingLayout {
                 "aligned stages, rows");
 };
 
-// Values 8·w .. 8·w + 7 of an FP4 key record (code i of the word in bits 4i .. 4i + 3) with their block's scale byte
-// e, as bf16 in value order: record_decode4's values rounded to bf16, what the decode form's loop stages (its
-// pool_decode4 and split's hi part), so the two kernels read the same keys by construction.
+// Values 8·w .. 8·w + 7 of an FP4 record (code i of the word in bits 4i .. 4i + 3) times their block's UE8M0 scale
+// byte e, as bf16 in value order: the bits of record_decode4's f32 values (e2m1 · 2^(e − 127), exact) rounded to
+// bf16, which the decode form's loop stages. A code goes into f32 bits as its value times 2^-126 (e1 e0 m to bits
+// 22..24, subnormal for e1 e0 = 0), so one exact multiply by 2^(e − 1) scales it while that is a normal f32 (e <= 128);
+// above, 2^126 and then the scale itself (an overflow to inf, or NaN for e = 255, as there). Not record_decode4 itself:
+// its per-code e2m1_to_f32_dev made the ring 1.60 ms against 1.18 (H100, session 45, V4.1 b64 at 64k, fp8 caches).
 __device__ __forceinline__ uint4 fp4_word_bf16(uint32_t x, uint32_t e) {
-  const float4 a = record_decode4(RecordQuad{x & 0xFFFFu, e}, PoolFormat::kFp4Ue8m0B32);
-  const float4 b = record_decode4(RecordQuad{x >> 16, e}, PoolFormat::kFp4Ue8m0B32);
-  return make_uint4(pack_bf16x2(a.x, a.y), pack_bf16x2(a.z, a.w), pack_bf16x2(b.x, b.y), pack_bf16x2(b.z, b.w));
+  const bool one = e <= 128;
+  const float s1 = one ? __uint_as_float((e + 126) << 23) : 0x1p126f, s2 = e8m0_to_f32_dev(static_cast<uint8_t>(e));
+  float v[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const uint32_t bits = ((x >> (4 * i)) & 7u) << 22 | ((x >> (4 * i + 3)) & 1u) << 31;
+    v[i] = __uint_as_float(bits) * s1;
+    if (!one) v[i] *= s2;
+  }
+  return make_uint4(pack_bf16x2(v[0], v[1]), pack_bf16x2(v[2], v[3]), pack_bf16x2(v[4], v[5]), pack_bf16x2(v[6], v[7]));
 }
 
 // The decode form's S tile (warp_scores_dec) from a stage of f32 key rows: each lane splits the values of its B
