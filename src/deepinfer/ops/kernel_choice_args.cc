@@ -214,8 +214,6 @@ const std::vector<Key>& keys() {
       rows(
           "stream_mma_max_rows", [](auto& c) -> auto& { return c.gemm.stream_mma_max_rows; }),
       flag(
-          "stream_mma_ring", [](auto& c) -> auto& { return c.gemm.stream_mma_ring; }),
-      flag(
           "f32_scale_mma", [](auto& c) -> auto& { return c.gemm.f32_scale_mma; }),
       rows(
           "decode_direct_max_rows", [](auto& c) -> auto& { return c.gemm.decode_direct_max_rows; }),

@@ -24,7 +24,6 @@
 #include "deepinfer/ops/cuda/device_math.cuh"
 #include "deepinfer/ops/cuda/gemm_decode.cuh"
 #include "deepinfer/ops/cuda/gemm_stream_decode.cuh"
-#include "deepinfer/ops/cuda/gemm_stream_ring.h"
 
 namespace deepinfer::cuda {
 namespace {
@@ -333,14 +332,6 @@ void launch_shape(const GemmKernelParams& p, int64_t slots, int lbn, int lbk, cu
     const int64_t active = p.group_offsets ? std::min<int64_t>(slots, std::max<int64_t>(p.m, 1)) : slots;
     while (tile_groups < 4 && ceil_div(tiles, int64_t{nw} * tile_groups * 2) * active * kSmWarps >= 4 * kTargetWarps)
       tile_groups *= 2;
-  }
-  // MXFP4 calls of one K slice a warp (the decode MoE from ~64 tokens): the same tiles through the shared-memory ring
-  // (gemm_stream_ring.h) when the choice is on.
-  if constexpr (F == QuantFormat::kMXFP4 && W16 && kAcc == 4 && kBf16A && !kF32S) {
-    if (kw == 1 && fixed_kw == 0 && gemm_stream_ring_takes(p)) {
-      run_gemm_stream_ring(p, R, slots, tile_groups, stream);
-      return;
-    }
   }
   const size_t smem = static_cast<size_t>(steps * kMmas<F> * R * 4) * sizeof(uint2) +
                       (kCodes ? sizeof(float) * 8 * static_cast<size_t>(ceil_div(p.k, int64_t{128})) : 0);

@@ -48,10 +48,6 @@ struct GemmChoices {
   // fp32 streaming kernels), -1 kGemmStreamMmaMaxRows. Above kGemmStreamMmaMaxRows the dense UE8M0 linears of up to
   // that many rows take it too (in 8-row passes) instead of the cuBLASLt scratch (CudaBackend's quant_linear).
   int64_t stream_mma_max_rows = -1;
-  // The streaming kernel's MXFP4 calls of one K slice a warp (the decode MoE from ~64 tokens) through its
-  // shared-memory ring form (gemm_stream_ring.h: weights, scales and activation rows copied by cp.async a 256-K stage
-  // at a time; the same mma sequence, so the same bits) instead of register prefetch.
-  bool stream_mma_ring = false;
   // FP8 blocks with f32 scales (V3 / R1 checkpoints) on the tensor-core decode kernels as well, instead of the fp32
   // streaming kernels (up to 4 rows) and the cuBLASLt bf16 scratch (5-64 rows): up to 8 rows a group the streaming
   // kernel (gemm_stream_mma_takes_f32_scales: the codes exact, each 128-K block's sums scaled in fp32; under
