@@ -258,6 +258,35 @@ TEST_F(CudaGroupedLinearTest, ChoiceMovesTheOneLaunchBound) {
   EXPECT_EQ(gpu().kernel_choices().grouped_one_launch_rows, -1) << "restored";
 }
 
+// GemmChoices::stream_mma_one_row_tiles: one row a group over 8 groups of 1024 outputs is 512 16-row tiles, below the
+// default bound (768), so the fp32 column-group kernel runs it with A exact; with the bound at 512 the streaming
+// tensor-core kernel does, with A rounded to bf16. Each against its own reference within 1e-5 (the two references
+// differ by ~1e-3 of the output, so a choice that moved nothing fails the second).
+TEST_F(CudaGroupedLinearTest, ChoiceMovesTheOneRowTileBound) {
+  const int groups = 8;
+  const int64_t n = 1024, k = 512;
+  ASSERT_FALSE(cuda::gemm_stream_mma_takes_shape(1, n, groups));
+  cuda::GemmChoices lowered;
+  lowered.stream_mma_one_row_tiles = 512;
+  ASSERT_TRUE(cuda::gemm_stream_mma_takes_shape(1, n, groups, lowered));
+  for (Kind kind : {Kind::kMxfp4, Kind::kFp8E8m0_128}) {
+    Weights w = make(kind, groups, n, k);
+    auto plan = plan_grouped_linear(gpu(), w.mats, 1);
+    const HostTensor x = rand({groups, k}), xr = bf16_rows(x);
+    const DeviceTensor dx = up(x);
+    for (bool moved : {false, true}) {
+      ScopedKernelChoices guard(gpu(), [&](cuda::KernelChoices& c) {
+        if (moved) c.gemm.stream_mma_one_row_tiles = 512;
+      });
+      DeviceTensor dout = poisoned({groups, n});
+      grouped_linear_quant(gpu(), dx, *plan, dout);
+      rel_err((std::string("one row a group, ") + name(kind) + (moved ? ", bound 512: stream-mma" : ", fp32 kernel"))
+                  .c_str(),
+              down(dout), reference(moved ? xr : x, w, 1), 1e-5);
+    }
+  }
+}
+
 // The call uploads nothing: it captures into a CUDA graph, and the replay writes the eager call's output.
 TEST_F(CudaGroupedLinearTest, CapturesInAGraph) {
   const int groups = 8;

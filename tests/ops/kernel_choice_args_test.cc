@@ -66,6 +66,7 @@ TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
                                           "rows_mma_splits=8",
                                           "rows_mma_share=2",
                                           "stream_mma_max_rows=0",
+                                          "stream_mma_one_row_tiles=512",
                                           "f32_scale_mma=0",
                                           "decode_direct_max_rows=256",
                                           "grouped_one_launch_rows=1000"};
@@ -104,6 +105,7 @@ TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
   EXPECT_EQ(c.gemm.rows_mma_splits, 8);
   EXPECT_EQ(c.gemm.rows_mma_share, 2);
   EXPECT_EQ(c.gemm.stream_mma_max_rows, 0);
+  EXPECT_EQ(c.gemm.stream_mma_one_row_tiles, 512);
   EXPECT_FALSE(c.gemm.f32_scale_mma);
   EXPECT_EQ(c.gemm.decode_direct_max_rows, 256);
   EXPECT_EQ(c.grouped_one_launch_rows, 1000);

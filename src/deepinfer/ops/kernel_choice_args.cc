@@ -213,6 +213,8 @@ const std::vector<Key>& keys() {
       shape("rows_mma_share", [](auto& c) -> auto& { return c.gemm.rows_mma_share; }, {1, 2, 4, 8}),
       rows(
           "stream_mma_max_rows", [](auto& c) -> auto& { return c.gemm.stream_mma_max_rows; }),
+      rows(
+          "stream_mma_one_row_tiles", [](auto& c) -> auto& { return c.gemm.stream_mma_one_row_tiles; }),
       flag(
           "f32_scale_mma", [](auto& c) -> auto& { return c.gemm.f32_scale_mma; }),
       rows(

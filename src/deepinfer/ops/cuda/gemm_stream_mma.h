@@ -45,8 +45,8 @@ constexpr int kInvariantMmaAcc = 1;
 bool run_gemm_stream_mma_invariant(const GemmKernelParams& p, int64_t rows, int kw, cudaStream_t stream);
 
 // Whether a call of `rows` rows per weight, n outputs and `slots` group slots (1 when dense) is one this kernel
-// takes by shape: one-row calls with few tiles decline (the fp32 column-group kernel is faster there and exact in
-// A). Tests use it to pick their reference (A rounded to bf16 or not).
-bool gemm_stream_mma_takes_shape(int64_t rows, int64_t n, int64_t slots);
+// takes by shape: one-row calls with fewer 16-row tiles than choices.stream_mma_one_row_tiles decline (the fp32
+// column-group kernel, exact in A). Tests use it to pick their reference (A rounded to bf16 or not).
+bool gemm_stream_mma_takes_shape(int64_t rows, int64_t n, int64_t slots, const GemmChoices& choices = {});
 
 }  // namespace deepinfer::cuda

@@ -385,8 +385,11 @@ void launch(const GemmKernelParams& p, int64_t slots, int lbn, int lbk, cudaStre
 // One row a weight and fewer 16-row tiles than this: the fp32 column-group kernel (gemm_cuda.cu) is faster there
 // (op micro-bench, H200, 45c8905, M = 1, fp32 vs stream-mma µs: q_a 1280x5120 9.1 vs 10.4, kv 512x5120 7.8 vs 8.4,
 // o_a 8 x 1024x4096 grouped 6.9 vs 7.8, o_b 5120x8192 21.3 vs 27.9; q_b 32768x1280, 2048 tiles: 27.3 vs 20.2) and
-// exact in A.
-constexpr int64_t kOneRowMinTiles = 1024;
+// exact in A. 768 since session 46 (was 1024): the routed experts' gate and up at batch 1 (6 slots x 128 / 144 tiles)
+// ran at 0.86 TB/s on the fp32 kernel (ncu, H100, V4-Flash: 31 us a call for 26.8 MB); on this kernel the slices'
+// batch-1 graph steps went 0.731 -> 0.691-0.699 ms (V4-Flash) and 1.613-1.617 -> 1.481-1.484 (V4.1), same run, H100
+// (docs/PERF.md). 512 (which also moves the 8-group o_a) was no better as a graph and slower eager.
+constexpr int64_t kOneRowMinTiles = 768;
 
 // Batch-invariant mode: 16-row tiles, kw K slices, one accumulator chain; the activations from the caller's bf16
 // copy when there is one (16-byte rows). (16-warp blocks, whose staged rows served two tiles, measured slower at
@@ -405,7 +408,7 @@ void launch_invariant(const GemmKernelParams& p, int64_t slots, int lbn, int lbk
 template <QuantFormat F, bool kF32S = false>
 bool dispatch(const GemmKernelParams& p, int64_t rows, int lbn, int lbk, cudaStream_t stream, int invariant_kw = 0) {
   int64_t slots = p.group_offsets ? std::max<int64_t>(std::min<int64_t>(p.groups, p.m), 1) : 1;
-  if (!invariant_kw && !gemm_stream_mma_takes_shape(rows, p.n, slots)) return false;
+  if (!invariant_kw && !gemm_stream_mma_takes_shape(rows, p.n, slots, p.choices)) return false;
   const int64_t kpad = ceil_div(p.k / kChunkK<F>, 4) * 4 * kChunkK<F>;
   int r = 8;
   while (r > 1 && r / 2 >= rows) r /= 2;  // the smallest of 1, 2, 4, 8 covering rows
@@ -464,8 +467,9 @@ bool dispatch(const GemmKernelParams& p, int64_t rows, int lbn, int lbk, cudaStr
 
 }  // namespace
 
-bool gemm_stream_mma_takes_shape(int64_t rows, int64_t n, int64_t slots) {
-  return rows > 1 || ceil_div(n, 16) * slots >= kOneRowMinTiles;
+bool gemm_stream_mma_takes_shape(int64_t rows, int64_t n, int64_t slots, const GemmChoices& choices) {
+  const int64_t min_tiles = choices.stream_mma_one_row_tiles >= 0 ? choices.stream_mma_one_row_tiles : kOneRowMinTiles;
+  return rows > 1 || ceil_div(n, 16) * slots >= min_tiles;
 }
 
 bool gemm_stream_mma_takes_f32_scales(QuantFormat format, int block_n, int block_k, int64_t k,

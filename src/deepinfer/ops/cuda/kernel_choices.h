@@ -48,6 +48,9 @@ struct GemmChoices {
   // fp32 streaming kernels), -1 kGemmStreamMmaMaxRows. Above kGemmStreamMmaMaxRows the dense UE8M0 linears of up to
   // that many rows take it too (in 8-row passes) instead of the cuBLASLt scratch (CudaBackend's quant_linear).
   int64_t stream_mma_max_rows = -1;
+  // One-row calls (decode batch 1) take the streaming tensor-core kernel from this many 16-row tiles (N / 16 x group
+  // slots) and the fp32 column-group kernel below it (gemm_stream_mma_takes_shape); -1: kOneRowMinTiles (768).
+  int64_t stream_mma_one_row_tiles = -1;
   // FP8 blocks with f32 scales (V3 / R1 checkpoints) on the tensor-core decode kernels as well, instead of the fp32
   // streaming kernels (up to 4 rows) and the cuBLASLt bf16 scratch (5-64 rows): up to 8 rows a group the streaming
   // kernel (gemm_stream_mma_takes_f32_scales: the codes exact, each 128-K block's sums scaled in fp32; under
