@@ -566,6 +566,39 @@ TEST_F(CudaMoeTest, Mxfp4ExpertsStreamOverTwoTileGroups) {
   expect_moe_quant_matches_cpu("moe_quant streaming, two tile groups a block", *q, x, weights, idx, false, 8e-3);
 }
 
+// The shared expert on the side stream (KernelChoices::moe_shared_stream): the same kernels on the same inputs as on
+// the stream, so the same bytes, eagerly and replayed from a CUDA graph (the fork and the join recorded in it), at
+// decode sizes where the shared expert takes the streaming kernels (T = 1, 3) and the rows kernel (T = 16, 40); and
+// the CPU op within the MoE tolerance.
+TEST_F(CudaMoeTest, SharedExpertOnTheSideStreamGivesTheSameBytes) {
+  const int64_t d = 1024, inter = 512, e = 32, k = 6;
+  const std::unique_ptr<QuantMoe> q = quant_moe(d, inter, e);
+  for (const int64_t t : {1, 3, 16, 40}) {
+    const HostTensor x = rand({t, d}), weights = rand({t, k}, 0.05f, 1.0f), idx = distinct_indices(t, k, e);
+    const DeviceTensor dx = up(x), dwts = up(weights), didx = up(idx);
+    const std::string name = "moe_quant shared expert on the side stream T=" + std::to_string(t);
+    HostTensor out[2];
+    for (bool side : {false, true}) {
+      ScopedKernelChoices choice(gpu(), [&](cuda::KernelChoices& c) { c.moe_shared_stream = side; });
+      const DeviceTensor dout = poisoned({t, d});
+      gpu().moe_quant({dx, dwts, didx, &q->gpu_experts, &q->gpu_shared, dout, 10.0f, false});
+      out[side] = down(dout);
+      if (!side) continue;
+      std::unique_ptr<CudaGraph> graph = gpu().capture_graph(
+          [&] { gpu().moe_quant({dx, dwts, didx, &q->gpu_experts, &q->gpu_shared, dout, 10.0f, false}); });
+      const DeviceTensor poison = poisoned({t, d});
+      ASSERT_EQ(testing::copy_and_sync(dout.data(), poison.data(), t * d * sizeof(float), cudaMemcpyDeviceToDevice),
+                cudaSuccess);
+      graph->replay();
+      expect_same_bytes((name + ", graph replay").c_str(), down(dout), out[1]);
+    }
+    expect_same_bytes((name + " = on the stream").c_str(), out[1], out[0]);
+    HostTensor want(DType::kF32, {t, d});
+    cpu().moe({x, weights, idx, &q->cpu_experts, &q->cpu_shared, want, 10.0f, false});
+    rel_err(name.c_str(), out[1], want, 8e-3);
+  }
+}
+
 // V3's experts as V3 / R1 checkpoints store them (FP8 128 x 128 blocks with f32 scales, routed and shared) at decode
 // batches (T = 1, 3, 16, 64 tokens x 6 of 64 experts) with f32_scale_mma (the default): the routed experts and the
 // shared one (up to 8 rows) on the streaming tensor-core kernel, each 128-K block's sums scaled in fp32, x and h

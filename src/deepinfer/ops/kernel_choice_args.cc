@@ -219,6 +219,8 @@ const std::vector<Key>& keys() {
           "f32_scale_mma", [](auto& c) -> auto& { return c.gemm.f32_scale_mma; }),
       rows(
           "decode_direct_max_rows", [](auto& c) -> auto& { return c.gemm.decode_direct_max_rows; }),
+      flag(
+          "moe_shared_stream", [](auto& c) -> auto& { return c.moe_shared_stream; }),
       rows(
           "grouped_one_launch_rows", [](auto& c) -> auto& { return c.grouped_one_launch_rows; }),
   };

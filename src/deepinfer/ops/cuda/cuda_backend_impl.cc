@@ -335,6 +335,94 @@ void CudaBackend::Impl::run_moe(const float* x, const float* weights, const int3
     const float* wc = weights + t0 * k;
     const int32_t* ic = indices + t0 * k;
 
+    // The shared expert into shared_out: on the side stream when the choice has it run beside the routed experts.
+    float* shared_out = nullptr;
+    const auto shared_expert = [&] {
+      const int64_t si = shared->w1.rows();
+      float* sgu = ws().take_as<float>(tc * 2 * si);
+      float* sh = ws().take_as<float>(tc * si);
+      shared_out = ws().take_as<float>(tc * d);
+      const cuda::GemmKernelParams split_gate =
+          shared_lt ? split_k_params(xc, xc16, d, shared->w1, sgu, 2 * si, tc) : cuda::GemmKernelParams{};
+      const cuda::GemmKernelParams split_up =
+          shared_lt ? split_k_params(xc, xc16, d, shared->w3, sgu + si, 2 * si, tc) : cuda::GemmKernelParams{};
+      if (shared_fp8) {
+        run_fp8(dense_params(xc, nullptr, d, shared->w1, sgu, 2 * si, tc), x8, x8_scale, nullptr, act_quant);
+        run_fp8(dense_params(xc, nullptr, d, shared->w3, sgu + si, 2 * si, tc), x8, x8_scale, nullptr, act_quant);
+      } else if (split_gate.k_splits > 1 && split_up.k_splits > 1) {
+        // gate and up into the two halves of sgu, each from its stored codes (as quant_linear's split case).
+        run_split_k(split_gate);
+        run_split_k(split_up);
+      } else if (shared_lt16) {
+        const bool split = choices.gemm.bf16_split_a;
+        // x's terms as the routed experts' mma.sync / wgmma calls have them, else made here.
+        void* hi = xc16;
+        void* lo = x_lo16;
+        if (!hi || (split && !lo)) {
+          hi = ws().take(sizeof(uint16_t) * tc * d);
+          lo = split ? ws().take(sizeof(uint16_t) * tc * d) : nullptr;
+          if (split)
+            cuda::run_split_f32_to_bf16(xc, hi, lo, tc * d, s());
+          else
+            cuda::run_cast_f32_to_bf16(xc, hi, tc * d, s());
+        }
+        // gate and up straight into the two halves of sgu's rows (row stride 2·I), each weight as stored.
+        for (int which = 0; which < 2; ++which) {
+          const void* w = (which == 0 ? shared->w1 : shared->w3).weight.data();
+          float* out = sgu + which * si;
+          lt_matmul(hi, w, CUDA_R_16BF, out, tc, si, d, false, 2 * si);
+          if (split) lt_matmul(lo, w, CUDA_R_16BF, out, tc, si, d, /*accumulate=*/true, 2 * si);
+        }
+      } else if (shared_lt) {
+        void* w13 = ws().take(sizeof(uint16_t) * 2 * si * d);
+        dequantize_bf16(shared->w1, w13);
+        dequantize_bf16(shared->w3, static_cast<uint16_t*>(w13) + si * d);
+        lt_matmul(xc16, w13, CUDA_R_16BF, sgu, tc, 2 * si, d);
+      } else {
+        // gate/up into the two halves of sgu: run each as a dense GEMM with ldc = 2·I.
+        for (int which = 0; which < 2; ++which) {
+          const QuantMatrix& w = which == 0 ? shared->w1 : shared->w3;
+          shared_gemm(xc, d, w, sgu + which * si, 2 * si, tc, shared_mma || shared_rows ? xc16 : nullptr,
+                      shared_codes ? x_codes : ActCodes{});
+        }
+      }
+      cuda::SwigluKernelParams ssw;
+      ssw.gu = sgu;
+      ssw.h = sh;
+      ssw.rows = tc;
+      ssw.inter = si;
+      ssw.limit = limit;
+      void* sh16 = nullptr;
+      if ((shared_mma && !shared_fp8) || shared_rows) sh16 = ws().take(sizeof(uint16_t) * tc * si);
+      uint8_t *sh8 = nullptr, *sh8_scale = nullptr;
+      ActCodes sh_codes;
+      if (shared_fp8) {
+        cuda::run_swiglu(ssw, s());
+        sh8 = ws().take_as<uint8_t>(tc * si);
+        sh8_scale = ws().take_as<uint8_t>(tc * si / 32);
+        act_codes(sh, tc, si, act_quant, sh8, sh8_scale);
+      } else if (act_quant != ActQuant::kNone) {
+        cuda::run_swiglu(ssw, s());
+        if (shared_codes) sh_codes = group_act_codes(sh, tc, si, act_quant);
+        round_rows_in_place(sh, tc, si, act_quant);
+        if (sh16) cuda::run_cast_f32_to_bf16(sh, sh16, tc * si, s());
+      } else if (sh16) {
+        cuda::run_swiglu_bf16(ssw, sh16, s());
+      } else {
+        cuda::run_swiglu(ssw, s());
+      }
+      if (shared_fp8)
+        run_fp8(dense_params(sh, nullptr, si, shared->w2, shared_out, d, tc), sh8, sh8_scale, nullptr, act_quant);
+      else if (shared_lt)
+        quant_linear(sh, shared->w2, shared_out, tc);
+      else if (shared_lt16)
+        quant_linear(sh, shared->w2, shared_out, tc, choices.gemm.bf16_split_a);
+      else
+        shared_gemm(sh, si, shared->w2, shared_out, d, tc, sh16, sh_codes);
+    };
+    const bool shared_side = shared && choices.moe_shared_stream && !shared_lt && !shared_lt16;
+    if (shared_side) on_side_stream(shared_expert);
+
     cuda::MoePlanKernelParams plan;
     plan.indices = ic;
     plan.slots = slots;
@@ -445,90 +533,8 @@ void CudaBackend::Impl::run_moe(const float* x, const float* weights, const int3
     else
       run_gemm(g);
 
-    float* shared_out = nullptr;
-    if (shared) {
-      const int64_t si = shared->w1.rows();
-      float* sgu = ws().take_as<float>(tc * 2 * si);
-      float* sh = ws().take_as<float>(tc * si);
-      shared_out = ws().take_as<float>(tc * d);
-      const cuda::GemmKernelParams split_gate =
-          shared_lt ? split_k_params(xc, xc16, d, shared->w1, sgu, 2 * si, tc) : cuda::GemmKernelParams{};
-      const cuda::GemmKernelParams split_up =
-          shared_lt ? split_k_params(xc, xc16, d, shared->w3, sgu + si, 2 * si, tc) : cuda::GemmKernelParams{};
-      if (shared_fp8) {
-        run_fp8(dense_params(xc, nullptr, d, shared->w1, sgu, 2 * si, tc), x8, x8_scale, nullptr, act_quant);
-        run_fp8(dense_params(xc, nullptr, d, shared->w3, sgu + si, 2 * si, tc), x8, x8_scale, nullptr, act_quant);
-      } else if (split_gate.k_splits > 1 && split_up.k_splits > 1) {
-        // gate and up into the two halves of sgu, each from its stored codes (as quant_linear's split case).
-        run_split_k(split_gate);
-        run_split_k(split_up);
-      } else if (shared_lt16) {
-        const bool split = choices.gemm.bf16_split_a;
-        // x's terms as the routed experts' mma.sync / wgmma calls have them, else made here.
-        void* hi = xc16;
-        void* lo = x_lo16;
-        if (!hi || (split && !lo)) {
-          hi = ws().take(sizeof(uint16_t) * tc * d);
-          lo = split ? ws().take(sizeof(uint16_t) * tc * d) : nullptr;
-          if (split)
-            cuda::run_split_f32_to_bf16(xc, hi, lo, tc * d, s());
-          else
-            cuda::run_cast_f32_to_bf16(xc, hi, tc * d, s());
-        }
-        // gate and up straight into the two halves of sgu's rows (row stride 2·I), each weight as stored.
-        for (int which = 0; which < 2; ++which) {
-          const void* w = (which == 0 ? shared->w1 : shared->w3).weight.data();
-          float* out = sgu + which * si;
-          lt_matmul(hi, w, CUDA_R_16BF, out, tc, si, d, false, 2 * si);
-          if (split) lt_matmul(lo, w, CUDA_R_16BF, out, tc, si, d, /*accumulate=*/true, 2 * si);
-        }
-      } else if (shared_lt) {
-        void* w13 = ws().take(sizeof(uint16_t) * 2 * si * d);
-        dequantize_bf16(shared->w1, w13);
-        dequantize_bf16(shared->w3, static_cast<uint16_t*>(w13) + si * d);
-        lt_matmul(xc16, w13, CUDA_R_16BF, sgu, tc, 2 * si, d);
-      } else {
-        // gate/up into the two halves of sgu: run each as a dense GEMM with ldc = 2·I.
-        for (int which = 0; which < 2; ++which) {
-          const QuantMatrix& w = which == 0 ? shared->w1 : shared->w3;
-          shared_gemm(xc, d, w, sgu + which * si, 2 * si, tc, shared_mma || shared_rows ? xc16 : nullptr,
-                      shared_codes ? x_codes : ActCodes{});
-        }
-      }
-      cuda::SwigluKernelParams ssw;
-      ssw.gu = sgu;
-      ssw.h = sh;
-      ssw.rows = tc;
-      ssw.inter = si;
-      ssw.limit = limit;
-      void* sh16 = nullptr;
-      if ((shared_mma && !shared_fp8) || shared_rows) sh16 = ws().take(sizeof(uint16_t) * tc * si);
-      uint8_t *sh8 = nullptr, *sh8_scale = nullptr;
-      ActCodes sh_codes;
-      if (shared_fp8) {
-        cuda::run_swiglu(ssw, s());
-        sh8 = ws().take_as<uint8_t>(tc * si);
-        sh8_scale = ws().take_as<uint8_t>(tc * si / 32);
-        act_codes(sh, tc, si, act_quant, sh8, sh8_scale);
-      } else if (act_quant != ActQuant::kNone) {
-        cuda::run_swiglu(ssw, s());
-        if (shared_codes) sh_codes = group_act_codes(sh, tc, si, act_quant);
-        round_rows_in_place(sh, tc, si, act_quant);
-        if (sh16) cuda::run_cast_f32_to_bf16(sh, sh16, tc * si, s());
-      } else if (sh16) {
-        cuda::run_swiglu_bf16(ssw, sh16, s());
-      } else {
-        cuda::run_swiglu(ssw, s());
-      }
-      if (shared_fp8)
-        run_fp8(dense_params(sh, nullptr, si, shared->w2, shared_out, d, tc), sh8, sh8_scale, nullptr, act_quant);
-      else if (shared_lt)
-        quant_linear(sh, shared->w2, shared_out, tc);
-      else if (shared_lt16)
-        quant_linear(sh, shared->w2, shared_out, tc, choices.gemm.bf16_split_a);
-      else
-        shared_gemm(sh, si, shared->w2, shared_out, d, tc, sh16, sh_codes);
-    }
+    if (shared && !shared_side) shared_expert();
+    if (shared_side) join_side_stream();
     cuda::MoeCombineKernelParams cb;
     cb.y_slot = y_slot;
     cb.indices = ic;

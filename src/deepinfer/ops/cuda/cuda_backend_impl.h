@@ -92,6 +92,11 @@ struct CudaBackend::Impl {
   cuda::DeviceInfo info;
   Device device;
   cuda::Stream stream;
+  // A second stream for work that may run beside the stream's (on_side_stream), and the events that fork it from the
+  // stream and join it back (both recordable inside a graph capture: the fork brings the side stream into it).
+  cuda::Stream side_stream;
+  cudaEvent_t fork_event = nullptr, join_event = nullptr;
+  cudaStream_t active_stream = nullptr;  // while on_side_stream runs: the side stream, which s() then returns
   cuda::DeviceAllocator alloc;
   cuda::WorkspaceArena arena{alloc};  // the shared one; ws() is the one ops use now
   cuda::WorkspaceArena* active_arena = &arena;
@@ -125,6 +130,8 @@ struct CudaBackend::Impl {
 
   explicit Impl(int index) : info(cuda::select_device(index)), device(Device::cuda(index)) {
     DI_CUBLAS_CHECK(cublasLtCreate(&lt));
+    DI_CUDA_CHECK(cudaEventCreateWithFlags(&fork_event, cudaEventDisableTiming));
+    DI_CUDA_CHECK(cudaEventCreateWithFlags(&join_event, cudaEventDisableTiming));
     lt_workspace = cuda::DeviceBuffer(alloc, kCublasWorkspaceBytes);
     hc_mix_arrivals = cuda::DeviceBuffer(alloc, sizeof(unsigned) * cuda::kHcMixArrivalSlots);
     // A plain cudaMemset runs on the legacy default stream, which the backend's non-blocking stream does not wait
@@ -138,9 +145,29 @@ struct CudaBackend::Impl {
     for (auto& [unused, p] : lt_plans) destroy(p);
     for (auto& [unused, p] : lt_batched_plans) destroy(p);
     if (lt) cublasLtDestroy(lt);
+    if (join_event) cudaEventDestroy(join_event);
+    if (fork_event) cudaEventDestroy(fork_event);
   }
 
-  cudaStream_t s() const { return stream.get(); }
+  cudaStream_t s() const { return active_stream ? active_stream : stream.get(); }
+  // Enqueues fn's work (everything it sends to s()) on the side stream, after all the stream holds so far; the stream
+  // goes on without waiting until join_side_stream. fn must not use what the stream's later work writes, nor cuBLASLt
+  // (one workspace for both).
+  template <class Fn>
+  void on_side_stream(Fn&& fn) {
+    DI_CHECK_INTERNAL(!active_stream) << "on_side_stream: already on the side stream";
+    DI_CUDA_CHECK(cudaEventRecord(fork_event, stream.get()));
+    DI_CUDA_CHECK(cudaStreamWaitEvent(side_stream.get(), fork_event, 0));
+    struct Restore {
+      cudaStream_t& active;
+      ~Restore() { active = nullptr; }
+    } restore{active_stream};
+    active_stream = side_stream.get();
+    fn();
+    DI_CUDA_CHECK(cudaEventRecord(join_event, side_stream.get()));
+  }
+  // The stream waits for the side stream's work so far.
+  void join_side_stream() { DI_CUDA_CHECK(cudaStreamWaitEvent(stream.get(), join_event, 0)); }
   // Scratch of the ops: the shared arena, or a recording pool's own while recording.
   cuda::WorkspaceArena& ws() { return *active_arena; }
 

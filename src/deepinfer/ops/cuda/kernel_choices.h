@@ -182,6 +182,10 @@ struct KernelChoices {
   // Rows a group up to which a grouped_linear call (default mode) is one grouped launch (grouped_linear.h); -1:
   // kGemmStreamMmaMaxRows. 0 runs every call per group.
   int64_t grouped_one_launch_rows = -1;
+  // moe_quant's shared expert on a second stream, forked after x's copies and joined before the combine, so that its
+  // GEMMs (up to 64 tokens: the streaming and rows kernels) run beside the routed experts' instead of after them
+  // (CudaBackend::Impl::on_side_stream). Shared experts on cuBLASLt (its one workspace) stay on the stream.
+  bool moe_shared_stream = false;
 };
 
 }  // namespace deepinfer::cuda
