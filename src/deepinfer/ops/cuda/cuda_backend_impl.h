@@ -370,7 +370,8 @@ struct CudaBackend::Impl {
   // scope) when a dense GEMM of them against w takes the streaming kernel over f32-scaled FP8 blocks; else none and
   // nothing enqueued.
   ActCodes stream_act_codes(const float* x, int64_t rows, const QuantMatrix& w, ActQuant q) {
-    if (!stream_codes_take(w, rows, q) || !cuda::gemm_stream_mma_takes_shape(rows, w.rows(), 1)) return {};
+    if (!stream_codes_take(w, rows, q) || !cuda::gemm_stream_mma_takes_shape(rows, w.rows(), 1, choices.gemm))
+      return {};
     return group_act_codes(x, rows, w.cols(), q);
   }
   // Whether GEMMs of `rows` rows a weight (a group's, or a dense call's) against w read the codes under q.
