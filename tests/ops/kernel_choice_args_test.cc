@@ -69,7 +69,7 @@ TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
                                           "stream_mma_one_row_tiles=512",
                                           "f32_scale_mma=0",
                                           "decode_direct_max_rows=256",
-                                          "moe_shared_stream=1",
+                                          "moe_shared_stream=0",
                                           "grouped_one_launch_rows=1000"};
   const cuda::KernelChoices c = parse_kernel_choices(specs);
   EXPECT_EQ(c.attn_mma, KernelPick::kNever);
@@ -109,7 +109,7 @@ TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
   EXPECT_EQ(c.gemm.stream_mma_one_row_tiles, 512);
   EXPECT_FALSE(c.gemm.f32_scale_mma);
   EXPECT_EQ(c.gemm.decode_direct_max_rows, 256);
-  EXPECT_TRUE(c.moe_shared_stream);
+  EXPECT_FALSE(c.moe_shared_stream);  // on by default
   EXPECT_EQ(c.grouped_one_launch_rows, 1000);
   std::string joined;
   for (const std::string& s : specs) joined += (joined.empty() ? "" : ", ") + s;

@@ -186,8 +186,8 @@ struct KernelChoices {
   // GEMMs (up to 64 tokens: the streaming and rows kernels) run beside the routed experts' instead of after them
   // (CudaBackend::Impl::on_side_stream). Shared experts on cuBLASLt (its one workspace) stay on the stream. H100, session
   // 46, same run: graph steps V4-Flash b16 2.43 -> 2.35 ms, V4.1 b1 1.47 -> 1.42, b16 5.41 -> 5.29, V4-Flash b1 even
-  // (docs/PERF.md); off until the whole GPU suite has run with it on.
-  bool moe_shared_stream = false;
+  // (docs/PERF.md); the default since session 47, when the whole GPU suite passed with it on.
+  bool moe_shared_stream = true;
 };
 
 }  // namespace deepinfer::cuda
