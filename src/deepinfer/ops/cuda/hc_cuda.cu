@@ -587,18 +587,46 @@ __global__ void __launch_bounds__(kMixThreads) hc_expand_mix_split_kernel(HcMixK
   constexpr int kPer = kMixChunk / 32;
   float w[3][kPer];
   load_fn_chunk<3>(p, split, rows, w, warp, lane);  // first: in flight during the expand
-  for (int64_t idx = threadIdx.x; idx < (t1 - t0) * kMixChunk; idx += blockDim.x) {
-    const int64_t tl = idx / kMixChunk, i = idx % kMixChunk, t = t0 + tl;
-    const float* x = p.expand_streams + t * n + d0 + i;
-    const float* c = p.expand_comb + t * hc * hc;
-    const float y = p.expand_x[t * p.d + d0 + i];
-    float old[kExpandMixMaxHc];
+  // The expand in one round of loads (hc_expand_mix_kernel's form, 2 elements a thread: a batch 1 block's 512; 4
+  // spilled at the 128 registers): the tile's comb / post go to shared memory while each thread's first elements' old
+  // values load, then one barrier. (One element at a time, with comb and post read at their use, was two or three round
+  // trips one after another at batch 1.)
+  __shared__ float comb_s[kExpandMixTokens][kExpandMixMaxHc * kExpandMixMaxHc],
+      post_s[kExpandMixTokens][kExpandMixMaxHc];
+  constexpr int kSplitBatch = 2;
+  const int64_t total = (t1 - t0) * kMixChunk;
+  float old[kSplitBatch][kExpandMixMaxHc], y[kSplitBatch];
+  const auto load_batch = [&](int64_t base) {
 #pragma unroll
-    for (int j = 0; j < kExpandMixMaxHc; ++j) old[j] = j < hc ? x[j * p.d] : 0.0f;
+    for (int b = 0; b < kSplitBatch; ++b) {
+      const int64_t idx = base + b * blockDim.x;
+      if (idx >= total) break;
+      const int64_t t = t0 + idx / kMixChunk, i = idx % kMixChunk;
+      const float* x = p.expand_streams + t * n + d0 + i;
+      y[b] = p.expand_x[t * p.d + d0 + i];
 #pragma unroll
-    for (int kk = 0; kk < kExpandMixMaxHc; ++kk) {
-      if (kk >= hc) break;
-      fresh[tl][kk][i] = expand_value(c, hc, old, p.expand_post[t * hc + kk], y, kk);
+      for (int j = 0; j < kExpandMixMaxHc; ++j) old[b][j] = j < hc ? x[j * p.d] : 0.0f;
+    }
+  };
+  load_batch(threadIdx.x);
+  for (int64_t e = threadIdx.x; e < (t1 - t0) * kExpandMixMaxHc * kExpandMixMaxHc; e += blockDim.x) {
+    const int64_t tl = e / (kExpandMixMaxHc * kExpandMixMaxHc), j = e % (kExpandMixMaxHc * kExpandMixMaxHc);
+    if (j < hc * hc) comb_s[tl][j] = p.expand_comb[(t0 + tl) * hc * hc + j];
+    if (j < hc) post_s[tl][j] = p.expand_post[(t0 + tl) * hc + j];
+  }
+  __syncthreads();
+  for (int64_t base = threadIdx.x; base < total; base += kSplitBatch * blockDim.x) {
+    if (base != threadIdx.x) load_batch(base);
+#pragma unroll
+    for (int b = 0; b < kSplitBatch; ++b) {
+      const int64_t idx = base + b * blockDim.x;
+      if (idx >= total) break;
+      const int64_t tl = idx / kMixChunk, i = idx % kMixChunk;
+#pragma unroll
+      for (int kk = 0; kk < kExpandMixMaxHc; ++kk) {
+        if (kk >= hc) break;
+        fresh[tl][kk][i] = expand_value(comb_s[tl], hc, old[b], post_s[tl][kk], y[b], kk);
+      }
     }
   }
   __threadfence();
