@@ -16,10 +16,7 @@ CudaBackend::~CudaBackend() = default;
 
 std::unique_ptr<CudaBackend> make_cuda_backend(int device) { return std::make_unique<CudaBackend>(device); }
 
-void CudaBackend::synchronize() {
-  impl_->join_prefetch();
-  impl_->status.check(impl_->s());
-}
+void CudaBackend::synchronize() { impl_->status.check(impl_->s()); }
 
 CudaGraph::~CudaGraph() {
   if (exec_) cudaGraphExecDestroy(exec_);
@@ -63,12 +60,7 @@ std::unique_ptr<CudaGraph> capture_on(cudaStream_t s, const char* op, const std:
 std::unique_ptr<CudaGraph> CudaBackend::capture_graph(const std::function<void()>& enqueue) {
   const size_t allocs = impl_->alloc.allocate_calls(), chunks = impl_->arena.chunk_count();
   const void* base = impl_->arena.base();
-  impl_->join_prefetch();  // a prefetch forked outside the capture is no part of it
-  const auto captured = [&] {
-    enqueue();
-    impl_->join_prefetch();  // the prefetch stream's captured kernels join the graph before it ends
-  };
-  return capture_on(impl_->s(), "capture_graph", captured, [&]() -> const char* {
+  return capture_on(impl_->s(), "capture_graph", enqueue, [&]() -> const char* {
     const bool moved =
         impl_->alloc.allocate_calls() != allocs || impl_->arena.chunk_count() != chunks || impl_->arena.base() != base;
     return moved ? "device memory was allocated inside the capture (run the work once eagerly first)" : nullptr;
@@ -134,12 +126,7 @@ std::unique_ptr<RecordedWork> CudaBackend::record(const std::function<void()>& e
     DI_CHECK_INTERNAL(run < 4) << "record: the work still takes new device memory after " << run + 1 << " runs";
   }
   const size_t mallocs = impl_->alloc.cuda_malloc_calls();
-  impl_->join_prefetch();  // as capture_graph
-  const auto captured = [&] {
-    enqueue();
-    impl_->join_prefetch();
-  };
-  return std::make_unique<CudaRecordedWork>(capture_on(impl_->s(), "record", captured, [&]() -> const char* {
+  return std::make_unique<CudaRecordedWork>(capture_on(impl_->s(), "record", enqueue, [&]() -> const char* {
     return impl_->alloc.cuda_malloc_calls() != mallocs ? "the recorded work took new device memory on its last run"
                                                        : nullptr;
   }));
@@ -168,18 +155,6 @@ void CudaBackend::prefetch(const PrefetchParams& p) {
   if (p.rows > (c.l2_prefetch_rows >= 0 ? c.l2_prefetch_rows : cuda::kL2PrefetchMaxRows)) return;
   int64_t budget = (c.l2_prefetch_mib >= 0 ? c.l2_prefetch_mib : cuda::kL2PrefetchMaxMiB) << 20;
   cuda::L2PrefetchKernelParams k;
-  k.max_blocks = 2 * impl_->info.sm_count;
-  const auto launch = [&] {
-    if (k.ranges == 0) return;
-    DI_CUDA_CHECK(cudaEventRecord(impl_->prefetch_fork, impl_->s()));
-    DI_CUDA_CHECK(cudaStreamWaitEvent(impl_->prefetch_stream.get(), impl_->prefetch_fork, 0));
-    cuda::run_l2_prefetch(k, impl_->prefetch_stream.get());
-    DI_CUDA_CHECK(cudaEventRecord(impl_->prefetch_done, impl_->prefetch_stream.get()));
-    impl_->prefetch_pending = true;
-    const int blocks = k.max_blocks;
-    k = {};
-    k.max_blocks = blocks;
-  };
   for (const Tensor& t : p.tensors) {
     if (t.data() == nullptr || t.nbytes() == 0 || budget <= 0) continue;
     expect_on("prefetch", "tensors", t, impl_->device);
@@ -187,9 +162,12 @@ void CudaBackend::prefetch(const PrefetchParams& p) {
     k.begin[k.ranges] = static_cast<const char*>(t.data());
     k.bytes[k.ranges++] = bytes;
     budget -= bytes;
-    if (k.ranges == cuda::L2PrefetchKernelParams::kMaxRanges) launch();
+    if (k.ranges == cuda::L2PrefetchKernelParams::kMaxRanges) {
+      cuda::run_l2_prefetch(k, impl_->s());
+      k = {};
+    }
   }
-  launch();
+  cuda::run_l2_prefetch(k, impl_->s());
 }
 
 cudaStream_t CudaBackend::stream() const { return impl_->s(); }

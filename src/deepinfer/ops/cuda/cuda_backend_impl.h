@@ -97,12 +97,6 @@ struct CudaBackend::Impl {
   cuda::Stream side_stream;
   cudaEvent_t fork_event = nullptr, join_event = nullptr;
   cudaStream_t active_stream = nullptr;  // while on_side_stream runs: the side stream, which s() then returns
-  // CudaBackend::prefetch's kernels run on a stream of their own, forked from the stream where the hint is given, so
-  // that the stream's next calls do not wait for them; joined back only where the stream must hold all work (the end
-  // of a capture, synchronize). prefetch_pending: a kernel was forked since the last join.
-  cuda::Stream prefetch_stream;
-  cudaEvent_t prefetch_fork = nullptr, prefetch_done = nullptr;
-  bool prefetch_pending = false;
   cuda::DeviceAllocator alloc;
   cuda::WorkspaceArena arena{alloc};  // the shared one; ws() is the one ops use now
   cuda::WorkspaceArena* active_arena = &arena;
@@ -138,8 +132,6 @@ struct CudaBackend::Impl {
     DI_CUBLAS_CHECK(cublasLtCreate(&lt));
     DI_CUDA_CHECK(cudaEventCreateWithFlags(&fork_event, cudaEventDisableTiming));
     DI_CUDA_CHECK(cudaEventCreateWithFlags(&join_event, cudaEventDisableTiming));
-    DI_CUDA_CHECK(cudaEventCreateWithFlags(&prefetch_fork, cudaEventDisableTiming));
-    DI_CUDA_CHECK(cudaEventCreateWithFlags(&prefetch_done, cudaEventDisableTiming));
     lt_workspace = cuda::DeviceBuffer(alloc, kCublasWorkspaceBytes);
     hc_mix_arrivals = cuda::DeviceBuffer(alloc, sizeof(unsigned) * cuda::kHcMixArrivalSlots);
     // A plain cudaMemset runs on the legacy default stream, which the backend's non-blocking stream does not wait
@@ -155,8 +147,6 @@ struct CudaBackend::Impl {
     if (lt) cublasLtDestroy(lt);
     if (join_event) cudaEventDestroy(join_event);
     if (fork_event) cudaEventDestroy(fork_event);
-    if (prefetch_done) cudaEventDestroy(prefetch_done);
-    if (prefetch_fork) cudaEventDestroy(prefetch_fork);
   }
 
   cudaStream_t s() const { return active_stream ? active_stream : stream.get(); }
@@ -178,12 +168,6 @@ struct CudaBackend::Impl {
   }
   // The stream waits for the side stream's work so far.
   void join_side_stream() { DI_CUDA_CHECK(cudaStreamWaitEvent(stream.get(), join_event, 0)); }
-  // The stream waits for the prefetch kernels forked so far.
-  void join_prefetch() {
-    if (!prefetch_pending) return;
-    DI_CUDA_CHECK(cudaStreamWaitEvent(stream.get(), prefetch_done, 0));
-    prefetch_pending = false;
-  }
   // Scratch of the ops: the shared arena, or a recording pool's own while recording.
   cuda::WorkspaceArena& ws() { return *active_arena; }
 

@@ -641,16 +641,13 @@ void run_strided_copy(const StridedCopyKernelParams& p, cudaStream_t stream);
 
 // ============================================================================ L2 prefetch (prefetch_cuda.cu)
 // Byte ranges for the L2 cache to read ahead (PrefetchParams): each range's 16-byte-aligned interior, in pieces of
-// `piece` bytes, one bulk prefetch each, spread over up to `max_blocks` blocks (every SM's copy engine takes a share).
-// No memory is written.
+// `piece` bytes, one bulk prefetch a thread. No memory is written.
 struct L2PrefetchKernelParams {
   static constexpr int kMaxRanges = 16;
   const char* begin[kMaxRanges] = {};
   int64_t bytes[kMaxRanges] = {};
   int ranges = 0;
-  int64_t piece = 32768;  // bytes a bulk prefetch (a multiple of 16)
-  int max_blocks = 264;
-  int64_t first_piece[kMaxRanges + 1] = {};  // set by run_l2_prefetch
+  int64_t piece = 16384;  // bytes a bulk prefetch (a multiple of 16)
 };
 void run_l2_prefetch(const L2PrefetchKernelParams& p, cudaStream_t stream);
 
