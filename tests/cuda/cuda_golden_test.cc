@@ -221,29 +221,6 @@ TEST_P(CudaGolden, DecodeGraphsReplayEqualsEagerPaddedSteps) {
   EXPECT_LE(st.replays, static_cast<int64_t>(steps));
 }
 
-// Prefetch hints (Backend::prefetch, which the decode step gives ahead of its latency-bound calls) change no value:
-// batched paged decode through decode graphs with a hint before every call of up to 256 rows gives the logits of the
-// same decode without any, bit for bit.
-TEST_P(CudaGolden, PrefetchHintsChangeNoLogit) {
-  const DeepseekV4Model& gpu = *f().gpu_model;
-  const auto specs = testing::make_specs(gpu, {1, 6, 17, 33}, 6, {{{3, 2, 16}}});
-  const bool bounded = GetParam() == "deepseek_v41";
-  std::vector<std::vector<float>> runs[2];
-  for (int hinted = 0; hinted < 2; ++hinted) {
-    cuda::KernelChoices c = f().gpu->kernel_choices();
-    c.l2_prefetch_rows = hinted ? 256 : 0;
-    f().gpu->set_kernel_choices(c);
-    DecodeGraphs graphs(*f().gpu);
-    runs[hinted] = testing::paged_decode(gpu, specs, bounded, /*batched=*/true, testing::kV4Block, &graphs);
-  }
-  for (size_t i = 0; i < specs.size(); ++i) {
-    ASSERT_EQ(runs[0][i].size(), runs[1][i].size()) << "sequence " << i;
-    ASSERT_FALSE(runs[0][i].empty()) << "sequence " << i;
-    EXPECT_EQ(std::memcmp(runs[0][i].data(), runs[1][i].data(), runs[0][i].size() * sizeof(float)), 0)
-        << "sequence " << i << ": the hinted decode differs";
-  }
-}
-
 // --kv-cache-dtype bf16 on the device: batched paged decode (and its decode graphs) over bf16 windows, entries and
 // indexer keys. V4.1's cached rows are bf16 values already and the kernels over bf16 pools give the f32 pools' bytes
 // for them: the logits are the f32 caches' bit for bit. V4's rows round, and the tiny random model amplifies that

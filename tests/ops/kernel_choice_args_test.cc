@@ -70,9 +70,7 @@ TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
                                           "f32_scale_mma=0",
                                           "decode_direct_max_rows=256",
                                           "moe_shared_stream=0",
-                                          "grouped_one_launch_rows=1000",
-                                          "l2_prefetch_rows=16",
-                                          "l2_prefetch_mib=24"};
+                                          "grouped_one_launch_rows=1000"};
   const cuda::KernelChoices c = parse_kernel_choices(specs);
   EXPECT_EQ(c.attn_mma, KernelPick::kNever);
   EXPECT_EQ(c.indexer_mma, KernelPick::kAlways);
@@ -113,8 +111,6 @@ TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
   EXPECT_EQ(c.gemm.decode_direct_max_rows, 256);
   EXPECT_FALSE(c.moe_shared_stream);  // on by default
   EXPECT_EQ(c.grouped_one_launch_rows, 1000);
-  EXPECT_EQ(c.l2_prefetch_rows, 16);
-  EXPECT_EQ(c.l2_prefetch_mib, 24);
   std::string joined;
   for (const std::string& s : specs) joined += (joined.empty() ? "" : ", ") + s;
   EXPECT_EQ(describe_kernel_choices(c), joined);

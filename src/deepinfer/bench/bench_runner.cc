@@ -210,7 +210,6 @@ class Slice final : public SliceState {
       Layer& l = layers_[li];
       // ---- Engram's update of the streams, then the attention site (its mix: below, with the previous layer's FFN
       // expand, past the first layer and unless Engram comes between)
-      if (li == 0) prefetch_inputs(l, tt);  // later layers: after the previous layer's experts
       if (spec.engram) engram_update(l, tt, streams);
       if (li == 0 || spec.engram) be.hc_mix(mix_params(l.attn, streams, pre, post, comb));
       be.hc_collapse_norm({streams, pre, Tensor{}, xn, 1e-6f});
@@ -222,11 +221,6 @@ class Slice final : public SliceState {
       const Tensor qr_p = part(fin, l.in_rows.offset[0], qr);
       be.rms_norm({qr_p, Tensor{}, qr_p, 1e-6f});
       linear(qr_p, *l.w_q, fq);
-      {
-        std::vector<Tensor> next = t_.tensors_of(*l.wo_a);  // read during the RoPE, indexer and attention
-        for (const Tensor& t : t_.tensors_of(*l.wo_b)) next.push_back(t);
-        prefetch(std::move(next), tt);
-      }
       const Tensor q_p = part(fq, l.q_rows.offset[0], q.reshape({tt, hhd})).reshape({tt, m.heads, m.head_dim});
       const Tensor kv_p = part(fin, l.in_rows.offset[1], kv);
       // The query's (V4: head norm and) RoPE, the kv row's norm and RoPE: one launch, as the engine's attention.
@@ -312,11 +306,6 @@ class Slice final : public SliceState {
       ++counts_.gemm_calls;
       t_.grouped_linear(flat(o_, 0, {m.o_groups * tt, gk}), *l.wo_a, flat(z_, 0, {m.o_groups * tt, m.o_lora}));
       linear(z, *l.wo_b, y);
-      {
-        std::vector<Tensor> next = t_.shared_tensors_of(*l.experts);  // read during the mHC, the norm and the router
-        next.insert(next.begin(), l.router.view());
-        prefetch(std::move(next), tt);
-      }
       mark(kSegProj);
       // ---- MoE site: the attention's expand and this site's mix in one call
       be.hc_expand_mix({{streams, y, post, comb}, mix_params(l.ffn, streams, pre, post, comb)});
@@ -333,8 +322,7 @@ class Slice final : public SliceState {
       mark(kSegRouter);
       t_.moe(xn, rows(rw_, tt), rows(ridx_, tt), *l.experts, y, m.swiglu_limit, m.weight_before_w2);
       mark(kSegExperts);
-      if (li + 1 < m.layers.size()) prefetch_inputs(layers_[li + 1], tt);  // during the next site's mHC
-      if (li + 1 < m.layers.size() && !m.layers[li + 1].engram)            // the FFN's expand and the next site's mix
+      if (li + 1 < m.layers.size() && !m.layers[li + 1].engram)  // the FFN's expand and the next site's mix
         be.hc_expand_mix({{streams, y, post, comb}, mix_params(layers_[li + 1].attn, streams, pre, post, comb)});
       else
         be.hc_expand({streams, y, post, comb});
@@ -438,21 +426,6 @@ class Slice final : public SliceState {
     DI_CHECK_INTERNAL(off + shape_numel(shape) <= v.numel()) << "bench: view past the end of a buffer";
     return Tensor(static_cast<char*>(v.data()) + off * dtype_bytes(v.dtype(), 1), v.dtype(), std::move(shape),
                   v.device());
-  }
-  // A prefetch hint (Backend::prefetch) for the weights that the calls after the next latency-bound ones read, as the
-  // engine's decode step gives it (DeepseekV4Model::decode_piece).
-  void prefetch(std::vector<Tensor> tensors, int64_t rows) {
-    if (tensors.empty()) return;
-    PrefetchParams p;
-    p.tensors = std::move(tensors);
-    p.rows = rows;
-    t_.backend().prefetch(p);
-  }
-  // The attention's input projections: the fused [q_a; kv (; proj)], then [q_b (; the indexer's q)].
-  void prefetch_inputs(const Layer& l, int64_t rows) {
-    std::vector<Tensor> next = t_.tensors_of(*l.w_in);
-    for (const Tensor& t : t_.tensors_of(*l.w_q)) next.push_back(t);
-    prefetch(std::move(next), rows);
   }
   void mark(int seg) {
     if (profile_) t_.profile_mark(seg);

@@ -83,20 +83,6 @@ class BenchTarget {
   virtual void moe(const Tensor& x, const Tensor& weights, const Tensor& indices, const BenchExperts& e,
                    const Tensor& out, float swiglu_limit, bool weight_before_w2) = 0;
 
-  // The device tensors a prefetch hint (Backend::prefetch) names for a weight (its codes and scales), a grouped
-  // weight (every group's) or the experts' shared expert (gate, up, down); empty where the target keeps none (the CPU).
-  virtual std::vector<Tensor> tensors_of(const BenchWeight& w) const {
-    (void)w;
-    return {};
-  }
-  virtual std::vector<Tensor> tensors_of(const BenchGroupedWeight& w) const {
-    (void)w;
-    return {};
-  }
-  virtual std::vector<Tensor> shared_tensors_of(const BenchExperts& e) const {
-    (void)e;
-    return {};
-  }
   // Median milliseconds of fn over `iters` runs after `warmup` runs (each run waited for).
   virtual double time_ms(const std::function<void()>& fn, int warmup, int iters) = 0;
   virtual Ceilings measure_ceilings() = 0;

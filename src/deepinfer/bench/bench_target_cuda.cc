@@ -134,22 +134,6 @@ class CudaTarget final : public BenchTarget {
     cw.plans[rows] = plan_grouped_linear(*be_, std::move(mats), rows);
   }
 
-  std::vector<Tensor> tensors_of(const BenchWeight& w) const override {
-    const QuantMatrix& m = static_cast<const CudaWeight&>(w).m;
-    return {m.weight, m.scale};
-  }
-  std::vector<Tensor> tensors_of(const BenchGroupedWeight& w) const override {
-    std::vector<Tensor> out;
-    for (const auto& g : w.groups)
-      for (const Tensor& t : tensors_of(*g)) out.push_back(t);
-    return out;
-  }
-  std::vector<Tensor> shared_tensors_of(const BenchExperts& e) const override {
-    const auto& x = static_cast<const CudaExperts&>(e);
-    if (!x.has_shared) return {};
-    const QuantExpertWeights& s = x.shared;
-    return {s.w1.weight, s.w1.scale, s.w3.weight, s.w3.scale, s.w2.weight, s.w2.scale};
-  }
   void grouped_linear(const Tensor& in, const BenchGroupedWeight& w, const Tensor& out) override {
     const auto& cw = static_cast<const CudaGroupedWeight&>(w);
     const int64_t g_count = static_cast<int64_t>(cw.groups.size());

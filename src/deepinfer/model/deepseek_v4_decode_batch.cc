@@ -57,44 +57,6 @@ OwnedTensor collapse_norm(Backend& b, TensorMemory& mem, const Tensor& streams, 
 
 Tensor row(const Tensor& t, int64_t b) { return t.slice(b, b + 1); }
 
-// Prefetch hints (Backend::prefetch) for R rows, each given before latency-bound work (mHC, norms, attention, the
-// router) for the weights the calls after it read: the attention's input projections (small ones first, so that a
-// backend's byte cap keeps them), its output projection, the router and the shared expert.
-void hint(Backend& b, std::vector<Tensor> tensors, int64_t R) {
-  PrefetchParams p;
-  p.tensors = std::move(tensors);
-  p.rows = R;
-  b.prefetch(p);
-}
-void hint_attention_inputs(Backend& b, const V4AttentionWeights& a, int64_t R) {
-  std::vector<Tensor> t;
-  append_read_tensors(a.wq_a, t);
-  append_read_tensors(a.wkv, t);
-  for (const OwnedTensor* w : {&a.comp_wkv, &a.comp_wgate, &a.idx_comp_wkv, &a.idx_comp_wgate, &a.idx_weights_proj})
-    t.push_back(w->view());
-  append_read_tensors(a.wq_b, t);
-  append_read_tensors(a.idx_wq_b, t);
-  hint(b, std::move(t), R);
-}
-void hint_attention_output(Backend& b, const V4AttentionWeights& a, int64_t R) {
-  std::vector<Tensor> t;
-  append_read_tensors(a.wo_a, t);
-  append_read_tensors(a.wo_b, t);
-  hint(b, std::move(t), R);
-}
-void hint_ffn(Backend& b, const V4LayerWeights& w, int64_t R) {
-  std::vector<Tensor> t{w.gate.view()};
-  if (w.has_shared && w.quant_experts) {
-    for (const QuantMatrix* m : {&w.qshared.w1, &w.qshared.w3, &w.qshared.w2}) {
-      t.push_back(m->weight);
-      t.push_back(m->scale);
-    }
-  } else if (w.has_shared) {
-    for (const Tensor* m : {&w.shared.w1, &w.shared.w3, &w.shared.w2}) t.push_back(*m);
-  }
-  hint(b, std::move(t), R);
-}
-
 // The step's buffers (DecodeGraphs::buffer slots under graphs); double-buffered ones take slot and slot + 1.
 enum Slot : int {
   kIds,
@@ -303,10 +265,8 @@ void DeepseekV4Model::decode_piece(const DecodeBatch& d, int k) const {
     OwnedTensor x = mem.zeros(DType::kF32, {R, D});
     backend_.embedding({w_.embed.view(), d.rows.ids.view(), x.view()});
     mem.copy(d.streams[0], Tensor(x.view().data(), DType::kF32, {R, hc, D}, {D, 0, 1}, x.device()));
-    hint_attention_inputs(backend_, w_.layers[0].attn, R);
     attention_mix(0, nullptr);
     decode_layer_head(d, 0, d.one_hot);
-    hint_attention_output(backend_, w_.layers[0].attn, R);  // read after the middle's attention
     return;
   }
   const int l = k - 1, prev = l % 2;
@@ -316,7 +276,6 @@ void DeepseekV4Model::decode_piece(const DecodeBatch& d, int k) const {
   // Layer l's attention output (the middle left it inverse-rotated): grouped output projection, mHC expand.
   OwnedTensor y = v4_grouped_output(backend_, mem, d.attn.reshape({R, H * hd}), lw.attn.wo_a, lw.attn.wo_b,
                                     config_.attn.o_groups, config_.attn.o_lora_rank);
-  hint_ffn(backend_, lw, R);
   // FFN site: the attention's mHC expand and this site's mix in one call, then router and experts over every row.
   OwnedTensor ffn_pre = mem.zeros(DType::kF32, {R, hc}), post = mem.zeros(DType::kF32, {R, hc});
   OwnedTensor comb = mem.zeros(DType::kF32, {R, hc, hc});
@@ -328,10 +287,8 @@ void DeepseekV4Model::decode_piece(const DecodeBatch& d, int k) const {
   y = moe(d.rows, l, h);
   const HcExpandParams ffn_expand{streams, y.view(), post.view(), comb.view()};
   if (k < L) {
-    hint_attention_inputs(backend_, w_.layers[k].attn, R);
     attention_mix(k, &ffn_expand);
     decode_layer_head(d, k, ffn_pre.view());  // V4.1 carries the FFN site's pre into the next attention site
-    hint_attention_output(backend_, w_.layers[k].attn, R);
     return;
   }
   backend_.hc_expand(ffn_expand);

@@ -54,15 +54,6 @@ void kept_linear(Backend& backend, const Tensor& in, const KeptMatrix& w, const 
   }
 }
 
-void append_read_tensors(const KeptMatrix& w, std::vector<Tensor>& out) {
-  if (w.quantized()) {
-    out.push_back(w.codes.view());
-    out.push_back(w.scales.view());
-  } else if (!w.empty()) {
-    out.push_back(w.f32.view());
-  }
-}
-
 OwnedTensor kept_project(Backend& backend, TensorMemory& mem, const Tensor& x, const KeptMatrix& w) {
   OwnedTensor out = mem.empty(DType::kF32, {x.dim(0), w.rows()});  // the linear writes all of it
   kept_linear(backend, x, w, out.view());

@@ -35,10 +35,6 @@ struct KeptMatrix {
   QuantMatrix as_quant() const;
 };
 
-// Appends the tensors a product with w reads (codes and scales, or the f32 matrix; none when empty): what a prefetch
-// hint (Backend::prefetch) names for it.
-void append_read_tensors(const KeptMatrix& w, std::vector<Tensor>& out);
-
 // `name` from the checkpoint: in its stored block format when `keep_quant` and it is stored so (FP8 block or
 // MXFP4), else dequantized to f32.
 KeptMatrix load_kept(const WeightLoader& ld, const std::string& name, bool keep_quant);

@@ -151,8 +151,6 @@ void Backend::hc_expand_mix(const HcExpandMixParams& p) {
   hc_mix(p.mix);
 }
 
-void Backend::prefetch(const PrefetchParams& p) { validate(p); }
-
 void Backend::norm_rope(const NormRopeParams& p) {
   validate(p);
   for (const NormRopePart& part : p.parts) {

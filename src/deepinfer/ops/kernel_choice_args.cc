@@ -223,10 +223,6 @@ const std::vector<Key>& keys() {
           "moe_shared_stream", [](auto& c) -> auto& { return c.moe_shared_stream; }),
       rows(
           "grouped_one_launch_rows", [](auto& c) -> auto& { return c.grouped_one_launch_rows; }),
-      rows(
-          "l2_prefetch_rows", [](auto& c) -> auto& { return c.l2_prefetch_rows; }),
-      rows(
-          "l2_prefetch_mib", [](auto& c) -> auto& { return c.l2_prefetch_mib; }),
   };
   return k;
 }

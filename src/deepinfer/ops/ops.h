@@ -499,16 +499,6 @@ struct NormRopeParams {
   float eps = 1e-6f;
 };
 
-// ============================================================================ cache hints
-// Weights that the calls about to be enqueued will read, named ahead of latency-bound work (mHC, norms, attention,
-// the router at decode batches of a few rows) so that a backend with a device cache can start reading them then,
-// while the memory would otherwise idle. A hint: it reads the tensors' bytes into the cache and changes no value.
-// The default does nothing (the CPU reference has no device cache to fill).
-struct PrefetchParams {
-  std::vector<Tensor> tensors;  // any dtype, contiguous, in the order they will be read; absent ones are skipped
-  int64_t rows = 0;             // rows of the calls that will read them: a backend hints only up to its own bound
-};
-
 // ============================================================================ recorded work
 // Work recorded once and replayed with the buffers it was recorded with (CUDA graphs: decode steps are
 // launch-bound). Whatever those buffers hold at a replay is what the replay reads.
@@ -573,8 +563,6 @@ class Backend {
   virtual void hc_collapse_norm(const HcCollapseNormParams& p);
   virtual void norm_rope(const NormRopeParams& p);
   virtual void hc_expand_mix(const HcExpandMixParams& p);
-  // cache hints
-  virtual void prefetch(const PrefetchParams& p);
 
   // Recording (CUDA graphs). new_recording_pool() is nullptr where the backend cannot record (the CPU).
   // record() runs `enqueue` eagerly (the work happens now; it may run more than once, so it must be idempotent:
@@ -618,6 +606,5 @@ void validate(const ScatterRowsParams& p);
 void validate(const HcCollapseNormParams& p);
 void validate(const NormRopeParams& p);
 void validate(const HcExpandMixParams& p);
-void validate(const PrefetchParams& p);
 
 }  // namespace deepinfer

@@ -377,15 +377,6 @@ void validate(const HcExpandMixParams& p) {
         << "hc_expand_mix: the mix's outputs must not overlap the streams or the expand's x";
 }
 
-void validate(const PrefetchParams& p) {
-  const char* op = "prefetch";
-  DI_CHECK(p.rows >= 0) << op << ": 'rows' must be >= 0, got " << p.rows;
-  for (const Tensor& t : p.tensors) {
-    if (!present(t)) continue;
-    DI_CHECK(t.is_contiguous()) << op << ": every tensor must be contiguous, got " << t.str();
-  }
-}
-
 void validate(const NormRopeParams& p) {
   const char* op = "norm_rope";
   DI_CHECK(present(p.parts[0].x)) << op << ": 'parts[0].x' is required";

@@ -3,7 +3,6 @@
 // GEMMs in f32/bf16 go to cuBLASLt; block-quantized GEMMs and everything else to the own kernels.
 #include "deepinfer/ops/cuda/cuda_backend.h"
 
-#include <algorithm>
 #include <cstring>
 #include <memory>
 
@@ -147,27 +146,6 @@ void CudaBackend::scatter_rows(const ScatterRowsParams& p) {
   k.dst_rows = p.dst.dim(0);
   k.status = impl_->status.word();
   cuda::run_scatter_rows(k, impl_->s());
-}
-
-void CudaBackend::prefetch(const PrefetchParams& p) {
-  validate(p);
-  const cuda::KernelChoices& c = impl_->choices;
-  if (p.rows > (c.l2_prefetch_rows >= 0 ? c.l2_prefetch_rows : cuda::kL2PrefetchMaxRows)) return;
-  int64_t budget = (c.l2_prefetch_mib >= 0 ? c.l2_prefetch_mib : cuda::kL2PrefetchMaxMiB) << 20;
-  cuda::L2PrefetchKernelParams k;
-  for (const Tensor& t : p.tensors) {
-    if (t.data() == nullptr || t.nbytes() == 0 || budget <= 0) continue;
-    expect_on("prefetch", "tensors", t, impl_->device);
-    const int64_t bytes = std::min(t.nbytes(), budget);
-    k.begin[k.ranges] = static_cast<const char*>(t.data());
-    k.bytes[k.ranges++] = bytes;
-    budget -= bytes;
-    if (k.ranges == cuda::L2PrefetchKernelParams::kMaxRanges) {
-      cuda::run_l2_prefetch(k, impl_->s());
-      k = {};
-    }
-  }
-  cuda::run_l2_prefetch(k, impl_->s());
 }
 
 cudaStream_t CudaBackend::stream() const { return impl_->s(); }

@@ -111,9 +111,6 @@ class CudaBackend final : public Backend, public HasTensorMemory {
   void hc_collapse_norm(const HcCollapseNormParams& p) override;
   void norm_rope(const NormRopeParams& p) override;
   void hc_expand_mix(const HcExpandMixParams& p) override;
-  // Up to KernelChoices::l2_prefetch_rows rows: one kernel of bulk L2 prefetches over the tensors' first
-  // l2_prefetch_mib MiB, on the backend stream (it ends once they are sent; the bytes arrive meanwhile).
-  void prefetch(const PrefetchParams& p) override;
   // Recording = a CUDA graph whose temporaries live in the pool's own allocator blocks and workspace arena.
   std::unique_ptr<RecordingPool> new_recording_pool() override;
   std::unique_ptr<RecordedWork> record(const std::function<void()>& enqueue, RecordingPool& pool) override;

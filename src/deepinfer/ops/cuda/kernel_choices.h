@@ -9,10 +9,6 @@
 
 namespace deepinfer::cuda {
 
-// CudaBackend::prefetch's bounds (KernelChoices::l2_prefetch_rows / l2_prefetch_mib).
-constexpr int64_t kL2PrefetchMaxRows = 0;
-constexpr int64_t kL2PrefetchMaxMiB = 40;
-
 // kAuto: the op's shape rule; kNever: the other kernel; kAlways: this one for every call it supports.
 enum class KernelPick : uint8_t { kAuto, kNever, kAlways };
 
@@ -188,16 +184,10 @@ struct KernelChoices {
   int64_t grouped_one_launch_rows = -1;
   // moe_quant's shared expert on a second stream, forked after x's copies and joined before the combine, so that its
   // GEMMs (up to 64 tokens: the streaming and rows kernels) run beside the routed experts' instead of after them
-  // (CudaBackend::Impl::on_side_stream). Shared experts on cuBLASLt (its one workspace) stay on the stream. H100,
-  // session 46, same run: graph steps V4-Flash b16 2.43 -> 2.35 ms, V4.1 b1 1.47 -> 1.42, b16 5.41 -> 5.29, V4-Flash b1
-  // even (docs/PERF.md); the default since session 47, when the whole GPU suite passed with it on.
+  // (CudaBackend::Impl::on_side_stream). Shared experts on cuBLASLt (its one workspace) stay on the stream. H100, session
+  // 46, same run: graph steps V4-Flash b16 2.43 -> 2.35 ms, V4.1 b1 1.47 -> 1.42, b16 5.41 -> 5.29, V4-Flash b1 even
+  // (docs/PERF.md); the default since session 47, when the whole GPU suite passed with it on.
   bool moe_shared_stream = true;
-  // CudaBackend::prefetch (PrefetchParams, a hint the models give ahead of latency-bound work): calls of up to this
-  // many rows read their weights into L2 beforehand; -1: kL2PrefetchMaxRows. 0 prefetches nothing.
-  int64_t l2_prefetch_rows = -1;
-  // The most MiB one hint reads ahead (the tensors' first bytes in order; L2 is 50 MB on the H100 / H200); -1:
-  // kL2PrefetchMaxMiB.
-  int64_t l2_prefetch_mib = -1;
 };
 
 }  // namespace deepinfer::cuda

@@ -639,18 +639,6 @@ struct StridedCopyKernelParams {
 };
 void run_strided_copy(const StridedCopyKernelParams& p, cudaStream_t stream);
 
-// ============================================================================ L2 prefetch (prefetch_cuda.cu)
-// Byte ranges for the L2 cache to read ahead (PrefetchParams): each range's 16-byte-aligned interior, in pieces of
-// `piece` bytes, one bulk prefetch a thread. No memory is written.
-struct L2PrefetchKernelParams {
-  static constexpr int kMaxRanges = 16;
-  const char* begin[kMaxRanges] = {};
-  int64_t bytes[kMaxRanges] = {};
-  int ranges = 0;
-  int64_t piece = 16384;  // bytes a bulk prefetch (a multiple of 16)
-};
-void run_l2_prefetch(const L2PrefetchKernelParams& p, cudaStream_t stream);
-
 // ============================================================================ sampling (sampling_cuda.cu)
 // One block per row: the CPU Sampler's chain from the token mask on (mask → temperature → top-k → top-p →
 // min-p), then inverse-CDF sampling with the same Philox draw (sampling/rng.h), or argmax for temperature 0.
