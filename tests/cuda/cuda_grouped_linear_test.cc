@@ -337,3 +337,63 @@ TEST_F(CudaGroupedLinearTest, BadInputsAreRejected) {
 
 }  // namespace
 }  // namespace deepinfer
+
+namespace deepinfer {
+namespace {
+
+// CudaBackend::grouped_linear_quant (the Backend op the engine's V4 grouped output calls): one stacked [G·N, K] weight,
+// group g its rows [g·N, (g+1)·N). With KernelChoices::grouped_output_one_launch (a grouped launch over a plan made on
+// the call's first eager use) it must give the bytes of the default (linear_quant per group), eagerly and replayed
+// from a graph, and a first use inside a capture (no plan yet: no upload allowed) must fall back and still record.
+class CudaGroupedOpTest : public testing::CudaOpTest {};
+
+TEST_F(CudaGroupedOpTest, OneLaunchGivesThePerGroupBytes) {
+  struct Case {
+    const char* what;
+    QuantFormat format;
+    int64_t groups, n, k;
+  };
+  for (const Case& c : {Case{"fp8 128x128 e8m0", QuantFormat::kFP8Block, 8, 128, 512},
+                        Case{"mxfp4", QuantFormat::kMXFP4, 4, 64, 256}}) {
+    const int64_t rows = c.groups * c.n;
+    const bool fp8 = c.format == QuantFormat::kFP8Block;
+    const HostTensor w =
+        fp8 ? rand_bytes(DType::kF8E4M3, {rows, c.k}, 0x20, 0x4F) : rand_bytes(DType::kU8, {rows, c.k / 2});
+    const HostTensor s = fp8 ? e8m0({rows / 128, c.k / 128}, 124, 130) : e8m0({rows, c.k / 32}, 118, 128);
+    const DeviceTensor dw = up(w), ds = up(s);
+    const QuantMatrix m{dw, ds, c.format, 128, 128};
+    for (const int64_t t : {int64_t{1}, int64_t{3}, int64_t{8}}) {
+      const DeviceTensor dx = up(rand({c.groups * t, c.k})), dout = poisoned({c.groups * t, c.n});
+      const GroupedQuantLinearParams p{dx, m, c.groups, dout};
+      gpu().grouped_linear_quant(p);  // default: linear_quant per group
+      const HostTensor per_group = down(dout);
+      testing::ScopedKernelChoices on(gpu(), [](cuda::KernelChoices& k) { k.grouped_output_one_launch = true; });
+      const DeviceTensor fresh = poisoned({c.groups * t, c.n});
+      gpu().grouped_linear_quant({dx, m, c.groups, fresh});
+      const std::string what = std::string(c.what) + " T=" + std::to_string(t);
+      expect_same_bytes((what + " one launch").c_str(), down(fresh), per_group);
+      // Replayed from a graph (the plan exists: made by the eager call above).
+      const DeviceTensor replayed = poisoned({c.groups * t, c.n});
+      std::unique_ptr<CudaGraph> g = gpu().capture_graph([&] {
+        gpu().grouped_linear_quant({dx, m, c.groups, replayed});
+      });
+      g->replay();
+      expect_same_bytes((what + " one launch, graph").c_str(), down(replayed), per_group);
+    }
+    // A row count first seen inside a capture: the per-group fallback records.
+    testing::ScopedKernelChoices on(gpu(), [](cuda::KernelChoices& k) { k.grouped_output_one_launch = true; });
+    const DeviceTensor dx = up(rand({c.groups * 2, c.k})), want = poisoned({c.groups * 2, c.n});
+    {
+      testing::ScopedKernelChoices off(gpu(), [](cuda::KernelChoices& k) { k.grouped_output_one_launch = false; });
+      gpu().grouped_linear_quant({dx, m, c.groups, want});
+    }
+    const HostTensor per_group = down(want);
+    const DeviceTensor got = poisoned({c.groups * 2, c.n});
+    std::unique_ptr<CudaGraph> g = gpu().capture_graph([&] { gpu().grouped_linear_quant({dx, m, c.groups, got}); });
+    g->replay();
+    expect_same_bytes((std::string(c.what) + " first use in a capture").c_str(), down(got), per_group);
+  }
+}
+
+}  // namespace
+}  // namespace deepinfer

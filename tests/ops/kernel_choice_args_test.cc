@@ -70,7 +70,8 @@ TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
                                           "f32_scale_mma=0",
                                           "decode_direct_max_rows=256",
                                           "moe_shared_stream=0",
-                                          "grouped_one_launch_rows=1000"};
+                                          "grouped_one_launch_rows=1000",
+                                          "grouped_output_one_launch=1"};
   const cuda::KernelChoices c = parse_kernel_choices(specs);
   EXPECT_EQ(c.attn_mma, KernelPick::kNever);
   EXPECT_EQ(c.indexer_mma, KernelPick::kAlways);
@@ -111,6 +112,7 @@ TEST(KernelChoiceArgs, EveryKeyParsesAndPrintsBack) {
   EXPECT_EQ(c.gemm.decode_direct_max_rows, 256);
   EXPECT_FALSE(c.moe_shared_stream);  // on by default
   EXPECT_EQ(c.grouped_one_launch_rows, 1000);
+  EXPECT_TRUE(c.grouped_output_one_launch);
   std::string joined;
   for (const std::string& s : specs) joined += (joined.empty() ? "" : ", ") + s;
   EXPECT_EQ(describe_kernel_choices(c), joined);

@@ -73,15 +73,7 @@ void kept_linear_rows(Backend& backend, const Tensor& in, const KeptMatrix& w, i
   }
   DI_CHECK_INTERNAL(kept_row_slice_ok(w, r0, r1))
       << "rows " << r0 << ".." << r1 << " of a quantized matrix cut its " << w.quant.block_n << "-row scale blocks";
-  QuantMatrix q = w.quant;
-  q.weight = q.weight.slice(r0, r1);
-  if (q.format == QuantFormat::kFP8Block) {
-    const int64_t bn = q.block_n;
-    q.scale = q.scale.slice(r0 / bn, (r1 + bn - 1) / bn);
-  } else {
-    q.scale = q.scale.slice(r0, r1);  // MXFP4 / per-32 rows: one scale row a weight row
-  }
-  QuantLinearParams p{in, q, out};
+  QuantLinearParams p{in, quant_rows(w.quant, r0, r1), out};
   p.act_quant = w.act_quant;
   backend.linear_quant(p);
 }

@@ -79,6 +79,33 @@ void Backend::linear_quant(const QuantLinearParams& p) {
   linear({p.in, w.view(), p.out, p.act_quant});
 }
 
+QuantMatrix quant_rows(const QuantMatrix& w, int64_t r0, int64_t r1) {
+  DI_CHECK(w.format != QuantFormat::kFloat && 0 <= r0 && r0 <= r1 && r1 <= w.rows())
+      << "quant_rows: rows " << r0 << ".." << r1 << " of a " << w.rows() << "-row block-format matrix";
+  QuantMatrix q = w;
+  q.weight = w.weight.slice(r0, r1);
+  if (w.format == QuantFormat::kFP8Block) {
+    const int64_t bn = w.block_n;
+    DI_CHECK(r0 % bn == 0 && (r1 % bn == 0 || r1 == w.rows()))
+        << "quant_rows: rows " << r0 << ".." << r1 << " cut the " << bn << "-row scale blocks";
+    q.scale = w.scale.slice(r0 / bn, (r1 + bn - 1) / bn);
+  } else {
+    q.scale = w.scale.slice(r0, r1);  // MXFP4 / per-32 rows: one scale row a weight row
+  }
+  return q;
+}
+
+void Backend::grouped_linear_quant(const GroupedQuantLinearParams& p) {
+  validate(p);
+  const int64_t g_count = p.groups, t = p.in.dim(0) / g_count, n = p.weight.rows() / g_count;
+  for (int64_t g = 0; g < g_count; ++g) {
+    QuantLinearParams q{p.in.slice(g * t, (g + 1) * t), quant_rows(p.weight, g * n, (g + 1) * n),
+                        p.out.slice(g * t, (g + 1) * t)};
+    q.act_quant = p.act_quant;
+    linear_quant(q);
+  }
+}
+
 void Backend::moe_quant(const QuantMoeParams& p) {
   DI_CHECK(p.experts != nullptr && !p.experts->empty()) << "moe_quant: experts are required";
   DI_CHECK(p.indices.dtype() == DType::kI32 && p.indices.rank() == 2) << "moe_quant: indices must be i32 [T, k]";

@@ -223,6 +223,8 @@ const std::vector<Key>& keys() {
           "moe_shared_stream", [](auto& c) -> auto& { return c.moe_shared_stream; }),
       rows(
           "grouped_one_launch_rows", [](auto& c) -> auto& { return c.grouped_one_launch_rows; }),
+      flag(
+          "grouped_output_one_launch", [](auto& c) -> auto& { return c.grouped_output_one_launch; }),
   };
   return k;
 }

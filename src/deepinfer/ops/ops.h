@@ -101,6 +101,20 @@ struct QuantLinearParams {
 // Throws unless split_in, when set, has the bf16 float weight it needs (every backend's linear_quant checks it).
 void check_split_in(const QuantLinearParams& p, const char* op);
 
+// out = in · dequant(W_g)ᵀ for each of `groups` equal groups: group g's weight is rows [g·N, (g+1)·N) of `weight`, its
+// input and output rows [g·T, (g+1)·T) of `in` / `out` (group-major). V4's grouped output projection (wo_a) kept in its
+// block format. The default runs linear_quant on each group's row slices (quant_rows; the CPU reference); CUDA may
+// run all groups in one launch (KernelChoices::grouped_output_one_launch) with the same arithmetic per group.
+struct GroupedQuantLinearParams {
+  Tensor in;           // f32 [G·T, K]
+  QuantMatrix weight;  // [G·N, K], a block format (FP8 blocks: N a multiple of block_n)
+  int64_t groups = 1;
+  Tensor out;  // f32 [G·T, N]
+  ActQuant act_quant = ActQuant::kNone;
+};
+// Rows [r0, r1) of a block-format matrix with their scales (FP8 blocks: r0 and r1 on block_n boundaries or r1 = N).
+QuantMatrix quant_rows(const QuantMatrix& w, int64_t r0, int64_t r1);
+
 struct QuantExpertWeights {
   QuantMatrix w1, w3, w2;  // gate [I, D], up [I, D], down [D, I]
 };
@@ -524,6 +538,7 @@ class Backend {
   virtual void linear(const LinearParams& p) = 0;
   // Weights in their stored format; the defaults dequantize to f32 and run linear / moe.
   virtual void linear_quant(const QuantLinearParams& p);
+  virtual void grouped_linear_quant(const GroupedQuantLinearParams& p);
   virtual void embedding(const EmbeddingParams& p) = 0;
   // norms
   virtual void rms_norm(const RmsNormParams& p) = 0;
@@ -606,5 +621,6 @@ void validate(const ScatterRowsParams& p);
 void validate(const HcCollapseNormParams& p);
 void validate(const NormRopeParams& p);
 void validate(const HcExpandMixParams& p);
+void validate(const GroupedQuantLinearParams& p);
 
 }  // namespace deepinfer

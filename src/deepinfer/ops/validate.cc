@@ -377,6 +377,23 @@ void validate(const HcExpandMixParams& p) {
         << "hc_expand_mix: the mix's outputs must not overlap the streams or the expand's x";
 }
 
+void validate(const GroupedQuantLinearParams& p) {
+  const char* op = "grouped_linear_quant";
+  const QuantMatrix& w = p.weight;
+  DI_CHECK(w.format != QuantFormat::kFloat) << op << ": the weight must be in a block format";
+  DI_CHECK(present(w.weight) && w.weight.rank() == 2 && w.weight.is_contiguous())
+      << op << ": 'weight' must be a contiguous matrix, got " << w.weight.str();
+  DI_CHECK(p.groups >= 1 && w.rows() % p.groups == 0)
+      << op << ": " << w.rows() << " weight rows do not split into " << p.groups << " groups";
+  const int64_t n = w.rows() / p.groups, k = w.cols();
+  DI_CHECK(w.format != QuantFormat::kFP8Block || n % w.block_n == 0)
+      << op << ": groups of " << n << " rows cut the weight's " << w.block_n << "-row scale blocks";
+  expect(op, "in", p.in, DType::kF32, {-1, k});
+  DI_CHECK(p.in.dim(0) % p.groups == 0) << op << ": " << p.in.dim(0) << " input rows in " << p.groups << " groups";
+  expect(op, "out", p.out, DType::kF32, {p.in.dim(0), n});
+  DI_CHECK(!overlap(p.in, p.out)) << op << ": 'out' must not overlap 'in'";
+}
+
 void validate(const NormRopeParams& p) {
   const char* op = "norm_rope";
   DI_CHECK(present(p.parts[0].x)) << op << ": 'parts[0].x' is required";

@@ -216,6 +216,23 @@ bool CudaBackend::batch_invariant() const { return impl_->batch_invariant; }
 void CudaBackend::set_kernel_choices(const cuda::KernelChoices& choices) { impl_->choices = choices; }
 const cuda::KernelChoices& CudaBackend::kernel_choices() const { return impl_->choices; }
 
+void CudaBackend::grouped_linear_quant(const GroupedQuantLinearParams& p) {
+  validate(p);
+  if (!impl_->choices.grouped_output_one_launch) return Backend::grouped_linear_quant(p);
+  const int64_t g_count = p.groups, t = p.in.dim(0) / g_count, n = p.weight.rows() / g_count;
+  const auto key = std::make_tuple(p.weight.weight.data(), p.weight.scale.data(), g_count, t);
+  auto it = impl_->grouped_plans.find(key);
+  if (it == impl_->grouped_plans.end()) {
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    DI_CUDA_CHECK(cudaStreamIsCapturing(impl_->s(), &capturing));
+    if (capturing != cudaStreamCaptureStatusNone) return Backend::grouped_linear_quant(p);  // no upload in a capture
+    std::vector<QuantMatrix> groups;
+    for (int64_t g = 0; g < g_count; ++g) groups.push_back(quant_rows(p.weight, g * n, (g + 1) * n));
+    it = impl_->grouped_plans.emplace(key, plan_grouped_linear(*this, std::move(groups), t)).first;
+  }
+  deepinfer::grouped_linear_quant(*this, p.in, *it->second, p.out, p.act_quant);
+}
+
 void CudaBackend::linear_quant(const QuantLinearParams& p) {
   const char* op = "linear_quant";
   const Device& dev = impl_->device;

@@ -121,6 +121,9 @@ class CudaBackend final : public Backend, public HasTensorMemory {
 
   // Quantized weights read in place (no f32 copy).
   void linear_quant(const QuantLinearParams& p) override;
+  // grouped_output_one_launch: one grouped launch over a cached plan (grouped_linear.h); else, and inside a capture
+  // before the plan exists, the default (linear_quant per group).
+  void grouped_linear_quant(const GroupedQuantLinearParams& p) override;
   void moe_quant(const QuantMoeParams& p) override;
   void fill_random(const RandomFillParams& p);
   void lt_gemm(const LtGemmParams& p);

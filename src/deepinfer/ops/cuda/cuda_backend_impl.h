@@ -21,6 +21,7 @@
 #include "deepinfer/ops/cuda/gemm_stream_mma.h"
 #include "deepinfer/ops/cuda/gemm_wgmma.h"
 #include "deepinfer/ops/cuda/gemm_wgmma_fp8.h"
+#include "deepinfer/ops/cuda/grouped_linear.h"
 #include "deepinfer/ops/cuda/kernels.h"
 #include "deepinfer/ops/cuda/tensor_memory_cuda.h"
 
@@ -110,6 +111,9 @@ struct CudaBackend::Impl {
   LinearPrecision linear_precision = LinearPrecision::kF32;
   bool batch_invariant = false;  // set_batch_invariant
   cuda::KernelChoices choices;   // set_kernel_choices
+  // grouped_linear_quant's plans (grouped_output_one_launch), by weight, scales, groups and rows a group: made on a
+  // call's first use outside a capture (a plan uploads its tables), kept while the backend lives (weights are static).
+  std::map<std::tuple<const void*, const void*, int64_t, int64_t>, std::unique_ptr<GroupedLinearPlan>> grouped_plans;
 
   // Device copies of per-expert pointer tables, keyed by the host vector they describe; re-uploaded only
   // when the pointers change (weights are static, so normally once per layer).

@@ -184,11 +184,15 @@ struct KernelChoices {
   int64_t grouped_one_launch_rows = -1;
   // moe_quant's shared expert on a second stream, forked after x's copies and joined before the combine, so that its
   // GEMMs (up to 64 tokens: the streaming and rows kernels) run beside the routed experts' instead of after them
-  // (CudaBackend::Impl::on_side_stream). Shared experts on cuBLASLt (its one workspace) stay on the stream. H100, session
-  // 46, same run: graph steps V4-Flash b16 2.43 -> 2.35 ms, V4.1 b1 1.47 -> 1.42, b16 5.41 -> 5.29, V4-Flash b1 even
-  // (docs/PERF.md). On by default since session 47: every GPU test that reaches a MoE passed with it on (105 of 105,
-  // H100), graph steps V4-Flash b64 4.651 -> 4.549 ms, V4.1 b64 11.998 -> 11.806, b256 within 0.7% either way.
+  // (CudaBackend::Impl::on_side_stream). Shared experts on cuBLASLt (its one workspace) stay on the stream. H100,
+  // session 46, same run: graph steps V4-Flash b16 2.43 -> 2.35 ms, V4.1 b1 1.47 -> 1.42, b16 5.41 -> 5.29, V4-Flash b1
+  // even (docs/PERF.md). On by default since session 47: every GPU test that reaches a MoE passed with it on (105 of
+  // 105, H100), graph steps V4-Flash b64 4.651 -> 4.549 ms, V4.1 b64 11.998 -> 11.806, b256 within 0.7% either way.
   bool moe_shared_stream = true;
+  // CudaBackend::grouped_linear_quant (the engine's V4 grouped output projection, wo_a kept quantized) as one grouped
+  // launch over a plan made on the call's first eager use (grouped_linear.h: the bench slices' form) instead of
+  // linear_quant per group (8 launches a layer); the same kernel and arithmetic per group. Off until GPU-run.
+  bool grouped_output_one_launch = false;
 };
 
 }  // namespace deepinfer::cuda
