@@ -107,7 +107,7 @@ void check_split_in(const QuantLinearParams& p, const char* op);
 // run all groups in one launch (KernelChoices::grouped_output_one_launch) with the same arithmetic per group.
 struct GroupedQuantLinearParams {
   Tensor in;           // f32 [G·T, K]
-  QuantMatrix weight;  // [G·N, K], a block format (FP8 blocks: N a multiple of block_n)
+  QuantMatrix weight;  // [G·N, K], a block format (FP8 blocks: N a multiple of block_n when G > 1)
   int64_t groups = 1;
   Tensor out;  // f32 [G·T, N]
   ActQuant act_quant = ActQuant::kNone;

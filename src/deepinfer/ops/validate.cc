@@ -386,7 +386,7 @@ void validate(const GroupedQuantLinearParams& p) {
   DI_CHECK(p.groups >= 1 && w.rows() % p.groups == 0)
       << op << ": " << w.rows() << " weight rows do not split into " << p.groups << " groups";
   const int64_t n = w.rows() / p.groups, k = w.cols();
-  DI_CHECK(w.format != QuantFormat::kFP8Block || n % w.block_n == 0)
+  DI_CHECK(w.format != QuantFormat::kFP8Block || p.groups == 1 || n % w.block_n == 0)
       << op << ": groups of " << n << " rows cut the weight's " << w.block_n << "-row scale blocks";
   expect(op, "in", p.in, DType::kF32, {-1, k});
   DI_CHECK(p.in.dim(0) % p.groups == 0) << op << ": " << p.in.dim(0) << " input rows in " << p.groups << " groups";
