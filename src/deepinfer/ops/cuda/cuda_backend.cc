@@ -220,7 +220,8 @@ void CudaBackend::grouped_linear_quant(const GroupedQuantLinearParams& p) {
   validate(p);
   if (!impl_->choices.grouped_output_one_launch) return Backend::grouped_linear_quant(p);
   const int64_t g_count = p.groups, t = p.in.dim(0) / g_count, n = p.weight.rows() / g_count;
-  const auto key = std::make_tuple(p.weight.weight.data(), p.weight.scale.data(), g_count, t);
+  const auto key =
+      std::make_tuple(p.weight.weight.data(), p.weight.scale.data(), g_count, t, p.weight.rows(), p.weight.cols());
   auto it = impl_->grouped_plans.find(key);
   if (it == impl_->grouped_plans.end()) {
     cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
@@ -228,6 +229,7 @@ void CudaBackend::grouped_linear_quant(const GroupedQuantLinearParams& p) {
     if (capturing != cudaStreamCaptureStatusNone) return Backend::grouped_linear_quant(p);  // no upload in a capture
     std::vector<QuantMatrix> groups;
     for (int64_t g = 0; g < g_count; ++g) groups.push_back(quant_rows(p.weight, g * n, (g + 1) * n));
+    cuda::ScopedAllocatorPool shared(impl_->alloc, nullptr);  // the plan outlives a recording's eager run that makes it
     it = impl_->grouped_plans.emplace(key, plan_grouped_linear(*this, std::move(groups), t)).first;
   }
   deepinfer::grouped_linear_quant(*this, p.in, *it->second, p.out, p.act_quant);

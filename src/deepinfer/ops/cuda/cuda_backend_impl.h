@@ -111,9 +111,11 @@ struct CudaBackend::Impl {
   LinearPrecision linear_precision = LinearPrecision::kF32;
   bool batch_invariant = false;  // set_batch_invariant
   cuda::KernelChoices choices;   // set_kernel_choices
-  // grouped_linear_quant's plans (grouped_output_one_launch), by weight, scales, groups and rows a group: made on a
-  // call's first use outside a capture (a plan uploads its tables), kept while the backend lives (weights are static).
-  std::map<std::tuple<const void*, const void*, int64_t, int64_t>, std::unique_ptr<GroupedLinearPlan>> grouped_plans;
+  // grouped_linear_quant's plans (grouped_output_one_launch), by weight, scales, groups, rows a group and the weight's
+  // shape: made on a call's first use outside a capture (a plan uploads its tables) from the shared cache (not a
+  // recording's pool), kept while the backend lives (weights are static).
+  std::map<std::tuple<const void*, const void*, int64_t, int64_t, int64_t, int64_t>, std::unique_ptr<GroupedLinearPlan>>
+      grouped_plans;
 
   // Device copies of per-expert pointer tables, keyed by the host vector they describe; re-uploaded only
   // when the pointers change (weights are static, so normally once per layer).
