@@ -15,8 +15,9 @@ OwnedTensor v4_grouped_output(Backend& backend, TensorMemory& mem, const Tensor&
   // Every buffer here is written in full (a copy, the group GEMMs, a copy, the GEMM) before it is read.
   OwnedTensor og = mem.empty(DType::kF32, {groups, T, gw}), zg = mem.empty(DType::kF32, {groups, T, o_lora});
   mem.copy(og.view(), Tensor(heads.data(), DType::kF32, {groups, T, gw}, {gw, heads.strides()[0], 1}, heads.device()));
-  if (wo_a.quantized() && kept_row_slice_ok(wo_a, 0, o_lora)) {
-    // One call for all groups (CUDA: one grouped launch where its choices allow; the same products per group).
+  if (wo_a.quantized()) {
+    // One call for all groups (CUDA: one grouped launch where its choices allow; the same products per group). Loading
+    // keeps wo_a quantized only where each group's rows are whole scale blocks, which the op checks.
     backend.grouped_linear_quant({og.view().reshape({groups * T, gw}), wo_a.quant, groups,
                                   zg.view().reshape({groups * T, o_lora}), wo_a.act_quant});
   } else {

@@ -217,8 +217,8 @@ void CudaBackend::set_kernel_choices(const cuda::KernelChoices& choices) { impl_
 const cuda::KernelChoices& CudaBackend::kernel_choices() const { return impl_->choices; }
 
 void CudaBackend::grouped_linear_quant(const GroupedQuantLinearParams& p) {
+  if (!impl_->choices.grouped_output_one_launch) return Backend::grouped_linear_quant(p);  // validates
   validate(p);
-  if (!impl_->choices.grouped_output_one_launch) return Backend::grouped_linear_quant(p);
   const int64_t g_count = p.groups, t = p.in.dim(0) / g_count, n = p.weight.rows() / g_count;
   const auto key =
       std::make_tuple(p.weight.weight.data(), p.weight.scale.data(), g_count, t, p.weight.rows(), p.weight.cols());
