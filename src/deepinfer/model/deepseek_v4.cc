@@ -544,7 +544,8 @@ OwnedTensor DeepseekV4Model::moe(const Chunk& c, int layer, const OwnedTensor& x
   const auto& m = config_.moe;
   const int64_t T = c.T, k = m.num_experts_per_tok;
   const bool v41 = config_.family == ModelFamily::kDeepseekV41;
-  OwnedTensor weights = memory().zeros(DType::kF32, {T, k}), indices = memory().zeros(DType::kI32, {T, k});
+  // The router writes every slot and the MoE every output (no zero fills: decode is a chain of small launches).
+  OwnedTensor weights = memory().empty(DType::kF32, {T, k}), indices = memory().empty(DType::kI32, {T, k});
   RouterParams r;
   r.x = x.view();
   r.weight = lw.gate.view();
@@ -564,7 +565,7 @@ OwnedTensor DeepseekV4Model::moe(const Chunk& c, int layer, const OwnedTensor& x
   // V4.1 normalises only with norm_topk_prob and top-k > 1; V4 always does.
   r.normalize = v41 ? (m.norm_topk_prob && k > 1) : true;
   backend_.router(r);
-  OwnedTensor out = memory().zeros(DType::kF32, {T, config_.hidden_size});
+  OwnedTensor out = memory().empty(DType::kF32, {T, config_.hidden_size});
   if (lw.quant_experts) {
     const QuantMoeParams q{x.view(),
                            weights.view(),

@@ -32,7 +32,7 @@ namespace deepinfer {
 namespace {
 
 OwnedTensor linear(Backend& b, TensorMemory& mem, const Tensor& x, const OwnedTensor& w) {
-  OwnedTensor out = mem.zeros(DType::kF32, {x.dim(0), w.shape()[0]});
+  OwnedTensor out = mem.empty(DType::kF32, {x.dim(0), w.shape()[0]});  // the linear writes all of it
   b.linear({x, w.view(), out.view()});
   return out;
 }
@@ -50,7 +50,7 @@ void rms_norm_inplace(Backend& b, const Tensor& x, const OwnedTensor& w, float e
 // Collapse of the streams by `weights` [R, hc], then RMSNorm: [R, D] (one fused call).
 OwnedTensor collapse_norm(Backend& b, TensorMemory& mem, const Tensor& streams, const Tensor& weights,
                           const OwnedTensor& norm, float eps) {
-  OwnedTensor h = mem.zeros(DType::kF32, {streams.dim(0), streams.dim(2)});
+  OwnedTensor h = mem.empty(DType::kF32, {streams.dim(0), streams.dim(2)});  // written in full
   b.hc_collapse_norm({streams, weights, optional(norm), h.view(), eps});
   return h;
 }
@@ -202,7 +202,7 @@ void DeepseekV4Model::decode_layer_head(const DecodeBatch& d, int layer, const T
                        const Tensor& gate) {
       backend_.linear({x.view(), wkv.view(), kv});
       backend_.linear({x.view(), wgate.view(), gate});
-      OwnedTensor bias = mem.zeros(DType::kF32, {R, wkv.shape()[0]});
+      OwnedTensor bias = mem.empty(DType::kF32, {R, wkv.shape()[0]});  // the embedding writes every row
       backend_.embedding({ape.view(), d.slots.at(r), bias.view()});
       mem.add(gate, bias.view());
     };
@@ -277,8 +277,9 @@ void DeepseekV4Model::decode_piece(const DecodeBatch& d, int k) const {
   OwnedTensor y = v4_grouped_output(backend_, mem, d.attn.reshape({R, H * hd}), lw.attn.wo_a, lw.attn.wo_b,
                                     config_.attn.o_groups, config_.attn.o_lora_rank);
   // FFN site: the attention's mHC expand and this site's mix in one call, then router and experts over every row.
-  OwnedTensor ffn_pre = mem.zeros(DType::kF32, {R, hc}), post = mem.zeros(DType::kF32, {R, hc});
-  OwnedTensor comb = mem.zeros(DType::kF32, {R, hc, hc});
+  // Written in full by the mix (a zero fill is a launch of its own in a step of small launches).
+  OwnedTensor ffn_pre = mem.empty(DType::kF32, {R, hc}), post = mem.empty(DType::kF32, {R, hc});
+  OwnedTensor comb = mem.empty(DType::kF32, {R, hc, hc});
   backend_.hc_expand_mix(
       {{streams, y.view(), d.post[prev], d.comb[prev]},
        {streams, lw.hc_ffn_fn.view(), lw.hc_ffn_base.view(), lw.hc_ffn_scale.view(), ffn_pre.view(), post.view(),
@@ -295,7 +296,7 @@ void DeepseekV4Model::decode_piece(const DecodeBatch& d, int k) const {
   // Final collapse (V4: hc_head; V4.1: the last FFN site's `pre`), norm, head.
   OwnedTensor pre;
   if (!v41) {
-    pre = mem.zeros(DType::kF32, {R, hc});
+    pre = mem.empty(DType::kF32, {R, hc});  // hc_head writes all of it
     backend_.hc_head({streams, w_.hc_head_fn.view(), w_.hc_head_base.view(), w_.hc_head_scale.view(), pre.view(), eps,
                       static_cast<float>(config_.hc.eps)});
   }
