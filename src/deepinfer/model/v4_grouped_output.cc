@@ -31,8 +31,8 @@ OwnedTensor v4_grouped_output(Backend& backend, TensorMemory& mem, const Tensor&
   if (wo_a.quantized()) {
     // One call for all groups (CUDA: one grouped launch where its choices allow; the same products per group). Loading
     // keeps wo_a quantized only where each group's rows are whole scale blocks, which the op checks.
-    backend.grouped_linear_quant({og_view.reshape({groups * T, gw}), wo_a.quant, groups,
-                                  zg_view.reshape({groups * T, o_lora}), wo_a.act_quant});
+    backend.grouped_linear_quant(
+        {og_view.reshape({groups * T, gw}), wo_a.quant, groups, zg_view.reshape({groups * T, o_lora}), wo_a.act_quant});
   } else {
     for (int64_t g = 0; g < groups; ++g)
       kept_linear_rows(backend, og_view.row(g), wo_a, g * o_lora, (g + 1) * o_lora, zg_view.row(g));
