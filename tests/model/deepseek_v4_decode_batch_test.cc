@@ -17,6 +17,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <optional>
 #include <random>
 
 #include "deepinfer/io/safetensors.h"
@@ -142,6 +143,35 @@ TEST(V4DecodeBatch, GeneratedV41Ratio128EqualsPerSequence) {
   const DeepseekV4Model& m = *generated_v41(128).model;
   expect_batched_equals_single(m, make_specs(m, {5, 124, 126, 127, 128, 200, 253}, 6, {{{6, 5, 128}}}),
                                /*bounded=*/true, /*block=*/128);
+}
+
+// The model reads no buffer that an op did not write: on a backend whose TensorMemory::empty fills with 0xFF bytes
+// (NaN, -1) instead of zeros, prefill and the batched decode (unpadded and padded to graph buckets) give the same
+// logits, bit for bit, as on the zero-filling backend. (A device backend's empty() leaves whatever was there.)
+TEST(V4DecodeBatch, ReadsNoBufferNoOpWrote) {
+  for (const std::string family : {"deepseek_v4", "deepseek_v41"}) {
+    SCOPED_TRACE(family);
+    const DeepseekV4Model& zeroed = *golden_model(family).model;
+    const std::unique_ptr<Backend> poison = make_cpu_backend(0, /*poison_empty=*/true);
+    std::optional<std::vector<int64_t>> map;
+    if (golden_model(family).golden->find("engram.token_map"))
+      map = ids_of(*golden_model(family).golden, "engram.token_map");
+    const std::unique_ptr<DeepseekV4Model> poisoned = DeepseekV4Model::load(golden_dir(family), *poison, map);
+    const std::vector<Spec> specs = make_specs(zeroed, {1, 6, 17, 33, 70}, 5, {{{4, 3, 32}}});
+    DecodeGraphs padding_zeroed(zeroed.backend(), 256, /*record=*/false);
+    DecodeGraphs padding_poisoned(*poison, 256, /*record=*/false);
+    for (bool padded : {false, true}) {
+      SCOPED_TRACE(padded ? "padded to batch buckets" : "unpadded");
+      const auto want = paged_decode(zeroed, specs, false, true, kBlock, padded ? &padding_zeroed : nullptr);
+      const auto got = paged_decode(*poisoned, specs, false, true, kBlock, padded ? &padding_poisoned : nullptr);
+      for (size_t i = 0; i < specs.size(); ++i) {
+        ASSERT_EQ(got[i].size(), want[i].size());
+        for (size_t j = 0; j < got[i].size(); ++j)
+          ASSERT_EQ(std::memcmp(&got[i][j], &want[i][j], sizeof(float)), 0)
+              << "sequence " << i << " logit " << j << ": " << got[i][j] << " vs " << want[i][j];
+      }
+    }
+  }
 }
 
 // Against the transformers goldens: the batched decode of the golden prompts reproduces decode_logits.

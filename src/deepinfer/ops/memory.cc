@@ -84,7 +84,7 @@ bool check_records(const Tensor& dst, const Tensor& src, FakeQuantKind record) {
 namespace {
 
 // Host memory: plain loops over the outer dimensions with one memcpy per innermost row.
-class HostMemory final : public TensorMemory {
+class HostMemory : public TensorMemory {
  public:
   Device device() const override { return Device::cpu(); }
   OwnedTensor zeros(DType dtype, Shape shape) override { return OwnedTensor(HostTensor(dtype, std::move(shape))); }
@@ -165,6 +165,22 @@ class HostMemory final : public TensorMemory {
 
 TensorMemory& host_memory() {
   static HostMemory memory;  // stateless
+  return memory;
+}
+
+namespace {
+class PoisoningHostMemory final : public HostMemory {
+ public:
+  OwnedTensor empty(DType dtype, Shape shape) override {
+    HostTensor t(dtype, std::move(shape));
+    std::memset(t.view().data(), 0xFF, static_cast<size_t>(t.view().nbytes()));
+    return OwnedTensor(std::move(t));
+  }
+};
+}  // namespace
+
+TensorMemory& poisoning_host_memory() {
+  static PoisoningHostMemory memory;  // stateless
   return memory;
 }
 

@@ -87,6 +87,10 @@ bool check_records(const Tensor& dst, const Tensor& src, FakeQuantKind record);
 
 // Host memory (the CPU reference): stateless, so one instance serves every CPU backend.
 TensorMemory& host_memory();
+// Host memory whose empty() fills every byte with 0xFF (NaN in f32 and bf16, -1 in the integer types) instead of
+// zeros, for tests: a model on a CPU backend made with poison_empty (make_cpu_backend) that reads a buffer no op wrote
+// gives other outputs than on host_memory().
+TensorMemory& poisoning_host_memory();
 
 // Implemented next to Backend by a backend whose tensors live outside host memory (CudaBackend), so that
 // the Backend interface itself does not change. backend_memory() returns it, else host_memory().

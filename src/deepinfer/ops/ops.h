@@ -588,8 +588,9 @@ class Backend {
   virtual std::unique_ptr<RecordedWork> record(const std::function<void()>& enqueue, RecordingPool& pool);
 };
 
-// The CPU reference backend (ops/cpu/). num_threads <= 0: all cores.
-std::unique_ptr<Backend> make_cpu_backend(int num_threads = 0);
+// The CPU reference backend (ops/cpu/). num_threads <= 0: all cores. poison_empty (tests): its TensorMemory::empty
+// fills with 0xFF bytes instead of zeros (ops/memory.h, poisoning_host_memory).
+std::unique_ptr<Backend> make_cpu_backend(int num_threads = 0, bool poison_empty = false);
 
 // ============================================================================ boundary validation
 // Shared by every backend: throws InvalidArgument naming the op and field on a dtype/shape/contiguity

@@ -2,9 +2,12 @@
 
 namespace deepinfer {
 
-CpuBackend::CpuBackend(int num_threads) : pool_(std::make_unique<ThreadPool>(num_threads)) {}
+CpuBackend::CpuBackend(int num_threads, bool poison_empty)
+    : pool_(std::make_unique<ThreadPool>(num_threads)), poison_empty_(poison_empty) {}
 
-std::unique_ptr<Backend> make_cpu_backend(int num_threads) { return std::make_unique<CpuBackend>(num_threads); }
+std::unique_ptr<Backend> make_cpu_backend(int num_threads, bool poison_empty) {
+  return std::make_unique<CpuBackend>(num_threads, poison_empty);
+}
 
 void CpuBackend::parallel_for(int64_t n, int64_t work, const std::function<void(int64_t, int64_t)>& fn) {
   // Below ~64k multiply-adds the hand-off to the pool costs more than it saves.

@@ -9,13 +9,16 @@
 #include <vector>
 
 #include "deepinfer/core/thread_pool.h"
+#include "deepinfer/ops/memory.h"
 #include "deepinfer/ops/ops.h"
 
 namespace deepinfer {
 
-class CpuBackend final : public Backend {
+class CpuBackend final : public Backend, public HasTensorMemory {
  public:
-  explicit CpuBackend(int num_threads = 0);
+  // poison_empty: TensorMemory::empty fills with 0xFF bytes instead of zeros (poisoning_host_memory), for tests.
+  explicit CpuBackend(int num_threads = 0, bool poison_empty = false);
+  TensorMemory& memory() override { return poison_empty_ ? poisoning_host_memory() : host_memory(); }
 
   void dequantize(const DequantizeParams& p) override;
   void linear(const LinearParams& p) override;
@@ -48,6 +51,7 @@ class CpuBackend final : public Backend {
 
  private:
   std::unique_ptr<ThreadPool> pool_;
+  bool poison_empty_ = false;
 };
 
 // fp32 dot product with a fixed, vectorisable summation order (shared by the op files).
