@@ -205,6 +205,27 @@ TEST(GoldenV3, PaddedDecodeStepsEqualPerSequence) {
   EXPECT_FALSE(f.model->new_decode_graphs()->enabled());
 }
 
+// The model reads no buffer that an op did not write: on a backend whose TensorMemory::empty fills with 0xFF bytes
+// (NaN, -1) instead of zeros, the batched paged decode (prefill included) gives the zero-filling backend's logits bit
+// for bit.
+TEST(GoldenV3, ReadsNoBufferNoOpWrote) {
+  Fixture& f = fixture();
+  std::vector<std::vector<int64_t>> ids, gens;
+  for (const auto& p : prompts()) {
+    ids.push_back(f.ids(p + ".input_ids"));
+    gens.push_back(f.ids(p + ".generated_ids"));
+  }
+  const std::unique_ptr<Backend> poison = make_cpu_backend(0, /*poison_empty=*/true);
+  const std::unique_ptr<DeepseekV3Model> poisoned =
+      DeepseekV3Model::load(testing::test_data_dir() + "/golden/deepseek_v3", *poison);
+  const auto want = testing::v3_paged_decode(*f.model, ids, gens, /*batched=*/true);
+  const auto got = testing::v3_paged_decode(*poisoned, ids, gens, /*batched=*/true);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    ASSERT_EQ(got[i].size(), want[i].size());
+    EXPECT_EQ(std::memcmp(got[i].data(), want[i].data(), got[i].size() * sizeof(float)), 0) << "prompt " << i;
+  }
+}
+
 // Prefill in chunks (single tokens, uneven splits; auto picks absorbed for the small chunks and naive for the
 // large ones) gives the same logits as one shot, in either forced form too.
 TEST(GoldenV3, ChunkedPrefillEqualsOneShot) {
