@@ -3,7 +3,7 @@
 # the tree as built (A), then with PATCH applied (`patch -p1`) and the CLI rebuilt (B), then PATCH reverted and
 # rebuilt (A again), each on the same real-dimension checkpoint (made on the first run, kept after). For changes
 # that are not a kernel choice (model code, zero fills, copies), where `--kernel-choice` cannot A/B them.
-#   usage (device, after a build of build-gpu, e.g. at the end of `tools/device_check.sh model`):
+#   usage (device, after a build of BUILD_DIR (build-gpu), e.g. at the end of `tools/device_check.sh model`):
 #     PATCH=old.patch bash tools/engine_tree_ab.sh
 #   make the patch here: git diff NEW OLD -- src/ > old.patch (B = OLD); knobs: BATCHES (default "1 16"),
 #   MAX_TOKENS (64), RUN_TIMEOUT per offline run, OFFLINE_FLAGS, and v4_real_dims_bench.sh's own.
@@ -14,7 +14,7 @@ out=${OUT:-/tmp}
 export BATCHES=${BATCHES:-1 16} MAX_TOKENS=${MAX_TOKENS:-64} NUM_PREFILL=${NUM_PREFILL:-1} SLICE_BENCH=0
 export CLI=${CLI:-build-gpu/bin/deepinfer}
 rebuild() {
-  cmake --build build-gpu -j "$(nproc)" --target deepinfer_cli >>"$out/tree_ab_build.log" 2>&1
+  cmake --build "${BUILD_DIR:-build-gpu}" -j "$(nproc)" --target deepinfer_cli >>"$out/tree_ab_build.log" 2>&1
   echo "[tree-ab] rebuild rc=$? at ${SECONDS}s"
 }
 run() {  # label
