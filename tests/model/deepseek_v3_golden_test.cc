@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include "deepinfer/io/safetensors.h"
 #include "deepinfer/model/deepseek_v3.h"
@@ -71,6 +73,16 @@ std::vector<std::string> prompts() {
   return out;
 }
 
+// Every golden prompt's input ids and the ids transformers generated after it.
+std::pair<std::vector<std::vector<int64_t>>, std::vector<std::vector<int64_t>>> golden_ids(Fixture& f) {
+  std::vector<std::vector<int64_t>> ids, gens;
+  for (const auto& p : prompts()) {
+    ids.push_back(f.ids(p + ".input_ids"));
+    gens.push_back(f.ids(p + ".generated_ids"));
+  }
+  return {ids, gens};
+}
+
 // Both MLA forms reproduce the one-shot logits (the auto choice is naive for these prefills).
 TEST(GoldenV3, FullPromptLogitsNaiveAndAbsorbed) {
   Fixture& f = fixture();
@@ -127,11 +139,7 @@ TEST(GoldenV3, DecodeLogitsAndGreedy) {
 // golden tolerance of decode_logits.
 TEST(GoldenV3, BatchedPagedDecodeEqualsPerSequence) {
   Fixture& f = fixture();
-  std::vector<std::vector<int64_t>> ids, gens;
-  for (const auto& p : prompts()) {
-    ids.push_back(f.ids(p + ".input_ids"));
-    gens.push_back(f.ids(p + ".generated_ids"));
-  }
+  const auto [ids, gens] = golden_ids(f);
   ASSERT_GE(ids.size(), 2u);
   const auto batched = testing::v3_paged_decode(*f.model, ids, gens, /*batched=*/true);
   const auto single = testing::v3_paged_decode(*f.model, ids, gens, /*batched=*/false);
@@ -153,11 +161,7 @@ TEST(GoldenV3, BatchedPagedDecodeEqualsPerSequence) {
 // than the f32 cache's 1e-4, printed) and differ from the f32 cache's (the rounding reached the attention).
 TEST(GoldenV3, Bf16CachePagedDecode) {
   Fixture& f = fixture();
-  std::vector<std::vector<int64_t>> ids, gens;
-  for (const auto& p : prompts()) {
-    ids.push_back(f.ids(p + ".input_ids"));
-    gens.push_back(f.ids(p + ".generated_ids"));
-  }
+  const auto [ids, gens] = golden_ids(f);
   const auto f32 = testing::v3_paged_decode(*f.model, ids, gens, /*batched=*/true);
   f.model->set_kv_cache_dtype(DType::kBF16);
   const auto batched = testing::v3_paged_decode(*f.model, ids, gens, /*batched=*/true);
@@ -210,11 +214,7 @@ TEST(GoldenV3, PaddedDecodeStepsEqualPerSequence) {
 // for bit.
 TEST(GoldenV3, ReadsNoBufferNoOpWrote) {
   Fixture& f = fixture();
-  std::vector<std::vector<int64_t>> ids, gens;
-  for (const auto& p : prompts()) {
-    ids.push_back(f.ids(p + ".input_ids"));
-    gens.push_back(f.ids(p + ".generated_ids"));
-  }
+  const auto [ids, gens] = golden_ids(f);
   const std::unique_ptr<Backend> poison = make_cpu_backend(0, /*poison_empty=*/true);
   const std::unique_ptr<DeepseekV3Model> poisoned =
       DeepseekV3Model::load(testing::test_data_dir() + "/golden/deepseek_v3", *poison);
