@@ -92,8 +92,9 @@ TensorMemory& host_memory();
 // gives other outputs than on host_memory().
 TensorMemory& poisoning_host_memory();
 
-// Implemented next to Backend by a backend whose tensors live outside host memory (CudaBackend), so that
-// the Backend interface itself does not change. backend_memory() returns it, else host_memory().
+// Implemented next to Backend by a backend whose tensors live outside host memory (CudaBackend), or whose host memory
+// is not host_memory() (a CpuBackend made with poison_empty), so that the Backend interface itself does not change.
+// backend_memory() returns it, else host_memory().
 class HasTensorMemory {
  public:
   virtual ~HasTensorMemory() = default;
