@@ -160,10 +160,11 @@ TEST(V4DecodeBatch, ReadsNoBufferNoOpWrote) {
     const std::vector<Spec> specs = make_specs(zeroed, {1, 6, 17, 33, 70}, 5, {{{4, 3, 32}}});
     DecodeGraphs padding_zeroed(zeroed.backend(), 256, /*record=*/false);
     DecodeGraphs padding_poisoned(*poison, 256, /*record=*/false);
-    for (bool padded : {false, true}) {
-      SCOPED_TRACE(padded ? "padded to batch buckets" : "unpadded");
-      const auto want = paged_decode(zeroed, specs, false, true, kBlock, padded ? &padding_zeroed : nullptr);
-      const auto got = paged_decode(*poisoned, specs, false, true, kBlock, padded ? &padding_poisoned : nullptr);
+    for (int run = 0; run < (family == "deepseek_v41" ? 3 : 2); ++run) {
+      const bool padded = run == 1, bounded = run == 2;  // V4.1: also bounded replay (the prefill's decoder split)
+      SCOPED_TRACE(bounded ? "bounded replay" : padded ? "padded to batch buckets" : "unpadded");
+      const auto want = paged_decode(zeroed, specs, bounded, true, kBlock, padded ? &padding_zeroed : nullptr);
+      const auto got = paged_decode(*poisoned, specs, bounded, true, kBlock, padded ? &padding_poisoned : nullptr);
       for (size_t i = 0; i < specs.size(); ++i) {
         ASSERT_EQ(got[i].size(), want[i].size());
         for (size_t j = 0; j < got[i].size(); ++j)

@@ -345,10 +345,11 @@ HostTensor DeepseekV4Model::forward(V4SequenceState& seq, std::span<const int64_
   c.positions = mem.from_host(DType::kI64, {T}, c.host_positions.data());
   c.ids = mem.from_host(DType::kI64, {T}, local_ids.data());
 
-  // Embedding, copied into every hc stream: streams [T, hc, D].
-  OwnedTensor x = mem.zeros(DType::kF32, {T, D});
+  // Embedding, copied into every hc stream: streams [T, hc, D]. Buffers an op writes in full take no zero fill here
+  // (at 8192 tokens the streams alone are 0.5 GB); V4DecodeBatch.ReadsNoBufferNoOpWrote runs this on poisoned memory.
+  OwnedTensor x = mem.empty(DType::kF32, {T, D});
   backend_.embedding({w_.embed.view(), c.ids.view(), x.view()});
-  OwnedTensor streams = mem.zeros(DType::kF32, {T, hc, D});
+  OwnedTensor streams = mem.empty(DType::kF32, {T, hc, D});
   mem.copy(streams.view(), Tensor(x.view().data(), DType::kF32, {T, hc, D}, {D, 0, 1}, x.device()));
 
   // V4.1 single-pass mHC: the first site collapses stream 0 only.
@@ -374,14 +375,14 @@ HostTensor DeepseekV4Model::forward(V4SequenceState& seq, std::span<const int64_
   const int64_t skip = decoder_start_ < 0 ? 0 : std::clamp<int64_t>(seq.decoder_from - c.p0, 0, total_tokens);
 
   Selection sel;
-  OwnedTensor pre = mem.zeros(DType::kF32, {T, hc}), post = mem.zeros(DType::kF32, {T, hc});
-  OwnedTensor comb = mem.zeros(DType::kF32, {T, hc, hc});
+  OwnedTensor pre = mem.empty(DType::kF32, {T, hc}), post = mem.empty(DType::kF32, {T, hc});
+  OwnedTensor comb = mem.empty(DType::kF32, {T, hc, hc});
   auto mix = [&](const OwnedTensor& fn, const OwnedTensor& base, const OwnedTensor& scale, OwnedTensor& pre_out) {
     backend_.hc_mix({streams.view(), fn.view(), base.view(), scale.view(), pre_out.view(), post.view(), comb.view(),
                      eps, static_cast<float>(config_.hc.eps), config_.hc.sinkhorn_iters});
   };
   auto collapse_norm = [&](const OwnedTensor& weights, const OwnedTensor& norm) {
-    OwnedTensor h = mem.zeros(DType::kF32, {T, D});
+    OwnedTensor h = mem.empty(DType::kF32, {T, D});
     backend_.hc_collapse_norm({streams.view(), weights.view(), norm.view(), h.view(), eps});
     return h;
   };
@@ -408,12 +409,12 @@ HostTensor DeepseekV4Model::forward(V4SequenceState& seq, std::span<const int64_
       // Mean over the hc copies: a collapse with uniform weights.
       std::vector<float> uniform(static_cast<size_t>(T * hc), 1.0f / static_cast<float>(hc));
       OwnedTensor weights = mem.from_host(DType::kF32, {T, hc}, uniform.data());
-      OwnedTensor mean = mem.zeros(DType::kF32, {T, D});
+      OwnedTensor mean = mem.empty(DType::kF32, {T, D});
       backend_.hc_collapse({streams.view(), weights.view(), mean.view()});
       captured.push_back(std::move(mean));
     }
     // Attention site.
-    OwnedTensor attn_pre = mem.zeros(DType::kF32, {T, hc});
+    OwnedTensor attn_pre = mem.empty(DType::kF32, {T, hc});
     mix(lw.hc_attn_fn, lw.hc_attn_base, lw.hc_attn_scale, attn_pre);
     OwnedTensor h = collapse_norm(v41 ? carried_pre : attn_pre, lw.attn_norm);  // [T, D]
     bool run_compressor = true;
@@ -457,7 +458,7 @@ HostTensor DeepseekV4Model::forward(V4SequenceState& seq, std::span<const int64_
         c.total = T;
         c.p0 += skip;
         c.host_positions.erase(c.host_positions.begin(), c.host_positions.begin() + skip);
-        pre = mem.zeros(DType::kF32, {T, hc});
+        pre = mem.empty(DType::kF32, {T, hc});
       }
     }
     if (trace) trace->attn_inputs.push_back(mem.to_host(h));
@@ -465,7 +466,7 @@ HostTensor DeepseekV4Model::forward(V4SequenceState& seq, std::span<const int64_
     if (trace) trace->attn_outputs.push_back(mem.to_host(y));
     backend_.hc_expand({streams.view(), y.view(), post.view(), comb.view()});
     // FFN site.
-    OwnedTensor ffn_pre = mem.zeros(DType::kF32, {T, hc});
+    OwnedTensor ffn_pre = mem.empty(DType::kF32, {T, hc});
     mix(lw.hc_ffn_fn, lw.hc_ffn_base, lw.hc_ffn_scale, ffn_pre);
     h = collapse_norm(v41 ? attn_pre : ffn_pre, lw.ffn_norm);
     y = moe(c, l, h);
@@ -506,7 +507,7 @@ HostTensor DeepseekV4Model::forward(V4SequenceState& seq, std::span<const int64_
   if (trace) trace->final_hidden = mem.to_host(hidden);
   // The head on the rows the caller reads (a CP rank's rows are its zig-zag share: all of them).
   const int64_t rows = last_rows < 0 || cp ? T : std::min(last_rows, T);
-  OwnedTensor logits = mem.zeros(DType::kF32, {rows, V});
+  OwnedTensor logits = mem.empty(DType::kF32, {rows, V});
   if (rows > 0) head_linear(backend_, hidden.view().slice(T - rows, T), w_.head.view(), logits.view());
   seq.num_tokens += total_tokens;
   return mem.to_host(logits);
