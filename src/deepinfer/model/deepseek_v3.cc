@@ -231,10 +231,11 @@ HostTensor DeepseekV3Model::forward(V3SequenceState& seq, std::span<const int64_
   c.kv_positions = positions_from(mem, c.kv_base, c.p0 + total - c.kv_base);
   const OwnedTensor id_tensor = mem.from_host(DType::kI64, {T}, local_ids.data());
 
-  // Residual stream x [T, D] starts as the token embeddings (no scaling).
-  OwnedTensor x = mem.zeros(DType::kF32, {T, D});
+  // Residual stream x [T, D] starts as the token embeddings (no scaling). Buffers an op writes in full take no zero
+  // fill (a device's is a launch of its own; GoldenV3.ReadsNoBufferNoOpWrote runs the model on poisoned memory).
+  OwnedTensor x = mem.empty(DType::kF32, {T, D});
   backend_.embedding({w_.embed.view(), id_tensor.view(), x.view()});
-  OwnedTensor h = mem.zeros(DType::kF32, {T, D});
+  OwnedTensor h = mem.empty(DType::kF32, {T, D});
   for (int l = 0; l < config_.num_layers; ++l) {
     const V3LayerWeights& lw = w_.layers[l];
     backend_.rms_norm({x.view(), lw.input_norm.view(), h.view(), eps});
@@ -245,7 +246,7 @@ HostTensor DeepseekV3Model::forward(V3SequenceState& seq, std::span<const int64_
   }
   backend_.rms_norm({x.view(), w_.norm.view(), h.view(), eps});  // final hidden [T, D]
   if (trace) trace->final_hidden = mem.to_host(h);
-  OwnedTensor logits = mem.zeros(DType::kF32, {T, V});
+  OwnedTensor logits = mem.empty(DType::kF32, {T, V});
   backend_.linear({h.view(), w_.head.view(), logits.view()});
   seq.num_tokens += total;
   return mem.to_host(logits);
@@ -344,7 +345,7 @@ HostTensor DeepseekV3Model::decode_batch(std::span<V3SequenceState* const> seqs,
     const OwnedTensor q_seq = mem.from_host(DType::kI32, {B}, h_q_seq.data());
     const OwnedTensor tables = mem.from_host(DType::kI32, {B, max_blocks}, h_tables.data());
     const OwnedTensor write = mem.from_host(DType::kI64, {B}, h_write.data());
-    const OwnedTensor out = mem.zeros(DType::kF32, {B, V});
+    const OwnedTensor out = mem.empty(DType::kF32, {B, V});
     decode_step({id.view(), pos.view(), q_seq.view(), tables.view(), write.view(), out.view()}, pages, bs);
     if (device_logits)
       (*device_logits)(out.view());
@@ -368,9 +369,9 @@ void DeepseekV3Model::decode_step(const DecodeStepInputs& in, V3KvPages* pages, 
   c.q_seq = OwnedTensor(nullptr, in.q_seq);
   c.tables = OwnedTensor(nullptr, in.tables);
   c.write_rows = OwnedTensor(nullptr, in.write_rows);
-  OwnedTensor x = mem.zeros(DType::kF32, {B, D});
+  OwnedTensor x = mem.empty(DType::kF32, {B, D});
   backend_.embedding({w_.embed.view(), in.ids, x.view()});
-  OwnedTensor h = mem.zeros(DType::kF32, {B, D});
+  OwnedTensor h = mem.empty(DType::kF32, {B, D});
   V3SequenceState unused;  // the decode branch of attention() reads only the chunk
   for (int l = 0; l < config_.num_layers; ++l) {
     const V3LayerWeights& lw = w_.layers[l];
@@ -482,10 +483,11 @@ OwnedTensor DeepseekV3Model::attention(const Chunk& c, int layer, const V3LayerW
   TensorMemory& mem = memory();
 
   // Query q [T, H, dn + dr]: per head q_nope | q_pe.
-  OwnedTensor q = mem.zeros(DType::kF32, {T, H * qk});
+  // Every buffer below is written in full before it is read (no zero fills: a decode step is small launches).
+  OwnedTensor q = mem.empty(DType::kF32, {T, H * qk});
   if (m.q_lora_rank > 0) {
-    OwnedTensor q_latent = mem.zeros(DType::kF32, {T, m.q_lora_rank});
-    OwnedTensor q_normed = mem.zeros(DType::kF32, {T, m.q_lora_rank});
+    OwnedTensor q_latent = mem.empty(DType::kF32, {T, m.q_lora_rank});
+    OwnedTensor q_normed = mem.empty(DType::kF32, {T, m.q_lora_rank});
     linear(x.view(), a.q_a, q_latent.view());
     backend_.rms_norm({q_latent.view(), a.q_a_norm.view(), q_normed.view(), kLatentNormEps});
     linear(q_normed.view(), a.q_b, q.view());
@@ -496,13 +498,13 @@ OwnedTensor DeepseekV3Model::attention(const Chunk& c, int layer, const V3LayerW
   backend_.rope({q_heads, c.positions.view(), inv_freq_.view()});  // rotates the trailing dr channels
 
   // Compressed KV: kv_a [T, r + dr] = latent c | shared rope key k_pe (one for all heads).
-  OwnedTensor kv_a = mem.zeros(DType::kF32, {T, row});
+  OwnedTensor kv_a = mem.empty(DType::kF32, {T, row});
   linear(x.view(), a.kv_a, kv_a.view());
-  OwnedTensor latent = mem.zeros(DType::kF32, {T, r}), k_pe = mem.zeros(DType::kF32, {T, 1, dr});
+  OwnedTensor latent = mem.empty(DType::kF32, {T, r}), k_pe = mem.empty(DType::kF32, {T, 1, dr});
   mem.copy(latent, narrow(kv_a, 1, 0, r));
   mem.copy(k_pe.view().reshape({T, dr}), narrow(kv_a, 1, r, row));
   // Cache rows [T, r + dr] = ĉ | RoPE'd k_pe (k_pe is not normed).
-  OwnedTensor rows = mem.zeros(DType::kF32, {T, row}), latent_normed = mem.zeros(DType::kF32, {T, r});
+  OwnedTensor rows = mem.empty(DType::kF32, {T, row}), latent_normed = mem.empty(DType::kF32, {T, r});
   backend_.rms_norm({latent.view(), a.kv_a_norm.view(), latent_normed.view(), kLatentNormEps});
   mem.copy(narrow(rows, 1, 0, r), latent_normed.view());
   backend_.rope({k_pe.view(), c.positions.view(), inv_freq_.view()});
@@ -516,7 +518,7 @@ OwnedTensor DeepseekV3Model::attention(const Chunk& c, int layer, const V3LayerW
     // decode_step: each row goes to its sequence's pages, then one paged call attends every sequence in place.
     PagedRows& pages = c.decode_pages->layers[layer];
     backend_.scatter_rows({rows.view(), c.write_rows.view(), pages.pool()});
-    OwnedTensor o = mem.zeros(DType::kF32, {T, H, dv});
+    OwnedTensor o = mem.empty(DType::kF32, {T, H, dv});
     PagedMlaAttentionParams p;
     p.q = q_heads;
     p.q_positions = c.positions.view();
@@ -529,7 +531,7 @@ OwnedTensor DeepseekV3Model::attention(const Chunk& c, int layer, const V3LayerW
     p.rope_dim = static_cast<int>(dr);
     p.scale = softmax_scale_;
     backend_.paged_mla_attention(p);
-    OwnedTensor out = mem.zeros(DType::kF32, {T, D});
+    OwnedTensor out = mem.empty(DType::kF32, {T, D});
     linear(o.view().reshape({T, H * dv}), a.o, out.view());
     return out;
   }
@@ -555,7 +557,7 @@ OwnedTensor DeepseekV3Model::attention(const Chunk& c, int layer, const V3LayerW
     cache.append(mem, rows.view());
     kv_rows = cache.view();
   }
-  OwnedTensor o = mem.zeros(DType::kF32, {T, H, dv});
+  OwnedTensor o = mem.empty(DType::kF32, {T, H, dv});
   MlaAttentionParams p;
   p.q = q_heads;
   p.q_positions = c.positions.view();
@@ -595,7 +597,7 @@ OwnedTensor DeepseekV3Model::attention(const Chunk& c, int layer, const V3LayerW
   }
 
   // Output projection: concat_h(o_h) [T, H·dv] · W_oᵀ.
-  OwnedTensor out = mem.zeros(DType::kF32, {T, D});
+  OwnedTensor out = mem.empty(DType::kF32, {T, D});
   linear(o.view().reshape({T, H * dv}), a.o, out.view());
   return out;
 }
@@ -604,7 +606,7 @@ OwnedTensor DeepseekV3Model::ffn(const Chunk& c, int layer, const V3LayerWeights
   const auto& moe = config_.moe;
   const int64_t T = c.T;
   TensorMemory& mem = memory();
-  OwnedTensor out = mem.zeros(DType::kF32, {T, config_.hidden_size});
+  OwnedTensor out = mem.empty(DType::kF32, {T, config_.hidden_size});  // the MoE writes every output
   MoeParams p;
   p.x = x.view();
   p.experts = &lw.experts;
@@ -623,7 +625,7 @@ OwnedTensor DeepseekV3Model::ffn(const Chunk& c, int layer, const V3LayerWeights
   };
   if (!lw.moe) {
     // Dense SwiGLU: the layer's one "expert" with weight 1 for every token.
-    OwnedTensor weights = mem.zeros(DType::kF32, {T, 1}), indices = mem.zeros(DType::kI32, {T, 1});
+    OwnedTensor weights = mem.empty(DType::kF32, {T, 1}), indices = mem.zeros(DType::kI32, {T, 1});  // expert 0
     mem.fill(weights, 1.0f);
     p.weights = weights.view();
     p.indices = indices.view();
@@ -631,7 +633,7 @@ OwnedTensor DeepseekV3Model::ffn(const Chunk& c, int layer, const V3LayerWeights
     return out;
   }
   const int64_t k = moe.num_experts_per_tok;
-  OwnedTensor weights = mem.zeros(DType::kF32, {T, k}), indices = mem.zeros(DType::kI32, {T, k});
+  OwnedTensor weights = mem.empty(DType::kF32, {T, k}), indices = mem.empty(DType::kI32, {T, k});  // the router's
   RouterParams r;
   r.x = x.view();
   r.weight = lw.gate.view();
