@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <memory>
 
 #include <nlohmann/json.hpp>
 
@@ -126,6 +127,30 @@ TEST(V4MtpDraft, ChunkingDoesNotChangeTheLogits) {
   const HostTensor alone = draft.forward(late, std::span<const float>(in.features).subspan((n - 1) * F, F),
                                          std::span<const int64_t>(in.next).subspan(n - 1, 1));
   EXPECT_FALSE(bit_equal(rows_of(alone, 0, 1), rows_of(all, n - 1, 1)));
+}
+
+// The module reads no buffer that an op did not write: on a target loaded on a backend whose TensorMemory::empty fills
+// with 0xFF bytes (NaN, -1), the features and the module's logits and streams equal the zero-filling backend's bit
+// for bit.
+TEST(V4MtpDraft, ReadsNoBufferNoOpWrote) {
+  const testing::DraftFixture& f = testing::v4_mtp_fixture();
+  const std::unique_ptr<Backend> poison = make_cpu_backend(0, /*poison_empty=*/true);
+  const std::unique_ptr<DeepseekV4Model> target = DeepseekV4Model::load(f.dir, *poison);
+  const V4MtpDraft zeroed(*f.model, 4), poisoned(*target, 4);
+  const int64_t n = zeroed.window() + 5;
+  const Inputs want_in = module_inputs(*f.model, n + 1), got_in = module_inputs(*target, n + 1);
+  ASSERT_TRUE(bit_equal(got_in.features, want_in.features));
+  V4MtpCache cz = zeroed.new_cache(), cp = poisoned.new_cache();
+  HostTensor sz, sp;
+  const HostTensor lz = zeroed.forward(cz, want_in.features, want_in.next, &sz);
+  const HostTensor lp = poisoned.forward(cp, got_in.features, got_in.next, &sp);
+  EXPECT_TRUE(bit_equal(rows_of(lp, 0, n), rows_of(lz, 0, n)));
+  EXPECT_TRUE(bit_equal(rows_of(sp, 0, n), rows_of(sz, 0, n)));
+  // And one more position on the warm cache (the ring's keys before the chunk).
+  const std::vector<float> feat(want_in.features.end() - zeroed.feature_dim(), want_in.features.end());
+  const std::vector<int64_t> next{want_in.next.back()};
+  EXPECT_TRUE(
+      bit_equal(rows_of(poisoned.forward(cp, feat, next), 0, 1), rows_of(zeroed.forward(cz, feat, next), 0, 1)));
 }
 
 TEST(V4MtpDraft, RollbackAfterChainedDraftsIsBitIdentical) {

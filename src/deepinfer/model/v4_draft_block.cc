@@ -5,7 +5,7 @@
 namespace deepinfer {
 
 OwnedTensor v4_draft_linear(const DeepseekV4Model& target, const Tensor& x, const OwnedTensor& w) {
-  OwnedTensor out = target.memory().zeros(DType::kF32, {x.dim(0), w.shape()[0]});
+  OwnedTensor out = target.memory().empty(DType::kF32, {x.dim(0), w.shape()[0]});  // written in full
   target.backend().linear({x, w.view(), out.view()});
   return out;
 }
@@ -64,7 +64,7 @@ OwnedTensor v4_draft_moe(const DeepseekV4Model& target, const V4LayerWeights& lw
   const bool v41 = c.family == ModelFamily::kDeepseekV41;
   TensorMemory& mem = target.memory();
   const int64_t T = x.dim(0), k = top_k;
-  OwnedTensor weights = mem.zeros(DType::kF32, {T, k}), indices = mem.zeros(DType::kI32, {T, k});
+  OwnedTensor weights = mem.empty(DType::kF32, {T, k}), indices = mem.empty(DType::kI32, {T, k});  // the router's
   RouterParams r;
   r.x = x;
   r.weight = lw.gate.view();
@@ -79,7 +79,7 @@ OwnedTensor v4_draft_moe(const DeepseekV4Model& target, const V4LayerWeights& lw
   // As the target: V4.1 normalises only with norm_topk_prob and top-k > 1; V4 always does.
   r.normalize = v41 ? (c.moe.norm_topk_prob && k > 1) : true;
   target.backend().router(r);
-  OwnedTensor out = mem.zeros(DType::kF32, {T, c.hidden_size});
+  OwnedTensor out = mem.empty(DType::kF32, {T, c.hidden_size});  // the MoE writes every output
   if (lw.quant_experts) {
     target.backend().moe_quant({x, weights.view(), indices.view(), &lw.qexperts, lw.has_shared ? &lw.qshared : nullptr,
                                 out.view(), static_cast<float>(c.moe.swiglu_limit), v41, lw.moe_act_quant});

@@ -56,7 +56,7 @@ OwnedTensor V4MtpDraft::attention(const Tensor& x, V4MtpCache& cache, const Owne
   for (int64_t p = std::max(cache.kv_base, p0 - window() + 1); p < p0; ++p)
     if (cache.slot_position[p % cache.capacity] == p) key_pos.push_back(p);
   const int64_t n_ctx = static_cast<int64_t>(key_pos.size());
-  OwnedTensor keys = mem.zeros(DType::kF32, {n_ctx + T, hd});
+  OwnedTensor keys = mem.empty(DType::kF32, {n_ctx + T, hd});  // every row copied below
   for (int64_t i = 0; i < n_ctx; ++i) {
     const int64_t slot = key_pos[i] % cache.capacity;
     mem.copy(keys.view().slice(i, i + 1), cache.ring.view().slice(slot, slot + 1));
@@ -64,7 +64,7 @@ OwnedTensor V4MtpDraft::attention(const Tensor& x, V4MtpCache& cache, const Owne
   mem.copy(keys.view().slice(n_ctx, n_ctx + T), kv.view());
   for (int64_t t = 0; t < T; ++t) key_pos.push_back(p0 + t);
   OwnedTensor key_positions = mem.from_host(DType::kI64, {n_ctx + T}, key_pos.data());
-  OwnedTensor attn = mem.zeros(DType::kF32, {T, H, hd});
+  OwnedTensor attn = mem.empty(DType::kF32, {T, H, hd});
   SinkAttentionParams p;
   p.q = q.view().reshape({T, H, hd});
   p.q_positions = positions.view();
@@ -106,7 +106,8 @@ HostTensor V4MtpDraft::forward(V4MtpCache& cache, std::span<const float> streams
 
   // e = e_proj(enorm(embed(next))), the embedding zeroed at position 0.
   OwnedTensor ids = mem.from_host(DType::kI64, {T}, next_ids.data());
-  OwnedTensor e = mem.zeros(DType::kF32, {T, D});
+  // Buffers an op writes in full take no zero fill (V4MtpDraft.ReadsNoBufferNoOpWrote runs this on poisoned memory).
+  OwnedTensor e = mem.empty(DType::kF32, {T, D});
   b.embedding({target_.weights().embed.view(), ids.view(), e.view()});
   if (p0 == 0) mem.fill(e.view().slice(0, 1), 0.0f);
   b.rms_norm({e.view(), m.enorm.view(), e.view(), eps});
@@ -115,17 +116,17 @@ HostTensor V4MtpDraft::forward(V4MtpCache& cache, std::span<const float> streams
   OwnedTensor x = mem.from_host(DType::kF32, {T * hc, D}, streams.data());
   b.rms_norm({x.view(), m.hnorm.view(), x.view(), eps});
   OwnedTensor s = v4_draft_linear(target_, x.view(), m.h_proj);
-  OwnedTensor e_b = mem.zeros(DType::kF32, {T, hc, D});
+  OwnedTensor e_b = mem.empty(DType::kF32, {T, hc, D});
   mem.copy(e_b.view(), Tensor(e_p.view().data(), DType::kF32, {T, hc, D}, {D, 0, 1}, e_p.device()));
   mem.add(s.view(), e_b.view().reshape({T * hc, D}));
   const Tensor st = s.view().reshape({T, hc, D});
 
   // The block: each mHC site collapses with its own pre (V4).
   const V4LayerWeights& lw = m.block;
-  OwnedTensor pre = mem.zeros(DType::kF32, {T, hc}), post = mem.zeros(DType::kF32, {T, hc});
-  OwnedTensor comb = mem.zeros(DType::kF32, {T, hc, hc});
+  OwnedTensor pre = mem.empty(DType::kF32, {T, hc}), post = mem.empty(DType::kF32, {T, hc});
+  OwnedTensor comb = mem.empty(DType::kF32, {T, hc, hc});
   auto collapse_norm = [&](const OwnedTensor& norm) {
-    OwnedTensor h = mem.zeros(DType::kF32, {T, D});
+    OwnedTensor h = mem.empty(DType::kF32, {T, D});
     b.hc_collapse({st, pre.view(), h.view()});
     b.rms_norm({h.view(), norm.view(), h.view(), eps});
     return h;
@@ -146,7 +147,7 @@ HostTensor V4MtpDraft::forward(V4MtpCache& cache, std::span<const float> streams
   // Logits: the module's hc_head and norm, the target's head.
   b.hc_head({st, m.hc_head_fn.view(), m.hc_head_base.view(), m.hc_head_scale.view(), pre.view(), eps, hc_eps});
   h = collapse_norm(m.norm);
-  OwnedTensor logits = mem.zeros(DType::kF32, {T, V});
+  OwnedTensor logits = mem.empty(DType::kF32, {T, V});
   head_linear(b, h.view(), target_.weights().head.view(), logits.view());
   return mem.to_host(logits);
 }
