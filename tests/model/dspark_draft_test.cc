@@ -328,6 +328,38 @@ TEST_P(DsparkDraftTest, BlockMatchesTheReferenceAndIsNonCausal) {
   EXPECT_GT(max_abs(short_logits.data(), logits.data(), logits.size()), 1e-2 * scale);
 }
 
+// The drafter reads no buffer that an op did not write: on a target loaded on a backend whose TensorMemory::empty fills
+// with 0xFF bytes (NaN, -1), the captured context rows, the block's hidden rows and logits, the Markov bias and the
+// confidence equal the zero-filling backend's bit for bit.
+TEST_P(DsparkDraftTest, ReadsNoBufferNoOpWrote) {
+  testing::DraftFixture& f = testing::dspark_fixture(GetParam());
+  const std::unique_ptr<Backend> poison = make_cpu_backend(0, /*poison_empty=*/true);
+  const std::unique_ptr<DeepseekV4Model> target = DeepseekV4Model::load(f.dir, *poison, f.token_map);
+  const DeepseekV4Model* models[2] = {f.model.get(), target.get()};
+  std::vector<float> got[2];
+  for (int i = 0; i < 2; ++i) {
+    const DeepseekV4Model& m = *models[i];
+    DsparkDraft draft(m);
+    const int64_t V = m.config().vocab_size, D = m.config().hidden_size;
+    const std::vector<int64_t> ids = testing::dspark_prompt(static_cast<int>(draft.window() + 5), V);
+    V4StreamCapture cap = draft.make_capture();
+    auto seq = m.new_sequence();
+    m.forward(seq, ids, nullptr, &cap);
+    DsparkContext ctx = draft.new_context();
+    draft.append_context(ctx, cap);
+    const DsparkBlockOutput out = draft.block(ctx, 17);
+    const HostTensor rows = m.memory().to_host(cap.rows.view());
+    got[i].assign(rows.data<float>(), rows.data<float>() + rows.numel());
+    got[i].insert(got[i].end(), out.hidden.data<float>(), out.hidden.data<float>() + out.hidden.numel());
+    got[i].insert(got[i].end(), out.base_logits.data<float>(), out.base_logits.data<float>() + out.base_logits.numel());
+    const std::vector<float> bias = draft.markov_bias(17);
+    got[i].insert(got[i].end(), bias.begin(), bias.end());
+    got[i].push_back(draft.confidence(std::span<const float>(out.hidden.data<float>(), D), 23));
+  }
+  ASSERT_EQ(got[1].size(), got[0].size());
+  EXPECT_EQ(std::memcmp(got[1].data(), got[0].data(), got[0].size() * sizeof(float)), 0);
+}
+
 TEST_P(DsparkDraftTest, MarkovHeadIsSequentialAndConfidenceIsAProbability) {
   testing::DraftFixture& f = testing::dspark_fixture(GetParam());
   const DeepseekV4Model& m = *f.model;

@@ -96,7 +96,7 @@ OwnedTensor DsparkDraft::attention(int layer, const Tensor& x, const DsparkConte
   const int64_t n_ctx = static_cast<int64_t>(slots.size());
   OwnedTensor context;
   if (n_ctx > 0) {
-    context = mem.zeros(DType::kF32, {n_ctx, hd});
+    context = mem.empty(DType::kF32, {n_ctx, hd});  // every row copied below
     for (int64_t i = 0; i < n_ctx; ++i)
       mem.copy(context.view().slice(i, i + 1), ctx.rings[layer].view().slice(slots[i], slots[i] + 1));
   }
@@ -104,7 +104,7 @@ OwnedTensor DsparkDraft::attention(int layer, const Tensor& x, const DsparkConte
   // query sees all B block keys; the context rides as always-visible extra entries.
   std::vector<int64_t> at_anchor(static_cast<size_t>(B), anchor_position);
   OwnedTensor key_positions = mem.from_host(DType::kI64, {B}, at_anchor.data());
-  OwnedTensor attn = mem.zeros(DType::kF32, {B, H, hd});
+  OwnedTensor attn = mem.empty(DType::kF32, {B, H, hd});
   SinkAttentionParams p;
   p.q = q.view().reshape({B, H, hd});
   p.q_positions = positions.view();
@@ -139,33 +139,34 @@ DsparkBlockOutput DsparkDraft::block(const DsparkContext& ctx, int64_t anchor) c
   for (int64_t i = 0; i < B; ++i) pos[i] = P + i;
   OwnedTensor id_t = mem.from_host(DType::kI64, {B}, ids.data());
   OwnedTensor positions = mem.from_host(DType::kI64, {B}, pos.data());
-  OwnedTensor x = mem.zeros(DType::kF32, {B, D});
+  // Buffers an op writes in full take no zero fill (DsparkDraftTest.ReadsNoBufferNoOpWrote: poisoned memory).
+  OwnedTensor x = mem.empty(DType::kF32, {B, D});
   b.embedding({tw.embed.view(), id_t.view(), x.view()});
-  OwnedTensor streams = mem.zeros(DType::kF32, {B, hc, D});
+  OwnedTensor streams = mem.empty(DType::kF32, {B, hc, D});
   mem.copy(streams.view(), Tensor(x.view().data(), DType::kF32, {B, hc, D}, {D, 0, 1}, x.device()));
 
   std::vector<float> one_hot(static_cast<size_t>(B * hc), 0.0f);
   for (int64_t t = 0; t < B; ++t) one_hot[t * hc] = 1.0f;
   OwnedTensor carried_pre = mem.from_host(DType::kF32, {B, hc}, one_hot.data());
-  OwnedTensor post = mem.zeros(DType::kF32, {B, hc}), comb = mem.zeros(DType::kF32, {B, hc, hc});
+  OwnedTensor post = mem.empty(DType::kF32, {B, hc}), comb = mem.empty(DType::kF32, {B, hc, hc});
   auto mix = [&](const OwnedTensor& fn, const OwnedTensor& base, const OwnedTensor& scale, OwnedTensor& pre_out) {
     b.hc_mix({streams.view(), fn.view(), base.view(), scale.view(), pre_out.view(), post.view(), comb.view(), eps,
               static_cast<float>(c.hc.eps), c.hc.sinkhorn_iters});
   };
   auto collapse_norm = [&](const OwnedTensor& weights, const OwnedTensor& norm) {
-    OwnedTensor h = mem.zeros(DType::kF32, {B, D});
+    OwnedTensor h = mem.empty(DType::kF32, {B, D});
     b.hc_collapse({streams.view(), weights.view(), h.view()});
     b.rms_norm({h.view(), norm.view(), h.view(), eps});
     return h;
   };
   for (int l = 0; l < c.draft.num_layers; ++l) {
     const V4LayerWeights& lw = w().layers[l];
-    OwnedTensor attn_pre = mem.zeros(DType::kF32, {B, hc});
+    OwnedTensor attn_pre = mem.empty(DType::kF32, {B, hc});
     mix(lw.hc_attn_fn, lw.hc_attn_base, lw.hc_attn_scale, attn_pre);
     OwnedTensor h = collapse_norm(v41 ? carried_pre : attn_pre, lw.attn_norm);
     OwnedTensor y = attention(l, h.view(), ctx, positions, P);
     b.hc_expand({streams.view(), y.view(), post.view(), comb.view()});
-    OwnedTensor ffn_pre = mem.zeros(DType::kF32, {B, hc});
+    OwnedTensor ffn_pre = mem.empty(DType::kF32, {B, hc});
     mix(lw.hc_ffn_fn, lw.hc_ffn_base, lw.hc_ffn_scale, ffn_pre);
     h = collapse_norm(v41 ? attn_pre : ffn_pre, lw.ffn_norm);
     y = moe(l, h.view());
@@ -177,7 +178,7 @@ DsparkBlockOutput DsparkDraft::block(const DsparkContext& ctx, int64_t anchor) c
                carried_pre.view(), eps, static_cast<float>(c.hc.eps)});
   }
   OwnedTensor hidden = collapse_norm(carried_pre, w().norm);
-  OwnedTensor logits = mem.zeros(DType::kF32, {B, V});
+  OwnedTensor logits = mem.empty(DType::kF32, {B, V});
   head_linear(b, hidden.view(), tw.head.view(), logits.view());
   return {mem.to_host(hidden), mem.to_host(logits)};
 }
@@ -188,7 +189,7 @@ std::vector<float> DsparkDraft::markov_bias(int64_t token) const {
   Backend& b = target_.backend();
   TensorMemory& mem = target_.memory();
   OwnedTensor id = mem.from_host(DType::kI64, {1}, &token);
-  OwnedTensor e = mem.zeros(DType::kF32, {1, r});
+  OwnedTensor e = mem.empty(DType::kF32, {1, r});
   b.embedding({w().markov_embed.view(), id.view(), e.view()});
   OwnedTensor bias = v4_draft_linear(target_, e.view(), w().markov_head);
   HostTensor host = mem.to_host(bias);
@@ -202,11 +203,11 @@ float DsparkDraft::confidence(std::span<const float> hidden, int64_t token) cons
   DI_CHECK(token >= 0 && token < config().vocab_size) << "DSpark: token " << token << " outside the vocabulary";
   Backend& b = target_.backend();
   TensorMemory& mem = target_.memory();
-  OwnedTensor features = mem.zeros(DType::kF32, {1, D + r});
+  OwnedTensor features = mem.empty(DType::kF32, {1, D + r});  // both parts copied below
   OwnedTensor h = mem.from_host(DType::kF32, {1, D}, hidden.data());
   mem.copy(narrow(features.view(), 1, 0, D), h.view());
   OwnedTensor id = mem.from_host(DType::kI64, {1}, &token);
-  OwnedTensor e = mem.zeros(DType::kF32, {1, r});
+  OwnedTensor e = mem.empty(DType::kF32, {1, r});
   b.embedding({w().markov_embed.view(), id.view(), e.view()});
   mem.copy(narrow(features.view(), 1, D, D + r), e.view());
   HostTensor z = mem.to_host(v4_draft_linear(target_, features.view(), w().confidence));
