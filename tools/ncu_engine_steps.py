@@ -6,17 +6,13 @@ import collections
 import sys
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from ncu_kernel_summary import TIME, TIME_SCALE  # noqa: E402
-
-import csv  # noqa: E402
+from ncu_kernel_summary import TIME, TIME_SCALE, csv_rows  # noqa: E402
 
 
 def launches(path):
     """(kernel name, µs) in launch order."""
-    with open(path, newline="") as f:
-        lines = [line for line in f if line.startswith('"')]
     out = []
-    for row in csv.DictReader(lines):
+    for row in csv_rows(path):
         if row.get("Metric Name") == TIME:
             value = float(row["Metric Value"].replace(",", ""))
             out.append((row["Kernel Name"], value * TIME_SCALE.get(row.get("Metric Unit", "nsecond"), 1e-3)))

@@ -13,16 +13,21 @@ TIME_SCALE = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond":
 BYTE_SCALE = {"byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "KB": 1e3, "MB": 1e6, "GB": 1e9}
 
 
+def csv_rows(path: str):
+    """The log's metric rows (dicts by column), in launch order."""
+    with open(path, newline="") as f:
+        lines = [line for line in f if line.startswith('"')]  # ncu's own "==PROF==" lines are not CSV
+    return csv.DictReader(lines)
+
+
 def summarize(path: str):
     """(us, launches, read bytes, written bytes) per kernel name (90 characters), and whether any bytes were logged."""
     us = collections.Counter()
     count = collections.Counter()
     rd = collections.Counter()
     wr = collections.Counter()
-    with open(path, newline="") as f:
-        lines = [line for line in f if line.startswith('"')]  # ncu's own "==PROF==" lines are not CSV
     has_bytes = False
-    for row in csv.DictReader(lines):
+    for row in csv_rows(path):
         metric = row.get("Metric Name")
         if metric not in (TIME, READ, WRITE):
             continue

@@ -9,6 +9,7 @@
 
 #include "deepinfer/core/error.h"
 #include "deepinfer/ops/ops.h"
+#include "op_test_util.h"
 
 namespace deepinfer {
 namespace {
@@ -19,13 +20,6 @@ HostTensor random_bytes(DType dtype, Shape shape, int lo, int hi, uint32_t seed)
   std::uniform_int_distribution<int> d(lo, hi);
   auto* p = static_cast<uint8_t*>(t.view().data());
   for (int64_t i = 0; i < t.view().nbytes(); ++i) p[i] = static_cast<uint8_t>(d(rng));
-  return t;
-}
-HostTensor random_f32(Shape shape, uint32_t seed) {
-  HostTensor t(DType::kF32, std::move(shape));
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = d(rng);
   return t;
 }
 
@@ -43,7 +37,7 @@ TEST(GroupedLinearQuant, CpuIsLinearQuantPerGroup) {
     const HostTensor s = fp8 ? random_bytes(DType::kE8M0, {rows / 128, c.k / 128}, 124, 130, 3)
                              : random_bytes(DType::kE8M0, {rows, c.k / 32}, 120, 128, 4);
     const QuantMatrix m{w.view(), s.view(), c.format, 128, 128};
-    const HostTensor x = random_f32({c.groups * t, c.k}, 5);
+    const HostTensor x = testing::random_tensor({c.groups * t, c.k}, 5);
     HostTensor got(DType::kF32, {c.groups * t, c.n}), want(DType::kF32, {c.groups * t, c.n});
     cpu->grouped_linear_quant({x.view(), m, c.groups, got.view()});
     for (int64_t g = 0; g < c.groups; ++g) {
@@ -66,13 +60,13 @@ TEST(GroupedLinearQuant, RejectsBadGroups) {
   const HostTensor w = random_bytes(DType::kF8E4M3, {256, 128}, 0x20, 0x4F, 6);
   const HostTensor s = random_bytes(DType::kE8M0, {2, 1}, 126, 128, 7);
   const QuantMatrix m{w.view(), s.view(), QuantFormat::kFP8Block, 128, 128};
-  const HostTensor x = random_f32({4, 128}, 8);
+  const HostTensor x = testing::random_tensor({4, 128}, 8);
   HostTensor out2(DType::kF32, {4, 128}), out4(DType::kF32, {4, 64});
   cpu->grouped_linear_quant({x.view(), m, 2, out2.view()});                       // 2 groups of 128 rows: fine
   EXPECT_THROW(cpu->grouped_linear_quant({x.view(), m, 3, out2.view()}), Error);  // 256 rows in 3 groups
   EXPECT_THROW(cpu->grouped_linear_quant({x.view(), m, 4, out4.view()}), Error);  // 64-row groups cut 128-row blocks
   EXPECT_THROW(cpu->grouped_linear_quant({x.view(), m, 2, out4.view()}), Error);  // out [4, 64] for N = 128
-  const HostTensor wf = random_f32({256, 128}, 9);
+  const HostTensor wf = testing::random_tensor({256, 128}, 9);
   const QuantMatrix f{wf.view(), Tensor{}, QuantFormat::kFloat};
   EXPECT_THROW(cpu->grouped_linear_quant({x.view(), f, 2, out2.view()}), Error);  // not a block format
 }
