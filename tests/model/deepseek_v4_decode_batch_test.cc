@@ -88,14 +88,16 @@ Loaded& generated_v41(int r) {
 
 // Batched (and batched padded to graph buckets, as decode graphs run it: DecodeGraphs without recording) equals
 // one forward() per sequence, bit for bit.
+// forward_every: some sequences step through forward() between batched steps (paged_decode), unpadded.
 void expect_batched_equals_single(const DeepseekV4Model& m, const std::vector<Spec>& specs, bool bounded,
-                                  int block = kBlock) {
+                                  int block = kBlock, int forward_every = 0) {
   DecodeGraphs padding(m.backend(), 256, /*record=*/false);
   const auto single = paged_decode(m, specs, bounded, /*batched=*/false, block);
   const int64_t v = m.config().vocab_size;
   for (DecodeGraphs* graphs : {static_cast<DecodeGraphs*>(nullptr), &padding}) {
+    if (graphs && forward_every > 0) continue;
     SCOPED_TRACE(graphs ? "padded to batch buckets" : "unpadded");
-    const auto batched = paged_decode(m, specs, bounded, /*batched=*/true, block, graphs);
+    const auto batched = paged_decode(m, specs, bounded, /*batched=*/true, block, graphs, forward_every);
     for (size_t i = 0; i < specs.size(); ++i) {
       ASSERT_EQ(batched[i].size(), specs[i].gen.size() * v) << "sequence " << i;
       ASSERT_EQ(batched[i].size(), single[i].size()) << "sequence " << i;
@@ -108,6 +110,7 @@ void expect_batched_equals_single(const DeepseekV4Model& m, const std::vector<Sp
             << ": batched " << batched[i][j] << " vs " << single[i][j];
     }
   }
+  if (forward_every > 0) return;
   // Every step went through the padded path (no recording on the CPU).
   EXPECT_GT(padding.stats().padded_eager, 0);
   EXPECT_EQ(padding.stats().recorded, 0);
@@ -143,6 +146,21 @@ TEST(V4DecodeBatch, GeneratedV41Ratio128EqualsPerSequence) {
   const DeepseekV4Model& m = *generated_v41(128).model;
   expect_batched_equals_single(m, make_specs(m, {5, 124, 126, 127, 128, 200, 253}, 6, {{{6, 5, 128}}}),
                                /*bounded=*/true, /*block=*/128);
+}
+
+// The batched decode keeps open compressor groups in the pages' pool (V4CompressorPool); a sequence that takes a
+// forward() of its own in between gets them back, and the next batched step pools them again (another slot,
+// possibly): every 3rd sequence-step goes through forward(), V4 (CSA overlap and HCA, main and indexer
+// compressors) and V4.1 ratio 2.
+TEST(V4DecodeBatch, PooledCompressorsSurviveForwardSteps) {
+  {
+    SCOPED_TRACE("V4");
+    const DeepseekV4Model& m = *golden_model("deepseek_v4").model;
+    expect_batched_equals_single(m, make_specs(m, kLengths, 10, {{{9, 8, 32}}}), false, kBlock, 3);
+  }
+  SCOPED_TRACE("V4.1 ratio 2");
+  const DeepseekV4Model& m = *generated_v41(2).model;
+  expect_batched_equals_single(m, make_specs(m, {2, 5, 9, 16, 17, 40, 41}, 8), false, kBlock, 3);
 }
 
 // The model reads no buffer that an op did not write: on a backend whose TensorMemory::empty fills with 0xFF bytes

@@ -53,10 +53,12 @@ inline std::vector<Spec> make_specs(const DeepseekV4Model& m, const std::vector<
 }
 
 // Prefills every spec (forward, paged, block ids shuffled), then decodes all active sequences per step, batched
-// (one decode_batch) or one forward() each. Returns per spec its decode logits rows, flattened.
+// (one decode_batch) or one forward() each. Returns per spec its decode logits rows, flattened. forward_every > 0
+// (batched): at step j, sequence i takes a forward() of its own instead when (i + j) % forward_every == 0, so that
+// sequences go from the batched decode's pooled compressor state to forward() and back.
 inline std::vector<std::vector<float>> paged_decode(const DeepseekV4Model& m, const std::vector<Spec>& specs,
                                                     bool bounded, bool batched, int block = kV4Block,
-                                                    DecodeGraphs* graphs = nullptr) {
+                                                    DecodeGraphs* graphs = nullptr, int forward_every = 0) {
   const int64_t v = m.config().vocab_size, n = static_cast<int64_t>(specs.size());
   V4KvPages pages = m.new_kv_pages(bounded);
   std::vector<int64_t> need(n);
@@ -103,6 +105,20 @@ inline std::vector<std::vector<float>> paged_decode(const DeepseekV4Model& m, co
     std::rotate(active.begin(), active.begin() + static_cast<int64_t>(j % active.size()), active.end());
     std::rotate(tokens.begin(), tokens.begin() + static_cast<int64_t>(j % tokens.size()), tokens.end());
     std::rotate(which.begin(), which.begin() + static_cast<int64_t>(j % which.size()), which.end());
+    if (batched && forward_every > 0) {
+      for (size_t k = 0; k < active.size();) {
+        if ((which[k] + static_cast<int64_t>(j)) % forward_every != 0) {
+          ++k;
+          continue;
+        }
+        HostTensor logits = m.forward(*active[k], std::span<const int64_t>(&tokens[k], 1));
+        rows[which[k]].insert(rows[which[k]].end(), logits.data<float>(), logits.data<float>() + v);
+        active.erase(active.begin() + static_cast<int64_t>(k));
+        tokens.erase(tokens.begin() + static_cast<int64_t>(k));
+        which.erase(which.begin() + static_cast<int64_t>(k));
+      }
+      if (active.empty()) continue;
+    }
     if (batched) {
       for (V4SequenceState* s : active) EXPECT_TRUE(m.decode_batchable(*s));
       HostTensor logits = m.decode_batch(std::span<V4SequenceState* const>(active), tokens, graphs);

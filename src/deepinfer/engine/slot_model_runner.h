@@ -86,6 +86,8 @@ class SlotModelRunner final : public ModelRunner {
     slots_.resize(static_cast<size_t>(num_slots));
     cp_.resize(static_cast<size_t>(num_slots));
     if constexpr (kPaged) pages_ = model_.new_kv_pages(!options_.exact_prefill);
+    // Pages with per-sequence pools (V4's open compressor groups) hold no more sequences than the slots.
+    if constexpr (requires { pages_.set_max_sequences(num_slots); }) pages_.set_max_sequences(num_slots);
     if constexpr (HasDecodeGraphs<Model, State>) {
       if (options_.decode_graphs) {
         graphs_ = model_.new_decode_graphs();

@@ -205,7 +205,7 @@ int64_t V4KvPages::bytes_allocated() const {
   int64_t b = 0;
   for (const auto* kind : {&window, &entries, &index_keys})
     for (const PagedRows& r : *kind) b += r.bytes_allocated();
-  return b;
+  return b;  // the compressor pool's rows count with the slots (DeepseekV4Model::slot_bytes)
 }
 
 void V4KvPages::set_max_blocks(int64_t blocks) {
@@ -230,11 +230,13 @@ int64_t DeepseekV4Model::slot_bytes_bound(bool bounded_decoder) const {
     const auto& a = w_.layers[l].attn;
     const bool overlap = config_.layers[l].attention == AttentionKind::kCSA;
     // A compressor keeps < r pending rows of kv and gate [width], and with overlap the last window's Ca half
-    // (kv and gate [r, width / 2]).
+    // (kv and gate [r, width / 2]); in the batched decode's pool (V4CompressorPool) instead, r rows of kv and gate,
+    // 2r with overlap.
     for (const OwnedTensor* wkv : {&a.comp_wkv, &a.idx_comp_wkv}) {
       if (wkv->view().data() == nullptr) continue;
       const int64_t width = wkv->shape()[0];
-      b += 2 * (r - 1) * width * f32 + (overlap ? r * width * f32 : 0);
+      const int64_t own = 2 * (r - 1) * width * f32 + (overlap ? r * width * f32 : 0);
+      b += std::max(own, 2 * (overlap ? 2 * r : r) * width * f32);
     }
   }
   if (engram_) b += static_cast<int64_t>(engram_->max_ngram - 1) * static_cast<int64_t>(sizeof(int64_t));
@@ -248,6 +250,16 @@ int64_t DeepseekV4Model::slot_bytes(const V4SequenceState& s) const {
     b += bytes(l.window.rows) + bytes(l.entries.storage) + bytes(l.index_keys.storage);
     for (const CompressorState* c : {&l.compressor, &l.index_compressor})
       b += bytes(c->pending_kv) + bytes(c->pending_gate) + bytes(c->prev_kv) + bytes(c->prev_gate);
+  }
+  // Pooled compressors: the slot's rows in the pages' compressor pool.
+  if (s.pool_slot) {
+    for (int l = 0; l < config_.num_layers; ++l)
+      for (bool indexer : {false, true}) {
+        const V4LayerState& st = s.layers[l];
+        const V4CompressorPool::Rows* p = s.pages->compressors.find(l, indexer);
+        if ((indexer ? st.index_compressor : st.compressor).pooled && p)
+          b += 2 * p->rows_per_slot * p->width * dtype_bytes(DType::kF32, 1);
+      }
   }
   return b;
 }
@@ -278,6 +290,7 @@ int DeepseekV4Model::prefix_replay_tokens_past_prompt(bool bounded_decoder) cons
 }
 
 void DeepseekV4Model::start_at(V4SequenceState& seq, int64_t start, std::span<const int64_t> prefix_ids) const {
+  unpool(seq);
   DI_CHECK_INTERNAL(static_cast<int64_t>(prefix_ids.size()) == start)
       << "start_at(" << start << ") with " << prefix_ids.size() << " prefix ids";
   const bool v41 = config_.family == ModelFamily::kDeepseekV41;
@@ -317,6 +330,7 @@ HostTensor DeepseekV4Model::forward(V4SequenceState& seq, std::span<const int64_
       << "forward: CP shard for " << (cp ? cp->total_tokens() : 0) << " tokens, chunk of " << total_tokens;
   // Captured rows would be this rank's zig-zag rows, not the chunk's; the DSpark capture runs without CP.
   DI_CHECK_CODE(!(capture && cp), ErrorCode::kUnsupported) << "forward: stream capture with a CP shard";
+  unpool(seq);  // the compressors run on the sequence's own state here
   if (seq.record_undo) {
     seq.undo.emplace();
     seq.undo->p0 = seq.num_tokens;

@@ -21,6 +21,7 @@
 #include "deepinfer/model/engram_hash.h"
 #include "deepinfer/model/model_config.h"
 #include "deepinfer/model/paged_rows.h"
+#include "deepinfer/model/v4_compressor_pool.h"
 #include "deepinfer/ops/memory.h"
 #include "deepinfer/ops/ops.h"
 #include "deepinfer/parallel/context_parallel.h"
@@ -44,6 +45,10 @@ struct CompressorState {
   int64_t emitted = 0;
   // V4 CSA overlap: the first-half (Ca) slice of the last closed window, [r, width/2] each (none before it).
   OwnedTensor prev_kv, prev_gate;
+  // Set by the batched decode: the pending rows and the overlap slice live in the pages' compressor pool at the
+  // sequence's slot (V4CompressorPool) and the four tensors above are empty; forward() takes them back first.
+  bool pooled = false;
+  bool pooled_prev = false;  // the pool holds a previous window (as prev_kv non-empty would)
 };
 
 // Everything a layer keeps per sequence. Compressed entries and indexer keys live on the kv-source layer
@@ -64,9 +69,11 @@ struct V4LayerState {
 struct V4KvPages {
   std::vector<PagedRows> window, entries, index_keys;
   int ring_from_layer = 0;
+  V4CompressorPool compressors;  // the batched decode's open compressor groups (pooled states)
   int64_t bytes_per_block(int block_size) const;
   int64_t bytes_allocated() const;
   void set_max_blocks(int64_t blocks);
+  void set_max_sequences(int64_t n) { compressors.set_max_slots(n); }
 };
 
 // What the last forward changed in a sequence's per-slot state, recorded when V4SequenceState::record_undo is set,
@@ -114,6 +121,8 @@ struct V4SequenceState {
   // Speculative decoding: every forward records what truncate() needs (V4Undo) when set.
   bool record_undo = false;
   std::optional<V4Undo> undo;
+  // The sequence's slot in pages->compressors, from its first batched decode step on.
+  std::unique_ptr<V4CompressorPool::Slot> pool_slot;
 };
 
 // Optional per-call record of intermediates (for tests and debugging), copied to the host.
@@ -296,6 +305,18 @@ class DeepseekV4Model {
   // the compressor has not seen (V4: gate with the position biases; V4.1 ratio 1: no gate).
   void v4_compress_rows(int layer, const Tensor& kv, const Tensor& gate, V4SequenceState& seq, bool indexer) const;
   void v41_compress_rows(int layer, const Tensor& kv, const Tensor& gate, V4SequenceState& seq) const;
+  // The batched decode's compressor step (deepseek_v4_compress_batch.cc): row b of kv / gate [B, width] is the next
+  // row of sequence b's compressor (V4 main or indexer; V4.1 a kv source of ratio > 1), appended in the pages'
+  // compressor pool where `fresh[b]` (others are replaying rows they have: skipped); the groups that close are pooled
+  // and stored in one call each. Bit-identical to v4_compress_rows / v41_compress_rows per sequence.
+  void compress_batch(std::span<V4SequenceState* const> seqs, int layer, bool indexer, const Tensor& kv,
+                      const Tensor& gate, const std::vector<bool>& fresh) const;
+  // V4.1: latent [n, hd] of closed groups (compressed, not yet normed) of sequences `which`, group `groups[i]`:
+  // its norm, indexer keys, RoPE and FP4, stored into the pages in one scatter each.
+  void v41_store_groups(std::span<V4SequenceState* const> seqs, int layer, const Tensor& latent,
+                        const std::vector<int64_t>& which, const std::vector<int64_t>& groups) const;
+  // Takes a sequence's pooled compressor state back into its own tensors (no-op when none is pooled).
+  void unpool(V4SequenceState& seq) const;
   // decode_batch's pieces (deepseek_v4_decode_batch.cc): per layer the batched projections before attention,
   // the per-sequence state and attention, and the batched output projection.
   // Piece k (0 .. num_layers) only reads and writes the step's device buffers (recordable, idempotent); the

@@ -12,15 +12,6 @@
 namespace deepinfer {
 namespace {
 
-OwnedTensor linear(Backend& b, TensorMemory& mem, const Tensor& x, const OwnedTensor& w) {
-  OwnedTensor out = mem.empty(DType::kF32, {x.dim(0), w.shape()[0]});  // the linear writes all of it
-  b.linear({x, w.view(), out.view()});
-  return out;
-}
-OwnedTensor linear(Backend& b, TensorMemory& mem, const Tensor& x, const KeptMatrix& w) {
-  return kept_project(b, mem, x, w);
-}
-
 // Rows from which a compressor projection with a bf16 copy (V4AttentionWeights::comp_wkv_bf16 ...) runs on bf16
 // tensor cores with split activations (linear_quant's split_in: ~2^-16 relative, not f32's exact products). Below,
 // the f32 weight as before: a decode token or a short chunk (speculative verification, a prompt's tail) is a few
@@ -43,22 +34,6 @@ OwnedTensor compressor_linear(Backend& b, TensorMemory& mem, const Tensor& x, co
 }
 
 // A norm weight, or none when the checkpoint has none.
-Tensor optional(const OwnedTensor& w) { return w.view().data() != nullptr ? w.view() : Tensor{}; }
-
-void rms_norm_inplace(Backend& b, const Tensor& x, const OwnedTensor& w, float eps) {
-  b.rms_norm({x, optional(w), x, eps});
-}
-
-// rms_norm (weight optional) then the forward RoPE of [rows, 1, dim] in one call.
-void norm_rope_rows(Backend& b, const Tensor& x, const OwnedTensor& w, const Tensor& positions, const Tensor& inv_freq,
-                    float eps) {
-  NormRopeParams p;
-  p.parts[0] = {x.reshape({x.dim(0), 1, x.dim(1)}), optional(w), true, true};
-  p.positions = positions;
-  p.inv_freq = inv_freq;
-  p.eps = eps;
-  b.norm_rope(p);
-}
 
 OwnedTensor positions_of(TensorMemory& mem, const std::vector<int64_t>& pos) {
   return mem.from_host(DType::kI64, {static_cast<int64_t>(pos.size())}, pos.data());

@@ -31,22 +31,6 @@
 namespace deepinfer {
 namespace {
 
-OwnedTensor linear(Backend& b, TensorMemory& mem, const Tensor& x, const OwnedTensor& w) {
-  OwnedTensor out = mem.empty(DType::kF32, {x.dim(0), w.shape()[0]});  // the linear writes all of it
-  b.linear({x, w.view(), out.view()});
-  return out;
-}
-OwnedTensor linear(Backend& b, TensorMemory& mem, const Tensor& x, const KeptMatrix& w) {
-  return kept_project(b, mem, x, w);
-}
-
-// A norm weight, or none when the checkpoint has none.
-Tensor optional(const OwnedTensor& w) { return w.view().data() != nullptr ? w.view() : Tensor{}; }
-
-void rms_norm_inplace(Backend& b, const Tensor& x, const OwnedTensor& w, float eps) {
-  b.rms_norm({x, optional(w), x, eps});
-}
-
 // Collapse of the streams by `weights` [R, hc], then RMSNorm: [R, D] (one fused call).
 OwnedTensor collapse_norm(Backend& b, TensorMemory& mem, const Tensor& streams, const Tensor& weights,
                           const OwnedTensor& norm, float eps) {
@@ -336,46 +320,38 @@ void DeepseekV4Model::decode_middle(DecodeBatch& d, int layer) const {
   auto fresh = [&](int64_t b, const CompressorState& cs) {
     return replayed_rows(d.rows.host_positions[b], 1, cs, r) == 0;
   };
-  bool batch_groups = v41 && r == 1 && plan.kv_source == layer;
-  for (int64_t b = 0; b < B && batch_groups; ++b) batch_groups = fresh(b, d.seqs[b]->layers[layer].compressor);
-  if (batch_groups) {
-    // V4.1 ratio 1: every row is a group; v41_compress_rows over all sequences at once (row-independent ops).
-    const float eps = static_cast<float>(config_.rms_norm_eps);
-    const int64_t id = ac.index_head_dim;
-    std::vector<int64_t> groups(B);
-    for (int64_t b = 0; b < B; ++b) groups[b] = d.seqs[b]->layers[layer].compressor.emitted;
-    OwnedTensor latent = mem.clone(in.comp_kv.slice(0, B));  // [B, hd]
-    rms_norm_inplace(backend_, latent.view(), a.comp_norm, eps);
-    const OwnedTensor pos = mem.from_host(DType::kI64, {B}, groups.data());
-    OwnedTensor k = linear(backend_, mem, latent.view(), a.idx_wk);  // indexer keys from the unrotated latent
-    // The keys' norm, RoPE and FP4 fake-quant and the latent's RoPE and FP4 fake-quant in one call (the keys were
-    // taken from the unrotated latent).
-    NormRopeParams nr;
-    nr.parts[0] = {k.view().reshape({B, 1, id}),   optional(a.idx_k_norm), true, true, true,
-                   FakeQuantKind::kFP4Ue8m0Block32};
-    nr.parts[1] = {latent.view().reshape({B, 1, hd}), Tensor{}, false, true, true, FakeQuantKind::kFP4E4m3Block16};
-    nr.positions = pos.view();
-    nr.inv_freq = compress_inv_freq_.view();
-    nr.eps = eps;
-    backend_.norm_rope(nr);
-    scatter(pages.index_keys[layer], k.view(), groups);
-    scatter(pages.entries[layer], latent.view(), groups);
+  auto all_fresh = [&](bool indexer) {
+    std::vector<bool> f(static_cast<size_t>(B));
     for (int64_t b = 0; b < B; ++b) {
-      ++d.seqs[b]->layers[layer].compressor.emitted;
-      ++d.seqs[b]->layers[layer].n_entries;
+      const V4LayerState& st = d.seqs[b]->layers[layer];
+      f[b] = fresh(b, indexer ? st.index_compressor : st.compressor);
     }
-  } else if (r > 0) {
+    return f;
+  };
+  if (v41 && r == 1 && plan.kv_source == layer) {
+    // Ratio 1: every row is a group, closed at once (no open rows to keep).
+    const std::vector<bool> f = all_fresh(false);
+    std::vector<int64_t> which, groups;
     for (int64_t b = 0; b < B; ++b) {
-      V4SequenceState& seq = *d.seqs[b];
-      V4LayerState& st = seq.layers[layer];
-      if (!v41) {
-        if (fresh(b, st.compressor)) v4_compress_rows(layer, row(in.comp_kv, b), row(in.comp_gate, b), seq, false);
-        if (plan.attention == AttentionKind::kCSA && fresh(b, st.index_compressor))
-          v4_compress_rows(layer, row(in.index_kv, b), row(in.index_gate, b), seq, true);
-      } else if (plan.kv_source == layer && fresh(b, st.compressor)) {
-        v41_compress_rows(layer, row(in.comp_kv, b), r > 1 ? row(in.comp_gate, b) : Tensor{}, seq);
+      if (!f[b]) continue;
+      which.push_back(b);
+      groups.push_back(d.seqs[b]->layers[layer].compressor.emitted);
+    }
+    if (static_cast<int64_t>(which.size()) == B) {
+      const OwnedTensor latent = mem.clone(in.comp_kv.slice(0, B));  // [B, hd]
+      v41_store_groups(d.seqs, layer, latent.view(), which, groups);
+      for (int64_t b = 0; b < B; ++b) {
+        ++d.seqs[b]->layers[layer].compressor.emitted;
+        ++d.seqs[b]->layers[layer].n_entries;
       }
+    } else {
+      for (int64_t b : which) v41_compress_rows(layer, row(in.comp_kv, b), Tensor{}, *d.seqs[b]);
     }
+  } else if (r > 0 && (!v41 || plan.kv_source == layer)) {
+    // Open groups in the pages' compressor pool: a scatter of every row, a gather of the groups that close.
+    compress_batch(d.seqs, layer, false, in.comp_kv.slice(0, B), in.comp_gate.slice(0, B), all_fresh(false));
+    if (!v41 && plan.attention == AttentionKind::kCSA)
+      compress_batch(d.seqs, layer, true, in.index_kv.slice(0, B), in.index_gate.slice(0, B), all_fresh(true));
   }
 
   // Stage 2, the selection: which compressed entries of the kv source each row attends, as one u8 [B, n_max] mask

@@ -1,4 +1,4 @@
-// Private pieces shared by deepseek_v4.cc and deepseek_v4_attention.cc.
+// Private pieces shared by the deepseek_v4*.cc files.
 #pragma once
 
 #include <algorithm>
@@ -31,6 +31,34 @@ struct DeepseekV4Model::Selection {
   OwnedTensor candidates;  // u8 [T, n_candidates]
   int64_t n_candidates = -1;
 };
+
+// The small helpers of the V4 files (deepseek_v4_attention.cc, _decode_batch.cc, _compress_batch.cc).
+inline OwnedTensor linear(Backend& b, TensorMemory& mem, const Tensor& x, const OwnedTensor& w) {
+  OwnedTensor out = mem.empty(DType::kF32, {x.dim(0), w.shape()[0]});  // the linear writes all of it
+  b.linear({x, w.view(), out.view()});
+  return out;
+}
+inline OwnedTensor linear(Backend& b, TensorMemory& mem, const Tensor& x, const KeptMatrix& w) {
+  return kept_project(b, mem, x, w);
+}
+
+// A norm weight, or none when the checkpoint has none.
+inline Tensor optional(const OwnedTensor& w) { return w.view().data() != nullptr ? w.view() : Tensor{}; }
+
+inline void rms_norm_inplace(Backend& b, const Tensor& x, const OwnedTensor& w, float eps) {
+  b.rms_norm({x, optional(w), x, eps});
+}
+
+// rms_norm (weight optional) then the forward RoPE of [rows, 1, dim] in one call.
+inline void norm_rope_rows(Backend& b, const Tensor& x, const OwnedTensor& w, const Tensor& positions,
+                           const Tensor& inv_freq, float eps) {
+  NormRopeParams p;
+  p.parts[0] = {x.reshape({x.dim(0), 1, x.dim(1)}), optional(w), true, true};
+  p.positions = positions;
+  p.inv_freq = inv_freq;
+  p.eps = eps;
+  b.norm_rope(p);
+}
 
 // Rows at the start of a chunk that a compressor has already accounted for: after start_at() at a prefix hit
 // its next group starts at the first group boundary >= start, and the replayed rows before it belong to
