@@ -29,6 +29,8 @@
 
 namespace deepinfer {
 
+class StepUploads;
+
 // Sliding-window KV of one layer: the last `capacity` post-RoPE (V4.1: FP8-fake-quantized) K=V rows; token
 // at position p lives in slot p % capacity. The rows are allocated (zeros) by the first forward that uses the ring:
 // a paged sequence's layers below pages->ring_from_layer never do (their windows are paged).
@@ -310,11 +312,11 @@ class DeepseekV4Model {
   // compressor pool where `fresh[b]` (others are replaying rows they have: skipped); the groups that close are pooled
   // and stored in one call each. Bit-identical to v4_compress_rows / v41_compress_rows per sequence.
   void compress_batch(std::span<V4SequenceState* const> seqs, int layer, bool indexer, const Tensor& kv,
-                      const Tensor& gate, const std::vector<bool>& fresh) const;
+                      const Tensor& gate, const std::vector<bool>& fresh, StepUploads& up) const;
   // V4.1: latent [n, hd] of closed groups (compressed, not yet normed) of sequences `which`, group `groups[i]`:
   // its norm, indexer keys, RoPE and FP4, stored into the pages in one scatter each.
   void v41_store_groups(std::span<V4SequenceState* const> seqs, int layer, const Tensor& latent,
-                        const std::vector<int64_t>& which, const std::vector<int64_t>& groups) const;
+                        const std::vector<int64_t>& which, const std::vector<int64_t>& groups, StepUploads& up) const;
   // Takes a sequence's pooled compressor state back into its own tensors (no-op when none is pooled).
   void unpool(V4SequenceState& seq) const;
   // decode_batch's pieces (deepseek_v4_decode_batch.cc): per layer the batched projections before attention,

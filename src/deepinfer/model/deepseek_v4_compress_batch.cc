@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "deepinfer/model/deepseek_v4_internal.h"
+#include "deepinfer/model/step_uploads.h"
 
 namespace deepinfer {
 namespace {
@@ -82,18 +83,18 @@ void export_state(TensorMemory& mem, const CompressorShape& s, V4CompressorPool:
 }
 
 // rows [n, width] into `kind` at group groups[i] of sequence seqs[which[i]]: one scatter.
-void scatter_groups(Backend& b, TensorMemory& mem, PagedRows& kind, std::span<V4SequenceState* const> seqs,
-                    const Tensor& rows, const std::vector<int64_t>& which, const std::vector<int64_t>& groups) {
+void scatter_groups(Backend& b, TensorMemory& mem, StepUploads& up, PagedRows& kind,
+                    std::span<V4SequenceState* const> seqs, const Tensor& rows, const std::vector<int64_t>& which,
+                    const std::vector<int64_t>& groups) {
   std::vector<int64_t> at(which.size());
   for (size_t i = 0; i < which.size(); ++i) at[i] = kind.row_for_write(mem, seqs[which[i]]->ref, groups[i]);
-  const OwnedTensor index = mem.from_host(DType::kI64, {static_cast<int64_t>(at.size())}, at.data());
-  b.scatter_rows({rows, index.view(), kind.pool(), kind.record()});  // pool() after row_for_write: growth moves it
+  b.scatter_rows({rows, up.i64(at), kind.pool(), kind.record()});  // pool() after row_for_write: growth moves it
 }
 
 }  // namespace
 
 void DeepseekV4Model::compress_batch(std::span<V4SequenceState* const> seqs, int layer, bool indexer, const Tensor& kv,
-                                     const Tensor& gate, const std::vector<bool>& fresh) const {
+                                     const Tensor& gate, const std::vector<bool>& fresh, StepUploads& up) const {
   const V4AttentionWeights& a = w_.layers[layer].attn;
   const bool v41 = config_.family == ModelFamily::kDeepseekV41;
   const int64_t B = static_cast<int64_t>(seqs.size());
@@ -121,9 +122,9 @@ void DeepseekV4Model::compress_batch(std::span<V4SequenceState* const> seqs, int
     at[b] = open_row(s, slot, cs) + cs.pending;
     if (++cs.pending == s.r) closing.push_back(b);
   }
-  const OwnedTensor index = mem.from_host(DType::kI64, {B}, at.data());
-  backend_.scatter_rows({kv, index.view(), p.kv.view()});
-  backend_.scatter_rows({gate, index.view(), p.gate.view()});
+  const Tensor index = up.i64(at);
+  backend_.scatter_rows({kv, index, p.kv.view()});
+  backend_.scatter_rows({gate, index, p.gate.view()});
   if (closing.empty()) return;
 
   // The closing groups' rows (overlap: the previous window's, then the group's), gathered in one call each.
@@ -137,11 +138,11 @@ void DeepseekV4Model::compress_batch(std::span<V4SequenceState* const> seqs, int
                                    : std::vector<int64_t>{open_row(s, slot, cs)})
       for (int64_t k = 0; k < s.r; ++k) rows.push_back(first + k);
   }
-  const OwnedTensor ids = mem.from_host(DType::kI64, {n * slots}, rows.data());
+  const Tensor ids = up.i64(rows);
   OwnedTensor got_kv = mem.empty(DType::kF32, {n * slots, s.width});  // the gathers write all of it
   OwnedTensor got_gate = mem.empty(DType::kF32, {n * slots, s.width});
-  backend_.embedding({p.kv.view(), ids.view(), got_kv.view()});
-  backend_.embedding({p.gate.view(), ids.view(), got_gate.view()});
+  backend_.embedding({p.kv.view(), ids, got_kv.view()});
+  backend_.embedding({p.gate.view(), ids, got_gate.view()});
   // What v4_compress_rows pools: [n, slots, dim], overlap taking the previous window's Ca half (first dim channels)
   // and the group's own Cb half (the second dim channels).
   auto pool_input = [&](const OwnedTensor& got, OwnedTensor& hold) {
@@ -162,15 +163,14 @@ void DeepseekV4Model::compress_batch(std::span<V4SequenceState* const> seqs, int
   backend_.compress_pool({skv, sgate, pooled.view()});
 
   if (v41) {
-    v41_store_groups(seqs, layer, pooled.view(), closing, groups);
+    v41_store_groups(seqs, layer, pooled.view(), closing, groups, up);
   } else {
     std::vector<int64_t> pos(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) pos[i] = groups[i] * s.r;
-    const OwnedTensor positions = mem.from_host(DType::kI64, {n}, pos.data());
-    norm_rope_rows(backend_, pooled.view(), indexer ? a.idx_comp_norm : a.comp_norm, positions.view(),
+    norm_rope_rows(backend_, pooled.view(), indexer ? a.idx_comp_norm : a.comp_norm, up.i64(pos),
                    compress_inv_freq_.view(), static_cast<float>(config_.rms_norm_eps));
     V4KvPages& pages = *seqs[0]->pages;
-    scatter_groups(backend_, mem, (indexer ? pages.index_keys : pages.entries)[layer], seqs, pooled.view(), closing,
+    scatter_groups(backend_, mem, up, (indexer ? pages.index_keys : pages.entries)[layer], seqs, pooled.view(), closing,
                    groups);
   }
   for (int64_t b : closing) {
@@ -183,7 +183,8 @@ void DeepseekV4Model::compress_batch(std::span<V4SequenceState* const> seqs, int
 }
 
 void DeepseekV4Model::v41_store_groups(std::span<V4SequenceState* const> seqs, int layer, const Tensor& latent,
-                                       const std::vector<int64_t>& which, const std::vector<int64_t>& groups) const {
+                                       const std::vector<int64_t>& which, const std::vector<int64_t>& groups,
+                                       StepUploads& up) const {
   const V4AttentionWeights& a = w_.layers[layer].attn;
   const int r = config_.layers[layer].compress_ratio;
   const int64_t n = latent.dim(0), hd = config_.attn.head_dim, id = config_.attn.index_head_dim;
@@ -192,7 +193,6 @@ void DeepseekV4Model::v41_store_groups(std::span<V4SequenceState* const> seqs, i
   rms_norm_inplace(backend_, latent, a.comp_norm, eps);
   std::vector<int64_t> pos(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) pos[i] = groups[i] * r;
-  const OwnedTensor positions = mem.from_host(DType::kI64, {n}, pos.data());
   OwnedTensor k = linear(backend_, mem, latent, a.idx_wk);  // indexer keys from the unrotated latent
   // The keys' norm, RoPE and FP4 fake-quant and the latent's RoPE and FP4 fake-quant in one call (as
   // v41_compress_rows).
@@ -200,13 +200,13 @@ void DeepseekV4Model::v41_store_groups(std::span<V4SequenceState* const> seqs, i
   nr.parts[0] = {k.view().reshape({n, 1, id}),   optional(a.idx_k_norm), true, true, true,
                  FakeQuantKind::kFP4Ue8m0Block32};
   nr.parts[1] = {latent.reshape({n, 1, hd}), Tensor{}, false, true, true, FakeQuantKind::kFP4E4m3Block16};
-  nr.positions = positions.view();
+  nr.positions = up.i64(pos);
   nr.inv_freq = compress_inv_freq_.view();
   nr.eps = eps;
   backend_.norm_rope(nr);
   V4KvPages& pages = *seqs[0]->pages;
-  scatter_groups(backend_, mem, pages.index_keys[layer], seqs, k.view(), which, groups);
-  scatter_groups(backend_, mem, pages.entries[layer], seqs, latent, which, groups);
+  scatter_groups(backend_, mem, up, pages.index_keys[layer], seqs, k.view(), which, groups);
+  scatter_groups(backend_, mem, up, pages.entries[layer], seqs, latent, which, groups);
 }
 
 void DeepseekV4Model::unpool(V4SequenceState& seq) const {

@@ -20,11 +20,13 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <set>
 #include <type_traits>
 
 #include "deepinfer/model/deepseek_v4_internal.h"
 #include "deepinfer/model/output_head.h"
+#include "deepinfer/model/step_uploads.h"
 #include "deepinfer/model/v4_grouped_output.h"
 #include "deepinfer/model/v4_step_selections.h"
 
@@ -88,9 +90,10 @@ struct DeepseekV4Model::DecodeBatch {
   Tensor one_hot;                        // V4.1: [R, hc], the first site collapses stream 0 only
   // Stage 1's rows of the current layer, flat (decode_qkv_views shapes them), and stage 2's output.
   Tensor q, kv, comp_kv, comp_gate, index_kv, index_gate, qi, index_weights;
-  Tensor attn;                     // [R, H, hd]: attention of rows < B, inverse-rotated by the query position
-  Tensor logits;                   // [R, vocab]
-  std::vector<OwnedTensor> owned;  // the buffers' storage without graphs
+  Tensor attn;                         // [R, H, hd]: attention of rows < B, inverse-rotated by the query position
+  Tensor logits;                       // [R, vocab]
+  std::vector<OwnedTensor> owned;      // the buffers' storage without graphs
+  std::optional<StepUploads> uploads;  // the middles' index arrays
 };
 
 // Stage 1's rows of one layer, views [R, width] into the step's buffers (empty where the layer has none).
@@ -305,9 +308,8 @@ void DeepseekV4Model::decode_middle(DecodeBatch& d, int layer) const {
   auto scatter = [&](PagedRows& kind, const Tensor& rows, const std::vector<int64_t>& groups) {
     std::vector<int64_t> at(groups.size());
     for (size_t b = 0; b < groups.size(); ++b) at[b] = kind.row_for_write(mem, d.seqs[b]->ref, groups[b]);
-    const OwnedTensor index = mem.from_host(DType::kI64, {static_cast<int64_t>(at.size())}, at.data());
     backend_.scatter_rows(
-        {rows, index.view(), kind.pool(), kind.record()});  // pool() after row_for_write: growth moves it
+        {rows, d.uploads->i64(at), kind.pool(), kind.record()});  // pool() after row_for_write: growth moves it
   };
   if (paged_window) scatter(pages.window[layer], in.kv.slice(0, B), d.rows.host_positions);
   std::vector<int64_t> past_begin(B);
@@ -339,7 +341,7 @@ void DeepseekV4Model::decode_middle(DecodeBatch& d, int layer) const {
     }
     if (static_cast<int64_t>(which.size()) == B) {
       const OwnedTensor latent = mem.clone(in.comp_kv.slice(0, B));  // [B, hd]
-      v41_store_groups(d.seqs, layer, latent.view(), which, groups);
+      v41_store_groups(d.seqs, layer, latent.view(), which, groups, *d.uploads);
       for (int64_t b = 0; b < B; ++b) {
         ++d.seqs[b]->layers[layer].compressor.emitted;
         ++d.seqs[b]->layers[layer].n_entries;
@@ -349,9 +351,11 @@ void DeepseekV4Model::decode_middle(DecodeBatch& d, int layer) const {
     }
   } else if (r > 0 && (!v41 || plan.kv_source == layer)) {
     // Open groups in the pages' compressor pool: a scatter of every row, a gather of the groups that close.
-    compress_batch(d.seqs, layer, false, in.comp_kv.slice(0, B), in.comp_gate.slice(0, B), all_fresh(false));
+    compress_batch(d.seqs, layer, false, in.comp_kv.slice(0, B), in.comp_gate.slice(0, B), all_fresh(false),
+                   *d.uploads);
     if (!v41 && plan.attention == AttentionKind::kCSA)
-      compress_batch(d.seqs, layer, true, in.index_kv.slice(0, B), in.index_gate.slice(0, B), all_fresh(true));
+      compress_batch(d.seqs, layer, true, in.index_kv.slice(0, B), in.index_gate.slice(0, B), all_fresh(true),
+                     *d.uploads);
   }
 
   // Stage 2, the selection: which compressed entries of the kv source each row attends, as one u8 [B, n_max] mask
@@ -371,14 +375,13 @@ void DeepseekV4Model::decode_middle(DecodeBatch& d, int layer) const {
       // own [1, n_b] scores picks (−inf picks are dropped; padding ranks after every real entry).
       const int64_t IH = ac.index_n_heads, Id = ac.index_head_dim;
       const PagedRows& keys = pages.index_keys[src_layer];
-      const OwnedTensor counts = mem.from_host(DType::kI64, {B}, ne.data());
       scores = mem.zeros(DType::kF32, {B, n_max});
       PagedIndexerScoreParams s;
       s.q = in.qi.slice(0, B).reshape({B, IH, Id});
       s.weights = in.index_weights.slice(0, B);
       s.positions = d.positions;
       s.q_seq = d.q_seq.view();
-      s.n_entries = counts.view();
+      s.n_entries = d.uploads->i64(ne);
       s.block_tables = d.tables.view();
       s.key_pool = keys.pool();
       s.out = scores.view();
@@ -390,19 +393,17 @@ void DeepseekV4Model::decode_middle(DecodeBatch& d, int layer) const {
       backend_.paged_indexer_scores(s);
     }
     if (!v41) {
-      OwnedTensor m;
       if (scores_here) {
-        m = mem.zeros(DType::kU8, {B, n_max});
-        backend_.topk_mask({scores.view(), Tensor{}, m.view(), ac.index_topk});
+        mask_storage = mem.zeros(DType::kU8, {B, n_max});
+        backend_.topk_mask({scores.view(), Tensor{}, mask_storage.view(), ac.index_topk});
+        mask = mask_storage.view();
       } else {
         // HCA attends every entry the query can see: e < (p + 1) / r.
         std::vector<uint8_t> visible(static_cast<size_t>(B * n_max), 0);
         for (int64_t b = 0; b < B; ++b)
           for (int64_t e = 0; e < ne[b]; ++e) visible[b * n_max + e] = e < (d.rows.host_positions[b] + 1) / r;
-        m = mem.from_host(DType::kU8, {B, n_max}, visible.data());
+        mask = d.uploads->u8(visible, B);
       }
-      mask = m.view();
-      mask_storage = std::move(m);
     } else {
       if (scores_here) d.sel.select(backend_, mem, plan, ac, r, scores.view(), d.positions, ne, d.rows.host_positions);
       mask = d.sel.attended(mem, ne, n_max);
@@ -416,14 +417,13 @@ void DeepseekV4Model::decode_middle(DecodeBatch& d, int layer) const {
   const float scale = static_cast<float>(attention_softmax_scale(config_));
   if (paged_window) {
     // One call for every row, in place over the pages; a row's mask is zero past its sequence's entries.
-    const OwnedTensor begin = mem.from_host(DType::kI64, {B}, past_begin.data());
     PagedSinkAttentionParams p;
     p.q = in.q.slice(0, B).reshape({B, H, hd});
     p.q_positions = d.positions;
     p.q_seq = d.q_seq.view();
     p.block_tables = d.tables.view();
     p.window_pool = pages.window[layer].pool();
-    p.window_begin = begin.view();
+    p.window_begin = d.uploads->i64(past_begin);
     if (n_max > 0) {
       const PagedRows& entries = pages.entries[src_layer];
       p.comp_pool = entries.pool();
@@ -521,6 +521,7 @@ HostTensor DeepseekV4Model::decode_batch(std::span<V4SequenceState* const> seqs,
   const int64_t R = bucket > 0 ? bucket : B;
   TensorMemory& mem = memory();
   DecodeBatch d;
+  d.uploads.emplace(mem);
   d.seqs = seqs;
   d.B = B;
   d.R = R;
