@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -20,6 +21,7 @@
 #include <optional>
 #include <random>
 
+#include "counting_backend.h"
 #include "deepinfer/io/safetensors.h"
 #include "deepinfer/model/deepseek_v4.h"
 #include "deepinfer/model/random_checkpoint.h"
@@ -161,6 +163,70 @@ TEST(V4DecodeBatch, PooledCompressorsSurviveForwardSteps) {
   SCOPED_TRACE("V4.1 ratio 2");
   const DeepseekV4Model& m = *generated_v41(2).model;
   expect_batched_equals_single(m, make_specs(m, {2, 5, 9, 16, 17, 40, 41}, 8), false, kBlock, 3);
+}
+
+// What a batched decode step enqueues does not grow with the batch: the same ops, data moves and allocations for 2 and
+// for 8 sequences (each step's sequences at the same positions, so that the same groups close), step after step,
+// groups closing or not, after the first (which pools each sequence's open groups). Only rows grow. (Before the
+// compressor pool, each sequence added ~8 launches and 4 allocations per compressor per step.) V4.1 without bounded
+// replay: its ring layers attend per sequence.
+TEST(V4DecodeBatch, LaunchesPerStepDoNotGrowWithTheBatch) {
+  for (const std::string family : {"deepseek_v4", "deepseek_v41"}) {
+    SCOPED_TRACE(family);
+    const std::unique_ptr<Backend> cpu = make_cpu_backend(0);
+    testing::CountingBackend counting(*cpu);
+    std::optional<std::vector<int64_t>> map;
+    if (golden_model(family).golden->find("engram.token_map"))
+      map = ids_of(*golden_model(family).golden, "engram.token_map");
+    const std::unique_ptr<DeepseekV4Model> m = DeepseekV4Model::load(golden_dir(family), counting, map);
+    const int64_t prompt = 37, steps = 14, V = m->config().vocab_size;
+    auto per_step = [&](int64_t B) {
+      V4KvPages pages = m->new_kv_pages(false);
+      const int64_t blocks = (prompt + steps) / kBlock + 1;
+      std::vector<std::vector<BlockId>> tables(B);
+      std::vector<V4SequenceState> seqs;
+      seqs.reserve(B);
+      for (int64_t b = 0; b < B; ++b) {
+        // Block ids end at the same id for every B, so that the pages grow at the same steps.
+        for (int64_t k = 0; k < blocks; ++k) tables[b].push_back(static_cast<BlockId>((8 - B + b) * blocks + k));
+        seqs.push_back(m->new_sequence());
+        seqs[b].pages = &pages;
+        seqs[b].ref = PageRef{tables[b], kBlock, 0};
+        m->forward(seqs[b], testing::random_ids(prompt, V, 40 + static_cast<uint32_t>(b)));
+      }
+      std::vector<V4SequenceState*> ptrs;
+      for (V4SequenceState& s : seqs) ptrs.push_back(&s);
+      std::vector<testing::LaunchCounts> out;
+      for (int64_t j = 0; j < steps; ++j) {
+        const testing::LaunchCounts before = counting.counts;
+        m->decode_batch(ptrs, testing::random_ids(B, V, 70 + static_cast<uint32_t>(j)));
+        const testing::LaunchCounts& after = counting.counts;
+        out.push_back({after.ops - before.ops, after.moves - before.moves, after.allocs - before.allocs});
+      }
+      return out;
+    };
+    const auto two = per_step(2), eight = per_step(8);
+    for (const auto* c : {&two, &eight}) {
+      int64_t launches = 0, allocs = 0;
+      for (int64_t j = 1; j < steps; ++j) launches += (*c)[j].launches(), allocs += (*c)[j].allocs;
+      std::printf("%s B=%d: %.1f launches, %.1f allocations a decode step (steps 1-%d)\n", family.c_str(),
+                  c == &two ? 2 : 8, launches / double(steps - 1), allocs / double(steps - 1), int(steps - 1));
+    }
+    // Step 0 moves each sequence's open compressor groups into the pool: once a sequence, not a step.
+    EXPECT_GT(eight[0].moves, two[0].moves);
+    for (int64_t j = 1; j < steps; ++j) {
+      SCOPED_TRACE("step " + std::to_string(j) + " (position " + std::to_string(prompt + j) + ")");
+      EXPECT_EQ(eight[j].ops, two[j].ops);
+      EXPECT_EQ(eight[j].moves, two[j].moves);
+      EXPECT_EQ(eight[j].allocs, two[j].allocs);
+    }
+    // Steps differ where groups close (more work), so the steps did reach the closing path.
+    EXPECT_NE(std::min_element(two.begin(), two.end(), [](auto& a, auto& b) { return a.launches() < b.launches(); })
+                  ->launches(),
+              std::max_element(two.begin(), two.end(), [](auto& a, auto& b) {
+                return a.launches() < b.launches();
+              })->launches());
+  }
 }
 
 // The model reads no buffer that an op did not write: on a backend whose TensorMemory::empty fills with 0xFF bytes
