@@ -150,7 +150,7 @@ TEST(V4DecodeBatch, GeneratedV41Ratio128EqualsPerSequence) {
                                /*bounded=*/true, /*block=*/128);
 }
 
-// The batched decode keeps open compressor groups in the pages' pool (V4CompressorPool); a sequence that takes a
+// The batched decode keeps open compressor groups in the pages' pool (V4SlotPool); a sequence that takes a
 // forward() of its own in between gets them back, and the next batched step pools them again (another slot,
 // possibly): every 3rd sequence-step goes through forward(), V4 (CSA overlap and HCA, main and indexer
 // compressors) and V4.1 ratio 2.
@@ -160,19 +160,26 @@ TEST(V4DecodeBatch, PooledCompressorsSurviveForwardSteps) {
     const DeepseekV4Model& m = *golden_model("deepseek_v4").model;
     expect_batched_equals_single(m, make_specs(m, kLengths, 10, {{{9, 8, 32}}}), false, kBlock, 3);
   }
-  SCOPED_TRACE("V4.1 ratio 2");
-  const DeepseekV4Model& m = *generated_v41(2).model;
-  expect_batched_equals_single(m, make_specs(m, {2, 5, 9, 16, 17, 40, 41}, 8), false, kBlock, 3);
+  {
+    SCOPED_TRACE("V4.1 ratio 2");
+    const DeepseekV4Model& m = *generated_v41(2).model;
+    expect_batched_equals_single(m, make_specs(m, {2, 5, 9, 16, 17, 40, 41}, 8), false, kBlock, 3);
+  }
+  SCOPED_TRACE("V4.1 bounded replay (rings pooled too)");
+  const DeepseekV4Model& m = *golden_model("deepseek_v41").model;
+  expect_batched_equals_single(m, make_specs(m, kLengths, 10, {{{9, 8, 32}}}), true, kBlock, 3);
 }
 
 // What a batched decode step enqueues does not grow with the batch: the same ops, data moves and allocations for 2 and
 // for 8 sequences (each step's sequences at the same positions, so that the same groups close), step after step,
 // groups closing or not, after the first (which pools each sequence's open groups). Only rows grow. (Before the
-// compressor pool, each sequence added ~8 launches and 4 allocations per compressor per step.) V4.1 without bounded
-// replay: its ring layers attend per sequence.
+// compressor pool, each sequence added ~8 launches and 4 allocations per compressor per step.) Under V4.1's bounded
+// replay the ring layers still attend per sequence: bounded by a few launches a sequence a ring layer.
 TEST(V4DecodeBatch, LaunchesPerStepDoNotGrowWithTheBatch) {
-  for (const std::string family : {"deepseek_v4", "deepseek_v41"}) {
-    SCOPED_TRACE(family);
+  for (const std::string run : {"deepseek_v4", "deepseek_v41", "deepseek_v41 bounded"}) {
+    SCOPED_TRACE(run);
+    const bool bounded = run == "deepseek_v41 bounded";
+    const std::string family = bounded ? "deepseek_v41" : run;
     const std::unique_ptr<Backend> cpu = make_cpu_backend(0);
     testing::CountingBackend counting(*cpu);
     std::optional<std::vector<int64_t>> map;
@@ -181,7 +188,7 @@ TEST(V4DecodeBatch, LaunchesPerStepDoNotGrowWithTheBatch) {
     const std::unique_ptr<DeepseekV4Model> m = DeepseekV4Model::load(golden_dir(family), counting, map);
     const int64_t prompt = 37, steps = 14, V = m->config().vocab_size;
     auto per_step = [&](int64_t B) {
-      V4KvPages pages = m->new_kv_pages(false);
+      V4KvPages pages = m->new_kv_pages(bounded);
       const int64_t blocks = (prompt + steps) / kBlock + 1;
       std::vector<std::vector<BlockId>> tables(B);
       std::vector<V4SequenceState> seqs;
@@ -192,6 +199,7 @@ TEST(V4DecodeBatch, LaunchesPerStepDoNotGrowWithTheBatch) {
         seqs.push_back(m->new_sequence());
         seqs[b].pages = &pages;
         seqs[b].ref = PageRef{tables[b], kBlock, 0};
+        if (bounded) seqs[b].decoder_from = m->bounded_decoder_from(prompt);
         m->forward(seqs[b], testing::random_ids(prompt, V, 40 + static_cast<uint32_t>(b)));
       }
       std::vector<V4SequenceState*> ptrs;
@@ -209,11 +217,20 @@ TEST(V4DecodeBatch, LaunchesPerStepDoNotGrowWithTheBatch) {
     for (const auto* c : {&two, &eight}) {
       int64_t launches = 0, allocs = 0;
       for (int64_t j = 1; j < steps; ++j) launches += (*c)[j].launches(), allocs += (*c)[j].allocs;
-      std::printf("%s B=%d: %.1f launches, %.1f allocations a decode step (steps 1-%d)\n", family.c_str(),
+      std::printf("%s B=%d: %.1f launches, %.1f allocations a decode step (steps 1-%d)\n", run.c_str(),
                   c == &two ? 2 : 8, launches / double(steps - 1), allocs / double(steps - 1), int(steps - 1));
     }
     // Step 0 moves each sequence's open compressor groups into the pool: once a sequence, not a step.
     EXPECT_GT(eight[0].moves, two[0].moves);
+    if (bounded) {
+      // The ring (decoder) layers attend per sequence, and gather each kv source's entries per sequence once a step:
+      // at most 3 launches a sequence a ring layer (6.3 before the rings were pooled).
+      const int64_t ring_layers = m->config().num_layers - m->decoder_start();
+      ASSERT_GT(m->decoder_start(), 0);
+      for (int64_t j = 1; j < steps; ++j)
+        EXPECT_LE(eight[j].launches() - two[j].launches(), 6 * 3 * ring_layers) << "step " << j;
+      continue;
+    }
     for (int64_t j = 1; j < steps; ++j) {
       SCOPED_TRACE("step " + std::to_string(j) + " (position " + std::to_string(prompt + j) + ")");
       EXPECT_EQ(eight[j].ops, two[j].ops);

@@ -230,7 +230,7 @@ int64_t DeepseekV4Model::slot_bytes_bound(bool bounded_decoder) const {
     const auto& a = w_.layers[l].attn;
     const bool overlap = config_.layers[l].attention == AttentionKind::kCSA;
     // A compressor keeps < r pending rows of kv and gate [width], and with overlap the last window's Ca half
-    // (kv and gate [r, width / 2]); in the batched decode's pool (V4CompressorPool) instead, r rows of kv and gate,
+    // (kv and gate [r, width / 2]); in the batched decode's pool (V4SlotPool) instead, r rows of kv and gate,
     // 2r with overlap.
     for (const OwnedTensor* wkv : {&a.comp_wkv, &a.idx_comp_wkv}) {
       if (wkv->view().data() == nullptr) continue;
@@ -251,15 +251,18 @@ int64_t DeepseekV4Model::slot_bytes(const V4SequenceState& s) const {
     for (const CompressorState* c : {&l.compressor, &l.index_compressor})
       b += bytes(c->pending_kv) + bytes(c->pending_gate) + bytes(c->prev_kv) + bytes(c->prev_gate);
   }
-  // Pooled compressors: the slot's rows in the pages' compressor pool.
+  // Pooled state: the slot's rows in the pages' slot pool.
   if (s.pool_slot) {
-    for (int l = 0; l < config_.num_layers; ++l)
-      for (bool indexer : {false, true}) {
-        const V4LayerState& st = s.layers[l];
-        const V4CompressorPool::Rows* p = s.pages->compressors.find(l, indexer);
-        if ((indexer ? st.index_compressor : st.compressor).pooled && p)
-          b += 2 * p->rows_per_slot * p->width * dtype_bytes(DType::kF32, 1);
+    using Kind = V4SlotPool::Kind;
+    for (int l = 0; l < config_.num_layers; ++l) {
+      const V4LayerState& st = s.layers[l];
+      for (auto [pooled, kind] : {std::pair{st.compressor.pooled, Kind::kCompressor},
+                                  {st.index_compressor.pooled, Kind::kIndexer},
+                                  {st.window.pooled, Kind::kRing}}) {
+        const V4SlotPool::Rows* p = s.pages->slot_pool.find(l, kind);
+        if (pooled && p) b += (kind == Kind::kRing ? 1 : 2) * p->rows_per_slot * p->width * dtype_bytes(DType::kF32, 1);
       }
+    }
   }
   return b;
 }

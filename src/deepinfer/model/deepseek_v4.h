@@ -21,7 +21,7 @@
 #include "deepinfer/model/engram_hash.h"
 #include "deepinfer/model/model_config.h"
 #include "deepinfer/model/paged_rows.h"
-#include "deepinfer/model/v4_compressor_pool.h"
+#include "deepinfer/model/v4_slot_pool.h"
 #include "deepinfer/ops/memory.h"
 #include "deepinfer/ops/ops.h"
 #include "deepinfer/parallel/context_parallel.h"
@@ -37,6 +37,9 @@ class StepUploads;
 struct SwaRing {
   int64_t capacity = 0;
   OwnedTensor rows;  // [capacity, hd], or empty until first used
+  // Set by the batched decode: the rows live in the pages' slot pool at the sequence's slot (rows empty);
+  // forward() takes them back first.
+  bool pooled = false;
 };
 
 // Tokens a compressor has seen but not yet pooled (an incomplete group), plus the emitted-group counter
@@ -48,7 +51,7 @@ struct CompressorState {
   // V4 CSA overlap: the first-half (Ca) slice of the last closed window, [r, width/2] each (none before it).
   OwnedTensor prev_kv, prev_gate;
   // Set by the batched decode: the pending rows and the overlap slice live in the pages' compressor pool at the
-  // sequence's slot (V4CompressorPool) and the four tensors above are empty; forward() takes them back first.
+  // sequence's slot (V4SlotPool) and the four tensors above are empty; forward() takes them back first.
   bool pooled = false;
   bool pooled_prev = false;  // the pool holds a previous window (as prev_kv non-empty would)
 };
@@ -71,11 +74,11 @@ struct V4LayerState {
 struct V4KvPages {
   std::vector<PagedRows> window, entries, index_keys;
   int ring_from_layer = 0;
-  V4CompressorPool compressors;  // the batched decode's open compressor groups (pooled states)
+  V4SlotPool slot_pool;  // the batched decode's open compressor groups (pooled states)
   int64_t bytes_per_block(int block_size) const;
   int64_t bytes_allocated() const;
   void set_max_blocks(int64_t blocks);
-  void set_max_sequences(int64_t n) { compressors.set_max_slots(n); }
+  void set_max_sequences(int64_t n) { slot_pool.set_max_slots(n); }
 };
 
 // What the last forward changed in a sequence's per-slot state, recorded when V4SequenceState::record_undo is set,
@@ -123,8 +126,8 @@ struct V4SequenceState {
   // Speculative decoding: every forward records what truncate() needs (V4Undo) when set.
   bool record_undo = false;
   std::optional<V4Undo> undo;
-  // The sequence's slot in pages->compressors, from its first batched decode step on.
-  std::unique_ptr<V4CompressorPool::Slot> pool_slot;
+  // The sequence's slot in pages->slot_pool, from its first batched decode step on.
+  std::unique_ptr<V4SlotPool::Slot> pool_slot;
 };
 
 // Optional per-call record of intermediates (for tests and debugging), copied to the host.
@@ -307,7 +310,7 @@ class DeepseekV4Model {
   // the compressor has not seen (V4: gate with the position biases; V4.1 ratio 1: no gate).
   void v4_compress_rows(int layer, const Tensor& kv, const Tensor& gate, V4SequenceState& seq, bool indexer) const;
   void v41_compress_rows(int layer, const Tensor& kv, const Tensor& gate, V4SequenceState& seq) const;
-  // The batched decode's compressor step (deepseek_v4_compress_batch.cc): row b of kv / gate [B, width] is the next
+  // The batched decode's compressor step (deepseek_v4_pooled_state.cc): row b of kv / gate [B, width] is the next
   // row of sequence b's compressor (V4 main or indexer; V4.1 a kv source of ratio > 1), appended in the pages'
   // compressor pool where `fresh[b]` (others are replaying rows they have: skipped); the groups that close are pooled
   // and stored in one call each. Bit-identical to v4_compress_rows / v41_compress_rows per sequence.
@@ -317,7 +320,14 @@ class DeepseekV4Model {
   // its norm, indexer keys, RoPE and FP4, stored into the pages in one scatter each.
   void v41_store_groups(std::span<V4SequenceState* const> seqs, int layer, const Tensor& latent,
                         const std::vector<int64_t>& which, const std::vector<int64_t>& groups, StepUploads& up) const;
-  // Takes a sequence's pooled compressor state back into its own tensors (no-op when none is pooled).
+  // The batched decode's ring layers (V4.1 bounded replay's decoder layers): row b of kv [B, hd] into sequence b's
+  // ring in the pages' slot pool (one scatter), then every sequence's window positions [past_begin[b], its
+  // position] gathered in order into one [Σ n_b, hd] buffer (one gather); first[b] is where sequence b's rows start
+  // (first[B] the total) and window_pos their positions.
+  OwnedTensor ring_windows_batch(std::span<V4SequenceState* const> seqs, int layer, const Tensor& kv,
+                                 const std::vector<int64_t>& past_begin, std::vector<int64_t>& first,
+                                 std::vector<int64_t>& window_pos, StepUploads& up) const;
+  // Takes a sequence's pooled state (compressors, rings) back into its own tensors (no-op when none is pooled).
   void unpool(V4SequenceState& seq) const;
   // decode_batch's pieces (deepseek_v4_decode_batch.cc): per layer the batched projections before attention,
   // the per-sequence state and attention, and the batched output projection.

@@ -437,33 +437,20 @@ void DeepseekV4Model::decode_middle(DecodeBatch& d, int layer) const {
     p.scale = scale;
     backend_.paged_sink_attention(p);
   } else {
-    // The slot's ring (V4.1 bounded replay's decoder layers): gathered per sequence, as forward() does, into one
-    // buffer with one upload of the window positions for all sequences.
-    std::vector<int64_t> first(B + 1, 0), window_pos;
-    for (int64_t b = 0; b < B; ++b) {
-      const int64_t n = d.rows.host_positions[b] - past_begin[b] + 1;
-      first[b + 1] = first[b] + n;
-      for (int64_t i = 0; i < n; ++i) window_pos.push_back(past_begin[b] + i);
-    }
-    OwnedTensor windows = mem.zeros(DType::kF32, {first[B], hd});
-    const OwnedTensor kv_pos = mem.from_host(DType::kI64, {first[B]}, window_pos.data());
+    // The slots' rings (V4.1 bounded replay's decoder layers): the new rows in and every window out in one call
+    // each; attention per sequence on its rows.
+    std::vector<int64_t> first, window_pos;
+    const OwnedTensor windows =
+        ring_windows_batch(d.seqs, layer, in.kv.slice(0, B), past_begin, first, window_pos, *d.uploads);
+    const Tensor kv_pos = d.uploads->i64(window_pos);
     for (int64_t b = 0; b < B; ++b) {
       V4SequenceState& seq = *d.seqs[b];
-      SwaRing& ring = seq.layers[layer].window;
-      ring_rows(ring);
-      const int64_t p = d.rows.host_positions[b], n_past = p - past_begin[b];
       const Tensor window_kv = windows.view().slice(first[b], first[b + 1]);
-      for_ring_runs(ring.capacity, past_begin[b], n_past, [&](int64_t slot, int64_t at, int64_t len) {
-        mem.copy(window_kv.slice(at, at + len), ring.rows.view().slice(slot, slot + len));
-      });
-      mem.copy(window_kv.slice(n_past, n_past + 1), row(in.kv, b));
-      const int64_t slot = p % ring.capacity;
-      mem.copy(ring.rows.view().slice(slot, slot + 1), row(in.kv, b));
       SinkAttentionParams sp;
       sp.q = row(in.q, b).reshape({1, H, hd});
       sp.q_positions = row(d.positions, b);
       sp.window_kv = window_kv;
-      sp.kv_positions = kv_pos.view().slice(first[b], first[b + 1]);
+      sp.kv_positions = kv_pos.slice(first[b], first[b + 1]);
       if (r > 0 && seq.layers[src_layer].n_entries > 0) {
         OwnedTensor& held = d.entries[{b, src_layer}];
         if (held.view().data() == nullptr || held.shape()[0] != seq.layers[src_layer].n_entries)

@@ -32,7 +32,7 @@ struct DeepseekV4Model::Selection {
   int64_t n_candidates = -1;
 };
 
-// The small helpers of the V4 files (deepseek_v4_attention.cc, _decode_batch.cc, _compress_batch.cc).
+// The small helpers of the V4 files (deepseek_v4_attention.cc, _decode_batch.cc, _pooled_state.cc).
 inline OwnedTensor linear(Backend& b, TensorMemory& mem, const Tensor& x, const OwnedTensor& w) {
   OwnedTensor out = mem.empty(DType::kF32, {x.dim(0), w.shape()[0]});  // the linear writes all of it
   b.linear({x, w.view(), out.view()});

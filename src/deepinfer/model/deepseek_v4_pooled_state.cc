@@ -1,5 +1,6 @@
-// The batched decode's compressors (DeepseekV4Model::compress_batch) over the pages' compressor pool
-// (v4_compressor_pool.h), and unpool(), which hands a sequence's pooled state back to forward().
+// The batched decode's per-sequence state in the pages' slot pool (v4_slot_pool.h): the compressors
+// (DeepseekV4Model::compress_batch), the rings of V4.1 bounded replay's decoder layers (ring_windows_batch), and
+// unpool(), which hands a sequence's pooled state back to forward().
 //
 // A pooled compressor keeps its open group in its slot's rows: with V4's CSA overlap the slot has two halves of r
 // rows, the open group in half emitted % 2 and the window closed before it in the other (whose first `dim` channels
@@ -34,6 +35,8 @@ CompressorShape shape_of(const ModelConfig& config, const V4Weights& w, int laye
   return s;
 }
 
+V4SlotPool::Kind kind_of(bool indexer) { return indexer ? V4SlotPool::Kind::kIndexer : V4SlotPool::Kind::kCompressor; }
+
 // First pool row of the open group and of the previous window (overlap) of slot `slot`.
 int64_t open_row(const CompressorShape& s, int64_t slot, const CompressorState& cs) {
   return slot * s.rows_per_slot() + (s.overlap ? (cs.emitted % 2) * s.r : 0);
@@ -43,8 +46,7 @@ int64_t prev_row(const CompressorShape& s, int64_t slot, const CompressorState& 
 }
 
 // The sequence's own tensors into its slot.
-void import_state(TensorMemory& mem, const CompressorShape& s, V4CompressorPool::Rows& p, int64_t slot,
-                  CompressorState& cs) {
+void import_state(TensorMemory& mem, const CompressorShape& s, V4SlotPool::Rows& p, int64_t slot, CompressorState& cs) {
   const int64_t open = open_row(s, slot, cs);
   if (cs.pending > 0) {
     mem.copy(p.kv.view().slice(open, open + cs.pending), cs.pending_kv.view());
@@ -67,8 +69,7 @@ void import_state(TensorMemory& mem, const CompressorShape& s, V4CompressorPool:
 }
 
 // The slot's rows back into the sequence's own tensors, as forward() would have left them.
-void export_state(TensorMemory& mem, const CompressorShape& s, V4CompressorPool::Rows& p, int64_t slot,
-                  CompressorState& cs) {
+void export_state(TensorMemory& mem, const CompressorShape& s, V4SlotPool::Rows& p, int64_t slot, CompressorState& cs) {
   const int64_t open = open_row(s, slot, cs);
   if (cs.pending > 0) {
     cs.pending_kv = mem.clone(p.kv.view().slice(open, open + cs.pending));
@@ -102,11 +103,11 @@ void DeepseekV4Model::compress_batch(std::span<V4SequenceState* const> seqs, int
   DI_CHECK_INTERNAL(s.r > 1 && kv.dim(0) == B && gate.dim(0) == B && gate.dim(1) == s.width)
       << "compress_batch: layer " << layer << " ratio " << s.r << ", rows " << kv.dim(0) << " x " << s.width;
   TensorMemory& mem = memory();
-  V4CompressorPool& pool = seqs[0]->pages->compressors;
+  V4SlotPool& pool = seqs[0]->pages->slot_pool;
   if (std::find(fresh.begin(), fresh.end(), true) == fresh.end()) return;
   for (int64_t b = 0; b < B; ++b)
     if (fresh[b] && !seqs[b]->pool_slot) seqs[b]->pool_slot = pool.acquire(mem);
-  V4CompressorPool::Rows& p = pool.rows(mem, layer, indexer, s.rows_per_slot(), s.width);
+  V4SlotPool::Rows& p = pool.rows(mem, layer, kind_of(indexer), s.rows_per_slot(), s.width);
   auto state = [&](int64_t b) -> CompressorState& {
     V4LayerState& st = seqs[b]->layers[layer];
     return indexer ? st.index_compressor : st.compressor;
@@ -209,19 +210,67 @@ void DeepseekV4Model::v41_store_groups(std::span<V4SequenceState* const> seqs, i
   scatter_groups(backend_, mem, up, pages.entries[layer], seqs, latent, which, groups);
 }
 
-void DeepseekV4Model::unpool(V4SequenceState& seq) const {
-  if (!seq.pool_slot) return;
-  for (int l = 0; l < config_.num_layers; ++l) {
-    for (bool indexer : {false, true}) {
-      V4LayerState& st = seq.layers[l];
-      CompressorState& cs = indexer ? st.index_compressor : st.compressor;
-      if (!cs.pooled) continue;
-      V4CompressorPool::Rows* p = seq.pages->compressors.find(l, indexer);
-      DI_CHECK_INTERNAL(p != nullptr) << "layer " << l << ": a pooled compressor without pool rows";
-      export_state(memory(), shape_of(config_, w_, l, indexer, p->width), *p, seq.pool_slot->index(), cs);
+OwnedTensor DeepseekV4Model::ring_windows_batch(std::span<V4SequenceState* const> seqs, int layer, const Tensor& kv,
+                                                const std::vector<int64_t>& past_begin, std::vector<int64_t>& first,
+                                                std::vector<int64_t>& window_pos, StepUploads& up) const {
+  const int64_t B = static_cast<int64_t>(seqs.size()), cap = config_.attn.sliding_window, hd = config_.attn.head_dim;
+  TensorMemory& mem = memory();
+  V4SlotPool& pool = seqs[0]->pages->slot_pool;
+  for (V4SequenceState* s : seqs)
+    if (!s->pool_slot) s->pool_slot = pool.acquire(mem);
+  V4SlotPool::Rows& rings = pool.rows(mem, layer, V4SlotPool::Kind::kRing, cap, hd);
+  // A ring holds the window's positions (capacity = the window), so the slot the new row takes held one that fell
+  // out of every window: writing it first leaves every row the windows read in place.
+  std::vector<int64_t> at(static_cast<size_t>(B)), rows;
+  first.assign(static_cast<size_t>(B + 1), 0);
+  window_pos.clear();
+  for (int64_t b = 0; b < B; ++b) {
+    SwaRing& ring = seqs[b]->layers[layer].window;
+    DI_CHECK_INTERNAL(ring.capacity == cap) << "layer " << layer << ": a ring of " << ring.capacity << " rows";
+    const int64_t base = seqs[b]->pool_slot->index() * cap, p = seqs[b]->num_tokens;
+    const Tensor mine = rings.kv.view().slice(base, base + cap);
+    if (!ring.pooled) {
+      if (ring.rows.view().data() != nullptr)
+        mem.copy(mine, ring.rows.view());
+      else
+        mem.fill(mine, 0.0f);  // as ring_rows() would have allocated it
+      ring.rows = OwnedTensor{};
+      ring.pooled = true;
+    }
+    at[b] = base + p % cap;
+    first[b + 1] = first[b] + (p - past_begin[b] + 1);
+    for (int64_t q = past_begin[b]; q <= p; ++q) {
+      window_pos.push_back(q);
+      rows.push_back(base + q % cap);
     }
   }
-  seq.pool_slot.reset();  // its rows are free for another sequence; a later batched step imports anew
+  backend_.scatter_rows({kv, up.i64(at), rings.kv.view()});
+  OwnedTensor windows = mem.empty(DType::kF32, {first[B], hd});  // the gather writes all of it
+  backend_.embedding({rings.kv.view(), up.i64(rows), windows.view()});
+  return windows;
+}
+
+void DeepseekV4Model::unpool(V4SequenceState& seq) const {
+  if (!seq.pool_slot) return;
+  TensorMemory& mem = memory();
+  for (int l = 0; l < config_.num_layers; ++l) {
+    V4LayerState& st = seq.layers[l];
+    for (bool indexer : {false, true}) {
+      CompressorState& cs = indexer ? st.index_compressor : st.compressor;
+      if (!cs.pooled) continue;
+      V4SlotPool::Rows* p = seq.pages->slot_pool.find(l, kind_of(indexer));
+      DI_CHECK_INTERNAL(p != nullptr) << "layer " << l << ": a pooled compressor without pool rows";
+      export_state(mem, shape_of(config_, w_, l, indexer, p->width), *p, seq.pool_slot->index(), cs);
+    }
+    if (st.window.pooled) {
+      V4SlotPool::Rows* p = seq.pages->slot_pool.find(l, V4SlotPool::Kind::kRing);
+      DI_CHECK_INTERNAL(p != nullptr) << "layer " << l << ": a pooled ring without pool rows";
+      const int64_t base = seq.pool_slot->index() * p->rows_per_slot;
+      st.window.rows = mem.clone(p->kv.view().slice(base, base + p->rows_per_slot));
+      st.window.pooled = false;
+    }
+  }
+  seq.pool_slot.reset();  // its rows are free for another sequence; a later batched step pools it anew
 }
 
 }  // namespace deepinfer
