@@ -205,7 +205,7 @@ int64_t V4KvPages::bytes_allocated() const {
   int64_t b = 0;
   for (const auto* kind : {&window, &entries, &index_keys})
     for (const PagedRows& r : *kind) b += r.bytes_allocated();
-  return b;  // the compressor pool's rows count with the slots (DeepseekV4Model::slot_bytes)
+  return b;  // the slot pool's rows count with the slots (DeepseekV4Model::slot_bytes)
 }
 
 void V4KvPages::set_max_blocks(int64_t blocks) {

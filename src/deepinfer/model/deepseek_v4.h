@@ -50,7 +50,7 @@ struct CompressorState {
   int64_t emitted = 0;
   // V4 CSA overlap: the first-half (Ca) slice of the last closed window, [r, width/2] each (none before it).
   OwnedTensor prev_kv, prev_gate;
-  // Set by the batched decode: the pending rows and the overlap slice live in the pages' compressor pool at the
+  // Set by the batched decode: the pending rows and the overlap slice live in the pages' slot pool at the
   // sequence's slot (V4SlotPool) and the four tensors above are empty; forward() takes them back first.
   bool pooled = false;
   bool pooled_prev = false;  // the pool holds a previous window (as prev_kv non-empty would)
@@ -74,7 +74,7 @@ struct V4LayerState {
 struct V4KvPages {
   std::vector<PagedRows> window, entries, index_keys;
   int ring_from_layer = 0;
-  V4SlotPool slot_pool;  // the batched decode's open compressor groups (pooled states)
+  V4SlotPool slot_pool;  // the batched decode's open compressor groups and rings (pooled states)
   int64_t bytes_per_block(int block_size) const;
   int64_t bytes_allocated() const;
   void set_max_blocks(int64_t blocks);
@@ -312,7 +312,7 @@ class DeepseekV4Model {
   void v41_compress_rows(int layer, const Tensor& kv, const Tensor& gate, V4SequenceState& seq) const;
   // The batched decode's compressor step (deepseek_v4_pooled_state.cc): row b of kv / gate [B, width] is the next
   // row of sequence b's compressor (V4 main or indexer; V4.1 a kv source of ratio > 1), appended in the pages'
-  // compressor pool where `fresh[b]` (others are replaying rows they have: skipped); the groups that close are pooled
+  // slot pool where `fresh[b]` (others are replaying rows they have: skipped); the groups that close are pooled
   // and stored in one call each. Bit-identical to v4_compress_rows / v41_compress_rows per sequence.
   void compress_batch(std::span<V4SequenceState* const> seqs, int layer, bool indexer, const Tensor& kv,
                       const Tensor& gate, const std::vector<bool>& fresh, StepUploads& up) const;

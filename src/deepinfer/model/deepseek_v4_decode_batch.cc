@@ -322,7 +322,7 @@ void DeepseekV4Model::decode_middle(DecodeBatch& d, int layer) const {
   auto fresh = [&](int64_t b, const CompressorState& cs) {
     return replayed_rows(d.rows.host_positions[b], 1, cs, r) == 0;
   };
-  auto all_fresh = [&](bool indexer) {
+  auto fresh_rows = [&](bool indexer) {
     std::vector<bool> f(static_cast<size_t>(B));
     for (int64_t b = 0; b < B; ++b) {
       const V4LayerState& st = d.seqs[b]->layers[layer];
@@ -332,7 +332,7 @@ void DeepseekV4Model::decode_middle(DecodeBatch& d, int layer) const {
   };
   if (v41 && r == 1 && plan.kv_source == layer) {
     // Ratio 1: every row is a group, closed at once (no open rows to keep).
-    const std::vector<bool> f = all_fresh(false);
+    const std::vector<bool> f = fresh_rows(false);
     std::vector<int64_t> which, groups;
     for (int64_t b = 0; b < B; ++b) {
       if (!f[b]) continue;
@@ -350,11 +350,11 @@ void DeepseekV4Model::decode_middle(DecodeBatch& d, int layer) const {
       for (int64_t b : which) v41_compress_rows(layer, row(in.comp_kv, b), Tensor{}, *d.seqs[b]);
     }
   } else if (r > 0 && (!v41 || plan.kv_source == layer)) {
-    // Open groups in the pages' compressor pool: a scatter of every row, a gather of the groups that close.
-    compress_batch(d.seqs, layer, false, in.comp_kv.slice(0, B), in.comp_gate.slice(0, B), all_fresh(false),
+    // Open groups in the pages' slot pool: a scatter of every row, a gather of the groups that close.
+    compress_batch(d.seqs, layer, false, in.comp_kv.slice(0, B), in.comp_gate.slice(0, B), fresh_rows(false),
                    *d.uploads);
     if (!v41 && plan.attention == AttentionKind::kCSA)
-      compress_batch(d.seqs, layer, true, in.index_kv.slice(0, B), in.index_gate.slice(0, B), all_fresh(true),
+      compress_batch(d.seqs, layer, true, in.index_kv.slice(0, B), in.index_gate.slice(0, B), fresh_rows(true),
                      *d.uploads);
   }
 

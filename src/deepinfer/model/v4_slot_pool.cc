@@ -10,7 +10,7 @@ namespace deepinfer {
 std::unique_ptr<V4SlotPool::Slot> V4SlotPool::acquire(TensorMemory& mem) {
   if (free_->empty()) {
     DI_CHECK_INTERNAL(max_slots_ == 0 || capacity_ < max_slots_)
-        << "compressor pool: more than " << max_slots_ << " sequences at once";
+        << "slot pool: more than " << max_slots_ << " sequences at once";
     const int64_t grown = max_slots_ > 0 ? std::min(capacity_ + kGrowth, max_slots_) : capacity_ + kGrowth;
     for (auto& [key, r] : rows_) {
       for (OwnedTensor* t : {&r.kv, &r.gate}) {
@@ -31,7 +31,7 @@ std::unique_ptr<V4SlotPool::Slot> V4SlotPool::acquire(TensorMemory& mem) {
 }
 
 V4SlotPool::Rows& V4SlotPool::rows(TensorMemory& mem, int layer, Kind kind, int64_t rows_per_slot, int64_t width) {
-  DI_CHECK_INTERNAL(capacity_ > 0) << "compressor pool rows asked for before any slot was acquired";
+  DI_CHECK_INTERNAL(capacity_ > 0) << "slot pool rows asked for before any slot was acquired";
   Rows& r = rows_[{layer, kind}];
   if (r.rows_per_slot == 0) {
     r.rows_per_slot = rows_per_slot;
@@ -40,7 +40,7 @@ V4SlotPool::Rows& V4SlotPool::rows(TensorMemory& mem, int layer, Kind kind, int6
     if (kind != Kind::kRing) r.gate = mem.zeros(DType::kF32, {capacity_ * rows_per_slot, width});
   }
   DI_CHECK_INTERNAL(r.rows_per_slot == rows_per_slot && r.width == width)
-      << "compressor pool of layer " << layer << " made with " << r.rows_per_slot << " x " << r.width << " rows, asked "
+      << "slot pool of layer " << layer << " made with " << r.rows_per_slot << " x " << r.width << " rows, asked "
       << rows_per_slot << " x " << width;
   return r;
 }
