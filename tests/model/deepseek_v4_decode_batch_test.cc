@@ -246,6 +246,57 @@ TEST(V4DecodeBatch, LaunchesPerStepDoNotGrowWithTheBatch) {
   }
 }
 
+// Not a check: the launches and allocations a batched decode step enqueues on V4-Flash's layer schedule (43 layers:
+// 2 SWA, 21 CSA, 20 HCA; the golden model's small dimensions, random weights) at batch 1 and 64, printed for PERF.md.
+// ./build/bin/deepinfer_tests --gtest_also_run_disabled_tests --gtest_filter='*DISABLED_FlashScheduleLaunchCounts'
+TEST(V4DecodeBatch, DISABLED_FlashScheduleLaunchCounts) {
+  testing::TempDir tmp;
+  nlohmann::json cfg = nlohmann::json::parse(testing::read_file_or_empty(golden_dir("deepseek_v4") + "/config.json"));
+  std::vector<int> ratios = {0, 0};
+  for (int i = 0; i < 20; ++i) ratios.insert(ratios.end(), {4, 128});
+  ratios.push_back(4);
+  std::vector<std::string> kinds, mlp;
+  for (size_t l = 0; l < ratios.size(); ++l) {
+    kinds.push_back(ratios[l] == 0   ? "sliding_attention"
+                    : ratios[l] == 4 ? "compressed_sparse_attention"
+                                     : "heavily_compressed_attention");
+    mlp.push_back(l < 3 ? "hash_moe" : "moe");
+  }
+  cfg["layer_types"] = kinds;
+  cfg["mlp_layer_types"] = mlp;
+  cfg["num_hidden_layers"] = ratios.size();
+  cfg["compress_rates"] = {{"compressed_sparse_attention", 4}, {"heavily_compressed_attention", 128}};
+  const std::string dir = testing::write_random_checkpoint_of(tmp, cfg, 11);
+  const std::unique_ptr<Backend> cpu = make_cpu_backend(0);
+  testing::CountingBackend counting(*cpu);
+  const std::unique_ptr<DeepseekV4Model> m = DeepseekV4Model::load(dir, counting);
+  const int64_t prompt = 33, steps = 8, V = m->config().vocab_size;
+  for (int64_t B : {1, 64}) {
+    V4KvPages pages = m->new_kv_pages(false);
+    const int64_t blocks = (prompt + steps) / kBlock + 1;
+    std::vector<std::vector<BlockId>> tables(B);
+    std::vector<V4SequenceState> seqs;
+    seqs.reserve(B);
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t k = 0; k < blocks; ++k) tables[b].push_back(static_cast<BlockId>(b * blocks + k));
+      seqs.push_back(m->new_sequence());
+      seqs[b].pages = &pages;
+      seqs[b].ref = PageRef{tables[b], kBlock, 0};
+      m->forward(seqs[b], testing::random_ids(prompt, V, 40 + static_cast<uint32_t>(b)));
+    }
+    std::vector<V4SequenceState*> ptrs;
+    for (V4SequenceState& s : seqs) ptrs.push_back(&s);
+    m->decode_batch(ptrs, testing::random_ids(B, V, 69));  // pools the open groups
+    const testing::LaunchCounts before = counting.counts;
+    for (int64_t j = 0; j < steps; ++j) m->decode_batch(ptrs, testing::random_ids(B, V, 70 + static_cast<uint32_t>(j)));
+    const testing::LaunchCounts& after = counting.counts;
+    std::printf("V4-Flash schedule, B=%d, positions %d-%d: %.1f launches (%.1f ops), %.1f allocations a decode step\n",
+                static_cast<int>(B), static_cast<int>(prompt + 1), static_cast<int>(prompt + steps),
+                (after.launches() - before.launches()) / double(steps), (after.ops - before.ops) / double(steps),
+                (after.allocs - before.allocs) / double(steps));
+  }
+}
+
 // The model reads no buffer that an op did not write: on a backend whose TensorMemory::empty fills with 0xFF bytes
 // (NaN, -1) instead of zeros, prefill and the batched decode (unpadded and padded to graph buckets) give the same
 // logits, bit for bit, as on the zero-filling backend. (A device backend's empty() leaves whatever was there.)
