@@ -170,6 +170,32 @@ TEST(V4DecodeBatch, PooledCompressorsSurviveForwardSteps) {
   expect_batched_equals_single(m, make_specs(m, kLengths, 10, {{{9, 8, 32}}}), true, kBlock, 3);
 }
 
+// B paged sequences of one prompt length (distinct random ids) prefilled with forward(), so that every decode step of
+// theirs is at one position; sequence b's blocks are those of index first + b, room for `steps` decode steps.
+struct SameLengthBatch {
+  SameLengthBatch(const DeepseekV4Model& m, int64_t B, int64_t prompt, int64_t steps, bool bounded, int64_t first)
+      : pages(m.new_kv_pages(bounded)), tables(static_cast<size_t>(B)) {
+    const int64_t blocks = (prompt + steps) / kBlock + 1;
+    seqs.reserve(static_cast<size_t>(B));
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t k = 0; k < blocks; ++k) tables[b].push_back(static_cast<BlockId>((first + b) * blocks + k));
+      seqs.push_back(m.new_sequence());
+      seqs[b].pages = &pages;
+      seqs[b].ref = PageRef{tables[b], kBlock, 0};
+      if (bounded) seqs[b].decoder_from = m.bounded_decoder_from(prompt);
+      m.forward(seqs[b], testing::random_ids(prompt, m.config().vocab_size, 40 + static_cast<uint32_t>(b)));
+    }
+    for (V4SequenceState& st : seqs) ptrs.push_back(&st);
+  }
+  SameLengthBatch(const SameLengthBatch&) = delete;
+  SameLengthBatch& operator=(const SameLengthBatch&) = delete;
+
+  V4KvPages pages;
+  std::vector<std::vector<BlockId>> tables;
+  std::vector<V4SequenceState> seqs;
+  std::vector<V4SequenceState*> ptrs;
+};
+
 // What a batched decode step enqueues does not grow with the batch: the same ops, data moves and allocations for 2 and
 // for 8 sequences (each step's sequences at the same positions, so that the same groups close), step after step,
 // groups closing or not, after the first (which pools each sequence's open groups). Only rows grow. (Before the
@@ -188,26 +214,12 @@ TEST(V4DecodeBatch, LaunchesPerStepDoNotGrowWithTheBatch) {
     const std::unique_ptr<DeepseekV4Model> m = DeepseekV4Model::load(golden_dir(family), counting, map);
     const int64_t prompt = 37, steps = 14, V = m->config().vocab_size;
     auto per_step = [&](int64_t B) {
-      V4KvPages pages = m->new_kv_pages(bounded);
-      const int64_t blocks = (prompt + steps) / kBlock + 1;
-      std::vector<std::vector<BlockId>> tables(B);
-      std::vector<V4SequenceState> seqs;
-      seqs.reserve(B);
-      for (int64_t b = 0; b < B; ++b) {
-        // Block ids end at the same id for every B, so that the pages grow at the same steps.
-        for (int64_t k = 0; k < blocks; ++k) tables[b].push_back(static_cast<BlockId>((8 - B + b) * blocks + k));
-        seqs.push_back(m->new_sequence());
-        seqs[b].pages = &pages;
-        seqs[b].ref = PageRef{tables[b], kBlock, 0};
-        if (bounded) seqs[b].decoder_from = m->bounded_decoder_from(prompt);
-        m->forward(seqs[b], testing::random_ids(prompt, V, 40 + static_cast<uint32_t>(b)));
-      }
-      std::vector<V4SequenceState*> ptrs;
-      for (V4SequenceState& s : seqs) ptrs.push_back(&s);
+      // Block ids end at the same id for every B, so that the pages grow at the same steps.
+      SameLengthBatch batch(*m, B, prompt, steps, bounded, 8 - B);
       std::vector<testing::LaunchCounts> out;
       for (int64_t j = 0; j < steps; ++j) {
         const testing::LaunchCounts before = counting.counts;
-        m->decode_batch(ptrs, testing::random_ids(B, V, 70 + static_cast<uint32_t>(j)));
+        m->decode_batch(batch.ptrs, testing::random_ids(B, V, 70 + static_cast<uint32_t>(j)));
         const testing::LaunchCounts& after = counting.counts;
         out.push_back({after.ops - before.ops, after.moves - before.moves, after.allocs - before.allocs});
       }
@@ -272,23 +284,11 @@ TEST(V4DecodeBatch, DISABLED_FlashScheduleLaunchCounts) {
   const std::unique_ptr<DeepseekV4Model> m = DeepseekV4Model::load(dir, counting);
   const int64_t prompt = 33, steps = 8, V = m->config().vocab_size;
   for (int64_t B : {1, 64}) {
-    V4KvPages pages = m->new_kv_pages(false);
-    const int64_t blocks = (prompt + steps) / kBlock + 1;
-    std::vector<std::vector<BlockId>> tables(B);
-    std::vector<V4SequenceState> seqs;
-    seqs.reserve(B);
-    for (int64_t b = 0; b < B; ++b) {
-      for (int64_t k = 0; k < blocks; ++k) tables[b].push_back(static_cast<BlockId>(b * blocks + k));
-      seqs.push_back(m->new_sequence());
-      seqs[b].pages = &pages;
-      seqs[b].ref = PageRef{tables[b], kBlock, 0};
-      m->forward(seqs[b], testing::random_ids(prompt, V, 40 + static_cast<uint32_t>(b)));
-    }
-    std::vector<V4SequenceState*> ptrs;
-    for (V4SequenceState& s : seqs) ptrs.push_back(&s);
-    m->decode_batch(ptrs, testing::random_ids(B, V, 69));  // pools the open groups
+    SameLengthBatch batch(*m, B, prompt, steps + 1, false, 0);
+    m->decode_batch(batch.ptrs, testing::random_ids(B, V, 69));  // pools the open groups
     const testing::LaunchCounts before = counting.counts;
-    for (int64_t j = 0; j < steps; ++j) m->decode_batch(ptrs, testing::random_ids(B, V, 70 + static_cast<uint32_t>(j)));
+    for (int64_t j = 0; j < steps; ++j)
+      m->decode_batch(batch.ptrs, testing::random_ids(B, V, 70 + static_cast<uint32_t>(j)));
     const testing::LaunchCounts& after = counting.counts;
     std::printf("V4-Flash schedule, B=%d, positions %d-%d: %.1f launches (%.1f ops), %.1f allocations a decode step\n",
                 static_cast<int>(B), static_cast<int>(prompt + 1), static_cast<int>(prompt + steps),
