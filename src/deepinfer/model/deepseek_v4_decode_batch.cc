@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <set>
 #include <type_traits>
@@ -305,13 +306,11 @@ void DeepseekV4Model::decode_middle(DecodeBatch& d, int layer) const {
   // Stage 2: window rows into the pages, one scatter for all rows (ring layers write their rings below).
   const bool paged_window = layer < pages.ring_from_layer;
   const bool floored = decoder_start_ >= 0 && layer >= decoder_start_;  // decoder windows start at decoder_from
-  auto scatter = [&](PagedRows& kind, const Tensor& rows, const std::vector<int64_t>& groups) {
-    std::vector<int64_t> at(groups.size());
-    for (size_t b = 0; b < groups.size(); ++b) at[b] = kind.row_for_write(mem, d.seqs[b]->ref, groups[b]);
-    backend_.scatter_rows(
-        {rows, d.uploads->i64(at), kind.pool(), kind.record()});  // pool() after row_for_write: growth moves it
-  };
-  if (paged_window) scatter(pages.window[layer], in.kv.slice(0, B), d.rows.host_positions);
+  std::vector<int64_t> every(static_cast<size_t>(B));
+  std::iota(every.begin(), every.end(), 0);
+  if (paged_window)
+    scatter_groups(backend_, mem, *d.uploads, pages.window[layer], d.seqs, in.kv.slice(0, B), every,
+                   d.rows.host_positions);
   std::vector<int64_t> past_begin(B);
   for (int64_t b = 0; b < B; ++b) {
     past_begin[b] =
@@ -339,15 +338,15 @@ void DeepseekV4Model::decode_middle(DecodeBatch& d, int layer) const {
       which.push_back(b);
       groups.push_back(d.seqs[b]->layers[layer].compressor.emitted);
     }
-    if (static_cast<int64_t>(which.size()) == B) {
-      const OwnedTensor latent = mem.clone(in.comp_kv.slice(0, B));  // [B, hd]
+    // The fresh rows (all but those a prefix hit replays) gathered, then stored as groups in one pass.
+    if (!which.empty()) {
+      OwnedTensor latent = mem.empty(DType::kF32, {static_cast<int64_t>(which.size()), hd});  // the gather writes it
+      backend_.embedding({in.comp_kv, d.uploads->i64(which), latent.view()});
       v41_store_groups(d.seqs, layer, latent.view(), which, groups, *d.uploads);
-      for (int64_t b = 0; b < B; ++b) {
-        ++d.seqs[b]->layers[layer].compressor.emitted;
-        ++d.seqs[b]->layers[layer].n_entries;
-      }
-    } else {
-      for (int64_t b : which) v41_compress_rows(layer, row(in.comp_kv, b), Tensor{}, *d.seqs[b]);
+    }
+    for (int64_t b : which) {
+      ++d.seqs[b]->layers[layer].compressor.emitted;
+      ++d.seqs[b]->layers[layer].n_entries;
     }
   } else if (r > 0 && (!v41 || plan.kv_source == layer)) {
     // Open groups in the pages' slot pool: a scatter of every row, a gather of the groups that close.

@@ -60,6 +60,12 @@ inline void norm_rope_rows(Backend& b, const Tensor& x, const OwnedTensor& w, co
   b.norm_rope(p);
 }
 
+// rows [n, width] into `kind` (window rows, entries, indexer keys) at group groups[i] of sequence seqs[which[i]]:
+// one scatter (deepseek_v4_pooled_state.cc).
+void scatter_groups(Backend& b, TensorMemory& mem, StepUploads& up, PagedRows& kind,
+                    std::span<V4SequenceState* const> seqs, const Tensor& rows, const std::vector<int64_t>& which,
+                    const std::vector<int64_t>& groups);
+
 // Rows at the start of a chunk that a compressor has already accounted for: after start_at() at a prefix hit
 // its next group starts at the first group boundary >= start, and the replayed rows before it belong to
 // groups that are already cached.

@@ -83,7 +83,8 @@ void export_state(TensorMemory& mem, const CompressorShape& s, V4SlotPool::Rows&
   cs.pooled = cs.pooled_prev = false;
 }
 
-// rows [n, width] into `kind` at group groups[i] of sequence seqs[which[i]]: one scatter.
+}  // namespace
+
 void scatter_groups(Backend& b, TensorMemory& mem, StepUploads& up, PagedRows& kind,
                     std::span<V4SequenceState* const> seqs, const Tensor& rows, const std::vector<int64_t>& which,
                     const std::vector<int64_t>& groups) {
@@ -91,8 +92,6 @@ void scatter_groups(Backend& b, TensorMemory& mem, StepUploads& up, PagedRows& k
   for (size_t i = 0; i < which.size(); ++i) at[i] = kind.row_for_write(mem, seqs[which[i]]->ref, groups[i]);
   b.scatter_rows({rows, up.i64(at), kind.pool(), kind.record()});  // pool() after row_for_write: growth moves it
 }
-
-}  // namespace
 
 void DeepseekV4Model::compress_batch(std::span<V4SequenceState* const> seqs, int layer, bool indexer, const Tensor& kv,
                                      const Tensor& gate, const std::vector<bool>& fresh, StepUploads& up) const {
